@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh machine: system packages, the .venv with pinned
+# Python packages, and the R package in .Rlib/. Every step checks before it acts,
+# so a second run costs a few seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+APT_PACKAGES="r-base-dev r-cran-reticulate r-cran-testthat r-cran-jsonlite r-cran-knitr r-cran-rmarkdown pandoc graphviz"
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+
+missing=""
+for pkg in $APT_PACKAGES; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
+done
+if [ -n "$missing" ]; then
+  echo "setup: installing system packages:$missing"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+# torch is pinned in requirements.txt: an unpinned torch pulls GBs of CUDA wheels.
+STAMP=.venv/.requirements.sha
+want=$(sha256sum requirements.txt pyproject.toml | sha256sum | cut -c1-16)
+if [ ! -x .venv/bin/python ] || [ "$(cat $STAMP 2>/dev/null)" != "$want" ]; then
+  echo "setup: creating .venv"
+  [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+  .venv/bin/pip install -q -r requirements.txt
+  .venv/bin/pip install -q --no-deps --no-build-isolation -e .
+  echo "$want" > $STAMP
+fi
+
+# The R package goes into a project-local library so nothing system-wide changes.
+if [ -f DESCRIPTION ]; then
+  mkdir -p .Rlib
+  rstamp=.Rlib/.tracebridge.sha
+  rwant=$(cat DESCRIPTION NAMESPACE R/*.R 2>/dev/null | sha256sum | cut -c1-16)
+  if [ "$(cat $rstamp 2>/dev/null)" != "$rwant" ]; then
+    echo "setup: installing the R package into .Rlib"
+    R_LIBS=.Rlib R CMD INSTALL --no-test-load --library=.Rlib . >/dev/null
+    echo "$rwant" > $rstamp
+  fi
+fi
+echo "setup: ready (python: $ROOT/.venv/bin/python)"
