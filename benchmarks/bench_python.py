@@ -1,0 +1,486 @@
+"""Side-by-side benchmarks: tracebridge against eager PyTorch, torch.jit.trace, torch.export.
+
+Run from the repository root:
+
+    .venv/bin/python benchmarks/bench_python.py            # all models, ~5 minutes on 2 cores
+    .venv/bin/python benchmarks/bench_python.py --quick    # a few models, fewer repeats
+    .venv/bin/python benchmarks/bench_python.py --write    # also write benchmarks/RESULTS.md
+
+It measures, on the conformance zoo (tests/python/models.py):
+  1. trace time: tracebridge.trace(check_trace=True) vs torch.jit.trace(check_trace=True) vs
+     torch.export.export;
+  2. per-call latency at batch 1 and 32: eager vs the *loaded* tracebridge artifact (codegen
+     runtime) vs the torch.jit.trace'd module, and the loaded artifact with guards off where the
+     core can turn them off;
+  3. save time, load time and file size: tracebridge.save/load vs torch.jit.save/load.
+
+Note: how it measures. Every number is the median over many repeats; within a repeat the
+contenders run one after another in a shuffled order, so that a slow spell of the machine
+(thermal, another process) falls on all of them alike instead of on whichever ran last. Each
+contender is warmed up first (torch.jit's profiling executor optimises only after a few calls).
+Latency is measured under ``torch.no_grad()`` by default, as for inference; ``--grad`` measures
+with autograd on. ``--threads 1`` (the default) pins torch to one thread, which gives the most
+stable per-call figures on a small machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "python"))
+
+import tracebridge  # noqa: E402
+from models import CASES, Case  # noqa: E402
+
+QUICK_MODELS = ["mlp", "resnet", "transformer", "tiny_gpt"]
+# Multi-method modules go through trace_module; the latency table is about forward.
+SKIP = {"two_methods"}
+BATCHES = (1, 32)
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def _time_block(fn: Callable[[], Any], n: int) -> float:
+    """Seconds per call over a block of ``n`` calls."""
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - start) / n
+
+
+def _calls_per_block(fns: dict[str, Callable[[], Any]], target_s: float) -> int:
+    """Enough calls that the slowest contender's block takes about ``target_s``."""
+    slowest = max(_time_block(fn, 1) for fn in fns.values())
+    return max(1, min(1000, int(target_s / max(slowest, 1e-7))))
+
+
+def interleaved(
+    fns: dict[str, Callable[[], Any]], repeats: int, warmup: int = 3, target_s: float = 0.01
+) -> dict[str, float]:
+    """Median seconds per call of each contender, the contenders interleaved per repeat."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    n = _calls_per_block(fns, target_s)
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    order = list(fns)
+    for _ in range(repeats):
+        random.shuffle(order)
+        for key in order:
+            samples[key].append(_time_block(fns[key], n))
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def once(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def interleaved_once(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
+    """Median seconds of one call each, for operations too slow to block (tracing, saving)."""
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    order = list(fns)
+    for _ in range(repeats):
+        random.shuffle(order)
+        for key in order:
+            samples[key].append(once(fns[key]))
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+# --------------------------------------------------------------------------- contenders
+
+
+@dataclass
+class Cell:
+    """One measured figure or the reason there is none."""
+
+    seconds: float | None = None
+    note: str = ""
+
+    def ms(self) -> str:
+        return self._fmt(1e3)
+
+    def us(self) -> str:
+        return self._fmt(1e6)
+
+    def _fmt(self, scale: float) -> str:
+        if self.seconds is None:
+            return self.note or "n/a"
+        value = self.seconds * scale
+        text = f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+        return text + self.note
+
+
+@dataclass
+class ModelResult:
+    name: str
+    trace: dict[str, Cell] = field(default_factory=dict)
+    latency: dict[int, dict[str, Cell]] = field(default_factory=dict)
+    io: dict[str, Cell] = field(default_factory=dict)
+    sizes: dict[str, int | None] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    artifact: str | None = None
+
+
+def _short(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+
+
+def jit_trace(case: Case, check: bool) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.jit.trace(
+            case.model, case.example_inputs, check_trace=check, **case.trace_kwargs
+        )
+
+
+def tb_trace(case: Case) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return tracebridge.trace(
+            case.model, case.example_inputs, check_trace=case.check_trace_ok, **case.trace_kwargs
+        )
+
+
+def guards_off(path: str, loaded: Any, inputs: tuple) -> Callable[[], Any] | None:
+    """A call of the artifact at ``path`` with guard checks off, if the core offers a way.
+
+    Looked for, in order: ``tracebridge.load(..., guards=False)`` and a call-time
+    ``guards=False`` keyword. None where neither exists.
+    """
+    with contextlib.suppress(TypeError, ValueError):
+        if "guards" in inspect.signature(tracebridge.load).parameters:
+            unguarded = tracebridge.load(path, runtime="codegen", guards=False)
+            return lambda: unguarded(*inputs)
+    try:
+        loaded(*inputs, guards=False)
+    except Exception:  # TypeError from Python, RuntimeError from a compiled forward
+        return None
+    return lambda: loaded(*inputs, guards=False)
+
+
+# --------------------------------------------------------------------------- the measurements
+
+
+def measure_trace(case: Case, result: ModelResult, repeats: int) -> tuple[Any, Any]:
+    """Trace times; returns the tracebridge and the torch.jit traced objects (or None)."""
+    fns: dict[str, Callable[[], Any]] = {}
+    tb = jt = None
+    try:
+        tb = tb_trace(case)
+        fns["tracebridge"] = lambda: tb_trace(case)
+    except Exception as exc:
+        result.trace["tracebridge"] = Cell(note="error")
+        result.errors.append(f"tracebridge.trace: {_short(exc)}")
+    jit_check = case.check_trace_ok
+    try:
+        jt = jit_trace(case, jit_check)
+    except Exception as exc:
+        # torch.jit.trace's own check refuses some models (nn.MultiheadAttention's fast path
+        # makes its graphs differ between runs): time it without the check and say so.
+        result.errors.append(f"torch.jit.trace(check_trace=True): {_short(exc)}")
+        jit_check = False
+        try:
+            jt = jit_trace(case, False)
+        except Exception as exc2:
+            result.trace["torch.jit.trace"] = Cell(note="error")
+            result.errors.append(f"torch.jit.trace: {_short(exc2)}")
+    if jt is not None:
+        fns["torch.jit.trace"] = lambda: jit_trace(case, jit_check)
+    try:
+        torch.export.export(case.model, case.example_inputs)
+        fns["torch.export"] = lambda: torch.export.export(case.model, case.example_inputs)
+    except Exception as exc:
+        result.trace["torch.export"] = Cell(note="error")
+        result.errors.append(f"torch.export.export: {_short(exc)}")
+    for key, seconds in interleaved_once(fns, repeats).items():
+        note = ""
+        if key == "torch.jit.trace" and case.check_trace_ok and not jit_check:
+            note = " †"
+        elif not case.check_trace_ok and key != "torch.export":
+            note = " ‡"
+        result.trace[key] = Cell(seconds, note)
+    return tb, jt
+
+
+def measure_io(case: Case, tb: Any, jt: Any, result: ModelResult, repeats: int, tmp: Path) -> Any:
+    """Save and load times and sizes; returns the tracebridge artifact loaded with codegen."""
+    loaded = None
+    fns: dict[str, Callable[[], Any]] = {}
+    if tb is not None:
+        path = str(tmp / f"{case.name}.tb")
+        try:
+            tracebridge.save(tb, path)
+            loaded = tracebridge.load(path, runtime="codegen")
+            result.artifact = path
+            result.sizes["tracebridge"] = os.path.getsize(path)
+            fns["tracebridge save"] = lambda: tracebridge.save(tb, path)
+            fns["tracebridge load"] = lambda: tracebridge.load(path, runtime="codegen")
+        except Exception as exc:
+            result.errors.append(f"tracebridge save/load: {_short(exc)}")
+    if jt is not None:
+        jpath = str(tmp / f"{case.name}.pt")
+        try:
+            torch.jit.save(jt, jpath)
+            torch.jit.load(jpath)
+            result.sizes["torch.jit"] = os.path.getsize(jpath)
+            fns["torch.jit save"] = lambda: torch.jit.save(jt, jpath)
+            fns["torch.jit load"] = lambda: torch.jit.load(jpath)
+        except Exception as exc:
+            result.errors.append(f"torch.jit save/load: {_short(exc)}")
+    result.io = {k: Cell(v) for k, v in interleaved_once(fns, repeats).items()}
+    return loaded
+
+
+def measure_latency(
+    case: Case, loaded: Any, jt: Any, result: ModelResult, repeats: int, grad: bool
+) -> None:
+    for batch in BATCHES:
+        inputs = case.make_inputs(batch)
+        fns: dict[str, Callable[[], Any]] = {"eager": lambda inputs=inputs: case.model(*inputs)}
+        if loaded is not None:
+            fns["tracebridge"] = lambda inputs=inputs: loaded(*inputs)
+        if jt is not None:
+            fns["torch.jit"] = lambda inputs=inputs: jt(*inputs)
+        ctx = contextlib.nullcontext() if grad else torch.no_grad()
+        cells: dict[str, Cell] = {}
+        with ctx:
+            for key in list(fns):
+                if key == "eager":
+                    continue
+                try:
+                    fns[key]()
+                except Exception as exc:
+                    del fns[key]
+                    cells[key] = Cell(note="error")
+                    result.errors.append(f"{key} at batch {batch}: {_short(exc)}")
+            if "tracebridge" in fns:
+                off = guards_off(result.artifact, loaded, inputs)
+                if off is not None:
+                    fns["tracebridge, guards off"] = off
+            timed = interleaved(fns, repeats)
+        cells.update({k: Cell(v) for k, v in timed.items()})
+        result.latency[batch] = cells
+
+
+# --------------------------------------------------------------------------- tables
+
+
+def _ratio(a: Cell | None, b: Cell | None) -> str:
+    if a is None or b is None or a.seconds is None or b.seconds is None:
+        return "n/a"
+    return f"{a.seconds / b.seconds:.2f}x"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _kb(size: int | None) -> str:
+    return "n/a" if size is None else f"{size / 1024:.0f}"
+
+
+def render(results: list[ModelResult], args: argparse.Namespace) -> str:
+    out = [
+        "## Benchmarks (Python)",
+        "",
+        f"`{' '.join(['.venv/bin/python', 'benchmarks/bench_python.py', *sys.argv[1:]])}` on "
+        f"{platform.machine()} {_cpu_name()}, {os.cpu_count()} cores, torch "
+        f"{torch.__version__}, {torch.get_num_threads()} thread(s), "
+        f"{'autograd on' if args.grad else 'torch.no_grad()'}, {args.repeats} repeats "
+        f"(median), {time.strftime('%Y-%m-%d')}.",
+        "",
+        "### Trace time (ms; lower is better)",
+        "",
+    ]
+    rows = []
+    for r in results:
+        t = r.trace
+        rows.append(
+            [
+                r.name,
+                t.get("tracebridge", Cell()).ms(),
+                t.get("torch.jit.trace", Cell()).ms(),
+                t.get("torch.export", Cell()).ms(),
+                _ratio(t.get("tracebridge"), t.get("torch.jit.trace")),
+            ]
+        )
+    out.append(
+        _table(
+            [
+                "model",
+                "tracebridge (check_trace)",
+                "torch.jit.trace (check_trace)",
+                "torch.export",
+                "tracebridge / jit",
+            ],
+            rows,
+        )
+    )
+    out += [
+        "",
+        "† torch.jit.trace's own check fails on this model, so it is timed with "
+        "check_trace=False. ‡ the output is random (dropout in train mode): both tracers run "
+        "with check_trace=False.",
+    ]
+    for batch in BATCHES:
+        out += ["", f"### Per-call latency at batch {batch} (µs; ratio to eager)", ""]
+        rows = []
+        guard_col = any("tracebridge, guards off" in r.latency.get(batch, {}) for r in results)
+        for r in results:
+            cells = r.latency.get(batch, {})
+            eager = cells.get("eager")
+            row = [
+                r.name,
+                (eager or Cell()).us(),
+                cells.get("tracebridge", Cell()).us(),
+                _ratio(cells.get("tracebridge"), eager),
+                cells.get("torch.jit", Cell()).us(),
+                _ratio(cells.get("torch.jit"), eager),
+            ]
+            if guard_col:
+                off = cells.get("tracebridge, guards off")
+                row += [(off or Cell()).us(), _ratio(cells.get("tracebridge"), off)]
+            rows.append(row)
+        header = ["model", "eager", "tracebridge (loaded)", "ratio", "torch.jit", "ratio"]
+        if guard_col:
+            header += ["tracebridge, guards off", "guard overhead"]
+        out.append(_table(header, rows))
+    if not any("tracebridge, guards off" in c for r in results for c in r.latency.values()):
+        out += ["", "Guard overhead: not measured (the core offers no way to turn guards off)."]
+    out += ["", "### Save and load (ms) and file size (KiB)", ""]
+    rows = []
+    for r in results:
+        io = r.io
+        rows.append(
+            [
+                r.name,
+                io.get("tracebridge save", Cell()).ms(),
+                io.get("tracebridge load", Cell()).ms(),
+                _kb(r.sizes.get("tracebridge")),
+                io.get("torch.jit save", Cell()).ms(),
+                io.get("torch.jit load", Cell()).ms(),
+                _kb(r.sizes.get("torch.jit")),
+            ]
+        )
+    out.append(
+        _table(
+            [
+                "model",
+                "tracebridge save",
+                "tracebridge load (codegen)",
+                "size",
+                "torch.jit save",
+                "torch.jit load",
+                "size",
+            ],
+            rows,
+        )
+    )
+    out += ["", "### Targets", ""] + _targets(results)
+    errors = [f"- {r.name}: {e}" for r in results for e in r.errors]
+    if errors:
+        out += ["", "### Errors and fallbacks", "", *errors]
+    return "\n".join(out) + "\n"
+
+
+def _targets(results: list[ModelResult]) -> list[str]:
+    lines = []
+    for r in results:
+        if r.name not in ("resnet", "transformer"):
+            continue
+        cells = r.latency.get(1, {})
+        tb, eager = cells.get("tracebridge"), cells.get("eager")
+        if tb and eager and tb.seconds is not None and eager.seconds:
+            ratio = tb.seconds / eager.seconds
+            verdict = "met" if ratio <= 1.05 else "MISSED"
+            lines.append(
+                f"- loaded artifact <= 1.05x eager at batch 1, {r.name}: {ratio:.2f}x, {verdict}"
+            )
+        else:
+            lines.append(f"- loaded artifact <= 1.05x eager at batch 1, {r.name}: not measured")
+    slower = []
+    for r in results:
+        tb, jt = r.trace.get("tracebridge"), r.trace.get("torch.jit.trace")
+        both = tb and jt and tb.seconds is not None and jt.seconds is not None
+        if both and tb.seconds > jt.seconds:
+            slower.append(f"{r.name} ({tb.seconds / jt.seconds:.2f}x)")
+    measured = sum(1 for r in results if r.trace.get("tracebridge", Cell()).seconds is not None)
+    verdict = "met" if not slower else "MISSED on " + ", ".join(slower)
+    lines.append(
+        f"- tracing no slower than torch.jit.trace with check_trace=True ({measured} models): "
+        f"{verdict}"
+    )
+    return lines
+
+
+def _cpu_name() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or "CPU"
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few models, fewer repeats")
+    parser.add_argument("--write", action="store_true", help="write benchmarks/RESULTS.md")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: leave as is)")
+    parser.add_argument("--repeats", type=int, default=None, help="latency repeats per contender")
+    parser.add_argument("--grad", action="store_true", help="time calls with autograd on")
+    parser.add_argument("--models", nargs="*", help="model names from the zoo")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.repeats is None:
+        args.repeats = 7 if args.quick else 31
+    trace_repeats = 3 if args.quick else 9
+    names = args.models or (QUICK_MODELS if args.quick else [n for n in CASES if n not in SKIP])
+    random.seed(0)
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            case = CASES[name]()
+            result = ModelResult(name)
+            print(f"[bench] {name}: tracing", file=sys.stderr, flush=True)
+            tb, jt = measure_trace(case, result, trace_repeats)
+            print(f"[bench] {name}: save/load", file=sys.stderr, flush=True)
+            loaded = measure_io(case, tb, jt, result, trace_repeats, Path(tmp))
+            print(f"[bench] {name}: latency", file=sys.stderr, flush=True)
+            measure_latency(case, loaded, jt, result, args.repeats, args.grad)
+            results.append(result)
+    text = render(results, args)
+    print(text)
+    if args.write:
+        (ROOT / "benchmarks" / "RESULTS.md").write_text(text)
+        print(f"[bench] wrote {ROOT / 'benchmarks' / 'RESULTS.md'}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
