@@ -1,0 +1,230 @@
+# Set-up of the Python side, and the conversions at the R/Python boundary.
+#
+# Note: the boundary. Everything that crosses to Python goes through `to_py()` (values)
+# or `arg_py()` (arguments of torch ops: whole doubles become Python ints, the way
+# mlverse torch treats sizes); everything that comes back goes through `from_py()`.
+# Python objects are always held unconverted (`convert = FALSE`), so a traced integer
+# never becomes an R number by accident.
+
+.tb <- new.env(parent = emptyenv())
+
+.onLoad <- function(libname, pkgname) {
+  python <- tracebridge_python()
+  if (!is.null(python) && !reticulate::py_available(initialize = FALSE)) {
+    Sys.setenv(RETICULATE_PYTHON = python)
+  }
+  .tb$torch <- reticulate::import("torch", convert = FALSE, delay_load = TRUE)
+  .tb$rb <- reticulate::import("tracebridge.rbridge", convert = FALSE, delay_load = TRUE)
+  .tb$core <- reticulate::import("tracebridge", convert = FALSE, delay_load = TRUE)
+  .tb$builtins <- reticulate::import("builtins", convert = FALSE, delay_load = TRUE)
+  .tb$instances <- new.env(parent = emptyenv())
+}
+
+#' Find the Python that tracebridge uses
+#'
+#' The `TRACEBRIDGE_PYTHON` environment variable wins, then `RETICULATE_PYTHON`, then a
+#' `.venv/bin/python` found by walking up from the working directory.
+#'
+#' @param start Directory to start the walk from.
+#' @return The path to a Python executable, or `NULL` if none was found.
+#' @examples
+#' tracebridge_python()
+#' @export
+tracebridge_python <- function(start = getwd()) {
+  for (var in c("TRACEBRIDGE_PYTHON", "RETICULATE_PYTHON")) {
+    value <- Sys.getenv(var, "")
+    if (nzchar(value)) return(value)
+  }
+  dir <- normalizePath(start, mustWork = FALSE)
+  repeat {
+    candidate <- file.path(dir, ".venv", "bin", "python")
+    if (file.exists(candidate)) return(candidate)
+    parent <- dirname(dir)
+    if (identical(parent, dir)) return(NULL)
+    dir <- parent
+  }
+}
+
+#' Is the Python side available?
+#'
+#' @return `TRUE` when Python torch and the `tracebridge` Python package import.
+#' @examples
+#' torch_is_installed()
+#' @export
+torch_is_installed <- function() {
+  ok <- tryCatch({
+    reticulate::py_module_available("torch") &&
+      reticulate::py_module_available("tracebridge.rbridge")
+  }, error = function(e) FALSE)
+  isTRUE(ok)
+}
+
+py_torch <- function() .tb$torch
+py_rb <- function() .tb$rb
+py_core <- function() .tb$core
+
+is_py <- function(x) inherits(x, "python.builtin.object")
+
+# Python -> R. Tensors are wrapped, containers are walked, traced integers are kept.
+from_py <- function(x) {
+  if (!is_py(x)) return(x)
+  cls <- class(x)
+  if ("torch.Tensor" %in% cls) return(wrap_tensor(x))
+  first <- cls[[1]]
+  if (any(c("python.builtin.tuple", "python.builtin.list") %in% cls)) {
+    return(reticulate::iterate(x, from_py, simplify = FALSE))
+  }
+  if ("python.builtin.dict" %in% cls) {
+    kv <- py_rb()$dict_items(x)
+    keys <- reticulate::py_to_r(reticulate::py_get_item(kv, 0L))
+    values <- reticulate::iterate(reticulate::py_get_item(kv, 1L), from_py, simplify = FALSE)
+    names(values) <- keys
+    return(values)
+  }
+  if ("python.builtin.int" %in% cls && first != "python.builtin.int" &&
+      first != "python.builtin.bool") {
+    return(structure(list(.py = x), class = "torch_sym_int"))
+  }
+  if ("torch.nn.modules.module.Module" %in% cls) return(wrap_py_module(x))
+  if (first == "python.builtin.NoneType") return(NULL)
+  reticulate::py_to_r(x)
+}
+
+# R -> Python for values that are inputs or outputs of traced code.
+to_py <- function(x) {
+  if (inherits(x, "torch_tensor")) return(.subset2(x, ".py"))
+  if (is.null(x)) return(reticulate::py_none())
+  if (is_py(x)) return(x)
+  if (inherits(x, "torch_sym_int")) return(.subset2(x, ".py"))
+  if (inherits(x, "nn_module")) return(module_py(x))
+  if (is.list(x)) {
+    items <- lapply(x, to_py)
+    if (!is.null(names(x)) && all(nzchar(names(x)))) {
+      return(reticulate::py_dict(names(x), unname(items), convert = FALSE))
+    }
+    return(reticulate::tuple(unname(items), convert = FALSE))
+  }
+  reticulate::r_to_py(x, convert = FALSE)
+}
+
+# Like to_py() for what an R function returns to the tracer: tensors and lists only.
+output_to_py <- function(x, what = "the traced function") {
+  bad <- function(v) {
+    tracebridge_abort(
+      sprintf(
+        "%s returned %s; outputs must be tensors or (nested) lists of tensors.",
+        what, describe_value(v)
+      ),
+      "tracebridge_output_error"
+    )
+  }
+  check <- function(v) {
+    if (inherits(v, "torch_tensor")) return(invisible())
+    if (is.list(v) && !inherits(v, "nn_module")) return(invisible(lapply(v, check)))
+    bad(v)
+  }
+  check(x)
+  to_py(x)
+}
+
+describe_value <- function(v) {
+  if (is.null(v)) return("NULL")
+  sprintf("an object of class <%s>", paste(class(v), collapse = "/"))
+}
+
+# R -> Python for arguments of torch ops: whole doubles become ints.
+arg_py <- function(x) {
+  if (inherits(x, "torch_tensor")) return(.subset2(x, ".py"))
+  if (inherits(x, "torch_sym_int")) return(.subset2(x, ".py"))
+  if (inherits(x, "torch_dtype")) return(.subset2(x, ".py"))
+  if (is.null(x)) return(reticulate::py_none())
+  if (is_py(x)) return(x)
+  if (inherits(x, "nn_module")) return(module_py(x))
+  if (is.list(x)) {
+    items <- lapply(x, arg_py)
+    if (!is.null(names(x)) && all(nzchar(names(x)))) {
+      return(reticulate::py_dict(names(x), unname(items), convert = FALSE))
+    }
+    return(reticulate::r_to_py(unname(items), convert = FALSE))
+  }
+  if (is.double(x) && is.null(dim(x)) && all(is.finite(x)) && all(x == round(x))) {
+    x <- as.integer(x)
+  }
+  if (is.atomic(x) && is.null(dim(x)) && length(x) > 1) {
+    return(reticulate::r_to_py(as.list(x), convert = FALSE))
+  }
+  reticulate::r_to_py(x, convert = FALSE)
+}
+
+# 1-based R dimensions to 0-based Python ones; negative ones count from the end.
+dim_py <- function(d) {
+  if (is.null(d)) return(NULL)
+  if (inherits(d, "torch_sym_int")) return(d)
+  if (any(d == 0)) {
+    tracebridge_abort("Dimensions are 1-based in R: `dim = 0` is not allowed.")
+  }
+  d <- as.integer(d)
+  ifelse(d > 0L, d - 1L, d)
+}
+
+# Call a Python function; turn a Python exception into a classed R condition.
+py_call_checked <- function(fn, ...) {
+  tryCatch(
+    py_rb()$call(fn, ...),
+    error = function(e) rethrow_python(e)
+  )
+}
+
+rethrow_python <- function(e) {
+  # An R error raised inside an R callback wins: it is the user's own error.
+  pending <- .tb$pending_r_error
+  if (!is.null(pending)) {
+    .tb$pending_r_error <- NULL
+    stop(pending)
+  }
+  err <- tryCatch(py_rb()$take_last_error(), error = function(e2) NULL)
+  if (is.null(err) || inherits(err, "python.builtin.NoneType")) stop(e)
+  info <- reticulate::py_to_r(py_rb()$error_info(err))
+  type <- info[[1]]
+  mro <- unlist(info[[3]])
+  classes <- c(
+    if ("GuardError" %in% mro) "tracebridge_guard_error",
+    if ("TracingCheckError" %in% mro) "tracebridge_check_error",
+    if ("ArtifactError" %in% mro) "tracebridge_artifact_error",
+    if ("UnsupportedOpError" %in% mro) "tracebridge_unsupported_error",
+    if ("TraceError" %in% mro) "tracebridge_error",
+    "tracebridge_python_error"
+  )
+  msg <- paste0(type, ": ", info[[2]])
+  cond <- structure(
+    class = c(classes, "error", "condition"),
+    list(message = msg, call = NULL, python_type = type, python_error = err)
+  )
+  stop(cond)
+}
+
+tracebridge_abort <- function(message, class = NULL) {
+  cond <- structure(
+    class = c(class, "tracebridge_error", "error", "condition"),
+    list(message = message, call = NULL)
+  )
+  stop(cond)
+}
+
+# Wrap an R function so Python can call it: arguments arrive unconverted, the R error
+# (if any) is kept so that the caller can re-raise it as it was.
+r_callback <- function(fn, what) {
+  reticulate::r_to_py(function(...) {
+    args <- lapply(list(...), from_py)
+    out <- withCallingHandlers(
+      do.call(fn, args),
+      error = function(e) {
+        .tb$pending_r_error <- e
+      }
+    )
+    withCallingHandlers(
+      output_to_py(out, what),
+      error = function(e) .tb$pending_r_error <- e
+    )
+  }, convert = FALSE)
+}

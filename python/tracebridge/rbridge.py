@@ -1,0 +1,308 @@
+"""The Python half of the R front end.
+
+The R package (``R/`` at the repository root) drives Python torch through reticulate.
+This module holds the few helpers that are cheaper or safer to run on the Python side:
+converting R arrays to tensors, indexing, formatting tensors the way mlverse torch prints
+them, remembering the last exception so that R can turn it into a classed condition, and
+:class:`RModule`, the ``torch.nn.Module`` that an R ``nn_module()`` instance lives in.
+
+Note: sizes. While tracing, ``x.size(i)`` returns a traced integer (an ``int`` subclass).
+reticulate would convert it to an R number and the trace would lose it. The helpers here
+return sizes unconverted; the R side keeps anything that is not a plain ``int`` as a Python
+object and hands it back to Python ops, and converts to R only through ``int()`` (which
+the tracer records as a guard).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+import torch
+
+_last_error: BaseException | None = None
+
+_DTYPE_NAMES = {
+    torch.float32: "Float",
+    torch.float64: "Double",
+    torch.float16: "Half",
+    torch.bfloat16: "BFloat16",
+    torch.int64: "Long",
+    torch.int32: "Int",
+    torch.int16: "Short",
+    torch.int8: "Char",
+    torch.uint8: "Byte",
+    torch.bool: "Bool",
+    torch.complex64: "ComplexFloat",
+    torch.complex128: "ComplexDouble",
+}
+
+BINARY_OPS = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": operator.truediv,
+    "^": operator.pow,
+    "%%": operator.mod,
+    "%/%": operator.floordiv,
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    ">": operator.gt,
+    "<=": operator.le,
+    ">=": operator.ge,
+    "&": operator.and_,
+    "|": operator.or_,
+}
+
+
+def call(fn, *args, **kwargs):
+    """Call ``fn`` and remember an exception it raises, so R can classify it.
+
+    >>> call(int, "3")
+    3
+    """
+    global _last_error
+    try:
+        return fn(*args, **kwargs)
+    except BaseException as e:
+        _last_error = e
+        raise
+
+
+def take_last_error() -> BaseException | None:
+    """Return and forget the exception remembered by :func:`call`."""
+    global _last_error
+    e, _last_error = _last_error, None
+    return e
+
+
+def error_info(e: BaseException) -> tuple[str, str, list[str]]:
+    """(type name, message, class names of the MRO) of an exception, for R."""
+    names = [k.__name__ for k in type(e).__mro__]
+    return type(e).__name__, str(e), names
+
+
+def tensor_from_r(a, dtype=None, requires_grad: bool = False) -> torch.Tensor:
+    """Make a tensor from an array that came from R (column-major, read-only).
+
+    The shape and the meaning of each index are kept; the memory is copied into
+    C order, which torch wants.
+
+    >>> tensor_from_r(np.asfortranarray(np.arange(6.0).reshape(2, 3)))[1, 2].item()
+    5.0
+    """
+    arr = np.ascontiguousarray(np.asarray(a))
+    t = torch.from_numpy(arr.copy())
+    if dtype is not None:
+        t = t.to(dtype)
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def tensor_to_r(t: torch.Tensor):
+    """A NumPy array that reticulate turns into an R array of the same shape."""
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if t.dtype in (torch.float16, torch.bfloat16):
+        t = t.to(torch.float32)
+    if t.dtype == torch.int64 and _fits_int32(t):
+        # R has no 64-bit integers; as in mlverse torch, longs come back as integers.
+        t = t.to(torch.int32)
+    return t.numpy()
+
+
+def _fits_int32(t: torch.Tensor) -> bool:
+    if t.numel() == 0:
+        return True
+    return bool(t.min() > -(2**31)) and bool(t.max() < 2**31)
+
+
+def sizes(t: torch.Tensor) -> list:
+    """The sizes of ``t`` as a list; traced integers stay as they are."""
+    return list(t.shape)
+
+
+def plain_sizes(t: torch.Tensor) -> list[int]:
+    """The sizes of ``t`` as plain ints (each read records a guard while tracing)."""
+    return [int(s) for s in t.shape]
+
+
+def binary(op: str, a, b):
+    """Apply the R operator ``op`` (as named by R's ``Ops`` group)."""
+    return BINARY_OPS[op](a, b)
+
+
+def to_int(v) -> int:
+    """``int(v)``: a traced integer records a guard."""
+    return int(v)
+
+
+def index(t: torch.Tensor, spec: list, setvalue=None, set_: bool = False):
+    """Index ``t`` with an R-style spec, already made 0-based by R.
+
+    Each entry is ``None`` (everything), an ``int``, ``("range", start, stop)`` (a
+    contiguous slice), a list of ints, or a tensor (an index or a mask).
+    """
+    key = tuple(_index_key(s) for s in spec)
+    if set_:
+        t[key] = setvalue
+        return t
+    return t[key]
+
+
+def _index_key(s):
+    if s is None:
+        return slice(None)
+    if isinstance(s, tuple) and len(s) == 3 and s[0] == "range":
+        return slice(s[1], s[2])
+    if isinstance(s, list):
+        return torch.tensor(s, dtype=torch.int64)
+    return s
+
+
+def dict_items(d: dict) -> tuple[list[str], list]:
+    """The keys (as strings) and the values of a dict, for R's named lists."""
+    return [str(k) for k in d.keys()], list(d.values())
+
+
+def named_tensors(pairs) -> tuple[list[str], list[torch.Tensor]]:
+    """Split ``named_parameters()``-style pairs into names and tensors."""
+    names, values = [], []
+    for name, value in pairs:
+        names.append(name)
+        values.append(value)
+    return names, values
+
+
+def type_string(t: torch.Tensor) -> str:
+    """``CPUFloatType{2,3}``: the footer that mlverse torch prints."""
+    device = t.device.type.upper()
+    kind = _DTYPE_NAMES.get(t.dtype, str(t.dtype).replace("torch.", ""))
+    dims = ",".join(str(int(s)) for s in t.shape)
+    return f"{device}{kind}Type{{{dims}}}"
+
+
+def format_tensor(t: torch.Tensor) -> str:
+    """Format a tensor the way mlverse torch (libtorch) prints it.
+
+    >>> print(format_tensor(torch.tensor([0.0, 0.0, 1.0])))
+    torch_tensor
+     0
+     0
+     1
+    [ CPUFloatType{3} ]
+    """
+    t = t.detach()
+    lines = ["torch_tensor"]
+    if t.numel() == 0:
+        lines.append(f"[ {type_string(t)} ]")
+    elif t.dim() == 0:
+        lines.append(_format_values(t.reshape(1))[0].strip())
+        lines.append(f"[ {type_string(t)} ]")
+    else:
+        lines.extend(_format_block(t))
+        lines.append(f"[ {type_string(t)} ]")
+    suffix = ""
+    if t.requires_grad or (t.grad_fn is not None):
+        suffix = "[ requires_grad = TRUE ]"
+    if suffix:
+        lines[-1] = lines[-1] + suffix
+    return "\n".join(lines)
+
+
+def _format_values(flat: torch.Tensor) -> list[str]:
+    """Format a 1-d tensor's values with one shared width, as libtorch does."""
+    flat = flat.cpu()
+    if flat.dtype == torch.bool:
+        strs = ["1" if v else "0" for v in flat.tolist()]
+    elif flat.dtype.is_floating_point:
+        vals = flat.to(torch.float64)
+        finite = vals[torch.isfinite(vals)]
+        if finite.numel() == 0 or bool((finite == finite.round()).all()):
+            big = finite.numel() > 0 and float(finite.abs().max()) >= 1e8
+            fmt = "{:.4e}" if big else "{:.0f}"
+        else:
+            amax = float(finite.abs().max())
+            nz = finite[finite != 0]
+            amin = float(nz.abs().min()) if nz.numel() else 0.0
+            fmt = "{:.4e}" if amax >= 1e5 or (amin and amin < 1e-4) else "{:.4f}"
+        strs = [_fmt_float(fmt, v) for v in vals.tolist()]
+    else:
+        strs = [str(v) for v in flat.tolist()]
+    width = max(len(s) for s in strs)
+    return [" " + s.rjust(width) for s in strs]
+
+
+def _fmt_float(fmt: str, v: float) -> str:
+    if v != v:
+        return "nan"
+    if v in (float("inf"), float("-inf")):
+        return "inf" if v > 0 else "-inf"
+    return fmt.format(v)
+
+
+def _format_block(t: torch.Tensor) -> list[str]:
+    cells = _format_values(t.reshape(-1))
+    if t.dim() == 1:
+        return cells
+    nrow, ncol = t.shape[-2], t.shape[-1]
+    if t.dim() == 2:
+        return _rows(cells, nrow, ncol)
+    lines: list[str] = []
+    lead = list(t.shape[:-2])
+    for k in range(len(cells) // (nrow * ncol)):
+        idx, rem = [], k
+        for s in reversed(lead):
+            idx.append(rem % s)
+            rem //= s
+        label = ",".join(str(i + 1) for i in reversed(idx))
+        if lines:
+            lines.append("")
+        lines.append(f"({label},.,.) = ")
+        lines.extend(_rows(cells[k * nrow * ncol : (k + 1) * nrow * ncol], nrow, ncol))
+    return lines
+
+
+def _rows(cells: list[str], nrow: int, ncol: int) -> list[str]:
+    return ["".join(cells[r * ncol : (r + 1) * ncol]) for r in range(nrow)]
+
+
+class RModule(torch.nn.Module):
+    """A ``torch.nn.Module`` whose ``forward`` is an R function.
+
+    R's ``nn_module()`` makes one per instance and registers the R children, parameters
+    and buffers on it under their R names, so ``named_parameters()`` gives ``fc1.weight``
+    and the tracer binds them by path.
+    """
+
+    def __init__(self, classname: str = "RModule"):
+        super().__init__()
+        self._r_classname = classname
+        self._r_forward = None
+
+    def _get_name(self) -> str:
+        return self._r_classname
+
+    def forward(self, *args: Any) -> Any:
+        if self._r_forward is None:
+            raise RuntimeError(f"R module {self._r_classname} has no forward method")
+        return self._r_forward(*args)
+
+
+def tensor_method_names() -> list[str]:
+    """Public method names of ``torch.Tensor``, for R's completion of ``x$``."""
+    return sorted(n for n in dir(torch.Tensor) if not n.startswith("_"))
+
+
+def has_state(module: torch.nn.Module, name: str) -> bool:
+    """Whether ``name`` is a registered parameter or buffer of ``module``."""
+    return name in module._parameters or name in module._buffers
+
+
+def count_parameters(module: torch.nn.Module) -> int:
+    """The number of parameter elements of ``module``."""
+    return sum(p.numel() for p in module.parameters())
