@@ -1,1 +1,39 @@
-"""tracebridge."""
+"""tracebridge: trace PyTorch code once, check it, run it from Python and R.
+
+The data flow, one module per arrow::
+
+    tracer (tracer.py, capture.py) -> IR (ir.py, opset.py) -> verify (verify.py)
+      -> runtime (runtime/) -> artifact (artifact.py) -> backend (backends/)
+
+>>> import torch, tracebridge
+>>> traced = tracebridge.trace(lambda x: torch.relu(x) * 2, torch.tensor([-1.0, 1.0]))
+>>> traced(torch.tensor([3.0, -3.0]))
+tensor([6., 0.])
+"""
+
+__version__ = "0.1.0"
+
+from .api import (  # noqa: E402
+    TracedFunction,
+    TracedMethod,
+    TracedModule,
+    load,
+    save,
+    trace,
+    trace_module,
+)
+from .errors import (  # noqa: E402
+    ArtifactError,
+    GuardError,
+    TraceError,
+    TracerWarning,
+    TracingCheckError,
+    UnsupportedOpError,
+)
+from .runtime import guards_disabled  # noqa: E402
+
+__all__ = [
+    "ArtifactError", "GuardError", "TraceError", "TracedFunction", "TracedMethod",
+    "TracedModule", "TracerWarning", "TracingCheckError", "UnsupportedOpError",
+    "guards_disabled", "load", "save", "trace", "trace_module",
+]

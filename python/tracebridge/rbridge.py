@@ -306,3 +306,26 @@ def has_state(module: torch.nn.Module, name: str) -> bool:
 def count_parameters(module: torch.nn.Module) -> int:
     """The number of parameter elements of ``module``."""
     return sum(p.numel() for p in module.parameters())
+
+
+def kind(obj) -> str:
+    """``"module"`` for a traced module, ``"function"`` otherwise."""
+    return "module" if isinstance(obj, torch.nn.Module) else "function"
+
+
+def call_recording_warnings(fn, *args, **kwargs):
+    """Like :func:`call`, and return ``(result, [warning messages])`` so R can re-issue
+    the warnings as R warnings (tracebridge's TracerWarning among them)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = call(fn, *args, **kwargs)
+    messages = [f"{w.category.__name__}: {w.message}" for w in caught]
+    return result, messages
+
+
+def state_names(module: torch.nn.Module, what: str) -> tuple[list[str], list]:
+    """Names and tensors of ``named_parameters()`` or ``named_buffers()``."""
+    pairs = module.named_parameters() if what == "parameters" else module.named_buffers()
+    return named_tensors(pairs)

@@ -1,0 +1,420 @@
+"""The public API: ``trace``, ``trace_module``, ``save``, ``load`` and the traced objects."""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import artifact
+from .capture import capture, preserved, state_index
+from .errors import TraceError
+from .ir import Program, StateEntry
+from .printer import graph_text
+from .runtime import Method
+
+
+def _as_args(example_inputs) -> tuple:
+    if example_inputs is None:
+        return ()
+    if isinstance(example_inputs, torch.Tensor):
+        return (example_inputs,)
+    if isinstance(example_inputs, list):
+        return tuple(example_inputs)
+    if isinstance(example_inputs, tuple):
+        return example_inputs
+    raise TraceError(f"example_inputs must be a tensor or a tuple of inputs, not "
+                     f"{type(example_inputs).__name__}")
+
+
+def _describe_guard(name: str, node) -> str:
+    return f"{name}: {node.kwargs.get('what')} == {node.kwargs.get('expect')!r} " \
+           f"(at {node.loc or '?'})"
+
+
+class _Traced:
+    """What a traced function and a traced module share."""
+
+    program: Program
+    _methods: dict[str, Method]
+
+    def _make_methods(self, slots: dict, runtime: str) -> None:
+        self._methods = {name: Method(name, g, slots, runtime)
+                         for name, g in self.program.methods.items()}
+
+    @property
+    def guards(self) -> list[str]:
+        """Every assumption the trace made, in words, with its source line."""
+        return [_describe_guard(name, node) for name, g in self.program.methods.items()
+                for node in g.guards]
+
+    @property
+    def check_guards(self) -> bool:
+        """Whether calls check guards (default True). Set False to skip them for speed."""
+        return all(m.check_guards for m in self._methods.values())
+
+    @check_guards.setter
+    def check_guards(self, on: bool) -> None:
+        for m in self._methods.values():
+            m.check_guards = bool(on)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Save to one file that :func:`tracebridge.load` and R's ``jit_load`` read."""
+        artifact.write(self._program_for_saving(), path)
+
+
+class TracedFunction(_Traced):
+    """A traced standalone function. Call it like the original.
+
+    >>> import torch, tracebridge
+    >>> f = tracebridge.trace(lambda x, y: 2 * x + y, (torch.rand(3), torch.rand(3)))
+    >>> f(torch.ones(3), torch.ones(3))
+    tensor([3., 3., 3.])
+    """
+
+    def __init__(self, program: Program, name: str = "forward", runtime: str = "codegen"):
+        self.program = program
+        self.__name__ = name
+        self._constants = {k: e.tensor for k, e in program.state.items()}
+        self._make_methods({k: (self._constants, k) for k in self._constants}, runtime)
+        self._forward = self._methods["forward"]
+
+    def __call__(self, *args, **kwargs):
+        return self._forward(*args, **kwargs)
+
+    @property
+    def graph(self) -> str:
+        """The text form of the traced graph (grammar in shared_ir/SPEC.md)."""
+        return graph_text(self.program.methods["forward"], self.__name__)
+
+    @property
+    def code(self) -> str:
+        """The Python code generated from the graph."""
+        return self._forward.code
+
+    def _program_for_saving(self) -> Program:
+        self.program.state = {k: StateEntry(e.kind, self._constants[k])
+                              for k, e in self.program.state.items()}
+        return self.program
+
+    def __repr__(self) -> str:
+        return f"<tracebridge.TracedFunction {self.__name__}>"
+
+
+class TracedMethod:
+    """A traced method of a TracedModule, bound to it: callable, with graph and code."""
+
+    def __init__(self, module: TracedModule, name: str):
+        self._module, self.name = module, name
+
+    def __call__(self, *args, **kwargs):
+        return self._module._methods[self.name](*args, **kwargs)
+
+    @property
+    def graph(self) -> str:
+        return graph_text(self._module.program.methods[self.name], self.name)
+
+    @property
+    def code(self) -> str:
+        return self._module._methods[self.name].code
+
+    def __repr__(self) -> str:
+        return f"<traced method {self.name} of {self._module._get_name()}>"
+
+
+def _owner(root: nn.Module, path: str) -> tuple[nn.Module, str]:
+    *parents, leaf = path.split(".")
+    module = root
+    for part in parents:
+        module = getattr(module, part)
+    return module, leaf
+
+
+class TracedModule(nn.Module, _Traced):
+    """A traced ``nn.Module``. It holds the same sub-modules, parameters and buffers as the
+    module it was traced from (shared, not copied), one method per traced method, and
+    trains, moves (``.to``, ``.double``) and saves like a module.
+
+    >>> import torch, tracebridge
+    >>> net = torch.nn.Linear(3, 2)
+    >>> traced = tracebridge.trace(net, torch.rand(4, 3))
+    >>> traced.weight is net.weight
+    True
+    """
+
+    def __init__(self, program: Program, original: nn.Module | None = None,
+                 runtime: str = "codegen"):
+        super().__init__()
+        self.program = program
+        self._class_name = program.module_classes.get("", "Module")
+        self._tb_constants: dict[str, torch.Tensor] = {}
+        if original is not None:
+            self._share(original)
+        else:
+            self._rebuild(program)
+        self.training = program.training if original is None else original.training
+        self._make_methods(self._slots(), runtime)
+        for name in list(self.program.methods) + list(self.program.dispatch):
+            if name != "forward":
+                self.__dict__[name] = TracedMethod(self, name)
+
+    def _share(self, original: nn.Module) -> None:
+        for name, child in original.named_children():
+            self.add_module(name, child)
+        for name, param in original._parameters.items():
+            self._parameters[name] = param
+        for name, buf in original._buffers.items():
+            self._buffers[name] = buf
+        self._non_persistent_buffers_set = set(original._non_persistent_buffers_set)
+        for name, entry in self.program.state.items():
+            if entry.kind == "constant":
+                self._tb_constants[name] = entry.tensor
+
+    def _rebuild(self, program: Program) -> None:
+        for name, entry in program.state.items():
+            if entry.kind == "constant":
+                self._tb_constants[name] = entry.tensor
+                continue
+            *parents, leaf = name.split(".")
+            module: nn.Module = self
+            path = ""
+            for part in parents:
+                path = f"{path}.{part}" if path else part
+                if part not in module._modules:
+                    child = nn.Module()
+                    cls = program.module_classes.get(path)
+                    if cls:
+                        child._get_name = (lambda c=cls: c)  # print the original class name
+                    module.add_module(part, child)
+                module = module._modules[part]
+            if entry.kind == "parameter":
+                module.register_parameter(leaf, nn.Parameter(
+                    entry.tensor, requires_grad=entry.tensor.is_floating_point()))
+            else:
+                module.register_buffer(leaf, entry.tensor)
+
+    def _slots(self) -> dict:
+        slots = {}
+        for name, entry in self.program.state.items():
+            if entry.kind == "constant":
+                slots[name] = (self._tb_constants, name)
+                continue
+            owner, leaf = _owner(self, name)
+            table = owner._parameters if entry.kind == "parameter" else owner._buffers
+            if leaf not in table:
+                table = owner._buffers if entry.kind == "parameter" else owner._parameters
+            slots[name] = (table, leaf)
+        return slots
+
+    def _apply(self, fn, recurse=True):
+        super()._apply(fn, recurse)
+        for name, tensor in self._tb_constants.items():
+            self._tb_constants[name] = fn(tensor)
+        return self
+
+    def _get_name(self) -> str:
+        return self._class_name
+
+    def extra_repr(self) -> str:
+        return f"traced: {', '.join(self.program.methods)}"
+
+    def _method_for(self, name: str) -> Method:
+        route = self.program.dispatch.get(name)
+        if route is not None:
+            name = route["train" if self.training else "eval"]
+        return self._methods[name]
+
+    def forward(self, *args, **kwargs):
+        return self._method_for("forward")(*args, **kwargs)
+
+    @property
+    def methods(self) -> list[str]:
+        return list(self.program.methods)
+
+    @property
+    def graph(self) -> str:
+        """The text form of ``forward`` (the method it runs in the current mode)."""
+        method = self._method_for("forward")
+        return graph_text(method.graph, method.name)
+
+    @property
+    def code(self) -> str:
+        return self._method_for("forward").code
+
+    def _program_for_saving(self) -> Program:
+        slots = self._slots()
+        state = {}
+        for name, entry in self.program.state.items():
+            table, key = slots[name]
+            state[name] = StateEntry(entry.kind, table[key])
+        self.program.state = state
+        self.program.training = self.training
+        return self.program
+
+
+# --- trace -------------------------------------------------------------------------------
+
+
+def trace(func: Callable | nn.Module, example_inputs: Any = None, *, check_trace: bool = True,
+          check_inputs: list | None = None, check_tolerance: float = 1e-5, strict: bool = True,
+          example_kwarg_inputs: dict | None = None, respect_mode: bool = False,
+          runtime: str = "codegen") -> TracedFunction | TracedModule:
+    """Run ``func`` on ``example_inputs``, record its tensor operations, check the recording,
+    and return a :class:`TracedFunction` (for a function) or :class:`TracedModule` (for an
+    ``nn.Module`` or one of its bound methods). The meaning of the arguments is that of
+    ``torch.jit.trace``; ``respect_mode=True`` traces a module in both training and
+    evaluation mode, and the result follows ``.train()`` / ``.eval()``.
+
+    >>> import torch, tracebridge
+    >>> def foo(x, y):
+    ...     return 2 * x + y
+    >>> traced_foo = tracebridge.trace(foo, (torch.rand(3), torch.rand(3)))
+    >>> print(traced_foo.graph.splitlines()[0])
+    graph foo(%x: f32[s0], %y: f32[s1]) {
+    """
+    args = _as_args(example_inputs)
+    kwargs = dict(example_kwarg_inputs or {})
+    options = dict(check_trace=check_trace, check_inputs=check_inputs,
+                   check_tolerance=check_tolerance, strict=strict, runtime=runtime)
+    if isinstance(func, nn.Module):
+        inputs = {"forward": (args, kwargs)}
+        return _trace_module(func, inputs, respect_mode=respect_mode, **options)
+    if inspect.ismethod(func) and isinstance(func.__self__, nn.Module):
+        inputs = {"forward": (args, kwargs)}
+        return _trace_module(func.__self__, inputs, respect_mode=respect_mode,
+                             method_alias={"forward": func.__name__}, **options)
+    if not callable(func):
+        raise TraceError(f"trace() needs a function or nn.Module, not {type(func).__name__}")
+    constants: dict[str, StateEntry] = {}
+    with preserved(None):
+        graph = capture(func, args, kwargs, constants=constants, strict=strict)
+    program = Program(kind="function", methods={"forward": graph}, state=constants)
+    name = getattr(func, "__name__", "forward")
+    name = name if name.isidentifier() else "forward"
+    traced = TracedFunction(program, name=name, runtime=runtime)
+    if check_trace:
+        from .verify import check_function
+
+        check_function(func, traced, args, kwargs, check_inputs, check_tolerance, strict)
+    return traced
+
+
+def trace_module(mod: nn.Module, inputs: dict[str, Any], *, check_trace: bool = True,
+                 check_inputs: list[dict] | None = None, check_tolerance: float = 1e-5,
+                 strict: bool = True, respect_mode: bool = False,
+                 runtime: str = "codegen") -> TracedModule:
+    """Trace several methods of ``mod`` into one :class:`TracedModule`; ``inputs`` maps
+    method names to example inputs, as in ``torch.jit.trace_module``.
+
+    >>> import torch, tracebridge
+    >>> lin = torch.nn.Linear(3, 3)
+    >>> m = tracebridge.trace_module(lin, {"forward": torch.rand(2, 3)})
+    >>> m.methods
+    ['forward']
+    """
+    if not isinstance(mod, nn.Module):
+        raise TraceError(f"trace_module() needs an nn.Module, not {type(mod).__name__}")
+    if not isinstance(inputs, dict) or not inputs:
+        raise TraceError("trace_module() needs a dict of method name -> example inputs")
+    prepared = {name: (_as_args(example), {}) for name, example in inputs.items()}
+    return _trace_module(mod, prepared, check_trace=check_trace, check_inputs=check_inputs,
+                         check_tolerance=check_tolerance, strict=strict,
+                         respect_mode=respect_mode, runtime=runtime)
+
+
+def _bound(mod: nn.Module, name: str) -> Callable:
+    if name == "forward":
+        return mod  # through __call__, so forward hooks run as in eager use
+    fn = getattr(mod, name, None)
+    if fn is None or not callable(fn):
+        raise TraceError(f"{type(mod).__name__} has no method {name!r} to trace")
+    return fn
+
+
+def record_module(mod: nn.Module, inputs: dict, *, strict: bool, respect_mode: bool,
+                  method_alias: dict | None = None) -> Program:
+    """Trace each method of ``mod`` (both modes for ``forward`` when respect_mode)."""
+    index = state_index(mod)
+    constants: dict[str, StateEntry] = {}
+    warned: set = set()
+    methods, dispatch = {}, {}
+    alias = method_alias or {}
+    with preserved(mod):
+        for name, (args, kwargs) in inputs.items():
+            target = _bound(mod, alias.get(name, name))
+            names_from = getattr(mod, alias.get(name, name))
+            if respect_mode and name == "forward":
+                for mode, method in ((True, "trainforward"), (False, "evalforward")):
+                    mod.train(mode)
+                    with preserved(mod):
+                        methods[method] = capture(target, args, kwargs, names_from=names_from,
+                                                  state=index, constants=constants,
+                                                  strict=strict, warned=warned)
+                dispatch["forward"] = {"train": "trainforward", "eval": "evalforward"}
+            else:
+                with preserved(mod):
+                    methods[name] = capture(target, args, kwargs, names_from=names_from,
+                                            state=index, constants=constants, strict=strict,
+                                            warned=warned)
+    used = {n.args[0] for g in methods.values() for n in g.nodes if n.op == "prim.state"}
+    state = {}
+    for _, (path, kind, tensor) in index.items():
+        state.setdefault(path, StateEntry(kind, tensor))
+    state = {k: v for k, v in state.items() if k in used or not k.startswith("const")}
+    state.update(constants)
+    classes = {name: type(m).__name__ for name, m in mod.named_modules()}
+    return Program(kind="module", methods=methods, state=state, dispatch=dispatch,
+                   training=mod.training, module_classes=classes)
+
+
+def _trace_module(mod: nn.Module, inputs: dict, *, check_trace: bool, check_inputs,
+                  check_tolerance: float, strict: bool, respect_mode: bool, runtime: str,
+                  method_alias: dict | None = None) -> TracedModule:
+    program = record_module(mod, inputs, strict=strict, respect_mode=respect_mode,
+                            method_alias=method_alias)
+    traced = TracedModule(program, original=mod, runtime=runtime)
+    if check_trace:
+        from .verify import check_module
+
+        check_module(mod, traced, inputs, check_inputs, check_tolerance, strict, respect_mode,
+                     method_alias or {})
+    return traced
+
+
+# --- save / load --------------------------------------------------------------------------
+
+
+def save(obj: TracedFunction | TracedModule, path: str | os.PathLike) -> None:
+    """Save a traced function or module to ``path`` (one file, any name)."""
+    if not isinstance(obj, (TracedFunction, TracedModule)):
+        raise TraceError(f"save() takes a TracedFunction or TracedModule, not "
+                         f"{type(obj).__name__}; trace it first with tracebridge.trace")
+    obj.save(path)
+
+
+def load(path: str | os.PathLike, runtime: str = "codegen",
+         map_location: str | torch.device | None = None) -> TracedFunction | TracedModule:
+    """Load an artifact written by ``save`` (from Python or R). ``runtime`` is ``codegen``
+    (default, fast) or ``interpreter``; ``map_location`` moves the state to a device.
+
+    >>> import torch, tracebridge, tempfile, os
+    >>> f = tracebridge.trace(torch.relu, torch.rand(3))
+    >>> path = os.path.join(tempfile.mkdtemp(), "relu.tb")
+    >>> f.save(path)
+    >>> tracebridge.load(path)(torch.tensor([-1.0, 2.0]))
+    tensor([0., 2.])
+    """
+    program = artifact.read(path)
+    if program.kind == "function":
+        if map_location is not None:
+            for entry in program.state.values():
+                entry.tensor = entry.tensor.to(map_location)
+        return TracedFunction(program, runtime=runtime)
+    module = TracedModule(program, runtime=runtime)
+    if map_location is not None:
+        module.to(map_location)
+    return module

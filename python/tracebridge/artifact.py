@@ -1,0 +1,245 @@
+"""The artifact: one ZIP archive (stored, not compressed) holding
+
+* ``program.json``: the program (methods, state metadata, metadata), see SPEC.md;
+* ``tensors.safetensors``: every state tensor, in safetensors layout (8-byte little-endian
+  header length, a JSON header of ``name -> {dtype, shape, data_offsets}``, raw bytes).
+
+Any language reads it with a ZIP reader and a JSON parser. Nothing is pickled; op names are
+checked against the op set before anything runs. The format is recognised by content,
+whatever the file is called.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import struct
+import zipfile
+from importlib import resources
+from typing import Any
+
+import torch
+
+from . import __version__, opset
+from .errors import ArtifactError
+from .ir import (
+    DTYPE_NAMES,
+    DTYPES,
+    FORMAT_VERSION,
+    OPSET_VERSION,
+    Program,
+    StateEntry,
+    graph_from_json,
+    graph_to_json,
+)
+
+PROGRAM_MEMBER = "program.json"
+TENSORS_MEMBER = "tensors.safetensors"
+_ST_DTYPES = {"float32": "F32", "float64": "F64", "float16": "F16", "bfloat16": "BF16",
+              "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8",
+              "bool": "BOOL", "complex64": "C64"}
+_FROM_ST = {v: k for k, v in _ST_DTYPES.items()}
+
+
+# --- writing ------------------------------------------------------------------------------
+
+
+def program_to_json(program: Program, language: str = "python") -> dict:
+    return {
+        "format": "tracebridge",
+        "format_version": FORMAT_VERSION,
+        "opset_version": OPSET_VERSION,
+        "producer": {"name": "tracebridge", "version": __version__, "language": language,
+                     "torch": torch.__version__.split("+")[0]},
+        "kind": program.kind,
+        "training": program.training,
+        "methods": {name: graph_to_json(g) for name, g in program.methods.items()},
+        "dispatch": program.dispatch,
+        "module_classes": program.module_classes,
+        "state": {
+            name: {"kind": e.kind, "dtype": DTYPE_NAMES[e.tensor.dtype],
+                   "shape": list(e.tensor.shape), "requires_grad": bool(e.tensor.requires_grad)}
+            for name, e in program.state.items()
+        },
+        "meta": program.meta,
+    }
+
+
+def safetensors_bytes(tensors: dict[str, torch.Tensor]) -> tuple[bytes, dict]:
+    header: dict[str, Any] = {}
+    chunks, offset = [], 0
+    for name, tensor in tensors.items():
+        data = tensor.detach().cpu().contiguous()
+        if data.dtype not in DTYPE_NAMES or DTYPE_NAMES[data.dtype] not in _ST_DTYPES:
+            raise ArtifactError(f"state tensor {name!r} has dtype {data.dtype}, which the "
+                                "artifact format cannot store")
+        raw = data.reshape(-1).view(torch.uint8).numpy().tobytes() if data.numel() else b""
+        header[name] = {"dtype": _ST_DTYPES[DTYPE_NAMES[data.dtype]], "shape": list(data.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    head = json.dumps(header, separators=(",", ":")).encode()
+    head += b" " * (-len(head) % 8)  # align the data to 8 bytes, as safetensors does
+    return struct.pack("<Q", len(head)) + head + b"".join(chunks), header
+
+
+def write(program: Program, path: str | os.PathLike, language: str = "python") -> None:
+    """Write ``program`` to ``path`` (any file name)."""
+    doc = program_to_json(program, language)
+    blob, header = safetensors_bytes({n: e.tensor for n, e in program.state.items()})
+    doc["tensors"] = {"sha256": hashlib.sha256(blob).hexdigest(), "count": len(header)}
+    text = json.dumps(doc, indent=1, sort_keys=False).encode()
+    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as archive:
+        archive.writestr(PROGRAM_MEMBER, text)
+        archive.writestr(TENSORS_MEMBER, blob)
+    os.replace(tmp, path)  # never leave a half-written artifact under the real name
+
+
+# --- reading ------------------------------------------------------------------------------
+
+
+def _schema() -> dict:
+    text = resources.files("tracebridge").joinpath("schema/program.schema.json").read_text()
+    return json.loads(text)
+
+
+def read_json(path: str | os.PathLike) -> tuple[dict, bytes]:
+    """Open an artifact and return its program JSON and raw tensor bytes, checked."""
+    name = os.fspath(path)
+    if not os.path.exists(name):
+        raise ArtifactError(f"{name}: no such file")
+    if not zipfile.is_zipfile(name):
+        raise ArtifactError(f"{name}: not a tracebridge artifact (not a ZIP archive; "
+                            "tracebridge files are ZIP archives holding program.json)")
+    try:
+        with zipfile.ZipFile(name) as archive:
+            members = set(archive.namelist())
+            if PROGRAM_MEMBER not in members:
+                raise ArtifactError(f"{name}: not a tracebridge artifact (no {PROGRAM_MEMBER})")
+            text = archive.read(PROGRAM_MEMBER)
+            blob = archive.read(TENSORS_MEMBER) if TENSORS_MEMBER in members else b""
+    except ArtifactError:
+        raise
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        raise ArtifactError(f"{name}: corrupt or truncated archive ({exc})") from None
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise ArtifactError(f"{name}: {PROGRAM_MEMBER} is not valid JSON ({exc})") from None
+    check_document(doc, name)
+    return doc, blob
+
+
+def check_document(doc: Any, name: str) -> None:
+    """Version, schema and op-set checks, each with a message that says what to do."""
+    if not isinstance(doc, dict) or doc.get("format") != "tracebridge":
+        raise ArtifactError(f"{name}: not a tracebridge artifact (format field missing)")
+    version = doc.get("format_version")
+    if not isinstance(version, int) or version < 1:
+        raise ArtifactError(f"{name}: invalid format_version {version!r}")
+    if version > FORMAT_VERSION:
+        raise ArtifactError(
+            f"{name}: format version {version} is newer than this tracebridge reads "
+            f"(up to {FORMAT_VERSION}); upgrade tracebridge to load it")
+    opset_version = doc.get("opset_version")
+    if isinstance(opset_version, int) and opset_version > OPSET_VERSION:
+        raise ArtifactError(f"{name}: op-set version {opset_version} is newer than this "
+                            f"tracebridge knows ({OPSET_VERSION}); upgrade tracebridge")
+    import jsonschema
+
+    try:
+        jsonschema.validate(doc, _schema())
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
+        raise ArtifactError(f"{name}: program.json does not follow the schema at {where}: "
+                            f"{exc.message}") from None
+    for method, graph in doc["methods"].items():
+        for index, node in enumerate(graph["nodes"]):
+            if not opset.is_known(node["op"]):
+                raise ArtifactError(
+                    f"{name}: method {method!r}, node {index} uses op {node['op']!r}, which is "
+                    f"not in the op set (version {OPSET_VERSION}); the file is corrupt or was "
+                    "made by a newer tracebridge")
+
+
+def parse_safetensors(blob: bytes, name: str) -> dict[str, torch.Tensor]:
+    if not blob:
+        return {}
+    if len(blob) < 8:
+        raise ArtifactError(f"{name}: {TENSORS_MEMBER} is truncated")
+    (head_len,) = struct.unpack("<Q", blob[:8])
+    if head_len > len(blob) - 8:
+        raise ArtifactError(f"{name}: {TENSORS_MEMBER} header runs past the end of the data")
+    try:
+        header = json.loads(blob[8:8 + head_len])
+    except ValueError:
+        raise ArtifactError(f"{name}: {TENSORS_MEMBER} has a corrupt header") from None
+    data = memoryview(bytearray(blob[8 + head_len:]))
+    tensors = {}
+    for key, info in header.items():
+        if key == "__metadata__":
+            continue
+        dtype_name = _FROM_ST.get(info.get("dtype"))
+        start, end = info.get("data_offsets", [0, -1])
+        if dtype_name is None or not 0 <= start <= end <= len(data):
+            raise ArtifactError(f"{name}: tensor {key!r} has a bad dtype or offsets")
+        dtype = DTYPES[dtype_name]
+        shape = info["shape"]
+        count = 1
+        for d in shape:
+            count *= d
+        if count * torch.empty((), dtype=dtype).element_size() != end - start:
+            raise ArtifactError(f"{name}: tensor {key!r}: {end - start} bytes do not fit shape "
+                                f"{shape} of {dtype_name}")
+        if count == 0:
+            tensors[key] = torch.empty(shape, dtype=dtype)
+        else:
+            tensors[key] = torch.frombuffer(data[start:end], dtype=dtype).reshape(shape)
+    return tensors
+
+
+def read(path: str | os.PathLike) -> Program:
+    """Read and check an artifact; returns the Program (tensors on the CPU)."""
+    name = os.fspath(path)
+    doc, blob = read_json(path)
+    expected = doc.get("tensors", {}).get("sha256")
+    if expected and hashlib.sha256(blob).hexdigest() != expected:
+        raise ArtifactError(f"{name}: {TENSORS_MEMBER} does not match its checksum (corrupt)")
+    tensors = parse_safetensors(blob, name)
+    return program_from_json(doc, tensors, name)
+
+
+def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "") -> Program:
+    state = {}
+    for key, info in doc["state"].items():
+        if key not in tensors:
+            raise ArtifactError(f"{name}: state {key!r} has no tensor in {TENSORS_MEMBER}")
+        tensor = tensors[key]
+        if list(tensor.shape) != info["shape"] or DTYPE_NAMES[tensor.dtype] != info["dtype"]:
+            raise ArtifactError(f"{name}: state {key!r} does not match its description")
+        state[key] = StateEntry(info["kind"], tensor)
+    try:
+        methods = {m: graph_from_json(g) for m, g in doc["methods"].items()}
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ArtifactError(f"{name}: a graph is malformed ({exc})") from None
+    meta = dict(doc.get("meta", {}))
+    meta["producer"] = doc.get("producer", {})
+    meta["format_version"] = doc["format_version"]
+    return Program(kind=doc["kind"], methods=methods, state=state,
+                   dispatch=doc.get("dispatch", {}), training=doc.get("training", False),
+                   module_classes=doc.get("module_classes", {}), meta=meta)
+
+
+def to_bytes(program: Program) -> bytes:
+    """The artifact as bytes (for tests and for embedding)."""
+    buffer = io.BytesIO()
+    doc = program_to_json(program)
+    blob, header = safetensors_bytes({n: e.tensor for n, e in program.state.items()})
+    doc["tensors"] = {"sha256": hashlib.sha256(blob).hexdigest(), "count": len(header)}
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
+        archive.writestr(PROGRAM_MEMBER, json.dumps(doc, indent=1))
+        archive.writestr(TENSORS_MEMBER, blob)
+    return buffer.getvalue()

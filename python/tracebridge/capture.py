@@ -1,0 +1,94 @@
+"""Drive the tracer: flatten the example inputs, run the code once, collect the outputs.
+
+Tracing leaves the model as it found it: parameters, buffers (BatchNorm statistics), the
+global random-number state and every ``training`` flag are restored afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Callable
+
+import torch
+
+from . import pytree
+from .errors import TraceError, TracerWarning
+from .ir import Graph, StateEntry
+from .tracer import SymFloat, SymInt, Tracer, argument_names, is_tensor, leaf_names, recording
+
+
+def state_index(module: torch.nn.Module | None) -> dict[int, tuple[str, str, torch.Tensor]]:
+    """``id(tensor) -> (path, kind, tensor)`` for a module's parameters and buffers."""
+    index: dict[int, tuple[str, str, torch.Tensor]] = {}
+    if module is None:
+        return index
+    for name, param in module.named_parameters(remove_duplicate=False):
+        index.setdefault(id(param), (name, "parameter", param))
+    for name, buf in module.named_buffers(remove_duplicate=False):
+        if buf is not None:
+            index.setdefault(id(buf), (name, "buffer", buf))
+    return index
+
+
+@contextlib.contextmanager
+def preserved(module: torch.nn.Module | None):
+    """Run a block and then put back the RNG state, buffers, parameters and modes."""
+    rng = torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    saved_buffers, saved_params, modes = [], [], []
+    if module is not None:
+        saved_buffers = [(b, b.detach().clone()) for b in module.buffers() if b is not None]
+        saved_params = [(p, p._version) for p in module.parameters()]
+        modes = [(m, m.training) for m in module.modules()]
+    try:
+        yield
+    finally:
+        torch.set_rng_state(rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+        with torch.no_grad():
+            for buf, copy in saved_buffers:
+                if buf.shape == copy.shape:
+                    buf.copy_(copy)
+        for mod, mode in modes:
+            mod.training = mode
+        changed = [p for p, version in saved_params if p._version != version]
+        if changed:
+            warnings.warn(f"the traced code changed {len(changed)} parameter(s) in place; "
+                          "tracebridge could not undo it", TracerWarning, stacklevel=3)
+
+
+def capture(fn: Callable, args: tuple, kwargs: dict, *, names_from: Callable | None = None,
+            state: dict | None = None, constants: dict[str, StateEntry] | None = None,
+            strict: bool = True, warned: set | None = None) -> Graph:
+    """Record one call ``fn(*args, **kwargs)``; returns its Graph."""
+    tracer = Tracer(state or {}, constants if constants is not None else {},
+                    warned if warned is not None else set())
+    graph = tracer.graph
+    graph.arg_names = argument_names(names_from or fn, len(args))
+    try:
+        leaves, graph.in_spec = pytree.flatten((tuple(args), dict(kwargs)), is_tensor)
+    except TypeError as exc:
+        raise TraceError(f"example inputs: {exc}") from None
+    for leaf, name in zip(leaves, leaf_names(graph.arg_names, args, kwargs)):
+        tracer.add_input(leaf, name)
+    with recording(tracer):
+        result = fn(*args, **kwargs)
+        try:
+            out_leaves, graph.out_spec = pytree.flatten(
+                result, lambda x: isinstance(x, (torch.Tensor, SymInt, SymFloat)))
+        except TypeError as exc:
+            raise TraceError(f"the traced code returned something tracebridge cannot store: "
+                             f"{exc}") from None
+        if pytree.contains_mutable(graph.out_spec):
+            if strict:
+                raise TraceError(
+                    "the traced code returns a list or dict; with strict=True outputs must be "
+                    "tensors or (nested) tuples. Return a tuple, or pass strict=False if the "
+                    "container's structure never changes"
+                )
+            tracer.warn("the output contains a list or dict (strict=False): its structure is "
+                        "fixed at trace time")
+        graph.outputs = [tracer.encode(x) for x in out_leaves]
+    return graph

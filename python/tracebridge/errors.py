@@ -1,0 +1,45 @@
+"""The error and warning types of tracebridge.
+
+Every error says what went wrong, where (op, source line, file) and what to do.
+They all derive from :class:`TraceError`, so ``except tracebridge.TraceError`` catches
+anything tracebridge raises on purpose.
+"""
+
+from __future__ import annotations
+
+
+class TraceError(RuntimeError):
+    """Base class: something could not be traced, checked, run, saved or loaded."""
+
+
+class UnsupportedOpError(TraceError):
+    """The traced code called a function that the op set cannot record."""
+
+
+class GuardError(TraceError):
+    """A call broke an assumption that the trace made (a shape, a branch, a value).
+
+    Attributes: ``guard`` (the broken guard's description), ``location`` (the user's
+    source line where the assumption was made), ``seen`` (the value seen now).
+    """
+
+    def __init__(self, message: str, *, guard: str = "", location: str = "", seen=None):
+        super().__init__(message)
+        self.guard = guard
+        self.location = location
+        self.seen = seen
+
+
+class TracingCheckError(TraceError):
+    """check_trace found that the recording does not match the real code."""
+
+
+class ArtifactError(TraceError):
+    """A file is not a tracebridge artifact, is corrupt, or is of a newer format."""
+
+
+class TracerWarning(UserWarning):
+    """Something in the traced code may make the trace less general than the code.
+
+    Each warning points at the user's file and line, and is issued once per line.
+    """

@@ -1,0 +1,132 @@
+"""The text form of a graph (``.graph``). Grammar, in shared_ir/SPEC.md:
+
+    graph    := "graph " NAME "(" inputs ") {" NEWLINE stmt* "  return " expr NEWLINE "}"
+    stmt     := "  " targets " = " OP "(" args ")" [ "  # " LOC ] NEWLINE
+              | "  guard " VALUE " == " LITERAL "  # " TEXT NEWLINE
+    targets  := VALUE ":" TYPE | "(" targets, ... ")" | "_"
+
+Values are named only here: inputs and state by their names (``%x``, ``%conv.weight``),
+the rest ``%0, %1, ...`` in order of definition, so the text is stable and diffs well.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+
+from .ir import Graph, Node, Ref, Value
+
+
+class Printer:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.names: dict[int, str] = {}
+        self.values: dict[int, Value] = {}
+        self._counter = 0
+
+    def define(self, value: Value, named: bool = False) -> str:
+        if named and value.name:
+            name = f"%{value.name}"
+        else:
+            name = f"%{self._counter}"
+            self._counter += 1
+        self.names[value.id] = name
+        self.values[value.id] = value
+        return name
+
+    def literal(self, arg) -> str:
+        if isinstance(arg, Ref):
+            return self.names.get(arg.id, f"%?{arg.id}")
+        if isinstance(arg, float) and not math.isfinite(arg):
+            return str(arg)
+        if isinstance(arg, tuple):
+            inner = ", ".join(self.literal(a) for a in arg)
+            return f"({inner},)" if len(arg) == 1 else f"({inner})"
+        if isinstance(arg, list):
+            return "[" + ", ".join(self.literal(a) for a in arg) + "]"
+        if isinstance(arg, dict):
+            return "{" + ", ".join(f"{self.literal(k)}: {self.literal(v)}"
+                                   for k, v in arg.items()) + "}"
+        if isinstance(arg, slice):
+            parts = [self.literal(p) if p is not None else "" for p in
+                     (arg.start, arg.stop, arg.step)]
+            return ":".join(parts[:2] if arg.step is None else parts)
+        if arg is Ellipsis:
+            return "..."
+        if isinstance(arg, (torch.dtype, torch.memory_format, torch.layout)):
+            return str(arg).replace("torch.", "")
+        if isinstance(arg, torch.device):
+            return f"device({str(arg)!r})"
+        return repr(arg)
+
+    def targets(self, node: Node) -> str:
+        if node.out_spec is None:
+            return ""
+        outputs = iter(node.outputs)
+
+        def build(spec):
+            if spec["t"] == "leaf":
+                value = next(outputs)
+                name = self.define(value, named=node.op == "prim.state")
+                return f"{name}: {value.type_str()}"
+            if spec["t"] in ("none", "const"):
+                return "_"
+            inner = [build(c) for c in spec["c"]]
+            return "(" + ", ".join(inner) + ("," if len(inner) == 1 else "") + ")"
+
+        return build(node.out_spec) + " = "
+
+    def node(self, node: Node) -> str:
+        loc = f"  # {_short(node.loc)}" if node.loc else ""
+        if node.op == "prim.guard":
+            what = node.kwargs.get("what", "")
+            expect = node.kwargs.get("expect")
+            return (f"  guard {self.literal(node.args[0])} == {self.literal(expect)}"
+                    f"  # {what}, at {_short(node.loc)}")
+        args = [self.literal(a) for a in node.args]
+        args += [f"{k}={self.literal(v)}" for k, v in node.kwargs.items()]
+        return f"  {self.targets(node)}{node.op}({', '.join(args)}){loc}"
+
+    def outputs(self) -> str:
+        outputs = iter(self.graph.outputs)
+
+        def build(spec):
+            kind = spec["t"]
+            if kind == "leaf":
+                return self.literal(next(outputs))
+            if kind == "none":
+                return "None"
+            if kind == "const":
+                return repr(spec["v"])
+            inner = [build(c) for c in spec["c"]]
+            if kind == "dict":
+                return "{" + ", ".join(f"{k!r}: {v}" for k, v in zip(spec["keys"], inner)) + "}"
+            if kind == "list":
+                return "[" + ", ".join(inner) + "]"
+            prefix = spec.get("name", "") if kind == "namedtuple" else ""
+            return prefix + "(" + ", ".join(inner) + ("," if len(inner) == 1 else "") + ")"
+
+        return build(self.graph.out_spec)
+
+    def print(self, name: str) -> str:
+        inputs = ", ".join(f"{self.define(v, named=True)}: {v.type_str()}"
+                           for v in self.graph.inputs)
+        lines = [f"graph {name}({inputs}) {{"]
+        lines += [self.node(n) for n in self.graph.nodes]
+        lines.append(f"  return {self.outputs()}")
+        lines.append("}")
+        return "\n".join(lines)
+
+
+def _short(loc: str | None) -> str:
+    if not loc:
+        return "?"
+    path, _, line = loc.rpartition(":")
+    return f"{os.path.basename(path)}:{line}"
+
+
+def graph_text(graph: Graph, name: str = "forward") -> str:
+    """The text form of ``graph``."""
+    return Printer(graph).print(name)

@@ -1,0 +1,121 @@
+"""Nested inputs and outputs: flatten to a list of leaves plus a JSON-able spec.
+
+A spec is a small dict: ``{"t": "tuple" | "list" | "dict" | "namedtuple" | "leaf" |
+"none" | "const", ...}``. Leaves are tensors (and, at the output, traced values);
+``const`` holds a Python scalar or string that the function returned as is.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any
+
+LEAF = {"t": "leaf"}
+_CONST_TYPES = (bool, int, float, str)
+_namedtuple_classes: dict[tuple[str, tuple[str, ...]], type] = {}
+
+
+def flatten(obj: Any, is_leaf) -> tuple[list[Any], dict]:
+    """Return ``(leaves, spec)``; ``is_leaf(x)`` says what counts as a leaf."""
+    leaves: list[Any] = []
+    spec = _flatten(obj, is_leaf, leaves)
+    return leaves, spec
+
+
+def _flatten(obj, is_leaf, leaves):
+    if is_leaf(obj):
+        leaves.append(obj)
+        return LEAF
+    if obj is None:
+        return {"t": "none"}
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        children = [_flatten(v, is_leaf, leaves) for v in obj]
+        return {"t": "namedtuple", "name": type(obj).__name__, "fields": list(obj._fields),
+                "c": children}
+    if isinstance(obj, tuple):
+        return {"t": "tuple", "c": [_flatten(v, is_leaf, leaves) for v in obj]}
+    if isinstance(obj, list):
+        return {"t": "list", "c": [_flatten(v, is_leaf, leaves) for v in obj]}
+    if isinstance(obj, dict):
+        keys = list(obj.keys())
+        for key in keys:
+            if not isinstance(key, (str, int)):
+                raise TypeError(f"dict keys must be str or int, got {type(key).__name__}")
+        return {"t": "dict", "keys": keys, "c": [_flatten(obj[k], is_leaf, leaves) for k in keys]}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        fields = [f.name for f in dataclasses.fields(obj)]
+        children = [_flatten(getattr(obj, f), is_leaf, leaves) for f in fields]
+        return {"t": "namedtuple", "name": type(obj).__name__, "fields": fields, "c": children}
+    if isinstance(obj, _CONST_TYPES):
+        return {"t": "const", "v": obj}
+    raise TypeError(
+        f"unsupported value of type {type(obj).__name__}: inputs and outputs must be "
+        "tensors or (nested) tuples, lists, dicts, named tuples or None"
+    )
+
+
+def unflatten(leaves: list[Any], spec: dict) -> Any:
+    """Rebuild the nested structure described by ``spec`` from ``leaves``."""
+    it = iter(leaves)
+    return _unflatten(it, spec)
+
+
+def _unflatten(it, spec):
+    kind = spec["t"]
+    if kind == "leaf":
+        return next(it)
+    if kind == "none":
+        return None
+    if kind == "const":
+        return spec["v"]
+    children = [_unflatten(it, c) for c in spec["c"]]
+    if kind == "tuple":
+        return tuple(children)
+    if kind == "list":
+        return children
+    if kind == "dict":
+        return dict(zip(spec["keys"], children))
+    if kind == "namedtuple":
+        return namedtuple_class(spec["name"], spec["fields"])(*children)
+    raise ValueError(f"unknown pytree node kind {kind!r}")
+
+
+def namedtuple_class(name: str, fields: list[str]) -> type:
+    """One class per (name, fields), so results of two calls compare equal by type."""
+    key = (name, tuple(fields))
+    if key not in _namedtuple_classes:
+        _namedtuple_classes[key] = collections.namedtuple(name, fields)
+    return _namedtuple_classes[key]
+
+
+def contains_mutable(spec: dict) -> bool:
+    """True when a list or dict appears anywhere in the structure."""
+    if spec["t"] in ("list", "dict"):
+        return True
+    return any(contains_mutable(c) for c in spec.get("c", ()))
+
+
+def describe_path(spec: dict, leaf_index: int) -> str:
+    """``output[1]['logits']``-style path of the ``leaf_index``-th leaf, for messages."""
+    counter = [0]
+    found = _find(spec, leaf_index, counter, "")
+    return found if found is not None else f"leaf {leaf_index}"
+
+
+def _find(spec, target, counter, path):
+    if spec["t"] == "leaf":
+        if counter[0] == target:
+            return path or "[output]"
+        counter[0] += 1
+        return None
+    for i, child in enumerate(spec.get("c", ())):
+        key = spec["keys"][i] if spec["t"] == "dict" else i
+        if spec["t"] == "namedtuple":
+            step = f".{spec['fields'][i]}"
+        else:
+            step = f"[{key!r}]"
+        hit = _find(child, target, counter, path + step)
+        if hit is not None:
+            return hit
+    return None

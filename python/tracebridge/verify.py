@@ -1,0 +1,310 @@
+"""Check a trace against the real code (``check_trace``), and lint graphs.
+
+``check_trace`` does, for each check input (the example inputs when none are given):
+
+1. trace again and compare the two graphs structurally (op by op, references by position);
+   a difference raises :class:`TracingCheckError` showing the first diverging node of
+   each graph with its source line;
+2. run the original code and the trace on the same input from the same random-number
+   state, and compare every tensor output within ``check_tolerance``;
+3. when no check inputs are given, also try the example inputs with another batch size
+   (dimension 0 grown by one): if the real code accepts it, the trace must either give
+   the same result or refuse the call with a GuardError, else the trace specialised a
+   size and the error says on which line.
+
+Nothing about the model changes: everything runs inside ``capture.preserved``.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+import torch
+
+from . import pytree
+from .capture import capture, preserved, state_index
+from .errors import GuardError, TraceError, TracingCheckError
+from .ir import Graph, Node, Ref
+from .printer import Printer, _short
+from .tracer import is_tensor, source_line
+
+_Rules = """Graph.lint rules: every Ref names a value defined earlier (inputs or node
+outputs); no value is defined twice; every op is in the op set; prim.state names exist in
+the program's state; outputs reference defined values."""
+
+
+def lint(graph: Graph, state_names=()) -> None:
+    """Check the structural rules of a graph; raise TraceError naming the first fault.
+
+    Rules: every Ref names a value defined earlier; no value is defined twice; every op is
+    in the op set; ``prim.state`` names exist in the state; outputs are defined.
+    """
+    from . import opset
+    from .ir import refs_in
+
+    defined = {v.id for v in graph.inputs}
+    for index, node in enumerate(graph.nodes):
+        where = f"node {index} ({node.op}, {_short(node.loc)})"
+        if not opset.is_known(node.op):
+            raise TraceError(f"{where}: op not in the op set")
+        for ref in refs_in((node.args, node.kwargs)):
+            if ref.id not in defined:
+                raise TraceError(f"{where}: uses %{ref.id} before it is defined; the graph "
+                                 "must be in execution order")
+        if node.op == "prim.state" and state_names and node.args[0] not in state_names:
+            raise TraceError(f"{where}: state {node.args[0]!r} does not exist")
+        for value in node.outputs:
+            if value.id in defined:
+                raise TraceError(f"{where}: redefines %{value.id} (values are SSA)")
+            defined.add(value.id)
+    for ref in refs_in(graph.outputs):
+        if ref.id not in defined:
+            raise TraceError(f"output uses %{ref.id}, which is never defined")
+
+
+# --- structural comparison --------------------------------------------------------------------
+
+
+def _canonical(graph: Graph) -> list[tuple]:
+    order = {v.id: f"in{i}" for i, v in enumerate(graph.inputs)}
+    rows = []
+    for index, node in enumerate(graph.nodes):
+        for k, value in enumerate(node.outputs):
+            order[value.id] = f"n{index}.{k}"
+        rows.append((node.op, _norm(node.args, order), _norm(node.kwargs, order)))
+    return rows
+
+
+def _norm(obj, order):
+    if isinstance(obj, Ref):
+        return ("ref", order.get(obj.id, "?"))
+    if isinstance(obj, (list, tuple)):
+        return (type(obj).__name__, tuple(_norm(x, order) for x in obj))
+    if isinstance(obj, dict):
+        return tuple(sorted((str(k), _norm(v, order)) for k, v in obj.items()))
+    if isinstance(obj, slice):
+        return ("slice", _norm((obj.start, obj.stop, obj.step), order))
+    return repr(obj)
+
+
+def first_difference(a: Graph, b: Graph) -> int | None:
+    """Index of the first node where two graphs differ, or None if they are the same."""
+    ca, cb = _canonical(a), _canonical(b)
+    for index, (x, y) in enumerate(zip(ca, cb)):
+        if x != y:
+            return index
+    if len(ca) != len(cb):
+        return min(len(ca), len(cb))
+    return None
+
+
+def _node_line(graph: Graph, index: int) -> tuple[str, Node | None]:
+    printer = Printer(graph)
+    for v in graph.inputs:
+        printer.define(v, named=True)
+    text = [printer.node(n) for n in graph.nodes]
+    if index >= len(text):
+        return "(graph ends here)", None
+    return text[index].strip(), graph.nodes[index]
+
+
+def divergence_message(expected: Graph, got: Graph, index: int, label: str) -> str:
+    line_a, node_a = _node_line(expected, index)
+    line_b, node_b = _node_line(got, index)
+    parts = [f"the trace is not stable {label}: the graphs differ at node {index}",
+             f"  traced with the example inputs: {line_a}"]
+    if node_a is not None and node_a.loc:
+        parts.append(f"      at {node_a.loc}: {source_line(node_a.loc)}")
+    parts.append(f"  traced with the check inputs:   {line_b}")
+    if node_b is not None and node_b.loc:
+        parts.append(f"      at {node_b.loc}: {source_line(node_b.loc)}")
+    text_a = [Printer(expected).node(n) for n in expected.nodes[max(0, index - 2):index + 3]]
+    text_b = [Printer(got).node(n) for n in got.nodes[max(0, index - 2):index + 3]]
+    diff = list(difflib.unified_diff(text_a, text_b, "example", "check", lineterm="", n=1))
+    if diff:
+        parts.append("  diff (value names are local to each excerpt):")
+        parts += ["    " + d for d in diff[2:12]]
+    parts.append("  the code takes a different path or bakes in a value that depends on the "
+                 "input: make that value a tensor operation, or trace with representative "
+                 "inputs and pass check_trace=False if the difference is expected")
+    return "\n".join(parts)
+
+
+# --- output comparison ------------------------------------------------------------------------
+
+
+def compare_outputs(expected, got, tolerance: float, label: str) -> None:
+    exp_leaves, exp_spec = pytree.flatten(expected, is_tensor)
+    got_leaves, got_spec = pytree.flatten(got, is_tensor)
+    if exp_spec != got_spec:
+        raise TracingCheckError(f"{label}: the trace returns a different structure than the "
+                                f"code: expected {exp_spec}, got {got_spec}")
+    for index, (a, b) in enumerate(zip(exp_leaves, got_leaves)):
+        where = pytree.describe_path(exp_spec, index)
+        if a.shape != b.shape:
+            raise TracingCheckError(f"{label}: output {where} has shape {list(b.shape)} in the "
+                                    f"trace but {list(a.shape)} in the code")
+        if a.dtype != b.dtype:
+            raise TracingCheckError(f"{label}: output {where} has dtype {b.dtype} in the "
+                                    f"trace but {a.dtype} in the code")
+        if a.numel() == 0:
+            continue
+        a64, b64 = a.detach().double(), b.detach().double()
+        if a.dtype == torch.bool or not a.is_floating_point():
+            ok = torch.equal(a, b)
+        else:
+            ok = torch.allclose(a64, b64, rtol=tolerance, atol=tolerance, equal_nan=True)
+        if not ok:
+            abs_err = (a64 - b64).abs()
+            rel_err = abs_err / a64.abs().clamp_min(1e-12)
+            raise TracingCheckError(
+                f"{label}: output {where} differs between the code and the trace: max "
+                f"absolute error {abs_err.max().item():.3g}, max relative error "
+                f"{rel_err.max().item():.3g}, tolerance {tolerance:g}. If the difference is "
+                "expected (non-determinism), raise check_tolerance or pass check_trace=False")
+
+
+def _run_same_rng(eager_fn, traced_fn, args, kwargs, module):
+    """Run both from the same RNG state and model state; the model is left unchanged."""
+    rng = torch.get_rng_state()
+    with preserved(module):
+        expected = eager_fn(*args, **kwargs)
+    torch.set_rng_state(rng)
+    with preserved(module):
+        got = traced_fn(*args, **kwargs)
+    return expected, got
+
+
+def perturbed(args: tuple, kwargs: dict):
+    """The example inputs with dimension 0 of every batch-like tensor grown by one."""
+    leaves, spec = pytree.flatten((args, kwargs), is_tensor)
+    if not leaves or leaves[0].dim() == 0:
+        return None
+    batch = leaves[0].shape[0]
+    grown = [torch.cat([t, t[:1]]) if t.dim() > 0 and t.shape[0] == batch and batch > 0
+             else t for t in leaves]
+    new_args, new_kwargs = pytree.unflatten(grown, spec)
+    return new_args, new_kwargs, batch
+
+
+def _check_one(eager_fn, traced_method, reference: Graph, args, kwargs, tolerance, module,
+               retrace, label):
+    graph = retrace(args, kwargs)
+    index = first_difference(reference, graph)
+    if index is not None:
+        raise TracingCheckError(divergence_message(reference, graph, index, label))
+    expected, got = _run_same_rng(eager_fn, traced_method, args, kwargs, module)
+    compare_outputs(expected, got, tolerance, label)
+
+
+def _check_perturbed(eager_fn, traced_method, reference: Graph, args, kwargs, tolerance,
+                     module, retrace):
+    grown = perturbed(args, kwargs)
+    if grown is None:
+        return
+    new_args, new_kwargs, batch = grown
+    try:
+        with preserved(module):
+            expected = eager_fn(*new_args, **new_kwargs)
+    except Exception:
+        return  # the real code does not accept another batch size: nothing to check
+    rng = torch.get_rng_state()
+    try:
+        torch.set_rng_state(rng)
+        with preserved(module):
+            got = traced_method(*new_args, **new_kwargs)
+    except GuardError:
+        return  # the trace knows its limits: it refuses instead of answering wrongly
+    except Exception as exc:
+        raise TracingCheckError(_specialised(reference, retrace, new_args, new_kwargs, batch,
+                                             f"the trace fails ({type(exc).__name__}: {exc})"))
+    try:
+        rng_expected = torch.get_rng_state()
+        torch.set_rng_state(rng)
+        with preserved(module):
+            expected = eager_fn(*new_args, **new_kwargs)
+        torch.set_rng_state(rng_expected)
+        compare_outputs(expected, got, tolerance, f"with batch size {batch + 1}")
+    except TracingCheckError as exc:
+        raise TracingCheckError(_specialised(reference, retrace, new_args, new_kwargs, batch,
+                                             str(exc))) from None
+
+
+def _specialised(reference, retrace, args, kwargs, batch, what) -> str:
+    message = (f"the trace does not generalise from batch size {batch} to {batch + 1} "
+               f"(dimension 0 of the inputs), though the code does: {what}")
+    try:
+        graph = retrace(args, kwargs)
+    except Exception:
+        return message
+    index = first_difference(reference, graph)
+    if index is None:
+        return message
+    _, node = _node_line(reference, index)
+    where = f"{node.loc}: {source_line(node.loc)}" if node is not None and node.loc else "?"
+    return (f"{message}\n  a size was baked into the trace at node {index} ({node.op if node else '?'}),"
+            f" {where}\n  use x.size(0) / x.shape[0] in tensor operations instead of a "
+            "Python int, or pass check_trace=False if the model only supports this size")
+
+
+def _check_inputs_list(check_inputs, example):
+    if check_inputs is None:
+        return [example]
+    out = []
+    for item in check_inputs:
+        if isinstance(item, torch.Tensor):
+            out.append(((item,), {}))
+        elif isinstance(item, (tuple, list)):
+            out.append((tuple(item), {}))
+        else:
+            raise TraceError("check_inputs must be a list of tuples of inputs")
+    return out
+
+
+def check_function(func, traced, args, kwargs, check_inputs, tolerance, strict) -> None:
+    reference = traced.program.methods["forward"]
+
+    def retrace(a, k):
+        with preserved(None):
+            return capture(func, a, k, constants={}, strict=strict, warned=set())
+
+    for a, k in _check_inputs_list(check_inputs, (args, kwargs)):
+        label = "on the example inputs" if check_inputs is None else "on a check input"
+        _check_one(func, traced, reference, a, k, tolerance, None, retrace, label)
+    if check_inputs is None:
+        _check_perturbed(func, traced, reference, args, kwargs, tolerance, None, retrace)
+
+
+def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_mode,
+                 alias) -> None:
+    from .api import _bound
+
+    index = state_index(mod)
+    for name, (args, kwargs) in inputs.items():
+        eager = _bound(mod, alias.get(name, name))
+        modes = [(True, "trainforward"), (False, "evalforward")] \
+            if respect_mode and name == "forward" else [(None, name)]
+        per_method = None
+        if check_inputs is not None:
+            per_method = [c[name] if isinstance(c, dict) else c for c in check_inputs]
+        for mode, method_name in modes:
+            reference = traced.program.methods[method_name]
+            method = traced._methods[method_name]
+
+            def retrace(a, k, mode=mode, eager=eager):
+                with preserved(mod):
+                    if mode is not None:
+                        mod.train(mode)
+                    return capture(eager, a, k, state=index, constants={}, strict=strict,
+                                   warned=set())
+
+            with preserved(mod):
+                if mode is not None:
+                    mod.train(mode)
+                for a, k in _check_inputs_list(per_method, (args, kwargs)):
+                    label = f"for {alias.get(name, name)}" + (
+                        " on the example inputs" if per_method is None else " on a check input")
+                    _check_one(eager, method, reference, a, k, tolerance, mod, retrace, label)
+                if per_method is None:
+                    _check_perturbed(eager, method, reference, args, kwargs, tolerance, mod,
+                                     retrace)
