@@ -82,7 +82,7 @@ print.nn_module_generator <- function(x, ...) {
 
 new_r_module <- function(classname, methods, parent_env, args) {
   self <- new.env(parent = emptyenv())
-  py <- py_rb()$RModule(classname)
+  py <- py_rb()$new_module(classname)
   assign(".py", py, envir = self)
   method_env <- new.env(parent = parent_env)
   assign("self", self, envir = method_env)

@@ -83,11 +83,20 @@ from_py <- function(x) {
   }
   if ("python.builtin.int" %in% cls && first != "python.builtin.int" &&
       first != "python.builtin.bool") {
-    return(structure(list(.py = x), class = "torch_sym_int"))
+    return(new_sym_int(x))
   }
   if ("torch.nn.modules.module.Module" %in% cls) return(wrap_py_module(x))
   if (first == "python.builtin.NoneType") return(NULL)
   reticulate::py_to_r(x)
+}
+
+# A traced integer (a size read while tracing). An environment rather than a list, so that
+# `c(x$size(1), -1)` keeps it whole whichever side it is on.
+new_sym_int <- function(py) {
+  e <- new.env(parent = emptyenv())
+  assign(".py", py, envir = e)
+  class(e) <- "torch_sym_int"
+  e
 }
 
 # R -> Python for values that are inputs or outputs of traced code.

@@ -329,3 +329,23 @@ def state_names(module: torch.nn.Module, what: str) -> tuple[list[str], list]:
     """Names and tensors of ``named_parameters()`` or ``named_buffers()``."""
     pairs = module.named_parameters() if what == "parameters" else module.named_buffers()
     return named_tensors(pairs)
+
+
+_module_classes: dict[str, type] = {}
+
+
+def new_module(classname: str) -> RModule:
+    """A new :class:`RModule` whose Python class is named after the R class, so that
+    printed modules and the artifact's module classes read ``Net``, not ``RModule``."""
+    cls = _module_classes.get(classname)
+    if cls is None:
+        cls = type(classname, (RModule,), {"__module__": "tracebridge.rbridge"})
+        _module_classes[classname] = cls
+    return cls(classname)
+
+
+def set_name(fn, name: str):
+    """Give a callback the R function's name, which the traced graph is named after."""
+    if name.isidentifier():
+        fn.__name__ = name
+    return fn

@@ -1,0 +1,192 @@
+# jit_trace(), jit_trace_module(), jit_save(), jit_load(): thin wrappers over the Python
+# core (tracebridge.trace, trace_module, save, load). Tracing happens in Python; R code
+# runs inside it through callbacks, and every torch call it makes is recorded.
+
+#' Trace a function or module into a `script_function` or `script_module`
+#'
+#' Runs `func` on the example inputs, records the tensor operations, checks the recording
+#' against the real code and returns an executable object. Sizes read while tracing
+#' (`x$size(1)`) stay symbolic, so the result works for other batch sizes; where the code
+#' turned a size into an R number, the trace records a guard and a call that breaks it
+#' fails with a `tracebridge_guard_error` instead of giving a wrong result.
+#'
+#' @param func An R function, or an [nn_module()] instance (its `forward` is traced).
+#' @param ... Example inputs, unnamed and in order. One tensor works as is. Lists are
+#'   passed as tuples (unnamed) or dicts (named).
+#' @param strict Refuse list (named R list) outputs, as `torch.jit.trace` refuses mutable
+#'   containers; unnamed R lists are returned as tuples and are always accepted.
+#' @param respect_mode For a module: trace `forward` in training mode (`trainforward`) and
+#'   in evaluation mode (`evalforward`); `$forward()` then follows `$train()` and
+#'   `$eval()`. If `FALSE`, trace one `forward` in the current mode.
+#' @return A `script_function` if `func` is a function, a `script_module` if it is a
+#'   module.
+#' @seealso [jit_trace_module()], [jit_save()], [jit_load()].
+#' @examples
+#' if (torch_is_installed()) {
+#' fn <- function(x) {
+#'   torch_relu(x)
+#' }
+#' input <- torch_tensor(c(-1, 0, 1))
+#' tr_fn <- jit_trace(fn, input)
+#' tr_fn(input)
+#' }
+#' @export
+jit_trace <- function(func, ..., strict = TRUE, respect_mode = TRUE) {
+  args <- example_args(list(...), "jit_trace")
+  if (inherits(func, "nn_module")) {
+    traced <- run_trace(py_core()$trace, module_py(func), args, strict = isTRUE(strict),
+                        respect_mode = isTRUE(respect_mode))
+    return(new_script_module(traced))
+  }
+  if (!is.function(func)) {
+    tracebridge_abort(sprintf("jit_trace(): `func` must be an R function or an nn_module, not %s.",
+                              describe_value(func)))
+  }
+  callback <- r_callback(func, "the traced function")
+  fname <- substitute(func)
+  if (is.name(fname)) py_rb()$set_name(callback, as.character(fname))
+  traced <- run_trace(py_core()$trace, callback, args, strict = isTRUE(strict))
+  new_script_function(traced)
+}
+
+#' Trace several methods of a module
+#'
+#' @param mod An [nn_module()] instance.
+#' @param ... Named: for each method to trace, its example inputs (a tensor or an unnamed
+#'   list of inputs), e.g. `forward = list(x), encode = list(y)`.
+#' @param strict As in [jit_trace()].
+#' @param respect_mode As in [jit_trace()]; applies to `forward`. Off by default here, as
+#'   in mlverse torch.
+#' @return A `script_module` with one method per name.
+#' @examples
+#' if (torch_is_installed()) {
+#'   Net <- nn_module("Net",
+#'     initialize = function() self$fc <- nn_linear(3, 2),
+#'     forward = function(x) self$fc(x),
+#'     double_it = function(x) 2 * self$fc(x)
+#'   )
+#'   x <- torch_ones(1, 3)
+#'   tm <- jit_trace_module(Net(), forward = list(x), double_it = list(x))
+#'   tm$methods
+#'   tm$double_it(x)
+#' }
+#' @export
+jit_trace_module <- function(mod, ..., strict = TRUE, respect_mode = FALSE) {
+  if (!inherits(mod, "nn_module")) {
+    tracebridge_abort("jit_trace_module(): `mod` must be an nn_module instance.")
+  }
+  methods <- list(...)
+  nms <- names(methods)
+  if (!length(methods) || is.null(nms) || any(!nzchar(nms))) {
+    tracebridge_abort(paste(
+      "jit_trace_module(): name each example input by its method, e.g.",
+      "`jit_trace_module(mod, forward = list(x))`."
+    ))
+  }
+  py <- module_py(mod)
+  self <- module_env(mod)
+  inputs <- list()
+  for (nm in nms) {
+    example <- methods[[nm]]
+    if (inherits(example, "torch_tensor")) example <- list(example)
+    inputs[[nm]] <- example_args(example, "jit_trace_module")
+    expose_r_method(self, py, nm)
+  }
+  dict <- reticulate::py_dict(nms, unname(inputs), convert = FALSE)
+  traced <- run_trace(py_core()$trace_module, py, dict, strict = isTRUE(strict),
+                      respect_mode = isTRUE(respect_mode))
+  new_script_module(traced)
+}
+
+# The Python core looks methods up with getattr(); R methods live in R, so put a
+# callback under the method's name on the Python module.
+expose_r_method <- function(self, py, name) {
+  if (name == "forward") return(invisible())
+  fn <- get0(name, envir = self, inherits = FALSE)
+  if (!is.function(fn)) {
+    if (reticulate::py_has_attr(py, name)) return(invisible())
+    tracebridge_abort(sprintf("jit_trace_module(): the module has no method `%s`.", name))
+  }
+  what <- sprintf("method `%s`", name)
+  reticulate::py_set_attr(py, name, r_callback(fn, what))
+  invisible()
+}
+
+example_args <- function(dots, caller) {
+  nms <- names(dots)
+  if (!is.null(nms) && any(nzchar(nms))) {
+    tracebridge_abort(sprintf(
+      paste(
+        "%s(): example inputs in `...` can not be named (got %s);",
+        "pass them unnamed, in the order of the function's arguments."
+      ),
+      caller, paste0("`", nms[nzchar(nms)], "`", collapse = ", ")
+    ), "tracebridge_named_inputs_error")
+  }
+  if (!length(dots)) tracebridge_abort(sprintf("%s(): give at least one example input.", caller))
+  reticulate::tuple(lapply(dots, to_py), convert = FALSE)
+}
+
+run_trace <- function(fn, target, args, ...) {
+  .tb$pending_r_error <- NULL
+  on.exit(.tb$pending_r_error <- NULL, add = TRUE)
+  out <- tryCatch(
+    py_rb()$call_recording_warnings(fn, target, args, ...),
+    error = function(e) rethrow_python(e)
+  )
+  for (msg in reticulate::py_to_r(reticulate::py_get_item(out, 1L))) {
+    warning(tracebridge_warning(msg))
+  }
+  reticulate::py_get_item(out, 0L)
+}
+
+tracebridge_warning <- function(msg) {
+  structure(class = c("tracebridge_warning", "warning", "condition"),
+            list(message = msg, call = NULL))
+}
+
+#' Save and load traced objects
+#'
+#' The file is the artifact that Python's `tracebridge.save()` writes and
+#' `tracebridge.load()` reads: one archive with the program as JSON and the tensors in
+#' safetensors layout. Nothing in it is executed when loading.
+#'
+#' @param obj A `script_function` or `script_module`.
+#' @param path A file path.
+#' @return `jit_save()`: `path`, invisibly. `jit_load()`: a `script_function` or a
+#'   `script_module`.
+#' @examples
+#' if (torch_is_installed()) {
+#'   f <- jit_trace(function(x) torch_relu(x) * 2, torch_ones(3))
+#'   path <- tempfile(fileext = ".tb")
+#'   jit_save(f, path)
+#'   g <- jit_load(path)
+#'   g(torch_tensor(c(-1, 1, 2)))
+#' }
+#' @export
+jit_save <- function(obj, path) {
+  if (!inherits(obj, c("script_function", "script_module"))) {
+    tracebridge_abort(sprintf(
+      "jit_save(): `obj` must be a script_function or script_module (from jit_trace()), not %s.",
+      describe_value(obj)
+    ))
+  }
+  path <- path.expand(path)
+  py_call_checked(py_core()$save, traced_py(obj), path)
+  invisible(path)
+}
+
+#' @rdname jit_save
+#' @export
+jit_load <- function(path) {
+  path <- path.expand(path)
+  if (!file.exists(path)) {
+    tracebridge_abort(sprintf("jit_load(): no file at '%s'.", path), "tracebridge_artifact_error")
+  }
+  loaded <- py_call_checked(py_core()$load, normalizePath(path))
+  if (reticulate::py_to_r(py_rb()$kind(loaded)) == "module") {
+    new_script_module(loaded)
+  } else {
+    new_script_function(loaded)
+  }
+}
