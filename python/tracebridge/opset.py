@@ -186,7 +186,12 @@ def _build():
                 add(fn, f"{prefix}.{short}", fn)
 
     tensor = torch.Tensor
-    for name, fn in _public_callables(tensor):
+    # Builtin methods of the C base class first: some have a Python override on
+    # torch.Tensor (unflatten, split) that calls them, and they must be ops too.
+    methods = _public_callables(torch._C.TensorBase)
+    methods += [(n, f) for n, f in _public_callables(tensor)
+                if getattr(torch._C.TensorBase, n, None) is not f]
+    for name, fn in methods:
         if name in DUNDER_OPS:
             target = DUNDER_OPS[name]
             if target in ("getitem", "setitem"):

@@ -205,6 +205,21 @@ def _without_dispatch(func: types.FunctionType) -> Callable:
     return copy
 
 
+def _dispatching_function() -> types.FunctionType | None:
+    """The Python function that called ``handle_torch_function`` (found on the stack)."""
+    frame = sys._getframe(2)
+    overrides = os.path.join(_TORCH_DIR, "overrides.py")
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_OWN_DIR) and filename != overrides:
+            candidate = frame.f_globals.get(frame.f_code.co_name)
+            if isinstance(candidate, types.FunctionType) and candidate.__code__ is frame.f_code:
+                return candidate
+            return None
+        frame = frame.f_back
+    return None
+
+
 def _python_function(func) -> types.FunctionType | None:
     if isinstance(func, types.FunctionType):
         return func
@@ -357,9 +372,11 @@ class Tracer:
         return concrete
 
     def size_of(self, tensor: torch.Tensor, dim: int) -> SymInt:
-        rank = tensor.dim()
+        with torch._C.DisableTorchFunction():
+            rank, shape = tensor.dim(), tuple(tensor.shape)
         if not -rank <= dim < max(rank, 1):
-            return tensor.size(dim)  # let PyTorch raise its own IndexError
+            raise IndexError(f"Dimension out of range (expected to be in range of "
+                             f"[{-rank}, {rank - 1}], but got {dim})")
         dim = dim % rank
         key = (id(tensor), dim)
         cached = self._size_cache.get(key)
@@ -375,7 +392,7 @@ class Tracer:
                        out_spec=pytree.LEAF, loc=loc)
             return Ref(value.id)
 
-        sym = SymInt(int(tensor.shape[dim]), self, None, desc, materialize)
+        sym = SymInt(shape[dim], self, None, desc, materialize)
         self._size_cache[key] = sym
         return sym
 
@@ -451,6 +468,16 @@ class Tracer:
     def _descend(self, func, args, kwargs):
         key = (func, tuple(id(a) for a in args))
         if key in self._descending:
+            # Re-entered from inside ``func``: a helper of it dispatched under func's public
+            # name. Either a C method of the same name does the work (record it), or a
+            # Python helper called handle_torch_function (descend into that helper).
+            base = getattr(torch._C.TensorBase, func.__name__, None)
+            name = opset.canonical_name(base) if base is not None else None
+            if name is not None:
+                return self.record(name, base, args, kwargs)
+            helper = _dispatching_function()
+            if helper is not None and helper is not func:
+                return self._descend(helper, args, kwargs)
             raise UnsupportedOpError(
                 f"cannot record {func.__qualname__} at {self.location()}: it dispatches to "
                 "itself in a way the tracer cannot enter"

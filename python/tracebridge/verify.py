@@ -18,6 +18,7 @@ Nothing about the model changes: everything runs inside ``capture.preserved``.
 from __future__ import annotations
 
 import difflib
+import warnings
 
 import torch
 
@@ -71,7 +72,9 @@ def _canonical(graph: Graph) -> list[tuple]:
     for index, node in enumerate(graph.nodes):
         for k, value in enumerate(node.outputs):
             order[value.id] = f"n{index}.{k}"
-        rows.append((node.op, _norm(node.args, order), _norm(node.kwargs, order)))
+        # A guard's description names values after the inputs; it is not structure.
+        kwargs = {k: v for k, v in node.kwargs.items() if k != "what"}
+        rows.append((node.op, _norm(node.args, order), _norm(kwargs, order)))
     return rows
 
 
@@ -265,7 +268,8 @@ def check_function(func, traced, args, kwargs, check_inputs, tolerance, strict) 
     reference = traced.program.methods["forward"]
 
     def retrace(a, k):
-        with preserved(None):
+        with preserved(None), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the first trace already warned
             return capture(func, a, k, constants={}, strict=strict, warned=set())
 
     for a, k in _check_inputs_list(check_inputs, (args, kwargs)):
@@ -282,6 +286,7 @@ def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_m
     index = state_index(mod)
     for name, (args, kwargs) in inputs.items():
         eager = _bound(mod, alias.get(name, name))
+        names_from = getattr(mod, alias.get(name, name))
         modes = [(True, "trainforward"), (False, "evalforward")] \
             if respect_mode and name == "forward" else [(None, name)]
         per_method = None
@@ -291,12 +296,13 @@ def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_m
             reference = traced.program.methods[method_name]
             method = traced._methods[method_name]
 
-            def retrace(a, k, mode=mode, eager=eager):
-                with preserved(mod):
+            def retrace(a, k, mode=mode, eager=eager, names_from=names_from):
+                with preserved(mod), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # the first trace already warned
                     if mode is not None:
                         mod.train(mode)
                     return capture(eager, a, k, state=index, constants={}, strict=strict,
-                                   warned=set())
+                                   warned=set(), names_from=names_from)
 
             with preserved(mod):
                 if mode is not None:
