@@ -1,0 +1,4 @@
+library(testthat)
+library(tracebridge)
+
+test_check("tracebridge")

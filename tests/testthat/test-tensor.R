@@ -1,0 +1,125 @@
+test_that("torch_tensor keeps shape and values of vectors, matrices and arrays", {
+  skip_if_no_torch()
+  v <- c(1.5, -2, 3)
+  expect_equal(arr(torch_tensor(v)), v)
+  expect_equal(dim(torch_tensor(v)), 3L)
+
+  m <- matrix(1:6, nrow = 2)
+  tm <- torch_tensor(m)
+  expect_equal(dim(tm), c(2L, 3L))
+  expect_identical(arr(tm), m)
+  # Column-major R data arrives with the same meaning of each index.
+  expect_equal(arr(tm[2, 3]), m[2, 3])
+  expect_equal(arr(tm[1, 2]), m[1, 2])
+
+  a <- array(as.double(1:24), c(2, 3, 4))
+  ta <- torch_tensor(a)
+  expect_equal(dim(ta), c(2L, 3L, 4L))
+  expect_identical(arr(ta), a)
+  expect_equal(arr(ta[2, 1, 3]), a[2, 1, 3])
+  expect_equal(arr(ta[, 2, ]), a[, 2, ])
+})
+
+test_that("dtypes follow the R type unless given", {
+  skip_if_no_torch()
+  expect_equal(capture_output(print(torch_tensor(1)$dtype)), "torch_float32")
+  expect_match(capture_output(print(torch_tensor(1:2))), "CPULongType\\{2\\}")
+  expect_match(capture_output(print(torch_tensor(c(TRUE, FALSE)))), "CPUBoolType\\{2\\}")
+  expect_match(capture_output(print(torch_tensor(1:2, dtype = torch_double()))),
+               "CPUDoubleType\\{2\\}")
+  expect_type(arr(torch_tensor(1:3)), "integer")
+  expect_type(arr(torch_tensor(c(TRUE, FALSE))), "logical")
+  expect_true(torch_tensor(c(1, 2), requires_grad = TRUE)$requires_grad)
+})
+
+test_that("tensors print like mlverse torch", {
+  skip_if_no_torch()
+  expect_equal(
+    capture_output(print(torch_tensor(c(0, 0, 1)))),
+    "torch_tensor\n 0\n 0\n 1\n[ CPUFloatType{3} ]"
+  )
+  expect_equal(
+    capture_output(print(torch_tensor(matrix(1:4, 2)))),
+    "torch_tensor\n 1 3\n 2 4\n[ CPULongType{2,2} ]"
+  )
+  expect_equal(
+    capture_output(print(torch_tensor(c(0.5, -1.25)))),
+    "torch_tensor\n  0.5000\n -1.2500\n[ CPUFloatType{2} ]"
+  )
+})
+
+test_that("indexing is 1-based and drops like R", {
+  skip_if_no_torch()
+  m <- matrix(as.double(1:12), 3, 4)
+  x <- torch_tensor(m)
+  expect_equal(arr(x[1, ]), m[1, ])
+  expect_equal(arr(x[, 2:3]), m[, 2:3])
+  expect_equal(arr(x[c(1, 3), ]), m[c(1, 3), ])
+  expect_equal(arr(x[-1, ]), m[3, ])
+  expect_equal(dim(x[1, , drop = FALSE]), c(1L, 4L))
+  # A mask selects in torch's row-major order.
+  expect_equal(arr(x[x > 6]), t(m)[t(m) > 6])
+  expect_error(x[0, 1], "1-based")
+  y <- torch_zeros(2, 2)
+  y[1, 2] <- 5
+  expect_equal(arr(y), matrix(c(0, 0, 5, 0), 2))
+})
+
+test_that("operators match base R", {
+  skip_if_no_torch()
+  a <- c(1, -2, 3.5)
+  b <- c(2, 4, -1)
+  x <- torch_tensor(a)
+  y <- torch_tensor(b)
+  expect_equal(arr(x + y), a + b)
+  expect_equal(arr(x - y), a - b)
+  expect_equal(arr(x * y), a * b)
+  expect_equal(arr(x / y), a / b)
+  expect_equal(arr(x^2), a^2)
+  expect_equal(arr(2 - x), 2 - a)
+  expect_equal(arr(-x), -a)
+  expect_equal(arr(x %% 2), a %% 2)
+  expect_equal(arr(x %/% 2), a %/% 2)
+  expect_equal(arr(x > y), a > b)
+  expect_equal(arr(x == 1), a == 1)
+  expect_equal(arr(x <= y), a <= b)
+  expect_equal(arr((x > 0) & (y > 0)), (a > 0) & (b > 0))
+  expect_equal(arr(abs(x)), abs(a), tolerance = 1e-6)
+  expect_equal(arr(exp(x)), exp(a), tolerance = 1e-6)
+})
+
+test_that("methods through $ convert sizes and dims", {
+  skip_if_no_torch()
+  x <- torch_tensor(array(as.double(1:24), c(2, 3, 4)))
+  expect_equal(x$size(), c(2L, 3L, 4L))
+  expect_equal(x$size(1), 2L)
+  expect_equal(x$size(-1), 4L)
+  expect_equal(x$shape, c(2L, 3L, 4L))
+  expect_equal(dim(x$view(c(2, -1))), c(2L, 12L))
+  expect_equal(dim(x$transpose(1, 3)), c(4L, 3L, 2L))
+  expect_equal(arr(x$sum(dim = 3)), apply(array(1:24, c(2, 3, 4)), c(1, 2), sum))
+  expect_equal(dim(x$unsqueeze(1)), c(1L, 2L, 3L, 4L))
+  expect_equal(dim(x$flatten(start_dim = 2)), c(2L, 12L))
+  expect_equal(x$dim(), 3L)
+  expect_equal(x$numel(), 24L)
+  # view() is row-major like torch: the rows of the result are C-order chunks.
+  v <- torch_tensor(matrix(1:6, 2, byrow = TRUE))$view(c(3, 2))
+  expect_equal(arr(v), matrix(1:6, 3, byrow = TRUE))
+})
+
+test_that("factories make the right shapes and values", {
+  skip_if_no_torch()
+  expect_equal(arr(torch_zeros(2, 3)), matrix(0, 2, 3))
+  expect_equal(arr(torch_ones(c(2, 2))), matrix(1, 2, 2))
+  expect_equal(arr(torch_eye(3)), diag(3))
+  expect_equal(arr(torch_arange(1, 5)), as.double(1:5))
+  expect_equal(arr(torch_arange(0, 1, 0.25)), seq(0, 1, 0.25))
+  expect_equal(arr(torch_arange(1L, 4L)), 1:4)
+  torch_manual_seed(3)
+  r1 <- arr(torch_rand(4))
+  torch_manual_seed(3)
+  expect_equal(arr(torch_rand(4)), r1)
+  expect_true(all(r1 >= 0 & r1 < 1))
+  expect_equal(dim(torch_randn(2, 5)), c(2L, 5L))
+  expect_error(torch_tensor("a"), "Cannot make a tensor")
+})
