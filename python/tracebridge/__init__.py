@@ -33,7 +33,18 @@ from .errors import (  # noqa: E402
 from .runtime import guards_disabled  # noqa: E402
 
 __all__ = [
-    "ArtifactError", "GuardError", "TraceError", "TracedFunction", "TracedMethod",
-    "TracedModule", "TracerWarning", "TracingCheckError", "UnsupportedOpError",
-    "guards_disabled", "load", "save", "trace", "trace_module",
+    "ArtifactError",
+    "GuardError",
+    "TraceError",
+    "TracedFunction",
+    "TracedMethod",
+    "TracedModule",
+    "TracerWarning",
+    "TracingCheckError",
+    "UnsupportedOpError",
+    "guards_disabled",
+    "load",
+    "save",
+    "trace",
+    "trace_module",
 ]

@@ -27,13 +27,15 @@ def _as_args(example_inputs) -> tuple:
         return tuple(example_inputs)
     if isinstance(example_inputs, tuple):
         return example_inputs
-    raise TraceError(f"example_inputs must be a tensor or a tuple of inputs, not "
-                     f"{type(example_inputs).__name__}")
+    raise TraceError(
+        f"example_inputs must be a tensor or a tuple of inputs, not {type(example_inputs).__name__}"
+    )
 
 
 def _describe_guard(name: str, node) -> str:
-    return f"{name}: {node.kwargs.get('what')} == {node.kwargs.get('expect')!r} " \
-           f"(at {node.loc or '?'})"
+    return (
+        f"{name}: {node.kwargs.get('what')} == {node.kwargs.get('expect')!r} (at {node.loc or '?'})"
+    )
 
 
 class _Traced:
@@ -43,14 +45,18 @@ class _Traced:
     _methods: dict[str, Method]
 
     def _make_methods(self, slots: dict, runtime: str) -> None:
-        self._methods = {name: Method(name, g, slots, runtime)
-                         for name, g in self.program.methods.items()}
+        self._methods = {
+            name: Method(name, g, slots, runtime) for name, g in self.program.methods.items()
+        }
 
     @property
     def guards(self) -> list[str]:
         """Every assumption the trace made, in words, with its source line."""
-        return [_describe_guard(name, node) for name, g in self.program.methods.items()
-                for node in g.guards]
+        return [
+            _describe_guard(name, node)
+            for name, g in self.program.methods.items()
+            for node in g.guards
+        ]
 
     @property
     def check_guards(self) -> bool:
@@ -97,8 +103,9 @@ class TracedFunction(_Traced):
         return self._forward.code
 
     def _program_for_saving(self) -> Program:
-        self.program.state = {k: StateEntry(e.kind, self._constants[k])
-                              for k, e in self.program.state.items()}
+        self.program.state = {
+            k: StateEntry(e.kind, self._constants[k]) for k, e in self.program.state.items()
+        }
         return self.program
 
     def __repr__(self) -> str:
@@ -146,8 +153,9 @@ class TracedModule(nn.Module, _Traced):
     True
     """
 
-    def __init__(self, program: Program, original: nn.Module | None = None,
-                 runtime: str = "codegen"):
+    def __init__(
+        self, program: Program, original: nn.Module | None = None, runtime: str = "codegen"
+    ):
         super().__init__()
         self.program = program
         self._class_name = program.module_classes.get("", "Module")
@@ -188,12 +196,13 @@ class TracedModule(nn.Module, _Traced):
                     child = nn.Module()
                     cls = program.module_classes.get(path)
                     if cls:
-                        child._get_name = (lambda c=cls: c)  # print the original class name
+                        child._get_name = lambda c=cls: c  # print the original class name
                     module.add_module(part, child)
                 module = module._modules[part]
             if entry.kind == "parameter":
-                module.register_parameter(leaf, nn.Parameter(
-                    entry.tensor, requires_grad=entry.tensor.is_floating_point()))
+                module.register_parameter(
+                    leaf, nn.Parameter(entry.tensor, requires_grad=entry.tensor.is_floating_point())
+                )
             else:
                 module.register_buffer(leaf, entry.tensor)
 
@@ -259,10 +268,18 @@ class TracedModule(nn.Module, _Traced):
 # --- trace -------------------------------------------------------------------------------
 
 
-def trace(func: Callable | nn.Module, example_inputs: Any = None, *, check_trace: bool = True,
-          check_inputs: list | None = None, check_tolerance: float = 1e-5, strict: bool = True,
-          example_kwarg_inputs: dict | None = None, respect_mode: bool = False,
-          runtime: str = "codegen") -> TracedFunction | TracedModule:
+def trace(
+    func: Callable | nn.Module,
+    example_inputs: Any = None,
+    *,
+    check_trace: bool = True,
+    check_inputs: list | None = None,
+    check_tolerance: float = 1e-5,
+    strict: bool = True,
+    example_kwarg_inputs: dict | None = None,
+    respect_mode: bool = False,
+    runtime: str = "codegen",
+) -> TracedFunction | TracedModule:
     """Run ``func`` on ``example_inputs``, record its tensor operations, check the recording,
     and return a :class:`TracedFunction` (for a function) or :class:`TracedModule` (for an
     ``nn.Module`` or one of its bound methods). The meaning of the arguments is that of
@@ -278,15 +295,25 @@ def trace(func: Callable | nn.Module, example_inputs: Any = None, *, check_trace
     """
     args = _as_args(example_inputs)
     kwargs = dict(example_kwarg_inputs or {})
-    options = dict(check_trace=check_trace, check_inputs=check_inputs,
-                   check_tolerance=check_tolerance, strict=strict, runtime=runtime)
+    options = dict(
+        check_trace=check_trace,
+        check_inputs=check_inputs,
+        check_tolerance=check_tolerance,
+        strict=strict,
+        runtime=runtime,
+    )
     if isinstance(func, nn.Module):
         inputs = {"forward": (args, kwargs)}
         return _trace_module(func, inputs, respect_mode=respect_mode, **options)
     if inspect.ismethod(func) and isinstance(func.__self__, nn.Module):
         inputs = {"forward": (args, kwargs)}
-        return _trace_module(func.__self__, inputs, respect_mode=respect_mode,
-                             method_alias={"forward": func.__name__}, **options)
+        return _trace_module(
+            func.__self__,
+            inputs,
+            respect_mode=respect_mode,
+            method_alias={"forward": func.__name__},
+            **options,
+        )
     if not callable(func):
         raise TraceError(f"trace() needs a function or nn.Module, not {type(func).__name__}")
     constants: dict[str, StateEntry] = {}
@@ -303,10 +330,17 @@ def trace(func: Callable | nn.Module, example_inputs: Any = None, *, check_trace
     return traced
 
 
-def trace_module(mod: nn.Module, inputs: dict[str, Any], *, check_trace: bool = True,
-                 check_inputs: list[dict] | None = None, check_tolerance: float = 1e-5,
-                 strict: bool = True, respect_mode: bool = False,
-                 runtime: str = "codegen") -> TracedModule:
+def trace_module(
+    mod: nn.Module,
+    inputs: dict[str, Any],
+    *,
+    check_trace: bool = True,
+    check_inputs: list[dict] | None = None,
+    check_tolerance: float = 1e-5,
+    strict: bool = True,
+    respect_mode: bool = False,
+    runtime: str = "codegen",
+) -> TracedModule:
     """Trace several methods of ``mod`` into one :class:`TracedModule`; ``inputs`` maps
     method names to example inputs, as in ``torch.jit.trace_module``.
 
@@ -321,9 +355,16 @@ def trace_module(mod: nn.Module, inputs: dict[str, Any], *, check_trace: bool = 
     if not isinstance(inputs, dict) or not inputs:
         raise TraceError("trace_module() needs a dict of method name -> example inputs")
     prepared = {name: (_as_args(example), {}) for name, example in inputs.items()}
-    return _trace_module(mod, prepared, check_trace=check_trace, check_inputs=check_inputs,
-                         check_tolerance=check_tolerance, strict=strict,
-                         respect_mode=respect_mode, runtime=runtime)
+    return _trace_module(
+        mod,
+        prepared,
+        check_trace=check_trace,
+        check_inputs=check_inputs,
+        check_tolerance=check_tolerance,
+        strict=strict,
+        respect_mode=respect_mode,
+        runtime=runtime,
+    )
 
 
 def _bound(mod: nn.Module, name: str) -> Callable:
@@ -335,8 +376,14 @@ def _bound(mod: nn.Module, name: str) -> Callable:
     return fn
 
 
-def record_module(mod: nn.Module, inputs: dict, *, strict: bool, respect_mode: bool,
-                  method_alias: dict | None = None) -> Program:
+def record_module(
+    mod: nn.Module,
+    inputs: dict,
+    *,
+    strict: bool,
+    respect_mode: bool,
+    method_alias: dict | None = None,
+) -> Program:
     """Trace each method of ``mod`` (both modes for ``forward`` when respect_mode)."""
     index = state_index(mod)
     constants: dict[str, StateEntry] = {}
@@ -351,15 +398,29 @@ def record_module(mod: nn.Module, inputs: dict, *, strict: bool, respect_mode: b
                 for mode, method in ((True, "trainforward"), (False, "evalforward")):
                     mod.train(mode)
                     with preserved(mod):
-                        methods[method] = capture(target, args, kwargs, names_from=names_from,
-                                                  state=index, constants=constants,
-                                                  strict=strict, warned=warned)
+                        methods[method] = capture(
+                            target,
+                            args,
+                            kwargs,
+                            names_from=names_from,
+                            state=index,
+                            constants=constants,
+                            strict=strict,
+                            warned=warned,
+                        )
                 dispatch["forward"] = {"train": "trainforward", "eval": "evalforward"}
             else:
                 with preserved(mod):
-                    methods[name] = capture(target, args, kwargs, names_from=names_from,
-                                            state=index, constants=constants, strict=strict,
-                                            warned=warned)
+                    methods[name] = capture(
+                        target,
+                        args,
+                        kwargs,
+                        names_from=names_from,
+                        state=index,
+                        constants=constants,
+                        strict=strict,
+                        warned=warned,
+                    )
     used = {n.args[0] for g in methods.values() for n in g.nodes if n.op == "prim.state"}
     state = {}
     for _, (path, kind, tensor) in index.items():
@@ -367,21 +428,45 @@ def record_module(mod: nn.Module, inputs: dict, *, strict: bool, respect_mode: b
     state = {k: v for k, v in state.items() if k in used or not k.startswith("const")}
     state.update(constants)
     classes = {name: type(m).__name__ for name, m in mod.named_modules()}
-    return Program(kind="module", methods=methods, state=state, dispatch=dispatch,
-                   training=mod.training, module_classes=classes)
+    return Program(
+        kind="module",
+        methods=methods,
+        state=state,
+        dispatch=dispatch,
+        training=mod.training,
+        module_classes=classes,
+    )
 
 
-def _trace_module(mod: nn.Module, inputs: dict, *, check_trace: bool, check_inputs,
-                  check_tolerance: float, strict: bool, respect_mode: bool, runtime: str,
-                  method_alias: dict | None = None) -> TracedModule:
-    program = record_module(mod, inputs, strict=strict, respect_mode=respect_mode,
-                            method_alias=method_alias)
+def _trace_module(
+    mod: nn.Module,
+    inputs: dict,
+    *,
+    check_trace: bool,
+    check_inputs,
+    check_tolerance: float,
+    strict: bool,
+    respect_mode: bool,
+    runtime: str,
+    method_alias: dict | None = None,
+) -> TracedModule:
+    program = record_module(
+        mod, inputs, strict=strict, respect_mode=respect_mode, method_alias=method_alias
+    )
     traced = TracedModule(program, original=mod, runtime=runtime)
     if check_trace:
         from .verify import check_module
 
-        check_module(mod, traced, inputs, check_inputs, check_tolerance, strict, respect_mode,
-                     method_alias or {})
+        check_module(
+            mod,
+            traced,
+            inputs,
+            check_inputs,
+            check_tolerance,
+            strict,
+            respect_mode,
+            method_alias or {},
+        )
     return traced
 
 
@@ -391,13 +476,18 @@ def _trace_module(mod: nn.Module, inputs: dict, *, check_trace: bool, check_inpu
 def save(obj: TracedFunction | TracedModule, path: str | os.PathLike) -> None:
     """Save a traced function or module to ``path`` (one file, any name)."""
     if not isinstance(obj, (TracedFunction, TracedModule)):
-        raise TraceError(f"save() takes a TracedFunction or TracedModule, not "
-                         f"{type(obj).__name__}; trace it first with tracebridge.trace")
+        raise TraceError(
+            f"save() takes a TracedFunction or TracedModule, not "
+            f"{type(obj).__name__}; trace it first with tracebridge.trace"
+        )
     obj.save(path)
 
 
-def load(path: str | os.PathLike, runtime: str = "codegen",
-         map_location: str | torch.device | None = None) -> TracedFunction | TracedModule:
+def load(
+    path: str | os.PathLike,
+    runtime: str = "codegen",
+    map_location: str | torch.device | None = None,
+) -> TracedFunction | TracedModule:
     """Load an artifact written by ``save`` (from Python or R). ``runtime`` is ``codegen``
     (default, fast) or ``interpreter``; ``map_location`` moves the state to a device.
 

@@ -37,9 +37,19 @@ from .ir import (
 
 PROGRAM_MEMBER = "program.json"
 TENSORS_MEMBER = "tensors.safetensors"
-_ST_DTYPES = {"float32": "F32", "float64": "F64", "float16": "F16", "bfloat16": "BF16",
-              "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8",
-              "bool": "BOOL", "complex64": "C64"}
+_ST_DTYPES = {
+    "float32": "F32",
+    "float64": "F64",
+    "float16": "F16",
+    "bfloat16": "BF16",
+    "int64": "I64",
+    "int32": "I32",
+    "int16": "I16",
+    "int8": "I8",
+    "uint8": "U8",
+    "bool": "BOOL",
+    "complex64": "C64",
+}
 _FROM_ST = {v: k for k, v in _ST_DTYPES.items()}
 
 
@@ -51,16 +61,24 @@ def program_to_json(program: Program, language: str = "python") -> dict:
         "format": "tracebridge",
         "format_version": FORMAT_VERSION,
         "opset_version": OPSET_VERSION,
-        "producer": {"name": "tracebridge", "version": __version__, "language": language,
-                     "torch": torch.__version__.split("+")[0]},
+        "producer": {
+            "name": "tracebridge",
+            "version": __version__,
+            "language": language,
+            "torch": torch.__version__.split("+")[0],
+        },
         "kind": program.kind,
         "training": program.training,
         "methods": {name: graph_to_json(g) for name, g in program.methods.items()},
         "dispatch": program.dispatch,
         "module_classes": program.module_classes,
         "state": {
-            name: {"kind": e.kind, "dtype": DTYPE_NAMES[e.tensor.dtype],
-                   "shape": list(e.tensor.shape), "requires_grad": bool(e.tensor.requires_grad)}
+            name: {
+                "kind": e.kind,
+                "dtype": DTYPE_NAMES[e.tensor.dtype],
+                "shape": list(e.tensor.shape),
+                "requires_grad": bool(e.tensor.requires_grad),
+            }
             for name, e in program.state.items()
         },
         "meta": program.meta,
@@ -73,11 +91,16 @@ def safetensors_bytes(tensors: dict[str, torch.Tensor]) -> tuple[bytes, dict]:
     for name, tensor in tensors.items():
         data = tensor.detach().cpu().contiguous()
         if data.dtype not in DTYPE_NAMES or DTYPE_NAMES[data.dtype] not in _ST_DTYPES:
-            raise ArtifactError(f"state tensor {name!r} has dtype {data.dtype}, which the "
-                                "artifact format cannot store")
+            raise ArtifactError(
+                f"state tensor {name!r} has dtype {data.dtype}, which the "
+                "artifact format cannot store"
+            )
         raw = data.reshape(-1).view(torch.uint8).numpy().tobytes() if data.numel() else b""
-        header[name] = {"dtype": _ST_DTYPES[DTYPE_NAMES[data.dtype]], "shape": list(data.shape),
-                        "data_offsets": [offset, offset + len(raw)]}
+        header[name] = {
+            "dtype": _ST_DTYPES[DTYPE_NAMES[data.dtype]],
+            "shape": list(data.shape),
+            "data_offsets": [offset, offset + len(raw)],
+        }
         chunks.append(raw)
         offset += len(raw)
     head = json.dumps(header, separators=(",", ":")).encode()
@@ -112,8 +135,10 @@ def read_json(path: str | os.PathLike) -> tuple[dict, bytes]:
     if not os.path.exists(name):
         raise ArtifactError(f"{name}: no such file")
     if not zipfile.is_zipfile(name):
-        raise ArtifactError(f"{name}: not a tracebridge artifact (not a ZIP archive; "
-                            "tracebridge files are ZIP archives holding program.json)")
+        raise ArtifactError(
+            f"{name}: not a tracebridge artifact (not a ZIP archive; "
+            "tracebridge files are ZIP archives holding program.json)"
+        )
     try:
         with zipfile.ZipFile(name) as archive:
             members = set(archive.namelist())
@@ -143,26 +168,31 @@ def check_document(doc: Any, name: str) -> None:
     if version > FORMAT_VERSION:
         raise ArtifactError(
             f"{name}: format version {version} is newer than this tracebridge reads "
-            f"(up to {FORMAT_VERSION}); upgrade tracebridge to load it")
+            f"(up to {FORMAT_VERSION}); upgrade tracebridge to load it"
+        )
     opset_version = doc.get("opset_version")
     if isinstance(opset_version, int) and opset_version > OPSET_VERSION:
-        raise ArtifactError(f"{name}: op-set version {opset_version} is newer than this "
-                            f"tracebridge knows ({OPSET_VERSION}); upgrade tracebridge")
+        raise ArtifactError(
+            f"{name}: op-set version {opset_version} is newer than this "
+            f"tracebridge knows ({OPSET_VERSION}); upgrade tracebridge"
+        )
     import jsonschema
 
     try:
         jsonschema.validate(doc, _schema())
     except jsonschema.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "(top level)"
-        raise ArtifactError(f"{name}: program.json does not follow the schema at {where}: "
-                            f"{exc.message}") from None
+        raise ArtifactError(
+            f"{name}: program.json does not follow the schema at {where}: {exc.message}"
+        ) from None
     for method, graph in doc["methods"].items():
         for index, node in enumerate(graph["nodes"]):
             if not opset.is_known(node["op"]):
                 raise ArtifactError(
                     f"{name}: method {method!r}, node {index} uses op {node['op']!r}, which is "
                     f"not in the op set (version {OPSET_VERSION}); the file is corrupt or was "
-                    "made by a newer tracebridge")
+                    "made by a newer tracebridge"
+                )
 
 
 def parse_safetensors(blob: bytes, name: str) -> dict[str, torch.Tensor]:
@@ -174,10 +204,10 @@ def parse_safetensors(blob: bytes, name: str) -> dict[str, torch.Tensor]:
     if head_len > len(blob) - 8:
         raise ArtifactError(f"{name}: {TENSORS_MEMBER} header runs past the end of the data")
     try:
-        header = json.loads(blob[8:8 + head_len])
+        header = json.loads(blob[8 : 8 + head_len])
     except ValueError:
         raise ArtifactError(f"{name}: {TENSORS_MEMBER} has a corrupt header") from None
-    data = memoryview(bytearray(blob[8 + head_len:]))
+    data = memoryview(bytearray(blob[8 + head_len :]))
     tensors = {}
     for key, info in header.items():
         if key == "__metadata__":
@@ -192,8 +222,10 @@ def parse_safetensors(blob: bytes, name: str) -> dict[str, torch.Tensor]:
         for d in shape:
             count *= d
         if count * torch.empty((), dtype=dtype).element_size() != end - start:
-            raise ArtifactError(f"{name}: tensor {key!r}: {end - start} bytes do not fit shape "
-                                f"{shape} of {dtype_name}")
+            raise ArtifactError(
+                f"{name}: tensor {key!r}: {end - start} bytes do not fit shape "
+                f"{shape} of {dtype_name}"
+            )
         if count == 0:
             tensors[key] = torch.empty(shape, dtype=dtype)
         else:
@@ -228,9 +260,15 @@ def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "
     meta = dict(doc.get("meta", {}))
     meta["producer"] = doc.get("producer", {})
     meta["format_version"] = doc["format_version"]
-    return Program(kind=doc["kind"], methods=methods, state=state,
-                   dispatch=doc.get("dispatch", {}), training=doc.get("training", False),
-                   module_classes=doc.get("module_classes", {}), meta=meta)
+    return Program(
+        kind=doc["kind"],
+        methods=methods,
+        state=state,
+        dispatch=doc.get("dispatch", {}),
+        training=doc.get("training", False),
+        module_classes=doc.get("module_classes", {}),
+        meta=meta,
+    )
 
 
 def to_bytes(program: Program) -> bytes:

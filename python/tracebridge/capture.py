@@ -55,16 +55,31 @@ def preserved(module: torch.nn.Module | None):
             mod.training = mode
         changed = [p for p, version in saved_params if p._version != version]
         if changed:
-            warnings.warn(f"the traced code changed {len(changed)} parameter(s) in place; "
-                          "tracebridge could not undo it", TracerWarning, stacklevel=3)
+            warnings.warn(
+                f"the traced code changed {len(changed)} parameter(s) in place; "
+                "tracebridge could not undo it",
+                TracerWarning,
+                stacklevel=3,
+            )
 
 
-def capture(fn: Callable, args: tuple, kwargs: dict, *, names_from: Callable | None = None,
-            state: dict | None = None, constants: dict[str, StateEntry] | None = None,
-            strict: bool = True, warned: set | None = None) -> Graph:
+def capture(
+    fn: Callable,
+    args: tuple,
+    kwargs: dict,
+    *,
+    names_from: Callable | None = None,
+    state: dict | None = None,
+    constants: dict[str, StateEntry] | None = None,
+    strict: bool = True,
+    warned: set | None = None,
+) -> Graph:
     """Record one call ``fn(*args, **kwargs)``; returns its Graph."""
-    tracer = Tracer(state or {}, constants if constants is not None else {},
-                    warned if warned is not None else set())
+    tracer = Tracer(
+        state or {},
+        constants if constants is not None else {},
+        warned if warned is not None else set(),
+    )
     graph = tracer.graph
     graph.arg_names = argument_names(names_from or fn, len(args))
     try:
@@ -77,10 +92,12 @@ def capture(fn: Callable, args: tuple, kwargs: dict, *, names_from: Callable | N
         result = fn(*args, **kwargs)
         try:
             out_leaves, graph.out_spec = pytree.flatten(
-                result, lambda x: isinstance(x, (torch.Tensor, SymInt, SymFloat)))
+                result, lambda x: isinstance(x, (torch.Tensor, SymInt, SymFloat))
+            )
         except TypeError as exc:
-            raise TraceError(f"the traced code returned something tracebridge cannot store: "
-                             f"{exc}") from None
+            raise TraceError(
+                f"the traced code returned something tracebridge cannot store: {exc}"
+            ) from None
         if pytree.contains_mutable(graph.out_spec):
             if strict:
                 raise TraceError(
@@ -88,7 +105,9 @@ def capture(fn: Callable, args: tuple, kwargs: dict, *, names_from: Callable | N
                     "tensors or (nested) tuples. Return a tuple, or pass strict=False if the "
                     "container's structure never changes"
                 )
-            tracer.warn("the output contains a list or dict (strict=False): its structure is "
-                        "fixed at trace time")
+            tracer.warn(
+                "the output contains a list or dict (strict=False): its structure is "
+                "fixed at trace time"
+            )
         graph.outputs = [tracer.encode(x) for x in out_leaves]
     return graph

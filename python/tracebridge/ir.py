@@ -29,20 +29,39 @@ FORMAT_VERSION = 1
 OPSET_VERSION = 1
 
 DTYPE_NAMES = {
-    torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
-    torch.bfloat16: "bfloat16", torch.int64: "int64", torch.int32: "int32",
-    torch.int16: "int16", torch.int8: "int8", torch.uint8: "uint8", torch.bool: "bool",
-    torch.complex64: "complex64", torch.complex128: "complex128",
+    torch.float32: "float32",
+    torch.float64: "float64",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.int64: "int64",
+    torch.int32: "int32",
+    torch.int16: "int16",
+    torch.int8: "int8",
+    torch.uint8: "uint8",
+    torch.bool: "bool",
+    torch.complex64: "complex64",
+    torch.complex128: "complex128",
 }
 DTYPES = {name: dtype for dtype, name in DTYPE_NAMES.items()}
 DTYPE_SHORT = {
-    "float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16", "int64": "i64",
-    "int32": "i32", "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "b8",
-    "complex64": "c64", "complex128": "c128",
+    "float32": "f32",
+    "float64": "f64",
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "int64": "i64",
+    "int32": "i32",
+    "int16": "i16",
+    "int8": "i8",
+    "uint8": "u8",
+    "bool": "b8",
+    "complex64": "c64",
+    "complex128": "c128",
 }
 MEMORY_FORMATS = {
-    "contiguous_format": torch.contiguous_format, "channels_last": torch.channels_last,
-    "preserve_format": torch.preserve_format, "channels_last_3d": torch.channels_last_3d,
+    "contiguous_format": torch.contiguous_format,
+    "channels_last": torch.channels_last,
+    "preserve_format": torch.preserve_format,
+    "channels_last_3d": torch.channels_last_3d,
 }
 LAYOUTS = {"strided": torch.strided}
 
@@ -162,7 +181,7 @@ def decode(data: Any) -> Any:
         return [decode(x) for x in data]
     if not isinstance(data, dict) or len(data) != 1:
         raise ValueError(f"malformed literal {data!r}")
-    (tag, body), = data.items()
+    ((tag, body),) = data.items()
     if tag == "ref":
         return Ref(int(body))
     if tag == "float":
@@ -218,8 +237,9 @@ def value_to_json(v: Value) -> dict:
 
 
 def value_from_json(d: dict) -> Value:
-    return Value(id=d["id"], kind=d["kind"], dtype=d.get("dtype"), shape=d.get("shape"),
-                 name=d.get("name"))
+    return Value(
+        id=d["id"], kind=d["kind"], dtype=d.get("dtype"), shape=d.get("shape"), name=d.get("name")
+    )
 
 
 def graph_to_json(g: Graph) -> dict:
@@ -245,15 +265,24 @@ def graph_to_json(g: Graph) -> dict:
 
 def graph_from_json(d: dict) -> Graph:
     nodes = [
-        Node(op=n["op"], args=decode(n["args"]),
-             kwargs={k: decode(v) for k, v in n["kwargs"].items()},
-             outputs=[value_from_json(v) for v in n["outputs"]],
-             out_spec=n.get("out_spec"), loc=n.get("loc"))
+        Node(
+            op=n["op"],
+            args=decode(n["args"]),
+            kwargs={k: decode(v) for k, v in n["kwargs"].items()},
+            outputs=[value_from_json(v) for v in n["outputs"]],
+            out_spec=n.get("out_spec"),
+            loc=n.get("loc"),
+        )
         for n in d["nodes"]
     ]
-    return Graph(inputs=[value_from_json(v) for v in d["inputs"]], in_spec=d["in_spec"],
-                 nodes=nodes, outputs=decode(d["outputs"]), out_spec=d["out_spec"],
-                 arg_names=list(d.get("arg_names", [])))
+    return Graph(
+        inputs=[value_from_json(v) for v in d["inputs"]],
+        in_spec=d["in_spec"],
+        nodes=nodes,
+        outputs=decode(d["outputs"]),
+        out_spec=d["out_spec"],
+        arg_names=list(d.get("arg_names", [])),
+    )
 
 
 def copy_graph(g: Graph) -> Graph:

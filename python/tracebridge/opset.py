@@ -25,7 +25,8 @@ from collections.abc import Callable
 import torch
 
 # Tensor methods that behave exactly like the torch function of the same name.
-FOLDED_METHODS = frozenset("""
+FOLDED_METHODS = frozenset(
+    """
 abs absolute acos add addbmm addcdiv addcmul addmm addmv all allclose amax amin aminmax any
 argmax argmin argsort asin atan atan2 baddbmm bitwise_and bitwise_not bitwise_or
 bitwise_xor bmm ceil chunk clamp clamp_max clamp_min clip clone cos cosh count_nonzero
@@ -46,30 +47,70 @@ slice_scatter slogdet softmax sort split split_with_sizes sqrt square squeeze st
 subtract sum svd swapaxes swapdims t take take_along_dim tan tanh tensor_split topk trace
 transpose trapz tril triu true_divide trunc unbind unique_consecutive unsqueeze var vdot
 xlogy
-""".split())
+""".split()
+)
 
 # Operator dunders and the op each is (reflected forms only where the value is the same).
 DUNDER_OPS = {
-    "__add__": "add", "__radd__": "add", "__iadd__": "Tensor.add_", "__sub__": "sub",
-    "__isub__": "Tensor.sub_", "__mul__": "mul", "__rmul__": "mul", "__imul__": "Tensor.mul_",
-    "__truediv__": "div", "__itruediv__": "Tensor.div_", "__div__": "div",
-    "__matmul__": "matmul", "__neg__": "neg", "__abs__": "abs", "__pow__": "pow",
-    "__ipow__": "Tensor.pow_", "__and__": "bitwise_and", "__or__": "bitwise_or",
-    "__xor__": "bitwise_xor", "__iand__": "Tensor.bitwise_and_",
-    "__ior__": "Tensor.bitwise_or_", "__ixor__": "Tensor.bitwise_xor_",
-    "__invert__": "bitwise_not", "__eq__": "eq", "__ne__": "ne", "__lt__": "lt",
-    "__le__": "le", "__gt__": "gt", "__ge__": "ge", "__mod__": "remainder",
-    "__floordiv__": "floor_divide", "__lshift__": "bitwise_left_shift",
-    "__rshift__": "bitwise_right_shift", "__getitem__": "getitem", "__setitem__": "setitem",
+    "__add__": "add",
+    "__radd__": "add",
+    "__iadd__": "Tensor.add_",
+    "__sub__": "sub",
+    "__isub__": "Tensor.sub_",
+    "__mul__": "mul",
+    "__rmul__": "mul",
+    "__imul__": "Tensor.mul_",
+    "__truediv__": "div",
+    "__itruediv__": "Tensor.div_",
+    "__div__": "div",
+    "__matmul__": "matmul",
+    "__neg__": "neg",
+    "__abs__": "abs",
+    "__pow__": "pow",
+    "__ipow__": "Tensor.pow_",
+    "__and__": "bitwise_and",
+    "__or__": "bitwise_or",
+    "__xor__": "bitwise_xor",
+    "__iand__": "Tensor.bitwise_and_",
+    "__ior__": "Tensor.bitwise_or_",
+    "__ixor__": "Tensor.bitwise_xor_",
+    "__invert__": "bitwise_not",
+    "__eq__": "eq",
+    "__ne__": "ne",
+    "__lt__": "lt",
+    "__le__": "le",
+    "__gt__": "gt",
+    "__ge__": "ge",
+    "__mod__": "remainder",
+    "__floordiv__": "floor_divide",
+    "__lshift__": "bitwise_left_shift",
+    "__rshift__": "bitwise_right_shift",
+    "__getitem__": "getitem",
+    "__setitem__": "setitem",
 }
 # Dunders that keep their own name: the reflected operand order matters.
-OWN_DUNDERS = ("__rsub__", "__rtruediv__", "__rdiv__", "__rpow__", "__rmatmul__",
-               "__rfloordiv__", "__rmod__", "__rand__", "__ror__", "__rxor__",
-               "__rlshift__", "__rrshift__", "__ilshift__", "__irshift__", "__imod__",
-               "__ifloordiv__")
+OWN_DUNDERS = (
+    "__rsub__",
+    "__rtruediv__",
+    "__rdiv__",
+    "__rpow__",
+    "__rmatmul__",
+    "__rfloordiv__",
+    "__rmod__",
+    "__rand__",
+    "__ror__",
+    "__rxor__",
+    "__rlshift__",
+    "__rrshift__",
+    "__ilshift__",
+    "__irshift__",
+    "__imod__",
+    "__ifloordiv__",
+)
 
 # Never recorded: effects outside tensors, global state, hooks, storage access.
-DENIED = frozenset("""
+DENIED = frozenset(
+    """
 save load from_file set_default_dtype set_default_tensor_type manual_seed seed
 set_rng_state get_rng_state set_num_threads set_num_interop_threads set_grad_enabled
 is_grad_enabled set_printoptions use_deterministic_algorithms compile
@@ -80,38 +121,102 @@ is_shared __reduce_ex__ __setstate__ __getstate__ __deepcopy__ __dir__ __array__
 __array_wrap__ __array_priority__ __dlpack__ __dlpack_device__ __torch_function__
 __torch_dispatch__ __init_subclass__ __new__ __init__ __class__ __sizeof__ __reduce__
 __del__ __cuda_array_interface__ dim_order module_load as_subclass
-""".split())
+""".split()
+)
 
 # The tracer turns these into Python values itself (sizes, guards, provenance).
-SPECIAL = frozenset("""
+SPECIAL = frozenset(
+    """
 size dim ndimension numel nelement stride storage_offset element_size is_contiguous
 is_floating_point is_complex is_signed is_set_to is_same_size is_nonzero has_names
 get_device item tolist numpy __bool__ __int__ __float__ __index__ __complex__ __len__
 __iter__ __contains__ __reversed__ __repr__ __format__ __hash__ is_inference
 is_conj is_neg nbytes itemsize
-""".split())
+""".split()
+)
 
 # Tensor properties read through a getter; each maps to how the tracer treats it.
 TENSOR_OP_PROPERTIES = ("T", "mT", "H", "mH", "real", "imag", "data")
-TENSOR_META_PROPERTIES = ("requires_grad", "is_leaf", "is_cuda", "is_cpu", "is_sparse",
-                          "is_quantized", "is_meta", "is_mkldnn", "is_nested", "layout",
-                          "ndim", "names", "grad_fn", "is_mps", "is_xpu", "output_nr",
-                          "_version", "retains_grad", "is_sparse_csr", "itemsize", "nbytes",
-                          "_base", "is_ipu", "is_xla", "is_vulkan", "is_maia", "is_mtia")
+TENSOR_META_PROPERTIES = (
+    "requires_grad",
+    "is_leaf",
+    "is_cuda",
+    "is_cpu",
+    "is_sparse",
+    "is_quantized",
+    "is_meta",
+    "is_mkldnn",
+    "is_nested",
+    "layout",
+    "ndim",
+    "names",
+    "grad_fn",
+    "is_mps",
+    "is_xpu",
+    "output_nr",
+    "_version",
+    "retains_grad",
+    "is_sparse_csr",
+    "itemsize",
+    "nbytes",
+    "_base",
+    "is_ipu",
+    "is_xla",
+    "is_vulkan",
+    "is_maia",
+    "is_mtia",
+)
 
 # Ops whose number of outputs depends on the input's shape: the runtime checks the count.
-VARIADIC_OUTPUTS = frozenset({"unbind", "split", "split_with_sizes", "chunk",
-                              "tensor_split", "unsafe_split", "unsafe_chunk", "hsplit",
-                              "vsplit", "dsplit", "Tensor.unsafe_split", "unique_consecutive"})
+VARIADIC_OUTPUTS = frozenset(
+    {
+        "unbind",
+        "split",
+        "split_with_sizes",
+        "chunk",
+        "tensor_split",
+        "unsafe_split",
+        "unsafe_chunk",
+        "hsplit",
+        "vsplit",
+        "dsplit",
+        "Tensor.unsafe_split",
+        "unique_consecutive",
+    }
+)
 
 # Ops whose result depends on the random number generator.
-RANDOM_OPS = frozenset({"rand", "randn", "randint", "randperm", "rand_like", "randn_like",
-                        "randint_like", "bernoulli", "multinomial", "normal", "poisson",
-                        "dropout", "dropout_", "alpha_dropout", "feature_dropout",
-                        "feature_alpha_dropout", "Tensor.uniform_", "Tensor.normal_",
-                        "Tensor.bernoulli_", "Tensor.random_", "Tensor.exponential_",
-                        "Tensor.geometric_", "Tensor.cauchy_", "Tensor.log_normal_",
-                        "nn.rrelu_with_noise", "rrelu", "native_dropout"})
+RANDOM_OPS = frozenset(
+    {
+        "rand",
+        "randn",
+        "randint",
+        "randperm",
+        "rand_like",
+        "randn_like",
+        "randint_like",
+        "bernoulli",
+        "multinomial",
+        "normal",
+        "poisson",
+        "dropout",
+        "dropout_",
+        "alpha_dropout",
+        "feature_dropout",
+        "feature_alpha_dropout",
+        "Tensor.uniform_",
+        "Tensor.normal_",
+        "Tensor.bernoulli_",
+        "Tensor.random_",
+        "Tensor.exponential_",
+        "Tensor.geometric_",
+        "Tensor.cauchy_",
+        "Tensor.log_normal_",
+        "nn.rrelu_with_noise",
+        "rrelu",
+        "native_dropout",
+    }
+)
 
 # The structural ops, with their meaning.
 PRIM_OPS = {
@@ -129,14 +234,27 @@ PRIM_OPS = {
     "prim.len": "the length of a sequence",
 }
 SCALAR_OPS: dict[str, Callable] = {
-    "scalar.add": operator.add, "scalar.sub": operator.sub, "scalar.mul": operator.mul,
-    "scalar.truediv": operator.truediv, "scalar.floordiv": operator.floordiv,
-    "scalar.mod": operator.mod, "scalar.pow": operator.pow, "scalar.neg": operator.neg,
-    "scalar.abs": operator.abs, "scalar.eq": operator.eq, "scalar.ne": operator.ne,
-    "scalar.lt": operator.lt, "scalar.le": operator.le, "scalar.gt": operator.gt,
-    "scalar.ge": operator.ge, "scalar.and": operator.and_, "scalar.or": operator.or_,
-    "scalar.lshift": operator.lshift, "scalar.rshift": operator.rshift,
-    "scalar.ceil": math.ceil, "scalar.floor": math.floor,
+    "scalar.add": operator.add,
+    "scalar.sub": operator.sub,
+    "scalar.mul": operator.mul,
+    "scalar.truediv": operator.truediv,
+    "scalar.floordiv": operator.floordiv,
+    "scalar.mod": operator.mod,
+    "scalar.pow": operator.pow,
+    "scalar.neg": operator.neg,
+    "scalar.abs": operator.abs,
+    "scalar.eq": operator.eq,
+    "scalar.ne": operator.ne,
+    "scalar.lt": operator.lt,
+    "scalar.le": operator.le,
+    "scalar.gt": operator.gt,
+    "scalar.ge": operator.ge,
+    "scalar.and": operator.and_,
+    "scalar.or": operator.or_,
+    "scalar.lshift": operator.lshift,
+    "scalar.rshift": operator.rshift,
+    "scalar.ceil": math.ceil,
+    "scalar.floor": math.floor,
 }
 
 
@@ -178,8 +296,11 @@ def _build():
             continue
         canonical = name if name not in impl else f"nn.{name}"
         add(fn, canonical, fn)
-    for prefix, ns in (("linalg", torch._C._linalg), ("fft", torch._C._fft),
-                       ("special", torch._C._special)):
+    for prefix, ns in (
+        ("linalg", torch._C._linalg),
+        ("fft", torch._C._fft),
+        ("special", torch._C._special),
+    ):
         for name, fn in _public_callables(ns):
             if not name.startswith("_"):
                 short = name.split("_", 1)[1] if name.startswith(f"{prefix}_") else name
@@ -189,8 +310,11 @@ def _build():
     # Builtin methods of the C base class first: some have a Python override on
     # torch.Tensor (unflatten, split) that calls them, and they must be ops too.
     methods = _public_callables(torch._C.TensorBase)
-    methods += [(n, f) for n, f in _public_callables(tensor)
-                if getattr(torch._C.TensorBase, n, None) is not f]
+    methods += [
+        (n, f)
+        for n, f in _public_callables(tensor)
+        if getattr(torch._C.TensorBase, n, None) is not f
+    ]
     for name, fn in methods:
         if name in DUNDER_OPS:
             target = DUNDER_OPS[name]
@@ -205,8 +329,11 @@ def _build():
             continue
         if name.startswith("_"):
             continue
-        is_builtin = type(fn).__name__ in ("method_descriptor", "wrapper_descriptor",
-                                            "builtin_function_or_method")
+        is_builtin = type(fn).__name__ in (
+            "method_descriptor",
+            "wrapper_descriptor",
+            "builtin_function_or_method",
+        )
         if not is_builtin and name not in OWN_DUNDERS:
             continue  # a Python method: the tracer descends into it
         if name in FOLDED_METHODS and name in impl:

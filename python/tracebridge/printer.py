@@ -47,11 +47,15 @@ class Printer:
         if isinstance(arg, list):
             return "[" + ", ".join(self.literal(a) for a in arg) + "]"
         if isinstance(arg, dict):
-            return "{" + ", ".join(f"{self.literal(k)}: {self.literal(v)}"
-                                   for k, v in arg.items()) + "}"
+            return (
+                "{"
+                + ", ".join(f"{self.literal(k)}: {self.literal(v)}" for k, v in arg.items())
+                + "}"
+            )
         if isinstance(arg, slice):
-            parts = [self.literal(p) if p is not None else "" for p in
-                     (arg.start, arg.stop, arg.step)]
+            parts = [
+                self.literal(p) if p is not None else "" for p in (arg.start, arg.stop, arg.step)
+            ]
             return ":".join(parts[:2] if arg.step is None else parts)
         if arg is Ellipsis:
             return "..."
@@ -83,8 +87,10 @@ class Printer:
         if node.op == "prim.guard":
             what = node.kwargs.get("what", "")
             expect = node.kwargs.get("expect")
-            return (f"  guard {self.literal(node.args[0])} == {self.literal(expect)}"
-                    f"  # {what}, at {_short(node.loc)}")
+            return (
+                f"  guard {self.literal(node.args[0])} == {self.literal(expect)}"
+                f"  # {what}, at {_short(node.loc)}"
+            )
         args = [self.literal(a) for a in node.args]
         args += [f"{k}={self.literal(v)}" for k, v in node.kwargs.items()]
         return f"  {self.targets(node)}{node.op}({', '.join(args)}){loc}"
@@ -111,8 +117,9 @@ class Printer:
         return build(self.graph.out_spec)
 
     def print(self, name: str) -> str:
-        inputs = ", ".join(f"{self.define(v, named=True)}: {v.type_str()}"
-                           for v in self.graph.inputs)
+        inputs = ", ".join(
+            f"{self.define(v, named=True)}: {v.type_str()}" for v in self.graph.inputs
+        )
         lines = [f"graph {name}({inputs}) {{"]
         lines += [self.node(n) for n in self.graph.nodes]
         lines.append(f"  return {self.outputs()}")

@@ -31,8 +31,12 @@ def _flatten(obj, is_leaf, leaves):
         return {"t": "none"}
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):
         children = [_flatten(v, is_leaf, leaves) for v in obj]
-        return {"t": "namedtuple", "name": type(obj).__name__, "fields": list(obj._fields),
-                "c": children}
+        return {
+            "t": "namedtuple",
+            "name": type(obj).__name__,
+            "fields": list(obj._fields),
+            "c": children,
+        }
     if isinstance(obj, tuple):
         return {"t": "tuple", "c": [_flatten(v, is_leaf, leaves) for v in obj]}
     if isinstance(obj, list):

@@ -39,7 +39,7 @@ from .ir import DTYPE_NAMES, Graph, Node, Ref, StateEntry, Value
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OWN_DIR = os.path.dirname(__file__) + os.sep
-_INTERNAL_DIRS = (_TORCH_DIR, _OWN_DIR, os.path.dirname(contextlib.__file__) + os.sep + "contextlib")
+_INTERNAL_DIRS = (_TORCH_DIR, _OWN_DIR, contextlib.__file__)
 
 
 def is_tensor(x) -> bool:
@@ -198,8 +198,9 @@ def _without_dispatch(func: types.FunctionType) -> Callable:
         namespace = dict(func.__globals__)
         namespace.update(_PATCHED_GLOBALS)
         namespace["torch"] = torch
-        copy = types.FunctionType(func.__code__, namespace, func.__name__, func.__defaults__,
-                                  func.__closure__)
+        copy = types.FunctionType(
+            func.__code__, namespace, func.__name__, func.__defaults__, func.__closure__
+        )
         copy.__kwdefaults__ = func.__kwdefaults__
         _patched_copies[func] = copy
     return copy
@@ -235,8 +236,12 @@ class Tracer:
     module being traced; ``constants`` collects captured tensors (shared across methods).
     """
 
-    def __init__(self, state: dict[int, tuple[str, str, torch.Tensor]],
-                 constants: dict[str, StateEntry], warned: set):
+    def __init__(
+        self,
+        state: dict[int, tuple[str, str, torch.Tensor]],
+        constants: dict[str, StateEntry],
+        warned: set,
+    ):
         self.graph = Graph()
         self._next_id = 0
         self._tensor_values: dict[int, tuple[torch.Tensor, Value, str]] = {}
@@ -253,8 +258,9 @@ class Tracer:
 
     # -- values ------------------------------------------------------------------------
 
-    def _new_value(self, kind="Tensor", tensor: torch.Tensor | None = None, name=None,
-                   shape=None) -> Value:
+    def _new_value(
+        self, kind="Tensor", tensor: torch.Tensor | None = None, name=None, shape=None
+    ) -> Value:
         value = Value(id=self._next_id, kind=kind, name=name)
         self._next_id += 1
         if tensor is not None:
@@ -282,8 +288,14 @@ class Tracer:
         return value
 
     def _emit(self, op: str, args=(), kwargs=None, outputs=(), out_spec=None, loc=None) -> Node:
-        node = Node(op=op, args=list(args), kwargs=dict(kwargs or {}), outputs=list(outputs),
-                    out_spec=out_spec, loc=loc)
+        node = Node(
+            op=op,
+            args=list(args),
+            kwargs=dict(kwargs or {}),
+            outputs=list(outputs),
+            out_spec=out_spec,
+            loc=loc,
+        )
         self.graph.nodes.append(node)
         return node
 
@@ -375,8 +387,10 @@ class Tracer:
         with torch._C.DisableTorchFunction():
             rank, shape = tensor.dim(), tuple(tensor.shape)
         if not -rank <= dim < max(rank, 1):
-            raise IndexError(f"Dimension out of range (expected to be in range of "
-                             f"[{-rank}, {rank - 1}], but got {dim})")
+            raise IndexError(
+                f"Dimension out of range (expected to be in range of "
+                f"[{-rank}, {rank - 1}], but got {dim})"
+            )
         dim = dim % rank
         key = (id(tensor), dim)
         cached = self._size_cache.get(key)
@@ -388,8 +402,13 @@ class Tracer:
 
         def materialize():
             value = self._new_value("int")
-            self._emit("prim.size", [self.tensor_ref(tensor), dim], outputs=[value],
-                       out_spec=pytree.LEAF, loc=loc)
+            self._emit(
+                "prim.size",
+                [self.tensor_ref(tensor), dim],
+                outputs=[value],
+                out_spec=pytree.LEAF,
+                loc=loc,
+            )
             return Ref(value.id)
 
         sym = SymInt(shape[dim], self, None, desc, materialize)
@@ -401,8 +420,15 @@ class Tracer:
         if not all(isinstance(c, (int, float)) for c in concrete):
             return NotImplemented
         result = opset.SCALAR_OPS[f"scalar.{op}"](*concrete)
-        symbols = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//",
-                   "mod": "%", "pow": "**"}
+        symbols = {
+            "add": "+",
+            "sub": "-",
+            "mul": "*",
+            "truediv": "/",
+            "floordiv": "//",
+            "mod": "%",
+            "pow": "**",
+        }
         descs = [o._desc if isinstance(o, _Traced) else repr(o) for o in operands]
         if op in symbols:
             desc = f"({descs[0]} {symbols[op]} {descs[1]})"
@@ -410,8 +436,7 @@ class Tracer:
             desc = f"{op}({', '.join(descs)})"
         value = self._new_value("int" if isinstance(result, int) else "float")
         args = [self.encode(o) for o in operands]
-        self._emit(f"scalar.{op}", args, outputs=[value], out_spec=pytree.LEAF,
-                   loc=self.location())
+        self._emit(f"scalar.{op}", args, outputs=[value], out_spec=pytree.LEAF, loc=self.location())
         return self._wrap_scalar(result, Ref(value.id), desc)
 
     def scalar_compare(self, op: str, left, right):
@@ -421,8 +446,13 @@ class Tracer:
         result = opset.SCALAR_OPS[f"scalar.{op}"](*concrete)
         value = self._new_value("bool")
         loc = self.location()
-        self._emit(f"scalar.{op}", [self.encode(left), self.encode(right)], outputs=[value],
-                   out_spec=pytree.LEAF, loc=loc)
+        self._emit(
+            f"scalar.{op}",
+            [self.encode(left), self.encode(right)],
+            outputs=[value],
+            out_spec=pytree.LEAF,
+            loc=loc,
+        )
         symbols = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
         descs = [o._desc if isinstance(o, _Traced) else repr(o) for o in (left, right)]
         self.guard(Ref(value.id), result, f"{descs[0]} {symbols[op]} {descs[1]}", "branch", loc)
@@ -435,13 +465,14 @@ class Tracer:
         loc = self.location()
         self.guard(self.scalar_ref(sym), concrete, sym._desc, "value", loc)
         if kind != "bool":
-            self.warn(f"the traced value {sym._desc} was turned into a Python {kind} "
-                      f"({result!r}); the trace is valid only while it stays {result!r}")
+            self.warn(
+                f"the traced value {sym._desc} was turned into a Python {kind} "
+                f"({result!r}); the trace is valid only while it stays {result!r}"
+            )
         return result
 
     def guard(self, ref: Ref, expect, what: str, kind: str, loc: str | None) -> None:
-        self._emit("prim.guard", [ref], {"expect": expect, "what": what, "kind": kind},
-                   loc=loc)
+        self._emit("prim.guard", [ref], {"expect": expect, "what": what, "kind": kind}, loc=loc)
 
     # -- the dispatcher -------------------------------------------------------------------------
 
@@ -497,8 +528,8 @@ class Tracer:
         if name in opset.RANDOM_OPS or name.endswith("dropout"):
             pass  # recorded like any op; the runtime draws fresh numbers on each call
         leaves, spec = pytree.flatten(
-            result, lambda x: isinstance(x, (torch.Tensor, int, float)) and not isinstance(
-                x, bool))
+            result, lambda x: isinstance(x, (torch.Tensor, int, float)) and not isinstance(x, bool)
+        )
         outputs = []
         wrapped = []
         for leaf in leaves:
@@ -530,8 +561,10 @@ class Tracer:
             return dtype
         if prop == "device":
             device = tensor.device
-            self._device_reads[id(device)] = (device, self._lazy_meta("prim.device", tensor,
-                                                                       "device"))
+            self._device_reads[id(device)] = (
+                device,
+                self._lazy_meta("prim.device", tensor, "device"),
+            )
             return device
         if prop in opset.TENSOR_OP_PROPERTIES:
             return self.record(f"Tensor.{prop}", getter, (tensor,), {})
@@ -539,8 +572,13 @@ class Tracer:
 
     def _lazy_meta(self, op: str, tensor: torch.Tensor, kind: str) -> Ref:
         value = self._new_value(kind)
-        self._emit(op, [self.tensor_ref(tensor)], outputs=[value], out_spec=pytree.LEAF,
-                   loc=self.location())
+        self._emit(
+            op,
+            [self.tensor_ref(tensor)],
+            outputs=[value],
+            out_spec=pytree.LEAF,
+            loc=self.location(),
+        )
         return Ref(value.id)
 
     # -- tensors turned into Python values --------------------------------------------------
@@ -549,17 +587,35 @@ class Tracer:
         T = torch.Tensor
         concrete = self._concrete
         handlers = {
-            T.size: self._on_size, T.dim: concrete, T.ndimension: concrete,
-            T.numel: self._on_numel, T.nelement: self._on_numel, T.stride: concrete,
-            T.storage_offset: concrete, T.element_size: concrete, T.is_contiguous: concrete,
-            T.is_floating_point: concrete, T.is_complex: concrete, T.is_signed: concrete,
-            T.get_device: concrete, T.is_inference: concrete, T.is_conj: concrete,
-            T.is_neg: concrete, T.__repr__: concrete,
-            T.__format__: concrete, T.__hash__: concrete, T.is_same_size: concrete,
-            T.item: self._on_item, T.tolist: self._on_tolist, T.numpy: self._on_tolist,
-            T.__bool__: self._to_python(bool), T.is_nonzero: self._to_python(bool),
-            T.__int__: self._to_python(int), T.__index__: self._to_python(int),
-            T.__float__: self._to_python(float), T.__len__: self._on_len,
+            T.size: self._on_size,
+            T.dim: concrete,
+            T.ndimension: concrete,
+            T.numel: self._on_numel,
+            T.nelement: self._on_numel,
+            T.stride: concrete,
+            T.storage_offset: concrete,
+            T.element_size: concrete,
+            T.is_contiguous: concrete,
+            T.is_floating_point: concrete,
+            T.is_complex: concrete,
+            T.is_signed: concrete,
+            T.get_device: concrete,
+            T.is_inference: concrete,
+            T.is_conj: concrete,
+            T.is_neg: concrete,
+            T.__repr__: concrete,
+            T.__format__: concrete,
+            T.__hash__: concrete,
+            T.is_same_size: concrete,
+            T.item: self._on_item,
+            T.tolist: self._on_tolist,
+            T.numpy: self._on_tolist,
+            T.__bool__: self._to_python(bool),
+            T.is_nonzero: self._to_python(bool),
+            T.__int__: self._to_python(int),
+            T.__index__: self._to_python(int),
+            T.__float__: self._to_python(float),
+            T.__len__: self._on_len,
             T.__iter__: self._on_iter,
         }
         handlers[torch.is_nonzero] = self._to_python(bool)
@@ -575,8 +631,13 @@ class Tracer:
 
     def _on_numel(self, func, tensor):
         value = self._new_value("int")
-        self._emit("prim.numel", [self.tensor_ref(tensor)], outputs=[value],
-                   out_spec=pytree.LEAF, loc=self.location())
+        self._emit(
+            "prim.numel",
+            [self.tensor_ref(tensor)],
+            outputs=[value],
+            out_spec=pytree.LEAF,
+            loc=self.location(),
+        )
         hit = self._lookup(tensor)
         return SymInt(tensor.numel(), self, Ref(value.id), f"{hit[2] if hit else '?'}.numel()")
 
@@ -587,14 +648,17 @@ class Tracer:
             raise UnsupportedOpError(f".item() of a {tensor.dtype} tensor cannot be traced")
         value = self._new_value(kind)
         loc = self.location()
-        self._emit("prim.item", [self.tensor_ref(tensor)], outputs=[value],
-                   out_spec=pytree.LEAF, loc=loc)
+        self._emit(
+            "prim.item", [self.tensor_ref(tensor)], outputs=[value], out_spec=pytree.LEAF, loc=loc
+        )
         hit = self._lookup(tensor)
         desc = f"{hit[2] if hit else 'tensor'}.item()"
         if kind == "bool":
             self.guard(Ref(value.id), concrete, desc, "value", loc)
-            self.warn(f"{desc} was used as a Python bool ({concrete}); calls where it differs "
-                      "raise GuardError")
+            self.warn(
+                f"{desc} was used as a Python bool ({concrete}); calls where it differs "
+                "raise GuardError"
+            )
             return concrete
         return self._wrap_scalar(concrete, Ref(value.id), desc)
 
@@ -602,13 +666,16 @@ class Tracer:
         concrete = tensor.tolist()
         value = self._new_value("list")
         loc = self.location()
-        self._emit("prim.tolist", [self.tensor_ref(tensor)], outputs=[value],
-                   out_spec=pytree.LEAF, loc=loc)
+        self._emit(
+            "prim.tolist", [self.tensor_ref(tensor)], outputs=[value], out_spec=pytree.LEAF, loc=loc
+        )
         hit = self._lookup(tensor)
         desc = f"{hit[2] if hit else 'tensor'}.tolist()"
         self.guard(Ref(value.id), concrete, desc, "value", loc)
-        self.warn(f"a traced tensor was turned into Python data ({func.__name__}); the trace "
-                  "is valid only for calls where it has the same values")
+        self.warn(
+            f"a traced tensor was turned into Python data ({func.__name__}); the trace "
+            "is valid only for calls where it has the same values"
+        )
         return func(tensor, *args, **kwargs)
 
     def _to_python(self, kind: type):
@@ -618,14 +685,17 @@ class Tracer:
             concrete = kind(tensor.item()) if tensor.numel() == 1 else func(tensor)
             value = self._new_value(kind.__name__)
             loc = self.location()
-            self._emit(op, [self.tensor_ref(tensor)], outputs=[value], out_spec=pytree.LEAF,
-                       loc=loc)
+            self._emit(
+                op, [self.tensor_ref(tensor)], outputs=[value], out_spec=pytree.LEAF, loc=loc
+            )
             hit = self._lookup(tensor)
             desc = f"{kind.__name__}({hit[2] if hit else 'tensor'})"
             self.guard(Ref(value.id), concrete, desc, "branch" if kind is bool else "value", loc)
-            self.warn(f"a traced tensor was turned into a Python {kind.__name__} "
-                      f"({concrete!r}); the trace follows this value only, and calls where "
-                      "it differs raise GuardError")
+            self.warn(
+                f"a traced tensor was turned into a Python {kind.__name__} "
+                f"({concrete!r}); the trace follows this value only, and calls where "
+                "it differs raise GuardError"
+            )
             return concrete
 
         return handler
@@ -635,8 +705,10 @@ class Tracer:
         return int(self.size_of(tensor, 0))
 
     def _on_iter(self, func, tensor):
-        self.warn("iterating over a tensor unrolls the loop for its first dimension "
-                  f"({tensor.shape[0] if tensor.dim() else 0}); other sizes raise GuardError")
+        self.warn(
+            "iterating over a tensor unrolls the loop for its first dimension "
+            f"({tensor.shape[0] if tensor.dim() else 0}); other sizes raise GuardError"
+        )
         return iter(self.dispatch(torch.Tensor.unbind, (tensor, 0), {}))
 
     # -- source locations and warnings --------------------------------------------------------
@@ -660,8 +732,13 @@ class Tracer:
             return
         self._warned.add(key)
         filename, _, line = loc.rpartition(":")
-        warnings.warn_explicit(message, TracerWarning, filename, int(line),
-                               module=os.path.splitext(os.path.basename(filename))[0])
+        warnings.warn_explicit(
+            message,
+            TracerWarning,
+            filename,
+            int(line),
+            module=os.path.splitext(os.path.basename(filename))[0],
+        )
 
 
 def source_line(loc: str | None) -> str:
@@ -702,10 +779,13 @@ class _traced_range(metaclass=_TracedRangeMeta):  # noqa: N801 - stands in for b
             plain = []
             for a in args:
                 if isinstance(a, _Traced):
-                    tracer.guard(tracer.scalar_ref(a), a._concrete(), a._desc, "loop",
-                                 tracer.location())
-                    tracer.warn(f"a Python loop over the traced size {a._desc} is unrolled "
-                                f"for {a._concrete()}; calls with another size raise GuardError")
+                    tracer.guard(
+                        tracer.scalar_ref(a), a._concrete(), a._desc, "loop", tracer.location()
+                    )
+                    tracer.warn(
+                        f"a Python loop over the traced size {a._desc} is unrolled "
+                        f"for {a._concrete()}; calls with another size raise GuardError"
+                    )
                     plain.append(a._concrete())
                 else:
                     plain.append(a)
@@ -732,18 +812,27 @@ def recording(tracer: Tracer):
 def argument_names(fn: Callable, count: int) -> list[str]:
     """Names for the positional parameters of ``fn`` (``x``, ``y``), padded as needed."""
     try:
-        params = [p for p in inspect.signature(fn).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        params = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
         names = [p.name for p in params]
     except (TypeError, ValueError):
         names = []
     var = None
     with contextlib.suppress(TypeError, ValueError):
-        var = next((p.name for p in inspect.signature(fn).parameters.values()
-                    if p.kind == p.VAR_POSITIONAL), None)
+        var = next(
+            (
+                p.name
+                for p in inspect.signature(fn).parameters.values()
+                if p.kind == p.VAR_POSITIONAL
+            ),
+            None,
+        )
     while len(names) < count:
         names.append(f"{var or 'arg'}{len(names)}")
-    return names[:max(count, len(names))]
+    return names[: max(count, len(names))]
 
 
 def leaf_names(arg_names: list[str], args: tuple, kwargs: dict) -> list[str]:

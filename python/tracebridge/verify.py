@@ -50,8 +50,10 @@ def lint(graph: Graph, state_names=()) -> None:
             raise TraceError(f"{where}: op not in the op set")
         for ref in refs_in((node.args, node.kwargs)):
             if ref.id not in defined:
-                raise TraceError(f"{where}: uses %{ref.id} before it is defined; the graph "
-                                 "must be in execution order")
+                raise TraceError(
+                    f"{where}: uses %{ref.id} before it is defined; the graph "
+                    "must be in execution order"
+                )
         if node.op == "prim.state" and state_names and node.args[0] not in state_names:
             raise TraceError(f"{where}: state {node.args[0]!r} does not exist")
         for value in node.outputs:
@@ -114,22 +116,26 @@ def _node_line(graph: Graph, index: int) -> tuple[str, Node | None]:
 def divergence_message(expected: Graph, got: Graph, index: int, label: str) -> str:
     line_a, node_a = _node_line(expected, index)
     line_b, node_b = _node_line(got, index)
-    parts = [f"the trace is not stable {label}: the graphs differ at node {index}",
-             f"  traced with the example inputs: {line_a}"]
+    parts = [
+        f"the trace is not stable {label}: the graphs differ at node {index}",
+        f"  traced with the example inputs: {line_a}",
+    ]
     if node_a is not None and node_a.loc:
         parts.append(f"      at {node_a.loc}: {source_line(node_a.loc)}")
     parts.append(f"  traced with the check inputs:   {line_b}")
     if node_b is not None and node_b.loc:
         parts.append(f"      at {node_b.loc}: {source_line(node_b.loc)}")
-    text_a = [Printer(expected).node(n) for n in expected.nodes[max(0, index - 2):index + 3]]
-    text_b = [Printer(got).node(n) for n in got.nodes[max(0, index - 2):index + 3]]
+    text_a = [Printer(expected).node(n) for n in expected.nodes[max(0, index - 2) : index + 3]]
+    text_b = [Printer(got).node(n) for n in got.nodes[max(0, index - 2) : index + 3]]
     diff = list(difflib.unified_diff(text_a, text_b, "example", "check", lineterm="", n=1))
     if diff:
         parts.append("  diff (value names are local to each excerpt):")
         parts += ["    " + d for d in diff[2:12]]
-    parts.append("  the code takes a different path or bakes in a value that depends on the "
-                 "input: make that value a tensor operation, or trace with representative "
-                 "inputs and pass check_trace=False if the difference is expected")
+    parts.append(
+        "  the code takes a different path or bakes in a value that depends on the "
+        "input: make that value a tensor operation, or trace with representative "
+        "inputs and pass check_trace=False if the difference is expected"
+    )
     return "\n".join(parts)
 
 
@@ -140,16 +146,22 @@ def compare_outputs(expected, got, tolerance: float, label: str) -> None:
     exp_leaves, exp_spec = pytree.flatten(expected, is_tensor)
     got_leaves, got_spec = pytree.flatten(got, is_tensor)
     if exp_spec != got_spec:
-        raise TracingCheckError(f"{label}: the trace returns a different structure than the "
-                                f"code: expected {exp_spec}, got {got_spec}")
+        raise TracingCheckError(
+            f"{label}: the trace returns a different structure than the "
+            f"code: expected {exp_spec}, got {got_spec}"
+        )
     for index, (a, b) in enumerate(zip(exp_leaves, got_leaves)):
         where = pytree.describe_path(exp_spec, index)
         if a.shape != b.shape:
-            raise TracingCheckError(f"{label}: output {where} has shape {list(b.shape)} in the "
-                                    f"trace but {list(a.shape)} in the code")
+            raise TracingCheckError(
+                f"{label}: output {where} has shape {list(b.shape)} in the "
+                f"trace but {list(a.shape)} in the code"
+            )
         if a.dtype != b.dtype:
-            raise TracingCheckError(f"{label}: output {where} has dtype {b.dtype} in the "
-                                    f"trace but {a.dtype} in the code")
+            raise TracingCheckError(
+                f"{label}: output {where} has dtype {b.dtype} in the "
+                f"trace but {a.dtype} in the code"
+            )
         if a.numel() == 0:
             continue
         a64, b64 = a.detach().double(), b.detach().double()
@@ -164,7 +176,8 @@ def compare_outputs(expected, got, tolerance: float, label: str) -> None:
                 f"{label}: output {where} differs between the code and the trace: max "
                 f"absolute error {abs_err.max().item():.3g}, max relative error "
                 f"{rel_err.max().item():.3g}, tolerance {tolerance:g}. If the difference is "
-                "expected (non-determinism), raise check_tolerance or pass check_trace=False")
+                "expected (non-determinism), raise check_tolerance or pass check_trace=False"
+            )
 
 
 def _run_same_rng(eager_fn, traced_fn, args, kwargs, module):
@@ -184,14 +197,17 @@ def perturbed(args: tuple, kwargs: dict):
     if not leaves or leaves[0].dim() == 0:
         return None
     batch = leaves[0].shape[0]
-    grown = [torch.cat([t, t[:1]]) if t.dim() > 0 and t.shape[0] == batch and batch > 0
-             else t for t in leaves]
+    grown = [
+        torch.cat([t, t[:1]]) if t.dim() > 0 and t.shape[0] == batch and batch > 0 else t
+        for t in leaves
+    ]
     new_args, new_kwargs = pytree.unflatten(grown, spec)
     return new_args, new_kwargs, batch
 
 
-def _check_one(eager_fn, traced_method, reference: Graph, args, kwargs, tolerance, module,
-               retrace, label):
+def _check_one(
+    eager_fn, traced_method, reference: Graph, args, kwargs, tolerance, module, retrace, label
+):
     graph = retrace(args, kwargs)
     index = first_difference(reference, graph)
     if index is not None:
@@ -200,8 +216,9 @@ def _check_one(eager_fn, traced_method, reference: Graph, args, kwargs, toleranc
     compare_outputs(expected, got, tolerance, label)
 
 
-def _check_perturbed(eager_fn, traced_method, reference: Graph, args, kwargs, tolerance,
-                     module, retrace):
+def _check_perturbed(
+    eager_fn, traced_method, reference: Graph, args, kwargs, tolerance, module, retrace
+):
     grown = perturbed(args, kwargs)
     if grown is None:
         return
@@ -219,8 +236,10 @@ def _check_perturbed(eager_fn, traced_method, reference: Graph, args, kwargs, to
     except GuardError:
         return  # the trace knows its limits: it refuses instead of answering wrongly
     except Exception as exc:
-        raise TracingCheckError(_specialised(reference, retrace, new_args, new_kwargs, batch,
-                                             f"the trace fails ({type(exc).__name__}: {exc})"))
+        what = f"the trace fails ({type(exc).__name__}: {exc})"
+        raise TracingCheckError(
+            _specialised(reference, retrace, new_args, new_kwargs, batch, what)
+        ) from None
     try:
         rng_expected = torch.get_rng_state()
         torch.set_rng_state(rng)
@@ -229,13 +248,16 @@ def _check_perturbed(eager_fn, traced_method, reference: Graph, args, kwargs, to
         torch.set_rng_state(rng_expected)
         compare_outputs(expected, got, tolerance, f"with batch size {batch + 1}")
     except TracingCheckError as exc:
-        raise TracingCheckError(_specialised(reference, retrace, new_args, new_kwargs, batch,
-                                             str(exc))) from None
+        raise TracingCheckError(
+            _specialised(reference, retrace, new_args, new_kwargs, batch, str(exc))
+        ) from None
 
 
 def _specialised(reference, retrace, args, kwargs, batch, what) -> str:
-    message = (f"the trace does not generalise from batch size {batch} to {batch + 1} "
-               f"(dimension 0 of the inputs), though the code does: {what}")
+    message = (
+        f"the trace does not generalise from batch size {batch} to {batch + 1} "
+        f"(dimension 0 of the inputs), though the code does: {what}"
+    )
     try:
         graph = retrace(args, kwargs)
     except Exception:
@@ -245,9 +267,12 @@ def _specialised(reference, retrace, args, kwargs, batch, what) -> str:
         return message
     _, node = _node_line(reference, index)
     where = f"{node.loc}: {source_line(node.loc)}" if node is not None and node.loc else "?"
-    return (f"{message}\n  a size was baked into the trace at node {index} ({node.op if node else '?'}),"
-            f" {where}\n  use x.size(0) / x.shape[0] in tensor operations instead of a "
-            "Python int, or pass check_trace=False if the model only supports this size")
+    op = node.op if node is not None else "?"
+    return (
+        f"{message}\n  a size was baked into the trace at node {index} ({op}),"
+        f" {where}\n  use x.size(0) / x.shape[0] in tensor operations instead of a "
+        "Python int, or pass check_trace=False if the model only supports this size"
+    )
 
 
 def _check_inputs_list(check_inputs, example):
@@ -279,16 +304,18 @@ def check_function(func, traced, args, kwargs, check_inputs, tolerance, strict) 
         _check_perturbed(func, traced, reference, args, kwargs, tolerance, None, retrace)
 
 
-def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_mode,
-                 alias) -> None:
+def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_mode, alias) -> None:
     from .api import _bound
 
     index = state_index(mod)
     for name, (args, kwargs) in inputs.items():
         eager = _bound(mod, alias.get(name, name))
         names_from = getattr(mod, alias.get(name, name))
-        modes = [(True, "trainforward"), (False, "evalforward")] \
-            if respect_mode and name == "forward" else [(None, name)]
+        modes = (
+            [(True, "trainforward"), (False, "evalforward")]
+            if respect_mode and name == "forward"
+            else [(None, name)]
+        )
         per_method = None
         if check_inputs is not None:
             per_method = [c[name] if isinstance(c, dict) else c for c in check_inputs]
@@ -301,16 +328,26 @@ def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_m
                     warnings.simplefilter("ignore")  # the first trace already warned
                     if mode is not None:
                         mod.train(mode)
-                    return capture(eager, a, k, state=index, constants={}, strict=strict,
-                                   warned=set(), names_from=names_from)
+                    return capture(
+                        eager,
+                        a,
+                        k,
+                        state=index,
+                        constants={},
+                        strict=strict,
+                        warned=set(),
+                        names_from=names_from,
+                    )
 
             with preserved(mod):
                 if mode is not None:
                     mod.train(mode)
                 for a, k in _check_inputs_list(per_method, (args, kwargs)):
                     label = f"for {alias.get(name, name)}" + (
-                        " on the example inputs" if per_method is None else " on a check input")
+                        " on the example inputs" if per_method is None else " on a check input"
+                    )
                     _check_one(eager, method, reference, a, k, tolerance, mod, retrace, label)
                 if per_method is None:
-                    _check_perturbed(eager, method, reference, args, kwargs, tolerance, mod,
-                                     retrace)
+                    _check_perturbed(
+                        eager, method, reference, args, kwargs, tolerance, mod, retrace
+                    )

@@ -148,8 +148,11 @@ class CodeGen:
             return
         value = self.expr(node.args[0])
         expect = node.kwargs["expect"]
-        test = f"{value} is not {expect!r}" if isinstance(expect, bool) else \
-            f"{value} != {self.expr(expect)}"
+        test = (
+            f"{value} is not {expect!r}"
+            if isinstance(expect, bool)
+            else f"{value} != {self.expr(expect)}"
+        )
         guard_node = self._bind_global("G", node)
         self.lines.append(f"    if {test}:")
         self.lines.append(f"        _support.raise_guard({guard_node}, {value})")

@@ -19,8 +19,11 @@ class Interpreter:
         self.graph = graph
         self.slots = slots
         self.guards = guards
-        self.functions = {n.op: support.op_function(n.op) for n in graph.nodes
-                          if n.op not in ("prim.state", "prim.guard")}
+        self.functions = {
+            n.op: support.op_function(n.op)
+            for n in graph.nodes
+            if n.op not in ("prim.state", "prim.guard")
+        }
 
     def __call__(self, *inputs):
         for index, (value, leaf) in enumerate(zip(self.graph.inputs, inputs)):

@@ -32,8 +32,12 @@ def guards_disabled():
 
 def _simple_spec(spec: dict, n: int) -> bool:
     args, kwargs = spec["c"]
-    return (args["t"] == "tuple" and len(args["c"]) == n
-            and all(c["t"] == "leaf" for c in args["c"]) and not kwargs["keys"])
+    return (
+        args["t"] == "tuple"
+        and len(args["c"]) == n
+        and all(c["t"] == "leaf" for c in args["c"])
+        and not kwargs["keys"]
+    )
 
 
 class Method:

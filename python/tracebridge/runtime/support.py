@@ -35,10 +35,22 @@ PRIM_FUNCTIONS = {
     "prim.len": len,
 }
 SCALAR_SYMBOLS = {
-    "scalar.add": "+", "scalar.sub": "-", "scalar.mul": "*", "scalar.truediv": "/",
-    "scalar.floordiv": "//", "scalar.mod": "%", "scalar.pow": "**", "scalar.eq": "==",
-    "scalar.ne": "!=", "scalar.lt": "<", "scalar.le": "<=", "scalar.gt": ">",
-    "scalar.ge": ">=", "scalar.and": "&", "scalar.or": "|", "scalar.lshift": "<<",
+    "scalar.add": "+",
+    "scalar.sub": "-",
+    "scalar.mul": "*",
+    "scalar.truediv": "/",
+    "scalar.floordiv": "//",
+    "scalar.mod": "%",
+    "scalar.pow": "**",
+    "scalar.eq": "==",
+    "scalar.ne": "!=",
+    "scalar.lt": "<",
+    "scalar.le": "<=",
+    "scalar.gt": ">",
+    "scalar.ge": ">=",
+    "scalar.and": "&",
+    "scalar.or": "|",
+    "scalar.lshift": "<<",
     "scalar.rshift": ">>",
 }
 
@@ -72,28 +84,36 @@ def guard_message(node: Node, seen, operands=None) -> str:
     if kind == "branch" and isinstance(expect, bool):
         head = f"the trace assumed that {what} is {expect}, but now it is {seen}"
     elif kind == "loop":
-        head = (f"the trace unrolled a Python loop for {what} == {expect!r}, but now it is "
-                f"{seen!r}")
+        head = f"the trace unrolled a Python loop for {what} == {expect!r}, but now it is {seen!r}"
     elif kind == "count":
         head = f"the trace assumed {what} gives {expect} results, but now it gives {seen}"
     else:
         head = f"the trace assumed {what} == {expect!r}, but now it is {seen!r}"
     if operands:
         head += " (now: " + ", ".join(f"{d} = {v}" for d, v in operands) + ")"
-    return (f"{head}\n  assumption made at {where}\n  this call takes another path than the "
-            "traced one: trace again with inputs like this one, or remove the Python-level "
-            "decision from the traced code")
+    return (
+        f"{head}\n  assumption made at {where}\n  this call takes another path than the "
+        "traced one: trace again with inputs like this one, or remove the Python-level "
+        "decision from the traced code"
+    )
 
 
 def raise_guard(node: Node, seen, operands=None):
-    raise GuardError(guard_message(node, seen, operands), guard=node.kwargs.get("what", ""),
-                     location=node.loc or "", seen=seen)
+    raise GuardError(
+        guard_message(node, seen, operands),
+        guard=node.kwargs.get("what", ""),
+        location=node.loc or "",
+        seen=seen,
+    )
 
 
 def count_guard(node: Node, index: int):
     """A synthetic guard node describing an op whose number of results changed."""
-    return Node(op="prim.guard", kwargs={"what": f"{node.op}(...)", "expect": index,
-                                         "kind": "count"}, loc=node.loc)
+    return Node(
+        op="prim.guard",
+        kwargs={"what": f"{node.op}(...)", "expect": index, "kind": "count"},
+        loc=node.loc,
+    )
 
 
 def check_count(result, expected: int, node: Node):
@@ -106,13 +126,16 @@ def check_inputs(graph: Graph, leaves) -> None:
     """Inputs must be tensors of the traced rank (dtype and sizes may vary)."""
     for i, (value, leaf) in enumerate(zip(graph.inputs, leaves)):
         if not isinstance(leaf, torch.Tensor):
-            raise TraceError(f"input {i} ({value.name}) must be a tensor, got "
-                             f"{type(leaf).__name__}")
+            raise TraceError(
+                f"input {i} ({value.name}) must be a tensor, got {type(leaf).__name__}"
+            )
         if leaf.dim() != len(value.shape or []):
             raise GuardError(
                 f"input {value.name} has {leaf.dim()} dimensions, but the trace was made with "
                 f"{len(value.shape or [])} ({value.type_str()}); pass a tensor of that rank",
-                guard=f"{value.name}.dim() == {len(value.shape or [])}", seen=leaf.dim())
+                guard=f"{value.name}.dim() == {len(value.shape or [])}",
+                seen=leaf.dim(),
+            )
 
 
 def bad_input(index: int, graph: Graph, leaf):

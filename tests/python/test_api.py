@@ -1,0 +1,190 @@
+"""The traced objects: symbolic sizes, training, devices and dtypes, modes, structures."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import tracebridge
+
+
+class Flatten(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(12, 2)
+
+    def forward(self, x):
+        return self.fc(x.view(x.size(0), -1)) * x.shape[1]
+
+
+def test_symbolic_batch_size_needs_no_retrace():
+    model = Flatten()
+    traced = tracebridge.trace(model, torch.rand(2, 3, 4))
+    for batch in (1, 5, 17):
+        x = torch.rand(batch, 3, 4)
+        torch.testing.assert_close(traced(x), model(x))
+    assert "prim.size(%x, 0)" in traced.graph
+    assert traced.guards == []
+
+
+def test_len_and_size_arithmetic_are_recorded():
+    def f(x):
+        half = len(x) // 2
+        return x[:half] + x[half : half * 2]
+
+    traced = tracebridge.trace(f, torch.rand(4, 3))
+    x = torch.rand(10, 3)
+    torch.testing.assert_close(traced(x), f(x))
+
+
+def test_item_in_arithmetic_follows_the_data():
+    def f(x):
+        return x / x.abs().max().item()
+
+    traced = tracebridge.trace(f, torch.tensor([1.0, -4.0]))
+    x = torch.tensor([3.0, 0.5, -1.0])
+    torch.testing.assert_close(traced(x), f(x))
+
+
+def test_gradients_reach_shared_parameters_and_optimizer_trains_original():
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+    traced = tracebridge.trace(model, torch.rand(2, 3))
+    x, y = torch.rand(6, 3), torch.rand(6, 1)
+    F.mse_loss(model(x), y).backward()
+    eager_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    F.mse_loss(traced(x), y).backward()
+    for expected, p in zip(eager_grads, model.parameters()):
+        torch.testing.assert_close(p.grad, expected)
+    before = model[0].weight.detach().clone()
+    torch.optim.SGD(traced.parameters(), lr=0.1).step()
+    assert not torch.equal(before, model[0].weight)
+
+
+def test_double_and_state_dict():
+    model = Flatten()
+    traced = tracebridge.trace(model, torch.rand(2, 3, 4))
+    assert list(traced.state_dict()) == list(model.state_dict())
+    traced.double()
+    x = torch.rand(3, 3, 4, dtype=torch.float64)
+    assert traced(x).dtype == torch.float64
+    state = {k: torch.zeros_like(v) for k, v in traced.state_dict().items()}
+    traced.load_state_dict(state)
+    assert torch.count_nonzero(traced(x)) == 0
+
+
+def test_dtype_and_device_from_inputs_are_not_baked_in():
+    def f(x):
+        return x + torch.ones(x.shape[0], dtype=x.dtype, device=x.device)
+
+    traced = tracebridge.trace(f, torch.rand(3))
+    assert traced(torch.rand(4, dtype=torch.float64)).dtype == torch.float64
+    assert "prim.dtype(%x)" in traced.graph and "prim.device(%x)" in traced.graph
+
+
+def test_batchnorm_statistics_replay_on_real_buffers_and_tracing_changes_nothing():
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)).train()
+    twin = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)).train()
+    twin.load_state_dict(model.state_dict())
+    traced = tracebridge.trace(model, torch.rand(5, 3))
+    torch.testing.assert_close(model[1].running_mean, twin[1].running_mean)
+    assert model[1].num_batches_tracked.item() == 0
+    x = torch.rand(8, 3)
+    traced(x)
+    twin(x)
+    torch.testing.assert_close(model[1].running_mean, twin[1].running_mean)
+    assert model[1].num_batches_tracked.item() == 1
+
+
+def test_respect_mode_dispatches_on_training_flag():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5), nn.BatchNorm1d(4)).train()
+    traced = tracebridge.trace(model, torch.rand(6, 4), respect_mode=True)
+    assert traced.methods == ["trainforward", "evalforward"]
+    assert model.training  # mode restored
+    x = torch.rand(6, 4)
+    traced.eval()
+    torch.testing.assert_close(traced(x), model.eval()(x))
+    assert "dropout(" in traced.trainforward.graph
+    assert "False" in traced.evalforward.graph.split("dropout(")[1].split(")")[0]
+
+
+def test_strict_refuses_list_output_with_advice():
+    with pytest.raises(tracebridge.TraceError, match="use a tuple|Return a tuple"):
+        tracebridge.trace(lambda x: [x, x + 1], torch.rand(2))
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        traced = tracebridge.trace(lambda x: {"a": x, "b": [x * 2]}, torch.rand(2), strict=False)
+    out = traced(torch.ones(2))
+    assert set(out) == {"a", "b"} and out["b"][0].tolist() == [2.0, 2.0]
+
+
+def test_nested_inputs_and_kwargs():
+    def f(pair, scale=None):
+        a, (b, c) = pair
+        return a * scale + b - c, None
+
+    traced = tracebridge.trace(
+        f,
+        ((torch.rand(2), (torch.rand(2), torch.rand(2))),),
+        example_kwarg_inputs={"scale": torch.rand(2)},
+    )
+    args = (torch.ones(3), (torch.ones(3), torch.zeros(3)))
+    out, none = traced(args, scale=torch.full((3,), 2.0))
+    assert none is None and out.tolist() == [3.0, 3.0, 3.0]
+    with pytest.raises(tracebridge.TraceError, match="shaped differently"):
+        traced((torch.ones(3), torch.ones(3)), scale=torch.ones(3))
+
+
+def test_wrong_rank_is_a_clear_error():
+    traced = tracebridge.trace(Flatten(), torch.rand(2, 3, 4))
+    with pytest.raises(tracebridge.GuardError, match="input x has 2 dimensions, but the trace"):
+        traced(torch.rand(2, 12))
+
+
+def test_unsupported_call_names_the_line():
+    def g(x):
+        return x.apply_(lambda v: v)
+
+    with pytest.raises(tracebridge.UnsupportedOpError, match=r"test_api.py:\d+"):
+        tracebridge.trace(g, torch.rand(2))
+
+
+def test_closure_tensor_becomes_constant_with_warning():
+    bias = torch.tensor([1.0, 2.0])
+    with pytest.warns(tracebridge.TracerWarning, match="constant 'const0'") as record:
+        traced = tracebridge.trace(lambda x: x + bias, torch.rand(2))
+    assert record[0].filename == __file__
+    assert traced(torch.zeros(2)).tolist() == [1.0, 2.0]
+
+
+def test_interpreter_and_codegen_agree_including_guards():
+    def f(x):
+        if x.shape[0] > 2:
+            return torch.cumsum(x, 0).split(2)
+        return (x,)
+
+    for runtime in ("codegen", "interpreter"):
+        traced = tracebridge.trace(f, torch.arange(6.0), runtime=runtime, check_trace=False)
+        out = traced(torch.arange(6.0))
+        assert [t.tolist() for t in out] == [[0.0, 1.0], [3.0, 6.0], [10.0, 15.0]]
+        with pytest.raises(tracebridge.GuardError):
+            traced(torch.arange(2.0))
+        with pytest.raises(tracebridge.GuardError, match="gives 3 results, but now it gives 4"):
+            traced(torch.arange(8.0))
+
+
+def test_guards_can_be_disabled():
+    def f(x):
+        return x * 2 if x.sum() > 0 else x
+
+    traced = tracebridge.trace(f, torch.ones(2), check_trace=False)
+    with pytest.raises(tracebridge.GuardError):
+        traced(-torch.ones(2))
+    with tracebridge.guards_disabled():
+        assert traced(-torch.ones(2)).tolist() == [-2.0, -2.0]
+    traced.check_guards = False
+    assert traced(-torch.ones(2)).tolist() == [-2.0, -2.0]
