@@ -10,8 +10,8 @@ It measures, on the conformance zoo (tests/python/models.py):
   1. trace time: tracebridge.trace(check_trace=True) vs torch.jit.trace(check_trace=True) vs
      torch.export.export;
   2. per-call latency at batch 1 and 32: eager vs the *loaded* tracebridge artifact (codegen
-     runtime) vs the torch.jit.trace'd module, and the loaded artifact with guards off where the
-     core can turn them off;
+     runtime) vs the torch.jit.trace'd module, and the loaded artifact with its guards off
+     (``tracebridge.guards_disabled()``, entered once around a block of calls);
   3. save time, load time and file size: tracebridge.save/load vs torch.jit.save/load.
 
 Note: how it measures. Every number is the median over many repeats; within a repeat the
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
 import os
 import platform
 import random
@@ -58,22 +57,40 @@ BATCHES = (1, 32)
 # --------------------------------------------------------------------------- timing
 
 
-def _time_block(fn: Callable[[], Any], n: int) -> float:
+Contender = Callable[[], Any]
+
+
+@dataclass
+class Within:
+    """A contender that runs inside a context (entered once per block, not once per call)."""
+
+    fn: Contender
+    context: Callable[[], contextlib.AbstractContextManager]
+
+    def __call__(self) -> Any:
+        with self.context():
+            return self.fn()
+
+
+def _time_block(fn: Contender, n: int) -> float:
     """Seconds per call over a block of ``n`` calls."""
-    start = time.perf_counter()
-    for _ in range(n):
-        fn()
-    return (time.perf_counter() - start) / n
+    context = fn.context() if isinstance(fn, Within) else contextlib.nullcontext()
+    call = fn.fn if isinstance(fn, Within) else fn
+    with context:
+        start = time.perf_counter()
+        for _ in range(n):
+            call()
+        return (time.perf_counter() - start) / n
 
 
-def _calls_per_block(fns: dict[str, Callable[[], Any]], target_s: float) -> int:
+def _calls_per_block(fns: dict[str, Contender], target_s: float) -> int:
     """Enough calls that the slowest contender's block takes about ``target_s``."""
     slowest = max(_time_block(fn, 1) for fn in fns.values())
     return max(1, min(1000, int(target_s / max(slowest, 1e-7))))
 
 
 def interleaved(
-    fns: dict[str, Callable[[], Any]], repeats: int, warmup: int = 3, target_s: float = 0.01
+    fns: dict[str, Contender], repeats: int, warmup: int = 3, target_s: float = 0.01
 ) -> dict[str, float]:
     """Median seconds per call of each contender, the contenders interleaved per repeat."""
     for fn in fns.values():
@@ -138,7 +155,6 @@ class ModelResult:
     io: dict[str, Cell] = field(default_factory=dict)
     sizes: dict[str, int | None] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
-    artifact: str | None = None
 
 
 def _short(exc: BaseException) -> str:
@@ -159,23 +175,6 @@ def tb_trace(case: Case) -> Any:
         return tracebridge.trace(
             case.model, case.example_inputs, check_trace=case.check_trace_ok, **case.trace_kwargs
         )
-
-
-def guards_off(path: str, loaded: Any, inputs: tuple) -> Callable[[], Any] | None:
-    """A call of the artifact at ``path`` with guard checks off, if the core offers a way.
-
-    Looked for, in order: ``tracebridge.load(..., guards=False)`` and a call-time
-    ``guards=False`` keyword. None where neither exists.
-    """
-    with contextlib.suppress(TypeError, ValueError):
-        if "guards" in inspect.signature(tracebridge.load).parameters:
-            unguarded = tracebridge.load(path, runtime="codegen", guards=False)
-            return lambda: unguarded(*inputs)
-    try:
-        loaded(*inputs, guards=False)
-    except Exception:  # TypeError from Python, RuntimeError from a compiled forward
-        return None
-    return lambda: loaded(*inputs, guards=False)
 
 
 # --------------------------------------------------------------------------- the measurements
@@ -231,7 +230,6 @@ def measure_io(case: Case, tb: Any, jt: Any, result: ModelResult, repeats: int, 
         try:
             tracebridge.save(tb, path)
             loaded = tracebridge.load(path, runtime="codegen")
-            result.artifact = path
             result.sizes["tracebridge"] = os.path.getsize(path)
             fns["tracebridge save"] = lambda: tracebridge.save(tb, path)
             fns["tracebridge load"] = lambda: tracebridge.load(path, runtime="codegen")
@@ -273,10 +271,10 @@ def measure_latency(
                     del fns[key]
                     cells[key] = Cell(note="error")
                     result.errors.append(f"{key} at batch {batch}: {_short(exc)}")
-            if "tracebridge" in fns:
-                off = guards_off(result.artifact, loaded, inputs)
-                if off is not None:
-                    fns["tracebridge, guards off"] = off
+            if "tracebridge" in fns and hasattr(tracebridge, "guards_disabled"):
+                fns["tracebridge, guards off"] = Within(
+                    fns["tracebridge"], tracebridge.guards_disabled
+                )
             timed = interleaved(fns, repeats)
         cells.update({k: Cell(v) for k, v in timed.items()})
         result.latency[batch] = cells
@@ -368,7 +366,7 @@ def render(results: list[ModelResult], args: argparse.Namespace) -> str:
             header += ["tracebridge, guards off", "guard overhead"]
         out.append(_table(header, rows))
     if not any("tracebridge, guards off" in c for r in results for c in r.latency.values()):
-        out += ["", "Guard overhead: not measured (the core offers no way to turn guards off)."]
+        out += ["", "Guard overhead: not measured (this tracebridge has no `guards_disabled()`)."]
     out += ["", "### Save and load (ms) and file size (KiB)", ""]
     rows = []
     for r in results:

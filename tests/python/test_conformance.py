@@ -29,7 +29,10 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 import tracebridge
-from models import CASES, Case
+
+# The zoo is a plain module beside this file, whether or not tests/python is a package.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from models import CASES, Case  # noqa: E402
 
 RUNTIMES = ("codegen", "interpreter")
 
