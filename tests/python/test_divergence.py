@@ -1,0 +1,852 @@
+"""The divergence suite (issue 3): programs that make ``torch.jit.trace`` silently wrong.
+
+Each case is a small program of a kind known to fool tracing, an example input to trace it
+with, and a second input (or a change made after tracing: ``.eval()``, a rebound closure) on
+which the trace is called. For every case the suite records, by assertion, what
+``torch.jit.trace`` returns on the second input, and asserts that tracebridge either returns
+the right result or refuses clearly: ``GuardError`` at call time (``check_trace=False``, the
+run-time guards) or ``TracingCheckError`` / ``TraceError`` at trace time
+(``check_trace=True``, the trace-time check) -- never a wrong result.
+
+Outcomes, compared with eager PyTorch on the second input:
+  right   same values, shape, dtype and device as eager
+  wrong   a result that differs from eager (the silent failure)
+  error   an ordinary exception at call time (torch.jit only)
+  refuse  an ordinary exception at trace time (torch.jit only)
+  guard   tracebridge.GuardError at call time
+  check   tracebridge.TracingCheckError (or TraceError) at trace time
+
+Where tracebridge returns a wrong result, the case is a core bug: its tracebridge test is
+marked ``xfail(strict=True, reason="core: ...")`` and asserts the safe behaviour, so a fix
+turns it into an XPASS to remove.
+
+``python tests/python/test_divergence.py`` prints the table of docs/divergence.md from the
+outcomes observed now.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+
+SAFE = ("right", "guard", "check")
+
+
+@dataclass
+class Setup:
+    """One fresh instance of a case: the program, its inputs, and the change after tracing.
+
+    ``change`` is called after tracing and before the second call (``m.eval()``, rebinding a
+    closure); it receives every traced object so it can switch their mode too.
+    """
+
+    fn: Callable
+    example: tuple
+    other: tuple
+    change: Callable[[list], None] | None = None
+
+
+@dataclass
+class Case:
+    """A divergence case and the outcomes observed for it.
+
+    Attributes:
+        name: the test id.
+        what: the pattern, for the table.
+        build: makes a fresh :class:`Setup` (fresh modules, closures and inputs).
+        jit: the outcome of ``torch.jit.trace`` on the second input.
+        tb: the outcomes of tracebridge with ``check_trace=False`` and ``check_trace=True``.
+        core: for an outcome ``wrong`` of tracebridge, why (the xfail reason).
+        kwargs: extra arguments to both tracers (``strict``) and to tracebridge
+            (``respect_mode``; never passed to torch.jit).
+    """
+
+    name: str
+    what: str
+    build: Callable[[], Setup]
+    jit: str
+    tb: tuple[str, str]
+    core: str = ""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- the programs
+
+
+def data_branch(x):
+    if x.sum() > 0:
+        return x * 2
+    return x - 1
+
+
+def int_size_view(x):
+    return x.view(int(x.size(0)), -1)
+
+
+def item_arithmetic(x):
+    return x / x.max().item()
+
+
+def item_branch(x):
+    if x.max().item() > 0.5:
+        return x * 2
+    return x
+
+
+def loop_over_len(x):
+    acc = torch.zeros_like(x[0])
+    for i in range(len(x)):
+        acc = acc + x[i] * (i + 1)
+    return acc
+
+
+def loop_over_size(x):
+    acc = torch.zeros_like(x[0])
+    for i in range(x.size(0)):
+        acc = acc + x[i]
+    return acc
+
+
+def iterate_rows(x):
+    acc = torch.zeros_like(x[0])
+    for row in x:
+        acc = acc + row
+    return acc
+
+
+def device_of_input(x):
+    return torch.arange(x.shape[0], device=x.device)
+
+
+def dtype_of_input(x):
+    return torch.ones(x.shape[0], dtype=x.dtype)
+
+
+def zeros_of_batch(x):
+    return torch.zeros(x.shape[0], 4) + x.sum(1, keepdim=True)
+
+
+def tolist_to_tensor(x):
+    return torch.tensor(x.tolist()) * 2
+
+
+def tensor_of_item(x):
+    return x[:2] * torch.tensor([x.sum().item(), 1.0])
+
+
+def tensor_of_shape(x):
+    return torch.tensor(x.shape)
+
+
+def arange_mask(x):
+    return x * (torch.arange(x.size(1)) < 2)
+
+
+def through_numpy(x):
+    return torch.from_numpy(x.numpy() * 2)
+
+
+def shape_branch(x):
+    if x.shape[0] > 2:
+        return x * 2
+    return x + 1
+
+
+def max_of_size(x):
+    return torch.zeros(max(x.size(0), 3))
+
+
+def list_output(x):
+    return [x[i] * 2 for i in range(x.size(0))]
+
+
+def dict_output(x):
+    return {f"row{i}": x[i] for i in range(x.size(0))}
+
+
+def fixed_dict_output(x):
+    return {"sum": x.sum(0), "first": x[0]}
+
+
+def inplace_input(x):
+    x.add_(1)
+    return x * 2
+
+
+def new_zeros_of_size(x):
+    return x.new_zeros(x.size()) + 1
+
+
+def dtype_branch(x):
+    if x.dtype == torch.float16:
+        x = x.float()
+    return x * 2
+
+
+def floating_point_branch(x):
+    if x.is_floating_point():
+        return x / 2
+    return x // 2
+
+
+def size_in_set(x):
+    if x.shape[0] in {1, 2}:
+        return x * 10
+    return x
+
+
+SCALE_BY_BATCH = {2: 1.0, 3: 0.5}
+
+
+def size_as_dict_key(x):
+    return x * SCALE_BY_BATCH.get(x.size(0), 0.1)
+
+
+def round_of_size(x):
+    return x[: round(x.size(0) * 0.5)]
+
+
+def shift_of_size(x):
+    return x.view(x.size(0) >> 1, -1)
+
+
+def divmod_of_size(x):
+    half, _ = divmod(x.size(0), 2)
+    return x[:half]
+
+
+def size_through_string(x):
+    return x.reshape(int(f"{x.size(0)}"), -1)
+
+
+def contiguity_branch(x):
+    if x.is_contiguous():
+        return x * 2
+    return x + 1
+
+
+def stride_arithmetic(x):
+    return x * x.stride(0)
+
+
+SCALE = 2.0
+
+
+def global_number(x):
+    return x * SCALE
+
+
+# --------------------------------------------------------------------------- the builders
+
+
+def _plain(fn: Callable, example: tuple, other: tuple) -> Callable[[], Setup]:
+    return lambda: Setup(fn, example, other)
+
+
+def _seeded(*shape, scale=1.0, shift=0.0, dtype=torch.float32) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(sum(shape) + 7)
+    return (torch.rand(*shape, generator=gen) * scale + shift).to(dtype)
+
+
+def _mode_switch(module_factory: Callable[[], nn.Module], x, other) -> Callable[[], Setup]:
+    """A module traced in training mode and then switched to evaluation mode."""
+
+    def build() -> Setup:
+        torch.manual_seed(0)
+        module = module_factory().train()
+
+        def change(traced: list) -> None:
+            module.eval()
+            for t in traced:
+                t.eval()
+
+        return Setup(module, (x,), (other,), change)
+
+    return build
+
+
+class TrainingFlagBranch(nn.Module):
+    def forward(self, x):
+        if self.training:
+            return x * 0.5
+        return x
+
+
+def _closure_rebound() -> Setup:
+    weight = torch.ones(3)
+
+    def scaled(x):
+        return x * weight
+
+    def change(traced: list) -> None:
+        nonlocal weight
+        weight = torch.full((3,), 5.0)
+
+    return Setup(scaled, (_seeded(3),), (_seeded(3),), change)
+
+
+def _closure_inplace() -> Setup:
+    weight = torch.ones(3)
+
+    def scaled(x):
+        return x * weight
+
+    def change(traced: list) -> None:
+        weight.mul_(5.0)
+
+    return Setup(scaled, (_seeded(3),), (_seeded(3),), change)
+
+
+def _global_number() -> Setup:
+    def change(traced: list) -> None:
+        global SCALE
+        SCALE = 3.0
+
+    global SCALE
+    SCALE = 2.0
+    return Setup(global_number, (_seeded(3),), (_seeded(3),), change)
+
+
+def _dropout():
+    return nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5))
+
+
+def _batchnorm():
+    return nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+
+
+X34, X54 = _seeded(3, 4), _seeded(5, 4)
+META = torch.empty(5, device="meta")
+NONCONTIGUOUS = _seeded(3, 3, shift=1.0).t()
+
+_DEFAULT_MODE = (
+    "core: a module traced in training mode (respect_mode=False, the default) "
+    "and switched to .eval() still runs the training graph: no guard on the "
+    "training flag, no warning"
+)
+_BAKED_ROUND = (
+    "core: round() of a traced SymFloat is plain float.__round__: the size is baked without a guard"
+)
+
+CASES = [
+    Case(
+        "data_branch",
+        "`if x.sum() > 0:` (branch on tensor data)",
+        _plain(data_branch, (torch.ones(3),), (-2 * torch.ones(3),)),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "int_size_view",
+        "`x.view(int(x.size(0)), -1)`",
+        _plain(int_size_view, (_seeded(2, 3, 4),), (_seeded(5, 3, 4),)),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "item_arithmetic",
+        "`x / x.max().item()`",
+        _plain(item_arithmetic, (_seeded(4, shift=1.0),), (_seeded(4, scale=10.0, shift=1.0),)),
+        jit="wrong",
+        tb=("right", "right"),
+    ),
+    Case(
+        "item_branch",
+        "`if x.max().item() > 0.5:`",
+        _plain(item_branch, (torch.ones(3),), (torch.full((3,), 0.25),)),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "loop_over_len",
+        "`for i in range(len(x)):`",
+        _plain(loop_over_len, (_seeded(3, 2),), (_seeded(5, 2),)),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "loop_over_size",
+        "`for i in range(x.size(0)):`",
+        _plain(loop_over_size, (_seeded(3, 2),), (_seeded(5, 2),)),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "iterate_rows",
+        "`for row in x:`",
+        _plain(iterate_rows, (_seeded(3, 2),), (_seeded(5, 2),)),
+        jit="error",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "dropout_eval",
+        "Dropout traced in train mode, used in eval (`respect_mode=True`)",
+        _mode_switch(_dropout, X34, X34),
+        jit="wrong",
+        tb=("right", "right"),
+        kwargs={"respect_mode": True},
+    ),
+    Case(
+        "batchnorm_eval",
+        "BatchNorm traced in train mode, used in eval (`respect_mode=True`)",
+        _mode_switch(_batchnorm, X34, X34),
+        jit="wrong",
+        tb=("right", "right"),
+        kwargs={"respect_mode": True},
+    ),
+    Case(
+        "training_flag_eval",
+        "`if self.training:` traced in train, used in eval (`respect_mode=True`)",
+        _mode_switch(TrainingFlagBranch, X34, X34),
+        jit="wrong",
+        tb=("right", "right"),
+        kwargs={"respect_mode": True},
+    ),
+    Case(
+        "dropout_eval_default",
+        "Dropout traced in train mode, used in eval (default `respect_mode=False`)",
+        _mode_switch(_dropout, X34, X34),
+        jit="wrong",
+        tb=("wrong", "wrong"),
+        core=_DEFAULT_MODE,
+    ),
+    Case(
+        "batchnorm_eval_default",
+        "BatchNorm traced in train mode, used in eval (default `respect_mode=False`)",
+        _mode_switch(_batchnorm, X34, X34),
+        jit="wrong",
+        tb=("wrong", "wrong"),
+        core=_DEFAULT_MODE,
+    ),
+    Case(
+        "device_of_input",
+        "`torch.arange(n, device=x.device)`, called on another device (meta)",
+        _plain(device_of_input, (_seeded(3),), (META,)),
+        jit="wrong",
+        tb=("right", "right"),
+    ),
+    Case(
+        "dtype_of_input",
+        "`torch.ones(n, dtype=x.dtype)`, called with float64",
+        _plain(dtype_of_input, (_seeded(3),), (_seeded(5, dtype=torch.float64),)),
+        jit="wrong",
+        tb=("right", "right"),
+    ),
+    Case(
+        "zeros_of_batch",
+        "`torch.zeros(x.shape[0], 4)`",
+        _plain(zeros_of_batch, (_seeded(3, 2),), (_seeded(5, 2),)),
+        jit="right",
+        tb=("right", "right"),
+    ),
+    Case(
+        "new_zeros_of_size",
+        "`x.new_zeros(x.size())`",
+        _plain(new_zeros_of_size, (_seeded(2, 3),), (_seeded(4, 5),)),
+        jit="right",
+        tb=("right", "right"),
+    ),
+    Case(
+        "tolist_to_tensor",
+        "`torch.tensor(x.tolist())`",
+        _plain(tolist_to_tensor, (_seeded(3),), (_seeded(3, shift=5.0),)),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "tensor_of_item",
+        "`torch.tensor([x.sum().item(), 1.0])`",
+        _plain(tensor_of_item, (_seeded(4),), (_seeded(4, shift=5.0),)),
+        jit="wrong",
+        tb=("right", "right"),
+    ),
+    Case(
+        "tensor_of_shape",
+        "`torch.tensor(x.shape)`",
+        _plain(tensor_of_shape, (_seeded(3, 2),), (_seeded(5, 2),)),
+        jit="wrong",
+        tb=("right", "right"),
+    ),
+    Case(
+        "arange_mask",
+        "mask from `torch.arange(x.size(1)) < 2`",
+        _plain(arange_mask, (_seeded(3, 4),), (_seeded(3, 6),)),
+        jit="right",
+        tb=("right", "right"),
+    ),
+    Case(
+        "through_numpy",
+        "`torch.from_numpy(x.numpy() * 2)`",
+        _plain(through_numpy, (_seeded(3),), (_seeded(3, shift=5.0),)),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "closure_inplace",
+        "closure-captured tensor changed in place after tracing",
+        _closure_inplace,
+        jit="right",
+        tb=("right", "right"),
+    ),
+    Case(
+        "closure_rebound",
+        "closure-captured tensor rebound after tracing",
+        _closure_rebound,
+        jit="wrong",
+        tb=("wrong", "wrong"),
+        core="core: a captured tensor is stored by reference at trace time; rebinding the "
+        "closure variable later is invisible to the trace (warned at trace time only)",
+    ),
+    Case(
+        "global_number",
+        "global Python number read at trace time, changed later",
+        _global_number,
+        jit="wrong",
+        tb=("wrong", "wrong"),
+        core="core: a global Python number is baked into the graph with neither guard nor warning",
+    ),
+    Case(
+        "shape_branch",
+        "`if x.shape[0] > 2:`",
+        _plain(shape_branch, (_seeded(3),), (_seeded(2),)),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "max_of_size",
+        "`max(x.size(0), 3)`",
+        _plain(max_of_size, (_seeded(2),), (_seeded(5),)),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "list_output",
+        "list output `[x[i] for i in range(x.size(0))]` (`strict=False`)",
+        _plain(list_output, (_seeded(3, 2),), (_seeded(5, 2),)),
+        jit="wrong",
+        tb=("guard", "guard"),
+        kwargs={"strict": False},
+    ),
+    Case(
+        "dict_output",
+        "dict output with one key per row (`strict=False`)",
+        _plain(dict_output, (_seeded(3, 2),), (_seeded(5, 2),)),
+        jit="wrong",
+        tb=("guard", "guard"),
+        kwargs={"strict": False},
+    ),
+    Case(
+        "fixed_dict_output",
+        "dict output of fixed structure (`strict=False`)",
+        _plain(fixed_dict_output, (_seeded(3, 2),), (_seeded(5, 2),)),
+        jit="right",
+        tb=("right", "right"),
+        kwargs={"strict": False},
+    ),
+    Case(
+        "inplace_input",
+        "in-place mutation of an input (`x.add_(1)`)",
+        _plain(inplace_input, (torch.zeros(3),), (_seeded(4),)),
+        jit="right",
+        tb=("right", "check"),
+    ),
+    Case(
+        "dtype_branch",
+        "`if x.dtype == torch.float16:`, called with float16",
+        _plain(dtype_branch, (_seeded(3),), (_seeded(3, dtype=torch.float16),)),
+        jit="wrong",
+        tb=("wrong", "wrong"),
+        core="core: comparing x.dtype records no guard; the branch is baked",
+    ),
+    Case(
+        "floating_point_branch",
+        "`if x.is_floating_point():`, called with int64",
+        _plain(floating_point_branch, (_seeded(3),), (torch.tensor([3, 5, 7]),)),
+        jit="wrong",
+        tb=("wrong", "wrong"),
+        core="core: Tensor.is_floating_point() is answered concretely with no guard",
+    ),
+    Case(
+        "size_in_set",
+        "`if x.shape[0] in {1, 2}:`",
+        _plain(size_in_set, (_seeded(4),), (_seeded(2),)),
+        jit="wrong",
+        tb=("wrong", "wrong"),
+        core="core: SymInt.__hash__ records no guard, so a set miss is baked",
+    ),
+    Case(
+        "size_as_dict_key",
+        "`SCALES.get(x.size(0), 0.1)`",
+        _plain(size_as_dict_key, (_seeded(4),), (_seeded(2),)),
+        jit="wrong",
+        tb=("wrong", "wrong"),
+        core="core: SymInt.__hash__ records no guard, so a dict miss is baked",
+    ),
+    Case(
+        "round_of_size",
+        "`x[:round(x.size(0) * 0.5)]`",
+        _plain(round_of_size, (_seeded(4),), (_seeded(8),)),
+        jit="refuse",
+        tb=("wrong", "wrong"),
+        core=_BAKED_ROUND,
+    ),
+    Case(
+        "shift_of_size",
+        "`x.view(x.size(0) >> 1, -1)`",
+        _plain(shift_of_size, (_seeded(4, 3),), (_seeded(8, 3),)),
+        jit="right",
+        tb=("wrong", "wrong"),
+        core="core: SymInt has no __rshift__/__and__/...: int's runs and bakes the size",
+    ),
+    Case(
+        "divmod_of_size",
+        "`divmod(x.size(0), 2)`",
+        _plain(divmod_of_size, (_seeded(4),), (_seeded(8),)),
+        jit="refuse",
+        tb=("wrong", "wrong"),
+        core="core: SymInt has no __divmod__: int's runs and bakes the size",
+    ),
+    Case(
+        "size_through_string",
+        '`int(f"{x.size(0)}")`',
+        _plain(size_through_string, (_seeded(4, 3),), (_seeded(8, 3),)),
+        jit="wrong",
+        tb=("wrong", "check"),
+        core="core: SymInt.__format__ records no guard (check_trace=True catches it by "
+        "trying another batch size)",
+    ),
+    Case(
+        "contiguity_branch",
+        "`if x.is_contiguous():`, called with a transposed tensor",
+        _plain(contiguity_branch, (_seeded(3, 3),), (NONCONTIGUOUS,)),
+        jit="wrong",
+        tb=("wrong", "wrong"),
+        core="core: Tensor.is_contiguous() is answered concretely with no guard",
+    ),
+    Case(
+        "stride_arithmetic",
+        "`x * x.stride(0)`",
+        _plain(stride_arithmetic, (_seeded(3, 3),), (_seeded(3, 5),)),
+        jit="wrong",
+        tb=("wrong", "wrong"),
+        core="core: Tensor.stride() is answered concretely with no guard",
+    ),
+]
+BY_NAME = {case.name: case for case in CASES}
+
+
+# --------------------------------------------------------------------------- running a case
+
+
+def _clone(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj.clone()
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_clone(x) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _clone(v) for k, v in obj.items()}
+    return obj
+
+
+def same(expected, got) -> bool:
+    """Same structure, and per tensor the same shape, dtype, device and values."""
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            return False
+        if (expected.shape, expected.dtype, expected.device) != (got.shape, got.dtype, got.device):
+            return False
+        if expected.device.type == "meta":
+            return True
+        return torch.allclose(expected.double(), got.double(), atol=1e-6, equal_nan=True)
+    if isinstance(expected, (tuple, list)):
+        return (
+            type(got) is type(expected)
+            and len(got) == len(expected)
+            and all(same(a, b) for a, b in zip(expected, got))
+        )
+    if isinstance(expected, dict):
+        return (
+            isinstance(got, dict)
+            and list(got) == list(expected)
+            and all(same(expected[k], got[k]) for k in expected)
+        )
+    return expected == got
+
+
+def _second_call(setup: Setup, traced) -> str:
+    if setup.change is not None:
+        setup.change([traced])
+    expected = setup.fn(*_clone(setup.other))
+    try:
+        got = traced(*_clone(setup.other))
+    except tracebridge.GuardError:
+        return "guard"
+    except Exception:
+        return "error"
+    return "right" if same(expected, got) else "wrong"
+
+
+def jit_outcome(case: Case) -> str:
+    """What ``torch.jit.trace`` returns on the case's second input."""
+    setup = case.build()
+    strict = case.kwargs.get("strict", True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit.trace is deprecated and warns a lot
+        try:
+            traced = torch.jit.trace(
+                setup.fn, _clone(setup.example), check_trace=False, strict=strict
+            )
+        except Exception:
+            return "refuse"
+    return _second_call(setup, traced)
+
+
+def tracebridge_outcome(case: Case, check_trace: bool) -> str:
+    """What tracebridge does: refuse at trace time, refuse at call time, or answer."""
+    setup = case.build()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tracebridge.TracerWarning)
+        try:
+            traced = tracebridge.trace(
+                setup.fn, _clone(setup.example), check_trace=check_trace, **case.kwargs
+            )
+        except tracebridge.TraceError:
+            return "check"
+    return _second_call(setup, traced)
+
+
+def _tb_params():
+    params = []
+    for case in CASES:
+        for index, check_trace in enumerate((False, True)):
+            marks = []
+            if case.tb[index] == "wrong":
+                marks = [pytest.mark.xfail(strict=True, reason=case.core)]
+            params.append(
+                pytest.param(
+                    case.name, check_trace, marks=marks, id=f"{case.name}-check_trace={check_trace}"
+                )
+            )
+    return params
+
+
+# --------------------------------------------------------------------------- the tests
+
+
+def test_suite_is_large_and_jit_is_often_wrong():
+    assert len(CASES) >= 14
+    assert sum(case.jit == "wrong" for case in CASES) >= 14
+    assert all(case.core for case in CASES if "wrong" in case.tb)
+
+
+@pytest.mark.parametrize("name", [case.name for case in CASES])
+def test_torch_jit_trace(name):
+    """Record what torch.jit.trace does (mostly: a silently wrong result)."""
+    case = BY_NAME[name]
+    assert jit_outcome(case) == case.jit
+
+
+@pytest.mark.parametrize(("name", "check_trace"), _tb_params())
+def test_tracebridge(name, check_trace):
+    """tracebridge answers right or refuses clearly; never a wrong result."""
+    case = BY_NAME[name]
+    outcome = tracebridge_outcome(case, check_trace)
+    assert outcome in SAFE, f"tracebridge returned a wrong result for {case.what}"
+    assert outcome == case.tb[check_trace]
+
+
+def test_guard_errors_name_the_line():
+    """Where tracebridge refuses at call time, the error names the user's source line."""
+    for case in CASES:
+        if case.tb[0] != "guard":
+            continue
+        setup = case.build()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", tracebridge.TracerWarning)
+            traced = tracebridge.trace(
+                setup.fn, _clone(setup.example), check_trace=False, **case.kwargs
+            )
+        with pytest.raises(tracebridge.GuardError) as info:
+            traced(*_clone(setup.other))
+        assert info.value.location.startswith(__file__ + ":"), case.name
+        assert "assumption made at " + __file__ in str(info.value), case.name
+
+
+def test_inplace_input_is_mutated_once_like_eager():
+    """Tracing without the check runs the code once, so an input mutated in place is
+    mutated once, as one eager call would; the traced call mutates its input too."""
+    x = torch.zeros(3)
+    traced = tracebridge.trace(inplace_input, x, check_trace=False)
+    assert torch.equal(x, torch.ones(3))
+    y = torch.zeros(3)
+    assert torch.equal(traced(y), torch.full((3,), 2.0))
+    assert torch.equal(y, torch.ones(3))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core: check_trace reruns the code and the trace on "
+    "the same example tensors, so an input mutated in place fails the check "
+    "(TracingCheckError, max abs error 2) and is mutated 4 times; torch.jit "
+    "checks on copies",
+)
+def test_check_trace_accepts_inplace_input_and_leaves_it_as_one_call_would():
+    x = torch.zeros(3)
+    tracebridge.trace(inplace_input, x, check_trace=True)
+    assert torch.equal(x, torch.ones(3))
+
+
+def test_default_mode_keeps_the_traced_mode_like_jit():
+    """Without respect_mode, the traced module records only the mode it was traced in."""
+    module = _dropout().eval()
+    traced = tracebridge.trace(module, X34)
+    assert traced.methods == ["forward"]
+    traced.train()
+    assert torch.equal(traced(X34), module.eval()(X34))  # still the evaluation graph
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def divergence_table() -> str:
+    """The markdown table of docs/divergence.md, from the outcomes observed now."""
+    words = {
+        "right": "right result",
+        "wrong": "**silently wrong**",
+        "error": "error at call",
+        "refuse": "error at trace",
+        "guard": "`GuardError` at call",
+        "check": "`TracingCheckError` at trace",
+    }
+    rows = [
+        "| case | pattern | `torch.jit.trace` | tracebridge, `check_trace=False` "
+        "| tracebridge, `check_trace=True` |",
+        "|---|---|---|---|---|",
+    ]
+    counts = {"jit": 0, "tb": 0}
+    for case in CASES:
+        torch.manual_seed(0)
+        jit = jit_outcome(case)
+        tb = [tracebridge_outcome(case, check) for check in (False, True)]
+        counts["jit"] += jit == "wrong"
+        counts["tb"] += "wrong" in tb
+        cells = [words[jit]] + [words[o] + (" (core bug)" if o == "wrong" else "") for o in tb]
+        rows.append(f"| `{case.name}` | {case.what} | " + " | ".join(cells) + " |")
+    rows.append("")
+    rows.append(
+        f"{len(CASES)} cases: `torch.jit.trace` is silently wrong in {counts['jit']}, "
+        f"tracebridge in {counts['tb']} (each a core bug, xfail in the suite)."
+    )
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(divergence_table())
