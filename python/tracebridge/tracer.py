@@ -532,10 +532,11 @@ class Tracer:
         )
         outputs = []
         wrapped = []
+        desc = self._call_desc(name, args, kwargs)
         for leaf in leaves:
             if isinstance(leaf, torch.Tensor):
                 value = self._new_value("Tensor", leaf)
-                self._bind_tensor(leaf, value, f"%{value.id}")
+                self._bind_tensor(leaf, value, desc if len(leaves) == 1 else f"%{value.id}")
                 outputs.append(value)
                 wrapped.append(leaf)
             else:
@@ -551,6 +552,22 @@ class Tracer:
         if any(isinstance(w, _Traced) for w in wrapped):
             return pytree.unflatten(wrapped, spec)
         return result
+
+    def _call_desc(self, name: str, args: tuple, kwargs: dict) -> str:
+        """A short expression for an op's result, for messages: ``gt(sum(x), 0)``."""
+        parts = []
+        for arg in list(args) + list(kwargs.values()):
+            if isinstance(arg, torch.Tensor):
+                hit = self._lookup(arg)
+                parts.append(hit[2] if hit else "tensor")
+            elif isinstance(arg, _Traced):
+                parts.append(arg._desc)
+            elif isinstance(arg, (int, float, bool, str)) or arg is None:
+                parts.append(repr(arg))
+            else:
+                parts.append("...")
+        text = f"{name.rsplit('.', 1)[-1]}({', '.join(parts)})"
+        return text if len(text) <= 60 else f"{name.rsplit('.', 1)[-1]}(...)"
 
     def _on_property(self, prop: str, getter, tensor: torch.Tensor):
         if prop == "shape":
