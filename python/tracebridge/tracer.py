@@ -206,6 +206,17 @@ def _without_dispatch(func: types.FunctionType) -> Callable:
     return copy
 
 
+_FROM_PYTHON_DATA = frozenset({"tensor", "as_tensor", "asarray", "Tensor.new_tensor"})
+
+
+def _walk(obj):
+    if isinstance(obj, (list, tuple)):
+        for x in obj:
+            yield from _walk(x)
+    else:
+        yield obj
+
+
 def _dispatching_function() -> types.FunctionType | None:
     """The Python function that called ``handle_torch_function`` (found on the stack)."""
     frame = sys._getframe(2)
@@ -525,8 +536,17 @@ class Tracer:
         enc_args = [self.encode(a) for a in args]
         enc_kwargs = {k: self.encode(v) for k, v in kwargs.items()}
         result = func(*args, **kwargs)
-        if name in opset.RANDOM_OPS or name.endswith("dropout"):
-            pass  # recorded like any op; the runtime draws fresh numbers on each call
+        if name in _FROM_PYTHON_DATA:
+            traced = any(isinstance(x, Ref) for x in _walk(enc_args))
+            self.warn(
+                f"torch.{name.rsplit('.', 1)[-1]}(...) of Python data: "
+                + (
+                    "the traced numbers in it are recorded, the rest is fixed in the trace"
+                    if traced
+                    else "the data is fixed in the trace; if it depends on the "
+                    "inputs, build it with tensor operations instead"
+                )
+            )
         leaves, spec = pytree.flatten(
             result, lambda x: isinstance(x, (torch.Tensor, int, float)) and not isinstance(x, bool)
         )
