@@ -1,0 +1,641 @@
+"""The ``tracebridge`` command: look inside, check, draw and run artifacts.
+
+    tracebridge inspect FILE [--json]
+    tracebridge validate FILE
+    tracebridge graph FILE [--method NAME] [--format dot|svg] [-o OUT]
+    tracebridge run FILE --inputs IN [--method NAME] [--mode train|eval] [-o OUT]
+
+``inspect``, ``validate`` and ``graph`` read the archive only: they parse JSON and
+safetensors bytes and never build or call a model, so they are safe on a file from anywhere.
+``run`` loads the artifact with :func:`tracebridge.load` and calls one method.
+
+Exit status: 0 success, 1 a bad file or a failed run (one line on stderr), 2 a usage error.
+
+>>> from tracebridge.cli import main
+>>> main(["validate", "/no/such/file.tb"])  # doctest: +SKIP
+1
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from collections.abc import Sequence
+from typing import Any
+
+from . import __version__, artifact, pytree
+from .errors import ArtifactError, TraceError
+from .ir import DTYPE_SHORT, Graph, Program, Ref, graph_from_json
+from .printer import Printer, _short, graph_text
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Arguments that make no sense for this file (exit status 2)."""
+
+
+# --- reading the archive (no model code runs) -------------------------------------------------
+
+
+def read_archive(path: str) -> tuple[dict, Program]:
+    """Open, check and decode an artifact: returns its program.json and the Program.
+
+    Every check of :func:`tracebridge.artifact.read` runs (schema, op set, checksum, tensor
+    sizes); nothing is executed.
+    """
+    doc, blob = artifact.read_json(path)
+    expected = doc.get("tensors", {}).get("sha256")
+    if expected and hashlib.sha256(blob).hexdigest() != expected:
+        raise ArtifactError(
+            f"{path}: {artifact.TENSORS_MEMBER} does not match its sha256 "
+            "checksum (the file is corrupt or was edited)"
+        )
+    tensors = artifact.parse_safetensors(blob, path)
+    return doc, artifact.program_from_json(doc, tensors, path)
+
+
+def _method_names(doc: dict) -> list[str]:
+    return list(doc["methods"]) + [m for m in doc.get("dispatch", {}) if m not in doc["methods"]]
+
+
+def _resolve_method(doc: dict, requested: str | None, training: bool | None = None) -> str:
+    """The stored graph a method name means: a dispatch route follows ``training``, by
+    default the mode saved in the file."""
+    methods = doc["methods"]
+    dispatch = doc.get("dispatch", {})
+    name = requested
+    if name is None:
+        name = "forward" if "forward" in methods or "forward" in dispatch else next(iter(methods))
+    if name in dispatch and name not in methods:
+        training = doc.get("training", False) if training is None else training
+        return dispatch[name]["train" if training else "eval"]
+    if name not in methods:
+        raise UsageError(
+            f"no method {name!r} in this file; it has: {', '.join(_method_names(doc))}"
+        )
+    return name
+
+
+# --- inspect -----------------------------------------------------------------------------------
+
+
+def _nbytes(info: dict) -> int:
+    count = 1
+    for d in info["shape"]:
+        count *= d
+    size = {
+        "float64": 8,
+        "int64": 8,
+        "complex64": 8,
+        "complex128": 16,
+        "float32": 4,
+        "int32": 4,
+        "float16": 2,
+        "bfloat16": 2,
+        "int16": 2,
+    }.get(info["dtype"], 1)
+    return count * size
+
+
+def guard_rows(graph: Graph) -> list[dict]:
+    """Each guard of a graph as ``{what, expect, kind, loc}``."""
+    return [
+        {
+            "what": n.kwargs.get("what", ""),
+            "expect": n.kwargs.get("expect"),
+            "kind": n.kwargs.get("kind", "value"),
+            "loc": n.loc,
+        }
+        for n in graph.guards
+    ]
+
+
+def guard_text(row: dict) -> str:
+    """A guard in words: ``x.shape[0] == 4`` or ``x.shape[1] == 4 is True``."""
+    expect = row["expect"]
+    if row["kind"] == "branch" and isinstance(expect, bool):
+        return f"({row['what']}) is {expect}"
+    if row["kind"] == "count":
+        return f"{row['what']} gives {expect!r} results"
+    return f"{row['what']} == {expect!r}"
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def op_counts(graph: Graph) -> dict[str, int]:
+    """How many nodes of each op a graph has, most frequent first."""
+    counts = collections.Counter(n.op for n in graph.nodes)
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def summary(doc: dict, program: Program) -> dict:
+    """What ``inspect --json`` prints: everything a person wants to know about a file."""
+    return {
+        "format": doc["format"],
+        "format_version": doc["format_version"],
+        "opset_version": doc["opset_version"],
+        "producer": doc["producer"],
+        "kind": doc["kind"],
+        "class": doc.get("module_classes", {}).get(""),
+        "training": doc.get("training", False),
+        "methods": list(doc["methods"]),
+        "dispatch": doc.get("dispatch", {}),
+        "state": {
+            name: {"kind": info["kind"], "dtype": info["dtype"], "shape": info["shape"]}
+            for name, info in doc["state"].items()
+        },
+        "graphs": {
+            name: {
+                "inputs": [{"name": v.name, "type": v.type_str()} for v in g.inputs],
+                "nodes": len(g.nodes),
+                "guards": guard_rows(g),
+                "op_counts": op_counts(g),
+            }
+            for name, g in program.methods.items()
+        },
+    }
+
+
+def _inspect_text(path: str, doc: dict, program: Program, show_graphs: bool) -> str:
+    producer = doc["producer"]
+    out = io.StringIO()
+    w = out.write
+    w(f"file:       {path} ({os.path.getsize(path):,} bytes)\n")
+    w(f"format:     tracebridge format {doc['format_version']}, op set {doc['opset_version']}\n")
+    torch_part = f", torch {producer['torch']}" if producer.get("torch") else ""
+    w(
+        f"producer:   {producer['name']} {producer['version']} "
+        f"({producer['language']}{torch_part})\n"
+    )
+    cls = doc.get("module_classes", {}).get("")
+    kind = f"module ({cls})" if cls else doc["kind"]
+    mode = ", saved in training mode" if doc.get("training") else ""
+    w(f"kind:       {kind}{mode if doc['kind'] == 'module' else ''}\n")
+    w(f"methods:    {', '.join(doc['methods'])}\n")
+    for name, route in doc.get("dispatch", {}).items():
+        w(f"dispatch:   {name} -> {route['train']} (train) / {route['eval']} (eval)\n")
+    state = doc["state"]
+    total = sum(_nbytes(i) for i in state.values())
+    w(f"\nstate: {_plural(len(state), 'tensor')}, {total:,} bytes\n")
+    if state:
+        width = max(len(n) for n in state)
+        for name, info in state.items():
+            short = DTYPE_SHORT.get(info["dtype"], info["dtype"])
+            dims = ", ".join(str(d) for d in info["shape"])
+            w(f"  {info['kind']:<10} {name:<{width}}  {short}[{dims}]\n")
+    for name, graph in program.methods.items():
+        guards = guard_rows(graph)
+        w(
+            f"\nmethod {name}: {_plural(len(graph.nodes), 'node')}, "
+            f"{_plural(len(guards), 'guard')}\n"
+        )
+        inputs = ", ".join(f"{v.name}: {v.type_str()}" for v in graph.inputs)
+        w(f"  inputs: {inputs or '(none)'}\n")
+        if guards:
+            w("  guards:\n")
+            for g in guards:
+                w(f"    {guard_text(g)}  ({g['kind']} guard, at {_short(g['loc'])})\n")
+        w("  op counts:\n")
+        counts = op_counts(graph)
+        width = max((len(op) for op in counts), default=0)
+        for op, count in counts.items():
+            w(f"    {op:<{width}}  {count}\n")
+        if show_graphs:
+            w("\n" + graph_text(graph, name) + "\n")
+    return out.getvalue()
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    doc, program = read_archive(args.file)
+    if args.json:
+        print(json.dumps(summary(doc, program), indent=1))
+    else:
+        sys.stdout.write(_inspect_text(args.file, doc, program, not args.no_graph))
+    return EXIT_OK
+
+
+# --- validate ----------------------------------------------------------------------------------
+
+
+def _count_leaves(spec: dict | None) -> int:
+    if spec is None:
+        return 0
+    if spec["t"] == "leaf":
+        return 1
+    return sum(_count_leaves(c) for c in spec.get("c", ()))
+
+
+def check_structure(doc: dict, program: Program, path: str) -> None:
+    """The rules that the schema cannot say: lint of each graph, output counts, state
+    names, dispatch routes, tensors. Raises ArtifactError naming the first fault."""
+    from .verify import lint
+
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            if info.compress_type != zipfile.ZIP_STORED:
+                raise ArtifactError(
+                    f"{path}: member {info.filename} is compressed; members "
+                    "must be stored so the tensors can be memory-mapped"
+                )
+    tensors = doc.get("tensors")
+    if not tensors or "sha256" not in tensors:
+        raise ArtifactError(f"{path}: program.json has no tensors.sha256 checksum")
+    if tensors.get("count", len(program.state)) != len(program.state):
+        raise ArtifactError(
+            f"{path}: tensors.count is {tensors['count']} but the state has "
+            f"{len(program.state)} tensors"
+        )
+    for method, route in doc.get("dispatch", {}).items():
+        for mode, target in route.items():
+            if target not in doc["methods"]:
+                raise ArtifactError(
+                    f"{path}: dispatch of {method!r} in {mode} mode names "
+                    f"method {target!r}, which the file does not have"
+                )
+    for name, graph in program.methods.items():
+        where = f"{path}: method {name!r}"
+        try:
+            lint(graph, set(program.state))
+        except TraceError as exc:
+            raise ArtifactError(f"{where}: {exc}") from None
+        if len(graph.inputs) != _count_leaves(graph.in_spec):
+            raise ArtifactError(
+                f"{where}: {len(graph.inputs)} inputs but in_spec has "
+                f"{_count_leaves(graph.in_spec)} leaves"
+            )
+        if len(graph.outputs) != _count_leaves(graph.out_spec):
+            raise ArtifactError(
+                f"{where}: {len(graph.outputs)} outputs but out_spec has "
+                f"{_count_leaves(graph.out_spec)} leaves"
+            )
+        for index, node in enumerate(graph.nodes):
+            if node.op == "prim.state" and node.args[0] not in program.state:
+                raise ArtifactError(f"{where}, node {index}: state {node.args[0]!r} does not exist")
+            if len(node.outputs) != _count_leaves(node.out_spec):
+                raise ArtifactError(
+                    f"{where}, node {index} ({node.op}): {len(node.outputs)} "
+                    f"outputs but out_spec has {_count_leaves(node.out_spec)} "
+                    "leaves"
+                )
+            if node.op == "prim.guard" and ("expect" not in node.kwargs or len(node.args) != 1):
+                raise ArtifactError(
+                    f"{where}, node {index}: prim.guard needs one argument and an 'expect' keyword"
+                )
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    doc, program = read_archive(args.file)
+    check_structure(doc, program, args.file)
+    nodes = sum(len(g.nodes) for g in program.methods.values())
+    guards = sum(len(g.guards) for g in program.methods.values())
+    counts = ", ".join(
+        [
+            _plural(len(program.methods), "method"),
+            _plural(nodes, "node"),
+            _plural(guards, "guard"),
+            _plural(len(program.state), "tensor"),
+        ]
+    )
+    print(
+        f"{args.file}: valid tracebridge artifact (format {doc['format_version']}, op set "
+        f"{doc['opset_version']}; {counts}; checksum ok)"
+    )
+    return EXIT_OK
+
+
+# --- graph -------------------------------------------------------------------------------------
+
+
+def _dot_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+class DotWriter:
+    """A graph as Graphviz DOT: one DOT node per input, state read, op and guard; an edge
+    for each use of a value, labelled with the value's type."""
+
+    STYLES = {
+        "input": 'shape=ellipse, style=filled, fillcolor="#d8ecff"',
+        "state": 'shape=box, style="rounded,filled", fillcolor="#eeeeee", fontsize=10',
+        "op": 'shape=box, style="rounded,filled", fillcolor="#ffffff"',
+        "scalar": 'shape=box, style="rounded,filled", fillcolor="#fff6d8", fontsize=10',
+        "guard": 'shape=octagon, style=filled, fillcolor="#ffd8d8", fontsize=10',
+        "output": 'shape=ellipse, style=filled, fillcolor="#d8ffd8"',
+    }
+
+    def __init__(self, graph: Graph, name: str):
+        self.graph, self.name = graph, name
+        self.printer = Printer(graph)
+        self.owner: dict[int, str] = {}  # value id -> DOT node id
+        self.lines: list[str] = []
+
+    def add(self, node_id: str, label: str, style: str) -> None:
+        self.lines.append(f"  {node_id} [label={_dot_string(label)}, {self.STYLES[style]}];")
+
+    def edges_to(self, target: str, arg: Any) -> None:
+        from .ir import refs_in
+
+        for ref in dict.fromkeys(refs_in(arg)):  # one edge per distinct value
+            source = self.owner.get(ref.id)
+            value = self.printer.values.get(ref.id)
+            if source is not None:
+                label = value.type_str() if value is not None else ""
+                self.lines.append(f"  {source} -> {target} [label={_dot_string(label)}];")
+
+    def write(self) -> str:
+        self.lines = [
+            f"digraph {_dot_string(self.name)} {{",
+            "  rankdir=TB;",
+            '  node [fontname="Helvetica"]; edge [fontname="Helvetica", fontsize=9];',
+        ]
+        for i, value in enumerate(self.graph.inputs):
+            label = self.printer.define(value, named=True)
+            self.owner[value.id] = f"in{i}"
+            self.add(f"in{i}", f"{label}\n{value.type_str()}", "input")
+        for i, node in enumerate(self.graph.nodes):
+            self.node(f"n{i}", node)
+        self.add("out", "return", "output")
+        self.edges_to("out", self.graph.outputs)
+        self.lines.append("}")
+        return "\n".join(self.lines) + "\n"
+
+    def node(self, node_id: str, node) -> None:
+        if node.op == "prim.guard":
+            expect = self.printer.literal(node.kwargs.get("expect"))
+            label = f"guard == {expect}\n{node.kwargs.get('what', '')}"
+            self.add(node_id, label, "guard")
+            self.edges_to(node_id, node.args)
+            return
+        targets = self.printer.targets(node)  # names the outputs as the text form does
+        for value in node.outputs:
+            self.owner[value.id] = node_id
+        if node.op == "prim.state":
+            self.add(node_id, f"{node.args[0]}\n{node.outputs[0].type_str()}", "state")
+            return
+        literals = [self.printer.literal(a) for a in node.args if not isinstance(a, Ref)]
+        literals += [
+            f"{k}={self.printer.literal(v)}"
+            for k, v in node.kwargs.items()
+            if not isinstance(v, Ref)
+        ]
+        shown = ", ".join(x for x in literals if "%" not in x)
+        label = node.op + (f"({shown})" if shown and len(shown) <= 40 else "")
+        if targets:
+            label += "\n" + targets.rstrip(" =")
+        if node.loc:
+            label += "\n" + _short(node.loc)
+        style = "scalar" if node.op.startswith(("scalar.", "prim.")) else "op"
+        self.add(node_id, label, style)
+        self.edges_to(node_id, (node.args, node.kwargs))
+
+
+def to_dot(graph: Graph, name: str) -> str:
+    """The Graphviz DOT text of a graph."""
+    return DotWriter(graph, name).write()
+
+
+def to_svg(dot_text: str) -> bytes:
+    """Render DOT text to SVG with Graphviz's ``dot`` program."""
+    exe = shutil.which("dot")
+    if exe is None:
+        raise TraceError(
+            "the Graphviz 'dot' program is not installed or not on PATH; it is "
+            "needed for --format svg (install Graphviz, e.g. apt-get install "
+            "graphviz, or use --format dot)"
+        )
+    done = subprocess.run(
+        [exe, "-Tsvg"], input=dot_text.encode(), capture_output=True, timeout=120, check=False
+    )
+    if done.returncode != 0:
+        raise TraceError(f"dot failed: {done.stderr.decode(errors='replace').strip()}")
+    return done.stdout
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    doc, _ = artifact.read_json(args.file)
+    name = _resolve_method(doc, args.method)
+    try:
+        graph = graph_from_json(doc["methods"][name])
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ArtifactError(f"{args.file}: method {name!r} is malformed ({exc})") from None
+    text = to_dot(graph, name)
+    data = to_svg(text) if args.format == "svg" else text.encode()
+    _write_output(args.output, data)
+    return EXIT_OK
+
+
+def _write_output(path: str | None, data: bytes) -> None:
+    if path is None or path == "-":
+        if hasattr(sys.stdout, "buffer"):
+            sys.stdout.buffer.write(data)
+        else:  # a replaced stdout (tests, notebooks) takes text
+            sys.stdout.write(data.decode())
+        sys.stdout.flush()
+        return
+    with open(path, "wb") as handle:
+        handle.write(data)
+
+
+# --- run ---------------------------------------------------------------------------------------
+
+
+def read_inputs(path: str) -> list:
+    """Input tensors from ``.safetensors`` or ``.npz``, named ``input0``, ``input1``, ...
+    (``arr_0``, ``arr_1``, ... as ``numpy.savez`` names them also works), in that order."""
+    import torch
+
+    if not os.path.exists(path):
+        raise UsageError(f"{path}: no such inputs file")
+    if path.endswith(".npz"):
+        import numpy as np
+
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                named = {k: torch.from_numpy(np.array(data[k])) for k in data.files}
+        except (ValueError, OSError, zipfile.BadZipFile) as exc:
+            raise UsageError(f"{path}: cannot read as .npz ({exc})") from None
+    elif path.endswith(".safetensors"):
+        with open(path, "rb") as handle:
+            named = artifact.parse_safetensors(handle.read(), path)
+    else:
+        raise UsageError(f"{path}: inputs must be a .safetensors or .npz file")
+    for prefix in ("input", "arr_"):
+        keys = [f"{prefix}{i}" for i in range(len(named))]
+        if set(keys) == set(named):
+            return [named[k] for k in keys]
+    raise UsageError(
+        f"{path}: tensors must be named input0, input1, ... (found "
+        f"{', '.join(sorted(named)) or 'none'})"
+    )
+
+
+def _flatten_outputs(result) -> list[tuple[str, Any]]:
+    import torch
+
+    # Python numbers at the output (``.item()``, sizes) are leaves too, not constants.
+    leaves, spec = pytree.flatten(result, lambda x: isinstance(x, (torch.Tensor, int, float)))
+    return [(pytree.describe_path(spec, i), leaf) for i, leaf in enumerate(leaves)]
+
+
+def _preview(tensor, count: int = 6) -> str:
+    flat = tensor.detach().reshape(-1)[:count].tolist()
+    text = ", ".join(f"{x:.6g}" if isinstance(x, float) else str(x) for x in flat)
+    return f"[{text}{', ...' if tensor.numel() > count else ''}]"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import torch
+
+    from .api import TracedFunction, load
+
+    if args.output and not args.output.endswith((".safetensors", ".npz")):
+        raise UsageError("-o must name a .safetensors or .npz file")
+    doc, _ = artifact.read_json(args.file)
+    training = None if args.mode is None else args.mode == "train"
+    stored = _resolve_method(doc, args.method, training)
+    leaves = read_inputs(args.inputs)
+    graph = graph_from_json(doc["methods"][stored])
+    if len(leaves) != len(graph.inputs):
+        wanted = ", ".join(f"{v.name}: {v.type_str()}" for v in graph.inputs)
+        raise UsageError(
+            f"method {stored!r} takes {len(graph.inputs)} input tensors "
+            f"({wanted}), but {args.inputs} has {len(leaves)}"
+        )
+    call_args, call_kwargs = pytree.unflatten(leaves, graph.in_spec)
+    traced = load(args.file, runtime=args.runtime)
+    if isinstance(traced, TracedFunction):
+        method = traced._forward
+    else:
+        if args.mode is not None:
+            traced.train(args.mode == "train")
+        method = traced._method_for(args.method or "forward")
+    with torch.no_grad():
+        result = method(*call_args, **call_kwargs)
+    outputs = []
+    for path, leaf in _flatten_outputs(result):
+        if not isinstance(leaf, torch.Tensor):  # a Python number: keep its full precision
+            kinds = {bool: torch.bool, int: torch.int64, float: torch.float64}
+            leaf = torch.tensor(leaf, dtype=kinds.get(type(leaf), torch.float64))
+        outputs.append((path, leaf.detach().cpu()))
+    if args.output:
+        named = {f"output{i}": t for i, (_, t) in enumerate(outputs)}
+        if args.output.endswith(".npz"):
+            import numpy as np
+
+            np.savez(args.output, **{k: t.numpy() for k, t in named.items()})
+        else:
+            with open(args.output, "wb") as handle:
+                handle.write(artifact.safetensors_bytes(named)[0])
+        print(f"wrote {_plural(len(named), 'output')} of {method.name} to {args.output}")
+        return EXIT_OK
+    print(f"{method.name}: {_plural(len(outputs), 'output')}")
+    for i, (path, tensor) in enumerate(outputs):
+        dims = ", ".join(str(d) for d in tensor.shape)
+        short = DTYPE_SHORT.get(str(tensor.dtype).replace("torch.", ""), str(tensor.dtype))
+        print(f"  output{i} {path}: {short}[{dims}] {_preview(tensor)}")
+    return EXIT_OK
+
+
+# --- the command line ----------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tracebridge",
+        description="Inspect, validate, draw and run tracebridge artifacts.",
+        epilog="Exit status: 0 success, 1 invalid file or failed run, 2 usage error.",
+    )
+    parser.add_argument("--version", action="version", version=f"tracebridge {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("inspect", help="show what an artifact holds (no code runs)")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--json", action="store_true", help="print a JSON summary instead")
+    p.add_argument("--no-graph", action="store_true", help="leave out the graph texts")
+    p.set_defaults(handler=cmd_inspect)
+
+    p = sub.add_parser("validate", help="check an artifact against the spec (no code runs)")
+    p.add_argument("file", metavar="FILE")
+    p.set_defaults(handler=cmd_validate)
+
+    p = sub.add_parser("graph", help="draw a method's graph as Graphviz DOT or SVG")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--method", help="method to draw (default: forward)")
+    p.add_argument("--format", choices=("dot", "svg"), default="dot")
+    p.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
+    p.set_defaults(handler=cmd_graph)
+
+    p = sub.add_parser("run", help="run a method on inputs from a .safetensors or .npz file")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument(
+        "--inputs",
+        required=True,
+        metavar="IN",
+        help="tensors named input0, input1, ... (.safetensors or .npz)",
+    )
+    p.add_argument("--method", help="method to run (default: forward)")
+    p.add_argument(
+        "--mode",
+        choices=("train", "eval"),
+        help="module mode for forward (default: the mode saved in the file)",
+    )
+    p.add_argument("--runtime", choices=("codegen", "interpreter"), default="codegen")
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="OUT",
+        help="write outputs (output0, ...) to a .safetensors or .npz file",
+    )
+    p.set_defaults(handler=cmd_run)
+    return parser
+
+
+def _one_line(message: str, limit: int = 600) -> str:
+    line = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status instead of exiting.
+
+    >>> main(["--version"])  # doctest: +SKIP
+    tracebridge 0.1.0
+    0
+    """
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on bad usage, 0 for --help/--version
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    prefix = f"tracebridge {args.command}: error:"
+    try:
+        return args.handler(args)
+    except UsageError as exc:
+        print(f"{prefix} {_one_line(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
+    except ArtifactError as exc:
+        print(f"{prefix} {_one_line(str(exc))}", file=sys.stderr)
+        return EXIT_INVALID
+    except TraceError as exc:  # a guard or a run-time check: the full message helps
+        print(f"{prefix} {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as exc:  # a bad file must never show a traceback
+        print(f"{prefix} {type(exc).__name__}: {_one_line(str(exc))}", file=sys.stderr)
+        return EXIT_INVALID
+
+
+if __name__ == "__main__":
+    sys.exit(main())
