@@ -25,6 +25,7 @@ import inspect
 import linecache
 import os
 import sys
+import threading
 import types
 import warnings
 from collections.abc import Callable
@@ -793,12 +794,22 @@ def source_line(loc: str | None) -> str:
 
 _original_len = builtins.len
 _original_range = builtins.range
-_active: list[Tracer] = []
+_patch_lock = threading.Lock()
+_patch_depth = 0  # how many threads are tracing: the builtins stay patched while any is
+
+
+class _ActiveTracers(threading.local):
+    def __init__(self):
+        self.stack: list[Tracer] = []
+
+
+_tracers = _ActiveTracers()  # per thread: another thread's len() is never recorded
 
 
 def _traced_len(obj):
-    if _active and isinstance(obj, torch.Tensor) and obj.dim() > 0:
-        return _active[-1].size_of(obj, 0)
+    active = _tracers.stack
+    if active and isinstance(obj, torch.Tensor) and obj.dim() > 0:
+        return active[-1].size_of(obj, 0)
     return _original_len(obj)
 
 
@@ -811,8 +822,9 @@ class _traced_range(metaclass=_TracedRangeMeta):  # noqa: N801 - stands in for b
     """``range`` while tracing: a traced bound fixes the loop's length, so guard on it."""
 
     def __new__(cls, *args):
-        if _active and any(isinstance(a, _Traced) for a in args):
-            tracer = _active[-1]
+        active = _tracers.stack
+        if active and any(isinstance(a, _Traced) for a in args):
+            tracer = active[-1]
             plain = []
             for a in args:
                 if isinstance(a, _Traced):
@@ -832,18 +844,23 @@ class _traced_range(metaclass=_TracedRangeMeta):  # noqa: N801 - stands in for b
 
 @contextlib.contextmanager
 def recording(tracer: Tracer):
-    """Activate ``tracer``: its mode and the traced ``len``/``range`` builtins."""
-    _active.append(tracer)
-    builtins.len = _traced_len
-    builtins.range = _traced_range
+    """Activate ``tracer`` in this thread: its mode and the traced ``len``/``range``."""
+    global _patch_depth
+    _tracers.stack.append(tracer)
+    with _patch_lock:
+        _patch_depth += 1
+        builtins.len = _traced_len
+        builtins.range = _traced_range
     try:
         with tracer.mode:
             yield
     finally:
-        _active.pop()
-        if not _active:
-            builtins.len = _original_len
-            builtins.range = _original_range
+        _tracers.stack.pop()
+        with _patch_lock:
+            _patch_depth -= 1
+            if _patch_depth == 0:
+                builtins.len = _original_len
+                builtins.range = _original_range
 
 
 def argument_names(fn: Callable, count: int) -> list[str]:
