@@ -424,7 +424,8 @@ def record_module(
     used = {n.args[0] for g in methods.values() for n in g.nodes if n.op == "prim.state"}
     state = {}
     for _, (path, kind, tensor) in index.items():
-        state.setdefault(path, StateEntry(kind, tensor))
+        if kind != "attribute":
+            state.setdefault(path, StateEntry(kind, tensor))
     state = {k: v for k, v in state.items() if k in used or not k.startswith("const")}
     state.update(constants)
     classes = {name: type(m).__name__ for name, m in mod.named_modules()}

@@ -28,6 +28,12 @@ def state_index(module: torch.nn.Module | None) -> dict[int, tuple[str, str, tor
     for name, buf in module.named_buffers(remove_duplicate=False):
         if buf is not None:
             index.setdefault(id(buf), (name, "buffer", buf))
+    # Plain tensor attributes are not state, but their path makes a good constant name.
+    for prefix, mod in module.named_modules(remove_duplicate=False):
+        for attr, value in vars(mod).items():
+            if isinstance(value, torch.Tensor) and not attr.startswith("_"):
+                path = f"{prefix}.{attr}" if prefix else attr
+                index.setdefault(id(value), (path, "attribute", value))
     return index
 
 

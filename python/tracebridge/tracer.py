@@ -317,6 +317,8 @@ class Tracer:
             return Ref(hit[1].id)
         entry = self._state.get(id(tensor))
         if entry is not None and entry[2] is tensor:
+            if entry[1] == "attribute":
+                return self._capture_constant(tensor, entry[0])
             return self._state_ref(entry[0], tensor)
         return self._capture_constant(tensor)
 
@@ -328,17 +330,25 @@ class Tracer:
             ref = self._state_refs[name] = Ref(value.id)
         return ref
 
-    def _capture_constant(self, tensor: torch.Tensor) -> Ref:
+    def _capture_constant(self, tensor: torch.Tensor, attribute: str | None = None) -> Ref:
         for name, entry in self._constants.items():
             if entry.tensor is tensor:
                 return self._state_ref(name, tensor)
-        name = f"const{len(self._constants)}"
+        name = attribute or f"const{len(self._constants)}"
         self._constants[name] = StateEntry("constant", tensor)
-        self.warn(
-            f"a tensor of shape {list(tensor.shape)} that is neither an input nor a parameter "
-            f"or buffer (a closure or global?) is stored in the trace as constant '{name}'; "
-            "pass it as an input or register it as a buffer if it can change"
-        )
+        if attribute:
+            self.warn(
+                f"the tensor attribute '{attribute}' is not a parameter or buffer: it is "
+                "stored in the trace as a constant; use register_buffer() so that it moves "
+                "with .to() and is saved in state_dict()"
+            )
+        else:
+            self.warn(
+                f"a tensor of shape {list(tensor.shape)} that is neither an input nor a "
+                f"parameter or buffer (a closure or global?) is stored in the trace as "
+                f"constant '{name}'; pass it as an input or register it as a buffer if it "
+                "can change"
+            )
         return self._state_ref(name, tensor)
 
     def encode(self, obj: Any) -> Any:
