@@ -29,6 +29,16 @@ def _flatten(obj, is_leaf, leaves):
         return LEAF
     if obj is None:
         return {"t": "none"}
+    if isinstance(obj, tuple) and hasattr(type(obj), "n_sequence_fields"):
+        # A structseq such as torch.return_types.max: keep its field names.
+        fields = list(getattr(type(obj), "__match_args__", ()))
+        children = [_flatten(v, is_leaf, leaves) for v in obj]
+        return {
+            "t": "namedtuple",
+            "name": f"{type(obj).__module__}.{type(obj).__name__}",
+            "fields": fields,
+            "c": children,
+        }
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):
         children = [_flatten(v, is_leaf, leaves) for v in obj]
         return {
@@ -86,7 +96,18 @@ def _unflatten(it, spec):
 
 
 def namedtuple_class(name: str, fields: list[str]) -> type:
-    """One class per (name, fields), so results of two calls compare equal by type."""
+    """One class per (name, fields), so results of two calls compare equal by type.
+
+    ``torch.return_types.X`` names give back PyTorch's own class (looked up in that one
+    module, never imported by name), so ``out.values`` and ``isinstance`` work as in eager.
+    """
+    prefix = "torch.return_types."
+    if name.startswith(prefix):
+        import torch
+
+        cls = getattr(torch.return_types, name[len(prefix) :], None)
+        if isinstance(cls, type):
+            return lambda *children: cls(children)
     key = (name, tuple(fields))
     if key not in _namedtuple_classes:
         _namedtuple_classes[key] = collections.namedtuple(name, fields)

@@ -188,3 +188,12 @@ def test_guards_can_be_disabled():
         assert traced(-torch.ones(2)).tolist() == [-2.0, -2.0]
     traced.check_guards = False
     assert traced(-torch.ones(2)).tolist() == [-2.0, -2.0]
+
+
+def test_structseq_output_keeps_its_type_through_save(tmp_path):
+    traced = tracebridge.trace(lambda x: torch.max(x, 0), torch.rand(3, 2))
+    traced.save(tmp_path / "max.tb")
+    for fn in (traced, tracebridge.load(tmp_path / "max.tb")):
+        out = fn(torch.tensor([[1.0, 5.0], [3.0, 2.0]]))
+        assert type(out).__name__ == "max"
+        assert out.values.tolist() == [3.0, 5.0] and out.indices.tolist() == [1, 0]
