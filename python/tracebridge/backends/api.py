@@ -1,0 +1,401 @@
+"""``tracebridge.compile`` (the ``torch.neuron.trace`` analogue) and ``load_compiled``.
+
+Note: the steps, each in its own function below.
+  1. trace (the core ``tracebridge.trace``, with its own check against eager);
+  2. partition the traced graph by what the backend supports, and report coverage (printed
+     with ``verbose``, written to ``compiler_workdir/partition.txt``) before compiling;
+  3. run the partitioned graph once on the example inputs with plain generated functions,
+     recording each partition's inputs, so the backend can warm up on real values;
+  4. compile every partition in a worker thread, under ``compiler_timeout``;
+  5. check the compiled object against eager on the example and check inputs; on a mismatch,
+     run again comparing every partition with its uncompiled self to name the culprit;
+  6. embed the partition (backend, compiler args, node indices) in ``program.meta["backend"]``:
+     compiled code is never stored (nothing is pickled); ``load_compiled`` recompiles.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import subprocess
+import threading
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from .. import api, artifact, pytree
+from ..capture import preserved
+from ..errors import ArtifactError, TracerWarning, TracingCheckError
+from ..ir import Graph, Program
+from ..printer import graph_text
+from ..tracer import is_tensor
+from ..verify import compare_outputs
+from .base import Backend, BackendError, backend_class
+from .compiled import CompiledFunction, CompiledModule, LazySubgraph, MethodPlan
+from .partition import (
+    Coverage,
+    Subgraph,
+    SubgraphCodeGen,
+    boundary,
+    check_subgraphs,
+    generate,
+    partition,
+    partitioned_graph,
+    subgraph_graph,
+)
+
+log = logging.getLogger("tracebridge.backends")
+META_KEY = "backend"
+META_VERSION = 1
+
+
+def _owner_module(model) -> nn.Module | None:
+    if isinstance(model, nn.Module):
+        return model
+    if inspect.ismethod(model) and isinstance(model.__self__, nn.Module):
+        return model.__self__
+    return None
+
+
+def _plan(graph: Graph, subgraphs: list[Subgraph]) -> MethodPlan:
+    """Generate each partition's Python function (uncompiled) and the partitioned graph."""
+    plan = MethodPlan(subgraphs, partitioned_graph(graph, subgraphs))
+    for sub in subgraphs:
+        source, fn = generate(
+            SubgraphCodeGen(subgraph_graph(graph, sub), {}, sub.name, False),
+            f"<tracebridge:{sub.name}>",
+        )
+        plan.functions[f"backend.{sub.name}"] = fn
+        plan.sources[sub.name] = source
+    return plan
+
+
+def _write_report(workdir: str, name: str, coverage: Coverage, plan: MethodPlan) -> None:
+    os.makedirs(workdir, exist_ok=True)
+    lines = [str(coverage), "", graph_text(plan.graph, name), ""]
+    for sub in plan.subgraphs:
+        lines.append(
+            f"{sub.name}: nodes {sub.nodes}, inputs {len(sub.inputs)}, outputs {len(sub.outputs)}"
+        )
+    with open(os.path.join(workdir, "partition.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    for sub_name, source in plan.sources.items():
+        with open(os.path.join(workdir, f"{sub_name}.py"), "w") as f:
+            f.write(source)
+
+
+def _record_inputs(obj, plan: MethodPlan, args: tuple, module) -> dict[str, tuple]:
+    """Run once with recording wrappers; return each partition's example inputs."""
+    seen: dict[str, tuple] = {}
+    plain = dict(plan.functions)
+
+    def recorder(op: str, fn: Callable) -> Callable:
+        def record(*inputs):
+            seen.setdefault(op, inputs)
+            return fn(*inputs)
+
+        return record
+
+    obj._set_functions("forward", {op: recorder(op, fn) for op, fn in plain.items()})
+    try:
+        with preserved(module), torch.no_grad():
+            obj(*args)
+    finally:
+        obj._set_functions("forward", plain)
+    return seen
+
+
+def _compile_all(
+    impl: Backend,
+    plan: MethodPlan,
+    examples: dict[str, tuple],
+    workdir,
+    timeout: float | None,
+    verbose: bool,
+) -> dict[str, Callable]:
+    """Compile every partition in a worker thread; TimeoutExpired past ``timeout``."""
+    result: dict[str, Callable] = {}
+    failure: list[BaseException] = []
+    grad = torch.is_grad_enabled()
+
+    def work():
+        torch.set_grad_enabled(grad)  # grad mode is per thread; warm up in the caller's
+        for sub in plan.subgraphs:
+            op = f"backend.{sub.name}"
+            start = time.perf_counter()
+            try:
+                result[op] = impl.compile(plan.functions[op], examples.get(op), impl.args, workdir)
+            except BaseException as exc:  # noqa: BLE001 - reported in the caller's thread
+                failure.append(
+                    BackendError(
+                        f"backend {impl.name!r} failed to compile {sub.name} (nodes {sub.nodes}): "
+                        f"{type(exc).__name__}: {exc}"
+                    )
+                )
+                failure[-1].__cause__ = exc
+                return
+            message = f"compiled {sub.name} in {time.perf_counter() - start:.2f} s"
+            log.info(message)
+            if verbose:
+                print(message)
+
+    worker = threading.Thread(target=work, name="tracebridge-compile", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        # Note: a thread cannot be killed; it finishes in the background and its result is
+        # dropped. A subprocess could be killed, but compiled code cannot cross a process
+        # boundary without pickling, which tracebridge never does.
+        raise subprocess.TimeoutExpired(f"tracebridge.compile(backend={impl.name!r})", timeout)
+    if failure:
+        raise failure[0]
+    return result
+
+
+def _max_error(a, b) -> float:
+    a_leaves, _ = pytree.flatten(a, is_tensor)
+    b_leaves, _ = pytree.flatten(b, is_tensor)
+    worst = 0.0
+    for x, y in zip(a_leaves, b_leaves):
+        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel():
+            worst = max(worst, (x.detach().double() - y.detach().double()).abs().max().item())
+        elif isinstance(x, torch.Tensor) and not torch.equal(x, y):
+            worst = float("inf")
+    return worst
+
+
+def _culprit(obj, plan: MethodPlan, plain: dict[str, Callable], args, module) -> str:
+    """Run with every partition compared to its uncompiled self; the worst one's name."""
+    compiled = dict(plan.functions)
+    errors: dict[str, float] = {}
+
+    def comparer(op: str) -> Callable:
+        def compare(*inputs):
+            got = compiled[op](*inputs)
+            errors[op] = max(errors.get(op, 0.0), _max_error(plain[op](*inputs), got))
+            return got
+
+        return compare
+
+    obj._set_functions("forward", {op: comparer(op) for op in compiled})
+    try:
+        with preserved(module), torch.no_grad():
+            obj(*args)
+    finally:
+        obj._set_functions("forward", compiled)
+    if not errors:
+        return "?"
+    op = max(errors, key=errors.get)
+    return f"{op.split('.', 1)[1]} (max absolute error {errors[op]:.3g} on its own)"
+
+
+def _check(model, obj, plan, plain, args, check_inputs, tolerance, module, backend) -> None:
+    cases = [args] + [api._as_args(c) for c in (check_inputs or [])]
+    for index, case in enumerate(cases):
+        label = (
+            f"backend {backend!r} on the example inputs"
+            if index == 0
+            else f"backend {backend!r} on check input {index - 1}"
+        )
+        rng = torch.get_rng_state()
+        with preserved(module), torch.no_grad():
+            expected = model(*case)
+        torch.set_rng_state(rng)
+        with preserved(module), torch.no_grad():
+            got = obj(*case)
+        try:
+            compare_outputs(expected, got, tolerance, label)
+        except TracingCheckError as exc:
+            where = _culprit(obj, plan, plain, case, module)
+            raise TracingCheckError(
+                f"{exc}\n  the compiled subgraph that differs most: {where}; compile with a "
+                "larger check_tolerance, another --mode, or min_subgraph_size large enough "
+                "to leave it on the runtime"
+            ) from None
+
+
+def _embed(
+    program: Program,
+    backend: str,
+    compiler_args,
+    min_size: int,
+    subgraphs: list[Subgraph],
+    coverage: Coverage,
+) -> None:
+    program.meta[META_KEY] = {
+        "version": META_VERSION,
+        "name": backend,
+        "compiler_args": list(compiler_args or []),
+        "min_subgraph_size": min_size,
+        "methods": {"forward": {"subgraphs": [s.to_json() for s in subgraphs]}},
+        "coverage": coverage.to_json(),
+    }
+
+
+def compile(
+    model: Callable | nn.Module,
+    example_inputs: Any,
+    compiler_args: Sequence[str] | None = None,
+    *,
+    compiler_timeout: float | None = None,
+    compiler_workdir: str | os.PathLike | None = None,
+    check_trace: bool = True,
+    check_inputs: list | None = None,
+    check_tolerance: float = 1e-5,
+    backend: str = "inductor",
+    min_subgraph_size: int = 2,
+    verbose: bool = False,
+) -> CompiledFunction | CompiledModule | nn.Module:
+    """Trace ``model`` on ``example_inputs``, compile the subgraphs ``backend`` supports,
+    run the rest on the torch runtime, and return an object that runs, with ``.graph``
+    (partitioned), ``.coverage`` and ``.save(path)``. The arguments mean what they mean for
+    ``torch.neuron.trace``; a module in training mode is returned as it is, with a warning.
+
+    >>> import torch, tracebridge
+    >>> from tracebridge.backends import compile
+    >>> def foo(x, y):
+    ...     return 2 * x + y
+    >>> f = compile(foo, (torch.rand(3), torch.rand(3)), backend="reference")
+    >>> f(torch.ones(3), torch.ones(3))
+    tensor([3., 3., 3.])
+    >>> print(f.coverage)
+    reference: 2/2 ops supported (100%), 2 compiled in 1 subgraph(s)
+    """
+    module = _owner_module(model)
+    if module is not None and module.training:
+        warnings.warn(
+            f"tracebridge.compile: {type(module).__name__} is in training mode, so it is "
+            "returned as it is, uncompiled (compiled graphs are for inference: dropout and "
+            "batch-norm statistics would be frozen in training form). Call model.eval() "
+            "before compiling.",
+            TracerWarning,
+            stacklevel=2,
+        )
+        return model
+    impl = backend_class(backend)(backend_class(backend).parse_args(compiler_args))
+    impl.name = backend
+    args = api._as_args(example_inputs)
+    workdir = os.fspath(compiler_workdir) if compiler_workdir is not None else None
+
+    traced = api.trace(
+        model,
+        args,
+        check_trace=check_trace,
+        check_inputs=check_inputs,
+        check_tolerance=check_tolerance,
+    )
+    program = traced.program
+    graph = program.methods["forward"]
+    subgraphs, coverage = partition(graph, impl.supports, backend, min_subgraph_size)
+    plan = _plan(graph, subgraphs)
+    name = getattr(traced, "__name__", "forward")
+    log.info("%s", coverage)
+    if verbose:
+        print(coverage)
+    if workdir is not None:
+        _write_report(workdir, name, coverage, plan)
+
+    plans = {"forward": plan}
+    if module is not None:
+        obj = CompiledModule(program, plans, coverage, original=module)
+    else:
+        obj = CompiledFunction(program, plans, coverage, name=name)
+    plain = dict(plan.functions)
+    examples = _record_inputs(obj, plan, args, module) if subgraphs else {}
+    compiled = _compile_all(impl, plan, examples, workdir, compiler_timeout, verbose)
+    obj._set_functions("forward", compiled)
+    if check_trace and subgraphs:
+        _check(model, obj, plan, plain, args, check_inputs, check_tolerance, module, backend)
+    _embed(program, backend, compiler_args, min_subgraph_size, subgraphs, coverage)
+    return obj
+
+
+def load_compiled(
+    path: str | os.PathLike,
+    map_location: str | torch.device | None = None,
+    compiler_workdir: str | os.PathLike | None = None,
+) -> CompiledFunction | CompiledModule:
+    """Load an artifact saved from :func:`compile`; each partition is recompiled by its
+    backend, with the stored compiler arguments, at its first call.
+
+    >>> import torch, tempfile, os
+    >>> from tracebridge.backends import compile, load_compiled
+    >>> f = compile(lambda x: (x * 2).relu(), torch.rand(3), backend="reference")
+    >>> path = os.path.join(tempfile.mkdtemp(), "f_neuron.pt")
+    >>> f.save(path)
+    >>> load_compiled(path)(torch.tensor([-1.0, 2.0]))
+    tensor([0., 4.])
+    """
+    program = artifact.read(path)
+    meta = program.meta.get(META_KEY)
+    if not isinstance(meta, dict) or "name" not in meta:
+        raise ArtifactError(
+            f"{os.fspath(path)}: not saved by tracebridge.compile (no "
+            f"meta.{META_KEY}); load it with tracebridge.load"
+        )
+    if meta.get("version", 1) > META_VERSION:
+        raise ArtifactError(
+            f"{os.fspath(path)}: meta.{META_KEY} version {meta['version']} is "
+            f"newer than this tracebridge reads ({META_VERSION}); upgrade"
+        )
+    backend = meta["name"]
+    cls = backend_class(backend)
+    impl = cls(cls.parse_args(meta.get("compiler_args")))
+    impl.name = backend
+    workdir = os.fspath(compiler_workdir) if compiler_workdir is not None else None
+    plans: dict[str, MethodPlan] = {}
+    coverage = Coverage(backend)
+    for method, entry in meta.get("methods", {}).items():
+        if method not in program.methods:
+            raise ArtifactError(
+                f"{os.fspath(path)}: meta.{META_KEY} names method {method!r}, "
+                "which the program does not have"
+            )
+        graph = program.methods[method]
+        try:
+            subgraphs = [
+                boundary(graph, Subgraph(str(s["name"]), [int(i) for i in s["nodes"]]))
+                for s in entry["subgraphs"]
+            ]
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise ArtifactError(
+                f"{os.fspath(path)}: meta.{META_KEY} is malformed ({exc})"
+            ) from None
+        check_subgraphs(graph, subgraphs)
+        for sub in subgraphs:
+            for index in sub.nodes:
+                if not impl.supports(graph.nodes[index]):
+                    raise BackendError(
+                        f"{os.fspath(path)}: {sub.name} holds node {index} "
+                        f"({graph.nodes[index].op}), which backend {backend!r} does not "
+                        "support here; the file was made by another tracebridge version"
+                    )
+        plan = _plan(graph, subgraphs)
+        for sub in subgraphs:
+            op = f"backend.{sub.name}"
+            fn = plan.functions[op]
+            plan.functions[op] = LazySubgraph(
+                lambda fn=fn: impl.compile(fn, None, impl.args, workdir)
+            )
+        plans[method] = plan
+        _, method_coverage = partition(graph, impl.supports, backend, 1)
+        coverage.total += method_coverage.total
+        coverage.supported += method_coverage.supported
+        for op, count in method_coverage.unsupported.items():
+            coverage.unsupported[op] = coverage.unsupported.get(op, 0) + count
+        coverage.compiled += sum(len(s.nodes) for s in subgraphs)
+        coverage.subgraphs += [s.name for s in subgraphs]
+    if program.kind == "function":
+        if map_location is not None:
+            for entry in program.state.values():
+                entry.tensor = entry.tensor.to(map_location)
+        return CompiledFunction(program, plans, coverage)
+    module = CompiledModule(program, plans, coverage)
+    if map_location is not None:
+        module.to(map_location)
+    return module

@@ -1,0 +1,149 @@
+"""Compiled objects: a traced function or module whose methods call compiled partitions.
+
+They are :class:`~tracebridge.TracedFunction` / :class:`~tracebridge.TracedModule` in every
+other respect (shared parameters, ``.to()``, ``.save()``); ``.graph`` shows the partitioned
+graph and ``.coverage`` what the backend took.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..api import TracedFunction, TracedModule
+from ..ir import Graph, Program
+from ..printer import graph_text
+from ..runtime import Method
+from .partition import Coverage, PartitionedCodeGen, Subgraph, generate
+
+
+class LazySubgraph:
+    """A partition that compiles itself at its first call (after ``load_compiled``)."""
+
+    def __init__(self, compile_fn: Callable[[], Callable]):
+        self._compile_fn = compile_fn
+        self._fn: Callable | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, *args):
+        if self._fn is None:
+            with self._lock:
+                if self._fn is None:
+                    self._fn = self._compile_fn()
+        return self._fn(*args)
+
+
+@dataclass
+class MethodPlan:
+    """How one method runs compiled: its subgraphs, the partitioned graph, and the callable
+    behind each ``backend.<name>`` node (``sources`` holds each partition's Python code)."""
+
+    subgraphs: list[Subgraph]
+    graph: Graph
+    functions: dict[str, Callable] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+class CompiledMethod(Method):
+    """A Method that runs the partitioned graph; argument handling is the runtime's."""
+
+    def __init__(self, name: str, graph: Graph, slots: dict, plan: MethodPlan):
+        super().__init__(name, graph, slots, "codegen")
+        self.plan = plan
+
+    def _generate(self, guards: bool):
+        gen = PartitionedCodeGen(
+            self.plan.graph, self._slots, self.name, guards, self.plan.functions
+        )
+        return generate(gen, f"<tracebridge:{self.name}:compiled>")
+
+    @property
+    def code(self) -> str:
+        return self._generate(True)[0]
+
+    def _function(self, guards: bool):
+        fn = self._compiled.get(guards)
+        if fn is None:
+            fn = self._compiled[guards] = self._generate(guards)[1]
+        return fn
+
+    def set_functions(self, functions: dict[str, Callable]) -> None:
+        self.plan.functions = dict(functions)
+        self._compiled.clear()
+
+
+def _compiled_methods(obj, slots: dict) -> dict[str, Method]:
+    return {
+        name: CompiledMethod(name, g, slots, obj._plans[name])
+        if name in obj._plans
+        else Method(name, g, slots, "codegen")
+        for name, g in obj.program.methods.items()
+    }
+
+
+class _CompiledMixin:
+    _plans: dict[str, MethodPlan]
+    coverage: Coverage
+
+    @property
+    def backend(self) -> str:
+        return self.coverage.backend
+
+    @property
+    def subgraph_code(self) -> dict[str, str]:
+        """The generated Python source of each partition, by subgraph name."""
+        return {k: v for plan in self._plans.values() for k, v in plan.sources.items()}
+
+    def _set_functions(self, method: str, functions: dict[str, Callable]) -> None:
+        self._methods[method].set_functions(functions)
+
+
+class CompiledFunction(_CompiledMixin, TracedFunction):
+    """A compiled standalone function; call it like the original."""
+
+    def __init__(
+        self,
+        program: Program,
+        plans: dict[str, MethodPlan],
+        coverage: Coverage,
+        name: str = "forward",
+    ):
+        self._plans = plans
+        self.coverage = coverage
+        super().__init__(program, name=name)
+
+    def _make_methods(self, slots: dict, runtime: str) -> None:
+        self._methods = _compiled_methods(self, slots)
+
+    @property
+    def graph(self) -> str:
+        """The partitioned graph: each compiled subgraph is one ``backend.*`` node."""
+        return graph_text(self._plans["forward"].graph, self.__name__)
+
+    def __repr__(self) -> str:
+        return f"<tracebridge.CompiledFunction {self.__name__} ({self.backend})>"
+
+
+class CompiledModule(_CompiledMixin, TracedModule):
+    """A compiled module: shares the original's parameters, moves and saves like one."""
+
+    def __init__(
+        self, program: Program, plans: dict[str, MethodPlan], coverage: Coverage, original=None
+    ):
+        object.__setattr__(self, "_plans", plans)
+        object.__setattr__(self, "coverage", coverage)
+        super().__init__(program, original=original)
+
+    def _make_methods(self, slots: dict, runtime: str) -> None:
+        self._methods = _compiled_methods(self, slots)
+
+    @property
+    def graph(self) -> str:
+        """The partitioned graph of ``forward``."""
+        method = self._method_for("forward")
+        plan = self._plans.get(method.name)
+        return graph_text(plan.graph if plan else method.graph, method.name)
+
+    def extra_repr(self) -> str:
+        return f"compiled: {self.backend}, {self.coverage.compiled}/{self.coverage.total} ops"

@@ -1,0 +1,74 @@
+"""The ``inductor`` backend: each partition's generated function goes through
+``torch.compile(fn, backend="inductor", dynamic=True)`` and is warmed up on the partition's
+example inputs, so the compile cost is paid in ``tracebridge.compile``, not at the first call.
+
+compiler_args: ``--mode {default,reduce-overhead,max-autotune,max-autotune-no-cudagraphs}``,
+``--dynamic`` (the default: sizes stay symbolic) or ``--no-dynamic``, ``--fullgraph`` (fail
+instead of splitting a partition Dynamo cannot capture whole), ``--debug`` (inductor's debug
+trace, into ``compiler_workdir``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+from collections.abc import Callable
+
+import torch
+
+from ..ir import Node
+from .base import Backend
+from .opsets import SUPPORTED, supported_by_set
+
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+@contextlib.contextmanager
+def _environment(workdir, debug: bool):
+    """Inductor's cache (generated code) and debug trace go to ``workdir`` while compiling."""
+    if workdir is None:
+        yield
+        return
+    import torch._inductor.config as inductor_config
+
+    previous = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(os.fspath(workdir), "inductor_cache")
+    patch = {"trace.enabled": True, "trace.debug_dir": os.fspath(workdir)} if debug else {}
+    try:
+        with inductor_config.patch(patch):
+            yield
+    finally:
+        if previous is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = previous
+
+
+class InductorBackend(Backend):
+    name = "inductor"
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--mode", choices=MODES, default="default")
+        parser.add_argument("--dynamic", dest="dynamic", action="store_true", default=True)
+        parser.add_argument("--no-dynamic", dest="dynamic", action="store_false")
+        parser.add_argument("--fullgraph", action="store_true")
+        parser.add_argument("--debug", action="store_true")
+
+    def supports(self, node: Node) -> bool:
+        return supported_by_set(node, SUPPORTED)
+
+    def compile(self, subgraph_fn: Callable, example_inputs, args, workdir) -> Callable:
+        mode = None if args.mode == "default" else args.mode
+        compiled = torch.compile(
+            subgraph_fn,
+            backend="inductor",
+            dynamic=args.dynamic,
+            fullgraph=args.fullgraph,
+            mode=mode,
+        )
+        if example_inputs is not None:
+            with _environment(workdir, args.debug), torch.no_grad():
+                compiled(*example_inputs)
+        return compiled

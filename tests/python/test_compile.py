@@ -1,0 +1,456 @@
+"""tracebridge.compile: partitioning, coverage, compiling, checking, embedding, reloading.
+
+Most tests use the ``reference`` backend (no compiler); the seed examples run on the
+default ``inductor`` backend (a few tiny models: its first compile takes tens of seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import warnings
+import zipfile
+
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+from tracebridge import artifact, backends
+from tracebridge.backends import (
+    Backend,
+    BackendError,
+    CompiledFunction,
+    CompiledModule,
+    ReferenceBackend,
+    load_compiled,
+    opsets,
+    register_backend,
+)
+
+if not hasattr(tracebridge, "compile"):  # until tracebridge/__init__.py re-exports it
+    tracebridge.compile = backends.compile
+
+
+class SmallCNN(nn.Module):
+    """Stands in for torchvision's resnet50 in the seed's last example."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 16, 3, stride=2)
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        x = torch.relu(self.bn(self.conv1(x)))
+        x = torch.relu(self.conv2(x))
+        x = x.mean(dim=(2, 3))
+        if x.shape[0] > 0:  # a guard: it must stay outside every subgraph
+            x = x * 2
+        return self.fc(x.view(x.size(0), -1)).softmax(-1)
+
+
+class WithCumsum(nn.Module):
+    """cumsum is not in the inductor op set: it splits the graph in two."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x)) * 2
+        y = torch.cumsum(y, 1)
+        return torch.tanh(self.b(y)) + 1
+
+
+def _cnn():
+    torch.manual_seed(0)
+    model = SmallCNN()
+    with torch.no_grad():  # non-trivial running statistics
+        model.bn.running_mean.uniform_(-0.5, 0.5)
+        model.bn.running_var.uniform_(0.5, 2.0)
+    return model.eval()
+
+
+def _ref(model, inputs, **kwargs):
+    return tracebridge.compile(model, inputs, backend="reference", **kwargs)
+
+
+# --- the seed's examples, with torch.neuron.trace -> tracebridge.compile (inductor) -------
+
+
+def test_seed_tracing_a_function():
+    def foo(x, y):
+        return 2 * x + y
+
+    # Run `foo` with the provided inputs and record the tensor operations
+    traced_foo = tracebridge.compile(foo, (torch.rand(3), torch.rand(3)))
+
+    x, y = torch.rand(5), torch.rand(5)
+    assert isinstance(traced_foo, CompiledFunction)
+    torch.testing.assert_close(traced_foo(x, y), 2 * x + y)
+    assert "backend.inductor_subgraph_0" in traced_foo.graph
+    assert traced_foo.coverage.compiled == 2
+
+
+def test_seed_tracing_an_existing_module():
+    class Net(nn.Module):
+        def __init__(self):
+            super(Net, self).__init__()  # noqa: UP008 - as in the seed
+            self.conv = nn.Conv2d(1, 1, 3)
+
+        def forward(self, x):
+            return self.conv(x)
+
+    n = Net()
+    n.eval()
+    example_forward_input = torch.rand(1, 1, 3, 3)
+
+    # Trace a specific method and construct a module with a single `forward` method
+    module = tracebridge.compile(n.forward, example_forward_input)
+    x = torch.rand(2, 1, 5, 5)
+    torch.testing.assert_close(module(x), n(x))
+
+    # Trace a module (implicitly traces `forward`)
+    module = tracebridge.compile(n, example_forward_input)
+    assert isinstance(module, CompiledModule)
+    torch.testing.assert_close(module(x), n(x))
+    # One conv is below min_subgraph_size: supported, but left on the runtime.
+    assert (module.coverage.supported, module.coverage.compiled) == (1, 0)
+    assert "conv2d(" in module.graph and "backend." not in module.graph
+
+
+def test_seed_pretrained_module_save_and_load(tmp_path):
+    model = _cnn()
+    model.eval()
+    image = torch.rand(2, 3, 16, 16)
+
+    model_neuron = tracebridge.compile(model, example_inputs=[image])
+    model_neuron.save(tmp_path / "resnet50_neuron.pt")
+
+    loaded = load_compiled(tmp_path / "resnet50_neuron.pt")
+    batch = torch.rand(3, 3, 16, 16)
+    with torch.no_grad():
+        expected = model(batch)
+        torch.testing.assert_close(model_neuron(batch), expected, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(loaded(batch), expected, rtol=1e-4, atol=1e-5)
+    assert loaded.coverage.subgraphs == ["inductor_subgraph_0", "inductor_subgraph_1"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_inductor_on_cuda():
+    model = _cnn().cuda()
+    image = torch.rand(4, 3, 16, 16, device="cuda")
+    compiled = tracebridge.compile(model, image, check_tolerance=1e-4)
+    batch = torch.rand(7, 3, 16, 16, device="cuda")
+    with torch.no_grad():
+        got = compiled(batch)
+        assert got.device.type == "cuda"
+        torch.testing.assert_close(got, model(batch), rtol=1e-3, atol=1e-4)
+
+
+# --- partitioning and coverage --------------------------------------------------------------
+
+
+def test_partition_keeps_guards_and_state_outside():
+    compiled = _ref(_cnn(), torch.rand(2, 3, 16, 16))
+    text = compiled.graph
+    assert text.count("backend.reference_subgraph_") == 2
+    lines = text.splitlines()
+    first = next(i for i, line in enumerate(lines) if "reference_subgraph_0" in line)
+    guard = next(i for i, line in enumerate(lines) if line.strip().startswith("guard"))
+    second = next(i for i, line in enumerate(lines) if "reference_subgraph_1" in line)
+    assert first < guard < second
+    # State is read by the runtime and passed in, so it is hoisted before the subgraph.
+    assert "%conv1.weight" in lines[first] and "%fc.weight" in lines[second]
+    assert not any("= conv2d(" in line for line in lines)
+    # The guard's operand (a bool computed from sizes) is an output of subgraph 0.
+    assert ": bool)" in lines[first]
+    cov = compiled.coverage
+    assert (cov.total, cov.supported, cov.compiled, cov.unsupported) == (13, 13, 13, {})
+
+
+def test_shape_general_and_shares_parameters():
+    model = _cnn()
+    compiled = _ref(model, torch.rand(2, 3, 16, 16))
+    batch = torch.rand(5, 3, 12, 12)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(batch), model(batch))
+        model.fc.bias.add_(1.0)  # state is read on every call
+        torch.testing.assert_close(compiled(batch), model(batch))
+    assert compiled.fc.weight is model.fc.weight
+    with pytest.raises(tracebridge.GuardError, match="dimensions"):
+        compiled(torch.rand(3, 16, 16))
+
+
+def test_to_double_after_compiling():
+    model = _cnn()
+    compiled = _ref(model, torch.rand(2, 3, 8, 8))
+    compiled.double()
+    batch = torch.rand(2, 3, 8, 8, dtype=torch.float64)
+    with torch.no_grad():
+        assert compiled(batch).dtype == torch.float64
+        torch.testing.assert_close(compiled(batch), model(batch))
+
+
+def test_unsupported_op_splits_and_is_reported():
+    torch.manual_seed(1)
+    model = WithCumsum().eval()
+    compiled = _ref(model, torch.rand(3, 4))
+    cov = compiled.coverage
+    assert cov.unsupported == {"cumsum": 1}
+    assert (cov.total, cov.supported) == (7, 6)
+    assert cov.subgraphs == ["reference_subgraph_0", "reference_subgraph_1"]
+    assert "not supported: cumsum x1" in str(cov)
+    assert "  %" in compiled.graph and "= cumsum(" in compiled.graph
+    x = torch.rand(6, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+
+
+def test_all_ops_argument_and_min_subgraph_size():
+    model = WithCumsum().eval()
+    whole = _ref(model, torch.rand(3, 4), compiler_args=["--all-ops"])
+    assert whole.coverage.subgraphs == ["reference_subgraph_0"]
+    assert whole.coverage.compiled == 7
+    none = _ref(model, torch.rand(3, 4), min_subgraph_size=100)
+    assert none.coverage.subgraphs == [] and none.coverage.compiled == 0
+    assert len(none.coverage.too_small) == 2
+    assert "backend." not in none.graph
+    x = torch.rand(2, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(none(x), model(x))
+        torch.testing.assert_close(whole(x), model(x))
+
+
+def test_structured_outputs_and_check_inputs():
+    def f(x, y):
+        s = x + y
+        return s, (torch.relu(s) * 3, torch.sigmoid(1 - y))
+
+    compiled = _ref(
+        f, (torch.rand(2, 3), torch.rand(2, 3)), check_inputs=[(torch.rand(4, 3), torch.rand(4, 3))]
+    )
+    x, y = torch.rand(5, 3), torch.rand(5, 3)
+    got, want = compiled(x, y), f(x, y)
+    torch.testing.assert_close(got[0], want[0])
+    torch.testing.assert_close(got[1][0], want[1][0])
+    torch.testing.assert_close(got[1][1], want[1][1])
+    assert compiled.coverage.unsupported == {}
+
+
+def test_verbose_prints_coverage_before_compiling(capsys):
+    _ref(lambda x: torch.relu(x) + 1, torch.rand(3), verbose=True)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "reference: 2/2 ops supported (100%), 2 compiled in 1 subgraph(s)"
+    assert out[1].startswith("compiled reference_subgraph_0 in ")
+
+
+def test_workdir_gets_partition_report_and_sources(tmp_path):
+    _ref(WithCumsum().eval(), torch.rand(3, 4), compiler_workdir=tmp_path / "work")
+    report = (tmp_path / "work" / "partition.txt").read_text()
+    assert report.startswith("reference: 6/7 ops supported")
+    assert "backend.reference_subgraph_1(" in report
+    source = (tmp_path / "work" / "reference_subgraph_0.py").read_text()
+    assert source.startswith("def reference_subgraph_0(") and "op_linear(" in source
+
+
+# --- arguments, modes, errors ------------------------------------------------------------------
+
+
+def test_training_module_is_returned_as_is_with_warning():
+    model = _cnn().train()
+    with pytest.warns(tracebridge.TracerWarning, match=r"training mode.*\.eval\(\)"):
+        same = tracebridge.compile(model, torch.rand(2, 3, 8, 8), backend="reference")
+    assert same is model
+    with pytest.warns(tracebridge.TracerWarning, match="training mode"):
+        method = tracebridge.compile(model.forward, torch.rand(2, 3, 8, 8))
+    assert method == model.forward
+
+
+def test_compiler_args_errors():
+    with pytest.raises(BackendError, match="unrecognized arguments: --fast"):
+        _ref(lambda x: x + 1, torch.rand(2), compiler_args=["--fast"])
+    with pytest.raises(BackendError, match="list of strings"):
+        _ref(lambda x: x + 1, torch.rand(2), compiler_args="--all-ops")
+    with pytest.raises(BackendError, match="invalid choice"):
+        tracebridge.compile(lambda x: x + 1, torch.rand(2), ["--mode", "turbo"])
+    with pytest.raises(BackendError, match="unknown backend 'tpu'.*inductor, reference"):
+        tracebridge.compile(lambda x: x + 1, torch.rand(2), backend="tpu")
+    with pytest.raises(BackendError, match="identifier"):
+        register_backend("no-dash", ReferenceBackend)
+    with pytest.raises(BackendError, match="Backend subclass"):
+        register_backend("thing", object)
+
+
+def test_inductor_args_parse():
+    args = backends.InductorBackend.parse_args(
+        ["--mode", "max-autotune-no-cudagraphs", "--no-dynamic", "--fullgraph"]
+    )
+    assert (args.mode, args.dynamic, args.fullgraph) == ("max-autotune-no-cudagraphs", False, True)
+    assert backends.InductorBackend.parse_args(["--dynamic"]).dynamic is True
+
+
+class _Broken(ReferenceBackend):
+    """Compiles into something slightly wrong, to exercise the check."""
+
+    def compile(self, subgraph_fn, example_inputs, args, workdir):
+        def wrong(*inputs):
+            return tuple(o + 1e-2 if o.is_floating_point() else o for o in subgraph_fn(*inputs))
+
+        return wrong if "subgraph_1" in subgraph_fn.__name__ else subgraph_fn
+
+
+class _Slow(ReferenceBackend):
+    def compile(self, subgraph_fn, example_inputs, args, workdir):
+        time.sleep(1.5)
+        return subgraph_fn
+
+
+class _Failing(ReferenceBackend):
+    def compile(self, subgraph_fn, example_inputs, args, workdir):
+        raise RuntimeError("no C compiler")
+
+
+register_backend("broken", _Broken)
+register_backend("slow", _Slow)
+register_backend("failing", _Failing)
+
+
+def test_check_trace_names_the_subgraph():
+    model = WithCumsum().eval()
+    with pytest.raises(tracebridge.TracingCheckError, match="broken_subgraph_1"):
+        tracebridge.compile(model, torch.rand(3, 4), backend="broken")
+    unchecked = tracebridge.compile(model, torch.rand(3, 4), backend="broken", check_trace=False)
+    x = torch.rand(2, 4)
+    with torch.no_grad():
+        assert not torch.allclose(unchecked(x), model(x))
+    loose = tracebridge.compile(model, torch.rand(3, 4), backend="broken", check_tolerance=1.0)
+    assert loose.coverage.compiled == 6
+
+
+def test_compiler_timeout_raises_timeout_expired():
+    start = time.perf_counter()
+    with pytest.raises(subprocess.TimeoutExpired):
+        tracebridge.compile(
+            lambda x: x * 2 + 1, torch.rand(2), backend="slow", compiler_timeout=0.2
+        )
+    assert time.perf_counter() - start < 1.4
+
+
+def test_compiler_failure_is_a_backend_error():
+    with pytest.raises(BackendError, match="failed to compile failing_subgraph_0.*no C compiler"):
+        tracebridge.compile(lambda x: x * 2 + 1, torch.rand(2), backend="failing")
+
+
+# --- embedding in the artifact and reloading --------------------------------------------------
+
+
+def test_save_embeds_partition_and_reloads(tmp_path):
+    model = _cnn()
+    compiled = _ref(model, torch.rand(2, 3, 16, 16), compiler_args=["--all-ops"])
+    path = tmp_path / "cnn_neuron.pt"
+    compiled.save(path)
+    with zipfile.ZipFile(path) as archive:
+        names = archive.namelist()
+        doc = json.loads(archive.read("program.json"))
+    assert sorted(names) == ["program.json", "tensors.safetensors"]  # no code, no pickle
+    meta = doc["meta"]["backend"]
+    assert meta["name"] == "reference" and meta["compiler_args"] == ["--all-ops"]
+    subgraphs = meta["methods"]["forward"]["subgraphs"]
+    assert [s["name"] for s in subgraphs] == ["reference_subgraph_0", "reference_subgraph_1"]
+    assert subgraphs[0]["range"] == [subgraphs[0]["nodes"][0], subgraphs[0]["nodes"][-1] + 1]
+    nodes = doc["methods"]["forward"]["nodes"]
+    assert all(
+        nodes[i]["op"] not in ("prim.guard", "prim.state") for s in subgraphs for i in s["nodes"]
+    )
+
+    loaded = load_compiled(path)
+    assert isinstance(loaded, CompiledModule)
+    assert loaded.graph == compiled.graph
+    batch = torch.rand(4, 3, 16, 16)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(batch), model(batch))
+        # The artifact stays an ordinary one: tracebridge.load runs it uncompiled.
+        torch.testing.assert_close(tracebridge.load(path)(batch), model(batch))
+
+
+def test_function_round_trip_and_recompile_on_first_use(tmp_path):
+    calls = []
+
+    class Counting(ReferenceBackend):
+        def compile(self, subgraph_fn, example_inputs, args, workdir):
+            calls.append(example_inputs is None)
+            return subgraph_fn
+
+    register_backend("counting", Counting)
+    f = tracebridge.compile(
+        lambda x, y: torch.tanh(x @ y) * 2, (torch.rand(2, 3), torch.rand(3, 4)), backend="counting"
+    )
+    assert calls == [False]  # compiled once, warmed on the example inputs
+    f.save(tmp_path / "f.tb")
+    loaded = load_compiled(tmp_path / "f.tb")
+    assert calls == [False]  # nothing compiled at load ...
+    x, y = torch.rand(3, 3), torch.rand(3, 5)
+    torch.testing.assert_close(loaded(x, y), torch.tanh(x @ y) * 2)
+    loaded(x, y)
+    assert calls == [False, True]  # ... but once, at the first call
+
+
+def test_load_compiled_refuses_plain_and_corrupt_artifacts(tmp_path):
+    plain = tracebridge.trace(lambda x: x * 2, torch.rand(2))
+    plain.save(tmp_path / "plain.tb")
+    with pytest.raises(tracebridge.ArtifactError, match="not saved by tracebridge.compile"):
+        load_compiled(tmp_path / "plain.tb")
+
+    compiled = _ref(WithCumsum().eval(), torch.rand(3, 4))
+    compiled.save(tmp_path / "ok.tb")
+    program = artifact.read(tmp_path / "ok.tb")
+    subgraph = program.meta["backend"]["methods"]["forward"]["subgraphs"][0]
+    subgraph["nodes"] = subgraph["nodes"][:1] + subgraph["nodes"][2:]  # a hole
+    artifact.write(program, tmp_path / "holed.tb")
+    with pytest.raises(tracebridge.ArtifactError, match="not contiguous"):
+        load_compiled(tmp_path / "holed.tb")
+    cumsum = next(i for i, n in enumerate(program.methods["forward"].nodes) if n.op == "cumsum")
+    subgraph["nodes"] = [cumsum]
+    artifact.write(program, tmp_path / "unsupported.tb")
+    with pytest.raises(BackendError, match="cumsum"):
+        load_compiled(tmp_path / "unsupported.tb")
+
+
+def test_op_set_data_names_real_ops():
+    from tracebridge import opset
+
+    unknown = sorted(
+        name for name in opsets.SUPPORTED | set(opsets.CONDITIONAL) if not opset.is_known(name)
+    )
+    assert unknown == []
+
+
+def test_dropout_in_eval_is_supported_and_in_training_is_not():
+    from tracebridge.ir import Node
+
+    backend = ReferenceBackend(ReferenceBackend.parse_args([]))
+    assert backend.supports(Node("dropout", args=[None, 0.5, False]))
+    assert not backend.supports(Node("dropout", args=[None, 0.5, True]))
+    assert not backend.supports(Node("prim.guard"))
+
+
+def test_custom_backend_interface():
+    class OnlyAdd(Backend):
+        def supports(self, node):
+            return node.op == "add"
+
+        def compile(self, subgraph_fn, example_inputs, args, workdir):
+            return subgraph_fn
+
+    register_backend("only_add", OnlyAdd)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        f = tracebridge.compile(lambda x: (x + 1 + 2) * 3 + 4, torch.rand(2), backend="only_add")
+    assert f.coverage.subgraphs == ["only_add_subgraph_0"]
+    assert (f.coverage.supported, f.coverage.total) == (3, 4)
+    torch.testing.assert_close(f(torch.ones(2)), torch.full((2,), 16.0))
