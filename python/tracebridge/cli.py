@@ -256,7 +256,17 @@ def check_structure(doc: dict, program: Program, path: str) -> None:
             f"{path}: tensors.count is {tensors['count']} but the state has "
             f"{len(program.state)} tensors"
         )
+    if doc["kind"] == "function":
+        if "forward" not in doc["methods"]:
+            raise ArtifactError(f"{path}: a function program must have a method 'forward'")
+        kinds = {e.kind for e in program.state.values()} - {"constant"}
+        if kinds:
+            raise ArtifactError(
+                f"{path}: a function program holds only constants, not {', '.join(sorted(kinds))}"
+            )
     for method, route in doc.get("dispatch", {}).items():
+        if method in doc["methods"]:
+            raise ArtifactError(f"{path}: {method!r} is both a method and a dispatch entry")
         for mode, target in route.items():
             if target not in doc["methods"]:
                 raise ArtifactError(
