@@ -18,6 +18,7 @@ one-line reproduction, so that the fix turns it into an XPASS to remove.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import fcntl
 import json
 import os
@@ -344,3 +345,66 @@ def test_batchnorm_stats(name: str) -> None:
         if key.endswith("num_batches_tracked"):
             assert int(value) == int(start[key]) + 1, f"{key} is {int(value)}"
         _assert_close(value, buffers[key], case, f"buffer {key} after one call")
+
+
+# --------------------------------------------------------------------------- more of the API
+
+
+@pytest.mark.parametrize("name", _params("test_check_inputs_accept", CASES))
+def test_check_inputs_accept(name: str) -> None:
+    """check_trace on the other inputs (other batch sizes, lengths) accepts a correct trace."""
+    case = CASES[name]()
+    if not case.check_trace_ok:
+        pytest.skip("the output is random: check_trace cannot compare two runs")
+    if case.methods:
+        n_checks = min(len(calls) for calls in case.methods.values()) - 1
+        checks = [{m: calls[i + 1] for m, calls in case.methods.items()} for i in range(n_checks)]
+    else:
+        checks = case.other_inputs
+    traced = _trace(case, check_trace=True, check_inputs=checks)
+    method, inputs = next(_calls(case))
+    _assert_close(
+        _run(traced, method, inputs, case), _run(case.model, method, inputs, case), case, name
+    )
+
+
+@pytest.mark.parametrize("name", _params("test_respect_mode", ["cnn_eval", "transformer"]))
+def test_respect_mode(name: str, tmp_path: Path) -> None:
+    """Traced with respect_mode=True, the module follows .train()/.eval() like eager, also after
+    a save and load."""
+    case, reference = CASES[name](), CASES[name]()
+    traced = _trace(case, respect_mode=True)
+    path = tmp_path / f"{name}.tb"
+    tracebridge.save(traced, str(path))
+    loaded = tracebridge.load(str(path))
+    (x,) = case.example_inputs
+    for training in (True, False, True):
+        for obj in (traced, loaded, reference.model):
+            obj.train(training)
+        expected = _run(reference.model, "forward", (x,), _seeded(case))
+        for label, obj in (("traced", traced), ("loaded", loaded)):
+            actual = _run(obj, "forward", (x,), _seeded(case))
+            _assert_close(actual, expected, case, f"{label}, training={training}")
+
+
+def _seeded(case: Case) -> Case:
+    """The case, reseeded before each call: dropout in train mode draws random numbers."""
+    return dataclasses.replace(case, stochastic=True)
+
+
+@pytest.mark.parametrize("name", _params("test_loaded_artifact_trains", ["mlp", "resnet", "lstm"]))
+def test_loaded_artifact_trains(name: str, tmp_path: Path) -> None:
+    """A loaded artifact has its own parameters, with the original's names, and they train."""
+    case, traced = _traced(name)
+    path = tmp_path / f"{name}.tb"
+    tracebridge.save(traced, str(path))
+    loaded = tracebridge.load(str(path))
+    eager = copy.deepcopy(case.model)
+    (x,) = case.example_inputs
+    _loss(eager(x)).backward()
+    _loss(loaded(x)).backward()
+    params = dict(loaded.named_parameters())
+    assert list(params) == [k for k, _ in eager.named_parameters()]
+    for key, p in eager.named_parameters():
+        assert params[key].grad is not None, f"no gradient for the loaded {key}"
+        _assert_close(params[key].grad, p.grad, case, f"grad of loaded {key}")
