@@ -307,7 +307,8 @@ def render(results: list[ModelResult], args: argparse.Namespace) -> str:
         f"{platform.machine()} {_cpu_name()}, {os.cpu_count()} cores, torch "
         f"{torch.__version__}, {torch.get_num_threads()} thread(s), "
         f"{'autograd on' if args.grad else 'torch.no_grad()'}, {args.repeats} repeats "
-        f"(median), {time.strftime('%Y-%m-%d')}.",
+        f"(median), load average {os.getloadavg()[0]:.1f} at the end, "
+        f"{time.strftime('%Y-%m-%d')}.",
         "",
         "### Trace time (ms; lower is better)",
         "",
