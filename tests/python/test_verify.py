@@ -224,6 +224,28 @@ def test_size_baked_without_guard_is_caught_by_another_batch_size():
     assert "x.size(0) / x.shape[0]" in lines[2]
 
 
+def lengths(x):
+    return torch.tensor([x.size(1)] * x.size(0))
+
+
+def test_list_repeated_by_a_size_is_caught_by_another_batch_size():
+    """``[n] * x.size(0)`` reads the size without a guard (see test_divergence); the probe
+    with batch size 3 finds the output shorter than the code's and names the line."""
+    with (
+        pytest.warns(tracebridge.TracerWarning),
+        pytest.raises(tracebridge.TracingCheckError) as info,
+    ):
+        tracebridge.trace(lengths, torch.rand(2, 3))
+    line = line_of(lengths, "torch.tensor(")
+    assert str(info.value).splitlines()[:2] == [
+        "the trace does not generalise from batch size 2 to 3 (dimension 0 of the inputs), "
+        "though the code does: with batch size 3: output [output] has shape [2] in the trace "
+        "but [3] in the code",
+        "  a size was baked into the trace at node 1 (tensor), "
+        f"{__file__}:{line}: return torch.tensor([x.size(1)] * x.size(0))",
+    ]
+
+
 def test_check_trace_false_skips_the_batch_size_probe():
     traced = tracebridge.trace(size_through_string, torch.rand(4, 3), check_trace=False)
     assert traced(torch.rand(4, 3)).shape == (4, 3)
