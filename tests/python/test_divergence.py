@@ -837,6 +837,27 @@ def test_guard_errors_name_the_line():
         assert "assumption made at " + __file__ in str(info.value), case.name
 
 
+@pytest.mark.parametrize("runtime", ["codegen", "interpreter"])
+def test_outcomes_survive_save_and_load(tmp_path, runtime):
+    """A loaded artifact keeps its guards and its general sizes: same outcome as in memory."""
+    checked = 0
+    for case in CASES:
+        setup = case.build()
+        if setup.change is not None or case.tb[0] == "wrong":
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", tracebridge.TracerWarning)
+            traced = tracebridge.trace(
+                setup.fn, _clone(setup.example), check_trace=False, **case.kwargs
+            )
+        path = tmp_path / f"{case.name}.tb"
+        traced.save(path)
+        loaded = tracebridge.load(path, runtime=runtime)
+        assert _second_call(setup, loaded) == case.tb[0], case.name
+        checked += 1
+    assert checked >= 15
+
+
 def test_inplace_input_is_mutated_once_like_eager():
     """Tracing without the check runs the code once, so an input mutated in place is
     mutated once, as one eager call would; the traced call mutates its input too."""
