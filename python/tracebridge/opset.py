@@ -232,6 +232,7 @@ PRIM_OPS = {
     "prim.int": "a tensor or scalar turned into a Python int",
     "prim.float": "a tensor or scalar turned into a Python float",
     "prim.len": "the length of a sequence",
+    "prim.grad_enabled": "whether autograd is on for this call (the caller's mode)",
 }
 SCALAR_OPS: dict[str, Callable] = {
     "scalar.add": operator.add,
@@ -340,6 +341,9 @@ def _build():
             name_of.setdefault(fn, name)
         else:
             add(fn, f"Tensor.{name}", fn)
+    # ``with torch.no_grad():`` inside traced code reaches us as this call; replaying it
+    # keeps gradients off exactly where the code had them off.
+    add(torch._C._set_grad_enabled, "set_grad_enabled", torch._C._set_grad_enabled)
     for name in TENSOR_OP_PROPERTIES:
         impl.setdefault(f"Tensor.{name}", _attr_getter(name))
     for name, fn in SCALAR_OPS.items():

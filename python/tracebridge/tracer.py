@@ -265,6 +265,8 @@ class Tracer:
         self._size_cache: dict[tuple[int, int], SymInt] = {}
         self._warned = warned
         self._descending: list = []
+        self._grad_entry: tuple[Ref, bool] | None = None
+        self._grad_depth = 0
         self.mode = _RecordingMode(self)
         self._handlers = self._special_handlers()
 
@@ -667,7 +669,27 @@ class Tracer:
             T.__iter__: self._on_iter,
         }
         handlers[torch.is_nonzero] = self._to_python(bool)
+        handlers[torch._C._set_grad_enabled] = self._on_set_grad_enabled
         return handlers
+
+    def _on_set_grad_enabled(self, func, mode):
+        """``torch.no_grad()`` and friends. The switch back at the end of the outermost
+        block restores the *caller's* mode, read at run time, not the mode at trace time."""
+        if self._grad_entry is None:
+            value = self._new_value("bool")
+            self._emit("prim.grad_enabled", [], outputs=[value], out_spec=pytree.LEAF)
+            self._grad_entry = (Ref(value.id), torch.is_grad_enabled())
+            self._grad_depth = 0
+        entry_ref, entry_mode = self._grad_entry
+        arg = bool(mode)
+        if arg == entry_mode and self._grad_depth > 0:
+            self._grad_depth -= 1
+            if self._grad_depth == 0:
+                arg = entry_ref
+        elif arg != torch.is_grad_enabled():
+            self._grad_depth += 1
+        self._emit("set_grad_enabled", [arg], loc=self.location())
+        return func(mode)
 
     def _concrete(self, func, *args, **kwargs):
         return func(*args, **kwargs)

@@ -197,3 +197,29 @@ def test_structseq_output_keeps_its_type_through_save(tmp_path):
         out = fn(torch.tensor([[1.0, 5.0], [3.0, 2.0]]))
         assert type(out).__name__ == "max"
         assert out.values.tolist() == [3.0, 5.0] and out.indices.tolist() == [1, 0]
+
+
+class NoGradInside(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+
+    def forward(self, x):
+        with torch.no_grad():
+            frozen = self.lin(x)
+        return frozen + self.lin(x)
+
+
+@pytest.mark.parametrize("runtime", ["codegen", "interpreter"])
+def test_no_grad_block_is_replayed_and_caller_mode_restored(runtime):
+    model = NoGradInside()
+    traced = tracebridge.trace(model, torch.rand(3, 2), runtime=runtime)
+    out = traced(torch.rand(4, 2))
+    out.sum().backward()
+    # Only the second linear call carries gradients, as in eager.
+    expected = torch.autograd.grad(model(torch.ones(1, 2)).sum(), model.lin.bias)[0]
+    assert torch.equal(model.lin.bias.grad, torch.full((2,), 4.0)) and expected.tolist() == [1, 1]
+    with torch.no_grad():
+        assert not traced(torch.rand(2, 2)).requires_grad
+        assert not torch.is_grad_enabled()
+    assert torch.is_grad_enabled()

@@ -194,10 +194,24 @@ class CodeGen:
     def generate(self) -> str:
         self.globals["_graph"] = self.graph
         self.header()
+        start = len(self.lines)
         for index, node in enumerate(self.graph.nodes):
             self.node(index, node)
         self.output()
+        if any(n.op == "set_grad_enabled" for n in self.graph.nodes):
+            self.restore_grad_mode(start)
         return "\n".join(self.lines) + "\n"
+
+    def restore_grad_mode(self, start: int) -> None:
+        """The code switches gradients on or off: put the caller's mode back, even on error."""
+        body = ["    " + line for line in self.lines[start:]]
+        self.lines[start:] = [
+            "    _grad_mode = torch.is_grad_enabled()",
+            "    try:",
+            *body,
+            "    finally:",
+            "        torch._C._set_grad_enabled(_grad_mode)",
+        ]
 
 
 def _variadic():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 from .. import pytree
 from ..ir import Graph, Node, Ref
 from ..opset import VARIADIC_OUTPUTS
@@ -30,9 +32,13 @@ class Interpreter:
             if getattr(leaf, "ndim", None) != len(value.shape or []):
                 support.bad_input(index, self.graph, leaf)
         env = {value.id: leaf for value, leaf in zip(self.graph.inputs, inputs)}
-        for node in self.graph.nodes:
-            kind = node.op if node.op in ("prim.state", "prim.guard") else "op"
-            getattr(self, "run_" + kind.replace("prim.", ""))(node, env)
+        grad_mode = torch.is_grad_enabled()  # the graph may switch it (torch.no_grad())
+        try:
+            for node in self.graph.nodes:
+                kind = node.op if node.op in ("prim.state", "prim.guard") else "op"
+                getattr(self, "run_" + kind.replace("prim.", ""))(node, env)
+        finally:
+            torch._C._set_grad_enabled(grad_mode)
         outputs = [self.resolve(o, env) for o in self.graph.outputs]
         return pytree.unflatten(outputs, self.graph.out_spec)
 

@@ -21,6 +21,7 @@ PRIM_EXPRESSIONS = {
     "prim.int": "int({0})",
     "prim.float": "float({0})",
     "prim.len": "len({0})",
+    "prim.grad_enabled": "torch.is_grad_enabled()",
 }
 PRIM_FUNCTIONS = {
     "prim.size": lambda t, d: t.shape[d],
@@ -33,6 +34,7 @@ PRIM_FUNCTIONS = {
     "prim.int": int,
     "prim.float": float,
     "prim.len": len,
+    "prim.grad_enabled": torch.is_grad_enabled,
 }
 SCALAR_SYMBOLS = {
     "scalar.add": "+",
@@ -74,6 +76,11 @@ def opset_version() -> int:
     return OPSET_VERSION
 
 
+def _short_repr(value, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 5] + " ...]"
+
+
 def guard_message(node: Node, seen, operands=None) -> str:
     what = node.kwargs.get("what", "a traced value")
     expect = node.kwargs.get("expect")
@@ -88,7 +95,9 @@ def guard_message(node: Node, seen, operands=None) -> str:
     elif kind == "count":
         head = f"the trace assumed {what} gives {expect} results, but now it gives {seen}"
     else:
-        head = f"the trace assumed {what} == {expect!r}, but now it is {seen!r}"
+        head = (
+            f"the trace assumed {what} == {_short_repr(expect)}, but now it is {_short_repr(seen)}"
+        )
     if operands:
         head += " (now: " + ", ".join(f"{d} = {v}" for d, v in operands) + ")"
     return (
