@@ -386,6 +386,31 @@ def test_tracer_warning_for_iteration_over_a_tensor():
     assert all(w.filename == __file__ for w in caught)
 
 
+def item_compared(x):
+    if x.max().item() > 0.5:
+        return x * 2
+    return x
+
+
+def test_guard_from_an_item_comparison_is_recorded():
+    traced = tracebridge.trace(item_compared, torch.ones(3), check_trace=False)
+    line = line_of(item_compared, "if x.max()")
+    assert traced.guards == [f"forward: max(x).item() > 0.5 == True (at {__file__}:{line})"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core: a comparison of a traced number (Tracer.scalar_compare) records a guard "
+    "but no TracerWarning, so `if x.max().item() > 0.5:` turns tensor data into a Python "
+    "bool silently (bool(x.max() > 0.5) does warn)",
+)
+def test_tracer_warning_for_an_item_comparison():
+    caught = tracer_warnings(item_compared, torch.ones(3), check_trace=False)
+    assert [(w.filename, w.lineno) for w in caught] == [
+        (__file__, line_of(item_compared, "if x.max()"))
+    ]
+
+
 @pytest.mark.parametrize("fn", [list_output, dict_output], ids=["list", "dict"])
 def test_tracer_warning_for_mutable_output_under_strict_false(fn):
     with warnings.catch_warnings(record=True) as caught:
