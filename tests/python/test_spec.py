@@ -87,6 +87,7 @@ def test_spec_names_the_current_versions():
 
 def test_spec_lists_every_dtype_value_kind_and_spec_kind():
     schema = json.loads(_read("program.schema.json"))
+    schema["$defs"] = schema.get("$defs") or schema["definitions"]  # 2020-12 or draft-07
     for dtype in schema["$defs"]["dtype"]["enum"]:
         assert dtype in section(4), dtype
     assert set(schema["$defs"]["dtype"]["enum"]) == set(ir.DTYPE_NAMES.values())
