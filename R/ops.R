@@ -19,7 +19,7 @@ opt_dim <- function(dim) if (is.null(dim)) NULL else dim_py(dim)
 
 #' Elementwise functions
 #'
-#' @param self,input A `torch_tensor`.
+#' @param self A `torch_tensor`.
 #' @return A `torch_tensor` of the same shape.
 #' @name torch_elementwise
 #' @examples
@@ -143,7 +143,7 @@ torch_min <- function(self, dim = NULL, keepdim = FALSE) max_min("min", self, di
 #' @return A `torch_tensor`.
 #' @examples
 #' if (torch_is_installed()) {
-#'   torch_softmax(torch_tensor(matrix(1:4, 2)), dim = 2)
+#'   torch_softmax(torch_tensor(matrix(c(1, 2, 3, 4), 2)), dim = 2)
 #' }
 #' @export
 torch_softmax <- function(input, dim) torch_fn("softmax", tensor_py(input), dim_py(dim))

@@ -5,11 +5,15 @@
 traced_py <- function(x) attr(x, "py")
 
 call_traced <- function(py, args) {
-  pyargs <- lapply(args, to_py)
-  out <- tryCatch(
-    do.call(.tb$call_fn %||% cache_call_fn(), c(list(py), pyargs)),
-    error = function(e) rethrow_python(e)
-  )
+  # The common case (tensors in, a tensor out) takes the short path: this function is
+  # what a traced model costs per call from R beyond the Python call itself.
+  pyargs <- lapply(args, function(a) {
+    if (inherits(a, "torch_tensor")) .subset2(a, ".py") else to_py(a)
+  })
+  call_fn <- .tb$call_fn
+  if (is.null(call_fn)) call_fn <- cache_call_fn()
+  out <- tryCatch(do.call(call_fn, c(list(py), pyargs)), error = rethrow_python)
+  if (inherits(out, "torch.Tensor")) return(wrap_tensor(out))
   from_py(out)
 }
 

@@ -390,6 +390,7 @@ simplify_sizes <- function(out) {
 #' @export
 `[[.torch_tensor` <- function(x, i) `$.torch_tensor`(x, i)
 
+#' @importFrom utils .DollarNames
 #' @export
 .DollarNames.torch_tensor <- function(x, pattern = "") {
   nms <- reticulate::py_to_r(py_rb()$tensor_method_names())

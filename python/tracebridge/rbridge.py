@@ -166,7 +166,7 @@ def _index_key(s):
 
 def dict_items(d: dict) -> tuple[list[str], list]:
     """The keys (as strings) and the values of a dict, for R's named lists."""
-    return [str(k) for k in d.keys()], list(d.values())
+    return [str(k) for k in d], list(d.values())
 
 
 def named_tensors(pairs) -> tuple[list[str], list[torch.Tensor]]:
