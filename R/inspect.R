@@ -32,7 +32,7 @@ inspect_elt_size <- c(
 #'
 #' Reads a file written by [jit_save()] (or Python's `tracebridge.save()`) with base R and
 #' 'jsonlite' only: the ZIP archive is listed, `program.json` is parsed and the header of
-#' `tensors.safetensors` is read. Python is never started and nothing in the file is
+#' `tensors.safetensors` is read, and a report is printed. Python is never started and nothing in the file is
 #' executed, so it is safe on a file from anywhere and works where Python is not installed.
 #'
 #' The printed report shows the format version, the producer (language, tracebridge and
@@ -48,6 +48,7 @@ inspect_elt_size <- c(
 #' does both.
 #'
 #' @param path Path to an artifact (any file name).
+#' @param quiet If `FALSE` (the default), print the report.
 #' @return Invisibly, a list of class `tracebridge_inspection` with parts `file`, `bytes`,
 #'   `format_version`, `opset_version`, `producer` (a list: `name`, `version`, `language`,
 #'   `torch`), `kind`, `class` (the module's class name, or `NA`), `training`, `methods`
@@ -69,8 +70,9 @@ inspect_elt_size <- c(
 #'   f <- jit_trace(function(x) torch_relu(x) * 2, torch_ones(3))
 #'   path <- tempfile(fileext = ".tb")
 #'   jit_save(f, path)
-#'   info <- jit_inspect(path)
-#'   info
+#'   jit_inspect(path)
+#'   info <- jit_inspect(path, quiet = TRUE)
+#'   info$state
 #'   cat(info$graphs[["forward"]])
 #' }
 #' \dontrun{
@@ -78,7 +80,7 @@ inspect_elt_size <- c(
 #' jit_inspect("model.tb")
 #' }
 #' @export
-jit_inspect <- function(path) {
+jit_inspect <- function(path, quiet = FALSE) {
   if (!is.character(path) || length(path) != 1L || is.na(path)) {
     inspect_abort("jit_inspect(): `path` must be one file path.")
   }
@@ -132,7 +134,9 @@ jit_inspect <- function(path) {
       op_counts(vapply(g$nodes, function(n) n$op, character(1)))
     })
   )
-  invisible(structure(out, class = "tracebridge_inspection"))
+  out <- structure(out, class = "tracebridge_inspection")
+  if (!isTRUE(quiet)) print(out)
+  invisible(out)
 }
 
 #' @rdname jit_inspect

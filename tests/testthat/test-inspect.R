@@ -98,7 +98,7 @@ insp_hand_artifact <- function(program = insp_program, shape = c(2, 3)) {
 }
 
 test_that("jit_inspect reads a hand-written artifact with base R only", {
-  info <- jit_inspect(insp_hand_artifact())
+  info <- jit_inspect(insp_hand_artifact(), quiet = TRUE)
   expect_s3_class(info, "tracebridge_inspection")
   expect_equal(info$format_version, 1L)
   expect_equal(info$opset_version, 1L)
@@ -135,8 +135,10 @@ test_that("jit_inspect reads a hand-written artifact with base R only", {
   expect_match(out, "forward: x.size(0) == 4  (value guard, at model.R:13)", fixed = TRUE)
   expect_match(out, insp_graph, fixed = TRUE)
   expect_false(grepl("graph forward", capture_output(print(info, graphs = FALSE))))
-  # jit_inspect() returns invisibly.
-  expect_invisible(jit_inspect(insp_hand_artifact()))
+  # jit_inspect() prints the report and returns invisibly.
+  expect_output(res <- expect_invisible(jit_inspect(insp_hand_artifact())), insp_graph,
+                fixed = TRUE)
+  expect_s3_class(res, "tracebridge_inspection")
 })
 
 test_that("literals print as Python's repr() prints them", {
@@ -238,7 +240,7 @@ test_that("graphs, state and guards of R-made artifacts match Python", {
   f <- suppressWarnings(jit_trace(baked, torch_randn(2, 3, 4)))
   f_path <- tempfile(fileext = ".tb")
   jit_save(f, f_path)
-  info <- jit_inspect(f_path)
+  info <- jit_inspect(f_path, quiet = TRUE)
   expect_equal(info$graphs, insp_py_text(f_path))
   expect_equal(info$graphs[["forward"]], jit_load(f_path)$graph)
   expect_equal(nrow(info$guards), 1)
@@ -260,7 +262,7 @@ test_that("graphs, state and guards of R-made artifacts match Python", {
   net <- Net()
   m_path <- tempfile(fileext = ".tb")
   jit_save(jit_trace(net, torch_randn(8, 4)), m_path)
-  info <- jit_inspect(m_path)
+  info <- jit_inspect(m_path, quiet = TRUE)
   expect_setequal(info$methods, c("trainforward", "evalforward"))
   expect_equal(info$dispatch$forward, c(train = "trainforward", eval = "evalforward"))
   expect_equal(info$graphs, insp_py_text(m_path))
@@ -284,7 +286,7 @@ test_that("graphs, state and guards of R-made artifacts match Python", {
   two_path <- tempfile(fileext = ".tb")
   x <- torch_randn(5, 4)
   jit_save(jit_trace_module(Net(), forward = list(x), score = list(x)), two_path)
-  info <- jit_inspect(two_path)
+  info <- jit_inspect(two_path, quiet = TRUE)
   expect_setequal(info$methods, c("forward", "score"))
   expect_equal(info$graphs, insp_py_text(two_path))
 })
@@ -313,7 +315,7 @@ test_that("a Python-made artifact with many kinds of literal prints as in Python
     sprintf("t.save(%s)", deparse(path)),
     "lits_graph = t.graph"
   ))
-  info <- jit_inspect(path)
+  info <- jit_inspect(path, quiet = TRUE)
   expect_equal(info$graphs[["forward"]], reticulate::py_eval("lits_graph"))
   expect_equal(info$graphs, insp_py_text(path))
   expect_match(info$graphs[["forward"]], "clamp(%8, min=-inf, max=3.0)", fixed = TRUE)
@@ -342,7 +344,7 @@ test_that("every golden vector reads, and prints as in Python", {
   manifest <- jsonlite::read_json(file.path(dir, "manifest.json"))
   for (vector in manifest$vectors) {
     path <- file.path(dir, vector$artifact)
-    info <- jit_inspect(path)
+    info <- jit_inspect(path, quiet = TRUE)
     expect_equal(info$kind, vector$kind, label = vector$name)
     expect_true(all(unlist(vector$methods) %in% c(info$methods, names(info$dispatch))),
                 label = vector$name)
