@@ -129,8 +129,12 @@ test_that("respect_mode = FALSE traces one forward in the current mode", {
   eager_eval <- arr(net(x))
   tm <- jit_trace(net, x, respect_mode = FALSE)
   expect_equal(tm$methods, "forward")
-  # The traced graph is the eval graph: dropout stays off even in training mode.
+  expect_equal(arr(tm(x)), eager_eval, tolerance = 1e-6)
+  # Only the eval graph exists: in training mode the call is refused with a guard error
+  # (dropout and batch norm would behave differently), never silently run in eval mode.
   tm$train()
+  expect_error(tm(x), "traced in eval mode", class = "tracebridge_guard_error")
+  tm$eval()
   expect_equal(arr(tm(x)), eager_eval, tolerance = 1e-6)
 })
 
