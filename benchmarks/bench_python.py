@@ -172,6 +172,12 @@ def jit_trace(case: Case, check: bool) -> Any:
         )
 
 
+def export(case: Case) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.export.export(case.model, case.example_inputs)
+
+
 def tb_trace(case: Case) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -209,8 +215,8 @@ def measure_trace(case: Case, result: ModelResult, repeats: int) -> tuple[Any, A
     if jt is not None:
         fns["torch.jit.trace"] = lambda: jit_trace(case, jit_check)
     try:
-        torch.export.export(case.model, case.example_inputs)
-        fns["torch.export"] = lambda: torch.export.export(case.model, case.example_inputs)
+        export(case)
+        fns["torch.export"] = lambda: export(case)
     except Exception as exc:
         result.trace["torch.export"] = Cell(note="error")
         result.errors.append(f"torch.export.export: {_short(exc)}")
