@@ -5,7 +5,14 @@ example inputs, so the compile cost is paid in ``tracebridge.compile``, not at t
 compiler_args: ``--mode {default,reduce-overhead,max-autotune,max-autotune-no-cudagraphs}``,
 ``--dynamic`` (the default: sizes stay symbolic) or ``--no-dynamic``, ``--fullgraph`` (fail
 instead of splitting a partition Dynamo cannot capture whole), ``--debug`` (inductor's debug
-trace, into ``compiler_workdir``).
+trace, into ``compiler_workdir``), ``--autograd`` (see below).
+
+Note: compiled partitions are for inference, as with ``torch.neuron.trace``: by default they
+run under ``torch.no_grad()``, so the one graph compiled and warmed up in ``compile`` is the
+one every call uses, whether or not the caller is in a ``no_grad`` block (Dynamo compiles a
+separate graph per grad mode, and a training graph costs more to compile and to run).
+``--autograd`` keeps the caller's grad mode instead: gradients flow through the partitions,
+and the warm-up happens in the grad mode that ``compile`` was called in.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ class InductorBackend(Backend):
         parser.add_argument("--no-dynamic", dest="dynamic", action="store_false")
         parser.add_argument("--fullgraph", action="store_true")
         parser.add_argument("--debug", action="store_true")
+        parser.add_argument("--autograd", action="store_true")
 
     def supports(self, node: Node) -> bool:
         return supported_by_set(node, SUPPORTED)
@@ -68,7 +76,32 @@ class InductorBackend(Backend):
             fullgraph=args.fullgraph,
             mode=mode,
         )
-        if example_inputs is not None:
-            with _environment(workdir, args.debug), torch.no_grad():
-                compiled(*example_inputs)
-        return compiled
+        run = compiled if args.autograd else _inference(compiled)
+        if example_inputs is None:  # after load: compile at the first call, in workdir
+            return _FirstCallIn(run, workdir, args.debug) if workdir is not None else run
+        with _environment(workdir, args.debug):
+            run(*example_inputs)
+        return run
+
+
+def _inference(fn: Callable) -> Callable:
+    def run(*inputs):
+        with torch.no_grad():
+            return fn(*inputs)
+
+    return run
+
+
+class _FirstCallIn:
+    """Runs the first call (where torch.compile compiles) with the workdir environment."""
+
+    def __init__(self, fn: Callable, workdir, debug: bool):
+        self.fn, self.workdir, self.debug, self.first = fn, workdir, debug, True
+
+    def __call__(self, *inputs):
+        if self.first:
+            with _environment(self.workdir, self.debug):
+                result = self.fn(*inputs)
+            self.first = False
+            return result
+        return self.fn(*inputs)
