@@ -117,6 +117,18 @@ def test_matches_eager(name: str) -> None:
         _assert_close(actual, expected, case, f"{name}.{method} on {_shapes(inputs)}")
 
 
+@pytest.mark.parametrize("name", _params("test_matches_eager_without_autograd", CASES))
+def test_matches_eager_without_autograd(name: str) -> None:
+    """Under no_grad and inference_mode (as for serving) too, including BatchNorm updates."""
+    case, traced = _traced(name)
+    for context in (torch.no_grad, torch.inference_mode):
+        for method, inputs in _calls(case):
+            with context():
+                expected = _run(case.model, method, inputs, case)
+                actual = _run(traced, method, inputs, case)
+            _assert_close(actual, expected, case, f"{context.__name__}, {name}.{method}")
+
+
 @pytest.mark.parametrize("name", _params("test_state_dict_keys", CASES))
 def test_state_dict_keys(name: str) -> None:
     case, traced = _traced(name)
@@ -267,16 +279,21 @@ def test_gradients_match(name: str) -> None:
     traced = _trace(case)
     (x,) = case.example_inputs
     params = dict(case.model.named_parameters())
+    # Float inputs get a gradient too; token ids cannot.
+    grad_input = x.is_floating_point()
+    x_eager, x_traced = (x.clone().requires_grad_(grad_input) for _ in range(2))
 
     case.model.zero_grad(set_to_none=True)
-    _loss(_run(case.model, "forward", (x,), case)).backward()
+    _loss(_run(case.model, "forward", (x_eager,), case)).backward()
     expected = {k: p.grad.clone() for k, p in params.items()}
 
     case.model.zero_grad(set_to_none=True)
-    _loss(_run(traced, "forward", (x,), case)).backward()
+    _loss(_run(traced, "forward", (x_traced,), case)).backward()
     for key, p in params.items():
         assert p.grad is not None, f"no gradient reached the original's {key}"
         _assert_close(p.grad, expected[key], case, f"grad of {key}")
+    if grad_input:
+        _assert_close(x_traced.grad, x_eager.grad, case, "grad of the input")
 
 
 @pytest.mark.parametrize(
