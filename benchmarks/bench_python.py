@@ -203,8 +203,8 @@ def measure_trace(case: Case, result: ModelResult, repeats: int) -> tuple[Any, A
     try:
         jt = jit_trace(case, jit_check)
     except Exception as exc:
-        # torch.jit.trace's own check refuses some models (nn.MultiheadAttention's fast path
-        # makes its graphs differ between runs): time it without the check and say so.
+        # torch.jit.trace's own check refuses some models (its graphs differ between runs on
+        # nn.MultiheadAttention): time it without the check, and say so.
         result.errors.append(f"torch.jit.trace(check_trace=True): {_short(exc)}")
         jit_check = False
         try:
@@ -347,12 +347,14 @@ def render(results: list[ModelResult], args: argparse.Namespace) -> str:
             rows,
         )
     )
-    out += [
-        "",
-        "† torch.jit.trace's own check fails on this model, so it is timed with "
-        "check_trace=False. ‡ the output is random (dropout in train mode): both tracers run "
-        "with check_trace=False.",
-    ]
+    notes = " ".join(r.trace.get(k, Cell()).note for r in results for k in r.trace)
+    if "†" in notes:
+        out += [
+            "",
+            "† torch.jit.trace's own check fails on this model: timed with check_trace=False.",
+        ]
+    if "‡" in notes:
+        out += ["", "‡ the case expects check_trace to fail: both tracers ran without it."]
     for batch in BATCHES:
         out += ["", f"### Per-call latency at batch {batch} (µs; ratio to eager)", ""]
         rows = []
