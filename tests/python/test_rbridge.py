@@ -1,0 +1,64 @@
+"""The Python half of the R bridge, tested without R."""
+
+import numpy as np
+import pytest
+import torch
+
+import tracebridge
+from tracebridge import rbridge
+
+
+def test_tensor_from_r_keeps_index_meaning_of_column_major_data():
+    a = np.asfortranarray(np.arange(24, dtype=np.float64).reshape(2, 3, 4))
+    a.flags.writeable = False
+    t = rbridge.tensor_from_r(a, torch.float32)
+    assert t.shape == (2, 3, 4)
+    assert t.dtype == torch.float32
+    assert t[1, 2, 3].item() == a[1, 2, 3]
+    assert t.is_contiguous()
+
+
+def test_tensor_to_r_returns_int32_for_small_longs():
+    out = rbridge.tensor_to_r(torch.tensor([1, 2, 3]))
+    assert out.dtype == np.int32
+    big = rbridge.tensor_to_r(torch.tensor([2**40]))
+    assert big.dtype == np.int64
+
+
+def test_format_tensor_matches_mlverse_torch():
+    assert rbridge.format_tensor(torch.tensor([0.0, 0.0, 1.0])) == (
+        "torch_tensor\n 0\n 0\n 1\n[ CPUFloatType{3} ]"
+    )
+    assert rbridge.format_tensor(torch.tensor([[1, 3], [2, 4]])) == (
+        "torch_tensor\n 1 3\n 2 4\n[ CPULongType{2,2} ]"
+    )
+    assert rbridge.format_tensor(torch.tensor(2.5)) == "torch_tensor\n2.5000\n[ CPUFloatType{} ]"
+
+
+def test_index_spec():
+    t = torch.arange(12).reshape(3, 4)
+    assert torch.equal(rbridge.index(t, [0, None]), t[0])
+    assert torch.equal(rbridge.index(t, [None, ("range", 1, 3)]), t[:, 1:3])
+    assert torch.equal(rbridge.index(t, [[0, 2], None]), t[[0, 2]])
+
+
+def test_call_remembers_the_exception_for_r():
+    with pytest.raises(ValueError):
+        rbridge.call(int, "x")
+    err = rbridge.take_last_error()
+    assert isinstance(err, ValueError)
+    assert rbridge.take_last_error() is None
+    name, _, mro = rbridge.error_info(tracebridge.GuardError("broken"))
+    assert name == "GuardError"
+    assert "TraceError" in mro
+
+
+def test_rmodule_is_traceable_with_state_paths():
+    m = rbridge.new_module("Net")
+    m.add_module("fc1", torch.nn.Linear(3, 2))
+    m._r_forward = lambda x: torch.relu(m.fc1(x))
+    assert type(m).__name__ == "Net"
+    traced = tracebridge.trace(m, torch.rand(4, 3))
+    x = torch.rand(5, 3)
+    assert torch.allclose(traced(x), torch.relu(m.fc1(x)))
+    assert "fc1.weight" in traced.graph
