@@ -155,6 +155,21 @@ def test_runtimes_agree(name: str, tmp_path: Path) -> None:
         )
 
 
+@pytest.mark.parametrize("name", _params("test_graph_text_is_stable", CASES))
+def test_graph_text_is_stable(name: str, tmp_path: Path) -> None:
+    """The printed graph and code are the same for a second trace and after a save and load."""
+    case, traced = _traced(name)
+    again = _trace(CASES[name]())
+    path = tmp_path / f"{name}.tb"
+    tracebridge.save(traced, str(path))
+    loaded = tracebridge.load(str(path))
+    assert str(traced.graph).strip(), "empty graph text"
+    for label, other in (("a second trace", again), ("the loaded artifact", loaded)):
+        assert str(other.graph) == str(traced.graph), f"graph text differs for {label}"
+        assert other.code == traced.code, f"code differs for {label}"
+    compile(traced.code, f"<{name}.code>", "exec")
+
+
 def _shapes(inputs: tuple) -> str:
     return ", ".join(str(tuple(t.shape)) for t in inputs)
 
