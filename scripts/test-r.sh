@@ -19,7 +19,8 @@ echo "test-r: testthat"
 (cd tests/testthat && Rscript -e '
   library(testthat); library(tracebridge)
   if (!torch_is_installed()) stop("Python torch/tracebridge not found; run scripts/setup.sh")
-  res <- as.data.frame(test_dir(".", reporter = "summary", stop_on_failure = TRUE))
+  res <- as.data.frame(test_dir(".", package = "tracebridge", load_package = "installed",
+                                reporter = "summary", stop_on_failure = TRUE))
   cat(sprintf("test-r: %d expectations, %d failed, %d skipped\n",
               sum(res$nb), sum(res$failed), sum(res$skipped)))
   if (any(res$failed > 0) || any(res$error)) quit(status = 1)
@@ -28,7 +29,7 @@ echo "test-r: testthat"
 BUILD=$(mktemp -d)
 trap 'rm -rf "$BUILD"' EXIT
 echo "test-r: R CMD build"
-(cd "$BUILD" && R CMD build "$ROOT" >build.log 2>(cd "$BUILD" && R CMD build --no-build-vignettes "$ROOT" >build.log 2>&1)1) || {
+(cd "$BUILD" && R CMD build "$ROOT" >build.log 2>&1) || {
   cat "$BUILD/build.log"; exit 1; }
 TARBALL=$(ls "$BUILD"/tracebridge_*.tar.gz)
 
