@@ -2,14 +2,18 @@
 
 For each case of `models.CASES`:
   * the traced object matches eager on the example inputs and on every other input
-    (another batch size, another sequence length);
+    (another batch size, another sequence length), with autograd on, under no_grad and under
+    inference_mode;
   * the saved artifact loads with both runtimes, which agree bit for bit, and match eager;
   * the saved artifact loads in a fresh Python process that never imports the model code
     (one subprocess per runtime for the whole zoo and the whole run, since importing torch
     costs ~2 s);
-  * ``state_dict()`` keys equal the original's.
-And on a few cases: gradients and optimizer steps through the traced module reach the original's
-parameters, ``.double()`` works, and BatchNorm statistics update exactly as in eager.
+  * ``state_dict()`` keys equal the original's; check_trace accepts the other inputs as
+    check_inputs; the printed graph and code are stable across traces and a save/load.
+And on a few cases: gradients (parameters and input) and optimizer steps through the traced
+module reach the original's parameters, a loaded artifact trains, ``.double()`` works,
+``respect_mode=True`` follows ``.train()``/``.eval()``, and BatchNorm statistics update exactly
+as in eager.
 
 A failure caused by the core is marked ``xfail(strict=True)`` in ``CORE_FAILURES`` with a
 one-line reproduction, so that the fix turns it into an XPASS to remove.
