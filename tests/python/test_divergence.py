@@ -31,8 +31,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import tracebridge
@@ -246,6 +248,15 @@ def global_number(x):
 
 def lengths_by_repeat(x):
     return torch.tensor([x.size(1)] * x.size(0))
+
+
+def pad_to_power_of_two(x):
+    n = x.size(0)
+    return F.pad(x, (0, 0, 0, (1 << (n - 1).bit_length()) - n))
+
+
+def positions_from_numpy(x):
+    return torch.from_numpy(np.arange(x.size(0)))
 
 
 def requires_grad_branch(x):
@@ -694,6 +705,26 @@ CASES += [
         jit="wrong",
         tb=("wrong", "wrong"),
         core="core: Tensor.requires_grad is read concretely with no guard",
+    ),
+]
+CASES += [
+    Case(
+        "pad_to_power_of_two",
+        "`1 << (n - 1).bit_length()` (pad the batch to a power of two)",
+        _plain(pad_to_power_of_two, (_seeded(4, 2),), (_seeded(5, 2),)),
+        jit="refuse",
+        tb=("wrong", "check"),
+        core="core: int methods of a SymInt (bit_length, to_bytes, .real, ...) read the "
+        "concrete value with no guard",
+    ),
+    Case(
+        "positions_from_numpy",
+        "`torch.from_numpy(np.arange(x.size(0)))`",
+        _plain(positions_from_numpy, (_seeded(4),), (_seeded(6),)),
+        jit="wrong",
+        tb=("wrong", "check"),
+        core="core: numpy reads a SymInt as a plain int (no __index__ call for an int "
+        "subclass), so the size is baked with no guard",
     ),
 ]
 BY_NAME = {case.name: case for case in CASES}
