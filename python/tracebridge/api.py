@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -12,10 +13,13 @@ from torch import nn
 
 from . import artifact
 from .capture import capture, preserved, state_index
-from .errors import TraceError
+from .errors import GuardError, TraceError
 from .ir import Program, StateEntry
+from .opset import VARIADIC_OUTPUTS
 from .printer import graph_text
 from .runtime import Method
+from .runtime.method import guards_active
+from .verify import first_difference, fresh
 
 
 def _as_args(example_inputs) -> tuple:
@@ -51,12 +55,19 @@ class _Traced:
 
     @property
     def guards(self) -> list[str]:
-        """Every assumption the trace made, in words, with its source line."""
-        return [
-            _describe_guard(name, node)
-            for name, g in self.program.methods.items()
-            for node in g.guards
-        ]
+        """Every assumption the trace made, in words, with its source line: the guards, and
+        the ops whose number of results the trace fixed (``unbind``, ``split``, ...)."""
+        out = []
+        for name, graph in self.program.methods.items():
+            for node in graph.nodes:
+                if node.op == "prim.guard":
+                    out.append(_describe_guard(name, node))
+                elif node.op in VARIADIC_OUTPUTS and node.out_spec and "c" in node.out_spec:
+                    count = len(node.out_spec["c"])
+                    out.append(
+                        f"{name}: {node.op}(...) gives {count} results (at {node.loc or '?'})"
+                    )
+        return out
 
     @property
     def check_guards(self) -> bool:
@@ -68,9 +79,14 @@ class _Traced:
         for m in self._methods.values():
             m.check_guards = bool(on)
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Save to one file that :func:`tracebridge.load` and R's ``jit_load`` read."""
-        artifact.write(self._program_for_saving(), path)
+    def save(self, path: str | os.PathLike, *, language: str | None = None) -> None:
+        """Save to one file that :func:`tracebridge.load` and R's ``jit_load`` read.
+
+        ``language`` is the producer recorded in the file (``"python"`` or ``"r"``); by
+        default, the language the trace was made from (``program.meta["language"]``).
+        """
+        program = self._program_for_saving()
+        artifact.write(program, path, language=language or program.meta.get("language", "python"))
 
 
 class TracedFunction(_Traced):
@@ -166,6 +182,7 @@ class TracedModule(nn.Module, _Traced):
             self._rebuild(program)
         self.training = program.training if original is None else original.training
         self._make_methods(self._slots(), runtime)
+        self._mode_bound = dict(program.meta.get("mode_bound", {}))
         for name in list(self.program.methods) + list(self.program.dispatch):
             if name != "forward":
                 self.__dict__[name] = TracedMethod(self, name)
@@ -235,7 +252,20 @@ class TracedModule(nn.Module, _Traced):
         route = self.program.dispatch.get(name)
         if route is not None:
             name = route["train" if self.training else "eval"]
-        return self._methods[name]
+        method = self._methods[name]
+        bound = self._mode_bound.get(name)
+        if bound is not None and bound["training"] != self.training and guards_active(method):
+            traced, now = ("training", "eval") if bound["training"] else ("eval", "training")
+            raise GuardError(
+                f"{name} was traced in {traced} mode, and this module records another graph in "
+                f"{now} mode (first at {bound['op']}, {bound['loc'] or '?'}); call "
+                f".{'train' if bound['training'] else 'eval'}() first, or trace with "
+                "respect_mode=True to keep both graphs",
+                guard=f"{name}: training == {bound['training']}",
+                location=bound["loc"] or "",
+                seen=self.training,
+            )
+        return method
 
     def forward(self, *args, **kwargs):
         return self._method_for("forward")(*args, **kwargs)
@@ -388,39 +418,43 @@ def record_module(
     index = state_index(mod)
     constants: dict[str, StateEntry] = {}
     warned: set = set()
-    methods, dispatch = {}, {}
+    methods, dispatch, mode_bound = {}, {}, {}
     alias = method_alias or {}
-    with preserved(mod):
-        for name, (args, kwargs) in inputs.items():
-            target = _bound(mod, alias.get(name, name))
-            names_from = getattr(mod, alias.get(name, name))
-            if respect_mode and name == "forward":
-                for mode, method in ((True, "trainforward"), (False, "evalforward")):
-                    mod.train(mode)
-                    with preserved(mod):
-                        methods[method] = capture(
-                            target,
-                            args,
-                            kwargs,
-                            names_from=names_from,
-                            state=index,
-                            constants=constants,
-                            strict=strict,
-                            warned=warned,
-                        )
-                dispatch["forward"] = {"train": "trainforward", "eval": "evalforward"}
-            else:
-                with preserved(mod):
-                    methods[name] = capture(
-                        target,
-                        args,
-                        kwargs,
-                        names_from=names_from,
-                        state=index,
-                        constants=constants,
-                        strict=strict,
-                        warned=warned,
-                    )
+
+    def record(name, args, kwargs, mode=None, quiet=False):
+        target = _bound(mod, alias.get(name, name))
+        with preserved(mod), warnings.catch_warnings():
+            if quiet:
+                warnings.simplefilter("ignore")
+            if mode is not None:
+                mod.train(mode)
+            return capture(
+                target,
+                args,
+                kwargs,
+                names_from=getattr(mod, alias.get(name, name)),
+                state=index,
+                constants=constants if not quiet else {},
+                strict=strict,
+                warned=warned,
+            )
+
+    for name, (args, kwargs) in inputs.items():
+        if respect_mode and name == "forward":
+            methods["trainforward"] = record(name, *fresh(args, kwargs), mode=True)
+            methods["evalforward"] = record(name, *fresh(args, kwargs), mode=False)
+            dispatch["forward"] = {"train": "trainforward", "eval": "evalforward"}
+            continue
+        methods[name] = record(name, args, kwargs)
+        # Does the other mode record another graph (dropout, batch norm)? Then calling in
+        # that mode must not silently run this one.
+        other = record(name, *fresh(args, kwargs), mode=not mod.training, quiet=True)
+        index_of_change = first_difference(methods[name], other)
+        if index_of_change is not None:
+            # Name the first differing op that the user's code called (not a state read).
+            later = methods[name].nodes[index_of_change:] or methods[name].nodes[-1:]
+            node = next((n for n in later if not n.op.startswith("prim.")), later[0])
+            mode_bound[name] = {"training": mod.training, "op": node.op, "loc": node.loc}
     used = {n.args[0] for g in methods.values() for n in g.nodes if n.op == "prim.state"}
     state = {}
     for _, (path, kind, tensor) in index.items():
@@ -436,6 +470,7 @@ def record_module(
         dispatch=dispatch,
         training=mod.training,
         module_classes=classes,
+        meta={"mode_bound": mode_bound} if mode_bound else {},
     )
 
 
@@ -474,14 +509,16 @@ def _trace_module(
 # --- save / load --------------------------------------------------------------------------
 
 
-def save(obj: TracedFunction | TracedModule, path: str | os.PathLike) -> None:
+def save(
+    obj: TracedFunction | TracedModule, path: str | os.PathLike, *, language: str | None = None
+) -> None:
     """Save a traced function or module to ``path`` (one file, any name)."""
     if not isinstance(obj, (TracedFunction, TracedModule)):
         raise TraceError(
             f"save() takes a TracedFunction or TracedModule, not "
             f"{type(obj).__name__}; trace it first with tracebridge.trace"
         )
-    obj.save(path)
+    obj.save(path, language=language)
 
 
 def load(

@@ -110,7 +110,9 @@ def safetensors_bytes(tensors: dict[str, torch.Tensor]) -> tuple[bytes, dict]:
 
 
 def write(program: Program, path: str | os.PathLike, language: str = "python") -> None:
-    """Write ``program`` to ``path`` (any file name)."""
+    """Write ``program`` to ``path`` (any file name); ``language`` is the producer's."""
+    if language not in ("python", "r"):
+        raise ArtifactError(f"language must be 'python' or 'r', not {language!r}")
     doc = program_to_json(program, language)
     blob, header = safetensors_bytes({n: e.tensor for n, e in program.state.items()})
     doc["tensors"] = {"sha256": hashlib.sha256(blob).hexdigest(), "count": len(header)}

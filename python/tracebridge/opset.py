@@ -1,8 +1,9 @@
 """The op set: the closed list of operations a graph may name, and how each one runs.
 
 Note: an op's canonical name is where it lives in PyTorch's public API: ``relu`` for
-``torch.relu``, ``Tensor.view`` for a method with no ``torch.`` function, ``nn.gelu`` for
-``torch._C._nn.gelu`` (what ``F.gelu`` is), ``linalg.X``/``fft.X``/``special.X``.
+``torch.relu``, ``Tensor.view`` for a method with no ``torch.`` function, ``gelu`` for
+``torch._C._nn.gelu`` (what ``F.gelu`` is; ``nn.X`` only if ``torch.X`` is another op),
+``linalg.X``/``fft.X``/``special.X``.
 A Tensor method folds into the function of the same name (``x.relu()`` and
 ``torch.relu(x)`` are both ``relu``) only when the two take the same positional
 arguments; ``FOLDED_METHODS`` lists those, so folding never changes what runs.
@@ -232,6 +233,9 @@ PRIM_OPS = {
     "prim.int": "a tensor or scalar turned into a Python int",
     "prim.float": "a tensor or scalar turned into a Python float",
     "prim.len": "the length of a sequence",
+    "prim.stride": "the stride of a tensor along a dimension (a traced integer)",
+    "prim.requires_grad": "whether a tensor requires grad",
+    "prim.is_contiguous": "whether a tensor is contiguous in memory",
     "prim.grad_enabled": "whether autograd is on for this call (the caller's mode)",
 }
 SCALAR_OPS: dict[str, Callable] = {
@@ -255,6 +259,10 @@ SCALAR_OPS: dict[str, Callable] = {
     "scalar.lshift": operator.lshift,
     "scalar.rshift": operator.rshift,
     "scalar.ceil": math.ceil,
+    "scalar.xor": operator.xor,
+    "scalar.invert": operator.invert,
+    "scalar.round": round,
+    "scalar.trunc": math.trunc,
     "scalar.floor": math.floor,
 }
 

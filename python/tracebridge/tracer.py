@@ -40,7 +40,10 @@ from .ir import DTYPE_NAMES, Graph, Node, Ref, StateEntry, Value
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OWN_DIR = os.path.dirname(__file__) + os.sep
+# Frames in these files are never "the user's line": PyTorch, tracebridge, contextlib, and
+# reticulate's Python shims (an R function traced from R calls in through them).
 _INTERNAL_DIRS = (_TORCH_DIR, _OWN_DIR, contextlib.__file__)
+_INTERNAL_PARTS = (os.sep + "rpytools" + os.sep,)
 
 
 def is_tensor(x) -> bool:
@@ -56,6 +59,10 @@ class _Traced:
     __slots__ = ()
 
     def _binop(self, other, op, reflected=False):
+        if op == "mul" and isinstance(other, (list, tuple, str, bytes)):
+            # ``n * [x]`` repeats a sequence: its length is fixed in the trace.
+            count = self._tracer.specialize(self, "int")
+            return other * count
         return self._tracer.scalar_op(op, (other, self) if reflected else (self, other))
 
     def _compare(self, other, op):
@@ -81,6 +88,38 @@ class _Traced:
     __le__ = lambda s, o: s._compare(o, "le")  # noqa: E731
     __gt__ = lambda s, o: s._compare(o, "gt")  # noqa: E731
     __ge__ = lambda s, o: s._compare(o, "ge")  # noqa: E731
+    __lshift__ = lambda s, o: s._binop(o, "lshift")  # noqa: E731
+    __rlshift__ = lambda s, o: s._binop(o, "lshift", True)  # noqa: E731
+    __rshift__ = lambda s, o: s._binop(o, "rshift")  # noqa: E731
+    __rrshift__ = lambda s, o: s._binop(o, "rshift", True)  # noqa: E731
+    __and__ = lambda s, o: s._binop(o, "and")  # noqa: E731
+    __rand__ = lambda s, o: s._binop(o, "and", True)  # noqa: E731
+    __or__ = lambda s, o: s._binop(o, "or")  # noqa: E731
+    __ror__ = lambda s, o: s._binop(o, "or", True)  # noqa: E731
+    __xor__ = lambda s, o: s._binop(o, "xor")  # noqa: E731
+    __rxor__ = lambda s, o: s._binop(o, "xor", True)  # noqa: E731
+
+    def __divmod__(self, other):
+        return (self // other, self % other)
+
+    def __rdivmod__(self, other):
+        return (other // self, other % self)
+
+    def __invert__(self):
+        return self._tracer.scalar_op("invert", (self,))
+
+    def __round__(self, ndigits=None):
+        return self._tracer.scalar_op("round", (self,) if ndigits is None else (self, ndigits))
+
+    def __trunc__(self):
+        return self._tracer.scalar_op("trunc", (self,))
+
+    def __str__(self):
+        # Text made from a size can flow anywhere (int(f"{n}"), dict keys): fix it.
+        return str(self._tracer.specialize(self, type(self._concrete()).__name__))
+
+    def __format__(self, spec):
+        return format(self._tracer.specialize(self, type(self._concrete()).__name__), spec)
 
     def __neg__(self):
         return self._tracer.scalar_op("neg", (self,))
@@ -101,7 +140,8 @@ class _Traced:
         return self._tracer.specialize(self, "int")
 
     def __hash__(self):
-        return hash(self._concrete())
+        # Hashing means a set or dict lookup: which entry it finds depends on the value.
+        return hash(self._tracer.specialize(self, type(self._concrete()).__name__))
 
     def __reduce__(self):
         return (type(self._concrete()), (self._concrete(),))
@@ -119,17 +159,15 @@ class SymInt(_Traced, int):
         return int.__int__(self)
 
     def __repr__(self):
-        return repr(int.__int__(self))
-
-    __str__ = __repr__
-
-    def __format__(self, spec):
-        return format(int.__int__(self), spec)
+        return repr(int.__int__(self))  # for debugging output only: no guard
 
     def __ceil__(self):
         return self
 
-    __floor__ = __trunc__ = __round__ = __ceil__
+    __floor__ = __trunc__ = __ceil__
+
+    def __round__(self, ndigits=None):
+        return self if ndigits is None or ndigits >= 0 else _Traced.__round__(self, ndigits)
 
 
 class SymFloat(_Traced, float):
@@ -144,12 +182,7 @@ class SymFloat(_Traced, float):
         return float.__float__(self)
 
     def __repr__(self):
-        return repr(float.__float__(self))
-
-    __str__ = __repr__
-
-    def __format__(self, spec):
-        return format(float.__float__(self), spec)
+        return repr(float.__float__(self))  # for debugging output only: no guard
 
     def __ceil__(self):
         return self._tracer.scalar_op("ceil", (self,))
@@ -479,7 +512,15 @@ class Tracer:
         )
         symbols = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
         descs = [o._desc if isinstance(o, _Traced) else repr(o) for o in (left, right)]
-        self.guard(Ref(value.id), result, f"{descs[0]} {symbols[op]} {descs[1]}", "branch", loc)
+        what = f"{descs[0]} {symbols[op]} {descs[1]}"
+        self.guard(Ref(value.id), result, what, "branch", loc)
+        if _called_from_user_code():
+            # PyTorch's own shape checks compare sizes all the time; only the user's
+            # comparisons are decisions worth a warning.
+            self.warn(
+                f"the comparison {what} of traced values was turned into a Python bool "
+                f"({result}); calls where it differs raise GuardError"
+            )
         return result
 
     def specialize(self, sym: _Traced, kind: str):
@@ -549,6 +590,12 @@ class Tracer:
         enc_args = [self.encode(a) for a in args]
         enc_kwargs = {k: self.encode(v) for k, v in kwargs.items()}
         result = func(*args, **kwargs)
+        if name == "unbind" and isinstance(result, tuple):
+            # ``for row in x`` reaches us as unbind (Tensor.__iter__ skips the mode).
+            self.warn(
+                f"iterating over a tensor (or unbinding it) unrolls the code for its "
+                f"{len(result)} slices; a call with another count raises GuardError"
+            )
         if name in _FROM_PYTHON_DATA:
             traced = any(isinstance(x, Ref) for x in _walk(enc_args))
             self.warn(
@@ -618,7 +665,27 @@ class Tracer:
             return device
         if prop in opset.TENSOR_OP_PROPERTIES:
             return self.record(f"Tensor.{prop}", getter, (tensor,), {})
+        if prop == "requires_grad" and self._is_input(tensor):
+            # Whether a caller's input requires grad can change from call to call.
+            concrete = getter(tensor)
+            value = self._new_value("bool")
+            loc = self.location()
+            self._emit(
+                "prim.requires_grad",
+                [self.tensor_ref(tensor)],
+                outputs=[value],
+                out_spec=pytree.LEAF,
+                loc=loc,
+            )
+            self.guard(
+                Ref(value.id), concrete, f"{self._lookup(tensor)[2]}.requires_grad", "branch", loc
+            )
+            return concrete
         return getter(tensor)
+
+    def _is_input(self, tensor: torch.Tensor) -> bool:
+        hit = self._lookup(tensor)
+        return hit is not None and any(v.id == hit[1].id for v in self.graph.inputs)
 
     def _lazy_meta(self, op: str, tensor: torch.Tensor, kind: str) -> Ref:
         value = self._new_value(kind)
@@ -642,10 +709,10 @@ class Tracer:
             T.ndimension: concrete,
             T.numel: self._on_numel,
             T.nelement: self._on_numel,
-            T.stride: concrete,
+            T.stride: self._on_stride,
             T.storage_offset: concrete,
             T.element_size: concrete,
-            T.is_contiguous: concrete,
+            T.is_contiguous: self._on_is_contiguous,
             T.is_floating_point: concrete,
             T.is_complex: concrete,
             T.is_signed: concrete,
@@ -693,6 +760,46 @@ class Tracer:
 
     def _concrete(self, func, *args, **kwargs):
         return func(*args, **kwargs)
+
+    def _on_stride(self, func, tensor, dim=None):
+        """Strides are traced integers, like sizes."""
+        with torch._C.DisableTorchFunction():
+            strides = tensor.stride()
+        rank = len(strides)
+        dims = range(rank) if dim is None else [int(dim) % max(rank, 1)]
+        hit = self._lookup(tensor)
+        out = []
+        for d in dims:
+            value = self._new_value("int")
+            self._emit(
+                "prim.stride",
+                [self.tensor_ref(tensor), d],
+                outputs=[value],
+                out_spec=pytree.LEAF,
+                loc=self.location(),
+            )
+            desc = f"{hit[2] if hit else 'tensor'}.stride({d})"
+            out.append(SymInt(strides[d], self, Ref(value.id), desc))
+        return tuple(out) if dim is None else out[0]
+
+    def _on_is_contiguous(self, func, tensor, *args, **kwargs):
+        concrete = func(tensor, *args, **kwargs)
+        value = self._new_value("bool")
+        loc = self.location()
+        if args or kwargs:  # is_contiguous(memory_format=...): rare, keep it concrete
+            return concrete
+        self._emit(
+            "prim.is_contiguous",
+            [self.tensor_ref(tensor)],
+            outputs=[value],
+            out_spec=pytree.LEAF,
+            loc=loc,
+        )
+        hit = self._lookup(tensor)
+        self.guard(
+            Ref(value.id), concrete, f"{hit[2] if hit else 'tensor'}.is_contiguous()", "branch", loc
+        )
+        return concrete
 
     def _on_size(self, func, tensor, dim=None):
         if dim is None:
@@ -787,7 +894,11 @@ class Tracer:
         frame = sys._getframe(1)
         while frame is not None:
             filename = frame.f_code.co_filename
-            if not filename.startswith(_INTERNAL_DIRS) and not filename.startswith("<frozen"):
+            if (
+                not filename.startswith(_INTERNAL_DIRS)
+                and not filename.startswith("<frozen")
+                and not any(part in filename for part in _INTERNAL_PARTS)
+            ):
                 return f"{filename}:{frame.f_lineno}"
             frame = frame.f_back
         return None
@@ -809,6 +920,19 @@ class Tracer:
             int(line),
             module=os.path.splitext(os.path.basename(filename))[0],
         )
+
+
+def _called_from_user_code() -> bool:
+    """Whether the code that made the current comparison is the user's (not PyTorch's)."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_OWN_DIR):
+        frame = frame.f_back
+    if frame is None:
+        return False
+    filename = frame.f_code.co_filename
+    return not filename.startswith(_INTERNAL_DIRS) and not any(
+        part in filename for part in _INTERNAL_PARTS
+    )
 
 
 def source_line(loc: str | None) -> str:

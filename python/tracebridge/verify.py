@@ -34,7 +34,7 @@ outputs); no value is defined twice; every op is in the op set; prim.state names
 the program's state; outputs reference defined values."""
 
 
-def lint(graph: Graph, state_names=()) -> None:
+def lint(graph: Graph, state_names=None) -> None:
     """Check the structural rules of a graph; raise TraceError naming the first fault.
 
     Rules: every Ref names a value defined earlier; no value is defined twice; every op is
@@ -54,7 +54,7 @@ def lint(graph: Graph, state_names=()) -> None:
                     f"{where}: uses %{ref.id} before it is defined; the graph "
                     "must be in execution order"
                 )
-        if node.op == "prim.state" and state_names and node.args[0] not in state_names:
+        if node.op == "prim.state" and state_names is not None and node.args[0] not in state_names:
             raise TraceError(f"{where}: state {node.args[0]!r} does not exist")
         for value in node.outputs:
             if value.id in defined:
@@ -180,14 +180,28 @@ def compare_outputs(expected, got, tolerance: float, label: str) -> None:
             )
 
 
+def fresh(args: tuple, kwargs: dict):
+    """Copies of the inputs: code that changes its inputs in place must not see the
+    changes of an earlier run, and the caller's tensors stay as they are."""
+
+    def copy(t: torch.Tensor) -> torch.Tensor:
+        c = t.detach().clone()
+        return c.requires_grad_() if t.requires_grad and c.is_floating_point() else c
+
+    leaves, spec = pytree.flatten((args, kwargs), is_tensor)
+    return pytree.unflatten([copy(t) for t in leaves], spec)
+
+
 def _run_same_rng(eager_fn, traced_fn, args, kwargs, module):
     """Run both from the same RNG state and model state; the model is left unchanged."""
     rng = torch.get_rng_state()
+    eager_args, eager_kwargs = fresh(args, kwargs)
+    traced_args, traced_kwargs = fresh(args, kwargs)
     with preserved(module):
-        expected = eager_fn(*args, **kwargs)
+        expected = eager_fn(*eager_args, **eager_kwargs)
     torch.set_rng_state(rng)
     with preserved(module):
-        got = traced_fn(*args, **kwargs)
+        got = traced_fn(*traced_args, **traced_kwargs)
     return expected, got
 
 
@@ -208,7 +222,7 @@ def perturbed(args: tuple, kwargs: dict):
 def _check_one(
     eager_fn, traced_method, reference: Graph, args, kwargs, tolerance, module, retrace, label
 ):
-    graph = retrace(args, kwargs)
+    graph = retrace(*fresh(args, kwargs))
     index = first_difference(reference, graph)
     if index is not None:
         raise TracingCheckError(divergence_message(reference, graph, index, label))
@@ -223,16 +237,17 @@ def _check_perturbed(
     if grown is None:
         return
     new_args, new_kwargs, batch = grown
+    # preserved() puts the RNG state back, so both runs draw the same random numbers.
     try:
         with preserved(module):
-            expected = eager_fn(*new_args, **new_kwargs)
+            a, k = fresh(new_args, new_kwargs)
+            expected = eager_fn(*a, **k)
     except Exception:
         return  # the real code does not accept another batch size: nothing to check
-    rng = torch.get_rng_state()
     try:
-        torch.set_rng_state(rng)
         with preserved(module):
-            got = traced_method(*new_args, **new_kwargs)
+            a, k = fresh(new_args, new_kwargs)
+            got = traced_method(*a, **k)
     except GuardError:
         return  # the trace knows its limits: it refuses instead of answering wrongly
     except Exception as exc:
@@ -241,11 +256,6 @@ def _check_perturbed(
             _specialised(reference, retrace, new_args, new_kwargs, batch, what)
         ) from None
     try:
-        rng_expected = torch.get_rng_state()
-        torch.set_rng_state(rng)
-        with preserved(module):
-            expected = eager_fn(*new_args, **new_kwargs)
-        torch.set_rng_state(rng_expected)
         compare_outputs(expected, got, tolerance, f"with batch size {batch + 1}")
     except TracingCheckError as exc:
         raise TracingCheckError(
@@ -259,7 +269,7 @@ def _specialised(reference, retrace, args, kwargs, batch, what) -> str:
         f"(dimension 0 of the inputs), though the code does: {what}"
     )
     try:
-        graph = retrace(args, kwargs)
+        graph = retrace(*fresh(args, kwargs))
     except Exception:
         return message
     index = first_difference(reference, graph)

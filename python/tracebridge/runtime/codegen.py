@@ -114,9 +114,14 @@ class CodeGen:
         for value, param in zip(self.graph.inputs, params):
             self.names[value.id] = param
         self.lines.append(f"def {self.name}({', '.join(params)}):")
+        self.globals["_KIND"] = support.DTYPE_KIND
         for index, (value, param) in enumerate(zip(self.graph.inputs, params)):
             rank = len(value.shape or [])
-            self.lines.append(f"    if getattr({param}, 'ndim', None) != {rank}:")
+            test = f"getattr({param}, 'ndim', None) != {rank}"
+            kind = support.kind_of(value.dtype)
+            if kind is not None:
+                test += f" or _KIND.get({param}.dtype) != {kind!r}"
+            self.lines.append(f"    if {test}:")
             self.lines.append(f"        _support.bad_input({index}, _graph, {param})")
 
     def node(self, index: int, node: Node) -> None:

@@ -28,9 +28,7 @@ class Interpreter:
         }
 
     def __call__(self, *inputs):
-        for index, (value, leaf) in enumerate(zip(self.graph.inputs, inputs)):
-            if getattr(leaf, "ndim", None) != len(value.shape or []):
-                support.bad_input(index, self.graph, leaf)
+        support.check_inputs(self.graph, inputs)
         env = {value.id: leaf for value, leaf in zip(self.graph.inputs, inputs)}
         grad_mode = torch.is_grad_enabled()  # the graph may switch it (torch.no_grad())
         try:

@@ -30,6 +30,11 @@ def guards_disabled():
         _local.off = previous
 
 
+def guards_active(method: Method) -> bool:
+    """Whether a call of ``method`` now checks guards (object switch and block switch)."""
+    return method.check_guards and not getattr(_local, "off", False)
+
+
 def _simple_spec(spec: dict, n: int) -> bool:
     args, kwargs = spec["c"]
     return (

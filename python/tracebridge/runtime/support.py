@@ -6,7 +6,7 @@ import torch
 
 from .. import opset
 from ..errors import GuardError, TraceError
-from ..ir import Graph, Node
+from ..ir import DTYPES, Graph, Node
 from ..tracer import source_line
 
 PRIM_EXPRESSIONS = {
@@ -22,6 +22,9 @@ PRIM_EXPRESSIONS = {
     "prim.float": "float({0})",
     "prim.len": "len({0})",
     "prim.grad_enabled": "torch.is_grad_enabled()",
+    "prim.stride": "{0}.stride({1})",
+    "prim.requires_grad": "{0}.requires_grad",
+    "prim.is_contiguous": "{0}.is_contiguous()",
 }
 PRIM_FUNCTIONS = {
     "prim.size": lambda t, d: t.shape[d],
@@ -35,6 +38,9 @@ PRIM_FUNCTIONS = {
     "prim.float": float,
     "prim.len": len,
     "prim.grad_enabled": torch.is_grad_enabled,
+    "prim.stride": lambda t, d: t.stride(d),
+    "prim.requires_grad": lambda t: t.requires_grad,
+    "prim.is_contiguous": lambda t: t.is_contiguous(),
 }
 SCALAR_SYMBOLS = {
     "scalar.add": "+",
@@ -54,6 +60,7 @@ SCALAR_SYMBOLS = {
     "scalar.or": "|",
     "scalar.lshift": "<<",
     "scalar.rshift": ">>",
+    "scalar.xor": "^",
 }
 
 
@@ -131,9 +138,32 @@ def check_count(result, expected: int, node: Node):
     return result
 
 
+# The kind of a dtype. A call may change an input's dtype within its kind (float32 to
+# float64 after .double()), not across kinds: code often branches on is_floating_point().
+DTYPE_KIND = {
+    dtype: (
+        "f"
+        if dtype.is_floating_point
+        else "c"
+        if dtype.is_complex
+        else "b"
+        if dtype == torch.bool
+        else "i"
+    )
+    for dtype in DTYPES.values()
+}
+KIND_WORDS = {"f": "floating-point", "c": "complex", "b": "bool", "i": "integer"}
+
+
+def kind_of(dtype_name: str | None) -> str | None:
+    return DTYPE_KIND.get(DTYPES.get(dtype_name or ""))
+
+
 def check_inputs(graph: Graph, leaves) -> None:
-    """Inputs must be tensors of the traced rank (dtype and sizes may vary)."""
+    """Inputs must be tensors of the traced rank and dtype kind (sizes may vary)."""
     for i, (value, leaf) in enumerate(zip(graph.inputs, leaves)):
+        if leaf is None:
+            continue
         if not isinstance(leaf, torch.Tensor):
             raise TraceError(
                 f"input {i} ({value.name}) must be a tensor, got {type(leaf).__name__}"
@@ -144,6 +174,16 @@ def check_inputs(graph: Graph, leaves) -> None:
                 f"{len(value.shape or [])} ({value.type_str()}); pass a tensor of that rank",
                 guard=f"{value.name}.dim() == {len(value.shape or [])}",
                 seen=leaf.dim(),
+            )
+        want = kind_of(value.dtype)
+        if want is not None and DTYPE_KIND.get(leaf.dtype) != want:
+            dtype = str(leaf.dtype).replace("torch.", "")
+            raise GuardError(
+                f"input {value.name} has dtype {dtype}, but the trace was made with "
+                f"{value.dtype}; pass a {KIND_WORDS[want]} tensor (the traced code may depend "
+                "on the kind of dtype)",
+                guard=f"{value.name} is {KIND_WORDS[want]}",
+                seen=dtype,
             )
 
 
