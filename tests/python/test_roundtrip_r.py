@@ -37,7 +37,49 @@ ROOT = Path(__file__).resolve().parents[2]
 RLIB = ROOT / ".Rlib"
 
 
-def _start_r():
+# Note: the GIL. rpy2 releases Python's GIL while R runs. R's garbage collector then
+# finalises reticulate's Python objects (tensors, modules) without the GIL, and reticulate
+# 1.28 does not take it there: the process aborts ("PyThreadState_Get: ... the GIL is
+# released") or segfaults, depending on when R collects. So R code is not evaluated by
+# rpy2 directly: rpy2 calls an R function that calls into Python, which calls back into R
+# (reticulate's own path, GIL held) to evaluate the code and collect the garbage. rpy2
+# itself only starts R and moves plain arrays and strings in and out.
+_R_EVAL = """
+.tb_eval <- function(code) {
+  if (inherits(code, "python.builtin.object")) code <- reticulate::py_to_r(code)
+  .tb_value <<- NULL
+  value <- eval(parse(text = code), envir = globalenv())
+  # only plain R data goes back to rpy2: nothing that holds a Python object
+  plain <- !is.environment(value) && !inherits(value, "python.builtin.object") &&
+    !(is.list(value) && any(vapply(value, is.environment, logical(1))))
+  .tb_value <<- if (plain) value else NULL
+  rm(value)
+  invisible(gc(verbose = FALSE))
+  NULL
+}
+.tb_py_eval <- reticulate::r_to_py(.tb_eval)
+.tb_run <- function(code) {
+  reticulate::py_call(.tb_py_eval, code)
+  .tb_value
+}
+"""
+
+
+class RSession:
+    """R in this process: ``r(code)`` evaluates R code (GIL held, see the note above) and
+    returns plain R data as an rpy2 object; ``globalenv`` and ``ro`` are rpy2's."""
+
+    def __init__(self, ro):
+        self.ro = ro
+        self.globalenv = ro.globalenv
+        ro.r(_R_EVAL)
+        self._run = ro.r[".tb_run"]
+
+    def r(self, code: str):
+        return self._run(code)
+
+
+def _start_r() -> RSession:
     """Start R in this process with the R package loaded, or skip saying why not."""
     if shutil.which("R") is None:
         pytest.skip("R is not installed")
@@ -52,43 +94,43 @@ def _start_r():
         import rpy2.robjects as ro
     except Exception as e:  # rpy2 missing, or R's shared library not found
         pytest.skip(f"rpy2 cannot start R: {e}")
-    # R's finaliser runs at exit after Python has released the GIL and aborts; the OS
-    # reclaims everything anyway.
+    # R's finaliser would run at exit after Python has released the GIL, and abort; the
+    # OS reclaims everything anyway.
     atexit.unregister(ri.endr)
     ok = ro.r('isTRUE(suppressMessages(requireNamespace("tracebridge", quietly = TRUE)))')
     if not ok[0]:
         pytest.skip("the R package tracebridge does not load")
     ro.r("suppressPackageStartupMessages(library(tracebridge))")
-    return ro
+    return RSession(ro)
 
 
 @pytest.fixture(scope="module")
-def r():
+def r() -> RSession:
     return _start_r()
 
 
-def to_r(ro, a: np.ndarray):
+def to_r(r: RSession, a: np.ndarray):
     """A NumPy array as an R array with the same shape and the same element at each index."""
     a = np.asarray(a)
     if a.dtype.kind == "f":
-        data = ro.FloatVector(a.ravel(order="F").astype(float))
+        data = r.ro.FloatVector(a.ravel(order="F").astype(float))
     else:
-        data = ro.IntVector(a.ravel(order="F").astype(int))
-    return ro.r["array"](data, dim=ro.IntVector(a.shape))
+        data = r.ro.IntVector(a.ravel(order="F").astype(int))
+    return r.ro.r["array"](data, dim=r.ro.IntVector(a.shape))
 
 
-def from_r(ro, value) -> np.ndarray:
+def from_r(r: RSession, value) -> np.ndarray:
     """An R vector or array as a NumPy array of the same shape."""
     flat = np.array(list(value))
-    dims = ro.r["dim"](value)
-    if dims is ro.NULL:
+    dims = r.ro.r["dim"](value)
+    if dims is r.ro.NULL:
         return flat
     return flat.reshape(tuple(dims), order="F")
 
 
-def r_tensor(ro, name: str) -> np.ndarray:
+def r_tensor(r: RSession, name: str) -> np.ndarray:
     """The R variable ``name`` (a torch_tensor) as a NumPy array, through as_array()."""
-    return from_r(ro, ro.r(f"as_array({name})"))
+    return from_r(r, r.r(f"as_array({name})"))
 
 
 def run_without_r(code: str) -> dict:
