@@ -120,6 +120,7 @@ def test_seed_tracing_an_existing_module():
     torch.testing.assert_close(module(x), n(x))
     # One conv is below min_subgraph_size: supported, but left on the runtime.
     assert (module.coverage.supported, module.coverage.compiled) == (1, 0)
+    assert module.coverage.too_small == [[2]]
     assert "conv2d(" in module.graph and "backend." not in module.graph
 
 
@@ -167,10 +168,11 @@ def test_partition_keeps_guards_and_state_outside():
     # State is read by the runtime and passed in, so it is hoisted before the subgraph.
     assert "%conv1.weight" in lines[first] and "%fc.weight" in lines[second]
     assert not any("= conv2d(" in line for line in lines)
-    # The guard's operand (a bool computed from sizes) is an output of subgraph 0.
-    assert ": bool)" in lines[first]
+    # The sizes the guard checks are computed by the runtime, after subgraph 0.
+    assert "(%0: f32[2, 16],) = backend" in lines[first]
+    assert "= prim.size(%0, 0)" in lines[first + 1]
     cov = compiled.coverage
-    assert (cov.total, cov.supported, cov.compiled, cov.unsupported) == (13, 13, 13, {})
+    assert (cov.total, cov.supported, cov.compiled, cov.unsupported) == (13, 13, 11, {})
 
 
 def test_shape_general_and_shares_parameters():
@@ -306,7 +308,7 @@ class _Broken(ReferenceBackend):
 
 class _Slow(ReferenceBackend):
     def compile(self, subgraph_fn, example_inputs, args, workdir):
-        time.sleep(1.5)
+        time.sleep(3.0)
         return subgraph_fn
 
 
@@ -338,7 +340,7 @@ def test_compiler_timeout_raises_timeout_expired():
         tracebridge.compile(
             lambda x: x * 2 + 1, torch.rand(2), backend="slow", compiler_timeout=0.2
         )
-    assert time.perf_counter() - start < 1.4
+    assert time.perf_counter() - start < 2.5
 
 
 def test_compiler_failure_is_a_backend_error():
@@ -468,3 +470,23 @@ def test_closure_constant_code_and_save_helpers(tmp_path):
     x = torch.rand(4, 3)
     torch.testing.assert_close(loaded(x), torch.relu(x * weight) + 1)
     assert "backend.reference_subgraph_0" in loaded.graph
+
+
+def test_sizes_cross_subgraph_boundaries():
+    def f(x):
+        n = x.shape[0]
+        if n > 1:
+            x = x + 1
+        return (x * 2).view(n, -1).relu()
+
+    compiled = _ref(f, torch.rand(3, 2, 2))
+    lines = compiled.graph.splitlines()
+    # The size and the comparison run on the runtime (never a subgraph of size ops only);
+    # the size goes into the subgraph as an input.
+    assert "= prim.size(%x, 0)" in lines[1] and "guard" in lines[3]
+    assert "= backend.reference_subgraph_0(%x, %0)" in lines[4]
+    assert compiled.coverage.subgraphs == ["reference_subgraph_0"]
+    x = torch.randn(5, 3, 2)
+    torch.testing.assert_close(compiled(x), f(x))
+    with pytest.raises(tracebridge.GuardError, match="n > 1"):
+        compiled(torch.rand(1, 2, 2))

@@ -8,8 +8,12 @@ Note: the rules, in one place.
   * Because the graph is in execution order, a run's inputs are values defined before it
     (graph inputs, state, earlier nodes) and its outputs are the values it defines that a
     later node or the graph's result uses; nothing else escapes.
-  * A run with fewer than ``min_subgraph_size`` nodes stays on the runtime: a call into a
-    compiled function costs more than it saves on one op.
+  * Size arithmetic (``prim.size``, ``scalar.*``) may sit inside a run, so that
+    ``x.view(x.size(0), -1)`` does not split it, but a run never ends with it (the sizes a
+    guard needs are computed by the runtime, not returned by compiled code) and it does not
+    count towards ``min_subgraph_size``.
+  * A run with fewer than ``min_subgraph_size`` tensor ops stays on the runtime: a call into
+    a compiled function costs more than it saves on one op.
   * A subgraph is stored by the indices of its nodes, so a saved artifact recompiles the
     same partition even if a later tracebridge supports more ops.
 """
@@ -109,6 +113,10 @@ def find_runs(graph: Graph, supports: Callable[[Node], bool]) -> list[list[int]]
     return runs
 
 
+def _is_shape(node: Node) -> bool:
+    return node.op.startswith(("prim.", "scalar."))
+
+
 def boundary(graph: Graph, sub: Subgraph) -> Subgraph:
     """Fill in a subgraph's inputs, outputs and hoisted state reads from its node list."""
     members = set(sub.nodes)
@@ -147,7 +155,9 @@ def partition(
     coverage.unsupported = dict(counts)
     subgraphs = []
     for run in find_runs(graph, supports):
-        if len(run) < max(1, min_size):
+        while run and _is_shape(graph.nodes[run[-1]]):
+            run = run[:-1]
+        if sum(not _is_shape(graph.nodes[i]) for i in run) < max(1, min_size):
             coverage.too_small.append(run)
             continue
         name = f"{backend}_subgraph_{first + len(subgraphs)}"
