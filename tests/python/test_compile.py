@@ -490,3 +490,39 @@ def test_sizes_cross_subgraph_boundaries():
     torch.testing.assert_close(compiled(x), f(x))
     with pytest.raises(tracebridge.GuardError, match="n > 1"):
         compiled(torch.rand(1, 2, 2))
+
+
+def test_reload_in_a_fresh_process(tmp_path):
+    import os
+    import sys
+
+    import numpy
+
+    model = WithCumsum().eval()
+    compiled = _ref(model, torch.rand(3, 4))
+    compiled.save(tmp_path / "m.tb")
+    x = torch.rand(5, 4)
+    with torch.no_grad():
+        y = model(x)
+    numpy.save(tmp_path / "x.npy", x.numpy())
+    numpy.save(tmp_path / "y.npy", y.numpy())
+    script = (
+        "import sys, numpy, torch\n"
+        "from tracebridge.backends import load_compiled\n"
+        "m = load_compiled(sys.argv[1] + '/m.tb')\n"
+        "x, y = (torch.from_numpy(numpy.load(f'{sys.argv[1]}/{n}.npy', allow_pickle=False))\n"
+        "        for n in ('x', 'y'))\n"
+        "with torch.no_grad():\n"
+        "    torch.testing.assert_close(m(x), y)\n"
+        "print(m.coverage.subgraphs)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['reference_subgraph_0', 'reference_subgraph_1']"
