@@ -162,7 +162,11 @@ def _max_error(a, b) -> float:
     b_leaves, _ = pytree.flatten(b, is_tensor)
     worst = 0.0
     for x, y in zip(a_leaves, b_leaves):
-        if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel():
+        if isinstance(x, torch.Tensor) and (
+            not isinstance(y, torch.Tensor) or x.shape != y.shape or x.dtype != y.dtype
+        ):
+            worst = float("inf")
+        elif isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel():
             worst = max(worst, (x.detach().double() - y.detach().double()).abs().max().item())
         elif isinstance(x, torch.Tensor) and not torch.equal(x, y):
             worst = float("inf")
