@@ -92,14 +92,9 @@ def _calls_per_block(fns: dict[str, Contender], target_s: float) -> int:
     return max(1, min(1000, int(target_s / max(slowest, 1e-7))))
 
 
-def interleaved(
-    fns: dict[str, Contender], repeats: int, warmup: int = 3, target_s: float = 0.01
-) -> dict[str, float]:
-    """Median seconds per call of each contender, the contenders interleaved per repeat."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    n = _calls_per_block(fns, target_s)
+def _medians(fns: dict[str, Contender], repeats: int, n: int) -> dict[str, float]:
+    """Median seconds per call of each contender over ``repeats`` blocks of ``n`` calls, the
+    contenders in a new random order in every repeat."""
     samples: dict[str, list[float]] = {k: [] for k in fns}
     order = list(fns)
     for _ in range(repeats):
@@ -109,21 +104,19 @@ def interleaved(
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
-def once(fn: Callable[[], Any]) -> float:
-    start = CLOCK[0]()
-    fn()
-    return CLOCK[0]() - start
+def interleaved(
+    fns: dict[str, Contender], repeats: int, warmup: int = 3, target_s: float = 0.01
+) -> dict[str, float]:
+    """Per-call latency: warmed up, in blocks long enough to read a clock over."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    return _medians(fns, repeats, _calls_per_block(fns, target_s))
 
 
-def interleaved_once(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
-    """Median seconds of one call each, for operations too slow to block (tracing, saving)."""
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    order = list(fns)
-    for _ in range(repeats):
-        random.shuffle(order)
-        for key in order:
-            samples[key].append(once(fns[key]))
-    return {k: statistics.median(v) for k, v in samples.items()}
+def interleaved_once(fns: dict[str, Contender], repeats: int) -> dict[str, float]:
+    """One call per sample, for operations too slow to block (tracing, saving, loading)."""
+    return _medians(fns, repeats, 1)
 
 
 # --------------------------------------------------------------------------- contenders
