@@ -109,6 +109,15 @@ def safetensors_bytes(tensors: dict[str, torch.Tensor]) -> tuple[bytes, dict]:
     return struct.pack("<Q", len(head)) + head + b"".join(chunks), header
 
 
+def _add_member(archive: zipfile.ZipFile, name: str, data: bytes) -> None:
+    """A stored member with a fixed date, so that saving the same trace twice gives the
+    same bytes (reproducible artifacts, stable checksums)."""
+    info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+    info.compress_type = zipfile.ZIP_STORED
+    info.external_attr = 0o644 << 16
+    archive.writestr(info, data)
+
+
 def write(program: Program, path: str | os.PathLike, language: str = "python") -> None:
     """Write ``program`` to ``path`` (any file name); ``language`` is the producer's."""
     if language not in ("python", "r"):
@@ -119,8 +128,8 @@ def write(program: Program, path: str | os.PathLike, language: str = "python") -
     text = json.dumps(doc, indent=1, sort_keys=False).encode()
     tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as archive:
-        archive.writestr(PROGRAM_MEMBER, text)
-        archive.writestr(TENSORS_MEMBER, blob)
+        _add_member(archive, PROGRAM_MEMBER, text)
+        _add_member(archive, TENSORS_MEMBER, blob)
     os.replace(tmp, path)  # never leave a half-written artifact under the real name
 
 
@@ -286,6 +295,6 @@ def to_bytes(program: Program) -> bytes:
     blob, header = safetensors_bytes({n: e.tensor for n, e in program.state.items()})
     doc["tensors"] = {"sha256": hashlib.sha256(blob).hexdigest(), "count": len(header)}
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
-        archive.writestr(PROGRAM_MEMBER, json.dumps(doc, indent=1))
-        archive.writestr(TENSORS_MEMBER, blob)
+        _add_member(archive, PROGRAM_MEMBER, json.dumps(doc, indent=1).encode())
+        _add_member(archive, TENSORS_MEMBER, blob)
     return buffer.getvalue()

@@ -14,7 +14,7 @@ import math
 import torch
 
 from .. import pytree
-from ..ir import Graph, Node, Ref
+from ..ir import Graph, Node, Ref, refs_in
 from . import support
 
 _TORCH_DTYPE_NAMES = {v: k for k, v in torch.__dict__.items() if isinstance(v, torch.dtype)}
@@ -200,12 +200,38 @@ class CodeGen:
         self.globals["_graph"] = self.graph
         self.header()
         start = len(self.lines)
+        dead_after = self.last_uses()
         for index, node in enumerate(self.graph.nodes):
             self.node(index, node)
+            self.free(dead_after.get(index, ()))
         self.output()
         if any(n.op == "set_grad_enabled" for n in self.graph.nodes):
             self.restore_grad_mode(start)
         return "\n".join(self.lines) + "\n"
+
+    def last_uses(self) -> dict[int, list[int]]:
+        """node index -> values whose last use is that node. As in eager code, a value's
+        memory goes back to the allocator as soon as nothing needs it: without this, large
+        batches keep every intermediate alive and run slower than eager."""
+        last: dict[int, int] = {}
+        for index, node in enumerate(self.graph.nodes):
+            for value in node.outputs:
+                last[value.id] = index  # defined and never used: free right away
+            for ref in refs_in((node.args, node.kwargs)):
+                last[ref.id] = index
+        for value in self.graph.inputs:
+            last.setdefault(value.id, -1)
+        kept = {ref.id for ref in refs_in(self.graph.outputs)}
+        dead: dict[int, list[int]] = {}
+        for value_id, index in last.items():
+            if value_id not in kept and index >= 0:
+                dead.setdefault(index, []).append(value_id)
+        return dead
+
+    def free(self, value_ids) -> None:
+        names = [self.names[v] for v in value_ids if v in self.names]
+        if names:
+            self.lines.append(f"    del {', '.join(sorted(names))}")
 
     def restore_grad_mode(self, start: int) -> None:
         """The code switches gradients on or off: put the caller's mode back, even on error."""
