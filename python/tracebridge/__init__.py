@@ -22,6 +22,7 @@ from .api import (  # noqa: E402
     trace,
     trace_module,
 )
+from .backends import compile  # noqa: E402
 from .errors import (  # noqa: E402
     ArtifactError,
     GuardError,
@@ -42,6 +43,7 @@ __all__ = [
     "TracerWarning",
     "TracingCheckError",
     "UnsupportedOpError",
+    "compile",
     "guards_disabled",
     "load",
     "save",
