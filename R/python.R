@@ -192,8 +192,15 @@ rethrow_python <- function(e) {
     stop(pending)
   }
   err <- tryCatch(py_rb()$take_last_error(), error = function(e2) NULL)
-  if (is.null(err) || inherits(err, "python.builtin.NoneType")) stop(e)
-  info <- reticulate::py_to_r(py_rb()$error_info(err))
+  if (!is.null(err) && !inherits(err, "python.builtin.NoneType")) {
+    info <- reticulate::py_to_r(py_rb()$error_info(err))
+  } else {
+    # Called without rbridge.call(): only the type name is known; find its class.
+    last <- reticulate::py_last_error()
+    if (is.null(last)) stop(e)
+    info <- reticulate::py_to_r(py_rb()$error_info_by_name(last$type, conditionMessage(e)))
+    err <- NULL
+  }
   type <- info[[1]]
   mro <- unlist(info[[3]])
   classes <- c(

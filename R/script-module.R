@@ -5,21 +5,24 @@
 traced_py <- function(x) attr(x, "py")
 
 call_traced <- function(py, args) {
-  # The common case (tensors in, a tensor out) takes the short path: this function is
-  # what a traced model costs per call from R beyond the Python call itself.
-  pyargs <- lapply(args, function(a) {
-    if (inherits(a, "torch_tensor")) .subset2(a, ".py") else to_py(a)
-  })
-  call_fn <- .tb$call_fn
-  if (is.null(call_fn)) call_fn <- cache_call_fn()
-  out <- tryCatch(do.call(call_fn, c(list(py), pyargs)), error = rethrow_python)
+  # What a traced model costs per call from R beyond the Python call itself: convert the
+  # inputs, one reticulate::py_call(), wrap the output. The handler is a calling handler
+  # (cheaper than tryCatch()); rethrow_python() classifies the Python exception by its
+  # type name and signals the R condition from there.
+  if (length(args) == 1L && inherits(args[[1L]], "torch_tensor")) {
+    out <- withCallingHandlers(
+      reticulate::py_call(py, .subset2(args[[1L]], ".py")),
+      error = rethrow_python
+    )
+  } else {
+    pyargs <- lapply(args, to_py)
+    out <- withCallingHandlers(
+      do.call(reticulate::py_call, c(list(py), pyargs)),
+      error = rethrow_python
+    )
+  }
   if (inherits(out, "torch.Tensor")) return(wrap_tensor(out))
   from_py(out)
-}
-
-cache_call_fn <- function() {
-  .tb$call_fn <- py_rb()$call
-  .tb$call_fn
 }
 
 new_script_function <- function(py) {

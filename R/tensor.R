@@ -1,6 +1,10 @@
 # Tensors: creation, conversion back to R, printing, operators, `$` methods and `[`.
 
-wrap_tensor <- function(py) structure(list(.py = py), class = "torch_tensor")
+wrap_tensor <- function(py) {
+  x <- list(.py = py)
+  class(x) <- "torch_tensor"
+  x
+}
 
 tensor_py <- function(x) {
   if (!inherits(x, "torch_tensor")) {

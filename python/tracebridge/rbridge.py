@@ -84,6 +84,21 @@ def error_info(e: BaseException) -> tuple[str, str, list[str]]:
     return type(e).__name__, str(e), names
 
 
+def error_info_by_name(name: str, message: str) -> tuple[str, str, list[str]]:
+    """Like :func:`error_info` when R only knows the exception's type name and message
+    (as reticulate reports them): tracebridge's own errors are found by name."""
+    from . import errors
+
+    prefix = f"{name}: "
+    message = message.rstrip("\n")
+    if message.startswith(prefix):
+        message = message[len(prefix) :]
+    cls = getattr(errors, name, None)
+    if isinstance(cls, type) and issubclass(cls, BaseException):
+        return name, message, [k.__name__ for k in cls.__mro__]
+    return name, message, [name]
+
+
 def tensor_from_r(a, dtype=None, requires_grad: bool = False) -> torch.Tensor:
     """Make a tensor from an array that came from R (column-major, read-only).
 
