@@ -260,3 +260,18 @@ test_that("Python errors while calling arrive as classed R conditions", {
   expect_s3_class(err, "tracebridge_python_error")
   expect_false(grepl("Traceback", conditionMessage(err)))
 })
+
+test_that("an nn_sequential mixing built-in and R modules traces with R paths", {
+  skip_if_no_torch()
+  Scale <- nn_module("Scale",
+    initialize = function() self$s <- nn_parameter(torch_tensor(c(2, 3))),
+    forward = function(x) x * self$s
+  )
+  model <- nn_sequential(nn_linear(3, 2), nn_relu(), Scale())
+  x <- torch_randn(4, 3)
+  tm <- jit_trace(model, x)
+  expect_true(all(c("0.weight", "0.bias", "2.s") %in% names(tm$parameters)))
+  x2 <- torch_randn(7, 3)
+  expect_equal(arr(tm(x2)), arr(model(x2)), tolerance = 1e-6)
+  expect_match(tm$graph, "2.s", fixed = TRUE)
+})
