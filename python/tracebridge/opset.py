@@ -263,6 +263,11 @@ SCALAR_OPS: dict[str, Callable] = {
     "scalar.invert": operator.invert,
     "scalar.round": round,
     "scalar.trunc": math.trunc,
+    "scalar.sqrt": math.sqrt,
+    "scalar.log": math.log,
+    "scalar.log2": math.log2,
+    "scalar.log10": math.log10,
+    "scalar.exp": math.exp,
     "scalar.floor": math.floor,
 }
 

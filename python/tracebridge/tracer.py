@@ -23,6 +23,7 @@ import builtins
 import contextlib
 import inspect
 import linecache
+import math
 import os
 import sys
 import threading
@@ -98,6 +99,19 @@ class _Traced:
     __ror__ = lambda s, o: s._binop(o, "or", True)  # noqa: E731
     __xor__ = lambda s, o: s._binop(o, "xor")  # noqa: E731
     __rxor__ = lambda s, o: s._binop(o, "xor", True)  # noqa: E731
+
+    def bit_length(self):
+        return self._tracer.specialize(self, "int").bit_length()
+
+    def bit_count(self):
+        return self._tracer.specialize(self, "int").bit_count()
+
+    def to_bytes(self, *args, **kwargs):
+        return self._tracer.specialize(self, "int").to_bytes(*args, **kwargs)
+
+    def as_integer_ratio(self):
+        value = self._concrete()
+        return self._tracer.specialize(self, type(value).__name__).as_integer_ratio()
 
     def __divmod__(self, other):
         return (self // other, self % other)
@@ -357,11 +371,11 @@ class Tracer:
             return self._state_ref(entry[0], tensor)
         return self._capture_constant(tensor)
 
-    def _state_ref(self, name: str, tensor: torch.Tensor) -> Ref:
+    def _state_ref(self, name: str, tensor: torch.Tensor, loc: str | None = None) -> Ref:
         ref = self._state_refs.get(name)
         if ref is None:
             value = self._new_value("Tensor", tensor, name=name)
-            self._emit("prim.state", [name], outputs=[value], out_spec=pytree.LEAF)
+            self._emit("prim.state", [name], outputs=[value], out_spec=pytree.LEAF, loc=loc)
             ref = self._state_refs[name] = Ref(value.id)
         return ref
 
@@ -384,7 +398,9 @@ class Tracer:
                 f"constant '{name}'; pass it as an input or register it as a buffer if it "
                 "can change"
             )
-        return self._state_ref(name, tensor)
+        # A captured constant remembers where it was first used: the place to look when
+        # its value turns out to depend on the inputs.
+        return self._state_ref(name, tensor, loc=self.location())
 
     def encode(self, obj: Any) -> Any:
         """Turn a call argument into IR: tensors and traced numbers become Refs."""
@@ -736,6 +752,18 @@ class Tracer:
             T.__iter__: self._on_iter,
         }
         handlers[torch.is_nonzero] = self._to_python(bool)
+        # Function forms of the metadata queries behave like the methods.
+        for name in (
+            "is_floating_point",
+            "is_complex",
+            "is_signed",
+            "is_conj",
+            "is_neg",
+            "is_inference",
+            "is_same_size",
+        ):
+            handlers[getattr(torch, name)] = concrete
+        handlers[torch.numel] = self._on_numel
         handlers[torch._C._set_grad_enabled] = self._on_set_grad_enabled
         return handlers
 
@@ -998,15 +1026,61 @@ class _traced_range(metaclass=_TracedRangeMeta):  # noqa: N801 - stands in for b
         return _original_range(*args)
 
 
+# math functions read an int's value in C without a hook: while tracing, the ones code
+# applies to sizes (math.sqrt(head_dim), math.log2(n)) record a scalar op instead.
+_MATH_OPS = ("sqrt", "log", "log2", "log10", "exp", "ceil", "floor", "trunc")
+_original_math = {name: getattr(math, name) for name in _MATH_OPS}
+_original_is_grad_enabled = torch.is_grad_enabled
+
+
+def _traced_math(name: str):
+    original = _original_math[name]
+
+    def traced(*args):
+        active = _tracers.stack
+        if active and any(isinstance(a, _Traced) for a in args):
+            return active[-1].scalar_op(name, args)
+        return original(*args)
+
+    traced.__name__ = name
+    traced.__doc__ = original.__doc__
+    return traced
+
+
+def _traced_is_grad_enabled() -> bool:
+    """``torch.is_grad_enabled()`` in the user's code is a decision: guard on it."""
+    mode = _original_is_grad_enabled()
+    active = _tracers.stack
+    if active and _called_from_user_code():
+        tracer = active[-1]
+        value = tracer._new_value("bool")
+        loc = tracer.location()
+        tracer._emit("prim.grad_enabled", [], outputs=[value], out_spec=pytree.LEAF, loc=loc)
+        tracer.guard(Ref(value.id), mode, "torch.is_grad_enabled()", "branch", loc)
+    return mode
+
+
+_TRACED_MATH = {name: _traced_math(name) for name in _MATH_OPS}
+
+
+def _patch(on: bool) -> None:
+    builtins.len = _traced_len if on else _original_len
+    builtins.range = _traced_range if on else _original_range
+    for name in _MATH_OPS:
+        setattr(math, name, _TRACED_MATH[name] if on else _original_math[name])
+    torch.is_grad_enabled = _traced_is_grad_enabled if on else _original_is_grad_enabled
+
+
 @contextlib.contextmanager
 def recording(tracer: Tracer):
-    """Activate ``tracer`` in this thread: its mode and the traced ``len``/``range``."""
+    """Activate ``tracer`` in this thread: its mode, and the traced ``len``, ``range``,
+    ``math.*`` and ``torch.is_grad_enabled`` (per thread: other threads see the originals'
+    behaviour, as the patched functions look for a tracer of their own thread)."""
     global _patch_depth
     _tracers.stack.append(tracer)
     with _patch_lock:
         _patch_depth += 1
-        builtins.len = _traced_len
-        builtins.range = _traced_range
+        _patch(True)
     try:
         with tracer.mode:
             yield
@@ -1015,8 +1089,7 @@ def recording(tracer: Tracer):
         with _patch_lock:
             _patch_depth -= 1
             if _patch_depth == 0:
-                builtins.len = _original_len
-                builtins.range = _original_range
+                _patch(False)
 
 
 def argument_names(fn: Callable, count: int) -> list[str]:

@@ -274,7 +274,12 @@ def _specialised(reference, retrace, args, kwargs, batch, what) -> str:
         return message
     index = first_difference(reference, graph)
     if index is None:
-        return message
+        # Same structure: then a captured constant must hold the size (numpy, a global).
+        index = next(
+            (i for i, n in enumerate(reference.nodes) if n.op == "prim.state" and n.loc), None
+        )
+        if index is None:
+            return message
     _, node = _node_line(reference, index)
     where = f"{node.loc}: {source_line(node.loc)}" if node is not None and node.loc else "?"
     op = node.op if node is not None else "?"
