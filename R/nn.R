@@ -82,7 +82,7 @@ print.nn_module_generator <- function(x, ...) {
 
 new_r_module <- function(classname, methods, parent_env, args) {
   self <- new.env(parent = emptyenv())
-  py <- py_rb()$new_module(classname)
+  py <- py_rb()$new_module(classname, as.list(simple_arg_names(methods$forward)))
   assign(".py", py, envir = self)
   method_env <- new.env(parent = parent_env)
   assign("self", self, envir = method_env)
@@ -97,6 +97,13 @@ new_r_module <- function(classname, methods, parent_env, args) {
   reticulate::py_set_attr(py, "_r_forward", r_callback(call, what))
   if (is.function(methods$initialize)) do.call(get("initialize", envir = self), args)
   inst
+}
+
+# Argument names of an R function, when they can name a Python signature (no `...`).
+simple_arg_names <- function(fn) {
+  if (!is.function(fn)) return(character())
+  nms <- names(formals(fn))
+  if (is.null(nms) || "..." %in% nms) character() else nms
 }
 
 #' Parameters and buffers

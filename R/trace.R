@@ -44,7 +44,8 @@ jit_trace <- function(func, ..., strict = TRUE, respect_mode = TRUE) {
   }
   callback <- r_callback(func, "the traced function")
   fname <- substitute(func)
-  if (is.name(fname)) py_rb()$set_name(callback, as.character(fname))
+  name <- if (is.name(fname)) as.character(fname) else "forward"
+  py_rb()$set_name(callback, name, as.list(simple_arg_names(func)))
   traced <- run_trace(py_core()$trace, callback, args, strict = isTRUE(strict))
   new_script_function(traced)
 }

@@ -15,6 +15,7 @@ the tracer records as a guard).
 
 from __future__ import annotations
 
+import inspect
 import operator
 from typing import Any
 
@@ -346,21 +347,41 @@ def state_names(module: torch.nn.Module, what: str) -> tuple[list[str], list]:
     return named_tensors(pairs)
 
 
-_module_classes: dict[str, type] = {}
+_module_classes: dict[tuple[str, tuple[str, ...]], type] = {}
 
 
-def new_module(classname: str) -> RModule:
+def _signature(names: list[str], with_self: bool) -> inspect.Signature:
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params = [inspect.Parameter(n, kind) for n in (["self"] if with_self else []) + names]
+    return inspect.Signature(params)
+
+
+def new_module(classname: str, arg_names: list[str] | None = None) -> RModule:
     """A new :class:`RModule` whose Python class is named after the R class, so that
-    printed modules and the artifact's module classes read ``Net``, not ``RModule``."""
-    cls = _module_classes.get(classname)
+    printed modules and the artifact's module classes read ``Net``, not ``RModule``;
+    ``arg_names`` (the R forward's arguments) name the traced graph's inputs."""
+    names = tuple(n for n in (arg_names or []) if n.isidentifier())
+    key = (classname, names)
+    cls = _module_classes.get(key)
     if cls is None:
-        cls = type(classname, (RModule,), {"__module__": "tracebridge.rbridge"})
-        _module_classes[classname] = cls
+        body: dict[str, Any] = {"__module__": "tracebridge.rbridge"}
+        if names:
+
+            def forward(self, *args):
+                return RModule.forward(self, *args)
+
+            forward.__signature__ = _signature(list(names), with_self=True)
+            body["forward"] = forward
+        cls = type(classname, (RModule,), body)
+        _module_classes[key] = cls
     return cls(classname)
 
 
-def set_name(fn, name: str):
-    """Give a callback the R function's name, which the traced graph is named after."""
+def set_name(fn, name: str, arg_names: list[str] | None = None):
+    """Give a callback the R function's name and arguments, which name the traced graph
+    and its inputs."""
     if name.isidentifier():
         fn.__name__ = name
+    if arg_names and all(n.isidentifier() for n in arg_names):
+        fn.__signature__ = _signature(list(arg_names), with_self=False)
     return fn

@@ -23,6 +23,8 @@ test_that("a script_function prints, calls, and shows its graph and code", {
   expect_output(print(f), "^<script_function>$")
   expect_s3_class(f, "script_function")
   expect_match(f$graph, "relu")
+  # The graph's inputs carry the R argument names.
+  expect_match(f$graph, "(%x: f32[s0], %y: f32[s1])", fixed = TRUE)
   expect_type(f$code, "character")
   expect_equal(arr(f(torch_tensor(c(-1, 2, 3)), torch_tensor(c(1, 1, 1)))), c(1, 5, 7))
   # Shapes are symbolic: another length works.
@@ -150,6 +152,7 @@ test_that("a script_module shares parameters and prints a summary", {
   expect_match(out, "trainforward")
   expect_match(out, "fc.weight")
   expect_match(tm$graph, "fc.weight")
+  expect_match(tm$graph, "forward(%x: ", fixed = TRUE)
 })
 
 test_that("jit_trace_module traces several methods", {
