@@ -19,6 +19,7 @@ from .opset import VARIADIC_OUTPUTS
 from .printer import graph_text
 from .runtime import Method
 from .runtime.method import guards_active
+from .shapes import symbolize
 from .verify import first_difference, fresh
 
 
@@ -79,12 +80,25 @@ class _Traced:
         for m in self._methods.values():
             m.check_guards = bool(on)
 
+    def _symbolize(self) -> None:
+        """Label intermediate shapes with input symbols, once, when first shown or saved
+        (it runs the graph on meta tensors, which costs a one-time import of PyTorch's
+        meta kernels: not a price to pay on every trace)."""
+        if getattr(self, "_symbolic", False):
+            return
+        state = {name: table[key] for name, (table, key) in self._state_slots().items()}
+        for graph in self.program.methods.values():
+            if all(v.example is not None for v in graph.inputs):
+                symbolize(graph, state)
+        self._symbolic = True
+
     def save(self, path: str | os.PathLike, *, language: str | None = None) -> None:
         """Save to one file that :func:`tracebridge.load` and R's ``jit_load`` read.
 
         ``language`` is the producer recorded in the file (``"python"`` or ``"r"``); by
         default, the language the trace was made from (``program.meta["language"]``).
         """
+        self._symbolize()
         program = self._program_for_saving()
         artifact.write(program, path, language=language or program.meta.get("language", "python"))
 
@@ -111,12 +125,16 @@ class TracedFunction(_Traced):
     @property
     def graph(self) -> str:
         """The text form of the traced graph (grammar in shared_ir/SPEC.md)."""
+        self._symbolize()
         return graph_text(self.program.methods["forward"], self.__name__)
 
     @property
     def code(self) -> str:
         """The Python code generated from the graph."""
         return self._forward.code
+
+    def _state_slots(self) -> dict:
+        return {k: (self._constants, k) for k in self._constants}
 
     def _program_for_saving(self) -> Program:
         self.program.state = {
@@ -139,6 +157,7 @@ class TracedMethod:
 
     @property
     def graph(self) -> str:
+        self._module._symbolize()
         return graph_text(self._module.program.methods[self.name], self.name)
 
     @property
@@ -223,6 +242,9 @@ class TracedModule(nn.Module, _Traced):
             else:
                 module.register_buffer(leaf, entry.tensor)
 
+    def _state_slots(self) -> dict:
+        return self._slots()
+
     def _slots(self) -> dict:
         slots = {}
         for name, entry in self.program.state.items():
@@ -278,6 +300,7 @@ class TracedModule(nn.Module, _Traced):
     def graph(self) -> str:
         """The text form of ``forward`` (the method it runs in the current mode)."""
         method = self._method_for("forward")
+        self._symbolize()
         return graph_text(method.graph, method.name)
 
     @property

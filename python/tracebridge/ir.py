@@ -83,6 +83,7 @@ class Value:
     dtype: str | None = None
     shape: list | None = None
     name: str | None = None  # a hint for printing (inputs, state); never semantic
+    example: list | None = field(default=None, compare=False, repr=False)  # trace-time sizes
 
     def type_str(self) -> str:
         if self.kind != "Tensor":

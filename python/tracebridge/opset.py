@@ -31,7 +31,7 @@ FOLDED_METHODS = frozenset(
 abs absolute acos add addbmm addcdiv addcmul addmm addmv all allclose amax amin aminmax any
 argmax argmin argsort asin atan atan2 baddbmm bitwise_and bitwise_not bitwise_or
 bitwise_xor bmm ceil chunk clamp clamp_max clamp_min clip clone cos cosh count_nonzero
-cross cummax cummin cumprod cumsum deg2rad det detach diag diag_embed diagonal diff digamma
+cross cummax cummin cumprod cumsum deg2rad det detach diag diag_embed diagonal diff digamma flatten
 dist div divide dot eq equal erf erfc erfinv exp exp2 expm1 fix float_power floor
 floor_divide fmax fmin fmod frac gather gcd ge greater greater_equal gt hardshrink
 heaviside histc hypot i0 index_add index_copy index_fill index_put index_select inner

@@ -307,8 +307,9 @@ class Tracer:
         self._state = state
         self._state_refs: dict[str, Ref] = {}
         self._constants = constants
-        self._dtype_reads: dict[torch.dtype, tuple[Ref, str]] = {}
-        self._device_reads: dict[int, tuple[torch.device, Ref]] = {}
+        self._dtype_reads: dict[torch.dtype, Callable[[], Ref]] = {}
+        self._device_reads: dict[int, tuple[torch.device, Callable[[], Ref]]] = {}
+        self._meta_refs: dict[tuple, Ref] = {}
         self._size_cache: dict[tuple[int, int], SymInt] = {}
         self._warned = warned
         self._descending: list = []
@@ -344,6 +345,7 @@ class Tracer:
         first = sum(len(v.shape or []) for v in self.graph.inputs)
         shape = [f"s{first + i}" for i in range(rank)]
         value = self._new_value("Tensor", tensor, name=name, shape=shape)
+        value.example = list(tensor.shape)
         self.graph.inputs.append(value)
         self._bind_tensor(tensor, value, name)
         return value
@@ -416,10 +418,10 @@ class Tracer:
             return obj
         if isinstance(obj, torch.dtype):
             read = self._dtype_reads.get(obj)
-            return read[0] if read is not None else obj
+            return read() if read is not None else obj
         if isinstance(obj, torch.device):
             read = self._device_reads.get(id(obj))
-            return read[1] if read is not None and read[0] is obj else obj
+            return read[1]() if read is not None and read[0] is obj else obj
         if isinstance(obj, (torch.memory_format, torch.layout)):
             return obj
         if isinstance(obj, list):
@@ -670,7 +672,7 @@ class Tracer:
             return SymSize(self.size_of(tensor, i) for i in range(tensor.dim()))
         if prop == "dtype":
             dtype = tensor.dtype
-            self._dtype_reads[dtype] = (self._lazy_meta("prim.dtype", tensor, "dtype"), "")
+            self._dtype_reads[dtype] = self._lazy_meta("prim.dtype", tensor, "dtype")
             return dtype
         if prop == "device":
             device = tensor.device
@@ -703,16 +705,24 @@ class Tracer:
         hit = self._lookup(tensor)
         return hit is not None and any(v.id == hit[1].id for v in self.graph.inputs)
 
-    def _lazy_meta(self, op: str, tensor: torch.Tensor, kind: str) -> Ref:
-        value = self._new_value(kind)
-        self._emit(
-            op,
-            [self.tensor_ref(tensor)],
-            outputs=[value],
-            out_spec=pytree.LEAF,
-            loc=self.location(),
-        )
-        return Ref(value.id)
+    def _lazy_meta(self, op: str, tensor: torch.Tensor, kind: str):
+        """A dtype or device read: it becomes a node only if an op uses it, once per tensor
+        (code reads ``x.dtype`` often, mostly to check it)."""
+        loc = self.location()
+
+        def materialize() -> Ref:
+            hit = self._lookup(tensor)
+            key = (op, hit[1].id if hit is not None else id(tensor))
+            ref = self._meta_refs.get(key)
+            if ref is None:
+                value = self._new_value(kind)
+                self._emit(
+                    op, [self.tensor_ref(tensor)], outputs=[value], out_spec=pytree.LEAF, loc=loc
+                )
+                ref = self._meta_refs[key] = Ref(value.id)
+            return ref
+
+        return materialize
 
     # -- tensors turned into Python values --------------------------------------------------
 

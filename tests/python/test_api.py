@@ -223,3 +223,23 @@ def test_no_grad_block_is_replayed_and_caller_mode_restored(runtime):
         assert not traced(torch.rand(2, 2)).requires_grad
         assert not torch.is_grad_enabled()
     assert torch.is_grad_enabled()
+
+
+def test_intermediate_shapes_are_written_with_input_symbols(tmp_path):
+    class ConvHead(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(1, 4, 3)
+            self.down = nn.Conv2d(4, 4, 3, stride=2)
+
+        def forward(self, x):
+            h = self.conv(x)
+            return h, self.down(h), h.flatten(1)
+
+    traced = tracebridge.trace(ConvHead(), torch.rand(2, 1, 9, 9))
+    text = traced.graph
+    assert "%0: f32[s0, 4, s2-2, s3-2] = conv2d(%x" in text  # exact: follows the input
+    assert "f32[s0, 4, ?, ?] = conv2d(%0" in text  # (s - 3) // 2 + 1: not linear
+    assert "f32[s0, ?] = flatten(%0, 1)" in text  # depends on two symbols
+    traced.save(tmp_path / "head.tb")
+    assert tracebridge.load(tmp_path / "head.tb").graph == text

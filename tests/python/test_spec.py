@@ -259,7 +259,7 @@ class TextParser:
             self.fail("a type")
 
     def dim(self) -> None:
-        if not self.regex(re.compile(r"s?\d+")):
+        if not self.regex(re.compile(r"\?|(\d+\*)?s\d+([+-]\d+)?|\d+")):
             self.fail("a dimension")
 
     def sequence(self, item, close: str, single_comma: bool = True) -> None:
