@@ -138,7 +138,11 @@ run_trace <- function(fn, target, args, ...) {
   for (msg in reticulate::py_to_r(reticulate::py_get_item(out, 1L))) {
     warning(tracebridge_warning(msg))
   }
-  reticulate::py_get_item(out, 0L)
+  traced <- reticulate::py_get_item(out, 0L)
+  # The artifact says which language traced it: this one.
+  meta <- reticulate::py_get_attr(reticulate::py_get_attr(traced, "program"), "meta")
+  reticulate::py_set_item(meta, "language", "r")
+  traced
 }
 
 tracebridge_warning <- function(msg) {

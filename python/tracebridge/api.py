@@ -100,7 +100,10 @@ class _Traced:
         """
         self._symbolize()
         program = self._program_for_saving()
-        artifact.write(program, path, language=language or program.meta.get("language", "python"))
+        traced_in = program.meta.get("language") or program.meta.get("producer", {}).get(
+            "language", "python"
+        )
+        artifact.write(program, path, language=language or traced_in)
 
 
 class TracedFunction(_Traced):

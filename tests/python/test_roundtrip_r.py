@@ -211,11 +211,6 @@ def test_r_module_graph_is_shape_general(r, tmp_path):
         assert out.shape == (batch, 2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core: jit_save from R goes through "
-    "tracebridge.save, which always writes producer.language = 'python'",
-)
 def test_r_artifact_says_it_was_made_in_r(r, tmp_path):
     path = tmp_path / "r_convnet.tb"
     r.globalenv["path"] = str(path)
