@@ -16,6 +16,7 @@ import os
 
 import torch
 
+from . import pytree
 from .ir import Graph, Node, Ref, Value
 
 
@@ -97,24 +98,11 @@ class Printer:
 
     def outputs(self) -> str:
         outputs = iter(self.graph.outputs)
-
-        def build(spec):
-            kind = spec["t"]
-            if kind == "leaf":
-                return self.literal(next(outputs))
-            if kind == "none":
-                return "None"
-            if kind == "const":
-                return repr(spec["v"])
-            inner = [build(c) for c in spec["c"]]
-            if kind == "dict":
-                return "{" + ", ".join(f"{k!r}: {v}" for k, v in zip(spec["keys"], inner)) + "}"
-            if kind == "list":
-                return "[" + ", ".join(inner) + "]"
-            prefix = spec.get("name", "") if kind == "namedtuple" else ""
-            return prefix + "(" + ", ".join(inner) + ("," if len(inner) == 1 else "") + ")"
-
-        return build(self.graph.out_spec)
+        return pytree.render(
+            self.graph.out_spec,
+            lambda: self.literal(next(outputs)),
+            lambda spec, items: spec["name"] + pytree.tuple_text(items),
+        )
 
     def print(self, name: str) -> str:
         inputs = ", ".join(

@@ -144,3 +144,28 @@ def _find(spec, target, counter, path):
         if hit is not None:
             return hit
     return None
+
+
+def tuple_text(items: list[str]) -> str:
+    return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def render(spec: dict, leaf, namedtuple) -> str:
+    """Python-like text for a structure: ``leaf()`` gives the text of the next leaf,
+    ``namedtuple(spec, items)`` the text of a named tuple. Shared by the printer and the
+    code generator, so ``.graph`` and ``.code`` spell outputs the same way."""
+    kind = spec["t"]
+    if kind == "leaf":
+        return leaf()
+    if kind == "none":
+        return "None"
+    if kind == "const":
+        return repr(spec["v"])
+    items = [render(c, leaf, namedtuple) for c in spec["c"]]
+    if kind == "list":
+        return "[" + ", ".join(items) + "]"
+    if kind == "dict":
+        return "{" + ", ".join(f"{k!r}: {v}" for k, v in zip(spec["keys"], items)) + "}"
+    if kind == "namedtuple":
+        return namedtuple(spec, items)
+    return tuple_text(items)

@@ -160,20 +160,24 @@ class _Traced:
     def __reduce__(self):
         return (type(self._concrete()), (self._concrete(),))
 
+    def __new__(cls, value, tracer: Tracer, ref: Ref | None, desc: str, lazy=None):
+        obj = cls._base.__new__(cls, value)
+        obj._tracer, obj._ref, obj._desc, obj._lazy = tracer, ref, desc, lazy
+        return obj
+
+    def _concrete(self):
+        """The plain number, read without a guard (for the tracer's own use)."""
+        return type(self)._unwrap(self)
+
+    def __repr__(self):
+        return repr(self._concrete())  # for debugging output only: no guard
+
 
 class SymInt(_Traced, int):
     """An int whose value was computed from traced tensors (a size, an ``.item()``)."""
 
-    def __new__(cls, value: int, tracer: Tracer, ref: Ref | None, desc: str, lazy=None):
-        obj = int.__new__(cls, value)
-        obj._tracer, obj._ref, obj._desc, obj._lazy = tracer, ref, desc, lazy
-        return obj
-
-    def _concrete(self) -> int:
-        return int.__int__(self)
-
-    def __repr__(self):
-        return repr(int.__int__(self))  # for debugging output only: no guard
+    _base = int
+    _unwrap = int.__int__
 
     def __ceil__(self):
         return self
@@ -187,16 +191,8 @@ class SymInt(_Traced, int):
 class SymFloat(_Traced, float):
     """A float computed from traced values (``t.item()``, ``x.size(-1) ** -0.5``)."""
 
-    def __new__(cls, value: float, tracer: Tracer, ref: Ref | None, desc: str, lazy=None):
-        obj = float.__new__(cls, value)
-        obj._tracer, obj._ref, obj._desc, obj._lazy = tracer, ref, desc, lazy
-        return obj
-
-    def _concrete(self) -> float:
-        return float.__float__(self)
-
-    def __repr__(self):
-        return repr(float.__float__(self))  # for debugging output only: no guard
+    _base = float
+    _unwrap = float.__float__
 
     def __ceil__(self):
         return self._tracer.scalar_op("ceil", (self,))

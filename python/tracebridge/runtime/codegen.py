@@ -175,26 +175,12 @@ class CodeGen:
     def output(self) -> None:
         outputs = iter(self.graph.outputs)
 
-        def build(spec) -> str:
-            kind = spec["t"]
-            if kind == "leaf":
-                return self.expr(next(outputs))
-            if kind == "none":
-                return "None"
-            if kind == "const":
-                return repr(spec["v"])
-            inner = [build(c) for c in spec["c"]]
-            if kind == "tuple":
-                return "(" + ", ".join(inner) + ("," if len(inner) == 1 else "") + ")"
-            if kind == "list":
-                return "[" + ", ".join(inner) + "]"
-            if kind == "dict":
-                pairs = [f"{k!r}: {v}" for k, v in zip(spec["keys"], inner)]
-                return "{" + ", ".join(pairs) + "}"
-            cls = self._bind_global("NT", pytree.namedtuple_class(spec["name"], spec["fields"]))
-            return f"{cls}({', '.join(inner)})"
+        def named(spec, items) -> str:
+            cls = pytree.namedtuple_class(spec["name"], spec["fields"])
+            return f"{self._bind_global('NT', cls)}({', '.join(items)})"
 
-        self.lines.append(f"    return {build(self.graph.out_spec)}")
+        text = pytree.render(self.graph.out_spec, lambda: self.expr(next(outputs)), named)
+        self.lines.append(f"    return {text}")
 
     def generate(self) -> str:
         self.globals["_graph"] = self.graph
