@@ -32,6 +32,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -43,7 +44,7 @@ _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OWN_DIR = os.path.dirname(__file__) + os.sep
 # Frames in these files are never "the user's line": PyTorch, tracebridge, contextlib, and
 # reticulate's Python shims (an R function traced from R calls in through them).
-_INTERNAL_DIRS = (_TORCH_DIR, _OWN_DIR, contextlib.__file__)
+_INTERNAL_DIRS = (_TORCH_DIR, _OWN_DIR, contextlib.__file__, os.path.dirname(np.__file__))
 _INTERNAL_PARTS = (os.sep + "rpytools" + os.sep,)
 
 

@@ -37,7 +37,7 @@ sum mean amax amin prod var std logsumexp softmax log_softmax argmax argmin
 
 VIEW = frozenset(
     """
-Tensor.view Tensor.reshape reshape Tensor.flatten flatten Tensor.permute permute transpose
+Tensor.view Tensor.reshape reshape flatten Tensor.permute permute transpose
 Tensor.contiguous unsqueeze squeeze Tensor.expand Tensor.expand_as t cat stack getitem
 Tensor.repeat constant_pad_nd
 """.split()
