@@ -146,6 +146,8 @@ Try next:
 m.train(); print(m.graph)"                               # the training graph (dropout on)
   R_LIBS=.Rlib Rscript -e 'library(tracebridge); m <- jit_load("demo-out/python_cnn.tb"); \\
 print(m$graph); m$parameters$conv.weight'
+  R_LIBS=.Rlib Rscript -e 'tracebridge::jit_inspect("demo-out/python_cnn.tb")' \
+                                                          # base R only: no Python started
   unzip -l demo-out/python_cnn.tb                       # program.json + tensors.safetensors
 The artifacts are plain ZIP archives: nothing in them is pickled or executed when loaded.
 {"" if ran_r else "(R was skipped: the R half of the demo did not run.)"}""")
