@@ -17,7 +17,7 @@ lint:
 	.venv/bin/ruff check python tests/python benchmarks shared_ir scripts
 
 test-python:
-	$(PY) -m pytest -n 2 -q tests/python
+	$(PY) -m pytest -n 2 -q --doctest-modules python/tracebridge tests/python
 
 test-r:
 	@if [ -f scripts/test-r.sh ]; then bash scripts/test-r.sh; else echo "R tests: none yet"; fi
