@@ -23,7 +23,9 @@
 #' Find the Python that tracebridge uses
 #'
 #' The `TRACEBRIDGE_PYTHON` environment variable wins, then `RETICULATE_PYTHON`, then a
-#' `.venv/bin/python` found by walking up from the working directory.
+#' `.venv/bin/python` found by walking up from the working directory, then one found by
+#' walking up from where the package is installed (`make setup` installs it into the
+#' project's `.Rlib/`, beside the project's `.venv/`, so it works from any directory).
 #'
 #' @param start Directory to start the walk from.
 #' @return The path to a Python executable, or `NULL` if none was found.
@@ -35,6 +37,15 @@ tracebridge_python <- function(start = getwd()) {
     value <- Sys.getenv(var, "")
     if (nzchar(value)) return(value)
   }
+  installed <- system.file(package = "tracebridge")
+  for (from in c(start, if (nzchar(installed)) installed)) {
+    found <- venv_above(from)
+    if (!is.null(found)) return(found)
+  }
+  NULL
+}
+
+venv_above <- function(start) {
   dir <- normalizePath(start, mustWork = FALSE)
   repeat {
     candidate <- file.path(dir, ".venv", "bin", "python")
