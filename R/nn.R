@@ -32,7 +32,7 @@ py_backed_module <- function(py, class, forward = NULL) {
   if (is.null(forward)) {
     forward <- function(...) {
       args <- lapply(list(...), to_py)
-      from_py(do.call(reticulate::py_call, c(list(py), args)))
+      from_py(do.call(tb_py_call, c(list(py), args)))
     }
   }
   assign("forward", forward, envir = self)
@@ -355,7 +355,7 @@ nn_embedding <- function(num_embeddings, embedding_dim, padding_idx = NULL) {
   py <- nn_py("Embedding", as.integer(num_embeddings), as.integer(embedding_dim),
               padding_idx = pad)
   # R indices are 1-based; the shift is part of the recorded computation.
-  forward <- function(input) from_py(reticulate::py_call(py, tensor_py(as_tensor(input) - 1L)))
+  forward <- function(input) from_py(tb_py_call(py, tensor_py(as_tensor(input) - 1L)))
   py_backed_module(py, "nn_embedding", forward)
 }
 

@@ -3,12 +3,12 @@
 
 torch_fn <- function(name, ...) {
   fn <- reticulate::py_get_attr(py_torch(), name)
-  from_py(reticulate::py_call(fn, ...))
+  from_py(tb_py_call(fn, ...))
 }
 
 nnf_fn <- function(name, ...) {
   fn <- reticulate::py_get_attr(py_torch()$nn$functional, name)
-  from_py(reticulate::py_call(fn, ...))
+  from_py(tb_py_call(fn, ...))
 }
 
 tensors_py <- function(tensors) {

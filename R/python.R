@@ -187,6 +187,34 @@ dim_py <- function(d) {
   ifelse(d > 0L, d - 1L, d)
 }
 
+# Call Python torch. While tracing, first tell the tracer which line of R code is
+# running, so graph nodes, warnings and guard messages point at the user's R source.
+tb_py_call <- function(fn, ...) {
+  if (isTRUE(.tb$tracing)) note_r_location()
+  reticulate::py_call(fn, ...)
+}
+
+# The innermost frame that is not tracebridge's or another package's is the user's; the
+# call it made carries its source line when R keeps sources (interactive sessions,
+# testthat, `options(keep.source = TRUE)`).
+note_r_location <- function() {
+  calls <- sys.calls()
+  ns <- topenv(environment(note_r_location))
+  for (i in rev(seq_len(length(calls) - 1L))) {
+    env <- environment(sys.function(i))
+    if (is.null(env)) next
+    top <- topenv(env)
+    if (identical(top, ns) || isNamespace(top)) next
+    src <- attr(calls[[i + 1L]], "srcref")
+    loc <- if (is.null(src)) "" else {
+      sprintf("%s:%d", utils::getSrcFilename(src, full.names = TRUE), src[[1L]])
+    }
+    py_rb()$set_location(loc)
+    return(invisible())
+  }
+  py_rb()$set_location("")
+}
+
 # Call a Python function; turn a Python exception into a classed R condition.
 py_call_checked <- function(fn, ...) {
   tryCatch(

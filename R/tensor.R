@@ -178,7 +178,7 @@ size_args <- function(...) {
 }
 
 factory <- function(fn, size, dtype, requires_grad) {
-  py <- reticulate::py_call(
+  py <- tb_py_call(
     reticulate::py_get_attr(py_torch(), fn), size,
     dtype = dtype_py(dtype), requires_grad = isTRUE(requires_grad)
   )
@@ -292,7 +292,7 @@ Math.torch_tensor <- function(x, ...) {
     tracebridge_abort(sprintf("%s() is not supported for tensors.", .Generic))
   )
   if (fn == "cumsum") return(wrap_tensor(py_torch()$cumsum(tensor_py(x), 0L)))
-  wrap_tensor(reticulate::py_call(reticulate::py_get_attr(py_torch(), fn), tensor_py(x)))
+  wrap_tensor(tb_py_call(reticulate::py_get_attr(py_torch(), fn), tensor_py(x)))
 }
 
 # ---- traced integers ---------------------------------------------------------------
@@ -357,7 +357,7 @@ convert_method_args <- function(name, args) {
 call_method <- function(py, name, args) {
   args <- convert_method_args(name, args)
   method <- reticulate::py_get_attr(py, name)
-  out <- do.call(reticulate::py_call, c(list(method), lapply(args, arg_py)))
+  out <- do.call(tb_py_call, c(list(method), lapply(args, arg_py)))
   out <- from_py(out)
   if (name %in% c("size", "dim", "numel", "item", "tolist")) out <- simplify_sizes(out)
   out

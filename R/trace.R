@@ -130,7 +130,12 @@ example_args <- function(dots, caller) {
 
 run_trace <- function(fn, target, args, ...) {
   .tb$pending_r_error <- NULL
-  on.exit(.tb$pending_r_error <- NULL, add = TRUE)
+  .tb$tracing <- TRUE
+  on.exit({
+    .tb$pending_r_error <- NULL
+    .tb$tracing <- FALSE
+    py_rb()$set_location("")
+  }, add = TRUE)
   out <- tryCatch(
     py_rb()$call_recording_warnings(fn, target, args, ...),
     error = function(e) rethrow_python(e)

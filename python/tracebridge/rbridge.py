@@ -385,3 +385,10 @@ def set_name(fn, name: str, arg_names: list[str] | None = None):
     if arg_names and all(n.isidentifier() for n in arg_names):
         fn.__signature__ = _signature(list(arg_names), with_self=False)
     return fn
+
+
+def set_location(location: str) -> None:
+    """R reports the ``file:line`` of the R code running an op while tracing."""
+    from .tracer import set_foreign_location
+
+    set_foreign_location(location)

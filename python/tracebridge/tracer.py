@@ -926,6 +926,8 @@ class Tracer:
     # -- source locations and warnings --------------------------------------------------------
 
     def location(self) -> str | None:
+        """The user's ``file:line`` making the current call: the innermost Python frame
+        outside PyTorch and tracebridge, else the line a foreign front end (R) reported."""
         frame = sys._getframe(1)
         while frame is not None:
             filename = frame.f_code.co_filename
@@ -936,7 +938,7 @@ class Tracer:
             ):
                 return f"{filename}:{frame.f_lineno}"
             frame = frame.f_back
-        return None
+        return getattr(_foreign, "location", None)
 
     def warn(self, message: str) -> None:
         loc = self.location()
@@ -955,6 +957,16 @@ class Tracer:
             int(line),
             module=os.path.splitext(os.path.basename(filename))[0],
         )
+
+
+_foreign = threading.local()
+
+
+def set_foreign_location(location: str | None) -> None:
+    """For front ends in other languages: the ``file:line`` of their code that is running
+    now (R reports it before each op while tracing), used where no Python frame is the
+    user's. ``None`` or ``""`` clears it."""
+    _foreign.location = location or None
 
 
 def _called_from_user_code() -> bool:

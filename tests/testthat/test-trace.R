@@ -278,3 +278,22 @@ test_that("an nn_sequential mixing built-in and R modules traces with R paths", 
   expect_equal(arr(tm(x2)), arr(model(x2)), tolerance = 1e-6)
   expect_match(tm$graph, "2.s", fixed = TRUE)
 })
+
+test_that("graphs and guards traced from R point at the R source line", {
+  skip_if_no_torch()
+  path <- tempfile(fileext = ".R")
+  writeLines(c(
+    "f <- function(x) {",
+    "  y <- torch_relu(x)",
+    "  x$view(c(as.integer(x$size(1)), -1)) + y$sum()",
+    "}"
+  ), path)
+  env <- new.env(parent = globalenv())  # user code: outside any package namespace
+  sys.source(path, envir = env, keep.source = TRUE)
+  tr <- suppressWarnings(jit_trace(env$f, torch_randn(2, 3, 4)))
+  base <- basename(path)
+  expect_match(tr$graph, sprintf("relu(%%x)  # %s:2", base), fixed = TRUE)
+  expect_match(tr$guards, sprintf("x.shape[0] == 2 (at %s:3)", path), fixed = TRUE)
+  expect_error(tr(torch_randn(3, 3, 4)), "x\\$view\\(c\\(as.integer",
+               class = "tracebridge_guard_error")
+})
