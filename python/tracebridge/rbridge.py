@@ -88,16 +88,16 @@ def error_info(e: BaseException) -> tuple[str, str, list[str]]:
 def error_info_by_name(name: str, message: str) -> tuple[str, str, list[str]]:
     """Like :func:`error_info` when R only knows the exception's type name and message
     (as reticulate reports them): tracebridge's own errors are found by name."""
+    import re
+
     from . import errors
 
-    prefix = f"{name}: "
-    message = message.rstrip("\n")
-    if message.startswith(prefix):
-        message = message[len(prefix) :]
-    cls = getattr(errors, name, None)
+    short = name.rsplit(".", 1)[-1]  # reticulate may give "tracebridge.errors.GuardError"
+    message = re.sub(rf"^(?:[\w.]*\.)?{re.escape(short)}: ", "", message.rstrip("\n"))
+    cls = getattr(errors, short, None)
     if isinstance(cls, type) and issubclass(cls, BaseException):
-        return name, message, [k.__name__ for k in cls.__mro__]
-    return name, message, [name]
+        return short, message, [k.__name__ for k in cls.__mro__]
+    return short, message, [short]
 
 
 def tensor_from_r(a, dtype=None, requires_grad: bool = False) -> torch.Tensor:
