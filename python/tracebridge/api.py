@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -12,7 +11,7 @@ import torch
 from torch import nn
 
 from . import artifact
-from .capture import capture, preserved, state_index
+from .capture import capture, capture_again, preserved, state_index
 from .errors import GuardError, TraceError
 from .ir import Program, StateEntry
 from .opset import VARIADIC_OUTPUTS
@@ -447,11 +446,9 @@ def record_module(
     methods, dispatch, mode_bound = {}, {}, {}
     alias = method_alias or {}
 
-    def record(name, args, kwargs, mode=None, quiet=False):
+    def record(name, args, kwargs, mode=None):
         target = _bound(mod, alias.get(name, name))
-        with preserved(mod), warnings.catch_warnings():
-            if quiet:
-                warnings.simplefilter("ignore")
+        with preserved(mod):
             if mode is not None:
                 mod.train(mode)
             return capture(
@@ -460,7 +457,7 @@ def record_module(
                 kwargs,
                 names_from=getattr(mod, alias.get(name, name)),
                 state=index,
-                constants=constants if not quiet else {},
+                constants=constants,
                 strict=strict,
                 warned=warned,
             )
@@ -474,19 +471,26 @@ def record_module(
         methods[name] = record(name, args, kwargs)
         # Does the other mode record another graph (dropout, batch norm)? Then calling in
         # that mode must not silently run this one.
-        other = record(name, *fresh(args, kwargs), mode=not mod.training, quiet=True)
+        other = capture_again(
+            _bound(mod, alias.get(name, name)),
+            *fresh(args, kwargs),
+            module=mod,
+            mode=not mod.training,
+            state=index,
+            strict=strict,
+            names_from=getattr(mod, alias.get(name, name)),
+        )
         index_of_change = first_difference(methods[name], other)
         if index_of_change is not None:
             # Name the first differing op that the user's code called (not a state read).
             later = methods[name].nodes[index_of_change:] or methods[name].nodes[-1:]
             node = next((n for n in later if not n.op.startswith("prim.")), later[0])
             mode_bound[name] = {"training": mod.training, "op": node.op, "loc": node.loc}
-    used = {n.args[0] for g in methods.values() for n in g.nodes if n.op == "prim.state"}
+    # Every parameter and buffer, used or not, so state_dict() keys match the original's.
     state = {}
-    for _, (path, kind, tensor) in index.items():
+    for path, kind, tensor in index.values():
         if kind != "attribute":
             state.setdefault(path, StateEntry(kind, tensor))
-    state = {k: v for k, v in state.items() if k in used or not k.startswith("const")}
     state.update(constants)
     classes = {name: type(m).__name__ for name, m in mod.named_modules()}
     return Program(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import io
 import json
 import os
 import struct
@@ -286,15 +285,3 @@ def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "
         module_classes=doc.get("module_classes", {}),
         meta=meta,
     )
-
-
-def to_bytes(program: Program) -> bytes:
-    """The artifact as bytes (for tests and for embedding)."""
-    buffer = io.BytesIO()
-    doc = program_to_json(program)
-    blob, header = safetensors_bytes({n: e.tensor for n, e in program.state.items()})
-    doc["tensors"] = {"sha256": hashlib.sha256(blob).hexdigest(), "count": len(header)}
-    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
-        _add_member(archive, PROGRAM_MEMBER, json.dumps(doc, indent=1).encode())
-        _add_member(archive, TENSORS_MEMBER, blob)
-    return buffer.getvalue()

@@ -117,3 +117,34 @@ def capture(
             )
         graph.outputs = [tracer.encode(x) for x in out_leaves]
     return graph
+
+
+def capture_again(
+    fn: Callable,
+    args: tuple,
+    kwargs: dict,
+    *,
+    module: torch.nn.Module | None = None,
+    mode: bool | None = None,
+    state: dict | None = None,
+    strict: bool = True,
+    names_from: Callable | None = None,
+) -> Graph:
+    """A second recording, made only to compare with the first (check_trace, the other
+    training mode): the model is left as it was, ``mode`` (if given) is the training flag
+    to record in, constants are its own, and warnings are silent (the first trace gave
+    them)."""
+    with preserved(module), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if mode is not None:
+            module.train(mode)
+        return capture(
+            fn,
+            args,
+            kwargs,
+            names_from=names_from,
+            state=state,
+            constants={},
+            strict=strict,
+            warned=set(),
+        )

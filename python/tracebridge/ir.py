@@ -18,7 +18,6 @@ Note: the data model, in one breath (compare torch.fx's Node):
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -284,7 +283,3 @@ def graph_from_json(d: dict) -> Graph:
         out_spec=d["out_spec"],
         arg_names=list(d.get("arg_names", [])),
     )
-
-
-def copy_graph(g: Graph) -> Graph:
-    return dataclasses.replace(g, nodes=list(g.nodes), inputs=list(g.inputs))

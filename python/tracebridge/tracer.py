@@ -38,7 +38,7 @@ from torch.overrides import TorchFunctionMode
 
 from . import opset, pytree
 from .errors import TraceError, TracerWarning, UnsupportedOpError
-from .ir import DTYPE_NAMES, Graph, Node, Ref, StateEntry, Value
+from .ir import DTYPE_NAMES, Graph, Node, Ref, StateEntry, Value, refs_in
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _OWN_DIR = os.path.dirname(__file__) + os.sep
@@ -254,14 +254,6 @@ def _without_dispatch(func: types.FunctionType) -> Callable:
 _FROM_PYTHON_DATA = frozenset({"tensor", "as_tensor", "asarray", "Tensor.new_tensor"})
 
 
-def _walk(obj):
-    if isinstance(obj, (list, tuple)):
-        for x in obj:
-            yield from _walk(x)
-    else:
-        yield obj
-
-
 def _dispatching_function() -> types.FunctionType | None:
     """The Python function that called ``handle_torch_function`` (found on the stack)."""
     frame = sys._getframe(2)
@@ -274,14 +266,6 @@ def _dispatching_function() -> types.FunctionType | None:
                 return candidate
             return None
         frame = frame.f_back
-    return None
-
-
-def _python_function(func) -> types.FunctionType | None:
-    if isinstance(func, types.FunctionType):
-        return func
-    if isinstance(func, types.MethodType) and isinstance(func.__func__, types.FunctionType):
-        return None  # bound methods are not routed here by PyTorch
     return None
 
 
@@ -358,6 +342,17 @@ class Tracer:
         )
         self.graph.nodes.append(node)
         return node
+
+    def _value_node(self, op: str, kind: str, args=(), loc: str | None = None) -> Ref:
+        """Emit ``op(*args)`` with one non-tensor result (a size, a dtype, a Python bool)."""
+        value = self._new_value(kind)
+        self._emit(op, list(args), outputs=[value], out_spec=pytree.LEAF, loc=loc)
+        return Ref(value.id)
+
+    def _name(self, tensor: torch.Tensor) -> str:
+        """How messages name a tensor: its input name or the ops that made it."""
+        hit = self._lookup(tensor)
+        return hit[2] if hit else "tensor"
 
     def tensor_ref(self, tensor: torch.Tensor) -> Ref:
         hit = self._lookup(tensor)
@@ -473,15 +468,7 @@ class Tracer:
         loc = self.location()
 
         def materialize():
-            value = self._new_value("int")
-            self._emit(
-                "prim.size",
-                [self.tensor_ref(tensor), dim],
-                outputs=[value],
-                out_spec=pytree.LEAF,
-                loc=loc,
-            )
-            return Ref(value.id)
+            return self._value_node("prim.size", "int", [self.tensor_ref(tensor), dim], loc)
 
         sym = SymInt(shape[dim], self, None, desc, materialize)
         self._size_cache[key] = sym
@@ -566,9 +553,8 @@ class Tracer:
         name = opset.canonical_name(func)
         if name is not None:
             return self.record(name, func, args, kwargs)
-        pyfunc = _python_function(func)
-        if pyfunc is not None:
-            return self._descend(pyfunc, args, kwargs)
+        if isinstance(func, types.FunctionType):
+            return self._descend(func, args, kwargs)
         label = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
         raise UnsupportedOpError(
             f"cannot record a call to {label} at {self.location() or 'unknown location'}: it "
@@ -612,7 +598,7 @@ class Tracer:
                 f"{len(result)} slices; a call with another count raises GuardError"
             )
         if name in _FROM_PYTHON_DATA:
-            traced = any(isinstance(x, Ref) for x in _walk(enc_args))
+            traced = next(refs_in(enc_args), None) is not None
             self.warn(
                 f"torch.{name.rsplit('.', 1)[-1]}(...) of Python data: "
                 + (
@@ -666,7 +652,7 @@ class Tracer:
 
     def _on_property(self, prop: str, getter, tensor: torch.Tensor):
         if prop == "shape":
-            return SymSize(self.size_of(tensor, i) for i in range(tensor.dim()))
+            return self._on_size(getter, tensor)
         if prop == "dtype":
             dtype = tensor.dtype
             self._dtype_reads[dtype] = self._lazy_meta("prim.dtype", tensor, "dtype")
@@ -683,18 +669,9 @@ class Tracer:
         if prop == "requires_grad" and self._is_input(tensor):
             # Whether a caller's input requires grad can change from call to call.
             concrete = getter(tensor)
-            value = self._new_value("bool")
             loc = self.location()
-            self._emit(
-                "prim.requires_grad",
-                [self.tensor_ref(tensor)],
-                outputs=[value],
-                out_spec=pytree.LEAF,
-                loc=loc,
-            )
-            self.guard(
-                Ref(value.id), concrete, f"{self._lookup(tensor)[2]}.requires_grad", "branch", loc
-            )
+            ref = self._value_node("prim.requires_grad", "bool", [self.tensor_ref(tensor)], loc)
+            self.guard(ref, concrete, f"{self._name(tensor)}.requires_grad", "branch", loc)
             return concrete
         return getter(tensor)
 
@@ -712,11 +689,9 @@ class Tracer:
             key = (op, hit[1].id if hit is not None else id(tensor))
             ref = self._meta_refs.get(key)
             if ref is None:
-                value = self._new_value(kind)
-                self._emit(
-                    op, [self.tensor_ref(tensor)], outputs=[value], out_spec=pytree.LEAF, loc=loc
+                ref = self._meta_refs[key] = self._value_node(
+                    op, kind, [self.tensor_ref(tensor)], loc
                 )
-                ref = self._meta_refs[key] = Ref(value.id)
             return ref
 
         return materialize
@@ -756,7 +731,6 @@ class Tracer:
             T.__index__: self._to_python(int),
             T.__float__: self._to_python(float),
             T.__len__: self._on_len,
-            T.__iter__: self._on_iter,
         }
         handlers[torch.is_nonzero] = self._to_python(bool)
         # Function forms of the metadata queries behave like the methods.
@@ -778,9 +752,8 @@ class Tracer:
         """``torch.no_grad()`` and friends. The switch back at the end of the outermost
         block restores the *caller's* mode, read at run time, not the mode at trace time."""
         if self._grad_entry is None:
-            value = self._new_value("bool")
-            self._emit("prim.grad_enabled", [], outputs=[value], out_spec=pytree.LEAF)
-            self._grad_entry = (Ref(value.id), torch.is_grad_enabled())
+            ref = self._value_node("prim.grad_enabled", "bool")
+            self._grad_entry = (ref, torch.is_grad_enabled())
             self._grad_depth = 0
         entry_ref, entry_mode = self._grad_entry
         arg = bool(mode)
@@ -802,38 +775,20 @@ class Tracer:
             strides = tensor.stride()
         rank = len(strides)
         dims = range(rank) if dim is None else [int(dim) % max(rank, 1)]
-        hit = self._lookup(tensor)
+        loc = self.location()
         out = []
         for d in dims:
-            value = self._new_value("int")
-            self._emit(
-                "prim.stride",
-                [self.tensor_ref(tensor), d],
-                outputs=[value],
-                out_spec=pytree.LEAF,
-                loc=self.location(),
-            )
-            desc = f"{hit[2] if hit else 'tensor'}.stride({d})"
-            out.append(SymInt(strides[d], self, Ref(value.id), desc))
+            ref = self._value_node("prim.stride", "int", [self.tensor_ref(tensor), d], loc)
+            out.append(SymInt(strides[d], self, ref, f"{self._name(tensor)}.stride({d})"))
         return tuple(out) if dim is None else out[0]
 
     def _on_is_contiguous(self, func, tensor, *args, **kwargs):
         concrete = func(tensor, *args, **kwargs)
-        value = self._new_value("bool")
-        loc = self.location()
         if args or kwargs:  # is_contiguous(memory_format=...): rare, keep it concrete
             return concrete
-        self._emit(
-            "prim.is_contiguous",
-            [self.tensor_ref(tensor)],
-            outputs=[value],
-            out_spec=pytree.LEAF,
-            loc=loc,
-        )
-        hit = self._lookup(tensor)
-        self.guard(
-            Ref(value.id), concrete, f"{hit[2] if hit else 'tensor'}.is_contiguous()", "branch", loc
-        )
+        loc = self.location()
+        ref = self._value_node("prim.is_contiguous", "bool", [self.tensor_ref(tensor)], loc)
+        self.guard(ref, concrete, f"{self._name(tensor)}.is_contiguous()", "branch", loc)
         return concrete
 
     def _on_size(self, func, tensor, dim=None):
@@ -842,48 +797,31 @@ class Tracer:
         return self.size_of(tensor, int(dim))
 
     def _on_numel(self, func, tensor):
-        value = self._new_value("int")
-        self._emit(
-            "prim.numel",
-            [self.tensor_ref(tensor)],
-            outputs=[value],
-            out_spec=pytree.LEAF,
-            loc=self.location(),
-        )
-        hit = self._lookup(tensor)
-        return SymInt(tensor.numel(), self, Ref(value.id), f"{hit[2] if hit else '?'}.numel()")
+        ref = self._value_node("prim.numel", "int", [self.tensor_ref(tensor)], self.location())
+        return SymInt(tensor.numel(), self, ref, f"{self._name(tensor)}.numel()")
 
     def _on_item(self, func, tensor):
         concrete = tensor.item()
         kind = {bool: "bool", int: "int", float: "float"}.get(type(concrete))
         if kind is None:
             raise UnsupportedOpError(f".item() of a {tensor.dtype} tensor cannot be traced")
-        value = self._new_value(kind)
         loc = self.location()
-        self._emit(
-            "prim.item", [self.tensor_ref(tensor)], outputs=[value], out_spec=pytree.LEAF, loc=loc
-        )
-        hit = self._lookup(tensor)
-        desc = f"{hit[2] if hit else 'tensor'}.item()"
+        ref = self._value_node("prim.item", kind, [self.tensor_ref(tensor)], loc)
+        desc = f"{self._name(tensor)}.item()"
         if kind == "bool":
-            self.guard(Ref(value.id), concrete, desc, "value", loc)
+            self.guard(ref, concrete, desc, "value", loc)
             self.warn(
                 f"{desc} was used as a Python bool ({concrete}); calls where it differs "
                 "raise GuardError"
             )
             return concrete
-        return self._wrap_scalar(concrete, Ref(value.id), desc)
+        return self._wrap_scalar(concrete, ref, desc)
 
     def _on_tolist(self, func, tensor, *args, **kwargs):
         concrete = tensor.tolist()
-        value = self._new_value("list")
         loc = self.location()
-        self._emit(
-            "prim.tolist", [self.tensor_ref(tensor)], outputs=[value], out_spec=pytree.LEAF, loc=loc
-        )
-        hit = self._lookup(tensor)
-        desc = f"{hit[2] if hit else 'tensor'}.tolist()"
-        self.guard(Ref(value.id), concrete, desc, "value", loc)
+        ref = self._value_node("prim.tolist", "list", [self.tensor_ref(tensor)], loc)
+        self.guard(ref, concrete, f"{self._name(tensor)}.tolist()", "value", loc)
         self.warn(
             f"a traced tensor was turned into Python data ({func.__name__}); the trace "
             "is valid only for calls where it has the same values"
@@ -895,14 +833,10 @@ class Tracer:
 
         def handler(func, tensor):
             concrete = kind(tensor.item()) if tensor.numel() == 1 else func(tensor)
-            value = self._new_value(kind.__name__)
             loc = self.location()
-            self._emit(
-                op, [self.tensor_ref(tensor)], outputs=[value], out_spec=pytree.LEAF, loc=loc
-            )
-            hit = self._lookup(tensor)
-            desc = f"{kind.__name__}({hit[2] if hit else 'tensor'})"
-            self.guard(Ref(value.id), concrete, desc, "branch" if kind is bool else "value", loc)
+            ref = self._value_node(op, kind.__name__, [self.tensor_ref(tensor)], loc)
+            desc = f"{kind.__name__}({self._name(tensor)})"
+            self.guard(ref, concrete, desc, "branch" if kind is bool else "value", loc)
             self.warn(
                 f"a traced tensor was turned into a Python {kind.__name__} "
                 f"({concrete!r}); the trace follows this value only, and calls where "
@@ -915,13 +849,6 @@ class Tracer:
     def _on_len(self, func, tensor):
         # Reached only when len() was not our patched builtin: the size becomes a plain int.
         return int(self.size_of(tensor, 0))
-
-    def _on_iter(self, func, tensor):
-        self.warn(
-            "iterating over a tensor unrolls the loop for its first dimension "
-            f"({tensor.shape[0] if tensor.dim() else 0}); other sizes raise GuardError"
-        )
-        return iter(self.dispatch(torch.Tensor.unbind, (tensor, 0), {}))
 
     # -- source locations and warnings --------------------------------------------------------
 
@@ -1072,10 +999,9 @@ def _traced_is_grad_enabled() -> bool:
     active = _tracers.stack
     if active and _called_from_user_code():
         tracer = active[-1]
-        value = tracer._new_value("bool")
         loc = tracer.location()
-        tracer._emit("prim.grad_enabled", [], outputs=[value], out_spec=pytree.LEAF, loc=loc)
-        tracer.guard(Ref(value.id), mode, "torch.is_grad_enabled()", "branch", loc)
+        ref = tracer._value_node("prim.grad_enabled", "bool", loc=loc)
+        tracer.guard(ref, mode, "torch.is_grad_enabled()", "branch", loc)
     return mode
 
 

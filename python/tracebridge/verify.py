@@ -18,20 +18,15 @@ Nothing about the model changes: everything runs inside ``capture.preserved``.
 from __future__ import annotations
 
 import difflib
-import warnings
 
 import torch
 
 from . import pytree
-from .capture import capture, preserved, state_index
+from .capture import capture_again, preserved, state_index
 from .errors import GuardError, TraceError, TracingCheckError
 from .ir import Graph, Node, Ref
 from .printer import Printer, _short
 from .tracer import is_tensor, source_line
-
-_Rules = """Graph.lint rules: every Ref names a value defined earlier (inputs or node
-outputs); no value is defined twice; every op is in the op set; prim.state names exist in
-the program's state; outputs reference defined values."""
 
 
 def lint(graph: Graph, state_names=None) -> None:
@@ -308,9 +303,7 @@ def check_function(func, traced, args, kwargs, check_inputs, tolerance, strict) 
     reference = traced.program.methods["forward"]
 
     def retrace(a, k):
-        with preserved(None), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the first trace already warned
-            return capture(func, a, k, constants={}, strict=strict, warned=set())
+        return capture_again(func, a, k, strict=strict)
 
     for a, k in _check_inputs_list(check_inputs, (args, kwargs)):
         label = "on the example inputs" if check_inputs is None else "on a check input"
@@ -339,20 +332,16 @@ def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_m
             method = traced._methods[method_name]
 
             def retrace(a, k, mode=mode, eager=eager, names_from=names_from):
-                with preserved(mod), warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # the first trace already warned
-                    if mode is not None:
-                        mod.train(mode)
-                    return capture(
-                        eager,
-                        a,
-                        k,
-                        state=index,
-                        constants={},
-                        strict=strict,
-                        warned=set(),
-                        names_from=names_from,
-                    )
+                return capture_again(
+                    eager,
+                    a,
+                    k,
+                    module=mod,
+                    mode=mode,
+                    state=index,
+                    strict=strict,
+                    names_from=names_from,
+                )
 
             with preserved(mod):
                 if mode is not None:
