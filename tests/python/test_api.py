@@ -243,3 +243,28 @@ def test_intermediate_shapes_are_written_with_input_symbols(tmp_path):
     assert "f32[s0, ?] = flatten(%0, 1)" in text  # depends on two symbols
     traced.save(tmp_path / "head.tb")
     assert tracebridge.load(tmp_path / "head.tb").graph == text
+
+
+def test_input_of_another_dtype_kind_is_refused_with_advice():
+    traced = tracebridge.trace(lambda x: x * 2, torch.rand(3))
+    assert traced(torch.rand(3, dtype=torch.float64)).dtype == torch.float64  # same kind
+    for runtime in ("codegen", "interpreter"):
+        traced = tracebridge.trace(lambda x: x * 2, torch.rand(3), runtime=runtime)
+        with pytest.raises(tracebridge.GuardError) as info:
+            traced(torch.arange(3))
+        assert str(info.value) == (
+            "input x has dtype int64, but the trace was made with float32; pass a "
+            "floating-point tensor (the traced code may depend on the kind of dtype)"
+        )
+
+
+def test_save_refuses_an_unknown_producer_language(tmp_path):
+    traced = tracebridge.trace(lambda x: x + 1, torch.rand(2))
+    with pytest.raises(
+        tracebridge.ArtifactError, match="language must be 'python' or 'r', not 'julia'"
+    ):
+        tracebridge.save(traced, tmp_path / "f.tb", language="julia")
+    assert not (tmp_path / "f.tb").exists()
+    tracebridge.save(traced, tmp_path / "f.tb", language="r")
+    doc, _ = tracebridge.artifact.read_json(tmp_path / "f.tb")
+    assert doc["producer"]["language"] == "r"
