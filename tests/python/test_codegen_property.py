@@ -33,6 +33,7 @@ class _Program:
         self.lines: list[str] = []
         self.tensors = ["x"]
         self.ints: list[str] = []
+        self.sizes: list[str] = []  # ints read from x.shape: never negative
 
     def fresh(self, prefix: str) -> str:
         return f"{prefix}{len(self.lines)}"
@@ -43,13 +44,17 @@ class _Program:
             return r.choice(self.ints)
         return str(r.randint(-4, 4))
 
-    def int_expr(self, depth: int = 0) -> str:
-        """An int expression over sizes; parentheses and unary minus wherever they fall."""
+    def int_expr(self, depth: int = 0, top_float: bool = False) -> str:
+        """An int expression over sizes; parentheses and unary minus wherever they fall.
+        ``top_float``: the whole may be a negative power (a float), never a part of it
+        (bitwise operators take ints only)."""
         r = self.rng
+        if top_float and self.sizes and r.random() < 0.25:
+            return f"(2 ** -{r.choice(self.sizes)})"
         if depth > 2 or r.random() < 0.3:
             atom = self.int_atom()
             return f"({atom})" if atom.startswith("-") and r.random() < 0.5 else atom
-        kind = r.randrange(6)
+        kind = r.randrange(5)
         left, right = self.int_expr(depth + 1), self.int_expr(depth + 1)
         if kind == 0:
             return f"({left} {r.choice(['+', '-', '*'])} {right})"
@@ -58,13 +63,11 @@ class _Program:
             return f"({left} {r.choice(['//', '%'])} {divisor})"
         if kind == 2:  # a power of a (maybe negative) base, written with or without parens
             base = r.choice(INT_BASES)
-            exponent = r.choice(self.ints) if self.ints else str(r.randint(0, 3))
+            exponent = r.choice(self.sizes) if self.sizes else str(r.randint(0, 3))
             spelled = f"({base})" if base < 0 and r.random() < 0.5 else str(base)
             return f"({spelled} ** {exponent})"
         if kind == 3:
             return f"-{left}" if not left.startswith("-") else f"-({left})"
-        if kind == 4:  # a negative power: a float
-            return f"(2 ** -{r.choice(self.ints)})" if self.ints else left
         return f"({left} {r.choice(['&', '|', '^'])} {right})"
 
     def step(self) -> None:
@@ -83,12 +86,13 @@ class _Program:
             name = self.fresh("n")
             self.lines.append(f"{name} = x.shape[{r.randrange(2)}]")
             self.ints.append(name)
+            self.sizes.append(name)
         elif kind == 4 and self.ints:
             name = self.fresh("n")
             self.lines.append(f"{name} = {self.int_expr()}")
             self.ints.append(name)
         elif kind == 5 and self.ints:
-            self.assign_tensor(f"{t} * {self.int_expr()}")
+            self.assign_tensor(f"{t} * {self.int_expr(top_float=True)}")
         elif kind == 6 and self.ints:
             name = self.fresh("t")
             test = f"{r.choice(self.ints)} {r.choice(['>', '==', '<='])} {r.randint(1, 4)}"
