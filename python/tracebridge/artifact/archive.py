@@ -57,15 +57,15 @@ _FROM_ST = {v: k for k, v in _ST_DTYPES.items()}
 # --- writing ------------------------------------------------------------------------------
 
 
-def program_to_json(program: Program, language: str = "python") -> dict:
-    return {
+def program_to_json(program: Program, language: str | None = None) -> dict:
+    doc = {
         "format": "tracebridge",
         "format_version": FORMAT_VERSION,
         "opset_version": OPSET_VERSION,
         "producer": {
             "name": "tracebridge",
             "version": __version__,
-            "language": language,
+            "language": language or program.language,
             "torch": torch.__version__.split("+")[0],
         },
         "kind": program.kind,
@@ -84,6 +84,11 @@ def program_to_json(program: Program, language: str = "python") -> dict:
         },
         "meta": program.meta,
     }
+    if program.mode_bound:
+        doc["mode_bound"] = program.mode_bound
+    if program.backend is not None:
+        doc["backend"] = program.backend
+    return doc
 
 
 def safetensors_bytes(tensors: dict[str, torch.Tensor]) -> tuple[bytes, dict]:
@@ -118,8 +123,10 @@ def _add_member(archive: zipfile.ZipFile, name: str, data: bytes) -> None:
     archive.writestr(info, data)
 
 
-def write(program: Program, path: str | os.PathLike, language: str = "python") -> None:
-    """Write ``program`` to ``path`` (any file name); ``language`` is the producer's."""
+def write(program: Program, path: str | os.PathLike, language: str | None = None) -> None:
+    """Write ``program`` to ``path`` (any file name); ``language`` overrides the program's
+    source language (``program.language``)."""
+    language = language or program.language
     if language not in ("python", "r"):
         raise ArtifactError(f"language must be 'python' or 'r', not {language!r}")
     doc = program_to_json(program, language)
@@ -275,8 +282,12 @@ def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "
     except (KeyError, ValueError, TypeError) as exc:
         raise ArtifactError(f"{name}: a graph is malformed ({exc})") from None
     meta = dict(doc.get("meta", {}))
-    meta["producer"] = doc.get("producer", {})
-    meta["format_version"] = doc["format_version"]
+    mode_bound = doc.get("mode_bound", {})
+    backend = doc.get("backend")
+    if doc["format_version"] == 1:
+        # Format 1 kept these in meta; format 2 made them fields (meta is display-only).
+        mode_bound = meta.pop("mode_bound", {})
+        backend = meta.pop("backend", None)
     return Program(
         kind=doc["kind"],
         methods=methods,
@@ -284,5 +295,8 @@ def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "
         dispatch=doc.get("dispatch", {}),
         training=doc.get("training", False),
         module_classes=doc.get("module_classes", {}),
+        language=doc.get("producer", {}).get("language", "python"),
+        mode_bound=mode_bound,
+        backend=backend,
         meta=meta,
     )
