@@ -398,3 +398,25 @@ def test_guard_node_unchanged_in_generated_code():
     for runtime in RUNTIMES:
         with pytest.raises(GuardError):
             _method(program, runtime=runtime)(torch.rand(3))
+
+
+def test_traceback_through_generated_code_names_the_users_line():
+    """Tracebacks show the line of ``.code`` that failed, with the traced source location."""
+    import traceback
+
+    f = _traced(lambda x, w: torch.matmul(x, w), torch.rand(2, 3), torch.rand(3, 4))
+    with pytest.raises(RuntimeError) as info:
+        f(torch.rand(2, 3), torch.rand(5, 4))
+    frames = [
+        fr for fr in traceback.extract_tb(info.value.__traceback__) if "tracebridge:" in fr.filename
+    ]
+    assert frames and "# matmul, test_security_codegen.py:" in frames[-1].line
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_malformed_guard_is_an_artifact_error(runtime):
+    program = _guarded_program("x.py:1")
+    guard = next(n for n in program.methods["forward"].nodes if n.op == "prim.guard")
+    guard.args = []
+    with pytest.raises(tracebridge.ArtifactError, match="prim.guard"):
+        _method(program, runtime=runtime)(torch.rand(2))

@@ -145,6 +145,11 @@ def check_graph(graph: Graph, name: str) -> None:
                     "is not defined before it; the file is corrupt (tracebridge validate "
                     "lists every problem)"
                 )
+        if node.op == "prim.guard" and (len(node.args) != 1 or "expect" not in node.kwargs):
+            raise ArtifactError(
+                f"method {name!r}, node {index} (prim.guard): a guard takes one argument and "
+                "an 'expect' keyword; the file is corrupt"
+            )
         if node.op != "prim.guard" and _leaf_count(node.out_spec) != len(node.outputs):
             raise ArtifactError(
                 f"method {name!r}, node {index} ({node.op}): {len(node.outputs)} outputs but "
