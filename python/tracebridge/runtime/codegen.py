@@ -4,9 +4,10 @@ Note: nothing from the file becomes code.
   * The function is built as a Python AST (``ast.FunctionDef``) and compiled from the AST;
     no text is ever parsed. Every identifier in it is made here: parameters ``in0, in1``,
     values ``v0, v1`` (numbered in order of definition, not by the file's ids), and globals
-    ``op0``, ``c0``, ``G0`` ... bound to objects; even builtins it calls are bound under
-    names of its own (``_getattr``). The method's name is set on the function afterwards,
-    as data.
+    ``op_relu_0``, ``c1``, ``G2`` ... bound to objects (an op's prefix only for names of
+    the op table; every global ends in a unique number); even builtins it calls are bound
+    under names of its own (``_getattr``). The method's name is set on the function
+    afterwards, as data.
   * Literals are ``ast.Constant`` or containers of them (lists and dicts built fresh on
     every call, since an op may keep them); objects without a literal form (dtypes,
     devices, slices) are bound constants. Operator precedence comes from the tree:
@@ -165,6 +166,7 @@ class CodeGen:
         self.constants: list[tuple[str, object]] = []  # for the display only
         self._bound: dict[int, str] = {}  # id(object) -> global name
         self._where = "the graph"
+        self._defined = 0
 
     # -- names ------------------------------------------------------------------------------
 
@@ -183,7 +185,10 @@ class CodeGen:
         return _name(name)
 
     def define(self, value) -> str:
-        name = f"v{len(self.names)}"
+        # A counter, not len(names): a file that defines an id twice must still get
+        # distinct variables (the checker refuses it; the runtime never mixes values up).
+        name = f"v{self._defined}"
+        self._defined += 1
         self.names[value.id] = name
         return name
 
@@ -390,6 +395,7 @@ class CodeGen:
         params = [f"in{i}" for i in range(len(self.graph.inputs))]
         for value, param in zip(self.graph.inputs, params):
             self.names[value.id] = param
+        self._defined = len(params)
         self.input_checks(params)
         start = len(self.body)
         dead_after = last_uses(self.graph)
