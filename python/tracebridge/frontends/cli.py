@@ -229,14 +229,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 # --- validate ----------------------------------------------------------------------------------
 
 
-def _count_leaves(spec: dict | None) -> int:
-    if spec is None:
-        return 0
-    if spec["t"] == "leaf":
-        return 1
-    return sum(_count_leaves(c) for c in spec.get("c", ()))
-
-
 def check_structure(doc: dict, program: Program, path: str) -> None:
     """The rules that the schema cannot say: lint of each graph, output counts, state
     names, dispatch routes, tensors. Raises ArtifactError naming the first fault."""
@@ -280,23 +272,23 @@ def check_structure(doc: dict, program: Program, path: str) -> None:
             lint(graph, set(program.state))
         except TraceError as exc:
             raise ArtifactError(f"{where}: {exc}") from None
-        if len(graph.inputs) != _count_leaves(graph.in_spec):
+        if len(graph.inputs) != pytree.count_leaves(graph.in_spec):
             raise ArtifactError(
                 f"{where}: {len(graph.inputs)} inputs but in_spec has "
-                f"{_count_leaves(graph.in_spec)} leaves"
+                f"{pytree.count_leaves(graph.in_spec)} leaves"
             )
-        if len(graph.outputs) != _count_leaves(graph.out_spec):
+        if len(graph.outputs) != pytree.count_leaves(graph.out_spec):
             raise ArtifactError(
                 f"{where}: {len(graph.outputs)} outputs but out_spec has "
-                f"{_count_leaves(graph.out_spec)} leaves"
+                f"{pytree.count_leaves(graph.out_spec)} leaves"
             )
         for index, node in enumerate(graph.nodes):
             if node.op == "prim.state" and node.args[0] not in program.state:
                 raise ArtifactError(f"{where}, node {index}: state {node.args[0]!r} does not exist")
-            if len(node.outputs) != _count_leaves(node.out_spec):
+            if len(node.outputs) != pytree.count_leaves(node.out_spec):
                 raise ArtifactError(
                     f"{where}, node {index} ({node.op}): {len(node.outputs)} "
-                    f"outputs but out_spec has {_count_leaves(node.out_spec)} "
+                    f"outputs but out_spec has {pytree.count_leaves(node.out_spec)} "
                     "leaves"
                 )
             if node.op == "prim.guard" and ("expect" not in node.kwargs or len(node.args) != 1):

@@ -142,7 +142,7 @@ class Dispatcher:
                 f"{len(result)} slices; a call with another count raises GuardError"
             )
         if name in _FROM_PYTHON_DATA:
-            traced = next(refs_in(enc_args), None) is not None
+            traced = bool(refs_in(enc_args))
             self.warn(
                 f"torch.{name.rsplit('.', 1)[-1]}(...) of Python data: "
                 + (
