@@ -39,6 +39,7 @@ from ..errors import ArtifactError
 from ..ir import Graph, Node, Ref, pytree
 from ..ir.analysis import last_uses
 from ..ir.ops import VARIADIC_OUTPUTS
+from ..ir.program import fold_literal
 from . import support
 
 # Ops written as Python operators when their implementation is the default one.
@@ -205,31 +206,33 @@ class CodeGen:
 
     def literal(self, arg) -> ast.expr:
         """The expression for an argument: refs become names, literals constants."""
+        return fold_literal(arg, self._leaf, self._container)
+
+    def _leaf(self, arg) -> ast.expr:
         if isinstance(arg, Ref):
             return self.ref(arg)
         if arg is None or isinstance(arg, _PLAIN_CONSTANTS):
             return _constant(arg)
         if arg is Ellipsis:
             return ast.Constant(...)
-        if isinstance(arg, tuple):
-            return ast.Tuple([self.literal(a) for a in arg], ast.Load())
-        if isinstance(arg, list):
-            return ast.List([self.literal(a) for a in arg], ast.Load())
-        if isinstance(arg, dict):
-            keys = [self.literal(k) for k in arg]
-            return ast.Dict(keys, [self.literal(v) for v in arg.values()])
-        if isinstance(arg, slice):
-            parts = (arg.start, arg.stop, arg.step)
-            if any(isinstance(p, Ref) for p in parts):
-                self.globals["_slice"] = slice
-                return _call("_slice", *(self.literal(p) for p in parts))
-            return self.constant(arg)
         if isinstance(arg, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
             return self.constant(arg)
         raise ArtifactError(
             f"{self._where}: cannot run a literal of type {type(arg).__name__}; the file is "
             "corrupt (run tracebridge validate)"
         )
+
+    def _container(self, arg, children: list) -> ast.expr:
+        if isinstance(arg, list):
+            return ast.List(children, ast.Load())
+        if isinstance(arg, dict):
+            return ast.Dict([k for k, _ in children], [v for _, v in children])
+        if isinstance(arg, slice):
+            if any(isinstance(p, Ref) for p in (arg.start, arg.stop, arg.step)):
+                self.globals["_slice"] = slice
+                return _call("_slice", *children)
+            return self.constant(arg)  # immutable: one object for every call
+        return ast.Tuple(children, ast.Load())
 
     def constant(self, obj) -> ast.Name:
         before = len(self._bound)
@@ -268,43 +271,34 @@ class CodeGen:
         """The assignment target for a node's result, following its out_spec."""
         outputs = iter(node.outputs)
 
-        def build(spec) -> ast.expr:
-            kind = spec.get("t") if isinstance(spec, dict) else None
-            if kind == "leaf":
-                value = next(outputs, None)
-                if value is None:
-                    raise ArtifactError(f"{self._where}: out_spec has more leaves than outputs")
-                return ast.Name(self.define(value), ast.Store())
-            if kind in ("none", "const"):
-                return ast.Name("_", ast.Store())
-            if kind in ("tuple", "list", "namedtuple", "dict"):
-                inner = [build(c) for c in spec.get("c", [])]
-                return ast.Tuple(inner, ast.Store()) if inner else ast.Name("_", ast.Store())
-            raise ArtifactError(f"{self._where}: malformed out_spec {spec!r}")
+        def leaf() -> ast.expr:
+            return ast.Name(self.define(next(outputs)), ast.Store())
 
-        target = build(node.out_spec)
-        if next(outputs, None) is not None:
-            raise ArtifactError(f"{self._where}: more outputs than leaves in its out_spec")
-        return target
+        def group(_spec, children) -> ast.expr:
+            return ast.Tuple(children, ast.Store()) if children else ast.Name("_", ast.Store())
+
+        return pytree.fold_spec(
+            node.out_spec, leaf, group, lambda _spec: ast.Name("_", ast.Store())
+        )
 
     def structure(self, spec: dict, leaves) -> ast.expr:
         """The expression that rebuilds a result from its leaves (pytree spec)."""
-        kind = spec["t"]
-        if kind == "leaf":
-            return self.literal(next(leaves))
-        if kind == "none":
-            return ast.Constant(None)
-        if kind == "const":
-            return self.literal(spec["v"])
-        items = [self.structure(c, leaves) for c in spec["c"]]
-        if kind == "list":
-            return ast.List(items, ast.Load())
-        if kind == "dict":
-            return ast.Dict([self.literal(k) for k in spec["keys"]], items)
-        if kind == "namedtuple":
-            cls = pytree.namedtuple_class(spec["name"], spec["fields"])
-            return ast.Call(self.bind("NT", cls), items, [])
-        return ast.Tuple(items, ast.Load())
+
+        def group(spec, items) -> ast.expr:
+            kind = spec["t"]
+            if kind == "list":
+                return ast.List(items, ast.Load())
+            if kind == "dict":
+                return ast.Dict([self.literal(k) for k in spec["keys"]], items)
+            if kind == "namedtuple":
+                cls = pytree.namedtuple_class(spec["name"], spec["fields"])
+                return ast.Call(self.bind("NT", cls), items, [])
+            return ast.Tuple(items, ast.Load())
+
+        def empty(spec) -> ast.expr:
+            return self.literal(spec["v"]) if spec["t"] == "const" else ast.Constant(None)
+
+        return pytree.fold_spec(spec, lambda: self.literal(next(leaves)), group, empty)
 
     # -- statements -------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ import torch
 from ..errors import ArtifactError
 from ..ir import Graph, Node, Ref, pytree
 from ..ir.ops import VARIADIC_OUTPUTS
+from ..ir.program import map_literal
 from . import support
 
 
@@ -60,17 +61,7 @@ class Interpreter:
         return pytree.unflatten(outputs, self.graph.out_spec)
 
     def resolve(self, arg, env):
-        if isinstance(arg, Ref):
-            return env[arg.id]
-        if isinstance(arg, list):
-            return [self.resolve(a, env) for a in arg]
-        if isinstance(arg, tuple):
-            return tuple(self.resolve(a, env) for a in arg)
-        if isinstance(arg, dict):
-            return {self.resolve(k, env): self.resolve(v, env) for k, v in arg.items()}
-        if isinstance(arg, slice):
-            return slice(*(self.resolve(a, env) for a in (arg.start, arg.stop, arg.step)))
-        return arg
+        return map_literal(arg, lambda x: env[x.id] if isinstance(x, Ref) else x)
 
     def run_state(self, node: Node, env) -> None:
         owner, key = self.slots[node.args[0]]

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 
 from ..errors import ArtifactError, GuardError, TraceError
-from ..ir import DTYPES, Graph, Node, refs_in
+from ..ir import DTYPES, Graph, Node, pytree, refs_in
 from ..ir import ops as opset
 
 PRIM_FUNCTIONS = {
@@ -123,12 +123,10 @@ def source_of(graph: Graph, loc) -> str:
 
 
 def _leaf_count(spec) -> int:
-    if not isinstance(spec, dict):
-        return 0
-    if spec.get("t") == "leaf":
-        return 1
-    children = spec.get("c", ())
-    return sum(_leaf_count(c) for c in children) if isinstance(children, list) else 0
+    try:
+        return pytree.count_leaves(spec)
+    except (KeyError, TypeError, AttributeError):
+        return -1  # malformed: matches no number of outputs
 
 
 def check_graph(graph: Graph, name: str) -> None:
