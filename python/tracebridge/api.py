@@ -50,8 +50,9 @@ class _Traced:
     _methods: dict[str, Method]
 
     def _make_methods(self, slots: dict, runtime: str) -> None:
+        graphs = self.program.methods
         self._methods = {
-            name: Method(name, g, slots, runtime) for name, g in self.program.methods.items()
+            name: Method(name, g, slots, runtime, graphs) for name, g in graphs.items()
         }
 
     @property
@@ -202,9 +203,17 @@ class TracedModule(nn.Module, _Traced):
         self.training = program.training if original is None else original.training
         self._make_methods(self._slots(), runtime)
         self._mode_bound = dict(program.mode_bound)
-        for name in list(self.program.methods) + list(self.program.dispatch):
-            if name != "forward":
-                self.__dict__[name] = TracedMethod(self, name)
+
+    def __getattr__(self, name: str):
+        # Traced methods are found by name only after every real attribute, so that a
+        # file's method named ``eval`` or ``to`` never replaces the module's own.
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            program = self.__dict__.get("program")
+            if program is not None and (name in program.methods or name in program.dispatch):
+                return TracedMethod(self, name)
+            raise
 
     def _share(self, original: nn.Module) -> None:
         for name, child in original.named_children():

@@ -114,6 +114,9 @@ class Graph:
     outputs: list = field(default_factory=list)  # Refs or literals
     out_spec: dict = field(default_factory=dict)
     arg_names: list[str] = field(default_factory=list)  # the traced callable's parameters
+    # loc -> the text of that source line, recorded at trace time for messages: runtimes
+    # quote these and never open a file that a loaded graph names
+    sources: dict[str, str] = field(default_factory=dict)
 
     @property
     def guards(self) -> list[Node]:
@@ -321,6 +324,7 @@ def graph_to_json(g: Graph) -> dict:
         ],
         "outputs": encode(list(g.outputs)),
         "out_spec": g.out_spec,
+        **({"sources": lines} if (lines := {k: v for k, v in g.sources.items() if v}) else {}),
     }
 
 
@@ -343,4 +347,13 @@ def graph_from_json(d: dict) -> Graph:
         outputs=decode(d["outputs"]),
         out_spec=d["out_spec"],
         arg_names=list(d.get("arg_names", [])),
+        sources=_sources(d.get("sources")),
     )
+
+
+def _sources(data) -> dict[str, str]:
+    """A graph's ``sources``; older files have none, and a malformed table only loses
+    message text (the checker reports it)."""
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
