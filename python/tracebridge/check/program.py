@@ -234,7 +234,9 @@ def _check_header(doc: Any) -> None:
             "upgrade tracebridge to load it",
         )
     opset = doc.get("opset_version")
-    if isinstance(opset, int) and opset > ops.OPSET_VERSION:
+    if not _is_int(opset) or opset < 1:
+        _fail("document", f"invalid opset_version {str(opset)[:20]}")
+    if opset > ops.OPSET_VERSION:
         _fail(
             "versions",
             f"op-set version {opset} is newer than this tracebridge knows ({ops.OPSET_VERSION})",
@@ -261,8 +263,18 @@ def _check_schema(doc: dict) -> None:
         _fail("schema", f"program.json does not follow the schema at {where}: {exc.message}")
 
 
+def _is_int(x: Any) -> bool:
+    """A JSON integer written without a fraction (the schema's ``integer`` also takes 2.0)."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
 def _check_document(doc: dict, strict: bool) -> None:
+    for state, entry in doc["state"].items():
+        if not all(_is_int(d) for d in entry["shape"]):
+            _fail("document", f"state {state[:40]!r} has a shape that is not a list of integers")
     tensors = doc.get("tensors") or {}
+    if "count" in tensors and not _is_int(tensors["count"]):
+        _fail("document", "tensors.count must be an integer")
     if strict and "sha256" not in tensors:
         _fail(
             "document",
@@ -401,6 +413,8 @@ class _GraphCheck:
 
     def _define(self, value: dict, is_input: bool = False) -> None:
         vid = value["id"]
+        if not _is_int(vid):
+            _fail("values", f"value id {str(vid)[:20]} is not an integer")
         if vid in self.kinds:
             _fail("SSA", f"value %{vid} is defined twice", "")
         kind = value["kind"]
@@ -413,10 +427,10 @@ class _GraphCheck:
             for dim in value["shape"]:
                 if is_input:
                     ok = isinstance(dim, str) and SYMBOL.fullmatch(dim)
-                elif isinstance(dim, int):
+                elif _is_int(dim):
                     ok = 0 <= dim <= LIMITS["int_max"]
                 else:
-                    ok = DIM_EXPR.fullmatch(dim)
+                    ok = isinstance(dim, str) and DIM_EXPR.fullmatch(dim)
                 if not ok:
                     _fail(
                         "values",
@@ -445,6 +459,10 @@ class _GraphCheck:
         for key in node["kwargs"]:
             if not _fits(KEYWORD_NAME, key, LIMITS["name_chars"]):
                 _fail("names", f"keyword {key[:40]!r} is not an identifier")
+        if info.flags & {"structural", "scalar"} and len(node["args"]) != len(info.args):
+            _fail(
+                "argument kinds", f"{op} takes {len(info.args)} arguments, not {len(node['args'])}"
+            )
         for literal in node["args"]:
             self._literal(literal, 0)
         for literal in node["kwargs"].values():
@@ -503,7 +521,7 @@ class _GraphCheck:
                     "values must be defined by an input or an earlier node",
                 )
         elif tag == "float":
-            if body not in ("inf", "-inf", "nan"):
+            if not isinstance(body, str) or body not in ("inf", "-inf", "nan"):
                 _fail("literals", f"float literal {str(body)[:20]!r} is not inf, -inf or nan")
         elif tag in ("tuple", "slice"):
             if not isinstance(body, list) or (tag == "slice" and len(body) != 3):
@@ -522,16 +540,16 @@ class _GraphCheck:
             if body is not True:
                 _fail("literals", 'the ellipsis literal is {"ellipsis": true}')
         elif tag == "dtype":
-            if body not in dtypes.BY_NAME:
+            if not isinstance(body, str) or body not in dtypes.BY_NAME:
                 _fail("literals", f"unknown dtype {str(body)[:20]!r}")
         elif tag == "device":
             if not _fits(DEVICE, body, 16):
                 _fail("literals", f"unknown device {str(body)[:20]!r}")
         elif tag == "memory_format":
-            if body not in MEMORY_FORMATS:
+            if not isinstance(body, str) or body not in MEMORY_FORMATS:
                 _fail("literals", f"unknown memory format {str(body)[:30]!r}")
         elif tag == "layout":
-            if body != "strided":
+            if not isinstance(body, str) or body != "strided":
                 _fail("literals", f"unknown layout {str(body)[:20]!r}")
         elif tag == "complex":
             if not (
