@@ -192,6 +192,7 @@ jit_load <- function(path) {
   if (!file.exists(path)) {
     tracebridge_abort(sprintf("jit_load(): no file at '%s'.", path), "tracebridge_artifact_error")
   }
+  read_program(path)  # R checks every rule of the spec too (R/check.R), before Python loads
   loaded <- py_call_checked(py_core()$load, normalizePath(path))
   if (reticulate::py_to_r(py_rb()$kind(loaded)) == "module") {
     new_script_module(loaded)

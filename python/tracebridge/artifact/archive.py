@@ -11,17 +11,16 @@ whatever the file is called.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
 import struct
 import zipfile
-from importlib import resources
 from typing import Any
 
 import torch
 
+from ..check.program import check_json_size, check_program
 from ..errors import ArtifactError
 from ..ir import (
     DTYPE_NAMES,
@@ -30,28 +29,16 @@ from ..ir import (
     OPSET_VERSION,
     Program,
     StateEntry,
+    dtypes,
     graph_from_json,
     graph_to_json,
 )
-from ..ir import ops as opset
 from ..version import __version__
 
 PROGRAM_MEMBER = "program.json"
 TENSORS_MEMBER = "tensors.safetensors"
-_ST_DTYPES = {
-    "float32": "F32",
-    "float64": "F64",
-    "float16": "F16",
-    "bfloat16": "BF16",
-    "int64": "I64",
-    "int32": "I32",
-    "int16": "I16",
-    "int8": "I8",
-    "uint8": "U8",
-    "bool": "BOOL",
-    "complex64": "C64",
-}
-_FROM_ST = {v: k for k, v in _ST_DTYPES.items()}
+_ST_DTYPES = dtypes.ST_CODES
+_FROM_ST = dtypes.FROM_ST
 
 
 # --- writing ------------------------------------------------------------------------------
@@ -143,16 +130,6 @@ def write(program: Program, path: str | os.PathLike, language: str | None = None
 # --- reading ------------------------------------------------------------------------------
 
 
-@functools.cache
-def _validator():
-    """The JSON Schema (draft-07) compiled to a Python function once: validating a large
-    graph this way costs milliseconds, where an interpreting validator costs a second."""
-    import fastjsonschema
-
-    text = resources.files("tracebridge").joinpath("schema/program.schema.json").read_text()
-    return fastjsonschema.compile(json.loads(text))
-
-
 def read_json(path: str | os.PathLike) -> tuple[dict, bytes]:
     """Open an artifact and return its program JSON and raw tensor bytes, checked."""
     name = os.fspath(path)
@@ -168,6 +145,7 @@ def read_json(path: str | os.PathLike) -> tuple[dict, bytes]:
             members = set(archive.namelist())
             if PROGRAM_MEMBER not in members:
                 raise ArtifactError(f"{name}: not a tracebridge artifact (no {PROGRAM_MEMBER})")
+            check_json_size(archive.getinfo(PROGRAM_MEMBER).file_size, name)
             text = archive.read(PROGRAM_MEMBER)
             blob = archive.read(TENSORS_MEMBER) if TENSORS_MEMBER in members else b""
     except ArtifactError:
@@ -176,6 +154,8 @@ def read_json(path: str | os.PathLike) -> tuple[dict, bytes]:
         raise ArtifactError(f"{name}: corrupt or truncated archive ({exc})") from None
     try:
         doc = json.loads(text)
+    except RecursionError:
+        raise ArtifactError(f"{name}: {PROGRAM_MEMBER} is nested too deeply") from None
     except ValueError as exc:
         raise ArtifactError(f"{name}: {PROGRAM_MEMBER} is not valid JSON ({exc})") from None
     check_document(doc, name)
@@ -183,40 +163,8 @@ def read_json(path: str | os.PathLike) -> tuple[dict, bytes]:
 
 
 def check_document(doc: Any, name: str) -> None:
-    """Version, schema and op-set checks, each with a message that says what to do."""
-    if not isinstance(doc, dict) or doc.get("format") != "tracebridge":
-        raise ArtifactError(f"{name}: not a tracebridge artifact (format field missing)")
-    version = doc.get("format_version")
-    if not isinstance(version, int) or version < 1:
-        raise ArtifactError(f"{name}: invalid format_version {version!r}")
-    if version > FORMAT_VERSION:
-        raise ArtifactError(
-            f"{name}: format version {version} is newer than this tracebridge reads "
-            f"(up to {FORMAT_VERSION}); upgrade tracebridge to load it"
-        )
-    opset_version = doc.get("opset_version")
-    if isinstance(opset_version, int) and opset_version > OPSET_VERSION:
-        raise ArtifactError(
-            f"{name}: op-set version {opset_version} is newer than this "
-            f"tracebridge knows ({OPSET_VERSION}); upgrade tracebridge"
-        )
-    import fastjsonschema
-
-    try:
-        _validator()(doc)
-    except fastjsonschema.JsonSchemaValueException as exc:
-        where = "/".join(str(p) for p in exc.path[1:]) or "(top level)"
-        raise ArtifactError(
-            f"{name}: program.json does not follow the schema at {where}: {exc.message}"
-        ) from None
-    for method, graph in doc["methods"].items():
-        for index, node in enumerate(graph["nodes"]):
-            if not opset.is_known(node["op"]):
-                raise ArtifactError(
-                    f"{name}: method {method!r}, node {index} uses op {node['op']!r}, which is "
-                    f"not in the op set (version {OPSET_VERSION}); the file is corrupt or was "
-                    "made by a newer tracebridge"
-                )
+    """Every rule of the spec (``check.program.check_program``), before anything runs."""
+    check_program(doc, name)
 
 
 def parse_safetensors(blob: bytes, name: str) -> dict[str, torch.Tensor]:

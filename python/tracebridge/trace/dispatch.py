@@ -102,8 +102,9 @@ class Dispatcher:
         label = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
         raise UnsupportedOpError(
             f"cannot record a call to {label} at {self.location() or 'unknown location'}: it "
-            "is not in tracebridge's op set (it has effects outside tensors, or is not a "
-            "tensor operation); move it out of the traced code or compute it beforehand"
+            "is not in tracebridge's op set (shared_ir/opset.md lists the operations a graph "
+            "may hold; nothing that reads raw memory, storages or has effects outside "
+            "tensors); move it out of the traced code or compute it beforehand"
         )
 
     def _descend(self, func, args, kwargs):
