@@ -144,9 +144,8 @@ run_trace <- function(fn, target, args, ...) {
     warning(tracebridge_warning(msg))
   }
   traced <- reticulate::py_get_item(out, 0L)
-  # The artifact says which language traced it: this one.
-  meta <- reticulate::py_get_attr(reticulate::py_get_attr(traced, "program"), "meta")
-  reticulate::py_set_item(meta, "language", "r")
+  # The program says which language its code was written in (R: 1-based indices).
+  reticulate::py_set_attr(reticulate::py_get_attr(traced, "program"), "language", "r")
   traced
 }
 

@@ -95,15 +95,12 @@ class _Traced:
     def save(self, path: str | os.PathLike, *, language: str | None = None) -> None:
         """Save to one file that :func:`tracebridge.load` and R's ``jit_load`` read.
 
-        ``language`` is the producer recorded in the file (``"python"`` or ``"r"``); by
-        default, the language the trace was made from (``program.meta["language"]``).
+        ``language`` is the source language recorded in the file (``"python"`` or ``"r"``);
+        by default, the language the trace was made from (``program.language``).
         """
         self._symbolize()
         program = self._program_for_saving()
-        traced_in = program.meta.get("language") or program.meta.get("producer", {}).get(
-            "language", "python"
-        )
-        artifact.write(program, path, language=language or traced_in)
+        artifact.write(program, path, language=language or program.language)
 
 
 class TracedFunction(_Traced):
@@ -204,7 +201,7 @@ class TracedModule(nn.Module, _Traced):
             self._rebuild(program)
         self.training = program.training if original is None else original.training
         self._make_methods(self._slots(), runtime)
-        self._mode_bound = dict(program.meta.get("mode_bound", {}))
+        self._mode_bound = dict(program.mode_bound)
         for name in list(self.program.methods) + list(self.program.dispatch):
             if name != "forward":
                 self.__dict__[name] = TracedMethod(self, name)
@@ -492,7 +489,7 @@ def record_module(
         dispatch=dispatch,
         training=mod.training,
         module_classes=classes,
-        meta={"mode_bound": mode_bound} if mode_bound else {},
+        mode_bound=mode_bound,
     )
 
 

@@ -360,7 +360,7 @@ def test_save_embeds_partition_and_reloads(tmp_path):
         names = archive.namelist()
         doc = json.loads(archive.read("program.json"))
     assert sorted(names) == ["program.json", "tensors.safetensors"]  # no code, no pickle
-    meta = doc["meta"]["backend"]
+    meta = doc["backend"]  # a field of the program (format 2), not display-only meta
     assert meta["name"] == "reference" and meta["compiler_args"] == ["--all-ops"]
     subgraphs = meta["methods"]["forward"]["subgraphs"]
     assert [s["name"] for s in subgraphs] == ["reference_subgraph_0", "reference_subgraph_1"]
@@ -411,7 +411,7 @@ def test_load_compiled_refuses_plain_and_corrupt_artifacts(tmp_path):
     compiled = _ref(WithCumsum().eval(), torch.rand(3, 4))
     compiled.save(tmp_path / "ok.tb")
     program = artifact.read(tmp_path / "ok.tb")
-    subgraph = program.meta["backend"]["methods"]["forward"]["subgraphs"][0]
+    subgraph = program.backend["methods"]["forward"]["subgraphs"][0]
     subgraph["nodes"] = subgraph["nodes"][:1] + subgraph["nodes"][2:]  # a hole
     artifact.write(program, tmp_path / "holed.tb")
     with pytest.raises(tracebridge.ArtifactError, match="not contiguous"):

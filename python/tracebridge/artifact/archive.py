@@ -57,16 +57,16 @@ _CHUNK = 16 * 1024 * 1024
 # --- writing ------------------------------------------------------------------------------
 
 
-def program_to_json(program: Program, language: str = "python") -> dict:
+def program_to_json(program: Program, language: str | None = None) -> dict:
     """The program.json document of ``program`` (without the ``tensors`` entry)."""
-    return {
+    doc = {
         "format": "tracebridge",
         "format_version": FORMAT_VERSION,
         "opset_version": OPSET_VERSION,
         "producer": {
             "name": "tracebridge",
             "version": __version__,
-            "language": language,
+            "language": language or program.language,
             "torch": torch.__version__.split("+")[0],
         },
         "kind": program.kind,
@@ -85,6 +85,11 @@ def program_to_json(program: Program, language: str = "python") -> dict:
         },
         "meta": program.meta,
     }
+    if program.mode_bound:
+        doc["mode_bound"] = program.mode_bound
+    if program.backend is not None:
+        doc["backend"] = program.backend
+    return doc
 
 
 class _Digest:
@@ -147,12 +152,13 @@ def _pieces(layout: st.Layout, tensors: dict[str, torch.Tensor]):
 
 
 def write(
-    program: Program, path: str | os.PathLike, language: str = "python", *, zip64: bool = False
+    program: Program, path: str | os.PathLike, language: str | None = None, *, zip64: bool = False
 ) -> None:
-    """Write ``program`` to ``path`` (any file name), atomically; ``language`` is the
-    producer's. State on the meta device is not stored: the artifact lists it under
-    ``tensors.external``, and ``load(path, weights=...)`` binds it. ``zip64`` forces ZIP64
-    records (files over 4 GiB get them anyway)."""
+    """Write ``program`` to ``path`` (any file name), atomically; ``language`` overrides the
+    program's source language (``program.language``). State on the meta device is not
+    stored: the artifact lists it under ``tensors.external``, and ``load(path, weights=...)``
+    binds it. ``zip64`` forces ZIP64 records (files over 4 GiB get them anyway)."""
+    language = language or program.language
     if language not in ("python", "r"):
         raise ArtifactError(f"language must be 'python' or 'r', not {language!r}")
     doc = program_to_json(program, language)
@@ -465,8 +471,12 @@ def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "
     except (KeyError, ValueError, TypeError) as exc:
         raise ArtifactError(f"{name}: a graph is malformed ({exc})") from None
     meta = dict(doc.get("meta", {}))
-    meta["producer"] = doc.get("producer", {})
-    meta["format_version"] = doc["format_version"]
+    mode_bound = doc.get("mode_bound", {})
+    backend = doc.get("backend")
+    if doc["format_version"] == 1:
+        # Format 1 kept these in meta; format 2 made them fields (meta is display-only).
+        mode_bound = meta.pop("mode_bound", {})
+        backend = meta.pop("backend", None)
     return Program(
         kind=doc["kind"],
         methods=methods,
@@ -474,5 +484,8 @@ def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "
         dispatch=doc.get("dispatch", {}),
         training=doc.get("training", False),
         module_classes=doc.get("module_classes", {}),
+        language=doc.get("producer", {}).get("language", "python"),
+        mode_bound=mode_bound,
+        backend=backend,
         meta=meta,
     )

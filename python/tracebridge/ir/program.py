@@ -24,7 +24,9 @@ from typing import Any
 
 import torch
 
-FORMAT_VERSION = 1
+# Format 2 (this version): mode binding, the source language and the backend partition are
+# fields of the program; ``meta`` is display-only. Readers accept format 1 (see artifact/).
+FORMAT_VERSION = 2
 OPSET_VERSION = 1
 
 DTYPE_NAMES = {
@@ -132,6 +134,15 @@ class Program:
     dispatch: dict[str, dict[str, str]] = field(default_factory=dict)  # respect_mode
     training: bool = False
     module_classes: dict[str, str] = field(default_factory=dict)  # path -> class name
+    # The language the traced code was written in: it fixes the index convention of the
+    # graph's inputs (R code uses 1-based indices, Python 0-based).
+    language: str = "python"
+    # method -> {"training", "op", "loc"}: a method recorded in one mode whose other mode
+    # records a different graph; calling it in the other mode raises GuardError.
+    mode_bound: dict[str, dict] = field(default_factory=dict)
+    # The partition that tracebridge.compile embedded (backend, compiler args, subgraphs).
+    backend: dict[str, Any] | None = None
+    # Display-only: nothing that runs may depend on it (shared_ir/SPEC.md).
     meta: dict[str, Any] = field(default_factory=dict)
 
 
