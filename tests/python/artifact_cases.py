@@ -223,6 +223,70 @@ def flip_weight_byte(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+def sparse_big(path: Path, rows: int = 2, cols: int = 671_088_640) -> torch.Tensor:
+    """An artifact over 4 GiB (ZIP64, a float32 buffer of ``rows x cols``, 5 GiB by
+    default) written as a sparse file: the data is a hole that reads as zeros, so it takes
+    no disk space and no time. The CRC and checksum are not those of the data (computing
+    them would read 5 GiB): it loads with verification off, as large files do by default.
+    Returns an input for its ``forward`` (``x + w[:, :3].sum()``), whose result is ``x``."""
+    import zlib
+
+    from tracebridge.artifact import archive, container
+    from tracebridge.artifact import tensors as st
+
+    class Big(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("w", torch.empty(rows, cols, device="meta"))
+
+        def forward(self, x):
+            return x + self.w[:, :3].sum()
+
+    x = torch.randn(4)
+    program = tracebridge.trace(Big(), x.to("meta"), check_trace=False)._program_for_saving()
+    doc = archive.program_to_json(program)
+    layout = st.plan({"w": program.state["w"].tensor})
+    doc["tensors"] = {"sha256": "0" * 64, "count": 1}
+    text = json.dumps(doc).encode()
+    with open(path, "wb") as handle:
+        writer = container.Writer(handle)
+        writer.begin(container.TENSORS_MEMBER, layout.size, align=st.ALIGN)
+        writer.write(layout.head)
+        writer.skip(layout.size - len(layout.head))
+        writer.end(0)
+        writer.begin(container.PROGRAM_MEMBER, len(text))
+        writer.write(text)
+        writer.end(zlib.crc32(text))
+        writer.close()
+    return x
+
+
+def meta_with_weights(folder: str) -> dict:
+    """A program traced on the meta device, its weights in a safetensors file, an input
+    and the eager output, for the R tests of jit_load(path, weights =)."""
+    from safetensors.torch import save_file
+
+    out = Path(folder)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 2))
+    save_file(model.state_dict(), out / "weights.safetensors")
+    save_file({"0.weight": model.state_dict()["0.weight"]}, out / "partial.safetensors")
+    with torch.device("meta"):
+        meta = torch.nn.Sequential(
+            torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 2)
+        )
+    traced = tracebridge.trace(meta, torch.empty(3, 6, device="meta"), check_trace=False)
+    traced.save(out / "program.tb")
+    x = torch.arange(18, dtype=torch.float32).reshape(3, 6) / 10
+    return {
+        "program": str(out / "program.tb"),
+        "weights": str(out / "weights.safetensors"),
+        "partial": str(out / "partial.safetensors"),
+        "x": x.tolist(),
+        "y": model(x).detach().tolist(),
+    }
+
+
 def main(folder: str) -> None:
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)

@@ -119,6 +119,13 @@ class Writer:
         self._f.write(data)
         self._written += memoryview(data).nbytes
 
+    def skip(self, n: int) -> None:
+        """Leave ``n`` bytes of the open member as a hole: they read as zeros, and take no
+        disk space where the file system keeps sparse files."""
+        self._f.seek(n, 1)
+        self._f.truncate(self._f.tell())
+        self._written += n
+
     def end(self, crc: int) -> None:
         """Finish the open member: check its size and patch its CRC-32 into the header."""
         member = self._open
