@@ -162,6 +162,10 @@ tracebridge_warning <- function(msg) {
 #'
 #' @param obj A `script_function` or `script_module`.
 #' @param path A file path.
+#' @param weights For `jit_load()`: `NULL`, or the weights to bind the state to, by name:
+#'   a `.safetensors` file, a character vector of them, or a Hugging Face sharded index
+#'   (`model.safetensors.index.json`). Needed for a program traced on the meta device,
+#'   which is saved without tensor data; missing, extra or mis-shaped weights are refused.
 #' @return `jit_save()`: `path`, invisibly. `jit_load()`: a `script_function` or a
 #'   `script_module`.
 #' @examples
@@ -187,13 +191,22 @@ jit_save <- function(obj, path) {
 
 #' @rdname jit_save
 #' @export
-jit_load <- function(path) {
+jit_load <- function(path, weights = NULL) {
   path <- path.expand(path)
   if (!file.exists(path)) {
     tracebridge_abort(sprintf("jit_load(): no file at '%s'.", path), "tracebridge_artifact_error")
   }
   read_program(path)  # R checks every rule of the spec too (R/check.R), before Python loads
-  loaded <- py_call_checked(py_core()$load, normalizePath(path))
+  if (!is.null(weights)) {
+    if (!is.character(weights) || !length(weights) || anyNA(weights)) {
+      tracebridge_abort(paste("jit_load(): `weights` must be a .safetensors file, a character",
+                              "vector of them, or a sharded index (model.safetensors.index.json)."),
+                        "tracebridge_artifact_error")
+    }
+    weights <- path.expand(weights)
+    weights <- if (length(weights) == 1L) weights else as.list(weights)
+  }
+  loaded <- py_call_checked(py_core()$load, normalizePath(path), weights = weights)
   if (reticulate::py_to_r(py_rb()$kind(loaded)) == "module") {
     new_script_module(loaded)
   } else {

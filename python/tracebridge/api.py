@@ -553,9 +553,18 @@ def load(
     path: str | os.PathLike,
     runtime: str = "codegen",
     map_location: str | torch.device | None = None,
+    *,
+    weights: artifact.WeightsArg | None = None,
+    verify: bool | None = None,
 ) -> TracedFunction | TracedModule:
     """Load an artifact written by ``save`` (from Python or R). ``runtime`` is ``codegen``
     (default, fast) or ``interpreter``; ``map_location`` moves the state to a device.
+
+    The state tensors are views of the memory-mapped file (nothing is copied). ``weights``
+    binds the state by name from safetensors checkpoints instead (a file, a list of files,
+    or a sharded ``model.safetensors.index.json``): needed for a program traced on the meta
+    device. ``verify`` checks the weights' SHA-256: ``None`` (default) does so when they
+    are at most 64 MiB, ``True`` always, ``False`` never.
 
     >>> import torch, tracebridge, tempfile, os
     >>> f = tracebridge.trace(torch.relu, torch.rand(3))
@@ -564,7 +573,7 @@ def load(
     >>> tracebridge.load(path)(torch.tensor([-1.0, 2.0]))
     tensor([0., 2.])
     """
-    program = artifact.read(path)
+    program = artifact.read(path, weights=weights, verify=verify)
     if program.kind == "function":
         if map_location is not None:
             for entry in program.state.values():
