@@ -295,6 +295,23 @@ class TracedModule(nn.Module, _Traced):
     def forward(self, *args, **kwargs):
         return self._method_for("forward")(*args, **kwargs)
 
+    def train(self, mode: bool = True) -> TracedModule:
+        """Set this traced module's mode (which graph ``forward`` runs). The sub-modules
+        are the original's, shared for their parameters and buffers: their own flags are
+        the original's business, so they are left alone (the graphs carry the mode they
+        were traced in as arguments, not by reading sub-module flags).
+
+        >>> import torch, tracebridge
+        >>> net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout()).eval()
+        >>> traced = tracebridge.trace(net, torch.rand(3, 2), respect_mode=True)
+        >>> traced.train().training, net.training, net[1].training
+        (True, False, False)
+        """
+        if not isinstance(mode, bool):
+            raise ValueError(f"train() takes a bool, not {type(mode).__name__}")
+        self.training = mode
+        return self
+
     @property
     def methods(self) -> list[str]:
         return list(self.program.methods)
@@ -463,16 +480,21 @@ def record_module(
         methods[name] = record(name, args, kwargs)
         # Does the other mode record another graph (dropout, batch norm)? Then calling in
         # that mode must not silently run this one.
-        other = capture_again(
-            _bound(mod, alias.get(name, name)),
-            *fresh(args, kwargs),
-            module=mod,
-            mode=not mod.training,
-            state=index,
-            strict=strict,
-            names_from=getattr(mod, alias.get(name, name)),
-        )
-        index_of_change = first_difference(methods[name], other)
+        try:
+            other = capture_again(
+                _bound(mod, alias.get(name, name)),
+                *fresh(args, kwargs),
+                module=mod,
+                mode=not mod.training,
+                state=index,
+                strict=strict,
+                names_from=getattr(mod, alias.get(name, name)),
+            )
+            index_of_change = first_difference(methods[name], other)
+        except Exception:
+            # The other mode does not even trace (a training-only branch the tracer
+            # refuses): this graph is bound to the mode it was traced in.
+            index_of_change = 0
         if index_of_change is not None:
             # Name the first differing op that the user's code called (not a state read).
             later = methods[name].nodes[index_of_change:] or methods[name].nodes[-1:]

@@ -80,12 +80,28 @@ class Method:
             return fn(*args)
         leaves, spec = pytree.flatten((args, kwargs), is_tensor)
         if spec != self.graph.in_spec:
+            # Keys, not their order, identify a dict entry (and a keyword argument).
+            ordered = _in_key_order((args, kwargs), self.graph.in_spec)
+            leaves, spec = pytree.flatten(ordered, is_tensor)
+        if spec != self.graph.in_spec:
             raise TraceError(
                 f"{self.name}() was called with arguments shaped differently from the example "
                 f"inputs it was traced with: expected {describe(self.graph.in_spec)}, got "
                 f"{describe(spec)}"
             )
         return fn(*leaves)
+
+
+def _in_key_order(obj, spec: dict):
+    """``obj`` with every dict's entries in the order ``spec`` lists their keys (when the
+    keys are the same); anything else is returned as it is, for the caller to refuse."""
+    kind = spec.get("t")
+    if kind == "dict" and isinstance(obj, dict) and set(obj) == set(spec["keys"]):
+        return {k: _in_key_order(obj[k], c) for k, c in zip(spec["keys"], spec["c"])}
+    same_length = isinstance(obj, (tuple, list)) and len(obj) == len(spec.get("c", ()))
+    if kind in ("tuple", "list") and same_length:
+        return type(obj)(_in_key_order(o, c) for o, c in zip(obj, spec["c"]))
+    return obj
 
 
 def describe(spec: dict) -> str:

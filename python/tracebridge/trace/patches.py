@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..source import called_from_user_code as _called_from_user_code
+from . import library
 from .numbers import _Traced
 
 if TYPE_CHECKING:  # the tracer imports this module
@@ -116,6 +117,7 @@ def _patch(on: bool) -> None:
     for name in _MATH_OPS:
         setattr(math, name, _TRACED_MATH[name] if on else _original_math[name])
     torch.is_grad_enabled = _traced_is_grad_enabled if on else _original_is_grad_enabled
+    library.patch(on)
 
 
 @contextlib.contextmanager
