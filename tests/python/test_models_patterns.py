@@ -156,7 +156,6 @@ class SdpaLike(nn.Module):
         return out + positions[..., None]
 
 
-@pytest.mark.xfail(strict=True, reason="size specialisation: not yet")
 def test_a_trace_at_batch_2_serves_batch_1_and_length_1(tmp_path):
     m = SdpaLike().eval()
     traced = tracebridge.trace(m, torch.randn(2, 6, 8))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from ..errors import TraceError
+from ..errors import GuardError, TraceError
 from ..ir import Graph, pytree
 from ..ir.pytree import is_tensor
 from .codegen import generate
@@ -118,3 +118,41 @@ def describe(spec: dict) -> str:
     if kind == "list":
         return "[" + ", ".join(inner) + "]"
     return "(" + ", ".join(inner) + ("," if len(inner) == 1 else "") + ")"
+
+
+class Specialised:
+    """A method with specialisations (check/specialise.py): the first graph, then graphs
+    traced at size 1, tried in order when the guards of the ones before refuse a call. A
+    call that none serves raises the first graph's GuardError. It behaves as the first
+    graph's Method otherwise (``graph``, ``code``, ``check_guards``)."""
+
+    def __init__(self, methods: list[Method]):
+        self.methods = methods
+        self.name = methods[0].name
+        self.graph = methods[0].graph
+
+    @property
+    def code(self) -> str:
+        return self.methods[0].code
+
+    @property
+    def check_guards(self) -> bool:
+        return self.methods[0].check_guards
+
+    @check_guards.setter
+    def check_guards(self, on: bool) -> None:
+        for method in self.methods:
+            method.check_guards = on
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return self.methods[0](*args, **kwargs)
+        except GuardError as refused:
+            if not guards_active(self.methods[0]):
+                raise
+            for method in self.methods[1:]:
+                try:
+                    return method(*args, **kwargs)
+                except GuardError:
+                    continue
+            raise refused from None
