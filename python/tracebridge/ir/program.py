@@ -26,6 +26,7 @@ import torch
 
 from .dtypes import DTYPE_NAMES, DTYPE_SHORT, DTYPES  # noqa: F401 (re-exported)
 from .ops import OPSET_VERSION  # noqa: F401 (re-exported)
+
 # Format 2 (this version): mode binding, the source language and the backend partition are
 # fields of the program; ``meta`` is display-only. Readers accept format 1 (see artifact/).
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..source import called_from_user_code as _called_from_user_code
+from . import library
 from .numbers import _Traced
 
 if TYPE_CHECKING:  # the tracer imports this module
@@ -158,6 +159,7 @@ BUILTIN_PATCHES.add(builtins, "range", _traced_range)
 for _name in _MATH_OPS:
     BUILTIN_PATCHES.add(math, _name, _TRACED_MATH[_name])
 BUILTIN_PATCHES.add(torch, "is_grad_enabled", _traced_is_grad_enabled)
+BUILTIN_PATCHES.hooks.append(library.patch)  # torch.jit.is_tracing & co
 
 
 @contextlib.contextmanager
