@@ -61,7 +61,7 @@ optimizer_py <- function(x) {
 }
 
 param_group_r <- function(g) {
-  keys <- reticulate::py_to_r(reticulate::py_eval("lambda d: list(d.keys())")(g))
+  keys <- unlist(reticulate::iterate(g$keys(), reticulate::py_to_r, simplify = FALSE))
   out <- lapply(keys, function(k) {
     v <- reticulate::py_get_item(g, k)
     if (k == "params") return(reticulate::iterate(v, wrap_tensor, simplify = FALSE))

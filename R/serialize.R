@@ -121,7 +121,9 @@ torch_load <- function(path, device = NULL) {
       "torch_load(): '%s' has format version %s; this tracebridge reads version 1.",
       path, doc$version), "tracebridge_artifact_error")
   }
-  tensors <- read_safetensors(reticulate::py_to_r(archive$read("tensors.safetensors")), path)
+  np <- reticulate::import("numpy", convert = FALSE)
+  bytes <- np$frombuffer(archive$read("tensors.safetensors"), dtype = "uint8")
+  tensors <- read_safetensors(as.raw(reticulate::py_to_r(bytes)), path)
   build <- function(d) {
     switch(d$type,
       tensor = {
