@@ -2,7 +2,7 @@
 # attribute is an environment holding its R methods, its R children and `.py`: the
 # `torch.nn.Module` it lives in. Built-in modules (`nn_linear()`, ...) come from the
 # surface table and wrap the Python module of the same name; `nn_module()` classes live
-# in a `tracebridge.rbridge.RModule` whose forward calls back into R. Children,
+# in a `tracebridge.frontends.rbridge.RModule` whose forward calls back into R. Children,
 # parameters and buffers are registered on the Python module under their R names, so
 # parameter paths read `fc1.weight` on both sides.
 #

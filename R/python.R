@@ -14,7 +14,7 @@
     Sys.setenv(RETICULATE_PYTHON = python)
   }
   .tb$torch <- reticulate::import("torch", convert = FALSE, delay_load = TRUE)
-  .tb$rb <- reticulate::import("tracebridge.rbridge", convert = FALSE, delay_load = TRUE)
+  .tb$rb <- reticulate::import("tracebridge.frontends.rbridge", convert = FALSE, delay_load = TRUE)
   .tb$core <- reticulate::import("tracebridge", convert = FALSE, delay_load = TRUE)
   .tb$builtins <- reticulate::import("builtins", convert = FALSE, delay_load = TRUE)
   .tb$live <- new.env(parent = emptyenv())
@@ -69,7 +69,7 @@ venv_above <- function(start) {
 torch_is_installed <- function() {
   ok <- tryCatch({
     reticulate::py_module_available("torch") &&
-      reticulate::py_module_available("tracebridge.rbridge")
+      reticulate::py_module_available("tracebridge.frontends.rbridge")
   }, error = function(e) FALSE)
   isTRUE(ok)
 }

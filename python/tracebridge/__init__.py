@@ -1,17 +1,17 @@
 """tracebridge: trace PyTorch code once, check it, run it from Python and R.
 
-The data flow, one module per arrow::
+The data flow, one package per stage (imports only point down this list)::
 
-    tracer (tracer.py, capture.py) -> IR (ir.py, opset.py) -> verify (verify.py)
-      -> runtime (runtime/) -> artifact (artifact.py) -> backend (backends/)
+    trace/ -> ir/ -> check/ -> runtime/ -> artifact/ -> api.py -> backends/ -> frontends/
+
+``errors``, ``source`` and ``version`` are leaves every stage may use; see
+docs/architecture.md.
 
 >>> import torch, tracebridge
 >>> traced = tracebridge.trace(lambda x: torch.relu(x) * 2, torch.tensor([-1.0, 1.0]))
 >>> traced(torch.tensor([3.0, -3.0]))
 tensor([6., 0.])
 """
-
-__version__ = "0.1.0"
 
 from .api import (  # noqa: E402
     TracedFunction,
@@ -32,6 +32,7 @@ from .errors import (  # noqa: E402
     UnsupportedOpError,
 )
 from .runtime import guards_disabled  # noqa: E402
+from .version import __version__  # noqa: E402,F401
 
 __all__ = [
     "ArtifactError",

@@ -11,15 +11,16 @@ import torch
 from torch import nn
 
 from . import artifact
-from .capture import capture, capture_again, preserved, state_index
+from .check.verify import first_difference, fresh
 from .errors import GuardError, TraceError
 from .ir import Program, StateEntry
-from .opset import VARIADIC_OUTPUTS
-from .printer import graph_text
+from .ir.ops import VARIADIC_OUTPUTS
+from .ir.printer import graph_text
 from .runtime import Method
 from .runtime.method import guards_active
-from .shapes import symbolize
-from .verify import first_difference, fresh
+from .runtime.shapes import symbolize
+from .trace.capture import bound_method as _bound
+from .trace.capture import capture, capture_again, preserved, state_index
 
 
 def _as_args(example_inputs) -> tuple:
@@ -379,7 +380,7 @@ def trace(
     name = name if name.isidentifier() else "forward"
     traced = TracedFunction(program, name=name, runtime=runtime)
     if check_trace:
-        from .verify import check_function
+        from .check.verify import check_function
 
         check_function(func, traced, args, kwargs, check_inputs, check_tolerance, strict)
     return traced
@@ -420,15 +421,6 @@ def trace_module(
         respect_mode=respect_mode,
         runtime=runtime,
     )
-
-
-def _bound(mod: nn.Module, name: str) -> Callable:
-    if name == "forward":
-        return mod  # through __call__, so forward hooks run as in eager use
-    fn = getattr(mod, name, None)
-    if fn is None or not callable(fn):
-        raise TraceError(f"{type(mod).__name__} has no method {name!r} to trace")
-    return fn
 
 
 def record_module(
@@ -521,7 +513,7 @@ def _trace_module(
     )
     traced = TracedModule(program, original=mod, runtime=runtime)
     if check_trace:
-        from .verify import check_module
+        from .check.verify import check_module
 
         check_module(
             mod,

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from tracebridge import opset
 from tracebridge.ir import OPSET_VERSION
+from tracebridge.ir import ops as opset
 
 OUT = Path(__file__).resolve().parents[1] / "opset.md"
 

@@ -35,7 +35,7 @@ from torch import nn
 
 import tracebridge
 from tracebridge.artifact import safetensors_bytes
-from tracebridge.pytree import flatten
+from tracebridge.ir.pytree import flatten
 
 HERE = Path(__file__).resolve().parent
 MANIFEST = HERE / "manifest.json"

@@ -18,8 +18,9 @@ import torch
 from torch import nn
 
 import tracebridge
-from tracebridge import artifact, cli
-from tracebridge.printer import graph_text
+from tracebridge import artifact
+from tracebridge.frontends import cli
+from tracebridge.ir.printer import graph_text
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

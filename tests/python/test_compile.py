@@ -424,7 +424,7 @@ def test_load_compiled_refuses_plain_and_corrupt_artifacts(tmp_path):
 
 
 def test_op_set_data_names_real_ops():
-    from tracebridge import opset
+    from tracebridge.ir import ops as opset
 
     unknown = sorted(
         name for name in opsets.SUPPORTED | set(opsets.CONDITIONAL) if not opset.is_known(name)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import tracebridge
-from tracebridge import rbridge
+from tracebridge.frontends import rbridge
 
 
 def test_tensor_from_r_keeps_index_meaning_of_column_major_data():

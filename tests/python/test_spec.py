@@ -18,8 +18,11 @@ import pytest
 import torch
 
 import tracebridge
-from tracebridge import artifact, cli, ir, opset, pytree
-from tracebridge.printer import graph_text
+from tracebridge import artifact, ir
+from tracebridge.frontends import cli
+from tracebridge.ir import ops as opset
+from tracebridge.ir import pytree
+from tracebridge.ir.printer import graph_text
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHARED = os.path.join(REPO, "shared_ir")

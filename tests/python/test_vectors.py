@@ -15,7 +15,7 @@ import torch
 
 import tracebridge
 from tracebridge.artifact import parse_safetensors, read_json
-from tracebridge.pytree import flatten
+from tracebridge.ir.pytree import flatten
 
 VECTORS = Path(__file__).resolve().parents[2] / "shared_ir" / "vectors"
 MANIFEST = json.loads((VECTORS / "manifest.json").read_text())
@@ -66,6 +66,7 @@ def test_manifest_lists_every_file():
     listed = {"manifest.json", "generate.py", "generate.R"}
     for entry in MANIFEST["vectors"]:
         listed.add(entry["artifact"])
+        listed.add(f"{entry['name']}.graph")  # the golden graph text
         for case in entry["cases"]:
             listed.add(case["inputs"])
             if "expected" in case:
@@ -163,3 +164,14 @@ def test_guards_can_be_disabled_for_the_guard_vector():
     with tracebridge.guards_disabled():
         out = loaded(x)
     torch.testing.assert_close(out, x * 2 + 1)  # the recorded branch, as asked
+
+
+@pytest.mark.parametrize("name", sorted(ENTRIES))
+def test_python_printer_matches_the_golden_graph_text(name):
+    """The stored text (shared_ir/vectors/<name>.graph) is what Python's printer writes;
+    R's printer is held to the same files in tests/testthat/test-vectors.R."""
+    from tracebridge.ir.printer import graph_text
+
+    program = tracebridge.artifact.read(VECTORS / ENTRIES[name]["artifact"])
+    text = "\n\n".join(graph_text(g, m) for m, g in program.methods.items()) + "\n"
+    assert text == (VECTORS / f"{name}.graph").read_text()

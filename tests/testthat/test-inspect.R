@@ -203,7 +203,7 @@ test_that("bad files signal tracebridge_artifact_error with a clear message", {
 
 insp_py_text <- function(path) {
   art <- reticulate::import("tracebridge.artifact")
-  printer <- reticulate::import("tracebridge.printer")
+  printer <- reticulate::import("tracebridge.ir.printer")
   program <- art$read(path)
   methods <- names(program$methods)
   texts <- vapply(methods, function(m) printer$graph_text(program$methods[[m]], m),
@@ -214,7 +214,7 @@ insp_py_text <- function(path) {
 test_that("the hand-written program prints as Python's printer prints it", {
   skip_if_no_torch()
   ir <- reticulate::import("tracebridge.ir", convert = FALSE)
-  printer <- reticulate::import("tracebridge.printer", convert = FALSE)
+  printer <- reticulate::import("tracebridge.ir.printer", convert = FALSE)
   doc <- reticulate::import("json", convert = FALSE)$loads(insp_program)
   graph <- ir$graph_from_json(reticulate::py_get_item(reticulate::py_get_item(doc, "methods"),
                                                       "forward"))

@@ -159,3 +159,18 @@ test_that("an artifact traced in R says so", {
   jit_save(jit_trace(function(x) x * 2, torch_ones(2)), path)
   expect_identical(jit_inspect(path, quiet = TRUE)$producer$language, "r")
 })
+
+test_that("R's printer writes the stored golden graph text of every vector", {
+  # The same files hold Python's printer to account (tests/python/test_vectors.py), so the
+  # two printers agree through stored text, not by comparing one with the other.
+  skip_if_not_installed("jsonlite")
+  if (is.null(find_vectors())) skip("shared_ir/vectors not found (not in the R build)")
+  dir <- find_vectors()
+  for (entry in vec_manifest()$vectors) {
+    info <- jit_inspect(file.path(dir, entry$artifact), quiet = TRUE)
+    text <- paste0(paste(unlist(info$graphs), collapse = "\n\n"), "\n")
+    golden <- file.path(dir, paste0(entry$name, ".graph"))
+    expected <- readChar(golden, file.size(golden), useBytes = TRUE)
+    expect_identical(text, expected, label = entry$name)
+  }
+})

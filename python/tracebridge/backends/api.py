@@ -28,13 +28,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from .. import api, artifact, pytree
-from ..capture import preserved
+from .. import api, artifact
+from ..check.verify import compare_outputs
 from ..errors import ArtifactError, TracerWarning, TracingCheckError
-from ..ir import Graph, Program
-from ..printer import graph_text
-from ..tracer import is_tensor
-from ..verify import compare_outputs
+from ..ir import Graph, Program, pytree
+from ..ir.printer import graph_text
+from ..ir.pytree import is_tensor
+from ..trace.capture import preserved
 from .base import Backend, BackendError, backend_class
 from .compiled import CompiledFunction, CompiledModule, LazySubgraph, MethodPlan
 from .partition import (

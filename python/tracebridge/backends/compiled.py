@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..api import TracedFunction, TracedModule
 from ..ir import Graph, Program
-from ..printer import graph_text
+from ..ir.printer import graph_text
 from ..runtime import Method
 from .partition import Coverage, PartitionedCodeGen, Subgraph, generate
 

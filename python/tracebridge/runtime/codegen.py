@@ -13,8 +13,8 @@ import math
 
 import torch
 
-from .. import pytree
-from ..ir import Graph, Node, Ref, refs_in
+from ..ir import Graph, Node, Ref, pytree
+from ..ir.analysis import last_uses
 from . import support
 
 _TORCH_DTYPE_NAMES = {v: k for k, v in torch.__dict__.items() if isinstance(v, torch.dtype)}
@@ -196,23 +196,8 @@ class CodeGen:
         return "\n".join(self.lines) + "\n"
 
     def last_uses(self) -> dict[int, list[int]]:
-        """node index -> values whose last use is that node. As in eager code, a value's
-        memory goes back to the allocator as soon as nothing needs it: without this, large
-        batches keep every intermediate alive and run slower than eager."""
-        last: dict[int, int] = {}
-        for index, node in enumerate(self.graph.nodes):
-            for value in node.outputs:
-                last[value.id] = index  # defined and never used: free right away
-            for ref in refs_in((node.args, node.kwargs)):
-                last[ref.id] = index
-        for value in self.graph.inputs:
-            last.setdefault(value.id, -1)
-        kept = {ref.id for ref in refs_in(self.graph.outputs)}
-        dead: dict[int, list[int]] = {}
-        for value_id, index in last.items():
-            if value_id not in kept and index >= 0:
-                dead.setdefault(index, []).append(value_id)
-        return dead
+        """node index -> values whose last use is that node (see ``ir.analysis``)."""
+        return last_uses(self.graph)
 
     def free(self, value_ids) -> None:
         names = [self.names[v] for v in value_ids if v in self.names]
@@ -232,7 +217,7 @@ class CodeGen:
 
 
 def _variadic():
-    from ..opset import VARIADIC_OUTPUTS
+    from ..ir.ops import VARIADIC_OUTPUTS
 
     return VARIADIC_OUTPUTS
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from .. import pytree
-from ..ir import Graph, Node, Ref
-from ..opset import VARIADIC_OUTPUTS
+from ..ir import Graph, Node, Ref, pytree
+from ..ir.ops import VARIADIC_OUTPUTS
 from . import support
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from .. import pytree
 from ..errors import TraceError
-from ..ir import Graph
-from ..tracer import is_tensor
+from ..ir import Graph, pytree
+from ..ir.pytree import is_tensor
 from .codegen import generate
 from .interpreter import Interpreter
 

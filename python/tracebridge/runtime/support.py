@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from .. import opset
 from ..errors import GuardError, TraceError
 from ..ir import DTYPES, Graph, Node
-from ..tracer import source_line
+from ..ir import ops as opset
+from ..source import source_line
 
 PRIM_EXPRESSIONS = {
     # op -> format of a Python expression over its first argument

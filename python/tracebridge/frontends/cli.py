@@ -11,7 +11,7 @@ safetensors bytes and never build or call a model, so they are safe on a file fr
 
 Exit status: 0 success, 1 a bad file or a failed run (one line on stderr), 2 a usage error.
 
->>> from tracebridge.cli import main
+>>> from tracebridge.frontends.cli import main
 >>> main(["validate", "/no/such/file.tb"])  # doctest: +SKIP
 1
 """
@@ -31,10 +31,11 @@ import zipfile
 from collections.abc import Sequence
 from typing import Any
 
-from . import __version__, artifact, pytree
-from .errors import ArtifactError, TraceError
-from .ir import DTYPE_SHORT, Graph, Program, Ref, graph_from_json
-from .printer import Printer, _short, graph_text
+from .. import artifact
+from ..errors import ArtifactError, TraceError
+from ..ir import DTYPE_SHORT, Graph, Program, Ref, graph_from_json, pytree
+from ..ir.printer import Printer, _short, graph_text
+from ..version import __version__
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -239,7 +240,7 @@ def _count_leaves(spec: dict | None) -> int:
 def check_structure(doc: dict, program: Program, path: str) -> None:
     """The rules that the schema cannot say: lint of each graph, output counts, state
     names, dispatch routes, tensors. Raises ArtifactError naming the first fault."""
-    from .verify import lint
+    from ..check.verify import lint
 
     with zipfile.ZipFile(path) as archive:
         for info in archive.infolist():
@@ -354,7 +355,7 @@ class DotWriter:
         self.lines.append(f"  {node_id} [label={_dot_string(label)}, {self.STYLES[style]}];")
 
     def edges_to(self, target: str, arg: Any) -> None:
-        from .ir import refs_in
+        from ..ir import refs_in
 
         for ref in dict.fromkeys(refs_in(arg)):  # one edge per distinct value
             source = self.owner.get(ref.id)
@@ -507,7 +508,7 @@ def _preview(tensor, count: int = 6) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     import torch
 
-    from .api import TracedFunction, load
+    from ..api import TracedFunction, load
 
     if args.output and not args.output.endswith((".safetensors", ".npz")):
         raise UsageError("-o must name a .safetensors or .npz file")

@@ -7,15 +7,16 @@ global random-number state and every ``training`` flag are restored afterwards.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import warnings
 from collections.abc import Callable
 
 import torch
 
-from . import pytree
-from .errors import TraceError, TracerWarning
-from .ir import Graph, StateEntry
-from .tracer import SymFloat, SymInt, Tracer, argument_names, is_tensor, leaf_names, recording
+from ..errors import TraceError, TracerWarning
+from ..ir import Graph, StateEntry, pytree
+from ..ir.pytree import is_tensor
+from .tracer import SymFloat, SymInt, Tracer, recording
 
 
 def state_index(module: torch.nn.Module | None) -> dict[int, tuple[str, str, torch.Tensor]]:
@@ -148,3 +149,51 @@ def capture_again(
             strict=strict,
             warned=set(),
         )
+
+
+def bound_method(mod: torch.nn.Module, name: str) -> Callable:
+    """The callable that runs method ``name`` of ``mod`` as eager code would call it."""
+    if name == "forward":
+        return mod  # through __call__, so forward hooks run as in eager use
+    fn = getattr(mod, name, None)
+    if fn is None or not callable(fn):
+        raise TraceError(f"{type(mod).__name__} has no method {name!r} to trace")
+    return fn
+
+
+def argument_names(fn: Callable, count: int) -> list[str]:
+    """Names for the positional parameters of ``fn`` (``x``, ``y``), padded as needed."""
+    try:
+        params = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        names = [p.name for p in params]
+    except (TypeError, ValueError):
+        names = []
+    var = None
+    with contextlib.suppress(TypeError, ValueError):
+        var = next(
+            (
+                p.name
+                for p in inspect.signature(fn).parameters.values()
+                if p.kind == p.VAR_POSITIONAL
+            ),
+            None,
+        )
+    while len(names) < count:
+        names.append(f"{var or 'arg'}{len(names)}")
+    return names[: max(count, len(names))]
+
+
+def leaf_names(arg_names: list[str], args: tuple, kwargs: dict) -> list[str]:
+    """A readable name for each tensor leaf of the inputs (``x``, ``pair_0``, ``mask``)."""
+    names: list[str] = []
+    for name, arg in list(zip(arg_names, args)) + list(kwargs.items()):
+        leaves, _ = pytree.flatten(arg, is_tensor)
+        if len(leaves) == 1 and isinstance(arg, torch.Tensor):
+            names.append(name)
+        else:
+            names.extend(f"{name}_{i}" for i in range(len(leaves)))
+    return names

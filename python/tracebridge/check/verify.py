@@ -21,12 +21,12 @@ import difflib
 
 import torch
 
-from . import pytree
-from .capture import capture_again, preserved, state_index
-from .errors import GuardError, TraceError, TracingCheckError
-from .ir import Graph, Node, Ref
-from .printer import Printer, _short
-from .tracer import is_tensor, source_line
+from ..errors import GuardError, TraceError, TracingCheckError
+from ..ir import Graph, Node, Ref, pytree
+from ..ir.printer import Printer, _short
+from ..ir.pytree import is_tensor
+from ..source import source_line
+from ..trace.capture import capture_again, preserved, state_index
 
 
 def lint(graph: Graph, state_names=None) -> None:
@@ -35,8 +35,8 @@ def lint(graph: Graph, state_names=None) -> None:
     Rules: every Ref names a value defined earlier; no value is defined twice; every op is
     in the op set; ``prim.state`` names exist in the state; outputs are defined.
     """
-    from . import opset
-    from .ir import refs_in
+    from ..ir import ops as opset
+    from ..ir import refs_in
 
     defined = {v.id for v in graph.inputs}
     for index, node in enumerate(graph.nodes):
@@ -313,7 +313,7 @@ def check_function(func, traced, args, kwargs, check_inputs, tolerance, strict) 
 
 
 def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_mode, alias) -> None:
-    from .api import _bound
+    from ..trace.capture import bound_method as _bound
 
     index = state_index(mod)
     for name, (args, kwargs) in inputs.items():

@@ -18,8 +18,8 @@ import warnings
 
 import torch
 
-from .ir import Graph, Value
-from .runtime.interpreter import Interpreter
+from ..ir import Graph, Value
+from .interpreter import Interpreter
 
 
 def _probe(graph: Graph, state: dict[str, torch.Tensor], sizes: list[list[int]]):
@@ -51,7 +51,7 @@ class _RecordingInterpreter(Interpreter):
 
 
 def _dtype(value: Value) -> torch.dtype:
-    from .ir import DTYPES
+    from ..ir import DTYPES
 
     return DTYPES.get(value.dtype or "float32", torch.float32)
 

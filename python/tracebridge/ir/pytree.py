@@ -11,6 +11,8 @@ import collections
 import dataclasses
 from typing import Any
 
+import torch
+
 LEAF = {"t": "leaf"}
 _CONST_TYPES = (bool, int, float, str)
 _namedtuple_classes: dict[tuple[str, tuple[str, ...]], type] = {}
@@ -169,3 +171,8 @@ def render(spec: dict, leaf, namedtuple) -> str:
     if kind == "namedtuple":
         return namedtuple(spec, items)
     return tuple_text(items)
+
+
+def is_tensor(x) -> bool:
+    """The leaf test of tracebridge's pytrees: tensors are leaves."""
+    return isinstance(x, torch.Tensor)

@@ -22,9 +22,8 @@ from typing import Any
 
 import torch
 
-from . import __version__, opset
-from .errors import ArtifactError
-from .ir import (
+from ..errors import ArtifactError
+from ..ir import (
     DTYPE_NAMES,
     DTYPES,
     FORMAT_VERSION,
@@ -34,6 +33,8 @@ from .ir import (
     graph_from_json,
     graph_to_json,
 )
+from ..ir import ops as opset
+from ..version import __version__
 
 PROGRAM_MEMBER = "program.json"
 TENSORS_MEMBER = "tensors.safetensors"

@@ -17,7 +17,7 @@ import os
 import torch
 
 from . import pytree
-from .ir import Graph, Node, Ref, Value
+from .program import Graph, Node, Ref, Value
 
 
 class Printer:

@@ -90,7 +90,7 @@ def error_info_by_name(name: str, message: str) -> tuple[str, str, list[str]]:
     (as reticulate reports them): tracebridge's own errors are found by name."""
     import re
 
-    from . import errors
+    from .. import errors
 
     short = name.rsplit(".", 1)[-1]  # reticulate may give "tracebridge.errors.GuardError"
     message = re.sub(rf"^(?:[\w.]*\.)?{re.escape(short)}: ", "", message.rstrip("\n"))
@@ -389,6 +389,6 @@ def set_name(fn, name: str, arg_names: list[str] | None = None):
 
 def set_location(location: str) -> None:
     """R reports the ``file:line`` of the R code running an op while tracing."""
-    from .tracer import set_foreign_location
+    from ..source import set_foreign_location
 
     set_foreign_location(location)

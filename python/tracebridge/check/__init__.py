@@ -1,0 +1,1 @@
+"""Checks: that a recording matches the real code (``verify``: check_trace)."""

@@ -1,0 +1,1 @@
+"""Front ends other than the Python API: the command line (``cli``) and the R bridge."""

@@ -1,0 +1,324 @@
+"""Conversions: traced values turned into Python values (sizes, scalars, bools), with guards.
+
+Invariant: a traced value never becomes a plain Python value silently: it is either
+recorded (sizes and scalar arithmetic stay traced) or guarded at the user's line.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import TraceError, UnsupportedOpError
+from ..ir import ops as opset
+from ..ir import pytree
+from ..ir.program import Ref
+from ..source import called_from_user_code as _called_from_user_code
+from .numbers import SymFloat, SymInt, SymSize, _Traced
+
+
+class Conversions:
+    """The tracer's conversion methods (mixed into :class:`Tracer`)."""
+
+    def scalar_ref(self, sym: _Traced) -> Ref:
+        if sym._tracer is not self:
+            raise TraceError("a traced number from another trace was used in this one")
+        if sym._ref is None:
+            sym._ref = sym._lazy()
+        return sym._ref
+
+    def _wrap_scalar(self, concrete, ref: Ref | None, desc: str, lazy=None):
+        if isinstance(concrete, bool):
+            return concrete
+        if isinstance(concrete, int):
+            return SymInt(concrete, self, ref, desc, lazy)
+        if isinstance(concrete, float):
+            return SymFloat(concrete, self, ref, desc, lazy)
+        return concrete
+
+    def size_of(self, tensor: torch.Tensor, dim: int) -> SymInt:
+        with torch._C.DisableTorchFunction():
+            rank, shape = tensor.dim(), tuple(tensor.shape)
+        if not -rank <= dim < max(rank, 1):
+            raise IndexError(
+                f"Dimension out of range (expected to be in range of "
+                f"[{-rank}, {rank - 1}], but got {dim})"
+            )
+        dim = dim % rank
+        key = (id(tensor), dim)
+        cached = self._size_cache.get(key)
+        if cached is not None and self._lookup(tensor) is not None:
+            return cached
+        hit = self._lookup(tensor)
+        desc = f"{hit[2]}.shape[{dim}]" if hit else f"size(dim {dim})"
+        loc = self.location()
+
+        def materialize():
+            return self._value_node("prim.size", "int", [self.tensor_ref(tensor), dim], loc)
+
+        sym = SymInt(shape[dim], self, None, desc, materialize)
+        self._size_cache[key] = sym
+        return sym
+
+    def scalar_op(self, op: str, operands: tuple):
+        concrete = [o._concrete() if isinstance(o, _Traced) else o for o in operands]
+        if not all(isinstance(c, (int, float)) for c in concrete):
+            return NotImplemented
+        result = opset.SCALAR_OPS[f"scalar.{op}"](*concrete)
+        symbols = {
+            "add": "+",
+            "sub": "-",
+            "mul": "*",
+            "truediv": "/",
+            "floordiv": "//",
+            "mod": "%",
+            "pow": "**",
+        }
+        descs = [o._desc if isinstance(o, _Traced) else repr(o) for o in operands]
+        if op in symbols:
+            desc = f"({descs[0]} {symbols[op]} {descs[1]})"
+        else:
+            desc = f"{op}({', '.join(descs)})"
+        value = self._new_value("int" if isinstance(result, int) else "float")
+        args = [self.encode(o) for o in operands]
+        self._emit(f"scalar.{op}", args, outputs=[value], out_spec=pytree.LEAF, loc=self.location())
+        return self._wrap_scalar(result, Ref(value.id), desc)
+
+    def scalar_compare(self, op: str, left, right):
+        concrete = [o._concrete() if isinstance(o, _Traced) else o for o in (left, right)]
+        if not all(isinstance(c, (int, float)) for c in concrete):
+            return NotImplemented
+        result = opset.SCALAR_OPS[f"scalar.{op}"](*concrete)
+        value = self._new_value("bool")
+        loc = self.location()
+        self._emit(
+            f"scalar.{op}",
+            [self.encode(left), self.encode(right)],
+            outputs=[value],
+            out_spec=pytree.LEAF,
+            loc=loc,
+        )
+        symbols = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+        descs = [o._desc if isinstance(o, _Traced) else repr(o) for o in (left, right)]
+        what = f"{descs[0]} {symbols[op]} {descs[1]}"
+        self.guard(Ref(value.id), result, what, "branch", loc)
+        if _called_from_user_code():
+            # PyTorch's own shape checks compare sizes all the time; only the user's
+            # comparisons are decisions worth a warning.
+            self.warn(
+                f"the comparison {what} of traced values was turned into a Python bool "
+                f"({result}); calls where it differs raise GuardError"
+            )
+        return result
+
+    def specialize(self, sym: _Traced, kind: str):
+        """A traced number became a plain Python number: guard on its value."""
+        concrete = sym._concrete()
+        result = {"bool": bool, "int": int, "float": float}[kind](concrete)
+        loc = self.location()
+        self.guard(self.scalar_ref(sym), concrete, sym._desc, "value", loc)
+        if kind != "bool":
+            self.warn(
+                f"the traced value {sym._desc} was turned into a Python {kind} "
+                f"({result!r}); the trace is valid only while it stays {result!r}"
+            )
+        return result
+
+    def _on_property(self, prop: str, getter, tensor: torch.Tensor):
+        if prop == "shape":
+            return self._on_size(getter, tensor)
+        if prop == "dtype":
+            dtype = tensor.dtype
+            self._dtype_reads[dtype] = self._lazy_meta("prim.dtype", tensor, "dtype")
+            return dtype
+        if prop == "device":
+            device = tensor.device
+            self._device_reads[id(device)] = (
+                device,
+                self._lazy_meta("prim.device", tensor, "device"),
+            )
+            return device
+        if prop in opset.TENSOR_OP_PROPERTIES:
+            return self.record(f"Tensor.{prop}", getter, (tensor,), {})
+        if prop == "requires_grad" and self._is_input(tensor):
+            # Whether a caller's input requires grad can change from call to call.
+            concrete = getter(tensor)
+            loc = self.location()
+            ref = self._value_node("prim.requires_grad", "bool", [self.tensor_ref(tensor)], loc)
+            self.guard(ref, concrete, f"{self._name(tensor)}.requires_grad", "branch", loc)
+            return concrete
+        return getter(tensor)
+
+    def _is_input(self, tensor: torch.Tensor) -> bool:
+        hit = self._lookup(tensor)
+        return hit is not None and any(v.id == hit[1].id for v in self.graph.inputs)
+
+    def _lazy_meta(self, op: str, tensor: torch.Tensor, kind: str):
+        """A dtype or device read: it becomes a node only if an op uses it, once per tensor
+        (code reads ``x.dtype`` often, mostly to check it)."""
+        loc = self.location()
+
+        def materialize() -> Ref:
+            hit = self._lookup(tensor)
+            key = (op, hit[1].id if hit is not None else id(tensor))
+            ref = self._meta_refs.get(key)
+            if ref is None:
+                ref = self._meta_refs[key] = self._value_node(
+                    op, kind, [self.tensor_ref(tensor)], loc
+                )
+            return ref
+
+        return materialize
+
+    # -- tensors turned into Python values --------------------------------------------------
+
+    def _special_handlers(self) -> dict:
+        T = torch.Tensor
+        concrete = self._concrete
+        handlers = {
+            T.size: self._on_size,
+            T.dim: concrete,
+            T.ndimension: concrete,
+            T.numel: self._on_numel,
+            T.nelement: self._on_numel,
+            T.stride: self._on_stride,
+            T.storage_offset: concrete,
+            T.element_size: concrete,
+            T.is_contiguous: self._on_is_contiguous,
+            T.is_floating_point: concrete,
+            T.is_complex: concrete,
+            T.is_signed: concrete,
+            T.get_device: concrete,
+            T.is_inference: concrete,
+            T.is_conj: concrete,
+            T.is_neg: concrete,
+            T.__repr__: concrete,
+            T.__format__: concrete,
+            T.__hash__: concrete,
+            T.is_same_size: concrete,
+            T.item: self._on_item,
+            T.tolist: self._on_tolist,
+            T.numpy: self._on_tolist,
+            T.__bool__: self._to_python(bool),
+            T.is_nonzero: self._to_python(bool),
+            T.__int__: self._to_python(int),
+            T.__index__: self._to_python(int),
+            T.__float__: self._to_python(float),
+            T.__len__: self._on_len,
+        }
+        handlers[torch.is_nonzero] = self._to_python(bool)
+        # Function forms of the metadata queries behave like the methods.
+        for name in (
+            "is_floating_point",
+            "is_complex",
+            "is_signed",
+            "is_conj",
+            "is_neg",
+            "is_inference",
+            "is_same_size",
+        ):
+            handlers[getattr(torch, name)] = concrete
+        handlers[torch.numel] = self._on_numel
+        handlers[torch._C._set_grad_enabled] = self._on_set_grad_enabled
+        return handlers
+
+    def _on_set_grad_enabled(self, func, mode):
+        """``torch.no_grad()`` and friends. The switch back at the end of the outermost
+        block restores the *caller's* mode, read at run time, not the mode at trace time."""
+        if self._grad_entry is None:
+            ref = self._value_node("prim.grad_enabled", "bool")
+            self._grad_entry = (ref, torch.is_grad_enabled())
+            self._grad_depth = 0
+        entry_ref, entry_mode = self._grad_entry
+        arg = bool(mode)
+        if arg == entry_mode and self._grad_depth > 0:
+            self._grad_depth -= 1
+            if self._grad_depth == 0:
+                arg = entry_ref
+        elif arg != torch.is_grad_enabled():
+            self._grad_depth += 1
+        self._emit("set_grad_enabled", [arg], loc=self.location())
+        return func(mode)
+
+    def _concrete(self, func, *args, **kwargs):
+        return func(*args, **kwargs)
+
+    def _on_stride(self, func, tensor, dim=None):
+        """Strides are traced integers, like sizes."""
+        with torch._C.DisableTorchFunction():
+            strides = tensor.stride()
+        rank = len(strides)
+        dims = range(rank) if dim is None else [int(dim) % max(rank, 1)]
+        loc = self.location()
+        out = []
+        for d in dims:
+            ref = self._value_node("prim.stride", "int", [self.tensor_ref(tensor), d], loc)
+            out.append(SymInt(strides[d], self, ref, f"{self._name(tensor)}.stride({d})"))
+        return tuple(out) if dim is None else out[0]
+
+    def _on_is_contiguous(self, func, tensor, *args, **kwargs):
+        concrete = func(tensor, *args, **kwargs)
+        if args or kwargs:  # is_contiguous(memory_format=...): rare, keep it concrete
+            return concrete
+        loc = self.location()
+        ref = self._value_node("prim.is_contiguous", "bool", [self.tensor_ref(tensor)], loc)
+        self.guard(ref, concrete, f"{self._name(tensor)}.is_contiguous()", "branch", loc)
+        return concrete
+
+    def _on_size(self, func, tensor, dim=None):
+        if dim is None:
+            return SymSize(self.size_of(tensor, i) for i in range(tensor.dim()))
+        return self.size_of(tensor, int(dim))
+
+    def _on_numel(self, func, tensor):
+        ref = self._value_node("prim.numel", "int", [self.tensor_ref(tensor)], self.location())
+        return SymInt(tensor.numel(), self, ref, f"{self._name(tensor)}.numel()")
+
+    def _on_item(self, func, tensor):
+        concrete = tensor.item()
+        kind = {bool: "bool", int: "int", float: "float"}.get(type(concrete))
+        if kind is None:
+            raise UnsupportedOpError(f".item() of a {tensor.dtype} tensor cannot be traced")
+        loc = self.location()
+        ref = self._value_node("prim.item", kind, [self.tensor_ref(tensor)], loc)
+        desc = f"{self._name(tensor)}.item()"
+        if kind == "bool":
+            self.guard(ref, concrete, desc, "value", loc)
+            self.warn(
+                f"{desc} was used as a Python bool ({concrete}); calls where it differs "
+                "raise GuardError"
+            )
+            return concrete
+        return self._wrap_scalar(concrete, ref, desc)
+
+    def _on_tolist(self, func, tensor, *args, **kwargs):
+        concrete = tensor.tolist()
+        loc = self.location()
+        ref = self._value_node("prim.tolist", "list", [self.tensor_ref(tensor)], loc)
+        self.guard(ref, concrete, f"{self._name(tensor)}.tolist()", "value", loc)
+        self.warn(
+            f"a traced tensor was turned into Python data ({func.__name__}); the trace "
+            "is valid only for calls where it has the same values"
+        )
+        return func(tensor, *args, **kwargs)
+
+    def _to_python(self, kind: type):
+        op = {bool: "prim.bool", int: "prim.int", float: "prim.float"}[kind]
+
+        def handler(func, tensor):
+            concrete = kind(tensor.item()) if tensor.numel() == 1 else func(tensor)
+            loc = self.location()
+            ref = self._value_node(op, kind.__name__, [self.tensor_ref(tensor)], loc)
+            desc = f"{kind.__name__}({self._name(tensor)})"
+            self.guard(ref, concrete, desc, "branch" if kind is bool else "value", loc)
+            self.warn(
+                f"a traced tensor was turned into a Python {kind.__name__} "
+                f"({concrete!r}); the trace follows this value only, and calls where "
+                "it differs raise GuardError"
+            )
+            return concrete
+
+        return handler
+
+    def _on_len(self, func, tensor):
+        # Reached only when len() was not our patched builtin: the size becomes a plain int.
+        return int(self.size_of(tensor, 0))

@@ -1,0 +1,195 @@
+"""Dispatch: how a call into PyTorch reaches the tracer and becomes a node or a descent.
+
+Invariant: every call the recording mode sees is either recorded as one op of the op set,
+handled as a conversion to a Python value, descended into (a Python composite), or refused
+with an UnsupportedOpError naming the user's line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from ..errors import UnsupportedOpError
+from ..ir import ops as opset
+from ..ir import pytree
+from ..ir.program import Ref, refs_in
+from ..source import OWN_DIR as _OWN_DIR
+from ..source import TORCH_DIR as _TORCH_DIR
+from .numbers import _Traced
+
+if TYPE_CHECKING:  # the tracer imports this module
+    from .tracer import Tracer
+
+# --- the recording mode ----------------------------------------------------------------
+
+
+class _RecordingMode(TorchFunctionMode):
+    def __init__(self, tracer: Tracer):
+        super().__init__()
+        self.tracer = tracer
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return self.tracer.dispatch(func, args, kwargs or {})
+
+
+def _no_torch_function(*args, **kwargs):
+    return False
+
+
+_PATCHED_GLOBALS = {
+    "has_torch_function": _no_torch_function,
+    "has_torch_function_unary": _no_torch_function,
+    "has_torch_function_variadic": _no_torch_function,
+}
+_patched_copies: dict[Callable, Callable] = {}
+
+
+def _without_dispatch(func: types.FunctionType) -> Callable:
+    """A copy of ``func`` whose ``has_torch_function*`` checks answer False."""
+    copy = _patched_copies.get(func)
+    if copy is None:
+        namespace = dict(func.__globals__)
+        namespace.update(_PATCHED_GLOBALS)
+        namespace["torch"] = torch
+        copy = types.FunctionType(
+            func.__code__, namespace, func.__name__, func.__defaults__, func.__closure__
+        )
+        copy.__kwdefaults__ = func.__kwdefaults__
+        _patched_copies[func] = copy
+    return copy
+
+
+_FROM_PYTHON_DATA = frozenset({"tensor", "as_tensor", "asarray", "Tensor.new_tensor"})
+
+
+def _dispatching_function() -> types.FunctionType | None:
+    """The Python function that called ``handle_torch_function`` (found on the stack)."""
+    frame = sys._getframe(2)
+    overrides = os.path.join(_TORCH_DIR, "overrides.py")
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_OWN_DIR) and filename != overrides:
+            candidate = frame.f_globals.get(frame.f_code.co_name)
+            if isinstance(candidate, types.FunctionType) and candidate.__code__ is frame.f_code:
+                return candidate
+            return None
+        frame = frame.f_back
+    return None
+
+
+class Dispatcher:
+    """The tracer's dispatch methods (mixed into :class:`Tracer`)."""
+
+    def dispatch(self, func, args: tuple, kwargs: dict):
+        prop = opset.property_name(func)
+        if prop is not None:
+            return self._on_property(prop, func, args[0])
+        handler = self._handlers.get(func)
+        if handler is not None:
+            return handler(func, *args, **kwargs)
+        name = opset.canonical_name(func)
+        if name is not None:
+            return self.record(name, func, args, kwargs)
+        if isinstance(func, types.FunctionType):
+            return self._descend(func, args, kwargs)
+        label = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
+        raise UnsupportedOpError(
+            f"cannot record a call to {label} at {self.location() or 'unknown location'}: it "
+            "is not in tracebridge's op set (it has effects outside tensors, or is not a "
+            "tensor operation); move it out of the traced code or compute it beforehand"
+        )
+
+    def _descend(self, func, args, kwargs):
+        key = (func, tuple(id(a) for a in args))
+        if key in self._descending:
+            # Re-entered from inside ``func``: a helper of it dispatched under func's public
+            # name. Either a C method of the same name does the work (record it), or a
+            # Python helper called handle_torch_function (descend into that helper).
+            base = getattr(torch._C.TensorBase, func.__name__, None)
+            name = opset.canonical_name(base) if base is not None else None
+            if name is not None:
+                return self.record(name, base, args, kwargs)
+            helper = _dispatching_function()
+            if helper is not None and helper is not func:
+                return self._descend(helper, args, kwargs)
+            raise UnsupportedOpError(
+                f"cannot record {func.__qualname__} at {self.location()}: it dispatches to "
+                "itself in a way the tracer cannot enter"
+            )
+        self._descending.append(key)
+        try:
+            with self.mode:
+                return _without_dispatch(func)(*args, **kwargs)
+        finally:
+            self._descending.pop()
+
+    def record(self, name: str, func, args: tuple, kwargs: dict):
+        loc = self.location()
+        enc_args = [self.encode(a) for a in args]
+        enc_kwargs = {k: self.encode(v) for k, v in kwargs.items()}
+        result = func(*args, **kwargs)
+        if name == "unbind" and isinstance(result, tuple):
+            # ``for row in x`` reaches us as unbind (Tensor.__iter__ skips the mode).
+            self.warn(
+                f"iterating over a tensor (or unbinding it) unrolls the code for its "
+                f"{len(result)} slices; a call with another count raises GuardError"
+            )
+        if name in _FROM_PYTHON_DATA:
+            traced = next(refs_in(enc_args), None) is not None
+            self.warn(
+                f"torch.{name.rsplit('.', 1)[-1]}(...) of Python data: "
+                + (
+                    "the traced numbers in it are recorded, the rest is fixed in the trace"
+                    if traced
+                    else "the data is fixed in the trace; if it depends on the "
+                    "inputs, build it with tensor operations instead"
+                )
+            )
+        leaves, spec = pytree.flatten(
+            result, lambda x: isinstance(x, (torch.Tensor, int, float)) and not isinstance(x, bool)
+        )
+        outputs = []
+        wrapped = []
+        desc = self._call_desc(name, args, kwargs)
+        for leaf in leaves:
+            if isinstance(leaf, torch.Tensor):
+                value = self._new_value("Tensor", leaf)
+                self._bind_tensor(leaf, value, desc if len(leaves) == 1 else f"%{value.id}")
+                outputs.append(value)
+                wrapped.append(leaf)
+            else:
+                kind = "int" if isinstance(leaf, int) else "float"
+                value = self._new_value(kind)
+                outputs.append(value)
+                wrapped.append(self._wrap_scalar(leaf, Ref(value.id), f"{name}(...)"))
+        if not leaves and result is None:
+            spec = None
+        self._emit(name, enc_args, enc_kwargs, outputs, spec, loc)
+        if spec is not None and spec["t"] == "leaf" and wrapped and wrapped[0] is not result:
+            return wrapped[0]
+        if any(isinstance(w, _Traced) for w in wrapped):
+            return pytree.unflatten(wrapped, spec)
+        return result
+
+    def _call_desc(self, name: str, args: tuple, kwargs: dict) -> str:
+        """A short expression for an op's result, for messages: ``gt(sum(x), 0)``."""
+        parts = []
+        for arg in list(args) + list(kwargs.values()):
+            if isinstance(arg, torch.Tensor):
+                hit = self._lookup(arg)
+                parts.append(hit[2] if hit else "tensor")
+            elif isinstance(arg, _Traced):
+                parts.append(arg._desc)
+            elif isinstance(arg, (int, float, bool, str)) or arg is None:
+                parts.append(repr(arg))
+            else:
+                parts.append("...")
+        text = f"{name.rsplit('.', 1)[-1]}({', '.join(parts)})"
+        return text if len(text) <= 60 else f"{name.rsplit('.', 1)[-1]}(...)"

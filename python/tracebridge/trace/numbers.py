@@ -1,0 +1,171 @@
+"""Traced Python numbers: sizes and scalars whose arithmetic is recorded.
+
+Invariant: a traced number always holds the concrete value the trace saw, and every use
+that turns it into a plain Python value goes through the tracer (recorded or guarded).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..ir.program import Ref
+
+if TYPE_CHECKING:  # the tracer imports this module
+    from .tracer import Tracer
+
+
+class _Traced:
+    """Mixin for traced numbers: a concrete value, the tracer, and how to name the value."""
+
+    __slots__ = ()
+
+    def _binop(self, other, op, reflected=False):
+        if op == "mul" and isinstance(other, (list, tuple, str, bytes)):
+            # ``n * [x]`` repeats a sequence: its length is fixed in the trace.
+            count = self._tracer.specialize(self, "int")
+            return other * count
+        return self._tracer.scalar_op(op, (other, self) if reflected else (self, other))
+
+    def _compare(self, other, op):
+        return self._tracer.scalar_compare(op, self, other)
+
+    __add__ = lambda s, o: s._binop(o, "add")  # noqa: E731
+    __radd__ = lambda s, o: s._binop(o, "add", True)  # noqa: E731
+    __sub__ = lambda s, o: s._binop(o, "sub")  # noqa: E731
+    __rsub__ = lambda s, o: s._binop(o, "sub", True)  # noqa: E731
+    __mul__ = lambda s, o: s._binop(o, "mul")  # noqa: E731
+    __rmul__ = lambda s, o: s._binop(o, "mul", True)  # noqa: E731
+    __truediv__ = lambda s, o: s._binop(o, "truediv")  # noqa: E731
+    __rtruediv__ = lambda s, o: s._binop(o, "truediv", True)  # noqa: E731
+    __floordiv__ = lambda s, o: s._binop(o, "floordiv")  # noqa: E731
+    __rfloordiv__ = lambda s, o: s._binop(o, "floordiv", True)  # noqa: E731
+    __mod__ = lambda s, o: s._binop(o, "mod")  # noqa: E731
+    __rmod__ = lambda s, o: s._binop(o, "mod", True)  # noqa: E731
+    __pow__ = lambda s, o: s._binop(o, "pow")  # noqa: E731
+    __rpow__ = lambda s, o: s._binop(o, "pow", True)  # noqa: E731
+    __eq__ = lambda s, o: s._compare(o, "eq")  # noqa: E731
+    __ne__ = lambda s, o: s._compare(o, "ne")  # noqa: E731
+    __lt__ = lambda s, o: s._compare(o, "lt")  # noqa: E731
+    __le__ = lambda s, o: s._compare(o, "le")  # noqa: E731
+    __gt__ = lambda s, o: s._compare(o, "gt")  # noqa: E731
+    __ge__ = lambda s, o: s._compare(o, "ge")  # noqa: E731
+    __lshift__ = lambda s, o: s._binop(o, "lshift")  # noqa: E731
+    __rlshift__ = lambda s, o: s._binop(o, "lshift", True)  # noqa: E731
+    __rshift__ = lambda s, o: s._binop(o, "rshift")  # noqa: E731
+    __rrshift__ = lambda s, o: s._binop(o, "rshift", True)  # noqa: E731
+    __and__ = lambda s, o: s._binop(o, "and")  # noqa: E731
+    __rand__ = lambda s, o: s._binop(o, "and", True)  # noqa: E731
+    __or__ = lambda s, o: s._binop(o, "or")  # noqa: E731
+    __ror__ = lambda s, o: s._binop(o, "or", True)  # noqa: E731
+    __xor__ = lambda s, o: s._binop(o, "xor")  # noqa: E731
+    __rxor__ = lambda s, o: s._binop(o, "xor", True)  # noqa: E731
+
+    def bit_length(self):
+        return self._tracer.specialize(self, "int").bit_length()
+
+    def bit_count(self):
+        return self._tracer.specialize(self, "int").bit_count()
+
+    def to_bytes(self, *args, **kwargs):
+        return self._tracer.specialize(self, "int").to_bytes(*args, **kwargs)
+
+    def as_integer_ratio(self):
+        value = self._concrete()
+        return self._tracer.specialize(self, type(value).__name__).as_integer_ratio()
+
+    def __divmod__(self, other):
+        return (self // other, self % other)
+
+    def __rdivmod__(self, other):
+        return (other // self, other % self)
+
+    def __invert__(self):
+        return self._tracer.scalar_op("invert", (self,))
+
+    def __round__(self, ndigits=None):
+        return self._tracer.scalar_op("round", (self,) if ndigits is None else (self, ndigits))
+
+    def __trunc__(self):
+        return self._tracer.scalar_op("trunc", (self,))
+
+    def __str__(self):
+        # Text made from a size can flow anywhere (int(f"{n}"), dict keys): fix it.
+        return str(self._tracer.specialize(self, type(self._concrete()).__name__))
+
+    def __format__(self, spec):
+        return format(self._tracer.specialize(self, type(self._concrete()).__name__), spec)
+
+    def __neg__(self):
+        return self._tracer.scalar_op("neg", (self,))
+
+    def __abs__(self):
+        return self._tracer.scalar_op("abs", (self,))
+
+    def __bool__(self):
+        return self._tracer.specialize(self, "bool")
+
+    def __int__(self):
+        return self._tracer.specialize(self, "int")
+
+    def __float__(self):
+        return self._tracer.specialize(self, "float")
+
+    def __index__(self):
+        return self._tracer.specialize(self, "int")
+
+    def __hash__(self):
+        # Hashing means a set or dict lookup: which entry it finds depends on the value.
+        return hash(self._tracer.specialize(self, type(self._concrete()).__name__))
+
+    def __reduce__(self):
+        return (type(self._concrete()), (self._concrete(),))
+
+    def __new__(cls, value, tracer: Tracer, ref: Ref | None, desc: str, lazy=None):
+        obj = cls._base.__new__(cls, value)
+        obj._tracer, obj._ref, obj._desc, obj._lazy = tracer, ref, desc, lazy
+        return obj
+
+    def _concrete(self):
+        """The plain number, read without a guard (for the tracer's own use)."""
+        return type(self)._unwrap(self)
+
+    def __repr__(self):
+        return repr(self._concrete())  # for debugging output only: no guard
+
+
+class SymInt(_Traced, int):
+    """An int whose value was computed from traced tensors (a size, an ``.item()``)."""
+
+    _base = int
+    _unwrap = int.__int__
+
+    def __ceil__(self):
+        return self
+
+    __floor__ = __trunc__ = __ceil__
+
+    def __round__(self, ndigits=None):
+        return self if ndigits is None or ndigits >= 0 else _Traced.__round__(self, ndigits)
+
+
+class SymFloat(_Traced, float):
+    """A float computed from traced values (``t.item()``, ``x.size(-1) ** -0.5``)."""
+
+    _base = float
+    _unwrap = float.__float__
+
+    def __ceil__(self):
+        return self._tracer.scalar_op("ceil", (self,))
+
+    def __floor__(self):
+        return self._tracer.scalar_op("floor", (self,))
+
+
+class SymSize(tuple):
+    """What ``x.shape`` and ``x.size()`` return while tracing: a tuple of SymInts."""
+
+    def numel(self):
+        result = 1
+        for dim in self:
+            result = result * dim
+        return result

@@ -1,0 +1,186 @@
+"""Graph recording: SSA values for tensors, nodes, state and constants, guards, warnings.
+
+Invariant: each tensor the traced code sees maps by identity to exactly one SSA value
+(an input, a state read, a constant or an op result), and nodes are appended in
+execution order, so the graph is in topological order by construction.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any
+
+import torch
+
+from ..errors import TracerWarning, UnsupportedOpError
+from ..ir import pytree
+from ..ir.program import DTYPE_NAMES, Node, Ref, StateEntry, Value
+from ..source import user_location
+from .numbers import _Traced
+
+
+class Recorder:
+    """The tracer's recording methods (mixed into :class:`Tracer`)."""
+
+    # -- values ------------------------------------------------------------------------
+
+    def _new_value(
+        self, kind="Tensor", tensor: torch.Tensor | None = None, name=None, shape=None
+    ) -> Value:
+        value = Value(id=self._next_id, kind=kind, name=name)
+        self._next_id += 1
+        if tensor is not None:
+            value.dtype = DTYPE_NAMES.get(tensor.dtype, str(tensor.dtype))
+            value.shape = list(shape) if shape is not None else list(tensor.shape)
+        return value
+
+    def _bind_tensor(self, tensor: torch.Tensor, value: Value, desc: str) -> None:
+        # The tensor is kept alive so its id() cannot be reused by another tensor.
+        self._tensor_values[id(tensor)] = (tensor, value, desc)
+
+    def _lookup(self, tensor: torch.Tensor):
+        hit = self._tensor_values.get(id(tensor))
+        if hit is not None and hit[0] is tensor:
+            return hit
+        return None
+
+    def add_input(self, tensor: torch.Tensor, name: str) -> Value:
+        rank = tensor.dim()
+        first = sum(len(v.shape or []) for v in self.graph.inputs)
+        shape = [f"s{first + i}" for i in range(rank)]
+        value = self._new_value("Tensor", tensor, name=name, shape=shape)
+        value.example = list(tensor.shape)
+        self.graph.inputs.append(value)
+        self._bind_tensor(tensor, value, name)
+        return value
+
+    def _emit(self, op: str, args=(), kwargs=None, outputs=(), out_spec=None, loc=None) -> Node:
+        node = Node(
+            op=op,
+            args=list(args),
+            kwargs=dict(kwargs or {}),
+            outputs=list(outputs),
+            out_spec=out_spec,
+            loc=loc,
+        )
+        self.graph.nodes.append(node)
+        return node
+
+    def _value_node(self, op: str, kind: str, args=(), loc: str | None = None) -> Ref:
+        """Emit ``op(*args)`` with one non-tensor result (a size, a dtype, a Python bool)."""
+        value = self._new_value(kind)
+        self._emit(op, list(args), outputs=[value], out_spec=pytree.LEAF, loc=loc)
+        return Ref(value.id)
+
+    def _name(self, tensor: torch.Tensor) -> str:
+        """How messages name a tensor: its input name or the ops that made it."""
+        hit = self._lookup(tensor)
+        return hit[2] if hit else "tensor"
+
+    def tensor_ref(self, tensor: torch.Tensor) -> Ref:
+        hit = self._lookup(tensor)
+        if hit is not None:
+            return Ref(hit[1].id)
+        entry = self._state.get(id(tensor))
+        if entry is not None and entry[2] is tensor:
+            if entry[1] == "attribute":
+                return self._capture_constant(tensor, entry[0])
+            return self._state_ref(entry[0], tensor)
+        return self._capture_constant(tensor)
+
+    def _state_ref(self, name: str, tensor: torch.Tensor, loc: str | None = None) -> Ref:
+        ref = self._state_refs.get(name)
+        if ref is None:
+            value = self._new_value("Tensor", tensor, name=name)
+            self._emit("prim.state", [name], outputs=[value], out_spec=pytree.LEAF, loc=loc)
+            ref = self._state_refs[name] = Ref(value.id)
+        return ref
+
+    def _capture_constant(self, tensor: torch.Tensor, attribute: str | None = None) -> Ref:
+        for name, entry in self._constants.items():
+            if entry.tensor is tensor:
+                return self._state_ref(name, tensor)
+        name = attribute or f"const{len(self._constants)}"
+        self._constants[name] = StateEntry("constant", tensor)
+        if attribute:
+            self.warn(
+                f"the tensor attribute '{attribute}' is not a parameter or buffer: it is "
+                "stored in the trace as a constant; use register_buffer() so that it moves "
+                "with .to() and is saved in state_dict()"
+            )
+        else:
+            self.warn(
+                f"a tensor of shape {list(tensor.shape)} that is neither an input nor a "
+                f"parameter or buffer (a closure or global?) is stored in the trace as "
+                f"constant '{name}'; pass it as an input or register it as a buffer if it "
+                "can change"
+            )
+        # A captured constant remembers where it was first used: the place to look when
+        # its value turns out to depend on the inputs.
+        return self._state_ref(name, tensor, loc=self.location())
+
+    def encode(self, obj: Any) -> Any:
+        """Turn a call argument into IR: tensors and traced numbers become Refs."""
+        if isinstance(obj, torch.Tensor):
+            return self.tensor_ref(obj)
+        if isinstance(obj, _Traced):
+            return self.scalar_ref(obj)
+        if obj is None or isinstance(obj, (bool, str, complex)) or obj is Ellipsis:
+            return obj
+        if isinstance(obj, torch.Size):
+            return tuple(int(d) for d in obj)
+        if isinstance(obj, (int, float)):
+            return obj
+        if isinstance(obj, torch.dtype):
+            read = self._dtype_reads.get(obj)
+            return read() if read is not None else obj
+        if isinstance(obj, torch.device):
+            read = self._device_reads.get(id(obj))
+            return read[1]() if read is not None and read[0] is obj else obj
+        if isinstance(obj, (torch.memory_format, torch.layout)):
+            return obj
+        if isinstance(obj, list):
+            return [self.encode(x) for x in obj]
+        if isinstance(obj, tuple):
+            return tuple(self.encode(x) for x in obj)
+        if isinstance(obj, dict):
+            return {k: self.encode(v) for k, v in obj.items()}
+        if isinstance(obj, slice):
+            return slice(self.encode(obj.start), self.encode(obj.stop), self.encode(obj.step))
+        if type(obj).__module__ == "numpy" and hasattr(obj, "item"):
+            return obj.item()
+        raise UnsupportedOpError(
+            f"an argument of type {type(obj).__name__} cannot be recorded "
+            f"(at {self.location() or 'unknown location'}); pass tensors, numbers, "
+            "dtypes, devices or (nested) lists and tuples of them"
+        )
+
+    # -- scalars, sizes and guards -----------------------------------------------------------
+
+    def guard(self, ref: Ref, expect, what: str, kind: str, loc: str | None) -> None:
+        self._emit("prim.guard", [ref], {"expect": expect, "what": what, "kind": kind}, loc=loc)
+
+    # -- source locations and warnings --------------------------------------------------------
+
+    def location(self) -> str | None:
+        """The user's ``file:line`` making the current call (see :func:`source.user_location`)."""
+        return user_location()
+
+    def warn(self, message: str) -> None:
+        loc = self.location()
+        if loc is None:
+            warnings.warn(message, TracerWarning, stacklevel=2)
+            return
+        key = (loc, message.split(";")[0][:40])
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        filename, _, line = loc.rpartition(":")
+        warnings.warn_explicit(
+            message,
+            TracerWarning,
+            filename,
+            int(line),
+            module=os.path.splitext(os.path.basename(filename))[0],
+        )

@@ -1,0 +1,62 @@
+"""The tracer: run the user's code once on example inputs and record what it does.
+
+Note: how recording works.
+  * A ``TorchFunctionMode`` sees every call into PyTorch's Python API. A call whose
+    function is in the op set becomes one node; it runs for real (with the mode off), and
+    each tensor it returns is mapped, by identity, to a new SSA value.
+  * A Python composite that PyTorch routes through ``__torch_function__`` (``F.relu``,
+    ``F.batch_norm``, ``Tensor.__iter__``) is not an op: we run a copy of it whose
+    ``has_torch_function*`` checks answer False, with the mode on, so the builtins it
+    calls are recorded and aliases fold by themselves.
+  * Tensors are looked up by identity: inputs, then the module's parameters and buffers
+    (bound by path, read through ``prim.state``), then anything else, which becomes a
+    named constant with a warning.
+  * Sizes are ``SymInt``s: ``int`` subclasses (PyTorch's argument parser accepts them
+    without a hook) whose arithmetic is recorded, so ``x.view(x.size(0), -1)`` stays
+    general. Turning a traced value into a Python value (``bool``, ``int``, a comparison
+    used by ``if``, ``range``) records a ``prim.guard`` at the user's line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from ..ir.program import Graph, Ref, StateEntry, Value
+from .conversions import Conversions
+from .dispatch import Dispatcher, _RecordingMode
+from .numbers import SymFloat, SymInt, SymSize, _Traced  # noqa: F401 - re-exported
+from .patches import recording  # noqa: F401 - re-exported
+from .recorder import Recorder
+
+
+class Tracer(Dispatcher, Conversions, Recorder):
+    """Records one call of ``fn`` into a :class:`Graph`.
+
+    ``state`` maps ``id(tensor)`` to ``(name, kind)`` for the parameters and buffers of the
+    module being traced; ``constants`` collects captured tensors (shared across methods).
+    """
+
+    def __init__(
+        self,
+        state: dict[int, tuple[str, str, torch.Tensor]],
+        constants: dict[str, StateEntry],
+        warned: set,
+    ):
+        self.graph = Graph()
+        self._next_id = 0
+        self._tensor_values: dict[int, tuple[torch.Tensor, Value, str]] = {}
+        self._state = state
+        self._state_refs: dict[str, Ref] = {}
+        self._constants = constants
+        self._dtype_reads: dict[torch.dtype, Callable[[], Ref]] = {}
+        self._device_reads: dict[int, tuple[torch.device, Callable[[], Ref]]] = {}
+        self._meta_refs: dict[tuple, Ref] = {}
+        self._size_cache: dict[tuple[int, int], SymInt] = {}
+        self._warned = warned
+        self._descending: list = []
+        self._grad_entry: tuple[Ref, bool] | None = None
+        self._grad_depth = 0
+        self.mode = _RecordingMode(self)
+        self._handlers = self._special_handlers()
