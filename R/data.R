@@ -110,6 +110,7 @@ length.dataset <- function(x) as.integer(x$.length())
 #' @param shuffle Draw the items in random order.
 #' @param drop_last Drop a last, incomplete batch.
 #' @param collate_fn A function from a list of items to a batch; the default stacks.
+#' @param dataloader A data loader (for `dataloader_make_iter()`).
 #' @param iter An iterator from `dataloader_make_iter()`.
 #' @param completed What `dataloader_next()` returns when the pass is over.
 #' @param x A data loader.

@@ -67,6 +67,14 @@ eval_index <- function(expr, env, size_of) {
 }
 
 range_index <- function(start, end, step) {
+  # While tracing, `N` is a traced size: the slice stays symbolic.
+  if (inherits(start, "torch_sym_int") || inherits(end, "torch_sym_int")) {
+    first <- if (inherits(start, "torch_sym_int")) .subset2(start - 1L, ".py") else
+      if (start > 0) as.integer(start - 1) else as.integer(start)
+    stop <- if (inherits(end, "torch_sym_int")) .subset2(end, ".py") else
+      if (end > 0) as.integer(end) else if (end == -1) NULL else as.integer(end + 1)
+    return(list(kind = "slice", value = py_slice(first, stop, as.integer(step))))
+  }
   for (v in list(start, end, step)) {
     if (!is.numeric(v) || length(v) != 1 || v != round(v)) {
       tracebridge_abort("Slice bounds and steps must be single whole numbers.", "index_error")
@@ -133,7 +141,7 @@ index_plan <- function(x, exprs, env, drop) {
     dim_k <- if (!length(ell_at) || k < ell_at[[1]]) k else ndim - (length(exprs) - k)
     size_of <- local({
       d <- dim_k
-      function() reticulate::py_to_r(py$size(as.integer(d - 1L)))
+      function() from_py(py$size(as.integer(d - 1L)))
     })
     parsed[[k]] <- parse_index(exprs[[k]], env, size_of)
     parsed[[k]]$dim <- dim_k
@@ -175,12 +183,12 @@ vector_tensor <- function(py, p) {
   if (p$kind == "vector") return(p$value)
   size <- dim_size(py, p$dim)
   v <- if (p$kind == "logical") {
-    if (length(p$value) != size) {
+    if (length(p$value) == 0 || size %% length(p$value) != 0) {
       tracebridge_abort(sprintf(
-        "A logical index for dimension %d has length %d; the dimension has size %d.",
+        "A logical index for dimension %d has length %d, which does not divide its size %d.",
         p$dim, length(p$value), size), "index_error")
     }
-    which(p$value)
+    which(rep_len(p$value, size))
   } else p$value
   bad <- v[abs(v) > size]
   if (length(bad)) {

@@ -419,7 +419,7 @@ print.nn_module <- function(x, ...) {
 #'
 #' `nn_sequential()` calls its modules in order. `nn_module_list()` and
 #' `nn_module_dict()` hold modules (registered, so their parameters are the parent's) and
-#' are indexed like R lists: `[[1]]` is the first.
+#' are indexed like R lists (double brackets; 1 is the first).
 #'
 #' @param ... For `nn_sequential()`, the modules in order.
 #' @param modules A list of modules; named for `nn_module_dict()`.
