@@ -113,7 +113,9 @@ surface_call <- function(i, env) {
   }
   pos <- list()
   kw <- list()
-  first <- TRUE
+  # The first argument goes by position (Python's names for it differ: input, self,
+  # tensors); class constructors take keywords only.
+  first <- !(op$result %in% c("module", "optimizer", "scheduler"))
   no_dim <- FALSE
   for (a in op$args) {
     # Python refuses `keepdim` without `dim`; NULL dim means "all elements".
