@@ -14,15 +14,19 @@
 module_env <- function(x) if (is.environment(x)) x else attr(x, "self")
 module_py <- function(x) get(".py", envir = module_env(x))
 
-register_instance <- function(self, py) {
-  key <- .tb$next_key <- (.tb$next_key %||% 0L) + 1L
+next_key <- function() .tb$next_key <- (.tb$next_key %||% 0L) + 1L
+
+register_instance <- function(self, py, key = NULL) {
+  if (is.null(key)) {
+    key <- next_key()
+    reticulate::py_set_attr(py, "_r_key", key)
+  }
   skey <- as.character(key)
   assign(skey, rlang::new_weakref(self), envir = .tb$live)
   reg.finalizer(self, function(e) {
     ref <- get0(skey, envir = .tb$live, inherits = FALSE)
     if (!is.null(ref) && identical(rlang::wref_key(ref), e)) rm(list = skey, envir = .tb$live)
   })
-  reticulate::py_set_attr(py, "_r_key", key)
   key
 }
 
@@ -34,11 +38,11 @@ instance_for_key <- function(key) {
   get0(".instance", envir = self, inherits = FALSE)
 }
 
-new_module_instance <- function(self, classes, call) {
+new_module_instance <- function(self, classes, call, key = NULL) {
   class(self) <- c(classes, "nn_module")
   inst <- structure(call, self = self, class = c(classes, "nn_module"))
   assign(".instance", inst, envir = self)
-  register_instance(self, get(".py", envir = self))
+  register_instance(self, get(".py", envir = self), key)
   inst
 }
 
@@ -79,9 +83,8 @@ dispatcher <- function() {
 }
 
 bind_method_py <- function(py, method) {
-  key <- reticulate::py_get_attr(py, "_r_key")
-  functools <- reticulate::import("functools", convert = FALSE)
-  functools$partial(dispatcher(), key, method)
+  .tb$rmod$bind_method(py, method, dispatcher())
+  invisible()
 }
 
 py_backed_module <- function(py, class, forward = NULL, forward_spec = NULL) {
@@ -201,12 +204,13 @@ new_r_module <- function(level, args) {
   self <- new.env(parent = emptyenv())
   methods <- bind_level(level, self)
   fwd <- get0("forward", envir = methods, inherits = FALSE)
-  py <- py_rb()$new_module(level$classname, as.list(simple_arg_names(fwd)))
+  key <- next_key()
+  py <- .tb$rmod$new_r_module(level$classname, as.list(simple_arg_names(fwd)), key,
+                              dispatcher())
   assign(".py", py, envir = self)
   for (nm in ls(methods, all.names = TRUE)) assign(nm, get(nm, envir = methods), envir = self)
   call <- function(...) get("forward", envir = self)(...)
-  inst <- new_module_instance(self, unique(class_chain(level)), call)
-  reticulate::py_set_attr(py, "_r_forward", bind_method_py(py, "forward"))
+  inst <- new_module_instance(self, unique(class_chain(level)), call, key)
   init <- get0("initialize", envir = self, inherits = FALSE)
   if (is.function(init)) do.call(init, args)
   inst

@@ -17,6 +17,8 @@
   .tb$rb <- reticulate::import("tracebridge.frontends.rbridge", convert = FALSE, delay_load = TRUE)
   .tb$core <- reticulate::import("tracebridge", convert = FALSE, delay_load = TRUE)
   .tb$builtins <- reticulate::import("builtins", convert = FALSE, delay_load = TRUE)
+  .tb$rmod <- reticulate::import("tracebridge.frontends.r_modules", convert = FALSE,
+                                 delay_load = TRUE)
   .tb$live <- new.env(parent = emptyenv())
   load_surface(topenv(environment(load_surface)))
 }

@@ -109,8 +109,7 @@ expose_r_method <- function(self, py, name) {
     if (reticulate::py_has_attr(py, name)) return(invisible())
     tracebridge_abort(sprintf("jit_trace_module(): the module has no method `%s`.", name))
   }
-  reticulate::py_set_attr(py, name, bind_method_py(py, name))
-  invisible()
+  bind_method_py(py, name)
 }
 
 # What jit_trace() records for a module. A built-in module whose R forward converts its
@@ -138,7 +137,7 @@ trace_target <- function(func) {
   assign(".py", py, envir = wself)
   assign("forward", function(...) func(...), envir = wself)
   wrapper <- new_module_instance(wself, class(func)[[1]], function(...) func(...))
-  reticulate::py_set_attr(py, "_r_forward", bind_method_py(py, "forward"))
+  .tb$rmod$set_forward(py, dispatcher())
   list(py = py, keep = wrapper)
 }
 
