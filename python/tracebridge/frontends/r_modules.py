@@ -9,7 +9,8 @@ R dispatcher with it; R finds the instance through a weak reference.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
