@@ -24,40 +24,13 @@ from typing import Any
 
 import torch
 
+from .dtypes import DTYPE_NAMES, DTYPE_SHORT, DTYPES  # noqa: F401 (re-exported)
+from .ops import OPSET_VERSION  # noqa: F401 (re-exported)
+
 # Format 2 (this version): mode binding, the source language and the backend partition are
 # fields of the program; ``meta`` is display-only. Readers accept format 1 (see artifact/).
-FORMAT_VERSION = 2
-OPSET_VERSION = 1
 
-DTYPE_NAMES = {
-    torch.float32: "float32",
-    torch.float64: "float64",
-    torch.float16: "float16",
-    torch.bfloat16: "bfloat16",
-    torch.int64: "int64",
-    torch.int32: "int32",
-    torch.int16: "int16",
-    torch.int8: "int8",
-    torch.uint8: "uint8",
-    torch.bool: "bool",
-    torch.complex64: "complex64",
-    torch.complex128: "complex128",
-}
-DTYPES = {name: dtype for dtype, name in DTYPE_NAMES.items()}
-DTYPE_SHORT = {
-    "float32": "f32",
-    "float64": "f64",
-    "float16": "f16",
-    "bfloat16": "bf16",
-    "int64": "i64",
-    "int32": "i32",
-    "int16": "i16",
-    "int8": "i8",
-    "uint8": "u8",
-    "bool": "b8",
-    "complex64": "c64",
-    "complex128": "c128",
-}
+FORMAT_VERSION = 2
 MEMORY_FORMATS = {
     "contiguous_format": torch.contiguous_format,
     "channels_last": torch.channels_last,
