@@ -25,7 +25,7 @@ class Net(nn.Module):
     def forward(self, x):
         y = torch.relu(self.bn(self.conv(x)))
         y = y.mean(dim=(2, 3))
-        if y.shape[0] > 1:  # a guard on the batch size
+        if x.shape[-1] > 5:  # a guard on the width
             y = y * 2
         return self.fc(y), y.shape[0]
 
@@ -95,7 +95,7 @@ def test_many_rounds_under_contention(saved, runtime):
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_guards_disabled_is_per_thread(saved, runtime):
     module = tracebridge.load(saved, runtime=runtime)
-    one = torch.rand(1, 3, 6, 6)  # breaks the guard on the batch size
+    one = torch.rand(2, 3, 6, 4)  # breaks the guard on the width
     inside = threading.Event()
     checked = threading.Event()
     outcome: dict = {}
