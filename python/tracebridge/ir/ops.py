@@ -159,11 +159,11 @@ FAMILIES: dict[str, str] = {
         Tensor.fmod_ Tensor.remainder_ Tensor.tril_ Tensor.triu_ Tensor.squeeze_
         Tensor.unsqueeze_ Tensor.t_ Tensor.transpose_
     """,
+    # Only the builtin ones: ``Tensor.__rsub__`` and the other Python dunders are
+    # composites the tracer descends into (``1 - x`` records ``rsub``).
     "reflected operators": """
-        Tensor.__rsub__ Tensor.__rtruediv__ Tensor.__rdiv__ Tensor.__rpow__
-        Tensor.__rmatmul__ Tensor.__rfloordiv__ Tensor.__rmod__ Tensor.__rand__
-        Tensor.__ror__ Tensor.__rxor__ Tensor.__rlshift__ Tensor.__rrshift__
-        Tensor.__ilshift__ Tensor.__irshift__ Tensor.__imod__ Tensor.__ifloordiv__
+        Tensor.__rand__ Tensor.__ror__ Tensor.__rxor__ Tensor.__ilshift__ Tensor.__irshift__
+        Tensor.__imod__ Tensor.__ifloordiv__
     """,
     "autograd mode": """
         set_grad_enabled
@@ -452,10 +452,7 @@ _HAND_KINDS: dict[str, tuple[tuple, dict]] = {
     },
 }
 # Reflected dunders: (self, other) with other a number or a tensor.
-for _name in (
-    "__rsub__ __rtruediv__ __rdiv__ __rpow__ __rmatmul__ __rfloordiv__ __rmod__ __rand__ "
-    "__ror__ __rxor__ __rlshift__ __rrshift__ __ilshift__ __irshift__ __imod__ __ifloordiv__"
-).split():
+for _name in "__rand__ __ror__ __rxor__ __ilshift__ __irshift__ __imod__ __ifloordiv__".split():
     _HAND_KINDS[f"Tensor.{_name}"] = ((("tensor",), ("tensor", "scalar")), {})
 
 
@@ -679,11 +676,6 @@ def _name_of() -> dict[object, str]:
         fn = getattr(base, dunder, None)
         if fn is not None and target in OPS:
             found.setdefault(fn, target)
-    for name in OPS:
-        if name.startswith("Tensor.__"):
-            fn = getattr(torch.Tensor, name[len("Tensor.") :], None)
-            if fn is not None:
-                found.setdefault(fn, name)
     # ``with torch.no_grad():`` inside traced code reaches the tracer as this call.
     found[torch._C._set_grad_enabled] = "set_grad_enabled"
     return found
