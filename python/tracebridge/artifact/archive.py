@@ -143,7 +143,14 @@ def read_json(path: str | os.PathLike) -> tuple[dict, bytes]:
             blob = archive.read(TENSORS_MEMBER) if TENSORS_MEMBER in members else b""
     except ArtifactError:
         raise
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+    except (
+        zipfile.BadZipFile,
+        OSError,
+        EOFError,
+        ValueError,
+        NotImplementedError,
+        RuntimeError,
+    ) as exc:
         raise ArtifactError(f"{name}: corrupt or truncated archive ({exc})") from None
     try:
         doc = json.loads(text)
