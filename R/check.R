@@ -754,11 +754,23 @@ spec_leaves <- function(spec) {
   if (is.null(spec)) return(0L)
   if (!is_obj(spec)) check_fault("specs", "a spec must be an object")
   t <- spec[["t"]]
+  fields <- list(const = "v", tuple = "c", list = "c", dict = c("keys", "c"),
+                 namedtuple = c("name", "fields", "c"))[[t]]
+  missing <- setdiff(fields, names(spec))
+  if (length(missing)) {
+    check_fault("specs", sprintf("a %s spec needs the field '%s'", t, missing[[1]]))
+  }
   if (identical(t, "leaf")) return(1L)
   if (t %in% c("none", "const")) return(0L)
   children <- spec[["c"]]
   if (identical(t, "dict") && length(spec[["keys"]]) != length(children)) {
     check_fault("specs", "a dict spec needs as many keys as children")
+  }
+  if (identical(t, "dict") && !all(vapply(spec[["keys"]], function(k) {
+    is.character(k) && length(k) == 1L || is.integer(k) && length(k) == 1L || is.logical(k) &&
+      length(k) == 1L
+  }, logical(1)))) {
+    check_fault("specs", "dict spec keys are strings or integers")
   }
   if (identical(t, "namedtuple") && length(spec[["fields"]]) != length(children)) {
     check_fault("specs", "a namedtuple spec needs as many fields as children")

@@ -663,20 +663,36 @@ def _leaf_count(spec: Any, count: int, what: str, field: str) -> None:
         _fail("specs", f"{count} {what} but {field} has {leaves} leaves")
 
 
+_SPEC_FIELDS = {
+    "leaf": (),
+    "none": (),
+    "const": ("v",),
+    "tuple": ("c",),
+    "list": ("c",),
+    "dict": ("keys", "c"),
+    "namedtuple": ("name", "fields", "c"),
+}
+
+
 def _leaves(spec: Any, depth: int) -> int:
     if spec is None:
         return 0
     if not isinstance(spec, dict):
         _fail("specs", "a spec must be an object")
     t = spec.get("t")
+    missing = [f for f in _SPEC_FIELDS.get(t, ()) if f not in spec]
+    if missing:
+        _fail("specs", f"a {t} spec needs the field {missing[0]!r}")
     if t == "leaf":
         return 1
     if t in ("none", "const"):
         return 0
-    children = spec.get("c", [])
-    if t == "dict" and len(spec.get("keys", [])) != len(children):
+    children = spec["c"]
+    if t == "dict" and len(spec["keys"]) != len(children):
         _fail("specs", "a dict spec needs as many keys as children")
-    if t == "namedtuple" and len(spec.get("fields", [])) != len(children):
+    if t == "dict" and not all(isinstance(k, (str, int)) for k in spec["keys"]):
+        _fail("specs", "dict spec keys are strings or integers")
+    if t == "namedtuple" and len(spec["fields"]) != len(children):
         _fail("specs", "a namedtuple spec needs as many fields as children")
     return sum(_leaves(c, depth + 1) for c in children)
 
