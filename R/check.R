@@ -55,6 +55,7 @@ check_program <- function(doc, file, strict = FALSE) {
     check_schema(doc)
     check_document(doc, strict)
     check_names_and_dispatch(doc)
+    check_mode_bound(doc)
     check_methods(doc, file)
   }, tracebridge_check_fault = function(fault) {
     inspect_abort(check_message(file, NULL, NULL, NULL, fault))
@@ -197,6 +198,21 @@ check_schema <- function(doc) {
       schema_fault("tensors", "must be {sha256: string, count: integer}")
     }
   }
+  if ("mode_bound" %in% names(doc)) {
+    mb <- doc[["mode_bound"]]
+    ok <- is_obj(mb) && all(vapply(mb, function(e) {
+      is_obj(e) && "training" %in% names(e) && is_flag(e[["training"]]) &&
+        (!"op" %in% names(e) || is_str(e[["op"]])) &&
+        (!"loc" %in% names(e) || is.null(e[["loc"]]) || is_str(e[["loc"]]))
+    }, logical(1)))
+    if (!ok) schema_fault("mode_bound", "must map methods to {training, op, loc}")
+  }
+  if ("backend" %in% names(doc)) {
+    b <- doc[["backend"]]
+    if (!is_obj(b) || !"name" %in% names(b) || !is_str(b[["name"]])) {
+      schema_fault("backend", "must be an object with a name")
+    }
+  }
   if ("meta" %in% names(doc) && !is_obj(doc[["meta"]])) {
     schema_fault("meta", "must be object")
   }
@@ -212,6 +228,10 @@ schema_graph <- function(g, where, dtypes) {
   if ("arg_names" %in% names(g) &&
       (!is_arr(g[["arg_names"]]) || !all(vapply(g[["arg_names"]], is_str, logical(1))))) {
     schema_fault(paste0(where, "/arg_names"), "must be an array of strings")
+  }
+  if ("sources" %in% names(g) && (!is_obj(g[["sources"]]) ||
+                                   !all(vapply(g[["sources"]], is_str, logical(1))))) {
+    schema_fault(paste0(where, "/sources"), "must be an object of strings")
   }
   if (!is_arr(g[["inputs"]])) schema_fault(paste0(where, "/inputs"), "must be array")
   for (v in g[["inputs"]]) schema_value(v, where, dtypes)
@@ -301,6 +321,41 @@ check_path_name <- function(name, what) {
   if (!fits(ops[["names"]][["path"]], name, ops[["limits"]][["name_chars"]])) {
     check_fault("names", sprintf("%s name '%s' is not a dotted path of [A-Za-z0-9_] parts",
                                  what, substr(name, 1, 40)))
+  }
+}
+
+# mode_bound (in meta for format 1) names methods, with a boolean mode.
+check_mode_bound <- function(doc) {
+  ops <- tb_tables()[["ops"]]
+  bound <- doc[["mode_bound"]]
+  if (identical(int_value(doc[["format_version"]]), 1)) {
+    meta <- doc[["meta"]]
+    bound <- meta[["mode_bound"]]
+    backend <- meta[["backend"]]
+    if (!is.null(backend) && !(is_obj(backend) && is_str(backend[["name"]]))) {
+      check_fault("document", "meta.backend of a format-1 file must be an object with a name")
+    }
+  }
+  if (is.null(bound)) return(invisible())
+  if (!is_obj(bound)) check_fault("document", "mode_bound must be an object of methods")
+  for (i in seq_along(bound)) {
+    method <- names(bound)[[i]]
+    entry <- bound[[i]]
+    if (!method %in% names(doc[["methods"]])) {
+      check_fault("dispatch", sprintf(
+        "mode_bound names method '%s', which the file does not have", substr(method, 1, 40)))
+    }
+    if (!is_obj(entry) || !is_flag(entry[["training"]])) {
+      check_fault("document", sprintf("mode_bound of '%s' needs a boolean 'training'", method))
+    }
+    loc <- entry[["loc"]]
+    if (!is.null(loc) && !fits(ops[["names"]][["loc"]], loc, ops[["limits"]][["text_chars"]])) {
+      check_fault("names", "a mode_bound loc must be 'path:line' without control characters")
+    }
+    if ("op" %in% names(entry) && !is_str(entry[["op"]])) {
+      check_fault("document", sprintf("mode_bound of '%s' has an op that is not a string",
+                                      method))
+    }
   }
 }
 
@@ -394,6 +449,15 @@ check_inputs <- function(graph, kinds) {
   for (arg in graph[["arg_names"]]) {
     if (!fits(ops[["names"]][["keyword"]], arg, ops[["limits"]][["name_chars"]]) && !identical(arg, "...")) {
       check_fault("names", sprintf("argument name '%s' is not an identifier", substr(arg, 1, 40)))
+    }
+  }
+  src <- graph[["sources"]]
+  for (i in seq_along(src)) {
+    if (!fits(ops[["names"]][["loc"]], names(src)[[i]], ops[["limits"]][["text_chars"]]) ||
+        nchar(src[[i]], type = "chars") > ops[["limits"]][["text_chars"]]) {
+      check_fault("names", sprintf(
+        "sources maps 'path:line' locations to lines of at most %d characters",
+        ops[["limits"]][["text_chars"]]))
     }
   }
   s <- graph[["in_spec"]]

@@ -441,8 +441,9 @@ R_RUNNER = r"""
 args <- commandArgs(trailingOnly = TRUE)
 root <- args[[1]]
 `%||%` <- function(a, b) if (is.null(a)) b else a
-for (f in c("artifact-read.R", "check.R")) sys.source(file.path(root, "R", f), envir = globalenv())
-inspect_format_version <- 1L
+for (f in c("artifact-read.R", "check.R", "inspect.R")) {
+  sys.source(file.path(root, "R", f), envir = globalenv())
+}
 for (path in readLines(args[[2]])) {
   r <- tryCatch({ read_program(path); "accept" },
                 error = function(e) paste("refuse", gsub("\n", " ", conditionMessage(e))))

@@ -150,6 +150,7 @@ def check_program(program_or_doc: Program | dict, name: str = "", *, strict: boo
             _check_schema(doc)
             _check_document(doc, strict)
         _check_names_and_dispatch(doc)
+        _check_mode_bound(doc)
         _check_methods(doc)
     except _Located as fault:
         raise ArtifactError(prefix + str(fault)) from None
@@ -192,6 +193,7 @@ def _doc_of(program: Program) -> dict:
         "dispatch": program.dispatch,
         "module_classes": program.module_classes,
         "state": {n: {"kind": e.kind} for n, e in program.state.items()},
+        "mode_bound": program.mode_bound,
     }
 
 
@@ -289,6 +291,35 @@ def _check_document(doc: dict, strict: bool) -> None:
         _fail("document", f"tensors.count is {count} but the state has {len(doc['state'])} tensors")
     if len(doc["methods"]) > LIMITS["methods"]:
         _fail("resource limits", f"{len(doc['methods'])} methods, more than {LIMITS['methods']}")
+
+
+def _check_mode_bound(doc: dict) -> None:
+    """``mode_bound`` (in ``meta`` for format 1) names methods, with a boolean mode."""
+    bound = doc.get("mode_bound")
+    backend = doc.get("backend")
+    if doc.get("format_version") == 1:
+        meta = doc.get("meta") or {}
+        bound, backend = meta.get("mode_bound"), meta.get("backend")
+        if backend is not None and not (
+            isinstance(backend, dict) and isinstance(backend.get("name"), str)
+        ):
+            _fail("document", "meta.backend of a format-1 file must be an object with a name")
+    if bound is None:
+        return
+    if not isinstance(bound, dict):
+        _fail("document", "mode_bound must be an object of methods")
+    for method, entry in bound.items():
+        if method not in doc["methods"]:
+            _fail(
+                "dispatch", f"mode_bound names method {method[:40]!r}, which the file does not have"
+            )
+        if not isinstance(entry, dict) or not isinstance(entry.get("training"), bool):
+            _fail("document", f"mode_bound of {method!r} needs a boolean 'training'")
+        loc = entry.get("loc")
+        if loc is not None and not _fits(LOC, loc, LIMITS["text_chars"]):
+            _fail("names", "a mode_bound loc must be 'path:line' without control characters")
+        if not isinstance(entry.get("op", ""), str):
+            _fail("document", f"mode_bound of {method!r} has an op that is not a string")
 
 
 def _check_names_and_dispatch(doc: dict) -> None:
