@@ -336,6 +336,7 @@ check_mode_bound <- function(doc) {
       check_fault("document", "meta.backend of a format-1 file must be an object with a name")
     }
   }
+  check_specialised(doc)
   if (is.null(bound)) return(invisible())
   if (!is_obj(bound)) check_fault("document", "mode_bound must be an object of methods")
   for (i in seq_along(bound)) {
@@ -355,6 +356,36 @@ check_mode_bound <- function(doc) {
     if ("op" %in% names(entry) && !is_str(entry[["op"]])) {
       check_fault("document", sprintf("mode_bound of '%s' has an op that is not a string",
                                       method))
+    }
+  }
+}
+
+# meta.specialised (method -> its size-1 variants) is read by the loaded module, so it is
+# checked like a field: methods of the file, each variant used once.
+check_specialised <- function(doc) {
+  meta <- doc[["meta"]]
+  spec <- if (is_obj(meta)) meta[["specialised"]]
+  if (is.null(spec)) return(invisible())
+  if (!is_obj(spec)) {
+    check_fault("document", "meta.specialised must map methods to lists of methods")
+  }
+  methods <- names(doc[["methods"]])
+  seen <- character(0)
+  for (i in seq_along(spec)) {
+    method <- names(spec)[[i]]
+    variants <- spec[[i]]
+    if (!method %in% methods || !is_arr(variants)) {
+      check_fault("document", sprintf(
+        "meta.specialised names '%s', which is not a method with a list of variants",
+        substr(method, 1, 40)))
+    }
+    for (v in variants) {
+      if (!is_str(v) || !v %in% methods || v %in% seen || v %in% names(spec)) {
+        check_fault("document", sprintf(
+          "meta.specialised of '%s' names a variant that is not a method of the file (or twice)",
+          method))
+      }
+      seen <- c(seen, v)
     }
   }
 }

@@ -304,6 +304,7 @@ def _check_mode_bound(doc: dict) -> None:
             isinstance(backend, dict) and isinstance(backend.get("name"), str)
         ):
             _fail("document", "meta.backend of a format-1 file must be an object with a name")
+    _check_specialised(doc)
     if bound is None:
         return
     if not isinstance(bound, dict):
@@ -320,6 +321,38 @@ def _check_mode_bound(doc: dict) -> None:
             _fail("names", "a mode_bound loc must be 'path:line' without control characters")
         if not isinstance(entry.get("op", ""), str):
             _fail("document", f"mode_bound of {method!r} has an op that is not a string")
+
+
+def _check_specialised(doc: dict) -> None:
+    """``meta.specialised`` (method -> its size-1 variants) is read by the loaded module, so
+    it is checked like a field: methods of the file, each variant used once."""
+    meta = doc.get("meta") or {}
+    spec = meta.get("specialised") if isinstance(meta, dict) else None
+    if spec is None:
+        return
+    if not isinstance(spec, dict):
+        _fail("document", "meta.specialised must map methods to lists of methods")
+    seen: set = set()
+    for method, variants in spec.items():
+        if method not in doc["methods"] or not isinstance(variants, list):
+            _fail(
+                "document",
+                f"meta.specialised names {method[:40]!r}, which is not a method "
+                "with a list of variants",
+            )
+        for variant in variants:
+            if (
+                not isinstance(variant, str)
+                or variant not in doc["methods"]
+                or variant in seen
+                or variant in spec
+            ):
+                _fail(
+                    "document",
+                    f"meta.specialised of {method!r} names "
+                    f"{str(variant)[:40]!r}, which is not a method of the file (or twice)",
+                )
+            seen.add(variant)
 
 
 def _check_names_and_dispatch(doc: dict) -> None:
