@@ -43,8 +43,9 @@ insp_program <- '{"format": "tracebridge", "format_version": 1, "opset_version":
  "module_classes": {"": "Net", "fc": "Linear"},
  "methods": {"forward": {
   "arg_names": ["x"],
-  "inputs": [{"id": 0, "kind": "Tensor", "dtype": "float32", "shape": ["s0", 3], "name": "x"}],
-  "in_spec": {"t": "leaf"},
+  "inputs": [{"id": 0, "kind": "Tensor", "dtype": "float32", "shape": ["s0", "s1"], "name": "x"}],
+  "in_spec": {"t": "tuple", "c": [{"t": "tuple", "c": [{"t": "leaf"}]},
+                                  {"t": "dict", "keys": [], "c": []}]},
   "nodes": [
    {"op": "prim.state", "args": ["fc.weight"], "kwargs": {},
     "outputs": [{"id": 1, "kind": "Tensor", "dtype": "float32", "shape": [2, 3],
@@ -58,13 +59,16 @@ insp_program <- '{"format": "tracebridge", "format_version": 1, "opset_version":
    {"op": "prim.guard", "args": [{"ref": 3}],
     "kwargs": {"expect": 4, "what": "x.size(0)", "kind": "value"},
     "outputs": [], "out_spec": null, "loc": "/home/u/model.R:13"},
+   {"op": "prim.guard", "args": [{"ref": 3}],
+    "kwargs": {"expect": {"tuple": [1e-07, 1e16, -0.0, {"dtype": "int64"}, {"device": "cpu"},
+                                    {"float": "-inf"}, "it\'s", {"complex": [1.0, -2.0]},
+                                    {"dict": [["k", [1, 2.5, true]]]}, {"tuple": [3]}]},
+               "what": "literals", "kind": "value"},
+    "outputs": [], "out_spec": null, "loc": null},
    {"op": "getitem",
     "args": [{"ref": 2}, {"tuple": [{"slice": [null, null, 2]}, {"ellipsis": true},
                                     9223372036854775807]}],
-    "kwargs": {"eps": 1e-07, "big": 1e16, "neg": -0.0, "dt": {"dtype": "int64"},
-               "dev": {"device": "cpu"}, "inf": {"float": "-inf"}, "s": "it\'s",
-               "c": {"complex": [1.0, -2.0]}, "d": {"dict": [["k", [1, 2.5, true]]]},
-               "one": {"tuple": [3]}},
+    "kwargs": {},
     "outputs": [{"id": 4, "kind": "Tensor", "dtype": "bool", "shape": [4, "s1"]}],
     "out_spec": {"t": "tuple", "c": [{"t": "leaf"}, {"t": "none"}]}, "loc": "model.R:14"}
   ],
@@ -76,16 +80,16 @@ insp_program <- '{"format": "tracebridge", "format_version": 1, "opset_version":
 
 # What Python's printer writes for insp_program (checked against it below).
 insp_graph <- paste(
-  "graph forward(%x: f32[s0, 3]) {",
+  "graph forward(%x: f32[s0, s1]) {",
   "  %fc.weight: f32[2, 3] = prim.state('fc.weight')",
   "  %0: f32[4, 2] = linear(%x, %fc.weight, bias=None)  # model.R:12",
   "  %1: int = prim.size(%x, 0)  # model.R:13",
   "  guard %1 == 4  # x.size(0), at model.R:13",
   paste0(
-    "  (%2: b8[4, s1], _) = getitem(%0, (::2, ..., 9223372036854775807), eps=1e-07, ",
-    "big=1e+16, neg=-0.0, dt=int64, dev=device('cpu'), inf=-inf, s=\"it's\", c=(1-2j), ",
-    "d={'k': [1, 2.5, True]}, one=(3,))  # model.R:14"
+    "  guard %1 == (1e-07, 1e+16, -0.0, int64, device('cpu'), -inf, \"it's\", (1-2j), ",
+    "{'k': [1, 2.5, True]}, (3,))  # literals, at ?"
   ),
+  "  (%2: b8[4, s1], _) = getitem(%0, (::2, ..., 9223372036854775807))  # model.R:14",
   "  return (%0, %2, 0.5)",
   "}",
   sep = "\n"
@@ -109,7 +113,7 @@ test_that("jit_inspect reads a hand-written artifact with base R only", {
   expect_false(info$training)
   expect_equal(info$methods, "forward")
   expect_equal(info$graphs[["forward"]], insp_graph)
-  expect_equal(info$inputs$forward, data.frame(name = "x", type = "f32[s0, 3]"))
+  expect_equal(info$inputs$forward, data.frame(name = "x", type = "f32[s0, s1]"))
   expect_equal(info$state$name, "fc.weight")
   expect_equal(info$state$kind, "parameter")
   expect_equal(info$state$dtype, "float32")
@@ -117,12 +121,12 @@ test_that("jit_inspect reads a hand-written artifact with base R only", {
   expect_equal(info$state$type, "f32[2, 3]")
   expect_equal(info$state$bytes, 24)
   expect_true(info$state$requires_grad)
-  expect_equal(nrow(info$guards), 1)
-  expect_equal(info$guards$value, "%1")
-  expect_equal(info$guards$expect, "4")
-  expect_equal(info$guards$text, "x.size(0) == 4")
-  expect_equal(info$guards$loc, "model.R:13")
-  expect_equal(info$ops$forward, c(getitem = 1L, linear = 1L, prim.guard = 1L,
+  expect_equal(nrow(info$guards), 2)
+  expect_equal(info$guards$value[[1]], "%1")
+  expect_equal(info$guards$expect[[1]], "4")
+  expect_equal(info$guards$text[[1]], "x.size(0) == 4")
+  expect_equal(info$guards$loc[[1]], "model.R:13")
+  expect_equal(info$ops$forward, c(prim.guard = 2L, getitem = 1L, linear = 1L,
                                     prim.size = 1L, prim.state = 1L))
 
   out <- capture_output(res <- print(info))
@@ -190,11 +194,11 @@ test_that("bad files signal tracebridge_artifact_error with a clear message", {
                class = "tracebridge_artifact_error")
   renamed <- gsub('"fc.weight": {"kind"', '"fc.bias": {"kind"', insp_program, fixed = TRUE)
   expect_error(jit_inspect(insp_hand_artifact(renamed)),
-               "state 'fc.bias' has no tensor", class = "tracebridge_artifact_error")
+               "state 'fc.weight' does not exist", class = "tracebridge_artifact_error")
   broken <- sub('"out_spec": {"t": "tuple", "c": [{"t": "leaf"}, {"t": "none"}]}',
                 '"out_spec": {"t": "tuple", "c": [{"t": "leaf"}, {"t": "leaf"}]}',
                 insp_program, fixed = TRUE)
-  expect_error(jit_inspect(insp_hand_artifact(broken)), "method 'forward': the graph is malformed",
+  expect_error(jit_inspect(insp_hand_artifact(broken)), "method 'forward'.*out_spec has 2 leaves",
                class = "tracebridge_artifact_error")
   expect_error(jit_inspect(c("a", "b")), "one file path", class = "tracebridge_artifact_error")
 })
