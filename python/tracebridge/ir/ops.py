@@ -159,11 +159,12 @@ FAMILIES: dict[str, str] = {
         Tensor.fmod_ Tensor.remainder_ Tensor.tril_ Tensor.triu_ Tensor.squeeze_
         Tensor.unsqueeze_ Tensor.t_ Tensor.transpose_
     """,
-    # Only the builtin ones: ``Tensor.__rsub__`` and the other Python dunders are
-    # composites the tracer descends into (``1 - x`` records ``rsub``).
+    # Only the reflected dunders that are builtins: the others (__rsub__, __rpow__, ...) are
+    # Python functions on torch.Tensor that the tracer descends into, so ``1 - y`` records
+    # ``rsub`` as the code it runs says, and backends see the plain op.
     "reflected operators": """
-        Tensor.__rand__ Tensor.__ror__ Tensor.__rxor__ Tensor.__ilshift__ Tensor.__irshift__
-        Tensor.__imod__ Tensor.__ifloordiv__
+        Tensor.__rand__ Tensor.__ror__ Tensor.__rxor__
+        Tensor.__ilshift__ Tensor.__irshift__ Tensor.__imod__ Tensor.__ifloordiv__
     """,
     "autograd mode": """
         set_grad_enabled
@@ -452,7 +453,7 @@ _HAND_KINDS: dict[str, tuple[tuple, dict]] = {
     },
 }
 # Reflected dunders: (self, other) with other a number or a tensor.
-for _name in "__rand__ __ror__ __rxor__ __ilshift__ __irshift__ __imod__ __ifloordiv__".split():
+for _name in ("__rand__ __ror__ __rxor__ __ilshift__ __irshift__ __imod__ __ifloordiv__").split():
     _HAND_KINDS[f"Tensor.{_name}"] = ((("tensor",), ("tensor", "scalar")), {})
 
 
@@ -676,6 +677,11 @@ def _name_of() -> dict[object, str]:
         fn = getattr(base, dunder, None)
         if fn is not None and target in OPS:
             found.setdefault(fn, target)
+    for name in OPS:
+        if name.startswith("Tensor.__"):
+            fn = getattr(torch.Tensor, name[len("Tensor.") :], None)
+            if fn is not None:
+                found.setdefault(fn, name)
     # ``with torch.no_grad():`` inside traced code reaches the tracer as this call.
     found[torch._C._set_grad_enabled] = "set_grad_enabled"
     return found
