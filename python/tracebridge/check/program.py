@@ -128,6 +128,10 @@ def check_program(program_or_doc: Program | dict, name: str = "", *, strict: boo
       the op takes (``shared_ir/ops.json``); ``prim.state`` names a state entry;
       ``prim.guard`` has one argument, ``expect``, and a guard ``kind`` of the spec.
     * **literals** [5]: one-key objects with a known tag and a well-formed body.
+    * **fields that runs depend on** [2]: ``mode_bound`` (in ``meta`` for format 1) names
+      methods and has a boolean ``training``; a graph's ``sources`` map locations to lines;
+      ``meta.specialised`` (read by the loaded module, though ``meta`` should be display
+      only) maps methods to lists of distinct methods; ``tensors.external`` names state.
     * **resources**: nesting depth, node and method counts, name and text lengths,
       integers inside int64/uint64, and a size written as a literal may not ask for more
       than ``LIMITS["literal_numel"]`` elements; scalar ops on literals must stay in range
