@@ -310,7 +310,12 @@ class TracedModule(nn.Module, _Traced):
         route = self.program.dispatch.get(name)
         if route is not None:
             name = route["train" if self.training else "eval"]
-        method = self._methods[name]
+        method = self._methods.get(name)
+        if method is None:
+            raise TraceError(
+                f"this traced module has no method {name!r} (it has "
+                f"{', '.join(self.program.methods)}); call one of those"
+            )
         bound = self._mode_bound.get(name)
         if bound is not None and bound["training"] != self.training and guards_active(method):
             traced, now = ("training", "eval") if bound["training"] else ("eval", "training")
