@@ -18,7 +18,6 @@ unnoticed until ``verify``.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import mmap
@@ -26,11 +25,11 @@ import os
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any, BinaryIO
 
 import torch
 
+from ..check.program import check_json_size, check_program
 from ..errors import ArtifactError
 from ..ir import (
     DTYPE_NAMES,
@@ -41,7 +40,6 @@ from ..ir import (
     graph_from_json,
     graph_to_json,
 )
-from ..ir import ops as opset
 from ..version import __version__
 from . import tensors as st
 from .atomic import atomic_file
@@ -50,7 +48,6 @@ from .jsonstrict import loads_strict
 from .weights import WeightsArg, bind
 
 VERIFY_BELOW = 64 * 1024 * 1024
-MAX_PROGRAM_BYTES = 256 * 1024 * 1024
 _CHUNK = 16 * 1024 * 1024
 
 
@@ -266,11 +263,7 @@ def _open(name: str, handle: BinaryIO) -> Opened:
     except ArtifactError as exc:
         raise ArtifactError(f"{name}: {exc}") from None
     program = members[PROGRAM_MEMBER]
-    if program.size > MAX_PROGRAM_BYTES:
-        raise ArtifactError(
-            f"{name}: {PROGRAM_MEMBER} is {program.size} bytes, over the "
-            f"{MAX_PROGRAM_BYTES}-byte limit (not read)"
-        )
+    check_json_size(program.size, name)  # before reading a byte of it
     handle.seek(program.data_offset)
     text = handle.read(program.size)
     if zlib.crc32(text) != program.crc:
@@ -409,51 +402,9 @@ def parse_safetensors(blob, name: str) -> dict[str, torch.Tensor]:
 # --- the document ---------------------------------------------------------------------------
 
 
-@functools.cache
-def _validator():
-    """The JSON Schema (draft-07) compiled to a Python function once: validating a large
-    graph this way costs milliseconds, where an interpreting validator costs a second."""
-    import fastjsonschema
-
-    text = resources.files("tracebridge").joinpath("schema/program.schema.json").read_text()
-    return fastjsonschema.compile(json.loads(text))
-
-
 def check_document(doc: Any, name: str) -> None:
-    """Version, schema and op-set checks, each with a message that says what to do."""
-    if not isinstance(doc, dict) or doc.get("format") != "tracebridge":
-        raise ArtifactError(f"{name}: not a tracebridge artifact (format field missing)")
-    version = doc.get("format_version")
-    if type(version) is not int or version < 1:
-        raise ArtifactError(f"{name}: invalid format_version {version!r}")
-    if version > FORMAT_VERSION:
-        raise ArtifactError(
-            f"{name}: format version {version} is newer than this tracebridge reads "
-            f"(up to {FORMAT_VERSION}); upgrade tracebridge to load it"
-        )
-    opset_version = doc.get("opset_version")
-    if isinstance(opset_version, int) and opset_version > OPSET_VERSION:
-        raise ArtifactError(
-            f"{name}: op-set version {opset_version} is newer than this "
-            f"tracebridge knows ({OPSET_VERSION}); upgrade tracebridge"
-        )
-    import fastjsonschema
-
-    try:
-        _validator()(doc)
-    except fastjsonschema.JsonSchemaValueException as exc:
-        where = "/".join(str(p) for p in exc.path[1:]) or "(top level)"
-        raise ArtifactError(
-            f"{name}: program.json does not follow the schema at {where}: {exc.message}"
-        ) from None
-    for method, graph in doc["methods"].items():
-        for index, node in enumerate(graph["nodes"]):
-            if not opset.is_known(node["op"]):
-                raise ArtifactError(
-                    f"{name}: method {method!r}, node {index} uses op {node['op']!r}, which is "
-                    f"not in the op set (version {OPSET_VERSION}); the file is corrupt or was "
-                    "made by a newer tracebridge"
-                )
+    """Every rule of the spec (``check.program.check_program``), before anything runs."""
+    check_program(doc, name)
 
 
 def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "") -> Program:

@@ -21,24 +21,14 @@ from typing import Any
 import torch
 
 from ..errors import ArtifactError
+from ..ir import dtypes
 from .jsonstrict import loads_strict
 
 ALIGN = 64
 FILLER_PREFIX = "#pad"
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's own limit
-ST_DTYPES = {
-    torch.float32: "F32",
-    torch.float64: "F64",
-    torch.float16: "F16",
-    torch.bfloat16: "BF16",
-    torch.int64: "I64",
-    torch.int32: "I32",
-    torch.int16: "I16",
-    torch.int8: "I8",
-    torch.uint8: "U8",
-    torch.bool: "BOOL",
-    torch.complex64: "C64",
-}
+# torch.dtype <-> safetensors code, from the one dtype table (ir/dtypes.py).
+ST_DTYPES = {d.torch: d.safetensors for d in dtypes.TABLE if d.safetensors}
 FROM_ST = {v: k for k, v in ST_DTYPES.items()}
 
 
