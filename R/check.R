@@ -268,9 +268,11 @@ check_document <- function(doc, strict) {
     check_fault("document", "program.json has no tensors.sha256 checksum",
                 "save the program again with tracebridge")
   }
-  if (!is.null(t[["count"]]) && int_value(t[["count"]]) != length(doc[["state"]])) {
-    check_fault("document", sprintf("tensors.count is %s but the state has %d tensors",
-                                    id_key(t[["count"]]), length(doc[["state"]])))
+  # State listed in tensors.external is stored elsewhere (SPEC section 9).
+  stored <- length(doc[["state"]]) - length(t[["external"]])
+  if (!is.null(t[["count"]]) && int_value(t[["count"]]) != stored) {
+    check_fault("document", sprintf("tensors.count is %s but the state has %d stored tensors",
+                                    id_key(t[["count"]]), stored))
   }
   limit <- tb_tables()[["ops"]][["limits"]][["methods"]]
   if (length(doc[["methods"]]) > limit) {

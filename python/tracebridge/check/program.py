@@ -282,8 +282,10 @@ def _check_document(doc: dict, strict: bool) -> None:
             "save the program again with tracebridge",
         )
     count = tensors.get("count")
-    if count is not None and count != len(doc["state"]):
-        _fail("document", f"tensors.count is {count} but the state has {len(doc['state'])} tensors")
+    external = tensors.get("external", [])  # state stored elsewhere (SPEC section 9)
+    stored = len(doc["state"]) - (len(external) if isinstance(external, list) else 0)
+    if count is not None and count != stored:
+        _fail("document", f"tensors.count is {count} but the state has {stored} stored tensors")
     if len(doc["methods"]) > LIMITS["methods"]:
         _fail("resource limits", f"{len(doc['methods'])} methods, more than {LIMITS['methods']}")
 
