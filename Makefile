@@ -31,6 +31,7 @@ test-r:
 
 bench: setup
 	$(PY) benchmarks/bench_python.py
+	$(PY) benchmarks/bench_large.py
 	@if [ -f benchmarks/bench_r.R ]; then Rscript benchmarks/bench_r.R; fi
 
 clean:
