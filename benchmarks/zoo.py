@@ -249,7 +249,9 @@ def run_case(case, tools, workdir: str, index: int, limit: int) -> tuple[dict, l
 
 def reload_all(manifest_path: str) -> None:
     """Run in a fresh process: load every artifact and run it on its inputs."""
-    import zoo_models  # noqa: F401 - imports torchvision etc., as a user's process would
+    import torchvision  # noqa: F401 - as a user's process would (registers its ops)
+
+    zoo_env.allow_python_ops()
 
     with open(manifest_path) as f:
         manifest = json.load(f)

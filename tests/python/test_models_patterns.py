@@ -70,23 +70,21 @@ def test_is_tracing_is_true_so_library_code_records_its_general_path(tmp_path):
 
 
 class TorchvisionTracingState(nn.Module):
-    """torchvision's detection code asks torch._C._get_tracing_state() directly and then
-    computes a scale with tensors instead of Python floats (expand_masks)."""
+    """torchvision's detection code asks torch._C._get_tracing_state() and then stacks
+    sizes as tensors, as TorchScript's tracer has them; tracebridge's sizes are ints, so
+    that path stays closed and the ordinary one records a general graph."""
 
     def forward(self, x):
-        m = x.shape[-1]
         if torch._C._get_tracing_state():
-            scale = torch.tensor(m + 2).to(torch.float32) / torch.tensor(m).to(torch.float32)
-        else:
-            scale = float(m + 2) / m
-        return x * scale
+            sizes = torch.stack([x.shape[-1], x.shape[-2]])
+            return x * sizes.sum()
+        return x * (x.shape[-1] + x.shape[-2])
 
 
-def test_get_tracing_state_is_truthy_for_library_code_only():
+def test_torchscript_tracing_state_stays_closed():
     m = TorchvisionTracingState()
     traced = tracebridge.trace(m, torch.randn(2, 3))
-    assert close(traced(torch.ones(4, 5)), torch.full((4, 5), 7 / 5))
-    assert torch._C._get_tracing_state() is None
+    assert close(traced(torch.ones(4, 5)), torch.full((4, 5), 9.0))
 
 
 # --- library assertions ------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from ..ir import ops as opset
 from ..ir.pytree import is_tensor
 from .verify import first_difference
 
-PROBES = 3  # sizes tried at most, batch first
+PROBES = 5  # sizes tried at most, batch first
 _COMPARISONS = frozenset(f"scalar.{op}" for op in ("eq", "ne", "lt", "le", "gt", "ge"))
 
 
