@@ -61,7 +61,11 @@ def allow_python_ops() -> None:
     """torchvision.ops.nms asks whether its C++ extension loaded; ours is declared above."""
     import torchvision.extension
 
-    torchvision.extension._has_ops = lambda: True
+    torchvision.extension._has_ops = _has_ops
+
+
+def _has_ops() -> bool:
+    return True
 
 
 declare_torchvision_ops()
