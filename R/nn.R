@@ -1,54 +1,141 @@
 # Modules. An R module instance is a function (so `model(x)` works) whose "self"
 # attribute is an environment holding its R methods, its R children and `.py`: the
-# `torch.nn.Module` it lives in. Built-in modules (`nn_linear()`, ...) wrap the Python
-# module of the same name; `nn_module()` classes live in a `tracebridge.frontends.rbridge.RModule`
-# whose forward calls back into R. Children, parameters and buffers are registered on the
-# Python module under their R names, so parameter paths read `fc1.weight` on both sides.
+# `torch.nn.Module` it lives in. Built-in modules (`nn_linear()`, ...) come from the
+# surface table and wrap the Python module of the same name; `nn_module()` classes live
+# in a `tracebridge.frontends.rbridge.RModule` whose forward calls back into R. Children,
+# parameters and buffers are registered on the Python module under their R names, so
+# parameter paths read `fc1.weight` on both sides.
+#
+# Note: memory. R holds the Python module; the Python module holds only an integer key
+# (`_r_key`) and one shared dispatcher, never the R instance. The key finds the instance
+# through a weak reference, so an instance R no longer uses is collected by R, and then
+# its Python module by Python. Nothing keeps instances alive in a registry.
 
 module_env <- function(x) if (is.environment(x)) x else attr(x, "self")
 module_py <- function(x) get(".py", envir = module_env(x))
 
-new_module_instance <- function(self, classes, call) {
+next_key <- function() .tb$next_key <- (.tb$next_key %||% 0L) + 1L
+
+register_instance <- function(self, py, key = NULL) {
+  if (is.null(key)) {
+    key <- next_key()
+    reticulate::py_set_attr(py, "_r_key", key)
+  }
+  skey <- as.character(key)
+  assign(skey, rlang::new_weakref(self), envir = .tb$live)
+  reg.finalizer(self, function(e) {
+    ref <- get0(skey, envir = .tb$live, inherits = FALSE)
+    if (!is.null(ref) && identical(rlang::wref_key(ref), e)) rm(list = skey, envir = .tb$live)
+  })
+  key
+}
+
+instance_for_key <- function(key) {
+  ref <- get0(as.character(key), envir = .tb$live, inherits = FALSE)
+  if (is.null(ref)) return(NULL)
+  self <- rlang::wref_key(ref)
+  if (is.null(self)) return(NULL)
+  get0(".instance", envir = self, inherits = FALSE)
+}
+
+new_module_instance <- function(self, classes, call, key = NULL) {
   class(self) <- c(classes, "nn_module")
   inst <- structure(call, self = self, class = c(classes, "nn_module"))
   assign(".instance", inst, envir = self)
-  .tb$instances[[module_key(get(".py", envir = self))]] <- inst
+  register_instance(self, get(".py", envir = self), key)
   inst
 }
 
-module_key <- function(py) as.character(reticulate::py_to_r(.tb$builtins$id(py)))
-
 # A Python module seen from R: the R instance that made it, or a new wrapper.
 wrap_py_module <- function(py) {
-  inst <- .tb$instances[[module_key(py)]]
-  if (!is.null(inst)) return(inst)
+  if (reticulate::py_has_attr(py, "_r_key")) {
+    inst <- instance_for_key(reticulate::py_to_r(reticulate::py_get_attr(py, "_r_key")))
+    if (!is.null(inst)) return(inst)
+  }
   name <- reticulate::py_to_r(py$`_get_name`())
   py_backed_module(py, paste0("nn_", tolower(name)))
 }
 
-py_backed_module <- function(py, class, forward = NULL) {
+# One R function that every R module's Python forward (and traced method) calls, with
+# the instance's key: Python never holds an R instance.
+dispatcher <- function() {
+  if (is.null(.tb$dispatch)) {
+    fn <- function(key, method, ...) {
+      inst <- instance_for_key(reticulate::py_to_r(key))
+      method <- reticulate::py_to_r(method)
+      if (is.null(inst)) {
+        e <- simpleError("The R module behind this Python module no longer exists.")
+        .tb$pending_r_error <- e
+        stop(e)
+      }
+      self <- module_env(inst)
+      what <- sprintf("%s() of <%s>", method, class(inst)[[1]])
+      f <- get(method, envir = self)
+      args <- lapply(list(...), from_py)
+      out <- withCallingHandlers(do.call(f, args),
+                                 error = function(e) .tb$pending_r_error <- e)
+      withCallingHandlers(output_to_py(out, what),
+                          error = function(e) .tb$pending_r_error <- e)
+    }
+    .tb$dispatch <- reticulate::r_to_py(fn, convert = FALSE)
+  }
+  .tb$dispatch
+}
+
+bind_method_py <- function(py, method) {
+  .tb$rmod$bind_method(py, method, dispatcher())
+  invisible()
+}
+
+py_backed_module <- function(py, class, forward = NULL, forward_spec = NULL) {
   self <- new.env(parent = emptyenv())
   assign(".py", py, envir = self)
   if (is.null(forward)) {
     forward <- function(...) {
-      args <- lapply(list(...), to_py)
-      from_py(do.call(tb_py_call, c(list(py), args)))
+      args <- list(...)
+      if (length(forward_spec)) args <- convert_forward_args(args, forward_spec)
+      else args <- lapply(args, to_py)
+      withCallingHandlers(
+        from_py(do.call(tb_py_call, c(list(py), args))),
+        error = function(e) rethrow_python(e, one_based = TRUE)
+      )
     }
   }
   assign("forward", forward, envir = self)
+  if (length(forward_spec)) assign(".forward_spec", forward_spec, envir = self)
   new_module_instance(self, class, forward)
+}
+
+# Forward arguments that are 1-based indices or class targets are shifted, as for
+# functions (see surface.tsv: `module(input:index)`).
+convert_forward_args <- function(args, spec) {
+  nms <- names(args) %||% rep("", length(args))
+  env <- new.env(parent = emptyenv())
+  out <- vector("list", length(args))
+  for (k in seq_along(args)) {
+    a <- if (nzchar(nms[[k]])) Find(function(s) s$name == nms[[k]], spec) else
+      if (k <= length(spec)) spec[[k]] else NULL
+    out[[k]] <- if (is.null(a) || is.null(args[[k]])) to_py(args[[k]]) else
+      convert_arg(a, args[[k]], env, NULL)
+  }
+  names(out) <- nms
+  out
 }
 
 #' Define a module class
 #'
 #' `nn_module()` returns a generator: calling it runs `initialize` with `self` bound to the
 #' new instance, and the instance runs `forward` when called. Assigning a module, an
-#' [nn_parameter()] or an [nn_buffer()] to `self$name` registers it under `name`.
+#' [nn_parameter()] or an [nn_buffer()] to `self$name` registers it under `name`. Methods
+#' see `self`, `super` (with `inherit`) and then the environment where `nn_module()` was
+#' called.
 #'
 #' @param classname The class name, shown when printing.
 #' @param ... Methods: `initialize`, `forward` and any others. Inside them `self` is
 #'   the instance.
-#' @param parent_env The environment the methods see beyond `self`.
+#' @param inherit A generator to inherit methods from; `super$method()` calls the
+#'   inherited one.
+#' @param parent_env The environment the methods see beyond `self` and `super`.
 #' @return A generator function with class `nn_module_generator`.
 #' @examples
 #' if (torch_is_installed()) {
@@ -61,17 +148,26 @@ py_backed_module <- function(py, class, forward = NULL) {
 #'   net <- Net(3)
 #'   names(net$parameters)
 #'   net(torch_ones(2, 3))
+#'   Wider <- nn_module("Wider", inherit = Net,
+#'     forward = function(x) 2 * super$forward(x))
+#'   Wider(3)(torch_ones(1, 3))
 #' }
 #' @export
-nn_module <- function(classname = NULL, ..., parent_env = parent.frame()) {
+nn_module <- function(classname = NULL, ..., inherit = NULL, parent_env = parent.frame()) {
+  force(parent_env)
   methods <- list(...)
   if (length(methods) && (is.null(names(methods)) || any(!nzchar(names(methods))))) {
-    tracebridge_abort("nn_module(): methods in `...` must be named.")
+    tracebridge_abort("nn_module(): methods in `...` must be named.", "value_error")
+  }
+  if (!is.null(inherit) && !inherits(inherit, "nn_module_generator")) {
+    tracebridge_abort("nn_module(): `inherit` must be a generator made by nn_module().",
+                      "type_error")
   }
   classname <- classname %||% "nn_module"
-  generator <- function(...) new_r_module(classname, methods, parent_env, list(...))
-  structure(generator, classname = classname, methods = methods,
-            class = "nn_module_generator")
+  level <- list(classname = classname, methods = methods, parent_env = parent_env,
+                inherit = inherit)
+  generator <- function(...) new_r_module(level, list(...))
+  structure(generator, classname = classname, level = level, class = "nn_module_generator")
 }
 
 #' @export
@@ -80,22 +176,43 @@ print.nn_module_generator <- function(x, ...) {
   invisible(x)
 }
 
-new_r_module <- function(classname, methods, parent_env, args) {
-  self <- new.env(parent = emptyenv())
-  py <- py_rb()$new_module(classname, as.list(simple_arg_names(methods$forward)))
-  assign(".py", py, envir = self)
-  method_env <- new.env(parent = parent_env)
-  assign("self", self, envir = method_env)
-  for (nm in names(methods)) {
-    f <- methods[[nm]]
-    if (is.function(f)) environment(f) <- method_env
-    assign(nm, f, envir = self)
+# Bind the methods of one class level (and, through `super`, its ancestors) to `self`.
+bind_level <- function(level, self) {
+  super <- NULL
+  if (!is.null(level$inherit)) super <- bind_level(attr(level$inherit, "level"), self)
+  env <- new.env(parent = level$parent_env)
+  assign("self", self, envir = env)
+  if (!is.null(super)) assign("super", super, envir = env)
+  bound <- if (is.null(super)) new.env(parent = emptyenv()) else {
+    b <- new.env(parent = emptyenv())
+    for (nm in ls(super, all.names = TRUE)) assign(nm, get(nm, envir = super), envir = b)
+    b
   }
+  for (nm in names(level$methods)) {
+    f <- level$methods[[nm]]
+    if (is.function(f)) environment(f) <- env
+    assign(nm, f, envir = bound)
+  }
+  bound
+}
+
+class_chain <- function(level) {
+  c(level$classname, if (!is.null(level$inherit)) class_chain(attr(level$inherit, "level")))
+}
+
+new_r_module <- function(level, args) {
+  self <- new.env(parent = emptyenv())
+  methods <- bind_level(level, self)
+  fwd <- get0("forward", envir = methods, inherits = FALSE)
+  key <- next_key()
+  py <- .tb$rmod$new_r_module(level$classname, as.list(simple_arg_names(fwd)), key,
+                              dispatcher())
+  assign(".py", py, envir = self)
+  for (nm in ls(methods, all.names = TRUE)) assign(nm, get(nm, envir = methods), envir = self)
   call <- function(...) get("forward", envir = self)(...)
-  inst <- new_module_instance(self, classname, call)
-  what <- sprintf("forward() of <%s>", classname)
-  reticulate::py_set_attr(py, "_r_forward", r_callback(call, what))
-  if (is.function(methods$initialize)) do.call(get("initialize", envir = self), args)
+  inst <- new_module_instance(self, unique(class_chain(level)), call, key)
+  init <- get0("initialize", envir = self, inherits = FALSE)
+  if (is.function(init)) do.call(init, args)
   inst
 }
 
@@ -176,8 +293,10 @@ nn_buffer <- function(x, persistent = TRUE) {
     training = reticulate::py_to_r(py$training),
     parameters = named_tensors(py$named_parameters()),
     buffers = named_tensors(py$named_buffers()),
-    modules = lapply(named_py_list(py$named_children()), wrap_py_module),
     children = lapply(named_py_list(py$named_children()), wrap_py_module),
+    modules = lapply(unname(named_py_list(py$named_modules())), wrap_py_module),
+    named_parameters = function() named_tensors(py$named_parameters()),
+    named_buffers = function() named_tensors(py$named_buffers()),
     train = function(mode = TRUE) {
       py$train(isTRUE(mode))
       invisible(inst)
@@ -186,9 +305,48 @@ nn_buffer <- function(x, persistent = TRUE) {
       py$eval()
       invisible(inst)
     },
+    to = function(dtype = NULL, device = NULL, ...) {
+      kw <- list()
+      if (!is.null(dtype)) kw$dtype <- dtype_py(dtype)
+      if (!is.null(device)) kw$device <- device_py(device)
+      do.call(py$to, kw)
+      invisible(inst)
+    },
+    cpu = function() {
+      py$cpu()
+      invisible(inst)
+    },
+    cuda = function(device = NULL) {
+      withCallingHandlers(py$cuda(), error = function(e) rethrow_python(e))
+      invisible(inst)
+    },
+    apply = function(fn) {
+      for (m in rev(`$.nn_module`(x, "modules"))) fn(m)
+      invisible(inst)
+    },
     state_dict = function() named_tensors(py$state_dict()$items()),
+    load_state_dict = function(state_dict, strict = TRUE) {
+      sd <- reticulate::py_dict(names(state_dict), unname(lapply(state_dict, tensor_py)),
+                                convert = FALSE)
+      withCallingHandlers(py$load_state_dict(sd, strict = isTRUE(strict)),
+                          error = function(e) rethrow_python(e))
+      invisible(inst)
+    },
     zero_grad = function() {
       py$zero_grad()
+      invisible(inst)
+    },
+    register_parameter = function(name, param) {
+      `$<-.nn_module`(x, name, nn_parameter(param))
+      invisible(inst)
+    },
+    register_buffer = function(name, tensor, persistent = TRUE) {
+      `$<-.nn_module`(x, name, nn_buffer(tensor, persistent))
+      invisible(inst)
+    },
+    register_module = ,
+    add_module = function(name, module) {
+      `$<-.nn_module`(x, name, module)
       invisible(inst)
     },
     py = py,
@@ -203,7 +361,14 @@ nn_buffer <- function(x, persistent = TRUE) {
 `[[.nn_module` <- function(x, i) {
   if (is.numeric(i)) {
     kids <- get0(".children", envir = module_env(x), inherits = FALSE)
-    if (is.null(kids)) tracebridge_abort("Only nn_sequential() modules index by number.")
+    if (is.null(kids)) {
+      tracebridge_abort("Only nn_sequential() and nn_module_list() index by number.",
+                        "index_error")
+    }
+    if (i < 1 || i > length(kids)) {
+      tracebridge_abort(sprintf("Index %d is out of bounds: the module has %d children.",
+                                as.integer(i), length(kids)), "index_error")
+    }
     return(kids[[i]])
   }
   `$.nn_module`(x, i)
@@ -213,6 +378,11 @@ nn_buffer <- function(x, persistent = TRUE) {
 length.nn_module <- function(x) {
   kids <- get0(".children", envir = module_env(x), inherits = FALSE)
   if (is.null(kids)) 1L else length(kids)
+}
+
+#' @export
+names.nn_module <- function(x) {
+  names(named_py_list(module_py(x)$named_children()))
 }
 
 named_tensors <- function(pairs) {
@@ -249,127 +419,83 @@ print.nn_module <- function(x, ...) {
   invisible(x)
 }
 
-#' Built-in layers
+#' Containers of modules
 #'
-#' Layers backed by the `torch.nn` module of the same name. Arguments follow mlverse
-#' torch. `nn_embedding()` takes 1-based indices, as in R.
+#' `nn_sequential()` calls its modules in order. `nn_module_list()` and
+#' `nn_module_dict()` hold modules (registered, so their parameters are the parent's) and
+#' are indexed like R lists (double brackets; 1 is the first).
 #'
-#' @param in_features,out_features Input and output sizes.
-#' @param bias Whether to learn an additive bias.
-#' @param in_channels,out_channels,kernel_size,stride,padding,dilation,groups
-#'   Convolution settings.
-#' @param p Dropout probability.
-#' @param num_features Number of features (channels).
-#' @param eps,momentum,affine,track_running_stats Batch normalisation settings.
-#' @param normalized_shape,elementwise_affine Layer normalisation settings.
-#' @param num_embeddings,embedding_dim,padding_idx Embedding settings (`padding_idx`
-#'   1-based).
 #' @param ... For `nn_sequential()`, the modules in order.
+#' @param modules A list of modules; named for `nn_module_dict()`.
 #' @return An `nn_module`.
-#' @name nn_layers
+#' @name nn_containers
 #' @examples
 #' if (torch_is_installed()) {
-#'   model <- nn_sequential(nn_linear(4, 8), nn_relu(), nn_dropout(0.1), nn_linear(8, 2))
-#'   model
+#'   model <- nn_sequential(nn_linear(4, 8), nn_relu(), nn_linear(8, 2))
 #'   dim(model(torch_randn(3, 4)))
+#'   layers <- nn_module_list(list(nn_linear(2, 2), nn_relu()))
+#'   length(layers)
 #' }
 NULL
 
-nn_py <- function(name, ...) reticulate::py_call(reticulate::py_get_attr(py_torch()$nn, name), ...)
-
-#' @rdname nn_layers
-#' @export
-nn_linear <- function(in_features, out_features, bias = TRUE) {
-  py_backed_module(nn_py("Linear", as.integer(in_features), as.integer(out_features),
-                         bias = isTRUE(bias)), "nn_linear")
+check_modules <- function(mods, what) {
+  if (!all(vapply(mods, inherits, logical(1), "nn_module"))) {
+    tracebridge_abort(sprintf("%s: every element must be an nn_module.", what), "type_error")
+  }
 }
 
-conv <- function(name, class, in_channels, out_channels, kernel_size, stride, padding,
-                 dilation, groups, bias) {
-  py_backed_module(nn_py(name, as.integer(in_channels), as.integer(out_channels),
-                         arg_py(kernel_size), stride = arg_py(stride),
-                         padding = arg_py(padding), dilation = arg_py(dilation),
-                         groups = as.integer(groups), bias = isTRUE(bias)), class)
-}
-
-#' @rdname nn_layers
-#' @export
-nn_conv1d <- function(in_channels, out_channels, kernel_size, stride = 1, padding = 0,
-                      dilation = 1, groups = 1, bias = TRUE) {
-  conv("Conv1d", "nn_conv1d", in_channels, out_channels, kernel_size, stride, padding,
-       dilation, groups, bias)
-}
-
-#' @rdname nn_layers
-#' @export
-nn_conv2d <- function(in_channels, out_channels, kernel_size, stride = 1, padding = 0,
-                      dilation = 1, groups = 1, bias = TRUE) {
-  conv("Conv2d", "nn_conv2d", in_channels, out_channels, kernel_size, stride, padding,
-       dilation, groups, bias)
-}
-
-#' @rdname nn_layers
-#' @export
-nn_relu <- function() py_backed_module(nn_py("ReLU"), "nn_relu")
-
-#' @rdname nn_layers
-#' @export
-nn_dropout <- function(p = 0.5) {
-  py_backed_module(nn_py("Dropout", p = as.double(p)), "nn_dropout")
-}
-
-batch_norm <- function(name, class, num_features, eps, momentum, affine,
-                       track_running_stats) {
-  py_backed_module(nn_py(name, as.integer(num_features), eps = as.double(eps),
-                         momentum = as.double(momentum), affine = isTRUE(affine),
-                         track_running_stats = isTRUE(track_running_stats)), class)
-}
-
-#' @rdname nn_layers
-#' @export
-nn_batch_norm1d <- function(num_features, eps = 1e-5, momentum = 0.1, affine = TRUE,
-                            track_running_stats = TRUE) {
-  batch_norm("BatchNorm1d", "nn_batch_norm1d", num_features, eps, momentum, affine,
-             track_running_stats)
-}
-
-#' @rdname nn_layers
-#' @export
-nn_batch_norm2d <- function(num_features, eps = 1e-5, momentum = 0.1, affine = TRUE,
-                            track_running_stats = TRUE) {
-  batch_norm("BatchNorm2d", "nn_batch_norm2d", num_features, eps, momentum, affine,
-             track_running_stats)
-}
-
-#' @rdname nn_layers
-#' @export
-nn_layer_norm <- function(normalized_shape, eps = 1e-5, elementwise_affine = TRUE) {
-  py_backed_module(nn_py("LayerNorm", as_shape(normalized_shape), eps = as.double(eps),
-                         elementwise_affine = isTRUE(elementwise_affine)), "nn_layer_norm")
-}
-
-#' @rdname nn_layers
-#' @export
-nn_embedding <- function(num_embeddings, embedding_dim, padding_idx = NULL) {
-  pad <- if (is.null(padding_idx)) NULL else as.integer(padding_idx) - 1L
-  py <- nn_py("Embedding", as.integer(num_embeddings), as.integer(embedding_dim),
-              padding_idx = pad)
-  # R indices are 1-based; the shift is part of the recorded computation.
-  forward <- function(input) from_py(tb_py_call(py, tensor_py(as_tensor(input) - 1L)))
-  py_backed_module(py, "nn_embedding", forward)
-}
-
-#' @rdname nn_layers
+#' @rdname nn_containers
 #' @export
 nn_sequential <- function(...) {
   mods <- list(...)
-  if (!all(vapply(mods, inherits, logical(1), "nn_module"))) {
-    tracebridge_abort("nn_sequential(): every argument must be an nn_module.")
-  }
+  check_modules(mods, "nn_sequential()")
   py <- do.call(py_torch()$nn$Sequential, unname(lapply(mods, module_py)))
   inst <- py_backed_module(py, "nn_sequential")
   self <- module_env(inst)
   assign(".children", unname(mods), envir = self)
   for (k in seq_along(mods)) assign(as.character(k - 1L), mods[[k]], envir = self)
+  inst
+}
+
+#' @rdname nn_containers
+#' @export
+nn_module_list <- function(modules = list()) {
+  check_modules(modules, "nn_module_list()")
+  py <- py_torch()$nn$ModuleList(unname(lapply(modules, module_py)))
+  forward <- function(...) {
+    tracebridge_abort("nn_module_list() has no forward(); call its elements.")
+  }
+  inst <- py_backed_module(py, "nn_module_list", forward = forward)
+  self <- module_env(inst)
+  assign(".children", unname(modules), envir = self)
+  assign("append", function(module) {
+    check_modules(list(module), "append()")
+    py$append(module_py(module))
+    assign(".children", c(get(".children", envir = self), list(module)), envir = self)
+    invisible(inst)
+  }, envir = self)
+  assign("extend", function(modules) {
+    for (m in modules) get("append", envir = self)(m)
+    invisible(inst)
+  }, envir = self)
+  inst
+}
+
+#' @rdname nn_containers
+#' @export
+nn_module_dict <- function(modules) {
+  if (!length(modules) || is.null(names(modules)) || any(!nzchar(names(modules)))) {
+    tracebridge_abort("nn_module_dict(): `modules` must be a named list of modules.",
+                      "value_error")
+  }
+  check_modules(modules, "nn_module_dict()")
+  py <- py_torch()$nn$ModuleDict(
+    reticulate::py_dict(names(modules), unname(lapply(modules, module_py)), convert = FALSE))
+  forward <- function(...) {
+    tracebridge_abort("nn_module_dict() has no forward(); call its elements.")
+  }
+  inst <- py_backed_module(py, "nn_module_dict", forward = forward)
+  self <- module_env(inst)
+  for (nm in names(modules)) assign(nm, modules[[nm]], envir = self)
   inst
 }

@@ -17,8 +17,14 @@
   .tb$rb <- reticulate::import("tracebridge.frontends.rbridge", convert = FALSE, delay_load = TRUE)
   .tb$core <- reticulate::import("tracebridge", convert = FALSE, delay_load = TRUE)
   .tb$builtins <- reticulate::import("builtins", convert = FALSE, delay_load = TRUE)
-  .tb$instances <- new.env(parent = emptyenv())
+  .tb$rmod <- reticulate::import("tracebridge.frontends.r_modules", convert = FALSE,
+                                 delay_load = TRUE)
+  .tb$live <- new.env(parent = emptyenv())
+  load_surface(topenv(environment(load_surface)))
 }
+
+# A function built from the surface table (they are assigned when the package loads).
+surface_fn <- function(name) get(name, envir = topenv(environment(surface_fn)))
 
 #' Find the Python that tracebridge uses
 #'
@@ -176,17 +182,6 @@ arg_py <- function(x) {
   reticulate::r_to_py(x, convert = FALSE)
 }
 
-# 1-based R dimensions to 0-based Python ones; negative ones count from the end.
-dim_py <- function(d) {
-  if (is.null(d)) return(NULL)
-  if (inherits(d, "torch_sym_int")) return(d)
-  if (any(d == 0)) {
-    tracebridge_abort("Dimensions are 1-based in R: `dim = 0` is not allowed.")
-  }
-  d <- as.integer(d)
-  ifelse(d > 0L, d - 1L, d)
-}
-
 # Call Python torch. While tracing, first tell the tracer which line of R code is
 # running, so graph nodes, warnings and guard messages point at the user's R source.
 tb_py_call <- function(fn, ...) {
@@ -223,13 +218,14 @@ py_call_checked <- function(fn, ...) {
   )
 }
 
-rethrow_python <- function(e) {
+rethrow_python <- function(e, one_based = FALSE) {
   # An R error raised inside an R callback wins: it is the user's own error.
   pending <- .tb$pending_r_error
   if (!is.null(pending)) {
     .tb$pending_r_error <- NULL
     stop(pending)
   }
+  if (inherits(e, "tracebridge_error")) stop(e)
   err <- tryCatch(py_rb()$take_last_error(), error = function(e2) NULL)
   if (!is.null(err) && !inherits(err, "python.builtin.NoneType")) {
     info <- reticulate::py_to_r(py_rb()$error_info(err))
@@ -242,20 +238,64 @@ rethrow_python <- function(e) {
   }
   type <- info[[1]]
   mro <- unlist(info[[3]])
-  classes <- c(
-    if ("GuardError" %in% mro) "tracebridge_guard_error",
-    if ("TracingCheckError" %in% mro) "tracebridge_check_error",
-    if ("ArtifactError" %in% mro) "tracebridge_artifact_error",
-    if ("UnsupportedOpError" %in% mro) "tracebridge_unsupported_error",
-    if ("TraceError" %in% mro) "tracebridge_error",
-    "tracebridge_python_error"
-  )
-  msg <- paste0(type, ": ", info[[2]])
+  message <- one_line(info[[2]])
+  if (one_based) message <- one_based_message(message)
   cond <- structure(
-    class = c(classes, "error", "condition"),
-    list(message = msg, call = NULL, python_type = type, python_error = err)
+    class = c(error_classes(mro), "error", "condition"),
+    list(message = paste0(type, ": ", message), call = NULL, python_type = type,
+         python_error = err)
   )
   stop(cond)
+}
+
+# R condition classes for a Python exception, from the names of its class hierarchy:
+# tracebridge's own first, then the Python kind (`IndexError` -> `index_error`).
+error_classes <- function(mro) {
+  own <- c(GuardError = "tracebridge_guard_error", TracingCheckError = "tracebridge_check_error",
+           ArtifactError = "tracebridge_artifact_error",
+           UnsupportedOpError = "tracebridge_unsupported_error")
+  kinds <- c(IndexError = "index_error", ValueError = "value_error", TypeError = "type_error",
+             KeyError = "key_error", NotImplementedError = "not_implemented_error",
+             RuntimeError = "runtime_error")
+  c(unname(own[intersect(names(own), mro)]), unname(kinds[intersect(names(kinds), mro)]),
+    "tracebridge_error", "tracebridge_python_error")
+}
+
+# The first line of a message, without PyTorch's C++ stack trailer.
+one_line <- function(msg) {
+  msg <- sub("\n(Exception raised from|frame #)[\\s\\S]*$", "", msg, perl = TRUE)
+  lines <- strsplit(trimws(msg), "\n")[[1]]
+  lines <- lines[nzchar(trimws(lines))]
+  if (!length(lines)) return("")
+  paste(trimws(lines), collapse = " ")
+}
+
+# PyTorch names dimensions and positions 0-based; an R user reads them 1-based. Each
+# pattern's numbered groups are 0-based numbers; the first pattern that matches is used.
+one_based_patterns <- list(
+  list("range of \\[-?\\d+, (\\d+)\\], but got (-?\\d+)", 1:2),
+  list("index (-?\\d+) is out of bounds for dimension (\\d+)", 1:2),
+  list("[Tt]arget (-?\\d+) is out of bounds", 1),
+  list("except in dimension (\\d+)", 1),
+  list("at non-singleton dimension (\\d+)", 1)
+)
+
+one_based_message <- function(msg) {
+  for (p in one_based_patterns) {
+    m <- regexec(p[[1]], msg, perl = TRUE)[[1]]
+    if (m[[1]] < 0) next
+    starts <- m[-1][p[[2]]]
+    lens <- attr(m, "match.length")[-1][p[[2]]]
+    for (k in rev(order(starts))) {
+      old <- substr(msg, starts[[k]], starts[[k]] + lens[[k]] - 1L)
+      n <- as.integer(old)
+      new <- if (n >= 0L) as.character(n + 1L) else old
+      msg <- paste0(substr(msg, 1L, starts[[k]] - 1L), new,
+                    substr(msg, starts[[k]] + lens[[k]], nchar(msg)))
+    }
+    return(msg)
+  }
+  msg
 }
 
 tracebridge_abort <- function(message, class = NULL) {

@@ -4,7 +4,7 @@
 
 traced_py <- function(x) attr(x, "py")
 
-call_traced <- function(py, args) {
+call_traced <- function(py, args, program = NULL, method = "forward") {
   # What a traced model costs per call from R beyond the Python call itself: convert the
   # inputs, one reticulate::py_call(), wrap the output. The handler is a calling handler
   # (cheaper than tryCatch()); rethrow_python() classifies the Python exception by its
@@ -15,14 +15,58 @@ call_traced <- function(py, args) {
       error = rethrow_python
     )
   } else {
+    if (!is.null(names(args)) && any(nzchar(names(args)))) {
+      args <- bind_named(args, graph_input_names(program %||% py$program, method))
+    }
+    # Through the callable's R wrapper, whose only formal is `...`: named inputs reach
+    # Python as keywords whatever their names (py_call() would take `x` as its own).
     pyargs <- lapply(args, to_py)
     out <- withCallingHandlers(
-      do.call(reticulate::py_call, c(list(py), pyargs)),
+      do.call(py$`__call__`, pyargs),
       error = rethrow_python
     )
   }
   if (inherits(out, "torch.Tensor")) return(wrap_tensor(out))
   from_py(out)
+}
+
+# The traced graph's inputs are named after the traced function's arguments; named
+# arguments in a call are put in that order.
+graph_input_names <- function(program, method) {
+  graph <- reticulate::py_get_item(program$methods, method)
+  vapply(reticulate::iterate(graph$inputs, identity, simplify = FALSE), function(v) {
+    n <- reticulate::py_to_r(v$name)
+    if (is.null(n)) "" else n
+  }, character(1))
+}
+
+bind_named <- function(args, inputs) {
+  nms <- names(args)
+  unknown <- setdiff(nms[nzchar(nms)], inputs)
+  if (length(unknown)) {
+    tracebridge_abort(sprintf(
+      "The traced function has no input named %s; its inputs are %s.",
+      paste0("`", unknown, "`", collapse = ", "), paste0("`", inputs, "`", collapse = ", ")),
+      "value_error")
+  }
+  out <- vector("list", length(inputs))
+  filled <- logical(length(inputs))
+  for (k in which(nzchar(nms))) {
+    at <- match(nms[[k]], inputs)
+    out[at] <- list(args[[k]])
+    filled[[at]] <- TRUE
+  }
+  for (a in args[!nzchar(nms)]) {
+    at <- which(!filled)[1]
+    out[at] <- list(a)
+    filled[[at]] <- TRUE
+  }
+  missing <- inputs[!filled]
+  if (length(missing)) {
+    tracebridge_abort(sprintf("Missing input %s.", paste0("`", missing, "`", collapse = ", ")),
+                      "value_error")
+  }
+  out
 }
 
 new_script_function <- function(py) {
@@ -106,7 +150,7 @@ print.script_function <- function(x, ...) {
       if (name %in% unlist(py_text(py$methods)) ||
           reticulate::py_has_attr(py, name)) {
         method <- reticulate::py_get_attr(py, name)
-        function(...) call_traced(method, list(...))
+        function(...) call_traced(method, list(...), py$program, name)
       } else {
         tracebridge_abort(sprintf("This script_module has no method or field `%s`.", name))
       }

@@ -60,6 +60,42 @@ torch_int32 <- make_dtype("int32")
 #' @rdname torch_dtype
 #' @export
 torch_bool <- make_dtype("bool")
+#' @rdname torch_dtype
+#' @export
+torch_float16 <- make_dtype("float16")
+#' @rdname torch_dtype
+#' @export
+torch_half <- make_dtype("float16")
+#' @rdname torch_dtype
+#' @export
+torch_int16 <- make_dtype("int16")
+#' @rdname torch_dtype
+#' @export
+torch_short <- make_dtype("int16")
+#' @rdname torch_dtype
+#' @export
+torch_int8 <- make_dtype("int8")
+#' @rdname torch_dtype
+#' @export
+torch_uint8 <- make_dtype("uint8")
+
+dtype_from_py <- function(py) {
+  structure(list(.py = py), name = sub("torch.", "", reticulate::py_str(py), fixed = TRUE),
+            class = "torch_dtype")
+}
+
+#' @export
+Ops.torch_dtype <- function(e1, e2) {
+  name <- function(d) if (inherits(d, "torch_dtype")) attr(d, "name") else as.character(d)
+  switch(.Generic,
+    "==" = identical(name(e1), name(e2)),
+    "!=" = !identical(name(e1), name(e2)),
+    tracebridge_abort(sprintf("`%s` is not defined for dtypes.", .Generic), "type_error")
+  )
+}
+
+#' @export
+as.character.torch_dtype <- function(x, ...) attr(x, "name")
 
 #' @export
 print.torch_dtype <- function(x, ...) {
@@ -82,6 +118,7 @@ dtype_py <- function(dtype) {
 #'
 #' @param data An R vector, matrix or array, or a tensor.
 #' @param dtype A data type such as [torch_float()]; `NULL` chooses from `data`.
+#' @param device A device, e.g. `"cpu"` or [torch_device()].
 #' @param requires_grad Whether autograd records operations on the tensor.
 #' @return A `torch_tensor`.
 #' @examples
@@ -91,12 +128,16 @@ dtype_py <- function(dtype) {
 #'   as_array(x)
 #' }
 #' @export
-torch_tensor <- function(data, dtype = NULL, requires_grad = FALSE) {
+torch_tensor <- function(data, dtype = NULL, device = NULL, requires_grad = FALSE) {
   if (inherits(data, "torch_tensor")) {
-    py <- tensor_py(data)$clone()
+    py <- tensor_py(data)$detach()$clone()
     if (!is.null(dtype)) py <- py$to(dtype_py(dtype))
+    if (!is.null(device)) py <- py$to(device_py(device))
     if (requires_grad) py$requires_grad_(TRUE)
     return(wrap_tensor(py))
+  }
+  if (is.list(data)) {
+    return(surface_fn("torch_stack")(lapply(data, torch_tensor, dtype = dtype, device = device)))
   }
   if (is.null(dtype)) {
     dtype <- if (is.logical(data)) torch_bool() else if (is.integer(data)) torch_long() else
@@ -110,7 +151,10 @@ torch_tensor <- function(data, dtype = NULL, requires_grad = FALSE) {
   } else {
     reticulate::r_to_py(data)
   }
-  wrap_tensor(py_rb()$tensor_from_r(arr, dtype_py(dtype), isTRUE(requires_grad)))
+  py <- py_rb()$tensor_from_r(arr, dtype_py(dtype), FALSE)
+  if (!is.null(device)) py <- py$to(device_py(device))
+  if (isTRUE(requires_grad)) py$requires_grad_(TRUE)
+  wrap_tensor(py)
 }
 
 #' Convert a tensor to an R array
@@ -152,7 +196,16 @@ as.matrix.torch_tensor <- function(x, ...) as.matrix(as_array(x))
 
 #' @export
 print.torch_tensor <- function(x, ...) {
-  cat(reticulate::py_to_r(py_rb()$format_tensor(tensor_py(x))), "\n", sep = "")
+  py <- tensor_py(x)
+  text <- reticulate::py_to_r(py_rb()$format_tensor(py))
+  if (reticulate::py_to_r(py$requires_grad)) {
+    # As mlverse prints it: results of recorded operations name their backward function.
+    fn <- py$grad_fn
+    footer <- if (inherits(fn, "python.builtin.NoneType")) "[ requires_grad = TRUE ]" else
+      sprintf("[ grad_fn = <%s> ]", reticulate::py_to_r(fn$name()))
+    if (!grepl(footer, text, fixed = TRUE)) text <- paste0(text, footer)
+  }
+  cat(text, "\n", sep = "")
   invisible(x)
 }
 
@@ -162,92 +215,46 @@ dim.torch_tensor <- function(x) {
 }
 
 #' @export
-length.torch_tensor <- function(x) 1L
+length.torch_tensor <- function(x) reticulate::py_to_r(tensor_py(x)$numel())
 
 #' @export
 str.torch_tensor <- function(object, ...) {
   cat(reticulate::py_to_r(py_rb()$type_string(tensor_py(object))), "\n")
 }
 
-# ---- factories -------------------------------------------------------------------
+# ---- factories not in the table ------------------------------------------------
 
-size_args <- function(...) {
-  dims <- list(...)
-  if (length(dims) == 1 && (is.list(dims[[1]]) || length(dims[[1]]) > 1)) dims <- dims[[1]]
-  reticulate::tuple(lapply(dims, arg_py), convert = FALSE)
-}
-
-factory <- function(fn, size, dtype, requires_grad) {
-  py <- tb_py_call(
-    reticulate::py_get_attr(py_torch(), fn), size,
-    dtype = dtype_py(dtype), requires_grad = isTRUE(requires_grad)
-  )
-  wrap_tensor(py)
-}
-
-#' Tensors filled with zeros, ones or random numbers
+#' Ranges
 #'
-#' `...` gives the sizes, as separate numbers or one vector: `torch_zeros(2, 3)` and
-#' `torch_zeros(c(2, 3))` are the same.
+#' As in mlverse torch (and R's `seq()`), `end` is included. The other factories
+#' (`torch_zeros()`, `torch_linspace()`, ...) come from the surface table: see
+#' [surface].
 #'
-#' @param ... Sizes.
-#' @param dtype A data type; `NULL` means `float32`.
+#' @param start,end,step The range.
+#' @param dtype A data type; `NULL` chooses `int64` for integer arguments, else `float32`.
+#' @param device A device, e.g. `"cpu"` or [torch_device()].
 #' @param requires_grad Whether autograd records operations on the tensor.
-#' @return A `torch_tensor`.
-#' @name torch_factories
+#' @return A 1-d `torch_tensor`.
+#' @name torch_arange
 #' @examples
 #' if (torch_is_installed()) {
-#'   torch_zeros(2, 3)
-#'   torch_manual_seed(1)
-#'   dim(torch_randn(c(4, 2)))
+#'   torch_arange(1, 5)
+#'   torch_arange(0, 1, 0.25)
 #' }
 NULL
 
-#' @rdname torch_factories
+#' @rdname torch_arange
 #' @export
-torch_zeros <- function(..., dtype = NULL, requires_grad = FALSE) {
-  factory("zeros", size_args(...), dtype, requires_grad)
-}
-
-#' @rdname torch_factories
-#' @export
-torch_ones <- function(..., dtype = NULL, requires_grad = FALSE) {
-  factory("ones", size_args(...), dtype, requires_grad)
-}
-
-#' @rdname torch_factories
-#' @export
-torch_rand <- function(..., dtype = NULL, requires_grad = FALSE) {
-  factory("rand", size_args(...), dtype, requires_grad)
-}
-
-#' @rdname torch_factories
-#' @export
-torch_randn <- function(..., dtype = NULL, requires_grad = FALSE) {
-  factory("randn", size_args(...), dtype, requires_grad)
-}
-
-#' @rdname torch_factories
-#' @param n,m Rows and columns of the identity matrix.
-#' @export
-torch_eye <- function(n, m = n, dtype = NULL, requires_grad = FALSE) {
-  wrap_tensor(py_torch()$eye(
-    arg_py(n), arg_py(m), dtype = dtype_py(dtype), requires_grad = isTRUE(requires_grad)
-  ))
-}
-
-#' @rdname torch_factories
-#' @param start,end,step The range. As in mlverse torch (and R's `seq()`), `end` is
-#'   included.
-#' @export
-torch_arange <- function(start, end, step = 1, dtype = NULL, requires_grad = FALSE) {
+torch_arange <- function(start, end, step = 1, dtype = NULL, device = NULL,
+                         requires_grad = FALSE) {
   if (is.null(dtype)) {
     dtype <- if (is.integer(start) && is.integer(end) && is.integer(step)) torch_long() else
       torch_float()
   }
-  wrap_tensor(py_torch()$arange(
+  # Half a step past `end` includes `end` without including the next value.
+  wrap_tensor(tb_py_call(py_torch()$arange,
     as.double(start), as.double(end) + as.double(step) / 2, as.double(step),
-    dtype = dtype_py(dtype), requires_grad = isTRUE(requires_grad)
+    dtype = dtype_py(dtype), device = device_py(device), requires_grad = isTRUE(requires_grad)
   ))
 }
 
@@ -295,6 +302,26 @@ Math.torch_tensor <- function(x, ...) {
   wrap_tensor(tb_py_call(reticulate::py_get_attr(py_torch(), fn), tensor_py(x)))
 }
 
+#' @export
+Summary.torch_tensor <- function(..., na.rm = FALSE) {
+  args <- list(...)
+  x <- args[[1]]
+  if (length(args) > 1) {
+    x <- surface_fn("torch_cat")(lapply(args, function(a) as_tensor(a)$flatten()))
+  }
+  py <- tensor_py(x)
+  switch(.Generic,
+    sum = wrap_tensor(tb_py_call(py$sum)),
+    prod = wrap_tensor(tb_py_call(py$prod)),
+    max = wrap_tensor(tb_py_call(py$max)),
+    min = wrap_tensor(tb_py_call(py$min)),
+    all = wrap_tensor(tb_py_call(py$all)),
+    any = wrap_tensor(tb_py_call(py$any)),
+    range = surface_fn("torch_stack")(list(wrap_tensor(py$min()), wrap_tensor(py$max()))),
+    tracebridge_abort(sprintf("%s() is not supported for tensors.", .Generic))
+  )
+}
+
 # ---- traced integers ---------------------------------------------------------------
 
 #' @export
@@ -323,45 +350,13 @@ print.torch_sym_int <- function(x, ...) {
   invisible(x)
 }
 
-# ---- methods through `$` -----------------------------------------------------------
+# ---- fields and methods through `$` ------------------------------------------------
 
-# Positional arguments that are dimensions, by method; named ones are found by name.
-dim_positions <- list(
-  size = 1, transpose = 1:2, sum = 1, mean = 1, softmax = 1, log_softmax = 1,
-  flatten = 1:2, squeeze = 1, unsqueeze = 1, max = 1, min = 1, argmax = 1, argmin = 1,
-  cumsum = 1, cumprod = 1, prod = 1, select = 1, narrow = 1, chunk = 2, split = 2,
-  std = 1, var = 1, norm = 2, movedim = 1:2, unbind = 1, flip = 1, permute = 1,
-  amax = 1, amin = 1, logsumexp = 1, all = 1, any = 1, gather = 1, index_select = 1,
-  repeat_interleave = 2, roll = 2, diff = 2, topk = 2, sort = 1, argsort = 1
-)
-dim_names <- c("dim", "dim0", "dim1", "start_dim", "end_dim", "dims", "source",
-               "destination")
-
-convert_method_args <- function(name, args) {
-  pos <- dim_positions[[name]]
-  nms <- names(args) %||% rep("", length(args))
-  positional <- 0L
-  for (i in seq_along(args)) {
-    if (!nzchar(nms[[i]])) {
-      positional <- positional + 1L
-      if (positional %in% pos) args[[i]] <- dim_py(args[[i]])
-    } else if (nms[[i]] %in% dim_names) {
-      args[[i]] <- dim_py(args[[i]])
-    }
-  }
-  args
-}
+# Methods come from the surface table (inst/surface.tsv); these are fields.
+tensor_fields <- c("shape", "dtype", "device", "requires_grad", "grad", "grad_fn", "data",
+                   "is_leaf", "ndim", "py")
 
 `%||%` <- function(a, b) if (is.null(a)) b else a
-
-call_method <- function(py, name, args) {
-  args <- convert_method_args(name, args)
-  method <- reticulate::py_get_attr(py, name)
-  out <- do.call(tb_py_call, c(list(method), lapply(args, arg_py)))
-  out <- from_py(out)
-  if (name %in% c("size", "dim", "numel", "item", "tolist")) out <- simplify_sizes(out)
-  out
-}
 
 # x$size() gives an R integer vector; traced sizes stay a list of traced integers.
 simplify_sizes <- function(out) {
@@ -376,19 +371,36 @@ simplify_sizes <- function(out) {
   py <- .subset2(x, ".py")
   switch(name,
     shape = return(simplify_sizes(from_py(py_rb()$sizes(py)))),
-    dtype = return(structure(list(.py = py$dtype),
-                             name = sub("torch.", "", reticulate::py_str(py$dtype),
-                                        fixed = TRUE),
-                             class = "torch_dtype")),
+    dtype = return(dtype_from_py(py$dtype)),
     requires_grad = return(reticulate::py_to_r(py$requires_grad)),
     grad = return(from_py(py$grad)),
+    grad_fn = return(grad_fn_from_py(py$grad_fn)),
+    data = return(wrap_tensor(py$data)),
     is_leaf = return(reticulate::py_to_r(py$is_leaf)),
     ndim = return(reticulate::py_to_r(py$ndim)),
-    device = return(reticulate::py_str(py$device)),
+    device = return(device_from_py(py$device)),
     py = return(py)
   )
-  force(name)
-  function(...) call_method(py, name, list(...))
+  fn <- get0(name, envir = .tb$methods, inherits = FALSE)
+  if (is.null(fn)) {
+    tracebridge_abort(sprintf(paste(
+      "Tensors have no method `%s` in tracebridge's R surface (inst/surface.tsv).",
+      "For the raw Python method (0-based), use `x$py$%s`."), name, name),
+      "tracebridge_no_method_error")
+  }
+  function(...) fn(x, ...)
+}
+
+#' @export
+`$<-.torch_tensor` <- function(x, name, value) {
+  py <- .subset2(x, ".py")
+  switch(name,
+    requires_grad = py$requires_grad_(isTRUE(value)),
+    grad = reticulate::py_set_attr(py, "grad", if (is.null(value)) NULL else tensor_py(value)),
+    data = reticulate::py_set_attr(py, "data", tensor_py(value)),
+    tracebridge_abort(sprintf("Tensor field `%s` can not be assigned.", name))
+  )
+  x
 }
 
 #' @export
@@ -397,71 +409,18 @@ simplify_sizes <- function(out) {
 #' @importFrom utils .DollarNames
 #' @export
 .DollarNames.torch_tensor <- function(x, pattern = "") {
-  nms <- reticulate::py_to_r(py_rb()$tensor_method_names())
+  nms <- sort(c(tensor_fields, ls(.tb$methods)))
   nms[grepl(pattern, nms)]
 }
 
-# ---- indexing ----------------------------------------------------------------------
-
-index_spec <- function(i, size_missing) {
-  if (size_missing) return(NULL)
-  if (inherits(i, "torch_tensor")) {
-    py <- tensor_py(i)
-    if (reticulate::py_to_r(py$dtype$is_floating_point)) {
-      tracebridge_abort("Index tensors must be integer or logical.")
-    }
-    if (reticulate::py_str(py$dtype) == "torch.bool") return(py)
-    return(py$sub(1L))
-  }
-  if (is.logical(i)) return(tensor_py(torch_tensor(i)))
-  if (!is.numeric(i)) tracebridge_abort("Indices must be numeric, logical or tensors.")
-  if (any(i == 0)) tracebridge_abort("Indices are 1-based in R: 0 is not allowed.")
-  i <- as.integer(i)
-  zero <- ifelse(i > 0L, i - 1L, i)
-  if (length(i) == 1) return(reticulate::r_to_py(zero))
-  if (all(i > 0L) && all(diff(i) == 1L)) {
-    return(reticulate::tuple("range", zero[[1]], zero[[length(zero)]] + 1L))
-  }
-  reticulate::r_to_py(as.list(zero))
-}
-
-build_index <- function(args, drop) {
-  lapply(seq_along(args), function(k) {
-    a <- args[[k]]
-    if (is.null(a)) return(NULL)
-    spec <- index_spec(a, FALSE)
-    if (!drop && is.numeric(a) && length(a) == 1 && a > 0) {
-      spec <- reticulate::tuple("range", as.integer(a) - 1L, as.integer(a))
-    }
-    spec
-  })
-}
-
-dots_indices <- function(call_args, env) {
-  # Missing arguments (x[1, ]) become NULL, "take everything".
-  lapply(call_args, function(a) {
-    if (identical(a, quote(expr = ))) return(NULL)
-    v <- eval(a, env)
-    if (is.null(v)) tracebridge_abort("NULL is not a valid index.")
-    v
-  })
+# The backward function of a tensor that a recorded operation made (`x$grad_fn`).
+grad_fn_from_py <- function(py) {
+  if (inherits(py, "python.builtin.NoneType")) return(NULL)
+  structure(list(.py = py, name = reticulate::py_to_r(py$name())), class = "torch_grad_fn")
 }
 
 #' @export
-`[.torch_tensor` <- function(x, ..., drop = TRUE) {
-  call_args <- as.list(sys.call())[-(1:2)]
-  call_args <- call_args[names(call_args) %||% rep("", length(call_args)) != "drop"]
-  idx <- dots_indices(call_args, parent.frame())
-  spec <- reticulate::r_to_py(build_index(idx, drop), convert = FALSE)
-  wrap_tensor(py_rb()$index(tensor_py(x), spec))
-}
-
-#' @export
-`[<-.torch_tensor` <- function(x, ..., value) {
-  call_args <- as.list(sys.call())[-(1:2)]
-  call_args <- call_args[names(call_args) %||% rep("", length(call_args)) != "value"]
-  idx <- dots_indices(call_args, parent.frame())
-  spec <- reticulate::r_to_py(build_index(idx, TRUE), convert = FALSE)
-  py_rb()$index(tensor_py(x), spec, scalar_py(value), TRUE)
-  x
+print.torch_grad_fn <- function(x, ...) {
+  cat(x$name, "\n", sep = "")
+  invisible(x)
 }

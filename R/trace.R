@@ -34,7 +34,8 @@
 jit_trace <- function(func, ..., strict = TRUE, respect_mode = TRUE) {
   args <- example_args(list(...), "jit_trace")
   if (inherits(func, "nn_module")) {
-    traced <- run_trace(py_core()$trace, module_py(func), args, strict = isTRUE(strict),
+    target <- trace_target(func)
+    traced <- run_trace(py_core()$trace, target$py, args, strict = isTRUE(strict),
                         respect_mode = isTRUE(respect_mode))
     return(new_script_module(traced))
   }
@@ -108,9 +109,36 @@ expose_r_method <- function(self, py, name) {
     if (reticulate::py_has_attr(py, name)) return(invisible())
     tracebridge_abort(sprintf("jit_trace_module(): the module has no method `%s`.", name))
   }
-  what <- sprintf("method `%s`", name)
-  reticulate::py_set_attr(py, name, r_callback(fn, what))
-  invisible()
+  bind_method_py(py, name)
+}
+
+# What jit_trace() records for a module. A built-in module whose R forward converts its
+# inputs (nn_embedding()'s 1-based indices) is traced through an R wrapper that owns the
+# same parameters, so the conversion is part of the graph, as it is inside R modules.
+trace_target <- function(func) {
+  self <- module_env(func)
+  spec <- get0(".forward_spec", envir = self, inherits = FALSE)
+  if (is.null(spec)) return(list(py = module_py(func), keep = func))
+  inner <- module_py(func)
+  names <- vapply(spec, function(a) a$name, character(1))
+  py <- py_rb()$new_module(class(func)[[1]], as.list(names))
+  for (what in c("parameters", "buffers")) {
+    state <- py_rb()$state_names(inner, what)
+    keys <- unlist(reticulate::py_to_r(reticulate::py_get_item(state, 0L)))
+    values <- reticulate::iterate(reticulate::py_get_item(state, 1L), identity,
+                                  simplify = FALSE)
+    for (k in seq_along(keys)) {
+      if (what == "parameters") py$register_parameter(keys[[k]], values[[k]])
+      else py$register_buffer(keys[[k]], values[[k]])
+    }
+  }
+  py$train(reticulate::py_to_r(inner$training))
+  wself <- new.env(parent = emptyenv())
+  assign(".py", py, envir = wself)
+  assign("forward", function(...) func(...), envir = wself)
+  wrapper <- new_module_instance(wself, class(func)[[1]], function(...) func(...))
+  .tb$rmod$set_forward(py, dispatcher())
+  list(py = py, keep = wrapper)
 }
 
 example_args <- function(dots, caller) {
@@ -144,9 +172,8 @@ run_trace <- function(fn, target, args, ...) {
     warning(tracebridge_warning(msg))
   }
   traced <- reticulate::py_get_item(out, 0L)
-  # The artifact says which language traced it: this one.
-  meta <- reticulate::py_get_attr(reticulate::py_get_attr(traced, "program"), "meta")
-  reticulate::py_set_item(meta, "language", "r")
+  # The program says which language its code was written in (R: 1-based indices).
+  reticulate::py_set_attr(reticulate::py_get_attr(traced, "program"), "language", "r")
   traced
 }
 
@@ -163,6 +190,10 @@ tracebridge_warning <- function(msg) {
 #'
 #' @param obj A `script_function` or `script_module`.
 #' @param path A file path.
+#' @param weights For `jit_load()`: `NULL`, or the weights to bind the state to, by name:
+#'   a `.safetensors` file, a character vector of them, or a Hugging Face sharded index
+#'   (`model.safetensors.index.json`). Needed for a program traced on the meta device,
+#'   which is saved without tensor data; missing, extra or mis-shaped weights are refused.
 #' @return `jit_save()`: `path`, invisibly. `jit_load()`: a `script_function` or a
 #'   `script_module`.
 #' @examples
@@ -188,12 +219,22 @@ jit_save <- function(obj, path) {
 
 #' @rdname jit_save
 #' @export
-jit_load <- function(path) {
+jit_load <- function(path, weights = NULL) {
   path <- path.expand(path)
   if (!file.exists(path)) {
     tracebridge_abort(sprintf("jit_load(): no file at '%s'.", path), "tracebridge_artifact_error")
   }
-  loaded <- py_call_checked(py_core()$load, normalizePath(path))
+  read_program(path)  # R checks every rule of the spec too (R/check.R), before Python loads
+  if (!is.null(weights)) {
+    if (!is.character(weights) || !length(weights) || anyNA(weights)) {
+      tracebridge_abort(paste("jit_load(): `weights` must be a .safetensors file, a character",
+                              "vector of them, or a sharded index (model.safetensors.index.json)."),
+                        "tracebridge_artifact_error")
+    }
+    weights <- path.expand(weights)
+    weights <- if (length(weights) == 1L) weights else as.list(weights)
+  }
+  loaded <- py_call_checked(py_core()$load, normalizePath(path), weights = weights)
   if (reticulate::py_to_r(py_rb()$kind(loaded)) == "module") {
     new_script_module(loaded)
   } else {

@@ -69,8 +69,9 @@ class _Traced:
     _methods: dict[str, Method]
 
     def _make_methods(self, slots: dict, runtime: str) -> None:
+        graphs = self.program.methods
         self._methods = {
-            name: Method(name, g, slots, runtime) for name, g in self.program.methods.items()
+            name: Method(name, g, slots, runtime, graphs) for name, g in graphs.items()
         }
         for name, others in _specialised(self.program).items():
             chain = [self._methods[name]] + [self._methods.pop(o) for o in others]
@@ -120,15 +121,12 @@ class _Traced:
     def save(self, path: str | os.PathLike, *, language: str | None = None) -> None:
         """Save to one file that :func:`tracebridge.load` and R's ``jit_load`` read.
 
-        ``language`` is the producer recorded in the file (``"python"`` or ``"r"``); by
-        default, the language the trace was made from (``program.meta["language"]``).
+        ``language`` is the source language recorded in the file (``"python"`` or ``"r"``);
+        by default, the language the trace was made from (``program.language``).
         """
         self._symbolize()
         program = self._program_for_saving()
-        traced_in = program.meta.get("language") or program.meta.get("producer", {}).get(
-            "language", "python"
-        )
-        artifact.write(program, path, language=language or traced_in)
+        artifact.write(program, path, language=language or program.language)
 
 
 class TracedFunction(_Traced):
@@ -229,11 +227,20 @@ class TracedModule(nn.Module, _Traced):
             self._rebuild(program)
         self.training = program.training if original is None else original.training
         self._make_methods(self._slots(), runtime)
-        self._mode_bound = dict(program.meta.get("mode_bound", {}))
-        variants = _variant_names(program)
-        for name in list(self.program.methods) + list(self.program.dispatch):
-            if name != "forward" and name not in variants:
-                self.__dict__[name] = TracedMethod(self, name)
+        self._mode_bound = dict(program.mode_bound)
+
+    def __getattr__(self, name: str):
+        # Traced methods are found by name only after every real attribute, so that a
+        # file's method named ``eval`` or ``to`` never replaces the module's own; the extra
+        # specialisations of a method are reached through it, never by name.
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            program = self.__dict__.get("program")
+            known = program is not None and (name in program.methods or name in program.dispatch)
+            if known and name not in _variant_names(program):
+                return TracedMethod(self, name)
+            raise
 
     def _share(self, original: nn.Module) -> None:
         for name, child in original.named_children():
@@ -564,7 +571,7 @@ def record_module(
         dispatch=dispatch,
         training=mod.training,
         module_classes=classes,
-        meta={"mode_bound": mode_bound} if mode_bound else {},
+        mode_bound=mode_bound,
     )
     for graph_name, name, mode, args, kwargs in recorded:
         found = specialisations(
@@ -631,9 +638,18 @@ def load(
     path: str | os.PathLike,
     runtime: str = "codegen",
     map_location: str | torch.device | None = None,
+    *,
+    weights: artifact.WeightsArg | None = None,
+    verify: bool | None = None,
 ) -> TracedFunction | TracedModule:
     """Load an artifact written by ``save`` (from Python or R). ``runtime`` is ``codegen``
     (default, fast) or ``interpreter``; ``map_location`` moves the state to a device.
+
+    The state tensors are views of the memory-mapped file (nothing is copied). ``weights``
+    binds the state by name from safetensors checkpoints instead (a file, a list of files,
+    or a sharded ``model.safetensors.index.json``): needed for a program traced on the meta
+    device. ``verify`` checks the weights' SHA-256: ``None`` (default) does so when they
+    are at most 64 MiB, ``True`` always, ``False`` never.
 
     >>> import torch, tracebridge, tempfile, os
     >>> f = tracebridge.trace(torch.relu, torch.rand(3))
@@ -642,7 +658,7 @@ def load(
     >>> tracebridge.load(path)(torch.tensor([-1.0, 2.0]))
     tensor([0., 2.])
     """
-    program = artifact.read(path)
+    program = artifact.read(path, weights=weights, verify=verify)
     if program.kind == "function":
         if map_location is not None:
             for entry in program.state.values():

@@ -24,3 +24,26 @@ def run_fresh_python(code: str, timeout: int = 120) -> subprocess.CompletedProce
         text=True,
         timeout=timeout,
     )
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _check_every_program():
+    """Every program a test traces or loads passes the file checker (``check_program``), so
+    the checker's rules are tried on every graph the suite makes, not only on files."""
+    from tracebridge import api
+    from tracebridge.check.program import check_program
+
+    originals = {cls: cls.__init__ for cls in (api.TracedFunction, api.TracedModule)}
+
+    def checked(init):
+        def __init__(self, program, *args, **kwargs):
+            check_program(program)
+            init(self, program, *args, **kwargs)
+
+        return __init__
+
+    for cls, init in originals.items():
+        cls.__init__ = checked(init)
+    yield
+    for cls, init in originals.items():
+        cls.__init__ = init

@@ -24,8 +24,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..errors import ArtifactError
 from ..ir import Graph, Node, Ref, Value, refs_in
-from ..runtime.codegen import CodeGen
+from ..runtime.codegen import CodeGen, compile_function
 
 STRUCTURAL = ("prim.state", "prim.guard")
 
@@ -208,6 +209,7 @@ def subgraph_graph(graph: Graph, sub: Subgraph) -> Graph:
         nodes=[graph.nodes[i] for i in sub.nodes],
         outputs=[Ref(i) for i in sub.outputs],
         out_spec={"t": "tuple", "c": [{"t": "leaf"} for _ in sub.outputs]},
+        sources=graph.sources,
     )
 
 
@@ -239,6 +241,7 @@ def partitioned_graph(graph: Graph, subgraphs: list[Subgraph]) -> Graph:
         outputs=graph.outputs,
         out_spec=graph.out_spec,
         arg_names=graph.arg_names,
+        sources=graph.sources,
     )
 
 
@@ -246,36 +249,35 @@ class SubgraphCodeGen(CodeGen):
     """Code for one partition: no rank checks on the inputs (some are sizes, not tensors;
     the method that calls the partition has checked the user's inputs already)."""
 
-    def header(self) -> None:
-        params = [self._input_name(v) for v in self.graph.inputs]
-        for value, param in zip(self.graph.inputs, params):
-            self.names[value.id] = param
-        self.lines.append(f"def {self.name}({', '.join(params)}):")
+    def input_checks(self, params: list[str]) -> None:
+        return
 
 
 class PartitionedCodeGen(CodeGen):
     """Code for the partitioned method: ``backend.*`` nodes call the compiled partitions."""
 
     def __init__(
-        self, graph: Graph, slots: dict, name: str, guards: bool, functions: dict[str, Callable]
+        self,
+        graph: Graph,
+        slots: dict,
+        name: str,
+        guards: bool,
+        functions: dict[str, Callable],
+        methods: dict[str, Graph] | None = None,
     ):
-        super().__init__(graph, slots, name, guards)
+        super().__init__(graph, slots, name, guards, methods)
         self.functions = functions
 
-    def _op(self, op: str) -> str:
-        if op.startswith("backend.") and op not in self._ops:
-            self._ops[op] = f"call_{op.split('.', 1)[1]}"
-            self.globals[self._ops[op]] = self.functions[op]
-        return super()._op(op)
+    def callable_for(self, node: Node) -> Callable:
+        if not node.op.startswith("backend."):
+            return super().callable_for(node)
+        if node.op not in self.functions:
+            raise ArtifactError(f"{self.name}: no compiled partition for node {node.op!r}")
+        return self.functions[node.op]
 
 
 def generate(gen: CodeGen, filename: str):
-    """Compile the source that ``gen`` writes; return ``(source, function)``."""
-    import linecache
-
-    source = gen.generate()
-    code = compile(source, filename, "exec")
-    namespace = dict(gen.globals)
-    exec(code, namespace)  # noqa: S102 - our own generated source, from an allowlisted graph
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    return source, namespace[gen.name]
+    """Compile the function that ``gen`` builds; return ``(code, function)``; ``code``
+    is for reading (the function is compiled from the tree, not from this text)."""
+    result = compile_function(gen, filename)
+    return result.code, result.function

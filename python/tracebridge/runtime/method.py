@@ -8,7 +8,7 @@ import threading
 from ..errors import GuardError, TraceError
 from ..ir import Graph, pytree
 from ..ir.pytree import is_tensor
-from .codegen import generate
+from .codegen import CodeGen, compile_function
 from .interpreter import Interpreter
 
 _local = threading.local()
@@ -45,9 +45,20 @@ def _simple_spec(spec: dict, n: int) -> bool:
 
 
 class Method:
-    """One graph, ready to call. ``state`` maps state names to ``(dict, key)`` slots."""
+    """One graph, ready to call. ``state_slots`` maps state names to ``(dict, key)`` slots;
+    ``methods`` are the program's graphs by name (for ``support.node_callable``).
 
-    def __init__(self, name: str, graph: Graph, state_slots: dict, runtime: str = "codegen"):
+    A Method may be called from many threads at once: a call keeps its values in locals,
+    and the function for each guard setting is made once, under a lock."""
+
+    def __init__(
+        self,
+        name: str,
+        graph: Graph,
+        state_slots: dict,
+        runtime: str = "codegen",
+        methods: dict[str, Graph] | None = None,
+    ):
         if runtime not in ("codegen", "interpreter"):
             raise ValueError(f"runtime must be 'codegen' or 'interpreter', not {runtime!r}")
         self.name = name
@@ -57,20 +68,32 @@ class Method:
         self._slots = state_slots
         self._n_inputs = len(graph.inputs)
         self._simple = _simple_spec(graph.in_spec, self._n_inputs)
+        self._methods = methods if methods is not None else {name: graph}
         self._compiled: dict[bool, object] = {}
+        self._lock = threading.Lock()
+
+    def codegen(self, guards: bool = True) -> CodeGen:
+        """The code generator for this method (a subclass may return its own)."""
+        return CodeGen(self.graph, self._slots, self.name, guards, self._methods)
 
     @property
     def code(self) -> str:
-        return generate(self.graph, self._slots, self.name, guards=True)[0]
+        """The generated Python, for reading: ``ast.unparse`` of the function that runs,
+        with the file's locations and names as escaped comments."""
+        return compile_function(self.codegen(True)).code
+
+    def _make(self, guards: bool):
+        if self.runtime == "codegen":
+            return compile_function(self.codegen(guards)).function
+        return Interpreter(self.graph, self._slots, guards, self._methods, self.name)
 
     def _function(self, guards: bool):
         fn = self._compiled.get(guards)
         if fn is None:
-            if self.runtime == "codegen":
-                fn = generate(self.graph, self._slots, self.name, guards)[1]
-            else:
-                fn = Interpreter(self.graph, self._slots, guards)
-            self._compiled[guards] = fn
+            with self._lock:  # threads racing on a first call share one function
+                fn = self._compiled.get(guards)
+                if fn is None:
+                    fn = self._compiled[guards] = self._make(guards)
         return fn
 
     def __call__(self, *args, **kwargs):

@@ -104,8 +104,9 @@ class Dispatcher:
         label = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
         raise UnsupportedOpError(
             f"cannot record a call to {label} at {self.location() or 'unknown location'}: it "
-            "is not in tracebridge's op set (it has effects outside tensors, or is not a "
-            "tensor operation); move it out of the traced code or compute it beforehand"
+            "is not in tracebridge's op set (shared_ir/opset.md lists the operations a graph "
+            "may hold; nothing that reads raw memory, storages or has effects outside "
+            "tensors); move it out of the traced code or compute it beforehand"
         )
 
     def _on_property_set(self, prop: str, setter, tensor, value):
@@ -157,7 +158,7 @@ class Dispatcher:
                 f"{len(result)} slices; a call with another count raises GuardError"
             )
         if name in _FROM_PYTHON_DATA:
-            traced = next(refs_in(enc_args), None) is not None
+            traced = bool(refs_in(enc_args))
             self.warn(
                 f"torch.{name.rsplit('.', 1)[-1]}(...) of Python data: "
                 + (

@@ -1,0 +1,195 @@
+# Data: dataset(), tensor_dataset(), dataloader() with mlverse's interface, in R (as in
+# mlverse, data loading is R code; only the tensors live in torch).
+
+#' Datasets
+#'
+#' `dataset()` defines a dataset class: `initialize` sets it up, `.getitem(i)` returns
+#' item `i` (1-based), `.length()` the number of items; optionally `.getbatch(indices)`
+#' returns a whole batch at once. `tensor_dataset()` makes a dataset of the rows of
+#' tensors that share their first dimension.
+#'
+#' @param name The class name.
+#' @param ... For `dataset()`: methods (`initialize`, `.getitem`, `.length`, ...). For
+#'   `tensor_dataset()`: tensors (optionally named).
+#' @param parent_env The environment the methods see beyond `self`.
+#' @return `dataset()`: a generator. `tensor_dataset()`: a dataset.
+#' @name dataset
+#' @examples
+#' if (torch_is_installed()) {
+#'   ds <- tensor_dataset(x = torch_randn(10, 3), y = torch_arange(1, 10))
+#'   length(ds)
+#'   ds[2]$y
+#'   Squares <- dataset("Squares",
+#'     initialize = function(n) self$n <- n,
+#'     .getitem = function(i) list(x = torch_tensor(i), y = torch_tensor(i^2)),
+#'     .length = function() self$n
+#'   )
+#'   length(Squares(5))
+#' }
+NULL
+
+#' @rdname dataset
+#' @export
+dataset <- function(name = NULL, ..., parent_env = parent.frame()) {
+  force(parent_env)
+  methods <- list(...)
+  if (length(methods) && (is.null(names(methods)) || any(!nzchar(names(methods))))) {
+    tracebridge_abort("dataset(): methods in `...` must be named.", "value_error")
+  }
+  name <- name %||% "dataset"
+  generator <- function(...) {
+    self <- new.env(parent = emptyenv())
+    env <- new.env(parent = parent_env)
+    assign("self", self, envir = env)
+    for (nm in names(methods)) {
+      f <- methods[[nm]]
+      if (is.function(f)) environment(f) <- env
+      assign(nm, f, envir = self)
+    }
+    class(self) <- c(name, "dataset")
+    init <- get0("initialize", envir = self, inherits = FALSE)
+    if (is.function(init)) init(...)
+    self
+  }
+  structure(generator, class = "dataset_generator")
+}
+
+#' @rdname dataset
+#' @export
+tensor_dataset <- function(...) {
+  tensors <- list(...)
+  if (!length(tensors) || !all(vapply(tensors, inherits, logical(1), "torch_tensor"))) {
+    tracebridge_abort("tensor_dataset(): give one or more tensors.", "type_error")
+  }
+  n <- vapply(tensors, function(t) dim(t)[[1]], integer(1))
+  if (length(unique(n)) != 1) {
+    tracebridge_abort(sprintf(
+      "tensor_dataset(): the tensors' first dimensions differ (%s).",
+      paste(n, collapse = ", ")), "value_error")
+  }
+  gen <- dataset("tensor_dataset",
+    initialize = function() self$tensors <- tensors,
+    .getitem = function(i) lapply(self$tensors, function(t) t$select(1, i)),
+    .getbatch = function(i) {
+      idx <- torch_tensor(as.integer(i), dtype = torch_long())
+      lapply(self$tensors, function(t) surface_fn("torch_index_select")(t, 1, idx))
+    },
+    .length = function() n[[1]]
+  )
+  gen()
+}
+
+#' @export
+`$.dataset` <- function(x, name) get0(name, envir = x, inherits = FALSE)
+
+#' @export
+`$<-.dataset` <- function(x, name, value) {
+  assign(name, value, envir = x)
+  x
+}
+
+#' @export
+`[.dataset` <- function(x, i) {
+  if (length(i) > 1 && is.function(x$.getbatch)) return(x$.getbatch(i))
+  x$.getitem(i)
+}
+
+#' @export
+length.dataset <- function(x) as.integer(x$.length())
+
+#' Data loaders
+#'
+#' A data loader draws batches from a dataset: `batch_size` items at a time, in a new
+#' random order each pass if `shuffle`, collated by stacking the items' tensors (and
+#' numbers) along a new first dimension, list element by list element.
+#' `dataloader_make_iter()` starts a pass; `dataloader_next()` returns the next batch, or
+#' `completed` after the last.
+#'
+#' @param dataset A dataset.
+#' @param batch_size Items per batch.
+#' @param shuffle Draw the items in random order.
+#' @param drop_last Drop a last, incomplete batch.
+#' @param collate_fn A function from a list of items to a batch; the default stacks.
+#' @param dataloader A data loader (for `dataloader_make_iter()`).
+#' @param iter An iterator from `dataloader_make_iter()`.
+#' @param completed What `dataloader_next()` returns when the pass is over.
+#' @param x A data loader.
+#' @return `dataloader()`: a data loader; `length()`: its number of batches.
+#' @name dataloader
+#' @examples
+#' if (torch_is_installed()) {
+#'   ds <- tensor_dataset(torch_randn(10, 3), torch_randn(10))
+#'   dl <- dataloader(ds, batch_size = 4)
+#'   length(dl)
+#'   it <- dataloader_make_iter(dl)
+#'   b <- dataloader_next(it)
+#'   dim(b[[1]])
+#' }
+NULL
+
+#' @rdname dataloader
+#' @export
+dataloader <- function(dataset, batch_size = 1, shuffle = FALSE, drop_last = FALSE,
+                       collate_fn = NULL) {
+  if (!inherits(dataset, "dataset")) {
+    tracebridge_abort("dataloader(): `dataset` must be a dataset.", "type_error")
+  }
+  if (!is.numeric(batch_size) || batch_size < 1) {
+    tracebridge_abort("dataloader(): `batch_size` must be a positive whole number.",
+                      "value_error")
+  }
+  structure(list(dataset = dataset, batch_size = as.integer(batch_size),
+                 shuffle = isTRUE(shuffle), drop_last = isTRUE(drop_last),
+                 collate_fn = collate_fn %||% default_collate),
+            class = "dataloader")
+}
+
+#' @rdname dataloader
+#' @export
+length.dataloader <- function(x) {
+  n <- length(x$dataset)
+  as.integer(if (x$drop_last) n %/% x$batch_size else ceiling(n / x$batch_size))
+}
+
+#' @rdname dataloader
+#' @export
+dataloader_make_iter <- function(dataloader) {
+  n <- length(dataloader$dataset)
+  order <- if (dataloader$shuffle) sample.int(n) else seq_len(n)
+  it <- new.env(parent = emptyenv())
+  it$loader <- dataloader
+  it$order <- order
+  it$batch <- 0L
+  it$batches <- length(dataloader)
+  class(it) <- "dataloader_iterator"
+  it
+}
+
+#' @rdname dataloader
+#' @export
+dataloader_next <- function(iter, completed = NULL) {
+  if (iter$batch >= iter$batches) return(completed)
+  dl <- iter$loader
+  from <- iter$batch * dl$batch_size + 1L
+  idx <- iter$order[from:min(from + dl$batch_size - 1L, length(iter$order))]
+  iter$batch <- iter$batch + 1L
+  ds <- dl$dataset
+  if (is.function(ds$.getbatch) && identical(dl$collate_fn, default_collate)) {
+    return(ds$.getbatch(idx))
+  }
+  dl$collate_fn(lapply(idx, function(i) ds$.getitem(i)))
+}
+
+default_collate <- function(items) {
+  first <- items[[1]]
+  if (inherits(first, "torch_tensor")) return(surface_fn("torch_stack")(items))
+  if (is.numeric(first) || is.logical(first)) {
+    return(torch_tensor(if (length(first) == 1) unlist(items) else do.call(rbind, items)))
+  }
+  if (is.list(first)) {
+    out <- lapply(seq_along(first), function(k) default_collate(lapply(items, `[[`, k)))
+    names(out) <- names(first)
+    return(out)
+  }
+  items
+}

@@ -1,0 +1,309 @@
+# `[` and `[<-` on tensors with mlverse's meaning: 1-based; a negative number counts from
+# the end (-1 is the last, not "all but the first" as in base R); `a:b` is inclusive and
+# `a:b:s` takes every s-th; `N` is the size of the dimension; `..` stands for all
+# dimensions not named; `NULL`/`newaxis` adds a dimension; vectors index each dimension
+# on its own (like R, unlike NumPy); logical vectors and tensors are masks.
+#
+# Note: the index expressions are read unevaluated (as mlverse does), because `1:10:2`
+# evaluated by R is `(1:10):2`, and `N` only means something per dimension.
+
+#' Indexing helpers
+#'
+#' `N` (inside `[`) is the size of the indexed dimension, `..` stands for the remaining
+#' dimensions, `newaxis` adds a dimension, and `slc()` makes a slice from values.
+#'
+#' @param start,end First and last (included) position, 1-based; negative counts from
+#'   the end.
+#' @param step Take every `step`-th element.
+#' @return `slc()`: a slice object for `[`.
+#' @name indexing
+#' @examples
+#' if (torch_is_installed()) {
+#'   x <- torch_tensor(1:10)
+#'   x[1:10:2]
+#'   x[-1]
+#'   x[5:N]
+#'   x[slc(2, 6, 2)]
+#' }
+NULL
+
+#' @rdname indexing
+#' @export
+slc <- function(start, end, step = 1) {
+  structure(list(start = start, end = end, step = step), class = "torch_slice")
+}
+
+#' @rdname indexing
+#' @export
+newaxis <- structure(list(), class = "torch_newaxis")
+
+
+py_slice <- function(start = NULL, stop = NULL, step = NULL) {
+  .tb$builtins$slice(start, stop, step)
+}
+
+# One index expression -> list(kind, value). Kinds: all, int, slice, vector, mask, none,
+# ellipsis.
+parse_index <- function(expr, env, size_of) {
+  if (identical(expr, quote(expr = ))) return(list(kind = "all"))
+  if (identical(expr, quote(..))) return(list(kind = "ellipsis"))
+  if (is.call(expr) && identical(expr[[1]], as.name(":"))) {
+    lhs <- expr[[2]]
+    if (is.call(lhs) && identical(lhs[[1]], as.name(":"))) {
+      return(range_index(eval_index(lhs[[2]], env, size_of), eval_index(lhs[[3]], env, size_of),
+                         eval_index(expr[[3]], env, size_of)))
+    }
+    return(range_index(eval_index(lhs, env, size_of), eval_index(expr[[3]], env, size_of), 1))
+  }
+  value_index(eval_index(expr, env, size_of))
+}
+
+# Evaluate with `N` bound to the size of the dimension (asked for only when used).
+eval_index <- function(expr, env, size_of) {
+  if (!("N" %in% all.names(expr))) return(eval(expr, env))
+  scope <- new.env(parent = env)
+  delayedAssign("N", size_of(), assign.env = scope)
+  eval(expr, scope)
+}
+
+range_index <- function(start, end, step) {
+  # While tracing, `N` is a traced size: the slice stays symbolic.
+  if (inherits(start, "torch_sym_int") || inherits(end, "torch_sym_int")) {
+    first <- if (inherits(start, "torch_sym_int")) .subset2(start - 1L, ".py") else
+      if (start > 0) as.integer(start - 1) else as.integer(start)
+    stop <- if (inherits(end, "torch_sym_int")) .subset2(end, ".py") else
+      if (end > 0) as.integer(end) else if (end == -1) NULL else as.integer(end + 1)
+    return(list(kind = "slice", value = py_slice(first, stop, as.integer(step))))
+  }
+  for (v in list(start, end, step)) {
+    if (!is.numeric(v) || length(v) != 1 || v != round(v)) {
+      tracebridge_abort("Slice bounds and steps must be single whole numbers.", "index_error")
+    }
+  }
+  if (start == 0 || end == 0) {
+    tracebridge_abort("Indices are 1-based in R: 0 is not a valid slice bound.", "index_error")
+  }
+  if (step < 1) tracebridge_abort("Slice steps must be positive.", "index_error")
+  first <- if (start > 0) start - 1 else start
+  # `end` is included; -1 (the last) means "to the end".
+  stop <- if (end > 0) end else if (end == -1) NULL else end + 1
+  list(kind = "slice", value = py_slice(as.integer(first),
+                                        if (is.null(stop)) NULL else as.integer(stop),
+                                        as.integer(step)))
+}
+
+value_index <- function(v) {
+  if (is.null(v) || inherits(v, "torch_newaxis")) return(list(kind = "none"))
+  if (inherits(v, "torch_ellipsis")) return(list(kind = "ellipsis"))
+  if (inherits(v, "torch_slice")) return(range_index(v$start, v$end, v$step))
+  if (inherits(v, "torch_tensor")) {
+    py <- .subset2(v, ".py")
+    if (identical(reticulate::py_str(py$dtype), "torch.bool")) {
+      return(list(kind = "mask", value = py))
+    }
+    if (reticulate::py_to_r(py$dtype$is_floating_point)) {
+      tracebridge_abort("Index tensors must hold integers or logicals.", "index_error")
+    }
+    if (reticulate::py_to_r(py$dim()) == 0L) {
+      return(list(kind = "tensor_int", value = tb_py_call(py$sub, 1L)))
+    }
+    return(list(kind = "vector", value = tb_py_call(py$sub, 1L)))
+  }
+  if (inherits(v, "torch_sym_int")) return(list(kind = "int", value = .subset2(v, ".py")))
+  if (is.logical(v)) {
+    if (anyNA(v)) tracebridge_abort("Logical indices can not be NA.", "index_error")
+    return(list(kind = "logical", value = v))
+  }
+  if (!is.numeric(v)) {
+    tracebridge_abort(sprintf("Can not index a tensor with %s.", describe_value(v)),
+                      "index_error")
+  }
+  if (anyNA(v) || any(v != round(v))) {
+    tracebridge_abort("Indices must be whole numbers.", "index_error")
+  }
+  if (any(v == 0)) {
+    tracebridge_abort("Indices are 1-based in R: 0 is not a valid index.", "index_error")
+  }
+  if (length(v) == 1) {
+    return(list(kind = "int", value = as.integer(if (v > 0) v - 1 else v)))
+  }
+  list(kind = "vector_r", value = as.integer(v))
+}
+
+# The parsed indices, the tensor's rank, and for each index the dimension it applies to.
+index_plan <- function(x, exprs, env, drop) {
+  py <- .subset2(x, ".py")
+  ndim <- reticulate::py_to_r(py$dim())
+  # `N` is resolved lazily per dimension, counted from the end after `..`.
+  parsed <- vector("list", length(exprs))
+  ell_at <- which(vapply(exprs, identical, logical(1), quote(..)))
+  for (k in seq_along(exprs)) {
+    dim_k <- if (!length(ell_at) || k < ell_at[[1]]) k else ndim - (length(exprs) - k)
+    size_of <- local({
+      d <- dim_k
+      function() from_py(py$size(as.integer(d - 1L)))
+    })
+    parsed[[k]] <- parse_index(exprs[[k]], env, size_of)
+    parsed[[k]]$dim <- dim_k
+  }
+  # newaxis entries do not consume a dimension: recount positions.
+  pos <- 0L
+  after_ell <- FALSE
+  for (k in seq_along(parsed)) {
+    kind <- parsed[[k]]$kind
+    if (kind == "ellipsis") {
+      after_ell <- TRUE
+      next
+    }
+    if (kind == "none") next
+    pos <- pos + 1L
+    if (!after_ell) parsed[[k]]$dim <- pos
+  }
+  n_consume <- sum(vapply(parsed, function(p) !(p$kind %in% c("none", "ellipsis")), logical(1)))
+  if (n_consume > ndim && !any(vapply(parsed, function(p) p$kind == "mask", logical(1)))) {
+    tracebridge_abort(sprintf("Too many indices (%d) for a tensor with %d dimensions.",
+                              n_consume, ndim), "index_error")
+  }
+  if (!drop) {
+    parsed <- lapply(parsed, function(p) {
+      if (p$kind == "int") {
+        stop <- if (p$value == -1L) NULL else p$value + 1L
+        p <- list(kind = "slice", value = py_slice(p$value, stop, NULL), dim = p$dim)
+      }
+      p
+    })
+  }
+  parsed
+}
+
+dim_size <- function(py, d) reticulate::py_to_r(py$size(as.integer(d - 1L)))
+
+# R vector / logical indices to a 0-based index tensor for the given dimension.
+vector_tensor <- function(py, p) {
+  if (p$kind == "vector") return(p$value)
+  size <- dim_size(py, p$dim)
+  v <- if (p$kind == "logical") {
+    if (length(p$value) == 0 || size %% length(p$value) != 0) {
+      tracebridge_abort(sprintf(
+        "A logical index for dimension %d has length %d, which does not divide its size %d.",
+        p$dim, length(p$value), size), "index_error")
+    }
+    which(rep_len(p$value, size))
+  } else p$value
+  bad <- v[abs(v) > size]
+  if (length(bad)) {
+    tracebridge_abort(sprintf("Index %d is out of bounds for dimension %d with size %d.",
+                              bad[[1]], p$dim, size), "index_error")
+  }
+  zero <- ifelse(v > 0, v - 1L, size + v)
+  tensor_py(torch_tensor(as.integer(zero), dtype = torch_long()))
+}
+
+is_vector_kind <- function(k) k %in% c("vector", "vector_r", "logical")
+
+#' @export
+`[.torch_tensor` <- function(x, ..., drop = TRUE) {
+  exprs <- as.list(sys.call())[-(1:2)]
+  exprs <- exprs[(names(exprs) %||% rep("", length(exprs))) != "drop"]
+  names(exprs) <- NULL
+  parsed <- index_plan(x, exprs, parent.frame(), drop)
+  py <- .subset2(x, ".py")
+  # A lone mask (any rank) selects like torch.
+  if (length(parsed) == 1 && parsed[[1]]$kind == "mask") {
+    return(wrap_tensor(index_call(py, reticulate::tuple(list(parsed[[1]]$value),
+                                                         convert = FALSE))))
+  }
+  # Basic indexing first (vectors become full slices), then each vector on its own
+  # dimension with index_select, which gives R's (orthogonal) meaning.
+  key <- lapply(parsed, function(p) {
+    switch(p$kind,
+      all = py_slice(),
+      ellipsis = reticulate::py_ellipsis(),
+      none = reticulate::py_none(),
+      int = p$value,
+      slice = p$value,
+      mask = p$value,
+      tensor_int = py_slice(),
+      py_slice()
+    )
+  })
+  out <- index_call(py, reticulate::tuple(key, convert = FALSE))
+  # Where each parsed index's dimension ended up after basic indexing.
+  after <- 0L
+  dims_after <- integer(length(parsed))
+  ndim <- reticulate::py_to_r(py$dim())
+  for (k in seq_along(parsed)) {
+    p <- parsed[[k]]
+    if (p$kind == "ellipsis") {
+      after <- after + (ndim - p_consumed(parsed[-k]))
+      next
+    }
+    if (p$kind == "int") next
+    after <- after + 1L
+    dims_after[[k]] <- after
+  }
+  drops <- integer()
+  for (k in seq_along(parsed)) {
+    p <- parsed[[k]]
+    if (is_vector_kind(p$kind) || p$kind == "tensor_int") {
+      idx <- if (p$kind == "tensor_int") tb_py_call(p$value$reshape, -1L) else
+        vector_tensor(py, p)
+      out <- tb_py_call(out$index_select, as.integer(dims_after[[k]] - 1L), idx)
+      if (p$kind == "tensor_int" && drop) drops <- c(drops, dims_after[[k]])
+    }
+  }
+  for (d in rev(sort(drops))) out <- tb_py_call(out$squeeze, as.integer(d - 1L))
+  wrap_tensor(out)
+}
+
+p_consumed <- function(parsed) {
+  sum(vapply(parsed, function(q) !(q$kind %in% c("none", "ellipsis")), logical(1)))
+}
+
+index_call <- function(py, key) {
+  withCallingHandlers(
+    tb_py_call(py_torch()$Tensor$`__getitem__`, py, key),
+    error = function(e) rethrow_python(e, one_based = TRUE)
+  )
+}
+
+#' @export
+`[<-.torch_tensor` <- function(x, ..., value) {
+  exprs <- as.list(sys.call())[-(1:2)]
+  exprs <- exprs[(names(exprs) %||% rep("", length(exprs))) != "value"]
+  names(exprs) <- NULL
+  parsed <- index_plan(x, exprs, parent.frame(), TRUE)
+  py <- .subset2(x, ".py")
+  # Vector indices on several dimensions select their outer product (as in R): each
+  # gets its own broadcast axis.
+  vec <- which(vapply(parsed, function(p) is_vector_kind(p$kind) || p$kind == "tensor_int",
+                      logical(1)))
+  key <- lapply(seq_along(parsed), function(k) {
+    p <- parsed[[k]]
+    switch(p$kind,
+      all = py_slice(),
+      ellipsis = reticulate::py_ellipsis(),
+      none = reticulate::py_none(),
+      int = p$value,
+      slice = p$value,
+      mask = p$value,
+      {
+        idx <- if (p$kind == "tensor_int") p$value else vector_tensor(py, p)
+        if (length(vec) > 1) {
+          shape <- rep(1L, length(vec))
+          shape[[match(k, vec)]] <- -1L
+          idx <- idx$reshape(reticulate::tuple(as.list(shape), convert = FALSE))
+        }
+        idx
+      }
+    )
+  })
+  val <- if (inherits(value, "torch_tensor")) .subset2(value, ".py") else
+    if (length(value) == 1) reticulate::r_to_py(value) else tensor_py(torch_tensor(value))
+  withCallingHandlers(
+    tb_py_call(py_torch()$Tensor$`__setitem__`, py,
+               reticulate::tuple(key, convert = FALSE), val),
+    error = function(e) rethrow_python(e, one_based = TRUE)
+  )
+  x
+}

@@ -1,0 +1,420 @@
+# The R surface as data. inst/surface.tsv has one row per R function or tensor method:
+# which Python callable it makes and, for each argument and for the result, its kind
+# (a 1-based dimension, an index tensor, a size, ...). When the package loads, one
+# generic function is built per row; every call goes through surface_call(), so the
+# 1-based rule is applied by the same few lines everywhere.
+#
+# Note: why .onLoad and not install time. The exported `torch_*`, `nnf_*`, `nn_*` and
+# `optim_*` functions are assigned into the namespace by .onLoad (before R seals it and
+# resolves exports), from the table installed with the package. Adding a function is
+# adding a row, plus its name in NAMESPACE and man/surface.Rd, which a test checks.
+
+#' The R surface table
+#'
+#' One row per R function or tensor method, as read from the installed
+#' `surface.tsv`: the R name, the `$` method name, the Python callable, the arguments
+#' with their kinds and the kind of result.
+#'
+#' @return A data frame with columns `r_name`, `method`, `py`, `args`, `result`.
+#' @examples
+#' head(surface_table())
+#' @export
+surface_table <- function() {
+  path <- system.file("surface.tsv", package = "tracebridge")
+  if (!nzchar(path)) path <- file.path("inst", "surface.tsv")
+  utils::read.delim(path, quote = "", comment.char = "#", colClasses = "character",
+                    na.strings = character(), strip.white = TRUE)
+}
+
+parse_args <- function(spec) {
+  if (!nzchar(spec)) return(list())
+  lapply(strsplit(spec, ";", fixed = TRUE)[[1]], parse_arg)
+}
+
+# "*name>pyname:kind=default"
+parse_arg <- function(s) {
+  s <- trimws(s)
+  positional <- startsWith(s, "*")
+  if (positional) s <- substring(s, 2)
+  eq <- regexpr("=", s, fixed = TRUE)
+  default <- NULL
+  has_default <- eq > 0
+  if (has_default) {
+    default <- str2lang(substring(s, eq + 1))
+    s <- substring(s, 1, eq - 1)
+  }
+  parts <- strsplit(s, ":", fixed = TRUE)[[1]]
+  names <- strsplit(parts[[1]], ">", fixed = TRUE)[[1]]
+  kind <- parts[[2]]
+  dots <- endsWith(kind, "...")
+  list(name = names[[1]], py = names[[length(names)]], kind = sub("...", "", kind, fixed = TRUE),
+       positional = positional, has_default = has_default, default = default, dots = dots)
+}
+
+parse_result <- function(spec) {
+  m <- regmatches(spec, regexec("^(\\w+)(?:\\((.*)\\))?$", spec, perl = TRUE))[[1]]
+  list(kind = m[[2]], forward = if (nzchar(m[[3]])) parse_args(m[[3]]) else NULL)
+}
+
+load_surface <- function(ns) {
+  tab <- surface_table()
+  .tb$ops <- vector("list", nrow(tab))
+  .tb$methods <- new.env(parent = emptyenv())
+  for (i in seq_len(nrow(tab))) {
+    row <- tab[i, ]
+    res <- parse_result(row$result)
+    op <- list(r_name = row$r_name, method = row$method, py = row$py,
+               args = parse_args(row$args), result = res$kind, forward = res$forward,
+               fn = NULL)
+    .tb$ops[[i]] <- op
+    fn <- surface_function(i, op, ns)
+    if (row$r_name != "-") assign(row$r_name, fn, envir = ns)
+    if (row$method != "-") assign(row$method, fn, envir = .tb$methods)
+  }
+  invisible(tab)
+}
+
+surface_function <- function(i, op, ns) {
+  fmls <- list()
+  for (a in op$args) {
+    if (a$dots) fmls[["..."]] <- quote(expr = )
+    else fmls[a$name] <- list(if (a$has_default) a$default else quote(expr = ))
+  }
+  f <- function() NULL
+  formals(f) <- fmls
+  body(f) <- bquote(surface_call(.(i), environment()))
+  environment(f) <- ns
+  f
+}
+
+# Resolve "torch.argmax", "F.relu", "Tensor.view", "nn.Linear", "optim.SGD", "lr.StepLR".
+resolve_py <- function(path) {
+  parts <- strsplit(path, ".", fixed = TRUE)[[1]]
+  torch <- py_torch()
+  root <- switch(parts[[1]],
+    torch = torch,
+    F = torch$nn$functional,
+    Tensor = torch$Tensor,
+    nn = torch$nn,
+    optim = torch$optim,
+    lr = torch$optim$lr_scheduler,
+    tracebridge_abort(sprintf("surface.tsv: unknown Python root in `%s`.", path))
+  )
+  for (p in parts[-1]) root <- reticulate::py_get_attr(root, p)
+  root
+}
+
+surface_call <- function(i, env) {
+  op <- .tb$ops[[i]]
+  fn <- op$fn
+  if (is.null(fn)) {
+    fn <- resolve_py(op$py)
+    .tb$ops[[i]]$fn <- fn
+  }
+  pos <- list()
+  kw <- list()
+  # The first argument goes by position (Python's names for it differ: input, self,
+  # tensors); class constructors take keywords only.
+  first <- !(op$result %in% c("module", "optimizer", "scheduler"))
+  no_dim <- FALSE
+  for (a in op$args) {
+    # Python refuses `keepdim` without `dim`; NULL dim means "all elements".
+    if (no_dim && a$name == "keepdim") next
+    v <- if (a$dots) eval(quote(list(...)), env) else get(a$name, envir = env, inherits = FALSE)
+    if (a$kind == "tensors_splat") {
+      pos <- c(pos, lapply(v, tensor_py))
+      first <- FALSE
+      next
+    }
+    if (is.null(v)) {
+      if (a$name == "dim") no_dim <- TRUE
+      first <- FALSE
+      next
+    }
+    pv <- convert_arg(a, v, env, op)
+    if (first || a$positional) pos[[length(pos) + 1L]] <- pv else kw[[a$py]] <- pv
+    first <- FALSE
+  }
+  out <- withCallingHandlers(
+    do.call(tb_py_call, c(list(fn), pos, kw)),
+    error = function(e) rethrow_python(e, one_based = TRUE)
+  )
+  convert_result(op, out, env)
+}
+
+# ---- arguments ---------------------------------------------------------------------
+
+convert_arg <- function(a, v, env, op) {
+  switch(a$kind,
+    tensor = tensor_arg(v),
+    scalar = scalar_py(v),
+    tensors = reticulate::r_to_py(lapply(unname(v), function(t) tensor_py(as_tensor(t))),
+                                  convert = FALSE),
+    dim = dim_arg(v, a$name),
+    dims = dims_arg(v, a$name),
+    index = index_tensor_arg(v, a$name),
+    index1 = index1_arg(v, a$name),
+    class_index = class_index_arg(v, env),
+    index_list = reticulate::r_to_py(lapply(unname(v), index_tensor_arg, name = a$name),
+                                     convert = FALSE),
+    size = size_arg(v, dots = a$dots),
+    int = int_arg(v, a$name),
+    ints = ints_arg(v, a$name),
+    double = as_py_double(v),
+    doubles = if (length(v) == 1) as_py_double(v) else
+      reticulate::tuple(as.list(as.double(v)), convert = FALSE),
+    bool = reticulate::r_to_py(isTRUE(as.logical(v))),
+    string = reticulate::r_to_py(as.character(v)),
+    dtype = dtype_py(v),
+    device = device_py(v),
+    params = params_arg(v),
+    optimizer = optimizer_py(v),
+    any = arg_py(v),
+    tracebridge_abort(sprintf("surface.tsv: unknown argument kind `%s`.", a$kind))
+  )
+}
+
+as_py_double <- function(v) {
+  if (inherits(v, c("torch_tensor", "torch_sym_int"))) return(.subset2(v, ".py"))
+  reticulate::r_to_py(as.double(v))
+}
+
+tensor_arg <- function(v) {
+  if (inherits(v, "torch_tensor")) return(.subset2(v, ".py"))
+  tensor_py(torch_tensor(v))
+}
+
+check_whole <- function(v, name) {
+  if (!is.numeric(v) || anyNA(v) || any(v != round(v))) {
+    tracebridge_abort(sprintf("`%s` must be a whole number, not %s.", name,
+                              paste(format(v), collapse = ", ")), "value_error")
+  }
+}
+
+int_arg <- function(v, name) {
+  if (inherits(v, c("torch_sym_int", "torch_tensor"))) return(.subset2(v, ".py"))
+  check_whole(v, name)
+  reticulate::r_to_py(as.integer(v))
+}
+
+ints_arg <- function(v, name) {
+  if (inherits(v, "torch_sym_int")) return(.subset2(v, ".py"))
+  if (is.list(v)) return(reticulate::tuple(lapply(v, int_arg, name = name), convert = FALSE))
+  check_whole(v, name)
+  if (length(v) == 1) return(reticulate::r_to_py(as.integer(v)))
+  reticulate::tuple(as.list(as.integer(v)), convert = FALSE)
+}
+
+# A 1-based R dimension (negative: from the end) to Python's 0-based one.
+dim_one <- function(d, name) {
+  if (inherits(d, "torch_sym_int")) return(.subset2(d, ".py"))
+  check_whole(d, name)
+  if (d == 0) {
+    tracebridge_abort(sprintf(
+      "`%s = 0`: dimensions are 1-based in R (1 is the first, -1 the last).", name),
+      "index_error")
+  }
+  reticulate::r_to_py(if (d > 0) as.integer(d) - 1L else as.integer(d))
+}
+
+dim_arg <- function(v, name) {
+  if (is.list(v) || length(v) > 1) return(dims_arg(v, name))
+  dim_one(v, name)
+}
+
+dims_arg <- function(v, name) {
+  items <- if (is.list(v)) v else as.list(v)
+  reticulate::tuple(lapply(items, dim_one, name = name), convert = FALSE)
+}
+
+# A single 1-based position (select's index, narrow's start, padding_idx).
+index1_arg <- function(v, name) {
+  if (inherits(v, "torch_sym_int")) return(.subset2(v, ".py"))
+  check_whole(v, name)
+  if (v == 0) {
+    tracebridge_abort(sprintf("`%s = 0`: indices are 1-based in R.", name), "index_error")
+  }
+  reticulate::r_to_py(if (v > 0) as.integer(v) - 1L else as.integer(v))
+}
+
+# A tensor (or R vector) of 1-based indices. The shift is a torch op, so it is part of a
+# traced graph and runs again on every call.
+index_tensor_arg <- function(v, name = "index") {
+  if (inherits(v, "torch_tensor")) {
+    py <- .subset2(v, ".py")
+    if (reticulate::py_to_r(py$dtype$is_floating_point) ||
+        identical(reticulate::py_str(py$dtype), "torch.bool")) {
+      if (identical(reticulate::py_str(py$dtype), "torch.bool")) return(py)
+      tracebridge_abort(sprintf("`%s` must hold integer indices, not %s values.", name,
+                                reticulate::py_str(py$dtype)), "type_error")
+    }
+    return(tb_py_call(py$sub, 1L))
+  }
+  if (is.logical(v)) return(tensor_py(torch_tensor(v)))
+  check_whole(v, name)
+  if (any(v == 0)) {
+    tracebridge_abort(sprintf("`%s` contains 0: indices are 1-based in R.", name), "index_error")
+  }
+  tensor_py(torch_tensor(as.integer(v) - 1L, dtype = torch_long()))
+}
+
+# Class targets of cross entropy / NLL: 1-based when integer; probabilities are left as
+# they are. Targets equal to `ignore_index` are not shifted, so they stay ignored.
+class_index_arg <- function(v, env) {
+  t <- if (inherits(v, "torch_tensor")) .subset2(v, ".py") else
+    tensor_py(torch_tensor(v, dtype = torch_long()))
+  if (reticulate::py_to_r(t$dtype$is_floating_point)) return(t)
+  shifted <- tb_py_call(t$sub, 1L)
+  ign <- get0("ignore_index", envir = env, inherits = FALSE)
+  if (is.null(ign)) return(shifted)
+  tb_py_call(py_torch()$where, tb_py_call(t$eq, as.integer(ign)), t, shifted)
+}
+
+size_arg <- function(v, dots = FALSE) {
+  if (dots && length(v) == 1 && (is.list(v[[1]]) || length(v[[1]]) != 1)) v <- v[[1]]
+  if (!is.list(v)) v <- as.list(v)
+  reticulate::tuple(lapply(v, int_arg, name = "size"), convert = FALSE)
+}
+
+params_arg <- function(v) {
+  if (inherits(v, "torch_tensor")) v <- list(v)
+  items <- lapply(unname(v), function(p) {
+    if (inherits(p, "torch_tensor")) return(.subset2(p, ".py"))
+    if (is.list(p) && !is.null(p$params)) {
+      group <- p
+      group$params <- reticulate::r_to_py(lapply(unname(p$params), tensor_py), convert = FALSE)
+      return(reticulate::py_dict(names(group), lapply(group, arg_py), convert = FALSE))
+    }
+    tracebridge_abort("`params` must be a list of tensors (e.g. `model$parameters`).",
+                      "type_error")
+  })
+  reticulate::r_to_py(items, convert = FALSE)
+}
+
+# ---- results -----------------------------------------------------------------------
+
+plus_one <- function(py) wrap_tensor(tb_py_call(py$add, 1L))
+
+convert_result <- function(op, out, env) {
+  switch(op$result,
+    tensor = if (inherits(out, "torch.Tensor")) wrap_tensor(out) else from_py(out),
+    index = plus_one(out),
+    values_indices = values_indices(out),
+    maybe_values_indices = if (inherits(out, "torch.Tensor")) wrap_tensor(out) else
+      values_indices(out),
+    tensors = reticulate::iterate(out, from_py, simplify = FALSE),
+    where = if (inherits(out, "torch.Tensor")) {
+      if (op$py == "torch.nonzero") plus_one(out) else wrap_tensor(out)
+    } else {
+      reticulate::iterate(out, plus_one, simplify = FALSE)
+    },
+    unique = unique_result(out, env),
+    r = reticulate::py_to_r(out),
+    sizes = simplify_sizes(from_py(out)),
+    none = invisible(NULL),
+    module = py_backed_module(out, op$r_name, forward_spec = op$forward),
+    optimizer = new_optimizer(out, op$r_name),
+    scheduler = new_scheduler(out, op$r_name),
+    tracebridge_abort(sprintf("surface.tsv: unknown result kind `%s`.", op$result))
+  )
+}
+
+values_indices <- function(out) {
+  list(wrap_tensor(reticulate::py_get_item(out, 0L)),
+       plus_one(reticulate::py_get_item(out, 1L)))
+}
+
+unique_result <- function(out, env) {
+  if (inherits(out, "torch.Tensor")) return(wrap_tensor(out))
+  items <- reticulate::iterate(out, identity, simplify = FALSE)
+  res <- list(wrap_tensor(items[[1]]))
+  k <- 2L
+  if (isTRUE(get0("return_inverse", envir = env, inherits = FALSE))) {
+    res[[k]] <- plus_one(items[[k]])
+    k <- k + 1L
+  }
+  if (k <= length(items)) res[[k]] <- wrap_tensor(items[[k]])
+  res
+}
+
+# Write man/surface.Rd from the table: one alias per generated function and a list of
+# each one's signature and Python call. Run after adding rows:
+#   Rscript -e 'tracebridge:::write_surface_rd("man/surface.Rd")'
+write_surface_rd <- function(path, tab = surface_table()) {
+  esc <- function(s) gsub("([%{}\\\\])", "\\\\\\1", s)
+  sig <- function(args, drop_self = FALSE) {
+    parts <- vapply(parse_args(args), function(a) {
+      if (a$dots) return("...")
+      if (a$has_default) paste0(a$name, " = ", paste(deparse(a$default), collapse = ""))
+      else a$name
+    }, character(1))
+    if (drop_self) parts <- parts[-1]
+    paste(parts, collapse = ", ")
+  }
+  conv <- function(args, result) {
+    kinds <- vapply(parse_args(args), function(a) {
+      switch(a$kind, dim = paste0(a$name, ": 1-based dim"),
+             dims = paste0(a$name, ": 1-based dims"),
+             index = paste0(a$name, ": 1-based indices"),
+             index1 = paste0(a$name, ": 1-based position"),
+             class_index = paste0(a$name, ": 1-based classes"),
+             index_list = paste0(a$name, ": 1-based indices"), "")
+    }, character(1))
+    res <- switch(sub("\\(.*", "", result),
+                  index = "returns 1-based indices",
+                  values_indices = "returns list(values, 1-based indices)",
+                  maybe_values_indices = "with dim: list(values, 1-based indices)",
+                  where = "index results 1-based", unique = "inverse 1-based",
+                  tensors = "returns a list", "")
+    paste(c(kinds[nzchar(kinds)], if (nzchar(res)) res), collapse = "; ")
+  }
+  fns <- tab[tab$r_name != "-", ]
+  mets <- tab[tab$method != "-", ]
+  item <- function(name, args, py, result, drop_self = FALSE) {
+    note <- conv(args, result)
+    sprintf("\\item{\\code{%s(%s)}}{\\code{%s}%s}", esc(name), esc(sig(args, drop_self)),
+            esc(py), if (nzchar(note)) paste0(" (", esc(note), ")") else "")
+  }
+  lines <- c(
+    "% Generated by write_surface_rd() from inst/surface.tsv: do not edit by hand.",
+    "\\name{surface}",
+    "\\alias{surface}",
+    paste0("\\alias{", esc(sort(fns$r_name)), "}"),
+    "\\title{Functions and tensor methods made from the surface table}",
+    "\\description{",
+    "Each function below (and each tensor method, \\code{x$name(...)}) is made from one row",
+    "of \\code{inst/surface.tsv} (see \\code{\\link{surface_table}}): it converts its",
+    "arguments, calls the named Python callable, and converts the result. As in mlverse",
+    "torch, dimensions and indices are 1-based: a \\code{dim} of 1 is the first dimension",
+    "and -1 the last; index tensors hold 1-based positions; functions that return",
+    "positions (\\code{torch_argmax()}, the indices of \\code{torch_max(dim = )},",
+    "\\code{torch_sort()}, \\code{torch_topk()}, \\code{torch_nonzero()}, ...) return",
+    "1-based ones. \\code{nn_*()} constructors return modules, \\code{optim_*()}",
+    "optimizers and \\code{lr_*()} schedulers (see \\code{\\link{optim}}).",
+    "}",
+    "\\section{Functions}{",
+    "\\describe{",
+    unlist(Map(item, fns$r_name, fns$args, fns$py, fns$result)),
+    "}",
+    "}",
+    "\\section{Tensor methods}{",
+    "\\describe{",
+    unlist(Map(function(m, a, p, r) item(paste0("x$", m), a, p, r, TRUE),
+               mets$method, mets$args, mets$py, mets$result)),
+    "}",
+    "}",
+    "\\value{A tensor, a list of tensors, an R value, a module, an optimizer or a",
+    "scheduler, as the row's result kind says.}",
+    "\\examples{",
+    "if (torch_is_installed()) {",
+    "  x <- torch_tensor(c(1, 9, 3))",
+    "  torch_argmax(x)",
+    "  x$max(dim = 1)",
+    "  torch_zeros(2, 3)",
+    "  nnf_relu(torch_tensor(c(-1, 1)))",
+    "}",
+    "}"
+  )
+  writeLines(lines, path)
+  invisible(path)
+}

@@ -1,0 +1,140 @@
+# Autograd, losses, optimizers, schedulers and data loading: an R user trains a model.
+
+test_that("autograd: backward, grad, grad_fn, detach, no_grad, autograd_grad", {
+  x <- torch_tensor(c(1, 2, 3), requires_grad = TRUE)
+  y <- (x^2)$sum()
+  expect_equal(y$grad_fn$name, "SumBackward0")
+  y$backward()
+  expect_equal(as_array(x$grad), c(2, 4, 6))
+  expect_null(torch_ones(2)$grad_fn)
+  expect_false(x$detach()$requires_grad)
+  expect_true(torch_ones(2)$requires_grad_()$requires_grad)
+  z <- with_no_grad(x * 2)
+  expect_false(z$requires_grad)
+  inner <- with_no_grad(with_enable_grad(x * 2))
+  expect_true(inner$requires_grad)
+  g <- autograd_grad((x^3)$sum(), x)
+  expect_equal(as_array(g[[1]]), c(3, 12, 27))
+  w <- torch_ones(2)
+  w$requires_grad <- TRUE
+  expect_true(w$requires_grad)
+  expect_s3_class(x$data, "torch_tensor")
+  expect_false(x$data$requires_grad)
+})
+
+test_that("losses match their definitions", {
+  p <- torch_tensor(c(1, 2, 3))
+  t <- torch_tensor(c(1, 1, 1))
+  expect_equal(nnf_mse_loss(p, t)$item(), 5 / 3, tolerance = 1e-6)
+  expect_equal(nnf_l1_loss(p, t)$item(), 1, tolerance = 1e-6)
+  expect_equal(nn_mse_loss(reduction = "sum")(p, t)$item(), 5, tolerance = 1e-6)
+  bce <- nnf_binary_cross_entropy(torch_tensor(c(0.5, 0.5)), torch_tensor(c(0, 1)))
+  expect_equal(bce$item(), log(2), tolerance = 1e-6)
+  expect_equal(nn_bce_with_logits_loss()(torch_zeros(2), torch_ones(2))$item(), log(2),
+               tolerance = 1e-6)
+})
+
+test_that("optimizers and schedulers train a model; lr follows lr_step and lr_one_cycle", {
+  torch_manual_seed(0)
+  X <- torch_randn(64, 3)
+  Y <- X$matmul(torch_tensor(c(1, -2, 0.5)))$unsqueeze(2)
+  for (make in list(function(p) optim_sgd(p, lr = 0.1), function(p) optim_adam(p, lr = 0.05),
+                    function(p) optim_adamw(p, lr = 0.05), function(p) optim_rmsprop(p, lr = 0.01),
+                    function(p) optim_adagrad(p, lr = 0.5))) {
+    model <- nn_linear(3, 1)
+    opt <- make(model$parameters)
+    first <- nnf_mse_loss(model(X), Y)$item()
+    for (i in 1:60) {
+      opt$zero_grad()
+      loss <- nnf_mse_loss(model(X), Y)
+      loss$backward()
+      opt$step()
+    }
+    expect_lt(loss$item(), first / 4)
+  }
+  opt <- optim_sgd(nn_linear(1, 1)$parameters, lr = 1)
+  sched <- lr_step(opt, step_size = 2, gamma = 0.1)
+  lrs <- numeric()
+  for (i in 1:4) {
+    opt$step()
+    sched$step()
+    lrs <- c(lrs, opt$param_groups[[1]]$lr)
+  }
+  expect_equal(lrs, c(1, 0.1, 0.1, 0.01), tolerance = 1e-9)
+  opt2 <- optim_sgd(nn_linear(1, 1)$parameters, lr = 0.1)
+  oc <- lr_one_cycle(opt2, max_lr = 1, total_steps = 10)
+  expect_equal(opt2$param_groups[[1]]$lr, 1 / 25, tolerance = 1e-9)
+  groups <- opt2$param_groups
+  groups[[1]]$lr <- 0.5
+  opt2$param_groups <- groups
+  expect_equal(opt2$param_groups[[1]]$lr, 0.5)
+})
+
+test_that("datasets and data loaders batch, shuffle and collate", {
+  ds <- tensor_dataset(x = torch_tensor(matrix(as.double(1:20), 10)), y = torch_tensor(1:10))
+  expect_equal(length(ds), 10L)
+  expect_equal(as_array(ds[3]$x), c(3, 13))
+  expect_equal(as_array(ds[3]$y), 3L)
+  dl <- dataloader(ds, batch_size = 4)
+  expect_equal(length(dl), 3L)
+  it <- dataloader_make_iter(dl)
+  b1 <- dataloader_next(it)
+  expect_equal(dim(b1$x), c(4L, 2L))
+  expect_equal(as_array(b1$y), 1:4)
+  dataloader_next(it)
+  b3 <- dataloader_next(it)
+  expect_equal(as_array(b3$y), 9:10)
+  expect_null(dataloader_next(it))
+  expect_equal(dataloader_next(it, completed = "done"), "done")
+  expect_equal(length(dataloader(ds, batch_size = 4, drop_last = TRUE)), 2L)
+  set.seed(1)
+  sh <- dataloader(ds, batch_size = 10, shuffle = TRUE)
+  ys <- as_array(dataloader_next(dataloader_make_iter(sh))$y)
+  expect_setequal(ys, 1:10)
+  expect_false(identical(ys, 1:10))
+  Squares <- dataset("Squares",
+    initialize = function(n) self$n <- n,
+    .getitem = function(i) list(x = torch_tensor(i), y = i^2),
+    .length = function() self$n
+  )
+  sq <- dataloader(Squares(5), batch_size = 2)
+  b <- dataloader_next(dataloader_make_iter(sq))
+  expect_equal(as_array(b$x), matrix(c(1, 2), 2))
+  expect_equal(as_array(b$y), c(1, 4))
+})
+
+test_that("torch_save and torch_load round-trip tensors, lists and module state, no pickle", {
+  path <- tempfile(fileext = ".pt")
+  obj <- list(w = torch_tensor(matrix(c(1.5, 2, 3, 4), 2)), i = torch_tensor(1:3),
+              nested = list(torch_tensor(c(TRUE, FALSE)), "text", 2L), none = NULL)
+  torch_save(obj, path)
+  back <- torch_load(path)
+  expect_equal(as_array(back$w), matrix(c(1.5, 2, 3, 4), 2))
+  expect_equal(as_array(back$i), 1:3)
+  expect_equal(as_array(back$nested[[1]]), c(TRUE, FALSE))
+  expect_equal(back$nested[[2]], "text")
+  expect_equal(back$nested[[3]], 2L)
+  expect_true(back$w$dtype == torch_float())
+  files <- utils::unzip(path, list = TRUE)$Name
+  expect_setequal(files, c("torch_save.json", "tensors.safetensors"))
+  model <- nn_sequential(nn_linear(3, 2), nn_relu())
+  torch_save(model, path)
+  model2 <- nn_sequential(nn_linear(3, 2), nn_relu())
+  model2$load_state_dict(torch_load(path))
+  x <- torch_randn(4, 3)
+  expect_equal(as_array(model2(x)), as_array(model(x)))
+  bad <- tempfile()
+  writeLines("not a torch_save file", bad)
+  expect_error(torch_load(bad), class = "tracebridge_artifact_error")
+})
+
+test_that("devices: device arguments, torch_device(), cuda_is_available()", {
+  d <- torch_device("cpu")
+  expect_equal(d$type, "cpu")
+  x <- torch_zeros(2, device = d)
+  expect_true(x$device == "cpu")
+  expect_true(torch_tensor(1, device = "cpu")$device == d)
+  expect_type(cuda_is_available(), "logical")
+  expect_s3_class(x$to(device = "cpu"), "torch_tensor")
+  if (!cuda_is_available()) expect_error(x$cuda(), class = "tracebridge_error")
+})
