@@ -386,6 +386,16 @@ def write_table(results: dict, path: str) -> None:
         "with no error; **clear error** when the tool refused (at trace time, or a call",
         "raised) and nothing was wrong. The reasons are listed below the table.",
         "",
+        "Packages (`requirements-zoo.txt`, installed by `make zoo` with `requirements.txt` as",
+        "constraints, so torch 2.13.0+cpu and numpy 1.26.4 never move): timm, transformers,",
+        "safetensors and pillow install as published. torchvision 0.28.0 is published only as",
+        "a CUDA build; its Python code runs on the CPU torch wheel when installed with",
+        "`--no-deps` and when the two C++ operators it registers fake kernels for at import",
+        "(`torchvision::nms`, `torchvision::qnms`) are declared first",
+        "(`benchmarks/zoo_env.py`, with a plain-PyTorch CPU `nms`). Models that need its other",
+        "C++ operators (`roi_align`: Faster/Mask R-CNN) cannot run eagerly here and are not in",
+        "the zoo.",
+        "",
         "## Counts",
         "",
         "| tool | models | traced | right on every shape | silently wrong | clear error |",
@@ -439,10 +449,15 @@ def main() -> None:
     parser.add_argument("--results", default=RESULTS)
     parser.add_argument("--table", default=TABLE)
     parser.add_argument("--list", action="store_true", help="list the models and stop")
+    parser.add_argument("--table-only", action="store_true", help="rewrite the table only")
     parser.add_argument("--reload", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.reload:
         reload_all(opts.reload)
+        return
+    if opts.table_only:
+        with open(opts.results) as f:
+            write_table(json.load(f), opts.table)
         return
     from zoo_models import all_cases
 
