@@ -272,9 +272,7 @@ def meta_with_weights(folder: str) -> dict:
     save_file(model.state_dict(), out / "weights.safetensors")
     save_file({"0.weight": model.state_dict()["0.weight"]}, out / "partial.safetensors")
     with torch.device("meta"):
-        meta = torch.nn.Sequential(
-            torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 2)
-        )
+        meta = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 2))
     traced = tracebridge.trace(meta, torch.empty(3, 6, device="meta"), check_trace=False)
     traced.save(out / "program.tb")
     x = torch.arange(18, dtype=torch.float32).reshape(3, 6) / 10

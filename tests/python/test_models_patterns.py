@@ -421,3 +421,31 @@ def test_dict_inputs_are_matched_by_key_not_order():
     assert close(traced({"b": b, "a": a}), a * 2 + b)
     with pytest.raises(TraceError):
         traced({"a": a, "c": b})
+
+
+class FreezesInEval(nn.Module):
+    """A train() that also freezes parameters: tracing calls it (to clear caches) and must
+    leave the parameters' requires_grad as the user set it."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def train(self, mode=True):
+        super().train(mode)
+        for p in self.parameters():
+            p.requires_grad_(not mode)
+        return self
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def test_tracing_leaves_requires_grad_as_the_user_set_it():
+    m = FreezesInEval().eval()
+    m.lin.weight.requires_grad_(False)
+    m.lin.bias.requires_grad_(True)
+    traced = tracebridge.trace(m, torch.randn(2, 3))
+    assert not m.lin.weight.requires_grad and m.lin.bias.requires_grad
+    x = torch.randn(4, 3)
+    assert close(traced(x), m(x))
