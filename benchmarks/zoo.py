@@ -427,6 +427,19 @@ def write_table(results: dict, path: str) -> None:
         f.write("\n".join(lines))
 
 
+def merge(paths: list[str], out: str) -> None:
+    """Merge results files of parts run side by side (``--part``) into ``out``."""
+    from zoo_models import all_cases
+
+    merged: dict = {}
+    for path in paths:
+        with open(path) as f:
+            merged.update(json.load(f))
+    order = [c.name for c in all_cases()] + ["_meta"]
+    with open(out, "w") as f:
+        json.dump({k: merged[k] for k in order if k in merged}, f, indent=1)
+
+
 def versions() -> dict:
     import timm
     import torchvision
@@ -450,12 +463,16 @@ def main() -> None:
     parser.add_argument("--table", default=TABLE)
     parser.add_argument("--list", action="store_true", help="list the models and stop")
     parser.add_argument("--table-only", action="store_true", help="rewrite the table only")
+    parser.add_argument("--part", help="I/N: run every N-th model from the I-th (1-based)")
+    parser.add_argument("--merge", nargs="+", help="merge these results files, then the table")
     parser.add_argument("--reload", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.reload:
         reload_all(opts.reload)
         return
-    if opts.table_only:
+    if opts.merge:
+        merge(opts.merge, opts.results)
+    if opts.table_only or opts.merge:
         with open(opts.results) as f:
             write_table(json.load(f), opts.table)
         return
@@ -473,6 +490,9 @@ def main() -> None:
         if unknown:
             raise SystemExit(f"unknown model(s) {unknown}; see --list")
         cases = [c for c in cases if c.name in opts.only]
+    if opts.part:
+        first, count = (int(n) for n in opts.part.split("/"))
+        cases = cases[first - 1 :: count]
     tools = [t for t in opts.tools.split(",") if t]
     results = {}
     if os.path.exists(opts.results):
