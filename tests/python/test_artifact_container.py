@@ -155,10 +155,12 @@ def test_bzip2_bomb_refused_before_decompressing(tmp_path, monkeypatch):
 def test_program_json_size_limit_checked_before_parsing(tmp_path, monkeypatch):
     traced = tracebridge.trace(torch.relu, torch.randn(3))
     traced.save(tmp_path / "m.tb")
-    monkeypatch.setattr(archive_mod, "MAX_PROGRAM_BYTES", 100)
+    from tracebridge.check import program as checker
+
+    monkeypatch.setitem(checker.LIMITS, "program_bytes", 100)
     parsed = []
     monkeypatch.setattr(archive_mod, "loads_strict", lambda *a: parsed.append(1))
-    with pytest.raises(tracebridge.ArtifactError, match="over the 100-byte limit"):
+    with pytest.raises(tracebridge.ArtifactError, match="more than the limit of 100"):
         tracebridge.load(tmp_path / "m.tb")
     assert not parsed
 

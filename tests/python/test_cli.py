@@ -137,7 +137,7 @@ def test_no_model_code_runs_for_inspect_validate_graph(files, capsys, monkeypatc
 
     monkeypatch.setattr(tracebridge.api, "load", forbidden)
     monkeypatch.setattr(tracebridge.runtime.method.Method, "__call__", forbidden)
-    monkeypatch.setattr(tracebridge.runtime.method, "generate", forbidden)
+    monkeypatch.setattr(tracebridge.runtime.codegen, "generate", forbidden)
     monkeypatch.setattr(tracebridge.runtime.method, "Interpreter", forbidden)
     for argv in (
         ["inspect", files["net"]],

@@ -25,7 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import ArtifactError
-from ..ir import Graph, Node, Ref, Value, refs_in
+from ..ir import Graph, Node, Ref, refs_in
+from ..ir.analysis import output_ids, uses, value_table
 from ..runtime.codegen import CodeGen, compile_function
 
 STRUCTURAL = ("prim.state", "prim.guard")
@@ -90,14 +91,6 @@ class Coverage:
         return "\n".join(lines)
 
 
-def _value_table(graph: Graph) -> dict[int, Value]:
-    table = {v.id: v for v in graph.inputs}
-    for node in graph.nodes:
-        for v in node.outputs:
-            table[v.id] = v
-    return table
-
-
 def find_runs(graph: Graph, supports: Callable[[Node], bool]) -> list[list[int]]:
     """Maximal runs of supported nodes (indices), skipping over ``prim.state``."""
     runs, current = [], []
@@ -129,10 +122,13 @@ def boundary(graph: Graph, sub: Subgraph) -> Subgraph:
             if ref.id not in defined and ref.id not in inputs:
                 inputs.append(ref.id)
         defined.update(v.id for v in node.outputs)
-    used_after = {r.id for r in refs_in(graph.outputs)}
-    for index, node in enumerate(graph.nodes):
-        if index not in members:
-            used_after.update(r.id for r in refs_in((node.args, node.kwargs)))
+    readers = uses(graph)
+    returned = output_ids(graph)
+    used_after = {
+        value_id
+        for value_id, at in readers.items()
+        if value_id in returned or any(i not in members for i in at)
+    } | returned
     outputs = [v.id for i in sub.nodes for v in graph.nodes[i].outputs if v.id in used_after]
     start, end = sub.span
     hoisted = [i for i in range(start, end) if graph.nodes[i].op == "prim.state"]
@@ -202,7 +198,7 @@ def check_subgraphs(graph: Graph, subgraphs: list[Subgraph]) -> None:
 
 def subgraph_graph(graph: Graph, sub: Subgraph) -> Graph:
     """The partition as a Graph of its own: inputs in, a flat tuple of outputs out."""
-    table = _value_table(graph)
+    table = value_table(graph)
     return Graph(
         inputs=[table[i] for i in sub.inputs],
         in_spec={},
@@ -215,7 +211,7 @@ def subgraph_graph(graph: Graph, sub: Subgraph) -> Graph:
 
 def partitioned_graph(graph: Graph, subgraphs: list[Subgraph]) -> Graph:
     """``graph`` with each subgraph replaced by one ``backend.<name>`` node."""
-    table = _value_table(graph)
+    table = value_table(graph)
     starts = {sub.nodes[0]: sub for sub in subgraphs}
     skip = {i for sub in subgraphs for i in (*sub.nodes, *sub.hoisted)}
     nodes: list[Node] = []

@@ -108,8 +108,9 @@ def check_program(program_or_doc: Program | dict, name: str = "", *, strict: boo
       and ``opset_version`` integers from 1 to the newest this version reads; the JSON
       Schema holds; a ``function`` has a method ``forward`` and only constant state;
       every dispatch route names a method, and no dispatch key is also a method;
-      ``tensors.count`` equals the number of state entries; with ``strict`` (``tracebridge
-      validate``) ``tensors.sha256`` must be present.
+      ``tensors.count`` equals the number of state entries stored in the file (those not
+      listed in ``tensors.external``, whose data a load takes from ``weights=``); with
+      ``strict`` (``tracebridge validate``) ``tensors.sha256`` must be present.
     * **names**: method and dispatch names match ``[A-Za-z][A-Za-z0-9_]*`` and are not an
       attribute of a loaded module (``eval``, ``train``, ``to``, ``parameters``, ...), a
       Python keyword or an R reserved word; state names and value names are dotted paths
@@ -282,8 +283,19 @@ def _check_document(doc: dict, strict: bool) -> None:
             "save the program again with tracebridge",
         )
     count = tensors.get("count")
-    if count is not None and count != len(doc["state"]):
-        _fail("document", f"tensors.count is {count} but the state has {len(doc['state'])} tensors")
+    external = tensors.get("external", [])
+    if not isinstance(external, list) or not all(
+        isinstance(n, str) and n in doc["state"] for n in external
+    ):
+        _fail("document", "tensors.external must be a list of names of state entries")
+    if len(set(external)) != len(external):
+        _fail("document", "tensors.external names a state entry twice")
+    stored = len(doc["state"]) - len(external)  # external weights are bound at load
+    if count is not None and count != stored:
+        _fail(
+            "document",
+            f"tensors.count is {count} but the state has {stored} tensors stored in the file",
+        )
     if len(doc["methods"]) > LIMITS["methods"]:
         _fail("resource limits", f"{len(doc['methods'])} methods, more than {LIMITS['methods']}")
 

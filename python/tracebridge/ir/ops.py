@@ -159,10 +159,11 @@ FAMILIES: dict[str, str] = {
         Tensor.fmod_ Tensor.remainder_ Tensor.tril_ Tensor.triu_ Tensor.squeeze_
         Tensor.unsqueeze_ Tensor.t_ Tensor.transpose_
     """,
+    # Only the reflected dunders that are builtins: the others (__rsub__, __rpow__, ...) are
+    # Python functions on torch.Tensor that the tracer descends into, so ``1 - y`` records
+    # ``rsub`` as the code it runs says, and backends see the plain op.
     "reflected operators": """
-        Tensor.__rsub__ Tensor.__rtruediv__ Tensor.__rdiv__ Tensor.__rpow__
-        Tensor.__rmatmul__ Tensor.__rfloordiv__ Tensor.__rmod__ Tensor.__rand__
-        Tensor.__ror__ Tensor.__rxor__ Tensor.__rlshift__ Tensor.__rrshift__
+        Tensor.__rand__ Tensor.__ror__ Tensor.__rxor__
         Tensor.__ilshift__ Tensor.__irshift__ Tensor.__imod__ Tensor.__ifloordiv__
     """,
     "autograd mode": """
@@ -452,10 +453,7 @@ _HAND_KINDS: dict[str, tuple[tuple, dict]] = {
     },
 }
 # Reflected dunders: (self, other) with other a number or a tensor.
-for _name in (
-    "__rsub__ __rtruediv__ __rdiv__ __rpow__ __rmatmul__ __rfloordiv__ __rmod__ __rand__ "
-    "__ror__ __rxor__ __rlshift__ __rrshift__ __ilshift__ __irshift__ __imod__ __ifloordiv__"
-).split():
+for _name in ("__rand__ __ror__ __rxor__ __ilshift__ __irshift__ __imod__ __ifloordiv__").split():
     _HAND_KINDS[f"Tensor.{_name}"] = ((("tensor",), ("tensor", "scalar")), {})
 
 
