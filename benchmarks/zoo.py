@@ -432,9 +432,15 @@ def merge(paths: list[str], out: str) -> None:
     from zoo_models import all_cases
 
     merged: dict = {}
-    for path in paths:
+    for path in paths:  # later files win, tool by tool
         with open(path) as f:
-            merged.update(json.load(f))
+            for name, entry in json.load(f).items():
+                if name.startswith("_") or name not in merged:
+                    merged[name] = entry
+                    continue
+                tools = dict(merged[name].get("tools", {}))
+                tools.update(entry.get("tools", {}))
+                merged[name] = dict(entry, tools=tools)
     order = [c.name for c in all_cases()] + ["_meta"]
     with open(out, "w") as f:
         json.dump({k: merged[k] for k in order if k in merged}, f, indent=1)
