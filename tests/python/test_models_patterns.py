@@ -449,3 +449,10 @@ def test_tracing_leaves_requires_grad_as_the_user_set_it():
     assert not m.lin.weight.requires_grad and m.lin.bias.requires_grad
     x = torch.randn(4, 3)
     assert close(traced(x), m(x))
+
+
+def test_a_compiled_trace_keeps_its_specialisations():
+    m = SdpaLike().eval()
+    compiled = tracebridge.compile(m, torch.randn(2, 6, 8), backend="reference")
+    x = torch.randn(1, 1, 8)
+    assert close(compiled(x), m(x))
