@@ -3,7 +3,7 @@ PY := .venv/bin/python
 export R_LIBS := $(CURDIR)/.Rlib
 export TRACEBRIDGE_PYTHON := $(CURDIR)/.venv/bin/python
 
-.PHONY: setup demo test test-python test-r lint bench docs clean
+.PHONY: setup demo test test-python test-r lint bench docs clean zoo zoo-setup
 
 setup:
 	@bash scripts/setup.sh
@@ -28,3 +28,18 @@ bench: setup
 
 clean:
 	rm -rf .venv .Rlib demo-out bench-out .pytest_cache *.Rcheck tracebridge_*.tar.gz
+
+# The model zoo (docs/zoo.md): optional packages, pinned, installed with the project's pins
+# as constraints so torch and numpy never move. Not part of `make test`.
+# `make zoo ZOO_ARGS="--only bert --tools tracebridge"` runs a subset.
+ZOO_STAMP := .venv/.zoo.sha
+zoo-setup: setup
+	@want=$$(sha256sum requirements.txt requirements-zoo.txt | sha256sum | cut -c1-16); \
+	if [ "$$(cat $(ZOO_STAMP) 2>/dev/null)" != "$$want" ]; then \
+	  .venv/bin/pip install -q -c requirements.txt --no-deps torchvision==0.28.0 && \
+	  .venv/bin/pip install -q -c requirements.txt -r requirements-zoo.txt && \
+	  echo "$$want" > $(ZOO_STAMP); \
+	fi
+
+zoo: zoo-setup
+	$(PY) benchmarks/zoo.py $(ZOO_ARGS)

@@ -9,8 +9,8 @@
 # Python's shortest round-trip float repr. tests/testthat/test-inspect.R compares the two
 # texts on artifacts made in the test and on the golden vectors.
 
-inspect_format_version <- 1L
-inspect_opset_version <- 1L
+inspect_format_version <- 2L
+inspect_opset_version <- 2L
 
 inspect_dtype_short <- c(
   float32 = "f32", float64 = "f64", float16 = "f16", bfloat16 = "bf16", int64 = "i64",

@@ -172,9 +172,8 @@ run_trace <- function(fn, target, args, ...) {
     warning(tracebridge_warning(msg))
   }
   traced <- reticulate::py_get_item(out, 0L)
-  # The artifact says which language traced it: this one.
-  meta <- reticulate::py_get_attr(reticulate::py_get_attr(traced, "program"), "meta")
-  reticulate::py_set_item(meta, "language", "r")
+  # The program says which language its code was written in (R: 1-based indices).
+  reticulate::py_set_attr(reticulate::py_get_attr(traced, "program"), "language", "r")
   traced
 }
 
@@ -191,6 +190,10 @@ tracebridge_warning <- function(msg) {
 #'
 #' @param obj A `script_function` or `script_module`.
 #' @param path A file path.
+#' @param weights For `jit_load()`: `NULL`, or the weights to bind the state to, by name:
+#'   a `.safetensors` file, a character vector of them, or a Hugging Face sharded index
+#'   (`model.safetensors.index.json`). Needed for a program traced on the meta device,
+#'   which is saved without tensor data; missing, extra or mis-shaped weights are refused.
 #' @return `jit_save()`: `path`, invisibly. `jit_load()`: a `script_function` or a
 #'   `script_module`.
 #' @examples
@@ -216,12 +219,22 @@ jit_save <- function(obj, path) {
 
 #' @rdname jit_save
 #' @export
-jit_load <- function(path) {
+jit_load <- function(path, weights = NULL) {
   path <- path.expand(path)
   if (!file.exists(path)) {
     tracebridge_abort(sprintf("jit_load(): no file at '%s'.", path), "tracebridge_artifact_error")
   }
-  loaded <- py_call_checked(py_core()$load, normalizePath(path))
+  read_program(path)  # R checks every rule of the spec too (R/check.R), before Python loads
+  if (!is.null(weights)) {
+    if (!is.character(weights) || !length(weights) || anyNA(weights)) {
+      tracebridge_abort(paste("jit_load(): `weights` must be a .safetensors file, a character",
+                              "vector of them, or a sharded index (model.safetensors.index.json)."),
+                        "tracebridge_artifact_error")
+    }
+    weights <- path.expand(weights)
+    weights <- if (length(weights) == 1L) weights else as.list(weights)
+  }
+  loaded <- py_call_checked(py_core()$load, normalizePath(path), weights = weights)
   if (reticulate::py_to_r(py_rb()$kind(loaded)) == "module") {
     new_script_module(loaded)
   } else {

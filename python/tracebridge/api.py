@@ -11,13 +11,14 @@ import torch
 from torch import nn
 
 from . import artifact
+from .check.specialise import specialisations
 from .check.verify import first_difference, fresh
 from .errors import GuardError, TraceError
 from .ir import Program, StateEntry
 from .ir.ops import VARIADIC_OUTPUTS
 from .ir.printer import graph_text
 from .runtime import Method
-from .runtime.method import guards_active
+from .runtime.method import Specialised, guards_active
 from .runtime.shapes import symbolize
 from .trace.capture import bound_method as _bound
 from .trace.capture import capture, capture_again, preserved, state_index
@@ -43,6 +44,24 @@ def _describe_guard(name: str, node) -> str:
     )
 
 
+def _specialised(program: Program) -> dict[str, list[str]]:
+    """Method name -> the names of its size-1 specialisations (check/specialise.py)."""
+    return dict(program.meta.get("specialised", {}))
+
+
+def _variant_names(program: Program) -> set[str]:
+    return {name for names in _specialised(program).values() for name in names}
+
+
+def _add_specialisations(program: Program, name: str, graphs: list) -> None:
+    names = []
+    for graph in graphs:
+        names.append(f"{name}__size1_{len(names)}")
+        program.methods[names[-1]] = graph
+    if names:
+        program.meta.setdefault("specialised", {})[name] = names
+
+
 class _Traced:
     """What a traced function and a traced module share."""
 
@@ -50,16 +69,23 @@ class _Traced:
     _methods: dict[str, Method]
 
     def _make_methods(self, slots: dict, runtime: str) -> None:
+        graphs = self.program.methods
         self._methods = {
-            name: Method(name, g, slots, runtime) for name, g in self.program.methods.items()
+            name: Method(name, g, slots, runtime, graphs) for name, g in graphs.items()
         }
+        for name, others in _specialised(self.program).items():
+            chain = [self._methods[name]] + [self._methods.pop(o) for o in others]
+            self._methods[name] = Specialised(chain)
 
     @property
     def guards(self) -> list[str]:
         """Every assumption the trace made, in words, with its source line: the guards, and
         the ops whose number of results the trace fixed (``unbind``, ``split``, ...)."""
         out = []
+        variants = _variant_names(self.program)  # alternatives, tried when these refuse
         for name, graph in self.program.methods.items():
+            if name in variants:
+                continue
             for node in graph.nodes:
                 if node.op == "prim.guard":
                     out.append(_describe_guard(name, node))
@@ -95,15 +121,12 @@ class _Traced:
     def save(self, path: str | os.PathLike, *, language: str | None = None) -> None:
         """Save to one file that :func:`tracebridge.load` and R's ``jit_load`` read.
 
-        ``language`` is the producer recorded in the file (``"python"`` or ``"r"``); by
-        default, the language the trace was made from (``program.meta["language"]``).
+        ``language`` is the source language recorded in the file (``"python"`` or ``"r"``);
+        by default, the language the trace was made from (``program.language``).
         """
         self._symbolize()
         program = self._program_for_saving()
-        traced_in = program.meta.get("language") or program.meta.get("producer", {}).get(
-            "language", "python"
-        )
-        artifact.write(program, path, language=language or traced_in)
+        artifact.write(program, path, language=language or program.language)
 
 
 class TracedFunction(_Traced):
@@ -204,10 +227,20 @@ class TracedModule(nn.Module, _Traced):
             self._rebuild(program)
         self.training = program.training if original is None else original.training
         self._make_methods(self._slots(), runtime)
-        self._mode_bound = dict(program.meta.get("mode_bound", {}))
-        for name in list(self.program.methods) + list(self.program.dispatch):
-            if name != "forward":
-                self.__dict__[name] = TracedMethod(self, name)
+        self._mode_bound = dict(program.mode_bound)
+
+    def __getattr__(self, name: str):
+        # Traced methods are found by name only after every real attribute, so that a
+        # file's method named ``eval`` or ``to`` never replaces the module's own; the extra
+        # specialisations of a method are reached through it, never by name.
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            program = self.__dict__.get("program")
+            known = program is not None and (name in program.methods or name in program.dispatch)
+            if known and name not in _variant_names(program):
+                return TracedMethod(self, name)
+            raise
 
     def _share(self, original: nn.Module) -> None:
         for name, child in original.named_children():
@@ -295,9 +328,27 @@ class TracedModule(nn.Module, _Traced):
     def forward(self, *args, **kwargs):
         return self._method_for("forward")(*args, **kwargs)
 
+    def train(self, mode: bool = True) -> TracedModule:
+        """Set this traced module's mode (which graph ``forward`` runs). The sub-modules
+        are the original's, shared for their parameters and buffers: their own flags are
+        the original's business, so they are left alone (the graphs carry the mode they
+        were traced in as arguments, not by reading sub-module flags).
+
+        >>> import torch, tracebridge
+        >>> net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout()).eval()
+        >>> traced = tracebridge.trace(net, torch.rand(3, 2), respect_mode=True)
+        >>> traced.train().training, net.training, net[1].training
+        (True, False, False)
+        """
+        if not isinstance(mode, bool):
+            raise ValueError(f"train() takes a bool, not {type(mode).__name__}")
+        self.training = mode
+        return self
+
     @property
     def methods(self) -> list[str]:
-        return list(self.program.methods)
+        variants = _variant_names(self.program)
+        return [name for name in self.program.methods if name not in variants]
 
     @property
     def graph(self) -> str:
@@ -373,9 +424,21 @@ def trace(
     if not callable(func):
         raise TraceError(f"trace() needs a function or nn.Module, not {type(func).__name__}")
     constants: dict[str, StateEntry] = {}
-    with preserved(None):
-        graph = capture(func, args, kwargs, constants=constants, strict=strict)
+
+    def retrace(a, k):
+        with preserved(None):
+            return capture(func, a, k, constants=constants, strict=strict)
+
+    def run_eager(a, k):
+        a, k = fresh(a, k)
+        with preserved(None):
+            return func(*a, **k)
+
+    graph = retrace(args, kwargs)
     program = Program(kind="function", methods={"forward": graph}, state=constants)
+    _add_specialisations(
+        program, "forward", specialisations(graph, args, kwargs, run_eager, retrace)
+    )
     name = getattr(func, "__name__", "forward")
     name = name if name.isidentifier() else "forward"
     traced = TracedFunction(program, name=name, runtime=runtime)
@@ -454,25 +517,41 @@ def record_module(
                 warned=warned,
             )
 
+    def run_eager(name, mode, args, kwargs):
+        with preserved(mod):
+            if mode is not None:
+                mod.train(mode)
+            args, kwargs = fresh(args, kwargs)
+            return _bound(mod, alias.get(name, name))(*args, **kwargs)
+
+    recorded = []  # (graph name, method name, mode, example inputs)
     for name, (args, kwargs) in inputs.items():
         if respect_mode and name == "forward":
             methods["trainforward"] = record(name, *fresh(args, kwargs), mode=True)
             methods["evalforward"] = record(name, *fresh(args, kwargs), mode=False)
             dispatch["forward"] = {"train": "trainforward", "eval": "evalforward"}
+            recorded += [("trainforward", name, True, args, kwargs)]
+            recorded += [("evalforward", name, False, args, kwargs)]
             continue
         methods[name] = record(name, args, kwargs)
+        recorded.append((name, name, None, args, kwargs))
         # Does the other mode record another graph (dropout, batch norm)? Then calling in
         # that mode must not silently run this one.
-        other = capture_again(
-            _bound(mod, alias.get(name, name)),
-            *fresh(args, kwargs),
-            module=mod,
-            mode=not mod.training,
-            state=index,
-            strict=strict,
-            names_from=getattr(mod, alias.get(name, name)),
-        )
-        index_of_change = first_difference(methods[name], other)
+        try:
+            other = capture_again(
+                _bound(mod, alias.get(name, name)),
+                *fresh(args, kwargs),
+                module=mod,
+                mode=not mod.training,
+                state=index,
+                strict=strict,
+                names_from=getattr(mod, alias.get(name, name)),
+            )
+            index_of_change = first_difference(methods[name], other)
+        except Exception:
+            # The other mode does not even trace (a training-only branch the tracer
+            # refuses): this graph is bound to the mode it was traced in.
+            index_of_change = 0
         if index_of_change is not None:
             # Name the first differing op that the user's code called (not a state read).
             later = methods[name].nodes[index_of_change:] or methods[name].nodes[-1:]
@@ -485,15 +564,27 @@ def record_module(
             state.setdefault(path, StateEntry(kind, tensor))
     state.update(constants)
     classes = {name: type(m).__name__ for name, m in mod.named_modules()}
-    return Program(
+    program = Program(
         kind="module",
         methods=methods,
         state=state,
         dispatch=dispatch,
         training=mod.training,
         module_classes=classes,
-        meta={"mode_bound": mode_bound} if mode_bound else {},
+        mode_bound=mode_bound,
     )
+    for graph_name, name, mode, args, kwargs in recorded:
+        found = specialisations(
+            methods[graph_name],
+            args,
+            kwargs,
+            lambda a, k, name=name, mode=mode: run_eager(name, mode, a, k),
+            lambda a, k, name=name, mode=mode: record(name, *fresh(a, k), mode=mode),
+        )
+        _add_specialisations(program, graph_name, found)
+    # Constants the specialisations captured are state too.
+    program.state.update(constants)
+    return program
 
 
 def _trace_module(
@@ -547,9 +638,18 @@ def load(
     path: str | os.PathLike,
     runtime: str = "codegen",
     map_location: str | torch.device | None = None,
+    *,
+    weights: artifact.WeightsArg | None = None,
+    verify: bool | None = None,
 ) -> TracedFunction | TracedModule:
     """Load an artifact written by ``save`` (from Python or R). ``runtime`` is ``codegen``
     (default, fast) or ``interpreter``; ``map_location`` moves the state to a device.
+
+    The state tensors are views of the memory-mapped file (nothing is copied). ``weights``
+    binds the state by name from safetensors checkpoints instead (a file, a list of files,
+    or a sharded ``model.safetensors.index.json``): needed for a program traced on the meta
+    device. ``verify`` checks the weights' SHA-256: ``None`` (default) does so when they
+    are at most 64 MiB, ``True`` always, ``False`` never.
 
     >>> import torch, tracebridge, tempfile, os
     >>> f = tracebridge.trace(torch.relu, torch.rand(3))
@@ -558,7 +658,7 @@ def load(
     >>> tracebridge.load(path)(torch.tensor([-1.0, 2.0]))
     tensor([0., 2.])
     """
-    program = artifact.read(path)
+    program = artifact.read(path, weights=weights, verify=verify)
     if program.kind == "function":
         if map_location is not None:
             for entry in program.state.values():

@@ -69,6 +69,9 @@ def called_from_user_code() -> bool:
     )
 
 
+SOURCE_LIMIT = 300  # characters of a line stored in an artifact for messages
+
+
 def source_line(loc: str | None) -> str:
     """The text of the user's source line at ``loc`` (``file:line``), or ''."""
     if not loc:

@@ -24,3 +24,39 @@ def run_fresh_python(code: str, timeout: int = 120) -> subprocess.CompletedProce
         text=True,
         timeout=timeout,
     )
+
+
+_UNCHECKED: list = []  # non-empty while a test asks for programs the checker would refuse
+
+
+@pytest.fixture
+def unchecked_programs():
+    """For tests that show the runtime is safe on its own: programs built in memory skip the
+    suite-wide check below (loading a file still runs the checker, as always)."""
+    _UNCHECKED.append(True)
+    yield
+    _UNCHECKED.pop()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _check_every_program():
+    """Every program a test traces or loads passes the file checker (``check_program``), so
+    the checker's rules are tried on every graph the suite makes, not only on files."""
+    from tracebridge import api
+    from tracebridge.check.program import check_program
+
+    originals = {cls: cls.__init__ for cls in (api.TracedFunction, api.TracedModule)}
+
+    def checked(init):
+        def __init__(self, program, *args, **kwargs):
+            if not _UNCHECKED:
+                check_program(program)
+            init(self, program, *args, **kwargs)
+
+        return __init__
+
+    for cls, init in originals.items():
+        cls.__init__ = checked(init)
+    yield
+    for cls, init in originals.items():
+        cls.__init__ = init

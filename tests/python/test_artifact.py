@@ -53,7 +53,7 @@ def test_archive_is_readable_without_torch(tmp_path):
     _, traced = _traced_module()
     traced.save(tmp_path / "m.tb")
     with zipfile.ZipFile(tmp_path / "m.tb") as archive:
-        assert archive.namelist() == ["program.json", "tensors.safetensors"]
+        assert sorted(archive.namelist()) == ["program.json", "tensors.safetensors"]
         assert all(i.compress_type == zipfile.ZIP_STORED for i in archive.infolist())
         doc = json.loads(archive.read("program.json"))
     assert doc["format"] == "tracebridge" and doc["format_version"] == FORMAT_VERSION

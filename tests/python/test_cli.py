@@ -20,6 +20,7 @@ from torch import nn
 import tracebridge
 from tracebridge import artifact
 from tracebridge.frontends import cli
+from tracebridge.ir import FORMAT_VERSION, OPSET_VERSION
 from tracebridge.ir.printer import graph_text
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -97,7 +98,7 @@ def write_safetensors(path, tensors: dict) -> str:
 def test_inspect_shows_versions_state_guards_counts_and_graphs(files, capsys):
     code, out, err = run_cli(capsys, "inspect", files["net"])
     assert (code, err) == (0, "")
-    assert "tracebridge format 1, op set 1" in out
+    assert f"tracebridge format {FORMAT_VERSION}, op set {OPSET_VERSION}" in out
     assert f"tracebridge {tracebridge.__version__} (python, torch" in out
     assert "module (Net), saved in training mode" in out
     assert "methods:    trainforward, evalforward" in out
@@ -120,7 +121,7 @@ def test_inspect_json_summary(files, capsys):
     assert code == 0
     data = json.loads(out)
     assert data["kind"] == "function" and data["methods"] == ["forward"]
-    assert data["format_version"] == 1 and data["opset_version"] == 1
+    assert (data["format_version"], data["opset_version"]) == (FORMAT_VERSION, OPSET_VERSION)
     graph = data["graphs"]["forward"]
     assert graph["inputs"] == [{"name": "x", "type": "f32[s0]"}]
     assert [(g["what"], g["expect"], g["kind"]) for g in graph["guards"]] == [
@@ -136,7 +137,7 @@ def test_no_model_code_runs_for_inspect_validate_graph(files, capsys, monkeypatc
 
     monkeypatch.setattr(tracebridge.api, "load", forbidden)
     monkeypatch.setattr(tracebridge.runtime.method.Method, "__call__", forbidden)
-    monkeypatch.setattr(tracebridge.runtime.method, "generate", forbidden)
+    monkeypatch.setattr(tracebridge.runtime.codegen, "generate", forbidden)
     monkeypatch.setattr(tracebridge.runtime.method, "Interpreter", forbidden)
     for argv in (
         ["inspect", files["net"]],
@@ -155,7 +156,8 @@ def test_validate_accepts_good_files(files, capsys):
     code, out, err = run_cli(capsys, "validate", files["net"])
     assert (code, err) == (0, "")
     assert out == (
-        f"{files['net']}: valid tracebridge artifact (format 1, op set 1; "
+        f"{files['net']}: valid tracebridge artifact "
+        f"(format {FORMAT_VERSION}, op set {OPSET_VERSION}; "
         "2 methods, 25 nodes, 1 guard, 7 tensors; checksum ok)\n"
     )
     assert run_cli(capsys, "validate", files["looped"])[0] == 0

@@ -257,7 +257,7 @@ def test_workdir_gets_partition_report_and_sources(tmp_path):
     assert report.startswith("reference: 6/7 ops supported")
     assert "backend.reference_subgraph_1(" in report
     source = (tmp_path / "work" / "reference_subgraph_0.py").read_text()
-    assert source.startswith("def reference_subgraph_0(") and "op_linear(" in source
+    assert source.startswith("def reference_subgraph_0(") and "op_linear_" in source
 
 
 # --- arguments, modes, errors ------------------------------------------------------------------
@@ -360,7 +360,7 @@ def test_save_embeds_partition_and_reloads(tmp_path):
         names = archive.namelist()
         doc = json.loads(archive.read("program.json"))
     assert sorted(names) == ["program.json", "tensors.safetensors"]  # no code, no pickle
-    meta = doc["meta"]["backend"]
+    meta = doc["backend"]  # a field of the program (format 2), not display-only meta
     assert meta["name"] == "reference" and meta["compiler_args"] == ["--all-ops"]
     subgraphs = meta["methods"]["forward"]["subgraphs"]
     assert [s["name"] for s in subgraphs] == ["reference_subgraph_0", "reference_subgraph_1"]
@@ -411,7 +411,7 @@ def test_load_compiled_refuses_plain_and_corrupt_artifacts(tmp_path):
     compiled = _ref(WithCumsum().eval(), torch.rand(3, 4))
     compiled.save(tmp_path / "ok.tb")
     program = artifact.read(tmp_path / "ok.tb")
-    subgraph = program.meta["backend"]["methods"]["forward"]["subgraphs"][0]
+    subgraph = program.backend["methods"]["forward"]["subgraphs"][0]
     subgraph["nodes"] = subgraph["nodes"][:1] + subgraph["nodes"][2:]  # a hole
     artifact.write(program, tmp_path / "holed.tb")
     with pytest.raises(tracebridge.ArtifactError, match="not contiguous"):
@@ -462,9 +462,9 @@ def test_closure_constant_code_and_save_helpers(tmp_path):
     weight = torch.rand(3)
     with pytest.warns(tracebridge.TracerWarning):
         f = _ref(lambda x: torch.relu(x * weight) + 1, torch.rand(2, 3))
-    assert "call_reference_subgraph_0(" in f.code
+    assert "# backend.reference_subgraph_0" in f.code
     assert list(f.subgraph_code) == ["reference_subgraph_0"]
-    assert "op_relu(" in f.subgraph_code["reference_subgraph_0"]
+    assert "op_relu_" in f.subgraph_code["reference_subgraph_0"]
     tracebridge.save(f, tmp_path / "closure.tb")
     loaded = load_compiled(tmp_path / "closure.tb", map_location="cpu")
     x = torch.rand(4, 3)

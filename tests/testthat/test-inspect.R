@@ -127,7 +127,7 @@ test_that("jit_inspect reads a hand-written artifact with base R only", {
 
   out <- capture_output(res <- print(info))
   expect_identical(res, info)
-  expect_match(out, "format:     tracebridge format 1, op set 1", fixed = TRUE)
+  expect_match(out, "format:     tracebridge format 1, op set 1", fixed = TRUE)  # a format-1 file
   expect_match(out, "producer:   tracebridge 0.1.0 (r, torch 2.13.0)", fixed = TRUE)
   expect_match(out, "kind:       module (Net)", fixed = TRUE)
   expect_match(out, "state: 1 tensor, 24 bytes\n  parameter  fc.weight  f32[2, 3]\n",
@@ -175,10 +175,10 @@ test_that("bad files signal tracebridge_artifact_error with a clear message", {
                class = "tracebridge_artifact_error")
   expect_error(jit_inspect(insp_zip(list(program.json = '{"format": "other"}'))),
                "format field missing", class = "tracebridge_artifact_error")
-  newer <- sub('"format_version": 1', '"format_version": 2', insp_program, fixed = TRUE)
+  newer <- sub('"format_version": 1', '"format_version": 3', insp_program, fixed = TRUE)
   err <- expect_error(jit_inspect(insp_hand_artifact(newer)),
                       class = "tracebridge_artifact_error")
-  expect_match(conditionMessage(err), "format version 2 is newer than this tracebridge reads")
+  expect_match(conditionMessage(err), "format version 3 is newer than this tracebridge reads")
   expect_match(conditionMessage(err), "upgrade")
   expect_s3_class(err, "tracebridge_error")
   newer_ops <- sub('"opset_version": 1', '"opset_version": 7', insp_program, fixed = TRUE)

@@ -1,31 +1,38 @@
-"""The artifact: one ZIP archive (stored, not compressed) holding
+"""Reading and writing an artifact: ``program.json`` and ``tensors.safetensors`` in a ZIP.
 
-* ``program.json``: the program (methods, state metadata, metadata), see SPEC.md;
-* ``tensors.safetensors``: every state tensor, in safetensors layout (8-byte little-endian
-  header length, a JSON header of ``name -> {dtype, shape, data_offsets}``, raw bytes).
+Saving streams the tensors from where they lie into a fresh temporary file (``atomic``),
+hashing them on the way, and renames it into place. Loading checks the container, the
+program and the tensors header, then memory-maps the file copy-on-write: the state tensors
+are views of the file (the file is never written; a page a program writes to, such as
+BatchNorm statistics in training, becomes private to the process).
 
-Any language reads it with a ZIP reader and a JSON parser. Nothing is pickled; op names are
-checked against the op set before anything runs. The format is recognised by content,
-whatever the file is called.
+Note: when the weights' checksum is checked. ``program.json`` and the tensors header are
+always checked in full. The SHA-256 of the tensor data costs a read of every byte, which
+for a large model is most of the cost of a load that otherwise touches only what a call
+uses. It runs when ``verify=True``, in ``tracebridge validate`` (``verify``), and by
+default (``verify=None``) when the tensor data is at most ``VERIFY_BELOW`` bytes; above
+that, the sizes and offsets of every tensor are still checked against the header and the
+program, so no read goes outside the file, but flipped bits inside the weights go
+unnoticed until ``verify``.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
+import mmap
 import os
-import struct
-import zipfile
-from importlib import resources
-from typing import Any
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
 
 import torch
 
+from ..check.program import check_json_size, check_program
 from ..errors import ArtifactError
 from ..ir import (
     DTYPE_NAMES,
-    DTYPES,
     FORMAT_VERSION,
     OPSET_VERSION,
     Program,
@@ -33,39 +40,30 @@ from ..ir import (
     graph_from_json,
     graph_to_json,
 )
-from ..ir import ops as opset
 from ..version import __version__
+from . import tensors as st
+from .atomic import atomic_file
+from .container import PROGRAM_MEMBER, TENSORS_MEMBER, Member, Writer, read_members
+from .jsonstrict import loads_strict
+from .weights import WeightsArg, bind
 
-PROGRAM_MEMBER = "program.json"
-TENSORS_MEMBER = "tensors.safetensors"
-_ST_DTYPES = {
-    "float32": "F32",
-    "float64": "F64",
-    "float16": "F16",
-    "bfloat16": "BF16",
-    "int64": "I64",
-    "int32": "I32",
-    "int16": "I16",
-    "int8": "I8",
-    "uint8": "U8",
-    "bool": "BOOL",
-    "complex64": "C64",
-}
-_FROM_ST = {v: k for k, v in _ST_DTYPES.items()}
+VERIFY_BELOW = 64 * 1024 * 1024
+_CHUNK = 16 * 1024 * 1024
 
 
 # --- writing ------------------------------------------------------------------------------
 
 
-def program_to_json(program: Program, language: str = "python") -> dict:
-    return {
+def program_to_json(program: Program, language: str | None = None) -> dict:
+    """The program.json document of ``program`` (without the ``tensors`` entry)."""
+    doc = {
         "format": "tracebridge",
         "format_version": FORMAT_VERSION,
         "opset_version": OPSET_VERSION,
         "producer": {
             "name": "tracebridge",
             "version": __version__,
-            "language": language,
+            "language": language or program.language,
             "torch": torch.__version__.split("+")[0],
         },
         "kind": program.kind,
@@ -84,184 +82,333 @@ def program_to_json(program: Program, language: str = "python") -> dict:
         },
         "meta": program.meta,
     }
+    if program.mode_bound:
+        doc["mode_bound"] = program.mode_bound
+    if program.backend is not None:
+        doc["backend"] = program.backend
+    return doc
 
 
-def safetensors_bytes(tensors: dict[str, torch.Tensor]) -> tuple[bytes, dict]:
-    header: dict[str, Any] = {}
-    chunks, offset = [], 0
-    for name, tensor in tensors.items():
-        data = tensor.detach().cpu().contiguous()
-        if data.dtype not in DTYPE_NAMES or DTYPE_NAMES[data.dtype] not in _ST_DTYPES:
-            raise ArtifactError(
-                f"state tensor {name!r} has dtype {data.dtype}, which the "
-                "artifact format cannot store"
-            )
-        raw = data.reshape(-1).view(torch.uint8).numpy().tobytes() if data.numel() else b""
-        header[name] = {
-            "dtype": _ST_DTYPES[DTYPE_NAMES[data.dtype]],
-            "shape": list(data.shape),
-            "data_offsets": [offset, offset + len(raw)],
-        }
-        chunks.append(raw)
-        offset += len(raw)
-    head = json.dumps(header, separators=(",", ":")).encode()
-    head += b" " * (-len(head) % 8)  # align the data to 8 bytes, as safetensors does
-    return struct.pack("<Q", len(head)) + head + b"".join(chunks), header
+class _Digest:
+    """SHA-256 and CRC-32 of a stream, computed beside the write: both release the GIL on
+    large buffers, so hashing overlaps the disk instead of adding to it."""
+
+    def __init__(self):
+        self.sha = hashlib.sha256()
+        self.crc = 0
+        self._pool = ThreadPoolExecutor(2)
+        self._pending: list = []
+
+    def _crc(self, data) -> None:
+        self.crc = zlib.crc32(data, self.crc)
+
+    def start(self, data) -> None:
+        """Begin hashing ``data`` (call ``wait`` before the next ``start``)."""
+        if memoryview(data).nbytes < (1 << 20):
+            self.sha.update(data)
+            self._crc(data)
+        else:
+            self._pending = [
+                self._pool.submit(self.sha.update, data),
+                self._pool.submit(self._crc, data),
+            ]
+
+    def wait(self) -> None:
+        for job in self._pending:
+            job.result()
+        self._pending = []
+
+    def close(self) -> None:
+        self.wait()
+        self._pool.shutdown()
 
 
-def _add_member(archive: zipfile.ZipFile, name: str, data: bytes) -> None:
-    """A stored member with a fixed date, so that saving the same trace twice gives the
-    same bytes (reproducible artifacts, stable checksums)."""
-    info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
-    info.compress_type = zipfile.ZIP_STORED
-    info.external_attr = 0o644 << 16
-    archive.writestr(info, data)
+def _stream_tensors(
+    writer: Writer, layout: st.Layout, tensors: dict[str, torch.Tensor]
+) -> tuple[str, int]:
+    digest = _Digest()
+    try:
+        for piece in _pieces(layout, tensors):
+            for start in range(0, max(piece.nbytes, 1), _CHUNK):
+                chunk = piece[start : start + _CHUNK]
+                digest.start(chunk)
+                writer.write(chunk)
+                digest.wait()
+    finally:
+        digest.close()
+    return digest.sha.hexdigest(), digest.crc
 
 
-def write(program: Program, path: str | os.PathLike, language: str = "python") -> None:
-    """Write ``program`` to ``path`` (any file name); ``language`` is the producer's."""
+def _pieces(layout: st.Layout, tensors: dict[str, torch.Tensor]):
+    yield memoryview(layout.head)
+    for entry in layout.entries:
+        if st.is_filler(entry.name):
+            yield memoryview(st.filler_bytes(entry))
+        else:
+            yield st.tensor_bytes(tensors[entry.name])
+
+
+def write(
+    program: Program, path: str | os.PathLike, language: str | None = None, *, zip64: bool = False
+) -> None:
+    """Write ``program`` to ``path`` (any file name), atomically; ``language`` overrides the
+    program's source language (``program.language``). State on the meta device is not
+    stored: the artifact lists it under ``tensors.external``, and ``load(path, weights=...)``
+    binds it. ``zip64`` forces ZIP64 records (files over 4 GiB get them anyway)."""
+    language = language or program.language
     if language not in ("python", "r"):
         raise ArtifactError(f"language must be 'python' or 'r', not {language!r}")
     doc = program_to_json(program, language)
-    blob, header = safetensors_bytes({n: e.tensor for n, e in program.state.items()})
-    doc["tensors"] = {"sha256": hashlib.sha256(blob).hexdigest(), "count": len(header)}
-    text = json.dumps(doc, indent=1, sort_keys=False).encode()
-    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as archive:
-        _add_member(archive, PROGRAM_MEMBER, text)
-        _add_member(archive, TENSORS_MEMBER, blob)
-    os.replace(tmp, path)  # never leave a half-written artifact under the real name
+    stored = {n: e.tensor for n, e in program.state.items() if not e.tensor.is_meta}
+    external = [n for n, e in program.state.items() if e.tensor.is_meta]
+    layout = st.plan(stored)
+    with atomic_file(path) as handle:
+        writer = Writer(handle, zip64=zip64)
+        writer.begin(TENSORS_MEMBER, layout.size, align=st.ALIGN)
+        sha, crc = _stream_tensors(writer, layout, stored)
+        writer.end(crc)
+        doc["tensors"] = {"sha256": sha, "count": len(stored)}
+        if external:
+            doc["tensors"]["external"] = external
+        try:
+            text = json.dumps(doc, indent=1, allow_nan=False).encode()
+        except ValueError as exc:
+            raise ArtifactError(f"the program cannot be written as JSON ({exc})") from None
+        writer.begin(PROGRAM_MEMBER, len(text))
+        writer.write(text)
+        writer.end(zlib.crc32(text))
+        writer.close()
+
+
+def safetensors_bytes(tensors: dict[str, torch.Tensor]) -> tuple[bytes, dict]:
+    """A whole safetensors file in memory (for small files such as ``tracebridge run``'s
+    outputs), in the artifact's aligned layout; returns the bytes and the header."""
+    layout = st.plan(tensors)
+    data = b"".join(bytes(p) for p in _pieces(layout, tensors))
+    header = {e.name: e for e in layout.entries if not st.is_filler(e.name)}
+    return data, header
 
 
 # --- reading ------------------------------------------------------------------------------
 
 
-@functools.cache
-def _validator():
-    """The JSON Schema (draft-07) compiled to a Python function once: validating a large
-    graph this way costs milliseconds, where an interpreting validator costs a second."""
-    import fastjsonschema
+@dataclass
+class Opened:
+    """An artifact opened and checked, its weights not yet read: the document, where the
+    tensors lie in the file, and the file itself (kept open for mapping)."""
 
-    text = resources.files("tracebridge").joinpath("schema/program.schema.json").read_text()
-    return fastjsonschema.compile(json.loads(text))
+    name: str
+    doc: dict
+    handle: BinaryIO
+    entries: dict[str, st.Entry] = field(default_factory=dict)
+    member: Member | None = None
+    data_base: int = 0  # file offset of the first tensor byte
+
+    def mapping(self) -> mmap.mmap:
+        """The whole file mapped copy-on-write (shared with the page cache until written)."""
+        return mmap.mmap(self.handle.fileno(), 0, access=mmap.ACCESS_COPY)
+
+    def verify(self, buffer=None) -> None:
+        """Check the SHA-256 (and CRC-32) of the tensor data: a read of every byte."""
+        member = self.member
+        expected = self.doc.get("tensors", {}).get("sha256")
+        if member is None:
+            return
+        buffer = buffer if buffer is not None else self.mapping()
+        view = memoryview(buffer)[member.data_offset : member.data_offset + member.size]
+        digest = _Digest()
+        try:
+            for start in range(0, member.size, _CHUNK):
+                digest.start(view[start : start + _CHUNK])
+                digest.wait()
+        finally:
+            digest.close()
+            view.release()
+        if digest.crc != member.crc:
+            raise ArtifactError(f"{self.name}: {TENSORS_MEMBER} fails its CRC-32 (corrupt)")
+        if expected and digest.sha.hexdigest() != expected:
+            raise ArtifactError(
+                f"{self.name}: {TENSORS_MEMBER} does not match its sha256 checksum (the file "
+                "is corrupt or was edited)"
+            )
 
 
-def read_json(path: str | os.PathLike) -> tuple[dict, bytes]:
-    """Open an artifact and return its program JSON and raw tensor bytes, checked."""
+def open_artifact(path: str | os.PathLike) -> Opened:
+    """Open ``path`` and check everything but the weights' bytes: the container, program.json
+    (JSON, versions, schema, op set) and the tensors header against the state."""
     name = os.fspath(path)
     if not os.path.exists(name):
         raise ArtifactError(f"{name}: no such file")
-    if not zipfile.is_zipfile(name):
+    if not os.path.isfile(name):
+        raise ArtifactError(f"{name}: not a regular file")
+    handle = open(name, "rb")  # noqa: SIM115 - kept open by Opened for the mapping
+    try:
+        opened = _open(name, handle)
+    except BaseException:
+        handle.close()
+        raise
+    return opened
+
+
+def _open(name: str, handle: BinaryIO) -> Opened:
+    size = os.fstat(handle.fileno()).st_size
+    head = handle.read(4)
+    if head[:2] != b"PK":
         raise ArtifactError(
-            f"{name}: not a tracebridge artifact (not a ZIP archive; "
-            "tracebridge files are ZIP archives holding program.json)"
+            f"{name}: not a tracebridge artifact (not a ZIP archive; tracebridge files are "
+            "ZIP archives holding program.json)"
         )
     try:
-        with zipfile.ZipFile(name) as archive:
-            members = set(archive.namelist())
-            if PROGRAM_MEMBER not in members:
-                raise ArtifactError(f"{name}: not a tracebridge artifact (no {PROGRAM_MEMBER})")
-            text = archive.read(PROGRAM_MEMBER)
-            blob = archive.read(TENSORS_MEMBER) if TENSORS_MEMBER in members else b""
-    except ArtifactError:
-        raise
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-        raise ArtifactError(f"{name}: corrupt or truncated archive ({exc})") from None
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise ArtifactError(f"{name}: {PROGRAM_MEMBER} is not valid JSON ({exc})") from None
+        members = read_members(handle, size)
+    except ArtifactError as exc:
+        raise ArtifactError(f"{name}: {exc}") from None
+    program = members[PROGRAM_MEMBER]
+    check_json_size(program.size, name)  # before reading a byte of it
+    handle.seek(program.data_offset)
+    text = handle.read(program.size)
+    if zlib.crc32(text) != program.crc:
+        raise ArtifactError(f"{name}: {PROGRAM_MEMBER} fails its CRC-32 (corrupt)")
+    doc = loads_strict(text, f"{name}: {PROGRAM_MEMBER}")
     check_document(doc, name)
-    return doc, blob
+    opened = Opened(name, doc, handle)
+    tensors = members.get(TENSORS_MEMBER)
+    if tensors is not None and tensors.size:
+        handle.seek(tensors.data_offset)
+        try:
+            entries, start = st.parse_header(handle.read(8), handle.read, tensors.size)
+        except ArtifactError as exc:
+            raise ArtifactError(f"{name}: {exc}") from None
+        opened.entries, opened.member = entries, tensors
+        opened.data_base = tensors.data_offset + start
+    _check_state(opened)
+    return opened
+
+
+def _check_state(opened: Opened) -> None:
+    name, doc, entries = opened.name, opened.doc, opened.entries
+    state = doc["state"]
+    info = doc.get("tensors", {})
+    external = info.get("external", [])
+    if not isinstance(external, list) or not all(isinstance(n, str) for n in external):
+        raise ArtifactError(f"{name}: tensors.external must be a list of state names")
+    if len(set(external)) != len(external) or any(n not in state for n in external):
+        raise ArtifactError(
+            f"{name}: tensors.external names a tensor twice or one not in the state"
+        )
+    stored = [n for n in state if n not in external]
+    both = [n for n in external if n in entries]
+    extra = [n for n in entries if n not in state]
+    if both or extra:
+        raise ArtifactError(
+            f"{name}: {TENSORS_MEMBER} holds {', '.join(map(repr, both + extra))}, which "
+            "program.json lists as external or not at all"
+        )
+    for key in stored:
+        if key not in entries:
+            raise ArtifactError(f"{name}: state {key!r} has no tensor in {TENSORS_MEMBER}")
+        entry, want = entries[key], state[key]
+        if entry.shape != want["shape"] or DTYPE_NAMES[entry.dtype] != want["dtype"]:
+            raise ArtifactError(
+                f"{name}: state {key!r} does not match its description: program.json says "
+                f"{want['dtype']}{want['shape']}, "
+                f"{TENSORS_MEMBER} says {DTYPE_NAMES[entry.dtype]}{entry.shape}"
+            )
+    count = info.get("count")
+    if count is not None and count != len(stored):
+        raise ArtifactError(
+            f"{name}: tensors.count is {count} but {TENSORS_MEMBER} holds {len(stored)} tensors"
+        )
+
+
+def read(
+    path: str | os.PathLike, weights: WeightsArg | None = None, verify: bool | None = None
+) -> Program:
+    """Read and check an artifact; returns the Program, its state tensors views of the
+    mapped file (or of the ``weights`` checkpoints). ``verify``: see the module Note."""
+    opened = open_artifact(path)
+    try:
+        tensors: dict[str, torch.Tensor] = {}
+        if opened.entries:
+            buffer = opened.mapping()
+            size = opened.member.size if opened.member else 0
+            if verify or (verify is None and size <= VERIFY_BELOW):
+                opened.verify(buffer)
+            tensors = {k: st.view(buffer, e, opened.data_base) for k, e in opened.entries.items()}
+        elif verify and opened.member is not None:
+            opened.verify()
+        external = opened.doc.get("tensors", {}).get("external", [])
+        if weights is not None:
+            tensors.update(bind(opened.doc["state"], external, weights, opened.name))
+        elif external:
+            shown = ", ".join(external[:5]) + (", ..." if len(external) > 5 else "")
+            raise ArtifactError(
+                f"{opened.name}: the artifact holds no data for {len(external)} state tensors "
+                f"({shown}): it was saved from a program traced on the meta device. Load it "
+                "with weights= a .safetensors file, a list of them, or a sharded index "
+                "(model.safetensors.index.json)"
+            )
+        return program_from_json(opened.doc, tensors, opened.name)
+    finally:
+        opened.handle.close()  # the mapping keeps the file itself alive
+
+
+def verify(path: str | os.PathLike) -> dict:
+    """Every check of ``read`` plus the weights' checksum, without building tensors;
+    returns program.json (``tracebridge validate``)."""
+    opened = open_artifact(path)
+    try:
+        if opened.member is not None and opened.member.size:
+            opened.verify()
+        return opened.doc
+    finally:
+        opened.handle.close()
+
+
+def read_json(path: str | os.PathLike) -> tuple[dict, memoryview]:
+    """Open and check an artifact; returns program.json and the tensors member's bytes (a
+    view of the mapped file: nothing is read until used)."""
+    opened = open_artifact(path)
+    try:
+        member = opened.member
+        if member is None or not member.size:
+            return opened.doc, memoryview(b"")
+        buffer = opened.mapping()
+        return opened.doc, memoryview(buffer)[member.data_offset : member.data_offset + member.size]
+    finally:
+        opened.handle.close()
+
+
+def parse_safetensors(blob, name: str) -> dict[str, torch.Tensor]:
+    """The tensors of a whole safetensors file held in memory (``blob``), checked by the
+    rules of ``tensors.parse_header``; the tensors are copies, independent of ``blob``."""
+    data = memoryview(blob)
+    if not data.nbytes:
+        return {}
+    pos = [8]
+
+    def take(n: int) -> bytes:
+        out = data[pos[0] : pos[0] + n].tobytes()
+        pos[0] += n
+        return out
+
+    try:
+        entries, start = st.parse_header(data[:8].tobytes(), take, data.nbytes)
+    except ArtifactError as exc:
+        raise ArtifactError(f"{name}: {exc}") from None
+    buffer = bytearray(data[start:])
+    return {k: st.view(buffer, e, 0).clone() for k, e in entries.items()}
+
+
+# --- the document ---------------------------------------------------------------------------
 
 
 def check_document(doc: Any, name: str) -> None:
-    """Version, schema and op-set checks, each with a message that says what to do."""
-    if not isinstance(doc, dict) or doc.get("format") != "tracebridge":
-        raise ArtifactError(f"{name}: not a tracebridge artifact (format field missing)")
-    version = doc.get("format_version")
-    if not isinstance(version, int) or version < 1:
-        raise ArtifactError(f"{name}: invalid format_version {version!r}")
-    if version > FORMAT_VERSION:
-        raise ArtifactError(
-            f"{name}: format version {version} is newer than this tracebridge reads "
-            f"(up to {FORMAT_VERSION}); upgrade tracebridge to load it"
-        )
-    opset_version = doc.get("opset_version")
-    if isinstance(opset_version, int) and opset_version > OPSET_VERSION:
-        raise ArtifactError(
-            f"{name}: op-set version {opset_version} is newer than this "
-            f"tracebridge knows ({OPSET_VERSION}); upgrade tracebridge"
-        )
-    import fastjsonschema
-
-    try:
-        _validator()(doc)
-    except fastjsonschema.JsonSchemaValueException as exc:
-        where = "/".join(str(p) for p in exc.path[1:]) or "(top level)"
-        raise ArtifactError(
-            f"{name}: program.json does not follow the schema at {where}: {exc.message}"
-        ) from None
-    for method, graph in doc["methods"].items():
-        for index, node in enumerate(graph["nodes"]):
-            if not opset.is_known(node["op"]):
-                raise ArtifactError(
-                    f"{name}: method {method!r}, node {index} uses op {node['op']!r}, which is "
-                    f"not in the op set (version {OPSET_VERSION}); the file is corrupt or was "
-                    "made by a newer tracebridge"
-                )
-
-
-def parse_safetensors(blob: bytes, name: str) -> dict[str, torch.Tensor]:
-    if not blob:
-        return {}
-    if len(blob) < 8:
-        raise ArtifactError(f"{name}: {TENSORS_MEMBER} is truncated")
-    (head_len,) = struct.unpack("<Q", blob[:8])
-    if head_len > len(blob) - 8:
-        raise ArtifactError(f"{name}: {TENSORS_MEMBER} header runs past the end of the data")
-    try:
-        header = json.loads(blob[8 : 8 + head_len])
-    except ValueError:
-        raise ArtifactError(f"{name}: {TENSORS_MEMBER} has a corrupt header") from None
-    data = memoryview(bytearray(blob[8 + head_len :]))
-    tensors = {}
-    for key, info in header.items():
-        if key == "__metadata__":
-            continue
-        dtype_name = _FROM_ST.get(info.get("dtype"))
-        start, end = info.get("data_offsets", [0, -1])
-        if dtype_name is None or not 0 <= start <= end <= len(data):
-            raise ArtifactError(f"{name}: tensor {key!r} has a bad dtype or offsets")
-        dtype = DTYPES[dtype_name]
-        shape = info["shape"]
-        count = 1
-        for d in shape:
-            count *= d
-        if count * torch.empty((), dtype=dtype).element_size() != end - start:
-            raise ArtifactError(
-                f"{name}: tensor {key!r}: {end - start} bytes do not fit shape "
-                f"{shape} of {dtype_name}"
-            )
-        if count == 0:
-            tensors[key] = torch.empty(shape, dtype=dtype)
-        else:
-            tensors[key] = torch.frombuffer(data[start:end], dtype=dtype).reshape(shape)
-    return tensors
-
-
-def read(path: str | os.PathLike) -> Program:
-    """Read and check an artifact; returns the Program (tensors on the CPU)."""
-    name = os.fspath(path)
-    doc, blob = read_json(path)
-    expected = doc.get("tensors", {}).get("sha256")
-    if expected and hashlib.sha256(blob).hexdigest() != expected:
-        raise ArtifactError(f"{name}: {TENSORS_MEMBER} does not match its checksum (corrupt)")
-    tensors = parse_safetensors(blob, name)
-    return program_from_json(doc, tensors, name)
+    """Every rule of the spec (``check.program.check_program``), before anything runs."""
+    check_program(doc, name)
 
 
 def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "") -> Program:
+    """The Program of a checked document, its state bound to ``tensors`` by name."""
     state = {}
     for key, info in doc["state"].items():
         if key not in tensors:
@@ -275,8 +422,12 @@ def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "
     except (KeyError, ValueError, TypeError) as exc:
         raise ArtifactError(f"{name}: a graph is malformed ({exc})") from None
     meta = dict(doc.get("meta", {}))
-    meta["producer"] = doc.get("producer", {})
-    meta["format_version"] = doc["format_version"]
+    mode_bound = doc.get("mode_bound", {})
+    backend = doc.get("backend")
+    if doc["format_version"] == 1:
+        # Format 1 kept these in meta; format 2 made them fields (meta is display-only).
+        mode_bound = meta.pop("mode_bound", {})
+        backend = meta.pop("backend", None)
     return Program(
         kind=doc["kind"],
         methods=methods,
@@ -284,5 +435,8 @@ def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "
         dispatch=doc.get("dispatch", {}),
         training=doc.get("training", False),
         module_classes=doc.get("module_classes", {}),
+        language=doc.get("producer", {}).get("language", "python"),
+        mode_bound=mode_bound,
+        backend=backend,
         meta=meta,
     )

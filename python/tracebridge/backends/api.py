@@ -9,7 +9,7 @@ Note: the steps, each in its own function below.
   4. compile every partition in a worker thread, under ``compiler_timeout``;
   5. check the compiled object against eager on the example and check inputs; on a mismatch,
      run again comparing every partition with its uncompiled self to name the culprit;
-  6. embed the partition (backend, compiler args, node indices) in ``program.meta["backend"]``:
+  6. embed the partition (backend, compiler args, node indices) in ``program.backend``:
      compiled code is never stored (nothing is pickled); ``load_compiled`` recompiles.
 """
 
@@ -231,7 +231,7 @@ def _embed(
     subgraphs: list[Subgraph],
     coverage: Coverage,
 ) -> None:
-    program.meta[META_KEY] = {
+    program.backend = {
         "version": META_VERSION,
         "name": backend,
         "compiler_args": list(compiler_args or []),
@@ -336,15 +336,15 @@ def load_compiled(
     tensor([0., 4.])
     """
     program = artifact.read(path)
-    meta = program.meta.get(META_KEY)
+    meta = program.backend
     if not isinstance(meta, dict) or "name" not in meta:
         raise ArtifactError(
             f"{os.fspath(path)}: not saved by tracebridge.compile (no "
-            f"meta.{META_KEY}); load it with tracebridge.load"
+            f"{META_KEY}); load it with tracebridge.load"
         )
     if meta.get("version", 1) > META_VERSION:
         raise ArtifactError(
-            f"{os.fspath(path)}: meta.{META_KEY} version {meta['version']} is "
+            f"{os.fspath(path)}: {META_KEY} version {meta['version']} is "
             f"newer than this tracebridge reads ({META_VERSION}); upgrade"
         )
     backend = meta["name"]
@@ -357,7 +357,7 @@ def load_compiled(
     for method, entry in meta.get("methods", {}).items():
         if method not in program.methods:
             raise ArtifactError(
-                f"{os.fspath(path)}: meta.{META_KEY} names method {method!r}, "
+                f"{os.fspath(path)}: {META_KEY} names method {method!r}, "
                 "which the program does not have"
             )
         graph = program.methods[method]
@@ -367,9 +367,7 @@ def load_compiled(
                 for s in entry["subgraphs"]
             ]
         except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise ArtifactError(
-                f"{os.fspath(path)}: meta.{META_KEY} is malformed ({exc})"
-            ) from None
+            raise ArtifactError(f"{os.fspath(path)}: {META_KEY} is malformed ({exc})") from None
         check_subgraphs(graph, subgraphs)
         for sub in subgraphs:
             for index in sub.nodes:

@@ -15,7 +15,7 @@ from ..api import TracedFunction, TracedModule
 from ..ir import Graph, Program
 from ..ir.printer import graph_text
 from ..runtime import Method
-from .partition import Coverage, PartitionedCodeGen, Subgraph, generate
+from .partition import Coverage, PartitionedCodeGen, Subgraph
 
 
 class LazySubgraph:
@@ -48,25 +48,14 @@ class MethodPlan:
 class CompiledMethod(Method):
     """A Method that runs the partitioned graph; argument handling is the runtime's."""
 
-    def __init__(self, name: str, graph: Graph, slots: dict, plan: MethodPlan):
-        super().__init__(name, graph, slots, "codegen")
+    def __init__(self, name: str, graph: Graph, slots: dict, plan: MethodPlan, methods=None):
+        super().__init__(name, graph, slots, "codegen", methods)
         self.plan = plan
 
-    def _generate(self, guards: bool):
-        gen = PartitionedCodeGen(
-            self.plan.graph, self._slots, self.name, guards, self.plan.functions
+    def codegen(self, guards: bool = True) -> PartitionedCodeGen:
+        return PartitionedCodeGen(
+            self.plan.graph, self._slots, self.name, guards, self.plan.functions, self._methods
         )
-        return generate(gen, f"<tracebridge:{self.name}:compiled>")
-
-    @property
-    def code(self) -> str:
-        return self._generate(True)[0]
-
-    def _function(self, guards: bool):
-        fn = self._compiled.get(guards)
-        if fn is None:
-            fn = self._compiled[guards] = self._generate(guards)[1]
-        return fn
 
     def set_functions(self, functions: dict[str, Callable]) -> None:
         self.plan.functions = dict(functions)
@@ -75,9 +64,9 @@ class CompiledMethod(Method):
 
 def _compiled_methods(obj, slots: dict) -> dict[str, Method]:
     return {
-        name: CompiledMethod(name, g, slots, obj._plans[name])
+        name: CompiledMethod(name, g, slots, obj._plans[name], obj.program.methods)
         if name in obj._plans
-        else Method(name, g, slots, "codegen")
+        else Method(name, g, slots, "codegen", obj.program.methods)
         for name, g in obj.program.methods.items()
     }
 

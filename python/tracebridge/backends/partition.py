@@ -24,8 +24,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..ir import Graph, Node, Ref, Value, refs_in
-from ..runtime.codegen import CodeGen
+from ..errors import ArtifactError
+from ..ir import Graph, Node, Ref, refs_in
+from ..ir.analysis import output_ids, uses, value_table
+from ..runtime.codegen import CodeGen, compile_function
 
 STRUCTURAL = ("prim.state", "prim.guard")
 
@@ -89,14 +91,6 @@ class Coverage:
         return "\n".join(lines)
 
 
-def _value_table(graph: Graph) -> dict[int, Value]:
-    table = {v.id: v for v in graph.inputs}
-    for node in graph.nodes:
-        for v in node.outputs:
-            table[v.id] = v
-    return table
-
-
 def find_runs(graph: Graph, supports: Callable[[Node], bool]) -> list[list[int]]:
     """Maximal runs of supported nodes (indices), skipping over ``prim.state``."""
     runs, current = [], []
@@ -128,10 +122,13 @@ def boundary(graph: Graph, sub: Subgraph) -> Subgraph:
             if ref.id not in defined and ref.id not in inputs:
                 inputs.append(ref.id)
         defined.update(v.id for v in node.outputs)
-    used_after = {r.id for r in refs_in(graph.outputs)}
-    for index, node in enumerate(graph.nodes):
-        if index not in members:
-            used_after.update(r.id for r in refs_in((node.args, node.kwargs)))
+    readers = uses(graph)
+    returned = output_ids(graph)
+    used_after = {
+        value_id
+        for value_id, at in readers.items()
+        if value_id in returned or any(i not in members for i in at)
+    } | returned
     outputs = [v.id for i in sub.nodes for v in graph.nodes[i].outputs if v.id in used_after]
     start, end = sub.span
     hoisted = [i for i in range(start, end) if graph.nodes[i].op == "prim.state"]
@@ -201,19 +198,20 @@ def check_subgraphs(graph: Graph, subgraphs: list[Subgraph]) -> None:
 
 def subgraph_graph(graph: Graph, sub: Subgraph) -> Graph:
     """The partition as a Graph of its own: inputs in, a flat tuple of outputs out."""
-    table = _value_table(graph)
+    table = value_table(graph)
     return Graph(
         inputs=[table[i] for i in sub.inputs],
         in_spec={},
         nodes=[graph.nodes[i] for i in sub.nodes],
         outputs=[Ref(i) for i in sub.outputs],
         out_spec={"t": "tuple", "c": [{"t": "leaf"} for _ in sub.outputs]},
+        sources=graph.sources,
     )
 
 
 def partitioned_graph(graph: Graph, subgraphs: list[Subgraph]) -> Graph:
     """``graph`` with each subgraph replaced by one ``backend.<name>`` node."""
-    table = _value_table(graph)
+    table = value_table(graph)
     starts = {sub.nodes[0]: sub for sub in subgraphs}
     skip = {i for sub in subgraphs for i in (*sub.nodes, *sub.hoisted)}
     nodes: list[Node] = []
@@ -239,6 +237,7 @@ def partitioned_graph(graph: Graph, subgraphs: list[Subgraph]) -> Graph:
         outputs=graph.outputs,
         out_spec=graph.out_spec,
         arg_names=graph.arg_names,
+        sources=graph.sources,
     )
 
 
@@ -246,36 +245,35 @@ class SubgraphCodeGen(CodeGen):
     """Code for one partition: no rank checks on the inputs (some are sizes, not tensors;
     the method that calls the partition has checked the user's inputs already)."""
 
-    def header(self) -> None:
-        params = [self._input_name(v) for v in self.graph.inputs]
-        for value, param in zip(self.graph.inputs, params):
-            self.names[value.id] = param
-        self.lines.append(f"def {self.name}({', '.join(params)}):")
+    def input_checks(self, params: list[str]) -> None:
+        return
 
 
 class PartitionedCodeGen(CodeGen):
     """Code for the partitioned method: ``backend.*`` nodes call the compiled partitions."""
 
     def __init__(
-        self, graph: Graph, slots: dict, name: str, guards: bool, functions: dict[str, Callable]
+        self,
+        graph: Graph,
+        slots: dict,
+        name: str,
+        guards: bool,
+        functions: dict[str, Callable],
+        methods: dict[str, Graph] | None = None,
     ):
-        super().__init__(graph, slots, name, guards)
+        super().__init__(graph, slots, name, guards, methods)
         self.functions = functions
 
-    def _op(self, op: str) -> str:
-        if op.startswith("backend.") and op not in self._ops:
-            self._ops[op] = f"call_{op.split('.', 1)[1]}"
-            self.globals[self._ops[op]] = self.functions[op]
-        return super()._op(op)
+    def callable_for(self, node: Node) -> Callable:
+        if not node.op.startswith("backend."):
+            return super().callable_for(node)
+        if node.op not in self.functions:
+            raise ArtifactError(f"{self.name}: no compiled partition for node {node.op!r}")
+        return self.functions[node.op]
 
 
 def generate(gen: CodeGen, filename: str):
-    """Compile the source that ``gen`` writes; return ``(source, function)``."""
-    import linecache
-
-    source = gen.generate()
-    code = compile(source, filename, "exec")
-    namespace = dict(gen.globals)
-    exec(code, namespace)  # noqa: S102 - our own generated source, from an allowlisted graph
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    return source, namespace[gen.name]
+    """Compile the function that ``gen`` builds; return ``(code, function)``; ``code``
+    is for reading (the function is compiled from the tree, not from this text)."""
+    result = compile_function(gen, filename)
+    return result.code, result.function

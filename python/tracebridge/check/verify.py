@@ -1,4 +1,4 @@
-"""Check a trace against the real code (``check_trace``), and lint graphs.
+"""Check a trace against the real code (``check_trace``); the file rules are ``program``.
 
 ``check_trace`` does, for each check input (the example inputs when none are given):
 
@@ -23,42 +23,10 @@ import torch
 
 from ..errors import GuardError, TraceError, TracingCheckError
 from ..ir import Graph, Node, Ref, pytree
-from ..ir.printer import Printer, _short
+from ..ir.printer import Printer
 from ..ir.pytree import is_tensor
 from ..source import source_line
 from ..trace.capture import capture_again, preserved, state_index
-
-
-def lint(graph: Graph, state_names=None) -> None:
-    """Check the structural rules of a graph; raise TraceError naming the first fault.
-
-    Rules: every Ref names a value defined earlier; no value is defined twice; every op is
-    in the op set; ``prim.state`` names exist in the state; outputs are defined.
-    """
-    from ..ir import ops as opset
-    from ..ir import refs_in
-
-    defined = {v.id for v in graph.inputs}
-    for index, node in enumerate(graph.nodes):
-        where = f"node {index} ({node.op}, {_short(node.loc)})"
-        if not opset.is_known(node.op):
-            raise TraceError(f"{where}: op not in the op set")
-        for ref in refs_in((node.args, node.kwargs)):
-            if ref.id not in defined:
-                raise TraceError(
-                    f"{where}: uses %{ref.id} before it is defined; the graph "
-                    "must be in execution order"
-                )
-        if node.op == "prim.state" and state_names is not None and node.args[0] not in state_names:
-            raise TraceError(f"{where}: state {node.args[0]!r} does not exist")
-        for value in node.outputs:
-            if value.id in defined:
-                raise TraceError(f"{where}: redefines %{value.id} (values are SSA)")
-            defined.add(value.id)
-    for ref in refs_in(graph.outputs):
-        if ref.id not in defined:
-            raise TraceError(f"output uses %{ref.id}, which is never defined")
-
 
 # --- structural comparison --------------------------------------------------------------------
 

@@ -229,18 +229,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 # --- validate ----------------------------------------------------------------------------------
 
 
-def _count_leaves(spec: dict | None) -> int:
-    if spec is None:
-        return 0
-    if spec["t"] == "leaf":
-        return 1
-    return sum(_count_leaves(c) for c in spec.get("c", ()))
-
-
 def check_structure(doc: dict, program: Program, path: str) -> None:
-    """The rules that the schema cannot say: lint of each graph, output counts, state
-    names, dispatch routes, tensors. Raises ArtifactError naming the first fault."""
-    from ..check.verify import lint
+    """Every rule of the spec (``check_program``, strict: the checksum must be present),
+    and stored members. Raises ArtifactError naming the first fault."""
+    from ..check.program import check_program
 
     with zipfile.ZipFile(path) as archive:
         for info in archive.infolist():
@@ -249,60 +241,7 @@ def check_structure(doc: dict, program: Program, path: str) -> None:
                     f"{path}: member {info.filename} is compressed; members "
                     "must be stored so the tensors can be memory-mapped"
                 )
-    tensors = doc.get("tensors")
-    if not tensors or "sha256" not in tensors:
-        raise ArtifactError(f"{path}: program.json has no tensors.sha256 checksum")
-    if tensors.get("count", len(program.state)) != len(program.state):
-        raise ArtifactError(
-            f"{path}: tensors.count is {tensors['count']} but the state has "
-            f"{len(program.state)} tensors"
-        )
-    if doc["kind"] == "function":
-        if "forward" not in doc["methods"]:
-            raise ArtifactError(f"{path}: a function program must have a method 'forward'")
-        kinds = {e.kind for e in program.state.values()} - {"constant"}
-        if kinds:
-            raise ArtifactError(
-                f"{path}: a function program holds only constants, not {', '.join(sorted(kinds))}"
-            )
-    for method, route in doc.get("dispatch", {}).items():
-        if method in doc["methods"]:
-            raise ArtifactError(f"{path}: {method!r} is both a method and a dispatch entry")
-        for mode, target in route.items():
-            if target not in doc["methods"]:
-                raise ArtifactError(
-                    f"{path}: dispatch of {method!r} in {mode} mode names "
-                    f"method {target!r}, which the file does not have"
-                )
-    for name, graph in program.methods.items():
-        where = f"{path}: method {name!r}"
-        try:
-            lint(graph, set(program.state))
-        except TraceError as exc:
-            raise ArtifactError(f"{where}: {exc}") from None
-        if len(graph.inputs) != _count_leaves(graph.in_spec):
-            raise ArtifactError(
-                f"{where}: {len(graph.inputs)} inputs but in_spec has "
-                f"{_count_leaves(graph.in_spec)} leaves"
-            )
-        if len(graph.outputs) != _count_leaves(graph.out_spec):
-            raise ArtifactError(
-                f"{where}: {len(graph.outputs)} outputs but out_spec has "
-                f"{_count_leaves(graph.out_spec)} leaves"
-            )
-        for index, node in enumerate(graph.nodes):
-            if node.op == "prim.state" and node.args[0] not in program.state:
-                raise ArtifactError(f"{where}, node {index}: state {node.args[0]!r} does not exist")
-            if len(node.outputs) != _count_leaves(node.out_spec):
-                raise ArtifactError(
-                    f"{where}, node {index} ({node.op}): {len(node.outputs)} "
-                    f"outputs but out_spec has {_count_leaves(node.out_spec)} "
-                    "leaves"
-                )
-            if node.op == "prim.guard" and ("expect" not in node.kwargs or len(node.args) != 1):
-                raise ArtifactError(
-                    f"{where}, node {index}: prim.guard needs one argument and an 'expect' keyword"
-                )
+    check_program(doc, path, strict=True)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

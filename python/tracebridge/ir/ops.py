@@ -1,29 +1,189 @@
-"""The op set: the closed list of operations a graph may name, and how each one runs.
+"""The op set: the closed list of operations a graph may name, each listed on purpose.
 
-Note: an op's canonical name is where it lives in PyTorch's public API: ``relu`` for
-``torch.relu``, ``Tensor.view`` for a method with no ``torch.`` function, ``gelu`` for
-``torch._C._nn.gelu`` (what ``F.gelu`` is; ``nn.X`` only if ``torch.X`` is another op),
-``linalg.X``/``fft.X``/``special.X``.
-A Tensor method folds into the function of the same name (``x.relu()`` and
-``torch.relu(x)`` are both ``relu``) only when the two take the same positional
-arguments; ``FOLDED_METHODS`` lists those, so folding never changes what runs.
-Python composites (``F.relu``, ``F.batch_norm``, ``Tensor.__rsub__``) are not ops: the
-tracer descends into them and records the builtins they call, so ``F.relu``,
-``torch.relu`` and ``Tensor.relu`` all end up as one ``relu`` node.
+Note: allowed by design. Every op below is written here by name, in a family, because a
+traced model needs it; nothing is taken from ``dir(torch)``. An op reads and makes tensors
+and nothing else: no op exposes an address, a storage or raw memory (``*data_ptr*``,
+``_from_blob``, ``*storage*``, ``set_``, ``as_strided``, ``_nested_view_from_buffer``,
+``_copy_from``, ``resize_``), none runs PyTorch's test hooks (``_test_*``), backend
+internals (``mkldnn_*``, ``_foreach_*``) or changes global settings. ``empty``,
+``empty_like`` and ``new_empty`` run as their zero-filled forms: their contents are
+unspecified, and uninitialised memory would show a file what the process freed before.
+A private builtin (``_x``) is listed only in ``REVIEWED_PRIVATE``, with the reason.
+``shared_ir/opset.md`` and ``shared_ir/ops.json`` are generated from this table.
 
-The table is built once at import from PyTorch's builtin namespaces, minus ``DENIED``
-(anything with effects outside tensors, or that turns a tensor into Python data, which
-the tracer handles itself). A loader resolves names only through ``impl_of``; it never
-calls ``getattr`` on a name it read from a file.
+Note: canonical names. An op is named by where it lives in PyTorch's public API:
+``relu`` for ``torch.relu``, ``Tensor.view`` for a method with no ``torch.`` function,
+``gelu`` for ``torch._C._nn.gelu`` (what ``F.gelu`` is), ``linalg.X``/``fft.X``/
+``special.X``. A Tensor method folds into the function of the same name (``x.relu()`` and
+``torch.relu(x)`` are both ``relu``) only when the two take the same positional arguments
+(``FOLDED_METHODS``). Python composites (``F.relu``, ``F.batch_norm``) are not ops: the
+tracer descends into them and records the builtins they call.
+
+Each op has an :class:`OpInfo`: its meaning, flags as data (``inplace``, ``random``,
+``variadic``, ``factory``), the function that runs it, and the kinds of its arguments
+position by position and keyword by keyword (read from PyTorch's native schemas by
+``ops_schema``, or written here for the ops that have none). A loader resolves names only
+through :func:`impl_of`; it never calls ``getattr`` on a name read from a file.
 """
 
 from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import torch
+
+from ..errors import TraceError
+from . import ops_schema
+
+OPSET_VERSION = 2
+
+# --- the op set, by family ----------------------------------------------------------------
+# Each name is a canonical name; see the module Note. Order inside a family is alphabetical.
+
+FAMILIES: dict[str, str] = {
+    "elementwise math": """
+        abs absolute acos acosh angle asin asinh atan atan2 atanh ceil clamp clamp_max
+        clamp_min clip copysign cos cosh deg2rad digamma erf erfc erfinv exp exp2 expm1
+        fix float_power floor floor_divide fmax fmin fmod frac hypot i0 lerp lgamma log
+        log10 log1p log2 logaddexp logaddexp2 logit maximum minimum nan_to_num neg negative
+        nextafter polygamma positive pow rad2deg reciprocal remainder round rsqrt sgn sign
+        signbit sin sinc sinh sqrt square tan tanh trunc xlogy
+        add sub subtract mul multiply div divide true_divide rsub addcdiv addcmul
+        special.erf special.erfc special.expit special.logit special.xlogy special.log1p
+        special.sinc special.round special.i0 special.entr special.ndtr special.log_ndtr
+        special.logsumexp special.softmax special.log_softmax
+    """,
+    "comparison and logic": """
+        eq ne lt le gt ge greater greater_equal less less_equal not_equal equal isclose
+        allclose isfinite isinf isnan isneginf isposinf isreal logical_and logical_not
+        logical_or logical_xor bitwise_and bitwise_not bitwise_or bitwise_xor
+        bitwise_left_shift bitwise_right_shift where heaviside
+    """,
+    "activations": """
+        relu relu_ relu6 gelu silu mish hardswish hardsigmoid hardtanh hardtanh_ elu selu
+        celu leaky_relu leaky_relu_ prelu rrelu softplus softshrink hardshrink threshold
+        threshold_ glu log_sigmoid sigmoid sigmoid_ tanh_ softmax log_softmax
+    """,
+    "normalization": """
+        batch_norm layer_norm group_norm instance_norm rms_norm native_layer_norm
+        native_batch_norm
+    """,
+    "linear algebra": """
+        linear bilinear matmul mm bmm mv dot vdot inner outer addmm addmv addbmm baddbmm
+        einsum kron tensordot trace tril triu diag diag_embed diagonal det logdet slogdet
+        inverse pinverse matrix_exp matrix_power cross cdist
+        linalg.norm linalg.vector_norm linalg.matrix_norm linalg.inv linalg.det
+        linalg.slogdet linalg.solve linalg.cholesky linalg.qr linalg.svd linalg.svdvals
+        linalg.eigh linalg.eigvalsh linalg.pinv linalg.matrix_exp linalg.cross
+        linalg.vecdot linalg.lstsq linalg.matrix_rank
+    """,
+    "convolution and pooling": """
+        conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d convolution
+        im2col col2im max_pool1d max_pool2d max_pool3d max_pool2d_with_indices
+        max_pool3d_with_indices max_pool1d_with_indices avg_pool1d avg_pool2d avg_pool3d
+        adaptive_avg_pool1d adaptive_avg_pool2d adaptive_avg_pool3d adaptive_max_pool1d
+        adaptive_max_pool2d adaptive_max_pool3d max_unpool2d max_unpool3d
+        pixel_shuffle pixel_unshuffle channel_shuffle
+    """,
+    "resampling and padding": """
+        upsample_nearest1d upsample_nearest2d upsample_nearest3d upsample_linear1d
+        upsample_bilinear2d upsample_bicubic2d upsample_trilinear3d grid_sampler
+        affine_grid_generator pad constant_pad_nd reflection_pad1d reflection_pad2d
+        reflection_pad3d replication_pad1d replication_pad2d replication_pad3d
+    """,
+    "attention, embedding, recurrent": """
+        scaled_dot_product_attention embedding embedding_bag one_hot lstm gru rnn_tanh
+        rnn_relu lstm_cell gru_cell rnn_tanh_cell rnn_relu_cell
+    """,
+    "dropout and random": """
+        dropout dropout_ alpha_dropout feature_dropout feature_alpha_dropout bernoulli
+        multinomial normal poisson rand randn randint randperm rand_like randn_like
+        randint_like Tensor.uniform_ Tensor.normal_ Tensor.bernoulli_ Tensor.random_
+        Tensor.exponential_
+    """,
+    "losses": """
+        cross_entropy_loss nll_loss nll_loss2d nll_loss_nd mse_loss l1_loss smooth_l1_loss
+        huber_loss binary_cross_entropy binary_cross_entropy_with_logits kl_div
+        soft_margin_loss cosine_similarity pairwise_distance cosine_embedding_loss
+        margin_ranking_loss hinge_embedding_loss triplet_margin_loss poisson_nll_loss
+    """,
+    "reductions and scans": """
+        sum mean prod max min amax amin aminmax argmax argmin std var std_mean var_mean
+        norm logsumexp all any cumsum cumprod cummax cummin logcumsumexp median nanmedian
+        mode sort argsort msort topk kthvalue count_nonzero nansum nanmean quantile
+        nanquantile unique_consecutive histc bincount bucketize searchsorted dist renorm
+        diff
+    """,
+    "shape and layout": """
+        Tensor.view Tensor.view_as Tensor.reshape Tensor.reshape_as reshape flatten
+        Tensor.unflatten unflatten squeeze unsqueeze Tensor.permute permute transpose
+        swapaxes swapdims movedim moveaxis t Tensor.contiguous Tensor.expand Tensor.expand_as
+        Tensor.repeat tile broadcast_to cat concat concatenate stack hstack vstack dstack
+        column_stack split split_with_sizes chunk unbind tensor_split hsplit vsplit dsplit
+        narrow narrow_copy select flip fliplr flipud roll rot90 atleast_1d atleast_2d
+        atleast_3d ravel Tensor.unfold meshgrid cartesian_prod combinations block_diag
+        view_as_real view_as_complex real imag Tensor.T Tensor.mT Tensor.H Tensor.mH
+        Tensor.real Tensor.imag Tensor.data
+    """,
+    "indexing and scattering": """
+        getitem setitem gather scatter scatter_add scatter_reduce index_select index_add
+        index_copy index_fill index_put masked_fill masked_scatter masked_select take
+        take_along_dim nonzero argwhere select_scatter slice_scatter diagonal_scatter
+        Tensor.masked_fill_ Tensor.index_put_ Tensor.scatter_ Tensor.scatter_add_
+        Tensor.index_add_ Tensor.index_fill_ Tensor.index_copy_ Tensor.masked_scatter_
+    """,
+    "conversion and copies": """
+        clone Tensor.to Tensor.type Tensor.type_as Tensor.float Tensor.double Tensor.half
+        Tensor.bfloat16 Tensor.long Tensor.int Tensor.short Tensor.char Tensor.byte
+        Tensor.bool Tensor.cfloat Tensor.cdouble Tensor.cpu detach Tensor.detach_
+        Tensor.requires_grad_ Tensor.copy_ Tensor.fill_ Tensor.zero_ complex polar
+    """,
+    "creation": """
+        zeros ones full empty zeros_like ones_like full_like empty_like arange linspace
+        logspace eye tensor as_tensor scalar_tensor tril_indices triu_indices
+        Tensor.new_zeros Tensor.new_ones Tensor.new_full Tensor.new_empty Tensor.new_tensor
+        fft.fft fft.ifft fft.rfft fft.irfft fft.fft2 fft.ifft2 fft.rfft2 fft.irfft2 fft.fftn
+        fft.ifftn fft.rfftn fft.irfftn fft.fftshift fft.ifftshift fft.fftfreq fft.rfftfreq
+        fft.hfft fft.ihfft
+    """,
+    "in-place arithmetic": """
+        Tensor.add_ Tensor.sub_ Tensor.mul_ Tensor.div_ Tensor.pow_ Tensor.neg_
+        Tensor.abs_ Tensor.exp_ Tensor.log_ Tensor.sqrt_ Tensor.rsqrt_ Tensor.clamp_
+        Tensor.clamp_min_ Tensor.clamp_max_ Tensor.addcmul_ Tensor.addcdiv_ Tensor.lerp_
+        Tensor.floor_ Tensor.ceil_ Tensor.round_ Tensor.trunc_ Tensor.tanh_ Tensor.sigmoid_
+        Tensor.relu_ Tensor.bitwise_and_ Tensor.bitwise_or_ Tensor.bitwise_xor_
+        Tensor.bitwise_not_ Tensor.logical_and_ Tensor.logical_or_ Tensor.logical_not_
+        Tensor.fmod_ Tensor.remainder_ Tensor.tril_ Tensor.triu_ Tensor.squeeze_
+        Tensor.unsqueeze_ Tensor.t_ Tensor.transpose_
+    """,
+    # Only the reflected dunders that are builtins: the others (__rsub__, __rpow__, ...) are
+    # Python functions on torch.Tensor that the tracer descends into, so ``1 - y`` records
+    # ``rsub`` as the code it runs says, and backends see the plain op.
+    "reflected operators": """
+        Tensor.__rand__ Tensor.__ror__ Tensor.__rxor__
+        Tensor.__ilshift__ Tensor.__irshift__ Tensor.__imod__ Tensor.__ifloordiv__
+    """,
+    "autograd mode": """
+        set_grad_enabled
+    """,
+}
+
+# Private builtins, each reviewed: what it is and why a graph needs it.
+REVIEWED_PRIVATE: dict[str, str] = {
+    "_upsample_nearest_exact1d": "F.interpolate(mode='nearest-exact') calls it; a pure "
+    "resampling of its input tensor",
+    "_upsample_nearest_exact2d": "as _upsample_nearest_exact1d, for 2-d images",
+    "_upsample_nearest_exact3d": "as _upsample_nearest_exact1d, for volumes",
+    "_upsample_bilinear2d_aa": "F.interpolate(antialias=True) calls it; pure resampling",
+    "_upsample_bicubic2d_aa": "F.interpolate(antialias=True) calls it; pure resampling",
+    "_native_multi_head_attention": "nn.MultiheadAttention's inference fast path calls "
+    "it; reads only its tensor arguments",
+    "_unique2": "torch.unique calls it; returns new tensors from its input",
+    "_pad_circular": "F.pad(mode='circular') calls it; pure copy of its input",
+}
 
 # Tensor methods that behave exactly like the torch function of the same name.
 FOLDED_METHODS = frozenset(
@@ -31,8 +191,8 @@ FOLDED_METHODS = frozenset(
 abs absolute acos add addbmm addcdiv addcmul addmm addmv all allclose amax amin aminmax any
 argmax argmin argsort asin atan atan2 baddbmm bitwise_and bitwise_not bitwise_or
 bitwise_xor bmm ceil chunk clamp clamp_max clamp_min clip clone cos cosh count_nonzero
-cross cummax cummin cumprod cumsum deg2rad det detach diag diag_embed diagonal diff digamma flatten
-dist div divide dot eq equal erf erfc erfinv exp exp2 expm1 fix float_power floor
+cross cummax cummin cumprod cumsum deg2rad det detach diag diag_embed diagonal diff digamma
+flatten dist div divide dot eq equal erf erfc erfinv exp exp2 expm1 fix float_power floor
 floor_divide fmax fmin fmod frac gather gcd ge greater greater_equal gt hardshrink
 heaviside histc hypot i0 index_add index_copy index_fill index_put index_select inner
 inverse isclose isfinite isinf isnan isneginf isposinf isreal kron kthvalue lcm ldexp le
@@ -89,41 +249,6 @@ DUNDER_OPS = {
     "__getitem__": "getitem",
     "__setitem__": "setitem",
 }
-# Dunders that keep their own name: the reflected operand order matters.
-OWN_DUNDERS = (
-    "__rsub__",
-    "__rtruediv__",
-    "__rdiv__",
-    "__rpow__",
-    "__rmatmul__",
-    "__rfloordiv__",
-    "__rmod__",
-    "__rand__",
-    "__ror__",
-    "__rxor__",
-    "__rlshift__",
-    "__rrshift__",
-    "__ilshift__",
-    "__irshift__",
-    "__imod__",
-    "__ifloordiv__",
-)
-
-# Never recorded: effects outside tensors, global state, hooks, storage access.
-DENIED = frozenset(
-    """
-save load from_file set_default_dtype set_default_tensor_type manual_seed seed
-set_rng_state get_rng_state set_num_threads set_num_interop_threads set_grad_enabled
-is_grad_enabled set_printoptions use_deterministic_algorithms compile
-set_anomaly_enabled is_anomaly_enabled set_flush_denormal backward register_hook
-register_post_accumulate_grad_hook retain_grad data_ptr storage untyped_storage
-share_memory_ pin_memory apply_ map_ map2_ tofile record_stream set_ is_pinned
-is_shared __reduce_ex__ __setstate__ __getstate__ __deepcopy__ __dir__ __array__
-__array_wrap__ __array_priority__ __dlpack__ __dlpack_device__ __torch_function__
-__torch_dispatch__ __init_subclass__ __new__ __init__ __class__ __sizeof__ __reduce__
-__del__ __cuda_array_interface__ dim_order module_load as_subclass
-""".split()
-)
 
 # The tracer turns these into Python values itself (sizes, guards, provenance).
 SPECIAL = frozenset(
@@ -139,85 +264,40 @@ is_conj is_neg nbytes itemsize
 # Tensor properties read through a getter; each maps to how the tracer treats it.
 TENSOR_OP_PROPERTIES = ("T", "mT", "H", "mH", "real", "imag", "data")
 TENSOR_META_PROPERTIES = (
-    "requires_grad",
-    "is_leaf",
-    "is_cuda",
-    "is_cpu",
-    "is_sparse",
-    "is_quantized",
-    "is_meta",
-    "is_mkldnn",
-    "is_nested",
-    "layout",
-    "ndim",
-    "names",
-    "grad_fn",
-    "is_mps",
-    "is_xpu",
-    "output_nr",
-    "_version",
-    "retains_grad",
-    "is_sparse_csr",
-    "itemsize",
-    "nbytes",
-    "_base",
-    "is_ipu",
-    "is_xla",
-    "is_vulkan",
-    "is_maia",
-    "is_mtia",
-)
+    "requires_grad", "is_leaf", "is_cuda", "is_cpu", "is_sparse", "is_quantized", "is_meta",
+    "is_mkldnn", "is_nested", "layout", "ndim", "names", "grad_fn", "is_mps", "is_xpu",
+    "output_nr", "_version", "retains_grad", "is_sparse_csr", "itemsize", "nbytes", "_base",
+    "is_ipu", "is_xla", "is_vulkan", "is_maia", "is_mtia",
+)  # fmt: skip
 
 # Ops whose number of outputs depends on the input's shape: the runtime checks the count.
 VARIADIC_OUTPUTS = frozenset(
-    {
-        "unbind",
-        "split",
-        "split_with_sizes",
-        "chunk",
-        "tensor_split",
-        "unsafe_split",
-        "unsafe_chunk",
-        "hsplit",
-        "vsplit",
-        "dsplit",
-        "Tensor.unsafe_split",
-        "unique_consecutive",
-    }
+    "unbind split split_with_sizes chunk tensor_split hsplit vsplit dsplit "
+    "unique_consecutive meshgrid atleast_1d atleast_2d atleast_3d".split()
 )
 
 # Ops whose result depends on the random number generator.
 RANDOM_OPS = frozenset(
-    {
-        "rand",
-        "randn",
-        "randint",
-        "randperm",
-        "rand_like",
-        "randn_like",
-        "randint_like",
-        "bernoulli",
-        "multinomial",
-        "normal",
-        "poisson",
-        "dropout",
-        "dropout_",
-        "alpha_dropout",
-        "feature_dropout",
-        "feature_alpha_dropout",
-        "Tensor.uniform_",
-        "Tensor.normal_",
-        "Tensor.bernoulli_",
-        "Tensor.random_",
-        "Tensor.exponential_",
-        "Tensor.geometric_",
-        "Tensor.cauchy_",
-        "Tensor.log_normal_",
-        "nn.rrelu_with_noise",
-        "rrelu",
-        "native_dropout",
-    }
+    """
+rand randn randint randperm rand_like randn_like randint_like bernoulli multinomial normal
+poisson dropout dropout_ alpha_dropout feature_dropout feature_alpha_dropout rrelu
+Tensor.uniform_ Tensor.normal_ Tensor.bernoulli_ Tensor.random_ Tensor.exponential_
+""".split()
 )
+
+# Ops that make a tensor whose size is given by arguments: their size arguments are
+# bounded by the checker (a literal may not ask for more than ``MAX_LITERAL_NUMEL``).
+SIZE_ARGUMENTS = frozenset(
+    "size sizes shape repeats dims output_size steps end n m num_classes minlength row col "
+    "pad".split()
+)
+
+# The zero-filled forms of the uninitialised factories (see the module Note).
+_SAFE_IMPLS: dict[str, Callable] = {
+    "empty": torch.zeros,
+    "empty_like": torch.zeros_like,
+    "Tensor.new_empty": torch.Tensor.new_zeros,
+}
 
 # The structural ops, with their meaning.
 PRIM_OPS = {
@@ -238,16 +318,82 @@ PRIM_OPS = {
     "prim.is_contiguous": "whether a tensor is contiguous in memory",
     "prim.grad_enabled": "whether autograd is on for this call (the caller's mode)",
 }
+# Argument kinds of the structural ops.
+_PRIM_ARGS: dict[str, tuple] = {
+    "prim.state": (("str",),),
+    "prim.guard": (("any",),),
+    "prim.size": (("tensor",), ("dim",)),
+    "prim.numel": (("tensor",),),
+    "prim.dtype": (("tensor",),),
+    "prim.device": (("tensor",),),
+    "prim.tolist": (("tensor",),),
+    "prim.item": (("tensor",),),
+    "prim.bool": (("tensor", "scalar"),),
+    "prim.int": (("tensor", "scalar"),),
+    "prim.float": (("tensor", "scalar"),),
+    "prim.len": (("tensor", "list"),),
+    "prim.stride": (("tensor",), ("dim",)),
+    "prim.requires_grad": (("tensor",),),
+    "prim.is_contiguous": (("tensor",),),
+    "prim.grad_enabled": (),
+}
+_PRIM_KWARGS: dict[str, dict] = {
+    "prim.guard": {"expect": ("any",), "what": ("str",), "kind": ("str",)},
+}
+GUARD_KINDS = ("value", "branch", "loop", "count")
+
+# --- bounded Python arithmetic on traced numbers --------------------------------------------
+# Note: a traced number is a size or an element read with .item(); none is ever outside
+# int64. Python ints grow without bound, so ``7 ** 10**9`` or ``1 << 10**9`` would run for
+# minutes and take gigabytes; these functions refuse such a result before computing it.
+
+INT_MIN, INT_MAX = -(2**63), 2**64 - 1
+
+
+class ScalarRangeError(TraceError):
+    """A scalar op would make an integer outside the range of traced numbers."""
+
+
+def _check_int(value, op: str):
+    if isinstance(value, int) and not INT_MIN <= value <= INT_MAX:
+        raise ScalarRangeError(
+            f"scalar.{op} gives an integer outside [-2**63, 2**64 - 1]; traced numbers are "
+            "sizes and tensor elements, which never are; the graph is corrupt or hostile"
+        )
+    return value
+
+
+def _bounded(op: str, fn: Callable) -> Callable:
+    def run(*args):
+        return _check_int(fn(*args), op)
+
+    run.__name__ = f"scalar_{op}"
+    return run
+
+
+def _pow(base, exponent):
+    ints = isinstance(base, int) and isinstance(exponent, int)
+    if ints and exponent > 0 and abs(base) > 1 and exponent * math.log2(abs(base)) > 65:
+        _check_int(INT_MAX + 1, "pow")
+    return _check_int(operator.pow(base, exponent), "pow")
+
+
+def _lshift(value, count):
+    if isinstance(count, int) and count > 64 and value:
+        _check_int(INT_MAX + 1, "lshift")
+    return _check_int(operator.lshift(value, count), "lshift")
+
+
 SCALAR_OPS: dict[str, Callable] = {
-    "scalar.add": operator.add,
-    "scalar.sub": operator.sub,
-    "scalar.mul": operator.mul,
+    "scalar.add": _bounded("add", operator.add),
+    "scalar.sub": _bounded("sub", operator.sub),
+    "scalar.mul": _bounded("mul", operator.mul),
     "scalar.truediv": operator.truediv,
-    "scalar.floordiv": operator.floordiv,
+    "scalar.floordiv": _bounded("floordiv", operator.floordiv),
     "scalar.mod": operator.mod,
-    "scalar.pow": operator.pow,
-    "scalar.neg": operator.neg,
-    "scalar.abs": operator.abs,
+    "scalar.pow": _pow,
+    "scalar.neg": _bounded("neg", operator.neg),
+    "scalar.abs": _bounded("abs", operator.abs),
     "scalar.eq": operator.eq,
     "scalar.ne": operator.ne,
     "scalar.lt": operator.lt,
@@ -256,20 +402,126 @@ SCALAR_OPS: dict[str, Callable] = {
     "scalar.ge": operator.ge,
     "scalar.and": operator.and_,
     "scalar.or": operator.or_,
-    "scalar.lshift": operator.lshift,
+    "scalar.lshift": _lshift,
     "scalar.rshift": operator.rshift,
-    "scalar.ceil": math.ceil,
+    "scalar.ceil": _bounded("ceil", math.ceil),
     "scalar.xor": operator.xor,
-    "scalar.invert": operator.invert,
-    "scalar.round": round,
-    "scalar.trunc": math.trunc,
+    "scalar.invert": _bounded("invert", operator.invert),
+    "scalar.round": _bounded("round", round),
+    "scalar.trunc": _bounded("trunc", math.trunc),
     "scalar.sqrt": math.sqrt,
     "scalar.log": math.log,
     "scalar.log2": math.log2,
     "scalar.log10": math.log10,
     "scalar.exp": math.exp,
-    "scalar.floor": math.floor,
+    "scalar.floor": _bounded("floor", math.floor),
 }
+_UNARY_SCALAR = frozenset("neg abs ceil invert round trunc sqrt log log2 log10 exp floor".split())
+
+# Hand-written kinds for ops that have no native schema (Python bindings, properties).
+_CONVERSIONS = "float double half bfloat16 long int short char byte bool cfloat cdouble"
+_HAND_KINDS: dict[str, tuple[tuple, dict]] = {
+    "getitem": ((("tensor",), ("index_expr",)), {}),
+    "setitem": ((("tensor",), ("index_expr",), ("tensor", "scalar")), {}),
+    "set_grad_enabled": ((("bool",),), {}),
+    "Tensor.type": (
+        (("tensor",), ("dtype", "str", "none"), ("bool",)),
+        {"dtype": ("dtype", "str", "none"), "non_blocking": ("bool",)},
+    ),
+    "Tensor.cpu": ((("tensor",),), {"memory_format": ("memory_format",)}),
+    "Tensor.new_tensor": (
+        (("tensor",), ("data",)),
+        {"dtype": ("dtype", "none"), "device": ("device", "none"), "requires_grad": ("bool",)},
+    ),
+    "tensor": (
+        (("data",),),
+        {
+            "dtype": ("dtype", "none"),
+            "device": ("device", "none"),
+            "requires_grad": ("bool",),
+            "pin_memory": ("bool",),
+        },
+    ),
+    "as_tensor": (
+        (("data", "tensor"),),
+        {"dtype": ("dtype", "none"), "device": ("device", "none")},
+    ),
+    **{f"Tensor.{p}": ((("tensor",),), {}) for p in TENSOR_OP_PROPERTIES},
+    **{
+        f"Tensor.{c}": ((("tensor",),), {"memory_format": ("memory_format",)})
+        for c in _CONVERSIONS.split()
+    },
+}
+# Reflected dunders: (self, other) with other a number or a tensor.
+for _name in ("__rand__ __ror__ __rxor__ __ilshift__ __irshift__ __imod__ __ifloordiv__").split():
+    _HAND_KINDS[f"Tensor.{_name}"] = ((("tensor",), ("tensor", "scalar")), {})
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    """One op of the set. ``args[i]`` is the tuple of kinds position ``i`` accepts,
+    ``kwargs[name]`` those of a keyword; ``varargs`` is ``(position, kind)`` when sizes may
+    be spread over positions (``x.view(2, 3)``). ``flags`` hold ``inplace``, ``random``,
+    ``variadic``, ``structural``, ``scalar``, ``private``."""
+
+    name: str
+    meaning: str
+    impl: Callable | None
+    args: tuple[tuple[str, ...], ...]
+    kwargs: Mapping[str, tuple[str, ...]]
+    varargs: tuple[int, str] | None = None
+    flags: frozenset[str] = field(default_factory=frozenset)
+    reason: str = ""
+    arg_names: tuple[tuple[str, ...], ...] = ()  # the parameter names each position has
+
+    @property
+    def dims(self) -> list:
+        """Positions and keywords that hold dimensions (0-based in the file)."""
+        return _where(self, ("dim", "dims"))
+
+    @property
+    def indices(self) -> list:
+        """Positions and keywords that hold indices into a dimension."""
+        return _where(self, ("index", "index_tensor"))
+
+
+def _where(info: OpInfo, kinds: tuple) -> list:
+    found: list = [i for i, k in enumerate(info.args) if any(x in kinds for x in k)]
+    found += [n for n, k in info.kwargs.items() if any(x in kinds for x in k)]
+    return found
+
+
+def _curated() -> list[str]:
+    names = []
+    for text in FAMILIES.values():
+        names += text.split()
+    return names + list(REVIEWED_PRIVATE)
+
+
+def _resolve(name: str) -> Callable | None:
+    """The callable behind a canonical name written in this file."""
+    if name in _SAFE_IMPLS:
+        return _SAFE_IMPLS[name]
+    if name.startswith("Tensor."):
+        attr = name[len("Tensor.") :]
+        if attr in TENSOR_OP_PROPERTIES:
+            return _attr_getter(attr)
+        return getattr(torch._C.TensorBase, attr, None) or getattr(torch.Tensor, attr, None)
+    if name == "set_grad_enabled":
+        return torch._C._set_grad_enabled
+    for prefix, ns in (
+        ("linalg.", torch._C._linalg),
+        ("fft.", torch._C._fft),
+        ("special.", torch._C._special),
+    ):
+        if name.startswith(prefix):
+            short = name[len(prefix) :]
+            return getattr(ns, f"{prefix[:-1]}_{short}", None) or getattr(ns, short, None)
+    if name.startswith("nn."):
+        return getattr(torch._C._nn, name[3:], None)
+    if name in ("getitem", "setitem"):
+        return getattr(torch._C.TensorBase, f"__{name}__")
+    return getattr(torch._C._VariableFunctions, name, None) or getattr(torch._C._nn, name, None)
 
 
 def _attr_getter(name: str) -> Callable:
@@ -280,101 +532,181 @@ def _attr_getter(name: str) -> Callable:
     return get
 
 
-def _public_callables(namespace) -> list[tuple[str, object]]:
-    out = []
-    for name in dir(namespace):
-        if name in DENIED or name in SPECIAL:
-            continue
-        obj = getattr(namespace, name, None)
-        if callable(obj) and not isinstance(obj, type):
-            out.append((name, obj))
-    return out
+def _aten_name(name: str) -> str:
+    if name.startswith("Tensor."):
+        return name[len("Tensor.") :]
+    for prefix in ("linalg.", "fft.", "special."):
+        if name.startswith(prefix):
+            return prefix[:-1] + "_" + name[len(prefix) :]
+    return name[3:] if name.startswith("nn.") else name
 
 
-def _build():
-    name_of: dict[object, str] = {}  # the recorded callable -> canonical op name
-    impl: dict[str, Callable] = {}
-
-    def add(obj, name, fn):
-        name_of.setdefault(obj, name)
-        impl.setdefault(name, fn)
-
-    functions = torch._C._VariableFunctions
-    for name, fn in _public_callables(functions):
-        if name.startswith("__"):
-            continue
-        add(fn, name, fn)
-    nn_ns = torch._C._nn
-    for name, fn in _public_callables(nn_ns):
-        if name.startswith("__"):
-            continue
-        canonical = name if name not in impl else f"nn.{name}"
-        add(fn, canonical, fn)
-    for prefix, ns in (
-        ("linalg", torch._C._linalg),
-        ("fft", torch._C._fft),
-        ("special", torch._C._special),
-    ):
-        for name, fn in _public_callables(ns):
-            if not name.startswith("_"):
-                short = name.split("_", 1)[1] if name.startswith(f"{prefix}_") else name
-                add(fn, f"{prefix}.{short}", fn)
-
-    tensor = torch.Tensor
-    # Builtin methods of the C base class first: some have a Python override on
-    # torch.Tensor (unflatten, split) that calls them, and they must be ops too.
-    methods = _public_callables(torch._C.TensorBase)
-    methods += [
-        (n, f)
-        for n, f in _public_callables(tensor)
-        if getattr(torch._C.TensorBase, n, None) is not f
-    ]
-    for name, fn in methods:
-        if name in DUNDER_OPS:
-            target = DUNDER_OPS[name]
-            if target in ("getitem", "setitem"):
-                add(fn, target, fn)
-            elif target in impl:
-                name_of.setdefault(fn, target)
-            else:
-                add(fn, target, getattr(tensor, target.split(".", 1)[1]))
-            continue
-        if name.startswith("__") and name not in OWN_DUNDERS:
-            continue
-        if name.startswith("_"):
-            continue
-        is_builtin = type(fn).__name__ in (
-            "method_descriptor",
-            "wrapper_descriptor",
-            "builtin_function_or_method",
+def _merge(overloads: list[list[dict]]) -> tuple[tuple, dict, tuple | None, tuple]:
+    """Kinds per position and per keyword, merged over the overloads."""
+    positions: list[list[str]] = []
+    names: list[list[str]] = []
+    keywords: dict[str, list[str]] = {}
+    varargs = None
+    for args in overloads:
+        positional = [a for a in args if not a["kwarg_only"]]
+        for i, arg in enumerate(positional):
+            while len(positions) <= i:
+                positions.append([])
+                names.append([])
+            positions[i] += [k for k in arg["kinds"] if k not in positions[i]]
+            if arg["name"] not in names[i]:
+                names[i].append(arg["name"])
+        for arg in args:
+            spellings = [arg["name"]] + (["input"] if arg["name"] == "self" else [])
+            for key in spellings:
+                slot = keywords.setdefault(key, [])
+                slot += [k for k in arg["kinds"] if k not in slot]
+        # PyTorch lets a lone size list be spread over the positions: x.view(2, 3).
+        rest = (
+            positional[1:] if positional and positional[0]["kinds"][0] == "tensor" else positional
         )
-        if not is_builtin and name not in OWN_DUNDERS:
-            continue  # a Python method: the tracer descends into it
-        if name in FOLDED_METHODS and name in impl:
-            name_of.setdefault(fn, name)
-        else:
-            add(fn, f"Tensor.{name}", fn)
-    # ``with torch.no_grad():`` inside traced code reaches us as this call; replaying it
-    # keeps gradients off exactly where the code had them off.
-    add(torch._C._set_grad_enabled, "set_grad_enabled", torch._C._set_grad_enabled)
-    for name in TENSOR_OP_PROPERTIES:
-        impl.setdefault(f"Tensor.{name}", _attr_getter(name))
+        if len(rest) == 1 and rest[0]["kinds"][0] in ("ints", "dims"):
+            at = len(positional) - 1
+            kind = "dim" if rest[0]["kinds"][0] == "dims" else "int"
+            if varargs is None or at < varargs[0]:
+                varargs = (at, kind)
+    return (
+        tuple(tuple(p) for p in positions),
+        {k: tuple(v) for k, v in keywords.items()},
+        varargs,
+        tuple(tuple(n) for n in names),
+    )
+
+
+def _flags(name: str) -> frozenset[str]:
+    flags = set()
+    base = name.rsplit(".", 1)[-1]
+    if name == "setitem" or (base.endswith("_") and not base.endswith("__")):
+        flags.add("inplace")
+    if name in RANDOM_OPS:
+        flags.add("random")
+    if name in VARIADIC_OUTPUTS:
+        flags.add("variadic")
+    if name in REVIEWED_PRIVATE:
+        flags.add("private")
+    return frozenset(flags)
+
+
+def _doc_meaning(fn) -> str:
+    doc = (getattr(fn, "__doc__", None) or "").strip().splitlines()
+    for line in doc[1:4]:
+        if line.strip():
+            return line.strip()
+    return doc[0].strip() if doc else ""
+
+
+def _build() -> tuple[dict[str, OpInfo], list[str]]:
+    table: dict[str, OpInfo] = {}
+    missing: list[str] = []
+    for name, meaning in PRIM_OPS.items():
+        table[name] = OpInfo(
+            name,
+            meaning,
+            None,
+            _PRIM_ARGS[name],
+            _PRIM_KWARGS.get(name, {}),
+            flags=frozenset({"structural"}),
+        )
     for name, fn in SCALAR_OPS.items():
-        impl[name] = fn
-    return name_of, impl
+        short = name.split(".", 1)[1]
+        arity = 1 if short in _UNARY_SCALAR else 2
+        table[name] = OpInfo(
+            name,
+            f"Python's {short} on traced numbers",
+            fn,
+            (("scalar",),) * arity,
+            {},
+            flags=frozenset({"scalar"}),
+        )
+    for name in _curated():
+        fn = _resolve(name)
+        if fn is None:
+            missing.append(f"{name}: no such function in torch {torch.__version__}")
+            continue
+        if name in _HAND_KINDS:
+            args, kwargs = _HAND_KINDS[name]
+            varargs, arg_names = None, ()
+        else:
+            overloads = ops_schema.schemas(_aten_name(name))
+            if not overloads:
+                missing.append(f"{name}: no native schema and no hand-written kinds")
+                continue
+            args, kwargs, varargs, arg_names = _merge(overloads)
+        table[name] = OpInfo(
+            name,
+            _doc_meaning(fn),
+            fn,
+            args,
+            kwargs,
+            varargs,
+            _flags(name),
+            REVIEWED_PRIVATE.get(name, ""),
+            arg_names,
+        )
+    return table, missing
 
 
-NAME_OF, IMPL = _build()
+OPS, MISSING = _build()
+
+
+def _name_of() -> dict[object, str]:
+    """The callables the tracer may see, each mapped to its canonical op name."""
+    found: dict[object, str] = {}
+    for name, info in OPS.items():
+        if info.impl is None or "scalar" in info.flags or name in _SAFE_IMPLS:
+            continue
+        if name.startswith("Tensor.") and name[7:] in TENSOR_OP_PROPERTIES:
+            continue
+        found.setdefault(info.impl, name)
+    for name in ("empty", "empty_like"):
+        if name in OPS:
+            found[getattr(torch._C._VariableFunctions, name)] = name
+    if "Tensor.new_empty" in OPS:
+        found[torch._C.TensorBase.new_empty] = "Tensor.new_empty"
+    base = torch._C.TensorBase
+    for method in FOLDED_METHODS:
+        fn = getattr(base, method, None)
+        if fn is not None and method in OPS:
+            found.setdefault(fn, method)
+    for dunder, target in DUNDER_OPS.items():
+        fn = getattr(base, dunder, None)
+        if fn is not None and target in OPS:
+            found.setdefault(fn, target)
+    for name in OPS:
+        if name.startswith("Tensor.__"):
+            fn = getattr(torch.Tensor, name[len("Tensor.") :], None)
+            if fn is not None:
+                found.setdefault(fn, name)
+    # ``with torch.no_grad():`` inside traced code reaches the tracer as this call.
+    found[torch._C._set_grad_enabled] = "set_grad_enabled"
+    return found
+
+
+NAME_OF = _name_of()
 # Properties are read through getset descriptors; the tracer sees ``descriptor.__get__``.
 PROPERTY_OF = {
     getattr(torch._C.TensorBase, name): name
     for name in ("shape", "dtype", "device", *TENSOR_OP_PROPERTIES, *TENSOR_META_PROPERTIES)
     if hasattr(torch._C.TensorBase, name)
 }
+# The op set of version 1, by name, for reading v1 files: a v1 file that names an op left
+# out of version 2 gets an error that says so (``removed_in_v2``).
 
 
 def canonical_name(func) -> str | None:
-    """The op name for a callable the tracer saw, or None if it is not an op."""
+    """The op name for a callable the tracer saw, or None if it is not an op.
+
+    >>> import torch
+    >>> canonical_name(torch.relu), canonical_name(torch.Tensor.view)
+    ('relu', 'Tensor.view')
+    >>> canonical_name(torch.Tensor.data_ptr) is None
+    True
+    """
     try:
         return NAME_OF.get(func)
     except TypeError:  # unhashable callables are never ops
@@ -392,32 +724,41 @@ def property_name(func) -> str | None:
         return None
 
 
+def info(name: str) -> OpInfo | None:
+    """The :class:`OpInfo` of op ``name``, or None for a name outside the op set."""
+    return OPS.get(name)
+
+
 def impl_of(name: str) -> Callable:
-    """The function that runs op ``name``; KeyError for a name outside the op set."""
-    return IMPL[name]
+    """The function that runs op ``name``; KeyError for a name outside the op set (or a
+    structural op, which the runtime runs itself)."""
+    fn = OPS[name].impl
+    if fn is None:
+        raise KeyError(name)
+    return fn
 
 
 def is_known(name: str) -> bool:
-    return name in IMPL or name in PRIM_OPS
+    """Whether ``name`` is an op of the set.
+
+    >>> is_known("relu"), is_known("Tensor.data_ptr"), is_known("_from_blob")
+    (True, False, False)
+    """
+    return name in OPS
 
 
 def is_inplace(name: str) -> bool:
-    base = name.rsplit(".", 1)[-1]
-    return name == "setitem" or (base.endswith("_") and not base.endswith("__"))
+    return name in OPS and "inplace" in OPS[name].flags
 
 
 def meaning(name: str) -> str:
-    """A one-line meaning of an op, from the op set or PyTorch's own docstring."""
-    if name in PRIM_OPS:
-        return PRIM_OPS[name]
-    if name in SCALAR_OPS:
-        return f"Python scalar {name.split('.', 1)[1]} on traced numbers"
-    doc = (getattr(IMPL.get(name), "__doc__", None) or "").strip().splitlines()
-    for line in doc[1:4]:
-        if line.strip():
-            return line.strip()
-    return doc[0] if doc else ""
+    """A one-line meaning of an op."""
+    return OPS[name].meaning if name in OPS else ""
 
 
 def all_names() -> list[str]:
-    return sorted(set(IMPL) | set(PRIM_OPS))
+    return sorted(OPS)
+
+
+# Kept for readers of the old module: the names of the old tables.
+IMPL = {name: op.impl for name, op in OPS.items() if op.impl is not None}

@@ -17,7 +17,7 @@ import os
 import torch
 
 from . import pytree
-from .program import Graph, Node, Ref, Value
+from .program import Graph, Node, Ref, Value, fold_literal
 
 
 class Printer:
@@ -38,26 +38,13 @@ class Printer:
         return name
 
     def literal(self, arg) -> str:
+        return fold_literal(arg, self._leaf, self._container)
+
+    def _leaf(self, arg) -> str:
         if isinstance(arg, Ref):
             return self.names.get(arg.id, f"%?{arg.id}")
         if isinstance(arg, float) and not math.isfinite(arg):
             return str(arg)
-        if isinstance(arg, tuple):
-            inner = ", ".join(self.literal(a) for a in arg)
-            return f"({inner},)" if len(arg) == 1 else f"({inner})"
-        if isinstance(arg, list):
-            return "[" + ", ".join(self.literal(a) for a in arg) + "]"
-        if isinstance(arg, dict):
-            return (
-                "{"
-                + ", ".join(f"{self.literal(k)}: {self.literal(v)}" for k, v in arg.items())
-                + "}"
-            )
-        if isinstance(arg, slice):
-            parts = [
-                self.literal(p) if p is not None else "" for p in (arg.start, arg.stop, arg.step)
-            ]
-            return ":".join(parts[:2] if arg.step is None else parts)
         if arg is Ellipsis:
             return "..."
         if isinstance(arg, (torch.dtype, torch.memory_format, torch.layout)):
@@ -66,22 +53,32 @@ class Printer:
             return f"device({str(arg)!r})"
         return repr(arg)
 
+    @staticmethod
+    def _container(arg, items: list) -> str:
+        if isinstance(arg, list):
+            return "[" + ", ".join(items) + "]"
+        if isinstance(arg, dict):
+            return "{" + ", ".join(f"{k}: {v}" for k, v in items) + "}"
+        if isinstance(arg, slice):
+            parts = [
+                "" if p is None else text for p, text in zip((arg.start, arg.stop, arg.step), items)
+            ]
+            return ":".join(parts[:2] if arg.step is None else parts)
+        return pytree.tuple_text(items)
+
     def targets(self, node: Node) -> str:
         if node.out_spec is None:
             return ""
         outputs = iter(node.outputs)
 
-        def build(spec):
-            if spec["t"] == "leaf":
-                value = next(outputs)
-                name = self.define(value, named=node.op == "prim.state")
-                return f"{name}: {value.type_str()}"
-            if spec["t"] in ("none", "const"):
-                return "_"
-            inner = [build(c) for c in spec["c"]]
-            return "(" + ", ".join(inner) + ("," if len(inner) == 1 else "") + ")"
+        def leaf() -> str:
+            value = next(outputs)
+            return f"{self.define(value, named=node.op == 'prim.state')}: {value.type_str()}"
 
-        return build(node.out_spec) + " = "
+        text = pytree.fold_spec(
+            node.out_spec, leaf, lambda _spec, items: pytree.tuple_text(items), lambda _: "_"
+        )
+        return text + " = "
 
     def node(self, node: Node) -> str:
         loc = f"  # {_short(node.loc)}" if node.loc else ""

@@ -24,38 +24,13 @@ from typing import Any
 
 import torch
 
-FORMAT_VERSION = 1
-OPSET_VERSION = 1
+from .dtypes import DTYPE_NAMES, DTYPE_SHORT, DTYPES  # noqa: F401 (re-exported)
+from .ops import OPSET_VERSION  # noqa: F401 (re-exported)
 
-DTYPE_NAMES = {
-    torch.float32: "float32",
-    torch.float64: "float64",
-    torch.float16: "float16",
-    torch.bfloat16: "bfloat16",
-    torch.int64: "int64",
-    torch.int32: "int32",
-    torch.int16: "int16",
-    torch.int8: "int8",
-    torch.uint8: "uint8",
-    torch.bool: "bool",
-    torch.complex64: "complex64",
-    torch.complex128: "complex128",
-}
-DTYPES = {name: dtype for dtype, name in DTYPE_NAMES.items()}
-DTYPE_SHORT = {
-    "float32": "f32",
-    "float64": "f64",
-    "float16": "f16",
-    "bfloat16": "bf16",
-    "int64": "i64",
-    "int32": "i32",
-    "int16": "i16",
-    "int8": "i8",
-    "uint8": "u8",
-    "bool": "b8",
-    "complex64": "c64",
-    "complex128": "c128",
-}
+# Format 2 (this version): mode binding, the source language and the backend partition are
+# fields of the program; ``meta`` is display-only. Readers accept format 1 (see artifact/).
+
+FORMAT_VERSION = 2
 MEMORY_FORMATS = {
     "contiguous_format": torch.contiguous_format,
     "channels_last": torch.channels_last,
@@ -112,6 +87,9 @@ class Graph:
     outputs: list = field(default_factory=list)  # Refs or literals
     out_spec: dict = field(default_factory=dict)
     arg_names: list[str] = field(default_factory=list)  # the traced callable's parameters
+    # loc -> the text of that source line, recorded at trace time for messages: runtimes
+    # quote these and never open a file that a loaded graph names
+    sources: dict[str, str] = field(default_factory=dict)
 
     @property
     def guards(self) -> list[Node]:
@@ -132,6 +110,15 @@ class Program:
     dispatch: dict[str, dict[str, str]] = field(default_factory=dict)  # respect_mode
     training: bool = False
     module_classes: dict[str, str] = field(default_factory=dict)  # path -> class name
+    # The language the traced code was written in: it fixes the index convention of the
+    # graph's inputs (R code uses 1-based indices, Python 0-based).
+    language: str = "python"
+    # method -> {"training", "op", "loc"}: a method recorded in one mode whose other mode
+    # records a different graph; calling it in the other mode raises GuardError.
+    mode_bound: dict[str, dict] = field(default_factory=dict)
+    # The partition that tracebridge.compile embedded (backend, compiler args, subgraphs).
+    backend: dict[str, Any] | None = None
+    # Display-only: nothing that runs may depend on it (shared_ir/SPEC.md).
     meta: dict[str, Any] = field(default_factory=dict)
 
 
@@ -140,8 +127,22 @@ class Program:
 # int, finite float, str and lists; a one-key object for everything else.
 
 
+def _encode_container(obj: Any, children: list) -> Any:
+    if isinstance(obj, list):
+        return children
+    if isinstance(obj, dict):
+        return {"dict": [list(pair) for pair in children]}
+    if isinstance(obj, slice):
+        return {"slice": children}
+    return {"tuple": children}
+
+
 def encode(obj: Any) -> Any:
     """Encode an argument (literal or Ref, nested) as JSON-able data."""
+    return fold_literal(obj, _encode_leaf, _encode_container)
+
+
+def _encode_leaf(obj: Any) -> Any:
     if isinstance(obj, Ref):
         return {"ref": obj.id}
     if obj is None or isinstance(obj, (bool, int, str)):
@@ -150,14 +151,6 @@ def encode(obj: Any) -> Any:
         if math.isfinite(obj):
             return obj
         return {"float": repr(obj)}
-    if isinstance(obj, list):
-        return [encode(x) for x in obj]
-    if isinstance(obj, tuple):
-        return {"tuple": [encode(x) for x in obj]}
-    if isinstance(obj, dict):
-        return {"dict": [[encode(k), encode(v)] for k, v in obj.items()]}
-    if isinstance(obj, slice):
-        return {"slice": [encode(obj.start), encode(obj.stop), encode(obj.step)]}
     if obj is Ellipsis:
         return {"ellipsis": True}
     if isinstance(obj, torch.dtype):
@@ -211,19 +204,63 @@ def decode(data: Any) -> Any:
     raise ValueError(f"unknown literal tag {tag!r}")
 
 
-def refs_in(obj: Any):
-    """Yield every Ref inside a (nested) argument."""
-    if isinstance(obj, Ref):
-        yield obj
-    elif isinstance(obj, (list, tuple)):
-        for x in obj:
-            yield from refs_in(x)
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from refs_in(k)
-            yield from refs_in(v)
-    elif isinstance(obj, slice):
-        yield from refs_in((obj.start, obj.stop, obj.step))
+# --- the one traversal of argument literals --------------------------------------------
+# Note: arguments nest lists, tuples, dicts (keys and values) and slices around leaves
+# (Refs, numbers, strings, dtypes...). Every walker of arguments (the JSON codec, the
+# runtimes, the printer, the checks) goes through ``fold_literal``, so a new container kind
+# is added here once and reaches every stage.
+
+LITERAL_CONTAINERS = (list, tuple, dict, slice)
+
+
+def fold_literal(obj: Any, leaf, container):
+    """Fold a nested argument bottom-up: ``leaf(x)`` for each leaf, and
+    ``container(obj, children)`` for each list/tuple/slice (children: the folded items, for a
+    slice its start, stop, step) and dict (children: folded ``(key, value)`` pairs)."""
+    if isinstance(obj, (list, tuple)):
+        return container(obj, [fold_literal(x, leaf, container) for x in obj])
+    if isinstance(obj, dict):
+        return container(
+            obj,
+            [
+                (fold_literal(k, leaf, container), fold_literal(v, leaf, container))
+                for k, v in obj.items()
+            ],
+        )
+    if isinstance(obj, slice):
+        parts = (obj.start, obj.stop, obj.step)
+        return container(obj, [fold_literal(x, leaf, container) for x in parts])
+    return leaf(obj)
+
+
+def rebuild(obj: Any, children: list) -> Any:
+    """The ``container`` of :func:`fold_literal` that rebuilds the same kind of container."""
+    if isinstance(obj, list):
+        return children
+    if isinstance(obj, dict):
+        return dict(children)
+    if isinstance(obj, slice):
+        return slice(*children)
+    if type(obj) is tuple:
+        return tuple(children)
+    return type(obj)(*children)  # a named tuple
+
+
+def map_literal(obj: Any, leaf) -> Any:
+    """``obj`` with every leaf ``x`` replaced by ``leaf(x)`` (containers rebuilt)."""
+    return fold_literal(obj, leaf, rebuild)
+
+
+def leaves_of(obj: Any) -> list:
+    """Every leaf of a nested argument, in order."""
+    out: list = []
+    fold_literal(obj, out.append, lambda _obj, _children: None)
+    return out
+
+
+def refs_in(obj: Any) -> list[Ref]:
+    """Every Ref inside a (nested) argument, in order."""
+    return [x for x in leaves_of(obj) if isinstance(x, Ref)]
 
 
 def value_to_json(v: Value) -> dict:
@@ -260,6 +297,7 @@ def graph_to_json(g: Graph) -> dict:
         ],
         "outputs": encode(list(g.outputs)),
         "out_spec": g.out_spec,
+        **({"sources": lines} if (lines := {k: v for k, v in g.sources.items() if v}) else {}),
     }
 
 
@@ -282,4 +320,13 @@ def graph_from_json(d: dict) -> Graph:
         outputs=decode(d["outputs"]),
         out_spec=d["out_spec"],
         arg_names=list(d.get("arg_names", [])),
+        sources=_sources(d.get("sources")),
     )
+
+
+def _sources(data) -> dict[str, str]:
+    """A graph's ``sources``; older files have none, and a malformed table only loses
+    message text (the checker reports it)."""
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}

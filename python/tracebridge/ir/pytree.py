@@ -74,18 +74,11 @@ def _flatten(obj, is_leaf, leaves):
 def unflatten(leaves: list[Any], spec: dict) -> Any:
     """Rebuild the nested structure described by ``spec`` from ``leaves``."""
     it = iter(leaves)
-    return _unflatten(it, spec)
+    return fold_spec(spec, lambda: next(it), _build, lambda spec: spec.get("v"))
 
 
-def _unflatten(it, spec):
+def _build(spec: dict, children: list) -> Any:
     kind = spec["t"]
-    if kind == "leaf":
-        return next(it)
-    if kind == "none":
-        return None
-    if kind == "const":
-        return spec["v"]
-    children = [_unflatten(it, c) for c in spec["c"]]
     if kind == "tuple":
         return tuple(children)
     if kind == "list":
@@ -156,21 +149,40 @@ def render(spec: dict, leaf, namedtuple) -> str:
     """Python-like text for a structure: ``leaf()`` gives the text of the next leaf,
     ``namedtuple(spec, items)`` the text of a named tuple. Shared by the printer and the
     code generator, so ``.graph`` and ``.code`` spell outputs the same way."""
+
+    def node(spec: dict, items: list[str]) -> str:
+        kind = spec["t"]
+        if kind == "list":
+            return "[" + ", ".join(items) + "]"
+        if kind == "dict":
+            return "{" + ", ".join(f"{k!r}: {v}" for k, v in zip(spec["keys"], items)) + "}"
+        if kind == "namedtuple":
+            return namedtuple(spec, items)
+        return tuple_text(items)
+
+    return fold_spec(
+        spec, leaf, node, lambda spec: "None" if spec["t"] == "none" else repr(spec["v"])
+    )
+
+
+def fold_spec(spec: dict | None, leaf, node, empty=None):
+    """Fold a nesting spec bottom-up: ``leaf()`` at each leaf (in order), ``empty(spec)`` at
+    ``none``/``const`` (default: None), ``node(spec, children)`` at tuples, lists, dicts and
+    named tuples. The one walker of specs: printing, code generation, unpacking results and
+    counting leaves are all folds."""
+    if spec is None:
+        return empty(spec) if empty else None
     kind = spec["t"]
     if kind == "leaf":
         return leaf()
-    if kind == "none":
-        return "None"
-    if kind == "const":
-        return repr(spec["v"])
-    items = [render(c, leaf, namedtuple) for c in spec["c"]]
-    if kind == "list":
-        return "[" + ", ".join(items) + "]"
-    if kind == "dict":
-        return "{" + ", ".join(f"{k!r}: {v}" for k, v in zip(spec["keys"], items)) + "}"
-    if kind == "namedtuple":
-        return namedtuple(spec, items)
-    return tuple_text(items)
+    if kind in ("none", "const"):
+        return empty(spec) if empty else None
+    return node(spec, [fold_spec(c, leaf, node, empty) for c in spec["c"]])
+
+
+def count_leaves(spec: dict | None) -> int:
+    """How many leaves a spec has."""
+    return fold_spec(spec, lambda: 1, lambda _spec, children: sum(children), lambda _spec: 0)
 
 
 def is_tensor(x) -> bool:

@@ -1,237 +1,541 @@
 """Generate a Python function from a Graph, one short method per construct.
 
-The function takes the flattened input tensors, reads state through ``(dict, key)``
-slots bound as globals (so ``.to()``, ``.double()`` and ``load_state_dict`` are seen on
-every call), calls each op's torch function directly, checks guards inline, and returns
-the outputs in their traced structure.
+Note: nothing from the file becomes code.
+  * The function is built as a Python AST (``ast.FunctionDef``) and compiled from the AST;
+    no text is ever parsed. Every identifier in it is made here: parameters ``in0, in1``,
+    values ``v0, v1`` (numbered in order of definition, not by the file's ids), and globals
+    ``op_relu_0``, ``c1``, ``G2`` ... bound to objects (an op's prefix only for names of
+    the op table; every global ends in a unique number); even builtins it calls are bound
+    under names of its own (``_getattr``). The method's name is set on the function
+    afterwards, as data.
+  * Literals are ``ast.Constant`` or containers of them (lists and dicts built fresh on
+    every call, since an op may keep them); objects without a literal form (dtypes,
+    devices, slices) are bound constants. Operator precedence comes from the tree:
+    ``(-2) ** v`` is a ``Pow`` whose left side is the constant ``-2``.
+  * Strings of the file that only describe (source locations, state and op names) are in
+    a side table, shown in ``.code`` and tracebacks as escaped comments. State keys and
+    keyword names that are not plain identifiers reach the call as data (``**{key: v}``).
+
+The generated function takes the flattened input tensors, reads state through ``(dict,
+key)`` slots (so ``.to()``, ``.double()`` and ``load_state_dict`` are seen on every call),
+calls each op's implementation (``support.node_callable``) directly, checks guards inline,
+frees each value after its last use, and returns the outputs in their traced structure.
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
 import keyword
+import linecache
 import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
+from ..errors import ArtifactError
 from ..ir import Graph, Node, Ref, pytree
 from ..ir.analysis import last_uses
+from ..ir.ops import VARIADIC_OUTPUTS
+from ..ir.program import fold_literal
 from . import support
 
-_TORCH_DTYPE_NAMES = {v: k for k, v in torch.__dict__.items() if isinstance(v, torch.dtype)}
+# Ops written as Python operators when their implementation is the default one.
+_BINARY = {
+    "scalar.add": ast.Add,
+    "scalar.sub": ast.Sub,
+    "scalar.mul": ast.Mult,
+    "scalar.truediv": ast.Div,
+    "scalar.floordiv": ast.FloorDiv,
+    "scalar.mod": ast.Mod,
+    "scalar.pow": ast.Pow,
+    "scalar.and": ast.BitAnd,
+    "scalar.or": ast.BitOr,
+    "scalar.lshift": ast.LShift,
+    "scalar.rshift": ast.RShift,
+    "scalar.xor": ast.BitXor,
+}
+_COMPARE = {
+    "scalar.eq": ast.Eq,
+    "scalar.ne": ast.NotEq,
+    "scalar.lt": ast.Lt,
+    "scalar.le": ast.LtE,
+    "scalar.gt": ast.Gt,
+    "scalar.ge": ast.GtE,
+}
+# prim op -> (arity, builder over the argument expressions): attribute reads and method
+# calls on a tensor, which a call through a lambda would only slow down.
+_ATTRIBUTE_PRIMS = {
+    "prim.size": (2, lambda t, d: ast.Subscript(_attr(t, "shape"), d, ast.Load())),
+    "prim.numel": (1, lambda t: _method(t, "numel")),
+    "prim.dtype": (1, lambda t: _attr(t, "dtype")),
+    "prim.device": (1, lambda t: _attr(t, "device")),
+    "prim.item": (1, lambda t: _method(t, "item")),
+    "prim.tolist": (1, lambda t: _method(t, "tolist")),
+    "prim.stride": (2, lambda t, d: _method(t, "stride", d)),
+    "prim.requires_grad": (1, lambda t: _attr(t, "requires_grad")),
+    "prim.is_contiguous": (1, lambda t: _method(t, "is_contiguous")),
+}
+_INLINE = {*_BINARY, *_COMPARE, *_ATTRIBUTE_PRIMS, "scalar.neg"}
+# Helpers the generated code calls, under names of its own.
+_HELPERS = {
+    "_getattr": getattr,
+    "_KIND": support.DTYPE_KIND,
+    "_bad_input": support.bad_input,
+    "_raise_guard": support.raise_guard,
+    "_check_count": support.check_count,
+    "_is_grad_enabled": torch.is_grad_enabled,
+    "_set_grad_enabled": torch._C._set_grad_enabled,
+}
+_PLAIN_CONSTANTS = (bool, int, float, complex, str)
+_COMMENT_LIMIT = 160
+
+
+def _name(id_: str) -> ast.Name:
+    return ast.Name(id_, ast.Load())
+
+
+def _attr(value: ast.expr, attr: str) -> ast.Attribute:
+    return ast.Attribute(value, attr, ast.Load())
+
+
+def _method(value: ast.expr, attr: str, *args: ast.expr) -> ast.Call:
+    return ast.Call(_attr(value, attr), list(args), [])
+
+
+def _call(func: str, *args: ast.expr) -> ast.Call:
+    return ast.Call(_name(func), list(args), [])
+
+
+def _constant(value) -> ast.expr:
+    """A constant of an exact builtin type (a subclass of int is not one the compiler
+    knows); a negative number is ``-(abs)``, so that ``ast.unparse`` shows ``(-2) ** v``
+    as Python reads it, not ``-2 ** v``."""
+    if value is None:
+        return ast.Constant(None)
+    exact = next(t for t in _PLAIN_CONSTANTS if isinstance(value, t))(value)
+    negative_int = type(exact) is int and exact < 0
+    negative_float = type(exact) is float and math.copysign(1.0, exact) < 0  # -0.0 too
+    if negative_int or negative_float:
+        return ast.UnaryOp(ast.USub(), ast.Constant(-exact))
+    return ast.Constant(exact)
+
+
+def comment(text: str) -> str:
+    """``text`` made safe for a ``#`` comment: one line, printable ASCII, bounded."""
+    safe = str(text).encode("unicode_escape").decode("ascii")
+    return safe if len(safe) <= _COMMENT_LIMIT else safe[: _COMMENT_LIMIT - 3] + "..."
+
+
+def _is_keyword_name(key) -> bool:
+    return type(key) is str and key.isascii() and key.isidentifier() and not keyword.iskeyword(key)
+
+
+@dataclass
+class Generated:
+    """A generated function, the text that shows it, and where each line came from."""
+
+    function: Callable
+    code: str  # ast.unparse of the tree, line by line, with escaped comments
+    locations: dict[int, str] = field(default_factory=dict)  # line of ``code`` -> loc
 
 
 class CodeGen:
-    def __init__(self, graph: Graph, slots: dict, name: str, guards: bool):
+    """Builds the AST of one graph's function. ``methods`` are the program's graphs by
+    name, for ``support.node_callable``."""
+
+    def __init__(
+        self,
+        graph: Graph,
+        slots: dict,
+        name: str,
+        guards: bool,
+        methods: dict[str, Graph] | None = None,
+    ):
         self.graph = graph
         self.slots = slots
         self.name = name
         self.guards = guards
-        self.globals: dict = {"torch": torch, "_support": support}
-        self.names: dict[int, str] = {}
-        self.lines: list[str] = []
-        self._ops: dict[str, str] = {}
+        self.methods = methods or {}
+        # Builtins stay reachable for C code that imports (PyImport_Import reads the
+        # caller's builtins); the generated code itself names only what it bound.
+        self.globals: dict = {"__builtins__": builtins}
+        self.names: dict[int, str] = {}  # value id -> local name
+        self.body: list[tuple[ast.stmt, str | None, str | None]] = []  # stmt, comment, loc
+        self.constants: list[tuple[str, object]] = []  # for the display only
+        self._bound: dict[int, str] = {}  # id(object) -> global name
+        self._where = "the graph"
+        self._defined = 0
 
     # -- names ------------------------------------------------------------------------------
 
-    def _bind_global(self, prefix: str, obj) -> str:
-        name = f"{prefix}{len(self.globals)}"
-        self.globals[name] = obj
+    def bind(self, prefix: str, obj) -> ast.Name:
+        """A global name for ``obj``, made here (the same object gets the same name; a
+        number makes names unique whatever the prefix)."""
+        key = id(obj)
+        if key not in self._bound:
+            name = f"{prefix}{len(self._bound)}"
+            self._bound[key] = name
+            self.globals[name] = obj
+        return _name(self._bound[key])
+
+    def helper(self, name: str) -> ast.Name:
+        self.globals[name] = _HELPERS[name]
+        return _name(name)
+
+    def define(self, value) -> str:
+        # A counter, not len(names): a file that defines an id twice must still get
+        # distinct variables (the checker refuses it; the runtime never mixes values up).
+        name = f"v{self._defined}"
+        self._defined += 1
+        self.names[value.id] = name
         return name
 
-    def _op(self, op: str) -> str:
-        if op not in self._ops:
-            clean = "".join(c if c.isalnum() else "_" for c in op)
-            self._ops[op] = f"op_{clean}"
-            self.globals[self._ops[op]] = support.op_function(op)
-        return self._ops[op]
-
-    def _input_name(self, value) -> str:
-        base = "".join(c if c.isalnum() or c == "_" else "_" for c in (value.name or ""))
-        if not base or base[0].isdigit() or keyword.iskeyword(base) or base in self.globals:
-            base = f"in{value.id}"
-        while base in self.names.values():
-            base += "_"
-        return base
-
-    def ref(self, ref: Ref) -> str:
-        return self.names[ref.id]
+    def ref(self, ref: Ref) -> ast.Name:
+        name = self.names.get(ref.id)
+        if name is None:
+            raise ArtifactError(
+                f"{self._where} uses value {ref.id!r}, which is not defined before it; "
+                "the file is corrupt (run tracebridge validate)"
+            )
+        return _name(name)
 
     # -- expressions ------------------------------------------------------------------------
 
-    def expr(self, arg) -> str:
+    def literal(self, arg) -> ast.expr:
+        """The expression for an argument: refs become names, literals constants."""
+        return fold_literal(arg, self._leaf, self._container)
+
+    def _leaf(self, arg) -> ast.expr:
         if isinstance(arg, Ref):
             return self.ref(arg)
-        if isinstance(arg, float) and not math.isfinite(arg):
-            return f"float({str(arg)!r})"
-        if arg is None or isinstance(arg, (bool, int, float, str, complex)):
-            return repr(arg)
+        if arg is None or isinstance(arg, _PLAIN_CONSTANTS):
+            return _constant(arg)
         if arg is Ellipsis:
-            return "..."
-        if isinstance(arg, tuple):
-            inner = ", ".join(self.expr(a) for a in arg)
-            return f"({inner},)" if len(arg) == 1 else f"({inner})"
+            return ast.Constant(...)
+        if isinstance(arg, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
+            return self.constant(arg)
+        raise ArtifactError(
+            f"{self._where}: cannot run a literal of type {type(arg).__name__}; the file is "
+            "corrupt (run tracebridge validate)"
+        )
+
+    def _container(self, arg, children: list) -> ast.expr:
         if isinstance(arg, list):
-            return "[" + ", ".join(self.expr(a) for a in arg) + "]"
+            return ast.List(children, ast.Load())
         if isinstance(arg, dict):
-            return "{" + ", ".join(f"{self.expr(k)}: {self.expr(v)}" for k, v in arg.items()) + "}"
+            return ast.Dict([k for k, _ in children], [v for _, v in children])
         if isinstance(arg, slice):
-            return f"slice({self.expr(arg.start)}, {self.expr(arg.stop)}, {self.expr(arg.step)})"
-        if isinstance(arg, torch.dtype):
-            return f"torch.{_TORCH_DTYPE_NAMES[arg]}"
-        if isinstance(arg, torch.device):
-            return f"torch.device({str(arg)!r})"
-        if isinstance(arg, (torch.memory_format, torch.layout)):
-            return str(arg)
-        raise TypeError(f"cannot generate code for a literal {arg!r}")
+            if any(isinstance(p, Ref) for p in (arg.start, arg.stop, arg.step)):
+                self.globals["_slice"] = slice
+                return _call("_slice", *children)
+            return self.constant(arg)  # immutable: one object for every call
+        return ast.Tuple(children, ast.Load())
 
-    def call(self, node: Node) -> str:
-        parts = [self.expr(a) for a in node.args]
-        parts += [f"{k}={self.expr(v)}" for k, v in node.kwargs.items()]
-        return f"{self._op(node.op)}({', '.join(parts)})"
+    def constant(self, obj) -> ast.Name:
+        before = len(self._bound)
+        name = self.bind("c", obj)
+        if len(self._bound) > before:
+            self.constants.append((name.id, obj))
+        return name
 
-    def targets(self, node: Node) -> str:
+    def arguments(self, node: Node) -> tuple[list[ast.expr], list[ast.keyword]]:
+        args = [self.literal(a) for a in node.args]
+        kwargs = []
+        for key, value in node.kwargs.items():
+            if _is_keyword_name(key):
+                kwargs.append(ast.keyword(key, self.literal(value)))
+            else:  # still the op's keyword, passed as data, never as syntax
+                kwargs.append(
+                    ast.keyword(None, ast.Dict([self.literal(key)], [self.literal(value)]))
+                )
+        return args, kwargs
+
+    def callable_for(self, node: Node) -> Callable:
+        """The function a node calls (``support.node_callable``; a subclass may route some
+        nodes elsewhere)."""
+        return support.node_callable(node, self.methods)
+
+    def call(self, node: Node) -> ast.expr:
+        fn = self.callable_for(node)
+        args, kwargs = self.arguments(node)
+        if not kwargs and node.op in _INLINE and fn is support.default_callable(node.op):
+            inline = _inline(node.op, args)
+            if inline is not None:
+                return inline
+        return ast.Call(self.bind(_op_prefix(node.op), fn), args, kwargs)
+
+    def targets(self, node: Node) -> ast.expr:
         """The assignment target for a node's result, following its out_spec."""
         outputs = iter(node.outputs)
 
-        def build(spec) -> str:
-            if spec["t"] == "leaf":
-                value = next(outputs)
-                self.names[value.id] = f"v{value.id}"
-                return f"v{value.id}"
-            if spec["t"] in ("none", "const"):
-                return "_"
-            inner = [build(c) for c in spec["c"]]
-            if not inner:
-                return "_"
-            return "(" + ", ".join(inner) + ("," if len(inner) == 1 else "") + ")"
+        def leaf() -> ast.expr:
+            return ast.Name(self.define(next(outputs)), ast.Store())
 
-        return build(node.out_spec)
+        def group(_spec, children) -> ast.expr:
+            return ast.Tuple(children, ast.Store()) if children else ast.Name("_", ast.Store())
+
+        return pytree.fold_spec(
+            node.out_spec, leaf, group, lambda _spec: ast.Name("_", ast.Store())
+        )
+
+    def structure(self, spec: dict, leaves) -> ast.expr:
+        """The expression that rebuilds a result from its leaves (pytree spec)."""
+
+        def group(spec, items) -> ast.expr:
+            kind = spec["t"]
+            if kind == "list":
+                return ast.List(items, ast.Load())
+            if kind == "dict":
+                return ast.Dict([self.literal(k) for k in spec["keys"]], items)
+            if kind == "namedtuple":
+                cls = pytree.namedtuple_class(spec["name"], spec["fields"])
+                return ast.Call(self.bind("NT", cls), items, [])
+            return ast.Tuple(items, ast.Load())
+
+        def empty(spec) -> ast.expr:
+            return self.literal(spec["v"]) if spec["t"] == "const" else ast.Constant(None)
+
+        return pytree.fold_spec(spec, lambda: self.literal(next(leaves)), group, empty)
 
     # -- statements -------------------------------------------------------------------------
 
-    def header(self) -> None:
-        params = [self._input_name(v) for v in self.graph.inputs]
-        for value, param in zip(self.graph.inputs, params):
-            self.names[value.id] = param
-        self.lines.append(f"def {self.name}({', '.join(params)}):")
-        self.globals["_KIND"] = support.DTYPE_KIND
+    def emit(self, stmt: ast.stmt, note: str | None = None, loc: str | None = None) -> None:
+        self.body.append((stmt, note, loc))
+
+    def input_checks(self, params: list[str]) -> None:
+        """Rank and dtype kind of each input, inline (the interpreter's check_inputs)."""
+        self.globals["_graph"] = self.graph
         for index, (value, param) in enumerate(zip(self.graph.inputs, params)):
             rank = len(value.shape or [])
-            test = f"getattr({param}, 'ndim', None) != {rank}"
+            test: ast.expr = ast.Compare(
+                _call("_getattr", _name(param), ast.Constant("ndim"), ast.Constant(None)),
+                [ast.NotEq()],
+                [ast.Constant(rank)],
+            )
+            self.helper("_getattr")
             kind = support.kind_of(value.dtype)
             if kind is not None:
-                test += f" or _KIND.get({param}.dtype) != {kind!r}"
-            self.lines.append(f"    if {test}:")
-            self.lines.append(f"        _support.bad_input({index}, _graph, {param})")
+                read = _method(self.helper("_KIND"), "get", _attr(_name(param), "dtype"))
+                wrong = ast.Compare(read, [ast.NotEq()], [ast.Constant(kind)])
+                test = ast.BoolOp(ast.Or(), [test, wrong])
+            fail = _call("_bad_input", ast.Constant(index), _name("_graph"), _name(param))
+            self.helper("_bad_input")
+            self.emit(ast.If(test, [ast.Expr(fail)], []))
 
     def node(self, index: int, node: Node) -> None:
-        loc = f"  # {node.loc.rsplit('/', 1)[-1]}" if node.loc else ""
+        self._where = f"{self.name}: node {index} ({node.op})"
         if node.op == "prim.state":
             self.state(node)
         elif node.op == "prim.guard":
-            self.guard(index, node)
-        elif node.op in support.PRIM_EXPRESSIONS:
-            args = [self.expr(a) for a in node.args]
-            expr = support.PRIM_EXPRESSIONS[node.op].format(*args)
-            self.lines.append(f"    {self.targets(node)} = {expr}{loc}")
-        elif node.op in support.SCALAR_SYMBOLS:
-            left, right = (self.expr(a) for a in node.args)
-            expr = f"{left} {support.SCALAR_SYMBOLS[node.op]} {right}"
-            self.lines.append(f"    {self.targets(node)} = {expr}{loc}")
+            self.guard(node)
         else:
-            self.op(index, node, loc)
+            self.op(node)
 
     def state(self, node: Node) -> None:
-        name = node.args[0]
-        owner, key = self.slots[name]
-        holder = self._bind_global("S", owner)
-        target = self.targets(node)
-        self.lines.append(f"    {target} = {holder}[{key!r}]  # {name}")
+        name = node.args[0] if node.args else None
+        slot = self.slots.get(name) if isinstance(name, str) else None
+        if slot is None:
+            raise ArtifactError(f"{self._where}: reads state {name!r}, which the file lacks")
+        owner, key = slot
+        read = ast.Subscript(self.bind("S", owner), _constant(key), ast.Load())
+        self.emit(ast.Assign([self.targets(node)], read), comment(name), node.loc)
 
-    def guard(self, index: int, node: Node) -> None:
+    def guard(self, node: Node) -> None:
         if not self.guards:
             return
-        value = self.expr(node.args[0])
-        expect = node.kwargs["expect"]
-        test = (
-            f"{value} is not {expect!r}"
-            if isinstance(expect, bool)
-            else f"{value} != {self.expr(expect)}"
+        value = self.literal(node.args[0]) if node.args else ast.Constant(None)
+        expect = node.kwargs.get("expect")
+        if isinstance(expect, bool):
+            test = ast.Compare(value, [ast.IsNot()], [ast.Constant(expect)])
+        else:
+            test = ast.Compare(value, [ast.NotEq()], [self.literal(expect)])
+        line = self.graph.sources.get(node.loc, "") if isinstance(node.loc, str) else ""
+        fail = _call(
+            "_raise_guard",
+            self.bind("G", node),
+            self.literal(node.args[0] if node.args else None),
+            ast.Constant(line if isinstance(line, str) else ""),
         )
-        guard_node = self._bind_global("G", node)
-        self.lines.append(f"    if {test}:")
-        self.lines.append(f"        _support.raise_guard({guard_node}, {value})")
+        self.helper("_raise_guard")
+        self.emit(ast.If(test, [ast.Expr(fail)], []), "guard", node.loc)
 
-    def op(self, index: int, node: Node, loc: str) -> None:
+    def op(self, node: Node) -> None:
         call = self.call(node)
+        note = node.op
         if node.out_spec is None or not node.outputs and node.out_spec.get("t") != "leaf":
-            self.lines.append(f"    {call}{loc}")
+            self.emit(ast.Expr(call), note, node.loc)
             return
-        if node.op in _variadic() and node.out_spec["t"] in ("tuple", "list"):
-            count = len(node.out_spec["c"])
-            call = f"_support.check_count({call}, {count}, {self._bind_global('N', node)})"
-        self.lines.append(f"    {self.targets(node)} = {call}{loc}")
+        if node.op in VARIADIC_OUTPUTS and node.out_spec.get("t") in ("tuple", "list"):
+            count = ast.Constant(len(node.out_spec["c"]))
+            call = _call("_check_count", call, count, self.bind("N", node))
+            self.helper("_check_count")
+        self.emit(ast.Assign([self.targets(node)], call), note, node.loc)
 
     def output(self) -> None:
-        outputs = iter(self.graph.outputs)
+        leaves = iter(self.graph.outputs)
+        self.emit(ast.Return(self.structure(self.graph.out_spec, leaves)))
 
-        def named(spec, items) -> str:
-            cls = pytree.namedtuple_class(spec["name"], spec["fields"])
-            return f"{self._bind_global('NT', cls)}({', '.join(items)})"
+    def free(self, value_ids) -> None:
+        names = sorted(self.names[v] for v in value_ids if v in self.names)
+        if names:
+            self.emit(ast.Delete([ast.Name(n, ast.Del()) for n in names]))
 
-        text = pytree.render(self.graph.out_spec, lambda: self.expr(next(outputs)), named)
-        self.lines.append(f"    return {text}")
-
-    def generate(self) -> str:
-        self.globals["_graph"] = self.graph
-        self.header()
-        start = len(self.lines)
-        dead_after = self.last_uses()
+    def build(self) -> ast.FunctionDef:
+        """The function's tree (positions are set by :func:`render`)."""
+        support.check_graph(self.graph, self.name)
+        params = [f"in{i}" for i in range(len(self.graph.inputs))]
+        for value, param in zip(self.graph.inputs, params):
+            self.names[value.id] = param
+        self._defined = len(params)
+        self.input_checks(params)
+        start = len(self.body)
+        dead_after = last_uses(self.graph)
         for index, node in enumerate(self.graph.nodes):
             self.node(index, node)
             self.free(dead_after.get(index, ()))
+        self._where = f"{self.name}: the outputs"
         self.output()
         if any(n.op == "set_grad_enabled" for n in self.graph.nodes):
             self.restore_grad_mode(start)
-        return "\n".join(self.lines) + "\n"
-
-    def last_uses(self) -> dict[int, list[int]]:
-        """node index -> values whose last use is that node (see ``ir.analysis``)."""
-        return last_uses(self.graph)
-
-    def free(self, value_ids) -> None:
-        names = [self.names[v] for v in value_ids if v in self.names]
-        if names:
-            self.lines.append(f"    del {', '.join(sorted(names))}")
+        args = ast.arguments([], [ast.arg(p) for p in params], None, [], [], None, [])
+        return ast.FunctionDef("traced", args, [s for s, _, _ in self.body], [], None)
 
     def restore_grad_mode(self, start: int) -> None:
         """The code switches gradients on or off: put the caller's mode back, even on error."""
-        body = ["    " + line for line in self.lines[start:]]
-        self.lines[start:] = [
-            "    _grad_mode = torch.is_grad_enabled()",
-            "    try:",
-            *body,
-            "    finally:",
-            "        torch._C._set_grad_enabled(_grad_mode)",
-        ]
+        inner = self.body[start:]
+        save = ast.Assign([ast.Name("_grad_mode", ast.Store())], _call("_is_grad_enabled"))
+        restore = ast.Expr(_call("_set_grad_enabled", _name("_grad_mode")))
+        self.helper("_is_grad_enabled")
+        self.helper("_set_grad_enabled")
+        wrapped = ast.Try([s for s, _, _ in inner], [], [], [restore])
+        wrapped._tb_body = inner  # keeps the comments of the wrapped statements
+        self.body[start:] = [(save, None, None), (wrapped, None, None)]
 
 
-def _variadic():
-    from ..ir.ops import VARIADIC_OUTPUTS
+def _op_prefix(op: str) -> str:
+    """``op_relu_``-style prefix for readable code: only for names of the op table (a
+    closed set of our own names), reduced to letters, digits and ``_``; ``op`` else."""
+    if not support.is_table_op(op):
+        return "op"
+    return "op_" + "".join(c if c.isascii() and c.isalnum() else "_" for c in op) + "_"
 
-    return VARIADIC_OUTPUTS
+
+def _inline(op: str, args: list[ast.expr]) -> ast.expr | None:
+    """Python syntax for ops whose default implementation is an operator or attribute."""
+    if op in _BINARY and len(args) == 2:
+        return ast.BinOp(args[0], _BINARY[op](), args[1])
+    if op in _COMPARE and len(args) == 2:
+        return ast.Compare(args[0], [_COMPARE[op]()], [args[1]])
+    if op == "scalar.neg" and len(args) == 1:
+        return ast.UnaryOp(ast.USub(), args[0])
+    if op in _ATTRIBUTE_PRIMS and len(args) == _ATTRIBUTE_PRIMS[op][0]:
+        return _ATTRIBUTE_PRIMS[op][1](*args)
+    return None
 
 
-def generate(graph: Graph, slots: dict, name: str, guards: bool = True):
-    """Return ``(source, function)`` for ``graph``."""
-    gen = CodeGen(graph, slots, name, guards)
-    source = gen.generate()
-    filename = f"<tracebridge:{name}>"
-    code = compile(source, filename, "exec")
+# --- from tree to function ---------------------------------------------------------------
+
+
+class _Renderer:
+    """Writes the display text of a function, one statement per line (compound statements
+    over several), and gives every AST node the position of its line, so tracebacks
+    through the generated code show the lines of ``.code``."""
+
+    def __init__(self, gen: CodeGen, title: str):
+        self.gen = gen
+        self.title = title
+        self.lines: list[str] = []
+        self.locations: dict[int, str] = {}
+
+    def put(self, text: str, nodes=(), note: str | None = None, loc: str | None = None) -> None:
+        if note:
+            text += f"  # {note}"
+        if isinstance(loc, str) and loc:
+            text += (", " if note else "  # ") + comment(loc.rsplit("/", 1)[-1])
+            self.locations[len(self.lines) + 1] = loc
+        self.lines.append(text)
+        line = len(self.lines)
+        for node in nodes:
+            _place(node, line, len(text))
+
+    def statement(self, stmt: ast.stmt, indent: str, note=None, loc=None) -> None:
+        if isinstance(stmt, ast.If):
+            self.put(f"{indent}if {ast.unparse(stmt.test)}:", [stmt.test], note, loc)
+            _place(stmt, len(self.lines), 0, recurse=False)
+            for inner in stmt.body:
+                self.statement(inner, indent + "    ")
+        elif isinstance(stmt, ast.Try):
+            self.put(f"{indent}try:")
+            _place(stmt, len(self.lines), 0, recurse=False)
+            for inner, inner_note, inner_loc in stmt._tb_body:
+                self.statement(inner, indent + "    ", inner_note, inner_loc)
+            self.put(f"{indent}finally:")
+            for inner in stmt.finalbody:
+                self.statement(inner, indent + "    ")
+        else:
+            _place(stmt, len(self.lines) + 1, 0)  # unparse reads positions
+            self.put(indent + ast.unparse(stmt), [stmt], note, loc)
+
+    def function(self, fn: ast.FunctionDef) -> str:
+        params = ", ".join(a.arg for a in fn.args.args)
+        self.put(f"def {self.title}({params}):", [fn.args])
+        _place(fn, 1, 0, recurse=False)
+        for name, obj in self.gen.constants:
+            self.lines.append(f"    # {name} = {comment(_describe(obj))}")
+        for stmt, note, loc in self.gen.body:
+            self.statement(stmt, "    ", note, loc)
+        return "\n".join(self.lines) + "\n"
+
+
+def _describe(obj) -> str:
+    if isinstance(obj, torch.dtype):
+        return str(obj)
+    if isinstance(obj, torch.device):
+        return f"torch.device({str(obj)!r})"
+    return repr(obj)
+
+
+def _place(node: ast.AST, line: int, width: int, recurse: bool = True) -> None:
+    for sub in ast.walk(node) if recurse else (node,):
+        if "lineno" in sub._attributes:
+            sub.lineno = sub.end_lineno = line
+            sub.col_offset, sub.end_col_offset = 0, width
+
+
+_linecache_lock = threading.Lock()
+
+
+def _display_name(name: str) -> str:
+    return name if _is_keyword_name(name) else comment(name).replace(">", "")
+
+
+def compile_function(gen: CodeGen, filename: str | None = None) -> Generated:
+    """Build ``gen``'s tree, compile it, and return the function with its display text."""
+    tree = gen.build()
+    title = gen.name if _is_keyword_name(gen.name) else tree.name
+    renderer = _Renderer(gen, title)
+    code_text = renderer.function(tree)
+    unguarded = "" if gen.guards else ":unguarded"
+    filename = filename or f"<tracebridge:{_display_name(gen.name)}{unguarded}>"
+    code = compile(ast.Module([tree], []), filename, "exec")
     namespace = dict(gen.globals)
-    exec(code, namespace)  # noqa: S102 - our own generated source, from an allowlisted graph
-    # Register the source so tracebacks through generated code show its lines.
-    import linecache
+    exec(code, namespace)  # noqa: S102 - compiled from a tree of our own names and constants
+    function = namespace[tree.name]
+    # The method's name is data on the function (backends and tracebacks show it); in
+    # the tree, a name such as ``op0`` would have replaced one of the function's globals.
+    function.__code__ = function.__code__.replace(co_name=title, co_qualname=title)
+    function.__name__ = function.__qualname__ = title
+    with _linecache_lock:  # tracebacks through the function show the lines of .code
+        linecache.cache[filename] = (len(code_text), None, code_text.splitlines(True), filename)
+    return Generated(function, code_text, renderer.locations)
 
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    return source, namespace[name]
+
+def generate(
+    graph: Graph, slots: dict, name: str, guards: bool = True, methods=None
+) -> tuple[str, Callable]:
+    """Return ``(code, function)`` for ``graph`` (``code`` is for display)."""
+    result = compile_function(CodeGen(graph, slots, name, guards, methods))
+    return result.code, result.function

@@ -4,27 +4,44 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import ArtifactError
 from ..ir import Graph, Node, Ref, pytree
 from ..ir.ops import VARIADIC_OUTPUTS
+from ..ir.program import map_literal
 from . import support
 
 
 class Interpreter:
-    """``Interpreter(graph, slots, guards)(*input_tensors)`` runs one call.
+    """``Interpreter(graph, slots, guards, methods)(*input_tensors)`` runs one call.
 
     Each node is handled by ``run_<kind>``: ``state``, ``guard`` or ``op`` (every other op,
-    including the ``prim.*`` value ops and ``scalar.*`` arithmetic).
+    including the ``prim.*`` value ops and ``scalar.*`` arithmetic), whose callable comes
+    from ``support.node_callable``, as in generated code. Nothing in the graph is looked
+    up by name at run time: the callables are resolved once, here.
     """
 
-    def __init__(self, graph: Graph, slots: dict, guards: bool = True):
+    def __init__(
+        self,
+        graph: Graph,
+        slots: dict,
+        guards: bool = True,
+        methods: dict[str, Graph] | None = None,
+        name: str = "forward",
+    ):
+        support.check_graph(graph, name)
         self.graph = graph
         self.slots = slots
         self.guards = guards
-        self.functions = {
-            n.op: support.op_function(n.op)
-            for n in graph.nodes
-            if n.op not in ("prim.state", "prim.guard")
-        }
+        self.callables = {}  # id(node) -> its function, resolved once
+        for index, node in enumerate(graph.nodes):
+            if node.op == "prim.state":
+                if not node.args or not isinstance(node.args[0], str) or node.args[0] not in slots:
+                    raise ArtifactError(
+                        f"method {name!r}, node {index}: reads state "
+                        f"{(node.args or [None])[0]!r}, which the file lacks"
+                    )
+            elif node.op != "prim.guard":
+                self.callables[id(node)] = support.node_callable(node, methods or {})
 
     def __call__(self, *inputs):
         support.check_inputs(self.graph, inputs)
@@ -32,25 +49,19 @@ class Interpreter:
         grad_mode = torch.is_grad_enabled()  # the graph may switch it (torch.no_grad())
         try:
             for node in self.graph.nodes:
-                kind = node.op if node.op in ("prim.state", "prim.guard") else "op"
-                getattr(self, "run_" + kind.replace("prim.", ""))(node, env)
+                if node.op == "prim.state":
+                    self.run_state(node, env)
+                elif node.op == "prim.guard":
+                    self.run_guard(node, env)
+                else:
+                    self.run_op(node, env)
         finally:
             torch._C._set_grad_enabled(grad_mode)
         outputs = [self.resolve(o, env) for o in self.graph.outputs]
         return pytree.unflatten(outputs, self.graph.out_spec)
 
     def resolve(self, arg, env):
-        if isinstance(arg, Ref):
-            return env[arg.id]
-        if isinstance(arg, list):
-            return [self.resolve(a, env) for a in arg]
-        if isinstance(arg, tuple):
-            return tuple(self.resolve(a, env) for a in arg)
-        if isinstance(arg, dict):
-            return {self.resolve(k, env): self.resolve(v, env) for k, v in arg.items()}
-        if isinstance(arg, slice):
-            return slice(*(self.resolve(a, env) for a in (arg.start, arg.stop, arg.step)))
-        return arg
+        return map_literal(arg, lambda x: env[x.id] if isinstance(x, Ref) else x)
 
     def run_state(self, node: Node, env) -> None:
         owner, key = self.slots[node.args[0]]
@@ -63,16 +74,17 @@ class Interpreter:
         expect = node.kwargs["expect"]
         ok = seen is expect if isinstance(expect, bool) else seen == expect
         if not ok:
-            support.raise_guard(node, seen)
+            support.raise_guard(node, seen, support.source_of(self.graph, node.loc))
 
     def run_op(self, node: Node, env) -> None:
         args = self.resolve(node.args, env)
         kwargs = {k: self.resolve(v, env) for k, v in node.kwargs.items()}
-        result = self.functions[node.op](*args, **kwargs)
+        result = self.callables[id(node)](*args, **kwargs)
         if node.out_spec is None:
             return
         if node.op in VARIADIC_OUTPUTS and node.out_spec["t"] in ("tuple", "list"):
-            support.check_count(result, len(node.out_spec["c"]), node)
+            count = len(node.out_spec["c"])
+            support.check_count(result, count, node, support.source_of(self.graph, node.loc))
         leaves = _leaves(result, node.out_spec)
         for value, leaf in zip(node.outputs, leaves):
             env[value.id] = leaf

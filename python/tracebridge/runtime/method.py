@@ -5,10 +5,10 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from ..errors import TraceError
+from ..errors import GuardError, TraceError
 from ..ir import Graph, pytree
 from ..ir.pytree import is_tensor
-from .codegen import generate
+from .codegen import CodeGen, compile_function
 from .interpreter import Interpreter
 
 _local = threading.local()
@@ -45,9 +45,20 @@ def _simple_spec(spec: dict, n: int) -> bool:
 
 
 class Method:
-    """One graph, ready to call. ``state`` maps state names to ``(dict, key)`` slots."""
+    """One graph, ready to call. ``state_slots`` maps state names to ``(dict, key)`` slots;
+    ``methods`` are the program's graphs by name (for ``support.node_callable``).
 
-    def __init__(self, name: str, graph: Graph, state_slots: dict, runtime: str = "codegen"):
+    A Method may be called from many threads at once: a call keeps its values in locals,
+    and the function for each guard setting is made once, under a lock."""
+
+    def __init__(
+        self,
+        name: str,
+        graph: Graph,
+        state_slots: dict,
+        runtime: str = "codegen",
+        methods: dict[str, Graph] | None = None,
+    ):
         if runtime not in ("codegen", "interpreter"):
             raise ValueError(f"runtime must be 'codegen' or 'interpreter', not {runtime!r}")
         self.name = name
@@ -57,20 +68,32 @@ class Method:
         self._slots = state_slots
         self._n_inputs = len(graph.inputs)
         self._simple = _simple_spec(graph.in_spec, self._n_inputs)
+        self._methods = methods if methods is not None else {name: graph}
         self._compiled: dict[bool, object] = {}
+        self._lock = threading.Lock()
+
+    def codegen(self, guards: bool = True) -> CodeGen:
+        """The code generator for this method (a subclass may return its own)."""
+        return CodeGen(self.graph, self._slots, self.name, guards, self._methods)
 
     @property
     def code(self) -> str:
-        return generate(self.graph, self._slots, self.name, guards=True)[0]
+        """The generated Python, for reading: ``ast.unparse`` of the function that runs,
+        with the file's locations and names as escaped comments."""
+        return compile_function(self.codegen(True)).code
+
+    def _make(self, guards: bool):
+        if self.runtime == "codegen":
+            return compile_function(self.codegen(guards)).function
+        return Interpreter(self.graph, self._slots, guards, self._methods, self.name)
 
     def _function(self, guards: bool):
         fn = self._compiled.get(guards)
         if fn is None:
-            if self.runtime == "codegen":
-                fn = generate(self.graph, self._slots, self.name, guards)[1]
-            else:
-                fn = Interpreter(self.graph, self._slots, guards)
-            self._compiled[guards] = fn
+            with self._lock:  # threads racing on a first call share one function
+                fn = self._compiled.get(guards)
+                if fn is None:
+                    fn = self._compiled[guards] = self._make(guards)
         return fn
 
     def __call__(self, *args, **kwargs):
@@ -80,12 +103,28 @@ class Method:
             return fn(*args)
         leaves, spec = pytree.flatten((args, kwargs), is_tensor)
         if spec != self.graph.in_spec:
+            # Keys, not their order, identify a dict entry (and a keyword argument).
+            ordered = _in_key_order((args, kwargs), self.graph.in_spec)
+            leaves, spec = pytree.flatten(ordered, is_tensor)
+        if spec != self.graph.in_spec:
             raise TraceError(
                 f"{self.name}() was called with arguments shaped differently from the example "
                 f"inputs it was traced with: expected {describe(self.graph.in_spec)}, got "
                 f"{describe(spec)}"
             )
         return fn(*leaves)
+
+
+def _in_key_order(obj, spec: dict):
+    """``obj`` with every dict's entries in the order ``spec`` lists their keys (when the
+    keys are the same); anything else is returned as it is, for the caller to refuse."""
+    kind = spec.get("t")
+    if kind == "dict" and isinstance(obj, dict) and set(obj) == set(spec["keys"]):
+        return {k: _in_key_order(obj[k], c) for k, c in zip(spec["keys"], spec["c"])}
+    same_length = isinstance(obj, (tuple, list)) and len(obj) == len(spec.get("c", ()))
+    if kind in ("tuple", "list") and same_length:
+        return type(obj)(_in_key_order(o, c) for o, c in zip(obj, spec["c"]))
+    return obj
 
 
 def describe(spec: dict) -> str:
@@ -102,3 +141,41 @@ def describe(spec: dict) -> str:
     if kind == "list":
         return "[" + ", ".join(inner) + "]"
     return "(" + ", ".join(inner) + ("," if len(inner) == 1 else "") + ")"
+
+
+class Specialised:
+    """A method with specialisations (check/specialise.py): the first graph, then graphs
+    traced at size 1, tried in order when the guards of the ones before refuse a call. A
+    call that none serves raises the first graph's GuardError. It behaves as the first
+    graph's Method otherwise (``graph``, ``code``, ``check_guards``)."""
+
+    def __init__(self, methods: list[Method]):
+        self.methods = methods
+        self.name = methods[0].name
+        self.graph = methods[0].graph
+
+    @property
+    def code(self) -> str:
+        return self.methods[0].code
+
+    @property
+    def check_guards(self) -> bool:
+        return self.methods[0].check_guards
+
+    @check_guards.setter
+    def check_guards(self, on: bool) -> None:
+        for method in self.methods:
+            method.check_guards = on
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return self.methods[0](*args, **kwargs)
+        except GuardError as refused:
+            if not guards_active(self.methods[0]):
+                raise
+            for method in self.methods[1:]:
+                try:
+                    return method(*args, **kwargs)
+                except GuardError:
+                    continue
+            raise refused from None

@@ -2,30 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
-from ..errors import GuardError, TraceError
-from ..ir import DTYPES, Graph, Node
+from ..errors import ArtifactError, GuardError, TraceError
+from ..ir import DTYPES, Graph, Node, pytree, refs_in
 from ..ir import ops as opset
-from ..source import source_line
 
-PRIM_EXPRESSIONS = {
-    # op -> format of a Python expression over its first argument
-    "prim.size": "{0}.shape[{1}]",
-    "prim.numel": "{0}.numel()",
-    "prim.dtype": "{0}.dtype",
-    "prim.device": "{0}.device",
-    "prim.item": "{0}.item()",
-    "prim.tolist": "{0}.tolist()",
-    "prim.bool": "bool({0})",
-    "prim.int": "int({0})",
-    "prim.float": "float({0})",
-    "prim.len": "len({0})",
-    "prim.grad_enabled": "torch.is_grad_enabled()",
-    "prim.stride": "{0}.stride({1})",
-    "prim.requires_grad": "{0}.requires_grad",
-    "prim.is_contiguous": "{0}.is_contiguous()",
-}
 PRIM_FUNCTIONS = {
     "prim.size": lambda t, d: t.shape[d],
     "prim.numel": lambda t: t.numel(),
@@ -42,39 +26,34 @@ PRIM_FUNCTIONS = {
     "prim.requires_grad": lambda t: t.requires_grad,
     "prim.is_contiguous": lambda t: t.is_contiguous(),
 }
-SCALAR_SYMBOLS = {
-    "scalar.add": "+",
-    "scalar.sub": "-",
-    "scalar.mul": "*",
-    "scalar.truediv": "/",
-    "scalar.floordiv": "//",
-    "scalar.mod": "%",
-    "scalar.pow": "**",
-    "scalar.eq": "==",
-    "scalar.ne": "!=",
-    "scalar.lt": "<",
-    "scalar.le": "<=",
-    "scalar.gt": ">",
-    "scalar.ge": ">=",
-    "scalar.and": "&",
-    "scalar.or": "|",
-    "scalar.lshift": "<<",
-    "scalar.rshift": ">>",
-    "scalar.xor": "^",
-}
 
 
-def op_function(name: str):
-    """The callable for op ``name``; a name outside the op set is a clear error."""
+def node_callable(node: Node, methods: dict[str, Graph]) -> Callable:
+    """The callable that runs ``node``: the ONE place where both runtimes turn a node into
+    a function (generated code binds the result as a constant; the interpreter calls it).
+    ``methods`` are the program's graphs by name (may be empty). By default, the op's
+    implementation from the op table; an op outside it is an :class:`ArtifactError`."""
+    return default_callable(node.op)
+
+
+def default_callable(name: str) -> Callable:
+    """The op table's implementation of op ``name`` (what :func:`node_callable` gives
+    unless a node needs another): generated code writes operators and attribute reads
+    inline only when a node's callable is this one."""
     if name in PRIM_FUNCTIONS:
         return PRIM_FUNCTIONS[name]
     try:
         return opset.impl_of(name)
-    except KeyError:
-        raise TraceError(
+    except (KeyError, TypeError):
+        raise ArtifactError(
             f"op {name!r} is not in tracebridge's op set (version {opset_version()}); the "
             "artifact was made by a newer tracebridge or is corrupt"
         ) from None
+
+
+def is_table_op(name) -> bool:
+    """Whether ``name`` is an op of the op table (an implementation or a ``prim``)."""
+    return isinstance(name, str) and (name in PRIM_FUNCTIONS or opset.is_known(name))
 
 
 def opset_version() -> int:
@@ -88,12 +67,13 @@ def _short_repr(value, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 5] + " ...]"
 
 
-def guard_message(node: Node, seen, operands=None) -> str:
+def guard_message(node: Node, seen, line: str = "") -> str:
+    """The message of a failed guard. ``line`` is the source text the artifact stored for
+    ``node.loc`` at trace time: a runtime never opens a file a loaded graph names."""
     what = node.kwargs.get("what", "a traced value")
     expect = node.kwargs.get("expect")
     kind = node.kwargs.get("kind", "value")
     loc = node.loc or "unknown location"
-    line = source_line(node.loc)
     where = f"{loc}" + (f": {line}" if line else "")
     if kind == "branch" and isinstance(expect, bool):
         head = f"the trace assumed that {what} is {expect}, but now it is {seen}"
@@ -105,8 +85,6 @@ def guard_message(node: Node, seen, operands=None) -> str:
         head = (
             f"the trace assumed {what} == {_short_repr(expect)}, but now it is {_short_repr(seen)}"
         )
-    if operands:
-        head += " (now: " + ", ".join(f"{d} = {v}" for d, v in operands) + ")"
     return (
         f"{head}\n  assumption made at {where}\n  this call takes another path than the "
         "traced one: trace again with inputs like this one, or remove the Python-level "
@@ -114,9 +92,9 @@ def guard_message(node: Node, seen, operands=None) -> str:
     )
 
 
-def raise_guard(node: Node, seen, operands=None):
+def raise_guard(node: Node, seen, line: str = ""):
     raise GuardError(
-        guard_message(node, seen, operands),
+        guard_message(node, seen, line),
         guard=node.kwargs.get("what", ""),
         location=node.loc or "",
         seen=seen,
@@ -132,10 +110,56 @@ def count_guard(node: Node, index: int):
     )
 
 
-def check_count(result, expected: int, node: Node):
+def check_count(result, expected: int, node: Node, line: str = ""):
     if len(result) != expected:
-        raise_guard(count_guard(node, expected), len(result))
+        raise_guard(count_guard(node, expected), len(result), line)
     return result
+
+
+def source_of(graph: Graph, loc) -> str:
+    """The line text the artifact stored for ``loc`` (``''`` when it has none)."""
+    text = graph.sources.get(loc, "") if isinstance(loc, str) else ""
+    return text if isinstance(text, str) else ""
+
+
+def _leaf_count(spec) -> int:
+    try:
+        return pytree.count_leaves(spec)
+    except (KeyError, TypeError, AttributeError):
+        return -1  # malformed: matches no number of outputs
+
+
+def check_graph(graph: Graph, name: str) -> None:
+    """What both runtimes rely on: every ref names a value defined before it, and every
+    node has one output per leaf of its out_spec. Checked before a graph first runs, so a
+    corrupt graph is an :class:`ArtifactError` naming the node, never a ``KeyError`` in the
+    middle of a call (the load-time checker reports this and every other rule)."""
+    defined = {v.id for v in graph.inputs}
+    for index, node in enumerate(graph.nodes):
+        for ref in refs_in((node.args, node.kwargs)):
+            if ref.id not in defined:
+                raise ArtifactError(
+                    f"method {name!r}, node {index} ({node.op}): uses value {ref.id!r}, which "
+                    "is not defined before it; the file is corrupt (tracebridge validate "
+                    "lists every problem)"
+                )
+        if node.op == "prim.guard" and (len(node.args) != 1 or "expect" not in node.kwargs):
+            raise ArtifactError(
+                f"method {name!r}, node {index} (prim.guard): a guard takes one argument and "
+                "an 'expect' keyword; the file is corrupt"
+            )
+        if node.op != "prim.guard" and _leaf_count(node.out_spec) != len(node.outputs):
+            raise ArtifactError(
+                f"method {name!r}, node {index} ({node.op}): {len(node.outputs)} outputs but "
+                f"{_leaf_count(node.out_spec)} leaves in its out_spec; the file is corrupt"
+            )
+        defined.update(v.id for v in node.outputs)
+    for ref in refs_in(graph.outputs):
+        if ref.id not in defined:
+            raise ArtifactError(
+                f"method {name!r}: returns value {ref.id!r}, which no node defines; the file "
+                "is corrupt"
+            )
 
 
 # The kind of a dtype. A call may change an input's dtype within its kind (float32 to

@@ -38,6 +38,20 @@ def state_index(module: torch.nn.Module | None) -> dict[int, tuple[str, str, tor
     return index
 
 
+def _clear_mode_caches(modes: list[tuple[torch.nn.Module, bool]]) -> None:
+    """Let modules whose ``train()`` clears a cache (timm's LeViT caches attention biases
+    computed from parameters in eval mode) clear it, then put every flag back: each
+    recording starts from the same state, and no tensor made while tracing stays cached."""
+    custom = [m for m, _ in modes if type(m).train is not torch.nn.Module.train]
+    if not custom:
+        return
+    for module in custom:
+        with contextlib.suppress(Exception):
+            type(module).train(module, True)
+    for module, mode in modes:
+        module.training = mode
+
+
 @contextlib.contextmanager
 def preserved(module: torch.nn.Module | None):
     """Run a block and then put back the RNG state, buffers, parameters and modes."""
@@ -48,9 +62,11 @@ def preserved(module: torch.nn.Module | None):
         saved_buffers = [(b, b.detach().clone()) for b in module.buffers() if b is not None]
         saved_params = [(p, p._version) for p in module.parameters()]
         modes = [(m, m.training) for m in module.modules()]
+        _clear_mode_caches(modes)
     try:
         yield
     finally:
+        _clear_mode_caches(modes)
         torch.set_rng_state(rng)
         if cuda_rng is not None:
             torch.cuda.set_rng_state_all(cuda_rng)
@@ -68,6 +84,11 @@ def preserved(module: torch.nn.Module | None):
                 TracerWarning,
                 stacklevel=3,
             )
+
+
+def _alias(tensor: torch.Tensor) -> torch.Tensor:
+    alias = tensor.detach()
+    return alias.requires_grad_() if tensor.requires_grad else alias
 
 
 def capture(
@@ -93,6 +114,12 @@ def capture(
         leaves, graph.in_spec = pytree.flatten((tuple(args), dict(kwargs)), is_tensor)
     except TypeError as exc:
         raise TraceError(f"example inputs: {exc}") from None
+    if state and any(id(leaf) in state for leaf in leaves):
+        # A parameter or buffer passed as an input is an input: the code may also read it
+        # as state (self.w), and by identity the two would be one value. The input is a
+        # detached alias (same storage), so an input and a state read stay apart.
+        leaves = [_alias(leaf) if id(leaf) in state else leaf for leaf in leaves]
+        args, kwargs = pytree.unflatten(leaves, graph.in_spec)
     for leaf, name in zip(leaves, leaf_names(graph.arg_names, args, kwargs)):
         tracer.add_input(leaf, name)
     with recording(tracer):

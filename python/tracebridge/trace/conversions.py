@@ -219,6 +219,7 @@ class Conversions:
             handlers[getattr(torch, name)] = concrete
         handlers[torch.numel] = self._on_numel
         handlers[torch._C._set_grad_enabled] = self._on_set_grad_enabled
+        handlers.update(self._library_handlers())
         return handlers
 
     def _on_set_grad_enabled(self, func, mode):

@@ -90,6 +90,8 @@ class Dispatcher:
     def dispatch(self, func, args: tuple, kwargs: dict):
         prop = opset.property_name(func)
         if prop is not None:
+            if getattr(func, "__name__", "") == "__set__":
+                return self._on_property_set(prop, func, *args)
             return self._on_property(prop, func, args[0])
         handler = self._handlers.get(func)
         if handler is not None:
@@ -102,8 +104,22 @@ class Dispatcher:
         label = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
         raise UnsupportedOpError(
             f"cannot record a call to {label} at {self.location() or 'unknown location'}: it "
-            "is not in tracebridge's op set (it has effects outside tensors, or is not a "
-            "tensor operation); move it out of the traced code or compute it beforehand"
+            "is not in tracebridge's op set (shared_ir/opset.md lists the operations a graph "
+            "may hold; nothing that reads raw memory, storages or has effects outside "
+            "tensors); move it out of the traced code or compute it beforehand"
+        )
+
+    def _on_property_set(self, prop: str, setter, tensor, value):
+        """``t.requires_grad = flag`` is ``t.requires_grad_(flag)``; other tensor
+        attributes set in traced code (``.data``, ``.grad``) cannot be recorded."""
+        if prop == "requires_grad":
+            return self.record(
+                "Tensor.requires_grad_", torch.Tensor.requires_grad_, (tensor, value), {}
+            )
+        raise UnsupportedOpError(
+            f"cannot record setting the tensor attribute .{prop} at "
+            f"{self.location() or 'unknown location'}: it changes a tensor outside the "
+            "graph; compute a new tensor instead, or move it out of the traced code"
         )
 
     def _descend(self, func, args, kwargs):
@@ -142,7 +158,7 @@ class Dispatcher:
                 f"{len(result)} slices; a call with another count raises GuardError"
             )
         if name in _FROM_PYTHON_DATA:
-            traced = next(refs_in(enc_args), None) is not None
+            traced = bool(refs_in(enc_args))
             self.warn(
                 f"torch.{name.rsplit('.', 1)[-1]}(...) of Python data: "
                 + (

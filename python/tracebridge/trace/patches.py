@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..source import called_from_user_code as _called_from_user_code
+from . import library
 from .numbers import _Traced
 
 if TYPE_CHECKING:  # the tracer imports this module
@@ -26,8 +27,6 @@ if TYPE_CHECKING:  # the tracer imports this module
 
 _original_len = builtins.len
 _original_range = builtins.range
-_patch_lock = threading.Lock()
-_patch_depth = 0  # how many threads are tracing: the builtins stay patched while any is
 
 
 class _ActiveTracers(threading.local):
@@ -110,12 +109,57 @@ def _traced_is_grad_enabled() -> bool:
 _TRACED_MATH = {name: _traced_math(name) for name in _MATH_OPS}
 
 
-def _patch(on: bool) -> None:
-    builtins.len = _traced_len if on else _original_len
-    builtins.range = _traced_range if on else _original_range
-    for name in _MATH_OPS:
-        setattr(math, name, _TRACED_MATH[name] if on else _original_math[name])
-    torch.is_grad_enabled = _traced_is_grad_enabled if on else _original_is_grad_enabled
+class BuiltinPatches:
+    """Every function tracebridge replaces while tracing, behind one object.
+
+    Invariant: the replacements are installed exactly while at least one thread is inside
+    ``recording`` (``acquire``/``release`` count them), and removing them puts back the very
+    objects that were there before. Each replacement looks for a tracer of its own thread,
+    so a thread that is not tracing sees the original behaviour even while they are in.
+    ``hooks`` are called with ``True``/``False`` at install/removal, for patches that need
+    more than a setattr.
+    """
+
+    def __init__(self):
+        self._entries: list[tuple[object, str, object, object]] = []
+        self.hooks: list = []
+        self._lock = threading.Lock()
+        self._depth = 0
+
+    def add(self, owner, name: str, replacement) -> None:
+        """Replace ``owner.name`` by ``replacement`` while tracing."""
+        self._entries.append((owner, name, getattr(owner, name), replacement))
+
+    @property
+    def installed(self) -> bool:
+        return self._depth > 0
+
+    def acquire(self) -> None:
+        with self._lock:
+            self._depth += 1
+            if self._depth == 1:
+                self._set(True)
+
+    def release(self) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0:
+                self._set(False)
+
+    def _set(self, on: bool) -> None:
+        for owner, name, original, replacement in self._entries:
+            setattr(owner, name, replacement if on else original)
+        for hook in self.hooks:
+            hook(on)
+
+
+BUILTIN_PATCHES = BuiltinPatches()
+BUILTIN_PATCHES.add(builtins, "len", _traced_len)
+BUILTIN_PATCHES.add(builtins, "range", _traced_range)
+for _name in _MATH_OPS:
+    BUILTIN_PATCHES.add(math, _name, _TRACED_MATH[_name])
+BUILTIN_PATCHES.add(torch, "is_grad_enabled", _traced_is_grad_enabled)
+BUILTIN_PATCHES.hooks.append(library.patch)  # torch.jit.is_tracing & co
 
 
 @contextlib.contextmanager
@@ -123,17 +167,11 @@ def recording(tracer: Tracer):
     """Activate ``tracer`` in this thread: its mode, and the traced ``len``, ``range``,
     ``math.*`` and ``torch.is_grad_enabled`` (per thread: other threads see the originals'
     behaviour, as the patched functions look for a tracer of their own thread)."""
-    global _patch_depth
     _tracers.stack.append(tracer)
-    with _patch_lock:
-        _patch_depth += 1
-        _patch(True)
+    BUILTIN_PATCHES.acquire()
     try:
         with tracer.mode:
             yield
     finally:
         _tracers.stack.pop()
-        with _patch_lock:
-            _patch_depth -= 1
-            if _patch_depth == 0:
-                _patch(False)
+        BUILTIN_PATCHES.release()

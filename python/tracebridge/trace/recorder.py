@@ -16,7 +16,7 @@ import torch
 from ..errors import TracerWarning, UnsupportedOpError
 from ..ir import pytree
 from ..ir.program import DTYPE_NAMES, Node, Ref, StateEntry, Value
-from ..source import user_location
+from ..source import SOURCE_LIMIT, source_line, user_location
 from .numbers import _Traced
 
 
@@ -65,6 +65,10 @@ class Recorder:
             loc=loc,
         )
         self.graph.nodes.append(node)
+        if loc and loc not in self.graph.sources:
+            # The line's text goes into the artifact: a runtime quotes it in messages
+            # without opening the file a loaded graph names.
+            self.graph.sources[loc] = source_line(loc)[:SOURCE_LIMIT]
         return node
 
     def _value_node(self, op: str, kind: str, args=(), loc: str | None = None) -> Ref:

@@ -26,12 +26,13 @@ import torch
 from ..ir.program import Graph, Ref, StateEntry, Value
 from .conversions import Conversions
 from .dispatch import Dispatcher, _RecordingMode
+from .library import LibraryHandlers
 from .numbers import SymFloat, SymInt, SymSize, _Traced  # noqa: F401 - re-exported
 from .patches import recording  # noqa: F401 - re-exported
 from .recorder import Recorder
 
 
-class Tracer(Dispatcher, Conversions, Recorder):
+class Tracer(Dispatcher, Conversions, LibraryHandlers, Recorder):
     """Records one call of ``fn`` into a :class:`Graph`.
 
     ``state`` maps ``id(tensor)`` to ``(name, kind)`` for the parameters and buffers of the

@@ -1,0 +1,500 @@
+"""The model zoo: published architectures traced once, called on other shapes, reloaded.
+
+For every model of ``zoo_models.all_cases()`` and every tool (tracebridge, torch.jit.trace,
+torch.export with dynamic dimensions):
+
+1. trace on the first input set;
+2. call the traced model on every input set (other batch sizes, batch size 1, other
+   sequence lengths and image sizes, padding) and compare with eager PyTorch;
+3. save it, and reload every artifact in ONE fresh process that runs it on the same inputs
+   (for tracebridge, the reloaded artifact must also compute bit for bit what the
+   in-process trace computed).
+
+Each cell of the table says what a user meets: ``right`` (every shape that eager runs is
+right, in process and after reloading), ``WRONG`` (some output differs from eager and no
+error was raised), or the first error (at trace time or at a call). Results are kept in
+``benchmarks/zoo_results.json`` (``--only`` re-runs some models and keeps the rest), and the
+table is written to ``docs/zoo.md``.
+
+    .venv/bin/python benchmarks/zoo.py                    # everything (make zoo)
+    .venv/bin/python benchmarks/zoo.py --only bert --only resnet18 --tools tracebridge
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import inspect
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import torch  # noqa: E402
+
+import zoo_env  # noqa: E402, F401 - before torchvision
+
+TOOLS = ("tracebridge", "jit", "export")
+RESULTS = os.path.join(HERE, "zoo_results.json")
+TABLE = os.path.join(ROOT, "docs", "zoo.md")
+EXTENSIONS = {"tracebridge": "tb", "jit": "pt", "export": "pt2"}
+
+
+class Timeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def time_limit(seconds: int):
+    def fire(signum, frame):
+        raise Timeout(f"took more than {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+# --- comparing outputs ----------------------------------------------------------------------
+
+
+def leaves(obj) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, (tuple, list)):
+        return [t for x in obj for t in leaves(x)]
+    if isinstance(obj, dict):
+        return [t for k in obj for t in leaves(obj[k])]
+    if obj is None:
+        return []
+    raise TypeError(f"unexpected output of type {type(obj).__name__}")
+
+
+def compare(expected, got, tolerance: float) -> str | None:
+    """None when ``got`` matches ``expected``; else what differs."""
+    a, b = leaves(expected), leaves(got)
+    if len(a) != len(b):
+        return f"{len(b)} output tensors, eager gives {len(a)}"
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x.shape != y.shape:
+            return f"output {i} has shape {list(y.shape)}, eager {list(x.shape)}"
+        if x.dtype != y.dtype:
+            return f"output {i} has dtype {y.dtype}, eager {x.dtype}"
+        if x.numel() == 0:
+            continue
+        if not x.is_floating_point():
+            if not torch.equal(x, y):
+                return f"output {i} (integers) differs"
+            continue
+        x64, y64 = x.detach().double(), y.detach().double()
+        scale = max(1.0, x64.abs().max().item())
+        if not torch.allclose(x64, y64, rtol=tolerance, atol=tolerance * scale, equal_nan=True):
+            return f"output {i} differs: max abs error {(x64 - y64).abs().max().item():.3g}"
+    return None
+
+
+def identical(a, b) -> bool:
+    la, lb = leaves(a), leaves(b)
+    return len(la) == len(lb) and all(
+        x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y) for x, y in zip(la, lb)
+    )
+
+
+def short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return " ".join(text.split())[:400]
+
+
+# --- the tools ------------------------------------------------------------------------------
+
+
+def trace_with(tool: str, model, args: tuple):
+    if tool == "tracebridge":
+        import tracebridge
+
+        return tracebridge.trace(model, args)
+    if tool == "jit":
+        return torch.jit.trace(model, args)
+    if tool == "export":
+        from zoo_models import all_dims
+
+        dims = all_dims(args)
+        if any(
+            p.kind == p.VAR_POSITIONAL for p in inspect.signature(model.forward).parameters.values()
+        ):
+            dims = (dims,)  # export binds ``*tensors`` to one argument
+        return torch.export.export(model, args, dynamic_shapes=dims)
+    raise ValueError(tool)
+
+
+def runner(tool: str, traced):
+    return traced.module() if tool == "export" else traced
+
+
+def save_with(tool: str, traced, path: str) -> None:
+    if tool == "tracebridge":
+        traced.save(path)
+    elif tool == "jit":
+        torch.jit.save(traced, path)
+    else:
+        torch.export.save(traced, path)
+
+
+def load_with(tool: str, path: str):
+    if tool == "tracebridge":
+        import tracebridge
+
+        return tracebridge.load(path)
+    if tool == "jit":
+        return torch.jit.load(path)
+    return torch.export.load(path).module()
+
+
+# --- one model ------------------------------------------------------------------------------
+
+
+def run_case(case, tools, workdir: str, index: int, limit: int) -> tuple[dict, list]:
+    """Trace ``case`` with each tool; returns its results and what to reload."""
+    torch.manual_seed(0)
+    started = time.time()
+    entry = {"category": case.category, "source": case.source, "tools": {}}
+    try:
+        with time_limit(limit):
+            model = case.build().eval()
+            inputs = case.inputs()
+    except Exception as exc:
+        entry["eager"] = f"cannot build: {short(exc)}"
+        return entry, []
+    expected = []
+    shapes = []
+    with torch.no_grad():
+        for args in inputs:
+            shapes.append(" ".join("x".join(map(str, a.shape)) for a in args))
+            try:
+                expected.append(model(*args))
+            except Exception as exc:  # the model itself does not take this shape
+                expected.append(None)
+                shapes[-1] += f" (eager refuses: {short(exc)[:80]})"
+    entry["shapes"] = shapes
+    if expected[0] is None:
+        entry["eager"] = "eager fails on the trace input"
+        return entry, []
+    reloads = []
+    for tool in tools:
+        cell = {"calls": [], "trace_error": None}
+        entry["tools"][tool] = cell
+        t0 = time.time()
+        try:
+            with time_limit(limit), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                traced = trace_with(tool, model, inputs[0])
+        except Exception as exc:
+            cell["trace_error"] = short(exc)
+            cell["trace_s"] = round(time.time() - t0, 1)
+            continue
+        cell["trace_s"] = round(time.time() - t0, 1)
+        fn = runner(tool, traced)
+        got_all = []
+        for args, want in zip(inputs, expected):
+            if want is None:
+                cell["calls"].append({"status": "skip"})
+                got_all.append(None)
+                continue
+            try:
+                with time_limit(limit), torch.no_grad(), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    got = fn(*args)
+            except Exception as exc:
+                cell["calls"].append({"status": "error", "error": short(exc)})
+                got_all.append(None)
+                continue
+            got_all.append(got)
+            diff = compare(want, got, case.tolerance)
+            cell["calls"].append(
+                {"status": "wrong", "error": diff} if diff else {"status": "right"}
+            )
+        path = os.path.join(workdir, f"m{index}.{EXTENSIONS[tool]}")
+        try:
+            with time_limit(limit), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                save_with(tool, traced, path)
+        except Exception as exc:
+            cell["save_error"] = short(exc)
+            continue
+        data = os.path.join(workdir, f"m{index}.{tool}.data")
+        torch.save({"inputs": inputs, "expected": expected, "in_process": got_all}, data)
+        reloads.append(
+            {"model": case.name, "tool": tool, "path": path, "data": data, "tol": case.tolerance}
+        )
+    entry["seconds"] = round(time.time() - started, 1)
+    return entry, reloads
+
+
+# --- the fresh process that reloads everything ----------------------------------------------
+
+
+def reload_all(manifest_path: str) -> None:
+    """Run in a fresh process: load every artifact and run it on its inputs."""
+    import zoo_models  # noqa: F401 - imports torchvision etc., as a user's process would
+
+    with open(manifest_path) as f:
+        manifest = json.load(f)
+    out = []
+    for item in manifest:
+        record = {"model": item["model"], "tool": item["tool"], "calls": []}
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fn = load_with(item["tool"], item["path"])
+            data = torch.load(item["data"], weights_only=False)
+        except Exception as exc:
+            record["load_error"] = short(exc)
+            out.append(record)
+            continue
+        for args, want, before in zip(data["inputs"], data["expected"], data["in_process"]):
+            if want is None:
+                record["calls"].append({"status": "skip"})
+                continue
+            try:
+                with torch.no_grad(), warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    got = fn(*args)
+            except Exception as exc:
+                record["calls"].append({"status": "error", "error": short(exc)})
+                continue
+            diff = compare(want, got, item["tol"])
+            call = {"status": "wrong", "error": diff} if diff else {"status": "right"}
+            if before is not None:
+                call["same_as_in_process"] = identical(before, got)
+            record["calls"].append(call)
+        out.append(record)
+    with open(manifest_path + ".out", "w") as f:
+        json.dump(out, f)
+
+
+def run_reloads(reloads: list, workdir: str) -> dict:
+    manifest = os.path.join(workdir, "manifest.json")
+    with open(manifest, "w") as f:
+        json.dump(reloads, f)
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    proc = subprocess.run(
+        [sys.executable, __file__, "--reload", manifest], env=env, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        print(proc.stderr[-3000:], file=sys.stderr)
+        raise SystemExit("the reload process failed")
+    with open(manifest + ".out") as f:
+        return {(r["model"], r["tool"]): r for r in json.load(f)}
+
+
+# --- summarising ----------------------------------------------------------------------------
+
+
+def verdict(cell: dict | None) -> tuple[str, str]:
+    """(status, detail) of one model and tool; status is one of right, WRONG, error."""
+    if cell is None:
+        return "-", ""
+    if cell.get("trace_error"):
+        return "error", "at trace: " + cell["trace_error"]
+    calls = [c for c in cell["calls"] if c["status"] != "skip"]
+    reload = cell.get("reload", {})
+    reload_calls = [c for c in reload.get("calls", []) if c["status"] != "skip"]
+    wrong = [c for c in calls if c["status"] == "wrong"]
+    wrong_after = [c for c in reload_calls if c["status"] == "wrong"]
+    if wrong or wrong_after:
+        first = (wrong or wrong_after)[0]["error"]
+        where = "in process" if wrong else "after reloading"
+        return "WRONG", f"{len(wrong)}/{len(calls)} calls wrong {where}: {first}"
+    errors = [c for c in calls if c["status"] == "error"]
+    if errors:
+        right = len(calls) - len(errors)
+        return "error", f"{right}/{len(calls)} calls right; then: {errors[0]['error']}"
+    if cell.get("save_error"):
+        return "error", "at save: " + cell["save_error"]
+    if reload.get("load_error"):
+        return "error", "at load: " + reload["load_error"]
+    errors_after = [c for c in reload_calls if c["status"] == "error"]
+    if errors_after:
+        return "error", "after reloading: " + errors_after[0]["error"]
+    return "right", ""
+
+
+def write_table(results: dict, path: str) -> None:
+    meta = results.get("_meta", {})
+    models = {k: v for k, v in results.items() if not k.startswith("_")}
+    counts = {
+        t: {"traced": 0, "right": 0, "WRONG": 0, "error": 0, "bitwise": [0, 0]} for t in TOOLS
+    }
+    rows, details = [], []
+    for name, entry in models.items():
+        cells = []
+        for tool in TOOLS:
+            cell = entry.get("tools", {}).get(tool)
+            status, detail = verdict(cell)
+            if cell is not None:
+                counts[tool]["traced"] += not cell.get("trace_error")
+                if status in counts[tool]:
+                    counts[tool][status] += 1
+                for c in cell.get("reload", {}).get("calls", []):
+                    if "same_as_in_process" in c:
+                        counts[tool]["bitwise"][1] += 1
+                        counts[tool]["bitwise"][0] += c["same_as_in_process"]
+            shown = {"right": "right", "WRONG": "**SILENTLY WRONG**", "error": "clear error"}
+            cells.append(shown.get(status, status))
+            if detail:
+                details.append(f"- **{name}**, {tool}: {detail}")
+        if entry.get("eager"):
+            cells = ["(eager: " + entry["eager"][:60] + ")"] * 3
+        rows.append(
+            f"| {name} | {entry['category']} | {entry['source']} | " + " | ".join(cells) + " |"
+        )
+    n = len(models)
+    lines = [
+        "# The model zoo",
+        "",
+        "Published architectures with random weights and small configurations, traced once",
+        "and called on other shapes, by three tools. Generated by `make zoo`",
+        "(`benchmarks/zoo.py`; models in `benchmarks/zoo_models.py`); do not edit by hand.",
+        "",
+        f"Run: {meta.get('date', '?')}; torch {meta.get('torch', '?')}, torchvision "
+        f"{meta.get('torchvision', '?')}, timm {meta.get('timm', '?')}, transformers "
+        f"{meta.get('transformers', '?')}; CPU only.",
+        "",
+        "Each model is traced on its first input set (batch 2; text of length 8 without",
+        "padding), then called on the others (batch 1 and larger, other image sizes and",
+        "sequence lengths, padded text, length 1) and compared with eager PyTorch",
+        "(relative tolerance 1e-4); then it is saved, and every artifact is reloaded in one",
+        "fresh process and run on the same inputs. torch.export is given every dimension as",
+        "`Dim.AUTO`. A cell is **right** when every call that eager runs is right, in",
+        "process and after reloading; **SILENTLY WRONG** when some output differs from eager",
+        "with no error; **clear error** when the tool refused (at trace time, or a call",
+        "raised) and nothing was wrong. The reasons are listed below the table.",
+        "",
+        "## Counts",
+        "",
+        "| tool | models | traced | right on every shape | silently wrong | clear error |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for tool in TOOLS:
+        c = counts[tool]
+        lines.append(
+            f"| {tool} | {n} | {c['traced']} | {c['right']} | {c['WRONG']} | {c['error']} |"
+        )
+    same, total = counts["tracebridge"]["bitwise"]
+    lines += [
+        "",
+        "tracebridge artifacts reloaded in a fresh process computed bit for bit what the",
+        f"in-process trace computed in {same} of {total} calls.",
+        "",
+        "## Per model",
+        "",
+        "| model | category | from | tracebridge | torch.jit.trace | torch.export |",
+        "| --- | --- | --- | --- | --- | --- |",
+        *rows,
+        "",
+        "## Why a cell is not right",
+        "",
+        *details,
+        "",
+    ]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+
+
+def versions() -> dict:
+    import timm
+    import torchvision
+    import transformers
+
+    return {
+        "date": datetime.date.today().isoformat(),
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "timm": timm.__version__,
+        "transformers": transformers.__version__,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", help="model name (repeatable)")
+    parser.add_argument("--tools", default=",".join(TOOLS))
+    parser.add_argument("--limit", type=int, default=300, help="seconds per step")
+    parser.add_argument("--results", default=RESULTS)
+    parser.add_argument("--table", default=TABLE)
+    parser.add_argument("--list", action="store_true", help="list the models and stop")
+    parser.add_argument("--reload", help=argparse.SUPPRESS)
+    opts = parser.parse_args()
+    if opts.reload:
+        reload_all(opts.reload)
+        return
+    from zoo_models import all_cases
+
+    torch.set_num_threads(1)
+    cases = all_cases()
+    if opts.list:
+        for case in cases:
+            print(f"{case.name:40s} {case.category:25s} {case.source}")
+        return
+    if opts.only:
+        known = {c.name for c in cases}
+        unknown = [n for n in opts.only if n not in known]
+        if unknown:
+            raise SystemExit(f"unknown model(s) {unknown}; see --list")
+        cases = [c for c in cases if c.name in opts.only]
+    tools = [t for t in opts.tools.split(",") if t]
+    results = {}
+    if os.path.exists(opts.results):
+        with open(opts.results) as f:
+            results = json.load(f)
+    with tempfile.TemporaryDirectory() as workdir:
+        fresh, reloads = {}, []
+        for index, case in enumerate(cases):
+            print(f"[{index + 1}/{len(cases)}] {case.name}", flush=True)
+            try:
+                entry, more = run_case(case, tools, workdir, index, opts.limit)
+            except Exception:
+                traceback.print_exc()
+                continue
+            fresh[case.name] = entry
+            reloads += more
+            for tool, cell in entry["tools"].items():
+                print(f"    {tool:12s} {verdict(cell)[0]:6s} {verdict(cell)[1][:150]}", flush=True)
+        print("reloading every artifact in a fresh process", flush=True)
+        after = run_reloads(reloads, workdir) if reloads else {}
+    for name, entry in fresh.items():
+        for tool, cell in entry["tools"].items():
+            if (name, tool) in after:
+                cell["reload"] = after[(name, tool)]
+        old = results.get(name, {}).get("tools", {})
+        merged = dict(old)
+        merged.update(entry["tools"])  # a tool not run this time keeps its last result
+        entry["tools"] = merged
+        results[name] = entry
+    order = [c.name for c in all_cases()]
+    results = {k: results[k] for k in order if k in results}
+    results["_meta"] = versions()
+    with open(opts.results, "w") as f:
+        json.dump(results, f, indent=1)
+    write_table(results, opts.table)
+    for name, entry in fresh.items():
+        print(f"{name:40s} " + " ".join(f"{t}={verdict(entry['tools'].get(t))[0]}" for t in TOOLS))
+    print(f"table: {os.path.relpath(opts.table, ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,786 @@
+"""The zoo's models: published architectures with random weights and small configurations.
+
+Each :class:`Case` builds a model (in eval mode) and its inputs: the first input set is the
+one every tool traces on, the others are the calls that follow (another batch size, batch
+size 1, other sequence lengths or image sizes, padding). Models come from torchvision, timm
+and Hugging Face transformers, built from their configuration classes with tiny sizes
+(two layers, hidden size 32 to 64, small images) so the whole zoo runs on two CPU cores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+import zoo_env  # noqa: F401 - declares torchvision's C++ ops before torchvision is imported
+
+VOCAB = 96
+
+
+@dataclass
+class Case:
+    """One model of the zoo: how to build it and the inputs it is traced and called on."""
+
+    name: str
+    category: str
+    source: str
+    build: Callable[[], nn.Module]
+    inputs: Callable[[], list[tuple]]
+    # Names of the tensors' dimensions that may change between calls, for torch.export.
+    dynamic: Callable[[tuple], tuple] | None = None
+    notes: str = ""
+    tolerance: float = 1e-4
+    tags: list[str] = field(default_factory=list)
+
+
+# --- inputs ---------------------------------------------------------------------------------
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def image(batch: int, size: int, seed: int = 0, channels: int = 3) -> torch.Tensor:
+    return torch.randn(batch, channels, size, size, generator=_gen(seed))
+
+
+def images(*shapes, channels: int = 3) -> Callable[[], list[tuple]]:
+    """Input sets of one image batch each, ``(batch, size)`` per set."""
+    return lambda: [(image(b, s, i, channels),) for i, (b, s) in enumerate(shapes)]
+
+
+def tokens(batch: int, length: int, seed: int = 0, pad: int = 0) -> tuple:
+    """Token ids and an attention mask; the last ``pad`` positions of row 0 are padding."""
+    ids = torch.randint(4, VOCAB, (batch, length), generator=_gen(seed))
+    mask = torch.ones(batch, length, dtype=torch.long)
+    if pad:
+        mask[0, length - pad :] = 0
+        ids[0, length - pad :] = 1
+    return ids, mask
+
+
+# Trace at batch 2, length 8, no padding; then batch 1, other lengths, padding, length 1.
+TEXT_SHAPES = [(2, 8, 0), (1, 8, 0), (3, 5, 0), (2, 8, 3), (1, 1, 0), (4, 12, 2)]
+
+
+def text(shapes=TEXT_SHAPES) -> Callable[[], list[tuple]]:
+    return lambda: [tokens(b, s, i, p) for i, (b, s, p) in enumerate(shapes)]
+
+
+def seq2seq(shapes=TEXT_SHAPES) -> Callable[[], list[tuple]]:
+    def make():
+        out = []
+        for i, (b, s, p) in enumerate(shapes):
+            ids, mask = tokens(b, s, i, p)
+            dec = torch.randint(4, VOCAB, (b, max(1, s // 2 + i % 3)), generator=_gen(100 + i))
+            out.append((ids, mask, dec))
+        return out
+
+    return make
+
+
+def all_dims(args: tuple) -> tuple:
+    """torch.export: every dimension of every tensor input may vary (Dim.AUTO lets export
+    keep static the ones the model fixes)."""
+    auto = torch.export.Dim.AUTO
+    return tuple({d: auto for d in range(a.dim())} for a in args)
+
+
+# --- wrappers -------------------------------------------------------------------------------
+
+
+class HF(nn.Module):
+    """Call a transformers model with named tensors and return its first output as a
+    tensor (logits or the last hidden state), the way a tracing user wraps one."""
+
+    def __init__(self, model: nn.Module, names: tuple[str, ...], **fixed):
+        super().__init__()
+        self.model, self.names, self.fixed = model, names, fixed
+
+    def forward(self, *tensors):
+        out = self.model(**dict(zip(self.names, tensors)), **self.fixed, return_dict=False)
+        return out[0]
+
+
+class Detection(nn.Module):
+    """torchvision detectors take a list of images and return a list of dicts."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, images: torch.Tensor):
+        results = self.model(list(images.unbind(0)))
+        return tuple((r["boxes"], r["scores"], r["labels"]) for r in results)
+
+
+class Segmentation(nn.Module):
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, images: torch.Tensor):
+        return self.model(images)["out"]
+
+
+class Flow(nn.Module):
+    """RAFT returns every refinement step; a user keeps the last."""
+
+    def __init__(self, model: nn.Module, updates: int):
+        super().__init__()
+        self.model, self.updates = model, updates
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor):
+        return self.model(a, b, num_flow_updates=self.updates)[-1]
+
+
+# --- builders -------------------------------------------------------------------------------
+
+
+def _tv(name: str, **kwargs) -> Callable[[], nn.Module]:
+    def build():
+        import torchvision
+
+        return torchvision.models.get_model(name, weights=None, **kwargs)
+
+    return build
+
+
+def _timm(name: str, **kwargs) -> Callable[[], nn.Module]:
+    def build():
+        import timm
+
+        return timm.create_model(name, pretrained=False, **kwargs)
+
+    return build
+
+
+def _hf(config: str, model: str, names: tuple[str, ...], fixed=None, **config_kwargs):
+    def build():
+        import transformers
+
+        cfg = getattr(transformers, config)(**config_kwargs)
+        return HF(getattr(transformers, model)(cfg), names, **(fixed or {}))
+
+    return build
+
+
+SMALL_BERT = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=64,
+)
+SMALL_DECODER = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=64,
+)
+ENC = ("input_ids", "attention_mask")
+ENC_DEC = ("input_ids", "attention_mask", "decoder_input_ids")
+NO_CACHE = {"use_cache": False}
+
+
+def _video(*shapes) -> Callable[[], list[tuple]]:
+    return lambda: [
+        (torch.randn(b, 3, t, s, s, generator=_gen(i)),) for i, (b, t, s) in enumerate(shapes)
+    ]
+
+
+def _audio(*shapes) -> Callable[[], list[tuple]]:
+    return lambda: [(torch.randn(b, n, generator=_gen(i)),) for i, (b, n) in enumerate(shapes)]
+
+
+def _whisper_inputs() -> list[tuple]:
+    # Whisper's encoder takes exactly 2 * max_source_positions mel frames.
+    out = []
+    for i, (b, d) in enumerate([(2, 4), (1, 4), (3, 2), (1, 1)]):
+        feats = torch.randn(b, 16, 32, generator=_gen(i))
+        out.append((feats, torch.randint(4, VOCAB, (b, d), generator=_gen(50 + i))))
+    return out
+
+
+def _clip_inputs() -> list[tuple]:
+    out = []
+    for i, (b, s, p) in enumerate([(2, 8, 0), (1, 8, 0), (3, 5, 2), (2, 8, 3)]):
+        ids, mask = tokens(b, s, i, p)
+        out.append((ids, image(b, 32, i), mask))
+    return out
+
+
+def _flow_inputs() -> list[tuple]:
+    shapes = [(2, 64), (1, 64), (3, 64), (1, 96)]
+    return [(image(b, s, i), image(b, s, 10 + i)) for i, (b, s) in enumerate(shapes)]
+
+
+IMG = images((2, 64), (1, 64), (3, 64), (2, 96))
+IMG_FIXED = images((2, 32), (1, 32), (3, 32), (2, 48))  # the last one: eager refuses it
+DET = images((2, 96), (1, 96), (3, 128))
+
+
+def _vision() -> list[Case]:
+    tv = "torchvision"
+    cases = [
+        Case("resnet18", "vision/classification", tv, _tv("resnet18", num_classes=10), IMG),
+        Case(
+            "mobilenet_v3_small",
+            "vision/classification",
+            tv,
+            _tv("mobilenet_v3_small", num_classes=10),
+            IMG,
+        ),
+        Case(
+            "efficientnet_b0",
+            "vision/classification",
+            tv,
+            _tv("efficientnet_b0", num_classes=10),
+            IMG,
+        ),
+        Case(
+            "shufflenet_v2_x0_5",
+            "vision/classification",
+            tv,
+            _tv("shufflenet_v2_x0_5", num_classes=10),
+            IMG,
+        ),
+        Case(
+            "squeezenet1_1", "vision/classification", tv, _tv("squeezenet1_1", num_classes=10), IMG
+        ),
+        Case("densenet121", "vision/classification", tv, _tv("densenet121", num_classes=10), IMG),
+        Case(
+            "regnet_y_400mf",
+            "vision/classification",
+            tv,
+            _tv("regnet_y_400mf", num_classes=10),
+            IMG,
+        ),
+        Case("mnasnet0_5", "vision/classification", tv, _tv("mnasnet0_5", num_classes=10), IMG),
+        Case(
+            "googlenet",
+            "vision/classification",
+            tv,
+            _tv("googlenet", num_classes=10, aux_logits=False, init_weights=True),
+            IMG,
+        ),
+        Case(
+            "convnext_tiny", "vision/classification", tv, _tv("convnext_tiny", num_classes=10), IMG
+        ),
+        Case(
+            "vit_b_16 (small)",
+            "vision/classification",
+            tv,
+            _tv(
+                "vit_b_16",
+                image_size=32,
+                patch_size=8,
+                num_layers=2,
+                num_heads=2,
+                hidden_dim=32,
+                mlp_dim=64,
+                num_classes=10,
+            ),
+            IMG_FIXED,
+        ),
+        Case(
+            "swin_t (small)",
+            "vision/classification",
+            tv,
+            _tv(
+                "swin_t",
+                patch_size=[4, 4],
+                embed_dim=16,
+                depths=[1, 1],
+                num_heads=[1, 2],
+                window_size=[4, 4],
+                num_classes=10,
+            ),
+            IMG,
+        ),
+        Case(
+            "ssdlite320_mobilenet_v3_large",
+            "vision/detection",
+            tv,
+            lambda: Detection(
+                _tv("ssdlite320_mobilenet_v3_large", weights_backbone=None, num_classes=3)()
+            ),
+            DET,
+        ),
+        Case(
+            "fasterrcnn_mobilenet_v3_large_320_fpn",
+            "vision/detection",
+            tv,
+            lambda: Detection(
+                _tv(
+                    "fasterrcnn_mobilenet_v3_large_320_fpn",
+                    weights_backbone=None,
+                    num_classes=3,
+                    min_size=96,
+                    max_size=128,
+                    rpn_pre_nms_top_n_test=50,
+                    rpn_post_nms_top_n_test=20,
+                )()
+            ),
+            DET,
+        ),
+        Case(
+            "lraspp_mobilenet_v3_large",
+            "vision/segmentation",
+            tv,
+            lambda: Segmentation(
+                _tv("lraspp_mobilenet_v3_large", weights_backbone=None, num_classes=3)()
+            ),
+            IMG,
+        ),
+        Case(
+            "deeplabv3_mobilenet_v3_large",
+            "vision/segmentation",
+            tv,
+            lambda: Segmentation(
+                _tv(
+                    "deeplabv3_mobilenet_v3_large",
+                    weights_backbone=None,
+                    num_classes=3,
+                    aux_loss=False,
+                )()
+            ),
+            IMG,
+        ),
+        Case(
+            "r3d_18",
+            "vision/video",
+            tv,
+            _tv("r3d_18", num_classes=5),
+            _video((2, 4, 32), (1, 4, 32), (3, 8, 48)),
+        ),
+        Case(
+            "s3d",
+            "vision/video",
+            tv,
+            _tv("s3d", num_classes=5),
+            _video((2, 8, 32), (1, 8, 32), (3, 16, 48)),
+        ),
+        Case(
+            "raft_small",
+            "vision/optical-flow",
+            tv,
+            lambda: Flow(_tv("raft_small")(), updates=2),
+            _flow_inputs,
+        ),
+    ]
+    t = "timm"
+    small_vit = dict(img_size=32, patch_size=8, depth=2, embed_dim=32, num_heads=2, num_classes=10)
+    cases += [
+        Case(
+            "timm vit_tiny",
+            "vision/classification",
+            t,
+            _timm("vit_tiny_patch16_224", **small_vit),
+            IMG_FIXED,
+        ),
+        Case(
+            "timm deit_tiny",
+            "vision/classification",
+            t,
+            _timm("deit_tiny_distilled_patch16_224", **small_vit),
+            IMG_FIXED,
+        ),
+        Case(
+            "timm convnext_atto",
+            "vision/classification",
+            t,
+            _timm("convnext_atto", num_classes=10),
+            IMG,
+        ),
+        Case(
+            "timm efficientnetv2_rw_t",
+            "vision/classification",
+            t,
+            _timm("efficientnetv2_rw_t", num_classes=10),
+            IMG,
+        ),
+        Case(
+            "timm levit_128s",
+            "vision/classification",
+            t,
+            _timm("levit_128s", img_size=64, num_classes=10),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case(
+            "timm mobilevit_xxs",
+            "vision/classification",
+            t,
+            _timm("mobilevit_xxs", num_classes=10),
+            IMG,
+        ),
+        Case(
+            "timm mixer (small)",
+            "vision/classification",
+            t,
+            _timm(
+                "mixer_s16_224",
+                img_size=32,
+                patch_size=8,
+                num_blocks=2,
+                embed_dim=32,
+                num_classes=10,
+            ),
+            IMG_FIXED,
+        ),
+        Case(
+            "timm poolformerv2_s12",
+            "vision/classification",
+            t,
+            _timm("poolformerv2_s12", num_classes=10),
+            IMG,
+        ),
+        Case(
+            "timm ghostnet_050",
+            "vision/classification",
+            t,
+            _timm("ghostnet_050", num_classes=10),
+            IMG,
+        ),
+        Case(
+            "timm regnetx_002",
+            "vision/classification",
+            t,
+            _timm("regnetx_002", num_classes=10),
+            IMG,
+        ),
+    ]
+    return cases
+
+
+def _language() -> list[Case]:
+    hf = "transformers"
+    enc, dec, s2s = "language/encoder", "language/decoder", "language/encoder-decoder"
+    return [
+        Case("bert", enc, hf, _hf("BertConfig", "BertModel", ENC, **SMALL_BERT), text()),
+        Case("roberta", enc, hf, _hf("RobertaConfig", "RobertaModel", ENC, **SMALL_BERT), text()),
+        Case(
+            "distilbert",
+            enc,
+            hf,
+            _hf(
+                "DistilBertConfig",
+                "DistilBertModel",
+                ENC,
+                vocab_size=VOCAB,
+                dim=32,
+                n_layers=2,
+                n_heads=2,
+                hidden_dim=64,
+                max_position_embeddings=64,
+            ),
+            text(),
+        ),
+        Case(
+            "albert",
+            enc,
+            hf,
+            _hf("AlbertConfig", "AlbertModel", ENC, embedding_size=16, **SMALL_BERT),
+            text(),
+        ),
+        Case(
+            "electra",
+            enc,
+            hf,
+            _hf("ElectraConfig", "ElectraModel", ENC, embedding_size=16, **SMALL_BERT),
+            text(),
+        ),
+        Case(
+            "deberta_v2",
+            enc,
+            hf,
+            _hf("DebertaV2Config", "DebertaV2Model", ENC, **SMALL_BERT),
+            text(),
+        ),
+        Case(
+            "gpt2",
+            dec,
+            hf,
+            _hf(
+                "GPT2Config",
+                "GPT2LMHeadModel",
+                ENC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                n_embd=32,
+                n_layer=2,
+                n_head=2,
+                n_positions=64,
+            ),
+            text(),
+        ),
+        Case(
+            "gpt_neo",
+            dec,
+            hf,
+            _hf(
+                "GPTNeoConfig",
+                "GPTNeoForCausalLM",
+                ENC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                hidden_size=32,
+                num_layers=2,
+                num_heads=2,
+                attention_types=[[["global", "local"], 1]],
+                window_size=4,
+                max_position_embeddings=64,
+            ),
+            text(),
+        ),
+        Case(
+            "llama",
+            dec,
+            hf,
+            _hf("LlamaConfig", "LlamaForCausalLM", ENC, NO_CACHE, **SMALL_DECODER),
+            text(),
+        ),
+        Case(
+            "qwen2",
+            dec,
+            hf,
+            _hf("Qwen2Config", "Qwen2ForCausalLM", ENC, NO_CACHE, **SMALL_DECODER),
+            text(),
+        ),
+        Case(
+            "mistral",
+            dec,
+            hf,
+            _hf(
+                "MistralConfig",
+                "MistralForCausalLM",
+                ENC,
+                NO_CACHE,
+                sliding_window=4,
+                **SMALL_DECODER,
+            ),
+            text(),
+        ),
+        Case(
+            "phi",
+            dec,
+            hf,
+            _hf("PhiConfig", "PhiForCausalLM", ENC, NO_CACHE, **SMALL_DECODER),
+            text(),
+        ),
+        Case(
+            "gemma",
+            dec,
+            hf,
+            _hf("GemmaConfig", "GemmaForCausalLM", ENC, NO_CACHE, head_dim=8, **SMALL_DECODER),
+            text(),
+        ),
+        Case(
+            "opt",
+            dec,
+            hf,
+            _hf(
+                "OPTConfig",
+                "OPTForCausalLM",
+                ENC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                ffn_dim=64,
+                word_embed_proj_dim=32,
+                max_position_embeddings=64,
+            ),
+            text(),
+        ),
+        Case(
+            "mixtral (MoE)",
+            dec,
+            hf,
+            _hf(
+                "MixtralConfig",
+                "MixtralForCausalLM",
+                ENC,
+                NO_CACHE,
+                num_local_experts=4,
+                num_experts_per_tok=2,
+                **SMALL_DECODER,
+            ),
+            text(),
+        ),
+        Case(
+            "qwen2_moe (MoE)",
+            dec,
+            hf,
+            _hf(
+                "Qwen2MoeConfig",
+                "Qwen2MoeForCausalLM",
+                ENC,
+                NO_CACHE,
+                num_experts=4,
+                num_experts_per_tok=2,
+                moe_intermediate_size=32,
+                shared_expert_intermediate_size=32,
+                **SMALL_DECODER,
+            ),
+            text(),
+        ),
+        Case(
+            "t5",
+            s2s,
+            hf,
+            _hf(
+                "T5Config",
+                "T5Model",
+                ENC_DEC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                d_model=32,
+                d_kv=16,
+                d_ff=64,
+                num_layers=2,
+                num_heads=2,
+            ),
+            seq2seq(),
+        ),
+        Case(
+            "bart",
+            s2s,
+            hf,
+            _hf(
+                "BartConfig",
+                "BartModel",
+                ENC_DEC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                d_model=32,
+                encoder_layers=2,
+                decoder_layers=2,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=64,
+                decoder_ffn_dim=64,
+                max_position_embeddings=64,
+            ),
+            seq2seq(),
+        ),
+    ]
+
+
+def _speech_multimodal() -> list[Case]:
+    hf = "transformers"
+    small_audio = dict(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        conv_dim=(16, 16),
+        conv_stride=(5, 2),
+        conv_kernel=(10, 3),
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=2,
+        vocab_size=VOCAB,
+    )
+    audio = _audio((2, 400), (1, 400), (3, 320), (1, 200))
+    vit = dict(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        image_size=32,
+        patch_size=8,
+    )
+    text_cfg = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    return [
+        Case(
+            "wav2vec2",
+            "speech",
+            hf,
+            _hf("Wav2Vec2Config", "Wav2Vec2Model", ("input_values",), **small_audio),
+            audio,
+        ),
+        Case(
+            "hubert",
+            "speech",
+            hf,
+            _hf("HubertConfig", "HubertModel", ("input_values",), **small_audio),
+            audio,
+        ),
+        Case(
+            "whisper",
+            "speech",
+            hf,
+            _hf(
+                "WhisperConfig",
+                "WhisperModel",
+                ("input_features", "decoder_input_ids"),
+                NO_CACHE,
+                vocab_size=VOCAB,
+                num_mel_bins=16,
+                d_model=32,
+                encoder_layers=2,
+                decoder_layers=2,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=64,
+                decoder_ffn_dim=64,
+                max_source_positions=16,
+                max_target_positions=32,
+            ),
+            _whisper_inputs,
+        ),
+        Case(
+            "hf vit",
+            "vision/classification",
+            hf,
+            _hf("ViTConfig", "ViTModel", ("pixel_values",), **vit),
+            IMG_FIXED,
+        ),
+        Case(
+            "clip",
+            "multimodal",
+            hf,
+            _hf(
+                "CLIPConfig",
+                "CLIPModel",
+                ("input_ids", "pixel_values", "attention_mask"),
+                text_config=text_cfg,
+                vision_config=vit,
+                projection_dim=16,
+            ),
+            _clip_inputs,
+        ),
+        Case(
+            "siglip",
+            "multimodal",
+            hf,
+            _hf(
+                "SiglipConfig",
+                "SiglipModel",
+                ("input_ids", "pixel_values", "attention_mask"),
+                text_config=text_cfg,
+                vision_config=vit,
+            ),
+            _clip_inputs,
+        ),
+    ]
+
+
+def all_cases() -> list[Case]:
+    """Every model of the zoo, vision first."""
+    return _vision() + _language() + _speech_multimodal()

@@ -1,0 +1,138 @@
+"""Weights from outside the artifact: ``load(path, weights=...)``.
+
+A program traced on the meta device (how large models are traced without their weights)
+is saved without tensor data; its state is bound at load, by name, from safetensors
+checkpoints read with the ``safetensors`` library (memory-mapped, so the tensors are views
+of the checkpoint files). ``weights`` is one ``.safetensors`` file, a list of them, or a
+Hugging Face sharded index (``model.safetensors.index.json``, whose ``weight_map`` names
+the shard of each tensor).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+
+import torch
+
+from ..errors import ArtifactError
+from .jsonstrict import loads_strict
+
+WeightsArg = str | os.PathLike | Sequence[str | os.PathLike]
+_MAX_INDEX_BYTES = 64 * 1024 * 1024
+
+
+def _files(weights: WeightsArg) -> list[str]:
+    """The checkpoint files ``weights`` names, an index expanded to its shards."""
+    if isinstance(weights, (str, os.PathLike)):
+        items = [os.fspath(weights)]
+    elif isinstance(weights, Sequence) and all(isinstance(w, (str, os.PathLike)) for w in weights):
+        items = [os.fspath(w) for w in weights]
+    else:
+        raise ArtifactError(
+            "weights= takes a .safetensors file, a list of them, or a sharded index "
+            f"(model.safetensors.index.json), not {type(weights).__name__}"
+        )
+    if not items:
+        raise ArtifactError("weights= is an empty list; give at least one .safetensors file")
+    files: list[str] = []
+    for item in items:
+        if not os.path.isfile(item):
+            raise ArtifactError(f"weights: {item}: no such file")
+        files.extend(_index_shards(item) if item.endswith(".json") else [item])
+    return list(dict.fromkeys(files))
+
+
+def _index_shards(index: str) -> list[str]:
+    if os.path.getsize(index) > _MAX_INDEX_BYTES:
+        raise ArtifactError(f"weights: {index}: too large for a checkpoint index")
+    with open(index, "rb") as handle:
+        doc = loads_strict(handle.read(), f"weights index {index}")
+    weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise ArtifactError(
+            f"weights: {index}: not a sharded checkpoint index (no weight_map of tensor name "
+            "-> shard file)"
+        )
+    folder = os.path.dirname(os.path.abspath(index))
+    shards = []
+    for shard in dict.fromkeys(weight_map.values()):
+        if os.path.basename(shard) != shard:
+            raise ArtifactError(
+                f"weights: {index}: shard {shard!r} is not a file name beside the index"
+            )
+        shards.append(os.path.join(folder, shard))
+    return shards
+
+
+def open_weights(weights: WeightsArg) -> dict[str, tuple[str, object]]:
+    """Every tensor the checkpoints hold: name -> (file, safetensors slice). A name found
+    in two files is refused (which one would be meant?)."""
+    from safetensors import SafetensorError, safe_open
+
+    found: dict[str, tuple[str, object]] = {}
+    for path in _files(weights):
+        try:
+            handle = safe_open(path, framework="pt", device="cpu")
+            names = list(handle.keys())
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise ArtifactError(
+                f"weights: {path}: not a readable safetensors file ({exc})"
+            ) from None
+        for name in names:
+            if name in found:
+                raise ArtifactError(
+                    f"weights: tensor {name!r} is in both {found[name][0]} and {path}; "
+                    "give each tensor once"
+                )
+            found[name] = (path, handle)
+    return found
+
+
+def bind(state: dict[str, dict], needed: Sequence[str], weights: WeightsArg, artifact: str):
+    """Tensors for the state, by name, from ``weights``.
+
+    ``state`` is program.json's state (name -> {dtype, shape, ...}); ``needed`` are the
+    names the artifact holds no data for. Every needed name must be in the weights, every
+    weight must be a state name, and dtypes and shapes must match; otherwise one
+    ArtifactError lists all that is missing, extra and mis-shaped.
+    """
+    from .tensors import FROM_ST
+
+    found = open_weights(weights)
+    missing = [n for n in needed if n not in found]
+    extra = sorted(n for n in found if n not in state)
+    wrong = []
+    tensors: dict[str, torch.Tensor] = {}
+    for name, (path, handle) in found.items():
+        if name not in state:
+            continue
+        piece = handle.get_slice(name)
+        dtype, shape = FROM_ST.get(piece.get_dtype()), list(piece.get_shape())
+        want = state[name]
+        if dtype is None or str(dtype)[6:] != want["dtype"] or shape != want["shape"]:
+            wrong.append(
+                f"{name}: {piece.get_dtype()}{shape} in {os.path.basename(path)}, the program "
+                f"needs {want['dtype']}{want['shape']}"
+            )
+            continue
+        tensors[name] = handle.get_tensor(name)
+    if missing or extra or wrong:
+        parts = []
+        if missing:
+            parts.append(f"missing ({len(missing)}): {', '.join(missing)}")
+        if extra:
+            parts.append(f"not in the program ({len(extra)}): {', '.join(extra)}")
+        if wrong:
+            parts.append(f"wrong dtype or shape ({len(wrong)}): {'; '.join(wrong)}")
+        raise ArtifactError(
+            f"{artifact}: the weights do not fit the program's state. "
+            + ". ".join(parts)
+            + ". Pass the checkpoint of the model that was traced (names as in "
+            "module.state_dict())"
+        )
+    return tensors
+
+
+__all__ = ["bind", "open_weights", "WeightsArg", "json"]

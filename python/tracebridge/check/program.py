@@ -1,0 +1,807 @@
+"""The one checker of programs: every rule of ``shared_ir/SPEC.md``, in one place.
+
+:func:`check_program` runs on every load (before any runtime sees the program), in
+``tracebridge validate``, and after tracing in the tests. ``R/check.R`` applies the same
+rules in R, driven by the same tables (``shared_ir/ops.json``, ``shared_ir/dtypes.json``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import keyword
+import math
+import re
+from importlib import resources
+from typing import Any
+
+import torch
+
+from ..errors import ArtifactError
+from ..ir import FORMAT_VERSION, Program, dtypes, graph_to_json, ops
+
+# --- limits ---------------------------------------------------------------------------------
+# Note: the limits are far above what a traced model needs (the largest model of the test
+# zoo has a few thousand nodes and a program.json of a few megabytes) and low enough that
+# checking and loading a hostile file takes seconds and hundreds of megabytes, not hours.
+LIMITS = {
+    "program_bytes": 256 * 2**20,  # program.json, before it is parsed
+    "depth": 64,  # nesting of JSON arrays and objects
+    "nodes": 1_000_000,  # all nodes of all methods
+    "methods": 10_000,
+    "name_chars": 512,  # method, state, input and keyword names
+    "text_chars": 4096,  # loc and guard descriptions
+    "literal_numel": 2**28,  # elements a size written in the file may ask for
+    "int_min": -(2**63),
+    "int_max": 2**64 - 1,
+}
+
+# --- names ----------------------------------------------------------------------------------
+# Method names: an ASCII identifier that starts with a letter, so that no method can reach
+# a private attribute of the loaded module; keyword names: an ASCII identifier; state,
+# input and value names: dotted paths of ASCII word characters (``layer1.0.conv1.weight``).
+METHOD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+KEYWORD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+PATH_NAME = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
+CLASS_NAME = re.compile(r"[A-Za-z0-9_.]+")
+LOC = re.compile(r"[^\x00-\x1f\x7f]+:[0-9]+")
+SYMBOL = re.compile(r"s[0-9]+")
+DIM_EXPR = re.compile(r"([0-9]+\*)?s[0-9]+([+-][0-9]+)?|\?")
+DEVICE = re.compile(r"(cpu|cuda|mps|meta|xpu)(:[0-9]{1,3})?")
+R_RESERVED = "if else repeat while function for next break TRUE FALSE NULL Inf NaN NA in"
+# A method is reached as an attribute of the loaded module: it must not replace one.
+RESERVED_METHODS = frozenset(
+    [n for n in dir(torch.nn.Module) if not n.startswith("_") and n != "forward"]
+    + "program methods code graph guards save check_guards".split()
+    + keyword.kwlist
+    + R_RESERVED.split()
+)
+VALUE_KINDS = ("Tensor", "int", "float", "bool", "dtype", "device", "list")
+_REF_KIND = {
+    "Tensor": "tensor",
+    "int": "int",
+    "float": "float",
+    "bool": "bool",
+    "dtype": "dtype",
+    "device": "device",
+    "list": "list",
+}
+LITERAL_TAGS = (
+    "ref",
+    "float",
+    "tuple",
+    "dict",
+    "slice",
+    "ellipsis",
+    "dtype",
+    "device",
+    "memory_format",
+    "layout",
+    "complex",
+)
+MEMORY_FORMATS = ("contiguous_format", "channels_last", "preserve_format", "channels_last_3d")
+
+
+class _Fault(Exception):
+    """A rule broken somewhere inside a node; the caller adds where."""
+
+    def __init__(self, rule: str, message: str, fix: str = ""):
+        super().__init__(message)
+        self.rule, self.message, self.fix = rule, message, fix
+
+
+def _fail(rule: str, message: str, fix: str = ""):
+    raise _Fault(rule, message, fix)
+
+
+# --- the checker ----------------------------------------------------------------------------
+
+
+def check_program(program_or_doc: Program | dict, name: str = "", *, strict: bool = False):
+    """Check a program (an in-memory :class:`Program` or a parsed ``program.json``) against
+    every rule of the spec; raise :class:`ArtifactError` naming the method, the node, the
+    rule and what to do, at the first fault.
+
+    Rules (SPEC.md section in brackets):
+
+    * **document** [2, 11]: an object with ``format: "tracebridge"``; ``format_version``
+      and ``opset_version`` integers from 1 to the newest this version reads; the JSON
+      Schema holds; a ``function`` has a method ``forward`` and only constant state;
+      every dispatch route names a method, and no dispatch key is also a method;
+      ``tensors.count`` equals the number of state entries stored in the file (those not
+      listed in ``tensors.external``, whose data a load takes from ``weights=``); with
+      ``strict`` (``tracebridge validate``) ``tensors.sha256`` must be present.
+    * **names**: method and dispatch names match ``[A-Za-z][A-Za-z0-9_]*`` and are not an
+      attribute of a loaded module (``eval``, ``train``, ``to``, ``parameters``, ...), a
+      Python keyword or an R reserved word; state names and value names are dotted paths
+      of ``[A-Za-z0-9_]``; keyword-argument names and ``arg_names`` are identifiers; a
+      ``loc`` is ``path:line`` without control characters.
+    * **values** [4]: kinds from the spec; a Tensor has a dtype of the table and a shape;
+      graph inputs have symbol dimensions ``s0``, ``s1``, ...; other dimensions are
+      integers, ``?`` or ``K*sN+C``.
+    * **SSA and order** [3.1, 3.2]: every id is defined once (an input or one node
+      output); every ``ref`` names a value defined before it (inputs, earlier nodes);
+      every graph output names a defined value.
+    * **specs** [3]: ``in_spec`` is ``tuple(tuple, dict)``; the number of inputs, node
+      outputs and graph outputs equals the leaves of their specs.
+    * **ops** [6, 7, 8]: every op is in the op set; arguments and keywords have the kinds
+      the op takes (``shared_ir/ops.json``); ``prim.state`` names a state entry;
+      ``prim.guard`` has one argument, ``expect``, and a guard ``kind`` of the spec.
+    * **literals** [5]: one-key objects with a known tag and a well-formed body.
+    * **resources**: nesting depth, node and method counts, name and text lengths,
+      integers inside int64/uint64, and a size written as a literal may not ask for more
+      than ``LIMITS["literal_numel"]`` elements; scalar ops on literals must stay in range
+      (``LIMITS``; the size of ``program.json`` is checked by the reader before parsing).
+
+    >>> import torch, tracebridge
+    >>> traced = tracebridge.trace(lambda x: x.relu(), torch.ones(2))
+    >>> check_program(traced.program)
+    """
+    prefix = f"{name}: " if name else ""
+    if isinstance(program_or_doc, Program):
+        doc = _doc_of(program_or_doc)
+        from_file = False
+    else:
+        doc = program_or_doc
+        from_file = True
+    try:
+        _check_depth(doc)
+        if from_file:
+            _check_header(doc)
+            _check_schema(doc)
+            _check_document(doc, strict)
+        _check_names_and_dispatch(doc)
+        _check_methods(doc)
+    except _Located as fault:
+        raise ArtifactError(prefix + str(fault)) from None
+    except _Fault as fault:
+        raise ArtifactError(_message(prefix, None, None, None, fault)) from None
+
+
+class _Located(Exception):
+    pass
+
+
+def _message(prefix, method, index, op, fault: _Fault) -> str:
+    where = []
+    if method is not None:
+        where.append(f"method {method!r}")
+    if index is not None:
+        where.append(f"node {index}" + (f" ({op})" if op else ""))
+    head = prefix + (", ".join(where) + ": " if where else "")
+    text = f"{head}{fault.message} [rule: {fault.rule}]"
+    fix = (
+        fault.fix or "the file is corrupt or was edited by hand; save it again from the traced code"
+    )
+    return f"{text}; {fix}"
+
+
+def _doc_of(program: Program) -> dict:
+    return {
+        "kind": program.kind,
+        "methods": {m: graph_to_json(g) for m, g in program.methods.items()},
+        "dispatch": program.dispatch,
+        "module_classes": program.module_classes,
+        "state": {
+            n: {
+                "kind": e.kind,
+                "dtype": dtypes.DTYPE_NAMES.get(e.tensor.dtype, "?"),
+                "shape": list(e.tensor.shape),
+            }
+            for n, e in program.state.items()
+        },
+    }
+
+
+def check_json_size(size: int, name: str = "") -> None:
+    """Refuse a ``program.json`` larger than ``LIMITS["program_bytes"]``, before reading it."""
+    if size > LIMITS["program_bytes"]:
+        prefix = f"{name}: " if name else ""
+        raise ArtifactError(
+            f"{prefix}program.json is {size} bytes, more than the limit of "
+            f"{LIMITS['program_bytes']} [rule: resource limits]; the file is not a "
+            "program tracebridge wrote"
+        )
+
+
+def _check_depth(doc: Any) -> None:
+    limit = LIMITS["depth"]
+    stack = [(doc, 1)]
+    while stack:
+        obj, depth = stack.pop()
+        if depth > limit:
+            _fail("resource limits", f"JSON nested more than {limit} levels deep")
+        if isinstance(obj, dict):
+            stack.extend((v, depth + 1) for v in obj.values())
+        elif isinstance(obj, list):
+            stack.extend((v, depth + 1) for v in obj)
+
+
+def _check_header(doc: Any) -> None:
+    if not isinstance(doc, dict) or doc.get("format") != "tracebridge":
+        _fail(
+            "document",
+            "not a tracebridge artifact (format field missing)",
+            "open a file written by tracebridge.save or jit_save",
+        )
+    version = doc.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        _fail("document", f"invalid format_version {version!r}")
+    if version > FORMAT_VERSION:
+        _fail(
+            "versions",
+            f"format version {version} is newer than this tracebridge reads "
+            f"(up to {FORMAT_VERSION})",
+            "upgrade tracebridge to load it",
+        )
+    opset = doc.get("opset_version")
+    if not _is_int(opset) or opset < 1:
+        _fail("document", f"invalid opset_version {str(opset)[:20]}")
+    if opset > ops.OPSET_VERSION:
+        _fail(
+            "versions",
+            f"op-set version {opset} is newer than this tracebridge knows ({ops.OPSET_VERSION})",
+            "upgrade tracebridge to load it",
+        )
+
+
+@functools.cache
+def _validator():
+    """The JSON Schema (draft-07) compiled to a Python function once."""
+    import fastjsonschema
+
+    text = resources.files("tracebridge").joinpath("schema/program.schema.json").read_text()
+    return fastjsonschema.compile(json.loads(text))
+
+
+def _check_schema(doc: dict) -> None:
+    import fastjsonschema
+
+    try:
+        _validator()(doc)
+    except fastjsonschema.JsonSchemaValueException as exc:
+        where = "/".join(str(p) for p in exc.path[1:]) or "(top level)"
+        _fail("schema", f"program.json does not follow the schema at {where}: {exc.message}")
+
+
+def _is_int(x: Any) -> bool:
+    """A JSON integer written without a fraction (the schema's ``integer`` also takes 2.0)."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _check_document(doc: dict, strict: bool) -> None:
+    for state, entry in doc["state"].items():
+        if not all(_is_int(d) for d in entry["shape"]):
+            _fail("document", f"state {state[:40]!r} has a shape that is not a list of integers")
+    tensors = doc.get("tensors") or {}
+    if "count" in tensors and not _is_int(tensors["count"]):
+        _fail("document", "tensors.count must be an integer")
+    if strict and "sha256" not in tensors:
+        _fail(
+            "document",
+            "program.json has no tensors.sha256 checksum",
+            "save the program again with tracebridge",
+        )
+    count = tensors.get("count")
+    external = tensors.get("external", [])
+    if not isinstance(external, list) or not all(
+        isinstance(n, str) and n in doc["state"] for n in external
+    ):
+        _fail("document", "tensors.external must be a list of names of state entries")
+    if len(set(external)) != len(external):
+        _fail("document", "tensors.external names a state entry twice")
+    stored = len(doc["state"]) - len(external)  # external weights are bound at load
+    if count is not None and count != stored:
+        _fail(
+            "document",
+            f"tensors.count is {count} but the state has {stored} tensors stored in the file",
+        )
+    if len(doc["methods"]) > LIMITS["methods"]:
+        _fail("resource limits", f"{len(doc['methods'])} methods, more than {LIMITS['methods']}")
+
+
+def _check_names_and_dispatch(doc: dict) -> None:
+    methods = doc["methods"]
+    for method in methods:
+        _method_name(method, "method")
+    top = {n.split(".", 1)[0] for n in doc["state"]}
+    for method in methods:
+        if method in top:
+            _fail(
+                "names",
+                f"method {method!r} has the name of a sub-module or parameter of "
+                "the program, which it would hide",
+            )
+    if doc["kind"] == "function":
+        if "forward" not in methods:
+            _fail("document", "a function program must have a method 'forward'")
+        kinds = {e["kind"] for e in doc["state"].values()} - {"constant"}
+        if kinds:
+            _fail(
+                "document",
+                "a function program holds only constants, not " + ", ".join(sorted(kinds)),
+            )
+    for key, route in (doc.get("dispatch") or {}).items():
+        _method_name(key, "dispatch entry")
+        if key in methods:
+            _fail("dispatch", f"{key!r} is both a method and a dispatch entry")
+        for mode in ("train", "eval"):
+            if route[mode] not in methods:
+                _fail(
+                    "dispatch",
+                    f"dispatch of {key!r} in {mode} mode names method "
+                    f"{route[mode]!r}, which the file does not have",
+                )
+    for state in doc["state"]:
+        _path_name(state, "state")
+    for path, cls in (doc.get("module_classes") or {}).items():
+        if path:
+            _path_name(path, "module path")
+        if not _fits(CLASS_NAME, cls, LIMITS["name_chars"]):
+            _fail("names", f"module class {cls[:40]!r} is not a class name")
+
+
+def _fits(pattern: re.Pattern, text: Any, limit: int) -> bool:
+    return isinstance(text, str) and len(text) <= limit and pattern.fullmatch(text) is not None
+
+
+def _method_name(name: str, what: str) -> None:
+    if not _fits(METHOD_NAME, name, LIMITS["name_chars"]):
+        _fail("names", f"{what} name {name[:40]!r} is not a name of the form [A-Za-z][A-Za-z0-9_]*")
+    if name in RESERVED_METHODS:
+        _fail(
+            "names",
+            f"{what} name {name!r} would replace the loaded module's own attribute {name!r}",
+            "trace the method under another name",
+        )
+
+
+def _path_name(name: str, what: str) -> None:
+    if not _fits(PATH_NAME, name, LIMITS["name_chars"]):
+        _fail("names", f"{what} name {name[:40]!r} is not a dotted path of [A-Za-z0-9_] parts")
+
+
+def _check_methods(doc: dict) -> None:
+    total = 0
+    for method, graph in doc["methods"].items():
+        total += len(graph["nodes"])
+        if total > LIMITS["nodes"]:
+            raise _Located(
+                _message(
+                    "",
+                    method,
+                    None,
+                    None,
+                    _Fault("resource limits", f"more than {LIMITS['nodes']} nodes"),
+                )
+            )
+        _GraphCheck(doc, method, graph).run()
+
+
+# --- one graph ------------------------------------------------------------------------------
+
+
+class _GraphCheck:
+    """The graph rules, node by node, with the value table built as it goes."""
+
+    def __init__(self, doc: dict, method: str, graph: dict):
+        self.doc, self.method, self.graph = doc, method, graph
+        self.kinds: dict[int, str] = {}  # value id -> kind, for values defined so far
+        self.opset = doc.get("opset_version", ops.OPSET_VERSION)
+
+    def run(self) -> None:
+        try:
+            self._inputs()
+        except _Fault as fault:
+            raise _Located(_message("", self.method, None, None, fault)) from None
+        for index, node in enumerate(self.graph["nodes"]):
+            try:
+                self._node(node)
+            except _Fault as fault:
+                raise _Located(_message("", self.method, index, node.get("op"), fault)) from None
+        try:
+            for literal in self.graph["outputs"]:
+                self._literal(literal, 0)
+            _leaf_count(self.graph["out_spec"], len(self.graph["outputs"]), "outputs", "out_spec")
+        except _Fault as fault:
+            raise _Located(_message("", self.method, None, None, fault)) from None
+
+    def _inputs(self) -> None:
+        graph = self.graph
+        for arg in graph.get("arg_names", []):
+            if not _fits(KEYWORD_NAME, arg, LIMITS["name_chars"]) and arg != "...":
+                _fail("names", f"argument name {arg[:40]!r} is not an identifier")
+        spec = graph["in_spec"]
+        if not (
+            spec.get("t") == "tuple"
+            and len(spec.get("c", [])) == 2
+            and spec["c"][0].get("t") == "tuple"
+            and spec["c"][1].get("t") == "dict"
+        ):
+            _fail("specs", "in_spec must be a tuple of (args tuple, kwargs dict)")
+        _leaf_count(spec, len(graph["inputs"]), "inputs", "in_spec")
+        for value in graph["inputs"]:
+            self._define(value, is_input=True)
+
+    def _define(self, value: dict, is_input: bool = False) -> None:
+        vid = value["id"]
+        if not _is_int(vid):
+            _fail("values", f"value id {str(vid)[:20]} is not an integer")
+        if vid in self.kinds:
+            _fail("SSA", f"value %{vid} is defined twice", "")
+        kind = value["kind"]
+        name = value.get("name")
+        if name is not None and not _fits(PATH_NAME, name, LIMITS["name_chars"]):
+            _fail("names", f"value name {name[:40]!r} is not a dotted path of [A-Za-z0-9_] parts")
+        if kind == "Tensor":
+            if value.get("dtype") not in dtypes.BY_NAME or not isinstance(value.get("shape"), list):
+                _fail("values", f"tensor value %{vid} needs a dtype of the table and a shape")
+            for dim in value["shape"]:
+                if is_input:
+                    ok = isinstance(dim, str) and SYMBOL.fullmatch(dim)
+                elif _is_int(dim):
+                    ok = 0 <= dim <= LIMITS["int_max"]
+                else:
+                    ok = isinstance(dim, str) and DIM_EXPR.fullmatch(dim)
+                if not ok:
+                    _fail(
+                        "values",
+                        f"value %{vid} has dimension {str(dim)[:40]!r}; inputs "
+                        "have symbols s0, s1, ..., other values integers or s-expressions",
+                    )
+        self.kinds[vid] = kind
+
+    def _node(self, node: dict) -> None:
+        op = node["op"]
+        info = ops.info(op)
+        if info is None:
+            head = f"uses op {op[:60]!r}, which is not in the op set (version {ops.OPSET_VERSION})"
+            if self.opset < ops.OPSET_VERSION:
+                _fail(
+                    "ops",
+                    f"{head}: it was removed after op-set version {self.opset} (it "
+                    "reaches raw memory, storages or PyTorch internals, or was never "
+                    "reviewed)",
+                    "trace the model again with this tracebridge",
+                )
+            _fail("ops", head, "the file is corrupt or was made by a newer tracebridge")
+        loc = node.get("loc")
+        if loc is not None and not _fits(LOC, loc, LIMITS["text_chars"]):
+            _fail("names", "loc must be 'path:line' without control characters")
+        for key in node["kwargs"]:
+            if not _fits(KEYWORD_NAME, key, LIMITS["name_chars"]):
+                _fail("names", f"keyword {key[:40]!r} is not an identifier")
+        if info.flags & {"structural", "scalar"} and len(node["args"]) != len(info.args):
+            _fail(
+                "argument kinds", f"{op} takes {len(info.args)} arguments, not {len(node['args'])}"
+            )
+        for literal in node["args"]:
+            self._literal(literal, 0)
+        for literal in node["kwargs"].values():
+            self._literal(literal, 0)
+        self._arguments(info, node)
+        if op == "prim.state":
+            state = node["args"][0]
+            if state not in self.doc["state"]:
+                _fail("state", f"state {str(state)[:60]!r} does not exist")
+        if op == "prim.guard":
+            kwargs = node["kwargs"]
+            if len(node["args"]) != 1 or "expect" not in kwargs or node["outputs"]:
+                _fail("guards", "prim.guard needs one argument, an 'expect' keyword and no outputs")
+            if kwargs.get("kind", "value") not in ops.GUARD_KINDS:
+                _fail(
+                    "guards",
+                    f"guard kind {str(kwargs.get('kind'))[:20]!r} is not one of "
+                    f"{', '.join(ops.GUARD_KINDS)}",
+                )
+            what = kwargs.get("what", "")
+            if not isinstance(what, str) or len(what) > LIMITS["text_chars"]:
+                _fail(
+                    "guards",
+                    f"guard 'what' must be a string of at most {LIMITS['text_chars']} characters",
+                )
+        if "scalar" in info.flags:
+            self._scalar_range(info, node)
+        _leaf_count(node.get("out_spec"), len(node["outputs"]), "outputs", "out_spec")
+        for value in node["outputs"]:
+            self._define(value)
+
+    # -- literals --
+
+    def _literal(self, lit: Any, depth: int) -> None:
+        """Well-formed literal: known tags, defined refs, ints in range."""
+        if isinstance(lit, bool) or lit is None or isinstance(lit, str):
+            return
+        if isinstance(lit, int):
+            if not LIMITS["int_min"] <= lit <= LIMITS["int_max"]:
+                _fail("resource limits", f"integer {str(lit)[:30]} is outside int64/uint64")
+            return
+        if isinstance(lit, float):
+            return
+        if isinstance(lit, list):
+            for x in lit:
+                self._literal(x, depth + 1)
+            return
+        if not isinstance(lit, dict) or len(lit) != 1:
+            _fail("literals", "a literal object must have exactly one key")
+        ((tag, body),) = lit.items()
+        if tag == "ref":
+            if not isinstance(body, int) or isinstance(body, bool) or body not in self.kinds:
+                _fail(
+                    "SSA",
+                    f"uses %{str(body)[:20]} before it is defined (or never)",
+                    "values must be defined by an input or an earlier node",
+                )
+        elif tag == "float":
+            if not isinstance(body, str) or body not in ("inf", "-inf", "nan"):
+                _fail("literals", f"float literal {str(body)[:20]!r} is not inf, -inf or nan")
+        elif tag in ("tuple", "slice"):
+            if not isinstance(body, list) or (tag == "slice" and len(body) != 3):
+                _fail("literals", f"malformed {tag} literal")
+            for x in body:
+                self._literal(x, depth + 1)
+        elif tag == "dict":
+            if not isinstance(body, list) or not all(
+                isinstance(p, list) and len(p) == 2 for p in body
+            ):
+                _fail("literals", "a dict literal is a list of [key, value] pairs")
+            for key, value in body:
+                self._literal(key, depth + 1)
+                self._literal(value, depth + 1)
+        elif tag == "ellipsis":
+            if body is not True:
+                _fail("literals", 'the ellipsis literal is {"ellipsis": true}')
+        elif tag == "dtype":
+            if not isinstance(body, str) or body not in dtypes.BY_NAME:
+                _fail("literals", f"unknown dtype {str(body)[:20]!r}")
+        elif tag == "device":
+            if not _fits(DEVICE, body, 16):
+                _fail("literals", f"unknown device {str(body)[:20]!r}")
+        elif tag == "memory_format":
+            if not isinstance(body, str) or body not in MEMORY_FORMATS:
+                _fail("literals", f"unknown memory format {str(body)[:30]!r}")
+        elif tag == "layout":
+            if not isinstance(body, str) or body != "strided":
+                _fail("literals", f"unknown layout {str(body)[:20]!r}")
+        elif tag == "complex":
+            if not (
+                isinstance(body, list)
+                and len(body) == 2
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in body)
+            ):
+                _fail("literals", "a complex literal is [real, imag]")
+        else:
+            _fail("literals", f"unknown literal tag {str(tag)[:20]!r}")
+
+    # -- argument kinds --
+
+    def _arguments(self, info: ops.OpInfo, node: dict) -> None:
+        args, kwargs = node["args"], node["kwargs"]
+        varargs = info.varargs
+        for pos, lit in enumerate(args):
+            if pos < len(info.args):
+                kinds = info.args[pos]
+                if varargs is not None and pos >= varargs[0] and _is_number(lit, self.kinds):
+                    kinds = (varargs[1],)
+            elif varargs is not None and pos >= varargs[0]:
+                kinds = (varargs[1],)
+            else:
+                _fail(
+                    "argument kinds",
+                    f"{info.name} takes at most {len(info.args)} positional "
+                    f"arguments, not {len(args)}",
+                )
+            if not any(_accepts(k, lit, self.kinds) for k in kinds):
+                _fail(
+                    "argument kinds",
+                    f"argument {pos} of {info.name} must be "
+                    f"{' or '.join(kinds)}, not {_describe(lit, self.kinds)}",
+                )
+        for key, lit in kwargs.items():
+            kinds = info.kwargs.get(key)
+            if kinds is None:
+                _fail("argument kinds", f"{info.name} takes no keyword {key!r}")
+            if not any(_accepts(k, lit, self.kinds) for k in kinds):
+                _fail(
+                    "argument kinds",
+                    f"keyword {key!r} of {info.name} must be "
+                    f"{' or '.join(kinds)}, not {_describe(lit, self.kinds)}",
+                )
+        self._sizes(info, node)
+
+    def _sizes(self, info: ops.OpInfo, node: dict) -> None:
+        """A size written in the file may not ask for more than literal_numel elements."""
+        sized = [lit for key, lit in node["kwargs"].items() if key in ops.SIZE_ARGUMENTS]
+        names = info.arg_names
+        sized += [
+            lit
+            for pos, lit in enumerate(node["args"])
+            if pos < len(names) and ops.SIZE_ARGUMENTS.intersection(names[pos])
+        ]
+        if info.varargs is not None:
+            spread = node["args"][info.varargs[0] :]
+            if len(spread) > 1:
+                sized.append(spread)
+        for lit in sized:
+            numel = _literal_numel(lit)
+            if numel > LIMITS["literal_numel"]:
+                _fail(
+                    "resource limits",
+                    f"{info.name} is asked for {numel} elements, more than "
+                    f"the limit of {LIMITS['literal_numel']} for a size written in the file",
+                )
+
+    def _scalar_range(self, info: ops.OpInfo, node: dict) -> None:
+        """A literal exponent or shift past 64 leaves int64 for any base but 0, 1 and -1
+        (``scalar.pow(7, 10**9)`` would take minutes and gigabytes)."""
+        args = node["args"]
+        if info.name not in ("scalar.pow", "scalar.lshift") or len(args) != 2:
+            return
+        ints = [isinstance(a, int) and not isinstance(a, bool) for a in args]
+        if ints[1] and abs(args[1]) > 64 and not (ints[0] and abs(args[0]) <= 1):
+            _fail(
+                "resource limits",
+                f"{info.name} by {args[1]} leaves the range of traced numbers (int64)",
+            )
+
+
+def _literal_numel(lit: Any) -> int:
+    """Elements asked for by a size literal: the product of its positive integers."""
+    if isinstance(lit, bool):
+        return 1
+    if isinstance(lit, int):
+        return max(lit, 1)
+    if isinstance(lit, dict) and "tuple" in lit:
+        lit = lit["tuple"]
+    if isinstance(lit, list):
+        total = 1
+        for x in lit:
+            if isinstance(x, int) and not isinstance(x, bool) and x > 0:
+                total *= x
+                if total > LIMITS["literal_numel"]:
+                    return total
+        return total
+    return 1
+
+
+def _leaf_count(spec: Any, count: int, what: str, field: str) -> None:
+    leaves = _leaves(spec, 0)
+    if leaves != count:
+        _fail("specs", f"{count} {what} but {field} has {leaves} leaves")
+
+
+def _leaves(spec: Any, depth: int) -> int:
+    if spec is None:
+        return 0
+    if not isinstance(spec, dict):
+        _fail("specs", "a spec must be an object")
+    t = spec.get("t")
+    if t == "leaf":
+        return 1
+    if t in ("none", "const"):
+        return 0
+    children = spec.get("c", [])
+    if t == "dict" and len(spec.get("keys", [])) != len(children):
+        _fail("specs", "a dict spec needs as many keys as children")
+    if t == "namedtuple" and len(spec.get("fields", [])) != len(children):
+        _fail("specs", "a namedtuple spec needs as many fields as children")
+    return sum(_leaves(c, depth + 1) for c in children)
+
+
+_NUMBER_KINDS = ("int", "float", "bool")
+
+
+def _lit_kind(lit: Any, kinds: dict[int, str]) -> str:
+    if lit is None:
+        return "none"
+    if isinstance(lit, bool):
+        return "bool"
+    if isinstance(lit, int):
+        return "int"
+    if isinstance(lit, float):
+        return "float"
+    if isinstance(lit, str):
+        return "str"
+    if isinstance(lit, list):
+        return "list"
+    ((tag, body),) = lit.items()
+    if tag == "ref":
+        return _REF_KIND[kinds[body]]
+    if tag == "float":
+        return "float"
+    if tag == "tuple":
+        return "list"
+    return tag
+
+
+def _is_number(lit: Any, kinds: dict[int, str]) -> bool:
+    return _lit_kind(lit, kinds) in ("int", "bool")
+
+
+def _elements(lit: Any) -> list | None:
+    if isinstance(lit, list):
+        return lit
+    if isinstance(lit, dict) and "tuple" in lit:
+        return lit["tuple"]
+    return None
+
+
+# Which literal kinds each argument kind takes. Tensors stand in for numbers, as PyTorch
+# takes a 0-dim tensor wherever it takes a number.
+_TAKES = {
+    "tensor": {"tensor"},
+    "index_tensor": {"tensor"},
+    "int": {"int", "bool", "tensor"},
+    "dim": {"int", "bool", "tensor"},
+    "index": {"int", "bool", "tensor"},
+    "float": {"int", "float", "bool", "tensor"},
+    "scalar": {"int", "float", "bool", "complex", "tensor"},
+    "bool": {"bool", "tensor"},
+    "dtype": {"dtype"},
+    "device": {"device", "str", "int"},
+    "layout": {"layout"},
+    "memory_format": {"memory_format"},
+    "str": {"str"},
+    "none": {"none"},
+}
+_ELEMENT = {
+    "ints": "int",
+    "dims": "dim",
+    "floats": "float",
+    "bools": "bool",
+    "scalars": "scalar",
+    "tensors": "tensor",
+}
+
+
+def _accepts(kind: str, lit: Any, kinds: dict[int, str]) -> bool:
+    have = _lit_kind(lit, kinds)
+    if kind == "any":
+        return True
+    if kind in _TAKES:
+        return have in _TAKES[kind]
+    if kind in _ELEMENT:
+        element = _ELEMENT[kind]
+        if have == "list" and isinstance(lit, dict) and "ref" in lit:
+            return True  # a traced list (sizes) from an earlier node
+        items = _elements(lit)
+        if items is None:
+            # A lone number stands for a list of one (stride=2 means (2, 2)).
+            return kind != "tensors" and _accepts(element, lit, kinds)
+        optional = kind == "tensors"  # Tensor?[] (index lists) hold None
+        return all((optional and x is None) or _accepts(element, x, kinds) for x in items)
+    if kind == "index_expr":
+        return _index_ok(lit, kinds)
+    if kind == "data":
+        return _data_ok(lit, kinds)
+    return False
+
+
+def _index_ok(lit: Any, kinds: dict[int, str]) -> bool:
+    have = _lit_kind(lit, kinds)
+    if have in ("int", "bool", "none", "ellipsis", "tensor"):
+        return True
+    if have == "slice":
+        return all(
+            x is None or _lit_kind(x, kinds) in ("int", "bool", "tensor") for x in lit["slice"]
+        )
+    items = _elements(lit)
+    return items is not None and all(_index_ok(x, kinds) for x in items)
+
+
+def _data_ok(lit: Any, kinds: dict[int, str]) -> bool:
+    have = _lit_kind(lit, kinds)
+    if have in ("int", "float", "bool", "complex", "tensor"):
+        return True
+    items = _elements(lit)
+    return items is not None and all(_data_ok(x, kinds) for x in items)
+
+
+def _describe(lit: Any, kinds: dict[int, str]) -> str:
+    have = _lit_kind(lit, kinds)
+    text = json.dumps(lit)[:40]
+    return f"{have} {text}"
+
+
+def is_finite_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -1,0 +1,125 @@
+"""Size specialisation: a trace made at batch size 2 also serves batch size 1 and length 1.
+
+Note: why and how.
+  Library code decides on sizes (``is_causal = q_len > 1``, ``if emb.shape[0] !=
+  positions.shape[0]``). A trace made at batch size 2 guards those decisions, so a call at
+  size 1 fails a guard although the model itself serves it -- and size 1 is the commonest
+  serving case. So where a graph guards a comparison of sizes, the code is traced again on
+  the example inputs with one of their sizes cut to 1 (every dimension of that size in
+  every input: a batch or a sequence is shared by the inputs), provided the real code runs
+  on them. A graph that differs from the first is kept as a *specialisation*: guarded at
+  its start on the sizes that are 1 (so it never serves a call where they are not), stored
+  beside the first graph in the same program (``meta.specialised`` lists them), and tried
+  by the runtime, in order, when the first graph's guards refuse a call. A call that no
+  graph serves raises the first graph's GuardError. Graphs that write in place (state
+  updates) get no specialisations: a refused attempt must leave nothing behind.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+
+from ..ir import Graph, Node, Ref, Value, pytree
+from ..ir import ops as opset
+from ..ir.pytree import is_tensor
+from .verify import first_difference
+
+PROBES = 3  # sizes tried at most, batch first
+_COMPARISONS = frozenset(f"scalar.{op}" for op in ("eq", "ne", "lt", "le", "gt", "ge"))
+
+
+def compares_sizes(graph: Graph) -> bool:
+    """Whether a guard of ``graph`` checks the result of a comparison of traced numbers."""
+    producers = {v.id: n for n in graph.nodes for v in n.outputs}
+    for node in graph.nodes:
+        if node.op != "prim.guard" or not node.args or not isinstance(node.args[0], Ref):
+            continue
+        producer = producers.get(node.args[0].id)
+        if producer is not None and producer.op in _COMPARISONS:
+            return True
+    return False
+
+
+def writes_in_place(graph: Graph) -> bool:
+    return any(opset.is_inplace(node.op) for node in graph.nodes)
+
+
+def size_one_probes(args: tuple, kwargs: dict) -> list[tuple[tuple, dict, list]]:
+    """The example inputs with one of their sizes cut to 1 in every dimension that has it:
+    ``(args, kwargs, [(input index, dim), ...])`` for up to PROBES sizes, dimension 0
+    first."""
+    leaves, spec = pytree.flatten((args, kwargs), is_tensor)
+    order = [leaf.shape[0] for leaf in leaves if leaf.dim() > 0]
+    order += [size for leaf in leaves for size in leaf.shape[1:]]
+    sizes = list(dict.fromkeys(s for s in order if s > 1))[:PROBES]
+    out = []
+    for size in sizes:
+        cut, dims = [], []
+        for i, leaf in enumerate(leaves):
+            piece = leaf.detach()
+            for d in range(leaf.dim()):
+                if leaf.shape[d] == size:
+                    piece = piece.narrow(d, 0, 1)
+                    dims.append((i, d))
+            piece = piece.clone()
+            cut.append(piece.requires_grad_() if leaf.requires_grad else piece)
+        new_args, new_kwargs = pytree.unflatten(cut, spec)
+        out.append((new_args, new_kwargs, dims))
+    return out
+
+
+def guarded_at_size_one(graph: Graph, dims: list[tuple[int, int]]) -> Graph:
+    """``graph`` with guards at its start: each dimension in ``dims`` is 1."""
+    next_id = 1 + max(
+        [v.id for v in graph.inputs] + [v.id for n in graph.nodes for v in n.outputs] + [-1]
+    )
+    head = []
+    for index, dim in dims:
+        value = graph.inputs[index]
+        size = Value(id=next_id, kind="int")
+        next_id += 1
+        head.append(
+            Node(op="prim.size", args=[Ref(value.id), dim], outputs=[size], out_spec=pytree.LEAF)
+        )
+        head.append(
+            Node(
+                op="prim.guard",
+                args=[Ref(size.id)],
+                kwargs={
+                    "expect": 1,
+                    "what": f"{value.name}.shape[{dim}] (a graph specialised for size 1)",
+                    "kind": "value",
+                },
+            )
+        )
+    graph.nodes = head + graph.nodes
+    return graph
+
+
+def specialisations(
+    graph: Graph,
+    args: tuple,
+    kwargs: dict,
+    run_eager: Callable[[tuple, dict], object],
+    retrace: Callable[[tuple, dict], Graph],
+) -> list[Graph]:
+    """Graphs for calls with a size of 1 that ``graph`` refuses (see the note above)."""
+    if not compares_sizes(graph) or writes_in_place(graph):
+        return []
+    found = []
+    for new_args, new_kwargs, dims in size_one_probes(args, kwargs):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                run_eager(new_args, new_kwargs)
+            except Exception:
+                continue  # the model itself does not serve size 1 here
+            try:
+                other = retrace(new_args, new_kwargs)
+            except Exception:
+                continue  # the tracer cannot record it: calls keep the first graph's guards
+        if first_difference(graph, other) is None or writes_in_place(other):
+            continue
+        found.append(guarded_at_size_one(other, dims))
+    return found

@@ -1,0 +1,242 @@
+"""What published library code asks of a tracer, answered while tracebridge traces.
+
+Note: library code keeps a trace-friendly path for tracers.
+  transformers skips its "nothing is padded" shortcut when ``torch.jit.is_tracing()``;
+  torchvision computes scales with tensors when ``torch._C._get_tracing_state()``. Both
+  are general paths: taking them records a graph that is right for every input, where the
+  shortcut would record a guard. So while a tracer of this thread records, these checks
+  answer True -- but only to code outside PyTorch: PyTorch's own modules read the same
+  flags to drive TorchScript's tracer (``nn.Module._slow_forward`` pushes scopes onto the
+  tracing state), which must not start.
+
+  Library assertions (``torch._assert``, ``torch._check``, ``torch._check_is_size``,
+  ``torch._assert_async``) state what a model accepts. A comparison of traced sizes inside
+  one is already a guard; these give that guard the library's own message, and a tensor
+  condition becomes a guard on its truth value, checked on every call.
+
+  A custom ``torch.autograd.Function`` runs its forward under the tracer and its backward
+  never: recording the forward ops would give the trace autograd's gradient of those ops,
+  not the function's own. Where a gradient could flow at trace time it is refused; where
+  none could (no-grad mode, no input requiring grad) its forward is recorded with a guard
+  that no gradient can flow at call time either.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+from ..errors import UnsupportedOpError
+from ..ir import pytree
+from ..source import OWN_DIR, TORCH_DIR
+
+_JIT_TRACE = os.path.join(TORCH_DIR, "jit", "_trace.py")
+
+_original_is_tracing = torch._C._is_tracing
+_original_get_tracing_state = torch._C._get_tracing_state
+_original_check = torch._check
+_original_apply = torch.autograd.Function.__dict__["apply"]  # a classmethod object
+
+
+def _active():
+    from .patches import _tracers  # patches installs this module: import late
+
+    stack = _tracers.stack
+    return stack[-1] if stack else None
+
+
+def _asked_by_library() -> bool:
+    """Whether the code asking is outside PyTorch (``torch.jit.is_tracing`` itself is a
+    PyTorch frame that only passes the question on)."""
+    frame = sys._getframe(2)
+    while frame is not None and (
+        frame.f_code.co_filename == _JIT_TRACE or frame.f_code.co_filename.startswith(OWN_DIR)
+    ):
+        frame = frame.f_back
+    return frame is not None and not frame.f_code.co_filename.startswith(TORCH_DIR)
+
+
+def _is_tracing() -> bool:
+    if _active() is not None and _asked_by_library():
+        return True
+    return _original_is_tracing()
+
+
+def _get_tracing_state():
+    if _active() is not None and _asked_by_library():
+        return True
+    return _original_get_tracing_state()
+
+
+def _message(message) -> str | None:
+    if message is None:
+        return None
+    try:
+        return str(message() if callable(message) else message)
+    except Exception:  # a message that cannot be built must not break tracing
+        return None
+
+
+def _check(cond, message=None):
+    tracer = _active()
+    if tracer is not None and isinstance(cond, bool):
+        tracer.label_last_guard(cond, _message(message))
+    return _original_check(cond, message)
+
+
+def _apply(cls, *args, **kwargs):
+    apply = _original_apply.__get__(None, cls)
+    tracer = _active()
+    if tracer is None:
+        return apply(*args, **kwargs)
+    return tracer.custom_function(cls, apply, args, kwargs)
+
+
+def patch(on: bool) -> None:
+    """Install (``on``) or remove the answers above; called with the builtins' patches."""
+    torch._C._is_tracing = _is_tracing if on else _original_is_tracing
+    torch._C._get_tracing_state = _get_tracing_state if on else _original_get_tracing_state
+    torch._check = _check if on else _original_check
+    torch.autograd.Function.apply = classmethod(_apply) if on else _original_apply
+
+
+class LibraryHandlers:
+    """Handlers for library calls the recording mode sees (mixed into the Tracer)."""
+
+    def _library_handlers(self) -> dict:
+        handlers = {
+            torch._assert: self._on_assert,
+            torch._assert_async: self._on_assert,
+            torch.sym_int: self._on_sym_int,
+            torch.sym_float: self._on_sym_float,
+            torch.device: self._on_device,
+            torch.unique: self._on_unique,
+            torch.functional.unique: self._on_unique,
+            torch.Tensor.unique: self._on_unique,
+        }
+        return handlers
+
+    def label_last_guard(self, cond: bool, message: str | None) -> None:
+        """A library assertion on a condition the trace just guarded (a comparison of
+        sizes): give that guard the library's message, so a call that breaks it says what
+        the library says."""
+        if not message:
+            return
+        # The message itself may have been formatted from traced sizes since (an f-string
+        # records guards of its own): look back over value nodes and guards only.
+        for node in reversed(self.graph.nodes):
+            if not node.op.startswith(("prim.", "scalar.")):
+                return
+            kwargs = node.kwargs
+            if node.op == "prim.guard" and kwargs.get("kind") == "branch":
+                if kwargs.get("expect") is cond and not kwargs.get("what", "").endswith(")"):
+                    kwargs["what"] = f"{kwargs['what']} ({message})"
+                return
+
+    def _on_assert(self, func, condition, message=None, *rest):
+        message = _message(message) or "assertion failed"
+        if not isinstance(condition, torch.Tensor):
+            if isinstance(condition, bool):
+                self.label_last_guard(condition, message)
+            if not condition:
+                raise AssertionError(message)
+            return None
+        with torch._C.DisableTorchFunction():
+            concrete = bool(condition)
+        loc = self.location()
+        ref = self._value_node("prim.bool", "bool", [self.tensor_ref(condition)], loc)
+        self.guard(ref, True, f"{message} ({self._name(condition)})", "branch", loc)
+        if not concrete:
+            raise AssertionError(message)
+        return None
+
+    def _on_sym_int(self, func, a):
+        """``torch.sym_int``: truncation of a traced float stays traced (interpolate's
+        output size from a scale factor)."""
+        from .numbers import SymFloat, SymInt
+
+        if isinstance(a, SymInt):
+            return a
+        if isinstance(a, SymFloat):
+            return self.scalar_op("trunc", (a,))
+        return int(a)
+
+    def _on_sym_float(self, func, a):
+        from .numbers import _Traced
+
+        if isinstance(a, _Traced):
+            return self.scalar_op("mul", (a, 1.0))
+        return float(a)
+
+    def _on_device(self, func, *args, **kwargs):
+        """``torch.device(x.device)`` is the device of ``x``, read at run time like
+        ``x.device`` itself."""
+        result = func(*args, **kwargs)
+        if len(args) == 1 and not kwargs and isinstance(args[0], torch.device):
+            read = self._device_reads.get(id(args[0]))
+            if read is not None and read[0] is args[0]:
+                self._device_reads[id(result)] = (result, read[1])
+        return result
+
+    def _on_unique(
+        self,
+        func,
+        input,
+        sorted=True,
+        return_inverse=False,
+        return_counts=False,
+        dim=None,
+    ):
+        """``torch.unique`` is a Python wrapper that re-dispatches to itself; record the
+        op it runs (``_unique2``, or ``unique_dim`` along a dimension)."""
+        if dim is None:
+            kwargs = {
+                "sorted": sorted,
+                "return_inverse": return_inverse,
+                "return_counts": return_counts,
+            }
+            result = self.record("_unique2", torch._unique2, (input,), kwargs)
+        else:
+            kwargs = {
+                "dim": dim,
+                "sorted": sorted,
+                "return_inverse": return_inverse,
+                "return_counts": return_counts,
+            }
+            result = self.record("unique_dim", torch.unique_dim, (input,), kwargs)
+        output, inverse, counts = result
+        if return_inverse and return_counts:
+            return output, inverse, counts
+        if return_inverse:
+            return output, inverse
+        if return_counts:
+            return output, counts
+        return output
+
+    def custom_function(self, cls, apply, args: tuple, kwargs: dict):
+        """``SomeFunction.apply(...)`` while tracing: see the note at the top."""
+        loc = self.location()
+        tensors, _ = pytree.flatten((args, kwargs), lambda x: isinstance(x, torch.Tensor))
+        tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
+        grad = torch._C.is_grad_enabled()
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        if grad and any(t.requires_grad for t in tensors):
+            raise UnsupportedOpError(
+                f"the custom autograd function {name}.apply at {loc or 'unknown location'} "
+                "has a backward of its own that a trace cannot keep: recording its forward "
+                "ops would give gradients that differ from eager. For inference, trace "
+                "under torch.no_grad() (the trace then refuses calls that need a "
+                "gradient); for training, write it with tensor operations whose gradient "
+                "is the one you want"
+            )
+        why = f"(the custom autograd function {cls.__qualname__} has its own backward)"
+        if not grad:
+            ref = self._value_node("prim.grad_enabled", "bool", loc=loc)
+            self.guard(ref, False, f"torch.is_grad_enabled() {why}", "branch", loc)
+        else:
+            for t in tensors:
+                ref = self._value_node("prim.requires_grad", "bool", [self.tensor_ref(t)], loc)
+                self.guard(ref, False, f"{self._name(t)}.requires_grad {why}", "branch", loc)
+        return apply(*args, **kwargs)

@@ -1,0 +1,151 @@
+"""Programs without weights: traced on the meta device, saved without tensor data, and
+bound at load to safetensors checkpoints (one file, a list, a Hugging Face sharded index)."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import pytest
+import torch
+import torch.nn as nn
+from safetensors.torch import save_file
+
+import tracebridge
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(16)
+        self.up = nn.Linear(16, 32)
+        self.down = nn.Linear(32, 16)
+        self.register_buffer("scale", torch.full((16,), 0.5))
+
+    def forward(self, x):
+        return x + self.down(torch.relu(self.up(self.norm(x)))) * self.scale
+
+
+def _eager() -> nn.Module:
+    torch.manual_seed(0)
+    model = nn.Sequential(Block(), Block(), nn.Linear(16, 3)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_()
+    return model
+
+
+def _meta_program(tmp_path):
+    with torch.device("meta"):
+        meta = nn.Sequential(Block(), Block(), nn.Linear(16, 3)).eval()
+    traced = tracebridge.trace(meta, torch.empty(2, 5, 16, device="meta"), check_trace=False)
+    path = tmp_path / "program.tb"
+    traced.save(path)
+    return path
+
+
+def test_meta_traced_program_saves_without_tensor_data(tmp_path):
+    path = _meta_program(tmp_path)
+    with zipfile.ZipFile(path) as archive:
+        doc = json.loads(archive.read("program.json"))
+        assert archive.getinfo("tensors.safetensors").file_size < 100
+    assert doc["tensors"]["count"] == 0
+    assert sorted(doc["tensors"]["external"]) == sorted(_eager().state_dict())
+    count = len(_eager().state_dict())
+    with pytest.raises(
+        tracebridge.ArtifactError, match=rf"no data for {count} state tensors.*weights="
+    ):
+        tracebridge.load(path)
+
+
+def test_meta_program_plus_weights_equals_eager(tmp_path):
+    model = _eager()
+    save_file(model.state_dict(), tmp_path / "model.safetensors")
+    loaded = tracebridge.load(_meta_program(tmp_path), weights=tmp_path / "model.safetensors")
+    for shape in ((2, 5, 16), (1, 9, 16)):
+        x = torch.randn(shape)
+        assert torch.equal(loaded(x), model(x))
+
+
+def _sharded(tmp_path, model):
+    state = model.state_dict()
+    names = list(state)
+    shards = {
+        "model-00001-of-00002.safetensors": names[:5],
+        "model-00002-of-00002.safetensors": names[5:],
+    }
+    for file, keys in shards.items():
+        save_file({k: state[k] for k in keys}, tmp_path / file)
+    index = {
+        "metadata": {"total_size": 0},
+        "weight_map": {k: f for f, ks in shards.items() for k in ks},
+    }
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    return [tmp_path / f for f in shards]
+
+
+def test_weights_from_a_list_and_from_a_sharded_index(tmp_path):
+    model = _eager()
+    files = _sharded(tmp_path, model)
+    program = _meta_program(tmp_path)
+    x = torch.randn(3, 4, 16)
+    assert torch.equal(tracebridge.load(program, weights=files)(x), model(x))
+    index = tmp_path / "model.safetensors.index.json"
+    assert torch.equal(tracebridge.load(program, weights=index)(x), model(x))
+    assert torch.equal(tracebridge.load(program, weights=str(index))(x), model(x))
+
+
+def test_missing_extra_and_misshaped_weights_are_listed(tmp_path):
+    state = _eager().state_dict()
+    del state["0.up.weight"]
+    del state["1.scale"]
+    state["2.bias"] = torch.zeros(4)
+    state["head.weight"] = torch.zeros(1)
+    save_file(state, tmp_path / "bad.safetensors")
+    with pytest.raises(tracebridge.ArtifactError) as info:
+        tracebridge.load(_meta_program(tmp_path), weights=tmp_path / "bad.safetensors")
+    message = str(info.value)
+    assert "missing (2): 0.up.weight, 1.scale" in message
+    assert "not in the program (1): head.weight" in message
+    assert "wrong dtype or shape (1): 2.bias: F32[4]" in message
+    assert "float32[3]" in message
+
+
+def test_wrong_dtype_and_duplicates_across_files_refused(tmp_path):
+    state = _eager().state_dict()
+    program = _meta_program(tmp_path)
+    half = {k: v.half() if k == "2.weight" else v for k, v in state.items()}
+    save_file(half, tmp_path / "half.safetensors")
+    with pytest.raises(tracebridge.ArtifactError, match=r"2\.weight: F16\[3, 16\]"):
+        tracebridge.load(program, weights=tmp_path / "half.safetensors")
+    save_file(state, tmp_path / "a.safetensors")
+    save_file({"2.bias": state["2.bias"]}, tmp_path / "b.safetensors")
+    with pytest.raises(tracebridge.ArtifactError, match=r"'2\.bias' is in both"):
+        tracebridge.load(program, weights=[tmp_path / "a.safetensors", tmp_path / "b.safetensors"])
+
+
+def test_bad_weights_arguments(tmp_path):
+    program = _meta_program(tmp_path)
+    with pytest.raises(tracebridge.ArtifactError, match="no such file"):
+        tracebridge.load(program, weights=tmp_path / "nope.safetensors")
+    (tmp_path / "junk.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(tracebridge.ArtifactError, match="not a readable safetensors file"):
+        tracebridge.load(program, weights=tmp_path / "junk.safetensors")
+    (tmp_path / "index.json").write_text('{"weight_map": {"a": "../../etc/passwd"}}')
+    with pytest.raises(tracebridge.ArtifactError, match="not a file name beside the index"):
+        tracebridge.load(program, weights=tmp_path / "index.json")
+    with pytest.raises(tracebridge.ArtifactError, match="weights= takes"):
+        tracebridge.load(program, weights=42)
+
+
+def test_weights_replace_stored_state(tmp_path):
+    model = _eager()
+    x = torch.randn(2, 3, 16)
+    traced = tracebridge.trace(model, x)
+    traced.save(tmp_path / "full.tb")
+    other = _eager()
+    with torch.no_grad():
+        other[2].weight.mul_(2)
+    save_file(other.state_dict(), tmp_path / "other.safetensors")
+    loaded = tracebridge.load(tmp_path / "full.tb", weights=tmp_path / "other.safetensors")
+    assert torch.equal(loaded(x), other(x))
