@@ -268,9 +268,20 @@ check_document <- function(doc, strict) {
     check_fault("document", "program.json has no tensors.sha256 checksum",
                 "save the program again with tracebridge")
   }
-  if (!is.null(t[["count"]]) && int_value(t[["count"]]) != length(doc[["state"]])) {
-    check_fault("document", sprintf("tensors.count is %s but the state has %d tensors",
-                                    id_key(t[["count"]]), length(doc[["state"]])))
+  # State listed in tensors.external has no data in the file: load binds it from weights=.
+  external <- t[["external"]] %||% list()
+  if (!is.list(external) ||
+      !all(vapply(external, function(n) is_str(n) && n %in% names(doc[["state"]]), TRUE))) {
+    check_fault("document", "tensors.external must be a list of names of state entries")
+  }
+  if (anyDuplicated(unlist(external))) {
+    check_fault("document", "tensors.external names a state entry twice")
+  }
+  stored <- length(doc[["state"]]) - length(external)
+  if (!is.null(t[["count"]]) && int_value(t[["count"]]) != stored) {
+    check_fault("document", sprintf(
+      "tensors.count is %s but the state has %d tensors stored in the file",
+      id_key(t[["count"]]), stored))
   }
   limit <- tb_tables()[["ops"]][["limits"]][["methods"]]
   if (length(doc[["methods"]]) > limit) {

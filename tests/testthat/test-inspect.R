@@ -43,8 +43,9 @@ insp_program <- '{"format": "tracebridge", "format_version": 1, "opset_version":
  "module_classes": {"": "Net", "fc": "Linear"},
  "methods": {"forward": {
   "arg_names": ["x"],
-  "inputs": [{"id": 0, "kind": "Tensor", "dtype": "float32", "shape": ["s0", 3], "name": "x"}],
-  "in_spec": {"t": "leaf"},
+  "inputs": [{"id": 0, "kind": "Tensor", "dtype": "float32", "shape": ["s0", "s1"], "name": "x"}],
+  "in_spec": {"t": "tuple", "c": [{"t": "tuple", "c": [{"t": "leaf"}]},
+                                  {"t": "dict", "keys": [], "c": []}]},
   "nodes": [
    {"op": "prim.state", "args": ["fc.weight"], "kwargs": {},
     "outputs": [{"id": 1, "kind": "Tensor", "dtype": "float32", "shape": [2, 3],
@@ -76,7 +77,7 @@ insp_program <- '{"format": "tracebridge", "format_version": 1, "opset_version":
 
 # What Python's printer writes for insp_program (checked against it below).
 insp_graph <- paste(
-  "graph forward(%x: f32[s0, 3]) {",
+  "graph forward(%x: f32[s0, s1]) {",
   "  %fc.weight: f32[2, 3] = prim.state('fc.weight')",
   "  %0: f32[4, 2] = linear(%x, %fc.weight, bias=None)  # model.R:12",
   "  %1: int = prim.size(%x, 0)  # model.R:13",
@@ -90,6 +91,24 @@ insp_graph <- paste(
   "}",
   sep = "\n"
 )
+
+# The literals above exercise the printer (every literal tag); the load-time checker refuses
+# them on `getitem` (it takes no such keywords), so the files that jit_inspect() reads use
+# the same program without them, and the printer is tested on the parsed document directly.
+insp_literal_program <- insp_program
+insp_literal_graph <- insp_graph
+insp_kwargs <- regmatches(insp_program, regexpr('"kwargs": \\{"eps".*?"one": \\{"tuple": \\[3\\]\\}\\}',
+                                                 insp_program))
+insp_program <- sub(insp_kwargs, '"kwargs": {}', insp_program, fixed = TRUE)
+insp_graph <- sub(paste0(", eps=1e-07, big=1e+16, neg=-0.0, dt=int64, dev=device('cpu'), ",
+                         "inf=-inf, s=\"it's\", c=(1-2j), d={'k': [1, 2.5, True]}, one=(3,))"),
+                  ")", insp_graph, fixed = TRUE)
+
+test_that("R's printer writes every literal kind as Python's printer does", {
+  doc <- jsonlite::fromJSON(tracebridge:::tag_big_ints(insp_literal_program),
+                            simplifyVector = FALSE)
+  expect_equal(tracebridge:::render_graph(doc$methods$forward, "forward"), insp_literal_graph)
+})
 
 insp_hand_artifact <- function(program = insp_program, shape = c(2, 3)) {
   st <- tempfile(fileext = ".safetensors")
@@ -109,7 +128,7 @@ test_that("jit_inspect reads a hand-written artifact with base R only", {
   expect_false(info$training)
   expect_equal(info$methods, "forward")
   expect_equal(info$graphs[["forward"]], insp_graph)
-  expect_equal(info$inputs$forward, data.frame(name = "x", type = "f32[s0, 3]"))
+  expect_equal(info$inputs$forward, data.frame(name = "x", type = "f32[s0, s1]"))
   expect_equal(info$state$name, "fc.weight")
   expect_equal(info$state$kind, "parameter")
   expect_equal(info$state$dtype, "float32")
@@ -190,11 +209,12 @@ test_that("bad files signal tracebridge_artifact_error with a clear message", {
                class = "tracebridge_artifact_error")
   renamed <- gsub('"fc.weight": {"kind"', '"fc.bias": {"kind"', insp_program, fixed = TRUE)
   expect_error(jit_inspect(insp_hand_artifact(renamed)),
-               "state 'fc.bias' has no tensor", class = "tracebridge_artifact_error")
+               "state 'fc.weight' does not exist \\[rule: state\\]",
+               class = "tracebridge_artifact_error")
   broken <- sub('"out_spec": {"t": "tuple", "c": [{"t": "leaf"}, {"t": "none"}]}',
                 '"out_spec": {"t": "tuple", "c": [{"t": "leaf"}, {"t": "leaf"}]}',
                 insp_program, fixed = TRUE)
-  expect_error(jit_inspect(insp_hand_artifact(broken)), "method 'forward': the graph is malformed",
+  expect_error(jit_inspect(insp_hand_artifact(broken)), "method 'forward'.*out_spec",
                class = "tracebridge_artifact_error")
   expect_error(jit_inspect(c("a", "b")), "one file path", class = "tracebridge_artifact_error")
 })
@@ -215,10 +235,10 @@ test_that("the hand-written program prints as Python's printer prints it", {
   skip_if_no_torch()
   ir <- reticulate::import("tracebridge.ir", convert = FALSE)
   printer <- reticulate::import("tracebridge.ir.printer", convert = FALSE)
-  doc <- reticulate::import("json", convert = FALSE)$loads(insp_program)
+  doc <- reticulate::import("json", convert = FALSE)$loads(insp_literal_program)
   graph <- ir$graph_from_json(reticulate::py_get_item(reticulate::py_get_item(doc, "methods"),
                                                       "forward"))
-  expect_equal(reticulate::py_to_r(printer$graph_text(graph, "forward")), insp_graph)
+  expect_equal(reticulate::py_to_r(printer$graph_text(graph, "forward")), insp_literal_graph)
 })
 
 test_that("floats print as Python's repr() on many values", {

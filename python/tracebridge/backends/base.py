@@ -81,8 +81,12 @@ _REGISTRY: dict[str, type[Backend]] = {}
 def register_backend(name: str, cls: type[Backend]) -> None:
     """Make ``cls`` available as ``tracebridge.compile(..., backend=name)``.
 
-    >>> from tracebridge.backends import register_backend, ReferenceBackend
+    >>> from tracebridge.backends import register_backend, registered, ReferenceBackend
     >>> register_backend("my_reference", ReferenceBackend)
+    >>> "my_reference" in registered()
+    True
+    >>> _REGISTRY.pop("my_reference").__name__  # leave the registry as the tests expect it
+    'ReferenceBackend'
     """
     if not (isinstance(cls, type) and issubclass(cls, Backend)):
         raise BackendError(f"register_backend({name!r}, ...) needs a Backend subclass")
