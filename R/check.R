@@ -330,7 +330,7 @@ check_method_name <- function(name, what) {
 check_path_name <- function(name, what) {
   ops <- tb_tables()[["ops"]]
   if (!fits(ops[["names"]][["path"]], name, ops[["limits"]][["name_chars"]])) {
-    check_fault("names", sprintf("%s name '%s' is not a dotted path of [A-Za-z0-9_] parts",
+    check_fault("names", sprintf("%s name '%s' is not a dotted path of [A-Za-z0-9_-] parts",
                                  what, substr(name, 1, 40)))
   }
 }
@@ -371,14 +371,13 @@ check_mode_bound <- function(doc) {
   }
 }
 
-# meta.specialised (method -> its size-1 variants) is read by the loaded module, so it is
+# specialised (method -> its size-1 variants), a field of the program (format 2): it is
 # checked like a field: methods of the file, each variant used once.
 check_specialised <- function(doc) {
-  meta <- doc[["meta"]]
-  spec <- if (is_obj(meta)) meta[["specialised"]]
+  spec <- doc[["specialised"]]
   if (is.null(spec)) return(invisible())
   if (!is_obj(spec)) {
-    check_fault("document", "meta.specialised must map methods to lists of methods")
+    check_fault("document", "specialised must map methods to lists of methods")
   }
   methods <- names(doc[["methods"]])
   seen <- character(0)
@@ -387,13 +386,13 @@ check_specialised <- function(doc) {
     variants <- spec[[i]]
     if (!method %in% methods || !is_arr(variants)) {
       check_fault("document", sprintf(
-        "meta.specialised names '%s', which is not a method with a list of variants",
+        "specialised names '%s', which is not a method with a list of variants",
         substr(method, 1, 40)))
     }
     for (v in variants) {
       if (!is_str(v) || !v %in% methods || v %in% seen || v %in% names(spec)) {
         check_fault("document", sprintf(
-          "meta.specialised of '%s' names a variant that is not a method of the file (or twice)",
+          "specialised of '%s' names a variant that is not a method of the file (or twice)",
           method))
       }
       seen <- c(seen, v)
@@ -522,7 +521,7 @@ define_value <- function(value, kinds, is_input = FALSE) {
   }
   name <- value[["name"]]
   if (!is.null(name) && !fits(ops[["names"]][["path"]], name, ops[["limits"]][["name_chars"]])) {
-    check_fault("names", sprintf("value name '%s' is not a dotted path of [A-Za-z0-9_] parts",
+    check_fault("names", sprintf("value name '%s' is not a dotted path of [A-Za-z0-9_-] parts",
                                  substr(name, 1, 40)))
   }
   if (identical(value[["kind"]], "Tensor")) {

@@ -46,7 +46,7 @@ def _describe_guard(name: str, node) -> str:
 
 def _specialised(program: Program) -> dict[str, list[str]]:
     """Method name -> the names of its size-1 specialisations (check/specialise.py)."""
-    return dict(program.meta.get("specialised", {}))
+    return dict(program.specialised)
 
 
 def _variant_names(program: Program) -> set[str]:
@@ -59,7 +59,7 @@ def _add_specialisations(program: Program, name: str, graphs: list) -> None:
         names.append(f"{name}__size1_{len(names)}")
         program.methods[names[-1]] = graph
     if names:
-        program.meta.setdefault("specialised", {})[name] = names
+        program.specialised[name] = names
 
 
 class _Traced:

@@ -104,3 +104,55 @@ def test_source_language_is_a_field_that_save_keeps(tmp_path):
     assert _doc(tmp_path / "again.tb")["producer"]["language"] == "r"
     traced.save(tmp_path / "py.tb", language="python")  # an explicit language wins
     assert _doc(tmp_path / "py.tb")["producer"]["language"] == "python"
+
+
+def test_size_specialisations_are_a_field_not_meta(tmp_path):
+    def f(x):
+        return x * 2 if x.shape[0] > 1 else x + 1  # batch 1 takes the other branch
+
+    traced = tracebridge.trace(f, torch.rand(2, 3))
+    path = tmp_path / "spec.tb"
+    traced.save(path)
+    doc = _doc(path)
+    assert doc["specialised"] == {"forward": ["forward__size1_0"]}
+    assert "specialised" not in doc.get("meta", {})
+    loaded = tracebridge.load(path)
+    assert torch.equal(loaded(torch.ones(1, 3)), torch.full((1, 3), 2.0))
+    assert torch.equal(loaded(torch.ones(3, 3)), torch.full((3, 3), 2.0))
+    doc["meta"] = {"specialised": doc.pop("specialised")}  # meta gives no meaning
+    moved = tmp_path / "moved.tb"
+    _with_program(path, moved, doc)
+    with pytest.raises(tracebridge.GuardError):
+        tracebridge.load(moved)(torch.ones(1, 3))
+
+
+def test_module_names_with_dashes_save_and_load(tmp_path):
+    """torchvision names blocks ``block1-0`` (RegNet): such state names are valid."""
+    net = nn.Sequential()
+    net.add_module("block1-0", nn.Linear(3, 2))
+    path = tmp_path / "dash.tb"
+    tracebridge.trace(net, torch.rand(2, 3)).save(path)
+    x = torch.rand(4, 3)
+    torch.testing.assert_close(tracebridge.load(path)(x), net(x))
+
+
+def test_save_refuses_a_program_no_reader_would_load(tmp_path, unchecked_programs):
+    net = nn.Sequential()
+    net.add_module("bad name", nn.Linear(3, 2))  # a space: outside the name grammar
+    traced = tracebridge.trace(net, torch.rand(2, 3))
+    with pytest.raises(tracebridge.ArtifactError, match=r"bad name.*\[rule: names\]; not saved"):
+        traced.save(tmp_path / "bad.tb")
+    assert not (tmp_path / "bad.tb").exists()
+
+
+@pytest.mark.parametrize(
+    "fn, inputs",
+    [
+        (lambda v, g: torch._weight_norm(v, g, 0), (torch.rand(4, 3), torch.rand(4, 1))),
+        (lambda x: torch._shape_as_tensor(x) * 2, (torch.rand(4, 3),)),
+    ],
+)
+def test_reviewed_private_ops_of_published_models_record_and_reload(fn, inputs, tmp_path):
+    traced = tracebridge.trace(fn, inputs)
+    traced.save(tmp_path / "p.tb")
+    torch.testing.assert_close(tracebridge.load(tmp_path / "p.tb")(*inputs), fn(*inputs))

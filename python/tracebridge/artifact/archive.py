@@ -29,7 +29,7 @@ from typing import Any, BinaryIO
 
 import torch
 
-from ..check.program import check_json_size, check_program
+from ..check.program import FILE_FIX, SAVE_FIX, check_json_size, check_program
 from ..errors import ArtifactError
 from ..ir import (
     DTYPE_NAMES,
@@ -86,6 +86,8 @@ def program_to_json(program: Program, language: str | None = None) -> dict:
         doc["mode_bound"] = program.mode_bound
     if program.backend is not None:
         doc["backend"] = program.backend
+    if program.specialised:
+        doc["specialised"] = program.specialised
     return doc
 
 
@@ -159,6 +161,11 @@ def write(
     if language not in ("python", "r"):
         raise ArtifactError(f"language must be 'python' or 'r', not {language!r}")
     doc = program_to_json(program, language)
+    # Never write a file that no reader would load: the load-time rules hold on save too.
+    try:
+        check_program(doc, os.fspath(path))
+    except ArtifactError as exc:
+        raise ArtifactError(str(exc).replace(FILE_FIX, SAVE_FIX)) from None
     stored = {n: e.tensor for n, e in program.state.items() if not e.tensor.is_meta}
     external = [n for n, e in program.state.items() if e.tensor.is_meta]
     layout = st.plan(stored)
@@ -459,5 +466,6 @@ def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "
         language=doc.get("producer", {}).get("language", "python"),
         mode_bound=mode_bound,
         backend=backend,
+        specialised=dict(doc.get("specialised", {})),
         meta=meta,
     )

@@ -39,10 +39,11 @@ LIMITS = {
 # --- names ----------------------------------------------------------------------------------
 # Method names: an ASCII identifier that starts with a letter, so that no method can reach
 # a private attribute of the loaded module; keyword names: an ASCII identifier; state,
-# input and value names: dotted paths of ASCII word characters (``layer1.0.conv1.weight``).
+# input and value names: dotted paths of ASCII word characters and ``-``
+# (``layer1.0.conv1.weight``, torchvision's ``trunk_output.block1-0.proj.weight``).
 METHOD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 KEYWORD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-PATH_NAME = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
+PATH_NAME = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
 CLASS_NAME = re.compile(r"[A-Za-z0-9_.]+")
 LOC = re.compile(r"[^\x00-\x1f\x7f]+:[0-9]+")
 SYMBOL = re.compile(r"s[0-9]+")
@@ -80,6 +81,15 @@ LITERAL_TAGS = (
     "complex",
 )
 MEMORY_FORMATS = ("contiguous_format", "channels_last", "preserve_format", "channels_last_3d")
+
+
+# What to do about a file that breaks a rule, unless the rule says more.
+FILE_FIX = "the file is corrupt or was edited by hand; save it again from the traced code"
+# The same on save: the program in hand breaks a rule, so no reader would load the file.
+SAVE_FIX = (
+    "not saved: no reader would load it; rename the module, parameter or method it names "
+    "(names are dotted paths of letters, digits, '_' and '-') and trace again"
+)
 
 
 class _Fault(Exception):
@@ -130,8 +140,8 @@ def check_program(program_or_doc: Program | dict, name: str = "", *, strict: boo
     * **literals** [5]: one-key objects with a known tag and a well-formed body.
     * **fields that runs depend on** [2]: ``mode_bound`` (in ``meta`` for format 1) names
       methods and has a boolean ``training``; a graph's ``sources`` map locations to lines;
-      ``meta.specialised`` (read by the loaded module, though ``meta`` should be display
-      only) maps methods to lists of distinct methods; ``tensors.external`` names state.
+      ``specialised`` maps methods to lists of distinct methods; ``tensors.external``
+      names state; ``meta`` is display-only and never read.
     * **resources**: nesting depth, node and method counts, name and text lengths,
       integers inside int64/uint64, and a size written as a literal may not ask for more
       than ``LIMITS["literal_numel"]`` elements; scalar ops on literals must stay in range
@@ -175,10 +185,7 @@ def _message(prefix, method, index, op, fault: _Fault) -> str:
         where.append(f"node {index}" + (f" ({op})" if op else ""))
     head = prefix + (", ".join(where) + ": " if where else "")
     text = f"{head}{fault.message} [rule: {fault.rule}]"
-    fix = (
-        fault.fix or "the file is corrupt or was edited by hand; save it again from the traced code"
-    )
-    return f"{text}; {fix}"
+    return f"{text}; {fault.fix or FILE_FIX}"
 
 
 def _doc_of(program: Program) -> dict:
@@ -340,21 +347,19 @@ def _check_mode_bound(doc: dict) -> None:
 
 
 def _check_specialised(doc: dict) -> None:
-    """``meta.specialised`` (method -> its size-1 variants) is read by the loaded module, so
-    it is checked like a field: methods of the file, each variant used once."""
-    meta = doc.get("meta") or {}
-    spec = meta.get("specialised") if isinstance(meta, dict) else None
+    """``specialised`` (method -> its size-1 variants): methods of the file, each variant
+    used once and never itself specialised."""
+    spec = doc.get("specialised")
     if spec is None:
         return
     if not isinstance(spec, dict):
-        _fail("document", "meta.specialised must map methods to lists of methods")
+        _fail("document", "specialised must map methods to lists of methods")
     seen: set = set()
     for method, variants in spec.items():
         if method not in doc["methods"] or not isinstance(variants, list):
             _fail(
                 "document",
-                f"meta.specialised names {method[:40]!r}, which is not a method "
-                "with a list of variants",
+                f"specialised names {method[:40]!r}, which is not a method with a list of variants",
             )
         for variant in variants:
             if (
@@ -365,7 +370,7 @@ def _check_specialised(doc: dict) -> None:
             ):
                 _fail(
                     "document",
-                    f"meta.specialised of {method!r} names "
+                    f"specialised of {method!r} names "
                     f"{str(variant)[:40]!r}, which is not a method of the file (or twice)",
                 )
             seen.add(variant)
@@ -429,7 +434,7 @@ def _method_name(name: str, what: str) -> None:
 
 def _path_name(name: str, what: str) -> None:
     if not _fits(PATH_NAME, name, LIMITS["name_chars"]):
-        _fail("names", f"{what} name {name[:40]!r} is not a dotted path of [A-Za-z0-9_] parts")
+        _fail("names", f"{what} name {name[:40]!r} is not a dotted path of [A-Za-z0-9_-] parts")
 
 
 def _check_methods(doc: dict) -> None:
@@ -503,7 +508,7 @@ class _GraphCheck:
         kind = value["kind"]
         name = value.get("name")
         if name is not None and not _fits(PATH_NAME, name, LIMITS["name_chars"]):
-            _fail("names", f"value name {name[:40]!r} is not a dotted path of [A-Za-z0-9_] parts")
+            _fail("names", f"value name {name[:40]!r} is not a dotted path of [A-Za-z0-9_-] parts")
         if kind == "Tensor":
             if value.get("dtype") not in dtypes.BY_NAME or not isinstance(value.get("shape"), list):
                 _fail("values", f"tensor value %{vid} needs a dtype of the table and a shape")

@@ -9,8 +9,8 @@ Note: why and how.
   every input: a batch or a sequence is shared by the inputs), provided the real code runs
   on them. A graph that differs from the first is kept as a *specialisation*: guarded at
   its start on the sizes that are 1 (so it never serves a call where they are not), stored
-  beside the first graph in the same program (``meta.specialised`` lists them), and tried
-  by the runtime, in order, when the first graph's guards refuse a call. A call that no
+  beside the first graph in the same program (its ``specialised`` field lists them), and
+  tried by the runtime, in order, when the first graph's guards refuse a call. A call that no
   graph serves raises the first graph's GuardError. Graphs that write in place (state
   updates) get no specialisations: a refused attempt must leave nothing behind.
 """

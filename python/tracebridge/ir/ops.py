@@ -184,6 +184,12 @@ REVIEWED_PRIVATE: dict[str, str] = {
     "it; reads only its tensor arguments",
     "_unique2": "torch.unique calls it; returns new tensors from its input",
     "_pad_circular": "F.pad(mode='circular') calls it; pure copy of its input",
+    "_weight_norm": "nn.utils.weight_norm's parametrisation (wav2vec2, HuBERT) calls it; "
+    "v * g / norm(v), new tensor from its inputs",
+    "_grouped_mm": "mixture-of-experts layers (Mixtral, Qwen2-MoE in transformers) call it; "
+    "grouped matrix products of its tensor arguments, offsets bounds-checked by PyTorch",
+    "_shape_as_tensor": "torchvision's detection heads call it while tracing; a new int64 "
+    "tensor holding its input's sizes (no data read)",
 }
 
 # Tensor methods that behave exactly like the torch function of the same name.

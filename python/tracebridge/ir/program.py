@@ -118,6 +118,9 @@ class Program:
     mode_bound: dict[str, dict] = field(default_factory=dict)
     # The partition that tracebridge.compile embedded (backend, compiler args, subgraphs).
     backend: dict[str, Any] | None = None
+    # method -> the names of its size-1 specialisations (check/specialise.py): graphs kept
+    # beside it and tried in order when its guards refuse a call.
+    specialised: dict[str, list[str]] = field(default_factory=dict)
     # Display-only: nothing that runs may depend on it (shared_ir/SPEC.md).
     meta: dict[str, Any] = field(default_factory=dict)
 
