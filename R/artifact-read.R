@@ -399,7 +399,7 @@ header_entry <- function(where, name, info) {
     inspect_abort(sprintf("%s must have exactly dtype, shape and data_offsets.", what))
   }
   dtype <- info$dtype
-  if (!is.character(dtype) || length(dtype) != 1L || is.na(inspect_st_dtypes[dtype])) {
+  if (!is.character(dtype) || length(dtype) != 1L || is.na(st_code_names()[dtype])) {
     inspect_abort(sprintf("%s has a dtype which artifacts do not hold.", what))
   }
   whole <- function(v) {
@@ -415,7 +415,7 @@ header_entry <- function(where, name, info) {
   }
   shape <- vapply(info$shape, big_number, numeric(1))
   offsets <- vapply(offsets, big_number, numeric(1))
-  size <- inspect_elt_size[[inspect_st_dtypes[[dtype]]]]
+  size <- dtype_column("itemsize")[[st_code_names()[[dtype]]]]
   if (offsets[2] < offsets[1]) inspect_abort(sprintf("%s has bad data_offsets.", what))
   if (prod(shape) * size != offsets[2] - offsets[1]) {
     inspect_abort(sprintf("%s: %s bytes do not fit shape [%s] of %s.", what,
@@ -457,10 +457,10 @@ read_state <- function(file, doc) {
     entry <- info[[name]]
     shape <- vapply(entry$shape, big_number, numeric(1))
     numel <- prod(shape)
-    bytes <- numel * (inspect_elt_size[entry$dtype %||% ""] %||% NA)
+    bytes <- numel * (dtype_column("itemsize")[entry$dtype %||% ""] %||% NA)
     tensor <- header$tensors[[name]]
     if (!is.null(tensor)) {
-      st_dtype <- unname(inspect_st_dtypes[tensor$dtype])
+      st_dtype <- unname(st_code_names()[tensor$dtype])
       mismatch <- function(what) inspect_abort(sprintf("%s: state '%s': %s.", file, name, what))
       if (!identical(st_dtype, entry$dtype)) {
         mismatch(sprintf("program.json says dtype %s, tensors.safetensors says %s",

@@ -21,8 +21,8 @@ define <- function(p, value, named = FALSE) {
 type_str <- function(value) {
   if (!identical(value$kind, "Tensor")) return(as.character(value$kind))
   dtype <- value$dtype %||% ""
-  short <- if (dtype %in% names(inspect_dtype_short)) {
-    inspect_dtype_short[[dtype]]
+  short <- if (dtype %in% names(dtype_column("short"))) {
+    dtype_column("short")[[dtype]]
   } else if (nzchar(dtype)) dtype else "?"
   dims <- vapply(value$shape, py_str, character(1))
   paste0(short, "[", paste(dims, collapse = ", "), "]")

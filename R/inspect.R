@@ -12,21 +12,19 @@
 inspect_format_version <- 2L
 inspect_opset_version <- 2L
 
-inspect_dtype_short <- c(
-  float32 = "f32", float64 = "f64", float16 = "f16", bfloat16 = "bf16", int64 = "i64",
-  int32 = "i32", int16 = "i16", int8 = "i8", uint8 = "u8", bool = "b8", complex64 = "c64",
-  complex128 = "c128"
-)
+# The one dtype table (inst/shared_ir/dtypes.json, generated from
+# python/tracebridge/ir/dtypes.py): one column as a named vector, dtype name -> value.
+dtype_column <- function(field) {
+  table <- tb_tables()[["dtypes"]]
+  values <- lapply(table, `[[`, field)
+  unlist(values[!vapply(values, is.null, TRUE)])
+}
 
-# safetensors dtype code -> program.json dtype name, and bytes per element.
-inspect_st_dtypes <- c(
-  F32 = "float32", F64 = "float64", F16 = "float16", BF16 = "bfloat16", I64 = "int64",
-  I32 = "int32", I16 = "int16", I8 = "int8", U8 = "uint8", BOOL = "bool", C64 = "complex64"
-)
-inspect_elt_size <- c(
-  float32 = 4, float64 = 8, float16 = 2, bfloat16 = 2, int64 = 8, int32 = 4, int16 = 2,
-  int8 = 1, uint8 = 1, bool = 1, complex64 = 8, complex128 = 16
-)
+# safetensors dtype code -> program.json dtype name.
+st_code_names <- function() {
+  codes <- dtype_column("safetensors")
+  stats::setNames(names(codes), codes)
+}
 
 #' Look inside a saved artifact without starting Python
 #'

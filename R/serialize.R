@@ -6,9 +6,8 @@
 
 save_format <- "tracebridge.torch_save"
 
-st_dtypes <- c(float32 = "F32", float64 = "F64", float16 = "F16", bfloat16 = "BF16",
-               int64 = "I64", int32 = "I32", int16 = "I16", int8 = "I8", uint8 = "U8",
-               bool = "BOOL")
+# dtype name -> safetensors code, from the one dtype table (R/inspect.R).
+st_dtypes <- function() dtype_column("safetensors")
 
 #' Save and load tensors, lists and module state
 #'
@@ -74,14 +73,14 @@ safetensors_raw <- function(tensors) {
   for (key in names(tensors)) {
     py <- tensor_py(tensors[[key]])$detach()$cpu()$contiguous()
     dtype <- sub("torch.", "", reticulate::py_str(py$dtype), fixed = TRUE)
-    if (!dtype %in% names(st_dtypes)) {
+    if (!dtype %in% names(st_dtypes())) {
       tracebridge_abort(sprintf("torch_save(): tensors of dtype %s can not be saved.", dtype),
                         "type_error")
     }
     flat <- py$reshape(-1L)$view(py_torch()$uint8)
     bytes <- if (reticulate::py_to_r(flat$numel()) == 0L) raw() else
       as.raw(reticulate::py_to_r(flat$to(py_torch()$int32)$numpy()))
-    header[[key]] <- list(dtype = st_dtypes[[dtype]], shape = as.list(dim(tensors[[key]])),
+    header[[key]] <- list(dtype = st_dtypes()[[dtype]], shape = as.list(dim(tensors[[key]])),
                           data_offsets = c(offset, offset + length(bytes)))
     chunks[[key]] <- bytes
     offset <- offset + length(bytes)
@@ -166,7 +165,7 @@ read_safetensors <- function(blob, path) {
   if (n < 0 || 8 + n > length(blob)) bad("has a header that runs past the end")
   header <- jsonlite::fromJSON(rawToChar(blob[9:(8 + n)]), simplifyVector = FALSE)
   data <- if (length(blob) > 8 + n) blob[(9 + n):length(blob)] else raw()
-  from_st <- stats::setNames(names(st_dtypes), st_dtypes)
+  from_st <- st_code_names()
   out <- list()
   for (key in setdiff(names(header), "__metadata__")) {
     info <- header[[key]]
