@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import linecache
 from collections.abc import Callable
 
 import torch
@@ -26,6 +27,47 @@ PRIM_FUNCTIONS = {
     "prim.requires_grad": lambda t: t.requires_grad,
     "prim.is_contiguous": lambda t: t.is_contiguous(),
 }
+
+
+class OpError(TraceError):
+    """An op of a loaded graph failed while running (PyTorch or scalar arithmetic raised).
+
+    ``original`` is the exception the op raised (also the ``__cause__``). A hostile or
+    corrupt file can make any op fail (a size past memory, a division by zero, an index out
+    of range); a caller of a loaded artifact catches ``TraceError`` for all of them.
+    """
+
+    def __init__(self, message: str, original: BaseException | None = None):
+        super().__init__(message)
+        self.original = original
+
+
+def _failed_step(tb) -> str:
+    """Where in the graph a traceback went wrong: the interpreter's node, or the line of the
+    generated code (which names the op and the source location, as ``.code`` shows)."""
+    where = ""
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_filename.startswith("<tracebridge:"):
+            line = linecache.getline(frame.f_code.co_filename, tb.tb_lineno).strip()
+            where = f"at `{line[:200]}`" if line else where
+        elif frame.f_code.co_name == "run_op" and isinstance(frame.f_locals.get("node"), Node):
+            node = frame.f_locals["node"]
+            where = f"in op {node.op}" + (f" ({node.loc})" if node.loc else "")
+        tb = tb.tb_next
+    return where
+
+
+def op_failed(method: str, exc: BaseException) -> OpError:
+    """The :class:`OpError` for ``exc``, raised by an op while ``method`` ran."""
+    where = _failed_step(exc.__traceback__)
+    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+    return OpError(
+        f"method {method!r}: an op failed {where}: {type(exc).__name__}: {text}; the "
+        "inputs do not suit the traced program (sizes, values), or the artifact is corrupt "
+        "or hostile (tracebridge validate checks the file)",
+        exc,
+    )
 
 
 def node_callable(node: Node, methods: dict[str, Graph]) -> Callable:
