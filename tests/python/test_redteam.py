@@ -286,3 +286,55 @@ def test_renamed_state_loads_when_the_name_is_plain(tmp_path):
     """The renaming helper itself makes a valid file (so the xfail above is the names)."""
     module = tracebridge.load(_renamed_state(tmp_path, {"weight": "w"}))
     assert module(torch.rand(4, 3)).shape == (4, 2)
+
+
+# --- kernels that trust their arguments (runtime/support.py _CHECKED_IMPLS) ----------------
+
+
+def _embedding_bag_file(tmp_path, base, offsets):
+    def literal(vid, data, dtype):
+        return _node("tensor", [data], [_tensor(vid, dtype)], {"dtype": {"dtype": dtype}})
+
+    outputs = [_tensor(4), _tensor(5, "int64"), _tensor(6, "int64"), _tensor(7, "int64")]
+    nodes = [
+        literal(1, [[1.0, 2.0], [3.0, 4.0]], "float32"),
+        literal(2, [0, 1], "int64"),
+        literal(3, offsets, "int64"),
+        _node("embedding_bag", [_ref(1), _ref(2), _ref(3)], outputs),
+    ]
+    nodes[-1]["out_spec"] = {"t": "tuple", "c": [{"t": "leaf"}] * 4}
+    return _hostile(tmp_path, base, nodes)
+
+
+@pytest.mark.parametrize("offsets", [[0, -(10**12)], [0, -7], [0, 2, 1]])
+def test_embedding_bag_offsets_never_reach_the_kernel_unchecked(tmp_path, base, offsets):
+    """PyTorch's kernel reads indices[offsets[i]] unchecked: offsets [0, -10**12] crashed
+    the process (SIGSEGV, in Python and in R's session alike), [0, -7] quoted 8 bytes of
+    the heap in the error. Run in a fresh process, so that a crash fails only this test."""
+    from .conftest import run_fresh_python
+
+    path = _embedding_bag_file(tmp_path, base, offsets)
+    done = run_fresh_python(
+        f"""
+        import torch, tracebridge
+        module = tracebridge.load({str(path)!r})
+        try:
+            module(torch.ones(3))
+        except tracebridge.TraceError as exc:
+            print("refused:", exc)
+        """,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "refused:" in done.stdout and "offsets must be non-negative" in done.stdout
+
+
+def test_embedding_bag_with_good_offsets_is_unchanged():
+    bag = torch.nn.EmbeddingBag(10, 3, mode="sum")
+    indices, offsets = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 4])
+    for runtime in ("codegen", "interpreter"):
+        traced = tracebridge.trace(bag, (indices, offsets), runtime=runtime)
+        assert torch.equal(traced(indices, offsets), bag(indices, offsets))
+        assert torch.equal(
+            traced(indices, torch.tensor([0, 8])), bag(indices, torch.tensor([0, 8]))
+        )

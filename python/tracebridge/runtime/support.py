@@ -78,12 +78,37 @@ def node_callable(node: Node, methods: dict[str, Graph]) -> Callable:
     return default_callable(node.op)
 
 
+def _embedding_bag(weight, indices, offsets=None, *args, **kwargs):
+    # Note: PyTorch's CPU kernel reads indices[offsets[i]] without checking a negative or
+    # decreasing offset (torch 2.13: offsets [0, -10**12] crash the process, [0, -7] quote
+    # the heap in the error), so the offsets are checked here, where both runtimes call it.
+    if isinstance(offsets, torch.Tensor) and offsets.numel() and isinstance(indices, torch.Tensor):
+        flat = offsets.reshape(-1)
+        if (
+            flat.is_floating_point()
+            or bool((flat < 0).any())
+            or bool((flat[1:] < flat[:-1]).any())
+            or int(flat.max()) > indices.numel()
+        ):
+            raise ValueError(
+                "embedding_bag: offsets must be non-negative, non-decreasing and at most "
+                f"the number of indices ({indices.numel()})"
+            )
+    return torch.embedding_bag(weight, indices, offsets, *args, **kwargs)
+
+
+# Ops whose PyTorch kernel trusts an argument that a file controls: run through a check.
+_CHECKED_IMPLS: dict[str, Callable] = {"embedding_bag": _embedding_bag}
+
+
 def default_callable(name: str) -> Callable:
     """The op table's implementation of op ``name`` (what :func:`node_callable` gives
     unless a node needs another): generated code writes operators and attribute reads
     inline only when a node's callable is this one."""
     if name in PRIM_FUNCTIONS:
         return PRIM_FUNCTIONS[name]
+    if name in _CHECKED_IMPLS and opset.impl_of(name) is torch.embedding_bag:
+        return _CHECKED_IMPLS[name]
     try:
         return opset.impl_of(name)
     except (KeyError, TypeError):
