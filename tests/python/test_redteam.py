@@ -338,3 +338,32 @@ def test_embedding_bag_with_good_offsets_is_unchanged():
         assert torch.equal(
             traced(indices, torch.tensor([0, 8])), bag(indices, torch.tensor([0, 8]))
         )
+
+
+# --- output specs (check/program.py _leaves) ------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a namedtuple out_spec's name and fields are not checked at load: a keyword, a "
+    "non-identifier, a leading '_', a duplicate field or a 10,000-character name loads and "
+    "fails on the first call (collections.namedtuple's ValueError, now an OpError). Fix in "
+    "check/program.py _leaves (and R/check.R): for t == 'namedtuple' require name to match "
+    "CLASS_NAME's last part as an identifier of at most name_chars, and fields to be unique "
+    "identifiers, not keywords, not starting with '_' (rule 'specs')",
+)
+@pytest.mark.parametrize("name, fields", [("P", ["def"]), ("P", ["a b"]), ("P", ["a", "a"])])
+def test_namedtuple_specs_are_checked_at_load(tmp_path, base, name, fields):
+    doc = json.loads(json.dumps(base[0]))
+    graph = doc["methods"]["forward"]
+    graph["out_spec"] = {
+        "t": "namedtuple",
+        "name": name,
+        "fields": fields,
+        "c": [{"t": "leaf"}] * len(fields),
+    }
+    graph["outputs"] = [_ref(1)] * len(fields)
+    path = tmp_path / "namedtuple.tb"
+    _write(path, doc, base[1])
+    with pytest.raises(tracebridge.ArtifactError, match="spec"):
+        tracebridge.load(path)

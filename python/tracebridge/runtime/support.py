@@ -60,7 +60,7 @@ def _failed_step(tb) -> str:
 
 def op_failed(method: str, exc: BaseException) -> OpError:
     """The :class:`OpError` for ``exc``, raised by an op while ``method`` ran."""
-    where = _failed_step(exc.__traceback__)
+    where = _failed_step(exc.__traceback__) or "(while building its inputs or outputs)"
     text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
     return OpError(
         f"method {method!r}: an op failed {where}: {type(exc).__name__}: {text}; the "
