@@ -367,3 +367,33 @@ def test_namedtuple_specs_are_checked_at_load(tmp_path, base, name, fields):
     _write(path, doc, base[1])
     with pytest.raises(tracebridge.ArtifactError, match="spec"):
         tracebridge.load(path)
+
+
+# --- parsing cost (artifact/archive.py _open, check/program.py LIMITS) ----------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="program.json is parsed whole before any count is checked, and _check_depth walks "
+    "every value in Python: 1.5 MiB of empty objects in 'meta' takes about 1 s and 100 MB "
+    "to load; 30 MiB took 1.7 GB and over 20 s, and the 256 MiB that LIMITS['program_bytes'] "
+    "allows about 15 GB and minutes (the limits' note promises seconds and hundreds of MB). "
+    "Fix: in artifact/archive.py _open, before loads_strict, count b'{' + b'[' in the raw "
+    "bytes (an upper bound on containers, strings included) and refuse past a "
+    "LIMITS['containers'] of about 2_000_000 (rule 'resource limits'); lower program_bytes "
+    "to 64 MiB and nodes to 200_000 (the zoo's largest has a few thousand); R the same",
+)
+def test_many_json_containers_are_refused_before_parsing(tmp_path, base):
+    doc = json.loads(json.dumps(base[0]))
+    doc["meta"] = {"x": "@@"}
+    raw = json.dumps(doc).replace('"@@"', "[" + ",".join(["{}"] * 2**19) + "]").encode()
+    path = tmp_path / "containers.tb"
+    with open(path, "wb") as handle:
+        writer = Writer(handle)
+        for name, member, align in (("program.json", raw, 1), ("tensors.safetensors", base[1], 64)):
+            writer.begin(name, len(member), align)
+            writer.write(member)
+            writer.end(zlib.crc32(member))
+        writer.close()
+    with pytest.raises(tracebridge.ArtifactError, match="resource limits"):
+        tracebridge.load(path)
