@@ -15,7 +15,11 @@ tb_tables <- local({
     if (is.null(cache)) {
       read <- function(file) {
         path <- system.file("shared_ir", file, package = "tracebridge")
-        if (!nzchar(path)) stop("tracebridge: inst/shared_ir/", file, " is not installed")
+        if (!nzchar(path)) {
+          # R/check.R sourced from a checkout (the cross-language test): the repository's copy
+          path <- file.path(Sys.getenv("TRACEBRIDGE_SHARED_IR", "shared_ir"), file)
+        }
+        if (!file.exists(path)) stop("tracebridge: inst/shared_ir/", file, " is not installed")
         jsonlite::read_json(path, simplifyVector = FALSE)
       }
       ops <- read("ops.json")
@@ -51,6 +55,7 @@ check_program <- function(doc, file, strict = FALSE) {
     check_schema(doc)
     check_document(doc, strict)
     check_names_and_dispatch(doc)
+    check_mode_bound(doc)
     check_methods(doc, file)
   }, tracebridge_check_fault = function(fault) {
     inspect_abort(check_message(file, NULL, NULL, NULL, fault))
@@ -193,6 +198,21 @@ check_schema <- function(doc) {
       schema_fault("tensors", "must be {sha256: string, count: integer}")
     }
   }
+  if ("mode_bound" %in% names(doc)) {
+    mb <- doc[["mode_bound"]]
+    ok <- is_obj(mb) && all(vapply(mb, function(e) {
+      is_obj(e) && "training" %in% names(e) && is_flag(e[["training"]]) &&
+        (!"op" %in% names(e) || is_str(e[["op"]])) &&
+        (!"loc" %in% names(e) || is.null(e[["loc"]]) || is_str(e[["loc"]]))
+    }, logical(1)))
+    if (!ok) schema_fault("mode_bound", "must map methods to {training, op, loc}")
+  }
+  if ("backend" %in% names(doc)) {
+    b <- doc[["backend"]]
+    if (!is_obj(b) || !"name" %in% names(b) || !is_str(b[["name"]])) {
+      schema_fault("backend", "must be an object with a name")
+    }
+  }
   if ("meta" %in% names(doc) && !is_obj(doc[["meta"]])) {
     schema_fault("meta", "must be object")
   }
@@ -208,6 +228,10 @@ schema_graph <- function(g, where, dtypes) {
   if ("arg_names" %in% names(g) &&
       (!is_arr(g[["arg_names"]]) || !all(vapply(g[["arg_names"]], is_str, logical(1))))) {
     schema_fault(paste0(where, "/arg_names"), "must be an array of strings")
+  }
+  if ("sources" %in% names(g) && (!is_obj(g[["sources"]]) ||
+                                   !all(vapply(g[["sources"]], is_str, logical(1))))) {
+    schema_fault(paste0(where, "/sources"), "must be an object of strings")
   }
   if (!is_arr(g[["inputs"]])) schema_fault(paste0(where, "/inputs"), "must be array")
   for (v in g[["inputs"]]) schema_value(v, where, dtypes)
@@ -268,16 +292,16 @@ check_document <- function(doc, strict) {
     check_fault("document", "program.json has no tensors.sha256 checksum",
                 "save the program again with tracebridge")
   }
-  # State listed in tensors.external has no data in the file: load binds it from weights=.
-  external <- t[["external"]] %||% list()
-  if (!is.list(external) ||
-      !all(vapply(external, function(n) is_str(n) && n %in% names(doc[["state"]]), TRUE))) {
+  external <- if ("external" %in% names(t)) t[["external"]] else list()
+  if (!is_arr(external) || !all(vapply(external, function(n) {
+    is_str(n) && n %in% names(doc[["state"]])
+  }, logical(1)))) {
     check_fault("document", "tensors.external must be a list of names of state entries")
   }
   if (anyDuplicated(unlist(external))) {
     check_fault("document", "tensors.external names a state entry twice")
   }
-  stored <- length(doc[["state"]]) - length(external)
+  stored <- length(doc[["state"]]) - length(external)  # external weights are bound at load
   if (!is.null(t[["count"]]) && int_value(t[["count"]]) != stored) {
     check_fault("document", sprintf(
       "tensors.count is %s but the state has %d tensors stored in the file",
@@ -308,6 +332,72 @@ check_path_name <- function(name, what) {
   if (!fits(ops[["names"]][["path"]], name, ops[["limits"]][["name_chars"]])) {
     check_fault("names", sprintf("%s name '%s' is not a dotted path of [A-Za-z0-9_] parts",
                                  what, substr(name, 1, 40)))
+  }
+}
+
+# mode_bound (in meta for format 1) names methods, with a boolean mode.
+check_mode_bound <- function(doc) {
+  ops <- tb_tables()[["ops"]]
+  bound <- doc[["mode_bound"]]
+  if (identical(int_value(doc[["format_version"]]), 1)) {
+    meta <- doc[["meta"]]
+    bound <- meta[["mode_bound"]]
+    backend <- meta[["backend"]]
+    if (!is.null(backend) && !(is_obj(backend) && is_str(backend[["name"]]))) {
+      check_fault("document", "meta.backend of a format-1 file must be an object with a name")
+    }
+  }
+  check_specialised(doc)
+  if (is.null(bound)) return(invisible())
+  if (!is_obj(bound)) check_fault("document", "mode_bound must be an object of methods")
+  for (i in seq_along(bound)) {
+    method <- names(bound)[[i]]
+    entry <- bound[[i]]
+    if (!method %in% names(doc[["methods"]])) {
+      check_fault("dispatch", sprintf(
+        "mode_bound names method '%s', which the file does not have", substr(method, 1, 40)))
+    }
+    if (!is_obj(entry) || !is_flag(entry[["training"]])) {
+      check_fault("document", sprintf("mode_bound of '%s' needs a boolean 'training'", method))
+    }
+    loc <- entry[["loc"]]
+    if (!is.null(loc) && !fits(ops[["names"]][["loc"]], loc, ops[["limits"]][["text_chars"]])) {
+      check_fault("names", "a mode_bound loc must be 'path:line' without control characters")
+    }
+    if ("op" %in% names(entry) && !is_str(entry[["op"]])) {
+      check_fault("document", sprintf("mode_bound of '%s' has an op that is not a string",
+                                      method))
+    }
+  }
+}
+
+# meta.specialised (method -> its size-1 variants) is read by the loaded module, so it is
+# checked like a field: methods of the file, each variant used once.
+check_specialised <- function(doc) {
+  meta <- doc[["meta"]]
+  spec <- if (is_obj(meta)) meta[["specialised"]]
+  if (is.null(spec)) return(invisible())
+  if (!is_obj(spec)) {
+    check_fault("document", "meta.specialised must map methods to lists of methods")
+  }
+  methods <- names(doc[["methods"]])
+  seen <- character(0)
+  for (i in seq_along(spec)) {
+    method <- names(spec)[[i]]
+    variants <- spec[[i]]
+    if (!method %in% methods || !is_arr(variants)) {
+      check_fault("document", sprintf(
+        "meta.specialised names '%s', which is not a method with a list of variants",
+        substr(method, 1, 40)))
+    }
+    for (v in variants) {
+      if (!is_str(v) || !v %in% methods || v %in% seen || v %in% names(spec)) {
+        check_fault("document", sprintf(
+          "meta.specialised of '%s' names a variant that is not a method of the file (or twice)",
+          method))
+      }
+      seen <- c(seen, v)
+    }
   }
 }
 
@@ -401,6 +491,15 @@ check_inputs <- function(graph, kinds) {
   for (arg in graph[["arg_names"]]) {
     if (!fits(ops[["names"]][["keyword"]], arg, ops[["limits"]][["name_chars"]]) && !identical(arg, "...")) {
       check_fault("names", sprintf("argument name '%s' is not an identifier", substr(arg, 1, 40)))
+    }
+  }
+  src <- graph[["sources"]]
+  for (i in seq_along(src)) {
+    if (!fits(ops[["names"]][["loc"]], names(src)[[i]], ops[["limits"]][["text_chars"]]) ||
+        nchar(src[[i]], type = "chars") > ops[["limits"]][["text_chars"]]) {
+      check_fault("names", sprintf(
+        "sources maps 'path:line' locations to lines of at most %d characters",
+        ops[["limits"]][["text_chars"]]))
     }
   }
   s <- graph[["in_spec"]]
@@ -742,8 +841,9 @@ check_scalar_range <- function(op, args) {
   if (!op %in% c("scalar.pow", "scalar.lshift") || length(args) != 2L) return(invisible())
   base <- args[[1]]
   by <- args[[2]]
+  harmless <- if (op == "scalar.pow") 1 else 0
   if (is_int_lit(by) && abs(int_value(by)) > 64 &&
-      !(is_int_lit(base) && abs(int_value(base)) <= 1)) {
+      !(is_int_lit(base) && abs(int_value(base)) <= harmless)) {
     check_fault("resource limits", sprintf(
       "%s by %s leaves the range of traced numbers (int64)", op, id_key(by)))
   }
@@ -760,11 +860,23 @@ spec_leaves <- function(spec) {
   if (is.null(spec)) return(0L)
   if (!is_obj(spec)) check_fault("specs", "a spec must be an object")
   t <- spec[["t"]]
+  fields <- list(const = "v", tuple = "c", list = "c", dict = c("keys", "c"),
+                 namedtuple = c("name", "fields", "c"))[[t]]
+  missing <- setdiff(fields, names(spec))
+  if (length(missing)) {
+    check_fault("specs", sprintf("a %s spec needs the field '%s'", t, missing[[1]]))
+  }
   if (identical(t, "leaf")) return(1L)
   if (t %in% c("none", "const")) return(0L)
   children <- spec[["c"]]
   if (identical(t, "dict") && length(spec[["keys"]]) != length(children)) {
     check_fault("specs", "a dict spec needs as many keys as children")
+  }
+  if (identical(t, "dict") && !all(vapply(spec[["keys"]], function(k) {
+    is.character(k) && length(k) == 1L || is.integer(k) && length(k) == 1L || is.logical(k) &&
+      length(k) == 1L
+  }, logical(1)))) {
+    check_fault("specs", "dict spec keys are strings or integers")
   }
   if (identical(t, "namedtuple") && length(spec[["fields"]]) != length(children)) {
     check_fault("specs", "a namedtuple spec needs as many fields as children")

@@ -69,13 +69,28 @@ bind_named <- function(args, inputs) {
   out
 }
 
+# The call itself: one tensor in, one tensor out is the common case and takes the
+# shortest path (no argument list, no extra call); everything else goes through
+# call_traced().
+fast_call <- function(py) {
+  function(...) {
+    if (...length() == 1L && inherits(..1, "torch_tensor")) {
+      out <- withCallingHandlers(reticulate::py_call(py, .subset2(..1, ".py")),
+                                 error = rethrow_python)
+      if (inherits(out, "torch.Tensor")) return(`class<-`(list(.py = out), "torch_tensor"))
+      return(from_py(out))
+    }
+    call_traced(py, list(...))
+  }
+}
+
 new_script_function <- function(py) {
-  f <- function(...) call_traced(py, list(...))
+  f <- fast_call(py)
   structure(f, py = py, class = "script_function")
 }
 
 new_script_module <- function(py) {
-  f <- function(...) call_traced(py, list(...))
+  f <- fast_call(py)
   structure(f, py = py, class = "script_module")
 }
 

@@ -98,6 +98,7 @@ resolve_py <- function(path) {
     nn = torch$nn,
     optim = torch$optim,
     lr = torch$optim$lr_scheduler,
+    init = torch$nn$init,
     tracebridge_abort(sprintf("surface.tsv: unknown Python root in `%s`.", path))
   )
   for (p in parts[-1]) root <- reticulate::py_get_attr(root, p)
@@ -169,6 +170,8 @@ convert_arg <- function(a, v, env, op) {
     device = device_py(v),
     params = params_arg(v),
     optimizer = optimizer_py(v),
+    module = if (inherits(v, "nn_module")) module_py(v) else
+      tracebridge_abort(sprintf("`%s` must be an nn_module.", a$name), "type_error"),
     any = arg_py(v),
     tracebridge_abort(sprintf("surface.tsv: unknown argument kind `%s`.", a$kind))
   )

@@ -249,7 +249,9 @@ def run_case(case, tools, workdir: str, index: int, limit: int) -> tuple[dict, l
 
 def reload_all(manifest_path: str) -> None:
     """Run in a fresh process: load every artifact and run it on its inputs."""
-    import zoo_models  # noqa: F401 - imports torchvision etc., as a user's process would
+    import torchvision  # noqa: F401 - as a user's process would (registers its ops)
+
+    zoo_env.allow_python_ops()
 
     with open(manifest_path) as f:
         manifest = json.load(f)
@@ -384,6 +386,16 @@ def write_table(results: dict, path: str) -> None:
         "with no error; **clear error** when the tool refused (at trace time, or a call",
         "raised) and nothing was wrong. The reasons are listed below the table.",
         "",
+        "Packages (`requirements-zoo.txt`, installed by `make zoo` with `requirements.txt` as",
+        "constraints, so torch 2.13.0+cpu and numpy 1.26.4 never move): timm, transformers,",
+        "safetensors and pillow install as published. torchvision 0.28.0 is published only as",
+        "a CUDA build; its Python code runs on the CPU torch wheel when installed with",
+        "`--no-deps` and when the two C++ operators it registers fake kernels for at import",
+        "(`torchvision::nms`, `torchvision::qnms`) are declared first",
+        "(`benchmarks/zoo_env.py`, with a plain-PyTorch CPU `nms`). Models that need its other",
+        "C++ operators (`roi_align`: Faster/Mask R-CNN) cannot run eagerly here and are not in",
+        "the zoo.",
+        "",
         "## Counts",
         "",
         "| tool | models | traced | right on every shape | silently wrong | clear error |",
@@ -415,6 +427,25 @@ def write_table(results: dict, path: str) -> None:
         f.write("\n".join(lines))
 
 
+def merge(paths: list[str], out: str) -> None:
+    """Merge results files of parts run side by side (``--part``) into ``out``."""
+    from zoo_models import all_cases
+
+    merged: dict = {}
+    for path in paths:  # later files win, tool by tool
+        with open(path) as f:
+            for name, entry in json.load(f).items():
+                if name.startswith("_") or name not in merged:
+                    merged[name] = entry
+                    continue
+                tools = dict(merged[name].get("tools", {}))
+                tools.update(entry.get("tools", {}))
+                merged[name] = dict(entry, tools=tools)
+    order = [c.name for c in all_cases()] + ["_meta"]
+    with open(out, "w") as f:
+        json.dump({k: merged[k] for k in order if k in merged}, f, indent=1)
+
+
 def versions() -> dict:
     import timm
     import torchvision
@@ -437,10 +468,19 @@ def main() -> None:
     parser.add_argument("--results", default=RESULTS)
     parser.add_argument("--table", default=TABLE)
     parser.add_argument("--list", action="store_true", help="list the models and stop")
+    parser.add_argument("--table-only", action="store_true", help="rewrite the table only")
+    parser.add_argument("--part", help="I/N: run every N-th model from the I-th (1-based)")
+    parser.add_argument("--merge", nargs="+", help="merge these results files, then the table")
     parser.add_argument("--reload", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.reload:
         reload_all(opts.reload)
+        return
+    if opts.merge:
+        merge(opts.merge, opts.results)
+    if opts.table_only or opts.merge:
+        with open(opts.results) as f:
+            write_table(json.load(f), opts.table)
         return
     from zoo_models import all_cases
 
@@ -456,6 +496,9 @@ def main() -> None:
         if unknown:
             raise SystemExit(f"unknown model(s) {unknown}; see --list")
         cases = [c for c in cases if c.name in opts.only]
+    if opts.part:
+        first, count = (int(n) for n in opts.part.split("/"))
+        cases = cases[first - 1 :: count]
     tools = [t for t in opts.tools.split(",") if t]
     results = {}
     if os.path.exists(opts.results):

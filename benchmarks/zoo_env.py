@@ -57,4 +57,15 @@ def declare_torchvision_ops() -> None:
     _declared = True
 
 
+def allow_python_ops() -> None:
+    """torchvision.ops.nms asks whether its C++ extension loaded; ours is declared above."""
+    import torchvision.extension
+
+    torchvision.extension._has_ops = _has_ops
+
+
+def _has_ops() -> bool:
+    return True
+
+
 declare_torchvision_ops()

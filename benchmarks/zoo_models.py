@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-import zoo_env  # noqa: F401 - declares torchvision's C++ ops before torchvision is imported
+import zoo_env  # declares torchvision's C++ ops before torchvision is imported
 
 VOCAB = 96
 
@@ -144,7 +144,29 @@ def _tv(name: str, **kwargs) -> Callable[[], nn.Module]:
     def build():
         import torchvision
 
+        zoo_env.allow_python_ops()
         return torchvision.models.get_model(name, weights=None, **kwargs)
+
+    return build
+
+
+def _tv_class(cls: str, **kwargs) -> Callable[[], nn.Module]:
+    """A torchvision model class with a configuration of its own (the named builders fix
+    some of these arguments)."""
+
+    def build():
+        import torchvision
+
+        return getattr(torchvision.models, cls)(**kwargs)
+
+    return build
+
+
+def _timm_class(module: str, cls: str, **kwargs) -> Callable[[], nn.Module]:
+    def build():
+        import importlib
+
+        return getattr(importlib.import_module(f"timm.models.{module}"), cls)(**kwargs)
 
     return build
 
@@ -218,7 +240,7 @@ def _clip_inputs() -> list[tuple]:
 
 
 def _flow_inputs() -> list[tuple]:
-    shapes = [(2, 64), (1, 64), (3, 64), (1, 96)]
+    shapes = [(2, 128), (1, 128), (3, 128), (1, 160)]
     return [(image(b, s, i), image(b, s, 10 + i)) for i, (b, s) in enumerate(shapes)]
 
 
@@ -278,8 +300,8 @@ def _vision() -> list[Case]:
             "vit_b_16 (small)",
             "vision/classification",
             tv,
-            _tv(
-                "vit_b_16",
+            _tv_class(
+                "VisionTransformer",
                 image_size=32,
                 patch_size=8,
                 num_layers=2,
@@ -294,8 +316,8 @@ def _vision() -> list[Case]:
             "swin_t (small)",
             "vision/classification",
             tv,
-            _tv(
-                "swin_t",
+            _tv_class(
+                "SwinTransformer",
                 patch_size=[4, 4],
                 embed_dim=16,
                 depths=[1, 1],
@@ -315,18 +337,17 @@ def _vision() -> list[Case]:
             DET,
         ),
         Case(
-            "fasterrcnn_mobilenet_v3_large_320_fpn",
+            "retinanet_resnet50_fpn",
             "vision/detection",
             tv,
             lambda: Detection(
                 _tv(
-                    "fasterrcnn_mobilenet_v3_large_320_fpn",
+                    "retinanet_resnet50_fpn",
                     weights_backbone=None,
                     num_classes=3,
                     min_size=96,
                     max_size=128,
-                    rpn_pre_nms_top_n_test=50,
-                    rpn_post_nms_top_n_test=20,
+                    topk_candidates=50,
                 )()
             ),
             DET,
@@ -362,11 +383,11 @@ def _vision() -> list[Case]:
             _video((2, 4, 32), (1, 4, 32), (3, 8, 48)),
         ),
         Case(
-            "s3d",
+            "mc3_18",
             "vision/video",
             tv,
-            _tv("s3d", num_classes=5),
-            _video((2, 8, 32), (1, 8, 32), (3, 16, 48)),
+            _tv("mc3_18", num_classes=5),
+            _video((2, 4, 32), (1, 4, 32), (3, 8, 48)),
         ),
         Case(
             "raft_small",
@@ -425,8 +446,9 @@ def _vision() -> list[Case]:
             "timm mixer (small)",
             "vision/classification",
             t,
-            _timm(
-                "mixer_s16_224",
+            _timm_class(
+                "mlp_mixer",
+                "MlpMixer",
                 img_size=32,
                 patch_size=8,
                 num_blocks=2,
@@ -741,6 +763,10 @@ def _speech_multimodal() -> list[Case]:
                 decoder_ffn_dim=64,
                 max_source_positions=16,
                 max_target_positions=32,
+                pad_token_id=1,
+                bos_token_id=2,
+                eos_token_id=3,
+                decoder_start_token_id=2,
             ),
             _whisper_inputs,
         ),

@@ -32,14 +32,23 @@ if [ ! -x .venv/bin/python ] || [ "$(cat $STAMP 2>/dev/null)" != "$want" ]; then
   echo "$want" > $STAMP
 fi
 
-# The R package goes into a project-local library so nothing system-wide changes.
+# The R package goes into a project-local library so nothing system-wide changes. It is
+# built first (R CMD build runs the vignettes against the .venv) and installed from the
+# tarball, so that the vignettes are installed: vignette(package = "tracebridge").
 if [ -f DESCRIPTION ]; then
   mkdir -p .Rlib
   rstamp=.Rlib/.tracebridge.sha
-  rwant=$(cat DESCRIPTION NAMESPACE R/*.R 2>/dev/null | sha256sum | cut -c1-16)
+  rwant=$(find DESCRIPTION NAMESPACE R inst vignettes man -type f | LC_ALL=C sort | xargs cat | sha256sum | cut -c1-16)
   if [ "$(cat $rstamp 2>/dev/null)" != "$rwant" ]; then
-    echo "setup: installing the R package into .Rlib"
-    R_LIBS=.Rlib R CMD INSTALL --no-test-load --library=.Rlib . >/dev/null
+    echo "setup: building and installing the R package (with vignettes) into .Rlib"
+    export TRACEBRIDGE_PYTHON=${TRACEBRIDGE_PYTHON:-$ROOT/.venv/bin/python}
+    export RETICULATE_PYTHON=$TRACEBRIDGE_PYTHON
+    export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
+    RBUILD=$(mktemp -d)
+    (cd "$RBUILD" && R_LIBS="$ROOT/.Rlib" R CMD build "$ROOT" >build.log 2>&1) || {
+      cat "$RBUILD/build.log"; rm -rf "$RBUILD"; exit 1; }
+    R_LIBS=.Rlib R CMD INSTALL --no-test-load --library=.Rlib "$RBUILD"/tracebridge_*.tar.gz >/dev/null
+    rm -rf "$RBUILD"
     echo "$rwant" > $rstamp
   fi
 fi

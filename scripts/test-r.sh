@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# R side of `make test`: install into .Rlib, run testthat, then R CMD build and
-# R CMD check --no-manual; fails on any test failure and on any check ERROR or WARNING.
+# R side of `make test`: R CMD build, install the tarball (vignettes included) into .Rlib,
+# run testthat, then R CMD check --no-manual; fails on any test failure and on any check
+# ERROR or WARNING.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -12,8 +13,15 @@ export R_LIBS="$ROOT/.Rlib${R_LIBS:+:$R_LIBS}"
 export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
 
 mkdir -p .Rlib
-echo "test-r: installing the R package into .Rlib"
-R CMD INSTALL --no-test-load --library=.Rlib . >/dev/null
+BUILD=$(mktemp -d)
+trap 'rm -rf "$BUILD"' EXIT
+echo "test-r: R CMD build"
+(cd "$BUILD" && R CMD build "$ROOT" >build.log 2>&1) || {
+  cat "$BUILD/build.log"; exit 1; }
+TARBALL=$(ls "$BUILD"/tracebridge_*.tar.gz)
+# Installed from the built tarball, so the vignettes are installed too (as by setup).
+echo "test-r: installing the R package (with vignettes) into .Rlib"
+R CMD INSTALL --no-test-load --library=.Rlib "$TARBALL" >/dev/null
 
 echo "test-r: testthat"
 (cd tests/testthat && Rscript -e '
@@ -26,12 +34,6 @@ echo "test-r: testthat"
   if (any(res$failed > 0) || any(res$error)) quit(status = 1)
 ')
 
-BUILD=$(mktemp -d)
-trap 'rm -rf "$BUILD"' EXIT
-echo "test-r: R CMD build"
-(cd "$BUILD" && R CMD build "$ROOT" >build.log 2>&1) || {
-  cat "$BUILD/build.log"; exit 1; }
-TARBALL=$(ls "$BUILD"/tracebridge_*.tar.gz)
 
 echo "test-r: R CMD check --no-manual"
 status=0

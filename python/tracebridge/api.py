@@ -73,8 +73,12 @@ class _Traced:
         self._methods = {
             name: Method(name, g, slots, runtime, graphs) for name, g in graphs.items()
         }
+
+    def _chain_specialisations(self) -> None:
+        """Each method with size-1 specialisations tries them when its guards refuse a call
+        (after ``_make_methods``, which compiled objects override)."""
         for name, others in _specialised(self.program).items():
-            chain = [self._methods[name]] + [self._methods.pop(o) for o in others]
+            chain = [self._methods[name]] + [self._methods[o] for o in others]
             self._methods[name] = Specialised(chain)
 
     @property
@@ -143,6 +147,7 @@ class TracedFunction(_Traced):
         self.__name__ = name
         self._constants = {k: e.tensor for k, e in program.state.items()}
         self._make_methods({k: (self._constants, k) for k in self._constants}, runtime)
+        self._chain_specialisations()
         self._forward = self._methods["forward"]
 
     def __call__(self, *args, **kwargs):
@@ -227,6 +232,7 @@ class TracedModule(nn.Module, _Traced):
             self._rebuild(program)
         self.training = program.training if original is None else original.training
         self._make_methods(self._slots(), runtime)
+        self._chain_specialisations()
         self._mode_bound = dict(program.mode_bound)
 
     def __getattr__(self, name: str):
@@ -310,7 +316,12 @@ class TracedModule(nn.Module, _Traced):
         route = self.program.dispatch.get(name)
         if route is not None:
             name = route["train" if self.training else "eval"]
-        method = self._methods[name]
+        method = self._methods.get(name)
+        if method is None:
+            raise TraceError(
+                f"this traced module has no method {name!r} (it has "
+                f"{', '.join(self.program.methods)}); call one of those"
+            )
         bound = self._mode_bound.get(name)
         if bound is not None and bound["training"] != self.training and guards_active(method):
             traced, now = ("training", "eval") if bound["training"] else ("eval", "training")

@@ -287,6 +287,20 @@ def requires_grad_branch(x):
 # --------------------------------------------------------------------------- the builders
 
 
+def size_one_branch(x):
+    # transformers' sdpa_attention: is_causal = q_length > 1
+    if x.shape[0] > 1:
+        return x.cumsum(0)
+    return x * 2
+
+
+def padding_shortcut(x, mask):
+    # transformers' masking: the shortcut for unpadded batches, skipped by tracers
+    if not torch.jit.is_tracing() and bool(mask.all()):
+        return x.sum(1)
+    return (x * mask).sum(1)
+
+
 def _plain(fn: Callable, example: tuple, other: tuple) -> Callable[[], Setup]:
     return lambda: Setup(fn, example, other)
 
@@ -735,6 +749,24 @@ CASES += [
         lambda: Setup(grad_mode_branch, (_seeded(3),), (_seeded(3),), context=torch.no_grad),
         jit="wrong",
         tb=("guard", "guard"),
+    ),
+    Case(
+        "size_one_branch",
+        "`if x.shape[0] > 1:` traced at batch 2, called at batch 1",
+        _plain(size_one_branch, (_seeded(2, 3),), (_seeded(1, 3),)),
+        jit="wrong",
+        tb=("right", "right"),
+    ),
+    Case(
+        "padding_shortcut",
+        "`if not torch.jit.is_tracing() and bool(mask.all()):`, called with padding",
+        _plain(
+            padding_shortcut,
+            (_seeded(2, 4), torch.ones(2, 4)),
+            (_seeded(3, 4), torch.tensor([[1.0, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]])),
+        ),
+        jit="right",
+        tb=("right", "right"),
     ),
     Case(
         "floating_point_function",

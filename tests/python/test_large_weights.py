@@ -149,3 +149,13 @@ def test_weights_replace_stored_state(tmp_path):
     save_file(other.state_dict(), tmp_path / "other.safetensors")
     loaded = tracebridge.load(tmp_path / "full.tb", weights=tmp_path / "other.safetensors")
     assert torch.equal(loaded(x), other(x))
+
+
+def test_validate_and_inspect_describe_a_program_without_weights(tmp_path, capsys):
+    from tracebridge.frontends.cli import main
+
+    path = str(_meta_program(tmp_path))
+    assert main(["validate", path]) == 0
+    assert "valid tracebridge artifact" in capsys.readouterr().out
+    assert main(["inspect", path]) == 0
+    assert "0.up.weight" in capsys.readouterr().out

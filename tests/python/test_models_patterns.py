@@ -70,23 +70,21 @@ def test_is_tracing_is_true_so_library_code_records_its_general_path(tmp_path):
 
 
 class TorchvisionTracingState(nn.Module):
-    """torchvision's detection code asks torch._C._get_tracing_state() directly and then
-    computes a scale with tensors instead of Python floats (expand_masks)."""
+    """torchvision's detection code asks torch._C._get_tracing_state() and then stacks
+    sizes as tensors, as TorchScript's tracer has them; tracebridge's sizes are ints, so
+    that path stays closed and the ordinary one records a general graph."""
 
     def forward(self, x):
-        m = x.shape[-1]
         if torch._C._get_tracing_state():
-            scale = torch.tensor(m + 2).to(torch.float32) / torch.tensor(m).to(torch.float32)
-        else:
-            scale = float(m + 2) / m
-        return x * scale
+            sizes = torch.stack([x.shape[-1], x.shape[-2]])
+            return x * sizes.sum()
+        return x * (x.shape[-1] + x.shape[-2])
 
 
-def test_get_tracing_state_is_truthy_for_library_code_only():
+def test_torchscript_tracing_state_stays_closed():
     m = TorchvisionTracingState()
     traced = tracebridge.trace(m, torch.randn(2, 3))
-    assert close(traced(torch.ones(4, 5)), torch.full((4, 5), 7 / 5))
-    assert torch._C._get_tracing_state() is None
+    assert close(traced(torch.ones(4, 5)), torch.full((4, 5), 9.0))
 
 
 # --- library assertions ------------------------------------------------------------------------
@@ -423,3 +421,38 @@ def test_dict_inputs_are_matched_by_key_not_order():
     assert close(traced({"b": b, "a": a}), a * 2 + b)
     with pytest.raises(TraceError):
         traced({"a": a, "c": b})
+
+
+class FreezesInEval(nn.Module):
+    """A train() that also freezes parameters: tracing calls it (to clear caches) and must
+    leave the parameters' requires_grad as the user set it."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def train(self, mode=True):
+        super().train(mode)
+        for p in self.parameters():
+            p.requires_grad_(not mode)
+        return self
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def test_tracing_leaves_requires_grad_as_the_user_set_it():
+    m = FreezesInEval().eval()
+    m.lin.weight.requires_grad_(False)
+    m.lin.bias.requires_grad_(True)
+    traced = tracebridge.trace(m, torch.randn(2, 3))
+    assert not m.lin.weight.requires_grad and m.lin.bias.requires_grad
+    x = torch.randn(4, 3)
+    assert close(traced(x), m(x))
+
+
+def test_a_compiled_trace_keeps_its_specialisations():
+    m = SdpaLike().eval()
+    compiled = tracebridge.compile(m, torch.randn(2, 6, 8), backend="reference")
+    x = torch.randn(1, 1, 8)
+    assert close(compiled(x), m(x))

@@ -430,3 +430,21 @@ def test_malformed_guard_is_an_artifact_error(runtime):
     guard.args = []
     with pytest.raises(tracebridge.ArtifactError, match="prim.guard"):
         _method(program, runtime=runtime)(torch.rand(2))
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_squaring_a_size_is_bounded_in_both_runtimes(runtime):
+    """``n = n * n`` doubles the bits of ``n`` each time: 40 squarings of a size of 2 would
+    need 2**40 bits. Both runtimes stop at the int64 range with a tracebridge error, where
+    generated code that wrote ``*`` inline would run until memory ran out."""
+
+    def f(x):
+        n = x.size(0)
+        for _ in range(40):
+            n = n * n
+        return x + n
+
+    traced = tracebridge.trace(f, torch.zeros(1), check_trace=False, runtime=runtime)
+    assert torch.equal(traced(torch.zeros(1)), torch.ones(1))
+    with pytest.raises(tracebridge.TraceError, match="outside"):
+        traced(torch.zeros(2))

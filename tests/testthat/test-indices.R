@@ -134,3 +134,16 @@ test_that("a bare nn_embedding keeps the 1-based shift when traced", {
   expect_equal(as_array(tr(torch_tensor(c(2L, 3L, 4L)))), as_array(e$weight)[2:4, ])
   expect_equal(names(tr$parameters), "weight")
 })
+
+test_that("multi-margin loss takes 1-based targets (documented example: 0.325)", {
+  x <- torch_tensor(rbind(c(0.1, 0.2, 0.4, 0.8)))
+  expect_equal(nnf_multi_margin_loss(x, torch_tensor(4L))$item(), 0.325, tolerance = 1e-6)
+})
+
+test_that("init functions fill parameters in place", {
+  w <- torch_empty(3, 4)
+  nn_init_constant_(w, 2)
+  expect_equal(as_array(w), matrix(2, 3, 4))
+  nn_init_eye_(w)
+  expect_equal(as_array(w), diag(1, 3, 4))
+})

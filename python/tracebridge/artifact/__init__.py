@@ -3,6 +3,7 @@ written here and nowhere else."""
 
 from .archive import (
     check_document,
+    describe,
     open_artifact,
     parse_safetensors,
     program_from_json,
@@ -20,6 +21,7 @@ __all__ = [
     "PROGRAM_MEMBER",
     "TENSORS_MEMBER",
     "check_document",
+    "describe",
     "open_artifact",
     "parse_safetensors",
     "program_from_json",

@@ -352,6 +352,27 @@ def read(
         opened.handle.close()  # the mapping keeps the file itself alive
 
 
+def describe(path: str | os.PathLike) -> tuple[dict, Program]:
+    """Every check of ``read`` plus the weights' checksum; returns program.json and the
+    Program, its stored state mapped and its external state (``tensors.external``) as meta
+    tensors of the described dtype and shape: for ``tracebridge inspect`` and ``validate``,
+    which describe a program without running it or binding its weights."""
+    opened = open_artifact(path)
+    try:
+        tensors: dict[str, torch.Tensor] = {}
+        if opened.member is not None and opened.member.size:
+            buffer = opened.mapping()
+            opened.verify(buffer)
+            tensors = {k: st.view(buffer, e, opened.data_base) for k, e in opened.entries.items()}
+        state = opened.doc["state"]
+        for name in opened.doc.get("tensors", {}).get("external", []):
+            dtype = next(d for d, n in DTYPE_NAMES.items() if n == state[name]["dtype"])
+            tensors[name] = torch.empty(state[name]["shape"], dtype=dtype, device="meta")
+        return opened.doc, program_from_json(opened.doc, tensors, opened.name)
+    finally:
+        opened.handle.close()
+
+
 def verify(path: str | os.PathLike) -> dict:
     """Every check of ``read`` plus the weights' checksum, without building tensors;
     returns program.json (``tracebridge validate``)."""

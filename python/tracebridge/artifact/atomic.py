@@ -73,7 +73,8 @@ def atomic_file(path: str | os.PathLike) -> Iterator[BinaryIO]:
         with os.fdopen(fd, "w+b") as handle:
             yield handle
             handle.flush()
-            os.fchmod(handle.fileno(), _mode_for(target))
+            if hasattr(os, "fchmod"):  # mkstemp makes 0600; give the usual mode (not Windows)
+                os.fchmod(handle.fileno(), _mode_for(target))
             os.fsync(handle.fileno())
         os.replace(tmp, target)
         done = True

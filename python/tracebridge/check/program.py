@@ -128,6 +128,10 @@ def check_program(program_or_doc: Program | dict, name: str = "", *, strict: boo
       the op takes (``shared_ir/ops.json``); ``prim.state`` names a state entry;
       ``prim.guard`` has one argument, ``expect``, and a guard ``kind`` of the spec.
     * **literals** [5]: one-key objects with a known tag and a well-formed body.
+    * **fields that runs depend on** [2]: ``mode_bound`` (in ``meta`` for format 1) names
+      methods and has a boolean ``training``; a graph's ``sources`` map locations to lines;
+      ``meta.specialised`` (read by the loaded module, though ``meta`` should be display
+      only) maps methods to lists of distinct methods; ``tensors.external`` names state.
     * **resources**: nesting depth, node and method counts, name and text lengths,
       integers inside int64/uint64, and a size written as a literal may not ask for more
       than ``LIMITS["literal_numel"]`` elements; scalar ops on literals must stay in range
@@ -151,6 +155,7 @@ def check_program(program_or_doc: Program | dict, name: str = "", *, strict: boo
             _check_schema(doc)
             _check_document(doc, strict)
         _check_names_and_dispatch(doc)
+        _check_mode_bound(doc)
         _check_methods(doc)
     except _Located as fault:
         raise ArtifactError(prefix + str(fault)) from None
@@ -177,19 +182,23 @@ def _message(prefix, method, index, op, fault: _Fault) -> str:
 
 
 def _doc_of(program: Program) -> dict:
+    # State tensors are not touched: a program is also checked while a tracer may still be
+    # recording, and reading a tensor's shape there would record it. The rules of an
+    # in-memory program need only the state's names and kinds.
+    methods = {m: graph_to_json(g) for m, g in program.methods.items()}
+    for graph in methods.values():
+        for value in graph["inputs"] + [v for n in graph["nodes"] for v in n["outputs"]]:
+            if "shape" in value:
+                # A traced number (a size a tracer still follows) compares by recording a
+                # guard: it is an intermediate size, informative only, so "?" stands in.
+                value["shape"] = [d if type(d) in (int, str) else "?" for d in value["shape"]]
     return {
         "kind": program.kind,
-        "methods": {m: graph_to_json(g) for m, g in program.methods.items()},
+        "methods": methods,
         "dispatch": program.dispatch,
         "module_classes": program.module_classes,
-        "state": {
-            n: {
-                "kind": e.kind,
-                "dtype": dtypes.DTYPE_NAMES.get(e.tensor.dtype, "?"),
-                "shape": list(e.tensor.shape),
-            }
-            for n, e in program.state.items()
-        },
+        "state": {n: {"kind": e.kind} for n, e in program.state.items()},
+        "mode_bound": program.mode_bound,
     }
 
 
@@ -298,6 +307,68 @@ def _check_document(doc: dict, strict: bool) -> None:
         )
     if len(doc["methods"]) > LIMITS["methods"]:
         _fail("resource limits", f"{len(doc['methods'])} methods, more than {LIMITS['methods']}")
+
+
+def _check_mode_bound(doc: dict) -> None:
+    """``mode_bound`` (in ``meta`` for format 1) names methods, with a boolean mode."""
+    bound = doc.get("mode_bound")
+    backend = doc.get("backend")
+    if doc.get("format_version") == 1:
+        meta = doc.get("meta") or {}
+        bound, backend = meta.get("mode_bound"), meta.get("backend")
+        if backend is not None and not (
+            isinstance(backend, dict) and isinstance(backend.get("name"), str)
+        ):
+            _fail("document", "meta.backend of a format-1 file must be an object with a name")
+    _check_specialised(doc)
+    if bound is None:
+        return
+    if not isinstance(bound, dict):
+        _fail("document", "mode_bound must be an object of methods")
+    for method, entry in bound.items():
+        if method not in doc["methods"]:
+            _fail(
+                "dispatch", f"mode_bound names method {method[:40]!r}, which the file does not have"
+            )
+        if not isinstance(entry, dict) or not isinstance(entry.get("training"), bool):
+            _fail("document", f"mode_bound of {method!r} needs a boolean 'training'")
+        loc = entry.get("loc")
+        if loc is not None and not _fits(LOC, loc, LIMITS["text_chars"]):
+            _fail("names", "a mode_bound loc must be 'path:line' without control characters")
+        if not isinstance(entry.get("op", ""), str):
+            _fail("document", f"mode_bound of {method!r} has an op that is not a string")
+
+
+def _check_specialised(doc: dict) -> None:
+    """``meta.specialised`` (method -> its size-1 variants) is read by the loaded module, so
+    it is checked like a field: methods of the file, each variant used once."""
+    meta = doc.get("meta") or {}
+    spec = meta.get("specialised") if isinstance(meta, dict) else None
+    if spec is None:
+        return
+    if not isinstance(spec, dict):
+        _fail("document", "meta.specialised must map methods to lists of methods")
+    seen: set = set()
+    for method, variants in spec.items():
+        if method not in doc["methods"] or not isinstance(variants, list):
+            _fail(
+                "document",
+                f"meta.specialised names {method[:40]!r}, which is not a method "
+                "with a list of variants",
+            )
+        for variant in variants:
+            if (
+                not isinstance(variant, str)
+                or variant not in doc["methods"]
+                or variant in seen
+                or variant in spec
+            ):
+                _fail(
+                    "document",
+                    f"meta.specialised of {method!r} names "
+                    f"{str(variant)[:40]!r}, which is not a method of the file (or twice)",
+                )
+            seen.add(variant)
 
 
 def _check_names_and_dispatch(doc: dict) -> None:
@@ -632,13 +703,15 @@ class _GraphCheck:
                 )
 
     def _scalar_range(self, info: ops.OpInfo, node: dict) -> None:
-        """A literal exponent or shift past 64 leaves int64 for any base but 0, 1 and -1
-        (``scalar.pow(7, 10**9)`` would take minutes and gigabytes)."""
+        """A literal exponent or shift past 64 leaves int64 for any base but a literal 0
+        (and 1 and -1 for ``pow``): ``scalar.pow(7, 10**9)`` would take minutes and
+        gigabytes."""
         args = node["args"]
         if info.name not in ("scalar.pow", "scalar.lshift") or len(args) != 2:
             return
         ints = [isinstance(a, int) and not isinstance(a, bool) for a in args]
-        if ints[1] and abs(args[1]) > 64 and not (ints[0] and abs(args[0]) <= 1):
+        harmless = (1 if info.name == "scalar.pow" else 0) if ints[0] else -1
+        if ints[1] and abs(args[1]) > 64 and not (ints[0] and abs(args[0]) <= harmless):
             _fail(
                 "resource limits",
                 f"{info.name} by {args[1]} leaves the range of traced numbers (int64)",
@@ -670,20 +743,36 @@ def _leaf_count(spec: Any, count: int, what: str, field: str) -> None:
         _fail("specs", f"{count} {what} but {field} has {leaves} leaves")
 
 
+_SPEC_FIELDS = {
+    "leaf": (),
+    "none": (),
+    "const": ("v",),
+    "tuple": ("c",),
+    "list": ("c",),
+    "dict": ("keys", "c"),
+    "namedtuple": ("name", "fields", "c"),
+}
+
+
 def _leaves(spec: Any, depth: int) -> int:
     if spec is None:
         return 0
     if not isinstance(spec, dict):
         _fail("specs", "a spec must be an object")
     t = spec.get("t")
+    missing = [f for f in _SPEC_FIELDS.get(t, ()) if f not in spec]
+    if missing:
+        _fail("specs", f"a {t} spec needs the field {missing[0]!r}")
     if t == "leaf":
         return 1
     if t in ("none", "const"):
         return 0
-    children = spec.get("c", [])
-    if t == "dict" and len(spec.get("keys", [])) != len(children):
+    children = spec["c"]
+    if t == "dict" and len(spec["keys"]) != len(children):
         _fail("specs", "a dict spec needs as many keys as children")
-    if t == "namedtuple" and len(spec.get("fields", [])) != len(children):
+    if t == "dict" and not all(isinstance(k, (str, int)) for k in spec["keys"]):
+        _fail("specs", "dict spec keys are strings or integers")
+    if t == "namedtuple" and len(spec["fields"]) != len(children):
         _fail("specs", "a namedtuple spec needs as many fields as children")
     return sum(_leaves(c, depth + 1) for c in children)
 

@@ -25,14 +25,17 @@ from ..ir import ops as opset
 from ..ir.pytree import is_tensor
 from .verify import first_difference
 
-PROBES = 3  # sizes tried at most, batch first
+PROBES = 5  # sizes tried at most, batch first
 _COMPARISONS = frozenset(f"scalar.{op}" for op in ("eq", "ne", "lt", "le", "gt", "ge"))
 
 
 def compares_sizes(graph: Graph) -> bool:
-    """Whether a guard of ``graph`` checks the result of a comparison of traced numbers."""
+    """Whether ``graph`` decides on sizes: a guard checks the result of a comparison of
+    traced numbers, or an op's number of results (``unbind``) is fixed."""
     producers = {v.id: n for n in graph.nodes for v in n.outputs}
     for node in graph.nodes:
+        if node.op in opset.VARIADIC_OUTPUTS:
+            return True
         if node.op != "prim.guard" or not node.args or not isinstance(node.args[0], Ref):
             continue
         producer = producers.get(node.args[0].id)
@@ -41,8 +44,27 @@ def compares_sizes(graph: Graph) -> bool:
     return False
 
 
+# Ops whose result may share memory with their first argument.
+_VIEWS = frozenset(
+    """getitem Tensor.view Tensor.view_as Tensor.reshape reshape narrow select transpose
+    Tensor.expand expand squeeze unsqueeze Tensor.permute permute flatten detach t
+    Tensor.t movedim unflatten Tensor.unfold as_strided diagonal real imag""".split()
+)
+
+
 def writes_in_place(graph: Graph) -> bool:
-    return any(opset.is_inplace(node.op) for node in graph.nodes)
+    """Whether ``graph`` writes into a caller's input or the module's state (directly or
+    through a view): a run refused half-way would leave that write behind. Writes into
+    tensors the graph made itself are harmless."""
+    outside = {v.id for v in graph.inputs}
+    for node in graph.nodes:
+        first = node.args[0] if node.args else None
+        from_outside = isinstance(first, Ref) and first.id in outside
+        if node.op == "prim.state" or (from_outside and node.op in _VIEWS):
+            outside.update(v.id for v in node.outputs)
+        elif from_outside and opset.is_inplace(node.op):
+            return True
+    return False
 
 
 def size_one_probes(args: tuple, kwargs: dict) -> list[tuple[tuple, dict, list]]:

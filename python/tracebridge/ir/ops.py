@@ -63,7 +63,8 @@ FAMILIES: dict[str, str] = {
         bitwise_left_shift bitwise_right_shift where heaviside
     """,
     "activations": """
-        relu relu_ relu6 gelu silu mish hardswish hardsigmoid hardtanh hardtanh_ elu selu
+        relu relu_ relu6 gelu silu silu_ mish mish_ hardswish hardswish_ hardsigmoid
+        hardsigmoid_ hardtanh hardtanh_ elu elu_ selu selu_
         celu leaky_relu leaky_relu_ prelu rrelu softplus softshrink hardshrink threshold
         threshold_ glu log_sigmoid sigmoid sigmoid_ tanh_ softmax log_softmax
     """,

@@ -44,18 +44,18 @@ from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import fold_literal
 from . import support
 
-# Ops written as Python operators when their implementation is the default one.
+# Ops written as Python operators when their implementation is the default one. Not
+# ``scalar.mul``, ``scalar.pow``, ``scalar.lshift``: a few of them can build an integer of
+# gigabytes (squaring doubles its bits), so they call the op table's bounded functions,
+# exactly as the interpreter does.
 _BINARY = {
     "scalar.add": ast.Add,
     "scalar.sub": ast.Sub,
-    "scalar.mul": ast.Mult,
     "scalar.truediv": ast.Div,
     "scalar.floordiv": ast.FloorDiv,
     "scalar.mod": ast.Mod,
-    "scalar.pow": ast.Pow,
     "scalar.and": ast.BitAnd,
     "scalar.or": ast.BitOr,
-    "scalar.lshift": ast.LShift,
     "scalar.rshift": ast.RShift,
     "scalar.xor": ast.BitXor,
 }

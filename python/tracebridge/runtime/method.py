@@ -164,6 +164,12 @@ class Specialised:
         self.name = methods[0].name
         self.graph = methods[0].graph
 
+    def __getattr__(self, name: str):
+        # Anything else (a backend's set_functions) is the first graph's.
+        if name == "methods":
+            raise AttributeError(name)
+        return getattr(self.methods[0], name)
+
     @property
     def code(self) -> str:
         return self.methods[0].code

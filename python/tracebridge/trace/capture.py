@@ -38,18 +38,25 @@ def state_index(module: torch.nn.Module | None) -> dict[int, tuple[str, str, tor
     return index
 
 
-def _clear_mode_caches(modes: list[tuple[torch.nn.Module, bool]]) -> None:
+def _clear_mode_caches(modes: list[tuple[torch.nn.Module, bool]], flags: list) -> None:
     """Let modules whose ``train()`` clears a cache (timm's LeViT caches attention biases
     computed from parameters in eval mode) clear it, then put every flag back: each
     recording starts from the same state, and no tensor made while tracing stays cached."""
     custom = [m for m, _ in modes if type(m).train is not torch.nn.Module.train]
-    if not custom:
-        return
     for module in custom:
         with contextlib.suppress(Exception):
             type(module).train(module, True)
+    _restore_modes(modes, flags)
+
+
+def _restore_modes(modes, flags) -> None:
+    """Every ``training`` flag and every parameter's ``requires_grad`` as they were (a
+    ``train()`` may also freeze or unfreeze parameters)."""
     for module, mode in modes:
         module.training = mode
+    for param, flag in flags:
+        if param.requires_grad != flag:
+            param.requires_grad_(flag)
 
 
 @contextlib.contextmanager
@@ -57,16 +64,17 @@ def preserved(module: torch.nn.Module | None):
     """Run a block and then put back the RNG state, buffers, parameters and modes."""
     rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    saved_buffers, saved_params, modes = [], [], []
+    saved_buffers, saved_params, modes, flags = [], [], [], []
     if module is not None:
         saved_buffers = [(b, b.detach().clone()) for b in module.buffers() if b is not None]
         saved_params = [(p, p._version) for p in module.parameters()]
         modes = [(m, m.training) for m in module.modules()]
-        _clear_mode_caches(modes)
+        flags = [(p, p.requires_grad) for p in module.parameters()]
+        _clear_mode_caches(modes, flags)
     try:
         yield
     finally:
-        _clear_mode_caches(modes)
+        _clear_mode_caches(modes, flags)
         torch.set_rng_state(rng)
         if cuda_rng is not None:
             torch.cuda.set_rng_state_all(cuda_rng)
@@ -74,8 +82,6 @@ def preserved(module: torch.nn.Module | None):
             for buf, copy in saved_buffers:
                 if buf.shape == copy.shape:
                     buf.copy_(copy)
-        for mod, mode in modes:
-            mod.training = mode
         changed = [p for p, version in saved_params if p._version != version]
         if changed:
             warnings.warn(

@@ -73,7 +73,9 @@ class Conversions:
             "mod": "%",
             "pow": "**",
         }
-        descs = [o._desc if isinstance(o, _Traced) else repr(o) for o in operands]
+        # A description is for messages: cut long ones, or a value used twice per step
+        # (n = n * n) would double its text each time and exhaust memory.
+        descs = [_short_desc(o._desc) if isinstance(o, _Traced) else repr(o) for o in operands]
         if op in symbols:
             desc = f"({descs[0]} {symbols[op]} {descs[1]})"
         else:
@@ -323,3 +325,14 @@ class Conversions:
     def _on_len(self, func, tensor):
         # Reached only when len() was not our patched builtin: the size becomes a plain int.
         return int(self.size_of(tensor, 0))
+
+
+DESC_LIMIT = 120
+
+
+def _short_desc(desc: str) -> str:
+    """``desc``, or its head and tail around ``...`` when it is longer than DESC_LIMIT."""
+    if len(desc) <= DESC_LIMIT:
+        return desc
+    half = DESC_LIMIT // 2 - 2
+    return f"{desc[:half]} ... {desc[-half:]}"

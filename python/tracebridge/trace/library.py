@@ -1,13 +1,15 @@
 """What published library code asks of a tracer, answered while tracebridge traces.
 
 Note: library code keeps a trace-friendly path for tracers.
-  transformers skips its "nothing is padded" shortcut when ``torch.jit.is_tracing()``;
-  torchvision computes scales with tensors when ``torch._C._get_tracing_state()``. Both
-  are general paths: taking them records a graph that is right for every input, where the
-  shortcut would record a guard. So while a tracer of this thread records, these checks
-  answer True -- but only to code outside PyTorch: PyTorch's own modules read the same
-  flags to drive TorchScript's tracer (``nn.Module._slow_forward`` pushes scopes onto the
-  tracing state), which must not start.
+  transformers skips its "nothing is padded" shortcut when ``torch.jit.is_tracing()``
+  (``torch._C._is_tracing()`` underneath): its general path records a graph that is right
+  for every input, where the shortcut would record a guard. So while a tracer of this
+  thread records, that check answers True -- but only to code outside PyTorch: PyTorch's
+  own modules read it to drive TorchScript's tracer, which must not start.
+  ``torch._C._get_tracing_state()`` is left alone: torchvision's paths behind it are
+  written for TorchScript's tracer, where sizes are tensors (``torch.stack`` of sizes);
+  tracebridge's sizes are traced ints, and torchvision's ordinary paths record general
+  graphs (their ``torch.sym_int`` and ``torch.unique`` are handled below).
 
   Library assertions (``torch._assert``, ``torch._check``, ``torch._check_is_size``,
   ``torch._assert_async``) state what a model accepts. A comparison of traced sizes inside
@@ -35,7 +37,6 @@ from ..source import OWN_DIR, TORCH_DIR
 _JIT_TRACE = os.path.join(TORCH_DIR, "jit", "_trace.py")
 
 _original_is_tracing = torch._C._is_tracing
-_original_get_tracing_state = torch._C._get_tracing_state
 _original_check = torch._check
 _original_apply = torch.autograd.Function.__dict__["apply"]  # a classmethod object
 
@@ -62,12 +63,6 @@ def _is_tracing() -> bool:
     if _active() is not None and _asked_by_library():
         return True
     return _original_is_tracing()
-
-
-def _get_tracing_state():
-    if _active() is not None and _asked_by_library():
-        return True
-    return _original_get_tracing_state()
 
 
 def _message(message) -> str | None:
@@ -97,7 +92,6 @@ def _apply(cls, *args, **kwargs):
 def patch(on: bool) -> None:
     """Install (``on``) or remove the answers above; called with the builtins' patches."""
     torch._C._is_tracing = _is_tracing if on else _original_is_tracing
-    torch._C._get_tracing_state = _get_tracing_state if on else _original_get_tracing_state
     torch._check = _check if on else _original_check
     torch.autograd.Function.apply = classmethod(_apply) if on else _original_apply
 

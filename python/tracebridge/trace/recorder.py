@@ -32,7 +32,12 @@ class Recorder:
         self._next_id += 1
         if tensor is not None:
             value.dtype = DTYPE_NAMES.get(tensor.dtype, str(tensor.dtype))
-            value.shape = list(shape) if shape is not None else list(tensor.shape)
+            if shape is None:
+                # Read without the recording mode: a value's shape is plain ints, never
+                # traced sizes (a constant captured at the output is read while recording).
+                with torch._C.DisableTorchFunction():
+                    shape = tuple(tensor.shape)
+            value.shape = list(shape)
         return value
 
     def _bind_tensor(self, tensor: torch.Tensor, value: Value, desc: str) -> None:

@@ -1,0 +1,490 @@
+"""A fuzzer for the loader: mutations of real artifacts, each loaded (and, when it loads,
+printed and called) in a worker process with a memory cap and a time limit.
+
+Every outcome must be one of: a correct load (and a call that returns, raises a tracebridge
+error, or raises the error a PyTorch op raises on arguments it refuses); or a refusal with a
+tracebridge error (a ``TraceError`` subclass). Never: code from the file running (the
+payloads in names and locations write a canary file if they ever run), another exception
+at load, an internal assertion of PyTorch, a crash, or a case that runs longer than
+``CASE_SECONDS`` or needs more than ``MEMORY_BYTES`` of address space.
+
+``make test`` runs ``CASES`` cases with a fixed seed; ``make fuzz`` runs the long budget
+(``TRACEBRIDGE_FUZZ_CASES``, ``TRACEBRIDGE_FUZZ_SEED``) and prints the counts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import random
+import resource
+import struct
+import subprocess
+import sys
+import time
+import zipfile
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+from tracebridge.artifact import safetensors_bytes
+from tracebridge.ir import ops
+
+CASES = int(os.environ.get("TRACEBRIDGE_FUZZ_CASES", "800"))
+SEED = int(os.environ.get("TRACEBRIDGE_FUZZ_SEED", "20261123"))
+CASE_SECONDS = 20
+MEMORY_BYTES = 3 << 30
+ROOT = Path(__file__).resolve().parents[2]
+
+# --- the worker --------------------------------------------------------------------------
+# One process loads case after case (importing torch costs seconds); the parent restarts it
+# after a crash or a hang and blames the case it was on.
+WORKER = r"""
+import json, sys, traceback
+import tracebridge
+from tracebridge.artifact import parse_safetensors
+
+OP_ERRORS = (RuntimeError, ValueError, IndexError, TypeError, ArithmeticError)
+
+def outcome(exc):
+    if isinstance(exc, tracebridge.TraceError):
+        return "tracebridge:" + type(exc).__name__
+    return "raw:" + type(exc).__name__ + ": " + str(exc)[:300]
+
+print("ready", flush=True)
+for line in sys.stdin:
+    case = json.loads(line)
+    result = {}
+    try:
+        loaded = tracebridge.load(case["path"])
+        result["load"] = "ok"
+    except Exception as exc:
+        result["load"] = outcome(exc)
+        print(json.dumps(result), flush=True)
+        continue
+    try:
+        str(loaded.graph), str(loaded.code)
+        with open(case["inputs"], "rb") as handle:
+            tensors = parse_safetensors(handle.read(), case["inputs"])
+        loaded(*[tensors[str(i)] for i in range(len(tensors))])
+        result["call"] = "ok"
+    except tracebridge.TraceError as exc:
+        result["call"] = outcome(exc)
+    except OP_ERRORS as exc:
+        internal = "INTERNAL ASSERT" in str(exc)
+        result["call"] = ("raw:" if internal else "op-error:") + type(exc).__name__
+        if internal:
+            result["call"] += ": " + str(exc)[:300]
+    except Exception as exc:
+        result["call"] = outcome(exc)
+    print(json.dumps(result), flush=True)
+"""
+
+
+def _limits():
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+class Worker:
+    """A Python process that loads the cases it is given, one line each."""
+
+    def __init__(self):
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "python"), "OMP_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", WORKER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            preexec_fn=_limits,
+        )
+        assert self._line(120) == "ready"
+
+    def _line(self, seconds: float) -> str | None:
+        import selectors
+
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.proc.stdout, selectors.EVENT_READ)
+            if not sel.select(timeout=seconds):
+                return None
+        line = self.proc.stdout.readline()
+        return line.strip() if line else None
+
+    def run(self, path: Path, inputs: Path) -> dict:
+        self.proc.stdin.write(json.dumps({"path": str(path), "inputs": str(inputs)}) + "\n")
+        self.proc.stdin.flush()
+        started = time.monotonic()
+        line = self._line(CASE_SECONDS)
+        if line is None:
+            timed_out = time.monotonic() - started >= CASE_SECONDS - 0.5
+            self.stop()
+            return {"load": "hang" if timed_out else f"crash:{self.proc.returncode}"}
+        return json.loads(line)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+# --- the seeds: real artifacts -----------------------------------------------------------
+
+
+class ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.conv(x))).mean(dim=(2, 3))
+        return self.fc(y.view(y.shape[0], -1))
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+        self.norm = nn.LayerNorm(8)
+
+    def forward(self, x):
+        q, k, v = self.qkv(self.norm(x)).chunk(3, dim=-1)
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return nn.functional.gelu(y)[:, -1]
+
+
+def _guarded(x, y):
+    if x.shape[0] > 1:
+        x = x * 2
+    return (x + y, x[0])
+
+
+def seeds(folder: Path) -> list[tuple[Path, Path]]:
+    """(artifact, inputs) pairs, saved by this tracebridge from traced models."""
+    torch.manual_seed(0)
+    made = [
+        ("conv", tracebridge.trace(ConvNet().eval(), torch.rand(2, 3, 6, 6)),
+         (torch.rand(2, 3, 6, 6),)),
+        ("attention", tracebridge.trace(Attention(), torch.rand(2, 5, 8)), (torch.rand(2, 5, 8),)),
+        ("guarded", tracebridge.trace(_guarded, (torch.rand(3, 2), torch.rand(3, 2))),
+         (torch.rand(3, 2), torch.rand(3, 2))),
+    ]  # fmt: skip
+    out = []
+    for name, traced, inputs in made:
+        path = folder / f"{name}.tb"
+        tracebridge.save(traced, path)
+        blob, _ = safetensors_bytes({str(i): t for i, t in enumerate(inputs)})
+        (folder / f"{name}.inputs").write_bytes(blob)
+        out.append((path, folder / f"{name}.inputs"))
+    return out
+
+
+# --- mutations ---------------------------------------------------------------------------
+
+
+def payloads(canary: Path) -> list[str]:
+    """Strings that run code (touching ``canary``) if any of them is ever executed."""
+    touch = f"__import__('pathlib').Path({str(canary)!r}).touch()"
+    return [
+        f"x\n{touch}\n#",
+        f"x'); {touch}; ('",
+        f'x"); {touch}; ("',
+        f"x\n    {touch}\n",
+        f"{{{touch}}}",
+        f"x:1\n{touch}\n#:1",
+        f"__import__('os').system('touch {canary}')",
+        "eval",
+        "train",
+        "__class__",
+        "getattr",
+        "v4",
+        "/etc/passwd:1",
+        "/dev/zero:1",
+        "",
+        "a" * 5000,
+    ]
+
+
+FORBIDDEN_OPS = [
+    "Tensor.const_data_ptr", "_from_blob", "_nested_view_from_buffer", "Tensor.set_",
+    "Tensor.untyped_storage", "as_strided", "_copy_from", "os.system", "builtins.eval",
+    "__import__", "Tensor.__reduce_ex__", "_foreach_add", "save",
+]  # fmt: skip
+
+
+def random_literal(rng: random.Random, canary: Path, ids: list[int]):
+    choices = [
+        lambda: {"ref": rng.choice(ids) if ids else 0},
+        lambda: {"ref": rng.randint(-5, 10**9)},
+        lambda: rng.randint(-(2**70), 2**70),
+        lambda: rng.choice([0, 1, -1, 2, 10**6, 2**63, 2**64, -(2**63) - 1]),
+        lambda: rng.choice([0.5, -1e308, 1e-300]),
+        lambda: rng.choice(payloads(canary)),
+        lambda: None,
+        lambda: True,
+        lambda: [rng.randint(0, 10**7) for _ in range(rng.randint(0, 4))],
+        lambda: {"tuple": [rng.randint(-3, 3), {"slice": [None, rng.randint(-2, 5), None]}]},
+        lambda: {"dtype": rng.choice(["float32", "int64", "float8", "", "bool"])},
+        lambda: {"device": rng.choice(["cpu", "cuda:0", "disk", "meta", "cpu\n"])},
+        lambda: {"float": rng.choice(["inf", "nan", "1e999", 5])},
+        lambda: {"dict": [[rng.choice(payloads(canary)), 1]]},
+        lambda: {"ellipsis": rng.choice([True, False])},
+        lambda: {"complex": [1, rng.choice([2, "x"])]},
+        lambda: {"memory_format": rng.choice(["channels_last", "x"])},
+        lambda: {"a": 1, "b": 2},
+        lambda: json.loads("[" * 80 + "1" + "]" * 80),
+    ]
+    return rng.choice(choices)()
+
+
+def _paths(obj, prefix=()):
+    """Every (path, value) of a JSON document."""
+    yield prefix, obj
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from _paths(value, (*prefix, key))
+    elif isinstance(obj, list):
+        for i, value in enumerate(obj):
+            yield from _paths(value, (*prefix, i))
+
+
+def _set(doc, path, value):
+    target = doc
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+
+
+def _ids(doc) -> list[int]:
+    return [v for p, v in _paths(doc) if p and p[-1] == "id" and isinstance(v, int)]
+
+
+def mutate_json(doc: dict, rng: random.Random, canary: Path) -> tuple[str, dict]:
+    """One mutation of a program.json: a field, a name, an op or an argument."""
+    doc = copy.deepcopy(doc)
+    method = rng.choice(list(doc["methods"]))
+    graph = doc["methods"][method]
+    nodes = graph["nodes"]
+    node = rng.choice(nodes) if nodes else None
+    kind = rng.choice(["field", "field", "name", "op", "arg", "arg", "kwarg", "delete", "swap"])
+    if kind == "name":
+        payload = rng.choice(payloads(canary))
+        where = rng.choice(
+            ["method", "state", "input", "loc", "kwarg", "arg_name", "class", "what", "dispatch"]
+        )
+        if where == "method":
+            doc["methods"][payload] = doc["methods"].pop(method)
+        elif where == "state" and doc["state"]:
+            old = rng.choice(list(doc["state"]))
+            doc["state"][payload] = doc["state"].pop(old)
+            for n in (n for g in doc["methods"].values() for n in g["nodes"]):
+                if n["op"] == "prim.state" and n["args"] == [old]:
+                    n["args"] = [payload]
+        elif where == "input" and graph["inputs"]:
+            graph["inputs"][0]["name"] = payload
+        elif where == "kwarg" and node is not None:
+            node["kwargs"][payload] = 1
+        elif where == "arg_name":
+            graph["arg_names"] = [payload]
+        elif where == "class":
+            doc.setdefault("module_classes", {})[""] = payload
+        elif where == "what" and node is not None:
+            node["op"], node["args"], node["outputs"], node["out_spec"] = (
+                "prim.guard",
+                [1],
+                [],
+                None,
+            )
+            node["kwargs"] = {"expect": 1, "what": payload, "kind": "value"}
+        elif where == "dispatch":
+            doc["dispatch"] = {payload: {"train": method, "eval": method}}
+        elif node is not None:
+            node["loc"] = payload
+        return f"name:{where}", doc
+    if kind == "op" and node is not None:
+        node["op"] = rng.choice(FORBIDDEN_OPS + rng.sample(ops.all_names(), 5))
+        return "op", doc
+    if kind == "arg" and node is not None and node["args"]:
+        node["args"][rng.randrange(len(node["args"]))] = random_literal(rng, canary, _ids(doc))
+        return "arg", doc
+    if kind == "kwarg" and node is not None:
+        key = rng.choice(list(node["kwargs"]) or ["dim", "dtype", "out", "bogus"])
+        node["kwargs"][key] = random_literal(rng, canary, _ids(doc))
+        return "kwarg", doc
+    places = [(p, v) for p, v in _paths(doc) if p]
+    path, value = rng.choice(places)
+    if kind == "delete" and isinstance(path[-1], str):
+        parent = doc
+        for key in path[:-1]:
+            parent = parent[key]
+        del parent[path[-1]]
+        return "delete", doc
+    if kind == "swap" and isinstance(value, list) and len(value) > 1:
+        i, j = rng.sample(range(len(value)), 2)
+        value[i], value[j] = value[j], value[i]
+        return "swap", doc
+    _set(doc, path, random_literal(rng, canary, _ids(doc)))
+    return "field", doc
+
+
+def json_mutations(doc: dict, count: int, seed: int) -> list[dict]:
+    """``count`` mutated documents of ``doc`` (also fed to R's checker, test_check_program)."""
+    rng = random.Random(seed)
+    canary = Path("/nonexistent/canary")
+    return [mutate_json(doc, rng, canary)[1] for _ in range(count)]
+
+
+def _member_offsets(data: bytes) -> list[int]:
+    out, start = [], 0
+    while (at := data.find(b"PK\x03\x04", start)) != -1:
+        out.append(at)
+        start = at + 4
+    return out
+
+
+def mutate_bytes(data: bytes, rng: random.Random) -> tuple[str, bytes]:
+    """A mutation of the archive's bytes: flips, truncation, ZIP header fields."""
+    raw = bytearray(data)
+    kind = rng.choice(
+        ["flip", "truncate", "zip_method", "zip_flags", "zip_size", "duplicate", "directory"]
+    )
+    locals_ = _member_offsets(data)
+    central = [i for i in range(len(data)) if data.startswith(b"PK\x01\x02", i)]
+    if kind == "flip":
+        for _ in range(rng.randint(1, 8)):
+            raw[rng.randrange(len(raw))] ^= 1 << rng.randrange(8)
+    elif kind == "truncate":
+        raw = raw[: rng.randrange(len(raw))]
+    elif kind == "zip_method":
+        method = rng.choice([8, 12, 14, 99])
+        for at in locals_:
+            raw[at + 8 : at + 10] = struct.pack("<H", method)
+        for at in central:
+            raw[at + 10 : at + 12] = struct.pack("<H", method)
+    elif kind == "zip_flags":
+        flag = rng.choice([1, 8, 0x41, 0x2000])
+        for at in locals_:
+            raw[at + 6 : at + 8] = struct.pack("<H", flag)
+        for at in central:
+            raw[at + 8 : at + 10] = struct.pack("<H", flag)
+    elif kind == "zip_size":
+        at = rng.choice(central)
+        field = rng.choice([20, 24])  # compressed or uncompressed size
+        raw[at + field : at + field + 4] = struct.pack("<I", rng.choice([0, 1, 2**31, 2**32 - 1]))
+    elif kind in ("duplicate", "directory"):
+        import io
+
+        buffer = io.BytesIO(bytes(data))
+        with zipfile.ZipFile(buffer, "a") as archive:
+            if kind == "duplicate":
+                text = archive.read("program.json").replace(b'"relu"', b'"neg"')
+                import warnings
+
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    archive.writestr("program.json", text)
+            else:
+                archive.writestr("program.json/", b"")
+        raw = bytearray(buffer.getvalue())
+    return f"bytes:{kind}", bytes(raw)
+
+
+def write_case(path: Path, doc: dict | None, tensors: bytes, raw: bytes | None = None) -> None:
+    if raw is not None:
+        path.write_bytes(raw)
+        return
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr("program.json", json.dumps(doc))
+        archive.writestr("tensors.safetensors", tensors)
+
+
+# --- the run -----------------------------------------------------------------------------
+
+
+def fuzz(folder: Path, cases: int, seed: int) -> tuple[Counter, list[str]]:
+    """Run ``cases`` mutations; return the outcome counts and the failures."""
+    rng = random.Random(seed)
+    canary = folder / "canary"
+    bases = []
+    for path, inputs in seeds(folder):
+        with zipfile.ZipFile(path) as archive:
+            doc = json.loads(archive.read("program.json"))
+            tensors = archive.read("tensors.safetensors")
+        bases.append((path.read_bytes(), doc, tensors, inputs))
+    counts: Counter = Counter()
+    failures: list[str] = []
+    worker = Worker()
+    try:
+        for index in range(cases):
+            data, doc, tensors, inputs = rng.choice(bases)
+            case = folder / f"case{index % 8}.tb"
+            if rng.random() < 0.25:
+                kind, raw = mutate_bytes(data, rng)
+                write_case(case, None, tensors, raw)
+            else:
+                kind, mutated = mutate_json(doc, rng, canary)
+                write_case(case, mutated, tensors)
+            result = worker.run(case, inputs)
+            load, call = result["load"], result.get("call")
+            counts[f"load {load.split(':')[0]}"] += 1
+            if call is not None:
+                counts[f"call {call.split(':')[0]}"] += 1
+            bad = [x for x in (load, call or "") if x.startswith(("raw", "hang", "crash"))]
+            if canary.exists():
+                bad.append("CANARY: code from the file ran")
+                canary.unlink()
+            if bad:
+                failures.append(f"case {index} ({kind}): {bad}")
+                keep = folder / f"failure{len(failures)}.tb"
+                keep.write_bytes(case.read_bytes())
+            if load.startswith(("hang", "crash")):
+                worker = Worker()
+    finally:
+        worker.stop()
+    return counts, failures
+
+
+def test_fuzz_loader(tmp_path):
+    counts, failures = fuzz(tmp_path, CASES, SEED)
+    print(f"\nfuzz: {CASES} cases, seed {SEED}: " + ", ".join(
+        f"{k}: {v}" for k, v in sorted(counts.items())))  # fmt: skip
+    assert not failures, "\n".join(failures[:20])
+    assert counts["load ok"] > 0 and counts["load tracebridge"] > 0
+
+
+def test_worker_reports_hangs_and_memory(tmp_path):
+    """The harness itself: a hang is reported as one, memory past the cap is not a pass."""
+    worker = Worker()
+    try:
+        worker.proc.stdin.write("not json\n")
+        worker.proc.stdin.flush()
+        assert worker._line(30) is None  # the worker died on a bad line: no answer
+    finally:
+        worker.stop()
+    probe = subprocess.run(
+        [sys.executable, "-c", "bytearray(4 << 30)"], preexec_fn=_limits, capture_output=True
+    )
+    assert probe.returncode != 0 and b"MemoryError" in probe.stderr
+
+
+@pytest.mark.parametrize("mutation", ["zip_method", "zip_flags", "duplicate"])
+def test_zip_header_mutations_are_tracebridge_errors_or_loads(tmp_path, mutation):
+    path, _ = seeds(tmp_path)[2]
+    rng = random.Random(1)
+    for _ in range(20):
+        kind, raw = mutate_bytes(path.read_bytes(), rng)
+        if kind == f"bytes:{mutation}":
+            break
+    case = tmp_path / "case.tb"
+    case.write_bytes(raw)
+    with contextlib.suppress(tracebridge.TraceError):
+        tracebridge.load(case)

@@ -1,0 +1,68 @@
+"""The zoo harness's own logic (benchmarks/zoo.py), without the zoo's packages: how outputs
+are compared, how a cell is judged, and how parts are merged and tabulated."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+import torch
+
+BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
+sys.path.insert(0, os.path.abspath(BENCH))
+
+zoo = pytest.importorskip("zoo")
+
+
+def test_compare_accepts_rounding_and_names_a_difference():
+    a = torch.tensor([1.0, 1000.0])
+    assert zoo.compare((a,), (a + 1e-3,), 1e-4) is None  # relative to the output's scale
+    assert "max abs error" in zoo.compare((a,), (a + torch.tensor([0.0, 5.0]),), 1e-4)
+    assert "shape" in zoo.compare(a, a[:1], 1e-4)
+    assert "integers" in zoo.compare(torch.tensor([1, 2]), torch.tensor([1, 3]), 1e-4)
+
+
+def _cell(calls, reload_calls=(), trace_error=None):
+    cell = {"calls": [{"status": s} for s in calls], "trace_error": trace_error}
+    for c in cell["calls"]:
+        if c["status"] != "right":
+            c["error"] = "why"
+    cell["reload"] = {"calls": [{"status": s, "error": "why"} for s in reload_calls]}
+    return cell
+
+
+def test_a_cell_is_wrong_if_any_call_is_wrong_even_after_reloading():
+    assert zoo.verdict(_cell(["right", "right"], ["right", "right"]))[0] == "right"
+    assert zoo.verdict(_cell(["right", "wrong"]))[0] == "WRONG"
+    assert zoo.verdict(_cell(["right", "error", "wrong"]))[0] == "WRONG"
+    assert zoo.verdict(_cell(["right", "right"], ["right", "wrong"]))[0] == "WRONG"
+    assert zoo.verdict(_cell(["right", "error"]))[0] == "error"
+    assert zoo.verdict(_cell([], trace_error="TraceError: no"))[0] == "error"
+    assert zoo.verdict(_cell(["skip", "right"]))[0] == "right"
+
+
+def test_parts_merge_tool_by_tool_and_the_table_counts_them(tmp_path):
+    entry = {"category": "vision", "source": "torchvision"}
+    part1 = {
+        "resnet18": dict(entry, tools={"jit": _cell(["right"]), "tracebridge": _cell(["error"])})
+    }
+    part2 = {"resnet18": dict(entry, tools={"tracebridge": _cell(["right"])}), "_meta": {}}
+    paths = []
+    for i, part in enumerate((part1, part2)):
+        paths.append(str(tmp_path / f"p{i}.json"))
+        with open(paths[-1], "w") as f:
+            json.dump(part, f)
+    out = str(tmp_path / "all.json")
+    zoo.merge(paths, out)
+    with open(out) as f:
+        merged = json.load(f)
+    assert zoo.verdict(merged["resnet18"]["tools"]["tracebridge"])[0] == "right"
+    assert zoo.verdict(merged["resnet18"]["tools"]["jit"])[0] == "right"
+    table = str(tmp_path / "zoo.md")
+    zoo.write_table(merged, table)
+    with open(table) as f:
+        text = f.read()
+    assert "| tracebridge | 1 | 1 | 1 | 0 | 0 |" in text
+    assert "| resnet18 | vision | torchvision | right | right | - |" in text
