@@ -128,6 +128,7 @@ def test_an_op_failing_names_the_op(tmp_path, base):
         with pytest.raises(tracebridge.TraceError, match="narrow") as info:
             tracebridge.load(path, runtime=runtime)(torch.ones(3))
         assert isinstance(info.value.__cause__, IndexError)
+        assert isinstance(info.value, IndexError)  # ``except IndexError`` works as in eager
 
 
 def test_guard_errors_are_not_rewrapped():

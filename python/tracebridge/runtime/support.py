@@ -42,6 +42,25 @@ class OpError(TraceError):
         self.original = original
 
 
+# Note: an OpError is also an instance of the op's own exception class where Python allows
+# it (``except IndexError`` keeps working, as in eager PyTorch and as docs/security.md
+# says), while ``except TraceError`` catches every failure of a loaded graph.
+_OP_ERRORS: dict[type, type] = {}
+
+
+def _op_error_class(cls: type) -> type:
+    made = _OP_ERRORS.get(cls)
+    if made is None:
+        try:
+            made = type("OpError", (OpError, cls), {"__module__": __name__})
+            if str(made("probe", None)) != "probe":  # KeyError quotes, UnicodeError formats
+                made = OpError
+        except Exception:  # a layout or an __init__ that does not mix: a plain OpError
+            made = OpError
+        _OP_ERRORS[cls] = made
+    return made
+
+
 def _failed_step(tb) -> str:
     """Where in the graph a traceback went wrong: the interpreter's node, or the line of the
     generated code (which names the op and the source location, as ``.code`` shows)."""
@@ -62,7 +81,7 @@ def op_failed(method: str, exc: BaseException) -> OpError:
     """The :class:`OpError` for ``exc``, raised by an op while ``method`` ran."""
     where = _failed_step(exc.__traceback__) or "(while building its inputs or outputs)"
     text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-    return OpError(
+    return _op_error_class(type(exc))(
         f"method {method!r}: an op failed {where}: {type(exc).__name__}: {text}; the "
         "inputs do not suit the traced program (sizes, values), or the artifact is corrupt "
         "or hostile (tracebridge validate checks the file)",
