@@ -130,8 +130,9 @@ def test_odd_kwargs_key_is_passed_as_data():
     program = copy.deepcopy(f.program)
     (node,) = [n for n in program.methods["forward"].nodes if n.op.endswith("sum")]
     node.kwargs = {"dim)": 0}
-    with pytest.raises(TypeError, match="dim\\)"):
+    with pytest.raises(tracebridge.TraceError, match="dim\\)") as info:
         _method(program)(torch.rand(2, 3))
+    assert isinstance(info.value.__cause__, TypeError)
 
 
 def _evil_dispatch_module(name: str) -> TracedModule:
@@ -412,10 +413,12 @@ def test_traceback_through_generated_code_names_the_users_line():
     import traceback
 
     f = _traced(lambda x, w: torch.matmul(x, w), torch.rand(2, 3), torch.rand(3, 4))
-    with pytest.raises(RuntimeError) as info:
+    with pytest.raises(tracebridge.TraceError) as info:
         f(torch.rand(2, 3), torch.rand(5, 4))
+    assert "# matmul, test_security_codegen.py:" in str(info.value)  # the op's error says where
+    cause = info.value.__cause__
     frames = [
-        fr for fr in traceback.extract_tb(info.value.__traceback__) if "tracebridge:" in fr.filename
+        fr for fr in traceback.extract_tb(cause.__traceback__) if "tracebridge:" in fr.filename
     ]
     assert frames and "# matmul, test_security_codegen.py:" in frames[-1].line
 

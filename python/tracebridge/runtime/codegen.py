@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import ast
 import builtins
+import itertools
 import keyword
 import linecache
 import math
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -506,10 +508,19 @@ def _place(node: ast.AST, line: int, width: int, recurse: bool = True) -> None:
 
 
 _linecache_lock = threading.Lock()
+# Each compiled function gets its own file name: with one name per method ("forward"), the
+# lines of one loaded module would replace another's in linecache, and a traceback or an
+# OpError of one artifact would quote the code of another (a hostile file's, say).
+_serial = itertools.count(1)
 
 
 def _display_name(name: str) -> str:
     return name if _is_keyword_name(name) else comment(name).replace(">", "")
+
+
+def _forget_lines(filename: str) -> None:
+    with _linecache_lock:
+        linecache.cache.pop(filename, None)
 
 
 def compile_function(gen: CodeGen, filename: str | None = None) -> Generated:
@@ -519,7 +530,7 @@ def compile_function(gen: CodeGen, filename: str | None = None) -> Generated:
     renderer = _Renderer(gen, title)
     code_text = renderer.function(tree)
     unguarded = "" if gen.guards else ":unguarded"
-    filename = filename or f"<tracebridge:{_display_name(gen.name)}{unguarded}>"
+    filename = filename or f"<tracebridge:{_display_name(gen.name)}{unguarded}#{next(_serial)}>"
     code = compile(ast.Module([tree], []), filename, "exec")
     namespace = dict(gen.globals)
     exec(code, namespace)  # noqa: S102 - compiled from a tree of our own names and constants
@@ -530,6 +541,7 @@ def compile_function(gen: CodeGen, filename: str | None = None) -> Generated:
     function.__name__ = function.__qualname__ = title
     with _linecache_lock:  # tracebacks through the function show the lines of .code
         linecache.cache[filename] = (len(code_text), None, code_text.splitlines(True), filename)
+    weakref.finalize(function, _forget_lines, filename)  # loads and reloads do not pile up
     return Generated(function, code_text, renderer.locations)
 
 

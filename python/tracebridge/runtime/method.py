@@ -8,6 +8,7 @@ import threading
 from ..errors import GuardError, TraceError
 from ..ir import Graph, pytree
 from ..ir.pytree import is_tensor
+from . import support
 from .codegen import CodeGen, compile_function
 from .interpreter import Interpreter
 
@@ -97,6 +98,15 @@ class Method:
         return fn
 
     def __call__(self, *args, **kwargs):
+        try:
+            return self._call(args, kwargs)
+        except TraceError:
+            raise
+        except Exception as exc:
+            # Any op may fail on what a file asks for; callers catch TraceError for all.
+            raise support.op_failed(self.name, exc) from exc
+
+    def _call(self, args, kwargs):
         guards = self.check_guards and not getattr(_local, "off", False)
         fn = self._compiled.get(guards) or self._function(guards)
         if self._simple and not kwargs and len(args) == self._n_inputs:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import linecache
 from collections.abc import Callable
 
 import torch
@@ -28,6 +29,66 @@ PRIM_FUNCTIONS = {
 }
 
 
+class OpError(TraceError):
+    """An op of a loaded graph failed while running (PyTorch or scalar arithmetic raised).
+
+    ``original`` is the exception the op raised (also the ``__cause__``). A hostile or
+    corrupt file can make any op fail (a size past memory, a division by zero, an index out
+    of range); a caller of a loaded artifact catches ``TraceError`` for all of them.
+    """
+
+    def __init__(self, message: str, original: BaseException | None = None):
+        super().__init__(message)
+        self.original = original
+
+
+# Note: an OpError is also an instance of the op's own exception class where Python allows
+# it (``except IndexError`` keeps working, as in eager PyTorch and as docs/security.md
+# says), while ``except TraceError`` catches every failure of a loaded graph.
+_OP_ERRORS: dict[type, type] = {}
+
+
+def _op_error_class(cls: type) -> type:
+    made = _OP_ERRORS.get(cls)
+    if made is None:
+        try:
+            made = type("OpError", (OpError, cls), {"__module__": __name__})
+            if str(made("probe", None)) != "probe":  # KeyError quotes, UnicodeError formats
+                made = OpError
+        except Exception:  # a layout or an __init__ that does not mix: a plain OpError
+            made = OpError
+        _OP_ERRORS[cls] = made
+    return made
+
+
+def _failed_step(tb) -> str:
+    """Where in the graph a traceback went wrong: the interpreter's node, or the line of the
+    generated code (which names the op and the source location, as ``.code`` shows)."""
+    where = ""
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_filename.startswith("<tracebridge:"):
+            line = linecache.getline(frame.f_code.co_filename, tb.tb_lineno).strip()
+            where = f"at `{line[:200]}`" if line else where
+        elif frame.f_code.co_name == "run_op" and isinstance(frame.f_locals.get("node"), Node):
+            node = frame.f_locals["node"]
+            where = f"in op {node.op}" + (f" ({node.loc})" if node.loc else "")
+        tb = tb.tb_next
+    return where
+
+
+def op_failed(method: str, exc: BaseException) -> OpError:
+    """The :class:`OpError` for ``exc``, raised by an op while ``method`` ran."""
+    where = _failed_step(exc.__traceback__) or "(while building its inputs or outputs)"
+    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+    return _op_error_class(type(exc))(
+        f"method {method!r}: an op failed {where}: {type(exc).__name__}: {text}; the "
+        "inputs do not suit the traced program (sizes, values), or the artifact is corrupt "
+        "or hostile (tracebridge validate checks the file)",
+        exc,
+    )
+
+
 def node_callable(node: Node, methods: dict[str, Graph]) -> Callable:
     """The callable that runs ``node``: the ONE place where both runtimes turn a node into
     a function (generated code binds the result as a constant; the interpreter calls it).
@@ -36,12 +97,37 @@ def node_callable(node: Node, methods: dict[str, Graph]) -> Callable:
     return default_callable(node.op)
 
 
+def _embedding_bag(weight, indices, offsets=None, *args, **kwargs):
+    # Note: PyTorch's CPU kernel reads indices[offsets[i]] without checking a negative or
+    # decreasing offset (torch 2.13: offsets [0, -10**12] crash the process, [0, -7] quote
+    # the heap in the error), so the offsets are checked here, where both runtimes call it.
+    if isinstance(offsets, torch.Tensor) and offsets.numel() and isinstance(indices, torch.Tensor):
+        flat = offsets.reshape(-1)
+        if (
+            flat.is_floating_point()
+            or bool((flat < 0).any())
+            or bool((flat[1:] < flat[:-1]).any())
+            or int(flat.max()) > indices.numel()
+        ):
+            raise ValueError(
+                "embedding_bag: offsets must be non-negative, non-decreasing and at most "
+                f"the number of indices ({indices.numel()})"
+            )
+    return torch.embedding_bag(weight, indices, offsets, *args, **kwargs)
+
+
+# Ops whose PyTorch kernel trusts an argument that a file controls: run through a check.
+_CHECKED_IMPLS: dict[str, Callable] = {"embedding_bag": _embedding_bag}
+
+
 def default_callable(name: str) -> Callable:
     """The op table's implementation of op ``name`` (what :func:`node_callable` gives
     unless a node needs another): generated code writes operators and attribute reads
     inline only when a node's callable is this one."""
     if name in PRIM_FUNCTIONS:
         return PRIM_FUNCTIONS[name]
+    if name in _CHECKED_IMPLS and opset.impl_of(name) is torch.embedding_bag:
+        return _CHECKED_IMPLS[name]
     try:
         return opset.impl_of(name)
     except (KeyError, TypeError):
