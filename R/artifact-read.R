@@ -12,7 +12,7 @@
 # base R raw vectors stop at 2^31 - 1 bytes and artifacts of large models are bigger.
 
 artifact_members <- c("program.json", "tensors.safetensors")
-artifact_max_program_bytes <- 256 * 1024^2
+artifact_max_program_bytes <- 64 * 1024^2  # LIMITS['program_bytes'] of check/program.py
 artifact_max_header_bytes <- 1e8
 artifact_filler_prefix <- "#pad"
 zip_methods <- c(`0` = "stored", `8` = "deflate", `9` = "deflate64", `12` = "bzip2",
@@ -325,7 +325,17 @@ read_program <- function(file) {
     inspect_abort(sprintf("%s: program.json is %s bytes, over the %s-byte limit (not read).",
                           file, format_int(program$size), format_int(artifact_max_program_bytes)))
   }
-  doc <- parse_json_strict(read_member_range(file, program), sprintf("%s: program.json", file))
+  bytes <- read_member_range(file, program)
+  # Before parsing: parse cost grows with JSON objects and arrays (limits of ops.json).
+  containers <- sum(bytes == as.raw(0x7b)) + sum(bytes == as.raw(0x5b))
+  limit <- tb_tables()[["ops"]][["limits"]][["containers"]]
+  if (containers > limit) {
+    inspect_abort(sprintf(paste(
+      "%s: program.json holds %s JSON objects and arrays, more than the limit of %s",
+      "[rule: resource limits]; the file is not a program tracebridge wrote"),
+      file, format_int(containers), format_int(limit)))
+  }
+  doc <- parse_json_strict(bytes, sprintf("%s: program.json", file))
   check_program(doc, file)
   doc$.members <- members
   doc

@@ -436,7 +436,27 @@ check_names_and_dispatch <- function(doc) {
       }
     }
   }
-  for (s in names(doc[["state"]])) check_path_name(s, "state")
+  reserved <- unlist(tb_tables()[["ops"]][["names"]][["reserved_attributes"]])
+  states <- names(doc[["state"]])
+  for (s in states) {
+    check_path_name(s, "state")
+    parts <- strsplit(s, ".", fixed = TRUE)[[1]]
+    clash <- parts[parts %in% reserved]
+    if (length(clash)) {
+      check_fault("names", sprintf(paste(
+        "state name '%s' has the part '%s', which every loaded module already has as an",
+        "attribute"), substr(s, 1, 40), substr(clash[[1]], 1, 40)))
+    }
+    if (length(parts) > 1L) {
+      parents <- vapply(seq_len(length(parts) - 1L),
+                        function(i) paste(parts[seq_len(i)], collapse = "."), "")
+      inside <- parents[parents %in% states]
+      if (length(inside)) {
+        check_fault("names", sprintf("state '%s' is a tensor, so '%s' cannot be inside it",
+                                     substr(inside[[1]], 1, 40), substr(s, 1, 40)))
+      }
+    }
+  }
   mc <- doc[["module_classes"]]
   for (i in seq_along(mc)) {  # by position: the root's path is "", which [[ ]] cannot name
     path <- names(mc)[[i]]
@@ -789,7 +809,7 @@ check_arguments <- function(op, info, node, kinds) {
                                             describe_lit(lit, kinds)))
     }
   }
-  check_sizes(op, info, node)
+  check_sizes(op, info, node, kinds)
 }
 
 literal_numel <- function(lit) {
@@ -810,7 +830,7 @@ literal_numel <- function(lit) {
   1
 }
 
-check_sizes <- function(op, info, node) {
+check_sizes <- function(op, info, node, kinds) {
   ops <- tb_tables()[["ops"]]
   size_args <- unlist(ops[["size_arguments"]])
   sized <- node[["kwargs"]][names(node[["kwargs"]]) %in% size_args]
@@ -826,12 +846,21 @@ check_sizes <- function(op, info, node) {
     }
   }
   limit <- ops[["limits"]][["literal_numel"]]
+  graph_limit <- ops[["limits"]][["graph_literal_numel"]]
   for (lit in sized) {
     numel <- literal_numel(lit)
     if (numel > limit) {
       check_fault("resource limits", sprintf(paste(
         "%s is asked for %s elements, more than the limit of %s for a size written in the",
         "file"), op, format(numel, scientific = FALSE), format(limit, scientific = FALSE)))
+    }
+    # The graph's running total sits beside its value kinds (ids are numbers, never ".x").
+    total <- (kinds[[".literal_total"]] %||% 0) + numel
+    assign(".literal_total", total, envir = kinds)
+    if (total > graph_limit) {
+      check_fault("resource limits", sprintf(paste(
+        "the sizes written in this graph ask for %s elements in all, more than the limit",
+        "of %s"), format(total, scientific = FALSE), format(graph_limit, scientific = FALSE)))
     }
   }
 }
@@ -877,8 +906,32 @@ spec_leaves <- function(spec) {
   }, logical(1)))) {
     check_fault("specs", "dict spec keys are strings or integers")
   }
-  if (identical(t, "namedtuple") && length(spec[["fields"]]) != length(children)) {
+  if (identical(t, "namedtuple")) check_namedtuple_names(spec, length(children))
+  sum(vapply(children, spec_leaves, integer(1)))
+}
+
+# A named tuple's class name is a dotted path of identifiers, its fields distinct
+# identifiers that collections.namedtuple takes (no Python keyword, no leading "_").
+check_namedtuple_names <- function(spec, children) {
+  ops <- tb_tables()[["ops"]]
+  limit <- ops[["limits"]][["name_chars"]]
+  ident <- "^[A-Za-z_][A-Za-z0-9_]*$"
+  name <- spec[["name"]]
+  if (!is_str(name) || nchar(name) > limit ||
+      !all(grepl(ident, strsplit(name, ".", fixed = TRUE)[[1]]))) {
+    check_fault("specs", sprintf("a namedtuple's name '%s' is not a dotted path of names",
+                                 substr(paste(name, collapse = ""), 1, 40)))
+  }
+  fields <- spec[["fields"]]
+  ok <- is.list(fields) && all(vapply(fields, function(f) {
+    is_str(f) && grepl(ident, f) && !startsWith(f, "_") && nchar(f) <= limit &&
+      !f %in% unlist(ops[["names"]][["python_keywords"]])
+  }, TRUE))
+  if (!ok || anyDuplicated(unlist(fields))) {
+    check_fault("specs", sprintf("the fields of namedtuple '%s' are not distinct plain names",
+                                 substr(name, 1, 40)))
+  }
+  if (length(fields) != children) {
     check_fault("specs", "a namedtuple spec needs as many fields as children")
   }
-  sum(vapply(children, spec_leaves, integer(1)))
 }

@@ -26,6 +26,7 @@ from .backends import compile  # noqa: E402
 from .errors import (  # noqa: E402
     ArtifactError,
     GuardError,
+    OpError,
     TraceError,
     TracerWarning,
     TracingCheckError,
@@ -37,6 +38,7 @@ from .version import __version__  # noqa: E402,F401
 __all__ = [
     "ArtifactError",
     "GuardError",
+    "OpError",
     "TraceError",
     "TracedFunction",
     "TracedMethod",

@@ -43,3 +43,16 @@ class TracerWarning(UserWarning):
 
     Each warning points at the user's file and line, and is issued once per line.
     """
+
+
+class OpError(TraceError):
+    """An op of a loaded graph failed while running (PyTorch or scalar arithmetic raised).
+
+    ``original`` is the exception the op raised (also the ``__cause__``). A hostile or
+    corrupt file can make any op fail (a size past memory, a division by zero, an index out
+    of range); a caller of a loaded artifact catches ``TraceError`` for all of them.
+    """
+
+    def __init__(self, message: str, original: BaseException | None = None):
+        super().__init__(message)
+        self.original = original

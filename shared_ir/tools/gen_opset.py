@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import keyword
 import re
 import sys
 from pathlib import Path
@@ -186,6 +187,8 @@ def ops_json() -> dict:
             "dim_expr": checker.DIM_EXPR.pattern,
             "device": checker.DEVICE.pattern,
             "reserved_methods": sorted(checker.RESERVED_METHODS),
+            "reserved_attributes": sorted(checker.RESERVED_ATTRIBUTES),
+            "python_keywords": sorted(keyword.kwlist),
         },
         "value_kinds": list(checker.VALUE_KINDS),
         "guard_kinds": list(opset.GUARD_KINDS),

@@ -29,7 +29,13 @@ from typing import Any, BinaryIO
 
 import torch
 
-from ..check.program import FILE_FIX, SAVE_FIX, check_json_size, check_program
+from ..check.program import (
+    FILE_FIX,
+    SAVE_FIX,
+    check_json_containers,
+    check_json_size,
+    check_program,
+)
 from ..errors import ArtifactError
 from ..ir import (
     DTYPE_NAMES,
@@ -275,6 +281,7 @@ def _open(name: str, handle: BinaryIO) -> Opened:
     text = handle.read(program.size)
     if zlib.crc32(text) != program.crc:
         raise ArtifactError(f"{name}: {PROGRAM_MEMBER} fails its CRC-32 (corrupt)")
+    check_json_containers(text, name)  # before parsing: parse cost grows with containers
     doc = loads_strict(text, f"{name}: {PROGRAM_MEMBER}")
     check_document(doc, name)
     opened = Opened(name, doc, handle)

@@ -25,13 +25,17 @@ from ..ir import FORMAT_VERSION, Program, dtypes, graph_to_json, ops
 # zoo has a few thousand nodes and a program.json of a few megabytes) and low enough that
 # checking and loading a hostile file takes seconds and hundreds of megabytes, not hours.
 LIMITS = {
-    "program_bytes": 256 * 2**20,  # program.json, before it is parsed
+    "program_bytes": 64 * 2**20,  # program.json, before it is parsed
+    # '{' and '[' bytes of program.json, counted before it is parsed (an upper bound on its
+    # objects and arrays): parsing and checking cost grows with them, not with bytes.
+    "containers": 400_000,
     "depth": 64,  # nesting of JSON arrays and objects
-    "nodes": 1_000_000,  # all nodes of all methods
+    "nodes": 200_000,  # all nodes of all methods
     "methods": 10_000,
     "name_chars": 512,  # method, state, input and keyword names
     "text_chars": 4096,  # loc and guard descriptions
     "literal_numel": 2**28,  # elements a size written in the file may ask for
+    "graph_literal_numel": 2**31,  # the same, added over all nodes of one graph
     "int_min": -(2**63),
     "int_max": 2**64 - 1,
 }
@@ -56,6 +60,12 @@ RESERVED_METHODS = frozenset(
     + "program methods code graph guards save check_guards".split()
     + keyword.kwlist
     + R_RESERVED.split()
+)
+# A state name becomes a path of attributes of the loaded module: no part may be an
+# attribute every nn.Module already has (``training``, ``_modules``, ``cpu``: PyTorch's
+# own ``add_module`` refuses those too) or one the loaded module adds.
+RESERVED_ATTRIBUTES = frozenset(
+    set(dir(torch.nn.Module())) | set(RESERVED_METHODS) | {"_tb_constants", "_methods"}
 )
 VALUE_KINDS = ("Tensor", "int", "float", "bool", "dtype", "device", "list")
 _REF_KIND = {
@@ -217,6 +227,20 @@ def check_json_size(size: int, name: str = "") -> None:
             f"{prefix}program.json is {size} bytes, more than the limit of "
             f"{LIMITS['program_bytes']} [rule: resource limits]; the file is not a "
             "program tracebridge wrote"
+        )
+
+
+def check_json_containers(raw: bytes, name: str = "") -> None:
+    """Refuse a ``program.json`` with more ``{``/``[`` than ``LIMITS["containers"]``, before
+    parsing it: a file of a few megabytes of empty objects would otherwise cost gigabytes
+    and minutes to parse and walk."""
+    count = raw.count(b"{") + raw.count(b"[")
+    if count > LIMITS["containers"]:
+        prefix = f"{name}: " if name else ""
+        raise ArtifactError(
+            f"{prefix}program.json holds {count} JSON objects and arrays, more than the limit "
+            f"of {LIMITS['containers']} [rule: resource limits]; the file is not a program "
+            "tracebridge wrote"
         )
 
 
@@ -410,6 +434,25 @@ def _check_names_and_dispatch(doc: dict) -> None:
                 )
     for state in doc["state"]:
         _path_name(state, "state")
+        clash = next((p for p in state.split(".") if p in RESERVED_ATTRIBUTES), None)
+        if clash is not None:
+            _fail(
+                "names",
+                f"state name {state[:40]!r} has the part {clash[:40]!r}, which every loaded "
+                "module already has as an attribute",
+            )
+    names = set(doc["state"])
+    for state in doc["state"]:
+        parts = state.split(".")
+        parent = next(
+            (".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in names),
+            None,
+        )
+        if parent is not None:
+            _fail(
+                "names",
+                f"state {parent[:40]!r} is a tensor, so {state[:40]!r} cannot be inside it",
+            )
     for path, cls in (doc.get("module_classes") or {}).items():
         if path:
             _path_name(path, "module path")
@@ -464,6 +507,7 @@ class _GraphCheck:
         self.doc, self.method, self.graph = doc, method, graph
         self.kinds: dict[int, str] = {}  # value id -> kind, for values defined so far
         self.opset = doc.get("opset_version", ops.OPSET_VERSION)
+        self.literal_total = 0  # elements asked for by sizes written in the file, so far
 
     def run(self) -> None:
         try:
@@ -706,6 +750,13 @@ class _GraphCheck:
                     f"{info.name} is asked for {numel} elements, more than "
                     f"the limit of {LIMITS['literal_numel']} for a size written in the file",
                 )
+            self.literal_total += numel
+            if self.literal_total > LIMITS["graph_literal_numel"]:
+                _fail(
+                    "resource limits",
+                    f"the sizes written in this graph ask for {self.literal_total} elements "
+                    f"in all, more than the limit of {LIMITS['graph_literal_numel']}",
+                )
 
     def _scalar_range(self, info: ops.OpInfo, node: dict) -> None:
         """A literal exponent or shift past 64 leaves int64 for any base but a literal 0
@@ -777,9 +828,34 @@ def _leaves(spec: Any, depth: int) -> int:
         _fail("specs", "a dict spec needs as many keys as children")
     if t == "dict" and not all(isinstance(k, (str, int)) for k in spec["keys"]):
         _fail("specs", "dict spec keys are strings or integers")
-    if t == "namedtuple" and len(spec["fields"]) != len(children):
-        _fail("specs", "a namedtuple spec needs as many fields as children")
+    if t == "namedtuple":
+        _namedtuple_names(spec, len(children))
     return sum(_leaves(c, depth + 1) for c in children)
+
+
+def _namedtuple_names(spec: dict, children: int) -> None:
+    """A named tuple's class name is a dotted path of identifiers and its fields distinct
+    identifiers that ``collections.namedtuple`` takes (no keyword, no leading ``_``)."""
+    name, fields = spec["name"], spec["fields"]
+    if (
+        not isinstance(name, str)
+        or len(name) > LIMITS["name_chars"]
+        or not all(p.isidentifier() and p.isascii() for p in name.split("."))
+    ):
+        _fail("specs", f"a namedtuple's name {str(name)[:40]!r} is not a dotted path of names")
+    good = isinstance(fields, list) and all(
+        isinstance(f, str)
+        and f.isidentifier()
+        and f.isascii()
+        and not keyword.iskeyword(f)
+        and not f.startswith("_")
+        and len(f) <= LIMITS["name_chars"]
+        for f in fields
+    )
+    if not good or len(set(fields)) != len(fields):
+        _fail("specs", f"the fields of namedtuple {name[:40]!r} are not distinct plain names")
+    if len(fields) != children:
+        _fail("specs", "a namedtuple spec needs as many fields as children")
 
 
 _NUMBER_KINDS = ("int", "float", "bool")

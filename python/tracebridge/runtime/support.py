@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..errors import ArtifactError, GuardError, TraceError
+from ..errors import ArtifactError, GuardError, OpError, TraceError
 from ..ir import DTYPES, Graph, Node, pytree, refs_in
 from ..ir import ops as opset
 
@@ -27,19 +27,6 @@ PRIM_FUNCTIONS = {
     "prim.requires_grad": lambda t: t.requires_grad,
     "prim.is_contiguous": lambda t: t.is_contiguous(),
 }
-
-
-class OpError(TraceError):
-    """An op of a loaded graph failed while running (PyTorch or scalar arithmetic raised).
-
-    ``original`` is the exception the op raised (also the ``__cause__``). A hostile or
-    corrupt file can make any op fail (a size past memory, a division by zero, an index out
-    of range); a caller of a loaded artifact catches ``TraceError`` for all of them.
-    """
-
-    def __init__(self, message: str, original: BaseException | None = None):
-        super().__init__(message)
-        self.original = original
 
 
 # Note: an OpError is also an instance of the op's own exception class where Python allows
