@@ -216,18 +216,23 @@ def _doc_of(program: Program) -> dict:
         "module_classes": program.module_classes,
         "state": {n: {"kind": e.kind} for n, e in program.state.items()},
         "mode_bound": program.mode_bound,
+        "specialised": program.specialised,
     }
+
+
+def _refuse_raw(count: int, limit: str, what: str, name: str) -> None:
+    """Refuse a ``program.json`` before it is parsed when ``count`` passes ``LIMITS[limit]``."""
+    if count > LIMITS[limit]:
+        prefix = f"{name}: " if name else ""
+        raise ArtifactError(
+            f"{prefix}program.json {what} {count}, more than the limit of {LIMITS[limit]} "
+            "[rule: resource limits]; the file is not a program tracebridge wrote"
+        )
 
 
 def check_json_size(size: int, name: str = "") -> None:
     """Refuse a ``program.json`` larger than ``LIMITS["program_bytes"]``, before reading it."""
-    if size > LIMITS["program_bytes"]:
-        prefix = f"{name}: " if name else ""
-        raise ArtifactError(
-            f"{prefix}program.json is {size} bytes, more than the limit of "
-            f"{LIMITS['program_bytes']} [rule: resource limits]; the file is not a "
-            "program tracebridge wrote"
-        )
+    _refuse_raw(size, "program_bytes", "has a size in bytes of", name)
 
 
 def check_json_containers(raw: bytes, name: str = "") -> None:
@@ -235,13 +240,7 @@ def check_json_containers(raw: bytes, name: str = "") -> None:
     parsing it: a file of a few megabytes of empty objects would otherwise cost gigabytes
     and minutes to parse and walk."""
     count = raw.count(b"{") + raw.count(b"[")
-    if count > LIMITS["containers"]:
-        prefix = f"{name}: " if name else ""
-        raise ArtifactError(
-            f"{prefix}program.json holds {count} JSON objects and arrays, more than the limit "
-            f"of {LIMITS['containers']} [rule: resource limits]; the file is not a program "
-            "tracebridge wrote"
-        )
+    _refuse_raw(count, "containers", "has a count of JSON objects and arrays of", name)
 
 
 def _check_depth(doc: Any) -> None:
