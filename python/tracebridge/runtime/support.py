@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch
 
 from ..errors import ArtifactError, GuardError, OpError, TraceError
-from ..ir import DTYPES, Graph, Node, pytree, refs_in
+from ..ir import DTYPES, Graph, Node, dtypes, pytree, refs_in
 from ..ir import ops as opset
 
 PRIM_FUNCTIONS = {
@@ -235,20 +235,10 @@ def check_graph(graph: Graph, name: str) -> None:
             )
 
 
-# The kind of a dtype. A call may change an input's dtype within its kind (float32 to
-# float64 after .double()), not across kinds: code often branches on is_floating_point().
-DTYPE_KIND = {
-    dtype: (
-        "f"
-        if dtype.is_floating_point
-        else "c"
-        if dtype.is_complex
-        else "b"
-        if dtype == torch.bool
-        else "i"
-    )
-    for dtype in DTYPES.values()
-}
+# The kind of a dtype, from the one dtype table (ir/dtypes.py): a call may change an input's
+# dtype within its kind (float32 to float64 after .double()), not across kinds: code often
+# branches on is_floating_point(). Generated code compares these one-letter codes.
+DTYPE_KIND = {d.torch: d.kind[0] for d in dtypes.TABLE}  # "f", "c", "b" or "i"
 KIND_WORDS = {"f": "floating-point", "c": "complex", "b": "bool", "i": "integer"}
 
 
