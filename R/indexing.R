@@ -215,18 +215,7 @@ is_vector_kind <- function(k) k %in% c("vector", "vector_r", "logical")
   }
   # Basic indexing first (vectors become full slices), then each vector on its own
   # dimension with index_select, which gives R's (orthogonal) meaning.
-  key <- lapply(parsed, function(p) {
-    switch(p$kind,
-      all = py_slice(),
-      ellipsis = reticulate::py_ellipsis(),
-      none = reticulate::py_none(),
-      int = p$value,
-      slice = p$value,
-      mask = p$value,
-      tensor_int = py_slice(),
-      py_slice()
-    )
-  })
+  key <- lapply(parsed, py_key_part)
   out <- index_call(py, reticulate::tuple(key, convert = FALSE))
   # Where each parsed index's dimension ended up after basic indexing.
   after <- 0L
@@ -279,24 +268,15 @@ index_call <- function(py, key) {
   vec <- which(vapply(parsed, function(p) is_vector_kind(p$kind) || p$kind == "tensor_int",
                       logical(1)))
   key <- lapply(seq_along(parsed), function(k) {
-    p <- parsed[[k]]
-    switch(p$kind,
-      all = py_slice(),
-      ellipsis = reticulate::py_ellipsis(),
-      none = reticulate::py_none(),
-      int = p$value,
-      slice = p$value,
-      mask = p$value,
-      {
-        idx <- if (p$kind == "tensor_int") p$value else vector_tensor(py, p)
-        if (length(vec) > 1) {
-          shape <- rep(1L, length(vec))
-          shape[[match(k, vec)]] <- -1L
-          idx <- idx$reshape(reticulate::tuple(as.list(shape), convert = FALSE))
-        }
-        idx
+    py_key_part(parsed[[k]], function(p) {
+      idx <- if (p$kind == "tensor_int") p$value else vector_tensor(py, p)
+      if (length(vec) > 1) {
+        shape <- rep(1L, length(vec))
+        shape[[match(k, vec)]] <- -1L
+        idx <- idx$reshape(reticulate::tuple(as.list(shape), convert = FALSE))
       }
-    )
+      idx
+    })
   })
   val <- if (inherits(value, "torch_tensor")) .subset2(value, ".py") else
     if (length(value) == 1) reticulate::r_to_py(value) else tensor_py(torch_tensor(value))
@@ -306,4 +286,20 @@ index_call <- function(py, key) {
     error = function(e) rethrow_python(e, one_based = TRUE)
   )
   x
+}
+
+# The Python index for one parsed R index: slices, `..`, `newaxis`, single positions and
+# masks are the same for reading and assignment; `vector` makes the index of a vector (or
+# integer tensor) index, which reading takes as a full slice (then index_select) and
+# assignment as a broadcast index tensor.
+py_key_part <- function(p, vector = function(p) py_slice()) {
+  switch(p$kind,
+    all = py_slice(),
+    ellipsis = reticulate::py_ellipsis(),
+    none = reticulate::py_none(),
+    int = p$value,
+    slice = p$value,
+    mask = p$value,
+    vector(p)
+  )
 }
