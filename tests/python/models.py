@@ -120,6 +120,20 @@ def mlp() -> Case:
 # --------------------------------------------------------------------------- CNN
 
 
+class ConvBNLinear(nn.Module):
+    """The small conv + batch-norm + linear module the file tests save and then damage."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x):
+        y = torch.relu(self.bn(self.conv(x))).mean(dim=(2, 3))
+        return self.fc(y.view(y.shape[0], -1))
+
+
 class SmallCNN(nn.Module):
     def __init__(self, num_classes: int = 10) -> None:
         super().__init__()

@@ -10,42 +10,29 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 import tracebridge
 from tracebridge.artifact import read_json
 from tracebridge.check.program import LIMITS, RESERVED_METHODS, check_json_size, check_program
 from tracebridge.ir import dtypes, ops
 
+from .models import ConvBNLinear
+
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS = ROOT / "shared_ir" / "vectors"
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3, padding=1)
-        self.bn = nn.BatchNorm2d(4)
-        self.fc = nn.Linear(4, 2)
-
-    def forward(self, x):
-        y = F.relu(self.bn(self.conv(x)))
-        y = y.mean(dim=(2, 3))
-        return self.fc(y.view(y.shape[0], -1))
 
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> dict:
     """A real artifact's program.json (a module with state, guards-free) and its tensors."""
     path = tmp_path_factory.mktemp("base") / "net.tb"
-    traced = tracebridge.trace(Net().eval(), torch.rand(2, 3, 8, 8))
+    traced = tracebridge.trace(ConvBNLinear().eval(), torch.rand(2, 3, 8, 8))
     tracebridge.save(traced, path)
     with zipfile.ZipFile(path) as archive:
         return {
@@ -577,8 +564,7 @@ def python_verdict(path: Path) -> str:
 
 @pytest.mark.skipif(shutil.which("Rscript") is None, reason="R is not installed")
 def test_r_and_python_checkers_agree(base, tmp_path):
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from test_fuzz import json_mutations  # the fuzzer's JSON mutations, fed to both
+    from .test_fuzz import json_mutations  # the fuzzer's JSON mutations, fed to both
 
     cases = corpus(base)
     for index, doc in enumerate(json_mutations(base["doc"], 40, seed=11)):

@@ -36,6 +36,8 @@ import tracebridge
 from tracebridge.artifact import safetensors_bytes
 from tracebridge.ir import ops
 
+from .models import ConvBNLinear
+
 CASES = int(os.environ.get("TRACEBRIDGE_FUZZ_CASES", "800"))
 SEED = int(os.environ.get("TRACEBRIDGE_FUZZ_SEED", "20261123"))
 CASE_SECONDS = 20
@@ -138,18 +140,6 @@ class Worker:
 # --- the seeds: real artifacts -----------------------------------------------------------
 
 
-class ConvNet(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3, padding=1)
-        self.bn = nn.BatchNorm2d(4)
-        self.fc = nn.Linear(4, 2)
-
-    def forward(self, x):
-        y = torch.relu(self.bn(self.conv(x))).mean(dim=(2, 3))
-        return self.fc(y.view(y.shape[0], -1))
-
-
 class Attention(nn.Module):
     def __init__(self):
         super().__init__()
@@ -172,7 +162,7 @@ def seeds(folder: Path) -> list[tuple[Path, Path]]:
     """(artifact, inputs) pairs, saved by this tracebridge from traced models."""
     torch.manual_seed(0)
     made = [
-        ("conv", tracebridge.trace(ConvNet().eval(), torch.rand(2, 3, 6, 6)),
+        ("conv", tracebridge.trace(ConvBNLinear().eval(), torch.rand(2, 3, 6, 6)),
          (torch.rand(2, 3, 6, 6),)),
         ("attention", tracebridge.trace(Attention(), torch.rand(2, 5, 8)), (torch.rand(2, 5, 8),)),
         ("guarded", tracebridge.trace(_guarded, (torch.rand(3, 2), torch.rand(3, 2))),
