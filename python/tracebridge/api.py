@@ -44,13 +44,10 @@ def _describe_guard(name: str, node) -> str:
     )
 
 
-def _specialised(program: Program) -> dict[str, list[str]]:
-    """Method name -> the names of its size-1 specialisations (check/specialise.py)."""
-    return dict(program.specialised)
-
-
 def _variant_names(program: Program) -> set[str]:
-    return {name for names in _specialised(program).values() for name in names}
+    """The size-1 specialisations of every method (check/specialise.py): reached only
+    through the method they specialise, never by name."""
+    return {name for names in program.specialised.values() for name in names}
 
 
 def _add_specialisations(program: Program, name: str, graphs: list) -> None:
@@ -77,7 +74,7 @@ class _Traced:
     def _chain_specialisations(self) -> None:
         """Each method with size-1 specialisations tries them when its guards refuse a call
         (after ``_make_methods``, which compiled objects override)."""
-        for name, others in _specialised(self.program).items():
+        for name, others in self.program.specialised.items():
             chain = [self._methods[name]] + [self._methods[o] for o in others]
             self._methods[name] = Specialised(chain)
 
