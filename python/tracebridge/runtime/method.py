@@ -171,10 +171,6 @@ class Specialised:
         return getattr(self.methods[0], name)
 
     @property
-    def code(self) -> str:
-        return self.methods[0].code
-
-    @property
     def check_guards(self) -> bool:
         return self.methods[0].check_guards
 
