@@ -335,6 +335,49 @@ def verdict(cell: dict | None) -> tuple[str, str]:
     return "right", ""
 
 
+# Why tracebridge's remaining refusals stay, written under the table for the models they
+# concern (documentation: the tracer treats these models like any other code).
+_DETECTION = (
+    "torchvision's detectors take a list of images and return a list with one dict of "
+    "boxes, scores and labels per image, so the number of results is the batch size by the "
+    "model's own interface. The zoo's wrapper (`Detection` in `benchmarks/zoo_models.py`) "
+    "only turns the batch tensor into that list (`images.unbind(0)`, line 116) and each "
+    "dict into a tuple; traced without it, the input is itself a list whose length is the "
+    "batch size, and a call with a list of another length is refused as arguments shaped "
+    "differently. A traced graph has one output structure: it serves the batch size it was "
+    "traced at and, through a size-1 specialisation, batch 1 where the rest of its guards "
+    "hold; a batch of 3 raises GuardError at `zoo_models.py:116` (`unbind` gives 3 results, "
+    "not 2). torch.jit.trace fails the same calls (`Expected 2 elements in a list`) and "
+    "torch.export refuses at trace time. No tracer that records one graph can serve an output "
+    "structure it did not record; to serve every batch size, trace the tensor part (backbone "
+    "and heads) and keep the per-image post-processing eager, or trace at batch 1 and loop. "
+    "Also, the zoo's CPU `nms` (`benchmarks/zoo_env.py`, standing in for torchvision's C++ "
+    "kernel) is plain PyTorch with a Python loop over `order.tolist()`, so the trace guards "
+    "the order of the boxes: a call on other images can be refused there (a data guard), "
+    "never answered wrongly."
+)
+LIMITS = {
+    "timm mobilevit_xxs": (
+        "MobileViT interpolates a feature map whose height or width is odd up to the next "
+        "even size before cutting it into 2x2 patches (`timm/models/mobilevit.py:252`: "
+        "`if new_h != H or new_w != W`, with `new_h = ceil(H / 2) * 2`). At 64x64 every "
+        "stage's map is even; at 96x96 the last stage's map is 3x3, so the call takes the "
+        "other branch and raises GuardError naming that line (torch.jit.trace fails in the "
+        "patch reshape at line 258; torch.export fails a guard on the patch sizes). Size "
+        "specialisation cannot cover it: it re-traces where a size is cut to 1, and no general "
+        "rule finds the input sizes that flip an arbitrary arithmetic condition on "
+        "intermediate sizes (here the parity of a map after several strided stages; each "
+        "MobileViT stage has its own parity in each direction, so a graph per combination "
+        "would be needed, found by a search over input sizes that works for this formula "
+        "only). "
+        "A trace serves the image sizes whose maps have the parities of the traced size's "
+        "(every multiple of 64 keeps every map even, as MobileViT's own 256x256 does)."
+    ),
+    "ssdlite320_mobilenet_v3_large": _DETECTION,
+    "retinanet_resnet50_fpn": _DETECTION,
+}
+
+
 def write_table(results: dict, path: str) -> None:
     meta = results.get("_meta", {})
     models = {k: v for k, v in results.items() if not k.startswith("_")}
@@ -423,6 +466,14 @@ def write_table(results: dict, path: str) -> None:
         *details,
         "",
     ]
+    refused = [
+        name
+        for name, entry in models.items()
+        if name in LIMITS and verdict(entry.get("tools", {}).get("tracebridge"))[0] == "error"
+    ]
+    if refused:
+        lines += ["## Why tracebridge's remaining refusals stay", ""]
+        lines += [f"- **{name}**: {LIMITS[name]}" for name in refused] + [""]
     with open(path, "w") as f:
         f.write("\n".join(lines))
 
