@@ -378,6 +378,22 @@ LIMITS = {
 }
 
 
+def _reruns(reruns: list) -> list[str]:
+    """Lines saying which cells were re-run after the full run, and how."""
+    if not reruns:
+        return []
+    lines = [
+        "Cells re-run after the full run (`benchmarks/zoo.py --tools T --only M ... --results",
+        "/tmp/part.json`, then `--merge benchmarks/zoo_results.json /tmp/part.json`, which",
+        "rewrites this file):",
+        "",
+    ]
+    for run in reruns:
+        models = ", ".join(run["models"])
+        lines.append(f"- {run['date']}, {', '.join(run['tools'])}: {models}")
+    return lines + [""]
+
+
 def write_table(results: dict, path: str) -> None:
     meta = results.get("_meta", {})
     models = {k: v for k, v in results.items() if not k.startswith("_")}
@@ -455,6 +471,7 @@ def write_table(results: dict, path: str) -> None:
         "tracebridge artifacts reloaded in a fresh process computed bit for bit what the",
         f"in-process trace computed in {same} of {total} calls.",
         "",
+        *_reruns(meta.get("reruns", [])),
         "## Per model",
         "",
         "| model | category | from | tracebridge | torch.jit.trace | torch.export |",
@@ -473,25 +490,40 @@ def write_table(results: dict, path: str) -> None:
     ]
     if refused:
         lines += ["## Why tracebridge's remaining refusals stay", ""]
-        lines += [f"- **{name}**: {LIMITS[name]}" for name in refused] + [""]
+        for text in dict.fromkeys(LIMITS[name] for name in refused):  # shared texts once
+            names = ", ".join(f"**{name}**" for name in refused if LIMITS[name] == text)
+            lines.append(f"- {names}: {text}")
+        lines.append("")
     with open(path, "w") as f:
         f.write("\n".join(lines))
 
 
 def merge(paths: list[str], out: str) -> None:
-    """Merge results files of parts run side by side (``--part``) into ``out``."""
+    """Merge results files of parts run side by side (``--part``), or of models re-run
+    (``--only``), into ``out``. A file that re-runs models already merged is recorded in
+    ``_meta["reruns"]`` (date, models, tools), which the table lists."""
     from zoo_models import all_cases
 
     merged: dict = {}
+    reruns: list = []
     for path in paths:  # later files win, tool by tool
         with open(path) as f:
-            for name, entry in json.load(f).items():
-                if name.startswith("_") or name not in merged:
-                    merged[name] = entry
-                    continue
-                tools = dict(merged[name].get("tools", {}))
-                tools.update(entry.get("tools", {}))
-                merged[name] = dict(entry, tools=tools)
+            results = json.load(f)
+        meta = results.get("_meta", {})
+        reruns += [r for r in meta.get("reruns", []) if r not in reruns]
+        again = [n for n in results if not n.startswith("_") and n in merged]
+        if again:
+            tools = sorted({t for n in again for t in results[n].get("tools", {})})
+            reruns.append({"date": meta.get("date", "?"), "models": again, "tools": tools})
+        for name, entry in results.items():
+            if name.startswith("_") or name not in merged:
+                merged[name] = entry
+                continue
+            tools = dict(merged[name].get("tools", {}))
+            tools.update(entry.get("tools", {}))
+            merged[name] = dict(entry, tools=tools)
+    if reruns:
+        merged["_meta"] = dict(merged.get("_meta", {}), reruns=reruns)
     order = [c.name for c in all_cases()] + ["_meta"]
     with open(out, "w") as f:
         json.dump({k: merged[k] for k in order if k in merged}, f, indent=1)
@@ -555,6 +587,7 @@ def main() -> None:
     if os.path.exists(opts.results):
         with open(opts.results) as f:
             results = json.load(f)
+    old_names = {n for n in results if not n.startswith("_")}
     with tempfile.TemporaryDirectory() as workdir:
         fresh, reloads = {}, []
         for index, case in enumerate(cases):
@@ -581,7 +614,15 @@ def main() -> None:
         results[name] = entry
     order = [c.name for c in all_cases()]
     results = {k: results[k] for k in order if k in results}
-    results["_meta"] = versions()
+    meta = versions()
+    if opts.only or opts.part:  # some models again: the table says which, after the full run
+        reruns = results.get("_meta", {}).get("reruns", [])
+        again = [n for n in fresh if n in old_names]
+        if again:
+            reruns = reruns + [{"date": meta["date"], "models": again, "tools": tools}]
+        if reruns:
+            meta["reruns"] = reruns
+    results["_meta"] = meta
     with open(opts.results, "w") as f:
         json.dump(results, f, indent=1)
     write_table(results, opts.table)

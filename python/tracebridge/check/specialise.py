@@ -156,6 +156,7 @@ def specialisations(
     the note above)."""
     if not compares_sizes(graph) or writes_in_place(graph):
         return []
+    found: dict[frozenset, tuple[Graph, list]] = {}  # sizes cut -> (graph, dims cut)
 
     def probe(sizes: frozenset) -> Graph | None:
         new_args, new_kwargs, dims = cut_to_one(args, kwargs, sizes)
@@ -179,7 +180,6 @@ def specialisations(
         found[sizes] = (other, dims)
         return other
 
-    found: dict[frozenset, tuple[Graph, list]] = {}
     alone = [size for size in _cut_sizes(args, kwargs) if probe(frozenset({size}))]
     joint = alone[:JOINT]
     for count in range(2, len(joint) + 1):
