@@ -171,3 +171,30 @@ def test_a_refused_graph_hands_the_call_to_the_next_whose_guards_hold():
     # Only the graph cut at the source length holds on this call.
     assert len(served) == 1
     assert close(traced(src, tgt), m(src, tgt))
+
+
+def test_specialisations_stop_at_the_budget_and_what_is_dropped_is_refused(monkeypatch):
+    m = EncoderDecoder(positions=False).eval()
+    example = (torch.randn(2, 6, 8), torch.randn(2, 4, 8))
+    base = capture(m, example, {})
+    # Room for the first graph and one more: the source cut (probed first) is kept.
+    monkeypatch.setattr(specialise, "BUDGET", 2 * specialise._containers(base) + 100)
+    traced = tracebridge.trace(m, example)
+    assert len(traced.program.specialised["forward"]) == 1
+    src = torch.randn(1, 1, 8), torch.randn(1, 4, 8)
+    assert close(traced(*src), m(*src))
+    with pytest.raises(GuardError, match=r"shape\[1\] > 1 is True, but now it is False"):
+        traced(torch.randn(1, 6, 8), torch.randn(1, 1, 8))
+
+
+def test_save_refuses_a_program_that_no_reader_would_load(tmp_path, monkeypatch):
+    from tracebridge.check.program import LIMITS
+
+    traced = tracebridge.trace(
+        EncoderDecoder().eval(), (torch.randn(2, 6, 8), torch.randn(2, 4, 8))
+    )
+    monkeypatch.setitem(LIMITS, "containers", 50)
+    path = tmp_path / "m.tb"
+    with pytest.raises(tracebridge.ArtifactError, match="not saved.*resource limits"):
+        traced.save(path)
+    assert not path.exists()

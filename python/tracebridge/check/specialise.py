@@ -22,7 +22,11 @@ Note: why and how.
   gave a specialisation (the first JOINT of them) is cut together and kept when its graph
   differs from the first graph and from those kept for part of the combination (which
   serve it already). Bound: at most PROBES + 2**JOINT - JOINT - 1 = 16 traces (and as many
-  eager runs), and only where sizes specialise. Specialisations are tried most sizes cut
+  eager runs), and only where sizes specialise; and the graphs of a method take at most
+  BUDGET JSON containers in program.json (half of what a reader accepts: a large model's
+  specialisations must not make a file that no reader loads). Probes run single cuts first,
+  batch first, so where the budget runs out, what is kept serves the commonest calls.
+  Specialisations are tried most sizes cut
   first, so a call with several sizes at 1 reaches the graph traced with all of them at 1
   before one traced with some (whose guards would refuse it anyway). Every graph checks all
   its guards, so whichever serves a call, its assumptions hold for that call.
@@ -31,16 +35,22 @@ Note: why and how.
 from __future__ import annotations
 
 import itertools
+import json
 import warnings
 from collections.abc import Callable
 
-from ..ir import Graph, Node, Ref, Value, pytree
+from ..ir import Graph, Node, Ref, Value, graph_to_json, pytree
 from ..ir import ops as opset
 from ..ir.pytree import is_tensor
+from .program import LIMITS
 from .verify import first_difference
 
 PROBES = 5  # sizes cut alone, at most, batch first
 JOINT = 4  # sizes cut together, at most: 2**JOINT - JOINT - 1 = 11 more traces
+# A method's first graph and its specialisations take at most this many JSON objects and
+# arrays in program.json, half of what a reader accepts, so that the file stays loadable
+# with other methods beside it; a specialisation that does not fit is not kept.
+BUDGET = LIMITS["containers"] // 2
 # The end of what a specialisation's own guards check: a refusal by one of them says only
 # that the graph is for other sizes, so the runtime reports another graph's refusal.
 SIZE_ONE_GUARD = "(a graph specialised for size 1)"
@@ -117,6 +127,13 @@ def size_one_probes(args: tuple, kwargs: dict) -> list[tuple[tuple, dict, list]]
     return [cut_to_one(args, kwargs, {size}) for size in _cut_sizes(args, kwargs)]
 
 
+def _containers(graph: Graph) -> int:
+    """The JSON objects and arrays ``graph`` takes in program.json, as a reader counts them
+    (every ``{`` and ``[``)."""
+    text = json.dumps(graph_to_json(graph), default=str)
+    return text.count("{") + text.count("[")
+
+
 def guarded_at_size_one(graph: Graph, dims: list[tuple[int, int]]) -> Graph:
     """``graph`` with guards at its start: each dimension in ``dims`` is 1."""
     next_id = 1 + max(
@@ -157,6 +174,7 @@ def specialisations(
     if not compares_sizes(graph) or writes_in_place(graph):
         return []
     found: dict[frozenset, tuple[Graph, list]] = {}  # sizes cut -> (graph, dims cut)
+    used = [_containers(graph)]
 
     def probe(sizes: frozenset) -> Graph | None:
         new_args, new_kwargs, dims = cut_to_one(args, kwargs, sizes)
@@ -177,6 +195,10 @@ def specialisations(
         servers = [graph] + [g for cut, (g, _) in found.items() if cut < sizes]
         if any(first_difference(g, other) is None for g in servers):
             return None
+        size = _containers(other) + 8 * len(dims)  # 8: a size-1 guard's pair of nodes
+        if used[0] + size > BUDGET:
+            return None
+        used[0] += size
         found[sizes] = (other, dims)
         return other
 
