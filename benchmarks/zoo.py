@@ -514,7 +514,8 @@ def merge(paths: list[str], out: str) -> None:
         again = [n for n in results if not n.startswith("_") and n in merged]
         if again:
             tools = sorted({t for n in again for t in results[n].get("tools", {})})
-            reruns.append({"date": meta.get("date", "?"), "models": again, "tools": tools})
+            record = {"date": meta.get("date", "?"), "models": again, "tools": tools}
+            reruns += [record] if record not in reruns else []
         for name, entry in results.items():
             if name.startswith("_") or name not in merged:
                 merged[name] = entry
