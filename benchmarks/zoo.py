@@ -476,7 +476,12 @@ def write_table(results: dict, path: str) -> None:
     lines += [
         "",
         "tracebridge artifacts reloaded in a fresh process computed bit for bit what the",
-        f"in-process trace computed in {same} of {total} calls.",
+        f"in-process trace computed in {same} of {total} calls (both processes with "
+        f"{THREADS} thread: kernels split",
+        "reductions by thread count, so runs with other counts differ in the last bits, for "
+        "every tool alike;",
+        "rows last run before the reloading process used the tracing process's count show "
+        "such differences).",
         "",
         *_reruns(meta.get("reruns", [])),
         "## Per model",
