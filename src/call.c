@@ -29,6 +29,7 @@
 #include <R_ext/Rdynload.h>
 #include <dlfcn.h>
 #include <stddef.h>
+#include <string.h>
 
 typedef struct _object PyObject;
 typedef int GILState; /* PyGILState_STATE is an enum */
@@ -53,6 +54,7 @@ static PyObject *tensor_type = NULL; /* torch.Tensor: results of exactly this ty
 static PyObject *bridge_module = NULL; /* tracebridge.frontends.rbridge */
 static SEXP tensor_class = NULL;       /* reticulate's class vector for a torch.Tensor */
 static SEXP sym_pyobj = NULL, sym_convert = NULL, sym_py_object = NULL;
+static SEXP r_tensor_names = NULL, r_tensor_class = NULL; /* an R torch_tensor: list(.py = ) */
 
 static void *library = RTLD_DEFAULT;
 
@@ -95,6 +97,10 @@ SEXP tb_call_init(SEXP type, SEXP example, SEXP module, SEXP libpython) {
     sym_pyobj = Rf_install("pyobj");
     sym_convert = Rf_install("convert");
     sym_py_object = Rf_install("py_object");
+    r_tensor_names = Rf_mkString(".py");
+    R_PreserveObject(r_tensor_names);
+    r_tensor_class = Rf_mkString("torch_tensor");
+    R_PreserveObject(r_tensor_class);
   }
   PyObject *t = object_of(type), *m = object_of(module);
   if (!ok || t == NULL || m == NULL || object_of(example) == NULL) return Rf_ScalarLogical(0);
@@ -133,13 +139,9 @@ static SEXP wrap(PyObject *object, SEXP klass) {
   return env;
 }
 
-/* tb_call_one(fn, x): fn(x) for reticulate wrappers `fn` and `x`. Returns the result's
- * wrapper: the tensor class vector for a torch.Tensor, class "python.builtin.object" for
- * anything else (the R caller has reticulate wrap that one properly). NULL if an argument
- * is not a reticulate wrapper. */
-SEXP tb_call_one(SEXP fn, SEXP x) {
-  PyObject *callable = object_of(fn), *arg = object_of(x);
-  if (tensor_type == NULL || callable == NULL || arg == NULL) return R_NilValue;
+/* fn(arg) for the Python objects inside reticulate's wrappers; NULL with the exception
+ * stored for R's handler (see the note at the top). */
+static PyObject *call(PyObject *callable, PyObject *arg, int *is_tensor) {
   GILState gil = GILEnsure();
   PyObject *result = CallOneArg(callable, arg);
   if (result == NULL) {
@@ -153,21 +155,64 @@ SEXP tb_call_one(SEXP fn, SEXP x) {
     if (type != NULL) DecRef(type);
     if (value != NULL) DecRef(value);
     if (traceback != NULL) DecRef(traceback);
-    GILRelease(gil);
-    Rf_error("a Python exception (see tracebridge.frontends.rbridge._last_error)");
+  } else {
+    *is_tensor = ((ObjectHead *) result)->type == tensor_type;
   }
-  int is_tensor = ((ObjectHead *) result)->type == tensor_type;
   GILRelease(gil);
-  if (is_tensor) return wrap(result, tensor_class);
-  SEXP klass = PROTECT(Rf_mkString("python.builtin.object"));
-  SEXP out = wrap(result, klass);
-  UNPROTECT(1);
+  return result;
+}
+
+/* The Python tensor inside an R torch_tensor (list(.py = wrapper)), or NULL. */
+static PyObject *tensor_of(SEXP x) {
+  if (TYPEOF(x) != VECSXP || XLENGTH(x) < 1 || !Rf_inherits(x, "torch_tensor")) return NULL;
+  SEXP names = Rf_getAttrib(x, R_NamesSymbol);
+  if (TYPEOF(names) != STRSXP || strcmp(CHAR(STRING_ELT(names, 0)), ".py") != 0) return NULL;
+  return object_of(VECTOR_ELT(x, 0));
+}
+
+/* tb_call_tensor(fn, x): the traced call `fn(x)` for an R torch_tensor `x`, all of it here
+ * (R's share of a call is the closure that calls this). Returns an R torch_tensor for a
+ * tensor result; reticulate's kind of wrapper with class "python.builtin.object" for
+ * another result (R has reticulate wrap that one properly); FALSE when Python raised (the
+ * exception is stored for R's handler); NULL when this path does not apply (not started,
+ * or `x` is not a torch_tensor), and R calls through reticulate. */
+SEXP tb_call_tensor(SEXP fn, SEXP x) {
+  PyObject *callable = object_of(fn), *arg = tensor_of(x);
+  if (tensor_type == NULL || callable == NULL || arg == NULL) return R_NilValue;
+  int is_tensor = 0;
+  PyObject *result = call(callable, arg, &is_tensor);
+  if (result == NULL) return Rf_ScalarLogical(0);
+  if (!is_tensor) {
+    SEXP klass = PROTECT(Rf_mkString("python.builtin.object"));
+    SEXP out = wrap(result, klass);
+    UNPROTECT(1);
+    return out;
+  }
+  SEXP py = PROTECT(wrap(result, tensor_class));
+  SEXP out = PROTECT(Rf_allocVector(VECSXP, 1));
+  SET_VECTOR_ELT(out, 0, py);
+  Rf_setAttrib(out, R_NamesSymbol, r_tensor_names);
+  Rf_setAttrib(out, R_ClassSymbol, r_tensor_class);
+  UNPROTECT(2);
   return out;
+}
+
+/* tb_call_stop(): R calls through reticulate from now on (until tb_call_init again). */
+SEXP tb_call_stop(void) {
+  if (tensor_type != NULL) {
+    GILState gil = GILEnsure();
+    DecRef(tensor_type);
+    DecRef(bridge_module);
+    GILRelease(gil);
+    tensor_type = bridge_module = NULL;
+  }
+  return R_NilValue;
 }
 
 static const R_CallMethodDef methods[] = {
     {"tb_call_init", (DL_FUNC) &tb_call_init, 4},
-    {"tb_call_one", (DL_FUNC) &tb_call_one, 2},
+    {"tb_call_tensor", (DL_FUNC) &tb_call_tensor, 2},
+    {"tb_call_stop", (DL_FUNC) &tb_call_stop, 0},
     {NULL, NULL, 0}};
 
 void R_init_tracebridge(DllInfo *dll) {

@@ -2,10 +2,8 @@
 # Both must give the same wrappers, values, errors and lifetimes.
 
 with_c_call <- function(on, code) {
-  tb <- tracebridge:::.tb
-  old <- tb$c_call
-  tb$c_call <- on
-  on.exit(tb$c_call <- old)
+  tracebridge:::set_c_call(on)
+  on.exit(tracebridge:::set_c_call(TRUE))
   force(code)
 }
 
