@@ -479,9 +479,13 @@ def write_table(results: dict, path: str) -> None:
         f"in-process trace computed in {same} of {total} calls (both processes with "
         f"{THREADS} thread: kernels split",
         "reductions by thread count, so runs with other counts differ in the last bits, for "
-        "every tool alike;",
-        "rows last run before the reloading process used the tracing process's count show "
-        "such differences).",
+        "every tool alike)."
+        + (
+            " Rows last run before the reloading process took the tracing process's count "
+            "show such differences."
+            if same < total
+            else ""
+        ),
         "",
         *_reruns(meta.get("reruns", [])),
         "## Per model",
