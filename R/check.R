@@ -840,6 +840,40 @@ check_arguments <- function(op, info, node, kinds) {
   check_sizes(op, info, node, kinds)
 }
 
+# ceil((end - start) / step) of arange(end) / arange(start, end, step) when all three are
+# numbers written in the file; NULL when one is traced (or not a number).
+range_length <- function(node) {
+  number <- function(x) {
+    if (is_int_lit(x)) return(as.numeric(int_value(x)))
+    if (is.numeric(x) && length(x) == 1L) return(as.numeric(x))
+    NULL
+  }
+  numbers <- lapply(node[["args"]], number)
+  if (any(vapply(numbers, is.null, logical(1)))) return(NULL)
+  start <- 0
+  end <- NULL
+  step <- 1
+  if (length(numbers) == 1L) end <- numbers[[1]]
+  if (length(numbers) > 1L) {
+    start <- numbers[[1]]
+    end <- numbers[[2]]
+    if (length(numbers) > 2L) step <- numbers[[3]]
+  }
+  kwargs <- node[["kwargs"]]
+  for (key in c("start", "end", "step")) {
+    if (!is.null(kwargs[[key]])) {
+      value <- number(kwargs[[key]])
+      if (is.null(value)) return(NULL)
+      assign(key, value)
+    }
+  }
+  if (is.null(end)) return(NULL)
+  length <- if (step != 0) (end - start) / step else NaN
+  if (is.nan(length)) return(NULL)
+  if (!is.finite(length)) return(tb_tables()[["ops"]][["limits"]][["int_max"]])
+  max(ceiling(length), 0)
+}
+
 literal_numel <- function(lit) {
   limit <- tb_tables()[["ops"]][["limits"]][["literal_numel"]]
   if (is.logical(lit)) return(1)
@@ -873,10 +907,17 @@ check_sizes <- function(op, info, node, kinds) {
       sized[[length(sized) + 1L]] <- unname(node[["args"]][from:length(node[["args"]])])
     }
   }
+  if (op %in% unlist(ops[["size_products"]]) && length(sized) > 1L) {
+    sized <- list(structure(prod(vapply(sized, literal_numel, numeric(1))), class = "tb_numel"))
+  }
+  if (op %in% unlist(ops[["size_ranges"]])) {
+    length <- range_length(node)
+    if (!is.null(length)) sized <- list(structure(length, class = "tb_numel"))
+  }
   limit <- ops[["limits"]][["literal_numel"]]
   graph_limit <- ops[["limits"]][["graph_literal_numel"]]
   for (lit in sized) {
-    numel <- literal_numel(lit)
+    numel <- if (inherits(lit, "tb_numel")) unclass(lit) else literal_numel(lit)
     if (numel > limit) {
       check_fault("resource limits", sprintf(paste(
         "%s is asked for %s elements, more than the limit of %s for a size written in the",

@@ -773,6 +773,12 @@ class _GraphCheck:
             spread = node["args"][info.varargs[0] :]
             if len(spread) > 1:
                 sized.append(spread)
+        if info.name in ops.SIZE_PRODUCTS and len(sized) > 1:
+            sized = [math.prod(_literal_numel(lit) for lit in sized)]
+        if info.name in ops.SIZE_RANGES:
+            length = _range_length(node)
+            if length is not None:
+                sized = [length]
         for lit in sized:
             numel = _literal_numel(lit)
             if numel > LIMITS["literal_numel"]:
@@ -803,6 +809,30 @@ class _GraphCheck:
                 "resource limits",
                 f"{info.name} by {args[1]} leaves the range of traced numbers (int64)",
             )
+
+
+def _range_length(node: dict) -> int | None:
+    """``ceil((end - start) / step)`` of ``arange(end)`` / ``arange(start, end, step)`` when
+    all three are numbers written in the file; None when one is traced (or not a number)."""
+    numbers = []
+    for lit in node["args"]:
+        if isinstance(lit, bool) or not isinstance(lit, (int, float)):
+            return None
+        numbers.append(lit)
+    start, end, step = 0, None, 1
+    if len(numbers) == 1:
+        end = numbers[0]
+    elif len(numbers) > 1:
+        start, end = numbers[:2]
+        step = numbers[2] if len(numbers) > 2 else 1
+    kwargs = node["kwargs"]
+    start, end, step = kwargs.get("start", start), kwargs.get("end", end), kwargs.get("step", step)
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (start, end, step)):
+        return None
+    length = (float(end) - float(start)) / float(step) if step != 0 else math.nan
+    if math.isnan(length):
+        return None  # PyTorch refuses a zero step and infinite ends itself
+    return max(math.ceil(length), 0) if math.isfinite(length) else LIMITS["int_max"]
 
 
 def _literal_numel(lit: Any) -> int:

@@ -296,8 +296,14 @@ Tensor.uniform_ Tensor.normal_ Tensor.bernoulli_ Tensor.random_ Tensor.exponenti
 # bounded by the checker (a literal may not ask for more than ``MAX_LITERAL_NUMEL``).
 SIZE_ARGUMENTS = frozenset(
     "size sizes shape repeats dims output_size steps end n m num_classes minlength row col "
-    "pad".split()
+    "pad bins num_samples".split()
 )
+# Ops whose size arguments multiply: ``eye(n, m)`` makes n * m elements, ``tril_indices(row,
+# col)`` about 2 * row * col; the checker bounds the product, not each alone.
+SIZE_PRODUCTS = frozenset("eye tril_indices triu_indices".split())
+# Ops whose size is the length of a range, ``ceil((end - start) / step)``: with literal
+# numbers the checker bounds that length (``end`` alone says nothing of a tiny step).
+SIZE_RANGES = frozenset({"arange"})
 
 # The zero-filled forms of the uninitialised factories (see the module Note).
 _SAFE_IMPLS: dict[str, Callable] = {
