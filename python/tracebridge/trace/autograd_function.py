@@ -412,7 +412,7 @@ class AutogradFunctions:
         that no gradient can flow at call time either."""
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         why = f"(the custom autograd function {cls.__qualname__} has its own backward)"
-        if not torch.is_grad_enabled():
+        if not torch._C.is_grad_enabled():
             ref = self._value_node("prim.grad_enabled", "bool", loc=loc)
             self.guard(ref, False, f"torch.is_grad_enabled() {why}", "branch", loc)
         else:
