@@ -399,7 +399,9 @@ def test_r_checker_agrees_on_custom_function_files(artifact, tmp_path):
     for path in paths:
         want = "accept" if path.stem == "ag_good" else "refuse"
         assert python_verdict(path) == want, path.stem
-        assert r_verdict[path.name].split(" ", 1)[0] == want, (path.stem, r_verdict[path.name])
+        verdict = r_verdict[path.name]
+        assert verdict.split(" ", 1)[0] == want, (path.stem, verdict)
+        assert want == "accept" or "[rule: " in verdict, verdict
 
 
 def test_artifact_for_r(tmp_path):
