@@ -15,9 +15,9 @@ from .check.specialise import specialisations
 from .check.verify import first_difference, fresh
 from .errors import GuardError, TraceError
 from .ir import Program, StateEntry
-from .ir.program import hoist_subgraphs, subgraph_names
 from .ir.ops import VARIADIC_OUTPUTS
 from .ir.printer import graph_text
+from .ir.program import hoist_subgraphs, subgraph_names
 from .runtime import Method
 from .runtime.method import Specialised, guards_active
 from .runtime.shapes import symbolize
@@ -120,7 +120,7 @@ class _Traced:
         state = {name: table[key] for name, (table, key) in self._state_slots().items()}
         for graph in self.program.methods.values():
             if all(v.example is not None for v in graph.inputs):
-                symbolize(graph, state)
+                symbolize(graph, state, self.program.methods)
         self._symbolic = True
 
     def save(self, path: str | os.PathLike, *, language: str | None = None) -> None:

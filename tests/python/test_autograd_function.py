@@ -82,7 +82,9 @@ def _grads(fn, params, *inputs):
     out = fn(*inputs)
     outs = out if isinstance(out, tuple) else (out,)
     sum(o.sum() for o in outs).backward()
-    grads = [t.grad for t in inputs] + [p.grad.clone() if p.grad is not None else None for p in params]
+    grads = [t.grad for t in inputs] + [
+        p.grad.clone() if p.grad is not None else None for p in params
+    ]
     for p in params:
         p.grad = None
     return [o.detach() for o in outs], grads
@@ -159,6 +161,86 @@ def test_two_inputs_a_number_and_a_none_gradient(tmp_path):
     _same(_grads(traced, [], x, w), eager)
     traced.save(tmp_path / "two.tb")
     _same(_grads(tracebridge.load(tmp_path / "two.tb"), [], x, w), eager)
+
+
+class _Linear(torch.autograd.Function):
+    """Parameters as arguments, saved inputs, and ctx.needs_input_grad in the backward."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        ctx.save_for_backward(x, w)
+        return x @ w.t() + b
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        gx = gw = gb = None
+        if ctx.needs_input_grad[0]:
+            gx = grad @ w
+        if ctx.needs_input_grad[1]:
+            gw = grad.t() @ x
+        if ctx.needs_input_grad[2]:
+            gb = grad.sum(0)
+        return gx, gw, gb
+
+
+class _Scale(torch.autograd.Function):
+    """The setup_context form, with a number kept on ctx and a gradient of its own."""
+
+    @staticmethod
+    def forward(x, k):
+        return x * k
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.k = inputs[1]
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.k * 3, None
+
+
+class _Sin(torch.autograd.Function):
+    """A custom function called inside another's forward, and a once_differentiable
+    backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return _Scale.apply(x, 2.0).sin()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * x.cos()
+
+
+class _Layers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3, 4))
+        self.b = torch.nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        return _Sin.apply(_Linear.apply(x, self.w, self.b)) + _Scale.apply(x, 1.5).sum()
+
+
+def test_parameters_nested_functions_and_setup_context(tmp_path):
+    torch.manual_seed(0)
+    net = _Layers()
+    x = torch.randn(5, 4, requires_grad=True)
+    traced = tracebridge.trace(net, x)
+    # Whether an input requires grad is not a decision of the traced code: no guard.
+    assert "prim.requires_grad" not in traced.graph
+    params = list(net.parameters())
+    traced.save(tmp_path / "layers.tb")
+    loaded = tracebridge.load(tmp_path / "layers.tb")
+    loaded.load_state_dict(net.state_dict())
+    for inputs in (x, torch.randn(7, 4, requires_grad=True), torch.randn(2, 4)):
+        eager = _grads(net, params, inputs)
+        _same(_grads(traced, params, inputs), eager)
+        _same(_grads(loaded, list(loaded.parameters()), inputs), eager)
 
 
 def test_inference_trace_keeps_the_node_and_trains_later():
@@ -316,7 +398,9 @@ def artifact(tmp_path_factory) -> dict:
 
 
 def _node(doc):
-    return next(n for n in doc["methods"]["forward"]["nodes"] if n["op"] == "prim.autograd_function")
+    return next(
+        n for n in doc["methods"]["forward"]["nodes"] if n["op"] == "prim.autograd_function"
+    )
 
 
 def crafted(doc: dict) -> dict[str, dict]:

@@ -727,7 +727,9 @@ class _GraphCheck:
                 _fail("graphs", f"prim.autograd_function needs a '{key}' graph name")
         saved = kwargs.get("saved")
         if not _is_int(saved) or saved < 0:
-            _fail("graphs", "prim.autograd_function needs a count of 'saved' values (an integer >= 0)")
+            _fail(
+                "graphs", "prim.autograd_function needs a count of 'saved' values (an integer >= 0)"
+            )
         if not all(v.get("kind") == "Tensor" for v in node["outputs"]):
             _fail("graphs", "the outputs of prim.autograd_function are tensors")
 

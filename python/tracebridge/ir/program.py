@@ -151,7 +151,9 @@ def referenced_graphs(node: Node) -> list[str]:
 
 def subgraph_names(program: Program) -> set[str]:
     """Every graph of ``program`` that a node runs: not a method a caller reaches by name."""
-    return {name for g in program.methods.values() for n in g.nodes for name in referenced_graphs(n)}
+    return {
+        name for g in program.methods.values() for n in g.nodes for name in referenced_graphs(n)
+    }
 
 
 def hoist_subgraphs(program: Program) -> None:

@@ -123,7 +123,9 @@ class RecordingContext:
 
     def user_attributes(self) -> dict:
         return {
-            k: v for k, v in vars(self).items() if not k.startswith("_tb_") and k != "materialize_grads"
+            k: v
+            for k, v in vars(self).items()
+            if not k.startswith("_tb_") and k != "materialize_grads"
         }
 
 
@@ -217,9 +219,9 @@ class AutogradFunctions:
     def custom_function(self, cls, apply, args: tuple, kwargs: dict):
         """``SomeFunction.apply(...)`` while tracing: see the note at the top."""
         loc = self.location()
-        name = function_name(cls)
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
-        grad_can_flow = torch._C.is_grad_enabled() and any(t.requires_grad for t in tensors)
+        with torch._C.DisableTorchFunction():  # a look, not a decision of the traced code
+            grad_can_flow = torch._C.is_grad_enabled() and any(t.requires_grad for t in tensors)
         try:
             return self._record_function(cls, apply, args, kwargs, loc)
         except _Refused:
@@ -341,9 +343,7 @@ class AutogradFunctions:
         bwd.graph.arg_names = [v.name for v in bwd.graph.inputs]
         _, bwd.graph.in_spec = pytree.flatten((tuple(kept) + tuple(grads), {}), is_tensor)
         bctx = RecordingContext(refuse, needs)
-        bctx._tb_saved_view = tuple(
-            None if t is None else aliases[id(t)] for t in ctx._tb_saved
-        )
+        bctx._tb_saved_view = tuple(None if t is None else aliases[id(t)] for t in ctx._tb_saved)
         for key, value in attributes.items():
             setattr(
                 bctx,
@@ -420,4 +420,3 @@ class AutogradFunctions:
                 ref = self._value_node("prim.requires_grad", "bool", [self.tensor_ref(t)], loc)
                 self.guard(ref, False, f"{self._name(t)}.requires_grad {why}", "branch", loc)
         return apply(*args, **kwargs)
-
