@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import subprocess
-import warnings
 import zipfile
 from pathlib import Path
 
@@ -263,17 +262,21 @@ class _Sizes(torch.autograd.Function):
         return grad.expand(ctx.rows, grad.shape[0])
 
 
-def test_a_size_kept_on_ctx_is_guarded_not_baked_silently():
+def test_a_size_kept_on_ctx_stays_traced(tmp_path):
     def f(x):
         return _Sizes.apply(x)
 
     x = torch.randn(3, 2, requires_grad=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        traced = tracebridge.trace(f, x, check_trace=False)
-    _same(_grads(traced, [], x), _grads(f, [], x))
-    with pytest.raises(GuardError):
-        traced(torch.randn(5, 2, requires_grad=True))
+    traced = tracebridge.trace(f, x)
+    traced.save(tmp_path / "sizes.tb")
+    loaded = tracebridge.load(tmp_path / "sizes.tb")
+    for inputs in (x, torch.randn(5, 2, requires_grad=True)):
+        _same(_grads(traced, [], inputs), _grads(f, [], inputs))
+        _same(_grads(loaded, [], inputs), _grads(f, [], inputs))
+    backward = traced.program.methods[
+        next(n for n in traced.program.methods if n.startswith("autograd__Sizes_backward"))
+    ]
+    assert [n.op for n in backward.nodes][:1] == ["prim.item"]
 
 
 # --- refused at trace time ---------------------------------------------------------------

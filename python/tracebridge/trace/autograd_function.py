@@ -19,7 +19,9 @@ Note: how ``SomeFunction.apply(*args)`` is recorded.
     gradient of its forward ops.
   * Non-tensor arguments are fixed in the forward graph (a traced size among them is
     guarded first, in the caller's graph). A number set on ``ctx`` that comes from traced
-    sizes is guarded in the forward graph and fixed in the backward. ``ctx.needs_input_grad``
+    sizes (``ctx.shape = x.shape``) stays traced: the forward graph returns it as a 0-dim
+    tensor among the saved values, and the backward graph reads it back with
+    ``prim.item``; other Python values on ``ctx`` are fixed. ``ctx.needs_input_grad``
     reads True for every tensor argument of a floating-point or complex dtype: the
     backward is recorded on its general path and autograd drops the gradients nobody asked
     for.
@@ -129,10 +131,17 @@ class RecordingContext:
         }
 
 
+class _SavedNumber:
+    """A traced number kept on ``ctx``: the forward graph returns it as a 0-dim tensor."""
+
+    def __init__(self, tensor: torch.Tensor, concrete, desc: str):
+        self.tensor, self.concrete, self.desc = tensor, concrete, desc
+
+
 def _map_leaves(value, leaf):
     """``value`` with every tensor and traced number replaced by ``leaf(x)``, through
     lists, tuples (named ones and sizes too) and dicts."""
-    if isinstance(value, (torch.Tensor, _Traced)):
+    if isinstance(value, (torch.Tensor, _Traced, _SavedNumber)):
         return leaf(value)
     if isinstance(value, list):
         return [_map_leaves(v, leaf) for v in value]
@@ -320,8 +329,24 @@ class AutogradFunctions:
                 if isinstance(x, torch.Tensor):
                     attribute_tensors.append(x)
                     return x
-                # A number computed from traced sizes: fixed in the backward, guarded here.
-                return fwd.specialize(x, type(x._concrete()).__name__)
+                # A number computed from traced sizes: a 0-dim tensor the forward graph
+                # returns, read back as a traced number in the backward graph.
+                concrete = x._concrete()
+                dtype = torch.int64 if isinstance(concrete, int) else torch.float64
+                with torch._C.DisableTorchFunction():  # recorded below, from the traced number
+                    number = torch.scalar_tensor(concrete, dtype=dtype)
+                value = fwd._new_value("Tensor", number)
+                fwd._bind_tensor(number, value, x._desc)
+                fwd._emit(
+                    "scalar_tensor",
+                    [fwd.scalar_ref(x)],
+                    {"dtype": dtype},
+                    [value],
+                    pytree.LEAF,
+                    fwd.location(),
+                )
+                attribute_tensors.append(number)
+                return _SavedNumber(number, concrete, x._desc)
 
             attributes = {k: _map_leaves(v, keep) for k, v in attributes.items()}
             kept = saved + attribute_tensors
@@ -344,12 +369,19 @@ class AutogradFunctions:
         _, bwd.graph.in_spec = pytree.flatten((tuple(kept) + tuple(grads), {}), is_tensor)
         bctx = RecordingContext(refuse, needs)
         bctx._tb_saved_view = tuple(None if t is None else aliases[id(t)] for t in ctx._tb_saved)
-        for key, value in attributes.items():
-            setattr(
-                bctx,
-                key,
-                _map_leaves(value, lambda x: aliases[id(x)] if isinstance(x, torch.Tensor) else x),
+        own_reads = set()  # the backward graph's reads of saved numbers: not the user's
+
+        def restore(x):
+            if isinstance(x, torch.Tensor):
+                return aliases[id(x)]
+            ref = bwd._value_node(
+                "prim.item", type(x.concrete).__name__, [bwd.tensor_ref(aliases[id(x.tensor)])]
             )
+            own_reads.add(id(bwd.graph.nodes[-1]))
+            return bwd._wrap_scalar(x.concrete, ref, x.desc)
+
+        for key, value in attributes.items():
+            setattr(bctx, key, _map_leaves(value, restore))
         with _recording_apart(bwd):
             result = cls.backward(bctx, *grads)
             result = result if isinstance(result, tuple) else (result,)
@@ -373,7 +405,7 @@ class AutogradFunctions:
             ]
             bwd.graph.out_spec = {"t": "tuple", "c": [pytree.LEAF] * len(positions)}
         for node in bwd.graph.nodes:
-            if node.op in _DATA_READS:
+            if node.op in _DATA_READS and id(node) not in own_reads:
                 refuse(
                     f"its backward turns tensor data into a Python value ({node.op} at "
                     f"{node.loc or 'an unknown line'}), so its gradient would depend on a "
