@@ -335,6 +335,31 @@ class _Branch(torch.autograd.Function):
         return grad if bool(grad.sum() > 0) else -grad
 
 
+class _AutogradInside(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        with torch.enable_grad():
+            y = x.detach().requires_grad_()
+            (g,) = torch.autograd.grad((y**2).sum(), y)
+        return grad * g
+
+
+class _RawMemory(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * (x.data_ptr() % 2)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
 class _NotTensor(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
@@ -354,6 +379,8 @@ class _NotTensor(torch.autograd.Function):
         (_TooMany, ["returns 2 gradients for 1 arguments"]),
         (_Global, ["neither an argument of apply nor saved"]),
         (_NotTensor, ["something other than tensors"]),
+        (_RawMemory, ["tracing its forward and backward failed", "data_ptr"]),
+        (_AutogradInside, ["neither an argument of apply nor saved", f"{HERE}:"]),
     ],
 )
 def test_untraceable_functions_are_refused_where_a_gradient_can_flow(fn, words):

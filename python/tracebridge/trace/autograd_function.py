@@ -31,7 +31,8 @@ Note: how ``SomeFunction.apply(*args)`` is recorded.
     wrong number of gradients or something other than tensors and None, or reads a tensor
     it did not save; ``ctx.mark_dirty``, ``ctx.mark_non_differentiable``,
     ``ctx.set_materialize_grads(False)``, ``ctx.save_for_forward``; outputs other than
-    tensors; tensors passed inside containers; keyword arguments to ``apply``.
+    tensors; tensors passed inside containers; keyword arguments to ``apply``; and any
+    call inside them that the tracer cannot record (the refusal quotes it).
   * Where no gradient can flow at trace time (no-grad mode, no tensor argument requires
     grad) and the function cannot be recorded as a node, its forward ops are recorded in
     the caller's graph instead, with a guard that no gradient can flow at call time either
@@ -64,8 +65,9 @@ _FIX = (
 )
 
 
-class _Refused(UnsupportedOpError):
-    """A custom function the trace cannot keep as a node (its message is complete)."""
+class UnsupportedFunctionError(UnsupportedOpError):
+    """A custom autograd function the trace cannot keep as a node (the message names it,
+    its line, the reason and what to do)."""
 
 
 def function_name(cls) -> str:
@@ -233,7 +235,7 @@ class AutogradFunctions:
             grad_can_flow = torch._C.is_grad_enabled() and any(t.requires_grad for t in tensors)
         try:
             return self._record_function(cls, apply, args, kwargs, loc)
-        except _Refused:
+        except UnsupportedFunctionError:
             if grad_can_flow:
                 raise
         return self._inline_function(cls, apply, args, kwargs, loc)
@@ -242,7 +244,7 @@ class AutogradFunctions:
         where = loc or "unknown location"
 
         def refuse(problem: str):
-            raise _Refused(
+            raise UnsupportedFunctionError(
                 f"the custom autograd function {name}.apply at {where} cannot be traced with "
                 f"its own gradient: {problem}. Never a wrong gradient: {_FIX}"
             )
@@ -272,7 +274,16 @@ class AutogradFunctions:
                 isinstance(a, torch.Tensor) and (a.is_floating_point() or a.is_complex())
                 for a in plain
             )
-            return self._record_apart(cls, apply, plain, positions, needs, refuse, loc)
+            try:
+                return self._record_apart(cls, apply, plain, positions, needs, refuse, loc)
+            except UnsupportedFunctionError:
+                raise
+            except Exception as exc:  # a call the tracer refuses, or one the recording ctx lacks
+                text = str(exc).strip().splitlines()[0][:400] if str(exc).strip() else ""
+                try:
+                    refuse(f"tracing its forward and backward failed: {type(exc).__name__}: {text}")
+                except UnsupportedFunctionError as refused:
+                    raise refused from exc
 
     def _record_apart(self, cls, apply, plain, positions, needs, refuse, loc):
         """The forward and backward graphs and the node (the caller's recording is set
