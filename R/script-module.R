@@ -10,10 +10,7 @@ call_traced <- function(py, args, program = NULL, method = "forward") {
   # (cheaper than tryCatch()); rethrow_python() classifies the Python exception by its
   # type name and signals the R condition from there.
   if (length(args) == 1L && inherits(args[[1L]], "torch_tensor")) {
-    out <- withCallingHandlers(
-      reticulate::py_call(py, .subset2(args[[1L]], ".py")),
-      error = rethrow_python
-    )
+    out <- withCallingHandlers(call_one(py, .subset2(args[[1L]], ".py")), error = rethrow_python)
   } else {
     if (!is.null(names(args)) && any(nzchar(names(args)))) {
       args <- bind_named(args, graph_input_names(program %||% py$program, method))
@@ -69,14 +66,38 @@ bind_named <- function(args, inputs) {
   out
 }
 
+# fn(x) for one Python argument: through src/call.c where it could start (see the note
+# there: reticulate's per-call conversions cost several times the traced call), else through
+# reticulate. Both give the same wrapper; a result that is not a tensor is given to
+# reticulate to wrap with its full class vector.
+call_one <- function(fn, x) {
+  if (is.null(.tb$c_call)) .tb$c_call <- start_c_call()
+  if (.tb$c_call) {
+    out <- .Call(tb_call_one, fn, x)
+    if (!is.null(out)) {
+      if (length(class(out)) > 1L) return(out)
+      return(reticulate::py_call(py_rb()$same, out))
+    }
+  }
+  reticulate::py_call(fn, x)
+}
+
+start_c_call <- function() {
+  if (identical(Sys.getenv("TRACEBRIDGE_C_CALL"), "0")) return(FALSE)
+  torch <- reticulate::import("torch", convert = FALSE)
+  rb <- reticulate::import("tracebridge.frontends.rbridge", convert = FALSE)
+  lib <- reticulate::py_config()$libpython %||% ""
+  isTRUE(tryCatch(.Call(tb_call_init, torch$Tensor, torch$empty(0L), rb, lib),
+                  error = function(e) FALSE))
+}
+
 # The call itself: one tensor in, one tensor out is the common case and takes the
 # shortest path (no argument list, no extra call); everything else goes through
 # call_traced().
 fast_call <- function(py) {
   function(...) {
     if (...length() == 1L && inherits(..1, "torch_tensor")) {
-      out <- withCallingHandlers(reticulate::py_call(py, .subset2(..1, ".py")),
-                                 error = rethrow_python)
+      out <- withCallingHandlers(call_one(py, .subset2(..1, ".py")), error = rethrow_python)
       if (inherits(out, "torch.Tensor")) return(`class<-`(list(.py = out), "torch_tensor"))
       return(from_py(out))
     }

@@ -94,6 +94,8 @@ def program_to_json(program: Program, language: str | None = None) -> dict:
         doc["backend"] = program.backend
     if program.specialised:
         doc["specialised"] = program.specialised
+    if program.aliases:
+        doc["aliases"] = program.aliases
     return doc
 
 
@@ -352,7 +354,15 @@ def read(
             opened.verify()
         external = opened.doc.get("tensors", {}).get("external", [])
         if weights is not None:
-            tensors.update(bind(opened.doc["state"], external, weights, opened.name))
+            tensors.update(
+                bind(
+                    opened.doc["state"],
+                    external,
+                    weights,
+                    opened.name,
+                    opened.doc.get("aliases", {}),
+                )
+            )
         elif external:
             shown = ", ".join(external[:5]) + (", ..." if len(external) > 5 else "")
             raise ArtifactError(
@@ -474,5 +484,6 @@ def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "
         mode_bound=mode_bound,
         backend=backend,
         specialised=dict(doc.get("specialised", {})),
+        aliases=dict(doc.get("aliases", {})),
         meta=meta,
     )
