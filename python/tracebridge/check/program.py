@@ -148,7 +148,7 @@ def check_program(program_or_doc: Program | dict, name: str = "", *, strict: boo
     * **ops** [6, 7, 8]: every op is in the op set; arguments and keywords have the kinds
       the op takes (``shared_ir/ops.json``); ``prim.state`` names a state entry;
       ``prim.guard`` has one argument, ``expect``, and a guard ``kind`` of the spec.
-    * **graphs named by nodes** [6.1]: a ``prim.autograd_function`` node takes a list of
+    * **graphs named by nodes** [7.1]: a ``prim.autograd_function`` node takes a list of
       tensor values, names a ``forward`` and a ``backward`` graph of the file and a count
       of ``saved`` values, and has tensor outputs; the arities agree (forward: one input
       per tensor, the node's outputs then the saved values out; backward: the saved values
