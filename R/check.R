@@ -530,6 +530,17 @@ check_autograd_node <- function(node, kinds) {
                   logical(1)))) {
     check_fault("graphs", "the outputs of prim.autograd_function are tensors")
   }
+  marked <- kw[["non_differentiable"]]
+  if (!is.null(marked)) {
+    n_out <- length(node[["outputs"]])
+    ok <- is_arr(marked) && all(vapply(marked, function(k) {
+      is_int_lit(k) && int_value(k) >= 0 && int_value(k) < n_out
+    }, logical(1))) && !anyDuplicated(vapply(marked, id_key, character(1)))
+    if (!ok) {
+      check_fault("graphs",
+                  "non_differentiable must list distinct positions of the node's outputs")
+    }
+  }
 }
 
 flat_tuple <- function(spec, count) {

@@ -242,6 +242,40 @@ def test_parameters_nested_functions_and_setup_context(tmp_path):
         _same(_grads(loaded, list(loaded.parameters()), inputs), eager)
 
 
+class _SortValues(torch.autograd.Function):
+    """Values and indices; the indices are marked non-differentiable."""
+
+    @staticmethod
+    def forward(ctx, x):
+        values, indices = x.sort(-1)
+        ctx.mark_non_differentiable(indices)
+        ctx.save_for_backward(indices)
+        return values, indices
+
+    @staticmethod
+    def backward(ctx, grad_values, grad_indices):
+        (indices,) = ctx.saved_tensors
+        return torch.zeros_like(grad_values).scatter(-1, indices, grad_values * 3)
+
+
+def test_non_differentiable_outputs(tmp_path):
+    def f(x):
+        values, indices = _SortValues.apply(x * 1.0)
+        return values * indices.to(values.dtype), indices
+
+    x = torch.randn(3, 5, requires_grad=True)
+    traced = tracebridge.trace(f, x)
+    assert "non_differentiable=[1]" in traced.graph
+    traced.save(tmp_path / "sort.tb")
+    loaded = tracebridge.load(tmp_path / "sort.tb")
+    for fn in (traced, loaded):
+        assert not fn(x)[1].requires_grad
+        for inputs in (x, torch.randn(4, 5, requires_grad=True)):
+            outs, grads = _grads(lambda t: f(t)[0], [], inputs)
+            got = _grads(lambda t, fn=fn: fn(t)[0], [], inputs)
+            _same(got, (outs, grads))
+
+
 def test_inference_trace_keeps_the_node_and_trains_later():
     net = QuantNet()
     x = torch.randn(2, 4)
@@ -468,6 +502,8 @@ def crafted(doc: dict) -> dict[str, dict]:
     mutate("ag_not_a_list", lambda d: _node(d).update(args=[_node(d)["args"][0][0]]))
     mutate("ag_no_saved", lambda d: _node(d)["kwargs"].pop("saved"))
     mutate("ag_nested_out", lambda d: d["methods"][fwd].update(out_spec={"t": "leaf"}))
+    mutate("ag_non_diff_range", lambda d: _node(d)["kwargs"].update(non_differentiable=[1]))
+    mutate("ag_non_diff_twice", lambda d: _node(d)["kwargs"].update(non_differentiable=[0, 0]))
     return cases
 
 
@@ -483,6 +519,8 @@ def test_checker_refuses_crafted_custom_function_files(artifact):
         "ag_not_a_list": "must be tensors",
         "ag_no_saved": "needs a count of 'saved' values",
         "ag_nested_out": "must return a flat tuple",
+        "ag_non_diff_range": "non_differentiable must list distinct positions",
+        "ag_non_diff_twice": "non_differentiable must list distinct positions",
     }
     cases = crafted(artifact["doc"])
     assert set(cases) == set(expected)

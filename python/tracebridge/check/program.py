@@ -150,7 +150,8 @@ def check_program(program_or_doc: Program | dict, name: str = "", *, strict: boo
       ``prim.guard`` has one argument, ``expect``, and a guard ``kind`` of the spec.
     * **graphs named by nodes** [7.1]: a ``prim.autograd_function`` node takes a list of
       tensor values, names a ``forward`` and a ``backward`` graph of the file and a count
-      of ``saved`` values, and has tensor outputs; the arities agree (forward: one input
+      of ``saved`` values, and has tensor outputs (``non_differentiable``, if given, lists
+      distinct positions of them); the arities agree (forward: one input
       per tensor, the node's outputs then the saved values out; backward: the saved values
       then one gradient per output in, one gradient per tensor out, each a flat tuple); the
       named graphs read no state; no graph reaches itself through such nodes.
@@ -764,6 +765,16 @@ class _GraphCheck:
             )
         if not all(v.get("kind") == "Tensor" for v in node["outputs"]):
             _fail("graphs", "the outputs of prim.autograd_function are tensors")
+        marked = kwargs.get("non_differentiable", [])
+        if not (
+            isinstance(marked, list)
+            and all(_is_int(k) and 0 <= k < len(node["outputs"]) for k in marked)
+            and len(set(marked)) == len(marked)
+        ):
+            _fail(
+                "graphs",
+                "non_differentiable must list distinct positions of the node's outputs",
+            )
 
     # -- literals --
 

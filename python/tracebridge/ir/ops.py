@@ -356,6 +356,7 @@ _PRIM_KWARGS: dict[str, dict] = {
         "backward": ("str",),
         "saved": ("int",),
         "function": ("str",),
+        "non_differentiable": ("ints",),
     },
 }
 GUARD_KINDS = ("value", "branch", "loop", "count")

@@ -3,7 +3,8 @@
 Note: a ``prim.autograd_function`` node (trace/autograd_function.py) names two graphs of
 the program. Its callable is a ``torch.autograd.Function`` subclass made here -- the same
 class body for every node, never code from the file -- whose ``forward`` runs the forward
-graph (outputs, then ``saved`` values it keeps with ``ctx.save_for_backward``) and whose
+graph (outputs, then ``saved`` values it keeps with ``ctx.save_for_backward``; the outputs
+listed in ``non_differentiable`` are marked so) and whose
 ``backward`` runs the backward graph on the saved values and the output gradients. Both
 graphs run as methods of their own (generated code, guards checked, errors named after
 the graph). Autograd runs the backward with gradients on when it builds a graph of the
@@ -52,6 +53,7 @@ def function_callable(node: Node, methods: dict[str, Graph]) -> Callable:
             f"{len(forward_graph.outputs)} values, not its {n_out} outputs and {saved} saved "
             "values; the file is corrupt"
         )
+    non_differentiable = list(node.kwargs.get("non_differentiable") or ())
     forward = Method(forward_name, forward_graph, {}, "codegen", methods)
     backward = Method(backward_name, backward_graph, {}, "codegen", methods)
 
@@ -60,6 +62,8 @@ def function_callable(node: Node, methods: dict[str, Graph]) -> Callable:
         def forward(ctx, *inputs):
             results = forward(*inputs)
             ctx.save_for_backward(*results[n_out:])
+            if non_differentiable:
+                ctx.mark_non_differentiable(*(results[k] for k in non_differentiable))
             return tuple(results[:n_out])
 
         @staticmethod

@@ -17,6 +17,8 @@ Note: how ``SomeFunction.apply(*args)`` is recorded.
     (runtime/autograd_function.py) that runs the forward graph, saves, and runs the
     backward graph when autograd asks: gradients are the function's own, not autograd's
     gradient of its forward ops.
+  * Outputs given to ``ctx.mark_non_differentiable`` are listed by position in the node's
+    ``non_differentiable`` keyword, and the runtime marks them the same way.
   * Non-tensor arguments are fixed in the forward graph (a traced size among them is
     guarded first, in the caller's graph). A number set on ``ctx`` that comes from traced
     sizes (``ctx.shape = x.shape``) stays traced: the forward graph returns it as a 0-dim
@@ -29,10 +31,10 @@ Note: how ``SomeFunction.apply(*args)`` is recorded.
     and what to do, never recorded with a gradient that could be wrong: a backward that
     reads tensor data into Python (``.item()``, ``bool(t)``, ``t.tolist()``), returns the
     wrong number of gradients or something other than tensors and None, or reads a tensor
-    it did not save; ``ctx.mark_dirty``, ``ctx.mark_non_differentiable``,
-    ``ctx.set_materialize_grads(False)``, ``ctx.save_for_forward``; outputs other than
-    tensors; tensors passed inside containers; keyword arguments to ``apply``; and any
-    call inside them that the tracer cannot record (the refusal quotes it).
+    it did not save; ``ctx.mark_dirty``, ``ctx.set_materialize_grads(False)``,
+    ``ctx.save_for_forward``; outputs other than tensors; tensors passed inside
+    containers; keyword arguments to ``apply``; and any call inside them that the tracer
+    cannot record (the refusal quotes it).
   * Where no gradient can flow at trace time (no-grad mode, no tensor argument requires
     grad) and the function cannot be recorded as a node, its forward ops are recorded in
     the caller's graph instead, with a guard that no gradient can flow at call time either
@@ -83,6 +85,7 @@ class RecordingContext:
         self._tb_needs = needs_input_grad
         self._tb_saved: tuple = ()
         self._tb_saved_view: tuple | None = None
+        self._tb_non_differentiable: tuple = ()
         self.materialize_grads = True
 
     @property
@@ -112,8 +115,8 @@ class RecordingContext:
             "traced graph does not replay"
         )
 
-    def mark_non_differentiable(self, *args) -> None:
-        self._tb_refuse("its forward calls ctx.mark_non_differentiable, which is not recorded")
+    def mark_non_differentiable(self, *tensors) -> None:
+        self._tb_non_differentiable += tensors
 
     def set_materialize_grads(self, value: bool) -> None:
         if not value:
@@ -332,6 +335,12 @@ class AutogradFunctions:
                     f"{type(out).__name__ if not isinstance(out, tuple) else 'a tuple'} "
                     "with something other than tensors; return a tensor or a tuple of tensors"
                 )
+            non_differentiable = []
+            for marked in ctx._tb_non_differentiable:
+                index = next((k for k, o in enumerate(outs) if o is marked), None)
+                if index is None:
+                    refuse("ctx.mark_non_differentiable was given a tensor that is not an output")
+                non_differentiable.append(index)
             saved = [t for t in ctx._tb_saved if t is not None]
             attributes = ctx.user_attributes()
             attribute_tensors: list[torch.Tensor] = []
@@ -435,15 +444,18 @@ class AutogradFunctions:
             value = self._new_value("Tensor", t)
             self._bind_tensor(t, value, f"{cls.__name__}.apply(...)" + (f"[{k}]" if k else ""))
             values.append(value)
+        keywords = {
+            "forward": forward_name,
+            "backward": backward_name,
+            "saved": len(kept),
+            "function": name,
+        }
+        if non_differentiable:
+            keywords["non_differentiable"] = sorted(set(non_differentiable))
         self._emit(
             AUTOGRAD_FUNCTION,
             [[self.tensor_ref(plain[i]) for i in positions]],
-            {
-                "forward": forward_name,
-                "backward": backward_name,
-                "saved": len(kept),
-                "function": name,
-            },
+            keywords,
             values,
             pytree.LEAF if not isinstance(real, tuple) else pytree.flatten(real, is_tensor)[1],
             loc,
