@@ -31,6 +31,7 @@ import torch
 
 from ..check.program import (
     FILE_FIX,
+    LIMITS,
     SAVE_FIX,
     check_json_containers,
     check_json_size,
@@ -189,6 +190,15 @@ def write(
             text = json.dumps(doc, indent=1, allow_nan=False).encode()
         except ValueError as exc:
             raise ArtifactError(f"the program cannot be written as JSON ({exc})") from None
+        # The loader counts these before parsing: a file it would refuse is never written.
+        containers = text.count(b"{") + text.count(b"[")
+        if len(text) > LIMITS["program_bytes"] or containers > LIMITS["containers"]:
+            raise ArtifactError(
+                f"{os.fspath(path)}: not saved: its program.json would have {len(text)} bytes "
+                f"and {containers} JSON objects and arrays, over what a reader accepts "
+                f"({LIMITS['program_bytes']} and {LIMITS['containers']}) [rule: resource "
+                "limits]; trace fewer methods, or a smaller part of the model"
+            )
         writer.begin(PROGRAM_MEMBER, len(text))
         writer.write(text)
         writer.end(zlib.crc32(text))
