@@ -330,6 +330,10 @@ PRIM_OPS = {
     "prim.requires_grad": "whether a tensor requires grad",
     "prim.is_contiguous": "whether a tensor is contiguous in memory",
     "prim.grad_enabled": "whether autograd is on for this call (the caller's mode)",
+    "prim.autograd_function": (
+        "a custom torch.autograd.Function: runs graph `forward` on the tensors, and graph "
+        "`backward` on its `saved` values and the output gradients when autograd asks"
+    ),
 }
 # Argument kinds of the structural ops.
 _PRIM_ARGS: dict[str, tuple] = {
@@ -349,9 +353,17 @@ _PRIM_ARGS: dict[str, tuple] = {
     "prim.requires_grad": (("tensor",),),
     "prim.is_contiguous": (("tensor",),),
     "prim.grad_enabled": (),
+    "prim.autograd_function": (("tensors",),),
 }
 _PRIM_KWARGS: dict[str, dict] = {
     "prim.guard": {"expect": ("any",), "what": ("str",), "kind": ("str",)},
+    "prim.autograd_function": {
+        "forward": ("str",),
+        "backward": ("str",),
+        "saved": ("int",),
+        "function": ("str",),
+        "non_differentiable": ("ints",),
+    },
 }
 GUARD_KINDS = ("value", "branch", "loop", "count")
 
