@@ -215,7 +215,7 @@ def test_v1_file_naming_a_removed_op_is_refused_with_a_clear_error():
 
 
 def test_writer_writes_opset_2(base):
-    assert base["doc"]["opset_version"] == ops.OPSET_VERSION == 2
+    assert base["doc"]["opset_version"] == ops.OPSET_VERSION == 3
 
 
 # --- SSA, order, specs --------------------------------------------------------------------
@@ -476,7 +476,7 @@ def corpus(base: dict) -> dict[str, object]:
     mutate("float_id", lambda d: forward(d)["nodes"][0]["outputs"][0].update(id=1.0))
     mutate("version_float", lambda d: d.update(format_version=1.0))
     mutate("version_new", lambda d: d.update(format_version=99))
-    mutate("opset_new", lambda d: d.update(opset_version=3))
+    mutate("opset_new", lambda d: d.update(opset_version=4))
     mutate("opset_v1", lambda d: d.update(opset_version=1))
     mutate(
         "opset_v1_removed",

@@ -38,7 +38,7 @@ import torch
 from ..errors import TraceError
 from . import ops_schema
 
-OPSET_VERSION = 2
+OPSET_VERSION = 3  # 3: prim.autograd_function (custom autograd functions)
 
 # --- the op set, by family ----------------------------------------------------------------
 # Each name is a canonical name; see the module Note. Order inside a family is alphabetical.
