@@ -49,7 +49,10 @@ torch_save <- function(obj, path) {
                   items = unname(lapply(x, describe))))
     }
     if (is.atomic(x)) {
-      return(list(type = "value", class = typeof(x), value = x, dim = dim(x)))
+      # JSON numbers would keep only 15 digits; a resumed run needs the exact doubles
+      # (learning rates, a scheduler's best metric), so they are written as text.
+      value <- if (is.double(x)) sprintf("%.17g", x) else x
+      return(list(type = "value", class = typeof(x), value = value, dim = dim(x)))
     }
     tracebridge_abort(sprintf("torch_save(): can not save %s.", describe_value(x)),
                       "type_error")
@@ -143,7 +146,8 @@ torch_load <- function(path, device = NULL) {
       },
       value = {
         v <- unlist(d$value)
-        v <- switch(d$class, integer = as.integer(v), double = as.double(v),
+        v <- switch(d$class, integer = as.integer(v),
+                    double = suppressWarnings(as.double(v)),
                     logical = as.logical(v), character = as.character(v), v)
         if (!is.null(d$dim)) dim(v) <- unlist(d$dim)
         v
