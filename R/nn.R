@@ -332,8 +332,9 @@ nn_buffer <- function(x, persistent = TRUE) {
                           error = function(e) rethrow_python(e))
       invisible(inst)
     },
-    zero_grad = function() {
-      py$zero_grad()
+    # mlverse zeroes gradients in place; PyTorch's default would drop them (NULL).
+    zero_grad = function(set_to_none = FALSE) {
+      py$zero_grad(set_to_none = isTRUE(set_to_none))
       invisible(inst)
     },
     register_parameter = function(name, param) {

@@ -8,7 +8,8 @@
 #'
 #' Optimizer methods: `$step(closure = NULL)` (with a closure, as `optim_lbfgs()` needs:
 #' a function that zeroes the gradients, computes the loss, calls `$backward()` and
-#' returns the loss; `$step()` then returns the loss), `$zero_grad()`, `$param_groups`
+#' returns the loss; `$step()` then returns the loss), `$zero_grad()` (as in mlverse, it
+#' sets gradients to zero in place; `set_to_none = TRUE` drops them), `$param_groups`
 #' (read and assign), `$add_param_group()`, `$state_dict()` and `$load_state_dict()`.
 #'
 #' Scheduler methods: `$step()` (for `lr_reduce_on_plateau()`: `$step(metric)`, the
@@ -113,7 +114,9 @@ optimizer_py <- function(x) {
                                  error = function(e) rethrow_python(e))
       invisible(from_py(out))
     },
-    zero_grad = checked(function(set_to_none = TRUE) py$zero_grad(isTRUE(set_to_none))),
+    # As in mlverse, gradients are set to zero in place (not dropped), so `p$grad` stays a
+    # tensor; `set_to_none = TRUE` drops them as PyTorch does by default.
+    zero_grad = checked(function(set_to_none = FALSE) py$zero_grad(isTRUE(set_to_none))),
     param_groups = lapply(reticulate::iterate(py$param_groups, identity, simplify = FALSE),
                           param_group_r),
     add_param_group = checked(function(param_group) {

@@ -41,6 +41,8 @@ torch_save <- function(obj, path) {
     if (inherits(x, "torch_tensor")) {
       key <- sprintf("t%d", length(tensors))
       tensors[[key]] <<- x
+      # As in mlverse, a tensor that requires grad comes back requiring grad.
+      if (isTRUE(x$requires_grad)) return(list(type = "tensor", key = key, requires_grad = TRUE))
       return(list(type = "tensor", key = key))
     }
     if (is.null(x)) return(list(type = "null"))
@@ -135,6 +137,7 @@ torch_load <- function(path, device = NULL) {
                             "tracebridge_artifact_error")
         }
         if (!is.null(device)) py <- py$to(device_py(device))
+        if (isTRUE(d$requires_grad)) py$requires_grad_(TRUE)
         wrap_tensor(py)
       },
       null = NULL,

@@ -286,7 +286,9 @@ Ops.torch_tensor <- function(e1, e2) {
     if (.Generic == "!") return(wrap_tensor(tensor_py(e1)$logical_not()))
     if (.Generic == "+") return(e1)
   }
-  wrap_tensor(py_rb()$binary(.Generic, scalar_py(e1), scalar_py(e2)))
+  out <- withCallingHandlers(py_rb()$binary(.Generic, scalar_py(e1), scalar_py(e2)),
+                             error = function(e) rethrow_python(e, one_based = TRUE))
+  wrap_tensor(out)
 }
 
 #' @export
@@ -295,11 +297,33 @@ Math.torch_tensor <- function(x, ...) {
     abs = "abs", sqrt = "sqrt", exp = "exp", log = "log", cos = "cos", sin = "sin",
     tan = "tan", tanh = "tanh", floor = "floor", ceiling = "ceil", round = "round",
     sign = "sign", log2 = "log2", log10 = "log10", log1p = "log1p", expm1 = "expm1",
-    cumsum = "cumsum",
+    acos = "acos", asin = "asin", atan = "atan", cosh = "cosh", sinh = "sinh",
+    trunc = "trunc", lgamma = "lgamma", digamma = "digamma", cumsum = "cumsum",
+    cumprod = "cumprod",
     tracebridge_abort(sprintf("%s() is not supported for tensors.", .Generic))
   )
-  if (fn == "cumsum") return(wrap_tensor(py_torch()$cumsum(tensor_py(x), 0L)))
-  wrap_tensor(tb_py_call(reticulate::py_get_attr(py_torch(), fn), tensor_py(x)))
+  py <- tensor_py(x)
+  extra <- list(...)
+  call <- function(f, ...) {
+    withCallingHandlers(wrap_tensor(tb_py_call(f, ...)),
+                        error = function(e) rethrow_python(e, one_based = TRUE))
+  }
+  # R's cumsum()/cumprod() run over the elements in R's (column-major) order, as for an
+  # R array; a vector gives what it gives in R.
+  if (fn %in% c("cumsum", "cumprod")) {
+    nd <- length(dim(x))
+    flat <- if (nd > 1) py$permute(as.list(rev(seq_len(nd) - 1L)))$reshape(-1L) else
+      py$reshape(-1L)
+    return(call(reticulate::py_get_attr(py_torch(), fn), flat, 0L))
+  }
+  # The second argument of round(x, digits) and log(x, base) is R's too.
+  if (fn == "round" && length(extra)) {
+    return(call(py_torch()$round, py, decimals = as.integer(extra[[1]])))
+  }
+  if (fn == "log" && length(extra)) {
+    return(call(py_torch()$log, py) / log(extra[[1]]))
+  }
+  call(reticulate::py_get_attr(py_torch(), fn), py)
 }
 
 #' @export
@@ -321,6 +345,50 @@ Summary.torch_tensor <- function(..., na.rm = FALSE) {
     tracebridge_abort(sprintf("%s() is not supported for tensors.", .Generic))
   )
 }
+
+# Base R functions an R user calls on a tensor, with R's meaning. Without these, R's
+# defaults would see the wrapper list and answer silently wrongly (rev() gave an empty
+# tensor, is.na() FALSE, mean() NA).
+
+#' @export
+mean.torch_tensor <- function(x, ...) {
+  withCallingHandlers(wrap_tensor(tb_py_call(tensor_py(x)$mean)),
+                      error = function(e) rethrow_python(e, one_based = TRUE))
+}
+
+#' @export
+is.na.torch_tensor <- function(x) wrap_tensor(tensor_py(x)$isnan())
+
+#' @export
+t.torch_tensor <- function(x) {
+  if (length(dim(x)) > 2) {
+    tracebridge_abort(sprintf(
+      "t() takes a tensor of at most 2 dimensions, not %d; use $permute() or $transpose().",
+      length(dim(x))), "value_error")
+  }
+  wrap_tensor(tensor_py(x)$t())
+}
+
+# The elements in R's (column-major) order, as a 1-d tensor.
+r_order_flat <- function(x) {
+  nd <- length(dim(x))
+  py <- tensor_py(x)
+  if (nd > 1) py <- py$permute(as.list(rev(seq_len(nd) - 1L)))
+  py$reshape(-1L)
+}
+
+#' @export
+rev.torch_tensor <- function(x) wrap_tensor(py_torch()$flip(r_order_flat(x), list(0L)))
+
+#' @export
+unique.torch_tensor <- function(x, incomparables = FALSE, ...) {
+  # R keeps the order of first appearance (torch sorts) and, for a matrix, unique rows.
+  torch_tensor(unique(as_array(x), incomparables = incomparables, ...), dtype = x$dtype,
+               device = x$device)
+}
+
+#' @export
+as.vector.torch_tensor <- function(x, mode = "any") as.vector(as_array(x), mode = mode)
 
 # ---- traced integers ---------------------------------------------------------------
 

@@ -292,3 +292,27 @@ test_that("training resumes exactly from torch_save()d model, optimizer and sche
   torch_save(plateau$state_dict(), path)
   expect_identical(torch_load(path)$best, Inf)
 })
+
+test_that("zero_grad() sets gradients to zero in place, as mlverse does", {
+  m <- nn_linear(2, 1)
+  opt <- optim_sgd(m$parameters, lr = 0.1)
+  m(torch_ones(1, 2))$sum()$backward()
+  opt$zero_grad()
+  expect_equal(as_array(m$weight$grad), matrix(0, 1, 2))
+  m(torch_ones(1, 2))$sum()$backward()
+  m$zero_grad()
+  expect_equal(as_array(m$bias$grad), 0)
+  opt$zero_grad(set_to_none = TRUE)
+  expect_null(m$bias$grad)
+})
+
+test_that("torch_save keeps requires_grad and doubles to the last bit", {
+  path <- tempfile(fileext = ".pt")
+  vals <- c(0.1 * 0.1, 1 / 3, -Inf, NaN, 1e-300)
+  torch_save(list(w = torch_tensor(c(1, 2), requires_grad = TRUE), v = vals,
+                  m = matrix(c(0.1, 0.2, 0.3, 2 / 3), 2)), path)
+  back <- torch_load(path)
+  expect_true(back$w$requires_grad)
+  expect_identical(back$v, vals)
+  expect_identical(back$m, matrix(c(0.1, 0.2, 0.3, 2 / 3), 2))
+})
