@@ -100,7 +100,8 @@ length.dataset <- function(x) as.integer(x$.length())
 #' Data loaders
 #'
 #' A data loader draws batches from a dataset: `batch_size` items at a time, in a new
-#' random order each pass if `shuffle`, collated by stacking the items' tensors (and
+#' random order each pass if `shuffle` (drawn from torch's generator, as in mlverse:
+#' [torch_manual_seed()] makes it reproducible), collated by stacking the items' tensors (and
 #' numbers) along a new first dimension, list element by list element.
 #' `dataloader_make_iter()` starts a pass; `dataloader_next()` returns the next batch, or
 #' `completed` after the last.
@@ -155,7 +156,13 @@ length.dataloader <- function(x) {
 #' @export
 dataloader_make_iter <- function(dataloader) {
   n <- length(dataloader$dataset)
-  order <- if (dataloader$shuffle) sample.int(n) else seq_len(n)
+  # As in mlverse, the order comes from torch's generator, so torch_manual_seed() makes a
+  # shuffled pass reproducible.
+  order <- if (dataloader$shuffle) {
+    as.integer(reticulate::py_to_r(py_torch()$randperm(as.integer(n))$tolist())) + 1L
+  } else {
+    seq_len(n)
+  }
   it <- new.env(parent = emptyenv())
   it$loader <- dataloader
   it$order <- order

@@ -472,7 +472,14 @@ simplify_sizes <- function(out) {
 }
 
 #' @export
-`[[.torch_tensor` <- function(x, i) `$.torch_tensor`(x, i)
+`[[.torch_tensor` <- function(x, i) {
+  if (is.character(i) && length(i) == 1) return(`$.torch_tensor`(x, i))
+  # A number picks an element of a vector, as for R vectors (it once read the shape).
+  if (is.numeric(i) && length(i) == 1 && length(dim(x)) == 1) return(x[i])
+  tracebridge_abort(paste(
+    "x[[i]] takes a field or method name, or one position of a 1-d tensor;",
+    "index other tensors with x[i, j]."), "index_error")
+}
 
 #' @importFrom utils .DollarNames
 #' @export

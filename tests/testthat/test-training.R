@@ -87,7 +87,7 @@ test_that("datasets and data loaders batch, shuffle and collate", {
   expect_null(dataloader_next(it))
   expect_equal(dataloader_next(it, completed = "done"), "done")
   expect_equal(length(dataloader(ds, batch_size = 4, drop_last = TRUE)), 2L)
-  set.seed(1)
+  torch_manual_seed(1)
   sh <- dataloader(ds, batch_size = 10, shuffle = TRUE)
   ys <- as_array(dataloader_next(dataloader_make_iter(sh))$y)
   expect_setequal(ys, 1:10)
@@ -315,4 +315,18 @@ test_that("torch_save keeps requires_grad and doubles to the last bit", {
   expect_true(back$w$requires_grad)
   expect_identical(back$v, vals)
   expect_identical(back$m, matrix(c(0.1, 0.2, 0.3, 2 / 3), 2))
+})
+
+test_that("a shuffled data loader follows torch_manual_seed(), as in mlverse", {
+  ds <- tensor_dataset(torch_tensor(1:20))
+  pass <- function() {
+    torch_manual_seed(11)
+    as_array(dataloader_next(dataloader_make_iter(dataloader(ds, batch_size = 20,
+                                                            shuffle = TRUE)))[[1]])
+  }
+  first <- pass()
+  expect_identical(pass(), first)
+  expect_setequal(first, 1:20)
+  torch_manual_seed(11)
+  expect_equal(as_array(torch_randperm(20)) + 1L, first)
 })
