@@ -326,6 +326,11 @@ size_arg <- function(v, dots = FALSE) {
 
 params_arg <- function(v) {
   if (inherits(v, "torch_tensor")) v <- list(v)
+  if (inherits(v, "nn_module")) {
+    tracebridge_abort(
+      "`params` must be a list of tensors: pass `model$parameters`, not the module.",
+      "type_error")
+  }
   items <- lapply(unname(v), function(p) {
     if (inherits(p, "torch_tensor")) return(.subset2(p, ".py"))
     if (is.list(p) && !is.null(p$params)) {

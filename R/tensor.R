@@ -130,10 +130,12 @@ dtype_py <- function(dtype) {
 #' @export
 torch_tensor <- function(data, dtype = NULL, device = NULL, requires_grad = FALSE) {
   if (inherits(data, "torch_tensor")) {
-    py <- tensor_py(data)$detach()$clone()
-    if (!is.null(dtype)) py <- py$to(dtype_py(dtype))
-    if (!is.null(device)) py <- py$to(device_py(device))
-    if (requires_grad) py$requires_grad_(TRUE)
+    withCallingHandlers({
+      py <- tensor_py(data)$detach()$clone()
+      if (!is.null(dtype)) py <- py$to(dtype_py(dtype))
+      if (!is.null(device)) py <- py$to(device_py(device))
+      if (isTRUE(requires_grad)) py$requires_grad_(TRUE)
+    }, error = function(e) rethrow_python(e))
     return(wrap_tensor(py))
   }
   if (is.list(data)) {
@@ -151,9 +153,11 @@ torch_tensor <- function(data, dtype = NULL, device = NULL, requires_grad = FALS
   } else {
     reticulate::r_to_py(data)
   }
-  py <- py_rb()$tensor_from_r(arr, dtype_py(dtype), FALSE)
-  if (!is.null(device)) py <- py$to(device_py(device))
-  if (isTRUE(requires_grad)) py$requires_grad_(TRUE)
+  withCallingHandlers({
+    py <- py_rb()$tensor_from_r(arr, dtype_py(dtype), FALSE)
+    if (!is.null(device)) py <- py$to(device_py(device))
+    if (isTRUE(requires_grad)) py$requires_grad_(TRUE)
+  }, error = function(e) rethrow_python(e))
   wrap_tensor(py)
 }
 
@@ -422,7 +426,7 @@ print.torch_sym_int <- function(x, ...) {
 
 # Methods come from the surface table (inst/surface.tsv); these are fields.
 tensor_fields <- c("shape", "dtype", "device", "requires_grad", "grad", "grad_fn", "data",
-                   "is_leaf", "ndim", "py")
+                   "is_cuda", "is_leaf", "ndim", "py")
 
 `%||%` <- function(a, b) if (is.null(a)) b else a
 
@@ -445,6 +449,7 @@ simplify_sizes <- function(out) {
     grad_fn = return(grad_fn_from_py(py$grad_fn)),
     data = return(wrap_tensor(py$data)),
     is_leaf = return(reticulate::py_to_r(py$is_leaf)),
+    is_cuda = return(reticulate::py_to_r(py$is_cuda)),
     ndim = return(reticulate::py_to_r(py$ndim)),
     device = return(device_from_py(py$device)),
     py = return(py)

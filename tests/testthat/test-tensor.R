@@ -226,3 +226,10 @@ test_that("copy_, to(other =), einsum and searchsorted accept mlverse's calls", 
   # 4 goes before the third element of c(1, 3, 5): position 3, 1-based.
   expect_equal(as_array(torch_searchsorted(torch_tensor(c(1, 3, 5)), torch_tensor(4))), 3)
 })
+
+test_that("torch_tensor() errors are classed; x$is_cuda is a field as in mlverse", {
+  expect_error(torch_tensor(1:2, requires_grad = TRUE), class = "runtime_error")
+  expect_error(torch_tensor(torch_tensor(1:2), requires_grad = TRUE), class = "tracebridge_error")
+  expect_false(torch_zeros(1)$is_cuda)
+  expect_true("is_cuda" %in% .DollarNames(torch_zeros(1), ""))
+})

@@ -330,3 +330,8 @@ test_that("a shuffled data loader follows torch_manual_seed(), as in mlverse", {
   torch_manual_seed(11)
   expect_equal(as_array(torch_randperm(20)) + 1L, first)
 })
+
+test_that("an optimizer given a module instead of its parameters says so", {
+  expect_error(optim_sgd(nn_linear(1, 1), lr = 0.1), "model\\$parameters")
+  expect_error(optim_adam(nn_linear(1, 1)), class = "type_error")
+})
