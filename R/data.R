@@ -111,6 +111,9 @@ length.dataset <- function(x) as.integer(x$.length())
 #' @param shuffle Draw the items in random order.
 #' @param drop_last Drop a last, incomplete batch.
 #' @param collate_fn A function from a list of items to a batch; the default stacks.
+#' @param sampler,batch_sampler Not supported (an error unless `NULL`).
+#' @param num_workers,pin_memory,timeout,worker_init_fn Accepted so that mlverse code
+#'   runs; batches are always loaded in this R process, so the results are the same.
 #' @param dataloader A data loader (for `dataloader_make_iter()`).
 #' @param iter An iterator from `dataloader_make_iter()`.
 #' @param completed What `dataloader_next()` returns when the pass is over.
@@ -130,10 +133,18 @@ NULL
 
 #' @rdname dataloader
 #' @export
-dataloader <- function(dataset, batch_size = 1, shuffle = FALSE, drop_last = FALSE,
-                       collate_fn = NULL) {
+dataloader <- function(dataset, batch_size = 1, shuffle = FALSE, sampler = NULL,
+                       batch_sampler = NULL, num_workers = 0, collate_fn = NULL,
+                       pin_memory = FALSE, drop_last = FALSE, timeout = -1,
+                       worker_init_fn = NULL) {
   if (!inherits(dataset, "dataset")) {
     tracebridge_abort("dataloader(): `dataset` must be a dataset.", "type_error")
+  }
+  if (!is.null(sampler) || !is.null(batch_sampler)) {
+    tracebridge_abort(paste(
+      "dataloader(): `sampler` and `batch_sampler` are not supported;",
+      "use `shuffle = TRUE`, or a dataset that returns the items in the order you want."),
+      "not_implemented_error")
   }
   if (!is.numeric(batch_size) || batch_size < 1) {
     tracebridge_abort("dataloader(): `batch_size` must be a positive whole number.",

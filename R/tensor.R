@@ -338,7 +338,11 @@ Summary.torch_tensor <- function(..., na.rm = FALSE) {
     x <- surface_fn("torch_cat")(lapply(args, function(a) as_tensor(a)$flatten()))
   }
   py <- tensor_py(x)
-  switch(.Generic,
+  # As in R, na.rm = TRUE leaves out NA/NaN (it was ignored, so sum() gave NaN).
+  if (isTRUE(na.rm) && reticulate::py_to_r(py$dtype$is_floating_point)) {
+    py <- py$masked_select(py$isnan()$logical_not())
+  }
+  withCallingHandlers(switch(.Generic,
     sum = wrap_tensor(tb_py_call(py$sum)),
     prod = wrap_tensor(tb_py_call(py$prod)),
     max = wrap_tensor(tb_py_call(py$max)),
@@ -347,7 +351,7 @@ Summary.torch_tensor <- function(..., na.rm = FALSE) {
     any = wrap_tensor(tb_py_call(py$any)),
     range = surface_fn("torch_stack")(list(wrap_tensor(py$min()), wrap_tensor(py$max()))),
     tracebridge_abort(sprintf("%s() is not supported for tensors.", .Generic))
-  )
+  ), error = function(e) rethrow_python(e))
 }
 
 # Base R functions an R user calls on a tensor, with R's meaning. Without these, R's

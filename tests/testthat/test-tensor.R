@@ -233,3 +233,12 @@ test_that("torch_tensor() errors are classed; x$is_cuda is a field as in mlverse
   expect_false(torch_zeros(1)$is_cuda)
   expect_true("is_cuda" %in% .DollarNames(torch_zeros(1), ""))
 })
+
+test_that("sum/max/min(x, na.rm = TRUE) leave out NaN as R does; Summary errors are classed", {
+  x <- torch_tensor(c(1, NaN, 3))
+  expect_equal(as_array(sum(x, na.rm = TRUE)), 4)
+  expect_true(is.nan(as_array(sum(x))))
+  expect_equal(as_array(max(x, na.rm = TRUE)), 3)
+  expect_equal(as_array(min(x, na.rm = TRUE)), 1)
+  expect_error(max(torch_tensor(numeric(0))), class = "tracebridge_error")
+})

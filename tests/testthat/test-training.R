@@ -335,3 +335,12 @@ test_that("an optimizer given a module instead of its parameters says so", {
   expect_error(optim_sgd(nn_linear(1, 1), lr = 0.1), "model\\$parameters")
   expect_error(optim_adam(nn_linear(1, 1)), class = "type_error")
 })
+
+test_that("dataloader() takes mlverse's arguments: num_workers etc. run in-process", {
+  ds <- tensor_dataset(torch_tensor(1:6))
+  dl <- dataloader(ds, batch_size = 4, num_workers = 2, pin_memory = TRUE,
+                   worker_init_fn = function(id) NULL, drop_last = TRUE)
+  expect_equal(length(dl), 1L)
+  expect_equal(as_array(dataloader_next(dataloader_make_iter(dl))[[1]]), 1:4)
+  expect_error(dataloader(ds, sampler = 1:6), class = "not_implemented_error")
+})
