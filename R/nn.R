@@ -93,7 +93,7 @@ py_backed_module <- function(py, class, forward = NULL, forward_spec = NULL) {
   if (is.null(forward)) {
     forward <- function(...) {
       args <- list(...)
-      if (length(forward_spec)) args <- convert_forward_args(args, forward_spec)
+      if (length(forward_spec)) args <- convert_forward_args(args, forward_spec, py)
       else args <- lapply(args, to_py)
       withCallingHandlers(
         from_py(do.call(tb_py_call, c(list(py), args))),
@@ -108,9 +108,14 @@ py_backed_module <- function(py, class, forward = NULL, forward_spec = NULL) {
 
 # Forward arguments that are 1-based indices or class targets are shifted, as for
 # functions (see surface.tsv: `module(input:index)`).
-convert_forward_args <- function(args, spec) {
+convert_forward_args <- function(args, spec, py = NULL) {
   nms <- names(args) %||% rep("", length(args))
   env <- new.env(parent = emptyenv())
+  # A loss module's negative ignore_index (no class) is what its class targets keep.
+  if (!is.null(py) && reticulate::py_has_attr(py, "ignore_index")) {
+    ign <- reticulate::py_to_r(py$ignore_index)
+    if (is.numeric(ign) && ign < 0) env$ignore_index <- ign
+  }
   out <- vector("list", length(args))
   for (k in seq_along(args)) {
     a <- if (nzchar(nms[[k]])) Find(function(s) s$name == nms[[k]], spec) else

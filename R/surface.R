@@ -307,14 +307,16 @@ fn_arg <- function(v, name) {
 }
 
 # Class targets of cross entropy / NLL: 1-based when integer; probabilities are left as
-# they are. Targets equal to `ignore_index` are not shifted, so they stay ignored.
+# they are. `ignore_index` is a class in the same numbering (shifted like the targets,
+# see surface.tsv); a negative one (the default -100) names no class, so targets equal
+# to it are not shifted and stay ignored.
 class_index_arg <- function(v, env) {
   t <- if (inherits(v, "torch_tensor")) .subset2(v, ".py") else
     tensor_py(torch_tensor(v, dtype = torch_long()))
   if (reticulate::py_to_r(t$dtype$is_floating_point)) return(t)
   shifted <- tb_py_call(t$sub, 1L)
   ign <- get0("ignore_index", envir = env, inherits = FALSE)
-  if (is.null(ign)) return(shifted)
+  if (is.null(ign) || ign >= 1) return(shifted)
   tb_py_call(py_torch()$where, tb_py_call(t$eq, as.integer(ign)), t, shifted)
 }
 
