@@ -204,6 +204,8 @@ int_arg <- function(v, name) {
 
 ints_arg <- function(v, name) {
   if (inherits(v, "torch_sym_int")) return(.subset2(v, ".py"))
+  # padding = "same" / "valid" of convolutions.
+  if (is.character(v) && length(v) == 1) return(reticulate::r_to_py(v))
   if (is.list(v)) return(reticulate::tuple(lapply(v, int_arg, name = name), convert = FALSE))
   check_whole(v, name)
   if (length(v) == 1) return(reticulate::r_to_py(as.integer(v)))
