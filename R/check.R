@@ -564,6 +564,16 @@ define_value <- function(value, kinds, is_input = FALSE) {
           "integers or s-expressions"), key, substr(id_key(dim), 1, 40)))
       }
     }
+    example <- value[["example"]]
+    if (!is.null(example) && !(is_input && is_arr(example) &&
+                                length(example) == length(value[["shape"]]) &&
+                                all(vapply(example, function(d) {
+                                  is_int_lit(d) && int_value(d) >= 0 && int_in_range(d)
+                                }, logical(1))))) {
+      check_fault("values", sprintf(paste(
+        "value %%%s has an example that is not the sizes of an input",
+        "(a list of non-negative integers, one per dimension)"), key))
+    }
   }
   assign(key, value[["kind"]], envir = kinds)
 }

@@ -244,12 +244,19 @@ def run_case(case, tools, workdir: str, index: int, limit: int) -> tuple[dict, l
     return entry, reloads
 
 
+THREADS = 1  # every process of the zoo: bit-for-bit comparisons need one thread count
+
+
 # --- the fresh process that reloads everything ----------------------------------------------
 
 
 def reload_all(manifest_path: str) -> None:
     """Run in a fresh process: load every artifact and run it on its inputs."""
     import torchvision  # noqa: F401 - as a user's process would (registers its ops)
+
+    # The thread count of the process that traced: kernels split reductions by thread, so
+    # another count rounds differently, for every tool alike.
+    torch.set_num_threads(THREADS)
 
     zoo_env.allow_python_ops()
 
@@ -484,7 +491,7 @@ def main() -> None:
         return
     from zoo_models import all_cases
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(THREADS)
     cases = all_cases()
     if opts.list:
         for case in cases:

@@ -108,7 +108,7 @@ class _Traced:
             m.check_guards = bool(on)
 
     def _symbolize(self) -> None:
-        """Label intermediate shapes with input symbols, once, when first shown or saved
+        """Label intermediate shapes with input symbols, once, when first shown
         (it runs the graph on meta tensors, which costs a one-time import of PyTorch's
         meta kernels: not a price to pay on every trace)."""
         if getattr(self, "_symbolic", False):
@@ -124,8 +124,9 @@ class _Traced:
 
         ``language`` is the source language recorded in the file (``"python"`` or ``"r"``);
         by default, the language the trace was made from (``program.language``).
+        Intermediate shapes are written as the sizes seen at trace time: labelling them
+        with input symbols runs the graph (see runtime/shapes.py), so only display does.
         """
-        self._symbolize()
         program = self._program_for_saving()
         artifact.write(program, path, language=language or program.language)
 

@@ -242,7 +242,27 @@ def test_intermediate_shapes_are_written_with_input_symbols(tmp_path):
     assert "f32[s0, 4, ?, ?] = conv2d(%0" in text  # (s - 3) // 2 + 1: not linear
     assert "f32[s0, ?] = flatten(%0, 1)" in text  # depends on two symbols
     traced.save(tmp_path / "head.tb")
+    # The file carries the sizes seen at trace time (labelling runs the graph, so only
+    # display does it) and the inputs' example sizes, from which a reader labels them again.
+    stored = tracebridge.artifact.read(tmp_path / "head.tb").methods["forward"]
+    assert stored.nodes[2].outputs[0].shape == [2, 4, 7, 7]
+    assert stored.inputs[0].example == [2, 1, 9, 9]
     assert tracebridge.load(tmp_path / "head.tb").graph == text
+
+
+def test_saving_never_runs_the_graph_to_label_shapes(tmp_path, monkeypatch):
+    from tracebridge.runtime import shapes
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("save ran the shape probes")
+
+    monkeypatch.setattr(shapes, "_probe", refuse)
+    traced = tracebridge.trace(nn.Linear(3, 2), torch.rand(4, 3))
+    traced.save(tmp_path / "lin.tb")
+    first = (tmp_path / "lin.tb").read_bytes()
+    traced.save(tmp_path / "lin.tb")  # the same bytes each time: a file is deterministic
+    assert (tmp_path / "lin.tb").read_bytes() == first
+    assert "f32[4, 2] = linear(%input" in tracebridge.load(tmp_path / "lin.tb").graph
 
 
 def test_input_of_another_dtype_kind_is_refused_with_advice():

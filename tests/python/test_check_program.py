@@ -507,6 +507,10 @@ def corpus(base: dict) -> dict[str, object]:
         "deep",
         lambda d: forward(d)["nodes"][last]["args"].append(json.loads("[" * 70 + "1" + "]" * 70)),
     )
+    mutate("example_on_node", lambda d: forward(d)["nodes"][0]["outputs"][0].update(example=[1]))
+    mutate("example_length", lambda d: forward(d)["inputs"][0].update(example=[1] * 9))
+    mutate("example_negative", lambda d: forward(d)["inputs"][0].update(example=[-1, 2]))
+    mutate("example_absent", lambda d: forward(d)["inputs"][0].pop("example", None))
     mutate("in_spec_bad", lambda d: forward(d).update(in_spec={"t": "leaf"}))
     mutate("out_spec_bad", lambda d: forward(d).update(out_spec={"t": "tuple", "c": []}))
     mutate(
@@ -599,6 +603,7 @@ def test_r_and_python_checkers_agree(base, tmp_path):
         "opset_v1",
         "view_spread",
         "pow_small",
+        "example_absent",
     }
     for name in corpus(base):
         assert (verdicts[name] == "accept") == (name in accepted), name

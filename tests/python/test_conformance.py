@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils._pytree import tree_leaves
+from torch.utils._pytree import tree_leaves, tree_map
 
 import tracebridge
 
@@ -181,10 +181,13 @@ def _shapes(inputs: tuple) -> str:
 # --------------------------------------------------------------------------- a fresh process
 
 # Loads each artifact with only torch and tracebridge imported, runs it on the saved inputs,
-# compares with the saved eager outputs, and prints {case: "ok" | error} as JSON.
+# compares with the saved eager outputs, and with the outputs of the in-process trace bit for
+# bit (same thread count: kernels split reductions by thread), and prints {case: "ok" |
+# error} as JSON.
 FRESH_SCRIPT = r"""
 import json, sys, torch, tracebridge
-manifest_path, runtime = sys.argv[1], sys.argv[2]
+manifest_path, runtime, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
+torch.set_num_threads(threads)
 results = {}
 for entry in json.load(open(manifest_path)):
     try:
@@ -194,8 +197,13 @@ for entry in json.load(open(manifest_path)):
             fn = loaded if call["method"] == "forward" else getattr(loaded, call["method"])
             if entry["seed"] is not None:
                 torch.manual_seed(entry["seed"])
+            got = fn(*data["inputs"])
             torch.testing.assert_close(
-                fn(*data["inputs"]), data["expected"], atol=entry["atol"], rtol=entry["rtol"]
+                got, data["expected"], atol=entry["atol"], rtol=entry["rtol"]
+            )
+            torch.testing.assert_close(
+                got, data["in_process"], atol=0, rtol=0, equal_nan=True,
+                msg=lambda m: "not bit for bit what the in-process trace computed: " + m,
             )
         results[entry["name"]] = "ok"
     except Exception as exc:
@@ -205,6 +213,23 @@ results["__leaked_modules__"] = leaked
 print(json.dumps(results))
 sys.exit(0 if not leaked and all(v == "ok" for k, v in results.items() if k[0] != "_") else 1)
 """
+
+
+def _run_leaving_state(traced: Any, case: Case, method: str, inputs: tuple) -> Any:
+    """The traced call's outputs, with the module's state (BatchNorm statistics in training
+    mode) put back afterwards, so that eager's run of the same call starts where it would."""
+    model = case.model
+    saved = (
+        {k: v.detach().clone() for k, v in model.state_dict().items()}
+        if isinstance(model, torch.nn.Module)
+        else None
+    )
+    out = _run(traced, method, inputs, case)
+    if saved is not None:
+        with torch.no_grad():
+            for k, v in model.state_dict().items():
+                v.copy_(saved[k])
+    return tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, out)
 
 
 def _check_in_fresh_processes(root: Path) -> dict[str, dict[str, str]]:
@@ -226,9 +251,12 @@ def _check_in_fresh_processes(root: Path) -> dict[str, dict[str, str]]:
             continue
         calls = []
         for i, (method, inputs) in enumerate(_calls(case)):
+            in_process = _run_leaving_state(traced, case, method, inputs)
             expected = _run(case.model, method, inputs, case)
             file = root / f"{name}.{i}.pt"
-            torch.save({"inputs": list(inputs), "expected": expected}, file)
+            torch.save(
+                {"inputs": list(inputs), "expected": expected, "in_process": in_process}, file
+            )
             calls.append({"method": method, "file": str(file)})
         manifest.append(
             {
@@ -244,7 +272,14 @@ def _check_in_fresh_processes(root: Path) -> dict[str, dict[str, str]]:
     results = {}
     for runtime in RUNTIMES:
         proc = subprocess.run(
-            [sys.executable, "-c", FRESH_SCRIPT, str(root / "manifest.json"), runtime],
+            [
+                sys.executable,
+                "-c",
+                FRESH_SCRIPT,
+                str(root / "manifest.json"),
+                runtime,
+                str(torch.get_num_threads()),
+            ],
             cwd=root,
             capture_output=True,
             text=True,

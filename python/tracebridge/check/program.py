@@ -568,6 +568,18 @@ class _GraphCheck:
                         f"value %{vid} has dimension {str(dim)[:40]!r}; inputs "
                         "have symbols s0, s1, ..., other values integers or s-expressions",
                     )
+            example = value.get("example")
+            if example is not None and not (
+                is_input
+                and isinstance(example, list)
+                and len(example) == len(value["shape"])
+                and all(_is_int(d) and 0 <= d <= LIMITS["int_max"] for d in example)
+            ):
+                _fail(
+                    "values",
+                    f"value %{vid} has an example that is not the sizes of an input "
+                    "(a list of non-negative integers, one per dimension)",
+                )
         self.kinds[vid] = kind
 
     def _node(self, node: dict) -> None:

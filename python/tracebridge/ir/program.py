@@ -58,12 +58,17 @@ class Value:
     shape: list | None = None
     name: str | None = None  # a hint for printing (inputs, state); never semantic
     example: list | None = field(default=None, compare=False, repr=False)  # trace-time sizes
+    # Display only, never written: the shape in input symbols (``s0-2``), found by
+    # runtime/shapes.py when a traced graph is first shown. ``shape`` keeps the sizes that
+    # files carry, so saving never has to run the model to label them.
+    labels: list | None = field(default=None, compare=False, repr=False)
 
     def type_str(self) -> str:
         if self.kind != "Tensor":
             return self.kind
         short = DTYPE_SHORT.get(self.dtype or "", self.dtype or "?")
-        dims = ", ".join(str(d) for d in (self.shape or []))
+        shape = self.labels if self.labels is not None else self.shape
+        dims = ", ".join(str(d) for d in (shape or []))
         return f"{short}[{dims}]"
 
 
@@ -271,6 +276,8 @@ def value_to_json(v: Value) -> dict:
     if v.kind == "Tensor":
         data["dtype"] = v.dtype
         data["shape"] = list(v.shape or [])
+        if v.example is not None:  # an input's sizes at trace time: labels shapes on display
+            data["example"] = list(v.example)
     if v.name:
         data["name"] = v.name
     return data
@@ -278,7 +285,12 @@ def value_to_json(v: Value) -> dict:
 
 def value_from_json(d: dict) -> Value:
     return Value(
-        id=d["id"], kind=d["kind"], dtype=d.get("dtype"), shape=d.get("shape"), name=d.get("name")
+        id=d["id"],
+        kind=d["kind"],
+        dtype=d.get("dtype"),
+        shape=d.get("shape"),
+        name=d.get("name"),
+        example=d.get("example"),
     )
 
 

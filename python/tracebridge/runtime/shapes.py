@@ -9,6 +9,11 @@ A dimension that no probe moves is fixed by the model and prints as its size. A 
 the graph cannot run (a Linear layer needs its feature size) means the model fixes that
 dimension, so it proves nothing and is skipped. Shapes are informative: the runtime never
 checks them, the guards are what the trace assumed.
+
+The probes import PyTorch's Python meta kernels (and with them ``torch._dynamo``): about two
+seconds, once per process. So labels are made only to show a graph, never to save one: a
+file carries the example sizes of intermediates (SPEC section 4 allows either), and saving
+costs what writing the weights costs.
 """
 
 from __future__ import annotations
@@ -68,7 +73,8 @@ def _fit(base: int, moved: int, symbol_base: int) -> str:
 
 
 def symbolize(graph: Graph, state: dict[str, torch.Tensor]) -> None:
-    """Rewrite the shapes of ``graph``'s intermediate values with input symbols, in place."""
+    """Label the shapes of ``graph``'s intermediate values with input symbols, in place
+    (``Value.labels``: for display; ``Value.shape`` keeps the example sizes)."""
     symbols = []  # (input index, dim index, symbol name, example size)
     base_sizes = []
     for i, value in enumerate(graph.inputs):
@@ -110,7 +116,7 @@ def symbolize(graph: Graph, state: dict[str, torch.Tensor]) -> None:
                     and probe[value.id][d] != size
                 ]
                 labels.append(_label(size, movers, sizes_of))
-            value.shape = labels
+            value.labels = labels
 
 
 def _label(size: int, movers: list, sizes_of: dict):
