@@ -127,6 +127,12 @@ surface_call <- function(i, env) {
       first <- FALSE
       next
     }
+    if (a$kind == "dim" && inherits(v, "torch_tensor") &&
+        any(vapply(op$args, function(b) b$name == "other", logical(1)))) {
+      # torch_max(x, y): mlverse's elementwise form; the tensor is `other`, not a dim.
+      if (is.null(get0("other", envir = env, inherits = FALSE))) assign("other", v, envir = env)
+      v <- NULL
+    }
     if (is.null(v)) {
       if (a$name == "dim") no_dim <- TRUE
       first <- FALSE

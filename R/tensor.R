@@ -430,7 +430,7 @@ print.torch_sym_int <- function(x, ...) {
 
 # Methods come from the surface table (inst/surface.tsv); these are fields.
 tensor_fields <- c("shape", "dtype", "device", "requires_grad", "grad", "grad_fn", "data",
-                   "is_cuda", "is_leaf", "ndim", "py")
+                   "is_cuda", "is_leaf", "ndim", "py", "register_hook")
 
 `%||%` <- function(a, b) if (is.null(a)) b else a
 
@@ -456,6 +456,7 @@ simplify_sizes <- function(out) {
     is_cuda = return(reticulate::py_to_r(py$is_cuda)),
     ndim = return(reticulate::py_to_r(py$ndim)),
     device = return(device_from_py(py$device)),
+    register_hook = return(function(hook) register_hook(py, hook)),
     py = return(py)
   )
   fn <- get0(name, envir = .tb$methods, inherits = FALSE)
@@ -466,6 +467,27 @@ simplify_sizes <- function(out) {
       "tracebridge_no_method_error")
   }
   function(...) fn(x, ...)
+}
+
+# x$register_hook(hook): `hook` gets the gradient and returns a replacement or NULL (keep
+# it). An R error inside it is re-raised as it was when backward() returns.
+register_hook <- function(py, hook) {
+  if (!is.function(hook)) {
+    tracebridge_abort("register_hook(): `hook` must be a function of the gradient.", "type_error")
+  }
+  fn <- reticulate::r_to_py(function(g) {
+    out <- withCallingHandlers(hook(wrap_tensor(g)), error = function(e) .tb$pending_r_error <- e)
+    if (is.null(out)) return(reticulate::py_none())
+    if (!inherits(out, "torch_tensor")) {
+      e <- structure(class = c("type_error", "tracebridge_error", "error", "condition"),
+        list(message = sprintf("register_hook(): the hook returned %s; return a tensor or NULL.",
+                               describe_value(out)), call = NULL))
+      .tb$pending_r_error <- e
+      stop(e)
+    }
+    tensor_py(out)
+  }, convert = FALSE)
+  invisible(py$register_hook(fn))
 }
 
 #' @export

@@ -242,3 +242,13 @@ test_that("sum/max/min(x, na.rm = TRUE) leave out NaN as R does; Summary errors 
   expect_equal(as_array(min(x, na.rm = TRUE)), 1)
   expect_error(max(torch_tensor(numeric(0))), class = "tracebridge_error")
 })
+
+test_that("torch_max(x, y) is elementwise; torch_where(cond, 1, 0) takes numbers", {
+  a <- torch_tensor(c(1, 5))
+  b <- torch_tensor(c(3, 2))
+  expect_equal(as_array(torch_max(a, b)), c(3, 5))
+  expect_equal(as_array(torch_min(a, b)), c(1, 2))
+  expect_equal(as_array(a$max(b)), c(3, 5))
+  expect_equal(as_array(torch_max(a, dim = 1)[[2]]), 2)
+  expect_equal(as_array(torch_where(torch_tensor(c(TRUE, FALSE)), 1, 0)), c(1, 0))
+})

@@ -344,3 +344,21 @@ test_that("dataloader() takes mlverse's arguments: num_workers etc. run in-proce
   expect_equal(as_array(dataloader_next(dataloader_make_iter(dl))[[1]]), 1:4)
   expect_error(dataloader(ds, sampler = 1:6), class = "not_implemented_error")
 })
+
+test_that("x$register_hook() sees and can replace the gradient; its R errors stay R's", {
+  x <- torch_tensor(c(1, 2), requires_grad = TRUE)
+  seen <- NULL
+  x$register_hook(function(g) {
+    seen <<- as_array(g)
+    g * 10
+  })
+  (x * 3)$sum()$backward()
+  expect_equal(seen, c(3, 3))
+  expect_equal(as_array(x$grad), c(30, 30))
+  y <- torch_tensor(1, requires_grad = TRUE)
+  y$register_hook(function(g) stop("hook failed"))
+  expect_error((y * 2)$backward(), "hook failed")
+  z <- torch_tensor(1, requires_grad = TRUE)
+  z$register_hook(function(g) "no")
+  expect_error((z * 2)$backward(), class = "type_error")
+})
