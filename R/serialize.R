@@ -16,6 +16,9 @@ st_dtypes <- function() dtype_column("safetensors")
 #' format (a ZIP of JSON and safetensors; no pickle, nothing executed on load).
 #' `torch_load()` reads it back. Unlike mlverse torch, a module is saved as its state:
 #' `torch_load()` returns the named list of tensors, for `model$load_state_dict()`.
+#' Optimizer and scheduler states (`opt$state_dict()`, `sched$state_dict()`) are lists
+#' too, so one file can hold everything needed to resume training. Numbers come back
+#' exactly (doubles to the last bit) and tensors that required gradients still do.
 #'
 #' @param obj A tensor, a list, or an `nn_module`.
 #' @param path A file path.
