@@ -190,8 +190,8 @@ print.lr_scheduler <- function(x, ...) {
     state_dict = function() state_to_r(py$state_dict()),
     load_state_dict = function(state_dict) {
       if (!is.list(state_dict) || is.null(names(state_dict))) {
-        tracebridge_abort("load_state_dict(): `state_dict` must be a named list made by a scheduler's $state_dict().",
-                          "type_error")
+        tracebridge_abort(paste("load_state_dict(): `state_dict` must be a named list made by",
+                                "a scheduler's $state_dict()."), "type_error")
       }
       sd <- state_to_py(state_dict)
       withCallingHandlers(py$load_state_dict(sd), error = function(e) rethrow_python(e))
@@ -286,8 +286,9 @@ optimizer_state_dict <- function(py) {
 
 optimizer_load_state_dict <- function(py, state_dict) {
   bad <- function(what) {
-    tracebridge_abort(sprintf("load_state_dict(): %s; use a list made by an optimizer's $state_dict().",
-                              what), "value_error")
+    tracebridge_abort(sprintf(
+      "load_state_dict(): %s; use a list made by an optimizer's $state_dict().", what),
+      "value_error")
   }
   if (!is.list(state_dict) || !all(c("state", "param_groups") %in% names(state_dict))) {
     bad("`state_dict` must be a list with `state` and `param_groups`")

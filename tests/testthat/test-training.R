@@ -362,3 +362,9 @@ test_that("x$register_hook() sees and can replace the gradient; its R errors sta
   z$register_hook(function(g) "no")
   expect_error((z * 2)$backward(), class = "type_error")
 })
+
+test_that("a scheduler refuses a state that is not one", {
+  sched <- lr_step(optim_sgd(nn_linear(1, 1)$parameters, lr = 1), step_size = 1)
+  expect_error(sched$load_state_dict(list(1, 2)), class = "type_error")
+  expect_output(print(sched), "<lr_step> last_epoch: 0")
+})
