@@ -429,7 +429,8 @@ print.nn_module <- function(x, ...) {
 #'
 #' `nn_sequential()` calls its modules in order. `nn_module_list()` and
 #' `nn_module_dict()` hold modules (registered, so their parameters are the parent's) and
-#' are indexed like R lists (double brackets; 1 is the first).
+#' are indexed like R lists (double brackets; 1 is the first). `model[i]` of an
+#' `nn_sequential()` is a new `nn_sequential()` of the selected (shared) modules.
 #'
 #' @param ... For `nn_sequential()`, the modules in order.
 #' @param modules A list of modules; named for `nn_module_dict()`.
@@ -439,6 +440,7 @@ print.nn_module <- function(x, ...) {
 #' if (torch_is_installed()) {
 #'   model <- nn_sequential(nn_linear(4, 8), nn_relu(), nn_linear(8, 2))
 #'   dim(model(torch_randn(3, 4)))
+#'   dim(model[1:2](torch_randn(3, 4)))
 #'   layers <- nn_module_list(list(nn_linear(2, 2), nn_relu()))
 #'   length(layers)
 #' }
@@ -461,6 +463,22 @@ nn_sequential <- function(...) {
   assign(".children", unname(mods), envir = self)
   for (k in seq_along(mods)) assign(as.character(k - 1L), mods[[k]], envir = self)
   inst
+}
+
+#' @rdname nn_containers
+#' @param x An `nn_sequential()`.
+#' @param i Positions (1-based) of the modules to keep.
+#' @export
+`[.nn_sequential` <- function(x, i) {
+  mods <- get(".children", envir = module_env(x))
+  # Like R lists (a negative position leaves a module out): the selected modules, in a
+  # new nn_sequential() that shares them.
+  idx <- seq_along(mods)[i]
+  if (anyNA(idx)) {
+    tracebridge_abort(sprintf("nn_sequential has %d modules; positions are 1 to %d.",
+                              length(mods), length(mods)), "index_error")
+  }
+  do.call(nn_sequential, unname(mods[idx]))
 }
 
 #' @rdname nn_containers

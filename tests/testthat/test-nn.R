@@ -119,3 +119,17 @@ test_that("gradient clipping, nn_upsample, nn_softmax2d and padding = \"same\"",
   expect_equal(as_array(nn_softmax2d()(torch_zeros(1, 2, 1, 1)))[1, , 1, 1], c(0.5, 0.5))
   expect_equal(dim(nn_conv1d(1, 1, 3, padding = "same")(torch_ones(1, 1, 5))), c(1L, 1L, 5L))
 })
+
+test_that("model[i] of an nn_sequential is a smaller nn_sequential sharing the modules", {
+  q <- nn_sequential(nn_linear(2, 3), nn_relu(), nn_linear(3, 1))
+  head2 <- q[1:2]
+  expect_s3_class(head2, "nn_sequential")
+  expect_length(head2, 2)
+  x <- torch_randn(4, 2)
+  expect_equal(as_array(head2(x)), as_array(q[[2]](q[[1]](x))))
+  # As for R lists, a negative position leaves that module out.
+  expect_s3_class(q[-1][[1]], "nn_relu")
+  expect_equal(as_array(q[-1][[2]]$weight), as_array(q[[3]]$weight))
+  expect_equal(as_array(q(x)), as_array(q[[3]](head2(x))))
+  expect_error(q[5], class = "index_error")
+})
