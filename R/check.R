@@ -348,6 +348,7 @@ check_mode_bound <- function(doc) {
     }
   }
   check_specialised(doc)
+  check_aliases(doc)
   if (is.null(bound)) return(invisible())
   if (!is_obj(bound)) check_fault("document", "mode_bound must be an object of methods")
   for (i in seq_along(bound)) {
@@ -367,6 +368,23 @@ check_mode_bound <- function(doc) {
     if ("op" %in% names(entry) && !is_str(entry[["op"]])) {
       check_fault("document", sprintf("mode_bound of '%s' has an op that is not a string",
                                       method))
+    }
+  }
+}
+
+# aliases (other name -> state name: tied weights) name state entries and are not ones.
+check_aliases <- function(doc) {
+  aliases <- doc[["aliases"]]
+  if (is.null(aliases)) return(invisible())
+  if (!is_obj(aliases)) check_fault("document", "aliases must map names to state names")
+  for (i in seq_along(aliases)) {
+    alias <- names(aliases)[[i]]
+    target <- aliases[[i]]
+    check_path_name(alias, "alias")
+    if (!is_str(target) || !target %in% names(doc[["state"]]) ||
+        alias %in% names(doc[["state"]])) {
+      check_fault("document", sprintf(
+        "alias '%s' must name a state entry and not be one", substr(alias, 1, 40)))
     }
   }
 }

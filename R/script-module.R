@@ -6,14 +6,14 @@ traced_py <- function(x) attr(x, "py")
 
 call_traced <- function(py, args, program = NULL, method = "forward") {
   # What a traced model costs per call from R beyond the Python call itself: convert the
-  # inputs, one reticulate::py_call(), wrap the output. The handler is a calling handler
-  # (cheaper than tryCatch()); rethrow_python() classifies the Python exception by its
-  # type name and signals the R condition from there.
+  # inputs, one call, wrap the output. One tensor in goes through src/call.c where it
+  # started (call_c()); the rest through reticulate, under a calling handler (cheaper than
+  # tryCatch()): rethrow_python() classifies the Python exception and signals it.
   if (length(args) == 1L && inherits(args[[1L]], "torch_tensor")) {
-    out <- withCallingHandlers(
-      reticulate::py_call(py, .subset2(args[[1L]], ".py")),
-      error = rethrow_python
-    )
+    out <- call_c(py, args[[1L]])
+    if (!is.null(out)) return(out)
+    out <- withCallingHandlers(reticulate::py_call(py, .subset2(args[[1L]], ".py")),
+                               error = rethrow_python)
   } else {
     if (!is.null(names(args)) && any(nzchar(names(args)))) {
       args <- bind_named(args, graph_input_names(program %||% py$program, method))
@@ -69,16 +69,55 @@ bind_named <- function(args, inputs) {
   out
 }
 
+# py(x) for an R tensor through src/call.c (see the note there: reticulate's per-call
+# conversions cost several times the traced call), started on first use; NULL where that
+# path does not apply (it could not start, or TRACEBRIDGE_C_CALL=0).
+call_c <- function(py, x) {
+  if (is.null(.tb$c_call)) .tb$c_call <- start_c_call()
+  if (!.tb$c_call) return(NULL)
+  c_result(.Call(tb_call_tensor, py, x))
+}
+
+# A result of src/call.c as the call's result: an R tensor as it is; FALSE, the Python
+# error, raised classified; any other Python object, wrapped by reticulate (its full class
+# vector) and converted as every result is.
+c_result <- function(out) {
+  if (is.null(out) || inherits(out, "torch_tensor")) return(out)
+  if (isFALSE(out)) rethrow_python(simpleError("Python raised an exception"))
+  out <- reticulate::py_call(py_rb()$same, out)
+  if (inherits(out, "torch.Tensor")) return(wrap_tensor(out))
+  from_py(out)
+}
+
+# Turn the C call path on (it starts on the next call) or off (calls go through reticulate).
+set_c_call <- function(on) {
+  if (isTRUE(on)) {
+    .tb$c_call <- NULL
+  } else {
+    .Call(tb_call_stop)
+    .tb$c_call <- FALSE
+  }
+  invisible()
+}
+
+start_c_call <- function() {
+  if (identical(Sys.getenv("TRACEBRIDGE_C_CALL"), "0")) return(FALSE)
+  torch <- reticulate::import("torch", convert = FALSE)
+  rb <- reticulate::import("tracebridge.frontends.rbridge", convert = FALSE)
+  lib <- reticulate::py_config()$libpython %||% ""
+  isTRUE(tryCatch(.Call(tb_call_init, torch$Tensor, torch$empty(0L), rb, lib),
+                  error = function(e) FALSE))
+}
+
 # The call itself: one tensor in, one tensor out is the common case and takes the
-# shortest path (no argument list, no extra call); everything else goes through
-# call_traced().
+# shortest path, all of it in src/call.c once that has started (the first call starts it,
+# through call_traced()); everything else goes through call_traced().
 fast_call <- function(py) {
   function(...) {
-    if (...length() == 1L && inherits(..1, "torch_tensor")) {
-      out <- withCallingHandlers(reticulate::py_call(py, .subset2(..1, ".py")),
-                                 error = rethrow_python)
-      if (inherits(out, "torch.Tensor")) return(`class<-`(list(.py = out), "torch_tensor"))
-      return(from_py(out))
+    if (...length() == 1L) {
+      out <- .Call(tb_call_tensor, py, ..1)
+      if (inherits(out, "torch_tensor")) return(out)
+      if (!is.null(out)) return(c_result(out))
     }
     call_traced(py, list(...))
   }

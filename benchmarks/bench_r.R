@@ -27,7 +27,7 @@ x <- torch_randn(1, 16)
 traced <- jit_trace(net, x, respect_mode = FALSE)
 stopifnot(isTRUE(all.equal(as_array(traced(x)), as_array(net(x)), tolerance = 1e-6)))
 
-# Each repeat times the three side by side (Python loop, R loop, bare reticulate call), so
+# Each repeat times the three side by side (Python loop, R loop, reticulate's py_call), so
 # that a busy machine slows all three alike; the best repeat of each is reported.
 bench_py <- reticulate::py_run_string("
 def per_call_us(fn, x, calls):
@@ -58,7 +58,7 @@ cat(sprintf("traced Small (16 -> 32 -> 4), batch 1, best of %d x %d calls\n", re
 cat(sprintf("  Python call: %8.1f us\n", py_us))
 cat(sprintf("  R call:      %8.1f us\n", r_us))
 cat(sprintf("  R overhead:  %8.1f us per call (target <= 50 us)\n", r_us - py_us))
-cat(sprintf("  of which reticulate's own call (py_call of the traced module): %.1f us\n",
+cat(sprintf("  the same call through reticulate::py_call(): %.1f us over Python\n",
             bare_us - py_us))
-cat(sprintf("  and tracebridge's R code: %.1f us (load average %s)\n", r_us - bare_us,
+cat(sprintf("  (R's call goes through the package's C call path: src/call.c; load average %s)\n",
             paste(tryCatch(readLines("/proc/loadavg", 1L), error = function(e) "?"))))

@@ -342,6 +342,65 @@ def verdict(cell: dict | None) -> tuple[str, str]:
     return "right", ""
 
 
+# Why tracebridge's remaining refusals stay, written under the table for the models they
+# concern (documentation: the tracer treats these models like any other code).
+_DETECTION = (
+    "torchvision's detectors take a list of images and return a list with one dict of "
+    "boxes, scores and labels per image, so the number of results is the batch size by the "
+    "model's own interface. The zoo's wrapper (`Detection` in `benchmarks/zoo_models.py`) "
+    "only turns the batch tensor into that list (`images.unbind(0)`, line 116) and each "
+    "dict into a tuple; traced without it, the input is itself a list whose length is the "
+    "batch size, and a call with a list of another length is refused as arguments shaped "
+    "differently. A traced graph has one output structure: it serves the batch size it was "
+    "traced at and, through a size-1 specialisation, batch 1 where the rest of its guards "
+    "hold; a batch of 3 raises GuardError at `zoo_models.py:116` (`unbind` gives 3 results, "
+    "not 2). torch.jit.trace fails the same calls (`Expected 2 elements in a list`) and "
+    "torch.export refuses at trace time. No tracer that records one graph can serve an output "
+    "structure it did not record; to serve every batch size, trace the tensor part (backbone "
+    "and heads) and keep the per-image post-processing eager, or trace at batch 1 and loop. "
+    "Also, the zoo's CPU `nms` (`benchmarks/zoo_env.py`, standing in for torchvision's C++ "
+    "kernel) is plain PyTorch with a Python loop over `order.tolist()`, so the trace guards "
+    "the order of the boxes: a call on other images can be refused there (a data guard), "
+    "never answered wrongly."
+)
+LIMITS = {
+    "timm mobilevit_xxs": (
+        "MobileViT interpolates a feature map whose height or width is odd up to the next "
+        "even size before cutting it into 2x2 patches (`timm/models/mobilevit.py:252`: "
+        "`if new_h != H or new_w != W`, with `new_h = ceil(H / 2) * 2`). At 64x64 every "
+        "stage's map is even; at 96x96 the last stage's map is 3x3, so the call takes the "
+        "other branch and raises GuardError naming that line (torch.jit.trace fails in the "
+        "patch reshape at line 258; torch.export fails a guard on the patch sizes). Size "
+        "specialisation cannot cover it: it re-traces where a size is cut to 1, and no general "
+        "rule finds the input sizes that flip an arbitrary arithmetic condition on "
+        "intermediate sizes (here the parity of a map after several strided stages; each "
+        "MobileViT stage has its own parity in each direction, so a graph per combination "
+        "would be needed, found by a search over input sizes that works for this formula "
+        "only). "
+        "A trace serves the image sizes whose maps have the parities of the traced size's "
+        "(every multiple of 64 keeps every map even, as MobileViT's own 256x256 does)."
+    ),
+    "ssdlite320_mobilenet_v3_large": _DETECTION,
+    "retinanet_resnet50_fpn": _DETECTION,
+}
+
+
+def _reruns(reruns: list) -> list[str]:
+    """Lines saying which cells were re-run after the full run, and how."""
+    if not reruns:
+        return []
+    lines = [
+        "Cells re-run after the full run (`benchmarks/zoo.py --tools T --only M ... --results",
+        "/tmp/part.json`, then `--merge benchmarks/zoo_results.json /tmp/part.json`, which",
+        "rewrites this file):",
+        "",
+    ]
+    for run in reruns:
+        models = ", ".join(run["models"])
+        lines.append(f"- {run['date']}, {', '.join(run['tools'])}: {models}")
+    return lines + [""]
+
+
 def write_table(results: dict, path: str) -> None:
     meta = results.get("_meta", {})
     models = {k: v for k, v in results.items() if not k.startswith("_")}
@@ -417,8 +476,18 @@ def write_table(results: dict, path: str) -> None:
     lines += [
         "",
         "tracebridge artifacts reloaded in a fresh process computed bit for bit what the",
-        f"in-process trace computed in {same} of {total} calls.",
+        f"in-process trace computed in {same} of {total} calls (both processes with "
+        f"{THREADS} thread: kernels split",
+        "reductions by thread count, so runs with other counts differ in the last bits, for "
+        "every tool alike)."
+        + (
+            " Rows last run before the reloading process took the tracing process's count "
+            "show such differences."
+            if same < total
+            else ""
+        ),
         "",
+        *_reruns(meta.get("reruns", [])),
         "## Per model",
         "",
         "| model | category | from | tracebridge | torch.jit.trace | torch.export |",
@@ -430,24 +499,48 @@ def write_table(results: dict, path: str) -> None:
         *details,
         "",
     ]
+    refused = [
+        name
+        for name, entry in models.items()
+        if name in LIMITS and verdict(entry.get("tools", {}).get("tracebridge"))[0] == "error"
+    ]
+    if refused:
+        lines += ["## Why tracebridge's remaining refusals stay", ""]
+        for text in dict.fromkeys(LIMITS[name] for name in refused):  # shared texts once
+            names = ", ".join(f"**{name}**" for name in refused if LIMITS[name] == text)
+            lines.append(f"- {names}: {text}")
+        lines.append("")
     with open(path, "w") as f:
         f.write("\n".join(lines))
 
 
 def merge(paths: list[str], out: str) -> None:
-    """Merge results files of parts run side by side (``--part``) into ``out``."""
+    """Merge results files of parts run side by side (``--part``), or of models re-run
+    (``--only``), into ``out``. A file that re-runs models already merged is recorded in
+    ``_meta["reruns"]`` (date, models, tools), which the table lists."""
     from zoo_models import all_cases
 
     merged: dict = {}
+    reruns: list = []
     for path in paths:  # later files win, tool by tool
         with open(path) as f:
-            for name, entry in json.load(f).items():
-                if name.startswith("_") or name not in merged:
-                    merged[name] = entry
-                    continue
-                tools = dict(merged[name].get("tools", {}))
-                tools.update(entry.get("tools", {}))
-                merged[name] = dict(entry, tools=tools)
+            results = json.load(f)
+        meta = results.get("_meta", {})
+        reruns += [r for r in meta.get("reruns", []) if r not in reruns]
+        again = [n for n in results if not n.startswith("_") and n in merged]
+        if again:
+            tools = sorted({t for n in again for t in results[n].get("tools", {})})
+            record = {"date": meta.get("date", "?"), "models": again, "tools": tools}
+            reruns += [record] if record not in reruns else []
+        for name, entry in results.items():
+            if name.startswith("_") or name not in merged:
+                merged[name] = entry
+                continue
+            tools = dict(merged[name].get("tools", {}))
+            tools.update(entry.get("tools", {}))
+            merged[name] = dict(entry, tools=tools)
+    if reruns:
+        merged["_meta"] = dict(merged.get("_meta", {}), reruns=reruns)
     order = [c.name for c in all_cases()] + ["_meta"]
     with open(out, "w") as f:
         json.dump({k: merged[k] for k in order if k in merged}, f, indent=1)
@@ -511,6 +604,7 @@ def main() -> None:
     if os.path.exists(opts.results):
         with open(opts.results) as f:
             results = json.load(f)
+    old_names = {n for n in results if not n.startswith("_")}
     with tempfile.TemporaryDirectory() as workdir:
         fresh, reloads = {}, []
         for index, case in enumerate(cases):
@@ -537,7 +631,15 @@ def main() -> None:
         results[name] = entry
     order = [c.name for c in all_cases()]
     results = {k: results[k] for k in order if k in results}
-    results["_meta"] = versions()
+    meta = versions()
+    if opts.only or opts.part:  # some models again: the table says which, after the full run
+        reruns = results.get("_meta", {}).get("reruns", [])
+        again = [n for n in fresh if n in old_names]
+        if again:
+            reruns = reruns + [{"date": meta["date"], "models": again, "tools": tools}]
+        if reruns:
+            meta["reruns"] = reruns
+    results["_meta"] = meta
     with open(opts.results, "w") as f:
         json.dump(results, f, indent=1)
     write_table(results, opts.table)

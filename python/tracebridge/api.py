@@ -581,6 +581,7 @@ def record_module(
         training=mod.training,
         module_classes=classes,
         mode_bound=mode_bound,
+        aliases=_tied_names(mod, index, state),
     )
     for graph_name, name, mode, args, kwargs in recorded:
         found = specialisations(
@@ -594,6 +595,18 @@ def record_module(
     # Constants the specialisations captured are state too.
     program.state.update(constants)
     return program
+
+
+def _tied_names(mod: nn.Module, index: dict, state: dict) -> dict[str, str]:
+    """Other names of state tensors in ``mod.state_dict()``: name -> the state name."""
+    named = [*mod.named_parameters(remove_duplicate=False)]
+    named += [(n, b) for n, b in mod.named_buffers(remove_duplicate=False) if b is not None]
+    aliases = {}
+    for name, tensor in named:
+        first = index.get(id(tensor), (name,))[0]
+        if first != name and first in state and name not in state:
+            aliases[name] = first
+    return aliases
 
 
 def _trace_module(

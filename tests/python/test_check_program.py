@@ -511,6 +511,12 @@ def corpus(base: dict) -> dict[str, object]:
     mutate("example_length", lambda d: forward(d)["inputs"][0].update(example=[1] * 9))
     mutate("example_negative", lambda d: forward(d)["inputs"][0].update(example=[-1, 2]))
     mutate("example_absent", lambda d: forward(d)["inputs"][0].pop("example", None))
+    first_state = next(iter(good["state"]))
+    mutate("alias_ok", lambda d: d.update(aliases={"tied.weight": first_state}))
+    mutate("alias_target_missing", lambda d: d.update(aliases={"tied.weight": "nowhere"}))
+    mutate("alias_is_state", lambda d: d.update(aliases={first_state: first_state}))
+    mutate("alias_bad_name", lambda d: d.update(aliases={"a b": first_state}))
+    mutate("alias_not_object", lambda d: d.update(aliases=["x"]))
     mutate("in_spec_bad", lambda d: forward(d).update(in_spec={"t": "leaf"}))
     mutate("out_spec_bad", lambda d: forward(d).update(out_spec={"t": "tuple", "c": []}))
     mutate(
@@ -604,6 +610,7 @@ def test_r_and_python_checkers_agree(base, tmp_path):
         "view_spread",
         "pow_small",
         "example_absent",
+        "alias_ok",
     }
     for name in corpus(base):
         assert (verdicts[name] == "accept") == (name in accepted), name

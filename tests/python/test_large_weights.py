@@ -159,3 +159,51 @@ def test_validate_and_inspect_describe_a_program_without_weights(tmp_path, capsy
     assert "valid tracebridge artifact" in capsys.readouterr().out
     assert main(["inspect", path]) == 0
     assert "0.up.weight" in capsys.readouterr().out
+
+
+class TiedLM(nn.Module):
+    """A language model whose output layer shares the embedding's matrix (tied weights)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(11, 6)
+        self.mix = nn.Linear(6, 6)
+        self.head = nn.Linear(6, 11, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids):
+        return self.head(torch.tanh(self.mix(self.embed(ids))))
+
+
+@pytest.mark.parametrize("kept", ["embed.weight", "head.weight", "both"])
+def test_tied_weights_bind_under_any_of_their_names(tmp_path, kept):
+    torch.manual_seed(0)
+    model = TiedLM().eval()
+    with torch.device("meta"):
+        meta = TiedLM().eval()
+    traced = tracebridge.trace(
+        meta, torch.zeros(2, 4, dtype=torch.long, device="meta"), check_trace=False
+    )
+    assert traced.program.aliases == {"head.weight": "embed.weight"}
+    traced.save(tmp_path / "lm.tb")
+    # Checkpoint writers keep one name of a shared tensor, not always the module's first.
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    if kept != "both":
+        del weights["head.weight" if kept == "embed.weight" else "embed.weight"]
+    save_file(weights, tmp_path / "lm.safetensors")
+    loaded = tracebridge.load(tmp_path / "lm.tb", weights=tmp_path / "lm.safetensors")
+    ids = torch.randint(0, 11, (3, 7))
+    assert torch.equal(loaded(ids), model(ids))
+
+
+def test_an_alias_does_not_hide_a_missing_tensor(tmp_path):
+    with torch.device("meta"):
+        meta = TiedLM().eval()
+    traced = tracebridge.trace(
+        meta, torch.zeros(2, 4, dtype=torch.long, device="meta"), check_trace=False
+    )
+    traced.save(tmp_path / "lm.tb")
+    weights = {k: v for k, v in TiedLM().state_dict().items() if not k.endswith(".weight")}
+    save_file(weights, tmp_path / "lm.safetensors")
+    with pytest.raises(tracebridge.ArtifactError, match=r"missing \(2\): embed.weight, mix"):
+        tracebridge.load(tmp_path / "lm.tb", weights=tmp_path / "lm.safetensors")

@@ -66,3 +66,28 @@ def test_parts_merge_tool_by_tool_and_the_table_counts_them(tmp_path):
         text = f.read()
     assert "| tracebridge | 1 | 1 | 1 | 0 | 0 |" in text
     assert "| resnet18 | vision | torchvision | right | right | - |" in text
+
+
+def test_a_merge_that_re_runs_models_is_listed_in_the_table(tmp_path):
+    entry = {"category": "vision", "source": "torchvision"}
+    full = {"resnet18": dict(entry, tools={"tracebridge": _cell(["error"])}), "_meta": {}}
+    again = {
+        "resnet18": dict(entry, tools={"tracebridge": _cell(["right"])}),
+        "_meta": {"date": "2026-11-23"},
+    }
+    paths = []
+    for i, part in enumerate((full, again)):
+        paths.append(str(tmp_path / f"p{i}.json"))
+        with open(paths[-1], "w") as f:
+            json.dump(part, f)
+    out = str(tmp_path / "all.json")
+    zoo.merge(paths, out)
+    zoo.merge([out], out)  # merging again keeps the record, once
+    with open(out) as f:
+        merged = json.load(f)
+    record = {"date": "2026-11-23", "models": ["resnet18"], "tools": ["tracebridge"]}
+    assert merged["_meta"]["reruns"] == [record]
+    table = str(tmp_path / "zoo.md")
+    zoo.write_table(merged, table)
+    with open(table) as f:
+        assert "- 2026-11-23, tracebridge: resnet18" in f.read()

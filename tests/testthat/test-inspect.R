@@ -262,7 +262,10 @@ test_that("graphs, state and guards of R-made artifacts match Python", {
   jit_save(f, f_path)
   info <- jit_inspect(f_path, quiet = TRUE)
   expect_equal(info$graphs, insp_py_text(f_path))
-  expect_equal(info$graphs[["forward"]], jit_load(f_path)$graph)
+  # The file carries trace-time sizes; Python labels them with input symbols when it shows
+  # a loaded graph (it can run the graph on meta tensors), R's inspect shows the file.
+  expect_match(info$graphs[["forward"]], "%1: f32[2, 12] = Tensor.view", fixed = TRUE)
+  expect_match(jit_load(f_path)$graph, "%1: f32[2, ?] = Tensor.view", fixed = TRUE)
   expect_equal(nrow(info$guards), 1)
   expect_equal(info$guards$expect, "2")
   expect_equal(length(jit_load(f_path)$guards), 1)
@@ -336,7 +339,9 @@ test_that("a Python-made artifact with many kinds of literal prints as in Python
     "lits_graph = t.graph"
   ))
   info <- jit_inspect(path, quiet = TRUE)
-  expect_equal(info$graphs[["forward"]], reticulate::py_eval("lits_graph"))
+  # The file carries trace-time sizes (R shows them); Python labels them when it shows a graph.
+  expect_match(info$graphs[["forward"]], "%0: f32[2, 4, 4] = getitem", fixed = TRUE)
+  expect_match(reticulate::py_eval("lits_graph"), "%0: f32[s0, s1-1, 4] = getitem", fixed = TRUE)
   expect_equal(info$graphs, insp_py_text(path))
   expect_match(info$graphs[["forward"]], "clamp(%8, min=-inf, max=3.0)", fixed = TRUE)
   expect_match(info$graphs[["forward"]], "return {'h': %11, 'pair': (%15, %16), 'none': None}",

@@ -31,6 +31,7 @@ import torch
 
 from ..check.program import (
     FILE_FIX,
+    LIMITS,
     SAVE_FIX,
     check_json_containers,
     check_json_size,
@@ -94,6 +95,8 @@ def program_to_json(program: Program, language: str | None = None) -> dict:
         doc["backend"] = program.backend
     if program.specialised:
         doc["specialised"] = program.specialised
+    if program.aliases:
+        doc["aliases"] = program.aliases
     return doc
 
 
@@ -187,6 +190,15 @@ def write(
             text = json.dumps(doc, indent=1, allow_nan=False).encode()
         except ValueError as exc:
             raise ArtifactError(f"the program cannot be written as JSON ({exc})") from None
+        # The loader counts these before parsing: a file it would refuse is never written.
+        containers = text.count(b"{") + text.count(b"[")
+        if len(text) > LIMITS["program_bytes"] or containers > LIMITS["containers"]:
+            raise ArtifactError(
+                f"{os.fspath(path)}: not saved: its program.json would have {len(text)} bytes "
+                f"and {containers} JSON objects and arrays, over what a reader accepts "
+                f"({LIMITS['program_bytes']} and {LIMITS['containers']}) [rule: resource "
+                "limits]; trace fewer methods, or a smaller part of the model"
+            )
         writer.begin(PROGRAM_MEMBER, len(text))
         writer.write(text)
         writer.end(zlib.crc32(text))
@@ -352,7 +364,15 @@ def read(
             opened.verify()
         external = opened.doc.get("tensors", {}).get("external", [])
         if weights is not None:
-            tensors.update(bind(opened.doc["state"], external, weights, opened.name))
+            tensors.update(
+                bind(
+                    opened.doc["state"],
+                    external,
+                    weights,
+                    opened.name,
+                    opened.doc.get("aliases", {}),
+                )
+            )
         elif external:
             shown = ", ".join(external[:5]) + (", ..." if len(external) > 5 else "")
             raise ArtifactError(
@@ -474,5 +494,6 @@ def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "
         mode_bound=mode_bound,
         backend=backend,
         specialised=dict(doc.get("specialised", {})),
+        aliases=dict(doc.get("aliases", {})),
         meta=meta,
     )

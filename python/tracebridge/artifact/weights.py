@@ -90,17 +90,32 @@ def open_weights(weights: WeightsArg) -> dict[str, tuple[str, object]]:
     return found
 
 
-def bind(state: dict[str, dict], needed: Sequence[str], weights: WeightsArg, artifact: str):
+def bind(
+    state: dict[str, dict],
+    needed: Sequence[str],
+    weights: WeightsArg,
+    artifact: str,
+    aliases: dict[str, str] | None = None,
+):
     """Tensors for the state, by name, from ``weights``.
 
     ``state`` is program.json's state (name -> {dtype, shape, ...}); ``needed`` are the
     names the artifact holds no data for. Every needed name must be in the weights, every
     weight must be a state name, and dtypes and shapes must match; otherwise one
-    ArtifactError lists all that is missing, extra and mis-shaped.
+    ArtifactError lists all that is missing, extra and mis-shaped. ``aliases`` (other name
+    -> state name, tied weights) lets a checkpoint hold a state tensor under another of its
+    names: writers keep one name of a shared tensor, not always the traced module's first.
     """
     from .tensors import FROM_ST
 
-    found = open_weights(weights)
+    found = dict(open_weights(weights))
+    key_in_file = {}  # state name -> the name the checkpoint holds it under
+    for alias, target in (aliases or {}).items():
+        if alias in found:
+            if target not in found:
+                found[target] = found[alias]
+                key_in_file[target] = alias
+            del found[alias]
     missing = [n for n in needed if n not in found]
     extra = sorted(n for n in found if n not in state)
     wrong = []
@@ -108,7 +123,8 @@ def bind(state: dict[str, dict], needed: Sequence[str], weights: WeightsArg, art
     for name, (path, handle) in found.items():
         if name not in state:
             continue
-        piece = handle.get_slice(name)
+        key = key_in_file.get(name, name)
+        piece = handle.get_slice(key)
         dtype, shape = FROM_ST.get(piece.get_dtype()), list(piece.get_shape())
         want = state[name]
         if dtype is None or str(dtype)[6:] != want["dtype"] or shape != want["shape"]:
@@ -117,7 +133,7 @@ def bind(state: dict[str, dict], needed: Sequence[str], weights: WeightsArg, art
                 f"needs {want['dtype']}{want['shape']}"
             )
             continue
-        tensors[name] = handle.get_tensor(name)
+        tensors[name] = handle.get_tensor(key)
     if missing or extra or wrong:
         parts = []
         if missing:

@@ -217,6 +217,7 @@ def _doc_of(program: Program) -> dict:
         "state": {n: {"kind": e.kind} for n, e in program.state.items()},
         "mode_bound": program.mode_bound,
         "specialised": program.specialised,
+        "aliases": program.aliases,
     }
 
 
@@ -351,6 +352,7 @@ def _check_mode_bound(doc: dict) -> None:
         ):
             _fail("document", "meta.backend of a format-1 file must be an object with a name")
     _check_specialised(doc)
+    _check_aliases(doc)
     if bound is None:
         return
     if not isinstance(bound, dict):
@@ -367,6 +369,24 @@ def _check_mode_bound(doc: dict) -> None:
             _fail("names", "a mode_bound loc must be 'path:line' without control characters")
         if not isinstance(entry.get("op", ""), str):
             _fail("document", f"mode_bound of {method!r} has an op that is not a string")
+
+
+def _check_aliases(doc: dict) -> None:
+    """``aliases`` (other name -> state name): names of the state grammar, each naming a
+    state entry, none itself a state name."""
+    aliases = doc.get("aliases")
+    if aliases is None:
+        return
+    if not isinstance(aliases, dict):
+        _fail("document", "aliases must map names to state names")
+    for alias, target in aliases.items():
+        _path_name(alias, "alias")
+        if not isinstance(target, str) or target not in doc["state"] or alias in doc["state"]:
+            _fail(
+                "document",
+                f"alias {alias[:40]!r} must name a state entry and not be one "
+                f"(it names {str(target)[:40]!r})",
+            )
 
 
 def _check_specialised(doc: dict) -> None:

@@ -6,26 +6,54 @@ Note: why and how.
   size 1 fails a guard although the model itself serves it -- and size 1 is the commonest
   serving case. So where a graph guards a comparison of sizes, the code is traced again on
   the example inputs with one of their sizes cut to 1 (every dimension of that size in
-  every input: a batch or a sequence is shared by the inputs), provided the real code runs
-  on them. A graph that differs from the first is kept as a *specialisation*: guarded at
-  its start on the sizes that are 1 (so it never serves a call where they are not), stored
-  beside the first graph in the same program (its ``specialised`` field lists them), and
-  tried by the runtime, in order, when the first graph's guards refuse a call. A call that no
-  graph serves raises the first graph's GuardError. Graphs that write in place (state
-  updates) get no specialisations: a refused attempt must leave nothing behind.
+  every input: a batch or a sequence is shared by the inputs, so sizes that are equal in
+  the example inputs are taken to be one size, as torch.export's duck sizing does), provided
+  the real code runs on them. A graph that differs from the first is kept as a
+  *specialisation*: guarded at its start on the sizes that are 1 (so it never serves a call
+  where they are not), stored beside the first graph in the same program (its
+  ``specialised`` field lists them), and tried by the runtime, in order, when the first
+  graph's guards refuse a call. A call that no graph serves raises the first graph's
+  GuardError. Graphs that write in place (state updates) get no specialisations: a refused
+  attempt must leave nothing behind.
+
+  Sizes also decide together: an encoder-decoder asks ``q_len > 1`` of the source and of the
+  target, so a call with both at 1 passes neither graph cut at one of them (each guards the
+  other length). So after the single cuts, every combination of the sizes whose single cut
+  gave a specialisation (the first JOINT of them) is cut together and kept when its graph
+  differs from the first graph and from those kept for part of the combination (which
+  serve it already). Bound: at most PROBES + 2**JOINT - JOINT - 1 = 16 traces (and as many
+  eager runs), and only where sizes specialise; and the graphs of a method take at most
+  BUDGET JSON containers in program.json (half of what a reader accepts: a large model's
+  specialisations must not make a file that no reader loads). Probes run single cuts first,
+  batch first, so where the budget runs out, what is kept serves the commonest calls.
+  Specialisations are tried most sizes cut
+  first, so a call with several sizes at 1 reaches the graph traced with all of them at 1
+  before one traced with some (whose guards would refuse it anyway). Every graph checks all
+  its guards, so whichever serves a call, its assumptions hold for that call.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import warnings
 from collections.abc import Callable
 
-from ..ir import Graph, Node, Ref, Value, pytree
+from ..ir import Graph, Node, Ref, Value, graph_to_json, pytree
 from ..ir import ops as opset
 from ..ir.pytree import is_tensor
+from .program import LIMITS
 from .verify import first_difference
 
-PROBES = 5  # sizes tried at most, batch first
+PROBES = 5  # sizes cut alone, at most, batch first
+JOINT = 4  # sizes cut together, at most: 2**JOINT - JOINT - 1 = 11 more traces
+# A method's first graph and its specialisations take at most this many JSON objects and
+# arrays in program.json, half of what a reader accepts, so that the file stays loadable
+# with other methods beside it; a specialisation that does not fit is not kept.
+BUDGET = LIMITS["containers"] // 2
+# The end of what a specialisation's own guards check: a refusal by one of them says only
+# that the graph is for other sizes, so the runtime reports another graph's refusal.
+SIZE_ONE_GUARD = "(a graph specialised for size 1)"
 _COMPARISONS = frozenset(f"scalar.{op}" for op in ("eq", "ne", "lt", "le", "gt", "ge"))
 
 
@@ -67,28 +95,43 @@ def writes_in_place(graph: Graph) -> bool:
     return False
 
 
+def _cut_sizes(args: tuple, kwargs: dict) -> list[int]:
+    """The sizes above 1 of the example inputs, up to PROBES, dimension 0 first."""
+    leaves, _ = pytree.flatten((args, kwargs), is_tensor)
+    order = [leaf.shape[0] for leaf in leaves if leaf.dim() > 0]
+    order += [size for leaf in leaves for size in leaf.shape[1:]]
+    return list(dict.fromkeys(s for s in order if s > 1))[:PROBES]
+
+
+def cut_to_one(args: tuple, kwargs: dict, sizes) -> tuple[tuple, dict, list]:
+    """The example inputs with every dimension whose size is in ``sizes`` cut to 1:
+    ``(args, kwargs, [(input index, dim), ...])``."""
+    leaves, spec = pytree.flatten((args, kwargs), is_tensor)
+    cut, dims = [], []
+    for i, leaf in enumerate(leaves):
+        piece = leaf.detach()
+        for d in range(leaf.dim()):
+            if leaf.shape[d] in sizes:
+                piece = piece.narrow(d, 0, 1)
+                dims.append((i, d))
+        piece = piece.clone()
+        cut.append(piece.requires_grad_() if leaf.requires_grad else piece)
+    new_args, new_kwargs = pytree.unflatten(cut, spec)
+    return new_args, new_kwargs, dims
+
+
 def size_one_probes(args: tuple, kwargs: dict) -> list[tuple[tuple, dict, list]]:
     """The example inputs with one of their sizes cut to 1 in every dimension that has it:
     ``(args, kwargs, [(input index, dim), ...])`` for up to PROBES sizes, dimension 0
     first."""
-    leaves, spec = pytree.flatten((args, kwargs), is_tensor)
-    order = [leaf.shape[0] for leaf in leaves if leaf.dim() > 0]
-    order += [size for leaf in leaves for size in leaf.shape[1:]]
-    sizes = list(dict.fromkeys(s for s in order if s > 1))[:PROBES]
-    out = []
-    for size in sizes:
-        cut, dims = [], []
-        for i, leaf in enumerate(leaves):
-            piece = leaf.detach()
-            for d in range(leaf.dim()):
-                if leaf.shape[d] == size:
-                    piece = piece.narrow(d, 0, 1)
-                    dims.append((i, d))
-            piece = piece.clone()
-            cut.append(piece.requires_grad_() if leaf.requires_grad else piece)
-        new_args, new_kwargs = pytree.unflatten(cut, spec)
-        out.append((new_args, new_kwargs, dims))
-    return out
+    return [cut_to_one(args, kwargs, {size}) for size in _cut_sizes(args, kwargs)]
+
+
+def _containers(graph: Graph) -> int:
+    """The JSON objects and arrays ``graph`` takes in program.json, as a reader counts them
+    (every ``{`` and ``[``)."""
+    text = json.dumps(graph_to_json(graph), default=str)
+    return text.count("{") + text.count("[")
 
 
 def guarded_at_size_one(graph: Graph, dims: list[tuple[int, int]]) -> Graph:
@@ -110,7 +153,7 @@ def guarded_at_size_one(graph: Graph, dims: list[tuple[int, int]]) -> Graph:
                 args=[Ref(size.id)],
                 kwargs={
                     "expect": 1,
-                    "what": f"{value.name}.shape[{dim}] (a graph specialised for size 1)",
+                    "what": f"{value.name}.shape[{dim}] {SIZE_ONE_GUARD}",
                     "kind": "value",
                 },
             )
@@ -126,22 +169,45 @@ def specialisations(
     run_eager: Callable[[tuple, dict], object],
     retrace: Callable[[tuple, dict], Graph],
 ) -> list[Graph]:
-    """Graphs for calls with a size of 1 that ``graph`` refuses (see the note above)."""
+    """Graphs for calls with sizes of 1 that ``graph`` refuses, most specific first (see
+    the note above)."""
     if not compares_sizes(graph) or writes_in_place(graph):
         return []
-    found = []
-    for new_args, new_kwargs, dims in size_one_probes(args, kwargs):
+    found: dict[frozenset, tuple[Graph, list]] = {}  # sizes cut -> (graph, dims cut)
+    used = [_containers(graph)]
+
+    def probe(sizes: frozenset) -> Graph | None:
+        new_args, new_kwargs, dims = cut_to_one(args, kwargs, sizes)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
                 run_eager(new_args, new_kwargs)
             except Exception:
-                continue  # the model itself does not serve size 1 here
+                return None  # the model itself does not serve these sizes at 1
             try:
                 other = retrace(new_args, new_kwargs)
             except Exception:
-                continue  # the tracer cannot record it: calls keep the first graph's guards
-        if first_difference(graph, other) is None or writes_in_place(other):
-            continue
-        found.append(guarded_at_size_one(other, dims))
-    return found
+                return None  # the tracer cannot record it: calls keep the other guards
+        if writes_in_place(other):
+            return None
+        # A graph that one already kept serves these calls too (its guards hold on them):
+        # the first graph, or one kept for some of these sizes alone.
+        servers = [graph] + [g for cut, (g, _) in found.items() if cut < sizes]
+        if any(first_difference(g, other) is None for g in servers):
+            return None
+        size = _containers(other) + 8 * len(dims)  # 8: a size-1 guard's pair of nodes
+        if used[0] + size > BUDGET:
+            return None
+        used[0] += size
+        found[sizes] = (other, dims)
+        return other
+
+    alone = [size for size in _cut_sizes(args, kwargs) if probe(frozenset({size}))]
+    joint = alone[:JOINT]
+    for count in range(2, len(joint) + 1):
+        for sizes in itertools.combinations(joint, count):
+            probe(frozenset(sizes))
+    # Most sizes cut first: where a call has several sizes at 1, the graph traced with all
+    # of them at 1 is tried before one that holds only some (whose guards would refuse).
+    ordered = sorted(found.items(), key=lambda item: -len(item[0]))  # stable: probe order
+    return [guarded_at_size_one(g, dims) for _, (g, dims) in ordered]

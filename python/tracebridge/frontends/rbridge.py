@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-_last_error: BaseException | None = None
+_last_error: BaseException | None = None  # also set by the R package's src/call.c
 
 _DTYPE_NAMES = {
     torch.float32: "Float",
@@ -70,6 +70,16 @@ def call(fn, *args, **kwargs):
     except BaseException as e:
         _last_error = e
         raise
+
+
+def same(x):
+    """``x`` itself: R passes an object through here to have reticulate wrap it (with its
+    class vector) after the C call path (R package, src/call.c) returned it.
+
+    >>> same(3)
+    3
+    """
+    return x
 
 
 def take_last_error() -> BaseException | None:

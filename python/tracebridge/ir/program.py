@@ -126,6 +126,10 @@ class Program:
     # method -> the names of its size-1 specialisations (check/specialise.py): graphs kept
     # beside it and tried in order when its guards refuse a call.
     specialised: dict[str, list[str]] = field(default_factory=dict)
+    # Other names of a state tensor in the traced module's state_dict() (tied weights: a
+    # language model's output layer sharing the embedding's matrix): other name -> state
+    # name. Binding a checkpoint (load(weights=...)) accepts the tensor under either.
+    aliases: dict[str, str] = field(default_factory=dict)
     # Display-only: nothing that runs may depend on it (shared_ir/SPEC.md).
     meta: dict[str, Any] = field(default_factory=dict)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
+from ..check.specialise import SIZE_ONE_GUARD
 from ..errors import GuardError, TraceError
 from ..ir import Graph, pytree
 from ..ir.pytree import is_tensor
@@ -155,8 +156,10 @@ def describe(spec: dict) -> str:
 
 class Specialised:
     """A method with specialisations (check/specialise.py): the first graph, then graphs
-    traced at size 1, tried in order when the guards of the ones before refuse a call. A
-    call that none serves raises the first graph's GuardError. It behaves as the first
+    traced with sizes at 1, most sizes first, tried in order when the guards of the ones
+    before refuse a call; the first whose guards all hold serves it. A call that none
+    serves raises the refusal of the first specialisation made for its sizes at 1 (the
+    graph that knew most about the call), else the first graph's. It behaves as the first
     graph's Method otherwise (``graph``, ``code``, ``check_guards``)."""
 
     def __init__(self, methods: list[Method]):
@@ -185,9 +188,12 @@ class Specialised:
         except GuardError as refused:
             if not guards_active(self.methods[0]):
                 raise
-            for method in self.methods[1:]:
-                try:
-                    return method(*args, **kwargs)
-                except GuardError:
-                    continue
-            raise refused from None
+            first = refused
+        reported = first
+        for method in self.methods[1:]:
+            try:
+                return method(*args, **kwargs)
+            except GuardError as exc:
+                if reported is first and not exc.guard.endswith(SIZE_ONE_GUARD):
+                    reported = exc
+        raise reported from None

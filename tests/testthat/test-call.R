@@ -1,0 +1,74 @@
+# The call path of traced modules: src/call.c for one tensor in, reticulate for the rest.
+# Both must give the same wrappers, values, errors and lifetimes.
+
+with_c_call <- function(on, code) {
+  tracebridge:::set_c_call(on)
+  on.exit(tracebridge:::set_c_call(TRUE))
+  force(code)
+}
+
+test_that("a one-tensor call goes through the C call path and matches reticulate's", {
+  skip_if_no_torch()
+  torch_manual_seed(1)
+  net <- nn_sequential(nn_linear(4, 3), nn_relu(), nn_linear(3, 2))
+  traced <- jit_trace(net, torch_randn(2, 4))
+  x <- torch_randn(5, 4)
+  fast <- traced(x)
+  expect_true(tracebridge:::.tb$c_call)
+  slow <- with_c_call(FALSE, traced(x))
+  expect_identical(class(.subset2(fast, ".py")), class(.subset2(slow, ".py")))
+  expect_equal(as_array(fast), as_array(slow), tolerance = 0)
+  expect_equal(as_array(fast), as_array(net(x)), tolerance = 1e-6)
+  # The wrapper is a full reticulate object: its methods, printing and conversions work.
+  expect_equal(fast$shape, c(5, 2))
+  expect_output(print(fast), "CPUFloatType")
+  expect_equal(dim(as_array(fast$t())), c(2, 5))
+})
+
+test_that("results that are not a single tensor come back as through reticulate", {
+  skip_if_no_torch()
+  pair <- jit_trace(function(x) list(x + 1, x * 2), torch_zeros(2))
+  out <- pair(torch_ones(2))
+  expect_type(out, "list")
+  expect_equal(as_array(out[[1]]), c(2, 2))
+  expect_equal(as_array(out[[2]]), c(2, 2))
+  count <- jit_trace(function(x) x$sum(), torch_zeros(2))
+  expect_equal(as_array(count(torch_ones(3))), 3)
+})
+
+test_that("a Python error on the C call path is a classed one-line R error", {
+  skip_if_no_torch()
+  traced <- jit_trace(function(x) x$matmul(torch_ones(3, 2)), torch_ones(4, 3))
+  err <- tryCatch(traced(torch_ones(4, 5)), error = identity)
+  expect_s3_class(err, "tracebridge_error")
+  expect_false(grepl("\n", conditionMessage(err)))
+  slow <- with_c_call(FALSE, tryCatch(traced(torch_ones(4, 5)), error = identity))
+  expect_identical(class(err), class(slow))
+  expect_identical(conditionMessage(err), conditionMessage(slow))
+  # The next call is fine: nothing is left behind.
+  expect_equal(dim(as_array(traced(torch_ones(1, 3)))), c(1, 2))
+})
+
+test_that("results of the C call path are freed when R collects them", {
+  skip_if_no_torch()
+  traced <- jit_trace(function(x) x + 1, torch_zeros(2))
+  weakref <- reticulate::import("weakref", convert = FALSE)
+  out <- traced(torch_zeros(2))
+  ref <- weakref$ref(.subset2(out, ".py"))
+  rm(out)
+  gc()
+  expect_true(reticulate::py_is_null_xptr(ref) ||
+                inherits(reticulate::py_call(ref), "python.builtin.NoneType"))
+  count_tensors <- reticulate::py_run_string(paste(
+    "import gc, torch",
+    "def _tb_count_tensors_call():",
+    "    gc.collect()",
+    "    return sum(1 for o in gc.get_objects() if isinstance(o, torch.Tensor))",
+    sep = "\n"), convert = TRUE)$`_tb_count_tensors_call`
+  x <- torch_zeros(2)
+  gc()
+  before <- count_tensors()
+  for (i in 1:5000) traced(x)
+  gc()
+  expect_lte(count_tensors() - before, 50)
+})
