@@ -57,6 +57,7 @@ check_program <- function(doc, file, strict = FALSE) {
     check_names_and_dispatch(doc)
     check_mode_bound(doc)
     check_methods(doc, file)
+    check_subgraphs(doc, file)
   }, tracebridge_check_fault = function(fault) {
     inspect_abort(check_message(file, NULL, NULL, NULL, fault))
   })
@@ -501,6 +502,136 @@ check_methods <- function(doc, file) {
   }
 }
 
+# --- graphs named by nodes (a custom autograd function's forward and backward) ----------
+
+# The node's own shape; the graphs it names are checked by check_subgraphs.
+check_autograd_node <- function(node, kinds) {
+  args <- node[["args"]]
+  kw <- node[["kwargs"]]
+  items <- if (length(args) == 1L) lit_elements(args[[1]]) else NULL
+  is_tensor_ref <- function(x) {
+    is_obj(x) && identical(names(x), "ref") && is_int_lit(x[[1]]) &&
+      identical(get0(id_key(x[[1]]), envir = kinds, inherits = FALSE), "Tensor")
+  }
+  if (is.null(items) || !all(vapply(items, is_tensor_ref, logical(1)))) {
+    check_fault("graphs", "prim.autograd_function takes one argument: a list of tensor values")
+  }
+  for (key in c("forward", "backward")) {
+    if (!is_str(kw[[key]])) {
+      check_fault("graphs", sprintf("prim.autograd_function needs a '%s' graph name", key))
+    }
+  }
+  saved <- kw[["saved"]]
+  if (!is_int_lit(saved) || int_value(saved) < 0) {
+    check_fault("graphs",
+                "prim.autograd_function needs a count of 'saved' values (an integer >= 0)")
+  }
+  if (!all(vapply(node[["outputs"]], function(v) identical(v[["kind"]], "Tensor"),
+                  logical(1)))) {
+    check_fault("graphs", "the outputs of prim.autograd_function are tensors")
+  }
+  marked <- kw[["non_differentiable"]]
+  if (!is.null(marked)) {
+    n_out <- length(node[["outputs"]])
+    ok <- is_arr(marked) && all(vapply(marked, function(k) {
+      is_int_lit(k) && int_value(k) >= 0 && int_value(k) < n_out
+    }, logical(1))) && !anyDuplicated(vapply(marked, id_key, character(1)))
+    if (!ok) {
+      check_fault("graphs",
+                  "non_differentiable must list distinct positions of the node's outputs")
+    }
+  }
+}
+
+flat_tuple <- function(spec, count) {
+  is_obj(spec) && identical(spec[["t"]], "tuple") && is_arr(spec[["c"]]) &&
+    length(spec[["c"]]) == count &&
+    all(vapply(spec[["c"]], function(c) is_obj(c) && identical(names(c), "t") &&
+                 identical(c[["t"]], "leaf"), logical(1)))
+}
+
+autograd_arities <- function(methods, node) {
+  kw <- node[["kwargs"]]
+  keys <- c("forward", "backward")
+  for (key in keys) {
+    name <- kw[[key]]
+    if (!name %in% names(methods)) {
+      check_fault("graphs", sprintf("the %s graph '%s' is not a graph of the file", key,
+                                    substr(name, 1, 60)))
+    }
+    if (any(vapply(methods[[name]][["nodes"]], function(n) identical(n[["op"]], "prim.state"),
+                   logical(1)))) {
+      check_fault("graphs", sprintf("the %s graph '%s' reads state, which it is not given",
+                                    key, substr(name, 1, 60)))
+    }
+  }
+  fwd <- methods[[kw[["forward"]]]]
+  bwd <- methods[[kw[["backward"]]]]
+  n_in <- length(lit_elements(node[["args"]][[1]]))
+  n_out <- length(node[["outputs"]])
+  saved <- int_value(kw[["saved"]])
+  expected <- list(
+    list("forward", "inputs", length(fwd[["inputs"]]), n_in),
+    list("forward", "outputs", length(fwd[["outputs"]]), n_out + saved),
+    list("backward", "inputs", length(bwd[["inputs"]]), saved + n_out),
+    list("backward", "outputs", length(bwd[["outputs"]]), n_in))
+  for (e in expected) {
+    if (e[[3]] != e[[4]]) {
+      check_fault("graphs", sprintf(paste(
+        "the %s graph '%s' has %d %s, not %d (the node has %d tensors, %d outputs and %d",
+        "saved values)"), e[[1]], substr(kw[[e[[1]]]], 1, 60), as.integer(e[[3]]), e[[2]],
+        as.integer(e[[4]]), as.integer(n_in), as.integer(n_out), as.integer(saved)))
+    }
+  }
+  if (!flat_tuple(fwd[["out_spec"]], n_out + saved)) {
+    check_fault("graphs", sprintf("the forward graph '%s' must return a flat tuple",
+                                  substr(kw[["forward"]], 1, 60)))
+  }
+  if (!flat_tuple(bwd[["out_spec"]], n_in)) {
+    check_fault("graphs", sprintf("the backward graph '%s' must return a flat tuple",
+                                  substr(kw[["backward"]], 1, 60)))
+  }
+  c(kw[["forward"]], kw[["backward"]])
+}
+
+# The graphs that prim.autograd_function nodes name: present, arities that agree, no state,
+# and no graph that reaches itself (each graph was checked on its own before).
+check_subgraphs <- function(doc, file) {
+  methods <- doc[["methods"]]
+  edges <- list()
+  for (m in names(methods)) {
+    out <- character(0)
+    nodes <- methods[[m]][["nodes"]]
+    for (i in seq_along(nodes)) {
+      node <- nodes[[i]]
+      if (!identical(node[["op"]], "prim.autograd_function")) next
+      out <- c(out, tryCatch(autograd_arities(methods, node),
+                             tracebridge_check_fault = function(fault) {
+        inspect_abort(check_message(file, m, i - 1L, node[["op"]], fault))
+      }))
+    }
+    edges[[m]] <- out
+  }
+  # Depth-first, with the graphs on the current path marked 1 and finished ones 2.
+  state <- list()
+  visit <- function(m) {
+    state[[m]] <<- 1L
+    for (child in edges[[m]]) {
+      if (identical(state[[child]], 1L)) {
+        tryCatch(check_fault("graphs", sprintf(
+          "graph '%s' reaches itself through prim.autograd_function nodes (from '%s')",
+          child, m)), tracebridge_check_fault = function(fault) {
+            inspect_abort(check_message(file, m, NULL, NULL, fault))
+          })
+      }
+      if (is.null(state[[child]])) visit(child)
+    }
+    state[[m]] <<- 2L
+  }
+  for (m in names(methods)) if (is.null(state[[m]])) visit(m)
+  invisible()
+}
+
 # --- one graph ----------------------------------------------------------------------------
 
 check_graph <- function(doc, method, graph, file) {
@@ -650,6 +781,7 @@ check_node <- function(doc, node, kinds, opset) {
                                     ops[["limits"]][["text_chars"]]))
     }
   }
+  if (identical(op, "prim.autograd_function")) check_autograd_node(node, kinds)
   if ("scalar" %in% flags) check_scalar_range(op, node[["args"]])
   check_leaf_count(node[["out_spec"]], length(node[["outputs"]]), "outputs", "out_spec")
   for (v in node[["outputs"]]) define_value(v, kinds)
@@ -840,6 +972,40 @@ check_arguments <- function(op, info, node, kinds) {
   check_sizes(op, info, node, kinds)
 }
 
+# ceil((end - start) / step) of arange(end) / arange(start, end, step) when all three are
+# numbers written in the file; NULL when one is traced (or not a number).
+range_length <- function(node) {
+  number <- function(x) {
+    if (is_int_lit(x)) return(as.numeric(int_value(x)))
+    if (is.numeric(x) && length(x) == 1L) return(as.numeric(x))
+    NULL
+  }
+  numbers <- lapply(node[["args"]], number)
+  if (any(vapply(numbers, is.null, logical(1)))) return(NULL)
+  start <- 0
+  end <- NULL
+  step <- 1
+  if (length(numbers) == 1L) end <- numbers[[1]]
+  if (length(numbers) > 1L) {
+    start <- numbers[[1]]
+    end <- numbers[[2]]
+    if (length(numbers) > 2L) step <- numbers[[3]]
+  }
+  kwargs <- node[["kwargs"]]
+  for (key in c("start", "end", "step")) {
+    if (!is.null(kwargs[[key]])) {
+      value <- number(kwargs[[key]])
+      if (is.null(value)) return(NULL)
+      assign(key, value)
+    }
+  }
+  if (is.null(end)) return(NULL)
+  length <- if (step != 0) (end - start) / step else NaN
+  if (is.nan(length)) return(NULL)
+  if (!is.finite(length)) return(tb_tables()[["ops"]][["limits"]][["int_max"]])
+  max(ceiling(length), 0)
+}
+
 literal_numel <- function(lit) {
   limit <- tb_tables()[["ops"]][["limits"]][["literal_numel"]]
   if (is.logical(lit)) return(1)
@@ -873,10 +1039,17 @@ check_sizes <- function(op, info, node, kinds) {
       sized[[length(sized) + 1L]] <- unname(node[["args"]][from:length(node[["args"]])])
     }
   }
+  if (op %in% unlist(ops[["size_products"]]) && length(sized) > 1L) {
+    sized <- list(structure(prod(vapply(sized, literal_numel, numeric(1))), class = "tb_numel"))
+  }
+  if (op %in% unlist(ops[["size_ranges"]])) {
+    length <- range_length(node)
+    if (!is.null(length)) sized <- list(structure(length, class = "tb_numel"))
+  }
   limit <- ops[["limits"]][["literal_numel"]]
   graph_limit <- ops[["limits"]][["graph_literal_numel"]]
   for (lit in sized) {
-    numel <- literal_numel(lit)
+    numel <- if (inherits(lit, "tb_numel")) unclass(lit) else literal_numel(lit)
     if (numel > limit) {
       check_fault("resource limits", sprintf(paste(
         "%s is asked for %s elements, more than the limit of %s for a size written in the",

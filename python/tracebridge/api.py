@@ -17,6 +17,7 @@ from .errors import GuardError, TraceError
 from .ir import Program, StateEntry
 from .ir.ops import VARIADIC_OUTPUTS
 from .ir.printer import graph_text
+from .ir.program import hoist_subgraphs, subgraph_names
 from .runtime import Method
 from .runtime.method import Specialised, guards_active
 from .runtime.shapes import symbolize
@@ -45,9 +46,11 @@ def _describe_guard(name: str, node) -> str:
 
 
 def _variant_names(program: Program) -> set[str]:
-    """The size-1 specialisations of every method (check/specialise.py): reached only
-    through the method they specialise, never by name."""
-    return {name for names in program.specialised.values() for name in names}
+    """The size-1 specialisations of every method (check/specialise.py) and the graphs of
+    custom autograd functions: reached only through the method or node that uses them,
+    never by name."""
+    specialised = {name for names in program.specialised.values() for name in names}
+    return specialised | subgraph_names(program)
 
 
 def _add_specialisations(program: Program, name: str, graphs: list) -> None:
@@ -66,6 +69,7 @@ class _Traced:
     _methods: dict[str, Method]
 
     def _make_methods(self, slots: dict, runtime: str) -> None:
+        hoist_subgraphs(self.program)  # graphs of specialisations added since it was made
         graphs = self.program.methods
         self._methods = {
             name: Method(name, g, slots, runtime, graphs) for name, g in graphs.items()
@@ -116,7 +120,7 @@ class _Traced:
         state = {name: table[key] for name, (table, key) in self._state_slots().items()}
         for graph in self.program.methods.values():
             if all(v.example is not None for v in graph.inputs):
-                symbolize(graph, state)
+                symbolize(graph, state, self.program.methods)
         self._symbolic = True
 
     def save(self, path: str | os.PathLike, *, language: str | None = None) -> None:

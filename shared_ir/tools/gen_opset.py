@@ -194,6 +194,8 @@ def ops_json() -> dict:
         "guard_kinds": list(opset.GUARD_KINDS),
         "memory_formats": list(checker.MEMORY_FORMATS),
         "size_arguments": sorted(opset.SIZE_ARGUMENTS),
+        "size_products": sorted(opset.SIZE_PRODUCTS),
+        "size_ranges": sorted(opset.SIZE_RANGES),
         "ops": table,
     }
 

@@ -517,6 +517,21 @@ def corpus(base: dict) -> dict[str, object]:
     mutate("alias_is_state", lambda d: d.update(aliases={first_state: first_state}))
     mutate("alias_bad_name", lambda d: d.update(aliases={"a b": first_state}))
     mutate("alias_not_object", lambda d: d.update(aliases=["x"]))
+    mutate("eye_product", set_node(last, op="eye", args=[2**20, 2**20], kwargs={}))
+    mutate("eye_ok", set_node(last, op="eye", args=[300, 400], kwargs={}))
+    mutate("tril_product", set_node(last, op="tril_indices", args=[2**15, 2**15], kwargs={}))
+    mutate("arange_tiny_step", set_node(last, op="arange", args=[0, 10, 1e-12], kwargs={}))
+    mutate("arange_negative", set_node(last, op="arange", args=[-(2**40), 0], kwargs={}))
+    mutate("arange_ok", set_node(last, op="arange", args=[-5, 10, 0.5], kwargs={}))
+    mutate("arange_kw_step", set_node(last, op="arange", args=[0, 1], kwargs={"step": 1e-12}))
+    mutate(
+        "histc_bins",
+        set_node(last, op="histc", args=[{"ref": 0}], kwargs={"bins": 2**40}),
+    )
+    mutate(
+        "multinomial_samples",
+        set_node(last, op="multinomial", args=[{"ref": 0}, 2**40], kwargs={"replacement": True}),
+    )
     mutate("in_spec_bad", lambda d: forward(d).update(in_spec={"t": "leaf"}))
     mutate("out_spec_bad", lambda d: forward(d).update(out_spec={"t": "tuple", "c": []}))
     mutate(
@@ -611,6 +626,8 @@ def test_r_and_python_checkers_agree(base, tmp_path):
         "pow_small",
         "example_absent",
         "alias_ok",
+        "eye_ok",
+        "arange_ok",
     }
     for name in corpus(base):
         assert (verdicts[name] == "accept") == (name in accepted), name

@@ -19,6 +19,7 @@ import torch
 
 from ..errors import ArtifactError
 from ..ir import FORMAT_VERSION, Program, dtypes, graph_to_json, ops
+from ..ir.program import AUTOGRAD_FUNCTION, GRAPH_KEYWORDS
 
 # --- limits ---------------------------------------------------------------------------------
 # Note: the limits are far above what a traced model needs (the largest model of the test
@@ -147,6 +148,13 @@ def check_program(program_or_doc: Program | dict, name: str = "", *, strict: boo
     * **ops** [6, 7, 8]: every op is in the op set; arguments and keywords have the kinds
       the op takes (``shared_ir/ops.json``); ``prim.state`` names a state entry;
       ``prim.guard`` has one argument, ``expect``, and a guard ``kind`` of the spec.
+    * **graphs named by nodes** [7.1]: a ``prim.autograd_function`` node takes a list of
+      tensor values, names a ``forward`` and a ``backward`` graph of the file and a count
+      of ``saved`` values, and has tensor outputs (``non_differentiable``, if given, lists
+      distinct positions of them); the arities agree (forward: one input
+      per tensor, the node's outputs then the saved values out; backward: the saved values
+      then one gradient per output in, one gradient per tensor out, each a flat tuple); the
+      named graphs read no state; no graph reaches itself through such nodes.
     * **literals** [5]: one-key objects with a known tag and a well-formed body.
     * **fields that runs depend on** [2]: ``mode_bound`` (in ``meta`` for format 1) names
       methods and has a boolean ``training``; a graph's ``sources`` map locations to lines;
@@ -177,6 +185,7 @@ def check_program(program_or_doc: Program | dict, name: str = "", *, strict: boo
         _check_names_and_dispatch(doc)
         _check_mode_bound(doc)
         _check_methods(doc)
+        _check_subgraphs(doc)
     except _Located as fault:
         raise ArtifactError(prefix + str(fault)) from None
     except _Fault as fault:
@@ -516,6 +525,84 @@ def _check_methods(doc: dict) -> None:
         _GraphCheck(doc, method, graph).run()
 
 
+def _flat_tuple(spec: Any, count: int) -> bool:
+    return (
+        isinstance(spec, dict)
+        and spec.get("t") == "tuple"
+        and isinstance(spec.get("c"), list)
+        and len(spec["c"]) == count
+        and all(c == {"t": "leaf"} for c in spec["c"])
+    )
+
+
+def _check_subgraphs(doc: dict) -> None:
+    """The graphs that ``prim.autograd_function`` nodes name: present, arities that agree,
+    no state, and no graph that reaches itself (each graph was checked on its own)."""
+    methods = doc["methods"]
+    edges: dict[str, list[str]] = {m: [] for m in methods}
+    for method, graph in methods.items():
+        for index, node in enumerate(graph["nodes"]):
+            if node["op"] != AUTOGRAD_FUNCTION:
+                continue
+            try:
+                edges[method] += _autograd_arities(methods, node)
+            except _Fault as fault:
+                raise _Located(_message("", method, index, node["op"], fault)) from None
+    # A graph that reaches itself would call itself without end: refuse any cycle.
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for root in methods:
+        if root in state:
+            continue
+        stack = [(root, iter(edges[root]))]
+        state[root] = 1
+        while stack:
+            method, children = stack[-1]
+            child = next(children, None)
+            if child is None:
+                state[method] = 2
+                stack.pop()
+            elif state.get(child) == 1:
+                fault = _Fault(
+                    "graphs",
+                    f"graph {child!r} reaches itself through prim.autograd_function nodes "
+                    f"(from {method!r})",
+                )
+                raise _Located(_message("", method, None, None, fault))
+            elif child not in state:
+                state[child] = 1
+                stack.append((child, iter(edges[child])))
+
+
+def _autograd_arities(methods: dict, node: dict) -> list[str]:
+    kwargs = node["kwargs"]
+    names = [kwargs[k] for k in GRAPH_KEYWORDS]
+    for key, name in zip(GRAPH_KEYWORDS, names):
+        if name not in methods:
+            _fail("graphs", f"the {key} graph {name[:60]!r} is not a graph of the file")
+        if any(n["op"] == "prim.state" for n in methods[name]["nodes"]):
+            _fail("graphs", f"the {key} graph {name[:60]!r} reads state, which it is not given")
+    forward, backward = (methods[n] for n in names)
+    n_in = len(_elements(node["args"][0]))
+    n_out, saved = len(node["outputs"]), kwargs["saved"]
+    expected = [
+        ("forward", "inputs", len(forward["inputs"]), n_in),
+        ("forward", "outputs", len(forward["outputs"]), n_out + saved),
+        ("backward", "inputs", len(backward["inputs"]), saved + n_out),
+        ("backward", "outputs", len(backward["outputs"]), n_in),
+    ]
+    for key, what, have, want in expected:
+        if have != want:
+            _fail(
+                "graphs",
+                f"the {key} graph {kwargs[key][:60]!r} has {have} {what}, not {want} "
+                f"(the node has {n_in} tensors, {n_out} outputs and {saved} saved values)",
+            )
+    for key, graph, count in (("forward", forward, n_out + saved), ("backward", backward, n_in)):
+        if not _flat_tuple(graph["out_spec"], count):
+            _fail("graphs", f"the {key} graph {kwargs[key][:60]!r} must return a flat tuple")
+    return names
+
+
 # --- one graph ------------------------------------------------------------------------------
 
 
@@ -651,11 +738,43 @@ class _GraphCheck:
                     "guards",
                     f"guard 'what' must be a string of at most {LIMITS['text_chars']} characters",
                 )
+        if op == AUTOGRAD_FUNCTION:
+            self._autograd_function(node)
         if "scalar" in info.flags:
             self._scalar_range(info, node)
         _leaf_count(node.get("out_spec"), len(node["outputs"]), "outputs", "out_spec")
         for value in node["outputs"]:
             self._define(value)
+
+    def _autograd_function(self, node: dict) -> None:
+        """The node's own shape; the graphs it names are checked by ``_check_subgraphs``."""
+        args, kwargs = node["args"], node["kwargs"]
+        items = _elements(args[0]) if len(args) == 1 else None
+        if items is None or not all(
+            isinstance(x, dict) and "ref" in x and self.kinds.get(x["ref"]) == "Tensor"
+            for x in items
+        ):
+            _fail("graphs", "prim.autograd_function takes one argument: a list of tensor values")
+        for key in GRAPH_KEYWORDS:
+            if not isinstance(kwargs.get(key), str):
+                _fail("graphs", f"prim.autograd_function needs a '{key}' graph name")
+        saved = kwargs.get("saved")
+        if not _is_int(saved) or saved < 0:
+            _fail(
+                "graphs", "prim.autograd_function needs a count of 'saved' values (an integer >= 0)"
+            )
+        if not all(v.get("kind") == "Tensor" for v in node["outputs"]):
+            _fail("graphs", "the outputs of prim.autograd_function are tensors")
+        marked = kwargs.get("non_differentiable", [])
+        if not (
+            isinstance(marked, list)
+            and all(_is_int(k) and 0 <= k < len(node["outputs"]) for k in marked)
+            and len(set(marked)) == len(marked)
+        ):
+            _fail(
+                "graphs",
+                "non_differentiable must list distinct positions of the node's outputs",
+            )
 
     # -- literals --
 
@@ -773,6 +892,12 @@ class _GraphCheck:
             spread = node["args"][info.varargs[0] :]
             if len(spread) > 1:
                 sized.append(spread)
+        if info.name in ops.SIZE_PRODUCTS and len(sized) > 1:
+            sized = [math.prod(_literal_numel(lit) for lit in sized)]
+        if info.name in ops.SIZE_RANGES:
+            length = _range_length(node)
+            if length is not None:
+                sized = [length]
         for lit in sized:
             numel = _literal_numel(lit)
             if numel > LIMITS["literal_numel"]:
@@ -803,6 +928,30 @@ class _GraphCheck:
                 "resource limits",
                 f"{info.name} by {args[1]} leaves the range of traced numbers (int64)",
             )
+
+
+def _range_length(node: dict) -> int | None:
+    """``ceil((end - start) / step)`` of ``arange(end)`` / ``arange(start, end, step)`` when
+    all three are numbers written in the file; None when one is traced (or not a number)."""
+    numbers = []
+    for lit in node["args"]:
+        if isinstance(lit, bool) or not isinstance(lit, (int, float)):
+            return None
+        numbers.append(lit)
+    start, end, step = 0, None, 1
+    if len(numbers) == 1:
+        end = numbers[0]
+    elif len(numbers) > 1:
+        start, end = numbers[:2]
+        step = numbers[2] if len(numbers) > 2 else 1
+    kwargs = node["kwargs"]
+    start, end, step = kwargs.get("start", start), kwargs.get("end", end), kwargs.get("step", step)
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (start, end, step)):
+        return None
+    length = (float(end) - float(start)) / float(step) if step != 0 else math.nan
+    if math.isnan(length):
+        return None  # PyTorch refuses a zero step and infinite ends itself
+    return max(math.ceil(length), 0) if math.isfinite(length) else LIMITS["int_max"]
 
 
 def _literal_numel(lit: Any) -> int:

@@ -296,8 +296,14 @@ Tensor.uniform_ Tensor.normal_ Tensor.bernoulli_ Tensor.random_ Tensor.exponenti
 # bounded by the checker (a literal may not ask for more than ``MAX_LITERAL_NUMEL``).
 SIZE_ARGUMENTS = frozenset(
     "size sizes shape repeats dims output_size steps end n m num_classes minlength row col "
-    "pad".split()
+    "pad bins num_samples".split()
 )
+# Ops whose size arguments multiply: ``eye(n, m)`` makes n * m elements, ``tril_indices(row,
+# col)`` about 2 * row * col; the checker bounds the product, not each alone.
+SIZE_PRODUCTS = frozenset("eye tril_indices triu_indices".split())
+# Ops whose size is the length of a range, ``ceil((end - start) / step)``: with literal
+# numbers the checker bounds that length (``end`` alone says nothing of a tiny step).
+SIZE_RANGES = frozenset({"arange"})
 
 # The zero-filled forms of the uninitialised factories (see the module Note).
 _SAFE_IMPLS: dict[str, Callable] = {
@@ -324,6 +330,10 @@ PRIM_OPS = {
     "prim.requires_grad": "whether a tensor requires grad",
     "prim.is_contiguous": "whether a tensor is contiguous in memory",
     "prim.grad_enabled": "whether autograd is on for this call (the caller's mode)",
+    "prim.autograd_function": (
+        "a custom torch.autograd.Function: runs graph `forward` on the tensors, and graph "
+        "`backward` on its `saved` values and the output gradients when autograd asks"
+    ),
 }
 # Argument kinds of the structural ops.
 _PRIM_ARGS: dict[str, tuple] = {
@@ -343,9 +353,17 @@ _PRIM_ARGS: dict[str, tuple] = {
     "prim.requires_grad": (("tensor",),),
     "prim.is_contiguous": (("tensor",),),
     "prim.grad_enabled": (),
+    "prim.autograd_function": (("tensors",),),
 }
 _PRIM_KWARGS: dict[str, dict] = {
     "prim.guard": {"expect": ("any",), "what": ("str",), "kind": ("str",)},
+    "prim.autograd_function": {
+        "forward": ("str",),
+        "backward": ("str",),
+        "saved": ("int",),
+        "function": ("str",),
+        "non_differentiable": ("ints",),
+    },
 }
 GUARD_KINDS = ("value", "branch", "loop", "count")
 

@@ -95,6 +95,10 @@ class Graph:
     # loc -> the text of that source line, recorded at trace time for messages: runtimes
     # quote these and never open a file that a loaded graph names
     sources: dict[str, str] = field(default_factory=dict)
+    # Graphs this graph's nodes name (the forward and backward of a custom autograd
+    # function) while a trace is still being assembled; ``hoist_subgraphs`` moves them into
+    # the program's methods. Never stored: in a file, every graph is a method.
+    subgraphs: dict[str, Graph] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def guards(self) -> list[Node]:
@@ -132,6 +136,47 @@ class Program:
     aliases: dict[str, str] = field(default_factory=dict)
     # Display-only: nothing that runs may depend on it (shared_ir/SPEC.md).
     meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        hoist_subgraphs(self)
+
+
+# --- graphs that nodes name -------------------------------------------------------------
+# Note: a custom ``torch.autograd.Function`` is one node, ``prim.autograd_function``, whose
+# keywords ``forward`` and ``backward`` name two graphs of the program's ``methods`` (as a
+# size specialisation is a graph there too). They are reached only through that node,
+# never called by name.
+
+AUTOGRAD_FUNCTION = "prim.autograd_function"
+GRAPH_KEYWORDS = ("forward", "backward")
+
+
+def referenced_graphs(node: Node) -> list[str]:
+    """The names of the graphs ``node`` runs (empty for every op but an autograd function)."""
+    if node.op != AUTOGRAD_FUNCTION:
+        return []
+    return [node.kwargs[k] for k in GRAPH_KEYWORDS if isinstance(node.kwargs.get(k), str)]
+
+
+def subgraph_names(program: Program) -> set[str]:
+    """Every graph of ``program`` that a node runs: not a method a caller reaches by name."""
+    return {
+        name for g in program.methods.values() for n in g.nodes for name in referenced_graphs(n)
+    }
+
+
+def hoist_subgraphs(program: Program) -> None:
+    """Move the graphs that traced nodes name (``Graph.subgraphs``) into the program's
+    methods, at every depth. Their names are made from their structure by the tracer, so
+    the same function traced twice the same way is one graph."""
+    pending = list(program.methods.values())
+    while pending:
+        graph = pending.pop()
+        for name, sub in graph.subgraphs.items():
+            if name not in program.methods:
+                program.methods[name] = sub
+                pending.append(sub)
+        graph.subgraphs = {}
 
 
 # --- literal <-> JSON -------------------------------------------------------------------

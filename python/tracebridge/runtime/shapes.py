@@ -27,7 +27,7 @@ from ..ir import Graph, Value
 from .interpreter import Interpreter
 
 
-def _probe(graph: Graph, state: dict[str, torch.Tensor], sizes: list[list[int]]):
+def _probe(graph: Graph, state: dict[str, torch.Tensor], sizes: list[list[int]], methods=None):
     """Run ``graph`` on meta tensors of the given input sizes; value id -> shape."""
     inputs = [
         torch.empty(shape, dtype=_dtype(v), device="meta") for v, shape in zip(graph.inputs, sizes)
@@ -35,7 +35,7 @@ def _probe(graph: Graph, state: dict[str, torch.Tensor], sizes: list[list[int]])
     meta_state = {k: torch.empty_like(t, device="meta") for k, t in state.items()}
     slots = {k: (meta_state, k) for k in meta_state}
     seen: dict[int, list[int]] = {}
-    interp = _RecordingInterpreter(graph, slots, seen)
+    interp = _RecordingInterpreter(graph, slots, seen, methods)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         interp(*inputs)
@@ -43,8 +43,8 @@ def _probe(graph: Graph, state: dict[str, torch.Tensor], sizes: list[list[int]])
 
 
 class _RecordingInterpreter(Interpreter):
-    def __init__(self, graph, slots, seen):
-        super().__init__(graph, slots, guards=False)
+    def __init__(self, graph, slots, seen, methods=None):
+        super().__init__(graph, slots, guards=False, methods=methods)
         self.seen = seen
 
     def run_op(self, node, env) -> None:
@@ -72,9 +72,10 @@ def _fit(base: int, moved: int, symbol_base: int) -> str:
     return head, offset
 
 
-def symbolize(graph: Graph, state: dict[str, torch.Tensor]) -> None:
+def symbolize(graph: Graph, state: dict[str, torch.Tensor], methods=None) -> None:
     """Label the shapes of ``graph``'s intermediate values with input symbols, in place
-    (``Value.labels``: for display; ``Value.shape`` keeps the example sizes)."""
+    (``Value.labels``: for display; ``Value.shape`` keeps the example sizes); ``methods``
+    are the program's graphs, which nodes may run (custom autograd functions)."""
     symbols = []  # (input index, dim index, symbol name, example size)
     base_sizes = []
     for i, value in enumerate(graph.inputs):
@@ -89,7 +90,7 @@ def symbolize(graph: Graph, state: dict[str, torch.Tensor]) -> None:
     if not symbols:
         return
     try:
-        base = _probe(graph, state, base_sizes)
+        base = _probe(graph, state, base_sizes, methods)
     except Exception:
         return
     moved_by: dict[str, dict[int, list[int]]] = {}
@@ -99,7 +100,7 @@ def symbolize(graph: Graph, state: dict[str, torch.Tensor]) -> None:
         sizes = [list(s) for s in base_sizes]
         sizes[i][d] = 2 * size
         with contextlib.suppress(Exception):
-            moved_by[name] = _probe(graph, state, sizes)
+            moved_by[name] = _probe(graph, state, sizes, methods)
     sizes_of = {name: size for _, _, name, size in symbols}
     for node in graph.nodes:
         for value in node.outputs:

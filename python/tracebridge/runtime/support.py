@@ -10,6 +10,7 @@ import torch
 from ..errors import ArtifactError, GuardError, OpError, TraceError
 from ..ir import DTYPES, Graph, Node, dtypes, pytree, refs_in
 from ..ir import ops as opset
+from ..ir.program import AUTOGRAD_FUNCTION
 
 PRIM_FUNCTIONS = {
     "prim.size": lambda t, d: t.shape[d],
@@ -79,8 +80,14 @@ def op_failed(method: str, exc: BaseException) -> OpError:
 def node_callable(node: Node, methods: dict[str, Graph]) -> Callable:
     """The callable that runs ``node``: the ONE place where both runtimes turn a node into
     a function (generated code binds the result as a constant; the interpreter calls it).
-    ``methods`` are the program's graphs by name (may be empty). By default, the op's
-    implementation from the op table; an op outside it is an :class:`ArtifactError`."""
+    ``methods`` are the program's graphs by name (may be empty). A custom autograd function
+    (``prim.autograd_function``) is an autograd function made by the runtime from the two
+    graphs it names (runtime/autograd_function.py). Otherwise the op's implementation from
+    the op table; an op outside it is an :class:`ArtifactError`."""
+    if node.op == AUTOGRAD_FUNCTION:
+        from .autograd_function import function_callable  # it builds Methods, which import us
+
+        return function_callable(node, methods)
     return default_callable(node.op)
 
 

@@ -16,11 +16,13 @@ Note: library code keeps a trace-friendly path for tracers.
   one is already a guard; these give that guard the library's own message, and a tensor
   condition becomes a guard on its truth value, checked on every call.
 
-  A custom ``torch.autograd.Function`` runs its forward under the tracer and its backward
-  never: recording the forward ops would give the trace autograd's gradient of those ops,
-  not the function's own. Where a gradient could flow at trace time it is refused; where
-  none could (no-grad mode, no input requiring grad) its forward is recorded with a guard
-  that no gradient can flow at call time either.
+  A custom ``torch.autograd.Function`` (``SomeFunction.apply``) is recorded as one node,
+  ``prim.autograd_function``, holding a traced forward graph and a traced backward graph
+  that the runtime rebuilds as an autograd function: gradients are the function's own
+  (trace/autograd_function.py says how, and what is refused at trace time with the
+  function's name and line). Recording its forward ops instead would give autograd's
+  gradient of those ops; that is done only where no gradient can flow (no-grad mode, no
+  input requiring grad) and the function cannot be a node, guarded at call time.
 """
 
 from __future__ import annotations
@@ -30,9 +32,8 @@ import sys
 
 import torch
 
-from ..errors import UnsupportedOpError
-from ..ir import pytree
 from ..source import OWN_DIR, TORCH_DIR
+from .autograd_function import AutogradFunctions
 
 _JIT_TRACE = os.path.join(TORCH_DIR, "jit", "_trace.py")
 
@@ -96,8 +97,9 @@ def patch(on: bool) -> None:
     torch.autograd.Function.apply = classmethod(_apply) if on else _original_apply
 
 
-class LibraryHandlers:
-    """Handlers for library calls the recording mode sees (mixed into the Tracer)."""
+class LibraryHandlers(AutogradFunctions):
+    """Handlers for library calls the recording mode sees (mixed into the Tracer);
+    ``custom_function`` (``Function.apply``) comes from trace/autograd_function.py."""
 
     def _library_handlers(self) -> dict:
         handlers = {
@@ -208,29 +210,3 @@ class LibraryHandlers:
         if return_counts:
             return output, counts
         return output
-
-    def custom_function(self, cls, apply, args: tuple, kwargs: dict):
-        """``SomeFunction.apply(...)`` while tracing: see the note at the top."""
-        loc = self.location()
-        tensors, _ = pytree.flatten((args, kwargs), lambda x: isinstance(x, torch.Tensor))
-        tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
-        grad = torch._C.is_grad_enabled()
-        name = f"{cls.__module__}.{cls.__qualname__}"
-        if grad and any(t.requires_grad for t in tensors):
-            raise UnsupportedOpError(
-                f"the custom autograd function {name}.apply at {loc or 'unknown location'} "
-                "has a backward of its own that a trace cannot keep: recording its forward "
-                "ops would give gradients that differ from eager. For inference, trace "
-                "under torch.no_grad() (the trace then refuses calls that need a "
-                "gradient); for training, write it with tensor operations whose gradient "
-                "is the one you want"
-            )
-        why = f"(the custom autograd function {cls.__qualname__} has its own backward)"
-        if not grad:
-            ref = self._value_node("prim.grad_enabled", "bool", loc=loc)
-            self.guard(ref, False, f"torch.is_grad_enabled() {why}", "branch", loc)
-        else:
-            for t in tensors:
-                ref = self._value_node("prim.requires_grad", "bool", [self.tensor_ref(t)], loc)
-                self.guard(ref, False, f"{self._name(t)}.requires_grad {why}", "branch", loc)
-        return apply(*args, **kwargs)
