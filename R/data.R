@@ -100,7 +100,8 @@ length.dataset <- function(x) as.integer(x$.length())
 #' Data loaders
 #'
 #' A data loader draws batches from a dataset: `batch_size` items at a time, in a new
-#' random order each pass if `shuffle`, collated by stacking the items' tensors (and
+#' random order each pass if `shuffle` (drawn from torch's generator, as in mlverse:
+#' [torch_manual_seed()] makes it reproducible), collated by stacking the items' tensors (and
 #' numbers) along a new first dimension, list element by list element.
 #' `dataloader_make_iter()` starts a pass; `dataloader_next()` returns the next batch, or
 #' `completed` after the last.
@@ -110,6 +111,9 @@ length.dataset <- function(x) as.integer(x$.length())
 #' @param shuffle Draw the items in random order.
 #' @param drop_last Drop a last, incomplete batch.
 #' @param collate_fn A function from a list of items to a batch; the default stacks.
+#' @param sampler,batch_sampler Not supported (an error unless `NULL`).
+#' @param num_workers,pin_memory,timeout,worker_init_fn Accepted so that mlverse code
+#'   runs; batches are always loaded in this R process, so the results are the same.
 #' @param dataloader A data loader (for `dataloader_make_iter()`).
 #' @param iter An iterator from `dataloader_make_iter()`.
 #' @param completed What `dataloader_next()` returns when the pass is over.
@@ -129,10 +133,18 @@ NULL
 
 #' @rdname dataloader
 #' @export
-dataloader <- function(dataset, batch_size = 1, shuffle = FALSE, drop_last = FALSE,
-                       collate_fn = NULL) {
+dataloader <- function(dataset, batch_size = 1, shuffle = FALSE, sampler = NULL,
+                       batch_sampler = NULL, num_workers = 0, collate_fn = NULL,
+                       pin_memory = FALSE, drop_last = FALSE, timeout = -1,
+                       worker_init_fn = NULL) {
   if (!inherits(dataset, "dataset")) {
     tracebridge_abort("dataloader(): `dataset` must be a dataset.", "type_error")
+  }
+  if (!is.null(sampler) || !is.null(batch_sampler)) {
+    tracebridge_abort(paste(
+      "dataloader(): `sampler` and `batch_sampler` are not supported;",
+      "use `shuffle = TRUE`, or a dataset that returns the items in the order you want."),
+      "not_implemented_error")
   }
   if (!is.numeric(batch_size) || batch_size < 1) {
     tracebridge_abort("dataloader(): `batch_size` must be a positive whole number.",
@@ -155,7 +167,13 @@ length.dataloader <- function(x) {
 #' @export
 dataloader_make_iter <- function(dataloader) {
   n <- length(dataloader$dataset)
-  order <- if (dataloader$shuffle) sample.int(n) else seq_len(n)
+  # As in mlverse, the order comes from torch's generator, so torch_manual_seed() makes a
+  # shuffled pass reproducible.
+  order <- if (dataloader$shuffle) {
+    as.integer(reticulate::py_to_r(py_torch()$randperm(as.integer(n))$tolist())) + 1L
+  } else {
+    seq_len(n)
+  }
   it <- new.env(parent = emptyenv())
   it$loader <- dataloader
   it$order <- order

@@ -93,7 +93,7 @@ py_backed_module <- function(py, class, forward = NULL, forward_spec = NULL) {
   if (is.null(forward)) {
     forward <- function(...) {
       args <- list(...)
-      if (length(forward_spec)) args <- convert_forward_args(args, forward_spec)
+      if (length(forward_spec)) args <- convert_forward_args(args, forward_spec, py)
       else args <- lapply(args, to_py)
       withCallingHandlers(
         from_py(do.call(tb_py_call, c(list(py), args))),
@@ -108,9 +108,14 @@ py_backed_module <- function(py, class, forward = NULL, forward_spec = NULL) {
 
 # Forward arguments that are 1-based indices or class targets are shifted, as for
 # functions (see surface.tsv: `module(input:index)`).
-convert_forward_args <- function(args, spec) {
+convert_forward_args <- function(args, spec, py = NULL) {
   nms <- names(args) %||% rep("", length(args))
   env <- new.env(parent = emptyenv())
+  # A loss module's negative ignore_index (no class) is what its class targets keep.
+  if (!is.null(py) && reticulate::py_has_attr(py, "ignore_index")) {
+    ign <- reticulate::py_to_r(py$ignore_index)
+    if (is.numeric(ign) && ign < 0) env$ignore_index <- ign
+  }
   out <- vector("list", length(args))
   for (k in seq_along(args)) {
     a <- if (nzchar(nms[[k]])) Find(function(s) s$name == nms[[k]], spec) else
@@ -332,8 +337,9 @@ nn_buffer <- function(x, persistent = TRUE) {
                           error = function(e) rethrow_python(e))
       invisible(inst)
     },
-    zero_grad = function() {
-      py$zero_grad()
+    # mlverse zeroes gradients in place; PyTorch's default would drop them (NULL).
+    zero_grad = function(set_to_none = FALSE) {
+      py$zero_grad(set_to_none = isTRUE(set_to_none))
       invisible(inst)
     },
     register_parameter = function(name, param) {
@@ -423,7 +429,8 @@ print.nn_module <- function(x, ...) {
 #'
 #' `nn_sequential()` calls its modules in order. `nn_module_list()` and
 #' `nn_module_dict()` hold modules (registered, so their parameters are the parent's) and
-#' are indexed like R lists (double brackets; 1 is the first).
+#' are indexed like R lists (double brackets; 1 is the first). `model[i]` of an
+#' `nn_sequential()` is a new `nn_sequential()` of the selected (shared) modules.
 #'
 #' @param ... For `nn_sequential()`, the modules in order.
 #' @param modules A list of modules; named for `nn_module_dict()`.
@@ -433,6 +440,7 @@ print.nn_module <- function(x, ...) {
 #' if (torch_is_installed()) {
 #'   model <- nn_sequential(nn_linear(4, 8), nn_relu(), nn_linear(8, 2))
 #'   dim(model(torch_randn(3, 4)))
+#'   dim(model[1:2](torch_randn(3, 4)))
 #'   layers <- nn_module_list(list(nn_linear(2, 2), nn_relu()))
 #'   length(layers)
 #' }
@@ -455,6 +463,22 @@ nn_sequential <- function(...) {
   assign(".children", unname(mods), envir = self)
   for (k in seq_along(mods)) assign(as.character(k - 1L), mods[[k]], envir = self)
   inst
+}
+
+#' @rdname nn_containers
+#' @param x An `nn_sequential()`.
+#' @param i Positions (1-based) of the modules to keep.
+#' @export
+`[.nn_sequential` <- function(x, i) {
+  mods <- get(".children", envir = module_env(x))
+  # Like R lists (a negative position leaves a module out): the selected modules, in a
+  # new nn_sequential() that shares them.
+  idx <- seq_along(mods)[i]
+  if (anyNA(idx)) {
+    tracebridge_abort(sprintf("nn_sequential has %d modules; positions are 1 to %d.",
+                              length(mods), length(mods)), "index_error")
+  }
+  do.call(nn_sequential, unname(mods[idx]))
 }
 
 #' @rdname nn_containers

@@ -4,9 +4,31 @@
 #' Optimizers and learning-rate schedulers
 #'
 #' `optim_*()` wrap `torch.optim`; `lr_*()` wrap `torch.optim.lr_scheduler`. Arguments
-#' follow mlverse torch; see [surface_table()] for each one's list. Methods:
-#' `$step()`, `$zero_grad()`, `$param_groups`, `$state_dict()` (optimizers) and `$step()`,
-#' `$get_last_lr()` (schedulers).
+#' follow mlverse torch; see [surface_table()] for each one's list.
+#'
+#' Optimizer methods: `$step(closure = NULL)` (with a closure, as `optim_lbfgs()` needs:
+#' a function that zeroes the gradients, computes the loss, calls `$backward()` and
+#' returns the loss; `$step()` then returns the loss), `$zero_grad()` (as in mlverse, it
+#' sets gradients to zero in place; `set_to_none = TRUE` drops them), `$param_groups`
+#' (read and assign), `$add_param_group()`, `$state_dict()` and `$load_state_dict()`.
+#'
+#' Scheduler methods: `$step()` (for `lr_reduce_on_plateau()`: `$step(metric)`, the
+#' monitored value, a number or a one-element tensor), `$get_last_lr()`, `$last_epoch`,
+#' `$state_dict()` and `$load_state_dict()`.
+#'
+#' `lr_lambda()` and `lr_multiplicative()` take `lr_lambda`, an R function of the epoch
+#' (0 when the scheduler is made, then 1, 2, ... after each `$step()`) that returns a
+#' factor, or a list of such functions, one per parameter group. As in mlverse torch
+#' (and unlike `nn_*` layers), these schedulers have no `verbose` argument here.
+#'
+#' `$state_dict()` returns a list of tensors and R values that [torch_save()] writes and
+#' [torch_load()] reads back, so that training can be resumed: an optimizer's has
+#' `state` (one entry per parameter, named by its 1-based position in the parameter
+#' groups) and `param_groups` (each with `params`, those 1-based positions, and its
+#' settings); a scheduler's has its counters and learning rates. The tensors in it are
+#' copies, so later steps do not change a saved state. `$load_state_dict()` restores it
+#' into an optimizer (or scheduler) made the same way. The functions given to
+#' `lr_lambda()` are not part of the state: make the new scheduler with the same ones.
 #'
 #' @param x An optimizer or scheduler.
 #' @param name A method or field.
@@ -18,12 +40,49 @@
 #'   model <- nn_linear(2, 1)
 #'   opt <- optim_sgd(model$parameters, lr = 0.1)
 #'   loss <- nnf_mse_loss(model(torch_ones(4, 2)), torch_zeros(4, 1))
+#'   sched <- lr_step(opt, step_size = 1, gamma = 0.5)
 #'   opt$zero_grad()
 #'   loss$backward()
 #'   opt$step()
-#'   sched <- lr_step(opt, step_size = 1, gamma = 0.5)
 #'   sched$step()
 #'   opt$param_groups[[1]]$lr
+#'
+#'   # L-BFGS re-evaluates the loss through a closure.
+#'   x <- torch_tensor(c(1, 2, 3, 4))
+#'   y <- 2 * x + 1
+#'   fit <- nn_linear(1, 1)
+#'   lbfgs <- optim_lbfgs(fit$parameters, lr = 1, line_search_fn = "strong_wolfe")
+#'   closure <- function() {
+#'     lbfgs$zero_grad()
+#'     l <- nnf_mse_loss(fit(x$unsqueeze(2)), y$unsqueeze(2))
+#'     l$backward()
+#'     l
+#'   }
+#'   for (i in 1:3) lbfgs$step(closure)
+#'   closure()$item()
+#'
+#'   # Schedulers driven by an R function, or by a monitored metric.
+#'   halve <- lr_lambda(opt, lr_lambda = function(epoch) 0.5^epoch)
+#'   opt$step()
+#'   halve$step()
+#'   halve$get_last_lr()
+#'   plateau <- lr_reduce_on_plateau(opt, patience = 0)
+#'   plateau$step(1)
+#'   plateau$step(2)
+#'   opt$param_groups[[1]]$lr
+#'
+#'   # Save and resume: model, optimizer and scheduler state in one file.
+#'   path <- tempfile(fileext = ".pt")
+#'   torch_save(list(model = model$state_dict(), opt = opt$state_dict(),
+#'                   sched = sched$state_dict()), path)
+#'   state <- torch_load(path)
+#'   model2 <- nn_linear(2, 1)
+#'   model2$load_state_dict(state$model)
+#'   opt2 <- optim_sgd(model2$parameters, lr = 0.1)
+#'   opt2$load_state_dict(state$opt)
+#'   sched2 <- lr_step(opt2, step_size = 1, gamma = 0.5)
+#'   sched2$load_state_dict(state$sched)
+#'   opt2$param_groups[[1]]$lr
 #' }
 NULL
 
@@ -46,15 +105,28 @@ optimizer_py <- function(x) {
     invisible(x)
   }
   switch(name,
-    step = checked(function(closure = NULL) {
-      if (is.null(closure)) py$step() else py$step(reticulate::r_to_py(function() {
-        loss <- closure()
-        tensor_py(loss)
-      }))
-    }),
-    zero_grad = checked(function(set_to_none = TRUE) py$zero_grad(isTRUE(set_to_none))),
+    step = function(closure = NULL) {
+      if (is.null(closure)) {
+        withCallingHandlers(py$step(), error = function(e) rethrow_python(e))
+        return(invisible(NULL))
+      }
+      out <- withCallingHandlers(py$step(closure_py(closure)),
+                                 error = function(e) rethrow_python(e))
+      invisible(from_py(out))
+    },
+    # As in mlverse, gradients are set to zero in place (not dropped), so `p$grad` stays a
+    # tensor; `set_to_none = TRUE` drops them as PyTorch does by default.
+    zero_grad = checked(function(set_to_none = FALSE) py$zero_grad(isTRUE(set_to_none))),
     param_groups = lapply(reticulate::iterate(py$param_groups, identity, simplify = FALSE),
                           param_group_r),
+    add_param_group = checked(function(param_group) {
+      py$add_param_group(reticulate::py_get_item(params_arg(list(param_group)), 0L))
+    }),
+    state_dict = function() optimizer_state_dict(py),
+    load_state_dict = function(state_dict) {
+      optimizer_load_state_dict(py, state_dict)
+      invisible(x)
+    },
     py = py,
     tracebridge_abort(sprintf("Optimizers have no method or field `%s`.", name))
   )
@@ -97,16 +169,149 @@ print.torch_optimizer <- function(x, ...) {
 
 #' @rdname optim
 #' @export
+print.lr_scheduler <- function(x, ...) {
+  cat("<", class(x)[[1]], "> last_epoch: ", reticulate::py_to_r(.subset2(x, ".py")$last_epoch),
+      "\n", sep = "")
+  invisible(x)
+}
+
+#' @rdname optim
+#' @export
 `$.lr_scheduler` <- function(x, name) {
   py <- .subset2(x, ".py")
   switch(name,
-    step = function() {
-      withCallingHandlers(py$step(), error = function(e) rethrow_python(e))
+    step = function(metrics = NULL) {
+      withCallingHandlers(
+        if (is.null(metrics)) py$step() else py$step(metric_py(metrics)),
+        error = function(e) rethrow_python(e))
       invisible(x)
     },
     get_last_lr = function() unlist(reticulate::py_to_r(py$get_last_lr())),
+    state_dict = function() state_to_r(py$state_dict()),
+    load_state_dict = function(state_dict) {
+      if (!is.list(state_dict) || is.null(names(state_dict))) {
+        tracebridge_abort(paste("load_state_dict(): `state_dict` must be a named list made by",
+                                "a scheduler's $state_dict()."), "type_error")
+      }
+      sd <- state_to_py(state_dict)
+      withCallingHandlers(py$load_state_dict(sd), error = function(e) rethrow_python(e))
+      invisible(x)
+    },
     last_epoch = reticulate::py_to_r(py$last_epoch),
     py = py,
     tracebridge_abort(sprintf("Schedulers have no method or field `%s`.", name))
   )
+}
+
+# The monitored value of lr_reduce_on_plateau(): a number or a one-element tensor.
+metric_py <- function(v) {
+  if (inherits(v, "torch_tensor")) v <- v$item()
+  if (!is.numeric(v) || length(v) != 1 || is.na(v)) {
+    tracebridge_abort(sprintf("step(): `metrics` must be one number, not %s.", describe_value(v)),
+                      "type_error")
+  }
+  reticulate::r_to_py(as.double(v))
+}
+
+# The closure of $step(closure): Python calls it (several times for L-BFGS) and needs the
+# loss tensor back. An R error inside it is re-raised as it was.
+closure_py <- function(closure) {
+  if (!is.function(closure)) {
+    tracebridge_abort("step(): `closure` must be a function that returns the loss.", "type_error")
+  }
+  reticulate::r_to_py(function() {
+    loss <- withCallingHandlers(closure(), error = function(e) .tb$pending_r_error <- e)
+    if (!inherits(loss, "torch_tensor")) {
+      e <- structure(class = c("type_error", "tracebridge_error", "error", "condition"),
+        list(message = sprintf("step(): the closure must return the loss tensor, not %s.",
+                               describe_value(loss)), call = NULL))
+      .tb$pending_r_error <- e
+      stop(e)
+    }
+    tensor_py(loss)
+  }, convert = FALSE)
+}
+
+# ---- state dicts -----------------------------------------------------------------------
+# Python state -> R: dicts become named lists, lists and tuples unnamed lists, tensors are
+# copied (an optimizer updates its state in place), scalars become R scalars. The reverse,
+# state_to_py(), gives back what Python's load_state_dict() accepts; unnamed lists stay
+# lists (so a one-element list of learning rates is not mistaken for a number).
+state_to_r <- function(x) {
+  if (inherits(x, "torch.Tensor")) return(wrap_tensor(x$detach()$clone()))
+  if (inherits(x, "python.builtin.dict")) {
+    keys <- reticulate::iterate(x$keys(), identity, simplify = FALSE)
+    out <- lapply(keys, function(k) state_to_r(reticulate::py_get_item(x, k)))
+    names(out) <- vapply(keys, function(k) reticulate::py_str(k), character(1))
+    return(out)
+  }
+  if (inherits(x, c("python.builtin.list", "python.builtin.tuple"))) {
+    return(reticulate::iterate(x, state_to_r, simplify = FALSE))
+  }
+  out <- reticulate::py_to_r(x)
+  if (is_py(out)) {
+    tracebridge_abort(sprintf("state_dict(): a value of Python type %s can not be kept in R.",
+                              class(out)[[1]]), "type_error")
+  }
+  out
+}
+
+state_to_py <- function(x) {
+  if (inherits(x, "torch_tensor")) return(tensor_py(x))
+  if (is.null(x)) return(reticulate::py_none())
+  if (is.list(x)) {
+    items <- lapply(x, state_to_py)
+    if (length(x) && !is.null(names(x)) && all(nzchar(names(x)))) {
+      return(reticulate::py_dict(names(x), unname(items), convert = FALSE))
+    }
+    return(reticulate::r_to_py(unname(items), convert = FALSE))
+  }
+  if (is.atomic(x) && length(x) == 1) return(reticulate::r_to_py(x, convert = FALSE))
+  if (is.atomic(x)) return(reticulate::r_to_py(as.list(x), convert = FALSE))
+  tracebridge_abort(sprintf("load_state_dict(): can not use %s.", describe_value(x)),
+                    "type_error")
+}
+
+# Python numbers parameters 0, 1, ... across the groups; R shows them 1-based.
+optimizer_state_dict <- function(py) {
+  sd <- py$state_dict()
+  state <- state_to_r(reticulate::py_get_item(sd, "state"))
+  if (length(state)) names(state) <- as.character(as.integer(names(state)) + 1L)
+  groups <- lapply(state_to_r(reticulate::py_get_item(sd, "param_groups")), function(g) {
+    g$params <- as.integer(unlist(g$params)) + 1L
+    g
+  })
+  list(state = state, param_groups = groups)
+}
+
+optimizer_load_state_dict <- function(py, state_dict) {
+  bad <- function(what) {
+    tracebridge_abort(sprintf(
+      "load_state_dict(): %s; use a list made by an optimizer's $state_dict().", what),
+      "value_error")
+  }
+  if (!is.list(state_dict) || !all(c("state", "param_groups") %in% names(state_dict))) {
+    bad("`state_dict` must be a list with `state` and `param_groups`")
+  }
+  state <- state_dict$state
+  ids <- suppressWarnings(as.integer(names(state)))
+  if (length(state) && (anyNA(ids) || any(ids < 1L))) {
+    bad("the names of `state` must be 1-based parameter positions")
+  }
+  st <- reticulate::py_dict(as.list(ids - 1L), unname(lapply(state, state_to_py)),
+                            convert = FALSE)
+  groups <- lapply(state_dict$param_groups, function(g) {
+    if (!is.list(g) || is.null(g$params)) bad("each of `param_groups` must have `params`")
+    params <- reticulate::r_to_py(as.list(as.integer(unlist(g$params)) - 1L), convert = FALSE)
+    g$params <- NULL
+    d <- state_to_py(g)
+    if (!length(g)) d <- reticulate::py_dict(list(), list(), convert = FALSE)
+    reticulate::py_set_item(d, "params", params)
+    d
+  })
+  sd <- reticulate::py_dict(list("state", "param_groups"),
+                            list(st, reticulate::r_to_py(groups, convert = FALSE)),
+                            convert = FALSE)
+  withCallingHandlers(py$load_state_dict(sd), error = function(e) rethrow_python(e))
+  invisible()
 }

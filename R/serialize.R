@@ -16,6 +16,9 @@ st_dtypes <- function() dtype_column("safetensors")
 #' format (a ZIP of JSON and safetensors; no pickle, nothing executed on load).
 #' `torch_load()` reads it back. Unlike mlverse torch, a module is saved as its state:
 #' `torch_load()` returns the named list of tensors, for `model$load_state_dict()`.
+#' Optimizer and scheduler states (`opt$state_dict()`, `sched$state_dict()`) are lists
+#' too, so one file can hold everything needed to resume training. Numbers come back
+#' exactly (doubles to the last bit) and tensors that required gradients still do.
 #'
 #' @param obj A tensor, a list, or an `nn_module`.
 #' @param path A file path.
@@ -41,6 +44,8 @@ torch_save <- function(obj, path) {
     if (inherits(x, "torch_tensor")) {
       key <- sprintf("t%d", length(tensors))
       tensors[[key]] <<- x
+      # As in mlverse, a tensor that requires grad comes back requiring grad.
+      if (isTRUE(x$requires_grad)) return(list(type = "tensor", key = key, requires_grad = TRUE))
       return(list(type = "tensor", key = key))
     }
     if (is.null(x)) return(list(type = "null"))
@@ -49,7 +54,10 @@ torch_save <- function(obj, path) {
                   items = unname(lapply(x, describe))))
     }
     if (is.atomic(x)) {
-      return(list(type = "value", class = typeof(x), value = x, dim = dim(x)))
+      # JSON numbers would keep only 15 digits; a resumed run needs the exact doubles
+      # (learning rates, a scheduler's best metric), so they are written as text.
+      value <- if (is.double(x)) sprintf("%.17g", x) else x
+      return(list(type = "value", class = typeof(x), value = value, dim = dim(x)))
     }
     tracebridge_abort(sprintf("torch_save(): can not save %s.", describe_value(x)),
                       "type_error")
@@ -132,6 +140,7 @@ torch_load <- function(path, device = NULL) {
                             "tracebridge_artifact_error")
         }
         if (!is.null(device)) py <- py$to(device_py(device))
+        if (isTRUE(d$requires_grad)) py$requires_grad_(TRUE)
         wrap_tensor(py)
       },
       null = NULL,
@@ -143,7 +152,8 @@ torch_load <- function(path, device = NULL) {
       },
       value = {
         v <- unlist(d$value)
-        v <- switch(d$class, integer = as.integer(v), double = as.double(v),
+        v <- switch(d$class, integer = as.integer(v),
+                    double = suppressWarnings(as.double(v)),
                     logical = as.logical(v), character = as.character(v), v)
         if (!is.null(d$dim)) dim(v) <- unlist(d$dim)
         v

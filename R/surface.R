@@ -127,6 +127,12 @@ surface_call <- function(i, env) {
       first <- FALSE
       next
     }
+    if (a$kind == "dim" && inherits(v, "torch_tensor") &&
+        any(vapply(op$args, function(b) b$name == "other", logical(1)))) {
+      # torch_max(x, y): mlverse's elementwise form; the tensor is `other`, not a dim.
+      if (is.null(get0("other", envir = env, inherits = FALSE))) assign("other", v, envir = env)
+      v <- NULL
+    }
     if (is.null(v)) {
       if (a$name == "dim") no_dim <- TRUE
       first <- FALSE
@@ -158,6 +164,8 @@ convert_arg <- function(a, v, env, op) {
     class_index = class_index_arg(v, env),
     index_list = reticulate::r_to_py(lapply(unname(v), index_tensor_arg, name = a$name),
                                      convert = FALSE),
+    long = long_arg(v, a$name),
+    fn = fn_arg(v, a$name),
     size = size_arg(v, dots = a$dots),
     int = int_arg(v, a$name),
     ints = ints_arg(v, a$name),
@@ -202,6 +210,8 @@ int_arg <- function(v, name) {
 
 ints_arg <- function(v, name) {
   if (inherits(v, "torch_sym_int")) return(.subset2(v, ".py"))
+  # padding = "same" / "valid" of convolutions.
+  if (is.character(v) && length(v) == 1) return(reticulate::r_to_py(v))
   if (is.list(v)) return(reticulate::tuple(lapply(v, int_arg, name = name), convert = FALSE))
   check_whole(v, name)
   if (length(v) == 1) return(reticulate::r_to_py(as.integer(v)))
@@ -261,15 +271,60 @@ index_tensor_arg <- function(v, name = "index") {
   tensor_py(torch_tensor(as.integer(v) - 1L, dtype = torch_long()))
 }
 
+# Whole numbers that are not positions (lengths, CTC labels, embedding-bag offsets): an
+# integer tensor, passed without a shift.
+long_arg <- function(v, name) {
+  if (inherits(v, "torch_tensor")) {
+    py <- .subset2(v, ".py")
+    if (reticulate::py_to_r(py$dtype$is_floating_point)) {
+      tracebridge_abort(sprintf("`%s` must hold whole numbers (an integer tensor), not %s values.",
+                                name, reticulate::py_str(py$dtype)), "type_error")
+    }
+    return(py)
+  }
+  check_whole(v, name)
+  storage.mode(v) <- "integer"
+  tensor_py(torch_tensor(v, dtype = torch_long()))
+}
+
+# An R function (or a list of them, one per parameter group) that Python calls with an
+# integer and that returns a number, e.g. the factor of lr_lambda(). An R error inside it
+# is kept and re-raised as it was (see rethrow_python()).
+fn_arg <- function(v, name) {
+  one <- function(f) {
+    if (!is.function(f)) {
+      tracebridge_abort(sprintf("`%s` must be a function or a list of functions, not %s.",
+                                name, describe_value(f)), "type_error")
+    }
+    reticulate::r_to_py(function(x) {
+      out <- withCallingHandlers(f(reticulate::py_to_r(x)),
+                                 error = function(e) .tb$pending_r_error <- e)
+      if (!is.numeric(out) || length(out) != 1 || is.na(out)) {
+        e <- structure(class = c("type_error", "tracebridge_error", "error", "condition"),
+          list(message = sprintf("`%s` must return one number, not %s.", name,
+                                 describe_value(out)), call = NULL))
+        .tb$pending_r_error <- e
+        stop(e)
+      }
+      reticulate::r_to_py(as.double(out))
+    }, convert = FALSE)
+  }
+  if (is.function(v)) return(one(v))
+  if (!is.list(v)) one(v)
+  reticulate::r_to_py(lapply(unname(v), one), convert = FALSE)
+}
+
 # Class targets of cross entropy / NLL: 1-based when integer; probabilities are left as
-# they are. Targets equal to `ignore_index` are not shifted, so they stay ignored.
+# they are. `ignore_index` is a class in the same numbering (shifted like the targets,
+# see surface.tsv); a negative one (the default -100) names no class, so targets equal
+# to it are not shifted and stay ignored.
 class_index_arg <- function(v, env) {
   t <- if (inherits(v, "torch_tensor")) .subset2(v, ".py") else
     tensor_py(torch_tensor(v, dtype = torch_long()))
   if (reticulate::py_to_r(t$dtype$is_floating_point)) return(t)
   shifted <- tb_py_call(t$sub, 1L)
   ign <- get0("ignore_index", envir = env, inherits = FALSE)
-  if (is.null(ign)) return(shifted)
+  if (is.null(ign) || ign >= 1) return(shifted)
   tb_py_call(py_torch()$where, tb_py_call(t$eq, as.integer(ign)), t, shifted)
 }
 
@@ -281,6 +336,11 @@ size_arg <- function(v, dots = FALSE) {
 
 params_arg <- function(v) {
   if (inherits(v, "torch_tensor")) v <- list(v)
+  if (inherits(v, "nn_module")) {
+    tracebridge_abort(
+      "`params` must be a list of tensors: pass `model$parameters`, not the module.",
+      "type_error")
+  }
   items <- lapply(unname(v), function(p) {
     if (inherits(p, "torch_tensor")) return(.subset2(p, ".py"))
     if (is.list(p) && !is.null(p$params)) {
@@ -361,7 +421,9 @@ write_surface_rd <- function(path, tab = surface_table()) {
              index = paste0(a$name, ": 1-based indices"),
              index1 = paste0(a$name, ": 1-based position"),
              class_index = paste0(a$name, ": 1-based classes"),
-             index_list = paste0(a$name, ": 1-based indices"), "")
+             index_list = paste0(a$name, ": 1-based indices"),
+             long = paste0(a$name, ": whole numbers, not shifted"),
+             fn = paste0(a$name, ": an R function"), "")
     }, character(1))
     res <- switch(sub("\\(.*", "", result),
                   index = "returns 1-based indices",
@@ -394,6 +456,12 @@ write_surface_rd <- function(path, tab = surface_table()) {
     "\\code{torch_sort()}, \\code{torch_topk()}, \\code{torch_nonzero()}, ...) return",
     "1-based ones. \\code{nn_*()} constructors return modules, \\code{optim_*()}",
     "optimizers and \\code{lr_*()} schedulers (see \\code{\\link{optim}}).",
+    "",
+    "Two exceptions follow mlverse torch: the \\code{offsets} of",
+    "\\code{nn_embedding_bag()} and \\code{nnf_embedding_bag()} are where each bag starts",
+    "in \\code{input}, counted from 0 (the indices in \\code{input} are 1-based); and",
+    "\\code{nn_ctc_loss()} and \\code{nnf_ctc_loss()} take class labels as they are,",
+    "with \\code{blank = 0}, the first class, so labels are 1 to C - 1.",
     "}",
     "\\section{Functions}{",
     "\\describe{",
@@ -415,6 +483,17 @@ write_surface_rd <- function(path, tab = surface_table()) {
     "  x$max(dim = 1)",
     "  torch_zeros(2, 3)",
     "  nnf_relu(torch_tensor(c(-1, 1)))",
+    "  bags <- nn_embedding_bag(10, 3, mode = \"sum\")",
+    "  bags(c(1, 2, 4, 5, 4, 3, 2, 9), offsets = c(0, 4))",
+    "  nnf_embedding_bag(c(1, 2, 4), bags$weight, offsets = c(0, 1))",
+    "  log_probs <- torch_randn(6, 2, 4)$log_softmax(3)",
+    "  targets <- rbind(c(1, 2, 2), c(3, 1, 0))",
+    "  nnf_ctc_loss(log_probs, targets, input_lengths = c(6, 6), target_lengths = c(3, 2))",
+    "  nn_ctc_loss(reduction = \"sum\")(log_probs, targets, c(6, 6), c(3, 2))",
+    "  opt <- optim_lbfgs(bags$parameters)",
+    "  lr_lambda(opt, function(epoch) 0.9^epoch)",
+    "  lr_multiplicative(opt, function(epoch) 0.9)",
+    "  lr_reduce_on_plateau(opt, patience = 2)",
     "}",
     "}"
   )

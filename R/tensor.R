@@ -130,10 +130,12 @@ dtype_py <- function(dtype) {
 #' @export
 torch_tensor <- function(data, dtype = NULL, device = NULL, requires_grad = FALSE) {
   if (inherits(data, "torch_tensor")) {
-    py <- tensor_py(data)$detach()$clone()
-    if (!is.null(dtype)) py <- py$to(dtype_py(dtype))
-    if (!is.null(device)) py <- py$to(device_py(device))
-    if (requires_grad) py$requires_grad_(TRUE)
+    withCallingHandlers({
+      py <- tensor_py(data)$detach()$clone()
+      if (!is.null(dtype)) py <- py$to(dtype_py(dtype))
+      if (!is.null(device)) py <- py$to(device_py(device))
+      if (isTRUE(requires_grad)) py$requires_grad_(TRUE)
+    }, error = function(e) rethrow_python(e))
     return(wrap_tensor(py))
   }
   if (is.list(data)) {
@@ -151,9 +153,11 @@ torch_tensor <- function(data, dtype = NULL, device = NULL, requires_grad = FALS
   } else {
     reticulate::r_to_py(data)
   }
-  py <- py_rb()$tensor_from_r(arr, dtype_py(dtype), FALSE)
-  if (!is.null(device)) py <- py$to(device_py(device))
-  if (isTRUE(requires_grad)) py$requires_grad_(TRUE)
+  withCallingHandlers({
+    py <- py_rb()$tensor_from_r(arr, dtype_py(dtype), FALSE)
+    if (!is.null(device)) py <- py$to(device_py(device))
+    if (isTRUE(requires_grad)) py$requires_grad_(TRUE)
+  }, error = function(e) rethrow_python(e))
   wrap_tensor(py)
 }
 
@@ -286,7 +290,9 @@ Ops.torch_tensor <- function(e1, e2) {
     if (.Generic == "!") return(wrap_tensor(tensor_py(e1)$logical_not()))
     if (.Generic == "+") return(e1)
   }
-  wrap_tensor(py_rb()$binary(.Generic, scalar_py(e1), scalar_py(e2)))
+  out <- withCallingHandlers(py_rb()$binary(.Generic, scalar_py(e1), scalar_py(e2)),
+                             error = function(e) rethrow_python(e, one_based = TRUE))
+  wrap_tensor(out)
 }
 
 #' @export
@@ -295,11 +301,33 @@ Math.torch_tensor <- function(x, ...) {
     abs = "abs", sqrt = "sqrt", exp = "exp", log = "log", cos = "cos", sin = "sin",
     tan = "tan", tanh = "tanh", floor = "floor", ceiling = "ceil", round = "round",
     sign = "sign", log2 = "log2", log10 = "log10", log1p = "log1p", expm1 = "expm1",
-    cumsum = "cumsum",
+    acos = "acos", asin = "asin", atan = "atan", cosh = "cosh", sinh = "sinh",
+    trunc = "trunc", lgamma = "lgamma", digamma = "digamma", cumsum = "cumsum",
+    cumprod = "cumprod",
     tracebridge_abort(sprintf("%s() is not supported for tensors.", .Generic))
   )
-  if (fn == "cumsum") return(wrap_tensor(py_torch()$cumsum(tensor_py(x), 0L)))
-  wrap_tensor(tb_py_call(reticulate::py_get_attr(py_torch(), fn), tensor_py(x)))
+  py <- tensor_py(x)
+  extra <- list(...)
+  call <- function(f, ...) {
+    withCallingHandlers(wrap_tensor(tb_py_call(f, ...)),
+                        error = function(e) rethrow_python(e, one_based = TRUE))
+  }
+  # R's cumsum()/cumprod() run over the elements in R's (column-major) order, as for an
+  # R array; a vector gives what it gives in R.
+  if (fn %in% c("cumsum", "cumprod")) {
+    nd <- length(dim(x))
+    flat <- if (nd > 1) py$permute(as.list(rev(seq_len(nd) - 1L)))$reshape(-1L) else
+      py$reshape(-1L)
+    return(call(reticulate::py_get_attr(py_torch(), fn), flat, 0L))
+  }
+  # The second argument of round(x, digits) and log(x, base) is R's too.
+  if (fn == "round" && length(extra)) {
+    return(call(py_torch()$round, py, decimals = as.integer(extra[[1]])))
+  }
+  if (fn == "log" && length(extra)) {
+    return(call(py_torch()$log, py) / log(extra[[1]]))
+  }
+  call(reticulate::py_get_attr(py_torch(), fn), py)
 }
 
 #' @export
@@ -310,7 +338,11 @@ Summary.torch_tensor <- function(..., na.rm = FALSE) {
     x <- surface_fn("torch_cat")(lapply(args, function(a) as_tensor(a)$flatten()))
   }
   py <- tensor_py(x)
-  switch(.Generic,
+  # As in R, na.rm = TRUE leaves out NA/NaN (it was ignored, so sum() gave NaN).
+  if (isTRUE(na.rm) && reticulate::py_to_r(py$dtype$is_floating_point)) {
+    py <- py$masked_select(py$isnan()$logical_not())
+  }
+  withCallingHandlers(switch(.Generic,
     sum = wrap_tensor(tb_py_call(py$sum)),
     prod = wrap_tensor(tb_py_call(py$prod)),
     max = wrap_tensor(tb_py_call(py$max)),
@@ -319,8 +351,52 @@ Summary.torch_tensor <- function(..., na.rm = FALSE) {
     any = wrap_tensor(tb_py_call(py$any)),
     range = surface_fn("torch_stack")(list(wrap_tensor(py$min()), wrap_tensor(py$max()))),
     tracebridge_abort(sprintf("%s() is not supported for tensors.", .Generic))
-  )
+  ), error = function(e) rethrow_python(e))
 }
+
+# Base R functions an R user calls on a tensor, with R's meaning. Without these, R's
+# defaults would see the wrapper list and answer silently wrongly (rev() gave an empty
+# tensor, is.na() FALSE, mean() NA).
+
+#' @export
+mean.torch_tensor <- function(x, ...) {
+  withCallingHandlers(wrap_tensor(tb_py_call(tensor_py(x)$mean)),
+                      error = function(e) rethrow_python(e, one_based = TRUE))
+}
+
+#' @export
+is.na.torch_tensor <- function(x) wrap_tensor(tensor_py(x)$isnan())
+
+#' @export
+t.torch_tensor <- function(x) {
+  if (length(dim(x)) > 2) {
+    tracebridge_abort(sprintf(
+      "t() takes a tensor of at most 2 dimensions, not %d; use $permute() or $transpose().",
+      length(dim(x))), "value_error")
+  }
+  wrap_tensor(tensor_py(x)$t())
+}
+
+# The elements in R's (column-major) order, as a 1-d tensor.
+r_order_flat <- function(x) {
+  nd <- length(dim(x))
+  py <- tensor_py(x)
+  if (nd > 1) py <- py$permute(as.list(rev(seq_len(nd) - 1L)))
+  py$reshape(-1L)
+}
+
+#' @export
+rev.torch_tensor <- function(x) wrap_tensor(py_torch()$flip(r_order_flat(x), list(0L)))
+
+#' @export
+unique.torch_tensor <- function(x, incomparables = FALSE, ...) {
+  # R keeps the order of first appearance (torch sorts) and, for a matrix, unique rows.
+  torch_tensor(unique(as_array(x), incomparables = incomparables, ...), dtype = x$dtype,
+               device = x$device)
+}
+
+#' @export
+as.vector.torch_tensor <- function(x, mode = "any") as.vector(as_array(x), mode = mode)
 
 # ---- traced integers ---------------------------------------------------------------
 
@@ -354,7 +430,7 @@ print.torch_sym_int <- function(x, ...) {
 
 # Methods come from the surface table (inst/surface.tsv); these are fields.
 tensor_fields <- c("shape", "dtype", "device", "requires_grad", "grad", "grad_fn", "data",
-                   "is_leaf", "ndim", "py")
+                   "is_cuda", "is_leaf", "ndim", "py", "register_hook")
 
 `%||%` <- function(a, b) if (is.null(a)) b else a
 
@@ -377,8 +453,10 @@ simplify_sizes <- function(out) {
     grad_fn = return(grad_fn_from_py(py$grad_fn)),
     data = return(wrap_tensor(py$data)),
     is_leaf = return(reticulate::py_to_r(py$is_leaf)),
+    is_cuda = return(reticulate::py_to_r(py$is_cuda)),
     ndim = return(reticulate::py_to_r(py$ndim)),
     device = return(device_from_py(py$device)),
+    register_hook = return(function(hook) register_hook(py, hook)),
     py = return(py)
   )
   fn <- get0(name, envir = .tb$methods, inherits = FALSE)
@@ -389,6 +467,27 @@ simplify_sizes <- function(out) {
       "tracebridge_no_method_error")
   }
   function(...) fn(x, ...)
+}
+
+# x$register_hook(hook): `hook` gets the gradient and returns a replacement or NULL (keep
+# it). An R error inside it is re-raised as it was when backward() returns.
+register_hook <- function(py, hook) {
+  if (!is.function(hook)) {
+    tracebridge_abort("register_hook(): `hook` must be a function of the gradient.", "type_error")
+  }
+  fn <- reticulate::r_to_py(function(g) {
+    out <- withCallingHandlers(hook(wrap_tensor(g)), error = function(e) .tb$pending_r_error <- e)
+    if (is.null(out)) return(reticulate::py_none())
+    if (!inherits(out, "torch_tensor")) {
+      e <- structure(class = c("type_error", "tracebridge_error", "error", "condition"),
+        list(message = sprintf("register_hook(): the hook returned %s; return a tensor or NULL.",
+                               describe_value(out)), call = NULL))
+      .tb$pending_r_error <- e
+      stop(e)
+    }
+    tensor_py(out)
+  }, convert = FALSE)
+  invisible(py$register_hook(fn))
 }
 
 #' @export
@@ -404,7 +503,14 @@ simplify_sizes <- function(out) {
 }
 
 #' @export
-`[[.torch_tensor` <- function(x, i) `$.torch_tensor`(x, i)
+`[[.torch_tensor` <- function(x, i) {
+  if (is.character(i) && length(i) == 1) return(`$.torch_tensor`(x, i))
+  # A number picks an element of a vector, as for R vectors (it once read the shape).
+  if (is.numeric(i) && length(i) == 1 && length(dim(x)) == 1) return(x[i])
+  tracebridge_abort(paste(
+    "x[[i]] takes a field or method name, or one position of a 1-d tensor;",
+    "index other tensors with x[i, j]."), "index_error")
+}
 
 #' @importFrom utils .DollarNames
 #' @export

@@ -92,3 +92,11 @@ test_that("indexing inside a traced function records the 1-based meaning", {
   y <- torch_tensor(matrix(as.double(1:20), 5))
   expect_equal(as_array(tr(y)), as_array(y)[2:5, 4])
 })
+
+test_that("x[[i]] is an element of a vector (it once returned the shape), or a field", {
+  x <- torch_tensor(c(5, 6, 7))
+  expect_equal(as_array(x[[2]]), 6)
+  expect_equal(as_array(x[[-1]]), 7)
+  expect_true(x[["dtype"]] == torch_float())
+  expect_error(torch_zeros(2, 2)[[1]], class = "index_error")
+})

@@ -147,3 +147,24 @@ test_that("init functions fill parameters in place", {
   nn_init_eye_(w)
   expect_equal(as_array(w), diag(1, 3, 4))
 })
+
+test_that("ignore_index is a class in the same 1-based numbering, for functions and modules", {
+  # Each row's logits pick one class: row 1 class 2, row 2 class 1, row 3 class 3.
+  logits <- torch_tensor(rbind(c(0, 10, 0), c(10, 0, 0), c(0, 0, 10)))
+  ce <- function(...) as_array(nnf_cross_entropy(logits, ..., reduction = "none"))
+  expect_equal(ce(c(1L, 1L, 3L))[[1]], 10, tolerance = 1e-3)
+  # Ignoring class 1 drops the targets that are 1, and only those (class 2 once went too).
+  ign <- ce(c(1L, 2L, 3L), ignore_index = 1)
+  expect_equal(ign[1:2], c(0, 10), tolerance = 1e-3)
+  mod <- nn_cross_entropy_loss(ignore_index = 1, reduction = "none")
+  expect_equal(as_array(mod(logits, c(1L, 2L, 3L)))[1:2], c(0, 10), tolerance = 1e-3)
+  # The default -100 is no class: such targets are left out, by modules too (an error once).
+  expect_equal(as_array(nn_cross_entropy_loss(reduction = "none")(logits, c(-100L, 1L, 3L)))[1],
+               0)
+  expect_equal(as_array(nnf_nll_loss(nnf_log_softmax(logits, 2), c(-100L, 1L, 3L),
+                                     reduction = "none"))[1], 0)
+  nll <- nn_nll_loss(ignore_index = 3, reduction = "none")
+  expect_equal(as_array(nll(nnf_log_softmax(logits, 2), c(3L, 3L, 2L))), c(0, 0, 10),
+               tolerance = 1e-3)
+  expect_error(nnf_cross_entropy(logits, c(1L, 2L, 3L), ignore_index = 0), class = "index_error")
+})

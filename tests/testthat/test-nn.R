@@ -104,3 +104,32 @@ test_that("nn_sequential chains modules, R ones included", {
   expect_equal(arr(seq_net(x)), arr(seq_net[[3]](seq_net[[2]](seq_net[[1]](x)))))
   expect_error(nn_sequential(1), "nn_module")
 })
+
+test_that("gradient clipping, nn_upsample, nn_softmax2d and padding = \"same\"", {
+  m <- nn_linear(2, 1, bias = FALSE)
+  with_no_grad(m$weight$fill_(0))
+  m(torch_tensor(rbind(c(3, 4))))$sum()$backward()
+  # The gradient (3, 4) has norm 5: clipped to norm 1 it is (0.6, 0.8).
+  expect_equal(nn_utils_clip_grad_norm_(m$parameters, max_norm = 1)$item(), 5)
+  expect_equal(as_array(m$weight$grad), matrix(c(0.6, 0.8), 1), tolerance = 1e-6)
+  nn_utils_clip_grad_value_(m$parameters, clip_value = 0.7)
+  expect_equal(as_array(m$weight$grad), matrix(c(0.6, 0.7), 1), tolerance = 1e-6)
+  up <- nn_upsample(scale_factor = 2, mode = "nearest")(torch_tensor(array(c(1, 2, 3, 4), c(1, 1, 2, 2))))
+  expect_equal(as_array(up)[1, 1, , ], matrix(c(1, 1, 2, 2, 1, 1, 2, 2, 3, 3, 4, 4, 3, 3, 4, 4), 4))
+  expect_equal(as_array(nn_softmax2d()(torch_zeros(1, 2, 1, 1)))[1, , 1, 1], c(0.5, 0.5))
+  expect_equal(dim(nn_conv1d(1, 1, 3, padding = "same")(torch_ones(1, 1, 5))), c(1L, 1L, 5L))
+})
+
+test_that("model[i] of an nn_sequential is a smaller nn_sequential sharing the modules", {
+  q <- nn_sequential(nn_linear(2, 3), nn_relu(), nn_linear(3, 1))
+  head2 <- q[1:2]
+  expect_s3_class(head2, "nn_sequential")
+  expect_length(head2, 2)
+  x <- torch_randn(4, 2)
+  expect_equal(as_array(head2(x)), as_array(q[[2]](q[[1]](x))))
+  # As for R lists, a negative position leaves that module out.
+  expect_s3_class(q[-1][[1]], "nn_relu")
+  expect_equal(as_array(q[-1][[2]]$weight), as_array(q[[3]]$weight))
+  expect_equal(as_array(q(x)), as_array(q[[3]](head2(x))))
+  expect_error(q[5], class = "index_error")
+})

@@ -38,7 +38,8 @@ test_that("the table uses only known argument and result kinds", {
   tab <- surface_rows()
   kinds <- c("tensor", "scalar", "tensors", "tensors_splat", "dim", "dims", "index", "index1",
              "class_index", "index_list", "size", "int", "ints", "double", "doubles", "bool",
-             "string", "dtype", "device", "params", "optimizer", "module", "any")
+             "string", "dtype", "device", "params", "optimizer", "module", "any", "long",
+             "fn")
   args <- unlist(strsplit(tab$args, ";", fixed = TRUE))
   used <- unique(sub("=.*$", "", sub("^[^:]*:", "", args)))
   used <- sub("...", "", used, fixed = TRUE)

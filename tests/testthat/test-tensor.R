@@ -179,3 +179,76 @@ test_that("R scalars work on either side of operators; Math and Summary", {
   expect_equal(as_array(min(x)), 1)
   expect_equal(as.numeric(x), c(1, 2, 3))
 })
+
+# Everyday base R on tensors: each of these once answered silently wrongly or failed.
+test_that("round(x, digits) and log(x, base) use their second argument, as in R", {
+  x <- torch_tensor(c(1.2345, 2.5678), dtype = torch_float64())
+  expect_equal(as_array(round(x, 2)), c(1.23, 2.57))
+  expect_equal(as_array(round(x)), c(1, 3))
+  expect_equal(as_array(log(torch_tensor(c(8, 64)), 2)), c(3, 6), tolerance = 1e-6)
+  expect_equal(as_array(log(torch_tensor(100), base = 10)), 2, tolerance = 1e-6)
+  expect_equal(as_array(acos(torch_tensor(1))), 0)
+  expect_equal(as_array(trunc(torch_tensor(c(-1.5, 1.5)))), c(-1, 1))
+  expect_equal(as_array(cumprod(torch_tensor(c(1, 2, 3)))), c(1, 2, 6))
+  # Like R, cumsum() runs over the elements in column-major order.
+  expect_equal(as_array(cumsum(torch_tensor(matrix(1:4, 2)))), cumsum(matrix(1:4, 2)))
+})
+
+test_that("rev, is.na, mean, unique, as.vector, %in% and t() mean what they mean in R", {
+  expect_equal(as_array(rev(torch_tensor(1:3))), 3:1)
+  expect_equal(as_array(rev(torch_tensor(matrix(1:4, 2)))), rev(matrix(1:4, 2)))
+  expect_equal(as_array(is.na(torch_tensor(c(1, NaN)))), c(FALSE, TRUE))
+  expect_equal(as_array(mean(torch_tensor(c(1, 2, 3)))), 2)
+  expect_equal(as_array(unique(torch_tensor(c(3, 1, 3, 2)))), c(3, 1, 2))
+  expect_equal(as.vector(torch_tensor(matrix(1:4, 2))), 1:4)
+  expect_equal(torch_tensor(c(1, 2, 3)) %in% 2, c(FALSE, TRUE, FALSE))
+  expect_equal(dim(t(torch_tensor(matrix(1:6, 2)))), c(3L, 2L))
+  expect_error(t(torch_zeros(2, 2, 2)), class = "value_error")
+})
+
+test_that("operator errors are classed R conditions with 1-based dimensions", {
+  err <- tryCatch(torch_ones(2) + torch_ones(3), error = identity)
+  expect_s3_class(err, "runtime_error")
+  expect_s3_class(err, "tracebridge_error")
+  expect_match(conditionMessage(err), "non-singleton dimension 1")
+  expect_error(torch_ones(2, 3) * torch_ones(3, 2), class = "tracebridge_error")
+})
+
+test_that("copy_, to(other =), einsum and searchsorted accept mlverse's calls", {
+  y <- torch_zeros(3)
+  y$copy_(torch_tensor(c(1, 2, 4)))
+  expect_equal(as_array(y), c(1, 2, 4))
+  expect_true(y$to(other = torch_tensor(1L))$dtype == torch_long())
+  expect_equal(as_array(torch_einsum("i,i->", list(torch_tensor(c(1, 2)),
+                                                  torch_tensor(c(3, 4))))), 11)
+  expect_equal(as_array(torch_einsum("ij,jk->ik", list(torch_eye(2), torch_ones(2, 2)))),
+               matrix(1, 2, 2))
+  # 4 goes before the third element of c(1, 3, 5): position 3, 1-based.
+  expect_equal(as_array(torch_searchsorted(torch_tensor(c(1, 3, 5)), torch_tensor(4))), 3)
+})
+
+test_that("torch_tensor() errors are classed; x$is_cuda is a field as in mlverse", {
+  expect_error(torch_tensor(1:2, requires_grad = TRUE), class = "runtime_error")
+  expect_error(torch_tensor(torch_tensor(1:2), requires_grad = TRUE), class = "tracebridge_error")
+  expect_false(torch_zeros(1)$is_cuda)
+  expect_true("is_cuda" %in% .DollarNames(torch_zeros(1), ""))
+})
+
+test_that("sum/max/min(x, na.rm = TRUE) leave out NaN as R does; Summary errors are classed", {
+  x <- torch_tensor(c(1, NaN, 3))
+  expect_equal(as_array(sum(x, na.rm = TRUE)), 4)
+  expect_true(is.nan(as_array(sum(x))))
+  expect_equal(as_array(max(x, na.rm = TRUE)), 3)
+  expect_equal(as_array(min(x, na.rm = TRUE)), 1)
+  expect_error(max(torch_tensor(numeric(0))), class = "tracebridge_error")
+})
+
+test_that("torch_max(x, y) is elementwise; torch_where(cond, 1, 0) takes numbers", {
+  a <- torch_tensor(c(1, 5))
+  b <- torch_tensor(c(3, 2))
+  expect_equal(as_array(torch_max(a, b)), c(3, 5))
+  expect_equal(as_array(torch_min(a, b)), c(1, 2))
+  expect_equal(as_array(a$max(b)), c(3, 5))
+  expect_equal(as_array(torch_max(a, dim = 1)[[2]]), 2)
+  expect_equal(as_array(torch_where(torch_tensor(c(TRUE, FALSE)), 1, 0)), c(1, 0))
+})

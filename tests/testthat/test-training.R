@@ -87,7 +87,7 @@ test_that("datasets and data loaders batch, shuffle and collate", {
   expect_null(dataloader_next(it))
   expect_equal(dataloader_next(it, completed = "done"), "done")
   expect_equal(length(dataloader(ds, batch_size = 4, drop_last = TRUE)), 2L)
-  set.seed(1)
+  torch_manual_seed(1)
   sh <- dataloader(ds, batch_size = 10, shuffle = TRUE)
   ys <- as_array(dataloader_next(dataloader_make_iter(sh))$y)
   expect_setequal(ys, 1:10)
@@ -137,4 +137,234 @@ test_that("devices: device arguments, torch_device(), cuda_is_available()", {
   expect_type(cuda_is_available(), "logical")
   expect_s3_class(x$to(device = "cpu"), "torch_tensor")
   if (!cuda_is_available()) expect_error(x$cuda(), class = "tracebridge_error")
+})
+
+# ---- mlverse exports added last: embedding bags, CTC, L-BFGS, three schedulers ----------
+
+test_that("nn_embedding_bag: 1-based indices and padding_idx, 0-based offsets (as mlverse)", {
+  torch_manual_seed(1)
+  e <- nn_embedding_bag(10, 3, mode = "sum")
+  w <- as_array(e$weight)
+  input <- torch_tensor(c(1, 2, 4, 5, 4, 3, 2, 9), dtype = torch_long())
+  out <- as_array(e(input, torch_tensor(c(0, 4), dtype = torch_long())))
+  expect_equal(out[1, ], colSums(w[c(1, 2, 4, 5), ]), tolerance = 1e-6)
+  expect_equal(out[2, ], colSums(w[c(4, 3, 2, 9), ]), tolerance = 1e-6)
+  # Offsets as an R vector; bags of a 2-d input; the mean mode (the default).
+  expect_equal(as_array(e(c(1, 2, 4, 5, 4, 3, 2, 9), offsets = c(0, 4))), out, tolerance = 1e-6)
+  m <- nn_embedding_bag(10, 3)
+  wm <- as_array(m$weight)
+  o2 <- as_array(m(torch_tensor(rbind(c(1, 2, 4, 5), c(4, 3, 2, 9)), dtype = torch_long())))
+  expect_equal(o2[2, ], colMeans(wm[c(4, 3, 2, 9), ]), tolerance = 1e-6)
+  p <- nn_embedding_bag(10, 3, mode = "sum", padding_idx = 1)
+  expect_equal(as_array(p$weight[1, ]), c(0, 0, 0))
+  wp <- as_array(p$weight)
+  op <- as_array(p(torch_tensor(rbind(c(1, 3, 1, 6)), dtype = torch_long())))
+  expect_equal(op[1, ], colSums(wp[c(3, 6), ]), tolerance = 1e-6)
+  f <- nnf_embedding_bag(input, e$weight, offsets = c(0, 4), mode = "max")
+  expect_equal(as_array(f)[1, ], apply(w[c(1, 2, 4, 5), ], 2, max), tolerance = 1e-6)
+  expect_error(e(c(0, 1), offsets = 0), class = "index_error")
+})
+
+test_that("nn_ctc_loss / nnf_ctc_loss: blank = 0 is the first class, labels as mlverse", {
+  # Two classes (blank = 0, label 1), uniform probabilities. One step, target "1": one
+  # alignment, loss log(2). Two steps: alignments 11, 01, 10 of probability 1/4 each.
+  lp1 <- torch_log(torch_full(c(1, 1, 2), 0.5))
+  expect_equal(nnf_ctc_loss(lp1, torch_tensor(matrix(1L)), 1, 1)$item(), log(2),
+               tolerance = 1e-6)
+  lp2 <- torch_log(torch_full(c(2, 1, 2), 0.5))
+  expect_equal(nnf_ctc_loss(lp2, 1, 2, 1, reduction = "sum")$item(), -log(3 / 4),
+               tolerance = 1e-6)
+  # The same with the blank moved to the last class (index 1 here) and label 0.
+  expect_equal(nn_ctc_loss(blank = 1)(lp2, torch_tensor(matrix(0L)), torch_tensor(2L),
+                                      torch_tensor(1L))$item(), -log(3 / 4), tolerance = 1e-6)
+  expect_error(nnf_ctc_loss(lp2, torch_tensor(matrix(1)), 2, 1), class = "type_error")
+})
+
+test_that("optim_lbfgs steps with a closure and returns the loss; errors in it stay R's", {
+  x <- torch_tensor(c(1, 2, 3, 4))$unsqueeze(2)
+  y <- 2 * x + 1
+  torch_manual_seed(3)
+  fit <- nn_linear(1, 1)
+  opt <- optim_lbfgs(fit$parameters, line_search_fn = "strong_wolfe")
+  closure <- function() {
+    opt$zero_grad()
+    loss <- nnf_mse_loss(fit(x), y)
+    loss$backward()
+    loss
+  }
+  first <- opt$step(closure)
+  expect_s3_class(first, "torch_tensor")
+  for (i in 1:4) opt$step(closure)
+  expect_equal(as_array(fit$weight)[1, 1], 2, tolerance = 1e-4)
+  expect_equal(as_array(fit$bias), 1, tolerance = 1e-4)
+  expect_error(opt$step(function() stop("my closure failed")), "my closure failed")
+  expect_error(opt$step(function() 1), class = "type_error")
+  expect_null(optim_sgd(fit$parameters, lr = 0.1)$step())
+})
+
+test_that("lr_lambda, lr_multiplicative and lr_reduce_on_plateau follow their definitions", {
+  opt <- optim_sgd(nn_linear(1, 1)$parameters, lr = 1)
+  sched <- lr_lambda(opt, lr_lambda = function(epoch) 0.5^epoch)
+  lrs <- opt$param_groups[[1]]$lr
+  for (i in 1:3) {
+    opt$step()
+    sched$step()
+    lrs <- c(lrs, opt$param_groups[[1]]$lr)
+  }
+  expect_equal(lrs, c(1, 0.5, 0.25, 0.125))
+  expect_equal(sched$get_last_lr(), 0.125)
+  opt <- optim_sgd(nn_linear(1, 1)$parameters, lr = 1)
+  mult <- lr_multiplicative(opt, lr_lambda = list(function(epoch) 0.9))
+  for (i in 1:2) {
+    opt$step()
+    mult$step()
+  }
+  expect_equal(opt$param_groups[[1]]$lr, 0.81)
+  # Patience 1: the second epoch in a row without improvement halves the rate.
+  opt <- optim_sgd(nn_linear(1, 1)$parameters, lr = 1)
+  plateau <- lr_reduce_on_plateau(opt, factor = 0.5, patience = 1)
+  lrs <- numeric()
+  for (v in c(1, 2, 2, 2, 2, 0.5)) {
+    plateau$step(torch_tensor(v))
+    lrs <- c(lrs, opt$param_groups[[1]]$lr)
+  }
+  expect_equal(lrs, c(1, 1, 0.5, 0.5, 0.25, 0.25))
+  mx <- lr_reduce_on_plateau(opt, mode = "max", factor = 0.1, patience = 0)
+  mx$step(1)
+  mx$step(0.5)
+  expect_equal(opt$param_groups[[1]]$lr, 0.025)
+  expect_error(plateau$step("high"), class = "type_error")
+  expect_error(lr_lambda(opt, function(epoch) "a"), class = "type_error")
+  expect_error(lr_lambda(opt, 0.5), class = "type_error")
+})
+
+test_that("training resumes exactly from torch_save()d model, optimizer and scheduler state", {
+  torch_manual_seed(7)
+  X <- torch_randn(16, 3)
+  Y <- X$matmul(torch_tensor(c(1, -2, 0.5)))$unsqueeze(2)
+  init <- nn_linear(3, 1)$state_dict()
+  setup <- function(make_opt) {
+    model <- nn_linear(3, 1)
+    model$load_state_dict(init)
+    opt <- make_opt(model$parameters)
+    list(model = model, opt = opt, sched = lr_step(opt, step_size = 2, gamma = 0.5))
+  }
+  train <- function(s, n) {
+    for (i in seq_len(n)) {
+      s$opt$zero_grad()
+      loss <- nnf_mse_loss(s$model(X), Y)
+      loss$backward()
+      s$opt$step()
+      s$sched$step()
+    }
+    s
+  }
+  makers <- list(adam = function(p) optim_adam(p, lr = 0.05),
+                 sgd = function(p) optim_sgd(p, lr = 0.03, momentum = 0.9),
+                 rmsprop = function(p) optim_rmsprop(p, lr = 0.01, centered = TRUE),
+                 adagrad = function(p) optim_adagrad(p, lr = 0.3))
+  for (nm in names(makers)) {
+    straight <- train(setup(makers[[nm]]), 6)
+    first <- train(setup(makers[[nm]]), 3)
+    path <- tempfile(fileext = ".pt")
+    torch_save(list(model = first$model$state_dict(), opt = first$opt$state_dict(),
+                    sched = first$sched$state_dict()), path)
+    train(first, 2)  # steps after saving change neither the file nor the saved state
+    state <- torch_load(path)
+    resumed <- setup(makers[[nm]])
+    resumed$model$load_state_dict(state$model)
+    resumed$opt$load_state_dict(state$opt)
+    resumed$sched$load_state_dict(state$sched)
+    resumed <- train(resumed, 3)
+    expect_identical(as_array(resumed$model$weight), as_array(straight$model$weight),
+                     label = nm)
+    expect_identical(as_array(resumed$model$bias), as_array(straight$model$bias), label = nm)
+    expect_identical(resumed$opt$param_groups[[1]]$lr, straight$opt$param_groups[[1]]$lr)
+    expect_identical(resumed$sched$last_epoch, 6L)
+  }
+  sd <- optim_adam(nn_linear(2, 1)$parameters)$state_dict()
+  expect_equal(sd$param_groups[[1]]$params, 1:2)
+  expect_equal(length(sd$state), 0L)
+  opt <- optim_adam(nn_linear(2, 1)$parameters)
+  expect_error(opt$load_state_dict(list(1)), class = "value_error")
+  plateau <- lr_reduce_on_plateau(optim_sgd(nn_linear(1, 1)$parameters, lr = 1))
+  path <- tempfile(fileext = ".pt")
+  torch_save(plateau$state_dict(), path)
+  expect_identical(torch_load(path)$best, Inf)
+})
+
+test_that("zero_grad() sets gradients to zero in place, as mlverse does", {
+  m <- nn_linear(2, 1)
+  opt <- optim_sgd(m$parameters, lr = 0.1)
+  m(torch_ones(1, 2))$sum()$backward()
+  opt$zero_grad()
+  expect_equal(as_array(m$weight$grad), matrix(0, 1, 2))
+  m(torch_ones(1, 2))$sum()$backward()
+  m$zero_grad()
+  expect_equal(as_array(m$bias$grad), 0)
+  opt$zero_grad(set_to_none = TRUE)
+  expect_null(m$bias$grad)
+})
+
+test_that("torch_save keeps requires_grad and doubles to the last bit", {
+  path <- tempfile(fileext = ".pt")
+  vals <- c(0.1 * 0.1, 1 / 3, -Inf, NaN, 1e-300)
+  torch_save(list(w = torch_tensor(c(1, 2), requires_grad = TRUE), v = vals,
+                  m = matrix(c(0.1, 0.2, 0.3, 2 / 3), 2)), path)
+  back <- torch_load(path)
+  expect_true(back$w$requires_grad)
+  expect_identical(back$v, vals)
+  expect_identical(back$m, matrix(c(0.1, 0.2, 0.3, 2 / 3), 2))
+})
+
+test_that("a shuffled data loader follows torch_manual_seed(), as in mlverse", {
+  ds <- tensor_dataset(torch_tensor(1:20))
+  pass <- function() {
+    torch_manual_seed(11)
+    as_array(dataloader_next(dataloader_make_iter(dataloader(ds, batch_size = 20,
+                                                            shuffle = TRUE)))[[1]])
+  }
+  first <- pass()
+  expect_identical(pass(), first)
+  expect_setequal(first, 1:20)
+  torch_manual_seed(11)
+  expect_equal(as_array(torch_randperm(20)) + 1L, first)
+})
+
+test_that("an optimizer given a module instead of its parameters says so", {
+  expect_error(optim_sgd(nn_linear(1, 1), lr = 0.1), "model\\$parameters")
+  expect_error(optim_adam(nn_linear(1, 1)), class = "type_error")
+})
+
+test_that("dataloader() takes mlverse's arguments: num_workers etc. run in-process", {
+  ds <- tensor_dataset(torch_tensor(1:6))
+  dl <- dataloader(ds, batch_size = 4, num_workers = 2, pin_memory = TRUE,
+                   worker_init_fn = function(id) NULL, drop_last = TRUE)
+  expect_equal(length(dl), 1L)
+  expect_equal(as_array(dataloader_next(dataloader_make_iter(dl))[[1]]), 1:4)
+  expect_error(dataloader(ds, sampler = 1:6), class = "not_implemented_error")
+})
+
+test_that("x$register_hook() sees and can replace the gradient; its R errors stay R's", {
+  x <- torch_tensor(c(1, 2), requires_grad = TRUE)
+  seen <- NULL
+  x$register_hook(function(g) {
+    seen <<- as_array(g)
+    g * 10
+  })
+  (x * 3)$sum()$backward()
+  expect_equal(seen, c(3, 3))
+  expect_equal(as_array(x$grad), c(30, 30))
+  y <- torch_tensor(1, requires_grad = TRUE)
+  y$register_hook(function(g) stop("hook failed"))
+  expect_error((y * 2)$backward(), "hook failed")
+  z <- torch_tensor(1, requires_grad = TRUE)
+  z$register_hook(function(g) "no")
+  expect_error((z * 2)$backward(), class = "type_error")
+})
+
+test_that("a scheduler refuses a state that is not one", {
+  sched <- lr_step(optim_sgd(nn_linear(1, 1)$parameters, lr = 1), step_size = 1)
+  expect_error(sched$load_state_dict(list(1, 2)), class = "type_error")
+  expect_output(print(sched), "<lr_step> last_epoch: 0")
 })
