@@ -223,6 +223,9 @@ rethrow_python <- function(e, one_based = FALSE) {
   pending <- .tb$pending_r_error
   if (!is.null(pending)) {
     .tb$pending_r_error <- NULL
+    # The Python error that the R error caused is answered by it: forget it, or the next
+    # unrelated Python error would be reported with its message.
+    tryCatch(py_rb()$take_last_error(), error = function(e2) NULL)
     stop(pending)
   }
   if (inherits(e, "tracebridge_error")) stop(e)
@@ -277,7 +280,9 @@ one_based_patterns <- list(
   list("index (-?\\d+) is out of bounds for dimension (\\d+)", 1:2),
   list("[Tt]arget (-?\\d+) is out of bounds", 1),
   list("except in dimension (\\d+)", 1),
-  list("at non-singleton dimension (\\d+)", 1)
+  list("at non-singleton dimension (\\d+)", 1),
+  list("for tensor number (\\d+) in the list", 1),
+  list("^start \\((-?\\d+)\\) \\+ length", 1)
 )
 
 one_based_message <- function(msg) {
@@ -293,7 +298,6 @@ one_based_message <- function(msg) {
       msg <- paste0(substr(msg, 1L, starts[[k]] - 1L), new,
                     substr(msg, starts[[k]] + lens[[k]], nchar(msg)))
     }
-    return(msg)
   }
   msg
 }

@@ -35,3 +35,23 @@ test_that("a traced function takes named inputs in any order", {
   expect_equal(as_array(tr(torch_zeros(2), y = torch_ones(2))), c(2, 2))
   expect_error(tr(z = torch_ones(2), x = torch_ones(2)), class = "value_error")
 })
+
+test_that("an R error inside a trace leaves no Python error behind for the next call", {
+  skip_if_no_torch()
+  err <- tryCatch(jit_trace(function(x) stop("boom in R"), torch_ones(2)), error = identity)
+  expect_equal(conditionMessage(err), "boom in R")
+  later <- tryCatch(torch_tensor(1:2, requires_grad = TRUE), error = identity)
+  expect_match(conditionMessage(later), "only Tensors of floating point dtype")
+  expect_no_match(conditionMessage(later), "boom")
+})
+
+test_that("torch_cat and narrow errors give 1-based positions", {
+  skip_if_no_torch()
+  err <- tryCatch(torch_cat(list(torch_ones(2, 2), torch_ones(3, 3)), dim = 1),
+                  error = identity)
+  expect_match(conditionMessage(err), "except in dimension 1", fixed = TRUE)
+  expect_match(conditionMessage(err), "for tensor number 2 in the list", fixed = TRUE)
+  err <- tryCatch(torch_ones(4)$narrow(1, 3, 3), error = identity)
+  expect_match(conditionMessage(err), "start (3) + length (3)", fixed = TRUE)
+  expect_s3_class(err, "tracebridge_error")
+})
