@@ -612,23 +612,52 @@ check_subgraphs <- function(doc, file) {
     }
     edges[[m]] <- out
   }
-  # Depth-first, with the graphs on the current path marked 1 and finished ones 2.
-  state <- list()
-  visit <- function(m) {
-    state[[m]] <<- 1L
-    for (child in edges[[m]]) {
-      if (identical(state[[child]], 1L)) {
-        tryCatch(check_fault("graphs", sprintf(
-          "graph '%s' reaches itself through prim.autograd_function nodes (from '%s')",
-          child, m)), tracebridge_check_fault = function(fault) {
-            inspect_abort(check_message(file, m, NULL, NULL, fault))
-          })
-      }
-      if (is.null(state[[child]])) visit(child)
-    }
-    state[[m]] <<- 2L
+  # Depth-first with an explicit stack (a crafted chain of graphs must not exhaust R's):
+  # graphs on the current path are marked 1, finished ones 2 with their height, the levels
+  # of graphs below and including them, which may not pass the depth limit.
+  limit <- tb_tables()[["ops"]][["limits"]][["depth"]]
+  state <- new.env(hash = TRUE)
+  height <- new.env(hash = TRUE)
+  fault_at <- function(m, rule, message) {
+    tryCatch(check_fault(rule, message), tracebridge_check_fault = function(fault) {
+      inspect_abort(check_message(file, m, NULL, NULL, fault))
+    })
   }
-  for (m in names(methods)) if (is.null(state[[m]])) visit(m)
+  for (root in names(methods)) {
+    if (!is.null(state[[root]])) next
+    path <- root
+    next_child <- 1L
+    state[[root]] <- 1L
+    while (length(path)) {
+      m <- path[[length(path)]]
+      k <- next_child[[length(next_child)]]
+      children <- edges[[m]]
+      if (k > length(children)) {
+        state[[m]] <- 2L
+        below <- vapply(children, function(c) height[[c]], numeric(1))
+        height[[m]] <- 1 + if (length(below)) max(below) else 0
+        if (height[[m]] > limit) {
+          fault_at(m, "resource limits", sprintf(
+            "graphs nest more than %d levels through prim.autograd_function nodes", limit))
+        }
+        path <- path[-length(path)]
+        next_child <- next_child[-length(next_child)]
+        next
+      }
+      next_child[[length(next_child)]] <- k + 1L
+      child <- children[[k]]
+      if (identical(state[[child]], 1L)) {
+        fault_at(m, "graphs", sprintf(
+          "graph '%s' reaches itself through prim.autograd_function nodes (from '%s')",
+          child, m))
+      }
+      if (is.null(state[[child]])) {
+        state[[child]] <- 1L
+        path <- c(path, child)
+        next_child <- c(next_child, 1L)
+      }
+    }
+  }
   invisible()
 }
 

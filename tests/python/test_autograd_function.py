@@ -467,6 +467,36 @@ def _node(doc):
     )
 
 
+def chain(doc: dict, levels: int) -> None:
+    """Make the custom function's forward graph call itself through ``levels`` copies, each
+    a custom function node whose forward is the next copy (the last one rounds)."""
+    node = _node(doc)
+    fwd, bwd = node["kwargs"]["forward"], node["kwargs"]["backward"]
+    base = doc["methods"][fwd]
+    below = fwd
+    for level in range(levels):
+        graph = copy.deepcopy(base)
+        graph["nodes"] = [
+            {
+                "op": "prim.autograd_function",
+                "args": [[{"ref": base["inputs"][0]["id"]}]],
+                "kwargs": {"forward": below, "backward": bwd, "saved": 0, "function": "m.F"},
+                "outputs": copy.deepcopy(base["nodes"][-1]["outputs"]),
+                "out_spec": {"t": "leaf"},
+                "loc": "m.py:1",
+            }
+        ]
+        below = f"autograd_chain_{level}"
+        doc["methods"][below] = graph
+    node["kwargs"]["forward"] = below
+
+
+def test_custom_functions_nest_up_to_the_depth_limit(artifact):
+    doc = copy.deepcopy(artifact["doc"])
+    chain(doc, 8)
+    check_program(doc, "chain.tb")
+
+
 def crafted(doc: dict) -> dict[str, dict]:
     """Mutations of a file with a custom function node, each refused by both checkers."""
     names = list(doc["methods"])
@@ -493,6 +523,7 @@ def crafted(doc: dict) -> dict[str, dict]:
             }
         )
 
+    mutate("ag_deep_chain", lambda d: chain(d, 70))
     mutate("ag_missing_graph", lambda d: d["methods"].pop(bwd))
     mutate("ag_wrong_name", lambda d: _node(d)["kwargs"].update(forward="nothere"))
     mutate("ag_wrong_arity", lambda d: _node(d)["kwargs"].update(saved=2))
@@ -515,6 +546,7 @@ def test_checker_refuses_crafted_custom_function_files(artifact):
         "ag_wrong_arity": "has 1 outputs, not 3",
         "ag_inputs_arity": "has 1 inputs, not 2",
         "ag_self_reference": "reaches itself",
+        "ag_deep_chain": "graphs nest more than 64 levels",
         "ag_reads_state": "reads state",
         "ag_not_a_list": "must be tensors",
         "ag_no_saved": "needs a count of 'saved' values",

@@ -51,7 +51,7 @@ _R_EVAL = """
   value <- eval(parse(text = code), envir = globalenv())
   # only plain R data goes back to rpy2: nothing that holds a Python object
   plain <- !is.environment(value) && !inherits(value, "python.builtin.object") &&
-    !(is.list(value) && any(vapply(value, is.environment, logical(1))))
+    !(is.list(value) && any(vapply(unclass(value), is.environment, logical(1))))
   .tb_value <<- if (plain) value else NULL
   rm(value)
   invisible(gc(verbose = FALSE))

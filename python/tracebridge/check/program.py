@@ -548,8 +548,10 @@ def _check_subgraphs(doc: dict) -> None:
                 edges[method] += _autograd_arities(methods, node)
             except _Fault as fault:
                 raise _Located(_message("", method, index, node["op"], fault)) from None
-    # A graph that reaches itself would call itself without end: refuse any cycle.
+    # A graph that reaches itself would call itself without end: refuse any cycle. Graphs
+    # nest at most LIMITS["depth"] levels (each level is a frame of the runtime's stack).
     state: dict[str, int] = {}  # 1: on the current path, 2: done
+    height: dict[str, int] = {}  # levels of graphs below and including a done graph
     for root in methods:
         if root in state:
             continue
@@ -560,6 +562,14 @@ def _check_subgraphs(doc: dict) -> None:
             child = next(children, None)
             if child is None:
                 state[method] = 2
+                height[method] = 1 + max((height[c] for c in edges[method]), default=0)
+                if height[method] > LIMITS["depth"]:
+                    fault = _Fault(
+                        "resource limits",
+                        f"graphs nest more than {LIMITS['depth']} levels through "
+                        "prim.autograd_function nodes",
+                    )
+                    raise _Located(_message("", method, None, None, fault))
                 stack.pop()
             elif state.get(child) == 1:
                 fault = _Fault(
