@@ -8,7 +8,6 @@ import copy
 import json
 import os
 import shutil
-import subprocess
 import zipfile
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from tracebridge.artifact import read_json
 from tracebridge.check.program import check_program
 from tracebridge.errors import GuardError, UnsupportedOpError
 
-from .test_check_program import R_RUNNER, ROOT, python_verdict, write
+from .test_check_program import python_verdict, r_verdicts, write
 
 HERE = os.path.basename(__file__)
 
@@ -567,19 +566,7 @@ def test_checker_refuses_crafted_custom_function_files(artifact):
 def test_r_checker_agrees_on_custom_function_files(artifact, tmp_path):
     cases = {"ag_good": artifact["doc"], **crafted(artifact["doc"])}
     paths = [write(tmp_path / f"{n}.tb", d, artifact["tensors"]) for n, d in cases.items()]
-    listing = tmp_path / "files.txt"
-    listing.write_text("\n".join(str(p) for p in paths))
-    script = tmp_path / "run.R"
-    script.write_text(R_RUNNER)
-    done = subprocess.run(
-        ["Rscript", str(script), str(ROOT), str(listing)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "TRACEBRIDGE_SHARED_IR": str(ROOT / "shared_ir")},
-    )
-    assert done.returncode == 0, done.stderr
-    r_verdict = dict(line.split("\t", 1) for line in done.stdout.splitlines())
+    r_verdict = r_verdicts(paths, tmp_path)
     for path in paths:
         want = "accept" if path.stem == "ag_good" else "refuse"
         assert python_verdict(path) == want, path.stem

@@ -579,6 +579,23 @@ def corpus(base: dict) -> dict[str, object]:
     return cases
 
 
+def r_verdicts(paths: list[Path], workdir: Path) -> dict[str, str]:
+    """R's checker on each file, in one Rscript: file name -> "accept" or "refuse <why>"."""
+    listing = workdir / "files.txt"
+    listing.write_text("\n".join(str(p) for p in paths))
+    script = workdir / "run.R"
+    script.write_text(R_RUNNER)
+    done = subprocess.run(
+        ["Rscript", str(script), str(ROOT), str(listing)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "TRACEBRIDGE_SHARED_IR": str(ROOT / "shared_ir")},
+    )
+    assert done.returncode == 0, done.stderr
+    return dict(line.split("\t", 1) for line in done.stdout.splitlines())
+
+
 def python_verdict(path: Path) -> str:
     try:
         read_json(path)
@@ -595,19 +612,7 @@ def test_r_and_python_checkers_agree(base, tmp_path):
     for index, doc in enumerate(json_mutations(base["doc"], 40, seed=11)):
         cases[f"fuzz{index:02d}"] = doc
     paths = [write(tmp_path / f"{name}.tb", doc, base["tensors"]) for name, doc in cases.items()]
-    listing = tmp_path / "files.txt"
-    listing.write_text("\n".join(str(p) for p in paths))
-    script = tmp_path / "run.R"
-    script.write_text(R_RUNNER)
-    done = subprocess.run(
-        ["Rscript", str(script), str(ROOT), str(listing)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "TRACEBRIDGE_SHARED_IR": str(ROOT / "shared_ir")},
-    )
-    assert done.returncode == 0, done.stderr
-    r_verdict = dict(line.split("\t", 1) for line in done.stdout.splitlines())
+    r_verdict = r_verdicts(paths, tmp_path)
     disagree = []
     for path in paths:
         py = python_verdict(path)
