@@ -222,11 +222,8 @@ closure_py <- function(closure) {
   reticulate::r_to_py(function() {
     loss <- withCallingHandlers(closure(), error = function(e) .tb$pending_r_error <- e)
     if (!inherits(loss, "torch_tensor")) {
-      e <- structure(class = c("type_error", "tracebridge_error", "error", "condition"),
-        list(message = sprintf("step(): the closure must return the loss tensor, not %s.",
-                               describe_value(loss)), call = NULL))
-      .tb$pending_r_error <- e
-      stop(e)
+      callback_abort(sprintf("step(): the closure must return the loss tensor, not %s.",
+                             describe_value(loss)), "type_error")
     }
     tensor_py(loss)
   }, convert = FALSE)

@@ -310,6 +310,15 @@ tracebridge_abort <- function(message, class = NULL) {
   stop(cond)
 }
 
+# An error of an R callback that Python called: kept for the caller, which re-raises it as
+# it is (see rethrow_python()), and signalled.
+callback_abort <- function(message, class) {
+  e <- structure(class = c(class, "tracebridge_error", "error", "condition"),
+                 list(message = message, call = NULL))
+  .tb$pending_r_error <- e
+  stop(e)
+}
+
 # Wrap an R function so Python can call it: arguments arrive unconverted, the R error
 # (if any) is kept so that the caller can re-raise it as it was.
 r_callback <- function(fn, what) {

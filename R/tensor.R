@@ -479,11 +479,8 @@ register_hook <- function(py, hook) {
     out <- withCallingHandlers(hook(wrap_tensor(g)), error = function(e) .tb$pending_r_error <- e)
     if (is.null(out)) return(reticulate::py_none())
     if (!inherits(out, "torch_tensor")) {
-      e <- structure(class = c("type_error", "tracebridge_error", "error", "condition"),
-        list(message = sprintf("register_hook(): the hook returned %s; return a tensor or NULL.",
-                               describe_value(out)), call = NULL))
-      .tb$pending_r_error <- e
-      stop(e)
+      callback_abort(sprintf("register_hook(): the hook returned %s; return a tensor or NULL.",
+                             describe_value(out)), "type_error")
     }
     tensor_py(out)
   }, convert = FALSE)
