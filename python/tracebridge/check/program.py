@@ -254,16 +254,21 @@ def check_json_containers(raw: bytes, name: str = "") -> None:
 
 
 def _check_depth(doc: Any) -> None:
+    """No value of the document is deeper than ``LIMITS["depth"]`` (the document itself is
+    level 1). Walked level by level, holding only the containers of the next level: most
+    values are numbers and strings, and this walk runs on every load."""
     limit = LIMITS["depth"]
-    stack = [(doc, 1)]
-    while stack:
-        obj, depth = stack.pop()
-        if depth > limit:
+    level, depth = ([doc] if type(doc) is dict or type(doc) is list else []), 1
+    while level:
+        below, any_value = [], False
+        for obj in level:
+            values = obj.values() if type(obj) is dict else obj
+            if values:
+                any_value = True
+                below += [v for v in values if type(v) is dict or type(v) is list]
+        if any_value and depth + 1 > limit:
             _fail("resource limits", f"JSON nested more than {limit} levels deep")
-        if isinstance(obj, dict):
-            stack.extend((v, depth + 1) for v in obj.values())
-        elif isinstance(obj, list):
-            stack.extend((v, depth + 1) for v in obj)
+        level, depth = below, depth + 1
 
 
 def _check_header(doc: Any) -> None:
