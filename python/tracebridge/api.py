@@ -674,8 +674,10 @@ def load(
     The state tensors are views of the memory-mapped file (nothing is copied). ``weights``
     binds the state by name from safetensors checkpoints instead (a file, a list of files,
     or a sharded ``model.safetensors.index.json``): needed for a program traced on the meta
-    device. ``verify`` checks the weights' SHA-256: ``None`` (default) does so when they
-    are at most 64 MiB, ``True`` always, ``False`` never.
+    device. A tied tensor (an output layer sharing the embedding's matrix) binds under any
+    of its names in the traced module's ``state_dict()``. ``verify`` checks the weights'
+    SHA-256: ``None`` (default) does so when they are at most 64 MiB, ``True`` always,
+    ``False`` never.
 
     >>> import torch, tracebridge, tempfile, os
     >>> f = tracebridge.trace(torch.relu, torch.rand(3))
