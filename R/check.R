@@ -811,7 +811,10 @@ check_node <- function(doc, node, kinds, opset) {
     }
   }
   if (identical(op, "prim.autograd_function")) check_autograd_node(node, kinds)
-  if ("scalar" %in% flags) check_scalar_range(op, node[["args"]])
+  if ("scalar" %in% flags) {
+    check_scalar_range(op, node[["args"]])
+    fold_scalar(op, node, kinds)
+  }
   check_leaf_count(node[["out_spec"]], length(node[["outputs"]]), "outputs", "out_spec")
   for (v in node[["outputs"]]) define_value(v, kinds)
 }
@@ -1037,13 +1040,17 @@ range_length <- function(node) {
 
 literal_numel <- function(lit) {
   limit <- tb_tables()[["ops"]][["limits"]][["literal_numel"]]
+  if (inherits(lit, "tb_const")) return(max(unclass(lit), 1))
   if (is.logical(lit)) return(1)
   if (is_int_lit(lit)) return(max(int_value(lit), 1))
   if (is_obj(lit) && identical(names(lit), "tuple")) lit <- lit[[1]]
   if (is_arr(lit)) {
     total <- 1
     for (x in lit) {
-      if (is_int_lit(x) && int_value(x) > 0) {
+      if (inherits(x, "tb_const") && unclass(x) > 0) {
+        total <- total * unclass(x)
+        if (total > limit) return(total)
+      } else if (is_int_lit(x) && int_value(x) > 0) {
         total <- total * int_value(x)
         if (total > limit) return(total)
       }
@@ -1056,6 +1063,8 @@ literal_numel <- function(lit) {
 check_sizes <- function(op, info, node, kinds) {
   ops <- tb_tables()[["ops"]]
   size_args <- unlist(ops[["size_arguments"]])
+  node[["args"]] <- lapply(node[["args"]], fold_size, kinds = kinds)
+  node[["kwargs"]] <- lapply(node[["kwargs"]], fold_size, kinds = kinds)
   sized <- node[["kwargs"]][names(node[["kwargs"]]) %in% size_args]
   for (i in seq_along(node[["args"]])) {
     if (i <= length(info[["arg_names"]]) && any(unlist(info[["arg_names"]][[i]]) %in% size_args)) {
@@ -1093,6 +1102,57 @@ check_sizes <- function(op, info, node, kinds) {
         "of %s"), format(total, scientific = FALSE), format(graph_limit, scientific = FALSE)))
     }
   }
+}
+
+# The integer a scalar op computes from integer literals (or values folded before) is kept
+# beside the graph's value kinds (as ".const.<id>"): a size written as
+# scalar.mul(2^20, 2^20) is as much a literal as 2^40 (check_sizes).
+fold_scalar <- function(op, node, kinds) {
+  small <- function(b) b >= 0 && b <= 64
+  f <- switch(op,
+    "scalar.add" = function(a, b) a + b,
+    "scalar.sub" = function(a, b) a - b,
+    "scalar.mul" = function(a, b) a * b,
+    "scalar.floordiv" = function(a, b) if (b == 0) NULL else floor(a / b),
+    "scalar.pow" = function(a, b) if (small(b)) a^b else NULL,
+    "scalar.lshift" = function(a, b) if (small(b)) a * 2^b else NULL,
+    "scalar.neg" = function(a) -a,
+    "scalar.abs" = function(a) abs(a),
+    NULL)
+  if (is.null(f) || length(node[["outputs"]]) != 1L) return(invisible())
+  args <- lapply(node[["args"]], constant_of, kinds = kinds)
+  if (any(vapply(args, is.null, logical(1)))) return(invisible())
+  value <- tryCatch(do.call(f, args), error = function(e) NULL)
+  if (is.null(value) || !is.finite(value)) return(invisible())
+  if (abs(value) <= tb_tables()[["ops"]][["limits"]][["int_max"]]) {
+    assign(paste0(".const.", id_key(node[["outputs"]][[1]][["id"]])), value, envir = kinds)
+  }
+}
+
+# An integer literal's value, or a folded value's for a reference to one; NULL otherwise.
+constant_of <- function(lit, kinds) {
+  if (is_int_lit(lit)) return(as.numeric(int_value(lit)))
+  if (is_obj(lit) && identical(names(lit), "ref") && is_int_lit(lit[[1]])) {
+    key <- paste0(".const.", id_key(lit[[1]]))
+    if (exists(key, envir = kinds, inherits = FALSE)) return(get(key, envir = kinds))
+  }
+  NULL
+}
+
+# A size argument with references to folded values replaced by them, one list deep.
+fold_size <- function(lit, kinds) {
+  one <- function(x) {
+    if (is_obj(x) && identical(names(x), "ref")) {
+      v <- constant_of(x, kinds)
+      if (!is.null(v)) return(structure(v, class = "tb_const"))
+    }
+    x
+  }
+  if (is_obj(lit) && identical(names(lit), "tuple") && is_arr(lit[[1]])) {
+    return(list(tuple = lapply(lit[[1]], one)))
+  }
+  if (is_arr(lit)) return(lapply(lit, one))
+  one(lit)
 }
 
 check_scalar_range <- function(op, args) {

@@ -532,6 +532,26 @@ def corpus(base: dict) -> dict[str, object]:
         "multinomial_samples",
         set_node(last, op="multinomial", args=[{"ref": 0}, 2**40], kwargs={"replacement": True}),
     )
+    def folded(a, b, size):
+        """scalar.mul(a, b) computed into a size of the last node (a zeros)."""
+
+        def edit(d):
+            nodes = forward(d)["nodes"]
+            scalar = {
+                "op": "scalar.mul",
+                "args": [a, b],
+                "kwargs": {},
+                "outputs": [{"id": 900, "kind": "int"}],
+                "out_spec": {"t": "leaf"},
+                "loc": "m.py:1",
+            }
+            nodes.insert(last, scalar)
+            nodes[last + 1].update(op="zeros", args=[[{"ref": 900}, size]], kwargs={})
+
+        return edit
+
+    mutate("fold_bomb", folded(2**20, 2**20, 2**10))
+    mutate("fold_ok", folded(3, 4, 5))
     mutate("in_spec_bad", lambda d: forward(d).update(in_spec={"t": "leaf"}))
     mutate("out_spec_bad", lambda d: forward(d).update(out_spec={"t": "tuple", "c": []}))
     mutate(
@@ -633,6 +653,7 @@ def test_r_and_python_checkers_agree(base, tmp_path):
         "alias_ok",
         "eye_ok",
         "arange_ok",
+        "fold_ok",
     }
     for name in corpus(base):
         assert (verdicts[name] == "accept") == (name in accepted), name

@@ -12,6 +12,7 @@ import json
 import keyword
 import math
 import re
+from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
@@ -629,6 +630,9 @@ class _GraphCheck:
         self.kinds: dict[int, str] = {}  # value id -> kind, for values defined so far
         self.opset = doc.get("opset_version", ops.OPSET_VERSION)
         self.literal_total = 0  # elements asked for by sizes written in the file, so far
+        # value id -> the integer a scalar op computes from literals alone: a size written as
+        # scalar.mul(2**20, 2**20) is as much a literal as 2**40.
+        self.constants: dict[int, int] = {}
 
     def run(self) -> None:
         try:
@@ -757,6 +761,7 @@ class _GraphCheck:
             self._autograd_function(node)
         if "scalar" in info.flags:
             self._scalar_range(info, node)
+            self._fold(info, node)
         _leaf_count(node.get("out_spec"), len(node["outputs"]), "outputs", "out_spec")
         for value in node["outputs"]:
             self._define(value)
@@ -896,6 +901,8 @@ class _GraphCheck:
 
     def _sizes(self, info: ops.OpInfo, node: dict) -> None:
         """A size written in the file may not ask for more than literal_numel elements."""
+        if self.constants:
+            node = dict(node, args=self._folded(node["args"]), kwargs=self._folded(node["kwargs"]))
         sized = [lit for key, lit in node["kwargs"].items() if key in ops.SIZE_ARGUMENTS]
         names = info.arg_names
         sized += [
@@ -929,6 +936,42 @@ class _GraphCheck:
                     f"in all, more than the limit of {LIMITS['graph_literal_numel']}",
                 )
 
+    def _folded(self, lits: Any) -> Any:
+        """Arguments with folded values in place of references, one list or tuple deep (as
+        sizes are written)."""
+        if isinstance(lits, dict):
+            return {k: self._folded_one(v) for k, v in lits.items()}
+        return [self._folded_one(v) for v in lits]
+
+    def _folded_one(self, lit: Any) -> Any:
+        if isinstance(lit, list):
+            return [self._constant(x) for x in lit]
+        if isinstance(lit, dict) and set(lit) == {"tuple"} and isinstance(lit["tuple"], list):
+            return {"tuple": [self._constant(x) for x in lit["tuple"]]}
+        return self._constant(lit)
+
+    def _fold(self, info: ops.OpInfo, node: dict) -> None:
+        """Remember the integer a scalar op computes from integer literals (or from values
+        folded before), for ``_sizes``."""
+        fold = _FOLDABLE.get(info.name)
+        if fold is None or len(node["outputs"]) != 1:
+            return
+        args = [self._constant(a) for a in node["args"]]
+        if not all(_is_int(a) for a in args):
+            return
+        try:
+            value = fold(*args)
+        except (ZeroDivisionError, ValueError, OverflowError):
+            return
+        if abs(value) <= LIMITS["int_max"]:
+            self.constants[node["outputs"][0]["id"]] = value
+
+    def _constant(self, lit: Any) -> Any:
+        """``lit`` with a reference to a folded value replaced by that value."""
+        if isinstance(lit, dict) and set(lit) == {"ref"} and lit["ref"] in self.constants:
+            return self.constants[lit["ref"]]
+        return lit
+
     def _scalar_range(self, info: ops.OpInfo, node: dict) -> None:
         """A literal exponent or shift past 64 leaves int64 for any base but a literal 0
         (and 1 and -1 for ``pow``): ``scalar.pow(7, 10**9)`` would take minutes and
@@ -943,6 +986,26 @@ class _GraphCheck:
                 "resource limits",
                 f"{info.name} by {args[1]} leaves the range of traced numbers (int64)",
             )
+
+
+# Integer scalar ops the checker folds on literals (the others cannot make a size larger
+# than their arguments, or are bounded by _scalar_range).
+_FOLDABLE: dict[str, Callable[..., int]] = {
+    "scalar.add": lambda a, b: a + b,
+    "scalar.sub": lambda a, b: a - b,
+    "scalar.mul": lambda a, b: a * b,
+    "scalar.floordiv": lambda a, b: a // b,
+    "scalar.pow": lambda a, b: a ** _small_exponent(b),
+    "scalar.lshift": lambda a, b: a << _small_exponent(b),
+    "scalar.neg": lambda a: -a,
+    "scalar.abs": abs,
+}
+
+
+def _small_exponent(b: int) -> int:
+    if not 0 <= b <= 64:
+        raise ValueError("not folded")  # _scalar_range refuses the large ones
+    return b
 
 
 def _range_length(node: dict) -> int | None:
