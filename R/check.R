@@ -56,6 +56,8 @@ check_program <- function(doc, file, strict = FALSE) {
     check_document(doc, strict)
     check_names_and_dispatch(doc)
     check_mode_bound(doc)
+    check_specialised(doc)
+    check_aliases(doc)
     check_methods(doc, file)
     check_subgraphs(doc, file)
   }, tracebridge_check_fault = function(fault) {
@@ -348,8 +350,6 @@ check_mode_bound <- function(doc) {
       check_fault("document", "meta.backend of a format-1 file must be an object with a name")
     }
   }
-  check_specialised(doc)
-  check_aliases(doc)
   if (is.null(bound)) return(invisible())
   if (!is_obj(bound)) check_fault("document", "mode_bound must be an object of methods")
   for (i in seq_along(bound)) {
@@ -1108,25 +1108,27 @@ check_sizes <- function(op, info, node, kinds) {
 # beside the graph's value kinds (as ".const.<id>"): a size written as
 # scalar.mul(2^20, 2^20) is as much a literal as 2^40 (check_sizes).
 fold_scalar <- function(op, node, kinds) {
-  small <- function(b) b >= 0 && b <= 64
+  # Exact below 2^53 in doubles; a result at or past it is one huge value, as in Python.
+  exact <- 2^53
   f <- switch(op,
     "scalar.add" = function(a, b) a + b,
     "scalar.sub" = function(a, b) a - b,
     "scalar.mul" = function(a, b) a * b,
-    "scalar.floordiv" = function(a, b) if (b == 0) NULL else floor(a / b),
-    "scalar.pow" = function(a, b) if (small(b)) a^b else NULL,
-    "scalar.lshift" = function(a, b) if (small(b)) a * 2^b else NULL,
+    "scalar.floordiv" = function(a, b) if (b == 0) NULL else a %/% b,
+    "scalar.pow" = function(a, b) if (b < 0) NULL else a^b,
+    "scalar.lshift" = function(a, b) if (b < 0) NULL else if (a == 0) 0 else a * 2^b,
     "scalar.neg" = function(a) -a,
     "scalar.abs" = function(a) abs(a),
     NULL)
   if (is.null(f) || length(node[["outputs"]]) != 1L) return(invisible())
   args <- lapply(node[["args"]], constant_of, kinds = kinds)
-  if (any(vapply(args, is.null, logical(1)))) return(invisible())
-  value <- tryCatch(do.call(f, args), error = function(e) NULL)
-  if (is.null(value) || !is.finite(value)) return(invisible())
-  if (abs(value) <= tb_tables()[["ops"]][["limits"]][["int_max"]]) {
-    assign(paste0(".const.", id_key(node[["outputs"]][[1]][["id"]])), value, envir = kinds)
+  if (any(vapply(args, function(a) is.null(a) || abs(a) >= exact, logical(1)))) {
+    return(invisible())
   }
+  value <- tryCatch(do.call(f, args), error = function(e) NULL)
+  if (is.null(value)) return(invisible())
+  if (!is.finite(value) || abs(value) >= exact) value <- 2^64
+  assign(paste0(".const.", id_key(node[["outputs"]][[1]][["id"]])), value, envir = kinds)
 }
 
 # An integer literal's value, or a folded value's for a reference to one; NULL otherwise.

@@ -532,13 +532,14 @@ def corpus(base: dict) -> dict[str, object]:
         "multinomial_samples",
         set_node(last, op="multinomial", args=[{"ref": 0}, 2**40], kwargs={"replacement": True}),
     )
-    def folded(a, b, size):
-        """scalar.mul(a, b) computed into a size of the last node (a zeros)."""
+
+    def folded(a, b, size, op="scalar.mul"):
+        """op(a, b) computed into a size of the last node (a zeros)."""
 
         def edit(d):
             nodes = forward(d)["nodes"]
             scalar = {
-                "op": "scalar.mul",
+                "op": op,
                 "args": [a, b],
                 "kwargs": {},
                 "outputs": [{"id": 900, "kind": "int"}],
@@ -552,6 +553,14 @@ def corpus(base: dict) -> dict[str, object]:
 
     mutate("fold_bomb", folded(2**20, 2**20, 2**10))
     mutate("fold_ok", folded(3, 4, 5))
+    # Past the range of traced numbers, and at 2**53 or more: one huge value, in both.
+    mutate("fold_overflow", folded(2**32, 2**32, 1))
+    mutate("fold_past_exact", folded(2**27, 2**26, 1))
+    mutate("fold_pow_huge", folded(3, 2**52, 1, "scalar.pow"))
+    # Folded exactly: a shift of 0, a power of -1; a literal past 2**53 is not folded.
+    mutate("fold_shift_zero", folded(0, 2**40, 5, "scalar.lshift"))
+    mutate("fold_pow_minus_one", folded(-1, 2**52, 5, "scalar.pow"))
+    mutate("fold_big_literal", folded(2**60, 0, 5))
     mutate("in_spec_bad", lambda d: forward(d).update(in_spec={"t": "leaf"}))
     mutate("out_spec_bad", lambda d: forward(d).update(out_spec={"t": "tuple", "c": []}))
     mutate(
@@ -654,6 +663,9 @@ def test_r_and_python_checkers_agree(base, tmp_path):
         "eye_ok",
         "arange_ok",
         "fold_ok",
+        "fold_shift_zero",
+        "fold_pow_minus_one",
+        "fold_big_literal",
     }
     for name in corpus(base):
         assert (verdicts[name] == "accept") == (name in accepted), name

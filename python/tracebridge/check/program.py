@@ -12,7 +12,6 @@ import json
 import keyword
 import math
 import re
-from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
@@ -185,6 +184,8 @@ def check_program(program_or_doc: Program | dict, name: str = "", *, strict: boo
             _check_document(doc, strict)
         _check_names_and_dispatch(doc)
         _check_mode_bound(doc)
+        _check_specialised(doc)
+        _check_aliases(doc)
         _check_methods(doc)
         _check_subgraphs(doc)
     except _Located as fault:
@@ -366,8 +367,6 @@ def _check_mode_bound(doc: dict) -> None:
             isinstance(backend, dict) and isinstance(backend.get("name"), str)
         ):
             _fail("document", "meta.backend of a format-1 file must be an object with a name")
-    _check_specialised(doc)
-    _check_aliases(doc)
     if bound is None:
         return
     if not isinstance(bound, dict):
@@ -953,18 +952,19 @@ class _GraphCheck:
     def _fold(self, info: ops.OpInfo, node: dict) -> None:
         """Remember the integer a scalar op computes from integer literals (or from values
         folded before), for ``_sizes``."""
-        fold = _FOLDABLE.get(info.name)
-        if fold is None or len(node["outputs"]) != 1:
+        if info.name not in _FOLDABLE or len(node["outputs"]) != 1:
             return
         args = [self._constant(a) for a in node["args"]]
-        if not all(_is_int(a) for a in args):
+        if not all(_is_int(a) and abs(a) < _EXACT for a in args):
             return
-        try:
-            value = fold(*args)
-        except (ZeroDivisionError, ValueError, OverflowError):
-            return
-        if abs(value) <= LIMITS["int_max"]:
-            self.constants[node["outputs"][0]["id"]] = value
+        try:  # the runtime's own bounded arithmetic: what a call would compute
+            value = ops.SCALAR_OPS[info.name](*args)
+        except ops.ScalarRangeError:
+            value = _HUGE
+        except (ArithmeticError, ValueError):
+            return  # a zero divisor, a negative shift: no size
+        if _is_int(value):
+            self.constants[node["outputs"][0]["id"]] = value if abs(value) < _EXACT else _HUGE
 
     def _constant(self, lit: Any) -> Any:
         """``lit`` with a reference to a folded value replaced by that value."""
@@ -988,24 +988,18 @@ class _GraphCheck:
             )
 
 
-# Integer scalar ops the checker folds on literals (the others cannot make a size larger
-# than their arguments, or are bounded by _scalar_range).
-_FOLDABLE: dict[str, Callable[..., int]] = {
-    "scalar.add": lambda a, b: a + b,
-    "scalar.sub": lambda a, b: a - b,
-    "scalar.mul": lambda a, b: a * b,
-    "scalar.floordiv": lambda a, b: a // b,
-    "scalar.pow": lambda a, b: a ** _small_exponent(b),
-    "scalar.lshift": lambda a, b: a << _small_exponent(b),
-    "scalar.neg": lambda a: -a,
-    "scalar.abs": abs,
-}
-
-
-def _small_exponent(b: int) -> int:
-    if not 0 <= b <= 64:
-        raise ValueError("not folded")  # _scalar_range refuses the large ones
-    return b
+# Integer scalar ops the checker folds on literals, with the runtime's implementations
+# (ops.SCALAR_OPS, bounded to the range of traced numbers); the others cannot make a size
+# larger than their arguments.
+_FOLDABLE = frozenset(
+    "scalar.add scalar.sub scalar.mul scalar.floordiv scalar.pow scalar.lshift scalar.neg "
+    "scalar.abs".split()
+)
+# Folded values are exact below 2**53 in both checkers (R computes in doubles); a result at
+# or past it, or past the range of traced numbers, is one huge value (as a size, refused),
+# and folding stops there: the two checkers give every file the same verdict.
+_EXACT = 2**53
+_HUGE = LIMITS["int_max"]
 
 
 def _range_length(node: dict) -> int | None:
