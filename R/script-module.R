@@ -84,9 +84,7 @@ call_c <- function(py, x) {
 c_result <- function(out) {
   if (is.null(out) || inherits(out, "torch_tensor")) return(out)
   if (isFALSE(out)) rethrow_python(simpleError("Python raised an exception"))
-  out <- reticulate::py_call(py_rb()$same, out)
-  if (inherits(out, "torch.Tensor")) return(wrap_tensor(out))
-  from_py(out)
+  from_py(reticulate::py_call(py_rb()$same, out))
 }
 
 # Turn the C call path on (it starts on the next call) or off (calls go through reticulate).

@@ -59,12 +59,7 @@ test_that("results of the C call path are freed when R collects them", {
   gc()
   expect_true(reticulate::py_is_null_xptr(ref) ||
                 inherits(reticulate::py_call(ref), "python.builtin.NoneType"))
-  count_tensors <- reticulate::py_run_string(paste(
-    "import gc, torch",
-    "def _tb_count_tensors_call():",
-    "    gc.collect()",
-    "    return sum(1 for o in gc.get_objects() if isinstance(o, torch.Tensor))",
-    sep = "\n"), convert = TRUE)$`_tb_count_tensors_call`
+  count_tensors <- function() py_live_count("Tensor")
   x <- torch_zeros(2)
   gc()
   before <- count_tensors()

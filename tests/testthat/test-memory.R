@@ -2,12 +2,7 @@
 
 test_that("creating and dropping 10,000 modules keeps memory flat", {
   Tiny <- nn_module("Tiny", forward = function(x) x)
-  count_py <- reticulate::py_run_string(paste(
-    "import gc, torch",
-    "def _tb_count_modules():",
-    "    gc.collect()",
-    "    return sum(1 for o in gc.get_objects() if isinstance(o, torch.nn.Module))",
-    sep = "\n"), convert = TRUE)$`_tb_count_modules`
+  count_py <- function() py_live_count("Module")
   live <- function() length(ls(tracebridge:::.tb$live))
   gc()
   before <- c(r = live(), py = count_py())
@@ -24,12 +19,7 @@ test_that("creating and dropping 10,000 modules keeps memory flat", {
 })
 
 test_that("tensor wrappers do not accumulate", {
-  count_tensors <- reticulate::py_run_string(paste(
-    "import gc, torch",
-    "def _tb_count_tensors():",
-    "    gc.collect()",
-    "    return sum(1 for o in gc.get_objects() if isinstance(o, torch.Tensor))",
-    sep = "\n"), convert = TRUE)$`_tb_count_tensors`
+  count_tensors <- function() py_live_count("Tensor")
   gc()
   before <- count_tensors()
   for (i in 1:2000) torch_ones(3) + 1
