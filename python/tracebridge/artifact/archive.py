@@ -36,6 +36,7 @@ from ..check.program import (
     check_json_containers,
     check_json_size,
     check_program,
+    json_containers,
 )
 from ..errors import ArtifactError
 from ..ir import (
@@ -191,7 +192,7 @@ def write(
         except ValueError as exc:
             raise ArtifactError(f"the program cannot be written as JSON ({exc})") from None
         # The loader counts these before parsing: a file it would refuse is never written.
-        containers = text.count(b"{") + text.count(b"[")
+        containers = json_containers(text)
         if len(text) > LIMITS["program_bytes"] or containers > LIMITS["containers"]:
             raise ArtifactError(
                 f"{os.fspath(path)}: not saved: its program.json would have {len(text)} bytes "

@@ -251,8 +251,14 @@ def check_json_containers(raw: bytes, name: str = "") -> None:
     """Refuse a ``program.json`` with more ``{``/``[`` than ``LIMITS["containers"]``, before
     parsing it: a file of a few megabytes of empty objects would otherwise cost gigabytes
     and minutes to parse and walk."""
-    count = raw.count(b"{") + raw.count(b"[")
-    _refuse_raw(count, "containers", "has a count of JSON objects and arrays of", name)
+    what = "has a count of JSON objects and arrays of"
+    _refuse_raw(json_containers(raw), "containers", what, name)
+
+
+def json_containers(raw: bytes) -> int:
+    """``{`` and ``[`` bytes of a JSON text: an upper bound on its objects and arrays, which
+    a reader counts before parsing (``LIMITS["containers"]``) and a writer before writing."""
+    return raw.count(b"{") + raw.count(b"[")
 
 
 def _check_depth(doc: Any) -> None:
