@@ -20,8 +20,8 @@
  *   reticulate), tb_call_init() says so and R keeps calling through reticulate.
  *
  *   A Python exception is stored where R's error handler finds it
- *   (tracebridge.frontends.rbridge._last_error, as rbridge.call() does) and becomes an R
- *   error; the handler classifies it.
+ *   (tracebridge.frontends.rbridge._last_error, as rbridge.call() does) and the call
+ *   returns FALSE; R raises the classified error from there (c_result()).
  */
 
 #include <R.h>
@@ -133,9 +133,10 @@ static SEXP wrap(PyObject *object, SEXP klass) {
   SEXP pointer = PROTECT(R_MakeExternalPtr(object, R_NilValue, R_NilValue));
   R_RegisterCFinalizerEx(pointer, finalize, TRUE);
   Rf_defineVar(sym_pyobj, pointer, env);
-  Rf_defineVar(sym_convert, Rf_ScalarLogical(0), env);
+  SEXP convert = PROTECT(Rf_ScalarLogical(0)); /* defineVar allocates: keep it protected */
+  Rf_defineVar(sym_convert, convert, env);
   Rf_setAttrib(env, R_ClassSymbol, klass);
-  UNPROTECT(2);
+  UNPROTECT(3);
   return env;
 }
 
