@@ -42,7 +42,7 @@ from collections.abc import Callable
 from ..ir import Graph, Node, Ref, Value, graph_to_json, pytree
 from ..ir import ops as opset
 from ..ir.pytree import is_tensor
-from .program import LIMITS
+from .program import LIMITS, json_containers
 from .verify import first_difference
 
 PROBES = 5  # sizes cut alone, at most, batch first
@@ -130,8 +130,7 @@ def size_one_probes(args: tuple, kwargs: dict) -> list[tuple[tuple, dict, list]]
 def _containers(graph: Graph) -> int:
     """The JSON objects and arrays ``graph`` takes in program.json, as a reader counts them
     (every ``{`` and ``[``)."""
-    text = json.dumps(graph_to_json(graph), default=str)
-    return text.count("{") + text.count("[")
+    return json_containers(json.dumps(graph_to_json(graph), default=str).encode())
 
 
 def guarded_at_size_one(graph: Graph, dims: list[tuple[int, int]]) -> Graph:
