@@ -169,6 +169,8 @@ def ops_json() -> dict:
             "indices": info.indices,
             "flags": sorted(info.flags),
         }
+        if info.enums:  # only where there are some: a row of another op does not change
+            table[name]["enums"] = {k: list(v) for k, v in sorted(info.enums.items())}
         if info.reason:
             table[name]["reason"] = info.reason
     return {

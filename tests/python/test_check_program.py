@@ -214,8 +214,8 @@ def test_v1_file_naming_a_removed_op_is_refused_with_a_clear_error():
     refused(doc, "removed after op-set version 1", "trace the model again")
 
 
-def test_writer_writes_opset_2(base):
-    assert base["doc"]["opset_version"] == ops.OPSET_VERSION == 3
+def test_writer_writes_the_newest_opset(base):
+    assert base["doc"]["opset_version"] == ops.OPSET_VERSION == 4
 
 
 # --- SSA, order, specs --------------------------------------------------------------------

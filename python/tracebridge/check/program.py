@@ -902,7 +902,30 @@ class _GraphCheck:
                     f"keyword {key!r} of {info.name} must be "
                     f"{' or '.join(kinds)}, not {_describe(lit, self.kinds)}",
                 )
+        self._enums(info, node)
         self._sizes(info, node)
+
+    def _enums(self, info: ops.OpInfo, node: dict) -> None:
+        """An enum argument is an integer written in the file, one of the op's values."""
+        if not info.enums:
+            return
+        given = {
+            name: lit
+            for pos, lit in enumerate(node["args"])
+            if pos < len(info.arg_names)
+            for name in info.arg_names[pos]
+            if name in info.enums
+        }
+        given.update({k: v for k, v in node["kwargs"].items() if k in info.enums})
+        for name, lit in given.items():
+            values = info.enums[name]
+            if lit is None or (_is_int(lit) and lit in values):
+                continue
+            _fail(
+                "enums",
+                f"{name} of {info.name} must be written in the file as one of "
+                f"{', '.join(map(str, values))}, not {json.dumps(lit)[:40]}",
+            )
 
     def _sizes(self, info: ops.OpInfo, node: dict) -> None:
         """A size written in the file may not ask for more than literal_numel elements."""

@@ -38,7 +38,11 @@ import torch
 from ..errors import TraceError
 from . import ops_schema
 
-OPSET_VERSION = 3  # 3: prim.autograd_function (custom autograd functions)
+# 3: prim.autograd_function (custom autograd functions). 4: integer enums declared and
+# checked; native_batch_norm, _weight_norm, grid_sampler, _grouped_mm and the flat-weight
+# RNN ops run through checked implementations; writes to parameters refused; byte limits
+# (shared_ir/SPEC.md, section Versions).
+OPSET_VERSION = 4
 
 # --- the op set, by family ----------------------------------------------------------------
 # Each name is a canonical name; see the module Note. Order inside a family is alphabetical.
@@ -185,9 +189,11 @@ REVIEWED_PRIVATE: dict[str, str] = {
     "_unique2": "torch.unique calls it; returns new tensors from its input",
     "_pad_circular": "F.pad(mode='circular') calls it; pure copy of its input",
     "_weight_norm": "nn.utils.weight_norm's parametrisation (wav2vec2, HuBERT) calls it; "
-    "v * g / norm(v), new tensor from its inputs",
+    "v * g / norm(v), new tensor from its inputs; runs through a checked implementation "
+    "(g's shape against v and dim)",
     "_grouped_mm": "mixture-of-experts layers (Mixtral, Qwen2-MoE in transformers) call it; "
-    "grouped matrix products of its tensor arguments, offsets bounds-checked by PyTorch",
+    "grouped matrix products of its tensor arguments; runs through a checked implementation "
+    "(PyTorch's CPU kernel does not check the offsets)",
     "_shape_as_tensor": "torchvision's detection heads call it while tracing; a new int64 "
     "tensor holding its input's sizes (no data read)",
 }
@@ -304,6 +310,19 @@ SIZE_PRODUCTS = frozenset("eye tril_indices triu_indices".split())
 # Ops whose size is the length of a range, ``ceil((end - start) / step)``: with literal
 # numbers the checker bounds that length (``end`` alone says nothing of a tiny step).
 SIZE_RANGES = frozenset({"arange"})
+
+# Integer arguments that are enums, by parameter name: a file may write only these values
+# (checked at load; the checked implementations check them again at the call). PyTorch's
+# kernels index tables or switch on them, and ``grid_sampler`` with a mode out of range
+# returned memory it never wrote. ``mode`` is an enum only for ``embedding_bag``.
+ENUM_ARGUMENTS: dict[str, tuple[int, ...]] = {
+    "interpolation_mode": (0, 1, 2),  # bilinear, nearest, bicubic
+    "padding_mode": (0, 1, 2),  # zeros, border, reflection
+    "reduction": (0, 1, 2),  # none, mean, sum
+    "mask_type": (0, 1, 2),  # src_mask, src_key_padding_mask, both
+    "compute_mode": (0, 1, 2),  # cdist: mm when possible, always mm, never mm
+}
+_ENUM_OPS: dict[str, dict[str, tuple[int, ...]]] = {"embedding_bag": {"mode": (0, 1, 2)}}
 
 # The zero-filled forms of the uninitialised factories (see the module Note).
 _SAFE_IMPLS: dict[str, Callable] = {
@@ -498,6 +517,7 @@ class OpInfo:
     flags: frozenset[str] = field(default_factory=frozenset)
     reason: str = ""
     arg_names: tuple[tuple[str, ...], ...] = ()  # the parameter names each position has
+    enums: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # parameter -> values
 
     @property
     def dims(self) -> list:
@@ -608,6 +628,8 @@ def _flags(name: str) -> frozenset[str]:
     base = name.rsplit(".", 1)[-1]
     if name == "setitem" or (base.endswith("_") and not base.endswith("__")):
         flags.add("inplace")
+    if base.startswith("__i") and base.endswith("__"):  # x <<= y writes into x
+        flags.add("inplace")
     if name in RANDOM_OPS:
         flags.add("random")
     if name in VARIADIC_OUTPUTS:
@@ -615,6 +637,15 @@ def _flags(name: str) -> frozenset[str]:
     if name in REVIEWED_PRIVATE:
         flags.add("private")
     return frozenset(flags)
+
+
+def _enums(name: str, args: tuple, arg_names: tuple) -> dict[str, tuple[int, ...]]:
+    """The enum parameters of op ``name`` (integer parameters named in ``ENUM_ARGUMENTS``)."""
+    found = dict(_ENUM_OPS.get(name, {}))
+    for kinds, names in zip(args, arg_names):
+        if "int" in kinds:
+            found.update({n: ENUM_ARGUMENTS[n] for n in names if n in ENUM_ARGUMENTS})
+    return found
 
 
 def _doc_meaning(fn) -> str:
@@ -672,6 +703,7 @@ def _build() -> tuple[dict[str, OpInfo], list[str]]:
             _flags(name),
             REVIEWED_PRIVATE.get(name, ""),
             arg_names,
+            _enums(name, args, arg_names),
         )
     return table, missing
 

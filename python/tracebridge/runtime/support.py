@@ -11,6 +11,7 @@ from ..errors import ArtifactError, GuardError, OpError, TraceError
 from ..ir import DTYPES, Graph, Node, dtypes, pytree, refs_in
 from ..ir import ops as opset
 from ..ir.program import AUTOGRAD_FUNCTION
+from . import checked_ops
 
 PRIM_FUNCTIONS = {
     "prim.size": lambda t, d: t.shape[d],
@@ -88,30 +89,26 @@ def node_callable(node: Node, methods: dict[str, Graph]) -> Callable:
         from .autograd_function import function_callable  # it builds Methods, which import us
 
         return function_callable(node, methods)
-    return default_callable(node.op)
+    fn = default_callable(node.op)
+    if node.op in checked_ops.SIZED_OPS:
+        fn = _sized(node, fn)
+    return fn
 
 
-def _embedding_bag(weight, indices, offsets=None, *args, **kwargs):
-    # Note: PyTorch's CPU kernel reads indices[offsets[i]] without checking a negative or
-    # decreasing offset (torch 2.13: offsets [0, -10**12] crash the process, [0, -7] quote
-    # the heap in the error), so the offsets are checked here, where both runtimes call it.
-    if isinstance(offsets, torch.Tensor) and offsets.numel() and isinstance(indices, torch.Tensor):
-        flat = offsets.reshape(-1)
-        if (
-            flat.is_floating_point()
-            or bool((flat < 0).any())
-            or bool((flat[1:] < flat[:-1]).any())
-            or int(flat.max()) > indices.numel()
-        ):
-            raise ValueError(
-                "embedding_bag: offsets must be non-negative, non-decreasing and at most "
-                f"the number of indices ({indices.numel()})"
-            )
-    return torch.embedding_bag(weight, indices, offsets, *args, **kwargs)
-
-
-# Ops whose PyTorch kernel trusts an argument that a file controls: run through a check.
-_CHECKED_IMPLS: dict[str, Callable] = {"embedding_bag": _embedding_bag}
+def _sized(node: Node, fn: Callable) -> Callable:
+    """``fn``, bounded at the call when a size argument of ``node`` is a value of the graph
+    (sizes written in the file are bounded at load)."""
+    info = opset.info(node.op)
+    positions = [i for i, names in enumerate(info.arg_names) if opset.SIZE_ARGUMENTS & set(names)]
+    keys = [k for k in node.kwargs if k in opset.SIZE_ARGUMENTS]
+    spread = info.varargs[0] if info.varargs else None
+    size_args = [a for i, a in enumerate(node.args) if i in positions or (spread or 1e9) <= i]
+    size_args += [node.kwargs[k] for k in keys]
+    if node.op == "arange":
+        size_args = list(node.args) + list(node.kwargs.values())
+    if not refs_in(size_args):
+        return fn
+    return checked_ops.sized_guard(node.op, fn, positions, keys, spread)
 
 
 def default_callable(name: str) -> Callable:
@@ -120,8 +117,8 @@ def default_callable(name: str) -> Callable:
     inline only when a node's callable is this one."""
     if name in PRIM_FUNCTIONS:
         return PRIM_FUNCTIONS[name]
-    if name in _CHECKED_IMPLS and opset.impl_of(name) is torch.embedding_bag:
-        return _CHECKED_IMPLS[name]
+    if name in checked_ops.CHECKED:
+        return checked_ops.CHECKED[name]
     try:
         return opset.impl_of(name)
     except (KeyError, TypeError):

@@ -1,0 +1,497 @@
+"""Checked implementations: ops whose PyTorch kernel trusts an argument that a file controls.
+
+Note: why these ops. The op set is the safety boundary (shared_ir/SPEC.md, section Ops),
+so no op may run a kernel on arguments it does not check itself. Public ops such as
+``batch_norm``, ``gru_cell`` or ``layer_norm`` check their arguments in PyTorch; the ops
+below do not, or not all of them (torch 2.13, CPU):
+
+* ``native_batch_norm`` reads (and in training mode writes) ``weight``, ``bias`` and the
+  running statistics by the input's channel count, whatever their length;
+* ``_weight_norm`` reads ``g`` by ``v``'s size along ``dim`` (a one-element ``g`` for a
+  4096-row ``v`` aborted the process);
+* ``grid_sampler`` takes its modes as integers and, for one out of range, returns memory
+  it never wrote;
+* ``_grouped_mm`` trusts its offsets: offsets short of the rows leave rows unwritten,
+  offsets past them read past the operand;
+* the flat-weight RNN ops (``gru``, ``lstm``, ``rnn_tanh``, ``rnn_relu``) trust the shapes of
+  their weights (a one-row weight crashed the process, short biases are read past their
+  end);
+* ``embedding_bag`` reads ``indices[offsets[i]]`` for any offset.
+
+Each function here checks every shape relation and enum the kernel relies on, exactly as
+the public op or module would (``nn.GRU``'s ``check_forward_args``, ``F.batch_norm``), and
+only then runs the kernel; a violation is a ``ValueError`` that the runtime turns into a
+tracebridge ``OpError`` naming the node. Ops whose result size comes from values, or from
+a product of sizes (``bincount``, ``one_hot``, ``outer``, ``kron``, ``cartesian_prod``,
+``diag_embed``) check the bytes they would allocate first (``LIMITS['alloc_bytes']``), so a
+limit hit is tracebridge's error, never the allocator's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+
+# The largest single allocation (bytes) that a size taken from a value, or a product of
+# sizes, may ask for at a call (shared_ir/SPEC.md, section Limits; the checker applies the
+# same number at load to sizes written in the file).
+ALLOC_BYTES = 2**30
+
+# Integer enums of ops that take their modes as integers (declared in ops.json, checked at
+# load by check/program.py and at every call here).
+GRID_INTERPOLATION = {0: "bilinear", 1: "nearest", 2: "bicubic"}
+GRID_PADDING = {0: "zeros", 1: "border", 2: "reflection"}
+
+
+class CheckFailed(ValueError):
+    """An argument that the op's kernel would trust is wrong; raised before the kernel runs."""
+
+
+def _need(ok: bool, message: str) -> None:
+    if not ok:
+        raise CheckFailed(message)
+
+
+def _bytes_ok(op: str, numel: int, dtype: torch.dtype) -> None:
+    size = numel * _itemsize(dtype)
+    _need(
+        size <= ALLOC_BYTES,
+        f"{op} would allocate {size} bytes, more than the limit of {ALLOC_BYTES} for a size "
+        "taken from a value or a product of sizes (shared_ir/SPEC.md, section Limits)",
+    )
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _is_tensor(x) -> bool:
+    return isinstance(x, torch.Tensor)
+
+
+def _optional_vector(op: str, name: str, t, length: int) -> None:
+    if t is None:
+        return
+    _need(_is_tensor(t), f"{op}: {name} must be a tensor or None")
+    _need(
+        t.dim() == 1 and t.numel() == length,
+        f"{op}: {name} must be a vector of {length} elements (one per channel), "
+        f"not of shape {tuple(t.shape)}",
+    )
+
+
+# --- normalization ----------------------------------------------------------------------------
+
+
+def native_batch_norm(
+    input, weight, bias, running_mean, running_var, training, momentum, eps, *rest
+):
+    """``torch.native_batch_norm`` after ``F.batch_norm``'s checks: every per-channel
+    tensor has exactly one element per channel (``input.size(1)``)."""
+    _need(_is_tensor(input) and input.dim() >= 2, "native_batch_norm: input needs 2+ dimensions")
+    channels = input.size(1)
+    for name, t in (
+        ("weight", weight),
+        ("bias", bias),
+        ("running_mean", running_mean),
+        ("running_var", running_var),
+    ):
+        _optional_vector("native_batch_norm", name, t, channels)
+    if not training:
+        _need(
+            running_mean is not None and running_var is not None,
+            "native_batch_norm: evaluation mode needs running_mean and running_var",
+        )
+    return torch.native_batch_norm(
+        input, weight, bias, running_mean, running_var, training, momentum, eps, *rest
+    )
+
+
+def weight_norm(v, g, dim=0):
+    """``torch._weight_norm`` after checking that ``g`` has the shape of
+    ``norm_except_dim(v, 2, dim)``: ``v.size(dim)`` at ``dim`` and 1 elsewhere (one element
+    for ``dim=-1``, the whole tensor)."""
+    _need(_is_tensor(v) and _is_tensor(g), "_weight_norm: v and g must be tensors")
+    _need(isinstance(dim, int) and -1 <= dim < v.dim(), f"_weight_norm: dim {dim} out of range")
+    _need(v.dim() >= 1, "_weight_norm: v needs at least one dimension")
+    _need(v.dtype == g.dtype and v.is_floating_point(), "_weight_norm: v and g: one float dtype")
+    if dim == -1:
+        _need(g.numel() == 1, f"_weight_norm: g must have one element, not {g.numel()}")
+    else:
+        want = [1] * v.dim()
+        want[dim] = v.size(dim)
+        _need(
+            list(g.shape) == want,
+            f"_weight_norm: g must have shape {tuple(want)} for v of shape {tuple(v.shape)} "
+            f"and dim {dim}, not {tuple(g.shape)}",
+        )
+    return torch._weight_norm(v, g, dim)
+
+
+# --- resampling -------------------------------------------------------------------------------
+
+
+def grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners):
+    """``torch.grid_sampler`` with its integer modes checked (as ``F.grid_sample`` maps its
+    string modes): interpolation 0, 1 or 2 (bicubic only for 4-d input), padding 0, 1, 2."""
+    _need(
+        type(interpolation_mode) is int and interpolation_mode in GRID_INTERPOLATION,
+        f"grid_sampler: interpolation_mode must be one of {sorted(GRID_INTERPOLATION)} "
+        f"({', '.join(GRID_INTERPOLATION.values())}), not {interpolation_mode!r}",
+    )
+    _need(
+        type(padding_mode) is int and padding_mode in GRID_PADDING,
+        f"grid_sampler: padding_mode must be one of {sorted(GRID_PADDING)} "
+        f"({', '.join(GRID_PADDING.values())}), not {padding_mode!r}",
+    )
+    _need(_is_tensor(input) and _is_tensor(grid), "grid_sampler: input and grid are tensors")
+    _need(
+        interpolation_mode != 2 or input.dim() == 4,
+        "grid_sampler: bicubic interpolation (2) takes 4-d input only",
+    )
+    return torch.grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners)
+
+
+# --- grouped matrix products ----------------------------------------------------------------
+
+
+def grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
+    """``torch._grouped_mm`` after checking what its CPU kernel trusts: the inner sizes
+    agree, and ``offs`` (needed when an operand is 2-d) is a vector of int32 ends, one per
+    group, non-decreasing from 0 and ending exactly at the size it splits, so that every
+    row of the result is written and no read passes an operand."""
+    op = "_grouped_mm"
+    _need(_is_tensor(self) and _is_tensor(mat2), f"{op}: the operands are tensors")
+    a, b = self, mat2
+    _need(a.dim() in (2, 3) and b.dim() in (2, 3), f"{op}: operands are 2-d or 3-d")
+    _need(
+        a.size(-1) == b.size(-2),
+        f"{op}: inner sizes differ ({tuple(a.shape)} and {tuple(b.shape)})",
+    )
+    _need(bias is None, f"{op}: bias is not supported by the CPU kernel")
+    if a.dim() == 3 and b.dim() == 3:
+        _need(offs is None, f"{op}: two 3-d operands take no offsets")
+        _need(a.size(0) == b.size(0), f"{op}: the groups of the two operands differ")
+    else:
+        _need(_is_tensor(offs), f"{op}: a 2-d operand needs offsets")
+        if a.dim() == 2 and b.dim() == 3:
+            groups, split = b.size(0), a.size(0)
+        elif a.dim() == 3:
+            groups, split = a.size(0), b.size(1)
+        else:
+            groups, split = offs.numel(), a.size(1)
+        _need(
+            offs.dim() == 1 and offs.dtype == torch.int32 and offs.numel() == groups,
+            f"{op}: offs must be an int32 vector of {groups} group ends",
+        )
+        ends = offs.tolist()
+        _need(
+            all(x >= 0 for x in ends)
+            and all(x <= y for x, y in zip(ends, ends[1:]))
+            and (not ends or ends[-1] == split),
+            f"{op}: offs {ends[:8]} must be non-decreasing ends from 0 that finish at {split}",
+        )
+    return torch._grouped_mm(a, b, offs, bias, out_dtype)
+
+
+# --- recurrent layers with flat weights -------------------------------------------------------
+
+_GATES = {"gru": 3, "lstm": 4, "rnn_tanh": 1, "rnn_relu": 1}
+
+
+def _rnn(op: str) -> Callable:
+    kernel = getattr(torch, op)
+    gates = _GATES[op]
+
+    def run(*args, **kwargs):
+        _check_rnn(op, gates, args, kwargs)
+        return kernel(*args, **kwargs)
+
+    run.__name__ = f"checked_{op}"
+    run.__doc__ = f"``torch.{op}`` after ``nn.RNNBase``'s checks of the flat weights."
+    return run
+
+
+_RNN_NAMES = "input hx params has_biases num_layers dropout train bidirectional batch_first".split()
+_PACKED_NAMES = (
+    "data batch_sizes hx params has_biases num_layers dropout train bidirectional".split()
+)
+
+
+def _bind_rnn(op: str, args: Sequence, kwargs: dict) -> tuple[dict, bool]:
+    """The arguments by name, and whether this is the packed-sequence form (the second
+    argument is ``batch_sizes``: for ``lstm`` a tensor where ``hx`` is a list; for the
+    others the third is a tensor ``hx`` where it is the weight list)."""
+    if "data" in kwargs or "batch_sizes" in kwargs:
+        packed = True
+    elif op == "lstm":
+        packed = len(args) > 1 and _is_tensor(args[1])
+    else:
+        packed = len(args) > 2 and _is_tensor(args[2])
+    names = _PACKED_NAMES if packed else _RNN_NAMES
+    _need(len(args) <= len(names), f"{op}: at most {len(names)} arguments")
+    bound = dict(zip(names, args))
+    for key, value in kwargs.items():
+        _need(key in names and key not in bound, f"{op}: unexpected argument {key!r}")
+        bound[key] = value
+    missing = [n for n in names if n not in bound and n != "batch_first"]
+    _need(not missing, f"{op}: missing arguments {missing}")
+    return bound, packed
+
+
+def _check_rnn(op: str, gates: int, args: Sequence, kwargs: dict) -> None:
+    bound, packed = _bind_rnn(op, args, kwargs)
+    x = bound["data" if packed else "input"]
+    params, layers = bound["params"], bound["num_layers"]
+    has_biases, bidirectional = bound["has_biases"], bound["bidirectional"]
+    _need(_is_tensor(x) and x.is_floating_point(), f"{op}: the input is a float tensor")
+    _need(type(layers) is int and layers >= 1, f"{op}: num_layers must be a positive integer")
+    _need(isinstance(has_biases, bool), f"{op}: has_biases must be a bool")
+    _need(isinstance(bidirectional, bool), f"{op}: bidirectional must be a bool")
+    dropout = bound["dropout"]
+    _need(
+        isinstance(dropout, (int, float)) and 0 <= dropout <= 1,
+        f"{op}: dropout must be in [0, 1]",
+    )
+    hx = bound["hx"]
+    if op == "lstm":
+        _need(
+            isinstance(hx, (list, tuple)) and len(hx) == 2 and all(map(_is_tensor, hx)),
+            f"{op}: hx is a pair (h, c) of tensors",
+        )
+        h, c = hx
+    else:
+        _need(_is_tensor(hx), f"{op}: hx is a tensor")
+        h = c = hx
+    _need(h.dim() == 3 and c.dim() == 3, f"{op}: hidden states are 3-d")
+    directions = 2 if bidirectional else 1
+    hidden, real_hidden = c.size(2), h.size(2)
+    proj = real_hidden != hidden
+    _need(
+        not proj or (op == "lstm" and 0 < real_hidden < hidden),
+        f"{op}: h and c differ in size (only an lstm with projections has h smaller)",
+    )
+    batch = h.size(1)
+    for name, t in (("h", h), ("c", c)):
+        _need(
+            t.size(0) == layers * directions and t.size(1) == batch and t.dtype == x.dtype,
+            f"{op}: {name} must have {layers * directions} layers x {batch} batch and the "
+            f"input's dtype, not {tuple(t.shape)} {t.dtype}",
+        )
+    if packed:
+        _check_batch_sizes(op, x, bound["batch_sizes"], batch)
+    else:
+        _need(x.dim() == 3, f"{op}: the input is 3-d (the runtime batches it)")
+        batch_dim = 0 if bound.get("batch_first", False) else 1
+        _need(x.size(batch_dim) == batch, f"{op}: input and hx differ in batch size")
+    per = 2 + (2 if has_biases else 0) + (1 if proj else 0)
+    _need(
+        isinstance(params, (list, tuple)) and all(map(_is_tensor, params)),
+        f"{op}: params is a list of tensors",
+    )
+    _need(
+        len(params) == layers * directions * per,
+        f"{op}: {layers} layers x {directions} directions need {layers * directions * per} "
+        f"weights, not {len(params)}",
+    )
+    rows = gates * hidden
+    for layer in range(layers):
+        width = x.size(-1) if layer == 0 else real_hidden * directions
+        for direction in range(directions):
+            group = params[(layer * directions + direction) * per :][:per]
+            want = [(rows, width), (rows, real_hidden)]
+            want += [(rows,), (rows,)] if has_biases else []
+            want += [(real_hidden, hidden)] if proj else []
+            for k, (t, shape) in enumerate(zip(group, want)):
+                _need(
+                    tuple(t.shape) == shape and t.dtype == x.dtype,
+                    f"{op}: weight {k} of layer {layer}, direction {direction} must have "
+                    f"shape {shape} and dtype {x.dtype}, not {tuple(t.shape)} {t.dtype}",
+                )
+
+
+def _check_batch_sizes(op: str, data, batch_sizes, batch: int) -> None:
+    _need(data.dim() == 2, f"{op}: packed data is 2-d")
+    _need(
+        _is_tensor(batch_sizes) and batch_sizes.dim() == 1 and batch_sizes.dtype == torch.int64,
+        f"{op}: batch_sizes is an int64 vector",
+    )
+    sizes = batch_sizes.tolist()
+    _need(
+        bool(sizes)
+        and sizes[0] == batch
+        and all(s > 0 for s in sizes)
+        and all(x >= y for x, y in zip(sizes, sizes[1:]))
+        and sum(sizes) == data.size(0),
+        f"{op}: batch_sizes must be positive, non-increasing, start at the batch size "
+        f"{batch} and add up to the {data.size(0)} rows of data",
+    )
+
+
+# --- embeddings ------------------------------------------------------------------------------
+
+
+def embedding_bag(weight, indices, offsets=None, *args, **kwargs):
+    # Note: PyTorch's CPU kernel reads indices[offsets[i]] without checking a negative or
+    # decreasing offset (torch 2.13: offsets [0, -10**12] crash the process, [0, -7] quote
+    # the heap in the error), so the offsets are checked here, where both runtimes call it.
+    if isinstance(offsets, torch.Tensor) and offsets.numel() and isinstance(indices, torch.Tensor):
+        flat = offsets.reshape(-1)
+        if (
+            flat.is_floating_point()
+            or bool((flat < 0).any())
+            or bool((flat[1:] < flat[:-1]).any())
+            or int(flat.max()) > indices.numel()
+        ):
+            raise CheckFailed(
+                "embedding_bag: offsets must be non-negative, non-decreasing and at most "
+                f"the number of indices ({indices.numel()})"
+            )
+    return torch.embedding_bag(weight, indices, offsets, *args, **kwargs)
+
+
+# --- sizes from values and products of sizes ------------------------------------------------
+
+
+def bincount(input, weights=None, minlength=0):
+    """``torch.bincount``: its result has ``max(input) + 1`` elements, a size taken from a
+    value, so the bytes are checked first."""
+    _need(_is_tensor(input), "bincount: input is a tensor")
+    if input.numel() and not input.is_floating_point() and input.dtype != torch.bool:
+        length = max(int(input.max()) + 1, int(minlength))
+        dtype = weights.dtype if _is_tensor(weights) else torch.int64
+        _bytes_ok("bincount", length, torch.float64 if dtype.is_floating_point else dtype)
+    return torch.bincount(input, weights, minlength)
+
+
+def one_hot(input, num_classes=-1):
+    """``torch.nn.functional.one_hot``: without ``num_classes`` the class count is
+    ``max(input) + 1``, a size taken from a value, so the bytes are checked first."""
+    _need(_is_tensor(input), "one_hot: input is a tensor")
+    classes = num_classes
+    if classes == -1 and input.numel() and input.dtype == torch.int64:
+        classes = int(input.max()) + 1
+    if isinstance(classes, int) and classes > 0:
+        _bytes_ok("one_hot", input.numel() * classes, torch.int64)
+    return torch._C._nn.one_hot(input, num_classes)
+
+
+def _numel_of(shape) -> int:
+    return math.prod(int(s) for s in shape)
+
+
+def outer(input, vec2):
+    _need(_is_tensor(input) and _is_tensor(vec2), "outer: operands are tensors")
+    _bytes_ok("outer", input.numel() * vec2.numel(), torch.promote_types(input.dtype, vec2.dtype))
+    return torch.outer(input, vec2)
+
+
+def kron(input, other):
+    _need(_is_tensor(input) and _is_tensor(other), "kron: operands are tensors")
+    _bytes_ok("kron", input.numel() * other.numel(), torch.promote_types(input.dtype, other.dtype))
+    return torch.kron(input, other)
+
+
+def cartesian_prod(*tensors):
+    items = tensors[0] if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else tensors
+    _need(all(map(_is_tensor, items)), "cartesian_prod: operands are tensors")
+    rows = _numel_of(t.numel() for t in items)
+    if items:
+        _bytes_ok("cartesian_prod", rows * len(items), items[0].dtype)
+    return torch.cartesian_prod(*items)
+
+
+def diag_embed(input, offset=0, dim1=-2, dim2=-1):
+    _need(_is_tensor(input), "diag_embed: input is a tensor")
+    if input.dim() >= 1 and isinstance(offset, int):
+        side = input.size(-1) + abs(offset)
+        _bytes_ok("diag_embed", input.numel() // max(input.size(-1), 1) * side * side, input.dtype)
+    return torch.diag_embed(input, offset, dim1, dim2)
+
+
+CHECKED: dict[str, Callable] = {
+    "embedding_bag": embedding_bag,
+    "native_batch_norm": native_batch_norm,
+    "_weight_norm": weight_norm,
+    "grid_sampler": grid_sampler,
+    "_grouped_mm": grouped_mm,
+    **{name: _rnn(name) for name in _GATES},
+    "bincount": bincount,
+    "one_hot": one_hot,
+    "outer": outer,
+    "kron": kron,
+    "cartesian_prod": cartesian_prod,
+    "diag_embed": diag_embed,
+}
+
+
+# --- sizes computed at the call ---------------------------------------------------------------
+# Note: sizes written in the file are bounded at load (check/program.py); a size that is a
+# value of the graph (``zeros(prim.item(t))``, ``x.expand(n, n)`` with ``n`` computed) is
+# known only at the call. Nodes of these ops with such a size run through ``sized_guard``,
+# which bounds the bytes (or, for views that expand, the elements a later op would make)
+# before the op runs.
+SIZED_OPS = frozenset(
+    """
+zeros ones full empty rand randn randint randperm eye Tensor.new_zeros Tensor.new_ones
+Tensor.new_full Tensor.new_empty Tensor.repeat tile Tensor.expand broadcast_to arange
+linspace logspace
+""".split()
+)
+
+
+def _ints_in(value) -> list[int]:
+    if isinstance(value, (list, tuple, torch.Size)):
+        return [i for x in value for i in _ints_in(x)]
+    if _is_tensor(value) and value.dim() == 0 and not value.is_floating_point():
+        return [int(value)]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return [value]
+    return []
+
+
+def _range_numel(args: Sequence, kwargs: dict) -> int:
+    numbers = [float(x) for x in args if isinstance(x, (int, float)) and not isinstance(x, bool)]
+    start, end, step = 0.0, numbers[0] if numbers else 0.0, 1.0
+    if len(numbers) >= 2:
+        start, end = numbers[:2]
+        step = numbers[2] if len(numbers) > 2 else 1.0
+    start = float(kwargs.get("start", start))
+    end, step = float(kwargs.get("end", end)), float(kwargs.get("step", step))
+    if step == 0 or not all(map(math.isfinite, (start, end, step))):
+        return 0  # PyTorch refuses these itself
+    return max(math.ceil((end - start) / step), 0)
+
+
+def sized_guard(
+    op: str, fn: Callable, positions: Sequence[int], keys: Sequence[str], spread: int | None
+) -> Callable:
+    """``fn`` preceded by a check that the sizes given at positions ``positions`` (every
+    position from ``spread`` on, when sizes may be spread: ``zeros(n, m)``) and keywords
+    ``keys`` of a call ask for at most ``ALLOC_BYTES``. ``Tensor.repeat`` and
+    ``tile`` multiply their input's elements; ``arange``'s size is its range's length;
+    ``linspace``/``logspace`` take their ``steps``."""
+
+    def run(*args, **kwargs):
+        if op in ("arange",):
+            numel = _range_numel(args, kwargs)
+        else:
+            sizes = [
+                a
+                for i, a in enumerate(args)
+                if i in positions or (spread is not None and i >= spread)
+            ]
+            sizes += [kwargs[k] for k in keys if k in kwargs]
+            numel = _numel_of(max(x, 0) for x in _ints_in(sizes))
+        if op in ("Tensor.repeat", "tile") and args and _is_tensor(args[0]):
+            numel *= args[0].numel()
+        dtype = kwargs.get("dtype")
+        if not isinstance(dtype, torch.dtype):
+            dtype = args[0].dtype if args and _is_tensor(args[0]) else torch.float64
+        _bytes_ok(op, numel, dtype)
+        return fn(*args, **kwargs)
+
+    run.__name__ = f"sized_{op.replace('.', '_')}"
+    return run

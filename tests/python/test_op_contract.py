@@ -1,0 +1,331 @@
+"""Every op a file can name is safe with any arguments (issue 17, items 1 to 4).
+
+Two parts:
+
+* the findings of the issue, each a crafted file (a few hundred bytes of program.json)
+  that loads and validates today and then crashes the process, reads freed memory,
+  rewrites a weight for good or allocates gigabytes: each must now end in tracebridge's
+  own error, at load or at the call, and nothing else;
+* the contract: every op of the set, called through the runtime with arguments of its
+  declared kinds but wrong shapes, short weights, out-of-range enums and indices, in a
+  child process whose freed and fresh memory is filled with a canary byte
+  (``MALLOC_PERTURB_``): a crash, a canary in an output, or two identical calls that give
+  different outputs fail the test. ``make test`` runs a small fixed budget;
+  ``make fuzz`` (``TRACEBRIDGE_CONTRACT_CASES``) a long one.
+
+Everything that may crash runs in a child process, so a regression fails a test instead
+of killing the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import zipfile
+import zlib
+from pathlib import Path
+
+import pytest
+import torch
+
+import tracebridge
+from tracebridge.artifact.container import Writer
+
+# The canary: glibc fills fresh allocations with ~PERTURB and freed memory with PERTURB.
+PERTURB = 0xA5
+CANARIES = (bytes([PERTURB]) * 4, bytes([PERTURB ^ 0xFF]) * 4)
+
+
+def _tensor(vid, dtype="float32", shape=(2,)):
+    return {"id": vid, "kind": "Tensor", "dtype": dtype, "shape": list(shape)}
+
+
+def _node(op, args, outputs, kwargs=None):
+    spec = (
+        {"t": "leaf"} if len(outputs) == 1 else {"t": "tuple", "c": [{"t": "leaf"}] * len(outputs)}
+    )
+    return {"op": op, "args": args, "kwargs": kwargs or {}, "outputs": outputs, "out_spec": spec}
+
+
+def _ref(vid):
+    return {"ref": vid}
+
+
+def _literal(vid, data, dtype="float32"):
+    """A ``tensor(data, dtype=...)`` node: a tensor written in the file."""
+    return _node("tensor", [data], [_tensor(vid, dtype)], {"dtype": {"dtype": dtype}})
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """``neg(x)`` for a float vector x (input value 0): program.json and tensors member."""
+    path = tmp_path_factory.mktemp("contract") / "base.tb"
+    tracebridge.trace(torch.neg, torch.randn(3)).save(path)
+    with zipfile.ZipFile(path) as archive:
+        return json.loads(archive.read("program.json")), archive.read("tensors.safetensors")
+
+
+@pytest.fixture(scope="module")
+def linear(tmp_path_factory):
+    """A traced ``nn.Linear(3, 2)``: program.json and tensors member (state with parameters)."""
+    path = tmp_path_factory.mktemp("contract") / "linear.tb"
+    torch.manual_seed(0)
+    tracebridge.trace(torch.nn.Linear(3, 2), torch.randn(4, 3)).save(path)
+    with zipfile.ZipFile(path) as archive:
+        return json.loads(archive.read("program.json")), archive.read("tensors.safetensors")
+
+
+def write_artifact(path: Path, doc: dict, tensors: bytes) -> Path:
+    data = json.dumps(doc).encode()
+    with open(path, "wb") as handle:
+        writer = Writer(handle)
+        for name, member, align in (
+            ("program.json", data, 1),
+            ("tensors.safetensors", tensors, 64),
+        ):
+            writer.begin(name, len(member), align)
+            writer.write(member)
+            writer.end(zlib.crc32(member))
+        writer.close()
+    return path
+
+
+def crafted(tmp_path, base, nodes, outputs=None, name="crafted.tb") -> Path:
+    """``base`` with its forward graph replaced by ``nodes``; it returns ``outputs``
+    (default: the last node's first output)."""
+    doc = json.loads(json.dumps(base[0]))
+    graph = doc["methods"]["forward"]
+    graph["nodes"] = nodes
+    outs = outputs or [nodes[-1]["outputs"][0]["id"]]
+    graph["outputs"] = [_ref(v) for v in outs]
+    graph["out_spec"] = (
+        {"t": "leaf"} if len(outs) == 1 else {"t": "tuple", "c": [{"t": "leaf"}] * len(outs)}
+    )
+    graph["sources"] = {}
+    return write_artifact(tmp_path / name, doc, base[1])
+
+
+_RUNNER = textwrap.dedent(
+    """
+    import json, sys, torch, tracebridge
+    path, shape, calls = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+    CANARIES = (bytes([{p}]) * 4, bytes([{p} ^ 0xFF]) * 4)
+    def leaves(x):
+        if isinstance(x, torch.Tensor):
+            return [x]
+        if isinstance(x, (list, tuple)):
+            return [t for y in x for t in leaves(y)]
+        return []
+    def digest(out):
+        found = []
+        for t in leaves(out):
+            raw = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+            word = t.element_size()
+            canary = any(
+                raw[i:i + 4] in CANARIES for i in range(0, len(raw) - 3, max(word, 4))
+            ) if word >= 4 else False
+            found.append((raw.hex()[:4000], canary))
+        return found
+    try:
+        module = tracebridge.load(path)
+    except tracebridge.ArtifactError as exc:
+        print(json.dumps({{"stage": "load", "error": "ArtifactError", "message": str(exc)}}))
+        sys.exit(0)
+    def state_of(module):
+        get = getattr(module, "state_dict", None)
+        return {{k: v.detach().clone() for k, v in get().items()}} if get else {{}}
+    state = state_of(module)
+    results = []
+    for _ in range(calls):
+        x = torch.ones(shape)
+        try:
+            with torch.no_grad():
+                results.append(digest(module(x)))
+        except tracebridge.TraceError as exc:
+            print(json.dumps({{"stage": "call", "error": type(exc).__name__, "message": str(exc)}}))
+            sys.exit(0)
+    changed = [k for k, v in state_of(module).items() if not torch.equal(v, state[k])]
+    print(json.dumps({{
+        "stage": "ok",
+        "same": all(r == results[0] for r in results),
+        "canary": any(c for r in results for _, c in r),
+        "changed": changed,
+    }}))
+    """
+).format(p=PERTURB)
+
+
+def run_child(path: Path, shape=(3,), calls: int = 2, timeout: int = 120) -> dict:
+    """Load ``path`` and call it ``calls`` times on ones(shape), in a child process with
+    the canary allocator; the outcome as a dict (``stage``: load, call or ok)."""
+    env = dict(os.environ, MALLOC_PERTURB_=str(PERTURB))
+    done = subprocess.run(
+        [sys.executable, "-c", _RUNNER, str(path), json.dumps(list(shape)), str(calls)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+    assert done.returncode == 0, f"the child died ({done.returncode}): {done.stderr[-1500:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def refused(outcome: dict, *words: str) -> None:
+    """The file ended in tracebridge's error whose message holds ``words``."""
+    assert outcome["stage"] in ("load", "call"), outcome
+    for word in words:
+        assert word in outcome["message"], (word, outcome["message"])
+
+
+# --- heap reads and writes, aborts, uninitialised memory (item 1) ---------------------------
+
+
+def _bn_nodes(training: bool):
+    return [
+        _literal(1, [[[1.0, 2.0]] * 8] * 2),  # (2, 8, 2)
+        _literal(2, [1.0]),
+        _literal(3, [0.0]),
+        _literal(4, [1.0]),
+        _node(
+            "native_batch_norm",
+            [_ref(1), _ref(2), _ref(2), _ref(3), _ref(4), training, 0.1, 1e-5],
+            [_tensor(5), _tensor(6), _tensor(7)],
+        ),
+    ]
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_native_batch_norm_with_short_weights_is_refused(tmp_path, base, training):
+    """Read past the one-element weights (evaluation: garbage that changed between calls)
+    and wrote past them (training: ``free(): invalid size``, SIGSEGV)."""
+    outcome = run_child(crafted(tmp_path, base, _bn_nodes(training)))
+    refused(outcome, "native_batch_norm", "8 elements")
+
+
+def test_weight_norm_with_a_short_g_is_refused(tmp_path, base):
+    """``_weight_norm(v[4096, 3], g[1], 0)`` aborted the process (munmap_chunk)."""
+    nodes = [
+        _node("ones", [[4096, 3]], [_tensor(1, shape=[4096, 3])]),
+        _literal(2, [1.0]),
+        _node("_weight_norm", [_ref(1), _ref(2), 0], [_tensor(3, shape=[4096, 3])]),
+    ]
+    refused(run_child(crafted(tmp_path, base, nodes)), "_weight_norm", "g must have shape")
+
+
+def _rnn_nodes(op: str, bad: str):
+    gates = {"gru": 3, "lstm": 4, "rnn_tanh": 1}[op]
+    rows = gates * 4
+    shapes = {"w_ih": [rows, 3], "w_hh": [rows, 4], "b_ih": [rows], "b_hh": [rows]}
+    shapes[bad] = [1] + shapes[bad][1:]
+    nodes = [_node("ones", [[5, 2, 3]], [_tensor(1, shape=[5, 2, 3])])]
+    nodes.append(_node("zeros", [[1, 2, 4]], [_tensor(2, shape=[1, 2, 4])]))
+    for vid, shape in enumerate(shapes.values(), start=3):
+        nodes.append(_node("ones", [shape], [_tensor(vid, shape=shape)]))
+    params = [_ref(v) for v in (3, 4, 5, 6)]
+    hx = [_ref(2), _ref(2)] if op == "lstm" else _ref(2)
+    outs = [_tensor(7), _tensor(8)] + ([_tensor(9)] if op == "lstm" else [])
+    nodes.append(_node(op, [_ref(1), hx, params, True, 1, 0.0, False, False, False], outs))
+    return nodes
+
+
+@pytest.mark.parametrize(
+    "op, bad",
+    [("gru", "w_ih"), ("gru", "b_ih"), ("lstm", "b_hh"), ("lstm", "w_ih"), ("rnn_tanh", "b_ih")],
+)
+def test_rnn_flat_weights_of_the_wrong_shape_are_refused(tmp_path, base, op, bad):
+    """A one-row ``weight_ih`` crashed ``gru`` (SIGSEGV); short biases were read past."""
+    outcome = run_child(crafted(tmp_path, base, _rnn_nodes(op, bad)))
+    refused(outcome, op, "must have shape")
+
+
+@pytest.mark.parametrize("mode", [99, -1])
+def test_grid_sampler_enums_out_of_range_are_refused_at_load(tmp_path, base, mode):
+    """Mode 99 or -1 returned heap memory (upper halves of pointers)."""
+    nodes = [
+        _node("ones", [[1, 1, 4, 4]], [_tensor(1, shape=[1, 1, 4, 4])]),
+        _node("zeros", [[1, 2, 2, 2]], [_tensor(2, shape=[1, 2, 2, 2])]),
+        _node("grid_sampler", [_ref(1), _ref(2), mode, 0, False], [_tensor(3)]),
+    ]
+    outcome = run_child(crafted(tmp_path, base, nodes))
+    assert outcome["stage"] == "load", outcome
+    refused(outcome, "interpolation_mode", "one of 0, 1, 2")
+
+
+def test_grid_sampler_enum_from_a_value_is_checked_at_the_call():
+    from tracebridge.runtime.checked_ops import CheckFailed, grid_sampler
+
+    with pytest.raises(CheckFailed, match="interpolation_mode must be one of"):
+        grid_sampler(torch.ones(1, 1, 4, 4), torch.zeros(1, 2, 2, 2), 99, 0, False)
+    out = grid_sampler(torch.ones(1, 1, 4, 4), torch.zeros(1, 2, 2, 2), 0, 0, False)
+    assert torch.equal(
+        out, torch.grid_sampler(torch.ones(1, 1, 4, 4), torch.zeros(1, 2, 2, 2), 0, 0, False)
+    )
+
+
+@pytest.mark.parametrize("offs", [[4, 6], [4, 600000], [6, 2]])
+def test_grouped_mm_offsets_are_checked(tmp_path, base, offs):
+    """``offs=[4, 6]`` for 8 rows returned rows of a tensor the process freed earlier."""
+    nodes = [
+        _node("ones", [[8, 4]], [_tensor(1, shape=[8, 4])]),
+        _node("ones", [[2, 4, 4]], [_tensor(2, shape=[2, 4, 4])]),
+        _literal(3, offs, "int32"),
+        _node("_grouped_mm", [_ref(1), _ref(2), _ref(3)], [_tensor(4, shape=[8, 4])]),
+    ]
+    refused(run_child(crafted(tmp_path, base, nodes)), "_grouped_mm", "offs")
+
+
+def test_checked_ops_give_the_kernels_results_on_good_arguments():
+    from tracebridge.runtime import checked_ops as c
+
+    x, w = torch.randn(2, 3, 4), torch.randn(3)
+    rm, rv = torch.zeros(3), torch.ones(3)
+    got = c.native_batch_norm(x, w, w, rm.clone(), rv.clone(), False, 0.1, 1e-5)
+    want = torch.native_batch_norm(x, w, w, rm.clone(), rv.clone(), False, 0.1, 1e-5)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    v, g = torch.randn(5, 3), torch.randn(5, 1)
+    assert torch.equal(c.weight_norm(v, g, 0), torch._weight_norm(v, g, 0))
+    a, b, offs = torch.randn(8, 4), torch.randn(2, 4, 4), torch.tensor([4, 8], dtype=torch.int32)
+    assert torch.equal(c.grouped_mm(a, b, offs), torch._grouped_mm(a, b, offs))
+    for cls, op in ((torch.nn.GRU, "gru"), (torch.nn.LSTM, "lstm"), (torch.nn.RNN, "rnn_tanh")):
+        rnn = cls(3, 4, num_layers=2, bidirectional=True)
+        inp = torch.randn(5, 2, 3)
+        h = torch.zeros(4, 2, 4)
+        hx = (h, h) if op == "lstm" else h
+        weights = list(rnn._flat_weights)
+        got = c.CHECKED[op](inp, hx, weights, True, 2, 0.0, False, True, False)
+        want = getattr(torch, op)(inp, hx, weights, True, 2, 0.0, False, True, False)
+        assert all(torch.equal(p, q) for p, q in zip(got, want))
+    lstm = torch.nn.LSTM(3, 4, proj_size=2)
+    hx = (torch.zeros(1, 2, 2), torch.zeros(1, 2, 4))
+    got = c.CHECKED["lstm"](
+        torch.randn(5, 2, 3), hx, list(lstm._flat_weights), True, 1, 0.0, False, False, False
+    )
+    assert got[0].shape == (5, 2, 2)
+
+
+def test_traced_recurrent_and_normalised_modules_still_match_eager():
+    """The checked forms change no result of a real model (GRU, LSTM with projections,
+    packed sequences, grid_sample, weight norm)."""
+    torch.manual_seed(0)
+    gru = torch.nn.GRU(3, 4, num_layers=2, batch_first=True)
+    x = torch.randn(2, 5, 3)
+    traced = tracebridge.trace(gru, x)
+    assert torch.equal(traced(x)[0], gru(x)[0])
+    lstm = torch.nn.LSTM(3, 4, proj_size=2, bidirectional=True)
+    traced = tracebridge.trace(lstm, torch.randn(5, 2, 3))
+    y = torch.randn(7, 2, 3)
+    assert torch.equal(traced(y)[0], lstm(y)[0])
+    conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Linear(3, 4))
+    traced = tracebridge.trace(conv, torch.randn(2, 3))
+    z = torch.randn(6, 3)
+    assert torch.allclose(traced(z), conv(z))
+
+    def sample(img, grid):
+        return torch.nn.functional.grid_sample(img, grid, mode="bicubic", align_corners=False)
+
+    img, grid = torch.randn(1, 2, 5, 5), torch.rand(1, 3, 3, 2) * 2 - 1
+    traced = tracebridge.trace(sample, (img, grid))
+    assert torch.equal(traced(img, grid), sample(img, grid))
