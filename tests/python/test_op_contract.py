@@ -329,3 +329,120 @@ def test_traced_recurrent_and_normalised_modules_still_match_eager():
     img, grid = torch.randn(1, 2, 5, 5), torch.rand(1, 3, 3, 2) * 2 - 1
     traced = tracebridge.trace(sample, (img, grid))
     assert torch.equal(traced(img, grid), sample(img, grid))
+
+
+# --- state a file may change (item 4) ----------------------------------------------------------
+
+
+def _writes_weight(tmp_path, linear, extra, name="writes.tb"):
+    """The traced ``nn.Linear``, with ``extra`` nodes run before its ``linear`` node
+    (``extra`` reads the weight as value 1 and may define values from 100 on)."""
+    doc = json.loads(json.dumps(linear[0]))
+    nodes = doc["methods"]["forward"]["nodes"]
+    nodes[2:2] = extra
+    return write_artifact(tmp_path / name, doc, linear[1])
+
+
+_UNIT = _tensor(100, shape=[2, 3])
+_WRITES = {
+    "add_ under no_grad": [
+        _node("set_grad_enabled", [False], []),
+        _node("Tensor.add_", [_ref(1), 3], [_UNIT]),
+        _node("set_grad_enabled", [True], []),
+    ],
+    "add_ through .data": [
+        _node("Tensor.data", [_ref(1)], [_tensor(101, shape=[2, 3])]),
+        _node("Tensor.add_", [_ref(101), 3], [_UNIT]),
+    ],
+    "setitem through a view": [
+        _node("Tensor.view", [_ref(1), -1], [_tensor(101, shape=[6])]),
+        _node("setitem", [_ref(101), 0, 5.0], []),
+    ],
+    "copy_ into the bias": [_node("Tensor.copy_", [_ref(2), _ref(2)], [_tensor(100, shape=[2])])],
+    "in-place shift operator": [
+        _node("detach", [_ref(1)], [_tensor(101, shape=[2, 3])]),
+        _node("Tensor.__imod__", [_ref(101), 2], [_UNIT]),
+    ],
+    "requires_grad_": [_node("Tensor.requires_grad_", [_ref(1), False], [_UNIT])],
+    "detach_": [_node("Tensor.detach_", [_ref(1)], [_UNIT])],
+    "batch_norm running stats": [
+        _node("ones", [[4, 2]], [_tensor(101, shape=[4, 2])]),
+        _node(
+            "batch_norm",
+            [_ref(101), None, None, _ref(2), _ref(2), True, 0.5, 1e-5, False],
+            [_tensor(102, shape=[4, 2])],
+        ),
+    ],
+}
+
+
+@pytest.mark.parametrize("case", sorted(_WRITES))
+def test_writes_to_parameters_are_refused_at_load(tmp_path, linear, case):
+    """Each shifted the output on every call and the change stayed in the module (a re-save
+    kept it); ``requires_grad_(False)`` and ``detach_`` froze the weight silently."""
+    path = _writes_weight(tmp_path, linear, _WRITES[case])
+    with pytest.raises(tracebridge.ArtifactError, match=r"state writes") as info:
+        tracebridge.load(path)
+    message = str(info.value)
+    assert "writes parameter" in message and "never a parameter" in message, message
+    assert "do not load it" in message
+
+
+def test_the_weights_of_a_refused_file_never_change(tmp_path, linear):
+    path = _writes_weight(tmp_path, linear, _WRITES["add_ under no_grad"])
+    outcome = run_child(path, shape=(4, 3), calls=3)
+    assert outcome["stage"] == "load", outcome
+
+
+def test_buffers_may_be_written_batch_norm_statistics_in_training():
+    """What the SPEC allows: a BatchNorm's running statistics and counter change in
+    training mode, through the loaded module, as in eager PyTorch."""
+    bn = torch.nn.BatchNorm1d(3).train()
+    traced = tracebridge.trace(bn, torch.randn(4, 3))
+    x = torch.randn(8, 3)
+    before = traced.state_dict()["running_mean"].clone()
+    traced(x)
+    assert not torch.equal(traced.state_dict()["running_mean"], before)
+    assert int(traced.state_dict()["num_batches_tracked"]) >= 1
+
+
+def test_in_place_ops_on_values_that_are_not_state_still_trace_and_load(tmp_path):
+    def f(x, w):
+        y = x.clone()
+        y.add_(1).relu_()
+        w2 = w * 2
+        w2.requires_grad_(True)
+        return y + w2.detach_()
+
+    traced = tracebridge.trace(f, (torch.randn(3), torch.randn(3)))
+    traced.save(tmp_path / "f.tb")
+    loaded = tracebridge.load(tmp_path / "f.tb")
+    a, b = torch.randn(3), torch.randn(3)
+    assert torch.equal(loaded(a, b), f(a, b))
+
+
+def test_a_custom_function_may_not_write_a_parameter_it_is_passed():
+    """A crafted file passes a parameter to a custom autograd function whose forward graph
+    writes its input in place (the tracer refuses ``ctx.mark_dirty``, a file need not)."""
+    from tracebridge.artifact.archive import program_to_json
+    from tracebridge.check.program import check_program
+
+    from .test_autograd_function import QuantNet
+
+    traced = tracebridge.trace(QuantNet(), torch.randn(2, 4))
+    doc = json.loads(json.dumps(program_to_json(traced.program)))
+    graph = doc["methods"]["forward"]
+    index, node = next(
+        (i, n) for i, n in enumerate(graph["nodes"]) if n["op"] == "prim.autograd_function"
+    )
+    parameter = next(n for n, e in doc["state"].items() if e["kind"] == "parameter")
+    read = _node("prim.state", [parameter], [_tensor(9999)])
+    graph["nodes"].insert(index, read)
+    node["args"][0][0] = _ref(9999)
+    forward = doc["methods"][node["kwargs"]["forward"]]
+    first = forward["inputs"][0]["id"]
+    forward["nodes"].insert(0, _node("Tensor.add_", [_ref(first), 3.0], [_tensor(9998)]))
+    with pytest.raises(tracebridge.ArtifactError, match="forward graph writes input 0"):
+        check_program(doc, "crafted.tb")
+    del forward["nodes"][0]
+    check_program(doc, "crafted.tb")  # the same file without the write loads

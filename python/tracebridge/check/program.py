@@ -20,6 +20,7 @@ import torch
 from ..errors import ArtifactError
 from ..ir import FORMAT_VERSION, Program, dtypes, graph_to_json, ops
 from ..ir.program import AUTOGRAD_FUNCTION, GRAPH_KEYWORDS
+from .state_writes import StateWrites, subgraph_write
 
 # --- limits ---------------------------------------------------------------------------------
 # Note: the limits are far above what a traced model needs (the largest model of the test
@@ -186,8 +187,8 @@ def check_program(program_or_doc: Program | dict, name: str = "", *, strict: boo
         _check_mode_bound(doc)
         _check_specialised(doc)
         _check_aliases(doc)
-        _check_methods(doc)
-        _check_subgraphs(doc)
+        checks = _check_methods(doc)
+        _check_subgraphs(doc, checks)
     except _Located as fault:
         raise ArtifactError(prefix + str(fault)) from None
     except _Fault as fault:
@@ -519,8 +520,9 @@ def _path_name(name: str, what: str) -> None:
         _fail("names", f"{what} name {name[:40]!r} is not a dotted path of [A-Za-z0-9_-] parts")
 
 
-def _check_methods(doc: dict) -> None:
+def _check_methods(doc: dict) -> dict[str, _GraphCheck]:
     total = 0
+    checks = {}
     for method, graph in doc["methods"].items():
         total += len(graph["nodes"])
         if total > LIMITS["nodes"]:
@@ -533,7 +535,9 @@ def _check_methods(doc: dict) -> None:
                     _Fault("resource limits", f"more than {LIMITS['nodes']} nodes"),
                 )
             )
-        _GraphCheck(doc, method, graph).run()
+        checks[method] = _GraphCheck(doc, method, graph)
+        checks[method].run()
+    return checks
 
 
 def _flat_tuple(spec: Any, count: int) -> bool:
@@ -546,17 +550,24 @@ def _flat_tuple(spec: Any, count: int) -> bool:
     )
 
 
-def _check_subgraphs(doc: dict) -> None:
+def _check_subgraphs(doc: dict, checks: dict[str, _GraphCheck]) -> None:
     """The graphs that ``prim.autograd_function`` nodes name: present, arities that agree,
-    no state, and no graph that reaches itself (each graph was checked on its own)."""
+    no state, no write to a parameter or constant the node passes, and no graph that
+    reaches itself (each graph was checked on its own)."""
     methods = doc["methods"]
     edges: dict[str, list[str]] = {m: [] for m in methods}
+    kinds = _state_kinds(doc)
     for method, graph in methods.items():
         for index, node in enumerate(graph["nodes"]):
             if node["op"] != AUTOGRAD_FUNCTION:
                 continue
             try:
                 edges[method] += _autograd_arities(methods, node)
+                forward = checks[node["kwargs"]["forward"]].writes
+                passed = checks[method].writes.passed.get(index, [])
+                reason = subgraph_write(passed, forward.written_inputs, kinds)
+                if reason:
+                    _fail("state writes", reason, _WRITE_FIX)
             except _Fault as fault:
                 raise _Located(_message("", method, index, node["op"], fault)) from None
     # A graph that reaches itself would call itself without end: refuse any cycle. Graphs
@@ -626,6 +637,18 @@ def _autograd_arities(methods: dict, node: dict) -> list[str]:
 
 # --- one graph ------------------------------------------------------------------------------
 
+_WRITE_FIX = (
+    "the file would change the model it holds on every call; do not load it (to change "
+    "weights on purpose, do it in Python or R after loading)"
+)
+
+
+def _state_kinds(doc: dict) -> dict[str, str]:
+    return {
+        name: entry.get("kind", "") if isinstance(entry, dict) else ""
+        for name, entry in doc["state"].items()
+    }
+
 
 class _GraphCheck:
     """The graph rules, node by node, with the value table built as it goes."""
@@ -644,7 +667,10 @@ class _GraphCheck:
             self._inputs()
         except _Fault as fault:
             raise _Located(_message("", self.method, None, None, fault)) from None
+        inputs = [v["id"] for v in self.graph["inputs"]]
+        self.writes = StateWrites(_state_kinds(self.doc), inputs)
         for index, node in enumerate(self.graph["nodes"]):
+            self.index = index
             try:
                 self._node(node)
             except _Fault as fault:
@@ -742,6 +768,9 @@ class _GraphCheck:
         for literal in node["kwargs"].values():
             self._literal(literal, 0)
         self._arguments(info, node)
+        reason = self.writes.node(self.index, op, info.flags, info.arg_names, node)
+        if reason:
+            _fail("state writes", reason, _WRITE_FIX)
         if op == "prim.state":
             state = node["args"][0]
             if state not in self.doc["state"]:

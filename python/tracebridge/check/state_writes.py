@@ -1,0 +1,137 @@
+"""Which state a graph may write: the rule ``state writes`` of the checker (SPEC section 6.7).
+
+Note: why a rule. A loaded module shares its parameters with the file's state, and an
+in-place op on a parameter changes it for every later call and every re-save: a file that
+runs ``set_grad_enabled(False)`` then ``Tensor.add_(weight, 3)``, or writes through
+``Tensor.data(weight)``, rewrites the model it claims to be. The rule follows every value
+that may share memory with a state entry (``prim.state`` itself, then views: ``Tensor.view``,
+``getitem``, ``Tensor.data``, ``detach``, ..., and the results of in-place ops, which are
+their first argument) and refuses, at load:
+
+* an in-place op (flag ``inplace``: a name ending in ``_``, ``setitem``, ``x <<= y``) whose
+  first argument may be a **parameter** or a **constant**;
+* a write through another argument (``batch_norm``'s running statistics) into a parameter
+  or a constant;
+* ``Tensor.requires_grad_`` and ``Tensor.detach_`` on any state (they change how a
+  parameter trains, silently).
+
+Buffers are the state a module may change: BatchNorm's running statistics and
+``num_batches_tracked`` in training mode, and any buffer a traced module updates in place
+(caches, counters), as PyTorch defines them. A custom autograd function's ``forward`` graph
+may not write an input that the calling node passes from a parameter or a constant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+# Ops whose result may share memory with their first tensor argument (views, and ops that
+# return their input unchanged when nothing is to be done: ``contiguous``, ``to``).
+VIEW_OPS = frozenset(
+    """
+Tensor.view Tensor.view_as Tensor.reshape Tensor.reshape_as reshape flatten Tensor.unflatten
+unflatten squeeze unsqueeze Tensor.permute permute transpose swapaxes swapdims movedim
+moveaxis t Tensor.T Tensor.mT Tensor.H Tensor.mH Tensor.contiguous Tensor.expand
+Tensor.expand_as broadcast_to split split_with_sizes chunk unbind tensor_split hsplit vsplit
+dsplit narrow select diagonal Tensor.unfold real imag Tensor.real Tensor.imag view_as_real
+view_as_complex atleast_1d atleast_2d atleast_3d ravel meshgrid getitem Tensor.data detach
+Tensor.to Tensor.type Tensor.type_as Tensor.float Tensor.double Tensor.half Tensor.bfloat16
+Tensor.long Tensor.int Tensor.short Tensor.char Tensor.byte Tensor.bool Tensor.cfloat
+Tensor.cdouble Tensor.cpu as_tensor as_strided Tensor.as_strided alias
+""".split()
+)
+# Ops that write into an argument other than the first, by parameter name.
+WRITTEN_ARGUMENTS: dict[str, tuple[str, ...]] = {
+    "batch_norm": ("running_mean", "running_var"),
+    "native_batch_norm": ("running_mean", "running_var"),
+    "instance_norm": ("running_mean", "running_var"),
+}
+# Ops that change how state trains: refused on any state, buffers included.
+GRAD_STATE_OPS = frozenset({"Tensor.requires_grad_", "Tensor.detach_"})
+# State kinds no op may write.
+READ_ONLY_KINDS = frozenset({"parameter", "constant"})
+
+Root = tuple  # ("state", name) or ("input", position)
+
+
+def _refs(lit) -> Iterable[int]:
+    if isinstance(lit, dict):
+        if set(lit) == {"ref"}:
+            yield lit["ref"]
+        elif set(lit) == {"tuple"} and isinstance(lit["tuple"], list):
+            for x in lit["tuple"]:
+                yield from _refs(x)
+    elif isinstance(lit, list):
+        for x in lit:
+            yield from _refs(x)
+
+
+class StateWrites:
+    """The rule over one graph, node by node. ``state_kinds`` maps state names to their
+    kind; ``inputs`` are the ids of the graph's inputs, in order."""
+
+    def __init__(self, state_kinds: dict[str, str], inputs: list[int]):
+        self.state_kinds = state_kinds
+        self.roots: dict[int, frozenset[Root]] = {
+            vid: frozenset({("input", i)}) for i, vid in enumerate(inputs)
+        }
+        self.written_inputs: set[int] = set()  # positions of inputs an op writes
+        # node index -> the roots of each tensor a prim.autograd_function node passes
+        self.passed: dict[int, list[frozenset[Root]]] = {}
+
+    def roots_of(self, lit) -> frozenset[Root]:
+        found: set[Root] = set()
+        for vid in _refs(lit):
+            found |= self.roots.get(vid, frozenset())
+        return frozenset(found)
+
+    def node(self, index: int, op: str, flags: frozenset, arg_names: tuple, node: dict) -> str:
+        """Record the node's aliases; the reason the node is refused, or ``""``."""
+        args, kwargs, outputs = node["args"], node["kwargs"], node["outputs"]
+        if op == "prim.state" and args and isinstance(args[0], str) and outputs:
+            self.roots[outputs[0]["id"]] = frozenset({("state", args[0])})
+            return ""
+        if op == "prim.autograd_function" and args:
+            self.passed[index] = [self.roots.get(v, frozenset()) for v in _refs(args[0])]
+        first = args[0] if args else kwargs.get("self", kwargs.get("input"))
+        written = []
+        if "inplace" in flags or op in GRAD_STATE_OPS:
+            written.append((first, op in GRAD_STATE_OPS))
+        for name in WRITTEN_ARGUMENTS.get(op, ()):
+            written += [(a, False) for a, names in zip(args, arg_names) if name in names]
+            if name in kwargs:
+                written.append((kwargs[name], False))
+        for lit, any_state in written:
+            for kind, name in sorted(self.roots_of(lit)):
+                if kind == "input":
+                    self.written_inputs.add(name)
+                    continue
+                state_kind = self.state_kinds.get(name, "")
+                if any_state or state_kind in READ_ONLY_KINDS:
+                    return (
+                        f"{op} writes {state_kind or 'state'} {name[:60]!r}: a loaded program "
+                        "writes only buffers (BatchNorm running statistics, counters), never "
+                        "a parameter or a constant, and never changes how state trains"
+                    )
+        if op in VIEW_OPS or "inplace" in flags or op in GRAD_STATE_OPS:
+            shared = self.roots_of(first)
+            if shared:
+                for value in outputs:
+                    self.roots[value["id"]] = shared
+        return ""
+
+
+def subgraph_write(passed: list[frozenset[Root]], written: set[int], state_kinds: dict) -> str:
+    """The reason a ``prim.autograd_function`` node is refused when its ``forward`` graph
+    writes inputs (``written``) that the node passes from read-only state, or ``""``."""
+    for position in sorted(written):
+        if position >= len(passed):
+            continue
+        for kind, name in sorted(passed[position]):
+            if kind == "state" and state_kinds.get(name) in READ_ONLY_KINDS:
+                return (
+                    f"its forward graph writes input {position}, which is "
+                    f"{state_kinds[name]} {name[:60]!r}: a loaded program never writes a "
+                    "parameter or a constant"
+                )
+    return ""
