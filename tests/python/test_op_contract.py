@@ -20,10 +20,6 @@ of killing the suite.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 import zipfile
 import zlib
 from pathlib import Path
@@ -33,10 +29,6 @@ import torch
 
 import tracebridge
 from tracebridge.artifact.container import Writer
-
-# The canary: glibc fills fresh allocations with ~PERTURB and freed memory with PERTURB.
-PERTURB = 0xA5
-CANARIES = (bytes([PERTURB]) * 4, bytes([PERTURB ^ 0xFF]) * 4)
 
 
 def _tensor(vid, dtype="float32", shape=(2,)):
@@ -108,69 +100,34 @@ def crafted(tmp_path, base, nodes, outputs=None, name="crafted.tb") -> Path:
     return write_artifact(tmp_path / name, doc, base[1])
 
 
-_RUNNER = textwrap.dedent(
-    """
-    import json, sys, torch, tracebridge
-    path, shape, calls = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
-    CANARIES = (bytes([{p}]) * 4, bytes([{p} ^ 0xFF]) * 4)
-    def leaves(x):
-        if isinstance(x, torch.Tensor):
-            return [x]
-        if isinstance(x, (list, tuple)):
-            return [t for y in x for t in leaves(y)]
-        return []
-    def digest(out):
-        found = []
-        for t in leaves(out):
-            raw = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-            word = t.element_size()
-            canary = any(
-                raw[i:i + 4] in CANARIES for i in range(0, len(raw) - 3, max(word, 4))
-            ) if word >= 4 else False
-            found.append((raw.hex()[:4000], canary))
-        return found
-    try:
-        module = tracebridge.load(path)
-    except tracebridge.ArtifactError as exc:
-        print(json.dumps({{"stage": "load", "error": "ArtifactError", "message": str(exc)}}))
-        sys.exit(0)
-    def state_of(module):
-        get = getattr(module, "state_dict", None)
-        return {{k: v.detach().clone() for k, v in get().items()}} if get else {{}}
-    state = state_of(module)
-    results = []
-    for _ in range(calls):
-        x = torch.ones(shape)
-        try:
-            with torch.no_grad():
-                results.append(digest(module(x)))
-        except tracebridge.TraceError as exc:
-            print(json.dumps({{"stage": "call", "error": type(exc).__name__, "message": str(exc)}}))
-            sys.exit(0)
-    changed = [k for k, v in state_of(module).items() if not torch.equal(v, state[k])]
-    print(json.dumps({{
-        "stage": "ok",
-        "same": all(r == results[0] for r in results),
-        "canary": any(c for r in results for _, c in r),
-        "changed": changed,
-    }}))
-    """
-).format(p=PERTURB)
+def child_jobs() -> dict[str, tuple[str, list, list[int], int]]:
+    """Every crafted file of this module that runs in a child: name -> (base, nodes, input
+    shape, calls). ``base`` is ``"neg"`` (a function) or ``"linear"`` (an ``nn.Linear``)."""
+    jobs = {f"bn-{t}": ("neg", _bn_nodes(t), [3], 2) for t in (False, True)}
+    jobs["weight_norm"] = ("neg", _WEIGHT_NORM, [3], 2)
+    jobs.update({f"rnn-{op}-{bad}": ("neg", _rnn_nodes(op, bad), [3], 2) for op, bad in _RNN})
+    jobs.update({f"gmm-{offs}": ("neg", _gmm_nodes(offs), [3], 2) for offs in _OFFS})
+    jobs.update({f"call-{case}": ("neg", nodes, [3], 2) for case, nodes in _AT_THE_CALL.items()})
+    jobs["writes"] = ("linear", _WRITES["add_ under no_grad"], [4, 3], 3)
+    return jobs
 
 
-def run_child(path: Path, shape=(3,), calls: int = 2, timeout: int = 120) -> dict:
-    """Load ``path`` and call it ``calls`` times on ones(shape), in a child process with
-    the canary allocator; the outcome as a dict (``stage``: load, call or ok)."""
-    env = dict(os.environ, MALLOC_PERTURB_=str(PERTURB))
-    done = subprocess.run(
-        [sys.executable, "-c", _RUNNER, str(path), json.dumps(list(shape)), str(calls)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
-    assert done.returncode == 0, f"the child died ({done.returncode}): {done.stderr[-1500:]}"
-    return json.loads(done.stdout.strip().splitlines()[-1])
+@pytest.fixture(scope="module")
+def children(tmp_path_factory, base, linear) -> dict[str, dict]:
+    """The outcome of every job of :func:`child_jobs`, run in as few children as crashes
+    allow (each child costs seconds to import torch)."""
+    from .canary_child import run_batch
+
+    workdir = tmp_path_factory.mktemp("children")
+    names, jobs = [], []
+    for name, (which, nodes, shape, calls) in child_jobs().items():
+        if which == "neg":
+            path = crafted(workdir, base, nodes, name=f"{len(names)}.tb")
+        else:
+            path = _writes_weight(workdir, linear, nodes, name=f"{len(names)}.tb")
+        names.append(name)
+        jobs.append({"path": str(path), "shape": shape, "calls": calls})
+    return dict(zip(names, run_batch(jobs, workdir)))
 
 
 def refused(outcome: dict, *words: str) -> None:
@@ -198,21 +155,22 @@ def _bn_nodes(training: bool):
 
 
 @pytest.mark.parametrize("training", [False, True])
-def test_native_batch_norm_with_short_weights_is_refused(tmp_path, base, training):
+def test_native_batch_norm_with_short_weights_is_refused(children, training):
     """Read past the one-element weights (evaluation: garbage that changed between calls)
     and wrote past them (training: ``free(): invalid size``, SIGSEGV)."""
-    outcome = run_child(crafted(tmp_path, base, _bn_nodes(training)))
-    refused(outcome, "native_batch_norm", "8 elements")
+    refused(children[f"bn-{training}"], "native_batch_norm", "8 elements")
 
 
-def test_weight_norm_with_a_short_g_is_refused(tmp_path, base):
+_WEIGHT_NORM = [
+    _node("ones", [[4096, 3]], [_tensor(1, shape=[4096, 3])]),
+    _literal(2, [1.0]),
+    _node("_weight_norm", [_ref(1), _ref(2), 0], [_tensor(3, shape=[4096, 3])]),
+]
+
+
+def test_weight_norm_with_a_short_g_is_refused(children):
     """``_weight_norm(v[4096, 3], g[1], 0)`` aborted the process (munmap_chunk)."""
-    nodes = [
-        _node("ones", [[4096, 3]], [_tensor(1, shape=[4096, 3])]),
-        _literal(2, [1.0]),
-        _node("_weight_norm", [_ref(1), _ref(2), 0], [_tensor(3, shape=[4096, 3])]),
-    ]
-    refused(run_child(crafted(tmp_path, base, nodes)), "_weight_norm", "g must have shape")
+    refused(children["weight_norm"], "_weight_norm", "g must have shape")
 
 
 def _rnn_nodes(op: str, bad: str):
@@ -231,14 +189,13 @@ def _rnn_nodes(op: str, bad: str):
     return nodes
 
 
-@pytest.mark.parametrize(
-    "op, bad",
-    [("gru", "w_ih"), ("gru", "b_ih"), ("lstm", "b_hh"), ("lstm", "w_ih"), ("rnn_tanh", "b_ih")],
-)
-def test_rnn_flat_weights_of_the_wrong_shape_are_refused(tmp_path, base, op, bad):
+_RNN = [("gru", "w_ih"), ("gru", "b_ih"), ("lstm", "b_hh"), ("lstm", "w_ih"), ("rnn_tanh", "b_ih")]
+
+
+@pytest.mark.parametrize("op, bad", _RNN)
+def test_rnn_flat_weights_of_the_wrong_shape_are_refused(children, op, bad):
     """A one-row ``weight_ih`` crashed ``gru`` (SIGSEGV); short biases were read past."""
-    outcome = run_child(crafted(tmp_path, base, _rnn_nodes(op, bad)))
-    refused(outcome, op, "must have shape")
+    refused(children[f"rnn-{op}-{bad}"], op, "must have shape")
 
 
 @pytest.mark.parametrize("mode", [99, -1])
@@ -249,9 +206,11 @@ def test_grid_sampler_enums_out_of_range_are_refused_at_load(tmp_path, base, mod
         _node("zeros", [[1, 2, 2, 2]], [_tensor(2, shape=[1, 2, 2, 2])]),
         _node("grid_sampler", [_ref(1), _ref(2), mode, 0, False], [_tensor(3)]),
     ]
-    outcome = run_child(crafted(tmp_path, base, nodes))
-    assert outcome["stage"] == "load", outcome
-    refused(outcome, "interpolation_mode", "one of 0, 1, 2")
+    with pytest.raises(tracebridge.ArtifactError, match="rule: enums") as info:
+        tracebridge.load(crafted(tmp_path, base, nodes))  # never called: it is refused
+    assert "interpolation_mode of grid_sampler must be written in the file as one of 0, 1, 2" in (
+        str(info.value)
+    )
 
 
 def test_grid_sampler_enum_from_a_value_is_checked_at_the_call():
@@ -265,16 +224,22 @@ def test_grid_sampler_enum_from_a_value_is_checked_at_the_call():
     )
 
 
-@pytest.mark.parametrize("offs", [[4, 6], [4, 600000], [6, 2]])
-def test_grouped_mm_offsets_are_checked(tmp_path, base, offs):
-    """``offs=[4, 6]`` for 8 rows returned rows of a tensor the process freed earlier."""
-    nodes = [
+_OFFS = ([4, 6], [4, 600000], [6, 2])
+
+
+def _gmm_nodes(offs):
+    return [
         _node("ones", [[8, 4]], [_tensor(1, shape=[8, 4])]),
         _node("ones", [[2, 4, 4]], [_tensor(2, shape=[2, 4, 4])]),
         _literal(3, offs, "int32"),
         _node("_grouped_mm", [_ref(1), _ref(2), _ref(3)], [_tensor(4, shape=[8, 4])]),
     ]
-    refused(run_child(crafted(tmp_path, base, nodes)), "_grouped_mm", "offs")
+
+
+@pytest.mark.parametrize("offs", _OFFS)
+def test_grouped_mm_offsets_are_checked(children, offs):
+    """``offs=[4, 6]`` for 8 rows returned rows of a tensor the process freed earlier."""
+    refused(children[f"gmm-{offs}"], "_grouped_mm", "offs")
 
 
 def test_checked_ops_give_the_kernels_results_on_good_arguments():
@@ -388,10 +353,8 @@ def test_writes_to_parameters_are_refused_at_load(tmp_path, linear, case):
     assert "do not load it" in message
 
 
-def test_the_weights_of_a_refused_file_never_change(tmp_path, linear):
-    path = _writes_weight(tmp_path, linear, _WRITES["add_ under no_grad"])
-    outcome = run_child(path, shape=(4, 3), calls=3)
-    assert outcome["stage"] == "load", outcome
+def test_the_weights_of_a_refused_file_never_change(children):
+    assert children["writes"]["stage"] == "load", children["writes"]
 
 
 def test_buffers_may_be_written_batch_norm_statistics_in_training():
@@ -446,3 +409,113 @@ def test_a_custom_function_may_not_write_a_parameter_it_is_passed():
         check_program(doc, "crafted.tb")
     del forward["nodes"][0]
     check_program(doc, "crafted.tb")  # the same file without the write loads
+
+
+# --- resource bounds in bytes (item 3) -------------------------------------------------------
+
+_BIG = 2**40
+_AT_THE_CALL = {
+    "bincount of a value": [
+        _literal(1, [_BIG], "int64"),
+        _node("bincount", [_ref(1)], [_tensor(2, "int64")]),
+    ],
+    "one_hot without num_classes": [
+        _literal(1, [_BIG], "int64"),
+        _node("one_hot", [_ref(1)], [_tensor(2, "int64")]),
+    ],
+    "prim.item of a literal as a size": [
+        _literal(1, _BIG, "int64"),
+        _node("prim.item", [_ref(1)], [{"id": 2, "kind": "int"}]),
+        _node("zeros", [[_ref(2), 4]], [_tensor(3)]),
+    ],
+    "prim.item as a size spread over positions": [
+        _literal(1, 2**20, "int64"),
+        _node("prim.item", [_ref(1)], [{"id": 2, "kind": "int"}]),
+        _node("Tensor.new_ones", [_ref(0), _ref(2), _ref(2)], [_tensor(3)]),
+    ],
+    "prim.item as an expand": [
+        _literal(1, 2**20, "int64"),
+        _node("prim.item", [_ref(1)], [{"id": 2, "kind": "int"}]),
+        _node("ones", [[1, 1]], [_tensor(3, shape=[1, 1])]),
+        _node("Tensor.expand", [_ref(3), _ref(2), _ref(2)], [_tensor(4)]),
+        _node("sum", [_ref(4)], [_tensor(5, shape=[])]),
+    ],
+}
+
+
+@pytest.mark.parametrize("case", sorted(_AT_THE_CALL))
+def test_sizes_taken_from_values_are_bounded_at_the_call(children, case):
+    """Each asked the allocator for terabytes from a 1.5 KB file; only the allocator
+    stopped them, with its own message."""
+    outcome = children[f"call-{case}"]
+    assert outcome["stage"] == "call", outcome
+    refused(outcome, "would allocate", "shared_ir/SPEC.md, section Limits", "an op failed at")
+    assert "DefaultCPUAllocator" not in outcome["message"]
+
+
+def _ones(vid, shape, dtype=None):
+    kwargs = {"dtype": {"dtype": dtype}} if dtype else {}
+    return _node("ones", [list(shape)], [_tensor(vid, dtype or "float32", shape)], kwargs)
+
+
+_AT_LOAD = {
+    "outer of literals": [
+        _ones(1, [2**15]),
+        _node("outer", [_ref(1), _ref(1)], [_tensor(2)]),
+    ],
+    "cartesian_prod of literals": [
+        _ones(1, [2**11]),
+        _node("cartesian_prod", [[_ref(1), _ref(1), _ref(1)]], [_tensor(2)]),
+    ],
+    "kron of literals": [
+        _ones(1, [2**8, 2**8]),
+        _node("kron", [_ref(1), _ref(1)], [_tensor(2)]),
+    ],
+    "broadcast add of a column and a row": [
+        _ones(1, [2**15, 1]),
+        _ones(2, [1, 2**15]),
+        _node("add", [_ref(1), _ref(2)], [_tensor(3)]),
+    ],
+    "complex128 literal": [
+        _node(
+            "full",
+            [[2**27], 1.0],
+            [_tensor(1, "complex128")],
+            {"dtype": {"dtype": "complex128"}},
+        )
+    ],
+    "diag_embed offset": [
+        _ones(1, [2]),
+        _node("diag_embed", [_ref(1), 2**16], [_tensor(2)]),
+    ],
+    "mm on 4096 squared literals": [
+        _ones(1, [4096, 4096]),
+        _node("mm", [_ref(1), _ref(1)], [_tensor(2)]),
+        _node("mm", [_ref(2), _ref(1)], [_tensor(3)]),
+    ],
+    "chain of mm on 2048 squared literals": [
+        _ones(1, [2048, 2048]),
+        *[_node("mm", [_ref(1 + i), _ref(1)], [_tensor(2 + i)]) for i in range(8)],
+    ],
+}
+
+
+@pytest.mark.parametrize("case", sorted(_AT_LOAD))
+def test_bytes_and_work_from_sizes_the_file_holds_are_bounded_at_load(tmp_path, base, case):
+    """Each passed the element limit (each size within 2^28 elements) and asked for more
+    than 2 GB or more than 60 s of matrix products."""
+    path = crafted(tmp_path, base, _AT_LOAD[case])
+    with pytest.raises(tracebridge.ArtifactError, match=r"resource limits") as info:
+        tracebridge.load(path)
+    assert "bytes" in str(info.value) or "multiply-adds" in str(info.value)
+
+
+def test_sizes_within_the_limits_load_and_run(tmp_path, base):
+    nodes = [
+        _ones(1, [256]),
+        _node("outer", [_ref(1), _ref(1)], [_tensor(2)]),
+        _node("mm", [_ref(2), _ref(2)], [_tensor(3)]),
+        _node("sum", [_ref(3)], [_tensor(4, shape=[])]),
+    ]
+    module = tracebridge.load(crafted(tmp_path, base, nodes))
+    assert float(module(torch.ones(3))) == 256.0**3

@@ -20,6 +20,7 @@ import torch
 from ..errors import ArtifactError
 from ..ir import FORMAT_VERSION, Program, dtypes, graph_to_json, ops
 from ..ir.program import AUTOGRAD_FUNCTION, GRAPH_KEYWORDS
+from .budget import Budget
 from .state_writes import StateWrites, subgraph_write
 
 # --- limits ---------------------------------------------------------------------------------
@@ -38,6 +39,13 @@ LIMITS = {
     "text_chars": 4096,  # loc and guard descriptions
     "literal_numel": 2**28,  # elements a size written in the file may ask for
     "graph_literal_numel": 2**31,  # the same, added over all nodes of one graph
+    # Bytes of one tensor whose shape the file decides (sizes written in it, its state, and
+    # what ops make of them; also the bound at the call for sizes taken from values), and
+    # of all such tensors of one graph; multiply-adds of matrix products of such tensors
+    # in one graph (2**35: seconds on one core). See check/budget.py.
+    "alloc_bytes": 2**30,
+    "graph_alloc_bytes": 2**34,
+    "work_macs": 2**35,
     "int_min": -(2**63),
     "int_max": 2**64 - 1,
 }
@@ -669,6 +677,7 @@ class _GraphCheck:
             raise _Located(_message("", self.method, None, None, fault)) from None
         inputs = [v["id"] for v in self.graph["inputs"]]
         self.writes = StateWrites(_state_kinds(self.doc), inputs)
+        self.budget = Budget(self.doc["state"], LIMITS, _ELEMENTWISE)
         for index, node in enumerate(self.graph["nodes"]):
             self.index = index
             try:
@@ -775,6 +784,13 @@ class _GraphCheck:
             state = node["args"][0]
             if state not in self.doc["state"]:
                 _fail("state", f"state {str(state)[:60]!r} does not exist")
+            if node["outputs"]:
+                self.budget.state_read(state, node["outputs"][0]["id"])
+        elif "structural" not in info.flags and "scalar" not in info.flags:
+            args, kwargs = self._folded(node["args"]), self._folded(node["kwargs"])
+            reason = self.budget.node(op, dict(node, args=args, kwargs=kwargs))
+            if reason:
+                _fail("resource limits", reason)
         if op == "prim.guard":
             kwargs = node["kwargs"]
             if len(node["args"]) != 1 or "expect" not in kwargs or node["outputs"]:
@@ -1045,6 +1061,13 @@ class _GraphCheck:
                 f"{info.name} by {args[1]} leaves the range of traced numbers (int64)",
             )
 
+
+# Ops whose result has the broadcast shape of their tensor arguments (for check/budget.py).
+_ELEMENTWISE = frozenset(
+    name
+    for family in ("elementwise math", "comparison and logic", "activations")
+    for name in ops.FAMILIES[family].split()
+)
 
 # Integer scalar ops the checker folds on literals, with the runtime's implementations
 # (ops.SCALAR_OPS, bounded to the range of traced numbers); the others cannot make a size

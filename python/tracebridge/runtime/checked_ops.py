@@ -34,10 +34,12 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from ..check.program import LIMITS
+
 # The largest single allocation (bytes) that a size taken from a value, or a product of
 # sizes, may ask for at a call (shared_ir/SPEC.md, section Limits; the checker applies the
-# same number at load to sizes written in the file).
-ALLOC_BYTES = 2**30
+# same number at load to sizes the file holds).
+ALLOC_BYTES = LIMITS["alloc_bytes"]
 
 # Integer enums of ops that take their modes as integers (declared in ops.json, checked at
 # load by check/program.py and at every call here).

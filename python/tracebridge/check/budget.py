@@ -1,0 +1,263 @@
+"""Bytes and work a graph asks for from what the file itself holds (SPEC section 3, Limits).
+
+Note: what is counted. A value whose shape the file alone decides (a state entry, a factory
+with sizes written in the file, a ``tensor`` literal, and what ops make of those) has a
+shape the checker can know at load. This module follows such shapes through the ops whose
+result shape is plain arithmetic on their inputs' (factories, elementwise ops, matrix
+products, ``outer``, ``kron``, ``cartesian_prod``, ``diag_embed``, ``repeat``, ``one_hot``
+with a class count, reshapes) and, for each result, counts its **bytes** (elements times the
+width of its dtype: a ``complex128`` element is 16 bytes) against ``alloc_bytes`` for one
+allocation and ``graph_alloc_bytes`` for the graph, and the **multiply-adds** of matrix
+products against ``work_macs``. A value whose shape depends on an input of the graph is not
+counted here: the caller's data decides it, as in eager PyTorch. Sizes that are values of
+the graph (``zeros(prim.item(t))``), and results sized by values (``bincount``, ``one_hot``
+without a class count), are bounded at the call (``runtime/checked_ops.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..ir import dtypes
+
+DEFAULT_WIDTH = 4  # torch's default dtype, float32: a loaded program never changes it
+# Factories whose default dtype is int64.
+_INT_FACTORIES = frozenset("randint randperm tril_indices triu_indices".split())
+_FACTORIES = frozenset("zeros ones full empty rand randn randint".split())
+_NEW_FACTORIES = frozenset(
+    "Tensor.new_zeros Tensor.new_ones Tensor.new_full Tensor.new_empty".split()
+)
+_LIKE = frozenset("zeros_like ones_like full_like empty_like rand_like randn_like clone".split())
+_RESHAPES = frozenset("Tensor.view Tensor.reshape reshape".split())
+
+Shape = tuple[int, ...]
+
+
+def _ints(lit: Any) -> list[int] | None:
+    """The integers of a size literal (``[2, 3]``, ``{"tuple": [2, 3]}`` or ``4``)."""
+    if isinstance(lit, dict) and set(lit) == {"tuple"}:
+        lit = lit["tuple"]
+    if isinstance(lit, bool):
+        return None
+    if isinstance(lit, int):
+        return [lit]
+    if isinstance(lit, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in lit):
+        return list(lit)
+    return None
+
+
+def _numel(shape: Shape) -> int:
+    return math.prod(max(d, 0) for d in shape)
+
+
+def _broadcast(shapes: list[Shape]) -> Shape | None:
+    rank = max(len(s) for s in shapes)
+    out = []
+    for i in range(rank):
+        dims = {s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0}
+        dims.discard(1)
+        if len(dims) > 1:
+            return None  # PyTorch refuses it at the call
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def _data_shape(data: Any) -> tuple[Shape, int] | None:
+    """The shape of ``tensor(data)``'s nested lists, and the width of its inferred dtype."""
+    shape: list[int] = []
+    level = data
+    while isinstance(level, list):
+        shape.append(len(level))
+        if not level:
+            break
+        level = level[0]
+    width = 8 if isinstance(level, int) and not isinstance(level, bool) else DEFAULT_WIDTH
+    if isinstance(level, bool):
+        width = 1
+    if isinstance(level, dict) and "complex" in level:
+        width = 8
+    return tuple(shape), width
+
+
+class Budget:
+    """The counts over one graph. ``state`` is the document's state table (shapes and
+    dtypes are there for files; an in-memory program has none, and nothing is counted)."""
+
+    def __init__(self, state: dict, limits: dict, elementwise: frozenset[str]):
+        self.state, self.limits = state, limits
+        self.elementwise = elementwise
+        self.known: dict[int, tuple[Shape, int]] = {}  # value id -> (shape, width)
+        self.alloc_total = 0
+        self.work_total = 0
+
+    # -- what a node makes --
+
+    def node(self, op: str, node: dict) -> str:
+        """Count the node's result; the reason the graph is refused, or ``""``."""
+        made = self._result(op, node["args"], node["kwargs"])
+        if made is None:
+            return ""
+        shape, width, work = made
+        size = _numel(shape) * width
+        if size > self.limits["alloc_bytes"]:
+            return (
+                f"{op} makes a tensor of shape {list(shape)[:8]} ({size} bytes) from sizes "
+                f"the file holds, more than the limit of {self.limits['alloc_bytes']} bytes"
+            )
+        self.alloc_total += size
+        if self.alloc_total > self.limits["graph_alloc_bytes"]:
+            return (
+                f"the tensors this graph makes from sizes the file holds take "
+                f"{self.alloc_total} bytes in all, more than the limit of "
+                f"{self.limits['graph_alloc_bytes']}"
+            )
+        self.work_total += work
+        if self.work_total > self.limits["work_macs"]:
+            return (
+                f"the matrix products this graph computes on tensors the file holds take "
+                f"{self.work_total} multiply-adds in all, more than the limit of "
+                f"{self.limits['work_macs']}"
+            )
+        outputs = node["outputs"]
+        if len(outputs) == 1 and outputs[0].get("kind") == "Tensor":
+            self.known[outputs[0]["id"]] = (shape, width)
+        return ""
+
+    def state_read(self, name: str, vid: int) -> None:
+        entry = self.state.get(name)
+        if isinstance(entry, dict) and isinstance(entry.get("shape"), list):
+            width = dtypes.ITEMSIZE.get(entry.get("dtype"), 16)
+            self.known[vid] = (tuple(entry["shape"]), width)
+
+    def _of(self, lit: Any) -> tuple[Shape, int] | None:
+        if isinstance(lit, dict) and set(lit) == {"ref"}:
+            return self.known.get(lit["ref"])
+        return None
+
+    def _width(self, kwargs: dict, default: int) -> int:
+        dtype = kwargs.get("dtype")
+        if isinstance(dtype, dict) and "dtype" in dtype:
+            return dtypes.ITEMSIZE.get(dtype["dtype"], 16)
+        return default
+
+    # -- result shapes, one small rule per family --
+
+    def _result(self, op: str, args: list, kwargs: dict) -> tuple[Shape, int, int] | None:
+        for rule in (self._factory, self._product, self._matrix, self._elementwise):
+            made = rule(op, args, kwargs)
+            if made is not None:
+                return made
+        return None
+
+    def _factory(self, op, args, kwargs):
+        default = 8 if op in _INT_FACTORIES else DEFAULT_WIDTH
+        if op in _FACTORIES:
+            at = 1 if op == "randint" and len(args) >= 2 else 0
+            at = 2 if op == "randint" and len(args) >= 3 else at
+            sizes = _ints(kwargs.get("size", args[at] if len(args) > at else None))
+            if sizes is None and op in ("zeros", "ones", "empty", "rand", "randn"):
+                sizes = _ints(list(args))
+            return (tuple(sizes), self._width(kwargs, default), 0) if sizes else None
+        if op in _NEW_FACTORIES and args:
+            base = self._of(args[0])
+            sizes = _ints(kwargs.get("size", args[1] if len(args) > 1 else None))
+            if sizes is None and len(args) > 1:
+                sizes = _ints(list(args[1:]))
+            width = self._width(kwargs, base[1] if base else 16)
+            return (tuple(sizes), width, 0) if sizes else None
+        if op in _LIKE and args:
+            base = self._of(args[0])
+            return (base[0], self._width(kwargs, base[1]), 0) if base else None
+        if op == "eye":
+            sizes = _ints([a for a in args if not isinstance(a, dict)][:2])
+            if sizes:
+                return ((sizes[0], sizes[-1]), self._width(kwargs, DEFAULT_WIDTH), 0)
+        if op == "tensor" and args:
+            found = _data_shape(args[0])
+            return (found[0], self._width(kwargs, found[1]), 0) if found else None
+        return None
+
+    def _product(self, op, args, kwargs):
+        known = [self._of(a) for a in args]
+        if op == "outer" and len(known) >= 2 and all(known[:2]):
+            (a, wa), (b, wb) = known[:2]
+            return ((_numel(a), _numel(b)), max(wa, wb), 0)
+        if op == "kron" and len(known) >= 2 and all(known[:2]):
+            (a, wa), (b, wb) = known[:2]
+            rank = max(len(a), len(b))
+            a, b = (1,) * (rank - len(a)) + a, (1,) * (rank - len(b)) + b
+            return (tuple(x * y for x, y in zip(a, b)), max(wa, wb), 0)
+        if op == "cartesian_prod" and args:
+            items = args[0] if isinstance(args[0], list) else args
+            shapes = [self._of(t) for t in items]
+            if shapes and all(shapes):
+                rows = math.prod(_numel(s) for s, _ in shapes)
+                return ((rows, len(shapes)), max(w for _, w in shapes), 0)
+        if op == "diag_embed" and known and known[0]:
+            shape, width = known[0]
+            offset = args[1] if len(args) > 1 else kwargs.get("offset", 0)
+            if shape and isinstance(offset, int) and not isinstance(offset, bool):
+                side = shape[-1] + abs(offset)
+                return (shape[:-1] + (side, side), width, 0)
+        if op in ("Tensor.repeat", "tile") and known and known[0]:
+            reps = _ints(args[1] if len(args) == 2 else list(args[1:]))
+            if reps:
+                shape, width = known[0]
+                shape = (1,) * (len(reps) - len(shape)) + shape
+                reps = [1] * (len(shape) - len(reps)) + reps
+                return (tuple(s * r for s, r in zip(shape, reps)), width, 0)
+        if op == "one_hot" and known and known[0]:
+            classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
+            if isinstance(classes, int) and classes > 0:
+                return (known[0][0] + (classes,), 8, 0)
+        if op in _RESHAPES and known and known[0]:
+            sizes = _ints(args[1] if len(args) == 2 else list(args[1:]))
+            shape, width = known[0]
+            if sizes and sizes.count(-1) <= 1:
+                rest = math.prod(s for s in sizes if s != -1)
+                sizes = [(_numel(shape) // rest if rest else 0) if s == -1 else s for s in sizes]
+                return (tuple(sizes), width, 0)
+        return None
+
+    def _matrix(self, op, args, kwargs):
+        if op in ("addmm", "baddbmm", "addbmm", "addmv"):
+            args = args[1:]
+        elif op not in ("mm", "bmm", "matmul", "mv", "linear", "dot", "inner", "vdot"):
+            return None
+        known = [self._of(a) for a in args[:2]]
+        if len(known) < 2 or not all(known):
+            return None
+        (a, wa), (b, wb) = known
+        width = max(wa, wb)
+        if op == "linear":
+            if not a or len(b) != 2:
+                return None
+            rows = _numel(a[:-1])
+            return (a[:-1] + (b[0],), width, rows * b[0] * b[1])
+        if not a or not b:
+            return None
+        a2 = a if len(a) > 1 else (1,) + a
+        b2 = b if len(b) > 1 else b + (1,)
+        batch = _broadcast([a2[:-2], b2[:-2]]) if len(a2) > 2 or len(b2) > 2 else ()
+        if batch is None:
+            return None
+        out = batch + (a2[-2], b2[-1])
+        work = _numel(out) * a2[-1]
+        keep = [True] * len(batch) + [len(a) > 1, len(b) > 1]  # a vector operand's dim goes
+        shape = tuple(d for d, kept in zip(out, keep) if kept)
+        if op == "addbmm":
+            shape = out[-2:]
+        return (shape, width, work)
+
+    def _elementwise(self, op, args, kwargs):
+        if op not in self.elementwise:
+            return None
+        tensors = [a for a in args if isinstance(a, dict) and set(a) == {"ref"}]
+        known = [self._of(a) for a in tensors]
+        if not known or not all(known):
+            return None
+        shape = _broadcast([s for s, _ in known])
+        if shape is None:
+            return None
+        return (shape, max(w for _, w in known), 0)

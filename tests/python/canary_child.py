@@ -1,0 +1,126 @@
+"""Run artifacts in a child process whose allocator fills memory with a canary byte.
+
+Used by ``test_op_contract.py``: ``python canary_child.py JOBS.json`` loads each job's file,
+calls it ``calls`` times on ``ones(shape)`` and prints one line per job, ``JOB <i> <json>``,
+with ``stage`` ``load`` or ``call`` (tracebridge's error, with its message) or ``ok`` (with
+``same``: the calls gave identical outputs, ``canary``: an output holds the canary pattern,
+``changed``: state entries the calls changed). Any other exception is ``stage: raw``. The
+parent (``run_batch``) sets ``MALLOC_PERTURB_``: glibc then fills fresh allocations with
+``~PERTURB`` and freed memory with ``PERTURB``, so memory no kernel wrote shows in an output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+PERTURB = 0xA5
+CANARIES = (bytes([PERTURB]) * 4, bytes([PERTURB ^ 0xFF]) * 4)
+
+
+def _leaves(x) -> list:
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for y in x for t in _leaves(y)]
+    return []
+
+
+def _digest(out) -> list:
+    """Each output tensor's bytes (as hex, capped) and whether they hold a canary word."""
+    found = []
+    for t in _leaves(out):
+        raw = t.detach().contiguous().reshape(-1).view(__import__("torch").uint8).numpy()
+        raw = raw.tobytes()
+        step = max(t.element_size(), 4)
+        canary = t.element_size() >= 4 and any(
+            raw[i : i + 4] in CANARIES for i in range(0, len(raw) - 3, step)
+        )
+        found.append((raw.hex()[:4000], bool(canary)))
+    return found
+
+
+def _state(module) -> dict:
+    get = getattr(module, "state_dict", None)
+    return {k: v.detach().clone() for k, v in get().items()} if get else {}
+
+
+def run_job(job: dict) -> dict:
+    import torch
+
+    import tracebridge
+
+    try:
+        module = tracebridge.load(job["path"])
+    except tracebridge.ArtifactError as exc:
+        return {"stage": "load", "error": "ArtifactError", "message": str(exc)}
+    before = _state(module)
+    results = []
+    for _ in range(job.get("calls", 2)):
+        try:
+            with torch.no_grad():
+                results.append(_digest(module(torch.ones(job.get("shape", [3])))))
+        except tracebridge.TraceError as exc:
+            return {"stage": "call", "error": type(exc).__name__, "message": str(exc)}
+    changed = [k for k, v in _state(module).items() if not torch.equal(v, before[k])]
+    return {
+        "stage": "ok",
+        "same": all(r == results[0] for r in results),
+        "canary": any(c for r in results for _, c in r),
+        "changed": changed,
+    }
+
+
+def main(path: str) -> None:
+    jobs = json.loads(Path(path).read_text())
+    for i, job in enumerate(jobs):
+        print(f"START {i}", flush=True)
+        try:
+            outcome = run_job(job)
+        except Exception as exc:  # not tracebridge's error: the test reports it
+            outcome = {"stage": "raw", "error": type(exc).__name__, "message": str(exc)[:500]}
+        print(f"JOB {i} {json.dumps(outcome)}", flush=True)
+
+
+def run_batch(jobs: list[dict], workdir: Path, timeout: float = 600) -> list[dict]:
+    """Each job's outcome, running them in as few child processes as crashes allow: a
+    child that dies marks its current job ``stage: crash`` and the rest go on in a new one."""
+    outcomes: list[dict | None] = [None] * len(jobs)
+    start = 0
+    env = dict(os.environ, MALLOC_PERTURB_=str(PERTURB))
+    while start < len(jobs):
+        listing = workdir / f"jobs-{start}.json"
+        listing.write_text(json.dumps(jobs[start:]))
+        done = subprocess.run(
+            [sys.executable, __file__, str(listing)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+        )
+        last = -1
+        for line in done.stdout.splitlines():
+            if line.startswith("JOB "):
+                _, index, text = line.split(" ", 2)
+                outcomes[start + int(index)] = json.loads(text)
+                last = int(index)
+        if done.returncode == 0:
+            break
+        crashed = start + last + 1
+        if crashed < len(jobs):
+            outcomes[crashed] = {
+                "stage": "crash",
+                "returncode": done.returncode,
+                "message": done.stderr[-1500:],
+            }
+        start = crashed + 1
+    return [o or {"stage": "missing"} for o in outcomes]
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
