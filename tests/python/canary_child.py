@@ -33,10 +33,16 @@ def _leaves(x) -> list:
 
 def _digest(out) -> list:
     """Each output tensor's bytes (as hex, capped) and whether they hold a canary word."""
+    import torch
+
     found = []
     for t in _leaves(out):
-        raw = t.detach().contiguous().reshape(-1).view(__import__("torch").uint8).numpy()
-        raw = raw.tobytes()
+        if t.device.type != "cpu":  # a meta tensor has no data to show
+            found.append((f"{t.device.type}{list(t.shape)}", False))
+            continue
+        flat = torch.empty_like(t, memory_format=torch.contiguous_format)
+        flat.copy_(t.detach().resolve_conj().resolve_neg())
+        raw = flat.reshape(-1).view(torch.uint8).numpy().tobytes()
         step = max(t.element_size(), 4)
         canary = t.element_size() >= 4 and any(
             raw[i : i + 4] in CANARIES for i in range(0, len(raw) - 3, step)
@@ -96,27 +102,32 @@ def run_batch(jobs: list[dict], workdir: Path, timeout: float = 600) -> list[dic
     while start < len(jobs):
         listing = workdir / f"jobs-{start}.json"
         listing.write_text(json.dumps(jobs[start:]))
-        done = subprocess.run(
-            [sys.executable, __file__, str(listing)],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-        )
+        try:
+            done = subprocess.run(
+                [sys.executable, __file__, str(listing)],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=env,
+            )
+            stdout, returncode, stderr = done.stdout, done.returncode, done.stderr
+        except subprocess.TimeoutExpired as exc:  # a job that runs on: marked, and skipped
+            stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
+            returncode, stderr = "timeout", f"no result in {timeout} s"
         last = -1
-        for line in done.stdout.splitlines():
+        for line in stdout.splitlines():
             if line.startswith("JOB "):
                 _, index, text = line.split(" ", 2)
                 outcomes[start + int(index)] = json.loads(text)
                 last = int(index)
-        if done.returncode == 0:
+        if returncode == 0:
             break
         crashed = start + last + 1
         if crashed < len(jobs):
             outcomes[crashed] = {
-                "stage": "crash",
-                "returncode": done.returncode,
-                "message": done.stderr[-1500:],
+                "stage": "crash" if returncode != "timeout" else "hang",
+                "returncode": returncode,
+                "message": stderr[-1500:],
             }
         start = crashed + 1
     return [o or {"stage": "missing"} for o in outcomes]

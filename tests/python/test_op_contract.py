@@ -19,7 +19,10 @@ of killing the suite.
 
 from __future__ import annotations
 
+import collections
 import json
+import os
+import random
 import zipfile
 import zlib
 from pathlib import Path
@@ -29,6 +32,7 @@ import torch
 
 import tracebridge
 from tracebridge.artifact.container import Writer
+from tracebridge.ir import ops
 
 
 def _tensor(vid, dtype="float32", shape=(2,)):
@@ -519,3 +523,71 @@ def test_sizes_within_the_limits_load_and_run(tmp_path, base):
     ]
     module = tracebridge.load(crafted(tmp_path, base, nodes))
     assert float(module(torch.ones(3))) == 256.0**3
+
+
+def test_a_count_of_results_is_bounded(tmp_path, base):
+    """``tensor_split(x, 2**31)`` ran for minutes making two billion tensors (found by the
+    contract test below): a literal count is refused at load, a computed one at the call."""
+    nodes = [_node("tensor_split", [_ref(0), 2**31], [_tensor(1)])]
+    with pytest.raises(tracebridge.ArtifactError, match="asked for 2147483648 results"):
+        tracebridge.load(crafted(tmp_path, base, nodes))
+    nodes = [
+        _literal(1, 2**31, "int64"),
+        _node("prim.item", [_ref(1)], [{"id": 2, "kind": "int"}]),
+        _node("tensor_split", [_ref(0), _ref(2)], [_tensor(3)]),
+    ]
+    module = tracebridge.load(crafted(tmp_path, base, nodes, name="computed.tb"))
+    with pytest.raises(tracebridge.TraceError, match="asked for 2147483648 results"):
+        module(torch.ones(3))
+
+
+# --- the contract: every op, arguments of its kinds that do not fit (item 2) -----------------
+
+# Cases per op and the seed: ``make test`` runs one case per op with a fixed seed;
+# ``make fuzz`` sets TRACEBRIDGE_CONTRACT_CASES (and a seed of its own).
+CONTRACT_CASES = int(os.environ.get("TRACEBRIDGE_CONTRACT_CASES", "1"))
+CONTRACT_SEED = int(os.environ.get("TRACEBRIDGE_CONTRACT_SEED", "17"))
+
+
+def _broken(op: str, outcome: dict) -> str:
+    """Why an outcome breaks the contract, or ``""``."""
+    if outcome["stage"] in ("load", "call"):
+        return ""  # tracebridge's own error, at load or at the call
+    if outcome["stage"] != "ok":
+        return f"{outcome['stage']}: {outcome.get('message', '')[:300]}"
+    if outcome["canary"]:
+        return "an output holds the canary: memory no kernel wrote"
+    if not outcome["same"] and "random" not in ops.info(op).flags:
+        return "two identical calls gave different outputs"
+    if outcome["changed"]:
+        return f"the calls changed state {outcome['changed']}"
+    return ""
+
+
+def test_every_op_keeps_its_contract(tmp_path_factory, base):
+    """Every op of the set, called through a loaded file with arguments of its declared
+    kinds but shapes, weights, enums and indices that do not fit, in a child with the
+    canary allocator: it ends in tracebridge's error or in a result that holds no canary
+    and is the same on two calls. Nothing crashes, hangs or raises another exception."""
+    from .canary_child import run_batch
+    from .contract_cases import case, contract_ops
+
+    workdir = tmp_path_factory.mktemp("contract")
+    jobs, cases = [], []
+    for op in contract_ops():
+        for k in range(CONTRACT_CASES):
+            nodes = case(op, random.Random(f"{CONTRACT_SEED}:{op}:{k}"))
+            path = crafted(workdir, base, nodes, name=f"{len(jobs)}.tb")
+            jobs.append({"path": str(path), "shape": [3], "calls": 2})
+            cases.append((op, nodes[-1]["args"]))
+    outcomes = run_batch(jobs, workdir, timeout=120 + 2 * len(jobs))
+    broken = [
+        f"{op}{json.dumps(args)[:160]}: {why}"
+        for (op, args), outcome in zip(cases, outcomes)
+        if (why := _broken(op, outcome))
+    ]
+    stages = collections.Counter(o["stage"] for o in outcomes)
+    print(f"contract: {len(jobs)} cases, {len(contract_ops())} ops, seed {CONTRACT_SEED}: {stages}")
+    assert not broken, "\n".join(broken)
+    assert len({op for op, _ in cases}) == len(contract_ops())
+    assert stages["ok"] > len(jobs) // 10  # the cases reach the kernels, not only the checks

@@ -209,11 +209,13 @@ _BIG = {
 
 # Closed: sizes whose element count is a product of size arguments (ops.SIZE_PRODUCTS), the
 # length of a range (ops.SIZE_RANGES), the bins/num_samples size arguments, and sizes
-# computed by scalar ops from literals (folded by the checker).
+# computed by scalar ops from literals (folded by the checker); expands of shapes the file
+# decides, combinations' r and upsampling scale factors (check/budget.py, LIMITS).
 _BOUNDED = frozenset(
     """arange_from_a_negative_start arange_with_a_tiny_step eye_rows_times_columns
     tril_indices_rows_times_columns histc_bins multinomial_num_samples
-    size_from_scalar_arithmetic_on_literals""".split()
+    size_from_scalar_arithmetic_on_literals expand_keeps_dims_with_minus_one combinations_r
+    upsample_scale_factor""".split()
 )
 
 

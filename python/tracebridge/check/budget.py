@@ -30,6 +30,7 @@ _NEW_FACTORIES = frozenset(
 )
 _LIKE = frozenset("zeros_like ones_like full_like empty_like rand_like randn_like clone".split())
 _RESHAPES = frozenset("Tensor.view Tensor.reshape reshape".split())
+_EXPANDS = frozenset("Tensor.expand broadcast_to".split())
 
 Shape = tuple[int, ...]
 
@@ -95,6 +96,18 @@ class Budget:
 
     def node(self, op: str, node: dict) -> str:
         """Count the node's result; the reason the graph is refused, or ``""``."""
+        outputs = node["outputs"]
+        view = self._view(op, node["args"], node["kwargs"])
+        if view is not None and not any(d is None or d < 0 for d in view[0]):
+            if op in _EXPANDS and _numel(view[0]) > self.limits["literal_numel"]:
+                return (
+                    f"{op} makes a view of shape {list(view[0])[:8]} ({_numel(view[0])} "
+                    f"elements) from sizes the file holds, more than the limit of "
+                    f"{self.limits['literal_numel']}"
+                )
+            if len(outputs) == 1:
+                self.known[outputs[0]["id"]] = view
+            return ""
         made = self._result(op, node["args"], node["kwargs"])
         if made is None:
             return ""
@@ -119,7 +132,6 @@ class Budget:
                 f"{self.work_total} multiply-adds in all, more than the limit of "
                 f"{self.limits['work_macs']}"
             )
-        outputs = node["outputs"]
         if len(outputs) == 1 and outputs[0].get("kind") == "Tensor":
             self.known[outputs[0]["id"]] = (shape, width)
         return ""
@@ -211,14 +223,32 @@ class Budget:
             classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
             if isinstance(classes, int) and classes > 0:
                 return (known[0][0] + (classes,), 8, 0)
-        if op in _RESHAPES and known and known[0]:
-            sizes = _ints(args[1] if len(args) == 2 else list(args[1:]))
-            shape, width = known[0]
-            if sizes and sizes.count(-1) <= 1:
-                rest = math.prod(s for s in sizes if s != -1)
-                sizes = [(_numel(shape) // rest if rest else 0) if s == -1 else s for s in sizes]
-                return (tuple(sizes), width, 0)
         return None
+
+    def _view(self, op, args, kwargs) -> tuple[Shape, int] | None:
+        """The shape of a view whose sizes the file writes (a reshape to literal sizes, an
+        expand of a known shape): no allocation, but an expand may present many more
+        elements than it holds, and a later op reads them all."""
+        if not args or not (op in _RESHAPES or op in _EXPANDS):
+            return None
+        sizes = _ints(kwargs.get("size", args[1] if len(args) == 2 else list(args[1:])))
+        base = self._of(args[0])
+        if not sizes:
+            return None
+        if op in _RESHAPES:
+            if -1 not in sizes:
+                return (tuple(sizes), base[1] if base else 8)
+            if base and sizes.count(-1) == 1:
+                rest = math.prod(s for s in sizes if s != -1)
+                numel = _numel(base[0]) // rest if rest else 0
+                return (tuple(numel if s == -1 else s for s in sizes), base[1])
+            return None
+        if base is None:
+            return (tuple(sizes), 8) if -1 not in sizes else None
+        shape = (None,) * (len(sizes) - len(base[0])) + base[0]
+        if len(shape) != len(sizes):
+            return None  # PyTorch refuses it at the call
+        return (tuple(b if s == -1 else s for s, b in zip(sizes, shape)), base[1])
 
     def _matrix(self, op, args, kwargs):
         if op in ("addmm", "baddbmm", "addbmm", "addmv"):

@@ -46,6 +46,12 @@ LIMITS = {
     "alloc_bytes": 2**30,
     "graph_alloc_bytes": 2**34,
     "work_macs": 2**35,
+    # Results of one op whose count is an argument (tensor_split(x, n) makes n tensors).
+    "results": 2**16,
+    # The product of the scale factors an upsampling op is given in the file, and the
+    # length of combinations(x, r): each multiplies the size of its input.
+    "scale_product": 2**10,
+    "combinations_r": 16,
     "int_min": -(2**63),
     "int_max": 2**64 - 1,
 }
@@ -791,6 +797,8 @@ class _GraphCheck:
             reason = self.budget.node(op, dict(node, args=args, kwargs=kwargs))
             if reason:
                 _fail("resource limits", reason)
+            self._result_count(op, args)
+            self._multipliers(info, args, kwargs)
         if op == "prim.guard":
             kwargs = node["kwargs"]
             if len(node["args"]) != 1 or "expect" not in kwargs or node["outputs"]:
@@ -1009,6 +1017,45 @@ class _GraphCheck:
                     f"in all, more than the limit of {LIMITS['graph_literal_numel']}",
                 )
 
+    def _multipliers(self, info: ops.OpInfo, args: list, kwargs: dict) -> None:
+        """Scale factors and ``combinations``' ``r`` multiply their input's size (known only
+        at the call): what the file writes is bounded by ``scale_product`` and
+        ``combinations_r``."""
+        named = {n: lit for pos, lit in enumerate(args) for n in _names_at(info, pos)}
+        named.update(kwargs)
+        if info.name == "combinations":
+            r = named.get("r")
+            if _is_int(r) and r > LIMITS["combinations_r"]:
+                _fail(
+                    "resource limits",
+                    f"combinations is asked for r = {r}, more than the limit of "
+                    f"{LIMITS['combinations_r']}",
+                )
+            return
+        product = 1.0
+        for name, lit in named.items():
+            if name.startswith("scale"):
+                for x in _elements(lit) or [lit]:
+                    if isinstance(x, (int, float)) and not isinstance(x, bool):
+                        product *= max(abs(float(x)), 1.0)
+        if product > LIMITS["scale_product"]:
+            _fail(
+                "resource limits",
+                f"{info.name} is given scale factors that multiply to {product:g}, more than "
+                f"the limit of {LIMITS['scale_product']}",
+            )
+
+    def _result_count(self, op: str, args: list) -> None:
+        """``tensor_split(x, n)`` (and ``hsplit``, ...) makes ``n`` tensors: a literal ``n``
+        past ``LIMITS["results"]`` would take minutes and gigabytes before the runtime could
+        compare the count with the node's outputs."""
+        count = args[1] if op in SECTIONED_OPS and len(args) > 1 else None
+        if _is_int(count) and count > LIMITS["results"]:
+            _fail(
+                "resource limits",
+                f"{op} is asked for {count} results, more than the limit of {LIMITS['results']}",
+            )
+
     def _folded(self, lits: Any) -> Any:
         """Arguments with folded values in place of references, one list or tuple deep (as
         sizes are written)."""
@@ -1061,6 +1108,13 @@ class _GraphCheck:
                 f"{info.name} by {args[1]} leaves the range of traced numbers (int64)",
             )
 
+
+def _names_at(info: ops.OpInfo, position: int) -> tuple[str, ...]:
+    return info.arg_names[position] if position < len(info.arg_names) else ()
+
+
+# Ops whose second argument, an integer, is the number of their results.
+SECTIONED_OPS = frozenset("tensor_split hsplit vsplit dsplit".split())
 
 # Ops whose result has the broadcast shape of their tensor arguments (for check/budget.py).
 _ELEMENTWISE = frozenset(

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ..check.program import LIMITS
+from ..check.program import LIMITS, SECTIONED_OPS
 
 # The largest single allocation (bytes) that a size taken from a value, or a product of
 # sizes, may ask for at a call (shared_ir/SPEC.md, section Limits; the checker applies the
@@ -380,6 +380,26 @@ def one_hot(input, num_classes=-1):
     return torch._C._nn.one_hot(input, num_classes)
 
 
+def combinations(input, r=2, with_replacement=False):
+    """``torch.combinations``: C(n, r) rows of r (C(n + r - 1, r) with replacement), a
+    count that grows fast with r; the bytes are bounded first (in logarithms: the count
+    itself may have thousands of digits)."""
+    _need(_is_tensor(input) and input.dim() == 1, "combinations: input is a vector")
+    _need(type(r) is int and r >= 0, f"combinations: r must be an integer >= 0, not {r!r}")
+    n = input.numel()
+    top = n + r - 1 if with_replacement else n
+    if r and top >= r:
+        log_rows = math.lgamma(top + 1) - math.lgamma(r + 1) - math.lgamma(top - r + 1)
+        log_bytes = log_rows + math.log(r * _itemsize(input.dtype))
+        _need(
+            log_bytes <= math.log(ALLOC_BYTES),
+            f"combinations would allocate about e^{log_bytes:.0f} bytes, more than the limit "
+            f"of {ALLOC_BYTES} for a size taken from a value or a product of sizes "
+            "(shared_ir/SPEC.md, section Limits)",
+        )
+    return torch.combinations(input, r, with_replacement)
+
+
 def _numel_of(shape) -> int:
     return math.prod(int(s) for s in shape)
 
@@ -413,6 +433,24 @@ def diag_embed(input, offset=0, dim1=-2, dim2=-1):
     return torch.diag_embed(input, offset, dim1, dim2)
 
 
+def _sectioned(op: str) -> Callable:
+    kernel = getattr(torch, op)
+
+    def run(input, sections, *rest, **kwargs):
+        count = sections
+        if _is_tensor(count) and count.dim() == 0 and not count.is_floating_point():
+            count = int(count)
+        _need(
+            not isinstance(count, int) or count <= LIMITS["results"],
+            f"{op} is asked for {count} results, more than the limit of {LIMITS['results']}",
+        )
+        return kernel(input, sections, *rest, **kwargs)
+
+    run.__name__ = f"checked_{op}"
+    run.__doc__ = f"``torch.{op}``, its count of results bounded by ``LIMITS['results']``."
+    return run
+
+
 CHECKED: dict[str, Callable] = {
     "embedding_bag": embedding_bag,
     "native_batch_norm": native_batch_norm,
@@ -426,6 +464,8 @@ CHECKED: dict[str, Callable] = {
     "kron": kron,
     "cartesian_prod": cartesian_prod,
     "diag_embed": diag_embed,
+    "combinations": combinations,
+    **{name: _sectioned(name) for name in SECTIONED_OPS},
 }
 
 
