@@ -19,12 +19,17 @@ lint:
 test-python:
 	$(PY) -m pytest -n 2 -q --doctest-modules python/tracebridge tests/python
 
-# The loader fuzzer's long run (make test runs 800 cases): cases and seed from the environment.
+# The loader fuzzer's long run (make test runs 800 cases) and the op contract's (make test
+# runs one case per op): cases and seed from the environment.
 FUZZ_CASES ?= 20000
 FUZZ_SEED ?= $(shell date +%s)
+CONTRACT_CASES ?= 20
 fuzz: setup
 	TRACEBRIDGE_FUZZ_CASES=$(FUZZ_CASES) TRACEBRIDGE_FUZZ_SEED=$(FUZZ_SEED) \
 	  $(PY) -m pytest -q -s -p no:xdist -p no:cacheprovider tests/python/test_fuzz.py -k loader
+	TRACEBRIDGE_CONTRACT_CASES=$(CONTRACT_CASES) TRACEBRIDGE_CONTRACT_SEED=$(FUZZ_SEED) \
+	  $(PY) -m pytest -q -s -p no:xdist -p no:cacheprovider tests/python/test_op_contract.py \
+	  -k every_op
 
 test-r:
 	@if [ -f scripts/test-r.sh ]; then bash scripts/test-r.sh; else echo "R tests: none yet"; fi

@@ -60,7 +60,12 @@ GROUPS = [
     ),
 ]
 _ROLE = re.compile(r":(?:attr|func|class|meth|math|ref):`~?([^`]*)`")
-FLAG_WORDS = {"inplace": "in-place", "random": "random", "variadic": "variadic"}
+FLAG_WORDS = {
+    "inplace": "in-place",
+    "random": "random",
+    "variadic": "variadic",
+    "checked": "checked",
+}
 
 
 def flags(name: str) -> str:
@@ -105,7 +110,10 @@ def render() -> str:
         "Flags: **in-place** — the op writes into its first argument (a name ending in `_`, "
         "or `setitem`); **random** — the result depends on the random-number generator; "
         "**variadic** — the number of results depends on the input's shape, and the "
-        "runtime checks it against the graph.",
+        "runtime checks it against the graph; **checked** — the op runs through a checked "
+        "implementation (`tracebridge/runtime/checked_ops.py`) that validates every shape "
+        "relation and enum its kernel trusts, and the bytes of a result sized by values, "
+        "before the kernel runs. Integer enums (`enums` in `ops.json`) are checked at load.",
         "",
         "| group | ops | in-place | random | variadic |",
         "|---|---:|---:|---:|---:|",

@@ -488,6 +488,7 @@ _AT_LOAD = {
             {"dtype": {"dtype": "complex128"}},
         )
     ],
+    "randperm of 2^28 int64 elements": [_node("randperm", [2**28], [_tensor(1, "int64")])],
     "diag_embed offset": [
         _ones(1, [2]),
         _node("diag_embed", [_ref(1), 2**16], [_tensor(2)]),
@@ -591,3 +592,21 @@ def test_every_op_keeps_its_contract(tmp_path_factory, base):
     assert not broken, "\n".join(broken)
     assert len({op for op, _ in cases}) == len(contract_ops())
     assert stages["ok"] > len(jobs) // 10  # the cases reach the kernels, not only the checks
+
+
+def test_the_checked_ops_are_declared_in_the_op_set():
+    """``ops.json`` flags ``checked`` exactly the ops the runtime runs through a check, and
+    every declared enum is a parameter of its op."""
+    from tracebridge.runtime.checked_ops import CHECKED
+
+    flagged = {name for name, info in ops.OPS.items() if "checked" in info.flags}
+    assert flagged == set(CHECKED) == ops.CHECKED_OPS
+    for name, info in ops.OPS.items():
+        for param in info.enums:
+            assert any(param in names for names in info.arg_names), (name, param)
+    assert ops.info("grid_sampler").enums == {
+        "interpolation_mode": (0, 1, 2),
+        "padding_mode": (0, 1, 2),
+    }
+    assert ops.info("mse_loss").enums == {"reduction": (0, 1, 2)}
+    assert ops.info("embedding_bag").enums["mode"] == (0, 1, 2)

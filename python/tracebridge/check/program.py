@@ -1009,6 +1009,13 @@ class _GraphCheck:
                     f"{info.name} is asked for {numel} elements, more than "
                     f"the limit of {LIMITS['literal_numel']} for a size written in the file",
                 )
+            size = numel * _width_of(info.name, node["kwargs"])
+            if info.name in _ALLOCATING and size > LIMITS["alloc_bytes"]:
+                _fail(
+                    "resource limits",
+                    f"{info.name} is asked for {size} bytes, more than the limit of "
+                    f"{LIMITS['alloc_bytes']} for a size written in the file",
+                )
             self.literal_total += numel
             if self.literal_total > LIMITS["graph_literal_numel"]:
                 _fail(
@@ -1111,6 +1118,29 @@ class _GraphCheck:
 
 def _names_at(info: ops.OpInfo, position: int) -> tuple[str, ...]:
     return info.arg_names[position] if position < len(info.arg_names) else ()
+
+
+# Ops that allocate what their size arguments ask for, and the widths of their default
+# dtypes (float32, or int64 for these).
+_ALLOCATING = frozenset(
+    """zeros ones full empty rand randn randint randperm arange linspace logspace eye
+    tril_indices triu_indices Tensor.new_zeros Tensor.new_ones Tensor.new_full
+    Tensor.new_empty one_hot histc bincount multinomial""".split()
+)
+_INT64_DEFAULT = frozenset(
+    "randint randperm arange tril_indices triu_indices one_hot bincount multinomial".split()
+)
+
+
+def _width_of(op: str, kwargs: dict) -> int:
+    """Bytes of one element of what ``op`` makes: its ``dtype`` literal's width, else that
+    of its default dtype (``Tensor.new_*`` keep their input's: the widest, 16, is assumed)."""
+    dtype = kwargs.get("dtype")
+    if isinstance(dtype, dict) and isinstance(dtype.get("dtype"), str):
+        return dtypes.ITEMSIZE.get(dtype["dtype"], 16)
+    if op.startswith("Tensor.new_"):
+        return 16
+    return 8 if op in _INT64_DEFAULT else 4
 
 
 # Ops whose second argument, an integer, is the number of their results.

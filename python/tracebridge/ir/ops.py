@@ -324,6 +324,18 @@ ENUM_ARGUMENTS: dict[str, tuple[int, ...]] = {
 }
 _ENUM_OPS: dict[str, dict[str, tuple[int, ...]]] = {"embedding_bag": {"mode": (0, 1, 2)}}
 
+# Ops that run through a checked implementation (runtime/checked_ops.py): their PyTorch
+# kernel trusts an argument a file controls (a shape relation, an enum, an offset), or the
+# size of their result comes from values or from a product of sizes. The runtime checks
+# the arguments, and the bytes, before the kernel runs (flag ``checked`` in ops.json).
+CHECKED_OPS = frozenset(
+    """
+native_batch_norm _weight_norm grid_sampler _grouped_mm gru lstm rnn_tanh rnn_relu
+embedding_bag bincount one_hot outer kron cartesian_prod diag_embed combinations
+tensor_split hsplit vsplit dsplit
+""".split()
+)
+
 # The zero-filled forms of the uninitialised factories (see the module Note).
 _SAFE_IMPLS: dict[str, Callable] = {
     "empty": torch.zeros,
@@ -506,7 +518,8 @@ class OpInfo:
     """One op of the set. ``args[i]`` is the tuple of kinds position ``i`` accepts,
     ``kwargs[name]`` those of a keyword; ``varargs`` is ``(position, kind)`` when sizes may
     be spread over positions (``x.view(2, 3)``). ``flags`` hold ``inplace``, ``random``,
-    ``variadic``, ``structural``, ``scalar``, ``private``."""
+    ``variadic``, ``structural``, ``scalar``, ``private``, ``checked``; ``enums`` the values
+    each integer enum parameter may take."""
 
     name: str
     meaning: str
@@ -636,6 +649,8 @@ def _flags(name: str) -> frozenset[str]:
         flags.add("variadic")
     if name in REVIEWED_PRIVATE:
         flags.add("private")
+    if name in CHECKED_OPS:
+        flags.add("checked")
     return frozenset(flags)
 
 
