@@ -59,13 +59,49 @@ def _restore_modes(modes, flags) -> None:
             param.requires_grad_(flag)
 
 
+_CONTAINERS = ("_parameters", "_buffers", "_modules")
+_MISSING = object()
+
+
+def _attributes(module: torch.nn.Module) -> list[tuple]:
+    """Each sub-module's attributes and its parameter, buffer and module tables, as they
+    are now (shallow: which object each name holds)."""
+    saved = []
+    for mod in module.modules():
+        attrs = dict(vars(mod))
+        tables = {name: dict(attrs[name]) for name in _CONTAINERS if name in attrs}
+        saved.append((mod, attrs, tables))
+    return saved
+
+
+def _restore_attributes(saved: list[tuple]) -> None:
+    """Put back every attribute the traced code set on a module: a cache rebuilt for a
+    longer sequence (``register_buffer`` again), a size kept on ``self``. A traced size
+    left on the module would leak into the next trace, and the model must stay as the
+    user had it."""
+    for mod, attrs, tables in saved:
+        current = vars(mod)
+        for key in [k for k in current if k not in attrs]:
+            del current[key]
+        for key, value in attrs.items():
+            if current.get(key, _MISSING) is not value:
+                current[key] = value
+        for name, content in tables.items():
+            table = current[name]
+            if table.keys() != content.keys() or any(table[k] is not v for k, v in content.items()):
+                table.clear()
+                table.update(content)
+
+
 @contextlib.contextmanager
 def preserved(module: torch.nn.Module | None):
-    """Run a block and then put back the RNG state, buffers, parameters and modes."""
+    """Run a block and then put back the RNG states (CPU, every CUDA device), the
+    module's attributes, buffers, parameters and modes."""
     rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    saved_buffers, saved_params, modes, flags = [], [], [], []
+    saved_buffers, saved_params, modes, flags, attributes = [], [], [], [], []
     if module is not None:
+        attributes = _attributes(module)
         saved_buffers = [(b, b.detach().clone()) for b in module.buffers() if b is not None]
         saved_params = [(p, p._version) for p in module.parameters()]
         modes = [(m, m.training) for m in module.modules()]
@@ -75,6 +111,8 @@ def preserved(module: torch.nn.Module | None):
         yield
     finally:
         _clear_mode_caches(modes, flags)
+        _restore_attributes(attributes)
+        _restore_modes(modes, flags)
         torch.set_rng_state(rng)
         if cuda_rng is not None:
             torch.cuda.set_rng_state_all(cuda_rng)
