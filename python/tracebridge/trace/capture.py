@@ -16,6 +16,7 @@ import torch
 from ..errors import TraceError, TracerWarning
 from ..ir import Graph, StateEntry, pytree
 from ..ir.pytree import is_tensor
+from . import caches
 from .tracer import SymFloat, SymInt, Tracer, recording
 
 
@@ -64,12 +65,14 @@ _MISSING = object()
 
 
 def _attributes(module: torch.nn.Module) -> list[tuple]:
-    """Each sub-module's attributes and its parameter, buffer and module tables, as they
-    are now (shallow: which object each name holds)."""
+    """Each sub-module's attributes, its parameter, buffer and module tables and its other
+    dicts, as they are now (shallow: which object each name holds)."""
     saved = []
     for mod in module.modules():
         attrs = dict(vars(mod))
         tables = {name: dict(attrs[name]) for name in _CONTAINERS if name in attrs}
+        # A dict the code fills (a cache keyed on shapes) gets its entries back too.
+        tables.update({k: dict(v) for k, v in attrs.items() if type(v) is dict})
         saved.append((mod, attrs, tables))
     return saved
 
@@ -87,7 +90,9 @@ def _restore_attributes(saved: list[tuple]) -> None:
             if current.get(key, _MISSING) is not value:
                 current[key] = value
         for name, content in tables.items():
-            table = current[name]
+            table = current.get(name)
+            if type(table) is not dict:
+                continue
             if table.keys() != content.keys() or any(table[k] is not v for k, v in content.items()):
                 table.clear()
                 table.update(content)
@@ -166,6 +171,14 @@ def capture(
         args, kwargs = pytree.unflatten(leaves, graph.in_spec)
     for leaf, name in zip(leaves, leaf_names(graph.arg_names, args, kwargs)):
         tracer.add_input(leaf, name)
+    try:
+        return _record(tracer, fn, args, kwargs, strict)
+    finally:
+        caches.clear(tracer.caches_used)
+
+
+def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: bool) -> Graph:
+    graph = tracer.graph
     with recording(tracer):
         result = fn(*args, **kwargs)
         try:

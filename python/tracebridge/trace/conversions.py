@@ -131,6 +131,17 @@ class Conversions:
             )
         return result
 
+    def through_cache(self, cache) -> None:
+        """A traced number is part of a cache key: the lookup misses (trace/caches.py).
+        A functools cache is remembered, to be emptied when the trace ends."""
+        label = cache if isinstance(cache, str) else getattr(cache, "__qualname__", "a cache")
+        if not isinstance(cache, str) and all(c is not cache for c in self.caches_used):
+            self.caches_used.append(cache)
+        self.warn(
+            f"a traced size is part of a key of the cache {label}: the trace records the "
+            "cached function's work for every size instead of a lookup of this one"
+        )
+
     def is_active(self) -> bool:
         """Whether this tracer records in this thread now (text made while tracing may be
         used after the trace ended: then it is plain text)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..ir.program import Ref
+from .caches import cache_lookup, miss_hash
 from .text import formatted
 
 if TYPE_CHECKING:  # the tracer imports this module
@@ -116,7 +117,12 @@ class _Traced:
         return self._tracer.specialize(self, "int")
 
     def __hash__(self):
-        # Hashing means a set or dict lookup: which entry it finds depends on the value.
+        # Hashing means a set or dict lookup: which entry it finds depends on the value --
+        # unless the lookup is a cache's, which only saves time (trace/caches.py).
+        cache = cache_lookup()
+        if cache is not None and self._tracer.is_active():
+            self._tracer.through_cache(cache)
+            return miss_hash(self)
         return hash(self._tracer.specialize(self, type(self._concrete()).__name__))
 
     def __reduce__(self):
