@@ -84,6 +84,10 @@ def test_folded_values_follow_the_state():
     model.w = traced.w
     with torch.no_grad():
         assert torch.allclose(traced(x), model(x), atol=1e-6)
+    with torch.no_grad():
+        traced.w.data = torch.randn(8, 8)  # same object, same version, new data
+        model.w = traced.w
+        assert torch.allclose(traced(x), model(x), atol=1e-6)
     traced.double()
     model.double()
     with torch.no_grad():

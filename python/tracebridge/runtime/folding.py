@@ -5,10 +5,11 @@ Note: folding, as ``torch.jit.freeze`` does, but kept live.
   sizes, a weight transposed or scaled, a table of positions. :func:`plan` finds the ops
   whose arguments are all literals, state reads or results of such ops ("static"), and
   the generated code computes them once, in a function of their own, instead of on every
-  call. The result is cached with the state tensors it read (by identity and
-  ``_version``), so ``load_state_dict``, ``.to()``, a parameter assignment or an in-place
-  update recompute it at the next call. Under autograd with a state tensor that requires
-  grad, the static ops run on every call, as before, so gradients reach the parameters.
+  call. The result is cached with the state tensors it read (by identity, ``_version``
+  and data pointer), so ``load_state_dict``, ``.to()``, a parameter assignment, a
+  ``.data`` assignment or an in-place update recompute it at the next call. Under
+  autograd with a state tensor that requires grad, the static ops run on every call, as
+  before, so gradients reach the parameters.
 
   Not folded: random ops, in-place ops, guards, grad-mode switches, custom autograd
   functions, and any graph where a folded tensor (or a view of one) would be written in
@@ -121,7 +122,8 @@ def subgraph(graph: Graph, fold: FoldPlan) -> Graph:
 
 class Folded:
     """Runs a graph's static part and keeps its values while the state it read is the same
-    (the same tensors, at the same versions, in the same inference mode)."""
+    (the same tensors, at the same versions and data pointers, in the same inference
+    mode)."""
 
     def __init__(self, function, slots: list[tuple[dict, str]], count: int, ops: int):
         self.function = function
@@ -151,7 +153,9 @@ class Folded:
         tensors = self._tensors()
         if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
             return self.function()  # gradients must reach the state: no cache
-        versions = [t._version for t in tensors]
+        # A version moves with every in-place write; the data pointer with ``.data = ...``
+        # and swapped tensors, which keep the object and its version.
+        versions = [(t._version, t.data_ptr()) for t in tensors]
         mode = torch.is_inference_mode_enabled()
         entry = self.entry
         if (
