@@ -448,7 +448,23 @@ def _targets(results: list[ModelResult]) -> list[str]:
         f"- tracing no slower than torch.jit.trace with check_trace=True ({measured} models): "
         f"{verdict}"
     )
+    lines.append(_against_jit(results))
     return lines
+
+
+def _against_jit(results: list[ModelResult]) -> str:
+    """Issue 20's goal: the loaded artifact at batch 1 no slower than torch.jit.trace."""
+    compared, behind = 0, []
+    for r in results:
+        cells = r.latency.get(1, {})
+        tb, jt = cells.get("tracebridge"), cells.get("torch.jit")
+        if not (tb and jt and tb.seconds is not None and jt.seconds is not None):
+            continue
+        compared += 1
+        if tb.seconds > jt.seconds:
+            behind.append(f"{r.name} ({tb.seconds / jt.seconds:.2f}x)")
+    verdict = "met" if not behind else "MISSED on " + ", ".join(behind)
+    return f"- loaded artifact <= torch.jit at batch 1 ({compared} models): {verdict}"
 
 
 def _cpu_name() -> str:
