@@ -102,8 +102,9 @@ def render() -> str:
         "first line of PyTorch's docstring where the op set has none of its own.",
         "",
         "Not in the set, by design: anything that exposes an address, a storage or raw "
-        "memory (`*data_ptr*`, `_from_blob`, `*storage*`, `set_`, `as_strided`, `resize_`, "
-        "`_nested_view_from_buffer`, `_copy_from`), PyTorch's test hooks (`_test_*`), backend "
+        "memory (`*data_ptr*`, `_from_blob`, `*storage*`, `set_`, `resize_`, "
+        "`_nested_view_from_buffer`, `_copy_from`; `as_strided` reads only its input's own "
+        "elements, checked before the kernel runs), PyTorch's test hooks (`_test_*`), backend "
         "internals (`mkldnn_*`, `_foreach_*`), file I/O and global settings. `empty`, "
         "`empty_like` and `Tensor.new_empty` run zero-filled.",
         "",
@@ -181,6 +182,8 @@ def ops_json() -> dict:
             table[name]["enums"] = {k: list(v) for k, v in sorted(info.enums.items())}
         if info.reason:
             table[name]["reason"] = info.reason
+        if name in opset.SINCE:  # only the ops added after op-set 3: other rows stay as they are
+            table[name]["since"] = opset.SINCE[name]
     return {
         "opset_version": OPSET_VERSION,
         "torch": torch.__version__.split("+")[0],

@@ -20,6 +20,7 @@ import torch
 from ..errors import ArtifactError
 from ..ir import FORMAT_VERSION, Program, dtypes, graph_to_json, ops
 from ..ir.program import AUTOGRAD_FUNCTION, GRAPH_KEYWORDS
+from . import views
 from .budget import Budget
 from .state_writes import StateWrites, subgraph_write
 
@@ -817,6 +818,9 @@ class _GraphCheck:
                 )
         if op == AUTOGRAD_FUNCTION:
             self._autograd_function(node)
+        problem = views.problem(node)  # as_strided, repeat_interleave (op-set 4)
+        if problem is not None:
+            _fail("literals", problem)
         if "scalar" in info.flags:
             self._scalar_range(info, node)
             self._fold(info, node)

@@ -3,8 +3,9 @@
 Note: allowed by design. Every op below is written here by name, in a family, because a
 traced model needs it; nothing is taken from ``dir(torch)``. An op reads and makes tensors
 and nothing else: no op exposes an address, a storage or raw memory (``*data_ptr*``,
-``_from_blob``, ``*storage*``, ``set_``, ``as_strided``, ``_nested_view_from_buffer``,
-``_copy_from``, ``resize_``), none runs PyTorch's test hooks (``_test_*``), backend
+``_from_blob``, ``*storage*``, ``set_``, ``_nested_view_from_buffer``, ``_copy_from``,
+``resize_``; ``as_strided`` runs only within its input's own elements, checked before the
+kernel, see ``runtime/checked_views.py``), none runs PyTorch's test hooks (``_test_*``), backend
 internals (``mkldnn_*``, ``_foreach_*``) or changes global settings. ``empty``,
 ``empty_like`` and ``new_empty`` run as their zero-filled forms: their contents are
 unspecified, and uninitialised memory would show a file what the process freed before.
@@ -132,6 +133,7 @@ FAMILIES: dict[str, str] = {
         atleast_3d ravel Tensor.unfold meshgrid cartesian_prod combinations block_diag
         view_as_real view_as_complex real imag Tensor.T Tensor.mT Tensor.H Tensor.mH
         Tensor.real Tensor.imag Tensor.data
+        repeat_interleave as_strided
     """,
     "indexing and scattering": """
         getitem setitem gather scatter scatter_add scatter_reduce index_select index_add
@@ -202,8 +204,8 @@ REVIEWED_PRIVATE: dict[str, str] = {
 FOLDED_METHODS = frozenset(
     """
 abs absolute acos add addbmm addcdiv addcmul addmm addmv all allclose amax amin aminmax any
-argmax argmin argsort asin atan atan2 baddbmm bitwise_and bitwise_not bitwise_or
-bitwise_xor bmm ceil chunk clamp clamp_max clamp_min clip clone cos cosh count_nonzero
+argmax argmin argsort as_strided asin atan atan2 baddbmm bitwise_and bitwise_not bitwise_or
+bitwise_xor bmm broadcast_to ceil chunk clamp clamp_max clamp_min clip clone cos cosh count_nonzero
 cross cummax cummin cumprod cumsum deg2rad det detach diag diag_embed diagonal diff digamma
 flatten dist div divide dot eq equal erf erfc erfinv exp exp2 expm1 fix float_power floor
 floor_divide fmax fmin fmod frac gather gcd ge greater greater_equal gt hardshrink
@@ -223,6 +225,10 @@ transpose trapz tril triu true_divide trunc unbind unique_consecutive unsqueeze 
 xlogy
 """.split()
 )
+
+# The op-set version each op appeared in, for the ops added after version 3 (ONNX's
+# "since version"); ops.json carries it as ``since`` on those rows.
+SINCE: dict[str, int] = {"as_strided": 4, "repeat_interleave": 4}
 
 # Operator dunders and the op each is (reflected forms only where the value is the same).
 DUNDER_OPS = {

@@ -42,7 +42,7 @@ from ..ir import Graph, Node, Ref, pytree
 from ..ir.analysis import last_uses
 from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import fold_literal
-from . import support
+from . import folding, support
 
 # Ops written as Python operators when their implementation is the default one. Not
 # ``scalar.mul``, ``scalar.pow``, ``scalar.lshift``: a few of them can build an integer of
@@ -155,8 +155,10 @@ class CodeGen:
         name: str,
         guards: bool,
         methods: dict[str, Graph] | None = None,
+        fold: bool = False,
     ):
         self.graph = graph
+        self.fold = fold  # compute values of literals and state once (runtime/folding.py)
         self.slots = slots
         self.name = name
         self.guards = guards
@@ -365,8 +367,12 @@ class CodeGen:
         self.emit(ast.If(test, [ast.Expr(fail)], []), "guard", node.loc)
 
     def op(self, node: Node) -> None:
-        call = self.call(node)
         note = node.op
+        if _eval_dropout(node) and self.callable_for(node) is support.default_callable(node.op):
+            # dropout(x, p, train=False) is x itself: no call at all
+            self.emit(ast.Assign([self.targets(node)], self.literal(node.args[0])), note, node.loc)
+            return
+        call = self.call(node)
         if node.out_spec is None or not node.outputs and node.out_spec.get("t") != "leaf":
             self.emit(ast.Expr(call), note, node.loc)
             return
@@ -395,7 +401,13 @@ class CodeGen:
         self.input_checks(params)
         start = len(self.body)
         dead_after = last_uses(self.graph)
+        fold = folding.plan(self.graph) if self.fold else None
+        static = set(fold.nodes) if fold is not None else set()
+        if fold is not None:
+            self.folded(fold)
         for index, node in enumerate(self.graph.nodes):
+            if index in static:
+                continue  # computed by the folded function
             self.node(index, node)
             self.free(dead_after.get(index, ()))
         self._where = f"{self.name}: the outputs"
@@ -404,6 +416,26 @@ class CodeGen:
             self.restore_grad_mode(start)
         args = ast.arguments([], [ast.arg(p) for p in params], None, [], [], None, [])
         return ast.FunctionDef("traced", args, [s for s, _, _ in self.body], [], None)
+
+    def folded(self, fold: folding.FoldPlan) -> None:
+        """One call that gives every static value the rest of the graph reads, computed
+        by a function of its own and cached while the state is the same."""
+        self._where = f"{self.name}: the folded values"
+        sub = folding.subgraph(self.graph, fold)
+        inner = CodeGen(sub, self.slots, f"{self.name}_folded", self.guards, self.methods)
+        function = compile_function(inner).function
+        slots = []
+        for name in fold.sources:
+            slot = self.slots.get(name) if isinstance(name, str) else None
+            if slot is None:
+                raise ArtifactError(f"{self._where}: reads state {name!r}, which the file lacks")
+            slots.append(slot)
+        ops = sum(1 for i in fold.nodes if self.graph.nodes[i].op != "prim.state")
+        runner = folding.Folded(function, slots, len(fold.boundary), ops)
+        values = {v.id: v for n in self.graph.nodes for v in n.outputs}
+        targets = [ast.Name(self.define(values[v]), ast.Store()) for v in fold.boundary]
+        call = ast.Call(self.constant(runner), [], [])
+        self.emit(ast.Assign([ast.Tuple(targets, ast.Store())], call), "folded")
 
     def restore_grad_mode(self, start: int) -> None:
         """The code switches gradients on or off: put the caller's mode back, even on error."""
@@ -415,6 +447,17 @@ class CodeGen:
         wrapped = ast.Try([s for s, _, _ in inner], [], [], [restore])
         wrapped._tb_body = inner  # keeps the comments of the wrapped statements
         self.body[start:] = [(save, None, None), (wrapped, None, None)]
+
+
+_DROPOUTS = frozenset({"dropout", "alpha_dropout"})
+
+
+def _eval_dropout(node: Node) -> bool:
+    """A dropout recorded in evaluation mode (``train`` the literal False)."""
+    if node.op not in _DROPOUTS or not node.args or len(node.outputs) != 1:
+        return False
+    train = node.args[2] if len(node.args) > 2 else node.kwargs.get("train")
+    return train is False and set(node.kwargs) <= {"train", "p"}
 
 
 def _op_prefix(op: str) -> str:

@@ -5,15 +5,18 @@ from __future__ import annotations
 import contextlib
 import threading
 
+import torch
+
 from ..check.specialise import SIZE_ONE_GUARD
 from ..errors import GuardError, TraceError
 from ..ir import Graph, pytree
 from ..ir.pytree import is_tensor
-from . import support
+from . import folding, support
 from .codegen import CodeGen, compile_function
 from .interpreter import Interpreter
 
 _local = threading.local()
+_grad_enabled = torch.is_grad_enabled
 
 
 @contextlib.contextmanager
@@ -71,12 +74,24 @@ class Method:
         self._n_inputs = len(graph.inputs)
         self._simple = _simple_spec(graph.in_spec, self._n_inputs)
         self._methods = methods if methods is not None else {name: graph}
-        self._compiled: dict[bool, object] = {}
+        self._compiled: dict[tuple[bool, bool], object] = {}
         self._lock = threading.Lock()
 
     def codegen(self, guards: bool = True) -> CodeGen:
         """The code generator for this method (a subclass may return its own)."""
-        return CodeGen(self.graph, self._slots, self.name, guards, self._methods)
+        return CodeGen(self.graph, self._slots, self.name, guards, self._methods, fold=True)
+
+    def _fused_codegen(self, guards: bool) -> CodeGen | None:
+        """The code generator for calls without autograd, where it differs: each
+        convolution with an evaluation-mode batch norm after it folded into one
+        (runtime/folding.py); None where there is no such pair or a subclass makes its own
+        code."""
+        if type(self).codegen is not Method.codegen:
+            return None
+        graph = folding.fuse_conv_bn(self.graph)
+        if graph is self.graph:
+            return None
+        return CodeGen(graph, self._slots, self.name, guards, self._methods, fold=True)
 
     @property
     def code(self) -> str:
@@ -84,18 +99,20 @@ class Method:
         with the file's locations and names as escaped comments."""
         return compile_function(self.codegen(True)).code
 
-    def _make(self, guards: bool):
+    def _make(self, key: tuple[bool, bool]):
+        guards, no_grad = key
         if self.runtime == "codegen":
-            return compile_function(self.codegen(guards)).function
+            fused = self._fused_codegen(guards) if no_grad else None
+            return compile_function(fused or self.codegen(guards)).function
         return Interpreter(self.graph, self._slots, guards, self._methods, self.name)
 
-    def _function(self, guards: bool):
-        fn = self._compiled.get(guards)
+    def _function(self, key: tuple[bool, bool]):
+        fn = self._compiled.get(key)
         if fn is None:
             with self._lock:  # threads racing on a first call share one function
-                fn = self._compiled.get(guards)
+                fn = self._compiled.get(key)
                 if fn is None:
-                    fn = self._compiled[guards] = self._make(guards)
+                    fn = self._compiled[key] = self._make(key)
         return fn
 
     def __call__(self, *args, **kwargs):
@@ -108,8 +125,10 @@ class Method:
             raise support.op_failed(self.name, exc) from exc
 
     def _call(self, args, kwargs):
-        guards = self.check_guards and not getattr(_local, "off", False)
-        fn = self._compiled.get(guards) or self._function(guards)
+        # One function per guard setting and autograd need (a call without autograd may
+        # run convolutions with their batch norms folded in).
+        key = (self.check_guards and not getattr(_local, "off", False), not _grad_enabled())
+        fn = self._compiled.get(key) or self._function(key)
         if self._simple and not kwargs and len(args) == self._n_inputs:
             return fn(*args)
         leaves, spec = pytree.flatten((args, kwargs), is_tensor)

@@ -12,6 +12,7 @@ from ..ir import DTYPES, Graph, Node, dtypes, pytree, refs_in
 from ..ir import ops as opset
 from ..ir.program import AUTOGRAD_FUNCTION
 from . import checked_ops
+from . import checked_views
 
 PRIM_FUNCTIONS = {
     "prim.size": lambda t, d: t.shape[d],
@@ -115,6 +116,8 @@ def default_callable(name: str) -> Callable:
     """The op table's implementation of op ``name`` (what :func:`node_callable` gives
     unless a node needs another): generated code writes operators and attribute reads
     inline only when a node's callable is this one."""
+    if name in checked_views.CHECKED:  # op-set 4 views: bounded before the kernel runs
+        return checked_views.CHECKED[name]
     if name in PRIM_FUNCTIONS:
         return PRIM_FUNCTIONS[name]
     if name in checked_ops.CHECKED:

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import random
 import warnings
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from ..errors import TraceError, TracerWarning
 from ..ir import Graph, StateEntry, pytree
 from ..ir.pytree import is_tensor
+from . import caches
 from .tracer import SymFloat, SymInt, Tracer, recording
 
 
@@ -59,13 +62,57 @@ def _restore_modes(modes, flags) -> None:
             param.requires_grad_(flag)
 
 
+_CONTAINERS = ("_parameters", "_buffers", "_modules")
+_MISSING = object()
+
+
+def _attributes(module: torch.nn.Module) -> list[tuple]:
+    """Each sub-module's attributes, its parameter, buffer and module tables and its other
+    dicts, as they are now (shallow: which object each name holds)."""
+    saved = []
+    for mod in module.modules():
+        attrs = dict(vars(mod))
+        tables = {name: dict(attrs[name]) for name in _CONTAINERS if name in attrs}
+        # A dict the code fills (a cache keyed on shapes) gets its entries back too.
+        tables.update({k: dict(v) for k, v in attrs.items() if type(v) is dict})
+        saved.append((mod, attrs, tables))
+    return saved
+
+
+def _restore_attributes(saved: list[tuple]) -> None:
+    """Put back every attribute the traced code set on a module: a cache rebuilt for a
+    longer sequence (``register_buffer`` again), a size kept on ``self``. A traced size
+    left on the module would leak into the next trace, and the model must stay as the
+    user had it."""
+    for mod, attrs, tables in saved:
+        current = vars(mod)
+        for key in [k for k in current if k not in attrs]:
+            del current[key]
+        for key, value in attrs.items():
+            if current.get(key, _MISSING) is not value:
+                current[key] = value
+        for name, content in tables.items():
+            table = current.get(name)
+            if type(table) is not dict:
+                continue
+            if table.keys() != content.keys() or any(table[k] is not v for k, v in content.items()):
+                table.clear()
+                table.update(content)
+
+
 @contextlib.contextmanager
 def preserved(module: torch.nn.Module | None):
-    """Run a block and then put back the RNG state, buffers, parameters and modes."""
+    """Run a block and then put back the RNG states (CPU, every CUDA device, Python's and
+    numpy's global generators), the
+    module's attributes, buffers, parameters and modes."""
     rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    saved_buffers, saved_params, modes, flags = [], [], [], []
+    # Model code may also draw from Python's and numpy's generators (augmentation, a
+    # random layer drop); tracing runs it several times, eager use once.
+    py_rng, np_rng = random.getstate(), np.random.get_state()
+    saved_buffers, saved_params, modes, flags, attributes = [], [], [], [], []
     if module is not None:
+        attributes = _attributes(module)
         saved_buffers = [(b, b.detach().clone()) for b in module.buffers() if b is not None]
         saved_params = [(p, p._version) for p in module.parameters()]
         modes = [(m, m.training) for m in module.modules()]
@@ -75,7 +122,11 @@ def preserved(module: torch.nn.Module | None):
         yield
     finally:
         _clear_mode_caches(modes, flags)
+        _restore_attributes(attributes)
+        _restore_modes(modes, flags)
         torch.set_rng_state(rng)
+        random.setstate(py_rng)
+        np.random.set_state(np_rng)
         if cuda_rng is not None:
             torch.cuda.set_rng_state_all(cuda_rng)
         with torch.no_grad():
@@ -128,6 +179,14 @@ def capture(
         args, kwargs = pytree.unflatten(leaves, graph.in_spec)
     for leaf, name in zip(leaves, leaf_names(graph.arg_names, args, kwargs)):
         tracer.add_input(leaf, name)
+    try:
+        return _record(tracer, fn, args, kwargs, strict)
+    finally:
+        caches.clear(tracer.caches_used)
+
+
+def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: bool) -> Graph:
+    graph = tracer.graph
     with recording(tracer):
         result = fn(*args, **kwargs)
         try:

@@ -112,18 +112,42 @@ class Conversions:
             )
         return result
 
-    def specialize(self, sym: _Traced, kind: str):
-        """A traced number became a plain Python number: guard on its value."""
+    def specialize(self, sym: _Traced, kind: str, reason: str | None = None):
+        """A traced number became a plain Python number: guard on its value. ``reason``
+        says why, for the warning (text made from it decided a branch)."""
         concrete = sym._concrete()
         result = {"bool": bool, "int": int, "float": float}[kind](concrete)
         loc = self.location()
         self.guard(self.scalar_ref(sym), concrete, sym._desc, "value", loc)
-        if kind != "bool":
+        if reason is not None:
+            self.warn(
+                f"the traced value {sym._desc} was {reason} ({result!r}); the trace is "
+                f"valid only while it stays {result!r}"
+            )
+        elif kind != "bool":
             self.warn(
                 f"the traced value {sym._desc} was turned into a Python {kind} "
                 f"({result!r}); the trace is valid only while it stays {result!r}"
             )
         return result
+
+    def through_cache(self, cache) -> None:
+        """A traced number is part of a cache key: the lookup misses (trace/caches.py).
+        A functools cache is remembered, to be emptied when the trace ends."""
+        label = cache if isinstance(cache, str) else getattr(cache, "__qualname__", "a cache")
+        if not isinstance(cache, str) and all(c is not cache for c in self.caches_used):
+            self.caches_used.append(cache)
+        self.warn(
+            f"a traced size is part of a key of the cache {label}: the trace records the "
+            "cached function's work for every size instead of a lookup of this one"
+        )
+
+    def is_active(self) -> bool:
+        """Whether this tracer records in this thread now (text made while tracing may be
+        used after the trace ended: then it is plain text)."""
+        from .patches import _tracers  # patches imports the tracer: import late
+
+        return self in _tracers.stack
 
     def _on_property(self, prop: str, getter, tensor: torch.Tensor):
         if prop == "shape":

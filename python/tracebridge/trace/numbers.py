@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..ir.program import Ref
+from .caches import cache_lookup, miss_hash
+from .text import formatted
 
 if TYPE_CHECKING:  # the tracer imports this module
     from .tracer import Tracer
@@ -89,11 +91,12 @@ class _Traced:
         return self._tracer.scalar_op("trunc", (self,))
 
     def __str__(self):
-        # Text made from a size can flow anywhere (int(f"{n}"), dict keys): fix it.
-        return str(self._tracer.specialize(self, type(self._concrete()).__name__))
+        # Text is not a decision: it remembers this number and guards it only when a
+        # decision reads it (trace/text.py says when text is guarded where it is made).
+        return formatted(self, str(self._concrete()))
 
     def __format__(self, spec):
-        return format(self._tracer.specialize(self, type(self._concrete()).__name__), spec)
+        return formatted(self, format(self._concrete(), spec))
 
     def __neg__(self):
         return self._tracer.scalar_op("neg", (self,))
@@ -114,7 +117,12 @@ class _Traced:
         return self._tracer.specialize(self, "int")
 
     def __hash__(self):
-        # Hashing means a set or dict lookup: which entry it finds depends on the value.
+        # Hashing means a set or dict lookup: which entry it finds depends on the value --
+        # unless the lookup is a cache's, which only saves time (trace/caches.py).
+        cache = cache_lookup()
+        if cache is not None and self._tracer.is_active():
+            self._tracer.through_cache(cache)
+            return miss_hash(self)
         return hash(self._tracer.specialize(self, type(self._concrete()).__name__))
 
     def __reduce__(self):
@@ -130,7 +138,7 @@ class _Traced:
         return type(self)._unwrap(self)
 
     def __repr__(self):
-        return repr(self._concrete())  # for debugging output only: no guard
+        return formatted(self, repr(self._concrete()))
 
 
 class SymInt(_Traced, int):

@@ -18,6 +18,7 @@ from ..ir import pytree
 from ..ir.program import DTYPE_NAMES, Node, Ref, StateEntry, Value
 from ..source import SOURCE_LIMIT, source_line, user_location
 from .numbers import _Traced
+from .text import SymStr
 
 
 class Recorder:
@@ -135,6 +136,8 @@ class Recorder:
             return self.tensor_ref(obj)
         if isinstance(obj, _Traced):
             return self.scalar_ref(obj)
+        if isinstance(obj, SymStr):
+            return obj.fix()  # an op's behaviour depends on the text: fix the sizes in it
         if obj is None or isinstance(obj, (bool, str, complex)) or obj is Ellipsis:
             return obj
         if isinstance(obj, torch.Size):

@@ -59,5 +59,6 @@ class Tracer(Dispatcher, Conversions, LibraryHandlers, Recorder):
         self._descending: list = []
         self._grad_entry: tuple[Ref, bool] | None = None
         self._grad_depth = 0
+        self.caches_used: list = []  # functools caches a size went through (trace/caches.py)
         self.mode = _RecordingMode(self)
         self._handlers = self._special_handlers()

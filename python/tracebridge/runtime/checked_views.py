@@ -1,0 +1,112 @@
+"""Checked implementations of ``as_strided`` and ``repeat_interleave`` (op-set 4).
+
+Note: why these two run through a check.
+  ``as_strided`` makes a view from a size, strides and an offset into its input's
+  storage: written by a file, they could reach any element of that storage -- for a
+  memory-mapped weight, bytes of the file that belong to no tensor of the graph. The view
+  is allowed only within the elements the input itself covers (from its first element to
+  its last, as its own sizes and strides reach them), checked here before the kernel
+  runs; PyTorch's own check is against the whole storage. ``repeat_interleave`` makes an
+  output whose length is the sum of its repeats: the size is computed and bounded
+  (``MAX_OUTPUT_NUMEL``) before anything is allocated, and an ``output_size`` must be
+  that sum. Both runtimes call these (``support.default_callable``); the load-time rules
+  for literal arguments are in ``check/views.py``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# The most elements one repeat_interleave may make (1 GiB of float32), as the checker's
+# bound for a size written in a file.
+MAX_OUTPUT_NUMEL = 2**28
+
+
+def _span(tensor: torch.Tensor) -> tuple[int, int]:
+    """The storage elements ``tensor`` covers: ``[first, last]`` (``last < first`` when
+    it has none)."""
+    first = tensor.storage_offset()
+    if tensor.numel() == 0:
+        return first, first - 1
+    reach = sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride()))
+    return first, first + reach
+
+
+def _ints(value, what: str) -> list[int]:
+    items = list(value) if isinstance(value, (list, tuple, torch.Size)) else [value]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+        raise ValueError(f"as_strided: {what} must be integers, not {items!r}")
+    return [int(v) for v in items]
+
+
+def as_strided(input, size, stride, storage_offset=None):
+    """``torch.as_strided``, refused unless the view lies within ``input``'s own elements."""
+    if not isinstance(input, torch.Tensor):
+        raise ValueError(f"as_strided: input must be a tensor, not {type(input).__name__}")
+    sizes, strides = _ints(size, "sizes"), _ints(stride, "strides")
+    if len(sizes) != len(strides):
+        raise ValueError(
+            f"as_strided: {len(sizes)} sizes but {len(strides)} strides; they must match"
+        )
+    if any(n < 0 for n in sizes) or any(s < 0 for s in strides):
+        raise ValueError(f"as_strided: sizes {sizes} and strides {strides} must be >= 0")
+    first, last = _span(input)
+    offset = first if storage_offset is None else _ints(storage_offset, "the offset")[0]
+    if 0 not in sizes:
+        reach = offset + sum((n - 1) * s for n, s in zip(sizes, strides))
+        if offset < first or reach > last:
+            raise ValueError(
+                f"as_strided: sizes {sizes}, strides {strides} and offset {offset} reach "
+                f"storage elements {offset}..{reach}, outside the input's own elements "
+                f"{first}..{last}; a view may only rearrange its input's elements"
+            )
+    return torch.as_strided(input, sizes, strides, offset)
+
+
+def _repeat_numel(input, repeats, dim) -> int:
+    """The elements ``repeat_interleave`` would make, computed without allocating."""
+    if isinstance(repeats, torch.Tensor):
+        if repeats.is_floating_point() or repeats.is_complex() or repeats.dim() > 1:
+            raise ValueError("repeat_interleave: repeats must be an integer tensor of rank 0 or 1")
+        if repeats.numel() and int(repeats.min()) < 0:
+            raise ValueError("repeat_interleave: repeats must be non-negative")
+        counts = repeats.reshape(-1)
+        per = int(counts.sum()) if counts.numel() != 1 else None
+        single = int(counts[0]) if counts.numel() == 1 else None
+    else:
+        if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 0:
+            raise ValueError(f"repeat_interleave: repeats must be an integer >= 0, not {repeats!r}")
+        per, single = None, repeats
+    if dim is None:
+        length = input.numel()
+        rest = 1
+    else:
+        length = input.shape[dim]
+        rest = input.numel() // length if length else 0
+    total = single * length if single is not None else per
+    return total * rest, total
+
+
+def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
+    """``torch.repeat_interleave`` (both forms), its output size bounded before it runs."""
+    if repeats is None:  # repeat_interleave(repeats): indices 0..n-1, each repeated
+        if not isinstance(input, torch.Tensor):
+            raise ValueError("repeat_interleave: the one-argument form takes a tensor")
+        numel, total = _repeat_numel(torch.empty(input.numel(), device="meta"), input, None)
+    else:
+        numel, total = _repeat_numel(input, repeats, dim)
+    if numel > MAX_OUTPUT_NUMEL:
+        raise ValueError(
+            f"repeat_interleave would make {numel} elements, more than the limit of "
+            f"{MAX_OUTPUT_NUMEL}"
+        )
+    if output_size is not None and output_size != total:
+        raise ValueError(
+            f"repeat_interleave: output_size {output_size} is not the sum of the repeats ({total})"
+        )
+    if repeats is None:
+        return torch.repeat_interleave(input, output_size=output_size)
+    return torch.repeat_interleave(input, repeats, dim, output_size=output_size)
+
+
+CHECKED = {"as_strided": as_strided, "repeat_interleave": repeat_interleave}

@@ -1,0 +1,266 @@
+"""Fold what the inputs cannot change: values computed only from literals and state.
+
+Note: folding, as ``torch.jit.freeze`` does, but kept live.
+  A traced model often computes things no input can change: a causal mask from literal
+  sizes, a weight transposed or scaled, a table of positions. :func:`plan` finds the ops
+  whose arguments are all literals, state reads or results of such ops ("static"), and
+  the generated code computes them once, in a function of their own, instead of on every
+  call. The result is cached with the state tensors it read (by identity, ``_version``
+  and data pointer), so ``load_state_dict``, ``.to()``, a parameter assignment, a
+  ``.data`` assignment or an in-place update recompute it at the next call. Under
+  autograd with a state tensor that requires grad, the static ops run on every call, as
+  before, so gradients reach the parameters.
+
+  Not folded: random ops, in-place ops, guards, grad-mode switches, custom autograd
+  functions, and any graph where a folded tensor (or a view of one) would be written in
+  place or returned to the caller -- a cached tensor must never change or escape.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+
+import torch
+
+from ..ir import Graph, Node, Ref, pytree, refs_in
+from ..ir import ops as opset
+from ..ir.analysis import output_ids
+from ..ir.program import Value
+
+# Structural ops that read something other than their arguments' values (the caller's
+# grad mode, a flag that changes without a version) or that decide: never static.
+_DYNAMIC_PRIMS = frozenset(
+    {"prim.guard", "prim.grad_enabled", "prim.requires_grad", "prim.autograd_function"}
+)
+# Ops whose result may be their first argument or share its memory (so a write through
+# the result would change a folded tensor).
+_ALIASING = frozenset(
+    """getitem Tensor.view Tensor.view_as Tensor.reshape reshape narrow select transpose
+    Tensor.expand Tensor.expand_as expand broadcast_to squeeze unsqueeze Tensor.permute
+    permute flatten detach t Tensor.t movedim moveaxis unflatten Tensor.unflatten
+    Tensor.unfold as_strided diagonal real imag Tensor.real Tensor.imag Tensor.T Tensor.mT
+    Tensor.H Tensor.mH Tensor.data Tensor.contiguous Tensor.to Tensor.type Tensor.type_as
+    Tensor.float Tensor.double Tensor.half Tensor.bfloat16 Tensor.long Tensor.int
+    Tensor.short Tensor.char Tensor.byte Tensor.bool Tensor.cpu chunk split
+    split_with_sizes unbind tensor_split swapaxes swapdims ravel view_as_real
+    view_as_complex atleast_1d atleast_2d atleast_3d dropout feature_dropout alpha_dropout
+    feature_alpha_dropout""".split()
+)
+
+
+@dataclass
+class FoldPlan:
+    """Which nodes of a graph are static, and what the rest of the graph reads from them."""
+
+    nodes: list[int]  # indices of the static nodes, in order
+    boundary: list[int]  # static value ids read by the other nodes
+    sources: list[str]  # state names the static nodes read
+
+
+def _may_be_static(node: Node) -> bool:
+    if node.op in _DYNAMIC_PRIMS or not node.outputs:
+        return False
+    info = opset.info(node.op)
+    return info is not None and not (info.flags & {"random", "inplace"})
+
+
+def plan(graph: Graph) -> FoldPlan | None:
+    """The static part of ``graph`` worth folding, or None (see the module Note)."""
+    if any(n.op == "set_grad_enabled" for n in graph.nodes):
+        return None  # which grad mode a static op would run in is the call's
+    static: set[int] = set()
+    aliases: set[int] = set()  # static values and the values that may share their memory
+    indices = []
+    for index, node in enumerate(graph.nodes):
+        refs = refs_in((node.args, node.kwargs))
+        first = node.args[0] if node.args else None
+        if node.op == "prim.state" or (_may_be_static(node) and all(r.id in static for r in refs)):
+            static.update(v.id for v in node.outputs)
+            aliases.update(v.id for v in node.outputs)
+            indices.append(index)
+            continue
+        if isinstance(first, Ref) and first.id in aliases:
+            if opset.is_inplace(node.op):
+                return None  # a write into a folded tensor
+            if node.op in _ALIASING:
+                aliases.update(v.id for v in node.outputs)
+    if output_ids(graph) & aliases:
+        return None  # the caller would get a cached tensor (or a view of one)
+    computed = [i for i in indices if graph.nodes[i].op != "prim.state"]
+    if not computed:
+        return None
+    read_later = set()
+    for index, node in enumerate(graph.nodes):
+        if index not in set(indices):
+            read_later.update(r.id for r in refs_in((node.args, node.kwargs)) if r.id in static)
+    folded = set(computed)
+    boundary = [v.id for i in computed for v in graph.nodes[i].outputs if v.id in read_later]
+    if not boundary:
+        return None
+    # State reads the folded ops use are the cache's key; reads only the rest uses stay.
+    used = {r.id for i in computed for r in refs_in((graph.nodes[i].args, graph.nodes[i].kwargs))}
+    reads = [i for i in indices if graph.nodes[i].op == "prim.state"]
+    sources = [
+        graph.nodes[i].args[0] for i in reads if any(v.id in used for v in graph.nodes[i].outputs)
+    ]
+    nodes = sorted(folded | {i for i in reads if any(v.id in used for v in graph.nodes[i].outputs)})
+    return FoldPlan(nodes=nodes, boundary=boundary, sources=sources)
+
+
+def subgraph(graph: Graph, fold: FoldPlan) -> Graph:
+    """The static nodes as a graph of their own: no inputs, the boundary as outputs."""
+    spec = {"t": "tuple", "c": [pytree.LEAF for _ in fold.boundary]}
+    return Graph(
+        nodes=[graph.nodes[i] for i in fold.nodes],
+        outputs=[Ref(v) for v in fold.boundary],
+        out_spec=spec,
+        in_spec={"t": "tuple", "c": [{"t": "tuple", "c": []}, {"t": "dict", "keys": [], "c": []}]},
+        sources=graph.sources,
+    )
+
+
+class Folded:
+    """Runs a graph's static part and keeps its values while the state it read is the same
+    (the same tensors, at the same versions and data pointers, in the same inference
+    mode)."""
+
+    def __init__(self, function, slots: list[tuple[dict, str]], count: int, ops: int):
+        self.function = function
+        # One itemgetter per state table: the tensors are read in a few C calls per call.
+        tables: dict[int, tuple[dict, list[str]]] = {}
+        for owner, key in slots:
+            tables.setdefault(id(owner), (owner, []))[1].append(key)
+        self.readers = [(owner, operator.itemgetter(*keys)) for owner, keys in tables.values()]
+        self.single = [len(keys) == 1 for _, keys in tables.values()]
+        self.count = count
+        self.ops = ops
+        self.entry = None
+
+    def __repr__(self) -> str:
+        return f"folded({self.count} values of {self.ops} ops on literals and state)"
+
+    def _tensors(self) -> list:
+        tensors: list = []
+        for (owner, read), single in zip(self.readers, self.single):
+            if single:
+                tensors.append(read(owner))
+            else:
+                tensors.extend(read(owner))
+        return tensors
+
+    def __call__(self) -> tuple:
+        tensors = self._tensors()
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return self.function()  # gradients must reach the state: no cache
+        # A version moves with every in-place write; the data pointer with ``.data = ...``
+        # and swapped tensors, which keep the object and its version.
+        versions = [(t._version, t.data_ptr()) for t in tensors]
+        mode = torch.is_inference_mode_enabled()
+        entry = self.entry
+        if (
+            entry is not None
+            and entry[1] == versions
+            and entry[2] == mode
+            and all(map(operator.is_, entry[0], tensors))
+        ):
+            return entry[3]
+        values = self.function()
+        self.entry = (tensors, versions, mode, values)
+        return values
+
+
+# --- convolution followed by evaluation-mode batch norm ------------------------------------
+
+_CONVS = {"conv1d": 3, "conv2d": 4, "conv3d": 5}  # op -> rank of its weight
+
+
+def fuse_conv_bn(graph: Graph) -> Graph:
+    """``graph``, or a copy where each convolution whose only reader is a batch norm in
+    evaluation mode (``training`` the literal False, statistics and affine parameters from
+    state) runs with the norm folded into its weight and bias: ``w' = w * s``,
+    ``b' = (b - mean) * s + beta`` with ``s = gamma / sqrt(var + eps)``, as
+    ``torch.jit.freeze`` does. The new weights depend only on state, so :func:`plan` folds
+    them; the result agrees with eager to rounding."""
+    producers = {v.id: i for i, n in enumerate(graph.nodes) for v in n.outputs}
+    state_ids = {v.id for n in graph.nodes if n.op == "prim.state" for v in n.outputs}
+    readers: dict[int, list[int]] = {}
+    for index, node in enumerate(graph.nodes):
+        for ref in refs_in((node.args, node.kwargs)):
+            readers.setdefault(ref.id, []).append(index)
+    returned = output_ids(graph)
+    pairs = {}
+    for index, node in enumerate(graph.nodes):
+        if node.op != "batch_norm" or node.kwargs or len(node.args) != 9:
+            continue
+        source, gamma, beta, mean, var, training, _, eps, _ = node.args
+        if training is not False or not isinstance(source, Ref) or not isinstance(eps, float):
+            continue
+        params = [p for p in (gamma, beta, mean, var) if p is not None]
+        if not all(isinstance(p, Ref) and p.id in state_ids for p in params) or mean is None:
+            continue
+        conv_index = producers.get(source.id)
+        conv = graph.nodes[conv_index] if conv_index is not None else None
+        if (
+            conv is None
+            or conv.op not in _CONVS
+            or conv.kwargs
+            or len(conv.args) != 7
+            or readers.get(source.id) != [index]
+            or source.id in returned
+            or not isinstance(conv.args[1], Ref)
+            or conv.args[1].id not in state_ids
+            or not (
+                conv.args[2] is None
+                or (isinstance(conv.args[2], Ref) and conv.args[2].id in state_ids)
+            )
+        ):
+            continue
+        pairs[conv_index] = index
+    if not pairs:
+        return graph
+    next_id = 1 + max([v.id for v in graph.inputs] + [v.id for n in graph.nodes for v in n.outputs])
+    nodes: list[Node] = []
+    convs = {bn: conv for conv, bn in pairs.items()}
+    for index, norm in enumerate(graph.nodes):
+        if index in pairs:
+            continue  # the convolution runs where its norm was, once the norm's state is read
+        if index not in convs:
+            nodes.append(norm)
+            continue
+        node = graph.nodes[convs[index]]
+        _, gamma, beta, mean, var, _, _, eps, _ = norm.args
+        made: list[Node] = []
+
+        def emit(op, *args, _made=made):
+            nonlocal next_id
+            value = Value(id=next_id, kind="Tensor")
+            next_id += 1
+            _made.append(Node(op=op, args=list(args), outputs=[value], out_spec=pytree.LEAF))
+            return Ref(value.id)
+
+        scale = emit("rsqrt", emit("add", var, eps))
+        if gamma is not None:
+            scale = emit("mul", gamma, scale)
+        shape = [-1] + [1] * (_CONVS[node.op] - 1)
+        weight = emit("mul", node.args[1], emit("Tensor.reshape", scale, shape))
+        shifted = emit("sub", node.args[2], mean) if node.args[2] is not None else emit("neg", mean)
+        bias = emit("mul", shifted, scale)
+        if beta is not None:
+            bias = emit("add", bias, beta)
+        for extra in made:
+            extra.loc = node.loc
+        nodes.extend(made)
+        args = [node.args[0], weight, bias, *node.args[3:]]
+        nodes.append(
+            Node(op=node.op, args=args, outputs=norm.outputs, out_spec=norm.out_spec, loc=norm.loc)
+        )
+    return Graph(
+        inputs=graph.inputs,
+        in_spec=graph.in_spec,
+        nodes=nodes,
+        outputs=graph.outputs,
+        out_spec=graph.out_spec,
+        arg_names=graph.arg_names,
+        sources=graph.sources,
+    )

@@ -1,0 +1,123 @@
+"""Caches in library code: a traced size used in a cache key is a miss, not a guard.
+
+Note: why a cache lookup is not a decision.
+  Library code memoises work on sizes: ``functools.lru_cache``/``functools.cache`` on a
+  function of the spatial shapes (transformers' ``compile_compatible_method_lru_cache``,
+  whose inner ``func_with_cache`` is an ``lru_cache``), or a dict keyed on a shape tuple
+  (``self._cache[key]``). Hashing a traced size for the key used to guard it, so the
+  whole trace was fixed to the example's sizes -- and a hit returned tensors computed by
+  an earlier eager call, stored as constants. A cache returns what the function would
+  compute: whether it hits changes nothing but time. So while tracing, a traced number
+  hashed for a cache key gets a hash of its own that no stored key has (stable for the
+  object, so the same key finds its own entry again): the lookup misses, the wrapped
+  function runs on the traced sizes, and the graph holds its work, general in size.
+
+  A lookup is a cache's when the tracer can see it in the caller's source: a call whose
+  callable (a name, or ``self.x``/``module.x``) resolves to a functools cache wrapper, or
+  a lookup (``in``, ``[key]``, ``.get``, ``.setdefault``) in a container whose name says
+  ``cache``. Any other hash is a decision and is guarded as before. The functools caches
+  a trace went through are emptied at its end (:func:`clear`): their new entries hold
+  traced values, and a cache is only ever a copy of what its function computes.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import itertools
+import sys
+
+from ..source import OWN_DIR
+from .text import _parsed, _positions
+
+_CACHE_TYPE = functools._lru_cache_wrapper  # what lru_cache and cache return
+_LOOKUP_METHODS = frozenset({"get", "setdefault", "pop", "__contains__", "__getitem__"})
+_unique = itertools.count(1)
+
+
+def miss_hash(sym) -> int:
+    """A hash no stored key has, the same for ``sym`` every time it is asked."""
+    cached = sym.__dict__.get("_miss_hash") if hasattr(sym, "__dict__") else None
+    if cached is None:
+        cached = hash(("tracebridge-cache-miss", id(sym), next(_unique)))
+        sym._miss_hash = cached
+    return cached
+
+
+def cache_lookup(depth: int = 2):
+    """What cache the caller ``depth`` frames up is hashing a key for: a functools cache
+    wrapper, the name of a dict that says cache, or None when the hash is a decision."""
+    frame = sys._getframe(depth)
+    if frame.f_code.co_filename.startswith(OWN_DIR):
+        return None  # the tracer's own tables
+    positions = _positions(frame.f_code)
+    index = frame.f_lasti // 2
+    if index >= len(positions):
+        return None
+    tree = _parsed(frame.f_code.co_filename)
+    node = tree.get(positions[index]) if tree is not None else None
+    if node is None:
+        return None
+    if isinstance(node, ast.Call):
+        wrapper = _functools_cache(node.func, frame)
+        if wrapper is not None:
+            return wrapper
+        if isinstance(node.func, ast.Attribute) and node.func.attr in _LOOKUP_METHODS:
+            return _named_cache(node.func.value)
+        return None
+    if isinstance(node, ast.Subscript):
+        return _named_cache(node.value)
+    if isinstance(node, ast.Compare) and [type(op) for op in node.ops] in ([ast.In], [ast.NotIn]):
+        return _named_cache(node.comparators[0])
+    return None
+
+
+def _named_cache(container: ast.AST) -> str | None:
+    """The container's source when its last name says ``cache`` (``self._cache``)."""
+    last = container.attr if isinstance(container, ast.Attribute) else None
+    if isinstance(container, ast.Name):
+        last = container.id
+    return ast.unparse(container) if last and "cache" in last.lower() else None
+
+
+def _functools_cache(func: ast.AST, frame):
+    """The functools cache wrapper that ``func`` (a name or attribute chain) names in
+    ``frame``, or None. Only names and attributes are read: nothing is called."""
+    chain = []
+    while isinstance(func, ast.Attribute):
+        chain.append(func.attr)
+        func = func.value
+    if not isinstance(func, ast.Name):
+        return None
+    scopes = (frame.f_locals, frame.f_globals, frame.f_builtins)
+    obj = next((scope[func.id] for scope in scopes if func.id in scope), None)
+    try:
+        for attr in reversed(chain):
+            obj = _static_attr(obj, attr)
+    except AttributeError:
+        return None
+    obj = getattr(obj, "__func__", obj)  # a cached method, bound to its instance
+    return obj if isinstance(obj, _CACHE_TYPE) else None
+
+
+def _static_attr(obj, attr: str):
+    """``obj.attr`` without running a property: instance dict, then the class's."""
+    instance = getattr(obj, "__dict__", None)
+    if isinstance(instance, dict) and attr in instance:
+        return instance[attr]
+    for klass in type(obj).__mro__ if not isinstance(obj, type) else obj.__mro__:
+        if attr in vars(klass):
+            found = vars(klass)[attr]
+            if isinstance(found, (staticmethod, classmethod)):
+                return found.__func__
+            return found
+    if type(obj).__name__ == "module":
+        return getattr(obj, attr)
+    raise AttributeError(attr)
+
+
+def clear(wrappers) -> None:
+    """Empty the functools caches a trace went through (their new entries hold traced
+    values; what remains is recomputed on the next eager call)."""
+    for wrapper in wrappers:
+        wrapper.cache_clear()

@@ -1,0 +1,178 @@
+"""Generated code that does no work the inputs cannot change (issue 20, item 5).
+
+Values computed only from literals and state (a causal mask from literal sizes, a weight
+scaled and transposed) are folded: computed once, kept while the state they read is the
+same tensors at the same versions, recomputed after ``load_state_dict``, ``.to()``, an
+in-place update or a parameter assignment, and computed on every call where autograd
+needs them. A dropout recorded in evaluation mode is no call at all.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+class Masked(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(8, 8))
+        self.register_buffer("scale", torch.tensor(2.0))
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x):
+        mask = torch.triu(torch.ones(8, 8, dtype=torch.bool), diagonal=1)
+        w = (self.w * self.scale).t().softmax(-1)
+        y = (x @ w).masked_fill(mask[: x.shape[1]][None], 0.0)
+        return self.drop(y)
+
+
+def _folded_ops(traced) -> int:
+    method = traced._methods["forward"]
+    runner = [
+        v for v in method._function((True, True)).__globals__.values() if "folded(" in repr(v)
+    ]
+    return runner[0].ops if runner else 0
+
+
+def test_values_of_literals_and_state_are_folded_and_kept(tmp_path):
+    model = Masked().eval()
+    x = torch.randn(2, 8, 8)
+    traced = tracebridge.trace(model, x)
+    path = tmp_path / "m.tb"
+    traced.save(path)
+    loaded = tracebridge.load(path)
+    code = loaded.code
+    assert "folded" in code and "triu" not in code and "softmax" not in code
+    assert "dropout" not in code.replace("# dropout", "")  # eval dropout: no call
+    assert _folded_ops(loaded) >= 4
+    for length in (8, 5, 1):
+        y = torch.randn(3, length, 8)
+        assert torch.allclose(loaded(y), model(y), atol=1e-6)
+        assert torch.equal(loaded(y), traced(y))
+    with torch.no_grad():  # the cache is used: no op of the folded part runs again
+        first = loaded(x)
+        assert torch.equal(loaded(x), first)
+
+
+def test_folded_values_follow_the_state():
+    model = Masked().eval()
+    x = torch.randn(2, 8, 8)
+    traced = tracebridge.trace(model, x)
+    with torch.no_grad():
+        traced(x)  # fill the cache
+        model.scale.fill_(3.0)  # in place: a new version
+        assert torch.allclose(traced(x), model(x), atol=1e-6)
+    state = {"w": torch.randn(8, 8), "scale": torch.tensor(1.5)}
+    model.load_state_dict(state)
+    traced.load_state_dict(state)
+    with torch.no_grad():
+        assert torch.allclose(traced(x), model(x), atol=1e-6)
+    traced.w = nn.Parameter(torch.randn(8, 8))  # a new parameter object
+    model.w = traced.w
+    with torch.no_grad():
+        assert torch.allclose(traced(x), model(x), atol=1e-6)
+    with torch.no_grad():
+        traced.w.data = torch.randn(8, 8)  # same object, same version, new data
+        model.w = traced.w
+        assert torch.allclose(traced(x), model(x), atol=1e-6)
+    traced.double()
+    model.double()
+    with torch.no_grad():
+        assert torch.allclose(traced(x.double()), model(x.double()))
+
+
+def test_gradients_reach_the_parameters_through_folded_values():
+    model = Masked().eval()
+    x = torch.randn(2, 8, 8)
+    traced = tracebridge.trace(model, x)
+    expected = torch.autograd.grad(model(x).sum(), model.w)[0]
+    for context in (torch.no_grad, torch.inference_mode):
+        with context():
+            traced(x)  # a cached value made without autograd must not be reused with it
+        got = torch.autograd.grad(traced(x).sum(), traced.w)[0]
+        assert torch.allclose(got, expected, atol=1e-6)
+
+
+class ReturnsMask(nn.Module):
+    def forward(self, x):
+        mask = torch.ones(4, 4).tril()
+        return x @ mask, mask  # the caller gets the mask: it must be a fresh tensor
+
+
+class WritesMask(nn.Module):
+    def forward(self, x):
+        mask = torch.zeros(4)
+        view = mask[:2]
+        view.add_(x.sum())  # writes through a view of a static tensor
+        return x + mask
+
+
+@pytest.mark.parametrize("cls", [ReturnsMask, WritesMask])
+def test_a_cached_tensor_never_escapes_or_changes(cls):
+    model = cls()
+    x = torch.randn(4, 4)
+    traced = tracebridge.trace(model, x)
+    assert "folded" not in traced.code
+    with torch.no_grad():
+        first = traced(x)
+        if isinstance(first, tuple):
+            first[1].mul_(100)  # the caller changes what it got
+        again = traced(x)
+        expected = model(x)
+    for a, b in zip(
+        again if isinstance(again, tuple) else (again,),
+        (expected if isinstance(expected, tuple) else (expected,)),
+    ):
+        assert torch.allclose(a, b)
+
+
+class ConvBN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.conv2 = nn.Conv2d(4, 4, 3, bias=False)
+        self.bn2 = nn.BatchNorm2d(4, affine=False)
+
+    def forward(self, x):
+        return self.bn2(self.conv2(self.bn(self.conv(x)).relu()))
+
+
+def test_convolution_and_eval_batch_norm_are_one_op_without_autograd(tmp_path):
+    torch.manual_seed(0)
+    model = ConvBN()
+    model.train()
+    for _ in range(3):  # statistics that are not 0 and 1
+        model(torch.randn(4, 3, 8, 8))
+    model.eval()
+    x = torch.randn(2, 3, 8, 8)
+    traced = tracebridge.trace(model, x)
+    path = tmp_path / "convbn.tb"
+    traced.save(path)
+    loaded = tracebridge.load(path)
+    method = loaded._methods["forward"]
+    with torch.no_grad():
+        fast = method._function((True, True))
+        assert torch.allclose(loaded(x), model(x), atol=1e-5)
+        other = torch.randn(1, 3, 5, 7)
+        assert torch.allclose(loaded(other), model(other), atol=1e-5)
+    names = " ".join(fast.__globals__)
+    assert "batch_norm" not in names and "conv2d" in names
+    # With autograd, the graph as traced: gradients are eager's.
+    expected = torch.autograd.grad(model(x).sum(), model.conv.weight)[0]
+    got = torch.autograd.grad(loaded(x).sum(), loaded.conv.weight)[0]
+    assert torch.allclose(got, expected, atol=1e-5)
+    assert "batch_norm" in " ".join(method._function((True, False)).__globals__)

@@ -1,0 +1,191 @@
+"""Tracing leaves the model and every RNG as they were (issue 20, item 4).
+
+``trace`` runs the user's code many times: the recording, the other training mode,
+check_trace and check_inputs, the size-1 specialisation probes, and ``compile`` traces and
+checks again. None of it may change the global RNG state (CPU and every CUDA device), a
+parameter, a buffer (BatchNorm statistics), a training flag, or an attribute the model's
+code sets on itself (a cache rebuilt for a longer sequence).
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+from tracebridge.backends import compile as tb_compile
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+class DropPath(nn.Module):
+    """timm's stochastic depth: a Bernoulli draw per sample in training."""
+
+    def forward(self, x):
+        if not self.training:
+            return x
+        keep = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(0.8)
+        return x * keep / 0.8
+
+
+class Noisy(nn.Module):
+    """BatchNorm, dropout, stochastic depth, a random draw and a size comparison (so that
+    the size-1 specialisation probes run)."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(4)
+        self.lin = nn.Linear(4, 4)
+        self.drop = nn.Dropout(0.5)
+        self.path = DropPath()
+
+    def forward(self, x):
+        h = self.lin(self.bn(x))
+        if h.shape[0] > 1:
+            h = h + 1
+        return self.path(self.drop(h)) + 0.1 * torch.randn_like(h)
+
+
+def _snapshot(module: nn.Module):
+    state = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    modes = [m.training for m in module.modules()]
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+    return state, modes, torch.get_rng_state(), cuda
+
+
+def _assert_unchanged(before, module: nn.Module):
+    state, modes, rng, cuda = before
+    now = _snapshot(module)
+    assert now[0].keys() == state.keys()
+    for name, value in state.items():
+        assert torch.equal(now[0][name], value), f"{name} changed"
+    assert now[1] == modes, "a training flag changed"
+    assert torch.equal(now[2], rng), "the CPU RNG state changed"
+    assert len(now[3]) == len(cuda)
+    for a, b in zip(now[3], cuda):
+        assert torch.equal(a, b), "a CUDA RNG state changed"
+
+
+TRACE_OPTIONS = [
+    {},
+    {"check_inputs": [(torch.randn(5, 4),), (torch.randn(2, 4),)]},
+    {"check_trace": False},
+    {"respect_mode": True, "check_inputs": [(torch.randn(5, 4),)]},
+]
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("options", TRACE_OPTIONS, ids=["default", "check", "nocheck", "both"])
+def test_trace_leaves_rng_and_model_as_they_were(training, options):
+    torch.manual_seed(0)
+    model = Noisy().train(training)
+    x = torch.randn(3, 4)
+    before = _snapshot(model)
+    traced = tracebridge.trace(model, x, **options)
+    _assert_unchanged(before, model)
+    # The trace still draws its own random numbers on a call, as eager does.
+    assert traced(x).shape == (3, 4)
+
+
+def test_tracing_a_function_leaves_the_rng_as_it_was():
+    def f(x):
+        return torch.nn.functional.dropout(x, 0.5) + torch.rand_like(x)
+
+    x, check = torch.randn(3, 4), torch.randn(2, 4)
+    rng = torch.get_rng_state()
+    tracebridge.trace(f, x, check_inputs=[(check,)])
+    assert torch.equal(torch.get_rng_state(), rng)
+
+
+@pytest.mark.parametrize("backend", ["reference", "inductor"])
+def test_compile_leaves_rng_and_model_as_they_were(backend):
+    model = Noisy().eval()
+    x = torch.randn(3, 4)
+    before = _snapshot(model)
+    compiled = tb_compile(model, (x,), backend=backend)
+    _assert_unchanged(before, model)
+    assert compiled(x).shape == (3, 4)
+
+
+class RotaryCache(nn.Module):
+    """transformers' older rotary embedding: a cos table rebuilt (register_buffer again)
+    when a longer sequence comes, and its length kept on ``self``."""
+
+    def __init__(self):
+        super().__init__()
+        self._build(4)
+
+    def _build(self, length):
+        self.max_cached = length
+        angles = torch.arange(length).float()
+        self.register_buffer("cos_cached", angles.cos(), persistent=False)
+
+    def forward(self, x):
+        n = x.shape[1]
+        if n > self.max_cached:
+            self._build(n)
+        self.last_input = x  # a debugging attribute set in forward
+        return x * self.cos_cached[:n]
+
+
+def test_attributes_the_traced_code_sets_are_put_back(tmp_path):
+    model = RotaryCache()
+    cache = model.cos_cached
+    traced = tracebridge.trace(model, torch.randn(2, 8))
+    # The module is as the user had it: the same buffer object, no new attribute, and no
+    # traced size left on it for the next trace to trip on.
+    assert model.cos_cached is cache and model.max_cached == 4
+    assert type(model.max_cached) is int
+    assert not hasattr(model, "last_input")
+    path = tmp_path / "rotary.tb"
+    traced.save(path)
+    loaded = tracebridge.load(path)
+    for length in (6, 8, 11):
+        x = torch.randn(3, length)
+        expected = RotaryCache()(x)
+        assert torch.allclose(traced(x), expected)
+        assert torch.equal(loaded(x), traced(x))
+
+
+class PythonRandomDrop(nn.Module):
+    """A layer dropped at random with Python's and numpy's generators (as some training
+    code does): the trace fixes the choice, but tracing must not move the generators."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        keep = random.random() < 2.0 and np.random.rand() < 2.0
+        return self.lin(x) if keep else x
+
+
+def test_python_and_numpy_generators_are_left_as_they_were():
+    model = PythonRandomDrop()
+    x = torch.randn(3, 4)
+    random.seed(1)
+    np.random.seed(1)
+    tracebridge.trace(model, x, check_inputs=[(torch.randn(2, 4),)])
+    after = (random.random(), np.random.rand())
+    random.seed(1)
+    np.random.seed(1)
+    assert after == (random.random(), np.random.rand())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_trace_leaves_every_cuda_rng_as_it_was():
+    model = Noisy().cuda().train()
+    x, check = torch.randn(3, 4, device="cuda"), torch.randn(5, 4, device="cuda")
+    before = _snapshot(model)
+    tracebridge.trace(model, x, check_inputs=[(check,)])
+    _assert_unchanged(before, model)

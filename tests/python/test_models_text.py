@@ -1,0 +1,136 @@
+"""Sizes formatted as text (issue 20, item 1): a message stays general, a decision guards.
+
+timm's patch embedding formats the traced image height into the message of an assertion;
+the trace must stay valid for every height the assertion accepts. Text that decides a
+branch (compared, hashed, a dict key, ``in``, ``if``, parsed back) still records a guard,
+at the line that decides.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+from tracebridge import GuardError
+
+HERE = os.path.basename(__file__)
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _assert(condition: bool, message: str) -> None:
+    """timm.layers' fallback ``_assert``: a plain assert with a message."""
+    assert condition, message
+
+
+class PatchEmbed(nn.Module):
+    """timm's PatchEmbed with dynamic sizes: divisibility asserted with formatted sizes."""
+
+    def __init__(self, patch=4):
+        super().__init__()
+        self.patch_size = (patch, patch)
+        self.proj = nn.Conv2d(3, 8, patch, patch)
+
+    def forward(self, x):
+        B, C, H, W = x.shape
+        _assert(
+            H % self.patch_size[0] == 0,
+            f"Input height ({H}) should be divisible by patch size ({self.patch_size[0]}).",
+        )
+        _assert(W % self.patch_size[1] == 0, "Input width (%s) bad" % W)  # noqa: UP031
+        torch._assert(W % self.patch_size[1] == 0, "width {} bad".format(W))  # noqa: UP032
+        return self.proj(x).flatten(2).transpose(1, 2)
+
+
+def test_patch_embedding_message_keeps_the_trace_general_at_three_sizes(tmp_path):
+    m = PatchEmbed()
+    traced = tracebridge.trace(m, torch.randn(1, 3, 16, 16))
+    path = tmp_path / "pe.tb"
+    traced.save(path)
+    loaded = tracebridge.load(path)
+    for h, w in [(8, 8), (16, 32), (24, 12)]:
+        x = torch.randn(2, 3, h, w)
+        assert torch.allclose(traced(x), m(x), atol=1e-6)
+        assert torch.equal(loaded(x), traced(x))
+    # The guard recorded is the divisibility, not the example's size.
+    assert traced.guards and all("% 4) == 0" in g for g in traced.guards)
+    with pytest.raises(GuardError, match=r"x.shape\[2\] % 4\) == 0"):
+        traced(torch.randn(1, 3, 10, 8))
+
+
+class TextDecides(nn.Module):
+    def forward(self, x):
+        key = f"{x.shape[1]}"
+        if key == "4":  # the text decides the branch
+            return x * 2
+        return x + 1
+
+
+class TextKeys(nn.Module):
+    """A dict cache keyed on text made from sizes, and ``in`` on it."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = {"4": 2.0, "6": 3.0}
+
+    def forward(self, x):
+        return x * self.table[str(x.shape[1])]
+
+
+class TextJoined(nn.Module):
+    """Text joined from sizes and used as a key: Python builds it, the trace guards it."""
+
+    def forward(self, x):
+        key = f"{x.shape[0]}x{x.shape[1]}"
+        return x * 2 if key in {"2x4", "3x3"} else x - 1
+
+
+class TextParsed(nn.Module):
+    def forward(self, x):
+        return x.new_zeros(int(str(x.shape[1])))
+
+
+@pytest.mark.parametrize(
+    "module, example, other, line",
+    [
+        (TextDecides(), (2, 4), (2, 5), 'if key == "4"'),
+        (TextKeys(), (2, 4), (2, 6), "self.table[str(x.shape[1])]"),
+        (TextJoined(), (2, 4), (2, 5), 'key = f"{x.shape[0]}x{x.shape[1]}"'),
+        (TextParsed(), (2, 4), (2, 5), "int(str(x.shape[1]))"),
+    ],
+)
+def test_text_that_decides_guards_at_the_deciding_line(module, example, other, line, tmp_path):
+    traced = tracebridge.trace(module, torch.randn(*example))
+    x = torch.randn(*example)
+    assert torch.equal(traced(x), module(x))
+    loaded = tracebridge.load(traced.save(tmp_path / "m.tb") or tmp_path / "m.tb")
+    for fn in (traced, loaded):
+        with pytest.raises(GuardError) as info:
+            fn(torch.randn(*other))
+        assert HERE in str(info.value) and line in str(info.value)
+
+
+def test_text_reads_as_the_value_and_goes_into_messages():
+    seen = {}
+
+    def f(x):
+        n = x.shape[0]
+        text = (str(n), repr(n), format(n, "03d"), f"{n}", "{}".format(n), "%d" % n)  # noqa: UP031, UP032
+        seen.setdefault("text", text)
+        return x.sum(0)
+
+    traced = tracebridge.trace(f, torch.randn(5, 2))
+    assert seen["text"] == ("5", "5", "005", "5", "5", "5")
+    assert traced.guards == []
+    x = torch.randn(7, 2)
+    assert torch.equal(traced(x), x.sum(0))
