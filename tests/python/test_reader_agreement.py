@@ -205,3 +205,153 @@ def test_jit_inspect_escapes_what_python_escapes(real, tmp_path):
     assert "1.0\\x1b[2J\\x1b]0;pwned\\x07\\x07\\u202etxt.exe\\x9b31m" in version
     if verdicts[paths[3].name] == "accept":
         assert "m\\x1b[2J\\x07.py:3" in Path(f"{paths[3]}.txt").read_text(encoding="utf-8")
+
+
+# --- one grammar (item 6): files R and Python once read differently --------------------------
+
+
+@pytest.fixture(scope="module")
+def module(tmp_path_factory) -> dict:
+    """A real artifact with state (nn.Linear(2, 1): weight [1, 2], bias [1])."""
+    path = tmp_path_factory.mktemp("module") / "m.tb"
+    tracebridge.trace(torch.nn.Linear(2, 1), torch.ones(1, 2)).save(path)
+    with zipfile.ZipFile(path) as archive:
+        return {"doc": json.loads(archive.read("program.json"))}
+
+
+def _header(entries: dict, data: bytes = b"") -> bytes:
+    """A safetensors member: the header written as given (text kept as is) and ``data``."""
+    text = (entries if isinstance(entries, str) else json.dumps(entries)).encode()
+    return len(text).to_bytes(8, "little") + text + data
+
+
+def _state_file(module: dict, path: Path, bias_shape, header_bias: str) -> Path:
+    """The Linear's artifact with bias of ``bias_shape`` in program.json and ``header_bias``
+    (JSON text) as its safetensors entry; the weight is stored after it."""
+    doc = json.loads(json.dumps(module["doc"]))
+    doc["state"]["bias"]["shape"] = bias_shape
+    doc["tensors"].pop("sha256", None)
+    weight = '{"dtype": "F32", "shape": [1, 2], "data_offsets": [0, 8]}'
+    return write(
+        path, doc, _header('{"weight": ' + weight + ', "bias": ' + header_bias + "}", bytes(8))
+    )
+
+
+def _json_with(real: dict, **meta) -> str:
+    doc = json.loads(json.dumps(real["doc"]))
+    doc["meta"] = meta
+    return json.dumps(doc)
+
+
+def grammar_cases(real: dict, module: dict, folder: Path) -> dict[str, tuple[Path, str]]:
+    """name -> (file, words both refusals must contain)."""
+    text = json.dumps(real["doc"])
+    big = 2**53
+    cases = {
+        "json_form_feed": (text.replace(', "kind"', ',\f"kind"', 1), "control character"),
+        "json_vertical_tab": (text.replace(', "kind"', ',\v"kind"', 1), "control character"),
+        "json_4301_digits": (
+            _json_with(real).replace('"meta": {}', '"meta": {"n": ' + "7" * 4301 + "}"),
+            "4300 digits",
+        ),
+        "json_keys_after_nul": (_json_with(real, **{"a\0x": 1, "a\0y": 2}), "U+0000"),
+        "json_lone_surrogate_keys": (
+            _json_with(real).replace('"meta": {}', '"meta": {"\\ud800": 1, "\\udbff": 2}'),
+            "lone surrogate",
+        ),
+        "json_nul_in_version": (text.replace('"version": "', '"version": "1\\u0000', 1), "U+0000"),
+    }
+    paths = {n: (write(folder / f"{n}.tb", t, b""), w) for n, (t, w) in cases.items()}
+    stated = {
+        "st_shape_float": (
+            [1],
+            '{"dtype": "F32", "shape": [1.0], "data_offsets": [8, 12]}',
+            "shape",
+        ),
+        "st_offset_float": (
+            [1],
+            '{"dtype": "F32", "shape": [1], "data_offsets": [8, 12.0]}',
+            "data_offsets",
+        ),
+        "st_offset_exponent": (
+            [1],
+            '{"dtype": "F32", "shape": [1], "data_offsets": [8, 1.2e1]}',
+            "data_offsets",
+        ),
+        "st_shape_past_2_53": (
+            [big + 1, 0],
+            f'{{"dtype": "F32", "shape": [{big}, 0], "data_offsets": [8, 8]}}',
+            "shape",
+        ),
+        "st_zero_numel_dim_2_63": (
+            [2**63, 0],
+            f'{{"dtype": "F32", "shape": [{2**63}, 0], "data_offsets": [8, 8]}}',
+            "2^63",
+        ),
+    }
+    for name, (shape, entry, words) in stated.items():
+        paths[name] = (_state_file(module, folder / f"{name}.tb", shape, entry), words)
+    return paths
+
+
+def test_the_files_r_and_python_once_read_differently_are_refused_by_python(real, module, tmp_path):
+    for name, (path, words) in grammar_cases(real, module, tmp_path).items():
+        verdict = python_read(path)
+        assert verdict.startswith("refuse"), (name, verdict)
+        assert words in verdict, (name, verdict)
+        with pytest.raises(tracebridge.ArtifactError):
+            tracebridge.load(path)
+
+
+@pytest.mark.skipif(not HAS_R, reason="R is not installed")
+def test_the_files_r_and_python_once_read_differently_are_refused_by_r(real, module, tmp_path):
+    cases = grammar_cases(real, module, tmp_path)
+    verdicts = r_read([p for p, _ in cases.values()], tmp_path)
+    for name, (path, words) in cases.items():
+        assert verdicts[path.name].startswith("refuse"), (name, verdicts[path.name])
+        assert words in verdicts[path.name], (name, verdicts[path.name])
+
+
+def _crc_broken(real: dict, path: Path) -> Path:
+    write(path, real["doc"], b"")
+    data = bytearray(path.read_bytes())
+    at = data.index(b'"tracebridge"', data.index(b"program.json")) + 1
+    data[at] = ord("T")  # the member changes, its CRC in both headers does not
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_program_json_crc_is_checked_by_both(real, tmp_path):
+    path = _crc_broken(real, tmp_path / "crc.tb")
+    assert "program.json fails its CRC-32" in python_read(path)
+    if HAS_R:
+        verdict = r_read([path], tmp_path)[path.name]
+        assert "program.json fails its CRC-32" in verdict, verdict
+
+
+def test_grammar_mutations_of_the_fuzzer_seeds_are_refused_by_both(tmp_path):
+    """The fuzzer's grammar mutations (test_fuzz.mutate_grammar) of its three seeds: each
+    file is refused by Python and by R."""
+    import random
+
+    from .test_fuzz import GRAMMAR_MUTATIONS, mutate_grammar, seeds, write_case
+
+    rng = random.Random(17)
+    paths, kinds = [], set()
+    for path, _ in seeds(tmp_path):
+        with zipfile.ZipFile(path) as archive:
+            doc = json.loads(archive.read("program.json"))
+            tensors = archive.read("tensors.safetensors")
+        for i in range(12):
+            kind, text, mutated = mutate_grammar(doc, tensors, rng)
+            case = tmp_path / f"{path.stem}_{i}_{kind.split(':')[1]}.tb"
+            write_case(case, text, mutated)
+            paths.append(case)
+            kinds.add(kind.split(":")[1])
+    assert kinds == set(GRAMMAR_MUTATIONS)
+    for case in paths:
+        assert python_read(case).startswith("refuse"), case.name
+    if HAS_R:
+        verdicts = r_read(paths, tmp_path)
+        accepted = [p.name for p in paths if not verdicts[p.name].startswith("refuse")]
+        assert not accepted, accepted

@@ -6,7 +6,7 @@ terminal (ESC starts an escape sequence, U+009B is a one-character CSI, BEL ring
 bidirectional mark makes text read differently from what it is (U+202E reverses it). Every
 printer of file text (``.graph``, ``tracebridge inspect``, DOT and SVG pictures) passes
 the text through :func:`printable`; R's ``printable()`` (``R/graph-print.R``) escapes the
-same characters the same way, so both print the same text (SPEC section 10).
+same characters the same way, so both print the same text (SPEC section 13).
 """
 
 from __future__ import annotations
