@@ -274,6 +274,20 @@ read_member_range <- function(file, member, offset = 0, n = member$size) {
   read_range(con, member$data_offset + offset, n)
 }
 
+# The CRC-32 of `bytes` (ZIP's), from base R: a gzip stream ends with the CRC-32 of its
+# data, and zlib computes it (20 MB in a fifth of a second) where an R loop would take
+# minutes. Written uncompressed (level 0), so the cost is one copy to a temporary file.
+crc32_raw <- function(bytes) {
+  tmp <- tempfile(fileext = ".gz")
+  on.exit(unlink(tmp))
+  con <- gzfile(tmp, "wb", compression = 0)
+  writeBin(bytes, con)
+  close(con)
+  con <- file(tmp, "rb")
+  on.exit(close(con), add = TRUE)
+  le_uint(read_range(con, file.size(tmp) - 8, 4), 1L, 4L)
+}
+
 # --- JSON, as strictly as Python reads it ------------------------------------------------
 
 # JSON text from raw bytes, refused where Python's reader would refuse it or read it
@@ -283,24 +297,53 @@ parse_json_strict <- function(bytes, where) {
   if (length(bytes) >= 3L && identical(bytes[1:3], as.raw(c(0xef, 0xbb, 0xbf)))) {
     inspect_abort(sprintf("%s starts with a byte-order mark; write plain UTF-8.", where))
   }
-  if (any(bytes == as.raw(0))) inspect_abort(sprintf("%s is not valid JSON (a NUL byte).", where))
+  control <- which(bytes < as.raw(0x20) & !bytes %in% as.raw(c(0x09, 0x0a, 0x0d)))
+  if (length(control)) {
+    inspect_abort(sprintf(paste(
+      "%s is not valid JSON (control character 0x%02x at byte %s; JSON allows only space,",
+      "tab, LF and CR between tokens)."), where, as.integer(bytes[control[1]]),
+      format_int(control[1] - 1)))
+  }
   text <- rawToChar(bytes)
   Encoding(text) <- "UTF-8"
   if (!validUTF8(text)) inspect_abort(sprintf("%s is not UTF-8 text.", where))
+  check_escapes(text, where)
   strings <- "\"(?:[^\"\\\\]|\\\\.)*\""
   if (grepl("/", gsub(strings, "\"\"", text, perl = TRUE), fixed = TRUE)) {
     inspect_abort(sprintf("%s is not valid JSON (a comment or a stray '/').", where))
   }
   # parse_json() only parses: unlike fromJSON(), it never takes the text for a file name or
   # a URL, which matters for a file from anywhere.
+  text <- tag_big_ints(text, where)
   doc <- tryCatch(
-    jsonlite::parse_json(tag_big_ints(text), simplifyVector = FALSE),
+    jsonlite::parse_json(text, simplifyVector = FALSE),
     error = function(e) {
       inspect_abort(sprintf("%s is not valid JSON (%s).", where, conditionMessage(e)))
     }
   )
   check_unique_keys(doc, where)
   doc
+}
+
+# \u0000 (R strings cannot hold it: two keys differing after it would be one key here)
+# and lone surrogate escapes (no character; R reads two different ones as one) are
+# refused, as python/tracebridge/artifact/jsonstrict.py refuses them. Escapes are read
+# left to right, so escaped backslashes are taken out first.
+check_escapes <- function(text, where) {
+  if (!grepl("\\u", text, fixed = TRUE)) return(invisible())
+  text <- gsub("\\\\", "", text, fixed = TRUE)
+  if (grepl("\\u0000", text, fixed = TRUE)) {
+    inspect_abort(sprintf(paste("%s is not valid JSON for tracebridge (a string holds U+0000,",
+                                "written \\u0000, which R strings cannot hold)."), where))
+  }
+  pairs <- "\\\\u[dD][89abAB][0-9a-fA-F]{2}\\\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+  if (grepl("\\\\u[dD][89a-fA-F][0-9a-fA-F]{2}", gsub(pairs, "", text, perl = TRUE),
+            perl = TRUE)) {
+    inspect_abort(sprintf(paste("%s is not valid JSON for tracebridge (a string holds a lone",
+                                "surrogate escape such as \\ud800, which is no character)."),
+                          where))
+  }
+  invisible()
 }
 
 check_unique_keys <- function(x, where) {
@@ -326,6 +369,9 @@ read_program <- function(file) {
                           file, format_int(program$size), format_int(artifact_max_program_bytes)))
   }
   bytes <- read_member_range(file, program)
+  if (crc32_raw(bytes) != program$crc) {
+    inspect_abort(sprintf("%s: program.json fails its CRC-32 (corrupt).", file))
+  }
   # Before parsing: parse cost grows with JSON objects and arrays (limits of ops.json).
   containers <- sum(bytes == as.raw(0x7b)) + sum(bytes == as.raw(0x5b))
   limit <- tb_tables()[["ops"]][["limits"]][["containers"]]
@@ -412,17 +458,23 @@ header_entry <- function(where, name, info) {
   if (!is.character(dtype) || length(dtype) != 1L || is.na(st_code_names()[dtype])) {
     inspect_abort(sprintf("%s has a dtype which artifacts do not hold.", what))
   }
+  # JSON integers only, as Python reads them: 2.0 and 1e1 are numbers with a fraction or an
+  # exponent, not integers, in both readers.
   whole <- function(v) {
-    (is.numeric(v) || is_big_int(v)) && length(v) == 1L && !is.na(big_number(v)) &&
-      big_number(v) >= 0 && big_number(v) %% 1 == 0
+    ((is.integer(v) && length(v) == 1L && !is.na(v)) || is_big_int(v)) && big_number(v) >= 0
   }
   if (!is.list(info$shape) || !all(vapply(info$shape, whole, logical(1)))) {
-    inspect_abort(sprintf("%s has a bad shape.", what))
+    inspect_abort(sprintf("%s has a bad shape (not a list of integers >= 0).", what))
+  }
+  if (any(vapply(info$shape, function(d) !int_below(d, "9223372036854775808"), logical(1)))) {
+    inspect_abort(sprintf("%s has a dimension of 2^63 or more (shape [%s]).", what,
+                          paste(vapply(info$shape, exact_int, ""), collapse = ", ")))
   }
   offsets <- info$data_offsets
   if (!is.list(offsets) || length(offsets) != 2L || !all(vapply(offsets, whole, logical(1)))) {
-    inspect_abort(sprintf("%s has bad data_offsets.", what))
+    inspect_abort(sprintf("%s has bad data_offsets (not two integers >= 0).", what))
   }
+  exact <- vapply(info$shape, exact_int, "")
   shape <- vapply(info$shape, big_number, numeric(1))
   offsets <- vapply(offsets, big_number, numeric(1))
   size <- dtype_column("itemsize")[[st_code_names()[[dtype]]]]
@@ -432,7 +484,18 @@ header_entry <- function(where, name, info) {
                           format_int(offsets[2] - offsets[1]), paste(shape, collapse = ", "),
                           dtype))
   }
-  list(name = name, dtype = dtype, shape = shape, offsets = offsets)
+  list(name = name, dtype = dtype, shape = shape, exact = exact, offsets = offsets)
+}
+
+# An integer as JSON wrote it (R integer or tagged big integer), as exact text.
+exact_int <- function(x) {
+  if (is_big_int(x)) substring(x, nchar(big_int_tag) + 1L) else format(x, scientific = FALSE)
+}
+
+# Whether the integer `x` (R integer or tagged big one, >= 0) is below `limit` (digits).
+int_below <- function(x, limit) {
+  d <- sub("^0+(?=.)", "", exact_int(x), perl = TRUE)
+  nchar(d) < nchar(limit) || (nchar(d) == nchar(limit) && d < limit)
 }
 
 # The state from program.json, cross-checked against the safetensors header; tensors
@@ -476,9 +539,11 @@ read_state <- function(file, doc) {
         mismatch(sprintf("program.json says dtype %s, tensors.safetensors says %s",
                          entry$dtype %||% "(none)", tensor$dtype))
       }
-      if (!identical(shape, tensor$shape)) {
+      # Compared as written: doubles are equal past 2^53 where the integers are not.
+      if (!identical(unname(vapply(entry$shape, exact_int, "")), unname(tensor$exact))) {
         mismatch(sprintf("program.json says shape [%s], tensors.safetensors says [%s]",
-                         paste(shape, collapse = ", "), paste(tensor$shape, collapse = ", ")))
+                         paste(vapply(entry$shape, exact_int, ""), collapse = ", "),
+                         paste(tensor$exact, collapse = ", ")))
       }
     }
     data.frame(
@@ -502,11 +567,18 @@ read_state <- function(file, doc) {
 # text, tagged, and printed as written.
 big_int_tag <- "\037tbint:"
 
-tag_big_ints <- function(text) {
+tag_big_ints <- function(text, where = "JSON") {
   if (!grepl("[0-9]{10}", text)) return(text)
   pattern <- "\"(?:[^\"\\\\]|\\\\.)*\"|-?[0-9]+(?:\\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
   m <- gregexpr(pattern, text, perl = TRUE)
   tokens <- regmatches(text, m)[[1]]
+  # At most 4,300 digits to an integer, as Python reads them (jsonstrict.MAX_INT_DIGITS).
+  long <- grepl("^-?[0-9]+$", tokens) & nchar(sub("^-", "", tokens)) > 4300L
+  if (any(long)) {
+    inspect_abort(sprintf(paste("%s is not valid JSON for tracebridge (an integer of %s digits;",
+                                "at most 4300 digits are read)."),
+                          where, format_int(nchar(sub("^-", "", tokens[long][[1]])))))
+  }
   big <- grepl("^-?[0-9]{10,}$", tokens) & abs(suppressWarnings(as.numeric(tokens))) >= 2^31
   if (!any(big)) return(text)
   tokens[big] <- paste0("\"\\u001ftbint:", tokens[big], "\"")

@@ -1,5 +1,28 @@
 # --- the graph text (python/tracebridge/ir/printer.py) -------------------------------------
 
+# Text from a file, made safe to print (python/tracebridge/ir/printable.py, the same
+# characters escaped the same way): C0 controls, DEL and C1 controls become \xNN (\t, \n,
+# \r as such), bidirectional marks (U+061C, U+200E/F, U+202A-202E, U+2066-2069) \uNNNN.
+# Every printer of file text calls it: a producer version or a loc could otherwise drive
+# the terminal (ESC, U+009B) or make text read reversed (U+202E).
+printable_unsafe <- paste0("(*UTF8)[\\x{00}-\\x{1f}\\x{7f}-\\x{9f}\\x{061c}\\x{200e}\\x{200f}",
+                           "\\x{202a}-\\x{202e}\\x{2066}-\\x{2069}]")
+
+printable <- function(text) {
+  text <- enc2utf8(as.character(text))
+  bad <- !is.na(text) & grepl(printable_unsafe, text, perl = TRUE)
+  text[bad] <- vapply(text[bad], function(t) {
+    codes <- utf8ToInt(t)
+    chars <- intToUtf8(codes, multiple = TRUE)
+    hit <- grepl(printable_unsafe, chars, perl = TRUE)
+    chars[hit] <- ifelse(codes[hit] == 9L, "\\t", ifelse(codes[hit] == 10L, "\\n",
+                  ifelse(codes[hit] == 13L, "\\r", ifelse(codes[hit] < 256L,
+                  sprintf("\\x%02x", codes[hit]), sprintf("\\u%04x", codes[hit])))))
+    paste(chars, collapse = "")
+  }, character(1), USE.NAMES = FALSE)
+  text
+}
+
 new_printer <- function() {
   p <- new.env(parent = emptyenv())
   p$names <- list()
@@ -151,10 +174,10 @@ py_str_repr <- function(s) {
 
 short_loc <- function(loc) {
   if (is.null(loc) || !nzchar(loc)) return("?")
-  if (!grepl(":", loc, fixed = TRUE)) return(paste0(":", loc))
+  if (!grepl(":", loc, fixed = TRUE)) return(printable(paste0(":", loc)))
   path <- sub(":[^:]*$", "", loc)
   line <- sub("^.*:", "", loc)
-  paste0(sub("^.*/", "", path), ":", line)
+  printable(paste0(sub("^.*/", "", path), ":", line))
 }
 
 render_targets <- function(p, node) {
@@ -227,11 +250,11 @@ render_body <- function(p, graph) {
 render_graph <- function(graph, name) {
   p <- new_printer()
   body <- render_body(p, graph)
-  paste(c(
+  paste(printable(c(
     sprintf("graph %s(%s) {", name, paste(body$inputs, collapse = ", ")),
     body$nodes,
     paste0("  return ", render_outputs(p, graph)),
     "}"
-  ), collapse = "\n")
+  )), collapse = "\n")
 }
 

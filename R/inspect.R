@@ -42,8 +42,12 @@ st_code_names <- function() {
 #'
 #' The state is described twice in a file: in `program.json` and in the safetensors header.
 #' `jit_inspect()` checks that both agree (names, dtypes, shapes, byte sizes and offsets).
-#' It does not check the sha256 checksum of the tensor data nor the op set; [jit_load()]
-#' does both.
+#' It checks the CRC-32 of `program.json`, the JSON grammar (the same as Python's), the
+#' schema and the names of methods, state and dispatch entries: the document rules. It does
+#' not check the sha256 checksum of the tensor data, nor the execution rules (the op set,
+#' argument kinds, sizes, limits), which live once, in Python's checker; [jit_load()] runs
+#' them (through Python) and checks the data. Text from the file is printed with control
+#' characters and bidirectional marks escaped.
 #'
 #' @param path Path to an artifact (any file name).
 #' @param quiet If `FALSE` (the default), print the report.
@@ -143,39 +147,42 @@ jit_inspect <- function(path, quiet = FALSE) {
 #' @param ... Ignored.
 #' @export
 print.tracebridge_inspection <- function(x, graphs = TRUE, ...) {
+  # Every line is escaped to print (printable(), R/graph-print.R): a producer version, a
+  # class or a loc from the file may hold terminal escapes or bidirectional marks.
+  line <- function(...) cat(printable(paste0(...)), "\n", sep = "")
   p <- x$producer
   torch <- if (!is.na(p$torch)) paste0(", torch ", p$torch) else ""
   kind <- if (!is.na(x$class)) sprintf("module (%s)", x$class) else x$kind
   if (x$kind == "module" && x$training) kind <- paste0(kind, ", saved in training mode")
-  cat("<tracebridge artifact> ", x$file, " (", format_int(x$bytes), " bytes)\n", sep = "")
-  cat("format:     tracebridge format ", x$format_version, ", op set ", x$opset_version,
-      "\n", sep = "")
-  cat("producer:   ", p$name, " ", p$version, " (", p$language, torch, ")\n", sep = "")
-  cat("kind:       ", kind, "\n", sep = "")
-  cat("methods:    ", paste(x$methods, collapse = ", "), "\n", sep = "")
+  line("<tracebridge artifact> ", x$file, " (", format_int(x$bytes), " bytes)")
+  line("format:     tracebridge format ", x$format_version, ", op set ", x$opset_version)
+  line("producer:   ", p$name, " ", p$version, " (", p$language, torch, ")")
+  line("kind:       ", kind)
+  line("methods:    ", paste(x$methods, collapse = ", "))
   for (m in names(x$dispatch)) {
     route <- x$dispatch[[m]]
-    cat("dispatch:   ", m, " -> ", route[["train"]], " (train) / ", route[["eval"]],
-        " (eval)\n", sep = "")
+    line("dispatch:   ", m, " -> ", route[["train"]], " (train) / ", route[["eval"]], " (eval)")
   }
   st <- x$state
-  cat("\nstate: ", plural(nrow(st), "tensor"), ", ", format_int(sum(st$bytes)), " bytes\n",
-      sep = "")
+  cat("\n")
+  line("state: ", plural(nrow(st), "tensor"), ", ", format_int(sum(st$bytes)), " bytes")
   if (nrow(st)) {
-    lines <- sprintf("  %-10s %s  %s", st$kind, format(st$name), st$type)
-    cat(paste0(sub("\\s+$", "", lines), "\n"), sep = "")
+    lines <- sprintf("  %-10s %s  %s", st$kind, format(printable(st$name)), st$type)
+    for (l in sub("\\s+$", "", lines)) line(l)
   }
-  cat("\nguards: ", if (nrow(x$guards)) nrow(x$guards) else "none", "\n", sep = "")
+  cat("\n")
+  line("guards: ", if (nrow(x$guards)) nrow(x$guards) else "none")
   for (i in seq_len(nrow(x$guards))) {
     g <- x$guards[i, ]
-    cat("  ", g$method, ": ", g$text, "  (", g$kind, " guard, at ", g$loc, ")\n", sep = "")
+    line("  ", g$method, ": ", g$text, "  (", g$kind, " guard, at ", g$loc, ")")
   }
   for (m in x$methods) {
     n_nodes <- sum(x$ops[[m]])
     n_guards <- sum(x$guards$method == m)
-    cat("\nmethod ", m, ": ", plural(n_nodes, "node"), ", ", plural(n_guards, "guard"), "\n",
-        sep = "")
-    if (graphs) cat(x$graphs[[m]], "\n", sep = "")
+    cat("\n")
+    line("method ", m, ": ", plural(n_nodes, "node"), ", ", plural(n_guards, "guard"))
+    # cat() ends the last line too: a sep holding a newline is a terminator.
+    if (graphs) cat(printable(strsplit(x$graphs[[m]], "\n", fixed = TRUE)[[1]]), sep = "\n")
   }
   invisible(x)
 }

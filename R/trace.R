@@ -224,7 +224,8 @@ jit_load <- function(path, weights = NULL) {
   if (!file.exists(path)) {
     tracebridge_abort(sprintf("jit_load(): no file at '%s'.", path), "tracebridge_artifact_error")
   }
-  read_program(path)  # R checks every rule of the spec too (R/check.R), before Python loads
+  # Python's load runs every rule of the spec (one checker, check/program.py) before any
+  # runtime sees the program; R's document rules (R/check.R) are for jit_inspect().
   if (!is.null(weights)) {
     if (!is.character(weights) || !length(weights) || anyNA(weights)) {
       tracebridge_abort(paste("jit_load(): `weights` must be a .safetensors file, a character",

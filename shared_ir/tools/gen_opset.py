@@ -10,7 +10,8 @@
     .venv/bin/python shared_ir/tools/gen_opset.py --check  # exit 1 if one is out of date
 
 tests/python/test_spec.py checks that the files are up to date. The R package installs
-copies of the two JSON files (``inst/shared_ir/``); the same test checks those copies.
+copies of the two JSON files and of ``program.schema.json`` (``inst/shared_ir/``); the
+same test checks those copies.
 """
 
 from __future__ import annotations
@@ -232,6 +233,8 @@ def outputs() -> dict[Path, str]:
         SHARED / "dtypes.json": dtypes_text,
         R_COPY / "ops.json": ops_text,
         R_COPY / "dtypes.json": dtypes_text,
+        # R's reader applies the schema itself (R/check.R), from this copy.
+        R_COPY / "program.schema.json": (SHARED / "program.schema.json").read_text("utf-8"),
     }
 
 

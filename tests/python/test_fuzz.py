@@ -333,6 +333,54 @@ def json_mutations(doc: dict, count: int, seed: int) -> list[dict]:
     return [mutate_json(doc, rng, canary)[1] for _ in range(count)]
 
 
+# Text where one JSON or safetensors reader could read what the other does not (SPEC 1.1;
+# each once made R and Python disagree): both readers must refuse every one.
+GRAMMAR_MUTATIONS = (
+    "form_feed",
+    "vertical_tab",
+    "long_integer",
+    "nul_in_key",
+    "lone_surrogates",
+    "st_shape_float",
+    "st_offset_float",
+)
+
+
+def mutate_grammar(doc: dict, tensors: bytes, rng: random.Random) -> tuple[str, bytes, bytes]:
+    """A text mutation of program.json or the safetensors header that the grammar refuses:
+    (kind, program.json bytes, tensors.safetensors bytes)."""
+    head_len = struct.unpack("<Q", tensors[:8])[0] if len(tensors) >= 8 else 0
+    header = tensors[8 : 8 + head_len]
+    kinds = [k for k in GRAMMAR_MUTATIONS if not k.startswith("st_") or b'"shape"' in header]
+    kind = rng.choice(kinds)
+    text = json.dumps(doc)
+    commas = [i for i, c in enumerate(text) if c == ","]
+    if kind in ("form_feed", "vertical_tab"):
+        at = rng.choice(commas) + 1
+        text = text[:at] + ("\f" if kind == "form_feed" else "\v") + text[at:]
+    elif kind == "long_integer":
+        text = text[:-1] + ', "meta": {"n": ' + "9" * rng.randint(4301, 6000) + "}}"
+    elif kind == "nul_in_key":
+        text = text[:-1] + ', "meta": {"a\\u0000b": 1, "a\\u0000c": 2}}'
+    elif kind == "lone_surrogates":
+        high = rng.choice(["\\ud800", "\\udbff", "\\udc00"])
+        text = text[:-1] + f', "meta": {{"{high}": 1, "\\ud801": 2}}}}'
+    else:
+        field = b'"shape":[' if kind == "st_shape_float" else b'"data_offsets":['
+        starts = [i for i in range(len(header)) if header.startswith(field, i)]
+        at = rng.choice(starts) + len(field)
+        end = at
+        while header[end : end + 1].isdigit():
+            end += 1
+        if end > at:  # an empty shape has no number to write as a float
+            header = header[:end] + b".0" + header[end:]
+            tensors = struct.pack("<Q", len(header)) + header + tensors[8 + head_len :]
+        else:
+            kind = "form_feed"
+            text = text.replace(",", ",\f", 1)
+    return f"grammar:{kind}", text.encode(), tensors
+
+
 def _member_offsets(data: bytes) -> list[int]:
     out, start = [], 0
     while (at := data.find(b"PK\x03\x04", start)) != -1:
@@ -388,12 +436,16 @@ def mutate_bytes(data: bytes, rng: random.Random) -> tuple[str, bytes]:
     return f"bytes:{kind}", bytes(raw)
 
 
-def write_case(path: Path, doc: dict | None, tensors: bytes, raw: bytes | None = None) -> None:
+def write_case(
+    path: Path, doc: dict | bytes | None, tensors: bytes, raw: bytes | None = None
+) -> None:
+    """An artifact of ``doc`` (a dict written as JSON, bytes as they are) and ``tensors``;
+    or the file ``raw``."""
     if raw is not None:
         path.write_bytes(raw)
         return
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
-        archive.writestr("program.json", json.dumps(doc))
+        archive.writestr("program.json", doc if isinstance(doc, bytes) else json.dumps(doc))
         archive.writestr("tensors.safetensors", tensors)
 
 
@@ -417,9 +469,13 @@ def fuzz(folder: Path, cases: int, seed: int) -> tuple[Counter, list[str]]:
         for index in range(cases):
             data, doc, tensors, inputs = rng.choice(bases)
             case = folder / f"case{index % 8}.tb"
-            if rng.random() < 0.25:
+            draw = rng.random()
+            if draw < 0.25:
                 kind, raw = mutate_bytes(data, rng)
                 write_case(case, None, tensors, raw)
+            elif draw < 0.3:
+                kind, text, grammar_tensors = mutate_grammar(doc, tensors, rng)
+                write_case(case, text, grammar_tensors)
             else:
                 kind, mutated = mutate_json(doc, rng, canary)
                 write_case(case, mutated, tensors)
@@ -429,6 +485,8 @@ def fuzz(folder: Path, cases: int, seed: int) -> tuple[Counter, list[str]]:
             if call is not None:
                 counts[f"call {call.split(':')[0]}"] += 1
             bad = [x for x in (load, call or "") if x.startswith(("raw", "hang", "crash"))]
+            if kind.startswith("grammar:") and not load.startswith("tracebridge"):
+                bad.append(f"the grammar refuses this file, the loader said {load}")
             if canary.exists():
                 bad.append("CANARY: code from the file ran")
                 canary.unlink()

@@ -4,6 +4,9 @@ bound at load to safetensors checkpoints (one file, a list, a Hugging Face shard
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import zipfile
 
 import pytest
@@ -207,3 +210,103 @@ def test_an_alias_does_not_hide_a_missing_tensor(tmp_path):
     save_file(weights, tmp_path / "lm.safetensors")
     with pytest.raises(tracebridge.ArtifactError, match=r"missing \(2\): embed.weight, mix"):
         tracebridge.load(tmp_path / "lm.tb", weights=tmp_path / "lm.safetensors")
+
+
+# --- shards an index may name (issue 17 item 5) ---------------------------------------------
+
+
+def _index_naming(tmp_path, shard: str):
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"0.up.weight": shard}}))
+    return index
+
+
+_OPEN_IN_CHILD = """
+import sys
+import tracebridge
+from tracebridge.artifact.weights import open_weights
+try:
+    open_weights(sys.argv[1])
+    print("opened")
+except tracebridge.ArtifactError as exc:
+    print(exc)
+"""
+
+
+def _refused_quickly(index, *words):
+    """open_weights on ``index`` in a child process: it must refuse within seconds. A child,
+    because a shard opened inside the safetensors library blocks with the GIL held."""
+    done = subprocess.run(
+        [sys.executable, "-c", _OPEN_IN_CHILD, str(index)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert done.returncode == 0, done.stderr
+    for word in words:
+        assert word in done.stdout, done.stdout
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
+def test_a_fifo_named_as_a_shard_is_refused_before_it_is_opened(tmp_path):
+    fifo = tmp_path / "model-00001.safetensors"
+    os.mkfifo(fifo)
+    index = _index_naming(tmp_path, fifo.name)
+    _refused_quickly(index, "is a FIFO, not a regular file", "nothing was opened")
+    with pytest.raises(tracebridge.ArtifactError, match="is a FIFO"):
+        tracebridge.load(_meta_program(tmp_path), weights=index)
+
+
+def _refused(index, *words):
+    from tracebridge.artifact.weights import open_weights
+
+    with pytest.raises(tracebridge.ArtifactError) as info:
+        open_weights(index)
+    for word in words:
+        assert word in str(info.value), str(info.value)
+
+
+def test_a_directory_or_device_named_as_a_shard_is_refused(tmp_path):
+    (tmp_path / "sub").mkdir()
+    _refused(_index_naming(tmp_path, "sub"), "'sub' is a directory, not a regular file")
+    if os.path.exists("/dev/zero"):
+        (tmp_path / "zero.safetensors").symlink_to("/dev/zero")
+        _refused(_index_naming(tmp_path, "zero.safetensors"), "leads out of the index's folder")
+        inner = tmp_path / "inner"
+        inner.mkdir()
+        os.symlink("/dev/null", inner / "null")
+        (inner / "shard.safetensors").symlink_to(inner / "null")
+        index = inner / "model.safetensors.index.json"
+        index.write_text(json.dumps({"weight_map": {"a": "shard.safetensors"}}))
+        _refused(index, "leads out of the index's folder")
+
+
+def test_a_symlinked_shard_is_not_followed_out_of_the_folder(tmp_path):
+    model = _eager()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    save_file(model.state_dict(), outside / "real.safetensors")
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "model.safetensors").symlink_to(outside / "real.safetensors")
+    index = _index_naming(folder, "model.safetensors")
+    _refused(
+        index,
+        "'model.safetensors' is a link that leads out of the index's folder",
+        "pass the shard files themselves as a list",
+    )
+    # The user may still name the linked file (their choice, not the file's) ...
+    x = torch.randn(2, 5, 16)
+    program = _meta_program(tmp_path)
+    assert torch.equal(
+        tracebridge.load(program, weights=[folder / "model.safetensors"])(x), model(x)
+    )
+    # ... and a link that stays inside the folder is followed.
+    (folder / "model.safetensors").unlink()
+    save_file(model.state_dict(), folder / "blob")
+    (folder / "model.safetensors").symlink_to(folder / "blob")
+    index.write_text(
+        json.dumps({"weight_map": {k: "model.safetensors" for k in model.state_dict()}})
+    )
+    assert torch.equal(tracebridge.load(program, weights=index)(x), model(x))

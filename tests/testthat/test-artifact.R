@@ -117,3 +117,30 @@ test_that("jit_load binds the weights of a program traced on the meta device", {
   expect_error(jit_load(made$program, weights = 3), "`weights` must be",
                class = "tracebridge_artifact_error")
 })
+
+test_that("jit_load refuses shards of an index that are not regular files in its folder", {
+  skip_on_os("windows")  # no FIFOs
+  cases <- art_cases()
+  dir <- tempfile("meta")
+  dir.create(dir)
+  made <- cases$meta_with_weights(dir)
+  index <- file.path(dir, "model.safetensors.index.json")
+  write_index <- function(shard) writeLines(sprintf('{"weight_map": {"0.weight": "%s"}}', shard),
+                                            index)
+  # A FIFO would block the open forever; it is refused before anything opens it.
+  expect_equal(system2("mkfifo", file.path(dir, "fifo.safetensors")), 0L)
+  write_index("fifo.safetensors")
+  expect_error(jit_load(made$program, weights = index), "is a FIFO, not a regular file",
+               class = "tracebridge_artifact_error")
+  outside <- tempfile("outside")
+  dir.create(outside)
+  file.copy(made$weights, file.path(outside, "real.safetensors"))
+  file.symlink(file.path(outside, "real.safetensors"), file.path(dir, "linked.safetensors"))
+  write_index("linked.safetensors")
+  expect_error(jit_load(made$program, weights = index), "leads out of the index's folder",
+               class = "tracebridge_artifact_error")
+  dir.create(file.path(dir, "sub"))
+  write_index("sub")
+  expect_error(jit_load(made$program, weights = index), "is a directory",
+               class = "tracebridge_artifact_error")
+})

@@ -1,6 +1,8 @@
-# R's checker (R/check.R): the rules of shared_ir/SPEC.md applied by jit_inspect() and
-# jit_load() before anything uses a file, driven by the installed op and dtype tables.
-# Each crafted file below is refused with a message that names the method, node and rule.
+# R's reader (R/check.R): the document rules of shared_ir/SPEC.md that jit_inspect()
+# applies, driven by the installed schema, op and dtype tables. The execution rules (ops,
+# arguments, SSA, literals, sizes) live once, in Python's checker: jit_load() reaches them
+# through Python, and each crafted file below is refused there with a message that names
+# the method, node and rule (tests/python/test_check_program.py tests each rule).
 
 check_tb <- function(method = "forward", node = NULL, opset = 2, state = "{}") {
   skip_if(!nzchar(Sys.which(Sys.getenv("R_ZIPCMD", "zip"))), "no zip program")
@@ -55,54 +57,52 @@ test_that("a well-formed file passes", {
                             quiet = TRUE))
 })
 
-test_that("ops that reach raw memory are refused, naming method, node and rule", {
-  for (op in c("Tensor.const_data_ptr", "_from_blob", "_nested_view_from_buffer", "os.system")) {
-    expect_error(jit_inspect(check_tb(node = one_node(op, '[{"ref": 0}]', kind = "int"))),
-                 sprintf("method 'forward', node 0 \\(%s\\): uses op '%s', which is not in the op set",
-                         gsub(".", "\\.", op, fixed = TRUE), gsub(".", "\\.", op, fixed = TRUE)),
-                 class = "tracebridge_artifact_error")
-  }
-  expect_error(jit_inspect(check_tb(node = one_node("Tensor.data_ptr", '[{"ref": 0}]',
-                                                    kind = "int"), opset = 1)),
-               "removed after op-set version 1")
+test_that("the schema is applied from program.schema.json", {
+  schema <- tracebridge:::tb_tables()$schema
+  expect_equal(schema$properties$format$const, "tracebridge")
+  bad_kind <- sub('"outputs": [{"id": 1, "kind": "Tensor"', '"outputs": [{"id": 1, "kind": "Nope"',
+                  one_node("relu", '[{"ref": 0}]'), fixed = TRUE)
+  expect_error(jit_inspect(check_tb(node = bad_kind)),
+               "does not follow the schema at methods/forward/nodes/0/outputs/0/kind",
+               class = "tracebridge_artifact_error")
+  no_op <- sub('"op": "relu", ', "", one_node("relu", '[{"ref": 0}]'), fixed = TRUE)
+  expect_error(jit_inspect(check_tb(node = no_op)), "nodes/0: must contain op")
+  expect_error(jit_inspect(check_tb(state = '{"w": {"kind": "parameter", "dtype": "float32"}}')),
+               "schema at state/w: must contain shape")
 })
 
-test_that("a value used before it is defined is refused", {
-  expect_error(jit_inspect(check_tb(node = one_node("relu", '[{"ref": 99}]'))),
-               "uses %99 before it is defined \\(or never\\) \\[rule: SSA\\]")
-})
-
-test_that("names follow the grammar and cannot shadow the module's attributes", {
+test_that("names of methods and state follow the grammar in jit_inspect", {
   expect_error(jit_inspect(check_tb(method = "eval")), "would replace the loaded module")
   expect_error(jit_inspect(check_tb(method = "_f")), "is not a name of the form")
-  node <- sub("}$", ', "loc": "m.py:1\\\\nimport os"}', one_node("relu", '[{"ref": 0}]'))
-  expect_error(jit_inspect(check_tb(node = node)), "loc must be 'path:line'")
-  expect_error(jit_inspect(check_tb(node = one_node("sum", '[{"ref": 0}]', '{"a b": 1}'))),
-               "keyword 'a b' is not an identifier")
 })
 
-test_that("argument kinds are checked from ops.json", {
-  expect_error(jit_inspect(check_tb(node = one_node("relu", '["x"]'))),
-               "argument 0 of relu must be tensor, not str")
-  expect_error(jit_inspect(check_tb(node = one_node("sum", '[{"ref": 0}]', '{"bogus": 1}'))),
-               "sum takes no keyword 'bogus'")
-})
-
-test_that("resource bombs are refused before anything runs", {
-  expect_error(jit_inspect(check_tb(node = one_node("Tensor.expand",
-                                                    '[{"ref": 0}, 1000000, 1000000]'))),
-               "asked for 1000000000000 elements")
-  expect_error(jit_inspect(check_tb(node = one_node("scalar.pow", "[7, 1000000000]",
-                                                    kind = "int"))),
-               "scalar.pow by 1000000000")
-  expect_error(jit_inspect(check_tb(node = one_node("add", '[{"ref": 0}, 1180591620717411303424]'))),
-               "outside int64")
+test_that("execution rules are Python's: jit_inspect shows the file, jit_load refuses it", {
+  skip_if_no_torch()
+  raw_memory <- check_tb(node = one_node("Tensor.const_data_ptr", '[{"ref": 0}]', kind = "int"))
+  expect_equal(jit_inspect(raw_memory, quiet = TRUE)$ops$forward[["Tensor.const_data_ptr"]], 1L)
+  cases <- list(
+    list(raw_memory, paste("method 'forward', node 0 \\(Tensor\\.const_data_ptr\\): uses op",
+                           "'Tensor\\.const_data_ptr', which is not in the op set")),
+    list(check_tb(node = one_node("relu", '[{"ref": 99}]')),
+         "uses %99 before it is defined \\(or never\\) \\[rule: SSA\\]"),
+    list(check_tb(node = one_node("relu", '["x"]')), "argument 0 of relu must be tensor, not str"),
+    list(check_tb(node = one_node("sum", '[{"ref": 0}]', '{"a b": 1}')),
+         "keyword 'a b' is not an identifier"),
+    list(check_tb(node = one_node("Tensor.expand", '[{"ref": 0}, 1000000, 1000000]')),
+         "asked for 1000000000000 elements"),
+    list(check_tb(node = one_node("scalar.pow", "[7, 1000000000]", kind = "int")),
+         "scalar.pow by 1000000000")
+  )
+  for (case in cases) {
+    expect_silent(jit_inspect(case[[1]], quiet = TRUE))
+    expect_error(jit_load(case[[1]]), case[[2]], class = "tracebridge_artifact_error")
+  }
   deep <- paste0(strrep("[", 70), "1", strrep("]", 70))
   expect_error(jit_inspect(check_tb(node = one_node("add", sprintf('[{"ref": 0}, %s]', deep)))),
                "nested more than 64 levels")
 })
 
-test_that("jit_load() runs R's checker before Python sees the file", {
+test_that("jit_load() refuses a file through Python's checker", {
   skip_if_no_torch()
   expect_error(jit_load(check_tb(method = "eval")), "would replace the loaded module",
                class = "tracebridge_artifact_error")

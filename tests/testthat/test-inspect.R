@@ -209,12 +209,14 @@ test_that("bad files signal tracebridge_artifact_error with a clear message", {
                class = "tracebridge_artifact_error")
   renamed <- gsub('"fc.weight": {"kind"', '"fc.bias": {"kind"', insp_program, fixed = TRUE)
   expect_error(jit_inspect(insp_hand_artifact(renamed)),
-               "state 'fc.weight' does not exist \\[rule: state\\]",
+               "state 'fc.bias' has no tensor in tensors.safetensors",
                class = "tracebridge_artifact_error")
   broken <- sub('"out_spec": {"t": "tuple", "c": [{"t": "leaf"}, {"t": "none"}]}',
                 '"out_spec": {"t": "tuple", "c": [{"t": "leaf"}, {"t": "leaf"}]}',
                 insp_program, fixed = TRUE)
-  expect_error(jit_inspect(insp_hand_artifact(broken)), "method 'forward'.*out_spec",
+  # Spec arities are an execution rule (Python's checker, which jit_load runs); a graph
+  # jit_inspect cannot draw is refused as malformed.
+  expect_error(jit_inspect(insp_hand_artifact(broken)), "method 'forward': the graph is malformed",
                class = "tracebridge_artifact_error")
   expect_error(jit_inspect(c("a", "b")), "one file path", class = "tracebridge_artifact_error")
 })

@@ -27,6 +27,7 @@ from .jsonstrict import loads_strict
 ALIGN = 64
 FILLER_PREFIX = "#pad"
 MAX_HEADER_BYTES = 100_000_000  # the safetensors library's own limit
+MAX_DIM = 2**63  # dimensions are int64 in PyTorch
 # torch.dtype <-> safetensors code, from the one dtype table (ir/dtypes.py).
 ST_DTYPES = {d.torch: d.safetensors for d in dtypes.TABLE if d.safetensors}
 FROM_ST = {v: k for k, v in ST_DTYPES.items()}
@@ -174,6 +175,9 @@ def _entry(name: str, info: Any) -> Entry:
         raise ArtifactError(f"{where} has dtype {info['dtype']!r}, which artifacts do not hold")
     if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
         raise ArtifactError(f"{where} has a bad shape {shape!r}")
+    if any(d >= MAX_DIM for d in shape):
+        # PyTorch sizes are int64: even a tensor of no elements cannot have such a dimension.
+        raise ArtifactError(f"{where} has a dimension of 2^63 or more (shape {shape})")
     if (
         not isinstance(offsets, list)
         or len(offsets) != 2

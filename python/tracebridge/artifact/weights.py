@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Sequence
 
 import torch
@@ -56,14 +57,52 @@ def _index_shards(index: str) -> list[str]:
             "-> shard file)"
         )
     folder = os.path.dirname(os.path.abspath(index))
-    shards = []
-    for shard in dict.fromkeys(weight_map.values()):
-        if os.path.basename(shard) != shard:
-            raise ArtifactError(
-                f"weights: {index}: shard {shard!r} is not a file name beside the index"
-            )
-        shards.append(os.path.join(folder, shard))
-    return shards
+    return [_shard_file(index, folder, shard) for shard in dict.fromkeys(weight_map.values())]
+
+
+def _shard_file(index: str, folder: str, shard: str) -> str:
+    """The path of a shard the index names, checked before anything opens it.
+
+    Note: the index is data from anywhere, so the files it names are held to what a
+    checkpoint is: regular files inside the index's folder once links are resolved. A FIFO
+    would block the open inside the safetensors library forever (no alarm interrupts it), a
+    device or a link out of the folder would read whatever it leads to. A user who trusts
+    links elsewhere (the Hugging Face cache links shards to its blobs folder) passes the
+    shard files themselves as a list, which are the user's choice, not the file's.
+    """
+    if os.path.basename(shard) != shard or shard in ("", ".", ".."):
+        raise ArtifactError(
+            f"weights: {index}: shard {shard!r} is not a file name beside the index"
+        )
+    path = os.path.join(folder, shard)
+    real, inside = os.path.realpath(path), os.path.realpath(folder)
+    if os.path.commonpath([real, inside]) != inside:
+        raise ArtifactError(
+            f"weights: {index}: shard {shard!r} is a link that leads out of the index's "
+            f"folder (to {real}); an index names files beside it. If you trust the link, "
+            "pass the shard files themselves as a list to weights="
+        )
+    try:
+        mode = os.stat(real).st_mode
+    except OSError:
+        raise ArtifactError(f"weights: {index}: shard {shard!r}: no such file") from None
+    if not stat.S_ISREG(mode):
+        kind = (
+            "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a directory"
+            if stat.S_ISDIR(mode)
+            else "a device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "not a regular file"
+        )
+        raise ArtifactError(
+            f"weights: {index}: shard {shard!r} is {kind}, not a regular file (nothing was "
+            "opened); a sharded index names .safetensors files beside it"
+        )
+    return real
 
 
 def open_weights(weights: WeightsArg) -> dict[str, tuple[str, object]]:

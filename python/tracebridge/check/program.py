@@ -1,8 +1,10 @@
 """The one checker of programs: every rule of ``shared_ir/SPEC.md``, in one place.
 
 :func:`check_program` runs on every load (before any runtime sees the program), in
-``tracebridge validate``, and after tracing in the tests. ``R/check.R`` applies the same
-rules in R, driven by the same tables (``shared_ir/ops.json``, ``shared_ir/dtypes.json``).
+``tracebridge validate``, and after tracing in the tests. ``R/check.R`` applies the document
+rules (:func:`check_document_rules`) in R for ``jit_inspect``, driven by the same tables
+(``program.schema.json``, ``shared_ir/ops.json``, ``shared_ir/dtypes.json``); the execution
+rules live here only (R's ``jit_load`` loads through Python).
 """
 
 from __future__ import annotations
@@ -193,21 +195,38 @@ def check_program(program_or_doc: Program | dict, name: str = "", *, strict: boo
         doc = program_or_doc
         from_file = True
     try:
-        _check_depth(doc)
-        if from_file:
-            _check_header(doc)
-            _check_schema(doc)
-            _check_document(doc, strict)
-        _check_names_and_dispatch(doc)
-        _check_mode_bound(doc)
-        _check_specialised(doc)
-        _check_aliases(doc)
+        _document_rules(doc, from_file, strict)
         checks = _check_methods(doc)
         _check_subgraphs(doc, checks)
     except _Located as fault:
         raise ArtifactError(prefix + str(fault)) from None
     except _Fault as fault:
         raise ArtifactError(_message(prefix, None, None, None, fault)) from None
+
+
+def check_document_rules(doc: Any, name: str = "", *, strict: bool = False) -> None:
+    """Only the document rules of :func:`check_program` (depth, header, schema, document
+    fields, names of methods, state, dispatch, classes, aliases, ``mode_bound``,
+    ``specialised``): the part R's reader (``R/check.R``, run by ``jit_inspect``) applies
+    too. The execution rules (graphs, ops, arguments, literals, sizes, limits) live only
+    in :func:`check_program`; ``jit_load`` reaches them through Python."""
+    prefix = f"{name}: " if name else ""
+    try:
+        _document_rules(doc, True, strict)
+    except _Fault as fault:
+        raise ArtifactError(_message(prefix, None, None, None, fault)) from None
+
+
+def _document_rules(doc: Any, from_file: bool, strict: bool) -> None:
+    _check_depth(doc)
+    if from_file:
+        _check_header(doc)
+        _check_schema(doc)
+        _check_document(doc, strict)
+    _check_names_and_dispatch(doc)
+    _check_mode_bound(doc)
+    _check_specialised(doc)
+    _check_aliases(doc)
 
 
 class _Located(Exception):

@@ -33,6 +33,7 @@ from typing import Any
 from .. import artifact
 from ..errors import ArtifactError, TraceError
 from ..ir import DTYPE_SHORT, Graph, Program, Ref, graph_from_json, pytree
+from ..ir.printable import printable
 from ..ir.printer import Printer, _short, graph_text
 from ..version import __version__
 
@@ -161,7 +162,9 @@ def summary(doc: dict, program: Program) -> dict:
 
 
 def _inspect_text(path: str, doc: dict, program: Program, show_graphs: bool) -> str:
-    producer = doc["producer"]
+    # Every field from the file is escaped to print (printable): a producer version or a
+    # loc may hold terminal escapes or bidirectional marks.
+    producer = {k: printable(str(v)) for k, v in doc["producer"].items()}
     out = io.StringIO()
     w = out.write
     w(f"file:       {path} ({os.path.getsize(path):,} bytes)\n")
@@ -172,12 +175,13 @@ def _inspect_text(path: str, doc: dict, program: Program, show_graphs: bool) -> 
         f"({producer['language']}{torch_part})\n"
     )
     cls = doc.get("module_classes", {}).get("")
-    kind = f"module ({cls})" if cls else doc["kind"]
+    kind = f"module ({printable(cls)})" if cls else doc["kind"]
     mode = ", saved in training mode" if doc.get("training") else ""
     w(f"kind:       {kind}{mode if doc['kind'] == 'module' else ''}\n")
-    w(f"methods:    {', '.join(doc['methods'])}\n")
+    w(f"methods:    {printable(', '.join(doc['methods']))}\n")
     for name, route in doc.get("dispatch", {}).items():
-        w(f"dispatch:   {name} -> {route['train']} (train) / {route['eval']} (eval)\n")
+        w(printable(f"dispatch:   {name} -> {route['train']} (train) / {route['eval']} (eval)"))
+        w("\n")
     state = doc["state"]
     total = sum(_nbytes(i) for i in state.values())
     w(f"\nstate: {_plural(len(state), 'tensor')}, {total:,} bytes\n")
@@ -186,24 +190,25 @@ def _inspect_text(path: str, doc: dict, program: Program, show_graphs: bool) -> 
         for name, info in state.items():
             short = DTYPE_SHORT.get(info["dtype"], info["dtype"])
             dims = ", ".join(str(d) for d in info["shape"])
-            w(f"  {info['kind']:<10} {name:<{width}}  {short}[{dims}]\n")
+            w(printable(f"  {info['kind']:<10} {name:<{width}}  {short}[{dims}]") + "\n")
     for name, graph in program.methods.items():
         guards = guard_rows(graph)
         w(
-            f"\nmethod {name}: {_plural(len(graph.nodes), 'node')}, "
+            f"\nmethod {printable(name)}: {_plural(len(graph.nodes), 'node')}, "
             f"{_plural(len(guards), 'guard')}\n"
         )
         inputs = ", ".join(f"{v.name}: {v.type_str()}" for v in graph.inputs)
-        w(f"  inputs: {inputs or '(none)'}\n")
+        w(f"  inputs: {printable(inputs) or '(none)'}\n")
         if guards:
             w("  guards:\n")
             for g in guards:
-                w(f"    {guard_text(g)}  ({g['kind']} guard, at {_short(g['loc'])})\n")
+                text = f"{guard_text(g)}  ({g['kind']} guard, at {_short(g['loc'])})"
+                w(f"    {printable(text)}\n")
         w("  op counts:\n")
         counts = op_counts(graph)
         width = max((len(op) for op in counts), default=0)
         for op, count in counts.items():
-            w(f"    {op:<{width}}  {count}\n")
+            w(f"    {printable(op):<{width}}  {count}\n")
         if show_graphs:
             w("\n" + graph_text(graph, name) + "\n")
     return out.getvalue()
@@ -283,6 +288,9 @@ class DotWriter:
         self.lines: list[str] = []
 
     def add(self, node_id: str, label: str, style: str) -> None:
+        # Each line of a label is escaped to print (printable): DOT and the SVG drawn from
+        # it show file text (a loc, a guard's description) as the graph text does.
+        label = "\n".join(printable(line) for line in label.split("\n"))
         self.lines.append(f"  {node_id} [label={_dot_string(label)}, {self.STYLES[style]}];")
 
     def edges_to(self, target: str, arg: Any) -> None:
@@ -292,12 +300,12 @@ class DotWriter:
             source = self.owner.get(ref.id)
             value = self.printer.values.get(ref.id)
             if source is not None:
-                label = value.type_str() if value is not None else ""
+                label = printable(value.type_str()) if value is not None else ""
                 self.lines.append(f"  {source} -> {target} [label={_dot_string(label)}];")
 
     def write(self) -> str:
         self.lines = [
-            f"digraph {_dot_string(self.name)} {{",
+            f"digraph {_dot_string(printable(self.name))} {{",
             "  rankdir=TB;",
             '  node [fontname="Helvetica"]; edge [fontname="Helvetica", fontsize=9];',
         ]
@@ -315,7 +323,7 @@ class DotWriter:
     def node(self, node_id: str, node) -> None:
         if node.op == "prim.guard":
             expect = self.printer.literal(node.kwargs.get("expect"))
-            label = f"guard == {expect}\n{node.kwargs.get('what', '')}"
+            label = f"guard == {expect}\n{printable(str(node.kwargs.get('what', '')))}"
             self.add(node_id, label, "guard")
             self.edges_to(node_id, node.args)
             return

@@ -7,6 +7,8 @@
 
 Values are named only here: inputs and state by their names (``%x``, ``%conv.weight``),
 the rest ``%0, %1, ...`` in order of definition, so the text is stable and diffs well.
+Every line passes through :func:`printable`: text from a file (a ``loc``, a guard's
+description) never reaches a terminal with its control characters or bidirectional marks.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import torch
 
 from . import pytree
+from .printable import printable
 from .program import Graph, Node, Ref, Value, fold_literal
 
 
@@ -109,14 +112,15 @@ class Printer:
         lines += [self.node(n) for n in self.graph.nodes]
         lines.append(f"  return {self.outputs()}")
         lines.append("}")
-        return "\n".join(lines)
+        return "\n".join(printable(line) for line in lines)
 
 
 def _short(loc: str | None) -> str:
+    """``file.py:12`` of a ``loc``, escaped to print (:func:`printable`)."""
     if not loc:
         return "?"
     path, _, line = loc.rpartition(":")
-    return f"{os.path.basename(path)}:{line}"
+    return printable(f"{os.path.basename(path)}:{line}")
 
 
 def graph_text(graph: Graph, name: str = "forward") -> str:
