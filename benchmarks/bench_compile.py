@@ -84,7 +84,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dynamic", nargs="*", default=list(DYNAMIC), choices=list(DYNAMIC))
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=31)
+    parser.add_argument(
+        "--no-fastpath",
+        action="store_true",
+        help="turn off PyTorch's fused encoder-layer fast path (torch.backends.mha), which "
+        "eager nn.TransformerEncoderLayer takes under no_grad and a trace (recorded with "
+        "autograd on) does not: the same graph for both contenders",
+    )
     args = parser.parse_args(argv)
+    if args.no_fastpath:
+        torch.backends.mha.set_fastpath_enabled(False)
     torch.set_num_threads(1)
     CLOCK[0] = time.thread_time
     random.seed(0)
@@ -105,7 +114,11 @@ def main(argv: list[str] | None = None) -> int:
             for dynamic in args.dynamic:
                 print(f"[bench] {name} {mode} {dynamic}", file=sys.stderr, flush=True)
                 rows.append(measure(name, args.batch, mode, dynamic, args.repeats))
-    print(f"torch {torch.__version__}, 1 thread, CPU clock, median of {args.repeats} blocks\n")
+    fastpath = ", MHA fast path off" if args.no_fastpath else ""
+    print(
+        f"torch {torch.__version__}, 1 thread, CPU clock, median of {args.repeats} blocks"
+        f"{fastpath}\n"
+    )
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for row in rows:
