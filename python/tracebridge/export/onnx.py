@@ -17,9 +17,12 @@ compares it with the trace.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import logging
 import os
 import re
+import warnings
 from pathlib import Path
 
 import torch
@@ -106,7 +109,7 @@ def export_onnx(
     input_names = _unique_names(meta.input_names, "input")
     output_names = [f"output{i}" for i in range(n_outputs)]
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _quiet():
             program = torch.onnx.export(
                 gm,
                 tuple(flat),
@@ -135,6 +138,21 @@ def export_onnx(
             expected = [t for t in gm(*flat)]
         check_onnx(out, flat, expected, tolerance)
     return out
+
+
+@contextlib.contextmanager
+def _quiet():
+    """The exporter logs what it skips (``torchvision is not installed``) and warns about
+    its internals; a user of export_onnx gets a result or an OnnxExportError."""
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
 
 
 def _name_dimensions(model, meta: bridge.BridgeInfo) -> None:
