@@ -128,6 +128,7 @@ def export_onnx(
             "exported (docs/deploy.md)"
         ) from exc
     model = program.model_proto
+    _fix_dimensions(model, getattr(program, "exported_program", None))
     _name_dimensions(model, meta)
     out = Path(out)
     import onnx
@@ -153,6 +154,23 @@ def _quiet():
             yield
     finally:
         logger.setLevel(level)
+
+
+def _fix_dimensions(model, exported) -> None:
+    """Write as numbers the dimensions that export found to have one possible value (a
+    symbol whose range is ``[3, 3]``: the features of a Linear's input, which the trace
+    had left symbolic), so the ONNX model says they are fixed."""
+    if exported is None:
+        return
+    fixed = {}
+    for symbol, bounds in exported.range_constraints.items():
+        with contextlib.suppress(TypeError, ValueError):
+            if bounds.lower == bounds.upper:
+                fixed[str(symbol)] = int(bounds.lower)
+    for value in [*model.graph.input, *model.graph.output, *model.graph.value_info]:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param in fixed:
+                dim.dim_value = fixed[dim.dim_param]
 
 
 def _name_dimensions(model, meta: bridge.BridgeInfo) -> None:
