@@ -190,7 +190,9 @@ check_schema <- function(doc) {
       is_str(e[["kind"]]) && e[["kind"]] %in% c("parameter", "buffer", "constant") &&
       is_str(e[["dtype"]]) && e[["dtype"]] %in% dtypes && is_arr(e[["shape"]]) &&
       all(vapply(e[["shape"]], function(x) schema_int(x) && int_value(x) >= 0, logical(1))) &&
-      (!"requires_grad" %in% names(e) || is_flag(e[["requires_grad"]]))
+      (!"requires_grad" %in% names(e) || is_flag(e[["requires_grad"]])) &&
+      (!"device" %in% names(e) ||
+         (is_str(e[["device"]]) && grepl("^[a-z][a-z0-9_]*(:[0-9]+)?$", e[["device"]])))
     if (!ok) schema_fault(paste0("state/", name), "is not a state entry")
   }
   if ("tensors" %in% names(doc)) {

@@ -49,6 +49,7 @@ from ..ir import (
     graph_to_json,
 )
 from ..version import __version__
+from . import devices
 from . import tensors as st
 from .atomic import atomic_file
 from .container import PROGRAM_MEMBER, TENSORS_MEMBER, Member, Writer, read_members
@@ -79,15 +80,7 @@ def program_to_json(program: Program, language: str | None = None) -> dict:
         "methods": {name: graph_to_json(g) for name, g in program.methods.items()},
         "dispatch": program.dispatch,
         "module_classes": program.module_classes,
-        "state": {
-            name: {
-                "kind": e.kind,
-                "dtype": DTYPE_NAMES[e.tensor.dtype],
-                "shape": list(e.tensor.shape),
-                "requires_grad": bool(e.tensor.requires_grad),
-            }
-            for name, e in program.state.items()
-        },
+        "state": {name: _state_entry(e) for name, e in program.state.items()},
         "meta": program.meta,
     }
     if program.mode_bound:
@@ -99,6 +92,19 @@ def program_to_json(program: Program, language: str | None = None) -> dict:
     if program.aliases:
         doc["aliases"] = program.aliases
     return doc
+
+
+def _state_entry(entry: StateEntry) -> dict:
+    out = {
+        "kind": entry.kind,
+        "dtype": DTYPE_NAMES[entry.tensor.dtype],
+        "shape": list(entry.tensor.shape),
+        "requires_grad": bool(entry.tensor.requires_grad),
+    }
+    device = devices.saved_device(entry.tensor)
+    if device is not None:
+        out["device"] = device  # restored at load (artifact/devices.py)
+    return out
 
 
 class _Digest:
@@ -348,10 +354,15 @@ def _check_state(opened: Opened) -> None:
 
 
 def read(
-    path: str | os.PathLike, weights: WeightsArg | None = None, verify: bool | None = None
+    path: str | os.PathLike,
+    weights: WeightsArg | None = None,
+    verify: bool | None = None,
+    map_location: devices.MapLocation = None,
 ) -> Program:
     """Read and check an artifact; returns the Program, its state tensors views of the
-    mapped file (or of the ``weights`` checkpoints). ``verify``: see the module Note."""
+    mapped file (or of the ``weights`` checkpoints). ``verify``: see the module Note.
+    Tensors saved from another device than the CPU go back to it, or where
+    ``map_location`` says (``artifact/devices.py``)."""
     opened = open_artifact(path)
     try:
         tensors: dict[str, torch.Tensor] = {}
@@ -382,7 +393,9 @@ def read(
                 "with weights= a .safetensors file, a list of them, or a sharded index "
                 "(model.safetensors.index.json)"
             )
-        return program_from_json(opened.doc, tensors, opened.name)
+        program = program_from_json(opened.doc, tensors, opened.name)
+        devices.place(program.state, devices.saved_devices(opened.doc), map_location, opened.name)
+        return program
     finally:
         opened.handle.close()  # the mapping keeps the file itself alive
 
