@@ -218,6 +218,21 @@ check_schema <- function(doc) {
       schema_fault("backend", "must be an object with a name")
     }
   }
+  if ("compiled" %in% names(doc)) {
+    cp <- doc[["compiled"]]
+    ok <- is_obj(cp) &&
+      all(c("format", "member", "device", "torch", "digest", "sha256", "size") %in% names(cp)) &&
+      all(vapply(c("format", "device", "torch", "digest", "sha256"),
+                 function(f) is_str(cp[[f]]), logical(1))) &&
+      identical(cp[["member"]], "compiled.pt2") &&
+      grepl("^[a-z][a-z0-9_]*(:[0-9]+)?$", cp[["device"]]) &&
+      (!"platform" %in% names(cp) || is_str(cp[["platform"]])) &&
+      schema_int(cp[["size"]]) && int_value(cp[["size"]]) >= 0
+    if (!ok) {
+      schema_fault("compiled", paste("must describe a package: format, member, device, torch,",
+                                     "digest, sha256, size"))
+    }
+  }
   if ("meta" %in% names(doc) && !is_obj(doc[["meta"]])) {
     schema_fault("meta", "must be object")
   }

@@ -49,6 +49,7 @@ from ..ir import (
     graph_to_json,
 )
 from ..version import __version__
+from . import compiled as compiled_member
 from . import devices
 from . import tensors as st
 from .atomic import atomic_file
@@ -167,12 +168,19 @@ def _pieces(layout: st.Layout, tensors: dict[str, torch.Tensor]):
 
 
 def write(
-    program: Program, path: str | os.PathLike, language: str | None = None, *, zip64: bool = False
+    program: Program,
+    path: str | os.PathLike,
+    language: str | None = None,
+    *,
+    zip64: bool = False,
+    compiled: dict | None = None,
 ) -> None:
     """Write ``program`` to ``path`` (any file name), atomically; ``language`` overrides the
     program's source language (``program.language``). State on the meta device is not
     stored: the artifact lists it under ``tensors.external``, and ``load(path, weights=...)``
-    binds it. ``zip64`` forces ZIP64 records (files over 4 GiB get them anyway)."""
+    binds it. ``zip64`` forces ZIP64 records (files over 4 GiB get them anyway).
+    ``compiled``: ``{"package": file, "device": ..., ...}`` stores an AOTInductor package
+    as the optional member ``compiled.pt2`` (artifact/compiled.py)."""
     language = language or program.language
     if language not in ("python", "r"):
         raise ArtifactError(f"language must be 'python' or 'r', not {language!r}")
@@ -193,6 +201,11 @@ def write(
         doc["tensors"] = {"sha256": sha, "count": len(stored)}
         if external:
             doc["tensors"]["external"] = external
+        if compiled is not None:
+            extra = dict(compiled)
+            package, device = extra.pop("package"), extra.pop("device")
+            sha, size = compiled_member.write_member(writer, package)
+            doc["compiled"] = compiled_member.entry(doc, device, sha, size, **extra)
         try:
             text = json.dumps(doc, indent=1, allow_nan=False).encode()
         except ValueError as exc:
@@ -235,6 +248,7 @@ class Opened:
     entries: dict[str, st.Entry] = field(default_factory=dict)
     member: Member | None = None
     data_base: int = 0  # file offset of the first tensor byte
+    members: dict[str, Member] = field(default_factory=dict)
 
     def mapping(self) -> mmap.mmap:
         """The whole file mapped copy-on-write (shared with the page cache until written)."""
@@ -303,7 +317,7 @@ def _open(name: str, handle: BinaryIO) -> Opened:
     check_json_containers(text, name)  # before parsing: parse cost grows with containers
     doc = loads_strict(text, f"{name}: {PROGRAM_MEMBER}")
     check_document(doc, name)
-    opened = Opened(name, doc, handle)
+    opened = Opened(name, doc, handle, members=members)
     tensors = members.get(TENSORS_MEMBER)
     if tensors is not None and tensors.size:
         handle.seek(tensors.data_offset)
