@@ -2,7 +2,7 @@
 
 The data flow, one package per stage (imports only point down this list)::
 
-    trace/ -> ir/ -> check/ -> runtime/ -> artifact/ -> api.py -> backends/ -> frontends/
+    trace/ -> ir/ -> check/ -> runtime/ -> artifact/ -> api.py -> export/ -> backends/ -> frontends/
 
 ``errors``, ``source`` and ``version`` are leaves every stage may use; see
 docs/architecture.md.
@@ -11,6 +11,14 @@ docs/architecture.md.
 >>> traced = tracebridge.trace(lambda x: torch.relu(x) * 2, torch.tensor([-1.0, 1.0]))
 >>> traced(torch.tensor([3.0, -3.0]))
 tensor([6., 0.])
+
+``tracebridge.to_graph_module(traced)`` is the bridge to the PyTorch 2 stack: the traced
+graph as a ``torch.fx.GraphModule`` over the traced module's own tensors, for
+``torch.compile``, ``torch.export`` and ONNX (docs/deploy.md).
+
+>>> gm = tracebridge.to_graph_module(traced)
+>>> gm(torch.tensor([3.0, -3.0, 1.0]))
+(tensor([6., 0., 2.]),)
 """
 
 from .api import (  # noqa: E402
@@ -32,6 +40,7 @@ from .errors import (  # noqa: E402
     TracingCheckError,
     UnsupportedOpError,
 )
+from .export import to_graph_module  # noqa: E402
 from .runtime import guards_disabled  # noqa: E402
 from .version import __version__  # noqa: E402,F401
 
@@ -50,6 +59,7 @@ __all__ = [
     "guards_disabled",
     "load",
     "save",
+    "to_graph_module",
     "trace",
     "trace_module",
 ]

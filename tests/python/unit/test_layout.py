@@ -3,7 +3,7 @@
 Stages, lowest first (a module may import its own stage and any stage below it):
 
     leaves (errors, source, version) < ir < trace < check < runtime < artifact < api
-      < backends < frontends
+      < export < backends < frontends
 
 This test fails when an import goes the wrong way, so the layout in docs/architecture.md
 stays true.
@@ -25,6 +25,7 @@ STAGES = [
     ("runtime",),
     ("artifact",),
     ("api",),
+    ("export",),
     ("backends",),
     ("frontends",),
 ]

@@ -1,0 +1,505 @@
+"""The bridge to the PyTorch 2 stack: a traced method as a ``torch.fx.GraphModule``.
+
+Note: what carries over, and how.
+  * State. Every ``prim.state`` node is a ``get_attr`` of the GraphModule, and the
+    attribute IS the traced object's tensor (the same ``nn.Parameter`` or buffer object,
+    installed under its state name, ``layer1.0.conv1.weight``): nothing is copied, so a
+    training step through the GraphModule trains the traced module (and the module it was
+    traced from), and BatchNorm statistics update on the real buffers.
+  * Sizes. ``prim.size`` becomes ``x.size(i)``, scalar ops become ``operator`` calls, so
+    the graph holds no size from the example inputs: it runs at any shape the trace runs
+    at, and ``torch.compile``/``torch.export`` see symbolic sizes (``dynamic_shapes``
+    gives ``torch.export`` one dynamic dimension per input symbol).
+  * Guards. Each ``prim.guard`` is a call of a small checking function inside the graph.
+    Run eagerly (or under ``torch.compile``, where Dynamo turns the comparison into a
+    guard of its own, so a call that breaks it recompiles and takes the raising branch),
+    a failed guard raises :class:`~tracebridge.GuardError` with the trace's message. Under
+    ``torch.export`` (AOTInductor, ONNX), where a Python ``if`` on a symbolic size would
+    fix that size, a guard on sizes becomes ``torch._check``: a runtime assertion of the
+    exported program (a ``RuntimeError`` there, not a GuardError); a guard on tensor
+    *data* (``bool(t)``) cannot be expressed there and fails the export.
+  * Inputs and outputs. The GraphModule takes the flat input tensors (the leaves of the
+    traced call's arguments, in order) and returns a flat tuple of the output leaves; the
+    nesting is kept in ``gm.meta["tracebridge"]`` (:class:`BridgeInfo`), and
+    :func:`flatten_inputs` / :func:`unflatten_outputs` / :func:`call` go between the two.
+
+What does not carry over: the runtime's input checks (rank and dtype kind of each input)
+and the size-1 specialisations of a method (check/specialise.py) -- the GraphModule is the
+method's main graph, so a call that only a specialisation serves raises GuardError.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import fx, nn
+
+from ..errors import GuardError, TraceError
+from ..ir import Graph, Node, Program, Ref, pytree
+from ..ir.ops import VARIADIC_OUTPUTS
+from ..ir.program import map_literal
+from ..ir.pytree import is_tensor
+from ..runtime import support
+
+META_KEY = "tracebridge"
+
+# Ops written as plain Python on sizes: the op table's bounded versions check
+# ``isinstance(x, int)`` (a symbolic size is not an int), so these are what they compute
+# on symbols, and FX prints them as operators.
+_OPERATORS: dict[str, Callable] = {
+    "scalar.add": operator.add,
+    "scalar.sub": operator.sub,
+    "scalar.mul": operator.mul,
+    "scalar.truediv": operator.truediv,
+    "scalar.floordiv": operator.floordiv,
+    "scalar.mod": operator.mod,
+    "scalar.neg": operator.neg,
+    "scalar.abs": operator.abs,
+    "scalar.eq": operator.eq,
+    "scalar.ne": operator.ne,
+    "scalar.lt": operator.lt,
+    "scalar.le": operator.le,
+    "scalar.gt": operator.gt,
+    "scalar.ge": operator.ge,
+    "scalar.and": operator.and_,
+    "scalar.or": operator.or_,
+    "scalar.rshift": operator.rshift,
+    "scalar.xor": operator.xor,
+    "scalar.invert": operator.invert,
+    "scalar.ceil": math.ceil,
+    "scalar.floor": math.floor,
+    "scalar.trunc": math.trunc,
+}
+# prim ops that are tensor methods: ``x.size(i)`` and friends in the FX graph.
+_METHODS = {
+    "prim.size": "size",
+    "prim.numel": "numel",
+    "prim.item": "item",
+    "prim.tolist": "tolist",
+    "prim.stride": "stride",
+    "prim.is_contiguous": "is_contiguous",
+}
+_ATTRIBUTES = {
+    "prim.dtype": "dtype",
+    "prim.device": "device",
+    "prim.requires_grad": "requires_grad",
+}
+
+
+def _sym_int(x):
+    """``int(x)`` that keeps a symbolic size symbolic (``int()`` would fix it)."""
+    return int(x) if isinstance(x, torch.Tensor) else torch.sym_int(x)
+
+
+def _sym_float(x):
+    return float(x) if isinstance(x, torch.Tensor) else torch.sym_float(x)
+
+
+def _length(x):
+    """``len(x)``; of a tensor, its first size, kept symbolic."""
+    return x.shape[0] if isinstance(x, torch.Tensor) else len(x)
+
+
+_SYMBOLIC_PRIMS: dict[str, Callable] = {
+    "prim.int": _sym_int,
+    "prim.float": _sym_float,
+    "prim.len": _length,
+    "prim.grad_enabled": torch.is_grad_enabled,
+}
+_DUNDER_OPERATORS = {"__getitem__": operator.getitem, "__setitem__": operator.setitem}
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _exporting() -> bool:
+    """Inside ``torch.export`` (and not Dynamo's own ``torch.compile`` tracing)."""
+    return torch.compiler.is_exporting()
+
+
+def make_guard(node: Node, line: str) -> Callable:
+    """The function a guard node calls: raises GuardError when ``value`` differs from what
+    the trace saw (see the module Note for how it behaves under compile and export)."""
+    expect = node.kwargs.get("expect")
+
+    def tracebridge_guard(value):
+        if isinstance(value, _SYMBOLIC) and _exporting():
+            if isinstance(expect, bool):
+                torch._check(value if expect else torch.sym_not(value))
+            else:
+                torch._check(value == expect)
+            return
+        holds = value is expect if isinstance(expect, bool) else value == expect
+        if not holds:
+            support.raise_guard(node, value, line)
+
+    return tracebridge_guard
+
+
+def make_count_check(node: Node, expected: int, line: str) -> Callable:
+    """The function that checks how many results a variadic op gave (``unbind``, ``split``)."""
+
+    def tracebridge_check_count(result):
+        return support.check_count(result, expected, node, line)
+
+    return tracebridge_check_count
+
+
+@dataclass
+class BridgeInfo:
+    """What the GraphModule's flat signature leaves out, in ``gm.meta["tracebridge"]``.
+
+    ``in_spec``/``out_spec`` are the traced call's nesting (tracebridge pytree specs);
+    ``input_shapes`` each input's sizes, an int or an input symbol (``"s0"``) per dimension;
+    ``example_shapes`` the sizes the trace was made with; ``input_dtypes`` their dtypes.
+    """
+
+    method: str
+    in_spec: dict
+    out_spec: dict
+    input_names: list[str]
+    input_shapes: list[list]
+    example_shapes: list[list | None]
+    input_dtypes: list[torch.dtype | None]
+    state: dict[str, str] = field(default_factory=dict)  # state name -> attribute path
+
+
+class _Builder:
+    """Builds the FX graph of one traced graph, one short method per kind of node."""
+
+    def __init__(self, graph: Graph, name: str, methods: dict[str, Graph], targets: dict):
+        self.graph = graph
+        self.name = name
+        self.methods = methods
+        self.targets = targets  # state name -> attribute path in the GraphModule
+        self.fx = fx.Graph()
+        self.env: dict[int, fx.Node] = {}
+        self.where = name
+
+    def ref(self, ref: Ref) -> fx.Node:
+        node = self.env.get(ref.id)
+        if node is None:
+            raise TraceError(
+                f"{self.where} uses value {ref.id}, which is not defined before it; the "
+                "program is corrupt (tracebridge validate lists every problem)"
+            )
+        return node
+
+    def literal(self, arg):
+        return map_literal(arg, lambda x: self.ref(x) if isinstance(x, Ref) else x)
+
+    def arguments(self, node: Node) -> tuple[tuple, dict]:
+        for key in node.kwargs:
+            if not (isinstance(key, str) and key.isidentifier()):
+                raise TraceError(
+                    f"{self.where}: keyword {str(key)[:40]!r} is not a Python name, so it "
+                    "cannot be an FX keyword argument; the program is corrupt"
+                )
+        return (
+            tuple(self.literal(a) for a in node.args),
+            {k: self.literal(v) for k, v in node.kwargs.items()},
+        )
+
+    def line(self, node: Node) -> str:
+        return support.source_of(self.graph, node.loc)
+
+    # -- nodes ----------------------------------------------------------------------------
+
+    def build(self) -> fx.Graph:
+        support.check_graph(self.graph, self.name)
+        for index, value in enumerate(self.graph.inputs):
+            self.env[value.id] = self.fx.placeholder(_identifier(value.name, f"in{index}"))
+        for index, node in enumerate(self.graph.nodes):
+            self.where = f"{self.name}: node {index} ({node.op})"
+            if node.op == "prim.state":
+                self.state(node)
+            elif node.op == "prim.guard":
+                self.guard(node)
+            else:
+                self.op(node)
+        self.where = f"{self.name}: the outputs"
+        outputs = tuple(self.literal(o) for o in self.graph.outputs)
+        self.fx.output(outputs)
+        return self.fx
+
+    def state(self, node: Node) -> None:
+        name = node.args[0] if node.args else None
+        if name not in self.targets:
+            raise TraceError(f"{self.where}: reads state {name!r}, which the program lacks")
+        self.bind(node, self.fx.get_attr(self.targets[name]))
+
+    def guard(self, node: Node) -> None:
+        value = self.literal(node.args[0])
+        self.fx.call_function(make_guard(node, self.line(node)), (value,))
+
+    def op(self, node: Node) -> None:
+        args, kwargs = self.arguments(node)
+        if node.op in _METHODS:
+            result = self.fx.call_method(_METHODS[node.op], args, kwargs)
+        elif node.op in _ATTRIBUTES and len(args) == 1:
+            result = self.fx.call_function(getattr, (args[0], _ATTRIBUTES[node.op]))
+        else:
+            fn = _OPERATORS.get(node.op) or _SYMBOLIC_PRIMS.get(node.op)
+            if fn is None:
+                fn = support.node_callable(node, self.methods)
+            if getattr(fn, "__objclass__", None) is torch._C.TensorBase:
+                # A method of the C tensor class (``Tensor.view``, ``__getitem__``): FX
+                # names it as ``x.view(...)`` or ``operator.getitem``.
+                result = self._tensor_method(fn.__name__, args, kwargs)
+            else:
+                result = self.fx.call_function(fn, args, kwargs)
+        spec = node.out_spec
+        if node.op in VARIADIC_OUTPUTS and spec and spec.get("t") in ("tuple", "list"):
+            check = make_count_check(node, len(spec["c"]), self.line(node))
+            result = self.fx.call_function(check, (result,))
+        if spec is not None and (node.outputs or spec.get("t") == "leaf"):
+            self.bind(node, result)
+
+    def _tensor_method(self, name: str, args: tuple, kwargs: dict) -> fx.Node:
+        if name in _DUNDER_OPERATORS and not kwargs:
+            return self.fx.call_function(_DUNDER_OPERATORS[name], args)
+        return self.fx.call_method(name, args, kwargs)
+
+    def bind(self, node: Node, result: fx.Node) -> None:
+        """Name the node's output values: the result itself, or ``getitem`` chains into it
+        along the node's out_spec."""
+        outputs = iter(node.outputs)
+
+        def walk(spec: dict, at: fx.Node) -> None:
+            kind = spec["t"]
+            if kind == "leaf":
+                self.env[next(outputs).id] = at
+            elif kind in ("tuple", "list", "namedtuple", "dict"):
+                keys = spec["keys"] if kind == "dict" else range(len(spec["c"]))
+                for key, child in zip(keys, spec["c"]):
+                    if pytree.count_leaves(child):
+                        walk(child, self.fx.call_function(operator.getitem, (at, key)))
+
+        walk(node.out_spec, result)
+
+
+def _identifier(name: str | None, fallback: str) -> str:
+    text = "".join(c if c.isascii() and c.isalnum() else "_" for c in (name or ""))
+    return text if text and not text[0].isdigit() else fallback
+
+
+def _install(root: nn.Module, name: str, tensor: torch.Tensor, index: int) -> str:
+    """Put ``tensor`` (the object itself) on ``root`` at the path ``name``; a name that
+    cannot be a module path there (an empty part, a clash with a module attribute such
+    as ``training``) goes under ``_tb_state``. Returns the path used."""
+    parts = name.split(".")
+    module = root
+    for part in parts[:-1]:
+        child = module._modules.get(part) if part else None
+        if child is None:
+            if not part or hasattr(module, part):
+                return _install_aside(root, tensor, index)
+            child = nn.Module()
+            module.add_module(part, child)
+        module = child
+    leaf = parts[-1]
+    if not leaf or hasattr(module, leaf):
+        return _install_aside(root, tensor, index)
+    _register(module, leaf, tensor)
+    return name
+
+
+def _install_aside(root: nn.Module, tensor: torch.Tensor, index: int) -> str:
+    if "_tb_state" not in root._modules:
+        root.add_module("_tb_state", nn.Module())
+    _register(root._tb_state, f"s{index}", tensor)
+    return f"_tb_state.s{index}"
+
+
+def _register(module: nn.Module, leaf: str, tensor: torch.Tensor) -> None:
+    if isinstance(tensor, nn.Parameter):
+        module.register_parameter(leaf, tensor)
+    else:
+        module.register_buffer(leaf, tensor)
+
+
+def _referenced_state(graph: Graph) -> list[str]:
+    names = []
+    for node in graph.nodes:
+        if node.op == "prim.state" and node.args and node.args[0] not in names:
+            names.append(node.args[0])
+    return names
+
+
+def _resolve(obj, method: str) -> tuple[Program, str, dict, bool]:
+    """``(program, graph name, state slots, training)`` for a traced object or a Program."""
+    from ..api import TracedFunction, TracedMethod, TracedModule  # api is above us
+
+    if isinstance(obj, TracedMethod):
+        obj, method = obj._module, obj.name
+    if isinstance(obj, Program):
+        tensors = {name: entry.tensor for name, entry in obj.state.items()}
+        slots = {name: (tensors, name) for name in tensors}
+        program, training = obj, obj.training
+    elif isinstance(obj, TracedModule):
+        program, slots, training = obj.program, obj._state_slots(), obj.training
+    elif isinstance(obj, TracedFunction):
+        program, slots, training = obj.program, obj._state_slots(), False
+    else:
+        raise TraceError(
+            f"to_graph_module takes a traced function or module (tracebridge.trace, "
+            f"tracebridge.load) or a Program, not {type(obj).__name__}; trace it first"
+        )
+    route = program.dispatch.get(method)
+    if route is not None:
+        method = route["train" if training else "eval"]
+    if method not in program.methods:
+        raise TraceError(
+            f"to_graph_module: the program has no method {method!r} (it has "
+            f"{', '.join(program.methods)}); pass method= one of those"
+        )
+    bound = program.mode_bound.get(method)
+    if bound is not None and bound["training"] != training:
+        traced = "training" if bound["training"] else "eval"
+        raise GuardError(
+            f"{method} was traced in {traced} mode and records another graph in the other "
+            f"mode (first at {bound['op']}, {bound.get('loc') or '?'}); call "
+            f".{'train' if bound['training'] else 'eval'}() on the traced module before "
+            "to_graph_module, or trace with respect_mode=True",
+            guard=f"{method}: training == {bound['training']}",
+            location=bound.get("loc") or "",
+            seen=training,
+        )
+    return program, method, slots, training
+
+
+def to_graph_module(obj, method: str = "forward") -> fx.GraphModule:
+    """A traced method as a ``torch.fx.GraphModule`` that computes what the trace computes.
+
+    ``obj`` is what :func:`tracebridge.trace`, :func:`tracebridge.trace_module` or
+    :func:`tracebridge.load` return (or a ``Program``, whose state tensors it then uses).
+    The GraphModule's parameters and buffers are ``obj``'s own tensors (shared, not
+    copied); sizes stay symbolic, so it runs at every shape the trace runs at; guards are
+    checked inside the graph (eagerly and under ``torch.compile`` a failed one raises
+    GuardError; under ``torch.export`` a size guard is ``torch._check``). It takes the flat
+    input tensors and returns a flat tuple of the output leaves: :func:`call` takes the
+    traced call's own arguments and gives its nested result. For a module traced with
+    ``respect_mode``, ``forward`` is the graph of the module's current mode.
+
+    >>> import torch, tracebridge
+    >>> net = torch.nn.Linear(3, 2)
+    >>> traced = tracebridge.trace(net, torch.rand(4, 3))
+    >>> gm = tracebridge.to_graph_module(traced)
+    >>> gm.weight is net.weight
+    True
+    >>> x = torch.rand(7, 3)
+    >>> torch.allclose(gm(x)[0], net(x))
+    True
+    """
+    program, name, slots, training = _resolve(obj, method)
+    graph = program.methods[name]
+    root = nn.Module()
+    targets = {}
+    for index, state_name in enumerate(_referenced_state(graph)):
+        slot = slots.get(state_name)
+        if slot is None:
+            raise TraceError(
+                f"to_graph_module: method {name!r} reads state {state_name!r}, which the "
+                "program lacks; the program is corrupt"
+            )
+        table, key = slot
+        targets[state_name] = _install(root, state_name, table[key], index)
+    fx_graph = _Builder(graph, name, program.methods, targets).build()
+    gm = fx.GraphModule(root, fx_graph, class_name=_identifier(name, "forward"))
+    gm.train(training)
+    gm.meta[META_KEY] = BridgeInfo(
+        method=name,
+        in_spec=graph.in_spec,
+        out_spec=graph.out_spec,
+        input_names=[v.name or f"in{i}" for i, v in enumerate(graph.inputs)],
+        input_shapes=[list(v.shape or []) for v in graph.inputs],
+        example_shapes=[list(v.example) if v.example is not None else None for v in graph.inputs],
+        input_dtypes=[_dtype(v.dtype) for v in graph.inputs],
+        state=targets,
+    )
+    return gm
+
+
+def _dtype(name: str | None) -> torch.dtype | None:
+    from ..ir import DTYPES
+
+    return DTYPES.get(name or "")
+
+
+def info(gm: fx.GraphModule) -> BridgeInfo:
+    """The :class:`BridgeInfo` of a GraphModule made by :func:`to_graph_module`."""
+    found = getattr(gm, "meta", {}).get(META_KEY)
+    if not isinstance(found, BridgeInfo):
+        raise TraceError(
+            "this GraphModule was not made by tracebridge.to_graph_module (it has no "
+            f"meta[{META_KEY!r}]); make it with to_graph_module"
+        )
+    return found
+
+
+def flatten_inputs(gm: fx.GraphModule, *args, **kwargs) -> list[torch.Tensor]:
+    """The flat input tensors of ``gm`` for the traced call's own arguments."""
+    from ..runtime.method import _in_key_order, describe
+
+    spec = info(gm).in_spec
+    leaves, got = pytree.flatten((args, kwargs), is_tensor)
+    if got != spec:
+        leaves, got = pytree.flatten(_in_key_order((args, kwargs), spec), is_tensor)
+    if got != spec:
+        raise TraceError(
+            f"the GraphModule's method was called with arguments shaped differently from the "
+            f"example inputs it was traced with: expected {describe(spec)}, got {describe(got)}"
+        )
+    return leaves
+
+
+def unflatten_outputs(gm: fx.GraphModule, flat) -> Any:
+    """The traced call's nested result from ``gm``'s flat outputs."""
+    return pytree.unflatten(list(flat), info(gm).out_spec)
+
+
+def call(gm: fx.GraphModule, *args, **kwargs) -> Any:
+    """Call ``gm`` as the traced object is called: nested arguments in, nested result out.
+
+    >>> import torch, tracebridge
+    >>> from tracebridge.export import fx
+    >>> f = tracebridge.trace(lambda d: {"y": d["x"] * 2}, ({"x": torch.ones(2)},), strict=False)
+    >>> fx.call(tracebridge.to_graph_module(f), {"x": torch.ones(3)})
+    {'y': tensor([2., 2., 2.])}
+    """
+    return unflatten_outputs(gm, gm(*flatten_inputs(gm, *args, **kwargs)))
+
+
+def example_inputs(gm: fx.GraphModule, shapes: list[list[int]] | None = None) -> tuple:
+    """Input tensors of the example sizes (or ``shapes``) and dtypes: random floats,
+    zeros for integers and bools (valid indices of any embedding). For ``torch.export``
+    of a loaded artifact, which keeps the sizes but not the values it was traced with."""
+    meta = info(gm)
+    out = []
+    for index, dtype in enumerate(meta.input_dtypes):
+        size = shapes[index] if shapes is not None else meta.example_shapes[index]
+        if size is None:
+            raise TraceError(
+                f"input {meta.input_names[index]!r} has no example sizes in the program "
+                "(made by an older tracebridge); pass shapes="
+            )
+        dtype = dtype or torch.float32
+        if dtype.is_floating_point or dtype.is_complex:
+            out.append(torch.randn(size, dtype=dtype))
+        else:
+            out.append(torch.zeros(size, dtype=dtype))
+    return tuple(out)
+
+
+def dynamic_shapes(gm: fx.GraphModule) -> tuple:
+    """``torch.export``'s ``dynamic_shapes`` for ``gm``: every dimension the trace left
+    symbolic is ``Dim.AUTO`` (export keeps it dynamic unless the graph fixes it: a guard
+    on that size, or an op that needs one value), every fixed one static."""
+    meta = info(gm)
+    return tuple(
+        {d: torch.export.Dim.AUTO for d, size in enumerate(shape) if isinstance(size, str)} or None
+        for shape in meta.input_shapes
+    )

@@ -1,0 +1,234 @@
+"""The bridge (tracebridge.export.fx): a traced method as a torch.fx.GraphModule.
+
+On every conformance model and every golden vector, the GraphModule computes what the trace
+computes, at every shape the case is checked at (and at a doubled batch for the vectors);
+its parameters and buffers are the traced module's own tensors; a guard that the trace
+would refuse raises GuardError from the GraphModule too; torch.export of the GraphModule
+keeps the traced sizes dynamic.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import tracebridge
+from tracebridge.export import fx as bridge
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from models import CASES, Case  # noqa: E402
+from test_vectors import ENTRIES, VECTORS, by_method, read_tensors  # noqa: E402
+
+
+def _trace(case: Case):
+    kwargs = {"check_trace": case.check_trace_ok, **case.trace_kwargs}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if case.methods:
+            examples = {method: calls[0] for method, calls in case.methods.items()}
+            return tracebridge.trace_module(case.model, examples, **kwargs)
+        return tracebridge.trace(case.model, case.example_inputs, **kwargs)
+
+
+def _calls(case: Case):
+    if case.methods:
+        return [(m, inputs) for m, calls in case.methods.items() for inputs in calls]
+    return [("forward", inputs) for inputs in case.all_inputs]
+
+
+def _state(obj) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in obj.state_dict().items()}
+
+
+def _restore(obj, saved: dict[str, torch.Tensor]) -> None:
+    with torch.no_grad():
+        for k, v in obj.state_dict().items():
+            v.copy_(saved[k])
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_conformance_model_matches_trace(name: str) -> None:
+    """Same outputs as the trace at every input of the case, and the same state afterwards
+    (BatchNorm statistics in training mode update the traced module's buffers)."""
+    case = CASES[name]()
+    traced = _trace(case)
+    for method, inputs in _calls(case):
+        gm = tracebridge.to_graph_module(traced, method)
+        before = _state(traced)
+        torch.manual_seed(case.seed)
+        expected = getattr(traced, method)(*inputs)
+        after = _state(traced)
+        _restore(traced, before)
+        torch.manual_seed(case.seed)
+        got = bridge.call(gm, *inputs)
+        where = f"{name}.{method} on {[tuple(t.shape) for t in inputs]}"
+        torch.testing.assert_close(got, expected, atol=case.atol, rtol=case.rtol, msg=where)
+        torch.testing.assert_close(_state(traced), after, atol=0, rtol=0, msg=where)
+
+
+def _doubled(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The inputs with the first one's first dimension doubled (another batch size)."""
+    first, *rest = tensors
+    return [torch.cat([first, first]) if first.dim() else first, *rest]
+
+
+def _vector_cases():
+    for name, entry in sorted(ENTRIES.items()):
+        for case in entry["cases"]:
+            yield pytest.param(name, case["label"], id=f"{name}-{case['label']}")
+
+
+@pytest.mark.parametrize(("name", "label"), list(_vector_cases()))
+def test_golden_vector_matches_trace(name: str, label: str) -> None:
+    """The committed artifacts: the expected outputs on the stored inputs, the trace's
+    result (or its GuardError) on a doubled batch."""
+    entry = ENTRIES[name]
+    case = next(c for c in entry["cases"] if c["label"] == label)
+    loaded = tracebridge.load(VECTORS / entry["artifact"])
+    if "mode" in case:
+        loaded.train(case["mode"] == "train")
+    inputs = by_method(read_tensors(case["inputs"]), "input")
+    tol = entry["tolerance"]
+    for method, args in inputs.items():
+        gm = tracebridge.to_graph_module(loaded, method)
+        fn = loaded if method == "forward" else getattr(loaded, method)
+        if "raises" in case:
+            with pytest.raises(tracebridge.GuardError):
+                fn(*args)
+            with pytest.raises(tracebridge.GuardError):
+                gm(*args)
+            continue
+        want = by_method(read_tensors(case["expected"]), "output")[method]
+        torch.manual_seed(0)
+        got = list(gm(*args))
+        torch.testing.assert_close(got, want, atol=tol["atol"], rtol=tol["rtol"])
+        bigger = _doubled(args)
+        try:
+            torch.manual_seed(0)
+            expected = fn(*bigger)
+        except tracebridge.TraceError as refused:
+            # The GraphModule refuses what the trace refuses: a guard as GuardError, an
+            # op's own error (sizes that do not fit) as that op's error.
+            guard = isinstance(refused, tracebridge.GuardError)
+            kind = tracebridge.GuardError if guard else Exception
+            with pytest.raises(kind):
+                gm(*bigger)
+            continue
+        torch.manual_seed(0)
+        torch.testing.assert_close(bridge.call(gm, *bigger), expected, atol=0, rtol=0)
+
+
+def test_parameters_and_buffers_are_shared() -> None:
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)).train()
+    traced = tracebridge.trace(net, torch.rand(5, 3))
+    gm = tracebridge.to_graph_module(traced)
+    assert gm.get_parameter("0.weight") is net[0].weight
+    assert gm.get_buffer("1.running_mean").data_ptr() == net[1].running_mean.data_ptr()
+    ours = {n: p.data_ptr() for n, p in gm.named_parameters()}
+    assert ours == {n: p.data_ptr() for n, p in net.named_parameters()}
+
+    before = net[0].weight.detach().clone()
+    mean_before = net[1].running_mean.clone()
+    optimizer = torch.optim.SGD(gm.parameters(), lr=0.1)
+    loss = gm(torch.rand(6, 3))[0].pow(2).sum()
+    loss.backward()
+    optimizer.step()
+    assert not torch.equal(net[0].weight, before), "the step did not reach the module"
+    assert not torch.equal(net[1].running_mean, mean_before), "statistics not updated"
+    assert net[0].weight.grad is not None
+
+
+def test_sizes_stay_symbolic() -> None:
+    def flatten(x):
+        return x.view(x.size(0), -1) * x.size(1)
+
+    traced = tracebridge.trace(flatten, torch.rand(2, 3, 4))
+    gm = tracebridge.to_graph_module(traced)
+    assert "size(0)" in gm.code and "size(1)" in gm.code
+    for shape in [(2, 3, 4), (5, 1, 7), (1, 6, 2)]:
+        x = torch.rand(shape)
+        torch.testing.assert_close(gm(x)[0], flatten(x))
+
+
+def _branchy(x):
+    if x.size(0) > 2:
+        return x.relu() * 2
+    return x
+
+
+def test_guard_failure_raises_guard_error() -> None:
+    traced = tracebridge.trace(_branchy, torch.rand(3, 4))
+    gm = tracebridge.to_graph_module(traced)
+    torch.testing.assert_close(gm(torch.rand(5, 4))[0].shape, torch.Size([5, 4]))
+    with pytest.raises(tracebridge.GuardError, match=r"x.size\(0\) > 2|x.shape\[0\] > 2"):
+        gm(torch.rand(2, 4))
+
+
+def test_pytree_structure_is_recoverable() -> None:
+    def f(pair, scale):
+        a, b = pair["a"], pair["b"]
+        return {"sum": a + b, "parts": (a * scale, None, b)}
+
+    args = ({"a": torch.rand(2), "b": torch.rand(2)}, torch.tensor(3.0))
+    traced = tracebridge.trace(f, args, strict=False)
+    gm = tracebridge.to_graph_module(traced)
+    flat = bridge.flatten_inputs(gm, *args)
+    assert [t.data_ptr() for t in flat] == [
+        args[0]["a"].data_ptr(),
+        args[0]["b"].data_ptr(),
+        args[1].data_ptr(),
+    ]
+    out = gm(*flat)
+    assert isinstance(out, tuple) and len(out) == 3
+    torch.testing.assert_close(bridge.unflatten_outputs(gm, out), f(*args))
+    torch.testing.assert_close(bridge.call(gm, *args), f(*args))
+    with pytest.raises(tracebridge.TraceError, match="shaped differently"):
+        bridge.call(gm, args[0])
+
+
+def test_respect_mode_follows_the_module() -> None:
+    net = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Dropout(0.5))
+    traced = tracebridge.trace(net, torch.rand(4, 3), respect_mode=True)
+    x = torch.rand(4, 3)
+    traced.eval()
+    torch.testing.assert_close(tracebridge.to_graph_module(traced)(x)[0], net[0](x))
+    traced.train()
+    gm = tracebridge.to_graph_module(traced)
+    assert bridge.info(gm).method == "trainforward" and gm.training
+
+
+def test_program_with_its_state() -> None:
+    net = torch.nn.Linear(3, 2)
+    traced = tracebridge.trace(net, torch.rand(4, 3))
+    gm = tracebridge.to_graph_module(traced.program)
+    x = torch.rand(2, 3)
+    torch.testing.assert_close(gm(x)[0], net(x))
+
+
+def test_errors_say_what_to_do() -> None:
+    with pytest.raises(tracebridge.TraceError, match="trace it first"):
+        tracebridge.to_graph_module(torch.nn.Linear(2, 2))
+    traced = tracebridge.trace(torch.nn.Linear(2, 2), torch.rand(1, 2))
+    with pytest.raises(tracebridge.TraceError, match="no method 'encode'.*pass method="):
+        tracebridge.to_graph_module(traced, "encode")
+    with pytest.raises(tracebridge.TraceError, match="not made by tracebridge.to_graph_module"):
+        bridge.info(torch.fx.symbolic_trace(torch.nn.Linear(2, 2)))
+
+
+def test_torch_export_keeps_sizes_dynamic() -> None:
+    """torch.export of the GraphModule (what AOTInductor and ONNX build on): the traced
+    symbols are dynamic dimensions, and a size guard is an assertion of the program."""
+    traced = tracebridge.trace(_branchy, torch.rand(3, 4))
+    gm = tracebridge.to_graph_module(traced)
+    exported = torch.export.export(
+        gm, bridge.example_inputs(gm), dynamic_shapes=bridge.dynamic_shapes(gm), strict=False
+    )
+    for shape in [(3, 4), (8, 2)]:
+        x = torch.rand(shape)
+        torch.testing.assert_close(exported.module()(x)[0], _branchy(x))
+    with pytest.raises(Exception, match=r"x.size\(\)\[0\] >= 3"):
+        exported.module()(torch.rand(2, 4))
