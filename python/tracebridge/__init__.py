@@ -41,6 +41,7 @@ from .errors import (  # noqa: E402
     UnsupportedOpError,
 )
 from .export import to_graph_module  # noqa: E402
+from .export.aot import load_compiled, save_compiled  # noqa: E402
 from .runtime import guards_disabled  # noqa: E402
 from .version import __version__  # noqa: E402,F401
 
@@ -58,7 +59,9 @@ __all__ = [
     "compile",
     "guards_disabled",
     "load",
+    "load_compiled",
     "save",
+    "save_compiled",
     "to_graph_module",
     "trace",
     "trace_module",
