@@ -11,6 +11,11 @@ Note: the steps, each in its own function below.
      run again comparing every partition with its uncompiled self to name the culprit;
   6. embed the partition (backend, compiler args, node indices) in ``program.backend``:
      compiled code is never stored (nothing is pickled); ``load_compiled`` recompiles.
+A backend that compiles whole graphs (``Backend.whole_graph``: inductor) takes another
+road after step 2 (``_compile_whole``, whole.py): the method's GraphModule from
+export/fx.py is compiled once, Dynamo splitting it only around the nodes the backend does
+not support; the first call on the example inputs warms it up under ``compiler_timeout``,
+the check compares it with eager, and ``whole_graph: {"eager_nodes": [...]}`` is embedded.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ from .partition import (
     partitioned_graph,
     subgraph_graph,
 )
+from .tolerance import default_tolerance
+from .whole import WholePlan, eager_nodes
 
 log = logging.getLogger("tracebridge.backends")
 META_KEY = "backend"
@@ -241,6 +248,113 @@ def _embed(
     }
 
 
+def _whole_plan(impl: Backend, graph: Graph, coverage: Coverage, workdir) -> MethodPlan:
+    whole = WholePlan(
+        compile=lambda gm: impl.compile_graph_module(gm, None, impl.args, workdir),
+        eager_nodes=eager_nodes(graph, coverage, impl.supports),
+    )
+    return MethodPlan([], graph, whole=whole)
+
+
+def _whole_coverage(coverage: Coverage, graph: Graph, plan: MethodPlan) -> Coverage:
+    """Coverage of a whole-graph compile: one graph, every op but the eager ones."""
+    ops = [i for i, n in enumerate(graph.nodes) if n.op not in ("prim.state", "prim.guard")]
+    coverage.compiled = len(ops) - len(plan.whole.eager_nodes)
+    coverage.subgraphs = [f"{coverage.backend}_graph"]
+    return coverage
+
+
+def _warm_up(impl: Backend, obj, args: tuple, module, timeout, verbose: bool) -> None:
+    """The first call (where the compiler runs) on the example inputs, in a worker thread
+    under ``timeout``, as partitions are compiled (see _compile_all)."""
+    failure: list[BaseException] = []
+    grad = torch.is_grad_enabled()
+
+    def work():
+        torch.set_grad_enabled(grad)
+        start = time.perf_counter()
+        try:
+            with preserved(module):
+                obj(*args)
+        except BaseException as exc:  # noqa: BLE001 - reported in the caller's thread
+            failure.append(exc)
+            return
+        message = f"compiled {impl.name}_graph in {time.perf_counter() - start:.2f} s"
+        log.info(message)
+        if verbose:
+            print(message)
+
+    worker = threading.Thread(target=work, name="tracebridge-compile", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise subprocess.TimeoutExpired(f"tracebridge.compile(backend={impl.name!r})", timeout)
+    if failure:
+        exc = failure[0]
+        error = BackendError(
+            f"backend {impl.name!r} failed to compile the whole graph: "
+            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:500] if str(exc) else ''}"
+        )
+        raise error from exc
+
+
+def _compile_whole(
+    model, module, traced, impl, coverage, args, workdir, timeout, verbose, check, embed
+):
+    """tracebridge.compile for a ``whole_graph`` backend (whole.py): one compile of the
+    method's GraphModule, Dynamo splitting it only around the ops the backend leaves out."""
+    program = traced.program
+    graph = program.methods["forward"]
+    plan = _whole_plan(impl, graph, coverage, workdir)
+    coverage = _whole_coverage(coverage, graph, plan)
+    name = getattr(traced, "__name__", "forward")
+    log.info("%s", coverage)
+    if verbose:
+        print(coverage)
+    if workdir is not None:
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, "partition.txt"), "w") as f:
+            f.write(f"{coverage}\n\neager nodes: {plan.whole.eager_nodes}\n\n")
+            f.write(graph_text(graph, name) + "\n")
+    plans = {"forward": plan}
+    if module is not None:
+        obj = CompiledModule(program, plans, coverage, original=module)
+    else:
+        obj = CompiledFunction(program, plans, coverage, name=name)
+    _warm_up(impl, obj, args, module, timeout, verbose)
+    check_trace, check_inputs, tolerance = check
+    if check_trace:
+        _check_whole(model, obj, args, check_inputs, tolerance, module, impl.name)
+    compiler_args, min_size = embed
+    _embed(program, impl.name, compiler_args, min_size, [], coverage)
+    program.backend["methods"]["forward"]["whole_graph"] = plan.whole.to_json()
+    return obj
+
+
+def _check_whole(model, obj, args, check_inputs, tolerance, module, backend) -> None:
+    cases = [args] + [api._as_args(c) for c in (check_inputs or [])]
+    for index, case in enumerate(cases):
+        label = (
+            f"backend {backend!r} on the example inputs"
+            if index == 0
+            else f"backend {backend!r} on check input {index - 1}"
+        )
+        rng = torch.get_rng_state()
+        with preserved(module), torch.no_grad():
+            expected = model(*case)
+        torch.set_rng_state(rng)
+        with preserved(module), torch.no_grad():
+            got = obj(*case)
+        try:
+            compare_outputs(expected, got, tolerance, label)
+        except TracingCheckError as exc:
+            raise TracingCheckError(
+                f"{exc}\n  the whole graph was compiled at once by {backend!r}; compile with "
+                "a larger check_tolerance, another --mode, or backend='reference' to find "
+                "the op that differs"
+            ) from None
+
+
 def compile(
     model: Callable | nn.Module,
     example_inputs: Any,
@@ -250,7 +364,7 @@ def compile(
     compiler_workdir: str | os.PathLike | None = None,
     check_trace: bool = True,
     check_inputs: list | None = None,
-    check_tolerance: float = 1e-5,
+    check_tolerance: float | None = None,
     backend: str = "inductor",
     min_subgraph_size: int = 2,
     verbose: bool = False,
@@ -291,11 +405,27 @@ def compile(
         args,
         check_trace=check_trace,
         check_inputs=check_inputs,
-        check_tolerance=check_tolerance,
+        check_tolerance=1e-5 if check_tolerance is None else check_tolerance,
     )
+    if check_tolerance is None:
+        check_tolerance = default_tolerance(args, traced)
     program = traced.program
     graph = program.methods["forward"]
     subgraphs, coverage = partition(graph, impl.supports, backend, min_subgraph_size)
+    if impl.whole_graph and coverage.compiled:
+        return _compile_whole(
+            model,
+            module,
+            traced,
+            impl,
+            coverage,
+            args,
+            workdir,
+            compiler_timeout,
+            verbose,
+            check=(check_trace, check_inputs, check_tolerance),
+            embed=(compiler_args, min_subgraph_size),
+        )
     plan = _plan(graph, subgraphs)
     name = getattr(traced, "__name__", "forward")
     log.info("%s", coverage)
@@ -317,6 +447,38 @@ def compile(
         _check(model, obj, plan, plain, args, check_inputs, check_tolerance, module, backend)
     _embed(program, backend, compiler_args, min_subgraph_size, subgraphs, coverage)
     return obj
+
+
+def _add_coverage(total: Coverage, method: Coverage) -> None:
+    total.total += method.total
+    total.supported += method.supported
+    for op, count in method.unsupported.items():
+        total.unsupported[op] = total.unsupported.get(op, 0) + count
+
+
+def _stored_whole_plan(path, impl: Backend, graph: Graph, entry, workdir) -> MethodPlan:
+    """The plan of a method saved whole-graph compiled; its eager nodes checked."""
+    where = os.fspath(path)
+    nodes = entry.get("eager_nodes") if isinstance(entry, dict) else None
+    if not isinstance(nodes, list) or not all(
+        type(i) is int and 0 <= i < len(graph.nodes) for i in nodes
+    ):
+        raise ArtifactError(
+            f"{where}: {META_KEY} whole_graph.eager_nodes must be a list of node indices of "
+            "the method; the file is corrupt"
+        )
+    if not impl.whole_graph:
+        raise BackendError(
+            f"{where}: compiled whole-graph, but backend {impl.name!r} does not compile "
+            "whole graphs; the file was made by another tracebridge version"
+        )
+    whole = WholePlan(
+        compile=lambda gm: impl.compile_graph_module(gm, None, impl.args, workdir),
+        eager_nodes=sorted(
+            set(nodes) | set(eager_nodes(graph, Coverage(impl.name), impl.supports))
+        ),
+    )
+    return MethodPlan([], graph, whole=whole)
 
 
 def load_compiled(
@@ -361,6 +523,13 @@ def load_compiled(
                 "which the program does not have"
             )
         graph = program.methods[method]
+        if "whole_graph" in entry:
+            plans[method] = _stored_whole_plan(path, impl, graph, entry["whole_graph"], workdir)
+            _, method_coverage = partition(graph, impl.supports, backend, 1)
+            _add_coverage(coverage, method_coverage)
+            coverage.compiled += _whole_coverage(Coverage(backend), graph, plans[method]).compiled
+            coverage.subgraphs.append(f"{backend}_graph")
+            continue
         try:
             subgraphs = [
                 boundary(graph, Subgraph(str(s["name"]), [int(i) for i in s["nodes"]]))
@@ -386,10 +555,7 @@ def load_compiled(
             )
         plans[method] = plan
         _, method_coverage = partition(graph, impl.supports, backend, 1)
-        coverage.total += method_coverage.total
-        coverage.supported += method_coverage.supported
-        for op, count in method_coverage.unsupported.items():
-            coverage.unsupported[op] = coverage.unsupported.get(op, 0) + count
+        _add_coverage(coverage, method_coverage)
         coverage.compiled += sum(len(s.nodes) for s in subgraphs)
         coverage.subgraphs += [s.name for s in subgraphs]
     if program.kind == "function":

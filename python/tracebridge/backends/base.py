@@ -38,6 +38,9 @@ class Backend:
     """
 
     name = "backend"
+    # True: the backend compiles a whole method's torch.fx.GraphModule at once
+    # (``compile_graph_module``, see whole.py) instead of partition functions.
+    whole_graph = False
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
@@ -72,6 +75,13 @@ class Backend:
         """Return a callable equivalent to ``subgraph_fn``. ``example_inputs`` are the
         partition's inputs seen while tracing (None when recompiling after ``load``): a
         backend warms up on them so that compiling costs nothing at the first call."""
+        raise NotImplementedError
+
+    def compile_graph_module(self, gm, example_inputs: tuple | None, args, workdir) -> Callable:
+        """For a ``whole_graph`` backend: a callable equivalent to ``gm`` (a method's
+        GraphModule from export/fx.py: flat input tensors in, a tuple of outputs out; the
+        nodes the backend does not support are already wrapped to run eagerly). With
+        ``example_inputs``, warm up on them (None when recompiling after ``load``)."""
         raise NotImplementedError
 
 

@@ -11,11 +11,14 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from torch.nn.modules import module as _hooks
+
 from ..api import TracedFunction, TracedModule
 from ..ir import Graph, Program
 from ..ir.printer import graph_text
 from ..runtime import Method
 from .partition import Coverage, PartitionedCodeGen, Subgraph
+from .whole import WholeGraphMethod, WholePlan
 
 
 class LazySubgraph:
@@ -43,6 +46,7 @@ class MethodPlan:
     graph: Graph
     functions: dict[str, Callable] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
+    whole: WholePlan | None = None  # set: the whole graph is compiled at once (whole.py)
 
 
 class CompiledMethod(Method):
@@ -62,13 +66,33 @@ class CompiledMethod(Method):
         self._compiled.clear()
 
 
+def _compiled_method(name: str, graph: Graph, slots: dict, plan, methods) -> Method:
+    if plan is None:
+        return Method(name, graph, slots, "codegen", methods)
+    if plan.whole is not None:
+        return WholeGraphMethod(name, graph, slots, plan.whole, methods)
+    return CompiledMethod(name, graph, slots, plan, methods)
+
+
 def _compiled_methods(obj, slots: dict) -> dict[str, Method]:
     return {
-        name: CompiledMethod(name, g, slots, obj._plans[name], obj.program.methods)
-        if name in obj._plans
-        else Method(name, g, slots, "codegen", obj.program.methods)
+        name: _compiled_method(name, g, slots, obj._plans.get(name), obj.program.methods)
         for name, g in obj.program.methods.items()
     }
+
+
+def _hooked(module) -> bool:
+    """Whether a call of ``module`` must go through nn.Module's call (hooks to run)."""
+    return bool(
+        module._forward_hooks
+        or module._forward_pre_hooks
+        or module._backward_hooks
+        or module._backward_pre_hooks
+        or _hooks._global_forward_hooks
+        or _hooks._global_forward_pre_hooks
+        or _hooks._global_backward_hooks
+        or _hooks._global_backward_pre_hooks
+    )
 
 
 class _CompiledMixin:
@@ -126,6 +150,14 @@ class CompiledModule(_CompiledMixin, TracedModule):
 
     def _make_methods(self, slots: dict, runtime: str) -> None:
         self._methods = _compiled_methods(self, slots)
+
+    def __call__(self, *args, **kwargs):
+        # nn.Module's call, without its own cost when nothing needs it (no hooks, one
+        # ``forward`` for both modes): a compiled call should cost what torch.compile's does.
+        program = self.program
+        if _hooked(self) or "forward" in program.dispatch or "forward" in program.mode_bound:
+            return super().__call__(*args, **kwargs)
+        return self._methods["forward"](*args, **kwargs)
 
     @property
     def graph(self) -> str:

@@ -1,11 +1,16 @@
-"""The ``inductor`` backend: each partition's generated function goes through
-``torch.compile(fn, backend="inductor", dynamic=True)`` and is warmed up on the partition's
-example inputs, so the compile cost is paid in ``tracebridge.compile``, not at the first call.
+"""The ``inductor`` backend: ``torch.compile(gm, backend="inductor", dynamic=True)`` of the
+method's whole GraphModule (export/fx.py), warmed up on the example inputs, so the compile
+cost is paid in ``tracebridge.compile``, not at the first call.
 
 compiler_args: ``--mode {default,reduce-overhead,max-autotune,max-autotune-no-cudagraphs}``,
-``--dynamic`` (the default: sizes stay symbolic) or ``--no-dynamic``, ``--fullgraph`` (fail
-instead of splitting a partition Dynamo cannot capture whole), ``--debug`` (inductor's debug
-trace, into ``compiler_workdir``), ``--autograd`` (see below).
+``--dynamic`` (the default: sizes stay symbolic), ``--no-dynamic`` or ``--auto-dynamic``
+(``torch.compile``'s default: sizes of the first call, a size made symbolic when it
+changes), ``--fullgraph`` (fail instead of letting Dynamo split the graph), ``--debug``
+(inductor's debug trace, into ``compiler_workdir``), ``--autograd`` (see below).
+
+Inductor compiles whole graphs (``whole_graph``, see whole.py) with
+``compile_graph_module``; ``compile`` (one partition's function) remains for artifacts saved
+partitioned by earlier versions, which ``load_compiled`` still reads.
 
 Note: compiled partitions are for inference, as with ``torch.neuron.trace``: by default they
 run under ``torch.no_grad()``, so the one graph compiled and warmed up in ``compile`` is the
@@ -54,12 +59,15 @@ def _environment(workdir, debug: bool):
 
 class InductorBackend(Backend):
     name = "inductor"
+    whole_graph = True
 
     @classmethod
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--mode", choices=MODES, default="default")
         parser.add_argument("--dynamic", dest="dynamic", action="store_true", default=True)
         parser.add_argument("--no-dynamic", dest="dynamic", action="store_false")
+        # torch.compile's own default: specialise, make a size symbolic once it changes
+        parser.add_argument("--auto-dynamic", dest="dynamic", action="store_const", const=None)
         parser.add_argument("--fullgraph", action="store_true")
         parser.add_argument("--debug", action="store_true")
         parser.add_argument("--autograd", action="store_true")
@@ -83,9 +91,30 @@ class InductorBackend(Backend):
             run(*example_inputs)
         return run
 
+    def compile_graph_module(self, gm, example_inputs, args, workdir) -> Callable:
+        """One ``torch.compile`` of the method's GraphModule, as ``torch.compile(model)``
+        does it: parameters stay module attributes (static inputs for CUDA graphs under
+        ``reduce-overhead``, never copied per call)."""
+        mode = None if args.mode == "default" else args.mode
+        compiled = torch.compile(
+            gm,
+            backend="inductor",
+            dynamic=args.dynamic,
+            fullgraph=args.fullgraph,
+            mode=mode,
+        )
+        run = compiled if args.autograd else _inference(compiled)
+        if example_inputs is None:
+            return _FirstCallIn(run, workdir, args.debug) if workdir is not None else run
+        with _environment(workdir, args.debug):
+            run(*example_inputs)
+        return run
+
 
 def _inference(fn: Callable) -> Callable:
     def run(*inputs):
+        if not torch.is_grad_enabled():  # already inference: skip entering no_grad
+            return fn(*inputs)
         with torch.no_grad():
             return fn(*inputs)
 

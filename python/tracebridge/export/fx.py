@@ -170,11 +170,21 @@ class BridgeInfo:
 class _Builder:
     """Builds the FX graph of one traced graph, one short method per kind of node."""
 
-    def __init__(self, graph: Graph, name: str, methods: dict[str, Graph], targets: dict):
+    def __init__(
+        self,
+        graph: Graph,
+        name: str,
+        methods: dict[str, Graph],
+        targets: dict,
+        eager: Callable[[Callable], Callable] | None = None,
+        eager_nodes: frozenset[int] = frozenset(),
+    ):
         self.graph = graph
         self.name = name
         self.methods = methods
         self.targets = targets  # state name -> attribute path in the GraphModule
+        self.eager = eager  # wraps the callables of ``eager_nodes`` (a compiler's opt-out)
+        self.eager_nodes = eager_nodes
         self.fx = fx.Graph()
         self.env: dict[int, fx.Node] = {}
         self.where = name
@@ -218,6 +228,8 @@ class _Builder:
                 self.state(node)
             elif node.op == "prim.guard":
                 self.guard(node)
+            elif index in self.eager_nodes and self.eager is not None:
+                self.op(node, self.eager)
             else:
                 self.op(node)
         self.where = f"{self.name}: the outputs"
@@ -235,9 +247,12 @@ class _Builder:
         value = self.literal(node.args[0])
         self.fx.call_function(make_guard(node, self.line(node)), (value,))
 
-    def op(self, node: Node) -> None:
+    def op(self, node: Node, wrap: Callable[[Callable], Callable] | None = None) -> None:
         args, kwargs = self.arguments(node)
-        if node.op in _METHODS:
+        if wrap is not None:
+            fn = _OPERATORS.get(node.op) or support.node_callable(node, self.methods)
+            result = self.fx.call_function(wrap(fn), args, kwargs)
+        elif node.op in _METHODS:
             result = self.fx.call_method(_METHODS[node.op], args, kwargs)
         elif node.op in _ATTRIBUTES and len(args) == 1:
             result = self.fx.call_function(getattr, (args[0], _ATTRIBUTES[node.op]))
@@ -395,7 +410,22 @@ def to_graph_module(obj, method: str = "forward") -> fx.GraphModule:
     True
     """
     program, name, slots, training = _resolve(obj, method)
-    graph = program.methods[name]
+    return graph_module(program.methods[name], name, slots, program.methods, training)
+
+
+def graph_module(
+    graph: Graph,
+    name: str,
+    slots: dict,
+    methods: dict[str, Graph],
+    training: bool = False,
+    eager: Callable[[Callable], Callable] | None = None,
+    eager_nodes=(),
+) -> fx.GraphModule:
+    """The GraphModule of one graph over state ``slots`` (state name -> ``(table, key)``,
+    as the runtime reads state): what :func:`to_graph_module` builds. ``eager`` wraps the
+    callable of every node whose index is in ``eager_nodes`` (a backend keeps the ops it
+    does not support out of its compiler with ``torch._dynamo.disable``)."""
     root = nn.Module()
     targets = {}
     for index, state_name in enumerate(_referenced_state(graph)):
@@ -407,8 +437,8 @@ def to_graph_module(obj, method: str = "forward") -> fx.GraphModule:
             )
         table, key = slot
         targets[state_name] = _install(root, state_name, table[key], index)
-    fx_graph = _Builder(graph, name, program.methods, targets).build()
-    gm = fx.GraphModule(root, fx_graph, class_name=_identifier(name, "forward"))
+    builder = _Builder(graph, name, methods, targets, eager, frozenset(eager_nodes))
+    gm = fx.GraphModule(root, builder.build(), class_name=_identifier(name, "forward"))
     gm.train(training)
     gm.meta[META_KEY] = BridgeInfo(
         method=name,

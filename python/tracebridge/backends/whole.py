@@ -1,0 +1,118 @@
+"""Whole-graph compiling: one compiler call over the method's GraphModule (export/fx.py).
+
+Note: why whole graphs. Compiling partitions one by one (partition.py) hands the compiler
+Python functions whose parameters arrive as arguments on every call, and splits the graph
+at every guard; on a GPU that made compiled models slower than plain ones and CUDA graphs
+impossible. A backend that can take a GraphModule (``Backend.whole_graph``) gets the
+method's whole graph instead, as ``torch.compile(model)`` would: parameters are the
+module's own attributes (static inputs for CUDA graphs, never copied), guards are inside
+(Dynamo makes them guards of its own), sizes are symbolic. The nodes it does not support
+are kept out with ``torch._dynamo.disable``, so Dynamo splits the graph only around them
+(and around runs shorter than ``min_subgraph_size``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from ..errors import TraceError
+from ..export.fx import graph_module
+from ..ir import Graph, pytree
+from ..runtime import Method, support
+from .partition import STRUCTURAL, Coverage
+
+
+@dataclass
+class WholePlan:
+    """How one method runs whole-graph compiled: the nodes left to eager PyTorch and the
+    function that compiles the method's GraphModule (``compile(gm) -> callable``)."""
+
+    compile: Callable
+    eager_nodes: list[int] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"eager_nodes": list(self.eager_nodes)}
+
+
+def eager_nodes(graph: Graph, coverage: Coverage, supports: Callable) -> list[int]:
+    """Nodes the compiler must not take: unsupported ops, and the tensor ops of supported
+    runs shorter than ``min_subgraph_size`` (``coverage.too_small``)."""
+    small = {i for run in coverage.too_small for i in run}
+    return [
+        i
+        for i, node in enumerate(graph.nodes)
+        if node.op not in STRUCTURAL
+        and (not supports(node) or (i in small and not node.op.startswith(("prim.", "scalar."))))
+    ]
+
+
+def _eager(fn: Callable) -> Callable:
+    """``fn`` run by eager PyTorch inside a compiled graph (Dynamo breaks the graph there)."""
+    return torch._dynamo.disable(fn, recursive=True)
+
+
+class WholeGraphMethod(Method):
+    """A Method whose graph runs as one compiled GraphModule; argument handling (pytree
+    in, input checks) is the runtime's, the result is rebuilt from the flat outputs."""
+
+    def __init__(self, name: str, graph: Graph, slots: dict, plan: WholePlan, methods=None):
+        super().__init__(name, graph, slots, "codegen", methods)
+        self.plan = plan
+        self.graph_module = None
+        self._whole = None  # the compiled GraphModule, one for both guard settings
+
+    def __call__(self, *args, **kwargs):
+        # The runtime's argument handling, minus what a compiled graph does not need (the
+        # guard switch: guards are inside the graph), so that a call costs what a call of
+        # ``torch.compile(model)`` costs.
+        fn = self._compiled.get(True)
+        if fn is None or kwargs or not self._simple or len(args) != self._n_inputs:
+            return super().__call__(*args, **kwargs)
+        try:
+            return fn(*args)
+        except TraceError:
+            raise
+        except Exception as exc:
+            raise support.op_failed(self.name, exc) from exc
+
+    def _function(self, guards: bool):
+        return super()._function(True)
+
+    def build(self):
+        """The method's GraphModule over the object's state (made once)."""
+        if self.graph_module is None:
+            self.graph_module = graph_module(
+                self.graph,
+                self.name,
+                self._slots,
+                self._methods,
+                eager=_eager,
+                eager_nodes=self.plan.eager_nodes,
+            )
+        return self.graph_module
+
+    def _make(self, guards: bool):
+        # Guards are inside the compiled graph: they are checked whatever ``guards`` says.
+        if self._whole is None:
+            self._whole = self.plan.compile(self.build())
+        compiled = self._whole
+        graph, spec = self.graph, self.graph.out_spec
+        ranks = [len(v.shape or []) for v in graph.inputs]
+        kinds = [support.kind_of(v.dtype) for v in graph.inputs]
+        kind_of = support.DTYPE_KIND.get
+        single = spec.get("t") == "leaf"
+
+        def run(*leaves):
+            # The runtime's input checks (rank, kind of dtype), inline: this wrapper is
+            # all that a compiled call costs beyond torch.compile's own.
+            for leaf, rank, kind in zip(leaves, ranks, kinds):
+                if leaf.dim() != rank or (kind is not None and kind_of(leaf.dtype) != kind):
+                    support.check_inputs(graph, leaves)
+            flat = compiled(*leaves)
+            return flat[0] if single else pytree.unflatten(list(flat), spec)
+
+        run.__name__ = self.name
+        return run
