@@ -163,6 +163,14 @@ def test_a_file_without_a_package_loads_on_the_runtime(tmp_path):
         aot.extract_package(path, tmp_path / "x.pt2")
 
 
+def test_a_file_of_tracebridge_compile_is_recompiled(tmp_path):
+    path = tmp_path / "partitioned.tb"
+    tracebridge.compile(lambda x: (x * 2).relu(), torch.rand(3), backend="reference").save(path)
+    m = tracebridge.load_compiled(path)
+    assert m.compiled_form == "recompiled" and "recompiles" in m.compiled_reason
+    torch.testing.assert_close(m(torch.tensor([-1.0, 2.0])), torch.tensor([0.0, 4.0]))
+
+
 def test_save_compiled_refuses_what_is_not_traced(tmp_path):
     with pytest.raises(tracebridge.TraceError, match="trace it first"):
         tracebridge.save_compiled(small_cnn(), tmp_path / "x.tb")

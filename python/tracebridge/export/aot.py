@@ -13,8 +13,9 @@ Note: the steps, and who trusts what.
      (safe from anyone: the member is never opened) and runs on the plain runtime; when
      the package does not suit this process (another torch, device or platform, or a
      program changed since), it runs on the plain runtime as well. Either way the result
-     says which: ``compiled_form`` is ``"aot"`` or ``"runtime"``, ``compiled_reason`` says
-     why, and a :class:`CompiledCodeWarning` is issued when a package was there but unused.
+     says which: ``compiled_form`` is ``"aot"`` or ``"runtime"`` (``"recompiled"`` for a
+     file of ``tracebridge.compile``), ``compiled_reason`` says why, and a
+     :class:`CompiledCodeWarning` is issued when a package was there but unused.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from . import fx
 
 RUNTIME = "runtime"
 AOT = "aot"
+RECOMPILED = "recompiled"
 
 
 class CompiledCodeWarning(UserWarning):
@@ -200,8 +202,10 @@ def load_compiled(
     its AOTInductor package (native code) runs, when it suits this process: same torch
     build, platform and device kind, and the program it was compiled from. Otherwise
     (the default: a file from anyone stays safe to load) the program runs on the plain
-    runtime. ``compiled_form`` (``"aot"`` or ``"runtime"``) and ``compiled_reason`` on the
-    result say which and why; a :class:`CompiledCodeWarning` says so when a package was
+    runtime. A file saved by ``tracebridge.compile`` (no package, a partition) is
+    recompiled by its backend at the first call, as ``backends.load_compiled`` does.
+    ``compiled_form`` (``"aot"``, ``"runtime"`` or ``"recompiled"``) and ``compiled_reason``
+    on the result say which and why; a :class:`CompiledCodeWarning` says so when a package was
     there but not used. ``map_location`` and ``runtime`` are :func:`tracebridge.load`'s.
 
     >>> import torch, tracebridge, tempfile, os
@@ -212,8 +216,10 @@ def load_compiled(
     >>> g.compiled_form, g(torch.ones(2))
     ('runtime', tensor([2., 2.]))
     """
-    plain = api.load(path, runtime=runtime, map_location=map_location)
     doc = _document(path)
+    if "compiled" not in doc and "backend" in doc:
+        return _recompiled(path, map_location, "the file holds a tracebridge.compile partition")
+    plain = api.load(path, runtime=runtime, map_location=map_location)
     if "compiled" not in doc:
         return _plain(plain, "the file holds no compiled package", warn=False)
     if not trust_compiled_code:
@@ -229,6 +235,19 @@ def load_compiled(
     method = doc["compiled"].get("method", "forward")
     runner = _load_package(path, doc)
     return AOTCompiled(runner, plain, fx.to_graph_module(plain, method), method)
+
+
+def _recompiled(path, map_location, reason: str):
+    """A file saved by ``tracebridge.compile``: its backend recompiles the partitions at
+    the first call (``backends.load_compiled``), as before packages existed."""
+    # backends/ is the stage after export/ (it compiles the bridge's GraphModule), so it is
+    # imported here, where a file that needs it is loaded, not at the top.
+    from ..backends import load_compiled as recompile
+
+    obj = recompile(path, map_location=map_location)
+    obj.compiled_form = RECOMPILED
+    obj.compiled_reason = f"{reason}: its backend recompiles it at the first call"
+    return obj
 
 
 def _document(path) -> dict:
