@@ -30,7 +30,9 @@ from tracebridge.export import aot
 from .conftest import run_fresh_python
 
 ROOT = Path(__file__).resolve().parents[2]
-SHAPE = (2, 3, 16, 16)
+# traced at batch 1: the package must still take any batch (compile_package's examples
+# make a symbolic size of 1 into 2, which torch.export would otherwise fix)
+SHAPE = (1, 3, 16, 16)
 
 
 def small_cnn() -> nn.Module:
@@ -169,6 +171,15 @@ def test_a_file_of_tracebridge_compile_is_recompiled(tmp_path):
     m = tracebridge.load_compiled(path)
     assert m.compiled_form == "recompiled" and "recompiles" in m.compiled_reason
     torch.testing.assert_close(m(torch.tensor([-1.0, 2.0])), torch.tensor([0.0, 4.0]))
+
+
+def test_a_guard_on_tensor_data_cannot_be_packaged(tmp_path):
+    def gated(x):
+        return x * 2 if x.sum() > 0 else -x
+
+    traced = tracebridge.trace(gated, torch.ones(3))
+    with pytest.raises(tracebridge.TraceError, match="no exported form"):
+        aot.compile_package(traced, tmp_path / "gated.pt2")
 
 
 def test_save_compiled_refuses_what_is_not_traced(tmp_path):

@@ -26,7 +26,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -67,7 +67,9 @@ def compile_package(
     """Compile ``obj``'s ``method`` (a traced function or module, or a loaded artifact)
     into an AOTInductor package at ``package_path``; returns the path. The dimensions the
     trace left symbolic stay dynamic; ``example_inputs`` (the traced call's arguments)
-    default to random inputs of the trace's example sizes.
+    default to random inputs of the trace's example sizes, a symbolic size of 1 made 2
+    (``torch.export`` would fix a dimension whose example is 0 or 1: pass examples whose
+    dynamic sizes are at least 2).
 
     >>> import torch, tracebridge, tempfile, os
     >>> f = tracebridge.trace(lambda x: x.relu() * 2, torch.rand(2, 3))
@@ -77,27 +79,46 @@ def compile_package(
     """
     gm = fx.to_graph_module(obj, method)
     if example_inputs is None:
-        examples = fx.example_inputs(gm)
+        tries = [fx.example_inputs(gm, _widened(gm)), fx.example_inputs(gm)]
     else:
-        examples = tuple(fx.flatten_inputs(gm, *api._as_args(example_inputs)))
-    device = _device_of(obj, examples)
-    examples = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in examples)
-    try:
-        exported = torch.export.export(
-            gm, examples, dynamic_shapes=fx.dynamic_shapes(gm), strict=False
-        )
-    except Exception as exc:
-        raise TraceError(
-            f"torch.export could not export method {method!r} for an AOTInductor package: "
-            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; a guard "
-            "on tensor data (if x.sum() > 0) has no exported form: keep using the plain "
-            "artifact (tracebridge.save) or tracebridge.compile for this model"
-        ) from exc
+        tries = [tuple(fx.flatten_inputs(gm, *api._as_args(example_inputs)))]
+    device = _device_of(obj, tries[0])
+    for attempt, examples in enumerate(tries):
+        examples = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in examples)
+        try:
+            exported = torch.export.export(
+                gm, examples, dynamic_shapes=fx.dynamic_shapes(gm), strict=False
+            )
+            break
+        except Exception as exc:
+            if attempt + 1 < len(tries):
+                continue  # the widened sizes broke a guard: export at the trace's own
+            _export_failed(method, exc)
     inductor = importlib.import_module("torch._inductor")  # seconds: only compiling needs it
     with torch.no_grad():
         return inductor.aoti_compile_and_package(
             exported, package_path=os.fspath(package_path), inductor_configs=inductor_configs
         )
+
+
+def _widened(gm) -> list[list[int]]:
+    """The trace's example sizes with each symbolic size of 1 made 2: ``torch.export``
+    fixes a dimension whose example size is 0 or 1, and the trace left it free."""
+    meta = fx.info(gm)
+    return [
+        [2 if isinstance(sym, str) and size == 1 else size for sym, size in zip(shape, example)]
+        for shape, example in zip(meta.input_shapes, meta.example_shapes)
+    ]
+
+
+def _export_failed(method: str, exc: Exception) -> NoReturn:
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    raise TraceError(
+        f"torch.export could not export method {method!r} for an AOTInductor package: "
+        f"{type(exc).__name__}: {first}; a guard on tensor data (if x.sum() > 0) has no "
+        "exported form: keep using the plain artifact (tracebridge.save) or "
+        "tracebridge.compile for this model"
+    ) from exc
 
 
 def save_compiled(
