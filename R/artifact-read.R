@@ -11,7 +11,9 @@
 # (seek + readBin, in chunks of `getOption("tracebridge.read_chunk")` bytes), never whole:
 # base R raw vectors stop at 2^31 - 1 bytes and artifacts of large models are bigger.
 
-artifact_members <- c("program.json", "tensors.safetensors")
+# compiled.pt2 (optional): an AOTInductor package, native code that only Python's
+# load_compiled(trust_compiled_code = TRUE) opens; R never reads it (SPEC section 1).
+artifact_members <- c("program.json", "tensors.safetensors", "compiled.pt2")
 artifact_max_program_bytes <- 64 * 1024^2  # LIMITS['program_bytes'] of check/program.py
 artifact_max_header_bytes <- 1e8
 artifact_filler_prefix <- "#pad"

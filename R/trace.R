@@ -194,6 +194,11 @@ tracebridge_warning <- function(msg) {
 #'   a `.safetensors` file, a character vector of them, or a Hugging Face sharded index
 #'   (`model.safetensors.index.json`). Needed for a program traced on the meta device,
 #'   which is saved without tensor data; missing, extra or mis-shaped weights are refused.
+#' @param map_location For `jit_load()`: `NULL` (default) puts each tensor back on the
+#'   device it was saved from, as `torch.jit.load` does; a device string (`"cpu"`,
+#'   `"cuda:0"`) puts every tensor there, and a named list maps saved devices to devices
+#'   (`list("cuda:0" = "cpu")`). A file saved from a device this machine lacks needs
+#'   `map_location = "cpu"` (the error says so).
 #' @return `jit_save()`: `path`, invisibly. `jit_load()`: a `script_function` or a
 #'   `script_module`.
 #' @examples
@@ -219,7 +224,7 @@ jit_save <- function(obj, path) {
 
 #' @rdname jit_save
 #' @export
-jit_load <- function(path, weights = NULL) {
+jit_load <- function(path, weights = NULL, map_location = NULL) {
   path <- path.expand(path)
   if (!file.exists(path)) {
     tracebridge_abort(sprintf("jit_load(): no file at '%s'.", path), "tracebridge_artifact_error")
@@ -235,7 +240,9 @@ jit_load <- function(path, weights = NULL) {
     weights <- path.expand(weights)
     weights <- if (length(weights) == 1L) weights else as.list(weights)
   }
-  loaded <- py_call_checked(py_core()$load, normalizePath(path), weights = weights)
+  if (is.list(map_location)) map_location <- reticulate::dict(map_location)
+  loaded <- py_call_checked(py_core()$load, normalizePath(path), weights = weights,
+                            map_location = map_location)
   if (reticulate::py_to_r(py_rb()$kind(loaded)) == "module") {
     new_script_module(loaded)
   } else {

@@ -42,6 +42,7 @@ from .errors import (  # noqa: E402
     UnsupportedOpError,
 )
 from .export import export_onnx, to_graph_module  # noqa: E402
+from .export.aot import load_compiled, save_compiled  # noqa: E402
 from .runtime import guards_disabled  # noqa: E402
 from .version import __version__  # noqa: E402,F401
 
@@ -60,7 +61,9 @@ __all__ = [
     "export_onnx",
     "guards_disabled",
     "load",
+    "load_compiled",
     "save",
+    "save_compiled",
     "to_graph_module",
     "trace",
     "trace_module",

@@ -663,13 +663,20 @@ def save(
 def load(
     path: str | os.PathLike,
     runtime: str = "codegen",
-    map_location: str | torch.device | None = None,
+    map_location: str | torch.device | dict | None = None,
     *,
     weights: artifact.WeightsArg | None = None,
     verify: bool | None = None,
 ) -> TracedFunction | TracedModule:
     """Load an artifact written by ``save`` (from Python or R). ``runtime`` is ``codegen``
-    (default, fast) or ``interpreter``; ``map_location`` moves the state to a device.
+    (default, fast) or ``interpreter``.
+
+    Devices are restored as ``torch.jit.load`` restores them: each state tensor goes back to
+    the device it was saved from (a file saved from ``cuda:0`` loads onto ``cuda:0``).
+    ``map_location`` overrides, with ``torch.load``'s forms: a device (``"cpu"``,
+    ``torch.device("cuda:1")``) for every tensor, or a dict from saved device to device
+    (``{"cuda:0": "cpu"}``). A saved device this machine lacks is an ``ArtifactError``
+    that says to pass ``map_location="cpu"``.
 
     The state tensors are views of the memory-mapped file (nothing is copied). ``weights``
     binds the state by name from safetensors checkpoints instead (a file, a list of files,
@@ -686,13 +693,7 @@ def load(
     >>> tracebridge.load(path)(torch.tensor([-1.0, 2.0]))
     tensor([0., 2.])
     """
-    program = artifact.read(path, weights=weights, verify=verify)
+    program = artifact.read(path, weights=weights, verify=verify, map_location=map_location)
     if program.kind == "function":
-        if map_location is not None:
-            for entry in program.state.values():
-                entry.tensor = entry.tensor.to(map_location)
         return TracedFunction(program, runtime=runtime)
-    module = TracedModule(program, runtime=runtime)
-    if map_location is not None:
-        module.to(map_location)
-    return module
+    return TracedModule(program, runtime=runtime)

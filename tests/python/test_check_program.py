@@ -517,6 +517,9 @@ def corpus(base: dict) -> dict[str, object]:
     mutate("alias_is_state", lambda d: d.update(aliases={first_state: first_state}))
     mutate("alias_bad_name", lambda d: d.update(aliases={"a b": first_state}))
     mutate("alias_not_object", lambda d: d.update(aliases=["x"]))
+    mutate("device_ok", lambda d: d["state"][first_state].update(device="cuda:0"))
+    mutate("device_bad", lambda d: d["state"][first_state].update(device="cuda 0; rm"))
+    mutate("device_number", lambda d: d["state"][first_state].update(device=0))
     mutate("eye_product", set_node(last, op="eye", args=[2**20, 2**20], kwargs={}))
     mutate("eye_ok", set_node(last, op="eye", args=[300, 400], kwargs={}))
     mutate("tril_product", set_node(last, op="tril_indices", args=[2**15, 2**15], kwargs={}))
@@ -672,6 +675,7 @@ def test_r_and_python_checkers_agree(base, tmp_path):
         "pow_small",
         "example_absent",
         "alias_ok",
+        "device_ok",
         "eye_ok",
         "arange_ok",
         "fold_ok",

@@ -49,6 +49,8 @@ from ..ir import (
     graph_to_json,
 )
 from ..version import __version__
+from . import compiled as compiled_member
+from . import devices
 from . import tensors as st
 from .atomic import atomic_file
 from .container import PROGRAM_MEMBER, TENSORS_MEMBER, Member, Writer, read_members
@@ -79,15 +81,7 @@ def program_to_json(program: Program, language: str | None = None) -> dict:
         "methods": {name: graph_to_json(g) for name, g in program.methods.items()},
         "dispatch": program.dispatch,
         "module_classes": program.module_classes,
-        "state": {
-            name: {
-                "kind": e.kind,
-                "dtype": DTYPE_NAMES[e.tensor.dtype],
-                "shape": list(e.tensor.shape),
-                "requires_grad": bool(e.tensor.requires_grad),
-            }
-            for name, e in program.state.items()
-        },
+        "state": {name: _state_entry(e) for name, e in program.state.items()},
         "meta": program.meta,
     }
     if program.mode_bound:
@@ -99,6 +93,19 @@ def program_to_json(program: Program, language: str | None = None) -> dict:
     if program.aliases:
         doc["aliases"] = program.aliases
     return doc
+
+
+def _state_entry(entry: StateEntry) -> dict:
+    out = {
+        "kind": entry.kind,
+        "dtype": DTYPE_NAMES[entry.tensor.dtype],
+        "shape": list(entry.tensor.shape),
+        "requires_grad": bool(entry.tensor.requires_grad),
+    }
+    device = devices.saved_device(entry.tensor)
+    if device is not None:
+        out["device"] = device  # restored at load (artifact/devices.py)
+    return out
 
 
 class _Digest:
@@ -161,12 +168,19 @@ def _pieces(layout: st.Layout, tensors: dict[str, torch.Tensor]):
 
 
 def write(
-    program: Program, path: str | os.PathLike, language: str | None = None, *, zip64: bool = False
+    program: Program,
+    path: str | os.PathLike,
+    language: str | None = None,
+    *,
+    zip64: bool = False,
+    compiled: dict | None = None,
 ) -> None:
     """Write ``program`` to ``path`` (any file name), atomically; ``language`` overrides the
     program's source language (``program.language``). State on the meta device is not
     stored: the artifact lists it under ``tensors.external``, and ``load(path, weights=...)``
-    binds it. ``zip64`` forces ZIP64 records (files over 4 GiB get them anyway)."""
+    binds it. ``zip64`` forces ZIP64 records (files over 4 GiB get them anyway).
+    ``compiled``: ``{"package": file, "device": ..., ...}`` stores an AOTInductor package
+    as the optional member ``compiled.pt2`` (artifact/compiled.py)."""
     language = language or program.language
     if language not in ("python", "r"):
         raise ArtifactError(f"language must be 'python' or 'r', not {language!r}")
@@ -187,6 +201,11 @@ def write(
         doc["tensors"] = {"sha256": sha, "count": len(stored)}
         if external:
             doc["tensors"]["external"] = external
+        if compiled is not None:
+            extra = dict(compiled)
+            package, device = extra.pop("package"), extra.pop("device")
+            sha, size = compiled_member.write_member(writer, package)
+            doc["compiled"] = compiled_member.entry(doc, device, sha, size, **extra)
         try:
             text = json.dumps(doc, indent=1, allow_nan=False).encode()
         except ValueError as exc:
@@ -229,6 +248,7 @@ class Opened:
     entries: dict[str, st.Entry] = field(default_factory=dict)
     member: Member | None = None
     data_base: int = 0  # file offset of the first tensor byte
+    members: dict[str, Member] = field(default_factory=dict)
 
     def mapping(self) -> mmap.mmap:
         """The whole file mapped copy-on-write (shared with the page cache until written)."""
@@ -297,7 +317,7 @@ def _open(name: str, handle: BinaryIO) -> Opened:
     check_json_containers(text, name)  # before parsing: parse cost grows with containers
     doc = loads_strict(text, f"{name}: {PROGRAM_MEMBER}")
     check_document(doc, name)
-    opened = Opened(name, doc, handle)
+    opened = Opened(name, doc, handle, members=members)
     tensors = members.get(TENSORS_MEMBER)
     if tensors is not None and tensors.size:
         handle.seek(tensors.data_offset)
@@ -348,10 +368,15 @@ def _check_state(opened: Opened) -> None:
 
 
 def read(
-    path: str | os.PathLike, weights: WeightsArg | None = None, verify: bool | None = None
+    path: str | os.PathLike,
+    weights: WeightsArg | None = None,
+    verify: bool | None = None,
+    map_location: devices.MapLocation = None,
 ) -> Program:
     """Read and check an artifact; returns the Program, its state tensors views of the
-    mapped file (or of the ``weights`` checkpoints). ``verify``: see the module Note."""
+    mapped file (or of the ``weights`` checkpoints). ``verify``: see the module Note.
+    Tensors saved from another device than the CPU go back to it, or where
+    ``map_location`` says (``artifact/devices.py``)."""
     opened = open_artifact(path)
     try:
         tensors: dict[str, torch.Tensor] = {}
@@ -382,7 +407,9 @@ def read(
                 "with weights= a .safetensors file, a list of them, or a sharded index "
                 "(model.safetensors.index.json)"
             )
-        return program_from_json(opened.doc, tensors, opened.name)
+        program = program_from_json(opened.doc, tensors, opened.name)
+        devices.place(program.state, devices.saved_devices(opened.doc), map_location, opened.name)
+        return program
     finally:
         opened.handle.close()  # the mapping keeps the file itself alive
 

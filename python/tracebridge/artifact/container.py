@@ -8,8 +8,8 @@ the end record, a compressed member that expands to gigabytes before any check r
 the container is a small, closed subset of ZIP that both readers check the same way
 (``shared_ir/SPEC.md`` section 1):
 
-* exactly the members the spec names (``program.json``, and ``tensors.safetensors``), each
-  once, no directories, links or other members;
+* exactly the members the spec names (``program.json``, and ``tensors.safetensors`` and
+  ``compiled.pt2``), each once, no directories, links or other members;
 * stored (method 0), never compressed, no encryption flag, no data descriptor, CRC-32 and
   sizes in both headers, and the local header agreeing with the central directory;
 * the members, the central directory and the end record tile the file: the first member at
@@ -32,7 +32,8 @@ from ..errors import ArtifactError
 
 PROGRAM_MEMBER = "program.json"
 TENSORS_MEMBER = "tensors.safetensors"
-MEMBERS = (PROGRAM_MEMBER, TENSORS_MEMBER)
+COMPILED_MEMBER = "compiled.pt2"  # optional: an AOTInductor package (artifact/compiled.py)
+MEMBERS = (PROGRAM_MEMBER, TENSORS_MEMBER, COMPILED_MEMBER)
 
 _LOCAL = 0x04034B50
 _CENTRAL = 0x02014B50

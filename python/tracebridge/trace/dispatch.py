@@ -22,6 +22,7 @@ from ..ir import pytree
 from ..ir.program import Ref, refs_in
 from ..source import OWN_DIR as _OWN_DIR
 from ..source import TORCH_DIR as _TORCH_DIR
+from . import autocast
 from .numbers import _Traced
 
 if TYPE_CHECKING:  # the tracer imports this module
@@ -151,6 +152,9 @@ class Dispatcher:
         enc_args = [self.encode(a) for a in args]
         enc_kwargs = {k: self.encode(v) for k, v in kwargs.items()}
         result = func(*args, **kwargs)
+        enc_args, enc_kwargs = autocast.cast_inputs(
+            self, func, args, kwargs, enc_args, enc_kwargs, result
+        )
         if name == "unbind" and isinstance(result, tuple):
             # ``for row in x`` reaches us as unbind (Tensor.__iter__ skips the mode).
             self.warn(

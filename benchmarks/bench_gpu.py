@@ -1,0 +1,429 @@
+"""Deployment benchmark: eager, torch.jit.trace, torch.compile, CUDA graphs, tracebridge.
+
+Per-call latency (median, µs) of each way to run a model, side by side in one process:
+eager PyTorch, ``torch.jit.trace``, ``torch.compile`` per mode, CUDA graph replay (CUDA
+only), a tracebridge trace, ``tracebridge.compile`` per mode, and an artifact with an
+AOTInductor package loaded with ``tracebridge.load_compiled(..., trust_compiled_code=True)``
+(its load + first call is reported too). Models: a ResNet-style CNN (no torchvision), a
+transformer encoder (4 layers, 256 wide, sequence 128) at batch 1 and 16, an MLP
+512-2048-2048-10 at batch 16, a 4-layer GPT-2-style decoder in bfloat16 at batch 1 and 16.
+
+    python benchmarks/bench_gpu.py                   # CUDA; exits 0 with a message without it
+    python benchmarks/bench_gpu.py --device cpu      # the same code paths on the CPU
+    python benchmarks/bench_gpu.py --device cpu --write   # update benchmarks/RESULTS.md
+
+On the CPU the models are smaller (``--small``, the default there: 64x64 images, a
+GPT-2 of width 256 and vocabulary 8192) and one thread runs them, so that a run takes
+minutes on a shared machine; ``reduce-overhead`` and CUDA graphs are CUDA features and
+are skipped there unless ``--modes`` names them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "python"))
+
+import tracebridge  # noqa: E402
+from tracebridge.export import aot  # noqa: E402
+
+# --------------------------------------------------------------------------- models
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
+            )
+
+    def forward(self, x):
+        out = torch.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return torch.relu(out + (x if self.down is None else self.down(x)))
+
+
+class ResNetish(nn.Module):
+    """ResNet-18's layout (2 basic blocks per stage, 64-512 channels)."""
+
+    def __init__(self, classes: int = 1000):
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 64, 7, 2, 3, bias=False),
+            nn.BatchNorm2d(64),
+            nn.ReLU(),
+            nn.MaxPool2d(3, 2, 1),
+        )
+        blocks, cin = [], 64
+        for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
+            blocks += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
+            cin = cout
+        self.blocks = nn.Sequential(*blocks)
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x):
+        x = self.blocks(self.stem(x))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self, width: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.ln2 = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(
+            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
+        )
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT2ish(nn.Module):
+    """A GPT-2-style decoder: token and position embeddings, pre-norm blocks, tied head."""
+
+    def __init__(self, layers: int, width: int, heads: int, vocab: int, context: int):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, width)
+        self.pos = nn.Embedding(context, width)
+        self.blocks = nn.Sequential(*[DecoderBlock(width, heads) for _ in range(layers)])
+        self.ln = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab, bias=False)
+        self.head.weight = self.tok.weight
+
+    def forward(self, ids):
+        positions = torch.arange(ids.shape[1], device=ids.device)
+        x = self.blocks(self.tok(ids) + self.pos(positions))
+        return self.head(self.ln(x))
+
+
+@dataclass
+class Case:
+    name: str
+    batch: int
+    make: Callable[[], nn.Module]
+    inputs: Callable[[int, str], tuple]
+    dtype: torch.dtype = torch.float32
+
+
+def cases(small: bool) -> list[Case]:
+    side = 64 if small else 224
+    gpt = (
+        dict(layers=4, width=256, heads=4, vocab=8192, context=128)
+        if small
+        else dict(layers=4, width=768, heads=12, vocab=50257, context=128)
+    )
+
+    def encoder():
+        layer = nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True)
+        return nn.TransformerEncoder(layer, 4, enable_nested_tensor=False)
+
+    def mlp():
+        return nn.Sequential(
+            nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10)
+        )
+
+    def images(b, d):
+        return (torch.randn(b, 3, side, side, device=d),)
+
+    def tokens(b, d):
+        return (torch.randint(0, gpt["vocab"], (b, 128), device=d),)
+
+    # cheapest to compile first: a long CPU run that is stopped early keeps the most rows
+    out = [Case("MLP 512-2048-2048-10", 16, mlp, lambda b, d: (torch.randn(b, 512, device=d),))]
+    for b in (1, 16):
+        out.append(
+            Case(
+                "transformer encoder",
+                b,
+                encoder,
+                lambda b, d: (torch.randn(b, 128, 256, device=d),),
+            )
+        )
+    for b in (1, 16):
+        out.append(
+            Case("GPT-2-ish 4 layers bf16", b, lambda: GPT2ish(**gpt), tokens, torch.bfloat16)
+        )
+    out.append(Case("resnet18-ish", 1, ResNetish, images))
+    return out
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _block(fn: Callable, args: tuple, device: str, n: int) -> float:
+    """Seconds per call over ``n`` calls."""
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(n):
+        fn(*args)
+    _sync(device)
+    return (time.perf_counter() - start) / n
+
+
+def interleaved_us(
+    fns: dict[str, Callable], args: tuple, device: str, repeats: int, budget_s: float
+) -> dict[str, float]:
+    """Median µs per call of each function, timed in ``repeats`` rounds that take one block
+    of each in turn: on a shared machine, a change of load then hits every contender
+    alike, so the ratios of one run hold even where the absolute figures drift."""
+    with torch.no_grad():
+        calls = {}
+        for name, fn in fns.items():
+            for _ in range(3):
+                fn(*args)
+            calls[name] = max(1, min(1000, int(budget_s / max(_block(fn, args, device, 1), 1e-6))))
+        samples: dict[str, list[float]] = {name: [] for name in fns}
+        for _ in range(repeats):
+            for name, fn in fns.items():
+                samples[name].append(_block(fn, args, device, calls[name]) * 1e6)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+# --------------------------------------------------------------------------- contenders
+
+
+def cuda_graph(model, args):
+    """Replay of one captured CUDA graph (static inputs: the caller copies into them)."""
+    static = [a.clone() for a in args]
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.no_grad():
+        for _ in range(3):
+            model(*static)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.no_grad():
+        out = model(*static)
+
+    def replay(*inputs):
+        for s, a in zip(static, inputs):
+            s.copy_(a)
+        graph.replay()
+        return out
+
+    return replay
+
+
+def aot_loaded(model, args, workdir: str, notes: dict):
+    traced = tracebridge.trace(model, args, check_trace=False)
+    path = os.path.join(workdir, "aot.tb")
+    start = time.perf_counter()
+    tracebridge.save_compiled(traced, path)  # the trace's sizes, batch kept dynamic
+    notes["aot compile (s)"] = time.perf_counter() - start
+    _, first, form = aot.timed_first_call(path, *args)
+    notes["aot load + first call (s)"] = first
+    if form != "aot":
+        raise RuntimeError(f"the package did not run ({form})")
+    return tracebridge.load_compiled(path, trust_compiled_code=True)
+
+
+def contenders(device: str, modes: list[str], workdir: str, notes: dict) -> dict[str, Callable]:
+    """name -> builder(model, args) returning a callable."""
+    out: dict[str, Callable] = {
+        "eager": lambda m, a: m,
+        "torch.jit.trace": lambda m, a: torch.jit.trace(m, a, check_trace=False),
+    }
+    for mode in modes:
+        out[f"torch.compile {mode}"] = lambda m, a, mode=mode: torch.compile(
+            m, mode=None if mode == "default" else mode
+        )
+    if device == "cuda":
+        out["CUDA graph"] = cuda_graph
+    out["tracebridge trace"] = lambda m, a: tracebridge.trace(m, a, check_trace=False)
+    for mode in modes:
+        out[f"tracebridge.compile {mode}"] = lambda m, a, mode=mode: tracebridge.compile(
+            m, a, ["--mode", mode], check_trace=False
+        )
+    out["AOT artifact"] = lambda m, a: aot_loaded(m, a, workdir, notes)
+    return out
+
+
+# --------------------------------------------------------------------------- the run
+
+
+@dataclass
+class Row:
+    case: Case
+    cells: dict[str, str] = field(default_factory=dict)
+    times: dict[str, float] = field(default_factory=dict)
+    notes: dict[str, float] = field(default_factory=dict)
+
+
+def run_case(case: Case, args: argparse.Namespace, workdir: str) -> Row:
+    """Build every contender (compiling where it compiles), then time them interleaved."""
+    row = Row(case)
+    torch.manual_seed(0)
+    model = case.make().eval().to(args.device, case.dtype)
+    inputs = case.inputs(case.batch, args.device)
+    built: dict[str, Callable] = {}
+    for name, build in contenders(args.device, args.modes, workdir, row.notes).items():
+        if args.only and not any(o in name for o in args.only):
+            continue
+        start = time.perf_counter()
+        try:
+            with warnings.catch_warnings(), torch.no_grad():
+                warnings.simplefilter("ignore")
+                fn = build(model, inputs)
+                fn(*inputs)  # compiles where compiling is lazy
+        except Exception as exc:  # noqa: BLE001 - a contender that fails is a result
+            row.cells[name] = f"fails ({type(exc).__name__})"
+            print(f"  {name}: {type(exc).__name__}: {str(exc).splitlines()[:1]}", file=sys.stderr)
+            continue
+        built[name] = fn
+        print(f"  {name}: built in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        times = interleaved_us(built, inputs, args.device, args.repeats, args.budget)
+    for name, us in times.items():
+        row.times[name] = us
+        row.cells[name] = f"{us:.0f}" if us >= 100 else f"{us:.1f}"
+        print(f"  {name}: {row.cells[name]} µs", file=sys.stderr)
+    torch._dynamo.reset()
+    return row
+
+
+def ratio(row: Row, a: str, b: str) -> str:
+    if a in row.times and b in row.times:
+        return f"{row.times[a] / row.times[b]:.2f}x"
+    return "n/a"
+
+
+def render(rows: list[Row], args: argparse.Namespace, device_name: str) -> str:
+    names = list(dict.fromkeys(n for r in rows for n in r.cells))
+    lines = [
+        f"### Deployment latency on {device_name} (µs per call, median; lower is better)",
+        "",
+        f"`python benchmarks/bench_gpu.py {' '.join(args.argv)}`: torch {torch.__version__}, "
+        f"{'small models (--small), ' if args.small else ''}"
+        f"{torch.get_num_threads()} thread(s), torch.no_grad(), {args.repeats} repeats, "
+        f"{time.strftime('%Y-%m-%d')}.",
+        "",
+        "| model | batch | " + " | ".join(names) + " |",
+        "|---|---|" + "---|" * len(names),
+    ]
+    for r in rows:
+        cells = [r.cells.get(n, "") for n in names]
+        lines.append(f"| {r.case.name} | {r.case.batch} | " + " | ".join(cells) + " |")
+    goals = [
+        "| model | batch | "
+        + " | ".join(
+            [f"tb.compile / torch.compile ({m})" for m in args.modes]
+            + ["tb trace / jit.trace", "tb reduce-overhead / CUDA graph", "AOT load + 1st call (s)"]
+        )
+        + " |"
+    ]
+    goals.append("|---|---|" + "---|" * (len(args.modes) + 3))
+    for r in rows:
+        cells = [ratio(r, f"tracebridge.compile {m}", f"torch.compile {m}") for m in args.modes]
+        cells.append(ratio(r, "tracebridge trace", "torch.jit.trace"))
+        cells.append(ratio(r, "tracebridge.compile reduce-overhead", "CUDA graph"))
+        first = r.notes.get("aot load + first call (s)")
+        cells.append(f"{first:.2f}" if first is not None else "n/a")
+        goals.append(f"| {r.case.name} | {r.case.batch} | " + " | ".join(cells) + " |")
+    return "\n".join(lines + ["", "Ratios of the goals (issue 16), same run:", ""] + goals)
+
+
+def device_name(device: str) -> str:
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"CPU: {line.split(':', 1)[1].strip()}"
+    except OSError:
+        pass
+    return f"CPU: {platform.processor() or platform.machine()}"
+
+
+def write_results(text: str, tag: str) -> None:
+    path = ROOT / "benchmarks" / "RESULTS.md"
+    old = path.read_text() if path.exists() else ""
+    begin, end = f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
+    block = f"{begin}\n{text}\n{end}"
+    if begin in old and end in old:
+        new = old[: old.index(begin)] + block + old[old.index(end) + len(end) :]
+    else:
+        new = old.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(new)
+    print(f"[bench_gpu] wrote {path}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--modes", nargs="+", default=None, help="torch.compile modes")
+    parser.add_argument("--small", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--budget", type=float, default=0.05, help="seconds per timed block")
+    parser.add_argument("--models", nargs="+", default=None, help="substrings of model names")
+    parser.add_argument("--only", nargs="+", default=None, help="substrings of contender names")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (CPU: 1)")
+    parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
+    args = parser.parse_args(argv)
+    args.argv = argv
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print(
+            "bench_gpu: CUDA is not available here; nothing measured (--device cpu runs the "
+            "same code paths on the CPU)"
+        )
+        return 0
+    cpu = args.device == "cpu"
+    args.small = cpu if args.small is None else args.small
+    args.modes = args.modes or (
+        ["default"] if cpu else ["default", "reduce-overhead", "max-autotune"]
+    )
+    args.repeats = args.repeats or (7 if cpu else 50)
+    if cpu:
+        torch.set_num_threads(args.threads or 1)
+    name = device_name(args.device)
+    print(f"bench_gpu on {name} (torch {torch.__version__})", flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench_gpu-") as workdir:
+        for case in cases(args.small):
+            if args.models and not any(m.lower() in case.name.lower() for m in args.models):
+                continue
+            print(f"{case.name}, batch {case.batch}:", file=sys.stderr, flush=True)
+            rows.append(run_case(case, args, workdir))
+            if args.write:  # after each model: a long run that is stopped keeps its rows
+                write_results(render(rows, args, name), f"bench_gpu_{args.device}")
+    print(render(rows, args, name))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

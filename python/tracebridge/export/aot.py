@@ -1,0 +1,329 @@
+"""Compiled artifacts that load without recompiling: AOTInductor packages in the artifact.
+
+Note: the steps, and who trusts what.
+  1. ``compile_package``: the traced method becomes a GraphModule (``export/fx.py``), which
+     ``torch.export`` exports with the trace's symbolic dimensions dynamic, and
+     ``torch._inductor.aoti_compile_and_package`` compiles to a ``.pt2`` package: native
+     code and the weights, loadable from Python and from C++ (``examples/cpp/``).
+  2. ``save_compiled``: the artifact as ``save`` writes it, plus that package as the
+     member ``compiled.pt2``, tied to the device kind, the exact torch build, the platform
+     and the program's digest (``artifact/compiled.py``, shared_ir/SPEC.md section 9).
+  3. ``load_compiled``: a package is native code, so running it is the user's explicit
+     choice (``trust_compiled_code=True``). By default the file is loaded as any artifact
+     (safe from anyone: the member is never opened) and runs on the plain runtime; when
+     the package does not suit this process (another torch, device or platform, or a
+     program changed since), it runs on the plain runtime as well. Either way the result
+     says which: ``compiled_form`` is ``"aot"`` or ``"runtime"`` (``"recompiled"`` for a
+     file of ``tracebridge.compile``), ``compiled_reason`` says why, and a
+     :class:`CompiledCodeWarning` is issued when a package was there but unused.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from typing import Any, NoReturn
+
+import torch
+
+from .. import api, artifact
+from ..artifact import compiled as member
+from ..artifact.container import COMPILED_MEMBER
+from ..errors import TraceError
+from . import fx
+
+RUNTIME = "runtime"
+AOT = "aot"
+RECOMPILED = "recompiled"
+
+
+class CompiledCodeWarning(UserWarning):
+    """A file's compiled package was not used: the plain runtime runs it instead."""
+
+
+def _device_of(obj, examples: tuple) -> torch.device:
+    """Where the package will run: the traced state's device, else the inputs'."""
+    program = obj.program if hasattr(obj, "program") else obj
+    for entry in program.state.values():
+        return entry.tensor.device
+    for x in examples:
+        if isinstance(x, torch.Tensor):
+            return x.device
+    return torch.device("cpu")
+
+
+def compile_package(
+    obj,
+    package_path: str | os.PathLike,
+    *,
+    method: str = "forward",
+    example_inputs: Any = None,
+    inductor_configs: dict | None = None,
+) -> str:
+    """Compile ``obj``'s ``method`` (a traced function or module, or a loaded artifact)
+    into an AOTInductor package at ``package_path``; returns the path. The dimensions the
+    trace left symbolic stay dynamic; ``example_inputs`` (the traced call's arguments)
+    default to random inputs of the trace's example sizes, a symbolic size of 1 made 2
+    (``torch.export`` would fix a dimension whose example is 0 or 1: pass examples whose
+    dynamic sizes are at least 2).
+
+    >>> import torch, tracebridge, tempfile, os
+    >>> f = tracebridge.trace(lambda x: x.relu() * 2, torch.rand(2, 3))
+    >>> path = compile_package(f, os.path.join(tempfile.mkdtemp(), "f.pt2"))  # doctest: +SKIP
+    >>> torch._inductor.aoti_load_package(path)(torch.ones(5, 3))  # doctest: +SKIP
+    (tensor([[2., 2., 2.], ...]),)
+    """
+    gm = fx.to_graph_module(obj, method)
+    if example_inputs is None:
+        tries = [fx.example_inputs(gm, _widened(gm)), fx.example_inputs(gm)]
+    else:
+        tries = [tuple(fx.flatten_inputs(gm, *api._as_args(example_inputs)))]
+    device = _device_of(obj, tries[0])
+    for attempt, examples in enumerate(tries):
+        examples = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in examples)
+        try:
+            exported = torch.export.export(
+                gm, examples, dynamic_shapes=fx.dynamic_shapes(gm), strict=False
+            )
+            break
+        except Exception as exc:
+            if attempt + 1 < len(tries):
+                continue  # the widened sizes broke a guard: export at the trace's own
+            _export_failed(method, exc)
+    inductor = importlib.import_module("torch._inductor")  # seconds: only compiling needs it
+    with torch.no_grad():
+        return inductor.aoti_compile_and_package(
+            exported, package_path=os.fspath(package_path), inductor_configs=inductor_configs
+        )
+
+
+def _widened(gm) -> list[list[int]]:
+    """The trace's example sizes with each symbolic size of 1 made 2: ``torch.export``
+    fixes a dimension whose example size is 0 or 1, and the trace left it free."""
+    meta = fx.info(gm)
+    return [
+        [2 if isinstance(sym, str) and size == 1 else size for sym, size in zip(shape, example)]
+        for shape, example in zip(meta.input_shapes, meta.example_shapes)
+    ]
+
+
+def _export_failed(method: str, exc: Exception) -> NoReturn:
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    raise TraceError(
+        f"torch.export could not export method {method!r} for an AOTInductor package: "
+        f"{type(exc).__name__}: {first}; a guard on tensor data (if x.sum() > 0) has no "
+        "exported form: keep using the plain artifact (tracebridge.save) or "
+        "tracebridge.compile for this model"
+    ) from exc
+
+
+def save_compiled(
+    obj,
+    path: str | os.PathLike,
+    *,
+    method: str = "forward",
+    example_inputs: Any = None,
+    package: str | os.PathLike | None = None,
+    language: str | None = None,
+) -> None:
+    """Save ``obj`` (a traced function or module) as ``save`` does, with an AOTInductor
+    package of ``method`` in the file, for :func:`load_compiled` to run without
+    recompiling. ``package``: an already compiled package (from :func:`compile_package`
+    on the same object); by default it is compiled here (tens of seconds on a CPU).
+
+    >>> import torch, tracebridge, tempfile, os
+    >>> net = torch.nn.Linear(3, 2).eval()
+    >>> traced = tracebridge.trace(net, torch.rand(4, 3))
+    >>> path = os.path.join(tempfile.mkdtemp(), "net.tb")
+    >>> tracebridge.save_compiled(traced, path)  # doctest: +SKIP
+    >>> tracebridge.load_compiled(path, trust_compiled_code=True).compiled_form  # doctest: +SKIP
+    'aot'
+    """
+    if not isinstance(obj, (api.TracedFunction, api.TracedModule)):
+        raise TraceError(
+            f"save_compiled() takes a TracedFunction or TracedModule, not "
+            f"{type(obj).__name__}; trace it first with tracebridge.trace"
+        )
+    workdir = tempfile.mkdtemp(prefix="tracebridge-aot-")
+    try:
+        if package is None:
+            package = compile_package(
+                obj,
+                os.path.join(workdir, COMPILED_MEMBER),
+                method=method,
+                example_inputs=example_inputs,
+            )
+        device = _device_of(obj, ())
+        program = obj._program_for_saving()
+        artifact.write(
+            program,
+            path,
+            language=language or program.language,
+            compiled={"package": package, "device": device.type, "method": method},
+        )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+class AOTCompiled:
+    """A loaded artifact that runs its AOTInductor package. It calls like the traced
+    object; everything else (``graph``, ``code``, ``program``, parameters) is the plain
+    loaded object's, which ``fallback`` holds."""
+
+    compiled_form = AOT
+    compiled_reason = "the file's AOTInductor package runs (trust_compiled_code=True)"
+
+    def __init__(self, runner, fallback, gm, method: str):
+        self._runner = runner
+        self._gm = gm
+        self.fallback = fallback
+        self.method = method
+
+    def __call__(self, *args, **kwargs):
+        flat = fx.flatten_inputs(self._gm, *args, **kwargs)
+        return fx.unflatten_outputs(self._gm, tuple(self._runner(list(flat))))
+
+    def __getattr__(self, name: str):
+        return getattr(self.__dict__["fallback"], name)
+
+    def __repr__(self) -> str:
+        return f"<tracebridge.AOTCompiled {self.method} of {self.fallback!r}>"
+
+
+def _plain(obj, reason: str, warn: bool):
+    obj.compiled_form = RUNTIME
+    obj.compiled_reason = reason
+    if warn:
+        warnings.warn(
+            f"tracebridge.load_compiled: {reason}; running the program on the plain runtime",
+            CompiledCodeWarning,
+            stacklevel=3,
+        )
+    return obj
+
+
+def _state_device(obj) -> torch.device | None:
+    for entry in obj.program.state.values():
+        return entry.tensor.device
+    return None
+
+
+def load_compiled(
+    path: str | os.PathLike,
+    *,
+    trust_compiled_code: bool = False,
+    map_location=None,
+    runtime: str = "codegen",
+):
+    """Load an artifact saved by :func:`save_compiled`. With ``trust_compiled_code=True``
+    its AOTInductor package (native code) runs, when it suits this process: same torch
+    build, platform and device kind, and the program it was compiled from. Otherwise
+    (the default: a file from anyone stays safe to load) the program runs on the plain
+    runtime. A file saved by ``tracebridge.compile`` (no package, a partition) is
+    recompiled by its backend at the first call, as ``backends.load_compiled`` does.
+    ``compiled_form`` (``"aot"``, ``"runtime"`` or ``"recompiled"``) and ``compiled_reason``
+    on the result say which and why; a :class:`CompiledCodeWarning` says so when a package was
+    there but not used. ``map_location`` and ``runtime`` are :func:`tracebridge.load`'s.
+
+    >>> import torch, tracebridge, tempfile, os
+    >>> f = tracebridge.trace(lambda x: x * 2, torch.rand(3))
+    >>> path = os.path.join(tempfile.mkdtemp(), "f.tb")
+    >>> f.save(path)
+    >>> g = tracebridge.load_compiled(path)
+    >>> g.compiled_form, g(torch.ones(2))
+    ('runtime', tensor([2., 2.]))
+    """
+    doc = _document(path)
+    if "compiled" not in doc and "backend" in doc:
+        return _recompiled(path, map_location, "the file holds a tracebridge.compile partition")
+    plain = api.load(path, runtime=runtime, map_location=map_location)
+    if "compiled" not in doc:
+        return _plain(plain, "the file holds no compiled package", warn=False)
+    if not trust_compiled_code:
+        return _plain(
+            plain,
+            "the file's compiled package is native code, and trust_compiled_code=True was not "
+            "passed (pass it for a file you trust)",
+            warn=True,
+        )
+    why = member.mismatch(doc, _state_device(plain))
+    if why is not None:
+        return _plain(plain, f"its compiled package cannot run here: {why}", warn=True)
+    method = doc["compiled"].get("method", "forward")
+    runner = _load_package(path, doc)
+    return AOTCompiled(runner, plain, fx.to_graph_module(plain, method), method)
+
+
+def _recompiled(path, map_location, reason: str):
+    """A file saved by ``tracebridge.compile``: its backend recompiles the partitions at
+    the first call (``backends.load_compiled``), as before packages existed."""
+    # backends/ is the stage after export/ (it compiles the bridge's GraphModule), so it is
+    # imported here, where a file that needs it is loaded, not at the top.
+    from ..backends import load_compiled as recompile
+
+    obj = recompile(path, map_location=map_location)
+    obj.compiled_form = RECOMPILED
+    obj.compiled_reason = f"{reason}: its backend recompiles it at the first call"
+    return obj
+
+
+def _document(path) -> dict:
+    opened = artifact.open_artifact(path)
+    opened.handle.close()
+    return opened.doc
+
+
+def _load_package(path, doc: dict):
+    """The package's runner: its bytes (checked) in a private temporary file, loaded."""
+    data = member.read_member(path, doc)
+    workdir = tempfile.mkdtemp(prefix="tracebridge-aot-")
+    try:
+        package = os.path.join(workdir, COMPILED_MEMBER)
+        with open(package, "wb") as f:
+            f.write(data)
+        return _package_runner(package)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _package_runner(package: str):
+    """A function from the flat input list to the flat output list of ``package``.
+
+    Note: why the C++ loader directly. ``torch._inductor.aoti_load_package`` imports all
+    of inductor (2.5 s and more on a CPU), where the package needs only the C++ loader
+    that ``import torch`` already has: a loaded artifact's first call stays well under a
+    second. The public function is the fallback if the binding's signature moves."""
+    try:
+        loader = torch._C._aoti.AOTIModelPackageLoader(package, "model", False, 1, -1)
+    except (AttributeError, TypeError):
+        compiled = importlib.import_module("torch._inductor").aoti_load_package(package)
+        return lambda flat: list(compiled(*flat))
+    return loader.run
+
+
+def extract_package(path: str | os.PathLike, out: str | os.PathLike) -> str:
+    """Write the AOTInductor package of artifact ``path`` to ``out`` (a ``.pt2`` file that
+    ``torch._inductor.aoti_load_package`` and C++'s ``AOTIModelPackageLoader`` load);
+    returns ``out``. The package is checked against its checksum, never run."""
+    doc = _document(path)
+    if "compiled" not in doc:
+        raise TraceError(
+            f"{os.fspath(path)}: the file holds no compiled package; save it with "
+            "tracebridge.save_compiled"
+        )
+    with open(out, "wb") as f:
+        f.write(member.read_member(path, doc))
+    return os.fspath(out)
+
+
+def timed_first_call(path, *args, **kwargs) -> tuple[Any, float, str]:
+    """Load ``path`` with trusted compiled code and call it once: the result, the seconds
+    load and call took together, and the compiled form (for benchmarks and tests)."""
+    start = time.perf_counter()
+    obj = load_compiled(path, trust_compiled_code=True, **kwargs)
+    out = obj(*args)
+    return out, time.perf_counter() - start, obj.compiled_form

@@ -1,0 +1,122 @@
+"""Mixed precision: ``torch.autocast`` regions become explicit casts in the graph.
+
+Note: why casts, not region ops. Autocast is not a call the recording mode sees (entering
+it sets thread-local flags; only ``torch.export``'s own mode is told), and its effect is
+per op: a "lower precision" op (``linear``, ``matmul``, ``conv2d``) casts its floating
+inputs to the autocast dtype, an "fp32" op casts them to float32, a "promote" op to the
+widest. In every case the op then computes in the dtype of its result, so recording a
+``Tensor.to(x, dtype)`` of each floating input whose dtype differs from the result's
+reproduces autocast exactly, with ops that already exist in every op-set version: the file
+runs in the same dtypes as eager code, in any runtime and in R, without autocast state.
+
+Which ops did autocast change? The op runs again on meta copies of its arguments, where
+autocast does not apply (its dispatch keys are per backend, and meta has none): a
+different result dtype, or an error (``linear`` of bfloat16 and float32 inputs), says that
+autocast cast the inputs. Ops whose result dtype is the natural one are left as recorded,
+so an op that mixes dtypes by design (``batch_norm`` of a bfloat16 input with float32
+weights) keeps its float32 weights, as under autocast.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..ir import pytree
+from ..ir.program import DTYPE_NAMES, Ref
+
+if TYPE_CHECKING:  # the tracer imports this module
+    from .tracer import Tracer
+
+CAST_OP = "Tensor.to"
+
+
+def active() -> bool:
+    """Whether an autocast region is open in this thread, for any device."""
+    return torch._C._is_any_autocast_enabled()
+
+
+def cast_inputs(
+    tracer: Tracer, func, args: tuple, kwargs: dict, enc_args: list, enc_kwargs: dict, result
+) -> tuple[list, dict]:
+    """The encoded arguments of an op that ran under autocast, with a recorded cast in
+    front of each floating input that autocast converted (unchanged outside autocast)."""
+    if not active():
+        return enc_args, enc_kwargs
+    target = _result_dtype(result)
+    if target is None or not _differs(args, kwargs, target):
+        return enc_args, enc_kwargs
+    if not _autocast_changed(func, args, kwargs, target):
+        return enc_args, enc_kwargs
+    loc = tracer.location()
+    cast = [_cast(tracer, a, e, target, loc) for a, e in zip(args, enc_args)]
+    cast_kw = {k: _cast(tracer, kwargs[k], e, target, loc) for k, e in enc_kwargs.items()}
+    return cast, cast_kw
+
+
+def _tensors(obj):
+    """Every tensor inside ``obj`` (nested lists, tuples and dicts)."""
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for item in obj:
+            yield from _tensors(item)
+    elif isinstance(obj, dict):
+        for item in obj.values():
+            yield from _tensors(item)
+
+
+def _floating(obj) -> list[torch.Tensor]:
+    return [t for t in _tensors(obj) if t.is_floating_point()]
+
+
+def _result_dtype(result) -> torch.dtype | None:
+    """The one floating dtype of the op's tensor results (None: none, or several)."""
+    dtypes = {t.dtype for t in _floating(result)}
+    return dtypes.pop() if len(dtypes) == 1 else None
+
+
+def _differs(args: tuple, kwargs: dict, target: torch.dtype) -> bool:
+    return any(t.dtype != target for t in _floating((list(args), kwargs)))
+
+
+def _on_meta(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("meta")
+    if isinstance(obj, (list, tuple)):
+        items = [_on_meta(x) for x in obj]
+        return items if isinstance(obj, list) else type(obj)(items)
+    if isinstance(obj, dict):
+        return {k: _on_meta(v) for k, v in obj.items()}
+    return obj
+
+
+def _autocast_changed(func, args: tuple, kwargs: dict, target: torch.dtype) -> bool:
+    """Whether the op, run without autocast, gives another result dtype (or fails)."""
+    with torch._C.DisableTorchFunction():
+        try:
+            plain = func(*_on_meta(args), **_on_meta(kwargs))
+        except Exception:  # noqa: BLE001 - mixed dtypes that only autocast reconciles
+            return True
+    return _result_dtype(plain) != target
+
+
+def _cast(tracer: Tracer, arg: Any, encoded: Any, target: torch.dtype, loc: str | None) -> Any:
+    """``encoded`` with each floating tensor of another dtype than ``target`` cast to it
+    (``arg`` is the call's own argument, walked alongside: same structure)."""
+    if isinstance(arg, torch.Tensor):
+        if not isinstance(encoded, Ref) or not arg.is_floating_point() or arg.dtype == target:
+            return encoded
+        value = tracer._new_value("Tensor", arg)
+        value.dtype = DTYPE_NAMES[target]
+        tracer._emit(CAST_OP, [encoded, target], outputs=[value], out_spec=pytree.LEAF, loc=loc)
+        return Ref(value.id)
+    if isinstance(arg, (list, tuple)) and isinstance(encoded, (list, tuple)):
+        if len(arg) != len(encoded):
+            return encoded
+        items = [_cast(tracer, a, e, target, loc) for a, e in zip(arg, encoded)]
+        return items if isinstance(encoded, list) else tuple(items)
+    if isinstance(arg, dict) and isinstance(encoded, dict):
+        return {k: _cast(tracer, arg[k], e, target, loc) for k, e in encoded.items()}
+    return encoded

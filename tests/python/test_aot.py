@@ -1,0 +1,266 @@
+"""AOTInductor packages in the artifact (export/aot.py): compiled once, saved, loaded in a
+fresh process without recompiling when the user trusts compiled code, and never opened
+when they do not; a package that does not suit the process falls back to the runtime and
+says why; the same package runs from C++ (examples/cpp/).
+
+Note: cost. One AOTInductor compile of a tiny CNN takes about 45 s on two busy CPU cores,
+so every test here shares one package, compiled once per test session even under xdist
+(a file lock in the session's shared temporary folder); the C++ example's build takes
+about 50 s more, where g++ and the torch headers are present.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from filelock import FileLock
+from torch import nn
+
+import tracebridge
+from tracebridge.artifact import compiled as member
+from tracebridge.export import aot
+
+from .conftest import run_fresh_python
+
+ROOT = Path(__file__).resolve().parents[2]
+# traced at batch 1: the package must still take any batch (compile_package's examples
+# make a symbolic size of 1 into 2, which torch.export would otherwise fix)
+SHAPE = (1, 3, 16, 16)
+
+
+def small_cnn() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 4),
+    ).eval()
+
+
+@pytest.fixture(scope="session")
+def compiled_file(tmp_path_factory) -> Path:
+    """The small CNN's artifact with its AOTInductor package (compiled once per session)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # this session's folder, shared by its workers
+    path = shared / "small_cnn_aot.tb"
+    with FileLock(str(shared / "small_cnn_aot.lock")):
+        if not path.exists():
+            traced = tracebridge.trace(small_cnn(), torch.rand(*SHAPE))
+            tracebridge.save_compiled(traced, path)
+    return path
+
+
+def _program_json(path) -> dict:
+    with zipfile.ZipFile(path) as archive:
+        return json.loads(archive.read("program.json"))
+
+
+def test_package_is_an_optional_member_tied_to_its_program(compiled_file):
+    doc = _program_json(compiled_file)
+    entry = doc["compiled"]
+    assert entry["member"] == "compiled.pt2" and entry["format"] == "aotinductor"
+    assert entry["device"] == "cpu" and entry["torch"] == torch.__version__
+    assert entry["digest"] == member.program_digest(doc)
+    with zipfile.ZipFile(compiled_file) as archive:
+        assert archive.getinfo("compiled.pt2").file_size == entry["size"]
+
+
+def test_trusted_load_in_a_fresh_process_runs_the_package(compiled_file, tmp_path):
+    """Load, first call (timed, reported, not asserted), and two batch sizes."""
+    out = tmp_path / "out.pt"
+    done = run_fresh_python(
+        f"""
+        import time
+        start = time.perf_counter()
+        import torch, tracebridge
+        imported = time.perf_counter()
+        m = tracebridge.load_compiled({str(compiled_file)!r}, trust_compiled_code=True)
+        x1 = torch.linspace(-1, 1, 1 * 3 * 16 * 16).reshape(1, 3, 16, 16)
+        y1 = m(x1)
+        first = time.perf_counter()
+        x7 = torch.linspace(-1, 1, 7 * 3 * 16 * 16).reshape(7, 3, 16, 16)
+        torch.save({{"form": m.compiled_form, "y1": y1, "y7": m(x7)}}, {str(out)!r})
+        print(f"import {{imported - start:.3f}} s, load + first call {{first - imported:.3f}} s")
+        """,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    print(done.stdout)  # the measured load + first call time (pytest -s shows it)
+    got = torch.load(out)
+    assert got["form"] == "aot"
+    net = small_cnn()
+    for batch, key in ((1, "y1"), (7, "y7")):
+        x = torch.linspace(-1, 1, batch * 3 * 16 * 16).reshape(batch, 3, 16, 16)
+        torch.testing.assert_close(got[key], net(x), rtol=1e-5, atol=1e-5)
+
+
+def test_untrusted_load_never_opens_the_package(compiled_file, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("the compiled member was read without trust")
+
+    monkeypatch.setattr(member, "read_member", refuse)
+    with pytest.warns(aot.CompiledCodeWarning, match="trust_compiled_code=True"):
+        m = tracebridge.load_compiled(compiled_file)
+    assert m.compiled_form == "runtime" and "native code" in m.compiled_reason
+    x = torch.rand(5, 3, 16, 16)
+    torch.testing.assert_close(m(x), small_cnn()(x))
+    plain = tracebridge.load(compiled_file)  # load itself ignores the member
+    torch.testing.assert_close(plain(x), small_cnn()(x))
+
+
+@pytest.mark.parametrize(
+    "patch, reason",
+    [
+        (lambda mp: mp.setattr(torch, "__version__", "0.0.1"), "compiled with torch"),
+        (lambda mp: mp.setattr(member, "this_platform", lambda: "plan9-mips"), "compiled for"),
+        (lambda mp: mp.setattr(member, "program_digest", lambda doc: "0" * 64), "digest"),
+    ],
+    ids=["torch", "platform", "digest"],
+)
+def test_a_package_that_does_not_suit_falls_back_and_says_why(
+    compiled_file, monkeypatch, patch, reason
+):
+    patch(monkeypatch)
+    with pytest.warns(aot.CompiledCodeWarning, match=reason):
+        m = tracebridge.load_compiled(compiled_file, trust_compiled_code=True)
+    assert m.compiled_form == "runtime" and reason in m.compiled_reason
+    x = torch.rand(3, 3, 16, 16)
+    torch.testing.assert_close(m(x), small_cnn()(x))
+
+
+def test_a_package_for_another_device_falls_back(compiled_file):
+    with pytest.warns(aot.CompiledCodeWarning, match="compiled for cpu, and the program is to run"):
+        m = tracebridge.load_compiled(compiled_file, trust_compiled_code=True, map_location="meta")
+    assert m.compiled_form == "runtime"
+
+
+def test_a_corrupt_package_is_refused(compiled_file, tmp_path):
+    broken = tmp_path / "broken.tb"
+    data = bytearray(compiled_file.read_bytes())
+    with zipfile.ZipFile(compiled_file) as archive:
+        info = archive.getinfo("compiled.pt2")
+    start = info.header_offset + 30 + len(info.filename) + len(info.extra)
+    data[start + info.file_size // 2] ^= 0xFF
+    broken.write_bytes(bytes(data))
+    with pytest.raises(tracebridge.ArtifactError, match="CRC|checksum"):
+        tracebridge.load_compiled(broken, trust_compiled_code=True)
+
+
+def test_a_file_without_a_package_loads_on_the_runtime(tmp_path):
+    path = tmp_path / "plain.tb"
+    tracebridge.trace(small_cnn(), torch.rand(*SHAPE)).save(path)
+    m = tracebridge.load_compiled(path, trust_compiled_code=True)
+    assert m.compiled_form == "runtime" and "no compiled package" in m.compiled_reason
+    with pytest.raises(tracebridge.TraceError, match="holds no compiled package"):
+        aot.extract_package(path, tmp_path / "x.pt2")
+
+
+def test_a_file_of_tracebridge_compile_is_recompiled(tmp_path):
+    path = tmp_path / "partitioned.tb"
+    tracebridge.compile(lambda x: (x * 2).relu(), torch.rand(3), backend="reference").save(path)
+    m = tracebridge.load_compiled(path)
+    assert m.compiled_form == "recompiled" and "recompiles" in m.compiled_reason
+    torch.testing.assert_close(m(torch.tensor([-1.0, 2.0])), torch.tensor([0.0, 4.0]))
+
+
+def test_a_guard_on_tensor_data_cannot_be_packaged(tmp_path):
+    def gated(x):
+        return x * 2 if x.sum() > 0 else -x
+
+    traced = tracebridge.trace(gated, torch.ones(3))
+    with pytest.raises(tracebridge.TraceError, match="no exported form"):
+        aot.compile_package(traced, tmp_path / "gated.pt2")
+
+
+def test_save_compiled_refuses_what_is_not_traced(tmp_path):
+    with pytest.raises(tracebridge.TraceError, match="trace it first"):
+        tracebridge.save_compiled(small_cnn(), tmp_path / "x.tb")
+
+
+@pytest.mark.skipif(shutil.which("Rscript") is None, reason="R is not installed")
+def test_r_reader_accepts_a_file_with_a_package(compiled_file):
+    script = (
+        "root <- commandArgs(TRUE)[[1]]; `%||%` <- function(a, b) if (is.null(a)) b else a; "
+        'for (f in c("artifact-read.R", "check.R", "inspect.R")) '
+        'sys.source(file.path(root, "R", f), envir = globalenv()); '
+        "doc <- read_program(commandArgs(TRUE)[[2]]); cat(doc$compiled$member)"
+    )
+    done = subprocess.run(
+        ["Rscript", "-e", script, str(ROOT), str(compiled_file)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"TRACEBRIDGE_SHARED_IR": str(ROOT / "shared_ir"), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "compiled.pt2"
+
+
+# --- C++ ------------------------------------------------------------------------------------
+
+
+def _cxx_build_command(source: Path, binary: Path) -> list[str] | None:
+    """The plain g++ command of examples/cpp/README.md, or None without g++ or headers."""
+    cxx = shutil.which(os.environ.get("CXX", "g++"))
+    base = Path(torch.__file__).parent
+    if cxx is None or not (base / "include" / "torch" / "csrc" / "inductor").is_dir():
+        return None
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    return [
+        cxx,
+        "-std=c++20",
+        "-O1",
+        f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+        f"-I{base / 'include'}",
+        f"-I{base / 'include' / 'torch' / 'csrc' / 'api' / 'include'}",
+        str(source),
+        "-o",
+        str(binary),
+        f"-L{base / 'lib'}",
+        "-ltorch",
+        "-ltorch_cpu",
+        "-lc10",
+        f"-Wl,-rpath,{base / 'lib'}",
+    ]
+
+
+def _parse_outputs(text: str) -> list[torch.Tensor]:
+    lines = text.strip().splitlines()
+    out = []
+    for head, values in zip(lines[::2], lines[1::2]):
+        shape = [int(d) for d in head.split("shape")[1].split()]
+        out.append(
+            torch.tensor([float(v) for v in values.split()], dtype=torch.float64).reshape(shape)
+        )
+    return out
+
+
+def test_cpp_example_runs_the_package(compiled_file, tmp_path):
+    command = _cxx_build_command(ROOT / "examples" / "cpp" / "run_package.cpp", tmp_path / "run")
+    if command is None:
+        pytest.skip("no C++ compiler, or the torch wheel has no C++ headers")
+    build = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert build.returncode == 0, build.stderr[-4000:]
+    package = aot.extract_package(compiled_file, tmp_path / "small_cnn.pt2")
+    net = small_cnn()
+    for shape in ((1, 3, 16, 16), (6, 3, 16, 16)):
+        run = subprocess.run(
+            [str(tmp_path / "run"), package, *map(str, shape)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode == 0, run.stderr
+        x = torch.linspace(-1, 1, torch.Size(shape).numel()).reshape(shape)
+        (got,) = _parse_outputs(run.stdout)
+        torch.testing.assert_close(got, net(x).double(), rtol=1e-5, atol=1e-6)

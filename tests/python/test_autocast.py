@@ -1,0 +1,144 @@
+"""``torch.autocast`` regions are recorded as explicit casts (trace/autocast.py), so a
+mixed-precision trace runs in the same dtypes, and to the same numbers, as eager code: with
+and without check_trace, at other batch sizes, after save and load, and when R reads the
+file. CPU autocast (bfloat16) runs the same recording path as CUDA's."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import tracebridge
+
+ROOT = Path(__file__).resolve().parents[2]
+BF16 = torch.bfloat16
+
+
+class MixedNet(nn.Module):
+    """conv, linear and matmul (autocast's lower-precision ops), a batch norm that mixes
+    dtypes by design, and an fp32-policy loss, inside an autocast region."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4 * 6 * 6, 5)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=BF16):
+            y = self.fc(F.relu(self.bn(self.conv(x))).flatten(1))
+            gram = y @ y.t()
+            loss = F.binary_cross_entropy_with_logits(y, torch.ones_like(y))
+        return gram, y, loss
+
+
+def _dtypes(out) -> list[torch.dtype]:
+    return [t.dtype for t in out]
+
+
+def _assert_same(got, want) -> None:
+    assert _dtypes(got) == _dtypes(want)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+@pytest.fixture
+def net() -> nn.Module:
+    return MixedNet().eval()
+
+
+@pytest.mark.parametrize("check_trace", [True, False])
+def test_autocast_trace_runs_in_eager_dtypes(net, check_trace):
+    traced = tracebridge.trace(net, torch.rand(2, 3, 8, 8), check_trace=check_trace)
+    for batch in (1, 5):
+        x = torch.rand(batch, 3, 8, 8)
+        got, want = traced(x), net(x)
+        assert _dtypes(want) == [BF16, BF16, torch.float32]
+        _assert_same(got, want)
+
+
+def test_autocast_casts_are_explicit_in_the_graph(net):
+    graph = tracebridge.trace(net, torch.rand(2, 3, 8, 8)).graph
+    casts = [line for line in graph.splitlines() if "Tensor.to(" in line and "bfloat16)" in line]
+    # conv's input, weight, bias; linear's weight and bias: each cast once, in front
+    assert len(casts) == 5, graph
+    assert "float32)" in graph  # the loss computes in float32 under CPU autocast
+    bn = next(line for line in graph.splitlines() if "batch_norm(" in line)
+    assert "bf16" in bn.split("=")[0]  # its float32 statistics are not cast, as in eager
+
+
+def test_no_autocast_no_casts():
+    net = nn.Sequential(nn.Linear(4, 4), nn.ReLU()).eval()
+    graph = tracebridge.trace(net, torch.rand(2, 4)).graph
+    assert "Tensor.to" not in graph
+
+
+def test_disabled_inner_region_is_not_cast():
+    lin = nn.Linear(4, 4)
+
+    def f(x):
+        with torch.autocast("cpu", dtype=BF16):
+            low = lin(x)
+            with torch.autocast("cpu", enabled=False):
+                full = lin(x)
+        return low, full
+
+    traced = tracebridge.trace(f, torch.rand(2, 4), check_trace=False)
+    x = torch.rand(3, 4)
+    _assert_same(traced(x), f(x))
+    assert _dtypes(traced(x)) == [BF16, torch.float32]
+
+
+def test_autocast_trace_survives_save_and_load(net, tmp_path):
+    traced = tracebridge.trace(net, torch.rand(2, 3, 8, 8), check_trace=False)
+    path = tmp_path / "mixed.tb"
+    traced.save(path)
+    loaded = tracebridge.load(path)
+    x = torch.rand(4, 3, 8, 8)
+    _assert_same(loaded(x), net(x))
+    interpreted = tracebridge.load(path, runtime="interpreter")
+    _assert_same(interpreted(x), net(x))
+
+
+@pytest.mark.skipif(shutil.which("Rscript") is None, reason="R is not installed")
+def test_r_reader_accepts_an_autocast_trace(net, tmp_path):
+    path = tmp_path / "mixed.tb"
+    traced = tracebridge.trace(net, torch.rand(2, 3, 8, 8))
+    traced.save(path)
+    casts = sum(n.op == "Tensor.to" for n in traced.program.methods["forward"].nodes)
+    script = (
+        "root <- commandArgs(TRUE)[[1]]; `%||%` <- function(a, b) if (is.null(a)) b else a; "
+        'for (f in c("artifact-read.R", "check.R", "inspect.R")) '
+        'sys.source(file.path(root, "R", f), envir = globalenv()); '
+        "doc <- read_program(commandArgs(TRUE)[[2]]); "
+        'cat(sum(vapply(doc$methods$forward$nodes, function(n) n$op == "Tensor.to", TRUE)))'
+    )
+    done = subprocess.run(
+        ["Rscript", "-e", script, str(ROOT), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"TRACEBRIDGE_SHARED_IR": str(ROOT / "shared_ir"), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr
+    # five bfloat16 casts, and the loss's two float32 ones: R sees the graph Python runs
+    assert casts == 7 and done.stdout.strip() == str(casts)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_autocast_trace_runs_in_eager_dtypes():
+    lin = nn.Linear(16, 16).cuda()
+
+    def f(x):
+        with torch.autocast("cuda", dtype=BF16):
+            return torch.softmax(lin(x), -1), lin(x) @ x.t()
+
+    traced = tracebridge.trace(f, torch.rand(4, 16, device="cuda"))
+    x = torch.rand(7, 16, device="cuda")
+    _assert_same(traced(x), f(x))
