@@ -366,6 +366,7 @@ convert_result <- function(op, out, env) {
     maybe_values_indices = if (inherits(out, "torch.Tensor")) wrap_tensor(out) else
       values_indices(out),
     tensors = reticulate::iterate(out, from_py, simplify = FALSE),
+    named_tensors = named_results(out, op$forward),
     where = if (inherits(out, "torch.Tensor")) {
       if (op$py == "torch.nonzero") plus_one(out) else wrap_tensor(out)
     } else {
@@ -430,7 +431,8 @@ write_surface_rd <- function(path, tab = surface_table()) {
                   values_indices = "returns list(values, 1-based indices)",
                   maybe_values_indices = "with dim: list(values, 1-based indices)",
                   where = "index results 1-based", unique = "inverse 1-based",
-                  tensors = "returns a list", "")
+                  tensors = "returns a list",
+                  named_tensors = "returns a named list", "")
     paste(c(kinds[nzchar(kinds)], if (nzchar(res)) res), collapse = "; ")
   }
   fns <- tab[tab$r_name != "-", ]
