@@ -293,7 +293,7 @@ test_that("graphs and guards traced from R point at the R source line", {
   tr <- suppressWarnings(jit_trace(env$f, torch_randn(2, 3, 4)))
   base <- basename(path)
   expect_match(tr$graph, sprintf("relu(%%x)  # %s:2", base), fixed = TRUE)
-  expect_match(tr$guards, sprintf("x.shape[0] == 2 (at %s:3)", path), fixed = TRUE)
+  expect_match(tr$guards, sprintf("x$shape[1] == 2 (at %s:3)", path), fixed = TRUE)
   expect_error(tr(torch_randn(3, 3, 4)), "x\\$view\\(c\\(as.integer",
                class = "tracebridge_guard_error")
 })
