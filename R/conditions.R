@@ -42,7 +42,7 @@ r_terms_one <- function(msg) {
   msg <- gsub("check_trace=False", "check_trace = FALSE", msg, fixed = TRUE)
   msg <- gsub("raise check_tolerance", "raise check_tolerance (an argument of jit_trace())",
               msg, fixed = TRUE)
-  msg <- gsub("\\bis (True|False)\\b", "is \\U\\1", msg, perl = TRUE)
+  msg <- gsub("(\\bis|==) (True|False)\\b", "is \\U\\2", msg, perl = TRUE)
   # The lines of a guard message, joined into one by one_line().
   msg <- gsub("(\\S) (assumption made at|this call takes another path)", "\\1; \\2", msg,
               perl = TRUE)
