@@ -41,6 +41,8 @@ jit_trace <- function(func, ..., strict = TRUE, respect_mode = TRUE, check_trace
   args <- example_args(list(...), "jit_trace")
   if (inherits(func, "nn_module")) {
     target <- trace_target(func)
+    restore <- prepare_module_trace(func)
+    on.exit(restore(), add = TRUE)
     traced <- run_trace(py_core()$trace, target$py, args, strict = isTRUE(strict),
                         respect_mode = isTRUE(respect_mode), check_trace = check$check_trace,
                         check_tolerance = check$check_tolerance)
@@ -105,6 +107,8 @@ jit_trace_module <- function(mod, ..., strict = TRUE, respect_mode = FALSE, chec
     inputs[[nm]] <- example_args(example, "jit_trace_module")
     expose_r_method(self, py, nm)
   }
+  restore <- prepare_module_trace(mod)
+  on.exit(restore(), add = TRUE)
   dict <- reticulate::py_dict(nms, unname(inputs), convert = FALSE)
   traced <- run_trace(py_core()$trace_module, py, dict, strict = isTRUE(strict),
                       respect_mode = isTRUE(respect_mode), check_trace = check$check_trace,
@@ -178,6 +182,50 @@ trace_source <- function(func, name) {
   if (is.null(attr(func, "srcref"))) func <- reparse_with_source(func, name, env)
   environment(func) <- env
   func
+}
+
+# The same for the R methods of a module and of its R submodules, while a trace runs:
+# the helpers are bound in each method's environment and methods without sources are
+# replaced by ones that have them. Returns the function that puts everything back.
+prepare_module_trace <- function(mod) {
+  helpers <- traced_size_helpers()
+  visited <- list()
+  bound <- list()     # environments given the helpers
+  replaced <- list()  # list(self, name, original method)
+  visit <- function(m) {
+    self <- module_env(m)
+    if (!is.environment(self) || any(vapply(visited, identical, logical(1), self))) return()
+    visited[[length(visited) + 1L]] <<- self
+    for (nm in ls(self, all.names = TRUE)) {
+      v <- get(nm, envir = self)
+      if (inherits(v, "nn_module")) {
+        visit(v)
+      } else if (is.list(v) && !is.object(v)) {
+        for (item in v) if (inherits(item, "nn_module")) visit(item)
+      } else if (is.function(v) && !is.primitive(v) && !inherits(v, "nn_module")) {
+        env <- environment(v)
+        if (!identical(get0("self", envir = env, inherits = FALSE), self)) next
+        if (!any(vapply(bound, function(b) identical(b$env, env), logical(1)))) {
+          new <- setdiff(names(helpers), ls(env, all.names = TRUE))
+          list2env(helpers[new], envir = env)
+          bound[[length(bound) + 1L]] <<- list(env = env, added = new)
+        }
+        if (is.null(attr(v, "srcref"))) {
+          fresh <- reparse_with_source(v, paste0(class(m)[[1]], "$", nm), env)
+          if (!is.null(attr(fresh, "srcref"))) {
+            assign(nm, fresh, envir = self)
+            replaced[[length(replaced) + 1L]] <<- list(self, nm, v)
+          }
+        }
+      }
+    }
+  }
+  visit(mod)
+  function() {
+    for (b in bound) rm(list = b$added, envir = b$env)
+    for (r in replaced) assign(r[[2]], r[[3]], envir = r[[1]])
+    invisible()
+  }
 }
 
 reparse_with_source <- function(func, name, env) {

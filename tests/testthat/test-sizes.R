@@ -109,3 +109,39 @@ test_that("a traced size combined with a vector says what to do", {
   f <- function(x) x$view(x$size(1) + c(0, 1))
   expect_error(jit_trace(f, ex(4)), "only with single numbers", class = "type_error")
 })
+
+test_that("in an R module's forward (and its submodules'), traced sizes work the same", {
+  skip_if_no_torch()
+  Inner <- nn_module("Inner",
+    forward = function(x) {
+      s <- torch_zeros(x$size(2))
+      for (i in seq_len(x$size(1))) s <- s + x[i, ]
+      s / x$size(1)
+    }
+  )
+  Outer <- nn_module("Outer",
+    initialize = function() self$inner <- Inner(),
+    forward = function(x) x[x$size(1), ] + self$inner(x)
+  )
+  net <- Outer()
+  tm <- suppressWarnings(jit_trace(net, ex(4), respect_mode = FALSE))
+  expect_equal(as_array(tm(ex(4))), as_array(net(ex(4))))
+  expect_error(tm(ex(6)), "x$shape[1] == 4", fixed = TRUE, class = "tracebridge_guard_error")
+  # the helpers were bound only while tracing
+  expect_false(exists("seq_len", envir = environment(net$inner$forward), inherits = FALSE))
+  expect_equal(as_array(net(ex(6))), as_array(ex(6)[6, ] + ex(6)$mean(dim = 1)))
+})
+
+test_that("a module method without kept sources is quoted from its deparsed lines", {
+  skip_if_no_torch()
+  env <- new.env(parent = globalenv())
+  Net <- eval(parse(keep.source = FALSE, text = paste(
+    "nn_module('Net', forward = function(x) {",
+    "  if (x$size(1) > 3) x * 2 else x",
+    "})", sep = "\n")), env)
+  net <- Net()
+  expect_null(attr(net$forward, "srcref"))
+  tm <- suppressWarnings(jit_trace(net, ex(4), respect_mode = FALSE))
+  expect_error(tm(ex(2)), "at <R function Net$forward>:3: if (x$size(1) > 3)", fixed = TRUE)
+  expect_null(attr(net$forward, "srcref"))  # the module's own method is put back
+})
