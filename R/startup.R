@@ -4,7 +4,11 @@
 # configuration.
 
 .onAttach <- function(libname, pkgname) {
-  if (reticulate::py_available(initialize = FALSE)) return(invisible())
+  # Without a configured Python, reticulate may still find one by itself: say nothing
+  # until an import fails (python_load_hooks()).
+  if (is.null(tracebridge_python()) || reticulate::py_available(initialize = FALSE)) {
+    return(invisible())
+  }
   problem <- python_problem()
   if (!is.null(problem)) packageStartupMessage(python_setup_message(problem))
 }
@@ -17,6 +21,7 @@ python_load_hooks <- function(module) {
       "Python module %s could not be loaded: %s", module,
       strsplit(conditionMessage(e), "\n", fixed = TRUE)[[1]][[1]])
     .tb$python_error <- python_setup_message(problem)
+    .tb$python_ready <- NULL  # later calls stop in python_ready() with the same message
     tracebridge_abort(.tb$python_error, "tracebridge_python_missing_error")
   })
 }
@@ -27,7 +32,7 @@ python_ready <- function() {
   if (!is.null(.tb$python_error)) {
     tracebridge_abort(.tb$python_error, "tracebridge_python_missing_error")
   }
-  if (!reticulate::py_available(initialize = FALSE)) {
+  if (!is.null(tracebridge_python()) && !reticulate::py_available(initialize = FALSE)) {
     problem <- python_problem()
     if (!is.null(problem)) {
       .tb$python_error <- python_setup_message(problem)
@@ -50,11 +55,13 @@ python_setup_message <- function(problem) {
 
 # Why the Python tracebridge would use is not usable, or NULL when it is. It starts that
 # Python once (without importing torch) rather than initializing Python in this session.
+# Without a configured one, reticulate's own search was used, and it found none with torch.
 python_problem <- function() {
   python <- tracebridge_python()
   if (is.null(python)) {
-    return(paste("No Python was found: TRACEBRIDGE_PYTHON and RETICULATE_PYTHON are not set,",
-                 "and there is no .venv/bin/python above the working directory"))
+    return(paste("No Python with torch was found: TRACEBRIDGE_PYTHON and RETICULATE_PYTHON",
+                 "are not set, there is no .venv/bin/python above the working directory, and",
+                 "reticulate found none"))
   }
   from <- python_source()
   if (!file.exists(python)) {

@@ -233,12 +233,38 @@ test_that("a Python without torch is named, with what to set", {
   out <- run_r("library(tracebridge); tryCatch(torch_ones(2), error = function(e) cat(conditionMessage(e)))",
                fake)
   expect_setup_advice(out, sprintf("The Python at %s (TRACEBRIDGE_PYTHON) has no module torch", fake))
-  # and a real Python without torch, where the machine has one
-  py <- Sys.which("python3")
+  # and a real Python without torch, where the machine has one (the system's, usually)
+  py <- if (file.exists("/usr/bin/python3")) "/usr/bin/python3" else Sys.which("python3")
   has_torch <- nzchar(py) && identical(suppressWarnings(system2(py, c("-c", shQuote("import torch")),
                                                              stdout = FALSE, stderr = FALSE)), 0L)
   skip_if(!nzchar(py) || has_torch, "no python3 without torch on this machine")
   out <- run_r("library(tracebridge); tryCatch(torch_tensor(1), error = function(e) cat(conditionMessage(e)))",
                py)
   expect_setup_advice(out, "has no module torch")
+})
+
+test_that("with no Python configured, the first call says what to set, every time", {
+  skip_if(!is.null(venv_above(system.file(package = "tracebridge"))) ||
+            !is.null(venv_above(tempdir())), "a .venv is found from the installed package")
+  # The child's PATH holds only the system's directories, where reticulate looks.
+  path <- "/usr/bin:/bin"
+  py <- if (file.exists("/usr/bin/python3")) "/usr/bin/python3" else ""
+  skip_if(!nzchar(py), "no system python3")
+  skip_if(identical(suppressWarnings(system2(py, c("-c", shQuote("import torch")),
+                                             stdout = FALSE, stderr = FALSE)), 0L),
+          "the system python3 has torch: reticulate would find it")
+  code <- paste(
+    "library(tracebridge)",
+    "for (k in 1:2) tryCatch(torch_tensor(1), error = function(e) cat(conditionMessage(e), '\\n'))",
+    sep = "; ")
+  old <- setwd(tempdir())
+  on.exit(setwd(old))
+  out <- system2("env", c("-u", "TRACEBRIDGE_PYTHON", "-u", "RETICULATE_PYTHON",
+                          "-u", "PYTHONPATH", paste0("PATH=", path),
+                          paste0("R_LIBS=", paste(.libPaths(), collapse = ":")),
+                          file.path(R.home("bin"), "Rscript"), "-e", shQuote(code)),
+                 stdout = TRUE, stderr = TRUE)
+  out <- paste(out, collapse = "\n")
+  expect_setup_advice(out, "No Python with torch was found")
+  expect_equal(lengths(regmatches(out, gregexpr("Set TRACEBRIDGE_PYTHON", out))), 2L)
 })

@@ -145,3 +145,10 @@ test_that("a module method without kept sources is quoted from its deparsed line
   expect_error(tm(ex(2)), "at <R function Net$forward>:3: if (x$size(1) > 3)", fixed = TRUE)
   expect_null(attr(net$forward, "srcref"))  # the module's own method is put back
 })
+
+test_that("N inside [ is a traced size and a 1-based position too", {
+  skip_if_no_torch()
+  expect_same_as_eager(function(x) x[N, ])
+  expect_same_as_eager(function(x) x[N - 1, N])
+  expect_same_as_eager(function(x) x[2:N, 1])
+})
