@@ -104,7 +104,9 @@ length.dataset <- function(x) as.integer(x$.length())
 #' [torch_manual_seed()] makes it reproducible), collated by stacking the items' tensors (and
 #' numbers) along a new first dimension, list element by list element.
 #' `dataloader_make_iter()` starts a pass; `dataloader_next()` returns the next batch, or
-#' `completed` after the last.
+#' `completed` after the last. As in mlverse, `dl$.iter()` starts a pass too, and the
+#' iterator's `$.next()` returns the next batch or signals a `stop_iteration_error` after
+#' the last; [enumerate()] gives the batches for a `for` loop.
 #'
 #' @param dataset A dataset.
 #' @param batch_size Items per batch.
@@ -128,6 +130,8 @@ length.dataset <- function(x) as.integer(x$.length())
 #'   it <- dataloader_make_iter(dl)
 #'   b <- dataloader_next(it)
 #'   dim(b[[1]])
+#'   it <- dl$.iter()
+#'   while (it$.has_next()) print(dim(it$.next()[[1]]))
 #' }
 NULL
 
@@ -150,10 +154,24 @@ dataloader <- function(dataset, batch_size = 1, shuffle = FALSE, sampler = NULL,
     tracebridge_abort("dataloader(): `batch_size` must be a positive whole number.",
                       "value_error")
   }
-  structure(list(dataset = dataset, batch_size = as.integer(batch_size),
-                 shuffle = isTRUE(shuffle), drop_last = isTRUE(drop_last),
-                 collate_fn = collate_fn %||% default_collate),
-            class = "dataloader")
+  # An environment, as in mlverse: `for (b in dl)` is an error (R can not loop over an
+  # environment) instead of a silent loop over the loader's settings.
+  dl <- list2env(list(dataset = dataset, batch_size = as.integer(batch_size),
+                      shuffle = isTRUE(shuffle), drop_last = isTRUE(drop_last),
+                      collate_fn = collate_fn %||% default_collate),
+                 parent = emptyenv())
+  class(dl) <- "dataloader"
+  dl
+}
+
+#' @export
+`$.dataloader` <- function(x, name) {
+  # mlverse's methods: `dl$.iter()` starts a pass, `dl$.length()` counts the batches.
+  switch(name,
+    .iter = function() dataloader_make_iter(x),
+    .length = function() length(x),
+    get0(name, envir = x, inherits = FALSE)
+  )
 }
 
 #' @rdname dataloader
@@ -179,6 +197,16 @@ dataloader_make_iter <- function(dataloader) {
   it$order <- order
   it$batch <- 0L
   it$batches <- length(dataloader)
+  # mlverse's iterator method: the next batch, or a `stop_iteration_error` after the last.
+  it$.next <- function() {
+    if (it$batch >= it$batches) {
+      stop_iteration_error(sprintf(paste(
+        "The data loader's iterator is exhausted: all %d batches were read.",
+        "Start a new pass with `dl$.iter()` or `dataloader_make_iter(dl)`."), it$batches))
+    }
+    dataloader_next(it)
+  }
+  it$.has_next <- function() it$batch < it$batches
   class(it) <- "dataloader_iterator"
   it
 }
@@ -211,3 +239,69 @@ default_collate <- function(items) {
   }
   items
 }
+
+#' Enumerate the batches of a data loader
+#'
+#' mlverse torch's loop over a data loader: `for (b in enumerate(dl)) { ... }`. The list
+#' has one element per batch; each reads its batch when first used (`b[[1]]`, `b$x`), so
+#' a pass holds one batch at a time. Batches are read in order: an element whose batch has
+#' been passed is an error (keep the batch itself, `x <- b[[1]]`, to use it later).
+#' Without coro, the loop that mlverse writes as `coro::loop(for (b in dl))` is this one,
+#' or a `while` over [dataloader_next()].
+#'
+#' @param x A data loader.
+#' @param max_len The most batches to enumerate.
+#' @param ... Unused.
+#' @return A list with one lazy batch per element.
+#' @examples
+#' if (torch_is_installed()) {
+#'   dl <- dataloader(tensor_dataset(x = torch_arange(1, 5)), batch_size = 2)
+#'   for (b in enumerate(dl)) print(b$x)
+#' }
+#' @export
+enumerate <- function(x, ...) UseMethod("enumerate")
+
+#' @rdname enumerate
+#' @export
+enumerate.dataloader <- function(x, max_len = 1e6, ...) {
+  pass <- new.env(parent = emptyenv())
+  pass$iter <- dataloader_make_iter(x)
+  pass$at <- 0L
+  lapply(seq_len(min(length(x), max_len)), function(i) {
+    e <- new.env(parent = emptyenv())
+    e$pass <- pass
+    e$i <- i
+    class(e) <- "enum_env"
+    e
+  })
+}
+
+#' @rdname enumerate
+#' @export
+enumerate.default <- function(x, ...) {
+  type_error(sprintf("enumerate(): `x` must be a data loader (from dataloader()), not %s.",
+                     describe_value(x)))
+}
+
+# The batch of one element of enumerate()'s list: read on first use, in order.
+enum_batch <- function(e) {
+  pass <- .subset2(e, "pass")
+  i <- .subset2(e, "i")
+  if (pass$at > i) {
+    runtime_error(sprintf(paste(
+      "enumerate(): batch %d was read before batch %d, which is the current one; the",
+      "batches of a pass are read in order. Keep a batch you need later (`x <- b[[1]]`)."),
+      i, pass$at))
+  }
+  while (pass$at < i) {
+    pass$batch <- pass$iter$.next()
+    pass$at <- pass$at + 1L
+  }
+  pass$batch
+}
+
+#' @export
+`[[.enum_env` <- function(x, i, ...) enum_batch(x)[[i]]
+
+#' @export
+`$.enum_env` <- function(x, name) enum_batch(x)[[name]]

@@ -109,7 +109,7 @@ value_index <- function(v) {
     }
     return(list(kind = "vector", value = tb_py_call(py$sub, 1L)))
   }
-  if (inherits(v, "torch_sym_int")) return(list(kind = "int", value = .subset2(v, ".py")))
+  if (inherits(v, "torch_sym_int")) return(list(kind = "int", value = sym_position(v, "index")))
   if (is.logical(v)) {
     if (anyNA(v)) tracebridge_abort("Logical indices can not be NA.", "index_error")
     return(list(kind = "logical", value = v))

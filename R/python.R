@@ -13,12 +13,15 @@
   if (!is.null(python) && !reticulate::py_available(initialize = FALSE)) {
     Sys.setenv(RETICULATE_PYTHON = python)
   }
-  .tb$torch <- reticulate::import("torch", convert = FALSE, delay_load = TRUE)
-  .tb$rb <- reticulate::import("tracebridge.frontends.rbridge", convert = FALSE, delay_load = TRUE)
-  .tb$core <- reticulate::import("tracebridge", convert = FALSE, delay_load = TRUE)
-  .tb$builtins <- reticulate::import("builtins", convert = FALSE, delay_load = TRUE)
+  # A failed import says what to set up (R/startup.R), not reticulate's configuration dump.
+  hooks <- python_load_hooks
+  .tb$torch <- reticulate::import("torch", convert = FALSE, delay_load = hooks("torch"))
+  .tb$rb <- reticulate::import("tracebridge.frontends.rbridge", convert = FALSE,
+                               delay_load = hooks("tracebridge"))
+  .tb$core <- reticulate::import("tracebridge", convert = FALSE, delay_load = hooks("tracebridge"))
+  .tb$builtins <- reticulate::import("builtins", convert = FALSE, delay_load = hooks("builtins"))
   .tb$rmod <- reticulate::import("tracebridge.frontends.r_modules", convert = FALSE,
-                                 delay_load = TRUE)
+                                 delay_load = hooks("tracebridge"))
   .tb$live <- new.env(parent = emptyenv())
   load_surface(topenv(environment(load_surface)))
 }
@@ -242,7 +245,8 @@ rethrow_python <- function(e, one_based = FALSE) {
   type <- info[[1]]
   mro <- unlist(info[[3]])
   message <- one_line(info[[2]])
-  if (one_based) message <- one_based_message(message)
+  if (one_based) message <- one_based_terms(one_based_message(message))
+  message <- r_terms(message)  # R/conditions.R
   cond <- structure(
     class = c(error_classes(mro), "error", "condition"),
     list(message = paste0(type, ": ", message), call = NULL, python_type = type,
@@ -278,10 +282,10 @@ one_line <- function(msg) {
 one_based_patterns <- list(
   list("range of \\[-?\\d+, (\\d+)\\], but got (-?\\d+)", 1:2),
   list("index (-?\\d+) is out of bounds for dimension (\\d+)", 1:2),
-  list("[Tt]arget (-?\\d+) is out of bounds", 1),
   list("except in dimension (\\d+)", 1),
   list("at non-singleton dimension (\\d+)", 1),
   list("for tensor number (\\d+) in the list", 1),
+  list("at entry (\\d+) and \\[[^]]*\\] at entry (\\d+)", 1:2),
   list("^start \\((-?\\d+)\\) \\+ length", 1)
 )
 

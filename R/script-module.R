@@ -161,7 +161,7 @@ NULL
   switch(name,
     graph = py_text(py$graph),
     code = py_text(py$code),
-    guards = unlist(py_text(py$guards)),
+    guards = r_terms(unlist(py_text(py$guards))),
     save = function(path) jit_save(x, path),
     py = py,
     tracebridge_abort(sprintf("A script_function has no field `%s`.", name))
@@ -182,7 +182,7 @@ print.script_function <- function(x, ...) {
   switch(name,
     graph = py_text(py$graph),
     code = py_text(py$code),
-    guards = unlist(py_text(py$guards)),
+    guards = r_terms(unlist(py_text(py$guards))),
     save = function(path) jit_save(x, path),
     forward = function(...) call_traced(py, list(...)),
     train = function(mode = TRUE) {

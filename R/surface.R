@@ -89,6 +89,7 @@ surface_function <- function(i, op, ns) {
 
 # Resolve "torch.argmax", "F.relu", "Tensor.view", "nn.Linear", "optim.SGD", "lr.StepLR".
 resolve_py <- function(path) {
+  if (is.null(.tb$python_ready)) python_ready()  # R/startup.R: a clear error without Python
   parts <- strsplit(path, ".", fixed = TRUE)[[1]]
   torch <- py_torch()
   root <- switch(parts[[1]],
@@ -220,7 +221,7 @@ ints_arg <- function(v, name) {
 
 # A 1-based R dimension (negative: from the end) to Python's 0-based one.
 dim_one <- function(d, name) {
-  if (inherits(d, "torch_sym_int")) return(.subset2(d, ".py"))
+  if (inherits(d, "torch_sym_int")) return(sym_position(d, sprintf("`%s`", name)))
   check_whole(d, name)
   if (d == 0) {
     tracebridge_abort(sprintf(
@@ -242,7 +243,7 @@ dims_arg <- function(v, name) {
 
 # A single 1-based position (select's index, narrow's start, padding_idx).
 index1_arg <- function(v, name) {
-  if (inherits(v, "torch_sym_int")) return(.subset2(v, ".py"))
+  if (inherits(v, "torch_sym_int")) return(sym_position(v, sprintf("`%s`", name)))
   check_whole(v, name)
   if (v == 0) {
     tracebridge_abort(sprintf("`%s = 0`: indices are 1-based in R.", name), "index_error")
@@ -366,6 +367,7 @@ convert_result <- function(op, out, env) {
     maybe_values_indices = if (inherits(out, "torch.Tensor")) wrap_tensor(out) else
       values_indices(out),
     tensors = reticulate::iterate(out, from_py, simplify = FALSE),
+    named_tensors = named_results(out, op$forward),
     where = if (inherits(out, "torch.Tensor")) {
       if (op$py == "torch.nonzero") plus_one(out) else wrap_tensor(out)
     } else {
@@ -430,7 +432,8 @@ write_surface_rd <- function(path, tab = surface_table()) {
                   values_indices = "returns list(values, 1-based indices)",
                   maybe_values_indices = "with dim: list(values, 1-based indices)",
                   where = "index results 1-based", unique = "inverse 1-based",
-                  tensors = "returns a list", "")
+                  tensors = "returns a list",
+                  named_tensors = "returns a named list", "")
     paste(c(kinds[nzchar(kinds)], if (nzchar(res)) res), collapse = "; ")
   }
   fns <- tab[tab$r_name != "-", ]

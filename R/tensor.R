@@ -129,6 +129,7 @@ dtype_py <- function(dtype) {
 #' }
 #' @export
 torch_tensor <- function(data, dtype = NULL, device = NULL, requires_grad = FALSE) {
+  if (is.null(.tb$python_ready)) python_ready()  # R/startup.R: a clear error without Python
   if (inherits(data, "torch_tensor")) {
     withCallingHandlers({
       py <- tensor_py(data)$detach()$clone()
@@ -285,6 +286,12 @@ scalar_py <- function(x) {
 
 #' @export
 Ops.torch_tensor <- function(e1, e2) {
+  # Traced sizes share this method (R/traced-sizes.R), so that R dispatches
+  # `x$sum() / x$size(1)` to one method instead of refusing two.
+  if (!inherits(e1, "torch_tensor") && (missing(e2) || !inherits(e2, "torch_tensor"))) {
+    return(sym_int_ops(.Generic, e1, if (!missing(e2)) e2))
+  }
+  if (isTRUE(.tb$tracing)) note_r_location()
   if (missing(e2)) {
     if (.Generic == "-") return(wrap_tensor(tensor_py(e1)$neg()))
     if (.Generic == "!") return(wrap_tensor(tensor_py(e1)$logical_not()))
@@ -398,33 +405,7 @@ unique.torch_tensor <- function(x, incomparables = FALSE, ...) {
 #' @export
 as.vector.torch_tensor <- function(x, mode = "any") as.vector(as_array(x), mode = mode)
 
-# ---- traced integers ---------------------------------------------------------------
-
-#' @export
-Ops.torch_sym_int <- function(e1, e2) {
-  if (missing(e2)) {
-    if (.Generic == "-") return(from_py(py_rb()$binary("-", 0L, .subset2(e1, ".py"))))
-    return(e1)
-  }
-  from_py(py_rb()$binary(.Generic, scalar_py(e1), scalar_py(e2)))
-}
-
-#' @export
-as.integer.torch_sym_int <- function(x, ...) {
-  reticulate::py_to_r(py_rb()$to_int(.subset2(x, ".py")))
-}
-
-#' @export
-as.numeric.torch_sym_int <- function(x, ...) as.numeric(as.integer(x))
-
-#' @export
-as.double.torch_sym_int <- function(x, ...) as.double(as.integer(x))
-
-#' @export
-print.torch_sym_int <- function(x, ...) {
-  cat("<traced integer>\n")
-  invisible(x)
-}
+# ---- traced integers: R/traced-sizes.R ---------------------------------------------
 
 # ---- fields and methods through `$` ------------------------------------------------
 
@@ -434,11 +415,13 @@ tensor_fields <- c("shape", "dtype", "device", "requires_grad", "grad", "grad_fn
 
 `%||%` <- function(a, b) if (is.null(a)) b else a
 
-# x$size() gives an R integer vector; traced sizes stay a list of traced integers.
+# x$size() gives an R integer vector; traced sizes stay a list of traced integers, classed
+# so that `x$shape[1]` is one traced integer, as it is one R integer (R/traced-sizes.R).
 simplify_sizes <- function(out) {
   if (is.list(out) && all(vapply(out, is.numeric, logical(1)))) {
     return(as.integer(unlist(out)))
   }
+  if (is.list(out)) class(out) <- "torch_sym_sizes"
   out
 }
 

@@ -18,6 +18,10 @@
 #' @param respect_mode For a module: trace `forward` in training mode (`trainforward`) and
 #'   in evaluation mode (`evalforward`); `$forward()` then follows `$train()` and
 #'   `$eval()`. If `FALSE`, trace one `forward` in the current mode.
+#' @param check_trace Run the code again on the example inputs and on inputs of another
+#'   batch size, and compare with the trace (a `tracebridge_check_error` when they
+#'   differ). `FALSE` skips the check, for code that only supports the example's sizes.
+#' @param check_tolerance The largest relative difference the check accepts.
 #' @return A `script_function` if `func` is a function, a `script_module` if it is a
 #'   module.
 #' @seealso [jit_trace_module()], [jit_save()], [jit_load()].
@@ -31,23 +35,29 @@
 #' tr_fn(input)
 #' }
 #' @export
-jit_trace <- function(func, ..., strict = TRUE, respect_mode = TRUE) {
+jit_trace <- function(func, ..., strict = TRUE, respect_mode = TRUE, check_trace = TRUE,
+                      check_tolerance = 1e-5) {
+  check <- check_args(check_trace, check_tolerance)
   args <- example_args(list(...), "jit_trace")
   if (inherits(func, "nn_module")) {
     target <- trace_target(func)
+    restore <- prepare_module_trace(func)
+    on.exit(restore(), add = TRUE)
     traced <- run_trace(py_core()$trace, target$py, args, strict = isTRUE(strict),
-                        respect_mode = isTRUE(respect_mode))
+                        respect_mode = isTRUE(respect_mode), check_trace = check$check_trace,
+                        check_tolerance = check$check_tolerance)
     return(new_script_module(traced))
   }
   if (!is.function(func)) {
     tracebridge_abort(sprintf("jit_trace(): `func` must be an R function or an nn_module, not %s.",
                               describe_value(func)))
   }
-  callback <- r_callback(func, "the traced function")
   fname <- substitute(func)
   name <- if (is.name(fname)) as.character(fname) else "forward"
+  callback <- r_callback(trace_source(func, name), "the traced function")
   py_rb()$set_name(callback, name, as.list(simple_arg_names(func)))
-  traced <- run_trace(py_core()$trace, callback, args, strict = isTRUE(strict))
+  traced <- run_trace(py_core()$trace, callback, args, strict = isTRUE(strict),
+                      check_trace = check$check_trace, check_tolerance = check$check_tolerance)
   new_script_function(traced)
 }
 
@@ -59,6 +69,7 @@ jit_trace <- function(func, ..., strict = TRUE, respect_mode = TRUE) {
 #' @param strict As in [jit_trace()].
 #' @param respect_mode As in [jit_trace()]; applies to `forward`. Off by default here, as
 #'   in mlverse torch.
+#' @param check_trace,check_tolerance As in [jit_trace()].
 #' @return A `script_module` with one method per name.
 #' @examples
 #' if (torch_is_installed()) {
@@ -73,7 +84,9 @@ jit_trace <- function(func, ..., strict = TRUE, respect_mode = TRUE) {
 #'   tm$double_it(x)
 #' }
 #' @export
-jit_trace_module <- function(mod, ..., strict = TRUE, respect_mode = FALSE) {
+jit_trace_module <- function(mod, ..., strict = TRUE, respect_mode = FALSE, check_trace = TRUE,
+                             check_tolerance = 1e-5) {
+  check <- check_args(check_trace, check_tolerance)
   if (!inherits(mod, "nn_module")) {
     tracebridge_abort("jit_trace_module(): `mod` must be an nn_module instance.")
   }
@@ -94,10 +107,24 @@ jit_trace_module <- function(mod, ..., strict = TRUE, respect_mode = FALSE) {
     inputs[[nm]] <- example_args(example, "jit_trace_module")
     expose_r_method(self, py, nm)
   }
+  restore <- prepare_module_trace(mod)
+  on.exit(restore(), add = TRUE)
   dict <- reticulate::py_dict(nms, unname(inputs), convert = FALSE)
   traced <- run_trace(py_core()$trace_module, py, dict, strict = isTRUE(strict),
-                      respect_mode = isTRUE(respect_mode))
+                      respect_mode = isTRUE(respect_mode), check_trace = check$check_trace,
+                      check_tolerance = check$check_tolerance)
   new_script_module(traced)
+}
+
+check_args <- function(check_trace, check_tolerance) {
+  if (!is.logical(check_trace) || length(check_trace) != 1L || is.na(check_trace)) {
+    type_error("`check_trace` must be TRUE or FALSE.")
+  }
+  if (!is.numeric(check_tolerance) || length(check_tolerance) != 1L ||
+      is.na(check_tolerance) || check_tolerance < 0) {
+    value_error("`check_tolerance` must be one number, 0 or more.")
+  }
+  list(check_trace = check_trace, check_tolerance = as.double(check_tolerance))
 }
 
 # The Python core looks methods up with getattr(); R methods live in R, so put a
@@ -141,6 +168,81 @@ trace_target <- function(func) {
   list(py = py, keep = wrapper)
 }
 
+# The function that jit_trace() runs: the user's, with its source lines kept and with
+# seq_len(), `:` and friends that read traced sizes (R/traced-sizes.R) bound in an
+# environment between it and its own.
+#
+# Note: source lines. Graph nodes and guard messages name the R line that made them
+# (note_r_location()). R keeps the lines of a function only when it was parsed with
+# `keep.source` (interactive sessions, testthat, `source(keep.source = TRUE)`); under
+# Rscript it has none. Then the function is parsed again from its deparsed text, under
+# the file name `<R function NAME>`, and Python is given those lines to quote.
+trace_source <- function(func, name) {
+  env <- list2env(traced_size_helpers(), parent = environment(func) %||% globalenv())
+  if (is.null(attr(func, "srcref"))) func <- reparse_with_source(func, name, env)
+  environment(func) <- env
+  func
+}
+
+# The same for the R methods of a module and of its R submodules, while a trace runs:
+# the helpers are bound in each method's environment and methods without sources are
+# replaced by ones that have them. Returns the function that puts everything back.
+prepare_module_trace <- function(mod) {
+  helpers <- traced_size_helpers()
+  visited <- list()
+  bound <- list()     # environments given the helpers
+  replaced <- list()  # list(self, name, original method)
+  visit <- function(m) {
+    self <- module_env(m)
+    if (!is.environment(self) || any(vapply(visited, identical, logical(1), self))) return()
+    visited[[length(visited) + 1L]] <<- self
+    for (nm in ls(self, all.names = TRUE)) {
+      v <- get(nm, envir = self)
+      if (inherits(v, "nn_module")) {
+        visit(v)
+      } else if (is.list(v) && !is.object(v)) {
+        for (item in v) if (inherits(item, "nn_module")) visit(item)
+      } else if (is.function(v) && !is.primitive(v) && !inherits(v, "nn_module")) {
+        env <- environment(v)
+        if (!identical(get0("self", envir = env, inherits = FALSE), self)) next
+        if (!any(vapply(bound, function(b) identical(b$env, env), logical(1)))) {
+          new <- setdiff(names(helpers), ls(env, all.names = TRUE))
+          list2env(helpers[new], envir = env)
+          bound[[length(bound) + 1L]] <<- list(env = env, added = new)
+        }
+        if (is.null(attr(v, "srcref"))) {
+          fresh <- reparse_with_source(v, paste0(class(m)[[1]], "$", nm), env)
+          if (!is.null(attr(fresh, "srcref"))) {
+            assign(nm, fresh, envir = self)
+            replaced[[length(replaced) + 1L]] <<- list(self, nm, v)
+          }
+        }
+      }
+    }
+  }
+  visit(mod)
+  function() {
+    for (b in bound) rm(list = b$added, envir = b$env)
+    for (r in replaced) assign(r[[2]], r[[3]], envir = r[[1]])
+    invisible()
+  }
+}
+
+reparse_with_source <- function(func, name, env) {
+  lines <- deparse(func)
+  filename <- sprintf("<R function %s>", name)
+  parsed <- tryCatch(
+    parse(text = lines, keep.source = TRUE,
+          srcfile = srcfilecopy(filename, lines, isFile = FALSE)),
+    error = function(e) NULL
+  )
+  if (length(parsed) != 1L) return(func)
+  fresh <- tryCatch(eval(parsed[[1L]], env), error = function(e) NULL)
+  if (!is.function(fresh)) return(func)
+  py_rb()$register_source(filename, lines)
+  fresh
+}
+
 example_args <- function(dots, caller) {
   nms <- names(dots)
   if (!is.null(nms) && any(nzchar(nms))) {
@@ -153,7 +255,28 @@ example_args <- function(dots, caller) {
     ), "tracebridge_named_inputs_error")
   }
   if (!length(dots)) tracebridge_abort(sprintf("%s(): give at least one example input.", caller))
+  for (k in seq_along(dots)) check_example(dots[[k]], caller, k)
   reticulate::tuple(lapply(dots, to_py), convert = FALSE)
+}
+
+# Example inputs are tensors, or lists of them (NULL too). An R vector would reach Python
+# as a tuple of numbers: the trace would bake it in and every call would fail. Say so now.
+check_example <- function(v, caller, k) {
+  if (is.null(v) || inherits(v, c("torch_tensor", "nn_module"))) return(invisible())
+  if (is.list(v) && !is.object(v)) {
+    for (item in v) check_example(item, caller, k)
+    return(invisible())
+  }
+  shown <- if (is.atomic(v)) {
+    text <- paste(deparse(v, width.cutoff = 60L), collapse = " ")
+    if (nchar(text) > 60L) paste0(substr(text, 1L, 57L), "...") else text
+  } else NULL
+  type_error(sprintf(paste(
+    "%s(): example input %d is %s%s; example inputs must be tensors (or lists of",
+    "tensors): pass %s."),
+    caller, k, if (is.atomic(v)) sprintf("an R %s vector", typeof(v)) else describe_value(v),
+    if (!is.null(shown)) sprintf(" (%s)", shown) else "",
+    if (!is.null(shown)) sprintf("torch_tensor(%s)", shown) else "a tensor made with torch_tensor()"))
 }
 
 run_trace <- function(fn, target, args, ...) {
@@ -179,7 +302,7 @@ run_trace <- function(fn, target, args, ...) {
 
 tracebridge_warning <- function(msg) {
   structure(class = c("tracebridge_warning", "warning", "condition"),
-            list(message = msg, call = NULL))
+            list(message = r_terms(msg), call = NULL))
 }
 
 #' Save and load traced objects

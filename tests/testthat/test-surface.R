@@ -46,7 +46,7 @@ test_that("the table uses only known argument and result kinds", {
   expect_equal(setdiff(used, kinds), character())
   results <- sub("\\(.*$", "", tab$result)
   expect_equal(setdiff(results, c("tensor", "index", "values_indices", "maybe_values_indices",
-                                  "tensors", "where", "unique", "r", "sizes", "none", "module",
+                                  "tensors", "named_tensors", "where", "unique", "r", "sizes", "none", "module",
                                   "optimizer", "scheduler")), character())
 })
 

@@ -293,7 +293,20 @@ test_that("graphs and guards traced from R point at the R source line", {
   tr <- suppressWarnings(jit_trace(env$f, torch_randn(2, 3, 4)))
   base <- basename(path)
   expect_match(tr$graph, sprintf("relu(%%x)  # %s:2", base), fixed = TRUE)
-  expect_match(tr$guards, sprintf("x.shape[0] == 2 (at %s:3)", path), fixed = TRUE)
+  expect_match(tr$guards, sprintf("x$shape[1] == 2 (at %s:3)", path), fixed = TRUE)
   expect_error(tr(torch_randn(3, 3, 4)), "x\\$view\\(c\\(as.integer",
                class = "tracebridge_guard_error")
+})
+
+test_that("a mode guard error says $train()/$eval() and respect_mode = TRUE, in R terms", {
+  skip_if_no_torch()
+  net <- DropNet()
+  net$eval()
+  tm <- jit_trace(net, torch_randn(8, 4), respect_mode = FALSE)
+  tm$train()
+  err <- tryCatch(tm(torch_randn(8, 4)), error = identity)
+  expect_s3_class(err, "tracebridge_guard_error")
+  expect_match(conditionMessage(err), "call $eval() first, or trace with respect_mode = TRUE",
+               fixed = TRUE)
+  expect_no_match(conditionMessage(err), "respect_mode=True", fixed = TRUE)
 })

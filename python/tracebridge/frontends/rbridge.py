@@ -402,3 +402,21 @@ def set_location(location: str) -> None:
     from ..source import set_foreign_location
 
     set_foreign_location(location)
+
+
+def register_source(filename: str, lines: list[str]) -> None:
+    """Give Python the lines of R code that has no file (an R function parsed again from
+    its deparsed text, named ``<R function NAME>``), so that graph nodes and guard messages
+    quote the R line, as they do for code in files."""
+    import linecache
+
+    if isinstance(lines, str):
+        lines = [lines]
+    text = [line + "\n" for line in lines]
+    # An entry without a modification time is never checked against the disk.
+    linecache.cache[filename] = (sum(len(t) for t in text), None, text, filename)
+
+
+def to_float(v) -> float:
+    """``float(v)``: a traced number records a guard."""
+    return float(v)

@@ -1,0 +1,94 @@
+# Error conditions, one constructor per class, as mlverse torch's R/conditions.R has them.
+# Each signals an error of class c(<class>, "tracebridge_error", "error", "condition"),
+# so that `tryCatch(..., value_error = )` and `expect_error(class = )` work as in mlverse.
+# Errors that come from Python get their classes in rethrow_python() (R/python.R).
+
+value_error <- function(message) tracebridge_abort(message, "value_error")
+
+type_error <- function(message) tracebridge_abort(message, "type_error")
+
+index_error <- function(message) tracebridge_abort(message, "index_error")
+
+runtime_error <- function(message) tracebridge_abort(message, "runtime_error")
+
+not_implemented_error <- function(message) tracebridge_abort(message, "not_implemented_error")
+
+# The end of a pass over a data loader (mlverse: `iter$.next()` after the last batch).
+stop_iteration_error <- function(message) tracebridge_abort(message, "stop_iteration_error")
+
+# ---- messages in R terms -------------------------------------------------------------
+
+# Messages that the Python core writes (guards, trace checks, warnings) name sizes and
+# methods as Python code does: `x.shape[0] == 2`, `.eval()`, `check_trace=False`. An R user
+# reads them here in R terms: `x$shape[1] == 2`, `$eval()`, `check_trace = FALSE`. Only
+# patterns that are Python code are rewritten; a message about Python code (a location in
+# a .py file) keeps its Python words for decisions and loops.
+r_terms <- function(msg) {
+  if (!length(msg)) return(msg)
+  vapply(msg, r_terms_one, character(1), USE.NAMES = FALSE)
+}
+
+r_terms_one <- function(msg) {
+  if (is.na(msg) || !nzchar(msg)) return(msg)
+  ident <- "([A-Za-z_][A-Za-z0-9_]*)"
+  msg <- shift_numbers(msg, paste0("\\b", ident, "\\.shape\\[(\\d+)\\]"), "%s$shape[%d]")
+  msg <- shift_numbers(msg, paste0("\\b", ident, "\\.size\\((\\d+)\\)"), "%s$size(%d)")
+  msg <- shift_numbers(msg, "\\b(size)\\(dim (\\d+)\\)", "%s(dim %d)")
+  msg <- gsub(paste0("\\b", ident, "\\.(dim|numel|item|size)\\(\\)"), "\\1$\\2()", msg,
+              perl = TRUE)
+  msg <- gsub(paste0("\\b", ident, "\\.tolist\\(\\)"), "as_array(\\1)", msg, perl = TRUE)
+  msg <- gsub("(^|[\\s(`])\\.(train|eval)\\(\\)", "\\1$\\2()", msg, perl = TRUE)
+  msg <- gsub("respect_mode=True", "respect_mode = TRUE", msg, fixed = TRUE)
+  msg <- gsub("check_trace=False", "check_trace = FALSE", msg, fixed = TRUE)
+  msg <- gsub("raise check_tolerance", "raise check_tolerance (an argument of jit_trace())",
+              msg, fixed = TRUE)
+  msg <- gsub("(\\bis|==) (True|False)\\b", "is \\U\\2", msg, perl = TRUE)
+  # The lines of a guard message, joined into one by one_line().
+  msg <- gsub("(\\S) (assumption made at|this call takes another path)", "\\1; \\2", msg,
+              perl = TRUE)
+  if (!grepl("\\.py:\\d", msg)) {
+    msg <- gsub("a Python (int|float)\\b", "an R number", msg, perl = TRUE)
+    msg <- gsub("a Python bool\\b", "an R logical", msg, perl = TRUE)
+    msg <- gsub("Python data", "R data", msg, fixed = TRUE)
+    msg <- gsub("a Python loop", "an R loop", msg, fixed = TRUE)
+    msg <- gsub("the Python-level decision", "the R-level decision (an `if` or a loop on a size)",
+                msg, fixed = TRUE)
+    msg <- gsub("instead of a Python int", "instead of an R number", msg, fixed = TRUE)
+  }
+  msg
+}
+
+# Rewrite each match of `pattern` (group 1: a name, group 2: a 0-based number) with
+# `format`, the number made 1-based.
+shift_numbers <- function(msg, pattern, format) {
+  m <- gregexpr(pattern, msg, perl = TRUE)[[1]]
+  if (m[[1]] < 0) return(msg)
+  starts <- attr(m, "capture.start")
+  lens <- attr(m, "capture.length")
+  pieces <- character()
+  last <- 1L
+  for (k in seq_along(m)) {
+    name <- substr(msg, starts[k, 1], starts[k, 1] + lens[k, 1] - 1L)
+    n <- as.integer(substr(msg, starts[k, 2], starts[k, 2] + lens[k, 2] - 1L))
+    pieces <- c(pieces, substr(msg, last, m[[k]] - 1L), sprintf(format, name, n + 1L))
+    last <- m[[k]] + attr(m, "match.length")[[k]]
+  }
+  paste0(c(pieces, substr(msg, last, nchar(msg))), collapse = "")
+}
+
+# Errors of ops whose positions are 1-based in R (R/surface.R, Ops on tensors): what
+# PyTorch says about a class, a target or an entry of a list, in R's numbering. A class
+# 0 in R is -1 by the time PyTorch sees it.
+one_based_terms <- function(msg) {
+  m <- regexec("[Tt]arget (-?\\d+) is out of bounds", msg)[[1]]
+  if (m[[1]] > 0) {
+    n <- as.integer(regmatches(msg, list(m))[[1]][[2]]) + 1L
+    hint <- if (n < 1L) ": classes are 1-based in R (1 is the first class), so 0 is no class" else ""
+    msg <- paste0(substr(msg, 1L, m[[1]] - 1L), "Target ", n, " is out of bounds",
+                  hint, substr(msg, m[[1]] + attr(m, "match.length")[[1]], nchar(msg)))
+  }
+  msg <- sub("Class values must be non-negative.",
+             paste("Class values must be 1 or more: classes are 1-based in R (1 is the first",
+                   "class), so 0 is no class."), msg, fixed = TRUE)
+  msg
+}

@@ -1,0 +1,156 @@
+# Traced sizes behave as R integers. While jit_trace() runs, `x$size(1)`, `x$shape[i]` and
+# `N` inside `[` are traced integers: a Python SymInt held unconverted in an environment of
+# class `torch_sym_int` (see new_sym_int()). Arithmetic on them is recorded, so the graph
+# stays shape-general; turning one into an R number (`as.integer()`, `if (n > 2)`,
+# `seq_len(n)`) records a guard, as `int()` and `range()` do in Python.
+#
+# Note: positions. A traced size used as a position (`x[n]`, `torch_select(x, 1, n)`,
+# `x$narrow(1, n - 1, 1)`) is 1-based like any R position; sym_position() makes it 0-based,
+# once, at the boundary where plain numbers are shifted too (R/surface.R, R/indexing.R).
+#
+# Note: dispatch. R (before 4.3) refuses `x$sum() / x$size(1)` when the two classes have
+# different Ops methods; they share one: Ops.torch_tensor() hands a call without a tensor
+# to sym_int_ops(). This file collates after tensor.R, which defines that method.
+
+#' @export
+Ops.torch_sym_int <- Ops.torch_tensor
+
+# `op` (an R operator) on traced integers and numbers. Whole doubles go to Python as ints,
+# so `x$size(1) - 1` stays a traced integer, as 4L - 1 is a whole number in R.
+sym_int_ops <- function(op, e1, e2 = NULL) {
+  if (isTRUE(.tb$tracing)) note_r_location()
+  if (is.null(e2)) {
+    if (op == "-") return(sym_from_py(py_rb()$binary("-", 0L, sym_operand(e1, op))))
+    if (op == "+") return(e1)
+    return(!as.logical(as.integer(e1)))
+  }
+  sym_from_py(py_rb()$binary(op, sym_operand(e1, op), sym_operand(e2, op)))
+}
+
+sym_operand <- function(v, op) {
+  if (inherits(v, "torch_sym_int")) return(.subset2(v, ".py"))
+  if (!is.numeric(v) && !is.logical(v) || length(v) != 1) {
+    type_error(sprintf(paste(
+      "A traced size (from x$size() or x$shape while tracing) can be combined with `%s`",
+      "only with single numbers, not %s of length %d; use it in tensor operations instead."),
+      op, if (is.numeric(v) || is.logical(v)) "a vector" else describe_value(v), length(v)))
+  }
+  if (is.double(v) && is.finite(v) && v == round(v)) return(reticulate::r_to_py(as.integer(v)))
+  reticulate::r_to_py(v)
+}
+
+# A Python result of sized arithmetic: traced integers and floats stay traced (a float
+# from `/` too), everything else (a comparison's logical) comes back as R's.
+sym_from_py <- function(py) {
+  cls <- class(py)
+  if ("python.builtin.float" %in% cls && cls[[1]] != "python.builtin.float") {
+    e <- new_sym_int(py)
+    class(e) <- c("torch_sym_float", "torch_sym_int")
+    return(e)
+  }
+  from_py(py)
+}
+
+# A traced size used as a 1-based position, made 0-based: `n - 1` for a positive one, `n`
+# for a negative one (counted from the end, -1 the last). The sign is recorded as a guard,
+# so a call where it differs stops instead of shifting the wrong way.
+sym_position <- function(v, what = "position") {
+  py <- .subset2(v, ".py")
+  if (isTRUE(reticulate::py_to_r(py_rb()$binary(">", py, 0L)))) {
+    return(py_rb()$binary("-", py, 1L))
+  }
+  if (isTRUE(reticulate::py_to_r(py_rb()$binary("==", py, 0L)))) {
+    index_error(sprintf("The traced %s is 0 here: positions are 1-based in R (1 is the first).",
+                        what))
+  }
+  py
+}
+
+#' @export
+as.integer.torch_sym_int <- function(x, ...) {
+  if (isTRUE(.tb$tracing)) note_r_location()
+  reticulate::py_to_r(py_rb()$to_int(.subset2(x, ".py")))
+}
+
+#' @export
+as.numeric.torch_sym_int <- function(x, ...) {
+  if (isTRUE(.tb$tracing)) note_r_location()
+  reticulate::py_to_r(py_rb()$to_float(.subset2(x, ".py")))
+}
+
+#' @export
+as.double.torch_sym_int <- function(x, ...) as.numeric.torch_sym_int(x)
+
+#' @export
+as.logical.torch_sym_int <- function(x, ...) as.integer(x) != 0L
+
+#' @export
+Summary.torch_sym_int <- function(..., na.rm = FALSE) {
+  sym_summary(.Generic, list(...))
+}
+
+# max(), min(), sum(), prod() of traced sizes and numbers: recorded (max and min compare,
+# so they record which was larger as a guard).
+sym_summary <- function(generic, items) {
+  items <- do.call(c, lapply(items, function(v) {
+    if (inherits(v, "torch_sym_int")) list(v) else if (is.list(v)) unclass(v) else as.list(v)
+  }))
+  step <- switch(generic,
+    sum = function(a, b) a + b,
+    prod = function(a, b) a * b,
+    max = function(a, b) if (isTRUE(a >= b)) a else b,
+    min = function(a, b) if (isTRUE(a <= b)) a else b,
+    type_error(sprintf("%s() is not supported for traced sizes; use max, min, sum or prod.",
+                       generic))
+  )
+  Reduce(step, items)
+}
+
+#' @export
+print.torch_sym_int <- function(x, ...) {
+  cat(if (inherits(x, "torch_sym_float")) "<traced number>\n" else "<traced integer>\n")
+  invisible(x)
+}
+
+# ---- the sizes of a tensor while tracing (`x$shape`, `x$size()`) -------------------------
+
+#' @export
+`[.torch_sym_sizes` <- function(x, i) {
+  out <- unclass(x)[i]
+  if (length(out) == 1L) return(out[[1L]])
+  class(out) <- "torch_sym_sizes"
+  out
+}
+
+#' @export
+Summary.torch_sym_sizes <- function(..., na.rm = FALSE) sym_summary(.Generic, list(...))
+
+#' @export
+as.integer.torch_sym_sizes <- function(x, ...) {
+  vapply(unclass(x), function(v) as.integer(v), integer(1))
+}
+
+#' @export
+print.torch_sym_sizes <- function(x, ...) {
+  cat(sprintf("<traced sizes: %d dimensions>\n", length(x)))
+  invisible(x)
+}
+
+# ---- R functions that need a plain integer -------------------------------------------
+
+# While tracing an R function, `seq_len(n)`, `seq_along()` and `a:b` take traced sizes the
+# way Python's range() does: the value is read (recording a guard, so a call with another
+# size stops with a guard error) and the loop unrolls. They are bound in an environment
+# between the traced function and its own (see trace_source()), so base R is untouched.
+traced_size_helpers <- function() {
+  plain <- function(v) if (inherits(v, "torch_sym_int")) as.integer(v) else v
+  list(
+    seq_len = function(length.out) base::seq_len(plain(length.out)),
+    `:` = function(from, to) base::`:`(plain(from), plain(to)),
+    seq = function(...) do.call(base::seq, lapply(list(...), plain)),
+    rep = function(x, ...) {
+      args <- lapply(list(...), plain)
+      do.call(base::rep, c(list(x), args))
+    }
+  )
+}
