@@ -203,6 +203,11 @@ is_vector_kind <- function(k) k %in% c("vector", "vector_r", "logical")
 
 #' @export
 `[.torch_tensor` <- function(x, ..., drop = TRUE) {
+  # Positions, `a:b` and empty indices go through src/index.c; the rest through R.
+  out <- .Call(tb_index, x, sys.call(), parent.frame(), drop, list())
+  if (!is.symbol(out)) return(out)
+  if (identical(out, quote(.tb_error))) c_error()
+  c_started()
   exprs <- as.list(sys.call())[-(1:2)]
   exprs <- exprs[(names(exprs) %||% rep("", length(exprs))) != "drop"]
   names(exprs) <- NULL
@@ -258,6 +263,10 @@ index_call <- function(py, key) {
 
 #' @export
 `[<-.torch_tensor` <- function(x, ..., value) {
+  out <- .Call(tb_index, x, sys.call(), parent.frame(), TRUE, list(value))
+  if (!is.symbol(out)) return(x)
+  if (identical(out, quote(.tb_error))) c_error()
+  c_started()
   exprs <- as.list(sys.call())[-(1:2)]
   exprs <- exprs[(names(exprs) %||% rep("", length(exprs))) != "value"]
   names(exprs) <- NULL

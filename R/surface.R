@@ -59,6 +59,7 @@ parse_result <- function(spec) {
 load_surface <- function(ns) {
   tab <- surface_table()
   .tb$ops <- vector("list", nrow(tab))
+  .tb$cops <- vector("list", nrow(tab)) # compiled rows, made on first use (compile_op())
   .tb$methods <- new.env(parent = emptyenv())
   for (i in seq_len(nrow(tab))) {
     row <- tab[i, ]
@@ -105,7 +106,56 @@ resolve_py <- function(path) {
   root
 }
 
+# Argument and result kinds the C path converts (src/convert.h lists them in this order);
+# a row's other kinds go through R (convert_arg(), convert_result()).
+c_arg_kinds <- c("tensor", "scalar", "dim", "dims", "index1", "int", "ints", "double",
+                 "doubles", "bool", "string", "dtype", "device", "size", "tensors", "any")
+c_result_kinds <- c("tensor", "index", "values_indices", "maybe_values_indices", "tensors",
+                    "r", "sizes", "none")
+
+# Row `i` compiled for src/surface.c (an external pointer), or FALSE where C never applies.
+compile_op <- function(i) {
+  op <- .tb$ops[[i]]
+  kinds <- vapply(op$args, function(a) a$kind, character(1))
+  if ("tensors_splat" %in% kinds) return(FALSE)
+  fn <- op$fn
+  if (is.null(fn)) {
+    fn <- resolve_py(op$py)
+    .tb$ops[[i]]$fn <- fn
+  }
+  .Call(tb_op_compile, fn,
+        vapply(op$args, function(a) if (a$dots) "..." else a$name, character(1)),
+        vapply(op$args, function(a) a$py, character(1)),
+        match(kinds, c_arg_kinds, nomatch = 0L),
+        vapply(op$args, function(a) a$positional, logical(1)),
+        vapply(op$args, function(a) a$dots, logical(1)),
+        match(op$result, c_result_kinds, nomatch = 0L),
+        !(op$result %in% c("module", "optimizer", "scheduler")))
+}
+
+# Note: the two paths of a row. src/surface.c does the whole call (arguments, call,
+# result) where it can do it exactly as surface_call_r() would; otherwise it answers
+# `.tb_fallback` before calling Python, and R does it. A result C can not finish comes
+# back unconverted (an environment) and convert_result() finishes it.
 surface_call <- function(i, env) {
+  cop <- .subset2(.tb$cops, i)
+  if (typeof(cop) == "externalptr") {
+    out <- .Call(tb_op_call, cop, env)
+    if (!is.symbol(out)) {
+      if (is.environment(out)) return(convert_result(.tb$ops[[i]], c_other(out), env))
+      if (is.null(out)) return(invisible(out))
+      return(out)
+    }
+    if (identical(out, quote(.tb_error))) c_error()
+    if (is.null(.tb$c_call)) c_started()
+  } else if (is.null(cop) && isTRUE(c_started())) {
+    .tb$cops[[i]] <- compile_op(i)
+    return(surface_call(i, env))
+  }
+  surface_call_r(i, env)
+}
+
+surface_call_r <- function(i, env) {
   op <- .tb$ops[[i]]
   fn <- op$fn
   if (is.null(fn)) {
