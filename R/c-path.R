@@ -31,10 +31,11 @@ start_c_call <- function() {
   }, error = function(e) FALSE))
 }
 
-# Turn the C paths on (they start on the next call) or off (calls go through reticulate).
+# Turn the C paths on or off (calls go through reticulate).
 set_c_call <- function(on) {
   if (isTRUE(on)) {
     .tb$c_call <- NULL
+    c_started()
   } else {
     .Call(tb_py_stop)
     .tb$c_call <- FALSE

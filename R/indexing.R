@@ -242,7 +242,10 @@ is_vector_kind <- function(k) k %in% c("vector", "vector_r", "logical")
     if (is_vector_kind(p$kind) || p$kind == "tensor_int") {
       idx <- if (p$kind == "tensor_int") tb_py_call(p$value$reshape, -1L) else
         vector_tensor(py, p)
-      out <- tb_py_call(out$index_select, as.integer(dims_after[[k]] - 1L), idx)
+      out <- withCallingHandlers(
+        tb_py_call(out$index_select, as.integer(dims_after[[k]] - 1L), idx),
+        error = function(e) rethrow_python(e, one_based = TRUE)
+      )
       if (p$kind == "tensor_int" && drop) drops <- c(drops, dims_after[[k]])
     }
   }

@@ -109,7 +109,8 @@ resolve_py <- function(path) {
 # Argument and result kinds the C path converts (src/convert.h lists them in this order);
 # a row's other kinds go through R (convert_arg(), convert_result()).
 c_arg_kinds <- c("tensor", "scalar", "dim", "dims", "index1", "int", "ints", "double",
-                 "doubles", "bool", "string", "dtype", "device", "size", "tensors", "any")
+                 "doubles", "bool", "string", "dtype", "device", "size", "tensors", "any",
+                 "index", "class_index")
 c_result_kinds <- c("tensor", "index", "values_indices", "maybe_values_indices", "tensors",
                     "r", "sizes", "none")
 

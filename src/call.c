@@ -23,6 +23,7 @@ SEXP tb_py_stop(void);
 SEXP tb_op_compile(SEXP fn, SEXP names, SEXP pynames, SEXP kinds, SEXP positional, SEXP dots,
                    SEXP result, SEXP first);
 SEXP tb_op_call(SEXP pointer, SEXP env);
+SEXP tb_op_calls(void);
 SEXP tb_binary(SEXP generic, SEXP e1, SEXP e2);
 SEXP tb_call_args(SEXP fn, SEXP args, SEXP during_trace);
 SEXP tb_grad_mode(SEXP enabled);
@@ -59,6 +60,7 @@ static const R_CallMethodDef methods[] = {
     {"tb_call_tensor", (DL_FUNC) &tb_call_tensor, 2},
     {"tb_op_compile", (DL_FUNC) &tb_op_compile, 8},
     {"tb_op_call", (DL_FUNC) &tb_op_call, 2},
+    {"tb_op_calls", (DL_FUNC) &tb_op_calls, 0},
     {"tb_binary", (DL_FUNC) &tb_binary, 3},
     {"tb_call_args", (DL_FUNC) &tb_call_args, 3},
     {"tb_grad_mode", (DL_FUNC) &tb_grad_mode, 1},

@@ -186,6 +186,68 @@ static int any_kind(SEXP v, PyObject **out) {
   return scalar_to_py(v, out);
 }
 
+int tensor_dtype_kind(PyObject *t) {
+  PyObject *dtype = py.GetAttrString(t, "dtype");
+  if (dtype == NULL) return -1;
+  int kind = dtype == torch_.dtype_bool ? 2 : 0;
+  if (kind == 0) {
+    PyObject *fp = py.GetAttrString(dtype, "is_floating_point");
+    if (fp == NULL) kind = -1;
+    else kind = fp == py.True ? 1 : 0;
+    py_decref(fp);
+  }
+  py.DecRef(dtype);
+  return kind;
+}
+
+/* t - 1 (Tensor.sub: recorded as a torch op). */
+static PyObject *minus_one(PyObject *t) {
+  PyObject *sub = py.GetAttrString(t, "sub");
+  if (sub == NULL) return NULL;
+  PyObject *r = py.CallOneArg(sub, torch_.one);
+  py.DecRef(sub);
+  return r;
+}
+
+int index_tensor_to_py(PyObject *t, PyObject **out) {
+  int kind = tensor_dtype_kind(t);
+  if (kind < 0) return CONV_PYERR;
+  if (kind == 1) return CONV_FALLBACK; /* R says that indices must be integers */
+  if (kind == 2) return borrowed(t, out);
+  return give(minus_one(t), out);
+}
+
+int class_index_to_py(SEXP v, SEXP ignore_index, PyObject **out) {
+  PyObject *t = tensor_of(v);
+  if (t == NULL) return CONV_FALLBACK;
+  long long ign = 1;
+  if (ignore_index != R_NilValue && !whole_int(ignore_index, &ign)) return CONV_FALLBACK;
+  int kind = tensor_dtype_kind(t);
+  if (kind < 0) return CONV_PYERR;
+  if (kind == 1) return borrowed(t, out); /* class probabilities */
+  PyObject *shifted = minus_one(t);
+  if (shifted == NULL) return CONV_PYERR;
+  if (ign >= 1) return give(shifted, out);
+  /* A negative ignore_index names no class: targets equal to it stay as they are. */
+  PyObject *eq = py.GetAttrString(t, "eq"), *value = py.LongFromLongLong(ign), *mask = NULL;
+  if (eq != NULL && value != NULL) mask = py.CallOneArg(eq, value);
+  py_decref(eq);
+  py_decref(value);
+  PyObject *args = mask == NULL ? NULL : py.TupleNew(3), *r = NULL;
+  if (args != NULL) {
+    py.IncRef(t);
+    py.TupleSetItem(args, 0, mask);
+    py.TupleSetItem(args, 1, t);
+    py.TupleSetItem(args, 2, shifted);
+    r = py.Call(torch_.where, args, NULL);
+    py.DecRef(args);
+  } else {
+    py_decref(mask);
+    py.DecRef(shifted);
+  }
+  return give(r, out);
+}
+
 int to_py_kind(SEXP v, int kind, int dots, PyObject **out) {
   long long n;
   switch (kind) {
@@ -237,6 +299,11 @@ int to_py_kind(SEXP v, int kind, int dots, PyObject **out) {
   case K_SIZE: return size_kind(v, dots, out);
   case K_TENSORS: return tensor_list(v, out);
   case K_ANY: return any_kind(v, out);
+  case K_INDEX: {
+    PyObject *t = tensor_of(v);
+    if (t == NULL) return CONV_FALLBACK;
+    return index_tensor_to_py(t, out);
+  }
   default: return CONV_FALLBACK;
   }
 }

@@ -8,7 +8,8 @@
  * R/surface.R must list them in this order). K_OTHER: C never converts it (R does). */
 enum ArgKind {
   K_OTHER = 0, K_TENSOR, K_SCALAR, K_DIM, K_DIMS, K_INDEX1, K_INT, K_INTS, K_DOUBLE,
-  K_DOUBLES, K_BOOL, K_STRING, K_DTYPE, K_DEVICE, K_SIZE, K_TENSORS, K_ANY
+  K_DOUBLES, K_BOOL, K_STRING, K_DTYPE, K_DEVICE, K_SIZE, K_TENSORS, K_ANY, K_INDEX,
+  K_CLASS_INDEX
 };
 
 /* Result kinds C finishes (c_results in R/surface.R, same order); R_OTHER: R does. */
@@ -21,6 +22,12 @@ enum ResultKind {
 enum { CONV_OK = 0, CONV_FALLBACK = 1, CONV_PYERR = 2 };
 
 int to_py_kind(SEXP v, int kind, int dots, PyObject **out);
+/* class_index_arg(): `ignore_index` is the row's value of that argument (or NULL). */
+int class_index_to_py(SEXP v, SEXP ignore_index, PyObject **out);
+/* index_tensor_arg() for a tensor of 1-based indices: shifted by one (a torch op). */
+int index_tensor_to_py(PyObject *t, PyObject **out);
+/* The dtype kind of a tensor: 1 floating point, 2 bool, 0 another, -1 Python error. */
+int tensor_dtype_kind(PyObject *t);
 int scalar_to_py(SEXP v, PyObject **out);
 int whole_int(SEXP v, long long *out); /* a single whole number, not NA */
 

@@ -12,11 +12,12 @@
 
 #include "convert.h"
 
-enum { IX_ALL, IX_INT, IX_RANGE };
+enum { IX_ALL, IX_INT, IX_RANGE, IX_TENSOR };
 
 typedef struct {
   int kind;
   long long a, b;
+  PyObject *tensor; /* IX_TENSOR: borrowed from the R tensor the index evaluated to */
 } Ix;
 
 static int is_sym(SEXP e, const char *name) {
@@ -63,8 +64,26 @@ static int parse_one(SEXP e, SEXP env, Ix *ix) {
   }
   SEXP v = simple_value(e, env);
   if (v == NULL) return 0;
+  if (TYPEOF(v) == VECSXP) {
+    /* A variable holding a tensor of positions (checked in tb_index). The variable keeps
+     * the tensor alive for the call. */
+    if (TYPEOF(e) != SYMSXP || (ix->tensor = tensor_of(v)) == NULL) return 0;
+    ix->kind = IX_TENSOR;
+    return 1;
+  }
   ix->kind = IX_INT;
   return whole_int(v, &ix->a) && ix->a != 0;
+}
+
+/* A 1-d tensor of whole numbers (other index tensors mean other things: R decides). */
+static int plain_positions(PyObject *t) {
+  if (tensor_dtype_kind(t) != 0) return 0;
+  PyObject *ndim = py.GetAttr(t, torch_.s_ndim);
+  if (ndim == NULL) return 0;
+  int overflow = 0;
+  long long nd = py.LongAsLongLongAndOverflow(ndim, &overflow);
+  py.DecRef(ndim);
+  return !overflow && nd == 1;
 }
 
 static PyObject *long_or_none(long long v, int none) {
@@ -78,7 +97,7 @@ static PyObject *long_or_none(long long v, int none) {
 /* The Python key part of one index (as py_key_part() and range_index() make it). */
 static PyObject *key_part(const Ix *ix) {
   if (ix->kind == IX_INT) return py.LongFromLongLong(ix->a > 0 ? ix->a - 1 : ix->a);
-  if (ix->kind == IX_ALL) return py.SliceNew(NULL, NULL, NULL);
+  if (ix->kind == IX_ALL || ix->kind == IX_TENSOR) return py.SliceNew(NULL, NULL, NULL);
   /* `end` is included; -1 (the last) means "to the end". */
   PyObject *start = long_or_none(ix->a > 0 ? ix->a - 1 : ix->a, 0);
   PyObject *stop = long_or_none(ix->b > 0 ? ix->b : ix->b + 1, ix->b == -1);
@@ -86,6 +105,24 @@ static PyObject *key_part(const Ix *ix) {
   py_decref(start);
   py_decref(stop);
   return slice;
+}
+
+/* t.index_select(dim, positions); steals `t`. */
+static PyObject *index_select(PyObject *t, int dim, PyObject *positions) {
+  PyObject *method = py.GetAttrString(t, "index_select");
+  PyObject *d = py.LongFromLongLong(dim), *args = NULL, *r = NULL;
+  if (method != NULL && d != NULL && (args = py.TupleNew(2)) != NULL) {
+    py.TupleSetItem(args, 0, d);
+    py.IncRef(positions);
+    py.TupleSetItem(args, 1, positions);
+    d = NULL;
+    r = py.Call(method, args, NULL);
+  }
+  py_decref(args);
+  py_decref(d);
+  py_decref(method);
+  py.DecRef(t);
+  return r;
 }
 
 /* tb_index(x, call, env, drop, value): `x[...]` (value = list()) or `x[...] <- value`
@@ -107,11 +144,19 @@ SEXP tb_index(SEXP x, SEXP call, SEXP env, SEXP drop, SEXP value) {
   }
   if (n == 0 || n > 16) return sentinel_fallback;
   Ix ix[16];
-  int k = 0;
+  int k = 0, at = -1;
   for (SEXP p = CDDR(call); p != R_NilValue; p = CDR(p)) {
     if (TAG(p) != R_NilValue) continue;
-    if (!parse_one(CAR(p), env, &ix[k++])) return sentinel_fallback;
+    if (!parse_one(CAR(p), env, &ix[k])) return sentinel_fallback;
+    if (ix[k].kind == IX_TENSOR) {
+      /* One tensor index, after no single position (which would drop its dimension). */
+      if (at >= 0) return sentinel_fallback;
+      at = k;
+    }
+    k++;
   }
+  for (int m = 0; m < at; m++)
+    if (ix[m].kind == IX_INT) return sentinel_fallback;
   PyObject *val = NULL;
   if (set) {
     SEXP v = VECTOR_ELT(value, 0);
@@ -134,14 +179,38 @@ SEXP tb_index(SEXP x, SEXP call, SEXP env, SEXP drop, SEXP value) {
     py.GILRelease(gil);
     return sentinel_fallback;
   }
+  if (at >= 0 && !plain_positions(ix[at].tensor)) {
+    if (py.ErrOccurred() != NULL) {
+      store_error();
+      py.GILRelease(gil);
+      return sentinel_error;
+    }
+    py.GILRelease(gil);
+    return sentinel_fallback;
+  }
   if (set && scalar_to_py(VECTOR_ELT(value, 0), &val) != CONV_OK) {
     py.GILRelease(gil);
     return sentinel_fallback;
   }
+  /* The 0-based positions: read with index_select after the rest (R's meaning), written
+   * through the key itself. */
+  PyObject *positions = NULL;
+  if (at >= 0 && index_tensor_to_py(ix[at].tensor, &positions) != CONV_OK) {
+    store_error();
+    py_decref(val);
+    py.GILRelease(gil);
+    return sentinel_error;
+  }
   PyObject *key = py.TupleNew(n);
   int ok = key != NULL;
   for (int i = 0; ok && i < n; i++) {
-    PyObject *part = key_part(&ix[i]);
+    PyObject *part;
+    if (set && i == at) {
+      part = positions;
+      py.IncRef(part);
+    } else {
+      part = key_part(&ix[i]);
+    }
     if (part == NULL) ok = 0;
     else py.TupleSetItem(key, i, part); /* steals */
   }
@@ -151,6 +220,7 @@ SEXP tb_index(SEXP x, SEXP call, SEXP env, SEXP drop, SEXP value) {
     else store_error();
   } else if (ok) {
     PyObject *result = py.GetItem(t, key);
+    if (result != NULL && at >= 0) result = index_select(result, at, positions);
     if (result != NULL) out = wrap_result(result); /* steals */
     else store_error();
   } else {
@@ -158,6 +228,7 @@ SEXP tb_index(SEXP x, SEXP call, SEXP env, SEXP drop, SEXP value) {
   }
   py_decref(key);
   py_decref(val);
+  py_decref(positions);
   py.GILRelease(gil);
   return out;
 }

@@ -214,6 +214,8 @@ static void release_all(void) {
   clear(&torch_.set_grad);
   clear(&torch_.is_grad);
   clear(&torch_.one);
+  clear(&torch_.where);
+  clear(&torch_.dtype_bool);
   clear(&torch_.s_add);
   clear(&torch_.s_item);
   clear(&torch_.s_ndim);
@@ -260,11 +262,13 @@ SEXP tb_py_init(SEXP torch, SEXP bridge, SEXP example, SEXP libpython, SEXP tb) 
   torch_.bridge = m;
   torch_.binary_ops = py.GetAttrString(m, "BINARY_OPS");
   torch_.one = py.LongFromLongLong(1);
+  torch_.where = py.GetAttrString(t, "where");
+  torch_.dtype_bool = py.GetAttrString(t, "bool");
   torch_.s_add = py.UnicodeIntern("add");
   torch_.s_item = py.UnicodeIntern("item");
   torch_.s_ndim = py.UnicodeIntern("ndim");
   int ok = torch_.tensor_type && torch_.size_type && torch_.set_grad && torch_.is_grad &&
-           torch_.binary_ops && torch_.one && torch_.s_add && torch_.s_item && torch_.s_ndim &&
+           torch_.binary_ops && torch_.one && torch_.where && torch_.dtype_bool && torch_.s_add && torch_.s_item && torch_.s_ndim &&
            PY_TYPE(x) == torch_.tensor_type;
   if (!ok) {
     if (py.ErrOccurred() != NULL) {

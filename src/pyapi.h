@@ -76,6 +76,8 @@ typedef struct {
   PyObject *set_grad;      /* torch._C._set_grad_enabled */
   PyObject *is_grad;       /* torch.is_grad_enabled */
   PyObject *one;           /* the Python int 1 */
+  PyObject *where;         /* torch.where */
+  PyObject *dtype_bool;    /* torch.bool */
   PyObject *s_add, *s_item, *s_ndim; /* interned attribute names */
 } Torch;
 
