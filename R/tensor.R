@@ -454,6 +454,12 @@ simplify_sizes <- function(out) {
 
 #' @export
 `$.torch_tensor` <- function(x, name) {
+  # Methods first: they are what loops call (see method_function()).
+  m <- .subset2(.tb$bound, name)
+  if (!is.null(m)) {
+    environment(m) <- .Call(tb_self_env, x, environment(m))
+    return(m)
+  }
   py <- .subset2(x, ".py")
   switch(name,
     shape = return(simplify_sizes(from_py(py_rb()$sizes(py)))),

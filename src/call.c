@@ -20,9 +20,11 @@
 
 SEXP tb_py_init(SEXP torch, SEXP bridge, SEXP example, SEXP libpython, SEXP tb);
 SEXP tb_py_stop(void);
-SEXP tb_op_compile(SEXP fn, SEXP names, SEXP pynames, SEXP kinds, SEXP positional, SEXP dots,
-                   SEXP result, SEXP first);
-SEXP tb_op_call(SEXP pointer, SEXP env);
+SEXP tb_op_compile(SEXP row, SEXP fn, SEXP names, SEXP pynames, SEXP kinds, SEXP positional,
+                   SEXP dots, SEXP result, SEXP first);
+SEXP tb_op_call(SEXP row, SEXP env);
+SEXP tb_op_call_self(SEXP row, SEXP env, SEXP self);
+SEXP tb_self_env(SEXP x, SEXP parent);
 SEXP tb_op_calls(void);
 SEXP tb_binary(SEXP generic, SEXP e1, SEXP e2);
 SEXP tb_call_args(SEXP fn, SEXP args, SEXP during_trace);
@@ -58,8 +60,10 @@ static const R_CallMethodDef methods[] = {
     {"tb_py_init", (DL_FUNC) &tb_py_init, 5},
     {"tb_py_stop", (DL_FUNC) &tb_py_stop, 0},
     {"tb_call_tensor", (DL_FUNC) &tb_call_tensor, 2},
-    {"tb_op_compile", (DL_FUNC) &tb_op_compile, 8},
+    {"tb_op_compile", (DL_FUNC) &tb_op_compile, 9},
     {"tb_op_call", (DL_FUNC) &tb_op_call, 2},
+    {"tb_op_call_self", (DL_FUNC) &tb_op_call_self, 3},
+    {"tb_self_env", (DL_FUNC) &tb_self_env, 2},
     {"tb_op_calls", (DL_FUNC) &tb_op_calls, 0},
     {"tb_binary", (DL_FUNC) &tb_binary, 3},
     {"tb_call_args", (DL_FUNC) &tb_call_args, 3},

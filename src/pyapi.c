@@ -23,6 +23,7 @@ Torch torch_;
 
 SEXP tensor_class = NULL, object_class = NULL;
 SEXP sym_pyobj = NULL, sym_convert = NULL, sym_py_object = NULL, sym_dotpy = NULL;
+SEXP sym_self = NULL;
 SEXP r_tensor_names = NULL, r_tensor_class = NULL;
 SEXP sentinel_fallback = NULL, sentinel_error = NULL;
 
@@ -228,6 +229,7 @@ void tb_init_constants(void) {
   sym_convert = Rf_install("convert");
   sym_py_object = Rf_install("py_object");
   sym_dotpy = Rf_install(".py");
+  sym_self = Rf_install("self");
   sentinel_fallback = Rf_install(".tb_fallback");
   sentinel_error = Rf_install(".tb_error");
   r_tensor_names = Rf_mkString(".py");

@@ -86,7 +86,7 @@ extern Torch torch_;
 /* R-side constants, preserved for the session. */
 extern SEXP tensor_class;   /* reticulate's class vector for a torch.Tensor */
 extern SEXP object_class;   /* "python.builtin.object": R re-wraps these (see c_other()) */
-extern SEXP sym_pyobj, sym_convert, sym_py_object, sym_dotpy;
+extern SEXP sym_pyobj, sym_convert, sym_py_object, sym_dotpy, sym_self;
 extern SEXP r_tensor_names, r_tensor_class;
 extern SEXP sentinel_fallback, sentinel_error; /* symbols the R callers test with is.symbol() */
 

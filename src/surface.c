@@ -34,8 +34,11 @@ static double op_calls = 0;
 
 SEXP tb_op_calls(void) { return Rf_ScalarReal(op_calls); }
 
-static void op_free(SEXP pointer) {
-  OpSpec *op = (OpSpec *) R_ExternalPtrAddr(pointer);
+/* The compiled rows, by row number (1-based, as R numbers them). */
+static OpSpec **row_ops = NULL;
+static int n_rows = 0;
+
+static void op_release(OpSpec *op) {
   if (op == NULL) return;
   if (py_ready) {
     GILState gil = py.GILEnsure();
@@ -45,15 +48,22 @@ static void op_free(SEXP pointer) {
   }
   free(op->args);
   free(op);
-  R_ClearExternalPtr(pointer);
 }
 
-/* tb_op_compile(fn, names, pynames, kinds, positional, dots, result, first): one row,
+/* tb_op_compile(i, fn, names, pynames, kinds, positional, dots, result, first): row `i`,
  * compiled for tb_op_call(); FALSE where C can not start. */
-SEXP tb_op_compile(SEXP fn, SEXP names, SEXP pynames, SEXP kinds, SEXP positional, SEXP dots,
-                   SEXP result, SEXP first) {
+SEXP tb_op_compile(SEXP row, SEXP fn, SEXP names, SEXP pynames, SEXP kinds, SEXP positional,
+                   SEXP dots, SEXP result, SEXP first) {
   PyObject *callable = object_of(fn);
-  if (!py_ready || callable == NULL) return Rf_ScalarLogical(0);
+  int at = Rf_asInteger(row);
+  if (!py_ready || callable == NULL || at < 1) return Rf_ScalarLogical(0);
+  if (at > n_rows) {
+    OpSpec **grown = realloc(row_ops, at * sizeof(OpSpec *));
+    if (grown == NULL) return Rf_ScalarLogical(0);
+    for (int k = n_rows; k < at; k++) grown[k] = NULL;
+    row_ops = grown;
+    n_rows = at;
+  }
   int n = LENGTH(names);
   OpSpec *op = calloc(1, sizeof(OpSpec));
   ArgSpec *args = calloc(n > 0 ? n : 1, sizeof(ArgSpec));
@@ -84,11 +94,14 @@ SEXP tb_op_compile(SEXP fn, SEXP names, SEXP pynames, SEXP kinds, SEXP positiona
     if (strcmp(name, "ignore_index") == 0) op->ignore_at = i;
   }
   py.GILRelease(gil);
-  SEXP pointer = PROTECT(R_MakeExternalPtr(op, R_NilValue, R_NilValue));
-  R_RegisterCFinalizerEx(pointer, op_free, TRUE);
-  UNPROTECT(1);
-  if (!ok) return Rf_ScalarLogical(0);
-  return pointer;
+  op_release(row_ops[at - 1]);
+  row_ops[at - 1] = NULL;
+  if (!ok) {
+    op_release(op);
+    return Rf_ScalarLogical(0);
+  }
+  row_ops[at - 1] = op;
+  return Rf_ScalarLogical(1);
 }
 
 /* The value of argument `sym` in `env`, forced; NULL where C leaves the call to R. */
@@ -145,15 +158,16 @@ static SEXP call_and_convert(PyObject *fn, PyObject *args, PyObject *kwargs, int
   return out;
 }
 
-/* tb_op_call(op, env): the row's call for the arguments in `env` (the frame of the
- * surface function). */
-SEXP tb_op_call(SEXP pointer, SEXP env) {
-  if (!c_path_on() || TYPEOF(pointer) != EXTPTRSXP) return sentinel_fallback;
-  OpSpec *op = (OpSpec *) R_ExternalPtrAddr(pointer);
-  if (op == NULL) return sentinel_fallback;
+/* The row's call for the arguments in `env` (the frame of the surface function); `self`,
+ * where not NULL, is the first argument (a method bound by `$`). */
+static SEXP op_call(SEXP row, SEXP env, SEXP self) {
+  int at = Rf_asInteger(row);
+  if (!c_path_on() || at < 1 || at > n_rows || row_ops[at - 1] == NULL) return sentinel_fallback;
+  OpSpec *op = row_ops[at - 1];
   SEXP values = PROTECT(Rf_allocVector(VECSXP, op->n));
   for (int i = 0; i < op->n; i++) {
-    SEXP v = op->args[i].dots ? dots_value(env) : arg_value(env, op->args[i].sym);
+    SEXP v = (i == 0 && self != NULL) ? self
+             : op->args[i].dots ? dots_value(env) : arg_value(env, op->args[i].sym);
     if (v == NULL) {
       UNPROTECT(1);
       return sentinel_fallback;
@@ -205,6 +219,20 @@ SEXP tb_op_call(SEXP pointer, SEXP env) {
   py.GILRelease(gil);
   UNPROTECT(2);
   return out;
+}
+
+/* tb_op_call(i, env): row `i` called with the arguments in `env`. */
+SEXP tb_op_call(SEXP row, SEXP env) { return op_call(row, env, NULL); }
+
+/* tb_op_call_self(i, env, self): the same for a tensor method, `self` its tensor. */
+SEXP tb_op_call_self(SEXP row, SEXP env, SEXP self) { return op_call(row, env, self); }
+
+/* tb_self_env(x, parent): an environment holding `self = x` (a method's tensor). */
+SEXP tb_self_env(SEXP x, SEXP parent) {
+  SEXP env = PROTECT(R_NewEnv(parent, FALSE, 1));
+  Rf_defineVar(sym_self, x, env);
+  UNPROTECT(1);
+  return env;
 }
 
 /* tb_binary(op, e1, e2): an R operator on tensors (Ops.torch_tensor), as
