@@ -29,6 +29,14 @@ NULL
 #' @rdname autograd
 #' @export
 with_no_grad <- function(code) {
+  # The grad mode through src/surface.c (tb_grad_mode); on.exit() restores it on errors too.
+  prev <- .Call(tb_grad_mode, FALSE)
+  if (is.logical(prev)) {
+    on.exit(.Call(tb_grad_mode, prev), add = TRUE)
+    return(code)
+  }
+  if (identical(prev, quote(.tb_error))) c_error(one_based = FALSE)
+  c_started()
   prev <- reticulate::py_to_r(py_torch()$is_grad_enabled())
   py_torch()$set_grad_enabled(FALSE)
   on.exit(py_torch()$set_grad_enabled(prev), add = TRUE)
@@ -38,6 +46,13 @@ with_no_grad <- function(code) {
 #' @rdname autograd
 #' @export
 with_enable_grad <- function(code) {
+  prev <- .Call(tb_grad_mode, TRUE)
+  if (is.logical(prev)) {
+    on.exit(.Call(tb_grad_mode, prev), add = TRUE)
+    return(code)
+  }
+  if (identical(prev, quote(.tb_error))) c_error(one_based = FALSE)
+  c_started()
   prev <- reticulate::py_to_r(py_torch()$is_grad_enabled())
   py_torch()$set_grad_enabled(TRUE)
   on.exit(py_torch()$set_grad_enabled(prev), add = TRUE)

@@ -203,6 +203,11 @@ is_vector_kind <- function(k) k %in% c("vector", "vector_r", "logical")
 
 #' @export
 `[.torch_tensor` <- function(x, ..., drop = TRUE) {
+  # Positions, `a:b` and empty indices go through src/index.c; the rest through R.
+  out <- .Call(tb_index, x, sys.call(), parent.frame(), drop, list())
+  if (!is.symbol(out)) return(out)
+  if (identical(out, quote(.tb_error))) c_error()
+  c_started()
   exprs <- as.list(sys.call())[-(1:2)]
   exprs <- exprs[(names(exprs) %||% rep("", length(exprs))) != "drop"]
   names(exprs) <- NULL
@@ -237,7 +242,10 @@ is_vector_kind <- function(k) k %in% c("vector", "vector_r", "logical")
     if (is_vector_kind(p$kind) || p$kind == "tensor_int") {
       idx <- if (p$kind == "tensor_int") tb_py_call(p$value$reshape, -1L) else
         vector_tensor(py, p)
-      out <- tb_py_call(out$index_select, as.integer(dims_after[[k]] - 1L), idx)
+      out <- withCallingHandlers(
+        tb_py_call(out$index_select, as.integer(dims_after[[k]] - 1L), idx),
+        error = function(e) rethrow_python(e, one_based = TRUE)
+      )
       if (p$kind == "tensor_int" && drop) drops <- c(drops, dims_after[[k]])
     }
   }
@@ -258,6 +266,10 @@ index_call <- function(py, key) {
 
 #' @export
 `[<-.torch_tensor` <- function(x, ..., value) {
+  out <- .Call(tb_index, x, sys.call(), parent.frame(), TRUE, list(value))
+  if (!is.symbol(out)) return(x)
+  if (identical(out, quote(.tb_error))) c_error()
+  c_started()
   exprs <- as.list(sys.call())[-(1:2)]
   exprs <- exprs[(names(exprs) %||% rep("", length(exprs))) != "value"]
   names(exprs) <- NULL

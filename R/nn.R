@@ -93,6 +93,11 @@ py_backed_module <- function(py, class, forward = NULL, forward_spec = NULL) {
   if (is.null(forward)) {
     forward <- function(...) {
       args <- list(...)
+      # Tensors in, through src/surface.c (tb_call_args); the rest through reticulate.
+      if (!length(forward_spec)) {
+        out <- c_call_args(py, args)
+        if (!identical(out, quote(.tb_fallback))) return(out)
+      }
       if (length(forward_spec)) args <- convert_forward_args(args, forward_spec, py)
       else args <- lapply(args, to_py)
       withCallingHandlers(

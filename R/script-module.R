@@ -69,44 +69,6 @@ bind_named <- function(args, inputs) {
   out
 }
 
-# py(x) for an R tensor through src/call.c (see the note there: reticulate's per-call
-# conversions cost several times the traced call), started on first use; NULL where that
-# path does not apply (it could not start, or TRACEBRIDGE_C_CALL=0).
-call_c <- function(py, x) {
-  if (is.null(.tb$c_call)) .tb$c_call <- start_c_call()
-  if (!.tb$c_call) return(NULL)
-  c_result(.Call(tb_call_tensor, py, x))
-}
-
-# A result of src/call.c as the call's result: an R tensor as it is; FALSE, the Python
-# error, raised classified; any other Python object, wrapped by reticulate (its full class
-# vector) and converted as every result is.
-c_result <- function(out) {
-  if (is.null(out) || inherits(out, "torch_tensor")) return(out)
-  if (isFALSE(out)) rethrow_python(simpleError("Python raised an exception"))
-  from_py(reticulate::py_call(py_rb()$same, out))
-}
-
-# Turn the C call path on (it starts on the next call) or off (calls go through reticulate).
-set_c_call <- function(on) {
-  if (isTRUE(on)) {
-    .tb$c_call <- NULL
-  } else {
-    .Call(tb_call_stop)
-    .tb$c_call <- FALSE
-  }
-  invisible()
-}
-
-start_c_call <- function() {
-  if (identical(Sys.getenv("TRACEBRIDGE_C_CALL"), "0")) return(FALSE)
-  torch <- reticulate::import("torch", convert = FALSE)
-  rb <- reticulate::import("tracebridge.frontends.rbridge", convert = FALSE)
-  lib <- reticulate::py_config()$libpython %||% ""
-  isTRUE(tryCatch(.Call(tb_call_init, torch$Tensor, torch$empty(0L), rb, lib),
-                  error = function(e) FALSE))
-}
-
 # The call itself: one tensor in, one tensor out is the common case and takes the
 # shortest path, all of it in src/call.c once that has started (the first call starts it,
 # through call_traced()); everything else goes through call_traced().

@@ -59,7 +59,9 @@ parse_result <- function(spec) {
 load_surface <- function(ns) {
   tab <- surface_table()
   .tb$ops <- vector("list", nrow(tab))
+  .tb$compiled <- logical(nrow(tab)) # rows tried for src/surface.c (compile_op())
   .tb$methods <- new.env(parent = emptyenv())
+  .tb$bound <- new.env(parent = emptyenv())
   for (i in seq_len(nrow(tab))) {
     row <- tab[i, ]
     res <- parse_result(row$result)
@@ -69,20 +71,49 @@ load_surface <- function(ns) {
     .tb$ops[[i]] <- op
     fn <- surface_function(i, op, ns)
     if (row$r_name != "-") assign(row$r_name, fn, envir = ns)
-    if (row$method != "-") assign(row$method, fn, envir = .tb$methods)
+    if (row$method != "-") {
+      assign(row$method, fn, envir = .tb$methods)
+      assign(row$method, method_function(i, op, ns), envir = .tb$bound)
+    }
   }
   invisible(tab)
 }
 
-surface_function <- function(i, op, ns) {
+row_formals <- function(args) {
   fmls <- list()
-  for (a in op$args) {
+  for (a in args) {
     if (a$dots) fmls[["..."]] <- quote(expr = )
     else fmls[a$name] <- list(if (a$has_default) a$default else quote(expr = ))
   }
+  fmls
+}
+
+# The body calls src/surface.c itself (one closure call less per op than going through
+# surface_call()); what C does not finish goes to surface_after().
+surface_function <- function(i, op, ns) {
   f <- function() NULL
-  formals(f) <- fmls
-  body(f) <- bquote(surface_call(.(i), environment()))
+  formals(f) <- row_formals(op$args)
+  body(f) <- bquote({
+    .out <- .Call(tb_op_call, .(i), environment())
+    if (is.symbol(.out) || is.environment(.out) || is.null(.out)) {
+      surface_after(.(i), environment(), .out)
+    } else .out
+  })
+  environment(f) <- ns
+  f
+}
+
+# The tensor method of a row, `x$name(...)`: `$` gives a copy whose environment holds
+# `self`, the tensor (tb_self_env()), so a method call is one R call, like a function's.
+method_function <- function(i, op, ns) {
+  f <- function() NULL
+  formals(f) <- row_formals(op$args[-1])
+  body(f) <- bquote({
+    .out <- .Call(tb_op_call_self, .(i), environment(), self)
+    if (is.symbol(.out) || is.environment(.out) || is.null(.out)) {
+      surface_after(.(i), environment(), .out, self)
+    } else .out
+  })
   environment(f) <- ns
   f
 }
@@ -106,7 +137,61 @@ resolve_py <- function(path) {
   root
 }
 
+# Argument and result kinds the C path converts (src/convert.h lists them in this order);
+# a row's other kinds go through R (convert_arg(), convert_result()).
+c_arg_kinds <- c("tensor", "scalar", "dim", "dims", "index1", "int", "ints", "double",
+                 "doubles", "bool", "string", "dtype", "device", "size", "tensors", "any",
+                 "index", "class_index")
+c_result_kinds <- c("tensor", "index", "values_indices", "maybe_values_indices", "tensors",
+                    "r", "sizes", "none")
+
+# Compile row `i` for src/surface.c (which keeps it); FALSE where C never applies.
+compile_op <- function(i) {
+  .tb$compiled[[i]] <- TRUE
+  op <- .tb$ops[[i]]
+  kinds <- vapply(op$args, function(a) a$kind, character(1))
+  if ("tensors_splat" %in% kinds) return(FALSE)
+  fn <- op$fn
+  if (is.null(fn)) {
+    fn <- resolve_py(op$py)
+    .tb$ops[[i]]$fn <- fn
+  }
+  .Call(tb_op_compile, i, fn,
+        vapply(op$args, function(a) if (a$dots) "..." else a$name, character(1)),
+        vapply(op$args, function(a) a$py, character(1)),
+        match(kinds, c_arg_kinds, nomatch = 0L),
+        vapply(op$args, function(a) a$positional, logical(1)),
+        vapply(op$args, function(a) a$dots, logical(1)),
+        match(op$result, c_result_kinds, nomatch = 0L),
+        !(op$result %in% c("module", "optimizer", "scheduler")))
+}
+
+# Note: the two paths of a row. src/surface.c does the whole call (arguments, call,
+# result) where it can do it exactly as surface_call_r() would; otherwise it answers
+# `.tb_fallback` before calling Python, and R does it. A result C can not finish comes
+# back unconverted (an environment) and convert_result() finishes it.
 surface_call <- function(i, env) {
+  surface_after(i, env, .Call(tb_op_call, i, env))
+}
+
+# What a row's function does with C's answer `out` (see the note above); `self`: the
+# tensor of a method call, which R's path finds in `env` under the first argument's name.
+surface_after <- function(i, env, out, self) {
+  if (!missing(self)) assign(.tb$ops[[i]]$args[[1]]$name, self, envir = env)
+  # The row's first call: compile it, then call it through C.
+  if (is.symbol(out) && !.tb$compiled[[i]] && !identical(out, quote(.tb_error)) &&
+      isTRUE(c_started()) && isTRUE(compile_op(i))) {
+    out <- .Call(tb_op_call, i, env)
+  }
+  if (is.null(out)) return(invisible(out))
+  if (is.environment(out)) return(convert_result(.tb$ops[[i]], c_other(out), env))
+  if (!is.symbol(out)) return(out)
+  if (identical(out, quote(.tb_error))) c_error()
+  if (is.null(.tb$c_call)) c_started()
+  surface_call_r(i, env)
+}
+
+surface_call_r <- function(i, env) {
   op <- .tb$ops[[i]]
   fn <- op$fn
   if (is.null(fn)) {

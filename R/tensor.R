@@ -175,6 +175,11 @@ as_array <- function(x) UseMethod("as_array")
 
 #' @export
 as_array.torch_tensor <- function(x) {
+  # src/array.c reads the values of a CPU tensor from its memory; R converts the rest.
+  out <- .Call(tb_as_array, x)
+  if (!is.symbol(out)) return(out)
+  if (identical(out, quote(.tb_error))) c_error(one_based = FALSE)
+  c_started()
   out <- reticulate::py_to_r(py_rb()$tensor_to_r(tensor_py(x)))
   d <- dim(out)
   if (length(d) <= 1) out <- as.vector(out)
@@ -297,6 +302,11 @@ Ops.torch_tensor <- function(e1, e2) {
     if (.Generic == "!") return(wrap_tensor(tensor_py(e1)$logical_not()))
     if (.Generic == "+") return(e1)
   }
+  # src/surface.c (tb_binary) for tensors and single numbers; R for the rest.
+  out <- .Call(tb_binary, .Generic, e1, e2)
+  if (!is.symbol(out)) return(if (is.environment(out)) wrap_tensor(c_other(out)) else out)
+  if (identical(out, quote(.tb_error))) c_error()
+  c_started()
   out <- withCallingHandlers(py_rb()$binary(.Generic, scalar_py(e1), scalar_py(e2)),
                              error = function(e) rethrow_python(e, one_based = TRUE))
   wrap_tensor(out)
@@ -427,6 +437,12 @@ simplify_sizes <- function(out) {
 
 #' @export
 `$.torch_tensor` <- function(x, name) {
+  # Methods first: they are what loops call (see method_function()).
+  m <- .subset2(.tb$bound, name)
+  if (!is.null(m)) {
+    environment(m) <- .Call(tb_self_env, x, environment(m))
+    return(m)
+  }
   py <- .subset2(x, ".py")
   switch(name,
     shape = return(simplify_sizes(from_py(py_rb()$sizes(py)))),

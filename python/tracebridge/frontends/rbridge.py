@@ -97,14 +97,21 @@ def error_info(e: BaseException) -> tuple[str, str, list[str]]:
 
 def error_info_by_name(name: str, message: str) -> tuple[str, str, list[str]]:
     """Like :func:`error_info` when R only knows the exception's type name and message
-    (as reticulate reports them): tracebridge's own errors are found by name."""
+    (as reticulate reports them): tracebridge's own errors and Python's built-in ones are
+    found by name, so their classes are those :func:`error_info` gives (the C call path of
+    the R package reports the exception itself).
+
+    >>> error_info_by_name("NotImplementedError", "no")[2][:2]
+    ['NotImplementedError', 'RuntimeError']
+    """
+    import builtins
     import re
 
     from .. import errors
 
     short = name.rsplit(".", 1)[-1]  # reticulate may give "tracebridge.errors.GuardError"
     message = re.sub(rf"^(?:[\w.]*\.)?{re.escape(short)}: ", "", message.rstrip("\n"))
-    cls = getattr(errors, short, None)
+    cls = getattr(errors, short, None) or getattr(builtins, short, None)
     if isinstance(cls, type) and issubclass(cls, BaseException):
         return short, message, [k.__name__ for k in cls.__mro__]
     return short, message, [short]

@@ -1,0 +1,96 @@
+# The C call paths (src/): starting them, turning them off, and what R does with their
+# answers. See the notes in src/call.c (why), src/pyapi.c (how the C API is found, errors)
+# and src/surface.c (the protocol: a result, `.tb_fallback` or `.tb_error`).
+#
+# Every C entry point answers `.tb_fallback` until the paths have started, and while R
+# traces; the R code around each then does the call its own way, which starts the paths
+# (c_started()) for the next call. TRACEBRIDGE_C_CALL=0 keeps them off.
+
+# Whether the C paths run, starting them on first use.
+c_started <- function() {
+  on <- .tb$c_call
+  if (!is.null(on)) return(on)
+  # Not while tracing: starting makes a tensor, which the tracer would record.
+  if (isTRUE(.tb$tracing)) return(FALSE)
+  .tb$c_call <- start_c_call()
+}
+
+start_c_call <- function() {
+  if (identical(Sys.getenv("TRACEBRIDGE_C_CALL"), "0")) return(FALSE)
+  isTRUE(tryCatch({
+    torch <- reticulate::import("torch", convert = FALSE)
+    rb <- reticulate::import("tracebridge.frontends.rbridge", convert = FALSE)
+    lib <- reticulate::py_config()$libpython %||% ""
+    ok <- isTRUE(.Call(tb_py_init, torch, rb, torch$empty(0L), lib, .tb))
+    if (ok) {
+      dtypes <- lapply(c("float32", "float64", "int64", "int32", "int16", "int8", "uint8",
+                         "bool"), function(n) reticulate::py_get_attr(torch, n))
+      .Call(tb_as_array_init, dtypes, torch$strided)
+    }
+    ok
+  }, error = function(e) FALSE))
+}
+
+# Turn the C paths on or off (calls go through reticulate).
+set_c_call <- function(on) {
+  if (isTRUE(on)) {
+    .tb$c_call <- NULL
+    c_started()
+  } else {
+    .Call(tb_py_stop)
+    .tb$c_call <- FALSE
+  }
+  invisible()
+}
+
+# A Python object C handed back unconverted (an environment of class
+# "python.builtin.object"), wrapped by reticulate with its full class vector.
+c_other <- function(out) reticulate::py_call(py_rb()$same, out)
+
+# Python raised inside a C call: the exception is stored; raise it as R does.
+c_error <- function(one_based = TRUE) {
+  rethrow_python(simpleError("Python raised an exception"), one_based = one_based)
+}
+
+# py(x) for an R tensor through src/call.c (see the note there: reticulate's per-call
+# conversions cost several times the traced call), started on first use; NULL where that
+# path does not apply (it could not start, or TRACEBRIDGE_C_CALL=0).
+call_c <- function(py, x) {
+  if (!c_started()) return(NULL)
+  c_result(.Call(tb_call_tensor, py, x))
+}
+
+# A result of tb_call_tensor as the call's result: an R tensor as it is; FALSE, the Python
+# error, raised classified; any other Python object, wrapped by reticulate (its full class
+# vector) and converted as every result is.
+c_result <- function(out) {
+  if (is.null(out) || inherits(out, "torch_tensor")) return(out)
+  if (isFALSE(out)) rethrow_python(simpleError("Python raised an exception"))
+  from_py(c_other(out))
+}
+
+# fn(...) for tensors (and NULLs) through C, converted by from_py(); `.tb_fallback` where
+# C does not apply. Module forwards use it.
+c_call_args <- function(fn, args, one_based = TRUE) {
+  out <- .Call(tb_call_args, fn, args, FALSE)
+  if (!is.symbol(out)) {
+    if (is.environment(out)) return(from_py(c_other(out)))
+    return(out)
+  }
+  if (identical(out, quote(.tb_error))) c_error(one_based)
+  c_started()
+  out
+}
+
+# obj$name(...) through C for arguments arg_py() converts plainly; `.tb_fallback` where C
+# does not apply. Returns NULL for None, an R tensor, or what from_py() makes.
+c_call_method <- function(obj, name, args = list(), one_based = FALSE) {
+  out <- .Call(tb_call_method, obj, name, args)
+  if (!is.symbol(out)) {
+    if (is.environment(out)) return(from_py(c_other(out)))
+    return(out)
+  }
+  if (identical(out, quote(.tb_error))) c_error(one_based)
+  c_started()
+  out
+}

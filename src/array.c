@@ -1,0 +1,199 @@
+/* as_array() in C: the values of a CPU tensor read from its memory into an R vector or
+ * array, without NumPy.
+ *
+ * Note: layout. A contiguous tensor is row-major (the last index varies fastest), an R
+ * array column-major (the first does): element (i0, ..., ik) moves from row-major offset
+ * to column-major offset, so `as_array(x)[i, j]` is `x[i, j]`. Types follow
+ * rbridge.tensor_to_r() and reticulate's conversion of its NumPy array: floats become
+ * doubles; int64 becomes integer when every value fits (R has no 64-bit integers, as in
+ * mlverse), else double; smaller integers integer; bool logical. Others (float16, complex,
+ * sparse, other devices) and tensors read while tracing go through R.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "convert.h"
+
+#define MAX_DIMS 32
+
+enum { D_F32, D_F64, D_I64, D_I32, D_I16, D_I8, D_U8, D_BOOL, D_COUNT };
+static PyObject *dtypes[D_COUNT];
+static PyObject *strided = NULL;
+static PyObject *torch_seen = NULL; /* the torch.Tensor these were read for */
+
+/* tb_as_array_init(dtypes, strided): torch.float32, float64, int64, int32, int16, int8,
+ * uint8, bool (this order) and torch.strided, from R once the C path starts. */
+SEXP tb_as_array_init(SEXP examples, SEXP layout) {
+  if (!py_ready || TYPEOF(examples) != VECSXP || Rf_xlength(examples) != D_COUNT)
+    return Rf_ScalarLogical(0);
+  GILState gil = py.GILEnsure();
+  for (int i = 0; i < D_COUNT; i++) {
+    py_decref(dtypes[i]);
+    dtypes[i] = object_of(VECTOR_ELT(examples, i));
+    if (dtypes[i] != NULL) py.IncRef(dtypes[i]);
+  }
+  py_decref(strided);
+  strided = object_of(layout);
+  if (strided != NULL) py.IncRef(strided);
+  torch_seen = torch_.tensor_type;
+  py.GILRelease(gil);
+  return Rf_ScalarLogical(strided != NULL);
+}
+
+static PyObject *call_method(PyObject *o, const char *name) {
+  PyObject *m = py.GetAttrString(o, name);
+  if (m == NULL) return NULL;
+  PyObject *empty = py.TupleNew(0);
+  PyObject *r = empty == NULL ? NULL : py.Call(m, empty, NULL);
+  py_decref(empty);
+  py.DecRef(m);
+  return r;
+}
+
+/* Row-major `src` of `n` elements with sizes `dims` into column-major `dst`. */
+#define TRANSPOSE(SRC_T, dst, CONV)                                                           \
+  do {                                                                                       \
+    const SRC_T *src = (const SRC_T *) data;                                                 \
+    if (nd <= 1) {                                                                           \
+      for (R_xlen_t s = 0; s < n; s++) dst[s] = CONV(src[s]);                                \
+    } else if (nd == 2) {                                                                    \
+      R_xlen_t rows = dims[0], cols = dims[1];                                               \
+      for (R_xlen_t i = 0; i < rows; i++)                                                    \
+        for (R_xlen_t j = 0; j < cols; j++) dst[i + j * rows] = CONV(src[i * cols + j]);     \
+    } else {                                                                                 \
+      R_xlen_t idx[MAX_DIMS] = {0}, stride[MAX_DIMS], off = 0;                               \
+      stride[0] = 1;                                                                         \
+      for (int m = 1; m < nd; m++) stride[m] = stride[m - 1] * dims[m - 1];                  \
+      for (R_xlen_t s = 0; s < n; s++) {                                                     \
+        dst[off] = CONV(src[s]);                                                             \
+        int m = nd - 1;                                                                      \
+        idx[m]++;                                                                            \
+        off += stride[m];                                                                    \
+        while (m > 0 && idx[m] == dims[m]) {                                                 \
+          off -= stride[m] * dims[m];                                                        \
+          idx[m] = 0;                                                                        \
+          m--;                                                                               \
+          idx[m]++;                                                                          \
+          off += stride[m];                                                                  \
+        }                                                                                    \
+      }                                                                                      \
+    }                                                                                        \
+  } while (0)
+
+#define AS_IS(v) (v)
+#define AS_DOUBLE(v) ((double) (v))
+#define AS_INT(v) ((int) (v))
+#define AS_LGL(v) ((v) ? TRUE : FALSE)
+
+/* Reads sizes and dtype; 0 where R must convert. */
+static int describe(PyObject *t, int *code, int *nd, R_xlen_t *dims, R_xlen_t *n) {
+  PyObject *dtype = py.GetAttrString(t, "dtype");
+  if (dtype == NULL) return -1;
+  *code = -1;
+  for (int i = 0; i < D_COUNT; i++)
+    if (dtype == dtypes[i]) *code = i;
+  py.DecRef(dtype);
+  if (*code < 0) return 0;
+  PyObject *cpu = py.GetAttrString(t, "is_cpu");
+  if (cpu == NULL) return -1;
+  int on_cpu = cpu == py.True;
+  py.DecRef(cpu);
+  PyObject *layout = py.GetAttrString(t, "layout");
+  if (layout == NULL) return -1;
+  int is_strided = layout == strided;
+  py.DecRef(layout);
+  if (!on_cpu || !is_strided) return 0;
+  PyObject *shape = py.GetAttrString(t, "shape");
+  if (shape == NULL) return -1;
+  if (!py.IsSubtype(PY_TYPE(shape), py.TupleType)) {
+    py.DecRef(shape);
+    return 0;
+  }
+  ptrdiff_t k = py.TupleSize(shape);
+  if (k > MAX_DIMS) {
+    py.DecRef(shape);
+    return 0;
+  }
+  *nd = (int) k;
+  *n = 1;
+  for (ptrdiff_t i = 0; i < k; i++) {
+    PyObject *s = py.TupleGetItem(shape, i);
+    int overflow = 0;
+    long long v = PY_TYPE(s) == py.LongType ? py.LongAsLongLongAndOverflow(s, &overflow) : -1;
+    if (v < 0 || overflow) {
+      py.DecRef(shape);
+      return 0;
+    }
+    dims[i] = (R_xlen_t) v;
+    *n *= dims[i];
+  }
+  py.DecRef(shape);
+  return 1;
+}
+
+/* tb_as_array(x): the R vector (0 or 1 dimension) or array of a tensor's values. */
+SEXP tb_as_array(SEXP x) {
+  PyObject *t = tensor_of(x);
+  if (!c_path_on() || t == NULL || strided == NULL || torch_seen != torch_.tensor_type)
+    return sentinel_fallback;
+  int code = -1, nd = 0;
+  R_xlen_t dims[MAX_DIMS], n = 0;
+  GILState gil = py.GILEnsure();
+  int ok = describe(t, &code, &nd, dims, &n);
+  py.GILRelease(gil);
+  if (ok < 0) {
+    store_error();
+    return sentinel_error;
+  }
+  if (ok == 0) return sentinel_fallback;
+  /* Allocate before holding a Python reference: an R error here leaks nothing. */
+  SEXPTYPE type = (code == D_F32 || code == D_F64) ? REALSXP : code == D_BOOL ? LGLSXP : INTSXP;
+  SEXP out = PROTECT(Rf_allocVector(type, n));
+  SEXP wide = PROTECT(code == D_I64 ? Rf_allocVector(REALSXP, n) : R_NilValue);
+  SEXP dim = PROTECT(nd >= 2 ? Rf_allocVector(INTSXP, nd) : R_NilValue);
+  for (int i = 0; i < nd && nd >= 2; i++) INTEGER(dim)[i] = (int) dims[i];
+  gil = py.GILEnsure();
+  PyObject *c = call_method(t, "contiguous");
+  PyObject *address = c == NULL ? NULL : call_method(c, "data_ptr");
+  if (address == NULL) {
+    store_error();
+    py_decref(c);
+    py.GILRelease(gil);
+    UNPROTECT(3);
+    return sentinel_error;
+  }
+  int overflow = 0;
+  long long at = py.LongAsLongLongAndOverflow(address, &overflow);
+  py.DecRef(address);
+  const void *data = (const void *) (uintptr_t) at;
+  if (n > 0 && (data == NULL || overflow)) {
+    py.DecRef(c);
+    py.GILRelease(gil);
+    UNPROTECT(3);
+    return sentinel_fallback;
+  }
+  int fits = 1;
+  switch (code) {
+  case D_F32: TRANSPOSE(float, REAL(out), AS_DOUBLE); break;
+  case D_F64: TRANSPOSE(double, REAL(out), AS_IS); break;
+  case D_I32: TRANSPOSE(int32_t, INTEGER(out), AS_INT); break;
+  case D_I16: TRANSPOSE(int16_t, INTEGER(out), AS_INT); break;
+  case D_I8: TRANSPOSE(int8_t, INTEGER(out), AS_INT); break;
+  case D_U8: TRANSPOSE(uint8_t, INTEGER(out), AS_INT); break;
+  case D_BOOL: TRANSPOSE(uint8_t, LOGICAL(out), AS_LGL); break;
+  case D_I64: {
+    const int64_t *src = (const int64_t *) data;
+    for (R_xlen_t s = 0; s < n && fits; s++)
+      fits = src[s] > -2147483648LL && src[s] < 2147483648LL;
+    if (fits) TRANSPOSE(int64_t, INTEGER(out), AS_INT);
+    else TRANSPOSE(int64_t, REAL(wide), AS_DOUBLE);
+    break;
+  }
+  }
+  py.DecRef(c);
+  py.GILRelease(gil);
+  if (!fits) out = wide;
+  if (nd >= 2) Rf_setAttrib(out, R_DimSymbol, dim);
+  UNPROTECT(3);
+  return out;
+}

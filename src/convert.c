@@ -1,0 +1,462 @@
+/* R values to Python arguments by the kinds of inst/surface.tsv, and Python results back
+ * to R, in C.
+ *
+ * Note: the rule is "the same as R, or not at all". Each kind below converts exactly the
+ * values whose R conversion (R/surface.R, convert_arg(); R/tensor.R, scalar_py()) is
+ * plain: a tensor, one whole number, a dimension other than 0, ... Anything else (an R
+ * vector to make into a tensor, a 0 dimension that R refuses with its own message, NA, a
+ * value with a class or dim attribute) answers CONV_FALLBACK, and R converts the whole
+ * call as it always did: the C path never gives a different result or error, only a
+ * faster one.
+ */
+#include "convert.h"
+
+#include <math.h>
+#include <string.h>
+
+/* A plain R vector: no class, no dim (reticulate would make an array of it). */
+static int plain(SEXP v) {
+  return !OBJECT(v) && Rf_getAttrib(v, R_DimSymbol) == R_NilValue;
+}
+
+int whole_int(SEXP v, long long *out) {
+  if (!plain(v) || Rf_xlength(v) != 1) return 0;
+  if (TYPEOF(v) == INTSXP) {
+    if (INTEGER(v)[0] == NA_INTEGER) return 0;
+    *out = INTEGER(v)[0];
+    return 1;
+  }
+  if (TYPEOF(v) == REALSXP) {
+    double d = REAL(v)[0];
+    /* as.integer() gives NA (and a warning) past int range: R's path decides those. */
+    if (!R_FINITE(d) || d != floor(d) || fabs(d) > 2147483647.0) return 0;
+    *out = (long long) d;
+    return 1;
+  }
+  return 0;
+}
+
+/* `.py` of a tensor or a traced integer: what most kinds pass as it is. */
+static PyObject *passthrough(SEXP v) {
+  PyObject *o = tensor_of(v);
+  if (o == NULL) o = py_field_of(v, "torch_sym_int");
+  return o;
+}
+
+static int give(PyObject *o, PyObject **out) {
+  if (o == NULL) return CONV_PYERR;
+  *out = o;
+  return CONV_OK;
+}
+
+static int borrowed(PyObject *o, PyObject **out) {
+  py.IncRef(o);
+  *out = o;
+  return CONV_OK;
+}
+
+/* scalar_py(): a tensor or traced integer as it is; one integer, double or logical as
+ * reticulate converts it (int, float, bool). */
+int scalar_to_py(SEXP v, PyObject **out) {
+  PyObject *o = passthrough(v);
+  if (o != NULL) return borrowed(o, out);
+  if (!plain(v) || Rf_xlength(v) != 1) return CONV_FALLBACK;
+  switch (TYPEOF(v)) {
+  case INTSXP:
+    if (INTEGER(v)[0] == NA_INTEGER) return CONV_FALLBACK;
+    return give(py.LongFromLongLong(INTEGER(v)[0]), out);
+  case REALSXP:
+    if (ISNAN(REAL(v)[0])) return CONV_FALLBACK;
+    return give(py.FloatFromDouble(REAL(v)[0]), out);
+  case LGLSXP:
+    if (LOGICAL(v)[0] == NA_LOGICAL) return CONV_FALLBACK;
+    return borrowed(LOGICAL(v)[0] ? py.True : py.False, out);
+  default:
+    return CONV_FALLBACK;
+  }
+}
+
+/* One 1-based R position (dim_one(), index1_arg()) as Python's 0-based one; 0 is left to
+ * R, which says that positions are 1-based. */
+static int position(SEXP v, PyObject **out) {
+  PyObject *o = py_field_of(v, "torch_sym_int");
+  if (o != NULL) return borrowed(o, out);
+  long long d;
+  if (!whole_int(v, &d) || d == 0) return CONV_FALLBACK;
+  return give(py.LongFromLongLong(d > 0 ? d - 1 : d), out);
+}
+
+static int tuple_of(SEXP v, int (*one)(SEXP, PyObject **), PyObject **out) {
+  if (!plain(v) || (TYPEOF(v) != INTSXP && TYPEOF(v) != REALSXP && TYPEOF(v) != VECSXP))
+    return CONV_FALLBACK;
+  R_xlen_t n = Rf_xlength(v);
+  PyObject *t = py.TupleNew(n);
+  if (t == NULL) return CONV_PYERR;
+  for (R_xlen_t i = 0; i < n; i++) {
+    SEXP item;
+    if (TYPEOF(v) == VECSXP) item = VECTOR_ELT(v, i);
+    else if (TYPEOF(v) == INTSXP) item = Rf_ScalarInteger(INTEGER(v)[i]);
+    else item = Rf_ScalarReal(REAL(v)[i]);
+    PROTECT(item);
+    PyObject *o = NULL;
+    int status = one(item, &o);
+    UNPROTECT(1);
+    if (status != CONV_OK) {
+      py.DecRef(t);
+      return status;
+    }
+    py.TupleSetItem(t, i, o); /* steals o */
+  }
+  *out = t;
+  return CONV_OK;
+}
+
+/* int_arg(): a traced integer or tensor as it is, else one whole number. */
+static int int_one(SEXP v, PyObject **out) {
+  PyObject *o = passthrough(v);
+  if (o != NULL) return borrowed(o, out);
+  long long n;
+  if (!whole_int(v, &n)) return CONV_FALLBACK;
+  return give(py.LongFromLongLong(n), out);
+}
+
+static int double_one(SEXP v, PyObject **out) {
+  PyObject *o = passthrough(v);
+  if (o != NULL) return borrowed(o, out);
+  if (!plain(v) || Rf_xlength(v) != 1) return CONV_FALLBACK;
+  double d;
+  switch (TYPEOF(v)) {
+  case REALSXP: d = REAL(v)[0]; break;
+  case INTSXP:
+    if (INTEGER(v)[0] == NA_INTEGER) return CONV_FALLBACK;
+    d = INTEGER(v)[0];
+    break;
+  case LGLSXP:
+    if (LOGICAL(v)[0] == NA_LOGICAL) return CONV_FALLBACK;
+    d = LOGICAL(v)[0];
+    break;
+  default: return CONV_FALLBACK;
+  }
+  if (ISNAN(d)) return CONV_FALLBACK;
+  return give(py.FloatFromDouble(d), out);
+}
+
+static int tensor_only(SEXP v, PyObject **out) {
+  PyObject *o = tensor_of(v);
+  if (o == NULL) return CONV_FALLBACK;
+  return borrowed(o, out);
+}
+
+/* size_arg(): the sizes of a factory or of view()/reshape(), as a tuple of ints. */
+static int size_kind(SEXP v, int dots, PyObject **out) {
+  if (dots && TYPEOF(v) == VECSXP && Rf_xlength(v) == 1) {
+    SEXP first = VECTOR_ELT(v, 0);
+    if (TYPEOF(first) == VECSXP || Rf_xlength(first) != 1) v = first;
+  }
+  if (TYPEOF(v) == VECSXP && OBJECT(v)) return CONV_FALLBACK;
+  return tuple_of(v, int_one, out);
+}
+
+/* The Python list of tensors of `tensors:tensors` (torch_cat(list(a, b))). */
+static int tensor_list(SEXP v, PyObject **out) {
+  if (TYPEOF(v) != VECSXP || OBJECT(v)) return CONV_FALLBACK;
+  R_xlen_t n = Rf_xlength(v);
+  for (R_xlen_t i = 0; i < n; i++)
+    if (tensor_of(VECTOR_ELT(v, i)) == NULL) return CONV_FALLBACK;
+  PyObject *list = py.ListNew(n);
+  if (list == NULL) return CONV_PYERR;
+  for (R_xlen_t i = 0; i < n; i++) {
+    PyObject *t = tensor_of(VECTOR_ELT(v, i));
+    py.IncRef(t);
+    py.ListSetItem(list, i, t); /* steals */
+  }
+  *out = list;
+  return CONV_OK;
+}
+
+/* arg_py(): whole doubles become ints. */
+static int any_kind(SEXP v, PyObject **out) {
+  PyObject *o = passthrough(v);
+  if (o == NULL) o = py_field_of(v, "torch_dtype");
+  if (o != NULL) return borrowed(o, out);
+  if (v == R_NilValue) return borrowed(py.None, out);
+  long long n;
+  if (TYPEOF(v) == REALSXP && whole_int(v, &n)) return give(py.LongFromLongLong(n), out);
+  if (TYPEOF(v) == REALSXP && !R_FINITE(REAL(v)[0])) return CONV_FALLBACK;
+  return scalar_to_py(v, out);
+}
+
+int tensor_dtype_kind(PyObject *t) {
+  PyObject *dtype = py.GetAttrString(t, "dtype");
+  if (dtype == NULL) return -1;
+  int kind = dtype == torch_.dtype_bool ? 2 : 0;
+  if (kind == 0) {
+    PyObject *fp = py.GetAttrString(dtype, "is_floating_point");
+    if (fp == NULL) kind = -1;
+    else kind = fp == py.True ? 1 : 0;
+    py_decref(fp);
+  }
+  py.DecRef(dtype);
+  return kind;
+}
+
+/* t - 1 (Tensor.sub: recorded as a torch op). */
+static PyObject *minus_one(PyObject *t) {
+  PyObject *sub = py.GetAttrString(t, "sub");
+  if (sub == NULL) return NULL;
+  PyObject *r = py.CallOneArg(sub, torch_.one);
+  py.DecRef(sub);
+  return r;
+}
+
+int index_tensor_to_py(PyObject *t, PyObject **out) {
+  int kind = tensor_dtype_kind(t);
+  if (kind < 0) return CONV_PYERR;
+  if (kind == 1) return CONV_FALLBACK; /* R says that indices must be integers */
+  if (kind == 2) return borrowed(t, out);
+  return give(minus_one(t), out);
+}
+
+int class_index_to_py(SEXP v, SEXP ignore_index, PyObject **out) {
+  PyObject *t = tensor_of(v);
+  if (t == NULL) return CONV_FALLBACK;
+  long long ign = 1;
+  if (ignore_index != R_NilValue && !whole_int(ignore_index, &ign)) return CONV_FALLBACK;
+  int kind = tensor_dtype_kind(t);
+  if (kind < 0) return CONV_PYERR;
+  if (kind == 1) return borrowed(t, out); /* class probabilities */
+  PyObject *shifted = minus_one(t);
+  if (shifted == NULL) return CONV_PYERR;
+  if (ign >= 1) return give(shifted, out);
+  /* A negative ignore_index names no class: targets equal to it stay as they are. */
+  PyObject *eq = py.GetAttrString(t, "eq"), *value = py.LongFromLongLong(ign), *mask = NULL;
+  if (eq != NULL && value != NULL) mask = py.CallOneArg(eq, value);
+  py_decref(eq);
+  py_decref(value);
+  PyObject *args = mask == NULL ? NULL : py.TupleNew(3), *r = NULL;
+  if (args != NULL) {
+    py.IncRef(t);
+    py.TupleSetItem(args, 0, mask);
+    py.TupleSetItem(args, 1, t);
+    py.TupleSetItem(args, 2, shifted);
+    r = py.Call(torch_.where, args, NULL);
+    py.DecRef(args);
+  } else {
+    py_decref(mask);
+    py.DecRef(shifted);
+  }
+  return give(r, out);
+}
+
+int to_py_kind(SEXP v, int kind, int dots, PyObject **out) {
+  long long n;
+  switch (kind) {
+  case K_TENSOR: return tensor_only(v, out);
+  case K_SCALAR: return scalar_to_py(v, out);
+  case K_DIM:
+    if (tensor_of(v) != NULL) return CONV_FALLBACK; /* torch_max(x, y): R decides */
+    if (TYPEOF(v) == VECSXP || Rf_xlength(v) > 1) return tuple_of(v, position, out);
+    return position(v, out);
+  case K_DIMS: return tuple_of(v, position, out);
+  case K_INDEX1: return position(v, out);
+  case K_INT: return int_one(v, out);
+  case K_INTS: {
+    PyObject *o = py_field_of(v, "torch_sym_int");
+    if (o != NULL) return borrowed(o, out);
+    if (TYPEOF(v) == STRSXP && plain(v) && Rf_xlength(v) == 1 && STRING_ELT(v, 0) != NA_STRING)
+      return give(py.UnicodeFromString(Rf_translateCharUTF8(STRING_ELT(v, 0))), out);
+    if (TYPEOF(v) == VECSXP || Rf_xlength(v) == 0) return CONV_FALLBACK;
+    if (Rf_xlength(v) == 1) {
+      if (!whole_int(v, &n)) return CONV_FALLBACK;
+      return give(py.LongFromLongLong(n), out);
+    }
+    return tuple_of(v, int_one, out);
+  }
+  case K_DOUBLE: return double_one(v, out);
+  case K_DOUBLES:
+    if (Rf_xlength(v) == 1 || tensor_of(v) != NULL) return double_one(v, out);
+    if (TYPEOF(v) == VECSXP || Rf_xlength(v) == 0) return CONV_FALLBACK;
+    return tuple_of(v, double_one, out);
+  case K_BOOL:
+    /* isTRUE(as.logical(v)) */
+    if (!plain(v) || Rf_xlength(v) != 1) return CONV_FALLBACK;
+    if (TYPEOF(v) == LGLSXP) return borrowed(LOGICAL(v)[0] == TRUE ? py.True : py.False, out);
+    return CONV_FALLBACK;
+  case K_STRING:
+    if (TYPEOF(v) != STRSXP || !plain(v) || Rf_xlength(v) != 1 || STRING_ELT(v, 0) == NA_STRING)
+      return CONV_FALLBACK;
+    return give(py.UnicodeFromString(Rf_translateCharUTF8(STRING_ELT(v, 0))), out);
+  case K_DTYPE: {
+    PyObject *o = py_field_of(v, "torch_dtype");
+    if (o == NULL) return CONV_FALLBACK;
+    return borrowed(o, out);
+  }
+  case K_DEVICE: {
+    PyObject *o = py_field_of(v, "torch_device");
+    if (o == NULL) return CONV_FALLBACK;
+    return borrowed(o, out);
+  }
+  case K_SIZE: return size_kind(v, dots, out);
+  case K_TENSORS: return tensor_list(v, out);
+  case K_ANY: return any_kind(v, out);
+  case K_INDEX: {
+    PyObject *t = tensor_of(v);
+    if (t == NULL) return CONV_FALLBACK;
+    return index_tensor_to_py(t, out);
+  }
+  default: return CONV_FALLBACK;
+  }
+}
+
+/* ---- results ------------------------------------------------------------------------ */
+
+static int is_type(PyObject *o, PyObject *type) { return PY_TYPE(o) == type; }
+
+/* reticulate's py_to_r() for a plain Python scalar; FALLBACK for anything else (and for an
+ * int past R's integer range, which reticulate converts its own way). */
+static int scalar_to_r(PyObject *o, SEXP *out) {
+  if (o == py.None) {
+    *out = R_NilValue;
+    return CONV_OK;
+  }
+  if (is_type(o, py.BoolType)) {
+    *out = Rf_ScalarLogical(o == py.True);
+    return CONV_OK;
+  }
+  if (is_type(o, py.FloatType)) {
+    *out = Rf_ScalarReal(py.FloatAsDouble(o));
+    return CONV_OK;
+  }
+  if (is_type(o, py.LongType)) {
+    int overflow = 0;
+    long long n = py.LongAsLongLongAndOverflow(o, &overflow);
+    if (overflow || n > 2147483647LL || n <= -2147483648LL) return CONV_FALLBACK;
+    *out = Rf_ScalarInteger((int) n);
+    return CONV_OK;
+  }
+  return CONV_FALLBACK;
+}
+
+static int is_sequence(PyObject *o) {
+  return is_type(o, py.TupleType) || is_type(o, py.ListType);
+}
+
+static ptrdiff_t seq_size(PyObject *o) {
+  return is_type(o, py.ListType) ? py.ListSize(o) : py.TupleSize(o);
+}
+
+/* borrowed */
+static PyObject *seq_item(PyObject *o, ptrdiff_t i) {
+  return is_type(o, py.ListType) ? py.ListGetItem(o, i) : py.TupleGetItem(o, i);
+}
+
+static SEXP tensor_to_r(PyObject *t) {
+  py.IncRef(t);
+  return wrap_result(t);
+}
+
+/* from_py(): a tensor wrapped, a plain scalar converted, a tuple or list walked. */
+static int from_py_c(PyObject *o, SEXP *out) {
+  if (is_type(o, torch_.tensor_type)) {
+    *out = tensor_to_r(o);
+    return CONV_OK;
+  }
+  if (is_sequence(o)) {
+    ptrdiff_t n = seq_size(o);
+    SEXP list = PROTECT(Rf_allocVector(VECSXP, n));
+    for (ptrdiff_t i = 0; i < n; i++) {
+      SEXP item;
+      if (from_py_c(seq_item(o, i), &item) != CONV_OK) {
+        UNPROTECT(1);
+        return CONV_FALLBACK;
+      }
+      SET_VECTOR_ELT(list, i, item);
+    }
+    UNPROTECT(1);
+    *out = list;
+    return CONV_OK;
+  }
+  return scalar_to_r(o, out);
+}
+
+/* A 1-based index tensor from a 0-based one (plus_one()); NULL on a Python error. */
+static PyObject *plus_one(PyObject *t) {
+  PyObject *add = py.GetAttr(t, torch_.s_add);
+  if (add == NULL) return NULL;
+  PyObject *r = py.CallOneArg(add, torch_.one);
+  py.DecRef(add);
+  return r;
+}
+
+/* The pair of values and 1-based indices (torch.return_types.max and kin are tuples). */
+static int values_indices(PyObject *o, SEXP *out) {
+  if (!py.IsSubtype(PY_TYPE(o), py.TupleType) || py.TupleSize(o) != 2) return CONV_FALLBACK;
+  PyObject *values = py.TupleGetItem(o, 0), *indices = py.TupleGetItem(o, 1);
+  if (!is_type(values, torch_.tensor_type) || !is_type(indices, torch_.tensor_type))
+    return CONV_FALLBACK;
+  PyObject *shifted = plus_one(indices);
+  if (shifted == NULL) return CONV_PYERR;
+  if (!is_type(shifted, torch_.tensor_type)) {
+    py.DecRef(shifted);
+    return CONV_FALLBACK;
+  }
+  SEXP list = PROTECT(Rf_allocVector(VECSXP, 2));
+  SET_VECTOR_ELT(list, 1, wrap_result(shifted));
+  SET_VECTOR_ELT(list, 0, tensor_to_r(values));
+  UNPROTECT(1);
+  *out = list;
+  return CONV_OK;
+}
+
+/* simplify_sizes(from_py()): torch.Size (or a tuple of ints) as an R integer vector. */
+static int sizes_to_r(PyObject *o, SEXP *out) {
+  if (!(is_type(o, torch_.size_type) || is_sequence(o))) return scalar_to_r(o, out);
+  ptrdiff_t n = seq_size(o);
+  SEXP v = PROTECT(Rf_allocVector(INTSXP, n));
+  for (ptrdiff_t i = 0; i < n; i++) {
+    PyObject *item = seq_item(o, i);
+    SEXP r;
+    if (!is_type(item, py.LongType) || scalar_to_r(item, &r) != CONV_OK) {
+      UNPROTECT(1);
+      return CONV_FALLBACK;
+    }
+    INTEGER(v)[i] = INTEGER(r)[0];
+  }
+  UNPROTECT(1);
+  *out = v;
+  return CONV_OK;
+}
+
+int result_to_r(PyObject *result, int kind, SEXP *out) {
+  switch (kind) {
+  case R_TENSOR:
+    if (is_type(result, torch_.tensor_type)) {
+      *out = tensor_to_r(result);
+      return CONV_OK;
+    }
+    return from_py_c(result, out);
+  case R_INDEX: {
+    if (!is_type(result, torch_.tensor_type)) return CONV_FALLBACK;
+    PyObject *shifted = plus_one(result);
+    if (shifted == NULL) return CONV_PYERR;
+    *out = wrap_result(shifted);
+    return CONV_OK;
+  }
+  case R_MAYBE_VALUES_INDICES:
+    if (is_type(result, torch_.tensor_type)) {
+      *out = tensor_to_r(result);
+      return CONV_OK;
+    }
+    return values_indices(result, out);
+  case R_VALUES_INDICES: return values_indices(result, out);
+  case R_TENSORS:
+    if (!is_sequence(result)) return CONV_FALLBACK;
+    return from_py_c(result, out);
+  case R_R: return scalar_to_r(result, out);
+  case R_SIZES: return sizes_to_r(result, out);
+  case R_NONE:
+    *out = R_NilValue;
+    return CONV_OK;
+  default: return CONV_FALLBACK;
+  }
+}

@@ -1,0 +1,234 @@
+/* `x[i, j]` and `x[i, j] <- value` in C for the common indices: positions, `a:b` ranges and
+ * empty (all), read from the call as R/indexing.R reads them.
+ *
+ * Note: what is left to R. An index C takes is a missing argument, a number, a variable, a
+ * negated number, or `a:b` of those; anything else (`N`, `..`, `a:b:s`, calls, vectors,
+ * tensors, masks, NULL/newaxis, 0, `drop = FALSE`, more indices than dimensions) answers
+ * `.tb_fallback` before any Python object is made, and R/indexing.R does the whole call.
+ * Variables are the only expressions evaluated here, and evaluating one again in R has no
+ * effect, so a fallback never runs user code twice.
+ */
+#include <string.h>
+
+#include "convert.h"
+
+enum { IX_ALL, IX_INT, IX_RANGE, IX_TENSOR };
+
+typedef struct {
+  int kind;
+  long long a, b;
+  PyObject *tensor; /* IX_TENSOR: borrowed from the R tensor the index evaluated to */
+} Ix;
+
+static int is_sym(SEXP e, const char *name) {
+  return TYPEOF(e) == SYMSXP && strcmp(CHAR(PRINTNAME(e)), name) == 0;
+}
+
+/* A number, a variable (not `N` or `..`) or `-number`: its value; NULL otherwise. */
+static SEXP simple_value(SEXP e, SEXP env) {
+  switch (TYPEOF(e)) {
+  case REALSXP:
+  case INTSXP: return e;
+  case SYMSXP:
+    if (e == R_MissingArg || is_sym(e, "N") || is_sym(e, "..")) return NULL;
+    return Rf_eval(e, env);
+  case LANGSXP:
+    if (is_sym(CAR(e), "-") && Rf_length(e) == 2 &&
+        (TYPEOF(CADR(e)) == REALSXP || TYPEOF(CADR(e)) == INTSXP))
+      return Rf_eval(e, env);
+    return NULL;
+  default: return NULL;
+  }
+}
+
+/* One index; 0 where R must read it. */
+static int parse_one(SEXP e, SEXP env, Ix *ix) {
+  if (e == R_MissingArg) {
+    ix->kind = IX_ALL;
+    return 1;
+  }
+  if (TYPEOF(e) == LANGSXP && is_sym(CAR(e), ":") && Rf_length(e) == 3) {
+    SEXP lhs = CADR(e), rhs = CADDR(e);
+    if (TYPEOF(lhs) == LANGSXP && is_sym(CAR(lhs), ":")) return 0; /* a:b:s */
+    SEXP a = simple_value(lhs, env);
+    if (a == NULL) return 0;
+    PROTECT(a);
+    SEXP b = simple_value(rhs, env);
+    UNPROTECT(1);
+    if (b == NULL) return 0;
+    PROTECT(b);
+    int ok = whole_int(a, &ix->a) && whole_int(b, &ix->b) && ix->a != 0 && ix->b != 0;
+    UNPROTECT(1);
+    ix->kind = IX_RANGE;
+    return ok;
+  }
+  SEXP v = simple_value(e, env);
+  if (v == NULL) return 0;
+  if (TYPEOF(v) == VECSXP) {
+    /* A variable holding a tensor of positions (checked in tb_index). The variable keeps
+     * the tensor alive for the call. */
+    if (TYPEOF(e) != SYMSXP || (ix->tensor = tensor_of(v)) == NULL) return 0;
+    ix->kind = IX_TENSOR;
+    return 1;
+  }
+  ix->kind = IX_INT;
+  return whole_int(v, &ix->a) && ix->a != 0;
+}
+
+/* A 1-d tensor of whole numbers (other index tensors mean other things: R decides). */
+static int plain_positions(PyObject *t) {
+  if (tensor_dtype_kind(t) != 0) return 0;
+  PyObject *ndim = py.GetAttr(t, torch_.s_ndim);
+  if (ndim == NULL) return 0;
+  int overflow = 0;
+  long long nd = py.LongAsLongLongAndOverflow(ndim, &overflow);
+  py.DecRef(ndim);
+  return !overflow && nd == 1;
+}
+
+static PyObject *long_or_none(long long v, int none) {
+  if (none) {
+    py.IncRef(py.None);
+    return py.None;
+  }
+  return py.LongFromLongLong(v);
+}
+
+/* The Python key part of one index (as py_key_part() and range_index() make it). */
+static PyObject *key_part(const Ix *ix) {
+  if (ix->kind == IX_INT) return py.LongFromLongLong(ix->a > 0 ? ix->a - 1 : ix->a);
+  if (ix->kind == IX_ALL || ix->kind == IX_TENSOR) return py.SliceNew(NULL, NULL, NULL);
+  /* `end` is included; -1 (the last) means "to the end". */
+  PyObject *start = long_or_none(ix->a > 0 ? ix->a - 1 : ix->a, 0);
+  PyObject *stop = long_or_none(ix->b > 0 ? ix->b : ix->b + 1, ix->b == -1);
+  PyObject *slice = (start && stop) ? py.SliceNew(start, stop, torch_.one) : NULL;
+  py_decref(start);
+  py_decref(stop);
+  return slice;
+}
+
+/* t.index_select(dim, positions); steals `t`. */
+static PyObject *index_select(PyObject *t, int dim, PyObject *positions) {
+  PyObject *method = py.GetAttrString(t, "index_select");
+  PyObject *d = py.LongFromLongLong(dim), *args = NULL, *r = NULL;
+  if (method != NULL && d != NULL && (args = py.TupleNew(2)) != NULL) {
+    py.TupleSetItem(args, 0, d);
+    py.IncRef(positions);
+    py.TupleSetItem(args, 1, positions);
+    d = NULL;
+    r = py.Call(method, args, NULL);
+  }
+  py_decref(args);
+  py_decref(d);
+  py_decref(method);
+  py.DecRef(t);
+  return r;
+}
+
+/* tb_index(x, call, env, drop, value): `x[...]` (value = list()) or `x[...] <- value`
+ * (value = list(value)) for the call as written (sys.call()) in `env`. */
+SEXP tb_index(SEXP x, SEXP call, SEXP env, SEXP drop, SEXP value) {
+  int set = Rf_xlength(value) == 1;
+  PyObject *t = tensor_of(x);
+  if (!c_path_on() || t == NULL || TYPEOF(call) != LANGSXP) return sentinel_fallback;
+  if (TYPEOF(drop) != LGLSXP || Rf_xlength(drop) != 1 || LOGICAL(drop)[0] != TRUE)
+    return sentinel_fallback;
+  const char *skip = set ? "value" : "drop";
+  int n = 0;
+  for (SEXP p = CDDR(call); p != R_NilValue; p = CDR(p)) {
+    if (TAG(p) != R_NilValue) {
+      if (strcmp(CHAR(PRINTNAME(TAG(p))), skip) == 0) continue;
+      return sentinel_fallback;
+    }
+    n++;
+  }
+  if (n == 0 || n > 16) return sentinel_fallback;
+  Ix ix[16];
+  int k = 0, at = -1;
+  for (SEXP p = CDDR(call); p != R_NilValue; p = CDR(p)) {
+    if (TAG(p) != R_NilValue) continue;
+    if (!parse_one(CAR(p), env, &ix[k])) return sentinel_fallback;
+    if (ix[k].kind == IX_TENSOR) {
+      /* One tensor index, after no single position (which would drop its dimension). */
+      if (at >= 0) return sentinel_fallback;
+      at = k;
+    }
+    k++;
+  }
+  for (int m = 0; m < at; m++)
+    if (ix[m].kind == IX_INT) return sentinel_fallback;
+  PyObject *val = NULL;
+  if (set) {
+    SEXP v = VECTOR_ELT(value, 0);
+    if (py_field_of(v, "torch_sym_int") != NULL) return sentinel_fallback;
+    PyObject *tv = tensor_of(v);
+    if (tv == NULL && (TYPEOF(v) == VECSXP || Rf_xlength(v) != 1)) return sentinel_fallback;
+  }
+  GILState gil = py.GILEnsure();
+  /* More indices than dimensions: R's message says so (R/indexing.R). */
+  PyObject *ndim = py.GetAttr(t, torch_.s_ndim);
+  int overflow = 0;
+  long long nd = ndim == NULL ? -1 : py.LongAsLongLongAndOverflow(ndim, &overflow);
+  py_decref(ndim);
+  if (ndim == NULL || overflow || nd < n) {
+    if (ndim == NULL) {
+      store_error();
+      py.GILRelease(gil);
+      return sentinel_error;
+    }
+    py.GILRelease(gil);
+    return sentinel_fallback;
+  }
+  if (at >= 0 && !plain_positions(ix[at].tensor)) {
+    if (py.ErrOccurred() != NULL) {
+      store_error();
+      py.GILRelease(gil);
+      return sentinel_error;
+    }
+    py.GILRelease(gil);
+    return sentinel_fallback;
+  }
+  if (set && scalar_to_py(VECTOR_ELT(value, 0), &val) != CONV_OK) {
+    py.GILRelease(gil);
+    return sentinel_fallback;
+  }
+  /* The 0-based positions: read with index_select after the rest (R's meaning), written
+   * through the key itself. */
+  PyObject *positions = NULL;
+  if (at >= 0 && index_tensor_to_py(ix[at].tensor, &positions) != CONV_OK) {
+    store_error();
+    py_decref(val);
+    py.GILRelease(gil);
+    return sentinel_error;
+  }
+  PyObject *key = py.TupleNew(n);
+  int ok = key != NULL;
+  for (int i = 0; ok && i < n; i++) {
+    PyObject *part;
+    if (set && i == at) {
+      part = positions;
+      py.IncRef(part);
+    } else {
+      part = key_part(&ix[i]);
+    }
+    if (part == NULL) ok = 0;
+    else py.TupleSetItem(key, i, part); /* steals */
+  }
+  SEXP out = sentinel_error;
+  if (ok && set) {
+    if (py.SetItem(t, key, val) == 0) out = x;
+    else store_error();
+  } else if (ok) {
+    PyObject *result = py.GetItem(t, key);
+    if (result != NULL && at >= 0) result = index_select(result, at, positions);
+    if (result != NULL) out = wrap_result(result); /* steals */
+    else store_error();
+  } else {
+    store_error();
+  }
+  py_decref(key);
+  py_decref(val);
+  py_decref(positions);
+  py.GILRelease(gil);
+  return out;
+}

@@ -1,0 +1,104 @@
+/* The part of the Python C API this package uses, found at run time in the libpython that
+ * reticulate loaded (see pyapi.c), and the helpers every C call path shares.
+ *
+ * Note: ownership. Every PyObject* a function here returns is a new reference unless its
+ * comment says "borrowed"; every path that drops one calls py_decref(). R objects that
+ * hold a Python object (wrap()) own one reference, released by the wrapper's finalizer.
+ */
+#ifndef TRACEBRIDGE_PYAPI_H
+#define TRACEBRIDGE_PYAPI_H
+
+#include <R.h>
+#include <Rinternals.h>
+#include <stddef.h>
+
+typedef struct _object PyObject;
+typedef int GILState; /* PyGILState_STATE is an enum */
+
+/* Only the header every Python object starts with (stable across CPython 3.x builds). */
+typedef struct {
+  ptrdiff_t refcnt;
+  PyObject *type;
+} ObjectHead;
+
+#define PY_TYPE(o) (((ObjectHead *) (o))->type)
+
+typedef struct {
+  PyObject *(*Call)(PyObject *, PyObject *, PyObject *);
+  PyObject *(*CallOneArg)(PyObject *, PyObject *);
+  GILState (*GILEnsure)(void);
+  void (*GILRelease)(GILState);
+  void (*DecRef)(PyObject *);
+  void (*IncRef)(PyObject *);
+  void (*ErrFetch)(PyObject **, PyObject **, PyObject **);
+  void (*ErrNormalize)(PyObject **, PyObject **, PyObject **);
+  PyObject *(*ErrOccurred)(void);
+  int (*ExcSetTraceback)(PyObject *, PyObject *);
+  int (*SetAttrString)(PyObject *, const char *, PyObject *);
+  PyObject *(*GetAttr)(PyObject *, PyObject *);
+  PyObject *(*GetAttrString)(PyObject *, const char *);
+  PyObject *(*GetItem)(PyObject *, PyObject *);
+  int (*SetItem)(PyObject *, PyObject *, PyObject *);
+  PyObject *(*TupleNew)(ptrdiff_t);
+  int (*TupleSetItem)(PyObject *, ptrdiff_t, PyObject *);
+  ptrdiff_t (*TupleSize)(PyObject *);
+  PyObject *(*TupleGetItem)(PyObject *, ptrdiff_t);
+  PyObject *(*ListNew)(ptrdiff_t);
+  int (*ListSetItem)(PyObject *, ptrdiff_t, PyObject *);
+  ptrdiff_t (*ListSize)(PyObject *);
+  PyObject *(*ListGetItem)(PyObject *, ptrdiff_t);
+  PyObject *(*DictNew)(void);
+  int (*DictSetItem)(PyObject *, PyObject *, PyObject *);
+  PyObject *(*DictGetItemString)(PyObject *, const char *);
+  PyObject *(*LongFromLongLong)(long long);
+  long long (*LongAsLongLongAndOverflow)(PyObject *, int *);
+  PyObject *(*FloatFromDouble)(double);
+  double (*FloatAsDouble)(PyObject *);
+  PyObject *(*BoolFromLong)(long);
+  PyObject *(*UnicodeFromString)(const char *);
+  PyObject *(*UnicodeIntern)(const char *);
+  PyObject *(*SliceNew)(PyObject *, PyObject *, PyObject *);
+  int (*IsTrue)(PyObject *);
+  int (*IsSubtype)(PyObject *, PyObject *);
+  PyObject *None, *True, *False, *Ellipsis;
+  PyObject *LongType, *FloatType, *BoolType, *TupleType, *ListType;
+} PyApi;
+
+extern PyApi py;
+extern int py_ready; /* the API was found and tb_py_init() ran */
+
+/* Objects looked up once, at tb_py_init(). */
+typedef struct {
+  PyObject *tensor_type;   /* torch.Tensor */
+  PyObject *size_type;     /* torch.Size */
+  PyObject *bridge;        /* tracebridge.frontends.rbridge */
+  PyObject *binary_ops;    /* rbridge.BINARY_OPS: R operator name -> Python function */
+  PyObject *set_grad;      /* torch._C._set_grad_enabled */
+  PyObject *is_grad;       /* torch.is_grad_enabled */
+  PyObject *one;           /* the Python int 1 */
+  PyObject *where;         /* torch.where */
+  PyObject *dtype_bool;    /* torch.bool */
+  PyObject *s_add, *s_item, *s_ndim; /* interned attribute names */
+} Torch;
+
+extern Torch torch_;
+
+/* R-side constants, preserved for the session. */
+extern SEXP tensor_class;   /* reticulate's class vector for a torch.Tensor */
+extern SEXP object_class;   /* "python.builtin.object": R re-wraps these (see c_other()) */
+extern SEXP sym_pyobj, sym_convert, sym_py_object, sym_dotpy, sym_self;
+extern SEXP r_tensor_names, r_tensor_class;
+extern SEXP sentinel_fallback, sentinel_error; /* symbols the R callers test with is.symbol() */
+
+PyObject *object_of(SEXP x);            /* borrowed: the object inside a reticulate wrapper */
+PyObject *tensor_of(SEXP x);            /* borrowed: the tensor inside an R torch_tensor */
+PyObject *py_field_of(SEXP x, const char *cls); /* borrowed: `.py` of a classed R list/env */
+SEXP wrap(PyObject *object, SEXP klass); /* steals `object` */
+SEXP wrap_result(PyObject *object);      /* steals: an R torch_tensor or a wrapper to re-wrap */
+void store_error(void);                  /* the pending Python exception, for R's handler */
+void py_decref(PyObject *o);             /* Py_DecRef that accepts NULL */
+void tb_init_constants(void);             /* at load */
+int tracing(void);                       /* R is tracing (.tb$tracing) */
+int c_path_on(void);                     /* started and not tracing */
+
+#endif

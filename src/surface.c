@@ -1,0 +1,400 @@
+/* The rows of the surface table (inst/surface.tsv), operators, module calls and `[` in C.
+ *
+ * Note: the protocol with R. Each entry point returns the R result, or one of two symbols:
+ * `.tb_fallback` (C did nothing that shows: R runs its own path, which gives the same
+ * result or the same error) or `.tb_error` (Python raised; the exception is stored and R
+ * raises it, see pyapi.c). A result C cannot finish comes back as a wrapper of class
+ * "python.builtin.object" (an environment), which R has reticulate wrap and converts as
+ * before (c_other() in R/python.R). R tests the answer with is.symbol() and
+ * is.environment(), which cost next to nothing.
+ *
+ * Arguments are read from the R function's frame and forced before any Python object is
+ * made, so an R error while forcing one (an unknown variable) leaves nothing to release.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "convert.h"
+
+typedef struct {
+  SEXP sym;      /* the R argument */
+  PyObject *key; /* its Python keyword */
+  int kind, positional, dots, is_dim, is_keepdim;
+} ArgSpec;
+
+typedef struct {
+  PyObject *fn;
+  int n, result, first;
+  int ignore_at; /* the `ignore_index` argument, or -1 */
+  ArgSpec *args;
+} OpSpec;
+
+/* Calls of table rows that C made (tests check that the rows they expect in C are). */
+static double op_calls = 0;
+
+SEXP tb_op_calls(void) { return Rf_ScalarReal(op_calls); }
+
+/* The compiled rows, by row number (1-based, as R numbers them). */
+static OpSpec **row_ops = NULL;
+static int n_rows = 0;
+
+static void op_release(OpSpec *op) {
+  if (op == NULL) return;
+  if (py_ready) {
+    GILState gil = py.GILEnsure();
+    py_decref(op->fn);
+    for (int i = 0; i < op->n; i++) py_decref(op->args[i].key);
+    py.GILRelease(gil);
+  }
+  free(op->args);
+  free(op);
+}
+
+/* tb_op_compile(i, fn, names, pynames, kinds, positional, dots, result, first): row `i`,
+ * compiled for tb_op_call(); FALSE where C can not start. */
+SEXP tb_op_compile(SEXP row, SEXP fn, SEXP names, SEXP pynames, SEXP kinds, SEXP positional,
+                   SEXP dots, SEXP result, SEXP first) {
+  PyObject *callable = object_of(fn);
+  int at = Rf_asInteger(row);
+  if (!py_ready || callable == NULL || at < 1) return Rf_ScalarLogical(0);
+  if (at > n_rows) {
+    OpSpec **grown = realloc(row_ops, at * sizeof(OpSpec *));
+    if (grown == NULL) return Rf_ScalarLogical(0);
+    for (int k = n_rows; k < at; k++) grown[k] = NULL;
+    row_ops = grown;
+    n_rows = at;
+  }
+  int n = LENGTH(names);
+  OpSpec *op = calloc(1, sizeof(OpSpec));
+  ArgSpec *args = calloc(n > 0 ? n : 1, sizeof(ArgSpec));
+  if (op == NULL || args == NULL) {
+    free(op);
+    free(args);
+    return Rf_ScalarLogical(0);
+  }
+  op->args = args;
+  op->n = n;
+  op->result = INTEGER(result)[0];
+  op->first = LOGICAL(first)[0];
+  op->ignore_at = -1;
+  GILState gil = py.GILEnsure();
+  py.IncRef(callable);
+  op->fn = callable;
+  int ok = 1;
+  for (int i = 0; i < n; i++) {
+    const char *name = CHAR(STRING_ELT(names, i));
+    args[i].sym = Rf_install(name);
+    args[i].key = py.UnicodeIntern(CHAR(STRING_ELT(pynames, i)));
+    if (args[i].key == NULL) ok = 0;
+    args[i].kind = INTEGER(kinds)[i];
+    args[i].positional = LOGICAL(positional)[i];
+    args[i].dots = LOGICAL(dots)[i];
+    args[i].is_dim = strcmp(name, "dim") == 0;
+    args[i].is_keepdim = strcmp(name, "keepdim") == 0;
+    if (strcmp(name, "ignore_index") == 0) op->ignore_at = i;
+  }
+  py.GILRelease(gil);
+  op_release(row_ops[at - 1]);
+  row_ops[at - 1] = NULL;
+  if (!ok) {
+    op_release(op);
+    return Rf_ScalarLogical(0);
+  }
+  row_ops[at - 1] = op;
+  return Rf_ScalarLogical(1);
+}
+
+/* The value of argument `sym` in `env`, forced; NULL where C leaves the call to R. */
+static SEXP arg_value(SEXP env, SEXP sym) {
+  SEXP v = Rf_findVarInFrame(env, sym);
+  if (v == R_UnboundValue || v == R_MissingArg) return NULL;
+  if (TYPEOF(v) == PROMSXP) v = Rf_eval(v, env);
+  if (v == R_MissingArg) return NULL;
+  return v;
+}
+
+/* `...` as an R list (list(...)); NULL where one is named (R decides those). */
+static SEXP dots_value(SEXP env) {
+  SEXP d = Rf_findVarInFrame(env, R_DotsSymbol);
+  if (d == R_UnboundValue) return NULL;
+  if (d == R_MissingArg) return Rf_allocVector(VECSXP, 0);
+  int n = 0;
+  for (SEXP p = d; p != R_NilValue; p = CDR(p)) {
+    if (TAG(p) != R_NilValue) return NULL;
+    n++;
+  }
+  SEXP list = PROTECT(Rf_allocVector(VECSXP, n));
+  int i = 0;
+  for (SEXP p = d; p != R_NilValue; p = CDR(p), i++) {
+    SEXP v = CAR(p);
+    if (TYPEOF(v) == PROMSXP) v = Rf_eval(v, env);
+    if (v == R_MissingArg) {
+      UNPROTECT(1);
+      return NULL;
+    }
+    SET_VECTOR_ELT(list, i, v);
+  }
+  UNPROTECT(1);
+  return list;
+}
+
+/* fn(*args, **kwargs) and the result converted by `kind`; steals args and kwargs. */
+static SEXP call_and_convert(PyObject *fn, PyObject *args, PyObject *kwargs, int kind) {
+  PyObject *result = py.Call(fn, args, kwargs);
+  py.DecRef(args);
+  py_decref(kwargs);
+  if (result == NULL) {
+    store_error();
+    return sentinel_error;
+  }
+  SEXP out = R_NilValue;
+  int status = result_to_r(result, kind, &out);
+  if (status == CONV_FALLBACK) return wrap(result, object_class); /* steals result */
+  py.DecRef(result);
+  if (status == CONV_PYERR) {
+    store_error();
+    return sentinel_error;
+  }
+  return out;
+}
+
+/* The row's call for the arguments in `env` (the frame of the surface function); `self`,
+ * where not NULL, is the first argument (a method bound by `$`). */
+static SEXP op_call(SEXP row, SEXP env, SEXP self) {
+  int at = Rf_asInteger(row);
+  if (!c_path_on() || at < 1 || at > n_rows || row_ops[at - 1] == NULL) return sentinel_fallback;
+  OpSpec *op = row_ops[at - 1];
+  SEXP values = PROTECT(Rf_allocVector(VECSXP, op->n));
+  for (int i = 0; i < op->n; i++) {
+    SEXP v = (i == 0 && self != NULL) ? self
+             : op->args[i].dots ? dots_value(env) : arg_value(env, op->args[i].sym);
+    if (v == NULL) {
+      UNPROTECT(1);
+      return sentinel_fallback;
+    }
+    SET_VECTOR_ELT(values, i, v);
+  }
+  GILState gil = py.GILEnsure();
+  PyObject **pos = (PyObject **) R_alloc(op->n > 0 ? op->n : 1, sizeof(PyObject *));
+  int np = 0, first = op->first, no_dim = 0, status = CONV_OK;
+  PyObject *kwargs = NULL;
+  for (int i = 0; i < op->n && status == CONV_OK; i++) {
+    ArgSpec *a = &op->args[i];
+    SEXP v = VECTOR_ELT(values, i);
+    /* Python refuses `keepdim` without `dim`; NULL dim means "all elements". */
+    if (no_dim && a->is_keepdim) continue;
+    if (v == R_NilValue) {
+      if (a->is_dim) no_dim = 1;
+      first = 0;
+      continue;
+    }
+    PyObject *o = NULL;
+    if (a->kind == K_CLASS_INDEX)
+      status = class_index_to_py(v, op->ignore_at < 0 ? R_NilValue : VECTOR_ELT(values, op->ignore_at), &o);
+    else
+      status = a->kind == K_OTHER ? CONV_FALLBACK : to_py_kind(v, a->kind, a->dots, &o);
+    if (status != CONV_OK) break;
+    if (first || a->positional) {
+      pos[np++] = o;
+    } else {
+      if (kwargs == NULL) kwargs = py.DictNew();
+      if (kwargs == NULL || py.DictSetItem(kwargs, a->key, o) != 0) status = CONV_PYERR;
+      py.DecRef(o);
+    }
+    first = 0;
+  }
+  PyObject *args = status == CONV_OK ? py.TupleNew(np) : NULL;
+  if (status == CONV_OK && args == NULL) status = CONV_PYERR;
+  if (status != CONV_OK) {
+    for (int k = 0; k < np; k++) py.DecRef(pos[k]);
+    py_decref(kwargs);
+    if (status == CONV_PYERR) store_error();
+    py.GILRelease(gil);
+    UNPROTECT(1);
+    return status == CONV_PYERR ? sentinel_error : sentinel_fallback;
+  }
+  for (int k = 0; k < np; k++) py.TupleSetItem(args, k, pos[k]); /* steals */
+  op_calls++;
+  SEXP out = PROTECT(call_and_convert(op->fn, args, kwargs, op->result));
+  py.GILRelease(gil);
+  UNPROTECT(2);
+  return out;
+}
+
+/* tb_op_call(i, env): row `i` called with the arguments in `env`. */
+SEXP tb_op_call(SEXP row, SEXP env) { return op_call(row, env, NULL); }
+
+/* tb_op_call_self(i, env, self): the same for a tensor method, `self` its tensor. */
+SEXP tb_op_call_self(SEXP row, SEXP env, SEXP self) { return op_call(row, env, self); }
+
+/* tb_self_env(x, parent): an environment holding `self = x` (a method's tensor). */
+SEXP tb_self_env(SEXP x, SEXP parent) {
+  SEXP env = PROTECT(R_NewEnv(parent, FALSE, 1));
+  Rf_defineVar(sym_self, x, env);
+  UNPROTECT(1);
+  return env;
+}
+
+/* tb_binary(op, e1, e2): an R operator on tensors (Ops.torch_tensor), as
+ * rbridge.binary() applies it. */
+SEXP tb_binary(SEXP generic, SEXP e1, SEXP e2) {
+  if (!c_path_on() || TYPEOF(generic) != STRSXP || Rf_xlength(generic) != 1)
+    return sentinel_fallback;
+  GILState gil = py.GILEnsure();
+  PyObject *fn = py.DictGetItemString(torch_.binary_ops, CHAR(STRING_ELT(generic, 0)));
+  PyObject *a = NULL, *b = NULL;
+  if (fn == NULL || scalar_to_py(e1, &a) != CONV_OK) {
+    py.GILRelease(gil);
+    return sentinel_fallback;
+  }
+  if (scalar_to_py(e2, &b) != CONV_OK) {
+    py.DecRef(a);
+    py.GILRelease(gil);
+    return sentinel_fallback;
+  }
+  PyObject *args = py.TupleNew(2);
+  if (args == NULL) {
+    py.DecRef(a);
+    py.DecRef(b);
+    store_error();
+    py.GILRelease(gil);
+    return sentinel_error;
+  }
+  py.TupleSetItem(args, 0, a);
+  py.TupleSetItem(args, 1, b);
+  PyObject *result = py.Call(fn, args, NULL);
+  py.DecRef(args);
+  SEXP out;
+  if (result == NULL) {
+    store_error();
+    out = sentinel_error;
+  } else {
+    out = wrap_result(result); /* steals */
+  }
+  py.GILRelease(gil);
+  return out;
+}
+
+/* tb_call_args(fn, args, during_trace): fn(*args) for a list of tensors (and NULLs, as
+ * None): module forwards and traced calls. `during_trace`: TRUE where the call may run
+ * while R traces (a traced module called inside another trace). */
+SEXP tb_call_args(SEXP fn, SEXP args, SEXP during_trace) {
+  if (!py_ready || (!LOGICAL(during_trace)[0] && tracing())) return sentinel_fallback;
+  PyObject *callable = object_of(fn);
+  if (callable == NULL || TYPEOF(args) != VECSXP || Rf_getAttrib(args, R_NamesSymbol) != R_NilValue)
+    return sentinel_fallback;
+  R_xlen_t n = Rf_xlength(args);
+  for (R_xlen_t i = 0; i < n; i++) {
+    SEXP v = VECTOR_ELT(args, i);
+    if (v != R_NilValue && tensor_of(v) == NULL) return sentinel_fallback;
+  }
+  GILState gil = py.GILEnsure();
+  SEXP out;
+  PyObject *result;
+  if (n == 1 && VECTOR_ELT(args, 0) != R_NilValue) {
+    result = py.CallOneArg(callable, tensor_of(VECTOR_ELT(args, 0)));
+  } else {
+    PyObject *tuple = py.TupleNew(n);
+    if (tuple == NULL) {
+      store_error();
+      py.GILRelease(gil);
+      return sentinel_error;
+    }
+    for (R_xlen_t i = 0; i < n; i++) {
+      SEXP v = VECTOR_ELT(args, i);
+      PyObject *o = v == R_NilValue ? py.None : tensor_of(v);
+      py.IncRef(o);
+      py.TupleSetItem(tuple, i, o);
+    }
+    result = py.Call(callable, tuple, NULL);
+    py.DecRef(tuple);
+  }
+  if (result == NULL) {
+    store_error();
+    out = sentinel_error;
+  } else {
+    out = wrap_result(result);
+  }
+  py.GILRelease(gil);
+  return out;
+}
+
+/* tb_grad_mode(enabled): sets autograd's grad mode (torch._C._set_grad_enabled) and returns
+ * the mode it replaced; NA leaves it and only reads it. */
+SEXP tb_grad_mode(SEXP enabled) {
+  if (!c_path_on()) return sentinel_fallback;
+  GILState gil = py.GILEnsure();
+  PyObject *empty = py.TupleNew(0);
+  PyObject *now = empty == NULL ? NULL : py.Call(torch_.is_grad, empty, NULL);
+  py_decref(empty);
+  if (now == NULL) {
+    store_error();
+    py.GILRelease(gil);
+    return sentinel_error;
+  }
+  int before = now == py.True;
+  py.DecRef(now);
+  int want = LOGICAL(enabled)[0];
+  if (want != NA_LOGICAL) {
+    PyObject *r = py.CallOneArg(torch_.set_grad, want ? py.True : py.False);
+    if (r == NULL) {
+      store_error();
+      py.GILRelease(gil);
+      return sentinel_error;
+    }
+    py.DecRef(r);
+  }
+  py.GILRelease(gil);
+  return Rf_ScalarLogical(before);
+}
+
+/* tb_call_method(x, name, args): x.name(*args) for the Python object inside a reticulate
+ * wrapper or an R object with `.py` (optimizers), the arguments converted as arg_py() does
+ * (tensors, NULL, logicals, whole doubles as ints). The result as wrap_result() gives it. */
+SEXP tb_call_method(SEXP x, SEXP name, SEXP args) {
+  if (!c_path_on() || TYPEOF(name) != STRSXP || Rf_xlength(name) != 1 || TYPEOF(args) != VECSXP ||
+      Rf_getAttrib(args, R_NamesSymbol) != R_NilValue)
+    return sentinel_fallback;
+  PyObject *self = object_of(x);
+  if (self == NULL && TYPEOF(x) == VECSXP && Rf_xlength(x) >= 1) {
+    SEXP names = Rf_getAttrib(x, R_NamesSymbol);
+    if (TYPEOF(names) == STRSXP && strcmp(CHAR(STRING_ELT(names, 0)), ".py") == 0)
+      self = object_of(VECTOR_ELT(x, 0));
+  }
+  if (self == NULL) return sentinel_fallback;
+  R_xlen_t n = Rf_xlength(args);
+  GILState gil = py.GILEnsure();
+  PyObject *tuple = py.TupleNew(n);
+  if (tuple == NULL) {
+    store_error();
+    py.GILRelease(gil);
+    return sentinel_error;
+  }
+  for (R_xlen_t i = 0; i < n; i++) {
+    PyObject *o = NULL;
+    int status = to_py_kind(VECTOR_ELT(args, i), K_ANY, 0, &o);
+    if (status != CONV_OK) {
+      py.DecRef(tuple);
+      if (status == CONV_PYERR) store_error();
+      py.GILRelease(gil);
+      return status == CONV_PYERR ? sentinel_error : sentinel_fallback;
+    }
+    py.TupleSetItem(tuple, i, o);
+  }
+  PyObject *method = py.GetAttrString(self, CHAR(STRING_ELT(name, 0)));
+  PyObject *result = method == NULL ? NULL : py.Call(method, tuple, NULL);
+  py_decref(method);
+  py.DecRef(tuple);
+  SEXP out;
+  if (result == NULL) {
+    store_error();
+    out = sentinel_error;
+  } else if (result == py.None) {
+    py.DecRef(result);
+    out = R_NilValue;
+  } else {
+    out = wrap_result(result);
+  }
+  py.GILRelease(gil);
+  return out;
+}

@@ -1,0 +1,279 @@
+# The C call paths (src/) against R's own paths (reticulate), for every row of the surface
+# table and for operators, `[`, `[<-`, `$item()`, as_array(), with_no_grad() and module
+# calls: the same results, wrapper classes and errors; no references left behind; safe
+# under gctorture().
+
+with_c <- function(on, code) {
+  tracebridge:::set_c_call(on)
+  on.exit(tracebridge:::set_c_call(TRUE))
+  force(code)
+}
+
+op_calls <- function() .Call(tracebridge:::tb_op_calls)
+
+# What a call gave, in a form that identical() compares: tensors by wrapper class, dtype,
+# shape and values; errors by class and message; modules by class and parameter shapes.
+canon <- function(v) {
+  if (inherits(v, "error")) return(list("error", class(v), conditionMessage(v)))
+  if (inherits(v, "torch_tensor")) {
+    return(list("tensor", class(.subset2(v, ".py")), as.character(v$dtype), dim(v),
+                as_array(v)))
+  }
+  if (inherits(v, "nn_module")) {
+    return(list("module", class(v), lapply(v$parameters, function(p) as_array(p))))
+  }
+  if (inherits(v, c("torch_optimizer", "lr_scheduler"))) return(list("object", class(v)))
+  if (is.list(v)) return(lapply(v, canon))
+  v
+}
+
+# A sample value for each argument kind (made afresh for every call: in-place ops change
+# their inputs).
+sample_arg <- function(kind, name) {
+  switch(kind,
+    tensor = if (name %in% c("mask", "condition")) torch_rand(3, 4) > 0.5 else
+      torch_rand(3, 4) + 0.5,
+    scalar = 2,
+    dim = 1, dims = c(2, 1), index1 = 1, int = 2, ints = 2, double = 0.5, doubles = 0.5,
+    bool = TRUE,
+    string = if (name == "equation") "ij->ji" else "mean",
+    dtype = torch_float(), device = "cpu",
+    size = c(2, 3),
+    tensors = list(torch_rand(3, 4), torch_rand(3, 4)),
+    tensors_splat = torch_rand(3, 4),
+    index = c(1, 2), index_list = list(c(1, 2)), class_index = c(1L, 2L, 1L),
+    index_tensor = torch_tensor(c(1L, 2L)), class_index_tensor = torch_tensor(c(1L, 2L, 1L)),
+    long = c(1L, 2L),
+    fn = function(epoch) 0.5,
+    params = list(torch_randn(2, requires_grad = TRUE)),
+    optimizer = optim_sgd(list(torch_zeros(2, requires_grad = TRUE)), lr = 0.1),
+    module = nn_transformer_encoder_layer(4, 2),
+    any = 1,
+    stop("no sample for kind ", kind)
+  )
+}
+
+# The calls made for a row: its required arguments; then also the optional ones that are
+# dimensions, numbers or dtypes (so that the shifts and conversions of those are held to
+# R's too); then negative dimensions.
+row_cases <- function(op) {
+  required <- Filter(function(a) !a$has_default, op$args)
+  optional <- Filter(function(a) a$has_default && a$kind %in%
+                       c("dim", "dims", "int", "double", "dtype", "bool", "index1"),
+                     op$args)
+  cases <- list(required)
+  if (length(optional)) cases[[2]] <- c(required, optional)
+  if (any(vapply(op$args, function(a) a$kind == "dim", logical(1)))) {
+    cases[[length(cases) + 1L]] <- lapply(c(required, optional), function(a) {
+      if (a$kind == "dim") a$negative <- TRUE
+      a
+    })
+  }
+  # Index tensors (an R vector becomes a tensor in R first).
+  if (any(vapply(op$args, function(a) a$kind %in% c("index", "class_index"), logical(1)))) {
+    cases[[length(cases) + 1L]] <- lapply(c(required, optional), function(a) {
+      if (a$kind %in% c("index", "class_index")) a$kind <- paste0(a$kind, "_tensor")
+      a
+    })
+  }
+  cases
+}
+
+run_case <- function(op, args, seed) {
+  torch_manual_seed(seed)
+  vals <- lapply(args, function(a) {
+    if (isTRUE(a$negative)) return(-1)
+    sample_arg(a$kind, a$name)
+  })
+  nms <- vapply(args, function(a) if (a$dots || a$positional) "" else a$name, character(1))
+  splat <- vapply(args, function(a) a$kind %in% c("size", "tensors_splat") && a$dots,
+                  logical(1))
+  flat <- list()
+  for (k in seq_along(vals)) {
+    if (splat[[k]]) {
+      more <- if (args[[k]]$kind == "size") as.list(vals[[k]]) else list(vals[[k]], vals[[k]])
+      flat <- c(flat, more)
+    } else {
+      flat[[length(flat) + 1L]] <- vals[[k]]
+      names(flat)[length(flat)] <- nms[[k]]
+    }
+  }
+  if (!is.null(names(flat))) names(flat)[is.na(names(flat))] <- ""
+  out <- tryCatch({
+    if (op$r_name != "-") {
+      do.call(getExportedValue("tracebridge", op$r_name), flat)
+    } else {
+      self <- flat[[1]]
+      do.call(`$`(self, op$method), flat[-1])
+    }
+  }, error = identity)
+  canon(out)
+}
+
+c_kinds <- c("tensor", "scalar", "dim", "dims", "index1", "int", "ints", "double", "doubles",
+             "bool", "string", "dtype", "device", "size", "tensors", "any", "index_tensor",
+             "class_index_tensor")
+
+test_that("every row of the surface table gives the same through C as through R", {
+  skip_if_no_torch()
+  ops <- tracebridge:::.tb$ops
+  rows <- 0L
+  in_c <- 0L
+  expected_c <- 0L
+  missed <- character()
+  for (i in seq_along(ops)) {
+    op <- ops[[i]]
+    label <- if (op$r_name != "-") op$r_name else paste0("$", op$method)
+    cases <- row_cases(op)
+    for (k in seq_along(cases)) {
+      args <- cases[[k]]
+      slow <- with_c(FALSE, run_case(op, args, seed = i))
+      before <- op_calls()
+      fast <- run_case(op, args, seed = i)
+      used_c <- op_calls() > before
+      # torch_empty*() give whatever memory held: their values are not compared.
+      if (startsWith(op$r_name, "torch_empty")) {
+        fast[[5]] <- NULL
+        slow[[5]] <- NULL
+      }
+      expect_identical(fast, slow, label = sprintf("%s (case %d) through C", label, k))
+      # Rows whose arguments C converts must have been called from C (the device sample
+      # is a string, which R turns into a device).
+      kinds <- vapply(args, function(a) a$kind, character(1))
+      if (all(kinds %in% setdiff(c_kinds, "device")) && op$r_name != "torch_broadcast_tensors") {
+        expected_c <- expected_c + 1L
+        if (!used_c) missed <- c(missed, sprintf("%s (case %d)", label, k))
+      }
+      rows <- rows + 1L
+      in_c <- in_c + used_c
+    }
+  }
+  expect_identical(missed, character())
+  expect_gt(expected_c, 300)
+  expect_gt(rows, 600)
+})
+
+test_that("operators, indexing, $item(), as_array and modules agree between C and R", {
+  skip_if_no_torch()
+  cases <- list(
+    add = function(x, y) x + y, sub_scalar = function(x, y) x - 2L, rdiv = function(x, y) 2 / x,
+    pow = function(x, y) x^2, cmp = function(x, y) x > y, eq_scalar = function(x, y) x == 1,
+    int_div = function(x, y) x %/% y, mod = function(x, y) x %% 2, and = function(x, y) (x > 0) & (y > 0),
+    mm = function(x, y) torch_mm(x, y$t()), sum = function(x, y) x$sum(),
+    sum_dim = function(x, y) x$sum(dim = 2, keepdim = TRUE), mean_neg = function(x, y) x$mean(-1),
+    row = function(x, y) x[1, ], col = function(x, y) x[, 2], elem = function(x, y) x[2, 3],
+    last = function(x, y) x[-1, ], range = function(x, y) x[2:3, 1:2],
+    neg_range = function(x, y) x[-2:-1, ], var = function(x, y) { i <- 2; x[i, i] },
+    item = function(x, y) x[1, 1]$item(), item_int = function(x, y) x$long()[2, 2]$item(),
+    as_array = function(x, y) as_array(x), as_array_int = function(x, y) as_array(x$long()),
+    as_array_bool = function(x, y) as_array(x > 0.5), as_array_3d = function(x, y)
+      as_array(x$reshape(c(2, 3, 2))), as_array_t = function(x, y) as_array(x$t()),
+    as_array_0d = function(x, y) as_array(x$sum()), as_array_i32 = function(x, y)
+      as_array(x$int()), as_array_f64 = function(x, y) as_array(x$double()),
+    as_array_empty = function(x, y) as_array(x[1:0]),
+    rows_t = function(x, y) { i <- torch_tensor(c(3L, 1L)); x[i, ] },
+    cols_t = function(x, y) { i <- torch_tensor(c(4L, 1L, 4L)); x[2:3, i] },
+    int_then_t = function(x, y) { i <- torch_tensor(c(2L, 1L)); x[1, i] },
+    two_t = function(x, y) { i <- torch_tensor(c(2L, 1L)); x[i, i] },
+    float_t = function(x, y) { i <- torch_tensor(c(2, 1)); x[i, ] },
+    mask_t = function(x, y) { i <- torch_tensor(c(TRUE, FALSE, TRUE)); x[i, ] },
+    vector_r = function(x, y) { i <- c(3, 1); x[i, ] },
+    assign_t_idx = function(x, y) { i <- torch_tensor(c(3L, 1L)); x[i, ] <- 0; x },
+    err_t_range = function(x, y) { i <- torch_tensor(c(9L)); x[i, ] },
+    assign = function(x, y) { x[1, 2] <- 5; x }, assign_t = function(x, y) { x[2, ] <- y[1, ]; x },
+    assign_range = function(x, y) { x[1:2, ] <- 0L; x },
+    no_grad = function(x, y) with_no_grad(x * 2), linear = function(x, y) {
+      torch_manual_seed(3)
+      nn_linear(4, 2)(x)
+    },
+    # Python errors: the same classes and messages (1-based where R shows positions).
+    err_mm = function(x, y) torch_mm(x, y), err_index = function(x, y) x[5, 1],
+    err_dim = function(x, y) x$sum(dim = 3), err_binary = function(x, y) x + torch_ones(5),
+    err_view = function(x, y) x$view(c(5, 5)), err_assign = function(x, y) { x[1, ] <- torch_ones(7); x },
+    # R's own errors (C leaves these to R).
+    err_zero = function(x, y) x[0, 1], err_dim0 = function(x, y) x$sum(dim = 0),
+    err_many = function(x, y) x[1, 1, 1]
+  )
+  for (nm in names(cases)) {
+    run <- function() {
+      torch_manual_seed(11)
+      x <- torch_rand(3, 4)
+      y <- torch_rand(3, 4)
+      canon(tryCatch(cases[[nm]](x, y), error = identity))
+    }
+    slow <- with_c(FALSE, run())
+    fast <- run()
+    expect_identical(fast, slow, label = nm)
+  }
+})
+
+test_that("with_no_grad() turns recording off and restores it after an error", {
+  skip_if_no_torch()
+  x <- torch_ones(2, requires_grad = TRUE)
+  expect_false(with_no_grad((x * 2)$requires_grad))
+  expect_error(with_no_grad(stop("inside")), "inside")
+  expect_true((x * 2)$requires_grad)
+  expect_true(with_no_grad(with_enable_grad((x * 2)$requires_grad)))
+  expect_false(with_no_grad({
+    with_enable_grad(x * 1)
+    (x * 2)$requires_grad
+  }))
+})
+
+test_that("the C paths leave no Python objects or references behind", {
+  skip_if_no_torch()
+  x <- torch_rand(8, 8)
+  y <- torch_rand(8, 8)
+  m <- nn_linear(8, 8)
+  sys <- reticulate::import("sys", convert = FALSE)
+  torch <- reticulate::import("torch", convert = FALSE)
+  refs <- function() {
+    vapply(list(.subset2(x, ".py"), torch$float32, torch$sum, torch$Tensor),
+           function(o) reticulate::py_to_r(sys$getrefcount(o)), numeric(1))
+  }
+  step <- function() {
+    x + y
+    x * 2
+    torch_mm(x, y)
+    x$sum(dim = 1, dtype = torch_float())
+    torch_max(x, dim = 2)
+    x[1, ]
+    x[2:3, -1]
+    x[1, 1]$item()
+    x$size()
+    as_array(x)
+    y[1, 1] <- 0.5
+    with_no_grad(m(x))
+  }
+  fail <- function() tryCatch(torch_mm(x, y[1:3, 1:3]), error = identity)
+  step()
+  fail()
+  gc()
+  live <- py_live_count("Tensor")
+  before <- refs()
+  for (i in 1:1000) step() # 12,000 calls
+  for (i in 1:200) fail()
+  gc()
+  expect_lte(py_live_count("Tensor") - live, 20)
+  # A reference kept per call would show as 1,000 more.
+  expect_lte(max(abs(refs() - before)), 20)
+})
+
+test_that("the C paths are safe under gctorture()", {
+  skip_if_no_torch()
+  x <- torch_rand(3, 4)
+  y <- torch_rand(3, 4)
+  m <- nn_linear(4, 2)
+  expected <- as_array(x) + as_array(y)
+  gctorture(TRUE)
+  on.exit(gctorture(FALSE))
+  out <- list(x + y, torch_sum(x, dim = 1), x[1, ], x[2:3, -1], torch_max(x, dim = 2),
+              as_array(x), x$size(), torch_cat(list(x, y), dim = 2), m(x),
+              torch_zeros(2, 3), x[1, 1]$item())
+  y[1, ] <- 0
+  gctorture(FALSE)
+  expect_equal(as_array(out[[1]]), expected, tolerance = 1e-6)
+  expect_equal(dim(out[[8]]), c(3L, 8L))
+  expect_equal(out[[7]], c(3L, 4L))
+  expect_equal(as_array(y[1, ]), rep(0, 4))
+})
