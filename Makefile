@@ -3,7 +3,8 @@ PY := .venv/bin/python
 export R_LIBS := $(CURDIR)/.Rlib
 export TRACEBRIDGE_PYTHON := $(CURDIR)/.venv/bin/python
 
-.PHONY: setup demo test test-python test-r lint bench docs clean zoo zoo-setup fuzz
+.PHONY: setup demo test test-python test-r lint bench docs clean zoo zoo-setup fuzz \
+	scale-setup test-scale bench-scale
 
 setup:
 	@bash scripts/setup.sh
@@ -35,7 +36,7 @@ bench: setup
 	@if [ -f benchmarks/bench_r.R ]; then Rscript benchmarks/bench_r.R; fi
 
 clean:
-	rm -rf .venv .Rlib demo-out bench-out .pytest_cache *.Rcheck tracebridge_*.tar.gz
+	rm -rf .venv .venv-scale .Rlib demo-out bench-out .pytest_cache *.Rcheck tracebridge_*.tar.gz
 
 # The model zoo (docs/zoo.md): optional packages, pinned, installed with the project's pins
 # as constraints so torch and numpy never move. Not part of `make test`.
@@ -51,3 +52,28 @@ zoo-setup: setup
 
 zoo: zoo-setup
 	$(PY) benchmarks/zoo.py $(ZOO_ARGS)
+
+# Ray and Spark (docs/scale-out.md) in an environment of their own, .venv-scale: they need
+# numpy 2, which R's Python (.venv) cannot have. Big downloads (pyspark is ~400 MB) and Java
+# 17 for Spark, so not part of `make test`. tracebridge goes in as a user installs it: pip
+# resolves its ranges against the torch already there and keeps it.
+SCALE_PY := .venv-scale/bin/python
+SCALE_STAMP := .venv-scale/.requirements.sha
+TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
+scale-setup:
+	@want=$$(sha256sum requirements-scale.txt pyproject.toml | sha256sum | cut -c1-16); \
+	if [ "$$(cat $(SCALE_STAMP) 2>/dev/null)" != "$$want" ]; then \
+	  echo "scale-setup: creating .venv-scale"; \
+	  ( [ -x $(SCALE_PY) ] || python3 -m venv .venv-scale ) && \
+	  .venv-scale/bin/pip install -q --extra-index-url $(TORCH_INDEX_URL) \
+	    "$$(grep -E '^torch==' requirements-scale.txt)" && \
+	  .venv-scale/bin/pip install -q -r requirements-scale.txt && \
+	  .venv-scale/bin/pip install -q --no-build-isolation -e . && \
+	  echo "$$want" > $(SCALE_STAMP); \
+	fi
+
+test-scale: scale-setup
+	TRACEBRIDGE_SCALE=1 $(SCALE_PY) -m pytest -p no:xdist -q tests/python/test_scale_out.py
+
+bench-scale: scale-setup
+	$(SCALE_PY) benchmarks/bench_scale.py
