@@ -65,7 +65,7 @@ scale-setup:
 	if [ "$$(cat $(SCALE_STAMP) 2>/dev/null)" != "$$want" ]; then \
 	  echo "scale-setup: creating .venv-scale"; \
 	  ( [ -x $(SCALE_PY) ] || python3 -m venv .venv-scale ) && \
-	  .venv-scale/bin/pip install -q --extra-index-url $(TORCH_INDEX_URL) \
+	  .venv-scale/bin/pip install -q --no-deps --extra-index-url $(TORCH_INDEX_URL) \
 	    "$$(grep -E '^torch==' requirements-scale.txt)" && \
 	  .venv-scale/bin/pip install -q -r requirements-scale.txt && \
 	  .venv-scale/bin/pip install -q --no-build-isolation -e . && \

@@ -23,8 +23,8 @@ fi
 
 # torch is pinned in requirements.txt to the CPU build, which lives on PyTorch's CPU wheel
 # index (TORCH_INDEX_URL to use another, e.g. .../whl/cu128); from the public index an
-# unpinned or plain torch pulls GBs of CUDA wheels. It is installed first, alone, so the
-# index is asked about torch only.
+# unpinned or plain torch pulls GBs of CUDA wheels. It is installed first, alone and without
+# its dependencies, so that index is asked about torch only (requirements.txt brings the rest).
 TORCH_INDEX_URL=${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}
 STAMP=.venv/.requirements.sha
 want=$(sha256sum requirements.txt pyproject.toml | sha256sum | cut -c1-16)
@@ -32,7 +32,7 @@ if [ ! -x .venv/bin/python ] || [ "$(cat $STAMP 2>/dev/null)" != "$want" ]; then
   echo "setup: creating .venv"
   [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
   torch_pin=$(grep -E '^torch==' requirements.txt)
-  .venv/bin/pip install -q --extra-index-url "$TORCH_INDEX_URL" "$torch_pin"
+  .venv/bin/pip install -q --no-deps --extra-index-url "$TORCH_INDEX_URL" "$torch_pin"
   .venv/bin/pip install -q -r requirements.txt
   # R's Python: reticulate 1.28 cannot load numpy 2 (see README "Installing").
   .venv/bin/python -c 'import numpy, sys; sys.exit(int(numpy.__version__.split(".")[0]) >= 2)' || {

@@ -5,12 +5,13 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
 import torch
 from torch import nn
 
 from . import artifact
+from .artifact import streams
 from .check.specialise import specialisations
 from .check.verify import first_difference, fresh
 from .errors import GuardError, TraceError
@@ -123,8 +124,11 @@ class _Traced:
                 symbolize(graph, state, self.program.methods)
         self._symbolic = True
 
-    def save(self, path: str | os.PathLike, *, language: str | None = None) -> None:
+    def save(self, path: str | os.PathLike | IO[bytes], *, language: str | None = None) -> None:
         """Save to one file that :func:`tracebridge.load` and R's ``jit_load`` read.
+
+        ``path`` is a file name (written atomically) or a binary file-like object such as
+        ``io.BytesIO()`` (written at its position).
 
         ``language`` is the source language recorded in the file (``"python"`` or ``"r"``);
         by default, the language the trace was made from (``program.language``).
@@ -132,7 +136,23 @@ class _Traced:
         with input symbols runs the graph (see runtime/shapes.py), so only display does.
         """
         program = self._program_for_saving()
-        artifact.write(program, path, language=language or program.language)
+        streams.write_to(program, path, language=language or program.language)
+
+    # Note: pickling. A traced object pickles as its artifact's bytes, and unpickles through
+    # ``load`` with every check a file gets: a pickle of a tracebridge object is exactly as
+    # safe as the file (no more: pickle itself runs code, so unpickle only what you trust).
+    # What comes back is what ``load`` gives: an independent module, sharing nothing with
+    # the one pickled. ``copy.deepcopy`` takes the same road (the methods hold locks and
+    # generated code, which neither pickle nor deep-copy).
+
+    def __reduce__(self):
+        return _from_pickle, (streams.to_bytes(self._program_for_saving()), _pickle_state(self))
+
+    def __deepcopy__(self, memo: dict):
+        data = streams.to_bytes(self._program_for_saving())
+        copied = _from_pickle(data, _pickle_state(self))
+        memo[id(self)] = copied
+        return copied
 
 
 class TracedFunction(_Traced):
@@ -649,9 +669,22 @@ def _trace_module(
 
 
 def save(
-    obj: TracedFunction | TracedModule, path: str | os.PathLike, *, language: str | None = None
+    obj: TracedFunction | TracedModule,
+    path: str | os.PathLike | IO[bytes],
+    *,
+    language: str | None = None,
 ) -> None:
-    """Save a traced function or module to ``path`` (one file, any name)."""
+    """Save a traced function or module to ``path``: a file name (one file, any name,
+    written atomically) or a binary file-like object (``io.BytesIO()``, a file opened
+    ``"wb"``). ``language`` is the source language recorded in the file (``"python"`` or
+    ``"r"``; by default the one the trace was made from).
+
+    >>> import io, torch, tracebridge
+    >>> buffer = io.BytesIO()
+    >>> tracebridge.save(tracebridge.trace(torch.neg, torch.rand(2)), buffer)
+    >>> tracebridge.load(buffer.getvalue())(torch.ones(2))
+    tensor([-1., -1.])
+    """
     if not isinstance(obj, (TracedFunction, TracedModule)):
         raise TraceError(
             f"save() takes a TracedFunction or TracedModule, not "
@@ -661,15 +694,18 @@ def save(
 
 
 def load(
-    path: str | os.PathLike,
+    path: str | os.PathLike | bytes | IO[bytes],
     runtime: str = "codegen",
     map_location: str | torch.device | None = None,
     *,
     weights: artifact.WeightsArg | None = None,
     verify: bool | None = None,
 ) -> TracedFunction | TracedModule:
-    """Load an artifact written by ``save`` (from Python or R). ``runtime`` is ``codegen``
-    (default, fast) or ``interpreter``; ``map_location`` moves the state to a device.
+    """Load an artifact written by ``save`` (from Python or R). ``path`` is a file name,
+    the artifact's bytes (``bytes``, ``bytearray``, ``memoryview``) or a binary file-like
+    object (read from its position to its end); all three get the same checks.
+    ``runtime`` is ``codegen`` (default, fast) or ``interpreter``; ``map_location`` moves
+    the state to a device.
 
     The state tensors are views of the memory-mapped file (nothing is copied). ``weights``
     binds the state by name from safetensors checkpoints instead (a file, a list of files,
@@ -686,7 +722,7 @@ def load(
     >>> tracebridge.load(path)(torch.tensor([-1.0, 2.0]))
     tensor([0., 2.])
     """
-    program = artifact.read(path, weights=weights, verify=verify)
+    program = streams.read_from(path, weights=weights, verify=verify)
     if program.kind == "function":
         if map_location is not None:
             for entry in program.state.values():
@@ -696,3 +732,31 @@ def load(
     if map_location is not None:
         module.to(map_location)
     return module
+
+
+# --- pickling -----------------------------------------------------------------------------
+
+
+def _pickle_state(obj: TracedFunction | TracedModule) -> dict:
+    """What a pickle keeps beside the artifact: how the object runs, not what it computes."""
+    any_method = next(iter(obj._methods.values()))
+    state = {
+        "runtime": any_method.runtime,
+        "check_guards": obj.check_guards,
+    }
+    if isinstance(obj, TracedFunction):
+        state["name"] = obj.__name__
+    else:
+        tensors = [*obj.parameters(), *obj.buffers()]
+        if tensors and tensors[0].device.type != "cpu":
+            state["device"] = str(tensors[0].device)
+    return state
+
+
+def _from_pickle(data: bytes, state: dict) -> TracedFunction | TracedModule:
+    """Unpickle a traced object: ``load`` of its artifact bytes, with every check."""
+    obj = load(data, runtime=state.get("runtime", "codegen"), map_location=state.get("device"))
+    obj.check_guards = state.get("check_guards", True)
+    if isinstance(obj, TracedFunction) and "name" in state:
+        obj.__name__ = state["name"]
+    return obj
