@@ -175,10 +175,12 @@ check_schema <- function(doc) {
       }
     }
   }
-  if ("module_classes" %in% names(doc)) {
-    mc <- doc[["module_classes"]]
-    if (!is_obj(mc) || !all(vapply(mc, is_str, logical(1)))) {
-      schema_fault("module_classes", "must be an object of strings")
+  for (field in c("module_classes", "module_reprs")) {
+    if (field %in% names(doc)) {
+      mc <- doc[[field]]
+      if (!is_obj(mc) || !all(vapply(mc, is_str, logical(1)))) {
+        schema_fault(field, "must be an object of strings")
+      }
     }
   }
   st <- doc[["state"]]
@@ -483,6 +485,19 @@ check_names_and_dispatch <- function(doc) {
     if (!fits(ops[["names"]][["class"]], mc[[i]], ops[["limits"]][["name_chars"]])) {
       check_fault("names", sprintf("module class '%s' is not a class name",
                                    substr(mc[[i]], 1, 40)))
+    }
+  }
+  # module_reprs: a module's settings, printed only; one line of text (no control characters).
+  mr <- doc[["module_reprs"]]
+  limit <- ops[["limits"]][["text_chars"]]
+  for (i in seq_along(mr)) {
+    path <- names(mr)[[i]]
+    if (nzchar(path)) check_path_name(path, "module path")
+    text <- mr[[i]]
+    if (nchar(text, type = "chars") > limit || grepl("[\\x01-\\x1f\\x7f]", text, perl = TRUE)) {
+      check_fault("names", sprintf(
+        "the settings of module '%s' are not one line of text of at most %d characters",
+        substr(path, 1, 40), limit))
     }
   }
 }

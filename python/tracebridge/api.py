@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -221,6 +222,47 @@ class TracedMethod:
         return f"<traced method {self.name} of {self._module._get_name()}>"
 
 
+class ShownModule(nn.Module):
+    """A sub-module of a loaded module: it holds the parameters and buffers under its path
+    and prints as the original did, ``Conv2d(1, 4, kernel_size=(3, 3), stride=(1, 1))``,
+    from the file's ``module_classes`` and ``module_reprs`` (text, never code: it is shown,
+    not run; the graphs do the computing)."""
+
+    def __init__(self, class_name: str = "Module", settings: str = ""):
+        super().__init__()
+        self._shown_class, self._shown_settings = class_name, settings
+
+    @classmethod
+    def of(cls, program: Program, path: str) -> ShownModule:
+        """The sub-module at ``path`` as the file describes it."""
+        return cls(program.module_classes.get(path, "Module"), program.module_reprs.get(path, ""))
+
+    def _get_name(self) -> str:
+        return self._shown_class
+
+    def extra_repr(self) -> str:
+        return self._shown_settings
+
+
+def _add_shown_modules(root: nn.Module, program: Program) -> None:
+    """Every sub-module the file names in ``module_classes``, in its order (PyTorch's
+    registration order, so that printing follows the original), with or without state. A
+    path part that is already an attribute of the module is left out: these are for
+    printing, and must never replace anything."""
+    states = set(program.state)
+    for path in program.module_classes:
+        if not path:
+            continue
+        module, prefix = root, ""
+        for part in path.split("."):
+            prefix = f"{prefix}.{part}" if prefix else part
+            if part not in module._modules:
+                if hasattr(module, part) or prefix in states:
+                    break
+                module.add_module(part, ShownModule.of(program, prefix))
+            module = module._modules[part]
+
+
 def _owner(root: nn.Module, path: str) -> tuple[nn.Module, str]:
     *parents, leaf = path.split(".")
     module = root
@@ -283,6 +325,7 @@ class TracedModule(nn.Module, _Traced):
                 self._tb_constants[name] = entry.tensor
 
     def _rebuild(self, program: Program) -> None:
+        _add_shown_modules(self, program)
         for name, entry in program.state.items():
             if entry.kind == "constant":
                 self._tb_constants[name] = entry.tensor
@@ -293,11 +336,7 @@ class TracedModule(nn.Module, _Traced):
             for part in parents:
                 path = f"{path}.{part}" if path else part
                 if part not in module._modules:
-                    child = nn.Module()
-                    cls = program.module_classes.get(path)
-                    if cls:
-                        child._get_name = lambda c=cls: c  # print the original class name
-                    module.add_module(part, child)
+                    module.add_module(part, ShownModule.of(program, path))
                 module = module._modules[part]
             if entry.kind == "parameter":
                 module.register_parameter(
@@ -332,7 +371,9 @@ class TracedModule(nn.Module, _Traced):
         return self._class_name
 
     def extra_repr(self) -> str:
-        return f"traced: {', '.join(self.program.methods)}"
+        settings = self.program.module_reprs.get("")
+        traced = f"traced: {', '.join(self.methods)}"
+        return f"{settings}, {traced}" if settings else traced
 
     def _method_for(self, name: str) -> Method:
         route = self.program.dispatch.get(name)
@@ -423,8 +464,39 @@ def trace(
     """Run ``func`` on ``example_inputs``, record its tensor operations, check the recording,
     and return a :class:`TracedFunction` (for a function) or :class:`TracedModule` (for an
     ``nn.Module`` or one of its bound methods). The meaning of the arguments is that of
-    ``torch.jit.trace``; ``respect_mode=True`` traces a module in both training and
-    evaluation mode, and the result follows ``.train()`` / ``.eval()``.
+    ``torch.jit.trace``.
+
+    Args:
+        func: a function of tensors, an ``nn.Module`` (its ``forward`` is traced) or a
+            bound method of one (``model.encode``).
+        example_inputs: the inputs to run ``func`` on while recording: a tensor, or a
+            tuple (or list) of positional inputs, which may be nested tuples, lists, dicts
+            and ``None``.
+        check_trace: run the check after recording (default ``True``): re-trace and compare
+            the graphs, compare outputs with eager ``func`` from the same random state, try
+            another batch size, and leave the model untouched. Raises
+            :class:`TracingCheckError` when the recording does not stand for ``func``.
+        check_inputs: more inputs to check the trace with, as a list of tuples shaped like
+            ``example_inputs`` (another batch size, another sequence length).
+        check_tolerance: the relative and absolute tolerance of the output comparison of
+            the check.
+        strict: as ``torch.jit.trace``'s: ``False`` allows lists and dicts at the output,
+            their structure then fixed at trace time (with a :class:`TracerWarning`).
+        example_kwarg_inputs: keyword inputs to run ``func`` with, a dict (traced like the
+            positional ones).
+        respect_mode: for a module, record both its training and its evaluation graph
+            (``trainforward`` and ``evalforward``); the result then follows ``.train()`` /
+            ``.eval()``. Without it, the module's current mode is recorded, and calling it
+            in the other mode raises :class:`GuardError` where that mode would record
+            another graph (dropout, batch norm).
+        runtime: how the result runs its graphs: ``"codegen"`` (default) generates Python
+            code from each graph once, calling torch directly (as fast as eager or faster);
+            ``"interpreter"`` walks the graph node by node (slower, for debugging: the same
+            results, bit for bit).
+
+    Returns:
+        a :class:`TracedFunction` or a :class:`TracedModule`, which prints, runs, saves
+        (:func:`save`), pickles and exposes ``.graph``, ``.code`` and ``.guards``.
 
     >>> import torch, tracebridge
     >>> def foo(x, y):
@@ -493,8 +565,22 @@ def trace_module(
     respect_mode: bool = False,
     runtime: str = "codegen",
 ) -> TracedModule:
-    """Trace several methods of ``mod`` into one :class:`TracedModule`; ``inputs`` maps
-    method names to example inputs, as in ``torch.jit.trace_module``.
+    """Trace several methods of ``mod`` into one :class:`TracedModule`, as
+    ``torch.jit.trace_module`` does.
+
+    Args:
+        mod: the ``nn.Module`` whose methods are traced (shared, not copied).
+        inputs: method name -> example inputs of that method (a tensor or a tuple), e.g.
+            ``{"forward": x, "encode": (x, mask)}``.
+        check_trace: check each method after recording (see :func:`trace`).
+        check_inputs: more inputs to check with: a list of dicts shaped like ``inputs``.
+        check_tolerance: the tolerance of the check's output comparison.
+        strict: ``False`` allows lists and dicts at the outputs (see :func:`trace`).
+        respect_mode: record ``forward`` in both modes (see :func:`trace`).
+        runtime: ``"codegen"`` (default) or ``"interpreter"`` (see :func:`trace`).
+
+    Returns:
+        a :class:`TracedModule` with one traced method per key of ``inputs``.
 
     >>> import torch, tracebridge
     >>> lin = torch.nn.Linear(3, 3)
@@ -597,6 +683,7 @@ def record_module(
             state.setdefault(path, StateEntry(kind, tensor))
     state.update(constants)
     classes = {name: type(m).__name__ for name, m in mod.named_modules()}
+    reprs = {name: text for name, m in mod.named_modules() if (text := _settings(m))}
     program = Program(
         kind="module",
         methods=methods,
@@ -604,6 +691,7 @@ def record_module(
         dispatch=dispatch,
         training=mod.training,
         module_classes=classes,
+        module_reprs=reprs,
         mode_bound=mode_bound,
         aliases=_tied_names(mod, index, state),
     )
@@ -619,6 +707,19 @@ def record_module(
     # Constants the specialisations captured are state too.
     program.state.update(constants)
     return program
+
+
+def _settings(module: nn.Module) -> str:
+    """``module.extra_repr()`` as one line of text of at most 4,096 characters (what the
+    file's ``module_reprs`` holds), or "" when it has none or raises."""
+    try:
+        text = module.extra_repr()
+    except Exception:  # a user's extra_repr that fails must not fail the trace
+        return ""
+    if not isinstance(text, str):
+        return ""
+    text = re.sub(r"[\x00-\x1f\x7f]+", " ", text).strip()
+    return text if len(text) <= 4096 else text[:4093] + "..."
 
 
 def _tied_names(mod: nn.Module, index: dict, state: dict) -> dict[str, str]:
@@ -701,11 +802,21 @@ def load(
     weights: artifact.WeightsArg | None = None,
     verify: bool | None = None,
 ) -> TracedFunction | TracedModule:
-    """Load an artifact written by ``save`` (from Python or R). ``path`` is a file name,
-    the artifact's bytes (``bytes``, ``bytearray``, ``memoryview``) or a binary file-like
-    object (read from its position to its end); all three get the same checks.
-    ``runtime`` is ``codegen`` (default, fast) or ``interpreter``; ``map_location`` moves
-    the state to a device.
+    """Load an artifact written by ``save`` (from Python or R), after checking every rule
+    of the format (docs/security.md): a file from anywhere runs only the ops of the op set.
+
+    Args:
+        path: a file name, the artifact's bytes (``bytes``, ``bytearray``, ``memoryview``)
+            or a binary file-like object (read from its position to its end); all three
+            get the same checks.
+        runtime: ``"codegen"`` (default, fast) or ``"interpreter"`` (see :func:`trace`).
+        map_location: a device to move the state to (``"cuda"``, ``torch.device(...)``);
+            ``None`` keeps it on the CPU, mapped from the file.
+        weights: safetensors checkpoints to bind the state from (see below).
+        verify: check the weights' SHA-256 (see below).
+
+    Returns:
+        a :class:`TracedFunction` or a :class:`TracedModule` (whichever was saved).
 
     The state tensors are views of the memory-mapped file (nothing is copied). ``weights``
     binds the state by name from safetensors checkpoints instead (a file, a list of files,

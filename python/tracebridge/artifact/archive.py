@@ -98,6 +98,8 @@ def program_to_json(program: Program, language: str | None = None) -> dict:
         doc["specialised"] = program.specialised
     if program.aliases:
         doc["aliases"] = program.aliases
+    if program.module_reprs:
+        doc["module_reprs"] = program.module_reprs
     return doc
 
 
@@ -491,6 +493,7 @@ def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "
         dispatch=doc.get("dispatch", {}),
         training=doc.get("training", False),
         module_classes=doc.get("module_classes", {}),
+        module_reprs=dict(doc.get("module_reprs", {})),
         language=doc.get("producer", {}).get("language", "python"),
         mode_bound=mode_bound,
         backend=backend,
