@@ -60,11 +60,12 @@ zoo: zoo-setup
 SCALE_PY := .venv-scale/bin/python
 SCALE_STAMP := .venv-scale/.requirements.sha
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
+SCALE_PYTHON ?= $(shell command -v python3.11 || command -v python3)
 scale-setup:
 	@want=$$(sha256sum requirements-scale.txt pyproject.toml | sha256sum | cut -c1-16); \
 	if [ "$$(cat $(SCALE_STAMP) 2>/dev/null)" != "$$want" ]; then \
 	  echo "scale-setup: creating .venv-scale"; \
-	  ( [ -x $(SCALE_PY) ] || python3 -m venv .venv-scale ) && \
+	  ( [ -x $(SCALE_PY) ] || $(SCALE_PYTHON) -m venv .venv-scale ) && \
 	  .venv-scale/bin/pip install -q --no-deps --extra-index-url $(TORCH_INDEX_URL) \
 	    "$$(grep -E '^torch==' requirements-scale.txt)" && \
 	  .venv-scale/bin/pip install -q -r requirements-scale.txt && \

@@ -194,6 +194,10 @@ tracebridge_warning <- function(msg) {
 #'   a `.safetensors` file, a character vector of them, or a Hugging Face sharded index
 #'   (`model.safetensors.index.json`). Needed for a program traced on the meta device,
 #'   which is saved without tensor data; missing, extra or mis-shaped weights are refused.
+#' @param progress Show what is being done and how long it took for files of 64 MiB or
+#'   more (through cli): `NULL` (default) in an interactive session or on a terminal unless
+#'   `options(tracebridge.progress = FALSE)` or `TRACEBRIDGE_PROGRESS=0`; `TRUE` or `FALSE`
+#'   to say so.
 #' @return `jit_save()`: `path`, invisibly. `jit_load()`: a `script_function` or a
 #'   `script_module`.
 #' @examples
@@ -205,7 +209,7 @@ tracebridge_warning <- function(msg) {
 #'   g(torch_tensor(c(-1, 1, 2)))
 #' }
 #' @export
-jit_save <- function(obj, path) {
+jit_save <- function(obj, path, progress = NULL) {
   if (!inherits(obj, c("script_function", "script_module"))) {
     tracebridge_abort(sprintf(
       "jit_save(): `obj` must be a script_function or script_module (from jit_trace()), not %s.",
@@ -213,18 +217,19 @@ jit_save <- function(obj, path) {
     ))
   }
   path <- path.expand(path)
-  py_call_checked(py_core()$save, traced_py(obj), path)
+  bytes <- reticulate::py_to_r(py_core()$progress$state_nbytes(traced_py(obj)))
+  with_progress_step("Saving", path, bytes, progress = progress,
+                     py_call_checked(py_core()$save, traced_py(obj), path))
   invisible(path)
 }
 
 #' @rdname jit_save
 #' @export
-jit_load <- function(path, weights = NULL) {
+jit_load <- function(path, weights = NULL, progress = NULL) {
   path <- path.expand(path)
   if (!file.exists(path)) {
     tracebridge_abort(sprintf("jit_load(): no file at '%s'.", path), "tracebridge_artifact_error")
   }
-  read_program(path)  # R checks every rule of the spec too (R/check.R), before Python loads
   if (!is.null(weights)) {
     if (!is.character(weights) || !length(weights) || anyNA(weights)) {
       tracebridge_abort(paste("jit_load(): `weights` must be a .safetensors file, a character",
@@ -234,7 +239,10 @@ jit_load <- function(path, weights = NULL) {
     weights <- path.expand(weights)
     weights <- if (length(weights) == 1L) weights else as.list(weights)
   }
-  loaded <- py_call_checked(py_core()$load, normalizePath(path), weights = weights)
+  loaded <- with_progress_step("Loading", path, file.size(path), progress = progress, {
+    read_program(path)  # R checks every rule of the spec too (R/check.R), before Python loads
+    py_call_checked(py_core()$load, normalizePath(path), weights = weights)
+  })
   if (reticulate::py_to_r(py_rb()$kind(loaded)) == "module") {
     new_script_module(loaded)
   } else {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import re
@@ -20,6 +21,7 @@ from .ir import Program, StateEntry
 from .ir.ops import VARIADIC_OUTPUTS
 from .ir.printer import graph_text
 from .ir.program import hoist_subgraphs, subgraph_names
+from .progress import stage, state_nbytes, track
 from .runtime import Method
 from .runtime.method import Specialised, guards_active
 from .runtime.shapes import symbolize
@@ -125,7 +127,13 @@ class _Traced:
                 symbolize(graph, state, self.program.methods)
         self._symbolic = True
 
-    def save(self, path: str | os.PathLike | IO[bytes], *, language: str | None = None) -> None:
+    def save(
+        self,
+        path: str | os.PathLike | IO[bytes],
+        *,
+        language: str | None = None,
+        progress: bool | None = None,
+    ) -> None:
         """Save to one file that :func:`tracebridge.load` and R's ``jit_load`` read.
 
         ``path`` is a file name (written atomically) or a binary file-like object such as
@@ -135,9 +143,11 @@ class _Traced:
         by default, the language the trace was made from (``program.language``).
         Intermediate shapes are written as the sizes seen at trace time: labelling them
         with input symbols runs the graph (see runtime/shapes.py), so only display does.
+        ``progress``: a progress bar on a terminal for large files (see :func:`trace`).
         """
         program = self._program_for_saving()
-        streams.write_to(program, path, language=language or program.language)
+        with track("saving", total=state_nbytes(self), unit="B", progress=progress):
+            streams.write_to(program, path, language=language or program.language)
 
     # Note: pickling. A traced object pickles as its artifact's bytes, and unpickles through
     # ``load`` with every check a file gets: a pickle of a tracebridge object is exactly as
@@ -449,6 +459,22 @@ class TracedModule(nn.Module, _Traced):
 # --- trace -------------------------------------------------------------------------------
 
 
+def _with_progress(fn):
+    """Show a progress bar (``progress=``, see :mod:`tracebridge.progress`) while ``fn``
+    traces; the recording and the check name their stages on it."""
+
+    @functools.wraps(fn)
+    def run(func, *args, progress: bool | None = None, **kwargs):
+        what = getattr(func, "__name__", None) or type(func).__name__
+        if isinstance(func, nn.Module):
+            what = type(func).__name__
+        with track(f"tracing {what}", progress=progress):
+            return fn(func, *args, progress=progress, **kwargs)
+
+    return run
+
+
+@_with_progress
 def trace(
     func: Callable | nn.Module,
     example_inputs: Any = None,
@@ -460,6 +486,7 @@ def trace(
     example_kwarg_inputs: dict | None = None,
     respect_mode: bool = False,
     runtime: str = "codegen",
+    progress: bool | None = None,
 ) -> TracedFunction | TracedModule:
     """Run ``func`` on ``example_inputs``, record its tensor operations, check the recording,
     and return a :class:`TracedFunction` (for a function) or :class:`TracedModule` (for an
@@ -493,6 +520,9 @@ def trace(
             code from each graph once, calling torch directly (as fast as eager or faster);
             ``"interpreter"`` walks the graph node by node (slower, for debugging: the same
             results, bit for bit).
+        progress: show a progress bar on a terminal while recording and checking (``None``,
+            the default: when standard error is a terminal and ``TRACEBRIDGE_PROGRESS`` is
+            not ``0``; ``True``: always; ``False``: never).
 
     Returns:
         a :class:`TracedFunction` or a :class:`TracedModule`, which prints, runs, saves
@@ -539,7 +569,9 @@ def trace(
         with preserved(None):
             return func(*a, **k)
 
+    stage("recording")
     graph = retrace(args, kwargs)
+    stage("size-1 variants")
     program = Program(kind="function", methods={"forward": graph}, state=constants)
     _add_specialisations(
         program, "forward", specialisations(graph, args, kwargs, run_eager, retrace)
@@ -550,10 +582,12 @@ def trace(
     if check_trace:
         from .check.verify import check_function
 
+        stage("checking")
         check_function(func, traced, args, kwargs, check_inputs, check_tolerance, strict)
     return traced
 
 
+@_with_progress
 def trace_module(
     mod: nn.Module,
     inputs: dict[str, Any],
@@ -564,6 +598,7 @@ def trace_module(
     strict: bool = True,
     respect_mode: bool = False,
     runtime: str = "codegen",
+    progress: bool | None = None,
 ) -> TracedModule:
     """Trace several methods of ``mod`` into one :class:`TracedModule`, as
     ``torch.jit.trace_module`` does.
@@ -578,6 +613,7 @@ def trace_module(
         strict: ``False`` allows lists and dicts at the outputs (see :func:`trace`).
         respect_mode: record ``forward`` in both modes (see :func:`trace`).
         runtime: ``"codegen"`` (default) or ``"interpreter"`` (see :func:`trace`).
+        progress: a progress bar on a terminal (see :func:`trace`).
 
     Returns:
         a :class:`TracedModule` with one traced method per key of ``inputs``.
@@ -621,6 +657,7 @@ def record_module(
     alias = method_alias or {}
 
     def record(name, args, kwargs, mode=None):
+        stage(f"recording {name}" + ("" if mode is None else f" ({'train' if mode else 'eval'})"))
         target = _bound(mod, alias.get(name, name))
         with preserved(mod):
             if mode is not None:
@@ -696,6 +733,7 @@ def record_module(
         aliases=_tied_names(mod, index, state),
     )
     for graph_name, name, mode, args, kwargs in recorded:
+        stage(f"size-1 variants of {graph_name}")
         found = specialisations(
             methods[graph_name],
             args,
@@ -753,6 +791,7 @@ def _trace_module(
     if check_trace:
         from .check.verify import check_module
 
+        stage("checking")
         check_module(
             mod,
             traced,
@@ -774,11 +813,13 @@ def save(
     path: str | os.PathLike | IO[bytes],
     *,
     language: str | None = None,
+    progress: bool | None = None,
 ) -> None:
     """Save a traced function or module to ``path``: a file name (one file, any name,
     written atomically) or a binary file-like object (``io.BytesIO()``, a file opened
     ``"wb"``). ``language`` is the source language recorded in the file (``"python"`` or
-    ``"r"``; by default the one the trace was made from).
+    ``"r"``; by default the one the trace was made from). ``progress``: a progress bar on
+    a terminal while a large file is written (see :func:`trace`).
 
     >>> import io, torch, tracebridge
     >>> buffer = io.BytesIO()
@@ -791,7 +832,7 @@ def save(
             f"save() takes a TracedFunction or TracedModule, not "
             f"{type(obj).__name__}; trace it first with tracebridge.trace"
         )
-    obj.save(path, language=language)
+    obj.save(path, language=language, progress=progress)
 
 
 def load(
@@ -801,6 +842,7 @@ def load(
     *,
     weights: artifact.WeightsArg | None = None,
     verify: bool | None = None,
+    progress: bool | None = None,
 ) -> TracedFunction | TracedModule:
     """Load an artifact written by ``save`` (from Python or R), after checking every rule
     of the format (docs/security.md): a file from anywhere runs only the ops of the op set.
@@ -814,6 +856,8 @@ def load(
             ``None`` keeps it on the CPU, mapped from the file.
         weights: safetensors checkpoints to bind the state from (see below).
         verify: check the weights' SHA-256 (see below).
+        progress: a progress bar on a terminal while a large file is checked (see
+            :func:`trace`).
 
     Returns:
         a :class:`TracedFunction` or a :class:`TracedModule` (whichever was saved).
@@ -833,7 +877,8 @@ def load(
     >>> tracebridge.load(path)(torch.tensor([-1.0, 2.0]))
     tensor([0., 2.])
     """
-    program = streams.read_from(path, weights=weights, verify=verify)
+    with track("loading", total=streams.size_of(path), unit="B", progress=progress):
+        program = streams.read_from(path, weights=weights, verify=verify)
     if program.kind == "function":
         if map_location is not None:
             for entry in program.state.values():

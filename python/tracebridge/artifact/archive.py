@@ -48,6 +48,7 @@ from ..ir import (
     graph_from_json,
     graph_to_json,
 )
+from ..progress import advance
 from ..version import __version__
 from . import tensors as st
 from .atomic import atomic_file
@@ -148,6 +149,7 @@ def _stream_tensors(
                 digest.start(chunk)
                 writer.write(chunk)
                 digest.wait()
+                advance(memoryview(chunk).nbytes)
     finally:
         digest.close()
     return digest.sha.hexdigest(), digest.crc
@@ -249,6 +251,7 @@ class Opened:
             for start in range(0, member.size, _CHUNK):
                 digest.start(view[start : start + _CHUNK])
                 digest.wait()
+                advance(min(_CHUNK, member.size - start))
         finally:
             digest.close()
             view.release()

@@ -65,7 +65,7 @@ def read_from(
     if is_path(source):
         return read(source, weights=weights, verify=verify)
     if isinstance(source, (bytes, bytearray, memoryview)):
-        label = f"<{len(memoryview(source).cast('B'))} bytes>"
+        label = f"<{memoryview(source).nbytes} bytes>"
         return _read_spooled(lambda f: f.write(source), label, weights, verify)
     if callable(getattr(source, "read", None)):
         label = f"<{type(source).__name__}>"
@@ -101,6 +101,18 @@ def _read_spooled(fill, label: str, weights, verify) -> Program:
     finally:
         with contextlib.suppress(OSError):
             os.unlink(path)  # the mapping keeps the data while the tensors live
+
+
+def size_of(source: Source) -> int | None:
+    """The size in bytes of a file or of bytes (None for a stream): a progress bar's total."""
+    if is_path(source):
+        try:
+            return os.path.getsize(source)
+        except OSError:
+            return None
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return memoryview(source).nbytes
+    return None
 
 
 def to_bytes(program: Program, language: str | None = None) -> bytes:
