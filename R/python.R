@@ -8,17 +8,27 @@
 
 .tb <- new.env(parent = emptyenv())
 
+# Note: a lazy start. library(tracebridge) neither starts Python nor loads reticulate (whose
+# namespace alone takes a second or more: it loads Matrix and its S4 methods). The modules
+# below are promises, forced by the first use (`.tb$torch`), which loads reticulate and
+# imports them; Python itself starts at the first call into it.
 .onLoad <- function(libname, pkgname) {
   python <- tracebridge_python()
-  if (!is.null(python) && !reticulate::py_available(initialize = FALSE)) {
+  started <- "reticulate" %in% loadedNamespaces() &&
+    reticulate::py_available(initialize = FALSE)
+  if (!is.null(python) && !started) {
     Sys.setenv(RETICULATE_PYTHON = python)
   }
-  .tb$torch <- reticulate::import("torch", convert = FALSE, delay_load = TRUE)
-  .tb$rb <- reticulate::import("tracebridge.frontends.rbridge", convert = FALSE, delay_load = TRUE)
-  .tb$core <- reticulate::import("tracebridge", convert = FALSE, delay_load = TRUE)
-  .tb$builtins <- reticulate::import("builtins", convert = FALSE, delay_load = TRUE)
-  .tb$rmod <- reticulate::import("tracebridge.frontends.r_modules", convert = FALSE,
-                                 delay_load = TRUE)
+  lazy_module <- function(field, module) {
+    force(module)
+    delayedAssign(field, reticulate::import(module, convert = FALSE, delay_load = TRUE),
+                  assign.env = .tb)
+  }
+  lazy_module("torch", "torch")
+  lazy_module("rb", "tracebridge.frontends.rbridge")
+  lazy_module("core", "tracebridge")
+  lazy_module("builtins", "builtins")
+  lazy_module("rmod", "tracebridge.frontends.r_modules")
   .tb$live <- new.env(parent = emptyenv())
   load_surface(topenv(environment(load_surface)))
 }

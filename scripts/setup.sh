@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-APT_PACKAGES="r-base-dev r-cran-reticulate r-cran-testthat r-cran-jsonlite r-cran-knitr r-cran-rmarkdown pandoc graphviz"
+APT_PACKAGES="r-base-dev r-cran-reticulate r-cran-testthat r-cran-jsonlite r-cran-knitr r-cran-rmarkdown r-cran-cli pandoc graphviz"
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 
@@ -55,9 +55,9 @@ if [ -f DESCRIPTION ]; then
     export RETICULATE_PYTHON=$TRACEBRIDGE_PYTHON
     export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
     RBUILD=$(mktemp -d)
-    (cd "$RBUILD" && R_LIBS="$ROOT/.Rlib" R CMD build "$ROOT" >build.log 2>&1) || {
-      cat "$RBUILD/build.log"; rm -rf "$RBUILD"; exit 1; }
-    R_LIBS=.Rlib R CMD INSTALL --no-test-load --library=.Rlib "$RBUILD"/tracebridge_*.tar.gz >/dev/null
+    # From a clean export of the sources (never the .venv): scripts/r-build.sh.
+    TARBALL=$(R_LIBS="$ROOT/.Rlib" bash scripts/r-build.sh "$RBUILD") || { rm -rf "$RBUILD"; exit 1; }
+    R_LIBS=.Rlib R CMD INSTALL --no-test-load --library=.Rlib "$TARBALL" >/dev/null
     rm -rf "$RBUILD"
     echo "$rwant" > $rstamp
   fi
