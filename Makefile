@@ -15,7 +15,7 @@ demo: setup
 test: setup lint test-python test-r
 
 lint:
-	.venv/bin/ruff check python tests/python benchmarks shared_ir scripts
+	.venv/bin/ruff check python tests/python benchmarks shared_ir scripts examples
 
 test-python:
 	$(PY) -m pytest -n 2 -q --doctest-modules python/tracebridge tests/python
