@@ -4,7 +4,7 @@ export R_LIBS := $(CURDIR)/.Rlib
 export TRACEBRIDGE_PYTHON := $(CURDIR)/.venv/bin/python
 
 .PHONY: setup demo test test-python test-r lint bench docs clean zoo zoo-setup fuzz \
-	scale-setup test-scale bench-scale
+	scale-setup test-scale bench-scale docs-setup
 
 setup:
 	@bash scripts/setup.sh
@@ -36,7 +36,7 @@ bench: setup
 	@if [ -f benchmarks/bench_r.R ]; then Rscript benchmarks/bench_r.R; fi
 
 clean:
-	rm -rf .venv .venv-scale .Rlib demo-out bench-out .pytest_cache *.Rcheck tracebridge_*.tar.gz
+	rm -rf .venv .venv-scale .venv-docs site build/docs-src .Rlib demo-out bench-out .pytest_cache *.Rcheck tracebridge_*.tar.gz
 
 # The model zoo (docs/zoo.md): optional packages, pinned, installed with the project's pins
 # as constraints so torch and numpy never move. Not part of `make test`.
@@ -78,3 +78,27 @@ test-scale: scale-setup
 
 bench-scale: scale-setup
 	$(SCALE_PY) benchmarks/bench_scale.py
+
+# The documentation site: MkDocs + mkdocstrings for Python (site/python), pkgdown for R
+# (site/r). Fails on an undocumented public function (Python: scripts/docs_site.py check;
+# R: tools::undoc / codoc in scripts/docs-r.R) and on a broken link (mkdocs --strict, then
+# every relative link of both built sites). Not part of `make test`, which runs the quick
+# source checks (tests/python/test_docs_site.py).
+DOCS_STAMP := .venv-docs/.requirements.sha
+docs-setup:
+	@want=$$(sha256sum requirements-docs.txt | cut -c1-16); \
+	if [ "$$(cat $(DOCS_STAMP) 2>/dev/null)" != "$$want" ]; then \
+	  echo "docs-setup: creating .venv-docs"; \
+	  ( [ -x .venv-docs/bin/python ] || $(SCALE_PYTHON) -m venv .venv-docs ) && \
+	  .venv-docs/bin/pip install -q -r requirements-docs.txt && echo "$$want" > $(DOCS_STAMP); \
+	fi
+	@Rscript -e 'if (!requireNamespace("pkgdown", quietly = TRUE)) quit(status = 1)' || { \
+	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
+	  $$SUDO apt-get install -y -qq --no-install-recommends r-cran-pkgdown >/dev/null; }
+
+docs: setup docs-setup
+	$(PY) scripts/docs_site.py check
+	$(PY) scripts/docs_site.py stage
+	.venv-docs/bin/mkdocs build --strict
+	PYTHONPATH=$(CURDIR)/python Rscript scripts/docs-r.R
+	$(PY) scripts/docs_site.py links site/python site/r

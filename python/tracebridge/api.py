@@ -221,11 +221,13 @@ class TracedMethod:
 
     @property
     def graph(self) -> str:
+        """The text form of this method's graph (grammar in shared_ir/SPEC.md)."""
         self._module._symbolize()
         return graph_text(self._module.program.methods[self.name], self.name)
 
     @property
     def code(self) -> str:
+        """The Python code generated from this method's graph."""
         return self._module._methods[self.name].code
 
     def __repr__(self) -> str:
@@ -431,6 +433,7 @@ class TracedModule(nn.Module, _Traced):
 
     @property
     def methods(self) -> list[str]:
+        """The names of the traced methods (without the size-1 variants kept beside them)."""
         variants = _variant_names(self.program)
         return [name for name in self.program.methods if name not in variants]
 
@@ -443,6 +446,7 @@ class TracedModule(nn.Module, _Traced):
 
     @property
     def code(self) -> str:
+        """The Python code generated from ``forward`` (the method it runs in this mode)."""
         return self._method_for("forward").code
 
     def _program_for_saving(self) -> Program:
@@ -815,7 +819,7 @@ def save(
     language: str | None = None,
     progress: bool | None = None,
 ) -> None:
-    """Save a traced function or module to ``path``: a file name (one file, any name,
+    """Save ``obj``, a traced function or module, to ``path``: a file name (one file, any name,
     written atomically) or a binary file-like object (``io.BytesIO()``, a file opened
     ``"wb"``). ``language`` is the source language recorded in the file (``"python"`` or
     ``"r"``; by default the one the trace was made from). ``progress``: a progress bar on
