@@ -3,7 +3,8 @@ PY := .venv/bin/python
 export R_LIBS := $(CURDIR)/.Rlib
 export TRACEBRIDGE_PYTHON := $(CURDIR)/.venv/bin/python
 
-.PHONY: setup demo test test-python test-r lint bench docs clean zoo zoo-setup fuzz
+.PHONY: setup demo test test-python test-r lint bench docs clean zoo zoo-setup fuzz \
+	scale-setup test-scale bench-scale docs-setup
 
 setup:
 	@bash scripts/setup.sh
@@ -14,7 +15,7 @@ demo: setup
 test: setup lint test-python test-r
 
 lint:
-	.venv/bin/ruff check python tests/python benchmarks shared_ir scripts
+	.venv/bin/ruff check python tests/python benchmarks shared_ir scripts examples
 
 test-python:
 	$(PY) -m pytest -n 2 -q --doctest-modules python/tracebridge tests/python
@@ -40,7 +41,7 @@ bench: setup
 	@if [ -f benchmarks/bench_r.R ]; then Rscript benchmarks/bench_r.R; fi
 
 clean:
-	rm -rf .venv .Rlib demo-out bench-out .pytest_cache *.Rcheck tracebridge_*.tar.gz
+	rm -rf .venv .venv-scale .venv-docs site build/docs-src .Rlib demo-out bench-out .pytest_cache *.Rcheck tracebridge_*.tar.gz
 
 # The model zoo (docs/zoo.md): optional packages, pinned, installed with the project's pins
 # as constraints so torch and numpy never move. Not part of `make test`.
@@ -56,3 +57,53 @@ zoo-setup: setup
 
 zoo: zoo-setup
 	$(PY) benchmarks/zoo.py $(ZOO_ARGS)
+
+# Ray and Spark (docs/scale-out.md) in an environment of their own, .venv-scale: they need
+# numpy 2, which R's Python (.venv) cannot have. Big downloads (pyspark is ~400 MB) and Java
+# 17 for Spark, so not part of `make test`. tracebridge goes in as a user installs it: pip
+# resolves its ranges against the torch already there and keeps it.
+SCALE_PY := .venv-scale/bin/python
+SCALE_STAMP := .venv-scale/.requirements.sha
+TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
+SCALE_PYTHON ?= $(shell command -v python3.11 || command -v python3)
+scale-setup:
+	@want=$$(sha256sum requirements-scale.txt pyproject.toml | sha256sum | cut -c1-16); \
+	if [ "$$(cat $(SCALE_STAMP) 2>/dev/null)" != "$$want" ]; then \
+	  echo "scale-setup: creating .venv-scale"; \
+	  ( [ -x $(SCALE_PY) ] || $(SCALE_PYTHON) -m venv .venv-scale ) && \
+	  .venv-scale/bin/pip install -q --no-deps --extra-index-url $(TORCH_INDEX_URL) \
+	    "$$(grep -E '^torch==' requirements-scale.txt)" && \
+	  .venv-scale/bin/pip install -q -r requirements-scale.txt && \
+	  .venv-scale/bin/pip install -q --no-build-isolation -e . && \
+	  echo "$$want" > $(SCALE_STAMP); \
+	fi
+
+test-scale: scale-setup
+	TRACEBRIDGE_SCALE=1 $(SCALE_PY) -m pytest -p no:xdist -q tests/python/test_scale_out.py
+
+bench-scale: scale-setup
+	$(SCALE_PY) benchmarks/bench_scale.py
+
+# The documentation site: MkDocs + mkdocstrings for Python (site/python), pkgdown for R
+# (site/r). Fails on an undocumented public function (Python: scripts/docs_site.py check;
+# R: tools::undoc / codoc in scripts/docs-r.R) and on a broken link (mkdocs --strict, then
+# every relative link of both built sites). Not part of `make test`, which runs the quick
+# source checks (tests/python/test_docs_site.py).
+DOCS_STAMP := .venv-docs/.requirements.sha
+docs-setup:
+	@want=$$(sha256sum requirements-docs.txt | cut -c1-16); \
+	if [ "$$(cat $(DOCS_STAMP) 2>/dev/null)" != "$$want" ]; then \
+	  echo "docs-setup: creating .venv-docs"; \
+	  ( [ -x .venv-docs/bin/python ] || $(SCALE_PYTHON) -m venv .venv-docs ) && \
+	  .venv-docs/bin/pip install -q -r requirements-docs.txt && echo "$$want" > $(DOCS_STAMP); \
+	fi
+	@Rscript -e 'if (!requireNamespace("pkgdown", quietly = TRUE)) quit(status = 1)' || { \
+	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
+	  $$SUDO apt-get install -y -qq --no-install-recommends r-cran-pkgdown >/dev/null; }
+
+docs: setup docs-setup
+	$(PY) scripts/docs_site.py check
+	$(PY) scripts/docs_site.py stage
+	.venv-docs/bin/mkdocs build --strict
+	PYTHONPATH=$(CURDIR)/python Rscript scripts/docs-r.R
+	$(PY) scripts/docs_site.py links site/python site/r

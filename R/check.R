@@ -443,4 +443,17 @@ check_names_and_dispatch <- function(doc) {
                                    substr(mc[[i]], 1, 40)))
     }
   }
+  # module_reprs: a module's settings, printed only; one line of text (no control characters).
+  mr <- doc[["module_reprs"]]
+  limit <- ops[["limits"]][["text_chars"]]
+  for (i in seq_along(mr)) {
+    path <- names(mr)[[i]]
+    if (nzchar(path)) check_path_name(path, "module path")
+    text <- mr[[i]]
+    if (nchar(text, type = "chars") > limit || grepl("[\\x01-\\x1f\\x7f]", text, perl = TRUE)) {
+      check_fault("names", sprintf(
+        "the settings of module '%s' are not one line of text of at most %d characters",
+        substr(path, 1, 40), limit))
+    }
+  }
 }

@@ -8,20 +8,30 @@
 
 .tb <- new.env(parent = emptyenv())
 
+# Note: a lazy start. library(tracebridge) neither starts Python nor loads reticulate (whose
+# namespace alone takes a second or more: it loads Matrix and its S4 methods). The modules
+# below are promises, forced by the first use (`.tb$torch`), which loads reticulate and
+# imports them; Python itself starts at the first call into it.
 .onLoad <- function(libname, pkgname) {
   python <- tracebridge_python()
-  if (!is.null(python) && !reticulate::py_available(initialize = FALSE)) {
+  started <- "reticulate" %in% loadedNamespaces() &&
+    reticulate::py_available(initialize = FALSE)
+  if (!is.null(python) && !started) {
     Sys.setenv(RETICULATE_PYTHON = python)
   }
   # A failed import says what to set up (R/startup.R), not reticulate's configuration dump.
-  hooks <- python_load_hooks
-  .tb$torch <- reticulate::import("torch", convert = FALSE, delay_load = hooks("torch"))
-  .tb$rb <- reticulate::import("tracebridge.frontends.rbridge", convert = FALSE,
-                               delay_load = hooks("tracebridge"))
-  .tb$core <- reticulate::import("tracebridge", convert = FALSE, delay_load = hooks("tracebridge"))
-  .tb$builtins <- reticulate::import("builtins", convert = FALSE, delay_load = hooks("builtins"))
-  .tb$rmod <- reticulate::import("tracebridge.frontends.r_modules", convert = FALSE,
-                                 delay_load = hooks("tracebridge"))
+  lazy_module <- function(field, module, hook) {
+    force(module)
+    force(hook)
+    delayedAssign(field, reticulate::import(module, convert = FALSE,
+                                            delay_load = python_load_hooks(hook)),
+                  assign.env = .tb)
+  }
+  lazy_module("torch", "torch", "torch")
+  lazy_module("rb", "tracebridge.frontends.rbridge", "tracebridge")
+  lazy_module("core", "tracebridge", "tracebridge")
+  lazy_module("builtins", "builtins", "builtins")
+  lazy_module("rmod", "tracebridge.frontends.r_modules", "tracebridge")
   .tb$live <- new.env(parent = emptyenv())
   load_surface(topenv(environment(load_surface)))
 }

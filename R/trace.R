@@ -322,6 +322,10 @@ tracebridge_warning <- function(msg) {
 #'   `"cuda:0"`) puts every tensor there, and a named list maps saved devices to devices
 #'   (`list("cuda:0" = "cpu")`). A file saved from a device this machine lacks needs
 #'   `map_location = "cpu"` (the error says so).
+#' @param progress Show what is being done and how long it took for files of 64 MiB or
+#'   more (through cli): `NULL` (default) in an interactive session or on a terminal unless
+#'   `options(tracebridge.progress = FALSE)` or `TRACEBRIDGE_PROGRESS=0`; `TRUE` or `FALSE`
+#'   to say so.
 #' @return `jit_save()`: `path`, invisibly. `jit_load()`: a `script_function` or a
 #'   `script_module`.
 #' @examples
@@ -333,7 +337,7 @@ tracebridge_warning <- function(msg) {
 #'   g(torch_tensor(c(-1, 1, 2)))
 #' }
 #' @export
-jit_save <- function(obj, path) {
+jit_save <- function(obj, path, progress = NULL) {
   if (!inherits(obj, c("script_function", "script_module"))) {
     tracebridge_abort(sprintf(
       "jit_save(): `obj` must be a script_function or script_module (from jit_trace()), not %s.",
@@ -341,19 +345,19 @@ jit_save <- function(obj, path) {
     ))
   }
   path <- path.expand(path)
-  py_call_checked(py_core()$save, traced_py(obj), path)
+  bytes <- reticulate::py_to_r(py_core()$progress$state_nbytes(traced_py(obj)))
+  with_progress_step("Saving", path, bytes, progress = progress,
+                     py_call_checked(py_core()$save, traced_py(obj), path))
   invisible(path)
 }
 
 #' @rdname jit_save
 #' @export
-jit_load <- function(path, weights = NULL, map_location = NULL) {
+jit_load <- function(path, weights = NULL, map_location = NULL, progress = NULL) {
   path <- path.expand(path)
   if (!file.exists(path)) {
     tracebridge_abort(sprintf("jit_load(): no file at '%s'.", path), "tracebridge_artifact_error")
   }
-  # Python's load runs every rule of the spec (one checker, check/program.py) before any
-  # runtime sees the program; R's document rules (R/check.R) are for jit_inspect().
   if (!is.null(weights)) {
     if (!is.character(weights) || !length(weights) || anyNA(weights)) {
       tracebridge_abort(paste("jit_load(): `weights` must be a .safetensors file, a character",
@@ -364,8 +368,11 @@ jit_load <- function(path, weights = NULL, map_location = NULL) {
     weights <- if (length(weights) == 1L) weights else as.list(weights)
   }
   if (is.list(map_location)) map_location <- reticulate::dict(map_location)
-  loaded <- py_call_checked(py_core()$load, normalizePath(path), weights = weights,
-                            map_location = map_location)
+  # Python's load runs every rule of the spec (one checker, check/program.py) before any
+  # runtime sees the program; R's document rules (R/check.R) are for jit_inspect().
+  loaded <- with_progress_step("Loading", path, file.size(path), progress = progress,
+                               py_call_checked(py_core()$load, normalizePath(path),
+                                               weights = weights, map_location = map_location))
   if (reticulate::py_to_r(py_rb()$kind(loaded)) == "module") {
     new_script_module(loaded)
   } else {

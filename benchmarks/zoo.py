@@ -44,6 +44,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 import torch  # noqa: E402
 
 import zoo_env  # noqa: E402, F401 - before torchvision
+from tracebridge.progress import stage, track  # noqa: E402
 
 TOOLS = ("tracebridge", "jit", "export")
 RESULTS = os.path.join(HERE, "zoo_results.json")
@@ -197,6 +198,7 @@ def run_case(case, tools, workdir: str, index: int, limit: int) -> tuple[dict, l
     for tool in tools:
         cell = {"calls": [], "trace_error": None}
         entry["tools"][tool] = cell
+        stage(tool)
         t0 = time.time()
         try:
             with time_limit(limit), warnings.catch_warnings():
@@ -610,7 +612,9 @@ def main() -> None:
         for index, case in enumerate(cases):
             print(f"[{index + 1}/{len(cases)}] {case.name}", flush=True)
             try:
-                entry, more = run_case(case, tools, workdir, index, opts.limit)
+                # A bar on a terminal: which tool is at work, and for how long.
+                with track(f"  {case.name}"):
+                    entry, more = run_case(case, tools, workdir, index, opts.limit)
             except Exception:
                 traceback.print_exc()
                 continue

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-APT_PACKAGES="r-base-dev r-cran-reticulate r-cran-testthat r-cran-jsonlite r-cran-knitr r-cran-rmarkdown pandoc graphviz"
+APT_PACKAGES="r-base-dev r-cran-reticulate r-cran-testthat r-cran-jsonlite r-cran-knitr r-cran-rmarkdown r-cran-cli pandoc graphviz"
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 
@@ -21,13 +21,23 @@ if [ -n "$missing" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 
-# torch is pinned in requirements.txt: an unpinned torch pulls GBs of CUDA wheels.
+# torch is pinned in requirements.txt to the CPU build, which lives on PyTorch's CPU wheel
+# index (TORCH_INDEX_URL to use another, e.g. .../whl/cu128); from the public index an
+# unpinned or plain torch pulls GBs of CUDA wheels. It is installed first, alone and without
+# its dependencies, so that index is asked about torch only (requirements.txt brings the rest).
+TORCH_INDEX_URL=${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}
 STAMP=.venv/.requirements.sha
 want=$(sha256sum requirements.txt pyproject.toml | sha256sum | cut -c1-16)
 if [ ! -x .venv/bin/python ] || [ "$(cat $STAMP 2>/dev/null)" != "$want" ]; then
   echo "setup: creating .venv"
   [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+  torch_pin=$(grep -E '^torch==' requirements.txt)
+  .venv/bin/pip install -q --no-deps --extra-index-url "$TORCH_INDEX_URL" "$torch_pin"
   .venv/bin/pip install -q -r requirements.txt
+  # R's Python: reticulate 1.28 cannot load numpy 2 (see README "Installing").
+  .venv/bin/python -c 'import numpy, sys; sys.exit(int(numpy.__version__.split(".")[0]) >= 2)' || {
+    echo "setup: .venv has numpy >= 2, which R's reticulate cannot load; keep Ray, Spark and"
+    echo "       other numpy-2 packages in .venv-scale (make scale-setup)"; exit 1; }
   .venv/bin/pip install -q --no-deps --no-build-isolation -e .
   echo "$want" > $STAMP
 fi
@@ -45,9 +55,9 @@ if [ -f DESCRIPTION ]; then
     export RETICULATE_PYTHON=$TRACEBRIDGE_PYTHON
     export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
     RBUILD=$(mktemp -d)
-    (cd "$RBUILD" && R_LIBS="$ROOT/.Rlib" R CMD build "$ROOT" >build.log 2>&1) || {
-      cat "$RBUILD/build.log"; rm -rf "$RBUILD"; exit 1; }
-    R_LIBS=.Rlib R CMD INSTALL --no-test-load --library=.Rlib "$RBUILD"/tracebridge_*.tar.gz >/dev/null
+    # From a clean export of the sources (never the .venv): scripts/r-build.sh.
+    TARBALL=$(R_LIBS="$ROOT/.Rlib" bash scripts/r-build.sh "$RBUILD") || { rm -rf "$RBUILD"; exit 1; }
+    R_LIBS=.Rlib R CMD INSTALL --no-test-load --library=.Rlib "$TARBALL" >/dev/null
     rm -rf "$RBUILD"
     echo "$rwant" > $rstamp
   fi

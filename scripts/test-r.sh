@@ -15,10 +15,8 @@ export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p .Rlib
 BUILD=$(mktemp -d)
 trap 'rm -rf "$BUILD"' EXIT
-echo "test-r: R CMD build"
-(cd "$BUILD" && R CMD build "$ROOT" >build.log 2>&1) || {
-  cat "$BUILD/build.log"; exit 1; }
-TARBALL=$(ls "$BUILD"/tracebridge_*.tar.gz)
+echo "test-r: R CMD build (from a clean export of the sources)"
+TARBALL=$(bash scripts/r-build.sh "$BUILD")
 # Installed from the built tarball, so the vignettes are installed too (as by setup).
 echo "test-r: installing the R package (with vignettes) into .Rlib"
 R CMD INSTALL --no-test-load --library=.Rlib "$TARBALL" >/dev/null

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
+import re
 from collections.abc import Callable
-from typing import Any
+from typing import IO, Any
 
 import torch
 from torch import nn
 
 from . import artifact
+from .artifact import streams
 from .check.specialise import specialisations
 from .check.verify import first_difference, fresh
 from .errors import GuardError, TraceError
@@ -18,6 +21,7 @@ from .ir import Program, StateEntry
 from .ir.ops import VARIADIC_OUTPUTS
 from .ir.printer import graph_text
 from .ir.program import hoist_subgraphs, subgraph_names
+from .progress import stage, state_nbytes, track
 from .runtime import Method
 from .runtime.method import Specialised, guards_active
 from .runtime.shapes import symbolize
@@ -123,16 +127,43 @@ class _Traced:
                 symbolize(graph, state, self.program.methods)
         self._symbolic = True
 
-    def save(self, path: str | os.PathLike, *, language: str | None = None) -> None:
+    def save(
+        self,
+        path: str | os.PathLike | IO[bytes],
+        *,
+        language: str | None = None,
+        progress: bool | None = None,
+    ) -> None:
         """Save to one file that :func:`tracebridge.load` and R's ``jit_load`` read.
+
+        ``path`` is a file name (written atomically) or a binary file-like object such as
+        ``io.BytesIO()`` (written at its position).
 
         ``language`` is the source language recorded in the file (``"python"`` or ``"r"``);
         by default, the language the trace was made from (``program.language``).
         Intermediate shapes are written as the sizes seen at trace time: labelling them
         with input symbols runs the graph (see runtime/shapes.py), so only display does.
+        ``progress``: a progress bar on a terminal for large files (see :func:`trace`).
         """
         program = self._program_for_saving()
-        artifact.write(program, path, language=language or program.language)
+        with track("saving", total=state_nbytes(self), unit="B", progress=progress):
+            streams.write_to(program, path, language=language or program.language)
+
+    # Note: pickling. A traced object pickles as its artifact's bytes, and unpickles through
+    # ``load`` with every check a file gets: a pickle of a tracebridge object is exactly as
+    # safe as the file (no more: pickle itself runs code, so unpickle only what you trust).
+    # What comes back is what ``load`` gives: an independent module, sharing nothing with
+    # the one pickled. ``copy.deepcopy`` takes the same road (the methods hold locks and
+    # generated code, which neither pickle nor deep-copy).
+
+    def __reduce__(self):
+        return _from_pickle, (streams.to_bytes(self._program_for_saving()), _pickle_state(self))
+
+    def __deepcopy__(self, memo: dict):
+        data = streams.to_bytes(self._program_for_saving())
+        copied = _from_pickle(data, _pickle_state(self))
+        memo[id(self)] = copied
+        return copied
 
 
 class TracedFunction(_Traced):
@@ -190,15 +221,58 @@ class TracedMethod:
 
     @property
     def graph(self) -> str:
+        """The text form of this method's graph (grammar in shared_ir/SPEC.md)."""
         self._module._symbolize()
         return graph_text(self._module.program.methods[self.name], self.name)
 
     @property
     def code(self) -> str:
+        """The Python code generated from this method's graph."""
         return self._module._methods[self.name].code
 
     def __repr__(self) -> str:
         return f"<traced method {self.name} of {self._module._get_name()}>"
+
+
+class ShownModule(nn.Module):
+    """A sub-module of a loaded module: it holds the parameters and buffers under its path
+    and prints as the original did, ``Conv2d(1, 4, kernel_size=(3, 3), stride=(1, 1))``,
+    from the file's ``module_classes`` and ``module_reprs`` (text, never code: it is shown,
+    not run; the graphs do the computing)."""
+
+    def __init__(self, class_name: str = "Module", settings: str = ""):
+        super().__init__()
+        self._shown_class, self._shown_settings = class_name, settings
+
+    @classmethod
+    def of(cls, program: Program, path: str) -> ShownModule:
+        """The sub-module at ``path`` as the file describes it."""
+        return cls(program.module_classes.get(path, "Module"), program.module_reprs.get(path, ""))
+
+    def _get_name(self) -> str:
+        return self._shown_class
+
+    def extra_repr(self) -> str:
+        return self._shown_settings
+
+
+def _add_shown_modules(root: nn.Module, program: Program) -> None:
+    """Every sub-module the file names in ``module_classes``, in its order (PyTorch's
+    registration order, so that printing follows the original), with or without state. A
+    path part that is already an attribute of the module is left out: these are for
+    printing, and must never replace anything."""
+    states = set(program.state)
+    for path in program.module_classes:
+        if not path:
+            continue
+        module, prefix = root, ""
+        for part in path.split("."):
+            prefix = f"{prefix}.{part}" if prefix else part
+            if part not in module._modules:
+                if hasattr(module, part) or prefix in states:
+                    break
+                module.add_module(part, ShownModule.of(program, prefix))
+            module = module._modules[part]
 
 
 def _owner(root: nn.Module, path: str) -> tuple[nn.Module, str]:
@@ -263,6 +337,7 @@ class TracedModule(nn.Module, _Traced):
                 self._tb_constants[name] = entry.tensor
 
     def _rebuild(self, program: Program) -> None:
+        _add_shown_modules(self, program)
         for name, entry in program.state.items():
             if entry.kind == "constant":
                 self._tb_constants[name] = entry.tensor
@@ -273,11 +348,7 @@ class TracedModule(nn.Module, _Traced):
             for part in parents:
                 path = f"{path}.{part}" if path else part
                 if part not in module._modules:
-                    child = nn.Module()
-                    cls = program.module_classes.get(path)
-                    if cls:
-                        child._get_name = lambda c=cls: c  # print the original class name
-                    module.add_module(part, child)
+                    module.add_module(part, ShownModule.of(program, path))
                 module = module._modules[part]
             if entry.kind == "parameter":
                 module.register_parameter(
@@ -312,7 +383,9 @@ class TracedModule(nn.Module, _Traced):
         return self._class_name
 
     def extra_repr(self) -> str:
-        return f"traced: {', '.join(self.program.methods)}"
+        settings = self.program.module_reprs.get("")
+        traced = f"traced: {', '.join(self.methods)}"
+        return f"{settings}, {traced}" if settings else traced
 
     def _method_for(self, name: str) -> Method:
         route = self.program.dispatch.get(name)
@@ -360,6 +433,7 @@ class TracedModule(nn.Module, _Traced):
 
     @property
     def methods(self) -> list[str]:
+        """The names of the traced methods (without the size-1 variants kept beside them)."""
         variants = _variant_names(self.program)
         return [name for name in self.program.methods if name not in variants]
 
@@ -372,6 +446,7 @@ class TracedModule(nn.Module, _Traced):
 
     @property
     def code(self) -> str:
+        """The Python code generated from ``forward`` (the method it runs in this mode)."""
         return self._method_for("forward").code
 
     def _program_for_saving(self) -> Program:
@@ -388,6 +463,22 @@ class TracedModule(nn.Module, _Traced):
 # --- trace -------------------------------------------------------------------------------
 
 
+def _with_progress(fn):
+    """Show a progress bar (``progress=``, see :mod:`tracebridge.progress`) while ``fn``
+    traces; the recording and the check name their stages on it."""
+
+    @functools.wraps(fn)
+    def run(func, *args, progress: bool | None = None, **kwargs):
+        what = getattr(func, "__name__", None) or type(func).__name__
+        if isinstance(func, nn.Module):
+            what = type(func).__name__
+        with track(f"tracing {what}", progress=progress):
+            return fn(func, *args, progress=progress, **kwargs)
+
+    return run
+
+
+@_with_progress
 def trace(
     func: Callable | nn.Module,
     example_inputs: Any = None,
@@ -399,12 +490,47 @@ def trace(
     example_kwarg_inputs: dict | None = None,
     respect_mode: bool = False,
     runtime: str = "codegen",
+    progress: bool | None = None,
 ) -> TracedFunction | TracedModule:
     """Run ``func`` on ``example_inputs``, record its tensor operations, check the recording,
     and return a :class:`TracedFunction` (for a function) or :class:`TracedModule` (for an
     ``nn.Module`` or one of its bound methods). The meaning of the arguments is that of
-    ``torch.jit.trace``; ``respect_mode=True`` traces a module in both training and
-    evaluation mode, and the result follows ``.train()`` / ``.eval()``.
+    ``torch.jit.trace``.
+
+    Args:
+        func: a function of tensors, an ``nn.Module`` (its ``forward`` is traced) or a
+            bound method of one (``model.encode``).
+        example_inputs: the inputs to run ``func`` on while recording: a tensor, or a
+            tuple (or list) of positional inputs, which may be nested tuples, lists, dicts
+            and ``None``.
+        check_trace: run the check after recording (default ``True``): re-trace and compare
+            the graphs, compare outputs with eager ``func`` from the same random state, try
+            another batch size, and leave the model untouched. Raises
+            :class:`TracingCheckError` when the recording does not stand for ``func``.
+        check_inputs: more inputs to check the trace with, as a list of tuples shaped like
+            ``example_inputs`` (another batch size, another sequence length).
+        check_tolerance: the relative and absolute tolerance of the output comparison of
+            the check.
+        strict: as ``torch.jit.trace``'s: ``False`` allows lists and dicts at the output,
+            their structure then fixed at trace time (with a :class:`TracerWarning`).
+        example_kwarg_inputs: keyword inputs to run ``func`` with, a dict (traced like the
+            positional ones).
+        respect_mode: for a module, record both its training and its evaluation graph
+            (``trainforward`` and ``evalforward``); the result then follows ``.train()`` /
+            ``.eval()``. Without it, the module's current mode is recorded, and calling it
+            in the other mode raises :class:`GuardError` where that mode would record
+            another graph (dropout, batch norm).
+        runtime: how the result runs its graphs: ``"codegen"`` (default) generates Python
+            code from each graph once, calling torch directly (as fast as eager or faster);
+            ``"interpreter"`` walks the graph node by node (slower, for debugging: the same
+            results, bit for bit).
+        progress: show a progress bar on a terminal while recording and checking (``None``,
+            the default: when standard error is a terminal and ``TRACEBRIDGE_PROGRESS`` is
+            not ``0``; ``True``: always; ``False``: never).
+
+    Returns:
+        a :class:`TracedFunction` or a :class:`TracedModule`, which prints, runs, saves
+        (:func:`save`), pickles and exposes ``.graph``, ``.code`` and ``.guards``.
 
     >>> import torch, tracebridge
     >>> def foo(x, y):
@@ -447,7 +573,9 @@ def trace(
         with preserved(None):
             return func(*a, **k)
 
+    stage("recording")
     graph = retrace(args, kwargs)
+    stage("size-1 variants")
     program = Program(kind="function", methods={"forward": graph}, state=constants)
     _add_specialisations(
         program, "forward", specialisations(graph, args, kwargs, run_eager, retrace)
@@ -458,10 +586,12 @@ def trace(
     if check_trace:
         from .check.verify import check_function
 
+        stage("checking")
         check_function(func, traced, args, kwargs, check_inputs, check_tolerance, strict)
     return traced
 
 
+@_with_progress
 def trace_module(
     mod: nn.Module,
     inputs: dict[str, Any],
@@ -472,9 +602,25 @@ def trace_module(
     strict: bool = True,
     respect_mode: bool = False,
     runtime: str = "codegen",
+    progress: bool | None = None,
 ) -> TracedModule:
-    """Trace several methods of ``mod`` into one :class:`TracedModule`; ``inputs`` maps
-    method names to example inputs, as in ``torch.jit.trace_module``.
+    """Trace several methods of ``mod`` into one :class:`TracedModule`, as
+    ``torch.jit.trace_module`` does.
+
+    Args:
+        mod: the ``nn.Module`` whose methods are traced (shared, not copied).
+        inputs: method name -> example inputs of that method (a tensor or a tuple), e.g.
+            ``{"forward": x, "encode": (x, mask)}``.
+        check_trace: check each method after recording (see :func:`trace`).
+        check_inputs: more inputs to check with: a list of dicts shaped like ``inputs``.
+        check_tolerance: the tolerance of the check's output comparison.
+        strict: ``False`` allows lists and dicts at the outputs (see :func:`trace`).
+        respect_mode: record ``forward`` in both modes (see :func:`trace`).
+        runtime: ``"codegen"`` (default) or ``"interpreter"`` (see :func:`trace`).
+        progress: a progress bar on a terminal (see :func:`trace`).
+
+    Returns:
+        a :class:`TracedModule` with one traced method per key of ``inputs``.
 
     >>> import torch, tracebridge
     >>> lin = torch.nn.Linear(3, 3)
@@ -515,6 +661,7 @@ def record_module(
     alias = method_alias or {}
 
     def record(name, args, kwargs, mode=None):
+        stage(f"recording {name}" + ("" if mode is None else f" ({'train' if mode else 'eval'})"))
         target = _bound(mod, alias.get(name, name))
         with preserved(mod):
             if mode is not None:
@@ -577,6 +724,7 @@ def record_module(
             state.setdefault(path, StateEntry(kind, tensor))
     state.update(constants)
     classes = {name: type(m).__name__ for name, m in mod.named_modules()}
+    reprs = {name: text for name, m in mod.named_modules() if (text := _settings(m))}
     program = Program(
         kind="module",
         methods=methods,
@@ -584,10 +732,12 @@ def record_module(
         dispatch=dispatch,
         training=mod.training,
         module_classes=classes,
+        module_reprs=reprs,
         mode_bound=mode_bound,
         aliases=_tied_names(mod, index, state),
     )
     for graph_name, name, mode, args, kwargs in recorded:
+        stage(f"size-1 variants of {graph_name}")
         found = specialisations(
             methods[graph_name],
             args,
@@ -599,6 +749,19 @@ def record_module(
     # Constants the specialisations captured are state too.
     program.state.update(constants)
     return program
+
+
+def _settings(module: nn.Module) -> str:
+    """``module.extra_repr()`` as one line of text of at most 4,096 characters (what the
+    file's ``module_reprs`` holds), or "" when it has none or raises."""
+    try:
+        text = module.extra_repr()
+    except Exception:  # a user's extra_repr that fails must not fail the trace
+        return ""
+    if not isinstance(text, str):
+        return ""
+    text = re.sub(r"[\x00-\x1f\x7f]+", " ", text).strip()
+    return text if len(text) <= 4096 else text[:4093] + "..."
 
 
 def _tied_names(mod: nn.Module, index: dict, state: dict) -> dict[str, str]:
@@ -632,6 +795,7 @@ def _trace_module(
     if check_trace:
         from .check.verify import check_module
 
+        stage("checking")
         check_module(
             mod,
             traced,
@@ -649,27 +813,55 @@ def _trace_module(
 
 
 def save(
-    obj: TracedFunction | TracedModule, path: str | os.PathLike, *, language: str | None = None
+    obj: TracedFunction | TracedModule,
+    path: str | os.PathLike | IO[bytes],
+    *,
+    language: str | None = None,
+    progress: bool | None = None,
 ) -> None:
-    """Save a traced function or module to ``path`` (one file, any name)."""
+    """Save ``obj``, a traced function or module, to ``path``: a file name (one file, any name,
+    written atomically) or a binary file-like object (``io.BytesIO()``, a file opened
+    ``"wb"``). ``language`` is the source language recorded in the file (``"python"`` or
+    ``"r"``; by default the one the trace was made from). ``progress``: a progress bar on
+    a terminal while a large file is written (see :func:`trace`).
+
+    >>> import io, torch, tracebridge
+    >>> buffer = io.BytesIO()
+    >>> tracebridge.save(tracebridge.trace(torch.neg, torch.rand(2)), buffer)
+    >>> tracebridge.load(buffer.getvalue())(torch.ones(2))
+    tensor([-1., -1.])
+    """
     if not isinstance(obj, (TracedFunction, TracedModule)):
         raise TraceError(
             f"save() takes a TracedFunction or TracedModule, not "
             f"{type(obj).__name__}; trace it first with tracebridge.trace"
         )
-    obj.save(path, language=language)
+    obj.save(path, language=language, progress=progress)
 
 
 def load(
-    path: str | os.PathLike,
+    path: str | os.PathLike | bytes | IO[bytes],
     runtime: str = "codegen",
     map_location: str | torch.device | dict | None = None,
     *,
     weights: artifact.WeightsArg | None = None,
     verify: bool | None = None,
+    progress: bool | None = None,
 ) -> TracedFunction | TracedModule:
-    """Load an artifact written by ``save`` (from Python or R). ``runtime`` is ``codegen``
-    (default, fast) or ``interpreter``.
+    """Load an artifact written by ``save`` (from Python or R), after checking every rule
+    of the format (docs/security.md): a file from anywhere runs only the ops of the op set.
+
+    Args:
+        path: a file name, the artifact's bytes (``bytes``, ``bytearray``, ``memoryview``)
+            or a binary file-like object (read from its position to its end); all three
+            get the same checks.
+        runtime: ``"codegen"`` (default, fast) or ``"interpreter"`` (see :func:`trace`).
+        map_location: where the state goes (see below); ``None`` restores the devices
+            the tensors were saved from.
+        weights: safetensors checkpoints to bind the state from (see below).
+        verify: check the weights' SHA-256 (see below).
+        progress: a progress bar on a terminal while a large file is checked (see
+            :func:`trace`).
 
     Devices are restored as ``torch.jit.load`` restores them: each state tensor goes back to
     the device it was saved from (a file saved from ``cuda:0`` loads onto ``cuda:0``).
@@ -677,6 +869,9 @@ def load(
     ``torch.device("cuda:1")``) for every tensor, or a dict from saved device to device
     (``{"cuda:0": "cpu"}``). A saved device this machine lacks is an ``ArtifactError``
     that says to pass ``map_location="cpu"``.
+
+    Returns:
+        a :class:`TracedFunction` or a :class:`TracedModule` (whichever was saved).
 
     The state tensors are views of the memory-mapped file (nothing is copied). ``weights``
     binds the state by name from safetensors checkpoints instead (a file, a list of files,
@@ -693,7 +888,38 @@ def load(
     >>> tracebridge.load(path)(torch.tensor([-1.0, 2.0]))
     tensor([0., 2.])
     """
-    program = artifact.read(path, weights=weights, verify=verify, map_location=map_location)
+    with track("loading", total=streams.size_of(path), unit="B", progress=progress):
+        program = streams.read_from(
+            path, weights=weights, verify=verify, map_location=map_location
+        )
     if program.kind == "function":
         return TracedFunction(program, runtime=runtime)
     return TracedModule(program, runtime=runtime)
+
+
+# --- pickling -----------------------------------------------------------------------------
+
+
+def _pickle_state(obj: TracedFunction | TracedModule) -> dict:
+    """What a pickle keeps beside the artifact: how the object runs, not what it computes."""
+    any_method = next(iter(obj._methods.values()))
+    state = {
+        "runtime": any_method.runtime,
+        "check_guards": obj.check_guards,
+    }
+    if isinstance(obj, TracedFunction):
+        state["name"] = obj.__name__
+    else:
+        tensors = [*obj.parameters(), *obj.buffers()]
+        if tensors and tensors[0].device.type != "cpu":
+            state["device"] = str(tensors[0].device)
+    return state
+
+
+def _from_pickle(data: bytes, state: dict) -> TracedFunction | TracedModule:
+    """Unpickle a traced object: ``load`` of its artifact bytes, with every check."""
+    obj = load(data, runtime=state.get("runtime", "codegen"), map_location=state.get("device"))
+    obj.check_guards = state.get("check_guards", True)
+    if isinstance(obj, TracedFunction) and "name" in state:
+        obj.__name__ = state["name"]
+    return obj

@@ -582,6 +582,11 @@ def corpus(base: dict) -> dict[str, object]:
     mutate("input_dim_int", lambda d: forward(d)["inputs"][0].update(shape=[2, 3, 8, 8]))
     mutate("value_name_bad", lambda d: forward(d)["inputs"][0].update(name="x\ny"))
     mutate("class_bad", lambda d: d["module_classes"].update({"": "Net\nimport os"}))
+    mutate("reprs_ok", lambda d: d.update(module_reprs={"": "in_features=3, ü"}))
+    mutate("reprs_control", lambda d: d.update(module_reprs={"": "a\x1b[2Jb"}))
+    mutate("reprs_long", lambda d: d.update(module_reprs={"": "x" * 4097}))
+    mutate("reprs_type", lambda d: d.update(module_reprs={"": 3}))
+    mutate("reprs_path", lambda d: d.update(module_reprs={"a..b": "x"}))
     mutate(
         "pow_bomb",
         lambda d: forward(d)["nodes"].append(
@@ -676,6 +681,7 @@ def test_r_and_python_checkers_agree(base, tmp_path):
         "example_absent",
         "alias_ok",
         "device_ok",
+        "reprs_ok",
         "eye_ok",
         "arange_ok",
         "fold_ok",

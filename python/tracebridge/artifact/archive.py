@@ -48,6 +48,7 @@ from ..ir import (
     graph_from_json,
     graph_to_json,
 )
+from ..progress import advance
 from ..version import __version__
 from . import compiled as compiled_member
 from . import devices
@@ -92,6 +93,8 @@ def program_to_json(program: Program, language: str | None = None) -> dict:
         doc["specialised"] = program.specialised
     if program.aliases:
         doc["aliases"] = program.aliases
+    if program.module_reprs:
+        doc["module_reprs"] = program.module_reprs
     return doc
 
 
@@ -153,6 +156,7 @@ def _stream_tensors(
                 digest.start(chunk)
                 writer.write(chunk)
                 digest.wait()
+                advance(memoryview(chunk).nbytes)
     finally:
         digest.close()
     return digest.sha.hexdigest(), digest.crc
@@ -267,6 +271,7 @@ class Opened:
             for start in range(0, member.size, _CHUNK):
                 digest.start(view[start : start + _CHUNK])
                 digest.wait()
+                advance(min(_CHUNK, member.size - start))
         finally:
             digest.close()
             view.release()
@@ -518,6 +523,7 @@ def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "
         dispatch=doc.get("dispatch", {}),
         training=doc.get("training", False),
         module_classes=doc.get("module_classes", {}),
+        module_reprs=dict(doc.get("module_reprs", {})),
         language=doc.get("producer", {}).get("language", "python"),
         mode_bound=mode_bound,
         backend=backend,

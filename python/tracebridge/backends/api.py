@@ -374,6 +374,22 @@ def compile(
     (partitioned), ``.coverage`` and ``.save(path)``. The arguments mean what they mean for
     ``torch.neuron.trace``; a module in training mode is returned as it is, with a warning.
 
+    Args:
+        model: a function or ``nn.Module`` to trace and compile (as for :func:`trace`).
+        example_inputs: the inputs to trace it on (as for :func:`trace`).
+        compiler_args: a list of strings, parsed by the backend (docs/compile.md); an
+            unknown argument is a ``BackendError`` that shows the backend's usage.
+        compiler_timeout: seconds; compiling longer raises ``subprocess.TimeoutExpired``.
+        compiler_workdir: a folder for the partition report, each partition's Python
+            source and the compiler's own files.
+        check_trace: check the trace before compiling (as for :func:`trace`).
+        check_inputs: more inputs for that check (as for :func:`trace`).
+        check_tolerance: the tolerance of that check (as for :func:`trace`).
+        backend: the compiler: ``"inductor"`` (default) or ``"reference"``.
+        min_subgraph_size: runs with fewer supported tensor ops stay on the runtime.
+        verbose: print the coverage report before compiling and each partition's compile
+            time.
+
     >>> import torch, tracebridge
     >>> from tracebridge.backends import compile
     >>> def foo(x, y):

@@ -69,6 +69,8 @@ KEYWORD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 PATH_NAME = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
 CLASS_NAME = re.compile(r"[A-Za-z0-9_.]+")
 LOC = re.compile(r"[^\x00-\x1f\x7f]+:[0-9]+")
+# A module's settings as printed (module_reprs): any text without control characters.
+REPR_TEXT = re.compile(r"[^\x00-\x1f\x7f]*")
 SYMBOL = re.compile(r"s[0-9]+")
 DIM_EXPR = re.compile(r"([0-9]+\*)?s[0-9]+([+-][0-9]+)?|\?")
 DEVICE = re.compile(r"(cpu|cuda|mps|meta|xpu)(:[0-9]{1,3})?")
@@ -260,6 +262,7 @@ def _doc_of(program: Program) -> dict:
         "methods": methods,
         "dispatch": program.dispatch,
         "module_classes": program.module_classes,
+        "module_reprs": program.module_reprs,
         "state": {n: {"kind": e.kind} for n, e in program.state.items()},
         "mode_bound": program.mode_bound,
         "specialised": program.specialised,
@@ -532,6 +535,15 @@ def _check_names_and_dispatch(doc: dict) -> None:
             _path_name(path, "module path")
         if not _fits(CLASS_NAME, cls, LIMITS["name_chars"]):
             _fail("names", f"module class {cls[:40]!r} is not a class name")
+    for path, text in (doc.get("module_reprs") or {}).items():
+        if path:
+            _path_name(path, "module path")
+        if not _fits(REPR_TEXT, text, LIMITS["text_chars"]):
+            _fail(
+                "names",
+                f"the settings of module {path[:40]!r} are not one line of text of at most "
+                f"{LIMITS['text_chars']} characters",
+            )
 
 
 def _fits(pattern: re.Pattern, text: Any, limit: int) -> bool:

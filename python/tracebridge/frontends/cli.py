@@ -35,6 +35,7 @@ from ..errors import ArtifactError, TraceError
 from ..ir import DTYPE_SHORT, Graph, Program, Ref, graph_from_json, pytree
 from ..ir.printable import printable
 from ..ir.printer import Printer, _short, graph_text
+from ..progress import stage, track
 from ..version import __version__
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
@@ -214,8 +215,20 @@ def _inspect_text(path: str, doc: dict, program: Program, show_graphs: bool) -> 
     return out.getvalue()
 
 
+def _progress(args: argparse.Namespace) -> bool | None:
+    """``--no-progress`` turns the bar off; otherwise it shows on a terminal."""
+    return False if getattr(args, "no_progress", False) else None
+
+
+def _reading(what: str, args: argparse.Namespace):
+    """A progress bar over the bytes of ``args.file`` (the checksum reads every one)."""
+    size = os.path.getsize(args.file) if os.path.isfile(args.file) else None
+    return track(f"{what} {os.path.basename(args.file)}", size, "B", progress=_progress(args))
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
-    doc, program = read_archive(args.file)
+    with _reading("reading", args):
+        doc, program = read_archive(args.file)
     if args.json:
         print(json.dumps(summary(doc, program), indent=1))
     else:
@@ -242,8 +255,9 @@ def check_structure(doc: dict, program: Program, path: str) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    doc, program = read_archive(args.file)
-    check_structure(doc, program, args.file)
+    with _reading("validating", args):
+        doc, program = read_archive(args.file)
+        check_structure(doc, program, args.file)
     nodes = sum(len(g.nodes) for g in program.methods.values())
     guards = sum(len(g.guards) for g in program.methods.values())
     counts = ", ".join(
@@ -373,14 +387,19 @@ def to_svg(dot_text: str) -> bytes:
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
-    doc, _ = artifact.read_json(args.file)
-    name = _resolve_method(doc, args.method)
-    try:
-        graph = graph_from_json(doc["methods"][name])
-    except (KeyError, ValueError, TypeError) as exc:
-        raise ArtifactError(f"{args.file}: method {name!r} is malformed ({exc})") from None
-    text = to_dot(graph, name)
-    data = to_svg(text) if args.format == "svg" else text.encode()
+    with track(f"drawing {os.path.basename(args.file)}", progress=_progress(args)):
+        stage("reading")
+        doc, _ = artifact.read_json(args.file)
+        name = _resolve_method(doc, args.method)
+        try:
+            graph = graph_from_json(doc["methods"][name])
+        except (KeyError, ValueError, TypeError) as exc:
+            raise ArtifactError(f"{args.file}: method {name!r} is malformed ({exc})") from None
+        stage("laying out")
+        text = to_dot(graph, name)
+        if args.format == "svg":
+            stage("running dot")
+        data = to_svg(text) if args.format == "svg" else text.encode()
     _write_output(args.output, data)
     return EXIT_OK
 
@@ -544,25 +563,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"tracebridge {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # Every command: a progress bar on a terminal for steps that take seconds.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (also: TRACEBRIDGE_PROGRESS=0; it shows only on a terminal)",
+    )
 
-    p = sub.add_parser("inspect", help="show what an artifact holds (no code runs)")
+    p = sub.add_parser(
+        "inspect", parents=[common], help="show what an artifact holds (no code runs)"
+    )
     p.add_argument("file", metavar="FILE")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead")
     p.add_argument("--no-graph", action="store_true", help="leave out the graph texts")
     p.set_defaults(handler=cmd_inspect)
 
-    p = sub.add_parser("validate", help="check an artifact against the spec (no code runs)")
+    p = sub.add_parser(
+        "validate", parents=[common], help="check an artifact against the spec (no code runs)"
+    )
     p.add_argument("file", metavar="FILE")
     p.set_defaults(handler=cmd_validate)
 
-    p = sub.add_parser("graph", help="draw a method's graph as Graphviz DOT or SVG")
+    p = sub.add_parser(
+        "graph", parents=[common], help="draw a method's graph as Graphviz DOT or SVG"
+    )
     p.add_argument("file", metavar="FILE")
     p.add_argument("--method", help="method to draw (default: forward)")
     p.add_argument("--format", choices=("dot", "svg"), default="dot")
     p.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
     p.set_defaults(handler=cmd_graph)
 
-    p = sub.add_parser("run", help="run a method on inputs from a .safetensors or .npz file")
+    p = sub.add_parser(
+        "run", parents=[common], help="run a method on inputs from a .safetensors or .npz file"
+    )
     p.add_argument("file", metavar="FILE")
     p.add_argument(
         "--inputs",

@@ -119,6 +119,9 @@ class Program:
     dispatch: dict[str, dict[str, str]] = field(default_factory=dict)  # respect_mode
     training: bool = False
     module_classes: dict[str, str] = field(default_factory=dict)  # path -> class name
+    # path -> the module's ``extra_repr()`` (its settings: "1, 4, kernel_size=(3, 3)"), as
+    # text for printing only: a loaded module prints like the original, and never runs it.
+    module_reprs: dict[str, str] = field(default_factory=dict)
     # The language the traced code was written in: it fixes the index convention of the
     # graph's inputs (R code uses 1-based indices, Python 0-based).
     language: str = "python"

@@ -2,7 +2,7 @@
 
 Stages, lowest first (a module may import its own stage and any stage below it):
 
-    leaves (errors, source, version) < ir < trace < check < runtime < artifact < api
+    leaves (errors, source, version, progress) < ir < trace < check < runtime < artifact < api
       < export < backends < frontends
 
 This test fails when an import goes the wrong way, so the layout in docs/architecture.md
@@ -18,7 +18,7 @@ import tracebridge
 
 PACKAGE = Path(tracebridge.__file__).parent
 STAGES = [
-    ("errors", "source", "version"),
+    ("errors", "source", "version", "progress"),
     ("ir",),
     ("trace",),
     ("check",),

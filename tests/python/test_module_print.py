@@ -1,0 +1,114 @@
+"""A loaded module prints like the original PyTorch module: its sub-modules with their
+settings, from the file's module_classes and module_reprs (text, never code)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+from tracebridge.errors import ArtifactError
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3)
+        self.act = nn.ReLU()
+        self.body = nn.Sequential(nn.Flatten(), nn.Dropout(0.25), nn.Linear(4 * 6 * 6, 2))
+
+    def forward(self, x):
+        return self.body(self.act(self.conv(x)))
+
+
+def _reloaded(traced):
+    buffer = io.BytesIO()
+    traced.save(buffer)
+    return tracebridge.load(buffer.getvalue())
+
+
+def test_a_loaded_module_prints_like_the_original():
+    net = Net().eval()
+    loaded = _reloaded(tracebridge.trace(net, torch.rand(2, 1, 8, 8)))
+    lines = repr(loaded).splitlines()
+    assert lines[0] == "Net("
+    assert lines[1] == "  traced: forward"
+    # Everything below the root reads as PyTorch prints the original.
+    assert "\n".join(lines[2:]) == "\n".join(repr(net).splitlines()[1:])
+    assert "(conv): Conv2d(1, 4, kernel_size=(3, 3), stride=(1, 1))" in repr(loaded)
+    assert "(act): ReLU()" in repr(loaded)  # a module without state is shown too
+    assert list(loaded.state_dict()) == list(net.state_dict())
+
+
+def test_the_root_settings_are_shown():
+    loaded = _reloaded(tracebridge.trace(nn.Linear(3, 2), torch.rand(1, 3)))
+    assert repr(loaded) == "Linear(in_features=3, out_features=2, bias=True, traced: forward)"
+
+
+def test_settings_are_stored_as_data():
+    traced = tracebridge.trace(Net().eval(), torch.rand(2, 1, 8, 8))
+    assert traced.program.module_reprs["conv"] == "1, 4, kernel_size=(3, 3), stride=(1, 1)"
+    assert "act" not in traced.program.module_reprs  # ReLU has no settings
+
+
+class Odd(nn.Module):
+    """A module whose extra_repr has control characters and one that raises."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+
+    def extra_repr(self):
+        return "line one\nline two\x1b[31m"
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class Broken(nn.Linear):
+    def extra_repr(self):
+        raise RuntimeError("no")
+
+
+def test_extra_repr_is_made_one_line_and_failures_are_skipped():
+    traced = tracebridge.trace(Odd(), torch.rand(1, 2))
+    assert traced.program.module_reprs[""] == "line one line two [31m"
+    traced = tracebridge.trace(Broken(2, 2), torch.rand(1, 2))
+    assert "" not in traced.program.module_reprs
+    assert repr(_reloaded(traced)).startswith("Broken(")
+
+
+def _doc_with(module_reprs):
+    from tracebridge.artifact import program_to_json
+
+    traced = tracebridge.trace(nn.Linear(2, 2), torch.rand(1, 2))
+    doc = program_to_json(traced.program)
+    doc["module_reprs"] = module_reprs
+    return doc
+
+
+@pytest.mark.parametrize(
+    "reprs, message",
+    [
+        ({"": "a\x1b[2Jb"}, "settings of module '' are not one line of text"),
+        ({"": "x" * 5000}, "at most 4096 characters"),
+        ({"fc/..": "x"}, "module path name 'fc/..' is not a dotted path"),
+    ],
+)
+def test_the_checker_refuses_bad_settings(reprs, message):
+    from tracebridge.artifact import check_document
+
+    with pytest.raises(ArtifactError, match=message):
+        check_document(_doc_with(reprs), "m.tb")
+
+
+def test_a_file_naming_an_attribute_as_a_module_still_loads(tmp_path):
+    """module_classes is for printing: a path that is an attribute of every module (or a
+    state tensor) is left out, never replaces anything."""
+    traced = tracebridge.trace(nn.Linear(2, 2).eval(), torch.rand(1, 2))
+    traced.program.module_classes.update({"training": "Evil", "weight": "Evil"})
+    loaded = _reloaded(traced)
+    assert loaded.training is False and isinstance(loaded.weight, nn.Parameter)

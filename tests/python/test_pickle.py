@@ -1,0 +1,146 @@
+"""Traced and loaded objects pickle and deep-copy through their artifact bytes; save and load
+take file-like objects and bytes (python/tracebridge/artifact/streams.py)."""
+
+from __future__ import annotations
+
+import copy
+import io
+import pickle
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import tracebridge
+from tracebridge.errors import ArtifactError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from models import CASES, Case  # noqa: E402
+
+try:
+    import cloudpickle
+except ImportError:  # optional: Ray's and Spark's pickler
+    cloudpickle = None
+
+ROUND_TRIPS = {
+    "pickle": lambda obj: pickle.loads(pickle.dumps(obj)),
+    "deepcopy": copy.deepcopy,
+}
+if cloudpickle is not None:
+    ROUND_TRIPS["cloudpickle"] = lambda obj: pickle.loads(cloudpickle.dumps(obj))
+
+
+def _trace(case: Case) -> Any:
+    kwargs = {"check_trace": False, **case.trace_kwargs}
+    if case.methods:
+        examples = {method: calls[0] for method, calls in case.methods.items()}
+        return tracebridge.trace_module(case.model, examples, **kwargs)
+    return tracebridge.trace(case.model, case.example_inputs, **kwargs)
+
+
+def _outputs(obj: Any, case: Case) -> list:
+    calls = [(m, i) for m, inputs in case.methods.items() for i in inputs] or [
+        ("forward", i) for i in case.all_inputs
+    ]
+    out = []
+    for method, inputs in calls:
+        if case.stochastic:
+            torch.manual_seed(case.seed)
+        fn = obj if method == "forward" else getattr(obj, method)
+        out.append(fn(*inputs))
+    return out
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_every_conformance_model_round_trips(name: str) -> None:
+    """pickle, copy.deepcopy and cloudpickle of the traced and of the loaded module give a
+    module with the same results, bit for bit, in the same mode."""
+    case = CASES[name]()
+    traced = _trace(case)
+    expected = _outputs(traced, case)
+    loaded = tracebridge.load(_artifact_bytes(traced))
+    for label, obj in (("traced", traced), ("loaded", loaded)):
+        for how, round_trip in ROUND_TRIPS.items():
+            again = round_trip(obj)
+            assert type(again) is type(obj)
+            assert again.training == obj.training
+            assert list(again.state_dict()) == list(obj.state_dict())
+            torch.testing.assert_close(
+                _outputs(again, case), expected, atol=0, rtol=0, msg=f"{how} of {label} {name}"
+            )
+
+
+def _artifact_bytes(obj: Any) -> bytes:
+    buffer = io.BytesIO()
+    tracebridge.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def test_a_copy_shares_nothing_with_the_original() -> None:
+    net = torch.nn.Linear(3, 2)
+    traced = tracebridge.trace(net, torch.rand(4, 3))
+    copied = copy.deepcopy(traced)
+    with torch.no_grad():
+        copied.weight.zero_()
+    assert net.weight.abs().sum() > 0 and traced.weight is net.weight
+
+
+def test_runtime_guards_flag_and_name_survive_pickling() -> None:
+    def double(x):
+        return x * 2
+
+    f = tracebridge.trace(double, torch.rand(3), runtime="interpreter")
+    f.check_guards = False
+    again = pickle.loads(pickle.dumps(f))
+    assert again.__name__ == "double" and not again.check_guards
+    assert again._forward.runtime == "interpreter"
+    torch.testing.assert_close(again(torch.ones(2)), torch.full((2,), 2.0))
+
+
+def test_unpickling_goes_through_the_loaders_checks() -> None:
+    """A pickle carries the artifact's bytes; flipped bits in them are refused by load's
+    checks exactly as in a file."""
+    traced = tracebridge.trace(torch.nn.Linear(3, 2), torch.rand(4, 3))
+    data = pickle.dumps(traced)
+    weights = traced.weight.detach().numpy().tobytes()
+    at = data.index(weights)
+    bad = bytearray(data)
+    bad[at] ^= 0xFF
+    with pytest.raises(ArtifactError, match="sha256|CRC-32"):
+        pickle.loads(bytes(bad))
+
+
+def test_save_and_load_through_file_likes_and_bytes(tmp_path: Path) -> None:
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU()).eval()
+    x = torch.rand(5, 3)
+    traced = tracebridge.trace(net, x)
+    expected = traced(x)
+    buffer = io.BytesIO()
+    traced.save(buffer)
+    data = buffer.getvalue()
+    path = tmp_path / "net.tb"
+    tracebridge.save(traced, path)
+    assert path.read_bytes()[:2] == data[:2] == b"PK"
+    with open(path, "wb") as handle:  # a real file object
+        tracebridge.save(traced, handle)
+    with open(path, "rb") as handle:
+        from_file = tracebridge.load(handle)
+    for source in (data, bytearray(data), memoryview(data), io.BytesIO(data)):
+        torch.testing.assert_close(tracebridge.load(source)(x), expected, atol=0, rtol=0)
+    torch.testing.assert_close(from_file(x), expected, atol=0, rtol=0)
+
+
+def test_clear_errors_for_what_is_not_an_artifact() -> None:
+    traced = tracebridge.trace(torch.neg, torch.rand(2))
+    with pytest.raises(ArtifactError, match=r"<10 bytes>: .*ZIP"):
+        tracebridge.load(b"not an artifact"[:10])
+    with pytest.raises(ArtifactError, match="reads a path, bytes or a binary file-like.*int"):
+        tracebridge.load(42)
+    with pytest.raises(ArtifactError, match="writes to a path or a binary file-like.*list"):
+        tracebridge.save(traced, [])
+    with pytest.raises(ArtifactError, match="binary mode"):
+        tracebridge.save(traced, io.StringIO())
+    with pytest.raises(ArtifactError, match="binary mode"):
+        tracebridge.load(io.StringIO("PK"))
