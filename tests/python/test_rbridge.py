@@ -62,3 +62,22 @@ def test_rmodule_is_traceable_with_state_paths():
     x = torch.rand(5, 3)
     assert torch.allclose(traced(x), torch.relu(m.fc1(x)))
     assert "fc1.weight" in traced.graph
+
+
+def test_register_source_lets_messages_quote_r_lines_without_a_file():
+    import linecache
+
+    from tracebridge.source import source_line
+
+    lines = ["function (x) ", "{", "    if (x$shape[1] == 2) x else -x", "}"]
+    rbridge.register_source("<R function f>", lines)
+    assert source_line("<R function f>:3") == "if (x$shape[1] == 2) x else -x"
+    linecache.checkcache()  # an entry without a file survives the check for stale files
+    assert source_line("<R function f>:1") == "function (x)"
+    rbridge.register_source("<R function g>", "x + 1")
+    assert source_line("<R function g>:1") == "x + 1"
+
+
+def test_to_float_reads_a_traced_number():
+    assert rbridge.to_float(3) == 3.0
+    assert isinstance(rbridge.to_float(3), float)

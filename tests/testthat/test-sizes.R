@@ -55,6 +55,7 @@ test_that("comparisons of traced sizes are R logicals and record guards", {
   tr <- suppressWarnings(jit_trace(g, ex(4)))
   expect_equal(as_array(tr(ex(4))), as_array(g(ex(4))))
   expect_error(tr(ex(5)), class = "tracebridge_guard_error")
+  expect_error(tr(ex(5)), "x$shape[1] == 4 is TRUE, but now it is FALSE", fixed = TRUE)
 })
 
 test_that("seq_len() and a:b over a traced size unroll the loop and record a guard", {
