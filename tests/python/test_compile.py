@@ -678,3 +678,20 @@ def test_default_tolerance_table():
     assert default_tolerance((torch.rand(1, 2, dtype=torch.float16),), traced) == 1e-2
     assert default_tolerance((torch.arange(3),), None) == TOLERANCES[("cpu", torch.float32)]
     assert TOLERANCES[("cuda", torch.float32)] == 1e-3  # inductor's convolutions vs cuDNN's
+
+
+def test_partitioned_inductor_artifacts_still_load(tmp_path):
+    """A file that an earlier tracebridge saved with inductor partitions (subgraph node
+    lists, no whole_graph) loads and compiles those partitions, as before."""
+    # the seed's function (test_seed_tracing_a_function): inductor's cache has its kernel
+    f = _ref(lambda x, y: 2 * x + y, (torch.rand(3), torch.rand(3)))
+    f.save(tmp_path / "old.tb")
+    program = artifact.read(tmp_path / "old.tb")
+    program.backend["name"] = "inductor"
+    program.backend["methods"]["forward"]["subgraphs"][0]["name"] = "inductor_subgraph_0"
+    artifact.write(program, tmp_path / "old_inductor.tb")
+    loaded = load_compiled(tmp_path / "old_inductor.tb")
+    assert loaded.coverage.subgraphs == ["inductor_subgraph_0"]
+    assert "backend.inductor_subgraph_0" in loaded.graph
+    x, y = torch.rand(5), torch.rand(5)
+    torch.testing.assert_close(loaded(x, y), 2 * x + y)

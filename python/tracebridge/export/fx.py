@@ -132,7 +132,12 @@ def make_guard(node: Node, line: str) -> Callable:
             else:
                 torch._check(value == expect)
             return
-        holds = value is expect if isinstance(expect, bool) else value == expect
+        if isinstance(expect, bool):
+            # ``is`` for Python bools (1 is not True), ``bool()`` for a symbolic one, which
+            # Dynamo turns into a guard on the size (``is`` on a SymBool is no comparison)
+            holds = bool(value) is expect if isinstance(value, torch.SymBool) else value is expect
+        else:
+            holds = value == expect
         if not holds:
             support.raise_guard(node, value, line)
 

@@ -89,12 +89,18 @@ def export_onnx(
     the ONNX model. With ``check``, ONNX Runtime runs the file on the example inputs and
     its outputs must match the trace's within ``tolerance`` (absolute and relative).
 
+    A dimension stays symbolic in the ONNX model even where the weights fix it (the
+    features of a Linear's input, ``s1`` below): export derives such a constraint from the
+    example as readily as a spurious one (a convolution's 1x1 output pins its input size
+    through export's size-1 rule), so tracebridge keeps the trace's symbols and ONNX
+    Runtime checks the sizes when it runs.
+
     >>> import torch, tracebridge, tempfile, os
     >>> traced = tracebridge.trace(torch.nn.Linear(3, 2), torch.rand(4, 3))
     >>> path = tracebridge.export_onnx(traced, os.path.join(tempfile.mkdtemp(), "m.onnx"))
     >>> import onnx; [d.dim_param or d.dim_value for d in
     ...     onnx.load(path).graph.input[0].type.tensor_type.shape.dim]
-    ['s0', 3]
+    ['s0', 's1']
     """
     require(NEEDED + (("onnxruntime",) if check else ()))
     obj = _loaded(obj_or_path)
@@ -128,7 +134,6 @@ def export_onnx(
             "exported (docs/deploy.md)"
         ) from exc
     model = program.model_proto
-    _fix_dimensions(model, getattr(program, "exported_program", None))
     _name_dimensions(model, meta)
     out = Path(out)
     import onnx
@@ -154,23 +159,6 @@ def _quiet():
             yield
     finally:
         logger.setLevel(level)
-
-
-def _fix_dimensions(model, exported) -> None:
-    """Write as numbers the dimensions that export found to have one possible value (a
-    symbol whose range is ``[3, 3]``: the features of a Linear's input, which the trace
-    had left symbolic), so the ONNX model says they are fixed."""
-    if exported is None:
-        return
-    fixed = {}
-    for symbol, bounds in exported.range_constraints.items():
-        with contextlib.suppress(TypeError, ValueError):
-            if bounds.lower == bounds.upper:
-                fixed[str(symbol)] = int(bounds.lower)
-    for value in [*model.graph.input, *model.graph.output, *model.graph.value_info]:
-        for dim in value.type.tensor_type.shape.dim:
-            if dim.dim_param in fixed:
-                dim.dim_value = fixed[dim.dim_param]
 
 
 def _name_dimensions(model, meta: bridge.BridgeInfo) -> None:
