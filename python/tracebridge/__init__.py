@@ -14,7 +14,8 @@ tensor([6., 0.])
 
 ``tracebridge.to_graph_module(traced)`` is the bridge to the PyTorch 2 stack: the traced
 graph as a ``torch.fx.GraphModule`` over the traced module's own tensors, for
-``torch.compile``, ``torch.export`` and ONNX (docs/deploy.md).
+``torch.compile``, ``torch.export`` and ONNX (docs/deploy.md); ``tracebridge.export_onnx``
+writes it as an ONNX model.
 
 >>> gm = tracebridge.to_graph_module(traced)
 >>> gm(torch.tensor([3.0, -3.0, 1.0]))
@@ -40,7 +41,7 @@ from .errors import (  # noqa: E402
     TracingCheckError,
     UnsupportedOpError,
 )
-from .export import to_graph_module  # noqa: E402
+from .export import export_onnx, to_graph_module  # noqa: E402
 from .export.aot import load_compiled, save_compiled  # noqa: E402
 from .runtime import guards_disabled  # noqa: E402
 from .version import __version__  # noqa: E402,F401
@@ -57,6 +58,7 @@ __all__ = [
     "TracingCheckError",
     "UnsupportedOpError",
     "compile",
+    "export_onnx",
     "guards_disabled",
     "load",
     "load_compiled",

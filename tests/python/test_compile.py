@@ -531,3 +531,150 @@ def test_reload_in_a_fresh_process(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['reference_subgraph_0', 'reference_subgraph_1']"
+
+
+# --- whole-graph compiling (inductor): modes, guards, eager ops, tolerance -----------------
+
+
+class _WholeNoCompiler(backends.InductorBackend):
+    """A whole-graph backend without a compiler: runs the GraphModule as it is (fast tests
+    of the whole-graph path: embedding, reloading, the check)."""
+
+    compiled: list = []
+
+    def compile_graph_module(self, gm, example_inputs, args, workdir):
+        self.compiled.append(gm)
+        return gm
+
+
+class _WholeWrong(_WholeNoCompiler):
+    def compile_graph_module(self, gm, example_inputs, args, workdir):
+        return lambda *inputs: tuple(o + 1e-3 for o in gm(*inputs))
+
+
+register_backend("whole_plain", _WholeNoCompiler)
+register_backend("whole_wrong", _WholeWrong)
+
+
+def _graph_count() -> int:
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
+class WithNoise(WithCumsum):
+    """rand_like draws random numbers: inductor leaves it to eager PyTorch (compiled RNG
+    draws other numbers), so it splits the compiled graph in two."""
+
+    def forward(self, x):
+        y = torch.relu(self.a(x)) * 2
+        y = torch.cumsum(y, 1) + torch.rand_like(y)
+        return torch.tanh(self.b(y)) + 1
+
+
+def test_inductor_compiles_around_unsupported_ops_only():
+    """Dynamo compiles the graph before and after rand_like (two graphs, one break); every
+    other op (cumsum too, outside the partition op set) is in one of them."""
+    torch.manual_seed(1)
+    model = WithNoise().eval()
+    before = _graph_count()
+    compiled = tracebridge.compile(model, torch.rand(3, 4))
+    assert _graph_count() - before == 2
+    entry = compiled.program.backend["methods"]["forward"]
+    noise = next(
+        i for i, n in enumerate(compiled.program.methods["forward"].nodes) if n.op == "rand_like"
+    )
+    assert entry == {"subgraphs": [], "whole_graph": {"eager_nodes": [noise]}}
+    cov = compiled.coverage
+    assert cov.unsupported == {"rand_like": 1} and (cov.total, cov.compiled) == (9, 8)
+    x = torch.rand(6, 4)
+    with torch.no_grad():
+        torch.manual_seed(3)
+        expected = model(x)
+        torch.manual_seed(3)
+        torch.testing.assert_close(compiled(x), expected)
+
+
+def test_inductor_guards_stay_checked():
+    def f(x):
+        if x.size(0) > 2:
+            return torch.relu(x) * 2 + 1
+        return x
+
+    compiled = tracebridge.compile(f, torch.rand(3, 4))
+    x = torch.rand(5, 4)
+    torch.testing.assert_close(compiled(x), f(x))
+    with pytest.raises(tracebridge.GuardError, match=r"x.shape\[0\] > 2"):
+        compiled(torch.rand(2, 4))
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_inductor_modes_on_cpu(mode):
+    def f(x, y):
+        return torch.tanh(x * y + 1).sum(-1)
+
+    compiled = tracebridge.compile(f, (torch.rand(4, 3), torch.rand(4, 3)), ["--mode", mode])
+    x, y = torch.rand(4, 3), torch.rand(4, 3)
+    torch.testing.assert_close(compiled(x, y), f(x, y))
+    assert compiled.program.backend["compiler_args"] == ["--mode", mode]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead", "max-autotune"])
+def test_inductor_modes_on_cuda(mode):
+    model = _cnn().cuda()
+    compiled = tracebridge.compile(model, torch.rand(4, 3, 16, 16, device="cuda"), ["--mode", mode])
+    graph_module = compiled._methods["forward"].graph_module
+    assert graph_module.conv1.weight is model.conv1.weight  # static inputs, not copies
+    with torch.no_grad():
+        for _ in range(3):  # reduce-overhead records CUDA graphs, then replays them
+            batch = torch.rand(4, 3, 16, 16, device="cuda")
+            torch.testing.assert_close(compiled(batch), model(batch), rtol=1e-2, atol=1e-3)
+
+
+def test_whole_graph_shares_parameters_and_reloads(tmp_path):
+    model = _cnn()
+    compiled = tracebridge.compile(model, torch.rand(2, 3, 8, 8), backend="whole_plain")
+    gm = compiled._methods["forward"].graph_module
+    assert gm.conv1.weight is model.conv1.weight and gm.bn.running_mean is model.bn.running_mean
+    batch = torch.rand(3, 3, 8, 8)
+    with torch.no_grad():
+        model.fc.bias.add_(1.0)
+        torch.testing.assert_close(compiled(batch), model(batch))
+    compiled.save(tmp_path / "m.tb")
+    seen = len(_WholeNoCompiler.compiled)
+    loaded = load_compiled(tmp_path / "m.tb")
+    assert len(_WholeNoCompiler.compiled) == seen  # compiled at the first call, not at load
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(batch), model(batch))
+    assert len(_WholeNoCompiler.compiled) == seen + 1
+    assert loaded.coverage.subgraphs == ["whole_plain_graph"]
+
+    program = artifact.read(tmp_path / "m.tb")
+    program.backend["methods"]["forward"]["whole_graph"] = {"eager_nodes": [10**6]}
+    artifact.write(program, tmp_path / "bad.tb")
+    with pytest.raises(tracebridge.ArtifactError, match="eager_nodes must be a list of node"):
+        load_compiled(tmp_path / "bad.tb")
+
+
+def test_whole_graph_check_uses_the_default_tolerance():
+    def f(x):
+        return x * 2 + 1
+
+    with pytest.raises(tracebridge.TracingCheckError, match=r"tolerance 0.0001.*\n.*whole graph"):
+        tracebridge.compile(f, torch.rand(3), backend="whole_wrong")
+    loose = tracebridge.compile(f, torch.rand(3), backend="whole_wrong", check_tolerance=1e-2)
+    assert loose.coverage.compiled == 2
+    double = (torch.rand(3, dtype=torch.float64),)
+    with pytest.raises(tracebridge.TracingCheckError, match=r"tolerance 1e-07"):
+        tracebridge.compile(f, double, backend="whole_wrong")
+
+
+def test_default_tolerance_table():
+    from tracebridge.backends.tolerance import TOLERANCES, default_tolerance
+
+    half = torch.nn.Linear(2, 2).half()
+    traced = tracebridge.trace(half, torch.rand(1, 2, dtype=torch.float16))
+    assert default_tolerance((torch.rand(1, 2, dtype=torch.float16),), traced) == 1e-2
+    assert default_tolerance((torch.arange(3),), None) == TOLERANCES[("cpu", torch.float32)]
+    assert TOLERANCES[("cuda", torch.float32)] == 1e-3  # inductor's convolutions vs cuDNN's

@@ -232,3 +232,32 @@ def test_torch_export_keeps_sizes_dynamic() -> None:
         torch.testing.assert_close(exported.module()(x)[0], _branchy(x))
     with pytest.raises(Exception, match=r"x.size\(\)\[0\] >= 3"):
         exported.module()(torch.rand(2, 4))
+
+
+def test_state_names_that_cannot_be_module_paths_go_aside() -> None:
+    """A state name that clashes with a module attribute (``training``) or has an empty
+    part still reaches its tensor, the same object, under ``_tb_state``."""
+    weight = torch.rand(3)
+    program = tracebridge.trace(lambda x: x * 2, torch.rand(3)).program
+    graph = program.methods["forward"]
+    from tracebridge.ir import Node, Ref, StateEntry, Value
+
+    program.state = {"training": StateEntry("buffer", weight), "a..b": StateEntry("buffer", weight)}
+    reads = [
+        Node("prim.state", ["training"], outputs=[Value(100, "Tensor", "float32", [3])]),
+        Node("prim.state", ["a..b"], outputs=[Value(101, "Tensor", "float32", [3])]),
+    ]
+    for node in reads:
+        node.out_spec = {"t": "leaf"}
+    add = Node(
+        "add",
+        [Ref(100), Ref(101)],
+        outputs=[Value(102, "Tensor", "float32", [3])],
+        out_spec={"t": "leaf"},
+    )
+    graph.nodes = reads + [add] + graph.nodes
+    graph.outputs = [Ref(102)]
+    gm = tracebridge.to_graph_module(program)
+    assert bridge.info(gm).state == {"training": "_tb_state.s0", "a..b": "_tb_state.s1"}
+    assert gm.get_buffer("_tb_state.s0") is weight
+    torch.testing.assert_close(gm(torch.rand(3))[0], weight * 2)

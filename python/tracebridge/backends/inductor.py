@@ -31,7 +31,7 @@ import torch
 
 from ..ir import Node
 from .base import Backend
-from .opsets import SUPPORTED, supported_by_set
+from .opsets import SUPPORTED, supported_by_set, supported_whole
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -73,7 +73,9 @@ class InductorBackend(Backend):
         parser.add_argument("--autograd", action="store_true")
 
     def supports(self, node: Node) -> bool:
-        return supported_by_set(node, SUPPORTED)
+        # Whole graphs: every op but random ones (opsets.supported_whole). The op sets of
+        # opsets.py still decide what old partitioned artifacts may hold (load_compiled).
+        return supported_whole(node) or supported_by_set(node, SUPPORTED)
 
     def compile(self, subgraph_fn: Callable, example_inputs, args, workdir) -> Callable:
         mode = None if args.mode == "default" else args.mode

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..ir import Node
+from ..ir.ops import RANDOM_OPS
 
 ELEMENTWISE = frozenset(
     """
@@ -88,6 +89,20 @@ CONDITIONAL: dict[str, Callable[[Node], bool]] = {
 }
 
 UNSUPPORTED_DTYPES = frozenset({"complex64", "complex128"})
+
+
+def supported_whole(node: Node) -> bool:
+    """What a whole-graph ``torch.compile`` takes (whole.py): every op of the op set --
+    Dynamo captures any public torch call, inductor lowers an aten op or calls its eager
+    kernel, and Dynamo itself breaks the graph where an op needs a Python value
+    (``.item()``) -- except ops that draw random numbers (compiled RNG draws other numbers
+    than eager, so the check and ``torch.manual_seed`` reproducibility would break;
+    ``dropout`` with a literal ``train=False`` draws none) and complex results."""
+    if node.op in STRUCTURAL:
+        return False
+    if node.op in RANDOM_OPS and not (node.op in CONDITIONAL and CONDITIONAL[node.op](node)):
+        return False
+    return not any(v.dtype in UNSUPPORTED_DTYPES for v in node.outputs)
 
 
 def supported_by_set(node: Node, ops: frozenset) -> bool:

@@ -50,8 +50,15 @@ def eager_nodes(graph: Graph, coverage: Coverage, supports: Callable) -> list[in
 
 
 def _eager(fn: Callable) -> Callable:
-    """``fn`` run by eager PyTorch inside a compiled graph (Dynamo breaks the graph there)."""
-    return torch._dynamo.disable(fn, recursive=True)
+    """``fn`` run by eager PyTorch inside a compiled graph (Dynamo breaks the graph there).
+    A function of this module, not Dynamo's wrapper: FX writes a function that says it comes
+    from ``torch`` by its name (``torch.cumsum``), which would drop the wrapper."""
+    disabled = torch._dynamo.disable(fn, recursive=True)
+
+    def tracebridge_eager(*args, **kwargs):
+        return disabled(*args, **kwargs)
+
+    return tracebridge_eager
 
 
 class WholeGraphMethod(Method):

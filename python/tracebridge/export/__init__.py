@@ -18,9 +18,12 @@ from .fx import (
     to_graph_module,
     unflatten_outputs,
 )
+from .onnx import OnnxExportError, export_onnx
 
 __all__ = [
     "BridgeInfo",
+    "OnnxExportError",
+    "export_onnx",
     "call",
     "dynamic_shapes",
     "example_inputs",

@@ -489,13 +489,49 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --- onnx --------------------------------------------------------------------------------------
+
+
+def cmd_onnx(args: argparse.Namespace) -> int:
+    from ..api import load
+    from ..export.onnx import export_onnx
+
+    out = args.output or os.path.splitext(args.file)[0] + ".onnx"
+    doc, _ = artifact.read_json(args.file)
+    stored = _resolve_method(doc, args.method)
+    example = None
+    if args.inputs:
+        graph = graph_from_json(doc["methods"][stored])
+        leaves = read_inputs(args.inputs)
+        if len(leaves) != len(graph.inputs):
+            raise UsageError(
+                f"method {stored!r} takes {len(graph.inputs)} input tensors, but "
+                f"{args.inputs} has {len(leaves)}"
+            )
+        call_args, call_kwargs = pytree.unflatten(leaves, graph.in_spec)
+        if call_kwargs:
+            raise UsageError("the traced method takes keyword arguments: use export_onnx()")
+        example = tuple(call_args)
+    path = export_onnx(
+        load(args.file),
+        out,
+        method=stored,
+        example_inputs=example,
+        opset_version=args.opset,
+        check=not args.no_check,
+    )
+    checked = "" if args.no_check else ", checked with ONNX Runtime"
+    print(f"wrote {path} ({os.path.getsize(path)} bytes{checked})")
+    return EXIT_OK
+
+
 # --- the command line ----------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tracebridge",
-        description="Inspect, validate, draw and run tracebridge artifacts.",
+        description="Inspect, validate, draw, run and export tracebridge artifacts.",
         epilog="Exit status: 0 success, 1 invalid file or failed run, 2 usage error.",
     )
     parser.add_argument("--version", action="version", version=f"tracebridge {__version__}")
@@ -540,6 +576,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="write outputs (output0, ...) to a .safetensors or .npz file",
     )
     p.set_defaults(handler=cmd_run)
+
+    p = sub.add_parser("onnx", help="export a method to ONNX (needs tracebridge[onnx])")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("-o", "--output", metavar="OUT", help="the .onnx file (default: FILE.onnx)")
+    p.add_argument("--method", help="method to export (default: forward)")
+    p.add_argument(
+        "--inputs",
+        metavar="IN",
+        help="example inputs input0, input1, ... (.safetensors or .npz; default: tensors of "
+        "the traced sizes)",
+    )
+    p.add_argument("--opset", type=int, help="ONNX opset version (default: the exporter's)")
+    p.add_argument(
+        "--no-check", action="store_true", help="do not run the result with ONNX Runtime"
+    )
+    p.set_defaults(handler=cmd_onnx)
     return parser
 
 

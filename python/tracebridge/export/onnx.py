@@ -1,0 +1,207 @@
+"""ONNX: a traced method through ``torch.onnx.export(..., dynamo=True)`` of its GraphModule.
+
+Note: the path. ``to_graph_module`` (fx.py) gives the method as a GraphModule over the
+traced tensors; ``torch.onnx.export`` runs ``torch.export`` on it with one dynamic
+dimension per input symbol the trace left (``dynamic_shapes``) and translates the result
+with onnxscript. The ONNX inputs are the flat input tensors (named after the traced
+arguments, ``x``, ``tokens``), the outputs the flat output leaves (``output0``, ...), and
+the symbolic dimensions are named after the trace's symbols (``s0``: the batch), so a
+reader of the ONNX file sees the same sizes as ``tracebridge inspect``. A guard on sizes is
+a range or an assertion of the exported program (fx.py's Note); a guard on tensor data
+cannot be exported. ``check`` runs the file with ONNX Runtime on the example inputs and
+compares it with the trace.
+
+``onnx``, ``onnxscript`` and ``onnxruntime`` are an optional extra of the package
+(``pip install tracebridge[onnx]``), pinned in requirements.txt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import os
+import re
+import warnings
+from pathlib import Path
+
+import torch
+
+from ..errors import TraceError
+from . import fx as bridge
+
+NEEDED = ("onnx", "onnxscript")
+
+
+class OnnxExportError(TraceError):
+    """The ONNX exporter is missing, or refused the traced method, or its result differs."""
+
+
+def require(modules=NEEDED) -> None:
+    """Raise a clear error when an ONNX package is not installed."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise OnnxExportError(
+            f"ONNX export needs the Python package(s) {', '.join(missing)}, which are not "
+            "installed; install them with `pip install 'tracebridge[onnx]'` (or the pins in "
+            "requirements.txt), or pass check=False to skip checking with onnxruntime"
+            if missing == ["onnxruntime"]
+            else f"ONNX export needs the Python package(s) {', '.join(missing)}, which are "
+            "not installed; install them with `pip install 'tracebridge[onnx]'` (or the pins "
+            "in requirements.txt)"
+        )
+
+
+def _unique_names(names: list[str], prefix: str) -> list[str]:
+    out: list[str] = []
+    for index, name in enumerate(names):
+        clean = re.sub(r"\W", "_", name or "") or f"{prefix}{index}"
+        while clean in out:
+            clean = f"{clean}_{index}"
+        out.append(clean)
+    return out
+
+
+def _loaded(obj_or_path):
+    if isinstance(obj_or_path, (str, os.PathLike)):
+        from ..api import load
+
+        return load(obj_or_path)
+    return obj_or_path
+
+
+def export_onnx(
+    obj_or_path,
+    out: str | os.PathLike,
+    *,
+    method: str = "forward",
+    example_inputs: tuple | None = None,
+    opset_version: int | None = None,
+    check: bool = True,
+    tolerance: float = 1e-4,
+) -> Path:
+    """Write a traced method as an ONNX model to ``out``; return its path.
+
+    ``obj_or_path`` is a traced object (``tracebridge.trace``/``load``) or an artifact's
+    path. ``example_inputs`` (the traced call's own arguments) are what the exporter runs
+    on; by default, tensors of the sizes and dtypes the trace was made with (random floats,
+    zero integers). Every dimension the trace kept symbolic is a named dynamic dimension of
+    the ONNX model. With ``check``, ONNX Runtime runs the file on the example inputs and
+    its outputs must match the trace's within ``tolerance`` (absolute and relative).
+
+    A dimension stays symbolic in the ONNX model even where the weights fix it (the
+    features of a Linear's input, ``s1`` below): export derives such a constraint from the
+    example as readily as a spurious one (a convolution's 1x1 output pins its input size
+    through export's size-1 rule), so tracebridge keeps the trace's symbols and ONNX
+    Runtime checks the sizes when it runs.
+
+    >>> import torch, tracebridge, tempfile, os
+    >>> traced = tracebridge.trace(torch.nn.Linear(3, 2), torch.rand(4, 3))
+    >>> path = tracebridge.export_onnx(traced, os.path.join(tempfile.mkdtemp(), "m.onnx"))
+    >>> import onnx; [d.dim_param or d.dim_value for d in
+    ...     onnx.load(path).graph.input[0].type.tensor_type.shape.dim]
+    ['s0', 's1']
+    """
+    require(NEEDED + (("onnxruntime",) if check else ()))
+    obj = _loaded(obj_or_path)
+    gm = bridge.to_graph_module(obj, method)
+    meta = bridge.info(gm)
+    if example_inputs is None:
+        flat = list(bridge.example_inputs(gm))
+    else:
+        args = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
+        flat = bridge.flatten_inputs(gm, *args)
+    n_outputs = len(gm.graph.find_nodes(op="output")[0].args[0])
+    input_names = _unique_names(meta.input_names, "input")
+    output_names = [f"output{i}" for i in range(n_outputs)]
+    try:
+        with torch.no_grad(), _quiet():
+            program = torch.onnx.export(
+                gm,
+                tuple(flat),
+                dynamic_shapes=bridge.dynamic_shapes(gm),
+                input_names=input_names,
+                output_names=output_names,
+                opset_version=opset_version,
+                dynamo=True,
+                verbose=False,
+            )
+    except Exception as exc:  # the exporter's errors are long: the first line, and the cause
+        first = str(exc).strip().splitlines()[0][:400] if str(exc).strip() else ""
+        raise OnnxExportError(
+            f"torch.onnx.export refused method {meta.method!r}: {type(exc).__name__}: {first}; "
+            "ops without an ONNX form, or a guard on tensor data (if x.sum() > 0), cannot be "
+            "exported (docs/deploy.md)"
+        ) from exc
+    model = program.model_proto
+    _name_dimensions(model, meta)
+    out = Path(out)
+    import onnx
+
+    onnx.save(model, os.fspath(out))
+    if check:
+        with torch.no_grad():
+            expected = [t for t in gm(*flat)]
+        check_onnx(out, flat, expected, tolerance)
+    return out
+
+
+@contextlib.contextmanager
+def _quiet():
+    """The exporter logs what it skips (``torchvision is not installed``) and warns about
+    its internals; a user of export_onnx gets a result or an OnnxExportError."""
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def _name_dimensions(model, meta: bridge.BridgeInfo) -> None:
+    """Name the model's symbolic dimensions after the trace's symbols: export names them
+    ``s77``, ``s27`` (its own numbering); each input dimension the trace called ``s0`` is
+    renamed ``s0`` everywhere it appears (outputs and intermediate shapes too)."""
+    rename: dict[str, str] = {}
+    for value, shape in zip(model.graph.input, meta.input_shapes):
+        for dim, symbol in zip(value.type.tensor_type.shape.dim, shape):
+            if dim.dim_param and isinstance(symbol, str):
+                rename.setdefault(dim.dim_param, symbol)
+    if not rename:
+        return
+    # Two passes through placeholders, so that renaming s1 -> s0 and s0 -> s1 cannot collide.
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, rename)) + r")\b")
+    marked = {old: f"\0{index}\0" for index, old in enumerate(rename)}
+    final = {marked[old]: new for old, new in rename.items()}
+    values = [*model.graph.input, *model.graph.output, *model.graph.value_info]
+    for value in values:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param:
+                text = pattern.sub(lambda m: marked[m.group(1)], dim.dim_param)
+                dim.dim_param = re.sub("\0\\d+\0", lambda m: final[m.group(0)], text)
+
+
+def check_onnx(path, inputs: list[torch.Tensor], expected: list, tolerance: float) -> None:
+    """Run the ONNX file with ONNX Runtime (CPU) and compare with ``expected``."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(os.fspath(path), providers=["CPUExecutionProvider"])
+    feeds = {i.name: t.detach().cpu().numpy() for i, t in zip(session.get_inputs(), inputs)}
+    got = session.run(None, feeds)
+    for index, (g, want) in enumerate(zip(got, expected)):
+        want = want.detach().cpu() if isinstance(want, torch.Tensor) else torch.tensor(want)
+        g = torch.from_numpy(g)
+        if g.shape != want.shape or not torch.allclose(
+            g.double(), want.double(), rtol=tolerance, atol=tolerance, equal_nan=True
+        ):
+            error = (
+                (g.double() - want.double()).abs().max().item() if g.shape == want.shape else None
+            )
+            raise OnnxExportError(
+                f"{os.fspath(path)}: ONNX Runtime's output{index} differs from the trace's "
+                f"(shape {list(g.shape)} vs {list(want.shape)}, max absolute error {error}, "
+                f"tolerance {tolerance:g}); raise tolerance= if the difference is expected"
+            )

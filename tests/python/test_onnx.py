@@ -1,0 +1,146 @@
+"""ONNX export (tracebridge.export_onnx, `tracebridge onnx`): every conformance model is
+exported once, with dynamic dimensions from the trace's symbols, and ONNX Runtime's results
+match the trace at three or more shapes. Skipped models are listed with the reason, a real
+limit of ONNX, and counted.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import tracebridge
+from tracebridge.export import OnnxExportError
+from tracebridge.frontends import cli
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from models import CASES, Case  # noqa: E402
+
+onnx = pytest.importorskip("onnx", reason="the onnx extra is not installed")
+onnxruntime = pytest.importorskip("onnxruntime", reason="the onnx extra is not installed")
+pytest.importorskip("onnxscript", reason="the onnx extra is not installed")
+
+# case -> why ONNX cannot hold it (checked below to stay a short, real list)
+NOT_EXPORTABLE = {
+    "cnn_train": "a training-mode graph: BatchNorm on batch statistics updates its buffers "
+    "in place, and an ONNX model is an inference graph without state to update",
+}
+
+
+def _trace(case: Case):
+    kwargs = {"check_trace": case.check_trace_ok, **case.trace_kwargs}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if case.methods:
+            examples = {method: calls[0] for method, calls in case.methods.items()}
+            return tracebridge.trace_module(case.model, examples, **kwargs)
+        return tracebridge.trace(case.model, case.example_inputs, **kwargs)
+
+
+def _calls(case: Case) -> dict[str, list[tuple]]:
+    calls = dict(case.methods) if case.methods else {"forward": list(case.all_inputs)}
+    for method, inputs in calls.items():
+        inputs = list(inputs)
+        first = inputs[0]
+        factor = 2
+        while len({tuple(tuple(t.shape) for t in call) for call in inputs}) < 3:
+            # another shape: the first input's batch repeated
+            inputs.append((torch.cat([first[0]] * factor), *first[1:]))
+            factor += 1
+        calls[method] = inputs
+    return calls
+
+
+def _run(path: Path, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feeds = {i.name: t.numpy() for i, t in zip(session.get_inputs(), inputs)}
+    return [torch.from_numpy(x) for x in session.run(None, feeds)]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_conformance_model_runs_in_onnx_runtime(name: str, tmp_path: Path) -> None:
+    if name in NOT_EXPORTABLE:
+        pytest.skip(f"not exportable to ONNX: {NOT_EXPORTABLE[name]}")
+    case = CASES[name]()
+    traced = _trace(case)
+    for method, calls in _calls(case).items():
+        path = tracebridge.export_onnx(
+            traced, tmp_path / f"{name}.{method}.onnx", method=method, example_inputs=calls[0]
+        )
+        gm = tracebridge.to_graph_module(traced, method)
+        shapes = set()
+        for call in calls:
+            flat = tracebridge.export.flatten_inputs(gm, *call)
+            shapes.add(tuple(tuple(t.shape) for t in flat))
+            with torch.no_grad():
+                expected = list(gm(*flat))
+            got = _run(path, flat)
+            where = f"{name}.{method} on {[tuple(t.shape) for t in flat]}"
+            torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4, msg=where)
+        assert len(shapes) >= 3
+
+
+def test_skipped_models_are_few_and_named() -> None:
+    assert set(NOT_EXPORTABLE) <= set(CASES)
+    assert len(NOT_EXPORTABLE) <= 1, "every conformance model but a training-mode one exports"
+
+
+def test_dynamic_dimensions_are_named_after_the_trace(tmp_path: Path) -> None:
+    def f(x, y):
+        return (x @ y).relu(), x.sum(1)
+
+    traced = tracebridge.trace(f, (torch.rand(3, 4), torch.rand(4, 5)))
+    path = tracebridge.export_onnx(traced, tmp_path / "f.onnx")
+    model = onnx.load(path)
+
+    def dims(value):
+        return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+
+    assert [i.name for i in model.graph.input] == ["x", "y"]
+    assert [dims(i) for i in model.graph.input] == [["s0", "s1"], ["s1", "s3"]]
+    assert [dims(o) for o in model.graph.output] == [["s0", "s3"], ["s0"]]
+    x, y = torch.rand(7, 2), torch.rand(2, 9)
+    torch.testing.assert_close(_run(path, [x, y]), list(f(x, y)))
+
+
+def test_export_from_a_file_and_the_command_line(tmp_path: Path, capsys) -> None:
+    net = torch.nn.Sequential(torch.nn.Linear(6, 4), torch.nn.GELU()).eval()
+    tracebridge.save(tracebridge.trace(net, torch.rand(5, 6)), tmp_path / "net.tb")
+    assert cli.main(["onnx", str(tmp_path / "net.tb"), "-o", str(tmp_path / "out.onnx")]) == 0
+    assert "checked with ONNX Runtime" in capsys.readouterr().out
+    x = torch.rand(11, 6)
+    with torch.no_grad():
+        torch.testing.assert_close(_run(tmp_path / "out.onnx", [x])[0], net(x))
+    assert cli.main(["onnx", str(tmp_path / "net.tb"), "--method", "encode"]) == 2
+    assert "no method" in capsys.readouterr().err
+
+
+def test_a_guard_on_data_is_a_clear_error(tmp_path: Path) -> None:
+    def f(x):
+        if x.sum() > 0:
+            return x * 2
+        return x
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = tracebridge.trace(f, torch.ones(3))
+    with pytest.raises(OnnxExportError, match=r"refused method 'forward'.*guard on tensor data"):
+        tracebridge.export_onnx(traced, tmp_path / "f.onnx", example_inputs=(torch.ones(3),))
+
+
+def test_missing_packages_are_a_clear_error(monkeypatch, tmp_path: Path, capsys) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "onnxscript" else real(name)
+    )
+    traced = tracebridge.trace(lambda x: x + 1, torch.rand(2))
+    with pytest.raises(OnnxExportError, match=r"onnxscript.*pip install 'tracebridge\[onnx\]'"):
+        tracebridge.export_onnx(traced, tmp_path / "f.onnx")
+    traced.save(tmp_path / "f.tb")
+    assert cli.main(["onnx", str(tmp_path / "f.tb")]) == 1
+    assert "tracebridge[onnx]" in capsys.readouterr().err
