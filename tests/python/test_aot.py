@@ -173,6 +173,19 @@ def test_a_file_of_tracebridge_compile_is_recompiled(tmp_path):
     torch.testing.assert_close(m(torch.tensor([-1.0, 2.0])), torch.tensor([0.0, 4.0]))
 
 
+def test_an_untrusted_package_of_a_compiled_model_recompiles(compiled_file, tmp_path):
+    """tracebridge.compile's object saved with a package: without trust, its backend
+    recompiles the partitions (the package, here another model's, is never opened)."""
+    package = aot.extract_package(compiled_file, tmp_path / "other.pt2")
+    compiled = tracebridge.compile(lambda x: (x * 2).relu(), torch.rand(3), backend="reference")
+    path = tmp_path / "both.tb"
+    tracebridge.save_compiled(compiled, path, package=package)
+    with pytest.warns(aot.CompiledCodeWarning, match="recompiles"):
+        m = tracebridge.load_compiled(path)
+    assert m.compiled_form == "recompiled" and "native code" in m.compiled_reason
+    torch.testing.assert_close(m(torch.tensor([-1.0, 2.0])), torch.tensor([0.0, 4.0]))
+
+
 def test_a_guard_on_tensor_data_cannot_be_packaged(tmp_path):
     def gated(x):
         return x * 2 if x.sum() > 0 else -x

@@ -244,18 +244,29 @@ def load_compiled(
     if "compiled" not in doc:
         return _plain(plain, "the file holds no compiled package", warn=False)
     if not trust_compiled_code:
-        return _plain(
-            plain,
+        why = (
             "the file's compiled package is native code, and trust_compiled_code=True was not "
-            "passed (pass it for a file you trust)",
-            warn=True,
+            "passed (pass it for a file you trust)"
         )
+        return _fallback(path, doc, plain, map_location, why)
     why = member.mismatch(doc, _state_device(plain))
     if why is not None:
-        return _plain(plain, f"its compiled package cannot run here: {why}", warn=True)
+        return _fallback(
+            path, doc, plain, map_location, f"its compiled package cannot run here: {why}"
+        )
     method = doc["compiled"].get("method", "forward")
     runner = _load_package(path, doc)
     return AOTCompiled(runner, plain, fx.to_graph_module(plain, method), method)
+
+
+def _fallback(path, doc: dict, plain, map_location, reason: str):
+    """The package is not used: a file of ``tracebridge.compile`` recompiles its
+    partitions, any other runs on the plain runtime; a warning says which and why."""
+    if "backend" not in doc:
+        return _plain(plain, reason, warn=True)
+    obj = _recompiled(path, map_location, reason)
+    warnings.warn(f"tracebridge.load_compiled: {obj.compiled_reason}", CompiledCodeWarning, 3)
+    return obj
 
 
 def _recompiled(path, map_location, reason: str):
