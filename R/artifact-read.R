@@ -19,9 +19,11 @@ zip_methods <- c(`0` = "stored", `8` = "deflate", `9` = "deflate64", `12` = "bzi
                  `14` = "lzma", `93` = "zstd")
 
 inspect_abort <- function(message) {
+  # Messages quote names and text from the file: escaped to print, as everything else that
+  # shows file text (printable(), R/graph-print.R).
   stop(structure(
     class = c("tracebridge_artifact_error", "tracebridge_error", "error", "condition"),
-    list(message = message, call = NULL)
+    list(message = printable(message), call = NULL)
   ))
 }
 

@@ -429,7 +429,7 @@ R_RUNNER = r"""
 args <- commandArgs(trailingOnly = TRUE)
 root <- args[[1]]
 `%||%` <- function(a, b) if (is.null(a)) b else a
-for (f in c("artifact-read.R", "check.R", "inspect.R")) {
+for (f in c("artifact-read.R", "check.R", "inspect.R", "graph-print.R")) {
   sys.source(file.path(root, "R", f), envir = globalenv())
 }
 for (path in readLines(args[[2]])) {

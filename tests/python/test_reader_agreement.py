@@ -354,3 +354,16 @@ def test_grammar_mutations_of_the_fuzzer_seeds_are_refused_by_both(tmp_path):
         verdicts = r_read(paths, tmp_path)
         accepted = [p.name for p in paths if not verdicts[p.name].startswith("refuse")]
         assert not accepted, accepted
+
+
+@pytest.mark.skipif(not HAS_R, reason="R is not installed")
+def test_refusals_quote_file_text_escaped_in_both(real, tmp_path):
+    """An error message that quotes a name from the file escapes it: Python with repr(),
+    R with printable() (every message of R's reader)."""
+    doc = json.loads(json.dumps(real["doc"]))
+    doc["methods"]["f\x1b[2J\u202e"] = doc["methods"].pop("forward")
+    path = write(tmp_path / "name.tb", doc, b"")
+    py, r = python_read(path), r_read([path], tmp_path)[path.name]
+    for verdict in (py, r):
+        assert verdict.startswith("refuse") and not UNSAFE.search(verdict), ascii(verdict)
+    assert "f\\x1b[2J\\u202e" in r and "f\\x1b[2J\\u202e" in py
