@@ -338,6 +338,13 @@ check_escapes <- function(text, where) {
     inspect_abort(sprintf(paste("%s is not valid JSON for tracebridge (a string holds U+0000,",
                                 "written \\u0000, which R strings cannot hold)."), where))
   }
+  # U+001F marks integers past 32 bits here (tag_big_ints()): a string holding it could
+  # pass for an integer.
+  if (grepl("\\\\u001[fF]", text, perl = TRUE)) {
+    inspect_abort(sprintf(paste("%s is not valid JSON for tracebridge (a string holds U+001F,",
+                                "written \\u001f, which R's reader uses to mark integers past",
+                                "32 bits)."), where))
+  }
   pairs <- "\\\\u[dD][89abAB][0-9a-fA-F]{2}\\\\u[dD][c-fC-F][0-9a-fA-F]{2}"
   if (grepl("\\\\u[dD][89a-fA-F][0-9a-fA-F]{2}", gsub(pairs, "", text, perl = TRUE),
             perl = TRUE)) {

@@ -259,6 +259,11 @@ def grammar_cases(real: dict, module: dict, folder: Path) -> dict[str, tuple[Pat
             "lone surrogate",
         ),
         "json_nul_in_version": (text.replace('"version": "', '"version": "1\\u0000', 1), "U+0000"),
+        # R's mark of a big integer, forged in a string: 2 in R, a string in Python.
+        "json_forged_big_int": (
+            text.replace('"format_version": 2', '"format_version": "\\u001ftbint:2"', 1),
+            "U+001F",
+        ),
     }
     paths = {n: (write(folder / f"{n}.tb", t, b""), w) for n, (t, w) in cases.items()}
     stated = {
