@@ -372,3 +372,17 @@ def test_refusals_quote_file_text_escaped_in_both(real, tmp_path):
     for verdict in (py, r):
         assert verdict.startswith("refuse") and not UNSAFE.search(verdict), ascii(verdict)
     assert "f\\x1b[2J\\u202e" in r and "f\\x1b[2J\\u202e" in py
+
+
+def test_a_failed_guard_quotes_the_file_text_escaped(real, tmp_path):
+    """A GuardError's message quotes the guard's description and loc from the file."""
+    doc = _hostile_doc(real, "1.0", "m\u202e.py:3")
+    doc.pop("specialised", None)
+    guard = next(n for n in doc["methods"]["forward"]["nodes"] if n["op"] == "prim.guard")
+    guard["kwargs"]["what"] = "x > 2\x1b[31m\x9b"
+    loaded = tracebridge.load(write(tmp_path / "g.tb", doc, b""))
+    with pytest.raises(tracebridge.GuardError) as info:
+        loaded(torch.ones(1))
+    message = str(info.value)
+    assert not UNSAFE.search(message), ascii(message)
+    assert "x > 2\\x1b[31m\\x9b" in message and "m\\u202e.py:3" in message
