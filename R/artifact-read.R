@@ -21,9 +21,11 @@ zip_methods <- c(`0` = "stored", `8` = "deflate", `9` = "deflate64", `12` = "bzi
                  `14` = "lzma", `93` = "zstd")
 
 inspect_abort <- function(message) {
+  # Messages quote names and text from the file: escaped to print, as everything else that
+  # shows file text (printable(), R/graph-print.R).
   stop(structure(
     class = c("tracebridge_artifact_error", "tracebridge_error", "error", "condition"),
-    list(message = message, call = NULL)
+    list(message = printable(message), call = NULL)
   ))
 }
 
@@ -337,6 +339,13 @@ check_escapes <- function(text, where) {
   if (grepl("\\u0000", text, fixed = TRUE)) {
     inspect_abort(sprintf(paste("%s is not valid JSON for tracebridge (a string holds U+0000,",
                                 "written \\u0000, which R strings cannot hold)."), where))
+  }
+  # U+001F marks integers past 32 bits here (tag_big_ints()): a string holding it could
+  # pass for an integer.
+  if (grepl("\\\\u001[fF]", text, perl = TRUE)) {
+    inspect_abort(sprintf(paste("%s is not valid JSON for tracebridge (a string holds U+001F,",
+                                "written \\u001f, which R's reader uses to mark integers past",
+                                "32 bits)."), where))
   }
   pairs <- "\\\\u[dD][89abAB][0-9a-fA-F]{2}\\\\u[dD][c-fC-F][0-9a-fA-F]{2}"
   if (grepl("\\\\u[dD][89a-fA-F][0-9a-fA-F]{2}", gsub(pairs, "", text, perl = TRUE),

@@ -82,17 +82,6 @@ big_digits <- function(x) substring(x, nchar(big_int_tag) + 1L)
 int_value <- function(x) if (is_big_int(x)) as.numeric(big_digits(x)) else as.numeric(x)
 id_key <- function(x) if (is_big_int(x)) big_digits(x) else as.character(x)
 
-# Whether an integer literal lies in [-2^63, 2^64 - 1], exactly (as text for big ones).
-int_in_range <- function(x) {
-  if (!is_big_int(x)) return(TRUE)
-  d <- big_digits(x)
-  neg <- startsWith(d, "-")
-  d <- sub("^-", "", d)
-  d <- sub("^0+(?=.)", "", d, perl = TRUE)
-  limit <- if (neg) "9223372036854775808" else "18446744073709551615"
-  nchar(d) < nchar(limit) || (nchar(d) == nchar(limit) && d <= limit)
-}
-
 fits <- function(pattern, text, limit) {
   is_str(text) && !is.na(text) && nchar(text, type = "chars") <= limit &&
     grepl(paste0("^(?:", pattern, ")\\z"), text, perl = TRUE)

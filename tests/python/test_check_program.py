@@ -422,17 +422,18 @@ def test_dtype_table_is_the_one_the_ir_uses():
     }
 
 
-# The R side: R/check.R sourced into a plain Rscript (no Python, no installed package), so
+# The R side: R/check.R sourced into a plain Rscript (no Python, no installed package),
+# reading the program and the state as jit_inspect() does (graphs aside), so
 # the comparison runs wherever R and jsonlite are, before or after the package is built.
 R_RUNNER = r"""
 args <- commandArgs(trailingOnly = TRUE)
 root <- args[[1]]
 `%||%` <- function(a, b) if (is.null(a)) b else a
-for (f in c("artifact-read.R", "check.R", "inspect.R")) {
+for (f in c("artifact-read.R", "check.R", "inspect.R", "graph-print.R")) {
   sys.source(file.path(root, "R", f), envir = globalenv())
 }
 for (path in readLines(args[[2]])) {
-  r <- tryCatch({ read_program(path); "accept" },
+  r <- tryCatch({ read_state(path, read_program(path)); "accept" },
                 error = function(e) paste("refuse", gsub("\n", " ", conditionMessage(e))))
   cat(basename(path), "\t", r, "\n", sep = "")
 }

@@ -19,6 +19,7 @@ import copy
 import json
 import os
 import random
+import re
 import resource
 import struct
 import subprocess
@@ -341,6 +342,7 @@ GRAMMAR_MUTATIONS = (
     "long_integer",
     "nul_in_key",
     "lone_surrogates",
+    "forged_big_int",
     "st_shape_float",
     "st_offset_float",
 )
@@ -362,6 +364,9 @@ def mutate_grammar(doc: dict, tensors: bytes, rng: random.Random) -> tuple[str, 
         text = text[:-1] + ', "meta": {"n": ' + "9" * rng.randint(4301, 6000) + "}}"
     elif kind == "nul_in_key":
         text = text[:-1] + ', "meta": {"a\\u0000b": 1, "a\\u0000c": 2}}'
+    elif kind == "forged_big_int":  # R's mark of an integer past 32 bits, in a string
+        text = text.replace('"format_version": ', '"format_version": "\\u001ftbint:', 1)
+        text = re.sub(r'("format_version": "\\u001ftbint:)(\d+)', r'\1\2"', text, count=1)
     elif kind == "lone_surrogates":
         high = rng.choice(["\\ud800", "\\udbff", "\\udc00"])
         text = text[:-1] + f', "meta": {{"{high}": 1, "\\ud801": 2}}}}'

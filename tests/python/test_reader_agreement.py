@@ -259,6 +259,11 @@ def grammar_cases(real: dict, module: dict, folder: Path) -> dict[str, tuple[Pat
             "lone surrogate",
         ),
         "json_nul_in_version": (text.replace('"version": "', '"version": "1\\u0000', 1), "U+0000"),
+        # R's mark of a big integer, forged in a string: 2 in R, a string in Python.
+        "json_forged_big_int": (
+            text.replace('"format_version": 2', '"format_version": "\\u001ftbint:2"', 1),
+            "U+001F",
+        ),
     }
     paths = {n: (write(folder / f"{n}.tb", t, b""), w) for n, (t, w) in cases.items()}
     stated = {
@@ -354,3 +359,30 @@ def test_grammar_mutations_of_the_fuzzer_seeds_are_refused_by_both(tmp_path):
         verdicts = r_read(paths, tmp_path)
         accepted = [p.name for p in paths if not verdicts[p.name].startswith("refuse")]
         assert not accepted, accepted
+
+
+@pytest.mark.skipif(not HAS_R, reason="R is not installed")
+def test_refusals_quote_file_text_escaped_in_both(real, tmp_path):
+    """An error message that quotes a name from the file escapes it: Python with repr(),
+    R with printable() (every message of R's reader)."""
+    doc = json.loads(json.dumps(real["doc"]))
+    doc["methods"]["f\x1b[2J\u202e"] = doc["methods"].pop("forward")
+    path = write(tmp_path / "name.tb", doc, b"")
+    py, r = python_read(path), r_read([path], tmp_path)[path.name]
+    for verdict in (py, r):
+        assert verdict.startswith("refuse") and not UNSAFE.search(verdict), ascii(verdict)
+    assert "f\\x1b[2J\\u202e" in r and "f\\x1b[2J\\u202e" in py
+
+
+def test_a_failed_guard_quotes_the_file_text_escaped(real, tmp_path):
+    """A GuardError's message quotes the guard's description and loc from the file."""
+    doc = _hostile_doc(real, "1.0", "m\u202e.py:3")
+    doc.pop("specialised", None)
+    guard = next(n for n in doc["methods"]["forward"]["nodes"] if n["op"] == "prim.guard")
+    guard["kwargs"]["what"] = "x > 2\x1b[31m\x9b"
+    loaded = tracebridge.load(write(tmp_path / "g.tb", doc, b""))
+    with pytest.raises(tracebridge.GuardError) as info:
+        loaded(torch.ones(1))
+    message = str(info.value)
+    assert not UNSAFE.search(message), ascii(message)
+    assert "x > 2\\x1b[31m\\x9b" in message and "m\\u202e.py:3" in message

@@ -13,8 +13,9 @@ read one text differently taken out, each refused with a message that names it:
 * an integer has at most 4,300 digits (Python's own limit, which a program may change:
   checked here whatever it is; R reads longer ones);
 * a string holds no ``\\u0000`` (R strings cannot: two keys differing after it would be
-  one key in R) and no lone surrogate escape (RFC 8259 leaves their meaning open; R
-  reads two different ones as one character).
+  one key in R), no ``\\u001f`` (R's reader marks integers past 32 bits with it, so a
+  string could pass for an integer there) and no lone surrogate escape (RFC 8259 leaves
+  their meaning open; R reads two different ones as one character).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ MAX_INT_DIGITS = 4300
 _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 _ESCAPED_BACKSLASH = re.compile(rb"\\\\")
 _NUL = re.compile(rb"\\u0000")
+_UNIT_SEPARATOR = re.compile(rb"\\u001[fF]")
 _SURROGATE_PAIR = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 _SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
@@ -84,6 +86,11 @@ def check_grammar(raw: bytes, where: str) -> None:
         raise ArtifactError(
             f"{where} is not valid JSON for tracebridge (a string holds U+0000, written "
             "\\u0000, which R strings cannot hold)"
+        )
+    if _UNIT_SEPARATOR.search(text):
+        raise ArtifactError(
+            f"{where} is not valid JSON for tracebridge (a string holds U+001F, written "
+            "\\u001f, which R's reader uses to mark integers past 32 bits)"
         )
     if _SURROGATE.search(_SURROGATE_PAIR.sub(b"", text)):
         raise ArtifactError(

@@ -10,6 +10,7 @@ import torch
 from ..errors import ArtifactError, GuardError, OpError, TraceError
 from ..ir import DTYPES, Graph, Node, dtypes, pytree, refs_in
 from ..ir import ops as opset
+from ..ir.printable import printable
 from ..ir.program import AUTOGRAD_FUNCTION
 from . import checked_ops
 from . import checked_views
@@ -150,11 +151,12 @@ def _short_repr(value, limit: int = 80) -> str:
 def guard_message(node: Node, seen, line: str = "") -> str:
     """The message of a failed guard. ``line`` is the source text the artifact stored for
     ``node.loc`` at trace time: a runtime never opens a file a loaded graph names."""
-    what = node.kwargs.get("what", "a traced value")
+    # Text from the file (the description, loc and source line) is escaped to print.
+    what = printable(str(node.kwargs.get("what", "a traced value")))
     expect = node.kwargs.get("expect")
     kind = node.kwargs.get("kind", "value")
-    loc = node.loc or "unknown location"
-    where = f"{loc}" + (f": {line}" if line else "")
+    loc = printable(node.loc) if node.loc else "unknown location"
+    where = f"{loc}" + (f": {printable(line)}" if line else "")
     if kind == "branch" and isinstance(expect, bool):
         head = f"the trace assumed that {what} is {expect}, but now it is {seen}"
     elif kind == "loop":
