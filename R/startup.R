@@ -6,7 +6,10 @@
 .onAttach <- function(libname, pkgname) {
   # Without a configured Python, reticulate may still find one by itself: say nothing
   # until an import fails (python_load_hooks()).
-  if (is.null(tracebridge_python()) || reticulate::py_available(initialize = FALSE)) {
+  # Python already running (only possible when reticulate is loaded) needs no check; the
+  # test keeps library() from loading reticulate, which costs a second (R/python.R).
+  started <- "reticulate" %in% loadedNamespaces() && reticulate::py_available(initialize = FALSE)
+  if (is.null(tracebridge_python()) || started) {
     return(invisible())
   }
   problem <- python_problem()
