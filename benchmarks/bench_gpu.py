@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 
 import tracebridge  # noqa: E402
-from tracebridge.export import aot  # noqa: E402
+from tracebridge.backends import aot  # noqa: E402
 
 # --------------------------------------------------------------------------- models
 

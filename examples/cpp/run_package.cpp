@@ -6,7 +6,7 @@
 // torch::linspace(-1, 1, numel) so that a Python test can build the same tensor and
 // compare. Each output is printed as "output K shape S0 S1 ..." and then its values,
 // one line, with 9 significant digits. Extract the package from an artifact with
-// tracebridge.export.aot.extract_package("MODEL.tb", "MODEL.pt2") (see README.md).
+// tracebridge.backends.aot.extract_package("MODEL.tb", "MODEL.pt2") (see README.md).
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/torch.h>
 

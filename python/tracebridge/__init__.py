@@ -32,6 +32,7 @@ from .api import (  # noqa: E402
     trace_module,
 )
 from .backends import compile  # noqa: E402
+from .backends.aot import load_compiled, save_compiled  # noqa: E402
 from .errors import (  # noqa: E402
     ArtifactError,
     GuardError,
@@ -42,7 +43,6 @@ from .errors import (  # noqa: E402
     UnsupportedOpError,
 )
 from .export import export_onnx, to_graph_module  # noqa: E402
-from .export.aot import load_compiled, save_compiled  # noqa: E402
 from .runtime import guards_disabled  # noqa: E402
 from .version import __version__  # noqa: E402,F401
 

@@ -1,4 +1,4 @@
-"""AOTInductor packages in the artifact (export/aot.py): compiled once, saved, loaded in a
+"""AOTInductor packages in the artifact (backends/aot.py): compiled once, saved, loaded in a
 fresh process without recompiling when the user trusts compiled code, and never opened
 when they do not; a package that does not suit the process falls back to the runtime and
 says why; the same package runs from C++ (examples/cpp/).
@@ -25,7 +25,7 @@ from torch import nn
 
 import tracebridge
 from tracebridge.artifact import compiled as member
-from tracebridge.export import aot
+from tracebridge.backends import aot
 
 from .conftest import run_fresh_python
 

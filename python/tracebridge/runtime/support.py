@@ -12,8 +12,7 @@ from ..ir import DTYPES, Graph, Node, dtypes, pytree, refs_in
 from ..ir import ops as opset
 from ..ir.printable import printable
 from ..ir.program import AUTOGRAD_FUNCTION
-from . import checked_ops
-from . import checked_views
+from . import checked_ops, checked_views
 
 PRIM_FUNCTIONS = {
     "prim.size": lambda t, d: t.shape[d],

@@ -34,7 +34,8 @@ from .. import api, artifact
 from ..artifact import compiled as member
 from ..artifact.container import COMPILED_MEMBER
 from ..errors import TraceError
-from . import fx
+from ..export import fx
+from .api import load_compiled as recompile
 
 RUNTIME = "runtime"
 AOT = "aot"
@@ -272,10 +273,6 @@ def _fallback(path, doc: dict, plain, map_location, reason: str):
 def _recompiled(path, map_location, reason: str):
     """A file saved by ``tracebridge.compile``: its backend recompiles the partitions at
     the first call (``backends.load_compiled``), as before packages existed."""
-    # backends/ is the stage after export/ (it compiles the bridge's GraphModule), so it is
-    # imported here, where a file that needs it is loaded, not at the top.
-    from ..backends import load_compiled as recompile
-
     obj = recompile(path, map_location=map_location)
     obj.compiled_form = RECOMPILED
     obj.compiled_reason = f"{reason}: its backend recompiles it at the first call"
