@@ -2,7 +2,7 @@
 
     tracebridge inspect FILE [--json]
     tracebridge validate FILE
-    tracebridge graph FILE [--method NAME] [--format dot|svg] [-o OUT]
+    tracebridge graph FILE [--method NAME] [--format dot|svg|png] [-o OUT]
     tracebridge run FILE --inputs IN [--method NAME] [--mode train|eval] [-o OUT]
 
 ``inspect``, ``validate`` and ``graph`` read the archive only: they parse JSON and
@@ -283,29 +283,44 @@ def _dot_string(text: str) -> str:
 
 
 class DotWriter:
-    """A graph as Graphviz DOT: one DOT node per input, state read, op and guard; an edge
-    for each use of a value, labelled with the value's type."""
+    """A graph as a Graphviz picture (DOT): one DOT node per input, op and guard, and an
+    edge for each use of a value, labelled with the value's type as ``inspect`` prints it.
+
+    Note: what makes a large graph readable. Parameters and buffers (``prim.state``) are
+    folded into the op that uses them (``weight f32[64, 3, 7, 7]`` inside the ``conv2d``
+    box) instead of drawn as boxes of their own, and ops are grouped into one cluster per
+    module, nested as the modules are, labelled with the path and class
+    (``layer1.0 (BasicBlock)``). The file records no module per op, so it is read from the
+    data: an op that uses state belongs to the module that holds that state; an op that
+    uses none (``relu``, the residual ``add``) to the innermost module that holds both the
+    state used before it and the state used after it.
+    """
 
     STYLES = {
         "input": 'shape=ellipse, style=filled, fillcolor="#d8ecff"',
-        "state": 'shape=box, style="rounded,filled", fillcolor="#eeeeee", fontsize=10',
         "op": 'shape=box, style="rounded,filled", fillcolor="#ffffff"',
         "scalar": 'shape=box, style="rounded,filled", fillcolor="#fff6d8", fontsize=10',
         "guard": 'shape=octagon, style=filled, fillcolor="#ffd8d8", fontsize=10',
         "output": 'shape=ellipse, style=filled, fillcolor="#d8ffd8"',
     }
 
-    def __init__(self, graph: Graph, name: str):
+    def __init__(self, graph: Graph, name: str, module_classes: dict[str, str] | None = None):
         self.graph, self.name = graph, name
+        self.classes = module_classes or {}
         self.printer = Printer(graph)
         self.owner: dict[int, str] = {}  # value id -> DOT node id
-        self.lines: list[str] = []
+        self.state: dict[int, tuple[str, Any]] = {}  # value id of a state read -> name, value
+        self.edges: list[str] = []
+        # module path -> its nodes: (DOT id, label, style)
+        self.boxes: dict[str, list[tuple[str, str, str]]] = collections.defaultdict(list)
+        self.first: dict[str, int] = {}  # module path -> when it was first drawn in
 
-    def add(self, node_id: str, label: str, style: str) -> None:
-        # Each line of a label is escaped to print (printable): DOT and the SVG drawn from
-        # it show file text (a loc, a guard's description) as the graph text does.
-        label = "\n".join(printable(line) for line in label.split("\n"))
-        self.lines.append(f"  {node_id} [label={_dot_string(label)}, {self.STYLES[style]}];")
+    def add(self, node_id: str, label: str, style: str, module: str = "") -> None:
+        self.boxes[module].append((node_id, label, style))
+        self.first.setdefault(module, len(self.first))  # clusters follow the data flow
+
+    def box(self, node_id: str, label: str, style: str) -> str:
+        return f"{node_id} [label={_dot_label(label)}, {self.STYLES[style]}];"
 
     def edges_to(self, target: str, arg: Any) -> None:
         from ..ir import refs_in
@@ -314,39 +329,105 @@ class DotWriter:
             source = self.owner.get(ref.id)
             value = self.printer.values.get(ref.id)
             if source is not None:
-                label = printable(value.type_str()) if value is not None else ""
-                self.lines.append(f"  {source} -> {target} [label={_dot_string(label)}];")
+                label = value.type_str() if value is not None else ""
+                self.edges.append(f"  {source} -> {target} [label={_dot_label(label)}];")
 
     def write(self) -> str:
-        self.lines = [
-            f"digraph {_dot_string(printable(self.name))} {{",
-            "  rankdir=TB;",
-            '  node [fontname="Helvetica"]; edge [fontname="Helvetica", fontsize=9];',
-        ]
         for i, value in enumerate(self.graph.inputs):
             label = self.printer.define(value, named=True)
             self.owner[value.id] = f"in{i}"
             self.add(f"in{i}", f"{label}\n{value.type_str()}", "input")
+        modules = self.modules()
         for i, node in enumerate(self.graph.nodes):
-            self.node(f"n{i}", node)
+            self.node(f"n{i}", node, modules[i])
         self.add("out", "return", "output")
         self.edges_to("out", self.graph.outputs)
-        self.lines.append("}")
-        return "\n".join(self.lines) + "\n"
+        lines = [
+            f"digraph {_dot_label(self.name)} {{",
+            "  rankdir=TB; newrank=true;",
+            '  node [fontname="Helvetica"]; edge [fontname="Helvetica", fontsize=9];',
+            '  graph [fontname="Helvetica", fontsize=11, labeljust=l];',
+        ]
+        lines += self.cluster("", 1)
+        lines += self.edges
+        lines.append("}")
+        return "\n".join(lines) + "\n"
 
-    def node(self, node_id: str, node) -> None:
+    def cluster(self, module: str, depth: int) -> list[str]:
+        """The DOT lines of ``module``'s nodes and of its sub-modules' clusters."""
+        pad = "  " * depth
+        lines = [pad + self.box(*box) for box in self.boxes.get(module, [])]
+        prefix = f"{module}." if module else ""
+        below = [m for m in self.boxes if m.startswith(prefix) and m != module]
+        children: dict[str, int] = {}
+        for path in below:
+            part = path[len(prefix) :].split(".")[0]
+            children[part] = min(children.get(part, len(self.first)), self.first[path])
+        for part in sorted(children, key=children.get):
+            path = prefix + part
+            if not any(m == path or m.startswith(path + ".") for m in self.boxes):
+                continue
+            cls = self.classes.get(path)
+            label = f"{path} ({cls})" if cls else path
+            inner = [m for m in self.boxes if m.startswith(path + ".")]
+            if not inner and len(self.boxes[path]) == 1:
+                # A module of one op (a Conv2d, a Linear): a box, not a cluster around it.
+                node_id, text, style = self.boxes[path][0]
+                named = f"{part} ({cls})" if cls else part
+                lines.append(pad + self.box(node_id, f"{named}: {text}", style))
+                continue
+            lines.append(f"{pad}subgraph {_dot_string('cluster_' + path)} {{")
+            lines.append(f'{pad}  label={_dot_label(label)}; style="rounded,dashed";')
+            lines += self.cluster(path, depth + 1)
+            lines.append(f"{pad}}}")
+        return lines
+
+    def modules(self) -> list[str]:
+        """The module path each node is drawn in (see the class Note)."""
+        from ..ir import refs_in
+
+        reads = {}  # value id -> state name
+        for node in self.graph.nodes:
+            if node.op == "prim.state":
+                reads[node.outputs[0].id] = str(node.args[0])
+        own: list[str | None] = []
+        for node in self.graph.nodes:
+            used = [reads[r.id] for r in refs_in((node.args, node.kwargs)) if r.id in reads]
+            if node.op == "prim.state" or not used:
+                own.append(None)
+            else:
+                own.append(
+                    _common_module([name.rsplit(".", 1)[0] if "." in name else "" for name in used])
+                )
+        out, before = [], None
+        after = [None] * (len(own) + 1)
+        for i in range(len(own) - 1, -1, -1):
+            after[i] = own[i] if own[i] is not None else after[i + 1]
+        for i, module in enumerate(own):
+            if module is not None:
+                before = module
+                out.append(module)
+            elif before is None or after[i + 1] is None:
+                out.append("")
+            else:
+                out.append(_common_module([before, after[i + 1]]))
+        return out
+
+    def node(self, node_id: str, node, module: str) -> None:
         if node.op == "prim.guard":
             expect = self.printer.literal(node.kwargs.get("expect"))
-            label = f"guard == {expect}\n{printable(str(node.kwargs.get('what', '')))}"
-            self.add(node_id, label, "guard")
+            label = f"guard == {expect}\n{node.kwargs.get('what', '')}"
+            self.add(node_id, label, "guard", module)
             self.edges_to(node_id, node.args)
+            return
+        if node.op == "prim.state":  # folded into the ops that use it
+            self.printer.targets(node)
+            value = node.outputs[0]
+            self.state[value.id] = (str(node.args[0]), value)
             return
         targets = self.printer.targets(node)  # names the outputs as the text form does
         for value in node.outputs:
             self.owner[value.id] = node_id
-        if node.op == "prim.state":
-            self.add(node_id, f"{node.args[0]}\n{node.outputs[0].type_str()}", "state")
-            return
         literals = [self.printer.literal(a) for a in node.args if not isinstance(a, Ref)]
         literals += [
             f"{k}={self.printer.literal(v)}"
@@ -355,38 +436,75 @@ class DotWriter:
         ]
         shown = ", ".join(x for x in literals if "%" not in x)
         label = node.op + (f"({shown})" if shown and len(shown) <= 40 else "")
+        from ..ir import refs_in
+
+        for ref in dict.fromkeys(refs_in((node.args, node.kwargs))):
+            if ref.id in self.state:
+                state_name, value = self.state[ref.id]
+                local = state_name[len(module) + 1 :] if module else state_name
+                label += f"\n{local} {value.type_str()}"
         if targets:
             label += "\n" + targets.rstrip(" =")
         if node.loc:
             label += "\n" + _short(node.loc)
         style = "scalar" if node.op.startswith(("scalar.", "prim.")) else "op"
-        self.add(node_id, label, style)
+        self.add(node_id, label, style, module)
         self.edges_to(node_id, (node.args, node.kwargs))
 
 
-def to_dot(graph: Graph, name: str) -> str:
-    """The Graphviz DOT text of a graph."""
-    return DotWriter(graph, name).write()
+def _dot_label(text: str) -> str:
+    """A DOT string of text that may come from a file (a loc, a guard's description, a
+    module path): each line escaped to print (``printable``), as the graph text does, so
+    DOT and the SVG and PNG drawn from it show no control or bidirectional characters."""
+    return _dot_string("\n".join(printable(line) for line in text.split("\n")))
 
 
-def to_svg(dot_text: str) -> bytes:
-    """Render DOT text to SVG with Graphviz's ``dot`` program."""
+def _common_module(paths: list[str]) -> str:
+    """The innermost module that holds every path (``""``: the root)."""
+    parts = [p.split(".") if p else [] for p in paths]
+    common = []
+    for level in zip(*parts):
+        if len(set(level)) != 1:
+            break
+        common.append(level[0])
+    return ".".join(common)
+
+
+def to_dot(graph: Graph, name: str, module_classes: dict[str, str] | None = None) -> str:
+    """The Graphviz DOT text of a graph, grouped by module (``module_classes``: module
+    path -> class name, for the clusters' labels)."""
+    return DotWriter(graph, name, module_classes).write()
+
+
+FORMATS = ("dot", "svg", "png")
+
+
+def render(dot_text: str, fmt: str) -> bytes:
+    """Render DOT text to ``fmt`` (``svg`` or ``png``) with Graphviz's ``dot`` program."""
     exe = shutil.which("dot")
     if exe is None:
         raise TraceError(
             "the Graphviz 'dot' program is not installed or not on PATH; it is "
-            "needed for --format svg (install Graphviz, e.g. apt-get install "
+            f"needed for --format {fmt} (install Graphviz, e.g. apt-get install "
             "graphviz, or use --format dot)"
         )
     done = subprocess.run(
-        [exe, "-Tsvg"], input=dot_text.encode(), capture_output=True, timeout=120, check=False
+        [exe, f"-T{fmt}"], input=dot_text.encode(), capture_output=True, timeout=300, check=False
     )
     if done.returncode != 0:
         raise TraceError(f"dot failed: {done.stderr.decode(errors='replace').strip()}")
     return done.stdout
 
 
+def to_svg(dot_text: str) -> bytes:
+    """Render DOT text to SVG with Graphviz's ``dot`` program."""
+    return render(dot_text, "svg")
+
+
 def cmd_graph(args: argparse.Namespace) -> int:
+    to_screen = args.output in (None, "-") and sys.stdout.isatty()
+    if args.format == "png" and (to_screen or not hasattr(sys.stdout, "buffer")):
+        raise UsageError("a PNG is binary: write it to a file with -o FILE.png")
     with track(f"drawing {os.path.basename(args.file)}", progress=_progress(args)):
         stage("reading")
         doc, _ = artifact.read_json(args.file)
@@ -396,10 +514,10 @@ def cmd_graph(args: argparse.Namespace) -> int:
         except (KeyError, ValueError, TypeError) as exc:
             raise ArtifactError(f"{args.file}: method {name!r} is malformed ({exc})") from None
         stage("laying out")
-        text = to_dot(graph, name)
-        if args.format == "svg":
+        text = to_dot(graph, name, doc.get("module_classes") or {})
+        if args.format != "dot":
             stage("running dot")
-        data = to_svg(text) if args.format == "svg" else text.encode()
+        data = render(text, args.format) if args.format != "dot" else text.encode()
     _write_output(args.output, data)
     return EXIT_OK
 
@@ -586,11 +704,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_validate)
 
     p = sub.add_parser(
-        "graph", parents=[common], help="draw a method's graph as Graphviz DOT or SVG"
+        "graph", parents=[common], help="draw a method's graph as Graphviz DOT, SVG or PNG"
     )
     p.add_argument("file", metavar="FILE")
     p.add_argument("--method", help="method to draw (default: forward)")
-    p.add_argument("--format", choices=("dot", "svg"), default="dot")
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="dot",
+        help="dot (text, default), or svg / png through Graphviz's dot program",
+    )
     p.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
     p.set_defaults(handler=cmd_graph)
 
