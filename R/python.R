@@ -20,12 +20,16 @@
     Sys.setenv(RETICULATE_PYTHON = python)
   }
   # A failed import says what to set up (R/startup.R), not reticulate's configuration dump.
+  # reticulate imports at once (no delay, no hook) when Python already runs by the time a
+  # promise is forced, so a failed import goes to the same hook either way.
   lazy_module <- function(field, module, hook) {
     force(module)
     force(hook)
-    delayedAssign(field, reticulate::import(module, convert = FALSE,
-                                            delay_load = python_load_hooks(hook)),
-                  assign.env = .tb)
+    delayedAssign(field, {
+      hooks <- python_load_hooks(hook)
+      tryCatch(reticulate::import(module, convert = FALSE, delay_load = hooks),
+               error = hooks$on_error)
+    }, assign.env = .tb)
   }
   lazy_module("torch", "torch", "torch")
   lazy_module("rb", "tracebridge.frontends.rbridge", "tracebridge")
