@@ -72,7 +72,12 @@ c_result <- function(out) {
 # fn(...) for tensors (and NULLs) through C, converted by from_py(); `.tb_fallback` where
 # C does not apply. Module forwards use it.
 c_call_args <- function(fn, args, one_based = TRUE) {
-  out <- .Call(tb_call_args, fn, args, FALSE)
+  c_answer(.Call(tb_call_args, fn, args, FALSE), one_based)
+}
+
+# A C answer as a result: R's value as it is, a Python object converted by from_py(), the
+# Python error raised; `.tb_fallback` (starting the C paths if they have not started).
+c_answer <- function(out, one_based = TRUE) {
   if (!is.symbol(out)) {
     if (is.environment(out)) return(from_py(c_other(out)))
     return(out)
