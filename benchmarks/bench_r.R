@@ -113,12 +113,18 @@ py_loops <- lapply(ops, function(op) {
 })
 
 for (op in ops) r_loop(op$r, 200L) # warm up both sides (and start the C paths)
-times <- array(NA_real_, c(length(ops), 2, repeats))
+# The third column: the same R code with the C paths off (every call through reticulate,
+# as before issue 18), with a tenth of the calls.
+slow_calls <- max(100L, calls %/% 10L)
+times <- array(NA_real_, c(length(ops), 3, repeats))
 for (r in seq_len(repeats)) {
   for (k in seq_along(ops)) {
     times[k, 1, r] <- reticulate::py_to_r(do.call(reticulate::py_call,
       c(list(py_loops[[k]], calls), unname(objects))))
     times[k, 2, r] <- r_loop(ops[[k]]$r, calls)
+    tracebridge:::set_c_call(FALSE)
+    times[k, 3, r] <- r_loop(ops[[k]]$r, slow_calls)
+    tracebridge:::set_c_call(TRUE)
   }
 }
 med <- apply(times, c(1, 2), stats::median)
@@ -171,6 +177,9 @@ for (r in seq_len(epochs_rounds)) {
   loss_py <- out[[2]]
 }
 train_med <- apply(tr, 2, stats::median)
+tracebridge:::set_c_call(FALSE)
+train_slow <- train_r()[[1]]
+tracebridge:::set_c_call(TRUE)
 
 load <- tryCatch(strsplit(readLines("/proc/loadavg", 1L), " ")[[1]][[1]],
                  error = function(e) "?")
@@ -189,23 +198,26 @@ for (k in seq_along(ops)) {
     sprintf("<= Python + 15 us: +%s", fmt(r_us - p_us))
   }
   met <- if (k == 7) r_us - plain_lin <= 5 else if (k == 8) r_us <= 30 else r_us <= p_us + 15
-  rows <- c(rows, sprintf("| %s | %s | %s | %.2fx | %s, %s |", label, fmt(r_us), fmt(p_us),
-                          r_us / p_us, goal, if (met) "met" else "not met"))
+  rows <- c(rows, sprintf("| %s | %s | %s | %.2fx | %s | %s, %s |", label, fmt(r_us),
+                          fmt(p_us), r_us / p_us, fmt(med[k, 3]), goal,
+                          if (met) "met" else "not met"))
 }
 ratio <- train_med[[1]] / train_med[[2]]
 rows <- c(rows, sprintf(
-  "| training loop: MLP 20-64-64-2, 2,000 samples, batch 32, Adam, 5 epochs | %.2f s | %.2f s | %.2fx | <= 1.15x: %s |",
-  train_med[[1]], train_med[[2]], ratio, if (ratio <= 1.15) "met" else "not met"))
+  "| training loop: MLP 20-64-64-2, 2,000 samples, batch 32, Adam, 5 epochs | %.2f s | %.2f s | %.2fx | %.2f s | <= 1.15x: %s |",
+  train_med[[1]], train_med[[2]], ratio, train_slow, if (ratio <= 1.15) "met" else "not met"))
 
 table <- c(
-  "| op (8x8 tensors unless said) | R (µs) | Python (µs) | R / Python | goal (issue 18) |",
-  "|---|---|---|---|---|",
+  paste("| op (8x8 tensors unless said) | R (µs) | Python (µs) | R / Python |",
+        "R through reticulate (µs) | goal (issue 18) |"),
+  "|---|---|---|---|---|---|",
   rows
 )
 header <- sprintf(paste0(
   "`R_LIBS=.Rlib Rscript benchmarks/bench_r.R %d %d --write`: R and Python in one process, ",
   "taking turns, thread CPU time; median of %d repeats of %d calls (training: median of ",
-  "%d runs each); ",
+  "%d runs each; the reticulate column: `TRACEBRIDGE_C_CALL=0`'s path, a tenth of the ",
+  "calls, training once); ",
   "R %s, reticulate %s, torch %s, 1 thread; load average %s at the end; %s."),
   calls, repeats, repeats, calls, epochs_rounds, getRversion(),
   utils::packageVersion("reticulate"),
