@@ -219,7 +219,12 @@ SEXP tb_index(SEXP x, SEXP call, SEXP env, SEXP drop, SEXP value) {
     if (py.SetItem(t, key, val) == 0) out = x;
     else store_error();
   } else if (ok) {
-    PyObject *result = py.GetItem(t, key);
+    /* x[idx, ] (the other indices all empty) is index_select alone. */
+    int only_select = at >= 0;
+    for (int i = 0; i < n && only_select; i++)
+      if (i != at && ix[i].kind != IX_ALL) only_select = 0;
+    if (only_select) py.IncRef(t);
+    PyObject *result = only_select ? t : py.GetItem(t, key);
     if (result != NULL && at >= 0) result = index_select(result, at, positions);
     if (result != NULL) out = wrap_result(result); /* steals */
     else store_error();
