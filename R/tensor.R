@@ -291,8 +291,9 @@ scalar_py <- function(x) {
 #' @export
 Ops.torch_tensor <- function(e1, e2) {
   if (missing(e2)) {
-    if (.Generic == "-") return(wrap_tensor(tensor_py(e1)$neg()))
-    if (.Generic == "!") return(wrap_tensor(tensor_py(e1)$logical_not()))
+    # Through the surface rows (src/surface.c) like every op.
+    if (.Generic == "-") return(surface_fn("torch_neg")(e1))
+    if (.Generic == "!") return(surface_fn("torch_logical_not")(e1))
     if (.Generic == "+") return(e1)
   }
   # src/surface.c (tb_binary) for tensors and single numbers; R for the rest.
@@ -337,7 +338,8 @@ Math.torch_tensor <- function(x, ...) {
   if (fn == "log" && length(extra)) {
     return(call(py_torch()$log, py) / log(extra[[1]]))
   }
-  call(reticulate::py_get_attr(py_torch(), fn), py)
+  # The rest are rows of the surface table (torch_abs(), torch_sqrt(), ...): through C.
+  surface_fn(paste0("torch_", fn))(x)
 }
 
 #' @export

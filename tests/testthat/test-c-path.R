@@ -162,7 +162,9 @@ test_that("operators, indexing, $item(), as_array and modules agree between C an
   skip_if_no_torch()
   cases <- list(
     add = function(x, y) x + y, sub_scalar = function(x, y) x - 2L, rdiv = function(x, y) 2 / x,
-    pow = function(x, y) x^2, cmp = function(x, y) x > y, eq_scalar = function(x, y) x == 1,
+    pow = function(x, y) x^2, neg = function(x, y) -x, not = function(x, y) !(x > 0.5),
+    math = function(x, y) list(abs(x - 0.5), sqrt(x), exp(x), log(x), floor(x * 3),
+                               ceiling(x * 3), sign(x - 0.5), cumsum(x), round(x, 1)), cmp = function(x, y) x > y, eq_scalar = function(x, y) x == 1,
     int_div = function(x, y) x %/% y, mod = function(x, y) x %% 2, and = function(x, y) (x > 0) & (y > 0),
     mm = function(x, y) torch_mm(x, y$t()), sum = function(x, y) x$sum(),
     sum_dim = function(x, y) x$sum(dim = 2, keepdim = TRUE), mean_neg = function(x, y) x$mean(-1),
