@@ -459,7 +459,7 @@ simplify_sizes <- function(out) {
   # Methods first: they are what loops call (see method_function()).
   m <- .subset2(.tb$bound, name)
   if (!is.null(m)) {
-    environment(m) <- .Call(tb_self_env, x, environment(m))
+    environment(m) <- .Call(tb_self_env, x, NULL)
     return(m)
   }
   py <- .subset2(x, ".py")

@@ -126,9 +126,9 @@ static PyObject *index_select(PyObject *t, int dim, PyObject *positions) {
 }
 
 /* tb_index(x, call, env, drop, value): `x[...]` (value = list()) or `x[...] <- value`
- * (value = list(value)) for the call as written (sys.call()) in `env`. */
+ * (value = list(value)) for the call as written (sys.call()) in `env`; NULL: reading. */
 SEXP tb_index(SEXP x, SEXP call, SEXP env, SEXP drop, SEXP value) {
-  int set = Rf_xlength(value) == 1;
+  int set = TYPEOF(value) == VECSXP && Rf_xlength(value) == 1;
   PyObject *t = tensor_of(x);
   if (!c_path_on() || t == NULL || TYPEOF(call) != LANGSXP) return sentinel_fallback;
   if (TYPEOF(drop) != LGLSXP || Rf_xlength(drop) != 1 || LOGICAL(drop)[0] != TRUE)
