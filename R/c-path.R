@@ -34,7 +34,8 @@ start_c_call <- function() {
 # Turn the C paths on or off (calls go through reticulate).
 set_c_call <- function(on) {
   if (isTRUE(on)) {
-    .tb$c_call <- NULL
+    # Started before: take up where it was; else start now (or never, if it can not).
+    .tb$c_call <- if (isTRUE(.Call(tb_py_resume))) TRUE else NULL
     c_started()
   } else {
     .Call(tb_py_stop)
@@ -69,23 +70,9 @@ c_result <- function(out) {
   from_py(c_other(out))
 }
 
-# fn(...) for tensors (and NULLs) through C, converted by from_py(); `.tb_fallback` where
-# C does not apply. Module forwards use it.
-c_call_args <- function(fn, args, one_based = TRUE) {
-  out <- .Call(tb_call_args, fn, args, FALSE)
-  if (!is.symbol(out)) {
-    if (is.environment(out)) return(from_py(c_other(out)))
-    return(out)
-  }
-  if (identical(out, quote(.tb_error))) c_error(one_based)
-  c_started()
-  out
-}
-
-# obj$name(...) through C for arguments arg_py() converts plainly; `.tb_fallback` where C
-# does not apply. Returns NULL for None, an R tensor, or what from_py() makes.
-c_call_method <- function(obj, name, args = list(), one_based = FALSE) {
-  out <- .Call(tb_call_method, obj, name, args)
+# A C answer as a result: R's value as it is, a Python object converted by from_py(), the
+# Python error raised; `.tb_fallback` (starting the C paths if they have not started).
+c_answer <- function(out, one_based = TRUE) {
   if (!is.symbol(out)) {
     if (is.environment(out)) return(from_py(c_other(out)))
     return(out)

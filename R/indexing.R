@@ -204,7 +204,7 @@ is_vector_kind <- function(k) k %in% c("vector", "vector_r", "logical")
 #' @export
 `[.torch_tensor` <- function(x, ..., drop = TRUE) {
   # Positions, `a:b` and empty indices go through src/index.c; the rest through R.
-  out <- .Call(tb_index, x, sys.call(), parent.frame(), drop, list())
+  out <- .Call(tb_index, x, sys.call(), parent.frame(), drop, NULL)
   if (!is.symbol(out)) return(out)
   if (identical(out, quote(.tb_error))) c_error()
   c_started()

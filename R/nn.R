@@ -95,7 +95,9 @@ py_backed_module <- function(py, class, forward = NULL, forward_spec = NULL) {
       args <- list(...)
       # Tensors in, through src/surface.c (tb_call_args); the rest through reticulate.
       if (!length(forward_spec)) {
-        out <- c_call_args(py, args)
+        out <- .Call(tb_call_args, py, args, FALSE)
+        if (!is.symbol(out) && !is.environment(out)) return(out)
+        out <- c_answer(out)
         if (!identical(out, quote(.tb_fallback))) return(out)
       }
       if (length(forward_spec)) args <- convert_forward_args(args, forward_spec, py)

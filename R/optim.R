@@ -107,8 +107,11 @@ optimizer_py <- function(x) {
   switch(name,
     step = function(closure = NULL) {
       if (is.null(closure)) {
-        out <- c_call_method(x, "step")
-        if (!identical(out, quote(.tb_fallback))) return(invisible(NULL))
+        # Through src/surface.c (tb_call_method); reticulate where C does not apply.
+        out <- .Call(tb_call_method, x, "step", list())
+        if (!is.symbol(out) || !identical(c_answer(out, FALSE), quote(.tb_fallback))) {
+          return(invisible(NULL))
+        }
         withCallingHandlers(py$step(), error = function(e) rethrow_python(e))
         return(invisible(NULL))
       }
@@ -118,10 +121,14 @@ optimizer_py <- function(x) {
     },
     # As in mlverse, gradients are set to zero in place (not dropped), so `p$grad` stays a
     # tensor; `set_to_none = TRUE` drops them as PyTorch does by default.
-    zero_grad = checked(function(set_to_none = FALSE) {
-      out <- c_call_method(x, "zero_grad", list(isTRUE(set_to_none)))
-      if (identical(out, quote(.tb_fallback))) py$zero_grad(isTRUE(set_to_none))
-    }),
+    zero_grad = function(set_to_none = FALSE) {
+      out <- .Call(tb_call_method, x, "zero_grad", list(isTRUE(set_to_none)))
+      if (is.symbol(out) && identical(c_answer(out, FALSE), quote(.tb_fallback))) {
+        withCallingHandlers(py$zero_grad(isTRUE(set_to_none)),
+                            error = function(e) rethrow_python(e))
+      }
+      invisible(x)
+    },
     param_groups = lapply(reticulate::iterate(py$param_groups, identity, simplify = FALSE),
                           param_group_r),
     add_param_group = checked(function(param_group) {

@@ -62,6 +62,7 @@ load_surface <- function(ns) {
   .tb$compiled <- logical(nrow(tab)) # rows tried for src/surface.c (compile_op())
   .tb$methods <- new.env(parent = emptyenv())
   .tb$bound <- new.env(parent = emptyenv())
+  .Call(tb_self_env, NULL, ns) # the parent of methods' `self` environments
   for (i in seq_len(nrow(tab))) {
     row <- tab[i, ]
     res <- parse_result(row$result)

@@ -298,8 +298,9 @@ Ops.torch_tensor <- function(e1, e2) {
   }
   if (isTRUE(.tb$tracing)) note_r_location()
   if (missing(e2)) {
-    if (.Generic == "-") return(wrap_tensor(tensor_py(e1)$neg()))
-    if (.Generic == "!") return(wrap_tensor(tensor_py(e1)$logical_not()))
+    # Through the surface rows (src/surface.c) like every op.
+    if (.Generic == "-") return(surface_fn("torch_neg")(e1))
+    if (.Generic == "!") return(surface_fn("torch_logical_not")(e1))
     if (.Generic == "+") return(e1)
   }
   # src/surface.c (tb_binary) for tensors and single numbers; R for the rest.
@@ -344,7 +345,8 @@ Math.torch_tensor <- function(x, ...) {
   if (fn == "log" && length(extra)) {
     return(call(py_torch()$log, py) / log(extra[[1]]))
   }
-  call(reticulate::py_get_attr(py_torch(), fn), py)
+  # The rest are rows of the surface table (torch_abs(), torch_sqrt(), ...): through C.
+  surface_fn(paste0("torch_", fn))(x)
 }
 
 #' @export
@@ -440,7 +442,7 @@ simplify_sizes <- function(out) {
   # Methods first: they are what loops call (see method_function()).
   m <- .subset2(.tb$bound, name)
   if (!is.null(m)) {
-    environment(m) <- .Call(tb_self_env, x, environment(m))
+    environment(m) <- .Call(tb_self_env, x, NULL)
     return(m)
   }
   py <- .subset2(x, ".py")

@@ -1,16 +1,37 @@
-# Per-call latency of a traced small module called from R, against the same traced module
-# called from Python (timed inside Python, through reticulate), at batch size 1.
+# R against Python in one process, taking turns: the everyday ops of issue 18 on 8x8
+# tensors, a module forward, with_no_grad(), as_array(), `$item()`, a traced module's call,
+# and a small training loop.
 #
-#   R_LIBS=.Rlib Rscript benchmarks/bench_r.R [calls]
+#   R_LIBS=.Rlib Rscript benchmarks/bench_r.R [calls] [repeats] [--write]
 #
-# Prints the best-of-repeats time per call for each side and the R overhead in
-# microseconds. Target (issue 8): R adds at most 50 us per call over Python.
+# Each repeat times every op's Python loop (compiled Python: `for _ in range(n): x + y`)
+# and then its R loop (`for (i in seq_len(n)) x + y`); the table gives the median over
+# repeats of the time per call. Both sides run in the same thread (torch with 1 thread)
+# and are timed with that thread's CPU time (time.thread_time()), as
+# benchmarks/bench_python.py does, so that other work on a shared machine does not count. The training loop runs R, Python, R, Python,
+# ... and gives the median of each. `--write` puts the table into benchmarks/RESULTS.md
+# (between the bench_r markers).
+#
+# Goals (issue 18): each op <= its Python time + 15 us; with_no_grad() adds <= 5 us to the
+# call it wraps; as_array() of an 8x8 tensor <= 30 us; the training loop <= 1.15x Python.
 
 library(tracebridge)
 
 args <- commandArgs(trailingOnly = TRUE)
-calls <- if (length(args)) as.integer(args[[1]]) else 2000L
-repeats <- 7L
+write <- "--write" %in% args
+nums <- suppressWarnings(as.integer(args[args != "--write"]))
+calls <- if (length(nums) >= 1 && !is.na(nums[[1]])) nums[[1]] else 2000L
+repeats <- if (length(nums) >= 2 && !is.na(nums[[2]])) nums[[2]] else 7L
+epochs_rounds <- 3L
+
+reticulate::import("torch")$set_num_threads(1L) # the same for both sides
+torch_manual_seed(0)
+x <- torch_randn(8, 8)
+y <- torch_randn(8, 8)
+a <- torch_randn(8, 8)
+b <- torch_randn(8, 8)
+lin <- nn_linear(16, 16)
+xl <- torch_randn(8, 16)
 
 Small <- nn_module("Small",
   initialize = function() {
@@ -19,46 +40,204 @@ Small <- nn_module("Small",
   },
   forward = function(x) self$fc2(torch_relu(self$fc1(x)))
 )
-
-torch_manual_seed(0)
 net <- Small()
 net$eval()
-x <- torch_randn(1, 16)
-traced <- jit_trace(net, x, respect_mode = FALSE)
-stopifnot(isTRUE(all.equal(as_array(traced(x)), as_array(net(x)), tolerance = 1e-6)))
+xs <- torch_randn(1, 16)
+traced <- jit_trace(net, xs, respect_mode = FALSE)
+stopifnot(isTRUE(all.equal(as_array(traced(xs)), as_array(net(xs)), tolerance = 1e-6)))
 
-# Each repeat times the three side by side (Python loop, R loop, reticulate's py_call), so
-# that a busy machine slows all three alike; the best repeat of each is reported.
-bench_py <- reticulate::py_run_string("
-def per_call_us(fn, x, calls):
-    import time
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn(x)
-    return (time.perf_counter() - t0) / calls * 1e6
-", local = TRUE, convert = TRUE)
+py <- reticulate::py_run_string("
+import time, torch
+import torch.nn.functional as F
 
-r_loop <- function(f) {
-  t0 <- proc.time()[[3]]
-  for (i in seq_len(calls)) f()
-  (proc.time()[[3]] - t0) / calls * 1e6
+def make_loop(stmt, names):
+    src = ('def _loop(n, ' + ', '.join(names) + '):\\n'
+           '    t0 = time.thread_time()\\n'
+           '    for _ in range(n):\\n'
+           '        ' + stmt + '\\n'
+           '    return (time.thread_time() - t0) / n * 1e6\\n')
+    ns = {'time': time, 'torch': torch}
+    exec(src, ns)
+    return ns['_loop']
+
+def train(X, Y, epochs, batch):
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    n = X.shape[0]
+    t0 = time.thread_time()
+    for epoch in range(epochs):
+        perm = torch.randperm(n)
+        for s in range(0, n, batch):
+            idx = perm[s:s + batch]
+            xb = X[idx]
+            yb = Y[idx]
+            opt.zero_grad(set_to_none=False)  # as mlverse (and R here) zero in place
+            loss = F.cross_entropy(model(xb), yb)
+            loss.backward()
+            opt.step()
+    return time.thread_time() - t0, loss.item()
+", local = FALSE, convert = FALSE)
+
+# One row: the R expression, the Python statement over the same objects.
+ops <- list(
+  list(label = "`x + y`", r = quote(x + y), py = "x + y"),
+  list(label = "`torch_mm(a, b)`", r = quote(torch_mm(a, b)), py = "torch.mm(a, b)"),
+  list(label = "`x$sum()`", r = quote(x$sum()), py = "x.sum()"),
+  list(label = "`x[1, ]`", r = quote(x[1, ]), py = "x[0, :]"),
+  list(label = "`x[1, 1]$item()`", r = quote(x[1, 1]$item()), py = "x[0, 0].item()"),
+  list(label = "`nn_linear(16, 16)` forward (8 x 16)", r = quote(lin(xl)), py = "lin(xl)"),
+  list(label = "the same inside `with_no_grad()`", r = quote(with_no_grad(lin(xl))),
+       py = "with torch.no_grad(): lin(xl)"),
+  list(label = "`as_array(x)` (Python: `x.numpy()`)", r = quote(as_array(x)), py = "x.numpy()"),
+  list(label = "a traced module's call (Small 16-32-4, batch 1)", r = quote(traced(xs)),
+       py = "traced(xs)")
+)
+objects <- list(x = x$py, y = y$py, a = a$py, b = b$py, lin = tracebridge:::module_py(lin),
+                xl = xl$py, traced = traced$py, xs = xs$py)
+
+cpu_time <- reticulate::import("time", convert = TRUE)$thread_time
+r_loop <- function(expr, n) {
+  loop <- eval(bquote(function() {
+    t0 <- cpu_time()
+    for (i in seq_len(.(n))) .(expr)
+    (cpu_time() - t0) / .(n) * 1e6
+  }))
+  loop()
 }
 
-xpy <- x$py
-tpy <- traced$py
-for (i in seq_len(100)) traced(x)
-py_us <- r_us <- bare_us <- Inf
+py_loops <- lapply(ops, function(op) {
+  py$make_loop(op$py, as.list(names(objects)))
+})
+
+for (op in ops) r_loop(op$r, 200L) # warm up both sides (and start the C paths)
+# The third column: the same R code with the C paths off (every call through reticulate,
+# as before issue 18), with a tenth of the calls.
+slow_calls <- max(100L, calls %/% 10L)
+times <- array(NA_real_, c(length(ops), 3, repeats))
 for (r in seq_len(repeats)) {
-  py_us <- min(py_us, bench_py$per_call_us(tpy, xpy, calls))
-  r_us <- min(r_us, r_loop(function() traced(x)))
-  bare_us <- min(bare_us, r_loop(function() reticulate::py_call(tpy, xpy)))
+  for (k in seq_along(ops)) {
+    times[k, 1, r] <- reticulate::py_to_r(do.call(reticulate::py_call,
+      c(list(py_loops[[k]], calls), unname(objects))))
+    times[k, 2, r] <- r_loop(ops[[k]]$r, calls)
+    tracebridge:::set_c_call(FALSE)
+    times[k, 3, r] <- r_loop(ops[[k]]$r, slow_calls)
+    tracebridge:::set_c_call(TRUE)
+  }
 }
+med <- apply(times, c(1, 2), stats::median)
 
-cat(sprintf("traced Small (16 -> 32 -> 4), batch 1, best of %d x %d calls\n", repeats, calls))
-cat(sprintf("  Python call: %8.1f us\n", py_us))
-cat(sprintf("  R call:      %8.1f us\n", r_us))
-cat(sprintf("  R overhead:  %8.1f us per call (target <= 50 us)\n", r_us - py_us))
-cat(sprintf("  the same call through reticulate::py_call(): %.1f us over Python\n",
-            bare_us - py_us))
-cat(sprintf("  (R's call goes through the package's C call path: src/call.c; load average %s)\n",
-            paste(tryCatch(readLines("/proc/loadavg", 1L), error = function(e) "?"))))
+# The training loop: MLP 20-64-64-2, 2,000 samples, batch 32, Adam, 5 epochs, R and
+# Python taking turns.
+n <- 2000L
+batch <- 32L
+torch_manual_seed(2)
+X <- torch_randn(n, 20)
+Y <- (X[, 1] > 0)$long() + 1L # classes 1 and 2 (1-based in R)
+Ypy <- (Y - 1L)$py
+starts <- seq(1L, n, by = batch)
+ends <- pmin(starts + batch - 1L, n)
+train_r <- function(epochs = 5L) {
+  torch_manual_seed(1)
+  model <- nn_sequential(nn_linear(20, 64), nn_relu(), nn_linear(64, 64), nn_relu(),
+                         nn_linear(64, 2))
+  opt <- optim_adam(model$parameters, lr = 1e-3)
+  t0 <- cpu_time()
+  for (epoch in seq_len(epochs)) {
+    perm <- torch_randperm(n) + 1L
+    for (k in seq_along(starts)) {
+      s <- starts[[k]]
+      e <- ends[[k]]
+      idx <- perm[s:e]
+      xb <- X[idx, ]
+      yb <- Y[idx]
+      opt$zero_grad()
+      loss <- nnf_cross_entropy(model(xb), yb)
+      loss$backward()
+      opt$step()
+    }
+  }
+  c(cpu_time() - t0, loss$item())
+}
+train_py <- function(epochs = 5L) {
+  unlist(reticulate::py_to_r(py$train(X$py, Ypy, as.integer(epochs), batch)))
+}
+invisible(train_r(1L))
+invisible(train_py(1L))
+tr <- matrix(NA_real_, epochs_rounds, 2)
+loss_r <- loss_py <- NA
+for (r in seq_len(epochs_rounds)) {
+  out <- train_r()
+  tr[r, 1] <- out[[1]]
+  loss_r <- out[[2]]
+  out <- train_py()
+  tr[r, 2] <- out[[1]]
+  loss_py <- out[[2]]
+}
+train_med <- apply(tr, 2, stats::median)
+tracebridge:::set_c_call(FALSE)
+train_slow <- train_r()[[1]]
+tracebridge:::set_c_call(TRUE)
+
+load <- tryCatch(strsplit(readLines("/proc/loadavg", 1L), " ")[[1]][[1]],
+                 error = function(e) "?")
+fmt <- function(v) if (v >= 100) sprintf("%.0f", v) else sprintf("%.1f", v)
+plain_lin <- med[6, 2]
+rows <- character()
+for (k in seq_along(ops)) {
+  r_us <- med[k, 2]
+  p_us <- med[k, 1]
+  label <- ops[[k]]$label
+  goal <- if (k == 7) {
+    sprintf("adds <= 5 us to the call: +%s", fmt(r_us - plain_lin))
+  } else if (k == 8) {
+    sprintf("<= 30 us: %s", fmt(r_us))
+  } else {
+    sprintf("<= Python + 15 us: +%s", fmt(r_us - p_us))
+  }
+  met <- if (k == 7) r_us - plain_lin <= 5 else if (k == 8) r_us <= 30 else r_us <= p_us + 15
+  rows <- c(rows, sprintf("| %s | %s | %s | %.2fx | %s | %s, %s |", label, fmt(r_us),
+                          fmt(p_us), r_us / p_us, fmt(med[k, 3]), goal,
+                          if (met) "met" else "not met"))
+}
+ratio <- train_med[[1]] / train_med[[2]]
+rows <- c(rows, sprintf(
+  "| training loop: MLP 20-64-64-2, 2,000 samples, batch 32, Adam, 5 epochs | %.2f s | %.2f s | %.2fx | %.2f s | <= 1.15x: %s |",
+  train_med[[1]], train_med[[2]], ratio, train_slow, if (ratio <= 1.15) "met" else "not met"))
+
+table <- c(
+  paste("| op (8x8 tensors unless said) | R (µs) | Python (µs) | R / Python |",
+        "R through reticulate (µs) | goal (issue 18) |"),
+  "|---|---|---|---|---|---|",
+  rows
+)
+header <- sprintf(paste0(
+  "`R_LIBS=.Rlib Rscript benchmarks/bench_r.R %d %d --write`: R and Python in one process, ",
+  "taking turns, thread CPU time; median of %d repeats of %d calls (training: median of ",
+  "%d runs each; the reticulate column: `TRACEBRIDGE_C_CALL=0`'s path, a tenth of the ",
+  "calls, training once); ",
+  "R %s, reticulate %s, torch %s, 1 thread; load average %s at the end; %s."),
+  calls, repeats, repeats, calls, epochs_rounds, getRversion(),
+  utils::packageVersion("reticulate"),
+  reticulate::py_to_r(reticulate::import("torch")$`__version__`), load,
+  format(Sys.Date()))
+cat(header, "\n\n", paste(table, collapse = "\n"), "\n", sep = "")
+cat(sprintf("\nfinal losses: R %.4f, Python %.4f\n", loss_r, loss_py))
+
+if (write) {
+  path <- file.path("benchmarks", "RESULTS.md")
+  lines <- readLines(path)
+  begin <- grep("<!-- bench_r:begin -->", lines, fixed = TRUE)
+  end <- grep("<!-- bench_r:end -->", lines, fixed = TRUE)
+  block <- c("<!-- bench_r:begin -->", "### R against Python, per op", "", header, "",
+             table, "<!-- bench_r:end -->")
+  lines <- if (length(begin) && length(end)) {
+    c(lines[seq_len(begin - 1)], block, lines[-seq_len(end)])
+  } else {
+    c(lines, "", block)
+  }
+  writeLines(lines, path)
+  cat("wrote", path, "\n")
+}

@@ -20,6 +20,7 @@
 
 SEXP tb_py_init(SEXP torch, SEXP bridge, SEXP example, SEXP libpython, SEXP tb);
 SEXP tb_py_stop(void);
+SEXP tb_py_resume(void);
 SEXP tb_op_compile(SEXP row, SEXP fn, SEXP names, SEXP pynames, SEXP kinds, SEXP positional,
                    SEXP dots, SEXP result, SEXP first);
 SEXP tb_op_call(SEXP row, SEXP env);
@@ -59,6 +60,7 @@ SEXP tb_call_tensor(SEXP fn, SEXP x) {
 static const R_CallMethodDef methods[] = {
     {"tb_py_init", (DL_FUNC) &tb_py_init, 5},
     {"tb_py_stop", (DL_FUNC) &tb_py_stop, 0},
+    {"tb_py_resume", (DL_FUNC) &tb_py_resume, 0},
     {"tb_call_tensor", (DL_FUNC) &tb_call_tensor, 2},
     {"tb_op_compile", (DL_FUNC) &tb_op_compile, 9},
     {"tb_op_call", (DL_FUNC) &tb_op_call, 2},

@@ -126,9 +126,9 @@ static PyObject *index_select(PyObject *t, int dim, PyObject *positions) {
 }
 
 /* tb_index(x, call, env, drop, value): `x[...]` (value = list()) or `x[...] <- value`
- * (value = list(value)) for the call as written (sys.call()) in `env`. */
+ * (value = list(value)) for the call as written (sys.call()) in `env`; NULL: reading. */
 SEXP tb_index(SEXP x, SEXP call, SEXP env, SEXP drop, SEXP value) {
-  int set = Rf_xlength(value) == 1;
+  int set = TYPEOF(value) == VECSXP && Rf_xlength(value) == 1;
   PyObject *t = tensor_of(x);
   if (!c_path_on() || t == NULL || TYPEOF(call) != LANGSXP) return sentinel_fallback;
   if (TYPEOF(drop) != LGLSXP || Rf_xlength(drop) != 1 || LOGICAL(drop)[0] != TRUE)
@@ -219,7 +219,12 @@ SEXP tb_index(SEXP x, SEXP call, SEXP env, SEXP drop, SEXP value) {
     if (py.SetItem(t, key, val) == 0) out = x;
     else store_error();
   } else if (ok) {
-    PyObject *result = py.GetItem(t, key);
+    /* x[idx, ] (the other indices all empty) is index_select alone. */
+    int only_select = at >= 0;
+    for (int i = 0; i < n && only_select; i++)
+      if (i != at && ix[i].kind != IX_ALL) only_select = 0;
+    if (only_select) py.IncRef(t);
+    PyObject *result = only_select ? t : py.GetItem(t, key);
     if (result != NULL && at >= 0) result = index_select(result, at, positions);
     if (result != NULL) out = wrap_result(result); /* steals */
     else store_error();

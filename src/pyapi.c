@@ -291,13 +291,15 @@ SEXP tb_py_init(SEXP torch, SEXP bridge, SEXP example, SEXP libpython, SEXP tb) 
   return Rf_ScalarLogical(1);
 }
 
-/* tb_py_stop(): the C paths answer "fall back" from now on (until tb_py_init again). */
+/* tb_py_stop(): the C paths answer "fall back" from now on, until tb_py_resume() (which
+ * takes up the objects looked up before) or tb_py_init(). */
 SEXP tb_py_stop(void) {
-  if (py_ready) {
-    GILState gil = py.GILEnsure();
-    release_all();
-    py.GILRelease(gil);
-  }
   py_ready = 0;
   return R_NilValue;
+}
+
+/* tb_py_resume(): TRUE when the C paths run again as they did before tb_py_stop(). */
+SEXP tb_py_resume(void) {
+  if (torch_.tensor_type != NULL && tensor_class != NULL) py_ready = 1;
+  return Rf_ScalarLogical(py_ready);
 }

@@ -227,8 +227,18 @@ SEXP tb_op_call(SEXP row, SEXP env) { return op_call(row, env, NULL); }
 /* tb_op_call_self(i, env, self): the same for a tensor method, `self` its tensor. */
 SEXP tb_op_call_self(SEXP row, SEXP env, SEXP self) { return op_call(row, env, self); }
 
-/* tb_self_env(x, parent): an environment holding `self = x` (a method's tensor). */
+/* tb_self_env(x, parent): an environment holding `self = x` (a method's tensor), whose
+ * parent is `parent` or, for NULL, the one tb_self_env(NULL, parent) last set. */
+static SEXP method_parent = NULL;
+
 SEXP tb_self_env(SEXP x, SEXP parent) {
+  if (parent != R_NilValue && x == R_NilValue) {
+    if (method_parent != NULL) R_ReleaseObject(method_parent);
+    method_parent = parent;
+    R_PreserveObject(method_parent);
+    return R_NilValue;
+  }
+  if (parent == R_NilValue) parent = method_parent != NULL ? method_parent : R_BaseEnv;
   SEXP env = PROTECT(R_NewEnv(parent, FALSE, 1));
   Rf_defineVar(sym_self, x, env);
   UNPROTECT(1);
