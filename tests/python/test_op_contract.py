@@ -89,10 +89,11 @@ def write_artifact(path: Path, doc: dict, tensors: bytes) -> Path:
     return path
 
 
-def crafted(tmp_path, base, nodes, outputs=None, name="crafted.tb") -> Path:
+def crafted(tmp_path, base, nodes, outputs=None, name="crafted.tb", opset=None) -> Path:
     """``base`` with its forward graph replaced by ``nodes``; it returns ``outputs``
-    (default: the last node's first output)."""
+    (default: the last node's first output). ``opset``: the op-set version it declares."""
     doc = json.loads(json.dumps(base[0]))
+    doc["opset_version"] = opset or doc["opset_version"]
     graph = doc["methods"]["forward"]
     graph["nodes"] = nodes
     outs = outputs or [nodes[-1]["outputs"][0]["id"]]
@@ -108,6 +109,8 @@ def child_jobs() -> dict[str, tuple[str, list, list[int], int]]:
     """Every crafted file of this module that runs in a child: name -> (base, nodes, input
     shape, calls). ``base`` is ``"neg"`` (a function) or ``"linear"`` (an ``nn.Linear``)."""
     jobs = {f"bn-{t}": ("neg", _bn_nodes(t), [3], 2) for t in (False, True)}
+    jobs.update({f"v3-bn-{t}": ("neg3", _bn_nodes(t), [3], 2) for t in (False, True)})
+    jobs["v3-rnn"] = ("neg3", _rnn_nodes("gru", "w_ih"), [3], 2)
     jobs["weight_norm"] = ("neg", _WEIGHT_NORM, [3], 2)
     jobs.update({f"rnn-{op}-{bad}": ("neg", _rnn_nodes(op, bad), [3], 2) for op, bad in _RNN})
     jobs.update({f"gmm-{offs}": ("neg", _gmm_nodes(offs), [3], 2) for offs in _OFFS})
@@ -125,8 +128,9 @@ def children(tmp_path_factory, base, linear) -> dict[str, dict]:
     workdir = tmp_path_factory.mktemp("children")
     names, jobs = [], []
     for name, (which, nodes, shape, calls) in child_jobs().items():
-        if which == "neg":
-            path = crafted(workdir, base, nodes, name=f"{len(names)}.tb")
+        if which.startswith("neg"):
+            opset = 3 if which == "neg3" else None
+            path = crafted(workdir, base, nodes, name=f"{len(names)}.tb", opset=opset)
         else:
             path = _writes_weight(workdir, linear, nodes, name=f"{len(names)}.tb")
         names.append(name)
@@ -163,6 +167,29 @@ def test_native_batch_norm_with_short_weights_is_refused(children, training):
     """Read past the one-element weights (evaluation: garbage that changed between calls)
     and wrote past them (training: ``free(): invalid size``, SIGSEGV)."""
     refused(children[f"bn-{training}"], "native_batch_norm", "8 elements")
+
+
+@pytest.mark.parametrize("case", ["v3-bn-False", "v3-bn-True", "v3-rnn"])
+def test_files_of_older_op_sets_run_through_the_checked_implementations(children, case):
+    """A file that says op-set version 3 is read under the same rules: its ops run through
+    the checked implementations (the golden vectors of older versions keep loading:
+    tests/python/test_vectors.py)."""
+    refused(children[case], "must")
+
+
+def test_files_of_older_op_sets_get_the_enum_and_write_rules(tmp_path, base, linear):
+    nodes = [
+        _node("ones", [[1, 1, 4, 4]], [_tensor(1, shape=[1, 1, 4, 4])]),
+        _node("zeros", [[1, 2, 2, 2]], [_tensor(2, shape=[1, 2, 2, 2])]),
+        _node("grid_sampler", [_ref(1), _ref(2), 99, 0, False], [_tensor(3)]),
+    ]
+    with pytest.raises(tracebridge.ArtifactError, match="rule: enums"):
+        tracebridge.load(crafted(tmp_path, base, nodes, opset=3))
+    doc = json.loads(json.dumps(linear[0]))
+    doc["opset_version"] = 2
+    doc["methods"]["forward"]["nodes"][2:2] = _WRITES["add_ through .data"]
+    with pytest.raises(tracebridge.ArtifactError, match="rule: state writes"):
+        tracebridge.load(write_artifact(tmp_path / "v2.tb", doc, linear[1]))
 
 
 _WEIGHT_NORM = [
