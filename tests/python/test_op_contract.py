@@ -637,3 +637,31 @@ def test_the_checked_ops_are_declared_in_the_op_set():
     }
     assert ops.info("mse_loss").enums == {"reduction": (0, 1, 2)}
     assert ops.info("embedding_bag").enums["mode"] == (0, 1, 2)
+
+
+def test_the_call_time_bound_reads_every_size_and_keeps_expanded_dims():
+    from tracebridge.runtime.checked_ops import CheckFailed, sized_guard
+
+    zeros = sized_guard("zeros", torch.zeros, [0], [], 0)
+    assert zeros(2, 3).shape == (2, 3)
+    with pytest.raises(CheckFailed, match="zeros would allocate"):
+        zeros(2, 2**30)  # the second size, spread over positions, counts
+    expand = sized_guard("Tensor.expand", torch.Tensor.expand, [1], [], 1)
+    big = torch.ones(2**15, 1)
+    assert expand(big, -1, 4).shape == (2**15, 4)
+    with pytest.raises(CheckFailed, match="would allocate"):
+        expand(big, -1, 2**15)  # -1 keeps 2**15 rows: 2**30 elements
+
+
+def test_the_budget_reads_sizes_spread_over_positions(tmp_path, base):
+    nodes = [
+        _node(
+            "zeros",
+            [2**14, 2**14],
+            [_tensor(1, "float64", [2**14, 2**14])],
+            {"dtype": {"dtype": "float64"}},
+        ),
+        _node("sum", [_ref(1)], [_tensor(2, shape=[])]),
+    ]
+    with pytest.raises(tracebridge.ArtifactError, match="bytes"):
+        tracebridge.load(crafted(tmp_path, base, nodes))

@@ -526,7 +526,12 @@ def sized_guard(
                 if i in positions or (spread is not None and i >= spread)
             ]
             sizes += [kwargs[k] for k in keys if k in kwargs]
-            numel = _numel_of(max(x, 0) for x in _ints_in(sizes))
+            wanted = _ints_in(sizes)
+            if op in ("Tensor.expand", "broadcast_to") and args and _is_tensor(args[0]):
+                # -1 keeps the input's size of that dimension (sizes align on the right)
+                have = [None] * (len(wanted) - args[0].dim()) + list(args[0].shape)
+                wanted = [h if w == -1 and h is not None else w for w, h in zip(wanted, have)]
+            numel = _numel_of(max(x, 0) for x in wanted)
         if op in ("Tensor.repeat", "tile") and args and _is_tensor(args[0]):
             numel *= args[0].numel()
         dtype = kwargs.get("dtype")
