@@ -444,6 +444,18 @@ def test_a_custom_function_may_not_write_a_parameter_it_is_passed():
 
 # --- resource bounds in bytes (item 3) -------------------------------------------------------
 
+
+def _computed(value: int) -> list[dict]:
+    """Nodes that compute ``value`` as the int value 2 at the call (an item of a sum the
+    checker does not fold): a size only the call knows."""
+    half = value // 2
+    return [
+        _literal(1, [half, value - half], "int64"),
+        _node("sum", [_ref(1)], [_tensor(11, "int64", [])]),
+        _node("prim.item", [_ref(11)], [{"id": 2, "kind": "int"}]),
+    ]
+
+
 _BIG = 2**40
 _AT_THE_CALL = {
     "bincount of a value": [
@@ -455,18 +467,15 @@ _AT_THE_CALL = {
         _node("one_hot", [_ref(1)], [_tensor(2, "int64")]),
     ],
     "prim.item of a literal as a size": [
-        _literal(1, _BIG, "int64"),
-        _node("prim.item", [_ref(1)], [{"id": 2, "kind": "int"}]),
+        *_computed(_BIG),
         _node("zeros", [[_ref(2), 4]], [_tensor(3)]),
     ],
     "prim.item as a size spread over positions": [
-        _literal(1, 2**20, "int64"),
-        _node("prim.item", [_ref(1)], [{"id": 2, "kind": "int"}]),
+        *_computed(2**20),
         _node("Tensor.new_ones", [_ref(0), _ref(2), _ref(2)], [_tensor(3)]),
     ],
     "prim.item as an expand": [
-        _literal(1, 2**20, "int64"),
-        _node("prim.item", [_ref(1)], [{"id": 2, "kind": "int"}]),
+        *_computed(2**20),
         _node("ones", [[1, 1]], [_tensor(3, shape=[1, 1])]),
         _node("Tensor.expand", [_ref(3), _ref(2), _ref(2)], [_tensor(4)]),
         _node("sum", [_ref(4)], [_tensor(5, shape=[])]),
@@ -560,8 +569,7 @@ def test_a_count_of_results_is_bounded(tmp_path, base):
     with pytest.raises(tracebridge.ArtifactError, match="asked for 2147483648 results"):
         tracebridge.load(crafted(tmp_path, base, nodes))
     nodes = [
-        _literal(1, 2**31, "int64"),
-        _node("prim.item", [_ref(1)], [{"id": 2, "kind": "int"}]),
+        *_computed(2**31),
         _node("tensor_split", [_ref(0), _ref(2)], [_tensor(3)]),
     ]
     module = tracebridge.load(crafted(tmp_path, base, nodes, name="computed.tb"))
@@ -664,4 +672,18 @@ def test_the_budget_reads_sizes_spread_over_positions(tmp_path, base):
         _node("sum", [_ref(1)], [_tensor(2, shape=[])]),
     ]
     with pytest.raises(tracebridge.ArtifactError, match="bytes"):
+        tracebridge.load(crafted(tmp_path, base, nodes))
+
+
+def test_an_item_of_a_tensor_literal_counts_as_a_written_size(tmp_path, base):
+    """``prim.item(tensor(n))`` got around the folded-size rule; the checker now sees it,
+    so what it sizes (here an expand, then a matrix product of hours) is refused at load."""
+    nodes = [
+        _literal(1, 2**14, "int64"),
+        _node("prim.item", [_ref(1)], [{"id": 2, "kind": "int"}]),
+        _ones(3, [1, 1]),
+        _node("Tensor.expand", [_ref(3), _ref(2), _ref(2)], [_tensor(4)]),
+        _node("mm", [_ref(4), _ref(4)], [_tensor(5)]),
+    ]
+    with pytest.raises(tracebridge.ArtifactError, match="multiply-adds"):
         tracebridge.load(crafted(tmp_path, base, nodes))

@@ -675,6 +675,7 @@ class _GraphCheck:
         # value id -> the integer a scalar op computes from literals alone: a size written as
         # scalar.mul(2**20, 2**20) is as much a literal as 2**40.
         self.constants: dict[int, int] = {}
+        self.literal_items: dict[int, int] = {}  # value id -> the int a tensor literal holds
 
     def run(self) -> None:
         try:
@@ -820,6 +821,7 @@ class _GraphCheck:
         if "scalar" in info.flags:
             self._scalar_range(info, node)
             self._fold(info, node)
+        self._fold_item(op, node)
         _leaf_count(node.get("out_spec"), len(node["outputs"]), "outputs", "out_spec")
         for value in node["outputs"]:
             self._define(value)
@@ -1093,6 +1095,24 @@ class _GraphCheck:
             return  # a zero divisor, a negative shift: no size
         if _is_int(value):
             self.constants[node["outputs"][0]["id"]] = value if abs(value) < _EXACT else _HUGE
+
+    def _fold_item(self, op: str, node: dict) -> None:
+        """``prim.item``/``prim.int`` of a one-element ``tensor`` literal is that literal:
+        a size written as ``zeros(prim.item(tensor(2**40)))`` counts as one written in the
+        file (the call would bound it too, but the checker also sees what it multiplies)."""
+        args, outputs = node["args"], node["outputs"]
+        if len(outputs) != 1 or len(args) != 1:
+            return
+        if op == "tensor":
+            data = args[0]
+            while isinstance(data, list) and len(data) == 1:
+                data = data[0]
+            if _is_int(data):
+                self.literal_items[outputs[0]["id"]] = data
+        elif op in ("prim.item", "prim.int") and isinstance(args[0], dict):
+            value = self.literal_items.get(args[0].get("ref"))
+            if value is not None:
+                self.constants[outputs[0]["id"]] = value if abs(value) < _EXACT else _HUGE
 
     def _constant(self, lit: Any) -> Any:
         """``lit`` with a reference to a folded value replaced by that value."""
