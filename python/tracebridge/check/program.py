@@ -179,6 +179,15 @@ def check_program(program_or_doc: Program | dict, name: str = "", *, strict: boo
       integers inside int64/uint64, and a size written as a literal may not ask for more
       than ``LIMITS["literal_numel"]`` elements; scalar ops on literals must stay in range
       (``LIMITS``; the size of ``program.json`` is checked by the reader before parsing).
+    * **bytes and work** [3.8]: tensors whose shape the file alone decides are followed
+      through the graph (``check/budget.py``): one is at most ``alloc_bytes``, all of a
+      graph ``graph_alloc_bytes``, their matrix products ``work_macs`` multiply-adds; a
+      count of results, ``combinations``' ``r`` and scale factors are bounded.
+    * **enums** [3.9]: an integer enum argument (``enums`` of ``ops.json``) is written in
+      the file as one of its values.
+    * **state writes** [3.10]: no in-place op, running-statistics argument or custom
+      function graph writes a parameter or a constant, through any view of it, and no
+      ``requires_grad_``/``detach_`` touches state (``check/state_writes.py``).
 
     >>> import torch, tracebridge
     >>> traced = tracebridge.trace(lambda x: x.relu(), torch.ones(2))
