@@ -116,6 +116,7 @@ def child_jobs() -> dict[str, tuple[str, list, list[int], int]]:
     jobs.update({f"gmm-{offs}": ("neg", _gmm_nodes(offs), [3], 2) for offs in _OFFS})
     jobs.update({f"call-{case}": ("neg", nodes, [3], 2) for case, nodes in _AT_THE_CALL.items()})
     jobs["writes"] = ("linear", _WRITES["add_ under no_grad"], [4, 3], 3)
+    jobs.update({f"circular-{op}": ("neg", _circular_nodes(op), [3], 2) for op in _CIRCULAR})
     return jobs
 
 
@@ -687,3 +688,43 @@ def test_an_item_of_a_tensor_literal_counts_as_a_written_size(tmp_path, base):
     ]
     with pytest.raises(tracebridge.ArtifactError, match="multiply-adds"):
         tracebridge.load(crafted(tmp_path, base, nodes))
+
+
+_CIRCULAR = ("pad", "_pad_circular")
+
+
+def _circular_nodes(op: str) -> list[dict]:
+    args = ["circular"] if op == "pad" else []
+    return [
+        _literal(1, [[[1, 2, 3, 4], [5, 6, 7, 8]]], "int32"),
+        _node(op, [_ref(1), [4, -3], *args], [_tensor(2, "int32")]),
+    ]
+
+
+@pytest.mark.parametrize("op", _CIRCULAR)
+def test_circular_padding_that_wraps_past_what_it_keeps_is_refused(children, op):
+    """Found by the contract test: ``F.pad(x, [4, -3], mode='circular')`` of a length-4 row
+    crops 3, then pads 4 around the one element left, and PyTorch returned three elements
+    of memory it never wrote (the canary)."""
+    refused(children[f"circular-{op}"], op, "wraps around more than the 1 elements it keeps")
+
+
+def test_circular_padding_within_bounds_is_pytorchs():
+    from tracebridge.runtime.checked_ops import CheckFailed, pad, pad_circular
+
+    x = torch.arange(1, 9, dtype=torch.int32).reshape(1, 2, 4)
+    checked = 0
+    for left in range(-4, 5):
+        for right in range(-4, 5):
+            try:
+                want = torch._C._nn._pad_circular(x, [left, right])
+            except RuntimeError:
+                continue
+            try:
+                got = pad_circular(x, [left, right])
+            except CheckFailed:
+                continue  # the cases PyTorch got wrong
+            assert torch.equal(got, want), (left, right)
+            assert torch.equal(pad(x, [left, right], "circular"), want)
+            checked += 1
+    assert checked >= 39

@@ -16,7 +16,9 @@ below do not, or not all of them (torch 2.13, CPU):
 * the flat-weight RNN ops (``gru``, ``lstm``, ``rnn_tanh``, ``rnn_relu``) trust the shapes of
   their weights (a one-row weight crashed the process, short biases are read past their
   end);
-* ``embedding_bag`` reads ``indices[offsets[i]]`` for any offset.
+* ``embedding_bag`` reads ``indices[offsets[i]]`` for any offset;
+* circular padding (``_pad_circular``, ``pad`` in circular mode) with a negative pad on one
+  side and a large one on the other returns memory it never wrote.
 
 Each function here checks every shape relation and enum the kernel relies on, exactly as
 the public op or module would (``nn.GRU``'s ``check_forward_args``, ``F.batch_norm``), and
@@ -154,6 +156,41 @@ def grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners):
         "grid_sampler: bicubic interpolation (2) takes 4-d input only",
     )
     return torch.grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners)
+
+
+def _circular_pads_ok(op: str, input, pad) -> None:
+    """Circular padding crops by the negative pads first, then wraps the rest around: a
+    positive pad may not pass the size left after cropping (PyTorch checks it against the
+    uncropped size only, and then returns memory it never wrote: ``pad=[4, -3]`` of a
+    length-4 row)."""
+    _need(_is_tensor(input), f"{op}: input is a tensor")
+    sizes = _ints_in(pad)
+    _need(
+        len(sizes) % 2 == 0 and len(sizes) // 2 <= input.dim(),
+        f"{op}: pad has one (left, right) pair per padded dimension",
+    )
+    for i in range(len(sizes) // 2):
+        left, right = sizes[2 * i], sizes[2 * i + 1]
+        size = input.size(input.dim() - 1 - i)
+        kept = size - max(-left, 0) - max(-right, 0)
+        _need(
+            kept >= 0 and max(left, 0) <= kept and max(right, 0) <= kept,
+            f"{op}: circular padding ({left}, {right}) of dimension {input.dim() - 1 - i} "
+            f"(size {size}) wraps around more than the {max(kept, 0)} elements it keeps",
+        )
+
+
+def pad_circular(input, pad):
+    """``_pad_circular`` (what ``F.pad(mode='circular')`` runs) after the pad check."""
+    _circular_pads_ok("_pad_circular", input, pad)
+    return torch._C._nn._pad_circular(input, pad)
+
+
+def pad(input, pad, mode="constant", value=None):
+    """``torch._C._nn.pad``: in circular mode, the pad check of ``pad_circular`` first."""
+    if mode == "circular":
+        _circular_pads_ok("pad", input, pad)
+    return torch._C._nn.pad(input, pad, mode, value)
 
 
 # --- grouped matrix products ----------------------------------------------------------------
@@ -465,6 +502,8 @@ CHECKED: dict[str, Callable] = {
     "cartesian_prod": cartesian_prod,
     "diag_embed": diag_embed,
     "combinations": combinations,
+    "_pad_circular": pad_circular,
+    "pad": pad,
     **{name: _sectioned(name) for name in SECTIONED_OPS},
 }
 
