@@ -68,7 +68,7 @@ def _bytes_ok(op: str, numel: int, dtype: torch.dtype) -> None:
 
 
 def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
+    return dtype.itemsize
 
 
 def _is_tensor(x) -> bool:
@@ -555,28 +555,40 @@ def sized_guard(
     ``tile`` multiply their input's elements; ``arange``'s size is its range's length;
     ``linspace``/``logspace`` take their ``steps``."""
 
+    sized = frozenset(positions)
+    start = spread if spread is not None else 1 << 30
+    expands = op in ("Tensor.expand", "broadcast_to")
+    repeats = op in ("Tensor.repeat", "tile")
+
     def run(*args, **kwargs):
-        if op in ("arange",):
+        if op == "arange":
             numel = _range_numel(args, kwargs)
         else:
-            sizes = [
-                a
-                for i, a in enumerate(args)
-                if i in positions or (spread is not None and i >= spread)
-            ]
-            sizes += [kwargs[k] for k in keys if k in kwargs]
-            wanted = _ints_in(sizes)
-            if op in ("Tensor.expand", "broadcast_to") and args and _is_tensor(args[0]):
+            wanted: list[int] = []
+            for i, a in enumerate(args):
+                if i in sized or i >= start:
+                    if type(a) is int:
+                        wanted.append(a)
+                    else:
+                        wanted += _ints_in(a)
+            for key in keys:
+                if key in kwargs:
+                    wanted += _ints_in(kwargs[key])
+            base = args[0] if args and _is_tensor(args[0]) else None
+            if expands and base is not None and -1 in wanted:
                 # -1 keeps the input's size of that dimension (sizes align on the right)
-                have = [None] * (len(wanted) - args[0].dim()) + list(args[0].shape)
+                have = [None] * (len(wanted) - base.dim()) + list(base.shape)
                 wanted = [h if w == -1 and h is not None else w for w, h in zip(wanted, have)]
-            numel = _numel_of(max(x, 0) for x in wanted)
-        if op in ("Tensor.repeat", "tile") and args and _is_tensor(args[0]):
-            numel *= args[0].numel()
+            numel = 1
+            for w in wanted:
+                numel *= w if w > 0 else 0
+            if repeats and base is not None:
+                numel *= base.numel()
         dtype = kwargs.get("dtype")
         if not isinstance(dtype, torch.dtype):
             dtype = args[0].dtype if args and _is_tensor(args[0]) else torch.float64
-        _bytes_ok(op, numel, dtype)
+        if numel * dtype.itemsize > ALLOC_BYTES:
+            _bytes_ok(op, numel, dtype)
         return fn(*args, **kwargs)
 
     run.__name__ = f"sized_{op.replace('.', '_')}"
