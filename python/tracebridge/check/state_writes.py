@@ -68,7 +68,16 @@ def _refs(lit) -> Iterable[int]:
 
 class StateWrites:
     """The rule over one graph, node by node. ``state_kinds`` maps state names to their
-    kind; ``inputs`` are the ids of the graph's inputs, in order."""
+    kind; ``inputs`` are the ids of the graph's inputs, in order.
+
+    >>> rule = StateWrites({"w": "parameter"}, inputs=[0])
+    >>> read = {"op": "prim.state", "args": ["w"], "kwargs": {}, "outputs": [{"id": 1}]}
+    >>> rule.node(0, "prim.state", frozenset(), (), read)
+    ''
+    >>> add = {"op": "Tensor.add_", "args": [{"ref": 1}, 3], "kwargs": {}, "outputs": []}
+    >>> rule.node(1, "Tensor.add_", frozenset({"inplace"}), (), add)[:32]
+    "Tensor.add_ writes parameter 'w'"
+    """
 
     def __init__(self, state_kinds: dict[str, str], inputs: list[int]):
         self.state_kinds = state_kinds

@@ -116,7 +116,11 @@ def native_batch_norm(
 def weight_norm(v, g, dim=0):
     """``torch._weight_norm`` after checking that ``g`` has the shape of
     ``norm_except_dim(v, 2, dim)``: ``v.size(dim)`` at ``dim`` and 1 elsewhere (one element
-    for ``dim=-1``, the whole tensor)."""
+    for ``dim=-1``, the whole tensor).
+
+    >>> weight_norm(torch.ones(3, 2), torch.full((3, 1), 2.0), 0)[0].tolist()
+    [1.4142135381698608, 1.4142135381698608]
+    """
     _need(_is_tensor(v) and _is_tensor(g), "_weight_norm: v and g must be tensors")
     _need(isinstance(dim, int) and -1 <= dim < v.dim(), f"_weight_norm: dim {dim} out of range")
     _need(v.dim() >= 1, "_weight_norm: v needs at least one dimension")
@@ -139,7 +143,17 @@ def weight_norm(v, g, dim=0):
 
 def grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners):
     """``torch.grid_sampler`` with its integer modes checked (as ``F.grid_sample`` maps its
-    string modes): interpolation 0, 1 or 2 (bicubic only for 4-d input), padding 0, 1, 2."""
+    string modes): interpolation 0, 1 or 2 (bicubic only for 4-d input), padding 0, 1, 2.
+
+    >>> img, grid = torch.ones(1, 1, 2, 2), torch.zeros(1, 1, 1, 2)
+    >>> grid_sampler(img, grid, 0, 0, False).flatten().tolist()
+    [1.0]
+    >>> try:
+    ...     grid_sampler(img, grid, 99, 0, False)
+    ... except CheckFailed as exc:
+    ...     print(str(exc)[:48])
+    grid_sampler: interpolation_mode must be one of
+    """
     _need(
         type(interpolation_mode) is int and interpolation_mode in GRID_INTERPOLATION,
         f"grid_sampler: interpolation_mode must be one of {sorted(GRID_INTERPOLATION)} "
