@@ -151,7 +151,7 @@ def grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners):
     >>> try:
     ...     grid_sampler(img, grid, 99, 0, False)
     ... except CheckFailed as exc:
-    ...     print(str(exc)[:48])
+    ...     print(str(exc)[:47])
     grid_sampler: interpolation_mode must be one of
     """
     _need(
