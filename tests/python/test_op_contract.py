@@ -728,3 +728,34 @@ def test_circular_padding_within_bounds_is_pytorchs():
             assert torch.equal(pad(x, [left, right], "circular"), want)
             checked += 1
     assert checked >= 39
+
+
+def test_a_custom_function_may_not_write_a_parameter_it_saves_for_backward():
+    """The same through the backward graph: the forward graph saves its input (a
+    parameter the node passes) and the backward graph writes that saved value."""
+    from tracebridge.artifact.archive import program_to_json
+    from tracebridge.check.program import check_program
+
+    from .test_autograd_function import QuantNet
+
+    traced = tracebridge.trace(QuantNet(), torch.randn(2, 4))
+    doc = json.loads(json.dumps(program_to_json(traced.program)))
+    graph = doc["methods"]["forward"]
+    index, node = next(
+        (i, n) for i, n in enumerate(graph["nodes"]) if n["op"] == "prim.autograd_function"
+    )
+    parameter = next(n for n, e in doc["state"].items() if e["kind"] == "parameter")
+    graph["nodes"].insert(index, _node("prim.state", [parameter], [_tensor(9999)]))
+    node["args"][0][0] = _ref(9999)
+    node["kwargs"]["saved"] = 1
+    forward = doc["methods"][node["kwargs"]["forward"]]
+    forward["outputs"].append(_ref(forward["inputs"][0]["id"]))  # saves its input
+    forward["out_spec"]["c"].append({"t": "leaf"})
+    backward = doc["methods"][node["kwargs"]["backward"]]
+    saved = dict(backward["inputs"][0], id=500, name="saved0")
+    backward["inputs"].insert(0, saved)
+    backward["in_spec"]["c"][0]["c"].append({"t": "leaf"})
+    check_program(doc, "saves.tb")  # saving it is fine
+    backward["nodes"].insert(0, _node("Tensor.mul_", [_ref(500), 0.0], [_tensor(9998)]))
+    with pytest.raises(tracebridge.ArtifactError, match="backward graph writes input 0"):
+        check_program(doc, "saves.tb")

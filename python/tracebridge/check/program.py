@@ -587,8 +587,16 @@ def _check_subgraphs(doc: dict, checks: dict[str, _GraphCheck]) -> None:
             try:
                 edges[method] += _autograd_arities(methods, node)
                 forward = checks[node["kwargs"]["forward"]].writes
+                backward = checks[node["kwargs"]["backward"]].writes
                 passed = checks[method].writes.passed.get(index, [])
-                reason = subgraph_write(passed, forward.written_inputs, kinds)
+                # the backward graph's first inputs are the forward graph's saved outputs
+                saved = forward.outputs[len(node["outputs"]) :][: node["kwargs"]["saved"]]
+                kept = [
+                    frozenset(r for s in saved_roots for r in forward.through(s, passed))
+                    for saved_roots in saved
+                ]
+                reason = subgraph_write(passed, forward.written_inputs, kinds, "forward")
+                reason = reason or subgraph_write(kept, backward.written_inputs, kinds, "backward")
                 if reason:
                     _fail("state writes", reason, _WRITE_FIX)
             except _Fault as fault:
@@ -700,6 +708,7 @@ class _GraphCheck:
                 self._node(node)
             except _Fault as fault:
                 raise _Located(_message("", self.method, index, node.get("op"), fault)) from None
+        self.writes.outputs = [self.writes.roots_of(lit) for lit in self.graph["outputs"]]
         try:
             for literal in self.graph["outputs"]:
                 self._literal(literal, 0)
