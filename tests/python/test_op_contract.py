@@ -576,6 +576,13 @@ def test_a_count_of_results_is_bounded(tmp_path, base):
     module = tracebridge.load(crafted(tmp_path, base, nodes, name="computed.tb"))
     with pytest.raises(tracebridge.TraceError, match="asked for 2147483648 results"):
         module(torch.ones(3))
+    # chunk of an empty dimension made that many empty tensors (killed for memory)
+    nodes = [
+        _node("zeros", [[0]], [_tensor(1, shape=[0])]),
+        _node("chunk", [_ref(1), 2**31], [_tensor(2, shape=[0])]),
+    ]
+    with pytest.raises(tracebridge.ArtifactError, match="chunk is asked for 2147483648"):
+        tracebridge.load(crafted(tmp_path, base, nodes, name="chunk.tb"))
 
 
 # --- the contract: every op, arguments of its kinds that do not fit (item 2) -----------------

@@ -1181,8 +1181,9 @@ def _width_of(op: str, kwargs: dict) -> int:
     return 8 if op in _INT64_DEFAULT else 4
 
 
-# Ops whose second argument, an integer, is the number of their results.
-SECTIONED_OPS = frozenset("tensor_split hsplit vsplit dsplit".split())
+# Ops whose second argument, an integer, is the number of their results (at most, for
+# ``chunk``: a dimension of size 0 is split into that many empty tensors).
+SECTIONED_OPS = frozenset("tensor_split hsplit vsplit dsplit chunk".split())
 
 # Ops whose result has the broadcast shape of their tensor arguments (for check/budget.py).
 _ELEMENTWISE = frozenset(

@@ -333,7 +333,7 @@ CHECKED_OPS = frozenset(
     """
 native_batch_norm _weight_norm grid_sampler _grouped_mm gru lstm rnn_tanh rnn_relu
 embedding_bag bincount one_hot outer kron cartesian_prod diag_embed combinations
-tensor_split hsplit vsplit dsplit _pad_circular pad
+tensor_split hsplit vsplit dsplit chunk _pad_circular pad
 """.split()
 )
 
