@@ -537,7 +537,7 @@ _AT_LOAD = {
     ],
     "chain of mm on 2048 squared literals": [
         _ones(1, [2048, 2048]),
-        *[_node("mm", [_ref(1 + i), _ref(1)], [_tensor(2 + i)]) for i in range(8)],
+        *[_node("mm", [_ref(1 + i), _ref(1)], [_tensor(2 + i)]) for i in range(10)],
     ],
 }
 
