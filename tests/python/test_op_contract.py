@@ -117,6 +117,7 @@ def child_jobs() -> dict[str, tuple[str, list, list[int], int]]:
     jobs.update({f"call-{case}": ("neg", nodes, [3], 2) for case, nodes in _AT_THE_CALL.items()})
     jobs["writes"] = ("linear", _WRITES["add_ under no_grad"], [4, 3], 3)
     jobs.update({f"circular-{op}": ("neg", _circular_nodes(op), [3], 2) for op in _CIRCULAR})
+    jobs["group_norm"] = ("neg", _GROUP_NORM, [3], 2)
     return jobs
 
 
@@ -766,3 +767,21 @@ def test_a_custom_function_may_not_write_a_parameter_it_saves_for_backward():
     backward["nodes"].insert(0, _node("Tensor.mul_", [_ref(500), 0.0], [_tensor(9998)]))
     with pytest.raises(tracebridge.ArtifactError, match="backward graph writes input 0"):
         check_program(doc, "saves.tb")
+
+
+_GROUP_NORM = [
+    _node("zeros", [[2, 0, 3]], [_tensor(1, shape=[2, 0, 3])]),
+    _node("group_norm", [_ref(1), 2**31], [_tensor(2, shape=[2, 0, 3])]),
+]
+
+
+def test_a_group_count_past_the_channels_is_refused(children):
+    """Found by the contract test: ``group_norm`` of an input without channels into 2**31
+    groups allocated statistics for each group (the child was killed for memory)."""
+    refused(children["group_norm"], "group_norm", "num_groups must be between 1 and the 0")
+
+
+def test_an_fft_length_counts_in_complex_bytes(tmp_path, base):
+    nodes = [_node("fft.fft", [_ref(0), 2**28], [_tensor(1, "complex64")])]
+    with pytest.raises(tracebridge.ArtifactError, match="fft.fft is asked for 2147483648 bytes"):
+        tracebridge.load(crafted(tmp_path, base, nodes))

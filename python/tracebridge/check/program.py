@@ -1159,12 +1159,13 @@ def _names_at(info: ops.OpInfo, position: int) -> tuple[str, ...]:
 
 
 # Ops that allocate what their size arguments ask for, and the widths of their default
-# dtypes (float32, or int64 for these).
+# dtypes (float32; int64 for these; complex64 for the FFTs, whose ``n`` is a length).
 _ALLOCATING = frozenset(
     """zeros ones full empty rand randn randint randperm arange linspace logspace eye
     tril_indices triu_indices Tensor.new_zeros Tensor.new_ones Tensor.new_full
     Tensor.new_empty one_hot histc bincount multinomial""".split()
-)
+) | frozenset(name for name in ops.OPS if name.startswith("fft."))
+_COMPLEX_DEFAULT = frozenset(name for name in ops.OPS if name.startswith("fft."))
 _INT64_DEFAULT = frozenset(
     "randint randperm arange tril_indices triu_indices one_hot bincount multinomial".split()
 )
@@ -1178,7 +1179,7 @@ def _width_of(op: str, kwargs: dict) -> int:
         return dtypes.ITEMSIZE.get(dtype["dtype"], 16)
     if op.startswith("Tensor.new_"):
         return 16
-    return 8 if op in _INT64_DEFAULT else 4
+    return 8 if op in _INT64_DEFAULT or op in _COMPLEX_DEFAULT else 4
 
 
 # Ops whose second argument, an integer, is the number of their results (at most, for

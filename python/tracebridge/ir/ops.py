@@ -331,7 +331,8 @@ _ENUM_OPS: dict[str, dict[str, tuple[int, ...]]] = {"embedding_bag": {"mode": (0
 # the arguments, and the bytes, before the kernel runs (flag ``checked`` in ops.json).
 CHECKED_OPS = frozenset(
     """
-native_batch_norm _weight_norm grid_sampler _grouped_mm gru lstm rnn_tanh rnn_relu
+native_batch_norm _weight_norm group_norm grid_sampler _grouped_mm gru lstm rnn_tanh
+rnn_relu
 embedding_bag bincount one_hot outer kron cartesian_prod diag_embed combinations
 tensor_split hsplit vsplit dsplit chunk _pad_circular pad
 """.split()

@@ -113,6 +113,19 @@ def native_batch_norm(
     )
 
 
+def group_norm(input, num_groups, *rest, **kwargs):
+    """``torch.group_norm`` after checking the group count against the channels: PyTorch
+    accepts any count for an input with no channels and allocates statistics for each
+    group (2**31 groups were killed for memory)."""
+    _need(_is_tensor(input) and input.dim() >= 2, "group_norm: input needs 2+ dimensions")
+    channels = input.size(1)
+    _need(
+        type(num_groups) is int and 1 <= num_groups <= max(channels, 1),
+        f"group_norm: num_groups must be between 1 and the {channels} channels, not {num_groups!r}",
+    )
+    return torch.group_norm(input, num_groups, *rest, **kwargs)
+
+
 def weight_norm(v, g, dim=0):
     """``torch._weight_norm`` after checking that ``g`` has the shape of
     ``norm_except_dim(v, 2, dim)``: ``v.size(dim)`` at ``dim`` and 1 elsewhere (one element
@@ -506,6 +519,7 @@ CHECKED: dict[str, Callable] = {
     "embedding_bag": embedding_bag,
     "native_batch_norm": native_batch_norm,
     "_weight_norm": weight_norm,
+    "group_norm": group_norm,
     "grid_sampler": grid_sampler,
     "_grouped_mm": grouped_mm,
     **{name: _rnn(name) for name in _GATES},
