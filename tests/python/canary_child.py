@@ -37,7 +37,7 @@ def _digest(out) -> list:
 
     found = []
     for t in _leaves(out):
-        if t.device.type != "cpu":  # a meta tensor has no data to show
+        if t.device.type != "cpu" or t.numel() == 0:  # no data to show (meta, empty)
             found.append((f"{t.device.type}{list(t.shape)}", False))
             continue
         flat = torch.empty_like(t, memory_format=torch.contiguous_format)

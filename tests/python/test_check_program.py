@@ -477,7 +477,7 @@ def corpus(base: dict) -> dict[str, object]:
     mutate("float_id", lambda d: forward(d)["nodes"][0]["outputs"][0].update(id=1.0))
     mutate("version_float", lambda d: d.update(format_version=1.0))
     mutate("version_new", lambda d: d.update(format_version=99))
-    mutate("opset_new", lambda d: d.update(opset_version=4))
+    mutate("opset_new", lambda d: d.update(opset_version=ops.OPSET_VERSION + 1))
     mutate("opset_v1", lambda d: d.update(opset_version=1))
     mutate(
         "opset_v1_removed",

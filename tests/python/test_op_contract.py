@@ -89,10 +89,11 @@ def write_artifact(path: Path, doc: dict, tensors: bytes) -> Path:
     return path
 
 
-def crafted(tmp_path, base, nodes, outputs=None, name="crafted.tb") -> Path:
+def crafted(tmp_path, base, nodes, outputs=None, name="crafted.tb", opset=None) -> Path:
     """``base`` with its forward graph replaced by ``nodes``; it returns ``outputs``
-    (default: the last node's first output)."""
+    (default: the last node's first output). ``opset``: the op-set version it declares."""
     doc = json.loads(json.dumps(base[0]))
+    doc["opset_version"] = opset or doc["opset_version"]
     graph = doc["methods"]["forward"]
     graph["nodes"] = nodes
     outs = outputs or [nodes[-1]["outputs"][0]["id"]]
@@ -108,11 +109,15 @@ def child_jobs() -> dict[str, tuple[str, list, list[int], int]]:
     """Every crafted file of this module that runs in a child: name -> (base, nodes, input
     shape, calls). ``base`` is ``"neg"`` (a function) or ``"linear"`` (an ``nn.Linear``)."""
     jobs = {f"bn-{t}": ("neg", _bn_nodes(t), [3], 2) for t in (False, True)}
+    jobs.update({f"v3-bn-{t}": ("neg3", _bn_nodes(t), [3], 2) for t in (False, True)})
+    jobs["v3-rnn"] = ("neg3", _rnn_nodes("gru", "w_ih"), [3], 2)
     jobs["weight_norm"] = ("neg", _WEIGHT_NORM, [3], 2)
     jobs.update({f"rnn-{op}-{bad}": ("neg", _rnn_nodes(op, bad), [3], 2) for op, bad in _RNN})
     jobs.update({f"gmm-{offs}": ("neg", _gmm_nodes(offs), [3], 2) for offs in _OFFS})
     jobs.update({f"call-{case}": ("neg", nodes, [3], 2) for case, nodes in _AT_THE_CALL.items()})
     jobs["writes"] = ("linear", _WRITES["add_ under no_grad"], [4, 3], 3)
+    jobs.update({f"circular-{op}": ("neg", _circular_nodes(op), [3], 2) for op in _CIRCULAR})
+    jobs["group_norm"] = ("neg", _GROUP_NORM, [3], 2)
     return jobs
 
 
@@ -125,8 +130,9 @@ def children(tmp_path_factory, base, linear) -> dict[str, dict]:
     workdir = tmp_path_factory.mktemp("children")
     names, jobs = [], []
     for name, (which, nodes, shape, calls) in child_jobs().items():
-        if which == "neg":
-            path = crafted(workdir, base, nodes, name=f"{len(names)}.tb")
+        if which.startswith("neg"):
+            opset = 3 if which == "neg3" else None
+            path = crafted(workdir, base, nodes, name=f"{len(names)}.tb", opset=opset)
         else:
             path = _writes_weight(workdir, linear, nodes, name=f"{len(names)}.tb")
         names.append(name)
@@ -163,6 +169,29 @@ def test_native_batch_norm_with_short_weights_is_refused(children, training):
     """Read past the one-element weights (evaluation: garbage that changed between calls)
     and wrote past them (training: ``free(): invalid size``, SIGSEGV)."""
     refused(children[f"bn-{training}"], "native_batch_norm", "8 elements")
+
+
+@pytest.mark.parametrize("case", ["v3-bn-False", "v3-bn-True", "v3-rnn"])
+def test_files_of_older_op_sets_run_through_the_checked_implementations(children, case):
+    """A file that says op-set version 3 is read under the same rules: its ops run through
+    the checked implementations (the golden vectors of older versions keep loading:
+    tests/python/test_vectors.py)."""
+    refused(children[case], "must")
+
+
+def test_files_of_older_op_sets_get_the_enum_and_write_rules(tmp_path, base, linear):
+    nodes = [
+        _node("ones", [[1, 1, 4, 4]], [_tensor(1, shape=[1, 1, 4, 4])]),
+        _node("zeros", [[1, 2, 2, 2]], [_tensor(2, shape=[1, 2, 2, 2])]),
+        _node("grid_sampler", [_ref(1), _ref(2), 99, 0, False], [_tensor(3)]),
+    ]
+    with pytest.raises(tracebridge.ArtifactError, match="rule: enums"):
+        tracebridge.load(crafted(tmp_path, base, nodes, opset=3))
+    doc = json.loads(json.dumps(linear[0]))
+    doc["opset_version"] = 2
+    doc["methods"]["forward"]["nodes"][2:2] = _WRITES["add_ through .data"]
+    with pytest.raises(tracebridge.ArtifactError, match="rule: state writes"):
+        tracebridge.load(write_artifact(tmp_path / "v2.tb", doc, linear[1]))
 
 
 _WEIGHT_NORM = [
@@ -417,6 +446,18 @@ def test_a_custom_function_may_not_write_a_parameter_it_is_passed():
 
 # --- resource bounds in bytes (item 3) -------------------------------------------------------
 
+
+def _computed(value: int) -> list[dict]:
+    """Nodes that compute ``value`` as the int value 2 at the call (an item of a sum the
+    checker does not fold): a size only the call knows."""
+    half = value // 2
+    return [
+        _literal(1, [half, value - half], "int64"),
+        _node("sum", [_ref(1)], [_tensor(11, "int64", [])]),
+        _node("prim.item", [_ref(11)], [{"id": 2, "kind": "int"}]),
+    ]
+
+
 _BIG = 2**40
 _AT_THE_CALL = {
     "bincount of a value": [
@@ -428,18 +469,15 @@ _AT_THE_CALL = {
         _node("one_hot", [_ref(1)], [_tensor(2, "int64")]),
     ],
     "prim.item of a literal as a size": [
-        _literal(1, _BIG, "int64"),
-        _node("prim.item", [_ref(1)], [{"id": 2, "kind": "int"}]),
+        *_computed(_BIG),
         _node("zeros", [[_ref(2), 4]], [_tensor(3)]),
     ],
     "prim.item as a size spread over positions": [
-        _literal(1, 2**20, "int64"),
-        _node("prim.item", [_ref(1)], [{"id": 2, "kind": "int"}]),
+        *_computed(2**20),
         _node("Tensor.new_ones", [_ref(0), _ref(2), _ref(2)], [_tensor(3)]),
     ],
     "prim.item as an expand": [
-        _literal(1, 2**20, "int64"),
-        _node("prim.item", [_ref(1)], [{"id": 2, "kind": "int"}]),
+        *_computed(2**20),
         _node("ones", [[1, 1]], [_tensor(3, shape=[1, 1])]),
         _node("Tensor.expand", [_ref(3), _ref(2), _ref(2)], [_tensor(4)]),
         _node("sum", [_ref(4)], [_tensor(5, shape=[])]),
@@ -500,7 +538,7 @@ _AT_LOAD = {
     ],
     "chain of mm on 2048 squared literals": [
         _ones(1, [2048, 2048]),
-        *[_node("mm", [_ref(1 + i), _ref(1)], [_tensor(2 + i)]) for i in range(8)],
+        *[_node("mm", [_ref(1 + i), _ref(1)], [_tensor(2 + i)]) for i in range(10)],
     ],
 }
 
@@ -533,13 +571,19 @@ def test_a_count_of_results_is_bounded(tmp_path, base):
     with pytest.raises(tracebridge.ArtifactError, match="asked for 2147483648 results"):
         tracebridge.load(crafted(tmp_path, base, nodes))
     nodes = [
-        _literal(1, 2**31, "int64"),
-        _node("prim.item", [_ref(1)], [{"id": 2, "kind": "int"}]),
+        *_computed(2**31),
         _node("tensor_split", [_ref(0), _ref(2)], [_tensor(3)]),
     ]
     module = tracebridge.load(crafted(tmp_path, base, nodes, name="computed.tb"))
     with pytest.raises(tracebridge.TraceError, match="asked for 2147483648 results"):
         module(torch.ones(3))
+    # chunk of an empty dimension made that many empty tensors (killed for memory)
+    nodes = [
+        _node("zeros", [[0]], [_tensor(1, shape=[0])]),
+        _node("chunk", [_ref(1), 2**31], [_tensor(2, shape=[0])]),
+    ]
+    with pytest.raises(tracebridge.ArtifactError, match="chunk is asked for 2147483648"):
+        tracebridge.load(crafted(tmp_path, base, nodes, name="chunk.tb"))
 
 
 # --- the contract: every op, arguments of its kinds that do not fit (item 2) -----------------
@@ -610,3 +654,134 @@ def test_the_checked_ops_are_declared_in_the_op_set():
     }
     assert ops.info("mse_loss").enums == {"reduction": (0, 1, 2)}
     assert ops.info("embedding_bag").enums["mode"] == (0, 1, 2)
+
+
+def test_the_call_time_bound_reads_every_size_and_keeps_expanded_dims():
+    from tracebridge.runtime.checked_ops import CheckFailed, sized_guard
+
+    zeros = sized_guard("zeros", torch.zeros, [0], [], 0)
+    assert zeros(2, 3).shape == (2, 3)
+    with pytest.raises(CheckFailed, match="zeros would allocate"):
+        zeros(2, 2**30)  # the second size, spread over positions, counts
+    expand = sized_guard("Tensor.expand", torch.Tensor.expand, [1], [], 1)
+    big = torch.ones(2**15, 1)
+    assert expand(big, -1, 4).shape == (2**15, 4)
+    with pytest.raises(CheckFailed, match="would allocate"):
+        expand(big, -1, 2**15)  # -1 keeps 2**15 rows: 2**30 elements
+
+
+def test_the_budget_reads_sizes_spread_over_positions(tmp_path, base):
+    nodes = [
+        _node(
+            "zeros",
+            [2**14, 2**14],
+            [_tensor(1, "float64", [2**14, 2**14])],
+            {"dtype": {"dtype": "float64"}},
+        ),
+        _node("sum", [_ref(1)], [_tensor(2, shape=[])]),
+    ]
+    with pytest.raises(tracebridge.ArtifactError, match="bytes"):
+        tracebridge.load(crafted(tmp_path, base, nodes))
+
+
+def test_an_item_of_a_tensor_literal_counts_as_a_written_size(tmp_path, base):
+    """``prim.item(tensor(n))`` got around the folded-size rule; the checker now sees it,
+    so what it sizes (here an expand, then a matrix product of hours) is refused at load."""
+    nodes = [
+        _literal(1, 2**14, "int64"),
+        _node("prim.item", [_ref(1)], [{"id": 2, "kind": "int"}]),
+        _ones(3, [1, 1]),
+        _node("Tensor.expand", [_ref(3), _ref(2), _ref(2)], [_tensor(4)]),
+        _node("mm", [_ref(4), _ref(4)], [_tensor(5)]),
+    ]
+    with pytest.raises(tracebridge.ArtifactError, match="multiply-adds"):
+        tracebridge.load(crafted(tmp_path, base, nodes))
+
+
+_CIRCULAR = ("pad", "_pad_circular")
+
+
+def _circular_nodes(op: str) -> list[dict]:
+    args = ["circular"] if op == "pad" else []
+    return [
+        _literal(1, [[[1, 2, 3, 4], [5, 6, 7, 8]]], "int32"),
+        _node(op, [_ref(1), [4, -3], *args], [_tensor(2, "int32")]),
+    ]
+
+
+@pytest.mark.parametrize("op", _CIRCULAR)
+def test_circular_padding_that_wraps_past_what_it_keeps_is_refused(children, op):
+    """Found by the contract test: ``F.pad(x, [4, -3], mode='circular')`` of a length-4 row
+    crops 3, then pads 4 around the one element left, and PyTorch returned three elements
+    of memory it never wrote (the canary)."""
+    refused(children[f"circular-{op}"], op, "wraps around more than the 1 elements it keeps")
+
+
+def test_circular_padding_within_bounds_is_pytorchs():
+    from tracebridge.runtime.checked_ops import CheckFailed, pad, pad_circular
+
+    x = torch.arange(1, 9, dtype=torch.int32).reshape(1, 2, 4)
+    checked = 0
+    for left in range(-4, 5):
+        for right in range(-4, 5):
+            try:
+                want = torch._C._nn._pad_circular(x, [left, right])
+            except RuntimeError:
+                continue
+            try:
+                got = pad_circular(x, [left, right])
+            except CheckFailed:
+                continue  # the cases PyTorch got wrong
+            assert torch.equal(got, want), (left, right)
+            assert torch.equal(pad(x, [left, right], "circular"), want)
+            checked += 1
+    assert checked >= 39
+
+
+def test_a_custom_function_may_not_write_a_parameter_it_saves_for_backward():
+    """The same through the backward graph: the forward graph saves its input (a
+    parameter the node passes) and the backward graph writes that saved value."""
+    from tracebridge.artifact.archive import program_to_json
+    from tracebridge.check.program import check_program
+
+    from .test_autograd_function import QuantNet
+
+    traced = tracebridge.trace(QuantNet(), torch.randn(2, 4))
+    doc = json.loads(json.dumps(program_to_json(traced.program)))
+    graph = doc["methods"]["forward"]
+    index, node = next(
+        (i, n) for i, n in enumerate(graph["nodes"]) if n["op"] == "prim.autograd_function"
+    )
+    parameter = next(n for n, e in doc["state"].items() if e["kind"] == "parameter")
+    graph["nodes"].insert(index, _node("prim.state", [parameter], [_tensor(9999)]))
+    node["args"][0][0] = _ref(9999)
+    node["kwargs"]["saved"] = 1
+    forward = doc["methods"][node["kwargs"]["forward"]]
+    forward["outputs"].append(_ref(forward["inputs"][0]["id"]))  # saves its input
+    forward["out_spec"]["c"].append({"t": "leaf"})
+    backward = doc["methods"][node["kwargs"]["backward"]]
+    saved = dict(backward["inputs"][0], id=500, name="saved0")
+    backward["inputs"].insert(0, saved)
+    backward["in_spec"]["c"][0]["c"].append({"t": "leaf"})
+    check_program(doc, "saves.tb")  # saving it is fine
+    backward["nodes"].insert(0, _node("Tensor.mul_", [_ref(500), 0.0], [_tensor(9998)]))
+    with pytest.raises(tracebridge.ArtifactError, match="backward graph writes input 0"):
+        check_program(doc, "saves.tb")
+
+
+_GROUP_NORM = [
+    _node("zeros", [[2, 0, 3]], [_tensor(1, shape=[2, 0, 3])]),
+    _node("group_norm", [_ref(1), 2**31], [_tensor(2, shape=[2, 0, 3])]),
+]
+
+
+def test_a_group_count_past_the_channels_is_refused(children):
+    """Found by the contract test: ``group_norm`` of an input without channels into 2**31
+    groups allocated statistics for each group (the child was killed for memory)."""
+    refused(children["group_norm"], "group_norm", "num_groups must be between 1 and the 0")
+
+
+def test_an_fft_length_counts_in_complex_bytes(tmp_path, base):
+    nodes = [_node("fft.fft", [_ref(0), 2**28], [_tensor(1, "complex64")])]
+    with pytest.raises(tracebridge.ArtifactError, match="fft.fft is asked for 2147483648 bytes"):
+        tracebridge.load(crafted(tmp_path, base, nodes))

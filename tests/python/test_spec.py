@@ -76,7 +76,8 @@ def test_opset_md_lists_every_op_once_with_flags():
     flags = dict(rows)
     assert flags["Tensor.add_"].strip() == "in-place"
     assert flags["dropout"].strip() == "random"
-    assert flags["chunk"].strip() == "variadic"
+    assert flags["chunk"].strip() == "variadic, checked"
+    assert flags["grid_sampler"].strip() == "checked"
     assert flags["relu"].strip() == ""
 
 

@@ -167,9 +167,8 @@ class Budget:
         if op in _FACTORIES:
             at = 1 if op == "randint" and len(args) >= 2 else 0
             at = 2 if op == "randint" and len(args) >= 3 else at
-            sizes = _ints(kwargs.get("size", args[at] if len(args) > at else None))
-            if sizes is None and op in ("zeros", "ones", "empty", "rand", "randn"):
-                sizes = _ints(list(args))
+            spread = op in ("zeros", "ones", "empty", "rand", "randn") and len(args) > 1
+            sizes = _ints(list(args) if spread else kwargs.get("size", args[at] if args else None))
             return (tuple(sizes), self._width(kwargs, default), 0) if sizes else None
         if op in _NEW_FACTORIES and args:
             base = self._of(args[0])

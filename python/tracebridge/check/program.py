@@ -45,10 +45,10 @@ LIMITS = {
     # Bytes of one tensor whose shape the file decides (sizes written in it, its state, and
     # what ops make of them; also the bound at the call for sizes taken from values), and
     # of all such tensors of one graph; multiply-adds of matrix products of such tensors
-    # in one graph (2**35: seconds on one core). See check/budget.py.
+    # in one graph (2**36: about ten seconds on one core). See check/budget.py.
     "alloc_bytes": 2**30,
     "graph_alloc_bytes": 2**34,
-    "work_macs": 2**35,
+    "work_macs": 2**36,
     # Results of one op whose count is an argument (tensor_split(x, n) makes n tensors).
     "results": 2**16,
     # The product of the scale factors an upsampling op is given in the file, and the
@@ -184,6 +184,15 @@ def check_program(program_or_doc: Program | dict, name: str = "", *, strict: boo
       integers inside int64/uint64, and a size written as a literal may not ask for more
       than ``LIMITS["literal_numel"]`` elements; scalar ops on literals must stay in range
       (``LIMITS``; the size of ``program.json`` is checked by the reader before parsing).
+    * **bytes and work** [3.8]: tensors whose shape the file alone decides are followed
+      through the graph (``check/budget.py``): one is at most ``alloc_bytes``, all of a
+      graph ``graph_alloc_bytes``, their matrix products ``work_macs`` multiply-adds; a
+      count of results, ``combinations``' ``r`` and scale factors are bounded.
+    * **enums** [3.9]: an integer enum argument (``enums`` of ``ops.json``) is written in
+      the file as one of its values.
+    * **state writes** [3.10]: no in-place op, running-statistics argument or custom
+      function graph writes a parameter or a constant, through any view of it, and no
+      ``requires_grad_``/``detach_`` touches state (``check/state_writes.py``).
 
     >>> import torch, tracebridge
     >>> traced = tracebridge.trace(lambda x: x.relu(), torch.ones(2))
@@ -610,8 +619,16 @@ def _check_subgraphs(doc: dict, checks: dict[str, _GraphCheck]) -> None:
             try:
                 edges[method] += _autograd_arities(methods, node)
                 forward = checks[node["kwargs"]["forward"]].writes
+                backward = checks[node["kwargs"]["backward"]].writes
                 passed = checks[method].writes.passed.get(index, [])
-                reason = subgraph_write(passed, forward.written_inputs, kinds)
+                # the backward graph's first inputs are the forward graph's saved outputs
+                saved = forward.outputs[len(node["outputs"]) :][: node["kwargs"]["saved"]]
+                kept = [
+                    frozenset(r for s in saved_roots for r in forward.through(s, passed))
+                    for saved_roots in saved
+                ]
+                reason = subgraph_write(passed, forward.written_inputs, kinds, "forward")
+                reason = reason or subgraph_write(kept, backward.written_inputs, kinds, "backward")
                 if reason:
                     _fail("state writes", reason, _WRITE_FIX)
             except _Fault as fault:
@@ -707,6 +724,7 @@ class _GraphCheck:
         # value id -> the integer a scalar op computes from literals alone: a size written as
         # scalar.mul(2**20, 2**20) is as much a literal as 2**40.
         self.constants: dict[int, int] = {}
+        self.literal_items: dict[int, int] = {}  # value id -> the int a tensor literal holds
 
     def run(self) -> None:
         try:
@@ -722,6 +740,7 @@ class _GraphCheck:
                 self._node(node)
             except _Fault as fault:
                 raise _Located(_message("", self.method, index, node.get("op"), fault)) from None
+        self.writes.outputs = [self.writes.roots_of(lit) for lit in self.graph["outputs"]]
         try:
             for literal in self.graph["outputs"]:
                 self._literal(literal, 0)
@@ -855,6 +874,7 @@ class _GraphCheck:
         if "scalar" in info.flags:
             self._scalar_range(info, node)
             self._fold(info, node)
+        self._fold_item(op, node)
         _leaf_count(node.get("out_spec"), len(node["outputs"]), "outputs", "out_spec")
         for value in node["outputs"]:
             self._define(value)
@@ -1129,6 +1149,24 @@ class _GraphCheck:
         if _is_int(value):
             self.constants[node["outputs"][0]["id"]] = value if abs(value) < _EXACT else _HUGE
 
+    def _fold_item(self, op: str, node: dict) -> None:
+        """``prim.item``/``prim.int`` of a one-element ``tensor`` literal is that literal:
+        a size written as ``zeros(prim.item(tensor(2**40)))`` counts as one written in the
+        file (the call would bound it too, but the checker also sees what it multiplies)."""
+        args, outputs = node["args"], node["outputs"]
+        if len(outputs) != 1 or len(args) != 1:
+            return
+        if op == "tensor":
+            data = args[0]
+            while isinstance(data, list) and len(data) == 1:
+                data = data[0]
+            if _is_int(data):
+                self.literal_items[outputs[0]["id"]] = data
+        elif op in ("prim.item", "prim.int") and isinstance(args[0], dict):
+            value = self.literal_items.get(args[0].get("ref"))
+            if value is not None:
+                self.constants[outputs[0]["id"]] = value if abs(value) < _EXACT else _HUGE
+
     def _constant(self, lit: Any) -> Any:
         """``lit`` with a reference to a folded value replaced by that value."""
         if isinstance(lit, dict) and set(lit) == {"ref"} and lit["ref"] in self.constants:
@@ -1156,12 +1194,13 @@ def _names_at(info: ops.OpInfo, position: int) -> tuple[str, ...]:
 
 
 # Ops that allocate what their size arguments ask for, and the widths of their default
-# dtypes (float32, or int64 for these).
+# dtypes (float32; int64 for these; complex64 for the FFTs, whose ``n`` is a length).
 _ALLOCATING = frozenset(
     """zeros ones full empty rand randn randint randperm arange linspace logspace eye
     tril_indices triu_indices Tensor.new_zeros Tensor.new_ones Tensor.new_full
     Tensor.new_empty one_hot histc bincount multinomial""".split()
-)
+) | frozenset(name for name in ops.OPS if name.startswith("fft."))
+_COMPLEX_DEFAULT = frozenset(name for name in ops.OPS if name.startswith("fft."))
 _INT64_DEFAULT = frozenset(
     "randint randperm arange tril_indices triu_indices one_hot bincount multinomial".split()
 )
@@ -1175,11 +1214,12 @@ def _width_of(op: str, kwargs: dict) -> int:
         return dtypes.ITEMSIZE.get(dtype["dtype"], 16)
     if op.startswith("Tensor.new_"):
         return 16
-    return 8 if op in _INT64_DEFAULT else 4
+    return 8 if op in _INT64_DEFAULT or op in _COMPLEX_DEFAULT else 4
 
 
-# Ops whose second argument, an integer, is the number of their results.
-SECTIONED_OPS = frozenset("tensor_split hsplit vsplit dsplit".split())
+# Ops whose second argument, an integer, is the number of their results (at most, for
+# ``chunk``: a dimension of size 0 is split into that many empty tensors).
+SECTIONED_OPS = frozenset("tensor_split hsplit vsplit dsplit chunk".split())
 
 # Ops whose result has the broadcast shape of their tensor arguments (for check/budget.py).
 _ELEMENTWISE = frozenset(

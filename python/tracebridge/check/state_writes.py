@@ -18,7 +18,8 @@ their first argument) and refuses, at load:
 Buffers are the state a module may change: BatchNorm's running statistics and
 ``num_batches_tracked`` in training mode, and any buffer a traced module updates in place
 (caches, counters), as PyTorch defines them. A custom autograd function's ``forward`` graph
-may not write an input that the calling node passes from a parameter or a constant.
+may not write an input that the calling node passes from a parameter or a constant, nor its
+``backward`` graph a saved value that is such an input.
 """
 
 from __future__ import annotations
@@ -68,7 +69,16 @@ def _refs(lit) -> Iterable[int]:
 
 class StateWrites:
     """The rule over one graph, node by node. ``state_kinds`` maps state names to their
-    kind; ``inputs`` are the ids of the graph's inputs, in order."""
+    kind; ``inputs`` are the ids of the graph's inputs, in order.
+
+    >>> rule = StateWrites({"w": "parameter"}, inputs=[0])
+    >>> read = {"op": "prim.state", "args": ["w"], "kwargs": {}, "outputs": [{"id": 1}]}
+    >>> rule.node(0, "prim.state", frozenset(), (), read)
+    ''
+    >>> add = {"op": "Tensor.add_", "args": [{"ref": 1}, 3], "kwargs": {}, "outputs": []}
+    >>> rule.node(1, "Tensor.add_", frozenset({"inplace"}), (), add)[:32]
+    "Tensor.add_ writes parameter 'w'"
+    """
 
     def __init__(self, state_kinds: dict[str, str], inputs: list[int]):
         self.state_kinds = state_kinds
@@ -78,6 +88,16 @@ class StateWrites:
         self.written_inputs: set[int] = set()  # positions of inputs an op writes
         # node index -> the roots of each tensor a prim.autograd_function node passes
         self.passed: dict[int, list[frozenset[Root]]] = {}
+        self.outputs: list[frozenset[Root]] = []  # roots of each graph output, once run
+
+    @staticmethod
+    def through(root: Root, passed: list[frozenset[Root]]) -> frozenset[Root]:
+        """What ``root`` (of a graph called by a node) is in the caller: an input of the
+        graph is what the node passed at that position."""
+        kind, where = root
+        if kind == "input":
+            return passed[where] if where < len(passed) else frozenset()
+        return frozenset({root})
 
     def roots_of(self, lit) -> frozenset[Root]:
         found: set[Root] = set()
@@ -121,16 +141,19 @@ class StateWrites:
         return ""
 
 
-def subgraph_write(passed: list[frozenset[Root]], written: set[int], state_kinds: dict) -> str:
-    """The reason a ``prim.autograd_function`` node is refused when its ``forward`` graph
-    writes inputs (``written``) that the node passes from read-only state, or ``""``."""
+def subgraph_write(
+    passed: list[frozenset[Root]], written: set[int], state_kinds: dict, which: str
+) -> str:
+    """The reason a ``prim.autograd_function`` node is refused when its ``which`` graph
+    writes inputs (``written``) that come from read-only state (``passed``: the roots of
+    each input in the caller), or ``""``."""
     for position in sorted(written):
         if position >= len(passed):
             continue
         for kind, name in sorted(passed[position]):
             if kind == "state" and state_kinds.get(name) in READ_ONLY_KINDS:
                 return (
-                    f"its forward graph writes input {position}, which is "
+                    f"its {which} graph writes input {position}, which is "
                     f"{state_kinds[name]} {name[:60]!r}: a loaded program never writes a "
                     "parameter or a constant"
                 )

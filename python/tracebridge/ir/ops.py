@@ -189,7 +189,8 @@ REVIEWED_PRIVATE: dict[str, str] = {
     "_native_multi_head_attention": "nn.MultiheadAttention's inference fast path calls "
     "it; reads only its tensor arguments",
     "_unique2": "torch.unique calls it; returns new tensors from its input",
-    "_pad_circular": "F.pad(mode='circular') calls it; pure copy of its input",
+    "_pad_circular": "F.pad(mode='circular') calls it; pure copy of its input; runs through a "
+    "checked implementation (a pad may not wrap past what negative pads keep)",
     "_weight_norm": "nn.utils.weight_norm's parametrisation (wav2vec2, HuBERT) calls it; "
     "v * g / norm(v), new tensor from its inputs; runs through a checked implementation "
     "(g's shape against v and dim)",
@@ -336,9 +337,10 @@ _ENUM_OPS: dict[str, dict[str, tuple[int, ...]]] = {"embedding_bag": {"mode": (0
 # the arguments, and the bytes, before the kernel runs (flag ``checked`` in ops.json).
 CHECKED_OPS = frozenset(
     """
-native_batch_norm _weight_norm grid_sampler _grouped_mm gru lstm rnn_tanh rnn_relu
+native_batch_norm _weight_norm group_norm grid_sampler _grouped_mm gru lstm rnn_tanh
+rnn_relu
 embedding_bag bincount one_hot outer kron cartesian_prod diag_embed combinations
-tensor_split hsplit vsplit dsplit
+tensor_split hsplit vsplit dsplit chunk _pad_circular pad
 """.split()
 )
 

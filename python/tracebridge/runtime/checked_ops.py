@@ -16,7 +16,9 @@ below do not, or not all of them (torch 2.13, CPU):
 * the flat-weight RNN ops (``gru``, ``lstm``, ``rnn_tanh``, ``rnn_relu``) trust the shapes of
   their weights (a one-row weight crashed the process, short biases are read past their
   end);
-* ``embedding_bag`` reads ``indices[offsets[i]]`` for any offset.
+* ``embedding_bag`` reads ``indices[offsets[i]]`` for any offset;
+* circular padding (``_pad_circular``, ``pad`` in circular mode) with a negative pad on one
+  side and a large one on the other returns memory it never wrote.
 
 Each function here checks every shape relation and enum the kernel relies on, exactly as
 the public op or module would (``nn.GRU``'s ``check_forward_args``, ``F.batch_norm``), and
@@ -66,7 +68,7 @@ def _bytes_ok(op: str, numel: int, dtype: torch.dtype) -> None:
 
 
 def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype).element_size()
+    return dtype.itemsize
 
 
 def _is_tensor(x) -> bool:
@@ -111,10 +113,27 @@ def native_batch_norm(
     )
 
 
+def group_norm(input, num_groups, *rest, **kwargs):
+    """``torch.group_norm`` after checking the group count against the channels: PyTorch
+    accepts any count for an input with no channels and allocates statistics for each
+    group (2**31 groups were killed for memory)."""
+    _need(_is_tensor(input) and input.dim() >= 2, "group_norm: input needs 2+ dimensions")
+    channels = input.size(1)
+    _need(
+        type(num_groups) is int and 1 <= num_groups <= max(channels, 1),
+        f"group_norm: num_groups must be between 1 and the {channels} channels, not {num_groups!r}",
+    )
+    return torch.group_norm(input, num_groups, *rest, **kwargs)
+
+
 def weight_norm(v, g, dim=0):
     """``torch._weight_norm`` after checking that ``g`` has the shape of
     ``norm_except_dim(v, 2, dim)``: ``v.size(dim)`` at ``dim`` and 1 elsewhere (one element
-    for ``dim=-1``, the whole tensor)."""
+    for ``dim=-1``, the whole tensor).
+
+    >>> weight_norm(torch.ones(3, 2), torch.full((3, 1), 2.0), 0)[0].tolist()
+    [1.4142135381698608, 1.4142135381698608]
+    """
     _need(_is_tensor(v) and _is_tensor(g), "_weight_norm: v and g must be tensors")
     _need(isinstance(dim, int) and -1 <= dim < v.dim(), f"_weight_norm: dim {dim} out of range")
     _need(v.dim() >= 1, "_weight_norm: v needs at least one dimension")
@@ -137,7 +156,17 @@ def weight_norm(v, g, dim=0):
 
 def grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners):
     """``torch.grid_sampler`` with its integer modes checked (as ``F.grid_sample`` maps its
-    string modes): interpolation 0, 1 or 2 (bicubic only for 4-d input), padding 0, 1, 2."""
+    string modes): interpolation 0, 1 or 2 (bicubic only for 4-d input), padding 0, 1, 2.
+
+    >>> img, grid = torch.ones(1, 1, 2, 2), torch.zeros(1, 1, 1, 2)
+    >>> grid_sampler(img, grid, 0, 0, False).flatten().tolist()
+    [1.0]
+    >>> try:
+    ...     grid_sampler(img, grid, 99, 0, False)
+    ... except CheckFailed as exc:
+    ...     print(str(exc)[:47])
+    grid_sampler: interpolation_mode must be one of
+    """
     _need(
         type(interpolation_mode) is int and interpolation_mode in GRID_INTERPOLATION,
         f"grid_sampler: interpolation_mode must be one of {sorted(GRID_INTERPOLATION)} "
@@ -154,6 +183,41 @@ def grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners):
         "grid_sampler: bicubic interpolation (2) takes 4-d input only",
     )
     return torch.grid_sampler(input, grid, interpolation_mode, padding_mode, align_corners)
+
+
+def _circular_pads_ok(op: str, input, pad) -> None:
+    """Circular padding crops by the negative pads first, then wraps the rest around: a
+    positive pad may not pass the size left after cropping (PyTorch checks it against the
+    uncropped size only, and then returns memory it never wrote: ``pad=[4, -3]`` of a
+    length-4 row)."""
+    _need(_is_tensor(input), f"{op}: input is a tensor")
+    sizes = _ints_in(pad)
+    _need(
+        len(sizes) % 2 == 0 and len(sizes) // 2 <= input.dim(),
+        f"{op}: pad has one (left, right) pair per padded dimension",
+    )
+    for i in range(len(sizes) // 2):
+        left, right = sizes[2 * i], sizes[2 * i + 1]
+        size = input.size(input.dim() - 1 - i)
+        kept = size - max(-left, 0) - max(-right, 0)
+        _need(
+            kept >= 0 and max(left, 0) <= kept and max(right, 0) <= kept,
+            f"{op}: circular padding ({left}, {right}) of dimension {input.dim() - 1 - i} "
+            f"(size {size}) wraps around more than the {max(kept, 0)} elements it keeps",
+        )
+
+
+def pad_circular(input, pad):
+    """``_pad_circular`` (what ``F.pad(mode='circular')`` runs) after the pad check."""
+    _circular_pads_ok("_pad_circular", input, pad)
+    return torch._C._nn._pad_circular(input, pad)
+
+
+def pad(input, pad, mode="constant", value=None):
+    """``torch._C._nn.pad``: in circular mode, the pad check of ``pad_circular`` first."""
+    if mode == "circular":
+        _circular_pads_ok("pad", input, pad)
+    return torch._C._nn.pad(input, pad, mode, value)
 
 
 # --- grouped matrix products ----------------------------------------------------------------
@@ -455,6 +519,7 @@ CHECKED: dict[str, Callable] = {
     "embedding_bag": embedding_bag,
     "native_batch_norm": native_batch_norm,
     "_weight_norm": weight_norm,
+    "group_norm": group_norm,
     "grid_sampler": grid_sampler,
     "_grouped_mm": grouped_mm,
     **{name: _rnn(name) for name in _GATES},
@@ -465,6 +530,8 @@ CHECKED: dict[str, Callable] = {
     "cartesian_prod": cartesian_prod,
     "diag_embed": diag_embed,
     "combinations": combinations,
+    "_pad_circular": pad_circular,
+    "pad": pad,
     **{name: _sectioned(name) for name in SECTIONED_OPS},
 }
 
@@ -516,23 +583,40 @@ def sized_guard(
     ``tile`` multiply their input's elements; ``arange``'s size is its range's length;
     ``linspace``/``logspace`` take their ``steps``."""
 
+    sized = frozenset(positions)
+    start = spread if spread is not None else 1 << 30
+    expands = op in ("Tensor.expand", "broadcast_to")
+    repeats = op in ("Tensor.repeat", "tile")
+
     def run(*args, **kwargs):
-        if op in ("arange",):
+        if op == "arange":
             numel = _range_numel(args, kwargs)
         else:
-            sizes = [
-                a
-                for i, a in enumerate(args)
-                if i in positions or (spread is not None and i >= spread)
-            ]
-            sizes += [kwargs[k] for k in keys if k in kwargs]
-            numel = _numel_of(max(x, 0) for x in _ints_in(sizes))
-        if op in ("Tensor.repeat", "tile") and args and _is_tensor(args[0]):
-            numel *= args[0].numel()
+            wanted: list[int] = []
+            for i, a in enumerate(args):
+                if i in sized or i >= start:
+                    if type(a) is int:
+                        wanted.append(a)
+                    else:
+                        wanted += _ints_in(a)
+            for key in keys:
+                if key in kwargs:
+                    wanted += _ints_in(kwargs[key])
+            base = args[0] if args and _is_tensor(args[0]) else None
+            if expands and base is not None and -1 in wanted:
+                # -1 keeps the input's size of that dimension (sizes align on the right)
+                have = [None] * (len(wanted) - base.dim()) + list(base.shape)
+                wanted = [h if w == -1 and h is not None else w for w, h in zip(wanted, have)]
+            numel = 1
+            for w in wanted:
+                numel *= w if w > 0 else 0
+            if repeats and base is not None:
+                numel *= base.numel()
         dtype = kwargs.get("dtype")
         if not isinstance(dtype, torch.dtype):
             dtype = args[0].dtype if args and _is_tensor(args[0]) else torch.float64
-        _bytes_ok(op, numel, dtype)
+        if numel * dtype.itemsize > ALLOC_BYTES:
+            _bytes_ok(op, numel, dtype)
         return fn(*args, **kwargs)
 
     run.__name__ = f"sized_{op.replace('.', '_')}"

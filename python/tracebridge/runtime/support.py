@@ -103,7 +103,9 @@ def _sized(node: Node, fn: Callable) -> Callable:
     positions = [i for i, names in enumerate(info.arg_names) if opset.SIZE_ARGUMENTS & set(names)]
     keys = [k for k in node.kwargs if k in opset.SIZE_ARGUMENTS]
     spread = info.varargs[0] if info.varargs else None
-    size_args = [a for i, a in enumerate(node.args) if i in positions or (spread or 1e9) <= i]
+    size_args = [
+        a for i, a in enumerate(node.args) if i in positions or (spread is not None and i >= spread)
+    ]
     size_args += [node.kwargs[k] for k in keys]
     if node.op == "arange":
         size_args = list(node.args) + list(node.kwargs.values())
