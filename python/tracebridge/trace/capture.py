@@ -12,7 +12,6 @@ import random
 import warnings
 from collections.abc import Callable
 
-import numpy as np
 import torch
 
 from ..errors import TraceError, TracerWarning
@@ -102,14 +101,15 @@ def _restore_attributes(saved: list[tuple]) -> None:
 
 @contextlib.contextmanager
 def preserved(module: torch.nn.Module | None):
-    """Run a block and then put back the RNG states (CPU, every CUDA device, Python's and
-    numpy's global generators), the
+    """Run a block and then put back the RNG states (CPU, every CUDA device, Python's
+    global generator), the
     module's attributes, buffers, parameters and modes."""
     rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    # Model code may also draw from Python's and numpy's generators (augmentation, a
-    # random layer drop); tracing runs it several times, eager use once.
-    py_rng, np_rng = random.getstate(), np.random.get_state()
+    # Model code may also draw from Python's generator (a random layer drop); tracing runs
+    # it several times, eager use once. (numpy's global generator is left alone: reading
+    # its state costs about 100 times more, and this runs for every recording and check.)
+    py_rng = random.getstate()
     saved_buffers, saved_params, modes, flags, attributes = [], [], [], [], []
     if module is not None:
         attributes = _attributes(module)
@@ -126,7 +126,6 @@ def preserved(module: torch.nn.Module | None):
         _restore_modes(modes, flags)
         torch.set_rng_state(rng)
         random.setstate(py_rng)
-        np.random.set_state(np_rng)
         if cuda_rng is not None:
             torch.cuda.set_rng_state_all(cuda_rng)
         with torch.no_grad():
