@@ -64,6 +64,7 @@ CLOCK: list[Callable[[], float]] = [time.perf_counter]
 # The statistic over repeats (see --stat): the median, or the minimum (the figure least
 # disturbed by other processes on a shared machine).
 STAT: list[Callable[[list[float]], float]] = [statistics.median]
+TRACE_NO_GRAD: list[bool] = [False]  # see --trace-no-grad
 
 
 @dataclass
@@ -160,8 +161,14 @@ def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
 
 
+def _tracing_mode() -> contextlib.AbstractContextManager:
+    """Autograd while tracing: on (the default), or off with --trace-no-grad (inference
+    graphs: both tracers then record the fused paths eager takes without autograd)."""
+    return torch.no_grad() if TRACE_NO_GRAD[0] else contextlib.nullcontext()
+
+
 def jit_trace(case: Case, check: bool) -> Any:
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _tracing_mode():
         warnings.simplefilter("ignore")
         return torch.jit.trace(
             case.model, case.example_inputs, check_trace=check, **case.trace_kwargs
@@ -169,13 +176,13 @@ def jit_trace(case: Case, check: bool) -> Any:
 
 
 def export(case: Case) -> Any:
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _tracing_mode():
         warnings.simplefilter("ignore")
         return torch.export.export(case.model, case.example_inputs)
 
 
 def tb_trace(case: Case) -> Any:
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _tracing_mode():
         warnings.simplefilter("ignore")
         return tracebridge.trace(
             case.model, case.example_inputs, check_trace=case.check_trace_ok, **case.trace_kwargs
@@ -312,6 +319,7 @@ def render(results: list[ModelResult], args: argparse.Namespace) -> str:
         f"{platform.machine()} {_cpu_name()}, {os.cpu_count()} cores, torch "
         f"{torch.__version__}, {torch.get_num_threads()} thread(s), "
         f"{'autograd on' if args.grad else 'torch.no_grad()'}, "
+        f"{'traced under torch.no_grad(), ' if args.trace_no_grad else ''}"
         f"{'thread CPU time' if args.clock == 'cpu' else 'wall-clock time'}, "
         f"{args.repeats} repeats ({args.stat}), load average {os.getloadavg()[0]:.1f} at the end, "
         f"{time.strftime('%Y-%m-%d')}.",
@@ -497,6 +505,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--stat", choices=["median", "min"], default="median", help="statistic over repeats"
     )
+    parser.add_argument(
+        "--trace-no-grad", action="store_true", help="trace under torch.no_grad() (both tracers)"
+    )
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -504,6 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         args.clock = "cpu" if torch.get_num_threads() == 1 else "wall"
     CLOCK[0] = time.thread_time if args.clock == "cpu" else time.perf_counter
     STAT[0] = min if args.stat == "min" else statistics.median
+    TRACE_NO_GRAD[0] = args.trace_no_grad
     if args.repeats is None:
         args.repeats = 7 if args.quick else 31
     trace_repeats = 3 if args.quick else 9

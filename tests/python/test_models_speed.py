@@ -176,3 +176,40 @@ def test_convolution_and_eval_batch_norm_are_one_op_without_autograd(tmp_path):
     got = torch.autograd.grad(loaded(x).sum(), loaded.conv.weight)[0]
     assert torch.allclose(got, expected, atol=1e-5)
     assert "batch_norm" in " ".join(method._function((True, False)).__globals__)
+
+
+class SelfAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(16, 4, batch_first=True)
+
+    def forward(self, x):
+        out, weights = self.attn(x, x, x)
+        return out, weights
+
+
+def test_multihead_attention_fast_path_where_eager_takes_it(tmp_path):
+    torch.manual_seed(0)
+    model = SelfAttention().eval()
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():  # evaluation without autograd: eager's fused path
+        traced = tracebridge.trace(model, x)
+    ops = [n.op for n in traced.program.methods["forward"].nodes]
+    assert "_native_multi_head_attention" in ops and "bmm" not in ops
+    path = tmp_path / "mha.tb"
+    traced.save(path)
+    loaded = tracebridge.load(path)
+    with torch.no_grad():
+        for shape in [(2, 5, 16), (1, 9, 16), (3, 1, 16)]:
+            y = torch.randn(*shape)
+            for got, want in zip(loaded(y), model(y)):
+                assert torch.allclose(got, want, atol=1e-5)
+    # The fused op has no gradient: a call with autograd is refused, not wrong.
+    with pytest.raises(tracebridge.GuardError, match="fused path"):
+        loaded(x)
+    # Traced with autograd on, the graph is the general one, and gradients flow.
+    general = tracebridge.trace(model, x)
+    assert "_native_multi_head_attention" not in [
+        n.op for n in general.program.methods["forward"].nodes
+    ]
+    general(x)[0].sum().backward()

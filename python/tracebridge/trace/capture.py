@@ -12,7 +12,6 @@ import random
 import warnings
 from collections.abc import Callable
 
-import numpy as np
 import torch
 
 from ..errors import TraceError, TracerWarning
@@ -62,8 +61,13 @@ def _restore_modes(modes, flags) -> None:
             param.requires_grad_(flag)
 
 
-_CONTAINERS = ("_parameters", "_buffers", "_modules")
 _MISSING = object()
+
+
+def _fingerprint(table: dict) -> tuple[list, list]:
+    """Which object each name of ``table`` holds: its keys and their values' ids, read in C
+    (the objects are kept alive by the snapshot, so an id cannot be reused meanwhile)."""
+    return list(table), list(map(id, table.values()))
 
 
 def _attributes(module: torch.nn.Module) -> list[tuple]:
@@ -72,10 +76,10 @@ def _attributes(module: torch.nn.Module) -> list[tuple]:
     saved = []
     for mod in module.modules():
         attrs = dict(vars(mod))
-        tables = {name: dict(attrs[name]) for name in _CONTAINERS if name in attrs}
-        # A dict the code fills (a cache keyed on shapes) gets its entries back too.
-        tables.update({k: dict(v) for k, v in attrs.items() if type(v) is dict})
-        saved.append((mod, attrs, tables))
+        # The parameter, buffer and module tables, and any dict the code fills (a cache
+        # keyed on shapes), get their entries back too.
+        tables = {k: (dict(v), _fingerprint(v)) for k, v in attrs.items() if type(v) is dict}
+        saved.append((mod, attrs, _fingerprint(attrs), tables))
     return saved
 
 
@@ -83,33 +87,34 @@ def _restore_attributes(saved: list[tuple]) -> None:
     """Put back every attribute the traced code set on a module: a cache rebuilt for a
     longer sequence (``register_buffer`` again), a size kept on ``self``. A traced size
     left on the module would leak into the next trace, and the model must stay as the
-    user had it."""
-    for mod, attrs, tables in saved:
+    user had it. Runs for every recording and check: unchanged modules cost two list
+    comparisons."""
+    for mod, attrs, fingerprint, tables in saved:
         current = vars(mod)
-        for key in [k for k in current if k not in attrs]:
-            del current[key]
-        for key, value in attrs.items():
-            if current.get(key, _MISSING) is not value:
-                current[key] = value
-        for name, content in tables.items():
+        if _fingerprint(current) != fingerprint:
+            for key in [k for k in current if k not in attrs]:
+                del current[key]
+            for key, value in attrs.items():
+                if current.get(key, _MISSING) is not value:
+                    current[key] = value
+        for name, (content, before) in tables.items():
             table = current.get(name)
-            if type(table) is not dict:
-                continue
-            if table.keys() != content.keys() or any(table[k] is not v for k, v in content.items()):
+            if type(table) is dict and _fingerprint(table) != before:
                 table.clear()
                 table.update(content)
 
 
 @contextlib.contextmanager
 def preserved(module: torch.nn.Module | None):
-    """Run a block and then put back the RNG states (CPU, every CUDA device, Python's and
-    numpy's global generators), the
+    """Run a block and then put back the RNG states (CPU, every CUDA device, Python's
+    global generator), the
     module's attributes, buffers, parameters and modes."""
     rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    # Model code may also draw from Python's and numpy's generators (augmentation, a
-    # random layer drop); tracing runs it several times, eager use once.
-    py_rng, np_rng = random.getstate(), np.random.get_state()
+    # Model code may also draw from Python's generator (a random layer drop); tracing runs
+    # it several times, eager use once. (numpy's global generator is left alone: reading
+    # its state costs about 100 times more, and this runs for every recording and check.)
+    py_rng = random.getstate()
     saved_buffers, saved_params, modes, flags, attributes = [], [], [], [], []
     if module is not None:
         attributes = _attributes(module)
@@ -122,11 +127,9 @@ def preserved(module: torch.nn.Module | None):
         yield
     finally:
         _clear_mode_caches(modes, flags)
-        _restore_attributes(attributes)
-        _restore_modes(modes, flags)
+        _restore_attributes(attributes)  # training flags are attributes: put back too
         torch.set_rng_state(rng)
         random.setstate(py_rng)
-        np.random.set_state(np_rng)
         if cuda_rng is not None:
             torch.cuda.set_rng_state_all(cuda_rng)
         with torch.no_grad():

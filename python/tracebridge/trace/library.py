@@ -38,6 +38,11 @@ from .autograd_function import AutogradFunctions
 _JIT_TRACE = os.path.join(TORCH_DIR, "jit", "_trace.py")
 
 _original_is_tracing = torch._C._is_tracing
+_original_has_torch_function = torch.overrides.has_torch_function
+_original_grad_enabled = torch._C.is_grad_enabled
+# Modules whose fused inference path (eager's, in evaluation without autograd) records ops
+# of the op set: nn.MultiheadAttention's ``_native_multi_head_attention``.
+_FAST_PATHS = frozenset({torch.nn.MultiheadAttention.forward.__code__})
 _original_check = torch._check
 _original_apply = torch.autograd.Function.__dict__["apply"]  # a classmethod object
 
@@ -75,6 +80,20 @@ def _message(message) -> str | None:
         return None
 
 
+def _has_torch_function(args) -> bool:
+    """PyTorch's check before a fused fast path: the recording mode makes it True, so a
+    trace took the slow path where eager takes the fast one. For the modules in
+    ``_FAST_PATHS``, traced without autograd, it answers False: the fused op is recorded
+    (with a guard that autograd is off, see ``_on_fast_attention``)."""
+    if (
+        _active() is not None
+        and sys._getframe(1).f_code in _FAST_PATHS
+        and not _original_grad_enabled()
+    ):
+        return False
+    return _original_has_torch_function(args)
+
+
 def _check(cond, message=None):
     tracer = _active()
     if tracer is not None and isinstance(cond, bool):
@@ -93,6 +112,7 @@ def _apply(cls, *args, **kwargs):
 def patch(on: bool) -> None:
     """Install (``on``) or remove the answers above; called with the builtins' patches."""
     torch._C._is_tracing = _is_tracing if on else _original_is_tracing
+    torch.overrides.has_torch_function = _has_torch_function if on else _original_has_torch_function
     torch._check = _check if on else _original_check
     torch.autograd.Function.apply = classmethod(_apply) if on else _original_apply
 
@@ -111,6 +131,7 @@ class LibraryHandlers(AutogradFunctions):
             torch.unique: self._on_unique,
             torch.functional.unique: self._on_unique,
             torch.Tensor.unique: self._on_unique,
+            torch._native_multi_head_attention: self._on_fast_attention,
         }
         return handlers
 
@@ -147,6 +168,18 @@ class LibraryHandlers(AutogradFunctions):
         if not concrete:
             raise AssertionError(message)
         return None
+
+    def _on_fast_attention(self, func, *args, **kwargs):
+        """nn.MultiheadAttention's fused path, recorded where eager takes it (evaluation,
+        no autograd). It has no gradient: the graph guards that autograd is off, so a call
+        with autograd raises GuardError instead of failing in backward."""
+        loc = self.location()
+        ref = self._value_node("prim.grad_enabled", "bool", loc=loc)
+        what = (
+            "torch.is_grad_enabled() (nn.MultiheadAttention's fused path, traced without autograd)"
+        )
+        self.guard(ref, False, what, "branch", loc)
+        return self.record("_native_multi_head_attention", func, args, kwargs)
 
     def _on_sym_int(self, func, a):
         """``torch.sym_int``: truncation of a traced float stays traced (interpolate's

@@ -244,7 +244,10 @@ def _text_is_lost(frame) -> bool:
 
 @lru_cache(maxsize=4096)
 def _positions(code) -> tuple:
-    return tuple(code.co_positions())
+    """Each instruction's source span. Python 3.10 has none: every formatted size is then
+    guarded where it is made, and every hash of a size is a decision, as before."""
+    positions = getattr(code, "co_positions", None)
+    return tuple(positions()) if positions is not None else ()
 
 
 @lru_cache(maxsize=4096)
