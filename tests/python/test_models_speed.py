@@ -213,3 +213,32 @@ def test_multihead_attention_fast_path_where_eager_takes_it(tmp_path):
         n.op for n in general.program.methods["forward"].nodes
     ]
     general(x)[0].sum().backward()
+
+
+class ScaledAndPlain(nn.Module):
+    """One weight read by a folded op (``w * 2``) and by an op that is not folded."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("w", torch.randn(4, 4))
+
+    def forward(self, x):
+        return x @ (self.w * 2), x @ self.w
+
+
+@pytest.mark.parametrize("runtime", ["codegen", "interpreter"])
+def test_a_state_read_by_folded_and_other_ops_is_defined_for_both(runtime, tmp_path):
+    model = ScaledAndPlain().eval()
+    traced = tracebridge.trace(model, torch.rand(2, 4), runtime=runtime)
+    path = tmp_path / "m.tb"
+    traced.save(path)
+    loaded = tracebridge.load(path, runtime=runtime)
+    for batch in (1, 3):
+        x = torch.rand(batch, 4)
+        for got, want in zip(loaded(x), model(x)):
+            assert torch.equal(got, want)
+    with torch.no_grad():
+        model.w.mul_(3)  # the state changed: the folded value follows it
+    x = torch.rand(2, 4)
+    for got, want in zip(traced(x), model(x)):
+        assert torch.equal(got, want)

@@ -402,7 +402,7 @@ class CodeGen:
         start = len(self.body)
         dead_after = last_uses(self.graph)
         fold = folding.plan(self.graph) if self.fold else None
-        static = set(fold.nodes) if fold is not None else set()
+        static = set(fold.skip) if fold is not None else set()
         if fold is not None:
             self.folded(fold)
         for index, node in enumerate(self.graph.nodes):

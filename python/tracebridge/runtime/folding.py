@@ -56,6 +56,7 @@ class FoldPlan:
     nodes: list[int]  # indices of the static nodes, in order
     boundary: list[int]  # static value ids read by the other nodes
     sources: list[str]  # state names the static nodes read
+    skip: list[int]  # the static nodes the graph's own code leaves out (not read by the rest)
 
 
 def _may_be_static(node: Node) -> bool:
@@ -105,7 +106,14 @@ def plan(graph: Graph) -> FoldPlan | None:
         graph.nodes[i].args[0] for i in reads if any(v.id in used for v in graph.nodes[i].outputs)
     ]
     nodes = sorted(folded | {i for i in reads if any(v.id in used for v in graph.nodes[i].outputs)})
-    return FoldPlan(nodes=nodes, boundary=boundary, sources=sources)
+    # A state read that the rest of the graph reads too stays in the graph's own code (the
+    # folded function reads it for itself): only computed values cross the boundary.
+    skip = [
+        i
+        for i in nodes
+        if i in folded or not any(v.id in read_later for v in graph.nodes[i].outputs)
+    ]
+    return FoldPlan(nodes=nodes, boundary=boundary, sources=sources, skip=skip)
 
 
 def subgraph(graph: Graph, fold: FoldPlan) -> Graph:
