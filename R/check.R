@@ -159,7 +159,7 @@ json_type_is <- function(x, type) {
 
 # The first place where `x` breaks `s` (a schema of the draft-07 keywords the program
 # schema uses: $ref, oneOf, const, enum, type, required, properties, additionalProperties,
-# minProperties, items, minLength, minimum): list(where, what), or NULL.
+# minProperties, items, minLength, minimum, pattern): list(where, what), or NULL.
 schema_error <- function(x, s, path, root) {
   here <- function(what) {
     list(where = if (length(path)) paste(path, collapse = "/") else "(top level)", what = what)
@@ -213,6 +213,11 @@ schema_error <- function(x, s, path, root) {
         if (!is.null(fault)) return(fault)
       }
     }
+  }
+  # A pattern is searched for, as JSON Schema (and Python's jsonschema) do; the schema's
+  # patterns are anchored.
+  if (!is.null(s[["pattern"]]) && is_str(x) && !grepl(s[["pattern"]], x, perl = TRUE)) {
+    return(here(sprintf("must match %s", s[["pattern"]])))
   }
   if (!is.null(s[["minLength"]]) && is_str(x) && nchar(x, type = "chars") < s[["minLength"]]) {
     return(here(sprintf("must be at least %d characters long", s[["minLength"]])))

@@ -134,7 +134,10 @@ def save_compiled(
     """Save ``obj`` (a traced function or module) as ``save`` does, with an AOTInductor
     package of ``method`` in the file, for :func:`load_compiled` to run without
     recompiling. ``package``: an already compiled package (from :func:`compile_package`
-    on the same object); by default it is compiled here (tens of seconds on a CPU).
+    on the same object); by default it is compiled here (tens of seconds on a CPU), on
+    ``example_inputs`` (the traced call's arguments; by default tensors of the trace's own
+    sizes, see :func:`compile_package`). ``language``: the producer language written in the
+    file (``"python"`` or ``"r"``; by default the traced program's own).
 
     >>> import torch, tracebridge, tempfile, os
     >>> net = torch.nn.Linear(3, 2).eval()

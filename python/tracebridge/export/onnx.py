@@ -88,6 +88,7 @@ def export_onnx(
     zero integers). Every dimension the trace kept symbolic is a named dynamic dimension of
     the ONNX model. With ``check``, ONNX Runtime runs the file on the example inputs and
     its outputs must match the trace's within ``tolerance`` (absolute and relative).
+    ``opset_version`` is the ONNX op-set the file targets (by default the exporter's own).
 
     A dimension stays symbolic in the ONNX model even where the weights fix it (the
     features of a Linear's input, ``s1`` below): export derives such a constraint from the
