@@ -740,13 +740,13 @@ class _GraphCheck:
                 self._node(node)
             except _Fault as fault:
                 raise _Located(_message("", self.method, index, node.get("op"), fault)) from None
-        self.writes.outputs = [self.writes.roots_of(lit) for lit in self.graph["outputs"]]
         try:
             for literal in self.graph["outputs"]:
                 self._literal(literal, 0)
             _leaf_count(self.graph["out_spec"], len(self.graph["outputs"]), "outputs", "out_spec")
         except _Fault as fault:
             raise _Located(_message("", self.method, None, None, fault)) from None
+        self.writes.outputs = [self.writes.roots_of(lit) for lit in self.graph["outputs"]]
 
     def _inputs(self) -> None:
         graph = self.graph

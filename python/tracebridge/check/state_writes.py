@@ -58,7 +58,8 @@ Root = tuple  # ("state", name) or ("input", position)
 def _refs(lit) -> Iterable[int]:
     if isinstance(lit, dict):
         if set(lit) == {"ref"}:
-            yield lit["ref"]
+            if isinstance(lit["ref"], int):  # the checker refuses any other (rule SSA)
+                yield lit["ref"]
         elif set(lit) == {"tuple"} and isinstance(lit["tuple"], list):
             for x in lit["tuple"]:
                 yield from _refs(x)
