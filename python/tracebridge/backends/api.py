@@ -205,7 +205,9 @@ def _culprit(obj, plan: MethodPlan, plain: dict[str, Callable], args, module) ->
     return f"{op.split('.', 1)[1]} (max absolute error {errors[op]:.3g} on its own)"
 
 
-def _check(model, obj, plan, plain, args, check_inputs, tolerance, module, backend) -> None:
+def _check(model, obj, args, check_inputs, tolerance, module, backend, advice) -> None:
+    """The compiled object against the model on the example and check inputs, from the same
+    RNG state; ``advice(case)`` says, after the comparison's message, what to try."""
     cases = [args] + [api._as_args(c) for c in (check_inputs or [])]
     for index, case in enumerate(cases):
         label = (
@@ -222,12 +224,7 @@ def _check(model, obj, plan, plain, args, check_inputs, tolerance, module, backe
         try:
             compare_outputs(expected, got, tolerance, label)
         except TracingCheckError as exc:
-            where = _culprit(obj, plan, plain, case, module)
-            raise TracingCheckError(
-                f"{exc}\n  the compiled subgraph that differs most: {where}; compile with a "
-                "larger check_tolerance, another --mode, or min_subgraph_size large enough "
-                "to leave it on the runtime"
-            ) from None
+            raise TracingCheckError(f"{exc}\n  {advice(case)}") from None
 
 
 def _embed(
@@ -324,35 +321,24 @@ def _compile_whole(
     _warm_up(impl, obj, args, module, timeout, verbose)
     check_trace, check_inputs, tolerance = check
     if check_trace:
-        _check_whole(model, obj, args, check_inputs, tolerance, module, impl.name)
+        _check(
+            model,
+            obj,
+            args,
+            check_inputs,
+            tolerance,
+            module,
+            impl.name,
+            lambda case: (
+                f"the whole graph was compiled at once by {impl.name!r}; compile with a larger "
+                "check_tolerance, another --mode, or backend='reference' to find the op that "
+                "differs"
+            ),
+        )
     compiler_args, min_size = embed
     _embed(program, impl.name, compiler_args, min_size, [], coverage)
     program.backend["methods"]["forward"]["whole_graph"] = plan.whole.to_json()
     return obj
-
-
-def _check_whole(model, obj, args, check_inputs, tolerance, module, backend) -> None:
-    cases = [args] + [api._as_args(c) for c in (check_inputs or [])]
-    for index, case in enumerate(cases):
-        label = (
-            f"backend {backend!r} on the example inputs"
-            if index == 0
-            else f"backend {backend!r} on check input {index - 1}"
-        )
-        rng = torch.get_rng_state()
-        with preserved(module), torch.no_grad():
-            expected = model(*case)
-        torch.set_rng_state(rng)
-        with preserved(module), torch.no_grad():
-            got = obj(*case)
-        try:
-            compare_outputs(expected, got, tolerance, label)
-        except TracingCheckError as exc:
-            raise TracingCheckError(
-                f"{exc}\n  the whole graph was compiled at once by {backend!r}; compile with "
-                "a larger check_tolerance, another --mode, or backend='reference' to find "
-                "the op that differs"
-            ) from None
 
 
 def compile(
@@ -460,7 +446,21 @@ def compile(
     compiled = _compile_all(impl, plan, examples, workdir, compiler_timeout, verbose)
     obj._set_functions("forward", compiled)
     if check_trace and subgraphs:
-        _check(model, obj, plan, plain, args, check_inputs, check_tolerance, module, backend)
+        _check(
+            model,
+            obj,
+            args,
+            check_inputs,
+            check_tolerance,
+            module,
+            backend,
+            lambda case: (
+                "the compiled subgraph that differs most: "
+                f"{_culprit(obj, plan, plain, case, module)}; compile with a larger "
+                "check_tolerance, another --mode, or min_subgraph_size large enough to leave "
+                "it on the runtime"
+            ),
+        )
     _embed(program, backend, compiler_args, min_subgraph_size, subgraphs, coverage)
     return obj
 
