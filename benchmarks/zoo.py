@@ -28,6 +28,7 @@ import datetime
 import inspect
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,10 +47,10 @@ import torch  # noqa: E402
 import zoo_env  # noqa: E402, F401 - before torchvision
 from tracebridge.progress import stage, track  # noqa: E402
 
-TOOLS = ("tracebridge", "jit", "export")
+TOOLS = ("tracebridge", "jit", "export", "onnx")
 RESULTS = os.path.join(HERE, "zoo_results.json")
 TABLE = os.path.join(ROOT, "docs", "zoo.md")
-EXTENSIONS = {"tracebridge": "tb", "jit": "pt", "export": "pt2"}
+EXTENSIONS = {"tracebridge": "tb", "jit": "pt", "export": "pt2", "onnx": "onnx"}
 
 
 class Timeout(Exception):
@@ -123,7 +124,42 @@ def short(exc: BaseException) -> str:
 # --- the tools ------------------------------------------------------------------------------
 
 
-def trace_with(tool: str, model, args: tuple):
+class OnnxModel:
+    """An ONNX file written by ``tracebridge.export_onnx`` from a tracebridge trace, run by
+    ONNX Runtime (CPU). It is called with the traced call's flat input tensors (``flat``
+    turns a call's own arguments into them) and returns the flat output leaves, which
+    ``compare`` matches against eager's leaves in order."""
+
+    def __init__(self, path: str, flat=None):
+        import onnxruntime
+
+        self.path, self.flat = path, flat
+        self.session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+
+    def __call__(self, *args):
+        inputs = self.flat(*args) if self.flat else args
+        names = [i.name for i in self.session.get_inputs()]
+        feeds = {n: t.detach().cpu().numpy() for n, t in zip(names, inputs)}
+        return tuple(torch.from_numpy(a) for a in self.session.run(None, feeds))
+
+
+def trace_onnx(model, args: tuple, workdir: str):
+    """tracebridge traces, ``tracebridge.export_onnx`` writes the ONNX file (dynamic
+    dimensions from the trace's symbols), ONNX Runtime runs it."""
+    import tracebridge
+    from tracebridge.export import fx as bridge
+
+    traced = tracebridge.trace(model, args)
+    handle, path = tempfile.mkstemp(suffix=".onnx", dir=workdir)
+    os.close(handle)
+    tracebridge.export_onnx(traced, path, example_inputs=args, check=False)
+    gm = bridge.to_graph_module(traced, "forward")
+    return OnnxModel(path, lambda *a: bridge.flatten_inputs(gm, *a))
+
+
+def trace_with(tool: str, model, args: tuple, workdir: str | None = None):
+    if tool == "onnx":
+        return trace_onnx(model, args, workdir or tempfile.gettempdir())
     if tool == "tracebridge":
         import tracebridge
 
@@ -147,7 +183,9 @@ def runner(tool: str, traced):
 
 
 def save_with(tool: str, traced, path: str) -> None:
-    if tool == "tracebridge":
+    if tool == "onnx":
+        shutil.copyfile(traced.path, path)
+    elif tool == "tracebridge":
         traced.save(path)
     elif tool == "jit":
         torch.jit.save(traced, path)
@@ -156,6 +194,8 @@ def save_with(tool: str, traced, path: str) -> None:
 
 
 def load_with(tool: str, path: str):
+    if tool == "onnx":
+        return OnnxModel(path)  # called with the flat inputs saved beside it
     if tool == "tracebridge":
         import tracebridge
 
@@ -203,7 +243,7 @@ def run_case(case, tools, workdir: str, index: int, limit: int) -> tuple[dict, l
         try:
             with time_limit(limit), warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                traced = trace_with(tool, model, inputs[0])
+                traced = trace_with(tool, model, inputs[0], workdir)
         except Exception as exc:
             cell["trace_error"] = short(exc)
             cell["trace_s"] = round(time.time() - t0, 1)
@@ -238,7 +278,9 @@ def run_case(case, tools, workdir: str, index: int, limit: int) -> tuple[dict, l
             cell["save_error"] = short(exc)
             continue
         data = os.path.join(workdir, f"m{index}.{tool}.data")
-        torch.save({"inputs": inputs, "expected": expected, "in_process": got_all}, data)
+        # ONNX Runtime is called with flat input tensors: the fresh process gets them so.
+        saved = [tuple(fn.flat(*a)) for a in inputs] if tool == "onnx" else inputs
+        torch.save({"inputs": saved, "expected": expected, "in_process": got_all}, data)
         reloads.append(
             {"model": case.name, "tool": tool, "path": path, "data": data, "tol": case.tolerance}
         )
@@ -428,7 +470,7 @@ def write_table(results: dict, path: str) -> None:
             if detail:
                 details.append(f"- **{name}**, {tool}: {detail}")
         if entry.get("eager"):
-            cells = ["(eager: " + entry["eager"][:60] + ")"] * 3
+            cells = ["(eager: " + entry["eager"][:60] + ")"] * len(TOOLS)
         rows.append(
             f"| {name} | {entry['category']} | {entry['source']} | " + " | ".join(cells) + " |"
         )
@@ -437,7 +479,8 @@ def write_table(results: dict, path: str) -> None:
         "# The model zoo",
         "",
         "Published architectures with random weights and small configurations, traced once",
-        "and called on other shapes, by three tools. Generated by `make zoo`",
+        "and called on other shapes, by three tools, and exported to ONNX. Generated by",
+        "`make zoo`",
         "(`benchmarks/zoo.py`; models in `benchmarks/zoo_models.py`); do not edit by hand.",
         "",
         f"Run: {meta.get('date', '?')}; torch {meta.get('torch', '?')}, torchvision "
@@ -453,6 +496,11 @@ def write_table(results: dict, path: str) -> None:
         "process and after reloading; **SILENTLY WRONG** when some output differs from eager",
         "with no error; **clear error** when the tool refused (at trace time, or a call",
         "raised) and nothing was wrong. The reasons are listed below the table.",
+        "",
+        "The **onnx** column: the tracebridge trace is written by `tracebridge.export_onnx`",
+        "(dynamic dimensions from the trace's symbols), and ONNX Runtime (CPU) runs the file",
+        "on every input set, in process and in the fresh process, judged against eager as",
+        "above. `-` where the column was not run for a model.",
         "",
         "Packages (`requirements-zoo.txt`, installed by `make zoo` with `requirements.txt` as",
         "constraints, so torch 2.13.0+cpu and numpy 1.26.4 never move): timm, transformers,",
@@ -492,8 +540,8 @@ def write_table(results: dict, path: str) -> None:
         *_reruns(meta.get("reruns", [])),
         "## Per model",
         "",
-        "| model | category | from | tracebridge | torch.jit.trace | torch.export |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| model | category | from | tracebridge | torch.jit.trace | torch.export | onnx |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
         *rows,
         "",
         "## Why a cell is not right",

@@ -65,7 +65,7 @@ def test_parts_merge_tool_by_tool_and_the_table_counts_them(tmp_path):
     with open(table) as f:
         text = f.read()
     assert "| tracebridge | 1 | 1 | 1 | 0 | 0 |" in text
-    assert "| resnet18 | vision | torchvision | right | right | - |" in text
+    assert "| resnet18 | vision | torchvision | right | right | - | - |" in text
 
 
 def test_a_merge_that_re_runs_models_is_listed_in_the_table(tmp_path):
