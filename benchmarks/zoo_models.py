@@ -811,6 +811,10 @@ def _speech_multimodal() -> list[Case]:
 # positions in speech, detection transformers ----------------------------------------------
 
 LONG_TEXT = [(2, 32, 0), (1, 32, 0), (3, 20, 0), (2, 32, 5), (1, 1, 0), (2, 48, 7)]
+# BigBird switches itself to full attention for good (it rewrites its config) the first time
+# it is called on a sequence too short for block-sparse attention (28 tokens here), so every
+# call stays above that length: eager must stay the model that was traced.
+BIGBIRD_TEXT = [(2, 32, 0), (1, 32, 0), (3, 40, 0), (2, 32, 5), (2, 48, 7)]
 
 
 def _hf_detr(config: str, model: str, **config_kwargs):
@@ -966,7 +970,7 @@ def _new_kinds() -> list[Case]:
                 max_position_embeddings=80,
                 **small_text,
             ),
-            text(LONG_TEXT),
+            text(BIGBIRD_TEXT),
         ),
         Case(
             "led",
