@@ -427,6 +427,64 @@ LIMITS = {
     "ssdlite320_mobilenet_v3_large": _DETECTION,
     "retinanet_resnet50_fpn": _DETECTION,
 }
+_BANDED = (
+    "Longformer's and LED's banded attention masks the ends of the band with "
+    "`beginning_mask_2d = input_tensor.new_ones(...).tril().flip(dims=[0])` "
+    "(`transformers/models/longformer/modeling_longformer.py:725`, the same code in "
+    "`led/modeling_led.py:369`): `torch.flip` is in the op set, the Tensor method `Tensor.flip` "
+    "is not, so the trace stops there with UnsupportedOpError naming the line. Folding "
+    "`Tensor.flip` into `flip` is not enough: the method also takes dims as varargs "
+    "(`x.flip(0, 1)`), which the function does not. torch.jit.trace traces the model and is "
+    "silently wrong on one call of six (Longformer: max abs error 0.32 at 2x48 with padding; "
+    "LED: 6e-4) and fails on three; torch.export refuses a data-dependent guard."
+)
+LIMITS.update(
+    {
+        "longformer": _BANDED,
+        "led": _BANDED,
+        "sew_d (disentangled)": (
+            "SEW-D's attention calls its own `torch.autograd.Function` `XSoftmax` "
+            "(`transformers/models/sew_d/modeling_sew_d.py:744`). tracebridge records a custom "
+            "autograd function with its own gradient, by tracing its backward too, and the "
+            "backward calls `torch._softmax_backward_data`, which is not in the op set: "
+            "UnsupportedFunctionError names the function, the line and that op. "
+            "torch.jit.trace traces it but cannot save it (`Could not export Python function "
+            "call 'XSoftmax'`); torch.export is right."
+        ),
+        "wav2vec2_conformer (rotary)": (
+            "The rotary embedding keeps the last sequence length and its table on the module "
+            "(`transformers/models/wav2vec2_conformer/modeling_wav2vec2_conformer.py:150`: "
+            "`if sequence_length == self.cached_sequence_length and ...: return "
+            "self.cached_...`), a cache keyed on a size, as in issue 20 item 3. The trace "
+            "guards the comparison, so a call whose length equals the cached one raises "
+            "GuardError naming line 150 (here 1x200: 19 frames after the feature encoder). "
+            "torch.jit.trace fails its own check (graphs differ across invocations), "
+            "torch.export refuses a data-dependent guard."
+        ),
+        "bigbird (block sparse)": (
+            "BigBird's block-sparse attention builds its random-block plan with numpy from "
+            "the sequence length (`transformers/models/big_bird/modeling_big_bird.py:373`, "
+            "`torch.tensor(np.stack(rand_attn))`): the plan is a constant of the trace, and "
+            "the sizes it was built from are guarded, so another length raises GuardError "
+            "(at 40 tokens: `shape[1] == 32`). All three tools serve only the traced length "
+            "(jit fails in the interpreter, export fails a guard `size // 4 == 8`). Also, "
+            "BigBird rewrites its own configuration to full attention the first time it sees "
+            "a sequence of 28 tokens or fewer, so the zoo calls it above that length only."
+        ),
+    }
+)
+# The onnx column's cells that are not right, explained (the trace itself is right).
+ONNX_NOTES = {
+    "modernbert (rotary, local)": (
+        "ONNX Runtime differs from eager (max abs error 2.1e-3 and 2.4e-3) only at the padded "
+        "positions at the end of row 0 whose whole local attention window is padding "
+        "(positions 29 to 31 of 32 with 5 padded; 43 to 47 of 48 with 7 padded): a softmax "
+        "over a row that is masked everywhere, whose value no model uses. Every other "
+        "position, and every call without padding, matches within 1e-6; the tracebridge "
+        "trace matches eager everywhere. The exported ONNX graph computes such rows "
+        "differently from PyTorch's kernel; counted as wrong all the same."
+    ),
+}
 
 
 def _reruns(reruns: list) -> list[str]:
@@ -554,12 +612,21 @@ def write_table(results: dict, path: str) -> None:
         for name, entry in models.items()
         if name in LIMITS and verdict(entry.get("tools", {}).get("tracebridge"))[0] == "error"
     ]
+    onnx_notes = [
+        name
+        for name, entry in models.items()
+        if name in ONNX_NOTES
+        and verdict(entry.get("tools", {}).get("onnx"))[0] not in ("right", "-")
+    ]
     if refused:
         lines += ["## Why tracebridge's remaining refusals stay", ""]
         for text in dict.fromkeys(LIMITS[name] for name in refused):  # shared texts once
             names = ", ".join(f"**{name}**" for name in refused if LIMITS[name] == text)
             lines.append(f"- {names}: {text}")
         lines.append("")
+    if onnx_notes:
+        lines += ["## The onnx column's cells that are not right", ""]
+        lines += [f"- **{name}**: {ONNX_NOTES[name]}" for name in onnx_notes] + [""]
     with open(path, "w") as f:
         f.write("\n".join(lines))
 
