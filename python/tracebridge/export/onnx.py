@@ -135,6 +135,7 @@ def export_onnx(
         ) from exc
     model = program.model_proto
     _name_dimensions(model, meta)
+    _fix_pinned_dimensions(model, program.exported_program)
     out = Path(out)
     import onnx
 
@@ -182,6 +183,56 @@ def _name_dimensions(model, meta: bridge.BridgeInfo) -> None:
             if dim.dim_param:
                 text = pattern.sub(lambda m: marked[m.group(1)], dim.dim_param)
                 dim.dim_param = re.sub("\0\\d+\0", lambda m: final[m.group(0)], text)
+
+
+def _fix_pinned_dimensions(model, exported) -> None:
+    """Make static every input dimension the trace's guards pin to one value.
+
+    A guard on a size (an unrolled loop over ``x.shape[1]``, traced at 4) becomes
+    ``torch._check`` under export, which export keeps as the range ``[4, 4]`` of that
+    dimension's symbol; the ONNX file would still name the dimension and carry no check,
+    so ONNX Runtime would answer a call of another size silently wrong. Written as a fixed
+    size, ONNX Runtime refuses such a call (``Got invalid dimensions for input``).
+    Narrower ranges that are not one value (``s1 >= 2``) and other size relations cannot
+    be written in an ONNX model: they are named in a warning."""
+    ranges = exported.range_constraints
+    placeholders = [
+        n
+        for n in exported.graph.nodes
+        if n.op == "placeholder" and n.name in _user_inputs(exported)
+    ]
+    unchecked = []
+    for value, node in zip(model.graph.input, placeholders):
+        fake = node.meta.get("val")
+        if not isinstance(fake, torch.Tensor):
+            continue
+        for index, (dim, size) in enumerate(zip(value.type.tensor_type.shape.dim, fake.shape)):
+            if not isinstance(size, torch.SymInt):
+                continue
+            bound = ranges.get(size.node.expr)
+            if bound is None:
+                continue
+            lower, upper = _finite(bound.lower), _finite(bound.upper)
+            if upper is not None and lower == upper:
+                dim.ClearField("dim_param")
+                dim.dim_value = lower
+            elif (lower is not None and lower > 2) or upper is not None:
+                unchecked.append(f"{value.name} dim {index}: {bound}")
+    if unchecked:
+        warnings.warn(
+            "the trace's guards limit these input sizes to ranges that an ONNX model cannot "
+            f"check ({'; '.join(unchecked)}); ONNX Runtime does not refuse other sizes",
+            stacklevel=3,
+        )
+
+
+def _finite(bound) -> int | None:
+    """A range's end as an int; None when it is unbounded (export's ``int_oo``)."""
+    return int(bound) if getattr(bound, "is_Integer", False) else None
+
+
+def _user_inputs(exported) -> set[str]:
+    return set(exported.graph_signature.user_inputs)
 
 
 def check_onnx(path, inputs: list[torch.Tensor], expected: list, tolerance: float) -> None:
