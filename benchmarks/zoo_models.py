@@ -807,6 +807,384 @@ def _speech_multimodal() -> list[Case]:
     ]
 
 
+# --- kinds added for issue 20: windowed and rotary attention, long documents, relative
+# positions in speech, detection transformers ----------------------------------------------
+
+LONG_TEXT = [(2, 32, 0), (1, 32, 0), (3, 20, 0), (2, 32, 5), (1, 1, 0), (2, 48, 7)]
+# BigBird switches itself to full attention for good (it rewrites its config) the first time
+# it is called on a sequence too short for block-sparse attention (28 tokens here), so every
+# call stays above that length: eager must stay the model that was traced.
+BIGBIRD_TEXT = [(2, 32, 0), (1, 32, 0), (3, 40, 0), (2, 32, 5), (2, 48, 7)]
+
+
+def _hf_detr(config: str, model: str, **config_kwargs):
+    """A DETR-family detector with a small ResNet backbone built from its configuration
+    (no timm, no pretrained weights: nothing is downloaded)."""
+
+    def build():
+        import transformers
+
+        backbone = transformers.ResNetConfig(
+            embedding_size=16,
+            hidden_sizes=[16, 32, 32, 64],
+            depths=[1, 1, 1, 1],
+            out_features=["stage2", "stage3", "stage4"],
+        )
+        sizes = dict(
+            d_model=32,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            num_queries=10,
+            num_labels=3,
+        )
+        cfg = getattr(transformers, config)(
+            use_timm_backbone=False,
+            use_pretrained_backbone=False,
+            backbone_config=backbone,
+            **dict(sizes, **config_kwargs),
+        )
+        return HF(getattr(transformers, model)(cfg), ("pixel_values",))
+
+    return build
+
+
+def _new_kinds() -> list[Case]:
+    t, hf = "timm", "transformers"
+    cls = "vision/classification"
+    small_vit = dict(img_size=32, patch_size=8, depth=2, embed_dim=32, num_heads=2, num_classes=10)
+    windowed = dict(
+        img_size=64,
+        patch_size=4,
+        window_size=4,
+        embed_dim=16,
+        depths=(1, 1),
+        num_heads=(1, 2),
+        num_classes=10,
+    )
+    small_text = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+    )
+    small_audio = dict(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        conv_dim=(16, 16),
+        conv_stride=(5, 2),
+        conv_kernel=(10, 3),
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=2,
+        vocab_size=VOCAB,
+    )
+    audio = _audio((2, 400), (1, 400), (3, 320), (1, 200))
+    wav = ("input_values",)
+    return [
+        # windowed attention
+        Case(
+            "timm swin (small)",
+            cls,
+            t,
+            _timm_class("swin_transformer", "SwinTransformer", strict_img_size=False, **windowed),
+            IMG,
+        ),
+        Case(
+            "timm swinv2 (small)",
+            cls,
+            t,
+            _timm_class(
+                "swin_transformer_v2", "SwinTransformerV2", strict_img_size=False, **windowed
+            ),
+            IMG,
+        ),
+        Case(
+            "timm maxvit (small)",
+            cls,
+            t,
+            _timm("maxvit_pico_rw_256", img_size=64, num_classes=10),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        # rotary and relative positions in vision
+        Case(
+            "timm eva (rope)",
+            cls,
+            t,
+            _timm_class(
+                "eva",
+                "Eva",
+                use_rot_pos_emb=True,
+                ref_feat_shape=(4, 4),
+                dynamic_img_size=True,
+                **small_vit,
+            ),
+            IMG_FIXED,
+        ),
+        Case(
+            "timm beit (relative bias)",
+            cls,
+            t,
+            _timm_class("beit", "Beit", use_rel_pos_bias=True, **small_vit),
+            IMG_FIXED,
+        ),
+        Case("timm pvt_v2_b0", cls, t, _timm("pvt_v2_b0", num_classes=10), IMG),
+        Case(
+            "timm cait (small)",
+            cls,
+            t,
+            _timm_class("cait", "Cait", depth_token_only=1, **small_vit),
+            IMG_FIXED,
+        ),
+        # long documents, rotary and relative positions in text
+        Case(
+            "longformer",
+            "language/long-document",
+            hf,
+            _hf(
+                "LongformerConfig",
+                "LongformerModel",
+                ENC,
+                attention_window=4,
+                max_position_embeddings=80,
+                **small_text,
+            ),
+            text(LONG_TEXT),
+        ),
+        Case(
+            "bigbird (block sparse)",
+            "language/long-document",
+            hf,
+            _hf(
+                "BigBirdConfig",
+                "BigBirdModel",
+                ENC,
+                attention_type="block_sparse",
+                block_size=4,
+                num_random_blocks=1,
+                max_position_embeddings=80,
+                **small_text,
+            ),
+            text(BIGBIRD_TEXT),
+        ),
+        Case(
+            "led",
+            "language/long-document",
+            hf,
+            _hf(
+                "LEDConfig",
+                "LEDModel",
+                ENC_DEC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                d_model=32,
+                encoder_layers=2,
+                decoder_layers=2,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=64,
+                decoder_ffn_dim=64,
+                attention_window=4,
+                max_encoder_position_embeddings=80,
+                max_decoder_position_embeddings=80,
+            ),
+            seq2seq(LONG_TEXT),
+        ),
+        Case(
+            "modernbert (rotary, local)",
+            "language/encoder",
+            hf,
+            _hf(
+                "ModernBertConfig",
+                "ModernBertModel",
+                ENC,
+                local_attention=4,
+                pad_token_id=1,
+                bos_token_id=2,
+                eos_token_id=3,
+                cls_token_id=2,
+                sep_token_id=3,
+                global_attn_every_n_layers=2,
+                max_position_embeddings=80,
+                **small_text,
+            ),
+            text(LONG_TEXT),
+        ),
+        Case(
+            "roformer (rotary)",
+            "language/encoder",
+            hf,
+            _hf("RoFormerConfig", "RoFormerModel", ENC, embedding_size=32, **SMALL_BERT),
+            text(),
+        ),
+        Case(
+            "esm (rotary)",
+            "language/encoder",
+            hf,
+            _hf(
+                "EsmConfig",
+                "EsmModel",
+                ENC,
+                position_embedding_type="rotary",
+                pad_token_id=1,
+                **SMALL_BERT,
+            ),
+            text(),
+        ),
+        Case(
+            "mpnet (relative)",
+            "language/encoder",
+            hf,
+            _hf("MPNetConfig", "MPNetModel", ENC, **SMALL_BERT),
+            text(),
+        ),
+        Case(
+            "xlnet (relative)",
+            "language/encoder",
+            hf,
+            _hf(
+                "XLNetConfig",
+                "XLNetModel",
+                ENC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                d_model=32,
+                n_layer=2,
+                n_head=2,
+                d_inner=64,
+            ),
+            text(),
+        ),
+        Case(
+            "funnel (pooling)",
+            "language/encoder",
+            hf,
+            _hf(
+                "FunnelConfig",
+                "FunnelModel",
+                ENC,
+                vocab_size=VOCAB,
+                block_sizes=[1, 1],
+                d_model=32,
+                n_head=2,
+                d_head=16,
+                d_inner=64,
+            ),
+            text(),
+        ),
+        # speech with relative positions
+        Case(
+            "wav2vec2_conformer (relative)",
+            "speech",
+            hf,
+            _hf(
+                "Wav2Vec2ConformerConfig",
+                "Wav2Vec2ConformerModel",
+                wav,
+                position_embeddings_type="relative",
+                conv_depthwise_kernel_size=3,
+                **small_audio,
+            ),
+            audio,
+        ),
+        Case(
+            "wav2vec2_conformer (rotary)",
+            "speech",
+            hf,
+            _hf(
+                "Wav2Vec2ConformerConfig",
+                "Wav2Vec2ConformerModel",
+                wav,
+                position_embeddings_type="rotary",
+                conv_depthwise_kernel_size=3,
+                **small_audio,
+            ),
+            audio,
+        ),
+        Case(
+            "wavlm (relative bias)",
+            "speech",
+            hf,
+            _hf("WavLMConfig", "WavLMModel", wav, num_buckets=16, **small_audio),
+            audio,
+        ),
+        Case(
+            "sew",
+            "speech",
+            hf,
+            _hf("SEWConfig", "SEWModel", wav, squeeze_factor=2, **small_audio),
+            audio,
+        ),
+        Case(
+            "sew_d (disentangled)",
+            "speech",
+            hf,
+            _hf("SEWDConfig", "SEWDModel", wav, squeeze_factor=2, **small_audio),
+            audio,
+        ),
+        Case(
+            "data2vec_audio",
+            "speech",
+            hf,
+            _hf("Data2VecAudioConfig", "Data2VecAudioModel", wav, **small_audio),
+            audio,
+        ),
+        # detection transformers
+        Case(
+            "detr",
+            "vision/detection-transformer",
+            hf,
+            _hf_detr("DetrConfig", "DetrForObjectDetection"),
+            images((2, 64), (1, 64), (3, 96)),
+        ),
+        Case(
+            "conditional_detr",
+            "vision/detection-transformer",
+            hf,
+            _hf_detr("ConditionalDetrConfig", "ConditionalDetrForObjectDetection"),
+            images((2, 64), (1, 64), (3, 96)),
+        ),
+        Case(
+            "deformable_detr",
+            "vision/detection-transformer",
+            hf,
+            _hf_detr(
+                "DeformableDetrConfig",
+                "DeformableDetrForObjectDetection",
+                num_feature_levels=3,
+                decoder_layers=2,
+                encoder_n_points=2,
+                decoder_n_points=2,
+            ),
+            images((2, 64), (1, 64), (3, 96)),
+        ),
+        Case(
+            "yolos (small)",
+            "vision/detection-transformer",
+            hf,
+            _hf(
+                "YolosConfig",
+                "YolosForObjectDetection",
+                ("pixel_values",),
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+                image_size=[32, 32],
+                patch_size=8,
+                num_detection_tokens=5,
+                num_labels=3,
+            ),
+            images((2, 32), (1, 32), (3, 48)),
+        ),
+    ]
+
+
 def all_cases() -> list[Case]:
     """Every model of the zoo, vision first."""
-    return _vision() + _language() + _speech_multimodal()
+    return _vision() + _language() + _speech_multimodal() + _new_kinds()

@@ -144,3 +144,26 @@ def test_missing_packages_are_a_clear_error(monkeypatch, tmp_path: Path, capsys)
     traced.save(tmp_path / "f.tb")
     assert cli.main(["onnx", str(tmp_path / "f.tb")]) == 1
     assert "tracebridge[onnx]" in capsys.readouterr().err
+
+
+class _UnrolledLoop(torch.nn.Module):
+    def forward(self, x):  # a Python loop over a size: the trace unrolls it, guards the size
+        out = x[:, 0]
+        for i in range(1, x.shape[1]):
+            out = out + x[:, i] * i
+        return out
+
+
+def test_a_size_the_trace_guards_to_one_value_is_static_in_the_onnx_file(tmp_path):
+    # Found by the zoo (funnel): the ONNX file kept the unrolled dimension dynamic and
+    # ONNX Runtime answered a call of another length silently wrong.
+    traced = tracebridge.trace(_UnrolledLoop(), torch.randn(2, 4))
+    path = tracebridge.export_onnx(traced, tmp_path / "loop.onnx")
+    dims = onnx.load(path).graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_param or d.dim_value for d in dims] == ["s0", 4]
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    x = torch.randn(3, 4)  # the batch stays dynamic
+    (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    assert torch.allclose(torch.from_numpy(got), _UnrolledLoop()(x), atol=1e-6)
+    with pytest.raises(Exception, match="invalid dimensions"):
+        session.run(None, {session.get_inputs()[0].name: torch.randn(2, 6).numpy()})

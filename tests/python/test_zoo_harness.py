@@ -65,7 +65,7 @@ def test_parts_merge_tool_by_tool_and_the_table_counts_them(tmp_path):
     with open(table) as f:
         text = f.read()
     assert "| tracebridge | 1 | 1 | 1 | 0 | 0 |" in text
-    assert "| resnet18 | vision | torchvision | right | right | - |" in text
+    assert "| resnet18 | vision | torchvision | right | right | - | - |" in text
 
 
 def test_a_merge_that_re_runs_models_is_listed_in_the_table(tmp_path):
@@ -91,3 +91,30 @@ def test_a_merge_that_re_runs_models_is_listed_in_the_table(tmp_path):
     zoo.write_table(merged, table)
     with open(table) as f:
         assert "- 2026-11-23, tracebridge: resnet18" in f.read()
+
+
+def test_the_onnx_column_runs_the_exported_trace_on_other_shapes_and_after_saving(tmp_path):
+    pytest.importorskip("onnxscript")
+    pytest.importorskip("onnxruntime")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    onnx_model = zoo.trace_with("onnx", model, (torch.randn(2, 3),), str(tmp_path))
+    for batch in (2, 1, 5):  # traced at 2: the batch is a dynamic dimension of the file
+        x = torch.randn(batch, 3)
+        assert zoo.compare(model(x), onnx_model(x), 1e-4) is None
+    path = str(tmp_path / "m.onnx")
+    zoo.save_with("onnx", onnx_model, path)
+    reloaded = zoo.load_with("onnx", path)  # called with the flat inputs, as the reload is
+    x = torch.randn(3, 3)
+    assert zoo.identical(onnx_model(x), reloaded(x))
+
+
+def test_the_table_has_an_onnx_column(tmp_path):
+    entry = {"category": "vision", "source": "torchvision"}
+    results = {"m": dict(entry, tools={"onnx": _cell(["right"])}), "_meta": {}}
+    table = str(tmp_path / "zoo.md")
+    zoo.write_table(results, table)
+    with open(table) as f:
+        text = f.read()
+    assert "| m | vision | torchvision | - | - | - | right |" in text
+    assert "| onnx | 1 | 1 | 1 | 0 | 0 |" in text

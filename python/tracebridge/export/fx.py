@@ -30,6 +30,7 @@ method's main graph, so a call that only a specialisation serves raises GuardErr
 
 from __future__ import annotations
 
+import contextvars
 import math
 import operator
 from collections.abc import Callable
@@ -120,6 +121,13 @@ def _exporting() -> bool:
     return torch.compiler.is_exporting()
 
 
+# The size guards met while ``torch.export`` traces a GraphModule, as (value, expect,
+# line), for a caller that must know them: ONNX carries no assertion (export/onnx.py).
+EXPORTED_GUARDS: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "tracebridge_exported_guards", default=None
+)
+
+
 def make_guard(node: Node, line: str) -> Callable:
     """The function a guard node calls: raises GuardError when ``value`` differs from what
     the trace saw (see the module Note for how it behaves under compile and export)."""
@@ -127,6 +135,9 @@ def make_guard(node: Node, line: str) -> Callable:
 
     def tracebridge_guard(value):
         if isinstance(value, _SYMBOLIC) and _exporting():
+            seen = EXPORTED_GUARDS.get()
+            if seen is not None:
+                seen.append((value, expect, line))
             if isinstance(expect, bool):
                 torch._check(value if expect else torch.sym_not(value))
             else:

@@ -115,6 +115,8 @@ def export_onnx(
     n_outputs = len(gm.graph.find_nodes(op="output")[0].args[0])
     input_names = _unique_names(meta.input_names, "input")
     output_names = [f"output{i}" for i in range(n_outputs)]
+    guards: list = []
+    token = bridge.EXPORTED_GUARDS.set(guards)
     try:
         with torch.no_grad(), _quiet():
             program = torch.onnx.export(
@@ -134,8 +136,11 @@ def export_onnx(
             "ops without an ONNX form, or a guard on tensor data (if x.sum() > 0), cannot be "
             "exported (docs/deploy.md)"
         ) from exc
+    finally:
+        bridge.EXPORTED_GUARDS.reset(token)
     model = program.model_proto
     _name_dimensions(model, meta)
+    _fix_pinned_dimensions(model, program.exported_program, guards)
     out = Path(out)
     import onnx
 
@@ -183,6 +188,45 @@ def _name_dimensions(model, meta: bridge.BridgeInfo) -> None:
             if dim.dim_param:
                 text = pattern.sub(lambda m: marked[m.group(1)], dim.dim_param)
                 dim.dim_param = re.sub("\0\\d+\0", lambda m: final[m.group(0)], text)
+
+
+def _fix_pinned_dimensions(model, exported, guards: list) -> None:
+    """Make static every input dimension that one of the trace's guards pins to a value.
+
+    A guard on a size (an unrolled loop over ``x.shape[1]``, traced at 4) is
+    ``torch._check`` under export (fx.py), an assertion that an ONNX model cannot carry:
+    the file would keep the dimension dynamic and ONNX Runtime would answer a call of
+    another size silently wrong. A guard ``size == value`` on a size that is an input
+    dimension makes that dimension a fixed size in the file, which ONNX Runtime checks
+    (``Got invalid dimensions for input``). Other size guards (``s1 > 4``, ``s1 // 4 == 2``)
+    cannot be written in an ONNX model: they are named in a warning. (Export's own
+    constraints, such as its size-1 rule, are left as they were: see ``export_onnx``.)"""
+    if not guards:
+        return
+    pinned: dict = {}
+    unchecked: list[str] = []
+    for value, expect, line in guards:
+        expr = value.node.expr
+        if isinstance(value, torch.SymInt) and expr.is_Symbol and not isinstance(expect, bool):
+            pinned[expr] = int(expect)
+        else:
+            unchecked.append(f"{expr} == {expect} ({line.strip()})")
+    user = set(exported.graph_signature.user_inputs)
+    placeholders = [n for n in exported.graph.nodes if n.op == "placeholder" and n.name in user]
+    for value, node in zip(model.graph.input, placeholders):
+        fake = node.meta.get("val")
+        if not isinstance(fake, torch.Tensor):
+            continue
+        for dim, size in zip(value.type.tensor_type.shape.dim, fake.shape):
+            if isinstance(size, torch.SymInt) and size.node.expr in pinned:
+                dim.ClearField("dim_param")
+                dim.dim_value = pinned[size.node.expr]
+    if unchecked:
+        warnings.warn(
+            "the trace's guards on these sizes cannot be checked by an ONNX model, so ONNX "
+            f"Runtime does not refuse a call that breaks them: {'; '.join(unchecked)}",
+            stacklevel=3,
+        )
 
 
 def check_onnx(path, inputs: list[torch.Tensor], expected: list, tolerance: float) -> None:

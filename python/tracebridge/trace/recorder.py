@@ -160,8 +160,13 @@ class Recorder:
             return {k: self.encode(v) for k, v in obj.items()}
         if isinstance(obj, slice):
             return slice(self.encode(obj.start), self.encode(obj.stop), self.encode(obj.step))
+        if type(obj).__module__ == "numpy" and type(obj).__name__ == "ndarray":
+            # An array (BigBird's block plan: torch.tensor(np.stack(...))) is a constant of
+            # the trace with its own shape and dtype; .item() would drop both, and fails on
+            # more than one element.
+            return self.tensor_ref(torch.from_numpy(obj.copy()))
         if type(obj).__module__ == "numpy" and hasattr(obj, "item"):
-            return obj.item()
+            return obj.item()  # a numpy scalar (np.float32(2.0)) is a number
         raise UnsupportedOpError(
             f"an argument of type {type(obj).__name__} cannot be recorded "
             f"(at {self.location() or 'unknown location'}); pass tensors, numbers, "
