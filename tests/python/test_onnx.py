@@ -167,3 +167,26 @@ def test_a_size_the_trace_guards_to_one_value_is_static_in_the_onnx_file(tmp_pat
     assert torch.allclose(torch.from_numpy(got), _UnrolledLoop()(x), atol=1e-6)
     with pytest.raises(Exception, match="invalid dimensions"):
         session.run(None, {session.get_inputs()[0].name: torch.randn(2, 6).numpy()})
+
+
+class _WideBranch(torch.nn.Module):
+    def forward(self, x):
+        return x * 2 if x.shape[1] > 4 else x + 1
+
+
+def test_a_size_guard_onnx_cannot_state_fixes_the_sizes_it_reads(tmp_path):
+    # `x.shape[1] > 4` cannot be written in an ONNX model: with the width left dynamic,
+    # ONNX Runtime gave x * 2 for a width of 3, where the code gives x + 1. The width is
+    # now fixed at the traced size (ONNX Runtime refuses others), the batch stays dynamic,
+    # and a warning says why.
+    traced = tracebridge.trace(_WideBranch(), torch.randn(2, 6))
+    with pytest.warns(UserWarning, match=r"fixed in the file \(x\[1\] = 6\)"):
+        path = tracebridge.export_onnx(traced, tmp_path / "branch.onnx")
+    dims = onnx.load(path).graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_param or d.dim_value for d in dims] == ["s0", 6]
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    x = torch.full((3, 6), 3.0)
+    (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    assert torch.equal(torch.from_numpy(got), _WideBranch()(x))
+    with pytest.raises(Exception, match="invalid dimensions"):
+        session.run(None, {session.get_inputs()[0].name: torch.full((2, 3), 3.0).numpy()})

@@ -191,40 +191,50 @@ def _name_dimensions(model, meta: bridge.BridgeInfo) -> None:
 
 
 def _fix_pinned_dimensions(model, exported, guards: list) -> None:
-    """Make static every input dimension that one of the trace's guards pins to a value.
+    """Make static every input dimension that one of the trace's guards decides.
 
-    A guard on a size (an unrolled loop over ``x.shape[1]``, traced at 4) is
-    ``torch._check`` under export (fx.py), an assertion that an ONNX model cannot carry:
-    the file would keep the dimension dynamic and ONNX Runtime would answer a call of
-    another size silently wrong. A guard ``size == value`` on a size that is an input
-    dimension makes that dimension a fixed size in the file, which ONNX Runtime checks
-    (``Got invalid dimensions for input``). Other size guards (``s1 > 4``, ``s1 // 4 == 2``)
-    cannot be written in an ONNX model: they are named in a warning. (Export's own
-    constraints, such as its size-1 rule, are left as they were: see ``export_onnx``.)"""
+    A guard on a size (an unrolled loop over ``x.shape[1]``, traced at 4; a branch on
+    ``x.shape[1] > 4``) is ``torch._check`` under export (fx.py), an assertion that an ONNX
+    model cannot carry: the file would keep the dimension dynamic and ONNX Runtime would
+    answer a call that breaks the guard silently wrong. So each input dimension a guard
+    reads becomes a fixed size in the file, the size the trace was made with, which ONNX
+    Runtime checks (``Got invalid dimensions for input``). A guard ``size == value`` fixes
+    its size to that value and says nothing; a guard ONNX cannot state (``s1 > 4``,
+    ``s1 // 4 == 2``) fixes the sizes it reads and a warning says which and why, since
+    the trace itself accepts other sizes there. (Export's own constraints, such as its
+    size-1 rule, are left as they were: see ``export_onnx``.)"""
     if not guards:
         return
     pinned: dict = {}
-    unchecked: list[str] = []
+    narrowed: list[str] = []
     for value, expect, line in guards:
         expr = value.node.expr
         if isinstance(value, torch.SymInt) and expr.is_Symbol and not isinstance(expect, bool):
             pinned[expr] = int(expect)
-        else:
-            unchecked.append(f"{expr} == {expect} ({line.strip()})")
+            continue
+        known = value.node.shape_env.var_to_val
+        for symbol in expr.free_symbols:
+            if symbol in known:
+                pinned.setdefault(symbol, int(known[symbol]))
+        narrowed.append(f"{expr} == {expect} ({line.strip()})")
     user = set(exported.graph_signature.user_inputs)
     placeholders = [n for n in exported.graph.nodes if n.op == "placeholder" and n.name in user]
+    fixed = []
     for value, node in zip(model.graph.input, placeholders):
         fake = node.meta.get("val")
         if not isinstance(fake, torch.Tensor):
             continue
-        for dim, size in zip(value.type.tensor_type.shape.dim, fake.shape):
+        for index, (dim, size) in enumerate(zip(value.type.tensor_type.shape.dim, fake.shape)):
             if isinstance(size, torch.SymInt) and size.node.expr in pinned:
                 dim.ClearField("dim_param")
                 dim.dim_value = pinned[size.node.expr]
-    if unchecked:
+                fixed.append(f"{value.name}[{index}] = {dim.dim_value}")
+    if narrowed:
         warnings.warn(
-            "the trace's guards on these sizes cannot be checked by an ONNX model, so ONNX "
-            f"Runtime does not refuse a call that breaks them: {'; '.join(unchecked)}",
+            "an ONNX model cannot check these guards of the trace on sizes, so the sizes they "
+            f"read are fixed in the file ({', '.join(fixed) or 'none of its inputs'}), and "
+            "ONNX Runtime refuses other sizes where the trace would take some: "
+            f"{'; '.join(narrowed)}",
             stacklevel=3,
         )
 
