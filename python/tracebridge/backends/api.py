@@ -117,6 +117,26 @@ def _record_inputs(obj, plan: MethodPlan, args: tuple, module) -> dict[str, tupl
     return seen
 
 
+def _in_worker(work: Callable[[], None], backend: str, timeout: float | None) -> None:
+    """Run ``work`` in a worker thread in the caller's grad mode (it is per thread);
+    TimeoutExpired past ``timeout``.
+
+    Note: a thread cannot be killed; past the timeout it finishes in the background and its
+    result is dropped. A subprocess could be killed, but compiled code cannot cross a
+    process boundary without pickling, which tracebridge never does."""
+    grad = torch.is_grad_enabled()
+
+    def run():
+        torch.set_grad_enabled(grad)
+        work()
+
+    worker = threading.Thread(target=run, name="tracebridge-compile", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise subprocess.TimeoutExpired(f"tracebridge.compile(backend={backend!r})", timeout)
+
+
 def _compile_all(
     impl: Backend,
     plan: MethodPlan,
@@ -128,10 +148,8 @@ def _compile_all(
     """Compile every partition in a worker thread; TimeoutExpired past ``timeout``."""
     result: dict[str, Callable] = {}
     failure: list[BaseException] = []
-    grad = torch.is_grad_enabled()
 
     def work():
-        torch.set_grad_enabled(grad)  # grad mode is per thread; warm up in the caller's
         for sub in plan.subgraphs:
             op = f"backend.{sub.name}"
             start = time.perf_counter()
@@ -151,14 +169,7 @@ def _compile_all(
             if verbose:
                 print(message)
 
-    worker = threading.Thread(target=work, name="tracebridge-compile", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        # Note: a thread cannot be killed; it finishes in the background and its result is
-        # dropped. A subprocess could be killed, but compiled code cannot cross a process
-        # boundary without pickling, which tracebridge never does.
-        raise subprocess.TimeoutExpired(f"tracebridge.compile(backend={impl.name!r})", timeout)
+    _in_worker(work, impl.name, timeout)
     if failure:
         raise failure[0]
     return result
@@ -265,10 +276,8 @@ def _warm_up(impl: Backend, obj, args: tuple, module, timeout, verbose: bool) ->
     """The first call (where the compiler runs) on the example inputs, in a worker thread
     under ``timeout``, as partitions are compiled (see _compile_all)."""
     failure: list[BaseException] = []
-    grad = torch.is_grad_enabled()
 
     def work():
-        torch.set_grad_enabled(grad)
         start = time.perf_counter()
         try:
             with preserved(module):
@@ -281,11 +290,7 @@ def _warm_up(impl: Backend, obj, args: tuple, module, timeout, verbose: bool) ->
         if verbose:
             print(message)
 
-    worker = threading.Thread(target=work, name="tracebridge-compile", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        raise subprocess.TimeoutExpired(f"tracebridge.compile(backend={impl.name!r})", timeout)
+    _in_worker(work, impl.name, timeout)
     if failure:
         exc = failure[0]
         error = BackendError(
