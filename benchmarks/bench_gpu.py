@@ -39,51 +39,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 
 import tracebridge  # noqa: E402
+from resnet_like import ResNet18Like  # noqa: E402
 from tracebridge.backends import aot  # noqa: E402
 
 # --------------------------------------------------------------------------- models
-
-
-class BasicBlock(nn.Module):
-    def __init__(self, cin: int, cout: int, stride: int):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.down = None
-        if stride != 1 or cin != cout:
-            self.down = nn.Sequential(
-                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
-            )
-
-    def forward(self, x):
-        out = torch.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return torch.relu(out + (x if self.down is None else self.down(x)))
-
-
-class ResNetish(nn.Module):
-    """ResNet-18's layout (2 basic blocks per stage, 64-512 channels)."""
-
-    def __init__(self, classes: int = 1000):
-        super().__init__()
-        self.stem = nn.Sequential(
-            nn.Conv2d(3, 64, 7, 2, 3, bias=False),
-            nn.BatchNorm2d(64),
-            nn.ReLU(),
-            nn.MaxPool2d(3, 2, 1),
-        )
-        blocks, cin = [], 64
-        for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
-            blocks += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
-            cin = cout
-        self.blocks = nn.Sequential(*blocks)
-        self.fc = nn.Linear(512, classes)
-
-    def forward(self, x):
-        x = self.blocks(self.stem(x))
-        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
 
 class DecoderBlock(nn.Module):
@@ -172,7 +131,7 @@ def cases(small: bool) -> list[Case]:
         out.append(
             Case("GPT-2-ish 4 layers bf16", b, lambda: GPT2ish(**gpt), tokens, torch.bfloat16)
         )
-    out.append(Case("resnet18-ish", 1, ResNetish, images))
+    out.append(Case("resnet18-ish", 1, ResNet18Like, images))
     return out
 
 
