@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT / "python"))
 
 import tracebridge  # noqa: E402
 from resnet_like import ResNet18Like  # noqa: E402
+from results_md import write_results  # noqa: E402
 from tracebridge.backends import aot  # noqa: E402
 
 # --------------------------------------------------------------------------- models
@@ -326,19 +327,6 @@ def device_name(device: str) -> str:
     except OSError:
         pass
     return f"CPU: {platform.processor() or platform.machine()}"
-
-
-def write_results(text: str, tag: str) -> None:
-    path = ROOT / "benchmarks" / "RESULTS.md"
-    old = path.read_text() if path.exists() else ""
-    begin, end = f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
-    block = f"{begin}\n{text}\n{end}"
-    if begin in old and end in old:
-        new = old[: old.index(begin)] + block + old[old.index(end) + len(end) :]
-    else:
-        new = old.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(new)
-    print(f"[bench_gpu] wrote {path}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_md import write_results
+
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ("tracebridge", "safetensors", "torch")
 
@@ -255,19 +257,6 @@ def table(results: dict, layers: int, repeats: int) -> str:
     return "\n".join(lines)
 
 
-def write_results(text: str, tag: str = "bench_large") -> None:
-    path = ROOT / "benchmarks" / "RESULTS.md"
-    old = path.read_text() if path.exists() else ""
-    begin, end = f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
-    block = f"{begin}\n{text}\n{end}"
-    if begin in old and end in old:
-        new = old[: old.index(begin)] + block + old[old.index(end) + len(end) :]
-    else:
-        new = old.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(new)
-    print(f"[bench_large] wrote {path}", file=sys.stderr)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layers", type=int, default=8)
@@ -291,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     text = table(measure(args.layers, args.repeats), args.layers, args.repeats)
     print(text)
     if args.write:
-        write_results(text)
+        write_results(text, "bench_large")
     return 0
 
 
