@@ -78,39 +78,29 @@ class InductorBackend(Backend):
         return supported_whole(node) or supported_by_set(node, SUPPORTED)
 
     def compile(self, subgraph_fn: Callable, example_inputs, args, workdir) -> Callable:
-        mode = None if args.mode == "default" else args.mode
-        compiled = torch.compile(
-            subgraph_fn,
-            backend="inductor",
-            dynamic=args.dynamic,
-            fullgraph=args.fullgraph,
-            mode=mode,
-        )
-        run = compiled if args.autograd else _inference(compiled)
-        if example_inputs is None:  # after load: compile at the first call, in workdir
-            return _FirstCallIn(run, workdir, args.debug) if workdir is not None else run
-        with _environment(workdir, args.debug):
-            run(*example_inputs)
-        return run
+        return _compiled(subgraph_fn, example_inputs, args, workdir)
 
     def compile_graph_module(self, gm, example_inputs, args, workdir) -> Callable:
         """One ``torch.compile`` of the method's GraphModule, as ``torch.compile(model)``
         does it: parameters stay module attributes (static inputs for CUDA graphs under
         ``reduce-overhead``, never copied per call)."""
-        mode = None if args.mode == "default" else args.mode
-        compiled = torch.compile(
-            gm,
-            backend="inductor",
-            dynamic=args.dynamic,
-            fullgraph=args.fullgraph,
-            mode=mode,
-        )
-        run = compiled if args.autograd else _inference(compiled)
-        if example_inputs is None:
-            return _FirstCallIn(run, workdir, args.debug) if workdir is not None else run
-        with _environment(workdir, args.debug):
-            run(*example_inputs)
-        return run
+        return _compiled(gm, example_inputs, args, workdir)
+
+
+def _compiled(fn: Callable, example_inputs, args, workdir) -> Callable:
+    """``torch.compile`` of ``fn`` (a partition's function or a GraphModule) with the
+    backend's arguments, compiled now on ``example_inputs``, or at the first call (in
+    ``workdir``) when there are none, as after load."""
+    mode = None if args.mode == "default" else args.mode
+    compiled = torch.compile(
+        fn, backend="inductor", dynamic=args.dynamic, fullgraph=args.fullgraph, mode=mode
+    )
+    run = compiled if args.autograd else _inference(compiled)
+    if example_inputs is None:
+        return _FirstCallIn(run, workdir, args.debug) if workdir is not None else run
+    with _environment(workdir, args.debug):
+        run(*example_inputs)
+    return run
 
 
 def _inference(fn: Callable) -> Callable:
