@@ -28,6 +28,7 @@ from tracebridge.artifact import compiled as member
 from tracebridge.backends import aot
 
 from .conftest import run_fresh_python
+from .r_reader import run_r
 
 ROOT = Path(__file__).resolve().parents[2]
 # traced at batch 1: the package must still take any batch (compile_package's examples
@@ -202,21 +203,8 @@ def test_save_compiled_refuses_what_is_not_traced(tmp_path):
 
 @pytest.mark.skipif(shutil.which("Rscript") is None, reason="R is not installed")
 def test_r_reader_accepts_a_file_with_a_package(compiled_file):
-    script = (
-        "root <- commandArgs(TRUE)[[1]]; `%||%` <- function(a, b) if (is.null(a)) b else a; "
-        'for (f in c("artifact-read.R", "check.R", "inspect.R")) '
-        'sys.source(file.path(root, "R", f), envir = globalenv()); '
-        "doc <- read_program(commandArgs(TRUE)[[2]]); cat(doc$compiled$member)"
-    )
-    done = subprocess.run(
-        ["Rscript", "-e", script, str(ROOT), str(compiled_file)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"TRACEBRIDGE_SHARED_IR": str(ROOT / "shared_ir"), "PATH": "/usr/bin:/bin"},
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "compiled.pt2"
+    out = run_r("doc <- read_program(args[[2]]); cat(doc$compiled$member)", compiled_file)
+    assert out.strip() == "compiled.pt2"
 
 
 # --- C++ ------------------------------------------------------------------------------------

@@ -6,7 +6,6 @@ file. CPU autocast (bfloat16) runs the same recording path as CUDA's."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import tracebridge
+
+from .r_reader import run_r
 
 ROOT = Path(__file__).resolve().parents[2]
 BF16 = torch.bfloat16
@@ -112,23 +113,13 @@ def test_r_reader_accepts_an_autocast_trace(net, tmp_path):
     traced = tracebridge.trace(net, torch.rand(2, 3, 8, 8))
     traced.save(path)
     casts = sum(n.op == "Tensor.to" for n in traced.program.methods["forward"].nodes)
-    script = (
-        "root <- commandArgs(TRUE)[[1]]; `%||%` <- function(a, b) if (is.null(a)) b else a; "
-        'for (f in c("artifact-read.R", "check.R", "inspect.R")) '
-        'sys.source(file.path(root, "R", f), envir = globalenv()); '
-        "doc <- read_program(commandArgs(TRUE)[[2]]); "
-        'cat(sum(vapply(doc$methods$forward$nodes, function(n) n$op == "Tensor.to", TRUE)))'
+    out = run_r(
+        "doc <- read_program(args[[2]]); "
+        'cat(sum(vapply(doc$methods$forward$nodes, function(n) n$op == "Tensor.to", TRUE)))',
+        path,
     )
-    done = subprocess.run(
-        ["Rscript", "-e", script, str(ROOT), str(path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"TRACEBRIDGE_SHARED_IR": str(ROOT / "shared_ir"), "PATH": "/usr/bin:/bin"},
-    )
-    assert done.returncode == 0, done.stderr
     # five bfloat16 casts, and the loss's two float32 ones: R sees the graph Python runs
-    assert casts == 7 and done.stdout.strip() == str(casts)
+    assert casts == 7 and out.strip() == str(casts)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import shutil
-import subprocess
 import zipfile
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from tracebridge.check.program import LIMITS, RESERVED_METHODS, check_json_size,
 from tracebridge.ir import dtypes, ops
 
 from .models import ConvBNLinear
+from .r_reader import run_r
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS = ROOT / "shared_ir" / "vectors"
@@ -425,13 +424,7 @@ def test_dtype_table_is_the_one_the_ir_uses():
 # The R side: R/check.R sourced into a plain Rscript (no Python, no installed package),
 # reading the program and the state as jit_inspect() does (graphs aside), so
 # the comparison runs wherever R and jsonlite are, before or after the package is built.
-R_RUNNER = r"""
-args <- commandArgs(trailingOnly = TRUE)
-root <- args[[1]]
-`%||%` <- function(a, b) if (is.null(a)) b else a
-for (f in c("artifact-read.R", "check.R", "inspect.R", "graph-print.R")) {
-  sys.source(file.path(root, "R", f), envir = globalenv())
-}
+R_CHECKER = r"""
 for (path in readLines(args[[2]])) {
   r <- tryCatch({ read_state(path, read_program(path)); "accept" },
                 error = function(e) paste("refuse", gsub("\n", " ", conditionMessage(e))))
@@ -621,17 +614,7 @@ def r_verdicts(paths: list[Path], workdir: Path) -> dict[str, str]:
     """R's checker on each file, in one Rscript: file name -> "accept" or "refuse <why>"."""
     listing = workdir / "files.txt"
     listing.write_text("\n".join(str(p) for p in paths))
-    script = workdir / "run.R"
-    script.write_text(R_RUNNER)
-    done = subprocess.run(
-        ["Rscript", str(script), str(ROOT), str(listing)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "TRACEBRIDGE_SHARED_IR": str(ROOT / "shared_ir")},
-    )
-    assert done.returncode == 0, done.stderr
-    return dict(line.split("\t", 1) for line in done.stdout.splitlines())
+    return dict(line.split("\t", 1) for line in run_r(R_CHECKER, listing).splitlines())
 
 
 def python_verdict(path: Path) -> str:

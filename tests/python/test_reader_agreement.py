@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import shutil
-import subprocess
 import zipfile
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -26,6 +24,8 @@ from tracebridge.ir import graph_from_json
 from tracebridge.ir.printable import printable
 from tracebridge.ir.printer import graph_text
 
+from .r_reader import run_r
+
 ROOT = Path(__file__).resolve().parents[2]
 HAS_R = shutil.which("Rscript") is not None
 
@@ -35,13 +35,7 @@ UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e
 
 # R's reader over files: "PATH\tMODE" lines; MODE "read" runs jit_inspect(quiet = TRUE),
 # "print" also writes what print() shows to PATH.txt (UTF-8, byte for byte).
-R_RUNNER = r"""
-args <- commandArgs(trailingOnly = TRUE)
-root <- args[[1]]
-`%||%` <- function(a, b) if (is.null(a)) b else a
-for (f in c("artifact-read.R", "check.R", "inspect.R", "graph-print.R")) {
-  sys.source(file.path(root, "R", f), envir = globalenv())
-}
+R_READER = r"""
 for (line in readLines(args[[2]])) {
   parts <- strsplit(line, "\t", fixed = TRUE)[[1]]
   path <- parts[[1]]
@@ -64,16 +58,7 @@ def r_read(paths: list[Path], workdir: Path, mode: str = "read") -> dict[str, st
     """R's verdict on each file: name -> "accept" or "refuse MESSAGE"."""
     listing = workdir / "files.txt"
     listing.write_text("\n".join(f"{p}\t{mode}" for p in paths))
-    script = workdir / "reader.R"
-    script.write_text(R_RUNNER)
-    done = subprocess.run(
-        ["Rscript", str(script), str(ROOT), str(listing)],
-        capture_output=True,
-        timeout=600,
-        env={**os.environ, "TRACEBRIDGE_SHARED_IR": str(ROOT / "shared_ir")},
-    )
-    assert done.returncode == 0, done.stderr.decode(errors="replace")
-    out = done.stdout.decode("utf-8")
+    out = run_r(R_READER, listing)
     return dict(line.split("\t", 1) for line in out.splitlines())
 
 
