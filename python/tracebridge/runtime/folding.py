@@ -128,6 +128,15 @@ def subgraph(graph: Graph, fold: FoldPlan) -> Graph:
     )
 
 
+# C functions mapped over the state tensors: the cache's check runs no Python bytecode per
+# tensor (a ResNet's folded convolutions read a hundred tensors on every call).
+_version = operator.attrgetter("_version")
+_requires_grad = operator.attrgetter("requires_grad")
+_data_ptr = torch.Tensor.data_ptr
+_grad_enabled = torch.is_grad_enabled
+_inference_mode = torch.is_inference_mode_enabled
+
+
 class Folded:
     """Runs a graph's static part and keeps its values while the state it read is the same
     (the same tensors, at the same versions and data pointers, in the same inference
@@ -135,12 +144,8 @@ class Folded:
 
     def __init__(self, function, slots: list[tuple[dict, str]], count: int, ops: int):
         self.function = function
-        # One itemgetter per state table: the tensors are read in a few C calls per call.
-        tables: dict[int, tuple[dict, list[str]]] = {}
-        for owner, key in slots:
-            tables.setdefault(id(owner), (owner, []))[1].append(key)
-        self.readers = [(owner, operator.itemgetter(*keys)) for owner, keys in tables.values()]
-        self.single = [len(keys) == 1 for _, keys in tables.values()]
+        self.owners = [owner for owner, _ in slots]
+        self.keys = [key for _, key in slots]
         self.count = count
         self.ops = ops
         self.entry = None
@@ -148,33 +153,26 @@ class Folded:
     def __repr__(self) -> str:
         return f"folded({self.count} values of {self.ops} ops on literals and state)"
 
-    def _tensors(self) -> list:
-        tensors: list = []
-        for (owner, read), single in zip(self.readers, self.single):
-            if single:
-                tensors.append(read(owner))
-            else:
-                tensors.extend(read(owner))
-        return tensors
-
     def __call__(self) -> tuple:
-        tensors = self._tensors()
-        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        tensors = list(map(operator.getitem, self.owners, self.keys))
+        if _grad_enabled() and any(map(_requires_grad, tensors)):
             return self.function()  # gradients must reach the state: no cache
         # A version moves with every in-place write; the data pointer with ``.data = ...``
         # and swapped tensors, which keep the object and its version.
-        versions = [(t._version, t.data_ptr()) for t in tensors]
-        mode = torch.is_inference_mode_enabled()
+        versions = list(map(_version, tensors))
+        pointers = list(map(_data_ptr, tensors))
+        mode = _inference_mode()
         entry = self.entry
         if (
             entry is not None
             and entry[1] == versions
-            and entry[2] == mode
+            and entry[2] == pointers
+            and entry[3] == mode
             and all(map(operator.is_, entry[0], tensors))
         ):
-            return entry[3]
+            return entry[4]
         values = self.function()
-        self.entry = (tensors, versions, mode, values)
+        self.entry = (tensors, versions, pointers, mode, values)
         return values
 
 
