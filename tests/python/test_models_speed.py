@@ -9,6 +9,7 @@ needs them. A dropout recorded in evaluation mode is no call at all.
 
 from __future__ import annotations
 
+import shutil
 import warnings
 
 import pytest
@@ -242,3 +243,96 @@ def test_a_state_read_by_folded_and_other_ops_is_defined_for_both(runtime, tmp_p
     x = torch.rand(2, 4)
     for got, want in zip(traced(x), model(x)):
         assert torch.equal(got, want)
+
+
+class Encoder(nn.Module):
+    """Two fused-path encoder layers (relu, post-norm) and a head."""
+
+    def __init__(self, activation: str = "relu", norm_first: bool = False):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(
+            16, 4, 32, dropout=0.1, activation=activation, norm_first=norm_first, batch_first=True
+        )
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x, padding=None):
+        return self.head(self.encoder(x, src_key_padding_mask=padding))
+
+
+def _ops(traced) -> list[str]:
+    return [n.op for n in traced.program.methods["forward"].nodes]
+
+
+@pytest.mark.parametrize("activation, norm_first", [("relu", False), ("gelu", True)])
+def test_transformer_encoder_layer_fast_path_where_eager_takes_it(tmp_path, activation, norm_first):
+    torch.manual_seed(0)
+    model = Encoder(activation, norm_first).eval()
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():  # evaluation without autograd: eager's fused path
+        traced = tracebridge.trace(model, x)
+    ops = _ops(traced)
+    assert ops.count("_transformer_encoder_layer_fwd") == 2
+    assert not {"scaled_dot_product_attention", "linear", "layer_norm"} & set(ops[:-3])
+    path = tmp_path / "encoder.tb"
+    traced.save(path)
+    for runtime in ("codegen", "interpreter"):
+        loaded = tracebridge.load(path, runtime=runtime)
+        with torch.no_grad():
+            for shape in [(2, 5, 16), (1, 9, 16), (3, 1, 16)]:
+                y = torch.randn(*shape)
+                assert torch.allclose(loaded(y), model(y), atol=1e-5)
+        # The fused op has no gradient: a call with autograd is refused, not wrong.
+        with pytest.raises(tracebridge.GuardError, match="TransformerEncoderLayer's fused path"):
+            loaded(x)
+    # Traced with autograd on, the graph is the general one, and gradients flow.
+    general = tracebridge.trace(model, x)
+    assert "_transformer_encoder_layer_fwd" not in _ops(general)
+    general(x).sum().backward()
+    assert model.head.weight.grad is not None
+
+
+def test_transformer_encoder_layer_fast_path_with_a_padding_mask(tmp_path):
+    """A key padding mask reaches the fused op as its mask (mask_type 1)."""
+    torch.manual_seed(0)
+    model = Encoder().eval()
+    x = torch.randn(2, 5, 16)
+    padding = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    with torch.no_grad():
+        traced = tracebridge.trace(model, (x, padding))
+        node = next(
+            n
+            for n in traced.program.methods["forward"].nodes
+            if n.op == "_transformer_encoder_layer_fwd"
+        )
+        assert node.args[-1] == 1 and node.args[-2] is not None
+        path = tmp_path / "padded.tb"
+        traced.save(path)
+        loaded = tracebridge.load(path)
+        for length in (5, 7):
+            y = torch.randn(2, length, 16)
+            pad = torch.zeros(2, length, dtype=torch.bool)
+            pad[1, -2:] = True
+            want = model(y, pad)
+            assert torch.allclose(loaded(y, pad)[0], want[0], atol=1e-5)
+            assert torch.allclose(loaded(y, pad)[1, :-2], want[1, :-2], atol=1e-5)
+
+
+def test_transformer_encoder_layer_in_training_mode_is_not_fused():
+    model = Encoder().train()
+    with torch.no_grad():
+        traced = tracebridge.trace(model, torch.randn(2, 5, 16))
+    assert "_transformer_encoder_layer_fwd" not in _ops(traced)
+
+
+@pytest.mark.skipif(shutil.which("Rscript") is None, reason="R is not installed")
+def test_r_reader_accepts_the_fused_encoder_layer(tmp_path):
+    """R's base-R reader checks op names against ops.json (op-set 5 has the fused op)."""
+    from .test_check_program import r_verdicts
+
+    torch.manual_seed(0)
+    with torch.no_grad():
+        traced = tracebridge.trace(Encoder().eval(), torch.randn(2, 5, 16))
+    path = tmp_path / "encoder.tb"
+    traced.save(path)
+    assert r_verdicts([path], tmp_path) == {"encoder.tb": "accept"}

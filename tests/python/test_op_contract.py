@@ -118,6 +118,8 @@ def child_jobs() -> dict[str, tuple[str, list, list[int], int]]:
     jobs["writes"] = ("linear", _WRITES["add_ under no_grad"], [4, 3], 3)
     jobs.update({f"circular-{op}": ("neg", _circular_nodes(op), [3], 2) for op in _CIRCULAR})
     jobs["group_norm"] = ("neg", _GROUP_NORM, [3], 2)
+    jobs.update({f"fused-{k}": ("neg", _fused_nodes(*v), [3], 2) for k, v in _FUSED.items()})
+    jobs["v3-fused-mha-heads0"] = ("neg3", _fused_nodes(*_FUSED["mha-heads0"]), [3], 2)
     return jobs
 
 
@@ -785,3 +787,81 @@ def test_an_fft_length_counts_in_complex_bytes(tmp_path, base):
     nodes = [_node("fft.fft", [_ref(0), 2**28], [_tensor(1, "complex64")])]
     with pytest.raises(tracebridge.ArtifactError, match="fft.fft is asked for 2147483648 bytes"):
         tracebridge.load(crafted(tmp_path, base, nodes))
+
+
+# --- fused inference paths (op-set 5) --------------------------------------------------------
+
+_E, _F = 4, 8  # embed_dim and feed-forward width of the crafted layers
+
+
+def _fused_nodes(op: str, heads: int, bias: int) -> list[dict]:
+    """One ``op`` (``mha``: ``_native_multi_head_attention``, ``encoder``:
+    ``_transformer_encoder_layer_fwd``) on weights of ones, ``heads`` heads, and a
+    projection bias (the encoder: its second feed-forward bias) of ``bias`` elements."""
+    shapes = [[2, 3, _E], [3 * _E, _E], [3 * _E], [_E, _E], [bias], [_E], [_F, _E], [_F], [_E, _F]]
+    nodes = [_node("ones", [shape], [_tensor(i, shape=shape)]) for i, shape in enumerate(shapes, 1)]
+    x, qkv_w, qkv_b, proj_w, short, vec, w1, b1, w2 = (_ref(i) for i in range(1, 10))
+    if op == "mha":
+        args = [x, x, x, _E, heads, qkv_w, qkv_b, proj_w, short, None, False, True, None]
+        outputs = [_tensor(20, shape=[2, 3, _E]), _tensor(21, shape=[0])]
+        return nodes + [_node("_native_multi_head_attention", args, outputs)]
+    norms = [vec, vec, vec, vec]
+    args = [x, _E, heads, qkv_w, qkv_b, proj_w, vec, False, False, 1e-5, *norms, w1, b1, w2]
+    args += [short, None, None]
+    outputs = [_tensor(20, shape=[2, 3, _E])]
+    return nodes + [_node("_transformer_encoder_layer_fwd", args, outputs)]
+
+
+_FUSED = {
+    "mha-good": ("mha", 2, _E),
+    "mha-heads0": ("mha", 0, _E),
+    "mha-bias1": ("mha", 2, 1),
+    "encoder-good": ("encoder", 2, _E),
+    "encoder-heads0": ("encoder", 0, _E),
+    "encoder-bias1": ("encoder", 2, 1),
+}
+
+
+def test_fused_attention_with_no_heads_is_refused(children):
+    """The kernels of nn.MultiheadAttention's and nn.TransformerEncoderLayer's fused paths
+    divide by ``num_heads`` unchecked: a file with 0 heads killed the process (SIGFPE),
+    also from a file of an older op set."""
+    for name in ("fused-mha-heads0", "v3-fused-mha-heads0"):
+        refused(children[name], "_native_multi_head_attention", "integers >= 1, not 4 and 0")
+    refused(children["fused-encoder-heads0"], "_transformer_encoder_layer_fwd", "not 4 and 0")
+
+
+def test_fused_attention_biases_are_one_per_feature(children):
+    """The kernels broadcast a one-element bias over every feature, a result the modules
+    never give: refused."""
+    refused(children["fused-mha-bias1"], "proj_bias must be vectors of 4 elements")
+    refused(children["fused-encoder-bias1"], "ffn_bias_2", "not of shapes (4,), (8,), (1,)")
+
+
+def test_fused_attention_on_good_weights_runs_the_kernel(children):
+    for name in ("fused-mha-good", "fused-encoder-good"):
+        outcome = children[name]
+        assert outcome["stage"] == "ok" and outcome["same"] and not outcome["canary"], outcome
+
+
+def test_the_checked_fused_paths_give_the_kernels_results():
+    from tracebridge.runtime import checked_ops as c
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True).eval()
+    attn = layer.self_attn
+    x = torch.randn(2, 5, 8)
+    weights = [attn.in_proj_weight, attn.in_proj_bias, attn.out_proj.weight, attn.out_proj.bias]
+    rest = [layer.norm1.weight, layer.norm1.bias, layer.norm2.weight, layer.norm2.bias]
+    rest += [layer.linear1.weight, layer.linear1.bias, layer.linear2.weight, layer.linear2.bias]
+    mask = torch.rand(2, 5) > 0.7
+    mask[:, 0] = False
+    with torch.no_grad():
+        for m, kind in ((None, None), (mask, 1)):
+            args = [x, 8, 2, *weights, False, False, 1e-5, *rest, m, kind]
+            got = c.transformer_encoder_layer_fwd(*args)
+            assert torch.equal(got, torch._transformer_encoder_layer_fwd(*args))
+            args = [x, x, x, 8, 2, *weights, m, True, True, kind]
+            got = c.native_multi_head_attention(*args)
+            want = torch._native_multi_head_attention(*args)
+            assert all(torch.equal(a, b) for a, b in zip(got, want))

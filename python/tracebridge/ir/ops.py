@@ -42,8 +42,9 @@ from . import ops_schema
 # 3: prim.autograd_function (custom autograd functions). 4: integer enums declared and
 # checked; native_batch_norm, _weight_norm, grid_sampler, _grouped_mm and the flat-weight
 # RNN ops run through checked implementations; writes to parameters refused; byte limits
-# (shared_ir/SPEC.md, section Versions).
-OPSET_VERSION = 4
+# (shared_ir/SPEC.md, section Versions). 5: _transformer_encoder_layer_fwd, and
+# _native_multi_head_attention runs through a checked implementation.
+OPSET_VERSION = 5
 
 # --- the op set, by family ----------------------------------------------------------------
 # Each name is a canonical name; see the module Note. Order inside a family is alphabetical.
@@ -187,7 +188,8 @@ REVIEWED_PRIVATE: dict[str, str] = {
     "_upsample_bilinear2d_aa": "F.interpolate(antialias=True) calls it; pure resampling",
     "_upsample_bicubic2d_aa": "F.interpolate(antialias=True) calls it; pure resampling",
     "_native_multi_head_attention": "nn.MultiheadAttention's inference fast path calls "
-    "it; reads only its tensor arguments",
+    "it; reads only its tensor arguments; runs through a checked implementation (num_head "
+    "at least 1, proj_bias one element per feature)",
     "_unique2": "torch.unique calls it; returns new tensors from its input",
     "_pad_circular": "F.pad(mode='circular') calls it; pure copy of its input; runs through a "
     "checked implementation (a pad may not wrap past what negative pads keep)",
@@ -199,6 +201,9 @@ REVIEWED_PRIVATE: dict[str, str] = {
     "(PyTorch's CPU kernel does not check the offsets)",
     "_shape_as_tensor": "torchvision's detection heads call it while tracing; a new int64 "
     "tensor holding its input's sizes (no data read)",
+    "_transformer_encoder_layer_fwd": "nn.TransformerEncoderLayer's inference fast path calls "
+    "it; new tensor from its tensor arguments; runs through a checked implementation "
+    "(num_heads at least 1, the biases one element per output feature)",
 }
 
 # Tensor methods that behave exactly like the torch function of the same name.
@@ -229,7 +234,11 @@ xlogy
 
 # The op-set version each op appeared in, for the ops added after version 3 (ONNX's
 # "since version"); ops.json carries it as ``since`` on those rows.
-SINCE: dict[str, int] = {"as_strided": 4, "repeat_interleave": 4}
+SINCE: dict[str, int] = {
+    "as_strided": 4,
+    "repeat_interleave": 4,
+    "_transformer_encoder_layer_fwd": 5,
+}
 
 # Operator dunders and the op each is (reflected forms only where the value is the same).
 DUNDER_OPS = {
@@ -341,6 +350,7 @@ native_batch_norm _weight_norm group_norm grid_sampler _grouped_mm gru lstm rnn_
 rnn_relu
 embedding_bag bincount one_hot outer kron cartesian_prod diag_embed combinations
 tensor_split hsplit vsplit dsplit chunk _pad_circular pad
+_native_multi_head_attention _transformer_encoder_layer_fwd
 """.split()
 )
 

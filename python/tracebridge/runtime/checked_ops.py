@@ -515,6 +515,132 @@ def _sectioned(op: str) -> Callable:
     return run
 
 
+# --- fused inference paths -------------------------------------------------------------------
+# Note: what these kernels check themselves, and what they do not (torch 2.13, CPU; each
+# case is in tests/python/test_op_contract.py). ``_native_multi_head_attention`` and
+# ``_transformer_encoder_layer_fwd`` check the query's rank and last size against
+# ``embed_dim``, the qkv weight and bias, ``embed_dim % num_heads``, and the mask against
+# ``mask_type``; the norms (``layer_norm``) and the projections (``addmm``) check their
+# weights and every dtype. Not checked: ``num_heads`` 0 divides by zero (the process dies of
+# SIGFPE), and a bias of one element broadcasts over every output feature (a result the
+# module could never give). These calls run per layer on every call, so the checks are the
+# few comparisons below and a message is formatted only when one fails.
+
+
+def _heads_ok(op: str, embed_dim, num_heads) -> None:
+    if not (type(embed_dim) is int and type(num_heads) is int and min(embed_dim, num_heads) >= 1):
+        raise CheckFailed(
+            f"{op}: embed_dim and num_heads must be integers >= 1, not {embed_dim!r} and "
+            f"{num_heads!r}"
+        )
+
+
+def _biases_ok(op: str, names: str, got: tuple, want: tuple) -> None:
+    if got != want:
+        raise CheckFailed(
+            f"{op}: {names} must be vectors of {', '.join(str(w[0]) for w in want)} "
+            f"elements (one per output feature), not of shapes "
+            f"{', '.join(str(tuple(g)) for g in got)}"
+        )
+
+
+def native_multi_head_attention(
+    query,
+    key,
+    value,
+    embed_dim,
+    num_head,
+    qkv_weight,
+    qkv_bias,
+    proj_weight,
+    proj_bias,
+    mask=None,
+    need_weights=True,
+    average_attn_weights=True,
+    mask_type=None,
+):
+    """``torch._native_multi_head_attention`` (``nn.MultiheadAttention``'s fused inference
+    path) after the checks its kernel does not make: ``num_head`` at least 1, and
+    ``proj_bias`` one element per feature (see the Note above)."""
+    op = "_native_multi_head_attention"
+    _heads_ok(op, embed_dim, num_head)
+    _biases_ok(op, "proj_bias", (proj_bias.shape,), ((embed_dim,),))
+    return torch._native_multi_head_attention(
+        query,
+        key,
+        value,
+        embed_dim,
+        num_head,
+        qkv_weight,
+        qkv_bias,
+        proj_weight,
+        proj_bias,
+        mask,
+        need_weights,
+        average_attn_weights,
+        mask_type,
+    )
+
+
+def transformer_encoder_layer_fwd(
+    src,
+    embed_dim,
+    num_heads,
+    qkv_weight,
+    qkv_bias,
+    proj_weight,
+    proj_bias,
+    use_gelu,
+    norm_first,
+    eps,
+    norm_weight_1,
+    norm_bias_1,
+    norm_weight_2,
+    norm_bias_2,
+    ffn_weight_1,
+    ffn_bias_1,
+    ffn_weight_2,
+    ffn_bias_2,
+    mask=None,
+    mask_type=None,
+):
+    """``torch._transformer_encoder_layer_fwd`` (``nn.TransformerEncoderLayer``'s fused
+    inference path) after the checks its kernel does not make: ``num_heads`` at least 1,
+    and the projection's and the feed-forward layers' biases one element per output
+    feature (``(E,)``, ``(F,)`` for a first weight of ``F`` rows, ``(E,)``; see the Note
+    above)."""
+    op = "_transformer_encoder_layer_fwd"
+    _heads_ok(op, embed_dim, num_heads)
+    _biases_ok(
+        op,
+        "proj_bias, ffn_bias_1, ffn_bias_2",
+        (proj_bias.shape, ffn_bias_1.shape, ffn_bias_2.shape),
+        ((embed_dim,), tuple(ffn_weight_1.shape[:1]), (embed_dim,)),
+    )
+    return torch._transformer_encoder_layer_fwd(
+        src,
+        embed_dim,
+        num_heads,
+        qkv_weight,
+        qkv_bias,
+        proj_weight,
+        proj_bias,
+        use_gelu,
+        norm_first,
+        eps,
+        norm_weight_1,
+        norm_bias_1,
+        norm_weight_2,
+        norm_bias_2,
+        ffn_weight_1,
+        ffn_bias_1,
+        ffn_weight_2,
+        ffn_bias_2,
+        mask,
+        mask_type,
+    )
+
+
 CHECKED: dict[str, Callable] = {
     "embedding_bag": embedding_bag,
     "native_batch_norm": native_batch_norm,
@@ -533,6 +659,8 @@ CHECKED: dict[str, Callable] = {
     "_pad_circular": pad_circular,
     "pad": pad,
     **{name: _sectioned(name) for name in SECTIONED_OPS},
+    "_native_multi_head_attention": native_multi_head_attention,
+    "_transformer_encoder_layer_fwd": transformer_encoder_layer_fwd,
 }
 
 

@@ -41,8 +41,23 @@ _original_is_tracing = torch._C._is_tracing
 _original_has_torch_function = torch.overrides.has_torch_function
 _original_grad_enabled = torch._C.is_grad_enabled
 # Modules whose fused inference path (eager's, in evaluation without autograd) records ops
-# of the op set: nn.MultiheadAttention's ``_native_multi_head_attention``.
-_FAST_PATHS = frozenset({torch.nn.MultiheadAttention.forward.__code__})
+# of the op set: nn.MultiheadAttention's ``_native_multi_head_attention`` and
+# nn.TransformerEncoderLayer's ``_transformer_encoder_layer_fwd``. Not
+# nn.TransformerEncoder's: its fast path makes nested tensors, which no graph holds.
+_FAST_PATHS = frozenset(
+    {
+        torch.nn.MultiheadAttention.forward.__code__,
+        torch.nn.TransformerEncoderLayer.forward.__code__,
+    }
+)
+# The fused ops of those paths: op name, and the module named in the guard's message.
+_FUSED = {
+    torch._native_multi_head_attention: ("_native_multi_head_attention", "nn.MultiheadAttention"),
+    torch._transformer_encoder_layer_fwd: (
+        "_transformer_encoder_layer_fwd",
+        "nn.TransformerEncoderLayer",
+    ),
+}
 _original_check = torch._check
 _original_apply = torch.autograd.Function.__dict__["apply"]  # a classmethod object
 
@@ -84,7 +99,7 @@ def _has_torch_function(args) -> bool:
     """PyTorch's check before a fused fast path: the recording mode makes it True, so a
     trace took the slow path where eager takes the fast one. For the modules in
     ``_FAST_PATHS``, traced without autograd, it answers False: the fused op is recorded
-    (with a guard that autograd is off, see ``_on_fast_attention``)."""
+    (with a guard that autograd is off, see ``_on_fused_path``)."""
     if (
         _active() is not None
         and sys._getframe(1).f_code in _FAST_PATHS
@@ -131,7 +146,7 @@ class LibraryHandlers(AutogradFunctions):
             torch.unique: self._on_unique,
             torch.functional.unique: self._on_unique,
             torch.Tensor.unique: self._on_unique,
-            torch._native_multi_head_attention: self._on_fast_attention,
+            **{fused: self._on_fused_path for fused in _FUSED},
         }
         return handlers
 
@@ -169,17 +184,16 @@ class LibraryHandlers(AutogradFunctions):
             raise AssertionError(message)
         return None
 
-    def _on_fast_attention(self, func, *args, **kwargs):
-        """nn.MultiheadAttention's fused path, recorded where eager takes it (evaluation,
+    def _on_fused_path(self, func, *args, **kwargs):
+        """A module's fused path (``_FUSED``), recorded where eager takes it (evaluation,
         no autograd). It has no gradient: the graph guards that autograd is off, so a call
         with autograd raises GuardError instead of failing in backward."""
+        op, module = _FUSED[func]
         loc = self.location()
         ref = self._value_node("prim.grad_enabled", "bool", loc=loc)
-        what = (
-            "torch.is_grad_enabled() (nn.MultiheadAttention's fused path, traced without autograd)"
-        )
+        what = f"torch.is_grad_enabled() ({module}'s fused path, traced without autograd)"
         self.guard(ref, False, what, "branch", loc)
-        return self.record("_native_multi_head_attention", func, args, kwargs)
+        return self.record(op, func, args, kwargs)
 
     def _on_sym_int(self, func, a):
         """``torch.sym_int``: truncation of a traced float stays traced (interpolate's
