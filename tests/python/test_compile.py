@@ -608,6 +608,43 @@ def test_inductor_guards_stay_checked():
         compiled(torch.rand(2, 4))
 
 
+class GuardedAttention(nn.Module):
+    """As nn.MultiheadAttention: a transpose, then guards on the width (``!= 8``, a
+    multiple of the heads) before any other op -- the shape of the transformer that ran
+    1.3x torch.compile with dynamic sizes (issue 16)."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+
+    def forward(self, x):
+        x = x.transpose(0, 1)
+        if x.size(2) != 8 or x.size(2) // 2 * 2 != x.size(2):
+            raise ValueError("width")
+        q, k, v = self.qkv(x).chunk(3, -1)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v).transpose(0, 1)
+
+
+def test_inductor_one_graph_when_guards_come_first():
+    """Guards do not split a whole graph: the transpose before them is compiled with the
+    rest (it was left eager, a graph break at every call), and Dynamo turns each guard
+    into a guard of its own instead of breaking the graph there."""
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    model = GuardedAttention().eval()
+    breaks = sum(counters["graph_break"].values())
+    before = _graph_count()
+    compiled = tracebridge.compile(model, torch.rand(2, 5, 8))
+    assert compiled.program.backend["methods"]["forward"]["whole_graph"] == {"eager_nodes": []}
+    assert not compiled.coverage.too_small
+    assert _graph_count() - before == 1
+    assert sum(counters["graph_break"].values()) == breaks
+    x = torch.rand(3, 7, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+
+
 @pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
 def test_inductor_modes_on_cpu(mode):
     def f(x, y):

@@ -54,7 +54,7 @@ from .partition import (
     subgraph_graph,
 )
 from .tolerance import default_tolerance
-from .whole import WholePlan, eager_nodes
+from .whole import WholePlan, eager_nodes, small_runs
 
 log = logging.getLogger("tracebridge.backends")
 META_KEY = "backend"
@@ -256,10 +256,10 @@ def _embed(
     }
 
 
-def _whole_plan(impl: Backend, graph: Graph, coverage: Coverage, workdir) -> MethodPlan:
+def _whole_plan(impl: Backend, graph: Graph, min_size: int, workdir) -> MethodPlan:
     whole = WholePlan(
         compile=lambda gm: impl.compile_graph_module(gm, None, impl.args, workdir),
-        eager_nodes=eager_nodes(graph, coverage, impl.supports),
+        eager_nodes=eager_nodes(graph, impl.supports, min_size),
     )
     return MethodPlan([], graph, whole=whole)
 
@@ -307,8 +307,9 @@ def _compile_whole(
     method's GraphModule, Dynamo splitting it only around the ops the backend leaves out."""
     program = traced.program
     graph = program.methods["forward"]
-    plan = _whole_plan(impl, graph, coverage, workdir)
+    plan = _whole_plan(impl, graph, embed[1], workdir)
     coverage = _whole_coverage(coverage, graph, plan)
+    coverage.too_small = small_runs(graph, impl.supports, embed[1])
     name = getattr(traced, "__name__", "forward")
     log.info("%s", coverage)
     if verbose:
@@ -495,9 +496,7 @@ def _stored_whole_plan(path, impl: Backend, graph: Graph, entry, workdir) -> Met
         )
     whole = WholePlan(
         compile=lambda gm: impl.compile_graph_module(gm, None, impl.args, workdir),
-        eager_nodes=sorted(
-            set(nodes) | set(eager_nodes(graph, Coverage(impl.name), impl.supports))
-        ),
+        eager_nodes=sorted(set(nodes) | set(eager_nodes(graph, impl.supports))),
     )
     return MethodPlan([], graph, whole=whole)
 

@@ -92,6 +92,14 @@ def _compiled(fn: Callable, example_inputs, args, workdir) -> Callable:
     backend's arguments, compiled now on ``example_inputs``, or at the first call (in
     ``workdir``) when there are none, as after load."""
     mode = None if args.mode == "default" else args.mode
+    if isinstance(fn, torch.fx.GraphModule):
+        # Note: the bound ``forward``, not the GraphModule. Dynamo compiles the frame of
+        # ``forward`` either way (``self`` is the GraphModule, its parameters and buffers
+        # are module attributes: static inputs for CUDA graphs, as with
+        # ``torch.compile(model)``), but a compiled GraphModule runs the frames of
+        # nn.Module's call and of GraphModule's ``_WrappedCall`` around it on every call,
+        # 6 µs on the CPU: 1.15x torch.compile on a 50 µs MLP.
+        fn = fn.forward
     compiled = torch.compile(
         fn, backend="inductor", dynamic=args.dynamic, fullgraph=args.fullgraph, mode=mode
     )
