@@ -500,9 +500,13 @@ def info(gm: fx.GraphModule) -> BridgeInfo:
 
 def flatten_inputs(gm: fx.GraphModule, *args, **kwargs) -> list[torch.Tensor]:
     """The flat input tensors of ``gm`` for the traced call's own arguments."""
+    return flatten_by_spec(info(gm).in_spec, args, kwargs)
+
+
+def flatten_by_spec(spec: dict, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """:func:`flatten_inputs` by the graph's ``in_spec`` (no GraphModule needed)."""
     from ..runtime.method import _in_key_order, describe
 
-    spec = info(gm).in_spec
     leaves, got = pytree.flatten((args, kwargs), is_tensor)
     if got != spec:
         leaves, got = pytree.flatten(_in_key_order((args, kwargs), spec), is_tensor)
