@@ -274,8 +274,11 @@ def _whole_coverage(coverage: Coverage, graph: Graph, plan: MethodPlan) -> Cover
 
 def _warm_up(impl: Backend, obj, args: tuple, module, timeout, verbose: bool) -> None:
     """The first call (where the compiler runs) on the example inputs, in a worker thread
-    under ``timeout``, as partitions are compiled (see _compile_all)."""
+    under ``timeout``, as partitions are compiled (see _compile_all) -- or in this thread
+    when the backend keeps per-thread state (CUDA graphs), where no timeout can stop it."""
     failure: list[BaseException] = []
+    tensors = pytree.flatten(args, is_tensor)[0] + [e.tensor for e in obj.program.state.values()]
+    here = impl.compiles_in_callers_thread([t for t in tensors if isinstance(t, torch.Tensor)])
 
     def work():
         start = time.perf_counter()
@@ -290,7 +293,15 @@ def _warm_up(impl: Backend, obj, args: tuple, module, timeout, verbose: bool) ->
         if verbose:
             print(message)
 
-    _in_worker(work, impl.name, timeout)
+    if here:
+        if timeout is not None:
+            log.warning(
+                "compiler_timeout is not enforced: CUDA graphs are compiled in the calling "
+                "thread (inductor keeps them per thread)"
+            )
+        work()
+    else:
+        _in_worker(work, impl.name, timeout)
     if failure:
         exc = failure[0]
         error = BackendError(

@@ -34,6 +34,7 @@ from .base import Backend
 from .opsets import SUPPORTED, supported_by_set, supported_whole
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 
 @contextlib.contextmanager
@@ -76,6 +77,14 @@ class InductorBackend(Backend):
         # Whole graphs: every op but random ones (opsets.supported_whole). The op sets of
         # opsets.py still decide what old partitioned artifacts may hold (load_compiled).
         return supported_whole(node) or supported_by_set(node, SUPPORTED)
+
+    def compiles_in_callers_thread(self, tensors) -> bool:
+        """CUDA graphs (``reduce-overhead``, ``max-autotune`` on a GPU): inductor's CUDA
+        graph trees live in the thread that first made one, and a call from another
+        thread fails an ``AssertionError`` in ``cudagraph_trees.get_obj``
+        (pytorch/pytorch#123177): what ``--mode reduce-overhead`` hit on every model
+        when the warm-up ran in the timeout's worker thread."""
+        return self.args.mode in CUDA_GRAPH_MODES and any(t.is_cuda for t in tensors)
 
     def compile(self, subgraph_fn: Callable, example_inputs, args, workdir) -> Callable:
         return _compiled(subgraph_fn, example_inputs, args, workdir)
