@@ -141,6 +141,28 @@ def test_trusted_load_pays_only_for_the_package(compiled_file, monkeypatch):
     assert m.fallback is m.fallback and len(loads) == 1  # loaded once
 
 
+@pytest.mark.parametrize("accepts", [4, 3, 1])
+def test_the_cpp_loader_of_other_torch_versions(monkeypatch, accepts):
+    """The C++ loader's constructor took the model name alone (torch 2.6), then the
+    threading arguments, then a device index (2.8 on, 2.11 included): each form loads
+    the package without importing inductor."""
+    made = []
+
+    class Loader:
+        def __init__(self, path, *arguments):
+            if len(arguments) != accepts:
+                raise TypeError("incompatible constructor arguments")
+            made.append(arguments)
+
+        def run(self, flat):
+            return [flat[0] * 2]
+
+    monkeypatch.setattr(torch._C._aoti, "AOTIModelPackageLoader", Loader)
+    run = aot._package_runner("unused.pt2")
+    assert len(made) == 1 and made[0][0] == "model"
+    torch.testing.assert_close(run([torch.ones(2)])[0], torch.full((2,), 2.0))
+
+
 def test_untrusted_load_never_opens_the_package(compiled_file, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the compiled member was read without trust")

@@ -361,12 +361,21 @@ def _package_runner(package: str):
     of inductor (2.5 s and more on a CPU), where the package needs only the C++ loader
     that ``import torch`` already has: a loaded artifact's first call stays well under a
     second. The public function is the fallback if the binding's signature moves."""
-    try:
-        loader = torch._C._aoti.AOTIModelPackageLoader(package, "model", False, 1, -1)
-    except (AttributeError, TypeError):
-        compiled = importlib.import_module("torch._inductor").aoti_load_package(package)
-        return lambda flat: list(compiled(*flat))
-    return loader.run
+    for arguments in _LOADER_ARGUMENTS:
+        try:
+            return torch._C._aoti.AOTIModelPackageLoader(package, *arguments).run
+        except AttributeError:
+            break  # no C++ loader in this build
+        except TypeError:
+            continue  # another torch's constructor: try the older forms
+    compiled = importlib.import_module("torch._inductor").aoti_load_package(package)
+    return lambda flat: list(compiled(*flat))
+
+
+# The C++ loader's constructor over torch versions: (model name, run single-threaded,
+# runners, device index) since 2.8 or so (2.11 and 2.13 have it), without the device index
+# before, the model name alone in 2.6. One runner, the package's own device (-1).
+_LOADER_ARGUMENTS = (("model", False, 1, -1), ("model", False, 1), ("model",))
 
 
 def extract_package(path: str | os.PathLike, out: str | os.PathLike) -> str:
