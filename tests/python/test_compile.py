@@ -658,6 +658,37 @@ def test_inductor_modes_on_cpu(mode):
     assert compiled.program.backend["compiler_args"] == ["--mode", mode]
 
 
+def test_whole_graph_parameters_and_buffers_are_static_inputs(monkeypatch):
+    """What CUDA graphs need (reduce-overhead: no copies of the weights per call): in the
+    graph Dynamo hands inductor, every parameter and buffer is a static input, as with
+    torch.compile(model), and the call's input is not. Inductor is swapped for a probe of
+    what it would receive (the GraphModule's forward is what is compiled)."""
+    seen = []
+
+    def probe(gm, inputs):
+        seen.extend(
+            (tuple(t.shape), getattr(t, "_dynamo_static_input_type", None))
+            for t in inputs
+            if isinstance(t, torch.Tensor)
+        )
+        return gm.forward
+
+    real = torch.compile
+    monkeypatch.setattr(
+        torch, "compile", lambda fn, backend=None, **kw: real(fn, backend=probe, **kw)
+    )
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU()).eval()
+    x = torch.rand(5, 3)
+    compiled = tracebridge.compile(net, x)
+    torch.testing.assert_close(compiled(x), net(x))
+    inputs = [kind for shape, kind in seen if shape == (5, 3)]
+    weights = [kind for shape, kind in seen if shape != (5, 3)]
+    assert inputs == [None] and len(weights) == 6  # weight, bias, BN's four
+    assert set(weights) == {"unguarded"}
+    torch._dynamo.reset()
+
+
 class _OnCuda:
     is_cuda = True  # stands for a CUDA tensor where there is no GPU
 
