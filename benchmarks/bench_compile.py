@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tracebridge  # noqa: E402
 from bench_python import CLOCK, interleaved  # noqa: E402 (also puts the zoo on the path)
 from models import CASES  # noqa: E402
+from results_md import write_results  # noqa: E402
 
 DYNAMIC = {"dynamic": (True, ["--dynamic"]), "auto": (None, ["--auto-dynamic"])}
 
@@ -91,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         "eager nn.TransformerEncoderLayer takes under no_grad and a trace (recorded with "
         "autograd on) does not: the same graph for both contenders",
     )
+    parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
     args = parser.parse_args(argv)
     if args.no_fastpath:
         torch.backends.mha.set_fastpath_enabled(False)
@@ -115,14 +117,20 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[bench] {name} {mode} {dynamic}", file=sys.stderr, flush=True)
                 rows.append(measure(name, args.batch, mode, dynamic, args.repeats))
     fastpath = ", MHA fast path off" if args.no_fastpath else ""
-    print(
-        f"torch {torch.__version__}, 1 thread, CPU clock, median of {args.repeats} blocks"
-        f"{fastpath}\n"
-    )
-    print("| " + " | ".join(header) + " |")
-    print("|" + "---|" * len(header))
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    command = " ".join(["python benchmarks/bench_compile.py", *(argv or sys.argv[1:])])
+    lines = [
+        "### tracebridge.compile against torch.compile on the CPU (µs per call, median)",
+        "",
+        f"`{command}`: torch {torch.__version__}, 1 thread, CPU clock, median of "
+        f"{args.repeats} blocks{fastpath}, {time.strftime('%Y-%m-%d')}.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
+    print("\n".join(lines))
+    if args.write:
+        write_results("\n".join(lines), "bench_compile")
     return 0
 
 

@@ -41,7 +41,6 @@ sys.path.insert(0, str(ROOT / "python"))
 import tracebridge  # noqa: E402
 from resnet_like import ResNet18Like  # noqa: E402
 from results_md import write_results  # noqa: E402
-from tracebridge.backends import aot  # noqa: E402
 
 # --------------------------------------------------------------------------- models
 
@@ -94,43 +93,73 @@ class Case:
     dtype: torch.dtype = torch.float32
 
 
-def cases(small: bool) -> list[Case]:
-    side = 64 if small else 224
-    gpt = (
-        dict(layers=4, width=256, heads=4, vocab=8192, context=128)
-        if small
-        else dict(layers=4, width=768, heads=12, vocab=50257, context=128)
-    )
+# Model sizes: "full" is the issue's table (GPU), "small" the CPU default, "quick" a smoke
+# run of every row and column in a few minutes on one CPU core (sizes far from real use).
+SIZES = {
+    "full": dict(side=224, mlp=(512, 2048), enc=(256, 4, 1024, 4, 128), gpt=(4, 768, 12, 50257)),
+    "small": dict(side=64, mlp=(512, 2048), enc=(256, 4, 1024, 4, 128), gpt=(4, 256, 4, 8192)),
+    "quick": dict(side=32, mlp=(64, 256), enc=(64, 2, 128, 2, 16), gpt=(2, 64, 2, 512)),
+}
+
+
+SIZE_NOTES = {"quick": "tiny models (--quick), ", "small": "small models (--small), "}
+
+
+def cases(size: str) -> list[Case]:
+    """Every row of the table at ``size`` (a key of SIZES)."""
+    dims = SIZES[size]
+    side = dims["side"]
+    width, heads, ff, layers, seq = dims["enc"]
+    n_in, hidden = dims["mlp"]
+    gpt_layers, gpt_width, gpt_heads, vocab = dims["gpt"]
+    gpt = dict(layers=gpt_layers, width=gpt_width, heads=gpt_heads, vocab=vocab, context=seq)
 
     def encoder():
-        layer = nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True)
-        return nn.TransformerEncoder(layer, 4, enable_nested_tensor=False)
+        layer = nn.TransformerEncoderLayer(width, heads, ff, dropout=0.0, batch_first=True)
+        return nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
 
     def mlp():
         return nn.Sequential(
-            nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10)
+            nn.Linear(n_in, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Linear(hidden, 10),
         )
 
     def images(b, d):
         return (torch.randn(b, 3, side, side, device=d),)
 
     def tokens(b, d):
-        return (torch.randint(0, gpt["vocab"], (b, 128), device=d),)
+        return (torch.randint(0, vocab, (b, seq), device=d),)
 
     # cheapest to compile first: a long CPU run that is stopped early keeps the most rows
-    out = [Case("MLP 512-2048-2048-10", 16, mlp, lambda b, d: (torch.randn(b, 512, device=d),))]
+    out = [
+        Case(
+            f"MLP {n_in}-{hidden}-{hidden}-10",
+            16,
+            mlp,
+            lambda b, d: (torch.randn(b, n_in, device=d),),
+        )
+    ]
     for b in (1, 16):
         out.append(
             Case(
                 "transformer encoder",
                 b,
                 encoder,
-                lambda b, d: (torch.randn(b, 128, 256, device=d),),
+                lambda b, d: (torch.randn(b, seq, width, device=d),),
             )
         )
     for b in (1, 16):
         out.append(
-            Case("GPT-2-ish 4 layers bf16", b, lambda: GPT2ish(**gpt), tokens, torch.bfloat16)
+            Case(
+                f"GPT-2-ish {gpt_layers} layers bf16",
+                b,
+                lambda: GPT2ish(**gpt),
+                tokens,
+                torch.bfloat16,
+            )
         )
     out.append(Case("resnet18-ish", 1, ResNet18Like, images))
     return out
@@ -198,17 +227,25 @@ def cuda_graph(model, args):
     return replay
 
 
-def aot_loaded(model, args, workdir: str, notes: dict):
+def aot_loaded(model, args, workdir: str, notes: dict, device: str):
+    """The artifact with its AOTInductor package, loaded trusting it; its load and its
+    load + first call are timed in this process (torch and inductor already imported)."""
     traced = tracebridge.trace(model, args, check_trace=False)
     path = os.path.join(workdir, "aot.tb")
     start = time.perf_counter()
     tracebridge.save_compiled(traced, path)  # the trace's sizes, batch kept dynamic
     notes["aot compile (s)"] = time.perf_counter() - start
-    _, first, form = aot.timed_first_call(path, *args)
-    notes["aot load + first call (s)"] = first
-    if form != "aot":
-        raise RuntimeError(f"the package did not run ({form})")
-    return tracebridge.load_compiled(path, trust_compiled_code=True)
+    _sync(device)
+    start = time.perf_counter()
+    loaded = tracebridge.load_compiled(path, trust_compiled_code=True)
+    notes["aot load (s)"] = time.perf_counter() - start
+    with torch.no_grad():
+        loaded(*args)
+    _sync(device)
+    notes["aot load + first call (s)"] = time.perf_counter() - start
+    if loaded.compiled_form != "aot":
+        raise RuntimeError(f"the package did not run ({loaded.compiled_reason})")
+    return loaded
 
 
 def contenders(device: str, modes: list[str], workdir: str, notes: dict) -> dict[str, Callable]:
@@ -228,7 +265,7 @@ def contenders(device: str, modes: list[str], workdir: str, notes: dict) -> dict
         out[f"tracebridge.compile {mode}"] = lambda m, a, mode=mode: tracebridge.compile(
             m, a, ["--mode", mode], check_trace=False
         )
-    out["AOT artifact"] = lambda m, a: aot_loaded(m, a, workdir, notes)
+    out["AOT artifact"] = lambda m, a: aot_loaded(m, a, workdir, notes, device)
     return out
 
 
@@ -288,7 +325,7 @@ def render(rows: list[Row], args: argparse.Namespace, device_name: str) -> str:
         f"### Deployment latency on {device_name} (µs per call, median; lower is better)",
         "",
         f"`python benchmarks/bench_gpu.py {' '.join(args.argv)}`: torch {torch.__version__}, "
-        f"{'small models (--small), ' if args.small else ''}"
+        f"{SIZE_NOTES.get(args.size, '')}"
         f"{torch.get_num_threads()} thread(s), torch.no_grad(), {args.repeats} repeats, "
         f"{time.strftime('%Y-%m-%d')}.",
         "",
@@ -302,17 +339,23 @@ def render(rows: list[Row], args: argparse.Namespace, device_name: str) -> str:
         "| model | batch | "
         + " | ".join(
             [f"tb.compile / torch.compile ({m})" for m in args.modes]
-            + ["tb trace / jit.trace", "tb reduce-overhead / CUDA graph", "AOT load + 1st call (s)"]
+            + [
+                "tb trace / jit.trace",
+                "tb reduce-overhead / CUDA graph",
+                "AOT load (s)",
+                "AOT load + 1st call (s)",
+            ]
         )
         + " |"
     ]
-    goals.append("|---|---|" + "---|" * (len(args.modes) + 3))
+    goals.append("|---|---|" + "---|" * (len(args.modes) + 4))
     for r in rows:
         cells = [ratio(r, f"tracebridge.compile {m}", f"torch.compile {m}") for m in args.modes]
         cells.append(ratio(r, "tracebridge trace", "torch.jit.trace"))
         cells.append(ratio(r, "tracebridge.compile reduce-overhead", "CUDA graph"))
-        first = r.notes.get("aot load + first call (s)")
-        cells.append(f"{first:.2f}" if first is not None else "n/a")
+        for note in ("aot load (s)", "aot load + first call (s)"):
+            seconds = r.notes.get(note)
+            cells.append(f"{seconds:.2f}" if seconds is not None else "n/a")
         goals.append(f"| {r.case.name} | {r.case.batch} | " + " | ".join(cells) + " |")
     return "\n".join(lines + ["", "Ratios of the goals (issue 16), same run:", ""] + goals)
 
@@ -335,6 +378,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--modes", nargs="+", default=None, help="torch.compile modes")
     parser.add_argument("--small", action=argparse.BooleanOptionalAction, default=None)
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny models, few repeats: every row and column in minutes (a smoke run)",
+    )
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--budget", type=float, default=0.05, help="seconds per timed block")
     parser.add_argument("--models", nargs="+", default=None, help="substrings of model names")
@@ -351,17 +399,20 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cpu = args.device == "cpu"
     args.small = cpu if args.small is None else args.small
+    args.size = "quick" if args.quick else "small" if args.small else "full"
     args.modes = args.modes or (
         ["default"] if cpu else ["default", "reduce-overhead", "max-autotune"]
     )
-    args.repeats = args.repeats or (7 if cpu else 50)
+    args.repeats = args.repeats or (3 if args.quick else 7 if cpu else 50)
+    if args.quick:
+        args.budget = min(args.budget, 0.005)
     if cpu:
         torch.set_num_threads(args.threads or 1)
     name = device_name(args.device)
     print(f"bench_gpu on {name} (torch {torch.__version__})", flush=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_gpu-") as workdir:
-        for case in cases(args.small):
+        for case in cases(args.size):
             if args.models and not any(m.lower() in case.name.lower() for m in args.models):
                 continue
             print(f"{case.name}, batch {case.batch}:", file=sys.stderr, flush=True)

@@ -144,6 +144,10 @@ class _Traced:
         Intermediate shapes are written as the sizes seen at trace time: labelling them
         with input symbols runs the graph (see runtime/shapes.py), so only display does.
         ``progress``: a progress bar on a terminal for large files (see :func:`trace`).
+        The file holds the program only: to embed a compiled AOTInductor package that
+        ``load_compiled(path, trust_compiled_code=True)`` runs without recompiling, save
+        with :func:`tracebridge.save_compiled` (or, for a ``tracebridge.compile`` object,
+        ``.save(path, compiled_package=True)``).
         """
         program = self._program_for_saving()
         with track("saving", total=state_nbytes(self), unit="B", progress=progress):

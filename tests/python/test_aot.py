@@ -11,6 +11,7 @@ about 50 s more, where g++ and the torch headers are present.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -81,7 +82,7 @@ def test_trusted_load_in_a_fresh_process_runs_the_package(compiled_file, tmp_pat
     out = tmp_path / "out.pt"
     done = run_fresh_python(
         f"""
-        import time
+        import sys, time
         start = time.perf_counter()
         import torch, tracebridge
         imported = time.perf_counter()
@@ -90,7 +91,10 @@ def test_trusted_load_in_a_fresh_process_runs_the_package(compiled_file, tmp_pat
         y1 = m(x1)
         first = time.perf_counter()
         x7 = torch.linspace(-1, 1, 7 * 3 * 16 * 16).reshape(7, 3, 16, 16)
-        torch.save({{"form": m.compiled_form, "y1": y1, "y7": m(x7)}}, {str(out)!r})
+        paid = sorted(n for n in ("torch._inductor", "torch._dynamo") if n in sys.modules)
+        torch.save(
+            {{"form": m.compiled_form, "y1": y1, "y7": m(x7), "imported": paid}}, {str(out)!r}
+        )
         print(f"import {{imported - start:.3f}} s, load + first call {{first - imported:.3f}} s")
         """,
         timeout=300,
@@ -99,10 +103,64 @@ def test_trusted_load_in_a_fresh_process_runs_the_package(compiled_file, tmp_pat
     print(done.stdout)  # the measured load + first call time (pytest -s shows it)
     got = torch.load(out)
     assert got["form"] == "aot"
+    assert got["imported"] == []  # neither inductor nor Dynamo: the C++ loader only
     net = small_cnn()
     for batch, key in ((1, "y1"), (7, "y7")):
         x = torch.linspace(-1, 1, batch * 3 * 16 * 16).reshape(batch, 3, 16, 16)
         torch.testing.assert_close(got[key], net(x), rtol=1e-5, atol=1e-5)
+
+
+def test_trusted_load_pays_only_for_the_package(compiled_file, monkeypatch):
+    """One check of the document, no GraphModule, and the plain object (weights, runtime)
+    loaded only when something asks for it: the call runs the package alone."""
+    from tracebridge import artifact
+    from tracebridge.artifact import archive
+
+    opened = []
+    real_open = archive.open_artifact
+
+    def counted(path):
+        opened.append(path)
+        return real_open(path)
+
+    for where in (artifact, archive):  # read_member imports it from archive
+        monkeypatch.setattr(where, "open_artifact", counted)
+    loads = []
+    real_load = tracebridge.api.load
+    monkeypatch.setattr(
+        tracebridge.api, "load", lambda *a, **k: loads.append(a) or real_load(*a, **k)
+    )
+    monkeypatch.setattr(
+        tracebridge.export.fx, "to_graph_module", lambda *a, **k: pytest.fail("built a GraphModule")
+    )
+    m = tracebridge.load_compiled(compiled_file, trust_compiled_code=True)
+    x = torch.rand(3, 3, 16, 16)
+    torch.testing.assert_close(m(x), small_cnn()(x))
+    assert m.compiled_form == "aot" and len(opened) == 1 and loads == []
+    assert m.program.kind == "module" and len(loads) == 1  # the plain object, on first use
+    assert m.fallback is m.fallback and len(loads) == 1  # loaded once
+
+
+@pytest.mark.parametrize("accepts", [4, 3, 1])
+def test_the_cpp_loader_of_other_torch_versions(monkeypatch, accepts):
+    """The C++ loader's constructor took the model name alone (torch 2.6), then the
+    threading arguments, then a device index (2.8 on, 2.11 included): each form loads
+    the package without importing inductor."""
+    made = []
+
+    class Loader:
+        def __init__(self, path, *arguments):
+            if len(arguments) != accepts:
+                raise TypeError("incompatible constructor arguments")
+            made.append(arguments)
+
+        def run(self, flat):
+            return [flat[0] * 2]
+
+    monkeypatch.setattr(torch._C._aoti, "AOTIModelPackageLoader", Loader)
+    run = aot._package_runner("unused.pt2")
+    assert len(made) == 1 and made[0][0] == "model"
+    torch.testing.assert_close(run([torch.ones(2)])[0], torch.full((2,), 2.0))
 
 
 def test_untrusted_load_never_opens_the_package(compiled_file, monkeypatch):
@@ -185,6 +243,68 @@ def test_an_untrusted_package_of_a_compiled_model_recompiles(compiled_file, tmp_
         m = tracebridge.load_compiled(path)
     assert m.compiled_form == "recompiled" and "native code" in m.compiled_reason
     torch.testing.assert_close(m(torch.tensor([-1.0, 2.0])), torch.tensor([0.0, 4.0]))
+
+
+def test_a_compiled_object_saves_with_its_package(compiled_file, tmp_path):
+    """tracebridge.compile(...).save(path, compiled_package=...) embeds a package (here
+    the session's, already compiled): trusted, it runs without recompiling; untrusted,
+    the backend recompiles as for any compiled file."""
+    package = aot.extract_package(compiled_file, tmp_path / "cnn.pt2")
+    compiled = tracebridge.compile(small_cnn(), torch.rand(*SHAPE), backend="reference")
+    path = tmp_path / "compiled.tb"
+    compiled.save(path, compiled_package=package)
+    doc = _program_json(path)
+    assert doc["compiled"]["digest"] == member.program_digest(doc) and "backend" in doc
+    x = torch.rand(5, 3, 16, 16)
+    m = tracebridge.load_compiled(path, trust_compiled_code=True)
+    assert m.compiled_form == "aot"
+    torch.testing.assert_close(m(x), small_cnn()(x))
+    with pytest.warns(aot.CompiledCodeWarning, match="recompiles"):
+        assert tracebridge.load_compiled(path).compiled_form == "recompiled"
+    compiled.save(tmp_path / "plain.tb")  # the default: no package
+    assert "compiled" not in _program_json(tmp_path / "plain.tb")
+
+
+def test_a_compiled_object_save_refuses_package_arguments_it_cannot_use(tmp_path):
+    compiled = tracebridge.compile(lambda x: x * 2, torch.rand(3), backend="reference")
+    with pytest.raises(tracebridge.TraceError, match="pass compiled_package=True with it"):
+        compiled.save(tmp_path / "x.tb", example_inputs=(torch.rand(3),))
+    with pytest.raises(tracebridge.TraceError, match="writes a file name, not a BytesIO"):
+        compiled.save(io.BytesIO(), compiled_package=True)
+
+
+def test_inspect_shows_the_package_without_loading_it(compiled_file, monkeypatch, capsys):
+    """tracebridge inspect (text and --json) names the package's device, torch, platform
+    and whether its digest matches, from program.json: native code is never touched."""
+    from tracebridge.frontends.cli import main
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("inspect touched the compiled package")
+
+    monkeypatch.setattr(member, "read_member", refuse)
+    monkeypatch.setattr(aot, "_package_runner", refuse)
+    assert main(["inspect", str(compiled_file), "--no-graph"]) == 0
+    text = capsys.readouterr().out
+    assert "compiled:   aotinductor package compiled.pt2" in text
+    assert f"for:       cpu, torch {torch.__version__}, {member.this_platform()}" in text
+    assert "digest:    matches the program" in text and "runs here: yes" in text
+    assert main(["inspect", str(compiled_file), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["compiled"]
+    assert shown["device"] == "cpu" and shown["torch"] == torch.__version__
+    assert shown["digest_matches"] is True and shown["method"] == "forward"
+    monkeypatch.setattr(member, "program_digest", lambda doc: "0" * 64)
+    assert main(["inspect", str(compiled_file), "--no-graph"]) == 0
+    text = capsys.readouterr().out
+    assert "digest:    does NOT match the program" in text and "runs here: the program" in text
+
+
+def test_inspect_of_a_file_without_a_package(tmp_path, capsys):
+    from tracebridge.frontends.cli import main
+
+    path = tmp_path / "plain.tb"
+    tracebridge.trace(lambda x: x + 1, torch.rand(2)).save(path)
+    assert main(["inspect", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["compiled"] is None
 
 
 def test_a_guard_on_tensor_data_cannot_be_packaged(tmp_path):

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 import warnings
 import zipfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -608,6 +610,43 @@ def test_inductor_guards_stay_checked():
         compiled(torch.rand(2, 4))
 
 
+class GuardedAttention(nn.Module):
+    """As nn.MultiheadAttention: a transpose, then guards on the width (``!= 8``, a
+    multiple of the heads) before any other op -- the shape of the transformer that ran
+    1.3x torch.compile with dynamic sizes (issue 16)."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+
+    def forward(self, x):
+        x = x.transpose(0, 1)
+        if x.size(2) != 8 or x.size(2) // 2 * 2 != x.size(2):
+            raise ValueError("width")
+        q, k, v = self.qkv(x).chunk(3, -1)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v).transpose(0, 1)
+
+
+def test_inductor_one_graph_when_guards_come_first():
+    """Guards do not split a whole graph: the transpose before them is compiled with the
+    rest (it was left eager, a graph break at every call), and Dynamo turns each guard
+    into a guard of its own instead of breaking the graph there."""
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    model = GuardedAttention().eval()
+    breaks = sum(counters["graph_break"].values())
+    before = _graph_count()
+    compiled = tracebridge.compile(model, torch.rand(2, 5, 8))
+    assert compiled.program.backend["methods"]["forward"]["whole_graph"] == {"eager_nodes": []}
+    assert not compiled.coverage.too_small
+    assert _graph_count() - before == 1
+    assert sum(counters["graph_break"].values()) == breaks
+    x = torch.rand(3, 7, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), model(x))
+
+
 @pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
 def test_inductor_modes_on_cpu(mode):
     def f(x, y):
@@ -617,6 +656,68 @@ def test_inductor_modes_on_cpu(mode):
     x, y = torch.rand(4, 3), torch.rand(4, 3)
     torch.testing.assert_close(compiled(x, y), f(x, y))
     assert compiled.program.backend["compiler_args"] == ["--mode", mode]
+
+
+def test_whole_graph_parameters_and_buffers_are_static_inputs(monkeypatch):
+    """What CUDA graphs need (reduce-overhead: no copies of the weights per call): in the
+    graph Dynamo hands inductor, every parameter and buffer is a static input, as with
+    torch.compile(model), and the call's input is not. Inductor is swapped for a probe of
+    what it would receive (the GraphModule's forward is what is compiled)."""
+    seen = []
+
+    def probe(gm, inputs):
+        seen.extend(
+            (tuple(t.shape), getattr(t, "_dynamo_static_input_type", None))
+            for t in inputs
+            if isinstance(t, torch.Tensor)
+        )
+        return gm.forward
+
+    real = torch.compile
+    monkeypatch.setattr(
+        torch, "compile", lambda fn, backend=None, **kw: real(fn, backend=probe, **kw)
+    )
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU()).eval()
+    x = torch.rand(5, 3)
+    compiled = tracebridge.compile(net, x)
+    torch.testing.assert_close(compiled(x), net(x))
+    inputs = [kind for shape, kind in seen if shape == (5, 3)]
+    weights = [kind for shape, kind in seen if shape != (5, 3)]
+    assert inputs == [None] and len(weights) == 6  # weight, bias, BN's four
+    assert set(weights) == {"unguarded"}
+    torch._dynamo.reset()
+
+
+class _OnCuda:
+    is_cuda = True  # stands for a CUDA tensor where there is no GPU
+
+
+def test_cuda_graph_modes_warm_up_in_the_callers_thread(monkeypatch):
+    """CUDA graph trees live in the thread that made them: a call from another thread
+    fails an AssertionError inside inductor (pytorch/pytorch#123177), what
+    ``--mode reduce-overhead`` hit on every model when the warm-up ran in the timeout's
+    worker thread. With CUDA graphs on a GPU, the warm-up runs in the caller's thread."""
+    from tracebridge.backends import api as backends_api
+    from tracebridge.backends.inductor import InductorBackend
+
+    def backend(mode):
+        return InductorBackend(InductorBackend.parse_args(["--mode", mode]))
+
+    assert backend("reduce-overhead").compiles_in_callers_thread([_OnCuda()])
+    assert backend("max-autotune").compiles_in_callers_thread([torch.rand(2), _OnCuda()])
+    assert not backend("reduce-overhead").compiles_in_callers_thread([torch.rand(2)])
+    assert not backend("default").compiles_in_callers_thread([_OnCuda()])
+    assert not backend("max-autotune-no-cudagraphs").compiles_in_callers_thread([_OnCuda()])
+    monkeypatch.setattr(InductorBackend, "compiles_in_callers_thread", lambda self, t: True)
+    monkeypatch.setattr(
+        backends_api, "_in_worker", lambda *a: pytest.fail("warm-up in a worker thread")
+    )
+    compiled = tracebridge.compile(
+        lambda x: torch.tanh(x) * 2, torch.rand(4, 3), ["--mode", "reduce-overhead"]
+    )
+    x = torch.rand(5, 3)
+    torch.testing.assert_close(compiled(x), torch.tanh(x) * 2)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -695,3 +796,54 @@ def test_partitioned_inductor_artifacts_still_load(tmp_path):
     assert "backend.inductor_subgraph_0" in loaded.graph
     x, y = torch.rand(5), torch.rand(5)
     torch.testing.assert_close(loaded(x, y), 2 * x + y)
+
+
+# --- benchmarks/bench_gpu.py --------------------------------------------------------------
+
+
+def _bench_gpu():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import bench_gpu
+
+    return bench_gpu
+
+
+def test_bench_gpu_has_every_column_and_row_of_the_issue(tmp_path):
+    """Issue 16's table: eager, torch.jit.trace, torch.compile per mode, CUDA graph replay,
+    the trace, tracebridge.compile per mode, the AOT artifact; GPT-2 with 4 layers in
+    bfloat16 at batch 1 and 16 among the rows (building the table needs no GPU)."""
+    bench = _bench_gpu()
+    modes = ["default", "reduce-overhead", "max-autotune"]
+    columns = list(bench.contenders("cuda", modes, str(tmp_path), {}))
+    assert columns == [
+        "eager",
+        "torch.jit.trace",
+        *[f"torch.compile {m}" for m in modes],
+        "CUDA graph",
+        "tracebridge trace",
+        *[f"tracebridge.compile {m}" for m in modes],
+        "AOT artifact",
+    ]
+    rows = {(c.name, c.batch, c.dtype) for c in bench.cases("full")}
+    assert ("GPT-2-ish 4 layers bf16", 1, torch.bfloat16) in rows
+    assert ("GPT-2-ish 4 layers bf16", 16, torch.bfloat16) in rows
+    assert {("transformer encoder", 1), ("transformer encoder", 16)} <= {r[:2] for r in rows}
+    assert ("MLP 512-2048-2048-10", 16, torch.float32) in rows
+    assert ("resnet18-ish", 1, torch.float32) in rows
+    assert {c.name for c in bench.cases("quick")} and "CUDA graph" not in bench.contenders(
+        "cpu", ["default"], str(tmp_path), {}
+    )
+
+
+def test_bench_gpu_runs_on_the_cpu(capsys):
+    """--device cpu --quick: the same code paths on tiny models (two contenders here, to
+    keep the test short; the table and the goals' ratios are printed)."""
+    bench = _bench_gpu()
+    if not torch.cuda.is_available():
+        assert bench.main([]) == 0
+        assert "CUDA is not available" in capsys.readouterr().out
+    argv = ["--device", "cpu", "--quick", "--models", "MLP", "--only", "eager", "jit.trace"]
+    assert bench.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| model | batch | eager | torch.jit.trace |" in out
+    assert "| MLP 64-256-256-10 | 16 |" in out and "AOT load + 1st call (s)" in out

@@ -168,6 +168,24 @@ def test_guard_failure_raises_guard_error() -> None:
         gm(torch.rand(2, 4))
 
 
+def test_guards_are_dynamo_guards_not_graph_breaks() -> None:
+    """Under torch.compile with every size symbolic, a guard on a size becomes a guard of
+    Dynamo's (fullgraph compiles: no graph break), so the compiled graph specialises on
+    it as torch.compile of the original code does; a call that breaks it recompiles and
+    raises GuardError (without fullgraph, where the raise may break the graph)."""
+    traced = tracebridge.trace(_branchy, torch.rand(3, 4))
+    gm = tracebridge.to_graph_module(traced)
+    whole = torch.compile(gm.forward, dynamic=True, fullgraph=True)
+    x = torch.rand(6, 4)
+    torch.testing.assert_close(whole(x)[0], _branchy(x))
+    torch._dynamo.reset()
+    split = torch.compile(gm.forward, dynamic=True)
+    torch.testing.assert_close(split(x)[0], _branchy(x))
+    with pytest.raises(tracebridge.GuardError, match=r"x.shape\[0\] > 2"):
+        split(torch.rand(2, 4))
+    torch._dynamo.reset()
+
+
 def test_pytree_structure_is_recoverable() -> None:
     def f(pair, scale):
         a, b = pair["a"], pair["b"]

@@ -100,11 +100,33 @@ def mismatch(doc: dict, device: torch.device | None) -> str | None:
     return None
 
 
-def read_member(path: str | os.PathLike, doc: dict) -> bytes:
-    """The package bytes, checked against program.json's ``sha256`` and ``size``."""
+def describe(doc: dict) -> dict | None:
+    """What ``tracebridge inspect`` shows of the compiled member (None: the file has
+    none), from program.json alone -- the package is never opened, let alone run:
+    the entry's fields, whether its digest matches the program (``digest_matches``) and
+    why it cannot run in this process (``runs_here``: ``"yes"`` or the reason)."""
+    info = doc.get("compiled")
+    if not isinstance(info, dict):
+        return None
+    shown = {
+        key: info.get(key)
+        for key in ("format", "member", "method", "device", "torch", "platform", "size")
+    }
+    shown["digest_matches"] = info.get("digest") == program_digest(doc)
+    why = mismatch(doc, None)
+    shown["runs_here"] = "yes" if why is None else why
+    return shown
+
+
+def read_member(path: str | os.PathLike, doc: dict, opened=None) -> bytes:
+    """The package bytes, checked against program.json's ``sha256`` and ``size``.
+    ``opened``: the artifact already opened and checked (``open_artifact``; left open),
+    so that the document is not checked a second time."""
     from .archive import open_artifact
 
-    opened = open_artifact(path)
+    own = opened is None
+    if own:
+        opened = open_artifact(path)
     try:
         member = opened.members.get(COMPILED_MEMBER)
         info = doc["compiled"]
@@ -118,7 +140,8 @@ def read_member(path: str | os.PathLike, doc: dict) -> bytes:
         opened.handle.seek(member.data_offset)
         data = opened.handle.read(member.size)
     finally:
-        opened.handle.close()
+        if own:
+            opened.handle.close()
     if zlib.crc32(data) != member.crc or hashlib.sha256(data).hexdigest() != info.get("sha256"):
         raise ArtifactError(
             f"{os.fspath(path)}: {COMPILED_MEMBER} does not match its checksum (the file is "

@@ -54,7 +54,7 @@ from .partition import (
     subgraph_graph,
 )
 from .tolerance import default_tolerance
-from .whole import WholePlan, eager_nodes
+from .whole import WholePlan, eager_nodes, small_runs
 
 log = logging.getLogger("tracebridge.backends")
 META_KEY = "backend"
@@ -256,10 +256,10 @@ def _embed(
     }
 
 
-def _whole_plan(impl: Backend, graph: Graph, coverage: Coverage, workdir) -> MethodPlan:
+def _whole_plan(impl: Backend, graph: Graph, min_size: int, workdir) -> MethodPlan:
     whole = WholePlan(
         compile=lambda gm: impl.compile_graph_module(gm, None, impl.args, workdir),
-        eager_nodes=eager_nodes(graph, coverage, impl.supports),
+        eager_nodes=eager_nodes(graph, impl.supports, min_size),
     )
     return MethodPlan([], graph, whole=whole)
 
@@ -274,8 +274,11 @@ def _whole_coverage(coverage: Coverage, graph: Graph, plan: MethodPlan) -> Cover
 
 def _warm_up(impl: Backend, obj, args: tuple, module, timeout, verbose: bool) -> None:
     """The first call (where the compiler runs) on the example inputs, in a worker thread
-    under ``timeout``, as partitions are compiled (see _compile_all)."""
+    under ``timeout``, as partitions are compiled (see _compile_all) -- or in this thread
+    when the backend keeps per-thread state (CUDA graphs), where no timeout can stop it."""
     failure: list[BaseException] = []
+    tensors = pytree.flatten(args, is_tensor)[0] + [e.tensor for e in obj.program.state.values()]
+    here = impl.compiles_in_callers_thread([t for t in tensors if isinstance(t, torch.Tensor)])
 
     def work():
         start = time.perf_counter()
@@ -290,7 +293,15 @@ def _warm_up(impl: Backend, obj, args: tuple, module, timeout, verbose: bool) ->
         if verbose:
             print(message)
 
-    _in_worker(work, impl.name, timeout)
+    if here:
+        if timeout is not None:
+            log.warning(
+                "compiler_timeout is not enforced: CUDA graphs are compiled in the calling "
+                "thread (inductor keeps them per thread)"
+            )
+        work()
+    else:
+        _in_worker(work, impl.name, timeout)
     if failure:
         exc = failure[0]
         error = BackendError(
@@ -307,8 +318,9 @@ def _compile_whole(
     method's GraphModule, Dynamo splitting it only around the ops the backend leaves out."""
     program = traced.program
     graph = program.methods["forward"]
-    plan = _whole_plan(impl, graph, coverage, workdir)
+    plan = _whole_plan(impl, graph, embed[1], workdir)
     coverage = _whole_coverage(coverage, graph, plan)
+    coverage.too_small = small_runs(graph, impl.supports, embed[1])
     name = getattr(traced, "__name__", "forward")
     log.info("%s", coverage)
     if verbose:
@@ -495,9 +507,7 @@ def _stored_whole_plan(path, impl: Backend, graph: Graph, entry, workdir) -> Met
         )
     whole = WholePlan(
         compile=lambda gm: impl.compile_graph_module(gm, None, impl.args, workdir),
-        eager_nodes=sorted(
-            set(nodes) | set(eager_nodes(graph, Coverage(impl.name), impl.supports))
-        ),
+        eager_nodes=sorted(set(nodes) | set(eager_nodes(graph, impl.supports))),
     )
     return MethodPlan([], graph, whole=whole)
 

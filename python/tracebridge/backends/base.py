@@ -10,6 +10,8 @@ import argparse
 import os
 from collections.abc import Callable, Sequence
 
+import torch
+
 from ..errors import TraceError
 from ..ir import Node
 
@@ -83,6 +85,12 @@ class Backend:
         nodes the backend does not support are already wrapped to run eagerly). With
         ``example_inputs``, warm up on them (None when recompiling after ``load``)."""
         raise NotImplementedError
+
+    def compiles_in_callers_thread(self, tensors: Sequence[torch.Tensor]) -> bool:
+        """Whether the whole-graph warm-up must run in the thread that will call the
+        compiled object (not in the worker thread that enforces ``compiler_timeout``):
+        state the compiler keeps per thread, such as CUDA graph trees."""
+        return False
 
 
 _REGISTRY: dict[str, type[Backend]] = {}

@@ -7,6 +7,7 @@ graph and ``.coverage`` what the backend took.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from torch.nn.modules import module as _hooks
 
 from ..api import TracedFunction, TracedModule
+from ..errors import TraceError
 from ..ir import Graph, Program
 from ..ir.printer import graph_text
 from ..runtime import Method
@@ -110,6 +112,47 @@ class _CompiledMixin:
 
     def _set_functions(self, method: str, functions: dict[str, Callable]) -> None:
         self._methods[method].set_functions(functions)
+
+    def save(
+        self,
+        path,
+        *,
+        language: str | None = None,
+        progress: bool | None = None,
+        compiled_package: bool | str | os.PathLike = False,
+        example_inputs=None,
+    ) -> None:
+        """Save to one file, as a traced object saves, with the backend and what it
+        compiled recorded: ``tracebridge.load_compiled(path)`` recompiles it at the first
+        call (tens of seconds on a CPU for inductor).
+
+        ``compiled_package=True`` embeds an AOTInductor package of ``forward`` as well
+        (what :func:`tracebridge.save_compiled` does: compiled here, on
+        ``example_inputs`` or inputs of the trace's own sizes), so that
+        ``tracebridge.load_compiled(path, trust_compiled_code=True)`` runs it without
+        recompiling; a path embeds a package already made by
+        :func:`~tracebridge.backends.aot.compile_package` from this object. Without trust
+        (or on another torch, device or platform) the file recompiles as before. Opt-in
+        because compiling a package costs as much again as ``tracebridge.compile`` did
+        and makes the file larger (the package holds the weights a second time).
+        """
+        if compiled_package is False or compiled_package is None:
+            if example_inputs is not None:
+                raise TraceError(
+                    "save(example_inputs=...) is for the compiled package: pass "
+                    "compiled_package=True with it (or leave both out)"
+                )
+            super().save(path, language=language, progress=progress)
+            return
+        if not isinstance(path, (str, os.PathLike)):
+            raise TraceError(
+                f"save(compiled_package=...) writes a file name, not a "
+                f"{type(path).__name__}: pass a path (or save without the package)"
+            )
+        from .aot import save_compiled  # aot imports backends.api, which imports us
+
+        package = None if compiled_package is True else compiled_package
+        save_compiled(self, path, example_inputs=example_inputs, package=package, language=language)
 
 
 class CompiledFunction(_CompiledMixin, TracedFunction):

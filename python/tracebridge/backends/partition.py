@@ -91,11 +91,14 @@ class Coverage:
         return "\n".join(lines)
 
 
-def find_runs(graph: Graph, supports: Callable[[Node], bool]) -> list[list[int]]:
-    """Maximal runs of supported nodes (indices), skipping over ``prim.state``."""
+def find_runs(
+    graph: Graph, supports: Callable[[Node], bool], guards_split: bool = True
+) -> list[list[int]]:
+    """Maximal runs of supported nodes (indices), skipping over ``prim.state``; a guard
+    ends a run unless ``guards_split`` is false (a whole graph checks guards inside)."""
     runs, current = [], []
     for index, node in enumerate(graph.nodes):
-        if node.op == "prim.state":
+        if node.op == "prim.state" or (node.op == "prim.guard" and not guards_split):
             continue
         if node.op != "prim.guard" and supports(node):
             current.append(index)

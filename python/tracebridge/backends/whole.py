@@ -22,7 +22,7 @@ from ..errors import TraceError
 from ..export.fx import graph_module
 from ..ir import Graph, pytree
 from ..runtime import Method, support
-from .partition import STRUCTURAL, Coverage
+from .partition import STRUCTURAL, _is_shape, find_runs
 
 
 @dataclass
@@ -37,15 +37,28 @@ class WholePlan:
         return {"eager_nodes": list(self.eager_nodes)}
 
 
-def eager_nodes(graph: Graph, coverage: Coverage, supports: Callable) -> list[int]:
+def small_runs(graph: Graph, supports: Callable, min_size: int) -> list[list[int]]:
+    """Runs of supported nodes with fewer than ``min_size`` tensor ops between two
+    unsupported ones. Guards do not end a run here: they are inside the compiled graph,
+    so a guard between two ops splits nothing (counting them as splits, as partitions
+    must, left the transpose before a transformer's first guard to eager PyTorch: a
+    graph break at the start of every call)."""
+    small = []
+    for run in find_runs(graph, supports, guards_split=False):
+        if sum(not _is_shape(graph.nodes[i]) for i in run) < max(1, min_size):
+            small.append(run)
+    return small
+
+
+def eager_nodes(graph: Graph, supports: Callable, min_size: int = 1) -> list[int]:
     """Nodes the compiler must not take: unsupported ops, and the tensor ops of supported
-    runs shorter than ``min_subgraph_size`` (``coverage.too_small``)."""
-    small = {i for run in coverage.too_small for i in run}
+    runs shorter than ``min_size`` (:func:`small_runs`)."""
+    small = {i for run in small_runs(graph, supports, min_size) for i in run}
     return [
         i
         for i, node in enumerate(graph.nodes)
         if node.op not in STRUCTURAL
-        and (not supports(node) or (i in small and not node.op.startswith(("prim.", "scalar."))))
+        and (not supports(node) or (i in small and not _is_shape(node)))
     ]
 
 

@@ -144,12 +144,24 @@ def make_guard(node: Node, line: str) -> Callable:
                 torch._check(value == expect)
             return
         if isinstance(expect, bool):
-            # ``is`` for Python bools (1 is not True), ``bool()`` for a symbolic one, which
-            # Dynamo turns into a guard on the size (``is`` on a SymBool is no comparison)
-            holds = bool(value) is expect if isinstance(value, torch.SymBool) else value is expect
+            # A plain ``if`` on the value: on a symbolic one, Dynamo makes it a guard of
+            # its own (a size the graph then specialises on, as ``torch.compile`` of the
+            # original code does). Not ``value is expect``: to Dynamo a SymBool is a
+            # ``bool``, not a ``torch.SymBool``, so that comparison failed under Dynamo,
+            # which broke the graph at every guard and compiled the pieces with every size
+            # symbolic (issue 16: 1.3x torch.compile); nor ``bool(value) == expect``,
+            # a symbolic comparison to Dynamo. An int is no bool (1 is not the branch True).
+            if isinstance(value, int) and not isinstance(value, bool):
+                holds = False
+            elif value:
+                holds = expect
+            else:
+                holds = not expect
         else:
             holds = value == expect
         if not holds:
+            # Under Dynamo: a graph break in GuardError's ``__init__``, so the rest of the
+            # call runs eagerly and raises it (a call that breaks a guard recompiles here).
             support.raise_guard(node, value, line)
 
     return tracebridge_guard
@@ -488,9 +500,13 @@ def info(gm: fx.GraphModule) -> BridgeInfo:
 
 def flatten_inputs(gm: fx.GraphModule, *args, **kwargs) -> list[torch.Tensor]:
     """The flat input tensors of ``gm`` for the traced call's own arguments."""
+    return flatten_by_spec(info(gm).in_spec, args, kwargs)
+
+
+def flatten_by_spec(spec: dict, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+    """:func:`flatten_inputs` by the graph's ``in_spec`` (no GraphModule needed)."""
     from ..runtime.method import _in_key_order, describe
 
-    spec = info(gm).in_spec
     leaves, got = pytree.flatten((args, kwargs), is_tensor)
     if got != spec:
         leaves, got = pytree.flatten(_in_key_order((args, kwargs), spec), is_tensor)

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import artifact
+from ..artifact import compiled as compiled_member
 from ..errors import ArtifactError, TraceError
 from ..ir import DTYPE_SHORT, Graph, Program, Ref, graph_from_json, pytree
 from ..ir.printable import printable
@@ -159,6 +160,7 @@ def summary(doc: dict, program: Program) -> dict:
             }
             for name, g in program.methods.items()
         },
+        "compiled": compiled_member.describe(doc),
     }
 
 
@@ -192,6 +194,7 @@ def _inspect_text(path: str, doc: dict, program: Program, show_graphs: bool) -> 
             short = DTYPE_SHORT.get(info["dtype"], info["dtype"])
             dims = ", ".join(str(d) for d in info["shape"])
             w(printable(f"  {info['kind']:<10} {name:<{width}}  {short}[{dims}]") + "\n")
+    _compiled_text(doc, w)
     for name, graph in program.methods.items():
         guards = guard_rows(graph)
         w(
@@ -213,6 +216,24 @@ def _inspect_text(path: str, doc: dict, program: Program, show_graphs: bool) -> 
         if show_graphs:
             w("\n" + graph_text(graph, name) + "\n")
     return out.getvalue()
+
+
+def _compiled_text(doc: dict, w) -> None:
+    """The compiled member's lines (artifact/compiled.py's ``describe``: never opened)."""
+    shown = compiled_member.describe(doc)
+    if shown is None:
+        return
+    digest = "matches the program" if shown["digest_matches"] else "does NOT match the program"
+    size = f"{shown['size']:,} bytes" if isinstance(shown["size"], int) else "size unknown"
+    lines = [
+        f"compiled:   {shown['format']} package {shown['member']} ({size}), "
+        f"method {shown['method']}",
+        f"  for:       {shown['device']}, torch {shown['torch']}, {shown['platform']}",
+        f"  digest:    {digest}",
+        f"  runs here: {shown['runs_here']}",
+        "  (native code: only load_compiled(..., trust_compiled_code=True) runs it)",
+    ]
+    w("\n" + "".join(printable(line) + "\n" for line in lines))
 
 
 def _progress(args: argparse.Namespace) -> bool | None:
