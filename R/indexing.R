@@ -203,8 +203,12 @@ is_vector_kind <- function(k) k %in% c("vector", "vector_r", "logical")
 
 #' @export
 `[.torch_tensor` <- function(x, ..., drop = TRUE) {
-  # Positions, `a:b` and empty indices go through src/index.c; the rest through R.
-  out <- .Call(tb_index, x, sys.call(), parent.frame(), drop, NULL)
+  # Positions, `a:b` and empty indices go through src/index.c (which reads them from
+  # `...`, or else from the call); the rest through R.
+  out <- .Call(tb_index_dots, x, environment(), drop, NULL)
+  if (identical(out, quote(.tb_fallback))) {
+    out <- .Call(tb_index, x, sys.call(), parent.frame(), drop, NULL)
+  }
   if (!is.symbol(out)) return(out)
   if (identical(out, quote(.tb_error))) c_error()
   c_started()
@@ -266,7 +270,10 @@ index_call <- function(py, key) {
 
 #' @export
 `[<-.torch_tensor` <- function(x, ..., value) {
-  out <- .Call(tb_index, x, sys.call(), parent.frame(), TRUE, list(value))
+  out <- .Call(tb_index_dots, x, environment(), TRUE, list(value))
+  if (identical(out, quote(.tb_fallback))) {
+    out <- .Call(tb_index, x, sys.call(), parent.frame(), TRUE, list(value))
+  }
   if (!is.symbol(out)) return(x)
   if (identical(out, quote(.tb_error))) c_error()
   c_started()

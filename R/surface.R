@@ -62,7 +62,7 @@ load_surface <- function(ns) {
   .tb$compiled <- logical(nrow(tab)) # rows tried for src/surface.c (compile_op())
   .tb$methods <- new.env(parent = emptyenv())
   .tb$bound <- new.env(parent = emptyenv())
-  .Call(tb_self_env, NULL, ns) # the parent of methods' `self` environments
+  .Call(tb_method_init, .tb$bound) # `x$name` (src/surface.c, tb_method())
   for (i in seq_len(nrow(tab))) {
     row <- tab[i, ]
     res <- parse_result(row$result)
@@ -70,11 +70,16 @@ load_surface <- function(ns) {
                args = parse_args(row$args), result = res$kind, forward = res$forward,
                fn = NULL)
     .tb$ops[[i]] <- op
-    fn <- surface_function(i, op, ns)
+    # The row's function and method find their row number here.
+    row_env <- new.env(parent = ns, size = 1L)
+    row_env$.row <- i
+    fn <- .Call(tb_closure, as.pairlist(row_formals(op$args)), surface_template, row_env)
     if (row$r_name != "-") assign(row$r_name, fn, envir = ns)
     if (row$method != "-") {
       assign(row$method, fn, envir = .tb$methods)
-      assign(row$method, method_function(i, op, ns), envir = .tb$bound)
+      method <- .Call(tb_closure, as.pairlist(row_formals(op$args[-1])), method_template,
+                      row_env)
+      assign(row$method, method, envir = .tb$bound)
     }
   }
   invisible(tab)
@@ -89,34 +94,24 @@ row_formals <- function(args) {
   fmls
 }
 
-# The body calls src/surface.c itself (one closure call less per op than going through
-# surface_call()); what C does not finish goes to surface_after().
-surface_function <- function(i, op, ns) {
-  f <- function() NULL
-  formals(f) <- row_formals(op$args)
-  body(f) <- bquote({
-    .out <- .Call(tb_op_call, .(i), environment())
-    if (is.symbol(.out) || is.environment(.out) || is.null(.out)) {
-      surface_after(.(i), environment(), .out)
-    } else .out
-  })
-  environment(f) <- ns
-  f
+# The body of every row's function (see the note in src/surface.c: one body, compiled
+# when the package is installed, for all rows; `.row` is in the function's environment).
+# It calls src/surface.c itself; what C does not finish goes to surface_after().
+surface_template <- function() {
+  .out <- .Call(tb_op_call, .row, environment())
+  if (is.symbol(.out) || is.environment(.out) || is.null(.out)) {
+    surface_after(.row, environment(), .out)
+  } else .out
 }
 
-# The tensor method of a row, `x$name(...)`: `$` gives a copy whose environment holds
-# `self`, the tensor (tb_self_env()), so a method call is one R call, like a function's.
-method_function <- function(i, op, ns) {
-  f <- function() NULL
-  formals(f) <- row_formals(op$args[-1])
-  body(f) <- bquote({
-    .out <- .Call(tb_op_call_self, .(i), environment(), self)
-    if (is.symbol(.out) || is.environment(.out) || is.null(.out)) {
-      surface_after(.(i), environment(), .out, self)
-    } else .out
-  })
-  environment(f) <- ns
-  f
+# The body of a row's tensor method, `x$name(...)`: `$` gives a closure whose environment
+# holds `self`, the tensor (tb_method()), so a method call is one R call, like a
+# function's.
+method_template <- function() {
+  .out <- .Call(tb_op_call_self, .row, environment(), self)
+  if (is.symbol(.out) || is.environment(.out) || is.null(.out)) {
+    surface_after(.row, environment(), .out, self)
+  } else .out
 }
 
 # Resolve "torch.argmax", "F.relu", "Tensor.view", "nn.Linear", "optim.SGD", "lr.StepLR".

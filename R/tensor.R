@@ -439,12 +439,12 @@ simplify_sizes <- function(out) {
 
 #' @export
 `$.torch_tensor` <- function(x, name) {
-  # Methods first: they are what loops call (see method_function()).
-  m <- .subset2(.tb$bound, name)
-  if (!is.null(m)) {
-    environment(m) <- .Call(tb_self_env, x, NULL)
-    return(m)
-  }
+  # Methods first (src/surface.c, tb_method()): they are what loops call.
+  m <- .Call(tb_method, x, name)
+  if (is.null(m)) tensor_field(x, name) else m
+}
+
+tensor_field <- function(x, name) {
   py <- .subset2(x, ".py")
   switch(name,
     shape = return(simplify_sizes(from_py(py_rb()$sizes(py)))),

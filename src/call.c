@@ -25,13 +25,16 @@ SEXP tb_op_compile(SEXP row, SEXP fn, SEXP names, SEXP pynames, SEXP kinds, SEXP
                    SEXP dots, SEXP result, SEXP first);
 SEXP tb_op_call(SEXP row, SEXP env);
 SEXP tb_op_call_self(SEXP row, SEXP env, SEXP self);
-SEXP tb_self_env(SEXP x, SEXP parent);
+SEXP tb_closure(SEXP formals, SEXP template, SEXP env);
+SEXP tb_method_init(SEXP bound);
+SEXP tb_method(SEXP x, SEXP name);
 SEXP tb_op_calls(void);
 SEXP tb_binary(SEXP generic, SEXP e1, SEXP e2);
 SEXP tb_call_args(SEXP fn, SEXP args, SEXP during_trace);
 SEXP tb_grad_mode(SEXP enabled);
 SEXP tb_call_method(SEXP x, SEXP name, SEXP args);
 SEXP tb_index(SEXP x, SEXP call, SEXP env, SEXP drop, SEXP value);
+SEXP tb_index_dots(SEXP x, SEXP rho, SEXP drop, SEXP value);
 SEXP tb_as_array(SEXP x);
 SEXP tb_as_array_init(SEXP examples, SEXP layout);
 
@@ -65,13 +68,16 @@ static const R_CallMethodDef methods[] = {
     {"tb_op_compile", (DL_FUNC) &tb_op_compile, 9},
     {"tb_op_call", (DL_FUNC) &tb_op_call, 2},
     {"tb_op_call_self", (DL_FUNC) &tb_op_call_self, 3},
-    {"tb_self_env", (DL_FUNC) &tb_self_env, 2},
+    {"tb_closure", (DL_FUNC) &tb_closure, 3},
+    {"tb_method_init", (DL_FUNC) &tb_method_init, 1},
+    {"tb_method", (DL_FUNC) &tb_method, 2},
     {"tb_op_calls", (DL_FUNC) &tb_op_calls, 0},
     {"tb_binary", (DL_FUNC) &tb_binary, 3},
     {"tb_call_args", (DL_FUNC) &tb_call_args, 3},
     {"tb_grad_mode", (DL_FUNC) &tb_grad_mode, 1},
     {"tb_call_method", (DL_FUNC) &tb_call_method, 3},
     {"tb_index", (DL_FUNC) &tb_index, 5},
+    {"tb_index_dots", (DL_FUNC) &tb_index_dots, 4},
     {"tb_as_array", (DL_FUNC) &tb_as_array, 1},
     {"tb_as_array_init", (DL_FUNC) &tb_as_array_init, 2},
     {NULL, NULL, 0}};

@@ -30,10 +30,11 @@ static SEXP simple_value(SEXP e, SEXP env) {
   case REALSXP:
   case INTSXP: return e;
   case SYMSXP:
-    if (e == R_MissingArg || is_sym(e, "N") || is_sym(e, "..")) return NULL;
+    if (e == R_MissingArg || is_sym(e, "N") || is_sym(e, "..") || TYPEOF(env) != ENVSXP)
+      return NULL;
     return Rf_eval(e, env);
   case LANGSXP:
-    if (is_sym(CAR(e), "-") && Rf_length(e) == 2 &&
+    if (is_sym(CAR(e), "-") && Rf_length(e) == 2 && TYPEOF(env) == ENVSXP &&
         (TYPEOF(CADR(e)) == REALSXP || TYPEOF(CADR(e)) == INTSXP))
       return Rf_eval(e, env);
     return NULL;
@@ -125,35 +126,80 @@ static PyObject *index_select(PyObject *t, int dim, PyObject *positions) {
   return r;
 }
 
-/* tb_index(x, call, env, drop, value): `x[...]` (value = list()) or `x[...] <- value`
- * (value = list(value)) for the call as written (sys.call()) in `env`; NULL: reading. */
+/* The index arguments of one `[` call: each one's expression and the environment it is
+ * evaluated in. */
+typedef struct {
+  int n;
+  SEXP expr[16], env[16];
+} IndexArgs;
+
+static SEXP index_impl(SEXP x, const IndexArgs *args, SEXP drop, SEXP value);
+
+/* tb_index(x, call, env, drop, value): `x[...]` (value = NULL) or `x[...] <- value`
+ * (value = list(value)) for the call as written (sys.call()) in `env`. */
 SEXP tb_index(SEXP x, SEXP call, SEXP env, SEXP drop, SEXP value) {
   int set = TYPEOF(value) == VECSXP && Rf_xlength(value) == 1;
-  PyObject *t = tensor_of(x);
-  if (!c_path_on() || t == NULL || TYPEOF(call) != LANGSXP) return sentinel_fallback;
-  if (TYPEOF(drop) != LGLSXP || Rf_xlength(drop) != 1 || LOGICAL(drop)[0] != TRUE)
-    return sentinel_fallback;
+  if (TYPEOF(call) != LANGSXP) return sentinel_fallback;
   const char *skip = set ? "value" : "drop";
-  int n = 0;
+  IndexArgs args = {0};
   for (SEXP p = CDDR(call); p != R_NilValue; p = CDR(p)) {
     if (TAG(p) != R_NilValue) {
       if (strcmp(CHAR(PRINTNAME(TAG(p))), skip) == 0) continue;
       return sentinel_fallback;
     }
-    n++;
+    if (args.n == 16) return sentinel_fallback;
+    args.expr[args.n] = CAR(p);
+    args.env[args.n] = env;
+    args.n++;
   }
-  if (n == 0 || n > 16) return sentinel_fallback;
+  return index_impl(x, &args, drop, value);
+}
+
+/* tb_index_dots(x, rho, drop, value): the same, with the indices read from `...` of the
+ * method's frame `rho`. Note: why this works. S3 dispatch of `[` (and `[<-`) passes each
+ * index as a promise of its expression in the caller's environment, so the expressions
+ * and environment that sys.call() and parent.frame() would give are there already, for
+ * two R calls less. A promise that ran already, or one whose environment is gone, leaves
+ * the call to tb_index (R's sys.call() path). */
+SEXP tb_index_dots(SEXP x, SEXP rho, SEXP drop, SEXP value) {
+  if (TYPEOF(rho) != ENVSXP) return sentinel_fallback;
+  SEXP dots = Rf_findVarInFrame(rho, R_DotsSymbol);
+  if (TYPEOF(dots) != DOTSXP) return sentinel_fallback;
+  IndexArgs args = {0};
+  for (SEXP p = dots; p != R_NilValue; p = CDR(p)) {
+    if (TAG(p) != R_NilValue || args.n == 16) return sentinel_fallback;
+    SEXP e = CAR(p), env = R_NilValue;
+    if (TYPEOF(e) == PROMSXP) {
+      if (PRVALUE(e) != R_UnboundValue || TYPEOF(PRENV(e)) != ENVSXP) return sentinel_fallback;
+      env = PRENV(e);
+      e = R_PromiseExpr(e);
+    } else if (e != R_MissingArg && TYPEOF(e) != REALSXP && TYPEOF(e) != INTSXP) {
+      return sentinel_fallback; /* a value passed as it is (do.call()): R decides */
+    }
+    args.expr[args.n] = e;
+    args.env[args.n] = env;
+    args.n++;
+  }
+  return index_impl(x, &args, drop, value);
+}
+
+static SEXP index_impl(SEXP x, const IndexArgs *args, SEXP drop, SEXP value) {
+  int set = TYPEOF(value) == VECSXP && Rf_xlength(value) == 1;
+  PyObject *t = tensor_of(x);
+  if (!c_path_on() || t == NULL) return sentinel_fallback;
+  if (TYPEOF(drop) != LGLSXP || Rf_xlength(drop) != 1 || LOGICAL(drop)[0] != TRUE)
+    return sentinel_fallback;
+  int n = args->n;
+  if (n == 0) return sentinel_fallback;
   Ix ix[16];
-  int k = 0, at = -1;
-  for (SEXP p = CDDR(call); p != R_NilValue; p = CDR(p)) {
-    if (TAG(p) != R_NilValue) continue;
-    if (!parse_one(CAR(p), env, &ix[k])) return sentinel_fallback;
+  int at = -1;
+  for (int k = 0; k < n; k++) {
+    if (!parse_one(args->expr[k], args->env[k], &ix[k])) return sentinel_fallback;
     if (ix[k].kind == IX_TENSOR) {
       /* One tensor index, after no single position (which would drop its dimension). */
       if (at >= 0) return sentinel_fallback;
       at = k;
     }
-    k++;
   }
   for (int m = 0; m < at; m++)
     if (ix[m].kind == IX_INT) return sentinel_fallback;

@@ -227,22 +227,58 @@ SEXP tb_op_call(SEXP row, SEXP env) { return op_call(row, env, NULL); }
 /* tb_op_call_self(i, env, self): the same for a tensor method, `self` its tensor. */
 SEXP tb_op_call_self(SEXP row, SEXP env, SEXP self) { return op_call(row, env, self); }
 
-/* tb_self_env(x, parent): an environment holding `self = x` (a method's tensor), whose
- * parent is `parent` or, for NULL, the one tb_self_env(NULL, parent) last set. */
-static SEXP method_parent = NULL;
+/* Note: the closures of the rows. Every row's function has the same body (a template in
+ * R/surface.R, byte-compiled when the package is installed) and differs only in its formals
+ * and its environment, which holds `.row`, the row's number. tb_closure() makes one from
+ * the template's compiled body: R's JIT never compiles closures this small, and a body
+ * made at load with body<- runs in the AST interpreter, which looks up every name
+ * (`.Call`, `is.symbol`, ...) through the environments on each call.
+ *
+ * A tensor method, `x$name`, is the row's method closure (kept in `.tb$bound`, see
+ * tb_method_init()) with an environment holding `self`, made here on each `$`: an
+ * environment and a closure, and nothing evaluated. */
 
-SEXP tb_self_env(SEXP x, SEXP parent) {
-  if (parent != R_NilValue && x == R_NilValue) {
-    if (method_parent != NULL) R_ReleaseObject(method_parent);
-    method_parent = parent;
-    R_PreserveObject(method_parent);
-    return R_NilValue;
-  }
-  if (parent == R_NilValue) parent = method_parent != NULL ? method_parent : R_BaseEnv;
-  SEXP env = PROTECT(R_NewEnv(parent, FALSE, 1));
-  Rf_defineVar(sym_self, x, env);
+/* tb_closure(formals, template, env): a closure with `formals` (a pairlist), the body of
+ * the closure `template`, and environment `env`. */
+SEXP tb_closure(SEXP formals, SEXP template, SEXP env) {
+  if (TYPEOF(template) != CLOSXP || TYPEOF(env) != ENVSXP ||
+      (formals != R_NilValue && TYPEOF(formals) != LISTSXP))
+    Rf_error("tb_closure(): a pairlist, a closure and an environment are needed.");
+  SEXP f = PROTECT(Rf_allocSExp(CLOSXP));
+  SET_FORMALS(f, formals);
+  SET_BODY(f, BODY(template));
+  SET_CLOENV(f, env);
   UNPROTECT(1);
-  return env;
+  return f;
+}
+
+static SEXP bound_env = NULL;
+
+/* tb_method_init(bound): the environment of the rows' method closures, by method name. */
+SEXP tb_method_init(SEXP bound) {
+  if (TYPEOF(bound) != ENVSXP) Rf_error("tb_method_init(): an environment is needed.");
+  if (bound_env != NULL) R_ReleaseObject(bound_env);
+  bound_env = bound;
+  R_PreserveObject(bound_env);
+  return R_NilValue;
+}
+
+/* tb_method(x, name): the method `name` of tensor `x` (`x$name`), a closure whose
+ * environment holds `self = x`; NULL where `name` is no row's method (R looks at fields). */
+SEXP tb_method(SEXP x, SEXP name) {
+  if (bound_env == NULL || TYPEOF(name) != STRSXP || Rf_xlength(name) != 1 ||
+      STRING_ELT(name, 0) == NA_STRING)
+    return R_NilValue;
+  SEXP proto = Rf_findVarInFrame(bound_env, Rf_installTrChar(STRING_ELT(name, 0)));
+  if (TYPEOF(proto) != CLOSXP) return R_NilValue;
+  SEXP env = PROTECT(R_NewEnv(CLOENV(proto), FALSE, 1));
+  Rf_defineVar(sym_self, x, env);
+  SEXP f = PROTECT(Rf_allocSExp(CLOSXP));
+  SET_FORMALS(f, FORMALS(proto));
+  SET_BODY(f, BODY(proto));
+  SET_CLOENV(f, env);
+  UNPROTECT(2);
+  return f;
 }
 
 /* tb_binary(op, e1, e2): an R operator on tensors (Ops.torch_tensor), as
