@@ -4,7 +4,7 @@ export R_LIBS := $(CURDIR)/.Rlib
 export TRACEBRIDGE_PYTHON := $(CURDIR)/.venv/bin/python
 
 .PHONY: setup demo test test-python test-r lint bench docs clean zoo zoo-setup fuzz \
-	scale-setup test-scale bench-scale docs-setup
+	scale-setup test-scale bench-scale docs-setup test-docs
 
 setup:
 	@bash scripts/setup.sh
@@ -12,7 +12,10 @@ setup:
 demo: setup
 	$(PY) scripts/demo.py
 
-test: setup lint test-python test-r
+# Everything, each extra in its own environment that this installs: the documentation site
+# (.venv-docs, pkgdown) built and checked, and the Ray and Spark examples on two local workers
+# (.venv-scale, Java). From a cold machine they add about 4 minutes (README "Tests").
+test: setup lint test-python test-r test-docs test-scale
 
 lint:
 	.venv/bin/ruff check python tests/python benchmarks shared_ir scripts examples
@@ -59,27 +62,34 @@ zoo: zoo-setup
 	$(PY) benchmarks/zoo.py $(ZOO_ARGS)
 
 # Ray and Spark (docs/scale-out.md) in an environment of their own, .venv-scale: they need
-# numpy 2, which R's Python (.venv) cannot have. Big downloads (pyspark is ~400 MB) and Java
-# 17 for Spark, so not part of `make test`. tracebridge goes in as a user installs it: pip
-# resolves its ranges against the torch already there and keeps it.
+# numpy 2, which R's Python (.venv) cannot have. About 600 MB of downloads (pyspark's source
+# archive is 456 MB and is built into a wheel once per machine: pip caches it) and Java 17
+# for Spark (apt). `make test` runs test-scale. tracebridge goes in as a user installs it:
+# pip resolves its ranges against the torch already there and keeps it. --no-compile: byte-
+# compiling every module of torch, Ray and Spark took longer than the downloads; Python
+# compiles the few that the tests import.
 SCALE_PY := .venv-scale/bin/python
 SCALE_STAMP := .venv-scale/.requirements.sha
+SCALE_PIP := .venv-scale/bin/pip install -q --no-compile
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 SCALE_PYTHON ?= $(shell command -v python3.11 || command -v python3)
 scale-setup:
+	@bash scripts/apt-install.sh openjdk-17-jre-headless
 	@want=$$(sha256sum requirements-scale.txt pyproject.toml | sha256sum | cut -c1-16); \
 	if [ "$$(cat $(SCALE_STAMP) 2>/dev/null)" != "$$want" ]; then \
 	  echo "scale-setup: creating .venv-scale"; \
 	  ( [ -x $(SCALE_PY) ] || $(SCALE_PYTHON) -m venv .venv-scale ) && \
-	  .venv-scale/bin/pip install -q --no-deps --extra-index-url $(TORCH_INDEX_URL) \
+	  $(SCALE_PIP) --no-deps --extra-index-url $(TORCH_INDEX_URL) \
 	    "$$(grep -E '^torch==' requirements-scale.txt)" && \
-	  .venv-scale/bin/pip install -q -r requirements-scale.txt && \
-	  .venv-scale/bin/pip install -q --no-build-isolation -e . && \
+	  $(SCALE_PIP) -r requirements-scale.txt && \
+	  $(SCALE_PIP) --no-build-isolation -e . && \
 	  echo "$$want" > $(SCALE_STAMP); \
 	fi
 
+# TRACEBRIDGE_SCALE=1: a missing engine or Java fails the tests instead of skipping them.
 test-scale: scale-setup
-	TRACEBRIDGE_SCALE=1 $(SCALE_PY) -m pytest -p no:xdist -q tests/python/test_scale_out.py
+	TRACEBRIDGE_SCALE=1 $(SCALE_PY) -m pytest -p no:xdist -p no:cacheprovider -q \
+	  tests/python/test_scale_out.py
 
 bench-scale: scale-setup
 	$(SCALE_PY) benchmarks/bench_scale.py
@@ -87,23 +97,31 @@ bench-scale: scale-setup
 # The documentation site: MkDocs + mkdocstrings for Python (site/python), pkgdown for R
 # (site/r). Fails on an undocumented public function (Python: scripts/docs_site.py check;
 # R: tools::undoc / codoc in scripts/docs-r.R) and on a broken link (mkdocs --strict, then
-# every relative link of both built sites). Not part of `make test`, which runs the quick
-# source checks (tests/python/test_docs_site.py).
+# every relative link of both built sites). `make test` builds and checks it too
+# (test-docs), with pkgdown not running the R examples again: R CMD check in test-r runs
+# them; the articles (the vignettes) run as they are built.
 DOCS_STAMP := .venv-docs/.requirements.sha
 docs-setup:
+	@bash scripts/apt-install.sh r-cran-pkgdown
 	@want=$$(sha256sum requirements-docs.txt | cut -c1-16); \
 	if [ "$$(cat $(DOCS_STAMP) 2>/dev/null)" != "$$want" ]; then \
 	  echo "docs-setup: creating .venv-docs"; \
 	  ( [ -x .venv-docs/bin/python ] || $(SCALE_PYTHON) -m venv .venv-docs ) && \
-	  .venv-docs/bin/pip install -q -r requirements-docs.txt && echo "$$want" > $(DOCS_STAMP); \
+	  .venv-docs/bin/pip install -q --no-compile -r requirements-docs.txt && \
+	  echo "$$want" > $(DOCS_STAMP); \
 	fi
-	@Rscript -e 'if (!requireNamespace("pkgdown", quietly = TRUE)) quit(status = 1)' || { \
-	  SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
-	  $$SUDO apt-get install -y -qq --no-install-recommends r-cran-pkgdown >/dev/null; }
+
+define DOCS_BUILD
+$(PY) scripts/docs_site.py check
+$(PY) scripts/docs_site.py stage
+.venv-docs/bin/mkdocs build --strict --quiet
+PYTHONPATH=$(CURDIR)/python RETICULATE_PYTHON=$(TRACEBRIDGE_PYTHON) Rscript scripts/docs-r.R
+$(PY) scripts/docs_site.py links site/python site/r
+endef
 
 docs: setup docs-setup
-	$(PY) scripts/docs_site.py check
-	$(PY) scripts/docs_site.py stage
-	.venv-docs/bin/mkdocs build --strict
-	PYTHONPATH=$(CURDIR)/python Rscript scripts/docs-r.R
-	$(PY) scripts/docs_site.py links site/python site/r
+	$(DOCS_BUILD)
+
+test-docs: export TRACEBRIDGE_DOCS_EXAMPLES := 0
+test-docs: docs-setup
+	$(DOCS_BUILD)

@@ -24,4 +24,8 @@ if (length(missing) || length(mismatched)) quit(status = 1)
 utils::assignInNamespace("cran_link", function(...) NULL, "pkgdown")
 utils::assignInNamespace("CRAN_urls", function() data.frame(Package = character(),
                                                             URL = character()), "downlit")
-pkgdown::build_site(".", install = FALSE, new_process = FALSE, preview = FALSE)
+# TRACEBRIDGE_DOCS_EXAMPLES=0 (`make test`): the reference pages show the examples without
+# running them again (R CMD check, in the same `make test`, runs every one).
+examples <- Sys.getenv("TRACEBRIDGE_DOCS_EXAMPLES", "1") != "0"
+pkgdown::build_site(".", examples = examples, install = FALSE, new_process = FALSE,
+                    preview = FALSE)

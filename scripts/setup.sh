@@ -10,16 +10,7 @@ APT_PACKAGES="r-base-dev r-cran-reticulate r-cran-testthat r-cran-jsonlite r-cra
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 
-missing=""
-for pkg in $APT_PACKAGES; do
-  dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
-done
-if [ -n "$missing" ]; then
-  echo "setup: installing system packages:$missing"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
-fi
+bash scripts/apt-install.sh $APT_PACKAGES
 
 # torch is pinned in requirements.txt to the CPU build, which lives on PyTorch's CPU wheel
 # index (TORCH_INDEX_URL to use another, e.g. .../whl/cu128); from the public index an

@@ -112,8 +112,10 @@ def test_inspect_shows_versions_state_guards_counts_and_graphs(files, capsys):
     assert "(branch guard, at" in out
     assert "    prim.state   7\n" in out
     program = artifact.read(files["net"])
+    cli.label_sizes(artifact.read_json(files["net"])[0], program.methods)  # as inspect shows
     for name, graph in program.methods.items():
         assert graph_text(graph, name) in out
+    assert "%0: f32[s0, 3] = linear(" in out  # intermediate sizes in the input symbols
 
 
 def test_inspect_json_summary(files, capsys):

@@ -4,6 +4,7 @@ every public function documented, every relative link of the pages pointing at a
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,3 +46,25 @@ def test_broken_links_of_a_built_site_are_found(tmp_path):
         "a/index.html: ../b/index.html",
         "a/index.html: pic.png",
     ]
+
+
+def test_every_page_is_in_the_menu():
+    # mkdocs --strict refuses a page that is not in mkdocs.yml's nav: a new docs/*.md must
+    # be added there (found here in seconds instead of in the site build).
+    nav = set(re.findall(r"^\s+- [^:]+: (\S+\.md)$", (ROOT / "mkdocs.yml").read_text(), re.M))
+    assert set(docs_site.PAGES.values()) | {"api.md"} <= nav
+
+
+def test_doctest_blocks_are_fenced_as_code():
+    spec = importlib.util.spec_from_file_location("docs_griffe", ROOT / "scripts/docs_griffe.py")
+    docs_griffe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(docs_griffe)
+    text = "Intro.\n\n>>> [d for d in\n...  x]\n['s0', 's1']\n\nAfter.\n```\n>>> kept\n```"
+    assert docs_griffe.fence_doctests(text) == (
+        "Intro.\n\n```pycon\n>>> [d for d in\n...  x]\n['s0', 's1']\n```\n\nAfter.\n"
+        "```\n>>> kept\n```"
+    )
+    indented = "Args:\n    x: a number\n\n    >>> f(1)\n    2\nEnd."
+    assert docs_griffe.fence_doctests(indented) == (
+        "Args:\n    x: a number\n\n    ```pycon\n    >>> f(1)\n    2\n    ```\nEnd."
+    )

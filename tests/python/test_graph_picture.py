@@ -13,6 +13,7 @@ from torch import nn
 import tracebridge
 from tracebridge import artifact
 from tracebridge.frontends import cli
+from tracebridge.ir import graph_from_json
 
 
 class Block(nn.Module):
@@ -76,13 +77,53 @@ def test_parameters_are_folded_into_their_op(net_file, capsys):
     assert "prim.state" not in dot and "blocks.0.conv1.weight" not in dot
 
 
+def _edge_types(dot: str) -> list[str]:
+    return re.findall(r'-> \w+ \[label="([^"]*)"\]', dot)
+
+
 def test_sizes_are_those_inspect_prints(net_file, capsys):
     dot = _dot(capsys, "graph", net_file)
     text = _dot(capsys, "inspect", net_file)
-    edge_types = set(re.findall(r'-> \w+ \[label="([^"]*)"\]', dot))
+    edge_types = set(_edge_types(dot))
     printed = set(re.findall(r"%[\w.]+: ([a-z0-9]+\[[^\]]*\]|int)", text))
     assert edge_types and edge_types <= printed
     assert "f32[s0, s1, s2, s3]" in dot  # the input, with its symbols
+
+
+def test_intermediate_sizes_are_symbolic(net_file, capsys):
+    # The file holds the sizes seen at trace time (2, 1, 8, 8); the picture and inspect show
+    # them in the input symbols: the stem's 3x3 convolution takes 2 from height and width,
+    # the blocks keep them, mean and fc leave the batch.
+    dot = _dot(capsys, "graph", net_file)
+    assert set(_edge_types(dot)) == {
+        "f32[s0, s1, s2, s3]",
+        "f32[s0, 4, s2-2, s3-2]",
+        "f32[s0, 4]",
+        "f32[s0, 2]",
+    }
+    assert "%0: f32[s0, 4, s2-2, s3-2]" in dot  # the stem's box names its output's type
+    assert "f32[2, 4, 6, 6]" not in dot and "f32[2, 2]" not in dot
+    text = _dot(capsys, "inspect", net_file)
+    assert "f32[s0, 2] = linear(" in text and "f32[2, 4, 6, 6]" not in text
+    # The state keeps its own sizes.
+    assert "weight f32[4, 4, 3, 3]" in dot and "%stem.weight: f32[4, 1, 3, 3]" in text
+
+
+def test_picture_sizes_match_the_traced_graph(net_file, capsys):
+    traced = tracebridge.trace(Net().eval(), torch.rand(2, 1, 8, 8), progress=False)
+    in_graph = set(re.findall(r"%[\w.]+: ([a-z0-9]+\[[^\]]*\])", traced.graph))
+    assert set(_edge_types(_dot(capsys, "graph", net_file))) <= in_graph
+
+
+def test_a_file_without_trace_time_sizes_keeps_its_sizes(net_file):
+    doc, _ = artifact.read_json(net_file)
+    graph = graph_from_json(doc["methods"]["forward"])
+    for value in graph.inputs:
+        value.example = None  # as in a file from before inputs recorded them
+    cli.label_sizes(doc, {"forward": graph})
+    outputs = [v for n in graph.nodes for v in n.outputs if v.kind == "Tensor"]
+    assert outputs and all(v.labels is None for v in outputs)
+    assert "f32[2, 4, 6, 6]" in {v.type_str() for v in outputs}
 
 
 @pytest.mark.parametrize("fmt, magic", [("svg", b"<svg"), ("png", b"\x89PNG\r\n\x1a\n")])

@@ -2,8 +2,9 @@
 run locally on two workers and give the single-process results, in row order.
 
 Ray and PySpark need numpy 2, so they live in their own environment (``make scale-setup``
-builds .venv-scale; ``make test-scale`` runs this file there). Elsewhere these tests skip;
-with TRACEBRIDGE_SCALE=1 (as ``make test-scale`` sets it) a missing engine is a failure.
+builds .venv-scale; ``make test-scale``, a step of ``make test``, runs this file there).
+Elsewhere these tests skip; with TRACEBRIDGE_SCALE=1 (as ``make test-scale`` sets it) a
+missing engine, or Java for Spark, is a failure.
 """
 
 from __future__ import annotations
@@ -56,9 +57,13 @@ def test_ray_data_two_actors_in_order(work):
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs Java (17)")
 def test_spark_map_in_pandas_two_workers_in_order(work):
     _engine("pyspark")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        message = "Spark needs Java 17 (make scale-setup installs openjdk-17-jre-headless)"
+        if REQUIRED:
+            pytest.fail(message)
+        pytest.skip(message)
     from spark_batch_inference import predict_frame, session
 
     data, pixels, expected = work

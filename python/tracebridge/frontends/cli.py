@@ -7,6 +7,9 @@
 
 ``inspect``, ``validate`` and ``graph`` read the archive only: they parse JSON and
 safetensors bytes and never build or call a model, so they are safe on a file from anywhere.
+To print intermediate sizes in input symbols (``f32[s0, 4, s2-2, s3-2]``, as a traced
+object's ``.graph`` does), ``inspect`` and ``graph`` run the checked graph on meta tensors:
+shapes only, no data and no weights (``label_sizes``).
 ``run`` loads the artifact with :func:`tracebridge.load` and calls one method.
 
 Exit status: 0 success, 1 a bad file or a failed run (one line on stderr), 2 a usage error.
@@ -247,9 +250,36 @@ def _reading(what: str, args: argparse.Namespace):
     return track(f"{what} {os.path.basename(args.file)}", size, "B", progress=_progress(args))
 
 
+def label_sizes(doc: dict, methods: dict[str, Graph], only: str | None = None) -> None:
+    """Label the intermediate sizes of ``methods`` (or of the method ``only``) with input
+    symbols, in place, as a traced object's ``.graph`` does (``runtime/shapes.py``): files
+    carry trace-time sizes; ``methods`` are all the program's graphs, which a graph may call.
+
+    The graphs of a checked file run on meta tensors made from the state's description:
+    shapes only, no data, no weights read. A graph whose inputs have no trace-time sizes (an
+    older file) keeps the sizes it carries.
+    """
+    import torch
+
+    from ..ir import DTYPES
+    from ..runtime.shapes import symbolize
+
+    state = {
+        name: torch.empty(info["shape"], dtype=DTYPES[info["dtype"]], device="meta")
+        for name, info in doc["state"].items()
+    }
+    for name, graph in methods.items():
+        if only not in (None, name):
+            continue
+        if graph.inputs and all(v.example is not None for v in graph.inputs):
+            symbolize(graph, state, methods)
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     with _reading("reading", args):
         doc, program = read_archive(args.file)
+        if not args.json and not args.no_graph:
+            label_sizes(doc, program.methods)
     if args.json:
         print(json.dumps(summary(doc, program), indent=1))
     else:
@@ -531,9 +561,12 @@ def cmd_graph(args: argparse.Namespace) -> int:
         doc, _ = artifact.read_json(args.file)
         name = _resolve_method(doc, args.method)
         try:
-            graph = graph_from_json(doc["methods"][name])
+            methods = {m: graph_from_json(g) for m, g in doc["methods"].items()}
         except (KeyError, ValueError, TypeError) as exc:
-            raise ArtifactError(f"{args.file}: method {name!r} is malformed ({exc})") from None
+            raise ArtifactError(f"{args.file}: a method is malformed ({exc})") from None
+        graph = methods[name]
+        stage("labelling sizes")
+        label_sizes(doc, methods, only=name)
         stage("laying out")
         text = to_dot(graph, name, doc.get("module_classes") or {})
         if args.format != "dot":
