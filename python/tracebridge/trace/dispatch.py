@@ -85,6 +85,30 @@ def _dispatching_function() -> types.FunctionType | None:
     return None
 
 
+def _packed_varargs(name: str, func, args: tuple) -> tuple:
+    """``args`` of a call as the op's function takes them.
+
+    A Tensor method folded into a function op (``FOLDED_METHODS``) may take its sizes or dims
+    as varargs (``x.flip(0, 1)``, ``x.broadcast_to(2, 3)``, ``x.squeeze(0, 1)``) or as one
+    bare int (``x.flip(0)``), where the function takes one list (``torch.flip(x, (0, 1))``)
+    and refuses the other forms: recorded as they came, the node would fail when it runs.
+    They are recorded as the list. A single int stays as it is where the function takes it
+    too (``torch.squeeze(x, 0)``), so such nodes are unchanged.
+    """
+    info = opset.info(name)
+    if info is None or info.varargs is None or name.startswith("Tensor."):
+        return args
+    if getattr(torch._C.TensorBase, getattr(func, "__name__", ""), None) is not func:
+        return args  # the function itself, which takes no varargs
+    at = info.varargs[0]
+    spread = args[at:]
+    if not spread or not all(isinstance(a, int) and not isinstance(a, bool) for a in spread):
+        return args
+    if len(spread) == 1 and at < len(info.args) and info.varargs[1] in info.args[at]:
+        return args
+    return (*args[:at], list(spread))
+
+
 class Dispatcher:
     """The tracer's dispatch methods (mixed into :class:`Tracer`)."""
 
@@ -149,7 +173,7 @@ class Dispatcher:
 
     def record(self, name: str, func, args: tuple, kwargs: dict):
         loc = self.location()
-        enc_args = [self.encode(a) for a in args]
+        enc_args = [self.encode(a) for a in _packed_varargs(name, func, args)]
         enc_kwargs = {k: self.encode(v) for k, v in kwargs.items()}
         result = func(*args, **kwargs)
         enc_args, enc_kwargs = autocast.cast_inputs(
