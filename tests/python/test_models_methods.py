@@ -232,3 +232,79 @@ def test_softmax_backward_kernel_with_wrong_shapes_is_refused_with_the_kernels_w
     text = str(info.value)
     assert "BadShapes.apply" in text
     assert "same size" in text  # the kernel's own check, not a broadcast of the public ops
+
+
+# --- a method whose arguments come in another order than the function's ---------------------
+
+
+class MaskedFill(nn.Module):
+    """Longformer's ``torch.full_like(x, -inf).where(mask, x)`` (modeling_longformer.py:732)
+    and a keyword call with a number."""
+
+    def forward(self, x):
+        mask = x.gt(0)
+        y = torch.full_like(x, -float("inf")).where(mask, x)
+        return y, x.where(condition=mask, other=0.5)
+
+
+@pytest.mark.parametrize("runtime", ["codegen", "interpreter"])
+def test_tensor_where_is_recorded_as_where_with_the_condition_first(runtime, tmp_path):
+    model = MaskedFill()
+    traced = tracebridge.trace(model, (torch.randn(2, 3),), runtime=runtime)
+    wheres = [n for n in forward_nodes(traced) if n.op == "where"]
+    assert len(wheres) == 2
+    assert wheres[1].args[2] == 0.5
+    path = tmp_path / "where.tb"
+    traced.save(path)
+    loaded = tracebridge.load(path, runtime=runtime)
+    for shape in [(2, 3), (4, 1), (1, 7)]:
+        x = torch.randn(*shape)
+        for got, want in zip(loaded(x), model(x)):
+            assert torch.equal(got, want)
+
+
+class LongformerValueChunks(nn.Module):
+    """Longformer's ``_sliding_chunks_matmul_attn_probs_value`` (modeling_longformer.py:842):
+    the chunk count is a 0-dim tensor (``torch.div`` of sizes) that ``as_strided`` reads as
+    a size, as eager does."""
+
+    def forward(self, value, w: int = 2):
+        batch, seq_len, dim = value.shape
+        chunks_count = torch.div(seq_len, w, rounding_mode="trunc") - 1
+        padded = nn.functional.pad(value, (0, 0, w, w), value=-1)
+        stride = padded.stride()
+        size = (batch, chunks_count + 1, 3 * w, dim)
+        return padded.as_strided(size=size, stride=(stride[0], w * stride[1], *stride[1:]))
+
+
+@pytest.mark.parametrize("runtime", ["codegen", "interpreter"])
+def test_as_strided_takes_a_size_held_in_a_0_dim_integer_tensor(runtime, tmp_path):
+    model = LongformerValueChunks()
+    traced = tracebridge.trace(model, (torch.randn(2, 8, 3),), runtime=runtime)
+    path = tmp_path / "chunks.tb"
+    traced.save(path)
+    loaded = tracebridge.load(path, runtime=runtime)
+    for shape in [(2, 8, 3), (1, 12, 4), (3, 4, 2)]:
+        x = torch.randn(*shape)
+        assert torch.equal(traced(x), model(x))
+        assert torch.equal(loaded(x), model(x))
+
+
+def test_a_number_where_the_op_takes_a_tensor_is_recorded_as_a_0_dim_tensor(tmp_path):
+    def fn(x):
+        # torch.div of two ints is a 0-dim int64 tensor in eager (Longformer's chunk count)
+        count = torch.div(x.size(1), 2, rounding_mode="trunc") - 1
+        return x.sum(1) * count, torch.div(7, 2)
+
+    traced = tracebridge.trace(fn, (torch.randn(2, 6),))
+    nodes = forward_nodes(traced)
+    made = [n for n in nodes if n.op == "scalar_tensor"]
+    assert [n.kwargs["dtype"] for n in made] == [torch.int64, torch.int64]
+    path = tmp_path / "div.tb"
+    traced.save(path)
+    loaded = tracebridge.load(path)
+    for shape in [(1, 9), (3, 4)]:
+        x = torch.randn(*shape)
+        for got, want in zip(loaded(x), fn(x)):
+            assert got.dtype == want.dtype
+            assert torch.equal(got, want)

@@ -132,6 +132,7 @@ class LibraryHandlers(AutogradFunctions):
             torch.functional.unique: self._on_unique,
             torch.Tensor.unique: self._on_unique,
             torch._native_multi_head_attention: self._on_fast_attention,
+            torch._C.TensorBase.where: self._on_tensor_where,
             torch._softmax_backward_data: self._on_softmax_backward,
             torch._log_softmax_backward_data: self._on_log_softmax_backward,
         }
@@ -182,6 +183,12 @@ class LibraryHandlers(AutogradFunctions):
         )
         self.guard(ref, False, what, "branch", loc)
         return self.record("_native_multi_head_attention", func, args, kwargs)
+
+    def _on_tensor_where(self, func, tensor, condition, other):
+        """``x.where(condition, y)`` is ``torch.where(condition, x, y)``: the method puts
+        the tensor first, the function the condition, so the method cannot fold by name
+        (Longformer's and LED's band masks call it); recorded as the function's ``where``."""
+        return self.record("where", torch.where, (condition, tensor, other), {})
 
     def _on_softmax_backward(self, func, grad_output, output, dim, input_dtype):
         """``torch._softmax_backward_data``, a private kernel that custom autograd functions
