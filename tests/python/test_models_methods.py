@@ -308,3 +308,26 @@ def test_a_number_where_the_op_takes_a_tensor_is_recorded_as_a_0_dim_tensor(tmp_
         for got, want in zip(loaded(x), fn(x)):
             assert got.dtype == want.dtype
             assert torch.equal(got, want)
+
+
+class KeywordChunks(nn.Module):
+    """RAFT's ``fmap1, fmap2 = torch.chunk(fmaps, chunks=2, dim=0)`` (raft.py:493)."""
+
+    def forward(self, x):
+        a, b = torch.chunk(x, chunks=2, dim=0)
+        c, d = x.tensor_split(sections=2, dim=1)
+        return a - b, c.sum() + d.sum()
+
+
+@pytest.mark.parametrize("runtime", ["codegen", "interpreter", "graph_module"])
+def test_a_count_of_results_given_by_keyword_runs_through_the_checked_op(runtime):
+    from tracebridge.export import fx as bridge
+
+    model = KeywordChunks()
+    traced = tracebridge.trace(
+        model, (torch.randn(4, 3),), runtime="codegen" if runtime == "graph_module" else runtime
+    )
+    fn = bridge.to_graph_module(traced, "forward") if runtime == "graph_module" else traced
+    x = torch.randn(4, 5)
+    for got, want in zip(fn(x), model(x)):
+        assert torch.allclose(got, want)
