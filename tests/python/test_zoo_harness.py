@@ -118,3 +118,20 @@ def test_the_table_has_an_onnx_column(tmp_path):
         text = f.read()
     assert "| m | vision | torchvision | - | - | - | right |" in text
     assert "| onnx | 1 | 1 | 1 | 0 | 0 |" in text
+
+
+def test_an_onnx_note_shared_by_two_models_is_written_once_naming_both(tmp_path):
+    entry = {"category": "language/decoder", "source": "transformers"}
+    refused = {"calls": [], "trace_error": "OnnxExportError: refused"}
+    results = {
+        "mixtral (MoE)": dict(entry, tools={"onnx": refused}),
+        "qwen2_moe (MoE)": dict(entry, tools={"onnx": refused}),
+        "_meta": {},
+    }
+    table = str(tmp_path / "zoo.md")
+    zoo.write_table(results, table)
+    with open(table) as f:
+        text = f.read()
+    note = zoo.ONNX_NOTES["mixtral (MoE)"]
+    assert text.count(note) == 1
+    assert f"- **mixtral (MoE)**, **qwen2_moe (MoE)**: {note}" in text
