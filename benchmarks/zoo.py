@@ -130,10 +130,11 @@ class OnnxModel:
     turns a call's own arguments into them) and returns the flat output leaves, which
     ``compare`` matches against eager's leaves in order."""
 
-    def __init__(self, path: str, flat=None):
+    def __init__(self, path: str, flat=None, fixed: str | None = None):
         import onnxruntime
 
         self.path, self.flat = path, flat
+        self.fixed = fixed  # export_onnx's warning: input sizes fixed in the file, and why
         self.session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
 
     def __call__(self, *args):
@@ -152,9 +153,12 @@ def trace_onnx(model, args: tuple, workdir: str):
     traced = tracebridge.trace(model, args)
     handle, path = tempfile.mkstemp(suffix=".onnx", dir=workdir)
     os.close(handle)
-    tracebridge.export_onnx(traced, path, example_inputs=args, check=False)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        tracebridge.export_onnx(traced, path, example_inputs=args, check=False)
+    fixed = next((str(w.message) for w in seen if "fixed in the file" in str(w.message)), None)
     gm = bridge.to_graph_module(traced, "forward")
-    return OnnxModel(path, lambda *a: bridge.flatten_inputs(gm, *a))
+    return OnnxModel(path, lambda *a: bridge.flatten_inputs(gm, *a), fixed)
 
 
 def trace_with(tool: str, model, args: tuple, workdir: str | None = None):
@@ -249,6 +253,8 @@ def run_case(case, tools, workdir: str, index: int, limit: int) -> tuple[dict, l
             cell["trace_s"] = round(time.time() - t0, 1)
             continue
         cell["trace_s"] = round(time.time() - t0, 1)
+        if getattr(traced, "fixed", None):
+            cell["fixed"] = traced.fixed[:1200]
         fn = runner(tool, traced)
         got_all = []
         for args, want in zip(inputs, expected):
@@ -375,7 +381,8 @@ def verdict(cell: dict | None) -> tuple[str, str]:
     errors = [c for c in calls if c["status"] == "error"]
     if errors:
         right = len(calls) - len(errors)
-        return "error", f"{right}/{len(calls)} calls right; then: {errors[0]['error']}"
+        why = f" (why: {cell['fixed']})" if cell.get("fixed") else ""
+        return "error", f"{right}/{len(calls)} calls right; then: {errors[0]['error']}{why}"
     if cell.get("save_error"):
         return "error", "at save: " + cell["save_error"]
     if reload.get("load_error"):
@@ -580,7 +587,14 @@ def write_table(results: dict, path: str) -> None:
         "The **onnx** column: the tracebridge trace is written by `tracebridge.export_onnx`",
         "(dynamic dimensions from the trace's symbols), and ONNX Runtime (CPU) runs the file",
         "on every input set, in process and in the fresh process, judged against eager as",
-        "above. `-` where the column was not run for a model.",
+        "above. `-` where the column was not run for a model. Where the trace holds a guard",
+        "on sizes that an ONNX model cannot state (a range or a relation of sizes, such as",
+        "Swin's `if window_size >= pad_H`), `export_onnx` fixes the input sizes it reads at the",
+        "traced ones (docs/deploy.md), so ONNX Runtime refuses other sizes (`Got invalid",
+        "dimensions`) instead of answering them wrongly: such a cell is a clear error, and its",
+        "reason below quotes export_onnx's warning, which names the guards and their lines.",
+        "A guard that holds for every size the exported program serves anyway (`q_length > 1`",
+        "under torch.export's size-1 rule) fixes nothing.",
         "",
         "Packages (`requirements-zoo.txt`, installed by `make zoo` with `requirements.txt` as",
         "constraints, so torch 2.13.0+cpu and numpy 1.26.4 never move): timm, transformers,",
