@@ -130,10 +130,11 @@ class OnnxModel:
     turns a call's own arguments into them) and returns the flat output leaves, which
     ``compare`` matches against eager's leaves in order."""
 
-    def __init__(self, path: str, flat=None):
+    def __init__(self, path: str, flat=None, fixed: str | None = None):
         import onnxruntime
 
         self.path, self.flat = path, flat
+        self.fixed = fixed  # export_onnx's warning: input sizes fixed in the file, and why
         self.session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
 
     def __call__(self, *args):
@@ -152,9 +153,12 @@ def trace_onnx(model, args: tuple, workdir: str):
     traced = tracebridge.trace(model, args)
     handle, path = tempfile.mkstemp(suffix=".onnx", dir=workdir)
     os.close(handle)
-    tracebridge.export_onnx(traced, path, example_inputs=args, check=False)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        tracebridge.export_onnx(traced, path, example_inputs=args, check=False)
+    fixed = next((str(w.message) for w in seen if "fixed in the file" in str(w.message)), None)
     gm = bridge.to_graph_module(traced, "forward")
-    return OnnxModel(path, lambda *a: bridge.flatten_inputs(gm, *a))
+    return OnnxModel(path, lambda *a: bridge.flatten_inputs(gm, *a), fixed)
 
 
 def trace_with(tool: str, model, args: tuple, workdir: str | None = None):
@@ -249,6 +253,8 @@ def run_case(case, tools, workdir: str, index: int, limit: int) -> tuple[dict, l
             cell["trace_s"] = round(time.time() - t0, 1)
             continue
         cell["trace_s"] = round(time.time() - t0, 1)
+        if getattr(traced, "fixed", None):
+            cell["fixed"] = traced.fixed[:1200]
         fn = runner(tool, traced)
         got_all = []
         for args, want in zip(inputs, expected):
@@ -375,7 +381,8 @@ def verdict(cell: dict | None) -> tuple[str, str]:
     errors = [c for c in calls if c["status"] == "error"]
     if errors:
         right = len(calls) - len(errors)
-        return "error", f"{right}/{len(calls)} calls right; then: {errors[0]['error']}"
+        why = f" (why: {cell['fixed']})" if cell.get("fixed") else ""
+        return "error", f"{right}/{len(calls)} calls right; then: {errors[0]['error']}{why}"
     if cell.get("save_error"):
         return "error", "at save: " + cell["save_error"]
     if reload.get("load_error"):
@@ -427,30 +434,8 @@ LIMITS = {
     "ssdlite320_mobilenet_v3_large": _DETECTION,
     "retinanet_resnet50_fpn": _DETECTION,
 }
-_BANDED = (
-    "Longformer's and LED's banded attention masks the ends of the band with "
-    "`beginning_mask_2d = input_tensor.new_ones(...).tril().flip(dims=[0])` "
-    "(`transformers/models/longformer/modeling_longformer.py:725`, the same code in "
-    "`led/modeling_led.py:369`): `torch.flip` is in the op set, the Tensor method `Tensor.flip` "
-    "is not, so the trace stops there with UnsupportedOpError naming the line. Folding "
-    "`Tensor.flip` into `flip` is not enough: the method also takes dims as varargs "
-    "(`x.flip(0, 1)`), which the function does not. torch.jit.trace traces the model and is "
-    "silently wrong on one call of six (Longformer: max abs error 0.32 at 2x48 with padding; "
-    "LED: 6e-4) and fails on three; torch.export refuses a data-dependent guard."
-)
 LIMITS.update(
     {
-        "longformer": _BANDED,
-        "led": _BANDED,
-        "sew_d (disentangled)": (
-            "SEW-D's attention calls its own `torch.autograd.Function` `XSoftmax` "
-            "(`transformers/models/sew_d/modeling_sew_d.py:744`). tracebridge records a custom "
-            "autograd function with its own gradient, by tracing its backward too, and the "
-            "backward calls `torch._softmax_backward_data`, which is not in the op set: "
-            "UnsupportedFunctionError names the function, the line and that op. "
-            "torch.jit.trace traces it but cannot save it (`Could not export Python function "
-            "call 'XSoftmax'`); torch.export is right."
-        ),
         "wav2vec2_conformer (rotary)": (
             "The rotary embedding keeps the last sequence length and its table on the module "
             "(`transformers/models/wav2vec2_conformer/modeling_wav2vec2_conformer.py:150`: "
@@ -505,15 +490,29 @@ ONNX_NOTES = {
         "export cannot simplify. torch.export of the model itself is right; the trace is right."
     ),
     "modernbert (rotary, local)": (
-        "ONNX Runtime differs from eager (max abs error 2.1e-3 and 2.4e-3) only at the padded "
+        "ONNX differs from eager (max abs error 2.1e-3 and 2.4e-3) only at the padded "
         "positions at the end of row 0 whose whole local attention window is padding "
-        "(positions 29 to 31 of 32 with 5 padded; 43 to 47 of 48 with 7 padded): a softmax "
-        "over a row that is masked everywhere, whose value no model uses. Every other "
-        "position, and every call without padding, matches within 1e-6; the tracebridge "
-        "trace matches eager everywhere. The exported ONNX graph computes such rows "
-        "differently from PyTorch's kernel; counted as wrong all the same."
+        "(positions 29 to 31 of 32 with 5 padded; 43 to 47 of 48 with 7 padded), where "
+        "ModernBERT's boolean mask allows a query no key. For such a row PyTorch's "
+        "`scaled_dot_product_attention` returns zeros; torch.onnx.export translates the call "
+        "as `Where(mask, 0, -3.4e38)` then `Softmax`, a uniform softmax, so ONNX Runtime "
+        "gives the mean of the values. Not ONNX Runtime's numerics and not the trace: "
+        "torch.export of the same GraphModule matches eager bit for bit, the tracebridge "
+        "trace matches eager everywhere, every other position and every call without "
+        "padding match within 1e-6, and `benchmarks/zoo_onnx_sdpa.py` shows the same "
+        "difference on one `scaled_dot_product_attention` call with no tracebridge in the "
+        "path. No model reads those positions; counted as wrong all the same."
+    ),
+    "mixtral (MoE)": (
+        "torch.export, run on the trace's GraphModule, cannot trace `_grouped_mm` (the "
+        "experts' grouped matrix product): tracebridge's checked implementation reads the "
+        "group offsets to check them (`checked_ops.py:257`), a guard on data export refuses "
+        "(`GuardOnDataDependentSymNode`), and with that check skipped PyTorch's own fake "
+        "kernel of `aten._grouped_mm` takes only bfloat16 operands (`Expected inputs of "
+        "BF16 type`), where the zoo's model runs in float32. The trace itself is right."
     ),
 }
+ONNX_NOTES["qwen2_moe (MoE)"] = ONNX_NOTES["mixtral (MoE)"]
 
 
 def _reruns(reruns: list) -> list[str]:
@@ -588,7 +587,14 @@ def write_table(results: dict, path: str) -> None:
         "The **onnx** column: the tracebridge trace is written by `tracebridge.export_onnx`",
         "(dynamic dimensions from the trace's symbols), and ONNX Runtime (CPU) runs the file",
         "on every input set, in process and in the fresh process, judged against eager as",
-        "above. `-` where the column was not run for a model.",
+        "above. `-` where the column was not run for a model. Where the trace holds a guard",
+        "on sizes that an ONNX model cannot state (a range or a relation of sizes, such as",
+        "Swin's `if window_size >= pad_H`), `export_onnx` fixes the input sizes it reads at the",
+        "traced ones (docs/deploy.md), so ONNX Runtime refuses other sizes (`Got invalid",
+        "dimensions`) instead of answering them wrongly: such a cell is a clear error, and its",
+        "reason below quotes export_onnx's warning, which names the guards and their lines.",
+        "A guard that holds for every size the exported program serves anyway (`q_length > 1`",
+        "under torch.export's size-1 rule) fixes nothing.",
         "",
         "Packages (`requirements-zoo.txt`, installed by `make zoo` with `requirements.txt` as",
         "constraints, so torch 2.13.0+cpu and numpy 1.26.4 never move): timm, transformers,",
@@ -657,7 +663,10 @@ def write_table(results: dict, path: str) -> None:
         lines.append("")
     if onnx_notes:
         lines += ["## The onnx column's cells that are not right", ""]
-        lines += [f"- **{name}**: {ONNX_NOTES[name]}" for name in onnx_notes] + [""]
+        for text in dict.fromkeys(ONNX_NOTES[name] for name in onnx_notes):  # shared once
+            names = ", ".join(f"**{name}**" for name in onnx_notes if ONNX_NOTES[name] == text)
+            lines.append(f"- {names}: {text}")
+        lines.append("")
     with open(path, "w") as f:
         f.write("\n".join(lines))
 

@@ -118,3 +118,37 @@ def test_the_table_has_an_onnx_column(tmp_path):
         text = f.read()
     assert "| m | vision | torchvision | - | - | - | right |" in text
     assert "| onnx | 1 | 1 | 1 | 0 | 0 |" in text
+
+
+def test_an_onnx_note_shared_by_two_models_is_written_once_naming_both(tmp_path):
+    entry = {"category": "language/decoder", "source": "transformers"}
+    refused = {"calls": [], "trace_error": "OnnxExportError: refused"}
+    results = {
+        "mixtral (MoE)": dict(entry, tools={"onnx": refused}),
+        "qwen2_moe (MoE)": dict(entry, tools={"onnx": refused}),
+        "_meta": {},
+    }
+    table = str(tmp_path / "zoo.md")
+    zoo.write_table(results, table)
+    with open(table) as f:
+        text = f.read()
+    note = zoo.ONNX_NOTES["mixtral (MoE)"]
+    assert text.count(note) == 1
+    assert f"- **mixtral (MoE)**, **qwen2_moe (MoE)**: {note}" in text
+
+
+def test_an_onnx_cell_with_sizes_fixed_by_export_onnx_says_why(tmp_path):
+    pytest.importorskip("onnxscript")
+    pytest.importorskip("onnxruntime")
+
+    class Wide(torch.nn.Module):
+        def forward(self, x):  # a range guard ONNX cannot state: export_onnx fixes x[1]
+            return x * 2 if x.shape[1] > 4 else x + 1
+
+    onnx_model = zoo.trace_with("onnx", Wide(), (torch.randn(2, 6),), str(tmp_path))
+    assert "fixed in the file (x[1] = 6)" in onnx_model.fixed
+    cell = {"calls": [{"status": "right"}, {"status": "error", "error": "invalid dimensions"}]}
+    cell["fixed"] = onnx_model.fixed
+    status, detail = zoo.verdict(cell)
+    assert status == "error"
+    assert "1/2 calls right; then: invalid dimensions (why: an ONNX model cannot" in detail

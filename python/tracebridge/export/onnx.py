@@ -213,6 +213,8 @@ def _fix_pinned_dimensions(model, exported, guards: list) -> None:
             pinned[expr] = int(expect)
             continue
         known = value.node.shape_env.var_to_val
+        if _holds_for_every_exported_size(expr, expect, known):
+            continue
         for symbol in expr.free_symbols:
             if symbol in known:
                 pinned.setdefault(symbol, int(known[symbol]))
@@ -237,6 +239,25 @@ def _fix_pinned_dimensions(model, exported, guards: list) -> None:
             f"{'; '.join(narrowed)}",
             stacklevel=3,
         )
+
+
+def _holds_for_every_exported_size(expr, expect, known) -> bool:
+    """Whether a guard holds for every size the exported program takes anyway: export
+    makes each dynamic input size at least 2 (its size-1 rule, left as it is, see
+    ``export_onnx``), so a guard that only says that (``s > 1``, transformers' ``is_causal =
+    q_length > 1 and ...``), or says nothing (``(s + 0) - s > 0`` is False), narrows
+    nothing and fixes no size. Ranges are taken from that rule, not from the shape
+    environment, which the guard's own ``torch._check`` has already narrowed."""
+    from torch.utils._sympy.numbers import int_oo
+    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+
+    if not isinstance(expect, bool) or not all(s in known for s in expr.free_symbols):
+        return False
+    try:
+        bounds = bound_sympy(expr, {s: ValueRanges(2, int_oo) for s in expr.free_symbols})
+    except Exception:  # an expression sympy cannot bound: keep the guard
+        return False
+    return bounds.is_singleton() and bool(bounds.lower) is expect
 
 
 def check_onnx(path, inputs: list[torch.Tensor], expected: list, tolerance: float) -> None:

@@ -206,14 +206,16 @@ REVIEWED_PRIVATE: dict[str, str] = {
     "(num_heads at least 1, the biases one element per output feature)",
 }
 
-# Tensor methods that behave exactly like the torch function of the same name.
+# Tensor methods that behave exactly like the torch function of the same name; where the
+# method also takes sizes or dims as varargs (``x.flip(0, 1)``), the tracer records them as
+# the function's one list (trace/dispatch.py, ``_packed_varargs``).
 FOLDED_METHODS = frozenset(
     """
 abs absolute acos add addbmm addcdiv addcmul addmm addmv all allclose amax amin aminmax any
 argmax argmin argsort as_strided asin atan atan2 baddbmm bitwise_and bitwise_not bitwise_or
 bitwise_xor bmm broadcast_to ceil chunk clamp clamp_max clamp_min clip clone cos cosh count_nonzero
 cross cummax cummin cumprod cumsum deg2rad det detach diag diag_embed diagonal diff digamma
-flatten dist div divide dot eq equal erf erfc erfinv exp exp2 expm1 fix float_power floor
+flatten flip dist div divide dot eq equal erf erfc erfinv exp exp2 expm1 fix float_power floor
 floor_divide fmax fmin fmod frac gather gcd ge greater greater_equal gt hardshrink
 heaviside histc hypot i0 index_add index_copy index_fill index_put index_select inner
 inverse isclose isfinite isinf isnan isneginf isposinf isreal kron kthvalue lcm ldexp le

@@ -500,15 +500,19 @@ def diag_embed(input, offset=0, dim1=-2, dim2=-1):
 def _sectioned(op: str) -> Callable:
     kernel = getattr(torch, op)
 
-    def run(input, sections, *rest, **kwargs):
-        count = sections
+    def run(*args, **kwargs):
+        # The count comes by position or by its keyword (``x.chunk(chunks=2, dim=0)`` in
+        # RAFT); ``indices`` (a list) makes as many results as it has items plus one.
+        count = args[1] if len(args) > 1 else kwargs.get("chunks", kwargs.get("sections"))
+        if count is None:
+            count = kwargs.get("tensor_indices_or_sections")
         if _is_tensor(count) and count.dim() == 0 and not count.is_floating_point():
             count = int(count)
         _need(
             not isinstance(count, int) or count <= LIMITS["results"],
             f"{op} is asked for {count} results, more than the limit of {LIMITS['results']}",
         )
-        return kernel(input, sections, *rest, **kwargs)
+        return kernel(*args, **kwargs)
 
     run.__name__ = f"checked_{op}"
     run.__doc__ = f"``torch.{op}``, its count of results bounded by ``LIMITS['results']``."

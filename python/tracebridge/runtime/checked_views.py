@@ -32,9 +32,22 @@ def _span(tensor: torch.Tensor) -> tuple[int, int]:
     return first, first + reach
 
 
+def _is_index(v) -> bool:
+    """An integer, or a 0-dim integer tensor, which eager reads as one (Longformer's sizes
+    come from ``torch.div(seq_len, w, rounding_mode="trunc") - 1``, a 0-dim tensor)."""
+    if isinstance(v, torch.Tensor):
+        return (
+            v.dim() == 0
+            and not v.is_floating_point()
+            and not v.is_complex()
+            and (v.dtype != torch.bool)
+        )
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _ints(value, what: str) -> list[int]:
     items = list(value) if isinstance(value, (list, tuple, torch.Size)) else [value]
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+    if not all(_is_index(v) for v in items):
         raise ValueError(f"as_strided: {what} must be integers, not {items!r}")
     return [int(v) for v in items]
 

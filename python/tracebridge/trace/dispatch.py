@@ -85,6 +85,37 @@ def _dispatching_function() -> types.FunctionType | None:
     return None
 
 
+# The argument kinds that take a number as it is: by whether the number is an int.
+_NUMBER_KINDS = {
+    True: frozenset({"int", "scalar", "dim", "index", "any"}),
+    False: frozenset({"float", "scalar", "any"}),
+}
+
+
+def _packed_varargs(name: str, func, args: tuple) -> tuple:
+    """``args`` of a call as the op's function takes them.
+
+    A Tensor method folded into a function op (``FOLDED_METHODS``) may take its sizes or dims
+    as varargs (``x.flip(0, 1)``, ``x.broadcast_to(2, 3)``, ``x.squeeze(0, 1)``) or as one
+    bare int (``x.flip(0)``), where the function takes one list (``torch.flip(x, (0, 1))``)
+    and refuses the other forms: recorded as they came, the node would fail when it runs.
+    They are recorded as the list. A single int stays as it is where the function takes it
+    too (``torch.squeeze(x, 0)``), so such nodes are unchanged.
+    """
+    info = opset.info(name)
+    if info is None or info.varargs is None or name.startswith("Tensor."):
+        return args
+    if getattr(torch._C.TensorBase, getattr(func, "__name__", ""), None) is not func:
+        return args  # the function itself, which takes no varargs
+    at = info.varargs[0]
+    spread = args[at:]
+    if not spread or not all(isinstance(a, int) and not isinstance(a, bool) for a in spread):
+        return args
+    if len(spread) == 1 and at < len(info.args) and info.varargs[1] in info.args[at]:
+        return args
+    return (*args[:at], list(spread))
+
+
 class Dispatcher:
     """The tracer's dispatch methods (mixed into :class:`Tracer`)."""
 
@@ -149,8 +180,9 @@ class Dispatcher:
 
     def record(self, name: str, func, args: tuple, kwargs: dict):
         loc = self.location()
-        enc_args = [self.encode(a) for a in args]
-        enc_kwargs = {k: self.encode(v) for k, v in kwargs.items()}
+        as_recorded = self._numbers_as_tensors(name, _packed_varargs(name, func, args), kwargs)
+        enc_args = [self.encode(a) for a in as_recorded[0]]
+        enc_kwargs = {k: self.encode(v) for k, v in as_recorded[1].items()}
         result = func(*args, **kwargs)
         enc_args, enc_kwargs = autocast.cast_inputs(
             self, func, args, kwargs, enc_args, enc_kwargs, result
@@ -197,6 +229,31 @@ class Dispatcher:
         if any(isinstance(w, _Traced) for w in wrapped):
             return pytree.unflatten(wrapped, spec)
         return result
+
+    def _numbers_as_tensors(self, name: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """``args`` and ``kwargs`` with each number given where the op takes only a tensor
+        (``torch.div(x.size(1), 2, rounding_mode="trunc")`` in Longformer) replaced by a
+        recorded ``scalar_tensor`` of it: PyTorch turns such a number into a 0-dim tensor
+        itself (int64 for an int, float64 for a float), and the op set's argument kinds
+        take only a tensor there."""
+        info = opset.info(name)
+        if info is None:
+            return args, kwargs
+
+        def wrap(value, kinds):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return value
+            if "tensor" not in kinds or kinds & _NUMBER_KINDS[isinstance(value, int)]:
+                return value
+            dtype = torch.int64 if isinstance(value, int) else torch.float64
+            with self.mode:
+                return torch.scalar_tensor(value, dtype=dtype)
+
+        args = tuple(
+            wrap(a, set(info.args[i])) if i < len(info.args) else a for i, a in enumerate(args)
+        )
+        kwargs = {k: wrap(v, set(info.kwargs.get(k, ()))) for k, v in kwargs.items()}
+        return args, kwargs
 
     def _call_desc(self, name: str, args: tuple, kwargs: dict) -> str:
         """A short expression for an op's result, for messages: ``gt(sum(x), 0)``."""

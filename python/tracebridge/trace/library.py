@@ -147,6 +147,9 @@ class LibraryHandlers(AutogradFunctions):
             torch.functional.unique: self._on_unique,
             torch.Tensor.unique: self._on_unique,
             **{fused: self._on_fused_path for fused in _FUSED},
+            torch._C.TensorBase.where: self._on_tensor_where,
+            torch._softmax_backward_data: self._on_softmax_backward,
+            torch._log_softmax_backward_data: self._on_log_softmax_backward,
         }
         return handlers
 
@@ -194,6 +197,38 @@ class LibraryHandlers(AutogradFunctions):
         what = f"torch.is_grad_enabled() ({module}'s fused path, traced without autograd)"
         self.guard(ref, False, what, "branch", loc)
         return self.record(op, func, args, kwargs)
+
+    def _on_tensor_where(self, func, tensor, condition, other):
+        """``x.where(condition, y)`` is ``torch.where(condition, x, y)``: the method puts
+        the tensor first, the function the condition, so the method cannot fold by name
+        (Longformer's and LED's band masks call it); recorded as the function's ``where``."""
+        return self.record("where", torch.where, (condition, tensor, other), {})
+
+    def _on_softmax_backward(self, func, grad_output, output, dim, input_dtype):
+        """``torch._softmax_backward_data``, a private kernel that custom autograd functions
+        call in their backward (transformers' ``XSoftmax`` in SEW-D and DeBERTa): recorded
+        as the public ops it computes, ``output * (grad - sum(grad * output, dim))``, so the
+        function keeps its own gradient and the graph holds no private op."""
+        dtype = self._kernel_dtype(func, grad_output, output, dim, input_dtype)
+        with self.mode:
+            inner = (grad_output * output).sum(dim, keepdim=True)
+            return (output * (grad_output - inner)).to(dtype)
+
+    def _on_log_softmax_backward(self, func, grad_output, output, dim, input_dtype):
+        """``torch._log_softmax_backward_data``, recorded as the public ops it computes:
+        ``grad - exp(output) * sum(grad, dim)``."""
+        dtype = self._kernel_dtype(func, grad_output, output, dim, input_dtype)
+        with self.mode:
+            inner = grad_output.sum(dim, keepdim=True)
+            return (grad_output - output.exp() * inner).to(dtype)
+
+    @staticmethod
+    def _kernel_dtype(func, *args) -> torch.dtype:
+        """The kernel itself on the example, unrecorded: it checks its arguments as eager
+        does (shapes, dim, dtypes; the public ops recorded instead would broadcast), and its
+        result's dtype is the one the recorded ops end in."""
+        with torch._C.DisableTorchFunction():
+            return func(*args).dtype
 
     def _on_sym_int(self, func, a):
         """``torch.sym_int``: truncation of a traced float stays traced (interpolate's
