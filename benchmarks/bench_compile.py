@@ -82,7 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=["mlp", "cnn_eval", "transformer"])
     parser.add_argument("--modes", nargs="*", default=["default"])
-    parser.add_argument("--dynamic", nargs="*", default=list(DYNAMIC), choices=list(DYNAMIC))
+    parser.add_argument(
+        "--dynamic",
+        nargs="*",
+        default=list(DYNAMIC),
+        choices=list(DYNAMIC),
+        help="ways of handling sizes (both by default; --dynamic alone: dynamic only)",
+    )
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=31)
     parser.add_argument(
@@ -94,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
     args = parser.parse_args(argv)
+    args.dynamic = args.dynamic or ["dynamic"]  # a bare --dynamic printed an empty table
     if args.no_fastpath:
         torch.backends.mha.set_fastpath_enabled(False)
     torch.set_num_threads(1)

@@ -11,11 +11,15 @@ transformer encoder (4 layers, 256 wide, sequence 128) at batch 1 and 16, an MLP
     python benchmarks/bench_gpu.py                   # CUDA; exits 0 with a message without it
     python benchmarks/bench_gpu.py --device cpu      # the same code paths on the CPU
     python benchmarks/bench_gpu.py --device cpu --write   # update benchmarks/RESULTS.md
+    python benchmarks/bench_gpu.py --device cpu --quick   # tiny models: a smoke run
 
 On the CPU the models are smaller (``--small``, the default there: 64x64 images, a
 GPT-2 of width 256 and vocabulary 8192) and one thread runs them, so that a run takes
 minutes on a shared machine; ``reduce-overhead`` and CUDA graphs are CUDA features and
-are skipped there unless ``--modes`` names them.
+are skipped there unless ``--modes`` names them. ``--quick`` runs every row and column on
+tiny models with few repeats (its figures say only that each path runs). The "AOT load"
+column times ``load_compiled`` alone, "AOT load + 1st call" adds the first call, whose own
+compute dominates at batch 16.
 """
 
 from __future__ import annotations

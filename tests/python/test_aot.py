@@ -163,6 +163,15 @@ def test_the_cpp_loader_of_other_torch_versions(monkeypatch, accepts):
     torch.testing.assert_close(run([torch.ones(2)])[0], torch.full((2,), 2.0))
 
 
+def test_a_package_of_a_method_the_program_lacks_is_refused():
+    doc = {"methods": {"forward": {}}, "dispatch": {}, "training": False}
+    with pytest.raises(tracebridge.ArtifactError, match="f.tb: the compiled package is of method"):
+        aot._method_graph(doc, "encode", "f.tb")
+    routed = {"methods": {}, "dispatch": {"forward": {"train": "t", "eval": "e"}}}
+    with pytest.raises(tracebridge.ArtifactError, match="method 'e', which the program"):
+        aot._method_graph(routed, "forward", "f.tb")  # eval mode: the eval graph
+
+
 def test_untrusted_load_never_opens_the_package(compiled_file, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the compiled member was read without trust")
