@@ -14,7 +14,7 @@ demo: setup
 
 # Everything, each extra in its own environment that this installs: the documentation site
 # (.venv-docs, pkgdown) built and checked, and the Ray and Spark examples on two local workers
-# (.venv-scale, Java). From a cold machine they add about 4 minutes (README "Tests").
+# (.venv-scale, Java). From nothing they add about 4 minutes (README, "Further reading").
 test: setup lint test-python test-r test-docs test-scale
 
 lint:
