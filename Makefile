@@ -14,7 +14,7 @@ demo: setup
 
 # Everything, each extra in its own environment that this installs: the documentation site
 # (.venv-docs, pkgdown) built and checked, and the Ray and Spark examples on two local workers
-# (.venv-scale, Java). From a cold machine they add about 4 minutes (README "Tests").
+# (.venv-scale, Java). From nothing they add about 4 minutes (README, "Further reading").
 test: setup lint test-python test-r test-docs test-scale
 
 lint:
@@ -98,8 +98,8 @@ bench-scale: scale-setup
 # (site/r). Fails on an undocumented public function (Python: scripts/docs_site.py check;
 # R: tools::undoc / codoc in scripts/docs-r.R) and on a broken link (mkdocs --strict, then
 # every relative link of both built sites). `make test` builds and checks it too
-# (test-docs), with pkgdown not running the R examples again: R CMD check in test-r runs
-# them; the articles (the vignettes) run as they are built.
+# (test-docs), with pkgdown not running the R examples and vignettes again: R CMD build and
+# check in test-r run them (scripts/docs-r.R says how).
 DOCS_STAMP := .venv-docs/.requirements.sha
 docs-setup:
 	@bash scripts/apt-install.sh r-cran-pkgdown
@@ -122,6 +122,6 @@ endef
 docs: setup docs-setup
 	$(DOCS_BUILD)
 
-test-docs: export TRACEBRIDGE_DOCS_EXAMPLES := 0
+test-docs: export TRACEBRIDGE_DOCS_RUN := 0
 test-docs: docs-setup
 	$(DOCS_BUILD)

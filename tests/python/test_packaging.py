@@ -76,3 +76,17 @@ def test_pip_install_keeps_the_installed_torch(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     names = [item["metadata"]["name"] for item in json.loads(report.read_text())["install"]]
     assert names == ["tracebridge"]
+
+
+def test_make_test_builds_the_docs_and_runs_the_scale_out_examples():
+    """CI runs `make test` only: the site's checks and the Ray and Spark examples are steps
+    of it, each setting up its own environment (.venv-docs, .venv-scale)."""
+    makefile = (ROOT / "Makefile").read_text()
+    steps = re.search(r"^test: (.*)$", makefile, re.M).group(1).split()
+    assert steps[0] == "setup" and {"test-docs", "test-scale"} <= set(steps)
+    scale = makefile.split("\ntest-scale: scale-setup\n")[1].split("\n\n")[0]
+    assert "TRACEBRIDGE_SCALE=1" in scale and "tests/python/test_scale_out.py" in scale
+    assert "openjdk-17-jre-headless" in makefile.split("\nscale-setup:")[1].split("\n\n")[0]
+    build = makefile.split("define DOCS_BUILD\n")[1].split("endef")[0]
+    assert "mkdocs build --strict" in build and "links site/python site/r" in build
+    assert re.search(r"^test-docs: docs-setup\n\t\$\(DOCS_BUILD\)$", makefile, re.M)

@@ -560,10 +560,13 @@ def cmd_graph(args: argparse.Namespace) -> int:
         stage("reading")
         doc, _ = artifact.read_json(args.file)
         name = _resolve_method(doc, args.method)
-        try:
-            methods = {m: graph_from_json(g) for m, g in doc["methods"].items()}
-        except (KeyError, ValueError, TypeError) as exc:
-            raise ArtifactError(f"{args.file}: a method is malformed ({exc})") from None
+        methods = {}  # all of them: a graph may call another (a custom autograd function)
+        for method, data in doc["methods"].items():
+            try:
+                methods[method] = graph_from_json(data)
+            except (KeyError, ValueError, TypeError) as exc:
+                where = f"{args.file}: method {method!r}"
+                raise ArtifactError(f"{where} is malformed ({exc})") from None
         graph = methods[name]
         stage("labelling sizes")
         label_sizes(doc, methods, only=name)
