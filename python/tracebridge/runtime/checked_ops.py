@@ -715,25 +715,29 @@ def sized_guard(
     ``tile`` multiply their input's elements; ``arange``'s size is its range's length;
     ``linspace``/``logspace`` take their ``steps``."""
 
-    sized = frozenset(positions)
     start = spread if spread is not None else 1 << 30
+    # The positions below ``start`` that hold sizes, in order (a call reads only these).
+    fixed = sorted(p for p in set(positions) if p < start)
     expands = op in ("Tensor.expand", "broadcast_to")
     repeats = op in ("Tensor.repeat", "tile")
+
+    def sizes_of(args: tuple, kwargs: dict) -> list[int]:
+        given = [args[i] for i in fixed if i < len(args)]
+        given += args[start:]
+        given += [kwargs[key] for key in keys if key in kwargs]
+        wanted: list[int] = []
+        for a in given:
+            if type(a) is int:
+                wanted.append(a)
+            else:
+                wanted += _ints_in(a)
+        return wanted
 
     def run(*args, **kwargs):
         if op == "arange":
             numel = _range_numel(args, kwargs)
         else:
-            wanted: list[int] = []
-            for i, a in enumerate(args):
-                if i in sized or i >= start:
-                    if type(a) is int:
-                        wanted.append(a)
-                    else:
-                        wanted += _ints_in(a)
-            for key in keys:
-                if key in kwargs:
-                    wanted += _ints_in(kwargs[key])
+            wanted = sizes_of(args, kwargs)
             base = args[0] if args and _is_tensor(args[0]) else None
             if expands and base is not None and -1 in wanted:
                 # -1 keeps the input's size of that dimension (sizes align on the right)
@@ -744,11 +748,14 @@ def sized_guard(
                 numel *= w if w > 0 else 0
             if repeats and base is not None:
                 numel *= base.numel()
-        dtype = kwargs.get("dtype")
-        if not isinstance(dtype, torch.dtype):
-            dtype = args[0].dtype if args and _is_tensor(args[0]) else torch.float64
-        if numel * dtype.itemsize > ALLOC_BYTES:
-            _bytes_ok(op, numel, dtype)
+        # The widest element a call can ask for is 16 bytes (complex128): only a count
+        # past the limit at that width needs the dtype.
+        if numel * 16 > ALLOC_BYTES:
+            dtype = kwargs.get("dtype")
+            if not isinstance(dtype, torch.dtype):
+                dtype = args[0].dtype if args and _is_tensor(args[0]) else torch.float64
+            if numel * dtype.itemsize > ALLOC_BYTES:
+                _bytes_ok(op, numel, dtype)
         return fn(*args, **kwargs)
 
     run.__name__ = f"sized_{op.replace('.', '_')}"

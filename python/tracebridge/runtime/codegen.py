@@ -47,7 +47,8 @@ from . import folding, support
 # Ops written as Python operators when their implementation is the default one. Not
 # ``scalar.mul``, ``scalar.pow``, ``scalar.lshift``: a few of them can build an integer of
 # gigabytes (squaring doubles its bits), so they call the op table's bounded functions,
-# exactly as the interpreter does.
+# exactly as the interpreter does -- except a product by a small literal (``n * 4``, how
+# heads and sizes are computed), which adds at most 32 bits per node (``_small_factor``).
 _BINARY = {
     "scalar.add": ast.Add,
     "scalar.sub": ast.Sub,
@@ -269,6 +270,8 @@ class CodeGen:
             inline = _inline(node.op, args)
             if inline is not None:
                 return inline
+        if _small_factor(node) and fn is support.default_callable(node.op):
+            return ast.BinOp(args[0], ast.Mult(), args[1])
         return ast.Call(self.bind(_op_prefix(node.op), fn), args, kwargs)
 
     def targets(self, node: Node) -> ast.expr:
@@ -414,8 +417,25 @@ class CodeGen:
         self.output()
         if any(n.op == "set_grad_enabled" for n in self.graph.nodes):
             self.restore_grad_mode(start)
-        args = ast.arguments([], [ast.arg(p) for p in params], None, [], [], None, [])
-        return ast.FunctionDef("traced", args, [s for s, _, _ in self.body], [], None)
+        return ast.FunctionDef(
+            "traced", self.signature(params), [s for s, _, _ in self.body], [], None
+        )
+
+    def signature(self, params: list[str]) -> ast.arguments:
+        """The inputs, positional only, then every object the code names (ops, state
+        tables, constants, guards, helpers) as a keyword-only parameter whose default is
+        that object: the body reads each as a local (``LOAD_FAST``), not through the
+        globals dict on every op. Callers pass the inputs only."""
+        bound = sorted(name for name in self.globals if name != "__builtins__")
+        return ast.arguments(
+            posonlyargs=[ast.arg(p) for p in params],
+            args=[],
+            vararg=None,
+            kwonlyargs=[ast.arg(name) for name in bound],
+            kw_defaults=[_name(name) for name in bound],
+            kwarg=None,
+            defaults=[],
+        )
 
     def folded(self, fold: folding.FoldPlan) -> None:
         """One call that gives every static value the rest of the graph reads, computed
@@ -466,6 +486,21 @@ def _op_prefix(op: str) -> str:
     if not support.is_table_op(op):
         return "op"
     return "op_" + "".join(c if c.isascii() and c.isalnum() else "_" for c in op) + "_"
+
+
+_FACTOR_LIMIT = 2**32
+
+
+def _small_factor(node: Node) -> bool:
+    """A ``scalar.mul`` of a value by a literal int or float of at most 2**32 in
+    magnitude: written as ``*``. Its result grows by at most 32 bits per node, so no
+    graph within the node limits builds a huge integer (squaring a value, which doubles
+    its bits, still goes through the bounded function)."""
+    if node.op != "scalar.mul" or node.kwargs or len(node.args) != 2:
+        return False
+    literals = [a for a in node.args if type(a) in (int, float)]
+    refs = [a for a in node.args if isinstance(a, Ref)]
+    return len(literals) == 1 and len(refs) == 1 and abs(literals[0]) <= _FACTOR_LIMIT
 
 
 def _inline(op: str, args: list[ast.expr]) -> ast.expr | None:
@@ -525,7 +560,7 @@ class _Renderer:
             self.put(indent + ast.unparse(stmt), [stmt], note, loc)
 
     def function(self, fn: ast.FunctionDef) -> str:
-        params = ", ".join(a.arg for a in fn.args.args)
+        params = ", ".join(a.arg for a in fn.args.posonlyargs)  # the bound names: see signature
         self.put(f"def {self.title}({params}):", [fn.args])
         _place(fn, 1, 0, recurse=False)
         for name, obj in self.gen.constants:

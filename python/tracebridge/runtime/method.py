@@ -125,21 +125,24 @@ class Method:
         return fn
 
     def __call__(self, *args, **kwargs):
+        # One function per guard setting and autograd need (a call without autograd may
+        # run convolutions with their batch norms folded in). The common call (tensors in
+        # the traced order) runs here, without another Python frame in between.
         try:
-            return self._call(args, kwargs)
+            key = (self.check_guards and not _local.off, not _grad_enabled())
+            fn = self._compiled.get(key) or self._function(key)
+            if self._simple and not kwargs and len(args) == self._n_inputs:
+                return fn(*args)
+            return fn(*self._leaves(args, kwargs))
         except TraceError:
             raise
         except Exception as exc:
             # Any op may fail on what a file asks for; callers catch TraceError for all.
             raise support.op_failed(self.name, exc) from exc
 
-    def _call(self, args, kwargs):
-        # One function per guard setting and autograd need (a call without autograd may
-        # run convolutions with their batch norms folded in).
-        key = (self.check_guards and not _local.off, not _grad_enabled())
-        fn = self._compiled.get(key) or self._function(key)
-        if self._simple and not kwargs and len(args) == self._n_inputs:
-            return fn(*args)
+    def _leaves(self, args, kwargs) -> list:
+        """The input tensors of a call whose arguments are nested (or given by keyword),
+        in the traced order."""
         leaves, spec = pytree.flatten((args, kwargs), is_tensor)
         if spec != self.graph.in_spec:
             # Keys, not their order, identify a dict entry (and a keyword argument).
@@ -151,7 +154,7 @@ class Method:
                 f"inputs it was traced with: expected {describe(self.graph.in_spec)}, got "
                 f"{describe(spec)}"
             )
-        return fn(*leaves)
+        return leaves
 
 
 def _in_key_order(obj, spec: dict):
