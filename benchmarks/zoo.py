@@ -556,19 +556,25 @@ ONNX_NOTES["led"] = ONNX_NOTES["longformer"]
 ONNX_NOTES["retinanet_resnet50_fpn"] = ONNX_NOTES["ssdlite320_mobilenet_v3_large"]
 
 
-def _reruns(reruns: list) -> list[str]:
-    """Lines saying which cells were re-run after the full run, and how."""
+def _reruns(reruns: list, names: list[str]) -> list[str]:
+    """Lines saying which cells were re-run after the full run, and how: runs of one day
+    and the same tools are one line, and a line that covers every model says so."""
     if not reruns:
         return []
     lines = [
         "Cells re-run after the full run (`benchmarks/zoo.py --tools T --only M ... --results",
-        "/tmp/part.json`, then `--merge benchmarks/zoo_results.json /tmp/part.json`, which",
-        "rewrites this file):",
+        "/tmp/part.json`, or `--part I/N` for every N-th model, then `--merge",
+        "benchmarks/zoo_results.json /tmp/part.json ...`, which rewrites this file):",
         "",
     ]
+    grouped: dict[tuple, list[str]] = {}
     for run in reruns:
-        models = ", ".join(run["models"])
-        lines.append(f"- {run['date']}, {', '.join(run['tools'])}: {models}")
+        key = (run["date"], ", ".join(run["tools"]))
+        seen = grouped.setdefault(key, [])
+        seen += [m for m in run["models"] if m not in seen]
+    for (date, tools), models in grouped.items():
+        every = set(names) <= set(models)
+        lines.append(f"- {date}, {tools}: {'every model' if every else ', '.join(models)}")
     return lines + [""]
 
 
@@ -673,7 +679,7 @@ def write_table(results: dict, path: str) -> None:
             else ""
         ),
         "",
-        *_reruns(meta.get("reruns", [])),
+        *_reruns(meta.get("reruns", []), list(models)),
         "## Per model",
         "",
         "| model | category | from | tracebridge | torch.jit.trace | torch.export | onnx |",
