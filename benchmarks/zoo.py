@@ -516,11 +516,15 @@ ONNX_NOTES = {
     ),
     "deformable_detr": (
         "ONNX Runtime fails at the other image size (`Attempting to broadcast an axis by a "
-        "dimension other than 1. 84 by 189` in an Add): a size of the traced image stays a "
-        "constant somewhere in the exported graph, though the file's image dimensions are "
-        "dynamic; a loud failure, not a wrong answer. torch.export of the model itself "
-        "guards the image size (`1 + (-1 + size[2]) // 8 == 8`). Which line keeps the size "
-        "is not yet found; the trace itself is right."
+        "dimension other than 1. 84 by 189` in an Add). The cause is torch.export's own "
+        "guard, not the trace's: torch.export of the trace's GraphModule fixes the image "
+        "size class itself (its program refuses 96x96 with `Guard failed: 1 + (-1 + "
+        "tensors0.size()[2]) // 8 == 8`, as torch.export of the model does), an ONNX file "
+        "cannot carry that guard, and export_onnx fixes only the sizes of the trace's own "
+        "guards, so the file keeps the image dimensions dynamic around a size export baked "
+        "in. Here ONNX Runtime fails loudly; an export guard of this kind could also give a "
+        "wrong answer, so export_onnx should fix the sizes of export's guards too (not done "
+        "yet). The trace itself is right."
     ),
     "timm maxvit (small)": (
         "torch.export, run on the trace's GraphModule, fails in its own solver "
