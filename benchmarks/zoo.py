@@ -479,9 +479,52 @@ LIMITS.update(
 ONNX_NOTES = {
     "xlnet (relative)": (
         "torch.onnx.export fails while decomposing the GraphModule: `Cannot find a "
-        "compatible OpOverload for aten.sub` with the float `1.0` as its first argument "
-        "(a plain `1.0 - x` exports; which XLNet line gives the float first is not yet "
-        "found). The trace itself is right."
+        "compatible OpOverload for aten.sub` with the float `1.0` first. The trace records "
+        "`input_mask = 1.0 - attention_mask` (`transformers/models/xlnet/modeling_xlnet.py:"
+        "1078`, an int64 mask) as `rsub(mask, 1.0)`, as eager runs it; torch.onnx.export "
+        "refuses `1.0 - m` for an integer tensor `m` in plain eager code too (`-m + 1.0` "
+        "exports), so this is the exporter's limit. The trace itself is right."
+    ),
+    "bigbird (block sparse)": (
+        "torch.onnx.export fails while decomposing the GraphModule: `Cannot find a "
+        "compatible OpOverload for aten.sub` with the float `1.0` first, from `rsub(x, 1.0)` "
+        "(`1.0 - mask`, `transformers/models/big_bird/modeling_big_bird.py:403` and others), "
+        "the exporter's limit described for xlnet. The trace itself serves only the traced "
+        "length (see above)."
+    ),
+    "raft_small": (
+        "torch.onnx.export fails in onnxscript's constant folding (`FoldConstantsPass`: "
+        "`Error during constant folding for node 'node_split' (::SplitToSequence)`, "
+        "`AttributeError: 'NoneType' object has no attribute 'ndim'`), on the node that "
+        "`torch.chunk(fmaps, chunks=2, dim=0)` (`torchvision/models/optical_flow/raft.py:"
+        "493`) becomes. The trace itself is right."
+    ),
+    "longformer": (
+        "torch.export, run on the trace's GraphModule, refuses a data-dependent size "
+        "(`Could not guard on data-dependent expression 4*u1 < s94`), as it refuses the "
+        "model itself: Longformer computes its chunk count with `torch.div(seq_len, 2 * w, "
+        "rounding_mode='trunc')`, a 0-dim tensor, and passes it to `view` as a size; the "
+        "trace records that as eager runs it, and export treats a size read from a tensor as "
+        "data. The trace itself is right."
+    ),
+    "ssdlite320_mobilenet_v3_large": (
+        "torch.export, run on the trace's GraphModule, refuses a data-dependent size "
+        "(`_shape_as_tensor` of a tensor whose length is the number of boxes kept, which "
+        "depends on the scores: `Could not extract specialized integer from data-dependent "
+        "expression u0`); the trace also holds guards on the order of the boxes (the zoo's "
+        "CPU nms), which no ONNX file could check. torch.export of the model refuses too."
+    ),
+    "deformable_detr": (
+        "ONNX Runtime fails at the other image size (`Attempting to broadcast an axis by a "
+        "dimension other than 1. 84 by 189` in an Add). The cause is torch.export's own "
+        "guard, not the trace's: torch.export of the trace's GraphModule fixes the image "
+        "size class itself (its program refuses 96x96 with `Guard failed: 1 + (-1 + "
+        "tensors0.size()[2]) // 8 == 8`, as torch.export of the model does), an ONNX file "
+        "cannot carry that guard, and export_onnx fixes only the sizes of the trace's own "
+        "guards, so the file keeps the image dimensions dynamic around a size export baked "
+        "in. Here ONNX Runtime fails loudly; an export guard of this kind could also give a "
+        "wrong answer, so export_onnx should fix the sizes of export's guards too (not done "
+        "yet). The trace itself is right."
     ),
     "timm maxvit (small)": (
         "torch.export, run on the trace's GraphModule, fails in its own solver "
@@ -513,21 +556,29 @@ ONNX_NOTES = {
     ),
 }
 ONNX_NOTES["qwen2_moe (MoE)"] = ONNX_NOTES["mixtral (MoE)"]
+ONNX_NOTES["led"] = ONNX_NOTES["longformer"]
+ONNX_NOTES["retinanet_resnet50_fpn"] = ONNX_NOTES["ssdlite320_mobilenet_v3_large"]
 
 
-def _reruns(reruns: list) -> list[str]:
-    """Lines saying which cells were re-run after the full run, and how."""
+def _reruns(reruns: list, names: list[str]) -> list[str]:
+    """Lines saying which cells were re-run after the full run, and how: runs of one day
+    and the same tools are one line, and a line that covers every model says so."""
     if not reruns:
         return []
     lines = [
         "Cells re-run after the full run (`benchmarks/zoo.py --tools T --only M ... --results",
-        "/tmp/part.json`, then `--merge benchmarks/zoo_results.json /tmp/part.json`, which",
-        "rewrites this file):",
+        "/tmp/part.json`, or `--part I/N` for every N-th model, then `--merge",
+        "benchmarks/zoo_results.json /tmp/part.json ...`, which rewrites this file):",
         "",
     ]
+    grouped: dict[tuple, list[str]] = {}
     for run in reruns:
-        models = ", ".join(run["models"])
-        lines.append(f"- {run['date']}, {', '.join(run['tools'])}: {models}")
+        key = (run["date"], ", ".join(run["tools"]))
+        seen = grouped.setdefault(key, [])
+        seen += [m for m in run["models"] if m not in seen]
+    for (date, tools), models in grouped.items():
+        every = set(names) <= set(models)
+        lines.append(f"- {date}, {tools}: {'every model' if every else ', '.join(models)}")
     return lines + [""]
 
 
@@ -632,7 +683,7 @@ def write_table(results: dict, path: str) -> None:
             else ""
         ),
         "",
-        *_reruns(meta.get("reruns", [])),
+        *_reruns(meta.get("reruns", []), list(models)),
         "## Per model",
         "",
         "| model | category | from | tracebridge | torch.jit.trace | torch.export | onnx |",

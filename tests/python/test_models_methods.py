@@ -331,3 +331,13 @@ def test_a_count_of_results_given_by_keyword_runs_through_the_checked_op(runtime
     x = torch.randn(4, 5)
     for got, want in zip(fn(x), model(x)):
         assert torch.allclose(got, want)
+
+
+def test_a_number_that_would_change_the_dtype_as_a_0_dim_tensor_is_refused():
+    def fn(x):
+        return torch.add(2, x.sum().to(torch.int32))  # int32 in eager, int64 as recorded
+
+    with pytest.raises(tracebridge.TraceError, match="given a Python number where it takes"):
+        tracebridge.trace(fn, (torch.ones(3),))
+    same = tracebridge.trace(lambda x: torch.add(2, x.to(torch.int32)), (torch.ones(3),))
+    assert same(torch.ones(4)).dtype == torch.int32

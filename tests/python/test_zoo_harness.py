@@ -70,7 +70,11 @@ def test_parts_merge_tool_by_tool_and_the_table_counts_them(tmp_path):
 
 def test_a_merge_that_re_runs_models_is_listed_in_the_table(tmp_path):
     entry = {"category": "vision", "source": "torchvision"}
-    full = {"resnet18": dict(entry, tools={"tracebridge": _cell(["error"])}), "_meta": {}}
+    full = {
+        "resnet18": dict(entry, tools={"tracebridge": _cell(["error"])}),
+        "mobilenet_v3_small": dict(entry, tools={"tracebridge": _cell(["right"])}),
+        "_meta": {},
+    }
     again = {
         "resnet18": dict(entry, tools={"tracebridge": _cell(["right"])}),
         "_meta": {"date": "2026-11-23"},
@@ -90,7 +94,15 @@ def test_a_merge_that_re_runs_models_is_listed_in_the_table(tmp_path):
     table = str(tmp_path / "zoo.md")
     zoo.write_table(merged, table)
     with open(table) as f:
-        assert "- 2026-11-23, tracebridge: resnet18" in f.read()
+        assert "- 2026-11-23, tracebridge: resnet18\n" in f.read()
+    # a re-run of every model, in two parts of one day, is one line that says so
+    merged["_meta"]["reruns"] += [
+        {"date": "2026-11-25", "models": ["resnet18"], "tools": ["onnx"]},
+        {"date": "2026-11-25", "models": ["mobilenet_v3_small"], "tools": ["onnx"]},
+    ]
+    zoo.write_table(merged, table)
+    with open(table) as f:
+        assert "- 2026-11-25, onnx: every model\n" in f.read()
 
 
 def test_the_onnx_column_runs_the_exported_trace_on_other_shapes_and_after_saving(tmp_path):

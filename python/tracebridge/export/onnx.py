@@ -201,8 +201,10 @@ def _fix_pinned_dimensions(model, exported, guards: list) -> None:
     Runtime checks (``Got invalid dimensions for input``). A guard ``size == value`` fixes
     its size to that value and says nothing; a guard ONNX cannot state (``s1 > 4``,
     ``s1 // 4 == 2``) fixes the sizes it reads and a warning says which and why, since
-    the trace itself accepts other sizes there. (Export's own constraints, such as its
-    size-1 rule, are left as they were: see ``export_onnx``.)"""
+    the trace itself accepts other sizes there. A guard that holds for every size export
+    serves anyway (``s > 1`` under its size-1 rule) fixes nothing
+    (``_holds_for_every_exported_size``). (Export's own constraints, such as its size-1
+    rule, are left as they were: see ``export_onnx``.)"""
     if not guards:
         return
     pinned: dict = {}

@@ -184,6 +184,8 @@ class Dispatcher:
         enc_args = [self.encode(a) for a in as_recorded[0]]
         enc_kwargs = {k: self.encode(v) for k, v in as_recorded[1].items()}
         result = func(*args, **kwargs)
+        if as_recorded[0] is not args or as_recorded[1] is not kwargs:
+            self._same_as_recorded(name, func, as_recorded, result, loc)
         enc_args, enc_kwargs = autocast.cast_inputs(
             self, func, args, kwargs, enc_args, enc_kwargs, result
         )
@@ -249,11 +251,31 @@ class Dispatcher:
             with self.mode:
                 return torch.scalar_tensor(value, dtype=dtype)
 
-        args = tuple(
+        wrapped = tuple(
             wrap(a, set(info.args[i])) if i < len(info.args) else a for i, a in enumerate(args)
         )
-        kwargs = {k: wrap(v, set(info.kwargs.get(k, ()))) for k, v in kwargs.items()}
-        return args, kwargs
+        wrapped_kw = {k: wrap(v, set(info.kwargs.get(k, ()))) for k, v in kwargs.items()}
+        changed = any(a is not b for a, b in zip(wrapped, args))
+        changed_kw = any(wrapped_kw[k] is not kwargs[k] for k in kwargs)
+        return (wrapped if changed else args), (wrapped_kw if changed_kw else kwargs)
+
+    def _same_as_recorded(self, name: str, func, as_recorded, result, loc) -> None:
+        """The call as it is recorded (numbers as 0-dim tensors) must give what the call
+        gave: PyTorch ranks a number below a 0-dim tensor when it picks the result's dtype
+        (``torch.add(2, int32 0-dim)`` is int32, with an int64 0-dim tensor int64), so
+        where the two differ the trace refuses the call instead of recording another
+        dtype."""
+        with torch._C.DisableTorchFunction():
+            again = func(*as_recorded[0], **as_recorded[1])
+        got, _ = pytree.flatten(again, lambda x: isinstance(x, torch.Tensor))
+        want, _ = pytree.flatten(result, lambda x: isinstance(x, torch.Tensor))
+        if [(t.dtype, t.shape) for t in got] != [(t.dtype, t.shape) for t in want]:
+            raise UnsupportedOpError(
+                f"cannot record {name} at {loc or 'unknown location'}: it is given a Python "
+                "number where it takes a tensor, and recorded with the number as a 0-dim "
+                "tensor it would give another dtype; pass a tensor of the dtype you mean "
+                "(torch.tensor(n, dtype=...))"
+            )
 
     def _call_desc(self, name: str, args: tuple, kwargs: dict) -> str:
         """A short expression for an op's result, for messages: ``gt(sum(x), 0)``."""
