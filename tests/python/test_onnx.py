@@ -190,3 +190,27 @@ def test_a_size_guard_onnx_cannot_state_fixes_the_sizes_it_reads(tmp_path):
     assert torch.equal(torch.from_numpy(got), _WideBranch()(x))
     with pytest.raises(Exception, match="invalid dimensions"):
         session.run(None, {session.get_inputs()[0].name: torch.full((2, 3), 3.0).numpy()})
+
+
+def test_a_query_whose_mask_allows_no_key_gets_zeros_as_in_eager(tmp_path):
+    """torch.onnx.export translates a boolean attention mask as Where + Softmax, which
+    gives a query with no allowed key the mean of the values; eager gives zeros. The
+    exported file states the zeros (ModernBERT's padded windows, docs/zoo.md)."""
+
+    class Attention(torch.nn.Module):
+        def forward(self, q, k, v, mask):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 4, 8) for _ in range(3))
+    mask = torch.ones(2, 2, 4, 4, dtype=torch.bool)
+    traced = tracebridge.trace(Attention(), (q, k, v, mask))
+    path = tracebridge.export_onnx(traced, tmp_path / "attention.onnx")
+    for length in (4, 6):
+        q, k, v = (torch.randn(2, 2, length, 8) for _ in range(3))
+        mask = torch.rand(2, 2, length, length) > 0.3
+        mask[0, :, 1, :] = False  # query 1 of the first row may attend to no key
+        want = Attention()(q, k, v, mask)
+        assert torch.equal(want[0, :, 1], torch.zeros_like(want[0, :, 1]))
+        (got,) = _run(path, [q, k, v, mask])
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -106,6 +106,7 @@ def export_onnx(
     require(NEEDED + (("onnxruntime",) if check else ()))
     obj = _loaded(obj_or_path)
     gm = bridge.to_graph_module(obj, method)
+    _zero_rows_without_keys(gm)
     meta = bridge.info(gm)
     if example_inputs is None:
         flat = list(bridge.example_inputs(gm))
@@ -150,6 +151,35 @@ def export_onnx(
             expected = [t for t in gm(*flat)]
         check_onnx(out, flat, expected, tolerance)
     return out
+
+
+def _attention_output_where_keys_allowed(out: torch.Tensor, mask) -> torch.Tensor:
+    """PyTorch's attention gives zeros for a query whose boolean mask allows no key;
+    ``torch.onnx.export`` writes ``Where(mask, 0, min) + Softmax``, which gives that query
+    the mean of the values instead (ModernBERT's padded local windows: docs/zoo.md). Stated
+    explicitly, the zeros survive the translation; in eager this changes nothing."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        return out
+    return torch.where(mask.any(-1, keepdim=True), out, torch.zeros((), dtype=out.dtype))
+
+
+def _zero_rows_without_keys(gm: torch.fx.GraphModule) -> None:
+    """After each ``scaled_dot_product_attention`` that takes a mask, the rows the mask
+    leaves without a key are set to zeros as eager computes them (see above). The dtype of
+    the mask is known only when export runs the graph, so the helper decides there."""
+    attention = torch.nn.functional.scaled_dot_product_attention
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or node.target is not attention:
+            continue
+        mask = node.kwargs.get("attn_mask", node.args[3] if len(node.args) > 3 else None)
+        if mask is None:
+            continue
+        with gm.graph.inserting_after(node):
+            fixed = gm.graph.call_function(_attention_output_where_keys_allowed, (node, mask))
+        users = [user for user in node.users if user is not fixed]
+        for user in users:
+            user.replace_input_with(node, fixed)
+    gm.recompile()
 
 
 @contextlib.contextmanager
