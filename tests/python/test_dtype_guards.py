@@ -190,3 +190,25 @@ def test_r_reads_a_file_with_a_dtype_guard(tmp_path):
         path,
     )
     assert out.strip().splitlines() == ["x.dtype == float32"]
+
+
+@pytest.mark.parametrize(
+    ("what", "fn"),
+    [
+        ("type()", lambda x: x * 2 if x.type() == "torch.FloatTensor" else x),
+        ("itemsize", lambda x: x * x.itemsize),
+        ("nbytes", lambda x: x * x.nbytes),
+    ],
+)
+def test_other_reads_of_the_dtype_are_guarded(what, fn):
+    traced = _trace(fn, torch.ones(3))
+    other = torch.ones(5)
+    assert torch.equal(traced(other), fn(other))  # nbytes follows the size
+    with pytest.raises(tracebridge.GuardError, match=rf"x\.dtype \({re.escape(what)}\) =="):
+        traced(torch.ones(3, dtype=torch.float64))
+
+
+def test_type_with_a_dtype_is_a_conversion_not_a_read():
+    traced = _trace(lambda x: x.type(torch.float64) * 2, torch.ones(3))
+    assert _dtype_guards(traced) == []
+    assert traced(torch.ones(2)).dtype == torch.float64

@@ -165,6 +165,12 @@ class Conversions:
                 self._lazy_meta("prim.device", tensor, "device"),
             )
             return device
+        if prop in ("itemsize", "nbytes"):
+            read = self._lazy_meta("prim.dtype", tensor, "dtype")
+            self._guard_dtype(tensor, read, f"{self._name_of(tensor)}.dtype ({prop})")
+            if prop == "nbytes":  # numel times the (guarded) width: general in size
+                return self._on_numel(None, tensor) * tensor.itemsize
+            return tensor.itemsize
         if prop in opset.TENSOR_OP_PROPERTIES:
             return self.record(f"Tensor.{prop}", getter, (tensor,), {})
         if prop == "requires_grad" and self._is_input(tensor):
@@ -217,6 +223,15 @@ class Conversions:
         self._guard_dtype(tensor, read, f"{self._name_of(tensor)}.dtype (element_size())")
         return func(tensor)
 
+    def _on_type(self, func, tensor, *args, **kwargs):
+        """``x.type()`` names the dtype (``'torch.FloatTensor'``): guarded like a dtype
+        read. ``x.type(dtype)`` converts, and is recorded as the op it is."""
+        if args or kwargs.get("dtype") is not None:
+            return self.record("Tensor.type", func, (tensor, *args), kwargs)
+        read = self._lazy_meta("prim.dtype", tensor, "dtype")
+        self._guard_dtype(tensor, read, f"{self._name_of(tensor)}.dtype (type())")
+        return func(tensor, **kwargs)
+
     def _is_input(self, tensor: torch.Tensor) -> bool:
         hit = self._lookup(tensor)
         return hit is not None and any(v.id == hit[1].id for v in self.graph.inputs)
@@ -252,6 +267,7 @@ class Conversions:
             T.stride: self._on_stride,
             T.storage_offset: concrete,
             T.element_size: self._on_element_size,
+            T.type: self._on_type,
             T.is_contiguous: self._on_is_contiguous,
             T.is_floating_point: concrete,
             T.is_complex: concrete,
