@@ -212,3 +212,12 @@ def test_type_with_a_dtype_is_a_conversion_not_a_read():
     traced = _trace(lambda x: x.type(torch.float64) * 2, torch.ones(3))
     assert _dtype_guards(traced) == []
     assert traced(torch.ones(2)).dtype == torch.float64
+
+
+def test_the_graph_module_bridge_keeps_the_dtype_guard():
+    from tracebridge.export.fx import to_graph_module
+
+    module = to_graph_module(_trace(dtype_branch, torch.rand(3)))
+    assert torch.equal(module(torch.ones(4))[0], torch.full((4,), 2.0))
+    with pytest.raises(tracebridge.GuardError, match=r"x\.dtype == torch\.float32, but now"):
+        module(torch.rand(3).half())
