@@ -221,3 +221,23 @@ def test_the_graph_module_bridge_keeps_the_dtype_guard():
     assert torch.equal(module(torch.ones(4))[0], torch.full((4,), 2.0))
     with pytest.raises(tracebridge.GuardError, match=r"x\.dtype == torch\.float32, but now"):
         module(torch.rand(3).half())
+
+
+def kept_dtype_and_a_literal(x):
+    d = x.dtype  # kept, never compared
+    return x.sum().to(d) + torch.zeros(2, dtype=torch.float32)
+
+
+def test_a_literal_dtype_equal_to_a_read_one_is_safe():
+    """torch.float32 is one object: after ``d = x.dtype`` read float32, the literal in
+    ``torch.zeros(2, dtype=torch.float32)`` is recorded as x's dtype too (the tracer cannot
+    tell them apart). Unguarded, a float64 call gave float64 where eager gives float32; the
+    guard on the read refuses that call."""
+    traced = _trace(kept_dtype_and_a_literal, torch.rand(3))
+    assert "zeros(2, dtype=%0)" in traced.graph
+    x = torch.rand(3, dtype=torch.float64)
+    assert kept_dtype_and_a_literal(x).dtype == torch.float32
+    with tracebridge.guards_disabled():
+        assert traced(x).dtype == torch.float64  # what an unguarded trace returned
+    with pytest.raises(tracebridge.GuardError, match=r"x\.dtype == torch\.float32"):
+        traced(x)

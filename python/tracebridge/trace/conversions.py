@@ -193,7 +193,8 @@ class Conversions:
         leave no trace. A read that is passed to an op (``torch.ones(n, dtype=x.dtype)``)
         still becomes a ``prim.dtype`` node, so the op follows the call's dtype; but the same
         read may also have been compared before it was passed on, and nothing tells the two
-        apart, so it is guarded too (docs/divergence.md, "Dtypes: every read is guarded").
+        apart, so it is guarded too; and a later literal of the same dtype (one object) is
+        recorded as this read. See docs/divergence.md, "Dtypes: every read is guarded".
         One guard per traced value, however often it is read. A captured constant keeps its
         dtype: no guard.
         """
