@@ -78,12 +78,18 @@ def test_double_and_state_dict():
 
 
 def test_dtype_and_device_from_inputs_are_not_baked_in():
+    """The op takes the call's dtype and device; the dtype read is also guarded
+    (docs/divergence.md, "Dtypes: every read is guarded"), so another dtype is refused."""
+
     def f(x):
         return x + torch.ones(x.shape[0], dtype=x.dtype, device=x.device)
 
     traced = tracebridge.trace(f, torch.rand(3))
-    assert traced(torch.rand(4, dtype=torch.float64)).dtype == torch.float64
     assert "prim.dtype(%x)" in traced.graph and "prim.device(%x)" in traced.graph
+    with pytest.raises(tracebridge.GuardError, match=r"x\.dtype == torch\.float32"):
+        traced(torch.rand(4, dtype=torch.float64))
+    with tracebridge.guards_disabled():
+        assert traced(torch.rand(4, dtype=torch.float64)).dtype == torch.float64
 
 
 def test_batchnorm_statistics_replay_on_real_buffers_and_tracing_changes_nothing():

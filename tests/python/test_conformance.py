@@ -374,12 +374,25 @@ def test_optimizer_step_updates_original(name: str) -> None:
     _assert_close(traced(x), case.model(x), case, "traced vs original after the step")
 
 
+# Models whose Python code reads a dtype (nn.MultiheadAttention compares its input's dtype
+# with its weights'): the trace guards those reads (docs/divergence.md, "Dtypes").
+READS_DTYPE = {"transformer"}
+
+
 @pytest.mark.parametrize("name", _params("test_double", ["mlp", "cnn_eval", "transformer"]))
 def test_double(name: str) -> None:
     case = CASES[name]()
     reference = CASES[name]().model.double()
     traced = _trace(case)
     assert traced.double() is traced
+    if name in READS_DTYPE:
+        # A float32 trace refuses a float64 call instead of guessing; a trace of the
+        # float64 model serves float64 at every size.
+        x = tuple(t.double() for t in case.example_inputs)
+        with pytest.raises(tracebridge.GuardError, match=r"x\.dtype == torch\.float32, but now"):
+            traced(*x)
+        case.example_inputs = x
+        traced = _trace(case)
     for inputs in case.all_inputs:
         x = tuple(t.double() for t in inputs)
         out = traced(*x)

@@ -500,7 +500,7 @@ CASES = [
         "`torch.ones(n, dtype=x.dtype)`, called with float64",
         _plain(dtype_of_input, (_seeded(3),), (_seeded(5, dtype=torch.float64),)),
         jit="wrong",
-        tb=("right", "right"),
+        tb=("guard", "guard"),
     ),
     Case(
         "zeros_of_batch",
@@ -625,8 +625,7 @@ CASES = [
         "`if x.dtype == torch.float16:`, called with float16",
         _plain(dtype_branch, (_seeded(3),), (_seeded(3, dtype=torch.float16),)),
         jit="wrong",
-        tb=("wrong", "wrong"),
-        core="core: comparing x.dtype records no guard; the branch is baked",
+        tb=("guard", "guard"),
     ),
     Case(
         "floating_point_branch",

@@ -154,7 +154,9 @@ class Conversions:
             return self._on_size(getter, tensor)
         if prop == "dtype":
             dtype = tensor.dtype
-            self._dtype_reads[dtype] = self._lazy_meta("prim.dtype", tensor, "dtype")
+            read = self._lazy_meta("prim.dtype", tensor, "dtype")
+            self._dtype_reads[dtype] = read
+            self._guard_dtype(tensor, read, f"{self._name_of(tensor)}.dtype")
             return dtype
         if prop == "device":
             device = tensor.device
@@ -163,6 +165,12 @@ class Conversions:
                 self._lazy_meta("prim.device", tensor, "device"),
             )
             return device
+        if prop in ("itemsize", "nbytes"):
+            read = self._lazy_meta("prim.dtype", tensor, "dtype")
+            self._guard_dtype(tensor, read, f"{self._name_of(tensor)}.dtype ({prop})")
+            if prop == "nbytes":  # numel times the (guarded) width: general in size
+                return self._on_numel(None, tensor) * tensor.itemsize
+            return tensor.itemsize
         if prop in opset.TENSOR_OP_PROPERTIES:
             return self.record(f"Tensor.{prop}", getter, (tensor,), {})
         if prop == "requires_grad" and self._is_input(tensor):
@@ -173,6 +181,58 @@ class Conversions:
             self.guard(ref, concrete, f"{self._name(tensor)}.requires_grad", "branch", loc)
             return concrete
         return getter(tensor)
+
+    def _guard_dtype(self, tensor: torch.Tensor, read, what: str) -> None:
+        """Guard that ``tensor`` has, at call time, the dtype it has now.
+
+        Note: why every dtype read is guarded. A runtime accepts any dtype of the kind
+        an input was traced with (SPEC section 4), and parameters change dtype with
+        ``module.half()``, so a dtype that Python code saw can differ at call time. What the
+        code did with it cannot be seen: ``torch.dtype`` cannot be subclassed or hooked, so
+        ``x.dtype == torch.float16``, ``torch.finfo(x.dtype).min`` or ``dtype.itemsize``
+        leave no trace. A read that is passed to an op (``torch.ones(n, dtype=x.dtype)``)
+        still becomes a ``prim.dtype`` node, so the op follows the call's dtype; but the same
+        read may also have been compared before it was passed on, and nothing tells the two
+        apart, so it is guarded too; and a later literal of the same dtype (one object) is
+        recorded as this read. See docs/divergence.md, "Dtypes: every read is guarded".
+        One guard per traced value, however often it is read. A captured constant keeps its
+        dtype: no guard.
+        """
+        hit = self._lookup(tensor)
+        if hit is not None:
+            key = ("guard.dtype", hit[1].id)
+        else:
+            entry = self._state.get(id(tensor))
+            if entry is None or entry[2] is not tensor or entry[1] == "attribute":
+                return  # not an input, a result or a parameter: a constant of the trace
+            key = ("guard.dtype", entry[0])
+        if key in self._meta_refs:
+            return
+        self._meta_refs[key] = ref = read()
+        self.guard(ref, tensor.dtype, what, "value", self.location())
+
+    def _name_of(self, tensor: torch.Tensor) -> str:
+        """A tensor's name in messages, a parameter's or buffer's by its path."""
+        if self._lookup(tensor) is None:
+            entry = self._state.get(id(tensor))
+            if entry is not None and entry[2] is tensor:
+                return entry[0]
+        return self._name(tensor)
+
+    def _on_element_size(self, func, tensor):
+        """``element_size()`` is the dtype's width: guarded like a dtype read."""
+        read = self._lazy_meta("prim.dtype", tensor, "dtype")
+        self._guard_dtype(tensor, read, f"{self._name_of(tensor)}.dtype (element_size())")
+        return func(tensor)
+
+    def _on_type(self, func, tensor, *args, **kwargs):
+        """``x.type()`` names the dtype (``'torch.FloatTensor'``): guarded like a dtype
+        read. ``x.type(dtype)`` converts, and is recorded as the op it is."""
+        if args or kwargs.get("dtype") is not None:
+            return self.record("Tensor.type", func, (tensor, *args), kwargs)
+        read = self._lazy_meta("prim.dtype", tensor, "dtype")
+        self._guard_dtype(tensor, read, f"{self._name_of(tensor)}.dtype (type())")
+        return func(tensor, **kwargs)
 
     def _is_input(self, tensor: torch.Tensor) -> bool:
         hit = self._lookup(tensor)
@@ -208,7 +268,8 @@ class Conversions:
             T.nelement: self._on_numel,
             T.stride: self._on_stride,
             T.storage_offset: concrete,
-            T.element_size: concrete,
+            T.element_size: self._on_element_size,
+            T.type: self._on_type,
             T.is_contiguous: self._on_is_contiguous,
             T.is_floating_point: concrete,
             T.is_complex: concrete,
