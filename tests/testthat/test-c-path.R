@@ -282,12 +282,51 @@ test_that("the C paths are safe under gctorture()", {
   expected <- as_array(x) + as_array(y)
   gctorture(TRUE)
   on.exit(gctorture(FALSE))
+  idx <- torch_tensor(c(3L, 1L))
   out <- list(x + y, torch_sum(x, dim = 1), x[2:3, -1], torch_max(x, dim = 2),
-              as_array(x), torch_cat(list(x, y), dim = 2), m(x))
+              as_array(x), torch_cat(list(x, y), dim = 2), m(x),
+              x$sum(dim = 2), x[2, 3]$item(), x[idx, ])
   y[1, ] <- 0
   gctorture(FALSE)
+  expect_equal(as_array(out[[8]]), rowSums(as_array(x)), tolerance = 1e-6)
+  expect_equal(out[[9]], as_array(x)[2, 3], tolerance = 1e-6)
+  expect_equal(as_array(out[[10]]), as_array(x)[c(3, 1), ], tolerance = 1e-6)
   expect_equal(as_array(out[[1]]), expected, tolerance = 1e-6)
   expect_equal(dim(out[[6]]), c(3L, 8L))
   expect_equal(as_array(out[[4]][[2]]), apply(as_array(x), 1, which.max))
   expect_equal(as_array(y[1, ]), rep(0, 4))
+})
+
+test_that("methods from $ and indices read from `...` keep R's meaning", {
+  skip_if_no_torch()
+  x <- torch_tensor(matrix(1:12, 3, 4))
+  y <- torch_tensor(matrix(101:112, 3, 4))
+  # Each `$` binds its own tensor: a method taken before another is still its tensor's.
+  fx <- x$sum
+  fy <- y$sum
+  expect_equal(as_array(fx()), 78)
+  expect_equal(as_array(fy()), sum(101:112))
+  expect_equal(as_array(fx(dim = 1)), colSums(matrix(1:12, 3, 4)))
+  expect_identical(names(formals(x$sum)), c("dim", "keepdim", "dtype"))
+  expect_error(x$no_such_method(), class = "tracebridge_no_method_error")
+  expect_identical(x$shape, c(3L, 4L))
+  # Compiled functions (byte code: the JIT leaves small closures alone) and direct,
+  # do.call() and named calls of `[` give what the plain call gives.
+  i <- 2L
+  plain <- as_array(x[i, 2:3])
+  get_row <- compiler::cmpfun(function(t, k) t[k, 2:3])
+  expect_equal(as_array(get_row(x, i)), plain)
+  expect_equal(as_array(do.call(`[`, list(x, 2, 2:3))), plain)
+  expect_equal(as_array(`[.torch_tensor`(x, i, 2:3)), plain)
+  expect_equal(as_array(x[i, 2:3, drop = TRUE]), plain)
+  expect_equal(dim(x[i, 2:3, drop = FALSE]), c(1L, 2L))
+  z <- torch_zeros(3, 4)
+  set_cell <- compiler::cmpfun(function(t, k) {
+    t[k, 1] <- 7
+    t
+  })
+  expect_equal(as_array(set_cell(z, i))[2, 1], 7)
+  v <- 5
+  z[1, i] <- v
+  expect_equal(as_array(z)[1, 2], 5)
 })
