@@ -62,6 +62,7 @@ load_surface <- function(ns) {
   .tb$compiled <- logical(nrow(tab)) # rows tried for src/surface.c (compile_op())
   .tb$methods <- new.env(parent = emptyenv())
   .tb$bound <- new.env(parent = emptyenv())
+  .tb$unnamed <- list()
   .Call(tb_method_init, .tb$bound) # `x$name` (src/surface.c, tb_method())
   for (i in seq_len(nrow(tab))) {
     row <- tab[i, ]
@@ -75,6 +76,7 @@ load_surface <- function(ns) {
     row_env$.row <- i
     fn <- .Call(tb_closure, as.pairlist(row_formals(op$args)), surface_template, row_env)
     if (row$r_name != "-") assign(row$r_name, fn, envir = ns)
+    else if (row$method == "-") .tb$unnamed[[row$py]] <- fn # for an R function (surface_row())
     if (row$method != "-") {
       assign(row$method, fn, envir = .tb$methods)
       method <- .Call(tb_closure, as.pairlist(row_formals(op$args[-1])), method_template,
@@ -84,6 +86,10 @@ load_surface <- function(ns) {
   }
   invisible(tab)
 }
+
+# The function of a row with neither an R name nor a method, by its Python callable: an R
+# function with mlverse's arguments calls it (linalg_matrix_rank(), linalg_pinv()).
+surface_row <- function(py) .tb$unnamed[[py]]
 
 row_formals <- function(args) {
   fmls <- list()
