@@ -105,7 +105,9 @@ row_formals <- function(args) {
 # It calls src/surface.c itself; what C does not finish goes to surface_after().
 surface_template <- function() {
   .out <- .Call(tb_op_call, .row, environment())
-  if (is.symbol(.out) || is.environment(.out) || is.null(.out)) {
+  if (is.null(.out)) { # a `none` result (what surface_after() gives it)
+    invisible(NULL)
+  } else if (is.symbol(.out) || is.environment(.out)) {
     surface_after(.row, environment(), .out)
   } else .out
 }
@@ -115,7 +117,9 @@ surface_template <- function() {
 # function's.
 method_template <- function() {
   .out <- .Call(tb_op_call_self, .row, environment(), self)
-  if (is.symbol(.out) || is.environment(.out) || is.null(.out)) {
+  if (is.null(.out)) {
+    invisible(NULL)
+  } else if (is.symbol(.out) || is.environment(.out)) {
     surface_after(.row, environment(), .out, self)
   } else .out
 }
