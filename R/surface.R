@@ -252,8 +252,9 @@ convert_arg <- function(a, v, env, op) {
     dim = dim_arg(v, a$name),
     dims = dims_arg(v, a$name),
     index = index_tensor_arg(v, a$name),
-    index1 = index1_arg(v, a$name),
-    class_index = class_index_arg(v, env),
+    index1 = if (a$name == "ignore_index" && takes_class_index(op)) ignore_index_arg(v, a$name) else
+      index1_arg(v, a$name),
+    class_index = class_index_arg(v, env, shift_ignore = !is.null(op)),
     index_list = reticulate::r_to_py(lapply(unname(v), index_tensor_arg, name = a$name),
                                      convert = FALSE),
     long = long_arg(v, a$name),
@@ -275,6 +276,10 @@ convert_arg <- function(a, v, env, op) {
     any = arg_py(v),
     tracebridge_abort(sprintf("surface.tsv: unknown argument kind `%s`.", a$kind))
   )
+}
+
+takes_class_index <- function(op) {
+  !is.null(op) && any(vapply(op$args, function(a) a$kind == "class_index", logical(1)))
 }
 
 as_py_double <- function(v) {
@@ -409,15 +414,27 @@ fn_arg <- function(v, name) {
 # Class targets of cross entropy / NLL: 1-based when integer; probabilities are left as
 # they are. `ignore_index` is a class in the same numbering (shifted like the targets,
 # see surface.tsv); a negative one (the default -100) names no class, so targets equal
-# to it are not shifted and stay ignored.
-class_index_arg <- function(v, env) {
+# to it must stay ignored. Where the call takes `ignore_index` too (nnf_cross_entropy(),
+# `shift_ignore`), a negative one is shifted with the targets (ignore_index_arg()): one
+# op a call, as in src/surface.c. A loss module's forward can not change the module's
+# own ignore_index: there, targets equal to it are kept as they are (torch.where()).
+class_index_arg <- function(v, env, shift_ignore = FALSE) {
   t <- if (inherits(v, "torch_tensor")) .subset2(v, ".py") else
     tensor_py(torch_tensor(v, dtype = torch_long()))
   if (reticulate::py_to_r(t$dtype$is_floating_point)) return(t)
   shifted <- tb_py_call(t$sub, 1L)
   ign <- get0("ignore_index", envir = env, inherits = FALSE)
-  if (is.null(ign) || ign >= 1) return(shifted)
+  if (shift_ignore || is.null(ign) || ign >= 1) return(shifted)
   tb_py_call(py_torch()$where, tb_py_call(t$eq, as.integer(ign)), t, shifted)
+}
+
+# `ignore_index` of a call that also takes class targets: a negative one (no class) is
+# shifted as the targets are, so that the targets equal to it still equal it.
+ignore_index_arg <- function(v, name) {
+  if (is.numeric(v) && length(v) == 1 && !is.na(v) && v < 0 && v == round(v)) {
+    return(reticulate::r_to_py(as.integer(v) - 1L))
+  }
+  index1_arg(v, name)
 }
 
 size_arg <- function(v, dots = FALSE) {

@@ -334,3 +334,29 @@ test_that("methods from $ and indices read from `...` keep R's meaning", {
   z[1, i] <- v
   expect_equal(as_array(z)[1, 2], 5)
 })
+
+test_that("ignored class targets (a negative ignore_index) agree on both paths and in modules", {
+  skip_if_no_torch()
+  torch_manual_seed(1)
+  x <- torch_randn(5, 3)
+  F <- reticulate::import("torch", convert = FALSE)$nn$functional
+  py_loss <- function(target, ...) {
+    reticulate::py_to_r(F$cross_entropy(x$py, torch_tensor(target)$py, ...)$item())
+  }
+  # R's classes 1, 2, 3 are Python's 0, 1, 2; a target equal to the (negative)
+  # ignore_index is left out on every path, as in Python.
+  for (ign in c(-100, -7)) {
+    targets <- torch_tensor(c(1L, as.integer(ign), 3L, 2L, as.integer(ign)))
+    expected <- py_loss(c(0L, as.integer(ign), 2L, 1L, as.integer(ign)),
+                        ignore_index = as.integer(ign))
+    fast <- as_array(nnf_cross_entropy(x, targets, ignore_index = ign))
+    slow <- with_c(FALSE, as_array(nnf_cross_entropy(x, targets, ignore_index = ign)))
+    module <- as_array(nn_cross_entropy_loss(ignore_index = ign)(x, targets))
+    expect_equal(fast, expected, tolerance = 1e-6)
+    expect_equal(slow, expected, tolerance = 1e-6)
+    expect_equal(module, expected, tolerance = 1e-6)
+    nll <- function() as_array(nnf_nll_loss(nnf_log_softmax(x, 2), targets, ignore_index = ign,
+                                            reduction = "sum"))
+    expect_equal(nll(), with_c(FALSE, nll()), tolerance = 1e-6)
+  }
+})
