@@ -225,7 +225,12 @@ dim.torch_tensor <- function(x) {
 }
 
 #' @export
-length.torch_tensor <- function(x) reticulate::py_to_r(tensor_py(x)$numel())
+length.torch_tensor <- function(x) {
+  # While tracing, numel() is a traced integer: R's length() must be an R integer, so its
+  # value is read, with a guard (as seq_len() of a traced size does).
+  n <- from_py(tensor_py(x)$numel())
+  if (inherits(n, "torch_sym_int")) as.integer(n) else n
+}
 
 #' @export
 str.torch_tensor <- function(object, ...) {

@@ -183,3 +183,18 @@ test_that("seq_len() and a:b read traced sizes in the user's functions that trac
   expect_equal(as_array(trm(ex(4))), as_array(m(ex(4))))
   expect_false(exists("both", envir = attr(m, "self"), inherits = FALSE))
 })
+
+test_that("length() and seq_along() of a tensor read its traced element count with a guard", {
+  skip_if_no_torch()
+  f <- function(x) {
+    s <- torch_zeros(1)
+    for (i in seq_along(x)) s <- s + x[i] * i
+    s / length(x)
+  }
+  v <- function(n) torch_tensor(seq_len(n) * 1.5)
+  tr <- suppressWarnings(jit_trace(f, v(3)))
+  expect_equal(as_array(tr(v(3))), as_array(f(v(3))))
+  expect_equal(as_array(tr(v(3))), 1.5 * 14 / 3, tolerance = 1e-6)
+  expect_error(tr(v(4)), "x$numel() == 3", fixed = TRUE)
+  expect_identical(length(v(4)), 4L)
+})
