@@ -263,6 +263,7 @@ test_that("the C paths leave no Python objects or references behind", {
     as_array(x)
     y[1, 1] <- 0.5
     with_no_grad(m(x))
+    torch_tensor(matrix(1:6, 2))
   }
   fail <- function() tryCatch(torch_mm(x, y[1:3, 1:3]), error = identity)
   step()
@@ -289,12 +290,14 @@ test_that("the C paths are safe under gctorture()", {
   idx <- torch_tensor(c(3L, 1L))
   out <- list(x + y, torch_sum(x, dim = 1), x[2:3, -1], torch_max(x, dim = 2),
               as_array(x), torch_cat(list(x, y), dim = 2), m(x),
-              x$sum(dim = 2), x[2, 3]$item(), x[idx, ])
+              x$sum(dim = 2), x[2, 3]$item(), x[idx, ],
+              torch_tensor(array(seq_len(24) / 2, c(2, 3, 4))))
   y[1, ] <- 0
   gctorture(FALSE)
   expect_equal(as_array(out[[8]]), rowSums(as_array(x)), tolerance = 1e-6)
   expect_equal(out[[9]], as_array(x)[2, 3], tolerance = 1e-6)
   expect_equal(as_array(out[[10]]), as_array(x)[c(3, 1), ], tolerance = 1e-6)
+  expect_equal(as_array(out[[11]]), array(seq_len(24) / 2, c(2, 3, 4)))
   expect_equal(as_array(out[[1]]), expected, tolerance = 1e-6)
   expect_equal(dim(out[[6]]), c(3L, 8L))
   expect_equal(as_array(out[[4]][[2]]), apply(as_array(x), 1, which.max))
@@ -359,4 +362,32 @@ test_that("ignored class targets (a negative ignore_index) agree on both paths a
                                             reduction = "sum"))
     expect_equal(nll(), with_c(FALSE, nll()), tolerance = 1e-6)
   }
+})
+
+test_that("torch_tensor() from R data gives the same tensors through C as through NumPy", {
+  skip_if_no_torch()
+  describe <- function(t) {
+    py <- t$py
+    list(class = class(t), dtype = as.character(t$dtype), shape = dim(t),
+         values = as_array(t), contiguous = reticulate::py_to_r(py$is_contiguous()),
+         stride = unlist(reticulate::py_to_r(py$stride())), grad = t$requires_grad)
+  }
+  cases <- list(
+    list(c(1.5, -2, 3)), list(1:5), list(c(TRUE, FALSE, TRUE)),
+    list(matrix(1:6, 2)), list(matrix(c(0.5, 1, 2, 4), 2), dtype = torch_float64()),
+    list(array(seq_len(24) / 2, c(2, 3, 4))), list(array(1:6, c(1, 2, 3)), dtype = torch_int32()),
+    list(matrix(c(TRUE, FALSE, FALSE, TRUE), 2)), list(c(1, NaN, Inf)),
+    list(1:3, dtype = torch_float()), list(c(0, 1, 2), dtype = torch_bool()),
+    list(c(1.7, -1.7), dtype = torch_long()), list(7L), list(matrix(1:6, 2), dtype = "float64"),
+    list(c(2, 3), requires_grad = TRUE), list(c(1L, NA)), list(c(TRUE, NA)),
+    list(structure(1:4, dim = c(2L, 2L), dimnames = list(c("a", "b"), NULL)))
+  )
+  before <- op_calls()
+  for (args in cases) {
+    fast <- do.call(torch_tensor, args)
+    slow <- with_c(FALSE, do.call(torch_tensor, args))
+    expect_equal(describe(fast), describe(slow), info = paste(deparse(args), collapse = ""))
+  }
+  expect_error(torch_tensor("a"), "Cannot make a tensor")
+  expect_error(with_c(FALSE, torch_tensor("a")), "Cannot make a tensor")
 })
