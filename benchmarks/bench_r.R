@@ -191,6 +191,7 @@ tracebridge:::set_c_call(TRUE)
 load <- tryCatch(strsplit(readLines("/proc/loadavg", 1L), " ")[[1]][[1]],
                  error = function(e) "?")
 fmt <- function(v) if (v >= 100) sprintf("%.0f", v) else sprintf("%.1f", v)
+signed <- function(v) paste0(if (v < 0) "-" else "+", fmt(abs(v)))
 plain_lin <- med[6, 2]
 rows <- character()
 for (k in seq_along(ops)) {
@@ -198,11 +199,11 @@ for (k in seq_along(ops)) {
   p_us <- med[k, 1]
   label <- ops[[k]]$label
   goal <- if (k == 7) {
-    sprintf("adds <= 5 us to the call: +%s", fmt(r_us - plain_lin))
+    sprintf("adds <= 5 us to the call: %s", signed(r_us - plain_lin))
   } else if (k == 8) {
     sprintf("<= 30 us: %s", fmt(r_us))
   } else {
-    sprintf("<= Python + 15 us: +%s", fmt(r_us - p_us))
+    sprintf("<= Python + 15 us: %s", signed(r_us - p_us))
   }
   met <- if (k == 7) r_us - plain_lin <= 5 else if (k == 8) r_us <= 30 else r_us <= p_us + 15
   rows <- c(rows, sprintf("| %s | %s | %s | %.2fx | %s | %s, %s |", label, fmt(r_us),
