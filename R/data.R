@@ -242,17 +242,19 @@ default_collate <- function(items) {
 
 #' Enumerate the batches of a data loader
 #'
-#' mlverse torch's loop over a data loader: `for (b in enumerate(dl)) { ... }`. The list
-#' has one element per batch; each reads its batch when first used (`b[[1]]`, `b$x`), so
-#' a pass holds one batch at a time. Batches are read in order: an element whose batch has
-#' been passed is an error (keep the batch itself, `x <- b[[1]]`, to use it later).
-#' Without coro, the loop that mlverse writes as `coro::loop(for (b in dl))` is this one,
-#' or a `while` over [dataloader_next()].
+#' mlverse torch's loop over a data loader: `for (b in enumerate(dl)) { ... }`. As in
+#' mlverse, `enumerate()` runs one pass over the loader and returns the list of its
+#' batches, each the batch itself (a named list of tensors, as the dataset's `.getitem()`
+#' gives them), so `b` is used as any batch: `b$x`, `b[[1]]`, `names(b)`, `length(b)`.
+#' A pass reads every batch before the loop starts, and holds them all; for a loader too
+#' large for that, loop with [dataloader_next()] or `dl$.iter()`, which read one batch at
+#' a time. mlverse's `coro::loop(for (b in dl))` needs coro; those loops are its
+#' equivalent.
 #'
 #' @param x A data loader.
-#' @param max_len The most batches to enumerate.
+#' @param max_len The most batches to read.
 #' @param ... Unused.
-#' @return A list with one lazy batch per element.
+#' @return A list with one batch per element.
 #' @examples
 #' if (torch_is_installed()) {
 #'   dl <- dataloader(tensor_dataset(x = torch_arange(1, 5)), batch_size = 2)
@@ -264,16 +266,12 @@ enumerate <- function(x, ...) UseMethod("enumerate")
 #' @rdname enumerate
 #' @export
 enumerate.dataloader <- function(x, max_len = 1e6, ...) {
-  pass <- new.env(parent = emptyenv())
-  pass$iter <- dataloader_make_iter(x)
-  pass$at <- 0L
-  lapply(seq_len(min(length(x), max_len)), function(i) {
-    e <- new.env(parent = emptyenv())
-    e$pass <- pass
-    e$i <- i
-    class(e) <- "enum_env"
-    e
-  })
+  if (!is.numeric(max_len) || length(max_len) != 1 || is.na(max_len) || max_len < 0) {
+    value_error(sprintf("enumerate(): `max_len` must be one number of 0 or more, not %s.",
+                        describe_value(max_len)))
+  }
+  iter <- dataloader_make_iter(x)
+  lapply(seq_len(min(length(x), max_len)), function(i) iter$.next())
 }
 
 #' @rdname enumerate
@@ -282,26 +280,3 @@ enumerate.default <- function(x, ...) {
   type_error(sprintf("enumerate(): `x` must be a data loader (from dataloader()), not %s.",
                      describe_value(x)))
 }
-
-# The batch of one element of enumerate()'s list: read on first use, in order.
-enum_batch <- function(e) {
-  pass <- .subset2(e, "pass")
-  i <- .subset2(e, "i")
-  if (pass$at > i) {
-    runtime_error(sprintf(paste(
-      "enumerate(): batch %d was read before batch %d, which is the current one; the",
-      "batches of a pass are read in order. Keep a batch you need later (`x <- b[[1]]`)."),
-      i, pass$at))
-  }
-  while (pass$at < i) {
-    pass$batch <- pass$iter$.next()
-    pass$at <- pass$at + 1L
-  }
-  pass$batch
-}
-
-#' @export
-`[[.enum_env` <- function(x, i, ...) enum_batch(x)[[i]]
-
-#' @export
-`$.enum_env` <- function(x, name) enum_batch(x)[[name]]

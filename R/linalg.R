@@ -12,3 +12,64 @@ named_results <- function(out, fields) {
   names(items) <- vapply(fields, function(f) f$name, character(1))[seq_along(items)]
   items
 }
+
+#' Matrix rank and pseudo-inverse with mlverse's arguments
+#'
+#' As in mlverse torch, `linalg_matrix_rank()` takes `tol`, and `linalg_pinv()` takes
+#' `rcond` (with mlverse's default, `1e-15`), besides PyTorch's `atol` and `rtol`.
+#' `tol` counts singular values (eigenvalues' absolute values when `hermitian = TRUE`)
+#' above it: it is `atol = tol` with `rtol = 0`. `rcond` is `rtol`: singular values
+#' smaller than `rcond` times the largest are taken as zero. Give either the old argument
+#' or `atol`/`rtol`, not both.
+#'
+#' @param A A tensor of shape `(*, m, n)` (`*`: zero or more batch dimensions).
+#' @param tol The tolerance of `linalg_matrix_rank()` (a number or a tensor), or `NULL`:
+#'   `atol` and `rtol` decide (PyTorch's defaults when both are `NULL`).
+#' @param rcond The relative tolerance of `linalg_pinv()` (a number or a tensor); it is
+#'   left out when `atol` or `rtol` is given.
+#' @param hermitian Whether `A` is Hermitian (symmetric if real).
+#' @param atol,rtol PyTorch's absolute and relative tolerances.
+#' @return `linalg_matrix_rank()`: an integer tensor; `linalg_pinv()`: a tensor of shape
+#'   `(*, n, m)`.
+#' @examples
+#' if (torch_is_installed()) {
+#'   A <- torch_tensor(rbind(c(1, 0), c(0, 1e-4)))
+#'   linalg_matrix_rank(A)
+#'   linalg_matrix_rank(A, tol = 1e-3)
+#'   linalg_pinv(A, rcond = 1e-3)
+#' }
+#' @name linalg_matrix_rank
+NULL
+
+#' @rdname linalg_matrix_rank
+#' @export
+linalg_matrix_rank <- function(A, tol = NULL, hermitian = FALSE, atol = NULL, rtol = NULL) {
+  if (!is.null(tol)) {
+    if (!is.null(atol) || !is.null(rtol)) {
+      value_error(paste(
+        "linalg_matrix_rank(): give `tol`, or `atol` and `rtol`, not both",
+        "(`tol` is `atol = tol` with `rtol = 0`)."))
+    }
+    atol <- tol
+    # PyTorch takes a tensor atol only with a tensor rtol.
+    rtol <- if (inherits(tol, "torch_tensor")) tol * 0 else 0
+  }
+  surface_row("torch.linalg.matrix_rank")(A, atol = atol, rtol = rtol, hermitian = hermitian)
+}
+
+#' @rdname linalg_matrix_rank
+#' @export
+linalg_pinv <- function(A, rcond = 1e-15, hermitian = FALSE, atol = NULL, rtol = NULL) {
+  if (is.null(atol) && is.null(rtol)) {
+    rtol <- rcond
+  } else if (!missing(rcond)) {
+    value_error(paste(
+      "linalg_pinv(): give `rcond`, or `atol` and `rtol`, not both",
+      "(`rcond` is `rtol`, mlverse's name for it)."))
+  }
+  out <- surface_row("torch.linalg.pinv")(A, atol = atol, rtol = rtol, hermitian = hermitian)
+  # A tolerance tensor of one element (R has no 0-d values) broadcasts to a batch of one;
+  # mlverse drops it.
+  if (length(dim(out)) != length(dim(A))) out <- out$squeeze(1)
+  out
+}

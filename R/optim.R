@@ -99,36 +99,50 @@ optimizer_py <- function(x) {
 #' @rdname optim
 #' @export
 `$.torch_optimizer` <- function(x, name) {
+  # The two methods of every training step first, each a small closure (the rest of the
+  # methods are made by optimizer_member()).
+  if (identical(name, "step")) return(optimizer_step(x))
+  if (identical(name, "zero_grad")) return(optimizer_zero_grad(x))
+  optimizer_member(x, name)
+}
+
+optimizer_step <- function(x) {
+  function(closure = NULL) {
+    if (is.null(closure)) {
+      # Through src/surface.c (tb_call_method); reticulate where C does not apply.
+      out <- .Call(tb_call_method, x, "step", list())
+      if (!is.symbol(out) || !identical(c_answer(out, FALSE), quote(.tb_fallback))) {
+        return(invisible(NULL))
+      }
+      withCallingHandlers(.subset2(x, ".py")$step(), error = function(e) rethrow_python(e))
+      return(invisible(NULL))
+    }
+    out <- withCallingHandlers(.subset2(x, ".py")$step(closure_py(closure)),
+                               error = function(e) rethrow_python(e))
+    invisible(from_py(out))
+  }
+}
+
+# As in mlverse, gradients are set to zero in place (not dropped), so `p$grad` stays a
+# tensor; `set_to_none = TRUE` drops them as PyTorch does by default.
+optimizer_zero_grad <- function(x) {
+  function(set_to_none = FALSE) {
+    out <- .Call(tb_call_method, x, "zero_grad", list(isTRUE(set_to_none)))
+    if (is.symbol(out) && identical(c_answer(out, FALSE), quote(.tb_fallback))) {
+      withCallingHandlers(.subset2(x, ".py")$zero_grad(isTRUE(set_to_none)),
+                          error = function(e) rethrow_python(e))
+    }
+    invisible(x)
+  }
+}
+
+optimizer_member <- function(x, name) {
   py <- .subset2(x, ".py")
   checked <- function(f) function(...) {
     withCallingHandlers(f(...), error = function(e) rethrow_python(e))
     invisible(x)
   }
   switch(name,
-    step = function(closure = NULL) {
-      if (is.null(closure)) {
-        # Through src/surface.c (tb_call_method); reticulate where C does not apply.
-        out <- .Call(tb_call_method, x, "step", list())
-        if (!is.symbol(out) || !identical(c_answer(out, FALSE), quote(.tb_fallback))) {
-          return(invisible(NULL))
-        }
-        withCallingHandlers(py$step(), error = function(e) rethrow_python(e))
-        return(invisible(NULL))
-      }
-      out <- withCallingHandlers(py$step(closure_py(closure)),
-                                 error = function(e) rethrow_python(e))
-      invisible(from_py(out))
-    },
-    # As in mlverse, gradients are set to zero in place (not dropped), so `p$grad` stays a
-    # tensor; `set_to_none = TRUE` drops them as PyTorch does by default.
-    zero_grad = function(set_to_none = FALSE) {
-      out <- .Call(tb_call_method, x, "zero_grad", list(isTRUE(set_to_none)))
-      if (is.symbol(out) && identical(c_answer(out, FALSE), quote(.tb_fallback))) {
-        withCallingHandlers(py$zero_grad(isTRUE(set_to_none)),
-                            error = function(e) rethrow_python(e))
-      }
-      invisible(x)
-    },
     param_groups = lapply(reticulate::iterate(py$param_groups, identity, simplify = FALSE),
                           param_group_r),
     add_param_group = checked(function(param_group) {

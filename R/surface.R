@@ -62,6 +62,7 @@ load_surface <- function(ns) {
   .tb$compiled <- logical(nrow(tab)) # rows tried for src/surface.c (compile_op())
   .tb$methods <- new.env(parent = emptyenv())
   .tb$bound <- new.env(parent = emptyenv())
+  .tb$unnamed <- list()
   .Call(tb_method_init, .tb$bound) # `x$name` (src/surface.c, tb_method())
   for (i in seq_len(nrow(tab))) {
     row <- tab[i, ]
@@ -75,6 +76,7 @@ load_surface <- function(ns) {
     row_env$.row <- i
     fn <- .Call(tb_closure, as.pairlist(row_formals(op$args)), surface_template, row_env)
     if (row$r_name != "-") assign(row$r_name, fn, envir = ns)
+    else if (row$method == "-") .tb$unnamed[[row$py]] <- fn # for an R function (surface_row())
     if (row$method != "-") {
       assign(row$method, fn, envir = .tb$methods)
       method <- .Call(tb_closure, as.pairlist(row_formals(op$args[-1])), method_template,
@@ -84,6 +86,10 @@ load_surface <- function(ns) {
   }
   invisible(tab)
 }
+
+# The function of a row with neither an R name nor a method, by its Python callable: an R
+# function with mlverse's arguments calls it (linalg_matrix_rank(), linalg_pinv()).
+surface_row <- function(py) .tb$unnamed[[py]]
 
 row_formals <- function(args) {
   fmls <- list()
@@ -99,7 +105,9 @@ row_formals <- function(args) {
 # It calls src/surface.c itself; what C does not finish goes to surface_after().
 surface_template <- function() {
   .out <- .Call(tb_op_call, .row, environment())
-  if (is.symbol(.out) || is.environment(.out) || is.null(.out)) {
+  if (is.null(.out)) { # a `none` result (what surface_after() gives it)
+    invisible(NULL)
+  } else if (is.symbol(.out) || is.environment(.out)) {
     surface_after(.row, environment(), .out)
   } else .out
 }
@@ -109,7 +117,9 @@ surface_template <- function() {
 # function's.
 method_template <- function() {
   .out <- .Call(tb_op_call_self, .row, environment(), self)
-  if (is.symbol(.out) || is.environment(.out) || is.null(.out)) {
+  if (is.null(.out)) {
+    invisible(NULL)
+  } else if (is.symbol(.out) || is.environment(.out)) {
     surface_after(.row, environment(), .out, self)
   } else .out
 }
@@ -242,8 +252,9 @@ convert_arg <- function(a, v, env, op) {
     dim = dim_arg(v, a$name),
     dims = dims_arg(v, a$name),
     index = index_tensor_arg(v, a$name),
-    index1 = index1_arg(v, a$name),
-    class_index = class_index_arg(v, env),
+    index1 = if (a$name == "ignore_index" && takes_class_index(op)) ignore_index_arg(v, a$name) else
+      index1_arg(v, a$name),
+    class_index = class_index_arg(v, env, shift_ignore = !is.null(op)),
     index_list = reticulate::r_to_py(lapply(unname(v), index_tensor_arg, name = a$name),
                                      convert = FALSE),
     long = long_arg(v, a$name),
@@ -265,6 +276,10 @@ convert_arg <- function(a, v, env, op) {
     any = arg_py(v),
     tracebridge_abort(sprintf("surface.tsv: unknown argument kind `%s`.", a$kind))
   )
+}
+
+takes_class_index <- function(op) {
+  !is.null(op) && any(vapply(op$args, function(a) a$kind == "class_index", logical(1)))
 }
 
 as_py_double <- function(v) {
@@ -399,15 +414,27 @@ fn_arg <- function(v, name) {
 # Class targets of cross entropy / NLL: 1-based when integer; probabilities are left as
 # they are. `ignore_index` is a class in the same numbering (shifted like the targets,
 # see surface.tsv); a negative one (the default -100) names no class, so targets equal
-# to it are not shifted and stay ignored.
-class_index_arg <- function(v, env) {
+# to it must stay ignored. Where the call takes `ignore_index` too (nnf_cross_entropy(),
+# `shift_ignore`), a negative one is shifted with the targets (ignore_index_arg()): one
+# op a call, as in src/surface.c. A loss module's forward can not change the module's
+# own ignore_index: there, targets equal to it are kept as they are (torch.where()).
+class_index_arg <- function(v, env, shift_ignore = FALSE) {
   t <- if (inherits(v, "torch_tensor")) .subset2(v, ".py") else
     tensor_py(torch_tensor(v, dtype = torch_long()))
   if (reticulate::py_to_r(t$dtype$is_floating_point)) return(t)
   shifted <- tb_py_call(t$sub, 1L)
   ign <- get0("ignore_index", envir = env, inherits = FALSE)
-  if (is.null(ign) || ign >= 1) return(shifted)
+  if (shift_ignore || is.null(ign) || ign >= 1) return(shifted)
   tb_py_call(py_torch()$where, tb_py_call(t$eq, as.integer(ign)), t, shifted)
+}
+
+# `ignore_index` of a call that also takes class targets: a negative one (no class) is
+# shifted as the targets are, so that the targets equal to it still equal it.
+ignore_index_arg <- function(v, name) {
+  if (is.numeric(v) && length(v) == 1 && !is.na(v) && v < 0 && v == round(v)) {
+    return(reticulate::r_to_py(as.integer(v) - 1L))
+  }
+  index1_arg(v, name)
 }
 
 size_arg <- function(v, dots = FALSE) {

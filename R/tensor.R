@@ -29,8 +29,17 @@ NULL
 
 make_dtype <- function(name) {
   force(name)
-  function() structure(list(.py = reticulate::py_get_attr(py_torch(), name)),
-                       name = name, class = "torch_dtype")
+  function() {
+    # Made once (a reticulate call); dtypes are constants.
+    if (is.null(.tb$dtype_cache)) .tb$dtype_cache <- new.env(parent = emptyenv())
+    d <- .tb$dtype_cache[[name]]
+    if (is.null(d)) {
+      d <- structure(list(.py = reticulate::py_get_attr(py_torch(), name)),
+                     name = name, class = "torch_dtype")
+      .tb$dtype_cache[[name]] <- d
+    }
+    d
+  }
 }
 
 #' @rdname torch_dtype
@@ -149,13 +158,24 @@ torch_tensor <- function(data, dtype = NULL, device = NULL, requires_grad = FALS
   if (!(is.numeric(data) || is.logical(data))) {
     tracebridge_abort(sprintf("Cannot make a tensor from %s.", describe_value(data)))
   }
-  arr <- if (is.null(dim(data))) {
-    reticulate::np_array(as.vector(data))
+  # Plain vectors, matrices and arrays are copied into a new tensor in C (src/array.c);
+  # the rest through NumPy.
+  out <- .Call(tb_tensor_from_r, data, dtype)
+  if (!is.symbol(out)) {
+    if (is.null(device) && !isTRUE(requires_grad)) return(out)
+    py <- .subset2(out, ".py")
   } else {
-    reticulate::r_to_py(data)
+    if (identical(out, quote(.tb_error))) c_error(one_based = FALSE)
+    c_started()
+    arr <- if (is.null(dim(data))) {
+      reticulate::np_array(as.vector(data))
+    } else {
+      reticulate::r_to_py(data)
+    }
+    py <- withCallingHandlers(py_rb()$tensor_from_r(arr, dtype_py(dtype), FALSE),
+                              error = function(e) rethrow_python(e))
   }
   withCallingHandlers({
-    py <- py_rb()$tensor_from_r(arr, dtype_py(dtype), FALSE)
     if (!is.null(device)) py <- py$to(device_py(device))
     if (isTRUE(requires_grad)) py$requires_grad_(TRUE)
   }, error = function(e) rethrow_python(e))
@@ -225,7 +245,12 @@ dim.torch_tensor <- function(x) {
 }
 
 #' @export
-length.torch_tensor <- function(x) reticulate::py_to_r(tensor_py(x)$numel())
+length.torch_tensor <- function(x) {
+  # While tracing, numel() is a traced integer: R's length() must be an R integer, so its
+  # value is read, with a guard (as seq_len() of a traced size does).
+  n <- from_py(tensor_py(x)$numel())
+  if (inherits(n, "torch_sym_int")) as.integer(n) else n
+}
 
 #' @export
 str.torch_tensor <- function(object, ...) {

@@ -178,10 +178,54 @@ trace_target <- function(func) {
 # Rscript it has none. Then the function is parsed again from its deparsed text, under
 # the file name `<R function NAME>`, and Python is given those lines to quote.
 trace_source <- function(func, name) {
-  env <- list2env(traced_size_helpers(), parent = environment(func) %||% globalenv())
+  helpers <- traced_size_helpers()
+  env <- list2env(helpers, parent = environment(func) %||% globalenv())
   if (is.null(attr(func, "srcref"))) func <- reparse_with_source(func, name, env)
   environment(func) <- env
+  bind_user_callees(func, env, helpers)
   func
+}
+
+# The user's own functions that traced code calls see the helpers too, so that seq_len()
+# and `:` read traced sizes wherever the user's code runs during a trace, not only in the
+# traced function: each function named in `func`'s body that is found from `env` and is
+# the user's (not a package's) is bound in `env`, for this trace only, as a copy whose
+# environment holds the helpers; and so on for the functions those call. `seen`: the
+# copies made so far, by name (mutual recursion ends there). Returns the names bound in
+# `env`.
+bind_user_callees <- function(func, env, helpers, seen = new.env(parent = emptyenv())) {
+  added <- character()
+  for (nm in unique(all.names(body(func)))) {
+    if (nm %in% names(helpers) || exists(nm, envir = env, inherits = FALSE)) next
+    copy <- seen[[nm]]
+    if (is.null(copy)) {
+      f <- get0(nm, envir = env, mode = "function")
+      if (!is_user_closure(f, nm)) next
+      cenv <- list2env(helpers, parent = environment(f))
+      copy <- f
+      environment(copy) <- cenv
+      # Under Rscript the user's functions have no source lines: quote the deparsed ones.
+      if (is.null(attr(f, "srcref"))) copy <- reparse_with_source(copy, nm, cenv)
+      seen[[nm]] <- copy
+      bind_user_callees(copy, environment(copy), helpers, seen)
+    }
+    assign(nm, copy, envir = env)
+    added <- c(added, nm)
+  }
+  invisible(added)
+}
+
+# A closure written by the user, found under `name`: not a package's function (one whose
+# environment is a namespace, or that the namespace above its environment binds to
+# `name`, as the surface table's functions). Tests' functions, whose environments have the
+# package's namespace above them, are the user's.
+is_user_closure <- function(f, name) {
+  if (!is.function(f) || is.primitive(f) || inherits(f, "nn_module")) return(FALSE)
+  env <- environment(f)
+  if (is.null(env) || isNamespace(env) || identical(env, baseenv())) return(FALSE)
+  top <- topenv(env)
+  if (identical(top, baseenv())) return(FALSE)
+  !(isNamespace(top) && identical(get0(name, envir = top, inherits = FALSE), f))
 }
 
 # The same for the R methods of a module and of its R submodules, while a trace runs:
@@ -210,6 +254,10 @@ prepare_module_trace <- function(mod) {
           list2env(helpers[new], envir = env)
           bound[[length(bound) + 1L]] <<- list(env = env, added = new)
         }
+        # The user's functions the method calls, as for a traced function.
+        b <- which(vapply(bound, function(b) identical(b$env, env), logical(1)))[[1]]
+        callees <- bind_user_callees(v, env, helpers)
+        bound[[b]]$added <<- union(bound[[b]]$added, callees)
         if (is.null(attr(v, "srcref"))) {
           fresh <- reparse_with_source(v, paste0(class(m)[[1]], "$", nm), env)
           if (!is.null(attr(fresh, "srcref"))) {

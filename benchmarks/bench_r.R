@@ -5,7 +5,9 @@
 #   R_LIBS=.Rlib Rscript benchmarks/bench_r.R [calls] [repeats] [--write]
 #
 # Each repeat times every op's Python loop (compiled Python: `for _ in range(n): x + y`)
-# and then its R loop (`for (i in seq_len(n)) x + y`); the table gives the median over
+# and then its R loop (`for (i in seq_len(n)) x + y`), each R loop (and training run)
+# after a gc(), so that none pays for the garbage of the loop before it (see r_loop());
+# the table gives the median over
 # repeats of the time per call. Both sides run in the same thread (torch with 1 thread)
 # and are timed with that thread's CPU time (time.thread_time()), as
 # benchmarks/bench_python.py does, so that other work on a shared machine does not count. The training loop runs R, Python, R, Python,
@@ -99,12 +101,16 @@ objects <- list(x = x$py, y = y$py, a = a$py, b = b$py, lin = tracebridge:::modu
                 xl = xl$py, traced = traced$py, xs = xs$py)
 
 cpu_time <- reticulate::import("time", convert = TRUE)$thread_time
+# Each R loop starts from a collected heap: R frees garbage only when its collector runs,
+# so without this a loop would pay for the garbage the loop before it left (the reticulate
+# column leaves much), which no Python loop does. What a loop's own calls leave is its.
 r_loop <- function(expr, n) {
   loop <- eval(bquote(function() {
     t0 <- cpu_time()
     for (i in seq_len(.(n))) .(expr)
     (cpu_time() - t0) / .(n) * 1e6
   }))
+  invisible(gc())
   loop()
 }
 
@@ -169,6 +175,7 @@ invisible(train_py(1L))
 tr <- matrix(NA_real_, epochs_rounds, 2)
 loss_r <- loss_py <- NA
 for (r in seq_len(epochs_rounds)) {
+  invisible(gc())
   out <- train_r()
   tr[r, 1] <- out[[1]]
   loss_r <- out[[2]]
@@ -184,6 +191,7 @@ tracebridge:::set_c_call(TRUE)
 load <- tryCatch(strsplit(readLines("/proc/loadavg", 1L), " ")[[1]][[1]],
                  error = function(e) "?")
 fmt <- function(v) if (v >= 100) sprintf("%.0f", v) else sprintf("%.1f", v)
+signed <- function(v) paste0(if (v < 0) "-" else "+", fmt(abs(v)))
 plain_lin <- med[6, 2]
 rows <- character()
 for (k in seq_along(ops)) {
@@ -191,11 +199,11 @@ for (k in seq_along(ops)) {
   p_us <- med[k, 1]
   label <- ops[[k]]$label
   goal <- if (k == 7) {
-    sprintf("adds <= 5 us to the call: +%s", fmt(r_us - plain_lin))
+    sprintf("adds <= 5 us to the call: %s", signed(r_us - plain_lin))
   } else if (k == 8) {
     sprintf("<= 30 us: %s", fmt(r_us))
   } else {
-    sprintf("<= Python + 15 us: +%s", fmt(r_us - p_us))
+    sprintf("<= Python + 15 us: %s", signed(r_us - p_us))
   }
   met <- if (k == 7) r_us - plain_lin <= 5 else if (k == 8) r_us <= 30 else r_us <= p_us + 15
   rows <- c(rows, sprintf("| %s | %s | %s | %.2fx | %s | %s, %s |", label, fmt(r_us),
@@ -215,7 +223,10 @@ table <- c(
 )
 header <- sprintf(paste0(
   "`R_LIBS=.Rlib Rscript benchmarks/bench_r.R %d %d --write`: R and Python in one process, ",
-  "taking turns, thread CPU time; median of %d repeats of %d calls (training: median of ",
+  "taking turns, thread CPU time; each R loop starts after a gc(), so it does not pay ",
+  "for the previous loop's garbage (its own is collected only if a collection runs ",
+  "during it); ",
+  "median of %d repeats of %d calls (training: median of ",
   "%d runs each; the reticulate column: `TRACEBRIDGE_C_CALL=0`'s path, a tenth of the ",
   "calls, training once); ",
   "R %s, reticulate %s, torch %s, 1 thread; load average %s at the end; %s."),

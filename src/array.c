@@ -197,3 +197,129 @@ SEXP tb_as_array(SEXP x) {
   UNPROTECT(3);
   return out;
 }
+
+/* ---- torch_tensor() from R data ------------------------------------------------------ */
+
+/* o.name(*args) for a tuple `args` (stolen); NULL on a Python error. */
+static PyObject *call_method_args(PyObject *o, const char *name, PyObject *args) {
+  if (args == NULL) return NULL;
+  PyObject *m = py.GetAttrString(o, name);
+  PyObject *r = m == NULL ? NULL : py.Call(m, args, NULL);
+  py_decref(m);
+  py.DecRef(args);
+  return r;
+}
+
+/* The tensor of R's values, before the dtype asked for: R's memory is column-major, so it
+ * is a row-major tensor of the reversed sizes, copied in; its dimensions are then put back
+ * in R's order and made contiguous (what rbridge.tensor_from_r() gives). */
+static PyObject *tensor_of_r_values(SEXP data, int nd, const int *sizes) {
+  int type = TYPEOF(data);
+  R_xlen_t n = Rf_xlength(data);
+  PyObject *size = py.TupleNew(nd), *kwargs = py.DictNew(), *args = py.TupleNew(1);
+  PyObject *source = type == REALSXP ? dtypes[D_F64] : type == INTSXP ? dtypes[D_I32] : dtypes[D_BOOL];
+  PyObject *t = NULL;
+  int ok = size != NULL && kwargs != NULL && args != NULL;
+  for (int k = 0; ok && k < nd; k++) {
+    PyObject *s = py.LongFromLongLong(sizes[nd - 1 - k]);
+    if (s == NULL) ok = 0;
+    else py.TupleSetItem(size, k, s);
+  }
+  if (ok && py.DictSetItem(kwargs, torch_.s_dtype, source) == 0) {
+    py.TupleSetItem(args, 0, size); /* steals */
+    size = NULL;
+    t = py.Call(torch_.empty, args, kwargs);
+  }
+  py_decref(size);
+  py_decref(kwargs);
+  py_decref(args);
+  if (t == NULL) return NULL;
+  PyObject *address = call_method(t, "data_ptr");
+  int overflow = 0;
+  long long at = address == NULL ? 0 : py.LongAsLongLongAndOverflow(address, &overflow);
+  py_decref(address);
+  if (address == NULL || overflow || (at == 0 && n > 0)) {
+    py.DecRef(t);
+    return NULL;
+  }
+  if (type == REALSXP) {
+    memcpy((void *) (intptr_t) at, REAL(data), n * sizeof(double));
+  } else if (type == INTSXP) {
+    memcpy((void *) (intptr_t) at, INTEGER(data), n * sizeof(int));
+  } else {
+    uint8_t *dst = (uint8_t *) (intptr_t) at;
+    const int *src = LOGICAL(data);
+    for (R_xlen_t i = 0; i < n; i++) dst[i] = src[i] != 0;
+  }
+  if (nd == 1) return t;
+  PyObject *order = py.TupleNew(nd);
+  for (int k = 0; order != NULL && k < nd; k++) {
+    PyObject *d = py.LongFromLongLong(nd - 1 - k);
+    if (d == NULL) {
+      py.DecRef(order);
+      order = NULL;
+    } else {
+      py.TupleSetItem(order, k, d);
+    }
+  }
+  PyObject *permuted = call_method_args(t, "permute", order == NULL ? NULL : order);
+  py.DecRef(t);
+  if (permuted == NULL) return NULL;
+  PyObject *out = call_method(permuted, "contiguous");
+  py.DecRef(permuted);
+  return out;
+}
+
+/* tb_tensor_from_r(data, dtype): torch_tensor(data, dtype) for a plain double, integer or
+ * logical vector, matrix or array (no class; no NA among integers and logicals, which R's
+ * path converts its own way) and a torch_dtype; an R torch_tensor, `.tb_error`, or
+ * `.tb_fallback` (R makes it, through NumPy). */
+SEXP tb_tensor_from_r(SEXP data, SEXP dtype) {
+  int type = TYPEOF(data);
+  if (!c_path_on() || torch_seen != torch_.tensor_type || torch_.empty == NULL ||
+      (type != REALSXP && type != INTSXP && type != LGLSXP) || OBJECT(data))
+    return sentinel_fallback;
+  PyObject *target = py_field_of(dtype, "torch_dtype");
+  R_xlen_t n = Rf_xlength(data);
+  if (target == NULL || n == 0 || n > 2147483647) return sentinel_fallback;
+  SEXP dim = Rf_getAttrib(data, R_DimSymbol);
+  int nd = dim == R_NilValue ? 1 : LENGTH(dim);
+  int sizes[MAX_DIMS];
+  if (nd < 1 || nd > MAX_DIMS) return sentinel_fallback;
+  if (dim == R_NilValue) sizes[0] = (int) n;
+  else for (int k = 0; k < nd; k++) sizes[k] = INTEGER(dim)[k];
+  if (type != REALSXP) {
+    const int *v = INTEGER(data);
+    for (R_xlen_t i = 0; i < n; i++)
+      if (v[i] == NA_INTEGER) return sentinel_fallback;
+  }
+  GILState gil = py.GILEnsure();
+  PyObject *t = tensor_of_r_values(data, nd, sizes);
+  if (t != NULL && PY_TYPE(t) == torch_.tensor_type) {
+    PyObject *current = py.GetAttr(t, torch_.s_dtype);
+    if (current == NULL) {
+      py.DecRef(t);
+      t = NULL;
+    } else {
+      if (current != target) {
+        PyObject *to = py.GetAttrString(t, "to");
+        PyObject *converted = to == NULL ? NULL : py.CallOneArg(to, target);
+        py_decref(to);
+        py.DecRef(t);
+        t = converted;
+      }
+      py.DecRef(current);
+    }
+  }
+  SEXP out;
+  if (t == NULL && py.ErrOccurred() == NULL) {
+    out = sentinel_fallback; /* no memory address to copy to: R's path decides */
+  } else if (t == NULL) {
+    store_error();
+    out = sentinel_error;
+  } else {
+    out = wrap_result(t); /* steals */
+  }
+  py.GILRelease(gil);
+  return out;
+}

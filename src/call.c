@@ -37,6 +37,7 @@ SEXP tb_index(SEXP x, SEXP call, SEXP env, SEXP drop, SEXP value);
 SEXP tb_index_dots(SEXP x, SEXP rho, SEXP drop, SEXP value);
 SEXP tb_as_array(SEXP x);
 SEXP tb_as_array_init(SEXP examples, SEXP layout);
+SEXP tb_tensor_from_r(SEXP data, SEXP dtype);
 
 /* tb_call_tensor(fn, x): the traced call `fn(x)` for an R torch_tensor `x`, all of it here
  * (R's share of a call is the closure that calls this). Returns an R torch_tensor for a
@@ -80,6 +81,7 @@ static const R_CallMethodDef methods[] = {
     {"tb_index_dots", (DL_FUNC) &tb_index_dots, 4},
     {"tb_as_array", (DL_FUNC) &tb_as_array, 1},
     {"tb_as_array_init", (DL_FUNC) &tb_as_array_init, 2},
+    {"tb_tensor_from_r", (DL_FUNC) &tb_tensor_from_r, 2},
     {NULL, NULL, 0}};
 
 void R_init_tracebridge(DllInfo *dll) {

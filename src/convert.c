@@ -217,7 +217,7 @@ int index_tensor_to_py(PyObject *t, PyObject **out) {
   return give(minus_one(t), out);
 }
 
-int class_index_to_py(SEXP v, SEXP ignore_index, PyObject **out) {
+int class_index_to_py(SEXP v, SEXP ignore_index, int shift_ignore, PyObject **out) {
   PyObject *t = tensor_of(v);
   if (t == NULL) return CONV_FALLBACK;
   long long ign = 1;
@@ -227,7 +227,9 @@ int class_index_to_py(SEXP v, SEXP ignore_index, PyObject **out) {
   if (kind == 1) return borrowed(t, out); /* class probabilities */
   PyObject *shifted = minus_one(t);
   if (shifted == NULL) return CONV_PYERR;
-  if (ign >= 1) return give(shifted, out);
+  /* A negative ignore_index (no class) is shifted by the caller as the targets are
+   * (ignore_index_arg() in R/surface.R). */
+  if (ign >= 1 || shift_ignore) return give(shifted, out);
   /* A negative ignore_index names no class: targets equal to it stay as they are. */
   PyObject *eq = py.GetAttrString(t, "eq"), *value = py.LongFromLongLong(ign), *mask = NULL;
   if (eq != NULL && value != NULL) mask = py.CallOneArg(eq, value);

@@ -22,8 +22,9 @@ enum ResultKind {
 enum { CONV_OK = 0, CONV_FALLBACK = 1, CONV_PYERR = 2 };
 
 int to_py_kind(SEXP v, int kind, int dots, PyObject **out);
-/* class_index_arg(): `ignore_index` is the row's value of that argument (or NULL). */
-int class_index_to_py(SEXP v, SEXP ignore_index, PyObject **out);
+/* class_index_arg(): `ignore_index` is the row's value of that argument (or NULL);
+ * `shift_ignore`: the call shifts a negative ignore_index with the targets. */
+int class_index_to_py(SEXP v, SEXP ignore_index, int shift_ignore, PyObject **out);
 /* index_tensor_arg() for a tensor of 1-based indices: shifted by one (a torch op). */
 int index_tensor_to_py(PyObject *t, PyObject **out);
 /* The dtype kind of a tensor: 1 floating point, 2 bool, 0 another, -1 Python error. */

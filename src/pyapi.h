@@ -78,7 +78,8 @@ typedef struct {
   PyObject *one;           /* the Python int 1 */
   PyObject *where;         /* torch.where */
   PyObject *dtype_bool;    /* torch.bool */
-  PyObject *s_add, *s_item, *s_ndim; /* interned attribute names */
+  PyObject *empty;         /* torch.empty */
+  PyObject *s_add, *s_item, *s_ndim, *s_dtype; /* interned attribute names */
 } Torch;
 
 extern Torch torch_;

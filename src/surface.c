@@ -26,6 +26,7 @@ typedef struct {
   PyObject *fn;
   int n, result, first;
   int ignore_at; /* the `ignore_index` argument, or -1 */
+  int class_at;  /* the class targets argument (K_CLASS_INDEX), or -1 */
   ArgSpec *args;
 } OpSpec;
 
@@ -77,6 +78,7 @@ SEXP tb_op_compile(SEXP row, SEXP fn, SEXP names, SEXP pynames, SEXP kinds, SEXP
   op->result = INTEGER(result)[0];
   op->first = LOGICAL(first)[0];
   op->ignore_at = -1;
+  op->class_at = -1;
   GILState gil = py.GILEnsure();
   py.IncRef(callable);
   op->fn = callable;
@@ -92,6 +94,7 @@ SEXP tb_op_compile(SEXP row, SEXP fn, SEXP names, SEXP pynames, SEXP kinds, SEXP
     args[i].is_dim = strcmp(name, "dim") == 0;
     args[i].is_keepdim = strcmp(name, "keepdim") == 0;
     if (strcmp(name, "ignore_index") == 0) op->ignore_at = i;
+    if (args[i].kind == K_CLASS_INDEX) op->class_at = i;
   }
   py.GILRelease(gil);
   op_release(row_ops[at - 1]);
@@ -189,8 +192,13 @@ static SEXP op_call(SEXP row, SEXP env, SEXP self) {
       continue;
     }
     PyObject *o = NULL;
+    long long ign;
     if (a->kind == K_CLASS_INDEX)
-      status = class_index_to_py(v, op->ignore_at < 0 ? R_NilValue : VECTOR_ELT(values, op->ignore_at), &o);
+      status = class_index_to_py(v, op->ignore_at < 0 ? R_NilValue : VECTOR_ELT(values, op->ignore_at),
+                                 1, &o);
+    else if (i == op->ignore_at && op->class_at >= 0 && whole_int(v, &ign) && ign < 0)
+      /* ignore_index_arg(): a negative one is shifted with the targets. */
+      status = (o = py.LongFromLongLong(ign - 1)) == NULL ? CONV_PYERR : CONV_OK;
     else
       status = a->kind == K_OTHER ? CONV_FALLBACK : to_py_kind(v, a->kind, a->dots, &o);
     if (status != CONV_OK) break;

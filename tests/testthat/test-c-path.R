@@ -106,6 +106,9 @@ run_case <- function(op, args, seed, c_on) {
   out <- tryCatch({
     if (op$r_name != "-") {
       do.call(getExportedValue("tracebridge", op$r_name), flat)
+    } else if (op$method == "-") {
+      # A row behind an R function with mlverse's arguments (linalg_pinv()).
+      do.call(tracebridge:::surface_row(op$py), flat)
     } else {
       self <- flat[[1]]
       do.call(`$`(self, op$method), flat[-1])
@@ -128,7 +131,8 @@ test_that("every row of the surface table gives the same through C as through R"
   missed <- character()
   for (i in seq_along(ops)) {
     op <- ops[[i]]
-    label <- if (op$r_name != "-") op$r_name else paste0("$", op$method)
+    label <- if (op$r_name != "-") op$r_name else if (op$method != "-") paste0("$", op$method) else
+      op$py
     cases <- row_cases(op)
     for (k in seq_along(cases)) {
       args <- cases[[k]]
@@ -259,6 +263,7 @@ test_that("the C paths leave no Python objects or references behind", {
     as_array(x)
     y[1, 1] <- 0.5
     with_no_grad(m(x))
+    torch_tensor(matrix(1:6, 2))
   }
   fail <- function() tryCatch(torch_mm(x, y[1:3, 1:3]), error = identity)
   step()
@@ -282,12 +287,107 @@ test_that("the C paths are safe under gctorture()", {
   expected <- as_array(x) + as_array(y)
   gctorture(TRUE)
   on.exit(gctorture(FALSE))
+  idx <- torch_tensor(c(3L, 1L))
   out <- list(x + y, torch_sum(x, dim = 1), x[2:3, -1], torch_max(x, dim = 2),
-              as_array(x), torch_cat(list(x, y), dim = 2), m(x))
+              as_array(x), torch_cat(list(x, y), dim = 2), m(x),
+              x$sum(dim = 2), x[2, 3]$item(), x[idx, ],
+              torch_tensor(array(seq_len(24) / 2, c(2, 3, 4))))
   y[1, ] <- 0
   gctorture(FALSE)
+  expect_equal(as_array(out[[8]]), rowSums(as_array(x)), tolerance = 1e-6)
+  expect_equal(out[[9]], as_array(x)[2, 3], tolerance = 1e-6)
+  expect_equal(as_array(out[[10]]), as_array(x)[c(3, 1), ], tolerance = 1e-6)
+  expect_equal(as_array(out[[11]]), array(seq_len(24) / 2, c(2, 3, 4)))
   expect_equal(as_array(out[[1]]), expected, tolerance = 1e-6)
   expect_equal(dim(out[[6]]), c(3L, 8L))
   expect_equal(as_array(out[[4]][[2]]), apply(as_array(x), 1, which.max))
   expect_equal(as_array(y[1, ]), rep(0, 4))
+})
+
+test_that("methods from $ and indices read from `...` keep R's meaning", {
+  skip_if_no_torch()
+  x <- torch_tensor(matrix(1:12, 3, 4))
+  y <- torch_tensor(matrix(101:112, 3, 4))
+  # Each `$` binds its own tensor: a method taken before another is still its tensor's.
+  fx <- x$sum
+  fy <- y$sum
+  expect_equal(as_array(fx()), 78)
+  expect_equal(as_array(fy()), sum(101:112))
+  expect_equal(as_array(fx(dim = 1)), colSums(matrix(1:12, 3, 4)))
+  expect_identical(names(formals(x$sum)), c("dim", "keepdim", "dtype"))
+  expect_error(x$no_such_method(), class = "tracebridge_no_method_error")
+  expect_identical(x$shape, c(3L, 4L))
+  # Compiled functions (byte code: the JIT leaves small closures alone) and direct,
+  # do.call() and named calls of `[` give what the plain call gives.
+  i <- 2L
+  plain <- as_array(x[i, 2:3])
+  get_row <- compiler::cmpfun(function(t, k) t[k, 2:3])
+  expect_equal(as_array(get_row(x, i)), plain)
+  expect_equal(as_array(do.call(`[`, list(x, 2, 2:3))), plain)
+  expect_equal(as_array(`[.torch_tensor`(x, i, 2:3)), plain)
+  expect_equal(as_array(x[i, 2:3, drop = TRUE]), plain)
+  expect_equal(dim(x[i, 2:3, drop = FALSE]), c(1L, 2L))
+  z <- torch_zeros(3, 4)
+  set_cell <- compiler::cmpfun(function(t, k) {
+    t[k, 1] <- 7
+    t
+  })
+  expect_equal(as_array(set_cell(z, i))[2, 1], 7)
+  v <- 5
+  z[1, i] <- v
+  expect_equal(as_array(z)[1, 2], 5)
+})
+
+test_that("ignored class targets (a negative ignore_index) agree on both paths and in modules", {
+  skip_if_no_torch()
+  torch_manual_seed(1)
+  x <- torch_randn(5, 3)
+  F <- reticulate::import("torch", convert = FALSE)$nn$functional
+  py_loss <- function(target, ...) {
+    reticulate::py_to_r(F$cross_entropy(x$py, torch_tensor(target)$py, ...)$item())
+  }
+  # R's classes 1, 2, 3 are Python's 0, 1, 2; a target equal to the (negative)
+  # ignore_index is left out on every path, as in Python.
+  for (ign in c(-100, -7)) {
+    targets <- torch_tensor(c(1L, as.integer(ign), 3L, 2L, as.integer(ign)))
+    expected <- py_loss(c(0L, as.integer(ign), 2L, 1L, as.integer(ign)),
+                        ignore_index = as.integer(ign))
+    fast <- as_array(nnf_cross_entropy(x, targets, ignore_index = ign))
+    slow <- with_c(FALSE, as_array(nnf_cross_entropy(x, targets, ignore_index = ign)))
+    module <- as_array(nn_cross_entropy_loss(ignore_index = ign)(x, targets))
+    expect_equal(fast, expected, tolerance = 1e-6)
+    expect_equal(slow, expected, tolerance = 1e-6)
+    expect_equal(module, expected, tolerance = 1e-6)
+    nll <- function() as_array(nnf_nll_loss(nnf_log_softmax(x, 2), targets, ignore_index = ign,
+                                            reduction = "sum"))
+    expect_equal(nll(), with_c(FALSE, nll()), tolerance = 1e-6)
+  }
+})
+
+test_that("torch_tensor() from R data gives the same tensors through C as through NumPy", {
+  skip_if_no_torch()
+  describe <- function(t) {
+    py <- t$py
+    list(class = class(t), dtype = as.character(t$dtype), shape = dim(t),
+         values = as_array(t), contiguous = reticulate::py_to_r(py$is_contiguous()),
+         stride = unlist(reticulate::py_to_r(py$stride())), grad = t$requires_grad)
+  }
+  cases <- list(
+    list(c(1.5, -2, 3)), list(1:5), list(c(TRUE, FALSE, TRUE)),
+    list(matrix(1:6, 2)), list(matrix(c(0.5, 1, 2, 4), 2), dtype = torch_float64()),
+    list(array(seq_len(24) / 2, c(2, 3, 4))), list(array(1:6, c(1, 2, 3)), dtype = torch_int32()),
+    list(matrix(c(TRUE, FALSE, FALSE, TRUE), 2)), list(c(1, NaN, Inf)),
+    list(1:3, dtype = torch_float()), list(c(0, 1, 2), dtype = torch_bool()),
+    list(c(1.7, -1.7), dtype = torch_long()), list(7L), list(matrix(1:6, 2), dtype = "float64"),
+    list(c(2, 3), requires_grad = TRUE), list(c(1L, NA)), list(c(TRUE, NA)),
+    list(structure(1:4, dim = c(2L, 2L), dimnames = list(c("a", "b"), NULL)))
+  )
+  before <- op_calls()
+  for (args in cases) {
+    fast <- do.call(torch_tensor, args)
+    slow <- with_c(FALSE, do.call(torch_tensor, args))
+    expect_equal(describe(fast), describe(slow), info = paste(deparse(args), collapse = ""))
+  }
+  expect_error(torch_tensor("a"), "Cannot make a tensor")
+  expect_error(with_c(FALSE, torch_tensor("a")), "Cannot make a tensor")
 })

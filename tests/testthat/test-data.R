@@ -1,5 +1,6 @@
 # Loops over data loaders as mlverse torch documents them: dataloader_make_iter() and
-# dataloader_next(), dl$.iter() with $.next(), and for (b in enumerate(dl)).
+# dataloader_next(), dl$.iter() with $.next(), and for (b in enumerate(dl)) (a list of
+# the batches, as in mlverse).
 
 five <- function(batch_size = 2, ...) {
   dataloader(tensor_dataset(x = torch_tensor(c(10, 20, 30, 40, 50))), batch_size = batch_size,
@@ -53,13 +54,20 @@ test_that("for (b in enumerate(dl)) loops over the batches in order", {
   expect_equal(pass(), p1)
 })
 
-test_that("enumerate() reads batches in order and says so when they are used out of order", {
+test_that("enumerate() gives the batches themselves, as mlverse does", {
   skip_if_no_torch()
   bs <- enumerate(five())
+  expect_type(bs, "list")
+  expect_type(bs[[1]], "list")
+  expect_identical(names(bs[[2]]), "x")
+  expect_length(bs[[3]], 1L)
+  # In any order, any number of times: each is a batch, not a place in a pass.
   expect_equal(as_array(bs[[2]]$x), c(30, 40))
-  expect_error(bs[[1]]$x, "batch 1 was read before batch 2")
-  expect_error(bs[[1]]$x, class = "runtime_error")
-  expect_equal(as_array(bs[[3]]$x), 50)
+  expect_equal(as_array(bs[[1]][[1]]), c(10, 20))
+  expect_equal(as_array(bs[[2]]$x), c(30, 40))
+  expect_length(enumerate(five(), max_len = 0), 0)
+  expect_error(enumerate(five(), max_len = -1), "`max_len` must be one number",
+               class = "value_error")
   expect_error(enumerate(1:3), "must be a data loader", class = "type_error")
 })
 

@@ -147,3 +147,31 @@ test_that("linalg functions trace, and the traced graph works at another size", 
   out3 <- tr(torch_eye(3) * 2)
   expect_equal(as_array(out3[[2]]), log(8), tolerance = 1e-6)
 })
+
+test_that("linalg_matrix_rank(tol = ) and linalg_pinv(rcond = ) as mlverse has them", {
+  skip_if_no_torch()
+  A <- torch_tensor(rbind(c(1, 0), c(0, 1e-4)))
+  pyA <- A$py
+  torch <- reticulate::import("torch", convert = FALSE)
+  py_rank <- function(...) reticulate::py_to_r(torch$linalg$matrix_rank(pyA, ...)$item())
+  # tol: the old PyTorch argument, atol = tol with rtol = 0; positional as in mlverse.
+  expect_equal(as_array(linalg_matrix_rank(A, tol = 1e-3)), py_rank(tol = 1e-3))
+  expect_equal(as_array(linalg_matrix_rank(A, tol = 1e-3)), 1L)
+  expect_equal(as_array(linalg_matrix_rank(A, 1e-5)), 2L)
+  expect_equal(as_array(linalg_matrix_rank(A, tol = torch_tensor(1e-3))), 1L)
+  expect_equal(as_array(linalg_matrix_rank(A, atol = 1e-3)), py_rank(atol = 1e-3))
+  expect_error(linalg_matrix_rank(A, tol = 1e-3, rtol = 0.1), "give `tol`, or `atol`",
+               class = "value_error")
+  # rcond: mlverse's name of rtol, 1e-15 by default.
+  expect_equal(as_array(linalg_pinv(A, rcond = 1e-3)), rbind(c(1, 0), c(0, 0)))
+  expect_equal(as_array(linalg_pinv(A)), rbind(c(1, 0), c(0, 1e4)), tolerance = 1e-4)
+  py_pinv <- reticulate::py_to_r(torch$linalg$pinv(pyA, rtol = 1e-3)$numpy())
+  expect_equal(as_array(linalg_pinv(A, rcond = 1e-3)), py_pinv)
+  expect_equal(as_array(linalg_pinv(A, atol = 1e-3)), rbind(c(1, 0), c(0, 0)))
+  expect_equal(as_array(linalg_pinv(A, rcond = torch_tensor(1e-3))), rbind(c(1, 0), c(0, 0)))
+  expect_error(linalg_pinv(A, rcond = 1e-3, rtol = 1e-5), "give `rcond`, or `atol`",
+               class = "value_error")
+  # Traced: the row's call is recorded, the tolerance with it.
+  f <- function(a) linalg_pinv(a, rcond = 1e-3)
+  expect_equal(as_array(jit_trace(f, A)(A)), rbind(c(1, 0), c(0, 0)))
+})

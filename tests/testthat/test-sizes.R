@@ -153,3 +153,48 @@ test_that("N inside [ is a traced size and a 1-based position too", {
   expect_same_as_eager(function(x) x[N - 1, N])
   expect_same_as_eager(function(x) x[2:N, 1])
 })
+
+test_that("seq_len() and a:b read traced sizes in the user's functions that traced code calls", {
+  skip_if_no_torch()
+  # Plain R functions, called from the traced function (and from each other), not traced
+  # themselves: inside a trace their seq_len() and `:` record guards as the traced
+  # function's do; outside, they are base R's.
+  weighted_rows <- function(x) {
+    s <- torch_zeros(3)
+    for (i in seq_len(x$size(1))) s <- s + x[i, ] * i
+    s
+  }
+  last_rows <- function(x) {
+    n <- x$size(1)
+    x[(n - 1):n, ]$sum(dim = 1)
+  }
+  both <- function(x) weighted_rows(x) + last_rows(x)
+  f <- function(x) both(x) * 2
+  tr <- expect_same_as_eager(f, 4)
+  expect_equal(as_array(tr(ex(4))), 2 * (1.5 * c(70, 80, 90) + 1.5 * c(17, 19, 21)))
+  expect_error(tr(ex(6)), "x$shape[1] == 4", fixed = TRUE)
+  # The functions themselves are left as they were.
+  expect_identical(environment(weighted_rows), environment())
+  expect_equal(as_array(weighted_rows(ex(2))), 1.5 * c(9, 12, 15))
+  # In an R module's forward too, and nothing stays bound in the module.
+  M <- nn_module("M", initialize = function() NULL, forward = function(x) both(x))
+  m <- M()
+  trm <- suppressWarnings(jit_trace(m, ex(4)))
+  expect_equal(as_array(trm(ex(4))), as_array(m(ex(4))))
+  expect_false(exists("both", envir = attr(m, "self"), inherits = FALSE))
+})
+
+test_that("length() and seq_along() of a tensor read its traced element count with a guard", {
+  skip_if_no_torch()
+  f <- function(x) {
+    s <- torch_zeros(1)
+    for (i in seq_along(x)) s <- s + x[i] * i
+    s / length(x)
+  }
+  v <- function(n) torch_tensor(seq_len(n) * 1.5)
+  tr <- suppressWarnings(jit_trace(f, v(3)))
+  expect_equal(as_array(tr(v(3))), as_array(f(v(3))))
+  expect_equal(as_array(tr(v(3))), 1.5 * 14 / 3, tolerance = 1e-6)
+  expect_error(tr(v(4)), "x$numel() == 3", fixed = TRUE)
+  expect_identical(length(v(4)), 4L)
+})
