@@ -1,0 +1,202 @@
+"""Memoise what only the input's sizes decide: values computed from sizes, devices, dtypes.
+
+Note: folding by size, a step past runtime/folding.py.
+  Folding computes once what depends only on literals and state. A Hugging Face model's
+  attention mask is built on every call from ``arange(seq_len, device=x.device)``,
+  ``new_ones``, comparisons and broadcasts: a dozen tensor ops whose results depend only
+  on a few sizes of the input (and its device), never on its values. ``torch.jit.trace``
+  runs them cheaply in C++; run from Python they cost more than a transformer layer at
+  batch 1. :func:`plan` finds "sized" nodes: ops whose arguments are literals, scalars
+  of a cacheable kind (``int``, ``bool``, ``device``, ``dtype``: sizes read with
+  ``x.shape``, ``x.device``, and arithmetic on them) or results of other sized nodes. Runs
+  of them that make at least one tensor become a block; the generated code calls
+  :class:`Memo` with the block's scalar inputs (its key) and gets the block's values,
+  computed on the first call with those sizes and reused after.
+
+  A block runs where its first reader stands (nodes between do not read it; guards
+  before it still run first). Under the same rules as folding, nothing is memoised when
+  a memoised tensor (or a view of one) could be written in place or returned to the
+  caller; random and in-place ops, guards, grad-mode reads and factories asked for
+  ``requires_grad`` are never sized. The key holds no float (``-0.0 == 0.0``), and the
+  inference mode the values were made in; a few keys are kept per block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..ir import Graph, Node, Ref, refs_in
+from ..ir import ops as opset
+from ..ir.analysis import output_ids
+from .folding import _ALIASING, _may_be_static
+
+# Scalar kinds whose values are exact keys: equal means interchangeable (not floats).
+_KEY_KINDS = frozenset({"int", "bool", "device", "dtype"})
+KEEP = 8  # keys kept per block: a server sees a few sequence lengths, not thousands
+
+
+@dataclass
+class MemoBlock:
+    """Contiguous nodes of a (reordered) graph computed by one :class:`Memo`."""
+
+    start: int  # index of the block's first node
+    stop: int  # one past its last node
+    keys: list[int]  # value ids read from outside the block, in order: the cache key
+    boundary: list[int]  # value ids of the block that the rest of the graph reads
+
+
+def _sized_candidate(node: Node) -> bool:
+    wants_grad = node.kwargs.get("requires_grad", False)
+    return _may_be_static(node) and not (wants_grad is not False and "requires_grad" in node.kwargs)
+
+
+def _static_ids(graph: Graph) -> set[int]:
+    """Values of literals and state only (folding's rule): runtime/folding.py's part."""
+    static: set[int] = set()
+    for node in graph.nodes:
+        refs = refs_in((node.args, node.kwargs))
+        if node.op == "prim.state" or (_may_be_static(node) and all(r.id in static for r in refs)):
+            static.update(v.id for v in node.outputs)
+    return static
+
+
+def _find_runs(graph: Graph) -> list[tuple[list[int], int]] | None:
+    """Runs of sized nodes (original indices) with the index of the node that first reads
+    one of their values (the run moves there); None where memoising would be unsafe."""
+    kinds = {v.id: v.kind for v in graph.inputs}
+    kinds.update({v.id: v.kind for n in graph.nodes for v in n.outputs})
+    static = _static_ids(graph)
+    sized: set[int] = set()
+    aliases: set[int] = set()  # sized tensors and what may share their memory
+    runs: list[tuple[list[int], int]] = []
+    run: list[int] = []
+    run_ids: set[int] = set()
+    for index, node in enumerate(graph.nodes):
+        refs = refs_in((node.args, node.kwargs))
+        outside = [r for r in refs if r.id not in sized]
+        if (
+            refs
+            and _sized_candidate(node)
+            and not all(r.id in static for r in refs)
+            and all(kinds.get(r.id) in _KEY_KINDS for r in outside)
+        ):
+            sized.update(v.id for v in node.outputs)
+            aliases.update(v.id for v in node.outputs if v.kind == "Tensor")
+            run.append(index)
+            run_ids.update(v.id for v in node.outputs)
+            continue
+        if run and any(r.id in run_ids for r in refs):
+            runs.append((run, index))
+            run, run_ids = [], set()
+        first = node.args[0] if node.args else None
+        if isinstance(first, Ref) and first.id in aliases:
+            if opset.is_inplace(node.op):
+                return None  # a write into a memoised tensor
+            if node.op in _ALIASING:
+                aliases.update(v.id for v in node.outputs)
+    if run:
+        runs.append((run, len(graph.nodes)))
+    if output_ids(graph) & aliases:
+        return None  # the caller would get a memoised tensor (or a view of one)
+    return runs
+
+
+def plan(graph: Graph) -> tuple[Graph, list[MemoBlock]]:
+    """``graph`` with each worthwhile run of sized nodes moved, contiguous, to where it is
+    first read, and the blocks to memoise; ``(graph, [])`` where there are none."""
+    runs = _find_runs(graph)
+    if not runs:
+        return graph, []
+    kinds = {v.id: v.kind for v in graph.inputs}
+    kinds.update({v.id: v.kind for n in graph.nodes for v in n.outputs})
+    chosen = []
+    for run, at in runs:
+        made = {v.id for i in run for v in graph.nodes[i].outputs}
+        reads = [r.id for i in run for r in refs_in((graph.nodes[i].args, graph.nodes[i].kwargs))]
+        keys = list(dict.fromkeys(r for r in reads if r not in made))
+        makes_tensor = any(kinds.get(v) == "Tensor" for v in made)
+        ops = sum(1 for i in run if graph.nodes[i].op.split(".")[0] not in ("prim", "scalar"))
+        exact = all(kinds.get(k) in _KEY_KINDS for k in keys)  # not a tensor of a run before
+        if makes_tensor and ops >= 2 and keys and exact:
+            chosen.append((run, at, keys))
+    if not chosen:
+        return graph, []
+    moved = {i for run, _, _ in chosen for i in run}
+    by_place: dict[int, list[tuple[list[int], list[int]]]] = {}
+    for run, at, keys in chosen:
+        by_place.setdefault(at, []).append((run, keys))
+    nodes: list[Node] = []
+    placed: list[tuple[int, int, list[int], set[int]]] = []
+    for index in range(len(graph.nodes) + 1):
+        for run, keys in by_place.get(index, []):
+            start = len(nodes)
+            nodes.extend(graph.nodes[i] for i in run)
+            made = {v.id for i in run for v in graph.nodes[i].outputs}
+            placed.append((start, len(nodes), keys, made))
+        if index < len(graph.nodes) and index not in moved:
+            nodes.append(graph.nodes[index])
+    reordered = Graph(
+        inputs=graph.inputs,
+        in_spec=graph.in_spec,
+        nodes=nodes,
+        outputs=graph.outputs,
+        out_spec=graph.out_spec,
+        arg_names=graph.arg_names,
+        sources=graph.sources,
+    )
+    blocks = []
+    for start, stop, keys, made in placed:
+        read_after = {
+            r.id
+            for n in nodes[:start] + nodes[stop:]
+            for r in refs_in((n.args, n.kwargs))
+            if r.id in made
+        }
+        read_after |= output_ids(reordered) & made
+        boundary = [v.id for n in nodes[start:stop] for v in n.outputs if v.id in read_after]
+        blocks.append(MemoBlock(start, stop, keys, boundary))
+    return reordered, blocks
+
+
+def subgraph(graph: Graph, block: MemoBlock) -> Graph:
+    """A block as a graph of its own: its keys as inputs, its boundary as outputs."""
+    values = {v.id: v for n in graph.nodes for v in n.outputs}
+    values.update({v.id: v for v in graph.inputs})
+    inputs = [values[k] for k in block.keys]
+    return Graph(
+        inputs=inputs,
+        in_spec={"t": "tuple", "c": []},  # called with its keys only, never by a user
+        nodes=graph.nodes[block.start : block.stop],
+        outputs=[Ref(v) for v in block.boundary],
+        out_spec={"t": "tuple", "c": [{"t": "leaf"} for _ in block.boundary]},
+        sources=graph.sources,
+    )
+
+
+_inference_mode = torch.is_inference_mode_enabled
+
+
+class Memo:
+    """Runs a block for a key of sizes once and keeps its values (the last :data:`KEEP`
+    keys, each with the inference mode it ran in)."""
+
+    def __init__(self, function, count: int, ops: int):
+        self.function = function
+        self.count = count
+        self.ops = ops
+        self.cache: dict = {}
+
+    def __repr__(self) -> str:
+        return f"memo({self.count} values of {self.ops} ops on sizes, {len(self.cache)} keys)"
+
+    def __call__(self, *key):
+        entry = (key, _inference_mode())
+        values = self.cache.get(entry)
+        if values is None:
+            values = self.function(*key)
+            if len(self.cache) >= KEEP:
+                self.cache.pop(next(iter(self.cache), None), None)
+            self.cache[entry] = values
+        return values
