@@ -158,3 +158,44 @@ def test_the_key_holds_the_dtype():
         out = traced(x)
         assert out.dtype == dtype
         torch.testing.assert_close(out, model(x), rtol=0, atol=0)
+
+
+class Rotary(nn.Module):
+    """Llama's rotary embedding: positions from the length, times a state buffer, in a
+    no-grad block; ``scale`` is a parameter, to show gradients reach state."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, 4, 2).float() / 4))
+        self.scale = nn.Parameter(torch.tensor(1.5))
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[1], device=x.device)[None, :]
+        with torch.no_grad():
+            freqs = positions[..., None].float() * self.inv_freq.to(x.device, x.dtype)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            cos, sin = emb.cos(), emb.sin()
+        grid = torch.arange(x.shape[1], device=x.device).float()[:, None] * self.scale
+        return x * cos + x.flip(-1) * sin + grid.sum()
+
+
+def test_state_in_a_memoised_block_is_followed():
+    torch.manual_seed(0)
+    model = Rotary()
+    traced = tracebridge.trace(model, (torch.randn(1, 5, 4),))
+    assert "memoised by size" in traced.code
+    x = torch.randn(1, 5, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
+        model.inv_freq.mul_(2)  # in place: the version moves
+        torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
+        model.load_state_dict({"inv_freq": torch.ones(2), "scale": torch.tensor(0.5)})
+        torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
+        traced.inv_freq = torch.full((2,), 0.25)  # a new tensor in the slot
+        model.inv_freq = traced.inv_freq
+        torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
+    traced(x).sum().backward()  # the parameter's op is not kept: its gradient arrives
+    expected = model.scale.grad.clone()
+    model.scale.grad = None
+    model(x).sum().backward()
+    torch.testing.assert_close(model.scale.grad, expected)

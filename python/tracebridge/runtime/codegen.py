@@ -474,7 +474,9 @@ class CodeGen:
         inner = _KeyedCodeGen(sub, self.slots, f"{self.name}_memo", self.guards, self.methods)
         function = compile_function(inner).function
         ops = sum(1 for n in sub.nodes if n.op.split(".")[0] not in ("prim", "scalar"))
-        runner = memo.Memo(function, len(block.boundary), ops)
+        kinds = {v.id: v.kind for v in sub.inputs}
+        state = tuple(i for i, k in enumerate(block.keys) if kinds.get(k) == "Tensor")
+        runner = memo.Memo(function, len(block.boundary), ops, state)
         keys = [self.ref(Ref(k)) for k in block.keys]
         values = {v.id: v for n in sub.nodes for v in n.outputs}
         targets = [ast.Name(self.define(values[v]), ast.Store()) for v in block.boundary]

@@ -8,17 +8,21 @@ Note: folding by size, a step past runtime/folding.py.
   runs them cheaply in C++; run from Python they cost more than a transformer layer at
   batch 1. :func:`plan` finds "sized" nodes: ops whose arguments are literals, scalars
   of a cacheable kind (``int``, ``bool``, ``device``, ``dtype``: sizes read with
-  ``x.shape``, ``x.device``, and arithmetic on them) or results of other sized nodes. Runs
-  of them that make at least one tensor become a block; the generated code calls
-  :class:`Memo` with the block's scalar inputs (its key) and gets the block's values,
-  computed on the first call with those sizes and reused after.
+  ``x.shape``, ``x.device``, and arithmetic on them), state tensors (a rotary embedding's
+  ``inv_freq``), tensors an earlier block keeps, or results of other sized nodes, at least
+  one of them not a literal or state (runtime/folding.py folds those). Runs of them that
+  make at least one tensor become a block; the generated code calls :class:`Memo` with the
+  block's inputs (its key) and gets the block's values, computed on the first call with
+  that key and reused after. Tensors in a key count by identity, version and data
+  pointer, so ``load_state_dict``, ``.to()`` and in-place updates are followed.
 
   A block runs where its first reader stands (nodes between do not read it; guards
-  before it still run first). Under the same rules as folding, nothing is memoised when
-  a memoised tensor (or a view of one) could be written in place or returned to the
-  caller; random and in-place ops, guards, grad-mode reads and factories asked for
-  ``requires_grad`` are never sized. The key holds no float (``-0.0 == 0.0``), and the
-  inference mode the values were made in; a few keys are kept per block.
+  before it still run first), never past a switch of grad mode. Under the same rules as
+  folding, nothing is memoised when a memoised tensor (or a view of one) could be written
+  in place or returned to the caller; random and in-place ops, guards, grad-mode reads
+  and factories asked for ``requires_grad`` are never sized. The key holds no float
+  (``-0.0 == 0.0``), and the inference mode the values were made in; a few keys are kept
+  per block.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from .folding import _ALIASING, _may_be_static
 
 # Scalar kinds whose values are exact keys: equal means interchangeable (not floats).
 _KEY_KINDS = frozenset({"int", "bool", "device", "dtype"})
+_MODE_SWITCHES = frozenset({"set_grad_enabled", "prim.grad_enabled"})
 KEEP = 8  # keys kept per block: a server sees a few sequence lengths, not thousands
 
 
@@ -68,6 +73,7 @@ def _find_runs(graph: Graph) -> list[tuple[list[int], int]] | None:
     kinds = {v.id: v.kind for v in graph.inputs}
     kinds.update({v.id: v.kind for n in graph.nodes for v in n.outputs})
     static = _static_ids(graph)
+    state = {v.id for n in graph.nodes if n.op == "prim.state" for v in n.outputs}
     sized: set[int] = set()
     aliases: set[int] = set()  # sized tensors and what may share their memory
     runs: list[tuple[list[int], int]] = []
@@ -80,14 +86,15 @@ def _find_runs(graph: Graph) -> list[tuple[list[int], int]] | None:
             refs
             and _sized_candidate(node)
             and not all(r.id in static for r in refs)
-            and all(kinds.get(r.id) in _KEY_KINDS for r in outside)
+            and all(kinds.get(r.id) in _KEY_KINDS or r.id in state for r in outside)
         ):
             sized.update(v.id for v in node.outputs)
             aliases.update(v.id for v in node.outputs if v.kind == "Tensor")
             run.append(index)
             run_ids.update(v.id for v in node.outputs)
             continue
-        if run and any(r.id in run_ids for r in refs):
+        # A run never moves past a switch of grad mode: it runs in the mode it was traced in.
+        if run and (node.op in _MODE_SWITCHES or any(r.id in run_ids for r in refs)):
             runs.append((run, index))
             run, run_ids = [], set()
         first = node.args[0] if node.args else None
@@ -111,16 +118,19 @@ def plan(graph: Graph) -> tuple[Graph, list[MemoBlock]]:
         return graph, []
     kinds = {v.id: v.kind for v in graph.inputs}
     kinds.update({v.id: v.kind for n in graph.nodes for v in n.outputs})
+    state = {v.id for n in graph.nodes if n.op == "prim.state" for v in n.outputs}
     chosen = []
+    kept: set[int] = set()  # tensors that blocks chosen before give: the same object per key
     for run, at in runs:
         made = {v.id for i in run for v in graph.nodes[i].outputs}
         reads = [r.id for i in run for r in refs_in((graph.nodes[i].args, graph.nodes[i].kwargs))]
         keys = list(dict.fromkeys(r for r in reads if r not in made))
         makes_tensor = any(kinds.get(v) == "Tensor" for v in made)
         ops = sum(1 for i in run if graph.nodes[i].op.split(".")[0] not in ("prim", "scalar"))
-        exact = all(kinds.get(k) in _KEY_KINDS for k in keys)  # not a tensor of a run before
+        exact = all(kinds.get(k) in _KEY_KINDS or k in state or k in kept for k in keys)
         if makes_tensor and ops >= 2 and keys and exact:
             chosen.append((run, at, keys))
+            kept.update(v for v in made if kinds.get(v) == "Tensor")
     if not chosen:
         return graph, []
     moved = {i for run, _, _ in chosen for i in run}
@@ -176,27 +186,51 @@ def subgraph(graph: Graph, block: MemoBlock) -> Graph:
 
 
 _inference_mode = torch.is_inference_mode_enabled
+_grad_enabled = torch.is_grad_enabled
 
 
 class Memo:
     """Runs a block for a key of sizes once and keeps its values (the last :data:`KEEP`
-    keys, each with the inference mode it ran in)."""
+    keys, each with the inference mode it ran in). ``state`` are the positions of the
+    key that are tensors (state, or values another memo keeps): they count by identity,
+    version and data pointer (as in runtime/folding.py), and the cache keeps them alive so
+    that an identity is never reused; under autograd with one that requires grad, the
+    block runs every time, so gradients reach the state."""
 
-    def __init__(self, function, count: int, ops: int):
+    def __init__(self, function, count: int, ops: int, state: tuple[int, ...] = ()):
         self.function = function
         self.count = count
         self.ops = ops
+        self.state = state
         self.cache: dict = {}
 
     def __repr__(self) -> str:
         return f"memo({self.count} values of {self.ops} ops on sizes, {len(self.cache)} keys)"
 
     def __call__(self, *key):
+        if self.state:
+            return self._with_state(key)
         entry = (key, _inference_mode())
         values = self.cache.get(entry)
         if values is None:
-            values = self.function(*key)
-            if len(self.cache) >= KEEP:
-                self.cache.pop(next(iter(self.cache), None), None)
-            self.cache[entry] = values
+            values = self._keep(entry, self.function(*key), ())
+        return values
+
+    def _with_state(self, key: tuple):
+        tensors = [key[i] for i in self.state]
+        if _grad_enabled() and any(t.requires_grad for t in tensors):
+            return self.function(*key)
+        exact = list(key)
+        for i, t in zip(self.state, tensors):
+            exact[i] = (id(t), t._version, t.data_ptr())
+        entry = (tuple(exact), _inference_mode())
+        kept = self.cache.get(entry)
+        if kept is None:
+            return self._keep(entry, self.function(*key), tensors)
+        return kept[0]
+
+    def _keep(self, entry, values, tensors):
+        if len(self.cache) >= KEEP:
+            self.cache.pop(next(iter(self.cache), None), None)
+        self.cache[entry] = (values, tensors) if self.state else values
         return values
