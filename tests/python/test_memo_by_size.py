@@ -199,3 +199,25 @@ def test_state_in_a_memoised_block_is_followed():
     model.scale.grad = None
     model(x).sum().backward()
     torch.testing.assert_close(model.scale.grad, expected)
+
+
+class CausalMask(nn.Module):
+    def forward(self, x):
+        n = x.shape[-1]
+        mask = torch.ones(n, n, device=x.device).tril().bool()
+        return x.unsqueeze(-2).expand(-1, n, n).masked_fill(~mask, 0.0)
+
+
+def test_large_values_are_not_kept(monkeypatch):
+    model = CausalMask()
+    traced = tracebridge.trace(model, (torch.randn(2, 4),))
+    assert "memoised by size" in traced.code
+    monkeypatch.setattr(memo, "KEEP_BYTES", 40)  # a 6 x 6 bool mask (36 bytes) fits, 7 x 7 not
+    with torch.no_grad():
+        for n in (3, 5, 6, 7, 8, 3):
+            x = torch.randn(2, n)
+            torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
+            (runner,) = _memos(traced)
+            assert runner.bytes <= 40
+            assert runner.bytes == sum(size for _, size in runner.cache.values())
+    assert len(runner.cache) == 1  # 3 x 3 (9 bytes) pushed out 6 x 6 (36) to fit

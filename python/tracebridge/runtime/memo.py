@@ -40,6 +40,7 @@ from .folding import _ALIASING, _may_be_static
 _KEY_KINDS = frozenset({"int", "bool", "device", "dtype"})
 _MODE_SWITCHES = frozenset({"set_grad_enabled", "prim.grad_enabled"})
 KEEP = 8  # keys kept per block: a server sees a few sequence lengths, not thousands
+KEEP_BYTES = 64 << 20  # tensor bytes kept per block: a causal mask of a long text is large
 
 
 @dataclass
@@ -191,18 +192,21 @@ _grad_enabled = torch.is_grad_enabled
 
 class Memo:
     """Runs a block for a key of sizes once and keeps its values (the last :data:`KEEP`
-    keys, each with the inference mode it ran in). ``state`` are the positions of the
-    key that are tensors (state, or values another memo keeps): they count by identity,
-    version and data pointer (as in runtime/folding.py), and the cache keeps them alive so
-    that an identity is never reused; under autograd with one that requires grad, the
-    block runs every time, so gradients reach the state."""
+    keys and at most :data:`KEEP_BYTES` of tensors, each with the inference mode it ran
+    in); values larger than that are made on every call. ``state`` are the positions of
+    the key that are tensors (state, or values another memo keeps): they count by
+    identity, version and data pointer (as in runtime/folding.py), and the cache keeps
+    them alive so that an identity is never reused (after ``.to()``, the old tensors of a
+    few keys stay alive until newer keys push them out); under autograd with one that
+    requires grad, the block runs every time, so gradients reach the state."""
 
     def __init__(self, function, count: int, ops: int, state: tuple[int, ...] = ()):
         self.function = function
         self.count = count
         self.ops = ops
         self.state = state
-        self.cache: dict = {}
+        self.cache: dict = {}  # entry -> (values, or (values, key tensors); bytes)
+        self.bytes = 0
 
     def __repr__(self) -> str:
         return f"memo({self.count} values of {self.ops} ops on sizes, {len(self.cache)} keys)"
@@ -211,10 +215,10 @@ class Memo:
         if self.state:
             return self._with_state(key)
         entry = (key, _inference_mode())
-        values = self.cache.get(entry)
-        if values is None:
-            values = self._keep(entry, self.function(*key), ())
-        return values
+        kept = self.cache.get(entry)
+        if kept is None:
+            return self._keep(entry, self.function(*key), ())
+        return kept[0]
 
     def _with_state(self, key: tuple):
         tensors = [key[i] for i in self.state]
@@ -227,10 +231,28 @@ class Memo:
         kept = self.cache.get(entry)
         if kept is None:
             return self._keep(entry, self.function(*key), tensors)
-        return kept[0]
+        return kept[0][0]
 
     def _keep(self, entry, values, tensors):
-        if len(self.cache) >= KEEP:
-            self.cache.pop(next(iter(self.cache), None), None)
-        self.cache[entry] = (values, tensors) if self.state else values
+        size = _nbytes(values)
+        if size > KEEP_BYTES:
+            return values  # too large to keep: made again on the next call, as eager does
+        while self.cache and (len(self.cache) >= KEEP or self.bytes + size > KEEP_BYTES):
+            self.bytes -= _pop_oldest(self.cache)
+        self.cache[entry] = ((values, tensors) if self.state else values, size)
+        self.bytes += size
         return values
+
+
+def _pop_oldest(cache: dict) -> int:
+    """Drop the oldest entry and return its bytes (0 if another thread took it first)."""
+    try:
+        key = next(iter(cache))
+    except (StopIteration, RuntimeError):
+        return 0
+    dropped = cache.pop(key, None)
+    return dropped[1] if dropped is not None else 0
+
+
+def _nbytes(values: tuple) -> int:
+    return sum(v.nbytes for v in values if isinstance(v, torch.Tensor))
