@@ -221,3 +221,28 @@ def test_large_values_are_not_kept(monkeypatch):
             assert runner.bytes <= 40
             assert runner.bytes == sum(size for _, size in runner.cache.values())
     assert len(runner.cache) == 1  # 3 x 3 (9 bytes) pushed out 6 x 6 (36) to fit
+
+
+class WritesStateAfterReading(nn.Module):
+    """A sized value reads a buffer that the graph then updates in place: the value must be
+    made before the update, where eager makes it."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("count", torch.zeros(3))
+
+    def forward(self, x):
+        grid = torch.arange(x.shape[0], device=x.device).float()[:, None] + self.count
+        self.count.add_(1)
+        return x + grid
+
+
+def test_a_memoised_block_does_not_move_past_a_write_to_its_state():
+    model, twin = WritesStateAfterReading(), WritesStateAfterReading()
+    traced = tracebridge.trace(model, (torch.randn(2, 3),), check_trace=False)
+    model.count.zero_()  # the trace ran the model once
+    with torch.no_grad():
+        for rows in (2, 4, 2, 2):
+            x = torch.randn(rows, 3)
+            torch.testing.assert_close(traced(x), twin(x), rtol=0, atol=0)
+    torch.testing.assert_close(model.count, twin.count)

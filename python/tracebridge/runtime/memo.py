@@ -17,7 +17,8 @@ Note: folding by size, a step past runtime/folding.py.
   pointer, so ``load_state_dict``, ``.to()`` and in-place updates are followed.
 
   A block runs where its first reader stands (nodes between do not read it; guards
-  before it still run first), never past a switch of grad mode. Under the same rules as
+  before it still run first), never past a switch of grad mode, nor (when it reads
+  state) past another reader of that state, which may write it. Under the same rules as
   folding, nothing is memoised when a memoised tensor (or a view of one) could be written
   in place or returned to the caller; random and in-place ops, guards, grad-mode reads
   and factories asked for ``requires_grad`` are never sized. The key holds no float
@@ -78,8 +79,10 @@ def _find_runs(graph: Graph) -> list[tuple[list[int], int]] | None:
     sized: set[int] = set()
     aliases: set[int] = set()  # sized tensors and what may share their memory
     runs: list[tuple[list[int], int]] = []
+    state_views = set(state)  # state tensors and views of them made outside runs
     run: list[int] = []
     run_ids: set[int] = set()
+    run_reads_state = False
     for index, node in enumerate(graph.nodes):
         refs = refs_in((node.args, node.kwargs))
         outside = [r for r in refs if r.id not in sized]
@@ -93,12 +96,20 @@ def _find_runs(graph: Graph) -> list[tuple[list[int], int]] | None:
             aliases.update(v.id for v in node.outputs if v.kind == "Tensor")
             run.append(index)
             run_ids.update(v.id for v in node.outputs)
+            run_reads_state = run_reads_state or any(r.id in state for r in outside)
             continue
-        # A run never moves past a switch of grad mode: it runs in the mode it was traced in.
-        if run and (node.op in _MODE_SWITCHES or any(r.id in run_ids for r in refs)):
+        # A run never moves past a switch of grad mode (it runs in the mode it was traced
+        # in), nor past a node that reads state (which may write it: a buffer's add_, a
+        # batch norm's running statistics) when the run reads state too.
+        touches_state = run_reads_state and any(r.id in state_views for r in refs)
+        if run and (
+            node.op in _MODE_SWITCHES or touches_state or any(r.id in run_ids for r in refs)
+        ):
             runs.append((run, index))
-            run, run_ids = [], set()
+            run, run_ids, run_reads_state = [], set(), False
         first = node.args[0] if node.args else None
+        if isinstance(first, Ref) and first.id in state_views and node.op in _ALIASING:
+            state_views.update(v.id for v in node.outputs)
         if isinstance(first, Ref) and first.id in aliases:
             if opset.is_inplace(node.op):
                 return None  # a write into a memoised tensor
