@@ -758,5 +758,15 @@ def sized_guard(
                 _bytes_ok(op, numel, dtype)
         return fn(*args, **kwargs)
 
-    run.__name__ = f"sized_{op.replace('.', '_')}"
-    return run
+    def run_view(*args, **kwargs):
+        # An expand is a view: it allocates nothing, so the size it asks for is checked on
+        # its result (one C call), before anything can materialise it.
+        out = fn(*args, **kwargs)
+        numel = out.numel()
+        if numel * 16 > ALLOC_BYTES:
+            _bytes_ok(op, numel, out.dtype)
+        return out
+
+    chosen = run_view if expands else run
+    chosen.__name__ = f"sized_{op.replace('.', '_')}"
+    return chosen

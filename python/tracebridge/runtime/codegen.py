@@ -42,7 +42,7 @@ from ..ir import Graph, Node, Ref, pytree
 from ..ir.analysis import last_uses
 from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import fold_literal
-from . import folding, support
+from . import folding, memo, support
 
 # Ops written as Python operators when their implementation is the default one. Not
 # ``scalar.mul``, ``scalar.pow``, ``scalar.lshift``: a few of them can build an integer of
@@ -403,14 +403,23 @@ class CodeGen:
         self._defined = len(params)
         self.input_checks(params)
         start = len(self.body)
+        blocks: dict[int, memo.MemoBlock] = {}
+        if self.fold:  # runs of ops on sizes move next to their first reader (runtime/memo.py)
+            self.graph, found = memo.plan(self.graph)
+            blocks = {b.start: b for b in found}
         dead_after = last_uses(self.graph)
         fold = folding.plan(self.graph) if self.fold else None
         static = set(fold.skip) if fold is not None else set()
         if fold is not None:
             self.folded(fold)
+        stop = 0
         for index, node in enumerate(self.graph.nodes):
-            if index in static:
-                continue  # computed by the folded function
+            if index in blocks:
+                stop = blocks[index].stop
+                self.memoised(blocks[index])
+                self.free(v for i in range(index, stop) for v in dead_after.get(i, ()))
+            if index in static or index < stop:
+                continue  # computed by the folded function or a memo
             self.node(index, node)
             self.free(dead_after.get(index, ()))
         self._where = f"{self.name}: the outputs"
@@ -457,6 +466,23 @@ class CodeGen:
         call = ast.Call(self.constant(runner), [], [])
         self.emit(ast.Assign([ast.Tuple(targets, ast.Store())], call), "folded")
 
+    def memoised(self, block: memo.MemoBlock) -> None:
+        """One call that gives a block's values for the current sizes, computed by a
+        function of its own on the first call with those sizes (runtime/memo.py)."""
+        self._where = f"{self.name}: the values memoised by size"
+        sub = memo.subgraph(self.graph, block)
+        inner = _KeyedCodeGen(sub, self.slots, f"{self.name}_memo", self.guards, self.methods)
+        function = compile_function(inner).function
+        ops = sum(1 for n in sub.nodes if n.op.split(".")[0] not in ("prim", "scalar"))
+        kinds = {v.id: v.kind for v in sub.inputs}
+        state = tuple(i for i, k in enumerate(block.keys) if kinds.get(k) == "Tensor")
+        runner = memo.Memo(function, len(block.boundary), ops, state)
+        keys = [self.ref(Ref(k)) for k in block.keys]
+        values = {v.id: v for n in sub.nodes for v in n.outputs}
+        targets = [ast.Name(self.define(values[v]), ast.Store()) for v in block.boundary]
+        call = ast.Call(self.constant(runner), keys, [])
+        self.emit(ast.Assign([ast.Tuple(targets, ast.Store())], call), "memoised by size")
+
     def restore_grad_mode(self, start: int) -> None:
         """The code switches gradients on or off: put the caller's mode back, even on error."""
         inner = self.body[start:]
@@ -467,6 +493,14 @@ class CodeGen:
         wrapped = ast.Try([s for s, _, _ in inner], [], [], [restore])
         wrapped._tb_body = inner  # keeps the comments of the wrapped statements
         self.body[start:] = [(save, None, None), (wrapped, None, None)]
+
+
+class _KeyedCodeGen(CodeGen):
+    """The code of a memoised block: its inputs are the sizes, devices and dtypes of its
+    key, which the caller's code read from checked tensors (no tensor checks here)."""
+
+    def input_checks(self, params: list[str]) -> None:
+        return None
 
 
 _DROPOUTS = frozenset({"dropout", "alpha_dropout"})

@@ -1,0 +1,269 @@
+"""Memoise what only the input's sizes decide: values computed from sizes, devices, dtypes.
+
+Note: folding by size, a step past runtime/folding.py.
+  Folding computes once what depends only on literals and state. A Hugging Face model's
+  attention mask is built on every call from ``arange(seq_len, device=x.device)``,
+  ``new_ones``, comparisons and broadcasts: a dozen tensor ops whose results depend only
+  on a few sizes of the input (and its device), never on its values. ``torch.jit.trace``
+  runs them cheaply in C++; run from Python they cost more than a transformer layer at
+  batch 1. :func:`plan` finds "sized" nodes: ops whose arguments are literals, scalars
+  of a cacheable kind (``int``, ``bool``, ``device``, ``dtype``: sizes read with
+  ``x.shape``, ``x.device``, and arithmetic on them), state tensors (a rotary embedding's
+  ``inv_freq``), tensors an earlier block keeps, or results of other sized nodes, at least
+  one of them not a literal or state (runtime/folding.py folds those). Runs of them that
+  make at least one tensor become a block; the generated code calls :class:`Memo` with the
+  block's inputs (its key) and gets the block's values, computed on the first call with
+  that key and reused after. Tensors in a key count by identity, version and data
+  pointer, so ``load_state_dict``, ``.to()`` and in-place updates are followed.
+
+  A block runs where its first reader stands (nodes between do not read it; guards
+  before it still run first), never past a switch of grad mode, nor (when it reads
+  state) past another reader of that state, which may write it. Under the same rules as
+  folding, nothing is memoised when a memoised tensor (or a view of one) could be written
+  in place or returned to the caller; random and in-place ops, guards, grad-mode reads
+  and factories asked for ``requires_grad`` are never sized. The key holds no float
+  (``-0.0 == 0.0``), and the inference mode the values were made in; a few keys are kept
+  per block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..ir import Graph, Node, Ref, refs_in
+from ..ir import ops as opset
+from ..ir.analysis import output_ids
+from .folding import _ALIASING, _may_be_static
+
+# Scalar kinds whose values are exact keys: equal means interchangeable (not floats).
+_KEY_KINDS = frozenset({"int", "bool", "device", "dtype"})
+_MODE_SWITCHES = frozenset({"set_grad_enabled", "prim.grad_enabled"})
+KEEP = 8  # keys kept per block: a server sees a few sequence lengths, not thousands
+KEEP_BYTES = 64 << 20  # tensor bytes kept per block: a causal mask of a long text is large
+
+
+@dataclass
+class MemoBlock:
+    """Contiguous nodes of a (reordered) graph computed by one :class:`Memo`."""
+
+    start: int  # index of the block's first node
+    stop: int  # one past its last node
+    keys: list[int]  # value ids read from outside the block, in order: the cache key
+    boundary: list[int]  # value ids of the block that the rest of the graph reads
+
+
+def _sized_candidate(node: Node) -> bool:
+    wants_grad = node.kwargs.get("requires_grad", False)
+    return _may_be_static(node) and not (wants_grad is not False and "requires_grad" in node.kwargs)
+
+
+def _static_ids(graph: Graph) -> set[int]:
+    """Values of literals and state only (folding's rule): runtime/folding.py's part."""
+    static: set[int] = set()
+    for node in graph.nodes:
+        refs = refs_in((node.args, node.kwargs))
+        if node.op == "prim.state" or (_may_be_static(node) and all(r.id in static for r in refs)):
+            static.update(v.id for v in node.outputs)
+    return static
+
+
+def _find_runs(graph: Graph) -> list[tuple[list[int], int]] | None:
+    """Runs of sized nodes (original indices) with the index of the node that first reads
+    one of their values (the run moves there); None where memoising would be unsafe."""
+    kinds = {v.id: v.kind for v in graph.inputs}
+    kinds.update({v.id: v.kind for n in graph.nodes for v in n.outputs})
+    static = _static_ids(graph)
+    state = {v.id for n in graph.nodes if n.op == "prim.state" for v in n.outputs}
+    sized: set[int] = set()
+    aliases: set[int] = set()  # sized tensors and what may share their memory
+    runs: list[tuple[list[int], int]] = []
+    state_views = set(state)  # state tensors and views of them made outside runs
+    run: list[int] = []
+    run_ids: set[int] = set()
+    run_reads_state = False
+    for index, node in enumerate(graph.nodes):
+        refs = refs_in((node.args, node.kwargs))
+        outside = [r for r in refs if r.id not in sized]
+        if (
+            refs
+            and _sized_candidate(node)
+            and not all(r.id in static for r in refs)
+            and all(kinds.get(r.id) in _KEY_KINDS or r.id in state for r in outside)
+        ):
+            sized.update(v.id for v in node.outputs)
+            aliases.update(v.id for v in node.outputs if v.kind == "Tensor")
+            run.append(index)
+            run_ids.update(v.id for v in node.outputs)
+            run_reads_state = run_reads_state or any(r.id in state for r in outside)
+            continue
+        # A run never moves past a switch of grad mode (it runs in the mode it was traced
+        # in), nor past a node that reads state (which may write it: a buffer's add_, a
+        # batch norm's running statistics) when the run reads state too.
+        touches_state = run_reads_state and any(r.id in state_views for r in refs)
+        if run and (
+            node.op in _MODE_SWITCHES or touches_state or any(r.id in run_ids for r in refs)
+        ):
+            runs.append((run, index))
+            run, run_ids, run_reads_state = [], set(), False
+        first = node.args[0] if node.args else None
+        if isinstance(first, Ref) and first.id in state_views and node.op in _ALIASING:
+            state_views.update(v.id for v in node.outputs)
+        if isinstance(first, Ref) and first.id in aliases:
+            if opset.is_inplace(node.op):
+                return None  # a write into a memoised tensor
+            if node.op in _ALIASING:
+                aliases.update(v.id for v in node.outputs)
+    if run:
+        runs.append((run, len(graph.nodes)))
+    if output_ids(graph) & aliases:
+        return None  # the caller would get a memoised tensor (or a view of one)
+    return runs
+
+
+def plan(graph: Graph) -> tuple[Graph, list[MemoBlock]]:
+    """``graph`` with each worthwhile run of sized nodes moved, contiguous, to where it is
+    first read, and the blocks to memoise; ``(graph, [])`` where there are none."""
+    runs = _find_runs(graph)
+    if not runs:
+        return graph, []
+    kinds = {v.id: v.kind for v in graph.inputs}
+    kinds.update({v.id: v.kind for n in graph.nodes for v in n.outputs})
+    state = {v.id for n in graph.nodes if n.op == "prim.state" for v in n.outputs}
+    chosen = []
+    kept: set[int] = set()  # tensors that blocks chosen before give: the same object per key
+    for run, at in runs:
+        made = {v.id for i in run for v in graph.nodes[i].outputs}
+        reads = [r.id for i in run for r in refs_in((graph.nodes[i].args, graph.nodes[i].kwargs))]
+        keys = list(dict.fromkeys(r for r in reads if r not in made))
+        makes_tensor = any(kinds.get(v) == "Tensor" for v in made)
+        ops = sum(1 for i in run if graph.nodes[i].op.split(".")[0] not in ("prim", "scalar"))
+        exact = all(kinds.get(k) in _KEY_KINDS or k in state or k in kept for k in keys)
+        if makes_tensor and ops >= 2 and keys and exact:
+            chosen.append((run, at, keys))
+            kept.update(v for v in made if kinds.get(v) == "Tensor")
+    if not chosen:
+        return graph, []
+    moved = {i for run, _, _ in chosen for i in run}
+    by_place: dict[int, list[tuple[list[int], list[int]]]] = {}
+    for run, at, keys in chosen:
+        by_place.setdefault(at, []).append((run, keys))
+    nodes: list[Node] = []
+    placed: list[tuple[int, int, list[int], set[int]]] = []
+    for index in range(len(graph.nodes) + 1):
+        for run, keys in by_place.get(index, []):
+            start = len(nodes)
+            nodes.extend(graph.nodes[i] for i in run)
+            made = {v.id for i in run for v in graph.nodes[i].outputs}
+            placed.append((start, len(nodes), keys, made))
+        if index < len(graph.nodes) and index not in moved:
+            nodes.append(graph.nodes[index])
+    reordered = Graph(
+        inputs=graph.inputs,
+        in_spec=graph.in_spec,
+        nodes=nodes,
+        outputs=graph.outputs,
+        out_spec=graph.out_spec,
+        arg_names=graph.arg_names,
+        sources=graph.sources,
+    )
+    blocks = []
+    for start, stop, keys, made in placed:
+        read_after = {
+            r.id
+            for n in nodes[:start] + nodes[stop:]
+            for r in refs_in((n.args, n.kwargs))
+            if r.id in made
+        }
+        read_after |= output_ids(reordered) & made
+        boundary = [v.id for n in nodes[start:stop] for v in n.outputs if v.id in read_after]
+        blocks.append(MemoBlock(start, stop, keys, boundary))
+    return reordered, blocks
+
+
+def subgraph(graph: Graph, block: MemoBlock) -> Graph:
+    """A block as a graph of its own: its keys as inputs, its boundary as outputs."""
+    values = {v.id: v for n in graph.nodes for v in n.outputs}
+    values.update({v.id: v for v in graph.inputs})
+    inputs = [values[k] for k in block.keys]
+    return Graph(
+        inputs=inputs,
+        in_spec={"t": "tuple", "c": []},  # called with its keys only, never by a user
+        nodes=graph.nodes[block.start : block.stop],
+        outputs=[Ref(v) for v in block.boundary],
+        out_spec={"t": "tuple", "c": [{"t": "leaf"} for _ in block.boundary]},
+        sources=graph.sources,
+    )
+
+
+_inference_mode = torch.is_inference_mode_enabled
+_grad_enabled = torch.is_grad_enabled
+
+
+class Memo:
+    """Runs a block for a key of sizes once and keeps its values (the last :data:`KEEP`
+    keys and at most :data:`KEEP_BYTES` of tensors, each with the inference mode it ran
+    in); values larger than that are made on every call. ``state`` are the positions of
+    the key that are tensors (state, or values another memo keeps): they count by
+    identity, version and data pointer (as in runtime/folding.py), and the cache keeps
+    them alive so that an identity is never reused (after ``.to()``, the old tensors of a
+    few keys stay alive until newer keys push them out); under autograd with one that
+    requires grad, the block runs every time, so gradients reach the state."""
+
+    def __init__(self, function, count: int, ops: int, state: tuple[int, ...] = ()):
+        self.function = function
+        self.count = count
+        self.ops = ops
+        self.state = state
+        self.cache: dict = {}  # entry -> (values, or (values, key tensors); bytes)
+        self.bytes = 0
+
+    def __repr__(self) -> str:
+        return f"memo({self.count} values of {self.ops} ops on sizes, {len(self.cache)} keys)"
+
+    def __call__(self, *key):
+        if self.state:
+            return self._with_state(key)
+        entry = (key, _inference_mode())
+        kept = self.cache.get(entry)
+        if kept is None:
+            return self._keep(entry, self.function(*key), ())
+        return kept[0]
+
+    def _with_state(self, key: tuple):
+        tensors = [key[i] for i in self.state]
+        if _grad_enabled() and any(t.requires_grad for t in tensors):
+            return self.function(*key)
+        exact = list(key)
+        for i, t in zip(self.state, tensors):
+            exact[i] = (id(t), t._version, t.data_ptr())
+        entry = (tuple(exact), _inference_mode())
+        kept = self.cache.get(entry)
+        if kept is None:
+            return self._keep(entry, self.function(*key), tensors)
+        return kept[0][0]
+
+    def _keep(self, entry, values, tensors):
+        size = _nbytes(values)
+        if size > KEEP_BYTES:
+            return values  # too large to keep: made again on the next call, as eager does
+        while self.cache and (len(self.cache) >= KEEP or self.bytes + size > KEEP_BYTES):
+            self.bytes -= _pop_oldest(self.cache)
+        self.cache[entry] = ((values, tensors) if self.state else values, size)
+        self.bytes += size
+        return values
+
+
+def _pop_oldest(cache: dict) -> int:
+    """Drop the oldest entry and return its bytes (0 if another thread took it first)."""
+    try:
+        key = next(iter(cache))
+    except (StopIteration, RuntimeError):
+        return 0
+    dropped = cache.pop(key, None)
+    return dropped[1] if dropped is not None else 0
+
+
+def _nbytes(values: tuple) -> int:
+    return sum(v.nbytes for v in values if isinstance(v, torch.Tensor))

@@ -1,0 +1,248 @@
+"""Values that only the input's sizes decide are computed once per size (issue 20, item 5).
+
+A Hugging Face attention mask is built on every call from ``arange`` over the sequence
+length, comparisons and broadcasts: the generated code computes such runs once per key of
+sizes, devices and dtypes (runtime/memo.py), and gives the same results as eager at every
+size, without ever handing out or writing into a kept tensor.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+from tracebridge.runtime import memo
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+class MaskFromSizes(nn.Module):
+    """The pattern of transformers' masking_utils: index grids from sizes, then the mask."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x, keep):
+        batch, length = x.shape[0], x.shape[1]
+        q = torch.arange(length, device=x.device)[None, :, None]
+        k = torch.arange(length, device=x.device)[None, None, :]
+        causal = (k <= q).new_ones((), dtype=torch.bool) & (k <= q)
+        b = torch.arange(batch, device=x.device)[:, None, None]
+        mask = causal & keep.to(torch.bool)[b, k]
+        scores = self.proj(x) @ self.proj(x).transpose(1, 2)
+        return scores.masked_fill(~mask, -1e4).softmax(-1) @ x
+
+
+def _inputs(batch, length, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, length, 4, generator=g)
+    keep = (torch.rand(batch, length, generator=g) > 0.3).long()
+    keep[:, 0] = 1
+    return x, keep
+
+
+def _memos(traced) -> list:
+    method = traced._methods["forward"]
+    fn = method._function((True, torch.is_grad_enabled() is False))
+    return [v for v in fn.__kwdefaults__.values() if isinstance(v, memo.Memo)]
+
+
+def _counting(runner):
+    calls = []
+    inner = runner.function
+
+    def counted(*key):
+        calls.append(key)
+        return inner(*key)
+
+    runner.function = counted
+    return calls
+
+
+@pytest.mark.parametrize("reload", [False, True])
+def test_a_mask_built_from_sizes_is_computed_once_per_size(reload, tmp_path):
+    torch.manual_seed(0)
+    model = MaskFromSizes().eval()
+    traced = tracebridge.trace(model, _inputs(2, 5))
+    if reload:
+        traced.save(tmp_path / "m.tb")
+        traced = tracebridge.load(tmp_path / "m.tb")
+    assert "memoised by size" in traced.code
+    with torch.no_grad():
+        traced(*_inputs(2, 5))
+        (runner,) = _memos(traced)
+        calls = _counting(runner)
+        for batch, length, seed in [(2, 5, 1), (3, 7, 2), (2, 5, 3), (1, 1, 4), (3, 7, 5)]:
+            x, keep = _inputs(batch, length, seed)
+            torch.testing.assert_close(traced(x, keep), model(x, keep), rtol=0, atol=0)
+    # Run again only for sizes not seen before: (batch, length) = (3, 7), then (1, 1).
+    assert [sorted(k for k in key if type(k) is int) for key in calls] == [[3, 7], [1, 1]]
+    assert runner.ops >= 5
+
+
+def test_the_kept_values_are_made_again_in_inference_mode():
+    model = MaskFromSizes().eval()
+    traced = tracebridge.trace(model, _inputs(2, 5))
+    x, keep = _inputs(2, 5, 1)
+    with torch.inference_mode():
+        traced(x, keep)
+    x.requires_grad_(True)
+    traced(x, keep).sum().backward()  # an inference tensor saved for backward would raise
+    expected = x.grad.clone()
+    x.grad = None
+    model(x, keep).sum().backward()
+    torch.testing.assert_close(x.grad, expected)
+
+
+def test_a_few_sizes_are_kept():
+    model = MaskFromSizes().eval()
+    traced = tracebridge.trace(model, _inputs(1, 3))
+    with torch.no_grad():
+        for length in range(1, 3 * memo.KEEP):
+            x, keep = _inputs(1, length, length)
+            torch.testing.assert_close(traced(x, keep), model(x, keep), rtol=0, atol=0)
+        (runner,) = _memos(traced)
+    assert len(runner.cache) <= memo.KEEP
+
+
+class WritesIntoGrid(nn.Module):
+    def forward(self, x):
+        grid = torch.arange(x.shape[0], device=x.device).float()[:, None]
+        grid.mul_(2)  # a write into what would be kept: nothing is memoised
+        return x + grid
+
+
+class ReturnsGrid(nn.Module):
+    def forward(self, x):
+        grid = torch.arange(x.shape[0], device=x.device)[:, None] + 1
+        return x * 2, grid.t()  # the caller gets a view: nothing is memoised
+
+
+@pytest.mark.parametrize("cls", [WritesIntoGrid, ReturnsGrid])
+def test_values_that_could_change_or_escape_are_not_kept(cls):
+    model = cls()
+    traced = tracebridge.trace(model, (torch.randn(3, 2),))
+    assert "memoised by size" not in traced.code
+    for rows in (3, 5, 3):
+        x = torch.randn(rows, 2)
+        got, want = traced(x), model(x)
+        torch.testing.assert_close(got, want)
+    if cls is ReturnsGrid:
+        first = traced(torch.randn(3, 2))[1]
+        first.add_(100)
+        torch.testing.assert_close(traced(torch.randn(3, 2))[1], model(torch.randn(3, 2))[1])
+
+
+class OnesOfInputDtype(nn.Module):
+    def forward(self, x):
+        scale = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device).cumsum(0)
+        return x * scale
+
+
+def test_the_key_holds_the_dtype():
+    model = OnesOfInputDtype()
+    traced = tracebridge.trace(model, (torch.randn(2, 3),))
+    assert "memoised by size" in traced.code
+    for dtype in (torch.float32, torch.float64, torch.float32):
+        x = torch.randn(2, 3, dtype=dtype)
+        out = traced(x)
+        assert out.dtype == dtype
+        torch.testing.assert_close(out, model(x), rtol=0, atol=0)
+
+
+class Rotary(nn.Module):
+    """Llama's rotary embedding: positions from the length, times a state buffer, in a
+    no-grad block; ``scale`` is a parameter, to show gradients reach state."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / 10000 ** (torch.arange(0, 4, 2).float() / 4))
+        self.scale = nn.Parameter(torch.tensor(1.5))
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[1], device=x.device)[None, :]
+        with torch.no_grad():
+            freqs = positions[..., None].float() * self.inv_freq.to(x.device, x.dtype)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            cos, sin = emb.cos(), emb.sin()
+        grid = torch.arange(x.shape[1], device=x.device).float()[:, None] * self.scale
+        return x * cos + x.flip(-1) * sin + grid.sum()
+
+
+def test_state_in_a_memoised_block_is_followed():
+    torch.manual_seed(0)
+    model = Rotary()
+    traced = tracebridge.trace(model, (torch.randn(1, 5, 4),))
+    assert "memoised by size" in traced.code
+    x = torch.randn(1, 5, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
+        model.inv_freq.mul_(2)  # in place: the version moves
+        torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
+        model.load_state_dict({"inv_freq": torch.ones(2), "scale": torch.tensor(0.5)})
+        torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
+        traced.inv_freq = torch.full((2,), 0.25)  # a new tensor in the slot
+        model.inv_freq = traced.inv_freq
+        torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
+    traced(x).sum().backward()  # the parameter's op is not kept: its gradient arrives
+    expected = model.scale.grad.clone()
+    model.scale.grad = None
+    model(x).sum().backward()
+    torch.testing.assert_close(model.scale.grad, expected)
+
+
+class CausalMask(nn.Module):
+    def forward(self, x):
+        n = x.shape[-1]
+        mask = torch.ones(n, n, device=x.device).tril().bool()
+        return x.unsqueeze(-2).expand(-1, n, n).masked_fill(~mask, 0.0)
+
+
+def test_large_values_are_not_kept(monkeypatch):
+    model = CausalMask()
+    traced = tracebridge.trace(model, (torch.randn(2, 4),))
+    assert "memoised by size" in traced.code
+    monkeypatch.setattr(memo, "KEEP_BYTES", 40)  # a 6 x 6 bool mask (36 bytes) fits, 7 x 7 not
+    with torch.no_grad():
+        for n in (3, 5, 6, 7, 8, 3):
+            x = torch.randn(2, n)
+            torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
+            (runner,) = _memos(traced)
+            assert runner.bytes <= 40
+            assert runner.bytes == sum(size for _, size in runner.cache.values())
+    assert len(runner.cache) == 1  # 3 x 3 (9 bytes) pushed out 6 x 6 (36) to fit
+
+
+class WritesStateAfterReading(nn.Module):
+    """A sized value reads a buffer that the graph then updates in place: the value must be
+    made before the update, where eager makes it."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("count", torch.zeros(3))
+
+    def forward(self, x):
+        grid = torch.arange(x.shape[0], device=x.device).float()[:, None] + self.count
+        self.count.add_(1)
+        return x + grid
+
+
+def test_a_memoised_block_does_not_move_past_a_write_to_its_state():
+    model, twin = WritesStateAfterReading(), WritesStateAfterReading()
+    traced = tracebridge.trace(model, (torch.randn(2, 3),), check_trace=False)
+    model.count.zero_()  # the trace ran the model once
+    with torch.no_grad():
+        for rows in (2, 4, 2, 2):
+            x = torch.randn(rows, 3)
+            torch.testing.assert_close(traced(x), twin(x), rtol=0, atol=0)
+    torch.testing.assert_close(model.count, twin.count)
