@@ -341,3 +341,27 @@ def test_a_number_that_would_change_the_dtype_as_a_0_dim_tensor_is_refused():
         tracebridge.trace(fn, (torch.ones(3),))
     same = tracebridge.trace(lambda x: torch.add(2, x.to(torch.int32)), (torch.ones(3),))
     assert same(torch.ones(4)).dtype == torch.int32
+
+
+# --- NumPy's argument names -----------------------------------------------------------------
+
+
+def test_numpy_argument_names_are_recorded_under_pytorchs(tmp_path):
+    """PyTorch takes ``axis=`` for ``dim=`` and ``keepdims=`` for ``keepdim=`` (Funnel
+    calls ``torch.cat(..., axis=...)``): recorded under PyTorch's names, so the file saves,
+    loads and stays general in its sizes."""
+
+    def f(x):
+        both = torch.cat([x, x], axis=1)
+        return both.sum(axis=0, keepdims=True) + x.mean(axis=1).sum()
+
+    traced = tracebridge.trace(f, torch.randn(2, 3))
+    keywords = {key for node in forward_nodes(traced) for key in node.kwargs}
+    assert keywords == {"dim", "keepdim"}
+    path = tmp_path / "numpy_names.tb"
+    tracebridge.save(traced, path)
+    for runtime in ("codegen", "interpreter"):
+        loaded = tracebridge.load(path, runtime=runtime)
+        for shape in ((2, 3), (4, 5)):
+            x = torch.randn(shape)
+            torch.testing.assert_close(loaded(x), f(x))

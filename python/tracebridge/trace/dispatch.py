@@ -180,7 +180,9 @@ class Dispatcher:
 
     def record(self, name: str, func, args: tuple, kwargs: dict):
         loc = self.location()
-        as_recorded = self._numbers_as_tensors(name, _packed_varargs(name, func, args), kwargs)
+        as_recorded = self._numbers_as_tensors(
+            name, _packed_varargs(name, func, args), _canonical_keywords(name, kwargs)
+        )
         enc_args = [self.encode(a) for a in as_recorded[0]]
         enc_kwargs = {k: self.encode(v) for k, v in as_recorded[1].items()}
         result = func(*args, **kwargs)
@@ -292,3 +294,33 @@ class Dispatcher:
                 parts.append("...")
         text = f"{name.rsplit('.', 1)[-1]}({', '.join(parts)})"
         return text if len(text) <= 60 else f"{name.rsplit('.', 1)[-1]}(...)"
+
+
+# PyTorch's argument parser takes NumPy's names for some arguments (python_arg_parser.cpp:
+# ``torch.cat(xs, axis=1)``, ``x.sum(axis=0, keepdims=True)``); the op set knows only
+# PyTorch's own, so a call by NumPy's name is recorded under PyTorch's.
+_NUMPY_KEYWORDS = {
+    "axis": "dim",
+    "keepdims": "keepdim",
+    "x": "input",
+    "a": "input",
+    "x1": "input",
+    "x2": "other",
+}
+
+
+def _canonical_keywords(name: str, kwargs: dict) -> dict:
+    """``kwargs`` with each NumPy alias the op set does not know renamed to PyTorch's name
+    (the same dict when there is none, so the recorder sees nothing changed)."""
+    if not kwargs or not any(key in _NUMPY_KEYWORDS for key in kwargs):
+        return kwargs
+    info = opset.info(name)
+    if info is None:
+        return kwargs
+    renamed = {}
+    for key, value in kwargs.items():
+        canonical = _NUMPY_KEYWORDS.get(key)
+        if canonical and key not in info.kwargs and canonical in info.kwargs:
+            key = canonical
+        renamed[key] = value
+    return renamed if renamed.keys() != kwargs.keys() else kwargs
