@@ -58,8 +58,11 @@ st_code_names <- function() {
 #'   character: the text of each method's graph), `inputs` (named list of data frames:
 #'   `name`, `type`), `state` (data frame: `name`, `kind`, `dtype`, `shape` (a list
 #'   column), `type`, `numel`, `bytes`, `requires_grad`), `guards` (data frame: `method`,
-#'   `value`, `expect`, `what`, `kind`, `loc`, `text`) and `ops` (named list: op counts per
-#'   method). `print()` shows it; `print(x, graphs = FALSE)` leaves out the graphs.
+#'   `value`, `expect`, `what`, `kind`, `loc`, `text`), `ops` (named list: op counts per
+#'   method) and `compiled` (`NULL`, or the entry of the file's optional compiled package, a
+#'   list: `format`, `member`, `method`, `device`, `torch`, `platform`, `size`; R never
+#'   opens the package). `print()` shows it; `print(x, graphs = FALSE)` leaves out the
+#'   graphs.
 #' @section Errors:
 #' A missing file, a file that is not a ZIP archive, an archive without `program.json`, a
 #' `program.json` that is not JSON or not a tracebridge program, a newer format or op-set
@@ -134,7 +137,8 @@ jit_inspect <- function(path, quiet = FALSE) {
     guards = guards,
     ops = lapply(doc$methods, function(g) {
       op_counts(vapply(g$nodes, function(n) n$op, character(1)))
-    })
+    }),
+    compiled = compiled_entry(doc$compiled)
   )
   out <- structure(out, class = "tracebridge_inspection")
   if (!isTRUE(quiet)) print(out)
@@ -159,6 +163,12 @@ print.tracebridge_inspection <- function(x, graphs = TRUE, ...) {
   line("producer:   ", p$name, " ", p$version, " (", p$language, torch, ")")
   line("kind:       ", kind)
   line("methods:    ", paste(x$methods, collapse = ", "))
+  if (!is.null(x$compiled)) {
+    cc <- x$compiled
+    line("compiled:   ", cc$format, " package of ", cc$method, " for ", cc$device, " (torch ",
+         cc$torch, ", ", cc$platform, ", ", format_int(cc$size), " bytes); native code ",
+         "that only Python's load_compiled(trust_compiled_code = TRUE) opens: R never does")
+  }
   for (m in names(x$dispatch)) {
     route <- x$dispatch[[m]]
     line("dispatch:   ", m, " -> ", route[["train"]], " (train) / ", route[["eval"]], " (eval)")
@@ -185,6 +195,19 @@ print.tracebridge_inspection <- function(x, graphs = TRUE, ...) {
     if (graphs) cat(printable(strsplit(x$graphs[[m]], "\n", fixed = TRUE)[[1]]), sep = "\n")
   }
   invisible(x)
+}
+
+# The optional compiled member's entry (SPEC section 1): what it is and where it runs, as
+# data; the package itself is never read here.
+compiled_entry <- function(info) {
+  if (!is.list(info)) return(NULL)
+  field <- function(key) {
+    v <- info[[key]]
+    if (is.null(v) || length(v) != 1L) NA_character_ else as.character(v)
+  }
+  list(format = field("format"), member = field("member"), method = field("method"),
+       device = field("device"), torch = field("torch"), platform = field("platform"),
+       size = suppressWarnings(as.numeric(field("size"))))
 }
 
 empty_state <- function() {

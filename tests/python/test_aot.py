@@ -336,6 +336,23 @@ def test_r_reader_accepts_a_file_with_a_package(compiled_file):
     assert out.strip() == "compiled.pt2"
 
 
+@pytest.mark.skipif(shutil.which("Rscript") is None, reason="R is not installed")
+def test_r_inspect_shows_the_package_without_opening_it(compiled_file):
+    """R's jit_inspect shows the compiled entry as Python's inspect does, from program.json
+    alone: R never reads the native code."""
+    out = run_r(
+        "info <- jit_inspect(args[[2]], quiet = TRUE)\n"
+        "cat(info$compiled$member, info$compiled$device, info$compiled$method, sep = '\\n')\n"
+        "cat(info$compiled$size > 0, '\\n')\n"
+        "print(info, graphs = FALSE)",
+        compiled_file,
+    )
+    lines = out.splitlines()
+    assert lines[:4] == ["compiled.pt2", "cpu", "forward", "TRUE "]
+    shown = next(line for line in lines if line.startswith("compiled:"))
+    assert "package of forward for cpu" in shown and "R never does" in shown
+
+
 # --- C++ ------------------------------------------------------------------------------------
 
 
