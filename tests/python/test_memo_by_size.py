@@ -150,14 +150,20 @@ class OnesOfInputDtype(nn.Module):
 
 
 def test_the_key_holds_the_dtype():
+    """Reading ``x.dtype`` records a guard (a call in float64 raises GuardError); with the
+    guards off, the memo still keys on the dtype, so a value kept for float32 never serves
+    a float64 call."""
     model = OnesOfInputDtype()
     traced = tracebridge.trace(model, (torch.randn(2, 3),))
     assert "memoised by size" in traced.code
-    for dtype in (torch.float32, torch.float64, torch.float32):
-        x = torch.randn(2, 3, dtype=dtype)
-        out = traced(x)
-        assert out.dtype == dtype
-        torch.testing.assert_close(out, model(x), rtol=0, atol=0)
+    with pytest.raises(tracebridge.GuardError, match="x.dtype == torch.float32"):
+        traced(torch.randn(2, 3, dtype=torch.float64))
+    with tracebridge.guards_disabled():
+        for dtype in (torch.float32, torch.float64, torch.float32):
+            x = torch.randn(2, 3, dtype=dtype)
+            out = traced(x)
+            assert out.dtype == dtype
+            torch.testing.assert_close(out, model(x), rtol=0, atol=0)
 
 
 class Rotary(nn.Module):

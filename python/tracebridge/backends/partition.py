@@ -233,15 +233,7 @@ def partitioned_graph(graph: Graph, subgraphs: list[Subgraph]) -> Graph:
             )
         if index not in skip:
             nodes.append(node)
-    return Graph(
-        inputs=graph.inputs,
-        in_spec=graph.in_spec,
-        nodes=nodes,
-        outputs=graph.outputs,
-        out_spec=graph.out_spec,
-        arg_names=graph.arg_names,
-        sources=graph.sources,
-    )
+    return graph.with_nodes(nodes)
 
 
 class SubgraphCodeGen(CodeGen):

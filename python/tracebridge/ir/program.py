@@ -104,6 +104,19 @@ class Graph:
     def guards(self) -> list[Node]:
         return [n for n in self.nodes if n.op == "prim.guard"]
 
+    def with_nodes(self, nodes: list[Node]) -> Graph:
+        """The same method (inputs, outputs, specs, names, sources) computed by ``nodes``:
+        what a rewrite that reorders, replaces or groups nodes gives back."""
+        return Graph(
+            inputs=self.inputs,
+            in_spec=self.in_spec,
+            nodes=nodes,
+            outputs=self.outputs,
+            out_spec=self.out_spec,
+            arg_names=self.arg_names,
+            sources=self.sources,
+        )
+
 
 @dataclass
 class StateEntry:

@@ -261,12 +261,4 @@ def fuse_conv_bn(graph: Graph) -> Graph:
         nodes.append(
             Node(op=node.op, args=args, outputs=norm.outputs, out_spec=norm.out_spec, loc=norm.loc)
         )
-    return Graph(
-        inputs=graph.inputs,
-        in_spec=graph.in_spec,
-        nodes=nodes,
-        outputs=graph.outputs,
-        out_spec=graph.out_spec,
-        arg_names=graph.arg_names,
-        sources=graph.sources,
-    )
+    return graph.with_nodes(nodes)

@@ -159,15 +159,7 @@ def plan(graph: Graph) -> tuple[Graph, list[MemoBlock]]:
             placed.append((start, len(nodes), keys, made))
         if index < len(graph.nodes) and index not in moved:
             nodes.append(graph.nodes[index])
-    reordered = Graph(
-        inputs=graph.inputs,
-        in_spec=graph.in_spec,
-        nodes=nodes,
-        outputs=graph.outputs,
-        out_spec=graph.out_spec,
-        arg_names=graph.arg_names,
-        sources=graph.sources,
-    )
+    reordered = graph.with_nodes(nodes)
     blocks = []
     for start, stop, keys, made in placed:
         read_after = {
