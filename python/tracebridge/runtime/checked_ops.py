@@ -53,17 +53,22 @@ class CheckFailed(ValueError):
     """An argument that the op's kernel would trust is wrong; raised before the kernel runs."""
 
 
-def _need(ok: bool, message: str) -> None:
+def _need(ok: bool, message: str | Callable[[], str]) -> None:
+    """Raise CheckFailed unless ``ok``. ``message`` may be a function that makes it: on a
+    hot path (a recurrent layer's checks run on every call) formatting shapes into a
+    message that is almost never shown costs more than the checks themselves."""
     if not ok:
-        raise CheckFailed(message)
+        raise CheckFailed(message() if callable(message) else message)
 
 
 def _bytes_ok(op: str, numel: int, dtype: torch.dtype) -> None:
     size = numel * _itemsize(dtype)
     _need(
         size <= ALLOC_BYTES,
-        f"{op} would allocate {size} bytes, more than the limit of {ALLOC_BYTES} for a size "
-        "taken from a value or a product of sizes (shared_ir/SPEC.md, section Limits)",
+        lambda: (
+            f"{op} would allocate {size} bytes, more than the limit of {ALLOC_BYTES} for a "
+            "size taken from a value or a product of sizes (shared_ir/SPEC.md, section Limits)"
+        ),
     )
 
 
@@ -297,13 +302,14 @@ def _bind_rnn(op: str, args: Sequence, kwargs: dict) -> tuple[dict, bool]:
     else:
         packed = len(args) > 2 and _is_tensor(args[2])
     names = _PACKED_NAMES if packed else _RNN_NAMES
-    _need(len(args) <= len(names), f"{op}: at most {len(names)} arguments")
+    _need(len(args) <= len(names), lambda: f"{op}: at most {len(names)} arguments")
     bound = dict(zip(names, args))
     for key, value in kwargs.items():
-        _need(key in names and key not in bound, f"{op}: unexpected argument {key!r}")
+        if key not in names or key in bound:
+            raise CheckFailed(f"{op}: unexpected argument {key!r}")
         bound[key] = value
     missing = [n for n in names if n not in bound and n != "batch_first"]
-    _need(not missing, f"{op}: missing arguments {missing}")
+    _need(not missing, lambda: f"{op}: missing arguments {missing}")
     return bound, packed
 
 
@@ -312,55 +318,59 @@ def _check_rnn(op: str, gates: int, args: Sequence, kwargs: dict) -> None:
     x = bound["data" if packed else "input"]
     params, layers = bound["params"], bound["num_layers"]
     has_biases, bidirectional = bound["has_biases"], bound["bidirectional"]
-    _need(_is_tensor(x) and x.is_floating_point(), f"{op}: the input is a float tensor")
-    _need(type(layers) is int and layers >= 1, f"{op}: num_layers must be a positive integer")
-    _need(isinstance(has_biases, bool), f"{op}: has_biases must be a bool")
-    _need(isinstance(bidirectional, bool), f"{op}: bidirectional must be a bool")
+    _need(_is_tensor(x) and x.is_floating_point(), lambda: f"{op}: the input is a float tensor")
+    _need(
+        type(layers) is int and layers >= 1, lambda: f"{op}: num_layers must be a positive integer"
+    )
+    _need(isinstance(has_biases, bool), lambda: f"{op}: has_biases must be a bool")
+    _need(isinstance(bidirectional, bool), lambda: f"{op}: bidirectional must be a bool")
     dropout = bound["dropout"]
     _need(
         isinstance(dropout, (int, float)) and 0 <= dropout <= 1,
-        f"{op}: dropout must be in [0, 1]",
+        lambda: f"{op}: dropout must be in [0, 1]",
     )
     hx = bound["hx"]
     if op == "lstm":
         _need(
             isinstance(hx, (list, tuple)) and len(hx) == 2 and all(map(_is_tensor, hx)),
-            f"{op}: hx is a pair (h, c) of tensors",
+            lambda: f"{op}: hx is a pair (h, c) of tensors",
         )
         h, c = hx
     else:
-        _need(_is_tensor(hx), f"{op}: hx is a tensor")
+        _need(_is_tensor(hx), lambda: f"{op}: hx is a tensor")
         h = c = hx
-    _need(h.dim() == 3 and c.dim() == 3, f"{op}: hidden states are 3-d")
+    _need(h.dim() == 3 and c.dim() == 3, lambda: f"{op}: hidden states are 3-d")
     directions = 2 if bidirectional else 1
     hidden, real_hidden = c.size(2), h.size(2)
     proj = real_hidden != hidden
     _need(
         not proj or (op == "lstm" and 0 < real_hidden < hidden),
-        f"{op}: h and c differ in size (only an lstm with projections has h smaller)",
+        lambda: f"{op}: h and c differ in size (only an lstm with projections has h smaller)",
     )
     batch = h.size(1)
     for name, t in (("h", h), ("c", c)):
-        _need(
-            t.size(0) == layers * directions and t.size(1) == batch and t.dtype == x.dtype,
-            f"{op}: {name} must have {layers * directions} layers x {batch} batch and the "
-            f"input's dtype, not {tuple(t.shape)} {t.dtype}",
-        )
+        if not (t.size(0) == layers * directions and t.size(1) == batch and t.dtype == x.dtype):
+            raise CheckFailed(
+                f"{op}: {name} must have {layers * directions} layers x {batch} batch and the "
+                f"input's dtype, not {tuple(t.shape)} {t.dtype}"
+            )
     if packed:
         _check_batch_sizes(op, x, bound["batch_sizes"], batch)
     else:
-        _need(x.dim() == 3, f"{op}: the input is 3-d (the runtime batches it)")
+        _need(x.dim() == 3, lambda: f"{op}: the input is 3-d (the runtime batches it)")
         batch_dim = 0 if bound.get("batch_first", False) else 1
-        _need(x.size(batch_dim) == batch, f"{op}: input and hx differ in batch size")
+        _need(x.size(batch_dim) == batch, lambda: f"{op}: input and hx differ in batch size")
     per = 2 + (2 if has_biases else 0) + (1 if proj else 0)
     _need(
         isinstance(params, (list, tuple)) and all(map(_is_tensor, params)),
-        f"{op}: params is a list of tensors",
+        lambda: f"{op}: params is a list of tensors",
     )
     _need(
         len(params) == layers * directions * per,
-        f"{op}: {layers} layers x {directions} directions need {layers * directions * per} "
-        f"weights, not {len(params)}",
+        lambda: (
+            f"{op}: {layers} layers x {directions} directions need {layers * directions * per} "
+            f"weights, not {len(params)}"
+        ),
     )
     rows = gates * hidden
     for layer in range(layers):
@@ -371,18 +381,18 @@ def _check_rnn(op: str, gates: int, args: Sequence, kwargs: dict) -> None:
             want += [(rows,), (rows,)] if has_biases else []
             want += [(real_hidden, hidden)] if proj else []
             for k, (t, shape) in enumerate(zip(group, want)):
-                _need(
-                    tuple(t.shape) == shape and t.dtype == x.dtype,
-                    f"{op}: weight {k} of layer {layer}, direction {direction} must have "
-                    f"shape {shape} and dtype {x.dtype}, not {tuple(t.shape)} {t.dtype}",
-                )
+                if not (tuple(t.shape) == shape and t.dtype == x.dtype):
+                    raise CheckFailed(
+                        f"{op}: weight {k} of layer {layer}, direction {direction} must have "
+                        f"shape {shape} and dtype {x.dtype}, not {tuple(t.shape)} {t.dtype}"
+                    )
 
 
 def _check_batch_sizes(op: str, data, batch_sizes, batch: int) -> None:
-    _need(data.dim() == 2, f"{op}: packed data is 2-d")
+    _need(data.dim() == 2, lambda: f"{op}: packed data is 2-d")
     _need(
         _is_tensor(batch_sizes) and batch_sizes.dim() == 1 and batch_sizes.dtype == torch.int64,
-        f"{op}: batch_sizes is an int64 vector",
+        lambda: f"{op}: batch_sizes is an int64 vector",
     )
     sizes = batch_sizes.tolist()
     _need(
@@ -391,8 +401,10 @@ def _check_batch_sizes(op: str, data, batch_sizes, batch: int) -> None:
         and all(s > 0 for s in sizes)
         and all(x >= y for x, y in zip(sizes, sizes[1:]))
         and sum(sizes) == data.size(0),
-        f"{op}: batch_sizes must be positive, non-increasing, start at the batch size "
-        f"{batch} and add up to the {data.size(0)} rows of data",
+        lambda: (
+            f"{op}: batch_sizes must be positive, non-increasing, start at the batch size "
+            f"{batch} and add up to the {data.size(0)} rows of data"
+        ),
     )
 
 
