@@ -66,6 +66,17 @@ class Case:
         """The example inputs followed by every other input."""
         return [self.example_inputs, *self.other_inputs]
 
+    def trace(self, **overrides: Any) -> Any:
+        """Trace the case the way a user would: ``trace``, or ``trace_module`` for several
+        methods, with the case's own options (``overrides`` win)."""
+        import tracebridge  # the benchmarks import this registry without tracing
+
+        kwargs = {"check_trace": self.check_trace_ok, **self.trace_kwargs, **overrides}
+        if self.methods:
+            examples = {method: calls[0] for method, calls in self.methods.items()}
+            return tracebridge.trace_module(self.model, examples, **kwargs)
+        return tracebridge.trace(self.model, self.example_inputs, **kwargs)
+
 
 CASES: dict[str, Callable[[], Case]] = {}
 

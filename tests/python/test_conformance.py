@@ -61,15 +61,6 @@ def _params(test: str, names: Any) -> list[Any]:
 # --------------------------------------------------------------------------- helpers
 
 
-def _trace(case: Case, **overrides: Any) -> Any:
-    """Trace a case the way a user would: ``trace`` or, for several methods, ``trace_module``."""
-    kwargs = {"check_trace": case.check_trace_ok, **case.trace_kwargs, **overrides}
-    if case.methods:
-        examples = {method: calls[0] for method, calls in case.methods.items()}
-        return tracebridge.trace_module(case.model, examples, **kwargs)
-    return tracebridge.trace(case.model, case.example_inputs, **kwargs)
-
-
 def _calls(case: Case) -> Iterator[tuple[str, tuple]]:
     """Every (method, inputs) pair that a case is checked on."""
     if case.methods:
@@ -105,7 +96,7 @@ def _traced(name: str) -> tuple[Case, Any]:
     """A case and its trace, shared by the tests that do not mutate either."""
     if name not in _TRACED:
         case = CASES[name]()
-        _TRACED[name] = (case, _trace(case))
+        _TRACED[name] = (case, case.trace())
     return _TRACED[name]
 
 
@@ -163,7 +154,7 @@ def test_runtimes_agree(name: str, tmp_path: Path) -> None:
 def test_graph_text_is_stable(name: str, tmp_path: Path) -> None:
     """The printed graph and code are the same for a second trace and after a save and load."""
     case, traced = _traced(name)
-    again = _trace(CASES[name]())
+    again = CASES[name]().trace()
     path = tmp_path / f"{name}.tb"
     tracebridge.save(traced, str(path))
     loaded = tracebridge.load(str(path))
@@ -330,7 +321,7 @@ def test_fresh_process(name: str, runtime: str, fresh_results: dict) -> None:
 )
 def test_gradients_match(name: str) -> None:
     case = CASES[name]()
-    traced = _trace(case)
+    traced = case.trace()
     (x,) = case.example_inputs
     params = dict(case.model.named_parameters())
     # Float inputs get a gradient too; token ids cannot.
@@ -356,7 +347,7 @@ def test_gradients_match(name: str) -> None:
 def test_optimizer_step_updates_original(name: str) -> None:
     case = CASES[name]()
     reference = CASES[name]()
-    traced = _trace(case)
+    traced = case.trace()
     (x,) = case.example_inputs
     before = copy.deepcopy(case.model.state_dict())
 
@@ -383,7 +374,7 @@ READS_DTYPE = {"transformer"}
 def test_double(name: str) -> None:
     case = CASES[name]()
     reference = CASES[name]().model.double()
-    traced = _trace(case)
+    traced = case.trace()
     assert traced.double() is traced
     if name in READS_DTYPE:
         # A float32 trace refuses a float64 call instead of guessing; a trace of the
@@ -392,7 +383,7 @@ def test_double(name: str) -> None:
         with pytest.raises(tracebridge.GuardError, match=r"x\.dtype == torch\.float32, but now"):
             traced(*x)
         case.example_inputs = x
-        traced = _trace(case)
+        traced = case.trace()
     for inputs in case.all_inputs:
         x = tuple(t.double() for t in inputs)
         out = traced(*x)
@@ -416,7 +407,7 @@ def test_batchnorm_stats(name: str) -> None:
     eager, case = TRAIN_MODE[name](), TRAIN_MODE[name]()
     assert case.model.training
     start = copy.deepcopy(case.model.state_dict())
-    traced = _trace(case)
+    traced = case.trace()
     for key, value in case.model.state_dict().items():
         assert torch.equal(value, start[key]), f"tracing changed {key}"
 
@@ -445,7 +436,7 @@ def test_check_inputs_accept(name: str) -> None:
         checks = [{m: calls[i + 1] for m, calls in case.methods.items()} for i in range(n_checks)]
     else:
         checks = case.other_inputs
-    traced = _trace(case, check_trace=True, check_inputs=checks)
+    traced = case.trace(check_trace=True, check_inputs=checks)
     method, inputs = next(_calls(case))
     _assert_close(
         _run(traced, method, inputs, case), _run(case.model, method, inputs, case), case, name
@@ -457,7 +448,7 @@ def test_respect_mode(name: str, tmp_path: Path) -> None:
     """Traced with respect_mode=True, the module follows .train()/.eval() like eager, also after
     a save and load."""
     case, reference = CASES[name](), CASES[name]()
-    traced = _trace(case, respect_mode=True)
+    traced = case.trace(respect_mode=True)
     path = tmp_path / f"{name}.tb"
     tracebridge.save(traced, str(path))
     loaded = tracebridge.load(str(path))

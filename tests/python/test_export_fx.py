@@ -25,13 +25,9 @@ from test_vectors import ENTRIES, VECTORS, by_method, read_tensors  # noqa: E402
 
 
 def _trace(case: Case):
-    kwargs = {"check_trace": case.check_trace_ok, **case.trace_kwargs}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if case.methods:
-            examples = {method: calls[0] for method, calls in case.methods.items()}
-            return tracebridge.trace_module(case.model, examples, **kwargs)
-        return tracebridge.trace(case.model, case.example_inputs, **kwargs)
+        return case.trace()
 
 
 def _calls(case: Case):

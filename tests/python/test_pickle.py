@@ -32,14 +32,6 @@ if cloudpickle is not None:
     ROUND_TRIPS["cloudpickle"] = lambda obj: pickle.loads(cloudpickle.dumps(obj))
 
 
-def _trace(case: Case) -> Any:
-    kwargs = {"check_trace": False, **case.trace_kwargs}
-    if case.methods:
-        examples = {method: calls[0] for method, calls in case.methods.items()}
-        return tracebridge.trace_module(case.model, examples, **kwargs)
-    return tracebridge.trace(case.model, case.example_inputs, **kwargs)
-
-
 def _outputs(obj: Any, case: Case) -> list:
     calls = [(m, i) for m, inputs in case.methods.items() for i in inputs] or [
         ("forward", i) for i in case.all_inputs
@@ -58,7 +50,7 @@ def test_every_conformance_model_round_trips(name: str) -> None:
     """pickle, copy.deepcopy and cloudpickle of the traced and of the loaded module give a
     module with the same results, bit for bit, in the same mode."""
     case = CASES[name]()
-    traced = _trace(case)
+    traced = case.trace(check_trace=False)
     expected = _outputs(traced, case)
     loaded = tracebridge.load(_artifact_bytes(traced))
     for label, obj in (("traced", traced), ("loaded", loaded)):
