@@ -275,14 +275,97 @@ _GATES = {"gru": 3, "lstm": 4, "rnn_tanh": 1, "rnn_relu": 1}
 def _rnn(op: str) -> Callable:
     kernel = getattr(torch, op)
     gates = _GATES[op]
+    passed = PassedChecks()
+    key_of = _lstm_key if op == "lstm" else _rnn_key
 
     def run(*args, **kwargs):
-        _check_rnn(op, gates, args, kwargs)
+        try:
+            key = None if kwargs else key_of(args)
+            seen = key is not None and key in passed.keys
+        except Exception:  # not the plain form, not tensors, unhashable: the full check
+            key, seen = None, False
+        if not seen:
+            _check_rnn(op, gates, args, kwargs)
+            if key is not None:
+                passed.add(key)
         return kernel(*args, **kwargs)
+
+    run.passed = passed  # for tests and for reading
 
     run.__name__ = f"checked_{op}"
     run.__doc__ = f"``torch.{op}`` after ``nn.RNNBase``'s checks of the flat weights."
     return run
+
+
+# Note: the recurrent checks, remembered by geometry.
+#   ``_check_rnn`` reads nothing but the types of the arguments, the scalar arguments,
+#   and the shapes and dtypes of the input, the hidden states and the weights (the input's
+#   rank, feature size and batch size only: not its sequence length). A call in the form
+#   generated code makes (nine positional arguments, not packed) is keyed by exactly
+#   those, so a key that passed once passes again, whatever the tensors' values, and a
+#   call whose key was seen skips the check (12 of an LSTM layer's 160 us at batch 1).
+#   The key holds no tensor: a weight replaced, resized through ``.data`` or moved to
+#   another dtype has another key and is checked again; a write in place (a new version)
+#   changes no shape, so the check's outcome cannot change with it. Keys are only ever
+#   added after the full check passed; a failing call is checked (and refused) every time.
+#   Each op keeps the last :data:`PASSED_KEEP` keys (a few geometries per model).
+PASSED_KEEP = 64
+_shape = torch._C.TensorBase.shape.__get__  # TypeError for anything but a tensor
+_dtype = torch._C.TensorBase.dtype.__get__
+
+
+class PassedChecks:
+    """The keys of calls whose full check passed, the newest :data:`PASSED_KEEP` kept."""
+
+    def __init__(self) -> None:
+        self.keys: dict = {}
+
+    def add(self, key) -> None:
+        keys = self.keys
+        while len(keys) >= PASSED_KEEP:
+            try:  # another thread may have taken the oldest first
+                keys.pop(next(iter(keys)), None)
+            except (StopIteration, RuntimeError):
+                break
+        keys[key] = None
+
+
+def _rnn_key(args: Sequence, hx_key=None) -> tuple | None:
+    """The geometry key of ``gru``/``rnn_*(input, hx, params, has_biases, num_layers,
+    dropout, train, bidirectional, batch_first)`` (see the Note above); None for any other
+    form. Raises for arguments that are not tensors where tensors belong."""
+    if len(args) != 9:
+        return None
+    x, hx, params = args[0], args[1], args[2]
+    scalars = args[3:]
+    if type(params) is not list and type(params) is not tuple:
+        return None
+    if hx_key is None:
+        hx_key = (_shape(hx), _dtype(hx))
+    sizes = _shape(x)
+    if len(sizes) != 3:
+        return None
+    batch = sizes[0] if scalars[5] else sizes[1]  # as _check_rnn reads batch_first
+    return (
+        type(params),
+        tuple(map(_shape, params)),
+        tuple(map(_dtype, params)),
+        hx_key,
+        _dtype(x),
+        sizes[2],
+        batch,
+        tuple(map(type, scalars)),  # 1, 1.0 and True are equal keys, not equal arguments
+        scalars,
+    )
+
+
+def _lstm_key(args: Sequence) -> tuple | None:
+    """:func:`_rnn_key` for ``lstm``, whose ``hx`` is a pair ``(h, c)``."""
+    hx = args[1] if len(args) == 9 else None
+    if (type(hx) is not tuple and type(hx) is not list) or len(hx) != 2:
+        return None
+    h, c = hx
+    return _rnn_key(args, (type(hx), _shape(h), _dtype(h), _shape(c), _dtype(c)))
 
 
 _RNN_NAMES = "input hx params has_biases num_layers dropout train bidirectional batch_first".split()
