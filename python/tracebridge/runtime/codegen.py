@@ -459,11 +459,15 @@ class CodeGen:
             if slot is None:
                 raise ArtifactError(f"{self._where}: reads state {name!r}, which the file lacks")
             slots.append(slot)
-        ops = sum(1 for i in fold.nodes if self.graph.nodes[i].op != "prim.state")
-        runner = folding.Folded(function, slots, len(fold.boundary), ops)
+        ops = sum(1 for i in fold.nodes if self.graph.nodes[i].op not in _NOT_OPS)
+        guards = sum(1 for i in fold.nodes if self.graph.nodes[i].op == "prim.guard")
+        runner = folding.Folded(function, slots, len(fold.boundary), ops, guards)
         values = {v.id: v for n in self.graph.nodes for v in n.outputs}
         targets = [ast.Name(self.define(values[v]), ast.Store()) for v in fold.boundary]
         call = ast.Call(self.constant(runner), [], [])
+        if not targets:  # only guards on state: checked when the state changes
+            self.emit(ast.Expr(call), "folded guards")
+            return
         self.emit(ast.Assign([ast.Tuple(targets, ast.Store())], call), "folded")
 
     def memoised(self, block: memo.MemoBlock) -> None:
@@ -474,9 +478,10 @@ class CodeGen:
         inner = _KeyedCodeGen(sub, self.slots, f"{self.name}_memo", self.guards, self.methods)
         function = compile_function(inner).function
         ops = sum(1 for n in sub.nodes if n.op.split(".")[0] not in ("prim", "scalar"))
+        guards = sum(1 for n in sub.nodes if n.op == "prim.guard")
         kinds = {v.id: v.kind for v in sub.inputs}
         state = tuple(i for i, k in enumerate(block.keys) if kinds.get(k) == "Tensor")
-        runner = memo.Memo(function, len(block.boundary), ops, state)
+        runner = memo.Memo(function, len(block.boundary), ops, state, guards)
         keys = [self.ref(Ref(k)) for k in block.keys]
         values = {v.id: v for n in sub.nodes for v in n.outputs}
         targets = [ast.Name(self.define(values[v]), ast.Store()) for v in block.boundary]
@@ -504,6 +509,7 @@ class _KeyedCodeGen(CodeGen):
 
 
 _DROPOUTS = frozenset({"dropout", "alpha_dropout"})
+_NOT_OPS = frozenset({"prim.state", "prim.guard"})  # not counted as a folded value's ops
 
 
 def _eval_dropout(node: Node) -> bool:

@@ -13,7 +13,15 @@ Note: folding, as ``torch.jit.freeze`` does, but kept live.
 
   Not folded: random ops, in-place ops, guards, grad-mode switches, custom autograd
   functions, and any graph where a folded tensor (or a view of one) would be written in
-  place or returned to the caller -- a cached tensor must never change or escape.
+  place or returned to the caller -- a cached tensor must never change or escape. Nor a
+  static part with no tensor op (``weight.dtype``, ``weight.shape[0] * 2``): read inline
+  it costs a tenth of the cache's own check.
+
+  Guards on static values (a weight's dtype, ``bool(w.abs().sum() > 0)``) are checked in
+  the folded function: when the state changes the fold runs again, and so do they, with
+  the error and message they would give inline; a call they refuse caches nothing, so it
+  is refused every time. They run at the fold's call, the first thing a call does after
+  its input checks.
 """
 
 from __future__ import annotations
@@ -66,6 +74,13 @@ def _may_be_static(node: Node) -> bool:
     return info is not None and not (info.flags & {"random", "inplace"})
 
 
+def _worth_a_call(node: Node) -> bool:
+    """Whether folding ``node`` saves more than the cache's own check costs: a tensor op,
+    not an attribute read or arithmetic on numbers (``weight.dtype`` inline is a tenth of
+    a folded call)."""
+    return node.op.split(".")[0] not in ("prim", "scalar")
+
+
 def plan(graph: Graph) -> FoldPlan | None:
     """The static part of ``graph`` worth folding, or None (see the module Note)."""
     if any(n.op == "set_grad_enabled" for n in graph.nodes):
@@ -73,9 +88,14 @@ def plan(graph: Graph) -> FoldPlan | None:
     static: set[int] = set()
     aliases: set[int] = set()  # static values and the values that may share their memory
     indices = []
+    guards = []  # guards on static values: their outcome is the state's, checked with it
     for index, node in enumerate(graph.nodes):
         refs = refs_in((node.args, node.kwargs))
         first = node.args[0] if node.args else None
+        if node.op == "prim.guard":
+            if refs and all(r.id in static for r in refs):
+                guards.append(index)
+            continue
         if node.op == "prim.state" or (_may_be_static(node) and all(r.id in static for r in refs)):
             static.update(v.id for v in node.outputs)
             aliases.update(v.id for v in node.outputs)
@@ -89,18 +109,18 @@ def plan(graph: Graph) -> FoldPlan | None:
     if output_ids(graph) & aliases:
         return None  # the caller would get a cached tensor (or a view of one)
     computed = [i for i in indices if graph.nodes[i].op != "prim.state"]
-    if not computed:
+    if not any(_worth_a_call(graph.nodes[i]) for i in computed):
         return None
+    folded = set(computed) | set(guards)
     read_later = set()
     for index, node in enumerate(graph.nodes):
-        if index not in set(indices):
+        if index not in folded and graph.nodes[index].op != "prim.state":
             read_later.update(r.id for r in refs_in((node.args, node.kwargs)) if r.id in static)
-    folded = set(computed)
     boundary = [v.id for i in computed for v in graph.nodes[i].outputs if v.id in read_later]
-    if not boundary:
+    if not boundary and not guards:
         return None
     # State reads the folded ops use are the cache's key; reads only the rest uses stay.
-    used = {r.id for i in computed for r in refs_in((graph.nodes[i].args, graph.nodes[i].kwargs))}
+    used = {r.id for i in folded for r in refs_in((graph.nodes[i].args, graph.nodes[i].kwargs))}
     reads = [i for i in indices if graph.nodes[i].op == "prim.state"]
     sources = [
         graph.nodes[i].args[0] for i in reads if any(v.id in used for v in graph.nodes[i].outputs)
@@ -142,16 +162,20 @@ class Folded:
     (the same tensors, at the same versions and data pointers, in the same inference
     mode)."""
 
-    def __init__(self, function, slots: list[tuple[dict, str]], count: int, ops: int):
+    def __init__(
+        self, function, slots: list[tuple[dict, str]], count: int, ops: int, guards: int = 0
+    ):
         self.function = function
         self.owners = [owner for owner, _ in slots]
         self.keys = [key for _, key in slots]
         self.count = count
         self.ops = ops
+        self.guards = guards
         self.entry = None
 
     def __repr__(self) -> str:
-        return f"folded({self.count} values of {self.ops} ops on literals and state)"
+        checks = f", {self.guards} guards" if self.guards else ""
+        return f"folded({self.count} values of {self.ops} ops{checks} on literals and state)"
 
     def __call__(self) -> tuple:
         tensors = list(map(operator.getitem, self.owners, self.keys))

@@ -24,6 +24,15 @@ Note: folding by size, a step past runtime/folding.py.
   and factories asked for ``requires_grad`` are never sized. The key holds no float
   (``-0.0 == 0.0``), and the inference mode the values were made in; a few keys are kept
   per block.
+
+  Guards whose arguments are all values of the run (``zeros(2, n, 16).shape[1] == n``,
+  which an LSTM's state checks record) join it: their outcome is the key's, so they are
+  checked in the block's function, once per key, with the error and message they would
+  give inline. A block with a guard runs where its first guard stood (not later, so an op
+  that the guard protects never runs before it), and a run stops before another guard
+  or before a node that reads a size made after its first guard, so guards are checked in
+  the traced order. A call that a guard refuses leaves nothing in the cache: it is
+  refused every time.
 """
 
 from __future__ import annotations
@@ -70,10 +79,12 @@ def _static_ids(graph: Graph) -> set[int]:
 
 
 def _find_runs(graph: Graph) -> list[tuple[list[int], int]] | None:
-    """Runs of sized nodes (original indices) with the index of the node that first reads
-    one of their values (the run moves there); None where memoising would be unsafe."""
+    """Runs of sized nodes (original indices, guards on their values included) with the
+    index where the run moves (its first outside reader, or its first guard); None where
+    memoising would be unsafe."""
     kinds = {v.id: v.kind for v in graph.inputs}
     kinds.update({v.id: v.kind for n in graph.nodes for v in n.outputs})
+    defined_at = {v.id: index for index, n in enumerate(graph.nodes) for v in n.outputs}
     static = _static_ids(graph)
     state = {v.id for n in graph.nodes if n.op == "prim.state" for v in n.outputs}
     sized: set[int] = set()
@@ -83,8 +94,19 @@ def _find_runs(graph: Graph) -> list[tuple[list[int], int]] | None:
     run: list[int] = []
     run_ids: set[int] = set()
     run_reads_state = False
+    first_guard: int | None = None  # the run's first guard: where the run must run
+
+    def close(at: int) -> None:
+        nonlocal run, run_ids, run_reads_state, first_guard
+        runs.append((run, at if first_guard is None else first_guard))
+        run, run_ids, run_reads_state, first_guard = [], set(), False, None
+
     for index, node in enumerate(graph.nodes):
         refs = refs_in((node.args, node.kwargs))
+        if node.op == "prim.guard" and refs and all(r.id in run_ids for r in refs):
+            run.append(index)  # its outcome depends on the key only: checked once per key
+            first_guard = index if first_guard is None else first_guard
+            continue
         outside = [r for r in refs if r.id not in sized]
         if (
             refs
@@ -92,6 +114,10 @@ def _find_runs(graph: Graph) -> list[tuple[list[int], int]] | None:
             and not all(r.id in static for r in refs)
             and all(kinds.get(r.id) in _KEY_KINDS or r.id in state for r in outside)
         ):
+            if first_guard is not None and any(
+                defined_at.get(r.id, -1) > first_guard for r in outside
+            ):
+                close(index)  # the run runs at its first guard, before this key exists
             sized.update(v.id for v in node.outputs)
             aliases.update(v.id for v in node.outputs if v.kind == "Tensor")
             run.append(index)
@@ -100,13 +126,18 @@ def _find_runs(graph: Graph) -> list[tuple[list[int], int]] | None:
             continue
         # A run never moves past a switch of grad mode (it runs in the mode it was traced
         # in), nor past a node that reads state (which may write it: a buffer's add_, a
-        # batch norm's running statistics) when the run reads state too.
+        # batch norm's running statistics) when the run reads state too; a run with a
+        # guard never moves a later part of itself past another guard (the order in which
+        # guards are checked, and so the refusal a call gets, stays the trace's).
         touches_state = run_reads_state and any(r.id in state_views for r in refs)
+        other_guard = first_guard is not None and node.op == "prim.guard"
         if run and (
-            node.op in _MODE_SWITCHES or touches_state or any(r.id in run_ids for r in refs)
+            node.op in _MODE_SWITCHES
+            or touches_state
+            or other_guard
+            or any(r.id in run_ids for r in refs)
         ):
-            runs.append((run, index))
-            run, run_ids, run_reads_state = [], set(), False
+            close(index)
         first = node.args[0] if node.args else None
         if isinstance(first, Ref) and first.id in state_views and node.op in _ALIASING:
             state_views.update(v.id for v in node.outputs)
@@ -116,7 +147,7 @@ def _find_runs(graph: Graph) -> list[tuple[list[int], int]] | None:
             if node.op in _ALIASING:
                 aliases.update(v.id for v in node.outputs)
     if run:
-        runs.append((run, len(graph.nodes)))
+        close(len(graph.nodes))
     if output_ids(graph) & aliases:
         return None  # the caller would get a memoised tensor (or a view of one)
     return runs
@@ -139,8 +170,9 @@ def plan(graph: Graph) -> tuple[Graph, list[MemoBlock]]:
         keys = list(dict.fromkeys(r for r in reads if r not in made))
         makes_tensor = any(kinds.get(v) == "Tensor" for v in made)
         ops = sum(1 for i in run if graph.nodes[i].op.split(".")[0] not in ("prim", "scalar"))
+        guards = sum(1 for i in run if graph.nodes[i].op == "prim.guard")
         exact = all(kinds.get(k) in _KEY_KINDS or k in state or k in kept for k in keys)
-        if makes_tensor and ops >= 2 and keys and exact:
+        if makes_tensor and ops + guards >= 2 and keys and exact:
             chosen.append((run, at, keys))
             kept.update(v for v in made if kinds.get(v) == "Tensor")
     if not chosen:
@@ -203,16 +235,22 @@ class Memo:
     few keys stay alive until newer keys push them out); under autograd with one that
     requires grad, the block runs every time, so gradients reach the state."""
 
-    def __init__(self, function, count: int, ops: int, state: tuple[int, ...] = ()):
+    def __init__(
+        self, function, count: int, ops: int, state: tuple[int, ...] = (), guards: int = 0
+    ):
         self.function = function
         self.count = count
         self.ops = ops
         self.state = state
+        self.guards = guards
         self.cache: dict = {}  # entry -> (values, or (values, key tensors); bytes)
         self.bytes = 0
 
     def __repr__(self) -> str:
-        return f"memo({self.count} values of {self.ops} ops on sizes, {len(self.cache)} keys)"
+        checks = f", {self.guards} guards" if self.guards else ""
+        return (
+            f"memo({self.count} values of {self.ops} ops{checks} on sizes, {len(self.cache)} keys)"
+        )
 
     def __call__(self, *key):
         if self.state:
