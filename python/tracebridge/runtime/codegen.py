@@ -48,7 +48,8 @@ from . import folding, memo, support
 # ``scalar.mul``, ``scalar.pow``, ``scalar.lshift``: a few of them can build an integer of
 # gigabytes (squaring doubles its bits), so they call the op table's bounded functions,
 # exactly as the interpreter does -- except a product by a small literal (``n * 4``, how
-# heads and sizes are computed), which adds at most 32 bits per node (``_small_factor``).
+# heads and sizes are computed), which adds at most 32 bits per node (``_small_factor``),
+# and a product of sizes whose bits stay bounded (``_small_product``, see its Note).
 _BINARY = {
     "scalar.add": ast.Add,
     "scalar.sub": ast.Sub,
@@ -173,6 +174,7 @@ class CodeGen:
         self._bound: dict[int, str] = {}  # id(object) -> global name
         self._where = "the graph"
         self._defined = 0
+        self.int_bits: dict[int, int] = {}  # value id -> bound of its bits (_int_bits)
 
     # -- names ------------------------------------------------------------------------------
 
@@ -270,7 +272,8 @@ class CodeGen:
             inline = _inline(node.op, args)
             if inline is not None:
                 return inline
-        if _small_factor(node) and fn is support.default_callable(node.op):
+        small = _small_factor(node) or _small_product(node, self.int_bits)
+        if small and fn is support.default_callable(node.op):
             return ast.BinOp(args[0], ast.Mult(), args[1])
         return ast.Call(self.bind(_op_prefix(node.op), fn), args, kwargs)
 
@@ -408,6 +411,7 @@ class CodeGen:
             self.graph, found = memo.plan(self.graph)
             blocks = {b.start: b for b in found}
         dead_after = last_uses(self.graph)
+        self.int_bits = _int_bits(self.graph)
         fold = folding.plan(self.graph) if self.fold else None
         static = set(fold.skip) if fold is not None else set()
         if fold is not None:
@@ -541,6 +545,61 @@ def _small_factor(node: Node) -> bool:
     literals = [a for a in node.args if type(a) in (int, float)]
     refs = [a for a in node.args if isinstance(a, Ref)]
     return len(literals) == 1 and len(refs) == 1 and abs(literals[0]) <= _FACTOR_LIMIT
+
+
+# Note: products of sizes, written as ``*``. A batch norm in training mode checks
+# ``size(0) * size(2) * size(3) != 1`` on every call; through the op table's bounded
+# ``scalar.mul`` that is two Python calls per product. What makes a product unsafe is
+# an integer that grows without bound (squaring doubles its bits), so :func:`_int_bits`
+# bounds the bits of each integer the graph makes from sizes (a size, a stride, a
+# numel, an ``item``: 64 bits; a sum: one more than its widest term; a product through
+# the bounded op: 64 bits, or it raises) and a product of two bounded values whose
+# bits add up to at most ``_PRODUCT_BITS`` is written as ``*``: no chain of them makes
+# an integer wider than that.
+_PRODUCT_BITS = 256
+_SIZE_PRIMS = frozenset({"prim.size", "prim.numel", "prim.stride", "prim.len", "prim.item"})
+# Ops whose result the op table bounds to 64 bits (they raise past it).
+_BOUNDED_SCALARS = frozenset(
+    """scalar.pow scalar.lshift scalar.abs scalar.ceil scalar.floor scalar.round
+    scalar.trunc scalar.invert""".split()
+)
+
+
+def _literal_bits(arg, bits: dict[int, int]) -> int | None:
+    if isinstance(arg, Ref):
+        return bits.get(arg.id)
+    if type(arg) is int or type(arg) is bool:
+        return int(arg).bit_length()
+    return None
+
+
+def _int_bits(graph: Graph) -> dict[int, int]:
+    """Bounds of the bits of the integers ``graph`` makes from sizes (see the Note)."""
+    bits: dict[int, int] = {}
+    for node in graph.nodes:
+        if len(node.outputs) != 1 or node.kwargs:
+            continue
+        out = node.outputs[0].id
+        terms = [_literal_bits(a, bits) for a in node.args]
+        known = len(terms) == 2 and None not in terms
+        if node.op in _SIZE_PRIMS or node.op in _BOUNDED_SCALARS:
+            bits[out] = 64
+        elif node.op in ("scalar.add", "scalar.sub", "scalar.mod") and known:
+            bits[out] = max(terms) + 1
+        elif node.op in ("scalar.floordiv", "scalar.neg") and terms and terms[0] is not None:
+            bits[out] = terms[0] + 1  # |a // b| <= |a| + 1 for any integer b
+        elif node.op == "scalar.mul":
+            small = known and sum(terms) <= _PRODUCT_BITS
+            bits[out] = sum(terms) if small else 64  # inline, or the bounded op
+    return bits
+
+
+def _small_product(node: Node, bits: dict[int, int]) -> bool:
+    """A ``scalar.mul`` of two integers whose bits add up to at most ``_PRODUCT_BITS``."""
+    if node.op != "scalar.mul" or node.kwargs or len(node.args) != 2:
+        return False
+    terms = [_literal_bits(a, bits) for a in node.args]
+    return None not in terms and sum(terms) <= _PRODUCT_BITS
 
 
 def _inline(op: str, args: list[ast.expr]) -> ast.expr | None:
