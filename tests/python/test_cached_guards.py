@@ -44,10 +44,12 @@ def _refusal(fn, *args) -> str:
     return str(info.value)
 
 
-def _runners(loaded, kind: str) -> list:
+def _runners(loaded, kind: str, guards: bool = True) -> list:
+    """The folded or memo runners the generated function of ``loaded`` calls."""
     method = loaded._methods["forward"]
-    function = method._function((True, not torch.is_grad_enabled()))
-    return [v for v in function.__kwdefaults__.values() if repr(v).startswith(kind)]
+    function = method._function((guards, not torch.is_grad_enabled()))
+    bound = {**function.__globals__, **(function.__kwdefaults__ or {})}
+    return [v for v in bound.values() if repr(v).startswith(kind)]
 
 
 def test_the_lstm_checks_its_memoised_states_once_per_key(tmp_path):
@@ -194,6 +196,35 @@ def test_a_fold_that_only_guards_is_called_for_its_guards(tmp_path):
         loaded.w.neg_()
         interpreted.w.neg_()
         assert _refusal(loaded, torch.zeros(2)) == _refusal(interpreted, torch.zeros(2))
+
+
+def test_with_guards_off_a_fold_of_guards_only_is_not_called(tmp_path):
+    loaded, _ = _both(OnlyAGuard(), (torch.rand(2),), tmp_path)
+    with torch.no_grad():
+        assert len(_runners(loaded, "folded(")) == 1
+        assert not _runners(loaded, "folded(", guards=False)
+        loaded.w.neg_()
+        with tracebridge.guards_disabled():
+            assert torch.equal(loaded(torch.zeros(2)), torch.ones(2))
+
+
+class ReadsAScale(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("scale", torch.tensor(3.0))
+
+    def forward(self, x):
+        return x * self.scale.item()
+
+
+def test_a_value_read_from_state_data_is_still_folded(tmp_path):
+    """``item`` waits for the data (on an accelerator, for the device): folded."""
+    loaded, _ = _both(ReadsAScale(), (torch.rand(2),), tmp_path)
+    assert "folded" in loaded.code and ".item()" not in loaded.code
+    with torch.no_grad():
+        assert torch.equal(loaded(torch.ones(2)), torch.full((2,), 3.0))
+        loaded.scale.fill_(5.0)
+        assert torch.equal(loaded(torch.ones(2)), torch.full((2,), 5.0))
 
 
 def test_a_lone_attribute_read_of_state_is_not_folded(tmp_path):

@@ -14,14 +14,16 @@ Note: folding, as ``torch.jit.freeze`` does, but kept live.
   Not folded: random ops, in-place ops, guards, grad-mode switches, custom autograd
   functions, and any graph where a folded tensor (or a view of one) would be written in
   place or returned to the caller -- a cached tensor must never change or escape. Nor a
-  static part with no tensor op (``weight.dtype``, ``weight.shape[0] * 2``): read inline
-  it costs a tenth of the cache's own check.
+  static part that only reads metadata and computes on numbers (``weight.dtype``,
+  ``weight.shape[0] * 2``): inline it costs a tenth of the cache's own check (``item``
+  reads the data, and on an accelerator waits for it: that is folded).
 
   Guards on static values (a weight's dtype, ``bool(w.abs().sum() > 0)``) are checked in
   the folded function: when the state changes the fold runs again, and so do they, with
   the error and message they would give inline; a call they refuse caches nothing, so it
   is refused every time. They run at the fold's call, the first thing a call does after
-  its input checks.
+  its input checks. With guards off (``tracebridge.guards_disabled``) the code has no
+  guards, and nothing is computed for them.
 """
 
 from __future__ import annotations
@@ -74,27 +76,36 @@ def _may_be_static(node: Node) -> bool:
     return info is not None and not (info.flags & {"random", "inplace"})
 
 
+# Reads of a tensor's metadata: inline they cost a tenth of a folded call. (``item``,
+# ``tolist`` and conversions read the data, which on an accelerator waits for it: worth
+# folding.)
+_METADATA_PRIMS = frozenset(
+    "prim.dtype prim.device prim.size prim.numel prim.stride prim.is_contiguous prim.len".split()
+)
+
+
 def _worth_a_call(node: Node) -> bool:
-    """Whether folding ``node`` saves more than the cache's own check costs: a tensor op,
-    not an attribute read or arithmetic on numbers (``weight.dtype`` inline is a tenth of
-    a folded call)."""
-    return node.op.split(".")[0] not in ("prim", "scalar")
+    """Whether folding ``node`` saves more than the cache's own check costs: not a read of
+    metadata nor arithmetic on numbers (``weight.dtype`` inline is a tenth of a folded
+    call)."""
+    return node.op not in _METADATA_PRIMS and not node.op.startswith("scalar.")
 
 
-def plan(graph: Graph) -> FoldPlan | None:
-    """The static part of ``graph`` worth folding, or None (see the module Note)."""
+def plan(graph: Graph, guards: bool = True) -> FoldPlan | None:
+    """The static part of ``graph`` worth folding, or None (see the module Note).
+    ``guards``: whether the code checks guards (those on static values join the fold)."""
     if any(n.op == "set_grad_enabled" for n in graph.nodes):
         return None  # which grad mode a static op would run in is the call's
     static: set[int] = set()
     aliases: set[int] = set()  # static values and the values that may share their memory
     indices = []
-    guards = []  # guards on static values: their outcome is the state's, checked with it
+    checks = []  # guards on static values: checked with the state's values
     for index, node in enumerate(graph.nodes):
         refs = refs_in((node.args, node.kwargs))
         first = node.args[0] if node.args else None
         if node.op == "prim.guard":
-            if refs and all(r.id in static for r in refs):
-                guards.append(index)
+            if guards and refs and all(r.id in static for r in refs):
+                checks.append(index)
             continue
         if node.op == "prim.state" or (_may_be_static(node) and all(r.id in static for r in refs)):
             static.update(v.id for v in node.outputs)
@@ -111,13 +122,14 @@ def plan(graph: Graph) -> FoldPlan | None:
     computed = [i for i in indices if graph.nodes[i].op != "prim.state"]
     if not any(_worth_a_call(graph.nodes[i]) for i in computed):
         return None
-    folded = set(computed) | set(guards)
+    folded = set(computed) | set(checks)
     read_later = set()
+    unread = {"prim.state"} if guards else {"prim.state", "prim.guard"}  # guards off: no code
     for index, node in enumerate(graph.nodes):
-        if index not in folded and graph.nodes[index].op != "prim.state":
+        if index not in folded and node.op not in unread:
             read_later.update(r.id for r in refs_in((node.args, node.kwargs)) if r.id in static)
     boundary = [v.id for i in computed for v in graph.nodes[i].outputs if v.id in read_later]
-    if not boundary and not guards:
+    if not boundary and not checks:
         return None
     # State reads the folded ops use are the cache's key; reads only the rest uses stay.
     used = {r.id for i in folded for r in refs_in((graph.nodes[i].args, graph.nodes[i].kwargs))}
