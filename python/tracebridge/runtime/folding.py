@@ -7,9 +7,12 @@ Note: folding, as ``torch.jit.freeze`` does, but kept live.
   the generated code computes them once, in a function of their own, instead of on every
   call. The result is cached with the state tensors it read (by identity, ``_version``
   and data pointer), so ``load_state_dict``, ``.to()``, a parameter assignment, a
-  ``.data`` assignment or an in-place update recompute it at the next call. Under
-  autograd with a state tensor that requires grad, the static ops run on every call, as
-  before, so gradients reach the parameters.
+  ``.data`` assignment or an in-place update recompute it at the next call, and so does
+  another default dtype (a factory without a dtype follows it). Under autograd with a
+  state tensor that requires grad, the static ops run on every call, as before, so
+  gradients reach the parameters; so they do under a torch function mode (a default
+  device, a tracer) or in an autocast region, which change what ops make without
+  changing the state (:func:`outside_the_key`).
 
   Not folded: random ops, in-place ops, guards, grad-mode switches, custom autograd
   functions, and any graph where a folded tensor (or a view of one) would be written in
@@ -167,12 +170,25 @@ _requires_grad = operator.attrgetter("requires_grad")
 _data_ptr = torch.Tensor.data_ptr
 _grad_enabled = torch.is_grad_enabled
 _inference_mode = torch.is_inference_mode_enabled
+_default_dtype = torch.get_default_dtype
+_function_modes = torch._C._len_torch_function_stack
+_autocast = torch._C._is_any_autocast_enabled
+
+
+def outside_the_key() -> bool:
+    """Whether a call runs where torch itself would make other values than the ones a
+    cache keeps, for a reason no key sees: a torch function mode (``set_default_device``,
+    ``with torch.device(...)``, a tracer) or an autocast region around the call. Folded
+    and memoised values are then computed, not reused. (The default dtype is part of
+    their keys.)"""
+    return bool(_function_modes()) or _autocast()
 
 
 class Folded:
     """Runs a graph's static part and keeps its values while the state it read is the same
     (the same tensors, at the same versions and data pointers, in the same inference
-    mode)."""
+    mode, with the same default dtype); see :func:`outside_the_key` for calls that do not
+    use the cache."""
 
     def __init__(
         self, function, slots: list[tuple[dict, str]], count: int, ops: int, guards: int = 0
@@ -191,13 +207,13 @@ class Folded:
 
     def __call__(self) -> tuple:
         tensors = list(map(operator.getitem, self.owners, self.keys))
-        if _grad_enabled() and any(map(_requires_grad, tensors)):
-            return self.function()  # gradients must reach the state: no cache
+        if _grad_enabled() and any(map(_requires_grad, tensors)) or outside_the_key():
+            return self.function()  # gradients must reach the state, or torch makes others
         # A version moves with every in-place write; the data pointer with ``.data = ...``
         # and swapped tensors, which keep the object and its version.
         versions = list(map(_version, tensors))
         pointers = list(map(_data_ptr, tensors))
-        mode = _inference_mode()
+        mode = (_inference_mode(), _default_dtype())  # factories follow the default dtype
         entry = self.entry
         if (
             entry is not None

@@ -22,8 +22,10 @@ Note: folding by size, a step past runtime/folding.py.
   folding, nothing is memoised when a memoised tensor (or a view of one) could be written
   in place or returned to the caller; random and in-place ops, guards, grad-mode reads
   and factories asked for ``requires_grad`` are never sized. The key holds no float
-  (``-0.0 == 0.0``), and the inference mode the values were made in; a few keys are kept
-  per block.
+  (``-0.0 == 0.0``), and the inference mode and default dtype the values were made in (a
+  factory without a dtype follows the default); a few keys are kept per block. Under a
+  torch function mode (a default device, a tracer) or autocast, which change what ops
+  make without changing a key, the block runs (runtime/folding.py, ``outside_the_key``).
 
   Guards whose arguments are all values of the run (``zeros(2, n, 16).shape[1] == n``,
   which an LSTM's state checks record) join it: their outcome is the key's, so they are
@@ -44,7 +46,7 @@ import torch
 from ..ir import Graph, Node, Ref, refs_in
 from ..ir import ops as opset
 from ..ir.analysis import output_ids
-from .folding import _ALIASING, _may_be_static
+from .folding import _ALIASING, _may_be_static, outside_the_key
 
 # Scalar kinds whose values are exact keys: equal means interchangeable (not floats).
 _KEY_KINDS = frozenset({"int", "bool", "device", "dtype"})
@@ -223,12 +225,14 @@ def subgraph(graph: Graph, block: MemoBlock) -> Graph:
 
 _inference_mode = torch.is_inference_mode_enabled
 _grad_enabled = torch.is_grad_enabled
+_default_dtype = torch.get_default_dtype
 
 
 class Memo:
     """Runs a block for a key of sizes once and keeps its values (the last :data:`KEEP`
-    keys and at most :data:`KEEP_BYTES` of tensors, each with the inference mode it ran
-    in); values larger than that are made on every call. ``state`` are the positions of
+    keys and at most :data:`KEEP_BYTES` of tensors, each with the inference mode and
+    default dtype it ran in); values larger than that are made on every call, and so are
+    values of a call :func:`outside_the_key`. ``state`` are the positions of
     the key that are tensors (state, or values another memo keeps): they count by
     identity, version and data pointer (as in runtime/folding.py), and the cache keeps
     them alive so that an identity is never reused (after ``.to()``, the old tensors of a
@@ -253,9 +257,11 @@ class Memo:
         )
 
     def __call__(self, *key):
+        if outside_the_key():
+            return self.function(*key)
         if self.state:
             return self._with_state(key)
-        entry = (key, _inference_mode())
+        entry = (key, _inference_mode(), _default_dtype())
         kept = self.cache.get(entry)
         if kept is None:
             return self._keep(entry, self.function(*key), ())
@@ -268,7 +274,7 @@ class Memo:
         exact = list(key)
         for i, t in zip(self.state, tensors):
             exact[i] = (id(t), t._version, t.data_ptr())
-        entry = (tuple(exact), _inference_mode())
+        entry = (tuple(exact), _inference_mode(), _default_dtype())
         kept = self.cache.get(entry)
         if kept is None:
             return self._keep(entry, self.function(*key), tensors)
