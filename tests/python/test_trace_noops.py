@@ -145,3 +145,26 @@ def test_inside_autocast_nothing_is_left_out():
     traced = tracebridge.trace(under_autocast, x)
     assert "Tensor.to" in ops_of(traced)
     torch.testing.assert_close(traced(x), under_autocast(x), rtol=0, atol=0)
+
+
+class DropoutThenNorm(nn.Module):
+    """T5's order: the dtype is read before an evaluation-mode dropout, the conversion
+    happens after it (the dropout's result has its input's dtype)."""
+
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x):
+        dtype = x.dtype
+        y = self.drop(x)
+        return y.to(torch.float32) * torch.ones(1, dtype=dtype)
+
+
+def test_a_dropout_keeps_the_fixed_dtype_of_its_input(tmp_path):
+    model = DropoutThenNorm().eval()
+    traced = tracebridge.trace(model, torch.randn(2, 3))
+    assert "Tensor.to" not in ops_of(traced)
+    run = loaded(traced, tmp_path)
+    x = torch.randn(4, 1)
+    torch.testing.assert_close(run(x), model(x), rtol=0, atol=0)

@@ -233,7 +233,7 @@ class Dispatcher:
         if not leaves and result is None:
             spec = None
         node = self._emit(name, enc_args, enc_kwargs, outputs, spec, loc)
-        self.learn(node, args, kwargs, result)
+        self.learn(node, result)
         if spec is not None and spec["t"] == "leaf" and wrapped and wrapped[0] is not result:
             return wrapped[0]
         if any(isinstance(w, _Traced) for w in wrapped):

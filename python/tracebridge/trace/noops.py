@@ -50,7 +50,8 @@ DTYPE_KEEPING = frozenset(
     """getitem Tensor.view Tensor.reshape reshape transpose Tensor.permute permute unsqueeze
     squeeze flatten unflatten Tensor.unflatten Tensor.expand Tensor.expand_as narrow select
     clone Tensor.contiguous masked_fill zeros_like ones_like full_like empty_like Tensor.new_zeros
-    Tensor.new_ones Tensor.new_full Tensor.new_empty""".split()
+    Tensor.new_ones Tensor.new_full Tensor.new_empty dropout feature_dropout alpha_dropout
+    feature_alpha_dropout""".split()
 )
 # Comparisons and logical ops: always bool.
 BOOL_RESULT = frozenset("eq ne lt le gt ge logical_not logical_and logical_or isnan".split())
@@ -93,12 +94,6 @@ def _leaves(obj):
             yield from _leaves(item)
     else:
         yield obj
-
-
-def _has_float(tree) -> bool:
-    """Whether a real non-integer number is among an op's arguments (it would make an
-    integer tensor's result floating)."""
-    return any(isinstance(leaf, float) for leaf in _leaves(tree))  # SymFloat is a float
 
 
 class NoOps:
@@ -175,50 +170,70 @@ class NoOps:
             return None
         return self._fixed_dtype_of(dtype)
 
-    def learn(self: Tracer, node: Node, args: tuple, kwargs: dict, result) -> None:
-        """Facts about the outputs of a recorded node."""
+    def learn(self: Tracer, node: Node, result) -> None:
+        """Facts about the output of a recorded node. They are read from the node's own
+        arguments (the values it was given), not from the tensors: an op may return its
+        input object (an evaluation-mode dropout), which is then bound to the output."""
         if len(node.outputs) != 1 or not isinstance(result, torch.Tensor):
             return
         if autocast.active():
             return
         out = node.outputs[0].id
-        dtype = self._result_dtype(node, args, kwargs, result)
+        dtype = self._result_dtype(node)
         if dtype is not None and dtype == result.dtype:
             self._fixed_dtypes[out] = dtype
-        if self._keeps_contiguous(node, args) and result.is_contiguous():
+        if self._keeps_contiguous(node) and result.is_contiguous():
             self._contiguous.add(out)
 
-    def _result_dtype(self: Tracer, node: Node, args: tuple, kwargs: dict, result):
-        """The dtype ``result`` has on every call the guards accept, or None."""
-        name = node.op
+    def _kind_of(self: Tracer, ref: Ref) -> str | None:
+        """The kind of a recorded value (``Tensor``, ``int``, ``dtype``...), or None."""
+        node = self._producers.get(ref.id)
+        if node is not None:
+            return next((v.kind for v in node.outputs if v.id == ref.id), None)
+        return "Tensor" if any(v.id == ref.id for v in self.graph.inputs) else None
+
+    def _result_dtype(self: Tracer, node: Node):
+        """The dtype the node's result has on every call the guards accept, or None."""
+        name, args, kwargs = node.op, node.args, node.kwargs
         if name in NAMED_CONVERSIONS or name == "Tensor.to":
             return self._conversion_target_any(name, node)
-        if name == "Tensor.type_as" and len(args) == 2 and isinstance(args[1], torch.Tensor):
-            other = self._tensor_id(args[1])
-            return self._fixed_dtypes.get(other) if other is not None else None
-        if "dtype" in node.kwargs and node.kwargs["dtype"] is not None:
-            return self._fixed_dtype_of(node.kwargs["dtype"])  # a factory, sum(dtype=...)
+        if name == "Tensor.type_as" and len(args) == 2 and isinstance(args[1], Ref):
+            return self._fixed_dtypes.get(args[1].id)
+        if kwargs.get("dtype") is not None:
+            return self._fixed_dtype_of(kwargs["dtype"])  # a factory, sum(dtype=...)
         if name in BOOL_RESULT:
             return torch.bool
         if name in DTYPE_KEEPING:
-            if not args or not isinstance(args[0], torch.Tensor):
+            if not args or not isinstance(args[0], Ref):
                 return None
-            if any(isinstance(a, torch.dtype) for a in node.args[1:]):
+            if any(self._is_dtype(a) for a in _leaves((args[1:], kwargs))):
                 return None  # a view as another dtype
-            source = self._tensor_id(args[0])
-            return self._fixed_dtypes.get(source) if source is not None else None
-        operands = (args[1:], kwargs) if name == "where" else (args, kwargs)  # not the mask
+            return self._fixed_dtypes.get(args[0].id)
         if name not in (DTYPE_FOLLOWING | FLOAT_FOLLOWING | FLOAT32_FOLLOWING):
             return None
+        operands = (args[1:], kwargs) if name == "where" else (args, kwargs)  # not the mask
         shared = self._shared_fixed_dtype(operands)
         if shared is None or shared == torch.bool or shared.is_complex:
             return None
         integer = not shared.is_floating_point
-        if integer and (name not in DTYPE_FOLLOWING or _has_float(operands)):
+        if integer and (name not in DTYPE_FOLLOWING or self._has_float(operands)):
             return None
         if name in FLOAT32_FOLLOWING and shared != torch.float32:
             return None
         return shared
+
+    def _is_dtype(self: Tracer, leaf) -> bool:
+        return isinstance(leaf, torch.dtype) or (
+            isinstance(leaf, Ref) and self._kind_of(leaf) == "dtype"
+        )
+
+    def _has_float(self: Tracer, tree) -> bool:
+        """Whether a real non-integer number is among an op's arguments (it would make an
+        integer tensor's result floating)."""
+        return any(
+            isinstance(leaf, float) or (isinstance(leaf, Ref) and self._kind_of(leaf) == "float")
+            for leaf in _leaves(tree)
+        )
 
     def _conversion_target_any(self: Tracer, name: str, node: Node):
         """The fixed dtype of a conversion's result, whatever else the call changes."""
@@ -233,29 +248,28 @@ class NoOps:
         return None
 
     def _shared_fixed_dtype(self: Tracer, tree) -> torch.dtype | None:
-        """The one fixed dtype of every tensor in ``tree`` (an op's arguments); None if
-        one's dtype is not fixed, if they differ, or if a leaf could change the result's
-        dtype (a complex number, a dtype). Other leaves (real numbers, dims, flags) leave a
-        floating tensor's dtype as it is."""
+        """The one fixed dtype of every tensor in ``tree`` (an op's recorded arguments);
+        None if one's dtype is not fixed, if they differ, or if a leaf could change the
+        result's dtype (a complex number, a dtype). Other leaves (real numbers, dims, flags)
+        leave a floating tensor's dtype as it is."""
         shared = None
         for leaf in _leaves(tree):
-            if isinstance(leaf, (complex, torch.dtype)):
+            if isinstance(leaf, complex) or self._is_dtype(leaf):
                 return None
-            if isinstance(leaf, torch.Tensor):
-                tid = self._tensor_id(leaf)
-                dtype = self._fixed_dtypes.get(tid) if tid is not None else None
+            if isinstance(leaf, Ref) and self._kind_of(leaf) == "Tensor":
+                dtype = self._fixed_dtypes.get(leaf.id)
                 if dtype is None or (shared is not None and dtype != shared):
                     return None
                 shared = dtype
         return shared
 
-    def _keeps_contiguous(self: Tracer, node: Node, args: tuple) -> bool:
+    def _keeps_contiguous(self: Tracer, node: Node) -> bool:
         if node.op == "Tensor.contiguous":
             fmt = node.args[1] if len(node.args) > 1 else node.kwargs.get("memory_format")
             return fmt in (None, torch.contiguous_format)
-        if node.op not in CONTIGUITY_KEEPING or not args:
+        if node.op not in CONTIGUITY_KEEPING or not node.args:
             return False
-        if any(isinstance(a, torch.dtype) for a in node.args[1:]):
+        if any(self._is_dtype(a) for a in _leaves((node.args[1:], node.kwargs))):
             return False  # a view as another dtype
-        source = self._tensor_id(args[0]) if isinstance(args[0], torch.Tensor) else None
-        return source is not None and source in self._contiguous
+        source = node.args[0]
+        return isinstance(source, Ref) and source.id in self._contiguous
