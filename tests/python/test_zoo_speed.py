@@ -88,3 +88,20 @@ def test_resume_keeps_what_was_measured_and_write_updates_only_its_block(tmp_pat
 def test_an_unknown_model_name_is_refused_with_the_name():
     with pytest.raises(SystemExit, match="no zoo model named \\['nope'\\]"):
         zoo_speed.main(["--only", "nope"], cases=CASES)
+
+
+def test_again_keeps_each_contenders_minimum_over_both_runs(tmp_path):
+    out = tmp_path / "speed.json"
+    args = ["--json", str(out), "--only", "tanh", "--rounds", "3", "--budget", "0.05"]
+    assert zoo_speed.main(args, cases=CASES) == 0
+    first = json.loads(out.read_text())["models"]["tanh"]
+    assert zoo_speed.main([*args, "--again"], cases=CASES) == 0
+    results = json.loads(out.read_text())
+    second = results["models"]["tanh"]
+    assert results["_meta"]["runs"] == 2
+    assert second["rounds"] > first["rounds"]
+    for key in ("eager_us", "tracebridge_us", "jit_us"):
+        assert second[key] <= first[key]
+    # A run that finds a tool wrong replaces the entry: no minimum over a wrong result.
+    wrong = dict(second, jit="wrong: output 0 differs")
+    assert zoo_speed.merged(second, wrong) == wrong
