@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from torch import nn
 
@@ -132,3 +133,17 @@ def test_subtract_with_alpha_and_multiply_by_a_number_are_recorded_out_of_place(
     for shape in [(4, 5), (1, 1), (3, 2)]:
         x = torch.randn(*shape)
         torch.testing.assert_close(run(x), scaled_rows(x), rtol=0, atol=0)
+
+
+def broadcasts_out_of_its_shape(x):
+    n = x.shape[0]
+    column = torch.arange(n).reshape(n, 1) * 1
+    column += torch.arange(n)  # add_ cannot grow (n, 1) to (n, n): eager raises
+    return column
+
+
+def test_a_write_that_eager_refuses_raises_eagers_error_when_traced():
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        broadcasts_out_of_its_shape(torch.randn(3))
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        tracebridge.trace(broadcasts_out_of_its_shape, torch.randn(3))

@@ -58,6 +58,13 @@ FRESH = (
 _KEY_KINDS = frozenset({"int", "bool", "device", "dtype"})
 
 
+def _broadcasts_into(other: torch.Tensor, x: torch.Tensor) -> bool:
+    try:
+        return torch.broadcast_shapes(other.shape, x.shape) == x.shape
+    except RuntimeError:
+        return False
+
+
 class InPlace:
     """The tracer's out-of-place recording of in-place arithmetic (mixed into
     :class:`Tracer`)."""
@@ -103,8 +110,10 @@ class InPlace:
             extra["alpha"] = args[2]
         if not isinstance(x, torch.Tensor) or set(extra) - {"alpha"}:
             return None
-        if not self._fresh_and_unseen(x):
-            return None
+        if not self._fresh_and_unseen(x) or (x.is_leaf and x.requires_grad):
+            return None  # (autograd refuses to write a leaf: let the real call say so)
+        if isinstance(other, torch.Tensor) and not _broadcasts_into(other, x):
+            return None  # the real call raises its own error
         dtype = self._fixed_dtypes[self._tensor_id(x)]
         alpha = extra.get("alpha", 1)
         if not (self._operand_fits(x, other, dtype) and self._operand_fits(x, alpha, dtype)):
