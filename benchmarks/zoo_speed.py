@@ -1,24 +1,36 @@
-"""Latency of a loaded tracebridge artifact and of torch.jit.trace on zoo models, against eager.
+"""Latency of a loaded tracebridge artifact and of torch.jit.trace on the zoo, against eager.
 
 Run from the repository root, in an environment with the zoo's packages
 (``requirements-zoo.txt``):
 
-    .venv/bin/python benchmarks/zoo_speed.py --only bert --only "timm vit_tiny"
-    .venv/bin/python benchmarks/zoo_speed.py --only bert --no-grad   # both traced without autograd
+    .venv/bin/python benchmarks/zoo_speed.py --json /tmp/zoo_speed.json        # the whole zoo
+    .venv/bin/python benchmarks/zoo_speed.py --json /tmp/zoo_speed.json --resume --write
+    .venv/bin/python benchmarks/zoo_speed.py --only bert --only "timm vit_tiny" --no-grad
 
-For each model: trace it on its first input set at batch 1 (tracebridge without
+For each model: trace it on its first input set cut to batch 1 (tracebridge without
 ``check_trace``, which changes no graph; torch.jit.trace likewise), save and reload the
-artifact, then time eager, the loaded artifact and the traced TorchScript module on that
-input under ``torch.no_grad()``, one thread, in interleaved single calls (each contender
-in a new random order every round), and report the minimum (the figure least disturbed by
-other processes on a shared machine) and each tool's ratio to eager. The last line is the
-median ratio over the models both tools ran, the figure issue 20 compares.
+artifact, check that the loaded artifact and the TorchScript module give eager's output on
+that input, then time eager, the loaded artifact and the TorchScript module under
+``torch.no_grad()``, one thread, in interleaved single calls (each contender in a new random
+order every round), and keep each one's minimum (the figure least disturbed by other
+processes on a shared machine) and its ratio to eager.
+
+The whole zoo runs in bounded time: each model gets ``--budget`` seconds of timed rounds
+(between ``--min-rounds`` and ``--rounds`` rounds), and building, tracing, saving and loading
+get ``--limit`` seconds. A model that a tool refuses, or gets wrong at the timed input, keeps
+a note saying so and stays out of the median. Results go to ``--json`` after every model
+(``--resume`` skips the models already there, so an interrupted run goes on; ``--again``
+measures them again and keeps each contender's minimum over both runs); the summary is
+the median ratio to eager over the models both tools ran right, the figure issue 20
+compares, and ``--write`` puts the table into ``benchmarks/RESULTS.md``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
+import json
 import os
 import random
 import statistics
@@ -35,7 +47,11 @@ import torch  # noqa: E402
 
 import tracebridge  # noqa: E402
 import zoo_env  # noqa: E402, F401 - before torchvision
-from zoo_models import all_cases  # noqa: E402
+from results_md import write_results  # noqa: E402
+from zoo import compare, short, time_limit  # noqa: E402
+
+TOOLS = ("tracebridge", "jit")
+TAG = "zoo_speed"
 
 
 def _batch_one(inputs: tuple) -> tuple:
@@ -43,81 +59,258 @@ def _batch_one(inputs: tuple) -> tuple:
     return tuple(x[:1] if isinstance(x, torch.Tensor) and x.dim() else x for x in inputs)
 
 
-def timed(fns: dict, rounds: int) -> dict[str, float]:
-    """Minimum seconds per call of each contender over ``rounds`` interleaved single calls."""
+def timed(fns: dict, rounds: int, min_rounds: int = 1, budget: float | None = None) -> tuple:
+    """Minimum seconds per call of each contender over interleaved single calls, and the
+    number of rounds run: ``rounds``, or fewer when ``budget`` seconds (estimated from the
+    warm-up calls) would not hold them, but never fewer than ``min_rounds``."""
     clock = time.perf_counter
     best = {k: float("inf") for k in fns}
     order = list(fns)
+    warm_start = clock()
     for fn in fns.values():
         for _ in range(3):
             fn()
+    if budget is not None:
+        per_round = (clock() - warm_start) / 3
+        rounds = max(min_rounds, min(rounds, int(budget / max(per_round, 1e-9))))
     for _ in range(rounds):
         random.shuffle(order)
         for key in order:
             start = clock()
             fns[key]()
             best[key] = min(best[key], clock() - start)
-    return best
+    return best, rounds
 
 
-def measure(case, rounds: int, no_grad: bool) -> dict[str, float] | str:
-    torch.manual_seed(0)
-    model = case.build().eval()
-    inputs = _batch_one(case.inputs()[0])
-    mode = torch.no_grad() if no_grad else contextlib.nullcontext()
-    with warnings.catch_warnings(), mode:
-        warnings.simplefilter("ignore")
-        traced = tracebridge.trace(model, inputs, check_trace=False)
+def _trace_tools(model, inputs: tuple, no_grad: bool, entry: dict) -> dict:
+    """Each tool's callable (the tracebridge one saved and reloaded); a refusal is noted in
+    ``entry`` under the tool's name."""
+    grad_mode = torch.no_grad() if no_grad else contextlib.nullcontext()
+    runners = {}
+    for tool in TOOLS:
         try:
-            jit = torch.jit.trace(model, inputs, check_trace=False, strict=False)
-        except Exception as exc:  # a jit failure leaves tracebridge's figure
-            jit = None
-            print(f"  {case.name}: torch.jit.trace failed: {type(exc).__name__}", flush=True)
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "model.tb")
-        traced.save(path)
-        loaded = tracebridge.load(path)
-    fns = {"eager": lambda: model(*inputs), "tracebridge": lambda: loaded(*inputs)}
-    if jit is not None:
-        fns["jit"] = lambda: jit(*inputs)
-    with torch.no_grad():
-        return timed(fns, rounds)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", action="append", required=True, help="zoo model name")
-    parser.add_argument("--rounds", type=int, default=200, help="interleaved calls per tool")
-    parser.add_argument("--no-grad", action="store_true", help="trace under torch.no_grad()")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    cases = {c.name: c for c in all_cases()}
-    ratios: dict[str, list[float]] = {"tracebridge": [], "jit": []}
-    print("| model | eager (µs) | tracebridge (µs) | ratio | torch.jit (µs) | ratio |")
-    print("|---|---|---|---|---|---|")
-    for name in args.only:
-        try:
-            best = measure(cases[name], args.rounds, args.no_grad)
+            with warnings.catch_warnings(), grad_mode:
+                warnings.simplefilter("ignore")
+                if tool == "tracebridge":
+                    traced = tracebridge.trace(model, inputs, check_trace=False)
+                    with tempfile.TemporaryDirectory() as folder:
+                        path = os.path.join(folder, "model.tb")
+                        traced.save(path)
+                        runners[tool] = tracebridge.load(path)
+                else:
+                    runners[tool] = torch.jit.trace(model, inputs, check_trace=False, strict=False)
         except Exception as exc:
-            print(f"| {name} | {type(exc).__name__}: {str(exc).splitlines()[0][:80]} |||||")
+            entry[tool] = f"refused: {short(exc)[:200]}"
+    return runners
+
+
+def measure(case, rounds: int, min_rounds: int, budget: float, limit: int, no_grad: bool):
+    """One model's entry: each tool's status (``right`` or why not), and the minimum
+    microseconds per call of eager and of each tool that is right."""
+    entry: dict = {"category": case.category}
+    started = time.time()
+    torch.manual_seed(0)
+    with time_limit(limit):
+        model = case.build().eval()
+        inputs = _batch_one(case.inputs()[0])
+        with torch.no_grad():
+            expected = model(*inputs)
+        runners = _trace_tools(model, inputs, no_grad, entry)
+    fns = {"eager": lambda: model(*inputs)}
+    for tool, fn in runners.items():
+        try:
+            with time_limit(limit), torch.no_grad(), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                diff = compare(expected, fn(*inputs), case.tolerance)
+        except Exception as exc:
+            diff = f"call failed: {short(exc)[:200]}"
+        if diff:
+            entry[tool] = f"wrong: {diff}" if not diff.startswith("call failed") else diff
             continue
-        eager = best["eager"]
-        cells = [f"{eager * 1e6:.0f}"]
-        for tool in ("tracebridge", "jit"):
-            if tool in best:
-                cells += [f"{best[tool] * 1e6:.0f}", f"{best[tool] / eager:.2f}x"]
-            else:
-                cells += ["n/a", "n/a"]
-        if "jit" in best:
-            for tool in ratios:
-                ratios[tool].append(best[tool] / eager)
-        print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
-    if ratios["jit"]:
-        tb, jit = (statistics.median(ratios[t]) for t in ("tracebridge", "jit"))
-        print(
-            f"\nmedian ratio to eager over {len(ratios['jit'])} models: tracebridge {tb:.2f}x, "
-            f"torch.jit {jit:.2f}x"
-        )
+        entry[tool] = "right"
+        fns[tool] = lambda fn=fn: fn(*inputs)
+    with torch.no_grad(), warnings.catch_warnings(), time_limit(limit + int(4 * budget)):
+        warnings.simplefilter("ignore")
+        best, entry["rounds"] = timed(fns, rounds, min_rounds, budget)
+    for key, seconds in best.items():
+        entry[f"{key}_us"] = round(seconds * 1e6, 1)
+    entry["seconds"] = round(time.time() - started, 1)
+    return entry
+
+
+def both_right(models: dict) -> dict:
+    """The entries that both tools ran right (the ones the median is over)."""
+    return {name: e for name, e in models.items() if all(e.get(t) == "right" for t in TOOLS)}
+
+
+def ratio(entry: dict, tool: str) -> float | None:
+    if entry.get(tool) != "right" or not entry.get("eager_us"):
+        return None
+    return entry[f"{tool}_us"] / entry["eager_us"]
+
+
+def medians(models: dict) -> dict[str, float]:
+    """Median ratio to eager of each tool over the models both ran right, and the median of
+    tracebridge's time over torch.jit's."""
+    both = both_right(models)
+    if not both:
+        return {}
+    out = {t: statistics.median(ratio(e, t) for e in both.values()) for t in TOOLS}
+    out["tracebridge/jit"] = statistics.median(
+        e["tracebridge_us"] / e["jit_us"] for e in both.values()
+    )
+    out["models"] = len(both)
+    return out
+
+
+def _cell(entry: dict, tool: str) -> list[str]:
+    r = ratio(entry, tool)
+    if r is None:
+        return [entry.get(tool, "not run")[:70].replace("|", "/"), ""]
+    return [f"{entry[f'{tool}_us']:.0f}", f"{r:.2f}x"]
+
+
+def table(models: dict) -> str:
+    """The per-model table (markdown), worst tracebridge/jit first, then the models that
+    are not in the median."""
+    lines = [
+        "| model | eager (µs) | tracebridge (µs) | ratio | torch.jit (µs) | ratio | tb / jit |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    both = both_right(models)
+    order = sorted(both, key=lambda n: -both[n]["tracebridge_us"] / both[n]["jit_us"])
+    order += [n for n in models if n not in both]
+    for name in order:
+        e = models[name]
+        if "error" in e:
+            lines.append(f"| {name} | {e['error'][:90].replace('|', '/')} ||||||")
+            continue
+        tb_jit = f"{e['tracebridge_us'] / e['jit_us']:.2f}" if name in both else "not in the median"
+        cells = [f"{e['eager_us']:.0f}", *_cell(e, "tracebridge"), *_cell(e, "jit"), tb_jit]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def summary(models: dict) -> str:
+    m = medians(models)
+    if not m:
+        return "no model was run right by both tools"
+    return (
+        f"Median ratio to eager over the {m['models']} models both tools ran right: "
+        f"tracebridge {m['tracebridge']:.2f}x, torch.jit {m['jit']:.2f}x "
+        f"(median tracebridge / torch.jit {m['tracebridge/jit']:.2f})."
+    )
+
+
+def report(results: dict) -> str:
+    """The RESULTS.md block: how it was run, the summary line, the table."""
+    meta = results.get("_meta", {})
+    head = (
+        f"`{meta.get('command', 'benchmarks/zoo_speed.py')}` ({meta.get('platform', '')}, "
+        f"torch {meta.get('torch', '?')}, 1 thread, minimum of interleaved calls over "
+        f"{meta.get('runs', 1)} run(s) (rounds per model in the JSON), load average "
+        f"{meta.get('load', '?')} at the start of each run, "
+        f"{meta.get('date', '?')}):"
+    )
+    models = results.get("models", {})
+    return f"{head}\n\n{summary(models)}\n\n{table(models)}"
+
+
+def merged(before: dict | None, now: dict) -> dict:
+    """A model measured again (``--again``): each contender's minimum over both runs (the
+    same statistic over more rounds), where both runs ran it right; otherwise the new run."""
+    if not before or "error" in before or "error" in now:
+        return now
+    if any(before.get(t) != now.get(t) for t in TOOLS):
+        return now
+    out = dict(now)
+    for key in now:
+        if key.endswith("_us") and key in before:
+            out[key] = min(before[key], now[key])
+    out["rounds"] = before.get("rounds", 0) + now.get("rounds", 0)
+    out["seconds"] = round(before.get("seconds", 0) + now.get("seconds", 0), 1)
+    return out
+
+
+def _save(path: str | None, results: dict) -> None:
+    if not path:
+        return
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(results, f, indent=1)
+    os.replace(tmp, path)
+
+
+def run(cases: list, args: argparse.Namespace, results: dict) -> dict:
+    """Measure every case not in ``results`` yet, saving after each."""
+    models = results.setdefault("models", {})
+    for case in cases:
+        if case.name in models and not args.again:
+            continue
+        try:
+            entry = measure(
+                case, args.rounds, args.min_rounds, args.budget, args.limit, args.no_grad
+            )
+        except Exception as exc:
+            entry = {"category": case.category, "error": short(exc)[:300]}
+        models[case.name] = merged(models.get(case.name), entry)
+        _save(args.json, results)
+        print(f"{case.name}: {json.dumps(entry)}", flush=True)
+    return results
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", help="zoo model name (default: all)")
+    parser.add_argument("--rounds", type=int, default=200, help="most interleaved calls")
+    parser.add_argument("--min-rounds", type=int, default=10, help="fewest interleaved calls")
+    parser.add_argument("--budget", type=float, default=10.0, help="timing seconds per model")
+    parser.add_argument("--limit", type=int, default=300, help="build+trace seconds per model")
+    parser.add_argument("--no-grad", action="store_true", help="trace under torch.no_grad()")
+    parser.add_argument("--json", help="per-model results, written after every model")
+    parser.add_argument("--resume", action="store_true", help="skip models in --json")
+    parser.add_argument(
+        "--again", action="store_true", help="measure models in --json again, keep the minimum"
+    )
+    parser.add_argument("--write", action="store_true", help="update benchmarks/RESULTS.md")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None, cases: list | None = None) -> int:
+    args = parse(argv)
+    torch.set_num_threads(1)
+    if cases is None:
+        from zoo_models import all_cases
+
+        cases = all_cases()
+    if args.only:
+        known = {c.name: c for c in cases}
+        missing = [n for n in args.only if n not in known]
+        if missing:
+            raise SystemExit(f"zoo_speed: no zoo model named {missing}; see zoo_models.py")
+        cases = [known[n] for n in args.only]
+    results: dict = {}
+    if (args.resume or args.again) and args.json and os.path.exists(args.json):
+        with open(args.json) as f:
+            results = json.load(f)
+    results.setdefault(
+        "_meta",
+        {
+            "command": "benchmarks/zoo_speed.py " + " ".join(argv or sys.argv[1:]),
+            "date": datetime.date.today().isoformat(),
+            "torch": torch.__version__,
+            "platform": f"{os.uname().machine}, {os.cpu_count()} cores",
+            "load": f"{os.getloadavg()[0]:.1f}",
+        },
+    )
+    if args.again:  # each run's start load, for the record
+        meta = results["_meta"]
+        meta["load"] = f"{meta.get('load', '?')}, {os.getloadavg()[0]:.1f}"
+        meta["runs"] = meta.get("runs", 1) + 1
+    run(cases, args, results)
+    print(f"\n{table(results['models'])}\n\n{summary(results['models'])}")
+    if args.write:
+        write_results(report(results), TAG)
     return 0
 
 

@@ -210,6 +210,9 @@ class Conversions:
             return
         self._meta_refs[key] = ref = read()
         self.guard(ref, tensor.dtype, what, "value", self.location())
+        read_node = self._producers.get(ref.id)
+        if read_node is not None and isinstance(read_node.args[0], Ref):
+            self.know_dtype(read_node.args[0], tensor.dtype)  # trace/noops.py
 
     def _name_of(self, tensor: torch.Tensor) -> str:
         """A tensor's name in messages, a parameter's or buffer's by its path."""

@@ -179,6 +179,9 @@ class Dispatcher:
             self._descending.pop()
 
     def record(self, name: str, func, args: tuple, kwargs: dict):
+        written = self.out_of_place(name, func, args, kwargs)  # trace/inplace.py
+        if written is not None:
+            return written
         loc = self.location()
         as_recorded = self._numbers_as_tensors(
             name, _packed_varargs(name, func, args), _canonical_keywords(name, kwargs)
@@ -191,6 +194,8 @@ class Dispatcher:
         enc_args, enc_kwargs = autocast.cast_inputs(
             self, func, args, kwargs, enc_args, enc_kwargs, result
         )
+        if self.is_noop(name, args, kwargs, enc_args, enc_kwargs, result):
+            return result  # the result is the input, on every call the guards accept
         if name == "unbind" and isinstance(result, tuple):
             # ``for row in x`` reaches us as unbind (Tensor.__iter__ skips the mode).
             self.warn(
@@ -227,7 +232,8 @@ class Dispatcher:
                 wrapped.append(self._wrap_scalar(leaf, Ref(value.id), f"{name}(...)"))
         if not leaves and result is None:
             spec = None
-        self._emit(name, enc_args, enc_kwargs, outputs, spec, loc)
+        node = self._emit(name, enc_args, enc_kwargs, outputs, spec, loc)
+        self.learn(node, result)
         if spec is not None and spec["t"] == "leaf" and wrapped and wrapped[0] is not result:
             return wrapped[0]
         if any(isinstance(w, _Traced) for w in wrapped):

@@ -71,6 +71,9 @@ class Recorder:
             loc=loc,
         )
         self.graph.nodes.append(node)
+        for value in node.outputs:
+            self._producers[value.id] = node  # trace/noops.py reads where a value came from
+        self.note_reads(node)  # trace/inplace.py
         if loc and loc not in self.graph.sources:
             # The line's text goes into the artifact: a runtime quotes it in messages
             # without opening the file a loaded graph names.

@@ -26,13 +26,15 @@ import torch
 from ..ir.program import Graph, Ref, StateEntry, Value
 from .conversions import Conversions
 from .dispatch import Dispatcher, _RecordingMode
+from .inplace import InPlace
 from .library import LibraryHandlers
+from .noops import NoOps
 from .numbers import SymFloat, SymInt, SymSize, _Traced  # noqa: F401 - re-exported
 from .patches import recording  # noqa: F401 - re-exported
 from .recorder import Recorder
 
 
-class Tracer(Dispatcher, Conversions, LibraryHandlers, Recorder):
+class Tracer(Dispatcher, Conversions, LibraryHandlers, InPlace, NoOps, Recorder):
     """Records one call of ``fn`` into a :class:`Graph`.
 
     ``state`` maps ``id(tensor)`` to ``(name, kind)`` for the parameters and buffers of the
@@ -60,5 +62,7 @@ class Tracer(Dispatcher, Conversions, LibraryHandlers, Recorder):
         self._grad_entry: tuple[Ref, bool] | None = None
         self._grad_depth = 0
         self.caches_used: list = []  # functools caches a size went through (trace/caches.py)
+        self._facts_init()  # what is known of values on every call (trace/noops.py)
+        self._inplace_init()  # what writes may be recorded out of place (trace/inplace.py)
         self.mode = _RecordingMode(self)
         self._handlers = self._special_handlers()
