@@ -42,7 +42,7 @@ from ..ir import Graph, Node, Ref, pytree
 from ..ir.analysis import last_uses
 from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import fold_literal
-from . import folding, memo, support
+from . import folding, memo, support, views
 
 # Ops written as Python operators when their implementation is the default one. Not
 # ``scalar.mul``, ``scalar.pow``, ``scalar.lshift``: a few of them can build an integer of
@@ -173,6 +173,7 @@ class CodeGen:
         self._bound: dict[int, str] = {}  # id(object) -> global name
         self._where = "the graph"
         self._defined = 0
+        self._view_trees: dict[int, views.ViewTree] = {}  # member node index -> its tree
 
     # -- names ------------------------------------------------------------------------------
 
@@ -334,7 +335,11 @@ class CodeGen:
 
     def node(self, index: int, node: Node) -> None:
         self._where = f"{self.name}: node {index} ({node.op})"
-        if node.op == "prim.state":
+        tree = self._view_trees.get(index)
+        if tree is not None:
+            if index == tree.at:  # the other nodes of a tree stand here as one call
+                self.collapsed(tree)
+        elif node.op == "prim.state":
             self.state(node)
         elif node.op == "prim.guard":
             self.guard(node)
@@ -412,6 +417,8 @@ class CodeGen:
         static = set(fold.skip) if fold is not None else set()
         if fold is not None:
             self.folded(fold)
+        if self.fold:
+            dead_after = self.plan_views(static, blocks) or dead_after
         stop = 0
         for index, node in enumerate(self.graph.nodes):
             if index in blocks:
@@ -482,6 +489,31 @@ class CodeGen:
         targets = [ast.Name(self.define(values[v]), ast.Store()) for v in block.boundary]
         call = ast.Call(self.constant(runner), keys, [])
         self.emit(ast.Assign([ast.Tuple(targets, ast.Store())], call), "memoised by size")
+
+    def plan_views(self, static: set[int], blocks: dict) -> dict[int, list[int]] | None:
+        """Find the trees of view ops to run as one ``as_strided`` per result and size
+        key (runtime/views.py), outside folded and memoised nodes; the values' last uses
+        in the code that runs them, or None where there are none."""
+        skip = set(static) | {i for b in blocks.values() for i in range(b.start, b.stop)}
+        trees = views.plan(self.graph, skip)
+        if not trees:
+            return None
+        self._view_trees = {i: tree for tree in trees for i in tree.members}
+        return last_uses(views.surrogate(self.graph, trees))
+
+    def collapsed(self, tree: views.ViewTree) -> None:
+        """One call that gives a tree's results (and the sizes read from inside it),
+        as ``as_strided`` of its base after the first call with a key (runtime/views.py)."""
+        self._where = f"{self.name}: the views of node {tree.at}"
+        sub = views.subgraph(self.graph, tree)
+        inner = _KeyedCodeGen(sub, self.slots, f"{self.name}_views", self.guards, self.methods)
+        runner = views.Views(compile_function(inner).function, len(tree.results), tree.ops)
+        values = {v.id: v for n in sub.nodes for v in n.outputs}
+        targets = [ast.Name(self.define(values[v]), ast.Store()) for v in tree.results + tree.sizes]
+        reads = [self.ref(Ref(k)) for k in [tree.base, *tree.keys]]
+        call = _method(self.constant(runner), "run", *reads)
+        note = comment("views: " + ", ".join(tree.ops))
+        self.emit(ast.Assign([ast.Tuple(targets, ast.Store())], call), note)
 
     def restore_grad_mode(self, start: int) -> None:
         """The code switches gradients on or off: put the caller's mode back, even on error."""

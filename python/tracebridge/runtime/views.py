@@ -1,0 +1,312 @@
+"""Collapse trees of view ops into one ``as_strided`` per result, per key of sizes.
+
+Note: fewer ops per call, a step past runtime/memo.py.
+  Splitting attention heads is a tree of pure views: nn.MultiheadAttention's unfused path
+  runs ``unflatten -> unsqueeze -> transpose -> squeeze`` on the input projection, then
+  ``getitem -> view -> transpose -> view`` for each of q, k and v; GPT-2 runs ``view ->
+  split`` and ``view -> transpose`` per head tensor. Each op costs a Python call, its
+  argument parsing and a new tensor: ``torch.jit.trace`` runs the same ops for less. A
+  view's geometry (sizes, strides, storage offset) is a function of its base's sizes and
+  strides and of the integer arguments of the ops, never of the values. So :func:`plan`
+  finds trees of view ops over one base whose inner values nothing else reads (a shape
+  read of an inner value may: its result is kept with the geometry), and the generated
+  code calls :class:`Views` with the base and the integers the tree reads (its key). On
+  the first call with a key, the tree runs as traced, and each result's size, stride and
+  offset relative to the base are kept (after checking that the result is a view of the
+  base within the base's own elements); later calls make each result with one
+  ``as_strided`` of the base. A call that raises keeps nothing, so it raises again on the
+  next call with that key.
+
+  The collapsed call stands where the tree's last op stood: a tree is collapsed only if
+  nothing reads its results before that, and no write, grad-mode switch or custom
+  function stands between its first and its last op (the ops it replaces ran in between).
+  Ops that may copy (``reshape``, ``contiguous``, ``flatten``) end a tree: a copy is not a
+  view. Under autograd with a base that requires grad, a tensor subclass, or a layout
+  other than strided, the tree runs as traced (``as_strided``'s backward differs from the
+  views'). A tree is worth collapsing only when it saves more ops than it makes
+  (:data:`MIN_SAVED`): a key and an ``as_strided`` cost about two views.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..ir import Graph, Node, Ref, refs_in
+from ..ir import ops as opset
+from ..ir.analysis import output_ids
+from .checked_views import _span
+from .memo import KEEP
+
+# Ops whose results are always views of their first argument, with a geometry decided by
+# that argument's sizes and strides and the op's integer arguments alone.
+VIEW_OPS = frozenset(
+    """transpose swapaxes swapdims permute Tensor.permute unsqueeze squeeze select narrow
+    Tensor.view Tensor.expand broadcast_to t Tensor.T Tensor.mT movedim moveaxis unflatten
+    Tensor.unflatten diagonal Tensor.unfold getitem split chunk unbind""".split()
+)
+# Reads of a value that its geometry alone decides: kept with the geometry when the value
+# is inside a tree.
+SHAPE_READS = frozenset({"prim.size", "prim.numel", "prim.stride", "prim.is_contiguous"})
+# Nodes a tree's ops must not move past: writes, grad-mode switches, custom functions.
+_BARRIERS = frozenset({"set_grad_enabled", "prim.autograd_function"})
+MIN_SAVED = 2  # a tree replaces views - results ops by one call: at least this many fewer
+
+
+@dataclass
+class ViewTree:
+    """View ops over one base, run as one call of :class:`Views`."""
+
+    base: int  # value id of the tensor the tree views
+    members: list[int]  # node indices of its views and shape reads, in graph order
+    keys: list[int]  # integer value ids its nodes read from outside it
+    results: list[int]  # tensor value ids read outside it: one ``as_strided`` each
+    sizes: list[int]  # values of its shape reads that are read outside it
+    ops: list[str]  # names of its view ops, in order (for the comment in ``.code``)
+
+    @property
+    def at(self) -> int:
+        """Index of the node where the tree's call stands (its last)."""
+        return self.members[-1]
+
+
+def _plain_index(arg, kinds: dict[int, str]) -> bool:
+    """A basic index (a view): ints, slices of ints, None, Ellipsis, tuples of these."""
+    if isinstance(arg, Ref):
+        return kinds.get(arg.id) == "int"
+    if isinstance(arg, tuple):
+        return all(_plain_index(a, kinds) for a in arg)
+    if isinstance(arg, slice):
+        return all(
+            p is None or type(p) is int or (isinstance(p, Ref) and kinds.get(p.id) == "int")
+            for p in (arg.start, arg.stop, arg.step)
+        )
+    return arg is None or arg is Ellipsis or type(arg) is int
+
+
+def _int_arguments(value, kinds: dict[int, str]) -> bool:
+    """Literal ints (bools too), None, and integer values of the graph, in lists and tuples."""
+    if isinstance(value, Ref):
+        return kinds.get(value.id) == "int"
+    if isinstance(value, (list, tuple)):
+        return all(_int_arguments(v, kinds) for v in value)
+    return value is None or type(value) in (int, bool)
+
+
+def _is_view(node: Node, kinds: dict[int, str]) -> bool:
+    if node.op not in VIEW_OPS or not node.args or not isinstance(node.args[0], Ref):
+        return False
+    if kinds.get(node.args[0].id) != "Tensor" or not node.outputs:
+        return False
+    if any(v.kind != "Tensor" for v in node.outputs):
+        return False
+    rest = (list(node.args[1:]), list(node.kwargs.values()))
+    if node.op == "getitem":
+        return len(node.args) == 2 and not node.kwargs and _plain_index(node.args[1], kinds)
+    return _int_arguments(rest, kinds)
+
+
+def _is_shape_read(node: Node, kinds: dict[int, str]) -> bool:
+    return (
+        node.op in SHAPE_READS
+        and bool(node.args)
+        and isinstance(node.args[0], Ref)
+        and len(node.outputs) == 1
+        and _int_arguments((list(node.args[1:]), list(node.kwargs.values())), kinds)
+    )
+
+
+def _writes(node: Node) -> bool:
+    return node.op in _BARRIERS or opset.is_inplace(node.op) or "out" in node.kwargs
+
+
+def plan(graph: Graph, skip: set[int] = frozenset()) -> list[ViewTree]:
+    """The trees of ``graph`` worth collapsing (see the module Note); nodes in ``skip``
+    (folded or memoised elsewhere) are never part of one."""
+    kinds = {v.id: v.kind for v in graph.inputs}
+    kinds.update({v.id: v.kind for n in graph.nodes for v in n.outputs})
+    users: dict[int, list[int]] = {}
+    for index, node in enumerate(graph.nodes):
+        for ref in refs_in((node.args, node.kwargs)):
+            users.setdefault(ref.id, []).append(index)
+    returned = output_ids(graph)
+    views = {i for i, n in enumerate(graph.nodes) if i not in skip and _is_view(n, kinds)}
+    made_by = {v.id: i for i in views for v in graph.nodes[i].outputs}
+
+    def inner(value: int) -> bool:
+        """A view's result that only views and shape reads of the same tree read."""
+        if value not in made_by or value in returned:
+            return False
+        for i in users.get(value, ()):
+            node = graph.nodes[i]
+            if i in skip or node.args[0] != Ref(value):
+                return False
+            if i not in views and not _is_shape_read(node, kinds):
+                return False
+        return True
+
+    trees: dict[int, list[int]] = {}  # base value id -> member node indices
+    root: dict[int, int] = {}  # inner value id -> base of its tree
+    for index, node in enumerate(graph.nodes):
+        source = node.args[0].id if node.args and isinstance(node.args[0], Ref) else None
+        if index in views:
+            base = root.get(source, source)
+            trees.setdefault(base, []).append(index)
+            for value in node.outputs:
+                if inner(value.id):
+                    root[value.id] = base
+        elif source in root and index not in skip and _is_shape_read(node, kinds):
+            trees[root[source]].append(index)
+    found = [
+        _tree(graph, base, members, root, views, users, returned) for base, members in trees.items()
+    ]
+    return [t for t in found if t is not None]
+
+
+def _tree(graph, base, members, root, views, users, returned) -> ViewTree | None:
+    """The tree over ``base`` made of ``members``, or None where collapsing it would be
+    unsafe or not worth it."""
+    made = {v.id for i in members for v in graph.nodes[i].outputs}
+    member_set = set(members)
+    at = members[-1]
+    outside = [v for v in made if v not in root]  # results and shape reads read outside
+    for value in outside:
+        if any(i <= at and i not in member_set for i in users.get(value, ())):
+            return None  # read before the tree's call would stand
+    between = range(members[0] + 1, at)
+    if any(i not in member_set and _writes(graph.nodes[i]) for i in between):
+        return None  # the ops it replaces would move past a write or a mode switch
+    view_nodes = [i for i in members if i in views]
+    results = [
+        v.id
+        for i in view_nodes
+        for v in graph.nodes[i].outputs
+        if v.id not in root and (users.get(v.id) or v.id in returned)
+    ]
+    sizes = [
+        v.id
+        for i in members
+        if i not in views
+        for v in graph.nodes[i].outputs
+        if v.id in returned or any(u not in member_set for u in users.get(v.id, ()))
+    ]
+    if not results or len(view_nodes) - len(results) < MIN_SAVED:
+        return None
+    reads = [r.id for i in members for r in refs_in((graph.nodes[i].args, graph.nodes[i].kwargs))]
+    keys = list(dict.fromkeys(r for r in reads if r not in made and r != base))
+    ops = [graph.nodes[i].op for i in view_nodes]
+    return ViewTree(base, members, keys, results, sizes, ops)
+
+
+def subgraph(graph: Graph, tree: ViewTree) -> Graph:
+    """A tree as a graph of its own: its base and keys as inputs, its results and the
+    sizes read outside it as outputs."""
+    values = {v.id: v for n in graph.nodes for v in n.outputs}
+    values.update({v.id: v for v in graph.inputs})
+    outputs = tree.results + tree.sizes
+    return Graph(
+        inputs=[values[tree.base]] + [values[k] for k in tree.keys],
+        in_spec={"t": "tuple", "c": []},  # called by the generated code only
+        nodes=[graph.nodes[i] for i in tree.members],
+        outputs=[Ref(v) for v in outputs],
+        out_spec={"t": "tuple", "c": [{"t": "leaf"} for _ in outputs]},
+        sources=graph.sources,
+    )
+
+
+def surrogate(graph: Graph, trees: list[ViewTree]) -> Graph:
+    """``graph`` with each tree as one node where its call stands (and empty nodes at its
+    other members): what the generated code runs, for ``last_uses``."""
+    nodes = list(graph.nodes)
+    values = {v.id: v for n in graph.nodes for v in n.outputs}
+    for tree in trees:
+        for i in tree.members:
+            nodes[i] = Node("prim.views")
+        reads = [Ref(tree.base)] + [Ref(k) for k in tree.keys]
+        made = [values[v] for v in tree.results + tree.sizes]
+        nodes[tree.at] = Node("prim.views", args=reads, outputs=made)
+    return graph.with_nodes(nodes)
+
+
+_Tensor = torch.Tensor
+_strided = torch.strided
+_grad_enabled = torch.is_grad_enabled
+_AS_TRACED = "as traced"  # a key whose results are not all views of the base: run the tree
+
+
+class Views:
+    """Runs a tree for a key (the base's sizes and strides, the integers the tree reads):
+    the first time as traced, keeping each result's geometry relative to the base;
+    after that as one ``as_strided`` per result. Keeps the last :data:`KEEP` keys."""
+
+    def __init__(self, function, results: int, ops: list[str]):
+        self.function = function  # the tree's ops as traced: (base, *keys) -> values
+        self.results = results
+        self.ops = ops
+        self.cache: dict = {}  # key -> ((size, stride, offset) per result, sizes) or _AS_TRACED
+
+    def __repr__(self) -> str:
+        made = f"{self.results} tensor{'s' if self.results != 1 else ''}"
+        return f"views({made} from {len(self.ops)} view ops, {len(self.cache)} keys)"
+
+    def run(self, base, *keys):
+        """The tree's values for ``base`` and ``keys``, as the traced ops give them."""
+        if (
+            type(base) is not _Tensor
+            or base.layout is not _strided
+            or (_grad_enabled() and base.requires_grad)
+        ):
+            return self.function(base, *keys)
+        entry = (base.shape, base.stride(), keys)
+        kept = self.cache.get(entry)
+        if kept is None:
+            return self._first(entry, base, keys)
+        if kept is _AS_TRACED:
+            return self.function(base, *keys)
+        geometry, sizes = kept
+        offset = base.storage_offset()
+        made = tuple(
+            base.as_strided(size, stride, offset + shift) for size, stride, shift in geometry
+        )
+        return made + sizes
+
+    def _first(self, entry, base, keys):
+        values = self.function(base, *keys)  # raises as the traced ops do; nothing kept
+        geometry = _geometry(base, values[: self.results])
+        exact = all(type(k) is int for k in keys)
+        if exact:
+            while len(self.cache) >= KEEP:
+                try:
+                    self.cache.pop(next(iter(self.cache)), None)
+                except (StopIteration, RuntimeError):  # another thread changed it
+                    break
+            self.cache[entry] = (
+                _AS_TRACED if geometry is None else (geometry, values[self.results :])
+            )
+        return values
+
+
+def _geometry(base: torch.Tensor, results) -> tuple | None:
+    """``(size, stride, offset from base)`` of each result, or None unless every result
+    is a plain view of ``base``'s memory within its own elements (so that
+    ``as_strided`` of the base gives it back exactly)."""
+    geometry = []
+    first, last = _span(base)
+    pointer = base.untyped_storage().data_ptr()
+    for result in results:
+        if (
+            type(result) is not _Tensor
+            or result.layout is not _strided
+            or result.dtype != base.dtype
+            or result.is_conj() != base.is_conj()
+            or result.is_neg() != base.is_neg()
+            or result.untyped_storage().data_ptr() != pointer
+        ):
+            return None
+        low, high = _span(result)
+        if result.numel() and (low < first or high > last):
+            return None
+        shift = result.storage_offset() - base.storage_offset()
+        geometry.append((tuple(result.shape), result.stride(), shift))
+    return tuple(geometry)
