@@ -19,7 +19,9 @@ Note: fewer ops per call, a step past runtime/memo.py.
 
   The collapsed call stands where the tree's last op stood: a tree is collapsed only if
   nothing reads its results before that, and no write, grad-mode switch or custom
-  function stands between its first and its last op (the ops it replaces ran in between).
+  function stands between its first and its last op (the ops it replaces ran in between;
+  a guard in between now checks first, so a call that breaks both a guard and a view
+  raises the GuardError).
   Ops that may copy (``reshape``, ``contiguous``, ``flatten``) end a tree: a copy is not a
   view. Under autograd with a base that requires grad, a tensor subclass, or a layout
   other than strided, the tree runs as traced (``as_strided``'s backward differs from the
@@ -244,7 +246,7 @@ class Views:
         self.function = function  # the tree's ops as traced: (base, *keys) -> values
         self.results = results
         self.ops = ops
-        self.cache: dict = {}  # key -> ((size, stride, offset) per result, sizes) or _AS_TRACED
+        self.cache: dict = {}  # key -> a function of the base that gives the values
 
     def __repr__(self) -> str:
         made = f"{self.results} tensor{'s' if self.results != 1 else ''}"
@@ -259,32 +261,47 @@ class Views:
         ):
             return self.function(base, *keys)
         entry = (base.shape, base.stride(), keys)
-        kept = self.cache.get(entry)
-        if kept is None:
+        make = self.cache.get(entry)
+        if make is None:
             return self._first(entry, base, keys)
-        if kept is _AS_TRACED:
-            return self.function(base, *keys)
-        geometry, sizes = kept
-        offset = base.storage_offset()
-        made = tuple(
-            base.as_strided(size, stride, offset + shift) for size, stride, shift in geometry
-        )
-        return made + sizes
+        return make(base)
 
     def _first(self, entry, base, keys):
         values = self.function(base, *keys)  # raises as the traced ops do; nothing kept
+        if not all(type(k) is int for k in keys):
+            return values  # a key that equal values of another type could match
         geometry = _geometry(base, values[: self.results])
-        exact = all(type(k) is int for k in keys)
-        if exact:
-            while len(self.cache) >= KEEP:
-                try:
-                    self.cache.pop(next(iter(self.cache)), None)
-                except (StopIteration, RuntimeError):  # another thread changed it
-                    break
-            self.cache[entry] = (
-                _AS_TRACED if geometry is None else (geometry, values[self.results :])
-            )
+        if geometry is None:  # not all views of the base for this key: run them as traced
+            function = self.function
+
+            def make(base):
+                return function(base, *keys)
+        else:
+            make = _maker(geometry, values[self.results :])
+        while len(self.cache) >= KEEP:
+            try:
+                self.cache.pop(next(iter(self.cache)), None)
+            except (StopIteration, RuntimeError):  # another thread changed it
+                break
+        self.cache[entry] = make
         return values
+
+
+def _maker(geometry: tuple, sizes: tuple):
+    """A function of a base that makes the results of ``geometry`` with ``as_strided``
+    and gives them with ``sizes``: the offset is passed only where it moves."""
+    if len(geometry) == 1:
+        ((size, stride, shift),) = geometry
+        if shift == 0:  # as_strided keeps the base's offset
+            return lambda base: (base.as_strided(size, stride), *sizes)
+        return lambda base: (base.as_strided(size, stride, base.storage_offset() + shift), *sizes)
+
+    def make(base):
+        offset = base.storage_offset()
+        made = [base.as_strided(size, stride, offset + shift) for size, stride, shift in geometry]
+        return (*made, *sizes)
+
+    return make
 
 
 def _geometry(base: torch.Tensor, results) -> tuple | None:
