@@ -307,3 +307,52 @@ def test_a_few_keys_are_kept():
             torch.testing.assert_close(traced(x), Chain()(x), rtol=0, atol=0)
     (runner,) = _runners(traced)
     assert len(runner.cache) <= memo.KEEP
+
+
+class RMSNorm(nn.Module):
+    """Llama's RMSNorm: converts to float32 and back to the input's dtype every call."""
+
+    def __init__(self, d: int = 4):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        dtype = x.dtype
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.weight * h.to(dtype)
+
+
+def test_a_conversion_to_the_dtype_a_tensor_has_is_no_call():
+    torch.manual_seed(0)
+    model = RMSNorm()
+    traced = tracebridge.trace(model, (torch.randn(2, 4),))
+    assert traced.code.count("_type(") == 2  # both conversions tested inline
+    for rows in (2, 5):
+        x = torch.randn(rows, 4)
+        torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
+
+
+class Converts(nn.Module):
+    def forward(self, x):
+        return x.to(torch.float32), x.to(dtype=torch.float64)
+
+
+def test_a_conversion_gives_the_same_tensor_as_eager():
+    traced = tracebridge.trace(Converts(), (torch.randn(2, 3),))
+    x = torch.randn(2, 3)
+    same, wider = traced(x)
+    assert same is x and wider.dtype == torch.float64
+    torch.testing.assert_close(wider, x.double(), rtol=0, atol=0)
+
+    class Tagged(torch.Tensor):
+        calls = 0
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if func is torch.Tensor.to:
+                cls.calls += 1
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    traced(x.as_subclass(Tagged))
+    assert Tagged.calls == 2  # a subclass sees its calls, as in eager

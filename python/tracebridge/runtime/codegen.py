@@ -42,7 +42,7 @@ from ..ir import Graph, Node, Ref, pytree
 from ..ir.analysis import last_uses
 from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import fold_literal
-from . import folding, memo, support, views
+from . import folding, identity, memo, support, views
 
 # Ops written as Python operators when their implementation is the default one. Not
 # ``scalar.mul``, ``scalar.pow``, ``scalar.lshift``: a few of them can build an integer of
@@ -91,6 +91,8 @@ _HELPERS = {
     "_check_count": support.check_count,
     "_is_grad_enabled": torch.is_grad_enabled,
     "_set_grad_enabled": torch._C._set_grad_enabled,
+    "_type": type,
+    "_Tensor": torch.Tensor,
 }
 _PLAIN_CONSTANTS = (bool, int, float, complex, str)
 _COMMENT_LIMIT = 160
@@ -174,6 +176,7 @@ class CodeGen:
         self._where = "the graph"
         self._defined = 0
         self._view_trees: dict[int, views.ViewTree] = {}  # member node index -> its tree
+        self._kinds: dict[int, str] | None = None  # value id -> kind, made when first needed
 
     # -- names ------------------------------------------------------------------------------
 
@@ -380,7 +383,7 @@ class CodeGen:
             # dropout(x, p, train=False) is x itself: no call at all
             self.emit(ast.Assign([self.targets(node)], self.literal(node.args[0])), note, node.loc)
             return
-        call = self.call(node)
+        call = self.unless_identity(node, self.call(node))
         if node.out_spec is None or not node.outputs and node.out_spec.get("t") != "leaf":
             self.emit(ast.Expr(call), note, node.loc)
             return
@@ -514,6 +517,26 @@ class CodeGen:
         call = _method(self.constant(runner), "run", *reads)
         note = comment("views: " + ", ".join(tree.ops))
         self.emit(ast.Assign([ast.Tuple(targets, ast.Store())], call), note)
+
+    def unless_identity(self, node: Node, call: ast.expr) -> ast.expr:
+        """``call``, or for a conversion of a tensor to the dtype it may already have,
+        the tensor itself when it has it and ``call`` otherwise (runtime/identity.py)."""
+        if not self.fold or node.op not in identity.CONVERSIONS:
+            return call
+        if self.callable_for(node) is not support.default_callable(node.op):
+            return call
+        if self._kinds is None:
+            self._kinds = {v.id: v.kind for v in self.graph.inputs}
+            self._kinds.update({v.id: v.kind for n in self.graph.nodes for v in n.outputs})
+        found = identity.dtype_conversion(node, self._kinds)
+        if found is None:
+            return call
+        tensor, dtype = found
+        plain = ast.Compare(_call("_type", self.literal(tensor)), [ast.Is()], [_name("_Tensor")])
+        same = ast.Compare(_attr(self.literal(tensor), "dtype"), [ast.Is()], [self.literal(dtype)])
+        self.helper("_type")
+        self.helper("_Tensor")
+        return ast.IfExp(ast.BoolOp(ast.And(), [plain, same]), self.literal(tensor), call)
 
     def restore_grad_mode(self, start: int) -> None:
         """The code switches gradients on or off: put the caller's mode back, even on error."""
