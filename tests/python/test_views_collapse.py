@@ -356,3 +356,41 @@ def test_a_conversion_gives_the_same_tensor_as_eager():
 
     traced(x.as_subclass(Tagged))
     assert Tagged.calls == 2  # a subclass sees its calls, as in eager
+
+
+class TwoHalves(nn.Module):
+    def forward(self, x):
+        a, b = x.view(x.shape[0], 2, -1).chunk(2, -1)
+        a, b = a.transpose(0, 1).unsqueeze(0), b.transpose(0, 1).unsqueeze(0)
+        return a * 2, b + 1
+
+
+class FourRows(nn.Module):
+    def forward(self, x):
+        rows = [r.transpose(0, 1) for r in x.view(4, -1, x.shape[-1]).unbind(0)]
+        return [r * (i + 1) for i, r in enumerate(rows)]
+
+
+class Interleaved(nn.Module):
+    """Each result is read before the next is made: one call per result."""
+
+    def forward(self, x):
+        a, b = x.view(x.shape[0], 2, -1).chunk(2, -1)
+        a = a.transpose(0, 1).unsqueeze(0) * 2
+        return a, b.transpose(0, 1).unsqueeze(0) + a
+
+
+@pytest.mark.parametrize(
+    ("model", "results"), [(TwoHalves(), [2]), (FourRows(), [4]), (Interleaved(), [1, 1])]
+)
+def test_trees_with_several_results_match_eager(model, results):
+    traced = tracebridge.trace(model, (torch.randn(8, 6),), strict=False)
+    runners = _runners(traced)
+    assert [r.results for r in runners] == results
+    big = torch.randn(30, 6)
+    with torch.no_grad():
+        for x in [torch.randn(8, 6), big[3:11], big[5:21], torch.randn(6, 16).t()[:, :6]]:
+            for _ in range(2):
+                for got, want in zip(traced(x), model(x)):
+                    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert all(r.cache for r in runners)

@@ -175,7 +175,8 @@ class CodeGen:
         self._bound: dict[int, str] = {}  # id(object) -> global name
         self._where = "the graph"
         self._defined = 0
-        self._view_trees: dict[int, views.ViewTree] = {}  # member node index -> its tree
+        self._view_members: set[int] = set()  # indices of nodes that trees of views run
+        self._view_calls: dict[int, list[views.ViewTree]] = {}  # index -> trees called there
         self._kinds: dict[int, str] | None = None  # value id -> kind, made when first needed
 
     # -- names ------------------------------------------------------------------------------
@@ -338,9 +339,8 @@ class CodeGen:
 
     def node(self, index: int, node: Node) -> None:
         self._where = f"{self.name}: node {index} ({node.op})"
-        tree = self._view_trees.get(index)
-        if tree is not None:
-            if index == tree.at:  # the other nodes of a tree stand here as one call
+        if index in self._view_members:  # a tree's nodes run as one call, at its last
+            for tree in self._view_calls.get(index, ()):
                 self.collapsed(tree)
         elif node.op == "prim.state":
             self.state(node)
@@ -501,7 +501,9 @@ class CodeGen:
         trees = views.plan(self.graph, skip)
         if not trees:
             return None
-        self._view_trees = {i: tree for tree in trees for i in tree.members}
+        self._view_members = {i for tree in trees for i in tree.members}
+        for tree in trees:
+            self._view_calls.setdefault(tree.at, []).append(tree)
         return last_uses(views.surrogate(self.graph, trees))
 
     def collapsed(self, tree: views.ViewTree) -> None:

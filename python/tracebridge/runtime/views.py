@@ -123,9 +123,23 @@ def _writes(node: Node) -> bool:
     return node.op in _BARRIERS or opset.is_inplace(node.op) or "out" in node.kwargs
 
 
+@dataclass
+class _Facts:
+    """What :func:`plan` knows of a graph, for judging one tree."""
+
+    graph: Graph
+    views: set[int]  # indices of the view nodes that may join a tree
+    made_by: dict[int, int]  # value id -> index of the view node that makes it
+    root: dict[int, int]  # inner value id -> base of its tree
+    users: dict[int, list[int]]  # value id -> indices of the nodes that read it
+    returned: set[int]  # value ids the graph returns
+
+
 def plan(graph: Graph, skip: set[int] = frozenset()) -> list[ViewTree]:
     """The trees of ``graph`` worth collapsing (see the module Note); nodes in ``skip``
-    (folded or memoised elsewhere) are never part of one."""
+    (folded or memoised elsewhere) are never part of one. A tree whose results are read
+    before its last op is tried again as one path per result: each path stands where its
+    own result is made."""
     kinds = {v.id: v.kind for v in graph.inputs}
     kinds.update({v.id: v.kind for n in graph.nodes for v in n.outputs})
     users: dict[int, list[int]] = {}
@@ -160,39 +174,67 @@ def plan(graph: Graph, skip: set[int] = frozenset()) -> list[ViewTree]:
                     root[value.id] = base
         elif source in root and index not in skip and _is_shape_read(node, kinds):
             trees[root[source]].append(index)
-    found = [
-        _tree(graph, base, members, root, views, users, returned) for base, members in trees.items()
+    facts = _Facts(graph, views, made_by, root, users, returned)
+    found = []
+    for base, members in trees.items():
+        whole = _tree(facts, base, members)
+        if whole is not None:
+            found.append(whole)
+            continue
+        for end, path in _paths(facts, members):
+            found.extend(t for t in [_tree(facts, base, path, end)] if t is not None)
+    return found
+
+
+def _paths(facts: _Facts, members: list[int]):
+    """``(end, members)`` for each view node of a tree that makes a result: the views
+    from the base to it and the shape reads of their inner values."""
+    graph, root = facts.graph, facts.root
+    ends = [
+        i
+        for i in members
+        if i in facts.views and any(v.id not in root for v in graph.nodes[i].outputs)
     ]
-    return [t for t in found if t is not None]
+    if len(ends) < 2:
+        return
+    for end in ends:
+        chain, index = {end}, end
+        while graph.nodes[index].args[0].id in root:
+            index = facts.made_by[graph.nodes[index].args[0].id]
+            chain.add(index)
+        inner = {v.id for i in chain for v in graph.nodes[i].outputs if v.id in root}
+        reads = {i for i in members if i not in facts.views and graph.nodes[i].args[0].id in inner}
+        yield end, sorted(chain | reads)
 
 
-def _tree(graph, base, members, root, views, users, returned) -> ViewTree | None:
-    """The tree over ``base`` made of ``members``, or None where collapsing it would be
-    unsafe or not worth it."""
+def _tree(facts: _Facts, base: int, members: list[int], end: int | None = None) -> ViewTree | None:
+    """The tree over ``base`` made of ``members`` (its results: those of ``end`` alone
+    when given), or None where collapsing it would be unsafe or not worth it."""
+    graph, root, users, returned = facts.graph, facts.root, facts.users, facts.returned
     made = {v.id for i in members for v in graph.nodes[i].outputs}
     member_set = set(members)
     at = members[-1]
-    outside = [v for v in made if v not in root]  # results and shape reads read outside
-    for value in outside:
-        if any(i <= at and i not in member_set for i in users.get(value, ())):
-            return None  # read before the tree's call would stand
-    between = range(members[0] + 1, at)
-    if any(i not in member_set and _writes(graph.nodes[i]) for i in between):
-        return None  # the ops it replaces would move past a write or a mode switch
-    view_nodes = [i for i in members if i in views]
+    view_nodes = [i for i in members if i in facts.views]
     results = [
         v.id
         for i in view_nodes
+        if end is None or i == end
         for v in graph.nodes[i].outputs
         if v.id not in root and (users.get(v.id) or v.id in returned)
     ]
     sizes = [
         v.id
         for i in members
-        if i not in views
+        if i not in facts.views
         for v in graph.nodes[i].outputs
         if v.id in returned or any(u not in member_set for u in users.get(v.id, ()))
     ]
+    for value in results + sizes:
+        if any(i <= at and i not in member_set for i in users.get(value, ())):
+            return None  # read before the tree's call would stand
+    between = range(members[0] + 1, at)
+    if any(i not in member_set and _writes(graph.nodes[i]) for i in between):
+        return None  # the ops it replaces would move past a write or a mode switch
     if not results or len(view_nodes) - len(results) < MIN_SAVED:
         return None
     reads = [r.id for i in members for r in refs_in((graph.nodes[i].args, graph.nodes[i].kwargs))]
@@ -222,12 +264,13 @@ def surrogate(graph: Graph, trees: list[ViewTree]) -> Graph:
     other members): what the generated code runs, for ``last_uses``."""
     nodes = list(graph.nodes)
     values = {v.id: v for n in graph.nodes for v in n.outputs}
-    for tree in trees:
-        for i in tree.members:
-            nodes[i] = Node("prim.views")
+    for i in {i for tree in trees for i in tree.members}:
+        nodes[i] = Node("prim.views")
+    for tree in trees:  # paths of one tree may share members, and so where they stand
         reads = [Ref(tree.base)] + [Ref(k) for k in tree.keys]
         made = [values[v] for v in tree.results + tree.sizes]
-        nodes[tree.at] = Node("prim.views", args=reads, outputs=made)
+        node = nodes[tree.at]
+        nodes[tree.at] = Node("prim.views", node.args + reads, outputs=node.outputs + made)
     return graph.with_nodes(nodes)
 
 
@@ -289,12 +332,38 @@ class Views:
 
 def _maker(geometry: tuple, sizes: tuple):
     """A function of a base that makes the results of ``geometry`` with ``as_strided``
-    and gives them with ``sizes``: the offset is passed only where it moves."""
+    and gives them with ``sizes``. Written out for one to three results (a comprehension
+    is a frame of its own); the offset is passed only where it moves."""
     if len(geometry) == 1:
         ((size, stride, shift),) = geometry
         if shift == 0:  # as_strided keeps the base's offset
             return lambda base: (base.as_strided(size, stride), *sizes)
         return lambda base: (base.as_strided(size, stride, base.storage_offset() + shift), *sizes)
+    if len(geometry) == 2:
+        (s0, t0, h0), (s1, t1, h1) = geometry
+
+        def make(base):
+            offset = base.storage_offset()
+            return (
+                base.as_strided(s0, t0, offset + h0),
+                base.as_strided(s1, t1, offset + h1),
+                *sizes,
+            )
+
+        return make
+    if len(geometry) == 3:
+        (s0, t0, h0), (s1, t1, h1), (s2, t2, h2) = geometry
+
+        def make(base):
+            offset = base.storage_offset()
+            return (
+                base.as_strided(s0, t0, offset + h0),
+                base.as_strided(s1, t1, offset + h1),
+                base.as_strided(s2, t2, offset + h2),
+                *sizes,
+            )
+
+        return make
 
     def make(base):
         offset = base.storage_offset()
