@@ -394,3 +394,29 @@ def test_trees_with_several_results_match_eager(model, results):
                 for got, want in zip(traced(x), model(x)):
                     torch.testing.assert_close(got, want, rtol=0, atol=0)
     assert all(r.cache for r in runners)
+
+
+class SizesAsOneTuple(nn.Module):
+    """Hugging Face's ``view(shape)`` style: the sizes as one tuple (spread in the code)."""
+
+    def forward(self, x):
+        b, n = x.shape
+        return x.view((b, 2, n // 2)).permute((0, 2, 1)).reshape([b, n]) + 1
+
+
+class ViewAsScalar(nn.Module):
+    def forward(self, x):
+        return x.view(()) * 2  # no sizes: stays one (empty) tuple
+
+
+def test_sizes_given_as_one_sequence_are_spread():
+    model = SizesAsOneTuple()
+    traced = tracebridge.trace(model, (torch.randn(3, 4),))
+    calls = [line for line in traced.code.splitlines() if "op_Tensor_" in line]
+    assert len(calls) == 3 and not any("(in0, (" in c or ", [" in c or ", (" in c for c in calls)
+    for rows in (3, 5):
+        x = torch.randn(rows, 4)
+        torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
+    scalar = tracebridge.trace(ViewAsScalar(), (torch.randn(1, 1),))
+    assert "op_Tensor_view_0(in0, ())" in scalar.code
+    torch.testing.assert_close(scalar(torch.ones(1, 1)), torch.tensor(2.0))

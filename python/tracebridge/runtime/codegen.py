@@ -82,6 +82,10 @@ _ATTRIBUTE_PRIMS = {
     "prim.is_contiguous": (1, lambda t: _method(t, "is_contiguous")),
 }
 _INLINE = {*_BINARY, *_COMPARE, *_ATTRIBUTE_PRIMS, "scalar.neg"}
+# Tensor methods that take sizes as one sequence or spread: ``x.view((a, b))`` parses
+# about 0.5 us slower than ``x.view(a, b)`` (torch 2.13, one thread), so the code spreads
+# a literal sequence of integers (Hugging Face models write ``view(shape)`` in every layer).
+_SPREAD = frozenset({"Tensor.view", "Tensor.reshape", "Tensor.permute"})
 # Helpers the generated code calls, under names of its own.
 _HELPERS = {
     "_getattr": getattr,
@@ -277,7 +281,29 @@ class CodeGen:
                 return inline
         if _small_factor(node) and fn is support.default_callable(node.op):
             return ast.BinOp(args[0], ast.Mult(), args[1])
+        if self.fold and fn is support.default_callable(node.op) and self._spreads(node):
+            args = [args[0], *args[1].elts]  # x.view((a, b)) as x.view(a, b): see _SPREAD
         return ast.Call(self.bind(_op_prefix(node.op), fn), args, kwargs)
+
+    def _spreads(self, node: Node) -> bool:
+        """Whether ``node`` is a method of :data:`_SPREAD` given one literal tuple or list
+        of integers (literals or values of kind ``int``), at least one."""
+        if node.op not in _SPREAD or node.kwargs or len(node.args) != 2:
+            return False
+        sizes = node.args[1]
+        if not isinstance(sizes, (tuple, list)) or not sizes:
+            return False
+        kinds = self.kinds()
+        return all(
+            type(e) is int or (isinstance(e, Ref) and kinds.get(e.id) == "int") for e in sizes
+        )
+
+    def kinds(self) -> dict[int, str]:
+        """Value id -> kind for the graph's values (made when first needed)."""
+        if self._kinds is None:
+            self._kinds = {v.id: v.kind for v in self.graph.inputs}
+            self._kinds.update({v.id: v.kind for n in self.graph.nodes for v in n.outputs})
+        return self._kinds
 
     def targets(self, node: Node) -> ast.expr:
         """The assignment target for a node's result, following its out_spec."""
@@ -527,10 +553,7 @@ class CodeGen:
             return call
         if self.callable_for(node) is not support.default_callable(node.op):
             return call
-        if self._kinds is None:
-            self._kinds = {v.id: v.kind for v in self.graph.inputs}
-            self._kinds.update({v.id: v.kind for n in self.graph.nodes for v in n.outputs})
-        found = identity.dtype_conversion(node, self._kinds)
+        found = identity.dtype_conversion(node, self.kinds())
         if found is None:
             return call
         tensor, dtype = found
