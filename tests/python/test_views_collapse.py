@@ -29,7 +29,8 @@ def _quiet():
 def _runners(traced, grad: bool = False) -> list[views.Views]:
     method = traced._methods["forward"]
     fn = method._function((True, not grad))
-    return [v for v in fn.__kwdefaults__.values() if isinstance(v, views.Views)]
+    bound = [getattr(v, "__self__", None) for v in fn.__kwdefaults__.values()]
+    return [v for v in bound if isinstance(v, views.Views)]
 
 
 def _counting(runner: views.Views) -> list:

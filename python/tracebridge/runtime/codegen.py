@@ -542,7 +542,8 @@ class CodeGen:
         values = {v.id: v for n in sub.nodes for v in n.outputs}
         targets = [ast.Name(self.define(values[v]), ast.Store()) for v in tree.results + tree.sizes]
         reads = [self.ref(Ref(k)) for k in [tree.base, *tree.keys]]
-        call = _method(self.constant(runner), "run", *reads)
+        # The bound method is the constant: the code reads no attribute but its tensors'.
+        call = ast.Call(self.constant(runner.run), reads, [])
         note = comment("views: " + ", ".join(tree.ops))
         self.emit(ast.Assign([ast.Tuple(targets, ast.Store())], call), note)
 
@@ -685,6 +686,8 @@ class _Renderer:
 
 
 def _describe(obj) -> str:
+    if isinstance(getattr(obj, "__self__", None), views.Views):
+        return repr(obj.__self__)  # a tree's runner, bound: ``views(...)``
     if isinstance(obj, torch.dtype):
         return str(obj)
     if isinstance(obj, torch.device):
