@@ -421,3 +421,25 @@ def test_sizes_given_as_one_sequence_are_spread():
     scalar = tracebridge.trace(ViewAsScalar(), (torch.randn(1, 1),))
     assert "op_Tensor_view_0(in0, ())" in scalar.code
     torch.testing.assert_close(scalar(torch.ones(1, 1)), torch.tensor(2.0))
+
+
+class SizeOfInner(nn.Module):
+    """A size read from inside a tree and used outside it: kept with the geometry."""
+
+    def forward(self, x):
+        h = x.view(x.shape[0], 2, -1).transpose(0, 1)
+        n = h.shape[2]
+        return h.unsqueeze(0).select(1, 0) * n
+
+
+def test_a_size_read_inside_a_tree_is_given_with_its_results():
+    model = SizeOfInner()
+    traced = tracebridge.trace(model, (torch.randn(3, 4),))
+    (line,) = [x for x in traced.code.splitlines() if "views:" in x]
+    assert line.split("=")[0].count(",") == 1  # the result and the size
+    with torch.no_grad():
+        for shape in [(3, 4), (5, 6), (3, 4), (5, 6), (2, 8)]:
+            x = torch.randn(*shape)
+            torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
+        (runner,) = _runners(traced)
+        assert len(runner.cache) == 3
