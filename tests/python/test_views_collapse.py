@@ -443,3 +443,33 @@ def test_a_size_read_inside_a_tree_is_given_with_its_results():
             torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
         (runner,) = _runners(traced)
         assert len(runner.cache) == 3
+
+
+class SplitReadEarly(nn.Module):
+    """One output of ``unbind`` read at once, the other viewed further: a path through
+    the second must still give the first."""
+
+    def forward(self, x):
+        a, b = x.view(x.shape[0], 2, -1).unbind(1)
+        y = a * 2
+        return y, b.transpose(0, 1).unsqueeze(0).squeeze(0)
+
+
+class SharedInner(nn.Module):
+    """Two paths share an inner view; the short one is not worth a call, so the long
+    one may not take the shared view from the code."""
+
+    def forward(self, x):
+        v = x.view(x.shape[0], 2, -1)
+        first = v.select(1, 0) + 1
+        return first, v.transpose(0, 1).unsqueeze(0).select(1, 1)
+
+
+@pytest.mark.parametrize("model", [SplitReadEarly(), SharedInner()], ids=["unbind", "shared"])
+def test_every_value_a_tree_would_make_is_given(model):
+    traced = tracebridge.trace(model, (torch.randn(3, 4),))
+    with torch.no_grad():
+        for rows in (3, 5, 3):
+            x = torch.randn(rows, 4)
+            for got, want in zip(traced(x), model(x)):
+                torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -181,14 +181,38 @@ def plan(graph: Graph, skip: set[int] = frozenset()) -> list[ViewTree]:
         if whole is not None:
             found.append(whole)
             continue
-        for end, path in _paths(facts, members):
-            found.extend(t for t in [_tree(facts, base, path, end)] if t is not None)
-    return found
+        for path in _paths(facts, members):
+            found.extend(t for t in [_tree(facts, base, path)] if t is not None)
+    return _complete(facts, found)
+
+
+def _complete(facts: _Facts, trees: list[ViewTree]) -> list[ViewTree]:
+    """``trees`` less those whose nodes make a value that the code needs and that no
+    chosen tree gives (paths of one tree share nodes; one path may be chosen without
+    another): the code runs none of a chosen tree's nodes itself."""
+    while True:
+        members = {i for t in trees for i in t.members}
+        given = {v for t in trees for v in t.results + t.sizes}
+        needed = facts.returned | {
+            v for v, readers in facts.users.items() if any(i not in members for i in readers)
+        }
+        kept = [
+            t
+            for t in trees
+            if all(
+                v.id in given or v.id not in needed
+                for i in t.members
+                for v in facts.graph.nodes[i].outputs
+            )
+        ]
+        if len(kept) == len(trees):
+            return trees
+        trees = kept
 
 
 def _paths(facts: _Facts, members: list[int]):
-    """``(end, members)`` for each view node of a tree that makes a result: the views
-    from the base to it and the shape reads of their inner values."""
+    """The members of each path of a tree: for each view node that makes a result, the
+    views from the base to it and the shape reads of their inner values."""
     graph, root = facts.graph, facts.root
     ends = [
         i
@@ -204,12 +228,13 @@ def _paths(facts: _Facts, members: list[int]):
             chain.add(index)
         inner = {v.id for i in chain for v in graph.nodes[i].outputs if v.id in root}
         reads = {i for i in members if i not in facts.views and graph.nodes[i].args[0].id in inner}
-        yield end, sorted(chain | reads)
+        yield sorted(chain | reads)
 
 
-def _tree(facts: _Facts, base: int, members: list[int], end: int | None = None) -> ViewTree | None:
-    """The tree over ``base`` made of ``members`` (its results: those of ``end`` alone
-    when given), or None where collapsing it would be unsafe or not worth it."""
+def _tree(facts: _Facts, base: int, members: list[int]) -> ViewTree | None:
+    """The tree over ``base`` made of ``members``, or None where collapsing it would be
+    unsafe or not worth it. Its results are every value its views make that something
+    outside it reads (for a path, a sibling of a multi-output view's inner value too)."""
     graph, root, users, returned = facts.graph, facts.root, facts.users, facts.returned
     made = {v.id for i in members for v in graph.nodes[i].outputs}
     member_set = set(members)
@@ -218,7 +243,6 @@ def _tree(facts: _Facts, base: int, members: list[int], end: int | None = None) 
     results = [
         v.id
         for i in view_nodes
-        if end is None or i == end
         for v in graph.nodes[i].outputs
         if v.id not in root and (users.get(v.id) or v.id in returned)
     ]
