@@ -21,7 +21,10 @@ Note: fewer ops per call, a step past runtime/memo.py.
   nothing reads its results before that, and no write, grad-mode switch or custom
   function stands between its first and its last op (the ops it replaces ran in between;
   a guard in between now checks first, so a call that breaks both a guard and a view
-  raises the GuardError).
+  raises the GuardError). Where a result is read sooner, each path from the base to a
+  result is tried as a call of its own, standing where that result was made; a path is
+  kept only if the code then needs none of the nodes it takes over (a sibling path left
+  to the code may read them).
   Ops that may copy (``reshape``, ``contiguous``, ``flatten``) end a tree: a copy is not a
   view. Under autograd with a base that requires grad, a tensor subclass, or a layout
   other than strided, the tree runs as traced (``as_strided``'s backward differs from the
