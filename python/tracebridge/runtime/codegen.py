@@ -281,7 +281,7 @@ class CodeGen:
                 return inline
         if _small_factor(node) and fn is support.default_callable(node.op):
             return ast.BinOp(args[0], ast.Mult(), args[1])
-        if self.fold and fn is support.default_callable(node.op) and self._spreads(node):
+        if self.fold and self._spreads(node) and fn is support.default_callable(node.op):
             args = [args[0], *args[1].elts]  # x.view((a, b)) as x.view(a, b): see _SPREAD
         return ast.Call(self.bind(_op_prefix(node.op), fn), args, kwargs)
 
