@@ -588,3 +588,23 @@ def test_random_programs_of_views_match_eager(seed):
                     assert a.storage_offset() == b.storage_offset()
                     torch.testing.assert_close(a, b, rtol=0, atol=0)
                 torch.testing.assert_close(x, x_eager, rtol=0, atol=0)
+
+
+class SlicedBySize(nn.Module):
+    """A slice bound computed from a size: an integer of the key."""
+
+    def forward(self, x):
+        n = x.shape[1] // 2
+        return x.transpose(0, 1)[:n].unsqueeze(0).select(2, 0) * 3
+
+
+def test_a_slice_bound_from_a_size_is_part_of_the_key():
+    model = SlicedBySize()
+    traced = tracebridge.trace(model, (torch.randn(3, 4),))
+    assert "views: transpose, getitem, unsqueeze, select" in traced.code
+    with torch.no_grad():
+        for shape in [(3, 4), (3, 6), (3, 4), (3, 6), (3, 2)]:
+            x = torch.randn(*shape)
+            torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
+        (runner,) = _runners(traced)
+    assert sorted(key[2] for key in runner.cache) == [(1,), (2,), (3,)]
