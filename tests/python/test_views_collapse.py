@@ -480,7 +480,8 @@ def test_every_value_a_tree_would_make_is_given(model):
 # values each call gives depend on how views, reads, writes and multi-output views
 # interleave; a few hundred random programs of them, traced and compared with eager on
 # several sizes and layouts (each twice: the first call per key runs the views, the next
-# ``as_strided``), cover orders that hand-written cases miss.
+# ``as_strided``), cover orders that hand-written cases miss (50 seeds here; 400 passed
+# when this was written).
 
 
 class RandomViews(nn.Module):
@@ -561,7 +562,7 @@ def _random_steps(rng):
     return steps, outputs
 
 
-@pytest.mark.parametrize("seed", range(100))
+@pytest.mark.parametrize("seed", range(50))
 def test_random_programs_of_views_match_eager(seed):
     import random
 
