@@ -1,0 +1,41 @@
+"""Conversions that give their input back: tested inline instead of called.
+
+Note: ``x.to(dtype)`` is ``x`` itself when ``x`` already has that dtype.
+  Hugging Face code converts to the dtype a tensor already has on every call: Llama's
+  RMSNorm runs ``hidden_states.to(torch.float32)`` and ``.to(input_dtype)`` in every
+  layer, attention masks ``.to(mask.dtype)``. PyTorch returns the tensor itself then,
+  but the call still costs its argument parsing (about a microsecond, more than a
+  ``view``). The generated code writes such a node as
+  ``x if _type(x) is _Tensor and x.dtype is dtype else op_Tensor_to(x, dtype)``: the
+  same object in the same case, the call otherwise. The test holds only for a plain
+  tensor (a subclass's ``__torch_function__`` sees the call, as before) and for a call
+  with a dtype alone (no device, ``copy``, ``non_blocking`` or memory format).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..ir import Node, Ref
+
+CONVERSIONS = frozenset({"Tensor.to"})  # ops whose result is their input when nothing changes
+
+
+def dtype_conversion(node: Node, kinds: dict[int, str]) -> tuple[Ref, object] | None:
+    """``(tensor, dtype)`` of a node that only converts a tensor to a dtype (a literal
+    dtype or a value of kind ``dtype``), or None."""
+    if node.op not in CONVERSIONS or len(node.outputs) != 1:
+        return None
+    if len(node.args) == 2 and not node.kwargs:
+        tensor, dtype = node.args
+    elif len(node.args) == 1 and set(node.kwargs) == {"dtype"}:
+        tensor, dtype = node.args[0], node.kwargs["dtype"]
+    else:
+        return None
+    if not isinstance(tensor, Ref) or kinds.get(tensor.id) != "Tensor":
+        return None
+    if isinstance(dtype, torch.dtype) or (
+        isinstance(dtype, Ref) and kinds.get(dtype.id) == "dtype"
+    ):
+        return tensor, dtype
+    return None

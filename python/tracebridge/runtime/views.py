@@ -1,0 +1,425 @@
+"""Collapse trees of view ops into one ``as_strided`` per result, per key of sizes.
+
+Note: fewer ops per call, a step past runtime/memo.py.
+  Splitting attention heads is a tree of pure views: nn.MultiheadAttention's unfused path
+  runs ``unflatten -> unsqueeze -> transpose -> squeeze`` on the input projection, then
+  ``getitem -> view -> transpose -> view`` for each of q, k and v; GPT-2 runs ``view ->
+  split`` and ``view -> transpose`` per head tensor. Each op costs a Python call, its
+  argument parsing and a new tensor: ``torch.jit.trace`` runs the same ops for less. A
+  view's geometry (sizes, strides, storage offset) is a function of its base's sizes and
+  strides and of the integer arguments of the ops, never of the values. So :func:`plan`
+  finds trees of view ops over one base whose inner values nothing else reads (a shape
+  read of an inner value may: its result is kept with the geometry), and the generated
+  code calls :class:`Views` with the base and the integers the tree reads (its key). On
+  the first call with a key, the tree runs as traced, and each result's size, stride and
+  offset relative to the base are kept (after checking that the result is a view of the
+  base within the base's own elements); later calls make each result with one
+  ``as_strided`` of the base. A call that raises keeps nothing, so it raises again on the
+  next call with that key.
+
+  The collapsed call stands where the tree's last op stood: a tree is collapsed only if
+  nothing reads its results before that, and no write, grad-mode switch or custom
+  function stands between its first and its last op (the ops it replaces ran in between;
+  a guard in between now checks first, so a call that breaks both a guard and a view
+  raises the GuardError). Where a result is read sooner, each path from the base to a
+  result is tried as a call of its own, standing where that result was made; a path is
+  kept only if the code then needs none of the nodes it takes over (a sibling path left
+  to the code may read them).
+  Ops that may copy (``reshape``, ``contiguous``, ``flatten``) end a tree: a copy is not a
+  view. Under autograd with a base that requires grad, a tensor subclass, or a layout
+  other than strided, the tree runs as traced (``as_strided``'s backward differs from the
+  views'). A tree is worth collapsing only when it saves more ops than it makes
+  (:data:`MIN_SAVED`): a key and an ``as_strided`` cost about two views.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..ir import Graph, Node, Ref, refs_in
+from ..ir import ops as opset
+from ..ir.analysis import output_ids
+from .checked_views import _span
+from .memo import KEEP
+
+# Ops whose results are always views of their first argument, with a geometry decided by
+# that argument's sizes and strides and the op's integer arguments alone.
+VIEW_OPS = frozenset(
+    """transpose swapaxes swapdims permute Tensor.permute unsqueeze squeeze select narrow
+    Tensor.view Tensor.expand broadcast_to t Tensor.T Tensor.mT movedim moveaxis unflatten
+    Tensor.unflatten diagonal Tensor.unfold getitem split chunk unbind""".split()
+)
+# Reads of a value that its geometry alone decides: kept with the geometry when the value
+# is inside a tree.
+SHAPE_READS = frozenset({"prim.size", "prim.numel", "prim.stride", "prim.is_contiguous"})
+# Nodes a tree's ops must not move past: writes, grad-mode switches, custom functions.
+_BARRIERS = frozenset({"set_grad_enabled", "prim.autograd_function"})
+MIN_SAVED = 2  # a tree replaces views - results ops by one call: at least this many fewer
+
+
+@dataclass
+class ViewTree:
+    """View ops over one base, run as one call of :class:`Views`."""
+
+    base: int  # value id of the tensor the tree views
+    members: list[int]  # node indices of its views and shape reads, in graph order
+    keys: list[int]  # integer value ids its nodes read from outside it
+    results: list[int]  # tensor value ids read outside it: one ``as_strided`` each
+    sizes: list[int]  # values of its shape reads that are read outside it
+    ops: list[str]  # names of its view ops, in order (for the comment in ``.code``)
+
+    @property
+    def at(self) -> int:
+        """Index of the node where the tree's call stands (its last)."""
+        return self.members[-1]
+
+
+def _plain_index(arg, kinds: dict[int, str]) -> bool:
+    """A basic index (a view): ints, slices of ints, None, Ellipsis, tuples of these."""
+    if isinstance(arg, Ref):
+        return kinds.get(arg.id) == "int"
+    if isinstance(arg, tuple):
+        return all(_plain_index(a, kinds) for a in arg)
+    if isinstance(arg, slice):
+        return all(
+            p is None or type(p) is int or (isinstance(p, Ref) and kinds.get(p.id) == "int")
+            for p in (arg.start, arg.stop, arg.step)
+        )
+    return arg is None or arg is Ellipsis or type(arg) is int
+
+
+def _int_arguments(value, kinds: dict[int, str]) -> bool:
+    """Literal ints (bools too), None, and integer values of the graph, in lists and tuples."""
+    if isinstance(value, Ref):
+        return kinds.get(value.id) == "int"
+    if isinstance(value, (list, tuple)):
+        return all(_int_arguments(v, kinds) for v in value)
+    return value is None or type(value) in (int, bool)
+
+
+def _is_view(node: Node, kinds: dict[int, str]) -> bool:
+    if node.op not in VIEW_OPS or not node.args or not isinstance(node.args[0], Ref):
+        return False
+    if kinds.get(node.args[0].id) != "Tensor" or not node.outputs:
+        return False
+    if any(v.kind != "Tensor" for v in node.outputs):
+        return False
+    rest = (list(node.args[1:]), list(node.kwargs.values()))
+    if node.op == "getitem":
+        return len(node.args) == 2 and not node.kwargs and _plain_index(node.args[1], kinds)
+    return _int_arguments(rest, kinds)
+
+
+def _is_shape_read(node: Node, kinds: dict[int, str]) -> bool:
+    return (
+        node.op in SHAPE_READS
+        and bool(node.args)
+        and isinstance(node.args[0], Ref)
+        and len(node.outputs) == 1
+        and _int_arguments((list(node.args[1:]), list(node.kwargs.values())), kinds)
+    )
+
+
+def _writes(node: Node) -> bool:
+    return node.op in _BARRIERS or opset.is_inplace(node.op) or "out" in node.kwargs
+
+
+@dataclass
+class _Facts:
+    """What :func:`plan` knows of a graph, for judging one tree."""
+
+    graph: Graph
+    views: set[int]  # indices of the view nodes that may join a tree
+    made_by: dict[int, int]  # value id -> index of the view node that makes it
+    root: dict[int, int]  # inner value id -> base of its tree
+    users: dict[int, list[int]]  # value id -> indices of the nodes that read it
+    returned: set[int]  # value ids the graph returns
+
+
+def plan(graph: Graph, skip: set[int] = frozenset()) -> list[ViewTree]:
+    """The trees of ``graph`` worth collapsing (see the module Note); nodes in ``skip``
+    (folded or memoised elsewhere) are never part of one. A tree whose results are read
+    before its last op is tried again as one path per result: each path stands where its
+    own result is made."""
+    kinds = {v.id: v.kind for v in graph.inputs}
+    kinds.update({v.id: v.kind for n in graph.nodes for v in n.outputs})
+    users: dict[int, list[int]] = {}
+    for index, node in enumerate(graph.nodes):
+        for ref in refs_in((node.args, node.kwargs)):
+            users.setdefault(ref.id, []).append(index)
+    returned = output_ids(graph)
+    views = {i for i, n in enumerate(graph.nodes) if i not in skip and _is_view(n, kinds)}
+    made_by = {v.id: i for i in views for v in graph.nodes[i].outputs}
+
+    def inner(value: int) -> bool:
+        """A view's result that only views and shape reads of the same tree read."""
+        if value not in made_by or value in returned:
+            return False
+        for i in users.get(value, ()):
+            node = graph.nodes[i]
+            if i in skip or node.args[0] != Ref(value):
+                return False
+            if i not in views and not _is_shape_read(node, kinds):
+                return False
+        return True
+
+    trees: dict[int, list[int]] = {}  # base value id -> member node indices
+    root: dict[int, int] = {}  # inner value id -> base of its tree
+    for index, node in enumerate(graph.nodes):
+        source = node.args[0].id if node.args and isinstance(node.args[0], Ref) else None
+        if index in views:
+            base = root.get(source, source)
+            trees.setdefault(base, []).append(index)
+            for value in node.outputs:
+                if inner(value.id):
+                    root[value.id] = base
+        elif source in root and index not in skip and _is_shape_read(node, kinds):
+            trees[root[source]].append(index)
+    facts = _Facts(graph, views, made_by, root, users, returned)
+    found = []
+    for base, members in trees.items():
+        whole = _tree(facts, base, members)
+        if whole is not None:
+            found.append(whole)
+            continue
+        for path in _paths(facts, members):
+            found.extend(t for t in [_tree(facts, base, path)] if t is not None)
+    return _complete(facts, found)
+
+
+def _complete(facts: _Facts, trees: list[ViewTree]) -> list[ViewTree]:
+    """``trees`` less those whose nodes make a value that the code needs and that no
+    chosen tree gives (paths of one tree share nodes; one path may be chosen without
+    another): the code runs none of a chosen tree's nodes itself."""
+    while True:
+        members = {i for t in trees for i in t.members}
+        given = {v for t in trees for v in t.results + t.sizes}
+        needed = facts.returned | {
+            v for v, readers in facts.users.items() if any(i not in members for i in readers)
+        }
+        kept = [
+            t
+            for t in trees
+            if all(
+                v.id in given or v.id not in needed
+                for i in t.members
+                for v in facts.graph.nodes[i].outputs
+            )
+        ]
+        if len(kept) == len(trees):
+            return trees
+        trees = kept
+
+
+def _paths(facts: _Facts, members: list[int]):
+    """The members of each path of a tree: for each view node that makes a result, the
+    views from the base to it and the shape reads of their inner values."""
+    graph, root = facts.graph, facts.root
+    ends = [
+        i
+        for i in members
+        if i in facts.views and any(v.id not in root for v in graph.nodes[i].outputs)
+    ]
+    if len(ends) < 2:
+        return
+    for end in ends:
+        chain, index = {end}, end
+        while graph.nodes[index].args[0].id in root:
+            index = facts.made_by[graph.nodes[index].args[0].id]
+            chain.add(index)
+        inner = {v.id for i in chain for v in graph.nodes[i].outputs if v.id in root}
+        reads = {i for i in members if i not in facts.views and graph.nodes[i].args[0].id in inner}
+        yield sorted(chain | reads)
+
+
+def _tree(facts: _Facts, base: int, members: list[int]) -> ViewTree | None:
+    """The tree over ``base`` made of ``members``, or None where collapsing it would be
+    unsafe or not worth it. Its results are every value its views make that something
+    outside it reads (for a path, a sibling of a multi-output view's inner value too)."""
+    graph, root, users, returned = facts.graph, facts.root, facts.users, facts.returned
+    made = {v.id for i in members for v in graph.nodes[i].outputs}
+    member_set = set(members)
+    at = members[-1]
+    view_nodes = [i for i in members if i in facts.views]
+    results = [
+        v.id
+        for i in view_nodes
+        for v in graph.nodes[i].outputs
+        if v.id not in root and (users.get(v.id) or v.id in returned)
+    ]
+    sizes = [
+        v.id
+        for i in members
+        if i not in facts.views
+        for v in graph.nodes[i].outputs
+        if v.id in returned or any(u not in member_set for u in users.get(v.id, ()))
+    ]
+    for value in results + sizes:
+        if any(i <= at and i not in member_set for i in users.get(value, ())):
+            return None  # read before the tree's call would stand
+    between = range(members[0] + 1, at)
+    if any(i not in member_set and _writes(graph.nodes[i]) for i in between):
+        return None  # the ops it replaces would move past a write or a mode switch
+    if not results or len(view_nodes) - len(results) < MIN_SAVED:
+        return None
+    reads = [r.id for i in members for r in refs_in((graph.nodes[i].args, graph.nodes[i].kwargs))]
+    keys = list(dict.fromkeys(r for r in reads if r not in made and r != base))
+    ops = [graph.nodes[i].op for i in view_nodes]
+    return ViewTree(base, members, keys, results, sizes, ops)
+
+
+def subgraph(graph: Graph, tree: ViewTree) -> Graph:
+    """A tree as a graph of its own: its base and keys as inputs, its results and the
+    sizes read outside it as outputs."""
+    values = {v.id: v for n in graph.nodes for v in n.outputs}
+    values.update({v.id: v for v in graph.inputs})
+    outputs = tree.results + tree.sizes
+    return Graph(
+        inputs=[values[tree.base]] + [values[k] for k in tree.keys],
+        in_spec={"t": "tuple", "c": []},  # called by the generated code only
+        nodes=[graph.nodes[i] for i in tree.members],
+        outputs=[Ref(v) for v in outputs],
+        out_spec={"t": "tuple", "c": [{"t": "leaf"} for _ in outputs]},
+        sources=graph.sources,
+    )
+
+
+def surrogate(graph: Graph, trees: list[ViewTree]) -> Graph:
+    """``graph`` with each tree as one node where its call stands (and empty nodes at its
+    other members): what the generated code runs, for ``last_uses``."""
+    nodes = list(graph.nodes)
+    values = {v.id: v for n in graph.nodes for v in n.outputs}
+    for i in {i for tree in trees for i in tree.members}:
+        nodes[i] = Node("prim.views")
+    for tree in trees:  # paths of one tree may share members, and so where they stand
+        reads = [Ref(tree.base)] + [Ref(k) for k in tree.keys]
+        made = [values[v] for v in tree.results + tree.sizes]
+        node = nodes[tree.at]
+        nodes[tree.at] = Node("prim.views", node.args + reads, outputs=node.outputs + made)
+    return graph.with_nodes(nodes)
+
+
+_Tensor = torch.Tensor
+_strided = torch.strided
+_grad_enabled = torch.is_grad_enabled
+_AS_TRACED = "as traced"  # a key whose results are not all views of the base: run the tree
+
+
+class Views:
+    """Runs a tree for a key (the base's sizes and strides, the integers the tree reads):
+    the first time as traced, keeping each result's geometry relative to the base;
+    after that as one ``as_strided`` per result. Keeps the last :data:`KEEP` keys."""
+
+    def __init__(self, function, results: int, ops: list[str]):
+        self.function = function  # the tree's ops as traced: (base, *keys) -> values
+        self.results = results
+        self.ops = ops
+        self.cache: dict = {}  # key -> a function of the base that gives the values
+
+    def __repr__(self) -> str:
+        made = f"{self.results} tensor{'s' if self.results != 1 else ''}"
+        return f"views({made} from {len(self.ops)} view ops, {len(self.cache)} keys)"
+
+    def run(self, base, *keys):
+        """The tree's values for ``base`` and ``keys``, as the traced ops give them."""
+        if (
+            type(base) is not _Tensor
+            or base.layout is not _strided
+            or (_grad_enabled() and base.requires_grad)
+        ):
+            return self.function(base, *keys)
+        entry = (base.shape, base.stride(), keys)
+        make = self.cache.get(entry)
+        if make is None:
+            return self._first(entry, base, keys)
+        return make(base)
+
+    def _first(self, entry, base, keys):
+        values = self.function(base, *keys)  # raises as the traced ops do; nothing kept
+        if not all(type(k) is int for k in keys):
+            return values  # a key that equal values of another type could match
+        geometry = _geometry(base, values[: self.results])
+        if geometry is None:  # not all views of the base for this key: run them as traced
+            function = self.function
+
+            def make(base):
+                return function(base, *keys)
+        else:
+            make = _maker(geometry, values[self.results :])
+        while len(self.cache) >= KEEP:
+            try:
+                self.cache.pop(next(iter(self.cache)), None)
+            except (StopIteration, RuntimeError):  # another thread changed it
+                break
+        self.cache[entry] = make
+        return values
+
+
+def _maker(geometry: tuple, sizes: tuple):
+    """A function of a base that makes the results of ``geometry`` with ``as_strided``
+    and gives them with ``sizes``. Written out for one to three results (a comprehension
+    is a frame of its own); the offset is passed only where it moves."""
+    if len(geometry) == 1:
+        ((size, stride, shift),) = geometry
+        if shift == 0:  # as_strided keeps the base's offset
+            return lambda base: (base.as_strided(size, stride), *sizes)
+        return lambda base: (base.as_strided(size, stride, base.storage_offset() + shift), *sizes)
+    if len(geometry) == 2:
+        (s0, t0, h0), (s1, t1, h1) = geometry
+
+        def make(base):
+            offset = base.storage_offset()
+            return (
+                base.as_strided(s0, t0, offset + h0),
+                base.as_strided(s1, t1, offset + h1),
+                *sizes,
+            )
+
+        return make
+    if len(geometry) == 3:
+        (s0, t0, h0), (s1, t1, h1), (s2, t2, h2) = geometry
+
+        def make(base):
+            offset = base.storage_offset()
+            return (
+                base.as_strided(s0, t0, offset + h0),
+                base.as_strided(s1, t1, offset + h1),
+                base.as_strided(s2, t2, offset + h2),
+                *sizes,
+            )
+
+        return make
+
+    def make(base):
+        offset = base.storage_offset()
+        made = [base.as_strided(size, stride, offset + shift) for size, stride, shift in geometry]
+        return (*made, *sizes)
+
+    return make
+
+
+def _geometry(base: torch.Tensor, results) -> tuple | None:
+    """``(size, stride, offset from base)`` of each result, or None unless every result
+    is a plain view of ``base``'s memory within its own elements (so that
+    ``as_strided`` of the base gives it back exactly)."""
+    geometry = []
+    first, last = _span(base)
+    pointer = base.untyped_storage().data_ptr()
+    for result in results:
+        if (
+            type(result) is not _Tensor
+            or result.layout is not _strided
+            or result.dtype != base.dtype
+            or result.is_conj() != base.is_conj()
+            or result.is_neg() != base.is_neg()
+            or result.untyped_storage().data_ptr() != pointer
+        ):
+            return None
+        low, high = _span(result)
+        if result.numel() and (low < first or high > last):
+            return None
+        shift = result.storage_offset() - base.storage_offset()
+        geometry.append((tuple(result.shape), result.stride(), shift))
+    return tuple(geometry)
