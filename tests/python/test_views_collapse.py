@@ -324,11 +324,28 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(dtype)
 
 
+class Widens(nn.Module):
+    """Converts to float32 without reading the input's dtype: no guard fixes the dtype, so
+    the trace keeps the conversion (trace/noops.py cannot prove it a no-op)."""
+
+    def forward(self, x):
+        return x.to(torch.float32) * 2
+
+
 def test_a_conversion_to_the_dtype_a_tensor_has_is_no_call():
+    traced = tracebridge.trace(Widens(), (torch.randn(2, 4),))
+    assert traced.code.count("_type(") == 1  # the conversion is tested inline
+    for x in (torch.randn(5, 4), torch.randn(3, 4, dtype=torch.float64)):
+        torch.testing.assert_close(traced(x), Widens()(x), rtol=0, atol=0)
+
+
+def test_rms_norm_s_conversions_are_not_recorded():
+    """Llama's RMSNorm reads its input's dtype (a guard), so the trace proves both
+    conversions no-ops and records neither; the results stay eager's."""
     torch.manual_seed(0)
     model = RMSNorm()
     traced = tracebridge.trace(model, (torch.randn(2, 4),))
-    assert traced.code.count("_type(") == 2  # both conversions tested inline
+    assert "Tensor.to" not in traced.code
     for rows in (2, 5):
         x = torch.randn(rows, 4)
         torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
