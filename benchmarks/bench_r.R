@@ -26,8 +26,8 @@ calls <- if (length(nums) >= 1 && !is.na(nums[[1]])) nums[[1]] else 2000L
 repeats <- if (length(nums) >= 2 && !is.na(nums[[2]])) nums[[2]] else 7L
 epochs_rounds <- 3L
 
+torch_manual_seed(0) # tracebridge imports torch first, with torch's own BLAS (R/python.R)
 reticulate::import("torch")$set_num_threads(1L) # the same for both sides
-torch_manual_seed(0)
 x <- torch_randn(8, 8)
 y <- torch_randn(8, 8)
 a <- torch_randn(8, 8)
