@@ -226,6 +226,65 @@ test_that("operators, indexing, $item(), as_array and modules agree between C an
   }
 })
 
+test_that("module forwards with 1-based indices or class targets agree between C and R", {
+  skip_if_no_torch()
+  # Modules whose forward arguments have kinds (surface.tsv: `module(input:index)`,
+  # `module(input:tensor;target:class_index)`): src/surface.c (tb_call_forward) converts
+  # them as convert_forward_args() does, or leaves the call to it.
+  cases <- list(
+    emb = function(m, x, t) m$emb(t$idx),
+    emb_named = function(m, x, t) m$emb(input = t$idx),
+    emb_matrix = function(m, x, t) m$emb(t$idx2),
+    emb_r_vector = function(m, x, t) m$emb(c(1, 3)),
+    ce = function(m, x, t) m$ce(x, t$y),
+    ce_named = function(m, x, t) m$ce(target = t$y, input = x),
+    ce_probs = function(m, x, t) m$ce(x, nnf_softmax(x * 2, 2)),
+    ce_r_vector = function(m, x, t) m$ce(x, c(1L, 3L, 2L, 1L)),
+    ce_ignored = function(m, x, t) m$ce_ign(x, torch_tensor(c(1L, -7L, 3L, -7L))),
+    ce_sum = function(m, x, t) m$ce_sum(x, t$y),
+    nll = function(m, x, t) m$nll(nnf_log_softmax(x, 2), t$y),
+    bag = function(m, x, t) m$bag(t$idx, torch_tensor(c(0L, 2L))),
+    # errors: Python's (an index past the end, class 0), R's (float indices)
+    err_emb_range = function(m, x, t) m$emb(torch_tensor(c(1L, 11L))),
+    err_emb_zero = function(m, x, t) m$emb(torch_tensor(c(0L, 1L))),
+    err_emb_float = function(m, x, t) m$emb(torch_tensor(c(1, 2))),
+    err_ce_zero = function(m, x, t) m$ce(x, torch_tensor(c(0L, 1L, 2L, 1L))),
+    err_ce_shape = function(m, x, t) m$ce(x, torch_tensor(c(1L, 2L))),
+    err_ce_null = function(m, x, t) m$ce(x, NULL)
+  )
+  run <- function(nm) {
+    torch_manual_seed(5)
+    m <- list(emb = nn_embedding(10, 3), ce = nn_cross_entropy_loss(),
+              ce_ign = nn_cross_entropy_loss(ignore_index = -7),
+              ce_sum = nn_cross_entropy_loss(reduction = "sum"), nll = nn_nll_loss(),
+              bag = nn_embedding_bag(10, 2, mode = "sum"))
+    x <- torch_randn(4, 3)
+    t <- list(idx = torch_tensor(c(2L, 1L, 10L)), idx2 = torch_tensor(matrix(c(1L, 2L, 3L, 4L), 2)),
+              y = torch_tensor(c(1L, 3L, 2L, 1L)))
+    canon(tryCatch(cases[[nm]](m, x, t), error = identity))
+  }
+  for (nm in names(cases)) {
+    slow <- with_c(FALSE, run(nm))
+    fast <- run(nm)
+    expect_identical(fast, slow, label = nm)
+  }
+  # the C path does convert them: R's conversion is not called
+  m <- nn_cross_entropy_loss()
+  emb <- nn_embedding(10, 3)
+  x <- torch_randn(4, 3)
+  y <- torch_tensor(c(1L, 3L, 2L, 1L))
+  calls <- 0L
+  suppressMessages(trace(tracebridge:::convert_forward_args, function() calls <<- calls + 1L,
+                         print = FALSE, where = asNamespace("tracebridge")))
+  on.exit(suppressMessages(untrace(tracebridge:::convert_forward_args,
+                                   where = asNamespace("tracebridge"))))
+  m(x, y)
+  emb(input = torch_tensor(c(1L, 2L)))
+  expect_equal(calls, 0L)
+  with_c(FALSE, m(x, y))
+  expect_equal(calls, 1L)
+})
+
 test_that("with_no_grad() turns recording off and restores it after an error", {
   skip_if_no_torch()
   x <- torch_ones(2, requires_grad = TRUE)
@@ -244,6 +303,10 @@ test_that("the C paths leave no Python objects or references behind", {
   x <- torch_rand(8, 8)
   y <- torch_rand(8, 8)
   m <- nn_linear(8, 8)
+  emb <- nn_embedding(10, 3)
+  ce <- nn_cross_entropy_loss(ignore_index = -1)
+  idx <- torch_tensor(c(1L, 10L, 3L))
+  y_cls <- torch_tensor(rep(c(1L, 8L, -1L, 2L), 2))
   sys <- reticulate::import("sys", convert = FALSE)
   torch <- reticulate::import("torch", convert = FALSE)
   refs <- function() {
@@ -264,6 +327,8 @@ test_that("the C paths leave no Python objects or references behind", {
     y[1, 1] <- 0.5
     with_no_grad(m(x))
     torch_tensor(matrix(1:6, 2))
+    emb(idx)
+    ce(x, y_cls)
   }
   fail <- function() tryCatch(torch_mm(x, y[1:3, 1:3]), error = identity)
   step()
@@ -271,7 +336,7 @@ test_that("the C paths leave no Python objects or references behind", {
   gc()
   live <- py_live_count("Tensor")
   before <- refs()
-  for (i in 1:1000) step() # 12,000 calls
+  for (i in 1:1000) step() # 14,000 calls
   for (i in 1:200) fail()
   gc()
   expect_lte(py_live_count("Tensor") - live, 20)
@@ -288,10 +353,13 @@ test_that("the C paths are safe under gctorture()", {
   gctorture(TRUE)
   on.exit(gctorture(FALSE))
   idx <- torch_tensor(c(3L, 1L))
+  emb <- nn_embedding(4, 2)
+  ce <- nn_cross_entropy_loss()
   out <- list(x + y, torch_sum(x, dim = 1), x[2:3, -1], torch_max(x, dim = 2),
               as_array(x), torch_cat(list(x, y), dim = 2), m(x),
               x$sum(dim = 2), x[2, 3]$item(), x[idx, ],
-              torch_tensor(array(seq_len(24) / 2, c(2, 3, 4))))
+              torch_tensor(array(seq_len(24) / 2, c(2, 3, 4))), emb(idx),
+              ce(x, torch_tensor(c(4L, 1L, 2L))))
   y[1, ] <- 0
   gctorture(FALSE)
   expect_equal(as_array(out[[8]]), rowSums(as_array(x)), tolerance = 1e-6)
@@ -302,6 +370,9 @@ test_that("the C paths are safe under gctorture()", {
   expect_equal(dim(out[[6]]), c(3L, 8L))
   expect_equal(as_array(out[[4]][[2]]), apply(as_array(x), 1, which.max))
   expect_equal(as_array(y[1, ]), rep(0, 4))
+  expect_equal(as_array(out[[12]]), as_array(emb$weight)[c(3, 1), ], tolerance = 1e-6)
+  logp <- as_array(nnf_log_softmax(x, 2))
+  expect_equal(as_array(out[[13]]), -mean(logp[cbind(1:3, c(4, 1, 2))]), tolerance = 1e-6)
 })
 
 test_that("methods from $ and indices read from `...` keep R's meaning", {
