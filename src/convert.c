@@ -295,8 +295,15 @@ int to_py_kind(SEXP v, int kind, int dots, PyObject **out) {
   }
   case K_DEVICE: {
     PyObject *o = py_field_of(v, "torch_device");
-    if (o == NULL) return CONV_FALLBACK;
-    return borrowed(o, out);
+    if (o != NULL) return borrowed(o, out);
+    /* device_py(): a string such as "cpu" is torch.device("cpu") (its error is Python's). */
+    if (TYPEOF(v) != STRSXP || !plain(v) || Rf_xlength(v) != 1 || STRING_ELT(v, 0) == NA_STRING)
+      return CONV_FALLBACK;
+    PyObject *s = py.UnicodeFromString(Rf_translateCharUTF8(STRING_ELT(v, 0)));
+    if (s == NULL) return CONV_PYERR;
+    PyObject *d = py.CallOneArg(torch_.device, s);
+    py.DecRef(s);
+    return give(d, out);
   }
   case K_SIZE: return size_kind(v, dots, out);
   case K_TENSORS: return tensor_list(v, out);
@@ -305,6 +312,12 @@ int to_py_kind(SEXP v, int kind, int dots, PyObject **out) {
     PyObject *t = tensor_of(v);
     if (t == NULL) return CONV_FALLBACK;
     return index_tensor_to_py(t, out);
+  }
+  case K_OPTIMIZER: {
+    /* optimizer_py(): the torch.optim object of an optim_*() optimizer. */
+    PyObject *o = py_field_of(v, "torch_optimizer");
+    if (o == NULL) return CONV_FALLBACK;
+    return borrowed(o, out);
   }
   default: return CONV_FALLBACK;
   }

@@ -221,6 +221,7 @@ static void release_all(void) {
   clear(&torch_.s_item);
   clear(&torch_.s_ndim);
   clear(&torch_.empty);
+  clear(&torch_.device);
   clear(&torch_.s_dtype);
 }
 
@@ -272,9 +273,10 @@ SEXP tb_py_init(SEXP torch, SEXP bridge, SEXP example, SEXP libpython, SEXP tb) 
   torch_.s_item = py.UnicodeIntern("item");
   torch_.s_ndim = py.UnicodeIntern("ndim");
   torch_.empty = py.GetAttrString(t, "empty");
+  torch_.device = py.GetAttrString(t, "device");
   torch_.s_dtype = py.UnicodeIntern("dtype");
   int ok = torch_.tensor_type && torch_.size_type && torch_.set_grad && torch_.is_grad &&
-           torch_.binary_ops && torch_.one && torch_.where && torch_.dtype_bool && torch_.s_add && torch_.s_item && torch_.s_ndim && torch_.empty && torch_.s_dtype &&
+           torch_.binary_ops && torch_.one && torch_.where && torch_.dtype_bool && torch_.s_add && torch_.s_item && torch_.s_ndim && torch_.empty && torch_.device && torch_.s_dtype &&
            PY_TYPE(x) == torch_.tensor_type;
   if (!ok) {
     if (py.ErrOccurred() != NULL) {

@@ -79,6 +79,7 @@ typedef struct {
   PyObject *where;         /* torch.where */
   PyObject *dtype_bool;    /* torch.bool */
   PyObject *empty;         /* torch.empty */
+  PyObject *device;        /* torch.device */
   PyObject *s_add, *s_item, *s_ndim, *s_dtype; /* interned attribute names */
 } Torch;
 

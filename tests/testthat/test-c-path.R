@@ -285,6 +285,63 @@ test_that("module forwards with 1-based indices or class targets agree between C
   expect_equal(calls, 1L)
 })
 
+test_that("device strings, optimizer arguments and torch_tensor() options agree between C and R", {
+  skip_if_no_torch()
+  cases <- list(
+    to_device = function(x, opt) x$to(device = "cpu"),
+    to_device_obj = function(x, opt) x$to(device = torch_device("cpu")),
+    zeros_device = function(x, opt) torch_zeros(2, 3, device = "cpu"),
+    to_dtype_device = function(x, opt) x$to(dtype = torch_float64(), device = "cpu"),
+    tensor_device = function(x, opt) torch_tensor(c(1, 2), device = "cpu"),
+    tensor_grad = function(x, opt) {
+      t <- torch_tensor(matrix(1:4 / 2, 2), requires_grad = TRUE)
+      list(t, t$requires_grad)
+    },
+    tensor_of_tensor = function(x, opt) {
+      t <- torch_tensor(x, dtype = torch_float64(), device = "cpu", requires_grad = TRUE)
+      list(t, t$requires_grad, x$requires_grad)
+    },
+    tensor_dtype_string = function(x, opt) torch_tensor(x, dtype = "int32"),
+    scheduler = function(x, opt) {
+      s <- lr_step(opt, step_size = 1, gamma = 0.5)
+      opt$step()
+      s$step()
+      list(s, opt$param_groups[[1]]$lr)
+    },
+    err_device_string = function(x, opt) x$to(device = "no_such_device"),
+    err_device_type = function(x, opt) torch_zeros(2, device = 5),
+    err_tensor_device = function(x, opt) torch_tensor(c(1, 2), device = "no_such_device"),
+    err_grad_long = function(x, opt) torch_tensor(1:3, requires_grad = TRUE),
+    err_optimizer = function(x, opt) lr_step(list(1), step_size = 1)
+  )
+  run <- function(nm) {
+    torch_manual_seed(2)
+    x <- torch_randn(2, 3)
+    opt <- optim_sgd(nn_linear(2, 1)$parameters, lr = 1)
+    canon(tryCatch(cases[[nm]](x, opt), error = identity))
+  }
+  for (nm in names(cases)) {
+    slow <- with_c(FALSE, run(nm))
+    fast <- run(nm)
+    expect_identical(fast, slow, label = nm)
+  }
+  # the C path does convert them: R's conversions are not called
+  calls <- 0L
+  ns <- asNamespace("tracebridge")
+  for (f in c("device_py", "optimizer_py")) {
+    suppressMessages(trace(f, function() calls <<- calls + 1L, print = FALSE, where = ns))
+  }
+  on.exit(for (f in c("device_py", "optimizer_py")) suppressMessages(untrace(f, where = ns)))
+  x <- torch_randn(2, 2)
+  x$to(device = "cpu")
+  torch_ones(2, device = "cpu")
+  torch_tensor(c(1, 2), device = "cpu")
+  lr_step(optim_sgd(nn_linear(2, 1)$parameters, lr = 1), step_size = 1)
+  expect_equal(calls, 0L)
+  with_c(FALSE, x$to(device = "cpu"))
+  expect_equal(calls, 1L)
+})
+
 test_that("with_no_grad() turns recording off and restores it after an error", {
   skip_if_no_torch()
   x <- torch_ones(2, requires_grad = TRUE)
@@ -329,6 +386,8 @@ test_that("the C paths leave no Python objects or references behind", {
     torch_tensor(matrix(1:6, 2))
     emb(idx)
     ce(x, y_cls)
+    x$to(device = "cpu")
+    torch_tensor(c(1, 2), device = "cpu", requires_grad = TRUE)
   }
   fail <- function() tryCatch(torch_mm(x, y[1:3, 1:3]), error = identity)
   step()
@@ -336,7 +395,7 @@ test_that("the C paths leave no Python objects or references behind", {
   gc()
   live <- py_live_count("Tensor")
   before <- refs()
-  for (i in 1:1000) step() # 14,000 calls
+  for (i in 1:1000) step() # 16,000 calls
   for (i in 1:200) fail()
   gc()
   expect_lte(py_live_count("Tensor") - live, 20)
