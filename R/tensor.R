@@ -246,6 +246,12 @@ print.torch_tensor <- function(x, ...) {
 
 #' @export
 dim.torch_tensor <- function(x) {
+  # Outside a trace, the `$size()` row gives R integers through C; while tracing, sizes
+  # are traced integers and plain_sizes() reads their values (with guards).
+  if (!isTRUE(.tb$tracing)) {
+    sizes <- x$size()
+    if (is.integer(sizes)) return(sizes)
+  }
   as.integer(unlist(reticulate::py_to_r(py_rb()$plain_sizes(tensor_py(x)))))
 }
 
@@ -306,7 +312,10 @@ torch_arange <- function(start, end, step = 1, dtype = NULL, device = NULL,
 #' if (torch_is_installed()) torch_manual_seed(42)
 #' @export
 torch_manual_seed <- function(seed) {
-  py_torch()$manual_seed(as.integer(seed))
+  out <- .Call(tb_call_method, py_torch(), "manual_seed", list(as.integer(seed)))
+  if (is.symbol(out) && identical(c_answer(out, FALSE), quote(.tb_fallback))) {
+    py_torch()$manual_seed(as.integer(seed))
+  }
   invisible(NULL)
 }
 

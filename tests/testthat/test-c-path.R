@@ -201,6 +201,11 @@ test_that("operators, indexing, $item(), as_array and modules agree between C an
     err_t_range = function(x, y) { i <- torch_tensor(c(9L)); x[i, ] },
     assign = function(x, y) { x[1, 2] <- 5; x }, assign_t = function(x, y) { x[2, ] <- y[1, ]; x },
     assign_range = function(x, y) { x[1:2, ] <- 0L; x },
+    dims = function(x, y) list(dim(x), dim(x$sum()), dim(x[1, ]), length(x)),
+    seed = function(x, y) {
+      torch_manual_seed(9)
+      torch_randn(2)
+    },
     no_grad = function(x, y) with_no_grad(x * 2), linear = function(x, y) {
       torch_manual_seed(3)
       nn_linear(4, 2)(x)
@@ -340,6 +345,38 @@ test_that("device strings, optimizer arguments and torch_tensor() options agree 
   expect_equal(calls, 0L)
   with_c(FALSE, x$to(device = "cpu"))
   expect_equal(calls, 1L)
+})
+
+test_that("data loader passes agree between C and R, and make no reticulate call", {
+  skip_if_no_torch()
+  Squares <- dataset("Squares",
+    initialize = function(n) self$n <- n,
+    .getitem = function(i) list(x = torch_tensor(c(i, -i)), y = torch_tensor(i^2)),
+    .length = function() self$n
+  )
+  torch_manual_seed(4)
+  ds <- tensor_dataset(x = torch_randn(23, 3), y = torch_arange(1, 23))
+  shuffled <- dataloader(ds, batch_size = 5, shuffle = TRUE)
+  squares <- dataloader(Squares(7), batch_size = 3)
+  passes <- function() {
+    torch_manual_seed(4)
+    it <- shuffled$.iter()
+    by_iter <- list()
+    while (it$.has_next()) by_iter[[length(by_iter) + 1L]] <- it$.next()
+    list(enumerate(shuffled), by_iter, enumerate(squares),
+         tryCatch(it$.next(), error = identity))
+  }
+  slow <- with_c(FALSE, canon(passes()))
+  fast <- canon(passes())
+  expect_identical(fast, slow)
+  expect_equal(length(fast[[1]]), 5L) # 23 items, batches of 5
+  calls <- 0L
+  ret <- asNamespace("reticulate")
+  suppressMessages(trace("py_call_impl", function() calls <<- calls + 1L, print = FALSE,
+                         where = ret))
+  on.exit(suppressMessages(untrace("py_call_impl", where = ret)))
+  passes()
+  expect_equal(calls, 0L)
 })
 
 test_that("with_no_grad() turns recording off and restores it after an error", {
