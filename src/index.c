@@ -110,7 +110,7 @@ static PyObject *key_part(const Ix *ix) {
 
 /* t.index_select(dim, positions); steals `t`. */
 static PyObject *index_select(PyObject *t, int dim, PyObject *positions) {
-  PyObject *method = py.GetAttrString(t, "index_select");
+  PyObject *method = py.GetAttr(t, torch_.s_index_select);
   PyObject *d = py.LongFromLongLong(dim), *args = NULL, *r = NULL;
   if (method != NULL && d != NULL && (args = py.TupleNew(2)) != NULL) {
     py.TupleSetItem(args, 0, d);

@@ -223,6 +223,9 @@ static void release_all(void) {
   clear(&torch_.empty);
   clear(&torch_.device);
   clear(&torch_.s_dtype);
+  clear(&torch_.s_sub);
+  clear(&torch_.s_index_select);
+  clear(&torch_.s_is_floating_point);
 }
 
 /* The R constants of the C paths; called when the package's library loads, so that every
@@ -275,8 +278,12 @@ SEXP tb_py_init(SEXP torch, SEXP bridge, SEXP example, SEXP libpython, SEXP tb) 
   torch_.empty = py.GetAttrString(t, "empty");
   torch_.device = py.GetAttrString(t, "device");
   torch_.s_dtype = py.UnicodeIntern("dtype");
+  torch_.s_sub = py.UnicodeIntern("sub");
+  torch_.s_index_select = py.UnicodeIntern("index_select");
+  torch_.s_is_floating_point = py.UnicodeIntern("is_floating_point");
   int ok = torch_.tensor_type && torch_.size_type && torch_.set_grad && torch_.is_grad &&
            torch_.binary_ops && torch_.one && torch_.where && torch_.dtype_bool && torch_.s_add && torch_.s_item && torch_.s_ndim && torch_.empty && torch_.device && torch_.s_dtype &&
+           torch_.s_sub && torch_.s_index_select && torch_.s_is_floating_point &&
            PY_TYPE(x) == torch_.tensor_type;
   if (!ok) {
     if (py.ErrOccurred() != NULL) {
