@@ -183,6 +183,21 @@ test_that("operators, indexing, $item(), as_array and modules agree between C an
     row = function(x, y) x[1, ], col = function(x, y) x[, 2], elem = function(x, y) x[2, 3],
     last = function(x, y) x[-1, ], range = function(x, y) x[2:3, 1:2],
     neg_range = function(x, y) x[-2:-1, ], var = function(x, y) { i <- 2; x[i, i] },
+    # indices computed in the call (pure expressions: src/index.c evaluates them)
+    expr_row = function(x, y) { k <- 1; x[k + 1, ] },
+    expr_range = function(x, y) { s <- c(1, 3); x[s[[1]]:s[[2]], 2] },
+    expr_len = function(x, y) { v <- 1:2; x[length(v), nrow(x) - 1] },
+    expr_neg = function(x, y) { i <- 1; x[-i, ] },
+    expr_paren = function(x, y) { i <- 2; x[(i - 1):(i + 1), max(i, 3)] },
+    expr_n = function(x, y) x[2:N, N - 1],
+    expr_assign = function(x, y) { k <- 1; x[k + 1, k:(k + 1)] <- 0; x },
+    expr_effect = function(x, y) {
+      calls <- 0
+      f <- function() { calls <<- calls + 1; 2 }
+      list(x[f(), ], calls)
+    },
+    err_expr_zero = function(x, y) { k <- 1; x[k - 1, 1] },
+    err_expr_frac = function(x, y) { k <- 1; x[k / 2, 1] },
     item = function(x, y) x[1, 1]$item(), item_int = function(x, y) x$long()[2, 2]$item(),
     as_array = function(x, y) as_array(x), as_array_int = function(x, y) as_array(x$long()),
     as_array_bool = function(x, y) as_array(x > 0.5), as_array_3d = function(x, y)
@@ -229,6 +244,21 @@ test_that("operators, indexing, $item(), as_array and modules agree between C an
     fast <- run()
     expect_identical(fast, slow, label = nm)
   }
+  # computed indices go through C: R's reading of indices is not called
+  calls <- 0L
+  ns <- asNamespace("tracebridge")
+  suppressMessages(trace("index_plan", function() calls <<- calls + 1L, print = FALSE,
+                         where = ns))
+  on.exit(suppressMessages(untrace("index_plan", where = ns)))
+  x <- torch_rand(3, 4)
+  starts <- c(1L, 3L)
+  k <- 1
+  x[starts[[k]]:starts[[k + 1]], ]
+  x[k + 1, length(starts)]
+  x[(k + 1):3, ] <- 0
+  expect_equal(calls, 0L)
+  x[N, ]
+  expect_equal(calls, 1L)
 })
 
 test_that("module forwards with 1-based indices or class targets agree between C and R", {
@@ -455,7 +485,7 @@ test_that("the C paths are safe under gctorture()", {
               as_array(x), torch_cat(list(x, y), dim = 2), m(x),
               x$sum(dim = 2), x[2, 3]$item(), x[idx, ],
               torch_tensor(array(seq_len(24) / 2, c(2, 3, 4))), emb(idx),
-              ce(x, torch_tensor(c(4L, 1L, 2L))))
+              ce(x, torch_tensor(c(4L, 1L, 2L))), x[idx[[1]]$item() - 1, 2:(length(idx) + 1)])
   y[1, ] <- 0
   gctorture(FALSE)
   expect_equal(as_array(out[[8]]), rowSums(as_array(x)), tolerance = 1e-6)
@@ -469,6 +499,7 @@ test_that("the C paths are safe under gctorture()", {
   expect_equal(as_array(out[[12]]), as_array(emb$weight)[c(3, 1), ], tolerance = 1e-6)
   logp <- as_array(nnf_log_softmax(x, 2))
   expect_equal(as_array(out[[13]]), -mean(logp[cbind(1:3, c(4, 1, 2))]), tolerance = 1e-6)
+  expect_equal(as_array(out[[14]]), as_array(x)[2, 2:3], tolerance = 1e-6)
 })
 
 test_that("methods from $ and indices read from `...` keep R's meaning", {
