@@ -218,11 +218,14 @@ int tensor_dtype_kind(PyObject *t) {
   return kind;
 }
 
-/* t - 1 (Tensor.sub: recorded as a torch op). */
+/* t - 1 (Tensor.sub: recorded as a torch op). The 1 is a 0-d int64 tensor: it takes
+ * sub's first overload (Tensor other) at once, with no tensor made from a Python number
+ * on each call, and promotes as the number would (a 0-d tensor never changes the dtype of
+ * a tensor of the same kind: int32 stays int32). */
 static PyObject *minus_one(PyObject *t) {
   PyObject *sub = py.GetAttr(t, torch_.s_sub);
   if (sub == NULL) return NULL;
-  PyObject *r = py.CallOneArg(sub, torch_.one);
+  PyObject *r = py.CallOneArg(sub, torch_.one_t);
   py.DecRef(sub);
   return r;
 }

@@ -215,6 +215,7 @@ static void release_all(void) {
   clear(&torch_.set_grad);
   clear(&torch_.is_grad);
   clear(&torch_.one);
+  clear(&torch_.one_t);
   clear(&torch_.where);
   clear(&torch_.dtype_bool);
   clear(&torch_.s_add);
@@ -270,6 +271,9 @@ SEXP tb_py_init(SEXP torch, SEXP bridge, SEXP example, SEXP libpython, SEXP tb) 
   torch_.bridge = m;
   torch_.binary_ops = py.GetAttrString(m, "BINARY_OPS");
   torch_.one = py.LongFromLongLong(1);
+  PyObject *tensor_fn = py.GetAttrString(t, "tensor");
+  torch_.one_t = tensor_fn == NULL ? NULL : py.CallOneArg(tensor_fn, torch_.one);
+  py_decref(tensor_fn);
   torch_.where = py.GetAttrString(t, "where");
   torch_.dtype_bool = py.GetAttrString(t, "bool");
   torch_.s_add = py.UnicodeIntern("add");
@@ -282,7 +286,7 @@ SEXP tb_py_init(SEXP torch, SEXP bridge, SEXP example, SEXP libpython, SEXP tb) 
   torch_.s_index_select = py.UnicodeIntern("index_select");
   torch_.s_is_floating_point = py.UnicodeIntern("is_floating_point");
   int ok = torch_.tensor_type && torch_.size_type && torch_.set_grad && torch_.is_grad &&
-           torch_.binary_ops && torch_.one && torch_.where && torch_.dtype_bool && torch_.s_add && torch_.s_item && torch_.s_ndim && torch_.empty && torch_.device && torch_.s_dtype &&
+           torch_.binary_ops && torch_.one && torch_.one_t && torch_.where && torch_.dtype_bool && torch_.s_add && torch_.s_item && torch_.s_ndim && torch_.empty && torch_.device && torch_.s_dtype &&
            torch_.s_sub && torch_.s_index_select && torch_.s_is_floating_point &&
            PY_TYPE(x) == torch_.tensor_type;
   if (!ok) {

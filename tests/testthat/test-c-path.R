@@ -206,6 +206,10 @@ test_that("operators, indexing, $item(), as_array and modules agree between C an
       as_array(x$int()), as_array_f64 = function(x, y) as_array(x$double()),
     as_array_empty = function(x, y) as_array(x[1:0]),
     rows_t = function(x, y) { i <- torch_tensor(c(3L, 1L)); x[i, ] },
+    rows_t32 = function(x, y) {
+      i <- torch_tensor(c(3L, 1L), dtype = torch_int32())
+      list(x[i, ], torch_index_select(x, 2, i), i$dtype)
+    },
     cols_t = function(x, y) { i <- torch_tensor(c(4L, 1L, 4L)); x[2:3, i] },
     int_then_t = function(x, y) { i <- torch_tensor(c(2L, 1L)); x[1, i] },
     two_t = function(x, y) { i <- torch_tensor(c(2L, 1L)); x[i, i] },
@@ -277,6 +281,8 @@ test_that("module forwards with 1-based indices or class targets agree between C
     ce_r_vector = function(m, x, t) m$ce(x, c(1L, 3L, 2L, 1L)),
     ce_ignored = function(m, x, t) m$ce_ign(x, torch_tensor(c(1L, -7L, 3L, -7L))),
     ce_sum = function(m, x, t) m$ce_sum(x, t$y),
+    emb_int32 = function(m, x, t) m$emb(t$idx$to(dtype = torch_int32())),
+    err_ce_int32 = function(m, x, t) m$ce(x, t$y$to(dtype = torch_int32())),
     nll = function(m, x, t) m$nll(nnf_log_softmax(x, 2), t$y),
     bag = function(m, x, t) m$bag(t$idx, torch_tensor(c(0L, 2L))),
     # errors: Python's (an index past the end, class 0), R's (float indices)
