@@ -18,6 +18,7 @@ c_started <- function() {
 start_c_call <- function() {
   if (identical(Sys.getenv("TRACEBRIDGE_C_CALL"), "0")) return(FALSE)
   isTRUE(tryCatch({
+    import_torch_own_blas()
     torch <- reticulate::import("torch", convert = FALSE)
     rb <- reticulate::import("tracebridge.frontends.rbridge", convert = FALSE)
     lib <- reticulate::py_config()$libpython %||% ""

@@ -188,7 +188,7 @@ dataloader_make_iter <- function(dataloader) {
   # As in mlverse, the order comes from torch's generator, so torch_manual_seed() makes a
   # shuffled pass reproducible.
   order <- if (dataloader$shuffle) {
-    as.integer(reticulate::py_to_r(py_torch()$randperm(as.integer(n))$tolist())) + 1L
+    as.integer(as_array(surface_fn("torch_randperm")(n))) + 1L
   } else {
     seq_len(n)
   }

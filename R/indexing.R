@@ -205,7 +205,10 @@ is_vector_kind <- function(k) k %in% c("vector", "vector_r", "logical")
 `[.torch_tensor` <- function(x, ..., drop = TRUE) {
   # Positions, `a:b` and empty indices go through src/index.c (which reads them from
   # `...`, or else from the call); the rest through R.
+  # A result returns before any other test: each R call here costs as much as the op
+  # (identical() alone is ~3,000 instructions), and this runs several times a training step.
   out <- .Call(tb_index_dots, x, environment(), drop, NULL)
+  if (!is.symbol(out)) return(out)
   if (identical(out, quote(.tb_fallback))) {
     out <- .Call(tb_index, x, sys.call(), parent.frame(), drop, NULL)
   }
@@ -271,6 +274,7 @@ index_call <- function(py, key) {
 #' @export
 `[<-.torch_tensor` <- function(x, ..., value) {
   out <- .Call(tb_index_dots, x, environment(), TRUE, list(value))
+  if (!is.symbol(out)) return(x)
   if (identical(out, quote(.tb_fallback))) {
     out <- .Call(tb_index, x, sys.call(), parent.frame(), TRUE, list(value))
   }

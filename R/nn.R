@@ -91,15 +91,23 @@ py_backed_module <- function(py, class, forward = NULL, forward_spec = NULL) {
   self <- new.env(parent = emptyenv())
   assign(".py", py, envir = self)
   if (is.null(forward)) {
+    # The kinds of the forward's arguments, for src/surface.c (tb_call_forward); -1: a
+    # kind C does not convert (R then does the call).
+    spec_names <- vapply(forward_spec, function(a) a$name, character(1))
+    spec_kinds <- match(vapply(forward_spec, function(a) a$kind, character(1)), c_arg_kinds,
+                        nomatch = -1L)
     forward <- function(...) {
       args <- list(...)
-      # Tensors in, through src/surface.c (tb_call_args); the rest through reticulate.
-      if (!length(forward_spec)) {
-        out <- .Call(tb_call_args, py, args, FALSE)
-        if (!is.symbol(out) && !is.environment(out)) return(out)
-        out <- c_answer(out)
-        if (!identical(out, quote(.tb_fallback))) return(out)
+      # Tensors (and 1-based indices and class targets, shifted) in, through
+      # src/surface.c (tb_call_args, tb_call_forward); the rest through reticulate.
+      out <- if (length(forward_spec)) {
+        .Call(tb_call_forward, py, args, spec_names, spec_kinds)
+      } else {
+        .Call(tb_call_args, py, args, FALSE)
       }
+      if (!is.symbol(out) && !is.environment(out)) return(out)
+      out <- c_answer(out)
+      if (!identical(out, quote(.tb_fallback))) return(out)
       if (length(forward_spec)) args <- convert_forward_args(args, forward_spec, py)
       else args <- lapply(args, to_py)
       withCallingHandlers(

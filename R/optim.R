@@ -86,7 +86,16 @@
 #' }
 NULL
 
-new_optimizer <- function(py, class) structure(list(.py = py), class = c(class, "torch_optimizer"))
+# The two methods of every training step, `$step()` and `$zero_grad()`, are made once
+# and kept in the object, where `$` finds them with .subset2(): the S3 dispatch of `$` is
+# already most of what R adds to such a call (a step made them anew each time, and tested
+# the name with identical(), ~3,000 instructions a test).
+new_optimizer <- function(py, class) {
+  classes <- c(class, "torch_optimizer")
+  x <- structure(list(.py = py), class = classes)
+  structure(list(.py = py, step = optimizer_step(x), zero_grad = optimizer_zero_grad(x)),
+            class = classes)
+}
 new_scheduler <- function(py, class) structure(list(.py = py), class = c(class, "lr_scheduler"))
 
 optimizer_py <- function(x) {
@@ -99,11 +108,10 @@ optimizer_py <- function(x) {
 #' @rdname optim
 #' @export
 `$.torch_optimizer` <- function(x, name) {
-  # The two methods of every training step first, each a small closure (the rest of the
-  # methods are made by optimizer_member()).
-  if (identical(name, "step")) return(optimizer_step(x))
-  if (identical(name, "zero_grad")) return(optimizer_zero_grad(x))
-  optimizer_member(x, name)
+  # `$step` and `$zero_grad` are in the object (new_optimizer()); the rest of the methods
+  # are made by optimizer_member().
+  f <- .subset2(x, name)
+  if (is.null(f)) optimizer_member(x, name) else f
 }
 
 optimizer_step <- function(x) {
@@ -126,8 +134,10 @@ optimizer_step <- function(x) {
 # As in mlverse, gradients are set to zero in place (not dropped), so `p$grad` stays a
 # tensor; `set_to_none = TRUE` drops them as PyTorch does by default.
 optimizer_zero_grad <- function(x) {
+  in_place <- list(FALSE)
   function(set_to_none = FALSE) {
-    out <- .Call(tb_call_method, x, "zero_grad", list(isTRUE(set_to_none)))
+    args <- if (missing(set_to_none)) in_place else list(isTRUE(set_to_none))
+    out <- .Call(tb_call_method, x, "zero_grad", args)
     if (is.symbol(out) && identical(c_answer(out, FALSE), quote(.tb_fallback))) {
       withCallingHandlers(.subset2(x, ".py")$zero_grad(isTRUE(set_to_none)),
                           error = function(e) rethrow_python(e))
@@ -143,6 +153,8 @@ optimizer_member <- function(x, name) {
     invisible(x)
   }
   switch(name,
+    step = optimizer_step(x),
+    zero_grad = optimizer_zero_grad(x),
     param_groups = lapply(reticulate::iterate(py$param_groups, identity, simplify = FALSE),
                           param_group_r),
     add_param_group = checked(function(param_group) {

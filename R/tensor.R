@@ -140,13 +140,9 @@ dtype_py <- function(dtype) {
 torch_tensor <- function(data, dtype = NULL, device = NULL, requires_grad = FALSE) {
   if (is.null(.tb$python_ready)) python_ready()  # R/startup.R: a clear error without Python
   if (inherits(data, "torch_tensor")) {
-    withCallingHandlers({
-      py <- tensor_py(data)$detach()$clone()
-      if (!is.null(dtype)) py <- py$to(dtype_py(dtype))
-      if (!is.null(device)) py <- py$to(device_py(device))
-      if (isTRUE(requires_grad)) py$requires_grad_(TRUE)
-    }, error = function(e) rethrow_python(e))
-    return(wrap_tensor(py))
+    # Tensor methods of the surface table (through C where it applies).
+    out <- data$detach()$clone()
+    return(tensor_to(out, dtype, device, requires_grad))
   }
   if (is.list(data)) {
     return(surface_fn("torch_stack")(lapply(data, torch_tensor, dtype = dtype, device = device)))
@@ -163,7 +159,7 @@ torch_tensor <- function(data, dtype = NULL, device = NULL, requires_grad = FALS
   out <- .Call(tb_tensor_from_r, data, dtype)
   if (!is.symbol(out)) {
     if (is.null(device) && !isTRUE(requires_grad)) return(out)
-    py <- .subset2(out, ".py")
+    return(tensor_to(out, NULL, device, requires_grad))
   } else {
     if (identical(out, quote(.tb_error))) c_error(one_based = FALSE)
     c_started()
@@ -180,6 +176,15 @@ torch_tensor <- function(data, dtype = NULL, device = NULL, requires_grad = FALS
     if (isTRUE(requires_grad)) py$requires_grad_(TRUE)
   }, error = function(e) rethrow_python(e))
   wrap_tensor(py)
+}
+
+# A new tensor `x` moved to `dtype` and `device` (NULL: as it is), requiring gradients if
+# asked: `$to()` and `$requires_grad_()` rows (device strings and all through C).
+tensor_to <- function(x, dtype, device, requires_grad) {
+  if (!is.null(dtype)) x <- x$to(dtype = dtype)
+  if (!is.null(device)) x <- x$to(device = device)
+  if (isTRUE(requires_grad)) x$requires_grad_(TRUE)
+  x
 }
 
 #' Convert a tensor to an R array
@@ -241,6 +246,12 @@ print.torch_tensor <- function(x, ...) {
 
 #' @export
 dim.torch_tensor <- function(x) {
+  # Outside a trace, the `$size()` row gives R integers through C; while tracing, sizes
+  # are traced integers and plain_sizes() reads their values (with guards).
+  if (!isTRUE(.tb$tracing)) {
+    sizes <- x$size()
+    if (is.integer(sizes)) return(sizes)
+  }
   as.integer(unlist(reticulate::py_to_r(py_rb()$plain_sizes(tensor_py(x)))))
 }
 
@@ -301,7 +312,10 @@ torch_arange <- function(start, end, step = 1, dtype = NULL, device = NULL,
 #' if (torch_is_installed()) torch_manual_seed(42)
 #' @export
 torch_manual_seed <- function(seed) {
-  py_torch()$manual_seed(as.integer(seed))
+  out <- .Call(tb_call_method, py_torch(), "manual_seed", list(as.integer(seed)))
+  if (is.symbol(out) && identical(c_answer(out, FALSE), quote(.tb_fallback))) {
+    py_torch()$manual_seed(as.integer(seed))
+  }
   invisible(NULL)
 }
 

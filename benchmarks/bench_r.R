@@ -11,8 +11,9 @@
 # repeats of the time per call. Both sides run in the same thread (torch with 1 thread)
 # and are timed with that thread's CPU time (time.thread_time()), as
 # benchmarks/bench_python.py does, so that other work on a shared machine does not count. The training loop runs R, Python, R, Python,
-# ... and gives the median of each. `--write` puts the table into benchmarks/RESULTS.md
-# (between the bench_r markers).
+# ... and gives the median of each, and the median (and range) of each turn's R / Python:
+# the load of a shared machine changes between turns, less within one. `--write` puts the
+# table into benchmarks/RESULTS.md (between the bench_r markers).
 #
 # Goals (issue 18): each op <= its Python time + 15 us; with_no_grad() adds <= 5 us to the
 # call it wraps; as_array() of an 8x8 tensor <= 30 us; the training loop <= 1.15x Python.
@@ -24,10 +25,10 @@ write <- "--write" %in% args
 nums <- suppressWarnings(as.integer(args[args != "--write"]))
 calls <- if (length(nums) >= 1 && !is.na(nums[[1]])) nums[[1]] else 2000L
 repeats <- if (length(nums) >= 2 && !is.na(nums[[2]])) nums[[2]] else 7L
-epochs_rounds <- 3L
+epochs_rounds <- 9L
 
+torch_manual_seed(0) # tracebridge imports torch first, with torch's own BLAS (R/python.R)
 reticulate::import("torch")$set_num_threads(1L) # the same for both sides
-torch_manual_seed(0)
 x <- torch_randn(8, 8)
 y <- torch_randn(8, 8)
 a <- torch_randn(8, 8)
@@ -210,10 +211,12 @@ for (k in seq_along(ops)) {
                           fmt(p_us), r_us / p_us, fmt(med[k, 3]), goal,
                           if (met) "met" else "not met"))
 }
-ratio <- train_med[[1]] / train_med[[2]]
+turns <- tr[, 1] / tr[, 2]
+ratio <- stats::median(turns)
 rows <- c(rows, sprintf(
-  "| training loop: MLP 20-64-64-2, 2,000 samples, batch 32, Adam, 5 epochs | %.2f s | %.2f s | %.2fx | %.2f s | <= 1.15x: %s |",
-  train_med[[1]], train_med[[2]], ratio, train_slow, if (ratio <= 1.15) "met" else "not met"))
+  "| training loop: MLP 20-64-64-2, 2,000 samples, batch 32, Adam, 5 epochs | %.3f s | %.3f s | %.2fx (%.2f-%.2fx) | %.2f s | <= 1.15x: %s |",
+  train_med[[1]], train_med[[2]], ratio, min(turns), max(turns), train_slow,
+  if (ratio <= 1.15) "met" else "not met"))
 
 table <- c(
   paste("| op (8x8 tensors unless said) | R (µs) | Python (µs) | R / Python |",
@@ -227,15 +230,19 @@ header <- sprintf(paste0(
   "for the previous loop's garbage (its own is collected only if a collection runs ",
   "during it); ",
   "median of %d repeats of %d calls (training: median of ",
-  "%d runs each; the reticulate column: `TRACEBRIDGE_C_CALL=0`'s path, a tenth of the ",
+  "%d runs each, taking turns; its ratio is the median of each turn's R / Python, with ",
+  "their range; the reticulate column: `TRACEBRIDGE_C_CALL=0`'s path, a tenth of the ",
   "calls, training once); ",
-  "R %s, reticulate %s, torch %s, 1 thread; load average %s at the end; %s."),
+  "R %s, reticulate %s, torch %s (BLAS: %s), 1 thread; load average %s at the end; %s."),
   calls, repeats, repeats, calls, epochs_rounds, getRversion(),
   utils::packageVersion("reticulate"),
-  reticulate::py_to_r(reticulate::import("torch")$`__version__`), load,
-  format(Sys.Date()))
+  reticulate::py_to_r(reticulate::import("torch")$`__version__`),
+  if (identical(tracebridge:::import_torch_own_blas(), "own")) "torch's own" else "R's",
+  load, format(Sys.Date()))
 cat(header, "\n\n", paste(table, collapse = "\n"), "\n", sep = "")
 cat(sprintf("\nfinal losses: R %.4f, Python %.4f\n", loss_r, loss_py))
+cat("training turns (s), R:", sprintf("%.3f", tr[, 1]), "\n                 Python:",
+    sprintf("%.3f", tr[, 2]), "\n                  R / Python:", sprintf("%.2f", turns), "\n")
 
 if (write) {
   path <- file.path("benchmarks", "RESULTS.md")

@@ -31,6 +31,7 @@ SEXP tb_method(SEXP x, SEXP name);
 SEXP tb_op_calls(void);
 SEXP tb_binary(SEXP generic, SEXP e1, SEXP e2);
 SEXP tb_call_args(SEXP fn, SEXP args, SEXP during_trace);
+SEXP tb_call_forward(SEXP fn, SEXP args, SEXP names, SEXP kinds);
 SEXP tb_grad_mode(SEXP enabled);
 SEXP tb_call_method(SEXP x, SEXP name, SEXP args);
 SEXP tb_index(SEXP x, SEXP call, SEXP env, SEXP drop, SEXP value);
@@ -75,6 +76,7 @@ static const R_CallMethodDef methods[] = {
     {"tb_op_calls", (DL_FUNC) &tb_op_calls, 0},
     {"tb_binary", (DL_FUNC) &tb_binary, 3},
     {"tb_call_args", (DL_FUNC) &tb_call_args, 3},
+    {"tb_call_forward", (DL_FUNC) &tb_call_forward, 4},
     {"tb_grad_mode", (DL_FUNC) &tb_grad_mode, 1},
     {"tb_call_method", (DL_FUNC) &tb_call_method, 3},
     {"tb_index", (DL_FUNC) &tb_index, 5},

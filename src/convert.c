@@ -186,25 +186,46 @@ static int any_kind(SEXP v, PyObject **out) {
   return scalar_to_py(v, out);
 }
 
+/* The kinds of the dtypes seen so far. torch has one object per dtype, alive as long as
+ * torch is, so a pointer (kept with a reference) answers for it: the two attribute
+ * lookups it replaces were ~5,000 instructions, twice in `x[idx, ]`. */
+static PyObject *known_dtypes[32];
+static int known_kinds[32];
+static int known_count = 0;
+
 int tensor_dtype_kind(PyObject *t) {
-  PyObject *dtype = py.GetAttrString(t, "dtype");
+  PyObject *dtype = py.GetAttr(t, torch_.s_dtype);
   if (dtype == NULL) return -1;
+  for (int i = 0; i < known_count; i++) {
+    if (known_dtypes[i] == dtype) {
+      py.DecRef(dtype);
+      return known_kinds[i];
+    }
+  }
   int kind = dtype == torch_.dtype_bool ? 2 : 0;
   if (kind == 0) {
-    PyObject *fp = py.GetAttrString(dtype, "is_floating_point");
+    PyObject *fp = py.GetAttr(dtype, torch_.s_is_floating_point);
     if (fp == NULL) kind = -1;
     else kind = fp == py.True ? 1 : 0;
     py_decref(fp);
   }
-  py.DecRef(dtype);
+  if (kind >= 0 && known_count < 32) {
+    known_dtypes[known_count] = dtype; /* keeps the reference */
+    known_kinds[known_count++] = kind;
+  } else {
+    py.DecRef(dtype);
+  }
   return kind;
 }
 
-/* t - 1 (Tensor.sub: recorded as a torch op). */
+/* t - 1 (Tensor.sub: recorded as a torch op). The 1 is a 0-d int64 tensor: it takes
+ * sub's first overload (Tensor other) at once, with no tensor made from a Python number
+ * on each call, and promotes as the number would (a 0-d tensor never changes the dtype of
+ * a tensor of the same kind: int32 stays int32). */
 static PyObject *minus_one(PyObject *t) {
-  PyObject *sub = py.GetAttrString(t, "sub");
+  PyObject *sub = py.GetAttr(t, torch_.s_sub);
   if (sub == NULL) return NULL;
-  PyObject *r = py.CallOneArg(sub, torch_.one);
+  PyObject *r = py.CallOneArg(sub, torch_.one_t);
   py.DecRef(sub);
   return r;
 }
@@ -295,8 +316,15 @@ int to_py_kind(SEXP v, int kind, int dots, PyObject **out) {
   }
   case K_DEVICE: {
     PyObject *o = py_field_of(v, "torch_device");
-    if (o == NULL) return CONV_FALLBACK;
-    return borrowed(o, out);
+    if (o != NULL) return borrowed(o, out);
+    /* device_py(): a string such as "cpu" is torch.device("cpu") (its error is Python's). */
+    if (TYPEOF(v) != STRSXP || !plain(v) || Rf_xlength(v) != 1 || STRING_ELT(v, 0) == NA_STRING)
+      return CONV_FALLBACK;
+    PyObject *s = py.UnicodeFromString(Rf_translateCharUTF8(STRING_ELT(v, 0)));
+    if (s == NULL) return CONV_PYERR;
+    PyObject *d = py.CallOneArg(torch_.device, s);
+    py.DecRef(s);
+    return give(d, out);
   }
   case K_SIZE: return size_kind(v, dots, out);
   case K_TENSORS: return tensor_list(v, out);
@@ -305,6 +333,12 @@ int to_py_kind(SEXP v, int kind, int dots, PyObject **out) {
     PyObject *t = tensor_of(v);
     if (t == NULL) return CONV_FALLBACK;
     return index_tensor_to_py(t, out);
+  }
+  case K_OPTIMIZER: {
+    /* optimizer_py(): the torch.optim object of an optim_*() optimizer. */
+    PyObject *o = py_field_of(v, "torch_optimizer");
+    if (o == NULL) return CONV_FALLBACK;
+    return borrowed(o, out);
   }
   default: return CONV_FALLBACK;
   }

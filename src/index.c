@@ -2,11 +2,12 @@
  * empty (all), read from the call as R/indexing.R reads them.
  *
  * Note: what is left to R. An index C takes is a missing argument, a number, a variable, a
- * negated number, or `a:b` of those; anything else (`N`, `..`, `a:b:s`, calls, vectors,
- * tensors, masks, NULL/newaxis, 0, `drop = FALSE`, more indices than dimensions) answers
- * `.tb_fallback` before any Python object is made, and R/indexing.R does the whole call.
- * Variables are the only expressions evaluated here, and evaluating one again in R has no
- * effect, so a fallback never runs user code twice.
+ * pure expression of those (arithmetic, `v[[k]]`, length(), ...: pure_expr()), or `a:b` of
+ * those; anything else (`N`, `..`, `a:b:s`, other calls, vectors, masks, NULL/newaxis, 0,
+ * `drop = FALSE`, more indices than dimensions) answers `.tb_fallback` before any Python
+ * object is made, and R/indexing.R does the whole call. Only variables and pure
+ * expressions are evaluated here, and evaluating one again in R has no effect, so a
+ * fallback never runs user code twice.
  */
 #include <string.h>
 
@@ -24,7 +25,36 @@ static int is_sym(SEXP e, const char *name) {
   return TYPEOF(e) == SYMSXP && strcmp(CHAR(PRINTNAME(e)), name) == 0;
 }
 
-/* A number, a variable (not `N` or `..`) or `-number`: its value; NULL otherwise. */
+/* Calls an index may be computed with here: arithmetic and reading an element, which
+ * have no effect beyond their value, so that R evaluating the index again after a
+ * fallback changes nothing (see the note at the top). */
+static const char *pure_calls[] = {"+", "-", "*", "(", "[[", "%/%", "%%", "length", "nrow",
+                                   "ncol", "min", "max", NULL};
+
+/* An expression of numbers, variables (not `N` or `..`, which only R's reading knows) and
+ * the calls above. */
+static int pure_expr(SEXP e, int depth) {
+  if (depth > 8) return 0;
+  switch (TYPEOF(e)) {
+  case REALSXP:
+  case INTSXP:
+  case STRSXP: return 1; /* a name inside `[[` */
+  case SYMSXP: return e != R_MissingArg && !is_sym(e, "N") && !is_sym(e, "..");
+  case LANGSXP: {
+    if (TYPEOF(CAR(e)) != SYMSXP) return 0;
+    int known = 0;
+    for (const char **c = pure_calls; *c != NULL && !known; c++) known = is_sym(CAR(e), *c);
+    if (!known) return 0;
+    for (SEXP a = CDR(e); a != R_NilValue; a = CDR(a))
+      if (TAG(a) != R_NilValue || !pure_expr(CAR(a), depth + 1)) return 0;
+    return 1;
+  }
+  default: return 0;
+  }
+}
+
+/* A number, or a variable (not `N` or `..`) or a pure expression (pure_expr()) of them:
+ * its value; NULL otherwise. */
 static SEXP simple_value(SEXP e, SEXP env) {
   switch (TYPEOF(e)) {
   case REALSXP:
@@ -34,10 +64,8 @@ static SEXP simple_value(SEXP e, SEXP env) {
       return NULL;
     return Rf_eval(e, env);
   case LANGSXP:
-    if (is_sym(CAR(e), "-") && Rf_length(e) == 2 && TYPEOF(env) == ENVSXP &&
-        (TYPEOF(CADR(e)) == REALSXP || TYPEOF(CADR(e)) == INTSXP))
-      return Rf_eval(e, env);
-    return NULL;
+    if (TYPEOF(env) != ENVSXP || !pure_expr(e, 0)) return NULL;
+    return Rf_eval(e, env);
   default: return NULL;
   }
 }
@@ -110,7 +138,7 @@ static PyObject *key_part(const Ix *ix) {
 
 /* t.index_select(dim, positions); steals `t`. */
 static PyObject *index_select(PyObject *t, int dim, PyObject *positions) {
-  PyObject *method = py.GetAttrString(t, "index_select");
+  PyObject *method = py.GetAttr(t, torch_.s_index_select);
   PyObject *d = py.LongFromLongLong(dim), *args = NULL, *r = NULL;
   if (method != NULL && d != NULL && (args = py.TupleNew(2)) != NULL) {
     py.TupleSetItem(args, 0, d);

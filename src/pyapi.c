@@ -215,13 +215,18 @@ static void release_all(void) {
   clear(&torch_.set_grad);
   clear(&torch_.is_grad);
   clear(&torch_.one);
+  clear(&torch_.one_t);
   clear(&torch_.where);
   clear(&torch_.dtype_bool);
   clear(&torch_.s_add);
   clear(&torch_.s_item);
   clear(&torch_.s_ndim);
   clear(&torch_.empty);
+  clear(&torch_.device);
   clear(&torch_.s_dtype);
+  clear(&torch_.s_sub);
+  clear(&torch_.s_index_select);
+  clear(&torch_.s_is_floating_point);
 }
 
 /* The R constants of the C paths; called when the package's library loads, so that every
@@ -266,15 +271,23 @@ SEXP tb_py_init(SEXP torch, SEXP bridge, SEXP example, SEXP libpython, SEXP tb) 
   torch_.bridge = m;
   torch_.binary_ops = py.GetAttrString(m, "BINARY_OPS");
   torch_.one = py.LongFromLongLong(1);
+  PyObject *tensor_fn = py.GetAttrString(t, "tensor");
+  torch_.one_t = tensor_fn == NULL ? NULL : py.CallOneArg(tensor_fn, torch_.one);
+  py_decref(tensor_fn);
   torch_.where = py.GetAttrString(t, "where");
   torch_.dtype_bool = py.GetAttrString(t, "bool");
   torch_.s_add = py.UnicodeIntern("add");
   torch_.s_item = py.UnicodeIntern("item");
   torch_.s_ndim = py.UnicodeIntern("ndim");
   torch_.empty = py.GetAttrString(t, "empty");
+  torch_.device = py.GetAttrString(t, "device");
   torch_.s_dtype = py.UnicodeIntern("dtype");
+  torch_.s_sub = py.UnicodeIntern("sub");
+  torch_.s_index_select = py.UnicodeIntern("index_select");
+  torch_.s_is_floating_point = py.UnicodeIntern("is_floating_point");
   int ok = torch_.tensor_type && torch_.size_type && torch_.set_grad && torch_.is_grad &&
-           torch_.binary_ops && torch_.one && torch_.where && torch_.dtype_bool && torch_.s_add && torch_.s_item && torch_.s_ndim && torch_.empty && torch_.s_dtype &&
+           torch_.binary_ops && torch_.one && torch_.one_t && torch_.where && torch_.dtype_bool && torch_.s_add && torch_.s_item && torch_.s_ndim && torch_.empty && torch_.device && torch_.s_dtype &&
+           torch_.s_sub && torch_.s_index_select && torch_.s_is_floating_point &&
            PY_TYPE(x) == torch_.tensor_type;
   if (!ok) {
     if (py.ErrOccurred() != NULL) {

@@ -76,10 +76,13 @@ typedef struct {
   PyObject *set_grad;      /* torch._C._set_grad_enabled */
   PyObject *is_grad;       /* torch.is_grad_enabled */
   PyObject *one;           /* the Python int 1 */
+  PyObject *one_t;         /* torch.tensor(1): a 0-d int64 tensor, for the 1-based shifts */
   PyObject *where;         /* torch.where */
   PyObject *dtype_bool;    /* torch.bool */
   PyObject *empty;         /* torch.empty */
+  PyObject *device;        /* torch.device */
   PyObject *s_add, *s_item, *s_ndim, *s_dtype; /* interned attribute names */
+  PyObject *s_sub, *s_index_select, *s_is_floating_point;
 } Torch;
 
 extern Torch torch_;

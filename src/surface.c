@@ -373,6 +373,125 @@ SEXP tb_call_args(SEXP fn, SEXP args, SEXP during_trace) {
   return out;
 }
 
+/* The module's ignore_index for its class targets, as convert_forward_args() reads it: an
+ * R integer where it is a negative Python int (no class: targets equal to it stay), NULL
+ * otherwise. NULL with a Python error set where reading it failed. */
+static SEXP forward_ignore_index(PyObject *module, int *failed) {
+  *failed = 0;
+  PyObject *ign = py.GetAttrString(module, "ignore_index");
+  if (ign == NULL) {
+    PyObject *type = NULL, *value = NULL, *traceback = NULL;
+    py.ErrFetch(&type, &value, &traceback); /* no such attribute: no ignored class */
+    py_decref(type);
+    py_decref(value);
+    py_decref(traceback);
+    return R_NilValue;
+  }
+  int overflow = 0;
+  long long v = PY_TYPE(ign) == py.LongType ? py.LongAsLongLongAndOverflow(ign, &overflow) : 0;
+  py.DecRef(ign);
+  if (py.ErrOccurred() != NULL) {
+    *failed = 1;
+    return R_NilValue;
+  }
+  return !overflow && v < 0 && v > -2147483648LL ? Rf_ScalarInteger((int) v) : R_NilValue;
+}
+
+/* One forward argument of kind `kind` (K_TENSOR, K_INDEX, K_CLASS_INDEX or K_OTHER: a
+ * tensor as it is); NULL is None. */
+static int forward_arg(SEXP v, int kind, SEXP ignore_index, PyObject **out) {
+  if (v == R_NilValue) {
+    py.IncRef(py.None);
+    *out = py.None;
+    return CONV_OK;
+  }
+  switch (kind) {
+  case K_INDEX: return to_py_kind(v, K_INDEX, 0, out);
+  case K_CLASS_INDEX: return class_index_to_py(v, ignore_index, 0, out);
+  case K_TENSOR:
+  case K_OTHER: return to_py_kind(v, K_TENSOR, 0, out);
+  default: return CONV_FALLBACK;
+  }
+}
+
+/* tb_call_forward(fn, args, names, kinds): the forward of a module whose arguments have
+ * kinds (surface.tsv's `module(input:index)`; convert_forward_args() in R/nn.R), for a
+ * list of arguments, named ones by keyword: each argument of kind tensor, index or
+ * class_index (1-based, shifted here) is converted as R converts it, one without a kind
+ * must be a tensor or NULL; any other kind, or any other value, answers `.tb_fallback`
+ * and R does the call. `names`/`kinds`: the spec's argument names and kind codes. */
+SEXP tb_call_forward(SEXP fn, SEXP args, SEXP names, SEXP kinds) {
+  if (!c_path_on() || TYPEOF(args) != VECSXP || TYPEOF(names) != STRSXP ||
+      TYPEOF(kinds) != INTSXP || Rf_xlength(names) != Rf_xlength(kinds))
+    return sentinel_fallback;
+  PyObject *callable = object_of(fn);
+  if (callable == NULL) return sentinel_fallback;
+  R_xlen_t n = Rf_xlength(args), nspec = Rf_xlength(kinds);
+  SEXP arg_names = Rf_getAttrib(args, R_NamesSymbol);
+  int need_ignore = 0;
+  /* Every argument's kind, before any Python object is made. */
+  int kind_of[64];
+  if (n > 64) return sentinel_fallback;
+  for (R_xlen_t i = 0; i < n; i++) {
+    const char *name = arg_names == R_NilValue ? "" : CHAR(STRING_ELT(arg_names, i));
+    int kind = K_OTHER;
+    if (name[0] != '\0') {
+      for (R_xlen_t k = 0; k < nspec; k++)
+        if (strcmp(name, CHAR(STRING_ELT(names, k))) == 0) kind = INTEGER(kinds)[k];
+    } else if (i < nspec) {
+      kind = INTEGER(kinds)[i];
+    }
+    if (kind != K_OTHER && kind != K_TENSOR && kind != K_INDEX && kind != K_CLASS_INDEX)
+      return sentinel_fallback;
+    if (kind == K_CLASS_INDEX) need_ignore = 1;
+    kind_of[i] = kind;
+  }
+  GILState gil = py.GILEnsure();
+  int failed = 0;
+  SEXP ignore_index = need_ignore ? forward_ignore_index(callable, &failed) : R_NilValue;
+  PROTECT(ignore_index);
+  PyObject *tuple = NULL, *kwargs = NULL, *result = NULL;
+  int status = failed ? CONV_PYERR : CONV_OK;
+  R_xlen_t npos = 0;
+  for (R_xlen_t i = 0; i < n; i++)
+    if (arg_names == R_NilValue || CHAR(STRING_ELT(arg_names, i))[0] == '\0') npos++;
+  if (status == CONV_OK && (tuple = py.TupleNew(npos)) == NULL) status = CONV_PYERR;
+  R_xlen_t at = 0;
+  for (R_xlen_t i = 0; status == CONV_OK && i < n; i++) {
+    PyObject *o = NULL;
+    status = forward_arg(VECTOR_ELT(args, i), kind_of[i], ignore_index, &o);
+    if (status != CONV_OK) break;
+    const char *name = arg_names == R_NilValue ? "" : CHAR(STRING_ELT(arg_names, i));
+    if (name[0] == '\0') {
+      py.TupleSetItem(tuple, at++, o); /* steals */
+      continue;
+    }
+    PyObject *key = py.UnicodeFromString(name);
+    if (kwargs == NULL) kwargs = py.DictNew();
+    if (key == NULL || kwargs == NULL || py.DictSetItem(kwargs, key, o) != 0) status = CONV_PYERR;
+    py_decref(key);
+    py.DecRef(o);
+  }
+  if (status == CONV_OK) {
+    result = py.Call(callable, tuple, kwargs);
+    if (result == NULL) status = CONV_PYERR;
+  }
+  py_decref(tuple);
+  py_decref(kwargs);
+  SEXP out;
+  if (status == CONV_OK) {
+    out = wrap_result(result); /* steals */
+  } else if (status == CONV_PYERR) {
+    store_error();
+    out = sentinel_error;
+  } else {
+    out = sentinel_fallback;
+  }
+  UNPROTECT(1);
+  py.GILRelease(gil);
+  return out;
+}
+
 /* tb_grad_mode(enabled): sets autograd's grad mode (torch._C._set_grad_enabled) and returns
  * the mode it replaced; NA leaves it and only reads it. */
 SEXP tb_grad_mode(SEXP enabled) {

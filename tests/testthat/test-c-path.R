@@ -183,6 +183,21 @@ test_that("operators, indexing, $item(), as_array and modules agree between C an
     row = function(x, y) x[1, ], col = function(x, y) x[, 2], elem = function(x, y) x[2, 3],
     last = function(x, y) x[-1, ], range = function(x, y) x[2:3, 1:2],
     neg_range = function(x, y) x[-2:-1, ], var = function(x, y) { i <- 2; x[i, i] },
+    # indices computed in the call (pure expressions: src/index.c evaluates them)
+    expr_row = function(x, y) { k <- 1; x[k + 1, ] },
+    expr_range = function(x, y) { s <- c(1, 3); x[s[[1]]:s[[2]], 2] },
+    expr_len = function(x, y) { v <- 1:2; x[length(v), nrow(x) - 1] },
+    expr_neg = function(x, y) { i <- 1; x[-i, ] },
+    expr_paren = function(x, y) { i <- 2; x[(i - 1):(i + 1), max(i, 3)] },
+    expr_n = function(x, y) x[2:N, N - 1],
+    expr_assign = function(x, y) { k <- 1; x[k + 1, k:(k + 1)] <- 0; x },
+    expr_effect = function(x, y) {
+      calls <- 0
+      f <- function() { calls <<- calls + 1; 2 }
+      list(x[f(), ], calls)
+    },
+    err_expr_zero = function(x, y) { k <- 1; x[k - 1, 1] },
+    err_expr_frac = function(x, y) { k <- 1; x[k / 2, 1] },
     item = function(x, y) x[1, 1]$item(), item_int = function(x, y) x$long()[2, 2]$item(),
     as_array = function(x, y) as_array(x), as_array_int = function(x, y) as_array(x$long()),
     as_array_bool = function(x, y) as_array(x > 0.5), as_array_3d = function(x, y)
@@ -191,6 +206,10 @@ test_that("operators, indexing, $item(), as_array and modules agree between C an
       as_array(x$int()), as_array_f64 = function(x, y) as_array(x$double()),
     as_array_empty = function(x, y) as_array(x[1:0]),
     rows_t = function(x, y) { i <- torch_tensor(c(3L, 1L)); x[i, ] },
+    rows_t32 = function(x, y) {
+      i <- torch_tensor(c(3L, 1L), dtype = torch_int32())
+      list(x[i, ], torch_index_select(x, 2, i), i$dtype)
+    },
     cols_t = function(x, y) { i <- torch_tensor(c(4L, 1L, 4L)); x[2:3, i] },
     int_then_t = function(x, y) { i <- torch_tensor(c(2L, 1L)); x[1, i] },
     two_t = function(x, y) { i <- torch_tensor(c(2L, 1L)); x[i, i] },
@@ -201,6 +220,11 @@ test_that("operators, indexing, $item(), as_array and modules agree between C an
     err_t_range = function(x, y) { i <- torch_tensor(c(9L)); x[i, ] },
     assign = function(x, y) { x[1, 2] <- 5; x }, assign_t = function(x, y) { x[2, ] <- y[1, ]; x },
     assign_range = function(x, y) { x[1:2, ] <- 0L; x },
+    dims = function(x, y) list(dim(x), dim(x$sum()), dim(x[1, ]), length(x)),
+    seed = function(x, y) {
+      torch_manual_seed(9)
+      torch_randn(2)
+    },
     no_grad = function(x, y) with_no_grad(x * 2), linear = function(x, y) {
       torch_manual_seed(3)
       nn_linear(4, 2)(x)
@@ -224,6 +248,171 @@ test_that("operators, indexing, $item(), as_array and modules agree between C an
     fast <- run()
     expect_identical(fast, slow, label = nm)
   }
+  # computed indices go through C: R's reading of indices is not called
+  calls <- 0L
+  ns <- asNamespace("tracebridge")
+  suppressMessages(trace("index_plan", function() calls <<- calls + 1L, print = FALSE,
+                         where = ns))
+  on.exit(suppressMessages(untrace("index_plan", where = ns)))
+  x <- torch_rand(3, 4)
+  starts <- c(1L, 3L)
+  k <- 1
+  x[starts[[k]]:starts[[k + 1]], ]
+  x[k + 1, length(starts)]
+  x[(k + 1):3, ] <- 0
+  expect_equal(calls, 0L)
+  x[N, ]
+  expect_equal(calls, 1L)
+})
+
+test_that("module forwards with 1-based indices or class targets agree between C and R", {
+  skip_if_no_torch()
+  # Modules whose forward arguments have kinds (surface.tsv: `module(input:index)`,
+  # `module(input:tensor;target:class_index)`): src/surface.c (tb_call_forward) converts
+  # them as convert_forward_args() does, or leaves the call to it.
+  cases <- list(
+    emb = function(m, x, t) m$emb(t$idx),
+    emb_named = function(m, x, t) m$emb(input = t$idx),
+    emb_matrix = function(m, x, t) m$emb(t$idx2),
+    emb_r_vector = function(m, x, t) m$emb(c(1, 3)),
+    ce = function(m, x, t) m$ce(x, t$y),
+    ce_named = function(m, x, t) m$ce(target = t$y, input = x),
+    ce_probs = function(m, x, t) m$ce(x, nnf_softmax(x * 2, 2)),
+    ce_r_vector = function(m, x, t) m$ce(x, c(1L, 3L, 2L, 1L)),
+    ce_ignored = function(m, x, t) m$ce_ign(x, torch_tensor(c(1L, -7L, 3L, -7L))),
+    ce_sum = function(m, x, t) m$ce_sum(x, t$y),
+    emb_int32 = function(m, x, t) m$emb(t$idx$to(dtype = torch_int32())),
+    err_ce_int32 = function(m, x, t) m$ce(x, t$y$to(dtype = torch_int32())),
+    nll = function(m, x, t) m$nll(nnf_log_softmax(x, 2), t$y),
+    bag = function(m, x, t) m$bag(t$idx, torch_tensor(c(0L, 2L))),
+    # errors: Python's (an index past the end, class 0), R's (float indices)
+    err_emb_range = function(m, x, t) m$emb(torch_tensor(c(1L, 11L))),
+    err_emb_zero = function(m, x, t) m$emb(torch_tensor(c(0L, 1L))),
+    err_emb_float = function(m, x, t) m$emb(torch_tensor(c(1, 2))),
+    err_ce_zero = function(m, x, t) m$ce(x, torch_tensor(c(0L, 1L, 2L, 1L))),
+    err_ce_shape = function(m, x, t) m$ce(x, torch_tensor(c(1L, 2L))),
+    err_ce_null = function(m, x, t) m$ce(x, NULL)
+  )
+  run <- function(nm) {
+    torch_manual_seed(5)
+    m <- list(emb = nn_embedding(10, 3), ce = nn_cross_entropy_loss(),
+              ce_ign = nn_cross_entropy_loss(ignore_index = -7),
+              ce_sum = nn_cross_entropy_loss(reduction = "sum"), nll = nn_nll_loss(),
+              bag = nn_embedding_bag(10, 2, mode = "sum"))
+    x <- torch_randn(4, 3)
+    t <- list(idx = torch_tensor(c(2L, 1L, 10L)), idx2 = torch_tensor(matrix(c(1L, 2L, 3L, 4L), 2)),
+              y = torch_tensor(c(1L, 3L, 2L, 1L)))
+    canon(tryCatch(cases[[nm]](m, x, t), error = identity))
+  }
+  for (nm in names(cases)) {
+    slow <- with_c(FALSE, run(nm))
+    fast <- run(nm)
+    expect_identical(fast, slow, label = nm)
+  }
+  # the C path does convert them: R's conversion is not called
+  m <- nn_cross_entropy_loss()
+  emb <- nn_embedding(10, 3)
+  x <- torch_randn(4, 3)
+  y <- torch_tensor(c(1L, 3L, 2L, 1L))
+  calls <- 0L
+  suppressMessages(trace(tracebridge:::convert_forward_args, function() calls <<- calls + 1L,
+                         print = FALSE, where = asNamespace("tracebridge")))
+  on.exit(suppressMessages(untrace(tracebridge:::convert_forward_args,
+                                   where = asNamespace("tracebridge"))))
+  m(x, y)
+  emb(input = torch_tensor(c(1L, 2L)))
+  expect_equal(calls, 0L)
+  with_c(FALSE, m(x, y))
+  expect_equal(calls, 1L)
+})
+
+test_that("device strings, optimizer arguments and torch_tensor() options agree between C and R", {
+  skip_if_no_torch()
+  cases <- list(
+    to_device = function(x, opt) x$to(device = "cpu"),
+    to_device_obj = function(x, opt) x$to(device = torch_device("cpu")),
+    zeros_device = function(x, opt) torch_zeros(2, 3, device = "cpu"),
+    to_dtype_device = function(x, opt) x$to(dtype = torch_float64(), device = "cpu"),
+    tensor_device = function(x, opt) torch_tensor(c(1, 2), device = "cpu"),
+    tensor_grad = function(x, opt) {
+      t <- torch_tensor(matrix(1:4 / 2, 2), requires_grad = TRUE)
+      list(t, t$requires_grad)
+    },
+    tensor_of_tensor = function(x, opt) {
+      t <- torch_tensor(x, dtype = torch_float64(), device = "cpu", requires_grad = TRUE)
+      list(t, t$requires_grad, x$requires_grad)
+    },
+    tensor_dtype_string = function(x, opt) torch_tensor(x, dtype = "int32"),
+    scheduler = function(x, opt) {
+      s <- lr_step(opt, step_size = 1, gamma = 0.5)
+      opt$step()
+      s$step()
+      list(s, opt$param_groups[[1]]$lr)
+    },
+    err_device_string = function(x, opt) x$to(device = "no_such_device"),
+    err_device_type = function(x, opt) torch_zeros(2, device = 5),
+    err_tensor_device = function(x, opt) torch_tensor(c(1, 2), device = "no_such_device"),
+    err_grad_long = function(x, opt) torch_tensor(1:3, requires_grad = TRUE),
+    err_optimizer = function(x, opt) lr_step(list(1), step_size = 1)
+  )
+  run <- function(nm) {
+    torch_manual_seed(2)
+    x <- torch_randn(2, 3)
+    opt <- optim_sgd(nn_linear(2, 1)$parameters, lr = 1)
+    canon(tryCatch(cases[[nm]](x, opt), error = identity))
+  }
+  for (nm in names(cases)) {
+    slow <- with_c(FALSE, run(nm))
+    fast <- run(nm)
+    expect_identical(fast, slow, label = nm)
+  }
+  # the C path does convert them: R's conversions are not called
+  calls <- 0L
+  ns <- asNamespace("tracebridge")
+  for (f in c("device_py", "optimizer_py")) {
+    suppressMessages(trace(f, function() calls <<- calls + 1L, print = FALSE, where = ns))
+  }
+  on.exit(for (f in c("device_py", "optimizer_py")) suppressMessages(untrace(f, where = ns)))
+  x <- torch_randn(2, 2)
+  x$to(device = "cpu")
+  torch_ones(2, device = "cpu")
+  torch_tensor(c(1, 2), device = "cpu")
+  lr_step(optim_sgd(nn_linear(2, 1)$parameters, lr = 1), step_size = 1)
+  expect_equal(calls, 0L)
+  with_c(FALSE, x$to(device = "cpu"))
+  expect_equal(calls, 1L)
+})
+
+test_that("data loader passes agree between C and R, and make no reticulate call", {
+  skip_if_no_torch()
+  Squares <- dataset("Squares",
+    initialize = function(n) self$n <- n,
+    .getitem = function(i) list(x = torch_tensor(c(i, -i)), y = torch_tensor(i^2)),
+    .length = function() self$n
+  )
+  torch_manual_seed(4)
+  ds <- tensor_dataset(x = torch_randn(23, 3), y = torch_arange(1, 23))
+  shuffled <- dataloader(ds, batch_size = 5, shuffle = TRUE)
+  squares <- dataloader(Squares(7), batch_size = 3)
+  passes <- function() {
+    torch_manual_seed(4)
+    it <- shuffled$.iter()
+    by_iter <- list()
+    while (it$.has_next()) by_iter[[length(by_iter) + 1L]] <- it$.next()
+    list(enumerate(shuffled), by_iter, enumerate(squares),
+         tryCatch(it$.next(), error = identity))
+  }
+  slow <- with_c(FALSE, canon(passes()))
+  fast <- canon(passes())
+  expect_identical(fast, slow)
+  expect_equal(length(fast[[1]]), 5L) # 23 items, batches of 5
+  calls <- 0L
+  ret <- asNamespace("reticulate")
+  suppressMessages(trace("py_call_impl", function() calls <<- calls + 1L, print = FALSE,
+                         where = ret))
+  on.exit(suppressMessages(untrace("py_call_impl", where = ret)))
+  passes()
+  expect_equal(calls, 0L)
 })
 
 test_that("with_no_grad() turns recording off and restores it after an error", {
@@ -244,6 +433,10 @@ test_that("the C paths leave no Python objects or references behind", {
   x <- torch_rand(8, 8)
   y <- torch_rand(8, 8)
   m <- nn_linear(8, 8)
+  emb <- nn_embedding(10, 3)
+  ce <- nn_cross_entropy_loss(ignore_index = -1)
+  idx <- torch_tensor(c(1L, 10L, 3L))
+  y_cls <- torch_tensor(rep(c(1L, 8L, -1L, 2L), 2))
   sys <- reticulate::import("sys", convert = FALSE)
   torch <- reticulate::import("torch", convert = FALSE)
   refs <- function() {
@@ -264,6 +457,10 @@ test_that("the C paths leave no Python objects or references behind", {
     y[1, 1] <- 0.5
     with_no_grad(m(x))
     torch_tensor(matrix(1:6, 2))
+    emb(idx)
+    ce(x, y_cls)
+    x$to(device = "cpu")
+    torch_tensor(c(1, 2), device = "cpu", requires_grad = TRUE)
   }
   fail <- function() tryCatch(torch_mm(x, y[1:3, 1:3]), error = identity)
   step()
@@ -271,7 +468,7 @@ test_that("the C paths leave no Python objects or references behind", {
   gc()
   live <- py_live_count("Tensor")
   before <- refs()
-  for (i in 1:1000) step() # 12,000 calls
+  for (i in 1:1000) step() # 16,000 calls
   for (i in 1:200) fail()
   gc()
   expect_lte(py_live_count("Tensor") - live, 20)
@@ -288,10 +485,13 @@ test_that("the C paths are safe under gctorture()", {
   gctorture(TRUE)
   on.exit(gctorture(FALSE))
   idx <- torch_tensor(c(3L, 1L))
+  emb <- nn_embedding(4, 2)
+  ce <- nn_cross_entropy_loss()
   out <- list(x + y, torch_sum(x, dim = 1), x[2:3, -1], torch_max(x, dim = 2),
               as_array(x), torch_cat(list(x, y), dim = 2), m(x),
               x$sum(dim = 2), x[2, 3]$item(), x[idx, ],
-              torch_tensor(array(seq_len(24) / 2, c(2, 3, 4))))
+              torch_tensor(array(seq_len(24) / 2, c(2, 3, 4))), emb(idx),
+              ce(x, torch_tensor(c(4L, 1L, 2L))), x[idx[[1]]$item() - 1, 2:(length(idx) + 1)])
   y[1, ] <- 0
   gctorture(FALSE)
   expect_equal(as_array(out[[8]]), rowSums(as_array(x)), tolerance = 1e-6)
@@ -302,6 +502,10 @@ test_that("the C paths are safe under gctorture()", {
   expect_equal(dim(out[[6]]), c(3L, 8L))
   expect_equal(as_array(out[[4]][[2]]), apply(as_array(x), 1, which.max))
   expect_equal(as_array(y[1, ]), rep(0, 4))
+  expect_equal(as_array(out[[12]]), as_array(emb$weight)[c(3, 1), ], tolerance = 1e-6)
+  logp <- as_array(nnf_log_softmax(x, 2))
+  expect_equal(as_array(out[[13]]), -mean(logp[cbind(1:3, c(4, 1, 2))]), tolerance = 1e-6)
+  expect_equal(as_array(out[[14]]), as_array(x)[2, 2:3], tolerance = 1e-6)
 })
 
 test_that("methods from $ and indices read from `...` keep R's meaning", {

@@ -304,6 +304,16 @@ test_that("zero_grad() sets gradients to zero in place, as mlverse does", {
   expect_equal(as_array(m$bias$grad), 0)
   opt$zero_grad(set_to_none = TRUE)
   expect_null(m$bias$grad)
+  # the methods kept in the optimizer (new_optimizer()) and those of what zero_grad() returns
+  m(torch_ones(1, 2))$sum()$backward()
+  again <- opt$zero_grad(set_to_none = FALSE)
+  expect_equal(as_array(m$bias$grad), 0)
+  m(torch_ones(1, 2))$sum()$backward()
+  before <- as_array(m$bias)
+  again$step()
+  expect_equal(as_array(m$bias), before - 0.1, tolerance = 1e-6)
+  expect_s3_class(again, "optim_sgd")
+  expect_error(opt$no_such_method, "Optimizers have no method or field `no_such_method`")
 })
 
 test_that("torch_save keeps requires_grad and doubles to the last bit", {
