@@ -11,6 +11,7 @@ from typing import IO, Any
 
 import torch
 from torch import nn
+from torch.nn.modules import module as _module_hooks
 
 from . import artifact
 from .artifact import streams
@@ -287,6 +288,12 @@ def _owner(root: nn.Module, path: str) -> tuple[nn.Module, str]:
     return module, leaf
 
 
+# The attributes whose change can change what a call of a traced module runs: the fast
+# call (``TracedModule.__call__``) is chosen again when one is set or deleted.
+_ROUTING_ATTRIBUTES = frozenset({"forward", "training", "program", "_methods", "_mode_bound"})
+_jit_tracing = torch._C._get_tracing_state
+
+
 class TracedModule(nn.Module, _Traced):
     """A traced ``nn.Module``. It holds the same sub-modules, parameters and buffers as the
     module it was traced from (shared, not copied), one method per traced method, and
@@ -314,6 +321,61 @@ class TracedModule(nn.Module, _Traced):
         self._make_methods(self._slots(), runtime)
         self._chain_specialisations()
         self._mode_bound = dict(program.mode_bound)
+
+    # Note: the fast call. nn.Module's call goes ``_wrapped_call_impl`` -> ``_call_impl`` ->
+    # ``forward`` -> ``_method_for`` -> Method: four Python frames and the routing by mode,
+    # about a microsecond, which is all a small loaded model costs beyond its ops. What
+    # ``forward`` runs depends only on attributes this class sees being set (training,
+    # the methods, an instance's own ``forward``), so it is chosen when one changes and
+    # kept in ``_tb_fast``; a call goes straight to it when nothing else of nn.Module's
+    # call is needed: no hooks (the module's or global), no ``Module.compile()``, no
+    # torch.jit trace running (which names scopes through ``_slow_forward``). Otherwise,
+    # and wherever routing has something to say (a mode-bound method in the other mode),
+    # the call takes nn.Module's path, unchanged.
+
+    _tb_fast: Method | None = None
+
+    def __call__(self, *args, **kwargs):
+        method = self._tb_fast
+        if (
+            method is None
+            or self._forward_hooks
+            or self._forward_pre_hooks
+            or self._backward_hooks
+            or self._backward_pre_hooks
+            or _module_hooks._global_forward_hooks
+            or _module_hooks._global_forward_pre_hooks
+            or _module_hooks._global_backward_hooks
+            or _module_hooks._global_backward_pre_hooks
+            or self._compiled_call_impl is not None
+            or _jit_tracing()
+        ):
+            return nn.Module.__call__(self, *args, **kwargs)
+        return method(*args, **kwargs)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name in _ROUTING_ATTRIBUTES:
+            self._choose_fast_call()
+
+    def __delattr__(self, name: str) -> None:
+        super().__delattr__(name)
+        if name in _ROUTING_ATTRIBUTES:
+            self._choose_fast_call()
+
+    def _choose_fast_call(self) -> None:
+        """Keep in ``_tb_fast`` the method that ``forward`` runs now when its routing has
+        nothing to check (None otherwise: the call then goes through ``forward``)."""
+        found = self.__dict__
+        ready = all(k in found for k in ("program", "_methods", "_mode_bound"))
+        own_forward = "forward" in found or type(self).forward is not TracedModule.forward
+        method = None
+        if ready and not own_forward:
+            name = self._routed("forward")
+            bound = self._mode_bound.get(name)
+            if bound is None or bound["training"] == self.training:
+                method = self._methods.get(name)
+        found["_tb_fast"] = method
 
     def __getattr__(self, name: str):
         # Traced methods are found by name only after every real attribute, so that a
@@ -391,10 +453,13 @@ class TracedModule(nn.Module, _Traced):
         traced = f"traced: {', '.join(self.methods)}"
         return f"{settings}, {traced}" if settings else traced
 
-    def _method_for(self, name: str) -> Method:
+    def _routed(self, name: str) -> str:
+        """The name of the graph that method ``name`` runs in the current mode."""
         route = self.program.dispatch.get(name)
-        if route is not None:
-            name = route["train" if self.training else "eval"]
+        return name if route is None else route["train" if self.training else "eval"]
+
+    def _method_for(self, name: str) -> Method:
+        name = self._routed(name)
         method = self._methods.get(name)
         if method is None:
             raise TraceError(
@@ -893,9 +958,7 @@ def load(
     tensor([0., 2.])
     """
     with track("loading", total=streams.size_of(path), unit="B", progress=progress):
-        program = streams.read_from(
-            path, weights=weights, verify=verify, map_location=map_location
-        )
+        program = streams.read_from(path, weights=weights, verify=verify, map_location=map_location)
     if program.kind == "function":
         return TracedFunction(program, runtime=runtime)
     return TracedModule(program, runtime=runtime)
