@@ -197,3 +197,16 @@ def test_a_jit_trace_through_a_loaded_module_names_its_scope(loaded):
     torch.testing.assert_close(outer(x), net(x) + 1)
     scopes = {node.scopeName() for node in outer.inlined_graph.nodes()}
     assert any("inner" in scope for scope in scopes)  # through nn.Module's _slow_forward
+
+
+def test_module_compile_takes_the_call(loaded):
+    """``Module.compile()`` sets ``_compiled_call_impl`` (to ``torch.compile(_call_impl)``),
+    which nn.Module's call runs instead of ``forward``: so does the traced module's.
+    (A recording stand-in here: compiling for real takes seconds.)"""
+    _, traced = loaded
+    x = torch.rand(2, 4)
+    seen = []
+    traced._compiled_call_impl = lambda *args, **kwargs: seen.append(args) or "compiled"
+    assert traced(x) == "compiled" and seen[0][0] is x
+    traced._compiled_call_impl = None
+    assert isinstance(traced(x), torch.Tensor)
