@@ -281,6 +281,17 @@ def _add_shown_modules(root: nn.Module, program: Program) -> None:
             module = module._modules[part]
 
 
+def _named_methods(program: Program) -> frozenset[str]:
+    """The methods of ``program`` that a caller reaches by name (``traced.encode``)."""
+    return frozenset((set(program.methods) | set(program.dispatch)) - _variant_names(program))
+
+
+def _is_state_or_child(found: dict, name: str) -> bool:
+    """Whether ``name`` is a parameter, buffer or sub-module in a module's ``__dict__``
+    (what nn.Module's ``__getattr__`` finds)."""
+    return any(name in found.get(table, ()) for table in ("_parameters", "_buffers", "_modules"))
+
+
 def _owner(root: nn.Module, path: str) -> tuple[nn.Module, str]:
     *parents, leaf = path.split(".")
     module = root
@@ -378,19 +389,21 @@ class TracedModule(nn.Module, _Traced):
             if bound is None or bound["training"] == self.training:
                 method = self._methods.get(name)
         found["_tb_fast"] = method
+        found["_tb_named"] = None  # the methods reached by name: made again when needed
 
     def __getattr__(self, name: str):
         # Traced methods are found by name only after every real attribute, so that a
         # file's method named ``eval`` or ``to`` never replaces the module's own; the extra
-        # specialisations of a method are reached through it, never by name.
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            program = self.__dict__.get("program")
-            known = program is not None and (name in program.methods or name in program.dispatch)
-            if known and name not in _variant_names(program):
-                return TracedMethod(self, name)
-            raise
+        # specialisations of a method are reached through it, never by name. A traced
+        # method is found before nn.Module's lookup raises (which a method called by name
+        # would pay on every call), after the state and children that lookup reads.
+        found = self.__dict__
+        named = found.get("_tb_named")
+        if named is None and "program" in found:
+            named = found["_tb_named"] = _named_methods(found["program"])
+        if named and name in named and not _is_state_or_child(found, name):
+            return TracedMethod(self, name)
+        return super().__getattr__(name)
 
     def _share(self, original: nn.Module) -> None:
         for name, child in original.named_children():

@@ -210,3 +210,29 @@ def test_module_compile_takes_the_call(loaded):
     assert traced(x) == "compiled" and seen[0][0] is x
     traced._compiled_call_impl = None
     assert isinstance(traced(x), torch.Tensor)
+
+
+class BatchGuard(nn.Module):
+    def forward(self, x):
+        if x.shape[0] > 1:  # a guard on the batch size: batch 1 gets a specialisation
+            return x * 2
+        return x
+
+    def encode(self, x):
+        return x + 1
+
+
+def test_methods_by_name_come_after_state_and_children():
+    x = torch.rand(3, 4)
+    traced = tracebridge.trace_module(BatchGuard(), {"forward": x, "encode": x})
+    variants = [name for name in traced.program.methods if "__size1_" in name]
+    assert variants  # the specialisation is there, reached through forward only
+    assert not any(hasattr(traced, name) for name in variants)
+    torch.testing.assert_close(traced.encode(x), x + 1)
+    torch.testing.assert_close(traced(x[:1]), x[:1])
+    with pytest.raises(AttributeError, match=r"'TracedModule' object has no attribute 'decode'"):
+        traced.decode  # noqa: B018 - the lookup is the test
+    traced.encode = nn.Identity()  # a child under a method's name wins, as state does
+    assert isinstance(traced.encode, nn.Identity)
+    del traced.encode
+    torch.testing.assert_close(traced.encode(x), x + 1)
