@@ -11,6 +11,8 @@ from typing import IO, Any
 
 import torch
 from torch import nn
+from torch.jit import _trace as _jit_trace
+from torch.nn.modules import module as _module_hooks
 
 from . import artifact
 from .artifact import streams
@@ -279,12 +281,28 @@ def _add_shown_modules(root: nn.Module, program: Program) -> None:
             module = module._modules[part]
 
 
+def _named_methods(program: Program) -> frozenset[str]:
+    """The methods of ``program`` that a caller reaches by name (``traced.encode``)."""
+    return frozenset((set(program.methods) | set(program.dispatch)) - _variant_names(program))
+
+
+def _is_state_or_child(found: dict, name: str) -> bool:
+    """Whether ``name`` is a parameter, buffer or sub-module in a module's ``__dict__``
+    (what nn.Module's ``__getattr__`` finds)."""
+    return any(name in found.get(table, ()) for table in ("_parameters", "_buffers", "_modules"))
+
+
 def _owner(root: nn.Module, path: str) -> tuple[nn.Module, str]:
     *parents, leaf = path.split(".")
     module = root
     for part in parents:
         module = getattr(module, part)
     return module, leaf
+
+
+# The attributes whose change can change what a call of a traced module runs: the fast
+# call (``TracedModule.__call__``) is chosen again when one is set or deleted.
+_ROUTING_ATTRIBUTES = frozenset({"forward", "training", "program", "_methods", "_mode_bound"})
 
 
 class TracedModule(nn.Module, _Traced):
@@ -315,18 +333,77 @@ class TracedModule(nn.Module, _Traced):
         self._chain_specialisations()
         self._mode_bound = dict(program.mode_bound)
 
+    # Note: the fast call. nn.Module's call goes ``_wrapped_call_impl`` -> ``_call_impl`` ->
+    # ``forward`` -> ``_method_for`` -> Method: four Python frames and the routing by mode,
+    # about a microsecond, which is all a small loaded model costs beyond its ops. What
+    # ``forward`` runs depends only on attributes this class sees being set (training,
+    # the methods, an instance's own ``forward``), so it is chosen when one changes and
+    # kept in ``_tb_fast``; a call goes straight to it when nothing else of nn.Module's
+    # call is needed: no hooks (the module's or global), no ``Module.compile()``, no
+    # torch.jit trace of a module running (``_slow_forward`` names the scope of each module
+    # then, and only then: its test, ``_trace_module_map``, is cheaper to read than the
+    # tracing state, a call into C that costs a tenth of a microsecond). Otherwise,
+    # and wherever routing has something to say (a mode-bound method in the other mode),
+    # the call takes nn.Module's path, unchanged.
+
+    _tb_fast: Method | None = None
+
+    def __call__(self, *args, **kwargs):
+        method = self._tb_fast
+        if (
+            method is None
+            or self._forward_hooks
+            or self._forward_pre_hooks
+            or self._backward_hooks
+            or self._backward_pre_hooks
+            or _module_hooks._global_forward_hooks
+            or _module_hooks._global_forward_pre_hooks
+            or _module_hooks._global_backward_hooks
+            or _module_hooks._global_backward_pre_hooks
+            or self._compiled_call_impl is not None
+            or _jit_trace._trace_module_map is not None
+        ):
+            return nn.Module.__call__(self, *args, **kwargs)
+        return method(*args, **kwargs)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name in _ROUTING_ATTRIBUTES:
+            self._choose_fast_call()
+
+    def __delattr__(self, name: str) -> None:
+        super().__delattr__(name)
+        if name in _ROUTING_ATTRIBUTES:
+            self._choose_fast_call()
+
+    def _choose_fast_call(self) -> None:
+        """Keep in ``_tb_fast`` the method that ``forward`` runs now when its routing has
+        nothing to check (None otherwise: the call then goes through ``forward``)."""
+        found = self.__dict__
+        ready = all(k in found for k in ("program", "_methods", "_mode_bound"))
+        own_forward = "forward" in found or type(self).forward is not TracedModule.forward
+        method = None
+        if ready and not own_forward:
+            name = self._routed("forward")
+            bound = self._mode_bound.get(name)
+            if bound is None or bound["training"] == self.training:
+                method = self._methods.get(name)
+        found["_tb_fast"] = method
+        found["_tb_named"] = None  # the methods reached by name: made again when needed
+
     def __getattr__(self, name: str):
         # Traced methods are found by name only after every real attribute, so that a
         # file's method named ``eval`` or ``to`` never replaces the module's own; the extra
-        # specialisations of a method are reached through it, never by name.
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            program = self.__dict__.get("program")
-            known = program is not None and (name in program.methods or name in program.dispatch)
-            if known and name not in _variant_names(program):
-                return TracedMethod(self, name)
-            raise
+        # specialisations of a method are reached through it, never by name. A traced
+        # method is found before nn.Module's lookup raises (which a method called by name
+        # would pay on every call), after the state and children that lookup reads.
+        found = self.__dict__
+        named = found.get("_tb_named")
+        if named is None and "program" in found:
+            named = found["_tb_named"] = _named_methods(found["program"])
+        if named and name in named and not _is_state_or_child(found, name):
+            return TracedMethod(self, name)
+        return super().__getattr__(name)
 
     def _share(self, original: nn.Module) -> None:
         for name, child in original.named_children():
@@ -391,10 +468,13 @@ class TracedModule(nn.Module, _Traced):
         traced = f"traced: {', '.join(self.methods)}"
         return f"{settings}, {traced}" if settings else traced
 
-    def _method_for(self, name: str) -> Method:
+    def _routed(self, name: str) -> str:
+        """The name of the graph that method ``name`` runs in the current mode."""
         route = self.program.dispatch.get(name)
-        if route is not None:
-            name = route["train" if self.training else "eval"]
+        return name if route is None else route["train" if self.training else "eval"]
+
+    def _method_for(self, name: str) -> Method:
+        name = self._routed(name)
         method = self._methods.get(name)
         if method is None:
             raise TraceError(
@@ -893,9 +973,7 @@ def load(
     tensor([0., 2.])
     """
     with track("loading", total=streams.size_of(path), unit="B", progress=progress):
-        program = streams.read_from(
-            path, weights=weights, verify=verify, map_location=map_location
-        )
+        program = streams.read_from(path, weights=weights, verify=verify, map_location=map_location)
     if program.kind == "function":
         return TracedFunction(program, runtime=runtime)
     return TracedModule(program, runtime=runtime)

@@ -27,6 +27,13 @@ class _GuardSwitch(threading.local):
 _local = _GuardSwitch()
 _grad_enabled = torch.is_grad_enabled
 
+# How many threads are inside ``guards_disabled`` now. A call reads this module global
+# first and the thread-local switch only when it is not 0: a thread-local read costs a
+# call about as much as the rest of its dispatch. Changed under a lock (entering and
+# leaving the block), read without one: a thread's own entry is counted before its calls.
+_threads_off = 0
+_threads_off_lock = threading.Lock()
+
 
 @contextlib.contextmanager
 def guards_disabled():
@@ -35,17 +42,22 @@ def guards_disabled():
     >>> with tracebridge.guards_disabled():  # doctest: +SKIP
     ...     y = traced(x)
     """
+    global _threads_off
     previous = _local.off
+    with _threads_off_lock:
+        _threads_off += 1
     _local.off = True
     try:
         yield
     finally:
         _local.off = previous
+        with _threads_off_lock:
+            _threads_off -= 1
 
 
 def guards_active(method: Method) -> bool:
     """Whether a call of ``method`` now checks guards (object switch and block switch)."""
-    return method.check_guards and not _local.off
+    return method.check_guards and not (_threads_off and _local.off)
 
 
 def _simple_spec(spec: dict, n: int) -> bool:
@@ -82,6 +94,9 @@ class Method:
         self._slots = state_slots
         self._n_inputs = len(graph.inputs)
         self._simple = _simple_spec(graph.in_spec, self._n_inputs)
+        # The number of positional tensors a call passes straight to the function (-1: a
+        # call always goes through ``_leaves``, its inputs being nested or keywords).
+        self._direct_arity = self._n_inputs if self._simple else -1
         self._methods = methods if methods is not None else {name: graph}
         self._compiled: dict[tuple[bool, bool], object] = {}
         self._lock = threading.Lock()
@@ -127,11 +142,12 @@ class Method:
     def __call__(self, *args, **kwargs):
         # One function per guard setting and autograd need (a call without autograd may
         # run convolutions with their batch norms folded in). The common call (tensors in
-        # the traced order) runs here, without another Python frame in between.
+        # the traced order) runs here, without another Python frame in between: every
+        # lookup here is paid on each call of a loaded artifact (see guards_disabled).
         try:
-            key = (self.check_guards and not _local.off, not _grad_enabled())
+            key = (self.check_guards and not (_threads_off and _local.off), not _grad_enabled())
             fn = self._compiled.get(key) or self._function(key)
-            if self._simple and not kwargs and len(args) == self._n_inputs:
+            if len(args) == self._direct_arity and not kwargs:
                 return fn(*args)
             return fn(*self._leaves(args, kwargs))
         except TraceError:
