@@ -82,6 +82,15 @@ def test_as_strided_0_dim_tensor_sizes_are_read_as_ints():
     _same_view(got, torch.as_strided(x, [2, 3, 4], [12, 4, 1], 0))
     with pytest.raises(ValueError, match="outside the input's own elements"):
         as_strided(x, [torch.tensor(25)], [1])
+    with pytest.raises(ValueError, match="outside the input's own elements"):
+        as_strided(x[:10], [n, 2], [1, torch.tensor(1)], torch.tensor(8))  # reaches 11
+    # A float offset is refused, never read as "the input's own offset".
+    with pytest.raises(ValueError, match="the offset must be integers"):
+        as_strided(x, [n], [1], torch.tensor(1.0))
+    with pytest.raises(ValueError, match="sizes must be integers"):
+        as_strided(x, [torch.tensor(True)], [1])
+    with pytest.raises(ValueError, match="sizes must be integers"):
+        as_strided(x, [torch.tensor([2])], [1])
 
 
 def test_as_strided_fast_path_decides_as_the_full_check_on_random_views():
@@ -110,6 +119,18 @@ def test_as_strided_fast_path_decides_as_the_full_check_on_random_views():
             taken += 1
         else:
             refused += 1
+        # The same view with some sizes, strides or the offset as 0-dim tensors (Longformer).
+        wrap = [lambda v: v, torch.tensor, lambda v: torch.tensor(v, dtype=torch.int32)]
+        size_t = [rng.choice(wrap)(v) for v in size]
+        stride_t = [rng.choice(wrap)(v) for v in stride]
+        offset_t = offset if offset is None else rng.choice(wrap)(offset)
+        try:
+            got = as_strided(x, size_t, stride_t, offset_t)
+        except ValueError:
+            got = None
+        assert (got is None) == (full is None), (size_t, stride_t, offset_t)
+        if got is not None:
+            _same_view(got, full)
     assert taken > 300 and refused > 300  # both sides of the bound are exercised
 
 

@@ -108,9 +108,38 @@ def _within_plain(input: torch.Tensor, size, stride, storage_offset) -> bool:
 
 def as_strided(input, size, stride, storage_offset=None):
     """``torch.as_strided``, refused unless the view lies within ``input``'s own elements."""
-    if isinstance(input, torch.Tensor) and _within_plain(input, size, stride, storage_offset):
-        return torch.as_strided(input, size, stride, storage_offset)
+    if isinstance(input, torch.Tensor):
+        if _within_plain(input, size, stride, storage_offset):
+            return torch.as_strided(input, size, stride, storage_offset)
+        # Longformer's sizes hold 0-dim integer tensors: read as ints, the same bounds.
+        sizes, strides = _read_ints(size), _read_ints(stride)
+        offset = [storage_offset]
+        if isinstance(storage_offset, torch.Tensor):
+            offset = _read_ints((storage_offset,))  # None, not the input's own, if not an int
+        if (
+            sizes is not None
+            and strides is not None
+            and offset is not None
+            and _within_plain(input, sizes, strides, offset[0])
+        ):
+            return torch.as_strided(input, sizes, strides, offset[0])
     return _as_strided_checked(input, size, stride, storage_offset)
+
+
+def _read_ints(value) -> list[int] | None:
+    """``value``'s items as ints when each is an int or a 0-dim integer tensor, else None
+    (the full check then gives the error)."""
+    if type(value) not in _PLAIN:
+        return None
+    ints = []
+    for v in value:
+        if type(v) is int:
+            ints.append(v)
+        elif type(v) is torch.Tensor and v.dtype in _INDEX_DTYPES and v.dim() == 0:
+            ints.append(int(v))
+        else:
+            return None
+    return ints
 
 
 def _as_strided_checked(input, size, stride, storage_offset=None):
