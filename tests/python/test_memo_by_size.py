@@ -301,3 +301,27 @@ def test_a_write_into_one_sized_value_keeps_the_others_memoised(write):
     # printed code); for relu_, the zeros and the arange before the written ``sub`` stay kept.
     made = "sub" if write == "relu" else "zeros"
     assert f"# {made}, test_memo_by_size.py" in traced.code
+
+
+class StateWrittenAfterItsCheck(nn.Module):
+    """An LSTM-like state made from sizes, checked, then written with the input's data;
+    a mask beside it is still kept."""
+
+    def forward(self, x):
+        n = x.shape[0]
+        grid = torch.arange(n, device=x.device)[:, None] * torch.ones(1, 4, device=x.device)
+        h = torch.zeros(n, 4, device=x.device)
+        torch._assert(h.shape[0] == n, "state of the wrong size")
+        h.add_(x)
+        return h * grid
+
+
+def test_a_written_value_with_a_guard_on_its_size_is_made_on_every_call():
+    model = StateWrittenAfterItsCheck()
+    traced = tracebridge.trace(model, (torch.randn(3, 4),))
+    assert "memoised by size" in traced.code  # the grid
+    assert "# zeros, test_memo_by_size.py" in traced.code  # the written state: inline
+    with torch.no_grad():
+        for rows in (3, 3, 5, 1, 5, 3):
+            x = torch.randn(rows, 4)
+            torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
