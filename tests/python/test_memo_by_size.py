@@ -252,3 +252,76 @@ def test_a_memoised_block_does_not_move_past_a_write_to_its_state():
             x = torch.randn(rows, 3)
             torch.testing.assert_close(traced(x), twin(x), rtol=0, atol=0)
     torch.testing.assert_close(model.count, twin.count)
+
+
+class MaskAndWrittenProbs(nn.Module):
+    """Bigbird's pattern (a zeros tensor from sizes, then slice writes) beside a causal
+    mask from sizes; retinanet's ``fill_`` and raft's ``relu_`` write the same way."""
+
+    def __init__(self, write: str):
+        super().__init__()
+        self.write = write
+
+    def forward(self, x):
+        batch, length = x.shape[0], x.shape[1]
+        q = torch.arange(length, device=x.device)[:, None]
+        k = torch.arange(length, device=x.device)[None, :]
+        mask = (k <= q) & (k >= 0)
+        probs = torch.zeros(batch, length, length, device=x.device)
+        if self.write == "slices":
+            probs[:, :, 0] = 1.0
+            probs[:, 1:, :1] += 2.0  # accumulates if a kept tensor were written again
+        elif self.write == "fill":
+            probs[:, :1].fill_(3.0)
+            probs.add_(1.0)
+        else:
+            probs = probs - torch.arange(length, device=x.device).float()
+            probs.relu_()
+            probs.add_(0.5)
+        scores = (x @ x.transpose(1, 2)).masked_fill(~mask, -1e4).softmax(-1)
+        return scores + probs
+
+
+@pytest.mark.parametrize("write", ["slices", "fill", "relu"])
+def test_a_write_into_one_sized_value_keeps_the_others_memoised(write):
+    model = MaskAndWrittenProbs(write)
+    traced = tracebridge.trace(model, (torch.randn(2, 5, 3),))
+    assert "memoised by size" in traced.code  # the mask still is
+    with torch.no_grad():
+        traced(torch.randn(2, 5, 3))
+        runners = _memos(traced)
+        assert runners
+        calls = [_counting(r) for r in runners]
+        for batch, length in [(2, 5), (2, 5), (3, 7), (1, 1), (3, 7), (2, 5)]:
+            x = torch.randn(batch, length, 3)
+            torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
+    # The mask is made once per new size; the written zeros never come from a cache.
+    assert sum(len(c) for c in calls) <= 2 * len(runners)
+    # The written tensor is made inline, on every call (a memoised node is not in the
+    # printed code); for relu_, the zeros and the arange before the written ``sub`` stay kept.
+    made = "sub" if write == "relu" else "zeros"
+    assert f"# {made}, test_memo_by_size.py" in traced.code
+
+
+class StateWrittenAfterItsCheck(nn.Module):
+    """An LSTM-like state made from sizes, checked, then written with the input's data;
+    a mask beside it is still kept."""
+
+    def forward(self, x):
+        n = x.shape[0]
+        grid = torch.arange(n, device=x.device)[:, None] * torch.ones(1, 4, device=x.device)
+        h = torch.zeros(n, 4, device=x.device)
+        torch._assert(h.shape[0] == n, "state of the wrong size")
+        h.add_(x)
+        return h * grid
+
+
+def test_a_written_value_with_a_guard_on_its_size_is_made_on_every_call():
+    model = StateWrittenAfterItsCheck()
+    traced = tracebridge.trace(model, (torch.randn(3, 4),))
+    assert "memoised by size" in traced.code  # the grid
+    assert "# zeros, test_memo_by_size.py" in traced.code  # the written state: inline
+    with torch.no_grad():
+        for rows in (3, 3, 5, 1, 5, 3):
+            x = torch.randn(rows, 4)
+            torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)

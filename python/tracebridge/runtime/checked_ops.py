@@ -232,37 +232,44 @@ def grouped_mm(self, mat2, offs=None, bias=None, out_dtype=None):
     """``torch._grouped_mm`` after checking what its CPU kernel trusts: the inner sizes
     agree, and ``offs`` (needed when an operand is 2-d) is a vector of int32 ends, one per
     group, non-decreasing from 0 and ending exactly at the size it splits, so that every
-    row of the result is written and no read passes an operand."""
-    op = "_grouped_mm"
-    _need(_is_tensor(self) and _is_tensor(mat2), f"{op}: the operands are tensors")
+    row of the result is written and no read passes an operand.
+
+    It runs four times per forward of a mixture-of-experts model, so the messages are made
+    only when a check fails, and the ends are checked on one short Python list (a list of
+    a few ints is non-decreasing when it equals its sorted copy): no torch op per check.
+    Caching the verdict per ``offs`` tensor would not be safe: a router writes new ends
+    into the same tensor, and a version counter does not see every write (``.data``)."""
     a, b = self, mat2
-    _need(a.dim() in (2, 3) and b.dim() in (2, 3), f"{op}: operands are 2-d or 3-d")
+    _need(_is_tensor(a) and _is_tensor(b), "_grouped_mm: the operands are tensors")
+    a_dim, b_dim = a.dim(), b.dim()
+    _need(a_dim in (2, 3) and b_dim in (2, 3), "_grouped_mm: operands are 2-d or 3-d")
     _need(
         a.size(-1) == b.size(-2),
-        f"{op}: inner sizes differ ({tuple(a.shape)} and {tuple(b.shape)})",
+        lambda: f"_grouped_mm: inner sizes differ ({tuple(a.shape)} and {tuple(b.shape)})",
     )
-    _need(bias is None, f"{op}: bias is not supported by the CPU kernel")
-    if a.dim() == 3 and b.dim() == 3:
-        _need(offs is None, f"{op}: two 3-d operands take no offsets")
-        _need(a.size(0) == b.size(0), f"{op}: the groups of the two operands differ")
+    _need(bias is None, "_grouped_mm: bias is not supported by the CPU kernel")
+    if a_dim == 3 and b_dim == 3:
+        _need(offs is None, "_grouped_mm: two 3-d operands take no offsets")
+        _need(a.size(0) == b.size(0), "_grouped_mm: the groups of the two operands differ")
     else:
-        _need(_is_tensor(offs), f"{op}: a 2-d operand needs offsets")
-        if a.dim() == 2 and b.dim() == 3:
+        _need(_is_tensor(offs), "_grouped_mm: a 2-d operand needs offsets")
+        if a_dim == 2 and b_dim == 3:
             groups, split = b.size(0), a.size(0)
-        elif a.dim() == 3:
+        elif a_dim == 3:
             groups, split = a.size(0), b.size(1)
         else:
             groups, split = offs.numel(), a.size(1)
         _need(
             offs.dim() == 1 and offs.dtype == torch.int32 and offs.numel() == groups,
-            f"{op}: offs must be an int32 vector of {groups} group ends",
+            lambda: f"_grouped_mm: offs must be an int32 vector of {groups} group ends",
         )
         ends = offs.tolist()
         _need(
-            all(x >= 0 for x in ends)
-            and all(x <= y for x, y in zip(ends, ends[1:]))
-            and (not ends or ends[-1] == split),
-            f"{op}: offs {ends[:8]} must be non-decreasing ends from 0 that finish at {split}",
+            not ends or (ends[0] >= 0 and ends[-1] == split and ends == sorted(ends)),
+            lambda: (
+                f"_grouped_mm: offs {ends[:8]} must be non-decreasing ends from 0 that "
+                f"finish at {split}"
+            ),
         )
     return torch._grouped_mm(a, b, offs, bias, out_dtype)
 

@@ -15,6 +15,8 @@ Note: why these two run through a check.
 
 from __future__ import annotations
 
+import operator
+
 import torch
 
 # The most elements one repeat_interleave may make (1 GiB of float32), as the checker's
@@ -45,15 +47,104 @@ def _is_index(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+# Integer dtypes: a 0-dim tensor of one is read as an int without the checks of _is_index.
+_INDEX_DTYPES = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
+
+
 def _ints(value, what: str) -> list[int]:
     items = list(value) if isinstance(value, (list, tuple, torch.Size)) else [value]
-    if not all(_is_index(v) for v in items):
-        raise ValueError(f"as_strided: {what} must be integers, not {items!r}")
-    return [int(v) for v in items]
+    ints = []
+    for v in items:
+        if type(v) is int:
+            ints.append(v)
+        elif type(v) is torch.Tensor and v.dtype in _INDEX_DTYPES and v.dim() == 0:
+            ints.append(int(v))  # Longformer's sizes: 0-dim tensors, on every call
+        elif _is_index(v):
+            ints.append(int(v))
+        else:
+            raise ValueError(f"as_strided: {what} must be integers, not {items!r}")
+    return ints
+
+
+# Containers whose items the fast path reads as they are (torch.Size holds ints only).
+_PLAIN = (list, tuple, torch.Size)
+_INT_ONLY = frozenset({int})
+
+
+def _within_plain(input: torch.Tensor, size, stride, storage_offset) -> bool:
+    """True when ``size``, ``stride`` and ``storage_offset`` are plain ints (the form most
+    calls take: Longformer and LED call it ten times per forward) and the view passes every
+    check of :func:`as_strided`; False sends the call to the full check, which raises the
+    error. The bounds are the same: sizes and strides >= 0, as many of each, and a
+    non-empty view's reach within the input's own elements."""
+    if type(size) not in _PLAIN or type(stride) not in _PLAIN or len(size) != len(stride):
+        return False
+    if not size:
+        return False  # a 0-dim view: rare, the full check decides
+    # A bool, a 0-dim tensor or anything else than an int: the full check decides.
+    if not {*map(type, size), *map(type, stride)} <= _INT_ONLY:
+        return False
+    if min(size) < 0 or min(stride) < 0:
+        return False
+    first = input.storage_offset()
+    if storage_offset is None:
+        offset = first
+    elif type(storage_offset) is int:
+        offset = storage_offset
+    else:
+        return False
+    if 0 in size:
+        return True  # an empty view reads nothing
+    numel = input.numel()
+    if offset < first or numel == 0:
+        return False
+    # sum((n - 1) * s) over the dims, for the view and the input (no size is 0 in either).
+    reach = offset + sum(map(operator.mul, size, stride)) - sum(stride)
+    if input.is_contiguous():
+        return reach <= first + numel - 1
+    shape, strides = input.shape, input.stride()
+    return reach <= first + sum(map(operator.mul, shape, strides)) - sum(strides)
 
 
 def as_strided(input, size, stride, storage_offset=None):
     """``torch.as_strided``, refused unless the view lies within ``input``'s own elements."""
+    if isinstance(input, torch.Tensor):
+        if _within_plain(input, size, stride, storage_offset):
+            return torch.as_strided(input, size, stride, storage_offset)
+        # Longformer's sizes hold 0-dim integer tensors: read as ints, the same bounds.
+        sizes, strides = _read_ints(size), _read_ints(stride)
+        offset = [storage_offset]
+        if isinstance(storage_offset, torch.Tensor):
+            offset = _read_ints((storage_offset,))  # None, not the input's own, if not an int
+        if (
+            sizes is not None
+            and strides is not None
+            and offset is not None
+            and _within_plain(input, sizes, strides, offset[0])
+        ):
+            return torch.as_strided(input, sizes, strides, offset[0])
+    return _as_strided_checked(input, size, stride, storage_offset)
+
+
+def _read_ints(value) -> list[int] | None:
+    """``value``'s items as ints when each is an int or a 0-dim integer tensor, else None
+    (the full check then gives the error)."""
+    if type(value) not in _PLAIN:
+        return None
+    ints = []
+    for v in value:
+        if type(v) is int:
+            ints.append(v)
+        elif type(v) is torch.Tensor and v.dtype in _INDEX_DTYPES and v.dim() == 0:
+            ints.append(int(v))
+        else:
+            return None
+    return ints
+
+
+def _as_strided_checked(input, size, stride, storage_offset=None):
+    """The full check of :func:`as_strided`, for every form of its arguments; raises the
+    error that names the bound a view breaks."""
     if not isinstance(input, torch.Tensor):
         raise ValueError(f"as_strided: input must be a tensor, not {type(input).__name__}")
     sizes, strides = _ints(size, "sizes"), _ints(stride, "strides")

@@ -18,12 +18,16 @@ Note: folding by size, a step past runtime/folding.py.
 
   A block runs where its first reader stands (nodes between do not read it; guards
   before it still run first), never past a switch of grad mode, nor (when it reads
-  state) past another reader of that state, which may write it. Under the same rules as
-  folding, nothing is memoised when a memoised tensor (or a view of one) could be written
-  in place or returned to the caller; random and in-place ops, guards, grad-mode reads
-  and factories asked for ``requires_grad`` are never sized. The key holds no float
-  (``-0.0 == 0.0``), and the inference mode and default dtype the values were made in (a
-  factory without a dtype follows the default); a few keys are kept per block. Under a
+  state) past another reader of that state, which may write it. A sized tensor that a
+  later node writes in place (``zeros`` then slice assignments, ``fill_``, ``relu_``) is
+  not memoised: the nodes whose memory the write reaches (the tensor and what it is a
+  view of) are made on every call, and everything else is planned again without them, so
+  a cached tensor is never handed out to be written. Nothing is memoised when a memoised
+  tensor (or a view of one) could be returned to the caller; random and in-place ops,
+  guards, grad-mode reads and factories asked for ``requires_grad`` are never sized.
+  The key holds no float (``-0.0 == 0.0``), and the inference mode and default dtype the
+  values were made in (a factory without a dtype follows the default); a few keys are
+  kept per block. Under a
   torch function mode (a default device, a tracer) or autocast, which change what ops
   make without changing a key, the block runs (runtime/folding.py, ``outside_the_key``).
 
@@ -80,10 +84,14 @@ def _static_ids(graph: Graph) -> set[int]:
     return static
 
 
-def _find_runs(graph: Graph) -> list[tuple[list[int], int]] | None:
+def _find_runs(
+    graph: Graph, excluded: frozenset[int] = frozenset()
+) -> list[tuple[list[int], int]] | set[int] | None:
     """Runs of sized nodes (original indices, guards on their values included) with the
     index where the run moves (its first outside reader, or its first guard); None where
-    memoising would be unsafe."""
+    memoising would be unsafe; the set of sized nodes (never any of ``excluded``) whose
+    memory a later node writes in place, when there are such (the caller scans again
+    with them excluded: they are made on every call, the rest is still kept)."""
     kinds = {v.id: v.kind for v in graph.inputs}
     kinds.update({v.id: v.kind for n in graph.nodes for v in n.outputs})
     defined_at = {v.id: index for index, n in enumerate(graph.nodes) for v in n.outputs}
@@ -97,6 +105,8 @@ def _find_runs(graph: Graph) -> list[tuple[list[int], int]] | None:
     run_ids: set[int] = set()
     run_reads_state = False
     first_guard: int | None = None  # the run's first guard: where the run must run
+    origin: dict[int, frozenset[int]] = {}  # alias id -> sized nodes whose memory it may share
+    written: set[int] = set()  # sized nodes whose memory a later node writes
 
     def close(at: int) -> None:
         nonlocal run, run_ids, run_reads_state, first_guard
@@ -110,8 +120,10 @@ def _find_runs(graph: Graph) -> list[tuple[list[int], int]] | None:
             first_guard = index if first_guard is None else first_guard
             continue
         outside = [r for r in refs if r.id not in sized]
+        first = node.args[0] if node.args else None
         if (
-            refs
+            index not in excluded
+            and refs
             and _sized_candidate(node)
             and not all(r.id in static for r in refs)
             and all(kinds.get(r.id) in _KEY_KINDS or r.id in state for r in outside)
@@ -122,6 +134,10 @@ def _find_runs(graph: Graph) -> list[tuple[list[int], int]] | None:
                 close(index)  # the run runs at its first guard, before this key exists
             sized.update(v.id for v in node.outputs)
             aliases.update(v.id for v in node.outputs if v.kind == "Tensor")
+            shares = frozenset({index})
+            if isinstance(first, Ref) and first.id in origin and node.op in _ALIASING:
+                shares |= origin[first.id]  # a view of a sized tensor: written together
+            origin.update((v.id, shares) for v in node.outputs)
             run.append(index)
             run_ids.update(v.id for v in node.outputs)
             run_reads_state = run_reads_state or any(r.id in state for r in outside)
@@ -140,14 +156,20 @@ def _find_runs(graph: Graph) -> list[tuple[list[int], int]] | None:
             or any(r.id in run_ids for r in refs)
         ):
             close(index)
-        first = node.args[0] if node.args else None
         if isinstance(first, Ref) and first.id in state_views and node.op in _ALIASING:
             state_views.update(v.id for v in node.outputs)
         if isinstance(first, Ref) and first.id in aliases:
             if opset.is_inplace(node.op):
-                return None  # a write into a memoised tensor
+                # A write into a memoised tensor: what made that memory is made on every
+                # call instead (a bigbird's zeros then slice writes, a retinanet's fill_).
+                if not origin.get(first.id):
+                    return None
+                written |= origin[first.id]
             if node.op in _ALIASING:
                 aliases.update(v.id for v in node.outputs)
+                origin.update((v.id, origin.get(first.id, frozenset())) for v in node.outputs)
+    if written:
+        return written
     if run:
         close(len(graph.nodes))
     if output_ids(graph) & aliases:
@@ -158,8 +180,14 @@ def _find_runs(graph: Graph) -> list[tuple[list[int], int]] | None:
 def plan(graph: Graph) -> tuple[Graph, list[MemoBlock]]:
     """``graph`` with each worthwhile run of sized nodes moved, contiguous, to where it is
     first read, and the blocks to memoise; ``(graph, [])`` where there are none."""
+    excluded: frozenset[int] = frozenset()
     runs = _find_runs(graph)
-    if not runs:
+    # Excluding a node only shrinks what is sized, so this ends (at most once per node);
+    # one scan gathers every write, so a second scan normally finds none.
+    while isinstance(runs, set) and not runs <= excluded:
+        excluded |= runs
+        runs = _find_runs(graph, excluded)
+    if not runs or isinstance(runs, set):
         return graph, []
     kinds = {v.id: v.kind for v in graph.inputs}
     kinds.update({v.id: v.kind for n in graph.nodes for v in n.outputs})
