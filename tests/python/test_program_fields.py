@@ -156,3 +156,15 @@ def test_reviewed_private_ops_of_published_models_record_and_reload(fn, inputs, 
     traced = tracebridge.trace(fn, inputs)
     traced.save(tmp_path / "p.tb")
     torch.testing.assert_close(tracebridge.load(tmp_path / "p.tb")(*inputs), fn(*inputs))
+
+
+def test_refs_in_agrees_with_the_leaves_of_fold_literal():
+    """refs_in walks arguments itself (a hot path of the tracer): the Refs it finds, in
+    order, are exactly those among fold_literal's leaves, for every container kind."""
+    from tracebridge.ir.program import Ref, leaves_of, refs_in
+
+    a, b, c, d, e = (Ref(i) for i in range(5))
+    nested = [a, (1, [b, "x"], {c: 2, "k": (d, None)}), slice(e, 3, a), {"empty": []}, 4.5]
+    assert refs_in(nested) == [x for x in leaves_of(nested) if isinstance(x, Ref)]
+    assert [r.id for r in refs_in(nested)] == [0, 1, 2, 3, 4, 0]
+    assert refs_in(7) == [] and refs_in(b) == [b]
