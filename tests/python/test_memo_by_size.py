@@ -17,6 +17,8 @@ from torch import nn
 import tracebridge
 from tracebridge.runtime import memo
 
+from .graph_helpers import counting
+
 
 @pytest.fixture(autouse=True)
 def _quiet():
@@ -57,18 +59,6 @@ def _memos(traced) -> list:
     return [v for v in fn.__kwdefaults__.values() if isinstance(v, memo.Memo)]
 
 
-def _counting(runner):
-    calls = []
-    inner = runner.function
-
-    def counted(*key):
-        calls.append(key)
-        return inner(*key)
-
-    runner.function = counted
-    return calls
-
-
 @pytest.mark.parametrize("reload", [False, True])
 def test_a_mask_built_from_sizes_is_computed_once_per_size(reload, tmp_path):
     torch.manual_seed(0)
@@ -81,7 +71,7 @@ def test_a_mask_built_from_sizes_is_computed_once_per_size(reload, tmp_path):
     with torch.no_grad():
         traced(*_inputs(2, 5))
         (runner,) = _memos(traced)
-        calls = _counting(runner)
+        calls = counting(runner)
         for batch, length, seed in [(2, 5, 1), (3, 7, 2), (2, 5, 3), (1, 1, 4), (3, 7, 5)]:
             x, keep = _inputs(batch, length, seed)
             torch.testing.assert_close(traced(x, keep), model(x, keep), rtol=0, atol=0)
@@ -291,7 +281,7 @@ def test_a_write_into_one_sized_value_keeps_the_others_memoised(write):
         traced(torch.randn(2, 5, 3))
         runners = _memos(traced)
         assert runners
-        calls = [_counting(r) for r in runners]
+        calls = [counting(r) for r in runners]
         for batch, length in [(2, 5), (2, 5), (3, 7), (1, 1), (3, 7), (2, 5)]:
             x = torch.randn(batch, length, 3)
             torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)

@@ -11,15 +11,7 @@ from torch import nn
 
 import tracebridge
 
-
-def ops_of(traced) -> list[str]:
-    return [n.op for n in traced.program.methods["forward"].nodes]
-
-
-def loaded(traced, tmp_path):
-    path = tmp_path / "m.tb"
-    traced.save(path)
-    return tracebridge.load(path)
+from .graph_helpers import loaded, ops_of
 
 
 class RMSNorm(nn.Module):

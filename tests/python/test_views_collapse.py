@@ -18,6 +18,8 @@ import tracebridge
 from tracebridge.ir import Graph, Node, Ref, Value
 from tracebridge.runtime import memo, views
 
+from .graph_helpers import counting
+
 
 @pytest.fixture(autouse=True)
 def _quiet():
@@ -31,19 +33,6 @@ def _runners(traced, grad: bool = False) -> list[views.Views]:
     fn = method._function((True, not grad))
     bound = [getattr(v, "__self__", None) for v in fn.__kwdefaults__.values()]
     return [v for v in bound if isinstance(v, views.Views)]
-
-
-def _counting(runner: views.Views) -> list:
-    """Record each call that runs the tree as traced (not as ``as_strided``)."""
-    calls = []
-    inner = runner.function
-
-    def counted(*key):
-        calls.append(key)
-        return inner(*key)
-
-    runner.function = counted
-    return calls
 
 
 class SplitHeads(nn.Module):
@@ -82,7 +71,7 @@ def test_attention_heads_are_split_by_as_strided_once_per_size(tmp_path):
         traced(torch.randn(5, 2, 8))
         runners = _runners(traced)
         assert len(runners) == 2
-        calls = [_counting(r) for r in runners]
+        calls = [counting(r) for r in runners]
         for length, batch in [(5, 2), (7, 1), (5, 2), (1, 3), (7, 1)]:
             x = torch.randn(length, batch, 8)
             torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
@@ -292,7 +281,7 @@ def test_a_tensor_subclass_runs_the_traced_views():
         x = torch.randn(4, 3, 5)
         traced(x)
         (runner,) = _runners(traced)
-        calls = _counting(runner)
+        calls = counting(runner)
         tagged = x.as_subclass(Tagged)
         got = traced(tagged)
         assert type(got) is Tagged
