@@ -134,3 +134,26 @@ def test_text_reads_as_the_value_and_goes_into_messages():
     assert traced.guards == []
     x = torch.randn(7, 2)
     assert torch.equal(traced(x), x.sum(0))
+
+
+class CheckedHeight(nn.Module):
+    """torchvision's ViT: the image height checked against the configured size, with a
+    message formatted from the traced height."""
+
+    def forward(self, x):
+        _n, _c, h, _w = x.shape
+        torch._assert(h == 32, f"Wrong image height! Expected {32} but got {h}!")
+        return x * 2
+
+
+def test_a_library_message_in_a_guard_says_it_was_made_when_traced():
+    """The message shows the trace's sizes ("got 32" while the call has 64): the guard
+    says whose they are, beside what it assumed, rather than read as the call's sizes."""
+    traced = tracebridge.trace(CheckedHeight(), (torch.randn(1, 3, 32, 32),))
+    with pytest.raises(GuardError) as caught:
+        traced(torch.randn(1, 3, 64, 32))
+    text = str(caught.value)
+    assert "x.shape[2] == 32" in text
+    assert (
+        "(the library's message when traced: Wrong image height! Expected 32 but got 32!)" in text
+    )

@@ -95,6 +95,13 @@ def _message(message) -> str | None:
         return None
 
 
+def _as_traced(message: str) -> str:
+    """A library's message as a guard quotes it: built when the trace ran, so any size it
+    shows (``f"Expected {H}, got {h}"``) is the trace's, not that of the call that breaks
+    the guard; it says so rather than read as that call's sizes."""
+    return f"the library's message when traced: {message}"
+
+
 def _has_torch_function(args) -> bool:
     """PyTorch's check before a fused fast path: the recording mode makes it True, so a
     trace took the slow path where eager takes the fast one. For the modules in
@@ -167,7 +174,7 @@ class LibraryHandlers(AutogradFunctions):
             kwargs = node.kwargs
             if node.op == "prim.guard" and kwargs.get("kind") == "branch":
                 if kwargs.get("expect") is cond and not kwargs.get("what", "").endswith(")"):
-                    kwargs["what"] = f"{kwargs['what']} ({message})"
+                    kwargs["what"] = f"{kwargs['what']} ({_as_traced(message)})"
                 return
 
     def _on_assert(self, func, condition, message=None, *rest):
@@ -182,7 +189,8 @@ class LibraryHandlers(AutogradFunctions):
             concrete = bool(condition)
         loc = self.location()
         ref = self._value_node("prim.bool", "bool", [self.tensor_ref(condition)], loc)
-        self.guard(ref, True, f"{message} ({self._name(condition)})", "branch", loc)
+        what = f"{self._name(condition)} ({_as_traced(message)})"
+        self.guard(ref, True, what, "branch", loc)
         if not concrete:
             raise AssertionError(message)
         return None
