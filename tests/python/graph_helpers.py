@@ -11,11 +11,12 @@ def ops_of(traced) -> list[str]:
     return [n.op for n in traced.program.methods["forward"].nodes]
 
 
-def loaded(traced, tmp_path):
-    """``traced`` saved under ``tmp_path`` and loaded again."""
+def loaded(traced, tmp_path, **load_options):
+    """``traced`` saved under ``tmp_path`` and loaded again (``load_options`` go to
+    :func:`tracebridge.load`, e.g. ``runtime=``)."""
     path = tmp_path / "m.tb"
     traced.save(path)
-    return tracebridge.load(path)
+    return tracebridge.load(path, **load_options)
 
 
 def counting(runner) -> list:

@@ -20,6 +20,8 @@ from torch import nn
 import tracebridge
 from tracebridge.trace.autograd_function import UnsupportedFunctionError
 
+from .graph_helpers import loaded as graph_loaded
+
 
 @pytest.fixture(autouse=True)
 def _quiet():
@@ -63,9 +65,7 @@ def test_a_tensor_method_with_varargs_records_the_functions_list(case, runtime, 
     if recorded is not None:
         assert nodes[0].args[1] == recorded
         assert len(nodes[0].args) == 2
-    path = tmp_path / "m.tb"
-    traced.save(path)
-    loaded = tracebridge.load(path, runtime=runtime)
+    loaded = graph_loaded(traced, tmp_path, runtime=runtime)
     for shape in [(2, 3, 4), (1, 3, 5), (3, 3, 2)]:
         x = torch.randn(*shape)
         assert torch.equal(traced(x), fn(x))
@@ -112,9 +112,7 @@ def test_longformer_band_mask_traces_and_serves_other_lengths(runtime, tmp_path)
         (1, 3),
         [1, 3],
     ]
-    path = tmp_path / "band.tb"
-    traced.save(path)
-    loaded = tracebridge.load(path, runtime=runtime)
+    loaded = graph_loaded(traced, tmp_path, runtime=runtime)
     for shape in [(1, 12, 2, 5), (3, 6, 4, 5)]:
         x = torch.randn(*shape)
         assert torch.allclose(traced(x), model(x))
@@ -197,9 +195,7 @@ def test_softmax_backward_kernel_is_recorded_as_public_ops(log, runtime, tmp_pat
     ops = [n.op for n in backward.nodes]
     assert not any("backward_data" in op for op in ops)
     assert "sum" in ops
-    path = tmp_path / "xsoftmax.tb"
-    traced.save(path)
-    loaded = tracebridge.load(path, runtime=runtime)
+    loaded = graph_loaded(traced, tmp_path, runtime=runtime)
     for x, mask in [example, (torch.randn(1, 5, 4), torch.tensor([[1, 1, 1, 0, 0]]))]:
         want = gradients(model, x, mask)
         for fn in (traced, loaded):
@@ -254,9 +250,7 @@ def test_tensor_where_is_recorded_as_where_with_the_condition_first(runtime, tmp
     wheres = [n for n in forward_nodes(traced) if n.op == "where"]
     assert len(wheres) == 2
     assert wheres[1].args[2] == 0.5
-    path = tmp_path / "where.tb"
-    traced.save(path)
-    loaded = tracebridge.load(path, runtime=runtime)
+    loaded = graph_loaded(traced, tmp_path, runtime=runtime)
     for shape in [(2, 3), (4, 1), (1, 7)]:
         x = torch.randn(*shape)
         for got, want in zip(loaded(x), model(x)):
@@ -281,9 +275,7 @@ class LongformerValueChunks(nn.Module):
 def test_as_strided_takes_a_size_held_in_a_0_dim_integer_tensor(runtime, tmp_path):
     model = LongformerValueChunks()
     traced = tracebridge.trace(model, (torch.randn(2, 8, 3),), runtime=runtime)
-    path = tmp_path / "chunks.tb"
-    traced.save(path)
-    loaded = tracebridge.load(path, runtime=runtime)
+    loaded = graph_loaded(traced, tmp_path, runtime=runtime)
     for shape in [(2, 8, 3), (1, 12, 4), (3, 4, 2)]:
         x = torch.randn(*shape)
         assert torch.equal(traced(x), model(x))
@@ -300,9 +292,7 @@ def test_a_number_where_the_op_takes_a_tensor_is_recorded_as_a_0_dim_tensor(tmp_
     nodes = forward_nodes(traced)
     made = [n for n in nodes if n.op == "scalar_tensor"]
     assert [n.kwargs["dtype"] for n in made] == [torch.int64, torch.int64]
-    path = tmp_path / "div.tb"
-    traced.save(path)
-    loaded = tracebridge.load(path)
+    loaded = graph_loaded(traced, tmp_path)
     for shape in [(1, 9), (3, 4)]:
         x = torch.randn(*shape)
         for got, want in zip(loaded(x), fn(x)):
