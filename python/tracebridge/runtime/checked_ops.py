@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from ..check.program import LIMITS, SECTIONED_OPS
+from .memo import keep_newest
 
 # The largest single allocation (bytes) that a size taken from a value, or a product of
 # sizes, may ask for at a call (shared_ir/SPEC.md, section Limits; the checker applies the
@@ -328,13 +329,7 @@ class PassedChecks:
         self.keys: dict = {}
 
     def add(self, key) -> None:
-        keys = self.keys
-        while len(keys) >= PASSED_KEEP:
-            try:  # another thread may have taken the oldest first
-                keys.pop(next(iter(keys)), None)
-            except (StopIteration, RuntimeError):
-                break
-        keys[key] = None
+        keep_newest(self.keys, key, None, PASSED_KEEP)
 
 
 def _rnn_key(args: Sequence, hx_key=None) -> tuple | None:

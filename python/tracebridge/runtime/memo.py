@@ -319,6 +319,18 @@ class Memo:
         return values
 
 
+def keep_newest(cache: dict, key, value, limit: int) -> None:
+    """``cache[key] = value``, the oldest entries dropped first so that at most ``limit``
+    are kept (dicts keep insertion order). Threads share a method's caches: an entry
+    another thread took first ends the dropping, never the call."""
+    while len(cache) >= limit:
+        try:
+            cache.pop(next(iter(cache)), None)
+        except (StopIteration, RuntimeError):
+            break
+    cache[key] = value
+
+
 def _pop_oldest(cache: dict) -> int:
     """Drop the oldest entry and return its bytes (0 if another thread took it first)."""
     try:

@@ -42,7 +42,7 @@ from ..ir import Graph, Node, Ref, refs_in
 from ..ir import ops as opset
 from ..ir.analysis import output_ids
 from .checked_views import _span
-from .memo import KEEP
+from .memo import KEEP, keep_newest
 
 # Ops whose results are always views of their first argument, with a geometry decided by
 # that argument's sizes and strides and the op's integer arguments alone.
@@ -348,12 +348,7 @@ class Views:
                 return function(base, *keys)
         else:
             make = _maker(geometry, values[self.results :])
-        while len(self.cache) >= KEEP:
-            try:
-                self.cache.pop(next(iter(self.cache)), None)
-            except (StopIteration, RuntimeError):  # another thread changed it
-                break
-        self.cache[entry] = make
+        keep_newest(self.cache, entry, make, KEEP)
         return values
 
 
