@@ -42,7 +42,7 @@ from ..ir import Graph, Node, Ref, pytree
 from ..ir.analysis import last_uses
 from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import fold_literal
-from . import folding, identity, memo, support, views
+from . import folding, identity, memo, scalars, support, views
 
 # Ops written as Python operators when their implementation is the default one. Not
 # ``scalar.mul``, ``scalar.pow``, ``scalar.lshift``: a few of them can build an integer of
@@ -184,6 +184,8 @@ class CodeGen:
         self._view_members: set[int] = set()  # indices of nodes that trees of views run
         self._view_calls: dict[int, list[views.ViewTree]] = {}  # index -> trees called there
         self._kinds: dict[int, str] | None = None  # value id -> kind, made when first needed
+        self._dtypes: dict[int, str | None] | None = None  # value id -> traced dtype name
+        self.plain_read = False  # whether the code reads ``_plain`` (runtime/scalars.py)
 
     # -- names ------------------------------------------------------------------------------
 
@@ -286,7 +288,28 @@ class CodeGen:
             return ast.BinOp(args[0], ast.Mult(), args[1])
         if self.fold and self._spreads(node) and fn is support.default_callable(node.op):
             args = [args[0], *args[1].elts]  # x.view((a, b)) as x.view(a, b): see _SPREAD
+        if self.fold and node.op in scalars.OPS and fn is support.default_callable(node.op):
+            args = self.scalar_as_tensor(node, args)
         return ast.Call(self.bind(_op_prefix(node.op), fn), args, kwargs)
+
+    def scalar_as_tensor(self, node: Node, args: list[ast.expr]) -> list[ast.expr]:
+        """``args`` with a number literal passed as a 0-dim tensor made once, where that
+        gives the same result (runtime/scalars.py)."""
+        found = scalars.tensor_for(node, self.dtype_of)
+        if found is None:
+            return args
+        tensor, dtype = found
+        self.plain_read = True
+        names = (self.helper("_type"), self.helper("_Tensor"))
+        constant = self.constant(tensor)
+        return [args[0], scalars.operand(args[0], constant, self.constant(dtype), args[1], names)]
+
+    def dtype_of(self, value_id: int) -> str | None:
+        """The traced dtype name of a value of the graph."""
+        if self._dtypes is None:
+            self._dtypes = {v.id: v.dtype for v in self.graph.inputs}
+            self._dtypes.update({v.id: v.dtype for n in self.graph.nodes for v in n.outputs})
+        return self._dtypes.get(value_id)
 
     def _spreads(self, node: Node) -> bool:
         """Whether ``node`` is a method of :data:`_SPREAD` given one literal tuple or list
@@ -464,6 +487,10 @@ class CodeGen:
             self.free(dead_after.get(index, ()))
         self._where = f"{self.name}: the outputs"
         self.output()
+        if self.plain_read:  # once per call, before any op: no mode, no autocast
+            self.globals["_plain_call"] = scalars.plain_call
+            plain = ast.Assign([ast.Name(scalars.PLAIN, ast.Store())], _call("_plain_call"))
+            self.body.insert(start, (plain, None, None))
         if any(n.op == "set_grad_enabled" for n in self.graph.nodes):
             self.restore_grad_mode(start)
         return ast.FunctionDef(
