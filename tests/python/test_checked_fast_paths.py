@@ -207,3 +207,31 @@ def test_grouped_mm_shape_errors_keep_their_messages(a, b, words):
 
 def test_checked_views_module_is_the_one_the_runtimes_call():
     assert checked_views.CHECKED["as_strided"] is as_strided
+
+
+# --- sizes bounded at the call ----------------------------------------------------------------
+
+_BASE = torch.ones(3, 4)
+_HUGE = 2**40
+
+
+@pytest.mark.parametrize(
+    "op, positions, keys, spread, call",
+    [
+        ("Tensor.new_ones", [1], [], 1, lambda f, n: f(_BASE, [n, 1, 4])),  # a list: fast path
+        ("Tensor.new_ones", [1], [], 1, lambda f, n: f(_BASE, n, 1, 4)),  # spread
+        ("Tensor.new_zeros", [1], [], 1, lambda f, n: f(_BASE, (2, n))),
+        ("zeros", [0], [], 0, lambda f, n: f(torch.Size([n, 2]))),
+        ("zeros", [0], [], 0, lambda f, n: f([torch.tensor(n), 2])),  # a 0-dim tensor
+        ("Tensor.new_full", [1], ["size"], None, lambda f, n: f(_BASE, size=[n, 2], fill_value=1)),
+        ("Tensor.repeat", [1], [], 1, lambda f, n: f(_BASE, n, 3)),  # times the input's 12
+    ],
+)
+def test_sized_ops_read_every_form_of_size(op, positions, keys, spread, call):
+    """Sizes as a list of ints (the fast path), spread, a tuple, a ``torch.Size``, a 0-dim
+    tensor or a keyword all reach the bound; good sizes run the op."""
+    fn = getattr(torch.Tensor, op[len("Tensor.") :]) if op.startswith("Tensor.") else torch.zeros
+    guarded = checked_ops.sized_guard(op, fn, positions, keys, spread)
+    assert torch.equal(call(guarded, 2), call(fn, 2))
+    with pytest.raises(checked_ops.CheckFailed, match="would allocate"):
+        call(guarded, _HUGE)

@@ -781,6 +781,8 @@ linspace logspace
 
 
 def _ints_in(value) -> list[int]:
+    if type(value) in _INT_SEQUENCES and all(type(x) is int for x in value):
+        return list(value)  # the common case, sizes as literals and traced ints: no recursion
     if isinstance(value, (list, tuple, torch.Size)):
         return [i for x in value for i in _ints_in(x)]
     if _is_tensor(value) and value.dim() == 0 and not value.is_floating_point():
@@ -788,6 +790,9 @@ def _ints_in(value) -> list[int]:
     if isinstance(value, int) and not isinstance(value, bool):
         return [value]
     return []
+
+
+_INT_SEQUENCES = (list, tuple, torch.Size)
 
 
 def _range_numel(args: Sequence, kwargs: dict) -> int:
@@ -818,33 +823,24 @@ def sized_guard(
     expands = op in ("Tensor.expand", "broadcast_to")
     repeats = op in ("Tensor.repeat", "tile")
 
-    def sizes_of(args: tuple, kwargs: dict) -> list[int]:
-        given = [args[i] for i in fixed if i < len(args)]
-        given += args[start:]
-        given += [kwargs[key] for key in keys if key in kwargs]
-        wanted: list[int] = []
-        for a in given:
-            if type(a) is int:
-                wanted.append(a)
-            else:
-                wanted += _ints_in(a)
-        return wanted
+    def sizes_of(args: tuple, kwargs: dict) -> tuple:
+        given = args[start:]
+        if fixed:
+            given = (*(args[i] for i in fixed if i < len(args)), *given)
+        if kwargs and keys:
+            given = (*given, *(kwargs[key] for key in keys if key in kwargs))
+        return given
 
     def run(*args, **kwargs):
         if op == "arange":
             numel = _range_numel(args, kwargs)
         else:
-            wanted = sizes_of(args, kwargs)
-            base = args[0] if args and _is_tensor(args[0]) else None
-            if expands and base is not None and -1 in wanted:
-                # -1 keeps the input's size of that dimension (sizes align on the right)
-                have = [None] * (len(wanted) - base.dim()) + list(base.shape)
-                wanted = [h if w == -1 and h is not None else w for w, h in zip(wanted, have)]
             numel = 1
-            for w in wanted:
-                numel *= w if w > 0 else 0
-            if repeats and base is not None:
-                numel *= base.numel()
+            for a in sizes_of(args, kwargs):
+                for w in (a,) if type(a) is int else _ints_in(a):
+                    numel *= w if w > 0 else 0
+            if repeats and args and _is_tensor(args[0]):
+                numel *= args[0].numel()
         # The widest element a call can ask for is 16 bytes (complex128): only a count
         # past the limit at that width needs the dtype.
         if numel * 16 > ALLOC_BYTES:

@@ -42,7 +42,7 @@ from ..ir import Graph, Node, Ref, pytree
 from ..ir.analysis import last_uses
 from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import fold_literal
-from . import folding, identity, memo, scalars, support, views
+from . import cse, dead_code, folding, identity, memo, scalars, support, views
 
 # Ops written as Python operators when their implementation is the default one. Not
 # ``scalar.mul``, ``scalar.pow``, ``scalar.lshift``: a few of them can build an integer of
@@ -464,7 +464,10 @@ class CodeGen:
         self.input_checks(params)
         start = len(self.body)
         blocks: dict[int, memo.MemoBlock] = {}
-        if self.fold:  # runs of ops on sizes move next to their first reader (runtime/memo.py)
+        if self.fold:  # what nothing needs goes (runtime/dead_code.py), repeats read the
+            # first result (runtime/cse.py); runs of ops on sizes move next to their first
+            # reader (runtime/memo.py)
+            self.graph = cse.eliminate(dead_code.prune(self.graph))
             self.graph, found = memo.plan(self.graph)
             blocks = {b.start: b for b in found}
         dead_after = last_uses(self.graph)

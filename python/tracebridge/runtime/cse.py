@@ -1,0 +1,160 @@
+"""Compute each value once: a node that repeats an earlier one reads the earlier result.
+
+Note: common subexpressions, as ``torch.jit`` eliminates them.
+  Traced code repeats itself where the source does: BigBird slices the same block of keys
+  in three places (``key[:, :, 0]``), builds the same ``new_ones`` mask twice per layer and
+  computes ``seq_len // block`` a dozen times; a pooling model takes the same ``x[:, :1]``
+  in each block. Each repeat is a Python call of the generated code. :func:`eliminate`
+  keeps the first of two nodes that run the same op on the same arguments (literals equal
+  and of the same type, values the same after earlier eliminations) and has every reader
+  of the second read the first's results instead.
+
+  Two such nodes give the same results only if nothing changes between them, so a node
+  is a candidate only when:
+
+  * its op is pure: not random, not in place, no guard, no state read, no grad-mode read
+    or switch, no custom autograd function, nothing :data:`dead_code.EFFECTS` lists, no op
+    the set does not know;
+  * no tensor it reads, and no tensor its results may share memory with, is ever written in
+    place in the graph (through any view: the alias groups of runtime/dead_code.py, where
+    an op that may return a view of any of its tensors, ``einsum`` included, joins them);
+  * its results are not returned by the graph (a caller would get one tensor twice where
+    the trace returned two).
+
+  A switch of grad mode between two nodes makes them differ (one tracks gradients), so
+  the nodes seen before a ``set_grad_enabled`` are never matched after it. The results
+  are bit for bit those of the full graph: the same kernel on the same inputs, once.
+"""
+
+from __future__ import annotations
+
+from ..ir import Graph, Node, Ref, refs_in
+from ..ir import ops as opset
+from ..ir.analysis import output_ids
+from ..ir.program import fold_literal, map_literal
+from .dead_code import ALIASING, EFFECTS
+
+# Structural ops whose results are not a function of their arguments' values at that point
+# alone (a read of the caller's grad mode or of state) or that decide.
+_NOT_PURE = frozenset(
+    """prim.guard prim.state prim.grad_enabled prim.requires_grad prim.autograd_function
+    set_grad_enabled""".split()
+)
+# Ops that may return a view of any of their tensor arguments, not only the first.
+_MAY_VIEW_ANY = frozenset({"einsum", "broadcast_tensors", "meshgrid", "prim.autograd_function"})
+
+
+def _pure(node: Node) -> bool:
+    if node.op in _NOT_PURE or node.op in EFFECTS or not node.outputs:
+        return False
+    if node.kwargs.get("requires_grad", False) is not False:
+        return False  # a new leaf of autograd each time
+    info = opset.info(node.op)
+    return info is not None and not (info.flags & {"random", "inplace"})
+
+
+class _Groups:
+    """Union-find over value ids: values that may share memory are in one group."""
+
+    def __init__(self):
+        self.parent: dict[int, int] = {}
+
+    def find(self, value_id: int) -> int:
+        root = value_id
+        while self.parent.get(root, root) != root:
+            root = self.parent[root]
+        while self.parent.get(value_id, value_id) != root:  # shorten the path
+            self.parent[value_id], value_id = root, self.parent[value_id]
+        return root
+
+    def join(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[ra] = rb
+
+
+def _written_groups(graph: Graph) -> tuple[_Groups, set[int]]:
+    """The alias groups of ``graph``'s values and the roots of those written in place."""
+    groups = _Groups()
+    writes: list[int] = []
+    for node in graph.nodes:
+        refs = refs_in((node.args, node.kwargs))
+        first = node.args[0] if node.args else None
+        info = opset.info(node.op)
+        if node.op in _MAY_VIEW_ANY or info is None:
+            shared = refs
+        elif isinstance(first, Ref) and (node.op in ALIASING or opset.is_inplace(node.op)):
+            shared = [first]
+        else:
+            shared = []
+        for value in node.outputs:
+            for ref in shared:
+                groups.join(value.id, ref.id)
+        if opset.is_inplace(node.op) and isinstance(first, Ref):
+            writes.append(first.id)
+        elif node.op in EFFECTS or node.op == "prim.autograd_function" or info is None:
+            writes.extend(r.id for r in refs)  # running statistics, max_norm, unknown
+    return groups, {groups.find(v) for v in writes}
+
+
+def _key(obj):
+    """A hashable form of a node's arguments: literals by type and value, refs by id."""
+
+    def leaf(x):
+        if isinstance(x, Ref):
+            return ("ref", x.id)
+        return (type(x).__name__, repr(x))
+
+    def container(obj, children):
+        return (type(obj).__name__, tuple(children))
+
+    return fold_literal(obj, leaf, container)
+
+
+def eliminate(graph: Graph) -> Graph:
+    """``graph`` with every repeated pure node left out and its readers reading the first
+    (the module Note); ``graph`` itself when nothing repeats."""
+    groups, written = _written_groups(graph)
+    returned = {groups.find(v) for v in output_ids(graph)}
+    same: dict[int, int] = {}  # value id of a left-out result -> the kept one's
+    seen: dict[tuple, Node] = {}
+    nodes: list[Node] = []
+
+    def renamed(arg):
+        return Ref(same[arg.id]) if isinstance(arg, Ref) and arg.id in same else arg
+
+    for node in graph.nodes:
+        if same and any(r.id in same for r in refs_in((node.args, node.kwargs))):
+            node = Node(
+                op=node.op,
+                args=map_literal(node.args, renamed),
+                kwargs=map_literal(node.kwargs, renamed),
+                outputs=node.outputs,
+                out_spec=node.out_spec,
+                loc=node.loc,
+            )
+        if node.op == "set_grad_enabled":
+            seen.clear()
+        if not _candidate(node, groups, written, returned):
+            nodes.append(node)
+            continue
+        key = (node.op, _key(node.args), _key(node.kwargs), node.out_spec and repr(node.out_spec))
+        first = seen.get(key)
+        if first is None or len(first.outputs) != len(node.outputs):
+            seen.setdefault(key, node)
+            nodes.append(node)
+            continue
+        for mine, kept in zip(node.outputs, first.outputs):
+            same[mine.id] = kept.id
+    # The graph's outputs read no left-out result: those of candidates are never returned.
+    return graph.with_nodes(nodes) if same else graph
+
+
+def _candidate(node: Node, groups: _Groups, written: set[int], returned: set[int]) -> bool:
+    if not _pure(node):
+        return False
+    touched = [groups.find(r.id) for r in refs_in((node.args, node.kwargs))]
+    touched += [groups.find(v.id) for v in node.outputs]
+    return not any(g in written for g in touched) and not any(
+        groups.find(v.id) in returned for v in node.outputs
+    )

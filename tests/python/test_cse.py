@@ -1,0 +1,135 @@
+"""The generated code computes a repeated value once (issue 20, item 5; runtime/cse.py).
+
+BigBird slices the same block of keys in several places and builds the same mask twice per
+layer; ``torch.jit`` computes each once, and so does the generated code. Results stay bit
+for bit the interpreter's (which runs every node); nothing is shared across a write, a
+grad-mode switch, a random op or a returned value.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+from tracebridge.runtime import cse
+
+from .graph_helpers import loaded
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _forward(traced):
+    return traced.program.methods["forward"]
+
+
+def _count(graph, op: str) -> int:
+    return sum(1 for n in graph.nodes if n.op == op)
+
+
+def _same_as_interpreter(traced, tmp_path, *inputs):
+    fast = loaded(traced, tmp_path)
+    plain = tracebridge.load(tmp_path / "m.tb", runtime="interpreter")
+    a, b = fast(*inputs), plain(*inputs)
+    a, b = (a, b) if isinstance(a, tuple) else ((a,), (b,))
+    for x, y in zip(a, b, strict=True):
+        assert torch.equal(x, y) and x.dtype == y.dtype and x.requires_grad == y.requires_grad
+    return a
+
+
+class Repeats(nn.Module):
+    """BigBird's pattern: the same slices and the same mask, made again where used."""
+
+    def forward(self, x, mask):
+        first = torch.cat([x[:, :, 0], x[:, :, -1]], dim=-1)
+        again = torch.cat([x[:, :, 0], mask.new_ones(x.shape[0], x.shape[1], 4)], dim=-1)
+        blocks = x.shape[2] // 2
+        scale = (x.shape[2] // 2) * 2.0
+        ones = mask.new_ones(x.shape[0], x.shape[1], 4).sum()
+        return first.sum(-1) + again.sum(-1) * scale + blocks + ones
+
+
+def test_repeated_nodes_run_once(tmp_path):
+    x, mask = torch.randn(2, 3, 6, 4), torch.ones(2, 6)
+    traced = tracebridge.trace(Repeats(), (x, mask))
+    full = _forward(traced)
+    kept = cse.eliminate(full)
+    assert _count(full, "getitem") == 3 and _count(kept, "getitem") == 2
+    assert _count(full, "Tensor.new_ones") == 2 and _count(kept, "Tensor.new_ones") == 1
+    assert _count(kept, "scalar.floordiv") == 1
+    assert traced.code.count("= op_Tensor_new_ones") == 1
+    for shape in [(2, 3, 6, 4), (1, 2, 8, 4)]:
+        _same_as_interpreter(traced, tmp_path, torch.randn(shape), torch.ones(shape[0], 6))
+
+
+class WritesBetween(nn.Module):
+    def forward(self, x):
+        view = x[:, 0]
+        before = view * 2
+        x.add_(1)  # writes the view's memory too
+        after = view * 2  # the same node as above, on another value
+        scratch = torch.zeros(3)
+        head = scratch[:1]
+        a = head + 1
+        scratch.add_(5)
+        b = head + 1
+        return before, after, a + b
+
+
+def test_nothing_is_shared_across_a_write(tmp_path):
+    x = torch.randn(3, 4)
+    traced = tracebridge.trace(WritesBetween(), x.clone())
+    kept = cse.eliminate(_forward(traced))
+    assert _count(_forward(traced), "mul") == _count(kept, "mul") == 2
+    assert _count(kept, "add") == _count(_forward(traced), "add") == 3
+    fast = loaded(traced, tmp_path)
+    plain = tracebridge.load(tmp_path / "m.tb", runtime="interpreter")
+    x1, x2 = x.clone(), x.clone()
+    for got, want in zip(fast(x1), plain(x2), strict=True):
+        assert torch.equal(got, want)
+    assert torch.equal(x1, x2) and torch.equal(x1, x + 1)
+
+
+class Returned(nn.Module):
+    def forward(self, x):
+        return x + 1, x + 1  # two tensors, as traced: a caller may write one
+
+
+def test_returned_values_stay_distinct(tmp_path):
+    traced = tracebridge.trace(Returned(), torch.randn(3))
+    a, b = loaded(traced, tmp_path)(torch.randn(3))
+    assert torch.equal(a, b) and a.data_ptr() != b.data_ptr()
+
+
+class GradSwitch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        with torch.no_grad():
+            frozen = self.w * 2
+        tracked = self.w * 2  # the same op after a switch of grad mode: another value
+        noise = torch.rand(3) + torch.rand(3)  # random: two draws, never one
+        return x * frozen, x * tracked, noise
+
+
+def test_grad_mode_switches_and_random_ops_are_never_shared(tmp_path):
+    x = torch.randn(3)
+    traced = tracebridge.trace(GradSwitch(), x)
+    kept = cse.eliminate(_forward(traced))
+    assert _count(kept, "rand") == 2
+    frozen, tracked, _ = loaded(traced, tmp_path)(x)
+    assert not frozen.requires_grad and tracked.requires_grad
+    torch.manual_seed(3)
+    _, _, noise = loaded(traced, tmp_path)(x)
+    torch.manual_seed(3)
+    assert torch.equal(noise, torch.rand(3) + torch.rand(3))

@@ -1,0 +1,175 @@
+"""The generated code leaves out what nothing needs, writes into unseen tensors included
+(issue 20, item 5; runtime/dead_code.py).
+
+BigBird builds a full attention-probability matrix in every layer (a ``zeros``, slice
+writes, ``scatter_``) that its caller drops: ``torch.jit`` removes it, and so does the
+generated code. Every result stays bit for bit the interpreter's (which runs every node),
+and every write that anything may see, every guard and every random op stays.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+from tracebridge.ir import Graph, Node, Ref, Value
+from tracebridge.runtime import dead_code
+
+from .graph_helpers import loaded
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _same_as_interpreter(traced, tmp_path, *inputs):
+    fast = loaded(traced, tmp_path)
+    plain = tracebridge.load(tmp_path / "m.tb", runtime="interpreter")
+    a, b = fast(*inputs), plain(*inputs)
+    a = a if isinstance(a, tuple) else (a,)
+    b = b if isinstance(b, tuple) else (b,)
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
+    return fast
+
+
+class DroppedProbabilities(nn.Module):
+    """BigBird's pattern: a matrix assembled by writes into ``zeros``, returned by a helper
+    whose caller keeps only the context."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def attend(self, x):
+        scores = (self.proj(x) @ x.transpose(1, 2)).softmax(-1)
+        probs = torch.zeros(x.shape[0], x.shape[1], x.shape[1] * 2)
+        probs[:, :, : x.shape[1]] = scores
+        view = probs.view(x.shape[0], x.shape[1], 2, x.shape[1])
+        view[:, :, 1].copy_(scores * 2)
+        probs.mul_(0.5)
+        return scores @ x, probs
+
+    def forward(self, x):
+        context, _probs = self.attend(x)
+        return context.relu()
+
+
+def test_writes_into_a_dropped_tensor_are_left_out(tmp_path):
+    x = torch.randn(2, 5, 8)
+    traced = tracebridge.trace(DroppedProbabilities(), x)
+    full = traced.program.methods["forward"]
+    assert any(n.op == "setitem" for n in full.nodes)  # the trace records them
+    kept = dead_code.prune(full)
+    left = {n.op for n in kept.nodes}
+    assert not left & {"zeros", "setitem", "Tensor.copy_", "Tensor.mul_"}
+    assert "setitem" not in traced.code and "zeros" not in traced.code
+    _same_as_interpreter(traced, tmp_path, x)
+    _same_as_interpreter(traced, tmp_path, torch.randn(3, 7, 8))
+
+
+class ReturnedThroughAView(nn.Module):
+    def forward(self, x):
+        out = torch.zeros(x.shape[0], 4)
+        shown = out[:, :2]  # a view of the written tensor is what the graph returns
+        out[:, 1] = x.sum(1)
+        out.add_(1)
+        return shown
+
+
+class WritesItsInput(nn.Module):
+    def forward(self, x):
+        y = x * 2
+        x.add_(1)  # the caller sees its input change
+        return y
+
+
+class StatsUpdate(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("count", torch.zeros(()))
+        self.bn = nn.BatchNorm1d(3)
+
+    def forward(self, x):
+        self.count.add_(1)  # a write into state, whose result nothing reads
+        self.bn(x)  # running statistics updated, the result dropped
+        return x + 1
+
+
+class ReadBeforeTheWrite(nn.Module):
+    def forward(self, x):
+        buf = torch.zeros(x.shape)
+        first = buf + x  # reads buf before the write below: the write is kept
+        buf.add_(x)
+        return first, buf.sum()
+
+
+def test_writes_anything_may_see_stay(tmp_path):
+    x = torch.randn(3, 5)
+    traced = tracebridge.trace(ReturnedThroughAView(), x)
+    assert "setitem" in traced.code and "add_" in traced.code
+    _same_as_interpreter(traced, tmp_path, x)
+
+    traced = tracebridge.trace(ReadBeforeTheWrite(), x)
+    assert "add_" in traced.code
+    _same_as_interpreter(traced, tmp_path, x)
+
+    traced = tracebridge.trace(WritesItsInput(), x.clone())
+    x1, x2 = x.clone(), x.clone()
+    loaded(traced, tmp_path)(x1)
+    traced(x2)
+    assert torch.equal(x1, x + 1) and torch.equal(x2, x + 1)
+
+    model = StatsUpdate().train()
+    traced = tracebridge.trace(model, torch.randn(4, 3), respect_mode=False)
+    again = loaded(traced, tmp_path).train()
+    before = again.state_dict()["count"].clone(), again.state_dict()["bn.running_mean"].clone()
+    again(torch.randn(4, 3))
+    assert torch.equal(again.state_dict()["count"], before[0] + 1)
+    assert not torch.equal(again.state_dict()["bn.running_mean"], before[1])
+
+
+class DroppedNoise(nn.Module):
+    def forward(self, x):
+        _noise = torch.rand(x.shape)  # unused, but it moves the generator
+        return x + torch.rand(x.shape)
+
+
+def test_random_ops_and_guards_stay(tmp_path):
+    x = torch.randn(2, 3)
+    traced = tracebridge.trace(DroppedNoise(), x)
+    assert traced.code.count("rand") >= 2
+    fast = loaded(traced, tmp_path)
+    torch.manual_seed(5)
+    torch.rand(2, 3)  # what the dropped draw takes from the generator
+    expected = x + torch.rand(2, 3)
+    torch.manual_seed(5)
+    assert torch.equal(fast(x), expected)
+
+
+def test_prune_keeps_guards_and_unknown_effects():
+    x = Value(0, "Tensor", "float32", [2])
+    n = Value(1, "int", None, None)
+    b = Value(2, "bool", None, None)
+    dead = Value(3, "Tensor", "float32", [2])
+    graph = Graph(
+        inputs=[x],
+        nodes=[
+            Node("prim.size", [Ref(0), 0], {}, [n], {"t": "leaf"}),
+            Node("scalar.eq", [Ref(1), 2], {}, [b], {"t": "leaf"}),
+            Node("prim.guard", [Ref(2)], {"expect": True}, [], None),
+            Node("relu", [Ref(0)], {}, [dead], {"t": "leaf"}),
+        ],
+        outputs=[Ref(0)],
+        out_spec={"t": "leaf"},
+    )
+    kept = dead_code.prune(graph)
+    assert [node.op for node in kept.nodes] == ["prim.size", "scalar.eq", "prim.guard"]
