@@ -1,0 +1,801 @@
+"""Held-out models: published architectures that ``zoo_models.py`` does NOT hold.
+
+The zoo (``make zoo``) is what tracebridge is developed against; these cases are the check
+"from outside": kinds the zoo lacks, traced by ``benchmarks/heldout.py`` with tracebridge and
+``torch.jit.trace`` side by side. They are built the zoo's way (random weights, tiny
+configurations, offline) from the same helpers, so a case that proves worth keeping moves to
+``zoo_models.py`` unchanged. A test (``heldout.py --check-names``) keeps the two lists
+disjoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from zoo_models import (
+    ENC,
+    ENC_DEC,
+    IMG,
+    NO_CACHE,
+    SMALL_BERT,
+    SMALL_DECODER,
+    VOCAB,
+    Case,
+    _audio,
+    _gen,
+    _hf,
+    _timm,
+    _timm_class,
+    _tv,
+    _tv_class,
+    _video,
+    images,
+    seq2seq,
+    text,
+)
+
+# A ViT-like model built for 32-pixel images: trace at 32, then other batch sizes and a
+# 48-pixel image (eager refuses it unless the model interpolates its position table).
+IMG32 = images((2, 32), (1, 32), (3, 32), (2, 48))
+# Hierarchical models that downsample by 32: sizes that are multiples of 32.
+IMG64 = images((2, 64), (1, 64), (3, 64), (2, 96))
+
+
+def _hf_image(config: str, model: str, **config_kwargs) -> Callable[[], nn.Module]:
+    return _hf(config, model, ("pixel_values",), **config_kwargs)
+
+
+SMALL_AUDIO = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    conv_dim=(16, 16),
+    conv_stride=(5, 2),
+    conv_kernel=(10, 3),
+    num_conv_pos_embeddings=16,
+    num_conv_pos_embedding_groups=2,
+    vocab_size=VOCAB,
+)
+AUDIO = _audio((2, 400), (1, 400), (3, 320), (1, 200))
+TINY_VIT = dict(img_size=32, patch_size=8, depth=2, embed_dim=32, num_heads=2, num_classes=10)
+
+
+def _ast_inputs() -> list[tuple]:
+    # The audio spectrogram transformer takes exactly ``max_length`` frames: batch varies.
+    return [(torch.randn(b, 32, 16, generator=_gen(i)),) for i, b in enumerate((2, 1, 3))]
+
+
+def _timm_cases() -> list[Case]:
+    t, cls = "timm", "vision/classification"
+    return [
+        Case("timm convnextv2_atto", cls, t, _timm("convnextv2_atto", num_classes=10), IMG),
+        Case(
+            "timm coatnet (small)",
+            cls,
+            t,
+            _timm("coatnet_nano_rw_224", img_size=64, num_classes=10),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case("timm mobilevitv2_050", cls, t, _timm("mobilevitv2_050", num_classes=10), IMG),
+        Case(
+            "timm efficientformerv2_s0",
+            cls,
+            t,
+            _timm("efficientformerv2_s0", img_size=64, num_classes=10),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case("timm poolformer_s12", cls, t, _timm("poolformer_s12", num_classes=10), IMG),
+        Case("timm regnety_002", cls, t, _timm("regnety_002", num_classes=10), IMG),
+        Case("timm nf_regnet_b0 (nfnet)", cls, t, _timm("nf_regnet_b0", num_classes=10), IMG),
+        Case(
+            "timm xcit (small)",
+            cls,
+            t,
+            _timm_class("xcit", "Xcit", **TINY_VIT),
+            IMG32,
+        ),
+        Case(
+            "timm twins_pcpvt (small)",
+            cls,
+            t,
+            _timm_class(
+                "twins",
+                "Twins",
+                img_size=64,
+                embed_dims=(16, 32, 32, 64),
+                num_heads=(1, 2, 2, 4),
+                depths=(1, 1, 1, 1),
+                num_classes=10,
+            ),
+            IMG64,
+        ),
+        Case(
+            "timm focalnet (small)",
+            cls,
+            t,
+            _timm_class("focalnet", "FocalNet", embed_dim=16, depths=(1, 1, 1, 1), num_classes=10),
+            IMG64,
+        ),
+        Case(
+            "timm deit3 (small)",
+            cls,
+            t,
+            _timm_class(
+                "vision_transformer",
+                "VisionTransformer",
+                no_embed_class=True,
+                init_values=1e-6,
+                dynamic_img_size=True,
+                **TINY_VIT,
+            ),
+            IMG32,
+        ),
+        Case(
+            "timm hiera (small)",
+            cls,
+            t,
+            _timm_class(
+                "hiera",
+                "Hiera",
+                img_size=(64, 64),
+                embed_dim=16,
+                stages=(1, 1, 1, 1),
+                num_classes=10,
+            ),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case("timm fastvit_t8", cls, t, _timm("fastvit_t8", num_classes=10), IMG64),
+        Case(
+            "timm tiny_vit (small)",
+            cls,
+            t,
+            _timm_class(
+                "tiny_vit",
+                "TinyVit",
+                embed_dims=(16, 32, 32, 64),
+                depths=(1, 1, 1, 1),
+                num_heads=(1, 2, 2, 4),
+                window_sizes=(2, 2, 2, 2),
+                num_classes=10,
+            ),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case("timm edgenext_xx_small", cls, t, _timm("edgenext_xx_small", num_classes=10), IMG64),
+        Case("timm repvit_m0_9", cls, t, _timm("repvit_m0_9", num_classes=10), IMG64),
+        Case(
+            "timm mobilenetv4_conv_small",
+            cls,
+            t,
+            _timm("mobilenetv4_conv_small", num_classes=10),
+            IMG64,
+        ),
+        Case(
+            "timm davit (small)",
+            cls,
+            t,
+            _timm_class(
+                "davit",
+                "DaVit",
+                depths=(1, 1, 1, 1),
+                embed_dims=(16, 32, 32, 64),
+                num_heads=(1, 2, 2, 4),
+                window_size=2,
+                num_classes=10,
+            ),
+            IMG64,
+        ),
+        Case("timm efficientvit_b0 (mit)", cls, t, _timm("efficientvit_b0", num_classes=10), IMG64),
+        Case(
+            "timm efficientvit_m0 (msra)",
+            cls,
+            t,
+            _timm("efficientvit_m0", img_size=64, num_classes=10),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case("timm mambaout_femto", cls, t, _timm("mambaout_femto", num_classes=10), IMG64),
+        Case(
+            "timm inception_next (atto)",
+            cls,
+            t,
+            _timm("inception_next_atto", num_classes=10),
+            IMG64,
+        ),
+        Case(
+            "timm sequencer2d (lstm)",
+            cls,
+            t,
+            _timm_class(
+                "sequencer",
+                "Sequencer2d",
+                layers=(1, 1, 1, 1),
+                embed_dims=(16, 32, 32, 32),
+                hidden_sizes=(8, 16, 16, 16),
+                num_classes=10,
+            ),
+            IMG64,
+        ),
+        Case(
+            "timm pit (small)",
+            cls,
+            t,
+            _timm_class(
+                "pit",
+                "PoolingVisionTransformer",
+                img_size=64,
+                patch_size=8,
+                stride=4,
+                base_dims=(16, 16),
+                depth=(1, 1),
+                heads=(2, 2),
+                num_classes=10,
+            ),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case("timm starnet_s1", cls, t, _timm("starnet_s1", num_classes=10), IMG64),
+        Case("timm hgnetv2_b0", cls, t, _timm("hgnetv2_b0", num_classes=10), IMG64),
+    ]
+
+
+def _hf_text_cases() -> list[Case]:
+    hf = "transformers"
+    enc, dec, s2s = "language/encoder", "language/decoder", "language/encoder-decoder"
+    tiny_dec = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
+    return [
+        Case(
+            "gpt_neox",
+            dec,
+            hf,
+            _hf(
+                "GPTNeoXConfig",
+                "GPTNeoXForCausalLM",
+                ENC,
+                NO_CACHE,
+                intermediate_size=64,
+                max_position_embeddings=64,
+                **tiny_dec,
+            ),
+            text(),
+        ),
+        Case(
+            "gptj",
+            dec,
+            hf,
+            _hf(
+                "GPTJConfig",
+                "GPTJForCausalLM",
+                ENC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                n_embd=32,
+                n_layer=2,
+                n_head=4,
+                rotary_dim=4,
+                n_positions=64,
+            ),
+            text(),
+        ),
+        Case(
+            "bloom (alibi)",
+            dec,
+            hf,
+            _hf(
+                "BloomConfig",
+                "BloomForCausalLM",
+                ENC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                hidden_size=32,
+                n_layer=2,
+                n_head=4,
+            ),
+            text(),
+        ),
+        Case(
+            "falcon",
+            dec,
+            hf,
+            _hf("FalconConfig", "FalconForCausalLM", ENC, NO_CACHE, **tiny_dec),
+            text(),
+        ),
+        Case(
+            "qwen3",
+            dec,
+            hf,
+            _hf("Qwen3Config", "Qwen3ForCausalLM", ENC, NO_CACHE, head_dim=8, **SMALL_DECODER),
+            text(),
+        ),
+        Case(
+            "phi3",
+            dec,
+            hf,
+            _hf(
+                "Phi3Config",
+                "Phi3ForCausalLM",
+                ENC,
+                NO_CACHE,
+                pad_token_id=1,
+                bos_token_id=2,
+                eos_token_id=3,
+                **SMALL_DECODER,
+            ),
+            text(),
+        ),
+        Case(
+            "stablelm (partial rotary)",
+            dec,
+            hf,
+            _hf("StableLmConfig", "StableLmForCausalLM", ENC, NO_CACHE, **SMALL_DECODER),
+            text(),
+        ),
+        Case(
+            "olmo",
+            dec,
+            hf,
+            _hf("OlmoConfig", "OlmoForCausalLM", ENC, NO_CACHE, pad_token_id=1, **SMALL_DECODER),
+            text(),
+        ),
+        Case(
+            "starcoder2",
+            dec,
+            hf,
+            _hf("Starcoder2Config", "Starcoder2ForCausalLM", ENC, NO_CACHE, **SMALL_DECODER),
+            text(),
+        ),
+        Case(
+            "mpt (alibi)",
+            dec,
+            hf,
+            _hf(
+                "MptConfig",
+                "MptForCausalLM",
+                ENC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                d_model=32,
+                n_heads=4,
+                n_layers=2,
+                expansion_ratio=2,
+                max_seq_len=64,
+            ),
+            text(),
+        ),
+        Case(
+            "codegen",
+            dec,
+            hf,
+            _hf(
+                "CodeGenConfig",
+                "CodeGenForCausalLM",
+                ENC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                n_embd=32,
+                n_layer=2,
+                n_head=4,
+                rotary_dim=4,
+                n_positions=64,
+                n_ctx=64,
+            ),
+            text(),
+        ),
+        Case(
+            "gpt_bigcode (multi-query)",
+            dec,
+            hf,
+            _hf(
+                "GPTBigCodeConfig",
+                "GPTBigCodeForCausalLM",
+                ENC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                n_embd=32,
+                n_layer=2,
+                n_head=4,
+                n_positions=64,
+            ),
+            text(),
+        ),
+        Case(
+            "gemma2 (sliding, softcap)",
+            dec,
+            hf,
+            _hf(
+                "Gemma2Config",
+                "Gemma2ForCausalLM",
+                ENC,
+                NO_CACHE,
+                head_dim=8,
+                sliding_window=4,
+                **SMALL_DECODER,
+            ),
+            text(),
+        ),
+        Case(
+            "xglm (sinusoidal)",
+            dec,
+            hf,
+            _hf(
+                "XGLMConfig",
+                "XGLMForCausalLM",
+                ENC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                d_model=32,
+                num_layers=2,
+                attention_heads=2,
+                ffn_dim=64,
+                max_position_embeddings=64,
+            ),
+            text(),
+        ),
+        Case(
+            "mamba (state space)",
+            dec,
+            hf,
+            _hf(
+                "MambaConfig",
+                "MambaForCausalLM",
+                ("input_ids",),
+                NO_CACHE,
+                vocab_size=VOCAB,
+                hidden_size=32,
+                state_size=8,
+                num_hidden_layers=2,
+            ),
+            lambda: [(ids,) for ids, _ in (t for t in text()())],
+        ),
+        Case(
+            "xlm_roberta",
+            enc,
+            hf,
+            _hf("XLMRobertaConfig", "XLMRobertaModel", ENC, **SMALL_BERT),
+            text(),
+        ),
+        Case(
+            "mobilebert (bottleneck)",
+            enc,
+            hf,
+            _hf(
+                "MobileBertConfig",
+                "MobileBertModel",
+                ENC,
+                vocab_size=VOCAB,
+                hidden_size=32,
+                embedding_size=16,
+                intra_bottleneck_size=16,
+                true_hidden_size=16,
+                num_attention_heads=2,
+                intermediate_size=32,
+                num_hidden_layers=2,
+                num_feedforward_networks=2,
+                max_position_embeddings=64,
+            ),
+            text(),
+        ),
+        Case(
+            "squeezebert (grouped conv)",
+            enc,
+            hf,
+            _hf(
+                "SqueezeBertConfig",
+                "SqueezeBertModel",
+                ENC,
+                embedding_size=32,
+                q_groups=2,
+                k_groups=2,
+                v_groups=2,
+                post_attention_groups=2,
+                intermediate_groups=2,
+                output_groups=2,
+                **SMALL_BERT,
+            ),
+            text(),
+        ),
+        Case(
+            "convbert (span conv)",
+            enc,
+            hf,
+            _hf(
+                "ConvBertConfig",
+                "ConvBertModel",
+                ENC,
+                embedding_size=32,
+                conv_kernel_size=3,
+                **SMALL_BERT,
+            ),
+            text(),
+        ),
+        Case(
+            "data2vec_text",
+            enc,
+            hf,
+            _hf("Data2VecTextConfig", "Data2VecTextModel", ENC, **SMALL_BERT),
+            text(),
+        ),
+        Case(
+            "fnet (fourier)",
+            enc,
+            hf,
+            _hf(
+                "FNetConfig",
+                "FNetModel",
+                ("input_ids",),
+                vocab_size=VOCAB,
+                hidden_size=32,
+                num_hidden_layers=2,
+                intermediate_size=64,
+                max_position_embeddings=64,
+                use_tpu_fourier_optimizations=False,
+            ),
+            lambda: [(ids,) for ids, _ in (t for t in text()())],
+        ),
+        Case(
+            "mbart",
+            s2s,
+            hf,
+            _hf(
+                "MBartConfig",
+                "MBartModel",
+                ENC_DEC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                d_model=32,
+                encoder_layers=2,
+                decoder_layers=2,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=64,
+                decoder_ffn_dim=64,
+                max_position_embeddings=64,
+            ),
+            seq2seq(),
+        ),
+        Case(
+            "marian (sinusoidal)",
+            s2s,
+            hf,
+            _hf(
+                "MarianConfig",
+                "MarianModel",
+                ENC_DEC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                d_model=32,
+                encoder_layers=2,
+                decoder_layers=2,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=64,
+                decoder_ffn_dim=64,
+                max_position_embeddings=64,
+                pad_token_id=1,
+                decoder_start_token_id=1,
+            ),
+            seq2seq(),
+        ),
+    ]
+
+
+def _hf_other_cases() -> list[Case]:
+    hf = "transformers"
+    return [
+        Case(
+            "unispeech",
+            "speech",
+            hf,
+            _hf("UniSpeechConfig", "UniSpeechModel", ("input_values",), **SMALL_AUDIO),
+            AUDIO,
+        ),
+        Case(
+            "unispeech_sat",
+            "speech",
+            hf,
+            _hf("UniSpeechSatConfig", "UniSpeechSatModel", ("input_values",), **SMALL_AUDIO),
+            AUDIO,
+        ),
+        Case(
+            "audio spectrogram transformer",
+            "speech",
+            hf,
+            _hf(
+                "ASTConfig",
+                "ASTModel",
+                ("input_values",),
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+                patch_size=8,
+                frequency_stride=8,
+                time_stride=8,
+                max_length=32,
+                num_mel_bins=16,
+            ),
+            _ast_inputs,
+        ),
+        Case(
+            "segformer",
+            "vision/segmentation",
+            hf,
+            _hf_image(
+                "SegformerConfig",
+                "SegformerForSemanticSegmentation",
+                num_encoder_blocks=2,
+                depths=[1, 1],
+                sr_ratios=[2, 1],
+                hidden_sizes=[16, 32],
+                patch_sizes=[7, 3],
+                strides=[4, 2],
+                num_attention_heads=[1, 2],
+                mlp_ratios=[2, 2],
+                decoder_hidden_size=32,
+                num_labels=3,
+            ),
+            IMG,
+        ),
+        Case(
+            "dinov2",
+            "vision/classification",
+            hf,
+            _hf_image(
+                "Dinov2Config",
+                "Dinov2Model",
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                mlp_ratio=2,
+                image_size=32,
+                patch_size=8,
+            ),
+            IMG32,
+        ),
+        Case(
+            "swin2sr (super-resolution)",
+            "vision/super-resolution",
+            hf,
+            _hf_image(
+                "Swin2SRConfig",
+                "Swin2SRForImageSuperResolution",
+                image_size=16,
+                patch_size=1,
+                embed_dim=16,
+                depths=[1, 1],
+                num_heads=[1, 1],
+                window_size=4,
+                upscale=2,
+            ),
+            images((2, 16), (1, 16), (3, 16), (1, 24)),
+        ),
+        Case(
+            "bit (weight standardization)",
+            "vision/classification",
+            hf,
+            _hf_image(
+                "BitConfig",
+                "BitForImageClassification",
+                embedding_size=32,
+                hidden_sizes=[128, 128, 128, 128],
+                depths=[1, 1, 1, 1],
+                num_labels=10,
+            ),
+            IMG,
+        ),
+        Case(
+            "hf mobilevit",
+            "vision/classification",
+            hf,
+            _hf_image(
+                "MobileViTConfig",
+                "MobileViTForImageClassification",
+                image_size=64,
+                hidden_sizes=[32, 48, 64],
+                neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64],
+                num_labels=10,
+            ),
+            IMG,
+        ),
+    ]
+
+
+def _torchvision_cases() -> list[Case]:
+    tv, cls = "torchvision", "vision/classification"
+    return [
+        Case("mobilenet_v2", cls, tv, _tv("mobilenet_v2", num_classes=10), IMG),
+        Case("alexnet", cls, tv, _tv("alexnet", num_classes=10), images((2, 64), (1, 64), (3, 96))),
+        Case(
+            "resnext (small)",
+            cls,
+            tv,
+            _tv_class(
+                "ResNet",
+                block=_bottleneck(),
+                layers=[1, 1, 1, 1],
+                groups=4,
+                width_per_group=8,
+                num_classes=10,
+            ),
+            IMG,
+        ),
+        Case(
+            "inception_v3",
+            cls,
+            tv,
+            _tv("inception_v3", num_classes=10, aux_logits=False, init_weights=False),
+            images((2, 80), (1, 80), (2, 96)),
+        ),
+        Case(
+            "maxvit_t (small)",
+            cls,
+            tv,
+            _tv_class(
+                "MaxVit",
+                input_size=(64, 64),
+                stem_channels=16,
+                partition_size=2,
+                block_channels=[16, 32],
+                block_layers=[1, 1],
+                head_dim=8,
+                stochastic_depth_prob=0.0,
+                num_classes=10,
+            ),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case(
+            "swin_v2_t (small)",
+            cls,
+            tv,
+            _tv_class(
+                "SwinTransformer",
+                patch_size=[4, 4],
+                embed_dim=16,
+                depths=[1, 1],
+                num_heads=[1, 2],
+                window_size=[4, 4],
+                block=_swin_v2_block(),
+                downsample_layer=_swin_v2_merging(),
+                num_classes=10,
+            ),
+            IMG,
+        ),
+        Case(
+            "fcn_resnet50 (segmentation)",
+            "vision/segmentation",
+            tv,
+            _tv("fcn_resnet50", num_classes=3, weights_backbone=None, aux_loss=False),
+            images((2, 64), (1, 64), (2, 80)),
+        ),
+        Case(
+            "r2plus1d_18 (video)",
+            "vision/video",
+            tv,
+            _tv("r2plus1d_18", num_classes=10),
+            _video((2, 4, 32), (1, 4, 32), (2, 8, 48)),
+        ),
+    ]
+
+
+def _bottleneck():
+    import torchvision.models.resnet as resnet
+
+    return resnet.Bottleneck
+
+
+def _swin_v2_block():
+    import torchvision.models.swin_transformer as swin
+
+    return swin.SwinTransformerBlockV2
+
+
+def _swin_v2_merging():
+    import torchvision.models.swin_transformer as swin
+
+    return swin.PatchMergingV2
+
+
+def all_cases() -> list[Case]:
+    """Every held-out model, vision first."""
+    return _timm_cases() + _torchvision_cases() + _hf_other_cases() + _hf_text_cases()
