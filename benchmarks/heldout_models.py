@@ -24,6 +24,7 @@ from zoo_models import (
     SMALL_DECODER,
     VOCAB,
     Case,
+    Segmentation,
     _audio,
     _gen,
     _hf,
@@ -765,7 +766,9 @@ def _torchvision_cases() -> list[Case]:
             "fcn_resnet50 (segmentation)",
             "vision/segmentation",
             tv,
-            _tv("fcn_resnet50", num_classes=3, weights_backbone=None, aux_loss=False),
+            _segmentation(
+                _tv("fcn_resnet50", num_classes=3, weights_backbone=None, aux_loss=False)
+            ),
             images((2, 64), (1, 64), (2, 80)),
         ),
         Case(
@@ -776,6 +779,11 @@ def _torchvision_cases() -> list[Case]:
             _video((2, 4, 32), (1, 4, 32), (2, 8, 48)),
         ),
     ]
+
+
+def _segmentation(build: Callable[[], nn.Module]) -> Callable[[], nn.Module]:
+    """torchvision's segmentation models return a dict: a user keeps its "out"."""
+    return lambda: Segmentation(build())
 
 
 def _bottleneck():
@@ -796,6 +804,418 @@ def _swin_v2_merging():
     return swin.PatchMergingV2
 
 
+def _swin3d(**kwargs) -> Callable[[], nn.Module]:
+    def build():
+        from torchvision.models.video import swin_transformer
+
+        return swin_transformer.SwinTransformer3d(**kwargs)
+
+    return build
+
+
+def _mvitv2():
+    def build():
+        from timm.models import mvitv2
+
+        cfg = mvitv2.MultiScaleVitCfg(
+            depths=(1, 1), embed_dim=(16, 32), num_heads=(1, 2), stride_q=((1, 1), (2, 2))
+        )
+        return mvitv2.MultiScaleVit(cfg, img_size=(64, 64), num_classes=10)
+
+    return build
+
+
+def _series_inputs(length: int, pred: int):
+    """Time-series transformers: past values, time features and an observed mask, and the
+    future time features (batch varies; the context length is the model's)."""
+
+    def make():
+        out = []
+        for i, b in enumerate((2, 1, 3)):
+            g = _gen(i)
+            past = torch.randn(b, length, generator=g)
+            past_time = torch.randn(b, length, 2, generator=g)
+            mask = torch.ones(b, length)
+            future_time = torch.randn(b, pred, 2, generator=g)
+            out.append((past, past_time, mask, future_time))
+        return out
+
+    return make
+
+
+def _harder_cases() -> list[Case]:
+    """A second round: kinds whose code is further from the zoo's (data-dependent routing,
+    padding computed from sizes, local and global attention mixes, video, time series)."""
+    t, hf, tv, cls = "timm", "transformers", "torchvision", "vision/classification"
+    return [
+        Case(
+            "timm tf_efficientnet_b0 (same padding)",
+            cls,
+            t,
+            _timm("tf_efficientnet_b0", num_classes=10),
+            images((2, 64), (1, 64), (3, 65), (2, 97)),
+        ),
+        Case("timm res2net (split loop)", cls, t, _timm("res2net50_14w_8s", num_classes=10), IMG),
+        Case("timm resnest14d (split attention)", cls, t, _timm("resnest14d", num_classes=10), IMG),
+        Case(
+            "timm volo (outlook)",
+            cls,
+            t,
+            _timm_class(
+                "volo",
+                "VOLO",
+                layers=[1, 1, 1, 1],
+                img_size=64,
+                embed_dims=[32, 64, 64, 64],
+                num_heads=[1, 2, 2, 2],
+                stem_hidden_dim=16,
+                num_classes=10,
+            ),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case(
+            "timm nest (small)",
+            cls,
+            t,
+            _timm_class(
+                "nest",
+                "Nest",
+                img_size=32,
+                embed_dims=(16, 32, 32),
+                num_heads=(1, 2, 2),
+                depths=(1, 1, 1),
+                num_classes=10,
+            ),
+            images((2, 32), (1, 32), (3, 32)),
+        ),
+        Case(
+            "timm sam vit (windowed, rel pos)",
+            cls,
+            t,
+            _timm_class(
+                "vision_transformer_sam",
+                "VisionTransformerSAM",
+                img_size=64,
+                patch_size=8,
+                embed_dim=32,
+                depth=2,
+                num_heads=2,
+                window_size=3,
+                global_attn_indexes=(1,),
+                use_rel_pos=True,
+                neck_chans=16,
+                num_classes=10,
+                global_pool="avg",
+            ),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case(
+            "timm mvitv2 (pooling attention)", cls, t, _mvitv2(), images((2, 64), (1, 64), (3, 64))
+        ),
+        Case(
+            "timm gcvit (small)",
+            cls,
+            t,
+            _timm_class(
+                "gcvit",
+                "GlobalContextVit",
+                img_size=64,
+                window_size=(2, 2, 2, 2),
+                embed_dim=16,
+                depths=(1, 1, 1, 1),
+                num_heads=(1, 2, 2, 4),
+                num_classes=10,
+            ),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case(
+            "swin3d (video, small)",
+            "vision/video",
+            tv,
+            _swin3d(
+                patch_size=[2, 4, 4],
+                embed_dim=16,
+                depths=[1, 1],
+                num_heads=[1, 2],
+                window_size=[2, 4, 4],
+                stochastic_depth_prob=0.0,
+                num_classes=10,
+            ),
+            _video((2, 4, 32), (1, 4, 32), (2, 6, 40)),
+        ),
+        Case(
+            "canine (character)",
+            "language/encoder",
+            hf,
+            _hf(
+                "CanineConfig",
+                "CanineModel",
+                ENC,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+                downsampling_rate=2,
+                num_hash_buckets=64,
+                local_transformer_stride=4,
+                max_position_embeddings=128,
+            ),
+            text([(2, 8, 0), (1, 8, 0), (3, 6, 0), (2, 8, 3), (1, 12, 2)]),
+        ),
+        Case(
+            "deberta (v1)",
+            "language/encoder",
+            hf,
+            _hf("DebertaConfig", "DebertaModel", ENC, relative_attention=True, **SMALL_BERT),
+            text(),
+        ),
+        Case(
+            "nystromformer",
+            "language/encoder",
+            hf,
+            _hf(
+                "NystromformerConfig",
+                "NystromformerModel",
+                ENC,
+                num_landmarks=4,
+                segment_means_seq_len=8,
+                conv_kernel_size=3,
+                **SMALL_BERT,
+            ),
+            text([(2, 8, 0), (1, 8, 0), (3, 8, 0), (2, 8, 3)]),
+        ),
+        Case(
+            "longt5 (transient global)",
+            "language/encoder-decoder",
+            hf,
+            _hf(
+                "LongT5Config",
+                "LongT5Model",
+                ENC_DEC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                d_model=32,
+                d_kv=16,
+                d_ff=64,
+                num_layers=2,
+                num_heads=2,
+                encoder_attention_type="transient-global",
+                local_radius=2,
+                global_block_size=4,
+            ),
+            seq2seq(),
+        ),
+        Case(
+            "pegasus_x (block local)",
+            "language/encoder-decoder",
+            hf,
+            _hf(
+                "PegasusXConfig",
+                "PegasusXModel",
+                ENC_DEC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                d_model=32,
+                encoder_layers=2,
+                decoder_layers=2,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=64,
+                decoder_ffn_dim=64,
+                num_global_tokens=2,
+                block_size=4,
+                max_position_embeddings=64,
+            ),
+            seq2seq([(2, 8, 0), (1, 8, 0), (3, 12, 0), (2, 8, 3), (1, 4, 0)]),
+        ),
+        Case(
+            "switch_transformers (MoE)",
+            "language/encoder-decoder",
+            hf,
+            _hf(
+                "SwitchTransformersConfig",
+                "SwitchTransformersModel",
+                ENC_DEC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                d_model=32,
+                d_kv=16,
+                d_ff=64,
+                num_layers=2,
+                num_decoder_layers=2,
+                num_heads=2,
+                num_experts=4,
+                expert_capacity=4,
+                num_sparse_encoder_layers=1,
+                num_sparse_decoder_layers=1,
+            ),
+            seq2seq(),
+        ),
+        Case(
+            "prophetnet (n-gram)",
+            "language/encoder-decoder",
+            hf,
+            _hf(
+                "ProphetNetConfig",
+                "ProphetNetModel",
+                ENC_DEC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                hidden_size=32,
+                encoder_ffn_dim=64,
+                decoder_ffn_dim=64,
+                num_encoder_layers=2,
+                num_decoder_layers=2,
+                num_encoder_attention_heads=2,
+                num_decoder_attention_heads=2,
+                ngram=2,
+                num_buckets=8,
+                max_position_embeddings=64,
+            ),
+            seq2seq(),
+        ),
+        Case(
+            "olmoe (MoE)",
+            "language/decoder",
+            hf,
+            _hf(
+                "OlmoeConfig",
+                "OlmoeForCausalLM",
+                ENC,
+                NO_CACHE,
+                num_experts=4,
+                num_experts_per_tok=2,
+                pad_token_id=1,
+                **SMALL_DECODER,
+            ),
+            text(),
+        ),
+        Case(
+            "recurrent_gemma (linear recurrence)",
+            "language/decoder",
+            hf,
+            _hf(
+                "RecurrentGemmaConfig",
+                "RecurrentGemmaForCausalLM",
+                ("input_ids",),
+                NO_CACHE,
+                vocab_size=VOCAB,
+                hidden_size=32,
+                lru_width=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                num_key_value_heads=1,
+                intermediate_size=64,
+                attention_window_size=4,
+                block_types=["recurrent", "attention"],
+            ),
+            lambda: [(ids,) for ids, _ in text()()],
+        ),
+        Case(
+            "speech_to_text",
+            "speech",
+            hf,
+            _hf(
+                "Speech2TextConfig",
+                "Speech2TextModel",
+                ("input_features", "attention_mask", "decoder_input_ids"),
+                NO_CACHE,
+                vocab_size=VOCAB,
+                d_model=32,
+                encoder_layers=2,
+                decoder_layers=2,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=64,
+                decoder_ffn_dim=64,
+                input_feat_per_channel=16,
+                conv_channels=32,
+                num_conv_layers=2,
+                max_source_positions=64,
+                max_target_positions=64,
+            ),
+            _s2t_inputs,
+        ),
+        Case(
+            "vivit (video)",
+            "vision/video",
+            hf,
+            _hf_image(
+                "VivitConfig",
+                "VivitModel",
+                image_size=32,
+                num_frames=4,
+                tubelet_size=[2, 8, 8],
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+            ),
+            lambda: [
+                (torch.randn(b, 4, 3, 32, 32, generator=_gen(i)),) for i, b in enumerate((2, 1, 3))
+            ],
+        ),
+        Case(
+            "dpt (depth)",
+            "vision/depth",
+            hf,
+            _hf_image(
+                "DPTConfig",
+                "DPTForDepthEstimation",
+                hidden_size=32,
+                num_hidden_layers=4,
+                num_attention_heads=2,
+                intermediate_size=64,
+                image_size=32,
+                patch_size=8,
+                backbone_out_indices=[0, 1, 2, 3],
+                neck_hidden_sizes=[8, 16, 16, 32],
+                fusion_hidden_size=16,
+                head_in_index=-1,
+                reassemble_factors=[4, 2, 1, 0.5],
+            ),
+            images((2, 32), (1, 32), (3, 32), (2, 48)),
+        ),
+        Case(
+            "autoformer (time series)",
+            "time series",
+            hf,
+            _hf(
+                "AutoformerConfig",
+                "AutoformerModel",
+                ("past_values", "past_time_features", "past_observed_mask", "future_time_features"),
+                prediction_length=4,
+                context_length=12,
+                lags_sequence=[1, 2],
+                num_time_features=2,
+                d_model=16,
+                encoder_layers=1,
+                decoder_layers=1,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=32,
+                decoder_ffn_dim=32,
+            ),
+            _series_inputs(14, 4),
+        ),
+    ]
+
+
+def _s2t_inputs() -> list[tuple]:
+    out = []
+    for i, (b, n, d) in enumerate([(2, 24, 4), (1, 24, 4), (3, 16, 2), (1, 32, 1)]):
+        feats = torch.randn(b, n, 16, generator=_gen(i))
+        mask = torch.ones(b, n, dtype=torch.long)
+        out.append((feats, mask, torch.randint(4, VOCAB, (b, d), generator=_gen(50 + i))))
+    return out
+
+
 def all_cases() -> list[Case]:
     """Every held-out model, vision first."""
-    return _timm_cases() + _torchvision_cases() + _hf_other_cases() + _hf_text_cases()
+    return (
+        _timm_cases()
+        + _torchvision_cases()
+        + _hf_other_cases()
+        + _hf_text_cases()
+        + _harder_cases()
+    )
