@@ -141,8 +141,10 @@ def table(results: dict) -> list[str]:
 
 def write_markdown(results: dict, path: str) -> None:
     """Replace the block between the markers (or add it at the end)."""
-    with open(path) as f:
-        text = f.read()
+    text = ""
+    if os.path.exists(path):
+        with open(path) as f:
+            text = f.read()
     block = "\n".join(table(results))
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 import tracebridge
-from tracebridge.errors import UnsupportedOpError
+from tracebridge.errors import TracingCheckError, UnsupportedOpError
 
 HERE = os.path.basename(__file__)
 
@@ -77,3 +77,61 @@ def test_a_type_error_not_about_traced_numbers_stays_as_eager_raises_it():
         tracebridge.trace(PlainTypeError(), (x,))
     assert not isinstance(info.value, UnsupportedOpError)
     assert "must be Tensor, not float" in str(info.value)
+
+
+# --- torch.compiler.is_exporting(): the library's shape-general path -----------------------
+
+
+class ResampledPositions(nn.Module):
+    """timm's ``resample_abs_pos_embed`` (ViTs built with ``dynamic_img_size=True``): the
+    position table is interpolated to the patch grid, except when the patch count is the
+    table's -- a shortcut that timm skips under torch.export, whose paths must give the
+    same result."""
+
+    def __init__(self):
+        super().__init__()
+        self.patch = nn.Conv2d(3, 8, 8, stride=8)
+        self.pos = nn.Parameter(torch.randn(1, 16, 8))  # a 4x4 grid: 32x32 images
+
+    def forward(self, x):
+        x = self.patch(x)
+        _, _, h, w = x.shape
+        x = x.flatten(2).transpose(1, 2)
+        pos = self.pos
+        if not torch.compiler.is_exporting() and h * w == pos.shape[1]:
+            return x + pos
+        grid = pos.reshape(1, 4, 4, 8).permute(0, 3, 1, 2)
+        grid = torch.nn.functional.interpolate(grid, size=(h, w), mode="bicubic")
+        return x + grid.permute(0, 2, 3, 1).reshape(1, h * w, 8)
+
+
+def test_is_exporting_is_true_so_a_position_table_is_resampled_at_every_image_size(tmp_path):
+    model = ResampledPositions().eval()
+    traced = tracebridge.trace(model, (torch.randn(2, 3, 32, 32),))
+    path = tmp_path / "m.tb"
+    traced.save(path)
+    loaded = tracebridge.load(path)
+    for shape in [(1, 3, 32, 32), (3, 3, 48, 48), (2, 3, 32, 64)]:
+        x = torch.randn(shape)
+        want = model(x)
+        for fn in (traced, loaded):
+            got = fn(x)
+            assert got.shape == want.shape
+            assert torch.allclose(got, want, atol=1e-5), shape
+    assert not torch.compiler.is_exporting()  # only while tracing
+
+
+class AsksLikePyTorch(nn.Module):
+    def forward(self, x):
+        return x + 1 if torch.compiler.is_exporting() else x - 1
+
+
+def test_is_exporting_keeps_its_answer_for_pytorch_and_outside_tracing():
+    x = torch.zeros(2)
+    # A library whose export path computes something else is caught by the trace's own
+    # check against eager (the code run without the tracer).
+    with pytest.raises(TracingCheckError, match="differs between the code and the trace"):
+        tracebridge.trace(AsksLikePyTorch(), (x,))
+    traced = tracebridge.trace(AsksLikePyTorch(), (x,), check_trace=False)
+    assert torch.equal(traced(x), x + 1)  # this file is library code to the tracer
+    assert torch.equal(AsksLikePyTorch()(x), x - 1)  # eager: not exporting

@@ -6,6 +6,13 @@ Note: library code keeps a trace-friendly path for tracers.
   for every input, where the shortcut would record a guard. So while a tracer of this
   thread records, that check answers True -- but only to code outside PyTorch: PyTorch's
   own modules read it to drive TorchScript's tracer, which must not start.
+  ``torch.compiler.is_exporting()`` answers True to the same code, for the same reason:
+  libraries mark with it the paths that "avoid Python branches on input shape or data that
+  would specialize the exported graph to the example input" and that "must produce the same
+  result as the non-export path" (timm's ``is_exporting``): timm resamples a ViT's position
+  table on every call there instead of returning early when the patch count is the
+  example's, so a trace made at one image size is right at others. ``is_compiling()``
+  stays False: its paths call dynamo's own operators (``associative_scan``).
   ``torch._C._get_tracing_state()`` is left alone: torchvision's paths behind it are
   written for TorchScript's tracer, where sizes are tensors (``torch.stack`` of sizes);
   tracebridge's sizes are traced ints, and torchvision's ordinary paths record general
@@ -38,6 +45,7 @@ from .autograd_function import AutogradFunctions
 _JIT_TRACE = os.path.join(TORCH_DIR, "jit", "_trace.py")
 
 _original_is_tracing = torch._C._is_tracing
+_original_is_exporting = torch.compiler.is_exporting
 _original_has_torch_function = torch.overrides.has_torch_function
 _original_grad_enabled = torch._C.is_grad_enabled
 # Modules whose fused inference path (eager's, in evaluation without autograd) records ops
@@ -84,6 +92,12 @@ def _is_tracing() -> bool:
     if _active() is not None and _asked_by_library():
         return True
     return _original_is_tracing()
+
+
+def _is_exporting() -> bool:
+    if _active() is not None and _asked_by_library():
+        return True
+    return _original_is_exporting()
 
 
 def _message(message) -> str | None:
@@ -134,6 +148,7 @@ def _apply(cls, *args, **kwargs):
 def patch(on: bool) -> None:
     """Install (``on``) or remove the answers above; called with the builtins' patches."""
     torch._C._is_tracing = _is_tracing if on else _original_is_tracing
+    torch.compiler.is_exporting = _is_exporting if on else _original_is_exporting
     torch.overrides.has_torch_function = _has_torch_function if on else _original_has_torch_function
     torch._check = _check if on else _original_check
     torch.autograd.Function.apply = classmethod(_apply) if on else _original_apply
