@@ -18,6 +18,7 @@ from torch import nn
 from zoo_models import (
     ENC,
     ENC_DEC,
+    HF,
     IMG,
     NO_CACHE,
     SMALL_BERT,
@@ -1201,6 +1202,269 @@ def _harder_cases() -> list[Case]:
     ]
 
 
+def _third_cases() -> list[Case]:
+    """A third round: lambda layers and fixed-size relative positions, padding that TensorFlow
+    computes from the input size, vector quantisation, detectors that make anchors per
+    feature-map size, and time series."""
+    t, hf, cls = "timm", "transformers", "vision/classification"
+    return [
+        Case(
+            "timm lambda_resnet26t (lambda layer)",
+            cls,
+            t,
+            _timm("lambda_resnet26t", num_classes=10),
+            IMG64,
+        ),
+        Case(
+            "timm botnet26t (fixed-size rel pos)",
+            cls,
+            t,
+            _timm("botnet26t_256", img_size=64, num_classes=10),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case(
+            "timm tf_mixnet_s (same padding, mixed conv)",
+            cls,
+            t,
+            _timm("tf_mixnet_s", num_classes=10),
+            images((2, 64), (1, 64), (3, 65), (2, 97)),
+        ),
+        Case(
+            "timm skresnet18 (selective kernel)", cls, t, _timm("skresnet18", num_classes=10), IMG
+        ),
+        Case("timm dpn68 (dual path)", cls, t, _timm("dpn68", num_classes=10), IMG),
+        Case(
+            "timm eva02_tiny (rope, swiglu)",
+            cls,
+            t,
+            _timm("eva02_tiny_patch14_224", img_size=56, dynamic_img_size=True, num_classes=10),
+            images((2, 56), (1, 56), (3, 56), (2, 84)),
+        ),
+        Case(
+            "timm vit_relpos (small)",
+            cls,
+            t,
+            _timm(
+                "vit_relpos_small_patch16_224",
+                img_size=32,
+                patch_size=8,
+                embed_dim=32,
+                depth=2,
+                num_heads=2,
+                num_classes=10,
+            ),
+            images((2, 32), (1, 32), (3, 32)),
+        ),
+        Case("timm repghostnet_050", cls, t, _timm("repghostnet_050", num_classes=10), IMG64),
+        Case(
+            "timm swiftformer_xs",
+            cls,
+            t,
+            _timm("swiftformer_xs", num_classes=10),
+            IMG64,
+        ),
+        Case("timm tresnet_m (space to depth)", cls, t, _timm("tresnet_m", num_classes=10), IMG64),
+        Case(
+            "hf mobilenet_v2 (tf padding)",
+            cls,
+            hf,
+            _hf_image(
+                "MobileNetV2Config",
+                "MobileNetV2ForImageClassification",
+                depth_multiplier=0.35,
+                image_size=64,
+                tf_padding=True,
+                num_labels=10,
+            ),
+            images((2, 64), (1, 64), (3, 65), (2, 97)),
+        ),
+        Case(
+            "hf efficientnet",
+            cls,
+            hf,
+            _hf_image(
+                "EfficientNetConfig",
+                "EfficientNetForImageClassification",
+                width_coefficient=0.25,
+                depth_coefficient=0.25,
+                image_size=64,
+                hidden_dim=320,
+                num_labels=10,
+            ),
+            images((2, 64), (1, 64), (3, 65), (2, 97)),
+        ),
+        Case(
+            "data2vec_vision (rel pos bias)",
+            cls,
+            hf,
+            _hf_image(
+                "Data2VecVisionConfig",
+                "Data2VecVisionModel",
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+                image_size=32,
+                patch_size=8,
+                use_relative_position_bias=True,
+            ),
+            images((2, 32), (1, 32), (3, 32)),
+        ),
+        Case(
+            "rt_detr (detector)",
+            "vision/detection-transformer",
+            hf,
+            _rt_detr(),
+            images((2, 64), (1, 64), (3, 96)),
+        ),
+        Case(
+            "xlm (flaubert)",
+            "language/encoder",
+            hf,
+            _hf(
+                "XLMConfig",
+                "XLMModel",
+                ENC,
+                vocab_size=VOCAB,
+                emb_dim=32,
+                n_layers=2,
+                n_heads=2,
+                max_position_embeddings=64,
+                sinusoidal_embeddings=True,
+            ),
+            text(),
+        ),
+        Case(
+            "ctrl",
+            "language/decoder",
+            hf,
+            _hf(
+                "CTRLConfig",
+                "CTRLLMHeadModel",
+                ENC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                n_embd=32,
+                dff=64,
+                n_layer=2,
+                n_head=2,
+                n_positions=64,
+            ),
+            text(),
+        ),
+        Case(
+            "encodec (vector quantisation)",
+            "speech",
+            hf,
+            _encodec(),
+            lambda: [
+                (torch.randn(b, 1, n, generator=_gen(i)),)
+                for i, (b, n) in enumerate([(2, 320), (1, 320), (3, 480)])
+            ],
+        ),
+        Case(
+            "patchtst (time series)",
+            "time series",
+            hf,
+            _hf(
+                "PatchTSTConfig",
+                "PatchTSTModel",
+                ("past_values",),
+                num_input_channels=3,
+                context_length=32,
+                patch_length=8,
+                patch_stride=8,
+                d_model=16,
+                num_attention_heads=2,
+                num_hidden_layers=2,
+                ffn_dim=32,
+            ),
+            lambda: [(torch.randn(b, 32, 3, generator=_gen(i)),) for i, b in enumerate((2, 1, 3))],
+        ),
+        Case(
+            "wav2vec2_bert (conformer)",
+            "speech",
+            hf,
+            _hf(
+                "Wav2Vec2BertConfig",
+                "Wav2Vec2BertModel",
+                ("input_features", "attention_mask"),
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+                feature_projection_input_dim=16,
+                conv_depthwise_kernel_size=3,
+                position_embeddings_type="relative_key",
+                left_max_position_embeddings=8,
+                right_max_position_embeddings=8,
+                vocab_size=VOCAB,
+            ),
+            _w2v_bert_inputs,
+        ),
+    ]
+
+
+def _w2v_bert_inputs() -> list[tuple]:
+    out = []
+    for i, (b, n, pad) in enumerate([(2, 20, 0), (1, 20, 0), (3, 12, 0), (2, 20, 5)]):
+        mask = torch.ones(b, n, dtype=torch.long)
+        if pad:
+            mask[0, n - pad :] = 0
+        out.append((torch.randn(b, n, 16, generator=_gen(i)), mask))
+    return out
+
+
+def _rt_detr():
+    def build():
+        import transformers
+
+        backbone = transformers.RTDetrResNetConfig(
+            embedding_size=16,
+            hidden_sizes=[16, 32, 32, 64],
+            depths=[1, 1, 1, 1],
+            out_features=["stage2", "stage3", "stage4"],
+        )
+        cfg = transformers.RTDetrConfig(
+            backbone_config=backbone,
+            use_timm_backbone=False,
+            use_pretrained_backbone=False,
+            encoder_in_channels=[32, 32, 64],
+            encoder_hidden_dim=32,
+            encoder_ffn_dim=64,
+            d_model=32,
+            decoder_in_channels=[32, 32, 32],
+            decoder_ffn_dim=64,
+            decoder_layers=1,
+            num_queries=10,
+            num_labels=3,
+            decoder_n_points=2,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+        )
+        return HF(transformers.RTDetrForObjectDetection(cfg), ("pixel_values",))
+
+    return build
+
+
+def _encodec():
+    def build():
+        import transformers
+
+        cfg = transformers.EncodecConfig(
+            hidden_size=16,
+            num_filters=4,
+            upsampling_ratios=[4, 2],
+            codebook_size=16,
+            codebook_dim=16,
+            target_bandwidths=[8.0],
+            sampling_rate=8000,
+        )
+        return HF(transformers.EncodecModel(cfg), ("input_values",))
+
+    return build
+
+
 def _s2t_inputs() -> list[tuple]:
     out = []
     for i, (b, n, d) in enumerate([(2, 24, 4), (1, 24, 4), (3, 16, 2), (1, 32, 1)]):
@@ -1218,4 +1482,5 @@ def all_cases() -> list[Case]:
         + _hf_other_cases()
         + _hf_text_cases()
         + _harder_cases()
+        + _third_cases()
     )
