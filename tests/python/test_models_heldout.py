@@ -135,3 +135,40 @@ def test_is_exporting_keeps_its_answer_for_pytorch_and_outside_tracing():
     traced = tracebridge.trace(AsksLikePyTorch(), (x,), check_trace=False)
     assert torch.equal(traced(x), x + 1)  # this file is library code to the tracer
     assert torch.equal(AsksLikePyTorch()(x), x - 1)  # eager: not exporting
+
+
+# --- bool() of a size: a guard that it is not zero, not on its value -----------------------
+
+
+class EmptyCheck(nn.Module):
+    """transformers' LongT5 ``_pad_to_multiple``: ``if not all(x.shape)`` handles an empty
+    input apart; every other size takes the same path."""
+
+    def forward(self, x):
+        pad = -x.shape[1] % 4
+        if not all(x.shape):
+            return torch.zeros(x.shape[0], x.shape[1] + pad)
+        return torch.nn.functional.pad(x, (0, pad)).reshape(x.shape[0], -1, 4).sum(-1)
+
+
+def test_bool_of_a_size_guards_only_that_it_is_not_zero(tmp_path):
+    model = EmptyCheck()
+    traced = tracebridge.trace(model, (torch.randn(2, 8),))
+    path = tmp_path / "m.tb"
+    traced.save(path)
+    loaded = tracebridge.load(path)
+    for shape in [(3, 8), (1, 5), (4, 13)]:
+        x = torch.randn(shape)
+        for fn in (traced, loaded):
+            assert torch.allclose(fn(x), model(x)), shape
+    guards = [
+        node.kwargs["what"]
+        for node in traced.program.methods["forward"].nodes
+        if node.op == "prim.guard"
+    ]
+    assert guards and all("!= 0" in what for what in guards), guards
+    # An empty input takes the other path: refused, naming the line.
+    with pytest.raises(
+        tracebridge.GuardError, match=f"{HERE}:{_line_of(EmptyCheck, 'if not all(x.shape):')}"
+    ):
+        traced(torch.randn(0, 8))

@@ -108,7 +108,10 @@ class _Traced:
         return self._tracer.scalar_op("abs", (self,))
 
     def __bool__(self):
-        return self._tracer.specialize(self, "bool")
+        # ``bool(n)`` is ``n != 0``: the guard states that, not n's value, so that
+        # ``if not all(x.shape)`` (transformers' LongT5: "is any size 0?") holds for
+        # every non-empty input instead of fixing each size.
+        return self._tracer.scalar_compare("ne", self, 0, warn=False)
 
     def __int__(self):
         return self._tracer.specialize(self, "int")
