@@ -172,3 +172,32 @@ def test_bool_of_a_size_guards_only_that_it_is_not_zero(tmp_path):
         tracebridge.GuardError, match=f"{HERE}:{_line_of(EmptyCheck, 'if not all(x.shape):')}"
     ):
         traced(torch.randn(0, 8))
+
+
+# --- complex conjugation: recorded as the public ops it computes ----------------------------
+
+
+class AutoCorrelation(nn.Module):
+    """transformers' Autoformer: correlation of queries and keys through the FFT."""
+
+    def forward(self, q, k):
+        n = q.shape[1]
+        product = torch.fft.rfft(q, n=n, dim=1) * torch.conj(torch.fft.rfft(k, n=n, dim=1))
+        spectrum = product.conj().resolve_conj().conj_physical()  # conj twice, then once more
+        return torch.fft.irfft(spectrum, n=n, dim=1) + torch.conj(q)  # conj of a real: itself
+
+
+def test_conj_is_recorded_as_public_ops_and_right_at_other_lengths(tmp_path):
+    model = AutoCorrelation()
+    traced = tracebridge.trace(model, (torch.randn(2, 12, 4), torch.randn(2, 12, 4)))
+    ops = {node.op for node in traced.program.methods["forward"].nodes}
+    assert {"complex", "Tensor.real", "Tensor.imag"} <= ops
+    assert not any("conj" in op or "resolve" in op for op in ops), ops
+    path = tmp_path / "m.tb"
+    traced.save(path)
+    loaded = tracebridge.load(path)
+    for shape in [(1, 12, 4), (3, 7, 4), (2, 20, 4)]:
+        q, k = torch.randn(shape), torch.randn(shape)
+        want = model(q, k)
+        for fn in (traced, loaded):
+            assert torch.allclose(fn(q, k), want, atol=1e-5), shape

@@ -173,6 +173,12 @@ class LibraryHandlers(AutogradFunctions):
             torch._softmax_backward_data: self._on_softmax_backward,
             torch._log_softmax_backward_data: self._on_log_softmax_backward,
         }
+        for name in ("conj", "conj_physical"):
+            handlers[getattr(torch, name)] = self._on_conj
+            handlers[getattr(torch.Tensor, name)] = self._on_conj
+        for name in ("resolve_conj", "resolve_neg"):
+            handlers[getattr(torch, name)] = self._on_resolve
+            handlers[getattr(torch.Tensor, name)] = self._on_resolve
         return handlers
 
     def label_last_guard(self, cond: bool, message: str | None) -> None:
@@ -244,6 +250,24 @@ class LibraryHandlers(AutogradFunctions):
         with self.mode:
             inner = grad_output.sum(dim, keepdim=True)
             return (grad_output - output.exp() * inner).to(dtype)
+
+    def _on_conj(self, func, input):
+        """``torch.conj`` and ``conj_physical`` (transformers' Autoformer correlates with
+        ``rfft(q) * conj(rfft(k))``), recorded as the public ops they compute: on a complex
+        tensor ``complex(real, -imag)``, the same values as eager's lazily conjugated view;
+        on a real one nothing (eager's ``conj`` returns the tensor itself), so the op set
+        needs no new op for them. A tensor's dtype kind is fixed by the trace's guards."""
+        with torch._C.DisableTorchFunction():
+            complex_input = input.is_complex()
+        with self.mode:
+            if complex_input:
+                return torch.complex(input.real, -input.imag)
+            return input if func in (torch.conj, torch.Tensor.conj) else input.clone()
+
+    def _on_resolve(self, func, input):
+        """``resolve_conj`` and ``resolve_neg`` materialise a lazy conjugate or negation;
+        the recorded ops make none (``_on_conj``), so the values are the input's."""
+        return input
 
     @staticmethod
     def _kernel_dtype(func, *args) -> torch.dtype:
