@@ -9,6 +9,8 @@ from __future__ import annotations
 import inspect
 import math
 import os
+import sys
+import types
 import warnings
 
 import pytest
@@ -201,3 +203,63 @@ def test_conj_is_recorded_as_public_ops_and_right_at_other_lengths(tmp_path):
         want = model(q, k)
         for fn in (traced, loaded):
             assert torch.allclose(fn(q, k), want, atol=1e-5), shape
+
+
+# --- transformers' torch_int / torch_float: traced numbers stay traced ---------------------
+
+_GENERIC = """
+_is_torch_available = True
+
+
+def torch_int(x):
+    if not _is_torch_available:
+        return int(x)
+    import torch
+
+    return x.to(torch.int64) if torch.jit.is_tracing() and isinstance(x, torch.Tensor) else int(x)
+
+
+def torch_float(x):
+    if not _is_torch_available:
+        return float(x)
+    import torch
+
+    traced = torch.jit.is_tracing() and isinstance(x, torch.Tensor)
+    return x.to(torch.float32) if traced else float(x)
+"""
+
+
+@pytest.fixture
+def generic(monkeypatch):
+    """A stand-in for ``transformers.utils.generic`` (the helpers' own code)."""
+    module = types.ModuleType("transformers.utils.generic")
+    exec(_GENERIC, module.__dict__)
+    monkeypatch.setitem(sys.modules, "transformers.utils.generic", module)
+    return module
+
+
+def test_torch_int_of_a_size_stays_general(generic, tmp_path):
+    torch_int, torch_float = generic.torch_int, generic.torch_float  # as models import them
+    own_code = torch_int.__code__
+
+    class GridFromTokens(nn.Module):
+        """transformers' DPT: the patch grid is the square root of the token count."""
+
+        def forward(self, x):
+            batch, tokens, channels = x.shape
+            side = torch_int(tokens**0.5)
+            grid = x.reshape(batch, side, side, channels).permute(0, 3, 1, 2)
+            return grid.mean((2, 3)) * torch_float(torch_int(tokens)) / torch_float(side)
+
+    model = GridFromTokens()
+    traced = tracebridge.trace(model, (torch.randn(2, 16, 3),))
+    path = tmp_path / "m.tb"
+    traced.save(path)
+    loaded = tracebridge.load(path)
+    for shape in [(3, 16, 3), (1, 36, 3), (2, 9, 3)]:
+        x = torch.randn(shape)
+        for fn in (traced, loaded):
+            assert torch.allclose(fn(x), model(x)), shape
+    # After the trace the library's own code runs again.
+    assert torch_int.__code__ is own_code
+    assert torch_int(2.7) == 2 and type(torch_int(2.7)) is int

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..source import called_from_user_code as _called_from_user_code
-from . import library
+from . import helpers, library
 from .numbers import _Traced
 
 if TYPE_CHECKING:  # the tracer imports this module
@@ -160,6 +160,7 @@ for _name in _MATH_OPS:
     BUILTIN_PATCHES.add(math, _name, _TRACED_MATH[_name])
 BUILTIN_PATCHES.add(torch, "is_grad_enabled", _traced_is_grad_enabled)
 BUILTIN_PATCHES.hooks.append(library.patch)  # torch.jit.is_tracing & co
+BUILTIN_PATCHES.hooks.append(helpers.patch)  # transformers' torch_int, torch_float
 
 
 @contextlib.contextmanager
