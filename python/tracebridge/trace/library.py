@@ -6,13 +6,16 @@ Note: library code keeps a trace-friendly path for tracers.
   for every input, where the shortcut would record a guard. So while a tracer of this
   thread records, that check answers True -- but only to code outside PyTorch: PyTorch's
   own modules read it to drive TorchScript's tracer, which must not start.
-  ``torch.compiler.is_exporting()`` answers True to the same code, for the same reason:
-  libraries mark with it the paths that "avoid Python branches on input shape or data that
-  would specialize the exported graph to the example input" and that "must produce the same
-  result as the non-export path" (timm's ``is_exporting``): timm resamples a ViT's position
-  table on every call there instead of returning early when the patch count is the
-  example's, so a trace made at one image size is right at others. ``is_compiling()``
-  stays False: its paths call dynamo's own operators (``associative_scan``).
+  ``torch.compiler.is_exporting()`` answers True to timm (``_EXPORT_SAME_RESULT``), for
+  the same reason: timm marks with it the paths that "avoid Python branches on input shape
+  or data that would specialize the exported graph to the example input" and that "must
+  produce the same result as the non-export path" (``timm.layers.is_exporting``), so it
+  resamples a ViT's position table on every call there instead of returning early when the
+  patch count is the example's: a trace made at one image size is right at others. Other
+  libraries make no such promise and keep the real answer: transformers builds an explicit
+  mask when exporting where it would pass none, and Autoformer's mask path then fails
+  (its masked path reshapes its correlation by the key length). ``is_compiling()`` stays
+  False: its paths call dynamo's own operators (``associative_scan``).
   ``torch._C._get_tracing_state()`` is left alone: torchvision's paths behind it are
   written for TorchScript's tracer, where sizes are tensors (``torch.stack`` of sizes);
   tracebridge's sizes are traced ints, and torchvision's ordinary paths record general
@@ -94,9 +97,16 @@ def _is_tracing() -> bool:
     return _original_is_tracing()
 
 
+# Code whose export paths promise the eager result without branching on sizes: the paths
+# (parts of a file name) of the libraries ``torch.compiler.is_exporting()`` answers True to.
+_EXPORT_SAME_RESULT = (f"{os.sep}timm{os.sep}",)
+
+
 def _is_exporting() -> bool:
-    if _active() is not None and _asked_by_library():
-        return True
+    if _active() is not None:
+        caller = sys._getframe(1).f_code.co_filename
+        if any(part in caller for part in _EXPORT_SAME_RESULT):
+            return True
     return _original_is_exporting()
 
 
