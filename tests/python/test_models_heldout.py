@@ -276,3 +276,45 @@ def test_torch_int_of_a_size_stays_general(generic, tmp_path):
     # After the trace the library's own code runs again.
     assert torch_int.__code__ is own_code
     assert torch_int(2.7) == 2 and type(torch_int(2.7)) is int
+
+
+# --- nn.Module.to() in traced code --------------------------------------------------------
+
+
+class Router(nn.Module):
+    """Switch Transformers' router converts its classifier on every call."""
+
+    def __init__(self, dtype=torch.float32):
+        super().__init__()
+        self.classifier = nn.Linear(4, 3)
+        self.dtype = dtype
+
+    def forward(self, x):
+        self.classifier = self.classifier.to(self.dtype)
+        return self.classifier(x.to(self.dtype)).softmax(-1)
+
+
+def test_module_to_that_changes_nothing_is_nothing(tmp_path):
+    model = Router()
+    traced = tracebridge.trace(model, (torch.randn(2, 5, 4),))
+    path = tmp_path / "m.tb"
+    traced.save(path)
+    loaded = tracebridge.load(path)
+    for shape in [(1, 5, 4), (3, 2, 4)]:
+        x = torch.randn(shape)
+        for fn in (traced, loaded):
+            assert torch.allclose(fn(x), model(x)), shape
+    assert model.classifier.weight.dtype == torch.float32
+
+
+def test_module_to_that_would_convert_is_refused_naming_the_line():
+    model = Router(dtype=torch.float64)
+    with pytest.raises(UnsupportedOpError) as info:
+        tracebridge.trace(model, (torch.randn(2, 5, 4),))
+    message = str(info.value)
+    assert f"{HERE}:{_line_of(Router, 'self.classifier.to(self.dtype)')}" in message
+    assert "Linear.to(...)" in message and "convert the model before tracing" in message
+    assert model.classifier.weight.dtype == torch.float32  # the model is left as it was
+    model.to(torch.float64)  # converted first: the call in forward changes nothing
+    x = torch.randn(2, 5, 4)
+    assert torch.allclose(tracebridge.trace(model, (x,))(x), model(x))

@@ -42,6 +42,7 @@ import sys
 
 import torch
 
+from ..errors import UnsupportedOpError
 from ..source import OWN_DIR, TORCH_DIR
 from .autograd_function import AutogradFunctions
 
@@ -70,6 +71,7 @@ _FUSED = {
     ),
 }
 _original_check = torch._check
+_original_module_to = torch.nn.Module.to
 _original_apply = torch.autograd.Function.__dict__["apply"]  # a classmethod object
 
 
@@ -147,6 +149,41 @@ def _check(cond, message=None):
     return _original_check(cond, message)
 
 
+def _module_to(module, *args, **kwargs):
+    """``nn.Module.to`` in traced code (Switch Transformers' router runs
+    ``self.classifier = self.classifier.to(self.dtype)`` on every call): where every
+    parameter and buffer already has that device and dtype it changes nothing, in eager as
+    in the trace, and returns the module; a conversion that would change them is refused,
+    naming the line, since the graph reads the model's state and cannot convert it."""
+    tracer = _active()
+    if tracer is None:
+        return _original_module_to(module, *args, **kwargs)
+    with torch._C.DisableTorchFunction():
+        device, dtype, _, memory_format = torch._C._nn._parse_to(*args, **kwargs)
+        tensors = [*module.parameters(), *module.buffers()]
+        unchanged = memory_format is None and all(
+            _same_device(t.device, device)
+            and (dtype is None or not (t.is_floating_point() or t.is_complex()) or t.dtype == dtype)
+            for t in tensors
+        )
+    if unchanged:
+        return module
+    where = tracer.location() or "unknown location"
+    raise UnsupportedOpError(
+        f"cannot record {type(module).__name__}.to(...) at {where}: "
+        "it would convert the module's parameters or buffers while tracing (device "
+        f"{device}, dtype {dtype}, memory format {memory_format}), and a graph reads the "
+        "model's state but does not convert it; convert the model before tracing "
+        "(model.to(...)), so that this call changes nothing"
+    )
+
+
+def _same_device(have: torch.device, want: torch.device | None) -> bool:
+    if want is None:
+        return True
+    return have.type == want.type and (want.index is None or want.index == have.index)
+
+
 def _apply(cls, *args, **kwargs):
     apply = _original_apply.__get__(None, cls)
     tracer = _active()
@@ -161,6 +198,7 @@ def patch(on: bool) -> None:
     torch.compiler.is_exporting = _is_exporting if on else _original_is_exporting
     torch.overrides.has_torch_function = _has_torch_function if on else _original_has_torch_function
     torch._check = _check if on else _original_check
+    torch.nn.Module.to = _module_to if on else _original_module_to
     torch.autograd.Function.apply = classmethod(_apply) if on else _original_apply
 
 
