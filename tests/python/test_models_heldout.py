@@ -318,3 +318,42 @@ def test_module_to_that_would_convert_is_refused_naming_the_line():
     model.to(torch.float64)  # converted first: the call in forward changes nothing
     x = torch.randn(2, 5, 4)
     assert torch.allclose(tracebridge.trace(model, (x,))(x), model(x))
+
+
+# --- a loop over range() of traced bounds: the number of steps is guarded -------------------
+
+
+class WholeChunks(nn.Module):
+    """transformers' EnCodec: ``for offset in range(0, length, stride)`` with the stride the
+    whole length when no chunking is configured -- one step for every length."""
+
+    def forward(self, x):
+        length = x.shape[-1]
+        frames = [x[..., offset : offset + length].mean(-1) for offset in range(0, length, length)]
+        return torch.stack(frames, -1)
+
+
+class Blocks(nn.Module):
+    def forward(self, x):
+        blocks = [x[:, i : i + 4].sum(1) for i in range(0, x.shape[1], 4)]
+        return torch.stack(blocks, 1)
+
+
+def test_a_loop_over_a_traced_range_guards_its_number_of_steps(tmp_path):
+    chunks = tracebridge.trace(WholeChunks(), (torch.randn(2, 320),))
+    for shape in [(1, 480), (3, 7)]:
+        x = torch.randn(shape)
+        assert torch.allclose(chunks(x), WholeChunks()(x)), shape
+    blocks = tracebridge.trace(Blocks(), (torch.randn(2, 10),))
+    path = tmp_path / "m.tb"
+    blocks.save(path)
+    loaded = tracebridge.load(path)
+    for shape in [(2, 12), (1, 9), (3, 10)]:  # three blocks of 4 (the last one short)
+        x = torch.randn(shape)
+        for fn in (blocks, loaded):
+            assert torch.allclose(fn(x), Blocks()(x)), shape
+    line = _line_of(Blocks, "for i in range(0, x.shape[1], 4)")
+    with pytest.raises(
+        tracebridge.GuardError, match=f"loop.*== 3, but now it is 4(.|\\n)*{HERE}:{line}"
+    ):
+        loaded(torch.randn(1, 13))  # four blocks: another unrolled loop
