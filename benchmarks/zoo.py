@@ -454,15 +454,6 @@ LIMITS.update(
             "wrong at every other length (max abs error 0.18 and 0.35); torch.export fails "
             "its guard `size()[1] == 8`."
         ),
-        "timm eva (rope)": (
-            "With `dynamic_img_size=True`, timm resamples the position embedding only when "
-            "the number of patches changed, and always under torch.export "
-            "(`timm/layers/pos_embed.py:34`: `if not is_exporting() and num_new_tokens == "
-            "num_pos_tokens: return posemb`). The trace took the early return at 32x32 and "
-            "guards it, so 48x48 raises GuardError naming line 34; torch.export is right "
-            "because the library takes the general path when it knows it is exporting. "
-            "torch.jit.trace fails at 48x48 in `_pos_embed`."
-        ),
         "bigbird (block sparse)": (
             "BigBird's block-sparse attention builds its random-block plan with numpy from "
             "the sequence length (`transformers/models/big_bird/modeling_big_bird.py:373`, "
@@ -840,10 +831,11 @@ def main() -> None:
         entry["tools"] = merged
         results[name] = entry
     order = [c.name for c in all_cases()]
+    earlier = results.get("_meta", {})  # read before the reordering below drops it
     results = {k: results[k] for k in order if k in results}
     meta = versions()
     if opts.only or opts.part:  # some models again: the table says which, after the full run
-        reruns = results.get("_meta", {}).get("reruns", [])
+        reruns = earlier.get("reruns", [])
         again = [n for n in fresh if n in old_names]
         if again:
             reruns = reruns + [{"date": meta["date"], "models": again, "tools": tools}]

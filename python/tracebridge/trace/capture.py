@@ -18,6 +18,7 @@ from ..errors import TraceError, TracerWarning
 from ..ir import Graph, StateEntry, pytree
 from ..ir.pytree import is_tensor
 from . import caches
+from .numbers import number_given_for_tensor
 from .tracer import SymFloat, SymInt, Tracer, recording
 
 
@@ -191,7 +192,13 @@ def capture(
 def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: bool) -> Graph:
     graph = tracer.graph
     with recording(tracer):
-        result = fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except TypeError as exc:
+            refusal = number_given_for_tensor(exc)
+            if refusal is None:
+                raise
+            raise refusal from exc
         try:
             out_leaves, graph.out_spec = pytree.flatten(
                 result, lambda x: isinstance(x, (torch.Tensor, SymInt, SymFloat))

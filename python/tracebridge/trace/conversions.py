@@ -85,7 +85,7 @@ class Conversions:
         self._emit(f"scalar.{op}", args, outputs=[value], out_spec=pytree.LEAF, loc=self.location())
         return self._wrap_scalar(result, Ref(value.id), desc)
 
-    def scalar_compare(self, op: str, left, right):
+    def scalar_compare(self, op: str, left, right, warn: bool = True):
         concrete = [o._concrete() if isinstance(o, _Traced) else o for o in (left, right)]
         if not all(isinstance(c, (int, float)) for c in concrete):
             return NotImplemented
@@ -103,7 +103,7 @@ class Conversions:
         descs = [o._desc if isinstance(o, _Traced) else repr(o) for o in (left, right)]
         what = f"{descs[0]} {symbols[op]} {descs[1]}"
         self.guard(Ref(value.id), result, what, "branch", loc)
-        if _called_from_user_code():
+        if warn and _called_from_user_code():
             # PyTorch's own shape checks compare sizes all the time; only the user's
             # comparisons are decisions worth a warning.
             self.warn(

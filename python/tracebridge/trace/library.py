@@ -6,6 +6,16 @@ Note: library code keeps a trace-friendly path for tracers.
   for every input, where the shortcut would record a guard. So while a tracer of this
   thread records, that check answers True -- but only to code outside PyTorch: PyTorch's
   own modules read it to drive TorchScript's tracer, which must not start.
+  ``torch.compiler.is_exporting()`` answers True to timm (``_EXPORT_SAME_RESULT``), for
+  the same reason: timm marks with it the paths that "avoid Python branches on input shape
+  or data that would specialize the exported graph to the example input" and that "must
+  produce the same result as the non-export path" (``timm.layers.is_exporting``), so it
+  resamples a ViT's position table on every call there instead of returning early when the
+  patch count is the example's: a trace made at one image size is right at others. Other
+  libraries make no such promise and keep the real answer: transformers builds an explicit
+  mask when exporting where it would pass none, and Autoformer's mask path then fails
+  (its masked path reshapes its correlation by the key length). ``is_compiling()`` stays
+  False: its paths call dynamo's own operators (``associative_scan``).
   ``torch._C._get_tracing_state()`` is left alone: torchvision's paths behind it are
   written for TorchScript's tracer, where sizes are tensors (``torch.stack`` of sizes);
   tracebridge's sizes are traced ints, and torchvision's ordinary paths record general
@@ -32,12 +42,14 @@ import sys
 
 import torch
 
+from ..errors import UnsupportedOpError
 from ..source import OWN_DIR, TORCH_DIR
 from .autograd_function import AutogradFunctions
 
 _JIT_TRACE = os.path.join(TORCH_DIR, "jit", "_trace.py")
 
 _original_is_tracing = torch._C._is_tracing
+_original_is_exporting = torch.compiler.is_exporting
 _original_has_torch_function = torch.overrides.has_torch_function
 _original_grad_enabled = torch._C.is_grad_enabled
 # Modules whose fused inference path (eager's, in evaluation without autograd) records ops
@@ -59,6 +71,7 @@ _FUSED = {
     ),
 }
 _original_check = torch._check
+_original_module_to = torch.nn.Module.to
 _original_apply = torch.autograd.Function.__dict__["apply"]  # a classmethod object
 
 
@@ -84,6 +97,19 @@ def _is_tracing() -> bool:
     if _active() is not None and _asked_by_library():
         return True
     return _original_is_tracing()
+
+
+# Code whose export paths promise the eager result without branching on sizes: the paths
+# (parts of a file name) of the libraries ``torch.compiler.is_exporting()`` answers True to.
+_EXPORT_SAME_RESULT = (f"{os.sep}timm{os.sep}",)
+
+
+def _is_exporting() -> bool:
+    if _active() is not None:
+        caller = sys._getframe(1).f_code.co_filename
+        if any(part in caller for part in _EXPORT_SAME_RESULT):
+            return True
+    return _original_is_exporting()
 
 
 def _message(message) -> str | None:
@@ -123,6 +149,41 @@ def _check(cond, message=None):
     return _original_check(cond, message)
 
 
+def _module_to(module, *args, **kwargs):
+    """``nn.Module.to`` in traced code (Switch Transformers' router runs
+    ``self.classifier = self.classifier.to(self.dtype)`` on every call): where every
+    parameter and buffer already has that device and dtype it changes nothing, in eager as
+    in the trace, and returns the module; a conversion that would change them is refused,
+    naming the line, since the graph reads the model's state and cannot convert it."""
+    tracer = _active()
+    if tracer is None:
+        return _original_module_to(module, *args, **kwargs)
+    with torch._C.DisableTorchFunction():
+        device, dtype, _, memory_format = torch._C._nn._parse_to(*args, **kwargs)
+        tensors = [*module.parameters(), *module.buffers()]
+        unchanged = memory_format is None and all(
+            _same_device(t.device, device)
+            and (dtype is None or not (t.is_floating_point() or t.is_complex()) or t.dtype == dtype)
+            for t in tensors
+        )
+    if unchanged:
+        return module
+    where = tracer.location() or "unknown location"
+    raise UnsupportedOpError(
+        f"cannot record {type(module).__name__}.to(...) at {where}: "
+        "it would convert the module's parameters or buffers while tracing (device "
+        f"{device}, dtype {dtype}, memory format {memory_format}), and a graph reads the "
+        "model's state but does not convert it; convert the model before tracing "
+        "(model.to(...)), so that this call changes nothing"
+    )
+
+
+def _same_device(have: torch.device, want: torch.device | None) -> bool:
+    if want is None:
+        return True
+    return have.type == want.type and (want.index is None or want.index == have.index)
+
+
 def _apply(cls, *args, **kwargs):
     apply = _original_apply.__get__(None, cls)
     tracer = _active()
@@ -134,8 +195,10 @@ def _apply(cls, *args, **kwargs):
 def patch(on: bool) -> None:
     """Install (``on``) or remove the answers above; called with the builtins' patches."""
     torch._C._is_tracing = _is_tracing if on else _original_is_tracing
+    torch.compiler.is_exporting = _is_exporting if on else _original_is_exporting
     torch.overrides.has_torch_function = _has_torch_function if on else _original_has_torch_function
     torch._check = _check if on else _original_check
+    torch.nn.Module.to = _module_to if on else _original_module_to
     torch.autograd.Function.apply = classmethod(_apply) if on else _original_apply
 
 
@@ -158,6 +221,12 @@ class LibraryHandlers(AutogradFunctions):
             torch._softmax_backward_data: self._on_softmax_backward,
             torch._log_softmax_backward_data: self._on_log_softmax_backward,
         }
+        for name in ("conj", "conj_physical"):
+            handlers[getattr(torch, name)] = self._on_conj
+            handlers[getattr(torch.Tensor, name)] = self._on_conj
+        for name in ("resolve_conj", "resolve_neg"):
+            handlers[getattr(torch, name)] = self._on_resolve
+            handlers[getattr(torch.Tensor, name)] = self._on_resolve
         return handlers
 
     def label_last_guard(self, cond: bool, message: str | None) -> None:
@@ -229,6 +298,24 @@ class LibraryHandlers(AutogradFunctions):
         with self.mode:
             inner = grad_output.sum(dim, keepdim=True)
             return (grad_output - output.exp() * inner).to(dtype)
+
+    def _on_conj(self, func, input):
+        """``torch.conj`` and ``conj_physical`` (transformers' Autoformer correlates with
+        ``rfft(q) * conj(rfft(k))``), recorded as the public ops they compute: on a complex
+        tensor ``complex(real, -imag)``, the same values as eager's lazily conjugated view;
+        on a real one nothing (eager's ``conj`` returns the tensor itself), so the op set
+        needs no new op for them. A tensor's dtype kind is fixed by the trace's guards."""
+        with torch._C.DisableTorchFunction():
+            complex_input = input.is_complex()
+        with self.mode:
+            if complex_input:
+                return torch.complex(input.real, -input.imag)
+            return input if func in (torch.conj, torch.Tensor.conj) else input.clone()
+
+    def _on_resolve(self, func, input):
+        """``resolve_conj`` and ``resolve_neg`` materialise a lazy conjugate or negation;
+        the recorded ops make none (``_on_conj``), so the values are the input's."""
+        return input
 
     @staticmethod
     def _kernel_dtype(func, *args) -> torch.dtype:

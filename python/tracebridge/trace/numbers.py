@@ -6,9 +6,12 @@ that turns it into a plain Python value goes through the tracer (recorded or gua
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
+from ..errors import UnsupportedOpError
 from ..ir.program import Ref
+from ..source import is_internal, source_line
 from .caches import cache_lookup, miss_hash
 from .text import formatted
 
@@ -105,7 +108,10 @@ class _Traced:
         return self._tracer.scalar_op("abs", (self,))
 
     def __bool__(self):
-        return self._tracer.specialize(self, "bool")
+        # ``bool(n)`` is ``n != 0``: the guard states that, not n's value, so that
+        # ``if not all(x.shape)`` (transformers' LongT5: "is any size 0?") holds for
+        # every non-empty input instead of fixing each size.
+        return self._tracer.scalar_compare("ne", self, 0, warn=False)
 
     def __int__(self):
         return self._tracer.specialize(self, "int")
@@ -177,3 +183,43 @@ class SymSize(tuple):
         for dim in self:
             result = result * dim
         return result
+
+
+_NAMED = re.compile(r"\b(SymInt|SymFloat)\b")
+
+
+def number_given_for_tensor(exc: TypeError) -> UnsupportedOpError | None:
+    """The refusal to raise for a ``TypeError`` that PyTorch's argument parser raised on a
+    traced number (``torch.ceil(h / p)``: "must be Tensor, not SymFloat"), else None.
+
+    Eager PyTorch refuses a Python number there too, so such a line is reached only on a
+    path that eager code does not take: behind ``torch.jit.is_tracing()``, which answers
+    True to library code while tracebridge traces (trace/library.py), written for
+    torch.jit.trace, whose sizes are 0-dim tensors. The parser raises before the tracer
+    sees the call, so the message names the line from the traceback and says what to do.
+    """
+    match = _NAMED.search(str(exc))
+    if match is None:
+        return None
+    loc = None
+    tb = exc.__traceback__
+    while tb is not None:  # the innermost frame of the user's (or the library's) code
+        filename = tb.tb_frame.f_code.co_filename
+        if not is_internal(filename):
+            loc = f"{filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    line = source_line(loc).strip() if loc else ""
+    kind = (
+        "size or a number computed from sizes"
+        if match.group(1) == "SymInt"
+        else ("number computed from sizes")
+    )
+    return UnsupportedOpError(
+        f"a traced {kind} ({match.group(1)}) is passed where PyTorch takes only a tensor, "
+        f"at {loc or 'unknown location'}" + (f" (`{line}`)" if line else "") + f": {exc}. "
+        "Eager PyTorch refuses a Python number there too; code reaches such a line on a "
+        "path written for torch.jit.trace, whose sizes are 0-dim tensors (behind "
+        "`torch.jit.is_tracing()`, which is True for library code while tracebridge "
+        "traces). Compute the value with Python arithmetic (math.ceil(h / p)), or make the "
+        "tensor explicitly (torch.tensor(h))"
+    )

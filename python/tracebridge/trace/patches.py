@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..source import called_from_user_code as _called_from_user_code
-from . import library
+from . import helpers, library
 from .numbers import _Traced
 
 if TYPE_CHECKING:  # the tracer imports this module
@@ -55,22 +55,46 @@ class _traced_range(metaclass=_TracedRangeMeta):  # noqa: N801 - stands in for b
     def __new__(cls, *args):
         active = _tracers.stack
         if active and any(isinstance(a, _Traced) for a in args):
-            tracer = active[-1]
-            plain = []
-            for a in args:
-                if isinstance(a, _Traced):
-                    tracer.guard(
-                        tracer.scalar_ref(a), a._concrete(), a._desc, "loop", tracer.location()
-                    )
-                    tracer.warn(
-                        f"a Python loop over the traced size {a._desc} is unrolled "
-                        f"for {a._concrete()}; calls with another size raise GuardError"
-                    )
-                    plain.append(a._concrete())
-                else:
-                    plain.append(a)
-            return _original_range(*plain)
+            return _unrolled(active[-1], *args)
         return _original_range(*args)
+
+
+def _unrolled(tracer: Tracer, *args):
+    """The values of ``range(*args)`` with traced bounds, for a loop the trace unrolls.
+
+    What fixes the unrolled code is the number of steps, so that is what is guarded, not
+    each bound: ``range(0, n, n)`` (transformers' EnCodec cuts its input into chunks of
+    the whole length) is one step for every ``n``. The values are traced where a bound
+    they depend on is (``start + i * step``), plain where they are constants: ``range(n)``
+    gives 0, 1, ... and guards ``n`` as before. The result is a tuple: code that needs a
+    ``range`` object (``r.start``) of traced bounds is rare.
+    """
+    start, stop, step = (0, args[0], 1) if len(args) == 1 else (*args, 1)[:3]
+    if isinstance(step, _Traced) and not step._concrete():
+        raise ValueError("range() arg 3 must not be zero")
+
+    def positive(n) -> bool:  # a traced comparison is guarded where it is made
+        return tracer.scalar_compare("gt", n, 0, warn=False) if isinstance(n, _Traced) else n > 0
+
+    plain_start, plain_step = not isinstance(start, _Traced), not isinstance(step, _Traced)
+    if plain_start and plain_step and start == 0 and step == 1:
+        count = stop  # the count is the bound itself
+    else:
+        forward = positive(step)
+        gap = stop - start if forward else start - stop
+        stride = step if forward else -step
+        count = (gap + stride - 1) // stride if positive(gap) else 0
+    if isinstance(count, _Traced):
+        concrete = count._concrete()
+        tracer.guard(tracer.scalar_ref(count), concrete, count._desc, "loop", tracer.location())
+        tracer.warn(
+            f"a Python loop over the traced size {count._desc} is unrolled "
+            f"for {concrete}; calls with another size raise GuardError"
+        )
+        count = concrete
+    if plain_start and plain_step:
+        return tuple(_original_range(start, start + count * step, step))
+    return tuple(start if i == 0 else start + i * step for i in _original_range(max(count, 0)))
 
 
 # math functions read an int's value in C without a hook: while tracing, the ones code
@@ -160,6 +184,7 @@ for _name in _MATH_OPS:
     BUILTIN_PATCHES.add(math, _name, _TRACED_MATH[_name])
 BUILTIN_PATCHES.add(torch, "is_grad_enabled", _traced_is_grad_enabled)
 BUILTIN_PATCHES.hooks.append(library.patch)  # torch.jit.is_tracing & co
+BUILTIN_PATCHES.hooks.append(helpers.patch)  # transformers' torch_int, torch_float
 
 
 @contextlib.contextmanager

@@ -1,0 +1,214 @@
+"""The held-out sweep: published models the zoo does not hold, traced as the zoo traces.
+
+``benchmarks/zoo.py`` measures the models tracebridge is developed against; this script is
+the check from outside, on cases it has not seen (``benchmarks/heldout_models.py``). It
+reuses the zoo's machinery unchanged (``zoo.run_case``: trace once on the first input set,
+call on the others and compare with eager; save; reload every artifact in a fresh process
+and run it again), for tracebridge and ``torch.jit.trace`` side by side, and runs each model
+in a process of its own under a time limit, so that one model that hangs or takes the
+machine's memory costs only its own row. Results go to ``benchmarks/heldout_results.json``
+(``--only`` re-runs some models and keeps the rest) and the table to the block between
+``<!-- heldout:begin -->`` and ``<!-- heldout:end -->`` of ``benchmarks/RESULTS.md``.
+
+    PYTHONPATH=$PWD/python /work/venvs/zoo/bin/python benchmarks/heldout.py
+    PYTHONPATH=$PWD/python /work/venvs/zoo/bin/python benchmarks/heldout.py --only gptj
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import torch  # noqa: E402
+
+import zoo  # noqa: E402 - imports zoo_env before torchvision
+
+TOOLS = ("tracebridge", "jit")
+RESULTS = os.path.join(HERE, "heldout_results.json")
+MARKDOWN = os.path.join(HERE, "RESULTS.md")
+BEGIN, END = "<!-- heldout:begin -->", "<!-- heldout:end -->"
+SHOWN = {"right": "right", "WRONG": "**SILENTLY WRONG**", "error": "refused", "-": "-"}
+
+
+def run_one(name: str, out: str, limit: int) -> None:
+    """In a process of its own: trace, call, save and reload one model."""
+    from heldout_models import all_cases
+
+    torch.set_num_threads(zoo.THREADS)
+    case = next(c for c in all_cases() if c.name == name)
+    with tempfile.TemporaryDirectory() as workdir:
+        entry, reloads = zoo.run_case(case, TOOLS, workdir, 0, limit)
+        after = zoo.run_reloads(reloads, workdir) if reloads else {}
+    for tool, cell in entry["tools"].items():
+        if (name, tool) in after:
+            cell["reload"] = after[(name, tool)]
+    with open(out, "w") as f:
+        json.dump(entry, f)
+
+
+def run_all(names: list[str], results: dict, limit: int, path: str) -> None:
+    """Each model in a fresh process; a model past ``3 * limit`` seconds is recorded as such."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    for i, name in enumerate(names):
+        print(f"[{i + 1}/{len(names)}] {name}", flush=True)
+        started = time.time()
+        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+            out = f.name
+        command = [sys.executable, __file__, "--one", name, "--out", out, "--limit", str(limit)]
+        try:
+            proc = subprocess.run(
+                command, env=env, capture_output=True, text=True, timeout=3 * limit
+            )
+            if proc.returncode == 0:
+                with open(out) as f:
+                    entry = json.load(f)
+            else:
+                entry = {"eager": "the process failed: " + proc.stderr.strip()[-300:]}
+        except subprocess.TimeoutExpired:
+            entry = {"eager": f"took more than {3 * limit} s in all"}
+        finally:
+            os.unlink(out)
+        entry["seconds"] = round(time.time() - started, 1)
+        results[name] = entry
+        for tool, cell in entry.get("tools", {}).items():
+            status, detail = zoo.verdict(cell)
+            print(f"    {tool:12s} {status:6s} {detail[:200]}", flush=True)
+        with open(path, "w") as f:  # after every model: a long sweep keeps what it did
+            json.dump(results, f, indent=1)
+
+
+def table(results: dict) -> list[str]:
+    from heldout_models import all_cases
+
+    cases = {c.name: c for c in all_cases()}
+    meta = results.get("_meta", {})
+    rows, details = [], []
+    counts = {t: {"right": 0, "WRONG": 0, "error": 0} for t in TOOLS}
+    for name, case in cases.items():
+        entry = results.get(name)
+        if entry is None:
+            continue
+        cells = []
+        for tool in TOOLS:
+            status, detail = zoo.verdict(entry.get("tools", {}).get(tool))
+            if status in counts[tool]:
+                counts[tool][status] += 1
+            cells.append(SHOWN.get(status, status))
+            if detail:
+                details.append(f"- **{name}**, {tool}: {detail}")
+        if entry.get("eager"):
+            cells = ["(eager: " + entry["eager"][:60] + ")"] * len(TOOLS)
+        rows.append(f"| {name} | {case.category} | {case.source} | " + " | ".join(cells) + " |")
+    lines = [
+        BEGIN,
+        "### Held-out sweep: published models the zoo does not hold",
+        "",
+        "Made by `PYTHONPATH=$PWD/python /work/venvs/zoo/bin/python benchmarks/heldout.py`",
+        f"({meta.get('date', '?')}; torch {meta.get('torch', '?')}, timm "
+        f"{meta.get('timm', '?')}, transformers {meta.get('transformers', '?')}; CPU, one "
+        "thread). Models in `benchmarks/heldout_models.py`, each traced by the zoo's own",
+        "`run_case` (trace on the first input set, call on the others, save, reload in a fresh",
+        "process): **right** when every call that eager runs is right in process and after",
+        "reloading, **SILENTLY WRONG** when an output differs with no error, **refused** when",
+        "the tool raised (the reason is below the table).",
+        "",
+        "| tool | right on every shape | silently wrong | refused |",
+        "| --- | --- | --- | --- |",
+        *(f"| {tool} | {c['right']} | {c['WRONG']} | {c['error']} |" for tool, c in counts.items()),
+        "",
+        "| model | kind | from | tracebridge | torch.jit.trace |",
+        "| --- | --- | --- | --- | --- |",
+        *rows,
+        "",
+        "Why a cell is not right:",
+        "",
+        *details,
+        END,
+    ]
+    return lines
+
+
+def write_markdown(results: dict, path: str) -> None:
+    """Replace the block between the markers (or add it at the end)."""
+    text = ""
+    if os.path.exists(path):
+        with open(path) as f:
+            text = f.read()
+    block = "\n".join(table(results))
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + block + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block + "\n"
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def check_names() -> None:
+    """The held-out list and the zoo hold no model in common."""
+    from heldout_models import all_cases as held
+    from zoo_models import all_cases as zoo_cases
+
+    common = {c.name for c in held()} & {c.name for c in zoo_cases()}
+    if common:
+        raise SystemExit(f"in the zoo already: {sorted(common)}")
+    print(f"{len(held())} held-out models, none in the zoo")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", help="model name (repeatable)")
+    parser.add_argument("--limit", type=int, default=180, help="seconds per step")
+    parser.add_argument("--results", default=RESULTS)
+    parser.add_argument("--markdown", default=MARKDOWN)
+    parser.add_argument("--list", action="store_true")
+    parser.add_argument("--table-only", action="store_true")
+    parser.add_argument("--check-names", action="store_true")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    opts = parser.parse_args()
+    if opts.one:
+        run_one(opts.one, opts.out, opts.limit)
+        return
+    if opts.check_names:
+        check_names()
+        return
+    from heldout_models import all_cases
+
+    names = [c.name for c in all_cases()]
+    if opts.list:
+        print("\n".join(names))
+        return
+    results = {}
+    if os.path.exists(opts.results):
+        with open(opts.results) as f:
+            results = json.load(f)
+    if not opts.table_only:
+        if opts.only:
+            unknown = sorted(set(opts.only) - set(names))
+            if unknown:
+                raise SystemExit(f"unknown model(s) {unknown}; see --list")
+        run_all(
+            [n for n in names if not opts.only or n in opts.only], results, opts.limit, opts.results
+        )
+        results["_meta"] = zoo.versions() | {"date": datetime.date.today().isoformat()}
+        order = [n for n in names if n in results] + ["_meta"]
+        results = {k: results[k] for k in order}
+        with open(opts.results, "w") as f:
+            json.dump(results, f, indent=1)
+    write_markdown(results, opts.markdown)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1488 @@
+"""Held-out models: published architectures that ``zoo_models.py`` does NOT hold.
+
+The zoo (``make zoo``) is what tracebridge is developed against; these cases are the check
+"from outside": kinds the zoo lacks, traced by ``benchmarks/heldout.py`` with tracebridge and
+``torch.jit.trace`` side by side. They are built the zoo's way (random weights, tiny
+configurations, offline) from the same helpers, so a case that proves worth keeping moves to
+``zoo_models.py`` unchanged. A test (``heldout.py --check-names``) keeps the two lists
+disjoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from zoo_models import (
+    ENC,
+    ENC_DEC,
+    HF,
+    IMG,
+    NO_CACHE,
+    SMALL_BERT,
+    SMALL_DECODER,
+    VOCAB,
+    Case,
+    Segmentation,
+    _audio,
+    _gen,
+    _hf,
+    _timm,
+    _timm_class,
+    _tv,
+    _tv_class,
+    _video,
+    images,
+    seq2seq,
+    text,
+)
+
+# A ViT-like model built for 32-pixel images: trace at 32, then other batch sizes and a
+# 48-pixel image (eager refuses it unless the model interpolates its position table).
+IMG32 = images((2, 32), (1, 32), (3, 32), (2, 48))
+# Hierarchical models that downsample by 32: sizes that are multiples of 32.
+IMG64 = images((2, 64), (1, 64), (3, 64), (2, 96))
+
+
+def _hf_image(config: str, model: str, **config_kwargs) -> Callable[[], nn.Module]:
+    return _hf(config, model, ("pixel_values",), **config_kwargs)
+
+
+SMALL_AUDIO = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    conv_dim=(16, 16),
+    conv_stride=(5, 2),
+    conv_kernel=(10, 3),
+    num_conv_pos_embeddings=16,
+    num_conv_pos_embedding_groups=2,
+    vocab_size=VOCAB,
+)
+AUDIO = _audio((2, 400), (1, 400), (3, 320), (1, 200))
+TINY_VIT = dict(img_size=32, patch_size=8, depth=2, embed_dim=32, num_heads=2, num_classes=10)
+
+
+def _ast_inputs() -> list[tuple]:
+    # The audio spectrogram transformer takes exactly ``max_length`` frames: batch varies.
+    return [(torch.randn(b, 32, 16, generator=_gen(i)),) for i, b in enumerate((2, 1, 3))]
+
+
+def _timm_cases() -> list[Case]:
+    t, cls = "timm", "vision/classification"
+    return [
+        Case("timm convnextv2_atto", cls, t, _timm("convnextv2_atto", num_classes=10), IMG),
+        Case(
+            "timm coatnet (small)",
+            cls,
+            t,
+            _timm("coatnet_nano_rw_224", img_size=64, num_classes=10),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case("timm mobilevitv2_050", cls, t, _timm("mobilevitv2_050", num_classes=10), IMG),
+        Case(
+            "timm efficientformerv2_s0",
+            cls,
+            t,
+            _timm("efficientformerv2_s0", img_size=64, num_classes=10),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case("timm poolformer_s12", cls, t, _timm("poolformer_s12", num_classes=10), IMG),
+        Case("timm regnety_002", cls, t, _timm("regnety_002", num_classes=10), IMG),
+        Case("timm nf_regnet_b0 (nfnet)", cls, t, _timm("nf_regnet_b0", num_classes=10), IMG),
+        Case(
+            "timm xcit (small)",
+            cls,
+            t,
+            _timm_class("xcit", "Xcit", **TINY_VIT),
+            IMG32,
+        ),
+        Case(
+            "timm twins_pcpvt (small)",
+            cls,
+            t,
+            _timm_class(
+                "twins",
+                "Twins",
+                img_size=64,
+                embed_dims=(16, 32, 32, 64),
+                num_heads=(1, 2, 2, 4),
+                depths=(1, 1, 1, 1),
+                num_classes=10,
+            ),
+            IMG64,
+        ),
+        Case(
+            "timm focalnet (small)",
+            cls,
+            t,
+            _timm_class("focalnet", "FocalNet", embed_dim=16, depths=(1, 1, 1, 1), num_classes=10),
+            IMG64,
+        ),
+        Case(
+            "timm deit3 (small)",
+            cls,
+            t,
+            _timm_class(
+                "vision_transformer",
+                "VisionTransformer",
+                no_embed_class=True,
+                init_values=1e-6,
+                dynamic_img_size=True,
+                **TINY_VIT,
+            ),
+            IMG32,
+        ),
+        Case(
+            "timm hiera (small)",
+            cls,
+            t,
+            _timm_class(
+                "hiera",
+                "Hiera",
+                img_size=(64, 64),
+                embed_dim=16,
+                stages=(1, 1, 1, 1),
+                num_classes=10,
+            ),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case("timm fastvit_t8", cls, t, _timm("fastvit_t8", num_classes=10), IMG64),
+        Case(
+            "timm tiny_vit (small)",
+            cls,
+            t,
+            _timm_class(
+                "tiny_vit",
+                "TinyVit",
+                embed_dims=(16, 32, 32, 64),
+                depths=(1, 1, 1, 1),
+                num_heads=(1, 2, 2, 4),
+                window_sizes=(2, 2, 2, 2),
+                num_classes=10,
+            ),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case("timm edgenext_xx_small", cls, t, _timm("edgenext_xx_small", num_classes=10), IMG64),
+        Case("timm repvit_m0_9", cls, t, _timm("repvit_m0_9", num_classes=10), IMG64),
+        Case(
+            "timm mobilenetv4_conv_small",
+            cls,
+            t,
+            _timm("mobilenetv4_conv_small", num_classes=10),
+            IMG64,
+        ),
+        Case(
+            "timm davit (small)",
+            cls,
+            t,
+            _timm_class(
+                "davit",
+                "DaVit",
+                depths=(1, 1, 1, 1),
+                embed_dims=(16, 32, 32, 64),
+                num_heads=(1, 2, 2, 4),
+                window_size=2,
+                num_classes=10,
+            ),
+            IMG64,
+        ),
+        Case("timm efficientvit_b0 (mit)", cls, t, _timm("efficientvit_b0", num_classes=10), IMG64),
+        Case(
+            "timm efficientvit_m0 (msra)",
+            cls,
+            t,
+            _timm("efficientvit_m0", img_size=64, num_classes=10),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case("timm mambaout_femto", cls, t, _timm("mambaout_femto", num_classes=10), IMG64),
+        Case(
+            "timm inception_next (atto)",
+            cls,
+            t,
+            _timm("inception_next_atto", num_classes=10),
+            IMG64,
+        ),
+        Case(
+            "timm sequencer2d (lstm)",
+            cls,
+            t,
+            _timm_class(
+                "sequencer",
+                "Sequencer2d",
+                layers=(1, 1, 1, 1),
+                embed_dims=(16, 32, 32, 32),
+                hidden_sizes=(8, 16, 16, 16),
+                num_classes=10,
+            ),
+            IMG64,
+        ),
+        Case(
+            "timm pit (small)",
+            cls,
+            t,
+            _timm_class(
+                "pit",
+                "PoolingVisionTransformer",
+                img_size=64,
+                patch_size=8,
+                stride=4,
+                base_dims=(16, 16),
+                depth=(1, 1),
+                heads=(2, 2),
+                num_classes=10,
+            ),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case("timm starnet_s1", cls, t, _timm("starnet_s1", num_classes=10), IMG64),
+        Case("timm hgnetv2_b0", cls, t, _timm("hgnetv2_b0", num_classes=10), IMG64),
+    ]
+
+
+def _hf_text_cases() -> list[Case]:
+    hf = "transformers"
+    enc, dec, s2s = "language/encoder", "language/decoder", "language/encoder-decoder"
+    tiny_dec = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
+    return [
+        Case(
+            "gpt_neox",
+            dec,
+            hf,
+            _hf(
+                "GPTNeoXConfig",
+                "GPTNeoXForCausalLM",
+                ENC,
+                NO_CACHE,
+                intermediate_size=64,
+                max_position_embeddings=64,
+                **tiny_dec,
+            ),
+            text(),
+        ),
+        Case(
+            "gptj",
+            dec,
+            hf,
+            _hf(
+                "GPTJConfig",
+                "GPTJForCausalLM",
+                ENC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                n_embd=32,
+                n_layer=2,
+                n_head=4,
+                rotary_dim=4,
+                n_positions=64,
+            ),
+            text(),
+        ),
+        Case(
+            "bloom (alibi)",
+            dec,
+            hf,
+            _hf(
+                "BloomConfig",
+                "BloomForCausalLM",
+                ENC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                hidden_size=32,
+                n_layer=2,
+                n_head=4,
+            ),
+            text(),
+        ),
+        Case(
+            "falcon",
+            dec,
+            hf,
+            _hf("FalconConfig", "FalconForCausalLM", ENC, NO_CACHE, **tiny_dec),
+            text(),
+        ),
+        Case(
+            "qwen3",
+            dec,
+            hf,
+            _hf("Qwen3Config", "Qwen3ForCausalLM", ENC, NO_CACHE, head_dim=8, **SMALL_DECODER),
+            text(),
+        ),
+        Case(
+            "phi3",
+            dec,
+            hf,
+            _hf(
+                "Phi3Config",
+                "Phi3ForCausalLM",
+                ENC,
+                NO_CACHE,
+                pad_token_id=1,
+                bos_token_id=2,
+                eos_token_id=3,
+                **SMALL_DECODER,
+            ),
+            text(),
+        ),
+        Case(
+            "stablelm (partial rotary)",
+            dec,
+            hf,
+            _hf("StableLmConfig", "StableLmForCausalLM", ENC, NO_CACHE, **SMALL_DECODER),
+            text(),
+        ),
+        Case(
+            "olmo",
+            dec,
+            hf,
+            _hf("OlmoConfig", "OlmoForCausalLM", ENC, NO_CACHE, pad_token_id=1, **SMALL_DECODER),
+            text(),
+        ),
+        Case(
+            "starcoder2",
+            dec,
+            hf,
+            _hf("Starcoder2Config", "Starcoder2ForCausalLM", ENC, NO_CACHE, **SMALL_DECODER),
+            text(),
+        ),
+        Case(
+            "mpt (alibi)",
+            dec,
+            hf,
+            _hf(
+                "MptConfig",
+                "MptForCausalLM",
+                ENC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                d_model=32,
+                n_heads=4,
+                n_layers=2,
+                expansion_ratio=2,
+                max_seq_len=64,
+            ),
+            text(),
+        ),
+        Case(
+            "codegen",
+            dec,
+            hf,
+            _hf(
+                "CodeGenConfig",
+                "CodeGenForCausalLM",
+                ENC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                n_embd=32,
+                n_layer=2,
+                n_head=4,
+                rotary_dim=4,
+                n_positions=64,
+                n_ctx=64,
+            ),
+            text(),
+        ),
+        Case(
+            "gpt_bigcode (multi-query)",
+            dec,
+            hf,
+            _hf(
+                "GPTBigCodeConfig",
+                "GPTBigCodeForCausalLM",
+                ENC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                n_embd=32,
+                n_layer=2,
+                n_head=4,
+                n_positions=64,
+            ),
+            text(),
+        ),
+        Case(
+            "gemma2 (sliding, softcap)",
+            dec,
+            hf,
+            _hf(
+                "Gemma2Config",
+                "Gemma2ForCausalLM",
+                ENC,
+                NO_CACHE,
+                head_dim=8,
+                sliding_window=4,
+                **SMALL_DECODER,
+            ),
+            text(),
+        ),
+        Case(
+            "xglm (sinusoidal)",
+            dec,
+            hf,
+            _hf(
+                "XGLMConfig",
+                "XGLMForCausalLM",
+                ENC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                d_model=32,
+                num_layers=2,
+                attention_heads=2,
+                ffn_dim=64,
+                max_position_embeddings=64,
+            ),
+            text(),
+        ),
+        Case(
+            "mamba (state space)",
+            dec,
+            hf,
+            _hf(
+                "MambaConfig",
+                "MambaForCausalLM",
+                ("input_ids",),
+                NO_CACHE,
+                vocab_size=VOCAB,
+                hidden_size=32,
+                state_size=8,
+                num_hidden_layers=2,
+            ),
+            lambda: [(ids,) for ids, _ in (t for t in text()())],
+        ),
+        Case(
+            "xlm_roberta",
+            enc,
+            hf,
+            _hf("XLMRobertaConfig", "XLMRobertaModel", ENC, **SMALL_BERT),
+            text(),
+        ),
+        Case(
+            "mobilebert (bottleneck)",
+            enc,
+            hf,
+            _hf(
+                "MobileBertConfig",
+                "MobileBertModel",
+                ENC,
+                vocab_size=VOCAB,
+                hidden_size=32,
+                embedding_size=16,
+                intra_bottleneck_size=16,
+                true_hidden_size=16,
+                num_attention_heads=2,
+                intermediate_size=32,
+                num_hidden_layers=2,
+                num_feedforward_networks=2,
+                max_position_embeddings=64,
+            ),
+            text(),
+        ),
+        Case(
+            "squeezebert (grouped conv)",
+            enc,
+            hf,
+            _hf(
+                "SqueezeBertConfig",
+                "SqueezeBertModel",
+                ENC,
+                embedding_size=32,
+                q_groups=2,
+                k_groups=2,
+                v_groups=2,
+                post_attention_groups=2,
+                intermediate_groups=2,
+                output_groups=2,
+                **SMALL_BERT,
+            ),
+            text(),
+        ),
+        Case(
+            "convbert (span conv)",
+            enc,
+            hf,
+            _hf(
+                "ConvBertConfig",
+                "ConvBertModel",
+                ENC,
+                embedding_size=32,
+                conv_kernel_size=3,
+                **SMALL_BERT,
+            ),
+            text(),
+        ),
+        Case(
+            "data2vec_text",
+            enc,
+            hf,
+            _hf("Data2VecTextConfig", "Data2VecTextModel", ENC, **SMALL_BERT),
+            text(),
+        ),
+        Case(
+            "fnet (fourier)",
+            enc,
+            hf,
+            _hf(
+                "FNetConfig",
+                "FNetModel",
+                ("input_ids",),
+                vocab_size=VOCAB,
+                hidden_size=32,
+                num_hidden_layers=2,
+                intermediate_size=64,
+                max_position_embeddings=64,
+                use_tpu_fourier_optimizations=False,
+            ),
+            lambda: [(ids,) for ids, _ in (t for t in text()())],
+        ),
+        Case(
+            "mbart",
+            s2s,
+            hf,
+            _hf(
+                "MBartConfig",
+                "MBartModel",
+                ENC_DEC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                d_model=32,
+                encoder_layers=2,
+                decoder_layers=2,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=64,
+                decoder_ffn_dim=64,
+                max_position_embeddings=64,
+            ),
+            seq2seq(),
+        ),
+        Case(
+            "marian (sinusoidal)",
+            s2s,
+            hf,
+            _hf(
+                "MarianConfig",
+                "MarianModel",
+                ENC_DEC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                d_model=32,
+                encoder_layers=2,
+                decoder_layers=2,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=64,
+                decoder_ffn_dim=64,
+                max_position_embeddings=64,
+                pad_token_id=1,
+                decoder_start_token_id=1,
+            ),
+            seq2seq(),
+        ),
+    ]
+
+
+def _hf_other_cases() -> list[Case]:
+    hf = "transformers"
+    return [
+        Case(
+            "unispeech",
+            "speech",
+            hf,
+            _hf("UniSpeechConfig", "UniSpeechModel", ("input_values",), **SMALL_AUDIO),
+            AUDIO,
+        ),
+        Case(
+            "unispeech_sat",
+            "speech",
+            hf,
+            _hf("UniSpeechSatConfig", "UniSpeechSatModel", ("input_values",), **SMALL_AUDIO),
+            AUDIO,
+        ),
+        Case(
+            "audio spectrogram transformer",
+            "speech",
+            hf,
+            _hf(
+                "ASTConfig",
+                "ASTModel",
+                ("input_values",),
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+                patch_size=8,
+                frequency_stride=8,
+                time_stride=8,
+                max_length=32,
+                num_mel_bins=16,
+            ),
+            _ast_inputs,
+        ),
+        Case(
+            "segformer",
+            "vision/segmentation",
+            hf,
+            _hf_image(
+                "SegformerConfig",
+                "SegformerForSemanticSegmentation",
+                num_encoder_blocks=2,
+                depths=[1, 1],
+                sr_ratios=[2, 1],
+                hidden_sizes=[16, 32],
+                patch_sizes=[7, 3],
+                strides=[4, 2],
+                num_attention_heads=[1, 2],
+                mlp_ratios=[2, 2],
+                decoder_hidden_size=32,
+                num_labels=3,
+            ),
+            IMG,
+        ),
+        Case(
+            "dinov2",
+            "vision/classification",
+            hf,
+            _hf_image(
+                "Dinov2Config",
+                "Dinov2Model",
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                mlp_ratio=2,
+                image_size=32,
+                patch_size=8,
+            ),
+            IMG32,
+        ),
+        Case(
+            "swin2sr (super-resolution)",
+            "vision/super-resolution",
+            hf,
+            _hf_image(
+                "Swin2SRConfig",
+                "Swin2SRForImageSuperResolution",
+                image_size=16,
+                patch_size=1,
+                embed_dim=16,
+                depths=[1, 1],
+                num_heads=[1, 1],
+                window_size=4,
+                upscale=2,
+            ),
+            images((2, 16), (1, 16), (3, 16), (1, 24)),
+        ),
+        Case(
+            "bit (weight standardization)",
+            "vision/classification",
+            hf,
+            _hf_image(
+                "BitConfig",
+                "BitForImageClassification",
+                embedding_size=32,
+                hidden_sizes=[128, 128, 128, 128],
+                depths=[1, 1, 1, 1],
+                num_labels=10,
+            ),
+            IMG,
+        ),
+        Case(
+            "hf mobilevit",
+            "vision/classification",
+            hf,
+            _hf_image(
+                "MobileViTConfig",
+                "MobileViTForImageClassification",
+                image_size=64,
+                hidden_sizes=[32, 48, 64],
+                neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64],
+                num_labels=10,
+            ),
+            IMG,
+        ),
+    ]
+
+
+def _torchvision_cases() -> list[Case]:
+    tv, cls = "torchvision", "vision/classification"
+    return [
+        Case("mobilenet_v2", cls, tv, _tv("mobilenet_v2", num_classes=10), IMG),
+        Case("alexnet", cls, tv, _tv("alexnet", num_classes=10), images((2, 64), (1, 64), (3, 96))),
+        Case(
+            "resnext (small)",
+            cls,
+            tv,
+            _tv_class(
+                "ResNet",
+                block=_bottleneck(),
+                layers=[1, 1, 1, 1],
+                groups=4,
+                width_per_group=8,
+                num_classes=10,
+            ),
+            IMG,
+        ),
+        Case(
+            "inception_v3",
+            cls,
+            tv,
+            _tv("inception_v3", num_classes=10, aux_logits=False, init_weights=False),
+            images((2, 80), (1, 80), (2, 96)),
+        ),
+        Case(
+            "maxvit_t (small)",
+            cls,
+            tv,
+            _tv_class(
+                "MaxVit",
+                input_size=(64, 64),
+                stem_channels=16,
+                partition_size=2,
+                block_channels=[16, 32],
+                block_layers=[1, 1],
+                head_dim=8,
+                stochastic_depth_prob=0.0,
+                num_classes=10,
+            ),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case(
+            "swin_v2_t (small)",
+            cls,
+            tv,
+            _tv_class(
+                "SwinTransformer",
+                patch_size=[4, 4],
+                embed_dim=16,
+                depths=[1, 1],
+                num_heads=[1, 2],
+                window_size=[4, 4],
+                block=_swin_v2_block(),
+                downsample_layer=_swin_v2_merging(),
+                num_classes=10,
+            ),
+            IMG,
+        ),
+        Case(
+            "fcn_resnet50 (segmentation)",
+            "vision/segmentation",
+            tv,
+            _segmentation(
+                _tv("fcn_resnet50", num_classes=3, weights_backbone=None, aux_loss=False)
+            ),
+            images((2, 64), (1, 64), (2, 80)),
+        ),
+        Case(
+            "r2plus1d_18 (video)",
+            "vision/video",
+            tv,
+            _tv("r2plus1d_18", num_classes=10),
+            _video((2, 4, 32), (1, 4, 32), (2, 8, 48)),
+        ),
+    ]
+
+
+def _segmentation(build: Callable[[], nn.Module]) -> Callable[[], nn.Module]:
+    """torchvision's segmentation models return a dict: a user keeps its "out"."""
+    return lambda: Segmentation(build())
+
+
+def _bottleneck():
+    import torchvision.models.resnet as resnet
+
+    return resnet.Bottleneck
+
+
+def _swin_v2_block():
+    import torchvision.models.swin_transformer as swin
+
+    return swin.SwinTransformerBlockV2
+
+
+def _swin_v2_merging():
+    import torchvision.models.swin_transformer as swin
+
+    return swin.PatchMergingV2
+
+
+def _swin3d(**kwargs) -> Callable[[], nn.Module]:
+    def build():
+        from torchvision.models.video import swin_transformer
+
+        return swin_transformer.SwinTransformer3d(**kwargs)
+
+    return build
+
+
+def _mvitv2():
+    def build():
+        from timm.models import mvitv2
+
+        cfg = mvitv2.MultiScaleVitCfg(
+            depths=(1, 1), embed_dim=(16, 32), num_heads=(1, 2), stride_q=((1, 1), (2, 2))
+        )
+        return mvitv2.MultiScaleVit(cfg, img_size=(64, 64), num_classes=10)
+
+    return build
+
+
+def _series_inputs(length: int, pred: int):
+    """Time-series transformers: past values, time features and an observed mask, and the
+    future time features (batch varies; the context length is the model's)."""
+
+    def make():
+        out = []
+        for i, b in enumerate((2, 1, 3)):
+            g = _gen(i)
+            past = torch.randn(b, length, generator=g)
+            past_time = torch.randn(b, length, 2, generator=g)
+            mask = torch.ones(b, length)
+            future_time = torch.randn(b, pred, 2, generator=g)
+            out.append((past, past_time, mask, future_time))
+        return out
+
+    return make
+
+
+def _harder_cases() -> list[Case]:
+    """A second round: kinds whose code is further from the zoo's (data-dependent routing,
+    padding computed from sizes, local and global attention mixes, video, time series)."""
+    t, hf, tv, cls = "timm", "transformers", "torchvision", "vision/classification"
+    return [
+        Case(
+            "timm tf_efficientnet_b0 (same padding)",
+            cls,
+            t,
+            _timm("tf_efficientnet_b0", num_classes=10),
+            images((2, 64), (1, 64), (3, 65), (2, 97)),
+        ),
+        Case("timm res2net (split loop)", cls, t, _timm("res2net50_14w_8s", num_classes=10), IMG),
+        Case("timm resnest14d (split attention)", cls, t, _timm("resnest14d", num_classes=10), IMG),
+        Case(
+            "timm volo (outlook)",
+            cls,
+            t,
+            _timm_class(
+                "volo",
+                "VOLO",
+                layers=[1, 1, 1, 1],
+                img_size=64,
+                embed_dims=[32, 64, 64, 64],
+                num_heads=[1, 2, 2, 2],
+                stem_hidden_dim=16,
+                num_classes=10,
+            ),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case(
+            "timm nest (small)",
+            cls,
+            t,
+            _timm_class(
+                "nest",
+                "Nest",
+                img_size=32,
+                embed_dims=(16, 32, 32),
+                num_heads=(1, 2, 2),
+                depths=(1, 1, 1),
+                num_classes=10,
+            ),
+            images((2, 32), (1, 32), (3, 32)),
+        ),
+        Case(
+            "timm sam vit (windowed, rel pos)",
+            cls,
+            t,
+            _timm_class(
+                "vision_transformer_sam",
+                "VisionTransformerSAM",
+                img_size=64,
+                patch_size=8,
+                embed_dim=32,
+                depth=2,
+                num_heads=2,
+                window_size=3,
+                global_attn_indexes=(1,),
+                use_rel_pos=True,
+                neck_chans=16,
+                num_classes=10,
+                global_pool="avg",
+            ),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case(
+            "timm mvitv2 (pooling attention)", cls, t, _mvitv2(), images((2, 64), (1, 64), (3, 64))
+        ),
+        Case(
+            "timm gcvit (small)",
+            cls,
+            t,
+            _timm_class(
+                "gcvit",
+                "GlobalContextVit",
+                img_size=64,
+                window_size=(2, 2, 2, 2),
+                embed_dim=16,
+                depths=(1, 1, 1, 1),
+                num_heads=(1, 2, 2, 4),
+                num_classes=10,
+            ),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case(
+            "swin3d (video, small)",
+            "vision/video",
+            tv,
+            _swin3d(
+                patch_size=[2, 4, 4],
+                embed_dim=16,
+                depths=[1, 1],
+                num_heads=[1, 2],
+                window_size=[2, 4, 4],
+                stochastic_depth_prob=0.0,
+                num_classes=10,
+            ),
+            _video((2, 4, 32), (1, 4, 32), (2, 6, 40)),
+        ),
+        Case(
+            "canine (character)",
+            "language/encoder",
+            hf,
+            _hf(
+                "CanineConfig",
+                "CanineModel",
+                ENC,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+                downsampling_rate=2,
+                num_hash_buckets=64,
+                local_transformer_stride=4,
+                max_position_embeddings=128,
+            ),
+            text([(2, 8, 0), (1, 8, 0), (3, 6, 0), (2, 8, 3), (1, 12, 2)]),
+        ),
+        Case(
+            "deberta (v1)",
+            "language/encoder",
+            hf,
+            _hf("DebertaConfig", "DebertaModel", ENC, relative_attention=True, **SMALL_BERT),
+            text(),
+        ),
+        Case(
+            "nystromformer",
+            "language/encoder",
+            hf,
+            _hf(
+                "NystromformerConfig",
+                "NystromformerModel",
+                ("input_ids",),
+                num_landmarks=4,
+                segment_means_seq_len=8,
+                conv_kernel_size=3,
+                **SMALL_BERT,
+            ),
+            # Its landmarks need exactly segment_means_seq_len tokens, and it fails with a
+            # mask that has padding (eager too): ids alone, of that length.
+            lambda: [(ids,) for ids, _ in text([(2, 8, 0), (1, 8, 0), (3, 8, 0)])()],
+        ),
+        Case(
+            "longt5 (transient global)",
+            "language/encoder-decoder",
+            hf,
+            _hf(
+                "LongT5Config",
+                "LongT5Model",
+                ENC_DEC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                d_model=32,
+                d_kv=16,
+                d_ff=64,
+                num_layers=2,
+                num_heads=2,
+                encoder_attention_type="transient-global",
+                local_radius=2,
+                global_block_size=4,
+            ),
+            seq2seq(),
+        ),
+        Case(
+            "pegasus_x (block local)",
+            "language/encoder-decoder",
+            hf,
+            _hf(
+                "PegasusXConfig",
+                "PegasusXModel",
+                ENC_DEC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                d_model=32,
+                encoder_layers=2,
+                decoder_layers=2,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=64,
+                decoder_ffn_dim=64,
+                num_global_tokens=2,
+                block_size=4,
+                max_position_embeddings=64,
+            ),
+            seq2seq([(2, 8, 0), (1, 8, 0), (3, 12, 0), (2, 8, 3), (1, 4, 0)]),
+        ),
+        Case(
+            "switch_transformers (MoE)",
+            "language/encoder-decoder",
+            hf,
+            _hf(
+                "SwitchTransformersConfig",
+                "SwitchTransformersModel",
+                ENC_DEC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                d_model=32,
+                d_kv=16,
+                d_ff=64,
+                num_layers=2,
+                num_decoder_layers=2,
+                num_heads=2,
+                num_experts=4,
+                expert_capacity=4,
+                num_sparse_encoder_layers=1,
+                num_sparse_decoder_layers=1,
+            ),
+            seq2seq(),
+        ),
+        Case(
+            "prophetnet (n-gram)",
+            "language/encoder-decoder",
+            hf,
+            _hf(
+                "ProphetNetConfig",
+                "ProphetNetModel",
+                ENC_DEC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                hidden_size=32,
+                encoder_ffn_dim=64,
+                decoder_ffn_dim=64,
+                num_encoder_layers=2,
+                num_decoder_layers=2,
+                num_encoder_attention_heads=2,
+                num_decoder_attention_heads=2,
+                ngram=2,
+                num_buckets=8,
+                max_position_embeddings=64,
+            ),
+            seq2seq(),
+        ),
+        Case(
+            "olmoe (MoE)",
+            "language/decoder",
+            hf,
+            _hf(
+                "OlmoeConfig",
+                "OlmoeForCausalLM",
+                ENC,
+                NO_CACHE,
+                num_experts=4,
+                num_experts_per_tok=2,
+                pad_token_id=1,
+                **SMALL_DECODER,
+            ),
+            text(),
+        ),
+        Case(
+            "recurrent_gemma (linear recurrence)",
+            "language/decoder",
+            hf,
+            _hf(
+                "RecurrentGemmaConfig",
+                "RecurrentGemmaForCausalLM",
+                ("input_ids",),
+                NO_CACHE,
+                vocab_size=VOCAB,
+                hidden_size=32,
+                lru_width=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                num_key_value_heads=1,
+                intermediate_size=64,
+                attention_window_size=4,
+                block_types=["recurrent", "attention"],
+            ),
+            lambda: [(ids,) for ids, _ in text()()],
+        ),
+        Case(
+            "speech_to_text",
+            "speech",
+            hf,
+            _hf(
+                "Speech2TextConfig",
+                "Speech2TextModel",
+                ("input_features", "attention_mask", "decoder_input_ids"),
+                NO_CACHE,
+                vocab_size=VOCAB,
+                d_model=32,
+                encoder_layers=2,
+                decoder_layers=2,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=64,
+                decoder_ffn_dim=64,
+                input_feat_per_channel=16,
+                conv_channels=32,
+                num_conv_layers=2,
+                max_source_positions=64,
+                max_target_positions=64,
+            ),
+            _s2t_inputs,
+        ),
+        Case(
+            "vivit (video)",
+            "vision/video",
+            hf,
+            _hf_image(
+                "VivitConfig",
+                "VivitModel",
+                image_size=32,
+                num_frames=4,
+                tubelet_size=[2, 8, 8],
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+            ),
+            lambda: [
+                (torch.randn(b, 4, 3, 32, 32, generator=_gen(i)),) for i, b in enumerate((2, 1, 3))
+            ],
+        ),
+        Case(
+            "dpt (depth)",
+            "vision/depth",
+            hf,
+            _hf_image(
+                "DPTConfig",
+                "DPTForDepthEstimation",
+                hidden_size=32,
+                num_hidden_layers=4,
+                num_attention_heads=2,
+                intermediate_size=64,
+                image_size=32,
+                patch_size=8,
+                backbone_out_indices=[0, 1, 2, 3],
+                neck_hidden_sizes=[8, 16, 16, 32],
+                fusion_hidden_size=16,
+                head_in_index=-1,
+                reassemble_factors=[4, 2, 1, 0.5],
+            ),
+            images((2, 32), (1, 32), (3, 32), (2, 48)),
+        ),
+        Case(
+            "autoformer (time series)",
+            "time series",
+            hf,
+            _hf(
+                "AutoformerConfig",
+                "AutoformerModel",
+                ("past_values", "past_time_features", "past_observed_mask", "future_time_features"),
+                prediction_length=4,
+                context_length=12,
+                lags_sequence=[1, 2],
+                num_time_features=2,
+                d_model=16,
+                encoder_layers=1,
+                decoder_layers=1,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=32,
+                decoder_ffn_dim=32,
+            ),
+            _series_inputs(14, 4),
+        ),
+    ]
+
+
+def _third_cases() -> list[Case]:
+    """A third round: lambda layers and fixed-size relative positions, padding that TensorFlow
+    computes from the input size, vector quantisation, detectors that make anchors per
+    feature-map size, and time series."""
+    t, hf, cls = "timm", "transformers", "vision/classification"
+    return [
+        Case(
+            "timm lambda_resnet26t (lambda layer)",
+            cls,
+            t,
+            _timm("lambda_resnet26t", num_classes=10),
+            IMG64,
+        ),
+        Case(
+            "timm botnet26t (fixed-size rel pos)",
+            cls,
+            t,
+            _timm("botnet26t_256", img_size=64, num_classes=10),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case(
+            "timm tf_mixnet_s (same padding, mixed conv)",
+            cls,
+            t,
+            _timm("tf_mixnet_s", num_classes=10),
+            images((2, 64), (1, 64), (3, 65), (2, 97)),
+        ),
+        Case(
+            "timm skresnet18 (selective kernel)", cls, t, _timm("skresnet18", num_classes=10), IMG
+        ),
+        Case("timm dpn68 (dual path)", cls, t, _timm("dpn68", num_classes=10), IMG),
+        Case(
+            "timm eva02_tiny (rope, swiglu)",
+            cls,
+            t,
+            _timm("eva02_tiny_patch14_224", img_size=56, dynamic_img_size=True, num_classes=10),
+            images((2, 56), (1, 56), (3, 56), (2, 84)),
+        ),
+        Case(
+            "timm vit_relpos (small)",
+            cls,
+            t,
+            _timm(
+                "vit_relpos_small_patch16_224",
+                img_size=32,
+                patch_size=8,
+                embed_dim=32,
+                depth=2,
+                num_heads=2,
+                num_classes=10,
+            ),
+            images((2, 32), (1, 32), (3, 32)),
+        ),
+        Case("timm repghostnet_050", cls, t, _timm("repghostnet_050", num_classes=10), IMG64),
+        Case(
+            "timm swiftformer_xs",
+            cls,
+            t,
+            _timm("swiftformer_xs", num_classes=10),
+            IMG64,
+        ),
+        Case("timm tresnet_m (space to depth)", cls, t, _timm("tresnet_m", num_classes=10), IMG64),
+        Case(
+            "hf mobilenet_v2 (tf padding)",
+            cls,
+            hf,
+            _hf_image(
+                "MobileNetV2Config",
+                "MobileNetV2ForImageClassification",
+                depth_multiplier=0.35,
+                image_size=64,
+                tf_padding=True,
+                num_labels=10,
+            ),
+            images((2, 64), (1, 64), (3, 65), (2, 97)),
+        ),
+        Case(
+            "hf efficientnet",
+            cls,
+            hf,
+            _hf_image(
+                "EfficientNetConfig",
+                "EfficientNetForImageClassification",
+                width_coefficient=0.25,
+                depth_coefficient=0.25,
+                image_size=64,
+                hidden_dim=320,
+                num_labels=10,
+            ),
+            images((2, 64), (1, 64), (3, 65), (2, 97)),
+        ),
+        Case(
+            "data2vec_vision (rel pos bias)",
+            cls,
+            hf,
+            _hf_image(
+                "Data2VecVisionConfig",
+                "Data2VecVisionModel",
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+                image_size=32,
+                patch_size=8,
+                use_relative_position_bias=True,
+            ),
+            images((2, 32), (1, 32), (3, 32)),
+        ),
+        Case(
+            "rt_detr (detector)",
+            "vision/detection-transformer",
+            hf,
+            _rt_detr(),
+            images((2, 64), (1, 64), (3, 96)),
+        ),
+        Case(
+            "xlm (flaubert)",
+            "language/encoder",
+            hf,
+            _hf(
+                "XLMConfig",
+                "XLMModel",
+                ENC,
+                vocab_size=VOCAB,
+                emb_dim=32,
+                n_layers=2,
+                n_heads=2,
+                max_position_embeddings=64,
+                sinusoidal_embeddings=True,
+            ),
+            text(),
+        ),
+        Case(
+            "ctrl",
+            "language/decoder",
+            hf,
+            _hf(
+                "CTRLConfig",
+                "CTRLLMHeadModel",
+                ENC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                n_embd=32,
+                dff=64,
+                n_layer=2,
+                n_head=2,
+                n_positions=64,
+            ),
+            text(),
+        ),
+        Case(
+            "encodec (vector quantisation)",
+            "speech",
+            hf,
+            _encodec(),
+            lambda: [
+                (torch.randn(b, 1, n, generator=_gen(i)),)
+                for i, (b, n) in enumerate([(2, 320), (1, 320), (3, 480)])
+            ],
+        ),
+        Case(
+            "patchtst (time series)",
+            "time series",
+            hf,
+            _hf(
+                "PatchTSTConfig",
+                "PatchTSTModel",
+                ("past_values",),
+                num_input_channels=3,
+                context_length=32,
+                patch_length=8,
+                patch_stride=8,
+                d_model=16,
+                num_attention_heads=2,
+                num_hidden_layers=2,
+                ffn_dim=32,
+            ),
+            lambda: [(torch.randn(b, 32, 3, generator=_gen(i)),) for i, b in enumerate((2, 1, 3))],
+        ),
+        Case(
+            "wav2vec2_bert (conformer)",
+            "speech",
+            hf,
+            _hf(
+                "Wav2Vec2BertConfig",
+                "Wav2Vec2BertModel",
+                ("input_features", "attention_mask"),
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+                feature_projection_input_dim=16,
+                conv_depthwise_kernel_size=3,
+                position_embeddings_type="relative_key",
+                left_max_position_embeddings=8,
+                right_max_position_embeddings=8,
+                vocab_size=VOCAB,
+            ),
+            _w2v_bert_inputs,
+        ),
+    ]
+
+
+def _w2v_bert_inputs() -> list[tuple]:
+    out = []
+    for i, (b, n, pad) in enumerate([(2, 20, 0), (1, 20, 0), (3, 12, 0), (2, 20, 5)]):
+        mask = torch.ones(b, n, dtype=torch.long)
+        if pad:
+            mask[0, n - pad :] = 0
+        out.append((torch.randn(b, n, 16, generator=_gen(i)), mask))
+    return out
+
+
+def _rt_detr():
+    def build():
+        import transformers
+
+        backbone = transformers.RTDetrResNetConfig(
+            embedding_size=16,
+            hidden_sizes=[16, 32, 32, 64],
+            depths=[1, 1, 1, 1],
+            out_features=["stage2", "stage3", "stage4"],
+        )
+        cfg = transformers.RTDetrConfig(
+            backbone_config=backbone,
+            use_timm_backbone=False,
+            use_pretrained_backbone=False,
+            encoder_in_channels=[32, 32, 64],
+            encoder_hidden_dim=32,
+            encoder_ffn_dim=64,
+            d_model=32,
+            decoder_in_channels=[32, 32, 32],
+            decoder_ffn_dim=64,
+            decoder_layers=1,
+            num_queries=10,
+            num_labels=3,
+            decoder_n_points=2,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+        )
+        return HF(transformers.RTDetrForObjectDetection(cfg), ("pixel_values",))
+
+    return build
+
+
+def _encodec():
+    def build():
+        import transformers
+
+        cfg = transformers.EncodecConfig(
+            hidden_size=16,
+            num_filters=4,
+            upsampling_ratios=[4, 2],
+            codebook_size=16,
+            codebook_dim=16,
+            target_bandwidths=[8.0],
+            sampling_rate=8000,
+        )
+        return HF(transformers.EncodecModel(cfg), ("input_values",))
+
+    return build
+
+
+def _s2t_inputs() -> list[tuple]:
+    out = []
+    for i, (b, n, d) in enumerate([(2, 24, 4), (1, 24, 4), (3, 16, 2), (1, 32, 1)]):
+        feats = torch.randn(b, n, 16, generator=_gen(i))
+        mask = torch.ones(b, n, dtype=torch.long)
+        out.append((feats, mask, torch.randint(4, VOCAB, (b, d), generator=_gen(50 + i))))
+    return out
+
+
+def all_cases() -> list[Case]:
+    """Every held-out model, vision first."""
+    return (
+        _timm_cases()
+        + _torchvision_cases()
+        + _hf_other_cases()
+        + _hf_text_cases()
+        + _harder_cases()
+        + _third_cases()
+    )

@@ -1,0 +1,359 @@
+"""Patterns that the held-out sweep (benchmarks/heldout.py) found in published models the
+zoo does not hold, reproduced by small stand-in modules (no timm or transformers needed).
+Each test asserts results: the trace agrees with eager on calls it was not made with, or it
+refuses with an error that names the line and the reason.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+import sys
+import types
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+from tracebridge.errors import UnsupportedOpError
+
+HERE = os.path.basename(__file__)
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _line_of(cls, text: str) -> int:
+    lines, first = inspect.getsourcelines(cls)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+# --- a traced size where PyTorch takes only a tensor --------------------------------------
+
+
+def _torch_int(x):
+    """transformers' ``torch_int``: a tensor under torch.jit.trace, else a Python int."""
+    if torch.jit.is_tracing() and isinstance(x, torch.Tensor):
+        return x.to(torch.int64)
+    return int(x)
+
+
+class JitSizesAsTensors(nn.Module):
+    """transformers' MobileViT unfolding: behind ``torch.jit.is_tracing()`` it calls
+    ``torch.ceil`` on a size, as torch.jit.trace presents sizes (0-dim tensors)."""
+
+    def forward(self, x):
+        h = x.shape[2]
+        new_h = (
+            _torch_int(torch.ceil(h / 2) * 2) if torch.jit.is_tracing() else math.ceil(h / 2) * 2
+        )
+        return x[:, :, :new_h].sum(2)
+
+
+def test_a_size_given_where_a_tensor_is_taken_is_refused_naming_the_line():
+    x = torch.randn(2, 3, 8, 8)
+    JitSizesAsTensors()(x)  # eager runs: the line is reached only while tracing
+    with pytest.raises(UnsupportedOpError) as info:
+        tracebridge.trace(JitSizesAsTensors(), (x,))
+    message = str(info.value)
+    assert f"{HERE}:{_line_of(JitSizesAsTensors, 'torch.ceil(h / 2)')}" in message
+    assert "SymFloat" in message and "must be Tensor" in message
+    assert "torch.jit.is_tracing()" in message and "math.ceil" in message
+
+
+class PlainTypeError(nn.Module):
+    def forward(self, x):
+        return torch.ceil(2.5) + x  # the user's own mistake, eager raises it too
+
+
+def test_a_type_error_not_about_traced_numbers_stays_as_eager_raises_it():
+    x = torch.randn(2, 3)
+    with pytest.raises(TypeError) as info:
+        tracebridge.trace(PlainTypeError(), (x,))
+    assert not isinstance(info.value, UnsupportedOpError)
+    assert "must be Tensor, not float" in str(info.value)
+
+
+# --- torch.compiler.is_exporting(): timm's shape-general path -------------------------------
+
+# timm asks through ``timm.layers.is_exporting`` (timm/layers/helpers.py); the stand-in is
+# compiled under such a file name, which is what the tracer looks at.
+_TIMM_HELPER = os.path.join(os.sep, "site-packages", "timm", "layers", "helpers.py")
+_namespace: dict = {"torch": torch}
+exec(
+    compile(
+        "def is_exporting():\n    return torch.compiler.is_exporting()\n", _TIMM_HELPER, "exec"
+    ),
+    _namespace,
+)
+timm_is_exporting = _namespace["is_exporting"]
+
+
+class ResampledPositions(nn.Module):
+    """timm's ``resample_abs_pos_embed`` (ViTs built with ``dynamic_img_size=True``): the
+    position table is interpolated to the patch grid, except when the patch count is the
+    table's -- a shortcut that timm skips under torch.export, whose paths must give the
+    same result."""
+
+    def __init__(self):
+        super().__init__()
+        self.patch = nn.Conv2d(3, 8, 8, stride=8)
+        self.pos = nn.Parameter(torch.randn(1, 16, 8))  # a 4x4 grid: 32x32 images
+
+    def forward(self, x):
+        x = self.patch(x)
+        _, _, h, w = x.shape
+        x = x.flatten(2).transpose(1, 2)
+        pos = self.pos
+        if not timm_is_exporting() and h * w == pos.shape[1]:
+            return x + pos
+        grid = pos.reshape(1, 4, 4, 8).permute(0, 3, 1, 2)
+        grid = torch.nn.functional.interpolate(grid, size=(h, w), mode="bicubic")
+        return x + grid.permute(0, 2, 3, 1).reshape(1, h * w, 8)
+
+
+def test_is_exporting_is_true_to_timm_so_a_position_table_is_resampled_at_every_size(tmp_path):
+    model = ResampledPositions().eval()
+    traced = tracebridge.trace(model, (torch.randn(2, 3, 32, 32),))
+    path = tmp_path / "m.tb"
+    traced.save(path)
+    loaded = tracebridge.load(path)
+    for shape in [(1, 3, 32, 32), (3, 3, 48, 48), (2, 3, 32, 64)]:
+        x = torch.randn(shape)
+        want = model(x)
+        for fn in (traced, loaded):
+            got = fn(x)
+            assert got.shape == want.shape
+            assert torch.allclose(got, want, atol=1e-5), shape
+    assert not timm_is_exporting()  # only while tracing
+
+
+class AsksBoth(nn.Module):
+    """Other code (transformers builds an explicit mask when exporting) keeps the real
+    answer while tracing; timm's helper gets True."""
+
+    def forward(self, x):
+        assert timm_is_exporting()
+        return x + 1 if torch.compiler.is_exporting() else x - 1
+
+
+def test_is_exporting_keeps_its_answer_for_other_code():
+    x = torch.zeros(2)
+    traced = tracebridge.trace(AsksBoth(), (x,), check_trace=False)
+    assert torch.equal(traced(x), x - 1)
+    with pytest.raises(AssertionError):
+        AsksBoth()(x)  # eager: timm's helper says False outside tracing
+
+
+# --- bool() of a size: a guard that it is not zero, not on its value -----------------------
+
+
+class EmptyCheck(nn.Module):
+    """transformers' LongT5 ``_pad_to_multiple``: ``if not all(x.shape)`` handles an empty
+    input apart; every other size takes the same path."""
+
+    def forward(self, x):
+        pad = -x.shape[1] % 4
+        if not all(x.shape):
+            return torch.zeros(x.shape[0], x.shape[1] + pad)
+        return torch.nn.functional.pad(x, (0, pad)).reshape(x.shape[0], -1, 4).sum(-1)
+
+
+def test_bool_of_a_size_guards_only_that_it_is_not_zero(tmp_path):
+    model = EmptyCheck()
+    traced = tracebridge.trace(model, (torch.randn(2, 8),))
+    path = tmp_path / "m.tb"
+    traced.save(path)
+    loaded = tracebridge.load(path)
+    for shape in [(3, 8), (1, 5), (4, 13)]:
+        x = torch.randn(shape)
+        for fn in (traced, loaded):
+            assert torch.allclose(fn(x), model(x)), shape
+    guards = [
+        node.kwargs["what"]
+        for node in traced.program.methods["forward"].nodes
+        if node.op == "prim.guard"
+    ]
+    assert guards and all("!= 0" in what for what in guards), guards
+    # An empty input takes the other path: refused, naming the line.
+    with pytest.raises(
+        tracebridge.GuardError, match=f"{HERE}:{_line_of(EmptyCheck, 'if not all(x.shape):')}"
+    ):
+        traced(torch.randn(0, 8))
+
+
+# --- complex conjugation: recorded as the public ops it computes ----------------------------
+
+
+class AutoCorrelation(nn.Module):
+    """transformers' Autoformer: correlation of queries and keys through the FFT."""
+
+    def forward(self, q, k):
+        n = q.shape[1]
+        product = torch.fft.rfft(q, n=n, dim=1) * torch.conj(torch.fft.rfft(k, n=n, dim=1))
+        spectrum = product.conj().resolve_conj().conj_physical()  # conj twice, then once more
+        return torch.fft.irfft(spectrum, n=n, dim=1) + torch.conj(q)  # conj of a real: itself
+
+
+def test_conj_is_recorded_as_public_ops_and_right_at_other_lengths(tmp_path):
+    model = AutoCorrelation()
+    traced = tracebridge.trace(model, (torch.randn(2, 12, 4), torch.randn(2, 12, 4)))
+    ops = {node.op for node in traced.program.methods["forward"].nodes}
+    assert {"complex", "Tensor.real", "Tensor.imag"} <= ops
+    assert not any("conj" in op or "resolve" in op for op in ops), ops
+    path = tmp_path / "m.tb"
+    traced.save(path)
+    loaded = tracebridge.load(path)
+    for shape in [(1, 12, 4), (3, 7, 4), (2, 20, 4)]:
+        q, k = torch.randn(shape), torch.randn(shape)
+        want = model(q, k)
+        for fn in (traced, loaded):
+            assert torch.allclose(fn(q, k), want, atol=1e-5), shape
+
+
+# --- transformers' torch_int / torch_float: traced numbers stay traced ---------------------
+
+_GENERIC = """
+_is_torch_available = True
+
+
+def torch_int(x):
+    if not _is_torch_available:
+        return int(x)
+    import torch
+
+    return x.to(torch.int64) if torch.jit.is_tracing() and isinstance(x, torch.Tensor) else int(x)
+
+
+def torch_float(x):
+    if not _is_torch_available:
+        return float(x)
+    import torch
+
+    traced = torch.jit.is_tracing() and isinstance(x, torch.Tensor)
+    return x.to(torch.float32) if traced else float(x)
+"""
+
+
+@pytest.fixture
+def generic(monkeypatch):
+    """A stand-in for ``transformers.utils.generic`` (the helpers' own code)."""
+    module = types.ModuleType("transformers.utils.generic")
+    exec(_GENERIC, module.__dict__)
+    monkeypatch.setitem(sys.modules, "transformers.utils.generic", module)
+    return module
+
+
+def test_torch_int_of_a_size_stays_general(generic, tmp_path):
+    torch_int, torch_float = generic.torch_int, generic.torch_float  # as models import them
+    own_code = torch_int.__code__
+
+    class GridFromTokens(nn.Module):
+        """transformers' DPT: the patch grid is the square root of the token count."""
+
+        def forward(self, x):
+            batch, tokens, channels = x.shape
+            side = torch_int(tokens**0.5)
+            grid = x.reshape(batch, side, side, channels).permute(0, 3, 1, 2)
+            return grid.mean((2, 3)) * torch_float(torch_int(tokens)) / torch_float(side)
+
+    model = GridFromTokens()
+    traced = tracebridge.trace(model, (torch.randn(2, 16, 3),))
+    path = tmp_path / "m.tb"
+    traced.save(path)
+    loaded = tracebridge.load(path)
+    for shape in [(3, 16, 3), (1, 36, 3), (2, 9, 3)]:
+        x = torch.randn(shape)
+        for fn in (traced, loaded):
+            assert torch.allclose(fn(x), model(x)), shape
+    # After the trace the library's own code runs again.
+    assert torch_int.__code__ is own_code
+    assert torch_int(2.7) == 2 and type(torch_int(2.7)) is int
+
+
+# --- nn.Module.to() in traced code --------------------------------------------------------
+
+
+class Router(nn.Module):
+    """Switch Transformers' router converts its classifier on every call."""
+
+    def __init__(self, dtype=torch.float32):
+        super().__init__()
+        self.classifier = nn.Linear(4, 3)
+        self.dtype = dtype
+
+    def forward(self, x):
+        self.classifier = self.classifier.to(self.dtype)
+        return self.classifier(x.to(self.dtype)).softmax(-1)
+
+
+def test_module_to_that_changes_nothing_is_nothing(tmp_path):
+    model = Router()
+    traced = tracebridge.trace(model, (torch.randn(2, 5, 4),))
+    path = tmp_path / "m.tb"
+    traced.save(path)
+    loaded = tracebridge.load(path)
+    for shape in [(1, 5, 4), (3, 2, 4)]:
+        x = torch.randn(shape)
+        for fn in (traced, loaded):
+            assert torch.allclose(fn(x), model(x)), shape
+    assert model.classifier.weight.dtype == torch.float32
+
+
+def test_module_to_that_would_convert_is_refused_naming_the_line():
+    model = Router(dtype=torch.float64)
+    with pytest.raises(UnsupportedOpError) as info:
+        tracebridge.trace(model, (torch.randn(2, 5, 4),))
+    message = str(info.value)
+    assert f"{HERE}:{_line_of(Router, 'self.classifier.to(self.dtype)')}" in message
+    assert "Linear.to(...)" in message and "convert the model before tracing" in message
+    assert model.classifier.weight.dtype == torch.float32  # the model is left as it was
+    model.to(torch.float64)  # converted first: the call in forward changes nothing
+    x = torch.randn(2, 5, 4)
+    assert torch.allclose(tracebridge.trace(model, (x,))(x), model(x))
+
+
+# --- a loop over range() of traced bounds: the number of steps is guarded -------------------
+
+
+class WholeChunks(nn.Module):
+    """transformers' EnCodec: ``for offset in range(0, length, stride)`` with the stride the
+    whole length when no chunking is configured -- one step for every length."""
+
+    def forward(self, x):
+        length = x.shape[-1]
+        frames = [x[..., offset : offset + length].mean(-1) for offset in range(0, length, length)]
+        return torch.stack(frames, -1)
+
+
+class Blocks(nn.Module):
+    def forward(self, x):
+        blocks = [x[:, i : i + 4].sum(1) for i in range(0, x.shape[1], 4)]
+        return torch.stack(blocks, 1)
+
+
+def test_a_loop_over_a_traced_range_guards_its_number_of_steps(tmp_path):
+    chunks = tracebridge.trace(WholeChunks(), (torch.randn(2, 320),))
+    for shape in [(1, 480), (3, 7)]:
+        x = torch.randn(shape)
+        assert torch.allclose(chunks(x), WholeChunks()(x)), shape
+    blocks = tracebridge.trace(Blocks(), (torch.randn(2, 10),))
+    path = tmp_path / "m.tb"
+    blocks.save(path)
+    loaded = tracebridge.load(path)
+    for shape in [(2, 12), (1, 9), (3, 10)]:  # three blocks of 4 (the last one short)
+        x = torch.randn(shape)
+        for fn in (blocks, loaded):
+            assert torch.allclose(fn(x), Blocks()(x)), shape
+    line = _line_of(Blocks, "for i in range(0, x.shape[1], 4)")
+    with pytest.raises(
+        tracebridge.GuardError, match=f"loop.*== 3, but now it is 4(.|\\n)*{HERE}:{line}"
+    ):
+        loaded(torch.randn(1, 13))  # four blocks: another unrolled loop
