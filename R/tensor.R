@@ -491,13 +491,19 @@ tensor_field <- function(x, name) {
     requires_grad = return(reticulate::py_to_r(py$requires_grad)),
     grad = return(from_py(py$grad)),
     grad_fn = return(grad_fn_from_py(py$grad_fn)),
-    data = return(wrap_tensor(py$data)),
+    data = {
+      .Call(tb_shift_untracked, x) # its writes are not counted (src/convert.c)
+      return(wrap_tensor(py$data))
+    },
     is_leaf = return(reticulate::py_to_r(py$is_leaf)),
     is_cuda = return(reticulate::py_to_r(py$is_cuda)),
     ndim = return(reticulate::py_to_r(py$ndim)),
     device = return(device_from_py(py$device)),
     register_hook = return(function(hook) register_hook(py, hook)),
-    py = return(py)
+    py = {
+      .Call(tb_shift_untracked, x) # Python code may write without counting it
+      return(py)
+    }
   )
   fn <- get0(name, envir = .tb$methods, inherits = FALSE)
   if (is.null(fn)) {
@@ -533,7 +539,10 @@ register_hook <- function(py, hook) {
   switch(name,
     requires_grad = py$requires_grad_(isTRUE(value)),
     grad = reticulate::py_set_attr(py, "grad", if (is.null(value)) NULL else tensor_py(value)),
-    data = reticulate::py_set_attr(py, "data", tensor_py(value)),
+    data = {
+      .Call(tb_shift_untracked, x) # a new value torch does not count (src/convert.c)
+      reticulate::py_set_attr(py, "data", tensor_py(value))
+    },
     tracebridge_abort(sprintf("Tensor field `%s` can not be assigned.", name))
   )
   x

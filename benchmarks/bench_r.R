@@ -143,7 +143,7 @@ batch <- 32L
 torch_manual_seed(2)
 X <- torch_randn(n, 20)
 Y <- (X[, 1] > 0)$long() + 1L # classes 1 and 2 (1-based in R)
-Ypy <- (Y - 1L)$py
+Ypy <- tracebridge:::tensor_py(Y - 1L) # not `$py`: that turns the shift cache off (src/convert.c)
 starts <- seq(1L, n, by = batch)
 ends <- pmin(starts + batch - 1L, n)
 train_r <- function(epochs = 5L) {

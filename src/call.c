@@ -39,6 +39,8 @@ SEXP tb_index_dots(SEXP x, SEXP rho, SEXP drop, SEXP value);
 SEXP tb_as_array(SEXP x);
 SEXP tb_as_array_init(SEXP examples, SEXP layout);
 SEXP tb_tensor_from_r(SEXP data, SEXP dtype);
+SEXP tb_shift_cache(SEXP clear);
+SEXP tb_shift_untracked(SEXP x);
 
 /* tb_call_tensor(fn, x): the traced call `fn(x)` for an R torch_tensor `x`, all of it here
  * (R's share of a call is the closure that calls this). Returns an R torch_tensor for a
@@ -84,6 +86,8 @@ static const R_CallMethodDef methods[] = {
     {"tb_as_array", (DL_FUNC) &tb_as_array, 1},
     {"tb_as_array_init", (DL_FUNC) &tb_as_array_init, 2},
     {"tb_tensor_from_r", (DL_FUNC) &tb_tensor_from_r, 2},
+    {"tb_shift_cache", (DL_FUNC) &tb_shift_cache, 1},
+    {"tb_shift_untracked", (DL_FUNC) &tb_shift_untracked, 1},
     {NULL, NULL, 0}};
 
 void R_init_tracebridge(DllInfo *dll) {

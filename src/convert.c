@@ -230,12 +230,133 @@ static PyObject *minus_one(PyObject *t) {
   return r;
 }
 
+/* Note: the shift cache. A training loop indexes with one tensor of positions twice a
+ * step (`xb <- X[idx, ]`, `yb <- Y[idx]`), and evaluation loops pass the same targets to a
+ * loss again and again; each shift is a torch op (~9,000 instructions). So the last few
+ * shifts are kept, each keyed on the tensor itself (held, so that its address can not be
+ * taken by another object) and on its version counter, which every in-place write bumps
+ * (through the tensor, its views, `$detach()`, `[<-`, `$copy_()`, ...). The shifted tensor
+ * is checked the same way, in case an op handed it on as a view that was then written.
+ * Writes that torch does not count are those through an alias that R hands out with
+ * `$data` (its own counter) or `$py` (Python's `.data`, `.numpy()`, ...), and `$data <-`:
+ * once R has done one of these for an integer tensor, the cache is emptied and stays off
+ * for the session (tb_shift_untracked()). A tensor without a version counter (an
+ * inference tensor) is never cached. */
+#define SHIFT_SLOTS 4
+
+typedef struct {
+  PyObject *source, *shifted; /* NULL: an empty slot */
+  long long source_version, shifted_version;
+} ShiftSlot;
+
+static ShiftSlot shift_slots[SHIFT_SLOTS];
+static int shift_next = 0, shift_off = 0;
+static double shift_hits = 0, shift_misses = 0;
+
+static void clear_python_error(void) {
+  PyObject *type = NULL, *value = NULL, *traceback = NULL;
+  py.ErrFetch(&type, &value, &traceback);
+  py_decref(type);
+  py_decref(value);
+  py_decref(traceback);
+}
+
+/* The version counter of tensor `t`; 0 (no Python error left) where it has none. */
+static int version_of(PyObject *t, long long *out) {
+  PyObject *v = py.GetAttr(t, torch_.s_version);
+  if (v == NULL) {
+    clear_python_error();
+    return 0;
+  }
+  int overflow = 0;
+  *out = PY_TYPE(v) == py.LongType ? py.LongAsLongLongAndOverflow(v, &overflow) : -1;
+  py.DecRef(v);
+  if (py.ErrOccurred() != NULL) clear_python_error();
+  return !overflow && *out >= 0;
+}
+
+static void slot_release(ShiftSlot *slot) {
+  py_decref(slot->source);
+  py_decref(slot->shifted);
+  slot->source = slot->shifted = NULL;
+}
+
+void shift_cache_clear(void) {
+  if (!py_ready) return;
+  GILState gil = py.GILEnsure();
+  for (int i = 0; i < SHIFT_SLOTS; i++) slot_release(&shift_slots[i]);
+  py.GILRelease(gil);
+}
+
+/* tb_shift_cache(reset): the cache's hits, misses and whether it is off; reset = TRUE
+ * empties it and turns it on again (for tests, which run in one session). */
+SEXP tb_shift_cache(SEXP reset) {
+  if (LOGICAL(reset)[0] == TRUE) {
+    shift_cache_clear();
+    shift_off = 0;
+  }
+  SEXP out = PROTECT(Rf_allocVector(REALSXP, 3));
+  REAL(out)[0] = shift_hits;
+  REAL(out)[1] = shift_misses;
+  REAL(out)[2] = shift_off;
+  UNPROTECT(1);
+  return out;
+}
+
+/* tb_shift_untracked(x): R is handing out an alias of tensor `x` whose writes torch may
+ * not count (see the note above); an integer tensor turns the cache off. */
+SEXP tb_shift_untracked(SEXP x) {
+  PyObject *t = tensor_of(x);
+  if (!py_ready || shift_off) return R_NilValue;
+  GILState gil = py.GILEnsure();
+  int kind = t == NULL ? 0 : tensor_dtype_kind(t);
+  if (kind < 0) clear_python_error();
+  py.GILRelease(gil);
+  if (kind == 0 || kind < 0) {
+    shift_off = 1;
+    shift_cache_clear();
+  }
+  return R_NilValue;
+}
+
+/* minus_one(t), from the cache where `t` and the shifted tensor are as they were. */
+static PyObject *shifted_positions(PyObject *t) {
+  long long version, shifted_version;
+  int versioned = !shift_off && version_of(t, &version);
+  if (versioned) {
+    for (int i = 0; i < SHIFT_SLOTS; i++) {
+      ShiftSlot *slot = &shift_slots[i];
+      if (slot->source != t) continue;
+      if (slot->source_version == version && version_of(slot->shifted, &shifted_version) &&
+          shifted_version == slot->shifted_version) {
+        shift_hits++;
+        py.IncRef(slot->shifted);
+        return slot->shifted;
+      }
+      slot_release(slot); /* written since: shift again */
+    }
+  }
+  shift_misses++;
+  PyObject *r = minus_one(t);
+  if (r == NULL || !versioned || !version_of(r, &shifted_version)) return r;
+  ShiftSlot *slot = &shift_slots[shift_next];
+  shift_next = (shift_next + 1) % SHIFT_SLOTS;
+  slot_release(slot);
+  py.IncRef(t);
+  py.IncRef(r);
+  slot->source = t;
+  slot->shifted = r;
+  slot->source_version = version;
+  slot->shifted_version = shifted_version;
+  return r;
+}
+
 int index_tensor_to_py(PyObject *t, PyObject **out) {
   int kind = tensor_dtype_kind(t);
   if (kind < 0) return CONV_PYERR;
   if (kind == 1) return CONV_FALLBACK; /* R says that indices must be integers */
   if (kind == 2) return borrowed(t, out);
-  return give(minus_one(t), out);
+  return give(shifted_positions(t), out);
 }
 
 int class_index_to_py(SEXP v, SEXP ignore_index, int shift_ignore, PyObject **out) {
@@ -246,7 +367,7 @@ int class_index_to_py(SEXP v, SEXP ignore_index, int shift_ignore, PyObject **ou
   int kind = tensor_dtype_kind(t);
   if (kind < 0) return CONV_PYERR;
   if (kind == 1) return borrowed(t, out); /* class probabilities */
-  PyObject *shifted = minus_one(t);
+  PyObject *shifted = shifted_positions(t);
   if (shifted == NULL) return CONV_PYERR;
   /* A negative ignore_index (no class) is shifted by the caller as the targets are
    * (ignore_index_arg() in R/surface.R). */

@@ -27,6 +27,8 @@ int to_py_kind(SEXP v, int kind, int dots, PyObject **out);
 int class_index_to_py(SEXP v, SEXP ignore_index, int shift_ignore, PyObject **out);
 /* index_tensor_arg() for a tensor of 1-based indices: shifted by one (a torch op). */
 int index_tensor_to_py(PyObject *t, PyObject **out);
+/* Empties the cache of shifted index tensors (see the note in convert.c). */
+void shift_cache_clear(void);
 /* The dtype kind of a tensor: 1 floating point, 2 bool, 0 another, -1 Python error. */
 int tensor_dtype_kind(PyObject *t);
 int scalar_to_py(SEXP v, PyObject **out);

@@ -15,6 +15,8 @@
 #include "pyapi.h"
 
 #include <dlfcn.h>
+
+void shift_cache_clear(void); /* convert.c */
 #include <string.h>
 
 PyApi py;
@@ -227,6 +229,7 @@ static void release_all(void) {
   clear(&torch_.s_sub);
   clear(&torch_.s_index_select);
   clear(&torch_.s_is_floating_point);
+  clear(&torch_.s_version);
 }
 
 /* The R constants of the C paths; called when the package's library loads, so that every
@@ -261,6 +264,7 @@ SEXP tb_py_init(SEXP torch, SEXP bridge, SEXP example, SEXP libpython, SEXP tb) 
   PyObject *t = object_of(torch), *m = object_of(bridge), *x = object_of(example);
   if (t == NULL || m == NULL || x == NULL) return Rf_ScalarLogical(0);
   GILState gil = py.GILEnsure();
+  shift_cache_clear(); /* it holds tensors of the objects looked up before */
   py_ready = 0;
   release_all();
   torch_.tensor_type = py.GetAttrString(t, "Tensor");
@@ -285,9 +289,10 @@ SEXP tb_py_init(SEXP torch, SEXP bridge, SEXP example, SEXP libpython, SEXP tb) 
   torch_.s_sub = py.UnicodeIntern("sub");
   torch_.s_index_select = py.UnicodeIntern("index_select");
   torch_.s_is_floating_point = py.UnicodeIntern("is_floating_point");
+  torch_.s_version = py.UnicodeIntern("_version");
   int ok = torch_.tensor_type && torch_.size_type && torch_.set_grad && torch_.is_grad &&
            torch_.binary_ops && torch_.one && torch_.one_t && torch_.where && torch_.dtype_bool && torch_.s_add && torch_.s_item && torch_.s_ndim && torch_.empty && torch_.device && torch_.s_dtype &&
-           torch_.s_sub && torch_.s_index_select && torch_.s_is_floating_point &&
+           torch_.s_sub && torch_.s_index_select && torch_.s_is_floating_point && torch_.s_version &&
            PY_TYPE(x) == torch_.tensor_type;
   if (!ok) {
     if (py.ErrOccurred() != NULL) {

@@ -1,0 +1,103 @@
+# The cache of shifted index tensors (src/convert.c): a tensor of 1-based positions used
+# twice is shifted once, and any write to it (or to what shares its memory) is seen.
+
+cache <- function(reset = FALSE) tracebridge:::shift_cache_stats(reset)
+
+with_c <- function(on, code) {
+  tracebridge:::set_c_call(on)
+  on.exit(tracebridge:::set_c_call(TRUE))
+  force(code)
+}
+
+test_that("an index tensor used twice is shifted once, with the same results", {
+  skip_if_no_torch()
+  cache(reset = TRUE)
+  m <- matrix(as.numeric(1:30), 10, 3)
+  X <- torch_tensor(m)
+  Y <- torch_tensor(101:110)
+  idx <- torch_tensor(c(2L, 5L, 7L))
+  before <- cache()
+  xb <- X[idx, ]
+  yb <- Y[idx]
+  after <- cache()
+  expect_equal(after$misses - before$misses, 1)
+  expect_equal(after$hits - before$hits, 1)
+  expect_equal(as_array(xb), m[c(2, 5, 7), ])
+  expect_equal(as_array(yb), c(102L, 105L, 107L))
+  # Class targets of a loss share it too.
+  logits <- torch_randn(3, 110)
+  loss <- nnf_cross_entropy(logits, idx)
+  expect_equal(cache()$hits - after$hits, 1)
+  manual <- -mean(as_array(nnf_log_softmax(logits, 2))[cbind(1:3, c(2, 5, 7))])
+  expect_equal(loss$item(), manual, tolerance = 1e-6)
+})
+
+test_that("a write to the index tensor after it was shifted gives the new positions", {
+  skip_if_no_torch()
+  cache(reset = TRUE)
+  Y <- torch_tensor(101:110)
+  idx <- torch_tensor(c(2L, 5L, 7L))
+  expect_equal(as_array(Y[idx]), c(102L, 105L, 107L))
+  idx[1] <- 9L # `[<-`
+  expect_equal(as_array(Y[idx]), c(109L, 105L, 107L))
+  v <- idx[2:3] # a view: its writes are the index tensor's
+  v[1] <- 1L
+  expect_equal(as_array(Y[idx]), c(109L, 101L, 107L))
+  idx$detach()$copy_(torch_tensor(c(3L, 4L, 10L))) # $detach() shares its memory
+  expect_equal(as_array(Y[idx]), c(103L, 104L, 110L))
+  idx$clamp_(max = 9L) # an in-place method
+  expect_equal(as_array(Y[idx]), c(103L, 104L, 109L))
+  X <- torch_tensor(matrix(as.numeric(1:30), 10, 3))
+  expect_equal(as_array(X[idx, ])[, 1], c(3, 4, 9))
+  # The same answers with the C paths off (every call through reticulate).
+  with_c(FALSE, expect_equal(as_array(Y[idx]), c(103L, 104L, 109L)))
+  idx[3] <- 1L
+  expect_equal(as_array(Y[idx]), c(103L, 104L, 101L))
+  expect_false(cache()$off)
+})
+
+test_that("class targets written in place give the loss of the new targets", {
+  skip_if_no_torch()
+  cache(reset = TRUE)
+  logits <- torch_randn(4, 3)
+  target <- torch_tensor(c(1L, 2L, 3L, 1L))
+  lp <- as_array(nnf_log_softmax(logits, 2))
+  expect_equal(nnf_cross_entropy(logits, target)$item(),
+               -mean(lp[cbind(1:4, c(1, 2, 3, 1))]), tolerance = 1e-6)
+  target[4] <- 3L
+  expect_equal(nnf_cross_entropy(logits, target)$item(),
+               -mean(lp[cbind(1:4, c(1, 2, 3, 3))]), tolerance = 1e-6)
+  # A target out of range is still refused after a cached shift.
+  target[1] <- 4L
+  expect_error(nnf_cross_entropy(logits, target), "out of bounds")
+})
+
+test_that("$data and $py of an integer tensor turn the cache off: their writes are not counted", {
+  skip_if_no_torch()
+  cache(reset = TRUE)
+  Y <- torch_tensor(101:110)
+  idx <- torch_tensor(c(2L, 5L, 7L))
+  expect_equal(as_array(Y[idx]), c(102L, 105L, 107L))
+  d <- idx$data # shares idx's memory, not its version counter
+  expect_true(cache()$off)
+  d[1] <- 10L
+  expect_equal(as_array(Y[idx]), c(110L, 105L, 107L))
+  misses <- cache()$misses
+  expect_equal(as_array(Y[idx]), c(110L, 105L, 107L))
+  expect_equal(cache()$misses - misses, 1) # shifted again: nothing is kept while off
+  cache(reset = TRUE)
+  expect_equal(as_array(Y[idx]), c(110L, 105L, 107L))
+  invisible(idx$py)
+  expect_true(cache()$off)
+  # A float tensor's $data or $py leaves it on (floats are never shifted).
+  cache(reset = TRUE)
+  invisible(torch_randn(2)$py)
+  invisible(torch_randn(2)$data)
+  expect_false(cache()$off)
+  # Assigning $data replaces the values without counting a write.
+  expect_equal(as_array(Y[idx]), c(110L, 105L, 107L))
+  idx$data <- torch_tensor(c(1L, 1L, 1L))
+  expect_true(cache()$off)
+  expect_equal(as_array(Y[idx]), c(101L, 101L, 101L))
+  cache(reset = TRUE)
+})
