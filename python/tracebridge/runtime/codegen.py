@@ -186,6 +186,10 @@ class CodeGen:
         self._kinds: dict[int, str] | None = None  # value id -> kind, made when first needed
         self._dtypes: dict[int, str | None] | None = None  # value id -> traced dtype name
         self.plain_read = False  # whether the code reads ``_plain`` (runtime/scalars.py)
+        # Whether a repeated node reads the first one's results (runtime/cse.py). Not for
+        # calls with autograd: the gradients of one shared result sum in another order
+        # than those of two (``x * 0.3`` twice: (g1 + g2) * 0.3, not g1 * 0.3 + g2 * 0.3).
+        self.share_repeats = True
 
     # -- names ------------------------------------------------------------------------------
 
@@ -467,7 +471,9 @@ class CodeGen:
         if self.fold:  # what nothing needs goes (runtime/dead_code.py), repeats read the
             # first result (runtime/cse.py); runs of ops on sizes move next to their first
             # reader (runtime/memo.py)
-            self.graph = cse.eliminate(dead_code.prune(self.graph))
+            self.graph = dead_code.prune(self.graph)
+            if self.share_repeats:
+                self.graph = cse.eliminate(self.graph)
             self.graph, found = memo.plan(self.graph)
             blocks = {b.start: b for b in found}
         dead_after = last_uses(self.graph)
