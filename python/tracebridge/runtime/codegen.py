@@ -167,6 +167,10 @@ class CodeGen:
     ):
         self.graph = graph
         self.fold = fold  # compute values of literals and state once (runtime/folding.py)
+        # Compute repeated nodes once (runtime/cse.py): for calls without autograd only, where
+        # nothing flows back through them (one node read twice sums its gradients first,
+        # two nodes each add theirs: the same gradient, not the same bits).
+        self.common = False
         self.slots = slots
         self.name = name
         self.guards = guards
@@ -444,7 +448,9 @@ class CodeGen:
         if self.fold:  # what nothing needs goes (runtime/dead_code.py), repeats read the
             # first result (runtime/cse.py); runs of ops on sizes move next to their first
             # reader (runtime/memo.py)
-            self.graph = cse.eliminate(dead_code.prune(self.graph))
+            self.graph = dead_code.prune(self.graph)
+            if self.common and not any(n.op == "set_grad_enabled" for n in self.graph.nodes):
+                self.graph = cse.eliminate(self.graph)
             self.graph, found = memo.plan(self.graph)
             blocks = {b.start: b for b in found}
         dead_after = last_uses(self.graph)

@@ -24,6 +24,11 @@ Note: common subexpressions, as ``torch.jit`` eliminates them.
   A switch of grad mode between two nodes makes them differ (one tracks gradients), so
   the nodes seen before a ``set_grad_enabled`` are never matched after it. The results
   are bit for bit those of the full graph: the same kernel on the same inputs, once.
+
+  The generated code eliminates only in the function for calls without autograd (and
+  graphs without a grad-mode switch; runtime/codegen.py): with autograd, a node read
+  twice sums its two gradients before it passes them on, where two nodes pass each on
+  and the sum comes later -- the same gradient, not the same bits.
 """
 
 from __future__ import annotations

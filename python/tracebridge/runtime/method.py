@@ -127,7 +127,9 @@ class Method:
         guards, no_grad = key
         if self.runtime == "codegen":
             fused = self._fused_codegen(guards) if no_grad else None
-            return compile_function(fused or self.codegen(guards)).function
+            gen = fused or self.codegen(guards)
+            gen.common = no_grad  # repeated nodes once, where no gradient flows (runtime/cse.py)
+            return compile_function(gen).function
         return Interpreter(self.graph, self._slots, guards, self._methods, self.name)
 
     def _function(self, key: tuple[bool, bool]):
