@@ -172,3 +172,25 @@ def test_calls_with_autograd_run_every_node_and_give_the_interpreters_gradients(
         module(x).backward()
         grads.append(dict(module.named_parameters())["w"].grad.clone())
     assert torch.equal(grads[0], grads[1])
+
+
+class WritesThroughAView(nn.Module):
+    """``reshape_as`` returns a view of ``x``: a write through it changes ``x``."""
+
+    def forward(self, x, like):
+        before = x * 2
+        x.reshape_as(like).add_(1)
+        return before.sum(), (x * 2).sum()
+
+
+def test_a_write_through_any_view_keeps_the_nodes_apart(tmp_path):
+    x, like = torch.randn(2, 6), torch.randn(3, 4)
+    traced = tracebridge.trace(WritesThroughAView(), (x.clone(), like))
+    assert _count(cse.eliminate(_forward(traced)), "mul") == 2
+    x1, x2 = x.clone(), x.clone()
+    fast = loaded(traced, tmp_path)
+    plain = tracebridge.load(tmp_path / "m.tb", runtime="interpreter")
+    with torch.no_grad():
+        for got, want in zip(fast(x1, like), plain(x2, like), strict=True):
+            assert torch.equal(got, want)
+    assert not torch.equal(fast(x.clone(), like)[0], fast(x.clone(), like)[1])
