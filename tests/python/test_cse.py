@@ -194,3 +194,35 @@ def test_a_write_through_any_view_keeps_the_nodes_apart(tmp_path):
         for got, want in zip(fast(x1, like), plain(x2, like), strict=True):
             assert torch.equal(got, want)
     assert not torch.equal(fast(x.clone(), like)[0], fast(x.clone(), like)[1])
+
+
+class RotaryUnderNoGrad(nn.Module):
+    """Llama's pattern: the rotary table under ``torch.no_grad()``, then the same half
+    sizes read for q and for k."""
+
+    def forward(self, q, k):
+        with torch.no_grad():
+            table = torch.arange(q.shape[-1], dtype=q.dtype).cos()
+        q = torch.cat([q[..., q.shape[-1] // 2 :], q[..., : q.shape[-1] // 2]], dim=-1)
+        k = torch.cat([k[..., q.shape[-1] // 2 :], k[..., : q.shape[-1] // 2]], dim=-1)
+        return (q * table).sum() + (k * table).sum() + (q * table).sum()
+
+
+class TurnsGradOn(nn.Module):
+    def forward(self, x):
+        with torch.enable_grad():
+            y = x * 2
+        return (x * 2).sum() + (x * 2).sum() + y.sum()
+
+
+def test_graphs_that_switch_grad_off_still_share_and_those_that_turn_it_on_do_not(tmp_path):
+    q, k = torch.randn(2, 8), torch.randn(2, 8)
+    traced = tracebridge.trace(RotaryUnderNoGrad(), (q, k))
+    assert cse.grad_stays_off(_forward(traced))
+    code = _no_grad_code(traced)
+    assert code.count("= op_mul") < traced.code.count("= op_mul")
+    _same_as_interpreter(traced, tmp_path, q, k)
+
+    traced = tracebridge.trace(TurnsGradOn(), torch.randn(3))
+    assert not cse.grad_stays_off(_forward(traced))
+    assert _no_grad_code(traced).count("= op_mul") == traced.code.count("= op_mul") == 3

@@ -449,7 +449,7 @@ class CodeGen:
             # first result (runtime/cse.py); runs of ops on sizes move next to their first
             # reader (runtime/memo.py)
             self.graph = dead_code.prune(self.graph)
-            if self.common and not any(n.op == "set_grad_enabled" for n in self.graph.nodes):
+            if self.common and cse.grad_stays_off(self.graph):
                 self.graph = cse.eliminate(self.graph)
             self.graph, found = memo.plan(self.graph)
             blocks = {b.start: b for b in found}
