@@ -16,6 +16,7 @@ from torch import nn
 
 import tracebridge
 from tracebridge.runtime import cse
+from tracebridge.runtime.codegen import compile_function
 
 from .graph_helpers import loaded
 
@@ -35,10 +36,18 @@ def _count(graph, op: str) -> int:
     return sum(1 for n in graph.nodes if n.op == op)
 
 
+def _no_grad_code(traced) -> str:
+    """The code a call without autograd runs (``.code`` shows the one with autograd)."""
+    gen = traced._methods["forward"].codegen(True)
+    gen.common = True
+    return compile_function(gen).code
+
+
 def _same_as_interpreter(traced, tmp_path, *inputs):
     fast = loaded(traced, tmp_path)
     plain = tracebridge.load(tmp_path / "m.tb", runtime="interpreter")
-    a, b = fast(*inputs), plain(*inputs)
+    with torch.no_grad():  # where repeated nodes run once
+        a, b = fast(*inputs), plain(*inputs)
     a, b = (a, b) if isinstance(a, tuple) else ((a,), (b,))
     for x, y in zip(a, b, strict=True):
         assert torch.equal(x, y) and x.dtype == y.dtype and x.requires_grad == y.requires_grad
@@ -65,7 +74,8 @@ def test_repeated_nodes_run_once(tmp_path):
     assert _count(full, "getitem") == 3 and _count(kept, "getitem") == 2
     assert _count(full, "Tensor.new_ones") == 2 and _count(kept, "Tensor.new_ones") == 1
     assert _count(kept, "scalar.floordiv") == 1
-    assert traced.code.count("= op_Tensor_new_ones") == 1
+    assert _no_grad_code(traced).count("= op_Tensor_new_ones") == 1
+    assert traced.code.count("= op_Tensor_new_ones") == 2  # with autograd: every node
     for shape in [(2, 3, 6, 4), (1, 2, 8, 4)]:
         _same_as_interpreter(traced, tmp_path, torch.randn(shape), torch.ones(shape[0], 6))
 
@@ -93,8 +103,9 @@ def test_nothing_is_shared_across_a_write(tmp_path):
     fast = loaded(traced, tmp_path)
     plain = tracebridge.load(tmp_path / "m.tb", runtime="interpreter")
     x1, x2 = x.clone(), x.clone()
-    for got, want in zip(fast(x1), plain(x2), strict=True):
-        assert torch.equal(got, want)
+    with torch.no_grad():
+        for got, want in zip(fast(x1), plain(x2), strict=True):
+            assert torch.equal(got, want)
     assert torch.equal(x1, x2) and torch.equal(x1, x + 1)
 
 
@@ -105,7 +116,8 @@ class Returned(nn.Module):
 
 def test_returned_values_stay_distinct(tmp_path):
     traced = tracebridge.trace(Returned(), torch.randn(3))
-    a, b = loaded(traced, tmp_path)(torch.randn(3))
+    with torch.no_grad():
+        a, b = loaded(traced, tmp_path)(torch.randn(3))
     assert torch.equal(a, b) and a.data_ptr() != b.data_ptr()
 
 
@@ -133,3 +145,84 @@ def test_grad_mode_switches_and_random_ops_are_never_shared(tmp_path):
     _, _, noise = loaded(traced, tmp_path)(x)
     torch.manual_seed(3)
     assert torch.equal(noise, torch.rand(3) + torch.rand(3))
+
+
+class SharedWeight(nn.Module):
+    """The same product of a parameter twice: one gradient either way, but summed in
+    another order when the node runs once."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 4))
+
+    def forward(self, x):
+        return (x @ self.w).tanh().sum() + (x @ self.w).sin().sum()
+
+
+def test_calls_with_autograd_run_every_node_and_give_the_interpreters_gradients(tmp_path):
+    x = torch.randn(3, 4)
+    traced = tracebridge.trace(SharedWeight(), x)
+    assert traced.code.count("= op_matmul") == 2
+    assert _no_grad_code(traced).count("= op_matmul") == 1
+    fast = loaded(traced, tmp_path)
+    plain = tracebridge.load(tmp_path / "m.tb", runtime="interpreter")
+    grads = []
+    for module in (fast, plain):
+        module.zero_grad()
+        module(x).backward()
+        grads.append(dict(module.named_parameters())["w"].grad.clone())
+    assert torch.equal(grads[0], grads[1])
+
+
+class WritesThroughAView(nn.Module):
+    """``reshape_as`` returns a view of ``x``: a write through it changes ``x``."""
+
+    def forward(self, x, like):
+        before = x * 2
+        x.reshape_as(like).add_(1)
+        return before.sum(), (x * 2).sum()
+
+
+def test_a_write_through_any_view_keeps_the_nodes_apart(tmp_path):
+    x, like = torch.randn(2, 6), torch.randn(3, 4)
+    traced = tracebridge.trace(WritesThroughAView(), (x.clone(), like))
+    assert _count(cse.eliminate(_forward(traced)), "mul") == 2
+    x1, x2 = x.clone(), x.clone()
+    fast = loaded(traced, tmp_path)
+    plain = tracebridge.load(tmp_path / "m.tb", runtime="interpreter")
+    with torch.no_grad():
+        for got, want in zip(fast(x1, like), plain(x2, like), strict=True):
+            assert torch.equal(got, want)
+    assert not torch.equal(fast(x.clone(), like)[0], fast(x.clone(), like)[1])
+
+
+class RotaryUnderNoGrad(nn.Module):
+    """Llama's pattern: the rotary table under ``torch.no_grad()``, then the same half
+    sizes read for q and for k."""
+
+    def forward(self, q, k):
+        with torch.no_grad():
+            table = torch.arange(q.shape[-1], dtype=q.dtype).cos()
+        q = torch.cat([q[..., q.shape[-1] // 2 :], q[..., : q.shape[-1] // 2]], dim=-1)
+        k = torch.cat([k[..., q.shape[-1] // 2 :], k[..., : q.shape[-1] // 2]], dim=-1)
+        return (q * table).sum() + (k * table).sum() + (q * table).sum()
+
+
+class TurnsGradOn(nn.Module):
+    def forward(self, x):
+        with torch.enable_grad():
+            y = x * 2
+        return (x * 2).sum() + (x * 2).sum() + y.sum()
+
+
+def test_graphs_that_switch_grad_off_still_share_and_those_that_turn_it_on_do_not(tmp_path):
+    q, k = torch.randn(2, 8), torch.randn(2, 8)
+    traced = tracebridge.trace(RotaryUnderNoGrad(), (q, k))
+    assert cse.grad_stays_off(_forward(traced))
+    code = _no_grad_code(traced)
+    assert code.count("= op_mul") < traced.code.count("= op_mul")
+    _same_as_interpreter(traced, tmp_path, q, k)
+
+    traced = tracebridge.trace(TurnsGradOn(), torch.randn(3))
+    assert not cse.grad_stays_off(_forward(traced))
+    assert _no_grad_code(traced).count("= op_mul") == traced.code.count("= op_mul") == 3

@@ -127,7 +127,10 @@ def group_norm(input, num_groups, *rest, **kwargs):
     channels = input.size(1)
     _need(
         type(num_groups) is int and 1 <= num_groups <= max(channels, 1),
-        f"group_norm: num_groups must be between 1 and the {channels} channels, not {num_groups!r}",
+        lambda: (  # made only on failure: a poolformer runs a group norm per block
+            f"group_norm: num_groups must be between 1 and the {channels} channels, "
+            f"not {num_groups!r}"
+        ),
     )
     return torch.group_norm(input, num_groups, *rest, **kwargs)
 
@@ -607,7 +610,9 @@ def _sectioned(op: str) -> Callable:
             count = int(count)
         _need(
             not isinstance(count, int) or count <= LIMITS["results"],
-            f"{op} is asked for {count} results, more than the limit of {LIMITS['results']}",
+            lambda: (  # made only on failure: chunk and split run in every layer
+                f"{op} is asked for {count} results, more than the limit of {LIMITS['results']}"
+            ),
         )
         return kernel(*args, **kwargs)
 

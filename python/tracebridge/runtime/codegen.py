@@ -167,6 +167,10 @@ class CodeGen:
     ):
         self.graph = graph
         self.fold = fold  # compute values of literals and state once (runtime/folding.py)
+        # Compute repeated nodes once (runtime/cse.py): for calls without autograd only, where
+        # nothing flows back through them (one node read twice sums its gradients first,
+        # two nodes each add theirs: the same gradient, not the same bits).
+        self.common = False
         self.slots = slots
         self.name = name
         self.guards = guards
@@ -186,10 +190,6 @@ class CodeGen:
         self._kinds: dict[int, str] | None = None  # value id -> kind, made when first needed
         self._dtypes: dict[int, str | None] | None = None  # value id -> traced dtype name
         self.plain_read = False  # whether the code reads ``_plain`` (runtime/scalars.py)
-        # Whether a repeated node reads the first one's results (runtime/cse.py). Not for
-        # calls with autograd: the gradients of one shared result sum in another order
-        # than those of two (``x * 0.3`` twice: (g1 + g2) * 0.3, not g1 * 0.3 + g2 * 0.3).
-        self.share_repeats = True
 
     # -- names ------------------------------------------------------------------------------
 
@@ -472,7 +472,7 @@ class CodeGen:
             # first result (runtime/cse.py); runs of ops on sizes move next to their first
             # reader (runtime/memo.py)
             self.graph = dead_code.prune(self.graph)
-            if self.share_repeats:
+            if self.common and cse.grad_stays_off(self.graph):
                 self.graph = cse.eliminate(self.graph)
             self.graph, found = memo.plan(self.graph)
             blocks = {b.start: b for b in found}

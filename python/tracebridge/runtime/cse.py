@@ -24,6 +24,11 @@ Note: common subexpressions, as ``torch.jit`` eliminates them.
   A switch of grad mode between two nodes makes them differ (one tracks gradients), so
   the nodes seen before a ``set_grad_enabled`` are never matched after it. The results
   are bit for bit those of the full graph: the same kernel on the same inputs, once.
+
+  The generated code eliminates only in the function for calls without autograd, in graphs
+  that never turn autograd on (:func:`grad_stays_off`; runtime/codegen.py): under
+  autograd, a node read twice sums its two gradients before it passes them on, where two
+  nodes pass each on and the sum comes later -- the same gradient, not the same bits.
 """
 
 from __future__ import annotations
@@ -42,6 +47,19 @@ _NOT_PURE = frozenset(
 )
 # Ops that may return a view of any of their tensor arguments, not only the first.
 _MAY_VIEW_ANY = frozenset({"einsum", "broadcast_tensors", "meshgrid", "prim.autograd_function"})
+
+
+def grad_stays_off(graph: Graph) -> bool:
+    """Whether a call without autograd stays without it through ``graph``: every grad-mode
+    switch turns it off or puts back a mode read in the graph (``torch.no_grad()`` around a
+    rotary embedding records both), never turns it on."""
+    modes = {v.id for n in graph.nodes if n.op == "prim.grad_enabled" for v in n.outputs}
+    for node in graph.nodes:
+        if node.op == "set_grad_enabled":
+            mode = node.args[0] if len(node.args) == 1 and not node.kwargs else True
+            if mode is not False and not (isinstance(mode, Ref) and mode.id in modes):
+                return False
+    return True
 
 
 def _pure(node: Node) -> bool:

@@ -58,7 +58,8 @@ _ALIASING = frozenset(
     Tensor.short Tensor.char Tensor.byte Tensor.bool Tensor.cpu chunk split
     split_with_sizes unbind tensor_split swapaxes swapdims ravel view_as_real
     view_as_complex atleast_1d atleast_2d atleast_3d dropout feature_dropout alpha_dropout
-    feature_alpha_dropout""".split()
+    feature_alpha_dropout Tensor.reshape_as hsplit vsplit dsplit as_tensor positive
+    Tensor.cfloat Tensor.cdouble""".split()
 )
 
 

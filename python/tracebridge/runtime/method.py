@@ -126,8 +126,9 @@ class Method:
     def _make(self, key: tuple[bool, bool]):
         guards, no_grad = key
         if self.runtime == "codegen":
-            gen = (self._fused_codegen(guards) if no_grad else None) or self.codegen(guards)
-            gen.share_repeats = no_grad  # gradients bit for bit eager's (codegen.CodeGen)
+            fused = self._fused_codegen(guards) if no_grad else None
+            gen = fused or self.codegen(guards)
+            gen.common = no_grad  # repeated nodes once, where no gradient flows (runtime/cse.py)
             return compile_function(gen).function
         return Interpreter(self.graph, self._slots, guards, self._methods, self.name)
 
