@@ -288,9 +288,12 @@ static SEXP index_impl(SEXP x, const IndexArgs *args, SEXP drop, SEXP value) {
     if (part == NULL) ok = 0;
     else py.TupleSetItem(key, i, part); /* steals */
   }
+  /* One index is passed as it is, not as a 1-tuple: torch reads a lone slice or int on a
+   * shorter path (`perm[s:e]` in a training loop), with the same meaning. */
+  PyObject *k = ok && n == 1 ? py.TupleGetItem(key, 0) : key; /* borrowed */
   SEXP out = sentinel_error;
   if (ok && set) {
-    if (py.SetItem(t, key, val) == 0) out = x;
+    if (py.SetItem(t, k, val) == 0) out = x;
     else store_error();
   } else if (ok) {
     /* x[idx, ] (the other indices all empty) is index_select alone. */
@@ -298,7 +301,7 @@ static SEXP index_impl(SEXP x, const IndexArgs *args, SEXP drop, SEXP value) {
     for (int i = 0; i < n && only_select; i++)
       if (i != at && ix[i].kind != IX_ALL) only_select = 0;
     if (only_select) py.IncRef(t);
-    PyObject *result = only_select ? t : py.GetItem(t, key);
+    PyObject *result = only_select ? t : py.GetItem(t, k);
     if (result != NULL && at >= 0) result = index_select(result, at, positions);
     if (result != NULL) out = wrap_result(result); /* steals */
     else store_error();
