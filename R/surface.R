@@ -160,7 +160,7 @@ resolve_py <- function(path) {
 # a row's other kinds go through R (convert_arg(), convert_result()).
 c_arg_kinds <- c("tensor", "scalar", "dim", "dims", "index1", "int", "ints", "double",
                  "doubles", "bool", "string", "dtype", "device", "size", "tensors", "any",
-                 "index", "class_index", "optimizer")
+                 "index", "class_index", "optimizer", "long")
 c_result_kinds <- c("tensor", "index", "values_indices", "maybe_values_indices", "tensors",
                     "r", "sizes", "none")
 
