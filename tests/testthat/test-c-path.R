@@ -714,3 +714,23 @@ test_that("torch_arange(), whole-number arguments, computed indices and schedule
   sched$step()
   expect_equal(calls, 0L)
 })
+
+test_that("torch_arange(), long arguments, computed indices and cached shifts are safe under gctorture()", {
+  skip_if_no_torch()
+  w <- torch_randn(10, 3)
+  m <- torch_tensor(matrix(as.numeric(1:12), 3, 4))
+  pick <- function() torch_tensor(c(3L, 1L))
+  rows <- function() c(3, 1)
+  idx <- torch_tensor(c(2L, 3L))
+  y <- torch_tensor(101:110)
+  calls <- function() {
+    list(as_array(torch_arange(1, 3)), as_array(m[pick(), ]), as_array(m[rows(), 2]),
+         as_array(nnf_embedding_bag(torch_tensor(c(1L, 2L, 4L)), w, offsets = c(0, 1))),
+         as_array(y[idx]), as_array(y[idx]))
+  }
+  expected <- calls()
+  gctorture(TRUE)
+  got <- calls()
+  gctorture(FALSE)
+  expect_identical(got, expected)
+})
