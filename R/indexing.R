@@ -269,8 +269,11 @@ forced_index_call <- function(call, rho, skip) {
   forced <- .Call(tb_dots_forced, rho)
   if (!any(forced[[1]])) return(call)
   nms <- names(call) %||% rep("", length(call))
-  at <- which(seq_along(call) > 2L & nms != skip)
-  if (length(at) != length(forced[[1]]) || nzchar(nms[[2]])) return(call)
+  # The tensor is `x = ` or else the first unnamed argument; `...` are the others.
+  at <- seq_along(call)[-1L]
+  tensor_at <- if ("x" %in% nms[at]) at[nms[at] == "x"][[1]] else at[!nzchar(nms[at])][1L]
+  at <- at[at != tensor_at & nms[at] != skip]
+  if (length(at) != length(forced[[1]])) return(call)
   for (k in which(forced[[1]])) call[at[[k]]] <- list(forced[[2]][[k]])
   call
 }
