@@ -5,6 +5,14 @@
 # Every C entry point answers `.tb_fallback` until the paths have started, and while R
 # traces; the R code around each then does the call its own way, which starts the paths
 # (c_started()) for the next call. TRACEBRIDGE_C_CALL=0 keeps them off.
+#
+# Note: what stays with reticulate. Calls whose arguments are R functions that Python calls
+# back (lr_lambda()'s and lr_multiplicative()'s functions, `$register_hook()`, the closure of
+# `$step(closure)`, dataset and nn_module methods run from Python) convert those functions
+# through reticulate, which owns R callbacks; the call itself may still go through C (a
+# scheduler's `$step()` does, and its Python then calls the R function). So do a plateau
+# scheduler's `$step(metric)` (the metric stays a Python float), printing, state dicts and
+# the other one-off calls.
 
 # Whether the C paths run, starting them on first use.
 c_started <- function() {

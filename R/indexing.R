@@ -209,13 +209,15 @@ is_vector_kind <- function(k) k %in% c("vector", "vector_r", "logical")
   # (identical() alone is ~3,000 instructions), and this runs several times a training step.
   out <- .Call(tb_index_dots, x, environment(), drop, NULL)
   if (!is.symbol(out)) return(out)
+  # An index C evaluated (`x[f(i), ]`) is read as its value from here on: not run twice.
+  call <- forced_index_call(sys.call(), environment(), "drop")
   if (identical(out, quote(.tb_fallback))) {
-    out <- .Call(tb_index, x, sys.call(), parent.frame(), drop, NULL)
+    out <- .Call(tb_index, x, call, parent.frame(), drop, NULL)
   }
   if (!is.symbol(out)) return(out)
   if (identical(out, quote(.tb_error))) c_error()
   c_started()
-  exprs <- as.list(sys.call())[-(1:2)]
+  exprs <- as.list(call)[-(1:2)]
   exprs <- exprs[(names(exprs) %||% rep("", length(exprs))) != "drop"]
   names(exprs) <- NULL
   parsed <- index_plan(x, exprs, parent.frame(), drop)
@@ -260,6 +262,22 @@ is_vector_kind <- function(k) k %in% c("vector", "vector_r", "logical")
   wrap_tensor(out)
 }
 
+# The call of `[` (or `[<-`) as R's path reads it: an index whose promise src/index.c
+# forced (an expression that may have effects, such as `f(i)`) is replaced by its value,
+# so that it is not evaluated a second time. `skip`: the method's own named argument.
+forced_index_call <- function(call, rho, skip) {
+  forced <- .Call(tb_dots_forced, rho)
+  if (!any(forced[[1]])) return(call)
+  nms <- names(call) %||% rep("", length(call))
+  # The tensor is `x = ` or else the first unnamed argument; `...` are the others.
+  at <- seq_along(call)[-1L]
+  tensor_at <- if ("x" %in% nms[at]) at[nms[at] == "x"][[1]] else at[!nzchar(nms[at])][1L]
+  at <- at[at != tensor_at & nms[at] != skip]
+  if (length(at) != length(forced[[1]])) return(call)
+  for (k in which(forced[[1]])) call[at[[k]]] <- list(forced[[2]][[k]])
+  call
+}
+
 p_consumed <- function(parsed) {
   sum(vapply(parsed, function(q) !(q$kind %in% c("none", "ellipsis")), logical(1)))
 }
@@ -275,13 +293,14 @@ index_call <- function(py, key) {
 `[<-.torch_tensor` <- function(x, ..., value) {
   out <- .Call(tb_index_dots, x, environment(), TRUE, list(value))
   if (!is.symbol(out)) return(x)
+  call <- forced_index_call(sys.call(), environment(), "value")
   if (identical(out, quote(.tb_fallback))) {
-    out <- .Call(tb_index, x, sys.call(), parent.frame(), TRUE, list(value))
+    out <- .Call(tb_index, x, call, parent.frame(), TRUE, list(value))
   }
   if (!is.symbol(out)) return(x)
   if (identical(out, quote(.tb_error))) c_error()
   c_started()
-  exprs <- as.list(sys.call())[-(1:2)]
+  exprs <- as.list(call)[-(1:2)]
   exprs <- exprs[(names(exprs) %||% rep("", length(exprs))) != "value"]
   names(exprs) <- NULL
   parsed <- index_plan(x, exprs, parent.frame(), TRUE)

@@ -96,7 +96,31 @@ new_optimizer <- function(py, class) {
   structure(list(.py = py, step = optimizer_step(x), zero_grad = optimizer_zero_grad(x)),
             class = classes)
 }
-new_scheduler <- function(py, class) structure(list(.py = py), class = c(class, "lr_scheduler"))
+# A scheduler's `$step()` is made once too (the epoch loop calls it), and calls through C.
+new_scheduler <- function(py, class) {
+  classes <- c(class, "lr_scheduler")
+  x <- structure(list(.py = py), class = classes)
+  structure(list(.py = py, step = scheduler_step(x)), class = classes)
+}
+
+scheduler_step <- function(x) {
+  function(metrics = NULL) {
+    py <- .subset2(x, ".py")
+    if (is.null(metrics)) {
+      # Through src/surface.c (tb_call_method); reticulate where C does not apply.
+      out <- .Call(tb_call_method, x, "step", list())
+      if (!is.symbol(out) || !identical(c_answer(out, FALSE), quote(.tb_fallback))) {
+        return(invisible(x))
+      }
+    }
+    # The monitored value goes through R, as a Python float (C would pass a whole number
+    # as an int, which ReduceLROnPlateau would keep as its best value).
+    withCallingHandlers(
+      if (is.null(metrics)) py$step() else py$step(metric_py(metrics)),
+      error = function(e) rethrow_python(e))
+    invisible(x)
+  }
+}
 
 optimizer_py <- function(x) {
   if (!inherits(x, "torch_optimizer")) {
@@ -218,12 +242,7 @@ print.lr_scheduler <- function(x, ...) {
 `$.lr_scheduler` <- function(x, name) {
   py <- .subset2(x, ".py")
   switch(name,
-    step = function(metrics = NULL) {
-      withCallingHandlers(
-        if (is.null(metrics)) py$step() else py$step(metric_py(metrics)),
-        error = function(e) rethrow_python(e))
-      invisible(x)
-    },
+    step = .subset2(x, "step") %||% scheduler_step(x), # made once (new_scheduler())
     get_last_lr = function() unlist(reticulate::py_to_r(py$get_last_lr())),
     state_dict = function() state_to_r(py$state_dict()),
     load_state_dict = function(state_dict) {

@@ -76,6 +76,7 @@ load_surface <- function(ns) {
     row_env$.row <- i
     fn <- .Call(tb_closure, as.pairlist(row_formals(op$args)), surface_template, row_env)
     if (row$r_name != "-") assign(row$r_name, fn, envir = ns)
+    if (res$kind %in% c("optimizer", "scheduler")) register_dollar(row$r_name, res$kind, ns)
     else if (row$method == "-") .tb$unnamed[[row$py]] <- fn # for an R function (surface_row())
     if (row$method != "-") {
       assign(row$method, fn, envir = .tb$methods)
@@ -85,6 +86,18 @@ load_surface <- function(ns) {
     }
   }
   invisible(tab)
+}
+
+# `$` of an optimizer (or scheduler) class, e.g. `$.optim_adam`: the method of
+# "torch_optimizer" (or "lr_scheduler") under the object's first class, so that R's
+# dispatch finds it at the first class it tries: `opt$step()` and `opt$zero_grad()` run
+# every training step, and each failed lookup of a method (`$.optim_adam`, through the
+# calling frames, the methods table and the search path) cost ~1,700 instructions.
+register_dollar <- function(class, kind, ns) {
+  base <- if (kind == "optimizer") "torch_optimizer" else "lr_scheduler"
+  registerS3method("$", class, get(paste0("$.", base), envir = ns), envir = ns)
+  setter <- get0(paste0("$<-.", base), envir = ns)
+  if (!is.null(setter)) registerS3method("$<-", class, setter, envir = ns)
 }
 
 # The function of a row with neither an R name nor a method, by its Python callable: an R
@@ -147,7 +160,7 @@ resolve_py <- function(path) {
 # a row's other kinds go through R (convert_arg(), convert_result()).
 c_arg_kinds <- c("tensor", "scalar", "dim", "dims", "index1", "int", "ints", "double",
                  "doubles", "bool", "string", "dtype", "device", "size", "tensors", "any",
-                 "index", "class_index", "optimizer")
+                 "index", "class_index", "optimizer", "long")
 c_result_kinds <- c("tensor", "index", "values_indices", "maybe_values_indices", "tensors",
                     "r", "sizes", "none")
 

@@ -298,9 +298,20 @@ torch_arange <- function(start, end, step = 1, dtype = NULL, device = NULL,
       torch_float()
   }
   # Half a step past `end` includes `end` without including the next value.
-  wrap_tensor(tb_py_call(py_torch()$arange,
-    as.double(start), as.double(end) + as.double(step) / 2, as.double(step),
-    dtype = dtype_py(dtype), device = device_py(device), requires_grad = isTRUE(requires_grad)
+  last <- as.double(end) + as.double(step) / 2
+  # Through src/surface.c (tb_call_method); reticulate where C does not apply.
+  out <- .Call(tb_call_method, py_torch(), "arange",
+               list(as.double(start), last, as.double(step), dtype = dtype,
+                    device = if (!is.null(device)) device_py(device),
+                    requires_grad = isTRUE(requires_grad)))
+  if (!is.symbol(out)) return(out)
+  if (identical(out, quote(.tb_error))) c_error(one_based = FALSE)
+  c_started()
+  wrap_tensor(withCallingHandlers(
+    tb_py_call(py_torch()$arange, as.double(start), last, as.double(step),
+               dtype = dtype_py(dtype), device = device_py(device),
+               requires_grad = isTRUE(requires_grad)),
+    error = function(e) rethrow_python(e)
   ))
 }
 

@@ -270,6 +270,50 @@ static PyObject *tensor_of_r_values(SEXP data, int nd, const int *sizes) {
   return out;
 }
 
+/* long_arg() of R/surface.R (whole numbers that are not positions: lengths, offsets,
+ * labels) for a plain integer or double vector, matrix or array of whole numbers in R's
+ * integer range: an int64 tensor of its values, shaped as torch_tensor() shapes it.
+ * CONV_FALLBACK for anything else (NA, fractions, a class, no elements: R checks them and
+ * says why), before any Python object is made. */
+int long_tensor_to_py(SEXP v, PyObject **out) {
+  int type = TYPEOF(v);
+  if (torch_seen != torch_.tensor_type || torch_.empty == NULL || dtypes[D_I64] == NULL ||
+      (type != REALSXP && type != INTSXP) || OBJECT(v))
+    return CONV_FALLBACK;
+  R_xlen_t n = Rf_xlength(v);
+  if (n == 0 || n > 2147483647) return CONV_FALLBACK;
+  SEXP dim = Rf_getAttrib(v, R_DimSymbol);
+  int nd = dim == R_NilValue ? 1 : LENGTH(dim);
+  int sizes[MAX_DIMS];
+  if (nd < 1 || nd > MAX_DIMS) return CONV_FALLBACK;
+  if (dim == R_NilValue) sizes[0] = (int) n;
+  else for (int k = 0; k < nd; k++) sizes[k] = INTEGER(dim)[k];
+  SEXP ints = v;
+  if (type == REALSXP) {
+    const double *d = REAL(v);
+    for (R_xlen_t i = 0; i < n; i++)
+      if (!R_FINITE(d[i]) || d[i] != (double) (long long) d[i] || d[i] > 2147483647.0 ||
+          d[i] < -2147483647.0)
+        return CONV_FALLBACK;
+    ints = Rf_allocVector(INTSXP, n);
+    for (R_xlen_t i = 0; i < n; i++) INTEGER(ints)[i] = (int) d[i];
+  } else {
+    for (R_xlen_t i = 0; i < n; i++)
+      if (INTEGER(v)[i] == NA_INTEGER) return CONV_FALLBACK;
+  }
+  PROTECT(ints);
+  PyObject *t = tensor_of_r_values(ints, nd, sizes);
+  UNPROTECT(1);
+  if (t == NULL) return py.ErrOccurred() != NULL ? CONV_PYERR : CONV_FALLBACK;
+  PyObject *to = py.GetAttrString(t, "to");
+  PyObject *converted = to == NULL ? NULL : py.CallOneArg(to, dtypes[D_I64]);
+  py_decref(to);
+  py.DecRef(t);
+  if (converted == NULL) return CONV_PYERR;
+  *out = converted;
+  return CONV_OK;
+}
+
 /* tb_tensor_from_r(data, dtype): torch_tensor(data, dtype) for a plain double, integer or
  * logical vector, matrix or array (no class; no NA among integers and logicals, which R's
  * path converts its own way) and a torch_dtype; an R torch_tensor, `.tb_error`, or

@@ -36,6 +36,7 @@ SEXP tb_grad_mode(SEXP enabled);
 SEXP tb_call_method(SEXP x, SEXP name, SEXP args);
 SEXP tb_index(SEXP x, SEXP call, SEXP env, SEXP drop, SEXP value);
 SEXP tb_index_dots(SEXP x, SEXP rho, SEXP drop, SEXP value);
+SEXP tb_dots_forced(SEXP rho);
 SEXP tb_as_array(SEXP x);
 SEXP tb_as_array_init(SEXP examples, SEXP layout);
 SEXP tb_tensor_from_r(SEXP data, SEXP dtype);
@@ -83,6 +84,7 @@ static const R_CallMethodDef methods[] = {
     {"tb_call_method", (DL_FUNC) &tb_call_method, 3},
     {"tb_index", (DL_FUNC) &tb_index, 5},
     {"tb_index_dots", (DL_FUNC) &tb_index_dots, 4},
+    {"tb_dots_forced", (DL_FUNC) &tb_dots_forced, 1},
     {"tb_as_array", (DL_FUNC) &tb_as_array, 1},
     {"tb_as_array_init", (DL_FUNC) &tb_as_array_init, 2},
     {"tb_tensor_from_r", (DL_FUNC) &tb_tensor_from_r, 2},

@@ -174,10 +174,12 @@ static int tensor_list(SEXP v, PyObject **out) {
   return CONV_OK;
 }
 
-/* arg_py(): whole doubles become ints. */
+/* arg_py(): whole doubles become ints; a Python object (a reticulate wrapper) is passed as
+ * it is. */
 static int any_kind(SEXP v, PyObject **out) {
   PyObject *o = passthrough(v);
   if (o == NULL) o = py_field_of(v, "torch_dtype");
+  if (o == NULL && TYPEOF(v) == ENVSXP) o = object_of(v);
   if (o != NULL) return borrowed(o, out);
   if (v == R_NilValue) return borrowed(py.None, out);
   long long n;
@@ -454,6 +456,16 @@ int to_py_kind(SEXP v, int kind, int dots, PyObject **out) {
     PyObject *t = tensor_of(v);
     if (t == NULL) return CONV_FALLBACK;
     return index_tensor_to_py(t, out);
+  }
+  case K_LONG: {
+    /* long_arg(): an integer tensor as it is (a float one: R says it must hold whole
+     * numbers), R whole numbers as an int64 tensor, not shifted. */
+    PyObject *t = tensor_of(v);
+    if (t == NULL) return long_tensor_to_py(v, out);
+    int kind = tensor_dtype_kind(t);
+    if (kind < 0) return CONV_PYERR;
+    if (kind == 1) return CONV_FALLBACK;
+    return borrowed(t, out);
   }
   case K_OPTIMIZER: {
     /* optimizer_py(): the torch.optim object of an optim_*() optimizer. */

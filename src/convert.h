@@ -9,7 +9,7 @@
 enum ArgKind {
   K_OTHER = 0, K_TENSOR, K_SCALAR, K_DIM, K_DIMS, K_INDEX1, K_INT, K_INTS, K_DOUBLE,
   K_DOUBLES, K_BOOL, K_STRING, K_DTYPE, K_DEVICE, K_SIZE, K_TENSORS, K_ANY, K_INDEX,
-  K_CLASS_INDEX, K_OPTIMIZER
+  K_CLASS_INDEX, K_OPTIMIZER, K_LONG
 };
 
 /* Result kinds C finishes (c_results in R/surface.R, same order); R_OTHER: R does. */
@@ -32,6 +32,8 @@ void shift_cache_clear(void);
 /* The dtype kind of a tensor: 1 floating point, 2 bool, 0 another, -1 Python error. */
 int tensor_dtype_kind(PyObject *t);
 int scalar_to_py(SEXP v, PyObject **out);
+/* long_arg() for an R vector of whole numbers: an int64 tensor (array.c). */
+int long_tensor_to_py(SEXP v, PyObject **out);
 int whole_int(SEXP v, long long *out); /* a single whole number, not NA */
 
 /* A result as the R function returns it; CONV_FALLBACK: R must convert it (then `*out` is

@@ -2,12 +2,16 @@
  * empty (all), read from the call as R/indexing.R reads them.
  *
  * Note: what is left to R. An index C takes is a missing argument, a number, a variable, a
- * pure expression of those (arithmetic, `v[[k]]`, length(), ...: pure_expr()), or `a:b` of
- * those; anything else (`N`, `..`, `a:b:s`, other calls, vectors, masks, NULL/newaxis, 0,
- * `drop = FALSE`, more indices than dimensions) answers `.tb_fallback` before any Python
- * object is made, and R/indexing.R does the whole call. Only variables and pure
- * expressions are evaluated here, and evaluating one again in R has no effect, so a
- * fallback never runs user code twice.
+ * pure expression of those (arithmetic, `v[[k]]`, length(), ...: pure_expr()), `a:b` of
+ * those, or any other expression without `N`, `..` or `:` (`x[f(i), ]`, `x[order(v)[1], ]`)
+ * whose value is one number or a tensor of positions; anything else (`N`, `..`, `a:b:s`,
+ * vectors, masks, NULL/newaxis, 0, `drop = FALSE`, more indices than dimensions) answers
+ * `.tb_fallback` before any Python object is made, and R/indexing.R does the whole call.
+ * Variables and pure expressions are evaluated here, and evaluating one again in R has no
+ * effect. Another expression may have effects (it calls user code), so it is evaluated by
+ * forcing the promise of the argument (tb_index_dots(), see the note there): R keeps the
+ * value, and a fallback reads the values of forced arguments (tb_dots_forced()) instead of
+ * evaluating them again. So a fallback never runs user code twice.
  */
 #include <string.h>
 
@@ -53,6 +57,22 @@ static int pure_expr(SEXP e, int depth) {
   }
 }
 
+/* Whether `e` mentions `N` or `..` (which only R's reading of an index knows) anywhere. */
+static int mentions_r_only(SEXP e, int depth) {
+  if (depth > 64) return 1;
+  if (TYPEOF(e) == SYMSXP) return is_sym(e, "N") || is_sym(e, "..");
+  if (TYPEOF(e) != LANGSXP) return 0;
+  for (SEXP a = e; a != R_NilValue; a = CDR(a))
+    if (mentions_r_only(CAR(a), depth + 1)) return 1;
+  return 0;
+}
+
+/* A call that C may evaluate once by forcing its promise: not `a:b` (read as a range),
+ * nothing that only R's reading knows. */
+static int forceable(SEXP e) {
+  return TYPEOF(e) == LANGSXP && !is_sym(CAR(e), ":") && !mentions_r_only(e, 0);
+}
+
 /* A number, or a variable (not `N` or `..`) or a pure expression (pure_expr()) of them:
  * its value; NULL otherwise. */
 static SEXP simple_value(SEXP e, SEXP env) {
@@ -70,8 +90,9 @@ static SEXP simple_value(SEXP e, SEXP env) {
   }
 }
 
-/* One index; 0 where R must read it. */
-static int parse_one(SEXP e, SEXP env, Ix *ix) {
+/* One index; 0 where R must read it. `prom`: the argument's promise (R_NilValue when there
+ * is none), forced for an expression with effects (forceable()). */
+static int parse_one(SEXP e, SEXP env, SEXP prom, Ix *ix) {
   if (e == R_MissingArg) {
     ix->kind = IX_ALL;
     return 1;
@@ -92,11 +113,16 @@ static int parse_one(SEXP e, SEXP env, Ix *ix) {
     return ok;
   }
   SEXP v = simple_value(e, env);
+  int forced = 0;
+  if (v == NULL && TYPEOF(prom) == PROMSXP && TYPEOF(env) == ENVSXP && forceable(e)) {
+    v = Rf_eval(prom, env); /* once: R keeps the value in the promise */
+    forced = 1;
+  }
   if (v == NULL) return 0;
   if (TYPEOF(v) == VECSXP) {
-    /* A variable holding a tensor of positions (checked in tb_index). The variable keeps
-     * the tensor alive for the call. */
-    if (TYPEOF(e) != SYMSXP || (ix->tensor = tensor_of(v)) == NULL) return 0;
+    /* A variable, or a forced promise, holding a tensor of positions (checked in
+     * index_impl()): the variable or the promise keeps the tensor alive for the call. */
+    if ((TYPEOF(e) != SYMSXP && !forced) || (ix->tensor = tensor_of(v)) == NULL) return 0;
     ix->kind = IX_TENSOR;
     return 1;
   }
@@ -158,7 +184,7 @@ static PyObject *index_select(PyObject *t, int dim, PyObject *positions) {
  * evaluated in. */
 typedef struct {
   int n;
-  SEXP expr[16], env[16];
+  SEXP expr[16], env[16], prom[16];
 } IndexArgs;
 
 static SEXP index_impl(SEXP x, const IndexArgs *args, SEXP drop, SEXP value);
@@ -178,6 +204,7 @@ SEXP tb_index(SEXP x, SEXP call, SEXP env, SEXP drop, SEXP value) {
     if (args.n == 16) return sentinel_fallback;
     args.expr[args.n] = CAR(p);
     args.env[args.n] = env;
+    args.prom[args.n] = R_NilValue; /* nothing to keep a value in: calls stay R's */
     args.n++;
   }
   return index_impl(x, &args, drop, value);
@@ -196,9 +223,10 @@ SEXP tb_index_dots(SEXP x, SEXP rho, SEXP drop, SEXP value) {
   IndexArgs args = {0};
   for (SEXP p = dots; p != R_NilValue; p = CDR(p)) {
     if (TAG(p) != R_NilValue || args.n == 16) return sentinel_fallback;
-    SEXP e = CAR(p), env = R_NilValue;
+    SEXP e = CAR(p), env = R_NilValue, prom = R_NilValue;
     if (TYPEOF(e) == PROMSXP) {
       if (PRVALUE(e) != R_UnboundValue || TYPEOF(PRENV(e)) != ENVSXP) return sentinel_fallback;
+      prom = e;
       env = PRENV(e);
       e = R_PromiseExpr(e);
     } else if (e != R_MissingArg && TYPEOF(e) != REALSXP && TYPEOF(e) != INTSXP) {
@@ -206,6 +234,7 @@ SEXP tb_index_dots(SEXP x, SEXP rho, SEXP drop, SEXP value) {
     }
     args.expr[args.n] = e;
     args.env[args.n] = env;
+    args.prom[args.n] = prom;
     args.n++;
   }
   return index_impl(x, &args, drop, value);
@@ -222,7 +251,7 @@ static SEXP index_impl(SEXP x, const IndexArgs *args, SEXP drop, SEXP value) {
   Ix ix[16];
   int at = -1;
   for (int k = 0; k < n; k++) {
-    if (!parse_one(args->expr[k], args->env[k], &ix[k])) return sentinel_fallback;
+    if (!parse_one(args->expr[k], args->env[k], args->prom[k], &ix[k])) return sentinel_fallback;
     if (ix[k].kind == IX_TENSOR) {
       /* One tensor index, after no single position (which would drop its dimension). */
       if (at >= 0) return sentinel_fallback;
@@ -288,9 +317,12 @@ static SEXP index_impl(SEXP x, const IndexArgs *args, SEXP drop, SEXP value) {
     if (part == NULL) ok = 0;
     else py.TupleSetItem(key, i, part); /* steals */
   }
+  /* One index is passed as it is, not as a 1-tuple: torch reads a lone slice or int on a
+   * shorter path (`perm[s:e]` in a training loop), with the same meaning. */
+  PyObject *k = ok && n == 1 ? py.TupleGetItem(key, 0) : key; /* borrowed */
   SEXP out = sentinel_error;
   if (ok && set) {
-    if (py.SetItem(t, key, val) == 0) out = x;
+    if (py.SetItem(t, k, val) == 0) out = x;
     else store_error();
   } else if (ok) {
     /* x[idx, ] (the other indices all empty) is index_select alone. */
@@ -298,7 +330,7 @@ static SEXP index_impl(SEXP x, const IndexArgs *args, SEXP drop, SEXP value) {
     for (int i = 0; i < n && only_select; i++)
       if (i != at && ix[i].kind != IX_ALL) only_select = 0;
     if (only_select) py.IncRef(t);
-    PyObject *result = only_select ? t : py.GetItem(t, key);
+    PyObject *result = only_select ? t : py.GetItem(t, k);
     if (result != NULL && at >= 0) result = index_select(result, at, positions);
     if (result != NULL) out = wrap_result(result); /* steals */
     else store_error();
@@ -309,5 +341,31 @@ static SEXP index_impl(SEXP x, const IndexArgs *args, SEXP drop, SEXP value) {
   py_decref(val);
   py_decref(positions);
   py.GILRelease(gil);
+  return out;
+}
+
+/* tb_dots_forced(rho): for the `...` of the method's frame `rho`, list(forced, values):
+ * which arguments' promises have run (tb_index_dots() forces an index with effects) and
+ * their values, so that R's path reads those instead of evaluating them again. */
+SEXP tb_dots_forced(SEXP rho) {
+  SEXP dots = TYPEOF(rho) == ENVSXP ? Rf_findVarInFrame(rho, R_DotsSymbol) : R_NilValue;
+  int n = 0;
+  if (TYPEOF(dots) == DOTSXP)
+    for (SEXP p = dots; p != R_NilValue; p = CDR(p)) n++;
+  SEXP forced = PROTECT(Rf_allocVector(LGLSXP, n));
+  SEXP values = PROTECT(Rf_allocVector(VECSXP, n));
+  int i = 0;
+  if (TYPEOF(dots) == DOTSXP) {
+    for (SEXP p = dots; p != R_NilValue; p = CDR(p), i++) {
+      SEXP e = CAR(p);
+      int done = TYPEOF(e) == PROMSXP && PRVALUE(e) != R_UnboundValue;
+      LOGICAL(forced)[i] = done;
+      if (done) SET_VECTOR_ELT(values, i, PRVALUE(e));
+    }
+  }
+  SEXP out = PROTECT(Rf_allocVector(VECSXP, 2));
+  SET_VECTOR_ELT(out, 0, forced);
+  SET_VECTOR_ELT(out, 1, values);
+  UNPROTECT(3);
   return out;
 }

@@ -397,8 +397,8 @@ static SEXP forward_ignore_index(PyObject *module, int *failed) {
   return !overflow && v < 0 && v > -2147483648LL ? Rf_ScalarInteger((int) v) : R_NilValue;
 }
 
-/* One forward argument of kind `kind` (K_TENSOR, K_INDEX, K_CLASS_INDEX or K_OTHER: a
- * tensor as it is); NULL is None. */
+/* One forward argument of kind `kind` (K_TENSOR, K_INDEX, K_CLASS_INDEX, K_LONG or
+ * K_OTHER: a tensor as it is); NULL is None. */
 static int forward_arg(SEXP v, int kind, SEXP ignore_index, PyObject **out) {
   if (v == R_NilValue) {
     py.IncRef(py.None);
@@ -407,6 +407,7 @@ static int forward_arg(SEXP v, int kind, SEXP ignore_index, PyObject **out) {
   }
   switch (kind) {
   case K_INDEX: return to_py_kind(v, K_INDEX, 0, out);
+  case K_LONG: return to_py_kind(v, K_LONG, 0, out);
   case K_CLASS_INDEX: return class_index_to_py(v, ignore_index, 0, out);
   case K_TENSOR:
   case K_OTHER: return to_py_kind(v, K_TENSOR, 0, out);
@@ -441,7 +442,8 @@ SEXP tb_call_forward(SEXP fn, SEXP args, SEXP names, SEXP kinds) {
     } else if (i < nspec) {
       kind = INTEGER(kinds)[i];
     }
-    if (kind != K_OTHER && kind != K_TENSOR && kind != K_INDEX && kind != K_CLASS_INDEX)
+    if (kind != K_OTHER && kind != K_TENSOR && kind != K_INDEX && kind != K_CLASS_INDEX &&
+        kind != K_LONG)
       return sentinel_fallback;
     if (kind == K_CLASS_INDEX) need_ignore = 1;
     kind_of[i] = kind;
@@ -521,12 +523,13 @@ SEXP tb_grad_mode(SEXP enabled) {
   return Rf_ScalarLogical(before);
 }
 
-/* tb_call_method(x, name, args): x.name(*args) for the Python object inside a reticulate
- * wrapper or an R object with `.py` (optimizers), the arguments converted as arg_py() does
- * (tensors, NULL, logicals, whole doubles as ints). The result as wrap_result() gives it. */
+/* tb_call_method(x, name, args): x.name(*args, **kwargs) for the Python object inside a
+ * reticulate wrapper or an R object with `.py` (optimizers, schedulers), the unnamed
+ * elements of `args` by position and the named ones by keyword, converted as arg_py()
+ * does (tensors, Python objects, dtypes, NULL, logicals, whole doubles as ints). The
+ * result as wrap_result() gives it; None is NULL. */
 SEXP tb_call_method(SEXP x, SEXP name, SEXP args) {
-  if (!c_path_on() || TYPEOF(name) != STRSXP || Rf_xlength(name) != 1 || TYPEOF(args) != VECSXP ||
-      Rf_getAttrib(args, R_NamesSymbol) != R_NilValue)
+  if (!c_path_on() || TYPEOF(name) != STRSXP || Rf_xlength(name) != 1 || TYPEOF(args) != VECSXP)
     return sentinel_fallback;
   PyObject *self = object_of(x);
   if (self == NULL && TYPEOF(x) == VECSXP && Rf_xlength(x) >= 1) {
@@ -535,31 +538,44 @@ SEXP tb_call_method(SEXP x, SEXP name, SEXP args) {
       self = object_of(VECTOR_ELT(x, 0));
   }
   if (self == NULL) return sentinel_fallback;
-  R_xlen_t n = Rf_xlength(args);
-  GILState gil = py.GILEnsure();
-  PyObject *tuple = py.TupleNew(n);
-  if (tuple == NULL) {
-    store_error();
-    py.GILRelease(gil);
-    return sentinel_error;
-  }
+  SEXP arg_names = Rf_getAttrib(args, R_NamesSymbol);
+  R_xlen_t n = Rf_xlength(args), npos = 0;
   for (R_xlen_t i = 0; i < n; i++) {
-    PyObject *o = NULL;
-    int status = to_py_kind(VECTOR_ELT(args, i), K_ANY, 0, &o);
-    if (status != CONV_OK) {
-      py.DecRef(tuple);
-      if (status == CONV_PYERR) store_error();
-      py.GILRelease(gil);
-      return status == CONV_PYERR ? sentinel_error : sentinel_fallback;
+    if (arg_names == R_NilValue || CHAR(STRING_ELT(arg_names, i))[0] == '\0') {
+      if (npos < i) return sentinel_fallback; /* a positional one after a keyword */
+      npos++;
     }
-    py.TupleSetItem(tuple, i, o);
   }
-  PyObject *method = py.GetAttrString(self, CHAR(STRING_ELT(name, 0)));
-  PyObject *result = method == NULL ? NULL : py.Call(method, tuple, NULL);
+  GILState gil = py.GILEnsure();
+  PyObject *tuple = py.TupleNew(npos), *kwargs = NULL;
+  int status = tuple == NULL ? CONV_PYERR : CONV_OK;
+  for (R_xlen_t i = 0; status == CONV_OK && i < n; i++) {
+    PyObject *o = NULL;
+    status = to_py_kind(VECTOR_ELT(args, i), K_ANY, 0, &o);
+    if (status != CONV_OK) break;
+    if (i < npos) {
+      py.TupleSetItem(tuple, i, o); /* steals */
+      continue;
+    }
+    PyObject *key = py.UnicodeFromString(Rf_translateCharUTF8(STRING_ELT(arg_names, i)));
+    if (kwargs == NULL) kwargs = py.DictNew();
+    if (key == NULL || kwargs == NULL || py.DictSetItem(kwargs, key, o) != 0) status = CONV_PYERR;
+    py_decref(key);
+    py.DecRef(o);
+  }
+  PyObject *method = NULL, *result = NULL;
+  if (status == CONV_OK) {
+    method = py.GetAttrString(self, CHAR(STRING_ELT(name, 0)));
+    result = method == NULL ? NULL : py.Call(method, tuple, kwargs);
+    if (result == NULL) status = CONV_PYERR;
+  }
   py_decref(method);
-  py.DecRef(tuple);
+  py_decref(tuple);
+  py_decref(kwargs);
   SEXP out;
-  if (result == NULL) {
+  if (status == CONV_FALLBACK) {
+    out = sentinel_fallback;
+  } else if (status == CONV_PYERR) {
     store_error();
     out = sentinel_error;
   } else if (result == py.None) {

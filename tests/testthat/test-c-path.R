@@ -595,3 +595,142 @@ test_that("torch_tensor() from R data gives the same tensors through C as throug
   expect_error(torch_tensor("a"), "Cannot make a tensor")
   expect_error(with_c(FALSE, torch_tensor("a")), "Cannot make a tensor")
 })
+
+test_that("torch_arange(), whole-number arguments, computed indices and scheduler steps agree between C and R", {
+  skip_if_no_torch()
+  bag_input <- c(1, 2, 4, 5, 4, 3, 2, 9)
+  cases <- list(
+    arange_int = function(x) torch_arange(1L, 5L),
+    arange_double = function(x) torch_arange(0, 1, 0.25),
+    arange_down = function(x) torch_arange(5, 1, -1),
+    arange_dtype = function(x) torch_arange(1, 4, dtype = torch_float64()),
+    arange_long_fraction = function(x) torch_arange(0, 3.5, dtype = torch_long()),
+    arange_device = function(x) torch_arange(1, 3, device = "cpu"),
+    arange_grad = function(x) {
+      t <- torch_arange(0, 1, 0.5, requires_grad = TRUE)
+      list(t, t$requires_grad)
+    },
+    err_arange_step = function(x) torch_arange(1, 5, 0),
+    err_arange_grad_long = function(x) torch_arange(1L, 3L, requires_grad = TRUE),
+    # `long` arguments (offsets, lengths, CTC labels): whole numbers, not shifted.
+    bag = function(x) nnf_embedding_bag(bag_input, x$weight, offsets = c(0, 4)),
+    bag_tensor = function(x) {
+      nnf_embedding_bag(torch_tensor(c(1L, 2L, 4L)), x$weight, offsets = torch_tensor(c(0L, 1L)))
+    },
+    bag_module = function(x) x$bag(bag_input, offsets = c(0, 4)),
+    bag_module_tensor = function(x) x$bag(torch_tensor(c(1L, 2L, 4L, 5L)), c(0L, 2L)),
+    ctc = function(x) {
+      torch_manual_seed(3)
+      log_probs <- torch_randn(6, 2, 4)$log_softmax(3)
+      nnf_ctc_loss(log_probs, rbind(c(1, 2, 2), c(3, 1, 0)), input_lengths = c(6, 6),
+                   target_lengths = c(3, 2))
+    },
+    err_bag_float = function(x) nnf_embedding_bag(c(1, 2), x$weight, offsets = torch_tensor(c(0, 1))),
+    err_bag_fraction = function(x) nnf_embedding_bag(c(1, 2), x$weight, offsets = c(0, 0.5)),
+    err_bag_na = function(x) nnf_embedding_bag(c(1, 2), x$weight, offsets = c(0L, NA)),
+    err_bag_first = function(x) nnf_embedding_bag(c(1, 2), x$weight, offsets = c(1, 2)),
+    # Indices computed by calls: evaluated once, whichever path reads them.
+    idx_call = function(x) { f <- function(i) i + 1; x$m[f(1), ] },
+    idx_call_tensor = function(x) { f <- function() torch_tensor(c(3L, 1L)); x$m[f(), ] },
+    idx_call_counted = function(x) {
+      calls <- 0
+      f <- function() { calls <<- calls + 1; c(3, 1) } # a vector: R's path, with the value
+      list(x$m[f(), 2], x$m[2, f()], calls)
+    },
+    idx_order = function(x) x$m[order(c(3, 1, 2))[1], ],
+    idx_call_null = function(x) { f <- function() NULL; dim(x$m[f(), 1]) },
+    idx_call_slc = function(x) x$m[slc(1, 3, 2), 1],
+    idx_call_n = function(x) { f <- function(n) n - 1; x$m[f(N), ] },
+    idx_call_assign = function(x) {
+      calls <- 0
+      f <- function(v) { calls <<- calls + 1; v }
+      m <- x$m$clone()
+      m[f(2), ] <- 0
+      m[f(c(1, 3)), 1] <- -1
+      m[f(torch_tensor(c(3L))), f(2)] <- 7
+      list(m, calls)
+    },
+    err_idx_call = function(x) { f <- function() stop("no index here"); x$m[f(), ] },
+    err_idx_call_zero = function(x) { f <- function() 0; x$m[f(), ] },
+    err_idx_call_range = function(x) { f <- function() 9; x$m[f(), ] },
+    # Schedulers: `$step()` made once, through C.
+    sched = function(x) {
+      s <- lr_step(x$opt, step_size = 1, gamma = 0.5)
+      for (i in 1:3) {
+        x$opt$step()
+        s$step()
+      }
+      list(s$get_last_lr(), s$last_epoch, x$opt$param_groups[[1]]$lr, identical(s$step, s$step))
+    },
+    sched_lambda = function(x) {
+      s <- lr_lambda(x$opt, lr_lambda = function(epoch) 0.5^epoch)
+      x$opt$step()
+      s$step()
+      s$get_last_lr()
+    },
+    sched_plateau = function(x) {
+      s <- lr_reduce_on_plateau(x$opt, patience = 0)
+      s$step(1)
+      s$step(2)
+      x$opt$param_groups[[1]]$lr
+    },
+    err_sched_lambda = function(x) {
+      s <- lr_lambda(x$opt, lr_lambda = function(epoch) if (epoch > 0) stop("no factor") else 1)
+      s$step()
+    }
+  )
+  run <- function(nm) {
+    torch_manual_seed(7)
+    x <- list(weight = torch_randn(10, 3), bag = nn_embedding_bag(10, 3, mode = "sum"),
+              m = torch_tensor(matrix(as.numeric(1:12), 3, 4)),
+              opt = optim_sgd(list(torch_zeros(2, requires_grad = TRUE)), lr = 1))
+    canon(tryCatch(cases[[nm]](x), error = identity))
+  }
+  for (nm in names(cases)) {
+    slow <- with_c(FALSE, run(nm))
+    fast <- run(nm)
+    expect_identical(fast, slow, label = nm)
+  }
+  expect_equal(run("idx_call_counted")[[3]], 2)
+  expect_equal(run("idx_call_assign")[[2]], 4)
+  expect_equal(run("idx_call")[[5]], c(2, 5, 8, 11))
+  # The C path does these calls: no reticulate call is made.
+  torch_manual_seed(7)
+  w <- torch_randn(10, 3)
+  m <- torch_tensor(matrix(as.numeric(1:12), 3, 4))
+  opt <- optim_sgd(list(torch_zeros(2, requires_grad = TRUE)), lr = 1)
+  sched <- lr_step(opt, step_size = 1)
+  pick <- function() torch_tensor(c(3L, 1L))
+  calls <- 0L
+  ret <- asNamespace("reticulate")
+  suppressMessages(trace("py_call_impl", function() calls <<- calls + 1L, print = FALSE,
+                         where = ret))
+  on.exit(suppressMessages(untrace("py_call_impl", where = ret)))
+  torch_arange(1, 10, 2)
+  nnf_embedding_bag(torch_tensor(c(1L, 2L, 4L)), w, offsets = c(0, 1))
+  m[pick(), ]
+  m[nrow(m) - 1, ]
+  opt$step()
+  sched$step()
+  expect_equal(calls, 0L)
+})
+
+test_that("torch_arange(), long arguments, computed indices and cached shifts are safe under gctorture()", {
+  skip_if_no_torch()
+  w <- torch_randn(10, 3)
+  m <- torch_tensor(matrix(as.numeric(1:12), 3, 4))
+  pick <- function() torch_tensor(c(3L, 1L))
+  rows <- function() c(3, 1)
+  idx <- torch_tensor(c(2L, 3L))
+  y <- torch_tensor(101:110)
+  calls <- function() {
+    list(as_array(torch_arange(1, 3)), as_array(m[pick(), ]), as_array(m[rows(), 2]),
+         as_array(nnf_embedding_bag(torch_tensor(c(1L, 2L, 4L)), w, offsets = c(0, 1))),
+         as_array(y[idx]), as_array(y[idx]))
+  }
+  expected <- calls()
+  gctorture(TRUE)
+  got <- calls()
+  gctorture(FALSE)
+  expect_identical(got, expected)
+})
