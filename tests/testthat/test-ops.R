@@ -82,3 +82,28 @@ test_that("dropout follows training", {
   expect_true(all(y %in% c(0, 2)))
   expect_true(any(y == 0))
 })
+
+test_that("add and sub of integer tensors take the default alpha, on both call paths", {
+  skip_if_no_torch()
+  on.exit(tracebridge:::set_c_call(TRUE))
+  for (c_path in c(TRUE, FALSE)) {
+    tracebridge:::set_c_call(c_path)
+    x <- torch_tensor(c(1L, 2L, 3L))
+    y <- torch_tensor(c(10L, 20L, 30L))
+    expect_equal(arr(torch_add(x, y)), c(11, 22, 33))
+    expect_equal(arr(torch_sub(x, y, alpha = 2L)), c(-19, -38, -57))
+    expect_equal(arr(x$add(y)), c(11, 22, 33))
+    z <- x$clone()
+    z$add_(y)
+    z$sub_(x)
+    expect_equal(arr(z), c(10, 20, 30))
+    expect_false(z$is_floating_point())
+    expect_equal(arr(x$index_add(1, torch_tensor(c(1L, 3L)), torch_tensor(c(5L, 7L)))),
+                 c(6, 2, 10))
+    ones <- torch_ones(2, 3, dtype = torch_long())
+    expect_equal(arr(torch_addmm(torch_zeros(2, 2, dtype = torch_long()), ones, ones$t())),
+                 matrix(3, 2, 2))
+    f <- torch_tensor(c(0.5, 1.5))
+    expect_equal(arr(torch_add(f, f, alpha = 0.5)), c(0.75, 2.25))
+  }
+})
