@@ -12,6 +12,8 @@ machine's memory costs only its own row. Results go to ``benchmarks/heldout_resu
 
     PYTHONPATH=$PWD/python /work/venvs/zoo/bin/python benchmarks/heldout.py
     PYTHONPATH=$PWD/python /work/venvs/zoo/bin/python benchmarks/heldout.py --only gptj
+    ... heldout.py --part 1/2 --results /tmp/a.json   # and --part 2/2 beside it, then
+    ... heldout.py --merge /tmp/a.json /tmp/b.json      # into heldout_results.json + table
 """
 
 from __future__ import annotations
@@ -175,6 +177,8 @@ def main() -> None:
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--table-only", action="store_true")
     parser.add_argument("--check-names", action="store_true")
+    parser.add_argument("--part", help="I/N: run every N-th model from the I-th (1-based)")
+    parser.add_argument("--merge", nargs="+", help="merge these results files, then the table")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     opts = parser.parse_args()
@@ -194,14 +198,24 @@ def main() -> None:
     if os.path.exists(opts.results):
         with open(opts.results) as f:
             results = json.load(f)
-    if not opts.table_only:
+    if opts.merge:  # parts run side by side: later files win, model by model
+        for path in opts.merge:
+            with open(path) as f:
+                results.update(json.load(f))
+        order = [n for n in names if n in results] + ["_meta"]
+        results = {k: results[k] for k in order if k in results}
+        with open(opts.results, "w") as f:
+            json.dump(results, f, indent=1)
+    elif not opts.table_only:
         if opts.only:
             unknown = sorted(set(opts.only) - set(names))
             if unknown:
                 raise SystemExit(f"unknown model(s) {unknown}; see --list")
-        run_all(
-            [n for n in names if not opts.only or n in opts.only], results, opts.limit, opts.results
-        )
+        chosen = [n for n in names if not opts.only or n in opts.only]
+        if opts.part:
+            first, count = (int(n) for n in opts.part.split("/"))
+            chosen = chosen[first - 1 :: count]
+        run_all(chosen, results, opts.limit, opts.results)
         results["_meta"] = zoo.versions() | {"date": datetime.date.today().isoformat()}
         order = [n for n in names if n in results] + ["_meta"]
         results = {k: results[k] for k in order}
