@@ -92,15 +92,19 @@ def run_all(names: list[str], results: dict, limit: int, path: str) -> None:
 
 def table(results: dict) -> list[str]:
     from heldout_models import all_cases
+    from zoo_models import all_cases as zoo_cases
 
     cases = {c.name: c for c in all_cases()}
+    # Models the sweep found worth keeping covered move to the zoo; their rows stay here.
+    moved = {c.name: c for c in zoo_cases() if c.name in results}
+    cases.update(moved)
     meta = results.get("_meta", {})
     rows, details = [], []
     counts = {t: {"right": 0, "WRONG": 0, "error": 0} for t in TOOLS}
-    for name, case in cases.items():
-        entry = results.get(name)
-        if entry is None:
-            continue
+    for name, entry in results.items():  # in the order they were run
+        case = cases.get(name)
+        if case is None:
+            continue  # _meta, or a model no longer in either list
         cells = []
         for tool in TOOLS:
             status, detail = zoo.verdict(entry.get("tools", {}).get(tool))
@@ -111,7 +115,8 @@ def table(results: dict) -> list[str]:
                 details.append(f"- **{name}**, {tool}: {detail}")
         if entry.get("eager"):
             cells = ["(eager: " + entry["eager"][:60] + ")"] * len(TOOLS)
-        rows.append(f"| {name} | {case.category} | {case.source} | " + " | ".join(cells) + " |")
+        shown = f"{name} (now in the zoo)" if name in moved else name
+        rows.append(f"| {shown} | {case.category} | {case.source} | " + " | ".join(cells) + " |")
     lines = [
         BEGIN,
         "### Held-out sweep: published models the zoo does not hold",
