@@ -90,6 +90,74 @@ def run_all(names: list[str], results: dict, limit: int, path: str) -> None:
             json.dump(results, f, indent=1)
 
 
+# Why tracebridge refuses, for the models where it does (written from the sweep's messages,
+# each checked against the library's code; shown under the table for refused models only).
+CAUSES = {
+    "timm mobilevitv2_050": (
+        "right refusal: at 96x96 a feature map has an odd side and MobileViT interpolates it "
+        "up before cutting 2x2 patches (`timm/models/mobilevit.py:539`, `if new_h != H or "
+        "new_w != W`); the graph traced at 64x64 has no interpolation, so GuardError names "
+        "that line. torch.jit.trace fails the same call."
+    ),
+    "hf mobilevit": (
+        "refused at trace time, naming the line: behind `torch.jit.is_tracing()` MobileViT "
+        "calls `torch.ceil(orig_height / patch_height)` on a size, written for "
+        "torch.jit.trace whose sizes are 0-dim tensors; PyTorch's argument parser rejects a "
+        "Python number there before any tracer sees the call. torch.jit.trace is right on "
+        "3 of 4 calls and fails at 96x96 as the timm model does."
+    ),
+    "mamba (state space)": (
+        "right refusal: the reference selective scan loops over the sequence "
+        "(`modeling_mamba.py:260`, `for index in range(seq_len)`): the loop is unrolled and "
+        "guarded, another length raises GuardError naming that line; torch.jit.trace fails "
+        "at other lengths too."
+    ),
+    "recurrent_gemma (linear recurrence)": (
+        "right refusal: the recurrence loops over time (`modeling_recurrent_gemma.py:383`, "
+        "`for t in range(hidden_states.shape[1])`), unrolled and guarded; "
+        "torch.jit.trace is SILENTLY WRONG at another length."
+    ),
+    "canine (character)": (
+        "right refusal: local attention loops over chunks of the sequence "
+        "(`modeling_canine.py:449`, `for chunk_start in range(from_start, from_seq_length, "
+        "stride)`); the loop is unrolled for its number of chunks, guarded, and a length "
+        "with another number of chunks raises GuardError; torch.jit.trace is SILENTLY WRONG."
+    ),
+    "swin3d (video, small)": (
+        "right refusal: torchvision's video Swin shrinks its window to the input where the "
+        "input is smaller (`swin_transformer.py:36`, `if size_dhw[i] <= window_size[i]`): "
+        "another structure of the model, guarded; torch.jit.trace fails the same call."
+    ),
+    "switch_transformers (MoE)": (
+        "right refusal: the experts that run are chosen by the data (`for expert_idx in "
+        'expert_hit`, then `self[f"expert_{expert_idx[0]}"]`): the trace guards how '
+        "many experts are hit and which, and a call routed otherwise raises GuardError "
+        "(before the sweep's fix, the formatted index was baked: SILENTLY WRONG). "
+        "torch.jit.trace fails at other shapes."
+    ),
+    "nystromformer": (
+        "transformers' own tracing path fails: under `torch.jit.is_tracing()` it always "
+        "builds an attention mask, and Nystromformer's landmark attention cannot add it "
+        "(eager fails the same way with any padding); torch.jit.trace fails identically."
+    ),
+    "longt5 (transient global)": (
+        "refused where torch.jit.trace is right: `_split_into_blocks` pads the sequence to "
+        "a multiple of the block only `if x.shape[dim] % block_len != 0` "
+        "(`modeling_longt5.py:110`); traced at a length that needs padding, a length that "
+        "needs none takes the other branch and raises GuardError. Padding by 0 would give "
+        "the same values, so jit's baked branch happens to be right; a tracer cannot know "
+        "that the two branches agree."
+    ),
+    "hf mobilenet_v2 (tf padding)": (
+        "refused where torch.jit.trace is right: TensorFlow-style padding reads "
+        "`in_height = int(features.shape[-2])` (`modeling_mobilenet_v2.py:56`); CPython "
+        "turns whatever `__int__` returns into a plain int, so `int()` of a traced size can "
+        "only be guarded (jit's sizes are tensors there). Another image size raises "
+        "GuardError naming that line."
+    ),
+}
+
+
 def table(results: dict) -> list[str]:
     from heldout_models import all_cases
     from zoo_models import all_cases as zoo_cases
@@ -138,9 +206,18 @@ def table(results: dict) -> list[str]:
         "| --- | --- | --- | --- | --- |",
         *rows,
         "",
-        "Why a cell is not right:",
+        "Why a cell is not right (the first error):",
         "",
         *details,
+        "",
+        "What causes tracebridge's refusals:",
+        "",
+        *(
+            f"- **{name}**: {CAUSES[name]}"
+            for name in results
+            if name in CAUSES
+            and zoo.verdict(results[name].get("tools", {}).get("tracebridge"))[0] == "error"
+        ),
         END,
     ]
     return lines
