@@ -403,3 +403,12 @@ def test_a_tensor_formatted_only_into_a_message_guards_nothing():
     assert not [g for g in guards if "item()" in g.kwargs["what"]], guards
     x = torch.randn(4, 3)  # another sum
     assert torch.equal(traced(x), x * 2)
+
+
+def test_a_traced_range_with_a_zero_step_fails_as_range_does():
+    class ZeroStep(nn.Module):
+        def forward(self, x):
+            return torch.stack([x[:, i] for i in range(0, x.shape[1], 0)], 1)
+
+    with pytest.raises(ValueError, match="must not be zero"):
+        tracebridge.trace(ZeroStep(), (torch.randn(2, 3),))
