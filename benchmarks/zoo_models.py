@@ -1185,6 +1185,190 @@ def _new_kinds() -> list[Case]:
     ]
 
 
+# --- kinds found by the held-out sweep (benchmarks/heldout.py) and kept covered here: a ViT
+# resampling its position table at every size, TensorFlow "same" padding, a segmentation
+# transformer, super-resolution, depth, time series through the FFT, a vector-quantised
+# audio codec, ALiBi positions -----------------------------------------------------------
+
+# A ViT-like model built for 32-pixel images: trace at 32, then other batch sizes and a
+# 48-pixel image (eager refuses it unless the model interpolates its position table).
+IMG32 = images((2, 32), (1, 32), (3, 32), (2, 48))
+TINY_VIT = dict(img_size=32, patch_size=8, depth=2, embed_dim=32, num_heads=2, num_classes=10)
+
+
+def _hf_image(config: str, model: str, **config_kwargs) -> Callable[[], nn.Module]:
+    return _hf(config, model, ("pixel_values",), **config_kwargs)
+
+
+def _series_inputs(length: int, pred: int):
+    """Time-series transformers: past values, time features and an observed mask, and the
+    future time features (batch varies; the context length is the model's)."""
+
+    def make():
+        out = []
+        for i, b in enumerate((2, 1, 3)):
+            g = _gen(i)
+            past = torch.randn(b, length, generator=g)
+            past_time = torch.randn(b, length, 2, generator=g)
+            mask = torch.ones(b, length)
+            future_time = torch.randn(b, pred, 2, generator=g)
+            out.append((past, past_time, mask, future_time))
+        return out
+
+    return make
+
+
+def _encodec():
+    def build():
+        import transformers
+
+        cfg = transformers.EncodecConfig(
+            hidden_size=16,
+            num_filters=4,
+            upsampling_ratios=[4, 2],
+            codebook_size=16,
+            codebook_dim=16,
+            target_bandwidths=[8.0],
+            sampling_rate=8000,
+        )
+        return HF(transformers.EncodecModel(cfg), ("input_values",))
+
+    return build
+
+
+def _from_heldout() -> list[Case]:
+    cls, dec = "vision/classification", "language/decoder"
+    return [
+        Case(
+            "timm deit3 (small)",
+            cls,
+            "timm",
+            _timm_class(
+                "vision_transformer",
+                "VisionTransformer",
+                no_embed_class=True,
+                init_values=1e-6,
+                dynamic_img_size=True,
+                **TINY_VIT,
+            ),
+            IMG32,
+        ),
+        Case(
+            "timm tf_efficientnet_b0 (same padding)",
+            cls,
+            "timm",
+            _timm("tf_efficientnet_b0", num_classes=10),
+            images((2, 64), (1, 64), (3, 65), (2, 97)),
+        ),
+        Case(
+            "segformer",
+            "vision/segmentation",
+            "transformers",
+            _hf_image(
+                "SegformerConfig",
+                "SegformerForSemanticSegmentation",
+                num_encoder_blocks=2,
+                depths=[1, 1],
+                sr_ratios=[2, 1],
+                hidden_sizes=[16, 32],
+                patch_sizes=[7, 3],
+                strides=[4, 2],
+                num_attention_heads=[1, 2],
+                mlp_ratios=[2, 2],
+                decoder_hidden_size=32,
+                num_labels=3,
+            ),
+            IMG,
+        ),
+        Case(
+            "swin2sr (super-resolution)",
+            "vision/super-resolution",
+            "transformers",
+            _hf_image(
+                "Swin2SRConfig",
+                "Swin2SRForImageSuperResolution",
+                image_size=16,
+                patch_size=1,
+                embed_dim=16,
+                depths=[1, 1],
+                num_heads=[1, 1],
+                window_size=4,
+                upscale=2,
+            ),
+            images((2, 16), (1, 16), (3, 16), (1, 24)),
+        ),
+        Case(
+            "dpt (depth)",
+            "vision/depth",
+            "transformers",
+            _hf_image(
+                "DPTConfig",
+                "DPTForDepthEstimation",
+                hidden_size=32,
+                num_hidden_layers=4,
+                num_attention_heads=2,
+                intermediate_size=64,
+                image_size=32,
+                patch_size=8,
+                backbone_out_indices=[0, 1, 2, 3],
+                neck_hidden_sizes=[8, 16, 16, 32],
+                fusion_hidden_size=16,
+                head_in_index=-1,
+                reassemble_factors=[4, 2, 1, 0.5],
+            ),
+            images((2, 32), (1, 32), (3, 32), (2, 48)),
+        ),
+        Case(
+            "autoformer (time series)",
+            "time series",
+            "transformers",
+            _hf(
+                "AutoformerConfig",
+                "AutoformerModel",
+                ("past_values", "past_time_features", "past_observed_mask", "future_time_features"),
+                prediction_length=4,
+                context_length=12,
+                lags_sequence=[1, 2],
+                num_time_features=2,
+                d_model=16,
+                encoder_layers=1,
+                decoder_layers=1,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=32,
+                decoder_ffn_dim=32,
+            ),
+            _series_inputs(14, 4),
+        ),
+        Case(
+            "encodec (vector quantisation)",
+            "speech",
+            "transformers",
+            _encodec(),
+            lambda: [
+                (torch.randn(b, 1, n, generator=_gen(i)),)
+                for i, (b, n) in enumerate([(2, 320), (1, 320), (3, 480)])
+            ],
+        ),
+        Case(
+            "bloom (alibi)",
+            dec,
+            "transformers",
+            _hf(
+                "BloomConfig",
+                "BloomForCausalLM",
+                ENC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                hidden_size=32,
+                n_layer=2,
+                n_head=4,
+            ),
+            text(),
+        ),
+    ]
+
+
 def all_cases() -> list[Case]:
     """Every model of the zoo, vision first."""
-    return _vision() + _language() + _speech_multimodal() + _new_kinds()
+    return _vision() + _language() + _speech_multimodal() + _new_kinds() + _from_heldout()

@@ -357,3 +357,58 @@ def test_a_loop_over_a_traced_range_guards_its_number_of_steps(tmp_path):
         tracebridge.GuardError, match=f"loop.*== 3, but now it is 4(.|\\n)*{HERE}:{line}"
     ):
         loaded(torch.randn(1, 13))  # four blocks: another unrolled loop
+
+
+# --- a 0-dim tensor formatted into text that picks a module --------------------------------
+
+
+class Experts(nn.Module):
+    """Switch Transformers' experts: each expert hit runs, picked by its index formatted
+    into a key (``self[f"expert_{expert_idx[0]}"]``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.experts = nn.ModuleDict({f"expert_{i}": nn.Linear(4, 4) for i in range(4)})
+
+    def forward(self, x, choice):
+        out = torch.zeros_like(x)
+        for expert_idx in torch.unique(choice).reshape(-1, 1):
+            rows = (choice == expert_idx[0]).float()[:, None]
+            out = out + rows * self.experts[f"expert_{expert_idx[0]}"](x)
+        return out
+
+
+def test_a_tensor_formatted_into_a_key_is_guarded_not_baked():
+    model = Experts()
+    x = torch.randn(3, 4)
+    traced = tracebridge.trace(model, (x, torch.tensor([0, 2, 2])))
+    same = torch.tensor([2, 0, 0])  # the same experts: right
+    assert torch.allclose(traced(x, same), model(x, same))
+    other = torch.tensor([1, 3, 3])  # as many experts, other ones: refused, never wrong
+    line = _line_of(Experts, 'self.experts[f"expert_{expert_idx[0]}"]')
+    with pytest.raises(tracebridge.GuardError, match=f"{HERE}:{line}"):
+        traced(x, other)
+
+
+class FormatsForAMessage(nn.Module):
+    def forward(self, x):
+        n = x.sum().long()
+        warnings.warn(f"the rows add up to {n}", stacklevel=2)  # a message: no guard
+        return x * 2
+
+
+def test_a_tensor_formatted_only_into_a_message_guards_nothing():
+    traced = tracebridge.trace(FormatsForAMessage(), (torch.ones(2, 3),))
+    guards = [node for node in traced.program.methods["forward"].nodes if node.op == "prim.guard"]
+    assert not [g for g in guards if "item()" in g.kwargs["what"]], guards
+    x = torch.randn(4, 3)  # another sum
+    assert torch.equal(traced(x), x * 2)
+
+
+def test_a_traced_range_with_a_zero_step_fails_as_range_does():
+    class ZeroStep(nn.Module):
+        def forward(self, x):
+            return torch.stack([x[:, i] for i in range(0, x.shape[1], 0)], 1)
+
+    with pytest.raises(ValueError, match="must not be zero"):
+        tracebridge.trace(ZeroStep(), (torch.randn(2, 3),))

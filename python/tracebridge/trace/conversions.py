@@ -6,6 +6,8 @@ recorded (sizes and scalar arithmetic stay traced) or guarded at the user's line
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from ..errors import TraceError, UnsupportedOpError
@@ -13,7 +15,9 @@ from ..ir import ops as opset
 from ..ir import pytree
 from ..ir.program import Ref
 from ..source import called_from_user_code as _called_from_user_code
+from ..source import is_internal
 from .numbers import SymFloat, SymInt, SymSize, _Traced
+from .text import formatted
 
 
 class Conversions:
@@ -282,7 +286,7 @@ class Conversions:
             T.is_conj: concrete,
             T.is_neg: concrete,
             T.__repr__: concrete,
-            T.__format__: concrete,
+            T.__format__: self._on_format,
             T.__hash__: concrete,
             T.is_same_size: concrete,
             T.item: self._on_item,
@@ -380,6 +384,25 @@ class Conversions:
             )
             return concrete
         return self._wrap_scalar(concrete, ref, desc)
+
+    def _on_format(self, func, tensor, spec=""):
+        """``f"{t}"`` of a 0-dim tensor formats its value (``Tensor.__format__`` calls
+        ``item()``): read as ``.item()`` is, a traced number, so the text follows the rules
+        of a size's text (trace/text.py): no guard where it only reaches a message, a guard
+        where it may decide something. Switch Transformers picks each expert it runs by
+        ``self[f"expert_{expert_idx[0]}"]``: baked with no guard, a call that routed its
+        tokens to other experts ran the traced ones, silently wrong."""
+        with torch._C.DisableTorchFunction():
+            scalar = tensor.dim() == 0 and not tensor.is_meta
+        if not scalar:
+            return func(tensor, spec)
+        value = self._on_item(torch.Tensor.item, tensor)
+        if not isinstance(value, _Traced):
+            return format(value, spec)  # a bool: guarded by _on_item
+        frame = sys._getframe(1)
+        while frame is not None and is_internal(frame.f_code.co_filename):
+            frame = frame.f_back  # the code that formats: the user's, or a library's
+        return formatted(value, format(value._concrete(), spec), frame=frame)
 
     def _on_tolist(self, func, tensor, *args, **kwargs):
         concrete = tensor.tolist()

@@ -70,8 +70,8 @@ def _unrolled(tracer: Tracer, *args):
     ``range`` object (``r.start``) of traced bounds is rare.
     """
     start, stop, step = (0, args[0], 1) if len(args) == 1 else (*args, 1)[:3]
-    if isinstance(step, _Traced) and not step._concrete():
-        raise ValueError("range() arg 3 must not be zero")
+    if (step._concrete() if isinstance(step, _Traced) else step) == 0:
+        raise ValueError("range() arg 3 must not be zero")  # as range itself says
 
     def positive(n) -> bool:  # a traced comparison is guarded where it is made
         return tracer.scalar_compare("gt", n, 0, warn=False) if isinstance(n, _Traced) else n > 0

@@ -214,14 +214,14 @@ for _name in _READING_METHODS:
 # --- where text goes: read from the caller's source ---------------------------------------
 
 
-def formatted(sym: _Traced, text: str, depth: int = 2) -> str:
-    """The text of ``sym`` formatted by the caller ``depth`` frames up: a :class:`SymStr`,
-    with a guard recorded now only if the caller builds it into text that cannot remember
-    its origin and that is not a message."""
+def formatted(sym: _Traced, text: str, depth: int = 2, frame=None) -> str:
+    """The text of ``sym`` formatted by the caller ``depth`` frames up (or by ``frame``): a
+    :class:`SymStr`, with a guard recorded now only if the caller builds it into text that
+    cannot remember its origin and that is not a message."""
     tracer = sym._tracer
     if not tracer.is_active():
         return text
-    frame = sys._getframe(depth)
+    frame = frame or sys._getframe(depth)
     if _text_is_lost(frame) and not frame.f_code.co_filename.startswith(OWN_DIR):
         tracer.specialize(
             sym,
