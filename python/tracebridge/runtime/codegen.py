@@ -42,7 +42,7 @@ from ..ir import Graph, Node, Ref, pytree
 from ..ir.analysis import last_uses
 from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import fold_literal
-from . import cse, dead_code, folding, identity, memo, scalars, support, views
+from . import cse, dead_code, folding, identity, memo, scalars, squares, support, views
 
 # Ops written as Python operators when their implementation is the default one. Not
 # ``scalar.mul``, ``scalar.pow``, ``scalar.lshift``: a few of them can build an integer of
@@ -171,6 +171,7 @@ class CodeGen:
         # nothing flows back through them (one node read twice sums its gradients first,
         # two nodes each add theirs: the same gradient, not the same bits).
         self.common = False
+        self.no_autograd = False  # common, and the graph never turns gradients on (build)
         self.slots = slots
         self.name = name
         self.guards = guards
@@ -439,7 +440,7 @@ class CodeGen:
             # dropout(x, p, train=False) is x itself: no call at all
             self.emit(ast.Assign([self.targets(node)], self.literal(node.args[0])), note, node.loc)
             return
-        call = self.unless_identity(node, self.call(node))
+        call = self.square_as_product(node, self.unless_identity(node, self.call(node)))
         if node.out_spec is None or not node.outputs and node.out_spec.get("t") != "leaf":
             self.emit(ast.Expr(call), note, node.loc)
             return
@@ -472,7 +473,8 @@ class CodeGen:
             # first result (runtime/cse.py); runs of ops on sizes move next to their first
             # reader (runtime/memo.py)
             self.graph = dead_code.prune(self.graph)
-            if self.common and cse.grad_stays_off(self.graph):
+            self.no_autograd = self.common and cse.grad_stays_off(self.graph)
+            if self.no_autograd:
                 self.graph = cse.eliminate(self.graph)
             self.graph, found = memo.plan(self.graph)
             blocks = {b.start: b for b in found}
@@ -608,6 +610,26 @@ class CodeGen:
         self.helper("_type")
         self.helper("_Tensor")
         return ast.IfExp(ast.BoolOp(ast.And(), [plain, same]), self.literal(tensor), call)
+
+    def square_as_product(self, node: Node, call: ast.expr) -> ast.expr:
+        """``call``, or for ``pow(x, 2)`` in a call without autograd, ``mul(x, x)`` where
+        ``x`` is a plain float32/float64 tensor and ``call`` otherwise (runtime/squares.py)."""
+        if not self.no_autograd or node.op not in squares.OPS:
+            return call
+        if self.callable_for(node) is not support.default_callable(node.op):
+            return call
+        found = squares.squared(node, self.dtype_of)
+        if found is None:
+            return call
+        tensor, dtype = found
+        self.plain_read = True
+        x = self.literal  # a fresh expression for each use
+        plain = ast.Compare(_call("_type", x(tensor)), [ast.Is()], [self.helper("_Tensor")])
+        same = ast.Compare(_attr(x(tensor), "dtype"), [ast.Is()], [self.constant(dtype)])
+        self.helper("_type")
+        test = ast.BoolOp(ast.And(), [ast.Name(scalars.PLAIN, ast.Load()), plain, same])
+        mul = self.bind(_op_prefix("mul"), support.default_callable("mul"))
+        return ast.IfExp(test, ast.Call(mul, [x(tensor), x(tensor)], []), call)
 
     def restore_grad_mode(self, start: int) -> None:
         """The code switches gradients on or off: put the caller's mode back, even on error."""
