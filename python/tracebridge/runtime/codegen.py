@@ -42,7 +42,7 @@ from ..ir import Graph, Node, Ref, pytree
 from ..ir.analysis import last_uses
 from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import fold_literal
-from . import cse, dead_code, folding, identity, memo, scalars, squares, support, views
+from . import cse, dead_code, folding, halves, identity, memo, scalars, squares, support, views
 
 # Ops written as Python operators when their implementation is the default one. Not
 # ``scalar.mul``, ``scalar.pow``, ``scalar.lshift``: a few of them can build an integer of
@@ -188,6 +188,7 @@ class CodeGen:
         self.int_bits: dict[int, int] = {}  # value id -> bound of its bits (_int_bits)
         self._view_members: set[int] = set()  # indices of nodes that trees of views run
         self._view_calls: dict[int, list[views.ViewTree]] = {}  # index -> trees called there
+        self._halves: dict[int, halves.Halves] = {}  # index of either node -> its pair
         self._kinds: dict[int, str] | None = None  # value id -> kind, made when first needed
         self._dtypes: dict[int, str | None] | None = None  # value id -> traced dtype name
         self.plain_read = False  # whether the code reads ``_plain`` (runtime/scalars.py)
@@ -399,6 +400,9 @@ class CodeGen:
         if index in self._view_members:  # a tree's nodes run as one call, at its last
             for tree in self._view_calls.get(index, ()):
                 self.collapsed(tree)
+        elif index in self._halves:
+            if index == self._halves[index].first:  # both slices, at the first of them
+                self.split_in_two(self._halves[index])
         elif node.op == "prim.state":
             self.state(node)
         elif node.op == "prim.guard":
@@ -486,6 +490,8 @@ class CodeGen:
             self.folded(fold)
         if self.fold:
             dead_after = self.plan_views(static, blocks) or dead_after
+        if self.no_autograd:
+            self.plan_halves(static, blocks)
         stop = 0
         for index, node in enumerate(self.graph.nodes):
             if index in blocks:
@@ -610,6 +616,38 @@ class CodeGen:
         self.helper("_type")
         self.helper("_Tensor")
         return ast.IfExp(ast.BoolOp(ast.And(), [plain, same]), self.literal(tensor), call)
+
+    def plan_halves(self, static: set[int], blocks: dict) -> None:
+        """Find the pairs of slices that one ``split_with_sizes`` runs (runtime/halves.py)."""
+        elsewhere = set(static) | self._view_members
+        for block in blocks.values():
+            elsewhere.update(range(block.start, block.stop))
+        for pair in halves.find(self.graph, elsewhere.__contains__):
+            low, high = self.graph.nodes[pair.low], self.graph.nodes[pair.high]
+            if any(self.callable_for(n) is not support.default_callable(n.op) for n in (low, high)):
+                continue
+            self._halves[pair.low] = self._halves[pair.high] = pair
+
+    def split_in_two(self, pair: halves.Halves) -> None:
+        """``low, high = split_with_sizes(x, [h, x.shape[d] - h], d)`` for a plain tensor,
+        the two slices otherwise (runtime/halves.py)."""
+        low, high = self.graph.nodes[pair.low], self.graph.nodes[pair.high]
+        slices = ast.Tuple([self.call(low), self.call(high)], ast.Load())
+        x, cut, dim = self.literal(pair.tensor), self.literal(pair.cut), ast.Constant(pair.dim)
+        size = ast.Subscript(_attr(x, "shape"), ast.Constant(pair.dim), ast.Load())
+        sizes = ast.List([cut, ast.BinOp(size, ast.Sub(), self.literal(pair.cut))], ast.Load())
+        split = self.bind(_op_prefix("split_with_sizes"), torch.split_with_sizes)
+        both = ast.Call(split, [self.literal(pair.tensor), sizes, dim], [])
+        self.plain_read = True
+        plain = ast.Compare(
+            _call("_type", self.literal(pair.tensor)), [ast.Is()], [self.helper("_Tensor")]
+        )
+        self.helper("_type")
+        test = ast.BoolOp(ast.And(), [ast.Name(scalars.PLAIN, ast.Load()), plain])
+        self._where = f"{self.name}: nodes {pair.low} and {pair.high} (getitem)"
+        targets = ast.Tuple([self.targets(low), self.targets(high)], ast.Store())
+        note = "getitem, getitem: split_with_sizes"
+        self.emit(ast.Assign([targets], ast.IfExp(test, both, slices)), note, low.loc)
 
     def square_as_product(self, node: Node, call: ast.expr) -> ast.expr:
         """``call``, or for ``pow(x, 2)`` in a call without autograd, ``mul(x, x)`` where
