@@ -42,7 +42,19 @@ from ..ir import Graph, Node, Ref, pytree
 from ..ir.analysis import last_uses
 from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import fold_literal
-from . import cse, dead_code, folding, halves, identity, memo, scalars, squares, support, views
+from . import (
+    cse,
+    dead_code,
+    folding,
+    halves,
+    identity,
+    memo,
+    same_shape,
+    scalars,
+    squares,
+    support,
+    views,
+)
 
 # Ops written as Python operators when their implementation is the default one. Not
 # ``scalar.mul``, ``scalar.pow``, ``scalar.lshift``: a few of them can build an integer of
@@ -189,6 +201,8 @@ class CodeGen:
         self._view_members: set[int] = set()  # indices of nodes that trees of views run
         self._view_calls: dict[int, list[views.ViewTree]] = {}  # index -> trees called there
         self._halves: dict[int, halves.Halves] = {}  # index of either node -> its pair
+        self._same_shape: set[int] = set()  # reshapes that may be a shape test (same_shape.py)
+        self._index = -1  # the index of the node being written
         self._kinds: dict[int, str] | None = None  # value id -> kind, made when first needed
         self._dtypes: dict[int, str | None] | None = None  # value id -> traced dtype name
         self.plain_read = False  # whether the code reads ``_plain`` (runtime/scalars.py)
@@ -397,6 +411,7 @@ class CodeGen:
 
     def node(self, index: int, node: Node) -> None:
         self._where = f"{self.name}: node {index} ({node.op})"
+        self._index = index
         if index in self._view_members:  # a tree's nodes run as one call, at its last
             for tree in self._view_calls.get(index, ()):
                 self.collapsed(tree)
@@ -445,6 +460,7 @@ class CodeGen:
             self.emit(ast.Assign([self.targets(node)], self.literal(node.args[0])), note, node.loc)
             return
         call = self.square_as_product(node, self.unless_identity(node, self.call(node)))
+        call = self.unless_same_shape(node, call)
         if node.out_spec is None or not node.outputs and node.out_spec.get("t") != "leaf":
             self.emit(ast.Expr(call), note, node.loc)
             return
@@ -492,6 +508,7 @@ class CodeGen:
             dead_after = self.plan_views(static, blocks) or dead_after
         if self.no_autograd:
             self.plan_halves(static, blocks)
+            self._same_shape = same_shape.candidates(self.graph)
         stop = 0
         for index, node in enumerate(self.graph.nodes):
             if index in blocks:
@@ -648,6 +665,37 @@ class CodeGen:
         targets = ast.Tuple([self.targets(low), self.targets(high)], ast.Store())
         note = "getitem, getitem: split_with_sizes"
         self.emit(ast.Assign([targets], ast.IfExp(test, both, slices)), note, low.loc)
+
+    def unless_same_shape(self, node: Node, call: ast.expr) -> ast.expr:
+        """``call``, or for a reshape or view to the shape its tensor may already have,
+        the tensor itself when it has it and ``call`` otherwise (runtime/same_shape.py)."""
+        if node.op not in same_shape.OPS or self._index not in self._same_shape:
+            return call
+        if self.callable_for(node) is not support.default_callable(node.op):
+            return call
+        sizes = same_shape.sizes_of(node)
+        kinds = self.kinds()
+        if sizes is None or any(isinstance(s, Ref) and kinds.get(s.id) != "int" for s in sizes):
+            return call
+        tensor = node.args[0]
+        x = self.literal  # a fresh expression for each use
+        wanted = []
+        for dim, size in enumerate(sizes):
+            if type(size) is int and size == -1:  # the size it would be inferred as
+                shape = _attr(x(tensor), "shape")
+                wanted.append(ast.Subscript(shape, ast.Constant(dim), ast.Load()))
+            else:
+                wanted.append(x(size))
+        tests = [
+            ast.Name(scalars.PLAIN, ast.Load()),
+            ast.Compare(_call("_type", x(tensor)), [ast.Is()], [self.helper("_Tensor")]),
+            ast.Compare(_attr(x(tensor), "shape"), [ast.Eq()], [ast.Tuple(wanted, ast.Load())]),
+        ]
+        if -1 in [s for s in sizes if type(s) is int]:  # no 0 beside it: -1 is then inferred
+            tests += [x(s) for s in sizes if isinstance(s, Ref)]
+        self.helper("_type")
+        self.plain_read = True
+        return ast.IfExp(ast.BoolOp(ast.And(), tests), x(tensor), call)
 
     def square_as_product(self, node: Node, call: ast.expr) -> ast.expr:
         """``call``, or for ``pow(x, 2)`` in a call without autograd, ``mul(x, x)`` where
