@@ -43,6 +43,7 @@ from ..ir.analysis import last_uses
 from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import fold_literal
 from . import (
+    contiguous,
     cse,
     dead_code,
     folding,
@@ -203,6 +204,8 @@ class CodeGen:
         self._halves: dict[int, halves.Halves] = {}  # index of either node -> its pair
         self._same_shape: set[int] = set()  # reshapes that may be a shape test (same_shape.py)
         self._index = -1  # the index of the node being written
+        self._merged: dict[int, int] = {}  # reshape -> the contiguous it runs (contiguous.py)
+        self._merged_away: set[int] = set()  # those contiguous nodes
         self._kinds: dict[int, str] | None = None  # value id -> kind, made when first needed
         self._dtypes: dict[int, str | None] | None = None  # value id -> traced dtype name
         self.plain_read = False  # whether the code reads ``_plain`` (runtime/scalars.py)
@@ -415,6 +418,10 @@ class CodeGen:
         if index in self._view_members:  # a tree's nodes run as one call, at its last
             for tree in self._view_calls.get(index, ()):
                 self.collapsed(tree)
+        elif index in self._merged:
+            self.reshape_contiguous(node, self.graph.nodes[self._merged[index]])
+        elif index in self._merged_away:
+            return  # run by the reshape that reads it
         elif index in self._halves:
             if index == self._halves[index].first:  # both slices, at the first of them
                 self.split_in_two(self._halves[index])
@@ -509,6 +516,8 @@ class CodeGen:
         if self.no_autograd:
             self.plan_halves(static, blocks)
             self._same_shape = same_shape.candidates(self.graph)
+            self.plan_merged(static, blocks)
+            dead_after = self.keep_merged_inputs(dead_after)
         stop = 0
         for index, node in enumerate(self.graph.nodes):
             if index in blocks:
@@ -633,6 +642,65 @@ class CodeGen:
         self.helper("_type")
         self.helper("_Tensor")
         return ast.IfExp(ast.BoolOp(ast.And(), [plain, same]), self.literal(tensor), call)
+
+    def plan_merged(self, static: set[int], blocks: dict) -> None:
+        """Find the ``contiguous`` that their reshape runs (runtime/contiguous.py)."""
+        elsewhere = set(static) | self._view_members | set(self._halves)
+        for block in blocks.values():
+            elsewhere.update(range(block.start, block.stop))
+        for reshape, made in contiguous.pairs(self.graph).items():
+            pair = (self.graph.nodes[reshape], self.graph.nodes[made])
+            if reshape in elsewhere or made in elsewhere:
+                continue
+            if any(self.callable_for(n) is not support.default_callable(n.op) for n in pair):
+                continue
+            self._merged[reshape] = made
+        self._merged_away = set(self._merged.values())
+
+    def keep_merged_inputs(self, dead_after: dict) -> dict:
+        """``dead_after`` with the input of each merged ``contiguous`` alive up to the
+        reshape that now reads it."""
+        dead_after = dict(dead_after)
+        for reshape, made in self._merged.items():
+            tensor = self.graph.nodes[made].args[0].id
+            for index in range(made, reshape):
+                if tensor in dead_after.get(index, ()):
+                    dead_after[index] = [v for v in dead_after[index] if v != tensor]
+                    dead_after[reshape] = [*dead_after.get(reshape, ()), tensor]
+        return dead_after
+
+    def reshape_contiguous(self, node: Node, made: Node) -> None:
+        """``r = reshape(x, ...)``, copied where not contiguous, for a plain tensor, and
+        ``r = view(contiguous(x), ...)`` otherwise (runtime/contiguous.py)."""
+        x = made.args[0]
+        both = ast.Call(
+            self.bind(_op_prefix(made.op), support.default_callable(made.op)),
+            [self.literal(x)],
+            [],
+        )
+        self.names[made.outputs[0].id] = "_contiguous"  # a placeholder, replaced below
+        before = self.call(node)  # the reshape or view of the contiguous, as traced
+        del self.names[made.outputs[0].id]
+        before = _replace_name(before, "_contiguous", both)
+        alone = Node("Tensor.reshape", [x, *node.args[1:]], {}, node.outputs, node.out_spec)
+        reshape = self.call(alone)
+        target = self.targets(node)
+        result = ast.Name(target.id, ast.Load())
+        copy = ast.Call(
+            self.bind(_op_prefix(made.op), support.default_callable(made.op)), [result], []
+        )
+        check = ast.Call(_attr(ast.Name(target.id, ast.Load()), "is_contiguous"), [], [])
+        fast = [
+            ast.Assign([ast.Name(target.id, ast.Store())], reshape),
+            ast.Assign([ast.Name(target.id, ast.Store())], ast.IfExp(check, result, copy)),
+        ]
+        plain = ast.Compare(_call("_type", self.literal(x)), [ast.Is()], [self.helper("_Tensor")])
+        self.helper("_type")
+        self.plain_read = True
+        test = ast.BoolOp(ast.And(), [ast.Name(scalars.PLAIN, ast.Load()), plain])
+        slow = [ast.Assign([ast.Name(target.id, ast.Store())], before)]
+        note = f"{made.op}, {node.op}: one reshape"
+        self.emit(ast.If(test, fast, slow), note, node.loc)
 
     def plan_halves(self, static: set[int], blocks: dict) -> None:
         """Find the pairs of slices that one ``split_with_sizes`` runs (runtime/halves.py)."""
@@ -827,6 +895,16 @@ def _small_product(node: Node, bits: dict[int, int]) -> bool:
     return None not in terms and sum(terms) <= _PRODUCT_BITS
 
 
+def _replace_name(tree: ast.expr, name: str, by: ast.expr) -> ast.expr:
+    """``tree`` with every read of the variable ``name`` replaced by ``by``."""
+
+    class Replace(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.expr:
+            return by if node.id == name else node
+
+    return Replace().visit(tree)
+
+
 def _inline(op: str, args: list[ast.expr]) -> ast.expr | None:
     """Python syntax for ops whose default implementation is an operator or attribute."""
     if op in _BINARY and len(args) == 2:
@@ -871,6 +949,10 @@ class _Renderer:
             _place(stmt, len(self.lines), 0, recurse=False)
             for inner in stmt.body:
                 self.statement(inner, indent + "    ")
+            if stmt.orelse:
+                self.put(f"{indent}else:")
+                for inner in stmt.orelse:
+                    self.statement(inner, indent + "    ")
         elif isinstance(stmt, ast.Try):
             self.put(f"{indent}try:")
             _place(stmt, len(self.lines), 0, recurse=False)
