@@ -38,11 +38,12 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import ArtifactError
-from ..ir import Graph, Node, Ref, pytree
+from ..ir import Graph, Node, Ref, pytree, refs_in
 from ..ir.analysis import last_uses
 from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import fold_literal
 from . import (
+    checked_ops,
     contiguous,
     cse,
     dead_code,
@@ -50,6 +51,7 @@ from . import (
     halves,
     identity,
     memo,
+    repeats,
     same_shape,
     scalars,
     squares,
@@ -206,6 +208,7 @@ class CodeGen:
         self._index = -1  # the index of the node being written
         self._merged: dict[int, int] = {}  # reshape -> the contiguous it runs (contiguous.py)
         self._merged_away: set[int] = set()  # those contiguous nodes
+        self._repeats: dict[int, repeats.Repeat] = {}  # each node of a repeat_kv -> it
         self._kinds: dict[int, str] | None = None  # value id -> kind, made when first needed
         self._dtypes: dict[int, str | None] | None = None  # value id -> traced dtype name
         self.plain_read = False  # whether the code reads ``_plain`` (runtime/scalars.py)
@@ -418,6 +421,9 @@ class CodeGen:
         if index in self._view_members:  # a tree's nodes run as one call, at its last
             for tree in self._view_calls.get(index, ()):
                 self.collapsed(tree)
+        elif index in self._repeats:
+            if index == self._repeats[index].reshape:  # all three, at the last
+                self.repeat_kv(self._repeats[index])
         elif index in self._merged:
             self.reshape_contiguous(node, self.graph.nodes[self._merged[index]])
         elif index in self._merged_away:
@@ -518,6 +524,7 @@ class CodeGen:
             self._same_shape = same_shape.candidates(self.graph)
             self.plan_merged(static, blocks)
             dead_after = self.keep_merged_inputs(dead_after)
+            dead_after = self.plan_repeats(static, blocks, dead_after)
         stop = 0
         for index, node in enumerate(self.graph.nodes):
             if index in blocks:
@@ -656,6 +663,85 @@ class CodeGen:
                 continue
             self._merged[reshape] = made
         self._merged_away = set(self._merged.values())
+
+    def plan_repeats(self, static: set[int], blocks: dict, dead_after: dict) -> dict:
+        """Find the ``repeat_kv`` runs (runtime/repeats.py); ``dead_after`` with their
+        input alive up to the reshape and their inner values freed inside the code."""
+        elsewhere = set(static) | self._view_members | set(self._halves)
+        elsewhere |= set(self._merged) | self._merged_away
+        for block in blocks.values():
+            elsewhere.update(range(block.start, block.stop))
+        dead_after = dict(dead_after)
+        for run in repeats.find(self.graph, elsewhere.__contains__):
+            nodes = [self.graph.nodes[i] for i in (run.index, run.reshape)]
+            if any(self.callable_for(n) is not support.default_callable(n.op) for n in nodes):
+                continue
+            expand = self.graph.nodes[run.expand]  # its size check stays (checked_ops)
+            if getattr(self.callable_for(expand), "__name__", "") != "sized_Tensor_expand":
+                continue
+            first = self.graph.nodes[run.index]
+            inner = {first.outputs[0].id, expand.outputs[0].id}
+            for index in range(run.index, run.reshape + 1):
+                if index in dead_after:
+                    dead_after[index] = [v for v in dead_after[index] if v not in inner]
+            # what the three calls read lives up to the reshape, where they all run
+            read = {r.id for n in (first, expand) for r in refs_in((n.args, n.kwargs))}
+            for index in range(run.index, run.reshape):
+                late = [v for v in dead_after.get(index, ()) if v in read]
+                if late:
+                    dead_after[index] = [v for v in dead_after[index] if v not in read]
+                    dead_after[run.reshape] = [*dead_after.get(run.reshape, ()), *late]
+            for index in (run.index, run.expand, run.reshape):
+                self._repeats[index] = run
+        return dead_after
+
+    def repeat_kv(self, run: repeats.Repeat) -> None:
+        """``r = repeat_interleave(x, n, 1)`` where the three calls would copy, the three
+        calls otherwise (runtime/repeats.py)."""
+        index, expand, reshape = (self.graph.nodes[i] for i in (run.index, run.expand, run.reshape))
+        slow = []
+        for node in (index, expand):
+            slow.append(ast.Assign([self.targets(node)], self.call(node)))
+        call = self.call(reshape)
+        inner = [self.literal(Ref(n.outputs[0].id)) for n in (index, expand)]
+        slow += [
+            ast.Assign([self.targets(reshape)], call),
+            ast.Delete([ast.Name(n.id, ast.Del()) for n in inner]),
+        ]
+        x = self.literal  # a fresh expression for each use
+        b, heads, s, d = run.sizes
+        times = ast.Constant(run.times)
+        stride = ast.Call(_attr(x(run.tensor), "stride"), [ast.Constant(1)], [])
+        tests = [
+            ast.Name(scalars.PLAIN, ast.Load()),
+            ast.Compare(_call("_type", x(run.tensor)), [ast.Is()], [self.helper("_Tensor")]),
+            ast.Compare(x(heads), [ast.Gt()], [times]),
+            x(b),
+            x(s),
+            x(d),
+            stride,
+            ast.Compare(  # what the expand's check allows, else the checked calls
+                ast.BinOp(
+                    ast.BinOp(ast.BinOp(x(b), ast.Mult(), x(heads)), ast.Mult(), x(s)),
+                    ast.Mult(),
+                    x(d),
+                ),
+                [ast.LtE()],
+                [ast.Constant(checked_ops.ALLOC_BYTES // 16)],
+            ),
+        ]
+        self.helper("_type")
+        self.plain_read = True
+        fn = self.bind(_op_prefix("repeat_interleave"), torch.repeat_interleave)
+        target = self.literal(Ref(reshape.outputs[0].id))
+        fast = [
+            ast.Assign(
+                [ast.Name(target.id, ast.Store())],
+                ast.Call(fn, [x(run.tensor), times, ast.Constant(1)], []),
+            )
+        ]
+        note = "getitem, Tensor.expand, Tensor.reshape: repeat_interleave"
+        self.emit(ast.If(ast.BoolOp(ast.And(), tests), fast, slow), note, reshape.loc)
 
     def keep_merged_inputs(self, dead_after: dict) -> dict:
         """``dead_after`` with the input of each merged ``contiguous`` alive up to the
