@@ -38,11 +38,26 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import ArtifactError
-from ..ir import Graph, Node, Ref, pytree
+from ..ir import Graph, Node, Ref, pytree, refs_in
 from ..ir.analysis import last_uses
 from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import fold_literal
-from . import cse, dead_code, folding, identity, memo, scalars, support, views
+from . import (
+    checked_ops,
+    contiguous,
+    cse,
+    dead_code,
+    folding,
+    halves,
+    identity,
+    memo,
+    repeats,
+    same_shape,
+    scalars,
+    squares,
+    support,
+    views,
+)
 
 # Ops written as Python operators when their implementation is the default one. Not
 # ``scalar.mul``, ``scalar.pow``, ``scalar.lshift``: a few of them can build an integer of
@@ -171,6 +186,7 @@ class CodeGen:
         # nothing flows back through them (one node read twice sums its gradients first,
         # two nodes each add theirs: the same gradient, not the same bits).
         self.common = False
+        self.no_autograd = False  # common, and the graph never turns gradients on (build)
         self.slots = slots
         self.name = name
         self.guards = guards
@@ -187,6 +203,12 @@ class CodeGen:
         self.int_bits: dict[int, int] = {}  # value id -> bound of its bits (_int_bits)
         self._view_members: set[int] = set()  # indices of nodes that trees of views run
         self._view_calls: dict[int, list[views.ViewTree]] = {}  # index -> trees called there
+        self._halves: dict[int, halves.Halves] = {}  # index of either node -> its pair
+        self._same_shape: set[int] = set()  # reshapes that may be a shape test (same_shape.py)
+        self._index = -1  # the index of the node being written
+        self._merged: dict[int, int] = {}  # reshape -> the contiguous it runs (contiguous.py)
+        self._merged_away: set[int] = set()  # those contiguous nodes
+        self._repeats: dict[int, repeats.Repeat] = {}  # each node of a repeat_kv -> it
         self._kinds: dict[int, str] | None = None  # value id -> kind, made when first needed
         self._dtypes: dict[int, str | None] | None = None  # value id -> traced dtype name
         self.plain_read = False  # whether the code reads ``_plain`` (runtime/scalars.py)
@@ -395,9 +417,20 @@ class CodeGen:
 
     def node(self, index: int, node: Node) -> None:
         self._where = f"{self.name}: node {index} ({node.op})"
+        self._index = index
         if index in self._view_members:  # a tree's nodes run as one call, at its last
             for tree in self._view_calls.get(index, ()):
                 self.collapsed(tree)
+        elif index in self._repeats:
+            if index == self._repeats[index].reshape:  # all three, at the last
+                self.repeat_kv(self._repeats[index])
+        elif index in self._merged:
+            self.reshape_contiguous(node, self.graph.nodes[self._merged[index]])
+        elif index in self._merged_away:
+            return  # run by the reshape that reads it
+        elif index in self._halves:
+            if index == self._halves[index].first:  # both slices, at the first of them
+                self.split_in_two(self._halves[index])
         elif node.op == "prim.state":
             self.state(node)
         elif node.op == "prim.guard":
@@ -439,7 +472,8 @@ class CodeGen:
             # dropout(x, p, train=False) is x itself: no call at all
             self.emit(ast.Assign([self.targets(node)], self.literal(node.args[0])), note, node.loc)
             return
-        call = self.unless_identity(node, self.call(node))
+        call = self.square_as_product(node, self.unless_identity(node, self.call(node)))
+        call = self.unless_same_shape(node, call)
         if node.out_spec is None or not node.outputs and node.out_spec.get("t") != "leaf":
             self.emit(ast.Expr(call), note, node.loc)
             return
@@ -472,7 +506,8 @@ class CodeGen:
             # first result (runtime/cse.py); runs of ops on sizes move next to their first
             # reader (runtime/memo.py)
             self.graph = dead_code.prune(self.graph)
-            if self.common and cse.grad_stays_off(self.graph):
+            self.no_autograd = self.common and cse.grad_stays_off(self.graph)
+            if self.no_autograd:
                 self.graph = cse.eliminate(self.graph)
             self.graph, found = memo.plan(self.graph)
             blocks = {b.start: b for b in found}
@@ -484,6 +519,12 @@ class CodeGen:
             self.folded(fold)
         if self.fold:
             dead_after = self.plan_views(static, blocks) or dead_after
+        if self.no_autograd:
+            self.plan_halves(static, blocks)
+            self._same_shape = same_shape.candidates(self.graph)
+            self.plan_merged(static, blocks)
+            dead_after = self.keep_merged_inputs(dead_after)
+            dead_after = self.plan_repeats(static, blocks, dead_after)
         stop = 0
         for index, node in enumerate(self.graph.nodes):
             if index in blocks:
@@ -609,6 +650,227 @@ class CodeGen:
         self.helper("_Tensor")
         return ast.IfExp(ast.BoolOp(ast.And(), [plain, same]), self.literal(tensor), call)
 
+    def plan_merged(self, static: set[int], blocks: dict) -> None:
+        """Find the ``contiguous`` that their reshape runs (runtime/contiguous.py)."""
+        elsewhere = set(static) | self._view_members | set(self._halves)
+        for block in blocks.values():
+            elsewhere.update(range(block.start, block.stop))
+        for reshape, made in contiguous.pairs(self.graph).items():
+            pair = (self.graph.nodes[reshape], self.graph.nodes[made])
+            if reshape in elsewhere or made in elsewhere:
+                continue
+            if any(self.callable_for(n) is not support.default_callable(n.op) for n in pair):
+                continue
+            self._merged[reshape] = made
+        self._merged_away = set(self._merged.values())
+
+    def plan_repeats(self, static: set[int], blocks: dict, dead_after: dict) -> dict:
+        """Find the ``repeat_kv`` runs (runtime/repeats.py); ``dead_after`` with their
+        input alive up to the reshape and their inner values freed inside the code."""
+        elsewhere = set(static) | self._view_members | set(self._halves)
+        elsewhere |= set(self._merged) | self._merged_away
+        for block in blocks.values():
+            elsewhere.update(range(block.start, block.stop))
+        dead_after = dict(dead_after)
+        for run in repeats.find(self.graph, elsewhere.__contains__):
+            nodes = [self.graph.nodes[i] for i in (run.index, run.reshape)]
+            if any(self.callable_for(n) is not support.default_callable(n.op) for n in nodes):
+                continue
+            expand = self.graph.nodes[run.expand]  # its size check stays (checked_ops)
+            if getattr(self.callable_for(expand), "__name__", "") != "sized_Tensor_expand":
+                continue
+            first = self.graph.nodes[run.index]
+            inner = {first.outputs[0].id, expand.outputs[0].id}
+            for index in range(run.index, run.reshape + 1):
+                if index in dead_after:
+                    dead_after[index] = [v for v in dead_after[index] if v not in inner]
+            # what the three calls read lives up to the reshape, where they all run
+            read = {r.id for n in (first, expand) for r in refs_in((n.args, n.kwargs))}
+            for index in range(run.index, run.reshape):
+                late = [v for v in dead_after.get(index, ()) if v in read]
+                if late:
+                    dead_after[index] = [v for v in dead_after[index] if v not in read]
+                    dead_after[run.reshape] = [*dead_after.get(run.reshape, ()), *late]
+            for index in (run.index, run.expand, run.reshape):
+                self._repeats[index] = run
+        return dead_after
+
+    def repeat_kv(self, run: repeats.Repeat) -> None:
+        """``r = repeat_interleave(x, n, 1)`` where the three calls would copy, the three
+        calls otherwise (runtime/repeats.py)."""
+        index, expand, reshape = (self.graph.nodes[i] for i in (run.index, run.expand, run.reshape))
+        slow = []
+        for node in (index, expand):
+            slow.append(ast.Assign([self.targets(node)], self.call(node)))
+        call = self.call(reshape)
+        inner = [self.literal(Ref(n.outputs[0].id)) for n in (index, expand)]
+        slow += [
+            ast.Assign([self.targets(reshape)], call),
+            ast.Delete([ast.Name(n.id, ast.Del()) for n in inner]),
+        ]
+        x = self.literal  # a fresh expression for each use
+        b, heads, s, d = run.sizes
+        times = ast.Constant(run.times)
+        stride = ast.Call(_attr(x(run.tensor), "stride"), [ast.Constant(1)], [])
+        tests = [
+            ast.Name(scalars.PLAIN, ast.Load()),
+            ast.Compare(_call("_type", x(run.tensor)), [ast.Is()], [self.helper("_Tensor")]),
+            ast.Compare(x(heads), [ast.Gt()], [times]),
+            x(b),
+            x(s),
+            x(d),
+            stride,
+            ast.Compare(  # what the expand's check allows, else the checked calls
+                ast.BinOp(
+                    ast.BinOp(ast.BinOp(x(b), ast.Mult(), x(heads)), ast.Mult(), x(s)),
+                    ast.Mult(),
+                    x(d),
+                ),
+                [ast.LtE()],
+                [ast.Constant(checked_ops.ALLOC_BYTES // 16)],
+            ),
+        ]
+        self.helper("_type")
+        self.plain_read = True
+        fn = self.bind(_op_prefix("repeat_interleave"), torch.repeat_interleave)
+        target = self.literal(Ref(reshape.outputs[0].id))
+        fast = [
+            ast.Assign(
+                [ast.Name(target.id, ast.Store())],
+                ast.Call(fn, [x(run.tensor), times, ast.Constant(1)], []),
+            )
+        ]
+        note = "getitem, Tensor.expand, Tensor.reshape: repeat_interleave"
+        self.emit(ast.If(ast.BoolOp(ast.And(), tests), fast, slow), note, reshape.loc)
+
+    def keep_merged_inputs(self, dead_after: dict) -> dict:
+        """``dead_after`` with the input of each merged ``contiguous`` alive up to the
+        reshape that now reads it."""
+        dead_after = dict(dead_after)
+        for reshape, made in self._merged.items():
+            tensor = self.graph.nodes[made].args[0].id
+            for index in range(made, reshape):
+                if tensor in dead_after.get(index, ()):
+                    dead_after[index] = [v for v in dead_after[index] if v != tensor]
+                    dead_after[reshape] = [*dead_after.get(reshape, ()), tensor]
+        return dead_after
+
+    def reshape_contiguous(self, node: Node, made: Node) -> None:
+        """``r = reshape(x, ...)``, copied where not contiguous, for a plain tensor, and
+        ``r = view(contiguous(x), ...)`` otherwise (runtime/contiguous.py)."""
+        x = made.args[0]
+        both = ast.Call(
+            self.bind(_op_prefix(made.op), support.default_callable(made.op)),
+            [self.literal(x)],
+            [],
+        )
+        self.names[made.outputs[0].id] = "_contiguous"  # a placeholder, replaced below
+        before = self.call(node)  # the reshape or view of the contiguous, as traced
+        del self.names[made.outputs[0].id]
+        before = _replace_name(before, "_contiguous", both)
+        alone = Node("Tensor.reshape", [x, *node.args[1:]], {}, node.outputs, node.out_spec)
+        reshape = self.call(alone)
+        target = self.targets(node)
+        result = ast.Name(target.id, ast.Load())
+        copy = ast.Call(
+            self.bind(_op_prefix(made.op), support.default_callable(made.op)), [result], []
+        )
+        check = ast.Call(_attr(ast.Name(target.id, ast.Load()), "is_contiguous"), [], [])
+        fast = [
+            ast.Assign([ast.Name(target.id, ast.Store())], reshape),
+            ast.Assign([ast.Name(target.id, ast.Store())], ast.IfExp(check, result, copy)),
+        ]
+        plain = ast.Compare(_call("_type", self.literal(x)), [ast.Is()], [self.helper("_Tensor")])
+        self.helper("_type")
+        self.plain_read = True
+        test = ast.BoolOp(ast.And(), [ast.Name(scalars.PLAIN, ast.Load()), plain])
+        slow = [ast.Assign([ast.Name(target.id, ast.Store())], before)]
+        note = f"{made.op}, {node.op}: one reshape"
+        self.emit(ast.If(test, fast, slow), note, node.loc)
+
+    def plan_halves(self, static: set[int], blocks: dict) -> None:
+        """Find the pairs of slices that one ``split_with_sizes`` runs (runtime/halves.py)."""
+        elsewhere = set(static) | self._view_members
+        for block in blocks.values():
+            elsewhere.update(range(block.start, block.stop))
+        for pair in halves.find(self.graph, elsewhere.__contains__):
+            low, high = self.graph.nodes[pair.low], self.graph.nodes[pair.high]
+            if any(self.callable_for(n) is not support.default_callable(n.op) for n in (low, high)):
+                continue
+            self._halves[pair.low] = self._halves[pair.high] = pair
+
+    def split_in_two(self, pair: halves.Halves) -> None:
+        """``low, high = split_with_sizes(x, [h, x.shape[d] - h], d)`` for a plain tensor,
+        the two slices otherwise (runtime/halves.py)."""
+        low, high = self.graph.nodes[pair.low], self.graph.nodes[pair.high]
+        slices = ast.Tuple([self.call(low), self.call(high)], ast.Load())
+        x, cut, dim = self.literal(pair.tensor), self.literal(pair.cut), ast.Constant(pair.dim)
+        size = ast.Subscript(_attr(x, "shape"), ast.Constant(pair.dim), ast.Load())
+        sizes = ast.List([cut, ast.BinOp(size, ast.Sub(), self.literal(pair.cut))], ast.Load())
+        split = self.bind(_op_prefix("split_with_sizes"), torch.split_with_sizes)
+        both = ast.Call(split, [self.literal(pair.tensor), sizes, dim], [])
+        self.plain_read = True
+        plain = ast.Compare(
+            _call("_type", self.literal(pair.tensor)), [ast.Is()], [self.helper("_Tensor")]
+        )
+        self.helper("_type")
+        test = ast.BoolOp(ast.And(), [ast.Name(scalars.PLAIN, ast.Load()), plain])
+        self._where = f"{self.name}: nodes {pair.low} and {pair.high} (getitem)"
+        targets = ast.Tuple([self.targets(low), self.targets(high)], ast.Store())
+        note = "getitem, getitem: split_with_sizes"
+        self.emit(ast.Assign([targets], ast.IfExp(test, both, slices)), note, low.loc)
+
+    def unless_same_shape(self, node: Node, call: ast.expr) -> ast.expr:
+        """``call``, or for a reshape or view to the shape its tensor may already have,
+        the tensor itself when it has it and ``call`` otherwise (runtime/same_shape.py)."""
+        if node.op not in same_shape.OPS or self._index not in self._same_shape:
+            return call
+        if self.callable_for(node) is not support.default_callable(node.op):
+            return call
+        sizes = same_shape.sizes_of(node)
+        kinds = self.kinds()
+        if sizes is None or any(isinstance(s, Ref) and kinds.get(s.id) != "int" for s in sizes):
+            return call
+        tensor = node.args[0]
+        x = self.literal  # a fresh expression for each use
+        wanted = []
+        for dim, size in enumerate(sizes):
+            if type(size) is int and size == -1:  # the size it would be inferred as
+                shape = _attr(x(tensor), "shape")
+                wanted.append(ast.Subscript(shape, ast.Constant(dim), ast.Load()))
+            else:
+                wanted.append(x(size))
+        tests = [
+            ast.Name(scalars.PLAIN, ast.Load()),
+            ast.Compare(_call("_type", x(tensor)), [ast.Is()], [self.helper("_Tensor")]),
+            ast.Compare(_attr(x(tensor), "shape"), [ast.Eq()], [ast.Tuple(wanted, ast.Load())]),
+        ]
+        if -1 in [s for s in sizes if type(s) is int]:  # no 0 beside it: -1 is then inferred
+            tests += [x(s) for s in sizes if isinstance(s, Ref)]
+        self.helper("_type")
+        self.plain_read = True
+        return ast.IfExp(ast.BoolOp(ast.And(), tests), x(tensor), call)
+
+    def square_as_product(self, node: Node, call: ast.expr) -> ast.expr:
+        """``call``, or for ``pow(x, 2)`` in a call without autograd, ``mul(x, x)`` where
+        ``x`` is a plain float32/float64 tensor and ``call`` otherwise (runtime/squares.py)."""
+        if not self.no_autograd or node.op not in squares.OPS:
+            return call
+        if self.callable_for(node) is not support.default_callable(node.op):
+            return call
+        found = squares.squared(node, self.dtype_of)
+        if found is None:
+            return call
+        tensor, dtype = found
+        self.plain_read = True
+        x = self.literal  # a fresh expression for each use
+        plain = ast.Compare(_call("_type", x(tensor)), [ast.Is()], [self.helper("_Tensor")])
+        same = ast.Compare(_attr(x(tensor), "dtype"), [ast.Is()], [self.constant(dtype)])
+        self.helper("_type")
+        test = ast.BoolOp(ast.And(), [ast.Name(scalars.PLAIN, ast.Load()), plain, same])
+        mul = self.bind(_op_prefix("mul"), support.default_callable("mul"))
+        return ast.IfExp(test, ast.Call(mul, [x(tensor), x(tensor)], []), call)
+
     def restore_grad_mode(self, start: int) -> None:
         """The code switches gradients on or off: put the caller's mode back, even on error."""
         inner = self.body[start:]
@@ -719,6 +981,16 @@ def _small_product(node: Node, bits: dict[int, int]) -> bool:
     return None not in terms and sum(terms) <= _PRODUCT_BITS
 
 
+def _replace_name(tree: ast.expr, name: str, by: ast.expr) -> ast.expr:
+    """``tree`` with every read of the variable ``name`` replaced by ``by``."""
+
+    class Replace(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.expr:
+            return by if node.id == name else node
+
+    return Replace().visit(tree)
+
+
 def _inline(op: str, args: list[ast.expr]) -> ast.expr | None:
     """Python syntax for ops whose default implementation is an operator or attribute."""
     if op in _BINARY and len(args) == 2:
@@ -763,6 +1035,10 @@ class _Renderer:
             _place(stmt, len(self.lines), 0, recurse=False)
             for inner in stmt.body:
                 self.statement(inner, indent + "    ")
+            if stmt.orelse:
+                self.put(f"{indent}else:")
+                for inner in stmt.orelse:
+                    self.statement(inner, indent + "    ")
         elif isinstance(stmt, ast.Try):
             self.put(f"{indent}try:")
             _place(stmt, len(self.lines), 0, recurse=False)

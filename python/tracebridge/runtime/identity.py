@@ -10,6 +10,10 @@ Note: ``x.to(dtype)`` is ``x`` itself when ``x`` already has that dtype.
   same object in the same case, the call otherwise. The test holds only for a plain
   tensor (a subclass's ``__torch_function__`` sees the call, as before) and for a call
   with a dtype alone (no device, ``copy``, ``non_blocking`` or memory format).
+  The same holds for ``x.float()``, ``x.double()``, ``x.half()``, ``x.bfloat16()``
+  without arguments (Gemma's RMSNorm runs ``x.float()`` on a float32 tensor twice per
+  layer; 0.23 us a call, 0.10 tested). ``x.type_as(y)`` stays a call: its own fast
+  return costs 0.31 us, about what testing both dtypes and devices costs.
 """
 
 from __future__ import annotations
@@ -18,7 +22,15 @@ import torch
 
 from ..ir import Node, Ref
 
-CONVERSIONS = frozenset({"Tensor.to"})  # ops whose result is their input when nothing changes
+# Methods that convert to one dtype, with no arguments.
+_TO_DTYPE = {
+    "Tensor.float": torch.float32,
+    "Tensor.double": torch.float64,
+    "Tensor.half": torch.float16,
+    "Tensor.bfloat16": torch.bfloat16,
+}
+# Ops whose result is their input when nothing changes.
+CONVERSIONS = frozenset({"Tensor.to", *_TO_DTYPE})
 
 
 def dtype_conversion(node: Node, kinds: dict[int, str]) -> tuple[Ref, object] | None:
@@ -26,6 +38,11 @@ def dtype_conversion(node: Node, kinds: dict[int, str]) -> tuple[Ref, object] | 
     dtype or a value of kind ``dtype``), or None."""
     if node.op not in CONVERSIONS or len(node.outputs) != 1:
         return None
+    if node.op in _TO_DTYPE:
+        if len(node.args) != 1 or node.kwargs or not isinstance(node.args[0], Ref):
+            return None
+        tensor = node.args[0]
+        return (tensor, _TO_DTYPE[node.op]) if kinds.get(tensor.id) == "Tensor" else None
     if len(node.args) == 2 and not node.kwargs:
         tensor, dtype = node.args
     elif len(node.args) == 1 and set(node.kwargs) == {"dtype"}:

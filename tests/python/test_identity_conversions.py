@@ -1,0 +1,60 @@
+"""``x.float()``, ``x.double()``, ``x.half()``, ``x.bfloat16()`` are tested inline, as
+``x.to(dtype)`` is (runtime/identity.py): ``x`` itself where PyTorch returns it, the call
+otherwise, and the call for a subclass."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import tracebridge
+
+from .graph_helpers import loaded
+
+METHODS = ["float", "double", "half", "bfloat16"]
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def converts(x):
+    return x.float(), x.double(), x.half(), x.bfloat16()
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_conversions_to_the_dtype_a_tensor_has_give_it_back(method, tmp_path):
+    def convert(x):
+        return getattr(x, method)()
+
+    traced = tracebridge.trace(convert, (torch.randn(2, 3),))
+    assert f"else op_Tensor_{method}_" in traced.code  # tested inline
+    module = loaded(traced, tmp_path)
+    plain = tracebridge.load(tmp_path / "m.tb", runtime="interpreter")
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        for grad in (False, True):
+            x = torch.randn(2, 3, dtype=torch.float64).to(dtype).requires_grad_(grad)
+            got, expected, stepped = module(x), convert(x), plain(x)
+            assert (got is x) == (expected is x)
+            for other in (expected, stepped):
+                assert torch.equal(got, other) and got.dtype == other.dtype
+                assert got.requires_grad == other.requires_grad
+
+
+def test_subclasses_see_the_conversion(tmp_path):
+    class Tagged(torch.Tensor):
+        calls: list = []
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            cls.calls.append(getattr(func, "__name__", ""))
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    module = loaded(tracebridge.trace(converts, (torch.randn(2, 3),)), tmp_path)
+    module(torch.randn(2, 3).as_subclass(Tagged))
+    assert all(m in Tagged.calls for m in METHODS)
