@@ -23,16 +23,15 @@ def _quiet():
         yield
 
 
-def converts(x):
-    return x.float(), x.double(), x.half(), x.bfloat16()
-
-
 @pytest.mark.parametrize("method", METHODS)
 def test_conversions_to_the_dtype_a_tensor_has_give_it_back(method, tmp_path):
     def convert(x):
         return getattr(x, method)()
 
-    traced = tracebridge.trace(convert, (torch.randn(2, 3),))
+    # traced where the call converts: one that gave its input back would guard the dtype
+    # instead (trace/noops.py, guard_returned_input)
+    example = torch.randn(2, 3, dtype=torch.float64 if method == "float" else torch.float32)
+    traced = tracebridge.trace(convert, (example,))
     assert f"else op_Tensor_{method}_" in traced.code  # tested inline
     module = loaded(traced, tmp_path)
     plain = tracebridge.load(tmp_path / "m.tb", runtime="interpreter")
@@ -55,6 +54,11 @@ def test_subclasses_see_the_conversion(tmp_path):
             cls.calls.append(getattr(func, "__name__", ""))
             return super().__torch_function__(func, types, args, kwargs or {})
 
-    module = loaded(tracebridge.trace(converts, (torch.randn(2, 3),)), tmp_path)
-    module(torch.randn(2, 3).as_subclass(Tagged))
+    example = torch.randn(2, 3, dtype=torch.float64)  # each call converts (see above)
+
+    def each(x):
+        return x.float(), x.half(), x.bfloat16(), x.half().double()
+
+    module = loaded(tracebridge.trace(each, (example,)), tmp_path)
+    module(example.as_subclass(Tagged))
     assert all(m in Tagged.calls for m in METHODS)

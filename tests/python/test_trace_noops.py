@@ -47,14 +47,17 @@ def to_float32_unread(x):
     return x.to(torch.float32) * 2
 
 
-def test_a_conversion_that_is_a_no_op_only_at_trace_time_stays_recorded(tmp_path):
+def test_a_conversion_that_was_a_no_op_at_trace_time_guards_the_dtype(tmp_path):
+    """Nothing fixes the input's dtype, but ``to`` gave the input back when traced: the
+    trace cannot tell later uses of the input from uses of the result, so the input's
+    dtype is guarded (trace/noops.py, ``guard_returned_input``), and the call left out."""
     traced = tracebridge.trace(to_float32_unread, torch.randn(3, 4))
-    assert "Tensor.to" in ops_of(traced)  # nothing fixes the input's dtype
+    assert "Tensor.to" not in ops_of(traced)
     run = loaded(traced, tmp_path)
-    x = torch.randn(5, 2, dtype=torch.float64)
-    got = run(x)
-    assert got.dtype == torch.float32
-    torch.testing.assert_close(got, to_float32_unread(x), rtol=0, atol=0)
+    x = torch.randn(5, 2)
+    torch.testing.assert_close(run(x), to_float32_unread(x), rtol=0, atol=0)
+    with pytest.raises(tracebridge.GuardError, match="gave it back when traced"):
+        run(torch.randn(5, 2, dtype=torch.float64))
 
 
 def read_then_convert(x, y):
@@ -63,21 +66,19 @@ def read_then_convert(x, y):
     return (x.to(y.dtype) + y.float()) * scale, y.to(dtype=torch.float32, non_blocking=True)
 
 
-def test_a_conversion_to_a_read_dtype_is_left_out_only_where_both_dtypes_are_fixed(tmp_path):
+def test_conversions_that_gave_their_input_back_are_left_out(tmp_path):
     x, y = torch.randn(2, 3), torch.randn(2, 3)
     traced = tracebridge.trace(read_then_convert, (x, y))
     ops = ops_of(traced)
-    # x's dtype is not fixed (never read): its conversion stays; y's are left out.
-    assert ops.count("Tensor.to") == 1 and "Tensor.float" not in ops
+    # y's dtype is read and guarded; x's conversion gave x back, which guards x's dtype
+    assert "Tensor.to" not in ops and "Tensor.float" not in ops
     run = loaded(traced, tmp_path)
-    for args in [
-        (torch.randn(4, 1), torch.randn(4, 5)),
-        (torch.randn(1, 2, dtype=torch.float64), torch.randn(3, 2)),
-        (torch.randn(2, 3, dtype=torch.float16), torch.randn(2, 3)),
-    ]:
+    for args in [(torch.randn(4, 1), torch.randn(4, 5)), (torch.randn(1, 2), torch.randn(3, 2))]:
         for got, want in zip(run(*args), read_then_convert(*args)):
             assert got.dtype == want.dtype
             torch.testing.assert_close(got, want, rtol=0, atol=0)
+    with pytest.raises(tracebridge.GuardError):
+        run(torch.randn(2, 3, dtype=torch.float16), torch.randn(2, 3))
 
 
 def float64_chain(x):
@@ -160,3 +161,32 @@ def test_a_dropout_keeps_the_fixed_dtype_of_its_input(tmp_path):
     run = loaded(traced, tmp_path)
     x = torch.randn(4, 1)
     torch.testing.assert_close(run(x), model(x), rtol=0, atol=0)
+
+
+def test_a_conversion_that_gave_its_input_back_guards_the_dtype():
+    """``x.float()`` of a float32 ``x`` is ``x`` itself: the trace cannot tell the code's
+    later uses of ``x`` from those of the result, so the input's dtype is guarded. Recorded
+    instead, a float64 call ran ``x.double()`` as ``double(float(x))`` and lost precision."""
+
+    def both(x):
+        return x.float(), x.double()
+
+    traced = tracebridge.trace(both, (torch.randn(2, 3),))
+    assert "Tensor.float" not in ops_of(traced)
+    x = torch.randn(4, 3)
+    for got, want in zip(traced(x), both(x), strict=True):
+        assert torch.equal(got, want) and got.dtype == want.dtype
+    with pytest.raises(tracebridge.GuardError, match=r"float\(\) gave it back when traced"):
+        traced(torch.randn(2, 3, dtype=torch.float64))
+
+
+def test_a_conversion_that_converts_when_traced_stays_general():
+    def widen(x):
+        return x.float() * 2
+
+    traced = tracebridge.trace(widen, (torch.randn(2, 3, dtype=torch.float64),))
+    assert "Tensor.float" in ops_of(traced)
+    for dtype in (torch.float16, torch.float32, torch.float64):
+        x = torch.randn(3, 2).to(dtype)
+        got, want = traced(x), widen(x)
+        assert torch.equal(got, want) and got.dtype == want.dtype

@@ -314,15 +314,16 @@ class RMSNorm(nn.Module):
 
 
 class Widens(nn.Module):
-    """Converts to float32 without reading the input's dtype: no guard fixes the dtype, so
-    the trace keeps the conversion (trace/noops.py cannot prove it a no-op)."""
+    """Converts to float32 without reading the input's dtype: traced where the call
+    converts, the trace keeps it (trace/noops.py cannot prove it a no-op, and one that gave
+    its input back would guard the dtype instead)."""
 
     def forward(self, x):
         return x.to(torch.float32) * 2
 
 
 def test_a_conversion_to_the_dtype_a_tensor_has_is_no_call():
-    traced = tracebridge.trace(Widens(), (torch.randn(2, 4),))
+    traced = tracebridge.trace(Widens(), (torch.randn(2, 4, dtype=torch.float64),))
     code = traced.code
     assert "op_Tensor_to" in code and code.count("else op_Tensor_to") == 1  # tested inline
     for x in (torch.randn(5, 4), torch.randn(3, 4, dtype=torch.float64)):
@@ -347,7 +348,8 @@ class Converts(nn.Module):
 
 
 def test_a_conversion_gives_the_same_tensor_as_eager():
-    traced = tracebridge.trace(Converts(), (torch.randn(2, 3),))
+    # traced on half, where both calls convert (see Widens)
+    traced = tracebridge.trace(Converts(), (torch.randn(2, 3, dtype=torch.float16),))
     x = torch.randn(2, 3)
     same, wider = traced(x)
     assert same is x and wider.dtype == torch.float64

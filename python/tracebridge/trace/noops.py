@@ -143,6 +143,36 @@ class NoOps:
         target = self._conversion_target(name, enc_args, enc_kwargs)
         return target is not None and self._fixed_dtypes.get(source) == target
 
+    def guard_returned_input(self: Tracer, name: str, args: tuple, enc_args, enc_kwargs, result):
+        """Whether a dtype conversion that gave back its own input when traced (and that
+        :meth:`is_noop` could not prove a no-op) was made one by a guard on its input's
+        dtype, so it is left out of the graph.
+
+        Note: why a guard, not the call. ``y = x.float()`` of a float32 ``x`` gives ``x``
+        itself: from then on the trace sees one object, and cannot tell the code's later
+        uses of ``x`` from its uses of ``y``. Recorded, every later use would read the
+        conversion, and a float64 call would run ``x.double()`` as ``double(float(x))``,
+        losing precision without a word (``torch.jit.trace`` does so). So the call's
+        input is guarded to have the dtype it had when traced: on every call the guards
+        accept, the conversion gives its input back as it did, and a call with another
+        dtype raises ``GuardError`` naming the line (trace with an example of that dtype).
+        ``contiguous()`` keeps the call: its result has its input's values, so only a
+        later write could tell the two apart.
+        """
+        if not args or result is not args[0] or autocast.active():
+            return False
+        if self._tensor_id(args[0]) is None:
+            return False
+        if self._conversion_target(name, enc_args, enc_kwargs) is None:
+            return False
+        tensor = args[0]
+        read = self._lazy_meta("prim.dtype", tensor, "dtype")
+        method = name.rsplit(".", 1)[-1]
+        self._guard_dtype(
+            tensor, read, f"{self._name_of(tensor)}.dtype ({method}() gave it back when traced)"
+        )
+        return True
+
     def _conversion_target(self: Tracer, name: str, enc_args, enc_kwargs):
         """The fixed dtype a pure dtype conversion converts to (nothing else changed: no
         device, copy or memory format), or None."""
