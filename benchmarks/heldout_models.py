@@ -640,9 +640,9 @@ def _torchvision_cases() -> list[Case]:
             "resnext (small)",
             cls,
             tv,
-            _tv_class(
+            _tv_class_lazy(
                 "ResNet",
-                block=_bottleneck(),
+                block=_bottleneck,
                 layers=[1, 1, 1, 1],
                 groups=4,
                 width_per_group=8,
@@ -678,15 +678,15 @@ def _torchvision_cases() -> list[Case]:
             "swin_v2_t (small)",
             cls,
             tv,
-            _tv_class(
+            _tv_class_lazy(
                 "SwinTransformer",
                 patch_size=[4, 4],
                 embed_dim=16,
                 depths=[1, 1],
                 num_heads=[1, 2],
                 window_size=[4, 4],
-                block=_swin_v2_block(),
-                downsample_layer=_swin_v2_merging(),
+                block=_swin_v2_block,
+                downsample_layer=_swin_v2_merging,
                 num_classes=10,
             ),
             IMG,
@@ -713,6 +713,20 @@ def _torchvision_cases() -> list[Case]:
 def _segmentation(build: Callable[[], nn.Module]) -> Callable[[], nn.Module]:
     """torchvision's segmentation models return a dict: a user keeps its "out"."""
     return lambda: Segmentation(build())
+
+
+def _tv_class_lazy(cls: str, **kwargs) -> Callable[[], nn.Module]:
+    """``_tv_class`` whose callable arguments are torchvision classes looked up at build
+    time: the case list is made without torchvision (CI has none)."""
+
+    def build():
+        resolved = {k: v() if callable(v) and k in _TV_LAZY else v for k, v in kwargs.items()}
+        return _tv_class(cls, **resolved)()
+
+    return build
+
+
+_TV_LAZY = frozenset({"block", "downsample_layer"})
 
 
 def _bottleneck():
