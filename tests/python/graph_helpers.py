@@ -3,6 +3,8 @@ trip, and a counter of the calls that run a cached block as traced."""
 
 from __future__ import annotations
 
+import torch
+
 import tracebridge
 
 
@@ -30,3 +32,25 @@ def counting(runner) -> list:
 
     runner.function = counted
     return calls
+
+
+def no_grad_code(traced) -> str:
+    """The code a call of ``traced``'s forward without autograd runs (``.code`` shows the
+    one with autograd: some rewrites hold only without it, see runtime/cse.py)."""
+    from tracebridge.runtime.codegen import compile_function
+
+    gen = traced._methods["forward"].codegen(True)
+    gen.common = True
+    return compile_function(gen).code
+
+
+def same_bits(a, b) -> bool:
+    """Bit for bit: dtype, shape, strides, values with NaN and the sign of zero."""
+    return (
+        a.dtype == b.dtype
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+        and torch.equal(a.isnan(), b.isnan())
+        and torch.equal(a.signbit(), b.signbit())
+        and torch.equal(a.nan_to_num(1.5, 2.5, 3.5), b.nan_to_num(1.5, 2.5, 3.5))
+    )

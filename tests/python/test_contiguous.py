@@ -10,9 +10,8 @@ import pytest
 import torch
 
 import tracebridge
-from tracebridge.runtime.codegen import compile_function
 
-from .graph_helpers import loaded
+from .graph_helpers import loaded, no_grad_code, same_bits
 
 ONE = "Tensor.contiguous, Tensor.reshape: one reshape"
 ONE_VIEW = "Tensor.contiguous, Tensor.view: one reshape"
@@ -40,21 +39,6 @@ def strided(x):
     return y.contiguous().view(y.shape[0], y.shape[1], 1, -1) - 1, z.contiguous().reshape(-1) * 1
 
 
-def _no_grad_code(traced) -> str:
-    gen = traced._methods["forward"].codegen(True)
-    gen.common = True
-    return compile_function(gen).code
-
-
-def same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return (
-        torch.equal(a, b)
-        and a.dtype == b.dtype
-        and a.stride() == b.stride()
-        and a.is_contiguous() == b.is_contiguous()
-    )
-
-
 LAYOUTS = [
     torch.randn(1, 2, 3, 4),
     torch.randn(2, 3, 1, 4),  # the transpose is contiguous: a view, no copy
@@ -69,7 +53,7 @@ LAYOUTS = [
 def test_contiguous_then_reshape_is_one_reshape_with_the_same_results(fn, tmp_path):
     torch.manual_seed(0)
     traced = tracebridge.trace(fn, (torch.randn(2, 3, 4, 5),), check_trace=False)
-    code = _no_grad_code(traced)
+    code = no_grad_code(traced)
     assert code.count(ONE) + code.count(ONE_VIEW) == 2
     assert ONE not in traced.code and ONE_VIEW not in traced.code  # the one with autograd
     fast = loaded(traced, tmp_path)
@@ -82,7 +66,7 @@ def test_contiguous_then_reshape_is_one_reshape_with_the_same_results(fn, tmp_pa
                 x = x.to(dtype)
                 expected = fn(x)
                 for got in (fast(x), plain(x)):
-                    assert all(same(a, b) for a, b in zip(got, expected, strict=True))
+                    assert all(same_bits(a, b) for a, b in zip(got, expected, strict=True))
 
 
 def _read_twice(x):
@@ -103,13 +87,13 @@ def _written(x):
 @pytest.mark.parametrize("fn", [_read_twice, _returned, _written])
 def test_contiguous_results_that_could_be_told_apart_stay_calls(fn, tmp_path):
     traced = tracebridge.trace(fn, (torch.randn(3, 4),), check_trace=False)
-    assert ONE not in _no_grad_code(traced)
+    assert ONE not in no_grad_code(traced)
     fast = loaded(traced, tmp_path)
     with torch.no_grad():
         x = torch.randn(3, 4)
         got, expected = fast(x), fn(x)
         got, expected = (got, expected) if isinstance(got, tuple) else ((got,), (expected,))
-        assert all(same(a, b) for a, b in zip(got, expected, strict=True))
+        assert all(same_bits(a, b) for a, b in zip(got, expected, strict=True))
 
 
 def test_subclasses_see_both_calls(tmp_path):
@@ -126,4 +110,4 @@ def test_subclasses_see_both_calls(tmp_path):
     with torch.no_grad():
         got = fast(x.as_subclass(Sub))
     assert Sub.calls.count("contiguous") == 2 and "is_contiguous" not in Sub.calls
-    assert same(got[0].as_subclass(torch.Tensor), merge_heads(x)[0])
+    assert same_bits(got[0].as_subclass(torch.Tensor), merge_heads(x)[0])

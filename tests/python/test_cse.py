@@ -16,9 +16,8 @@ from torch import nn
 
 import tracebridge
 from tracebridge.runtime import cse
-from tracebridge.runtime.codegen import compile_function
 
-from .graph_helpers import loaded
+from .graph_helpers import loaded, no_grad_code
 
 
 @pytest.fixture(autouse=True)
@@ -34,13 +33,6 @@ def _forward(traced):
 
 def _count(graph, op: str) -> int:
     return sum(1 for n in graph.nodes if n.op == op)
-
-
-def _no_grad_code(traced) -> str:
-    """The code a call without autograd runs (``.code`` shows the one with autograd)."""
-    gen = traced._methods["forward"].codegen(True)
-    gen.common = True
-    return compile_function(gen).code
 
 
 def _same_as_interpreter(traced, tmp_path, *inputs):
@@ -74,7 +66,7 @@ def test_repeated_nodes_run_once(tmp_path):
     assert _count(full, "getitem") == 3 and _count(kept, "getitem") == 2
     assert _count(full, "Tensor.new_ones") == 2 and _count(kept, "Tensor.new_ones") == 1
     assert _count(kept, "scalar.floordiv") == 1
-    assert _no_grad_code(traced).count("= op_Tensor_new_ones") == 1
+    assert no_grad_code(traced).count("= op_Tensor_new_ones") == 1
     assert traced.code.count("= op_Tensor_new_ones") == 2  # with autograd: every node
     for shape in [(2, 3, 6, 4), (1, 2, 8, 4)]:
         _same_as_interpreter(traced, tmp_path, torch.randn(shape), torch.ones(shape[0], 6))
@@ -163,7 +155,7 @@ def test_calls_with_autograd_run_every_node_and_give_the_interpreters_gradients(
     x = torch.randn(3, 4)
     traced = tracebridge.trace(SharedWeight(), x)
     assert traced.code.count("= op_matmul") == 2
-    assert _no_grad_code(traced).count("= op_matmul") == 1
+    assert no_grad_code(traced).count("= op_matmul") == 1
     fast = loaded(traced, tmp_path)
     plain = tracebridge.load(tmp_path / "m.tb", runtime="interpreter")
     grads = []
@@ -219,10 +211,10 @@ def test_graphs_that_switch_grad_off_still_share_and_those_that_turn_it_on_do_no
     q, k = torch.randn(2, 8), torch.randn(2, 8)
     traced = tracebridge.trace(RotaryUnderNoGrad(), (q, k))
     assert cse.grad_stays_off(_forward(traced))
-    code = _no_grad_code(traced)
+    code = no_grad_code(traced)
     assert code.count("= op_mul") < traced.code.count("= op_mul")
     _same_as_interpreter(traced, tmp_path, q, k)
 
     traced = tracebridge.trace(TurnsGradOn(), torch.randn(3))
     assert not cse.grad_stays_off(_forward(traced))
-    assert _no_grad_code(traced).count("= op_mul") == traced.code.count("= op_mul") == 3
+    assert no_grad_code(traced).count("= op_mul") == traced.code.count("= op_mul") == 3

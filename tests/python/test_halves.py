@@ -11,9 +11,8 @@ import pytest
 import torch
 
 import tracebridge
-from tracebridge.runtime.codegen import compile_function
 
-from .graph_helpers import loaded
+from .graph_helpers import loaded, no_grad_code
 
 
 @pytest.fixture(autouse=True)
@@ -37,13 +36,6 @@ def thirds_of_dim_one(x):
     return high * 2, low + 1, high, low
 
 
-def _no_grad_code(traced) -> str:
-    """The code a call without autograd runs (``.code`` shows the one with autograd)."""
-    gen = traced._methods["forward"].codegen(True)
-    gen.common = True
-    return compile_function(gen).code
-
-
 def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
     return (
         torch.equal(a, b)
@@ -65,7 +57,7 @@ def _shapes(dim_sizes):
 def test_the_pair_runs_as_one_split_with_the_same_views(fn, tmp_path):
     torch.manual_seed(0)
     traced = tracebridge.trace(fn, (torch.randn(2, 3, 4, 8),), check_trace=False)
-    assert _no_grad_code(traced).count("op_split_with_sizes_") == 1
+    assert no_grad_code(traced).count("op_split_with_sizes_") == 1
     assert "op_split_with_sizes_" not in traced.code  # the function with autograd
     fast = loaded(traced, tmp_path)
     plain = tracebridge.load(tmp_path / "m.tb", runtime="interpreter")
@@ -112,7 +104,7 @@ def _other_sizes(x):
 def test_other_pairs_keep_their_slices(fn, tmp_path):
     torch.manual_seed(1)
     traced = tracebridge.trace(fn, (torch.randn(4, 4),), check_trace=False)
-    assert "op_split_with_sizes_" not in _no_grad_code(traced)
+    assert "op_split_with_sizes_" not in no_grad_code(traced)
     fast = loaded(traced, tmp_path)
     with torch.no_grad():
         x = torch.randn(4, 4)

@@ -13,7 +13,7 @@ import tracebridge
 from tracebridge.runtime import checked_ops
 from tracebridge.runtime.codegen import compile_function
 
-from .graph_helpers import loaded
+from .graph_helpers import loaded, no_grad_code, same_bits
 
 ONE = "getitem, Tensor.expand, Tensor.reshape: repeat_interleave"
 
@@ -32,16 +32,6 @@ def repeat_kv(x, n_rep=3):
     return y.reshape(b, h * n_rep, s, d) * 2
 
 
-def _no_grad_code(traced) -> str:
-    gen = traced._methods["forward"].codegen(True)
-    gen.common = True
-    return compile_function(gen).code
-
-
-def same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return torch.equal(a, b) and a.dtype == b.dtype and a.stride() == b.stride()
-
-
 LAYOUTS = [
     torch.randn(1, 2, 3, 4),
     torch.randn(2, 1, 3, 4),  # one head: the reshape views
@@ -55,7 +45,7 @@ LAYOUTS = [
 def test_repeat_kv_is_one_repeat_interleave_with_the_same_results(tmp_path):
     torch.manual_seed(0)
     traced = tracebridge.trace(repeat_kv, (torch.randn(1, 2, 3, 4),), check_trace=False)
-    assert _no_grad_code(traced).count(ONE) == 1
+    assert no_grad_code(traced).count(ONE) == 1
     assert ONE not in traced.code  # the function with autograd
     fast = loaded(traced, tmp_path)
     plain = tracebridge.load(tmp_path / "m.tb", runtime="interpreter")
@@ -64,9 +54,9 @@ def test_repeat_kv_is_one_repeat_interleave_with_the_same_results(tmp_path):
             for dtype in (torch.float32, torch.float64):
                 x = x.to(dtype)
                 expected = repeat_kv(x)
-                assert same(fast(x), expected) and same(plain(x), expected)
+                assert same_bits(fast(x), expected) and same_bits(plain(x), expected)
     x = torch.randn(1, 2, 3, 4, requires_grad=True)
-    assert same(fast(x), repeat_kv(x))  # with autograd: the three calls
+    assert same_bits(fast(x), repeat_kv(x))  # with autograd: the three calls
 
 
 def test_the_size_check_of_the_expand_still_refuses(tmp_path, monkeypatch):
@@ -100,13 +90,13 @@ def _expanded_read_twice(x):
 @pytest.mark.parametrize("fn", [_other_axis, _sizes_elsewhere, _expanded_read_twice])
 def test_other_repeats_keep_their_calls(fn, tmp_path):
     traced = tracebridge.trace(fn, (torch.randn(1, 2, 3, 4),), check_trace=False)
-    assert ONE not in _no_grad_code(traced)
+    assert ONE not in no_grad_code(traced)
     fast = loaded(traced, tmp_path)
     with torch.no_grad():
         x = torch.randn(1, 2, 3, 4)
         got, expected = fast(x), fn(x)
         got, expected = (got, expected) if isinstance(got, tuple) else ((got,), (expected,))
-        assert all(same(a, b) for a, b in zip(got, expected, strict=True))
+        assert all(same_bits(a, b) for a, b in zip(got, expected, strict=True))
 
 
 def test_subclasses_see_the_three_calls(tmp_path):
@@ -123,4 +113,4 @@ def test_subclasses_see_the_three_calls(tmp_path):
     with torch.no_grad():
         got = fast(x.as_subclass(Sub))
     assert "expand" in Sub.calls and "repeat_interleave" not in Sub.calls
-    assert same(got.as_subclass(torch.Tensor), repeat_kv(x))
+    assert same_bits(got.as_subclass(torch.Tensor), repeat_kv(x))

@@ -12,9 +12,8 @@ import torch
 
 import tracebridge
 from tracebridge.errors import TraceError
-from tracebridge.runtime.codegen import compile_function
 
-from .graph_helpers import loaded
+from .graph_helpers import loaded, no_grad_code, same_bits
 
 
 @pytest.fixture(autouse=True)
@@ -32,26 +31,16 @@ def attention_output(x, w):
     return z * 2, y.view(b, y.shape[1], s, d) + 1
 
 
-def _no_grad_code(traced) -> str:
-    gen = traced._methods["forward"].codegen(True)
-    gen.common = True
-    return compile_function(gen).code
-
-
 def _tested(code: str) -> int:
     """How many reshapes and views the code writes as a shape test."""
     return len(re.findall(r"= v\d+ if _plain and _type\(v\d+\) is _Tensor and \(v\d+\.shape", code))
-
-
-def same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return torch.equal(a, b) and a.stride() == b.stride() and a.dtype == b.dtype
 
 
 def test_reshapes_to_the_same_shape_are_shape_tests(tmp_path):
     torch.manual_seed(0)
     w = torch.randn(5, 5)
     traced = tracebridge.trace(attention_output, (torch.randn(1, 2, 3, 5), w))
-    assert _tested(_no_grad_code(traced)) == 2
+    assert _tested(no_grad_code(traced)) == 2
     assert _tested(traced.code) == 0  # the function with autograd calls
     fast = loaded(traced, tmp_path)
     plain = tracebridge.load(tmp_path / "m.tb", runtime="interpreter")
@@ -60,7 +49,7 @@ def test_reshapes_to_the_same_shape_are_shape_tests(tmp_path):
             x = torch.randn(shape)
             expected = attention_output(x, w)
             for got in (fast(x, w), plain(x, w)):
-                assert all(same(a, b) for a, b in zip(got, expected, strict=True))
+                assert all(same_bits(a, b) for a, b in zip(got, expected, strict=True))
 
 
 def test_a_zero_beside_minus_one_raises_as_eager_does(tmp_path):
@@ -69,11 +58,11 @@ def test_a_zero_beside_minus_one_raises_as_eager_does(tmp_path):
         return y.reshape(y.shape[0], -1) + 1
 
     traced = tracebridge.trace(f, (torch.randn(2, 3),))
-    assert _tested(_no_grad_code(traced)) == 1
+    assert _tested(no_grad_code(traced)) == 1
     fast = loaded(traced, tmp_path)
     with torch.no_grad():
         x = torch.randn(4, 6)
-        assert same(fast(x), f(x))
+        assert same_bits(fast(x), f(x))
         with pytest.raises(RuntimeError):
             f(torch.randn(0, 3))
         with pytest.raises((RuntimeError, TraceError)):
@@ -100,11 +89,11 @@ def _a_view(x):
 @pytest.mark.parametrize("fn", [_returned, _written, _a_view])
 def test_views_that_could_be_told_apart_stay_calls(fn, tmp_path):
     traced = tracebridge.trace(fn, (torch.randn(2, 3),), check_trace=False)
-    assert _tested(_no_grad_code(traced)) == 0
+    assert _tested(no_grad_code(traced)) == 0
     fast = loaded(traced, tmp_path)
     with torch.no_grad():
         x = torch.randn(2, 3)
-        assert same(fast(x), fn(x))
+        assert same_bits(fast(x), fn(x))
 
 
 def test_subclasses_see_the_reshape(tmp_path):
@@ -122,4 +111,4 @@ def test_subclasses_see_the_reshape(tmp_path):
     with torch.no_grad():
         got = fast(x.as_subclass(Sub), w)
     assert Sub.calls.count("reshape") == 2 and "view" in Sub.calls
-    assert same(got[0].as_subclass(torch.Tensor), attention_output(x, w)[0])
+    assert same_bits(got[0].as_subclass(torch.Tensor), attention_output(x, w)[0])

@@ -11,9 +11,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 import tracebridge
-from tracebridge.runtime.codegen import compile_function
 
-from .graph_helpers import loaded
+from .graph_helpers import loaded, no_grad_code, same_bits
 
 
 @pytest.fixture(autouse=True)
@@ -29,25 +28,6 @@ def squares(x):
     b = x**2.0 + torch.pow(x, 2)
     c = x.pow(3) + x.pow(0.5).nan_to_num(0.25)
     return a + b + c
-
-
-def _no_grad_code(traced) -> str:
-    """The code a call without autograd runs (``.code`` shows the one with autograd)."""
-    gen = traced._methods["forward"].codegen(True)
-    gen.common = True
-    return compile_function(gen).code
-
-
-def same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Bit for bit, NaN and the sign of zero included, and the same strides."""
-    return (
-        a.dtype == b.dtype
-        and a.shape == b.shape
-        and a.stride() == b.stride()
-        and torch.equal(a.isnan(), b.isnan())
-        and torch.equal(a.signbit(), b.signbit())
-        and torch.equal(a.nan_to_num(1.5, 2.5, 3.5), b.nan_to_num(1.5, 2.5, 3.5))
-    )
 
 
 def layouts(dtype):
@@ -66,7 +46,7 @@ def layouts(dtype):
 def test_squares_run_as_products_with_the_same_bits(dtype, tmp_path):
     torch.manual_seed(0)
     traced = tracebridge.trace(squares, (torch.randn(4, 8, dtype=dtype),), check_trace=False)
-    code = _no_grad_code(traced)
+    code = no_grad_code(traced)
     # x ** 2.0 and the two pow(x, 2) (one node once repeats run once, runtime/cse.py)
     assert code.count("op_mul_") == 2
     assert code.count("op_pow_") == 4  # each square's fallback, and the cube and the root
@@ -77,15 +57,15 @@ def test_squares_run_as_products_with_the_same_bits(dtype, tmp_path):
             if x.dim() != 2:
                 continue
             expected = squares(x)
-            assert same(fast(x), expected) and same(plain(x), expected)
+            assert same_bits(fast(x), expected) and same_bits(plain(x), expected)
     with torch.no_grad():  # the product's layout follows the input's, as pow's does
         for k, x in enumerate(layouts(dtype)):
             traced_x = tracebridge.trace(lambda t: t.pow(2), (x,), check_trace=False)
             folder = tmp_path / str(k)
             folder.mkdir()
             one = loaded(traced_x, folder)
-            assert "op_mul_" in _no_grad_code(traced_x)
-            assert same(one(x), x.pow(2))
+            assert "op_mul_" in no_grad_code(traced_x)
+            assert same_bits(one(x), x.pow(2))
 
 
 def test_calls_with_autograd_run_pow_and_get_its_gradients(tmp_path):
@@ -100,7 +80,7 @@ def test_calls_with_autograd_run_pow_and_get_its_gradients(tmp_path):
     x2 = x.clone().requires_grad_()
     (g1,) = torch.autograd.grad(fast(x1).sum(), x1)
     (g2,) = torch.autograd.grad(squares(x2).sum(), x2)
-    assert same(g1, g2)
+    assert same_bits(g1, g2)
 
 
 def test_other_dtypes_get_pow(tmp_path):
@@ -118,9 +98,9 @@ def test_other_dtypes_get_pow(tmp_path):
 
 def test_a_square_traced_in_another_dtype_keeps_pow(tmp_path):
     traced = tracebridge.trace(lambda t: t.pow(2), (torch.randn(4, 8).half(),))
-    assert "op_mul_" not in _no_grad_code(traced)
+    assert "op_mul_" not in no_grad_code(traced)
     traced = tracebridge.trace(lambda t: t.pow(2), (torch.arange(6),))
-    assert "op_mul_" not in _no_grad_code(traced)
+    assert "op_mul_" not in no_grad_code(traced)
 
 
 def test_graphs_that_turn_gradients_on_keep_pow():
@@ -129,7 +109,7 @@ def test_graphs_that_turn_gradients_on_keep_pow():
             return x.pow(2)
 
     traced = tracebridge.trace(f, (torch.randn(3),), check_trace=False)
-    assert "op_mul_" not in _no_grad_code(traced)
+    assert "op_mul_" not in no_grad_code(traced)
 
 
 def test_modes_and_subclasses_see_pow(tmp_path):
