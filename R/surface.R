@@ -76,8 +76,8 @@ load_surface <- function(ns) {
     row_env$.row <- i
     fn <- .Call(tb_closure, as.pairlist(row_formals(op$args)), surface_template, row_env)
     if (row$r_name != "-") assign(row$r_name, fn, envir = ns)
-    if (res$kind %in% c("optimizer", "scheduler")) register_dollar(row$r_name, res$kind, ns)
     else if (row$method == "-") .tb$unnamed[[row$py]] <- fn # for an R function (surface_row())
+    if (res$kind %in% c("optimizer", "scheduler")) register_dollar(row$r_name, res$kind, ns)
     if (row$method != "-") {
       assign(row$method, fn, envir = .tb$methods)
       method <- .Call(tb_closure, as.pairlist(row_formals(op$args[-1])), method_template,
@@ -96,8 +96,6 @@ load_surface <- function(ns) {
 register_dollar <- function(class, kind, ns) {
   base <- if (kind == "optimizer") "torch_optimizer" else "lr_scheduler"
   registerS3method("$", class, get(paste0("$.", base), envir = ns), envir = ns)
-  setter <- get0(paste0("$<-.", base), envir = ns)
-  if (!is.null(setter)) registerS3method("$<-", class, setter, envir = ns)
 }
 
 # The function of a row with neither an R name nor a method, by its Python callable: an R
