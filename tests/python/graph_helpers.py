@@ -54,3 +54,24 @@ def same_bits(a, b) -> bool:
         and torch.equal(a.signbit(), b.signbit())
         and torch.equal(a.nan_to_num(1.5, 2.5, 3.5), b.nan_to_num(1.5, 2.5, 3.5))
     )
+
+
+def recording_subclass() -> type:
+    """A new ``torch.Tensor`` subclass whose ``calls`` lists the name of every torch
+    function called on its instances (to check what a subclass sees of a rewrite)."""
+
+    class Recorded(torch.Tensor):
+        calls: list = []
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            cls.calls.append(getattr(func, "__name__", ""))
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    return Recorded
+
+
+def same_outputs(got, expected) -> bool:
+    """:func:`same_bits` for each output of a call (one tensor or a tuple)."""
+    got, expected = (got, expected) if isinstance(got, tuple) else ((got,), (expected,))
+    return all(same_bits(a, b) for a, b in zip(got, expected, strict=True))

@@ -12,7 +12,7 @@ import torch
 
 import tracebridge
 
-from .graph_helpers import loaded, no_grad_code
+from .graph_helpers import loaded, no_grad_code, recording_subclass
 
 
 @pytest.fixture(autouse=True)
@@ -113,13 +113,7 @@ def test_other_pairs_keep_their_slices(fn, tmp_path):
 
 
 def test_subclasses_see_the_slices(tmp_path):
-    class Sub(torch.Tensor):
-        calls: list = []
-
-        @classmethod
-        def __torch_function__(cls, func, types, args=(), kwargs=None):
-            cls.calls.append(getattr(func, "__name__", ""))
-            return super().__torch_function__(func, types, args, kwargs or {})
+    Sub = recording_subclass()
 
     fast = loaded(tracebridge.trace(rotate_half, (torch.randn(2, 8),)), tmp_path)
     x = torch.randn(2, 8)

@@ -11,7 +11,7 @@ import torch
 
 import tracebridge
 
-from .graph_helpers import loaded
+from .graph_helpers import loaded, recording_subclass
 
 METHODS = ["float", "double", "half", "bfloat16"]
 
@@ -46,13 +46,7 @@ def test_conversions_to_the_dtype_a_tensor_has_give_it_back(method, tmp_path):
 
 
 def test_subclasses_see_the_conversion(tmp_path):
-    class Tagged(torch.Tensor):
-        calls: list = []
-
-        @classmethod
-        def __torch_function__(cls, func, types, args=(), kwargs=None):
-            cls.calls.append(getattr(func, "__name__", ""))
-            return super().__torch_function__(func, types, args, kwargs or {})
+    Tagged = recording_subclass()
 
     example = torch.randn(2, 3, dtype=torch.float64)  # each call converts (see above)
 

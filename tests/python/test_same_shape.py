@@ -13,7 +13,7 @@ import torch
 import tracebridge
 from tracebridge.errors import TraceError
 
-from .graph_helpers import loaded, no_grad_code, same_bits
+from .graph_helpers import loaded, no_grad_code, recording_subclass, same_bits
 
 
 @pytest.fixture(autouse=True)
@@ -97,13 +97,7 @@ def test_views_that_could_be_told_apart_stay_calls(fn, tmp_path):
 
 
 def test_subclasses_see_the_reshape(tmp_path):
-    class Sub(torch.Tensor):
-        calls: list = []
-
-        @classmethod
-        def __torch_function__(cls, func, types, args=(), kwargs=None):
-            cls.calls.append(getattr(func, "__name__", ""))
-            return super().__torch_function__(func, types, args, kwargs or {})
+    Sub = recording_subclass()
 
     w = torch.randn(5, 5)
     fast = loaded(tracebridge.trace(attention_output, (torch.randn(1, 2, 3, 5), w)), tmp_path)

@@ -12,7 +12,7 @@ from torch.overrides import TorchFunctionMode
 
 import tracebridge
 
-from .graph_helpers import loaded, no_grad_code, same_bits
+from .graph_helpers import loaded, no_grad_code, recording_subclass, same_bits
 
 
 @pytest.fixture(autouse=True)
@@ -124,13 +124,7 @@ def test_modes_and_subclasses_see_pow(tmp_path):
             self.calls.append(func.__name__)
             return func(*args, **(kwargs or {}))
 
-    class Sub(torch.Tensor):
-        calls: list = []
-
-        @classmethod
-        def __torch_function__(cls, func, types, args=(), kwargs=None):
-            cls.calls.append(getattr(func, "__name__", ""))
-            return super().__torch_function__(func, types, args, kwargs or {})
+    Sub = recording_subclass()
 
     x = torch.randn(3)
     with torch.no_grad():
