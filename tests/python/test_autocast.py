@@ -133,3 +133,49 @@ def test_cuda_autocast_trace_runs_in_eager_dtypes():
     traced = tracebridge.trace(f, torch.rand(4, 16, device="cuda"))
     x = torch.rand(7, 16, device="cuda")
     _assert_same(traced(x), f(x))
+
+
+def test_matmul_of_mixed_dtypes_is_cast_though_meta_accepts_it():
+    """``matmul`` of a bfloat16 result and a float32 input runs on meta (which checks no
+    dtypes) but fails on real devices: autocast cast it, and so must the trace."""
+    lin = nn.Linear(16, 16)
+
+    def f(x):
+        with torch.autocast("cpu", dtype=BF16):
+            return torch.softmax(lin(x), -1), lin(x) @ x.t()
+
+    traced = tracebridge.trace(f, torch.rand(4, 16))
+    for batch in (1, 7):
+        x = torch.rand(batch, 16)
+        _assert_same(traced(x), f(x))
+
+
+class _NormInAutocast(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=BF16):
+            return F.dropout(self.bn(x.to(BF16)), 0.5, training=True)
+
+
+def test_telling_mixed_ops_apart_leaves_statistics_and_rng_as_they_were():
+    """The real-input probe runs on copies with the RNG put back: a batch norm in training
+    mode (mixed dtypes by design) updates its statistics once per call, as in eager, and
+    the dropout after it draws what eager draws."""
+    net = _NormInAutocast().train()
+    x = torch.rand(3, 4)
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    rng = torch.get_rng_state()
+    traced = tracebridge.trace(net, x, check_trace=False)
+    assert torch.equal(torch.get_rng_state(), rng)
+    for key, value in net.state_dict().items():  # tracing ran the model once, as a call
+        torch.testing.assert_close(value, before[key], rtol=0, atol=0)
+    torch.manual_seed(3)
+    want = net(x)
+    stats = net.bn.running_mean.clone()
+    net.load_state_dict(before)
+    torch.manual_seed(3)
+    _assert_same((traced(x),), (want,))
+    torch.testing.assert_close(net.bn.running_mean, stats, rtol=0, atol=0)

@@ -19,9 +19,11 @@ weights) keeps its float32 weights, as under autocast.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.utils._pytree import tree_map
 
 from ..ir import pytree
 from ..ir.program import DTYPE_NAMES, Ref
@@ -93,13 +95,50 @@ def _on_meta(obj):
 
 
 def _autocast_changed(func, args: tuple, kwargs: dict, target: torch.dtype) -> bool:
-    """Whether the op, run without autocast, gives another result dtype (or fails)."""
+    """Whether the op, run without autocast, gives another result dtype (or fails).
+
+    Meta kernels check shapes, not always dtypes (``matmul`` of bfloat16 and float32 runs
+    on meta and fails on every real device): where meta accepts inputs of mixed floating
+    dtypes, the op runs once more on copies of the real inputs with autocast off, to tell
+    an op that mixes dtypes by design (``batch_norm``) from one that only autocast lets
+    through."""
     with torch._C.DisableTorchFunction():
         try:
             plain = func(*_on_meta(args), **_on_meta(kwargs))
         except Exception:  # noqa: BLE001 - mixed dtypes that only autocast reconciles
             return True
-    return _result_dtype(plain) != target
+    if _result_dtype(plain) != target:
+        return True
+    if len({t.dtype for t in _floating((list(args), kwargs))}) < 2:
+        return False
+    return _fails_without_autocast(func, args, kwargs)
+
+
+def _fails_without_autocast(func, args: tuple, kwargs: dict) -> bool:
+    """Whether ``func`` fails on copies of its real inputs with autocast off; the copies
+    keep in-place updates (batch norm statistics) off the traced model, and the RNG
+    states are put back, so that tracing leaves everything as it was."""
+    copies = tree_map(
+        lambda x: x.detach().clone() if isinstance(x, torch.Tensor) else x, (list(args), kwargs)
+    )
+    cuda = sorted({t.device.index or 0 for t in _tensors(copies[0]) if t.is_cuda})
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch._C.DisableTorchFunction())
+        stack.enter_context(torch.no_grad())
+        stack.enter_context(torch.random.fork_rng(devices=cuda))
+        for device in _AUTOCAST_DEVICES:
+            if torch.is_autocast_enabled(device):
+                stack.enter_context(torch.autocast(device, enabled=False))
+        try:
+            func(*copies[0], **copies[1])
+        except Exception:  # noqa: BLE001 - any failure: only autocast made it run
+            return True
+    return False
+
+
+# The device types whose autocast a trace may run under (``torch.is_autocast_enabled``
+# takes a device type since torch 2.4).
+_AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps")
 
 
 def _cast(tracer: Tracer, arg: Any, encoded: Any, target: torch.dtype, loc: str | None) -> Any:
