@@ -28,6 +28,7 @@ import argparse
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -239,6 +240,7 @@ def aot_loaded(model, args, workdir: str, notes: dict, device: str):
     start = time.perf_counter()
     tracebridge.save_compiled(traced, path)  # the trace's sizes, batch kept dynamic
     notes["aot compile (s)"] = time.perf_counter() - start
+    _probe_in_a_child(path)
     _sync(device)
     start = time.perf_counter()
     loaded = tracebridge.load_compiled(path, trust_compiled_code=True)
@@ -250,6 +252,18 @@ def aot_loaded(model, args, workdir: str, notes: dict, device: str):
     if loaded.compiled_form != "aot":
         raise RuntimeError(f"the package did not run ({loaded.compiled_reason})")
     return loaded
+
+
+def _probe_in_a_child(path: str) -> None:
+    """Load the package once in a child process first: a crash in native code would end
+    this one (on an H200 with torch 2.11, torch's own loader crashed on CUDA packages)."""
+    probe = (
+        "import sys, tracebridge; tracebridge.load_compiled(sys.argv[1], trust_compiled_code=True)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), *sys.path])}
+    done = subprocess.run([sys.executable, "-c", probe, path], env=env, capture_output=True)
+    if done.returncode < 0:
+        raise RuntimeError(f"the package crashes its process at load (signal {-done.returncode})")
 
 
 def contenders(device: str, modes: list[str], workdir: str, notes: dict) -> dict[str, Callable]:

@@ -847,3 +847,56 @@ def test_bench_gpu_runs_on_the_cpu(capsys):
     out = capsys.readouterr().out
     assert "| model | batch | eager | torch.jit.trace |" in out
     assert "| MLP 64-256-256-10 | 16 |" in out and "AOT load + 1st call (s)" in out
+
+
+def test_dynamic_default_follows_the_mode():
+    """Symbolic sizes by default; torch.compile's own rule in the CUDA graph modes (a graph
+    is recorded per size, and symbolic sizes cost host work at every replay); an explicit
+    flag always wins."""
+    parse = backends.InductorBackend.parse_args
+    assert parse([]).dynamic is True
+    assert parse(["--mode", "max-autotune-no-cudagraphs"]).dynamic is True
+    assert parse(["--mode", "reduce-overhead"]).dynamic is None
+    assert parse(["--mode", "max-autotune"]).dynamic is None
+    assert parse(["--mode", "reduce-overhead", "--dynamic"]).dynamic is True
+    assert parse(["--mode", "reduce-overhead", "--no-dynamic"]).dynamic is False
+
+
+def _fused_encoder():
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+    return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+
+
+def test_lone_ops_between_guards_compile_only_for_cuda_graphs(monkeypatch):
+    """nn.TransformerEncoder's fused path under no_grad: one op per layer, each followed by
+    dtype and grad-mode guards, so every partition is "too small". Compiled alone a fused
+    op gains nothing (on a GPU it ran slower than on the runtime, as under torch.compile):
+    it stays on the runtime. A CUDA graph replay pays even for lone ops: with CUDA graphs
+    the whole graph is one compile (it ran uncompiled in every mode before)."""
+    from tracebridge.backends.inductor import InductorBackend
+
+    model, x = _fused_encoder(), torch.rand(2, 5, 16)
+    with torch.no_grad():
+        plain = tracebridge.compile(model, x)
+        assert "_transformer_encoder_layer_fwd" in str(plain.graph)  # the fused path
+        assert plain.coverage.compiled == 0 and plain.coverage.too_small
+        monkeypatch.setattr(InductorBackend, "records_cuda_graphs", lambda self, t: True)
+        graphed = tracebridge.compile(model, x, ["--mode", "reduce-overhead"])
+        assert graphed.coverage.compiled > 0 and len(graphed.coverage.subgraphs) == 1
+        for shape in ((2, 5, 16), (3, 7, 16)):
+            x = torch.rand(*shape)
+            torch.testing.assert_close(graphed(x), model(x), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(plain(x), model(x), atol=1e-5, rtol=1e-5)
+
+
+def test_records_cuda_graphs_in_the_cuda_graph_modes_on_a_gpu():
+    from tracebridge.backends.inductor import InductorBackend
+
+    def backend(mode):
+        return InductorBackend(InductorBackend.parse_args(["--mode", mode]))
+
+    assert backend("reduce-overhead").records_cuda_graphs([torch.rand(2), _OnCuda()])
+    assert backend("max-autotune").records_cuda_graphs([_OnCuda()])
+    assert not backend("reduce-overhead").records_cuda_graphs([torch.rand(2)])
+    assert not backend("default").records_cuda_graphs([_OnCuda()])

@@ -92,6 +92,12 @@ class Backend:
         state the compiler keeps per thread, such as CUDA graph trees."""
         return False
 
+    def records_cuda_graphs(self, tensors: Sequence[torch.Tensor]) -> bool:
+        """Whether calls on ``tensors`` (inputs and state) replay CUDA graphs: then even a
+        lone op is worth compiling (the replay saves its launch), where otherwise a run too
+        small to fuse stays on the runtime."""
+        return False
+
 
 _REGISTRY: dict[str, type[Backend]] = {}
 
