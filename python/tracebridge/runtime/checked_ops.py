@@ -621,6 +621,11 @@ def _sectioned(op: str) -> Callable:
     return run
 
 
+# The kernels of the ops above, for nodes whose count the loader bounded (a literal int):
+# runtime/support.py calls them directly.
+SECTIONED: dict[str, Callable] = {name: getattr(torch, name) for name in SECTIONED_OPS}
+
+
 # --- fused inference paths -------------------------------------------------------------------
 # Note: what these kernels check themselves, and what they do not (torch 2.13, CPU; each
 # case is in tests/python/test_op_contract.py). ``_native_multi_head_attention`` and

@@ -43,6 +43,7 @@ from ..ir.analysis import last_uses
 from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import fold_literal
 from . import (
+    basic_index,
     checked_ops,
     contiguous,
     cse,
@@ -474,6 +475,7 @@ class CodeGen:
             return
         call = self.square_as_product(node, self.unless_identity(node, self.call(node)))
         call = self.unless_same_shape(node, call)
+        call = self.as_one_view(node, call)
         if node.out_spec is None or not node.outputs and node.out_spec.get("t") != "leaf":
             self.emit(ast.Expr(call), note, node.loc)
             return
@@ -850,6 +852,27 @@ class CodeGen:
         self.helper("_type")
         self.plain_read = True
         return ast.IfExp(ast.BoolOp(ast.And(), tests), x(tensor), call)
+
+    def as_one_view(self, node: Node, call: ast.expr) -> ast.expr:
+        """``call``, or for a ``getitem`` whose index runs one ``select`` or ``unsqueeze``,
+        in a call without autograd, that op for a plain tensor and ``call`` otherwise
+        (runtime/basic_index.py)."""
+        if not self.no_autograd or node.op != "getitem":
+            return call
+        if self.callable_for(node) is not support.default_callable(node.op):
+            return call
+        found = basic_index.single_view(node, self.kinds())
+        if found is None:
+            return call
+        x = self.literal  # a fresh expression for each use
+        fn = self.bind(_op_prefix(found.op), support.default_callable(found.op))
+        extra = [] if found.op == "unsqueeze" else [x(found.index)]
+        view = ast.Call(fn, [x(found.tensor), _constant(found.dim), *extra], [])
+        self.plain_read = True
+        plain = ast.Compare(_call("_type", x(found.tensor)), [ast.Is()], [self.helper("_Tensor")])
+        self.helper("_type")
+        test = ast.BoolOp(ast.And(), [ast.Name(scalars.PLAIN, ast.Load()), plain])
+        return ast.IfExp(test, view, call)
 
     def square_as_product(self, node: Node, call: ast.expr) -> ast.expr:
         """``call``, or for ``pow(x, 2)`` in a call without autograd, ``mul(x, x)`` where
