@@ -542,7 +542,7 @@ class CodeGen:
             blocks = {b.start: b for b in found}
         dead_after = last_uses(self.graph)
         self.int_bits = _int_bits(self.graph)
-        fold = folding.plan(self.graph, self.guards) if self.fold else None
+        fold = folding.plan(self.graph, self.guards, self.no_autograd) if self.fold else None
         static = set(fold.skip) if fold is not None else set()
         if fold is not None:
             self.folded(fold)
