@@ -653,7 +653,8 @@ class CodeGen:
         self._where = f"{self.name}: the views of node {tree.at}"
         sub = views.subgraph(self.graph, tree)
         inner = _KeyedCodeGen(sub, self.slots, f"{self.name}_views", self.guards, self.methods)
-        runner = views.Views(compile_function(inner).function, len(tree.results), tree.ops)
+        function = compile_function(inner).function
+        runner = views.Views(function, len(tree.results), tree.ops, tree.index_keys)
         values = {v.id: v for n in sub.nodes for v in n.outputs}
         targets = [ast.Name(self.define(values[v]), ast.Store()) for v in tree.results + tree.sizes]
         reads = [self.ref(Ref(k)) for k in [tree.base, *tree.keys]]
