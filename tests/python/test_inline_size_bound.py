@@ -69,3 +69,30 @@ def test_a_size_that_is_no_int_keeps_the_checked_call(tmp_path):
     assert LIMIT not in traced.code
     fast = loaded(traced, tmp_path)
     assert same_bits(fast(torch.randn(4, 3)), from_tensor(torch.randn(4, 3)))
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        (2, 3),
+        [torch.tensor(4), 1, torch.tensor(2, dtype=torch.int32)],
+        (torch.tensor(-3), 5),
+        (torch.tensor(2.0), 3),  # a float tensor is no size
+        (True, 2),
+        ((2, 3), 4),
+        torch.Size([3, 4]),
+        (torch.tensor([2, 3]), 1),
+        torch.tensor(7),
+        3.5,
+    ],
+)
+def test_sizes_read_by_the_guard_are_those_of_the_full_reading(sizes):
+    assert checked_ops._flat_ints(sizes) == checked_ops._ints_in(sizes)
+
+
+def test_tensor_sizes_past_the_limit_are_refused():
+    guard = checked_ops.sized_guard("Tensor.new_zeros", torch.Tensor.new_zeros, [1], ["size"], 1)
+    x = torch.zeros(1)
+    assert guard(x, (torch.tensor(2), 3)).shape == (2, 3)
+    with pytest.raises(checked_ops.CheckFailed, match="would allocate"):
+        guard(x, (torch.tensor(2**20), torch.tensor(2**20)))
