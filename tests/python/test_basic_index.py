@@ -184,3 +184,14 @@ def test_chunks_give_eagers_results(tmp_path):
         for x in (torch.randn(2, 6), torch.randn(2, 4), torch.randn(2, 2)):
             for a, b in zip(fast(x), halves(x), strict=True):
                 assert same_view(a, b)
+
+
+def test_strides_are_read_as_eager_reads_them(tmp_path):
+    def strides(x):
+        return x.reshape(x.stride(0), -1) * x.stride(-1) + x.stride(1)
+
+    traced = tracebridge.trace(strides, (torch.randn(4, 3),), check_trace=False)
+    assert ".stride()[" in traced.code
+    fast = loaded(traced, tmp_path)
+    for x in (torch.randn(4, 3), torch.randn(6, 2).t(), torch.randn(2, 8)[:, ::2]):
+        assert torch.equal(fast(x), strides(x))
