@@ -539,7 +539,7 @@ class CodeGen:
             self.graph = dead_code.prune(self.graph)
             self.no_autograd = self.common and cse.grad_stays_off(self.graph)
             if self.no_autograd:
-                self.graph = cse.eliminate(self.graph)
+                self.graph = cse.eliminate(contiguous.read_shapes_before(self.graph))
             self.graph, found = memo.plan(self.graph)
             blocks = {b.start: b for b in found}
         dead_after = last_uses(self.graph)
