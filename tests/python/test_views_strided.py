@@ -86,3 +86,22 @@ def test_a_view_outside_the_input_is_refused_on_every_call(tmp_path):
             for _ in range(2):  # (1, 3) reaches element 3 of 0..2: refused each time
                 with pytest.raises(tracebridge.OpError, match="outside the input's own"):
                     fast(torch.randn(1, 3))
+
+
+def by_count(x, k):
+    y = x.view(k, -1)  # k: a 0-dim integer tensor, an input of the graph
+    return y.as_strided((y.size(0), 2), (y.stride(0), 1)) + 0
+
+
+def test_a_0_dim_size_is_part_of_the_key_by_its_value(tmp_path):
+    traced = tracebridge.trace(by_count, (torch.randn(4, 6), torch.tensor(2)), check_trace=False)
+    assert "views: Tensor.view, as_strided" in no_grad_code(traced)
+    fast = loaded(traced, tmp_path)
+    x = torch.randn(4, 6)
+    with torch.no_grad():
+        for k in (2, 3, 4, 2, 6, 3):  # one base shape, other counts: other views
+            for dtype in (torch.int64, torch.int32, torch.uint8):  # uint8: run as traced
+                count = torch.tensor(k, dtype=dtype)
+                assert same_view(fast(x, count), by_count(x, count))
+        with pytest.raises(tracebridge.OpError, match="invalid for input of size 24"):
+            fast(x, torch.tensor(5))
