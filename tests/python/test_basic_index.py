@@ -15,7 +15,7 @@ import tracebridge
 from tracebridge.ir import Node, Ref, Value
 from tracebridge.runtime import basic_index, checked_ops, support
 
-from .graph_helpers import loaded, no_grad_code, recording_subclass
+from .graph_helpers import loaded, no_grad_code, recording_subclass, same_view
 
 FULL = slice(None)
 
@@ -88,18 +88,6 @@ def picks(x):
         x[..., None],
         x[None],
         x[..., None, :] * 2,
-    )
-
-
-def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return (
-        torch.equal(a, b)
-        and a.dtype == b.dtype
-        and a.shape == b.shape
-        and a.stride() == b.stride()
-        and a.storage_offset() == b.storage_offset()
-        and a._is_view() == b._is_view()
-        and a.requires_grad == b.requires_grad
     )
 
 

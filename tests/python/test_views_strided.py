@@ -14,7 +14,7 @@ import torch
 
 import tracebridge
 
-from .graph_helpers import loaded, no_grad_code
+from .graph_helpers import loaded, no_grad_code, same_view
 
 
 @pytest.fixture(autouse=True)
@@ -34,16 +34,6 @@ def chunk(hidden):
     stride[1] = stride[1] // 2
     chunked = hidden.as_strided(size=size, stride=stride)
     return chunked * 1.0, chunked
-
-
-def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return (
-        torch.equal(a, b)
-        and a.shape == b.shape
-        and a.stride() == b.stride()
-        and a.storage_offset() == b.storage_offset()
-        and a._is_view() == b._is_view()
-    )
 
 
 def test_longformer_chunks_run_as_one_as_strided_per_key(tmp_path):
