@@ -71,6 +71,20 @@ def recording_subclass() -> type:
     return Recorded
 
 
+def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """The same values and dtype, and the same view: sizes, strides, offset, whether it
+    is a view, whether it requires grad."""
+    return (
+        torch.equal(a, b)
+        and a.dtype == b.dtype
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+        and a.storage_offset() == b.storage_offset()
+        and a._is_view() == b._is_view()
+        and a.requires_grad == b.requires_grad
+    )
+
+
 def same_outputs(got, expected) -> bool:
     """:func:`same_bits` for each output of a call (one tensor or a tuple)."""
     got, expected = (got, expected) if isinstance(got, tuple) else ((got,), (expected,))

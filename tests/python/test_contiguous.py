@@ -104,3 +104,37 @@ def test_subclasses_see_both_calls(tmp_path):
         got = fast(x.as_subclass(Sub))
     assert Sub.calls.count("contiguous") == 2 and "is_contiguous" not in Sub.calls
     assert same_bits(got[0].as_subclass(torch.Tensor), merge_heads(x)[0])
+
+
+def sizes_of_the_copy(x):
+    """Older Hugging Face layers: the copy's sizes read between the two calls."""
+    y = (x * 2).permute(0, 2, 1, 3).contiguous()
+    return y.view(y.size()[:-2] + (y.size(-2) * y.size(-1),)) + y.numel() + len(y)
+
+
+def sizes_after_a_write(x):
+    y = (x * 2).permute(0, 2, 1, 3)
+    c = y.contiguous()
+    y.unsqueeze_(0)  # the permuted tensor's sizes change, the copy's do not
+    return c.view(c.size(0), -1) + y.size(0), y
+
+
+def test_sizes_read_between_the_two_calls_are_the_copied_tensor_s(tmp_path):
+    torch.manual_seed(0)
+    traced = tracebridge.trace(sizes_of_the_copy, (torch.randn(2, 3, 4, 5),), check_trace=False)
+    assert no_grad_code(traced).count(ONE_VIEW) == 1
+    fast = loaded(traced, tmp_path)
+    plain = tracebridge.load(tmp_path / "m.tb", runtime="interpreter")
+    with torch.no_grad():
+        for x in LAYOUTS:
+            expected = sizes_of_the_copy(x)
+            assert same_bits(fast(x), expected) and same_bits(plain(x), expected)
+
+
+def test_sizes_of_a_copy_whose_source_is_written_stay_the_copy_s(tmp_path):
+    traced = tracebridge.trace(sizes_after_a_write, (torch.randn(2, 3, 4, 5),), check_trace=False)
+    assert ONE_VIEW not in no_grad_code(traced)
+    fast = loaded(traced, tmp_path)
+    with torch.no_grad():
+        for x in LAYOUTS[:4]:
+            assert same_outputs(fast(x), sizes_after_a_write(x))

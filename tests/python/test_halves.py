@@ -12,7 +12,7 @@ import torch
 
 import tracebridge
 
-from .graph_helpers import loaded, no_grad_code, recording_subclass
+from .graph_helpers import loaded, no_grad_code, recording_subclass, same_view
 
 
 @pytest.fixture(autouse=True)
@@ -34,17 +34,6 @@ def thirds_of_dim_one(x):
     high = x[:, x.shape[1] // 3 :]
     low = x[:, : x.shape[1] // 3]
     return high * 2, low + 1, high, low
-
-
-def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return (
-        torch.equal(a, b)
-        and a.dtype == b.dtype
-        and a.stride() == b.stride()
-        and a.storage_offset() == b.storage_offset()
-        and a._is_view() == b._is_view()
-        and a.requires_grad == b.requires_grad
-    )
 
 
 def _shapes(dim_sizes):

@@ -243,7 +243,7 @@ def _chain_graph(middle_op: str | None, read_early: bool = False) -> Graph:
         nodes.append(Node(middle_op, [Ref(0), 1.5], outputs=[Value(9, "Tensor")]))
     if read_early:
         nodes.append(Node("prim.size", [Ref(1), 0], outputs=[size], out_spec={"t": "leaf"}))
-        nodes.append(Node("scalar.add", [Ref(4), 1], outputs=[Value(8, "int")]))
+        nodes.append(Node("scalar.add", [Ref(4), 1.5], outputs=[Value(8, "float")]))
     nodes.append(Node("unsqueeze", [Ref(1), 0], outputs=[b], out_spec={"t": "leaf"}))
     nodes.append(Node("select", [Ref(2), 1, 0], outputs=[c], out_spec={"t": "leaf"}))
     leaf = {"t": "leaf"}

@@ -43,6 +43,7 @@ from ..ir.analysis import last_uses
 from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import fold_literal
 from . import (
+    basic_index,
     checked_ops,
     contiguous,
     cse,
@@ -93,7 +94,9 @@ _ATTRIBUTE_PRIMS = {
     "prim.device": (1, lambda t: _attr(t, "device")),
     "prim.item": (1, lambda t: _method(t, "item")),
     "prim.tolist": (1, lambda t: _method(t, "tolist")),
-    "prim.stride": (2, lambda t, d: _method(t, "stride", d)),
+    # x.stride()[d] is x.stride(d) (an IndexError out of range either way) in 0.11 us, not
+    # 0.18 (torch 2.13): no arguments to parse.
+    "prim.stride": (2, lambda t, d: ast.Subscript(_method(t, "stride"), d, ast.Load())),
     "prim.requires_grad": (1, lambda t: _attr(t, "requires_grad")),
     "prim.is_contiguous": (1, lambda t: _method(t, "is_contiguous")),
 }
@@ -316,7 +319,34 @@ class CodeGen:
             args = [args[0], *args[1].elts]  # x.view((a, b)) as x.view(a, b): see _SPREAD
         if self.fold and node.op in scalars.OPS and fn is support.default_callable(node.op):
             args = self.scalar_as_tensor(node, args)
-        return ast.Call(self.bind(_op_prefix(node.op), fn), args, kwargs)
+        call = ast.Call(self.bind(_op_prefix(node.op), fn), args, kwargs)
+        sized = getattr(fn, "__name__", "").startswith("sized_")  # checked_ops.sized_guard
+        if self.fold and node.op in _BOUNDED_FACTORIES and sized:
+            return self.unless_large(node, call)
+        return call
+
+    def unless_large(self, node: Node, call: ast.expr) -> ast.expr:
+        """``call`` (a factory whose sizes are values, through ``checked_ops.sized_guard``),
+        or, where every size is an int, the kernel itself when the sizes' product times
+        16 bytes (the widest element) is within the allocation limit, and ``call``
+        otherwise: the bound the guard checks first, without its Python frame (about
+        1.4 us of 3.5 for a ``new_ones``, torch 2.13, one thread). A negative size passes
+        the test or not; either way the kernel refuses it, as after the guard."""
+        kinds = self.kinds()
+        sizes = []
+        for arg in support.size_arguments(node):
+            sizes.extend(arg if isinstance(arg, (list, tuple)) else [arg])
+        ints = (type(s) is int or isinstance(s, Ref) and kinds.get(s.id) == "int" for s in sizes)
+        if not all(ints):
+            return call
+        product: ast.expr = ast.Constant(16)
+        for size in sizes:
+            if not (type(size) is int and size == 1):
+                product = ast.BinOp(product, ast.Mult(), self.literal(size))
+        test = ast.Compare(product, [ast.LtE()], [ast.Constant(checked_ops.ALLOC_BYTES)])
+        args, kwargs = self.arguments(node)
+        kernel = self.bind(_op_prefix(node.op), support.default_callable(node.op))
+        return ast.IfExp(test, ast.Call(kernel, args, kwargs), call)
 
     def scalar_as_tensor(self, node: Node, args: list[ast.expr]) -> list[ast.expr]:
         """``args`` with a number literal passed as a 0-dim tensor made once, where that
@@ -474,6 +504,7 @@ class CodeGen:
             return
         call = self.square_as_product(node, self.unless_identity(node, self.call(node)))
         call = self.unless_same_shape(node, call)
+        call = self.as_one_view(node, call)
         if node.out_spec is None or not node.outputs and node.out_spec.get("t") != "leaf":
             self.emit(ast.Expr(call), note, node.loc)
             return
@@ -508,12 +539,12 @@ class CodeGen:
             self.graph = dead_code.prune(self.graph)
             self.no_autograd = self.common and cse.grad_stays_off(self.graph)
             if self.no_autograd:
-                self.graph = cse.eliminate(self.graph)
+                self.graph = cse.eliminate(contiguous.read_shapes_before(self.graph))
             self.graph, found = memo.plan(self.graph)
             blocks = {b.start: b for b in found}
         dead_after = last_uses(self.graph)
         self.int_bits = _int_bits(self.graph)
-        fold = folding.plan(self.graph, self.guards) if self.fold else None
+        fold = folding.plan(self.graph, self.guards, self.no_autograd) if self.fold else None
         static = set(fold.skip) if fold is not None else set()
         if fold is not None:
             self.folded(fold)
@@ -624,7 +655,8 @@ class CodeGen:
         self._where = f"{self.name}: the views of node {tree.at}"
         sub = views.subgraph(self.graph, tree)
         inner = _KeyedCodeGen(sub, self.slots, f"{self.name}_views", self.guards, self.methods)
-        runner = views.Views(compile_function(inner).function, len(tree.results), tree.ops)
+        function = compile_function(inner).function
+        runner = views.Views(function, len(tree.results), tree.ops, tree.index_keys)
         values = {v.id: v for n in sub.nodes for v in n.outputs}
         targets = [ast.Name(self.define(values[v]), ast.Store()) for v in tree.results + tree.sizes]
         reads = [self.ref(Ref(k)) for k in [tree.base, *tree.keys]]
@@ -851,6 +883,27 @@ class CodeGen:
         self.plain_read = True
         return ast.IfExp(ast.BoolOp(ast.And(), tests), x(tensor), call)
 
+    def as_one_view(self, node: Node, call: ast.expr) -> ast.expr:
+        """``call``, or for a ``getitem`` whose index runs one ``select`` or ``unsqueeze``,
+        in a call without autograd, that op for a plain tensor and ``call`` otherwise
+        (runtime/basic_index.py)."""
+        if not self.no_autograd or node.op != "getitem":
+            return call
+        if self.callable_for(node) is not support.default_callable(node.op):
+            return call
+        found = basic_index.single_view(node, self.kinds())
+        if found is None:
+            return call
+        x = self.literal  # a fresh expression for each use
+        fn = self.bind(_op_prefix(found.op), support.default_callable(found.op))
+        extra = [] if found.op == "unsqueeze" else [x(found.index)]
+        view = ast.Call(fn, [x(found.tensor), _constant(found.dim), *extra], [])
+        self.plain_read = True
+        plain = ast.Compare(_call("_type", x(found.tensor)), [ast.Is()], [self.helper("_Tensor")])
+        self.helper("_type")
+        test = ast.BoolOp(ast.And(), [ast.Name(scalars.PLAIN, ast.Load()), plain])
+        return ast.IfExp(test, view, call)
+
     def square_as_product(self, node: Node, call: ast.expr) -> ast.expr:
         """``call``, or for ``pow(x, 2)`` in a call without autograd, ``mul(x, x)`` where
         ``x`` is a plain float32/float64 tensor and ``call`` otherwise (runtime/squares.py)."""
@@ -892,6 +945,12 @@ class _KeyedCodeGen(CodeGen):
 
 
 _DROPOUTS = frozenset({"dropout", "alpha_dropout"})
+# Factories whose sizes, when values, the generated code bounds inline (CodeGen.unless_large):
+# their bytes are the product of their sizes times their element's width.
+_BOUNDED_FACTORIES = frozenset(
+    """zeros ones full empty rand randn Tensor.new_zeros Tensor.new_ones Tensor.new_full
+    Tensor.new_empty""".split()
+)
 _NOT_OPS = frozenset({"prim.state", "prim.guard"})  # not counted as a folded value's ops
 
 

@@ -20,9 +20,16 @@ Note: ``contiguous`` then ``reshape`` copies once and costs two calls.
     (``CodeGen.no_autograd``), and only a plain ``torch.Tensor`` outside modes and
     autocast (``_plain``, runtime/scalars.py): a subclass or a mode sees both calls.
   ``tests/python/test_contiguous.py`` holds both forms to the same results.
+
+  Older Hugging Face layers read the sizes of the copy between the two calls
+  (``x = x.permute(0, 2, 1, 3).contiguous(); x.view(x.size()[:-2] + (d,))``):
+  :func:`read_shapes_before` makes those reads read ``x`` (a copy has the sizes of what it
+  copies) where no node writes in place into ``x`` or a view of it, so the pair is found.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 from ..ir import Graph, Ref, refs_in
 from ..ir.analysis import output_ids
@@ -62,3 +69,32 @@ def pairs(graph: Graph) -> dict[int, int]:
             continue
         found[reads[0]] = index
     return found
+
+
+# Reads whose value is the same for a tensor and its copy.
+_SIZE_READS = frozenset({"prim.size", "prim.numel", "prim.len"})
+
+
+def read_shapes_before(graph: Graph) -> Graph:
+    """``graph`` with each size read of a ``contiguous`` result reading the tensor that
+    ``contiguous`` copies instead (the same sizes), where nothing writes in place into
+    that tensor or a view of it (which could change its sizes); ``graph`` itself where
+    there is none."""
+    groups, written = cse._written_groups(graph)
+    source: dict[int, Ref] = {}  # contiguous result -> the tensor it copies
+    for node in graph.nodes:
+        if node.op != CONTIGUOUS or node.kwargs or len(node.args) != 1:
+            continue
+        tensor = node.args[0]
+        copies = len(node.outputs) == 1 and isinstance(tensor, Ref)
+        if copies and groups.find(tensor.id) not in written:
+            source[node.outputs[0].id] = tensor
+    if not source:
+        return graph
+    nodes = []
+    for node in graph.nodes:
+        first = node.args[0] if node.args else None
+        if node.op in _SIZE_READS and isinstance(first, Ref) and first.id in source:
+            node = dataclasses.replace(node, args=[source[first.id], *node.args[1:]])
+        nodes.append(node)
+    return graph.with_nodes(nodes)

@@ -14,6 +14,11 @@ Note: folding, as ``torch.jit.freeze`` does, but kept live.
   device, a tracer) or in an autocast region, which change what ops make without
   changing the state (:func:`outside_the_key`).
 
+  A graph that switches the grad mode (a rotary embedding under ``torch.no_grad()``)
+  folds only in the code for calls without autograd that the graph never turns on
+  (runtime/cse.py, ``grad_stays_off``): there every op runs with gradients off, wherever
+  it stands, and so does the folded function.
+
   Not folded: random ops, in-place ops, guards, grad-mode switches, custom autograd
   functions, and any graph where a folded tensor (or a view of one) would be written in
   place or returned to the caller -- a cached tensor must never change or escape. Nor a
@@ -95,10 +100,13 @@ def _worth_a_call(node: Node) -> bool:
     return node.op not in _METADATA_PRIMS and not node.op.startswith("scalar.")
 
 
-def plan(graph: Graph, guards: bool = True) -> FoldPlan | None:
+def plan(graph: Graph, guards: bool = True, grad_off: bool = False) -> FoldPlan | None:
     """The static part of ``graph`` worth folding, or None (see the module Note).
-    ``guards``: whether the code checks guards (those on static values join the fold)."""
-    if any(n.op == "set_grad_enabled" for n in graph.nodes):
+    ``guards``: whether the code checks guards (those on static values join the fold).
+    ``grad_off``: the code is for calls without autograd that stay without it through the
+    graph (runtime/cse.py, ``grad_stays_off``: a rotary embedding's ``torch.no_grad()``
+    in a decoder), where every op runs with gradients off wherever it stands."""
+    if not grad_off and any(n.op == "set_grad_enabled" for n in graph.nodes):
         return None  # which grad mode a static op would run in is the call's
     static: set[int] = set()
     aliases: set[int] = set()  # static values and the values that may share their memory

@@ -50,7 +50,7 @@ import torch
 from ..ir import Graph, Node, Ref, refs_in
 from ..ir import ops as opset
 from ..ir.analysis import output_ids
-from .folding import _ALIASING, _may_be_static, outside_the_key
+from .folding import _ALIASING, _autocast, _function_modes, _may_be_static
 
 # Scalar kinds whose values are exact keys: equal means interchangeable (not floats).
 _KEY_KINDS = frozenset({"int", "bool", "device", "dtype"})
@@ -285,7 +285,8 @@ class Memo:
         )
 
     def __call__(self, *key):
-        if outside_the_key():
+        # outside_the_key(), inline: a memo runs a few times per call of a model.
+        if _function_modes() or _autocast():
             return self.function(*key)
         if self.state:
             return self._with_state(key)
@@ -296,12 +297,14 @@ class Memo:
         return kept[0]
 
     def _with_state(self, key: tuple):
-        tensors = [key[i] for i in self.state]
+        exact = list(key)
+        tensors = []
+        for i in self.state:
+            t = key[i]
+            tensors.append(t)
+            exact[i] = (id(t), t._version, t.data_ptr())
         if _grad_enabled() and any(t.requires_grad for t in tensors):
             return self.function(*key)
-        exact = list(key)
-        for i, t in zip(self.state, tensors):
-            exact[i] = (id(t), t._version, t.data_ptr())
         entry = (tuple(exact), _inference_mode(), _default_dtype())
         kept = self.cache.get(entry)
         if kept is None:

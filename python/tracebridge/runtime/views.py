@@ -26,7 +26,14 @@ Note: fewer ops per call, a step past runtime/memo.py.
   kept only if the code then needs none of the nodes it takes over (a sibling path left
   to the code may read them).
   Ops that may copy (``reshape``, ``contiguous``, ``flatten``) end a tree: a copy is not a
-  view. Under autograd with a base that requires grad, a tensor subclass, or a layout
+  view. ``as_strided`` is a view whose geometry its integer arguments decide: it joins a
+  tree, and so does integer arithmetic on the sizes and strides the tree reads
+  (Longformer's chunks: ``view``, then ``as_strided`` with ``stride // 2`` and
+  ``2 * n - 1``); its bounds are checked (runtime/checked_views.py) on the first call with
+  a key, and ``_geometry`` keeps only results within the base's own elements. A 0-dim
+  int32/int64 tensor given as a size (``torch.div(n, w, rounding_mode="trunc")``) is read
+  as an int for the key, as the op reads it; another value there runs the tree as
+  traced. Under autograd with a base that requires grad, a tensor subclass, or a layout
   other than strided, the tree runs as traced (``as_strided``'s backward differs from the
   views'). A tree is worth collapsing only when it saves more ops than it makes
   (:data:`MIN_SAVED`): a key and an ``as_strided`` cost about two views.
@@ -49,14 +56,28 @@ from .memo import KEEP, keep_newest
 VIEW_OPS = frozenset(
     """transpose swapaxes swapdims permute Tensor.permute unsqueeze squeeze select narrow
     Tensor.view Tensor.expand broadcast_to t Tensor.T Tensor.mT movedim moveaxis unflatten
-    Tensor.unflatten diagonal Tensor.unfold getitem split chunk unbind""".split()
+    Tensor.unflatten diagonal Tensor.unfold getitem split chunk unbind as_strided""".split()
 )
 # Reads of a value that its geometry alone decides: kept with the geometry when the value
 # is inside a tree.
 SHAPE_READS = frozenset({"prim.size", "prim.numel", "prim.stride", "prim.is_contiguous"})
 # Nodes a tree's ops must not move past: writes, grad-mode switches, custom functions.
 _BARRIERS = frozenset({"set_grad_enabled", "prim.autograd_function"})
+# The kind :func:`plan` gives a 0-dim int32 or int64 tensor when it was traced: a size
+# that an op reads as an int (Longformer's ``torch.div(n, w, rounding_mode="trunc")``);
+# a tree reads it as an int for its key (Views.run), or runs as traced.
+_INDEX = "index"
+_INDEX_DTYPES = frozenset({"int32", "int64"})
+_INDEX_TYPES = frozenset({torch.int32, torch.int64})
 MIN_SAVED = 2  # a tree replaces views - results ops by one call: at least this many fewer
+# Views that cost more than one: ``as_strided`` checks its bounds in Python first
+# (runtime/checked_views.py), about three views' time; in a tree, the first call with a
+# key checks them and later calls make the view of the base the check allowed.
+_COST = {"as_strided": 3}
+# Integer arithmetic on the sizes and strides a tree reads (Longformer computes the
+# strides of its chunked view with ``stride // 2`` and its sizes with ``2 * n - 1``):
+# decided by the tree's key, so it joins the tree, its results given with the tree's.
+_SIZE_ARITHMETIC = frozenset("scalar.add scalar.sub scalar.mul scalar.floordiv scalar.neg".split())
 
 
 @dataclass
@@ -69,6 +90,7 @@ class ViewTree:
     results: list[int]  # tensor value ids read outside it: one ``as_strided`` each
     sizes: list[int]  # values of its shape reads that are read outside it
     ops: list[str]  # names of its view ops, in order (for the comment in ``.code``)
+    index_keys: tuple[int, ...] = ()  # positions in ``keys`` of 0-dim integer tensors
 
     @property
     def at(self) -> int:
@@ -91,9 +113,10 @@ def _plain_index(arg, kinds: dict[int, str]) -> bool:
 
 
 def _int_arguments(value, kinds: dict[int, str]) -> bool:
-    """Literal ints (bools too), None, and integer values of the graph, in lists and tuples."""
+    """Literal ints (bools too), None, and integer values of the graph (ints, and 0-dim
+    integer tensors: :data:`_INDEX`), in lists and tuples."""
     if isinstance(value, Ref):
-        return kinds.get(value.id) == "int"
+        return kinds.get(value.id) in ("int", _INDEX)
     if isinstance(value, (list, tuple)):
         return all(_int_arguments(v, kinds) for v in value)
     return value is None or type(value) in (int, bool)
@@ -122,6 +145,24 @@ def _is_shape_read(node: Node, kinds: dict[int, str]) -> bool:
     )
 
 
+def _arithmetic_base(node: Node, numbers: dict[int, int], kinds: dict[int, str]) -> int | None:
+    """The base of the tree whose numbers ``node`` computes on (:data:`_SIZE_ARITHMETIC`
+    of that tree's size reads and literal ints, an int out), or None."""
+    if node.op not in _SIZE_ARITHMETIC or node.kwargs or len(node.outputs) != 1:
+        return None
+    if node.outputs[0].kind != "int":
+        return None
+    bases = set()
+    for arg in node.args:
+        if isinstance(arg, Ref):
+            if arg.id not in numbers:
+                return None
+            bases.add(numbers[arg.id])
+        elif type(arg) is not int:
+            return None
+    return bases.pop() if len(bases) == 1 else None
+
+
 def _writes(node: Node) -> bool:
     return node.op in _BARRIERS or opset.is_inplace(node.op) or "out" in node.kwargs
 
@@ -136,6 +177,7 @@ class _Facts:
     root: dict[int, int]  # inner value id -> base of its tree
     users: dict[int, list[int]]  # value id -> indices of the nodes that read it
     returned: set[int]  # value ids the graph returns
+    kinds: dict[int, str]  # value id -> kind (:data:`_INDEX` for 0-dim integer tensors)
 
 
 def plan(graph: Graph, skip: set[int] = frozenset()) -> list[ViewTree]:
@@ -143,8 +185,11 @@ def plan(graph: Graph, skip: set[int] = frozenset()) -> list[ViewTree]:
     (folded or memoised elsewhere) are never part of one. A tree whose results are read
     before its last op is tried again as one path per result: each path stands where its
     own result is made."""
-    kinds = {v.id: v.kind for v in graph.inputs}
-    kinds.update({v.id: v.kind for n in graph.nodes for v in n.outputs})
+    values = [*graph.inputs, *(v for n in graph.nodes for v in n.outputs)]
+    kinds = {v.id: v.kind for v in values}
+    for v in values:
+        if v.kind == "Tensor" and v.shape == [] and v.dtype in _INDEX_DTYPES:
+            kinds[v.id] = _INDEX
     users: dict[int, list[int]] = {}
     for index, node in enumerate(graph.nodes):
         for ref in refs_in((node.args, node.kwargs)):
@@ -167,6 +212,7 @@ def plan(graph: Graph, skip: set[int] = frozenset()) -> list[ViewTree]:
 
     trees: dict[int, list[int]] = {}  # base value id -> member node indices
     root: dict[int, int] = {}  # inner value id -> base of its tree
+    numbers: dict[int, int] = {}  # int value id a member reads or computes -> base of its tree
     for index, node in enumerate(graph.nodes):
         source = node.args[0].id if node.args and isinstance(node.args[0], Ref) else None
         if index in views:
@@ -177,7 +223,11 @@ def plan(graph: Graph, skip: set[int] = frozenset()) -> list[ViewTree]:
                     root[value.id] = base
         elif source in root and index not in skip and _is_shape_read(node, kinds):
             trees[root[source]].append(index)
-    facts = _Facts(graph, views, made_by, root, users, returned)
+            numbers[node.outputs[0].id] = root[source]
+        elif index not in skip and (base := _arithmetic_base(node, numbers, kinds)) is not None:
+            trees[base].append(index)
+            numbers[node.outputs[0].id] = base
+    facts = _Facts(graph, views, made_by, root, users, returned, kinds)
     found = []
     for base, members in trees.items():
         whole = _tree(facts, base, members)
@@ -230,7 +280,18 @@ def _paths(facts: _Facts, members: list[int]):
             index = facts.made_by[graph.nodes[index].args[0].id]
             chain.add(index)
         inner = {v.id for i in chain for v in graph.nodes[i].outputs if v.id in root}
-        reads = {i for i in members if i not in facts.views and graph.nodes[i].args[0].id in inner}
+        reads = {
+            i
+            for i in members
+            if graph.nodes[i].op in SHAPE_READS and graph.nodes[i].args[0].id in inner
+        }
+        numbers = {v.id for i in reads for v in graph.nodes[i].outputs}
+        for i in members:  # the arithmetic on them, in graph order
+            node = graph.nodes[i]
+            refs = refs_in(node.args)
+            if node.op in _SIZE_ARITHMETIC and refs and all(r.id in numbers for r in refs):
+                reads.add(i)
+                numbers.update(v.id for v in node.outputs)
         yield sorted(chain | reads)
 
 
@@ -262,12 +323,14 @@ def _tree(facts: _Facts, base: int, members: list[int]) -> ViewTree | None:
     between = range(members[0] + 1, at)
     if any(i not in member_set and _writes(graph.nodes[i]) for i in between):
         return None  # the ops it replaces would move past a write or a mode switch
-    if not results or len(view_nodes) - len(results) < MIN_SAVED:
+    saved = sum(_COST.get(graph.nodes[i].op, 1) for i in view_nodes) - len(results)
+    if not results or saved < MIN_SAVED:
         return None
     reads = [r.id for i in members for r in refs_in((graph.nodes[i].args, graph.nodes[i].kwargs))]
     keys = list(dict.fromkeys(r for r in reads if r not in made and r != base))
     ops = [graph.nodes[i].op for i in view_nodes]
-    return ViewTree(base, members, keys, results, sizes, ops)
+    index_keys = tuple(i for i, k in enumerate(keys) if facts.kinds.get(k) == _INDEX)
+    return ViewTree(base, members, keys, results, sizes, ops, index_keys)
 
 
 def subgraph(graph: Graph, tree: ViewTree) -> Graph:
@@ -312,10 +375,11 @@ class Views:
     the first time as traced, keeping each result's geometry relative to the base;
     after that as one ``as_strided`` per result. Keeps the last :data:`KEEP` keys."""
 
-    def __init__(self, function, results: int, ops: list[str]):
+    def __init__(self, function, results: int, ops: list[str], index_keys: tuple = ()):
         self.function = function  # the tree's ops as traced: (base, *keys) -> values
         self.results = results
         self.ops = ops
+        self.index_keys = index_keys  # keys that are 0-dim integer tensors: read as ints
         self.cache: dict = {}  # key -> a function of the base that gives the values
 
     def __repr__(self) -> str:
@@ -330,15 +394,24 @@ class Views:
             or (_grad_enabled() and base.requires_grad)
         ):
             return self.function(base, *keys)
-        entry = (base.shape, base.stride(), keys)
+        ints = keys
+        if self.index_keys:  # their ops read them as ints: so does the key
+            ints = list(keys)
+            for i in self.index_keys:
+                k = keys[i]
+                if type(k) is not _Tensor or k.dim() != 0 or k.dtype not in _INDEX_TYPES:
+                    return self.function(base, *keys)
+                ints[i] = int(k)
+            ints = tuple(ints)
+        entry = (base.shape, base.stride(), ints)
         make = self.cache.get(entry)
         if make is None:
-            return self._first(entry, base, keys)
+            return self._first(entry, base, keys, ints)
         return make(base)
 
-    def _first(self, entry, base, keys):
+    def _first(self, entry, base, keys, ints):
         values = self.function(base, *keys)  # raises as the traced ops do; nothing kept
-        if not all(type(k) is int for k in keys):
+        if not all(type(k) is int for k in ints):
             return values  # a key that equal values of another type could match
         geometry = _geometry(base, values[: self.results])
         if geometry is None:  # not all views of the base for this key: run them as traced

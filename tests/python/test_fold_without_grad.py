@@ -1,0 +1,59 @@
+"""A graph that turns gradients off and back on (a rotary embedding under
+``torch.no_grad()``, as Hugging Face decoders write it) folds its static part in the code
+for calls without autograd, where every op runs with gradients off wherever it stands;
+the code for calls with autograd still folds nothing (runtime/folding.py, ``plan``)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+
+from .graph_helpers import loaded, no_grad_code, same_bits
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+class Experts(nn.Module):
+    """An expert weight transposed on every call, and a table made under no_grad."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 8, 6))
+        self.register_buffer("inv_freq", torch.rand(4))
+
+    def forward(self, x):
+        with torch.no_grad():
+            angles = x.new_ones(x.shape[1], 1) * self.inv_freq
+        w = self.w.transpose(-2, -1).sum(0)
+        return (x @ w) * angles.cos().sum(-1, keepdim=True)
+
+
+def test_the_static_part_is_folded_for_calls_without_autograd(tmp_path):
+    model = Experts()
+    traced = tracebridge.trace(model, (torch.randn(2, 5, 6),), check_trace=False)
+    assert "folded" in no_grad_code(traced)
+    assert "folded" not in traced.code  # with autograd: the grad mode is the call's
+    fast = loaded(traced, tmp_path)
+    with torch.no_grad():
+        for x in (torch.randn(2, 5, 6), torch.randn(1, 3, 6)):
+            assert same_bits(fast(x), model(x))
+        model.w.mul_(2)  # the state changes in place: folded again
+        fast.w.mul_(2)
+        x = torch.randn(3, 2, 6)
+        assert same_bits(fast(x), model(x))
+    x = torch.randn(2, 5, 6)
+    got, expected = fast(x), model(x)  # with autograd: gradients reach the weight
+    assert same_bits(got, expected)
+    got.sum().backward()
+    expected.sum().backward()
+    assert same_bits(fast.w.grad, model.w.grad)

@@ -1,0 +1,98 @@
+"""A factory whose sizes are traced ints is bounded inline by the generated code
+(``CodeGen.unless_large``): the kernel runs where the sizes' product is within the
+allocation limit at the widest element, the checked call otherwise, which refuses what
+it refused before. Both give eager's tensors on every shape."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import tracebridge
+from tracebridge.runtime import checked_ops
+
+from .graph_helpers import loaded, same_bits
+
+LIMIT = f"<= {checked_ops.ALLOC_BYTES}"
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def masks(x):
+    b, n = x.shape[0], x.shape[1]
+    return (
+        x.new_ones(b, 1, n),
+        x.new_zeros((b, n * 2)),
+        torch.zeros(b, n, dtype=torch.int64),
+        torch.full((n, b), 2.5),
+        x.new_full([b, 3], 7.0),
+        torch.ones(b * n) + x.sum(),
+    )
+
+
+def test_factories_of_traced_sizes_give_eagers_tensors(tmp_path):
+    traced = tracebridge.trace(masks, (torch.randn(2, 3),), check_trace=False)
+    assert traced.code.count(LIMIT) == 6
+    fast = loaded(traced, tmp_path)
+    plain = tracebridge.load(tmp_path / "m.tb", runtime="interpreter")
+    for x in (torch.randn(2, 3), torch.randn(5, 1), torch.randn(1, 0), torch.randn(4, 7).double()):
+        expected = masks(x)
+        for got in (fast(x), plain(x)):
+            assert all(same_bits(a, b) for a, b in zip(got, expected, strict=True))
+
+
+def test_a_factory_past_the_limit_is_refused_as_before(tmp_path):
+    def huge(x):
+        return x.new_zeros(x.shape[0] * 2**20, x.shape[1] * 2**20)
+
+    traced = tracebridge.trace(huge, (torch.randn(0, 0),), check_trace=False)
+    assert LIMIT in traced.code
+    fast = loaded(traced, tmp_path)
+    assert fast(torch.randn(0, 3)).shape == (0, 3 * 2**20)
+    with pytest.raises(tracebridge.OpError, match="would allocate .* more than the limit"):
+        fast(torch.randn(2, 3))
+
+
+def test_a_size_that_is_no_int_keeps_the_checked_call(tmp_path):
+    def from_tensor(x):
+        n = torch.tensor(x.shape[0]) + 1  # a 0-dim tensor used as a size
+        return x.new_zeros((n, 2))
+
+    traced = tracebridge.trace(from_tensor, (torch.randn(2, 3),), check_trace=False)
+    assert LIMIT not in traced.code
+    fast = loaded(traced, tmp_path)
+    assert same_bits(fast(torch.randn(4, 3)), from_tensor(torch.randn(4, 3)))
+
+
+@pytest.mark.parametrize(
+    "sizes",
+    [
+        (2, 3),
+        [torch.tensor(4), 1, torch.tensor(2, dtype=torch.int32)],
+        (torch.tensor(-3), 5),
+        (torch.tensor(2.0), 3),  # a float tensor is no size
+        (True, 2),
+        ((2, 3), 4),
+        torch.Size([3, 4]),
+        (torch.tensor([2, 3]), 1),
+        torch.tensor(7),
+        3.5,
+    ],
+)
+def test_sizes_read_by_the_guard_are_those_of_the_full_reading(sizes):
+    assert checked_ops._flat_ints(sizes) == checked_ops._ints_in(sizes)
+
+
+def test_tensor_sizes_past_the_limit_are_refused():
+    guard = checked_ops.sized_guard("Tensor.new_zeros", torch.Tensor.new_zeros, [1], ["size"], 1)
+    x = torch.zeros(1)
+    assert guard(x, (torch.tensor(2), 3)).shape == (2, 3)
+    with pytest.raises(checked_ops.CheckFailed, match="would allocate"):
+        guard(x, (torch.tensor(2**20), torch.tensor(2**20)))
