@@ -18,6 +18,7 @@ from ..errors import TraceError, TracerWarning
 from ..ir import Graph, StateEntry, pytree
 from ..ir.pytree import is_tensor
 from . import caches
+from .integers import int_in_modules_of
 from .numbers import number_given_for_tensor
 from .tracer import SymFloat, SymInt, Tracer, recording
 
@@ -191,7 +192,7 @@ def capture(
 
 def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: bool) -> Graph:
     graph = tracer.graph
-    with recording(tracer):
+    with recording(tracer), int_in_modules_of(fn):
         try:
             result = fn(*args, **kwargs)
         except TypeError as exc:
