@@ -201,6 +201,12 @@ def table(results: dict) -> list[str]:
         "process): **right** when every call that eager runs is right in process and after",
         "reloading, **SILENTLY WRONG** when an output differs with no error, **refused** when",
         "the tool raised (the reason is below the table).",
+        *(
+            f"Re-run {r['date']} with `--only` ({r.get('why', 'after a change')}): "
+            + ", ".join(r["models"])
+            + "."
+            for r in meta.get("reruns", [])
+        ),
         "",
         "| tool | right on every shape | silently wrong | refused |",
         "| --- | --- | --- | --- |",
