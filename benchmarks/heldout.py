@@ -140,20 +140,14 @@ CAUSES = {
         "builds an attention mask, and Nystromformer's landmark attention cannot add it "
         "(eager fails the same way with any padding); torch.jit.trace fails identically."
     ),
-    "longt5 (transient global)": (
-        "refused where torch.jit.trace is right: `_split_into_blocks` pads the sequence to "
-        "a multiple of the block only `if x.shape[dim] % block_len != 0` "
-        "(`modeling_longt5.py:110`); traced at a length that needs padding, a length that "
-        "needs none takes the other branch and raises GuardError. Padding by 0 would give "
-        "the same values, so jit's baked branch happens to be right; a tracer cannot know "
-        "that the two branches agree."
-    ),
     "hf mobilenet_v2 (tf padding)": (
-        "refused where torch.jit.trace is right: TensorFlow-style padding reads "
-        "`in_height = int(features.shape[-2])` (`modeling_mobilenet_v2.py:56`); CPython "
-        "turns whatever `__int__` returns into a plain int, so `int()` of a traced size can "
-        "only be guarded (jit's sizes are tensors there). Another image size raises "
-        "GuardError naming that line."
+        "right refusal: TensorFlow-style padding branches on each stride-2 layer's input "
+        "parity (`modeling_mobilenet_v2.py:62`, `if in_height % stride_height == 0`); "
+        "`int(features.shape[-2])` keeps the size traced (trace/integers.py), so the trace "
+        "at 64 serves 96 (same parities) and 65 raises GuardError naming the branch. "
+        "torch.jit.trace bakes the example's padding: SILENTLY WRONG at 65 and 97 (with "
+        "the default initializer the logits were about 1e-25 and every padding compared "
+        "as right; the case now uses initializer_range=0.3)."
     ),
 }
 
@@ -207,6 +201,12 @@ def table(results: dict) -> list[str]:
         "process): **right** when every call that eager runs is right in process and after",
         "reloading, **SILENTLY WRONG** when an output differs with no error, **refused** when",
         "the tool raised (the reason is below the table).",
+        *(
+            f"Re-run {r['date']} with `--only` ({r.get('why', 'after a change')}): "
+            + ", ".join(r["models"])
+            + "."
+            for r in meta.get("reruns", [])
+        ),
         "",
         "| tool | right on every shape | silently wrong | refused |",
         "| --- | --- | --- | --- |",

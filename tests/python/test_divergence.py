@@ -413,7 +413,7 @@ CASES = [
         "`x.view(int(x.size(0)), -1)`",
         _plain(int_size_view, (_seeded(2, 3, 4),), (_seeded(5, 3, 4),)),
         jit="wrong",
-        tb=("guard", "guard"),
+        tb=("right", "right"),
     ),
     Case(
         "item_arithmetic",
@@ -740,7 +740,7 @@ CASES += [
         "`int(math.log2(x.size(0)))`",
         _plain(levels_by_log2, (_seeded(4),), (_seeded(8),)),
         jit="wrong",
-        tb=("guard", "guard"),
+        tb=("right", "right"),
     ),
     Case(
         "grad_mode_branch",

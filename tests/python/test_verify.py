@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import inspect
+import operator
 import re
 import warnings
 
@@ -253,7 +254,7 @@ def general_view(x):
 
 
 def guarded_view(x):
-    return x.view(int(x.size(0)), -1)
+    return x.view(operator.index(x.size(0)), -1)
 
 
 def test_general_and_guarded_models_pass_the_batch_size_probe():
@@ -261,7 +262,8 @@ def test_general_and_guarded_models_pass_the_batch_size_probe():
     assert general(torch.rand(7, 3, 4)).shape == (7, 12)
     module = nn.Sequential(nn.Flatten(), nn.Linear(12, 2))
     assert tracebridge.trace(module, torch.rand(2, 3, 4))(torch.rand(6, 3, 4)).shape == (6, 2)
-    # int() records a guard: the probe gets a GuardError, which is the trace knowing its limits.
+    # operator.index() makes a Python int (int() keeps a size traced: trace/integers.py), so
+    # it records a guard: the probe gets a GuardError, which is the trace knowing its limits.
     with pytest.warns(tracebridge.TracerWarning):
         guarded = tracebridge.trace(guarded_view, torch.rand(2, 3, 4))
     assert guarded(torch.rand(2, 3, 4)).shape == (2, 12)
@@ -422,7 +424,7 @@ def test_no_warning_for_general_code():
 
 
 def view_then_branch(x):
-    flat = x.view(int(x.size(0)), -1)
+    flat = x.view(operator.index(x.size(0)), -1)
     if x.shape[1] > 2:
         return flat * 2
     return flat
@@ -454,7 +456,8 @@ def test_guard_error_messages(traced_view):
         traced_view(torch.rand(5, 3, 4))
     assert str(info.value) == (
         "the trace assumed x.shape[0] == 2, but now it is 5\n"
-        f"  assumption made at {__file__}:{view}: flat = x.view(int(x.size(0)), -1)\n" + HINT
+        f"  assumption made at {__file__}:{view}: flat = x.view(operator.index(x.size(0)), -1)\n"
+        + HINT
     )
     assert info.value.guard == "x.shape[0]"
     assert info.value.location == f"{__file__}:{view}"
@@ -537,7 +540,7 @@ class Rows(nn.Module):
         self.lin = nn.Linear(2, 2)
 
     def forward(self, x):
-        return self.lin(x).view(int(x.size(0)), -1)
+        return self.lin(x).view(operator.index(x.size(0)), -1)
 
 
 def test_guards_off_on_a_traced_module():

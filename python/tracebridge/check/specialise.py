@@ -30,6 +30,16 @@ Note: why and how.
   first, so a call with several sizes at 1 reaches the graph traced with all of them at 1
   before one traced with some (whose guards would refuse it anyway). Every graph checks all
   its guards, so whichever serves a call, its assumptions hold for that call.
+
+  Residues decide too: transformers' LongT5 pads a sequence to a multiple of its block
+  only ``if x.shape[dim] % block_len != 0``, so a trace at length 8 refuses 12 although
+  padding by 0 would be right (torch.jit.trace, which bakes the branch, is right there by
+  luck). Where a guarded comparison reads a rounded size (``%``, ``//``, ``ceil``,
+  ``floor``), the code is also traced with a size cut by 1 and by 2
+  (FLIPS sizes at most, every dimension of that size, as above, never below 2), and a
+  graph that differs from those kept is kept after the size-1 graphs. It needs no guard
+  at its start: traced at an ordinary size, it is exactly as general as the first graph,
+  and its own guards hold it to the residues it was traced with.
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ from .program import LIMITS, json_containers
 from .verify import first_difference
 
 PROBES = 5  # sizes cut alone, at most, batch first
+FLIPS = 3  # sizes cut by 1 and by 2 where a guard reads a rounded size: 6 more traces
 JOINT = 4  # sizes cut together, at most: 2**JOINT - JOINT - 1 = 11 more traces
 # A method's first graph and its specialisations take at most this many JSON objects and
 # arrays in program.json, half of what a reader accepts, so that the file stays loadable
@@ -55,6 +66,7 @@ BUDGET = LIMITS["containers"] // 2
 # that the graph is for other sizes, so the runtime reports another graph's refusal.
 SIZE_ONE_GUARD = "(a graph specialised for size 1)"
 _COMPARISONS = frozenset(f"scalar.{op}" for op in ("eq", "ne", "lt", "le", "gt", "ge"))
+_ROUNDING = frozenset(f"scalar.{op}" for op in ("mod", "floordiv", "ceil", "floor"))
 
 
 def compares_sizes(graph: Graph) -> bool:
@@ -68,6 +80,32 @@ def compares_sizes(graph: Graph) -> bool:
             continue
         producer = producers.get(node.args[0].id)
         if producer is not None and producer.op in _COMPARISONS:
+            return True
+    return False
+
+
+def decides_on_residues(graph: Graph) -> bool:
+    """Whether a guard of ``graph`` checks a comparison that reads a rounded size (``L % 3
+    != 0``, ``ceil(h / 2) * 2 != h``): a nearby size may take the other path. A loop over
+    ``L // 4`` is not probed: each count would be one more graph, and a call no graph
+    serves would be refused with the count of the graph tried last."""
+    producers = {v.id: n for n in graph.nodes for v in n.outputs}
+
+    def reads_rounding(ref: Ref, seen: set) -> bool:
+        node = producers.get(ref.id)
+        if node is None or not node.op.startswith("scalar.") or ref.id in seen:
+            return False
+        seen.add(ref.id)
+        if node.op in _ROUNDING:
+            return True
+        return any(isinstance(a, Ref) and reads_rounding(a, seen) for a in node.args)
+
+    for node in graph.nodes:
+        if node.op != "prim.guard" or not node.args or not isinstance(node.args[0], Ref):
+            continue
+        producer = producers.get(node.args[0].id)
+        compared = producer is not None and producer.op in _COMPARISONS
+        if compared and reads_rounding(node.args[0], set()):
             return True
     return False
 
@@ -106,13 +144,19 @@ def _cut_sizes(args: tuple, kwargs: dict) -> list[int]:
 def cut_to_one(args: tuple, kwargs: dict, sizes) -> tuple[tuple, dict, list]:
     """The example inputs with every dimension whose size is in ``sizes`` cut to 1:
     ``(args, kwargs, [(input index, dim), ...])``."""
+    return cut_to(args, kwargs, dict.fromkeys(sizes, 1))
+
+
+def cut_to(args: tuple, kwargs: dict, sizes: dict[int, int]) -> tuple[tuple, dict, list]:
+    """The example inputs with every dimension whose size is a key of ``sizes`` cut to its
+    value (the first elements kept): ``(args, kwargs, [(input index, dim), ...])``."""
     leaves, spec = pytree.flatten((args, kwargs), is_tensor)
     cut, dims = [], []
     for i, leaf in enumerate(leaves):
         piece = leaf.detach()
         for d in range(leaf.dim()):
             if leaf.shape[d] in sizes:
-                piece = piece.narrow(d, 0, 1)
+                piece = piece.narrow(d, 0, sizes[leaf.shape[d]])
                 dims.append((i, d))
         piece = piece.clone()
         cut.append(piece.requires_grad_() if leaf.requires_grad else piece)
@@ -168,15 +212,18 @@ def specialisations(
     run_eager: Callable[[tuple, dict], object],
     retrace: Callable[[tuple, dict], Graph],
 ) -> list[Graph]:
-    """Graphs for calls with sizes of 1 that ``graph`` refuses, most specific first (see
-    the note above)."""
-    if not compares_sizes(graph) or writes_in_place(graph):
+    """Graphs for calls with sizes of 1 that ``graph`` refuses, most specific first, then
+    graphs for sizes whose residues take other paths (see the note above)."""
+    ones, residues = compares_sizes(graph), decides_on_residues(graph)
+    if not (ones or residues) or writes_in_place(graph):
         return []
     found: dict[frozenset, tuple[Graph, list]] = {}  # sizes cut -> (graph, dims cut)
+    flipped: list[tuple[Graph, list]] = []  # graphs traced at sizes cut by 1 or 2
     used = [_containers(graph)]
 
-    def probe(sizes: frozenset) -> Graph | None:
-        new_args, new_kwargs, dims = cut_to_one(args, kwargs, sizes)
+    def probe(sizes: frozenset, to: int | None = None) -> Graph | None:
+        cuts = {size: 1 if to is None else to for size in sizes}
+        new_args, new_kwargs, dims = cut_to(args, kwargs, cuts)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
@@ -192,16 +239,20 @@ def specialisations(
         # A graph that one already kept serves these calls too (its guards hold on them):
         # the first graph, or one kept for some of these sizes alone.
         servers = [graph] + [g for cut, (g, _) in found.items() if cut < sizes]
+        servers += [g for g, _ in flipped] if to is not None else []
         if any(first_difference(g, other) is None for g in servers):
             return None
-        size = _containers(other) + 8 * len(dims)  # 8: a size-1 guard's pair of nodes
+        size = _containers(other) + (8 * len(dims) if to is None else 0)  # a size-1 guard: 8
         if used[0] + size > BUDGET:
             return None
         used[0] += size
-        found[sizes] = (other, dims)
+        if to is None:
+            found[sizes] = (other, dims)
+        else:
+            flipped.append((other, dims))
         return other
 
-    alone = [size for size in _cut_sizes(args, kwargs) if probe(frozenset({size}))]
+    alone = [size for size in _cut_sizes(args, kwargs) if ones and probe(frozenset({size}))]
     joint = alone[:JOINT]
     for count in range(2, len(joint) + 1):
         for sizes in itertools.combinations(joint, count):
@@ -209,4 +260,9 @@ def specialisations(
     # Most sizes cut first: where a call has several sizes at 1, the graph traced with all
     # of them at 1 is tried before one that holds only some (whose guards would refuse).
     ordered = sorted(found.items(), key=lambda item: -len(item[0]))  # stable: probe order
-    return [guarded_at_size_one(g, dims) for _, (g, dims) in ordered]
+    if residues:
+        for size in [s for s in _cut_sizes(args, kwargs) if s > 2][:FLIPS]:
+            for to in (size - 1, size - 2):
+                if to >= 2:
+                    probe(frozenset({size}), to)
+    return [guarded_at_size_one(g, dims) for _, (g, dims) in ordered] + [g for g, _ in flipped]

@@ -17,7 +17,9 @@ import torch
 from ..errors import TraceError, TracerWarning
 from ..ir import Graph, StateEntry, pytree
 from ..ir.pytree import is_tensor
+from ..source import is_internal, source_line
 from . import caches
+from .integers import int_in_modules_of
 from .numbers import number_given_for_tensor
 from .tracer import SymFloat, SymInt, Tracer, recording
 
@@ -191,14 +193,20 @@ def capture(
 
 def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: bool) -> Graph:
     graph = tracer.graph
-    with recording(tracer):
+    with recording(tracer), int_in_modules_of(fn):
         try:
             result = fn(*args, **kwargs)
         except TypeError as exc:
             refusal = number_given_for_tensor(exc)
             if refusal is None:
+                _note_where(exc)
                 raise
             raise refusal from exc
+        except TraceError:
+            raise
+        except Exception as exc:
+            _note_where(exc)
+            raise
         try:
             out_leaves, graph.out_spec = pytree.flatten(
                 result, lambda x: isinstance(x, (torch.Tensor, SymInt, SymFloat))
@@ -220,6 +228,31 @@ def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: boo
             )
         graph.outputs = [tracer.encode(x) for x in out_leaves]
     return graph
+
+
+def _note_where(exc: BaseException) -> None:
+    """Name, in a note on ``exc``, the line of the traced code that raised it while it was
+    recorded (the model's own error, as ``RuntimeError: The size of tensor a (4) must
+    match ...``, says what but not where), and the one way the recording differs from an
+    eager call: library code sees ``torch.jit.is_tracing()`` answer True."""
+    loc = None
+    tb = exc.__traceback__
+    while tb is not None:  # the innermost frame of the user's (or the library's) code
+        filename = tb.tb_frame.f_code.co_filename
+        if not is_internal(filename):
+            loc = f"{filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    if loc is None or not hasattr(exc, "add_note"):
+        return
+    line = source_line(loc).strip()
+    exc.add_note(
+        f"tracebridge: the traced code raised this at {loc}"
+        + (f" (`{line}`)" if line else "")
+        + " while it was recorded on the example inputs. Recording runs the code as an "
+        "eager call does, except that library code sees torch.jit.is_tracing() answer "
+        "True: if the eager call succeeds on these inputs, the path the library keeps for "
+        "tracers is the likely cause"
+    )
 
 
 def capture_again(

@@ -17,7 +17,7 @@ from ..ir.program import Ref
 from ..source import called_from_user_code as _called_from_user_code
 from ..source import is_internal
 from .numbers import SymFloat, SymInt, SymSize, _Traced
-from .text import formatted
+from .text import TensorText, formatted
 
 
 class Conversions:
@@ -285,7 +285,7 @@ class Conversions:
             T.is_inference: concrete,
             T.is_conj: concrete,
             T.is_neg: concrete,
-            T.__repr__: concrete,
+            T.__repr__: self._on_repr,
             T.__format__: self._on_format,
             T.__hash__: concrete,
             T.is_same_size: concrete,
@@ -391,18 +391,50 @@ class Conversions:
         of a size's text (trace/text.py): no guard where it only reaches a message, a guard
         where it may decide something. Switch Transformers picks each expert it runs by
         ``self[f"expert_{expert_idx[0]}"]``: baked with no guard, a call that routed its
-        tokens to other experts ran the traced ones, silently wrong."""
+        tokens to other experts ran the traced ones, silently wrong. A tensor of another
+        rank formats as its ``repr``: see :meth:`_on_repr`."""
         with torch._C.DisableTorchFunction():
             scalar = tensor.dim() == 0 and not tensor.is_meta
         if not scalar:
-            return func(tensor, spec)
+            return self._tensor_text(tensor, func(tensor, spec), None)
         value = self._on_item(torch.Tensor.item, tensor)
         if not isinstance(value, _Traced):
             return format(value, spec)  # a bool: guarded by _on_item
-        frame = sys._getframe(1)
-        while frame is not None and is_internal(frame.f_code.co_filename):
-            frame = frame.f_back  # the code that formats: the user's, or a library's
-        return formatted(value, format(value._concrete(), spec), frame=frame)
+        return formatted(value, format(value._concrete(), spec), frame=_formatting_frame())
+
+    def _on_repr(self, func, tensor, *args, **kwargs):
+        """``str(x)``, ``repr(x)``, ``print(x)``, ``'%s' % x``: the text shows the tensor's
+        values. It remembers them (trace/text.py): printed or logged, nothing is guarded and
+        nothing recorded; compared, hashed or branched on, the values and dtype are guarded
+        where the text decides. PyTorch's printing runs with the recording mode off, so its
+        own tensor work (``tensor_str``'s abs, max, masked_select) leaves no node."""
+        return self._tensor_text(tensor, func(tensor, *args, **kwargs), tensor)
+
+    def _tensor_text(self, tensor, text: str, obj) -> str:
+        """``text`` made from ``tensor``'s values: traced when the tensor is a value of the
+        trace (an input, a result, a parameter or buffer), plain when it is a constant.
+        ``obj``: the tensor where its ``__repr__`` made the text (see text.formatted)."""
+        entry = self._state.get(id(tensor))
+        traced = self._lookup(tensor) is not None or (entry is not None and entry[2] is tensor)
+        if not traced or not isinstance(text, str) or tensor.is_meta:
+            return text
+        return formatted(TensorText(self, tensor), text, frame=_formatting_frame(), obj=obj)
+
+    def guard_values(self, tensor: torch.Tensor, reason: str) -> None:
+        """Guard ``tensor``'s values and dtype at the current line: text made from them
+        decides (trace/text.py, :class:`TensorText`)."""
+        with torch._C.DisableTorchFunction():
+            concrete = tensor.tolist()
+        loc = self.location()
+        desc = f"{self._name_of(tensor)}.tolist()"
+        ref = self._value_node("prim.tolist", "list", [self.tensor_ref(tensor)], loc)
+        self.guard(ref, concrete, desc, "value", loc)
+        read = self._lazy_meta("prim.dtype", tensor, "dtype")
+        self._guard_dtype(tensor, read, f"{self._name_of(tensor)}.dtype (text)")
+        self.warn(
+            f"the traced tensor {self._name_of(tensor)} was {reason}; the trace is valid "
+            "only for calls where it has the same values"
+        )
 
     def _on_tolist(self, func, tensor, *args, **kwargs):
         concrete = tensor.tolist()
@@ -436,6 +468,15 @@ class Conversions:
     def _on_len(self, func, tensor):
         # Reached only when len() was not our patched builtin: the size becomes a plain int.
         return int(self.size_of(tensor, 0))
+
+
+def _formatting_frame():
+    """The frame of the code that formats a tensor: the user's, or a library's (PyTorch's
+    and tracebridge's own frames are passed over)."""
+    frame = sys._getframe(2)
+    while frame is not None and is_internal(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
 
 
 DESC_LIMIT = 120

@@ -26,7 +26,8 @@ _own_code: dict[str, types.FunctionType] = {}  # helper name -> the library's ow
 _swapped: dict[types.FunctionType, types.CodeType] = {}  # library function -> its code
 
 
-def _active():
+def active_tracer():
+    """The tracer recording in this thread, or None."""
     from .patches import _tracers  # patches installs this module: import late
 
     stack = _tracers.stack
@@ -35,7 +36,7 @@ def _active():
 
 def traced_torch_int(x):
     """``torch_int`` while tracing: a traced number stays traced."""
-    tracer = _active()
+    tracer = active_tracer()
     if tracer is not None and isinstance(x, _Traced):
         return x if isinstance(x, SymInt) else tracer.scalar_op("trunc", (x,))
     return _own_code["torch_int"](x)
@@ -43,7 +44,7 @@ def traced_torch_int(x):
 
 def traced_torch_float(x):
     """``torch_float`` while tracing: a traced number stays traced."""
-    tracer = _active()
+    tracer = active_tracer()
     if tracer is not None and isinstance(x, _Traced):
         return x if isinstance(x, SymFloat) else tracer.scalar_op("mul", (x, 1.0))
     return _own_code["torch_float"](x)

@@ -7,13 +7,14 @@ that turns it into a plain Python value goes through the tracer (recorded or gua
 from __future__ import annotations
 
 import re
+import sys
 from typing import TYPE_CHECKING
 
 from ..errors import UnsupportedOpError
 from ..ir.program import Ref
 from ..source import is_internal, source_line
 from .caches import cache_lookup, miss_hash
-from .text import formatted
+from .text import formatted, formatted_from
 
 if TYPE_CHECKING:  # the tracer imports this module
     from .tracer import Tracer
@@ -101,6 +102,10 @@ class _Traced:
     def __format__(self, spec):
         return formatted(self, format(self._concrete(), spec))
 
+    def _fix_text(self, reason: str) -> None:
+        """Text showing this number decides (trace/text.py): guard the number's value."""
+        self._tracer.specialize(self, type(self._concrete()).__name__, reason=reason)
+
     def __neg__(self):
         return self._tracer.scalar_op("neg", (self,))
 
@@ -144,7 +149,8 @@ class _Traced:
         return type(self)._unwrap(self)
 
     def __repr__(self):
-        return formatted(self, repr(self._concrete()))
+        # Containers call their items' __repr__ from C (``str([n, 2])``): see formatted's obj.
+        return formatted(self, repr(self._concrete()), obj=self)
 
 
 class SymInt(_Traced, int):
@@ -183,6 +189,17 @@ class SymSize(tuple):
         for dim in self:
             result = result * dim
         return result
+
+    def __repr__(self):
+        """``torch.Size([2, 3])``, as eager code sees it (a tuple's ``(2, 3)`` would take
+        other paths in code that compares the text); the text remembers every size."""
+        text = f"torch.Size([{', '.join(str(int.__int__(d)) for d in self)}])"
+        traced = [d for d in self if isinstance(d, _Traced)]
+        if not traced:
+            return text
+        return formatted_from(tuple(traced), text, sys._getframe(1), obj=self)
+
+    __str__ = __repr__
 
 
 _NAMED = re.compile(r"\b(SymInt|SymFloat)\b")

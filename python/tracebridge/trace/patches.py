@@ -1,4 +1,5 @@
-"""Builtins that must see traced sizes: ``len``, ``range``, ``math.*``, ``torch.is_grad_enabled``.
+"""Builtins that must see traced sizes: ``len``, ``range``, ``operator.index``, ``math.*``,
+``torch.is_grad_enabled`` (and ``int`` in the traced code's modules: trace/integers.py).
 
 The patches live behind one object, :data:`BUILTIN_PATCHES`, whose lifetime is the
 ``recording`` block: installed when the first thread starts tracing, removed when the
@@ -11,6 +12,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import math
+import operator
 import threading
 from typing import TYPE_CHECKING
 
@@ -18,6 +20,7 @@ import torch
 
 from ..source import called_from_user_code as _called_from_user_code
 from . import helpers, library
+from .integers import traced_index
 from .numbers import _Traced
 
 if TYPE_CHECKING:  # the tracer imports this module
@@ -180,6 +183,7 @@ class BuiltinPatches:
 BUILTIN_PATCHES = BuiltinPatches()
 BUILTIN_PATCHES.add(builtins, "len", _traced_len)
 BUILTIN_PATCHES.add(builtins, "range", _traced_range)
+BUILTIN_PATCHES.add(operator, "index", traced_index)
 for _name in _MATH_OPS:
     BUILTIN_PATCHES.add(math, _name, _TRACED_MATH[_name])
 BUILTIN_PATCHES.add(torch, "is_grad_enabled", _traced_is_grad_enabled)

@@ -17,8 +17,16 @@ Note: formatting a size is not a decision.
   the caller's code, found in its AST): text that only reaches a message -- an argument
   of an assertion, a check, a warning, a log call, an exception, ``raise`` or the
   message of ``assert`` -- needs no guard; text going anywhere else is guarded where it
-  is made, as before. ``'%d' % n`` reads the number in C without asking it: that text is
-  never traced (nor guarded), as in eager Python.
+  is made, as before. Text made by the message call itself (``print(n)``, ``print(x)``)
+  or inside the standard library's ``logging`` and ``warnings`` (``log.info("%s", x)``
+  formats later, in ``logging``) is a message too. ``'%d' % n`` reads the number in C
+  without asking it: that text is never traced (nor guarded), as in eager Python.
+
+  A tensor formatted as text (``str(x)``, ``repr``, ``format``, f-strings, ``%s``) shows
+  its values: the text's source is then a :class:`TensorText`, which guards the tensor's
+  values (``x.tolist()``) and dtype when the text decides; a 0-dim tensor formatted with
+  ``format`` reads as its traced ``.item()`` (trace/conversions.py). Sources are anything
+  with ``_tracer`` and ``_fix_text(reason)``: traced numbers and tensor texts.
 """
 
 from __future__ import annotations
@@ -26,15 +34,21 @@ from __future__ import annotations
 import ast
 import contextlib
 import linecache
+import logging
+import os
 import string
 import sys
+import warnings
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+import torch
+
+from ..errors import UnsupportedOpError
 from ..source import OWN_DIR
 
 if TYPE_CHECKING:
-    from .numbers import _Traced
+    from .tracer import Tracer
 
 # Callables whose string arguments are messages: matched against the called name (the
 # last attribute or the plain name), lower-cased.
@@ -123,11 +137,37 @@ _READING_METHODS = (
 )
 
 
-class SymStr(str):
-    """Text formatted from traced numbers: reads as plain text, and records the guards on
-    its sources (the numbers it shows) the first time a decision depends on it."""
+class TensorText:
+    """A tensor whose values were formatted into text: the text's source. When the text
+    decides, the tensor's values and dtype are guarded (once) at the deciding line."""
 
-    def __new__(cls, text: str, sources: tuple[_Traced, ...]):
+    __slots__ = ("_tracer", "_tensor", "_version", "_fixed")
+
+    def __init__(self, tracer: Tracer, tensor: torch.Tensor):
+        self._tracer, self._tensor = tracer, tensor
+        self._version = tensor._version  # an in-place write after formatting is refused
+        self._fixed = False
+
+    def _fix_text(self, reason: str) -> None:
+        if self._fixed:
+            return
+        self._fixed = True
+        if self._tensor._version != self._version:
+            raise UnsupportedOpError(
+                f"text formatted from the traced tensor {self._tracer._name(self._tensor)} "
+                f"decides a branch at {self._tracer.location() or 'unknown location'}, but "
+                "the tensor was written in place after it was formatted: the trace cannot "
+                "guard the values the text shows. Format the tensor where the text is used, "
+                "or decide on the tensor itself (torch.where) rather than on its text"
+            )
+        self._tracer.guard_values(self._tensor, reason)
+
+
+class SymStr(str):
+    """Text formatted from traced values: reads as plain text, and records the guards on
+    its sources (the numbers or tensors it shows) the first time a decision depends on it."""
+
+    def __new__(cls, text: str, sources: tuple):
         obj = str.__new__(cls, text)
         obj._sources = tuple(sources)
         obj._fixed = False
@@ -138,12 +178,8 @@ class SymStr(str):
         if not self._fixed:
             self._fixed = True
             for source in self._sources:
-                tracer = source._tracer
-                if tracer.is_active():
-                    kind = type(source._concrete()).__name__
-                    tracer.specialize(
-                        source, kind, reason="formatted into text that decided a branch"
-                    )
+                if source._tracer.is_active():
+                    source._fix_text("formatted into text that decided a branch")
         return str.__str__(self)
 
     def __str__(self):
@@ -214,32 +250,48 @@ for _name in _READING_METHODS:
 # --- where text goes: read from the caller's source ---------------------------------------
 
 
-def formatted(sym: _Traced, text: str, depth: int = 2, frame=None) -> str:
-    """The text of ``sym`` formatted by the caller ``depth`` frames up (or by ``frame``): a
-    :class:`SymStr`, with a guard recorded now only if the caller builds it into text that
-    cannot remember its origin and that is not a message."""
-    tracer = sym._tracer
-    if not tracer.is_active():
+def formatted(source, text: str, depth: int = 2, frame=None, obj=None) -> str:
+    """The text of ``source`` (a traced number or a :class:`TensorText`) formatted by the
+    caller ``depth`` frames up (or by ``frame``): a :class:`SymStr`, with a guard recorded
+    now only if the caller builds it into text that cannot remember its origin and that is
+    not a message.
+
+    ``obj`` is the object formatted, for ``__repr__``: a container's repr (``str([n])``,
+    ``f"{x.shape}"``) calls its items' ``__repr__`` from C and joins their text into new
+    text, so the text is kept only where the caller's expression names ``obj`` itself.
+    ``__str__`` and ``__format__`` are called on the object the expression formats."""
+    return formatted_from((source,), text, frame or sys._getframe(depth), obj)
+
+
+def formatted_from(sources: tuple, text: str, frame, obj=None) -> str:
+    """:func:`formatted` of text that shows several traced values (``torch.Size``)."""
+    if not sources[0]._tracer.is_active():
         return text
-    frame = frame or sys._getframe(depth)
-    if _text_is_lost(frame) and not frame.f_code.co_filename.startswith(OWN_DIR):
-        tracer.specialize(
-            sym,
-            type(sym._concrete()).__name__,
-            reason="formatted into text that may decide a branch",
-        )
-    return SymStr(text, (sym,))
+    result = SymStr(text, sources)
+    if not frame.f_code.co_filename.startswith(OWN_DIR) and _text_is_lost(frame, obj):
+        for source in sources:
+            source._fix_text("formatted into text that may decide a branch")
+        result._fixed = True  # guarded already: a decision on it adds no second guard
+    return result
 
 
-def _text_is_lost(frame) -> bool:
+_MESSAGE_MODULES = (os.path.dirname(logging.__file__) + os.sep, warnings.__file__)
+
+
+def _text_is_lost(frame, obj=None) -> bool:
     """Whether the text made at ``frame``'s current instruction may decide something the
     trace cannot see: it is joined into new text that does not reach a message."""
+    if frame.f_code.co_filename.startswith(_MESSAGE_MODULES):
+        return False  # logging formats its record's message late, inside its own code
     code = frame.f_code
     positions = _positions(code)
     index = frame.f_lasti // 2
     if index >= len(positions):
         return True
-    return _lost_at(code.co_filename, positions[index])
+    fate, formatted_expr = _fate_at(code.co_filename, positions[index])
+    if fate == "kept" and obj is not None:
+        return not _names_object(frame, formatted_expr, obj)
+    return fate == "lost"
 
 
 @lru_cache(maxsize=4096)
@@ -251,29 +303,58 @@ def _positions(code) -> tuple:
 
 
 @lru_cache(maxsize=4096)
-def _lost_at(filename: str, position: tuple) -> bool:
+def _fate_at(filename: str, position: tuple) -> tuple[str, ast.AST | None]:
+    """Where the text made at ``position`` goes: ``("message", None)``, ``("kept", the
+    expression formatted)`` (the expression's value is the text itself), or ``("lost",
+    None)``."""
     tree = _parsed(filename)
     node = tree.get(position) if tree is not None else None
     if node is None:
-        return True
-    if _keeps_text(node):
-        return False
-    return not _reaches_message(node)
+        return ("lost", None)
+    if isinstance(node, ast.Call) and _is_message_call(node.func):
+        return ("message", None)  # print(n): the call itself turns its argument into text
+    if _reaches_message(node):
+        return ("message", None)
+    formatted_expr = _kept_expression(node)
+    if formatted_expr is not None:
+        return ("kept", formatted_expr)
+    return ("lost", None)
 
 
-def _keeps_text(node: ast.AST) -> bool:
-    """The expression's value is the object the number's ``__str__``/``__format__`` made."""
+def _kept_expression(node: ast.AST) -> ast.AST | None:
+    """The expression formatted, where ``node``'s value is the very object the formatted
+    value's ``__str__``/``__format__``/``__repr__`` made; else None."""
     if isinstance(node, ast.JoinedStr):
-        return len(node.values) == 1
+        only = node.values[0] if len(node.values) == 1 else None
+        return only.value if isinstance(only, ast.FormattedValue) else None
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-        return node.func.id in ("str", "repr", "format") and len(node.args) >= 1
+        if node.func.id in ("str", "repr", "format") and len(node.args) >= 1:
+            return node.args[0]
+        return None
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         # "{}".format(n) and "{:>4}".format(n) return the field's own text.
         template = node.func.value
-        if node.func.attr == "format" and isinstance(template, ast.Constant):
+        if node.func.attr == "format" and isinstance(template, ast.Constant) and node.args:
             with contextlib.suppress(ValueError, TypeError):
                 parts = list(string.Formatter().parse(template.value))
-                return len(parts) == 1 and parts[0][0] == "" and parts[0][1] is not None
+                if len(parts) == 1 and parts[0][0] == "" and parts[0][1] is not None:
+                    return node.args[0]
+    return None
+
+
+def _names_object(frame, expr: ast.AST, obj) -> bool:
+    """Whether ``expr`` is a name (or a name's plain attribute) bound to ``obj`` in
+    ``frame``: read without running code (no property, no ``__getattr__``)."""
+    if isinstance(expr, ast.Name):
+        for scope in (frame.f_locals, frame.f_globals, frame.f_builtins):
+            if expr.id in scope:
+                return scope[expr.id] is obj
+        return False
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+        for scope in (frame.f_locals, frame.f_globals):
+            if expr.value.id in scope:
+                found = getattr(scope[expr.value.id], "__dict__", {}).get(expr.attr, None)
+                return found is obj
     return False
 
 
