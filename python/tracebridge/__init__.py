@@ -43,7 +43,7 @@ from .errors import (  # noqa: E402
     UnsupportedOpError,
 )
 from .export import export_onnx, to_graph_module  # noqa: E402
-from .runtime import guards_disabled  # noqa: E402
+from .runtime import guards_disabled, invalidate_caches  # noqa: E402
 from .version import __version__  # noqa: E402,F401
 
 __all__ = [
@@ -60,6 +60,7 @@ __all__ = [
     "compile",
     "export_onnx",
     "guards_disabled",
+    "invalidate_caches",
     "load",
     "load_compiled",
     "save",

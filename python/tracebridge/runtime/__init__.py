@@ -7,6 +7,7 @@ one by one; it is slower but easy to step through, and gives identical results.
 
 from __future__ import annotations
 
+from .folding import invalidate_caches
 from .method import Method, guards_disabled
 
-__all__ = ["Method", "guards_disabled"]
+__all__ = ["Method", "guards_disabled", "invalidate_caches"]

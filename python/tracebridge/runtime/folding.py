@@ -180,6 +180,38 @@ _data_ptr = torch.Tensor.data_ptr
 _grad_enabled = torch.is_grad_enabled
 _inference_mode = torch.is_inference_mode_enabled
 _default_dtype = torch.get_default_dtype
+
+# Bumped by invalidate_caches(): every value kept from state (folds here, memos with
+# state keys in memo.py) is computed again at its next use.
+_epoch = [0]
+
+
+def invalidate_caches() -> None:
+    """Forget every value a traced or loaded object keeps from its state (folded
+    constants, memos keyed on state tensors): each is computed again at its next use.
+
+    Needed only after a write that torch does not record: ``p.data.copy_(w)`` or any
+    in-place op through ``.data`` (``.data`` has a version counter of its own, so neither
+    the parameter's version nor its data pointer moves). Writes torch records are seen
+    without it: ``load_state_dict``, ``.to()``, ``p.copy_(w)`` under ``torch.no_grad()``,
+    optimizer steps, ``p.data = w``.
+
+    >>> import torch, tracebridge
+    >>> class Doubled(torch.nn.Linear):
+    ...     def forward(self, x):
+    ...         return x @ (self.weight * 2).t()  # a value of state alone: folded
+    >>> net = Doubled(2, 2, bias=False).eval()
+    >>> f = tracebridge.trace(net, torch.ones(1, 2))
+    >>> with torch.no_grad():
+    ...     _ = f(torch.ones(1, 2))
+    ...     _ = net.weight.data.zero_()  # not recorded by torch: no version moves
+    ...     tracebridge.invalidate_caches()
+    ...     f(torch.ones(1, 2))
+    tensor([[0., 0.]])
+    """
+    _epoch[0] += 1
+
+
 _function_modes = torch._C._len_torch_function_stack
 _autocast = torch._C._is_any_autocast_enabled
 
@@ -222,7 +254,8 @@ class Folded:
         # and swapped tensors, which keep the object and its version.
         versions = list(map(_version, tensors))
         pointers = list(map(_data_ptr, tensors))
-        mode = (_inference_mode(), _default_dtype())  # factories follow the default dtype
+        # factories follow the default dtype; the epoch moves with invalidate_caches()
+        mode = (_inference_mode(), _default_dtype(), _epoch[0])
         entry = self.entry
         if (
             entry is not None

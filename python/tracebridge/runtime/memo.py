@@ -50,7 +50,7 @@ import torch
 from ..ir import Graph, Node, Ref, refs_in
 from ..ir import ops as opset
 from ..ir.analysis import output_ids
-from .folding import _ALIASING, _autocast, _function_modes, _may_be_static
+from .folding import _ALIASING, _autocast, _epoch, _function_modes, _may_be_static
 
 # Scalar kinds whose values are exact keys: equal means interchangeable (not floats).
 _KEY_KINDS = frozenset({"int", "bool", "device", "dtype"})
@@ -305,7 +305,7 @@ class Memo:
             exact[i] = (id(t), t._version, t.data_ptr())
         if _grad_enabled() and any(t.requires_grad for t in tensors):
             return self.function(*key)
-        entry = (tuple(exact), _inference_mode(), _default_dtype())
+        entry = (tuple(exact), _inference_mode(), _default_dtype(), _epoch[0])
         kept = self.cache.get(entry)
         if kept is None:
             return self._keep(entry, self.function(*key), tensors)
