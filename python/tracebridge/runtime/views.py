@@ -132,7 +132,17 @@ def _is_view(node: Node, kinds: dict[int, str]) -> bool:
     rest = (list(node.args[1:]), list(node.kwargs.values()))
     if node.op == "getitem":
         return len(node.args) == 2 and not node.kwargs and _plain_index(node.args[1], kinds)
+    if node.op == "as_strided" and not _relative(node):
+        return False
     return _int_arguments(rest, kinds)
+
+
+def _relative(node: Node) -> bool:
+    """Whether an ``as_strided`` node keeps its input's storage offset: one it is given
+    counts from the storage's start, not from the base's offset, which a tree's key does
+    not hold (the same sizes and strides at another offset would read other elements)."""
+    offset = node.args[3] if len(node.args) > 3 else node.kwargs.get("storage_offset")
+    return offset is None
 
 
 def _is_shape_read(node: Node, kinds: dict[int, str]) -> bool:

@@ -1,0 +1,96 @@
+"""Review of the runtime's fast paths (basic_index, views with ``as_strided``, the inline
+size bound, sized_guard's flat reading, chunk without its check, contiguous size reads,
+folds under ``no_grad``): small programs and crafted files that each fast path must run
+as the interpreter and eager do, and must never let allocate past the limits."""
+
+from __future__ import annotations
+
+import json
+import warnings
+import zipfile
+
+import pytest
+import torch
+
+import tracebridge
+
+from .graph_helpers import loaded, no_grad_code, same_view
+from .test_redteam import _int, _node, _ref, _tensor, _write
+
+RUNTIMES = ("codegen", "interpreter")
+LIMIT_MESSAGE = "would allocate .* more than the limit"
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    """program.json and the tensors member of ``neg(x)`` for a float vector x."""
+    path = tmp_path_factory.mktemp("review") / "base.tb"
+    tracebridge.trace(torch.neg, torch.randn(3)).save(path)
+    with zipfile.ZipFile(path) as archive:
+        return json.loads(archive.read("program.json")), archive.read("tensors.safetensors")
+
+
+def _crafted(tmp_path, base, nodes, dtype="float32", shape=("s0",), name="crafted.tb"):
+    """A file whose forward takes one tensor (``dtype``, ``shape`` of symbols) and runs
+    ``nodes``, returning the last node's first output."""
+    doc = json.loads(json.dumps(base[0]))
+    graph = doc["methods"]["forward"]
+    graph["inputs"][0]["dtype"] = dtype
+    graph["inputs"][0]["shape"] = list(shape)
+    graph["inputs"][0].pop("example", None)
+    graph["nodes"] = nodes
+    graph["outputs"] = [_ref(nodes[-1]["outputs"][0]["id"])]
+    graph["sources"] = {}
+    path = tmp_path / name
+    _write(path, doc, base[1])
+    return path
+
+
+# --- views: an as_strided with its own storage offset ---------------------------------------
+
+
+def offset_view(x):
+    y = x.view(2, 3).t()
+    return y.as_strided((2, 2), (1, 1), 1) + 0  # offset 1: of the storage, not of y
+
+
+def test_an_as_strided_with_a_storage_offset_reads_the_storage_as_eager(tmp_path):
+    """Was: the tree kept the offset relative to its base, so a later call on a base at
+    another storage offset (same sizes and strides: the same key) read other elements
+    than eager, where the interpreter refuses the view."""
+    storage = torch.arange(12.0)
+    traced = tracebridge.trace(offset_view, (storage[:6],), check_trace=False)
+    fast = loaded(traced, tmp_path)
+    plain = tracebridge.load(tmp_path / "m.tb", runtime="interpreter")
+    with torch.no_grad():
+        for start in (0, 0, 6, 3):
+            x = storage[start : start + 6]
+            if start == 0:
+                for got in (fast(x), plain(x)):
+                    assert same_view(got, offset_view(x))
+                continue
+            for module in (fast, plain):  # elements 1..3: outside the input's own
+                with pytest.raises(tracebridge.OpError, match="outside the input's own"):
+                    module(x)
+
+
+def test_an_as_strided_without_an_offset_still_joins_the_tree(tmp_path):
+    def relative(x):
+        y = x.view(2, 3).t()
+        return y.as_strided((2, 2), (1, 1)) + 0
+
+    storage = torch.arange(12.0)
+    traced = tracebridge.trace(relative, (storage[:6],), check_trace=False)
+    assert "views: Tensor.view, t, as_strided" in no_grad_code(traced)
+    fast = loaded(traced, tmp_path)
+    with torch.no_grad():
+        for start in (0, 0, 6, 3):
+            x = storage[start : start + 6]
+            assert same_view(fast(x), relative(x))
