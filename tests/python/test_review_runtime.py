@@ -94,3 +94,45 @@ def test_an_as_strided_without_an_offset_still_joins_the_tree(tmp_path):
         for start in (0, 0, 6, 3):
             x = storage[start : start + 6]
             assert same_view(fast(x), relative(x))
+
+
+# --- the inline size bound and sized_guard: sizes that are not Python ints ---------------------
+
+
+def test_an_int_value_that_is_a_tensor_gets_the_checked_call(tmp_path, base):
+    """A file may declare any node's output an int: ``abs`` of an int64 tensor here.
+    Was: the inline test ``16 * n * n <= limit`` wrapped around in int64 (2**66 is 0)
+    and the kernel ran without the check of the bytes."""
+    nodes = [
+        _node("abs", [_ref(0)], [_int(1)]),
+        _node("zeros", [[_ref(1), _ref(1)]], [_tensor(2, shape=[4, 4])]),
+    ]
+    path = _crafted(tmp_path, base, nodes, dtype="int64", shape=())
+    for runtime in RUNTIMES:
+        module = tracebridge.load(path, runtime=runtime)
+        for grad in (True, False):
+            with (
+                torch.set_grad_enabled(grad),
+                pytest.raises(tracebridge.OpError, match=LIMIT_MESSAGE),
+            ):
+                module(torch.tensor(2**31))
+        assert module(torch.tensor(2)).shape == (2, 2)
+
+
+def test_int32_sizes_that_wrap_get_the_checked_call(tmp_path, base):
+    """In int32, 16 * 2**28 is 0: the test passed and the kernel would make 2 GiB."""
+    nodes = [
+        _node("abs", [_ref(0)], [_int(1)]),
+        _node(
+            "zeros",
+            [[_ref(1)]],
+            [_tensor(2, "float64", shape=[4])],
+            {"dtype": {"dtype": "float64"}, "device": {"device": "meta"}},
+        ),
+    ]
+    path = _crafted(tmp_path, base, nodes, dtype="int32", shape=())
+    for runtime in RUNTIMES:
+        module = tracebridge.load(path, runtime=runtime)
+        with pytest.raises(tracebridge.OpError, match=LIMIT_MESSAGE):
+            module(torch.tensor(2**28, dtype=torch.int32))
+        assert module(torch.tensor(4, dtype=torch.int32)).shape == (4,)

@@ -116,6 +116,7 @@ _HELPERS = {
     "_set_grad_enabled": torch._C._set_grad_enabled,
     "_type": type,
     "_Tensor": torch.Tensor,
+    "_int": int,
 }
 _PLAIN_CONSTANTS = (bool, int, float, complex, str)
 _COMMENT_LIMIT = 160
@@ -331,7 +332,10 @@ class CodeGen:
         16 bytes (the widest element) is within the allocation limit, and ``call``
         otherwise: the bound the guard checks first, without its Python frame (about
         1.4 us of 3.5 for a ``new_ones``, torch 2.13, one thread). A negative size passes
-        the test or not; either way the kernel refuses it, as after the guard."""
+        the test or not; either way the kernel refuses it, as after the guard. Each value
+        is tested to be a Python int first: a file may declare any node's result an int,
+        and the product of a tensor wraps around (``16 * n`` of an int32 ``n = 2**28`` is
+        0) where the guard reads the tensor's value."""
         kinds = self.kinds()
         sizes = []
         for arg in support.size_arguments(node):
@@ -343,7 +347,15 @@ class CodeGen:
         for size in sizes:
             if not (type(size) is int and size == 1):
                 product = ast.BinOp(product, ast.Mult(), self.literal(size))
-        test = ast.Compare(product, [ast.LtE()], [ast.Constant(checked_ops.ALLOC_BYTES)])
+        values = dict.fromkeys(s.id for s in sizes if isinstance(s, Ref))
+        tests: list[ast.expr] = [
+            ast.Compare(_call("_type", self.ref(Ref(v))), [ast.Is()], [self.helper("_int")])
+            for v in values
+        ]
+        if tests:
+            self.helper("_type")
+        tests.append(ast.Compare(product, [ast.LtE()], [ast.Constant(checked_ops.ALLOC_BYTES)]))
+        test = tests[0] if len(tests) == 1 else ast.BoolOp(ast.And(), tests)
         args, kwargs = self.arguments(node)
         kernel = self.bind(_op_prefix(node.op), support.default_callable(node.op))
         return ast.IfExp(test, ast.Call(kernel, args, kwargs), call)
