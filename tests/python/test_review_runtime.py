@@ -136,3 +136,18 @@ def test_int32_sizes_that_wrap_get_the_checked_call(tmp_path, base):
         with pytest.raises(tracebridge.OpError, match=LIMIT_MESSAGE):
             module(torch.tensor(2**28, dtype=torch.int32))
         assert module(torch.tensor(4, dtype=torch.int32)).shape == (4,)
+
+
+@pytest.mark.parametrize("shape", [(1,), (1, 1)])
+def test_a_one_element_tensor_in_a_size_list_is_counted(tmp_path, base, shape):
+    """PyTorch reads a one-element integer tensor of any rank as a size
+    (``torch.zeros([torch.tensor([5]), 3])`` is 5 x 3); sized_guard counted only 0-dim
+    ones, so ``zeros([t, t])`` of a one-element vector allocated unbounded."""
+    nodes = [_node("zeros", [[_ref(0), _ref(0)]], [_tensor(1, shape=[4, 4])])]
+    symbols = [f"s{i}" for i in range(len(shape))]
+    path = _crafted(tmp_path, base, nodes, dtype="int64", shape=symbols)
+    for runtime in RUNTIMES:
+        module = tracebridge.load(path, runtime=runtime)
+        with pytest.raises(tracebridge.OpError, match=LIMIT_MESSAGE):
+            module(torch.full(shape, 2**20))
+        assert module(torch.full(shape, 3)).shape == (3, 3)

@@ -795,10 +795,19 @@ def _ints_in(value) -> list[int]:
         return list(value)  # the common case, sizes as literals and traced ints: no recursion
     if isinstance(value, (list, tuple, torch.Size)):
         return [i for x in value for i in _ints_in(x)]
-    if _is_tensor(value) and value.dim() == 0 and not value.is_floating_point():
-        return [int(value)]
+    if _is_tensor(value):
+        return _tensor_size(value)
     if isinstance(value, int) and not isinstance(value, bool):
         return [value]
+    return []
+
+
+def _tensor_size(value: torch.Tensor) -> list[int]:
+    """A tensor as PyTorch reads it among sizes: one element of an integer dtype, of any
+    rank (``torch.zeros([torch.tensor([5]), 3])`` is 5 x 3; counting only 0-dim tensors
+    let a one-element vector size an allocation unbounded). PyTorch refuses any other."""
+    if value.numel() == 1 and not value.is_floating_point() and not value.is_complex():
+        return [int(value)]
     return []
 
 
