@@ -151,3 +151,37 @@ def test_a_one_element_tensor_in_a_size_list_is_counted(tmp_path, base, shape):
         with pytest.raises(tracebridge.OpError, match=LIMIT_MESSAGE):
             module(torch.full(shape, 2**20))
         assert module(torch.full(shape, 3)).shape == (3, 3)
+
+
+def eye_of(x):
+    return torch.eye(x.shape[0], device="meta")  # meta: an escape allocates nothing
+
+
+def test_eye_of_one_traced_size_is_bounded_as_n_by_n(tmp_path):
+    """``eye(n)`` makes n x n elements; sized_guard counted n, so a 65536-element input
+    made a 16 GiB identity in a program as plain as ``torch.eye(x.shape[0])``."""
+    traced = tracebridge.trace(eye_of, (torch.randn(3),), check_trace=False)
+    for module in (traced, loaded(traced, tmp_path, runtime="interpreter")):
+        assert module(torch.randn(5)).shape == (5, 5)
+        with pytest.raises(tracebridge.OpError, match=LIMIT_MESSAGE):
+            module(torch.randn(2**16))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [_ref(0)],  # arange(t): a 0-dim tensor end was not read at all
+        [0, _ref(0)],
+        [_ref(0), True, -1],  # a bool is 1: from 2**40 down to 1
+    ],
+)
+def test_arange_reads_tensors_and_bools_as_pytorch_does(tmp_path, base, args):
+    nodes = [
+        _node("arange", args, [_tensor(1, "int64", shape=[4])], {"device": {"device": "meta"}})
+    ]
+    path = _crafted(tmp_path, base, nodes, dtype="int64", shape=())
+    for runtime in RUNTIMES:
+        module = tracebridge.load(path, runtime=runtime)
+        with pytest.raises(tracebridge.OpError, match=LIMIT_MESSAGE):
+            module(torch.tensor(2**40))
+        assert module(torch.tensor(4)).numel() == (4 if len(args) < 3 else 3)

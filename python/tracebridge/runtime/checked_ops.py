@@ -831,14 +831,27 @@ def _flat_ints(value) -> list[int]:
     return ints
 
 
+def _range_number(x) -> float | None:
+    """An argument of ``arange`` as the number PyTorch reads: bools are 0 and 1, and a
+    0-dim tensor is its value (ignored, ``arange(torch.tensor(2**40))`` was unbounded)."""
+    if isinstance(x, (int, float)):
+        return float(x)
+    if _is_tensor(x) and x.dim() == 0 and not x.is_complex():
+        return float(x)
+    return None
+
+
 def _range_numel(args: Sequence, kwargs: dict) -> int:
-    numbers = [float(x) for x in args if isinstance(x, (int, float)) and not isinstance(x, bool)]
+    numbers = [n for n in map(_range_number, args) if n is not None]
     start, end, step = 0.0, numbers[0] if numbers else 0.0, 1.0
     if len(numbers) >= 2:
         start, end = numbers[:2]
         step = numbers[2] if len(numbers) > 2 else 1.0
-    start = float(kwargs.get("start", start))
-    end, step = float(kwargs.get("end", end)), float(kwargs.get("step", step))
+    start, end, step = (
+        _range_number(kwargs.get(k, v)) for k, v in (("start", start), ("end", end), ("step", step))
+    )
+    if start is None or end is None or step is None:
+        return 0  # not a number: PyTorch refuses it itself
     if step == 0 or not all(map(math.isfinite, (start, end, step))):
         return 0  # PyTorch refuses these itself
     return max(math.ceil((end - start) / step), 0)
@@ -877,6 +890,8 @@ def sized_guard(
                     numel *= w if w > 0 else 0
             if repeats and args and _is_tensor(args[0]):
                 numel *= args[0].numel()
+            if op == "eye" and len(sizes_of(args, kwargs)) == 1:
+                numel *= numel  # eye(n) is n x n
         # The widest element a call can ask for is 16 bytes (complex128): only a count
         # past the limit at that width needs the dtype.
         if numel * 16 > ALLOC_BYTES:
