@@ -5,6 +5,7 @@ as the interpreter and eager do, and must never let allocate past the limits."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import warnings
 import zipfile
@@ -13,6 +14,8 @@ import pytest
 import torch
 
 import tracebridge
+from tracebridge.ir import Node, Ref, Value
+from tracebridge.runtime import basic_index
 
 from .graph_helpers import loaded, no_grad_code, same_view
 from .test_redteam import _int, _node, _ref, _tensor, _write
@@ -185,3 +188,40 @@ def test_arange_reads_tensors_and_bools_as_pytorch_does(tmp_path, base, args):
         with pytest.raises(tracebridge.OpError, match=LIMIT_MESSAGE):
             module(torch.tensor(2**40))
         assert module(torch.tensor(4)).numel() == (4 if len(args) < 3 else 3)
+
+
+# --- basic_index: every index it rewrites, on every rank ------------------------------------
+
+_ELEMENTS = [slice(None), 0, -1, 2, None, Ellipsis, Ref(1)]
+
+
+def _outcome(run):
+    try:
+        out = run()
+    except (IndexError, RuntimeError):
+        return "raises"
+    return (out.shape, out.stride(), out.storage_offset(), out.tolist())
+
+
+def test_each_index_basic_index_rewrites_runs_as_getitem_on_every_rank():
+    """Was: ``x[..., :, k]`` ran as ``select(x, -1, k)``, which takes a vector where
+    ``__getitem__`` raises 'too many indices' (and ``x[..., :, None]`` a 0-dim tensor)."""
+    rewritten = 0
+    for length in range(1, 5):
+        for elements in itertools.product(_ELEMENTS, repeat=length):
+            index = elements if length > 1 else elements[0]
+            node = Node("getitem", [Ref(0), index], outputs=[Value(id=2, kind="Tensor")])
+            found = basic_index.single_view(node, {0: "Tensor", 1: "int"})
+            if found is None:
+                continue
+            rewritten += 1
+            op = getattr(torch, found.op)
+            for rank, k in itertools.product(range(5), (0, -1, 3)):
+                x = torch.arange(float(3**rank)).reshape((3,) * rank)
+                real = tuple(k if isinstance(e, Ref) else e for e in elements)
+                pick = k if isinstance(found.index, Ref) else found.index
+                extra = () if found.op == "unsqueeze" else (pick,)
+                expected = _outcome(lambda: x[real if length > 1 else real[0]])  # noqa: B023
+                got = _outcome(lambda: op(x, found.dim, *extra))  # noqa: B023
+                assert got == expected, (elements, rank, k)
+    assert rewritten > 20

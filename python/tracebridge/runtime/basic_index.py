@@ -20,10 +20,12 @@ Note: why, and why it is the same.
     follow it) and its position counts from the front: ``x[:, :, k]`` is
     ``select(x, 2, k)``. With one, the ellipsis stands first and the position counts from
     the back: ``x[..., k, :]`` is ``select(x, -2, k)``, ``x[..., None]`` is
-    ``unsqueeze(x, -1)``. Then a tensor of too few dimensions makes both forms raise: a
-    full slice after ``select(x, 1, k)``'s position (``x[:, k, :]``) would ask for one
-    more dimension than the op needs, so it keeps the call. An index of only full
-    slices is an alias (``__getitem__`` makes one), not a view op: it stays a call.
+    ``unsqueeze(x, -1)``; the pick must follow the ellipsis (``x[..., :, k]`` needs one
+    dimension more than ``select(x, -1, k)``). Then a tensor of too few dimensions makes
+    both forms raise: a full slice after ``select(x, 1, k)``'s position
+    (``x[:, k, :]``) would ask for one more dimension than the op needs, so it keeps the
+    call. An index of only full slices is an alias (``__getitem__`` makes one), not a
+    view op: it stays a call.
   * Only a plain ``torch.Tensor`` outside torch function modes and autocast (``_plain``,
     runtime/scalars.py): a subclass or a mode sees ``__getitem__`` as traced.
   * Only in the function for calls without autograd (``CodeGen.no_autograd``), as the
@@ -83,8 +85,8 @@ def single_view(node: Node, kinds: dict[int, str]) -> SingleView | None:
     # counts from the back; without one, or with one after it, the pick counts from the
     # front and ends the index (but for that ellipsis).
     if ellipses and ellipses[0] < at:
-        if ellipses[0] != 0:
-            return None
+        if ellipses[0] != 0 or at != 1:
+            return None  # ``x[..., :, k]`` needs two dimensions, ``select(x, -1, k)`` one
         dim = at - len(elements)
     else:
         if at != len(elements) - 1 - len(ellipses):
