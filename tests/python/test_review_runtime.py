@@ -225,3 +225,17 @@ def test_each_index_basic_index_rewrites_runs_as_getitem_on_every_rank():
                 got = _outcome(lambda: op(x, found.dim, *extra))  # noqa: B023
                 assert got == expected, (elements, rank, k)
     assert rewritten > 20
+
+
+def test_an_int_index_that_is_a_bool_runs_as_getitem(tmp_path, base):
+    """A file may declare a bool an int (``scalar.eq`` here): ``x[True]`` adds a
+    dimension, where ``select(x, 0, True)`` raised a TypeError."""
+    nodes = [
+        _node("scalar.eq", [1, 1], [_int(1)]),
+        _node("getitem", [_ref(0), {"tuple": [_ref(1)]}], [_tensor(2, "int64", shape=[1, "s0"])]),
+    ]
+    path = _crafted(tmp_path, base, nodes, dtype="int64")
+    x = torch.tensor([0, 1, 0])
+    with torch.no_grad():
+        for runtime in RUNTIMES:
+            assert same_view(tracebridge.load(path, runtime=runtime)(x), x[True])

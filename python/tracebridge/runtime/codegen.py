@@ -913,8 +913,12 @@ class CodeGen:
         self.plain_read = True
         plain = ast.Compare(_call("_type", x(found.tensor)), [ast.Is()], [self.helper("_Tensor")])
         self.helper("_type")
-        test = ast.BoolOp(ast.And(), [ast.Name(scalars.PLAIN, ast.Load()), plain])
-        return ast.IfExp(test, view, call)
+        tests = [ast.Name(scalars.PLAIN, ast.Load()), plain]
+        if isinstance(found.index, Ref):  # a file may declare a bool an int: x[True] adds a dim
+            tests.append(
+                ast.Compare(_call("_type", x(found.index)), [ast.Is()], [self.helper("_int")])
+            )
+        return ast.IfExp(ast.BoolOp(ast.And(), tests), view, call)
 
     def square_as_product(self, node: Node, call: ast.expr) -> ast.expr:
         """``call``, or for ``pow(x, 2)`` in a call without autograd, ``mul(x, x)`` where
