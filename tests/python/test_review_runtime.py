@@ -239,3 +239,16 @@ def test_an_int_index_that_is_a_bool_runs_as_getitem(tmp_path, base):
     with torch.no_grad():
         for runtime in RUNTIMES:
             assert same_view(tracebridge.load(path, runtime=runtime)(x), x[True])
+
+
+def test_a_stride_read_runs_alike_in_both_runtimes(tmp_path, base):
+    """The generated code reads ``x.stride()[d]`` (faster than ``x.stride(d)``); the
+    interpreter read ``x.stride(d)``, which refuses a bool the file gives as ``d``."""
+    nodes = [
+        _node("prim.stride", [_ref(0), True], [_int(1)]),
+        _node("mul", [_ref(0), _ref(1)], [_tensor(2, shape=["s0", "s1"])]),
+    ]
+    path = _crafted(tmp_path, base, nodes, shape=("s0", "s1"))
+    x = torch.ones(2, 3).t()
+    for runtime in RUNTIMES:
+        assert torch.equal(tracebridge.load(path, runtime=runtime)(x), x * x.stride(1))

@@ -26,7 +26,9 @@ PRIM_FUNCTIONS = {
     "prim.float": float,
     "prim.len": len,
     "prim.grad_enabled": torch.is_grad_enabled,
-    "prim.stride": lambda t, d: t.stride(d),
+    # As the generated code reads it (codegen._ATTRIBUTE_PRIMS), so that both runtimes
+    # read a dimension alike (a bool of a hostile file: index 1 in both, as prim.size).
+    "prim.stride": lambda t, d: t.stride()[d],
     "prim.requires_grad": lambda t: t.requires_grad,
     "prim.is_contiguous": lambda t: t.is_contiguous(),
 }
