@@ -252,3 +252,29 @@ def test_a_stride_read_runs_alike_in_both_runtimes(tmp_path, base):
     x = torch.ones(2, 3).t()
     for runtime in RUNTIMES:
         assert torch.equal(tracebridge.load(path, runtime=runtime)(x), x * x.stride(1))
+
+
+def halves(x):
+    a, b = x.view(2, -1).t().unsqueeze(0).squeeze(0).split(2)
+    return a, b
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="views.Views makes split's results with as_strided, which autograd does not "
+    "mark as outputs of a multi-output view: eager refuses an in-place write of one with "
+    "a tensor that requires grad, the loaded module allows it (pre-existing; running such "
+    "trees as traced whenever grad is on would cost every call made without no_grad)",
+)
+def test_a_split_result_refuses_an_in_place_write_with_grad_as_eager(tmp_path):
+    """Repro: a, b = loaded(torch.randn(8)); a.mul_(torch.ones(2, 2, requires_grad=True))."""
+    traced = tracebridge.trace(halves, (torch.randn(8),), check_trace=False)
+    assert "views: Tensor.view, t, unsqueeze, squeeze, split" in traced.code
+    module = loaded(traced, tmp_path)
+    weight = torch.ones(2, 2, requires_grad=True)
+    with pytest.raises(RuntimeError, match="multiple views"):
+        halves(torch.randn(8))[0].mul_(weight)
+    for _ in range(2):  # the second call from the cache
+        a, _ = module(torch.randn(8))
+        with pytest.raises(RuntimeError, match="multiple views"):
+            a.mul_(weight)
