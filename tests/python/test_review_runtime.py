@@ -278,3 +278,19 @@ def test_a_split_result_refuses_an_in_place_write_with_grad_as_eager(tmp_path):
         a, _ = module(torch.randn(8))
         with pytest.raises(RuntimeError, match="multiple views"):
             a.mul_(weight)
+
+
+def test_sizes_read_from_shapes_need_no_type_test():
+    """Sizes, and integer arithmetic on them, are Python ints whatever a file declares:
+    the inline bound tests only the other values (``prim.item`` here)."""
+
+    def masks(x, t):
+        b, n = x.shape[0], x.shape[1]
+        return x.new_ones(b, 1, n * 2 - 1), x.new_zeros(b, t.sum().item())
+
+    traced = tracebridge.trace(masks, (torch.randn(2, 3), torch.tensor([1, 2])), check_trace=False)
+    lines = [line for line in traced.code.splitlines() if "<= 1073741824" in line]
+    assert len(lines) == 2
+    assert "_type(" not in lines[0] and "is _int" in lines[1]
+    x, t = torch.randn(4, 5), torch.tensor([2, 1])
+    assert all(same_view(a, b) for a, b in zip(traced(x, t), masks(x, t), strict=True))

@@ -205,6 +205,7 @@ class CodeGen:
         self._where = "the graph"
         self._defined = 0
         self.int_bits: dict[int, int] = {}  # value id -> bound of its bits (_int_bits)
+        self.python_ints: set[int] = set()  # values that are Python ints (_python_ints)
         self._view_members: set[int] = set()  # indices of nodes that trees of views run
         self._view_calls: dict[int, list[views.ViewTree]] = {}  # index -> trees called there
         self._halves: dict[int, halves.Halves] = {}  # index of either node -> its pair
@@ -333,9 +334,10 @@ class CodeGen:
         otherwise: the bound the guard checks first, without its Python frame (about
         1.4 us of 3.5 for a ``new_ones``, torch 2.13, one thread). A negative size passes
         the test or not; either way the kernel refuses it, as after the guard. Each value
-        is tested to be a Python int first: a file may declare any node's result an int,
-        and the product of a tensor wraps around (``16 * n`` of an int32 ``n = 2**28`` is
-        0) where the guard reads the tensor's value."""
+        is tested to be a Python int first, unless it is one whatever the file declares
+        (:func:`_python_ints`): a file may declare any node's result an int, and the
+        product of a tensor wraps around (``16 * n`` of an int32 ``n = 2**28`` is 0)
+        where the guard reads the tensor's value."""
         kinds = self.kinds()
         sizes = []
         for arg in support.size_arguments(node):
@@ -347,7 +349,9 @@ class CodeGen:
         for size in sizes:
             if not (type(size) is int and size == 1):
                 product = ast.BinOp(product, ast.Mult(), self.literal(size))
-        values = dict.fromkeys(s.id for s in sizes if isinstance(s, Ref))
+        values = dict.fromkeys(
+            s.id for s in sizes if isinstance(s, Ref) and s.id not in self.python_ints
+        )
         tests: list[ast.expr] = [
             ast.Compare(_call("_type", self.ref(Ref(v))), [ast.Is()], [self.helper("_int")])
             for v in values
@@ -556,6 +560,7 @@ class CodeGen:
             blocks = {b.start: b for b in found}
         dead_after = last_uses(self.graph)
         self.int_bits = _int_bits(self.graph)
+        self.python_ints = _python_ints(self.graph)
         fold = folding.plan(self.graph, self.guards, self.no_autograd) if self.fold else None
         static = set(fold.skip) if fold is not None else set()
         if fold is not None:
@@ -1046,6 +1051,30 @@ def _int_bits(graph: Graph) -> dict[int, int]:
             small = known and sum(terms) <= _PRODUCT_BITS
             bits[out] = sum(terms) if small else 64  # inline, or the bounded op
     return bits
+
+
+# Reads whose result is a Python int (or, traced by torch.compile, a SymInt) for any
+# tensor, and integer arithmetic that keeps ints ints.
+_INT_READS = frozenset({"prim.size", "prim.numel", "prim.stride", "prim.len"})
+_INT_ARITHMETIC = frozenset(
+    "scalar.add scalar.sub scalar.mul scalar.floordiv scalar.mod scalar.neg".split()
+)
+
+
+def _python_ints(graph: Graph) -> set[int]:
+    """Ids of the values of ``graph`` that are Python ints whatever kinds the file
+    declares: size, numel, stride and length reads, and integer arithmetic on these and
+    on literal ints (a file may declare ``abs(t)`` an int; its value is a tensor)."""
+    ints: set[int] = set()
+    for node in graph.nodes:
+        if len(node.outputs) != 1 or node.kwargs:
+            continue
+        arithmetic = node.op in _INT_ARITHMETIC and all(
+            a.id in ints if isinstance(a, Ref) else type(a) in (int, bool) for a in node.args
+        )
+        if node.op in _INT_READS or arithmetic:
+            ints.add(node.outputs[0].id)
+    return ints
 
 
 def _small_product(node: Node, bits: dict[int, int]) -> bool:
