@@ -294,3 +294,31 @@ def test_sizes_read_from_shapes_need_no_type_test():
     assert "_type(" not in lines[0] and "is _int" in lines[1]
     x, t = torch.randn(4, 5), torch.tensor([2, 1])
     assert all(same_view(a, b) for a, b in zip(traced(x, t), masks(x, t), strict=True))
+
+
+class Masked(torch.nn.Module):
+    """A block of sizes and state (a memo keyed on the weight) under autograd."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 4))
+
+    def forward(self, x):
+        n = x.shape[0]
+        return x @ (torch.ones(n, n).triu() @ self.w[:n, :n].t())
+
+
+def test_torch_func_grad_reaches_state_a_memo_reads(tmp_path):
+    """Was: the memo read each state tensor's data pointer before it saw that one requires
+    grad, and torch.func.grad's tensors have none ('Cannot access data pointer')."""
+    model = Masked()
+    traced = tracebridge.trace(model, (torch.randn(3, 3),), check_trace=False)
+    assert "memo(" in traced.code
+    module = loaded(traced, tmp_path)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    x = torch.randn(3, 3)
+
+    def gradient(m):
+        return torch.func.grad(lambda p: torch.func.functional_call(m, p, (x,)).sum())(params)
+
+    assert torch.equal(gradient(module)["w"], gradient(model)["w"])

@@ -297,14 +297,13 @@ class Memo:
         return kept[0]
 
     def _with_state(self, key: tuple):
-        exact = list(key)
-        tensors = []
-        for i in self.state:
-            t = key[i]
-            tensors.append(t)
-            exact[i] = (id(t), t._version, t.data_ptr())
+        tensors = [key[i] for i in self.state]
+        # Before any data pointer: torch.func.grad's tensors require grad and have none.
         if _grad_enabled() and any(t.requires_grad for t in tensors):
             return self.function(*key)
+        exact = list(key)
+        for i, t in zip(self.state, tensors):
+            exact[i] = (id(t), t._version, t.data_ptr())
         entry = (tuple(exact), _inference_mode(), _default_dtype(), _epoch[0])
         kept = self.cache.get(entry)
         if kept is None:
