@@ -322,3 +322,25 @@ def test_torch_func_grad_reaches_state_a_memo_reads(tmp_path):
         return torch.func.grad(lambda p: torch.func.functional_call(m, p, (x,)).sum())(params)
 
     assert torch.equal(gradient(module)["w"], gradient(model)["w"])
+
+
+def four_views(x):
+    a, b = x.view(2, -1).t().unsqueeze(0).squeeze(0).split(2)
+    return a * 2, b + 1, a, b
+
+
+@pytest.mark.parametrize("vmap_first", [True, False])
+def test_a_tree_of_views_runs_under_vmap(tmp_path, vmap_first):
+    """Was: the first call of a key under torch.vmap raised 'Cannot access storage of
+    BatchedTensorImpl' where it compared the results' storage with the base's."""
+    traced = tracebridge.trace(four_views, (torch.randn(8),), check_trace=False)
+    assert "views: Tensor.view, t, unsqueeze, squeeze, split" in traced.code
+    module = loaded(traced, tmp_path)
+    xs = torch.randn(3, 8)
+    calls = [True, False, True] if vmap_first else [False, True, True]
+    for batched in calls:
+        if batched:
+            got, expected = torch.vmap(module)(xs), torch.vmap(four_views)(xs)
+        else:
+            got, expected = module(xs[0]), four_views(xs[0])
+        assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))

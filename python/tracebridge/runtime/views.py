@@ -423,7 +423,10 @@ class Views:
         values = self.function(base, *keys)  # raises as the traced ops do; nothing kept
         if not all(type(k) is int for k in ints):
             return values  # a key that equal values of another type could match
-        geometry = _geometry(base, values[: self.results])
+        try:
+            geometry = _geometry(base, values[: self.results])
+        except NotImplementedError:  # torch.vmap's tensors have no storage to compare
+            return values
         if geometry is None:  # not all views of the base for this key: run them as traced
             function = self.function
 
