@@ -344,3 +344,28 @@ def test_a_tree_of_views_runs_under_vmap(tmp_path, vmap_first):
         else:
             got, expected = module(xs[0]), four_views(xs[0])
         assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
+
+
+def _eye_by_keyword(tmp_path, base):
+    node = _node("eye", [], [_tensor(1, shape=[4, 4])], {"n": 2**15, "device": {"device": "meta"}})
+    return _crafted(tmp_path, base, [node])
+
+
+def test_eye_of_a_literal_n_by_keyword_is_refused_at_the_call(tmp_path, base):
+    """The loader counts ``eye(n=2**15)`` as 2**15 elements (it reads eye's sizes by
+    position only), so the runtime bounds eye's literal sizes too: 4 GiB, refused."""
+    path = _eye_by_keyword(tmp_path, base)
+    for runtime in RUNTIMES:
+        with pytest.raises(tracebridge.OpError, match=LIMIT_MESSAGE):
+            tracebridge.load(path, runtime=runtime)(torch.ones(3))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="check/budget.py (_shape, op 'eye') reads n and m by position only; "
+    "eye(n=2**15) passes the load-time byte bound (one line: also read kwargs n, m)",
+)
+def test_eye_of_a_literal_n_by_keyword_is_refused_at_load(tmp_path, base):
+    """Repro: a file with eye(n=32768) (4 GiB of float32) loads."""
+    with pytest.raises(tracebridge.ArtifactError, match="resource limits"):
+        tracebridge.load(_eye_by_keyword(tmp_path, base))

@@ -139,7 +139,8 @@ def size_arguments(node: Node) -> list:
 def _sized(node: Node, fn: Callable) -> Callable:
     """``fn``, bounded at the call when a size argument of ``node`` is a value of the graph
     (sizes written in the file are bounded at load)."""
-    if not refs_in(size_arguments(node)):
+    # eye's literal sizes too: the loader counts eye(n=...) by keyword as n, not n x n.
+    if not refs_in(size_arguments(node)) and node.op != "eye":
         return fn
     positions, keys, spread = _size_positions(node)
     return checked_ops.sized_guard(node.op, fn, positions, keys, spread)
