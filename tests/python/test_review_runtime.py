@@ -369,3 +369,15 @@ def test_eye_of_a_literal_n_by_keyword_is_refused_at_load(tmp_path, base):
     """Repro: a file with eye(n=32768) (4 GiB of float32) loads."""
     with pytest.raises(tracebridge.ArtifactError, match="resource limits"):
         tracebridge.load(_eye_by_keyword(tmp_path, base))
+
+
+def test_an_index_read_from_a_shape_needs_no_type_test():
+    def last(x):
+        return x[x.shape[0] - 1] * 2
+
+    traced = tracebridge.trace(last, (torch.randn(3, 2),), check_trace=False)
+    line = next(s for s in no_grad_code(traced).splitlines() if "op_select" in s)
+    assert "is _int" not in line
+    with torch.no_grad():
+        x = torch.randn(5, 2)
+        assert torch.equal(traced(x), last(x))

@@ -919,7 +919,8 @@ class CodeGen:
         plain = ast.Compare(_call("_type", x(found.tensor)), [ast.Is()], [self.helper("_Tensor")])
         self.helper("_type")
         tests = [ast.Name(scalars.PLAIN, ast.Load()), plain]
-        if isinstance(found.index, Ref):  # a file may declare a bool an int: x[True] adds a dim
+        # A file may declare a bool an int (x[True] adds a dimension): unless it is a size.
+        if isinstance(found.index, Ref) and found.index.id not in self.python_ints:
             tests.append(
                 ast.Compare(_call("_type", x(found.index)), [ast.Is()], [self.helper("_int")])
             )
