@@ -351,22 +351,26 @@ def _eye_by_keyword(tmp_path, base):
     return _crafted(tmp_path, base, [node])
 
 
-def test_eye_of_a_literal_n_by_keyword_is_refused_at_the_call(tmp_path, base):
-    """The loader counts ``eye(n=2**15)`` as 2**15 elements (it reads eye's sizes by
-    position only), so the runtime bounds eye's literal sizes too: 4 GiB, refused."""
+def test_eye_of_a_literal_n_by_keyword_is_refused_at_the_call(tmp_path, base, monkeypatch):
+    """The runtime bounds eye's literal sizes too (defence in depth: the loader's count is
+    taken out here): 4 GiB, refused at the call."""
+    from tracebridge.check import budget
+
     path = _eye_by_keyword(tmp_path, base)
+    original = budget.Budget._factory
+    monkeypatch.setattr(
+        budget.Budget,
+        "_factory",
+        lambda self, op, args, kwargs: None if op == "eye" else original(self, op, args, kwargs),
+    )
     for runtime in RUNTIMES:
         with pytest.raises(tracebridge.OpError, match=LIMIT_MESSAGE):
             tracebridge.load(path, runtime=runtime)(torch.ones(3))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="check/budget.py (_shape, op 'eye') reads n and m by position only; "
-    "eye(n=2**15) passes the load-time byte bound (one line: also read kwargs n, m)",
-)
 def test_eye_of_a_literal_n_by_keyword_is_refused_at_load(tmp_path, base):
-    """Repro: a file with eye(n=32768) (4 GiB of float32) loads."""
+    """A file with eye(n=32768) (4 GiB of float32) is refused at load: the loader reads
+    eye's n and m by keyword as well as by position."""
     with pytest.raises(tracebridge.ArtifactError, match="resource limits"):
         tracebridge.load(_eye_by_keyword(tmp_path, base))
 

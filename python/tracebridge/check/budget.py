@@ -180,8 +180,11 @@ class Budget:
         if op in _LIKE and args:
             base = self._of(args[0])
             return (base[0], self._width(kwargs, base[1]), 0) if base else None
-        if op == "eye":
-            sizes = _ints([a for a in args if not isinstance(a, dict)][:2])
+        if op == "eye":  # eye(n, m=None): by position or by keyword
+            positional = [a for a in args if not isinstance(a, dict)][:2]
+            n = positional[0] if positional else kwargs.get("n")
+            m = positional[1] if len(positional) > 1 else kwargs.get("m")
+            sizes = _ints([n, n if m is None else m]) if n is not None else None
             if sizes:
                 return ((sizes[0], sizes[-1]), self._width(kwargs, DEFAULT_WIDTH), 0)
         if op == "tensor" and args:
