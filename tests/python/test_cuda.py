@@ -25,6 +25,7 @@ from tracebridge.export import fx as bridge
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from models import CASES, Case  # noqa: E402
+from test_conformance import _calls, _run  # noqa: E402  (torch.manual_seed seeds CUDA too)
 
 from .conftest import run_fresh_python  # noqa: E402
 
@@ -52,23 +53,6 @@ def _cuda_case(name: str) -> Case:
     # small slack over the CPU tolerance is enough
     case.atol, case.rtol = max(case.atol, 1e-4), max(case.rtol, 1e-4)
     return case
-
-
-def _calls(case: Case):
-    if case.methods:
-        for method, calls in case.methods.items():
-            for inputs in calls:
-                yield method, inputs
-    else:
-        for inputs in case.all_inputs:
-            yield "forward", inputs
-
-
-def _run(obj: Any, method: str, inputs: tuple, case: Case) -> Any:
-    if case.stochastic:
-        torch.manual_seed(case.seed)  # seeds every CUDA device too
-    fn = obj if method == "forward" else getattr(obj, method)
-    return fn(*inputs)
 
 
 def _all_on_cuda(out: Any) -> bool:
