@@ -22,6 +22,7 @@ from torch import nn
 
 import tracebridge
 from tracebridge import GuardError
+from tracebridge.trace.integers import int_only_called
 
 from .int_as_value import halves
 
@@ -162,3 +163,20 @@ def test_operator_index_of_a_size_guards_it():
 def _line(fn, text: str) -> int:
     lines, first = inspect.getsourcelines(fn)
     return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+@pytest.mark.parametrize(
+    "source, bound",
+    [
+        ("def f(x: int) -> int:\n    return int(x.shape[0])", True),
+        ("def f(x):\n    return isinstance(x, (int, float)) and int(x)", True),
+        ("y: int = 3\nz = isinstance(3, int | float)", True),
+        ("def f(x):\n    return torch.ones(2, dtype=int)", False),
+        ("def f(x):\n    return type(x) is int", False),
+        ("to_int = int", False),
+        ("def int(x):\n    return x", False),
+        ("from numpy import int64 as int", False),
+    ],
+)
+def test_the_stand_in_is_bound_only_where_int_is_only_called(source, bound):
+    assert int_only_called(source) is bound
