@@ -22,6 +22,7 @@ from torch import nn
 
 import tracebridge
 from tracebridge import GuardError
+from tracebridge.trace.integers import int_only_called
 
 from .int_as_value import halves
 
@@ -77,12 +78,21 @@ def test_int_of_a_size_keeps_the_trace_general_and_guards_the_branch(tmp_path):
         x = torch.randn(2, 2, *size)
         assert torch.allclose(traced(x), model(x), atol=1e-6)
         assert torch.equal(loaded(x), traced(x))
+    # Odd sizes take the other branches: served by the graph traced at 7x7 (a size cut by
+    # 1 where a guard reads a residue: check/specialise.py).
+    for size in [(9, 9), (7, 11)]:
+        x = torch.randn(2, 2, *size)
+        assert torch.allclose(traced(x), model(x), atol=1e-6)
+        assert torch.equal(loaded(x), traced(x))
     for fn in (traced, loaded):
         with pytest.raises(GuardError) as info:
-            fn(torch.randn(1, 2, 9, 8))  # eager pads otherwise: refused at the branch
+            fn(torch.randn(1, 2, 9, 8))  # odd and even: no graph has both branches
         message = str(info.value)
-        assert "% 2) == 0 is True, but now it is False" in message
-        assert HERE in message and "if in_height % stride == 0:" in message
+        assert "% 2) == 0" in message and "but now it is" in message
+        assert HERE in message and "% stride == 0:" in message
+        # The first graph's refusal, or the 7x7 graph's, which says whose assumption it is.
+        first = "(x.shape[2] % 2) == 0 is True, but now it is False" in message
+        assert first or "(in the graph traced with the example's size 8 cut to 7)" in message
 
 
 def test_int_of_a_float_size_is_truncated_by_a_recorded_op():
@@ -156,3 +166,20 @@ def test_operator_index_of_a_size_guards_it():
 def _line(fn, text: str) -> int:
     lines, first = inspect.getsourcelines(fn)
     return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+@pytest.mark.parametrize(
+    "source, bound",
+    [
+        ("def f(x: int) -> int:\n    return int(x.shape[0])", True),
+        ("def f(x):\n    return isinstance(x, (int, float)) and int(x)", True),
+        ("y: int = 3\nz = isinstance(3, int | float)", True),
+        ("def f(x):\n    return torch.ones(2, dtype=int)", False),
+        ("def f(x):\n    return type(x) is int", False),
+        ("to_int = int", False),
+        ("def int(x):\n    return x", False),
+        ("from numpy import int64 as int", False),
+    ],
+)
+def test_the_stand_in_is_bound_only_where_int_is_only_called(source, bound):
+    assert int_only_called(source) is bound

@@ -205,6 +205,18 @@ def guarded_at_size_one(graph: Graph, dims: list[tuple[int, int]]) -> Graph:
     return graph
 
 
+def _labelled(graph: Graph, how: str) -> Graph:
+    """``graph`` whose guards say which graph they belong to: where no graph serves a call,
+    the runtime may report a refusal of this one, whose assumptions are not the example's."""
+    for node in graph.nodes:
+        if node.op == "prim.guard" and isinstance(node.kwargs.get("what"), str):
+            node.kwargs = dict(
+                node.kwargs,
+                what=f"{node.kwargs['what']} (in the graph traced with the example's {how})",
+            )
+    return graph
+
+
 def specialisations(
     graph: Graph,
     args: tuple,
@@ -249,7 +261,7 @@ def specialisations(
         if to is None:
             found[sizes] = (other, dims)
         else:
-            flipped.append((other, dims))
+            flipped.append((_labelled(other, f"size {min(sizes)} cut to {to}"), dims))
         return other
 
     alone = [size for size in _cut_sizes(args, kwargs) if ones and probe(frozenset({size}))]

@@ -156,11 +156,16 @@ def _modules_of(fn: Callable) -> list[types.ModuleType]:
 def _int_only_called(name: str) -> bool:
     """Whether module ``name``'s source uses ``int`` only as a call, a class in
     ``isinstance``/``issubclass`` or an annotation, and never binds it."""
-    module = sys.modules.get(name)
     try:
-        tree = ast.parse(inspect.getsource(module))
+        return int_only_called(inspect.getsource(sys.modules.get(name)))
     except (OSError, TypeError, SyntaxError, ValueError):
         return False
+
+
+def int_only_called(source: str) -> bool:
+    """Whether ``source`` uses the name ``int`` only as a call, a class in
+    ``isinstance``/``issubclass`` or an annotation, and never binds it."""
+    tree = ast.parse(source)
     allowed: set[int] = set()
     for node in ast.walk(tree):
         for annotation in _annotations(node):
@@ -174,14 +179,16 @@ def _int_only_called(name: str) -> bool:
         if isinstance(node, ast.Name) and node.id == "int":
             if not isinstance(node.ctx, ast.Load) or id(node) not in allowed:
                 return False
-        elif (
-            isinstance(node, (ast.FunctionDef, ast.ClassDef))
-            and node.name == "int"
-            or isinstance(node, ast.alias)
-            and (node.asname or node.name) == "int"
-        ):
+        elif _binds_int(node):
             return False
     return True
+
+
+def _binds_int(node: ast.AST) -> bool:
+    """``def int``, ``class int``, ``import ... as int``: the module has its own ``int``."""
+    if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+        return node.name == "int"
+    return isinstance(node, ast.alias) and (node.asname or node.name) == "int"
 
 
 def _annotations(node: ast.AST) -> list[ast.AST]:
