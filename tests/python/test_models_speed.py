@@ -180,6 +180,64 @@ def test_convolution_and_eval_batch_norm_are_one_op_without_autograd(tmp_path):
     assert "batch_norm" in " ".join(method._function((True, False)).__globals__)
 
 
+class ConvBNDecides(ConvBN):
+    """The same layers, their output then decided on: the top class and a threshold."""
+
+    def forward(self, x):
+        scores = super().forward(x).mean((2, 3))
+        return scores.argmax(1), scores > 0, scores
+
+
+class Decided(ConvBN):
+    def __init__(self, what: str):
+        super().__init__()
+        self.what = what
+
+    def forward(self, x):
+        y = super().forward(x).mean((2, 3))
+        if self.what == "argmax":
+            return y.argmax(1)
+        if self.what == "compare":
+            return torch.where(y > 0, 1.0, 0.0)
+        if self.what == "round":
+            return (y * 1e4).round()
+        return y + float(y.sum().item() > 0)
+
+
+@pytest.mark.parametrize("what", ["argmax", "compare", "round", "item"])
+def test_no_batch_norm_is_folded_where_its_output_reaches_a_decision(what):
+    """Folding moves results by rounding; where a value decides something (non-maximum
+    suppression's tied boxes, a class, a threshold), that rounding changes the decision:
+    the norms there run as traced, and the results are eager's bit for bit."""
+    from tracebridge.runtime.folding import values_that_decide
+
+    torch.manual_seed(0)
+    model = Decided(what).eval()
+    x = torch.randn(2, 3, 8, 8)
+    traced = tracebridge.trace(model, x, check_trace=what != "item")
+    graph = traced.program.methods["forward"]
+    norms = [n for n in graph.nodes if n.op == "batch_norm"]
+    assert norms and all(n.outputs[0].id in values_that_decide(graph) for n in norms)
+    with torch.no_grad():
+        names = " ".join(traced._methods["forward"]._function((True, True)).__globals__)
+        assert "batch_norm" in names
+        assert torch.equal(traced(x), model(x))
+
+
+def test_norms_whose_output_only_flows_on_are_folded_beside_a_decision():
+    """Decisions downstream of some norms keep those; the rest of the graph is folded
+    (here: every norm reaches the argmax, so none is folded, and the scores are eager's)."""
+    from tracebridge.runtime.folding import values_that_decide
+
+    torch.manual_seed(0)
+    model = ConvBNDecides().eval()
+    graph = tracebridge.trace(model, torch.randn(2, 3, 8, 8)).program.methods["forward"]
+    decide = values_that_decide(graph)
+    assert all(n.outputs[0].id in decide for n in graph.nodes if n.op == "batch_norm")
+    plain = tracebridge.trace(ConvBN().eval(), torch.randn(2, 3, 8, 8))
+    assert not values_that_decide(plain.program.methods["forward"])
+
+
 class SelfAttention(nn.Module):
     def __init__(self):
         super().__init__()

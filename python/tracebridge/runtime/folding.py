@@ -270,6 +270,61 @@ class Folded:
         return values
 
 
+# --- values that decide -------------------------------------------------------------------
+
+# Floating ops whose result jumps where their input crosses a point (an integer, zero): a
+# difference in the last bit of the input can change the result by a whole unit.
+_DISCONTINUOUS = frozenset(
+    """round floor ceil trunc sign frac fmod remainder Tensor.round Tensor.floor Tensor.ceil
+    Tensor.trunc Tensor.sign Tensor.frac floor_divide Tensor.__floordiv__ Tensor.__mod__
+    heaviside""".split()
+)
+# Reads of a tensor's values into Python (a branch or a guard may follow).
+_TO_PYTHON = frozenset("prim.item prim.tolist prim.bool prim.int prim.float".split())
+
+
+def _floating(value: Value | None) -> bool:
+    return (
+        value is not None
+        and value.kind == "Tensor"
+        and str(value.dtype).startswith(("float", "bfloat"))
+    )
+
+
+def values_that_decide(graph: Graph) -> set[int]:
+    """Ids of the values whose bits reach a decision: a comparison, an index (``argmax``,
+    ``topk``'s indices, non-maximum suppression), a rounding, a read into Python. Any
+    floating op whose results are not all floating decides; metadata reads (sizes,
+    dtypes) read no values, so nothing flows through them. A rewrite that changes results
+    by rounding (:func:`fuse_conv_bn`) is safe only away from these."""
+    values: dict[int, Value] = {v.id: v for v in graph.inputs}
+    for node in graph.nodes:
+        values.update((v.id, v) for v in node.outputs)
+    decide: set[int] = set()
+    for node in reversed(graph.nodes):
+        if node.op in _METADATA_PRIMS or node.op == "prim.state":
+            continue
+        reads = [r.id for r in refs_in((node.args, node.kwargs))]
+        floating_in = any(_floating(values.get(i)) for i in reads)
+        decides = floating_in and (
+            node.op in _DISCONTINUOUS
+            or node.op in _TO_PYTHON
+            or any(not _floating(v) for v in node.outputs)
+        )
+        # An in-place op writes into its first argument: what it reads flows on under that
+        # argument's id (read later, so already marked in this backward walk).
+        info = opset.info(node.op)
+        writes = info is not None and "inplace" in info.flags and bool(reads)
+        if (
+            decides
+            or node.op == "prim.guard"
+            or any(v.id in decide for v in node.outputs)
+            or (writes and reads[0] in decide)
+        ):
+            decide.update(reads)
+    return decide
+
+
 # --- convolution followed by evaluation-mode batch norm ------------------------------------
 
 _CONVS = {"conv1d": 3, "conv2d": 4, "conv3d": 5}  # op -> rank of its weight
@@ -281,7 +336,12 @@ def fuse_conv_bn(graph: Graph) -> Graph:
     state) runs with the norm folded into its weight and bias: ``w' = w * s``,
     ``b' = (b - mean) * s + beta`` with ``s = gamma / sqrt(var + eps)``, as
     ``torch.jit.freeze`` does. The new weights depend only on state, so :func:`plan` folds
-    them; the result agrees with eager to rounding."""
+    them; the result agrees with eager to rounding.
+
+    Not where the norm's output reaches a decision (:func:`values_that_decide`): rounding
+    that moves a score by 3e-8 changes which of two tied boxes non-maximum suppression
+    keeps (torchvision's SSDlite at random weights: boxes 67 pixels away from eager's).
+    A classifier's logits, a feature map, a segmentation mask's scores are folded."""
     producers = {v.id: i for i, n in enumerate(graph.nodes) for v in n.outputs}
     state_ids = {v.id for n in graph.nodes if n.op == "prim.state" for v in n.outputs}
     readers: dict[int, list[int]] = {}
@@ -317,6 +377,9 @@ def fuse_conv_bn(graph: Graph) -> Graph:
         ):
             continue
         pairs[conv_index] = index
+    if pairs:
+        decide = values_that_decide(graph)
+        pairs = {c: b for c, b in pairs.items() if graph.nodes[b].outputs[0].id not in decide}
     if not pairs:
         return graph
     next_id = 1 + max([v.id for v in graph.inputs] + [v.id for n in graph.nodes for v in n.outputs])

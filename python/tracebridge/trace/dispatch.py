@@ -133,9 +133,9 @@ class Dispatcher:
             return self.record(name, func, args, kwargs)
         if isinstance(func, types.FunctionType):
             return self._descend(func, args, kwargs)
-        label = getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))
+        where = self.location() or "unknown location"
         raise UnsupportedOpError(
-            f"cannot record a call to {label} at {self.location() or 'unknown location'}: it "
+            f"cannot record a call to {_label(func)} at {where}: it "
             "is not in tracebridge's op set (shared_ir/opset.md lists the operations a graph "
             "may hold; nothing that reads raw memory, storages or has effects outside "
             "tensors); move it out of the traced code or compute it beforehand"
@@ -332,3 +332,12 @@ def _canonical_keywords(name: str, kwargs: dict) -> dict:
             key = canonical
         renamed[key] = value
     return renamed if renamed.keys() != kwargs.keys() else kwargs
+
+
+def _label(func) -> str:
+    """How a user wrote the call: ``torch.ops.torchvision.nms`` for a registered operator
+    (whose own qualified name is pybind's record type), else the function's name."""
+    module = getattr(func, "__module__", None) or ""
+    if module.startswith("torch._ops."):
+        return f"torch.ops.{module[len('torch._ops.') :]}.{func.__name__}"
+    return getattr(func, "__qualname__", None) or getattr(func, "__name__", repr(func))

@@ -84,13 +84,23 @@ def _active():
 
 def _asked_by_library() -> bool:
     """Whether the code asking is outside PyTorch (``torch.jit.is_tracing`` itself is a
-    PyTorch frame that only passes the question on)."""
+    PyTorch frame that only passes the question on). ``torch.jit._script_if_tracing``'s
+    wrapper asks for PyTorch: answered True, it would run the function through
+    TorchScript, out of the recorder's sight, and what it computed from the inputs would
+    reach the trace as a constant (torchvision's ``batched_nms``: every detector's boxes)."""
     frame = sys._getframe(2)
     while frame is not None and (
         frame.f_code.co_filename == _JIT_TRACE or frame.f_code.co_filename.startswith(OWN_DIR)
     ):
+        if frame.f_code is _SCRIPT_IF_TRACING:
+            return False
         frame = frame.f_back
     return frame is not None and not frame.f_code.co_filename.startswith(TORCH_DIR)
+
+
+# The code of the wrapper ``torch.jit._script_if_tracing`` puts around a function (one code
+# object for every function it wraps).
+_SCRIPT_IF_TRACING = torch.jit._script_if_tracing(lambda: None).__code__
 
 
 def _is_tracing() -> bool:
