@@ -10,9 +10,10 @@
 # back (lr_lambda()'s and lr_multiplicative()'s functions, `$register_hook()`, the closure of
 # `$step(closure)`, dataset and nn_module methods run from Python) convert those functions
 # through reticulate, which owns R callbacks; the call itself may still go through C (a
-# scheduler's `$step()` does, and its Python then calls the R function). So do a plateau
-# scheduler's `$step(metric)` (the metric stays a Python float), printing, state dicts and
-# the other one-off calls.
+# scheduler's `$step()` does, and its Python then calls the R function). So do printing,
+# state dicts and the other one-off calls. Tensor fields (`$shape`, `$dtype`, `$grad`,
+# ...), a plateau scheduler's `$step(metric)` (the metric passed as I(): a Python float),
+# `$get_last_lr()` and `$last_epoch` go through C (src/fields.c, src/surface.c).
 
 # Whether the C paths run, starting them on first use.
 c_started <- function() {

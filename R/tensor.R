@@ -495,10 +495,14 @@ simplify_sizes <- function(out) {
 }
 
 tensor_field <- function(x, name) {
+  # Through src/fields.c where it applies (outside traces; not `$data` or `$py`, which
+  # must tell the shift cache); R below for the rest.
+  out <- .Call(tb_tensor_field, x, name)
+  if (!is.symbol(out)) return(out)
   py <- .subset2(x, ".py")
   switch(name,
     shape = return(simplify_sizes(from_py(py_rb()$sizes(py)))),
-    dtype = return(dtype_from_py(py$dtype)),
+    dtype = return(remember_field(x, name, dtype_from_py(py$dtype))),
     requires_grad = return(reticulate::py_to_r(py$requires_grad)),
     grad = return(from_py(py$grad)),
     grad_fn = return(grad_fn_from_py(py$grad_fn)),
@@ -509,7 +513,7 @@ tensor_field <- function(x, name) {
     is_leaf = return(reticulate::py_to_r(py$is_leaf)),
     is_cuda = return(reticulate::py_to_r(py$is_cuda)),
     ndim = return(reticulate::py_to_r(py$ndim)),
-    device = return(device_from_py(py$device)),
+    device = return(remember_field(x, name, device_from_py(py$device))),
     register_hook = return(function(hook) register_hook(py, hook)),
     py = {
       .Call(tb_shift_untracked, x) # Python code may write without counting it
@@ -524,6 +528,13 @@ tensor_field <- function(x, name) {
       "tracebridge_no_method_error")
   }
   function(...) fn(x, ...)
+}
+
+# A dtype or device R made for `x$dtype` or `x$device`, handed to src/fields.c, which
+# answers it again for the next tensor with that dtype or device.
+remember_field <- function(x, name, value) {
+  .Call(tb_field_remember, x, name, value)
+  value
 }
 
 # x$register_hook(hook): `hook` gets the gradient and returns a replacement or NULL (keep

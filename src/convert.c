@@ -182,6 +182,11 @@ static int any_kind(SEXP v, PyObject **out) {
   if (o == NULL && TYPEOF(v) == ENVSXP) o = object_of(v);
   if (o != NULL) return borrowed(o, out);
   if (v == R_NilValue) return borrowed(py.None, out);
+  /* I(x): a number kept a Python float even when whole (a plateau scheduler's metric). */
+  if (TYPEOF(v) == REALSXP && Rf_xlength(v) == 1 && Rf_inherits(v, "AsIs")) {
+    if (ISNAN(REAL(v)[0])) return CONV_FALLBACK;
+    return give(py.FloatFromDouble(REAL(v)[0]), out);
+  }
   long long n;
   if (TYPEOF(v) == REALSXP && whole_int(v, &n)) return give(py.LongFromLongLong(n), out);
   if (TYPEOF(v) == REALSXP && !R_FINITE(REAL(v)[0])) return CONV_FALLBACK;

@@ -101,6 +101,8 @@ static int find_api(SEXP libpython) {
   FIND(BoolType, "PyBool_Type");
   FIND(TupleType, "PyTuple_Type");
   FIND(ListType, "PyList_Type");
+  FIND(Str, "PyObject_Str");
+  FIND(UnicodeAsUTF8, "PyUnicode_AsUTF8");
   return ok;
 }
 

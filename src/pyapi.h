@@ -60,6 +60,8 @@ typedef struct {
   PyObject *(*SliceNew)(PyObject *, PyObject *, PyObject *);
   int (*IsTrue)(PyObject *);
   int (*IsSubtype)(PyObject *, PyObject *);
+  PyObject *(*Str)(PyObject *);
+  const char *(*UnicodeAsUTF8)(PyObject *);
   PyObject *None, *True, *False, *Ellipsis;
   PyObject *LongType, *FloatType, *BoolType, *TupleType, *ListType;
 } PyApi;

@@ -461,6 +461,7 @@ test_that("the C paths leave no Python objects or references behind", {
     ce(x, y_cls)
     x$to(device = "cpu")
     torch_tensor(c(1, 2), device = "cpu", requires_grad = TRUE)
+    list(x$shape, x$dtype, x$device, x$grad, x$requires_grad) # src/fields.c
   }
   fail <- function() tryCatch(torch_mm(x, y[1:3, 1:3]), error = identity)
   step()
@@ -468,7 +469,7 @@ test_that("the C paths leave no Python objects or references behind", {
   gc()
   live <- py_live_count("Tensor")
   before <- refs()
-  for (i in 1:1000) step() # 16,000 calls
+  for (i in 1:1000) step() # 21,000 calls
   for (i in 1:200) fail()
   gc()
   expect_lte(py_live_count("Tensor") - live, 20)
@@ -491,7 +492,8 @@ test_that("the C paths are safe under gctorture()", {
               as_array(x), torch_cat(list(x, y), dim = 2), m(x),
               x$sum(dim = 2), x[2, 3]$item(), x[idx, ],
               torch_tensor(array(seq_len(24) / 2, c(2, 3, 4))), emb(idx),
-              ce(x, torch_tensor(c(4L, 1L, 2L))), x[idx[[1]]$item() - 1, 2:(length(idx) + 1)])
+              ce(x, torch_tensor(c(4L, 1L, 2L))), x[idx[[1]]$item() - 1, 2:(length(idx) + 1)],
+              list(x$shape, x$dtype, x$device, x$requires_grad, x$grad, torch_zeros(2)$dtype))
   y[1, ] <- 0
   gctorture(FALSE)
   expect_equal(as_array(out[[8]]), rowSums(as_array(x)), tolerance = 1e-6)
@@ -506,6 +508,9 @@ test_that("the C paths are safe under gctorture()", {
   logp <- as_array(nnf_log_softmax(x, 2))
   expect_equal(as_array(out[[13]]), -mean(logp[cbind(1:3, c(4, 1, 2))]), tolerance = 1e-6)
   expect_equal(as_array(out[[14]]), as_array(x)[2, 2:3], tolerance = 1e-6)
+  expect_identical(out[[15]][c(1, 4, 5)], list(c(3L, 4L), FALSE, NULL))
+  expect_identical(as.character(out[[15]][[2]]), "float32")
+  expect_identical(as.character(out[[15]][[3]]), "cpu")
 })
 
 test_that("methods from $ and indices read from `...` keep R's meaning", {
@@ -733,4 +738,97 @@ test_that("torch_arange(), long arguments, computed indices and cached shifts ar
   got <- calls()
   gctorture(FALSE)
   expect_identical(got, expected)
+})
+
+test_that("tensor fields, plateau steps, get_last_lr() and last_epoch agree between C and R", {
+  skip_if_no_torch()
+  fields <- c("shape", "dtype", "device", "requires_grad", "is_leaf", "is_cuda", "ndim", "grad")
+  make <- function() {
+    torch_manual_seed(11)
+    p <- torch_randn(2, 3, requires_grad = TRUE)
+    (p * 2)$sum()$backward()
+    list(float = torch_randn(2, 3), int = torch_tensor(1:4), bool = torch_tensor(c(TRUE, FALSE)),
+         double = torch_zeros(2, dtype = torch_float64()), scalar = torch_tensor(3)$squeeze(),
+         empty = torch_zeros(0, 2), param = p, nonleaf = p * 1)
+  }
+  read <- function() {
+    xs <- make()
+    lapply(xs, function(x) {
+      # (not `$grad` of a non-leaf: torch warns that it is never filled)
+      read_fields <- if (isTRUE(x$is_leaf)) fields else setdiff(fields, "grad")
+      out <- lapply(read_fields, function(f) {
+        v <- x[[f]]
+        if (inherits(v, "torch_dtype")) return(list(class(v), as.character(v), v == x$dtype))
+        if (inherits(v, "torch_device")) {
+          return(list(class(v), as.character(v), v$type, v$index, v == "cpu"))
+        }
+        v
+      })
+      names(out) <- read_fields
+      out
+    })
+  }
+  slow <- with_c(FALSE, canon(read()))
+  fast <- canon(read())
+  expect_identical(fast, slow)
+  expect_identical(fast$float$shape, c(2L, 3L))
+  expect_identical(fast$scalar$shape, integer(0))
+  expect_null(fast$float$grad)
+  expect_equal(fast$param$grad[[5]], matrix(2, 2, 3))
+
+  # dtypes and devices C answers from what R made: the same values; a changed copy does
+  # not change the next answer.
+  x <- torch_randn(2)
+  d <- x$dtype
+  attr(d, "name") <- "changed"
+  expect_identical(as.character(x$dtype), "float32")
+  expect_identical(as.character(torch_tensor(1:2)$dtype), "int64")
+
+  # A plateau scheduler's metric stays a Python float (a whole number included), so the
+  # best value it keeps is one; learning rates and counters agree on both paths.
+  plateau <- function() {
+    opt <- optim_sgd(list(torch_zeros(2, requires_grad = TRUE)), lr = 1)
+    s <- lr_reduce_on_plateau(opt, patience = 0, factor = 0.5)
+    lrs <- numeric()
+    for (m in list(3, 2, 2, 5, torch_tensor(1.5))) {
+      s$step(m)
+      lrs <- c(lrs, opt$param_groups[[1]]$lr)
+    }
+    best <- reticulate::py_to_r(reticulate::py_get_attr(s$py, "best"))
+    step <- lr_step(opt, step_size = 1, gamma = 0.1)
+    opt$step()
+    step$step()
+    list(lrs, best, typeof(best), step$get_last_lr(), step$last_epoch,
+         tryCatch(s$step("high"), error = identity))
+  }
+  slow <- with_c(FALSE, canon(plateau()))
+  fast <- canon(plateau())
+  expect_identical(fast, slow)
+  expect_identical(fast[[3]], "double")
+  expect_equal(fast[[1]], c(1, 1, 0.5, 0.25, 0.25))
+  expect_equal(fast[[4]], 0.025)
+  expect_identical(fast[[5]], 1L)
+
+  # Through C: no reticulate call or attribute lookup.
+  x <- torch_randn(2, 3)
+  opt <- optim_sgd(list(torch_zeros(2, requires_grad = TRUE)), lr = 1)
+  s <- lr_reduce_on_plateau(opt, patience = 0)
+  st <- lr_step(opt, step_size = 1)
+  invisible(list(x$dtype, x$device)) # the first of each goes through R
+  calls <- 0L
+  ret <- asNamespace("reticulate")
+  count <- function() calls <<- calls + 1L
+  suppressMessages({
+    trace("py_call_impl", count, print = FALSE, where = ret)
+    trace("py_get_attr_impl", count, print = FALSE, where = ret)
+  })
+  on.exit(suppressMessages({
+    untrace("py_call_impl", where = ret)
+    untrace("py_get_attr_impl", where = ret)
+  }))
+  for (f in fields) x[[f]]
+  s$step(1)
+  st$get_last_lr()
+  st$last_epoch
+  expect_equal(calls, 0L)
 })
