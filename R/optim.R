@@ -187,8 +187,15 @@ optimizer_member <- function(x, name) {
   switch(name,
     step = optimizer_step(x),
     zero_grad = optimizer_zero_grad(x),
-    param_groups = lapply(reticulate::iterate(py$param_groups, identity, simplify = FALSE),
-                          param_group_r),
+    param_groups = {
+      # Through src/fields.c where it applies; reticulate for the rest.
+      out <- .Call(tb_param_groups, x)
+      if (is.symbol(out)) {
+        out <- lapply(reticulate::iterate(py$param_groups, identity, simplify = FALSE),
+                      param_group_r)
+      }
+      out
+    },
     add_param_group = checked(function(param_group) {
       py$add_param_group(reticulate::py_get_item(params_arg(list(param_group)), 0L))
     }),
@@ -206,7 +213,12 @@ param_group_r <- function(g) {
   keys <- unlist(reticulate::iterate(g$keys(), reticulate::py_to_r, simplify = FALSE))
   out <- lapply(keys, function(k) {
     v <- reticulate::py_get_item(g, k)
-    if (k == "params") return(reticulate::iterate(v, wrap_tensor, simplify = FALSE))
+    if (k == "params") {
+      params <- reticulate::iterate(v, wrap_tensor, simplify = FALSE)
+      # The class vectors of their wrappers (torch.nn.Parameter's), for src/fields.c.
+      for (p in params) .Call(tb_remember_class, .subset2(p, ".py"))
+      return(params)
+    }
     reticulate::py_to_r(v)
   })
   names(out) <- keys

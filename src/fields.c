@@ -1,9 +1,11 @@
 /* Tensor fields (`x$shape`, `x$dtype`, `x$device`, `x$grad`, `x$requires_grad`,
- * `x$is_leaf`, `x$is_cuda`, `x$ndim`) and plain Python attributes of an R object in C.
+ * `x$is_leaf`, `x$is_cuda`, `x$ndim`), plain Python attributes of an R object (a
+ * scheduler's `$last_epoch`) and an optimizer's `$param_groups` in C.
  *
  * Note: why. Each of these was a reticulate attribute lookup and conversion: 35 us for
  * `x$requires_grad`, 140 us for `x$device`, 260 us for `x$shape` (through rbridge.sizes()),
- * against ~1 us of Python work; training loops and shape checks read them all the time.
+ * against ~1 us of Python work; training loops and shape checks read them all the time
+ * (and `opt$param_groups[[1]]$lr`, 960 us through reticulate, logs many of them).
  * The rule of convert.c holds: C answers only what R's path (tensor_field() in
  * R/tensor.R) gives exactly, and `.tb_fallback` for the rest (traced sizes while R traces,
  * a gradient of a tensor subclass, a Python error, which R's path then raises its way).
@@ -184,6 +186,152 @@ SEXP tb_attr_r(SEXP x, SEXP name) {
   if (self == NULL) return sentinel_fallback;
   GILState gil = py.GILEnsure();
   SEXP out = attribute(self, CHAR(STRING_ELT(name, 0)), R_TENSOR);
+  py.GILRelease(gil);
+  return out;
+}
+
+/* ---- an optimizer's param_groups ------------------------------------------------------ */
+
+/* Class vectors reticulate gave tensors of other types than torch.Tensor (an optimizer's
+ * parameters are torch.nn.Parameter), by type: R's path hands them here
+ * (tb_remember_class()), and C then wraps such tensors as R's path does. */
+#define CLASSES_MAX 8
+static PyObject *class_types[CLASSES_MAX]; /* references */
+static SEXP class_vectors[CLASSES_MAX];    /* preserved */
+static int n_classes = 0;
+
+/* tb_remember_class(wrapper): keep the class vector of reticulate's wrapper of a tensor. */
+SEXP tb_remember_class(SEXP wrapper) {
+  PyObject *o = object_of(wrapper);
+  SEXP klass = Rf_getAttrib(wrapper, R_ClassSymbol);
+  if (!py_ready || o == NULL || TYPEOF(klass) != STRSXP || n_classes >= CLASSES_MAX)
+    return R_NilValue;
+  PyObject *type = PY_TYPE(o);
+  if (type == torch_.tensor_type) return R_NilValue;
+  for (int i = 0; i < n_classes; i++)
+    if (class_types[i] == type) return R_NilValue;
+  GILState gil = py.GILEnsure();
+  py.IncRef(type);
+  py.GILRelease(gil);
+  R_PreserveObject(klass);
+  class_types[n_classes] = type;
+  class_vectors[n_classes++] = klass;
+  return R_NilValue;
+}
+
+/* wrap_tensor() of tensor `o` (borrowed) with reticulate's class vector; NULL where its
+ * type's vector is not known. */
+static SEXP tensor_like(PyObject *o) {
+  if (PY_TYPE(o) == torch_.tensor_type) {
+    py.IncRef(o);
+    return wrap_result(o);
+  }
+  for (int i = 0; i < n_classes; i++) {
+    if (class_types[i] != PY_TYPE(o)) continue;
+    py.IncRef(o);
+    SEXP inner = PROTECT(wrap(o, class_vectors[i]));
+    SEXP out = PROTECT(Rf_allocVector(VECSXP, 1));
+    SET_VECTOR_ELT(out, 0, inner);
+    Rf_setAttrib(out, R_NamesSymbol, r_tensor_names);
+    Rf_setAttrib(out, R_ClassSymbol, r_tensor_class);
+    UNPROTECT(2);
+    return out;
+  }
+  return NULL;
+}
+
+/* py_to_r() of a setting of a group: None, a bool, an int, a float, or a tuple or list of
+ * those (betas); NULL where reticulate's conversion is not that plain. */
+static SEXP setting(PyObject *v) {
+  SEXP out = R_NilValue;
+  if (PY_TYPE(v) != py.TupleType && PY_TYPE(v) != py.ListType)
+    return result_to_r(v, R_R, &out) == CONV_OK ? out : NULL;
+  int tuple = PY_TYPE(v) == py.TupleType;
+  ptrdiff_t n = tuple ? py.TupleSize(v) : py.ListSize(v);
+  SEXP list = PROTECT(Rf_allocVector(VECSXP, n));
+  for (ptrdiff_t i = 0; i < n; i++) {
+    PyObject *item = tuple ? py.TupleGetItem(v, i) : py.ListGetItem(v, i);
+    if (result_to_r(item, R_R, &out) != CONV_OK) {
+      UNPROTECT(1);
+      return NULL;
+    }
+    SET_VECTOR_ELT(list, i, out);
+  }
+  UNPROTECT(1);
+  return list;
+}
+
+/* One group (a dict) as param_group_r() makes it; NULL where C does not convert it. */
+static SEXP group(PyObject *g) {
+  if (PY_TYPE(g) != py.DictType) return NULL;
+  ptrdiff_t pos = 0, n = 0;
+  PyObject *key, *value;
+  while (py.DictNext(g, &pos, &key, &value)) n++;
+  SEXP out = PROTECT(Rf_allocVector(VECSXP, n));
+  SEXP names = PROTECT(Rf_allocVector(STRSXP, n));
+  pos = 0;
+  for (ptrdiff_t i = 0; py.DictNext(g, &pos, &key, &value); i++) {
+    const char *name = py.UnicodeAsUTF8(key); /* borrowed: valid while the key lives */
+    if (name == NULL) {
+      clear_error();
+      UNPROTECT(2);
+      return NULL;
+    }
+    SET_STRING_ELT(names, i, Rf_mkCharCE(name, CE_UTF8));
+    SEXP v = NULL;
+    if (strcmp(name, "params") == 0 && PY_TYPE(value) == py.ListType) {
+      ptrdiff_t np = py.ListSize(value);
+      v = PROTECT(Rf_allocVector(VECSXP, np));
+      for (ptrdiff_t k = 0; k < np; k++) {
+        SEXP t = tensor_like(py.ListGetItem(value, k));
+        if (t == NULL) {
+          UNPROTECT(3);
+          return NULL;
+        }
+        SET_VECTOR_ELT(v, k, t);
+      }
+      UNPROTECT(1);
+    } else if (strcmp(name, "params") != 0) {
+      v = setting(value);
+    }
+    if (v == NULL) {
+      UNPROTECT(2);
+      return NULL;
+    }
+    SET_VECTOR_ELT(out, i, v);
+  }
+  Rf_setAttrib(out, R_NamesSymbol, names);
+  UNPROTECT(2);
+  return out;
+}
+
+/* tb_param_groups(x): `opt$param_groups` of an optimizer (an R list with `.py`) as
+ * param_group_r() gives each group, or `.tb_fallback`. */
+SEXP tb_param_groups(SEXP x) {
+  if (!c_path_on() || TYPEOF(x) != VECSXP || Rf_xlength(x) < 1) return sentinel_fallback;
+  SEXP names = Rf_getAttrib(x, R_NamesSymbol);
+  if (TYPEOF(names) != STRSXP || strcmp(CHAR(STRING_ELT(names, 0)), ".py") != 0)
+    return sentinel_fallback;
+  PyObject *opt = object_of(VECTOR_ELT(x, 0));
+  if (opt == NULL) return sentinel_fallback;
+  GILState gil = py.GILEnsure();
+  SEXP out = sentinel_fallback;
+  PyObject *groups = py.GetAttrString(opt, "param_groups");
+  if (groups == NULL) {
+    clear_error();
+  } else if (PY_TYPE(groups) == py.ListType) {
+    ptrdiff_t n = py.ListSize(groups);
+    SEXP list = PROTECT(Rf_allocVector(VECSXP, n));
+    int ok = 1;
+    for (ptrdiff_t i = 0; i < n && ok; i++) {
+      SEXP g = group(py.ListGetItem(groups, i));
+      if (g == NULL) ok = 0;
+      else SET_VECTOR_ELT(list, i, g);
+    }
+    if (ok) out = list;
+    UNPROTECT(1);
+  }
+  py_decref(groups);
   py.GILRelease(gil);
   return out;
 }

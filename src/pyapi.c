@@ -103,6 +103,8 @@ static int find_api(SEXP libpython) {
   FIND(ListType, "PyList_Type");
   FIND(Str, "PyObject_Str");
   FIND(UnicodeAsUTF8, "PyUnicode_AsUTF8");
+  FIND(DictNext, "PyDict_Next");
+  FIND(DictType, "PyDict_Type");
   return ok;
 }
 

@@ -62,8 +62,9 @@ typedef struct {
   int (*IsSubtype)(PyObject *, PyObject *);
   PyObject *(*Str)(PyObject *);
   const char *(*UnicodeAsUTF8)(PyObject *);
+  int (*DictNext)(PyObject *, ptrdiff_t *, PyObject **, PyObject **);
   PyObject *None, *True, *False, *Ellipsis;
-  PyObject *LongType, *FloatType, *BoolType, *TupleType, *ListType;
+  PyObject *LongType, *FloatType, *BoolType, *TupleType, *ListType, *DictType;
 } PyApi;
 
 extern PyApi py;

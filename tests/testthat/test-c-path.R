@@ -740,7 +740,7 @@ test_that("torch_arange(), long arguments, computed indices and cached shifts ar
   expect_identical(got, expected)
 })
 
-test_that("tensor fields, plateau steps, get_last_lr() and last_epoch agree between C and R", {
+test_that("tensor fields, plateau steps, get_last_lr(), last_epoch and param_groups agree between C and R", {
   skip_if_no_torch()
   fields <- c("shape", "dtype", "device", "requires_grad", "is_leaf", "is_cuda", "ndim", "grad")
   make <- function() {
@@ -809,12 +809,29 @@ test_that("tensor fields, plateau steps, get_last_lr() and last_epoch agree betw
   expect_equal(fast[[4]], 0.025)
   expect_identical(fast[[5]], 1L)
 
+  # An optimizer's param_groups: tensors and nn parameters (torch.nn.Parameter, whose
+  # wrapper's class vector C keeps from R's first answer), settings such as betas.
+  groups <- function() {
+    torch_manual_seed(12)
+    m <- nn_linear(3, 2)
+    adam <- optim_adam(m$parameters, lr = 0.01, betas = c(0.8, 0.9))
+    sgd <- optim_sgd(list(torch_zeros(2, requires_grad = TRUE)), lr = 1, momentum = 0.5)
+    sgd$add_param_group(list(params = list(torch_ones(1, requires_grad = TRUE)), lr = 0.5))
+    list(adam$param_groups, adam$param_groups, sgd$param_groups)
+  }
+  slow <- with_c(FALSE, canon(groups()))
+  fast <- canon(groups())
+  expect_identical(fast, slow)
+  expect_identical(fast[[2]][[1]]$betas, list(0.8, 0.9))
+  expect_identical(fast[[3]][[2]]$lr, 0.5)
+
   # Through C: no reticulate call or attribute lookup.
   x <- torch_randn(2, 3)
   opt <- optim_sgd(list(torch_zeros(2, requires_grad = TRUE)), lr = 1)
   s <- lr_reduce_on_plateau(opt, patience = 0)
   st <- lr_step(opt, step_size = 1)
-  invisible(list(x$dtype, x$device)) # the first of each goes through R
+  adam <- optim_adam(nn_linear(2, 1)$parameters)
+  invisible(list(x$dtype, x$device, adam$param_groups)) # the first of each goes through R
   calls <- 0L
   ret <- asNamespace("reticulate")
   count <- function() calls <<- calls + 1L
@@ -830,5 +847,6 @@ test_that("tensor fields, plateau steps, get_last_lr() and last_epoch agree betw
   s$step(1)
   st$get_last_lr()
   st$last_epoch
+  adam$param_groups[[1]]$lr
   expect_equal(calls, 0L)
 })
