@@ -259,6 +259,7 @@ dim.torch_tensor <- function(x) {
 length.torch_tensor <- function(x) {
   # While tracing, numel() is a traced integer: R's length() must be an R integer, so its
   # value is read, with a guard (as seq_len() of a traced size does).
+  if (!isTRUE(.tb$tracing)) return(x$numel()) # the `numel` row, through C
   n <- from_py(tensor_py(x)$numel())
   if (inherits(n, "torch_sym_int")) as.integer(n) else n
 }
@@ -406,6 +407,10 @@ Summary.torch_tensor <- function(..., na.rm = FALSE) {
   if (length(args) > 1) {
     x <- surface_fn("torch_cat")(lapply(args, function(a) as_tensor(a)$flatten()))
   }
+  # The rows of the surface table (through C) where nothing is left out.
+  row <- switch(.Generic, sum = "torch_sum", prod = "torch_prod", max = "torch_max",
+                min = "torch_min", all = "torch_all", any = "torch_any", NULL)
+  if (!is.null(row) && !isTRUE(na.rm)) return(surface_fn(row)(x))
   py <- tensor_py(x)
   # As in R, na.rm = TRUE leaves out NA/NaN (it was ignored, so sum() gave NaN).
   if (isTRUE(na.rm) && reticulate::py_to_r(py$dtype$is_floating_point)) {
@@ -428,13 +433,10 @@ Summary.torch_tensor <- function(..., na.rm = FALSE) {
 # tensor, is.na() FALSE, mean() NA).
 
 #' @export
-mean.torch_tensor <- function(x, ...) {
-  withCallingHandlers(wrap_tensor(tb_py_call(tensor_py(x)$mean)),
-                      error = function(e) rethrow_python(e, one_based = TRUE))
-}
+mean.torch_tensor <- function(x, ...) surface_fn("torch_mean")(x) # through C
 
 #' @export
-is.na.torch_tensor <- function(x) wrap_tensor(tensor_py(x)$isnan())
+is.na.torch_tensor <- function(x) x$isnan() # the `isnan` row, through C
 
 #' @export
 t.torch_tensor <- function(x) {
@@ -443,7 +445,7 @@ t.torch_tensor <- function(x) {
       "t() takes a tensor of at most 2 dimensions, not %d; use $permute() or $transpose().",
       length(dim(x))), "value_error")
   }
-  wrap_tensor(tensor_py(x)$t())
+  x$t() # the `t` row, through C
 }
 
 # The elements in R's (column-major) order, as a 1-d tensor.

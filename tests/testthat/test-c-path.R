@@ -850,3 +850,48 @@ test_that("tensor fields, plateau steps, get_last_lr(), last_epoch and param_gro
   adam$param_groups[[1]]$lr
   expect_equal(calls, 0L)
 })
+
+test_that("base R generics on tensors (length, mean, sum, max, t, is.na, ...) agree between C and R", {
+  skip_if_no_torch()
+  cases <- list(
+    length = function(x) list(length(x$f), length(x$s), length(x$e)),
+    mean = function(x) list(mean(x$f), mean(x$s)),
+    err_mean_int = function(x) mean(x$i),
+    sums = function(x) list(sum(x$f), sum(x$i), sum(x$b), prod(x$i), sum(x$e)),
+    extremes = function(x) list(max(x$f), min(x$f), max(x$i), min(x$s)),
+    logic = function(x) list(all(x$b), any(x$b), all(x$f > -10), any(x$e > 0)),
+    several = function(x) list(max(x$f, x$i), sum(x$f, 1, 2)),
+    na_rm = function(x) list(sum(x$n, na.rm = TRUE), max(x$n, na.rm = TRUE), sum(x$n)),
+    range = function(x) range(x$f),
+    err_max_empty = function(x) max(x$e),
+    t = function(x) list(t(x$f), t(x$i[1:3])),
+    err_t_3d = function(x) t(torch_zeros(2, 2, 2)),
+    is_na = function(x) list(is.na(x$n), is.na(x$i))
+  )
+  run <- function(nm) {
+    torch_manual_seed(13)
+    x <- list(f = torch_randn(3, 4), i = torch_tensor(1:6), b = torch_tensor(c(TRUE, FALSE)),
+              s = torch_tensor(2.5)$squeeze(), e = torch_zeros(0),
+              n = torch_tensor(c(1, NaN, 3)))
+    canon(tryCatch(cases[[nm]](x), error = identity))
+  }
+  for (nm in names(cases)) {
+    slow <- with_c(FALSE, run(nm))
+    fast <- run(nm)
+    expect_identical(fast, slow, label = nm)
+  }
+  expect_identical(run("length"), list(12L, 1L, 0L))
+  expect_equal(run("na_rm")[[1]][[5]], 4)
+  expect_identical(run("err_mean_int")[[1]], "error")
+  expect_match(run("err_t_3d")[[3]], "at most 2 dimensions")
+  # Through C: no reticulate call.
+  x <- torch_randn(3, 4)
+  calls <- 0L
+  ret <- asNamespace("reticulate")
+  suppressMessages(trace("py_call_impl", function() calls <<- calls + 1L, print = FALSE,
+                         where = ret))
+  on.exit(suppressMessages(untrace("py_call_impl", where = ret)))
+  invisible(list(length(x), mean(x), sum(x), prod(x), max(x), min(x), all(x > 0), any(x > 0),
+                 t(x), is.na(x)))
+  expect_equal(calls, 0L)
+})
