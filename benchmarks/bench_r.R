@@ -28,7 +28,9 @@
 #   against Python's 2.22M (+6.5%), but 43% more L2 misses (+3.5k a step: +1.6k
 #   instruction fetches, R's interpreter code evicting torch's; +1.9k data). Calling
 #   `opt$zero_grad()`, `loss$backward()` and `opt$step()` with .Call directly (no `$`
-#   dispatch, no closures) removes 45k instructions a step and under 1% of those misses.
+#   dispatch, no closures) removes 45k instructions a step, under 1% of those misses and
+#   ~2% of the time (R / Python 1.28x -> 1.26x, taking turns): a cheaper `$` alone can
+#   not bring the loop to 1.15x.
 # - Memory: no R collection runs during a 315-step run (a minor one costs ~3 ms on the
 #   1.6M-cell heap that reticulate brings), so R keeps each step's Python objects (~18.7 KB:
 #   tensors, spent autograd graphs) and takes ~300 fresh R cells (~17 KB) a step, where
