@@ -13,8 +13,8 @@
 # scheduler's `$step()` does, and its Python then calls the R function). So do printing,
 # state dicts and the other one-off calls. Tensor fields (`$shape`, `$dtype`, `$grad`,
 # ...), a plateau scheduler's `$step(metric)` (the metric passed as I(): a Python float),
-# `$get_last_lr()`, `$last_epoch` and an optimizer's `$param_groups` go through C
-# (src/fields.c, src/surface.c).
+# `$get_last_lr()`, `$last_epoch`, an optimizer's `$param_groups`, `x$requires_grad <-`
+# and `x$grad <-` go through C (src/fields.c, src/surface.c).
 
 # Whether the C paths run, starting them on first use.
 c_started <- function() {

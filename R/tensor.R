@@ -559,6 +559,13 @@ register_hook <- function(py, hook) {
 
 #' @export
 `$<-.torch_tensor` <- function(x, name, value) {
+  # `requires_grad` and `grad` through C (src/fields.c); R's path for the rest, and
+  # where C does not apply or Python refused (R then does it, or raises, its way).
+  out <- switch(name,
+    requires_grad = .Call(tb_set_attr, x, name, isTRUE(value)),
+    grad = .Call(tb_set_attr, x, name, value),
+    quote(.tb_fallback))
+  if (!is.symbol(out)) return(x)
   py <- .subset2(x, ".py")
   switch(name,
     requires_grad = py$requires_grad_(isTRUE(value)),

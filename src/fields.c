@@ -335,3 +335,23 @@ SEXP tb_param_groups(SEXP x) {
   py.GILRelease(gil);
   return out;
 }
+
+/* tb_set_attr(x, name, value): setattr() of the tensor inside R tensor `x` to `value`
+ * (NULL: None; TRUE or FALSE; an R tensor), as `x$grad <- value` does through reticulate;
+ * NULL when done, `.tb_fallback` where C does not apply or Python refused (R's path then
+ * does it its own way: `x$requires_grad <- TRUE` of a non-leaf, which the setter refuses
+ * and requires_grad_() accepts, or raises its error). */
+SEXP tb_set_attr(SEXP x, SEXP name, SEXP value) {
+  if (!c_path_on() || TYPEOF(name) != STRSXP || Rf_xlength(name) != 1) return sentinel_fallback;
+  PyObject *t = tensor_of(x), *v = NULL;
+  if (value == R_NilValue) v = py.None;
+  else if (TYPEOF(value) == LGLSXP && Rf_xlength(value) == 1 && LOGICAL(value)[0] != NA_LOGICAL)
+    v = LOGICAL(value)[0] ? py.True : py.False;
+  else v = tensor_of(value);
+  if (t == NULL || v == NULL) return sentinel_fallback;
+  GILState gil = py.GILEnsure();
+  int status = py.SetAttrString(t, CHAR(STRING_ELT(name, 0)), v);
+  if (status != 0) clear_error();
+  py.GILRelease(gil);
+  return status == 0 ? R_NilValue : sentinel_fallback;
+}

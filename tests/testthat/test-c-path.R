@@ -895,3 +895,50 @@ test_that("base R generics on tensors (length, mean, sum, max, t, is.na, ...) ag
                  t(x), is.na(x)))
   expect_equal(calls, 0L)
 })
+
+test_that("x$requires_grad <- and x$grad <- agree between C and R", {
+  skip_if_no_torch()
+  cases <- list(
+    on_off = function() {
+      x <- torch_zeros(2)
+      x$requires_grad <- TRUE
+      a <- x$requires_grad
+      x$requires_grad <- FALSE
+      list(a, x$requires_grad, x$is_leaf)
+    },
+    non_leaf = function() { # the setter refuses a non-leaf; requires_grad_() takes TRUE
+      x <- torch_ones(2, requires_grad = TRUE) * 2
+      x$requires_grad <- TRUE
+      x$requires_grad
+    },
+    err_non_leaf_off = function() {
+      x <- torch_ones(2, requires_grad = TRUE) * 2
+      x$requires_grad <- FALSE
+    },
+    err_int = function() {
+      x <- torch_tensor(1:2)
+      x$requires_grad <- TRUE
+    },
+    grad = function() {
+      p <- torch_zeros(2, requires_grad = TRUE)
+      p$grad <- torch_tensor(c(1, 2))
+      g <- p$grad
+      p$grad <- NULL
+      list(g, p$grad)
+    },
+    err_grad_shape = function() {
+      p <- torch_zeros(2, requires_grad = TRUE)
+      p$grad <- torch_zeros(3)
+    }
+  )
+  for (nm in names(cases)) {
+    slow <- with_c(FALSE, canon(tryCatch(cases[[nm]](), error = identity)))
+    fast <- canon(tryCatch(cases[[nm]](), error = identity))
+    expect_identical(fast, slow, label = nm)
+  }
+  expect_identical(canon(cases$on_off()), list(TRUE, FALSE, TRUE))
+  expect_identical(cases$non_leaf(), TRUE)
+  expect_equal(as_array(cases$grad()[[1]]), c(1, 2))
+  expect_null(cases$grad()[[2]])
+  expect_s3_class(tryCatch(cases$err_int(), error = identity), "error")
+})
