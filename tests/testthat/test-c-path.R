@@ -483,6 +483,8 @@ test_that("the C paths are safe under gctorture()", {
   y <- torch_rand(3, 4)
   m <- nn_linear(4, 2)
   expected <- as_array(x) + as_array(y)
+  opt <- optim_adam(m$parameters, betas = c(0.8, 0.9))
+  invisible(opt$param_groups) # the first goes through R (the parameters' class vector)
   gctorture(TRUE)
   on.exit(gctorture(FALSE))
   idx <- torch_tensor(c(3L, 1L))
@@ -493,8 +495,10 @@ test_that("the C paths are safe under gctorture()", {
               x$sum(dim = 2), x[2, 3]$item(), x[idx, ],
               torch_tensor(array(seq_len(24) / 2, c(2, 3, 4))), emb(idx),
               ce(x, torch_tensor(c(4L, 1L, 2L))), x[idx[[1]]$item() - 1, 2:(length(idx) + 1)],
-              list(x$shape, x$dtype, x$device, x$requires_grad, x$grad, torch_zeros(2)$dtype))
+              list(x$shape, x$dtype, x$device, x$requires_grad, x$grad, torch_zeros(2)$dtype),
+              opt$param_groups)
   y[1, ] <- 0
+  x$requires_grad <- TRUE
   gctorture(FALSE)
   expect_equal(as_array(out[[8]]), rowSums(as_array(x)), tolerance = 1e-6)
   expect_equal(out[[9]], as_array(x)[2, 3], tolerance = 1e-6)
@@ -511,6 +515,9 @@ test_that("the C paths are safe under gctorture()", {
   expect_identical(out[[15]][c(1, 4, 5)], list(c(3L, 4L), FALSE, NULL))
   expect_identical(as.character(out[[15]][[2]]), "float32")
   expect_identical(as.character(out[[15]][[3]]), "cpu")
+  expect_identical(out[[16]][[1]]$betas, list(0.8, 0.9))
+  expect_equal(as_array(out[[16]][[1]]$params[[1]]), as_array(m$weight))
+  expect_true(x$requires_grad)
 })
 
 test_that("methods from $ and indices read from `...` keep R's meaning", {
