@@ -145,7 +145,8 @@ SEXP tb_tensor_field(SEXP x, SEXP name) {
  * for `x$dtype` or `x$device`, for the next tensors with that dtype or device. */
 SEXP tb_field_remember(SEXP x, SEXP name, SEXP value) {
   PyObject *t = tensor_of(x);
-  if (!py_ready || t == NULL || TYPEOF(name) != STRSXP || Rf_xlength(name) != 1 ||
+  /* Not while R traces: the tracer would see the attribute reads. */
+  if (!c_path_on() || t == NULL || TYPEOF(name) != STRSXP || Rf_xlength(name) != 1 ||
       n_kept >= KEPT_MAX)
     return R_NilValue;
   int dtype = is_name(name, "dtype") && Rf_inherits(value, "torch_dtype");
