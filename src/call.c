@@ -41,6 +41,7 @@ SEXP tb_attr_r(SEXP x, SEXP name);
 SEXP tb_remember_class(SEXP wrapper);
 SEXP tb_param_groups(SEXP x);
 SEXP tb_set_attr(SEXP x, SEXP name, SEXP value);
+SEXP tb_named_tensors(SEXP module, SEXP method);
 SEXP tb_index(SEXP x, SEXP call, SEXP env, SEXP drop, SEXP value);
 SEXP tb_index_dots(SEXP x, SEXP rho, SEXP drop, SEXP value);
 SEXP tb_dots_forced(SEXP rho);
@@ -96,6 +97,7 @@ static const R_CallMethodDef methods[] = {
     {"tb_remember_class", (DL_FUNC) &tb_remember_class, 1},
     {"tb_param_groups", (DL_FUNC) &tb_param_groups, 1},
     {"tb_set_attr", (DL_FUNC) &tb_set_attr, 3},
+    {"tb_named_tensors", (DL_FUNC) &tb_named_tensors, 2},
     {"tb_index", (DL_FUNC) &tb_index, 5},
     {"tb_index_dots", (DL_FUNC) &tb_index_dots, 4},
     {"tb_dots_forced", (DL_FUNC) &tb_dots_forced, 1},

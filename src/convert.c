@@ -472,6 +472,18 @@ int to_py_kind(SEXP v, int kind, int dots, PyObject **out) {
     if (kind == 1) return CONV_FALLBACK;
     return borrowed(t, out);
   }
+  case K_PARAMS: {
+    /* params_arg(): a tensor, or a list of tensors (`model$parameters`), as a Python list;
+     * parameter groups and the rest R converts (and refuses with its own message). */
+    PyObject *t = tensor_of(v);
+    if (t == NULL) return tensor_list(v, out);
+    PyObject *list = py.ListNew(1);
+    if (list == NULL) return CONV_PYERR;
+    py.IncRef(t);
+    py.ListSetItem(list, 0, t); /* steals */
+    *out = list;
+    return CONV_OK;
+  }
   case K_OPTIMIZER: {
     /* optimizer_py(): the torch.optim object of an optim_*() optimizer. */
     PyObject *o = py_field_of(v, "torch_optimizer");

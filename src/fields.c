@@ -356,3 +356,80 @@ SEXP tb_set_attr(SEXP x, SEXP name, SEXP value) {
   py.GILRelease(gil);
   return status == 0 ? R_NilValue : sentinel_fallback;
 }
+
+/* ---- a module's parameters and buffers --------------------------------------------------- */
+
+/* The (name, tensor) pairs of iterator `it` as a named R list; NULL where C does not convert
+ * them (a tensor type whose class vector R has not handed over, a Python error). */
+static SEXP named_pairs(PyObject *it) {
+  /* The pairs first (new references), then the R list of their exact length. */
+  PyObject **items = NULL, *item;
+  ptrdiff_t n = 0, size = 0;
+  int ok = 1;
+  while (ok && (item = py.IterNext(it)) != NULL) {
+    if (n == size) {
+      size = size == 0 ? 16 : 2 * size;
+      PyObject **grown = realloc(items, size * sizeof(PyObject *));
+      if (grown == NULL) {
+        py.DecRef(item);
+        ok = 0;
+        break;
+      }
+      items = grown;
+    }
+    items[n++] = item;
+    ok = PY_TYPE(item) == py.TupleType && py.TupleSize(item) == 2;
+  }
+  if (py.ErrOccurred() != NULL) {
+    clear_error();
+    ok = 0;
+  }
+  SEXP out = NULL;
+  if (ok) {
+    SEXP values = PROTECT(Rf_allocVector(VECSXP, n));
+    SEXP names = PROTECT(Rf_allocVector(STRSXP, n));
+    for (ptrdiff_t k = 0; k < n && ok; k++) {
+      const char *name = py.UnicodeAsUTF8(py.TupleGetItem(items[k], 0));
+      SEXP t = name == NULL ? NULL : tensor_like(py.TupleGetItem(items[k], 1));
+      if (t == NULL) {
+        ok = 0;
+        break;
+      }
+      SET_VECTOR_ELT(values, k, t);
+      SET_STRING_ELT(names, k, Rf_mkCharCE(name, CE_UTF8));
+    }
+    if (ok && n > 0) Rf_setAttrib(values, R_NamesSymbol, names);
+    if (ok) out = values;
+    UNPROTECT(2);
+    if (py.ErrOccurred() != NULL) clear_error();
+  }
+  for (ptrdiff_t k = 0; k < n; k++) py.DecRef(items[k]);
+  free(items);
+  return out;
+}
+
+/* tb_named_tensors(module, method): `module.method()` (named_parameters, named_buffers) of
+ * the Python module in reticulate wrapper `module`, as named_tensors() makes it in R, or
+ * `.tb_fallback`. */
+SEXP tb_named_tensors(SEXP module, SEXP method) {
+  if (!c_path_on() || TYPEOF(method) != STRSXP || Rf_xlength(method) != 1)
+    return sentinel_fallback;
+  PyObject *self = object_of(module);
+  if (self == NULL) return sentinel_fallback;
+  GILState gil = py.GILEnsure();
+  PyObject *fn = py.GetAttrString(self, CHAR(STRING_ELT(method, 0)));
+  PyObject *args = fn == NULL ? NULL : py.TupleNew(0);
+  PyObject *pairs = args == NULL ? NULL : py.Call(fn, args, NULL);
+  PyObject *it = pairs == NULL ? NULL : py.GetIter(pairs);
+  SEXP out = it == NULL ? NULL : named_pairs(it);
+  if (out != NULL) PROTECT(out);
+  if (py.ErrOccurred() != NULL) clear_error();
+  py_decref(it);
+  py_decref(pairs);
+  py_decref(args);
+  py_decref(fn);
+  py.GILRelease(gil);
+  if (out == NULL) return sentinel_fallback;
+  UNPROTECT(1);
+  return out;
+}

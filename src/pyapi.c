@@ -105,6 +105,8 @@ static int find_api(SEXP libpython) {
   FIND(UnicodeAsUTF8, "PyUnicode_AsUTF8");
   FIND(DictNext, "PyDict_Next");
   FIND(DictType, "PyDict_Type");
+  FIND(GetIter, "PyObject_GetIter");
+  FIND(IterNext, "PyIter_Next");
   return ok;
 }
 

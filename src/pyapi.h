@@ -63,6 +63,8 @@ typedef struct {
   PyObject *(*Str)(PyObject *);
   const char *(*UnicodeAsUTF8)(PyObject *);
   int (*DictNext)(PyObject *, ptrdiff_t *, PyObject **, PyObject **);
+  PyObject *(*GetIter)(PyObject *);
+  PyObject *(*IterNext)(PyObject *);
   PyObject *None, *True, *False, *Ellipsis;
   PyObject *LongType, *FloatType, *BoolType, *TupleType, *ListType, *DictType;
 } PyApi;

@@ -949,3 +949,56 @@ test_that("x$requires_grad <- and x$grad <- agree between C and R", {
   expect_null(cases$grad()[[2]])
   expect_s3_class(tryCatch(cases$err_int(), error = identity), "error")
 })
+
+test_that("module parameters, buffers, training and gradient clipping agree between C and R", {
+  skip_if_no_torch()
+  Net <- nn_module("Net",
+    initialize = function() {
+      self$fc <- nn_linear(3, 2)
+      self$bn <- nn_batch_norm1d(2)
+      self$scale <- nn_parameter(torch_ones(1))
+    },
+    forward = function(x) self$bn(self$fc(x)) * self$scale
+  )
+  run <- function() {
+    torch_manual_seed(14)
+    net <- Net()
+    net(torch_randn(5, 3))$sum()$backward()
+    before <- lapply(net$parameters, function(p) p$grad)
+    norm <- nn_utils_clip_grad_norm_(net$parameters, 0.1)
+    nn_utils_clip_grad_value_(net$fc$parameters, 0.01)
+    net$eval()
+    list(names(net$parameters), net$parameters, net$buffers, net$named_parameters(),
+         net$named_buffers(), nn_relu()$parameters, before, norm,
+         lapply(net$parameters, function(p) p$grad), net$training,
+         nn_utils_clip_grad_norm_(net$parameters[[1]], 1),
+         tryCatch(nn_utils_clip_grad_norm_(net, 1), error = identity))
+  }
+  slow <- with_c(FALSE, canon(run()))
+  fast <- canon(run())
+  expect_identical(fast, slow)
+  expect_identical(fast[[1]], c("scale", "fc.weight", "fc.bias", "bn.weight", "bn.bias"))
+  expect_identical(names(fast[[3]]), c("bn.running_mean", "bn.running_var",
+                                       "bn.num_batches_tracked"))
+  expect_identical(fast[[6]], list())
+  expect_false(fast[[10]])
+  expect_identical(fast[[12]][[1]], "error")
+  # Through C: no reticulate call or attribute lookup once the parameters' class is known.
+  net <- Net()
+  invisible(net$parameters)
+  calls <- 0L
+  ret <- asNamespace("reticulate")
+  count <- function() calls <<- calls + 1L
+  suppressMessages({
+    trace("py_call_impl", count, print = FALSE, where = ret)
+    trace("py_get_attr_impl", count, print = FALSE, where = ret)
+  })
+  on.exit(suppressMessages({
+    untrace("py_call_impl", where = ret)
+    untrace("py_get_attr_impl", where = ret)
+  }))
+  net$training
+  nn_utils_clip_grad_norm_(net$parameters, 1)
+  net$buffers
+  expect_equal(calls, 0L)
+})
