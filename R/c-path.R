@@ -14,8 +14,9 @@
 # state dicts and the other one-off calls. Tensor fields (`$shape`, `$dtype`, `$grad`,
 # ...), a plateau scheduler's `$step(metric)` (the metric passed as I(): a Python float),
 # `$get_last_lr()`, `$last_epoch`, an optimizer's `$param_groups`, `x$requires_grad <-`,
-# `x$grad <-`, a module's `$parameters`, `$buffers` and `$training`, and the `params` of
-# nn_utils_clip_grad_*() go through C (src/fields.c, src/surface.c, src/convert.c).
+# `x$grad <-`, a module's `$parameters`, `$buffers`, `$training`, `$train()`, `$eval()`
+# and `$zero_grad()`, and the `params` of nn_utils_clip_grad_*() go through C
+# (src/fields.c, src/surface.c, src/convert.c).
 
 # Whether the C paths run, starting them on first use.
 c_started <- function() {

@@ -321,11 +321,11 @@ nn_buffer <- function(x, persistent = TRUE) {
     named_parameters = function() module_tensors(py, "named_parameters"),
     named_buffers = function() module_tensors(py, "named_buffers"),
     train = function(mode = TRUE) {
-      py$train(isTRUE(mode))
+      module_call(py, "train", list(isTRUE(mode)))
       invisible(inst)
     },
     eval = function() {
-      py$eval()
+      module_call(py, "eval", list())
       invisible(inst)
     },
     to = function(dtype = NULL, device = NULL, ...) {
@@ -357,7 +357,7 @@ nn_buffer <- function(x, persistent = TRUE) {
     },
     # mlverse zeroes gradients in place; PyTorch's default would drop them (NULL).
     zero_grad = function(set_to_none = FALSE) {
-      py$zero_grad(set_to_none = isTRUE(set_to_none))
+      module_call(py, "zero_grad", list(set_to_none = isTRUE(set_to_none)))
       invisible(inst)
     },
     register_parameter = function(name, param) {
@@ -417,6 +417,16 @@ named_tensors <- function(pairs) {
   for (v in values) .Call(tb_remember_class, .subset2(v, ".py"))
   names(values) <- unlist(keys)
   values
+}
+
+# `py$method(...)` of a Python module for its effect (train(), eval(), zero_grad()), through
+# src/surface.c (tb_call_method); reticulate where C does not apply.
+module_call <- function(py, method, args) {
+  out <- .Call(tb_call_method, py, method, args)
+  if (is.symbol(out) && identical(c_answer(out, FALSE), quote(.tb_fallback))) {
+    do.call(reticulate::py_call, c(list(reticulate::py_get_attr(py, method)), args))
+  }
+  invisible()
 }
 
 # `py$named_parameters()` or `py$named_buffers()` as named_tensors() gives them: through

@@ -954,7 +954,7 @@ test_that("x$requires_grad <- and x$grad <- agree between C and R", {
   expect_s3_class(tryCatch(cases$err_int(), error = identity), "error")
 })
 
-test_that("module parameters, buffers, training and gradient clipping agree between C and R", {
+test_that("module parameters, buffers, training, train(), eval(), zero_grad() and gradient clipping agree between C and R", {
   skip_if_no_torch()
   Net <- nn_module("Net",
     initialize = function() {
@@ -971,12 +971,21 @@ test_that("module parameters, buffers, training and gradient clipping agree betw
     before <- lapply(net$parameters, function(p) p$grad)
     norm <- nn_utils_clip_grad_norm_(net$parameters, 0.1)
     nn_utils_clip_grad_value_(net$fc$parameters, 0.01)
+    clipped <- lapply(net$parameters, function(p) p$grad)
+    net$zero_grad()
+    zeroed <- lapply(net$parameters, function(p) p$grad)
+    net$zero_grad(set_to_none = TRUE)
+    dropped <- lapply(net$parameters, function(p) p$grad)
     net$eval()
+    evaluating <- c(net$training, net$bn$training)
+    net$train()
+    net$train(FALSE)
     list(names(net$parameters), net$parameters, net$buffers, net$named_parameters(),
          net$named_buffers(), nn_relu()$parameters, before, norm,
-         lapply(net$parameters, function(p) p$grad), net$training,
+         clipped, net$training,
          nn_utils_clip_grad_norm_(net$parameters[[1]], 1),
-         tryCatch(nn_utils_clip_grad_norm_(net, 1), error = identity))
+         tryCatch(nn_utils_clip_grad_norm_(net, 1), error = identity),
+         zeroed, dropped, evaluating)
   }
   slow <- with_c(FALSE, canon(run()))
   fast <- canon(run())
@@ -987,6 +996,9 @@ test_that("module parameters, buffers, training and gradient clipping agree betw
   expect_identical(fast[[6]], list())
   expect_false(fast[[10]])
   expect_identical(fast[[12]][[1]], "error")
+  expect_equal(fast[[13]]$fc.weight[[5]], matrix(0, 2, 3))
+  expect_identical(unique(lapply(fast[[14]], is.null)), list(TRUE))
+  expect_identical(fast[[15]], c(FALSE, FALSE))
   # Through C: no reticulate call or attribute lookup once the parameters' class is known.
   net <- Net()
   invisible(net$parameters)
@@ -1004,5 +1016,8 @@ test_that("module parameters, buffers, training and gradient clipping agree betw
   net$training
   nn_utils_clip_grad_norm_(net$parameters, 1)
   net$buffers
+  net$zero_grad()
+  net$eval()
+  net$train()
   expect_equal(calls, 0L)
 })
