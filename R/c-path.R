@@ -10,9 +10,13 @@
 # back (lr_lambda()'s and lr_multiplicative()'s functions, `$register_hook()`, the closure of
 # `$step(closure)`, dataset and nn_module methods run from Python) convert those functions
 # through reticulate, which owns R callbacks; the call itself may still go through C (a
-# scheduler's `$step()` does, and its Python then calls the R function). So do a plateau
-# scheduler's `$step(metric)` (the metric stays a Python float), printing, state dicts and
-# the other one-off calls.
+# scheduler's `$step()` does, and its Python then calls the R function). So do printing,
+# state dicts and the other one-off calls. Tensor fields (`$shape`, `$dtype`, `$grad`,
+# ...), a plateau scheduler's `$step(metric)` (the metric passed as I(): a Python float),
+# `$get_last_lr()`, `$last_epoch`, an optimizer's `$param_groups`, `x$requires_grad <-`,
+# `x$grad <-`, a module's `$parameters`, `$buffers`, `$training`, `$train()`, `$eval()`
+# and `$zero_grad()`, and the `params` of nn_utils_clip_grad_*() go through C
+# (src/fields.c, src/surface.c, src/convert.c).
 
 # Whether the C paths run, starting them on first use.
 c_started <- function() {

@@ -310,19 +310,22 @@ nn_buffer <- function(x, persistent = TRUE) {
   py <- get(".py", envir = self)
   inst <- get(".instance", envir = self)
   switch(name,
-    training = reticulate::py_to_r(py$training),
-    parameters = named_tensors(py$named_parameters()),
-    buffers = named_tensors(py$named_buffers()),
+    training = {
+      out <- .Call(tb_attr_r, py, "training") # src/fields.c; reticulate where C does not apply
+      if (is.symbol(out)) reticulate::py_to_r(py$training) else out
+    },
+    parameters = module_tensors(py, "named_parameters"),
+    buffers = module_tensors(py, "named_buffers"),
     children = lapply(named_py_list(py$named_children()), wrap_py_module),
     modules = lapply(unname(named_py_list(py$named_modules())), wrap_py_module),
-    named_parameters = function() named_tensors(py$named_parameters()),
-    named_buffers = function() named_tensors(py$named_buffers()),
+    named_parameters = function() module_tensors(py, "named_parameters"),
+    named_buffers = function() module_tensors(py, "named_buffers"),
     train = function(mode = TRUE) {
-      py$train(isTRUE(mode))
+      module_call(py, "train", list(isTRUE(mode)))
       invisible(inst)
     },
     eval = function() {
-      py$eval()
+      module_call(py, "eval", list())
       invisible(inst)
     },
     to = function(dtype = NULL, device = NULL, ...) {
@@ -354,7 +357,7 @@ nn_buffer <- function(x, persistent = TRUE) {
     },
     # mlverse zeroes gradients in place; PyTorch's default would drop them (NULL).
     zero_grad = function(set_to_none = FALSE) {
-      py$zero_grad(set_to_none = isTRUE(set_to_none))
+      module_call(py, "zero_grad", list(set_to_none = isTRUE(set_to_none)))
       invisible(inst)
     },
     register_parameter = function(name, param) {
@@ -410,8 +413,29 @@ named_tensors <- function(pairs) {
   nv <- py_rb()$named_tensors(pairs)
   keys <- reticulate::py_to_r(reticulate::py_get_item(nv, 0L))
   values <- reticulate::iterate(reticulate::py_get_item(nv, 1L), wrap_tensor, simplify = FALSE)
+  # The class vectors of their wrappers (torch.nn.Parameter's), for src/fields.c.
+  for (v in values) .Call(tb_remember_class, .subset2(v, ".py"))
   names(values) <- unlist(keys)
   values
+}
+
+# `py$method(...)` of a Python module for its effect (train(), eval(), zero_grad()), through
+# src/surface.c (tb_call_method); reticulate where C does not apply.
+module_call <- function(py, method, args) {
+  out <- .Call(tb_call_method, py, method, args)
+  if (is.symbol(out) && identical(c_answer(out, FALSE), quote(.tb_fallback))) {
+    do.call(reticulate::py_call, c(list(reticulate::py_get_attr(py, method)), args))
+  }
+  invisible()
+}
+
+# `py$named_parameters()` or `py$named_buffers()` as named_tensors() gives them: through
+# src/fields.c where it applies (`nn_utils_clip_grad_norm_(model$parameters, 1)` in a
+# training step read them through reticulate, ~300 us for a small MLP).
+module_tensors <- function(py, method) {
+  out <- .Call(tb_named_tensors, py, method)
+  if (!is.symbol(out)) return(out)
+  named_tensors(if (method == "named_parameters") py$named_parameters() else py$named_buffers())
 }
 
 named_py_list <- function(pairs) {

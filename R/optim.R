@@ -113,10 +113,18 @@ scheduler_step <- function(x) {
         return(invisible(x))
       }
     }
-    # The monitored value goes through R, as a Python float (C would pass a whole number
-    # as an int, which ReduceLROnPlateau would keep as its best value).
+    if (!is.null(metrics)) {
+      # The monitored value is passed as a Python float even when whole (I(): see
+      # any_kind() in src/convert.c); as an int, ReduceLROnPlateau would keep an int as
+      # its best value.
+      metric <- metric_value(metrics)
+      out <- .Call(tb_call_method, x, "step", list(I(metric)))
+      if (!is.symbol(out) || !identical(c_answer(out, FALSE), quote(.tb_fallback))) {
+        return(invisible(x))
+      }
+    }
     withCallingHandlers(
-      if (is.null(metrics)) py$step() else py$step(metric_py(metrics)),
+      if (is.null(metrics)) py$step() else py$step(reticulate::r_to_py(metric)),
       error = function(e) rethrow_python(e))
     invisible(x)
   }
@@ -179,8 +187,15 @@ optimizer_member <- function(x, name) {
   switch(name,
     step = optimizer_step(x),
     zero_grad = optimizer_zero_grad(x),
-    param_groups = lapply(reticulate::iterate(py$param_groups, identity, simplify = FALSE),
-                          param_group_r),
+    param_groups = {
+      # Through src/fields.c where it applies; reticulate for the rest.
+      out <- .Call(tb_param_groups, x)
+      if (is.symbol(out)) {
+        out <- lapply(reticulate::iterate(py$param_groups, identity, simplify = FALSE),
+                      param_group_r)
+      }
+      out
+    },
     add_param_group = checked(function(param_group) {
       py$add_param_group(reticulate::py_get_item(params_arg(list(param_group)), 0L))
     }),
@@ -198,7 +213,12 @@ param_group_r <- function(g) {
   keys <- unlist(reticulate::iterate(g$keys(), reticulate::py_to_r, simplify = FALSE))
   out <- lapply(keys, function(k) {
     v <- reticulate::py_get_item(g, k)
-    if (k == "params") return(reticulate::iterate(v, wrap_tensor, simplify = FALSE))
+    if (k == "params") {
+      params <- reticulate::iterate(v, wrap_tensor, simplify = FALSE)
+      # The class vectors of their wrappers (torch.nn.Parameter's), for src/fields.c.
+      for (p in params) .Call(tb_remember_class, .subset2(p, ".py"))
+      return(params)
+    }
     reticulate::py_to_r(v)
   })
   names(out) <- keys
@@ -243,7 +263,18 @@ print.lr_scheduler <- function(x, ...) {
   py <- .subset2(x, ".py")
   switch(name,
     step = .subset2(x, "step") %||% scheduler_step(x), # made once (new_scheduler())
-    get_last_lr = function() unlist(reticulate::py_to_r(py$get_last_lr())),
+    get_last_lr = function() {
+      # Through src/surface.c (a list of Python floats as R numbers); reticulate where C
+      # does not apply.
+      out <- .Call(tb_call_method_r, x, "get_last_lr", list())
+      if (is.symbol(out) && identical(c_answer(out, FALSE), quote(.tb_fallback))) {
+        out <- withCallingHandlers(reticulate::py_to_r(py$get_last_lr()),
+                                   error = function(e) rethrow_python(e))
+      } else {
+        out <- c_answer(out, FALSE)
+      }
+      unlist(out)
+    },
     state_dict = function() state_to_r(py$state_dict()),
     load_state_dict = function(state_dict) {
       if (!is.list(state_dict) || is.null(names(state_dict))) {
@@ -254,20 +285,24 @@ print.lr_scheduler <- function(x, ...) {
       withCallingHandlers(py$load_state_dict(sd), error = function(e) rethrow_python(e))
       invisible(x)
     },
-    last_epoch = reticulate::py_to_r(py$last_epoch),
+    last_epoch = {
+      out <- .Call(tb_attr_r, x, "last_epoch") # src/fields.c; reticulate where C does not apply
+      if (is.symbol(out)) reticulate::py_to_r(py$last_epoch) else out
+    },
     py = py,
     tracebridge_abort(sprintf("Schedulers have no method or field `%s`.", name))
   )
 }
 
-# The monitored value of lr_reduce_on_plateau(): a number or a one-element tensor.
-metric_py <- function(v) {
+# The monitored value of lr_reduce_on_plateau(): a number or a one-element tensor, as
+# one R double.
+metric_value <- function(v) {
   if (inherits(v, "torch_tensor")) v <- v$item()
   if (!is.numeric(v) || length(v) != 1 || is.na(v)) {
     tracebridge_abort(sprintf("step(): `metrics` must be one number, not %s.", describe_value(v)),
                       "type_error")
   }
-  reticulate::r_to_py(as.double(v))
+  as.double(v)
 }
 
 # The closure of $step(closure): Python calls it (several times for L-BFGS) and needs the

@@ -158,7 +158,7 @@ resolve_py <- function(path) {
 # a row's other kinds go through R (convert_arg(), convert_result()).
 c_arg_kinds <- c("tensor", "scalar", "dim", "dims", "index1", "int", "ints", "double",
                  "doubles", "bool", "string", "dtype", "device", "size", "tensors", "any",
-                 "index", "class_index", "optimizer", "long")
+                 "index", "class_index", "optimizer", "long", "params")
 c_result_kinds <- c("tensor", "index", "values_indices", "maybe_values_indices", "tensors",
                     "r", "sizes", "none")
 
@@ -168,6 +168,9 @@ compile_op <- function(i) {
   op <- .tb$ops[[i]]
   kinds <- vapply(op$args, function(a) a$kind, character(1))
   if ("tensors_splat" %in% kinds) return(FALSE)
+  # Optimizers are made once: their `params` (and parameter groups) stay R's to convert;
+  # C converts those of the calls a training step makes (nn_utils_clip_grad_norm_()).
+  if (op$result == "optimizer") kinds[kinds == "params"] <- "params_r"
   fn <- op$fn
   if (is.null(fn)) {
     fn <- resolve_py(op$py)

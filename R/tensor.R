@@ -259,6 +259,7 @@ dim.torch_tensor <- function(x) {
 length.torch_tensor <- function(x) {
   # While tracing, numel() is a traced integer: R's length() must be an R integer, so its
   # value is read, with a guard (as seq_len() of a traced size does).
+  if (!isTRUE(.tb$tracing)) return(x$numel()) # the `numel` row, through C
   n <- from_py(tensor_py(x)$numel())
   if (inherits(n, "torch_sym_int")) as.integer(n) else n
 }
@@ -406,6 +407,10 @@ Summary.torch_tensor <- function(..., na.rm = FALSE) {
   if (length(args) > 1) {
     x <- surface_fn("torch_cat")(lapply(args, function(a) as_tensor(a)$flatten()))
   }
+  # The rows of the surface table (through C) where nothing is left out.
+  row <- switch(.Generic, sum = "torch_sum", prod = "torch_prod", max = "torch_max",
+                min = "torch_min", all = "torch_all", any = "torch_any", NULL)
+  if (!is.null(row) && !isTRUE(na.rm)) return(surface_fn(row)(x))
   py <- tensor_py(x)
   # As in R, na.rm = TRUE leaves out NA/NaN (it was ignored, so sum() gave NaN).
   if (isTRUE(na.rm) && reticulate::py_to_r(py$dtype$is_floating_point)) {
@@ -428,13 +433,10 @@ Summary.torch_tensor <- function(..., na.rm = FALSE) {
 # tensor, is.na() FALSE, mean() NA).
 
 #' @export
-mean.torch_tensor <- function(x, ...) {
-  withCallingHandlers(wrap_tensor(tb_py_call(tensor_py(x)$mean)),
-                      error = function(e) rethrow_python(e, one_based = TRUE))
-}
+mean.torch_tensor <- function(x, ...) surface_fn("torch_mean")(x) # through C
 
 #' @export
-is.na.torch_tensor <- function(x) wrap_tensor(tensor_py(x)$isnan())
+is.na.torch_tensor <- function(x) x$isnan() # the `isnan` row, through C
 
 #' @export
 t.torch_tensor <- function(x) {
@@ -443,7 +445,7 @@ t.torch_tensor <- function(x) {
       "t() takes a tensor of at most 2 dimensions, not %d; use $permute() or $transpose().",
       length(dim(x))), "value_error")
   }
-  wrap_tensor(tensor_py(x)$t())
+  x$t() # the `t` row, through C
 }
 
 # The elements in R's (column-major) order, as a 1-d tensor.
@@ -495,10 +497,14 @@ simplify_sizes <- function(out) {
 }
 
 tensor_field <- function(x, name) {
+  # Through src/fields.c where it applies (outside traces; not `$data` or `$py`, which
+  # must tell the shift cache); R below for the rest.
+  out <- .Call(tb_tensor_field, x, name)
+  if (!is.symbol(out)) return(out)
   py <- .subset2(x, ".py")
   switch(name,
     shape = return(simplify_sizes(from_py(py_rb()$sizes(py)))),
-    dtype = return(dtype_from_py(py$dtype)),
+    dtype = return(remember_field(x, name, dtype_from_py(py$dtype))),
     requires_grad = return(reticulate::py_to_r(py$requires_grad)),
     grad = return(from_py(py$grad)),
     grad_fn = return(grad_fn_from_py(py$grad_fn)),
@@ -509,7 +515,7 @@ tensor_field <- function(x, name) {
     is_leaf = return(reticulate::py_to_r(py$is_leaf)),
     is_cuda = return(reticulate::py_to_r(py$is_cuda)),
     ndim = return(reticulate::py_to_r(py$ndim)),
-    device = return(device_from_py(py$device)),
+    device = return(remember_field(x, name, device_from_py(py$device))),
     register_hook = return(function(hook) register_hook(py, hook)),
     py = {
       .Call(tb_shift_untracked, x) # Python code may write without counting it
@@ -524,6 +530,13 @@ tensor_field <- function(x, name) {
       "tracebridge_no_method_error")
   }
   function(...) fn(x, ...)
+}
+
+# A dtype or device R made for `x$dtype` or `x$device`, handed to src/fields.c, which
+# answers it again for the next tensor with that dtype or device.
+remember_field <- function(x, name, value) {
+  .Call(tb_field_remember, x, name, value)
+  value
 }
 
 # x$register_hook(hook): `hook` gets the gradient and returns a replacement or NULL (keep
@@ -546,6 +559,13 @@ register_hook <- function(py, hook) {
 
 #' @export
 `$<-.torch_tensor` <- function(x, name, value) {
+  # `requires_grad` and `grad` through C (src/fields.c); R's path for the rest, and
+  # where C does not apply or Python refused (R then does it, or raises, its way).
+  out <- switch(name,
+    requires_grad = .Call(tb_set_attr, x, name, isTRUE(value)),
+    grad = .Call(tb_set_attr, x, name, value),
+    quote(.tb_fallback))
+  if (!is.symbol(out)) return(x)
   py <- .subset2(x, ".py")
   switch(name,
     requires_grad = py$requires_grad_(isTRUE(value)),

@@ -34,6 +34,14 @@ SEXP tb_call_args(SEXP fn, SEXP args, SEXP during_trace);
 SEXP tb_call_forward(SEXP fn, SEXP args, SEXP names, SEXP kinds);
 SEXP tb_grad_mode(SEXP enabled);
 SEXP tb_call_method(SEXP x, SEXP name, SEXP args);
+SEXP tb_call_method_r(SEXP x, SEXP name, SEXP args);
+SEXP tb_tensor_field(SEXP x, SEXP name);
+SEXP tb_field_remember(SEXP x, SEXP name, SEXP value);
+SEXP tb_attr_r(SEXP x, SEXP name);
+SEXP tb_remember_class(SEXP wrapper);
+SEXP tb_param_groups(SEXP x);
+SEXP tb_set_attr(SEXP x, SEXP name, SEXP value);
+SEXP tb_named_tensors(SEXP module, SEXP method);
 SEXP tb_index(SEXP x, SEXP call, SEXP env, SEXP drop, SEXP value);
 SEXP tb_index_dots(SEXP x, SEXP rho, SEXP drop, SEXP value);
 SEXP tb_dots_forced(SEXP rho);
@@ -82,6 +90,14 @@ static const R_CallMethodDef methods[] = {
     {"tb_call_forward", (DL_FUNC) &tb_call_forward, 4},
     {"tb_grad_mode", (DL_FUNC) &tb_grad_mode, 1},
     {"tb_call_method", (DL_FUNC) &tb_call_method, 3},
+    {"tb_call_method_r", (DL_FUNC) &tb_call_method_r, 3},
+    {"tb_tensor_field", (DL_FUNC) &tb_tensor_field, 2},
+    {"tb_field_remember", (DL_FUNC) &tb_field_remember, 3},
+    {"tb_attr_r", (DL_FUNC) &tb_attr_r, 2},
+    {"tb_remember_class", (DL_FUNC) &tb_remember_class, 1},
+    {"tb_param_groups", (DL_FUNC) &tb_param_groups, 1},
+    {"tb_set_attr", (DL_FUNC) &tb_set_attr, 3},
+    {"tb_named_tensors", (DL_FUNC) &tb_named_tensors, 2},
     {"tb_index", (DL_FUNC) &tb_index, 5},
     {"tb_index_dots", (DL_FUNC) &tb_index_dots, 4},
     {"tb_dots_forced", (DL_FUNC) &tb_dots_forced, 1},

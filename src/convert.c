@@ -182,6 +182,11 @@ static int any_kind(SEXP v, PyObject **out) {
   if (o == NULL && TYPEOF(v) == ENVSXP) o = object_of(v);
   if (o != NULL) return borrowed(o, out);
   if (v == R_NilValue) return borrowed(py.None, out);
+  /* I(x): a number kept a Python float even when whole (a plateau scheduler's metric). */
+  if (TYPEOF(v) == REALSXP && Rf_xlength(v) == 1 && Rf_inherits(v, "AsIs")) {
+    if (ISNAN(REAL(v)[0])) return CONV_FALLBACK;
+    return give(py.FloatFromDouble(REAL(v)[0]), out);
+  }
   long long n;
   if (TYPEOF(v) == REALSXP && whole_int(v, &n)) return give(py.LongFromLongLong(n), out);
   if (TYPEOF(v) == REALSXP && !R_FINITE(REAL(v)[0])) return CONV_FALLBACK;
@@ -466,6 +471,18 @@ int to_py_kind(SEXP v, int kind, int dots, PyObject **out) {
     if (kind < 0) return CONV_PYERR;
     if (kind == 1) return CONV_FALLBACK;
     return borrowed(t, out);
+  }
+  case K_PARAMS: {
+    /* params_arg(): a tensor, or a list of tensors (`model$parameters`), as a Python list;
+     * parameter groups and the rest R converts (and refuses with its own message). */
+    PyObject *t = tensor_of(v);
+    if (t == NULL) return tensor_list(v, out);
+    PyObject *list = py.ListNew(1);
+    if (list == NULL) return CONV_PYERR;
+    py.IncRef(t);
+    py.ListSetItem(list, 0, t); /* steals */
+    *out = list;
+    return CONV_OK;
   }
   case K_OPTIMIZER: {
     /* optimizer_py(): the torch.optim object of an optim_*() optimizer. */

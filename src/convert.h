@@ -9,7 +9,7 @@
 enum ArgKind {
   K_OTHER = 0, K_TENSOR, K_SCALAR, K_DIM, K_DIMS, K_INDEX1, K_INT, K_INTS, K_DOUBLE,
   K_DOUBLES, K_BOOL, K_STRING, K_DTYPE, K_DEVICE, K_SIZE, K_TENSORS, K_ANY, K_INDEX,
-  K_CLASS_INDEX, K_OPTIMIZER, K_LONG
+  K_CLASS_INDEX, K_OPTIMIZER, K_LONG, K_PARAMS
 };
 
 /* Result kinds C finishes (c_results in R/surface.R, same order); R_OTHER: R does. */

@@ -101,6 +101,12 @@ static int find_api(SEXP libpython) {
   FIND(BoolType, "PyBool_Type");
   FIND(TupleType, "PyTuple_Type");
   FIND(ListType, "PyList_Type");
+  FIND(Str, "PyObject_Str");
+  FIND(UnicodeAsUTF8, "PyUnicode_AsUTF8");
+  FIND(DictNext, "PyDict_Next");
+  FIND(DictType, "PyDict_Type");
+  FIND(GetIter, "PyObject_GetIter");
+  FIND(IterNext, "PyIter_Next");
   return ok;
 }
 

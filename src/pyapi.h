@@ -60,8 +60,13 @@ typedef struct {
   PyObject *(*SliceNew)(PyObject *, PyObject *, PyObject *);
   int (*IsTrue)(PyObject *);
   int (*IsSubtype)(PyObject *, PyObject *);
+  PyObject *(*Str)(PyObject *);
+  const char *(*UnicodeAsUTF8)(PyObject *);
+  int (*DictNext)(PyObject *, ptrdiff_t *, PyObject **, PyObject **);
+  PyObject *(*GetIter)(PyObject *);
+  PyObject *(*IterNext)(PyObject *);
   PyObject *None, *True, *False, *Ellipsis;
-  PyObject *LongType, *FloatType, *BoolType, *TupleType, *ListType;
+  PyObject *LongType, *FloatType, *BoolType, *TupleType, *ListType, *DictType;
 } PyApi;
 
 extern PyApi py;

@@ -526,9 +526,10 @@ SEXP tb_grad_mode(SEXP enabled) {
 /* tb_call_method(x, name, args): x.name(*args, **kwargs) for the Python object inside a
  * reticulate wrapper or an R object with `.py` (optimizers, schedulers), the unnamed
  * elements of `args` by position and the named ones by keyword, converted as arg_py()
- * does (tensors, Python objects, dtypes, NULL, logicals, whole doubles as ints). The
+ * does (tensors, Python objects, dtypes, NULL, logicals, whole doubles as ints, I(x) as
+ * a float). The
  * result as wrap_result() gives it; None is NULL. */
-SEXP tb_call_method(SEXP x, SEXP name, SEXP args) {
+static SEXP call_method(SEXP x, SEXP name, SEXP args, int r_values) {
   if (!c_path_on() || TYPEOF(name) != STRSXP || Rf_xlength(name) != 1 || TYPEOF(args) != VECSXP)
     return sentinel_fallback;
   PyObject *self = object_of(x);
@@ -581,9 +582,28 @@ SEXP tb_call_method(SEXP x, SEXP name, SEXP args) {
   } else if (result == py.None) {
     py.DecRef(result);
     out = R_NilValue;
+  } else if (r_values) {
+    out = R_NilValue;
+    int converted = result_to_r(result, R_TENSOR, &out);
+    if (converted == CONV_FALLBACK) {
+      out = wrap(result, object_class); /* steals */
+    } else {
+      py.DecRef(result);
+      if (converted == CONV_PYERR) {
+        store_error();
+        out = sentinel_error;
+      }
+    }
   } else {
     out = wrap_result(result);
   }
   py.GILRelease(gil);
   return out;
 }
+
+SEXP tb_call_method(SEXP x, SEXP name, SEXP args) { return call_method(x, name, args, 0); }
+
+/* tb_call_method_r(x, name, args): the same, the result as R values as from_py() gives
+ * them (plain scalars, tensors, lists and tuples of them: `$get_last_lr()`), or a wrapper
+ * of class "python.builtin.object" for R to convert. */
+SEXP tb_call_method_r(SEXP x, SEXP name, SEXP args) { return call_method(x, name, args, 1); }

@@ -461,6 +461,8 @@ test_that("the C paths leave no Python objects or references behind", {
     ce(x, y_cls)
     x$to(device = "cpu")
     torch_tensor(c(1, 2), device = "cpu", requires_grad = TRUE)
+    list(x$shape, x$dtype, x$device, x$grad, x$requires_grad) # src/fields.c
+    nn_utils_clip_grad_norm_(m$parameters, 1)
   }
   fail <- function() tryCatch(torch_mm(x, y[1:3, 1:3]), error = identity)
   step()
@@ -468,7 +470,7 @@ test_that("the C paths leave no Python objects or references behind", {
   gc()
   live <- py_live_count("Tensor")
   before <- refs()
-  for (i in 1:1000) step() # 16,000 calls
+  for (i in 1:1000) step() # 23,000 calls
   for (i in 1:200) fail()
   gc()
   expect_lte(py_live_count("Tensor") - live, 20)
@@ -482,6 +484,8 @@ test_that("the C paths are safe under gctorture()", {
   y <- torch_rand(3, 4)
   m <- nn_linear(4, 2)
   expected <- as_array(x) + as_array(y)
+  opt <- optim_adam(m$parameters, betas = c(0.8, 0.9))
+  invisible(opt$param_groups) # the first goes through R (the parameters' class vector)
   gctorture(TRUE)
   on.exit(gctorture(FALSE))
   idx <- torch_tensor(c(3L, 1L))
@@ -491,8 +495,11 @@ test_that("the C paths are safe under gctorture()", {
               as_array(x), torch_cat(list(x, y), dim = 2), m(x),
               x$sum(dim = 2), x[2, 3]$item(), x[idx, ],
               torch_tensor(array(seq_len(24) / 2, c(2, 3, 4))), emb(idx),
-              ce(x, torch_tensor(c(4L, 1L, 2L))), x[idx[[1]]$item() - 1, 2:(length(idx) + 1)])
+              ce(x, torch_tensor(c(4L, 1L, 2L))), x[idx[[1]]$item() - 1, 2:(length(idx) + 1)],
+              list(x$shape, x$dtype, x$device, x$requires_grad, x$grad, torch_zeros(2)$dtype),
+              opt$param_groups, m$parameters, m$training)
   y[1, ] <- 0
+  x$requires_grad <- TRUE
   gctorture(FALSE)
   expect_equal(as_array(out[[8]]), rowSums(as_array(x)), tolerance = 1e-6)
   expect_equal(out[[9]], as_array(x)[2, 3], tolerance = 1e-6)
@@ -506,6 +513,15 @@ test_that("the C paths are safe under gctorture()", {
   logp <- as_array(nnf_log_softmax(x, 2))
   expect_equal(as_array(out[[13]]), -mean(logp[cbind(1:3, c(4, 1, 2))]), tolerance = 1e-6)
   expect_equal(as_array(out[[14]]), as_array(x)[2, 2:3], tolerance = 1e-6)
+  expect_identical(out[[15]][c(1, 4, 5)], list(c(3L, 4L), FALSE, NULL))
+  expect_identical(as.character(out[[15]][[2]]), "float32")
+  expect_identical(as.character(out[[15]][[3]]), "cpu")
+  expect_identical(out[[16]][[1]]$betas, list(0.8, 0.9))
+  expect_equal(as_array(out[[16]][[1]]$params[[1]]), as_array(m$weight))
+  expect_true(x$requires_grad)
+  expect_identical(names(out[[17]]), c("weight", "bias"))
+  expect_equal(as_array(out[[17]]$bias), as_array(m$bias))
+  expect_true(out[[18]])
 })
 
 test_that("methods from $ and indices read from `...` keep R's meaning", {
@@ -733,4 +749,275 @@ test_that("torch_arange(), long arguments, computed indices and cached shifts ar
   got <- calls()
   gctorture(FALSE)
   expect_identical(got, expected)
+})
+
+test_that("tensor fields, plateau steps, get_last_lr(), last_epoch and param_groups agree between C and R", {
+  skip_if_no_torch()
+  fields <- c("shape", "dtype", "device", "requires_grad", "is_leaf", "is_cuda", "ndim", "grad")
+  make <- function() {
+    torch_manual_seed(11)
+    p <- torch_randn(2, 3, requires_grad = TRUE)
+    (p * 2)$sum()$backward()
+    list(float = torch_randn(2, 3), int = torch_tensor(1:4), bool = torch_tensor(c(TRUE, FALSE)),
+         double = torch_zeros(2, dtype = torch_float64()), scalar = torch_tensor(3)$squeeze(),
+         empty = torch_zeros(0, 2), param = p, nonleaf = p * 1)
+  }
+  read <- function() {
+    xs <- make()
+    lapply(xs, function(x) {
+      # (not `$grad` of a non-leaf: torch warns that it is never filled)
+      read_fields <- if (isTRUE(x$is_leaf)) fields else setdiff(fields, "grad")
+      out <- lapply(read_fields, function(f) {
+        v <- x[[f]]
+        if (inherits(v, "torch_dtype")) return(list(class(v), as.character(v), v == x$dtype))
+        if (inherits(v, "torch_device")) {
+          return(list(class(v), as.character(v), v$type, v$index, v == "cpu"))
+        }
+        v
+      })
+      names(out) <- read_fields
+      out
+    })
+  }
+  slow <- with_c(FALSE, canon(read()))
+  fast <- canon(read())
+  expect_identical(fast, slow)
+  expect_identical(fast$float$shape, c(2L, 3L))
+  expect_identical(fast$scalar$shape, integer(0))
+  expect_null(fast$float$grad)
+  expect_equal(fast$param$grad[[5]], matrix(2, 2, 3))
+
+  # dtypes and devices C answers from what R made: the same values; a changed copy does
+  # not change the next answer.
+  x <- torch_randn(2)
+  d <- x$dtype
+  attr(d, "name") <- "changed"
+  expect_identical(as.character(x$dtype), "float32")
+  expect_identical(as.character(torch_tensor(1:2)$dtype), "int64")
+
+  # A plateau scheduler's metric stays a Python float (a whole number included), so the
+  # best value it keeps is one; learning rates and counters agree on both paths.
+  plateau <- function() {
+    opt <- optim_sgd(list(torch_zeros(2, requires_grad = TRUE)), lr = 1)
+    s <- lr_reduce_on_plateau(opt, patience = 0, factor = 0.5)
+    lrs <- numeric()
+    for (m in list(3, 2, 2, 5, torch_tensor(1.5))) {
+      s$step(m)
+      lrs <- c(lrs, opt$param_groups[[1]]$lr)
+    }
+    best <- reticulate::py_to_r(reticulate::py_get_attr(s$py, "best"))
+    step <- lr_step(opt, step_size = 1, gamma = 0.1)
+    opt$step()
+    step$step()
+    list(lrs, best, typeof(best), step$get_last_lr(), step$last_epoch,
+         tryCatch(s$step("high"), error = identity))
+  }
+  slow <- with_c(FALSE, canon(plateau()))
+  fast <- canon(plateau())
+  expect_identical(fast, slow)
+  expect_identical(fast[[3]], "double")
+  expect_equal(fast[[1]], c(1, 1, 0.5, 0.25, 0.25))
+  expect_equal(fast[[4]], 0.025)
+  expect_identical(fast[[5]], 1L)
+
+  # An optimizer's param_groups: tensors and nn parameters (torch.nn.Parameter, whose
+  # wrapper's class vector C keeps from R's first answer), settings such as betas.
+  groups <- function() {
+    torch_manual_seed(12)
+    m <- nn_linear(3, 2)
+    adam <- optim_adam(m$parameters, lr = 0.01, betas = c(0.8, 0.9))
+    sgd <- optim_sgd(list(torch_zeros(2, requires_grad = TRUE)), lr = 1, momentum = 0.5)
+    sgd$add_param_group(list(params = list(torch_ones(1, requires_grad = TRUE)), lr = 0.5))
+    list(adam$param_groups, adam$param_groups, sgd$param_groups)
+  }
+  slow <- with_c(FALSE, canon(groups()))
+  fast <- canon(groups())
+  expect_identical(fast, slow)
+  expect_identical(fast[[2]][[1]]$betas, list(0.8, 0.9))
+  expect_identical(fast[[3]][[2]]$lr, 0.5)
+
+  # Through C: no reticulate call or attribute lookup.
+  x <- torch_randn(2, 3)
+  opt <- optim_sgd(list(torch_zeros(2, requires_grad = TRUE)), lr = 1)
+  s <- lr_reduce_on_plateau(opt, patience = 0)
+  st <- lr_step(opt, step_size = 1)
+  adam <- optim_adam(nn_linear(2, 1)$parameters)
+  invisible(list(x$dtype, x$device, adam$param_groups)) # the first of each goes through R
+  calls <- 0L
+  ret <- asNamespace("reticulate")
+  count <- function() calls <<- calls + 1L
+  suppressMessages({
+    trace("py_call_impl", count, print = FALSE, where = ret)
+    trace("py_get_attr_impl", count, print = FALSE, where = ret)
+  })
+  on.exit(suppressMessages({
+    untrace("py_call_impl", where = ret)
+    untrace("py_get_attr_impl", where = ret)
+  }))
+  for (f in fields) x[[f]]
+  s$step(1)
+  st$get_last_lr()
+  st$last_epoch
+  adam$param_groups[[1]]$lr
+  expect_equal(calls, 0L)
+})
+
+test_that("base R generics on tensors (length, mean, sum, max, t, is.na, ...) agree between C and R", {
+  skip_if_no_torch()
+  cases <- list(
+    length = function(x) list(length(x$f), length(x$s), length(x$e)),
+    mean = function(x) list(mean(x$f), mean(x$s)),
+    err_mean_int = function(x) mean(x$i),
+    sums = function(x) list(sum(x$f), sum(x$i), sum(x$b), prod(x$i), sum(x$e)),
+    extremes = function(x) list(max(x$f), min(x$f), max(x$i), min(x$s)),
+    logic = function(x) list(all(x$b), any(x$b), all(x$f > -10), any(x$e > 0)),
+    several = function(x) list(max(x$f, x$i), sum(x$f, 1, 2)),
+    na_rm = function(x) list(sum(x$n, na.rm = TRUE), max(x$n, na.rm = TRUE), sum(x$n)),
+    range = function(x) range(x$f),
+    err_max_empty = function(x) max(x$e),
+    t = function(x) list(t(x$f), t(x$i[1:3])),
+    err_t_3d = function(x) t(torch_zeros(2, 2, 2)),
+    is_na = function(x) list(is.na(x$n), is.na(x$i))
+  )
+  run <- function(nm) {
+    torch_manual_seed(13)
+    x <- list(f = torch_randn(3, 4), i = torch_tensor(1:6), b = torch_tensor(c(TRUE, FALSE)),
+              s = torch_tensor(2.5)$squeeze(), e = torch_zeros(0),
+              n = torch_tensor(c(1, NaN, 3)))
+    canon(tryCatch(cases[[nm]](x), error = identity))
+  }
+  for (nm in names(cases)) {
+    slow <- with_c(FALSE, run(nm))
+    fast <- run(nm)
+    expect_identical(fast, slow, label = nm)
+  }
+  expect_identical(run("length"), list(12L, 1L, 0L))
+  expect_equal(run("na_rm")[[1]][[5]], 4)
+  expect_identical(run("err_mean_int")[[1]], "error")
+  expect_match(run("err_t_3d")[[3]], "at most 2 dimensions")
+  # Through C: no reticulate call.
+  x <- torch_randn(3, 4)
+  calls <- 0L
+  ret <- asNamespace("reticulate")
+  suppressMessages(trace("py_call_impl", function() calls <<- calls + 1L, print = FALSE,
+                         where = ret))
+  on.exit(suppressMessages(untrace("py_call_impl", where = ret)))
+  invisible(list(length(x), mean(x), sum(x), prod(x), max(x), min(x), all(x > 0), any(x > 0),
+                 t(x), is.na(x)))
+  expect_equal(calls, 0L)
+})
+
+test_that("x$requires_grad <- and x$grad <- agree between C and R", {
+  skip_if_no_torch()
+  cases <- list(
+    on_off = function() {
+      x <- torch_zeros(2)
+      x$requires_grad <- TRUE
+      a <- x$requires_grad
+      x$requires_grad <- FALSE
+      list(a, x$requires_grad, x$is_leaf)
+    },
+    non_leaf = function() { # the setter refuses a non-leaf; requires_grad_() takes TRUE
+      x <- torch_ones(2, requires_grad = TRUE) * 2
+      x$requires_grad <- TRUE
+      x$requires_grad
+    },
+    err_non_leaf_off = function() {
+      x <- torch_ones(2, requires_grad = TRUE) * 2
+      x$requires_grad <- FALSE
+    },
+    err_int = function() {
+      x <- torch_tensor(1:2)
+      x$requires_grad <- TRUE
+    },
+    grad = function() {
+      p <- torch_zeros(2, requires_grad = TRUE)
+      p$grad <- torch_tensor(c(1, 2))
+      g <- p$grad
+      p$grad <- NULL
+      list(g, p$grad)
+    },
+    err_grad_shape = function() {
+      p <- torch_zeros(2, requires_grad = TRUE)
+      p$grad <- torch_zeros(3)
+    }
+  )
+  for (nm in names(cases)) {
+    slow <- with_c(FALSE, canon(tryCatch(cases[[nm]](), error = identity)))
+    fast <- canon(tryCatch(cases[[nm]](), error = identity))
+    expect_identical(fast, slow, label = nm)
+  }
+  expect_identical(canon(cases$on_off()), list(TRUE, FALSE, TRUE))
+  expect_identical(cases$non_leaf(), TRUE)
+  expect_equal(as_array(cases$grad()[[1]]), c(1, 2))
+  expect_null(cases$grad()[[2]])
+  expect_s3_class(tryCatch(cases$err_int(), error = identity), "error")
+})
+
+test_that("module parameters, buffers, training, train(), eval(), zero_grad() and gradient clipping agree between C and R", {
+  skip_if_no_torch()
+  Net <- nn_module("Net",
+    initialize = function() {
+      self$fc <- nn_linear(3, 2)
+      self$bn <- nn_batch_norm1d(2)
+      self$scale <- nn_parameter(torch_ones(1))
+    },
+    forward = function(x) self$bn(self$fc(x)) * self$scale
+  )
+  run <- function() {
+    torch_manual_seed(14)
+    net <- Net()
+    net(torch_randn(5, 3))$sum()$backward()
+    before <- lapply(net$parameters, function(p) p$grad)
+    norm <- nn_utils_clip_grad_norm_(net$parameters, 0.1)
+    nn_utils_clip_grad_value_(net$fc$parameters, 0.01)
+    clipped <- lapply(net$parameters, function(p) p$grad)
+    net$zero_grad()
+    zeroed <- lapply(net$parameters, function(p) p$grad)
+    net$zero_grad(set_to_none = TRUE)
+    dropped <- lapply(net$parameters, function(p) p$grad)
+    net$eval()
+    evaluating <- c(net$training, net$bn$training)
+    net$train()
+    net$train(FALSE)
+    list(names(net$parameters), net$parameters, net$buffers, net$named_parameters(),
+         net$named_buffers(), nn_relu()$parameters, before, norm,
+         clipped, net$training,
+         nn_utils_clip_grad_norm_(net$parameters[[1]], 1),
+         tryCatch(nn_utils_clip_grad_norm_(net, 1), error = identity),
+         zeroed, dropped, evaluating)
+  }
+  slow <- with_c(FALSE, canon(run()))
+  fast <- canon(run())
+  expect_identical(fast, slow)
+  expect_identical(fast[[1]], c("scale", "fc.weight", "fc.bias", "bn.weight", "bn.bias"))
+  expect_identical(names(fast[[3]]), c("bn.running_mean", "bn.running_var",
+                                       "bn.num_batches_tracked"))
+  expect_identical(fast[[6]], list())
+  expect_false(fast[[10]])
+  expect_identical(fast[[12]][[1]], "error")
+  expect_equal(fast[[13]]$fc.weight[[5]], matrix(0, 2, 3))
+  expect_identical(unique(lapply(fast[[14]], is.null)), list(TRUE))
+  expect_identical(fast[[15]], c(FALSE, FALSE))
+  # Through C: no reticulate call or attribute lookup once the parameters' class is known.
+  net <- Net()
+  invisible(net$parameters)
+  calls <- 0L
+  ret <- asNamespace("reticulate")
+  count <- function() calls <<- calls + 1L
+  suppressMessages({
+    trace("py_call_impl", count, print = FALSE, where = ret)
+    trace("py_get_attr_impl", count, print = FALSE, where = ret)
+  })
+  on.exit(suppressMessages({
+    untrace("py_call_impl", where = ret)
+    untrace("py_get_attr_impl", where = ret)
+  }))
+  net$training
+  nn_utils_clip_grad_norm_(net$parameters, 1)
+  net$buffers
+  net$zero_grad()
+  net$eval()
+  net$train()
+  expect_equal(calls, 0L)
 })
