@@ -336,12 +336,14 @@ def _vision() -> list[Case]:
             ),
             DET,
             notes=(
-                "At random weights (all-zero parameters redrawn: live) many scores tie; a "
-                "call without autograd folds batch norms into convolutions "
-                "(runtime/folding.fuse_conv_bn), which moves scores by about 3e-8 and changes "
-                "which tied boxes NMS keeps: boxes differ from eager's by up to 67 on the "
-                "example input. With autograd on, or with the interpreter, the trace gives "
-                "eager's result."
+                "torchvision's non-maximum suppression is torch.ops.torchvision.nms, which is "
+                "not in the op set: tracebridge refuses at ops/boxes.py:54, naming it. Until "
+                "this run, batched_nms's @torch.jit._script_if_tracing body ran through "
+                "TorchScript while tracing, out of the recorder's sight, and the boxes "
+                "reached the trace as a constant (right only on the example input). The "
+                "batch norms before a decision (NMS, score thresholds) are not folded into "
+                "their convolutions: rounding there changes which tied boxes NMS keeps "
+                "(runtime/folding.values_that_decide)."
             ),
         ),
         Case(
