@@ -56,6 +56,19 @@ def user_location() -> str | None:
     return getattr(_foreign, "location", None)
 
 
+def raised_at(exc: BaseException) -> str | None:
+    """The ``file:line`` of the innermost frame outside PyTorch and tracebridge in the
+    traceback of ``exc``: where the user's (or a library's) code raised it, else None."""
+    loc = None
+    tb = exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not is_internal(filename):
+            loc = f"{filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return loc
+
+
 def called_from_user_code() -> bool:
     """Whether the code that made the current call is the user's (not PyTorch's)."""
     frame = sys._getframe(1)

@@ -17,7 +17,7 @@ import torch
 from ..errors import TraceError, TracerWarning
 from ..ir import Graph, StateEntry, pytree
 from ..ir.pytree import is_tensor
-from ..source import is_internal, source_line
+from ..source import raised_at, source_line
 from . import caches
 from .integers import int_in_modules_of
 from .numbers import number_given_for_tensor
@@ -235,13 +235,7 @@ def _note_where(exc: BaseException) -> None:
     recorded (the model's own error, as ``RuntimeError: The size of tensor a (4) must
     match ...``, says what but not where), and the one way the recording differs from an
     eager call: library code sees ``torch.jit.is_tracing()`` answer True."""
-    loc = None
-    tb = exc.__traceback__
-    while tb is not None:  # the innermost frame of the user's (or the library's) code
-        filename = tb.tb_frame.f_code.co_filename
-        if not is_internal(filename):
-            loc = f"{filename}:{tb.tb_lineno}"
-        tb = tb.tb_next
+    loc = raised_at(exc)
     if loc is None or not hasattr(exc, "add_note"):
         return
     line = source_line(loc).strip()

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import UnsupportedOpError
 from ..ir.program import Ref
-from ..source import is_internal, source_line
+from ..source import raised_at, source_line
 from .caches import cache_lookup, miss_hash
 from .text import formatted, formatted_from
 
@@ -218,13 +218,7 @@ def number_given_for_tensor(exc: TypeError) -> UnsupportedOpError | None:
     match = _NAMED.search(str(exc))
     if match is None:
         return None
-    loc = None
-    tb = exc.__traceback__
-    while tb is not None:  # the innermost frame of the user's (or the library's) code
-        filename = tb.tb_frame.f_code.co_filename
-        if not is_internal(filename):
-            loc = f"{filename}:{tb.tb_lineno}"
-        tb = tb.tb_next
+    loc = raised_at(exc)
     line = source_line(loc).strip() if loc else ""
     kind = (
         "size or a number computed from sizes"
