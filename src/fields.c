@@ -178,12 +178,7 @@ SEXP tb_field_remember(SEXP x, SEXP name, SEXP value) {
  * tensors, tuples and lists of them), or `.tb_fallback`. */
 SEXP tb_attr_r(SEXP x, SEXP name) {
   if (!c_path_on() || TYPEOF(name) != STRSXP || Rf_xlength(name) != 1) return sentinel_fallback;
-  PyObject *self = object_of(x);
-  if (self == NULL && TYPEOF(x) == VECSXP && Rf_xlength(x) >= 1) {
-    SEXP names = Rf_getAttrib(x, R_NamesSymbol);
-    if (TYPEOF(names) == STRSXP && strcmp(CHAR(STRING_ELT(names, 0)), ".py") == 0)
-      self = object_of(VECTOR_ELT(x, 0));
-  }
+  PyObject *self = self_of(x);
   if (self == NULL) return sentinel_fallback;
   GILState gil = py.GILEnsure();
   SEXP out = attribute(self, CHAR(STRING_ELT(name, 0)), R_TENSOR);

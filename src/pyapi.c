@@ -120,6 +120,18 @@ PyObject *object_of(SEXP x) {
   return (PyObject *) R_ExternalPtrAddr(pointer);
 }
 
+/* The object behind `x`: a reticulate wrapper's, or that of `.py`, the first element of an
+ * R list that holds one (a scheduler, an optimizer); NULL if neither. */
+PyObject *self_of(SEXP x) {
+  PyObject *self = object_of(x);
+  if (self == NULL && TYPEOF(x) == VECSXP && Rf_xlength(x) >= 1) {
+    SEXP names = Rf_getAttrib(x, R_NamesSymbol);
+    if (TYPEOF(names) == STRSXP && strcmp(CHAR(STRING_ELT(names, 0)), ".py") == 0)
+      self = object_of(VECTOR_ELT(x, 0));
+  }
+  return self;
+}
+
 /* The Python tensor inside an R torch_tensor (list(.py = wrapper)), or NULL. */
 PyObject *tensor_of(SEXP x) {
   if (TYPEOF(x) != VECSXP || Rf_xlength(x) < 1) return NULL;

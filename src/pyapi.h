@@ -100,6 +100,7 @@ extern SEXP r_tensor_names, r_tensor_class;
 extern SEXP sentinel_fallback, sentinel_error; /* symbols the R callers test with is.symbol() */
 
 PyObject *object_of(SEXP x);            /* borrowed: the object inside a reticulate wrapper */
+PyObject *self_of(SEXP x);              /* borrowed: object_of(x), or of its `.py` element */
 PyObject *tensor_of(SEXP x);            /* borrowed: the tensor inside an R torch_tensor */
 PyObject *py_field_of(SEXP x, const char *cls); /* borrowed: `.py` of a classed R list/env */
 SEXP wrap(PyObject *object, SEXP klass); /* steals `object` */

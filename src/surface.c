@@ -532,12 +532,7 @@ SEXP tb_grad_mode(SEXP enabled) {
 static SEXP call_method(SEXP x, SEXP name, SEXP args, int r_values) {
   if (!c_path_on() || TYPEOF(name) != STRSXP || Rf_xlength(name) != 1 || TYPEOF(args) != VECSXP)
     return sentinel_fallback;
-  PyObject *self = object_of(x);
-  if (self == NULL && TYPEOF(x) == VECSXP && Rf_xlength(x) >= 1) {
-    SEXP names = Rf_getAttrib(x, R_NamesSymbol);
-    if (TYPEOF(names) == STRSXP && strcmp(CHAR(STRING_ELT(names, 0)), ".py") == 0)
-      self = object_of(VECTOR_ELT(x, 0));
-  }
+  PyObject *self = self_of(x);
   if (self == NULL) return sentinel_fallback;
   SEXP arg_names = Rf_getAttrib(args, R_NamesSymbol);
   R_xlen_t n = Rf_xlength(args), npos = 0;
