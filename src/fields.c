@@ -225,13 +225,7 @@ static SEXP tensor_like(PyObject *o) {
   for (int i = 0; i < n_classes; i++) {
     if (class_types[i] != PY_TYPE(o)) continue;
     py.IncRef(o);
-    SEXP inner = PROTECT(wrap(o, class_vectors[i]));
-    SEXP out = PROTECT(Rf_allocVector(VECSXP, 1));
-    SET_VECTOR_ELT(out, 0, inner);
-    Rf_setAttrib(out, R_NamesSymbol, r_tensor_names);
-    Rf_setAttrib(out, R_ClassSymbol, r_tensor_class);
-    UNPROTECT(2);
-    return out;
+    return wrap_tensor(o, class_vectors[i]);
   }
   return NULL;
 }

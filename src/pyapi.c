@@ -186,7 +186,13 @@ SEXP wrap(PyObject *object, SEXP klass) {
  * (c_other()). Steals `object`. */
 SEXP wrap_result(PyObject *object) {
   if (PY_TYPE(object) != torch_.tensor_type) return wrap(object, object_class);
-  SEXP inner = PROTECT(wrap(object, tensor_class));
+  return wrap_tensor(object, tensor_class);
+}
+
+/* An R torch_tensor, list(.py = wrapper), whose wrapper has the class vector `klass`.
+ * Steals `object`. */
+SEXP wrap_tensor(PyObject *object, SEXP klass) {
+  SEXP inner = PROTECT(wrap(object, klass));
   SEXP out = PROTECT(Rf_allocVector(VECSXP, 1));
   SET_VECTOR_ELT(out, 0, inner);
   Rf_setAttrib(out, R_NamesSymbol, r_tensor_names);

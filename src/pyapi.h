@@ -105,6 +105,7 @@ PyObject *tensor_of(SEXP x);            /* borrowed: the tensor inside an R torc
 PyObject *py_field_of(SEXP x, const char *cls); /* borrowed: `.py` of a classed R list/env */
 SEXP wrap(PyObject *object, SEXP klass); /* steals `object` */
 SEXP wrap_result(PyObject *object);      /* steals: an R torch_tensor or a wrapper to re-wrap */
+SEXP wrap_tensor(PyObject *object, SEXP klass); /* steals: an R torch_tensor, its wrapper of class `klass` */
 void store_error(void);                  /* the pending Python exception, for R's handler */
 void py_decref(PyObject *o);             /* Py_DecRef that accepts NULL */
 void tb_init_constants(void);             /* at load */
