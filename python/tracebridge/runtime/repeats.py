@@ -87,6 +87,18 @@ def find(graph: Graph, skip) -> list[Repeat]:
             and node.args[1] in (dim, dim - 4)
         )
 
+    def next_of(value_id: int, op: str, rank: int):
+        """The one node reading ``value_id``, if it is ``op`` on it with ``rank`` sizes:
+        (its index, its sizes), else None."""
+        at = only_reader(value_id)
+        node = graph.nodes[at] if at is not None else None
+        if node is None or node.op != op or skip(at):
+            return None
+        sizes = _sizes(node)
+        if sizes is None or len(sizes) != rank or node.args[0] != Ref(value_id):
+            return None
+        return at, sizes
+
     found = []
     for index, node in enumerate(graph.nodes):
         if node.op != "getitem" or skip(index) or len(node.args) != 2 or node.kwargs:
@@ -96,25 +108,18 @@ def find(graph: Graph, skip) -> list[Repeat]:
             continue
         if type(key) is not tuple or len(node.outputs) != 1:
             continue
-        at = only_reader(node.outputs[0].id)
-        expand = graph.nodes[at] if at is not None else None
-        if expand is None or expand.op != "Tensor.expand" or skip(at):
+        expanded = next_of(node.outputs[0].id, "Tensor.expand", 5)
+        if expanded is None:
             continue
-        wanted = _sizes(expand)
-        if wanted is None or len(wanted) != 5 or expand.args[0] != Ref(node.outputs[0].id):
-            continue
-        b, h, times, s, d = wanted
+        at, (b, h, times, s, d) = expanded
         if type(times) is not int or times < 2:
             continue
         if not all(size_of(r, tensor, i) for r, i in ((b, 0), (h, 1), (s, 2), (d, 3))):
             continue
-        last = only_reader(expand.outputs[0].id)
-        reshape = graph.nodes[last] if last is not None else None
-        if reshape is None or reshape.op != "Tensor.reshape" or skip(last):
+        reshaped = next_of(graph.nodes[at].outputs[0].id, "Tensor.reshape", 4)
+        if reshaped is None:
             continue
-        merged = _sizes(reshape)
-        if merged is None or len(merged) != 4 or reshape.args[0] != Ref(expand.outputs[0].id):
-            continue
+        last, merged = reshaped
         if merged[0] != b or merged[2] != s or merged[3] != d or not isinstance(merged[1], Ref):
             continue
         product = makers.get(merged[1].id)
