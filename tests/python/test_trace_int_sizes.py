@@ -24,6 +24,7 @@ import tracebridge
 from tracebridge import GuardError
 from tracebridge.trace.integers import int_only_called
 
+from .graph_helpers import loaded as saved_and_loaded
 from .int_as_value import halves
 
 HERE = os.path.basename(__file__)
@@ -63,16 +64,10 @@ class TFPadded(nn.Module):
         return self.conv(apply_tf_padding(x))
 
 
-def _reload(traced, tmp_path):
-    path = tmp_path / "m.tb"
-    traced.save(path)
-    return tracebridge.load(path)
-
-
 def test_int_of_a_size_keeps_the_trace_general_and_guards_the_branch(tmp_path):
     model = TFPadded().eval()
     traced = tracebridge.trace(model, torch.randn(1, 2, 8, 8))
-    loaded = _reload(traced, tmp_path)
+    loaded = saved_and_loaded(traced, tmp_path)
     assert not any("== 8" in g for g in traced.guards)
     for size in [(8, 8), (6, 10), (16, 4)]:  # even sizes: the example's branches
         x = torch.randn(2, 2, *size)

@@ -22,6 +22,8 @@ from torch import nn
 import tracebridge
 from tracebridge import GuardError
 
+from .graph_helpers import loaded as saved_and_loaded
+
 HERE = os.path.basename(__file__)
 
 
@@ -30,12 +32,6 @@ def _quiet():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         yield
-
-
-def _reload(traced, tmp_path):
-    path = tmp_path / "m.tb"
-    traced.save(path)
-    return tracebridge.load(path)
 
 
 class Blocks(nn.Module):
@@ -58,7 +54,7 @@ def test_a_branch_on_a_residue_serves_every_length(tmp_path):
     model = Blocks()
     traced = tracebridge.trace(model, torch.randn(2, 8, 4))
     assert len(traced.program.specialised["forward"]) >= 1  # the graph traced at length 6
-    loaded = _reload(traced, tmp_path)
+    loaded = saved_and_loaded(traced, tmp_path)
     for length in (8, 12, 9, 5, 6, 7, 15):
         x = torch.randn(3, length, 4)
         want = model(x)
@@ -80,7 +76,7 @@ class Even(nn.Module):
 def test_a_branch_on_a_rounded_size_serves_both_parities(tmp_path):
     model = Even()
     traced = tracebridge.trace(model, torch.randn(1, 2, 8))
-    loaded = _reload(traced, tmp_path)
+    loaded = saved_and_loaded(traced, tmp_path)
     for n in (8, 7, 10, 13):
         x = torch.randn(1, 2, n)
         assert torch.allclose(traced(x), model(x), atol=1e-6), n
@@ -119,7 +115,7 @@ class Chunks(nn.Module):
 def test_a_loop_over_a_rounded_size_is_refused_at_the_line(tmp_path):
     model = Chunks()
     traced = tracebridge.trace(model, torch.randn(2, 8), check_trace=False)
-    loaded = _reload(traced, tmp_path)
+    loaded = saved_and_loaded(traced, tmp_path)
     for n in (8, 9, 11):  # two chunks, as in the example
         x = torch.randn(2, n)
         assert torch.allclose(traced(x), model(x), atol=1e-6), n

@@ -17,6 +17,8 @@ import tracebridge
 from tracebridge import GuardError
 from tracebridge.errors import UnsupportedOpError
 
+from .graph_helpers import loaded as saved_and_loaded
+
 HERE = os.path.basename(__file__)
 log = logging.getLogger("tracebridge.test_trace_tensor_text")
 
@@ -30,12 +32,6 @@ def _quiet():
 
 def _ops(traced) -> list[str]:
     return [node.op for node in traced.program.methods["forward"].nodes]
-
-
-def _reload(traced, tmp_path):
-    path = tmp_path / "m.tb"
-    traced.save(path)
-    return tracebridge.load(path)
 
 
 # --- text that only reaches a message: no guard, no node ------------------------------------
@@ -71,7 +67,7 @@ def test_text_that_only_reaches_a_message_guards_and_records_nothing(fn, tmp_pat
     traced = tracebridge.trace(fn, torch.ones(3, 2))
     assert traced.guards == []
     assert _ops(traced) == _ops(tracebridge.trace(plain, torch.ones(3, 2)))
-    loaded = _reload(traced, tmp_path)
+    loaded = saved_and_loaded(traced, tmp_path)
     for x in (torch.randn(3, 2), torch.randn(5, 4)):  # other values, other shapes
         assert torch.equal(traced(x), fn(x))
         assert torch.equal(loaded(x), traced(x))
@@ -147,7 +143,7 @@ class ScalarText(nn.Module):
 def test_text_that_decides_guards_the_values_at_the_deciding_line(module, line, tmp_path):
     example = torch.tensor([1, 2])
     traced = tracebridge.trace(module, example)
-    loaded = _reload(traced, tmp_path)
+    loaded = saved_and_loaded(traced, tmp_path)
     for fn in (traced, loaded):
         assert torch.equal(fn(torch.tensor([1, 2])), module(torch.tensor([1, 2])))
         with pytest.raises(GuardError) as info:
