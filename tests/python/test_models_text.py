@@ -157,3 +157,81 @@ def test_a_library_message_in_a_guard_says_it_was_made_when_traced():
     assert (
         "(the library's message when traced: Wrong image height! Expected 32 but got 32!)" in text
     )
+
+
+# --- text kept in a local variable -----------------------------------------------------------
+
+
+class MessageInAVariable(nn.Module):
+    """The message built first, kept in locals, then asserted or raised: Swin-style windowed
+    attention checks (``msg = f"..."; _assert(H % w == 0, msg)``)."""
+
+    def forward(self, x):
+        B, C, H, W = x.shape
+        msg = f"height ({H}) must be divisible by the window (4)"
+        detail: str = "width {} bad".format(W)  # noqa: UP032
+        detail += f" (batch {B})"
+        unused = f"{H}x{W}"  # noqa: F841 -- never read: it decides nothing
+        copied = msg
+        _assert(H % 4 == 0, copied)
+        if W % 4 != 0:
+            raise ValueError(detail)
+        return x.mean((2, 3))
+
+
+def test_text_kept_in_a_local_that_only_reaches_messages_needs_no_guard(tmp_path):
+    m = MessageInAVariable()
+    traced = tracebridge.trace(m, torch.randn(1, 3, 8, 8))
+    loaded = tracebridge.load(traced.save(tmp_path / "m.tb") or tmp_path / "m.tb")
+    for shape in [(2, 3, 4, 12), (1, 3, 16, 8), (3, 3, 20, 4)]:
+        x = torch.randn(*shape)
+        assert torch.equal(traced(x), m(x)) and torch.equal(loaded(x), m(x))
+    assert all("shape[0]" not in g and "== 8" not in g for g in traced.guards)
+
+
+class TextLocalCompared(nn.Module):
+    def forward(self, x):
+        key = f"n={x.shape[0]}"
+        return x * 2 if key == "n=2" else x + 1
+
+
+class TextLocalStored(nn.Module):
+    def forward(self, x):
+        note = f"seen {x.shape[0]} rows"
+        self.note = note  # kept on the module: anything may read it later
+        return x * 2
+
+
+class TextLocalsRead(nn.Module):
+    def forward(self, x):
+        note = f"seen {x.shape[0]} rows"  # noqa: F841 -- read through locals() below
+        return x * len(locals()["note"])
+
+
+class TextLocalReturnedByHelper(nn.Module):
+    @staticmethod
+    def describe(x):
+        text = f"{x.shape[0]}"
+        return text
+
+    def forward(self, x):
+        return x * 2 if self.describe(x) == "2" else x + 1
+
+
+@pytest.mark.parametrize(
+    "module, line",
+    [
+        (TextLocalCompared(), 'key = f"n={x.shape[0]}"'),
+        (TextLocalStored(), 'note = f"seen {x.shape[0]} rows"'),
+        (TextLocalsRead(), 'note = f"seen {x.shape[0]} rows"'),
+        # one field: the text itself remembers, so the guard is where it decides
+        (TextLocalReturnedByHelper(), 'if self.describe(x) == "2"'),
+    ],
+)
+def test_text_kept_in_a_local_read_for_anything_else_is_guarded(module, line):
+    traced = tracebridge.trace(module, torch.randn(2, 3))
+    x = torch.randn(2, 3)
+    assert torch.equal(traced(x), module(x))
+    with pytest.raises(GuardError) as info:
+        traced(torch.randn(5, 3))
+    assert HERE in str(info.value) and line in str(info.value)

@@ -16,8 +16,9 @@ Note: formatting a size is not a decision.
   reads the source expression that formats the number (the instruction's position in
   the caller's code, found in its AST): text that only reaches a message -- an argument
   of an assertion, a check, a warning, a log call, an exception, ``raise`` or the
-  message of ``assert`` -- needs no guard; text going anywhere else is guarded where it
-  is made, as before. Text made by the message call itself (``print(n)``, ``print(x)``)
+  message of ``assert`` -- needs no guard, nor does text kept in a local variable whose
+  every read in the function reaches a message (``msg = f"..."; _assert(ok, msg)``) or is
+  never read; text going anywhere else is guarded where it is made, as before. Text made by the message call itself (``print(n)``, ``print(x)``)
   or inside the standard library's ``logging`` and ``warnings`` (``log.info("%s", x)``
   formats later, in ``logging``) is a message too. ``'%d' % n`` reads the number in C
   without asking it: that text is never traced (nor guarded), as in eager Python.
@@ -358,8 +359,9 @@ def _names_object(frame, expr: ast.AST, obj) -> bool:
     return False
 
 
-def _reaches_message(node: ast.AST) -> bool:
-    """Walk up through text-building expressions to what consumes the text."""
+def _reaches_message(node: ast.AST, following: frozenset = frozenset()) -> bool:
+    """Walk up through text-building expressions to what consumes the text; into a local
+    variable, through every read of it (``following``: the locals being followed)."""
     child, parent = node, getattr(node, "_tb_parent", None)
     while parent is not None:
         if isinstance(parent, (ast.JoinedStr, ast.FormattedValue, ast.BinOp, ast.Lambda)):
@@ -383,8 +385,57 @@ def _reaches_message(node: ast.AST) -> bool:
             continue
         if isinstance(parent, ast.Assert):
             return child is parent.msg
+        if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and (
+            child is parent.value
+        ):
+            return _local_reaches_only_messages(parent, following)
         return isinstance(parent, ast.Raise)
     return False
+
+
+# Calls that read a function's locals by name, out of the reach of a look at its source.
+_READS_LOCALS = frozenset({"locals", "vars", "eval", "exec", "globals"})
+
+
+def _local_reaches_only_messages(assign: ast.stmt, following: frozenset = frozenset()) -> bool:
+    """``msg = f"... {H} ..."`` (or ``msg += ...``) inside a function: the text reaches only
+    messages when the name is a plain local of the function and every read of it, anywhere
+    in the function (its nested functions too), passes it to a message (``_assert(cond,
+    msg)``, ``raise E(msg)``, the message of ``assert``) or into another such local. What
+    else the name is bound to does not matter: only a read can take the text anywhere. A
+    name read for anything else (compared, returned, stored, a key), a module-level name,
+    or a function that reads its locals by name keeps the text lost, as before."""
+    targets = assign.targets if isinstance(assign, ast.Assign) else [assign.target]
+    if len(targets) != 1 or not isinstance(targets[0], ast.Name):
+        return False
+    name = targets[0].id
+    function = getattr(assign, "_tb_parent", None)
+    while function is not None and not isinstance(
+        function, (ast.FunctionDef, ast.AsyncFunctionDef)
+    ):
+        function = getattr(function, "_tb_parent", None)
+    if function is None:
+        return False  # a global: any code may read it
+    if name in following:
+        return True  # a cycle of locals passing the text on: judged by the reads outside it
+    following = following | {name}
+    for node in ast.walk(function):
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+            return False
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _READS_LOCALS
+        ):
+            return False
+        if (
+            isinstance(node, ast.Name)
+            and node.id == name
+            and isinstance(node.ctx, ast.Load)
+            and not _reaches_message(node, following)
+        ):
+            return False
+    return True
 
 
 def _is_message_call(func: ast.AST) -> bool:
