@@ -22,7 +22,7 @@ from torch import nn
 
 import tracebridge
 from tracebridge import GuardError
-from tracebridge.trace.integers import int_only_called
+from tracebridge.trace.integers import only_called
 
 from .graph_helpers import loaded as saved_and_loaded
 from .int_as_value import halves
@@ -177,4 +177,4 @@ def _line(fn, text: str) -> int:
     ],
 )
 def test_the_stand_in_is_bound_only_where_int_is_only_called(source, bound):
-    assert int_only_called(source) is bound
+    assert only_called(source, "int") is bound

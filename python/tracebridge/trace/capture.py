@@ -19,7 +19,7 @@ from ..ir import Graph, StateEntry, pytree
 from ..ir.pytree import is_tensor
 from ..source import raised_at, source_line
 from . import caches
-from .integers import int_in_modules_of
+from .integers import stand_ins_in_modules_of
 from .numbers import number_given_for_tensor
 from .tracer import SymFloat, SymInt, Tracer, recording
 
@@ -193,7 +193,7 @@ def capture(
 
 def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: bool) -> Graph:
     graph = tracer.graph
-    with recording(tracer), int_in_modules_of(fn):
+    with recording(tracer), stand_ins_in_modules_of(fn):
         try:
             result = fn(*args, **kwargs)
         except TypeError as exc:

@@ -1,6 +1,7 @@
-"""``int`` while tracing, in the model's own modules: ``int(size)`` stays a traced size.
+"""``int`` and ``float`` while tracing, in the model's own modules: ``int(size)`` and
+``float(size)`` stay traced numbers.
 
-Note: why and where ``int`` is replaced.
+Note: why and where ``int`` and ``float`` are replaced.
   CPython copies whatever ``__int__`` returns into a plain int, so ``int(n)`` of a traced
   size could only guard its value: transformers' MobileNetV2 pads with ``in_height =
   int(features.shape[-2])`` and the trace was fixed to the example's image size, though
@@ -9,7 +10,9 @@ Note: why and where ``int`` is replaced.
   ``SymFloat`` truncated by a recorded op): arithmetic on it is recorded, a size passed to
   an op stays a reference, and a decision on it (a comparison in an ``if``, ``range``, an
   index) is guarded where it is made, as for any size. Any other argument (``int("3")``,
-  ``int(t)`` of a tensor, ``int()``) gets the builtin's own answer.
+  ``int(t)`` of a tensor, ``int()``) gets the builtin's own answer. ``float`` is the same
+  (``__float__`` must return a plain float): ``float(n)`` of a traced size is the traced
+  ``n * 1.0`` (``x / float(x.shape[0])``, positions over ``float(seq_len)``).
 
   The stand-in is not the builtin: PyTorch's argument parser and numpy take only the
   builtin as a dtype (``torch.ones(n, dtype=int)``), and ``type(v) is int`` tells them
@@ -20,7 +23,8 @@ Note: why and where ``int`` is replaced.
   nothing but a call, an ``isinstance``/``issubclass`` class or an annotation (the
   stand-in's metaclass answers those as ``int`` does). A module that binds ``int`` itself
   is left alone. The bindings are removed when the last trace ends. Elsewhere
-  ``int(size)`` guards the size's value, as before.
+  ``int(size)`` guards the size's value, as before. ``float`` is bound by the same rule,
+  on its own (a module may use ``float`` as a dtype and ``int`` only as a call).
 """
 
 from __future__ import annotations
@@ -39,42 +43,69 @@ from functools import lru_cache
 import torch
 
 from . import helpers
-from .numbers import SymInt, _Traced
+from .numbers import SymFloat, SymInt, _Traced
 
 _original_int = builtins.int
+_original_float = builtins.float
 
 
-class _TracedIntMeta(type):
-    """The stand-in reads as ``int`` to ``isinstance``, ``issubclass``, ``==``, hashing
-    and ``repr``."""
+class _StandInMeta(type):
+    """A stand-in reads as the builtin it replaces (``_builtin``) to ``isinstance``,
+    ``issubclass``, ``==``, hashing and ``repr``."""
 
     def __instancecheck__(cls, obj):
-        return isinstance(obj, _original_int)
+        return isinstance(obj, cls._builtin)
 
     def __subclasscheck__(cls, sub):
-        return issubclass(sub, _original_int)
+        return issubclass(sub, cls._builtin)
 
     def __eq__(cls, other):
-        return other is cls or other is _original_int
+        return other is cls or other is cls._builtin
 
     def __hash__(cls):
-        return hash(_original_int)
+        return hash(cls._builtin)
 
     def __repr__(cls):
-        return repr(_original_int)
+        return repr(cls._builtin)
 
 
-class traced_int(_original_int, metaclass=_TracedIntMeta):  # noqa: N801 - stands in for int
+def _traced_argument(args: tuple, kwargs: dict):
+    """The tracer and the one traced number ``int(n)`` / ``float(n)`` was given, else None."""
+    tracer = helpers.active_tracer()
+    if tracer is not None and len(args) == 1 and not kwargs and isinstance(args[0], _Traced):
+        return tracer, args[0]
+    return None
+
+
+class traced_int(_original_int, metaclass=_StandInMeta):  # noqa: N801 - stands in for int
     """``int`` in the traced code's modules while tracing (see the note above)."""
 
+    _builtin = _original_int
+
     def __new__(cls, *args, **kwargs):
-        tracer = helpers.active_tracer()
-        if tracer is not None and len(args) == 1 and not kwargs and isinstance(args[0], _Traced):
-            value = args[0]
-            if isinstance(value, SymInt):
-                return value
-            return tracer.scalar_op("trunc", (value,))
-        return _original_int(*args, **kwargs)
+        traced = _traced_argument(args, kwargs)
+        if traced is None:
+            return _original_int(*args, **kwargs)
+        tracer, value = traced
+        return value if isinstance(value, SymInt) else tracer.scalar_op("trunc", (value,))
+
+
+class traced_float(_original_float, metaclass=_StandInMeta):  # noqa: N801 - stands in for float
+    """``float`` in the traced code's modules while tracing: ``float(n)`` of a traced size
+    is a traced number (``n * 1.0``, which CPython computes as ``float(n)``, rounding
+    included), so ``x * float(x.shape[0])`` stays general."""
+
+    _builtin = _original_float
+
+    def __new__(cls, *args, **kwargs):
+        traced = _traced_argument(args, kwargs)
+        if traced is None:
+            return _original_float(*args, **kwargs)
+        tracer, value = traced
+        return value if isinstance(value, SymFloat) else tracer.scalar_op("mul", (value, 1.0))
+
+
+_STAND_INS = {"int": traced_int, "float": traced_float}
 
 
 _original_index = operator.index
@@ -93,37 +124,45 @@ def traced_index(value):
 
 _SKIPPED = ("torch", "tracebridge", "numpy", "builtins", "typing", "functools")
 _lock = threading.Lock()
-_bound: dict[str, int] = {}  # module name -> traces that bound it
+_bound: dict[tuple[str, str], int] = {}  # (module, name) -> traces that bound it
 
 
 @contextmanager
-def int_in_modules_of(fn: Callable) -> Iterator[None]:
-    """Bind the stand-in as ``int`` in the modules ``fn``'s code comes from, while the
-    block runs (nested and concurrent traces count)."""
-    names = [m.__name__ for m in _modules_of(fn) if _int_only_called(m.__name__)]
+def stand_ins_in_modules_of(fn: Callable) -> Iterator[None]:
+    """Bind the stand-ins as ``int`` and ``float`` in the modules ``fn``'s code comes
+    from, each where the module uses that name only as a call, while the block runs
+    (nested and concurrent traces count)."""
+    bindings = [
+        (m.__name__, name)
+        for m in _modules_of(fn)
+        for name in _STAND_INS
+        if _only_called(m.__name__, name)
+    ]
     with _lock:
-        for name in names:
-            module = sys.modules.get(name)
+        for key in bindings:
+            module_name, name = key
+            module = sys.modules.get(module_name)
             if module is None:
                 continue
-            if _bound.get(name, 0) == 0:
-                if "int" in vars(module):
-                    continue  # the module binds int itself
-                module.int = traced_int
-            _bound[name] = _bound.get(name, 0) + 1
+            if _bound.get(key, 0) == 0:
+                if name in vars(module):
+                    continue  # the module binds the name itself
+                setattr(module, name, _STAND_INS[name])
+            _bound[key] = _bound.get(key, 0) + 1
     try:
         yield
     finally:
         with _lock:
-            for name in names:
-                if name not in _bound:
+            for key in bindings:
+                if key not in _bound:
                     continue
-                _bound[name] -= 1
-                if _bound[name] == 0:
-                    del _bound[name]
-                    module = sys.modules.get(name)
-                    if module is not None and vars(module).get("int") is traced_int:
-                        del module.int
+                _bound[key] -= 1
+                if _bound[key] == 0:
+                    del _bound[key]
+                    module_name, name = key
+                    module = sys.modules.get(module_name)
+                    if module is not None and vars(module).get(name) is _STAND_INS[name]:
+                        delattr(module, name)
 
 
 def _modules_of(fn: Callable) -> list[types.ModuleType]:
@@ -153,17 +192,17 @@ def _modules_of(fn: Callable) -> list[types.ModuleType]:
 
 
 @lru_cache(maxsize=1024)
-def _int_only_called(name: str) -> bool:
-    """Whether module ``name``'s source uses ``int`` only as a call, a class in
+def _only_called(module_name: str, name: str) -> bool:
+    """Whether module ``module_name``'s source uses ``name`` only as a call, a class in
     ``isinstance``/``issubclass`` or an annotation, and never binds it."""
     try:
-        return int_only_called(inspect.getsource(sys.modules.get(name)))
+        return only_called(inspect.getsource(sys.modules.get(module_name)), name)
     except (OSError, TypeError, SyntaxError, ValueError):
         return False
 
 
-def int_only_called(source: str) -> bool:
-    """Whether ``source`` uses the name ``int`` only as a call, a class in
+def only_called(source: str, name: str = "int") -> bool:
+    """Whether ``source`` uses the builtin ``name`` only as a call, a class in
     ``isinstance``/``issubclass`` or an annotation, and never binds it."""
     tree = ast.parse(source)
     allowed: set[int] = set()
@@ -176,19 +215,19 @@ def int_only_called(source: str) -> bool:
                 for arg in node.args[1:]:
                     allowed.update(id(n) for n in ast.walk(arg))
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id == "int":
+        if isinstance(node, ast.Name) and node.id == name:
             if not isinstance(node.ctx, ast.Load) or id(node) not in allowed:
                 return False
-        elif _binds_int(node):
+        elif _binds(node, name):
             return False
     return True
 
 
-def _binds_int(node: ast.AST) -> bool:
-    """``def int``, ``class int``, ``import ... as int``: the module has its own ``int``."""
+def _binds(node: ast.AST, name: str) -> bool:
+    """``def int``, ``class int``, ``import ... as int``: the module has its own ``name``."""
     if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-        return node.name == "int"
-    return isinstance(node, ast.alias) and (node.asname or node.name) == "int"
+        return node.name == name
+    return isinstance(node, ast.alias) and (node.asname or node.name) == name
 
 
 def _annotations(node: ast.AST) -> list[ast.AST]:

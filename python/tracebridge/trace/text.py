@@ -18,9 +18,10 @@ Note: formatting a size is not a decision.
   of an assertion, a check, a warning, a log call, an exception, ``raise`` or the
   message of ``assert`` -- needs no guard, nor does text kept in a local variable whose
   every read in the function reaches a message (``msg = f"..."; _assert(ok, msg)``) or is
-  never read; text going anywhere else is guarded where it is made, as before. Text made by the message call itself (``print(n)``, ``print(x)``)
-  or inside the standard library's ``logging`` and ``warnings`` (``log.info("%s", x)``
-  formats later, in ``logging``) is a message too. ``'%d' % n`` reads the number in C
+  never read; text going anywhere else is guarded where it is made, as before. Text
+  made by the message call itself (``print(n)``, ``print(x)``) or inside the standard
+  library's ``logging`` and ``warnings`` (``log.info("%s", x)`` formats later, in
+  ``logging``) is a message too. ``'%d' % n`` reads the number in C
   without asking it: that text is never traced (nor guarded), as in eager Python.
 
   A tensor formatted as text (``str(x)``, ``repr``, ``format``, f-strings, ``%s``) shows

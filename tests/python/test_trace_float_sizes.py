@@ -1,0 +1,78 @@
+"""``float(size)`` while tracing stays a traced number (trace/integers.py), as ``int(size)``.
+
+This module uses ``float`` only as a call or an ``isinstance`` class, so the stand-in is
+bound here while tracing; a module that uses it any other way keeps the builtin.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import tracebridge
+from tracebridge.trace.integers import only_called
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def scaled_by_rows(x):
+    return x * float(x.shape[0])
+
+
+def positions_over_length(x):
+    return torch.arange(x.shape[1]) / float(x.shape[1]) + x
+
+
+def half_of_rows(x):
+    return x[: int(float(x.shape[0]) / 2)]
+
+
+def inverse_sqrt_width(x):
+    scale = float(x.shape[-1]) ** -0.5
+    return (x @ x.transpose(0, 1)) * scale
+
+
+@pytest.mark.parametrize(
+    "fn", [scaled_by_rows, positions_over_length, half_of_rows, inverse_sqrt_width]
+)
+def test_float_of_a_size_keeps_the_trace_general(fn, tmp_path):
+    traced = tracebridge.trace(fn, torch.randn(3, 4))
+    loaded = tracebridge.load(traced.save(tmp_path / "f.tb") or tmp_path / "f.tb")
+    assert traced.guards == []
+    for shape in [(5, 4), (2, 7), (9, 1)]:
+        x = torch.randn(*shape)
+        assert torch.equal(traced(x), fn(x))
+        assert torch.equal(loaded(x), fn(x))
+
+
+def test_float_of_anything_else_is_the_builtins_answer():
+    seen = {}
+
+    def f(x):
+        n = float(x.shape[0])
+        seen.setdefault("n", (isinstance(n, float), n))
+        seen.setdefault("other", (float("inf"), float(2), float(x.sum() * 0 + 1.5)))
+        return x * n
+
+    traced = tracebridge.trace(f, torch.randn(3, 2))
+    assert seen["n"] == (True, 3.0)
+    assert seen["other"] == (float("inf"), 2.0, 1.5)
+    assert torch.equal(traced(torch.ones(4, 2)), torch.full((4, 2), 4.0))
+
+
+def test_float_bound_only_where_it_is_only_called_and_removed_after():
+    assert only_called("def f(x):\n    return float(x.shape[0])", "float")
+    assert not only_called("def f(x):\n    return torch.ones(2, dtype=float)", "float")
+    assert not only_called("def f(x):\n    return type(x) is float", "float")
+    # int and float are decided apart: float as a dtype leaves int's stand-in bound
+    source = "def f(x):\n    return torch.ones(int(x), dtype=float)"
+    assert only_called(source, "int") and not only_called(source, "float")
+    tracebridge.trace(scaled_by_rows, torch.randn(2, 2))
+    assert "float" not in globals() and "int" not in globals()
