@@ -183,14 +183,26 @@ def perturbed(args: tuple, kwargs: dict):
 
 
 def _check_one(
-    eager_fn, traced_method, reference: Graph, args, kwargs, tolerance, module, retrace, label
+    eager_fn,
+    traced_method,
+    reference: Graph,
+    args,
+    kwargs,
+    tolerance,
+    module,
+    retrace,
+    label,
+    constants=frozenset(),
 ):
     graph = retrace(*fresh(args, kwargs))
     index = first_difference(reference, graph)
     if index is not None:
         raise TracingCheckError(divergence_message(reference, graph, index, label))
     expected, got = _run_same_rng(eager_fn, traced_method, args, kwargs, module)
-    compare_outputs(expected, got, tolerance, label)
+    try:
+        compare_outputs(expected, got, tolerance, label)
+    except TracingCheckError as exc:
+        raise TracingCheckError(f"{exc}{_constants_hint(reference, constants)}") from None
 
 
 def _check_perturbed(
@@ -226,6 +238,73 @@ def _check_perturbed(
         ) from None
 
 
+def _rolled(args: tuple, kwargs: dict):
+    """The example inputs with each tensor's values moved one place along its elements:
+    the same shapes, dtypes and set of values (indices stay in range, masks stay masks),
+    at other positions. None when that changes no input."""
+    leaves, spec = pytree.flatten((args, kwargs), is_tensor)
+    rolled = [t.detach().flatten().roll(1).view_as(t) if t.numel() > 1 else t for t in leaves]
+    if all(torch.equal(a, b) for a, b in zip(leaves, rolled)):
+        return None
+    return pytree.unflatten(rolled, spec)
+
+
+def _constants_used(reference: Graph, constants) -> list[Node]:
+    return [n for n in reference.nodes if n.op == "prim.state" and n.args[0] in constants]
+
+
+def _constants_hint(reference: Graph, constants) -> str:
+    """What to say where outputs differ and the trace keeps constants: the likely cause."""
+    used = _constants_used(reference, constants)
+    if not used:
+        return ""
+    places = "; ".join(
+        f"'{n.args[0]}' first used at {n.loc}: {source_line(n.loc)}".rstrip(": ")
+        for n in used
+        if n.loc
+    )
+    return (
+        "\n  the trace keeps a tensor that may depend on the inputs as a constant "
+        f"({places or ', '.join(n.args[0] for n in used)}): a constant holds the value it "
+        "had when traced, so one made from the inputs by code the tracer cannot see (a "
+        "TorchScript function or module from torch.jit.script, a C++ extension) or written "
+        "by the code (a global tensor changed in place) gives the example's values for "
+        "every input. Trace the Python code it was made from (a module before scripting "
+        "it), or pass the tensor as an input"
+    )
+
+
+def _check_constants(
+    eager_fn, traced_method, reference: Graph, constants, args, kwargs, tolerance, module
+) -> None:
+    """A tensor the trace keeps as a constant (not a parameter, buffer or input) must not
+    depend on the inputs. It does where it was made by code the tracer cannot see -- a
+    TorchScript function or module, a C++ extension -- from the inputs: the trace would
+    give the example's answer for every input of the same shapes. Checked by running the
+    code and the trace on inputs whose values moved (same shapes): only where the trace
+    keeps such a constant."""
+    moved = _rolled(args, kwargs) if _constants_used(reference, constants) else None
+    if moved is None:
+        return
+    new_args, new_kwargs = moved
+    try:
+        with preserved(module):
+            a, k = fresh(new_args, new_kwargs)
+            expected = eager_fn(*a, **k)
+    except Exception:
+        return  # the code does not accept these values: nothing to compare
+    try:
+        with preserved(module):
+            a, k = fresh(new_args, new_kwargs)
+            got = traced_method(*a, **k)
+    except GuardError:
+        return  # another path: the trace refuses instead of answering wrongly
+    try:
+        compare_outputs(expected, got, tolerance, "on the example inputs with their values moved")
+    except TracingCheckError as exc:
+        raise TracingCheckError(f"{exc}{_constants_hint(reference, constants)}") from None
+
+
 def _specialised(reference, retrace, args, kwargs, batch, what) -> str:
     message = (
         f"the trace does not generalise from batch size {batch} to {batch + 1} "
@@ -253,6 +332,10 @@ def _specialised(reference, retrace, args, kwargs, batch, what) -> str:
     )
 
 
+def _constant_names(program) -> set[str]:
+    return {name for name, entry in program.state.items() if entry.kind == "constant"}
+
+
 def _check_inputs_list(check_inputs, example):
     if check_inputs is None:
         return [example]
@@ -269,13 +352,15 @@ def _check_inputs_list(check_inputs, example):
 
 def check_function(func, traced, args, kwargs, check_inputs, tolerance, strict) -> None:
     reference = traced.program.methods["forward"]
+    constants = _constant_names(traced.program)
 
     def retrace(a, k):
         return capture_again(func, a, k, strict=strict)
 
     for a, k in _check_inputs_list(check_inputs, (args, kwargs)):
         label = "on the example inputs" if check_inputs is None else "on a check input"
-        _check_one(func, traced, reference, a, k, tolerance, None, retrace, label)
+        _check_one(func, traced, reference, a, k, tolerance, None, retrace, label, constants)
+    _check_constants(func, traced, reference, constants, args, kwargs, tolerance, None)
     if check_inputs is None:
         _check_perturbed(func, traced, reference, args, kwargs, tolerance, None, retrace)
 
@@ -284,6 +369,7 @@ def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_m
     from ..trace.capture import bound_method as _bound
 
     index = state_index(mod)
+    constants = _constant_names(traced.program)
     for name, (args, kwargs) in inputs.items():
         eager = _bound(mod, alias.get(name, name))
         names_from = getattr(mod, alias.get(name, name))
@@ -318,7 +404,10 @@ def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_m
                     label = f"for {alias.get(name, name)}" + (
                         " on the example inputs" if per_method is None else " on a check input"
                     )
-                    _check_one(eager, method, reference, a, k, tolerance, mod, retrace, label)
+                    _check_one(
+                        eager, method, reference, a, k, tolerance, mod, retrace, label, constants
+                    )
+                _check_constants(eager, method, reference, constants, args, kwargs, tolerance, mod)
                 if per_method is None:
                     _check_perturbed(
                         eager, method, reference, args, kwargs, tolerance, mod, retrace
