@@ -203,6 +203,11 @@ class TracedFunction(_Traced):
         """The Python code generated from the graph."""
         return self._forward.code
 
+    @property
+    def inlined_graph(self) -> str:
+        """torch.jit's name: the same as :attr:`graph`, which calls nothing to inline."""
+        return self.graph
+
     def _state_slots(self) -> dict:
         return {k: (self._constants, k) for k in self._constants}
 
@@ -235,6 +240,11 @@ class TracedMethod:
     def code(self) -> str:
         """The Python code generated from this method's graph."""
         return self._module._methods[self.name].code
+
+    @property
+    def inlined_graph(self) -> str:
+        """torch.jit's name: the same as :attr:`graph`, which calls nothing to inline."""
+        return self.graph
 
     def __repr__(self) -> str:
         return f"<traced method {self.name} of {self._module._get_name()}>"
@@ -532,6 +542,21 @@ class TracedModule(nn.Module, _Traced):
     def code(self) -> str:
         """The Python code generated from ``forward`` (the method it runs in this mode)."""
         return self._method_for("forward").code
+
+    @property
+    def inlined_graph(self) -> str:
+        """torch.jit's name: the same as :attr:`graph`, which calls nothing to inline."""
+        return self.graph
+
+    @property
+    def original_name(self) -> str:
+        """The class name of the module that was traced (torch.jit's ``original_name``).
+
+        >>> import torch, tracebridge
+        >>> tracebridge.trace(torch.nn.Linear(2, 2), torch.ones(1, 2)).original_name
+        'Linear'
+        """
+        return self._class_name
 
     def _program_for_saving(self) -> Program:
         slots = self._slots()

@@ -294,3 +294,14 @@ def test_save_refuses_an_unknown_producer_language(tmp_path):
     tracebridge.save(traced, tmp_path / "f.tb", language="r")
     doc, _ = tracebridge.artifact.read_json(tmp_path / "f.tb")
     assert doc["producer"]["language"] == "r"
+
+
+def test_torch_jit_inspection_names_answer(tmp_path):
+    net = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.ReLU())
+    traced = tracebridge.trace(net, torch.randn(2, 3))
+    loaded = tracebridge.load(traced.save(tmp_path / "n.tb") or tmp_path / "n.tb")
+    for module in (traced, loaded):
+        assert module.original_name == "Sequential"
+        assert module.inlined_graph == module.graph and "linear" in module.graph
+    function = tracebridge.trace(torch.sin, torch.randn(2))
+    assert function.inlined_graph == function.graph
