@@ -76,3 +76,24 @@ def test_float_bound_only_where_it_is_only_called_and_removed_after():
     assert only_called(source, "int") and not only_called(source, "float")
     tracebridge.trace(scaled_by_rows, torch.randn(2, 2))
     assert "float" not in globals() and "int" not in globals()
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x.new_tensor([x.shape[0], x.shape[1]]),  # a floating tensor of sizes
+        lambda x: x.new_tensor(x.shape[0]) * x,
+        lambda x: torch.tensor([x.shape[0] / 2, 1.0]),
+        lambda x: torch.tensor([[x.shape[0]], [x.shape[1]]], dtype=torch.float64),
+        lambda x: torch.as_tensor((x.shape[1], 2), dtype=torch.float32),
+    ],
+)
+def test_sizes_made_into_floating_tensors_stay_general(fn, tmp_path):
+    """PyTorch reads an int into a floating tensor with ``__float__``: the data is read
+    from the sizes' values while the node keeps the traced numbers."""
+    traced = tracebridge.trace(fn, torch.randn(2, 3))
+    loaded = tracebridge.load(traced.save(tmp_path / "t.tb") or tmp_path / "t.tb")
+    assert traced.guards == []
+    for shape in [(4, 5), (1, 3)]:
+        x = torch.randn(*shape)
+        assert torch.equal(traced(x), fn(x)) and torch.equal(loaded(x), fn(x))

@@ -70,6 +70,18 @@ def _without_dispatch(func: types.FunctionType) -> Callable:
 _FROM_PYTHON_DATA = frozenset({"tensor", "as_tensor", "asarray", "Tensor.new_tensor"})
 
 
+def _plain_numbers(data):
+    """``data`` with every traced number replaced by its value (lists, tuples, dicts)."""
+    if isinstance(data, _Traced):
+        return data._concrete()
+    if isinstance(data, (list, tuple)) and not isinstance(data, torch.Size):
+        plain = [_plain_numbers(x) for x in data]
+        return plain if isinstance(data, list) else tuple(plain)
+    if isinstance(data, dict):
+        return {k: _plain_numbers(v) for k, v in data.items()}
+    return data
+
+
 def _dispatching_function() -> types.FunctionType | None:
     """The Python function that called ``handle_torch_function`` (found on the stack)."""
     frame = sys._getframe(2)
@@ -188,7 +200,12 @@ class Dispatcher:
         )
         enc_args = [self.encode(a) for a in as_recorded[0]]
         enc_kwargs = {k: self.encode(v) for k, v in as_recorded[1].items()}
-        result = func(*args, **kwargs)
+        if name in _FROM_PYTHON_DATA:
+            # The node holds the traced numbers; the call reads their values. PyTorch reads
+            # an int into a floating tensor with __float__, which would guard the value.
+            result = func(*_plain_numbers(args), **_plain_numbers(kwargs))
+        else:
+            result = func(*args, **kwargs)
         if as_recorded[0] is not args or as_recorded[1] is not kwargs:
             self._same_as_recorded(name, func, as_recorded, result, loc)
         enc_args, enc_kwargs = autocast.cast_inputs(
