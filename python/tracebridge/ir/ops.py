@@ -255,7 +255,7 @@ SINCE: dict[str, int] = {
 # sees the call, and a runtime binds torchvision's kernel when it loads a graph that names
 # it (``runtime/torchvision_ops.py``: checked arguments, and a clear error where torchvision
 # cannot be imported). There is no pure-PyTorch stand-in: which of two boxes with equal
-# scores survives depends on the sort torchvision's kernel uses (unstable before 0.16,
+# scores survives depends on the sort torchvision's kernel uses (unstable before 0.12,
 # stable since), and its CUDA kernel rounds the overlap differently from its CPU kernel, so
 # no one function is torchvision's result everywhere.
 REGISTERED_OPERATORS: dict[str, str] = {"torchvision::nms": "torchvision.nms"}

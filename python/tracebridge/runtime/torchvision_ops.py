@@ -3,10 +3,10 @@
 Note: torchvision's kernel or nothing. ``torchvision.nms`` (op-set 6) is the operator
 ``torchvision::nms`` that ``torchvision.ops.nms`` and ``batched_nms`` call. Its result is
 the kernel's, and no pure-PyTorch function reproduces it everywhere: the boxes that survive
-depend on the order of equal scores, which is the sort the kernel uses (torchvision's CPU
-kernel sorted unstably before 0.16 and stably since), and on the last bit of each overlap,
-which its CUDA kernel computes per pair (with fused multiply-adds) where its CPU kernel
-reads precomputed areas and compares in double. A stand-in would be right on most inputs
+depend on the order of equal scores, which is the sort the kernel uses (torchvision's
+kernels sorted unstably before 0.12 and stably since, pytorch/vision#4767), and on the last
+bit of each overlap, which its CUDA kernel computes per pair (nvcc may fuse multiply-adds)
+where its CPU kernel reads precomputed areas and compares in double. A stand-in would be right on most inputs
 and silently wrong on ties, so there is none: a runtime binds torchvision's kernel when it
 loads a graph that names the op (importing torchvision if nothing has yet), and where that
 fails the load stops with an error that names the op, the traced line and the remedy.
