@@ -6,10 +6,11 @@ the kernel's, and no pure-PyTorch function reproduces it everywhere: the boxes t
 depend on the order of equal scores, which is the sort the kernel uses (torchvision's
 kernels sorted unstably before 0.12 and stably since, pytorch/vision#4767), and on the last
 bit of each overlap, which its CUDA kernel computes per pair (nvcc may fuse multiply-adds)
-where its CPU kernel reads precomputed areas and compares in double. A stand-in would be right on most inputs
-and silently wrong on ties, so there is none: a runtime binds torchvision's kernel when it
-loads a graph that names the op (importing torchvision if nothing has yet), and where that
-fails the load stops with an error that names the op, the traced line and the remedy.
+where its CPU kernel reads precomputed areas and compares in double. A stand-in would be
+right on most inputs and silently wrong on ties, so there is none: a runtime binds
+torchvision's kernel when it loads a graph that names the op (importing torchvision if
+nothing has yet), and where that fails the load stops with an error that names the op,
+the traced line and the remedy.
 
 What the checks cover, before the kernel runs (a ``CheckFailed`` the runtime turns into an
 ``OpError`` naming the node): ``dets`` a floating tensor of shape ``[N, 4]``, ``scores`` a
