@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from zoo_models import (
+    DET,
     ENC,
     ENC_DEC,
     HF,
@@ -27,6 +28,7 @@ from zoo_models import (
     TINY_VIT,
     VOCAB,
     Case,
+    Detection,
     Segmentation,
     _audio,
     _gen,
@@ -37,10 +39,12 @@ from zoo_models import (
     _tv,
     _tv_class,
     _video,
+    image,
     images,
     live,
     seq2seq,
     text,
+    tokens,
 )
 
 # Hierarchical models that downsample by 32: sizes that are multiples of 32.
@@ -1338,5 +1342,308 @@ def all_cases() -> list[Case]:
         + _hf_text_cases()
         + _harder_cases()
         + _third_cases()
+        + _fourth_cases()
     )
     return [live(case) for case in cases]
+
+
+# --- a fourth round ----------------------------------------------------------------------------
+
+
+def _fourth_cases() -> list[Case]:
+    """A fourth round: multi-scale and nested vision transformers, multi-resolution and MLP
+    networks, a one-stage detector (non-maximum suppression), time series, text with layout
+    boxes, image-text models, video, speech-to-text, depth and segmentation heads."""
+    t, hf, cls = "timm", "transformers", "vision/classification"
+    return [
+        Case(
+            "timm crossvit (multi-scale)",
+            cls,
+            t,
+            _timm("crossvit_tiny_240", img_size=120, num_classes=10),
+            images((2, 120), (1, 120), (3, 120)),
+        ),
+        Case(
+            "timm tnt (pixels in patches)",
+            cls,
+            t,
+            _timm("tnt_s_patch16_224", img_size=32, depth=2, num_classes=10),
+            images((2, 32), (1, 32), (3, 32)),
+        ),
+        Case(
+            "timm coat_lite_tiny (conv attention)",
+            cls,
+            t,
+            _timm("coat_lite_tiny", img_size=64, num_classes=10),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case(
+            "timm hrnet_w18_small (multi-resolution)",
+            cls,
+            t,
+            _timm("hrnet_w18_small", num_classes=10),
+            IMG64,
+        ),
+        Case(
+            "timm resmlp (affine mlp)",
+            cls,
+            t,
+            _timm("resmlp_12_224", img_size=32, num_classes=10),
+            images((2, 32), (1, 32), (3, 32)),
+        ),
+        Case(
+            "timm visformer_tiny",
+            cls,
+            t,
+            _timm("visformer_tiny", img_size=64, num_classes=10),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case(
+            "fcos_resnet50_fpn (detector, nms)",
+            "vision/detection",
+            "torchvision",
+            lambda: Detection(
+                _tv(
+                    "fcos_resnet50_fpn",
+                    weights_backbone=None,
+                    num_classes=3,
+                    min_size=96,
+                    max_size=128,
+                    topk_candidates=50,
+                )()
+            ),
+            DET,
+        ),
+        Case(
+            "patchtsmixer (time series)",
+            "time series",
+            hf,
+            _hf(
+                "PatchTSMixerConfig",
+                "PatchTSMixerModel",
+                ("past_values",),
+                context_length=32,
+                patch_length=8,
+                patch_stride=8,
+                num_input_channels=3,
+                d_model=16,
+                num_layers=2,
+            ),
+            lambda: [(torch.randn(b, 32, 3, generator=_gen(i)),) for i, b in enumerate((2, 1, 3))],
+        ),
+        Case(
+            "time_series_transformer (lags)",
+            "time series",
+            hf,
+            _hf(
+                "TimeSeriesTransformerConfig",
+                "TimeSeriesTransformerModel",
+                ("past_values", "past_time_features", "past_observed_mask", "future_time_features"),
+                prediction_length=4,
+                context_length=12,
+                lags_sequence=[1, 2],
+                num_time_features=2,
+                d_model=16,
+                encoder_layers=1,
+                decoder_layers=1,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=32,
+                decoder_ffn_dim=32,
+            ),
+            _series(14, 4),
+        ),
+        Case(
+            "layoutlm (text and layout boxes)",
+            "multimodal/document",
+            hf,
+            _hf(
+                "LayoutLMConfig",
+                "LayoutLMModel",
+                ("input_ids", "bbox", "attention_mask"),
+                **SMALL_BERT,
+            ),
+            _layout_inputs,
+        ),
+        Case(
+            "vilt (image and text)",
+            "multimodal",
+            hf,
+            _hf(
+                "ViltConfig",
+                "ViltModel",
+                ("input_ids", "pixel_values", "attention_mask"),
+                max_image_length=-1,
+                image_size=32,
+                patch_size=8,
+                **SMALL_BERT,
+            ),
+            _image_text_inputs,
+        ),
+        Case(
+            "owlvit (open-vocabulary detector)",
+            "vision/detection-transformer",
+            hf,
+            _owlvit(),
+            _image_text_inputs,
+        ),
+        Case(
+            "timesformer (video)",
+            "vision/video",
+            hf,
+            _hf_image(
+                "TimesformerConfig",
+                "TimesformerModel",
+                image_size=32,
+                patch_size=8,
+                num_frames=4,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+            ),
+            lambda: [
+                (torch.randn(b, 4, 3, 32, 32, generator=_gen(i)),) for i, b in enumerate((2, 1, 3))
+            ],
+        ),
+        Case(
+            "speecht5 (speech to text)",
+            "speech",
+            hf,
+            _hf(
+                "SpeechT5Config",
+                "SpeechT5ForSpeechToText",
+                ("input_values", "attention_mask", "decoder_input_ids"),
+                NO_CACHE,
+                hidden_size=32,
+                encoder_layers=2,
+                decoder_layers=2,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=64,
+                decoder_ffn_dim=64,
+                conv_dim=(16, 16),
+                conv_stride=(5, 2),
+                conv_kernel=(10, 3),
+                num_conv_pos_embeddings=16,
+                num_conv_pos_embedding_groups=2,
+                vocab_size=VOCAB,
+                max_speech_positions=256,
+                max_text_positions=64,
+            ),
+            _speech_text_inputs,
+        ),
+        Case(
+            "glpn (depth)",
+            "vision/depth",
+            hf,
+            _hf_image(
+                "GLPNConfig",
+                "GLPNForDepthEstimation",
+                hidden_sizes=[8, 16, 32, 64],
+                depths=[1, 1, 1, 1],
+                num_attention_heads=[1, 1, 2, 2],
+                decoder_hidden_size=16,
+            ),
+            IMG64,
+        ),
+        Case(
+            "upernet (segmentation head)",
+            "vision/segmentation",
+            hf,
+            _upernet(),
+            IMG64,
+        ),
+    ]
+
+
+def _series(length: int, pred: int):
+    """Past values, time features and an observed mask, and future time features."""
+
+    def make():
+        out = []
+        for i, b in enumerate((2, 1, 3)):
+            g = _gen(i)
+            past = torch.randn(b, length, generator=g)
+            out.append(
+                (past, torch.randn(b, length, 2, generator=g), torch.ones(b, length),
+                 torch.randn(b, pred, 2, generator=g))
+            )  # fmt: skip
+        return out
+
+    return make
+
+
+def _layout_inputs() -> list[tuple]:
+    """Token ids, one box per token (x0 <= x1, y0 <= y1 within 0..1000), and a mask."""
+    out = []
+    for i, (b, n, pad) in enumerate([(2, 8, 0), (1, 8, 0), (3, 5, 0), (2, 8, 3)]):
+        ids, mask = tokens(b, n, i, pad)
+        corner = torch.randint(0, 500, (b, n, 2), generator=_gen(30 + i))
+        size = torch.randint(0, 500, (b, n, 2), generator=_gen(40 + i))
+        out.append((ids, torch.cat([corner, corner + size], -1), mask))
+    return out
+
+
+def _image_text_inputs() -> list[tuple]:
+    out = []
+    for i, (b, n, pad) in enumerate([(2, 8, 0), (1, 8, 0), (3, 5, 0), (2, 8, 3)]):
+        ids, mask = tokens(b, n, i, pad)
+        out.append((ids, image(b, 32, i), mask))
+    return out
+
+
+def _speech_text_inputs() -> list[tuple]:
+    out = []
+    for i, (b, n, d, pad) in enumerate([(2, 400, 4, 0), (1, 400, 4, 0), (3, 320, 2, 0),
+                                        (2, 400, 3, 80)]):  # fmt: skip
+        mask = torch.ones(b, n, dtype=torch.long)
+        if pad:
+            mask[0, n - pad :] = 0
+        decoder = torch.randint(4, VOCAB, (b, d), generator=_gen(60 + i))
+        out.append((torch.randn(b, n, generator=_gen(i)), mask, decoder))
+    return out
+
+
+def _owlvit():
+    def build():
+        import transformers
+
+        cfg = transformers.OwlViTConfig(
+            text_config=dict(
+                vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=2, max_position_embeddings=16,
+            ),
+            vision_config=dict(
+                hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                image_size=32, patch_size=8,
+            ),
+            projection_dim=32,
+        )  # fmt: skip
+        return HF(
+            transformers.OwlViTForObjectDetection(cfg),
+            ("input_ids", "pixel_values", "attention_mask"),
+        )
+
+    return build
+
+
+def _upernet():
+    def build():
+        import transformers
+
+        backbone = transformers.ConvNextConfig(
+            hidden_sizes=[8, 16, 32, 64],
+            depths=[1, 1, 1, 1],
+            out_features=["stage1", "stage2", "stage3", "stage4"],
+        )
+        cfg = transformers.UperNetConfig(
+            backbone_config=backbone,
+            hidden_size=16,
+            auxiliary_in_channels=32,
+            auxiliary_channels=16,
+            num_labels=3,
+        )
+        return HF(transformers.UperNetForSemanticSegmentation(cfg), ("pixel_values",))
+
+    return build

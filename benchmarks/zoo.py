@@ -409,10 +409,10 @@ _DETECTION = (
     "torch.export refuses at trace time. No tracer that records one graph can serve an output "
     "structure it did not record; to serve every batch size, trace the tensor part (backbone "
     "and heads) and keep the per-image post-processing eager, or trace at batch 1 and loop. "
-    "Also, the zoo's CPU `nms` (`benchmarks/zoo_env.py`, standing in for torchvision's C++ "
-    "kernel) is plain PyTorch with a Python loop over `order.tolist()`, so the trace guards "
-    "the order of the boxes: a call on other images can be refused there (a data guard), "
-    "never answered wrongly."
+    "Non-maximum suppression is one node, `torchvision.nms` (op-set 6), run by whatever "
+    "kernel torchvision registers: here the zoo's CPU stand-in (`benchmarks/zoo_env.py`, "
+    "for the C++ kernel that the CUDA build of torchvision 0.28 on the CPU torch wheel "
+    "lacks), in process and in the fresh process alike."
 )
 LIMITS = {
     "timm mobilevit_xxs": (
@@ -500,10 +500,9 @@ ONNX_NOTES = {
     ),
     "ssdlite320_mobilenet_v3_large": (
         "torch.export, run on the trace's GraphModule, refuses a data-dependent size "
-        "(`_shape_as_tensor` of a tensor whose length is the number of boxes kept, which "
-        "depends on the scores: `Could not extract specialized integer from data-dependent "
-        "expression u0`); the trace also holds guards on the order of the boxes (the zoo's "
-        "CPU nms), which no ONNX file could check. torch.export of the model refuses too."
+        "(`_shape_as_tensor` of a tensor whose length is the number of boxes over the score "
+        "threshold, which depends on the scores: `Could not extract specialized integer from "
+        "data-dependent expression u0`). torch.export of the model refuses too."
     ),
     "deformable_detr": (
         "ONNX Runtime fails at the other image size (`Attempting to broadcast an axis by a "

@@ -336,9 +336,10 @@ def _vision() -> list[Case]:
             ),
             DET,
             notes=(
-                "torchvision's non-maximum suppression is torch.ops.torchvision.nms, which is "
-                "not in the op set: tracebridge refuses at ops/boxes.py:54, naming it. Until "
-                "this run, batched_nms's @torch.jit._script_if_tracing body ran through "
+                "torchvision's non-maximum suppression, torch.ops.torchvision.nms, is recorded "
+                "as one torchvision.nms node (op-set 6; before, tracebridge refused at "
+                "ops/boxes.py:54, naming it). Until "
+                "then, batched_nms's @torch.jit._script_if_tracing body ran through "
                 "TorchScript while tracing, out of the recorder's sight, and the boxes "
                 "reached the trace as a constant (right only on the example input). The "
                 "batch norms before a decision (NMS, score thresholds) are not folded into "

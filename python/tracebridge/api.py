@@ -24,7 +24,7 @@ from .ir.ops import VARIADIC_OUTPUTS
 from .ir.printer import graph_text
 from .ir.program import hoist_subgraphs, subgraph_names
 from .progress import stage, state_nbytes, track
-from .runtime import Method
+from .runtime import Method, torchvision_ops
 from .runtime.method import Specialised, guards_active
 from .runtime.shapes import symbolize
 from .trace.capture import bound_method as _bound
@@ -999,6 +999,7 @@ def load(
     """
     with track("loading", total=streams.size_of(path), unit="B", progress=progress):
         program = streams.read_from(path, weights=weights, verify=verify, map_location=map_location)
+    torchvision_ops.require_program(program.methods)  # torchvision.nms needs torchvision here
     if program.kind == "function":
         return TracedFunction(program, runtime=runtime)
     return TracedModule(program, runtime=runtime)

@@ -8,10 +8,11 @@ products, ``outer``, ``kron``, ``cartesian_prod``, ``diag_embed``, ``repeat``, `
 with a class count, reshapes) and, for each result, counts its **bytes** (elements times the
 width of its dtype: a ``complex128`` element is 16 bytes) against ``alloc_bytes`` for one
 allocation and ``graph_alloc_bytes`` for the graph, and the **multiply-adds** of matrix
-products against ``work_macs``. A value whose shape depends on an input of the graph is not
-counted here: the caller's data decides it, as in eager PyTorch. Sizes that are values of
-the graph (``zeros(prim.item(t))``), and results sized by values (``bincount``, ``one_hot``
-without a class count), are bounded at the call (``runtime/checked_ops.py``).
+products (and the pairs of boxes ``torchvision.nms`` compares) against ``work_macs``. A
+value whose shape depends on an input of the graph is not counted here: the caller's data
+decides it, as in eager PyTorch. Sizes that are values of the graph (``zeros(prim.item(t))``),
+and results sized by values (``bincount``, ``one_hot`` without a class count), are bounded
+at the call (``runtime/checked_ops.py``).
 """
 
 from __future__ import annotations
@@ -128,9 +129,9 @@ class Budget:
         self.work_total += work
         if self.work_total > self.limits["work_macs"]:
             return (
-                f"the matrix products this graph computes on tensors the file holds take "
-                f"{self.work_total} multiply-adds in all, more than the limit of "
-                f"{self.limits['work_macs']}"
+                f"the matrix products (and box comparisons) this graph computes on tensors "
+                f"the file holds take {self.work_total} multiply-adds in all, more than the "
+                f"limit of {self.limits['work_macs']}"
             )
         if len(outputs) == 1 and outputs[0].get("kind") == "Tensor":
             self.known[outputs[0]["id"]] = (shape, width)
@@ -156,7 +157,7 @@ class Budget:
     # -- result shapes, one small rule per family --
 
     def _result(self, op: str, args: list, kwargs: dict) -> tuple[Shape, int, int] | None:
-        for rule in (self._factory, self._product, self._matrix, self._elementwise):
+        for rule in (self._factory, self._product, self._matrix, self._elementwise, self._nms):
             made = rule(op, args, kwargs)
             if made is not None:
                 return made
@@ -226,6 +227,17 @@ class Budget:
             if isinstance(classes, int) and classes > 0:
                 return (known[0][0] + (classes,), 8, 0)
         return None
+
+    def _nms(self, op, args, kwargs):
+        """``torchvision.nms`` of ``N`` boxes the file holds: up to ``N`` int64 indices,
+        after comparing up to ``N * N`` pairs of boxes (counted as work)."""
+        if op != "torchvision.nms":
+            return None
+        boxes = self._of(args[0] if args else kwargs.get("dets"))
+        if boxes is None or len(boxes[0]) != 2:
+            return None
+        count = max(boxes[0][0], 0)
+        return ((count,), 8, count * count)
 
     def _view(self, op, args, kwargs) -> tuple[Shape, int] | None:
         """The shape of a view whose sizes the file writes (a reshape to literal sizes, an

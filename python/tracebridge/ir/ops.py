@@ -43,8 +43,9 @@ from . import ops_schema
 # checked; native_batch_norm, _weight_norm, grid_sampler, _grouped_mm and the flat-weight
 # RNN ops run through checked implementations; writes to parameters refused; byte limits
 # (shared_ir/SPEC.md, section Versions). 5: _transformer_encoder_layer_fwd, and
-# _native_multi_head_attention runs through a checked implementation.
-OPSET_VERSION = 5
+# _native_multi_head_attention runs through a checked implementation. 6: torchvision.nms
+# (torchvision's registered operator ``torchvision::nms``, run by torchvision's own kernel).
+OPSET_VERSION = 6
 
 # --- the op set, by family ----------------------------------------------------------------
 # Each name is a canonical name; see the module Note. Order inside a family is alphabetical.
@@ -177,6 +178,11 @@ FAMILIES: dict[str, str] = {
     "autograd mode": """
         set_grad_enabled
     """,
+    # Operators that a library registers with PyTorch (``torch.ops.NAMESPACE.NAME``), named
+    # ``NAMESPACE.NAME``; see ``REGISTERED_OPERATORS``.
+    "detection (torchvision)": """
+        torchvision.nms
+    """,
 }
 
 # Private builtins, each reviewed: what it is and why a graph needs it.
@@ -240,6 +246,22 @@ SINCE: dict[str, int] = {
     "as_strided": 4,
     "repeat_interleave": 4,
     "_transformer_encoder_layer_fwd": 5,
+    "torchvision.nms": 6,
+}
+
+# Note: operators a library registers. ``torch.ops.torchvision.nms`` exists only once
+# torchvision is imported (its C++ library registers it), so it is not looked up when this
+# table is built: the tracer knows it by its qualified name (``torchvision::nms``) when it
+# sees the call, and a runtime binds torchvision's kernel when it loads a graph that names
+# it (``runtime/torchvision_ops.py``: checked arguments, and a clear error where torchvision
+# cannot be imported). There is no pure-PyTorch stand-in: which of two boxes with equal
+# scores survives depends on the sort torchvision's kernel uses (unstable before 0.12,
+# stable since), and its CUDA kernel rounds the overlap differently from its CPU kernel, so
+# no one function is torchvision's result everywhere.
+REGISTERED_OPERATORS: dict[str, str] = {"torchvision::nms": "torchvision.nms"}
+_REGISTERED_MEANINGS = {
+    "torchvision::nms": "Non-maximum suppression (torchvision.ops.nms): the int64 indices of "
+    "the boxes kept, by decreasing score",
 }
 
 # Operator dunders and the op each is (reflected forms only where the value is the same).
@@ -352,7 +374,7 @@ native_batch_norm _weight_norm group_norm grid_sampler _grouped_mm gru lstm rnn_
 rnn_relu
 embedding_bag bincount one_hot outer kron cartesian_prod diag_embed combinations
 tensor_split hsplit vsplit dsplit chunk _pad_circular pad
-_native_multi_head_attention _transformer_encoder_layer_fwd
+_native_multi_head_attention _transformer_encoder_layer_fwd torchvision.nms
 """.split()
 )
 
@@ -522,12 +544,19 @@ _HAND_KINDS: dict[str, tuple[tuple, dict]] = {
         (("data", "tensor"),),
         {"dtype": ("dtype", "none"), "device": ("device", "none")},
     ),
+    # nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor
+    "torchvision.nms": (
+        (("tensor",), ("tensor",), ("float",)),
+        {"dets": ("tensor",), "scores": ("tensor",), "iou_threshold": ("float",)},
+    ),
     **{f"Tensor.{p}": ((("tensor",),), {}) for p in TENSOR_OP_PROPERTIES},
     **{
         f"Tensor.{c}": ((("tensor",),), {"memory_format": ("memory_format",)})
         for c in _CONVERSIONS.split()
     },
 }
+# The parameter names of hand-written ops where the op has a schema of its own.
+_HAND_NAMES = {"torchvision.nms": (("dets",), ("scores",), ("iou_threshold",))}
 # Reflected dunders: (self, other) with other a number or a tensor.
 for _name in ("__rand__ __ror__ __rxor__ __ilshift__ __irshift__ __imod__ __ifloordiv__").split():
     _HAND_KINDS[f"Tensor.{_name}"] = ((("tensor",), ("tensor", "scalar")), {})
@@ -576,10 +605,28 @@ def _curated() -> list[str]:
     return names + list(REVIEWED_PRIVATE)
 
 
+def _registered(qualified: str) -> Callable:
+    """A function that calls the registered operator ``qualified`` (``torchvision::nms``),
+    looked up when it is called: the library that registers it may be imported later."""
+    namespace, op = qualified.split("::")
+
+    def call(*args, **kwargs):
+        return getattr(getattr(torch.ops, namespace), op)(*args, **kwargs)
+
+    call.__name__ = f"{namespace}_{op}"
+    call.__doc__ = _REGISTERED_MEANINGS[qualified]
+    return call
+
+
+_REGISTERED_IMPLS = {name: _registered(q) for q, name in REGISTERED_OPERATORS.items()}
+
+
 def _resolve(name: str) -> Callable | None:
     """The callable behind a canonical name written in this file."""
     if name in _SAFE_IMPLS:
         return _SAFE_IMPLS[name]
+    if name in _REGISTERED_IMPLS:
+        return _REGISTERED_IMPLS[name]
     if name.startswith("Tensor."):
         attr = name[len("Tensor.") :]
         if attr in TENSOR_OP_PROPERTIES:
@@ -721,7 +768,7 @@ def _build() -> tuple[dict[str, OpInfo], list[str]]:
             continue
         if name in _HAND_KINDS:
             args, kwargs = _HAND_KINDS[name]
-            varargs, arg_names = None, ()
+            varargs, arg_names = None, _HAND_NAMES.get(name, ())
         else:
             overloads = ops_schema.schemas(_aten_name(name))
             if not overloads:
@@ -800,9 +847,14 @@ def canonical_name(func) -> str | None:
     True
     """
     try:
-        return NAME_OF.get(func)
+        found = NAME_OF.get(func)
     except TypeError:  # unhashable callables are never ops
         return None
+    if found is None and isinstance(func, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
+        # A registered operator (torch.ops.torchvision.nms, or its .default overload).
+        qualified = getattr(func, "_qualified_op_name", None) or func.name()
+        return REGISTERED_OPERATORS.get(qualified.split(".")[0])
+    return found
 
 
 def property_name(func) -> str | None:

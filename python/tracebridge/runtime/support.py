@@ -12,7 +12,7 @@ from ..ir import DTYPES, Graph, Node, dtypes, pytree, refs_in
 from ..ir import ops as opset
 from ..ir.printable import printable
 from ..ir.program import AUTOGRAD_FUNCTION
-from . import checked_ops, checked_views
+from . import checked_ops, checked_views, torchvision_ops
 
 PRIM_FUNCTIONS = {
     "prim.size": lambda t, d: t.shape[d],
@@ -93,6 +93,8 @@ def node_callable(node: Node, methods: dict[str, Graph]) -> Callable:
 
         return function_callable(node, methods)
     fn = default_callable(node.op)
+    if node.op in torchvision_ops.CHECKED:
+        torchvision_ops.require(node)  # at load: where torchvision is missing, say so now
     if node.op in checked_ops.SIZED_OPS:
         fn = _sized(node, fn)
     elif node.op in checked_ops.SECTIONED and _literal_count(node):
@@ -156,6 +158,8 @@ def default_callable(name: str) -> Callable:
         return PRIM_FUNCTIONS[name]
     if name in checked_ops.CHECKED:
         return checked_ops.CHECKED[name]
+    if name in torchvision_ops.CHECKED:
+        return torchvision_ops.CHECKED[name]
     try:
         return opset.impl_of(name)
     except (KeyError, TypeError):
