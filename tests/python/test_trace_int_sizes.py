@@ -108,15 +108,26 @@ def test_int_of_other_values_is_the_builtin():
     def f(x):
         seen["values"] = (int("12"), int(3.7), 0, int("ff", 16), int(True))
         seen["checks"] = (isinstance(3, int), isinstance(x.shape[0], int), issubclass(bool, int))
-        return x * int(x.sum())  # int() of a tensor guards its value, as before
+        return x * int(x.sum())  # int() of a tensor: its traced .item(), truncated
 
     traced = tracebridge.trace(f, torch.ones(2))
     assert seen["values"] == (12, 3, 0, 255, 1)
     assert all(type(v) is builtins.int for v in seen["values"])
     assert seen["checks"] == (True, True, True)
-    assert any("int(x)" in g or "x" in g for g in traced.guards)
-    with pytest.raises(GuardError):
-        traced(torch.ones(3))  # sum 3, traced at 2
+    assert traced.guards == []
+    assert torch.equal(traced(torch.ones(3)), torch.full((3,), 3.0))  # sum 3, traced at 2
+    assert torch.equal(traced(torch.full((2,), 0.4)), torch.zeros(2))  # int(0.8) is 0
+
+
+def test_int_of_a_tensor_that_decides_guards_where_it_decides():
+    def f(x):
+        n = int(x.sum())
+        return x * 2 if n > 2 else x - 1
+
+    traced = tracebridge.trace(f, torch.ones(2))
+    assert torch.equal(traced(torch.ones(2)), torch.zeros(2))
+    with pytest.raises(GuardError, match="n > 2"):
+        traced(torch.ones(3))
 
 
 def test_the_module_global_is_bound_only_while_tracing():

@@ -44,7 +44,8 @@ from . import ops_schema
 # RNN ops run through checked implementations; writes to parameters refused; byte limits
 # (shared_ir/SPEC.md, section Versions). 5: _transformer_encoder_layer_fwd, and
 # _native_multi_head_attention runs through a checked implementation. 6: torchvision.nms
-# (torchvision's registered operator ``torchvision::nms``, run by torchvision's own kernel).
+# (torchvision's registered operator ``torchvision::nms``, run by torchvision's own kernel),
+# and packed sequences (_pack_padded_sequence, _pad_packed_sequence), checked.
 OPSET_VERSION = 6
 
 # --- the op set, by family ----------------------------------------------------------------
@@ -104,7 +105,8 @@ FAMILIES: dict[str, str] = {
     """,
     "attention, embedding, recurrent": """
         scaled_dot_product_attention embedding embedding_bag one_hot lstm gru rnn_tanh
-        rnn_relu lstm_cell gru_cell rnn_tanh_cell rnn_relu_cell
+        rnn_relu lstm_cell gru_cell rnn_tanh_cell rnn_relu_cell _pack_padded_sequence
+        _pad_packed_sequence
     """,
     "dropout and random": """
         dropout dropout_ alpha_dropout feature_dropout feature_alpha_dropout bernoulli
@@ -207,6 +209,12 @@ REVIEWED_PRIVATE: dict[str, str] = {
     "(PyTorch's CPU kernel does not check the offsets)",
     "_shape_as_tensor": "torchvision's detection heads call it while tracing; a new int64 "
     "tensor holding its input's sizes (no data read)",
+    "_pack_padded_sequence": "nn.utils.rnn.pack_padded_sequence calls it; the rows of its "
+    "input that the lengths keep, and the batch size at each step; runs through a checked "
+    "implementation (lengths a CPU int64 vector, one per sequence, sorted, within the steps)",
+    "_pad_packed_sequence": "nn.utils.rnn.pad_packed_sequence calls it; the packed rows back "
+    "in a zero-padded (or padding_value) tensor; runs through a checked implementation "
+    "(batch_sizes as a packed sequence has them, total_length at least the steps, bytes)",
     "_transformer_encoder_layer_fwd": "nn.TransformerEncoderLayer's inference fast path calls "
     "it; new tensor from its tensor arguments; runs through a checked implementation "
     "(num_heads at least 1, the biases one element per output feature)",
@@ -247,6 +255,8 @@ SINCE: dict[str, int] = {
     "repeat_interleave": 4,
     "_transformer_encoder_layer_fwd": 5,
     "torchvision.nms": 6,
+    "_pack_padded_sequence": 6,
+    "_pad_packed_sequence": 6,
 }
 
 # Note: operators a library registers. ``torch.ops.torchvision.nms`` exists only once
@@ -375,6 +385,7 @@ rnn_relu
 embedding_bag bincount one_hot outer kron cartesian_prod diag_embed combinations
 tensor_split hsplit vsplit dsplit chunk _pad_circular pad
 _native_multi_head_attention _transformer_encoder_layer_fwd torchvision.nms
+_pack_padded_sequence _pad_packed_sequence
 """.split()
 )
 

@@ -752,6 +752,77 @@ def transformer_encoder_layer_fwd(
     )
 
 
+def _lengths_ok(op: str, lengths, batch: int, steps: int) -> list[int]:
+    _need(
+        _is_tensor(lengths)
+        and lengths.dim() == 1
+        and lengths.dtype == torch.int64
+        and lengths.device.type == "cpu",
+        lambda: f"{op}: lengths is a CPU int64 vector",
+    )
+    values = lengths.tolist()
+    _need(
+        len(values) == batch,
+        lambda: f"{op}: one length per sequence ({batch}), not {len(values)}",
+    )
+    _need(
+        all(1 <= v <= steps for v in values),
+        lambda: f"{op}: every length is between 1 and the {steps} steps of the input",
+    )
+    _need(
+        all(a >= b for a, b in zip(values, values[1:])),
+        lambda: f"{op}: lengths are sorted in decreasing order",
+    )
+    return values
+
+
+def pack_padded_sequence(input, lengths, batch_first):
+    """``_pack_padded_sequence`` after the checks ``nn.utils.rnn.pack_padded_sequence``
+    makes (and what the kernel reads by them: one length per sequence, each within the
+    input's steps, sorted)."""
+    op = "_pack_padded_sequence"
+    _need(_is_tensor(input) and input.dim() >= 2, lambda: f"{op}: the input is at least 2-d")
+    _need(isinstance(batch_first, bool), lambda: f"{op}: batch_first is a bool")
+    batch, steps = (input.size(0), input.size(1)) if batch_first else input.shape[1::-1]
+    _need(batch > 0, lambda: f"{op}: cannot pack an empty batch")
+    _lengths_ok(op, lengths, batch, steps)
+    return torch._pack_padded_sequence(input, lengths, batch_first)
+
+
+def pad_packed_sequence(data, batch_sizes, batch_first, padding_value, total_length):
+    """``_pad_packed_sequence`` after checking what its kernel reads by ``batch_sizes``
+    (one positive, non-increasing count per step, summing to the packed rows), that
+    ``total_length`` covers the steps, and the bytes of the padded result."""
+    op = "_pad_packed_sequence"
+    _need(_is_tensor(data) and data.dim() >= 1, lambda: f"{op}: the packed data is a tensor")
+    _need(
+        _is_tensor(batch_sizes)
+        and batch_sizes.dim() == 1
+        and batch_sizes.dtype == torch.int64
+        and batch_sizes.device.type == "cpu",
+        lambda: f"{op}: batch_sizes is a CPU int64 vector",
+    )
+    sizes = batch_sizes.tolist()
+    _need(
+        bool(sizes)
+        and all(s > 0 for s in sizes)
+        and all(a >= b for a, b in zip(sizes, sizes[1:]))
+        and sum(sizes) == data.size(0),
+        lambda: f"{op}: batch_sizes must be positive, non-increasing, and sum to the packed rows",
+    )
+    _need(isinstance(batch_first, bool), lambda: f"{op}: batch_first is a bool")
+    _need(
+        isinstance(padding_value, (int, float)) and not isinstance(padding_value, bool),
+        lambda: f"{op}: padding_value is a number",
+    )
+    _need(
+        type(total_length) is int and total_length >= len(sizes),
+        lambda: f"{op}: total_length must be at least the {len(sizes)} steps",
+    )
+    _bytes_ok(op, math.prod([total_length, sizes[0], *data.shape[1:]]), data.dtype)
+    return torch._pad_packed_sequence(data, batch_sizes, batch_first, padding_value, total_length)
+
+
 CHECKED: dict[str, Callable] = {
     "embedding_bag": embedding_bag,
     "native_batch_norm": native_batch_norm,
@@ -772,6 +843,8 @@ CHECKED: dict[str, Callable] = {
     **{name: _sectioned(name) for name in SECTIONED_OPS},
     "_native_multi_head_attention": native_multi_head_attention,
     "_transformer_encoder_layer_fwd": transformer_encoder_layer_fwd,
+    "_pack_padded_sequence": pack_padded_sequence,
+    "_pad_packed_sequence": pad_packed_sequence,
 }
 
 

@@ -70,11 +70,20 @@ class _StandInMeta(type):
 
 
 def _traced_argument(args: tuple, kwargs: dict):
-    """The tracer and the one traced number ``int(n)`` / ``float(n)`` was given, else None."""
+    """The tracer and the one traced number ``int(n)`` / ``float(n)`` was given, else None.
+    A one-element tensor reads as its ``.item()``, which is a traced number while tracing
+    (``int(batch_sizes[0])``); a bool stays a guarded bool, given to the builtin."""
     tracer = helpers.active_tracer()
-    if tracer is not None and len(args) == 1 and not kwargs and isinstance(args[0], _Traced):
-        return tracer, args[0]
-    return None
+    if tracer is None or len(args) != 1 or kwargs:
+        return None
+    value = args[0]
+    if isinstance(value, torch.Tensor) and not isinstance(value, _Traced):
+        with torch._C.DisableTorchFunction():  # no guard: .item() itself refuses others
+            single = value.numel() == 1 and not value.is_complex()
+        if not single:
+            return None  # the builtin's own answer (or its error)
+        value = value.item()
+    return (tracer, value) if isinstance(value, _Traced) else None
 
 
 class traced_int(_original_int, metaclass=_StandInMeta):  # noqa: N801 - stands in for int
@@ -123,6 +132,10 @@ def traced_index(value):
 # --- where the stand-in is bound ------------------------------------------------------------
 
 _SKIPPED = ("torch", "tracebridge", "numpy", "builtins", "typing", "functools")
+# PyTorch's own modules that take ``int`` of a tensor the trace must keep traced:
+# ``nn.GRU``/``nn.RNN`` check a packed sequence's hidden state against
+# ``int(batch_sizes[0])``, which would fix the batch size.
+_LIBRARY_MODULES = ("torch.nn.modules.rnn",)
 _lock = threading.Lock()
 _bound: dict[tuple[str, str], int] = {}  # (module, name) -> traces that bound it
 
@@ -188,6 +201,9 @@ def _modules_of(fn: Callable) -> list[types.ModuleType]:
         for value in list(vars(module).values()):
             if isinstance(value, types.FunctionType):
                 add(value.__module__)
+    for name in _LIBRARY_MODULES:
+        if name in sys.modules:
+            found.setdefault(name, sys.modules[name])
     return list(found.values())
 
 
