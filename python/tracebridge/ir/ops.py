@@ -45,7 +45,8 @@ from . import ops_schema
 # (shared_ir/SPEC.md, section Versions). 5: _transformer_encoder_layer_fwd, and
 # _native_multi_head_attention runs through a checked implementation. 6: torchvision.nms
 # (torchvision's registered operator ``torchvision::nms``, run by torchvision's own kernel),
-# and packed sequences (_pack_padded_sequence, _pad_packed_sequence), checked.
+# packed sequences (_pack_padded_sequence, _pad_packed_sequence) and short-time Fourier
+# transforms (stft, istft), checked.
 OPSET_VERSION = 6
 
 # --- the op set, by family ----------------------------------------------------------------
@@ -158,7 +159,7 @@ FAMILIES: dict[str, str] = {
         Tensor.new_zeros Tensor.new_ones Tensor.new_full Tensor.new_empty Tensor.new_tensor
         fft.fft fft.ifft fft.rfft fft.irfft fft.fft2 fft.ifft2 fft.rfft2 fft.irfft2 fft.fftn
         fft.ifftn fft.rfftn fft.irfftn fft.fftshift fft.ifftshift fft.fftfreq fft.rfftfreq
-        fft.hfft fft.ihfft
+        fft.hfft fft.ihfft stft istft
     """,
     "in-place arithmetic": """
         Tensor.add_ Tensor.sub_ Tensor.mul_ Tensor.div_ Tensor.pow_ Tensor.neg_
@@ -257,6 +258,8 @@ SINCE: dict[str, int] = {
     "torchvision.nms": 6,
     "_pack_padded_sequence": 6,
     "_pad_packed_sequence": 6,
+    "stft": 6,
+    "istft": 6,
 }
 
 # Note: operators a library registers. ``torch.ops.torchvision.nms`` exists only once
@@ -385,7 +388,7 @@ rnn_relu
 embedding_bag bincount one_hot outer kron cartesian_prod diag_embed combinations
 tensor_split hsplit vsplit dsplit chunk _pad_circular pad
 _native_multi_head_attention _transformer_encoder_layer_fwd torchvision.nms
-_pack_padded_sequence _pad_packed_sequence
+_pack_padded_sequence _pad_packed_sequence stft istft
 """.split()
 )
 

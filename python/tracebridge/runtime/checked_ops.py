@@ -379,6 +379,17 @@ _PACKED_NAMES = (
 )
 
 
+def _bind(op: str, names: list[str], args: Sequence, kwargs: dict) -> dict:
+    """The arguments of a call by the names of the op's schema."""
+    _need(len(args) <= len(names), lambda: f"{op}: at most {len(names)} arguments")
+    bound = dict(zip(names, args))
+    for key, value in kwargs.items():
+        if key not in names or key in bound:
+            raise CheckFailed(f"{op}: unexpected argument {key!r}")
+        bound[key] = value
+    return bound
+
+
 def _bind_rnn(op: str, args: Sequence, kwargs: dict) -> tuple[dict, bool]:
     """The arguments by name, and whether this is the packed-sequence form (the second
     argument is ``batch_sizes``: for ``lstm`` a tensor where ``hx`` is a list; for the
@@ -390,12 +401,7 @@ def _bind_rnn(op: str, args: Sequence, kwargs: dict) -> tuple[dict, bool]:
     else:
         packed = len(args) > 2 and _is_tensor(args[2])
     names = _PACKED_NAMES if packed else _RNN_NAMES
-    _need(len(args) <= len(names), lambda: f"{op}: at most {len(names)} arguments")
-    bound = dict(zip(names, args))
-    for key, value in kwargs.items():
-        if key not in names or key in bound:
-            raise CheckFailed(f"{op}: unexpected argument {key!r}")
-        bound[key] = value
+    bound = _bind(op, names, args, kwargs)
     missing = [n for n in names if n not in bound and n != "batch_first"]
     _need(not missing, lambda: f"{op}: missing arguments {missing}")
     return bound, packed
@@ -823,6 +829,81 @@ def pad_packed_sequence(data, batch_sizes, batch_first, padding_value, total_len
     return torch._pad_packed_sequence(data, batch_sizes, batch_first, padding_value, total_length)
 
 
+_STFT_NAMES = (
+    "input n_fft hop_length win_length window normalized onesided return_complex align_to_window"
+).split()
+_STFT_CENTER_NAMES = (
+    "input n_fft hop_length win_length window center pad_mode normalized onesided "
+    "return_complex align_to_window"
+).split()
+_ISTFT_NAMES = (
+    "input n_fft hop_length win_length window center normalized onesided length return_complex"
+).split()
+
+
+def _fft_sizes(op: str, bound: dict) -> tuple[int, int]:
+    """``n_fft`` and ``hop_length`` (default ``n_fft // 4``) as positive ints."""
+    n_fft, hop = bound.get("n_fft"), bound.get("hop_length")
+    _need(type(n_fft) is int and n_fft >= 1, lambda: f"{op}: n_fft must be a positive int")
+    hop = n_fft // 4 if hop is None else hop
+    _need(type(hop) is int and hop >= 1, lambda: f"{op}: hop_length must be a positive int")
+    return n_fft, hop
+
+
+def _complex_width(dtype: torch.dtype) -> int:
+    return 16 if dtype in (torch.float64, torch.complex128) else 8
+
+
+def stft(*args, **kwargs):
+    """``stft`` after bounding the bytes of its result: ``frames x bins`` complex values a
+    signal, where a file could ask for a small hop over a long signal (PyTorch checks the
+    rest: ``n_fft`` within the signal, the window's length)."""
+    center = (
+        "center" in kwargs or "pad_mode" in kwargs or (len(args) > 6 and isinstance(args[6], str))
+    )
+    bound = _bind("stft", _STFT_CENTER_NAMES if center else _STFT_NAMES, args, kwargs)
+    signal = bound.get("input")
+    _need(_is_tensor(signal) and signal.dim() in (1, 2), "stft: the signal is a 1-d or 2-d tensor")
+    n_fft, hop = _fft_sizes("stft", bound)
+    length = signal.size(-1) + (2 * (n_fft // 2) if center and bound.get("center", True) else 0)
+    frames = 1 + max(length - n_fft, 0) // hop
+    onesided = bound.get("onesided")
+    bins = n_fft // 2 + 1 if onesided is not False and not signal.is_complex() else n_fft
+    batch = signal.size(0) if signal.dim() == 2 else 1
+    _bytes_ok(
+        "stft",
+        batch * bins * frames * 2,
+        torch.float64 if _complex_width(signal.dtype) == 16 else torch.float32,
+    )
+    return torch._C._VariableFunctions.stft(*args, **kwargs)
+
+
+def istft(*args, **kwargs):
+    """``istft`` after bounding the bytes of the signal it builds (``n_fft + hop x (frames -
+    1)`` samples, or ``length``), both of which a file could make huge."""
+    bound = _bind("istft", _ISTFT_NAMES, args, kwargs)
+    spectrum = bound.get("input")
+    _need(
+        _is_tensor(spectrum) and spectrum.dim() in (2, 3),
+        "istft: the input is a 2-d or 3-d spectrum",
+    )
+    n_fft, hop = _fft_sizes("istft", bound)
+    length = bound.get("length")
+    _need(
+        length is None or (type(length) is int and length >= 0),
+        "istft: length must be None or a non-negative int",
+    )
+    frames = spectrum.size(-1)
+    samples = max(n_fft + hop * max(frames - 1, 0), length or 0)
+    batch = spectrum.size(0) if spectrum.dim() == 3 else 1
+    _bytes_ok(
+        "istft",
+        batch * samples * 2,
+        torch.float64 if _complex_width(spectrum.dtype) == 16 else torch.float32,
+    )
+    return torch._C._VariableFunctions.istft(*args, **kwargs)
+
+
 CHECKED: dict[str, Callable] = {
     "embedding_bag": embedding_bag,
     "native_batch_norm": native_batch_norm,
@@ -845,6 +926,8 @@ CHECKED: dict[str, Callable] = {
     "_transformer_encoder_layer_fwd": transformer_encoder_layer_fwd,
     "_pack_padded_sequence": pack_padded_sequence,
     "_pad_packed_sequence": pad_packed_sequence,
+    "stft": stft,
+    "istft": istft,
 }
 
 
