@@ -305,3 +305,41 @@ def test_torch_jit_inspection_names_answer(tmp_path):
         assert module.inlined_graph == module.graph and "linear" in module.graph
     function = tracebridge.trace(torch.sin, torch.randn(2))
     assert function.inlined_graph == function.graph
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, where",
+    [
+        (
+            ({"a": torch.ones(2)}, (torch.ones(2), torch.ones(2)), 3),
+            {},
+            "argument 3 is 3 where the trace was made with 2",
+        ),
+        (
+            ({"b": torch.ones(2)}, (torch.ones(2), torch.ones(2)), 2),
+            {},
+            "argument 1 has keys ['b'] where the trace was made with ['a']",
+        ),
+        (
+            ({"a": torch.ones(2)}, (torch.ones(2),), 2),
+            {},
+            "argument 2 has 1 item where the trace was made with 2",
+        ),
+        (
+            ({"a": torch.ones(2)}, (torch.ones(2), 1.0), 2),
+            {},
+            "argument 2[1] is 1.0 where the trace was made with a tensor",
+        ),
+        (({"a": torch.ones(2)},), {}, "the call has 1 argument where the trace was made with 3"),
+    ],
+)
+def test_a_call_shaped_unlike_the_example_names_the_first_difference(args, kwargs, where):
+    def f(d, pair, n):
+        return d["a"] * n + pair[0] - pair[1]
+
+    example = ({"a": torch.randn(3)}, (torch.randn(3), torch.randn(3)), 2)
+    traced = tracebridge.trace(f, example)
+    with pytest.raises(tracebridge.TraceError) as info:
+        traced(*args, **kwargs)
+    message = str(info.value)
+    assert where in message and "trace again with this call's arguments" in message

@@ -505,7 +505,7 @@ def flatten_inputs(gm: fx.GraphModule, *args, **kwargs) -> list[torch.Tensor]:
 
 def flatten_by_spec(spec: dict, args: tuple, kwargs: dict) -> list[torch.Tensor]:
     """:func:`flatten_inputs` by the graph's ``in_spec`` (no GraphModule needed)."""
-    from ..runtime.method import _in_key_order, describe
+    from ..runtime.method import _in_key_order, describe, mismatch
 
     leaves, got = pytree.flatten((args, kwargs), is_tensor)
     if got != spec:
@@ -513,7 +513,8 @@ def flatten_by_spec(spec: dict, args: tuple, kwargs: dict) -> list[torch.Tensor]
     if got != spec:
         raise TraceError(
             f"the GraphModule's method was called with arguments shaped differently from the "
-            f"example inputs it was traced with: expected {describe(spec)}, got {describe(got)}"
+            f"example inputs it was traced with: {mismatch(spec, got)}; expected "
+            f"{describe(spec)}, got {describe(got)}"
         )
     return leaves
 

@@ -169,8 +169,8 @@ class Method:
         if spec != self.graph.in_spec:
             raise TraceError(
                 f"{self.name}() was called with arguments shaped differently from the example "
-                f"inputs it was traced with: expected {describe(self.graph.in_spec)}, got "
-                f"{describe(spec)}"
+                f"inputs it was traced with: {mismatch(self.graph.in_spec, spec)}; expected "
+                f"{describe(self.graph.in_spec)}, got {describe(spec)}"
             )
         return leaves
 
@@ -185,6 +185,65 @@ def _in_key_order(obj, spec: dict):
     if kind in ("tuple", "list") and same_length:
         return type(obj)(_in_key_order(o, c) for o, c in zip(obj, spec["c"]))
     return obj
+
+
+_FIXED = (
+    "numbers, strings, None and the structure of containers are fixed in a trace: pass "
+    "what the example passed, trace again with this call's arguments, or pass the value "
+    "as a tensor"
+)
+
+
+def mismatch(expected: dict, got: dict) -> str:
+    """Where a call's arguments first differ from the traced example's, and what to do."""
+    found = _first_difference(expected, got, [])
+    if found is None:
+        return _FIXED
+    path, what = found
+    return f"{_path_name(path)} {what}; {_FIXED}"
+
+
+def _first_difference(expected: dict, got: dict, path: list) -> tuple[list, str] | None:
+    kind, other = expected["t"], got["t"]
+    if kind != other:
+        return path, f"is {_kind_name(got)} where the trace was made with {_kind_name(expected)}"
+    if kind == "const" and expected["v"] != got["v"]:
+        return path, f"is {got['v']!r} where the trace was made with {expected['v']!r}"
+    if kind == "dict" and expected["keys"] != got["keys"]:
+        return path, f"has keys {got['keys']} where the trace was made with {expected['keys']}"
+    children, others = expected.get("c", []), got.get("c", [])
+    if len(children) != len(others):
+        items = ("argument" if len(path) == 1 else "item") + ("" if len(others) == 1 else "s")
+        return path, f"has {len(others)} {items} where the trace was made with {len(children)}"
+    keys = expected.get("keys") or range(len(children))
+    for key, child, other_child in zip(keys, children, others):
+        found = _first_difference(child, other_child, [*path, key])
+        if found is not None:
+            return found
+    return None
+
+
+def _kind_name(spec: dict) -> str:
+    kind = spec["t"]
+    if kind == "leaf":
+        return "a tensor"
+    if kind == "const":
+        return repr(spec["v"])
+    return {"none": "None", "dict": "a dict", "list": "a list", "tuple": "a tuple"}.get(kind, kind)
+
+
+def _path_name(path: list) -> str:
+    """``[0, 2, 'a']`` (args, third argument, key 'a') as ``argument 3['a']``."""
+    if not path:
+        return "the arguments"
+    head, rest = path[0], path[1:]
+    if head == 0 and rest:  # positional arguments
+        name, rest = f"argument {rest[0] + 1}", rest[1:]
+    elif head == 1 and rest:  # keyword arguments
+        name, rest = f"keyword argument {rest[0]!r}", rest[1:]
+    else:
+        name = "the call" if head == 0 else "the call's keyword arguments"
+    return name + "".join(f"[{key!r}]" for key in rest)
 
 
 def describe(spec: dict) -> str:
