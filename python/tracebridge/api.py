@@ -6,6 +6,7 @@ import functools
 import inspect
 import os
 import re
+import warnings
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -600,6 +601,7 @@ def trace(
     respect_mode: bool = False,
     runtime: str = "codegen",
     progress: bool | None = None,
+    **jit_only,
 ) -> TracedFunction | TracedModule:
     """Run ``func`` on ``example_inputs``, record its tensor operations, check the recording,
     and return a :class:`TracedFunction` (for a function) or :class:`TracedModule` (for an
@@ -636,6 +638,10 @@ def trace(
         progress: show a progress bar on a terminal while recording and checking (``None``,
             the default: when standard error is a terminal and ``TRACEBRIDGE_PROGRESS`` is
             not ``0``; ``True``: always; ``False``: never).
+        **jit_only: ``torch.jit.trace``'s ``optimize``, ``_force_outplace``,
+            ``_module_class``, ``_compilation_unit`` and ``_store_inputs`` are accepted, so
+            that a call written for torch.jit runs with only the import changed; they
+            change nothing here (see :func:`_jit_only_arguments`).
 
     Returns:
         a :class:`TracedFunction` or a :class:`TracedModule`, which prints, runs, saves
@@ -648,6 +654,7 @@ def trace(
     >>> print(traced_foo.graph.splitlines()[0])
     graph foo(%x: f32[s0], %y: f32[s1]) {
     """
+    _jit_only_arguments("trace", jit_only)
     args = _as_args(example_inputs)
     kwargs = dict(example_kwarg_inputs or {})
     options = dict(
@@ -700,6 +707,34 @@ def trace(
     return traced
 
 
+# torch.jit.trace's arguments that only TorchScript reads: accepted so that code written
+# for torch.jit runs with only the import changed, without effect here.
+_JIT_ONLY = {
+    "optimize": "deprecated in torch.jit too, and without effect",
+    "_force_outplace": "a trace records in-place ops as they run, with the same results",
+    "_module_class": "TorchScript's class for the traced module",
+    "_compilation_unit": "TorchScript's compilation unit",
+    "_store_inputs": "TorchScript keeps the example inputs for its own check",
+}
+
+
+def _jit_only_arguments(where: str, given: dict) -> None:
+    """Refuse unknown keywords (with the known ones named); accept torch.jit's own, with a
+    warning for ``optimize`` (as torch.jit warns)."""
+    unknown = sorted(set(given) - set(_JIT_ONLY))
+    if unknown:
+        raise TypeError(
+            f"{where}() got an unexpected keyword argument {unknown[0]!r}; torch.jit's "
+            f"TorchScript-only arguments {sorted(_JIT_ONLY)} are accepted (without effect)"
+        )
+    if given.get("optimize") is not None:
+        warnings.warn(
+            "`optimize` is deprecated and has no effect (as in torch.jit.trace)",
+            FutureWarning,
+            stacklevel=3,
+        )
+
+
 @_with_progress
 def trace_module(
     mod: nn.Module,
@@ -712,6 +747,8 @@ def trace_module(
     respect_mode: bool = False,
     runtime: str = "codegen",
     progress: bool | None = None,
+    example_inputs_is_kwarg: bool = False,
+    **jit_only,
 ) -> TracedModule:
     """Trace several methods of ``mod`` into one :class:`TracedModule`, as
     ``torch.jit.trace_module`` does.
@@ -727,6 +764,10 @@ def trace_module(
         respect_mode: record ``forward`` in both modes (see :func:`trace`).
         runtime: ``"codegen"`` (default) or ``"interpreter"`` (see :func:`trace`).
         progress: a progress bar on a terminal (see :func:`trace`).
+        example_inputs_is_kwarg: as ``torch.jit.trace_module``'s: each value of ``inputs``
+            (and of each ``check_inputs`` entry) is a dict of keyword inputs.
+        **jit_only: ``torch.jit.trace_module``'s TorchScript-only arguments, accepted and
+            without effect (see :func:`trace`).
 
     Returns:
         a :class:`TracedModule` with one traced method per key of ``inputs``.
@@ -741,7 +782,17 @@ def trace_module(
         raise TraceError(f"trace_module() needs an nn.Module, not {type(mod).__name__}")
     if not isinstance(inputs, dict) or not inputs:
         raise TraceError("trace_module() needs a dict of method name -> example inputs")
-    prepared = {name: (_as_args(example), {}) for name, example in inputs.items()}
+    _jit_only_arguments("trace_module", jit_only)
+    if example_inputs_is_kwarg:
+        bad = [name for name, example in inputs.items() if not isinstance(example, dict)]
+        if bad:
+            raise TraceError(
+                f"trace_module(example_inputs_is_kwarg=True) needs a dict of keyword inputs "
+                f"for each method; {bad[0]!r} has a {type(inputs[bad[0]]).__name__}"
+            )
+        prepared = {name: ((), dict(example)) for name, example in inputs.items()}
+    else:
+        prepared = {name: (_as_args(example), {}) for name, example in inputs.items()}
     return _trace_module(
         mod,
         prepared,

@@ -343,3 +343,43 @@ def test_a_call_shaped_unlike_the_example_names_the_first_difference(args, kwarg
         traced(*args, **kwargs)
     message = str(info.value)
     assert where in message and "trace again with this call's arguments" in message
+
+
+def test_torch_jit_only_arguments_are_accepted_as_torch_jit_spells_them():
+    net = torch.nn.Linear(3, 2)
+    x = torch.randn(2, 3)
+    with pytest.warns(FutureWarning, match="optimize"):
+        traced = tracebridge.trace(net, x, optimize=True, _force_outplace=True, _store_inputs=False)
+    assert torch.equal(traced(x), net(x))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'chek_trace'"):
+        tracebridge.trace(net, x, chek_trace=False)
+
+
+class _Keywords(torch.nn.Module):
+    def forward(self, x, mask=None):
+        return x if mask is None else x * mask
+
+    def scaled(self, x, scale):
+        return x * scale
+
+
+def test_trace_module_takes_keyword_inputs_as_torch_jit_does(tmp_path):
+    m = _Keywords()
+    inputs = {
+        "forward": {"x": torch.randn(2, 3), "mask": torch.ones(2, 3)},
+        "scaled": {"x": torch.randn(2, 3), "scale": torch.randn(2, 3)},
+    }
+    check = [
+        {
+            "forward": {"x": torch.randn(4, 3), "mask": torch.rand(4, 3)},
+            "scaled": {"x": torch.randn(1, 3), "scale": torch.randn(1, 3)},
+        }
+    ]
+    traced = tracebridge.trace_module(m, inputs, example_inputs_is_kwarg=True, check_inputs=check)
+    loaded = tracebridge.load(traced.save(tmp_path / "k.tb") or tmp_path / "k.tb")
+    x, mask = torch.randn(5, 3), torch.rand(5, 3)
+    for fn in (traced, loaded):
+        assert torch.equal(fn(x=x, mask=mask), x * mask)
+        assert torch.equal(fn.scaled(x=x, scale=mask), x * mask)
+    with pytest.raises(tracebridge.TraceError, match="'forward' has a Tensor"):
+        tracebridge.trace_module(m, {"forward": x}, example_inputs_is_kwarg=True)

@@ -345,8 +345,12 @@ def _check_inputs_list(check_inputs, example):
             out.append(((item,), {}))
         elif isinstance(item, (tuple, list)):
             out.append((tuple(item), {}))
+        elif isinstance(item, dict):  # keyword inputs (example_inputs_is_kwarg)
+            out.append(((), dict(item)))
         else:
-            raise TraceError("check_inputs must be a list of tuples of inputs")
+            raise TraceError(
+                "check_inputs must be a list of tuples of inputs (or dicts of keyword inputs)"
+            )
     return out
 
 
