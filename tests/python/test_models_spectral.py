@@ -98,3 +98,36 @@ def test_the_checked_forms_give_the_kernels_results():
     assert torch.equal(spec, torch.stft(wave, 32, 8, window=window, return_complex=True))
     back = checked_ops.istft(spec, 32, 8, window=window, length=300)
     assert torch.equal(back, torch.istft(spec, 32, 8, window=window, length=300))
+
+
+# --- broadcast_tensors (op-set 6): what F.mse_loss, F.l1_loss, F.huber_loss call --------------
+
+
+@pytest.mark.parametrize(
+    "loss",
+    [
+        torch.nn.functional.mse_loss,
+        torch.nn.functional.l1_loss,
+        torch.nn.functional.huber_loss,
+        lambda a, b: torch.nn.functional.smooth_l1_loss(a, b, beta=0.5, reduction="none"),
+        lambda a, b: torch.broadcast_tensors(a, b[:1])[1] * a,
+        # torch.distributions' validation: _is_all_true / _is_any_true
+        lambda a, b: a * torch._is_all_true(b > -100) + torch._is_any_true(b > 100),
+    ],
+)
+def test_losses_that_broadcast_their_operands_trace(loss, tmp_path):
+    traced = tracebridge.trace(loss, (torch.randn(3, 4), torch.randn(3, 4)))
+    path = tmp_path / "loss.tb"
+    traced.save(path)
+    a, b = torch.randn(5, 4), torch.randn(5, 4)
+    for rt in RUNTIMES:
+        assert torch.equal(tracebridge.load(path, runtime=rt)(a, b), loss(a, b))
+
+
+def test_broadcast_tensors_bounds_what_its_views_present():
+    wide = torch.zeros(1, 2**16)
+    tall = torch.zeros(2**16, 1)
+    with pytest.raises(checked_ops.CheckFailed, match="would present 4294967296 elements"):
+        checked_ops.broadcast_tensors([wide, tall])
+    same = checked_ops.broadcast_tensors([torch.ones(3, 4), torch.ones(4)])
+    assert [tuple(t.shape) for t in same] == [(3, 4), (3, 4)]

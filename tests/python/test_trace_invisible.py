@@ -95,3 +95,11 @@ def test_moving_values_leaves_inputs_that_cannot_move():
     assert _rolled((torch.ones(3), torch.zeros(2)), {}) is None
     (a, b), _ = _rolled((torch.arange(3), torch.ones(2)), {})
     assert a.tolist() == [2, 0, 1] and b.tolist() == [1.0, 1.0]
+
+
+def test_a_function_transform_out_of_sight_is_refused_too():
+    def row_norms(x):
+        return torch.vmap(lambda row: row.dot(row))(x)
+
+    with pytest.raises(TracingCheckError, match="torch.vmap"):
+        tracebridge.trace(row_norms, torch.randn(3, 4))

@@ -45,8 +45,8 @@ from . import ops_schema
 # (shared_ir/SPEC.md, section Versions). 5: _transformer_encoder_layer_fwd, and
 # _native_multi_head_attention runs through a checked implementation. 6: torchvision.nms
 # (torchvision's registered operator ``torchvision::nms``, run by torchvision's own kernel),
-# packed sequences (_pack_padded_sequence, _pad_packed_sequence) and short-time Fourier
-# transforms (stft, istft), checked.
+# packed sequences (_pack_padded_sequence, _pad_packed_sequence), short-time Fourier
+# transforms (stft, istft) and broadcast_tensors, checked; _is_all_true, _is_any_true.
 OPSET_VERSION = 6
 
 # --- the op set, by family ----------------------------------------------------------------
@@ -132,7 +132,8 @@ FAMILIES: dict[str, str] = {
         Tensor.view Tensor.view_as Tensor.reshape Tensor.reshape_as reshape flatten
         Tensor.unflatten unflatten squeeze unsqueeze Tensor.permute permute transpose
         swapaxes swapdims movedim moveaxis t Tensor.contiguous Tensor.expand Tensor.expand_as
-        Tensor.repeat tile broadcast_to cat concat concatenate stack hstack vstack dstack
+        Tensor.repeat tile broadcast_to broadcast_tensors cat concat concatenate stack hstack
+        vstack dstack
         column_stack split split_with_sizes chunk unbind tensor_split hsplit vsplit dsplit
         narrow narrow_copy select flip fliplr flipud roll rot90 atleast_1d atleast_2d
         atleast_3d ravel Tensor.unfold meshgrid cartesian_prod combinations block_diag
@@ -210,6 +211,9 @@ REVIEWED_PRIVATE: dict[str, str] = {
     "(PyTorch's CPU kernel does not check the offsets)",
     "_shape_as_tensor": "torchvision's detection heads call it while tracing; a new int64 "
     "tensor holding its input's sizes (no data read)",
+    "_is_all_true": "torch.distributions' argument validation calls it; whether every "
+    "element of a bool tensor is true, as a 0-d bool tensor",
+    "_is_any_true": "as _is_all_true: whether any element of a bool tensor is true",
     "_pack_padded_sequence": "nn.utils.rnn.pack_padded_sequence calls it; the rows of its "
     "input that the lengths keep, and the batch size at each step; runs through a checked "
     "implementation (lengths a CPU int64 vector, one per sequence, sorted, within the steps)",
@@ -260,6 +264,9 @@ SINCE: dict[str, int] = {
     "_pad_packed_sequence": 6,
     "stft": 6,
     "istft": 6,
+    "broadcast_tensors": 6,
+    "_is_all_true": 6,
+    "_is_any_true": 6,
 }
 
 # Note: operators a library registers. ``torch.ops.torchvision.nms`` exists only once
@@ -388,7 +395,7 @@ rnn_relu
 embedding_bag bincount one_hot outer kron cartesian_prod diag_embed combinations
 tensor_split hsplit vsplit dsplit chunk _pad_circular pad
 _native_multi_head_attention _transformer_encoder_layer_fwd torchvision.nms
-_pack_padded_sequence _pad_packed_sequence stft istft
+_pack_padded_sequence _pad_packed_sequence stft istft broadcast_tensors
 """.split()
 )
 

@@ -904,6 +904,27 @@ def istft(*args, **kwargs):
     return torch._C._VariableFunctions.istft(*args, **kwargs)
 
 
+def broadcast_tensors(*tensors):
+    """``broadcast_tensors`` after bounding the elements its views present where they grow
+    past every input (``[n, 1]`` and ``[1, n]`` present ``n * n``): a later op on them
+    allocates that many, as a later op on an expanded view would (``sized_guard``)."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])  # the recorded form: one list, as the schema takes it
+    _need(all(map(_is_tensor, tensors)), "broadcast_tensors: the arguments are tensors")
+    shape = torch.broadcast_shapes(*(t.shape for t in tensors))
+    numel = math.prod(shape)
+    if numel > max((t.numel() for t in tensors), default=0):
+        _need(
+            numel * 16 <= ALLOC_BYTES,
+            lambda: (
+                f"broadcast_tensors would present {numel} elements, more than a later op may "
+                f"allocate under the limit of {ALLOC_BYTES} bytes (shared_ir/SPEC.md, section "
+                "Limits)"
+            ),
+        )
+    return torch._C._VariableFunctions.broadcast_tensors(tensors)
+
+
 CHECKED: dict[str, Callable] = {
     "embedding_bag": embedding_bag,
     "native_batch_norm": native_batch_norm,
@@ -928,6 +949,7 @@ CHECKED: dict[str, Callable] = {
     "_pad_packed_sequence": pad_packed_sequence,
     "stft": stft,
     "istft": istft,
+    "broadcast_tensors": broadcast_tensors,
 }
 
 
