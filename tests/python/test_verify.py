@@ -334,7 +334,7 @@ def dict_output(x):
 def convert_in_loop(x):
     acc = x * 0
     for i in range(5):
-        acc = acc + float(x[i])
+        acc = acc + (1.0 if bool(x[i] > 0) else 0.0)
     return acc
 
 
@@ -347,14 +347,12 @@ def test_tracer_warning_is_a_warning():
     ("fn", "text", "message"),
     [
         (to_bool, "bool(x.sum()", "turned into a Python bool (True)"),
-        (to_int, "int(x.sum())", "turned into a Python int (5)"),
-        (to_float, "float(x.sum())", "turned into a Python float (5.0)"),
         (to_list, "tolist()", "turned into Python data (tolist)"),
         (from_global, "CAPTURED", "stored in the trace as constant 'const0'"),
         (from_closure(), "weight", "stored in the trace as constant 'const0'"),
         (tensor_of_sizes, "torch.tensor(", "torch.tensor(...) of Python data"),
         (tensor_of_item, "torch.tensor(", "torch.tensor(...) of Python data"),
-        (convert_in_loop, "float(x[i])", "turned into a Python float (1.0)"),
+        (convert_in_loop, "bool(x[i] > 0)", "turned into a Python bool (True)"),
     ],
     ids=lambda v: getattr(v, "__name__", None) if callable(v) else None,
 )
@@ -369,10 +367,21 @@ def test_tracer_warning_points_at_the_line_once(fn, text, message, check_trace):
     assert {(w.filename, w.lineno) for w in caught} == {(__file__, line_of(fn, text))}
 
 
+@pytest.mark.parametrize("fn", [to_int, to_float])
+def test_int_and_float_of_a_tensor_stay_traced_with_no_warning(fn):
+    """``int(t)`` / ``float(t)`` read as the tensor's traced ``.item()`` (as ``.item()``
+    itself does): nothing to warn about, no guard, general in the values."""
+    caught = tracer_warnings(fn, torch.ones(5))
+    assert caught == []
+    traced = tracebridge.trace(fn, torch.ones(5))
+    x = torch.full((5,), 2.0)
+    assert traced.guards == [] and torch.equal(traced(x), fn(x))
+
+
 def test_one_warning_for_a_loop_that_converts_five_times():
     caught = tracer_warnings(convert_in_loop, torch.ones(5))
     assert [(w.filename, w.lineno) for w in caught] == [
-        (__file__, line_of(convert_in_loop, "float(x[i])"))
+        (__file__, line_of(convert_in_loop, "bool(x[i] > 0)"))
     ]
 
 
