@@ -129,3 +129,21 @@ def test_the_checked_forms_give_the_kernels_results():
     padded = checked_ops.pad_packed_sequence(data, sizes, True, -1.0, 6)
     want = torch._pad_packed_sequence(data, sizes, True, -1.0, 6)
     assert torch.equal(padded[0], want[0]) and torch.equal(padded[1], want[1])
+
+
+def test_counts_of_a_crafted_expanded_vector_are_checked_without_listing_them():
+    """An expanded one-element vector of 2**25 batch sizes (8 bytes of storage): checked
+    with tensor ops, refused for the bytes it would allocate, in well under a second."""
+    import time
+
+    sizes = torch.ones(1, dtype=torch.int64).expand(2**25)
+    data = torch.zeros(2**25, 0)
+    start = time.perf_counter()
+    with pytest.raises(checked_ops.CheckFailed, match="would allocate"):
+        # one step of 2**28 sequences of nothing: the lengths it returns are 2 GiB
+        checked_ops.pad_packed_sequence(torch.zeros(2**28, 0), torch.tensor([2**28]), False, 0.0, 1)
+    padded, lengths = checked_ops.pad_packed_sequence(data, sizes, False, 0.0, 2**25)
+    assert padded.shape == (2**25, 1, 0) and lengths.tolist() == [2**25]  # valid: it runs
+    assert time.perf_counter() - start < 10  # the point: no Python list of 2**25 ints
+    with pytest.raises(checked_ops.CheckFailed, match="more entries than"):
+        checked_ops.pad_packed_sequence(torch.zeros(3, 2), sizes, False, 0.0, 2**25)

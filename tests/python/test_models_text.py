@@ -9,6 +9,7 @@ at the line that decides.
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 
 import pytest
@@ -235,3 +236,70 @@ def test_text_kept_in_a_local_read_for_anything_else_is_guarded(module, line):
     with pytest.raises(GuardError) as info:
         traced(torch.randn(5, 3))
     assert HERE in str(info.value) and line in str(info.value)
+
+
+# --- text that is read back after all (found by review): guarded ------------------------------
+
+
+def _in_a_class_body(x):
+    H = x.shape[1]
+
+    class Key:
+        msg = f"h{H}"
+
+    return x + 1 if Key.msg == "h3" else x - 1
+
+
+def _check_cache(key):  # named like a check, but decides
+    return key == "h3"
+
+
+def _through_a_function_named_like_a_check(x):
+    key = f"h{x.shape[1]}"
+    return x + 1 if _check_cache(key) else x - 1
+
+
+def _raised_and_caught(x):
+    msg = f"h{x.shape[1]}"
+    try:
+        raise ValueError(msg)
+    except ValueError as exc:
+        return x + 1 if str(exc) == "h3" else x - 1
+
+
+def _read_through_the_frame(x):
+    msg = f"h{x.shape[1]}"
+    if False:
+        print(msg)
+    return x + 1 if sys._getframe().f_locals["msg"] == "h3" else x - 1
+
+
+def _warned_and_recorded(x):
+    msg = f"h{x.shape[1]}"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        warnings.warn(msg, stacklevel=1)
+    return x + 1 if str(seen[0].message) == "h3" else x - 1
+
+
+def _an_exception_kept_as_an_object(x):
+    err = ValueError(f"h{x.shape[1]}")
+    return x + 1 if str(err) == "h3" else x - 1
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        _in_a_class_body,
+        _through_a_function_named_like_a_check,
+        _raised_and_caught,
+        _read_through_the_frame,
+        _warned_and_recorded,
+        _an_exception_kept_as_an_object,
+    ],
+)
+def test_text_read_back_after_all_is_guarded(fn):
+    traced = tracebridge.trace(fn, torch.zeros(2, 3))
+    assert torch.equal(traced(torch.zeros(2, 3)), fn(torch.zeros(2, 3)))
+    with pytest.raises(GuardError):
+        traced(torch.zeros(2, 4))

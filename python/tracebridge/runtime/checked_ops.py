@@ -488,13 +488,16 @@ def _check_batch_sizes(op: str, data, batch_sizes, batch: int) -> None:
         _is_tensor(batch_sizes) and batch_sizes.dim() == 1 and batch_sizes.dtype == torch.int64,
         lambda: f"{op}: batch_sizes is an int64 vector",
     )
-    sizes = batch_sizes.tolist()
+    # Each entry is at least 1 and they add up to the rows: more entries than rows is wrong
+    # before any is read (a file's expanded one-element vector would take long to list).
     _need(
-        bool(sizes)
-        and sizes[0] == batch
-        and all(s > 0 for s in sizes)
-        and all(x >= y for x, y in zip(sizes, sizes[1:]))
-        and sum(sizes) == data.size(0),
+        batch_sizes.numel() <= data.size(0),
+        lambda: f"{op}: batch_sizes has more entries than the {data.size(0)} rows of data",
+    )
+    _need(
+        batch_sizes.numel() > 0
+        and int(batch_sizes[0]) == batch
+        and _counts_ok(batch_sizes, 1, None, data.size(0)),
         lambda: (
             f"{op}: batch_sizes must be positive, non-increasing, start at the batch size "
             f"{batch} and add up to the {data.size(0)} rows of data"
@@ -758,7 +761,21 @@ def transformer_encoder_layer_fwd(
     )
 
 
-def _lengths_ok(op: str, lengths, batch: int, steps: int) -> list[int]:
+def _counts_ok(counts, low: int, high: int | None, total: int | None) -> bool:
+    """Whether an int64 vector holds values in ``[low, high]``, non-increasing, adding up
+    to ``total``: checked with tensor ops, since a file may give an expanded vector of
+    millions of entries that a Python list would take seconds and gigabytes to hold."""
+    with torch.no_grad():
+        if counts.numel() == 0:
+            return total in (None, 0)
+        ok = bool((counts >= low).all())
+        if high is not None:
+            ok = ok and bool((counts <= high).all())
+        ok = ok and bool((counts[1:] <= counts[:-1]).all())
+        return ok and (total is None or int(counts.sum()) == total)
+
+
+def _lengths_ok(op: str, lengths, batch: int, steps: int) -> None:
     _need(
         _is_tensor(lengths)
         and lengths.dim() == 1
@@ -766,20 +783,17 @@ def _lengths_ok(op: str, lengths, batch: int, steps: int) -> list[int]:
         and lengths.device.type == "cpu",
         lambda: f"{op}: lengths is a CPU int64 vector",
     )
-    values = lengths.tolist()
     _need(
-        len(values) == batch,
-        lambda: f"{op}: one length per sequence ({batch}), not {len(values)}",
+        lengths.numel() == batch,
+        lambda: f"{op}: one length per sequence ({batch}), not {lengths.numel()}",
     )
+    with torch.no_grad():
+        within = bool(((lengths >= 1) & (lengths <= steps)).all())
+    _need(within, lambda: f"{op}: every length is between 1 and the {steps} steps of the input")
     _need(
-        all(1 <= v <= steps for v in values),
-        lambda: f"{op}: every length is between 1 and the {steps} steps of the input",
-    )
-    _need(
-        all(a >= b for a, b in zip(values, values[1:])),
+        _counts_ok(lengths, 1, steps, None),
         lambda: f"{op}: lengths are sorted in decreasing order",
     )
-    return values
 
 
 def pack_padded_sequence(input, lengths, batch_first):
@@ -808,24 +822,26 @@ def pad_packed_sequence(data, batch_sizes, batch_first, padding_value, total_len
         and batch_sizes.device.type == "cpu",
         lambda: f"{op}: batch_sizes is a CPU int64 vector",
     )
-    sizes = batch_sizes.tolist()
     _need(
-        bool(sizes)
-        and all(s > 0 for s in sizes)
-        and all(a >= b for a, b in zip(sizes, sizes[1:]))
-        and sum(sizes) == data.size(0),
+        batch_sizes.numel() <= data.size(0),
+        lambda: f"{op}: batch_sizes has more entries than the {data.size(0)} packed rows",
+    )
+    _need(
+        batch_sizes.numel() > 0 and _counts_ok(batch_sizes, 1, None, data.size(0)),
         lambda: f"{op}: batch_sizes must be positive, non-increasing, and sum to the packed rows",
     )
+    steps, first = batch_sizes.numel(), int(batch_sizes[0])
     _need(isinstance(batch_first, bool), lambda: f"{op}: batch_first is a bool")
     _need(
         isinstance(padding_value, (int, float)) and not isinstance(padding_value, bool),
         lambda: f"{op}: padding_value is a number",
     )
     _need(
-        type(total_length) is int and total_length >= len(sizes),
-        lambda: f"{op}: total_length must be at least the {len(sizes)} steps",
+        type(total_length) is int and total_length >= steps,
+        lambda: f"{op}: total_length must be at least the {steps} steps",
     )
-    _bytes_ok(op, math.prod([total_length, sizes[0], *data.shape[1:]]), data.dtype)
+    _bytes_ok(op, math.prod([total_length, first, *data.shape[1:]]), data.dtype)
+    _bytes_ok(op, first, torch.int64)  # the lengths it returns, one per sequence
     return torch._pad_packed_sequence(data, batch_sizes, batch_first, padding_value, total_length)
 
 
@@ -850,14 +866,12 @@ def _fft_sizes(op: str, bound: dict) -> tuple[int, int]:
     return n_fft, hop
 
 
-def _complex_width(dtype: torch.dtype) -> int:
-    return 16 if dtype in (torch.float64, torch.complex128) else 8
-
-
 def stft(*args, **kwargs):
-    """``stft`` after bounding the bytes of its result: ``frames x bins`` complex values a
-    signal, where a file could ask for a small hop over a long signal (PyTorch checks the
-    rest: ``n_fft`` within the signal, the window's length)."""
+    """``stft`` after bounding its bytes, whichever overload PyTorch picks (centred or not,
+    frames aligned to the window or not), whatever the window's dtype: at most ``1 + (length
+    + n_fft) // hop`` frames of ``n_fft`` complex128 values a signal, for the result and for
+    the windowed frames it builds (a file could ask for a tiny hop over a long signal).
+    PyTorch checks the rest (``n_fft`` within the signal, the window's length)."""
     center = (
         "center" in kwargs or "pad_mode" in kwargs or (len(args) > 6 and isinstance(args[6], str))
     )
@@ -865,22 +879,16 @@ def stft(*args, **kwargs):
     signal = bound.get("input")
     _need(_is_tensor(signal) and signal.dim() in (1, 2), "stft: the signal is a 1-d or 2-d tensor")
     n_fft, hop = _fft_sizes("stft", bound)
-    length = signal.size(-1) + (2 * (n_fft // 2) if center and bound.get("center", True) else 0)
-    frames = 1 + max(length - n_fft, 0) // hop
-    onesided = bound.get("onesided")
-    bins = n_fft // 2 + 1 if onesided is not False and not signal.is_complex() else n_fft
+    frames = 1 + (signal.size(-1) + n_fft) // hop
     batch = signal.size(0) if signal.dim() == 2 else 1
-    _bytes_ok(
-        "stft",
-        batch * bins * frames * 2,
-        torch.float64 if _complex_width(signal.dtype) == 16 else torch.float32,
-    )
+    _bytes_ok("stft", batch * frames * n_fft * 2, torch.float64)
     return torch._C._VariableFunctions.stft(*args, **kwargs)
 
 
 def istft(*args, **kwargs):
-    """``istft`` after bounding the bytes of the signal it builds (``n_fft + hop x (frames -
-    1)`` samples, or ``length``), both of which a file could make huge."""
+    """``istft`` after bounding its bytes: the frames it transforms back (``frames x n_fft``
+    complex128 values at most) and the signal it builds (``n_fft + hop x (frames - 1)``
+    samples, or ``length``), each of which a file could make huge."""
     bound = _bind("istft", _ISTFT_NAMES, args, kwargs)
     spectrum = bound.get("input")
     _need(
@@ -896,11 +904,7 @@ def istft(*args, **kwargs):
     frames = spectrum.size(-1)
     samples = max(n_fft + hop * max(frames - 1, 0), length or 0)
     batch = spectrum.size(0) if spectrum.dim() == 3 else 1
-    _bytes_ok(
-        "istft",
-        batch * samples * 2,
-        torch.float64 if _complex_width(spectrum.dtype) == 16 else torch.float32,
-    )
+    _bytes_ok("istft", batch * max(samples, frames * n_fft) * 2, torch.float64)
     return torch._C._VariableFunctions.istft(*args, **kwargs)
 
 

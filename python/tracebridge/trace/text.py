@@ -372,7 +372,7 @@ def _reaches_message(node: ast.AST, following: frozenset = frozenset()) -> bool:
             if child is parent.func:  # "...{}".format(n): the call builds more text
                 child, parent = parent, getattr(parent, "_tb_parent", None)
                 continue
-            if _is_message_call(parent.func):
+            if _is_message(parent, strict=bool(following)):
                 return True
             if isinstance(parent.func, ast.Attribute) and parent.func.attr in ("format", "join"):
                 child, parent = parent, getattr(parent, "_tb_parent", None)
@@ -394,18 +394,42 @@ def _reaches_message(node: ast.AST, following: frozenset = frozenset()) -> bool:
     return False
 
 
-# Calls that read a function's locals by name, out of the reach of a look at its source.
-_READS_LOCALS = frozenset({"locals", "vars", "eval", "exec", "globals"})
+# Where text kept in a local may go and still be only a message: the exact names of the
+# calls that print, log, warn or assert (not any name that merely contains "check").
+_SINKS = frozenset(
+    "_assert _assert_async print debug info warning warn error exception critical fatal log".split()
+)
+
+
+def _is_message(call: ast.Call, strict: bool) -> bool:
+    """A call that only shows the text it is given: an exception built for ``raise`` right
+    there (one kept as an object may be read back), else a call named as printing, logging,
+    warning or checking do -- by its exact name (``_SINKS``) for text kept in a local."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    if name.endswith(_MESSAGE_SUFFIXES):
+        return isinstance(getattr(call, "_tb_parent", None), ast.Raise)
+    return name in _SINKS if strict else _is_message_call(func)
+
+
+# Names through which code reads a function's locals or frames by name, out of the reach of
+# a look at its source: a function that mentions one keeps its text guarded.
+_READS_FRAMES = frozenset(
+    "locals vars eval exec globals _getframe currentframe f_locals tb_frame".split()
+)
 
 
 def _local_reaches_only_messages(assign: ast.stmt, following: frozenset = frozenset()) -> bool:
     """``msg = f"... {H} ..."`` (or ``msg += ...``) inside a function: the text reaches only
     messages when the name is a plain local of the function and every read of it, anywhere
-    in the function (its nested functions too), passes it to a message (``_assert(cond,
-    msg)``, ``raise E(msg)``, the message of ``assert``) or into another such local. What
-    else the name is bound to does not matter: only a read can take the text anywhere. A
-    name read for anything else (compared, returned, stored, a key), a module-level name,
-    or a function that reads its locals by name keeps the text lost, as before."""
+    in the function (its nested functions too), passes it to a message -- a call named
+    exactly as printing, logging, warning or asserting does (``_assert(cond, msg)``,
+    ``print``, ``log.warning``), ``raise E(msg)``, the message of ``assert`` -- or into
+    another such local. What else the name is bound to does not matter: only a read can take
+    the text anywhere. A name read for anything else (compared, returned, stored, a key), a
+    class attribute, a module-level name, and any function that catches what it raises or
+    warns (``try``, ``with``) or reads frames or locals by name keep the text lost, as
+    before."""
     targets = assign.targets if isinstance(assign, ast.Assign) else [assign.target]
     if len(targets) != 1 or not isinstance(targets[0], ast.Name):
         return False
@@ -414,6 +438,8 @@ def _local_reaches_only_messages(assign: ast.stmt, following: frozenset = frozen
     while function is not None and not isinstance(
         function, (ast.FunctionDef, ast.AsyncFunctionDef)
     ):
+        if isinstance(function, (ast.ClassDef, ast.Lambda)):
+            return False  # a class attribute: read as Key.msg, never as a name
         function = getattr(function, "_tb_parent", None)
     if function is None:
         return False  # a global: any code may read it
@@ -423,10 +449,11 @@ def _local_reaches_only_messages(assign: ast.stmt, following: frozenset = frozen
     for node in ast.walk(function):
         if isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
             return False
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in _READS_LOCALS
+        # A message caught and read back (try/except, catch_warnings) decides after all.
+        if isinstance(node, (ast.Try, ast.With, ast.AsyncWith)) or type(node).__name__ == "TryStar":
+            return False
+        if (isinstance(node, ast.Name) and node.id in _READS_FRAMES) or (
+            isinstance(node, ast.Attribute) and node.attr in _READS_FRAMES
         ):
             return False
         if (
