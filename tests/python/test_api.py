@@ -383,3 +383,31 @@ def test_trace_module_takes_keyword_inputs_as_torch_jit_does(tmp_path):
         assert torch.equal(fn.scaled(x=x, scale=mask), x * mask)
     with pytest.raises(tracebridge.TraceError, match="'forward' has a Tensor"):
         tracebridge.trace_module(m, {"forward": x}, example_inputs_is_kwarg=True)
+
+
+@pytest.mark.parametrize("example, other", [(2, 2.0), (True, 1), (3.0, 3), (0, False)])
+def test_a_number_of_another_type_is_another_call(example, other, tmp_path):
+    """2, 2.0 and True are equal in Python but make other results (an int64 or a float
+    product, an ``is True`` branch): a call with another type is refused, not run."""
+
+    def scale(x, k):
+        return x * k
+
+    traced = tracebridge.trace(scale, (torch.tensor([1, 2]), example))
+    loaded = tracebridge.load(traced.save(tmp_path / "s.tb") or tmp_path / "s.tb")
+    for fn in (traced, loaded):
+        assert torch.equal(fn(torch.tensor([1, 2]), example), scale(torch.tensor([1, 2]), example))
+        with pytest.raises(tracebridge.TraceError, match="argument 2 is"):
+            fn(torch.tensor([1, 2]), other)
+
+
+def test_a_nan_argument_is_the_same_call_as_a_nan_example():
+    traced = tracebridge.trace(lambda x, v: x + v, (torch.ones(2), float("nan")))
+    assert torch.isnan(traced(torch.ones(3), float("nan"))).all()
+
+
+def test_the_same_tensor_given_twice_traces():
+    x = torch.randn(3)
+    traced = tracebridge.trace(lambda a, b: a + b, (x, x))
+    y = torch.randn(4)
+    assert torch.equal(traced(y, y), y + y)

@@ -147,9 +147,13 @@ def fresh(args: tuple, kwargs: dict):
     """Copies of the inputs: code that changes its inputs in place must not see the
     changes of an earlier run, and the caller's tensors stay as they are."""
 
+    copies: dict[int, torch.Tensor] = {}  # one copy per tensor: an input given twice stays one
+
     def copy(t: torch.Tensor) -> torch.Tensor:
-        c = t.detach().clone()
-        return c.requires_grad_() if t.requires_grad and c.is_floating_point() else c
+        if id(t) not in copies:
+            c = t.detach().clone()
+            copies[id(t)] = c.requires_grad_() if t.requires_grad and c.is_floating_point() else c
+        return copies[id(t)]
 
     leaves, spec = pytree.flatten((args, kwargs), is_tensor)
     return pytree.unflatten([copy(t) for t in leaves], spec)

@@ -505,12 +505,12 @@ def flatten_inputs(gm: fx.GraphModule, *args, **kwargs) -> list[torch.Tensor]:
 
 def flatten_by_spec(spec: dict, args: tuple, kwargs: dict) -> list[torch.Tensor]:
     """:func:`flatten_inputs` by the graph's ``in_spec`` (no GraphModule needed)."""
-    from ..runtime.method import _in_key_order, describe, mismatch
+    from ..runtime.method import _in_key_order, describe, mismatch, same_spec
 
     leaves, got = pytree.flatten((args, kwargs), is_tensor)
-    if got != spec:
+    if not same_spec(got, spec):
         leaves, got = pytree.flatten(_in_key_order((args, kwargs), spec), is_tensor)
-    if got != spec:
+    if not same_spec(got, spec):
         raise TraceError(
             f"the GraphModule's method was called with arguments shaped differently from the "
             f"example inputs it was traced with: {mismatch(spec, got)}; expected "

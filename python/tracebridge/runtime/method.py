@@ -162,11 +162,11 @@ class Method:
         """The input tensors of a call whose arguments are nested (or given by keyword),
         in the traced order."""
         leaves, spec = pytree.flatten((args, kwargs), is_tensor)
-        if spec != self.graph.in_spec:
+        if not same_spec(spec, self.graph.in_spec):
             # Keys, not their order, identify a dict entry (and a keyword argument).
             ordered = _in_key_order((args, kwargs), self.graph.in_spec)
             leaves, spec = pytree.flatten(ordered, is_tensor)
-        if spec != self.graph.in_spec:
+        if not same_spec(spec, self.graph.in_spec):
             raise TraceError(
                 f"{self.name}() was called with arguments shaped differently from the example "
                 f"inputs it was traced with: {mismatch(self.graph.in_spec, spec)}; expected "
@@ -185,6 +185,33 @@ def _in_key_order(obj, spec: dict):
     if kind in ("tuple", "list") and same_length:
         return type(obj)(_in_key_order(o, c) for o, c in zip(obj, spec["c"]))
     return obj
+
+
+def same_spec(got: dict, expected: dict) -> bool:
+    """Whether a call's structure is the traced example's: equal, and every constant of
+    the same type (``2``, ``2.0`` and ``True`` are equal in Python but make other results:
+    an int64 product, a float one, an ``is True`` branch) -- a NaN the same as a NaN."""
+    if got == expected:
+        return not _has_constants(expected) or _same_constants(got, expected)
+    return _same_constants(got, expected)  # NaN != NaN: equal only by the typed walk
+
+
+def _has_constants(spec: dict) -> bool:
+    return spec["t"] == "const" or any(_has_constants(c) for c in spec.get("c", ()))
+
+
+def _same_constants(got: dict, expected: dict) -> bool:
+    if got["t"] != expected["t"] or got.get("keys") != expected.get("keys"):
+        return False
+    if expected["t"] == "const":
+        a, b = got["v"], expected["v"]
+        return type(a) is type(b) and (a == b or (a != a and b != b))
+    children, others = expected.get("c", []), got.get("c", [])
+    if len(children) != len(others) or {k: v for k, v in got.items() if k != "c"} != {
+        k: v for k, v in expected.items() if k != "c"
+    }:
+        return False
+    return all(_same_constants(g, e) for g, e in zip(others, children))
 
 
 _FIXED = (
@@ -207,10 +234,18 @@ def _first_difference(expected: dict, got: dict, path: list) -> tuple[list, str]
     kind, other = expected["t"], got["t"]
     if kind != other:
         return path, f"is {_kind_name(got)} where the trace was made with {_kind_name(expected)}"
-    if kind == "const" and expected["v"] != got["v"]:
+    if kind == "const" and not _same_constants(got, expected):
         return path, f"is {got['v']!r} where the trace was made with {expected['v']!r}"
     if kind == "dict" and expected["keys"] != got["keys"]:
+        if path == [1]:  # the call's keyword arguments
+            made = expected["keys"] or "none"
+            return path, f"{got['keys'] or 'none'} where the trace was made with {made}"
         return path, f"has keys {got['keys']} where the trace was made with {expected['keys']}"
+    if kind == "namedtuple" and (expected["name"], expected["fields"]) != (
+        got["name"],
+        got["fields"],
+    ):
+        return path, f"is {_kind_name(got)} where the trace was made with {_kind_name(expected)}"
     children, others = expected.get("c", []), got.get("c", [])
     if len(children) != len(others):
         items = ("argument" if len(path) == 1 else "item") + ("" if len(others) == 1 else "s")
@@ -229,7 +264,10 @@ def _kind_name(spec: dict) -> str:
         return "a tensor"
     if kind == "const":
         return repr(spec["v"])
-    return {"none": "None", "dict": "a dict", "list": "a list", "tuple": "a tuple"}.get(kind, kind)
+    if kind == "namedtuple":
+        return f"a {spec['name']}{tuple(spec['fields'])}"
+    names = {"none": "None", "dict": "a dict", "list": "a list", "tuple": "a tuple"}
+    return names.get(kind, f"a {kind}")
 
 
 def _path_name(path: list) -> str:
@@ -242,7 +280,7 @@ def _path_name(path: list) -> str:
     elif head == 1 and rest:  # keyword arguments
         name, rest = f"keyword argument {rest[0]!r}", rest[1:]
     else:
-        name = "the call" if head == 0 else "the call's keyword arguments"
+        name = "the call" if head == 0 else "the call's keyword arguments are"
     return name + "".join(f"[{key!r}]" for key in rest)
 
 
