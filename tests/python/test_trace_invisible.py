@@ -3,9 +3,11 @@
 The tracer records what runs through PyTorch's Python API. A scripted module or function
 runs its ops in TorchScript's interpreter, out of its sight: its result reached the trace
 as a constant, and where no other check tried another shape (a 1-D input whose size the
-code fixes) the trace gave the example's answer for every input -- silently wrong. The
-check now runs the code and the trace on the example with its values moved (same shapes)
-wherever the trace keeps a constant, and refuses naming the line and the reason.
+code fixes) the trace gave the example's answer for every input -- silently wrong. Now a
+scripted function runs its Python original while tracing (recorded like any code), a
+scripted module is refused at its call, and for code still out of sight (a C++ extension)
+the check runs the code and the trace on the example with its values moved wherever the
+trace keeps a constant, and refuses naming the line and the reason.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 from torch import nn
 
 import tracebridge
-from tracebridge import TracingCheckError
+from tracebridge import TracingCheckError, UnsupportedOpError
 
 HERE = __file__.rsplit("/", 1)[-1]
 
@@ -53,21 +55,30 @@ def hides_from_the_tracer(x):
     return y.sin()  # the hidden result used
 
 
-@pytest.mark.parametrize(
-    "fn, example, line",
-    [
-        (ScriptedInside(), torch.randn(3), "return self.inner(x).tanh()"),
-        (ScriptedInside(), torch.randn(2, 3), "return self.inner(x).tanh()"),
-        (calls_a_script_function, torch.randn(4), "return doubled(x) + 1"),
-        (hides_from_the_tracer, torch.randn(5), "return y.sin()"),
-    ],
-)
-def test_a_tensor_made_out_of_sight_from_the_inputs_is_refused(fn, example, line):
+@pytest.mark.parametrize("example", [torch.randn(3), torch.randn(2, 3)])
+def test_a_scripted_module_called_while_tracing_is_refused_at_the_call(example):
+    with pytest.raises(UnsupportedOpError) as info:
+        tracebridge.trace(ScriptedInside(), example)
+    message = str(info.value)
+    assert "TorchScript module Linear" in message and HERE in message
+    assert "before torch.jit.script" in message
+
+
+def test_a_scripted_function_runs_its_python_original_and_is_recorded(tmp_path):
+    traced = tracebridge.trace(calls_a_script_function, torch.randn(4))
+    loaded = tracebridge.load(traced.save(tmp_path / "s.tb") or tmp_path / "s.tb")
+    assert "mul" in traced.graph  # doubled's own op, recorded
+    for x in (torch.randn(4), torch.randn(7)):
+        assert torch.equal(traced(x), x * 2 + 1) and torch.equal(loaded(x), x * 2 + 1)
+    assert torch.equal(doubled(torch.ones(2)), torch.full((2,), 2.0))  # outside: TorchScript
+
+
+def test_a_tensor_made_out_of_sight_from_the_inputs_is_refused():
     with pytest.raises(TracingCheckError) as info:
-        tracebridge.trace(fn, example)
+        tracebridge.trace(hides_from_the_tracer, torch.randn(5))
     message = str(info.value)
     assert "may depend on the inputs as a constant" in message
-    assert "TorchScript" in message and HERE in message and line in message
+    assert HERE in message and "return y.sin()" in message
 
 
 TABLE = torch.arange(4.0)
@@ -86,7 +97,7 @@ def test_a_constant_that_does_not_depend_on_the_inputs_is_kept(tmp_path):
 
 def test_the_check_runs_with_check_inputs_too():
     with pytest.raises(TracingCheckError, match="may depend on the inputs as a constant"):
-        tracebridge.trace(ScriptedInside(), torch.randn(3), check_inputs=[(torch.randn(3),)])
+        tracebridge.trace(hides_from_the_tracer, torch.randn(3), check_inputs=[(torch.randn(3),)])
 
 
 def test_moving_values_leaves_inputs_that_cannot_move():

@@ -1,5 +1,6 @@
 """Builtins that must see traced sizes: ``len``, ``range``, ``operator.index``, ``math.*``,
-``torch.is_grad_enabled`` (and ``int`` in the traced code's modules: trace/integers.py).
+``torch.is_grad_enabled`` (and ``int`` in the traced code's modules: trace/integers.py);
+and calls into TorchScript, which runs out of the recorder's sight.
 
 The patches live behind one object, :data:`BUILTIN_PATCHES`, whose lifetime is the
 ``recording`` block: installed when the first thread starts tracing, removed when the
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..errors import UnsupportedOpError
 from ..source import called_from_user_code as _called_from_user_code
 from . import helpers, library
 from .integers import traced_index
@@ -136,6 +138,46 @@ def _traced_is_grad_enabled() -> bool:
 _TRACED_MATH = {name: _traced_math(name) for name in _MATH_OPS}
 
 
+# --- TorchScript called from traced code ----------------------------------------------------
+# A scripted function or module runs its ops in TorchScript's interpreter, out of the
+# recorder's sight: what it computes from the inputs would reach the trace as a constant.
+
+_original_script_function_call = torch.jit.ScriptFunction.__call__
+_original_script_module_call = torch.jit.ScriptModule.__call__
+
+
+def _script_function_call(self, *args, **kwargs):
+    """A ``@torch.jit.script`` function called while tracing runs its Python original
+    (TorchScript keeps it for torch.compile as ``_torchdynamo_inline``), so its ops are
+    recorded as the function's own; one without it is refused, naming the line."""
+    active = _tracers.stack
+    if not active:
+        return _original_script_function_call(self, *args, **kwargs)
+    original = getattr(self, "_torchdynamo_inline", None)
+    if callable(original):
+        return original(*args, **kwargs)
+    raise UnsupportedOpError(
+        f"cannot record a call to the TorchScript function {self.qualified_name} at "
+        f"{active[-1].location()}: TorchScript runs its ops where the tracer cannot see "
+        "them, and this one keeps no Python original; call the Python function it was "
+        "scripted from"
+    )
+
+
+def _script_module_call(self, *args, **kwargs):
+    """A scripted module (``torch.jit.script(module)``, ``torch.jit.load``) called while
+    tracing is refused, naming the line: TorchScript keeps no Python module to run."""
+    active = _tracers.stack
+    if not active:
+        return _original_script_module_call(self, *args, **kwargs)
+    raise UnsupportedOpError(
+        f"cannot record a call to the TorchScript module {self.original_name} at "
+        f"{active[-1].location()}: TorchScript runs its ops where the tracer cannot see "
+        "them; trace the Python module it was scripted from (before torch.jit.script), or "
+        "call it outside the traced code"
+    )
+
+
 class BuiltinPatches:
     """Every function tracebridge replaces while tracing, behind one object.
 
@@ -187,6 +229,8 @@ BUILTIN_PATCHES.add(operator, "index", traced_index)
 for _name in _MATH_OPS:
     BUILTIN_PATCHES.add(math, _name, _TRACED_MATH[_name])
 BUILTIN_PATCHES.add(torch, "is_grad_enabled", _traced_is_grad_enabled)
+BUILTIN_PATCHES.add(torch.jit.ScriptFunction, "__call__", _script_function_call)
+BUILTIN_PATCHES.add(torch.jit.ScriptModule, "__call__", _script_module_call)
 BUILTIN_PATCHES.hooks.append(library.patch)  # torch.jit.is_tracing & co
 BUILTIN_PATCHES.hooks.append(helpers.patch)  # transformers' torch_int, torch_float
 
