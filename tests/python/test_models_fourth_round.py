@@ -1,0 +1,62 @@
+"""Patterns from the fourth round of held-out models (benchmarks/heldout_models.py,
+``_fourth_cases``), each reproduced without the model: what tracebridge refused or got
+wrong where ``torch.jit.trace`` was right, fixed in the tracer or the checker generally.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+from tracebridge.check.program import LIMITS
+
+from .graph_helpers import loaded
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+class Fuse(nn.Module):
+    """HRNet's fuse layer: a low-resolution branch brought up to the high one by
+    ``nn.Upsample(scale_factor=2 ** k)`` (timm/models/hrnet.py), here by 8 in 2-D and 4 in
+    3-D."""
+
+    def __init__(self):
+        super().__init__()
+        self.up2d = nn.Upsample(scale_factor=8, mode="nearest")
+        self.up3d = nn.Upsample(scale_factor=4, mode="nearest")
+
+    def forward(self, x, v):
+        return self.up2d(x) + 1, self.up3d(v) * 2
+
+
+@pytest.mark.parametrize("runtime", ["codegen", "interpreter"])
+def test_an_upsampling_by_8_is_within_the_scale_limit(runtime, tmp_path):
+    """Each scale argument counts once: upsample_nearest2d's third position is named
+    ``scale_factors`` in one overload and ``scales_h`` in the other, and the checker counted
+    [8.0, 8.0] under both names (4096, over the limit of 1024), refusing the file at save."""
+    model = Fuse()
+    x, v = torch.randn(2, 3, 4, 4), torch.randn(1, 2, 2, 3, 3)
+    traced = tracebridge.trace(model, (x, v), runtime=runtime)
+    again = loaded(traced, tmp_path, runtime=runtime)
+    for shapes in [((2, 3, 4, 4), (1, 2, 2, 3, 3)), ((1, 3, 5, 6), (2, 1, 3, 2, 2))]:
+        call = tuple(torch.randn(*s) for s in shapes)
+        for got, want in zip(again(*call), model(*call)):
+            assert torch.equal(got, want)
+
+
+def test_scale_factors_past_the_limit_are_still_refused():
+    """Counted once, a product past ``scale_product`` is still refused (64 x 64 = 4096)."""
+    from .test_check_program import node_doc, refused
+
+    doc = node_doc("upsample_nearest2d", [{"ref": 0}, None, [64.0, 64.0]])
+    assert 64.0 * 64.0 > LIMITS["scale_product"] >= 8.0 * 8.0
+    refused(doc, "scale factors that multiply to 4096")
