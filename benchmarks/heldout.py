@@ -222,7 +222,9 @@ def table(results: dict) -> list[str]:
         "`run_case` (trace on the first input set, call on the others, save, reload in a fresh",
         "process): **right** when every call that eager runs is right in process and after",
         "reloading, **SILENTLY WRONG** when an output differs with no error, **refused** when",
-        "the tool raised (the reason is below the table).",
+        "the tool raised (the reason is below the table). Each call, eager's and each tool's,",
+        "starts from the same seed (`zoo.seeded`): a model that draws random numbers when it",
+        "runs (ViLT samples its image patches) is compared draw for draw.",
         *(
             f"Re-run {r['date']} with `--only` ({r.get('why', 'after a change')}): "
             + ", ".join(r["models"])

@@ -60,3 +60,32 @@ def test_scale_factors_past_the_limit_are_still_refused():
     doc = node_doc("upsample_nearest2d", [{"ref": 0}, None, [64.0, 64.0]])
     assert 64.0 * 64.0 > LIMITS["scale_product"] >= 8.0 * 8.0
     refused(doc, "scale factors that multiply to 4096")
+
+
+class SampledPatches(nn.Module):
+    """ViLT's visual embedding: every image's patches in an order drawn with
+    ``torch.multinomial`` (without replacement: a random permutation), in evaluation too."""
+
+    def forward(self, patches):
+        b, n, d = patches.shape
+        picked = [patches[i, torch.multinomial(torch.ones(n), n)] for i in range(b)]
+        return torch.stack(picked) * 2
+
+
+@pytest.mark.parametrize("runtime", ["codegen", "interpreter"])
+def test_a_model_that_draws_in_evaluation_replays_eager_s_draws(runtime, tmp_path):
+    """The random op is recorded, not its draw: from the same seed, the traced and the
+    reloaded program draw what eager draws (benchmarks/zoo.py seeds every call alike)."""
+    model = SampledPatches()
+    x = torch.randn(2, 6, 3)
+    traced = tracebridge.trace(model, x, runtime=runtime)
+    assert "multinomial" in {n.op for n in traced.program.methods["forward"].nodes}
+    again = loaded(traced, tmp_path, runtime=runtime)
+    for seed, patches in ((1, x), (2, torch.randn(2, 9, 3))):
+        torch.manual_seed(seed)
+        want = model(patches)
+        for fn in (traced, again):
+            torch.manual_seed(seed)
+            assert torch.equal(fn(patches), want)
+    with pytest.raises(tracebridge.GuardError, match="unrolled|gives 2 results|range"):
+        again(torch.randn(3, 6, 3))  # the loop over the batch was unrolled for 2 images
