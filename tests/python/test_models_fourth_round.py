@@ -89,3 +89,15 @@ def test_a_model_that_draws_in_evaluation_replays_eager_s_draws(runtime, tmp_pat
             assert torch.equal(fn(patches), want)
     with pytest.raises(tracebridge.GuardError, match="unrolled|gives 2 results|range"):
         again(torch.randn(3, 6, 3))  # the loop over the batch was unrolled for 2 images
+
+
+def test_a_limit_refused_at_save_says_what_to_do_about_a_limit(unchecked_programs, tmp_path):
+    """The message at save named only the names rule's remedy (rename a module), also for a
+    resource limit, where renaming does nothing."""
+    model = nn.Upsample(scale_factor=64, mode="nearest")
+    traced = tracebridge.trace(model, torch.randn(1, 1, 2, 2))
+    with pytest.raises(tracebridge.ArtifactError) as refused:
+        traced.save(tmp_path / "big.tb")
+    text = str(refused.value)
+    assert "scale factors that multiply to 4096" in text and "[rule: resource limits]" in text
+    assert "for a limit (shared_ir/SPEC.md, section 3), change the traced code" in text

@@ -118,8 +118,10 @@ MEMORY_FORMATS = ("contiguous_format", "channels_last", "preserve_format", "chan
 FILE_FIX = "the file is corrupt or was edited by hand; save it again from the traced code"
 # The same on save: the program in hand breaks a rule, so no reader would load the file.
 SAVE_FIX = (
-    "not saved: no reader would load it; rename the module, parameter or method it names "
-    "(names are dotted paths of letters, digits, '_' and '-') and trace again"
+    "not saved: no reader would load it; for a rule on names, rename the module, parameter "
+    "or method it names (names are dotted paths of letters, digits, '_' and '-') and trace "
+    "again; for a limit (shared_ir/SPEC.md, section 3), change the traced code so that it "
+    "asks for less, or report the model if the limit is wrong for it"
 )
 
 
