@@ -322,6 +322,7 @@ def main() -> None:
     parser.add_argument("--check-names", action="store_true")
     parser.add_argument("--part", help="I/N: run every N-th model from the I-th (1-based)")
     parser.add_argument("--merge", nargs="+", help="merge these results files, then the table")
+    parser.add_argument("--why", help="with --merge: why models already in the results ran again")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     opts = parser.parse_args()
@@ -344,7 +345,7 @@ def main() -> None:
     if opts.merge:  # parts run side by side: later files win, model by model
         for path in opts.merge:
             with open(path) as f:
-                results.update(json.load(f))
+                merge_into(results, json.load(f), opts.why)
         results = _ordered(results, names)
         with open(opts.results, "w") as f:
             json.dump(results, f, indent=1)
@@ -363,6 +364,21 @@ def main() -> None:
         with open(opts.results, "w") as f:
             json.dump(results, f, indent=1)
     write_markdown(results, opts.markdown)
+
+
+def merge_into(results: dict, part: dict, why: str | None = None) -> None:
+    """``part``'s models into ``results`` (``part`` wins). Its ``_meta`` updates the
+    versions and the date but keeps what ``results`` recorded (``reruns``, notes), and the
+    models ``part`` runs again are recorded as a re-run, with ``why``."""
+    meta = dict(results.get("_meta", {}))
+    new_meta = part.get("_meta", {})
+    again = [name for name in part if not name.startswith("_") and name in results]
+    results.update({k: v for k, v in part.items() if k != "_meta"})
+    meta.update({k: v for k, v in new_meta.items() if k != "reruns"})
+    if again:
+        rerun = {"date": new_meta.get("date", datetime.date.today().isoformat()), "models": again}
+        meta["reruns"] = [*meta.get("reruns", []), rerun | ({"why": why} if why else {})]
+    results["_meta"] = meta
 
 
 if __name__ == "__main__":

@@ -1343,6 +1343,7 @@ def all_cases() -> list[Case]:
         + _harder_cases()
         + _third_cases()
         + _fourth_cases()
+        + _fifth_cases()
     )
     return [live(case) for case in cases]
 
@@ -1548,6 +1549,39 @@ def _fourth_cases() -> list[Case]:
             IMG64,
         ),
         Case(
+            "informer (prob-sparse attention)",
+            "time series",
+            hf,
+            _hf(
+                "InformerConfig",
+                "InformerModel",
+                ("past_values", "past_time_features", "past_observed_mask", "future_time_features"),
+                prediction_length=4,
+                context_length=12,
+                lags_sequence=[1, 2],
+                num_time_features=2,
+                d_model=16,
+                encoder_layers=2,
+                decoder_layers=1,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=32,
+                decoder_ffn_dim=32,
+                attention_type="prob",
+                sampling_factor=2,
+                distil=True,
+            ),
+            _series(14, 4),
+        ),
+        Case("clap (audio and text)", "multimodal/audio", hf, _clap(), _audio_text_inputs),
+        Case(
+            "depth_anything (dinov2, dpt head)",
+            "vision/depth",
+            hf,
+            _depth_anything(),
+            images((2, 28), (1, 28), (3, 28), (2, 42)),
+        ),
+        Case(
             "upernet (segmentation head)",
             "vision/segmentation",
             hf,
@@ -1647,3 +1681,137 @@ def _upernet():
         return HF(transformers.UperNetForSemanticSegmentation(cfg), ("pixel_values",))
 
     return build
+
+
+def _audio_text_inputs() -> list[tuple]:
+    """Token ids, a 64 x 16 mel spectrogram per clip (CLAP's fixed size), and a mask."""
+    out = []
+    for i, (b, n, pad) in enumerate([(2, 8, 0), (1, 8, 0), (3, 5, 0), (2, 8, 3)]):
+        ids, mask = tokens(b, n, i, pad)
+        out.append((ids, torch.randn(b, 1, 64, 16, generator=_gen(i)), mask))
+    return out
+
+
+def _clap():
+    def build():
+        import transformers
+
+        cfg = transformers.ClapConfig(
+            text_config=dict(
+                vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                intermediate_size=64, max_position_embeddings=64, projection_dim=16,
+            ),
+            audio_config=dict(
+                spec_size=64, patch_size=4, num_mel_bins=16, window_size=4, depths=[1, 1],
+                num_attention_heads=[2, 2], patch_embeds_hidden_size=16, hidden_size=32,
+                projection_dim=16, enable_fusion=False, patch_stride=[4, 4],
+            ),
+            projection_dim=16,
+        )  # fmt: skip
+        return HF(transformers.ClapModel(cfg), ("input_ids", "input_features", "attention_mask"))
+
+    return build
+
+
+def _depth_anything():
+    def build():
+        import transformers
+
+        backbone = transformers.Dinov2Config(
+            image_size=28, patch_size=14, hidden_size=32, num_hidden_layers=4,
+            num_attention_heads=2, intermediate_size=64,
+            out_features=["stage1", "stage2", "stage3", "stage4"], reshape_hidden_states=False,
+            initializer_range=0.5,
+        )  # fmt: skip
+        cfg = transformers.DepthAnythingConfig(
+            backbone_config=backbone,
+            use_timm_backbone=False,
+            neck_hidden_sizes=[8, 16, 32, 32],
+            fusion_hidden_size=16,
+            head_hidden_size=8,
+            reassemble_hidden_size=32,
+            patch_size=14,
+            # The relative head ends in a ReLU that is 0 everywhere at random weights, and at
+            # the default initializer_range of 0.02 the metric head (a sigmoid times
+            # max_depth) is 5.0 to within 1e-4 everywhere: the comparison would accept any
+            # result. At 0.5 (and 0.5 in the backbone) its depths spread over 0 to 10.
+            depth_estimation_type="metric",
+            max_depth=10,
+            initializer_range=0.5,
+        )
+        return HF(transformers.DepthAnythingForDepthEstimation(cfg), ("pixel_values",))
+
+    return build
+
+
+def _fifth_cases() -> list[Case]:
+    """A fifth round: native-aspect patches, single-head and hybrid vision transformers,
+    dense aggregation networks, and outputs whose size the data decides (a speech
+    synthesiser's durations, a keypoint detector's threshold)."""
+    t, hf, cls = "timm", "transformers", "vision/classification"
+    return [
+        Case(
+            "timm naflexvit (native aspect patches)",
+            cls,
+            t,
+            _timm("naflexvit_base_patch16_gap", embed_dim=32, depth=2, num_heads=2, num_classes=10),
+            IMG64,
+        ),
+        Case("timm shvit_s1 (single-head)", cls, t, _timm("shvit_s1", num_classes=10), IMG64),
+        Case(
+            "timm vitamin_small (mbconv + vit)",
+            cls,
+            t,
+            _timm("vitamin_small_224", img_size=64, num_classes=10),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case(
+            "timm rdnet_tiny (dense revisited)", cls, t, _timm("rdnet_tiny", num_classes=10), IMG64
+        ),
+        Case("timm dla34 (layer aggregation)", cls, t, _timm("dla34", num_classes=10), IMG64),
+        Case(
+            "fastspeech2_conformer (durations)",
+            "speech/synthesis",
+            hf,
+            _hf(
+                "FastSpeech2ConformerConfig",
+                "FastSpeech2ConformerModel",
+                ENC,
+                hidden_size=32,
+                vocab_size=VOCAB,
+                num_mel_bins=16,
+                encoder_num_attention_heads=2,
+                decoder_num_attention_heads=2,
+                encoder_layers=1,
+                decoder_layers=1,
+                encoder_linear_units=64,
+                decoder_linear_units=64,
+                speech_decoder_postnet_layers=2,
+                speech_decoder_postnet_units=16,
+                duration_predictor_channels=16,
+                pitch_predictor_channels=16,
+                energy_predictor_channels=16,
+            ),
+            text([(2, 8, 0), (1, 8, 0), (3, 5, 0), (2, 8, 3)]),
+        ),
+        Case(
+            "superpoint (keypoints)",
+            "vision/keypoints",
+            hf,
+            _hf_image(
+                "SuperPointConfig",
+                "SuperPointForKeypointDetection",
+                encoder_hidden_sizes=[8, 8, 16, 16],
+                decoder_hidden_size=32,
+                keypoint_decoder_dim=65,
+                descriptor_decoder_dim=32,
+                max_keypoints=16,
+                keypoint_threshold=0.0,
+                border_removal_distance=2,
+            ),
+            lambda: [
+                (torch.randn(b, 1, s, s, generator=_gen(i)),)
+                for i, (b, s) in enumerate([(2, 64), (1, 64), (3, 64), (2, 96)])
+            ],
+        ),
+    ]
