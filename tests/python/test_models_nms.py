@@ -342,3 +342,21 @@ def test_r_reader_accepts_a_traced_detector(tv, tmp_path):
     path = tmp_path / "detector.tb"
     traced.save(path)
     assert r_verdicts([path], tmp_path)[path.name] == "accept"
+
+
+def test_the_load_time_budget_counts_the_indices_in_bytes():
+    """With ``N`` known from the file, nms makes up to ``N`` int64 indices: counted in bytes
+    against ``alloc_bytes`` (here a limit just under them) and ``N * N`` pairs as work."""
+    from tracebridge.check.budget import Budget
+
+    count = 1000
+    state = {"boxes": {"kind": "constant", "dtype": "float32", "shape": [count, 4]}}
+    limits = dict(LIMITS, alloc_bytes=count * 8 - 1)
+    budget = Budget(state, limits, frozenset())
+    budget.state_read("boxes", 7)
+    node = {"args": [{"ref": 7}, {"ref": 8}, 0.5], "kwargs": {}, "outputs": [{"id": 9}]}
+    reason = budget.node("torchvision.nms", node)
+    assert f"torchvision.nms makes a tensor of shape [{count}] ({count * 8} bytes)" in reason
+    budget = Budget(state, dict(LIMITS), frozenset())
+    budget.state_read("boxes", 7)
+    assert budget.node("torchvision.nms", node) == "" and budget.work_total == count * count
