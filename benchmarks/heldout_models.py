@@ -1344,6 +1344,7 @@ def all_cases() -> list[Case]:
         + _third_cases()
         + _fourth_cases()
         + _fifth_cases()
+        + _sixth_cases()
     )
     return [live(case) for case in cases]
 
@@ -1815,3 +1816,176 @@ def _fifth_cases() -> list[Case]:
             ],
         ),
     ]
+
+
+def _sixth_cases() -> list[Case]:
+    """A sixth round, language models with unusual machinery: a chunked state-space scan,
+    hashed (random) attention buckets, latent cross-attention, table positions, experts
+    with a capacity, per-language adapters, pixel tokens and a linear recurrence."""
+    hf = "transformers"
+    padded = [(2, 8, 0), (1, 8, 0), (3, 16, 0), (2, 8, 3)]  # Reformer: chunks of 4 tokens
+    return [
+        Case(
+            "mamba2 (chunked scan)",
+            "language/decoder",
+            hf,
+            _hf(
+                "Mamba2Config",
+                "Mamba2ForCausalLM",
+                ("input_ids",),
+                NO_CACHE,
+                vocab_size=VOCAB,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_heads=4,
+                head_dim=16,
+                state_size=8,
+                n_groups=1,
+                chunk_size=4,
+                expand=2,
+            ),
+            _ids_only(text()),
+        ),
+        Case(
+            "reformer (lsh attention)",
+            "language/encoder",
+            hf,
+            _hf(
+                "ReformerConfig",
+                "ReformerModel",
+                ENC,
+                vocab_size=VOCAB,
+                hidden_size=32,
+                num_attention_heads=2,
+                attention_head_size=16,
+                feed_forward_size=64,
+                attn_layers=["local", "lsh"],
+                axial_pos_embds=False,
+                max_position_embeddings=64,
+                lsh_attn_chunk_length=4,
+                local_attn_chunk_length=4,
+                num_buckets=2,
+                num_hashes=1,
+                is_decoder=False,
+            ),
+            text(padded),
+        ),
+        Case(
+            "perceiver (latent cross-attention)",
+            "language/encoder",
+            hf,
+            _hf(
+                "PerceiverConfig",
+                "PerceiverForMaskedLM",
+                ENC,
+                vocab_size=VOCAB,
+                num_latents=8,
+                d_latents=32,
+                d_model=32,
+                num_blocks=1,
+                num_self_attends_per_block=2,
+                num_self_attention_heads=2,
+                num_cross_attention_heads=1,
+                qk_channels=32,
+                v_channels=32,
+                max_position_embeddings=64,
+                initializer_range=0.2,
+            ),
+            text(),
+        ),
+        Case(
+            "tapas (table positions)",
+            "language/encoder",
+            hf,
+            _hf("TapasConfig", "TapasModel", (*ENC, "token_type_ids"), **SMALL_BERT),
+            _table_inputs,
+        ),
+        Case(
+            "nllb_moe (expert capacity)",
+            "language/encoder-decoder",
+            hf,
+            _hf(
+                "NllbMoeConfig",
+                "NllbMoeModel",
+                ENC_DEC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                d_model=32,
+                encoder_layers=2,
+                decoder_layers=2,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=64,
+                decoder_ffn_dim=64,
+                num_experts=4,
+                expert_capacity=4,
+                sparse_step=1,
+                max_position_embeddings=64,
+            ),
+            seq2seq(),
+        ),
+        Case(
+            "xmod (language adapters)",
+            "language/encoder",
+            hf,
+            _hf(
+                "XmodConfig",
+                "XmodModel",
+                ENC,
+                languages=["en_XX", "de_DE"],
+                default_language="en_XX",
+                **SMALL_BERT,
+            ),
+            text(),
+        ),
+        Case(
+            "imagegpt (pixel tokens)",
+            "vision/generative",
+            hf,
+            _hf(
+                "ImageGPTConfig",
+                "ImageGPTModel",
+                ("input_ids",),
+                NO_CACHE,
+                vocab_size=VOCAB + 1,
+                n_positions=64,
+                n_embd=32,
+                n_layer=2,
+                n_head=2,
+            ),
+            _ids_only(text()),
+        ),
+        Case(
+            "rwkv (linear recurrence)",
+            "language/decoder",
+            hf,
+            _hf(
+                "RwkvConfig",
+                "RwkvModel",
+                ("input_ids",),
+                NO_CACHE,
+                vocab_size=VOCAB,
+                hidden_size=32,
+                num_hidden_layers=2,
+                attention_hidden_size=32,
+                intermediate_size=64,
+                context_length=64,
+            ),
+            _ids_only(text()),
+        ),
+    ]
+
+
+def _ids_only(make: Callable[[], list[tuple]]) -> Callable[[], list[tuple]]:
+    """Token ids alone, for decoders that take no attention mask."""
+    return lambda: [(ids,) for ids, *_ in make()]
+
+
+def _table_inputs() -> list[tuple]:
+    """Token ids, a mask and TAPAS's seven token types per token (segment, column, row,
+    previous label, column rank, inverse column rank, numeric relation)."""
+    out = []
+    for i, (ids, mask) in enumerate(text()()):
+        types = torch.randint(0, 2, ids.shape + (7,), generator=_gen(70 + i))
+        out.append((ids, mask, types))
+    return out
