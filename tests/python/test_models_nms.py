@@ -32,28 +32,36 @@ from .test_check_program import r_verdicts, write
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
+def _zoo_env():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        return importlib.import_module("zoo_env")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
 def _import_torchvision():
-    """torchvision, or None. The project's pin (0.28.0) is a CUDA build that imports on the
-    CPU wheel once its two operators are declared (benchmarks/zoo_env.py does it, with a
-    plain-PyTorch CPU kernel standing in for the C++ one, as in the zoo)."""
+    """torchvision with its operators, or None. The project's pin (0.28.0) is a CUDA build
+    that imports on the CPU wheel once its two operators are declared (benchmarks/zoo_env.py
+    does it, with a plain-PyTorch CPU kernel standing in for the C++ one, as in the zoo;
+    the zoo's harness tests import it at collection, before this module's tests run)."""
     try:
         import torchvision
 
-        return torchvision
+        if not torchvision.extension._has_ops():  # imported after zoo_env declared the ops
+            _zoo_env().allow_python_ops()
+        return torchvision if torchvision.extension._has_ops() else None
     except Exception:
         pass
     for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
         del sys.modules[name]  # what the failed import left half-made
     try:
-        sys.path.insert(0, str(BENCHMARKS))
-        zoo_env = importlib.import_module("zoo_env")  # before torchvision, which it lets import
+        zoo_env = _zoo_env()  # before torchvision, which it lets import
         torchvision = importlib.import_module("torchvision")
         zoo_env.allow_python_ops()
         return torchvision
     except Exception:
         return None
-    finally:
-        sys.path.remove(str(BENCHMARKS))
 
 
 @pytest.fixture(scope="module")
