@@ -101,3 +101,36 @@ def test_a_limit_refused_at_save_says_what_to_do_about_a_limit(unchecked_program
     text = str(refused.value)
     assert "scale factors that multiply to 4096" in text and "[rule: resource limits]" in text
     assert "for a limit (shared_ir/SPEC.md, section 3), change the traced code" in text
+
+
+class RangeChecked(nn.Module):
+    """transformers' ``torch_compilable_check`` while a tracer records (VITS's spline flow):
+    a tensor condition goes to ``torch._check_tensor_all``, which reads
+    ``cond._is_all_true().item()``, a private op outside the op set."""
+
+    def forward(self, x):
+        torch._check_tensor_all((x.min() >= -3) & (x.max() <= 3), lambda: "outside [-3, 3]")
+        torch._check_tensor_all_with(ValueError, torch.all(x > -5))
+        return x * 2 + (x < 100)._is_all_true()
+
+
+@pytest.mark.parametrize("runtime", ["codegen", "interpreter"])
+def test_a_tensor_check_is_a_guard_checked_on_every_call(runtime, tmp_path):
+    model = RangeChecked()
+    traced = tracebridge.trace(model, torch.rand(4), runtime=runtime)
+    ops = [n.op for n in traced.program.methods["forward"].nodes]
+    assert ops.count("prim.guard") == 2 and "all" in ops and "prim.dtype" not in ops
+    again = loaded(traced, tmp_path, runtime=runtime)
+    x = torch.rand(7) * 2
+    assert torch.equal(again(x), model(x))
+    with pytest.raises(tracebridge.GuardError, match="outside \\[-3, 3\\]"):
+        again(torch.full((3,), 4.0))  # eager raises too: RuntimeError("outside [-3, 3]")
+    with pytest.raises(RuntimeError, match="outside"):
+        model(torch.full((3,), 4.0))
+
+
+def test_a_tensor_check_that_fails_on_the_example_raises_as_eager_does():
+    with pytest.raises(ValueError, match="Expected cond to be True"):
+        tracebridge.trace(lambda x: torch._check_tensor_all_with(ValueError, x > 0), -torch.ones(2))
+    with pytest.raises(TypeError, match="dtype torch.bool"):  # PyTorch's own refusal
+        tracebridge.trace(lambda x: torch._check_tensor_all(x), torch.ones(2))
