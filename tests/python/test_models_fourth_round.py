@@ -134,3 +134,25 @@ def test_a_tensor_check_that_fails_on_the_example_raises_as_eager_does():
         tracebridge.trace(lambda x: torch._check_tensor_all_with(ValueError, x > 0), -torch.ones(2))
     with pytest.raises(TypeError, match="dtype torch.bool"):  # PyTorch's own refusal
         tracebridge.trace(lambda x: torch._check_tensor_all(x), torch.ones(2))
+
+
+class SineEmbedding(nn.Module):
+    """DAB-DETR's sine position embedding halves its frequency indices in place
+    (``dim_tx //= 2``, modeling_dab_detr.py): ``//=`` on a tensor runs ``floor_divide_``."""
+
+    def forward(self, x):
+        dim = torch.arange(x.shape[-1], dtype=torch.float32)
+        dim //= 2
+        dim.mul_(2 / x.shape[-1])
+        return x / 20**dim
+
+
+@pytest.mark.parametrize("runtime", ["codegen", "interpreter"])
+def test_floor_division_in_place_is_recorded(runtime, tmp_path):
+    model = SineEmbedding()
+    traced = tracebridge.trace(model, torch.rand(2, 8), runtime=runtime)
+    assert "Tensor.floor_divide_" in {n.op for n in traced.program.methods["forward"].nodes}
+    again = loaded(traced, tmp_path, runtime=runtime)
+    for shape in ((2, 8), (3, 6), (1, 1)):
+        x = torch.rand(*shape)
+        assert torch.equal(again(x), model(x))

@@ -44,7 +44,8 @@ from . import ops_schema
 # RNN ops run through checked implementations; writes to parameters refused; byte limits
 # (shared_ir/SPEC.md, section Versions). 5: _transformer_encoder_layer_fwd, and
 # _native_multi_head_attention runs through a checked implementation. 6: torchvision.nms
-# (torchvision's registered operator ``torchvision::nms``, run by torchvision's own kernel).
+# (torchvision's registered operator ``torchvision::nms``, run by torchvision's own kernel),
+# and Tensor.floor_divide_ (what ``t //= n`` runs on a tensor).
 OPSET_VERSION = 6
 
 # --- the op set, by family ----------------------------------------------------------------
@@ -165,7 +166,8 @@ FAMILIES: dict[str, str] = {
         Tensor.floor_ Tensor.ceil_ Tensor.round_ Tensor.trunc_ Tensor.tanh_ Tensor.sigmoid_
         Tensor.relu_ Tensor.bitwise_and_ Tensor.bitwise_or_ Tensor.bitwise_xor_
         Tensor.bitwise_not_ Tensor.logical_and_ Tensor.logical_or_ Tensor.logical_not_
-        Tensor.fmod_ Tensor.remainder_ Tensor.tril_ Tensor.triu_ Tensor.squeeze_
+        Tensor.fmod_ Tensor.remainder_ Tensor.floor_divide_ Tensor.tril_ Tensor.triu_
+        Tensor.squeeze_
         Tensor.unsqueeze_ Tensor.t_ Tensor.transpose_
     """,
     # Only the reflected dunders that are builtins: the others (__rsub__, __rpow__, ...) are
@@ -247,6 +249,7 @@ SINCE: dict[str, int] = {
     "repeat_interleave": 4,
     "_transformer_encoder_layer_fwd": 5,
     "torchvision.nms": 6,
+    "Tensor.floor_divide_": 6,
 }
 
 # Note: operators a library registers. ``torch.ops.torchvision.nms`` exists only once
