@@ -156,3 +156,30 @@ def test_floor_division_in_place_is_recorded(runtime, tmp_path):
     for shape in ((2, 8), (3, 6), (1, 1)):
         x = torch.rand(*shape)
         assert torch.equal(again(x), model(x))
+
+
+class UndoSort(nn.Module):
+    """Reformer's bucket sort and its inverse: the inverse permutation is made with the
+    legacy constructor ``x.new(*x.size())`` and filled by ``scatter_``."""
+
+    def forward(self, x):
+        order = x.argsort(-1)
+        undo = order.new(*order.size())
+        undo.scatter_(-1, order, torch.arange(order.shape[-1]).expand(order.shape))
+        return x.gather(-1, order).gather(-1, undo)
+
+
+@pytest.mark.parametrize("runtime", ["codegen", "interpreter"])
+def test_the_legacy_constructor_with_sizes_is_new_empty(runtime, tmp_path):
+    model = UndoSort()
+    traced = tracebridge.trace(model, torch.randn(2, 5), runtime=runtime)
+    assert "Tensor.new_empty" in {n.op for n in traced.program.methods["forward"].nodes}
+    again = loaded(traced, tmp_path, runtime=runtime)
+    for shape in ((2, 5), (3, 7)):
+        x = torch.randn(*shape)
+        assert torch.equal(again(x), model(x)) and torch.equal(again(x), x)
+
+
+def test_the_legacy_constructor_from_data_is_refused_naming_the_line():
+    with pytest.raises(tracebridge.UnsupportedOpError, match="legacy constructor Tensor.new"):
+        tracebridge.trace(lambda x: x + x.new([1.0, 2.0]), torch.ones(2))

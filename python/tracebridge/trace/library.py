@@ -252,6 +252,7 @@ class LibraryHandlers(AutogradFunctions):
             torch.Tensor.unique: self._on_unique,
             **{fused: self._on_fused_path for fused in _FUSED},
             torch._C.TensorBase.where: self._on_tensor_where,
+            torch._C.TensorBase.new: self._on_legacy_new,
             torch._C.TensorBase._is_all_true: self._on_all_true,
             torch._C.TensorBase._is_any_true: self._on_all_true,
             torch._softmax_backward_data: self._on_softmax_backward,
@@ -324,6 +325,25 @@ class LibraryHandlers(AutogradFunctions):
         if not is_bool:
             return func(tensor)  # PyTorch's own error for another dtype
         return self.record(name, getattr(torch, name), (tensor,), {})
+
+    def _on_legacy_new(self, func, tensor, *args, **kwargs):
+        """The legacy constructor ``x.new(*sizes)`` (or ``x.new(torch.Size)``): a tensor of
+        those sizes with ``x``'s dtype and device and unspecified contents (Reformer's
+        ``sorted_bucket_idx.new(*sorted_bucket_idx.size())``, filled by ``scatter_`` next),
+        recorded as ``Tensor.new_empty``, which runs zero-filled. Its other forms (from
+        data, a tensor or a storage) are refused, naming the line."""
+        sizes = args[0] if len(args) == 1 and isinstance(args[0], torch.Size) else args
+        if all(isinstance(n, int) and not isinstance(n, bool) for n in sizes) and set(kwargs) <= {
+            "device"
+        }:
+            return self.record(
+                "Tensor.new_empty", torch.Tensor.new_zeros, (tensor, list(sizes)), kwargs
+            )
+        raise UnsupportedOpError(
+            f"cannot record the legacy constructor Tensor.new(...) at {self.location()} with "
+            "these arguments: only x.new(*sizes) and x.new(torch.Size) are recorded (as "
+            "x.new_empty(sizes)); write x.new_tensor(data) or x.new_empty(sizes) instead"
+        )
 
     def _on_fused_path(self, func, *args, **kwargs):
         """A module's fused path (``_FUSED``), recorded where eager takes it (evaluation,
