@@ -33,6 +33,7 @@ from zoo_models import (
     _audio,
     _gen,
     _hf,
+    _hf_detr,
     _hf_image,
     _timm,
     _timm_class,
@@ -1345,6 +1346,7 @@ def all_cases() -> list[Case]:
         + _fourth_cases()
         + _fifth_cases()
         + _sixth_cases()
+        + _seventh_cases()
     )
     return [live(case) for case in cases]
 
@@ -1989,3 +1991,95 @@ def _table_inputs() -> list[tuple]:
         types = torch.randint(0, 2, ids.shape + (7,), generator=_gen(70 + i))
         out.append((ids, mask, types))
     return out
+
+
+def _seventh_cases() -> list[Case]:
+    """A seventh round: a second one-stage torchvision detector, a pyramid vision
+    transformer, a text-to-speech model (a stochastic duration predictor and a spline flow:
+    random draws and lengths the data decides), grouping tokens over image and text, and a
+    detection transformer with anchor boxes as queries."""
+    hf = "transformers"
+    return [
+        Case(
+            "ssd300_vgg16 (detector, nms)",
+            "vision/detection",
+            "torchvision",
+            lambda: Detection(_tv("ssd300_vgg16", weights_backbone=None, num_classes=3)()),
+            DET,
+        ),
+        Case(
+            "pvt (pyramid vision transformer)",
+            "vision/classification",
+            hf,
+            _hf_image(
+                "PvtConfig",
+                "PvtForImageClassification",
+                image_size=64,
+                hidden_sizes=[8, 16, 32, 64],
+                depths=[1, 1, 1, 1],
+                num_attention_heads=[1, 1, 2, 2],
+                num_labels=10,
+            ),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case(
+            "vits (text to speech)",
+            "speech/synthesis",
+            hf,
+            _hf(
+                "VitsConfig",
+                "VitsModel",
+                ENC,
+                vocab_size=VOCAB,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                ffn_dim=64,
+                flow_size=16,
+                spectrogram_bins=17,
+                upsample_initial_channel=32,
+                upsample_rates=[4, 4],
+                upsample_kernel_sizes=[8, 8],
+                resblock_kernel_sizes=[3],
+                resblock_dilation_sizes=[[1, 3]],
+                prior_encoder_num_flows=2,
+                prior_encoder_num_wavenet_layers=2,
+                posterior_encoder_num_wavenet_layers=2,
+                duration_predictor_num_flows=2,
+                duration_predictor_filter_channels=16,
+                depth_separable_num_layers=2,
+                window_size=4,
+            ),
+            text([(2, 8, 0), (1, 8, 0), (3, 5, 0), (2, 8, 3)]),
+        ),
+        Case("groupvit (grouping tokens)", "multimodal", hf, _groupvit(), _image_text_inputs),
+        Case(
+            "dab_detr (anchor queries)",
+            "vision/detection-transformer",
+            hf,
+            _hf_detr("DabDetrConfig", "DabDetrForObjectDetection"),
+            images((2, 64), (1, 64), (3, 96)),
+        ),
+    ]
+
+
+def _groupvit():
+    def build():
+        import transformers
+
+        cfg = transformers.GroupViTConfig(
+            text_config=dict(
+                vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=2, max_position_embeddings=16,
+            ),
+            vision_config=dict(
+                hidden_size=32, intermediate_size=64, depths=[1, 1], num_hidden_layers=2,
+                num_group_tokens=[8, 4], num_output_groups=[8, 4], num_attention_heads=2,
+                image_size=32, patch_size=8,
+            ),
+            projection_dim=16,
+            projection_intermediate_dim=32,
+        )  # fmt: skip
+        return HF(transformers.GroupViTModel(cfg), ("input_ids", "pixel_values", "attention_mask"))
+
+    return build
