@@ -108,7 +108,59 @@ def run_all(names: list[str], results: dict, limit: int, path: str) -> None:
 
 # Why tracebridge refuses, for the models where it does (written from the sweep's messages,
 # each checked against the library's code; shown under the table for refused models only).
+_PER_IMAGE = (
+    "right refusal: the model returns one result per image (a list whose length is the "
+    "batch size), and the zoo's wrapper turns the batch into that list "
+    "(`images.unbind(0)`, zoo_models.py:116): a batch of 3 raises GuardError there. The "
+    "graph serves the example's batch and, through its size-1 specialisation, batch 1; "
+    "torch.jit.trace is right at the example's batch only."
+)
 CAUSES = {
+    "fcos_resnet50_fpn (detector, nms)": _PER_IMAGE,
+    "ssd300_vgg16 (detector, nms)": _PER_IMAGE,
+    "vilt (image and text)": (
+        "right refusal: ViLT builds each image's position embedding in a Python loop over "
+        "the batch (`modeling_vilt.py:115`, `for h, w in zip(x_h, x_w)`), unrolled for the "
+        "example's 2 images; a batch of 3 raises GuardError there (batch 1 is served by the "
+        "size-1 specialisation). torch.jit.trace fails batches 1 and 3."
+    ),
+    "fastspeech2_conformer (durations)": (
+        "right refusal: the length regulator expands each sequence by its predicted "
+        "durations in a Python loop over the batch, unrolled for the example's 2; a batch "
+        "of 3 raises GuardError (batch 1: the size-1 specialisation). torch.jit.trace fails "
+        "batches 1 and 3."
+    ),
+    "superpoint (keypoints)": (
+        "right refusal: keypoints are kept per image in a Python loop over the batch "
+        "(their count depends on the scores), unrolled for the example's 2; a batch of 3 "
+        "raises GuardError. torch.jit.trace fails batches 1 and 3 and is SILENTLY WRONG at "
+        "96x96."
+    ),
+    "rwkv (linear recurrence)": (
+        "right refusal: the CPU path of its WKV recurrence loops over the sequence, "
+        "unrolled and guarded; another length raises GuardError naming the line. "
+        "torch.jit.trace fails or is SILENTLY WRONG at other lengths."
+    ),
+    "reformer (lsh attention)": (
+        "refused at trace time, naming the line: the reversible layers are a custom "
+        "autograd function (`_ReversibleFunction`, `modeling_reformer.py:1791`) whose "
+        "forward reads tensors that are neither its arguments nor saved for backward (the "
+        "layers' parameters, line 1383), so a recorded backward would fix their values; "
+        "the message says to trace under `torch.no_grad()` for inference, where its "
+        "forward ops are recorded (right on the example's shape and batch 1, other lengths "
+        "refused by guards). torch.jit.trace fails at trace time."
+    ),
+    "vits (text to speech)": (
+        "refused where torch.jit.trace is right (not fixed): the relative-position attention "
+        "pads its embedding table by `pad_length = max(length - (window_size + 1), 0)` and "
+        "only `if pad_length > 0` (`modeling_vits.py:962`); tracebridge guards that branch "
+        "(True at the example's length 8), so length 5 raises GuardError. torch.jit.trace "
+        "records the pad amount as a traced size and bakes the branch, and a pad of 0 (or "
+        "a negative one, which crops) gives eager's table at every length. Serving it needs "
+        "a graph traced at the other side of the threshold (a probe at the size where a "
+        "guarded comparison of a size with a constant flips), which check/specialise.py "
+        "does not make yet."
+    ),
     "timm mobilevitv2_050": (
         "right refusal: at 96x96 a feature map has an odd side and MobileViT interpolates it "
         "up before cutting 2x2 patches (`timm/models/mobilevit.py:539`, `if new_h != H or "
@@ -222,7 +274,9 @@ def table(results: dict) -> list[str]:
         "`run_case` (trace on the first input set, call on the others, save, reload in a fresh",
         "process): **right** when every call that eager runs is right in process and after",
         "reloading, **SILENTLY WRONG** when an output differs with no error, **refused** when",
-        "the tool raised (the reason is below the table).",
+        "the tool raised (the reason is below the table). Each call, eager's and each tool's,",
+        "starts from the same seed (`zoo.seeded`): a model that draws random numbers when it",
+        "runs (ViLT samples its image patches) is compared draw for draw.",
         *(
             f"Re-run {r['date']} with `--only` ({r.get('why', 'after a change')}): "
             + ", ".join(r["models"])
@@ -320,6 +374,7 @@ def main() -> None:
     parser.add_argument("--check-names", action="store_true")
     parser.add_argument("--part", help="I/N: run every N-th model from the I-th (1-based)")
     parser.add_argument("--merge", nargs="+", help="merge these results files, then the table")
+    parser.add_argument("--why", help="with --merge: why models already in the results ran again")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     opts = parser.parse_args()
@@ -342,7 +397,7 @@ def main() -> None:
     if opts.merge:  # parts run side by side: later files win, model by model
         for path in opts.merge:
             with open(path) as f:
-                results.update(json.load(f))
+                merge_into(results, json.load(f), opts.why)
         results = _ordered(results, names)
         with open(opts.results, "w") as f:
             json.dump(results, f, indent=1)
@@ -361,6 +416,21 @@ def main() -> None:
         with open(opts.results, "w") as f:
             json.dump(results, f, indent=1)
     write_markdown(results, opts.markdown)
+
+
+def merge_into(results: dict, part: dict, why: str | None = None) -> None:
+    """``part``'s models into ``results`` (``part`` wins). Its ``_meta`` updates the
+    versions and the date but keeps what ``results`` recorded (``reruns``, notes), and the
+    models ``part`` runs again are recorded as a re-run, with ``why``."""
+    meta = dict(results.get("_meta", {}))
+    new_meta = part.get("_meta", {})
+    again = [name for name in part if not name.startswith("_") and name in results]
+    results.update({k: v for k, v in part.items() if k != "_meta"})
+    meta.update({k: v for k, v in new_meta.items() if k != "reruns"})
+    if again:
+        rerun = {"date": new_meta.get("date", datetime.date.today().isoformat()), "models": again}
+        meta["reruns"] = [*meta.get("reruns", []), rerun | ({"why": why} if why else {})]
+    results["_meta"] = meta
 
 
 if __name__ == "__main__":

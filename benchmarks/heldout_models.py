@@ -33,6 +33,7 @@ from zoo_models import (
     _audio,
     _gen,
     _hf,
+    _hf_detr,
     _hf_image,
     _timm,
     _timm_class,
@@ -1343,6 +1344,9 @@ def all_cases() -> list[Case]:
         + _harder_cases()
         + _third_cases()
         + _fourth_cases()
+        + _fifth_cases()
+        + _sixth_cases()
+        + _seventh_cases()
     )
     return [live(case) for case in cases]
 
@@ -1548,6 +1552,39 @@ def _fourth_cases() -> list[Case]:
             IMG64,
         ),
         Case(
+            "informer (prob-sparse attention)",
+            "time series",
+            hf,
+            _hf(
+                "InformerConfig",
+                "InformerModel",
+                ("past_values", "past_time_features", "past_observed_mask", "future_time_features"),
+                prediction_length=4,
+                context_length=12,
+                lags_sequence=[1, 2],
+                num_time_features=2,
+                d_model=16,
+                encoder_layers=2,
+                decoder_layers=1,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=32,
+                decoder_ffn_dim=32,
+                attention_type="prob",
+                sampling_factor=2,
+                distil=True,
+            ),
+            _series(14, 4),
+        ),
+        Case("clap (audio and text)", "multimodal/audio", hf, _clap(), _audio_text_inputs),
+        Case(
+            "depth_anything (dinov2, dpt head)",
+            "vision/depth",
+            hf,
+            _depth_anything(),
+            images((2, 28), (1, 28), (3, 28), (2, 42)),
+        ),
+        Case(
             "upernet (segmentation head)",
             "vision/segmentation",
             hf,
@@ -1645,5 +1682,404 @@ def _upernet():
             num_labels=3,
         )
         return HF(transformers.UperNetForSemanticSegmentation(cfg), ("pixel_values",))
+
+    return build
+
+
+def _audio_text_inputs() -> list[tuple]:
+    """Token ids, a 64 x 16 mel spectrogram per clip (CLAP's fixed size), and a mask."""
+    out = []
+    for i, (b, n, pad) in enumerate([(2, 8, 0), (1, 8, 0), (3, 5, 0), (2, 8, 3)]):
+        ids, mask = tokens(b, n, i, pad)
+        out.append((ids, torch.randn(b, 1, 64, 16, generator=_gen(i)), mask))
+    return out
+
+
+def _clap():
+    def build():
+        import transformers
+
+        cfg = transformers.ClapConfig(
+            text_config=dict(
+                vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                intermediate_size=64, max_position_embeddings=64, projection_dim=16,
+            ),
+            audio_config=dict(
+                spec_size=64, patch_size=4, num_mel_bins=16, window_size=4, depths=[1, 1],
+                num_attention_heads=[2, 2], patch_embeds_hidden_size=16, hidden_size=32,
+                projection_dim=16, enable_fusion=False, patch_stride=[4, 4],
+            ),
+            projection_dim=16,
+        )  # fmt: skip
+        return HF(transformers.ClapModel(cfg), ("input_ids", "input_features", "attention_mask"))
+
+    return build
+
+
+def _depth_anything():
+    def build():
+        import transformers
+
+        backbone = transformers.Dinov2Config(
+            image_size=28, patch_size=14, hidden_size=32, num_hidden_layers=4,
+            num_attention_heads=2, intermediate_size=64,
+            out_features=["stage1", "stage2", "stage3", "stage4"], reshape_hidden_states=False,
+            initializer_range=0.5,
+        )  # fmt: skip
+        cfg = transformers.DepthAnythingConfig(
+            backbone_config=backbone,
+            use_timm_backbone=False,
+            neck_hidden_sizes=[8, 16, 32, 32],
+            fusion_hidden_size=16,
+            head_hidden_size=8,
+            reassemble_hidden_size=32,
+            patch_size=14,
+            # The relative head ends in a ReLU that is 0 everywhere at random weights, and at
+            # the default initializer_range of 0.02 the metric head (a sigmoid times
+            # max_depth) is 5.0 to within 1e-4 everywhere: the comparison would accept any
+            # result. At 0.5 (and 0.5 in the backbone) its depths spread over 0 to 10.
+            depth_estimation_type="metric",
+            max_depth=10,
+            initializer_range=0.5,
+        )
+        return HF(transformers.DepthAnythingForDepthEstimation(cfg), ("pixel_values",))
+
+    return build
+
+
+def _fifth_cases() -> list[Case]:
+    """A fifth round: native-aspect patches, single-head and hybrid vision transformers,
+    dense aggregation networks, and outputs whose size the data decides (a speech
+    synthesiser's durations, a keypoint detector's threshold)."""
+    t, hf, cls = "timm", "transformers", "vision/classification"
+    return [
+        Case(
+            "timm naflexvit (native aspect patches)",
+            cls,
+            t,
+            _timm("naflexvit_base_patch16_gap", embed_dim=32, depth=2, num_heads=2, num_classes=10),
+            IMG64,
+        ),
+        Case("timm shvit_s1 (single-head)", cls, t, _timm("shvit_s1", num_classes=10), IMG64),
+        Case(
+            "timm vitamin_small (mbconv + vit)",
+            cls,
+            t,
+            _timm("vitamin_small_224", img_size=64, num_classes=10),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case(
+            "timm rdnet_tiny (dense revisited)", cls, t, _timm("rdnet_tiny", num_classes=10), IMG64
+        ),
+        Case("timm dla34 (layer aggregation)", cls, t, _timm("dla34", num_classes=10), IMG64),
+        Case(
+            "fastspeech2_conformer (durations)",
+            "speech/synthesis",
+            hf,
+            _hf(
+                "FastSpeech2ConformerConfig",
+                "FastSpeech2ConformerModel",
+                ENC,
+                hidden_size=32,
+                vocab_size=VOCAB,
+                num_mel_bins=16,
+                encoder_num_attention_heads=2,
+                decoder_num_attention_heads=2,
+                encoder_layers=1,
+                decoder_layers=1,
+                encoder_linear_units=64,
+                decoder_linear_units=64,
+                speech_decoder_postnet_layers=2,
+                speech_decoder_postnet_units=16,
+                duration_predictor_channels=16,
+                pitch_predictor_channels=16,
+                energy_predictor_channels=16,
+            ),
+            text([(2, 8, 0), (1, 8, 0), (3, 5, 0), (2, 8, 3)]),
+        ),
+        Case(
+            "superpoint (keypoints)",
+            "vision/keypoints",
+            hf,
+            _hf_image(
+                "SuperPointConfig",
+                "SuperPointForKeypointDetection",
+                encoder_hidden_sizes=[8, 8, 16, 16],
+                decoder_hidden_size=32,
+                keypoint_decoder_dim=65,
+                descriptor_decoder_dim=32,
+                max_keypoints=16,
+                keypoint_threshold=0.0,
+                border_removal_distance=2,
+            ),
+            lambda: [
+                (torch.randn(b, 1, s, s, generator=_gen(i)),)
+                for i, (b, s) in enumerate([(2, 64), (1, 64), (3, 64), (2, 96)])
+            ],
+        ),
+    ]
+
+
+def _sixth_cases() -> list[Case]:
+    """A sixth round, language models with unusual machinery: a chunked state-space scan,
+    hashed (random) attention buckets, latent cross-attention, table positions, experts
+    with a capacity, per-language adapters, pixel tokens and a linear recurrence."""
+    hf = "transformers"
+    padded = [(2, 8, 0), (1, 8, 0), (3, 16, 0), (2, 8, 3)]  # Reformer: chunks of 4 tokens
+    return [
+        Case(
+            "mamba2 (chunked scan)",
+            "language/decoder",
+            hf,
+            _hf(
+                "Mamba2Config",
+                "Mamba2ForCausalLM",
+                ("input_ids",),
+                NO_CACHE,
+                vocab_size=VOCAB,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_heads=4,
+                head_dim=16,
+                state_size=8,
+                n_groups=1,
+                chunk_size=4,
+                expand=2,
+            ),
+            _ids_only(text()),
+        ),
+        Case(
+            "reformer (lsh attention)",
+            "language/encoder",
+            hf,
+            _hf(
+                "ReformerConfig",
+                "ReformerModel",
+                ENC,
+                vocab_size=VOCAB,
+                hidden_size=32,
+                num_attention_heads=2,
+                attention_head_size=16,
+                feed_forward_size=64,
+                attn_layers=["local", "lsh"],
+                axial_pos_embds=False,
+                max_position_embeddings=64,
+                lsh_attn_chunk_length=4,
+                local_attn_chunk_length=4,
+                num_buckets=2,
+                num_hashes=1,
+                is_decoder=False,
+            ),
+            text(padded),
+        ),
+        Case(
+            "perceiver (latent cross-attention)",
+            "language/encoder",
+            hf,
+            _hf(
+                "PerceiverConfig",
+                "PerceiverForMaskedLM",
+                ENC,
+                vocab_size=VOCAB,
+                num_latents=8,
+                d_latents=32,
+                d_model=32,
+                num_blocks=1,
+                num_self_attends_per_block=2,
+                num_self_attention_heads=2,
+                num_cross_attention_heads=1,
+                qk_channels=32,
+                v_channels=32,
+                max_position_embeddings=64,
+                initializer_range=0.2,
+            ),
+            text(),
+        ),
+        Case(
+            "tapas (table positions)",
+            "language/encoder",
+            hf,
+            _hf("TapasConfig", "TapasModel", (*ENC, "token_type_ids"), **SMALL_BERT),
+            _table_inputs,
+        ),
+        Case(
+            "nllb_moe (expert capacity)",
+            "language/encoder-decoder",
+            hf,
+            _hf(
+                "NllbMoeConfig",
+                "NllbMoeModel",
+                ENC_DEC,
+                NO_CACHE,
+                vocab_size=VOCAB,
+                d_model=32,
+                encoder_layers=2,
+                decoder_layers=2,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=64,
+                decoder_ffn_dim=64,
+                num_experts=4,
+                expert_capacity=4,
+                sparse_step=1,
+                max_position_embeddings=64,
+            ),
+            seq2seq(),
+        ),
+        Case(
+            "xmod (language adapters)",
+            "language/encoder",
+            hf,
+            _hf(
+                "XmodConfig",
+                "XmodModel",
+                ENC,
+                languages=["en_XX", "de_DE"],
+                default_language="en_XX",
+                **SMALL_BERT,
+            ),
+            text(),
+        ),
+        Case(
+            "imagegpt (pixel tokens)",
+            "vision/generative",
+            hf,
+            _hf(
+                "ImageGPTConfig",
+                "ImageGPTModel",
+                ("input_ids",),
+                NO_CACHE,
+                vocab_size=VOCAB + 1,
+                n_positions=64,
+                n_embd=32,
+                n_layer=2,
+                n_head=2,
+            ),
+            _ids_only(text()),
+        ),
+        Case(
+            "rwkv (linear recurrence)",
+            "language/decoder",
+            hf,
+            _hf(
+                "RwkvConfig",
+                "RwkvModel",
+                ("input_ids",),
+                NO_CACHE,
+                vocab_size=VOCAB,
+                hidden_size=32,
+                num_hidden_layers=2,
+                attention_hidden_size=32,
+                intermediate_size=64,
+                context_length=64,
+            ),
+            _ids_only(text()),
+        ),
+    ]
+
+
+def _ids_only(make: Callable[[], list[tuple]]) -> Callable[[], list[tuple]]:
+    """Token ids alone, for decoders that take no attention mask."""
+    return lambda: [(ids,) for ids, *_ in make()]
+
+
+def _table_inputs() -> list[tuple]:
+    """Token ids, a mask and TAPAS's seven token types per token (segment, column, row,
+    previous label, column rank, inverse column rank, numeric relation)."""
+    out = []
+    for i, (ids, mask) in enumerate(text()()):
+        types = torch.randint(0, 2, ids.shape + (7,), generator=_gen(70 + i))
+        out.append((ids, mask, types))
+    return out
+
+
+def _seventh_cases() -> list[Case]:
+    """A seventh round: a second one-stage torchvision detector, a pyramid vision
+    transformer, a text-to-speech model (a stochastic duration predictor and a spline flow:
+    random draws and lengths the data decides), grouping tokens over image and text, and a
+    detection transformer with anchor boxes as queries."""
+    hf = "transformers"
+    return [
+        Case(
+            "ssd300_vgg16 (detector, nms)",
+            "vision/detection",
+            "torchvision",
+            lambda: Detection(_tv("ssd300_vgg16", weights_backbone=None, num_classes=3)()),
+            DET,
+        ),
+        Case(
+            "pvt (pyramid vision transformer)",
+            "vision/classification",
+            hf,
+            _hf_image(
+                "PvtConfig",
+                "PvtForImageClassification",
+                image_size=64,
+                hidden_sizes=[8, 16, 32, 64],
+                depths=[1, 1, 1, 1],
+                num_attention_heads=[1, 1, 2, 2],
+                num_labels=10,
+            ),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case(
+            "vits (text to speech)",
+            "speech/synthesis",
+            hf,
+            _hf(
+                "VitsConfig",
+                "VitsModel",
+                ENC,
+                vocab_size=VOCAB,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                ffn_dim=64,
+                flow_size=16,
+                spectrogram_bins=17,
+                upsample_initial_channel=32,
+                upsample_rates=[4, 4],
+                upsample_kernel_sizes=[8, 8],
+                resblock_kernel_sizes=[3],
+                resblock_dilation_sizes=[[1, 3]],
+                prior_encoder_num_flows=2,
+                prior_encoder_num_wavenet_layers=2,
+                posterior_encoder_num_wavenet_layers=2,
+                duration_predictor_num_flows=2,
+                duration_predictor_filter_channels=16,
+                depth_separable_num_layers=2,
+                window_size=4,
+            ),
+            text([(2, 8, 0), (1, 8, 0), (3, 5, 0), (2, 8, 3)]),
+        ),
+        Case("groupvit (grouping tokens)", "multimodal", hf, _groupvit(), _image_text_inputs),
+        Case(
+            "dab_detr (anchor queries)",
+            "vision/detection-transformer",
+            hf,
+            _hf_detr("DabDetrConfig", "DabDetrForObjectDetection"),
+            images((2, 64), (1, 64), (3, 96)),
+        ),
+    ]
+
+
+def _groupvit():
+    def build():
+        import transformers
+
+        cfg = transformers.GroupViTConfig(
+            text_config=dict(
+                vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=2, max_position_embeddings=16,
+            ),
+            vision_config=dict(
+                hidden_size=32, intermediate_size=64, depths=[1, 1], num_hidden_layers=2,
+                num_group_tokens=[8, 4], num_output_groups=[8, 4], num_attention_heads=2,
+                image_size=32, patch_size=8,
+            ),
+            projection_dim=16,
+            projection_intermediate_dim=32,
+        )  # fmt: skip
+        return HF(transformers.GroupViTModel(cfg), ("input_ids", "pixel_values", "attention_mask"))
 
     return build

@@ -227,9 +227,10 @@ def run_case(case, tools, workdir: str, index: int, limit: int) -> tuple[dict, l
     expected = []
     shapes = []
     with torch.no_grad():
-        for args in inputs:
+        for i, args in enumerate(inputs):
             shapes.append(" ".join("x".join(map(str, a.shape)) for a in args))
             try:
+                seeded(i)
                 expected.append(model(*args))
             except Exception as exc:  # the model itself does not take this shape
                 expected.append(None)
@@ -257,7 +258,7 @@ def run_case(case, tools, workdir: str, index: int, limit: int) -> tuple[dict, l
             cell["fixed"] = traced.fixed[:1200]
         fn = runner(tool, traced)
         got_all = []
-        for args, want in zip(inputs, expected):
+        for i, (args, want) in enumerate(zip(inputs, expected)):
             if want is None:
                 cell["calls"].append({"status": "skip"})
                 got_all.append(None)
@@ -265,6 +266,7 @@ def run_case(case, tools, workdir: str, index: int, limit: int) -> tuple[dict, l
             try:
                 with time_limit(limit), torch.no_grad(), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
+                    seeded(i)
                     got = fn(*args)
             except Exception as exc:
                 cell["calls"].append({"status": "error", "error": short(exc)})
@@ -297,6 +299,14 @@ def run_case(case, tools, workdir: str, index: int, limit: int) -> tuple[dict, l
 THREADS = 1  # every process of the zoo: bit-for-bit comparisons need one thread count
 
 
+def seeded(call: int) -> None:
+    """Seed the global generator for call ``call`` of an input list: eager's call and each
+    tool's (in process and reloaded) start from the same state, so a model that draws random
+    numbers in evaluation (ViLT picks its image patches with ``torch.multinomial``) is
+    compared draw for draw; a deterministic model is unaffected."""
+    torch.manual_seed(1000 + call)
+
+
 # --- the fresh process that reloads everything ----------------------------------------------
 
 
@@ -324,13 +334,15 @@ def reload_all(manifest_path: str) -> None:
             record["load_error"] = short(exc)
             out.append(record)
             continue
-        for args, want, before in zip(data["inputs"], data["expected"], data["in_process"]):
+        calls = zip(data["inputs"], data["expected"], data["in_process"])
+        for i, (args, want, before) in enumerate(calls):
             if want is None:
                 record["calls"].append({"status": "skip"})
                 continue
             try:
                 with torch.no_grad(), warnings.catch_warnings():
                     warnings.simplefilter("ignore")
+                    seeded(i)
                     got = fn(*args)
             except Exception as exc:
                 record["calls"].append({"status": "error", "error": short(exc)})
@@ -619,7 +631,11 @@ def write_table(results: dict, path: str) -> None:
         "padding), then called on the others (batch 1 and larger, other image sizes and",
         "sequence lengths, padded text, length 1) and compared with eager PyTorch",
         "(relative tolerance 1e-4); then it is saved, and every artifact is reloaded in one",
-        "fresh process and run on the same inputs. torch.export is given every dimension as",
+        "fresh process and run on the same inputs. Each call, eager's and every tool's, starts",
+        "from the same seed of the global generator (`zoo.seeded`, added after the runs listed",
+        "below; a model that draws no random numbers computes the same either way), so a",
+        "model that draws random numbers when it runs is compared draw for draw. torch.export",
+        "is given every dimension as",
         "`Dim.AUTO`. A cell is **right** when every call that eager runs is right, in",
         "process and after reloading; **SILENTLY WRONG** when some output differs from eager",
         "with no error; **clear error** when the tool refused (at trace time, or a call",

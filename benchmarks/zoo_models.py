@@ -338,8 +338,8 @@ def _vision() -> list[Case]:
             notes=(
                 "torchvision's non-maximum suppression, torch.ops.torchvision.nms, is recorded "
                 "as one torchvision.nms node (op-set 6; before, tracebridge refused at "
-                "ops/boxes.py:54, naming it). Until "
-                "then, batched_nms's @torch.jit._script_if_tracing body ran through "
+                "ops/boxes.py:54, naming it). Before that, until the recorder ran "
+                "@torch.jit._script_if_tracing bodies as Python, batched_nms's body ran through "
                 "TorchScript while tracing, out of the recorder's sight, and the boxes "
                 "reached the trace as a constant (right only on the example input). The "
                 "batch norms before a decision (NMS, score thresholds) are not folded into "

@@ -32,28 +32,36 @@ from .test_check_program import r_verdicts, write
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
+def _zoo_env():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        return importlib.import_module("zoo_env")
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
 def _import_torchvision():
-    """torchvision, or None. The project's pin (0.28.0) is a CUDA build that imports on the
-    CPU wheel once its two operators are declared (benchmarks/zoo_env.py does it, with a
-    plain-PyTorch CPU kernel standing in for the C++ one, as in the zoo)."""
+    """torchvision with its operators, or None. The project's pin (0.28.0) is a CUDA build
+    that imports on the CPU wheel once its two operators are declared (benchmarks/zoo_env.py
+    does it, with a plain-PyTorch CPU kernel standing in for the C++ one, as in the zoo;
+    the zoo's harness tests import it at collection, before this module's tests run)."""
     try:
         import torchvision
 
-        return torchvision
+        if not torchvision.extension._has_ops():  # imported after zoo_env declared the ops
+            _zoo_env().allow_python_ops()
+        return torchvision if torchvision.extension._has_ops() else None
     except Exception:
         pass
     for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
         del sys.modules[name]  # what the failed import left half-made
     try:
-        sys.path.insert(0, str(BENCHMARKS))
-        zoo_env = importlib.import_module("zoo_env")  # before torchvision, which it lets import
+        zoo_env = _zoo_env()  # before torchvision, which it lets import
         torchvision = importlib.import_module("torchvision")
         zoo_env.allow_python_ops()
         return torchvision
     except Exception:
         return None
-    finally:
-        sys.path.remove(str(BENCHMARKS))
 
 
 @pytest.fixture(scope="module")
@@ -342,3 +350,21 @@ def test_r_reader_accepts_a_traced_detector(tv, tmp_path):
     path = tmp_path / "detector.tb"
     traced.save(path)
     assert r_verdicts([path], tmp_path)[path.name] == "accept"
+
+
+def test_the_load_time_budget_counts_the_indices_in_bytes():
+    """With ``N`` known from the file, nms makes up to ``N`` int64 indices: counted in bytes
+    against ``alloc_bytes`` (here a limit just under them) and ``N * N`` pairs as work."""
+    from tracebridge.check.budget import Budget
+
+    count = 1000
+    state = {"boxes": {"kind": "constant", "dtype": "float32", "shape": [count, 4]}}
+    limits = dict(LIMITS, alloc_bytes=count * 8 - 1)
+    budget = Budget(state, limits, frozenset())
+    budget.state_read("boxes", 7)
+    node = {"args": [{"ref": 7}, {"ref": 8}, 0.5], "kwargs": {}, "outputs": [{"id": 9}]}
+    reason = budget.node("torchvision.nms", node)
+    assert f"torchvision.nms makes a tensor of shape [{count}] ({count * 8} bytes)" in reason
+    budget = Budget(state, dict(LIMITS), frozenset())
+    budget.state_read("boxes", 7)
+    assert budget.node("torchvision.nms", node) == "" and budget.work_total == count * count

@@ -164,3 +164,17 @@ def test_an_onnx_cell_with_sizes_fixed_by_export_onnx_says_why(tmp_path):
     status, detail = zoo.verdict(cell)
     assert status == "error"
     assert "1/2 calls right; then: invalid dimensions (why: an ONNX model cannot" in detail
+
+
+def test_heldout_merge_keeps_the_recorded_reruns_and_records_new_ones():
+    """Merging a part (``heldout.py --merge``) replaced the whole ``_meta``: the re-runs
+    recorded earlier (and their reasons) vanished from the table."""
+    heldout = pytest.importorskip("heldout")
+    old = {"_meta": {"date": "d1", "reruns": [{"date": "d1", "models": ["a"], "why": "x"}]}}
+    results = dict(old, a={"tools": {}}, b={"tools": {}})
+    heldout.merge_into(results, {"_meta": {"date": "d2"}, "c": {"tools": {}}})
+    assert results["_meta"]["reruns"] == old["_meta"]["reruns"] and "c" in results
+    assert results["_meta"]["date"] == "d2"
+    heldout.merge_into(results, {"_meta": {"date": "d3"}, "b": {"tools": {1: 2}}}, "a fix")
+    assert results["b"] == {"tools": {1: 2}}
+    assert results["_meta"]["reruns"][-1] == {"date": "d3", "models": ["b"], "why": "a fix"}

@@ -118,8 +118,10 @@ MEMORY_FORMATS = ("contiguous_format", "channels_last", "preserve_format", "chan
 FILE_FIX = "the file is corrupt or was edited by hand; save it again from the traced code"
 # The same on save: the program in hand breaks a rule, so no reader would load the file.
 SAVE_FIX = (
-    "not saved: no reader would load it; rename the module, parameter or method it names "
-    "(names are dotted paths of letters, digits, '_' and '-') and trace again"
+    "not saved: no reader would load it; for a rule on names, rename the module, parameter "
+    "or method it names (names are dotted paths of letters, digits, '_' and '-') and trace "
+    "again; for a limit (shared_ir/SPEC.md, section 3), change the traced code so that it "
+    "asks for less, or report the model if the limit is wrong for it"
 )
 
 
@@ -1094,12 +1096,20 @@ class _GraphCheck:
                     f"{LIMITS['combinations_r']}",
                 )
             return
+        # Each argument once: a position has a name per overload (upsample_nearest2d's third
+        # is ``scale_factors`` in one and ``scales_h`` in the other), and counted under both
+        # names an 8x upsampling (64) would count as 4096.
+        scales = [
+            lit
+            for pos, lit in enumerate(args)
+            if any(n.startswith("scale") for n in _names_at(info, pos))
+        ]
+        scales += [lit for name, lit in kwargs.items() if name.startswith("scale")]
         product = 1.0
-        for name, lit in named.items():
-            if name.startswith("scale"):
-                for x in _elements(lit) or [lit]:
-                    if isinstance(x, (int, float)) and not isinstance(x, bool):
-                        product *= max(abs(float(x)), 1.0)
+        for lit in scales:
+            for x in _elements(lit) or [lit]:
+                if isinstance(x, (int, float)) and not isinstance(x, bool):
+                    product *= max(abs(float(x)), 1.0)
         if product > LIMITS["scale_product"]:
             _fail(
                 "resource limits",

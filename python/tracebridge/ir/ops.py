@@ -46,7 +46,8 @@ from . import ops_schema
 # _native_multi_head_attention runs through a checked implementation. 6: torchvision.nms
 # (torchvision's registered operator ``torchvision::nms``, run by torchvision's own kernel),
 # packed sequences (_pack_padded_sequence, _pad_packed_sequence), short-time Fourier
-# transforms (stft, istft) and broadcast_tensors, checked; _is_all_true, _is_any_true.
+# transforms (stft, istft) and broadcast_tensors, checked; _is_all_true, _is_any_true;
+# and Tensor.floor_divide_ (what ``t //= n`` runs on a tensor).
 OPSET_VERSION = 6
 
 # --- the op set, by family ----------------------------------------------------------------
@@ -169,7 +170,8 @@ FAMILIES: dict[str, str] = {
         Tensor.floor_ Tensor.ceil_ Tensor.round_ Tensor.trunc_ Tensor.tanh_ Tensor.sigmoid_
         Tensor.relu_ Tensor.bitwise_and_ Tensor.bitwise_or_ Tensor.bitwise_xor_
         Tensor.bitwise_not_ Tensor.logical_and_ Tensor.logical_or_ Tensor.logical_not_
-        Tensor.fmod_ Tensor.remainder_ Tensor.tril_ Tensor.triu_ Tensor.squeeze_
+        Tensor.fmod_ Tensor.remainder_ Tensor.floor_divide_ Tensor.tril_ Tensor.triu_
+        Tensor.squeeze_
         Tensor.unsqueeze_ Tensor.t_ Tensor.transpose_
     """,
     # Only the reflected dunders that are builtins: the others (__rsub__, __rpow__, ...) are
@@ -267,6 +269,7 @@ SINCE: dict[str, int] = {
     "broadcast_tensors": 6,
     "_is_all_true": 6,
     "_is_any_true": 6,
+    "Tensor.floor_divide_": 6,
 }
 
 # Note: operators a library registers. ``torch.ops.torchvision.nms`` exists only once

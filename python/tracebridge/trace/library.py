@@ -71,6 +71,8 @@ _FUSED = {
     ),
 }
 _original_check = torch._check
+_original_check_tensor_all = torch._check_tensor_all
+_original_check_tensor_all_with = torch._check_tensor_all_with
 _original_module_to = torch.nn.Module.to
 _original_apply = torch.autograd.Function.__dict__["apply"]  # a classmethod object
 
@@ -159,6 +161,26 @@ def _check(cond, message=None):
     return _original_check(cond, message)
 
 
+def _check_tensor_all(cond, message=None):
+    return _check_tensor_all_with(RuntimeError, cond, message)
+
+
+def _check_tensor_all_with(error_type, cond, message=None):
+    """``torch._check_tensor_all`` (transformers' ``torch_compilable_check`` calls it while
+    a tracer records, for a condition that is a tensor: VITS's spline flow checks its
+    inputs' range): eager reads ``cond._is_all_true().item()``, a private op and a value
+    read. Recorded as a guard that ``cond.all()`` is True, with the library's message,
+    checked on every call, as a failed check raises in eager."""
+    tracer = _active()
+    if tracer is None or not isinstance(cond, torch.Tensor):
+        return _original_check_tensor_all_with(error_type, cond, message)
+    with torch._C.DisableTorchFunction():  # reading the dtype here is no guard
+        is_bool = cond.dtype == torch.bool
+    if not is_bool:
+        return _original_check_tensor_all_with(error_type, cond, message)  # its TypeError
+    return tracer.check_tensor_all(error_type, cond, message)
+
+
 def _module_to(module, *args, **kwargs):
     """``nn.Module.to`` in traced code (Switch Transformers' router runs
     ``self.classifier = self.classifier.to(self.dtype)`` on every call): where every
@@ -208,6 +230,8 @@ def patch(on: bool) -> None:
     torch.compiler.is_exporting = _is_exporting if on else _original_is_exporting
     torch.overrides.has_torch_function = _has_torch_function if on else _original_has_torch_function
     torch._check = _check if on else _original_check
+    torch._check_tensor_all = _check_tensor_all if on else _original_check_tensor_all
+    torch._check_tensor_all_with = _check_tensor_all_with if on else _original_check_tensor_all_with
     torch.nn.Module.to = _module_to if on else _original_module_to
     torch.autograd.Function.apply = classmethod(_apply) if on else _original_apply
 
@@ -228,6 +252,9 @@ class LibraryHandlers(AutogradFunctions):
             torch.Tensor.unique: self._on_unique,
             **{fused: self._on_fused_path for fused in _FUSED},
             torch._C.TensorBase.where: self._on_tensor_where,
+            torch._C.TensorBase.new: self._on_legacy_new,
+            torch._C.TensorBase._is_all_true: self._on_all_true,
+            torch._C.TensorBase._is_any_true: self._on_all_true,
             torch._softmax_backward_data: self._on_softmax_backward,
             torch._log_softmax_backward_data: self._on_log_softmax_backward,
         }
@@ -273,6 +300,50 @@ class LibraryHandlers(AutogradFunctions):
         if not concrete:
             raise AssertionError(message)
         return None
+
+    def check_tensor_all(self, error_type: type, cond: torch.Tensor, message=None) -> None:
+        """``torch._check_tensor_all_with(error_type, cond, message)`` while recording (see
+        ``_check_tensor_all_with``): ``all(cond)`` recorded, and a guard that it is True."""
+        message = _message(message) or "Expected cond to be True"
+        every = cond.all()  # called from traced code, where the recording mode is active
+        with torch._C.DisableTorchFunction():
+            concrete = bool(every)
+        loc = self.location()
+        ref = self._value_node("prim.bool", "bool", [self.tensor_ref(every)], loc)
+        what = f"{self._name(every)} ({_as_traced(message)})"
+        self.guard(ref, True, what, "branch", loc)
+        if not concrete:
+            raise error_type(message)
+
+    def _on_all_true(self, func, tensor):
+        """``Tensor._is_all_true()`` and ``_is_any_true()``, the private ops behind
+        ``torch._check_tensor_all``: on a bool tensor (the only kind they take) they are
+        ``all`` and ``any``, and are recorded so."""
+        name = "all" if func is torch._C.TensorBase._is_all_true else "any"
+        with torch._C.DisableTorchFunction():
+            is_bool = tensor.dtype == torch.bool
+        if not is_bool:
+            return func(tensor)  # PyTorch's own error for another dtype
+        return self.record(name, getattr(torch, name), (tensor,), {})
+
+    def _on_legacy_new(self, func, tensor, *args, **kwargs):
+        """The legacy constructor ``x.new(*sizes)`` (or ``x.new(torch.Size)``): a tensor of
+        those sizes with ``x``'s dtype and device and unspecified contents (Reformer's
+        ``sorted_bucket_idx.new(*sorted_bucket_idx.size())``, filled by ``scatter_`` next),
+        recorded as ``Tensor.new_empty``, which runs zero-filled. Its other forms (from
+        data, a tensor or a storage) are refused, naming the line."""
+        sizes = args[0] if len(args) == 1 and isinstance(args[0], torch.Size) else args
+        if all(isinstance(n, int) and not isinstance(n, bool) for n in sizes) and set(kwargs) <= {
+            "device"
+        }:
+            return self.record(
+                "Tensor.new_empty", torch.Tensor.new_zeros, (tensor, list(sizes)), kwargs
+            )
+        raise UnsupportedOpError(
+            f"cannot record the legacy constructor Tensor.new(...) at {self.location()} with "
+            "these arguments: only x.new(*sizes) and x.new(torch.Size) are recorded (as "
+            "x.new_empty(sizes)); write x.new_tensor(data) or x.new_empty(sizes) instead"
+        )
 
     def _on_fused_path(self, func, *args, **kwargs):
         """A module's fused path (``_FUSED``), recorded where eager takes it (evaluation,
