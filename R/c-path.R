@@ -36,6 +36,7 @@ start_c_call <- function() {
     lib <- reticulate::py_config()$libpython %||% ""
     ok <- isTRUE(.Call(tb_py_init, torch, rb, torch$empty(0L), lib, .tb))
     if (ok) {
+      .Call(tb_callback_init, list(callback_arg_r, callback_value_py), .tb)
       dtypes <- lapply(c("float32", "float64", "int64", "int32", "int16", "int8", "uint8",
                          "bool"), function(n) reticulate::py_get_attr(torch, n))
       .Call(tb_as_array_init, dtypes, torch$strided)
@@ -59,7 +60,12 @@ set_c_call <- function(on) {
 
 # A Python object C handed back unconverted (an environment of class
 # "python.builtin.object"), wrapped by reticulate with its full class vector.
-c_other <- function(out) reticulate::py_call(py_rb()$same, out)
+# rbridge.same is looked up once (a reticulate `$` costs more than the call).
+c_other <- function(out) {
+  same <- .tb$rb_same
+  if (is.null(same)) same <- .tb$rb_same <- py_rb()$same
+  reticulate::py_call(same, out)
+}
 
 # Python raised inside a C call: the exception is stored; raise it as R does.
 c_error <- function(one_based = TRUE) {

@@ -58,28 +58,21 @@ wrap_py_module <- function(py) {
 
 # One R function that every R module's Python forward (and traced method) calls, with
 # the instance's key: Python never holds an R instance.
+# One per call path (R/callbacks.R): C's, or reticulate's where the C paths are off.
 dispatcher <- function() {
-  if (is.null(.tb$dispatch)) {
+  slot <- if (isTRUE(c_started())) "dispatch_c" else "dispatch_r"
+  if (is.null(.tb[[slot]])) {
     fn <- function(key, method, ...) {
-      inst <- instance_for_key(reticulate::py_to_r(key))
-      method <- reticulate::py_to_r(method)
-      if (is.null(inst)) {
-        e <- simpleError("The R module behind this Python module no longer exists.")
-        .tb$pending_r_error <- e
-        stop(e)
-      }
+      inst <- instance_for_key(key)
+      if (is.null(inst)) stop("The R module behind this Python module no longer exists.")
       self <- module_env(inst)
       what <- sprintf("%s() of <%s>", method, class(inst)[[1]])
       f <- get(method, envir = self)
-      args <- lapply(list(...), from_py)
-      out <- withCallingHandlers(do.call(f, args),
-                                 error = function(e) .tb$pending_r_error <- e)
-      withCallingHandlers(output_to_py(out, what),
-                          error = function(e) .tb$pending_r_error <- e)
+      check_output(f(...), what)
     }
-    .tb$dispatch <- reticulate::r_to_py(fn, convert = FALSE)
+    .tb[[slot]] <- r_function_py(fn, "a method of an R module")
   }
-  .tb$dispatch
+  .tb[[slot]]
 }
 
 bind_method_py <- function(py, method) {

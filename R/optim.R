@@ -311,14 +311,14 @@ closure_py <- function(closure) {
   if (!is.function(closure)) {
     tracebridge_abort("step(): `closure` must be a function that returns the loss.", "type_error")
   }
-  reticulate::r_to_py(function() {
-    loss <- withCallingHandlers(closure(), error = function(e) .tb$pending_r_error <- e)
+  r_function_py(function() {
+    loss <- closure()
     if (!inherits(loss, "torch_tensor")) {
       callback_abort(sprintf("step(): the closure must return the loss tensor, not %s.",
                              describe_value(loss)), "type_error")
     }
-    tensor_py(loss)
-  }, convert = FALSE)
+    loss
+  }, "the closure of step()")
 }
 
 # ---- state dicts -----------------------------------------------------------------------

@@ -545,16 +545,26 @@ register_hook <- function(py, hook) {
   if (!is.function(hook)) {
     tracebridge_abort("register_hook(): `hook` must be a function of the gradient.", "type_error")
   }
-  fn <- reticulate::r_to_py(function(g) {
-    out <- withCallingHandlers(hook(wrap_tensor(g)), error = function(e) .tb$pending_r_error <- e)
-    if (is.null(out)) return(reticulate::py_none())
-    if (!inherits(out, "torch_tensor")) {
+  fn <- r_function_py(checked_hook(hook), "the hook of register_hook()")
+  # The handle (its `$remove()`) through src/surface.c; reticulate where C does not apply.
+  out <- .Call(tb_call_method, py, "register_hook", list(fn))
+  if (is.environment(out)) return(invisible(c_other(out)))
+  if (identical(out, quote(.tb_error))) c_error(FALSE)
+  invisible(py$register_hook(fn))
+}
+
+# The hook, its result checked. Made apart from register_hook()'s frame, which holds the
+# callable (see keeping_conditions() in R/callbacks.R).
+checked_hook <- function(hook) {
+  force(hook)
+  function(g) {
+    out <- hook(g)
+    if (!is.null(out) && !inherits(out, "torch_tensor")) {
       callback_abort(sprintf("register_hook(): the hook returned %s; return a tensor or NULL.",
                              describe_value(out)), "type_error")
     }
-    tensor_py(out)
-  }, convert = FALSE)
-  invisible(py$register_hook(fn))
+    out
+  }
 }
 
 #' @export
