@@ -384,13 +384,12 @@ callback_abort <- function(message, class) {
 
 # Wrap an R function so Python can call it (R/callbacks.R): it returns tensors or lists
 # of them, and the R error (if any) is kept so that the caller can re-raise it as it was.
-# A Python function around the callable, whose name and signature the tracer may set.
+# A functools.partial() around the callable: the tracer sets its name and signature (a
+# builtin takes neither), and it adds no Python frame (the frames that are not
+# tracebridge's or torch's are taken for the user's source line).
 r_callback <- function(fn, what) {
-  if (is.null(.tb$py_function)) {
-    .tb$py_function <- reticulate::py_eval("lambda f: lambda *a, **k: f(*a, **k)",
-                                           convert = FALSE)
-  }
-  reticulate::py_call(.tb$py_function, r_function_py(checking_output(fn, what), what))
+  partial <- reticulate::import("functools", convert = FALSE)$partial
+  reticulate::py_call(partial, r_function_py(checking_output(fn, what), what))
 }
 
 # `fn` whose result check_output() checks (made apart: see keeping_conditions()).
