@@ -340,8 +340,17 @@ nn_buffer <- function(x, persistent = TRUE) {
       for (m in rev(`$.nn_module`(x, "modules"))) fn(m)
       invisible(inst)
     },
-    state_dict = function() named_tensors(py$state_dict()$items()),
+    state_dict = function() module_tensors(py, "state_dict"),
     load_state_dict = function(state_dict, strict = TRUE) {
+      # A named list of tensors through src/state.c and src/surface.c; else reticulate.
+      sd <- if (is.list(state_dict) && all(vapply(state_dict, inherits, logical(1),
+                                                   "torch_tensor"))) {
+        .Call(tb_state_to_py, state_dict)
+      }
+      if (is.environment(sd) && length(state_dict) && !is.null(names(state_dict))) {
+        module_call(py, "load_state_dict", list(sd, strict = isTRUE(strict)))
+        return(invisible(inst))
+      }
       sd <- reticulate::py_dict(names(state_dict), unname(lapply(state_dict, tensor_py)),
                                 convert = FALSE)
       withCallingHandlers(py$load_state_dict(sd, strict = isTRUE(strict)),
@@ -428,7 +437,9 @@ module_call <- function(py, method, args) {
 module_tensors <- function(py, method) {
   out <- .Call(tb_named_tensors, py, method)
   if (!is.symbol(out)) return(out)
-  named_tensors(if (method == "named_parameters") py$named_parameters() else py$named_buffers())
+  pairs <- switch(method, named_parameters = py$named_parameters(),
+                  named_buffers = py$named_buffers(), state_dict = py$state_dict()$items())
+  named_tensors(pairs)
 }
 
 named_py_list <- function(pairs) {

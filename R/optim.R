@@ -326,16 +326,24 @@ closure_py <- function(closure) {
 # copied (an optimizer updates its state in place), scalars become R scalars. The reverse,
 # state_to_py(), gives back what Python's load_state_dict() accepts; unnamed lists stay
 # lists (so a one-element list of learning rates is not mistaken for a number).
+# Both through src/state.c where it applies (every value one it converts as R does).
 state_to_r <- function(x) {
+  out <- .Call(tb_state_to_r, x)
+  if (!is.symbol(out)) return(out)
+  if (identical(out, quote(.tb_error))) c_error(FALSE)
+  state_to_r_r(x)
+}
+
+state_to_r_r <- function(x) {
   if (inherits(x, "torch.Tensor")) return(wrap_tensor(x$detach()$clone()))
   if (inherits(x, "python.builtin.dict")) {
     keys <- reticulate::iterate(x$keys(), identity, simplify = FALSE)
-    out <- lapply(keys, function(k) state_to_r(reticulate::py_get_item(x, k)))
+    out <- lapply(keys, function(k) state_to_r_r(reticulate::py_get_item(x, k)))
     names(out) <- vapply(keys, function(k) reticulate::py_str(k), character(1))
     return(out)
   }
   if (inherits(x, c("python.builtin.list", "python.builtin.tuple"))) {
-    return(reticulate::iterate(x, state_to_r, simplify = FALSE))
+    return(reticulate::iterate(x, state_to_r_r, simplify = FALSE))
   }
   out <- reticulate::py_to_r(x)
   if (is_py(out)) {
@@ -346,10 +354,17 @@ state_to_r <- function(x) {
 }
 
 state_to_py <- function(x) {
+  out <- .Call(tb_state_to_py, x)
+  if (!is.symbol(out)) return(out)
+  if (identical(out, quote(.tb_error))) c_error(FALSE)
+  state_to_py_r(x)
+}
+
+state_to_py_r <- function(x) {
   if (inherits(x, "torch_tensor")) return(tensor_py(x))
   if (is.null(x)) return(reticulate::py_none())
   if (is.list(x)) {
-    items <- lapply(x, state_to_py)
+    items <- lapply(x, state_to_py_r)
     if (length(x) && !is.null(names(x)) && all(nzchar(names(x)))) {
       return(reticulate::py_dict(names(x), unname(items), convert = FALSE))
     }
@@ -363,10 +378,12 @@ state_to_py <- function(x) {
 
 # Python numbers parameters 0, 1, ... across the groups; R shows them 1-based.
 optimizer_state_dict <- function(py) {
-  sd <- py$state_dict()
-  state <- state_to_r(reticulate::py_get_item(sd, "state"))
+  sd <- .Call(tb_call_method, py, "state_dict", list()) # src/surface.c
+  if (!is.environment(sd)) sd <- py$state_dict()
+  sd <- state_to_r(sd)
+  state <- sd$state
   if (length(state)) names(state) <- as.character(as.integer(names(state)) + 1L)
-  groups <- lapply(state_to_r(reticulate::py_get_item(sd, "param_groups")), function(g) {
+  groups <- lapply(sd$param_groups, function(g) {
     g$params <- as.integer(unlist(g$params)) + 1L
     g
   })

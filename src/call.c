@@ -51,6 +51,8 @@ SEXP tb_tensor_from_r(SEXP data, SEXP dtype);
 SEXP tb_shift_cache(SEXP clear);
 SEXP tb_shift_untracked(SEXP x);
 SEXP tb_callback_init(SEXP fns, SEXP tb);
+SEXP tb_state_to_r(SEXP obj);
+SEXP tb_state_to_py(SEXP x);
 SEXP tb_r_function(SEXP fn, SEXP what);
 SEXP tb_r_function_calls(void);
 
@@ -110,6 +112,8 @@ static const R_CallMethodDef methods[] = {
     {"tb_shift_cache", (DL_FUNC) &tb_shift_cache, 1},
     {"tb_shift_untracked", (DL_FUNC) &tb_shift_untracked, 1},
     {"tb_callback_init", (DL_FUNC) &tb_callback_init, 2},
+    {"tb_state_to_r", (DL_FUNC) &tb_state_to_r, 1},
+    {"tb_state_to_py", (DL_FUNC) &tb_state_to_py, 1},
     {"tb_r_function", (DL_FUNC) &tb_r_function, 2},
     {"tb_r_function_calls", (DL_FUNC) &tb_r_function_calls, 0},
     {NULL, NULL, 0}};

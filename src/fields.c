@@ -397,7 +397,8 @@ static SEXP named_pairs(PyObject *it) {
   return out;
 }
 
-/* tb_named_tensors(module, method): `module.method()` (named_parameters, named_buffers) of
+/* tb_named_tensors(module, method): `module.method()` (named_parameters, named_buffers,
+ * state_dict: its items) of
  * the Python module in reticulate wrapper `module`, as named_tensors() makes it in R, or
  * `.tb_fallback`. */
 SEXP tb_named_tensors(SEXP module, SEXP method) {
@@ -409,6 +410,13 @@ SEXP tb_named_tensors(SEXP module, SEXP method) {
   PyObject *fn = py.GetAttrString(self, CHAR(STRING_ELT(method, 0)));
   PyObject *args = fn == NULL ? NULL : py.TupleNew(0);
   PyObject *pairs = args == NULL ? NULL : py.Call(fn, args, NULL);
+  if (pairs != NULL && py.IsSubtype(PY_TYPE(pairs), py.DictType)) { /* state_dict() */
+    PyObject *items = py.GetAttrString(pairs, "items");
+    PyObject *view = items == NULL ? NULL : py.Call(items, args, NULL);
+    py_decref(items);
+    py.DecRef(pairs);
+    pairs = view;
+  }
   PyObject *it = pairs == NULL ? NULL : py.GetIter(pairs);
   SEXP out = it == NULL ? NULL : named_pairs(it);
   if (out != NULL) PROTECT(out);
