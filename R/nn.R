@@ -453,19 +453,28 @@ named_py_list <- function(pairs) {
 #' @export
 print.nn_module <- function(x, ...) {
   py <- module_py(x)
-  n <- reticulate::py_to_r(py_rb()$count_parameters(py))
+  n <- module_summary_call(py_rb(), "count_parameters", py)
   cat("An `nn_module` containing ", format(n, big.mark = ","), " parameters.\n", sep = "")
   kids <- named_py_list(py$named_children())
   if (length(kids)) {
     cat("\n-- Modules --\n")
     for (nm in names(kids)) {
       k <- kids[[nm]]
-      cat("* ", nm, ": <", reticulate::py_to_r(k$`_get_name`()), "> #",
-          format(reticulate::py_to_r(py_rb()$count_parameters(k)), big.mark = ","),
+      cat("* ", nm, ": <", module_summary_call(k, "_get_name"), "> #",
+          format(module_summary_call(py_rb(), "count_parameters", k), big.mark = ","),
           " parameters\n", sep = "")
     }
   }
   invisible(x)
+}
+
+# `self.method(...)` as an R value, through src/surface.c; reticulate where C does not
+# apply (a module's count or name, for print()).
+module_summary_call <- function(self, method, ...) {
+  out <- .Call(tb_call_method_r, self, method, list(...))
+  if (!is.symbol(out) && !is.environment(out)) return(out)
+  reticulate::py_to_r(do.call(reticulate::py_call,
+                              c(list(reticulate::py_get_attr(self, method)), list(...))))
 }
 
 #' Containers of modules

@@ -232,8 +232,10 @@ as.matrix.torch_tensor <- function(x, ...) as.matrix(as_array(x))
 #' @export
 print.torch_tensor <- function(x, ...) {
   py <- tensor_py(x)
-  text <- reticulate::py_to_r(py_rb()$format_tensor(py))
-  if (reticulate::py_to_r(py$requires_grad)) {
+  # The text through src/surface.c (a string comes back as R's); reticulate otherwise.
+  text <- .Call(tb_call_method_r, py_rb(), "format_tensor", list(x))
+  if (!is.character(text)) text <- reticulate::py_to_r(py_rb()$format_tensor(py))
+  if (isTRUE(x$requires_grad)) {
     # As mlverse prints it: results of recorded operations name their backward function.
     fn <- py$grad_fn
     footer <- if (inherits(fn, "python.builtin.NoneType")) "[ requires_grad = TRUE ]" else
@@ -497,8 +499,8 @@ simplify_sizes <- function(out) {
 }
 
 tensor_field <- function(x, name) {
-  # Through src/fields.c where it applies (outside traces; not `$data` or `$py`, which
-  # must tell the shift cache); R below for the rest.
+  # Through src/fields.c where it applies (outside traces; `$data` tells the shift cache
+  # there; not `$py`); R below for the rest.
   out <- .Call(tb_tensor_field, x, name)
   if (!is.symbol(out)) return(out)
   py <- .subset2(x, ".py")
@@ -582,7 +584,10 @@ checked_hook <- function(hook) {
     grad = reticulate::py_set_attr(py, "grad", if (is.null(value)) NULL else tensor_py(value)),
     data = {
       .Call(tb_shift_untracked, x) # a new value torch does not count (src/convert.c)
-      reticulate::py_set_attr(py, "data", tensor_py(value))
+      # Through src/fields.c (tb_set_attr); reticulate where C does not apply.
+      if (is.symbol(.Call(tb_set_attr, x, name, value))) {
+        reticulate::py_set_attr(py, "data", tensor_py(value))
+      }
     },
     tracebridge_abort(sprintf("Tensor field `%s` can not be assigned.", name))
   )

@@ -37,6 +37,7 @@ rows <- list(
   list("`opt$state_dict()` (Adam over that MLP)", quote(opt$state_dict())),
   list("`opt$load_state_dict(osd)`", quote(opt$load_state_dict(osd))),
   list("`print(x)` (8x8, into capture.output())", quote(utils::capture.output(print(x)))),
+  list("`print(net)` (into capture.output())", quote(utils::capture.output(print(net)))),
   list("`x$data`", quote(x$data)),
   list("`x$data <- y`", quote(x$data <- y)),
   list("`x$py`", quote(x$py))

@@ -122,6 +122,24 @@ static SEXP device_of(PyObject *t) {
   return out == NULL ? sentinel_fallback : out;
 }
 
+SEXP tb_shift_untracked(SEXP x); /* convert.c */
+
+/* x.data, a plain tensor, as an R tensor (R wraps another type). Its writes are not
+ * counted by torch: the shift cache is told first (see convert.c). */
+static SEXP data_of(SEXP x, PyObject *t) {
+  tb_shift_untracked(x);
+  PyObject *d = py.GetAttrString(t, "data");
+  if (d == NULL) {
+    clear_error();
+    return sentinel_fallback;
+  }
+  if (PY_TYPE(d) != torch_.tensor_type) {
+    py.DecRef(d);
+    return sentinel_fallback;
+  }
+  return wrap_result(d);
+}
+
 /* tb_tensor_field(x, name): the field `name` of R tensor `x`, or `.tb_fallback`. */
 SEXP tb_tensor_field(SEXP x, SEXP name) {
   if (!c_path_on() || TYPEOF(name) != STRSXP || Rf_xlength(name) != 1) return sentinel_fallback;
@@ -137,6 +155,7 @@ SEXP tb_tensor_field(SEXP x, SEXP name) {
   else if (is_name(name, "grad")) out = grad_of(t);
   else if (is_name(name, "dtype")) out = dtype_of(t);
   else if (is_name(name, "device")) out = device_of(t);
+  else if (is_name(name, "data")) out = data_of(x, t);
   py.GILRelease(gil);
   return out;
 }

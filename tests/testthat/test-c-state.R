@@ -2,7 +2,7 @@
 # (TRACEBRIDGE_C_CALL=0's): the same lists, the same loaded state, the same errors; no
 # growth; gctorture().
 
-with_path <- function(on, code) {
+with_c_state <- with_path <- function(on, code) {
   tracebridge:::set_c_call(on)
   on.exit(tracebridge:::set_c_call(TRUE))
   force(code)
@@ -90,6 +90,40 @@ test_that("an optimizer's state_dict() is a copy; C's state paths leave nothing 
   expect_lte(py_live_count("Tensor") - live, 20)
 })
 
+test_that("printing and $data agree between C and R; $data tells the shift cache", {
+  skip_if_no_torch()
+  uses <- function() {
+    torch_manual_seed(4)
+    x <- torch_randn(2, 3, requires_grad = TRUE)
+    net <- nn_sequential(nn_linear(2, 3), nn_relu(), nn_linear(3, 1))
+    printed <- utils::capture.output(print(x), print(x * 2), print(torch_ones(2)),
+                                     print(net), print(nn_linear(2, 2)))
+    p <- torch_zeros(2, 2, requires_grad = TRUE)
+    d <- p$data
+    d$add_(1) # through the alias: the parameter sees it
+    p$data <- torch_ones(2, 2) * 5
+    bad <- tryCatch({
+      p$data <- 1
+      "no error"
+    }, error = function(e) class(e))
+    list(printed, class(d), d$requires_grad, as_array(p), p$requires_grad, bad)
+  }
+  via_c <- with_c_state(TRUE, uses())
+  via_r <- with_c_state(FALSE, uses())
+  expect_identical(via_c, via_r)
+  expect_true(any(grepl("grad_fn = <MulBackward0>", via_c[[1]], fixed = TRUE)))
+  expect_true(any(grepl("containing 13 parameters", via_c[[1]], fixed = TRUE)))
+  expect_equal(via_c[[4]], matrix(5, 2, 2))
+  expect_true(via_c[[5]])
+  # `$data` of an integer tensor hands out writes torch does not count: the cache of
+  # shifted positions turns off on the C path too (src/convert.c).
+  tracebridge:::shift_cache_stats(reset = TRUE)
+  idx <- torch_tensor(c(2L, 1L))
+  invisible(idx$data)
+  expect_true(tracebridge:::shift_cache_stats()$off)
+  tracebridge:::shift_cache_stats(reset = TRUE)
+})
+
 test_that("state dicts through C are safe under gctorture()", {
   skip_if_no_torch()
   m <- nn_linear(3, 2)
@@ -97,12 +131,20 @@ test_that("state dicts through C are safe under gctorture()", {
   opt$zero_grad()
   m(torch_ones(2, 3))$sum()$backward()
   opt$step()
+  x <- torch_ones(2, requires_grad = TRUE)
   gctorture(TRUE)
   sd <- m$state_dict()
   osd <- opt$state_dict()
   m$load_state_dict(sd)
   opt$load_state_dict(osd)
+  printed <- utils::capture.output(print(x), print(m))
+  d <- x$data
+  x$data <- torch_zeros(2)
   gctorture(FALSE)
+  expect_identical(printed[[2]], " 1")
+  expect_match(printed[[5]], "containing 8 parameters")
+  expect_equal(as_array(d), c(1, 1)) # the old values: `$data <-` gave x new ones
+  expect_equal(as_array(x), c(0, 0))
   expect_identical(names(sd), c("weight", "bias"))
   expect_equal(as_array(sd$weight), as_array(m$weight))
   expect_identical(osd$param_groups[[1]]$momentum, 0.9)
