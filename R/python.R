@@ -39,6 +39,7 @@
   lazy_module("rmod", "tracebridge.frontends.r_modules", "tracebridge")
   .tb$live <- new.env(parent = emptyenv())
   load_surface(topenv(environment(load_surface)))
+  register_matmul()
 }
 
 # A function built from the surface table (they are assigned when the package loads).

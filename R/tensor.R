@@ -366,6 +366,25 @@ Ops.torch_tensor <- function(e1, e2) {
   wrap_tensor(out)
 }
 
+# `x %*% y`: torch_matmul(), an R matrix or vector on either side made a tensor first.
+# R dispatches `%*%` to S3 methods from R 4.3 on (the matrixOps group), registered at
+# load. Before 4.3 it dispatches only when an argument is an S4 object, which a tensor
+# is not: there `%*%` stays base R's ("requires numeric/complex matrix/vector
+# arguments"), and torch_matmul() is the way.
+tensor_matmul <- function(x, y) {
+  if (!inherits(x, "torch_tensor")) x <- torch_tensor(x)
+  if (!inherits(y, "torch_tensor")) y <- torch_tensor(y)
+  torch_matmul(x, y)
+}
+
+register_matmul <- function() {
+  if (getRversion() >= "4.3.0") {
+    registerS3method("matrixOps", "torch_tensor",
+                     function(x, y) tensor_matmul(x, y), envir = baseenv())
+  }
+  invisible()
+}
+
 #' @export
 Math.torch_tensor <- function(x, ...) {
   fn <- switch(.Generic,
