@@ -21,6 +21,12 @@
 #' factor, or a list of such functions, one per parameter group. As in mlverse torch
 #' (and unlike `nn_*` layers), these schedulers have no `verbose` argument here.
 #'
+#' Python calls these R functions (and the closure of `$step(closure)`) back. An error
+#' inside one stops the Python call and reaches the R caller as the R error it was, with
+#' its class and message; Python itself sees a `RuntimeError` carrying the R message.
+#' R runs on one thread, so an R function is refused (a clear error) when a Python
+#' thread other than R's calls it.
+#'
 #' `$state_dict()` returns a list of tensors and R values that [torch_save()] writes and
 #' [torch_load()] reads back, so that training can be resumed: an optimizer's has
 #' `state` (one entry per parameter, named by its 1-based position in the parameter
