@@ -343,11 +343,12 @@ nn_buffer <- function(x, persistent = TRUE) {
     state_dict = function() module_tensors(py, "state_dict"),
     load_state_dict = function(state_dict, strict = TRUE) {
       # A named list of tensors through src/state.c and src/surface.c; else reticulate.
-      sd <- if (is.list(state_dict) && all(vapply(state_dict, inherits, logical(1),
-                                                   "torch_tensor"))) {
+      named <- is.list(state_dict) && length(state_dict) && !is.null(names(state_dict)) &&
+        all(nzchar(names(state_dict)))
+      sd <- if (named && all(vapply(state_dict, inherits, logical(1), "torch_tensor"))) {
         .Call(tb_state_to_py, state_dict)
       }
-      if (is.environment(sd) && length(state_dict) && !is.null(names(state_dict))) {
+      if (is.environment(sd)) {
         module_call(py, "load_state_dict", list(sd, strict = isTRUE(strict)))
         return(invisible(inst))
       }

@@ -43,6 +43,8 @@ state_uses <- function() {
        loaded = canon_state(net2$state_dict()), opt_loaded = canon_state(opt2$state_dict()),
        missing = err(net2$load_state_dict(sd[-1])),
        not_strict = err(net2$load_state_dict(sd[-1], strict = FALSE)),
+       unnamed = err(net2$load_state_dict(stats::setNames(sd, c("", names(sd)[-1])))),
+       not_tensors = err(net2$load_state_dict(list(weight = 1))),
        bad_opt = err(opt2$load_state_dict(list(state = list(), param_groups = list(list(lr = 1))))))
 }
 
