@@ -396,6 +396,23 @@ optimizer_state_dict <- function(py) {
   list(state = state, param_groups = groups)
 }
 
+# The Python state dict of load_state_dict() (0-based positions as int keys and params)
+# through src/state.c, or NULL where C does not convert it.
+optimizer_state_py <- function(state, ids, groups) {
+  if (!is.list(groups)) return(NULL)
+  groups <- lapply(groups, function(g) {
+    if (!is.list(g) || is.null(g$params) || !all(nzchar(names(g)))) return(NULL)
+    params <- as.list(as.integer(unlist(g$params)) - 1L)
+    g$params <- NULL
+    c(g, list(params = params)) # `params` last, as Python's own
+  })
+  if (any(vapply(groups, is.null, logical(1)))) return(NULL)
+  st <- structure(unname(state), names = as.character(ids - 1L), tb_int_keys = TRUE)
+  if (!length(state)) st <- structure(list(), tb_int_keys = TRUE)
+  out <- .Call(tb_state_to_py, list(state = st, param_groups = unname(groups)))
+  if (is.environment(out)) out else NULL
+}
+
 optimizer_load_state_dict <- function(py, state_dict) {
   bad <- function(what) {
     tracebridge_abort(sprintf(
@@ -409,6 +426,15 @@ optimizer_load_state_dict <- function(py, state_dict) {
   ids <- suppressWarnings(as.integer(names(state)))
   if (length(state) && (anyNA(ids) || any(ids < 1L))) {
     bad("the names of `state` must be 1-based parameter positions")
+  }
+  # All of it in one call through src/state.c and src/surface.c where C converts every
+  # value; reticulate below otherwise (and for the errors of malformed groups).
+  sd <- optimizer_state_py(state, ids, state_dict$param_groups)
+  if (!is.null(sd)) {
+    out <- .Call(tb_call_method, py, "load_state_dict", list(sd))
+    if (!is.symbol(out) || !identical(c_answer(out, FALSE), quote(.tb_fallback))) {
+      return(invisible())
+    }
   }
   st <- reticulate::py_dict(as.list(ids - 1L), unname(lapply(state, state_to_py)),
                             convert = FALSE)

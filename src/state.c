@@ -6,6 +6,7 @@
  * R's, value by value; where a value is one R converts otherwise (or refuses, with its
  * message), the answer is `.tb_fallback` and R converts the whole state its own way.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "convert.h"
@@ -186,7 +187,9 @@ static int atom_to_py(SEXP v, R_xlen_t i, PyObject **out) {
 }
 
 /* state_to_py(): tensors as they are, NULL as None, a named list as a dict, another list
- * as a list, one R value as a Python scalar, a longer vector as a list of them. */
+ * as a list, one R value as a Python scalar, a longer vector as a list of them. A list
+ * with the attribute `tb_int_keys` (an optimizer's state, optimizer_state_py() in
+ * R/optim.R) is a dict, empty or not, keyed by the whole numbers its names spell. */
 static int to_py(SEXP v, PyObject **out) {
   PyObject *t = tensor_of(v);
   if (t != NULL) {
@@ -202,9 +205,13 @@ static int to_py(SEXP v, PyObject **out) {
   if (TYPEOF(v) == VECSXP && !OBJECT(v)) {
     R_xlen_t n = Rf_xlength(v);
     SEXP names = Rf_getAttrib(v, R_NamesSymbol);
+    int numbered = Rf_getAttrib(v, Rf_install("tb_int_keys")) != R_NilValue;
+    if (numbered && n > 0 && names == R_NilValue) return ST_FALLBACK;
     int named = n > 0 && names != R_NilValue;
     for (R_xlen_t i = 0; named && i < n; i++)
       if (CHAR(STRING_ELT(names, i))[0] == '\0') named = 0;
+    if (numbered && n > 0 && !named) return ST_FALLBACK;
+    named = named || numbered;
     PyObject *c = named ? py.DictNew() : py.ListNew(n);
     if (c == NULL) return ST_PYERR;
     for (R_xlen_t i = 0; i < n; i++) {
@@ -218,7 +225,20 @@ static int to_py(SEXP v, PyObject **out) {
         py.ListSetItem(c, i, item); /* steals */
         continue;
       }
-      PyObject *key = py.UnicodeFromString(Rf_translateCharUTF8(STRING_ELT(names, i)));
+      PyObject *key;
+      if (numbered) {
+        char *end = NULL;
+        const char *text = CHAR(STRING_ELT(names, i));
+        long long k = strtoll(text, &end, 10);
+        if (end == text || *end != '\0') {
+          py.DecRef(item);
+          py.DecRef(c);
+          return ST_FALLBACK;
+        }
+        key = py.LongFromLongLong(k);
+      } else {
+        key = py.UnicodeFromString(Rf_translateCharUTF8(STRING_ELT(names, i)));
+      }
       int bad = key == NULL || py.DictSetItem(c, key, item) != 0;
       py_decref(key);
       py.DecRef(item);
