@@ -6,12 +6,11 @@
 # traces; the R code around each then does the call its own way, which starts the paths
 # (c_started()) for the next call. TRACEBRIDGE_C_CALL=0 keeps them off.
 #
-# Note: what stays with reticulate. Calls whose arguments are R functions that Python calls
-# back (lr_lambda()'s and lr_multiplicative()'s functions, `$register_hook()`, the closure of
-# `$step(closure)`, dataset and nn_module methods run from Python) convert those functions
-# through reticulate, which owns R callbacks; the call itself may still go through C (a
-# scheduler's `$step()` does, and its Python then calls the R function). So do printing,
-# state dicts and the other one-off calls. Tensor fields (`$shape`, `$dtype`, `$grad`,
+# Note: what stays with reticulate. Printing and the other one-off calls. R functions that
+# Python calls back (lr_lambda()'s and lr_multiplicative()'s functions, `$register_hook()`,
+# the closure of `$step(closure)`, nn_module methods run from Python, jit_trace()'s
+# function) are Python callables made in C (src/callback.c, R/callbacks.R); state dicts
+# of modules, optimizers and schedulers are converted in C (src/state.c). Tensor fields (`$shape`, `$dtype`, `$grad`,
 # ...), a plateau scheduler's `$step(metric)` (the metric passed as I(): a Python float),
 # `$get_last_lr()`, `$last_epoch`, an optimizer's `$param_groups`, `x$requires_grad <-`,
 # `x$grad <-`, a module's `$parameters`, `$buffers`, `$training`, `$train()`, `$eval()`
@@ -36,6 +35,7 @@ start_c_call <- function() {
     lib <- reticulate::py_config()$libpython %||% ""
     ok <- isTRUE(.Call(tb_py_init, torch, rb, torch$empty(0L), lib, .tb))
     if (ok) {
+      .Call(tb_callback_init, list(callback_arg_r, callback_value_py), .tb)
       dtypes <- lapply(c("float32", "float64", "int64", "int32", "int16", "int8", "uint8",
                          "bool"), function(n) reticulate::py_get_attr(torch, n))
       .Call(tb_as_array_init, dtypes, torch$strided)
@@ -59,7 +59,12 @@ set_c_call <- function(on) {
 
 # A Python object C handed back unconverted (an environment of class
 # "python.builtin.object"), wrapped by reticulate with its full class vector.
-c_other <- function(out) reticulate::py_call(py_rb()$same, out)
+# rbridge.same is looked up once (a reticulate `$` costs more than the call).
+c_other <- function(out) {
+  same <- .tb$rb_same
+  if (is.null(same)) same <- .tb$rb_same <- py_rb()$same
+  reticulate::py_call(same, out)
+}
 
 # Python raised inside a C call: the exception is stored; raise it as R does.
 c_error <- function(one_based = TRUE) {

@@ -58,28 +58,21 @@ wrap_py_module <- function(py) {
 
 # One R function that every R module's Python forward (and traced method) calls, with
 # the instance's key: Python never holds an R instance.
+# One per call path (R/callbacks.R): C's, or reticulate's where the C paths are off.
 dispatcher <- function() {
-  if (is.null(.tb$dispatch)) {
+  slot <- if (isTRUE(c_started())) "dispatch_c" else "dispatch_r"
+  if (is.null(.tb[[slot]])) {
     fn <- function(key, method, ...) {
-      inst <- instance_for_key(reticulate::py_to_r(key))
-      method <- reticulate::py_to_r(method)
-      if (is.null(inst)) {
-        e <- simpleError("The R module behind this Python module no longer exists.")
-        .tb$pending_r_error <- e
-        stop(e)
-      }
+      inst <- instance_for_key(key)
+      if (is.null(inst)) stop("The R module behind this Python module no longer exists.")
       self <- module_env(inst)
       what <- sprintf("%s() of <%s>", method, class(inst)[[1]])
       f <- get(method, envir = self)
-      args <- lapply(list(...), from_py)
-      out <- withCallingHandlers(do.call(f, args),
-                                 error = function(e) .tb$pending_r_error <- e)
-      withCallingHandlers(output_to_py(out, what),
-                          error = function(e) .tb$pending_r_error <- e)
+      check_output(f(...), what)
     }
-    .tb$dispatch <- reticulate::r_to_py(fn, convert = FALSE)
+    .tb[[slot]] <- r_function_py(fn, "a method of an R module")
   }
-  .tb$dispatch
+  .tb[[slot]]
 }
 
 bind_method_py <- function(py, method) {
@@ -347,8 +340,18 @@ nn_buffer <- function(x, persistent = TRUE) {
       for (m in rev(`$.nn_module`(x, "modules"))) fn(m)
       invisible(inst)
     },
-    state_dict = function() named_tensors(py$state_dict()$items()),
+    state_dict = function() module_tensors(py, "state_dict"),
     load_state_dict = function(state_dict, strict = TRUE) {
+      # A named list of tensors through src/state.c and src/surface.c; else reticulate.
+      named <- is.list(state_dict) && length(state_dict) && !is.null(names(state_dict)) &&
+        all(nzchar(names(state_dict)))
+      sd <- if (named && all(vapply(state_dict, inherits, logical(1), "torch_tensor"))) {
+        .Call(tb_state_to_py, state_dict)
+      }
+      if (is.environment(sd)) {
+        module_call(py, "load_state_dict", list(sd, strict = isTRUE(strict)))
+        return(invisible(inst))
+      }
       sd <- reticulate::py_dict(names(state_dict), unname(lapply(state_dict, tensor_py)),
                                 convert = FALSE)
       withCallingHandlers(py$load_state_dict(sd, strict = isTRUE(strict)),
@@ -435,7 +438,9 @@ module_call <- function(py, method, args) {
 module_tensors <- function(py, method) {
   out <- .Call(tb_named_tensors, py, method)
   if (!is.symbol(out)) return(out)
-  named_tensors(if (method == "named_parameters") py$named_parameters() else py$named_buffers())
+  pairs <- switch(method, named_parameters = py$named_parameters(),
+                  named_buffers = py$named_buffers(), state_dict = py$state_dict()$items())
+  named_tensors(pairs)
 }
 
 named_py_list <- function(pairs) {
@@ -449,19 +454,28 @@ named_py_list <- function(pairs) {
 #' @export
 print.nn_module <- function(x, ...) {
   py <- module_py(x)
-  n <- reticulate::py_to_r(py_rb()$count_parameters(py))
+  n <- module_summary_call(py_rb(), "count_parameters", py)
   cat("An `nn_module` containing ", format(n, big.mark = ","), " parameters.\n", sep = "")
   kids <- named_py_list(py$named_children())
   if (length(kids)) {
     cat("\n-- Modules --\n")
     for (nm in names(kids)) {
       k <- kids[[nm]]
-      cat("* ", nm, ": <", reticulate::py_to_r(k$`_get_name`()), "> #",
-          format(reticulate::py_to_r(py_rb()$count_parameters(k)), big.mark = ","),
+      cat("* ", nm, ": <", module_summary_call(k, "_get_name"), "> #",
+          format(module_summary_call(py_rb(), "count_parameters", k), big.mark = ","),
           " parameters\n", sep = "")
     }
   }
   invisible(x)
+}
+
+# `self.method(...)` as an R value, through src/surface.c; reticulate where C does not
+# apply (a module's count or name, for print()).
+module_summary_call <- function(self, method, ...) {
+  out <- .Call(tb_call_method_r, self, method, list(...))
+  if (!is.symbol(out) && !is.environment(out)) return(out)
+  reticulate::py_to_r(do.call(reticulate::py_call,
+                              c(list(reticulate::py_get_attr(self, method)), list(...))))
 }
 
 #' Containers of modules

@@ -21,6 +21,12 @@
 #' factor, or a list of such functions, one per parameter group. As in mlverse torch
 #' (and unlike `nn_*` layers), these schedulers have no `verbose` argument here.
 #'
+#' Python calls these R functions (and the closure of `$step(closure)`) back. An error
+#' inside one stops the Python call and reaches the R caller as the R error it was, with
+#' its class and message; Python itself sees a `RuntimeError` carrying the R message.
+#' R runs on one thread, so an R function is refused (a clear error) when a Python
+#' thread other than R's calls it.
+#'
 #' `$state_dict()` returns a list of tensors and R values that [torch_save()] writes and
 #' [torch_load()] reads back, so that training can be resumed: an optimizer's has
 #' `state` (one entry per parameter, named by its 1-based position in the parameter
@@ -311,14 +317,14 @@ closure_py <- function(closure) {
   if (!is.function(closure)) {
     tracebridge_abort("step(): `closure` must be a function that returns the loss.", "type_error")
   }
-  reticulate::r_to_py(function() {
-    loss <- withCallingHandlers(closure(), error = function(e) .tb$pending_r_error <- e)
+  r_function_py(function() {
+    loss <- closure()
     if (!inherits(loss, "torch_tensor")) {
       callback_abort(sprintf("step(): the closure must return the loss tensor, not %s.",
                              describe_value(loss)), "type_error")
     }
-    tensor_py(loss)
-  }, convert = FALSE)
+    loss
+  }, "the closure of step()")
 }
 
 # ---- state dicts -----------------------------------------------------------------------
@@ -326,16 +332,24 @@ closure_py <- function(closure) {
 # copied (an optimizer updates its state in place), scalars become R scalars. The reverse,
 # state_to_py(), gives back what Python's load_state_dict() accepts; unnamed lists stay
 # lists (so a one-element list of learning rates is not mistaken for a number).
+# Both through src/state.c where it applies (every value one it converts as R does).
 state_to_r <- function(x) {
+  out <- .Call(tb_state_to_r, x)
+  if (!is.symbol(out)) return(out)
+  if (identical(out, quote(.tb_error))) c_error(FALSE)
+  state_to_r_r(x)
+}
+
+state_to_r_r <- function(x) {
   if (inherits(x, "torch.Tensor")) return(wrap_tensor(x$detach()$clone()))
   if (inherits(x, "python.builtin.dict")) {
     keys <- reticulate::iterate(x$keys(), identity, simplify = FALSE)
-    out <- lapply(keys, function(k) state_to_r(reticulate::py_get_item(x, k)))
+    out <- lapply(keys, function(k) state_to_r_r(reticulate::py_get_item(x, k)))
     names(out) <- vapply(keys, function(k) reticulate::py_str(k), character(1))
     return(out)
   }
   if (inherits(x, c("python.builtin.list", "python.builtin.tuple"))) {
-    return(reticulate::iterate(x, state_to_r, simplify = FALSE))
+    return(reticulate::iterate(x, state_to_r_r, simplify = FALSE))
   }
   out <- reticulate::py_to_r(x)
   if (is_py(out)) {
@@ -346,10 +360,17 @@ state_to_r <- function(x) {
 }
 
 state_to_py <- function(x) {
+  out <- .Call(tb_state_to_py, x)
+  if (!is.symbol(out)) return(out)
+  if (identical(out, quote(.tb_error))) c_error(FALSE)
+  state_to_py_r(x)
+}
+
+state_to_py_r <- function(x) {
   if (inherits(x, "torch_tensor")) return(tensor_py(x))
   if (is.null(x)) return(reticulate::py_none())
   if (is.list(x)) {
-    items <- lapply(x, state_to_py)
+    items <- lapply(x, state_to_py_r)
     if (length(x) && !is.null(names(x)) && all(nzchar(names(x)))) {
       return(reticulate::py_dict(names(x), unname(items), convert = FALSE))
     }
@@ -363,14 +384,33 @@ state_to_py <- function(x) {
 
 # Python numbers parameters 0, 1, ... across the groups; R shows them 1-based.
 optimizer_state_dict <- function(py) {
-  sd <- py$state_dict()
-  state <- state_to_r(reticulate::py_get_item(sd, "state"))
+  sd <- .Call(tb_call_method, py, "state_dict", list()) # src/surface.c
+  if (!is.environment(sd)) sd <- py$state_dict()
+  sd <- state_to_r(sd)
+  state <- sd$state
   if (length(state)) names(state) <- as.character(as.integer(names(state)) + 1L)
-  groups <- lapply(state_to_r(reticulate::py_get_item(sd, "param_groups")), function(g) {
+  groups <- lapply(sd$param_groups, function(g) {
     g$params <- as.integer(unlist(g$params)) + 1L
     g
   })
   list(state = state, param_groups = groups)
+}
+
+# The Python state dict of load_state_dict() (0-based positions as int keys and params)
+# through src/state.c, or NULL where C does not convert it.
+optimizer_state_py <- function(state, ids, groups) {
+  if (!is.list(groups)) return(NULL)
+  groups <- lapply(groups, function(g) {
+    if (!is.list(g) || is.null(g$params) || !all(nzchar(names(g)))) return(NULL)
+    params <- as.list(as.integer(unlist(g$params)) - 1L)
+    g$params <- NULL
+    c(g, list(params = params)) # `params` last, as Python's own
+  })
+  if (any(vapply(groups, is.null, logical(1)))) return(NULL)
+  st <- structure(unname(state), names = as.character(ids - 1L), tb_int_keys = TRUE)
+  if (!length(state)) st <- structure(list(), tb_int_keys = TRUE)
+  out <- .Call(tb_state_to_py, list(state = st, param_groups = unname(groups)))
+  if (is.environment(out)) out else NULL
 }
 
 optimizer_load_state_dict <- function(py, state_dict) {
@@ -386,6 +426,15 @@ optimizer_load_state_dict <- function(py, state_dict) {
   ids <- suppressWarnings(as.integer(names(state)))
   if (length(state) && (anyNA(ids) || any(ids < 1L))) {
     bad("the names of `state` must be 1-based parameter positions")
+  }
+  # All of it in one call through src/state.c and src/surface.c where C converts every
+  # value; reticulate below otherwise (and for the errors of malformed groups).
+  sd <- optimizer_state_py(state, ids, state_dict$param_groups)
+  if (!is.null(sd)) {
+    out <- .Call(tb_call_method, py, "load_state_dict", list(sd))
+    if (!is.symbol(out) || !identical(c_answer(out, FALSE), quote(.tb_fallback))) {
+      return(invisible())
+    }
   }
   st <- reticulate::py_dict(as.list(ids - 1L), unname(lapply(state, state_to_py)),
                             convert = FALSE)

@@ -39,6 +39,7 @@
   lazy_module("rmod", "tracebridge.frontends.r_modules", "tracebridge")
   .tb$live <- new.env(parent = emptyenv())
   load_surface(topenv(environment(load_surface)))
+  register_matmul()
 }
 
 # A function built from the surface table (they are assigned when the package loads).
@@ -192,7 +193,10 @@ to_py <- function(x) {
 }
 
 # Like to_py() for what an R function returns to the tracer: tensors and lists only.
-output_to_py <- function(x, what = "the traced function") {
+output_to_py <- function(x, what = "the traced function") to_py(check_output(x, what))
+
+# `x` if it is a tensor or a (nested) list of tensors, else an error naming `what`.
+check_output <- function(x, what = "the traced function") {
   bad <- function(v) {
     tracebridge_abort(
       sprintf(
@@ -208,7 +212,7 @@ output_to_py <- function(x, what = "the traced function") {
     bad(v)
   }
   check(x)
-  to_py(x)
+  x
 }
 
 describe_value <- function(v) {
@@ -284,6 +288,7 @@ rethrow_python <- function(e, one_based = FALSE) {
     # The Python error that the R error caused is answered by it: forget it, or the next
     # unrelated Python error would be reported with its message.
     tryCatch(py_rb()$take_last_error(), error = function(e2) NULL)
+    if (inherits(pending, "interrupt")) rlang::interrupt()
     stop(pending)
   }
   if (inherits(e, "tracebridge_error")) stop(e)
@@ -378,20 +383,19 @@ callback_abort <- function(message, class) {
   stop(e)
 }
 
-# Wrap an R function so Python can call it: arguments arrive unconverted, the R error
-# (if any) is kept so that the caller can re-raise it as it was.
+# Wrap an R function so Python can call it (R/callbacks.R): it returns tensors or lists
+# of them, and the R error (if any) is kept so that the caller can re-raise it as it was.
+# A functools.partial() around the callable: the tracer sets its name and signature (a
+# builtin takes neither), and it adds no Python frame (the frames that are not
+# tracebridge's or torch's are taken for the user's source line).
 r_callback <- function(fn, what) {
-  reticulate::r_to_py(function(...) {
-    args <- lapply(list(...), from_py)
-    out <- withCallingHandlers(
-      do.call(fn, args),
-      error = function(e) {
-        .tb$pending_r_error <- e
-      }
-    )
-    withCallingHandlers(
-      output_to_py(out, what),
-      error = function(e) .tb$pending_r_error <- e
-    )
-  }, convert = FALSE)
+  partial <- reticulate::import("functools", convert = FALSE)$partial
+  reticulate::py_call(partial, r_function_py(checking_output(fn, what), what))
+}
+
+# `fn` whose result check_output() checks (made apart: see keeping_conditions()).
+checking_output <- function(fn, what) {
+  force(fn)
+  force(what)
+  function(...) check_output(fn(...), what)
 }

@@ -407,18 +407,14 @@ fn_arg <- function(v, name) {
       tracebridge_abort(sprintf("`%s` must be a function or a list of functions, not %s.",
                                 name, describe_value(f)), "type_error")
     }
-    reticulate::r_to_py(function(x) {
-      out <- withCallingHandlers(f(reticulate::py_to_r(x)),
-                                 error = function(e) .tb$pending_r_error <- e)
+    r_function_py(function(x) {
+      out <- f(x)
       if (!is.numeric(out) || length(out) != 1 || is.na(out)) {
-        e <- structure(class = c("type_error", "tracebridge_error", "error", "condition"),
-          list(message = sprintf("`%s` must return one number, not %s.", name,
-                                 describe_value(out)), call = NULL))
-        .tb$pending_r_error <- e
-        stop(e)
+        callback_abort(sprintf("`%s` must return one number, not %s.", name,
+                               describe_value(out)), "type_error")
       }
-      reticulate::r_to_py(as.double(out))
-    }, convert = FALSE)
+      as.double(out)
+    }, sprintf("`%s`", name))
   }
   if (is.function(v)) return(one(v))
   if (!is.list(v)) one(v)

@@ -232,8 +232,10 @@ as.matrix.torch_tensor <- function(x, ...) as.matrix(as_array(x))
 #' @export
 print.torch_tensor <- function(x, ...) {
   py <- tensor_py(x)
-  text <- reticulate::py_to_r(py_rb()$format_tensor(py))
-  if (reticulate::py_to_r(py$requires_grad)) {
+  # The text through src/surface.c (a string comes back as R's); reticulate otherwise.
+  text <- .Call(tb_call_method_r, py_rb(), "format_tensor", list(x))
+  if (!is.character(text)) text <- reticulate::py_to_r(py_rb()$format_tensor(py))
+  if (isTRUE(x$requires_grad)) {
     # As mlverse prints it: results of recorded operations name their backward function.
     fn <- py$grad_fn
     footer <- if (inherits(fn, "python.builtin.NoneType")) "[ requires_grad = TRUE ]" else
@@ -362,6 +364,25 @@ Ops.torch_tensor <- function(e1, e2) {
   out <- withCallingHandlers(py_rb()$binary(.Generic, scalar_py(e1), scalar_py(e2)),
                              error = function(e) rethrow_python(e, one_based = TRUE))
   wrap_tensor(out)
+}
+
+# `x %*% y`: torch_matmul(), an R matrix or vector on either side made a tensor first.
+# R dispatches `%*%` to S3 methods from R 4.3 on (the matrixOps group), registered at
+# load. Before 4.3 it dispatches only when an argument is an S4 object, which a tensor
+# is not: there `%*%` stays base R's ("requires numeric/complex matrix/vector
+# arguments"), and torch_matmul() is the way.
+tensor_matmul <- function(x, y) {
+  if (!inherits(x, "torch_tensor")) x <- torch_tensor(x)
+  if (!inherits(y, "torch_tensor")) y <- torch_tensor(y)
+  torch_matmul(x, y)
+}
+
+register_matmul <- function() {
+  if (getRversion() >= "4.3.0") {
+    registerS3method("matrixOps", "torch_tensor",
+                     function(x, y) tensor_matmul(x, y), envir = baseenv())
+  }
+  invisible()
 }
 
 #' @export
@@ -497,8 +518,8 @@ simplify_sizes <- function(out) {
 }
 
 tensor_field <- function(x, name) {
-  # Through src/fields.c where it applies (outside traces; not `$data` or `$py`, which
-  # must tell the shift cache); R below for the rest.
+  # Through src/fields.c where it applies (outside traces; `$data` tells the shift cache
+  # there; not `$py`); R below for the rest.
   out <- .Call(tb_tensor_field, x, name)
   if (!is.symbol(out)) return(out)
   py <- .subset2(x, ".py")
@@ -545,16 +566,26 @@ register_hook <- function(py, hook) {
   if (!is.function(hook)) {
     tracebridge_abort("register_hook(): `hook` must be a function of the gradient.", "type_error")
   }
-  fn <- reticulate::r_to_py(function(g) {
-    out <- withCallingHandlers(hook(wrap_tensor(g)), error = function(e) .tb$pending_r_error <- e)
-    if (is.null(out)) return(reticulate::py_none())
-    if (!inherits(out, "torch_tensor")) {
+  fn <- r_function_py(checked_hook(hook), "the hook of register_hook()")
+  # The handle (its `$remove()`) through src/surface.c; reticulate where C does not apply.
+  out <- .Call(tb_call_method, py, "register_hook", list(fn))
+  if (is.environment(out)) return(invisible(c_other(out)))
+  if (identical(out, quote(.tb_error))) c_error(FALSE)
+  invisible(py$register_hook(fn))
+}
+
+# The hook, its result checked. Made apart from register_hook()'s frame, which holds the
+# callable (see keeping_conditions() in R/callbacks.R).
+checked_hook <- function(hook) {
+  force(hook)
+  function(g) {
+    out <- hook(g)
+    if (!is.null(out) && !inherits(out, "torch_tensor")) {
       callback_abort(sprintf("register_hook(): the hook returned %s; return a tensor or NULL.",
                              describe_value(out)), "type_error")
     }
-    tensor_py(out)
-  }, convert = FALSE)
-  invisible(py$register_hook(fn))
+    out
+  }
 }
 
 #' @export
@@ -572,7 +603,10 @@ register_hook <- function(py, hook) {
     grad = reticulate::py_set_attr(py, "grad", if (is.null(value)) NULL else tensor_py(value)),
     data = {
       .Call(tb_shift_untracked, x) # a new value torch does not count (src/convert.c)
-      reticulate::py_set_attr(py, "data", tensor_py(value))
+      # Through src/fields.c (tb_set_attr); reticulate where C does not apply.
+      if (is.symbol(.Call(tb_set_attr, x, name, value))) {
+        reticulate::py_set_attr(py, "data", tensor_py(value))
+      }
     },
     tracebridge_abort(sprintf("Tensor field `%s` can not be assigned.", name))
   )

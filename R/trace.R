@@ -427,3 +427,35 @@ jit_load <- function(path, weights = NULL, map_location = NULL, progress = NULL)
     new_script_function(loaded)
   }
 }
+
+#' Forget the values traced code keeps from module state
+#'
+#' Traced and loaded graphs keep some values computed from their module's state alone
+#' (constants folded at the first call in evaluation mode, memos keyed on state tensors);
+#' each is computed again at its next use after this call. It is needed only after a
+#' write that torch does not record: an in-place op through `$data`
+#' (`p$data$zero_()`, `p$data$copy_(w)`): `$data` has a version counter of its own, so
+#' the parameter's does not move. Writes torch records are seen without it:
+#' `$load_state_dict()`, optimizer steps, `p$copy_(w)` inside [with_no_grad()],
+#' `p$data <- w`.
+#'
+#' @return `NULL`, invisibly.
+#' @examples
+#' if (torch_is_installed()) {
+#'   Doubled <- nn_module("Doubled",
+#'     initialize = function() self$fc <- nn_linear(2, 2, bias = FALSE),
+#'     forward = function(x) torch_matmul(x, (self$fc$weight * 2)$t())
+#'   )
+#'   net <- Doubled()
+#'   net$eval()
+#'   f <- jit_trace(net, torch_ones(1, 2))
+#'   with_no_grad(f(torch_ones(1, 2)))  # `weight * 2` is folded
+#'   invisible(net$fc$weight$data$zero_()) # torch does not record this write
+#'   invalidate_caches()
+#'   with_no_grad(f(torch_ones(1, 2)))  # zeros, computed from the new weight
+#' }
+#' @export
+invalidate_caches <- function() {
+  withCallingHandlers(py_core()$invalidate_caches(), error = function(e) rethrow_python(e))
+  invisible(NULL)
+}

@@ -50,6 +50,11 @@ SEXP tb_as_array_init(SEXP examples, SEXP layout);
 SEXP tb_tensor_from_r(SEXP data, SEXP dtype);
 SEXP tb_shift_cache(SEXP clear);
 SEXP tb_shift_untracked(SEXP x);
+SEXP tb_callback_init(SEXP fns, SEXP tb);
+SEXP tb_state_to_r(SEXP obj);
+SEXP tb_state_to_py(SEXP x);
+SEXP tb_r_function(SEXP fn, SEXP what);
+SEXP tb_r_function_calls(void);
 
 /* tb_call_tensor(fn, x): the traced call `fn(x)` for an R torch_tensor `x`, all of it here
  * (R's share of a call is the closure that calls this). Returns an R torch_tensor for a
@@ -106,6 +111,11 @@ static const R_CallMethodDef methods[] = {
     {"tb_tensor_from_r", (DL_FUNC) &tb_tensor_from_r, 2},
     {"tb_shift_cache", (DL_FUNC) &tb_shift_cache, 1},
     {"tb_shift_untracked", (DL_FUNC) &tb_shift_untracked, 1},
+    {"tb_callback_init", (DL_FUNC) &tb_callback_init, 2},
+    {"tb_state_to_r", (DL_FUNC) &tb_state_to_r, 1},
+    {"tb_state_to_py", (DL_FUNC) &tb_state_to_py, 1},
+    {"tb_r_function", (DL_FUNC) &tb_r_function, 2},
+    {"tb_r_function_calls", (DL_FUNC) &tb_r_function_calls, 0},
     {NULL, NULL, 0}};
 
 void R_init_tracebridge(DllInfo *dll) {

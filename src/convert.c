@@ -513,6 +513,15 @@ static int scalar_to_r(PyObject *o, SEXP *out) {
     *out = Rf_ScalarReal(py.FloatAsDouble(o));
     return CONV_OK;
   }
+  if (is_type(o, py.UnicodeType)) { /* as reticulate: one UTF-8 string */
+    const char *s = py.UnicodeAsUTF8(o);
+    if (s == NULL) { /* not UTF-8 (lone surrogates): R's conversion decides */
+      clear_python_error();
+      return CONV_FALLBACK;
+    }
+    *out = Rf_ScalarString(Rf_mkCharCE(s, CE_UTF8));
+    return CONV_OK;
+  }
   if (is_type(o, py.LongType)) {
     int overflow = 0;
     long long n = py.LongAsLongLongAndOverflow(o, &overflow);

@@ -122,6 +122,24 @@ static SEXP device_of(PyObject *t) {
   return out == NULL ? sentinel_fallback : out;
 }
 
+SEXP tb_shift_untracked(SEXP x); /* convert.c */
+
+/* x.data, a plain tensor, as an R tensor (R wraps another type). Its writes are not
+ * counted by torch: the shift cache is told first (see convert.c). */
+static SEXP data_of(SEXP x, PyObject *t) {
+  tb_shift_untracked(x);
+  PyObject *d = py.GetAttrString(t, "data");
+  if (d == NULL) {
+    clear_error();
+    return sentinel_fallback;
+  }
+  if (PY_TYPE(d) != torch_.tensor_type) {
+    py.DecRef(d);
+    return sentinel_fallback;
+  }
+  return wrap_result(d);
+}
+
 /* tb_tensor_field(x, name): the field `name` of R tensor `x`, or `.tb_fallback`. */
 SEXP tb_tensor_field(SEXP x, SEXP name) {
   if (!c_path_on() || TYPEOF(name) != STRSXP || Rf_xlength(name) != 1) return sentinel_fallback;
@@ -137,6 +155,7 @@ SEXP tb_tensor_field(SEXP x, SEXP name) {
   else if (is_name(name, "grad")) out = grad_of(t);
   else if (is_name(name, "dtype")) out = dtype_of(t);
   else if (is_name(name, "device")) out = device_of(t);
+  else if (is_name(name, "data")) out = data_of(x, t);
   py.GILRelease(gil);
   return out;
 }
@@ -397,7 +416,8 @@ static SEXP named_pairs(PyObject *it) {
   return out;
 }
 
-/* tb_named_tensors(module, method): `module.method()` (named_parameters, named_buffers) of
+/* tb_named_tensors(module, method): `module.method()` (named_parameters, named_buffers,
+ * state_dict: its items) of
  * the Python module in reticulate wrapper `module`, as named_tensors() makes it in R, or
  * `.tb_fallback`. */
 SEXP tb_named_tensors(SEXP module, SEXP method) {
@@ -409,6 +429,13 @@ SEXP tb_named_tensors(SEXP module, SEXP method) {
   PyObject *fn = py.GetAttrString(self, CHAR(STRING_ELT(method, 0)));
   PyObject *args = fn == NULL ? NULL : py.TupleNew(0);
   PyObject *pairs = args == NULL ? NULL : py.Call(fn, args, NULL);
+  if (pairs != NULL && py.IsSubtype(PY_TYPE(pairs), py.DictType)) { /* state_dict() */
+    PyObject *items = py.GetAttrString(pairs, "items");
+    PyObject *view = items == NULL ? NULL : py.Call(items, args, NULL);
+    py_decref(items);
+    py.DecRef(pairs);
+    pairs = view;
+  }
   PyObject *it = pairs == NULL ? NULL : py.GetIter(pairs);
   SEXP out = it == NULL ? NULL : named_pairs(it);
   if (out != NULL) PROTECT(out);

@@ -107,6 +107,14 @@ static int find_api(SEXP libpython) {
   FIND(DictType, "PyDict_Type");
   FIND(GetIter, "PyObject_GetIter");
   FIND(IterNext, "PyIter_Next");
+  FIND(CFunctionNewEx, "PyCFunction_NewEx");
+  FIND(CapsuleNew, "PyCapsule_New");
+  FIND(CapsuleGetPointer, "PyCapsule_GetPointer");
+  FIND(ErrSetString, "PyErr_SetString");
+  FIND(DictSize, "PyDict_Size");
+  FIND(ExcRuntimeError, "PyExc_RuntimeError");
+  FIND(ExcKeyboardInterrupt, "PyExc_KeyboardInterrupt");
+  FIND(UnicodeType, "PyUnicode_Type");
   return ok;
 }
 

@@ -65,6 +65,14 @@ typedef struct {
   int (*DictNext)(PyObject *, ptrdiff_t *, PyObject **, PyObject **);
   PyObject *(*GetIter)(PyObject *);
   PyObject *(*IterNext)(PyObject *);
+  /* R functions that Python calls (callback.c) */
+  PyObject *(*CFunctionNewEx)(void *, PyObject *, PyObject *);
+  PyObject *(*CapsuleNew)(void *, const char *, void (*)(PyObject *));
+  void *(*CapsuleGetPointer)(PyObject *, const char *);
+  void (*ErrSetString)(PyObject *, const char *);
+  ptrdiff_t (*DictSize)(PyObject *);
+  PyObject **ExcRuntimeError, **ExcKeyboardInterrupt; /* the addresses of PyExc_* */
+  PyObject *UnicodeType;
   PyObject *None, *True, *False, *Ellipsis;
   PyObject *LongType, *FloatType, *BoolType, *TupleType, *ListType, *DictType;
 } PyApi;
