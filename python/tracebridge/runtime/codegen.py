@@ -43,6 +43,7 @@ from ..ir.analysis import last_uses
 from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import fold_literal
 from . import (
+    arguments,
     basic_index,
     checked_ops,
     contiguous,
@@ -309,6 +310,8 @@ class CodeGen:
 
     def call(self, node: Node) -> ast.expr:
         fn = self.callable_for(node)
+        if self.fold and fn is support.default_callable(node.op):
+            node = self.shortened(node)
         args, kwargs = self.arguments(node)
         if not kwargs and node.op in _INLINE and fn is support.default_callable(node.op):
             inline = _inline(node.op, args)
@@ -326,6 +329,14 @@ class CodeGen:
         if self.fold and node.op in _BOUNDED_FACTORIES and sized:
             return self.unless_large(node, call)
         return call
+
+    def shortened(self, node: Node) -> Node:
+        """``node``, or a copy whose literal arguments are written the way torch parses
+        fastest, with the same meaning (runtime/arguments.py)."""
+        found = arguments.shorter(node) if node.op in arguments.SIGNATURES else None
+        if found is None:
+            return node
+        return Node(node.op, found[0], found[1], node.outputs, node.out_spec, node.loc)
 
     def unless_large(self, node: Node, call: ast.expr) -> ast.expr:
         """``call`` (a factory whose sizes are values, through ``checked_ops.sized_guard``),
