@@ -387,3 +387,46 @@ def test_the_code_shows_the_shorter_calls(tmp_path):
     assert re.search(r"op_gelu_\d+\(v\d+\)", code)
     assert "approximate='tanh'" in code
     assert re.search(r"op_cat_\d+\(\(v\d+, v\d+\), 1\)", code)
+
+
+# --- group_norm without its Python check where the check holds inline ----------------------
+
+
+class Pool(torch.nn.Module):
+    """poolformer's GroupNorm(1, C), a count over channels, and an in-place eval dropout."""
+
+    def __init__(self):
+        super().__init__()
+        self.one = torch.nn.GroupNorm(1, 4)
+
+    def forward(self, x):
+        y = self.one(x) + F.group_norm(x, 2, eps=1e-5)
+        return torch.dropout_(y * 1, 0.5, False)
+
+
+def test_group_norm_runs_its_kernel_where_the_check_holds(tmp_path):
+    torch.manual_seed(0)
+    model = Pool().eval()
+    traced = tracebridge.trace(model, torch.randn(1, 4, 3, 3))
+    fast = loaded(traced, tmp_path)
+    slow = tracebridge.load(tmp_path / "m.tb", runtime="interpreter")
+    code = fast.code
+    assert re.search(r"op_group_norm_kernel_\d+\(in0, 1, v\d+, v\d+\) if ", code)
+    assert re.search(r"in0.shape\[1\] >= 2\) else op_group_norm_\d+\(in0, 2\)", code)
+    assert "# dropout_" in code and not re.search(r"op_dropout_\w*\(", code)  # x itself
+    for x in (torch.randn(2, 4, 5, 5), torch.randn(1, 4, 1, 1), torch.randn(3, 4, 2, 7)):
+        for grad in (False, True):
+            with torch.set_grad_enabled(grad):
+                assert same_bits(fast(x).detach(), slow(x).detach())
+                assert same_bits(fast(x).detach(), model(x).detach())
+
+
+def test_group_norm_falls_back_to_its_check_with_the_same_error(tmp_path):
+    traced = tracebridge.trace(lambda x: F.group_norm(x, 2), torch.randn(1, 4, 3))
+    fast = loaded(traced, tmp_path)
+    slow = tracebridge.load(tmp_path / "m.tb", runtime="interpreter")
+    assert "op_group_norm_kernel_" in fast.code
+    message = "num_groups must be between 1 and the 1 channels"
+    for runner in (fast, slow):
+        with pytest.raises(tracebridge.TraceError, match=message):
+            runner(torch.randn(1, 1, 3))
