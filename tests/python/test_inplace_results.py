@@ -204,3 +204,33 @@ def test_the_table_names_in_place_forms_of_its_own_ops():
     for op, fn in {**inplace.UNARY, **inplace.BINARY}.items():
         assert fn.__name__ == op + "_"
     assert not (set(inplace.UNARY) | set(inplace.BINARY)) - inplace.FRESH
+
+
+def test_a_residual_read_by_a_norm_before_takes_the_sum(tmp_path):
+    class Residual(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = torch.nn.LayerNorm(6)
+            self.fc = torch.nn.Linear(6, 6)
+
+        def forward(self, x):
+            h = x * 1.5  # fresh
+            h = h + self.fc(self.norm(h))  # the norm read h and kept nothing: h takes it
+            v = h * 2  # fresh, then a view of it is read after the add below
+            w = v.view(-1)
+            s = v + h.size(0)  # the view w is still alive: v is not written
+            return s, w
+
+    model = Residual().eval()
+    traced = tracebridge.trace(model, torch.randn(3, 6), check_trace=False)
+    fast = loaded(traced, tmp_path)
+    slow = tracebridge.load(tmp_path / "m.tb", runtime="interpreter")
+    code = "\n".join(line.split("#")[0] for line in no_grad_code(fast).splitlines())
+    written = re.findall(r"op_\w+?_inplace_\d+\((\w+)", code)
+    assert len(written) == 1  # h + fc(norm(h)), not v + size
+    with torch.no_grad():
+        for x in (torch.randn(3, 6), torch.randn(1, 6), torch.randn(5, 6)):
+            expected = model(x)
+            assert _same(fast(x), expected) and _same(slow(x), expected)
+            s, w = fast(x)
+            assert torch.equal(w, (x * 1.5 + model.fc(model.norm(x * 1.5))).mul(2).view(-1))

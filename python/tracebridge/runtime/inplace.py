@@ -12,8 +12,10 @@ Note: why a dead operand may take the result, and when.
 
   * that operand was made by an op of :data:`FRESH` in this code (not folded, memoised or
     read from state, an input or a view), which always returns new, dense memory, so no
-    other tensor shares it; and the op at hand is its only reader (no view of it exists)
-    and it is not returned -- nothing can see the write;
+    other tensor shares it; the op at hand is its last reader, every reader before it
+    read it without keeping it or making a view of it (a norm, a linear, a size read:
+    ``x + attn(norm(x))`` writes into ``x``), and it is not returned -- nothing can see
+    the write;
   * at the call, the operand is a plain tensor of the traced floating dtype and the call
     runs outside any torch function or dispatch mode and autocast (``_plain``), and the
     second operand is a number, or a plain tensor of that dtype too (``a.add_(b)`` of a
@@ -39,9 +41,15 @@ from ..ir.analysis import output_ids
 
 # Ops whose result is always a tensor of its own, dense and unaliased.
 FRESH = frozenset(
-    """add sub mul div matmul linear conv1d conv2d conv3d layer_norm softmax log_softmax
-    gelu silu relu sigmoid tanh hardswish hardsigmoid rsqrt neg exp pow batch_norm
-    embedding bmm baddbmm addmm mm where""".split()
+    """add sub mul div matmul linear conv1d conv2d conv3d layer_norm group_norm softmax
+    log_softmax gelu silu relu sigmoid tanh hardswish hardsigmoid rsqrt neg exp pow
+    batch_norm embedding bmm baddbmm addmm mm where cat mean sum max_pool2d avg_pool2d""".split()
+)
+# Ops that read a tensor without keeping it or a view of it: an operand they read before
+# may still be written by its last reader.
+_KEEP_NOTHING = FRESH | frozenset(
+    """scaled_dot_product_attention prim.size prim.numel prim.dtype prim.device
+    prim.stride prim.is_contiguous prim.requires_grad""".split()
 )
 _nn = torch._C._nn
 # op -> its in-place form (one operand; a keyword of the op passes on as it is)
@@ -78,10 +86,10 @@ def plan(graph: Graph, elsewhere) -> dict[int, str]:
         for value in node.outputs:
             producers[value.id] = index
             values[value.id] = value
-    reads: dict[int, int] = {}
-    for node in graph.nodes:
+    readers: dict[int, list[int]] = {}
+    for index, node in enumerate(graph.nodes):
         for ref in refs_in((node.args, node.kwargs)):
-            reads[ref.id] = reads.get(ref.id, 0) + 1
+            readers.setdefault(ref.id, []).append(index)
     returned = output_ids(graph)
     found = {}
     for index, node in enumerate(graph.nodes):
@@ -96,7 +104,9 @@ def plan(graph: Graph, elsewhere) -> dict[int, str]:
         else:
             continue
         first = node.args[0]
-        if not isinstance(first, Ref) or first.id in returned or reads.get(first.id) != 1:
+        if not isinstance(first, Ref) or first.id in returned:
+            continue
+        if not _last_and_only_holder(graph, index, readers.get(first.id, []), elsewhere):
             continue
         maker = producers.get(first.id)
         if maker is None or elsewhere(maker) or graph.nodes[maker].op not in FRESH:
@@ -110,3 +120,13 @@ def plan(graph: Graph, elsewhere) -> dict[int, str]:
             continue
         found[index] = operand.dtype
     return found
+
+
+def _last_and_only_holder(graph: Graph, index: int, readers: list[int], elsewhere) -> bool:
+    """Whether node ``index`` reads a value last, and every other reader before it read it
+    without keeping it or a view of it (an op of :data:`_KEEP_NOTHING` that runs as its own
+    statement): after ``index`` nothing can see the value."""
+    if not readers or max(readers) != index:
+        return False
+    others = [i for i in readers if i != index]
+    return all(graph.nodes[i].op in _KEEP_NOTHING and not elsewhere(i) for i in others)
