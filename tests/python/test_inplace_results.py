@@ -234,3 +234,30 @@ def test_a_residual_read_by_a_norm_before_takes_the_sum(tmp_path):
             assert _same(fast(x), expected) and _same(slow(x), expected)
             s, w = fast(x)
             assert torch.equal(w, (x * 1.5 + model.fc(model.norm(x * 1.5))).mul(2).view(-1))
+
+
+def test_an_evaluation_dropout_passes_its_value_on(tmp_path):
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(6, 6)
+            self.drop = torch.nn.Dropout(0.1)
+
+        def forward(self, x):
+            h = self.drop(self.fc(x))  # h is the linear's result under another name
+            h = h + self.fc(h)  # written in place
+            kept = self.drop(h * 2)
+            return kept + 1, kept  # returned under the dropout's name: never written
+
+    model = Block().eval()
+    traced = tracebridge.trace(model, torch.randn(2, 6), check_trace=False)
+    fast = loaded(traced, tmp_path)
+    slow = tracebridge.load(tmp_path / "m.tb", runtime="interpreter")
+    code = "\n".join(line.split("#")[0] for line in no_grad_code(fast).splitlines())
+    assert len(re.findall(r"op_add_inplace_\d+\(", code)) == 1
+    with torch.no_grad():
+        for x in (torch.randn(2, 6), torch.randn(4, 6)):
+            a, b = fast(x)
+            expected = model(x)
+            assert _same((a, b), expected) and _same(slow(x), expected)
+            assert a is not b and not torch.equal(a, b)

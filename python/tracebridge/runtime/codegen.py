@@ -746,7 +746,8 @@ class CodeGen:
         for index, node in enumerate(self.graph.nodes):
             if node.op in inplace.OPS and not self.default_call(node):
                 elsewhere.add(index)
-        self._inplace = inplace.plan(self.graph, elsewhere.__contains__)
+        passes_on = lambda node: _eval_dropout(node) and self.default_call(node)  # noqa: E731
+        self._inplace = inplace.plan(self.graph, elsewhere.__contains__, passes_on)
 
     def in_place(self, node: Node, call: ast.expr, target: ast.expr) -> ast.stmt:
         """``target = call``, or where ``node`` may write into its first operand

@@ -76,21 +76,31 @@ OPS = FRESH | set(UNARY) | set(BINARY)  # the ops plan() looks at
 _FLOATING = frozenset({"float16", "bfloat16", "float32", "float64"})
 
 
-def plan(graph: Graph, elsewhere) -> dict[int, str]:
+def plan(graph: Graph, elsewhere, passes_on=lambda node: False) -> dict[int, str]:
     """Index -> the traced dtype of its first operand, for each node of ``graph`` that may
     run in place (see the Note); ``elsewhere(index)`` says whether a node runs in other
-    code than its own statement (folded, memoised, a tree of views, a merged pair)."""
+    code than its own statement (folded, memoised, a tree of views, a merged pair);
+    ``passes_on(node)`` whether the code gives a node's first argument as its result (a
+    dropout in evaluation mode): its result is that value under another name."""
     producers = {}
     values = {v.id: v for v in graph.inputs}
+    same: dict[int, int] = {}  # a value passed on -> the value it is
     for index, node in enumerate(graph.nodes):
+        first = node.args[0] if node.args else None
+        single = isinstance(first, Ref) and len(node.outputs) == 1
+        if single and not elsewhere(index) and passes_on(node):
+            same[node.outputs[0].id] = same.get(first.id, first.id)
+            continue
         for value in node.outputs:
             producers[value.id] = index
             values[value.id] = value
     readers: dict[int, list[int]] = {}
     for index, node in enumerate(graph.nodes):
+        if node.outputs and node.outputs[0].id in same:
+            continue  # not a reader: its result is read as the value itself
         for ref in refs_in((node.args, node.kwargs)):
-            readers.setdefault(ref.id, []).append(index)
-    returned = output_ids(graph)
+            readers.setdefault(same.get(ref.id, ref.id), []).append(index)
+    returned = {same.get(i, i) for i in output_ids(graph)}
     found = {}
     for index, node in enumerate(graph.nodes):
         if elsewhere(index) or len(node.outputs) != 1 or not node.args:
@@ -104,7 +114,10 @@ def plan(graph: Graph, elsewhere) -> dict[int, str]:
         else:
             continue
         first = node.args[0]
-        if not isinstance(first, Ref) or first.id in returned:
+        if not isinstance(first, Ref):
+            continue
+        first = Ref(same.get(first.id, first.id))
+        if first.id in returned:
             continue
         if not _last_and_only_holder(graph, index, readers.get(first.id, []), elsewhere):
             continue
