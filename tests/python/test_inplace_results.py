@@ -49,6 +49,10 @@ class Block(torch.nn.Module):
             torch.rsqrt(h * h + 1e-6),
             torch.neg(h * 0.5),
             torch.exp(h - 4),
+            torch.sqrt(h.abs() + 1),  # abs of a fresh value read once more: not written
+            torch.erf(h * 0.7) + torch.log1p((h * 0.1).abs()),
+            torch.reciprocal(h + 10).pow(2) + torch.clamp_min(h - 0.1, 0.0).pow(0.5),
+            torch.cos(h * 3).expm1() + torch.log((h * h) + 1).sin(),
         ]
         s = acts[0]
         for a in acts[1:]:
@@ -85,6 +89,7 @@ def test_the_no_grad_code_writes_in_place_and_keeps_what_others_read(tmp_path):
     # 11 activations (or their input arithmetic), 10 sums, the residual, r * y, the last
     assert {"gelu", "silu", "relu", "sigmoid", "tanh", "hardswish", "hardsigmoid"} <= set(made)
     assert {"rsqrt", "neg", "exp", "add", "sub", "mul", "div"} <= set(made)
+    assert {"sqrt", "erf", "log1p", "pow", "clamp_min", "expm1", "log", "sin"} <= set(made)
     assert "approximate='tanh'" in code
     # h is read by every activation's arithmetic and returned: never written
     for line in code.splitlines():

@@ -43,7 +43,8 @@ from ..ir.analysis import output_ids
 FRESH = frozenset(
     """add sub mul div matmul linear conv1d conv2d conv3d layer_norm group_norm softmax
     log_softmax gelu silu relu sigmoid tanh hardswish hardsigmoid rsqrt neg exp pow
-    batch_norm embedding bmm baddbmm addmm mm where cat mean sum max_pool2d avg_pool2d""".split()
+    batch_norm embedding bmm baddbmm addmm mm where cat mean sum max_pool2d avg_pool2d
+    sqrt erf abs reciprocal log log1p expm1 sin cos clamp_min""".split()
 )
 # Ops that read a tensor without keeping it or a view of it: an operand they read before
 # may still be written by its last reader.
@@ -64,6 +65,15 @@ UNARY = {
     "rsqrt": torch.Tensor.rsqrt_,
     "neg": torch.Tensor.neg_,
     "exp": torch.Tensor.exp_,
+    "sqrt": torch.Tensor.sqrt_,
+    "erf": torch.Tensor.erf_,
+    "abs": torch.Tensor.abs_,
+    "reciprocal": torch.Tensor.reciprocal_,
+    "log": torch.Tensor.log_,
+    "log1p": torch.Tensor.log1p_,
+    "expm1": torch.Tensor.expm1_,
+    "sin": torch.Tensor.sin_,
+    "cos": torch.Tensor.cos_,
 }
 _UNARY_KEYWORDS = {"gelu": {"approximate"}}
 BINARY = {
@@ -71,6 +81,8 @@ BINARY = {
     "sub": torch.Tensor.sub_,
     "mul": torch.Tensor.mul_,
     "div": torch.Tensor.div_,
+    "pow": torch.Tensor.pow_,
+    "clamp_min": torch.Tensor.clamp_min_,
 }
 OPS = FRESH | set(UNARY) | set(BINARY)  # the ops plan() looks at
 _FLOATING = frozenset({"float16", "bfloat16", "float32", "float64"})
