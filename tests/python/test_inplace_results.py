@@ -53,6 +53,7 @@ class Block(torch.nn.Module):
             torch.erf(h * 0.7) + torch.log1p((h * 0.1).abs()),
             torch.reciprocal(h + 10).pow(2) + torch.clamp_min(h - 0.1, 0.0).pow(0.5),
             torch.cos(h * 3).expm1() + torch.log((h * h) + 1).sin(),
+            F.elu(h * 2.5) + F.elu(h * 3.5, alpha=0.5),
         ]
         s = acts[0]
         for a in acts[1:]:
@@ -89,7 +90,8 @@ def test_the_no_grad_code_writes_in_place_and_keeps_what_others_read(tmp_path):
     # 11 activations (or their input arithmetic), 10 sums, the residual, r * y, the last
     assert {"gelu", "silu", "relu", "sigmoid", "tanh", "hardswish", "hardsigmoid"} <= set(made)
     assert {"rsqrt", "neg", "exp", "add", "sub", "mul", "div"} <= set(made)
-    assert {"sqrt", "erf", "log1p", "pow", "clamp_min", "expm1", "log", "sin"} <= set(made)
+    assert {"sqrt", "erf", "log1p", "pow", "clamp_min", "expm1", "log", "sin", "elu"} <= set(made)
+    assert re.search(r"op_elu_inplace_\d+\(v\d+, 0.5\)", code)
     assert "approximate='tanh'" in code
     # h is read by every activation's arithmetic and returned: never written
     for line in code.splitlines():

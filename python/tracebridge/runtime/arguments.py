@@ -151,6 +151,9 @@ SIGNATURES: dict[str, tuple[Param, ...]] = {
         Param("enable_gqa", False, keyword_only=True),
     ),
     "flatten": (Param("input"), Param("start_dim", 0), Param("end_dim", -1)),
+    # Scalars: 1.0 is left out where the file writes 1.0 (an int 1 stays); elu computes
+    # in the tensor's floating type either way, and refuses integer tensors either way
+    "elu": (Param("input"), Param("alpha", 1.0), Param("scale", 1.0), Param("input_scale", 1.0)),
     "cat": (Param("tensors", tensors=True), Param("dim", 0)),
     "embedding": (
         Param("weight"),

@@ -756,7 +756,9 @@ class CodeGen:
         op refuses the operands."""
         plain = ast.Assign([target], call)
         dtype = self._inplace.get(self._index)
-        if dtype is None or not isinstance(call, ast.Call) or len(call.args) != len(node.args):
+        if dtype is None or not isinstance(call, ast.Call):
+            return plain
+        if node.op in inplace.BINARY and len(call.args) != len(node.args):
             return plain
         x = self.literal  # a fresh expression for each use
         first = node.args[0]

@@ -44,7 +44,7 @@ FRESH = frozenset(
     """add sub mul div matmul linear conv1d conv2d conv3d layer_norm group_norm softmax
     log_softmax gelu silu relu sigmoid tanh hardswish hardsigmoid rsqrt neg exp pow
     batch_norm embedding bmm baddbmm addmm mm where cat mean sum max_pool2d avg_pool2d
-    sqrt erf abs reciprocal log log1p expm1 sin cos clamp_min""".split()
+    sqrt erf abs reciprocal log log1p expm1 sin cos clamp_min elu""".split()
 )
 # Ops that read a tensor without keeping it or a view of it: an operand they read before
 # may still be written by its last reader.
@@ -74,6 +74,7 @@ UNARY = {
     "expm1": torch.Tensor.expm1_,
     "sin": torch.Tensor.sin_,
     "cos": torch.Tensor.cos_,
+    "elu": _nn.elu_,
 }
 _UNARY_KEYWORDS = {"gelu": {"approximate"}}
 BINARY = {
@@ -117,8 +118,10 @@ def plan(graph: Graph, elsewhere, passes_on=lambda node: False) -> dict[int, str
     for index, node in enumerate(graph.nodes):
         if elsewhere(index) or len(node.outputs) != 1 or not node.args:
             continue
-        if node.op in UNARY:
-            if len(node.args) != 1 or not set(node.kwargs) <= _UNARY_KEYWORDS.get(node.op, set()):
+        if node.op in UNARY:  # literals after the tensor (elu's alpha) pass on as they are
+            if refs_in((node.args[1:], node.kwargs)):
+                continue
+            if not set(node.kwargs) <= _UNARY_KEYWORDS.get(node.op, set()):
                 continue
         elif node.op in BINARY:
             if len(node.args) != 2 or node.kwargs:
