@@ -212,9 +212,11 @@ def test_graphs_that_switch_grad_off_still_share_and_those_that_turn_it_on_do_no
     traced = tracebridge.trace(RotaryUnderNoGrad(), (q, k))
     assert cse.grad_stays_off(_forward(traced))
     code = no_grad_code(traced)
-    assert code.count("= op_mul") < traced.code.count("= op_mul")
+    # mul nodes, by the comment each node's line has (a mul written in place, runtime/
+    # inplace.py, names op_mul twice on its line and once more in its fallback)
+    assert code.count("# mul,") < traced.code.count("# mul,")
     _same_as_interpreter(traced, tmp_path, q, k)
 
     traced = tracebridge.trace(TurnsGradOn(), torch.randn(3))
     assert not cse.grad_stays_off(_forward(traced))
-    assert no_grad_code(traced).count("= op_mul") == traced.code.count("= op_mul") == 3
+    assert no_grad_code(traced).count("# mul,") == traced.code.count("# mul,") == 3
