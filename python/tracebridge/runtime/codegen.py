@@ -119,6 +119,8 @@ _HELPERS = {
     "_set_grad_enabled": torch._C._set_grad_enabled,
     "_type": type,
     "_Tensor": torch.Tensor,
+    # tensors whose type runs no torch function of its own (a Parameter's is disabled)
+    "_PLAIN_TENSORS": (torch.Tensor, torch.nn.Parameter),
     "_int": int,
     "_float": float,
     "_RuntimeError": RuntimeError,
@@ -772,13 +774,14 @@ class CodeGen:
         other = node.args[1] if len(node.args) > 1 else None
         guarded = isinstance(other, Ref)  # a tensor may broadcast the result past the operand
         if guarded:
-            kind = {"Tensor": "_Tensor", "int": "_int", "float": "_float"}.get(
+            kind = {"Tensor": "_PLAIN_TENSORS", "int": "_int", "float": "_float"}.get(
                 self.kinds().get(other.id)
             )
             if kind is None:
                 return plain
-            tests.append(ast.Compare(_call("_type", x(other)), [ast.Is()], [self.helper(kind)]))
-            if kind == "_Tensor":  # a wider dtype would widen the result
+            test_type = ast.In() if kind == "_PLAIN_TENSORS" else ast.Is()
+            tests.append(ast.Compare(_call("_type", x(other)), [test_type], [self.helper(kind)]))
+            if kind == "_PLAIN_TENSORS":  # a wider dtype would widen the result
                 same = ast.Compare(
                     _attr(x(other), "dtype"), [ast.Is()], [self.constant(_DTYPE[dtype])]
                 )
