@@ -317,7 +317,11 @@ class CodeGen:
 
     def call(self, node: Node) -> ast.expr:
         fn = self.callable_for(node)
-        if self.fold and fn is support.default_callable(node.op):
+        if (
+            self.fold
+            and node.op in arguments.SIGNATURES
+            and fn is support.default_callable(node.op)
+        ):
             node = self.shortened(node)
         args, kwargs = self.arguments(node)
         if not kwargs and node.op in _INLINE and fn is support.default_callable(node.op):
@@ -344,7 +348,7 @@ class CodeGen:
     def shortened(self, node: Node) -> Node:
         """``node``, or a copy whose literal arguments are written the way torch parses
         fastest, with the same meaning (runtime/arguments.py)."""
-        found = arguments.shorter(node) if node.op in arguments.SIGNATURES else None
+        found = arguments.shorter(node)
         if found is None:
             return node
         return Node(node.op, found[0], found[1], node.outputs, node.out_spec, node.loc)
