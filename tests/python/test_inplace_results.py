@@ -268,3 +268,30 @@ def test_an_evaluation_dropout_passes_its_value_on(tmp_path):
             expected = model(x)
             assert _same((a, b), expected) and _same(slow(x), expected)
             assert a is not b and not torch.equal(a, b)
+
+
+def test_a_parameter_operand_is_plain_and_a_subclass_operand_is_not(tmp_path):
+    class Shift(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+            self.shift = torch.nn.Parameter(torch.randn(4))
+
+        def forward(self, x, other):
+            return (self.fc(x) + self.shift) * other
+
+    model = Shift().eval()
+    example = (torch.randn(2, 4), torch.randn(2, 4))
+    traced = tracebridge.trace(model, example, check_trace=False)
+    fast = loaded(traced, tmp_path)
+    code = no_grad_code(fast)
+    assert "op_add_inplace_" in code and "op_mul_inplace_" in code
+    Recorded = recording_subclass()
+    with torch.no_grad():
+        assert same_bits(fast(*example), model(*example))
+        other = torch.randn(2, 4).as_subclass(Recorded)
+        Recorded.calls.clear()
+        got = fast(example[0], other)
+        assert "mul" in Recorded.calls and "mul_" not in Recorded.calls
+        expected = model(example[0], other)
+        assert same_bits(got.as_subclass(torch.Tensor), expected.as_subclass(torch.Tensor))

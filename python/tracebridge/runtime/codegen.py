@@ -119,6 +119,8 @@ _HELPERS = {
     "_set_grad_enabled": torch._C._set_grad_enabled,
     "_type": type,
     "_Tensor": torch.Tensor,
+    # tensors whose type runs no torch function of its own (a Parameter's is disabled)
+    "_PLAIN_TENSORS": (torch.Tensor, torch.nn.Parameter),
     "_int": int,
     "_float": float,
     "_RuntimeError": RuntimeError,
@@ -315,7 +317,11 @@ class CodeGen:
 
     def call(self, node: Node) -> ast.expr:
         fn = self.callable_for(node)
-        if self.fold and fn is support.default_callable(node.op):
+        if (
+            self.fold
+            and node.op in arguments.SIGNATURES
+            and fn is support.default_callable(node.op)
+        ):
             node = self.shortened(node)
         args, kwargs = self.arguments(node)
         if not kwargs and node.op in _INLINE and fn is support.default_callable(node.op):
@@ -342,7 +348,7 @@ class CodeGen:
     def shortened(self, node: Node) -> Node:
         """``node``, or a copy whose literal arguments are written the way torch parses
         fastest, with the same meaning (runtime/arguments.py)."""
-        found = arguments.shorter(node) if node.op in arguments.SIGNATURES else None
+        found = arguments.shorter(node)
         if found is None:
             return node
         return Node(node.op, found[0], found[1], node.outputs, node.out_spec, node.loc)
@@ -772,13 +778,14 @@ class CodeGen:
         other = node.args[1] if len(node.args) > 1 else None
         guarded = isinstance(other, Ref)  # a tensor may broadcast the result past the operand
         if guarded:
-            kind = {"Tensor": "_Tensor", "int": "_int", "float": "_float"}.get(
+            kind = {"Tensor": "_PLAIN_TENSORS", "int": "_int", "float": "_float"}.get(
                 self.kinds().get(other.id)
             )
             if kind is None:
                 return plain
-            tests.append(ast.Compare(_call("_type", x(other)), [ast.Is()], [self.helper(kind)]))
-            if kind == "_Tensor":  # a wider dtype would widen the result
+            test_type = ast.In() if kind == "_PLAIN_TENSORS" else ast.Is()
+            tests.append(ast.Compare(_call("_type", x(other)), [test_type], [self.helper(kind)]))
+            if kind == "_PLAIN_TENSORS":  # a wider dtype would widen the result
                 same = ast.Compare(
                     _attr(x(other), "dtype"), [ast.Is()], [self.constant(_DTYPE[dtype])]
                 )

@@ -18,7 +18,8 @@ Note: why a dead operand may take the result, and when.
     the write;
   * at the call, the operand is a plain tensor of the traced floating dtype and the call
     runs outside any torch function or dispatch mode and autocast (``_plain``), and the
-    second operand is a number, or a plain tensor of that dtype too (``a.add_(b)`` of a
+    second operand is a number, or a plain tensor (or a Parameter, whose torch function is
+    disabled) of that dtype too (``a.add_(b)`` of a
     float32 ``a`` and a float64 ``b`` gives float32, ``a + b`` float64): the in-place
     op then computes the same
     elements with the same kernel into memory of the same layout as the result the op
