@@ -150,17 +150,6 @@ CAUSES = {
         "forward ops are recorded (right on the example's shape and batch 1, other lengths "
         "refused by guards). torch.jit.trace fails at trace time."
     ),
-    "vits (text to speech)": (
-        "refused where torch.jit.trace is right (not fixed): the relative-position attention "
-        "pads its embedding table by `pad_length = max(length - (window_size + 1), 0)` and "
-        "only `if pad_length > 0` (`modeling_vits.py:962`); tracebridge guards that branch "
-        "(True at the example's length 8), so length 5 raises GuardError. torch.jit.trace "
-        "records the pad amount as a traced size and bakes the branch, and a pad of 0 (or "
-        "a negative one, which crops) gives eager's table at every length. Serving it needs "
-        "a graph traced at the other side of the threshold (a probe at the size where a "
-        "guarded comparison of a size with a constant flips), which check/specialise.py "
-        "does not make yet."
-    ),
     "timm mobilevitv2_050": (
         "right refusal: at 96x96 a feature map has an odd side and MobileViT interpolates it "
         "up before cutting 2x2 patches (`timm/models/mobilevit.py:539`, `if new_h != H or "

@@ -183,3 +183,38 @@ def test_the_legacy_constructor_with_sizes_is_new_empty(runtime, tmp_path):
 def test_the_legacy_constructor_from_data_is_refused_naming_the_line():
     with pytest.raises(tracebridge.UnsupportedOpError, match="legacy constructor Tensor.new"):
         tracebridge.trace(lambda x: x + x.new([1.0, 2.0]), torch.ones(2))
+
+
+class PaddedTable(nn.Module):
+    """VITS's relative-position attention: the embedding table is padded by
+    ``max(length - 5, 0)`` only ``if`` that is positive, then a window is cut from it
+    (modeling_vits.py ``_get_relative_embeddings``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(1, 9, 4))
+
+    def forward(self, x):
+        length = x.shape[1]
+        pad = max(length - 5, 0)
+        table = self.table
+        if pad > 0:
+            table = nn.functional.pad(table, [0, 0, pad, pad, 0, 0])
+        start = max(5 - length, 0)
+        window = table[:, start : start + 2 * length - 1]
+        return x @ window[0, :length].T
+
+
+@pytest.mark.parametrize("runtime", ["codegen", "interpreter"])
+def test_a_size_threshold_below_the_example_gets_its_own_graph(runtime, tmp_path):
+    """Traced at length 8, the branches of ``length - 5`` and ``5 - length`` flip at 5
+    and at 4: the code is traced again there, and every length down to 1 is served."""
+    from tracebridge.check.specialise import threshold_cuts
+
+    model = PaddedTable()
+    traced = tracebridge.trace(model, torch.randn(2, 8, 4), runtime=runtime)
+    assert threshold_cuts(traced.program.methods["forward"], 8) == [5, 4]
+    again = loaded(traced, tmp_path, runtime=runtime)
+    for length in (8, 12, 6, 5, 4, 3, 2, 1):
+        x = torch.randn(3, length, 4)
+        assert torch.equal(again(x), model(x)), length

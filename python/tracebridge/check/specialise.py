@@ -40,6 +40,16 @@ Note: why and how.
   graph that differs from those kept is kept after the size-1 graphs. It needs no guard
   at its start: traced at an ordinary size, it is exactly as general as the first graph,
   and its own guards hold it to the residues it was traced with.
+
+  Thresholds decide as well: VITS pads a table by ``max(length - 5, 0)`` only ``if
+  pad_length > 0``, so a trace at length 8 refuses length 5 although eager serves it (and
+  torch.jit.trace, which traces the pad amount and bakes the branch, is right there). So
+  the graph's guarded comparisons of sizes are evaluated, from the scalar ops the graph
+  recorded, with the example's size read as each smaller size (down to 2, SCAN of them;
+  every traced size equal to it reads as the new one, as above); where their outcomes
+  differ from the example's, the code is traced again at the nearest such size, one per
+  distinct set of outcomes (THRESHOLDS per size, FLIPS sizes), kept as the residue graphs
+  are: its own guards hold it to the sizes it serves.
 """
 
 from __future__ import annotations
@@ -57,6 +67,8 @@ from .verify import first_difference
 
 PROBES = 5  # sizes cut alone, at most, batch first
 FLIPS = 3  # sizes cut by 1 and by 2 where a guard reads a rounded size: 6 more traces
+THRESHOLDS = 2  # sizes a size is cut to where guarded comparisons flip below it, at most
+SCAN = 64  # sizes below the example's at which those comparisons are evaluated, at most
 JOINT = 4  # sizes cut together, at most: 2**JOINT - JOINT - 1 = 11 more traces
 # A method's first graph and its specialisations take at most this many JSON objects and
 # arrays in program.json, half of what a reader accepts, so that the file stays loadable
@@ -108,6 +120,61 @@ def decides_on_residues(graph: Graph) -> bool:
         if compared and reads_rounding(node.args[0], set()):
             return True
     return False
+
+
+def threshold_cuts(graph: Graph, size: int) -> list[int]:
+    """Sizes below ``size`` at which ``graph``'s guarded comparisons of traced sizes take
+    other outcomes than at ``size`` (every traced size equal to ``size`` read as the
+    smaller one; see the note above): the nearest size for each distinct set of outcomes,
+    at most THRESHOLDS, nearest first."""
+    shapes: dict[int, list] = {v.id: v.example or v.shape or [] for v in graph.inputs}
+    producers: dict[int, str] = {}
+    steps = []  # the nodes that compute or check sizes, in order
+    for node in graph.nodes:
+        for value in node.outputs:
+            producers[value.id] = node.op
+            if value.kind == "Tensor" and isinstance(value.shape, list):
+                shapes[value.id] = value.shape
+        if node.op == "prim.size" or node.op in opset.SCALAR_OPS or node.op == "prim.guard":
+            steps.append(node)
+
+    def outcomes(at: int) -> tuple:
+        known: dict[int, object] = {}
+        seen = []
+        for node in steps:
+            args = [known.get(a.id) if isinstance(a, Ref) else a for a in node.args]
+            if node.op == "prim.guard":
+                ref = node.args[0] if node.args else None
+                if isinstance(ref, Ref) and producers.get(ref.id) in _COMPARISONS:
+                    seen.append(args[0])
+                continue
+            if node.op == "prim.size":
+                shape = shapes.get(node.args[0].id) if isinstance(node.args[0], Ref) else None
+                dim = node.args[1] if len(node.args) > 1 else None
+                if not shape or type(dim) is not int or not -len(shape) <= dim < len(shape):
+                    continue
+                got = shape[dim]
+                value = at if got == size else got
+            elif any(type(a) not in (int, float, bool) for a in args):
+                continue
+            else:
+                try:
+                    value = opset.SCALAR_OPS[node.op](*args)
+                except (ArithmeticError, ValueError, opset.ScalarRangeError):
+                    continue
+            if type(value) in (int, float, bool) and len(node.outputs) == 1:
+                known[node.outputs[0].id] = value
+        return tuple(seen)
+
+    example = outcomes(size)
+    found: dict[tuple, int] = {}
+    for at in range(size - 1, max(1, size - 1 - SCAN), -1):
+        other = outcomes(at)
+        if other != example and other not in found:
+            found[other] = at
+            if len(found) >= THRESHOLDS:
+                break
+    return list(found.values())
 
 
 # Ops whose result may share memory with their first argument.
@@ -229,6 +296,10 @@ def specialisations(
     ones, residues = compares_sizes(graph), decides_on_residues(graph)
     if not (ones or residues) or writes_in_place(graph):
         return []
+    thresholds = {
+        size: threshold_cuts(graph, size)
+        for size in [s for s in _cut_sizes(args, kwargs) if s > 2][:FLIPS]
+    }
     found: dict[frozenset, tuple[Graph, list]] = {}  # sizes cut -> (graph, dims cut)
     flipped: list[tuple[Graph, list]] = []  # graphs traced at sizes cut by 1 or 2
     used = [_containers(graph)]
@@ -277,4 +348,8 @@ def specialisations(
             for to in (size - 1, size - 2):
                 if to >= 2:
                     probe(frozenset({size}), to)
+    for size, targets in thresholds.items():
+        for to in targets:
+            if not (residues and to >= size - 2):  # the residue probes tried it already
+                probe(frozenset({size}), to)
     return [guarded_at_size_one(g, dims) for _, (g, dims) in ordered] + [g for g, _ in flipped]
