@@ -77,8 +77,13 @@ BUDGET = LIMITS["containers"] // 2
 # The end of what a specialisation's own guards check: a refusal by one of them says only
 # that the graph is for other sizes, so the runtime reports another graph's refusal.
 SIZE_ONE_GUARD = "(a graph specialised for size 1)"
+# How the guards of a graph traced at cut sizes (residues, thresholds) name their graph.
+CUT_GRAPH = "(in the graph traced with the example's"
 _COMPARISONS = frozenset(f"scalar.{op}" for op in ("eq", "ne", "lt", "le", "gt", "ge"))
 _ROUNDING = frozenset(f"scalar.{op}" for op in ("mod", "floordiv", "ceil", "floor"))
+# Thresholds are orderings: a size compared for equality (a value the code fixes) has one
+# other outcome per size, and a graph for each would serve that size alone.
+_ORDERINGS = frozenset(f"scalar.{op}" for op in ("lt", "le", "gt", "ge"))
 
 
 def compares_sizes(graph: Graph) -> bool:
@@ -145,7 +150,7 @@ def threshold_cuts(graph: Graph, size: int) -> list[int]:
             args = [known.get(a.id) if isinstance(a, Ref) else a for a in node.args]
             if node.op == "prim.guard":
                 ref = node.args[0] if node.args else None
-                if isinstance(ref, Ref) and producers.get(ref.id) in _COMPARISONS:
+                if isinstance(ref, Ref) and producers.get(ref.id) in _ORDERINGS:
                     seen.append(args[0])
                 continue
             if node.op == "prim.size":
@@ -279,7 +284,7 @@ def _labelled(graph: Graph, how: str) -> Graph:
         if node.op == "prim.guard" and isinstance(node.kwargs.get("what"), str):
             node.kwargs = dict(
                 node.kwargs,
-                what=f"{node.kwargs['what']} (in the graph traced with the example's {how})",
+                what=f"{node.kwargs['what']} {CUT_GRAPH} {how})",
             )
     return graph
 

@@ -7,7 +7,7 @@ import threading
 
 import torch
 
-from ..check.specialise import SIZE_ONE_GUARD
+from ..check.specialise import CUT_GRAPH, SIZE_ONE_GUARD
 from ..errors import GuardError, TraceError
 from ..ir import Graph, pytree
 from ..ir.pytree import is_tensor
@@ -340,6 +340,12 @@ class Specialised:
             try:
                 return method(*args, **kwargs)
             except GuardError as exc:
-                if reported is first and not exc.guard.endswith(SIZE_ONE_GUARD):
+                # A graph for sizes at 1 that refuses past its size-1 guard knew most about
+                # the call; a graph traced at cut sizes describes other calls than this one.
+                if (
+                    reported is first
+                    and not exc.guard.endswith(SIZE_ONE_GUARD)
+                    and CUT_GRAPH not in exc.guard
+                ):
                     reported = exc
         raise reported from None
