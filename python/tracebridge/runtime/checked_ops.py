@@ -775,14 +775,15 @@ def _counts_ok(counts, low: int, high: int | None, total: int | None) -> bool:
         return ok and (total is None or int(counts.sum()) == total)
 
 
-def _lengths_ok(op: str, lengths, batch: int, steps: int) -> None:
+def _cpu_int64_vector(op: str, name: str, t) -> None:
     _need(
-        _is_tensor(lengths)
-        and lengths.dim() == 1
-        and lengths.dtype == torch.int64
-        and lengths.device.type == "cpu",
-        lambda: f"{op}: lengths is a CPU int64 vector",
+        _is_tensor(t) and t.dim() == 1 and t.dtype == torch.int64 and t.device.type == "cpu",
+        lambda: f"{op}: {name} is a CPU int64 vector",
     )
+
+
+def _lengths_ok(op: str, lengths, batch: int, steps: int) -> None:
+    _cpu_int64_vector(op, "lengths", lengths)
     _need(
         lengths.numel() == batch,
         lambda: f"{op}: one length per sequence ({batch}), not {lengths.numel()}",
@@ -815,13 +816,7 @@ def pad_packed_sequence(data, batch_sizes, batch_first, padding_value, total_len
     ``total_length`` covers the steps, and the bytes of the padded result."""
     op = "_pad_packed_sequence"
     _need(_is_tensor(data) and data.dim() >= 1, lambda: f"{op}: the packed data is a tensor")
-    _need(
-        _is_tensor(batch_sizes)
-        and batch_sizes.dim() == 1
-        and batch_sizes.dtype == torch.int64
-        and batch_sizes.device.type == "cpu",
-        lambda: f"{op}: batch_sizes is a CPU int64 vector",
-    )
+    _cpu_int64_vector(op, "batch_sizes", batch_sizes)
     _need(
         batch_sizes.numel() <= data.size(0),
         lambda: f"{op}: batch_sizes has more entries than the {data.size(0)} packed rows",

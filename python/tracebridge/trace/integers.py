@@ -69,6 +69,16 @@ class _StandInMeta(type):
         return repr(cls._builtin)
 
 
+def _stand_in(builtin: type, kept: type, convert, args: tuple, kwargs: dict):
+    """``builtin(*args, **kwargs)``, or for one traced number its traced conversion: the
+    number itself where it is a ``kept`` already, else ``convert(tracer, number)``."""
+    traced = _traced_argument(args, kwargs)
+    if traced is None:
+        return builtin(*args, **kwargs)
+    tracer, value = traced
+    return value if isinstance(value, kept) else convert(tracer, value)
+
+
 def _traced_argument(args: tuple, kwargs: dict):
     """The tracer and the one traced number ``int(n)`` / ``float(n)`` was given, else None.
     A one-element tensor reads as its ``.item()``, which is a traced number while tracing
@@ -92,11 +102,9 @@ class traced_int(_original_int, metaclass=_StandInMeta):  # noqa: N801 - stands 
     _builtin = _original_int
 
     def __new__(cls, *args, **kwargs):
-        traced = _traced_argument(args, kwargs)
-        if traced is None:
-            return _original_int(*args, **kwargs)
-        tracer, value = traced
-        return value if isinstance(value, SymInt) else tracer.scalar_op("trunc", (value,))
+        return _stand_in(
+            _original_int, SymInt, lambda t, n: t.scalar_op("trunc", (n,)), args, kwargs
+        )
 
 
 class traced_float(_original_float, metaclass=_StandInMeta):  # noqa: N801 - stands in for float
@@ -107,11 +115,9 @@ class traced_float(_original_float, metaclass=_StandInMeta):  # noqa: N801 - sta
     _builtin = _original_float
 
     def __new__(cls, *args, **kwargs):
-        traced = _traced_argument(args, kwargs)
-        if traced is None:
-            return _original_float(*args, **kwargs)
-        tracer, value = traced
-        return value if isinstance(value, SymFloat) else tracer.scalar_op("mul", (value, 1.0))
+        return _stand_in(
+            _original_float, SymFloat, lambda t, n: t.scalar_op("mul", (n, 1.0)), args, kwargs
+        )
 
 
 _STAND_INS = {"int": traced_int, "float": traced_float}
