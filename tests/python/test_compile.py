@@ -633,6 +633,9 @@ def test_inductor_one_graph_when_guards_come_first():
     into a guard of its own instead of breaking the graph there."""
     from torch._dynamo.utils import counters
 
+    # Dynamo's caches and frame states from earlier tests in this process (sizes it has
+    # seen for shared code objects) would make it compile other graphs here: start clean.
+    torch._dynamo.reset()
     torch.manual_seed(0)
     model = GuardedAttention().eval()
     breaks = sum(counters["graph_break"].values())
