@@ -352,3 +352,22 @@ test_that("a callback left by invokeRestart('abort') never reports an older erro
   expect_false(grepl("old, unrelated", on_c))
   expect_false(grepl("old, unrelated", reported(FALSE)))
 })
+
+test_that("lr_lambda() and lr_multiplicative() give their state_dict() on both paths", {
+  skip_if_no_torch()
+  state <- function(on, make) {
+    with_path(on, {
+      p <- torch_ones(2, requires_grad = TRUE)
+      opt <- optim_sgd(list(p), lr = 0.1)
+      s <- make(opt, lr_lambda = function(epoch) 0.5)
+      s$step()
+      sd <- s$state_dict()
+      sd[order(names(sd))]
+    })
+  }
+  for (make in list(lr_lambda, lr_multiplicative)) {
+    on_c <- state(TRUE, make)
+    expect_identical(on_c$lr_lambdas, list(NULL))
+    expect_identical(on_c, state(FALSE, make))
+  }
+})
