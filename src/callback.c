@@ -335,9 +335,6 @@ static PyObject *callback_call(PyObject *capsule, PyObject *args, PyObject *kwar
   if (d.py_error && py.ErrOccurred() != NULL) return NULL;
   int interrupt = 0;
   const char *message = r_error_message(&interrupt, before);
-  /* R took the interrupt; Python's handler saw the same SIGINT and left its flag, which
-   * would turn the next error Python checks into a KeyboardInterrupt. Consume it here. */
-  if (interrupt && py.ErrCheckSignals() != 0) py.ErrClear();
   size_t size = strlen(message) + strlen(cb->what) + 64;
   char *text = malloc(size);
   if (text == NULL) {

@@ -104,7 +104,6 @@ static int find_api(SEXP libpython) {
   FIND(Str, "PyObject_Str");
   FIND(UnicodeAsUTF8, "PyUnicode_AsUTF8");
   FIND(UnicodeAsUTF8AndSize, "PyUnicode_AsUTF8AndSize");
-  FIND(ErrCheckSignals, "PyErr_CheckSignals");
   FIND(ErrClear, "PyErr_Clear");
   FIND(DictNext, "PyDict_Next");
   FIND(DictType, "PyDict_Type");

@@ -63,7 +63,6 @@ typedef struct {
   PyObject *(*Str)(PyObject *);
   const char *(*UnicodeAsUTF8)(PyObject *);
   const char *(*UnicodeAsUTF8AndSize)(PyObject *, ptrdiff_t *);
-  int (*ErrCheckSignals)(void);
   void (*ErrClear)(void);
   int (*DictNext)(PyObject *, ptrdiff_t *, PyObject **, PyObject **);
   PyObject *(*GetIter)(PyObject *);
