@@ -27,6 +27,13 @@
 #' R runs on one thread, so an R function is refused (a clear error) when a Python
 #' thread other than R's calls it.
 #'
+#' Warnings and messages signalled inside these R functions (and inside hooks given to
+#' `$register_hook()`) do not reach handlers set around the call that made Python call
+#' them (`withCallingHandlers()`, `tryCatch()`, `suppressWarnings()`,
+#' `suppressMessages()`) when the C path runs them (the default): a message is printed
+#' and a warning is shown at top level, as R does for code run on its own. Handle them
+#' inside the function itself, e.g. `function(epoch) suppressWarnings(f(epoch))`.
+#'
 #' `$state_dict()` returns a list of tensors and R values that [torch_save()] writes and
 #' [torch_load()] reads back, so that training can be resumed: an optimizer's has
 #' `state` (one entry per parameter, named by its 1-based position in the parameter

@@ -407,14 +407,16 @@ fn_arg <- function(v, name) {
       tracebridge_abort(sprintf("`%s` must be a function or a list of functions, not %s.",
                                 name, describe_value(f)), "type_error")
     }
-    r_function_py(function(x) {
+    # A Python `def` (as_function()): torch's LambdaLR state_dict() copies `__dict__` of
+    # any other callable, and the one C makes (src/callback.c) is a builtin without one.
+    py_rb()$as_function(r_function_py(function(x) {
       out <- f(x)
       if (!is.numeric(out) || length(out) != 1 || is.na(out)) {
         callback_abort(sprintf("`%s` must return one number, not %s.", name,
                                describe_value(out)), "type_error")
       }
       as.double(out)
-    }, sprintf("`%s`", name))
+    }, sprintf("`%s`", name)))
   }
   if (is.function(v)) return(one(v))
   if (!is.list(v)) one(v)

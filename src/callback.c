@@ -112,26 +112,21 @@ static int is_type(PyObject *o, PyObject *type) { return PY_TYPE(o) == type; }
 /* A Python argument as R's from_py() gives it: a tensor wrapped, a plain scalar or string
  * converted, a tuple or list as an R list; the rest by R (from_py(), through a wrapper).
  * Runs inside R_ToplevelExec(): R errors stop here. */
-static SEXP arg_to_r(PyObject *o) {
+static SEXP arg_to_r(PyObject *o, int depth) {
   SEXP out;
   if (is_type(o, torch_.tensor_type)) {
     py.IncRef(o);
     return wrap_result(o);
   }
   if (is_type(o, py.UnicodeType)) {
-    const char *s = py.UnicodeAsUTF8(o);
+    const char *s = py_utf8_plain(o); /* NULL: not UTF-8 or a NUL inside: R decides */
     if (s != NULL) return Rf_ScalarString(Rf_mkCharCE(s, CE_UTF8));
-    PyObject *a = NULL, *b = NULL, *c = NULL; /* not UTF-8: R's conversion decides */
-    py.ErrFetch(&a, &b, &c);
-    py_decref(a);
-    py_decref(b);
-    py_decref(c);
-  } else if (is_type(o, py.TupleType) || is_type(o, py.ListType)) {
+  } else if (depth < TB_MAX_DEPTH && (is_type(o, py.TupleType) || is_type(o, py.ListType))) {
     int list = is_type(o, py.ListType);
     ptrdiff_t n = list ? py.ListSize(o) : py.TupleSize(o);
     out = PROTECT(Rf_allocVector(VECSXP, n));
     for (ptrdiff_t i = 0; i < n; i++) {
-      SEXP item = arg_to_r(list ? py.ListGetItem(o, i) : py.TupleGetItem(o, i));
+      SEXP item = arg_to_r(list ? py.ListGetItem(o, i) : py.TupleGetItem(o, i), depth + 1);
       if (item == NULL) {
         UNPROTECT(1);
         return NULL;
@@ -156,7 +151,7 @@ static int plain(SEXP v) { return !OBJECT(v) && Rf_getAttrib(v, R_DimSymbol) == 
  * Python object, NULL, one plain number, logical or string, or a list of those (a tuple,
  * or a dict when every element is named). NULL: a Python error, or R must convert `v`
  * (`*r_needed` set). Never calls R. */
-static PyObject *value_to_py(SEXP v, int *r_needed) {
+static PyObject *value_to_py(SEXP v, int *r_needed, int depth) {
   PyObject *o = tensor_of(v);
   if (o == NULL) o = py_field_of(v, "torch_sym_int");
   if (o == NULL) o = object_of(v); /* a reticulate wrapper */
@@ -168,16 +163,17 @@ static PyObject *value_to_py(SEXP v, int *r_needed) {
     py.IncRef(py.None);
     return py.None;
   }
-  if (TYPEOF(v) == VECSXP && !OBJECT(v)) {
+  if (TYPEOF(v) == VECSXP && !OBJECT(v) && depth < TB_MAX_DEPTH) {
     R_xlen_t n = Rf_xlength(v);
     SEXP names = Rf_getAttrib(v, R_NamesSymbol);
     int named = names != R_NilValue;
+    /* An NA name is the key "NA", as R's to_py() has it (nzchar(NA) is TRUE). */
     for (R_xlen_t i = 0; named && i < n; i++)
-      if (STRING_ELT(names, i) == NA_STRING || CHAR(STRING_ELT(names, i))[0] == '\0') named = 0;
+      if (STRING_ELT(names, i) != NA_STRING && CHAR(STRING_ELT(names, i))[0] == '\0') named = 0;
     PyObject *out = named ? py.DictNew() : py.TupleNew(n);
     if (out == NULL) return NULL;
     for (R_xlen_t i = 0; i < n; i++) {
-      PyObject *item = value_to_py(VECTOR_ELT(v, i), r_needed);
+      PyObject *item = value_to_py(VECTOR_ELT(v, i), r_needed, depth + 1);
       if (item == NULL) {
         py.DecRef(out);
         return NULL;
@@ -186,7 +182,8 @@ static PyObject *value_to_py(SEXP v, int *r_needed) {
         py.TupleSetItem(out, i, item); /* steals */
         continue;
       }
-      PyObject *key = py.UnicodeFromString(Rf_translateCharUTF8(STRING_ELT(names, i)));
+      SEXP name = STRING_ELT(names, i);
+      PyObject *key = py.UnicodeFromString(name == NA_STRING ? "NA" : Rf_translateCharUTF8(name));
       int bad = key == NULL || py.DictSetItem(out, key, item) != 0;
       py_decref(key);
       py.DecRef(item);
@@ -233,7 +230,7 @@ static void run_call(void *data) {
   SETCAR(call, d->cb->fn);
   SEXP node = CDR(call);
   for (ptrdiff_t i = 0; i < n; i++, node = CDR(node)) {
-    SEXP arg = arg_to_r(py.TupleGetItem(d->args, i));
+    SEXP arg = arg_to_r(py.TupleGetItem(d->args, i), 0);
     if (arg == NULL) goto r_failed;
     SETCAR(node, arg);
   }
@@ -247,7 +244,7 @@ static void run_call(void *data) {
       return;
     }
     SET_TAG(node, Rf_install(name));
-    SEXP arg = arg_to_r(value);
+    SEXP arg = arg_to_r(value, 0);
     if (arg == NULL) goto r_failed;
     SETCAR(node, arg);
     node = CDR(node);
@@ -262,7 +259,7 @@ static void run_call(void *data) {
   }
   PROTECT(out);
   int r_needed = 0;
-  PyObject *result = value_to_py(out, &r_needed);
+  PyObject *result = value_to_py(out, &r_needed, 0);
   if (result == NULL && r_needed) {
     SEXP converted = eval_helper(1, out);
     if (converted == NULL) {
@@ -288,8 +285,9 @@ r_failed: /* R's conversion of an argument raised */
   UNPROTECT(1);
 }
 
-/* The message of the condition R kept, or R's error text; an interrupt sets `*interrupt`. */
-static const char *r_error_message(int *interrupt) {
+/* The message of the condition R kept, or R's error text where the call changed it from
+ * `before`; an interrupt sets `*interrupt`. */
+static const char *r_error_message(int *interrupt, const char *before) {
   *interrupt = 0;
   SEXP cond = tb_state == NULL ? R_NilValue : Rf_findVarInFrame(tb_state, sym_pending);
   if (cond != R_UnboundValue && cond != R_NilValue) {
@@ -307,7 +305,11 @@ static const char *r_error_message(int *interrupt) {
       }
     }
   }
-  return R_curErrorBuf();
+  /* No condition kept: R's own error text where this call changed it (an error no handler
+   * saw, e.g. C stack usage); else the function left by a jump that is no error (e.g.
+   * invokeRestart("abort")), and the buffer holds an older, unrelated error. */
+  if (strncmp(R_curErrorBuf(), before, 255) != 0) return R_curErrorBuf();
+  return "the R function stopped without an R error (e.g. invokeRestart(\"abort\"))";
 }
 
 static PyObject *callback_call(PyObject *capsule, PyObject *args, PyObject *kwargs) {
@@ -321,11 +323,18 @@ static PyObject *callback_call(PyObject *capsule, PyObject *args, PyObject *kwar
     return NULL;
   }
   CallData d = {cb, args, kwargs, NULL, 0, 0};
+  char before[256]; /* R's error text before the call, to tell a new one from a stale one */
+  snprintf(before, sizeof before, "%s", R_curErrorBuf());
   if (!R_ToplevelExec(run_call, &d) && !d.r_error) d.r_error = 1;
-  if (d.result != NULL) return d.result;
+  if (d.result != NULL) {
+    /* An error R's conversion left set (reticulate's, of an int beyond 64 bits) is not
+     * this call's: returning with it set would be Python's SystemError. */
+    if (py.ErrOccurred() != NULL) py.ErrClear();
+    return d.result;
+  }
   if (d.py_error && py.ErrOccurred() != NULL) return NULL;
   int interrupt = 0;
-  const char *message = r_error_message(&interrupt);
+  const char *message = r_error_message(&interrupt, before);
   size_t size = strlen(message) + strlen(cb->what) + 64;
   char *text = malloc(size);
   if (text == NULL) {

@@ -514,11 +514,8 @@ static int scalar_to_r(PyObject *o, SEXP *out) {
     return CONV_OK;
   }
   if (is_type(o, py.UnicodeType)) { /* as reticulate: one UTF-8 string */
-    const char *s = py.UnicodeAsUTF8(o);
-    if (s == NULL) { /* not UTF-8 (lone surrogates): R's conversion decides */
-      clear_python_error();
-      return CONV_FALLBACK;
-    }
+    const char *s = py_utf8_plain(o);
+    if (s == NULL) return CONV_FALLBACK; /* not UTF-8, or a NUL inside: R's conversion decides */
     *out = Rf_ScalarString(Rf_mkCharCE(s, CE_UTF8));
     return CONV_OK;
   }

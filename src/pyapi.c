@@ -103,6 +103,8 @@ static int find_api(SEXP libpython) {
   FIND(ListType, "PyList_Type");
   FIND(Str, "PyObject_Str");
   FIND(UnicodeAsUTF8, "PyUnicode_AsUTF8");
+  FIND(UnicodeAsUTF8AndSize, "PyUnicode_AsUTF8AndSize");
+  FIND(ErrClear, "PyErr_Clear");
   FIND(DictNext, "PyDict_Next");
   FIND(DictType, "PyDict_Type");
   FIND(GetIter, "PyObject_GetIter");
@@ -165,6 +167,16 @@ PyObject *py_field_of(SEXP x, const char *cls) {
 
 void py_decref(PyObject *o) {
   if (o != NULL) py.DecRef(o);
+}
+
+const char *py_utf8_plain(PyObject *s) {
+  ptrdiff_t size = 0;
+  const char *text = py.UnicodeAsUTF8AndSize(s, &size);
+  if (text == NULL) {
+    py.ErrClear();
+    return NULL;
+  }
+  return strlen(text) == (size_t) size ? text : NULL;
 }
 
 static void finalize(SEXP pointer) {

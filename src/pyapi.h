@@ -62,6 +62,8 @@ typedef struct {
   int (*IsSubtype)(PyObject *, PyObject *);
   PyObject *(*Str)(PyObject *);
   const char *(*UnicodeAsUTF8)(PyObject *);
+  const char *(*UnicodeAsUTF8AndSize)(PyObject *, ptrdiff_t *);
+  void (*ErrClear)(void);
   int (*DictNext)(PyObject *, ptrdiff_t *, PyObject **, PyObject **);
   PyObject *(*GetIter)(PyObject *);
   PyObject *(*IterNext)(PyObject *);
@@ -116,6 +118,15 @@ SEXP wrap_result(PyObject *object);      /* steals: an R torch_tensor or a wrapp
 SEXP wrap_tensor(PyObject *object, SEXP klass); /* steals: an R torch_tensor, its wrapper of class `klass` */
 void store_error(void);                  /* the pending Python exception, for R's handler */
 void py_decref(PyObject *o);             /* Py_DecRef that accepts NULL */
+/* The UTF-8 text of str `s` where R holds it as it is; NULL, no Python error left, where
+ * it is not UTF-8 or has an embedded NUL (R's conversion then decides: reticulate refuses
+ * "Embedded NUL in string" where C would silently cut the string). */
+const char *py_utf8_plain(PyObject *s);
+/* The nesting depth past which the recursive C converters (state.c, callback.c) leave a
+ * value to R's conversion, which stops with R's own error instead of C's stack
+ * overflowing. R_CheckStack() is no option there: it jumps, and they hold the GIL and
+ * Python references. */
+#define TB_MAX_DEPTH 1000
 void tb_init_constants(void);             /* at load */
 int tracing(void);                       /* R is tracing (.tb$tracing) */
 int c_path_on(void);                     /* started and not tracing */

@@ -46,11 +46,11 @@ static int tensor_copy(PyObject *t, SEXP *out) {
   return ST_OK;
 }
 
-static int to_r(PyObject *o, SEXP *out);
+static int to_r(PyObject *o, SEXP *out, int depth);
 
 /* The (key, value) pairs of iterator `it`, `n` of them, as a named R list; names are
  * str(key). */
-static int pairs_to_r(PyObject *it, ptrdiff_t n, SEXP *out) {
+static int pairs_to_r(PyObject *it, ptrdiff_t n, SEXP *out, int depth) {
   SEXP values = PROTECT(Rf_allocVector(VECSXP, n)), names = PROTECT(Rf_allocVector(STRSXP, n));
   ptrdiff_t k = 0;
   int status = ST_OK;
@@ -62,9 +62,11 @@ static int pairs_to_r(PyObject *it, ptrdiff_t n, SEXP *out) {
       break;
     }
     PyObject *key = py.Str(py.TupleGetItem(item, 0));
-    const char *name = key == NULL ? NULL : py.UnicodeAsUTF8(key);
+    const char *name = key == NULL ? NULL : py_utf8_plain(key);
     SEXP value = R_NilValue;
-    status = name == NULL ? ST_PYERR : to_r(py.TupleGetItem(item, 1), &value);
+    status = key == NULL    ? ST_PYERR
+             : name == NULL ? ST_FALLBACK /* not UTF-8 or a NUL inside: R decides */
+                            : to_r(py.TupleGetItem(item, 1), &value, depth + 1);
     if (status == ST_OK) {
       SET_VECTOR_ELT(values, k, value);
       SET_STRING_ELT(names, k, Rf_mkCharCE(name, CE_UTF8));
@@ -85,8 +87,9 @@ static int pairs_to_r(PyObject *it, ptrdiff_t n, SEXP *out) {
 
 /* state_to_r(): tensors copied, dicts as named lists, lists and tuples as lists, None as
  * NULL, plain scalars and strings as R's. */
-static int to_r(PyObject *o, SEXP *out) {
+static int to_r(PyObject *o, SEXP *out, int depth) {
   PyObject *type = PY_TYPE(o);
+  if (depth >= TB_MAX_DEPTH) return ST_FALLBACK;
   if (type == torch_.tensor_type) return tensor_copy(o, out);
   if (type == py.TupleType || type == py.ListType) {
     int list = type == py.ListType;
@@ -94,7 +97,7 @@ static int to_r(PyObject *o, SEXP *out) {
     SEXP v = PROTECT(Rf_allocVector(VECSXP, n));
     for (ptrdiff_t i = 0; i < n; i++) {
       SEXP item = R_NilValue;
-      int status = to_r(list ? py.ListGetItem(o, i) : py.TupleGetItem(o, i), &item);
+      int status = to_r(list ? py.ListGetItem(o, i) : py.TupleGetItem(o, i), &item, depth + 1);
       if (status != ST_OK) {
         UNPROTECT(1);
         return status;
@@ -111,13 +114,13 @@ static int to_r(PyObject *o, SEXP *out) {
     PyObject *it = items == NULL ? NULL : py.GetIter(items);
     py_decref(items);
     if (it == NULL) return ST_PYERR;
-    int status = pairs_to_r(it, n, out);
+    int status = pairs_to_r(it, n, out, depth);
     py.DecRef(it);
     return status;
   }
   if (type == py.UnicodeType) {
-    const char *s = py.UnicodeAsUTF8(o);
-    if (s == NULL) return ST_PYERR;
+    const char *s = py_utf8_plain(o);
+    if (s == NULL) return ST_FALLBACK; /* not UTF-8 or a NUL inside: R decides */
     *out = Rf_ScalarString(Rf_mkCharCE(s, CE_UTF8));
     return ST_OK;
   }
@@ -149,7 +152,7 @@ SEXP tb_state_to_r(SEXP obj) {
   if (!c_path_on() || o == NULL) return sentinel_fallback;
   GILState gil = py.GILEnsure();
   SEXP out = R_NilValue;
-  int status = names_ready() ? to_r(o, &out) : ST_PYERR;
+  int status = names_ready() ? to_r(o, &out, 0) : ST_PYERR;
   if (status == ST_OK) PROTECT(out);
   out = finish(status, out);
   if (status == ST_OK) UNPROTECT(1);
@@ -190,7 +193,8 @@ static int atom_to_py(SEXP v, R_xlen_t i, PyObject **out) {
  * as a list, one R value as a Python scalar, a longer vector as a list of them. A list
  * with the attribute `tb_int_keys` (an optimizer's state, optimizer_state_py() in
  * R/optim.R) is a dict, empty or not, keyed by the whole numbers its names spell. */
-static int to_py(SEXP v, PyObject **out) {
+static int to_py(SEXP v, PyObject **out, int depth) {
+  if (depth >= TB_MAX_DEPTH) return ST_FALLBACK;
   PyObject *t = tensor_of(v);
   if (t != NULL) {
     py.IncRef(t);
@@ -216,7 +220,7 @@ static int to_py(SEXP v, PyObject **out) {
     if (c == NULL) return ST_PYERR;
     for (R_xlen_t i = 0; i < n; i++) {
       PyObject *item = NULL;
-      int status = to_py(VECTOR_ELT(v, i), &item);
+      int status = to_py(VECTOR_ELT(v, i), &item, depth + 1);
       if (status != ST_OK) {
         py.DecRef(c);
         return status;
@@ -275,7 +279,7 @@ SEXP tb_state_to_py(SEXP x) {
   if (!c_path_on()) return sentinel_fallback;
   GILState gil = py.GILEnsure();
   PyObject *o = NULL;
-  int status = to_py(x, &o);
+  int status = to_py(x, &o, 0);
   SEXP out = status == ST_OK ? wrap(o, object_class) : finish(status, R_NilValue);
   py.GILRelease(gil);
   return out;

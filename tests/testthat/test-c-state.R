@@ -152,3 +152,34 @@ test_that("state dicts through C are safe under gctorture()", {
   expect_identical(osd$param_groups[[1]]$momentum, 0.9)
   expect_equal(dim(osd$state[["1"]]$momentum_buffer), c(2L, 3L))
 })
+
+# A list nested deeper than C converts (TB_MAX_DEPTH in src/pyapi.h): C leaves it to R's
+# conversion, which stops with R's own error; C's stack never overflows (a crash before).
+nested <- function(levels) {
+  v <- list(1)
+  for (i in seq_len(levels)) v <- list(v)
+  v
+}
+
+test_that("deeply nested state goes to R's conversion: R's own error, no crash", {
+  skip_if_no_torch()
+  deep <- nested(300000)
+  msg <- function(on) {
+    with_path(on, tryCatch({
+      tracebridge:::state_to_py(deep)
+      "no error"
+    }, error = conditionMessage))
+  }
+  expect_match(msg(TRUE), "C stack usage|nested too deeply|infinite recursion")
+  expect_match(msg(FALSE), "C stack usage|nested too deeply|infinite recursion")
+})
+
+test_that("a state string with an embedded NUL is R's error on both paths, never cut", {
+  skip_if_no_torch()
+  main <- reticulate::py_run_string("d_nul = {'key\\x00hidden': 'val'}; v_nul = ['a\\x00b']",
+                                    convert = FALSE)
+  for (on in c(TRUE, FALSE)) {
+    expect_error(with_path(on, tracebridge:::state_to_r(main$d_nul)), "Embedded NUL")
+    expect_error(with_path(on, tracebridge:::state_to_r(main$v_nul)), "Embedded NUL")
+  }
+})

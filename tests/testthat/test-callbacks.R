@@ -285,3 +285,89 @@ test_that("callbacks through C are safe under gctorture()", {
   expect_equal(as_array(out[[1]]), c(2, 2))
   expect_equal(as_array(out[[2]]$a), c(1, 1))
 })
+
+# Calls a Python callable made from an R function, as Python does, and answers what Python
+# saw: repr() of the result, or the exception's type and message.
+py_calls <- function(fn, call) {
+  main <- reticulate::import_main(convert = FALSE)
+  main$tb_cb <- tracebridge:::r_function_py(fn, "probe()")
+  on.exit(reticulate::py_run_string("del tb_cb"))
+  reticulate::py_run_string(sprintf("
+try:
+    tb_seen = repr(%s)
+except BaseException as e:
+    tb_seen = type(e).__name__ + ': ' + str(e)
+", call))$tb_seen
+}
+
+test_that("a deeply nested result goes to R's conversion: R's own error, no crash", {
+  skip_if_no_torch()
+  nested <- function(levels) {
+    v <- list(1)
+    for (i in seq_len(levels)) v <- list(v)
+    v
+  }
+  deep <- nested(300000)
+  for (on in c(TRUE, FALSE)) {
+    expect_match(with_path(on, py_calls(function() deep, "tb_cb()")),
+                 "^RuntimeError: .*(C stack usage|nested too deeply|infinite recursion)")
+  }
+})
+
+test_that("a string argument with an embedded NUL is R's error on both paths, never cut", {
+  skip_if_no_torch()
+  for (on in c(TRUE, FALSE)) {
+    expect_match(with_path(on, py_calls(function(x) nchar(x), "tb_cb('ab\\x00cd')")),
+                 "^RuntimeError: .*Embedded NUL in string")
+  }
+})
+
+test_that("an NA name in a callback's result is the key 'NA' on both paths", {
+  skip_if_no_torch()
+  fn <- function() structure(list(1, 2), names = c("a", NA))
+  expect_identical(with_path(TRUE, py_calls(fn, "tb_cb()")), "{'a': 1.0, 'NA': 2.0}")
+  expect_identical(with_path(FALSE, py_calls(fn, "tb_cb()")), "{'a': 1.0, 'NA': 2.0}")
+})
+
+test_that("an int beyond 64 bits passed to a callback gives its value, no SystemError", {
+  skip_if_no_torch()
+  on_c <- with_path(TRUE, py_calls(function(x) x, "tb_cb(2**70)"))
+  expect_identical(on_c, with_path(FALSE, py_calls(function(x) x, "tb_cb(2**70)")))
+  expect_false(grepl("SystemError", on_c))
+})
+
+test_that("a callback left by invokeRestart('abort') never reports an older error", {
+  skip_if_no_torch()
+  try(stop("an old, unrelated error"), silent = TRUE)
+  p <- torch_ones(2, requires_grad = TRUE)
+  opt <- optim_sgd(list(p), lr = 0.1)
+  reported <- function(on) {
+    with_path(on, tryCatch({
+      lr_lambda(opt, lr_lambda = function(e) invokeRestart("abort"))
+      "no error"
+    }, error = conditionMessage))
+  }
+  on_c <- reported(TRUE)
+  expect_match(on_c, "stopped without an R error", fixed = TRUE)
+  expect_false(grepl("old, unrelated", on_c))
+  expect_false(grepl("old, unrelated", reported(FALSE)))
+})
+
+test_that("lr_lambda() and lr_multiplicative() give their state_dict() on both paths", {
+  skip_if_no_torch()
+  state <- function(on, make) {
+    with_path(on, {
+      p <- torch_ones(2, requires_grad = TRUE)
+      opt <- optim_sgd(list(p), lr = 0.1)
+      s <- make(opt, lr_lambda = function(epoch) 0.5)
+      s$step()
+      sd <- s$state_dict()
+      sd[order(names(sd))]
+    })
+  }
+  for (make in list(lr_lambda, lr_multiplicative)) {
+    on_c <- state(TRUE, make)
+    expect_identical(on_c$lr_lambdas, list(NULL))
+    expect_identical(on_c, state(FALSE, make))
+  }
+})

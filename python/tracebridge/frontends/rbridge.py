@@ -72,6 +72,25 @@ def call(fn, *args, **kwargs):
         raise
 
 
+def as_function(fn):
+    """``fn`` (an R function made callable) as a Python ``def`` function.
+
+    torch's LambdaLR/MultiplicativeLR ``state_dict()`` keeps ``None`` for a
+    function but copies ``__dict__`` of any other callable; the callable made
+    in C (src/callback.c) is a builtin without one. As a function it is kept
+    as reticulate's is.
+
+    >>> import types
+    >>> isinstance(as_function(abs), types.FunctionType), as_function(abs)(-2)
+    (True, 2)
+    """
+
+    def call_r(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    return call_r
+
+
 def same(x):
     """``x`` itself: R passes an object through here to have reticulate wrap it (with its
     class vector) after the C call path (R package, src/call.c) returned it.
