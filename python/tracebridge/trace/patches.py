@@ -205,9 +205,13 @@ class BuiltinPatches:
 
     def acquire(self) -> None:
         with self._lock:
+            if self._depth == 0:
+                try:
+                    self._set(True)
+                except BaseException:
+                    self._set(False)  # nothing may stay replaced for later code to meet
+                    raise
             self._depth += 1
-            if self._depth == 1:
-                self._set(True)
 
     def release(self) -> None:
         with self._lock:
@@ -216,10 +220,21 @@ class BuiltinPatches:
                 self._set(False)
 
     def _set(self, on: bool) -> None:
+        """Install or remove every replacement; one that fails does not stop the others
+        (its error is raised after all were tried)."""
+        failed: BaseException | None = None
         for owner, name, original, replacement in self._entries:
-            setattr(owner, name, replacement if on else original)
+            try:
+                setattr(owner, name, replacement if on else original)
+            except Exception as exc:  # noqa: BLE001 - raised below, after the others
+                failed = failed or exc
         for hook in self.hooks:
-            hook(on)
+            try:
+                hook(on)
+            except Exception as exc:  # noqa: BLE001
+                failed = failed or exc
+        if failed is not None:
+            raise failed
 
 
 BUILTIN_PATCHES = BuiltinPatches()
@@ -241,7 +256,11 @@ def recording(tracer: Tracer):
     ``math.*`` and ``torch.is_grad_enabled`` (per thread: other threads see the originals'
     behaviour, as the patched functions look for a tracer of their own thread)."""
     _tracers.stack.append(tracer)
-    BUILTIN_PATCHES.acquire()
+    try:
+        BUILTIN_PATCHES.acquire()
+    except BaseException:
+        _tracers.stack.pop()
+        raise
     try:
         with tracer.mode:
             yield

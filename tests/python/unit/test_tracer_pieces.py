@@ -64,6 +64,25 @@ def test_patches_are_installed_only_while_recording_and_restored_exactly():
     assert builtins.len is original_len and math.sqrt is original_sqrt
 
 
+def test_a_replacement_that_fails_to_install_leaves_nothing_replaced():
+    original_len = builtins.len
+
+    def failing_hook(on):
+        if on:
+            raise RuntimeError("hook failed")
+
+    BUILTIN_PATCHES.hooks.append(failing_hook)
+    try:
+        with pytest.raises(RuntimeError, match="hook failed"), recording(Tracer({}, {}, set())):
+            pass
+    finally:
+        BUILTIN_PATCHES.hooks.remove(failing_hook)
+    assert not BUILTIN_PATCHES.installed and builtins.len is original_len
+    with recording(Tracer({}, {}, set())):  # and the next trace installs them again
+        assert builtins.len is not original_len
+    assert builtins.len is original_len
+
+
 def test_another_thread_sees_plain_len_while_one_thread_records():
     results = {}
     started, release = threading.Event(), threading.Event()
