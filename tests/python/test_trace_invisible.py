@@ -114,3 +114,32 @@ def test_a_function_transform_out_of_sight_is_refused_too():
 
     with pytest.raises(TracingCheckError, match="torch.vmap"):
         tracebridge.trace(row_norms, torch.randn(3, 4))
+
+
+def test_tracing_code_that_loads_dynamo_leaves_torch_compile_working():
+    """Dynamo reads its table of builtins once, the first time it needs it. Where that is
+    during a trace (traced code loading torch.compile's machinery), the table must still
+    name the real ``len`` afterwards, or every later torch.compile / torch.export in the
+    process breaks on it. A fresh process, where Dynamo is loaded inside the recording."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import builtins, sys, torch\n"
+        "from tracebridge.trace.patches import recording\n"
+        "from tracebridge.trace.tracer import Tracer\n"
+        "assert 'torch._dynamo.trace_rules' not in sys.modules\n"
+        "with recording(Tracer({}, {}, set())):\n"
+        "    from torch._dynamo.trace_rules import _builtin_function_ids as ids\n"
+        "    ids()  # made while len is replaced\n"
+        "assert id(builtins.len) in ids(), 'dynamo lost the real len'\n"
+        "f = torch.compile(lambda x: x * len(x), backend='eager', fullgraph=True)\n"
+        "assert f(torch.ones(3)).tolist() == [3.0, 3.0, 3.0]\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]

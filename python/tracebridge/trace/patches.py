@@ -14,6 +14,7 @@ import builtins
 import contextlib
 import math
 import operator
+import sys
 import threading
 from typing import TYPE_CHECKING
 
@@ -222,6 +223,8 @@ class BuiltinPatches:
     def _set(self, on: bool) -> None:
         """Install or remove every replacement; one that fails does not stop the others
         (its error is raised after all were tried)."""
+        if on:
+            _dynamo_builtins(self._entries, repair=False)  # settled before ours go in
         failed: BaseException | None = None
         for owner, name, original, replacement in self._entries:
             try:
@@ -233,8 +236,37 @@ class BuiltinPatches:
                 hook(on)
             except Exception as exc:  # noqa: BLE001
                 failed = failed or exc
+        if not on:
+            _dynamo_builtins(self._entries, repair=True)
         if failed is not None:
             raise failed
+
+
+def _dynamo_builtins(entries, repair: bool) -> None:
+    """Keep torch.compile's table of ``builtins.*`` / ``operator.*`` functions the real
+    ones. Dynamo reads that table from ``builtins`` the first time it needs it; if that
+    happens while a trace has ``len`` replaced (traced code calling ``torch.vmap`` imports
+    Dynamo), it would keep our replacements and no longer know the real ``len``: every
+    later ``torch.compile`` or ``torch.export`` in the process breaks on it. So the table is
+    made before ours go in, where Dynamo is loaded, and mended after they come out."""
+    rules = sys.modules.get("torch._dynamo.trace_rules")
+    table = getattr(rules, "_builtin_function_ids", None)
+    if table is None:
+        return
+    try:
+        table()  # made now from the real builtins, if it was not yet
+        if not repair:
+            return
+        ids, names = table.function_ids, table.function_names
+        for owner, name, original, replacement in entries:
+            if owner not in (builtins, operator):
+                continue
+            ids.discard(id(replacement))
+            names.pop(id(replacement), None)
+            ids.add(id(original))
+            names[id(original)] = f"{owner.__name__}.{name}"
+    except (AttributeError, TypeError):  # another torch: its table works otherwise
+        return
 
 
 BUILTIN_PATCHES = BuiltinPatches()
