@@ -97,6 +97,9 @@ class Method:
         # The number of positional tensors a call passes straight to the function (-1: a
         # call always goes through ``_leaves``, its inputs being nested or keywords).
         self._direct_arity = self._n_inputs if self._simple else -1
+        # Whether the example passed numbers (or other constants): known once, not walked
+        # again on each call that goes through ``_leaves``.
+        self._typed_spec = _has_constants(graph.in_spec)
         self._methods = methods if methods is not None else {name: graph}
         self._compiled: dict[tuple[bool, bool], object] = {}
         self._lock = threading.Lock()
@@ -162,11 +165,12 @@ class Method:
         """The input tensors of a call whose arguments are nested (or given by keyword),
         in the traced order."""
         leaves, spec = pytree.flatten((args, kwargs), is_tensor)
-        if not same_spec(spec, self.graph.in_spec):
+        typed = self._typed_spec
+        if not same_spec(spec, self.graph.in_spec, typed):
             # Keys, not their order, identify a dict entry (and a keyword argument).
             ordered = _in_key_order((args, kwargs), self.graph.in_spec)
             leaves, spec = pytree.flatten(ordered, is_tensor)
-        if not same_spec(spec, self.graph.in_spec):
+        if not same_spec(spec, self.graph.in_spec, typed):
             raise TraceError(
                 f"{self.name}() was called with arguments shaped differently from the example "
                 f"inputs it was traced with: {mismatch(self.graph.in_spec, spec)}; expected "
@@ -187,12 +191,15 @@ def _in_key_order(obj, spec: dict):
     return obj
 
 
-def same_spec(got: dict, expected: dict) -> bool:
+def same_spec(got: dict, expected: dict, typed: bool | None = None) -> bool:
     """Whether a call's structure is the traced example's: equal, and every constant of
     the same type (``2``, ``2.0`` and ``True`` are equal in Python but make other results:
-    an int64 product, a float one, an ``is True`` branch) -- a NaN the same as a NaN."""
+    an int64 product, a float one, an ``is True`` branch) -- a NaN the same as a NaN.
+    ``typed``: whether ``expected`` holds constants, where the caller knows it already."""
     if got == expected:
-        return not _has_constants(expected) or _same_constants(got, expected)
+        if typed is None:
+            typed = _has_constants(expected)
+        return not typed or _same_constants(got, expected)
     return _same_constants(got, expected)  # NaN != NaN: equal only by the typed walk
 
 
