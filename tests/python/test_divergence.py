@@ -268,6 +268,21 @@ def levels_by_log2(x):
     return x * int(math.log2(x.size(0)))
 
 
+def float_over_size(x):
+    # A sinusoidal position encoding's frequency step: float on the left of the operator.
+    return x * (-math.log(10000.0) / x.size(1))
+
+
+class CallCounter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return x * self.calls
+
+
 def grad_mode_branch(x):
     if torch.is_grad_enabled():
         return x * 2
@@ -383,6 +398,15 @@ def _module_attribute() -> Setup:
 
     def change(traced: list) -> None:
         module.temperature = 4.0
+
+    return Setup(module, (_seeded(3),), (_seeded(3),), change)
+
+
+def _call_counter() -> Setup:
+    module = CallCounter()
+
+    def change(traced: list) -> None:
+        module(_seeded(3))  # the model is used once more after tracing
 
     return Setup(module, (_seeded(3),), (_seeded(3),), change)
 
@@ -735,6 +759,25 @@ CASES += [
     ),
 ]
 CASES += [
+    Case(
+        "float_over_size",
+        "`x * (-math.log(10000.0) / x.size(1))` (a float on the left of a size)",
+        _plain(float_over_size, (_seeded(2, 4),), (_seeded(2, 6),)),
+        jit="right",
+        tb=("wrong", "check"),
+        core="core: `float op size` runs in float's own C code, which reads the traced int's "
+        "value without asking it: the result is baked with no guard (the check finds it by "
+        "running the code at other sizes of each dimension)",
+    ),
+    Case(
+        "call_counter",
+        "`self.calls += 1; return x * self.calls`, the model called once after tracing",
+        _call_counter,
+        jit="wrong",
+        tb=("wrong", "check"),
+        core="core: a Python attribute a call changes is read as a constant; the trace "
+        "cannot repeat the change (the check calls the code and the trace twice)",
+    ),
     Case(
         "levels_by_log2",
         "`int(math.log2(x.size(0)))`",

@@ -10,7 +10,10 @@
 3. when no check inputs are given, also try the example inputs with another batch size
    (dimension 0 grown by one): if the real code accepts it, the trace must either give
    the same result or refuse the call with a GuardError, else the trace specialised a
-   size and the error says on which line.
+   size and the error says on which line; and each other dimension grown by one
+   (check/dims.py: a size that Python arithmetic baked into a constant);
+4. for a module, where a call changes a plain Python attribute of it, call the code and
+   the trace twice and compare the second results (check/repeated.py).
 
 Nothing about the model changes: everything runs inside ``capture.preserved``.
 """
@@ -372,6 +375,7 @@ def check_function(func, traced, args, kwargs, check_inputs, tolerance, strict) 
     _check_constants(func, traced, reference, constants, args, kwargs, tolerance, None)
     if check_inputs is None:
         _check_perturbed(func, traced, reference, args, kwargs, tolerance, None, retrace)
+        check_other_sizes(func, traced, reference, args, kwargs, tolerance, None, retrace)
 
 
 def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_mode, alias) -> None:
@@ -417,7 +421,16 @@ def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_m
                         eager, method, reference, a, k, tolerance, mod, retrace, label, constants
                     )
                 _check_constants(eager, method, reference, constants, args, kwargs, tolerance, mod)
+                check_repeated(eager, method, args, kwargs, tolerance, mod, label)
                 if per_method is None:
                     _check_perturbed(
                         eager, method, reference, args, kwargs, tolerance, mod, retrace
                     )
+                    check_other_sizes(
+                        eager, method, reference, args, kwargs, tolerance, mod, retrace
+                    )
+
+
+# Below the helpers they use (compare_outputs, fresh): these modules import them from here.
+from .dims import check_other_sizes  # noqa: E402
+from .repeated import check_repeated  # noqa: E402

@@ -1,0 +1,89 @@
+"""Check that a module's second call agrees with its trace: state that Python code keeps.
+
+Why: the checks run the code from the state the user gave (``capture.preserved`` puts
+everything back after each run), so a forward that changes a Python attribute of its
+module -- a call counter, a lazily computed scale (``if not self.initialized: ...``), a
+value kept for the next call -- looks right in every check, while every later eager
+call differs from the trace, which holds the values of the traced call. (In-place writes
+to buffers are recorded and repeated by the trace: they are not this.) Where the first
+eager call changes such an attribute, the code and the trace are each called twice from
+the same state (the second time with the example's values moved: a scale the first call
+computed from its data then differs) and the second results must agree; where they do
+not, the trace is refused, naming the attributes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import GuardError, TracingCheckError
+from ..trace.capture import preserved
+from .verify import _rolled, compare_outputs, fresh
+
+_PLAIN = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _same(a, b) -> bool:
+    if a is b:
+        return True
+    if isinstance(a, _PLAIN) and type(a) is type(b):
+        return a == b or (a != a and b != b)  # NaN kept as NaN
+    if isinstance(a, tuple) and type(a) is type(b) and len(a) == len(b):
+        return all(_same(x, y) for x, y in zip(a, b))
+    return False
+
+
+def _snapshot(module: torch.nn.Module) -> list[tuple[str, torch.nn.Module, dict]]:
+    return [(name, mod, dict(vars(mod))) for name, mod in module.named_modules()]
+
+
+def _changed(snapshot) -> list[str]:
+    """``path.attribute`` of every plain attribute a call set to another value (tables of
+    parameters, buffers and sub-modules left out: their writes are recorded)."""
+    changed = []
+    for name, mod, before in snapshot:
+        for key, value in vars(mod).items():
+            if key.startswith("_") and key in ("_parameters", "_buffers", "_modules"):
+                continue
+            if isinstance(value, (torch.Tensor, torch.nn.Module)):
+                continue  # a tensor kept on the module (a cache): its use is traced
+            if key not in before or not _same(before[key], value):
+                changed.append(f"{name}.{key}" if name else key)
+    return changed
+
+
+def check_repeated(eager_fn, traced_method, args, kwargs, tolerance, module, label) -> None:
+    """Raise :class:`TracingCheckError` where a call of the module changes a plain Python
+    attribute and a second call of the code differs from a second call of the trace."""
+    if module is None:
+        return  # a function's globals are not put back: the other checks see them
+    snapshot = _snapshot(module)
+    # The second call takes other values (the same shapes): state the first call computed
+    # from its data (a lazily set scale) then differs from what the trace computes.
+    second = _rolled(args, kwargs) or (args, kwargs)
+    with preserved(module):
+        a, k = fresh(args, kwargs)
+        eager_fn(*a, **k)
+        changed = _changed(snapshot)
+        if not changed:
+            return
+        a, k = fresh(*second)
+        expected = eager_fn(*a, **k)
+    try:
+        with preserved(module):
+            for call_args in ((args, kwargs), second):
+                a, k = fresh(*call_args)
+                got = traced_method(*a, **k)
+    except GuardError:
+        return  # the trace refuses the second call: no wrong answer
+    try:
+        compare_outputs(expected, got, tolerance, f"{label}, called a second time")
+    except TracingCheckError as exc:
+        names = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
+        raise TracingCheckError(
+            f"{exc}\n  each call of the code changes Python attribute(s) of the module "
+            f"({names}) that its results depend on; a trace holds the values of the traced "
+            "call and cannot repeat such a change. Keep that state in a buffer updated in "
+            "place with tensor operations (register_buffer; the trace records those "
+            "writes), or pass it as an input"
+        ) from None

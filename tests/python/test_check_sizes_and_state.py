@@ -1,0 +1,202 @@
+"""The check at other sizes of every dimension (check/dims.py) and at a second call
+(check/repeated.py): traces that were silently wrong outside the batch dimension, or after
+a call changed the module's Python attributes, are refused at trace time; right traces are
+still accepted."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+from tracebridge.check import dims
+
+
+def sinusoid(x):
+    """A sinusoidal position encoding built on every call from the input's sizes."""
+    length, width = x.shape[1], x.shape[2]
+    pos = torch.arange(length, dtype=torch.float32)[:, None]
+    div = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * (-math.log(1e4) / width))
+    pe = torch.zeros(length, width)
+    pe[:, 0::2] = torch.sin(pos * div)
+    pe[:, 1::2] = torch.cos(pos * div)
+    return x + pe
+
+
+def sinusoid_size_first(x):
+    """The same, written with the size on the left: traced, general."""
+    length, width = x.shape[1], x.shape[2]
+    pos = torch.arange(length, dtype=torch.float32)[:, None]
+    div = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * (width**-1 * -math.log(1e4)))
+    pe = torch.zeros(length, width)
+    pe[:, 0::2] = torch.sin(pos * div)
+    pe[:, 1::2] = torch.cos(pos * div)
+    return x + pe
+
+
+def test_a_float_of_a_non_batch_size_is_refused_naming_the_line():
+    with pytest.raises(tracebridge.TracingCheckError) as info:
+        tracebridge.trace(sinusoid, torch.randn(2, 5, 8))
+    message = str(info.value)
+    assert "dimension 2 of input 0 grown from 8 to 16" in message  # odd widths fail in eager
+    assert "node mul at " + __file__ in message
+    assert "-math.log(1e4) / width" in message
+    assert "Put the size first" in message
+
+
+def test_without_the_check_the_baked_number_is_wrong_as_documented():
+    traced = tracebridge.trace(sinusoid, torch.randn(2, 5, 8), check_trace=False)
+    x = torch.randn(1, 5, 12)
+    assert not torch.allclose(traced(x), sinusoid(x))  # docs/divergence.md: core bug
+
+
+def test_the_size_first_spelling_traces_and_holds_at_other_sizes(tmp_path):
+    traced = tracebridge.trace(sinusoid_size_first, torch.randn(2, 5, 8))
+    traced.save(tmp_path / "pe.tb")
+    loaded = tracebridge.load(tmp_path / "pe.tb")
+    for shape in [(1, 7, 8), (3, 2, 6), (1, 5, 12)]:
+        x = torch.randn(*shape)
+        torch.testing.assert_close(traced(x), sinusoid_size_first(x))
+        torch.testing.assert_close(loaded(x), sinusoid_size_first(x))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x * (0.5 * x.shape[-1]),
+        lambda x: x * (2.0 - x.shape[-1]),
+        lambda x: x / (1.5 + x.size(1)),
+    ],
+    ids=["float_times", "float_minus", "float_plus"],
+)
+def test_other_float_operators_on_sizes_are_refused(fn):
+    with pytest.raises(tracebridge.TracingCheckError, match="grown from 4 to 5"):
+        tracebridge.trace(fn, torch.randn(3, 4))
+
+
+def test_a_size_pinned_by_a_guard_is_not_a_failure():
+    def fixed_width(x):
+        if x.shape[1] != 4:
+            raise ValueError("width must be 4")
+        return x * (1.0 / 4)
+
+    traced = tracebridge.trace(fixed_width, torch.randn(3, 4))
+    x = torch.randn(6, 4)
+    torch.testing.assert_close(traced(x), fixed_width(x))
+
+
+def test_inputs_sharing_a_length_grow_together():
+    """Tokens and their mask share dimension 1: grown together, as the code needs."""
+
+    def masked_mean(x, mask):
+        return (x * mask[..., None]).sum(1) * (1.0 / x.shape[1])
+
+    x, mask = torch.randn(2, 5, 3), torch.ones(2, 5)
+    groups = dims._groups([x, mask])
+    assert [(0, 1), (1, 1)] in groups
+    with pytest.raises(tracebridge.TracingCheckError, match="dimension 1 of input 0"):
+        tracebridge.trace(masked_mean, (x, mask))
+
+
+@pytest.mark.filterwarnings("ignore::tracebridge.TracerWarning")  # shapes kept from the trace
+def test_right_traces_still_pass_and_the_check_runs_few_times():
+    """A layer general in every dimension passes; the check tries each dimension at most
+    twice (grown by one, then doubled), and at most MAX_GROUPS dimensions."""
+    calls = []
+    layer = nn.Linear(8, 4)
+
+    def fn(x):
+        calls.append(tuple(x.shape))
+        return layer(x).softmax(-1) * x.shape[1] ** -0.5
+
+    tracebridge.trace(fn, torch.randn(2, 3, 8))
+    grown = {s for s in calls if s not in {(2, 3, 8), (3, 3, 8)}}
+    assert (2, 4, 8) in grown  # dimension 1 grown by one
+    assert (2, 3, 9) in grown and (2, 3, 16) in grown  # width: one more fails, doubled runs
+    assert len(dims._groups([torch.randn(*([2] * 12))])) == dims.MAX_GROUPS
+
+
+class CallCounter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return x * self.calls
+
+
+class ActNorm(nn.Module):
+    """Glow's data-dependent initialisation: the first call sets the scale."""
+
+    def __init__(self):
+        super().__init__()
+        self.initialized = False
+        self.scale = None
+
+    def forward(self, x):
+        if not self.initialized:
+            self.scale = 1 / (x.detach().std(0) + 1e-6)
+            self.initialized = True
+        return x * self.scale
+
+
+def test_a_counter_that_a_call_changes_is_refused_naming_it():
+    module = CallCounter()
+    with pytest.raises(tracebridge.TracingCheckError) as info:
+        tracebridge.trace(module, torch.randn(3))
+    assert "called a second time" in str(info.value)
+    assert "(calls)" in str(info.value)
+    assert "register_buffer" in str(info.value)
+    assert module.calls == 0  # the model is left as it was
+
+
+def test_a_lazy_initialisation_is_refused_naming_the_flag():
+    module = ActNorm()
+    with pytest.raises(tracebridge.TracingCheckError, match=r"\(initialized\)"):
+        tracebridge.trace(module, torch.randn(4, 3))
+    assert module.initialized is False and module.scale is None
+
+
+def test_attributes_that_do_not_change_results_are_accepted():
+    class KeepsShape(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+            self.seen = 0
+            self.last = None
+
+        def forward(self, x):
+            self.seen += 1  # counted, never read into the result
+            self.last = tuple(x.shape)
+            return self.lin(x)
+
+    module = KeepsShape()
+    traced = tracebridge.trace(module, torch.randn(2, 3))
+    x = torch.randn(5, 3)
+    torch.testing.assert_close(traced(x), module(x))
+
+
+def test_buffer_state_written_in_place_is_repeated_and_accepted():
+    class RunningSum(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("total", torch.zeros(3))
+
+        def forward(self, x):
+            self.total.add_(x.sum(0))
+            return x + self.total
+
+    eager, copy = RunningSum(), RunningSum()
+    traced = tracebridge.trace(copy, torch.randn(2, 3))
+    for _ in range(3):
+        x = torch.randn(4, 3)
+        torch.testing.assert_close(traced(x), eager(x))
+
+
+def test_check_trace_false_skips_both_checks():
+    tracebridge.trace(CallCounter(), torch.randn(3), check_trace=False)
+    tracebridge.trace(sinusoid, torch.randn(2, 5, 8), check_trace=False)
