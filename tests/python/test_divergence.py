@@ -273,6 +273,11 @@ def float_over_size(x):
     return x * (-math.log(10000.0) / x.size(1))
 
 
+def float_left_comparison(x):
+    # A float on the left of a comparison: float's own C code compares, no hook sees it.
+    return x * 2 if 3.5 < x.size(0) else x  # noqa: SIM300 - the pattern under test
+
+
 class CallCounter(nn.Module):
     def __init__(self):
         super().__init__()
@@ -768,6 +773,16 @@ CASES += [
         core="core: `float op size` runs in float's own C code, which reads the traced int's "
         "value without asking it: the result is baked with no guard (the check finds it by "
         "running the code at other sizes of each dimension)",
+    ),
+    Case(
+        "float_left_comparison",
+        "`if 3.5 < x.size(0):` (a float on the left of a comparison), traced at 5, called at 2",
+        _plain(float_left_comparison, (_seeded(5),), (_seeded(2),)),
+        jit="wrong",
+        tb=("wrong", "wrong"),
+        core="core: `float < size` runs in float's own C code, which reads the traced int's "
+        "value without asking it: the branch is taken with no guard, and the check's other "
+        "sizes (one more, twice as many) take the same branch",
     ),
     Case(
         "call_counter",
