@@ -616,7 +616,8 @@ def trace(
             and ``None``.
         check_trace: run the check after recording (default ``True``): re-trace and compare
             the graphs, compare outputs with eager ``func`` from the same random state, try
-            another batch size, and leave the model untouched. Raises
+            other sizes of each input dimension, call a module twice where a call changes
+            its Python attributes, and leave the model untouched. Raises
             :class:`TracingCheckError` when the recording does not stand for ``func``.
         check_inputs: more inputs to check the trace with, as a list of tuples shaped like
             ``example_inputs`` (another batch size, another sequence length).
