@@ -34,6 +34,10 @@ r_terms_one <- function(msg) {
   msg <- shift_numbers(msg, paste0("\\b", ident, "\\.shape\\[(\\d+)\\]"), "%s$shape[%d]")
   msg <- shift_numbers(msg, paste0("\\b", ident, "\\.size\\((\\d+)\\)"), "%s$size(%d)")
   msg <- shift_numbers(msg, "\\b(size)\\(dim (\\d+)\\)", "%s(dim %d)")
+  # The check's probes of other sizes (check/dims.py, verify.py): dimensions and inputs
+  # counted from 1.
+  msg <- shift_numbers(msg, "\\b(dimension) (\\d+)(?= of the inputs)", "%s %d")
+  msg <- shift_dimension_of_input(msg)
   msg <- gsub(paste0("\\b", ident, "\\.(dim|numel|item|size)\\(\\)"), "\\1$\\2()", msg,
               perl = TRUE)
   msg <- gsub(paste0("\\b", ident, "\\.tolist\\(\\)"), "as_array(\\1)", msg, perl = TRUE)
@@ -74,6 +78,15 @@ shift_numbers <- function(msg, pattern, format) {
     last <- m[[k]] + attr(m, "match.length")[[k]]
   }
   paste0(c(pieces, substr(msg, last, nchar(msg))), collapse = "")
+}
+
+# "dimension 2 of input 0" (both 0-based) as "dimension 3 of input 1".
+shift_dimension_of_input <- function(msg) {
+  m <- regexec("dimension (\\d+) of input (\\d+)", msg)[[1]]
+  if (m[[1]] < 0) return(msg)
+  parts <- regmatches(msg, list(m))[[1]]
+  sub(parts[[1]], sprintf("dimension %d of input %d", as.integer(parts[[2]]) + 1L,
+                          as.integer(parts[[3]]) + 1L), msg, fixed = TRUE)
 }
 
 # Errors of ops whose positions are 1-based in R (R/surface.R, Ops on tensors): what

@@ -92,6 +92,22 @@ range_index <- function(start, end, step) {
                                         as.integer(step)))
 }
 
+# `x[c(1, n), ]` while tracing, `n` a traced size: c() makes a list of numbers and traced
+# integers, which become an index tensor whose traced entries are recorded (each made
+# 0-based by sym_position()), as Python's `x[[0, n - 1]]` is.
+sym_vector_index <- function(v) {
+  parts <- lapply(v, function(e) {
+    if (inherits(e, "torch_sym_int")) return(sym_position(e, "index"))
+    if (!is.numeric(e) || length(e) != 1 || is.na(e) || e != round(e) || e < 1) {
+      tracebridge_abort(paste(
+        "An index that mixes traced sizes with numbers takes positive whole numbers only",
+        "(1 is the first); count from the end with the size instead: `N - 1`."), "index_error")
+    }
+    as.integer(e - 1)
+  })
+  list(kind = "vector", value = py_rb()$positions(parts))
+}
+
 value_index <- function(v) {
   if (is.null(v) || inherits(v, "torch_newaxis")) return(list(kind = "none"))
   if (inherits(v, "torch_ellipsis")) return(list(kind = "ellipsis"))
@@ -110,6 +126,9 @@ value_index <- function(v) {
     return(list(kind = "vector", value = tb_py_call(py$sub, 1L)))
   }
   if (inherits(v, "torch_sym_int")) return(list(kind = "int", value = sym_position(v, "index")))
+  if (is.list(v) && length(v) && any(vapply(v, inherits, logical(1), "torch_sym_int"))) {
+    return(sym_vector_index(v))
+  }
   if (is.logical(v)) {
     if (anyNA(v)) tracebridge_abort("Logical indices can not be NA.", "index_error")
     return(list(kind = "logical", value = v))
@@ -176,11 +195,22 @@ index_plan <- function(x, exprs, env, drop) {
   parsed
 }
 
-dim_size <- function(py, d) reticulate::py_to_r(py$size(as.integer(d - 1L)))
+# The size of dimension `d` (1-based) as an R integer. Inside jit_trace() the size is a
+# traced integer, which R cannot compare with a vector: its value is read through the
+# tracer, which records a guard (a call with another size stops with a guard error).
+dim_size <- function(py, d) {
+  size <- reticulate::py_to_r(py$size(as.integer(d - 1L)))
+  if (is.numeric(size)) size else reticulate::py_to_r(py_rb()$to_int(size))
+}
 
 # R vector / logical indices to a 0-based index tensor for the given dimension.
 vector_tensor <- function(py, p) {
   if (p$kind == "vector") return(p$value)
+  if (p$kind != "logical" && isTRUE(.tb$tracing) && length(p$value) && all(p$value > 0)) {
+    # Positive positions need no size: the trace stays general in this dimension, and a
+    # position past the end fails in the index op, as it does in PyTorch.
+    return(py_rb()$positions(as.list(as.integer(p$value - 1L))))
+  }
   size <- dim_size(py, p$dim)
   v <- if (p$kind == "logical") {
     if (length(p$value) == 0 || size %% length(p$value) != 0) {

@@ -84,6 +84,19 @@ as.double.torch_sym_int <- function(x, ...) as.numeric.torch_sym_int(x)
 #' @export
 as.logical.torch_sym_int <- function(x, ...) as.integer(x) != 0L
 
+# sqrt(), exp(), log(), floor(), ... of a traced size: recorded where the tracer records
+# the same Python function (trace/patches.py), so `1 / sqrt(x$size(2))` stays general;
+# any other (or `log(n, base)`) reads the value, recording a guard, and applies R's own.
+#' @export
+Math.torch_sym_int <- function(x, ...) {
+  if (isTRUE(.tb$tracing)) note_r_location()
+  recorded <- c("sqrt", "exp", "log", "log2", "log10", "floor", "ceiling", "trunc", "abs")
+  if (.Generic %in% recorded && !...length()) {
+    return(sym_from_py(py_rb()$r_math(.Generic, .subset2(x, ".py"))))
+  }
+  get(.Generic, envir = baseenv(), mode = "function")(as.numeric(x), ...)
+}
+
 #' @export
 Summary.torch_sym_int <- function(..., na.rm = FALSE) {
   sym_summary(.Generic, list(...))

@@ -135,6 +135,14 @@ test_that("check errors name R's jit_trace() arguments, which exist", {
                class = "value_error")
 })
 
+test_that("the check's other sizes are named 1-based", {
+  msg <- paste("the trace does not generalise to other sizes, though the code does: with",
+               "dimension 2 of input 0 grown from 8 to 16: output [output] differs")
+  expect_match(r_terms(msg), "with dimension 3 of input 1 grown from 8 to 16", fixed = TRUE)
+  msg <- "the trace does not generalise from batch size 2 to 3 (dimension 0 of the inputs)"
+  expect_match(r_terms(msg), "(dimension 1 of the inputs)", fixed = TRUE)
+})
+
 test_that("torch_stack names its entries 1-based", {
   skip_if_no_torch()
   expect_error(torch_stack(list(torch_ones(2), torch_ones(2), torch_ones(3))),

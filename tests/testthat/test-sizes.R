@@ -46,6 +46,50 @@ test_that("arithmetic on traced sizes, and division of tensors by them", {
   expect_same_as_eager(function(x) torch_zeros(x$size(1) - 1, 2))
 })
 
+test_that("a fractional number on the left of a traced size stays traced", {
+  skip_if_no_torch()
+  # Python would compute `2.5 - n` in float's own code, reading n's value without a guard
+  # (docs/divergence.md); from R the size takes the operation, so the trace stays general.
+  expect_same_as_eager(function(x) x * (-log(10000) / x$size(1)))
+  expect_same_as_eager(function(x) x * (2.5 - x$size(1)))
+  expect_same_as_eager(function(x) x * 0.9^x$size(1))
+  expect_same_as_eager(function(x) x * (1.5 %/% x$size(1) + 0.5 %% x$size(1)))
+  f <- function(x) if (3.5 < x$size(1)) x * 2 else x
+  tr <- suppressWarnings(jit_trace(f, ex(4)))
+  expect_equal(as_array(tr(ex(2))), as_array(f(ex(2))))
+})
+
+test_that("sqrt(), exp(), log(), floor() of traced sizes are recorded; others guard", {
+  skip_if_no_torch()
+  expect_same_as_eager(function(x) x / sqrt(x$size(1)))
+  expect_same_as_eager(function(x) x * exp(-1 / x$size(1)))
+  expect_same_as_eager(function(x) x * log(x$size(1)) + log2(x$size(1)) + log10(x$size(1)))
+  expect_same_as_eager(function(x) x$narrow(1, 1, floor(x$size(1) / 2)))
+  expect_same_as_eager(function(x) x * ceiling(x$size(1) / 3) * abs(trunc(x$size(1) / 3)))
+  g <- function(x) x * sin(x$size(1))
+  tr <- suppressWarnings(jit_trace(g, ex(4)))
+  expect_equal(as_array(tr(ex(4))), as_array(g(ex(4))))
+  expect_error(tr(ex(6)), class = "tracebridge_guard_error")
+})
+
+test_that("vector positions inside a trace: general, no warning; negative ones guard", {
+  skip_if_no_torch()
+  # Bounds were checked against the traced size, which R compared with a vector through
+  # reticulate: the R session crashed.
+  f <- function(x) x[c(1L, 3L), ]
+  expect_no_warning(tr <- jit_trace(f, ex(4)))
+  for (n in c(3, 5)) expect_equal(as_array(tr(ex(n))), as_array(f(ex(n))))
+  expect_error(tr(ex(2)), "out of range|out of bounds")
+  g <- function(x) x[c(-1L, -2L), ]
+  tr <- suppressWarnings(jit_trace(g, ex(4)))
+  expect_equal(as_array(tr(ex(4))), as_array(g(ex(4))))
+  expect_error(tr(ex(5)), class = "tracebridge_guard_error")
+  h <- function(x) x[c(TRUE, FALSE), ]
+  tr <- suppressWarnings(jit_trace(h, ex(4)))
+  expect_equal(as_array(tr(ex(4))), as_array(h(ex(4))))
+  expect_same_as_eager(function(x) x[c(1, floor(x$size(1) / 2)), ])
+})
+
 test_that("comparisons of traced sizes are R logicals and record guards", {
   skip_if_no_torch()
   f <- function(x) if (x$size(1) > 2) x * 2 else x

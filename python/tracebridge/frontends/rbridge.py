@@ -16,11 +16,16 @@ the tracer records as a guard).
 from __future__ import annotations
 
 import inspect
+import math
 import operator
+import warnings
 from typing import Any
 
 import numpy as np
 import torch
+
+from ..errors import TracerWarning
+from ..trace.numbers import _Traced
 
 _last_error: BaseException | None = None  # also set by the R package's src/call.c
 
@@ -183,9 +188,60 @@ def plain_sizes(t: torch.Tensor) -> list[int]:
     return [int(s) for s in t.shape]
 
 
+# The same operators with the operands swapped: ``2.5 - n`` is ``n.__rsub__(2.5)``.
+_REFLECTED = {
+    "+": "__radd__",
+    "-": "__rsub__",
+    "*": "__rmul__",
+    "/": "__rtruediv__",
+    "^": "__rpow__",
+    "%%": "__rmod__",
+    "%/%": "__rfloordiv__",
+    "==": "__eq__",
+    "!=": "__ne__",
+    "<": "__gt__",
+    ">": "__lt__",
+    "<=": "__ge__",
+    ">=": "__le__",
+}
+
+
 def binary(op: str, a, b):
-    """Apply the R operator ``op`` (as named by R's ``Ops`` group)."""
+    """Apply the R operator ``op`` (as named by R's ``Ops`` group).
+
+    A plain float on the left of a traced size is handed to the size: Python would run
+    ``float.__sub__`` first, which reads the int's value without asking it, and the
+    result (``-log(10000) / d``) would be the example's number with no guard
+    (docs/divergence.md).
+    """
+    reflected = _REFLECTED.get(op)
+    if reflected and isinstance(a, float) and not isinstance(a, _Traced) and isinstance(b, _Traced):
+        result = getattr(b, reflected)(a)
+        if result is not NotImplemented:
+            return result
     return BINARY_OPS[op](a, b)
+
+
+# R's Math group on a traced size: the math functions the tracer records (trace/patches.py),
+# looked up when called so that the traced versions answer while a trace runs.
+R_MATH = {
+    "sqrt": "sqrt",
+    "exp": "exp",
+    "log": "log",
+    "log2": "log2",
+    "log10": "log10",
+    "floor": "floor",
+    "ceiling": "ceil",
+    "trunc": "trunc",
+}
+
+
+def r_math(name: str, v):
+    """``name(v)`` for R's Math group: recorded where the tracer records it, else the
+    value is read (a guard) and R's own function applies."""
+    if name == "abs":
+        return abs(v)
+    return getattr(math, R_MATH[name])(v)
 
 
 def to_int(v) -> int:
@@ -204,6 +260,16 @@ def index(t: torch.Tensor, spec: list, setvalue=None, set_: bool = False):
         t[key] = setvalue
         return t
     return t[key]
+
+
+def positions(values: list) -> torch.Tensor:
+    """0-based positions from R (``x[c(1, 3), ]``) as an index tensor, made by
+    ``torch.tensor`` of a list so that a trace records them as the literal they are. The
+    tracer's warning about tensors of Python data is for data the code computed; positions
+    written in R code are what Python's ``x[[0, 2]]`` is, which gets no warning."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"torch\.tensor\(\.\.\.\) of Python data", TracerWarning)
+        return torch.tensor(values, dtype=torch.int64)
 
 
 def _index_key(s):
