@@ -14,6 +14,8 @@ from torch import nn
 import tracebridge
 from tracebridge.check import dims
 
+from .test_divergence import CallCounter
+
 
 def sinusoid(x):
     """A sinusoidal position encoding built on every call from the input's sizes."""
@@ -117,16 +119,6 @@ def test_right_traces_still_pass_and_the_check_runs_few_times():
     assert (2, 4, 8) in grown  # dimension 1 grown by one
     assert (2, 3, 9) in grown and (2, 3, 16) in grown  # width: one more fails, doubled runs
     assert len(dims._groups([torch.randn(*([2] * 12))])) == dims.MAX_GROUPS
-
-
-class CallCounter(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
-    def forward(self, x):
-        self.calls += 1
-        return x * self.calls
 
 
 class ActNorm(nn.Module):
