@@ -86,6 +86,11 @@ def test_a_size_given_where_a_tensor_is_taken_is_a_0dim_tensor_and_stays_general
     with pytest.raises(tracebridge.GuardError) as info:
         traced(torch.randn(2, 3, 7, 8))
     assert f"{HERE}:{_line_of(JitSizesAsTensors, 'if new_h != h')}" in str(info.value)
+    # Traced on that branch, the interpolation's size is the 0-dim tensors: general too.
+    odd = tracebridge.trace(module, (torch.randn(2, 3, 7, 9),))
+    for shape in [(1, 3, 5, 11), (2, 3, 9, 9)]:
+        x = torch.randn(shape)
+        assert torch.allclose(odd(x), module(x), atol=1e-6)
 
 
 class StackedSizes(nn.Module):

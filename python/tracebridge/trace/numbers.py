@@ -242,8 +242,10 @@ def number_given_for_tensor(exc: TypeError) -> UnsupportedOpError | None:
         "Eager PyTorch refuses a Python number there too; code reaches such a line on a "
         "path written for torch.jit.trace, whose sizes are 0-dim tensors (behind "
         "`torch.jit.is_tracing()`, which is True for library code while tracebridge "
-        "traces). Compute the value with Python arithmetic (math.ceil(h / p)), or make the "
-        "tensor explicitly (torch.tensor(h))"
+        "traces). A traced float there is taken as a 0-dim tensor, as torch.jit.trace takes "
+        "it; an int cannot be (PyTorch's parser reads an int where a list of sizes may "
+        "start). Make the tensor explicitly (torch.tensor(h)), or compute the value with "
+        "Python arithmetic (math.sqrt(h))"
     )
 
 
