@@ -107,6 +107,9 @@ def _unrolled(tracer: Tracer, *args):
 # (torch.distributions' sample shapes, ``torch.Size(sample_shape + batch_shape)``) it would
 # fix them all. A torch.Size made by concatenation keeps its items as they are, so while
 # tracing, one built from traced sizes holds them: still a real torch.Size, still general.
+# ``isinstance(s, torch.Size)`` holds as before; what does not, while a trace runs, is code
+# that finds the class by name: ``type(s) is torch.Size``, and ``pickle`` of a torch.Size
+# (PicklingError, "not the same object as torch.Size"), in any thread of the process.
 _original_size = torch.Size
 
 
