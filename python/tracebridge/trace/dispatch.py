@@ -82,6 +82,18 @@ def _plain_numbers(data):
     return data
 
 
+def _has_traced_float(data) -> bool:
+    """Whether a traced float is among ``data`` (lists, tuples, dicts): the numbers
+    PyTorch's parser hands on where it takes only a tensor (trace/numbers.py, SymFloat)."""
+    if isinstance(data, _Traced):
+        return isinstance(data, float)
+    if isinstance(data, (list, tuple)):
+        return any(_has_traced_float(x) for x in data)
+    if isinstance(data, dict):
+        return any(_has_traced_float(x) for x in data.values())
+    return False
+
+
 def _dispatching_function() -> types.FunctionType | None:
     """The Python function that called ``handle_torch_function`` (found on the stack)."""
     frame = sys._getframe(2)
@@ -195,9 +207,9 @@ class Dispatcher:
         if written is not None:
             return written
         loc = self.location()
-        as_recorded = self._numbers_as_tensors(
-            name, _packed_varargs(name, func, args), _canonical_keywords(name, kwargs)
-        )
+        packed = (_packed_varargs(name, func, args), _canonical_keywords(name, kwargs))
+        as_recorded = self._numbers_as_tensors(name, *packed)
+        floats_as_tensors = as_recorded[0] is not packed[0] or as_recorded[1] is not packed[1]
         enc_args = [self.encode(a) for a in as_recorded[0]]
         enc_kwargs = {k: self.encode(v) for k, v in as_recorded[1].items()}
         checked = False
@@ -206,7 +218,7 @@ class Dispatcher:
             # an int into a floating tensor with __float__, which would guard the value.
             result = func(*_plain_numbers(args), **_plain_numbers(kwargs))
         else:
-            result, checked = self._eager_result(func, args, kwargs, as_recorded)
+            result, checked = self._eager_result(func, args, kwargs, as_recorded, floats_as_tensors)
         if not checked and (as_recorded[0] is not args or as_recorded[1] is not kwargs):
             self._same_as_recorded(name, func, as_recorded, result, loc)
         enc_args, enc_kwargs = autocast.cast_inputs(
@@ -260,7 +272,7 @@ class Dispatcher:
             return pytree.unflatten(wrapped, spec)
         return result
 
-    def _eager_result(self, func, args: tuple, kwargs: dict, as_recorded) -> tuple:
+    def _eager_result(self, func, args, kwargs, as_recorded, numbers_wrapped: bool) -> tuple:
         """The call's result, and whether it was computed from the call as recorded.
 
         Note: a traced number where PyTorch takes only a tensor.
@@ -271,12 +283,13 @@ class Dispatcher:
           there; the trace does what torch.jit.trace does and takes the number as a 0-dim
           tensor of its value (int64 for an int, float64 for a float, as PyTorch wraps a
           number where it does take one): recorded as ``scalar_tensor`` of the traced
-          number, so the graph stays general in the sizes it came from.
+          number, so the graph stays general in the sizes it came from. Only then: a call
+          that eager refuses for another reason (``numbers_wrapped`` False) is refused.
         """
         try:
             return func(*args, **kwargs), False
         except TypeError:
-            if as_recorded[0] is args and as_recorded[1] is kwargs:
+            if not numbers_wrapped or not _has_traced_float((args, kwargs)):
                 raise
         with torch._C.DisableTorchFunction():
             return func(*as_recorded[0], **as_recorded[1]), True
