@@ -62,7 +62,7 @@ def test_distribution_samples_follow_the_batch_size(samples, tmp_path):
 
 class SizedFactories(nn.Module):
     def forward(self, x):
-        shape = torch.Size([x.shape[0], 2])
+        shape = torch.Size(d * 2 // 2 for d in (x.shape[0], 2))
         assert isinstance(shape, torch.Size) and isinstance(x.shape, tuple)
         return x.new_zeros(shape) + torch.ones(torch.Size((x.size(0), 1)))
 

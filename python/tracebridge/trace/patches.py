@@ -128,9 +128,9 @@ class _traced_size(metaclass=_TracedSizeMeta):  # noqa: N801 - stands in for tor
     """``torch.Size`` while tracing: traced sizes in it stay traced (see above)."""
 
     def __new__(cls, sizes=()):
-        if not _tracers.stack or not isinstance(sizes, (list, tuple)):
+        if not _tracers.stack or isinstance(sizes, torch.Tensor):
             return _original_size(sizes)
-        items = tuple(sizes)
+        items = tuple(sizes)  # a list, a tuple, a generator of sizes (read once)
         if not any(isinstance(d, _Traced) for d in items):
             return _original_size(items)
         # PyTorch's own checks of the items, on their values (no guard): ints only.
