@@ -490,3 +490,21 @@ def test_a_traced_range_with_a_zero_step_fails_as_range_does():
 
     with pytest.raises(ValueError, match="must not be zero"):
         tracebridge.trace(ZeroStep(), (torch.randn(2, 3),))
+
+
+_KEPT: list = []
+
+
+def _keeps_a_float(x):
+    _KEPT.append(x.shape[-1] / 2)  # a traced float kept past the trace
+    return x * 2
+
+
+def test_a_traced_float_kept_past_its_trace_acts_as_a_plain_float():
+    _KEPT.clear()
+    tracebridge.trace(_keeps_a_float, (torch.randn(2, 4),), check_trace=False)
+    kept = _KEPT[0]
+    assert type(kept).__name__ == "SymFloat"
+    assert torch.equal(torch.ones(2) * kept, torch.full((2,), 2.0))  # a number where one is
+    with pytest.raises(TypeError, match="must be Tensor, not float.*a traced number"):
+        torch.ceil(kept)  # eager's refusal of a number, naming what it was
