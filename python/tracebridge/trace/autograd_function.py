@@ -49,6 +49,7 @@ import json
 import re
 
 import torch
+import torch.utils.checkpoint  # CheckpointFunction (torch imports it today; said, not assumed)
 from torch.overrides import _pop_mode_temporarily
 
 from ..errors import UnsupportedOpError
