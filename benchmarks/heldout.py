@@ -157,11 +157,12 @@ CAUSES = {
         "that line. torch.jit.trace fails the same call."
     ),
     "hf mobilevit": (
-        "refused at trace time, naming the line: behind `torch.jit.is_tracing()` MobileViT "
-        "calls `torch.ceil(orig_height / patch_height)` on a size, written for "
-        "torch.jit.trace whose sizes are 0-dim tensors; PyTorch's argument parser rejects a "
-        "Python number there before any tracer sees the call. torch.jit.trace is right on "
-        "3 of 4 calls and fails at 96x96 as the timm model does."
+        "right refusal: behind `torch.jit.is_tracing()` MobileViT calls "
+        "`torch.ceil(orig_height / patch_height)` on a size, written for torch.jit.trace; "
+        "the traced number is taken as a 0-dim tensor, as jit takes it, so the graph stays "
+        "general (3 of 4 calls right). At 96x96 a feature map has an odd side and MobileViT "
+        "interpolates it first (`modeling_mobilevit.py:406`, `if new_width != orig_width "
+        "or ...`): GuardError names that line; torch.jit.trace fails the same call."
     ),
     "mamba (state space)": (
         "right refusal: the reference selective scan loops over the sequence "

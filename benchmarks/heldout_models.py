@@ -1347,6 +1347,7 @@ def all_cases() -> list[Case]:
         + _fifth_cases()
         + _sixth_cases()
         + _seventh_cases()
+        + _eighth_cases()
     )
     return [live(case) for case in cases]
 
@@ -2061,6 +2062,46 @@ def _seventh_cases() -> list[Case]:
             images((2, 64), (1, 64), (3, 96)),
         ),
     ]
+
+
+def _eighth_cases() -> list[Case]:
+    """An eighth round: a speech model's CTC training loss (op-set 7's ``ctc_loss``), with
+    labels padded by -100 as transformers' data collators pad them."""
+    return [
+        Case(
+            "wav2vec2 ctc loss (speech training)",
+            "speech",
+            "transformers",
+            _hf(
+                "Wav2Vec2Config",
+                "Wav2Vec2ForCTC",
+                ("input_values", "labels"),
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=37,
+                conv_dim=(16, 16),
+                conv_stride=(5, 4),
+                conv_kernel=(10, 8),
+                num_conv_pos_embeddings=8,
+                num_conv_pos_embedding_groups=2,
+                vocab_size=12,
+                pad_token_id=0,
+                do_stable_layer_norm=True,
+                feat_extract_norm="layer",
+            ),
+            _ctc_inputs,
+        ),
+    ]
+
+
+def _ctc_inputs() -> list[tuple]:
+    out = []
+    for i, (batch, samples, width) in enumerate([(2, 1600, 5), (3, 2000, 7), (1, 1200, 3)]):
+        labels = torch.randint(1, 12, (batch, width), generator=_gen(60 + i))
+        labels[0, -1] = -100  # the first sequence is one label shorter
+        out.append((torch.randn(batch, samples, generator=_gen(i)), labels))
+    return out
 
 
 def _groupvit():

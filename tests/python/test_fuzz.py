@@ -49,7 +49,16 @@ ROOT = Path(__file__).resolve().parents[2]
 # One process loads case after case (importing torch costs seconds); the parent restarts it
 # after a crash or a hang and blames the case it was on.
 WORKER = r"""
-import json, sys, traceback
+import json, os, sys, traceback
+if os.environ.get("TRACEBRIDGE_FUZZ_BENCHMARKS"):
+    # torchvision's operators declared as the zoo declares them (benchmarks/zoo_env.py),
+    # so that files naming torchvision.nms load and reach its checks.
+    sys.path.insert(0, os.environ["TRACEBRIDGE_FUZZ_BENCHMARKS"])
+    try:
+        import zoo_env, torchvision
+        zoo_env.allow_python_ops()
+    except Exception:
+        pass
 import tracebridge
 from tracebridge.artifact import parse_safetensors
 
@@ -100,6 +109,8 @@ class Worker:
 
     def __init__(self):
         env = {**os.environ, "PYTHONPATH": str(ROOT / "python"), "OMP_NUM_THREADS": "1"}
+        if _torchvision() is not None:
+            env["TRACEBRIDGE_FUZZ_BENCHMARKS"] = str(ROOT / "benchmarks")
         self.proc = subprocess.Popen(
             [sys.executable, "-c", WORKER],
             stdin=subprocess.PIPE,
@@ -159,6 +170,98 @@ def _guarded(x, y):
     return (x + y, x[0])
 
 
+# Seeds for the ops of op-set 6 and later, most run through checked implementations: a
+# mutated file of one of them reaches the checks (``mutate_json``'s "target" mutations).
+
+
+class Spectral(nn.Module):
+    """stft and istft (op-set 6)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("window", torch.hann_window(16))
+
+    def forward(self, wave):
+        spec = torch.stft(wave, 16, hop_length=4, window=self.window, return_complex=True)
+        back = torch.istft(spec * 0.5, 16, hop_length=4, window=self.window, length=wave.shape[-1])
+        return back, spec.abs()
+
+
+class Packed(nn.Module):
+    """_pack_padded_sequence into an LSTM and _pad_packed_sequence back (op-set 6)."""
+
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(3, 4, batch_first=True)
+
+    def forward(self, x, lengths):
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True)
+        out, _ = self.rnn(packed)
+        return nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])[0]
+
+
+def _validated(x, y):
+    """broadcast_tensors (F.mse_loss of shapes that broadcast, a Normal's parameters) and
+    _is_all_true / _is_any_true (the distribution's validation; a direct call) (op-set 6)."""
+    normal = torch.distributions.Normal(x, y.exp(), validate_args=True)
+    mean = y.mean(0, keepdim=True)
+    with __import__("warnings").catch_warnings():
+        __import__("warnings").simplefilter("ignore")  # mse_loss warns about broadcasting
+        loss = nn.functional.mse_loss(x, mean)
+    return normal.log_prob(x), loss, torch._is_any_true(x > 0)
+
+
+class CTC(nn.Module):
+    """ctc_loss (op-set 7)."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(4, 5)
+
+    def forward(self, frames, targets, target_lengths):
+        log_probs = self.head(frames).log_softmax(-1).transpose(0, 1)
+        lengths = torch.full((frames.shape[0],), log_probs.shape[0], dtype=torch.long)
+        return nn.functional.ctc_loss(log_probs, targets, lengths, target_lengths)
+
+
+def _nms(boxes, scores):
+    """torchvision.nms (op-set 6), where torchvision imports."""
+    import torchvision
+
+    return torchvision.ops.nms(boxes, scores, 0.5)
+
+
+def _torchvision():
+    from .test_models_nms import _import_torchvision
+
+    return _import_torchvision()
+
+
+def _boxes(count: int) -> torch.Tensor:
+    corner = torch.rand(count, 2) * 10
+    return torch.cat([corner, corner + torch.rand(count, 2) * 5 + 1], dim=1)
+
+
+def newer_op_seeds() -> list[tuple[str, object, tuple]]:
+    """(name, traced, inputs) for the ops of op-set 6 and later."""
+    with __import__("warnings").catch_warnings():
+        __import__("warnings").simplefilter("ignore")
+        wave = torch.randn(2, 40)
+        x, lengths = torch.randn(3, 5, 3), torch.tensor([5, 3, 2])
+        xy = (torch.randn(3, 2), torch.randn(3, 2))
+        ctc = (torch.randn(2, 7, 4), torch.randint(1, 5, (2, 3)), torch.tensor([3, 2]))
+        made = [
+            ("spectral", tracebridge.trace(Spectral(), wave), (wave,)),
+            ("packed", tracebridge.trace(Packed(), (x, lengths)), (x, lengths)),
+            ("validated", tracebridge.trace(_validated, xy), xy),
+            ("ctc", tracebridge.trace(CTC(), ctc), ctc),
+        ]
+        if _torchvision() is not None:
+            boxes = (_boxes(12), torch.rand(12))
+            made.append(("nms", tracebridge.trace(_nms, boxes), boxes))
+    return made
+
+
 def seeds(folder: Path) -> list[tuple[Path, Path]]:
     """(artifact, inputs) pairs, saved by this tracebridge from traced models."""
     torch.manual_seed(0)
@@ -168,7 +271,7 @@ def seeds(folder: Path) -> list[tuple[Path, Path]]:
         ("attention", tracebridge.trace(Attention(), torch.rand(2, 5, 8)), (torch.rand(2, 5, 8),)),
         ("guarded", tracebridge.trace(_guarded, (torch.rand(3, 2), torch.rand(3, 2))),
          (torch.rand(3, 2), torch.rand(3, 2))),
-    ]  # fmt: skip
+    ] + newer_op_seeds()  # fmt: skip
     out = []
     for name, traced, inputs in made:
         path = folder / f"{name}.tb"
@@ -266,7 +369,14 @@ def mutate_json(doc: dict, rng: random.Random, canary: Path) -> tuple[str, dict]
     graph = doc["methods"][method]
     nodes = graph["nodes"]
     node = rng.choice(nodes) if nodes else None
-    kind = rng.choice(["field", "field", "name", "op", "arg", "arg", "kwarg", "delete", "swap"])
+    kinds = ["field", "field", "name", "op", "arg", "arg", "kwarg", "delete", "swap"]
+    targets = [n for n in nodes if n["op"] in TARGETED_OPS]
+    if targets:  # a seed of the newer ops: a third of its mutations go to their arguments
+        kinds += ["target"] * 4
+    kind = rng.choice(kinds)
+    if kind == "target":
+        target = rng.choice(targets)
+        return mutate_target(target, rng, canary, _defined_before(graph, target)), doc
     if kind == "name":
         payload = rng.choice(payloads(canary))
         where = rng.choice(
@@ -325,6 +435,51 @@ def mutate_json(doc: dict, rng: random.Random, canary: Path) -> tuple[str, dict]
         return "swap", doc
     _set(doc, path, random_literal(rng, canary, _ids(doc)))
     return "field", doc
+
+
+# The ops whose arguments the "target" mutations change: every op run through a checked
+# implementation, and every op added since op-set 6.
+TARGETED_OPS = frozenset(
+    name for name, info in ops.OPS.items() if "checked" in info.flags or ops.SINCE.get(name, 0) >= 6
+)
+
+
+def _defined_before(graph: dict, node: dict) -> list[int]:
+    """The ids a node may use: the graph's inputs and the results of the nodes before it
+    (a mutation that uses another is refused at load, before any op's check)."""
+    ids = [value["id"] for value in graph["inputs"]]
+    for other in graph["nodes"]:
+        if other is node:
+            break
+        ids += [value["id"] for value in other["outputs"]]
+    return ids
+
+
+def mutate_target(node: dict, rng: random.Random, canary: Path, ids: list[int]) -> str:
+    """One argument of a node of a targeted op made wrong in a way its check must catch:
+    an int moved (off by one, negated, huge), a bool or a list where an int was, another
+    value defined before it where a value was (a tensor of another shape or dtype, a
+    size), or any literal."""
+    slots = [("args", i) for i in range(len(node["args"]))]
+    slots += [("kwargs", key) for key in node["kwargs"]]
+    if not slots:
+        return "target:none"
+    where, key = rng.choice(slots)
+    value = node[where][key]
+    if isinstance(value, bool):
+        new = rng.choice([not value, 1, None, "x"])
+    elif isinstance(value, int):
+        new = rng.choice([value + 1, value - 1, -value, value * 1000, 2**40, 0, [value]])
+    elif isinstance(value, dict) and "ref" in value and ids:
+        new = {"ref": rng.choice(ids)}
+    elif isinstance(value, list) and value:
+        new = list(value)
+        at = rng.randrange(len(new))
+        new[at] = {"ref": rng.choice(ids)} if ids and rng.random() < 0.5 else -1
+    else:
+        new = random_literal(rng, canary, ids)
+    node[where][key] = new
+    return f"target:{node['op']}"
 
 
 def json_mutations(doc: dict, count: int, seed: int) -> list[dict]:
@@ -489,6 +644,8 @@ def fuzz(folder: Path, cases: int, seed: int) -> tuple[Counter, list[str]]:
             counts[f"load {load.split(':')[0]}"] += 1
             if call is not None:
                 counts[f"call {call.split(':')[0]}"] += 1
+                if kind.startswith("target:"):  # a newer op's argument reached the call
+                    counts[f"target call {call.split(':')[0]}"] += 1
             bad = [x for x in (load, call or "") if x.startswith(("raw", "hang", "crash"))]
             if kind.startswith("grammar:") and not load.startswith("tracebridge"):
                 bad.append(f"the grammar refuses this file, the loader said {load}")
@@ -512,6 +669,8 @@ def test_fuzz_loader(tmp_path):
         f"{k}: {v}" for k, v in sorted(counts.items())))  # fmt: skip
     assert not failures, "\n".join(failures[:20])
     assert counts["load ok"] > 0 and counts["load tracebridge"] > 0
+    if CASES >= 400:  # mutated arguments of the newer ops reach their checks at the call
+        assert counts["target call tracebridge"] > 0 and counts["target call ok"] > 0
 
 
 def test_worker_reports_hangs_and_memory(tmp_path):

@@ -46,26 +46,104 @@ def _torch_int(x):
 
 
 class JitSizesAsTensors(nn.Module):
-    """transformers' MobileViT unfolding: behind ``torch.jit.is_tracing()`` it calls
-    ``torch.ceil`` on a size, as torch.jit.trace presents sizes (0-dim tensors)."""
+    """transformers' MobileViT unfolding (``modeling_mobilevit.py:395``): behind
+    ``torch.jit.is_tracing()`` it calls ``torch.ceil`` on a size, as torch.jit.trace
+    presents sizes (0-dim tensors), then uses the 0-dim tensors as sizes."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
 
     def forward(self, x):
-        h = x.shape[2]
+        x = self.conv(x)
+        b, c, h, w = x.shape
         new_h = (
             _torch_int(torch.ceil(h / 2) * 2) if torch.jit.is_tracing() else math.ceil(h / 2) * 2
         )
-        return x[:, :, :new_h].sum(2)
+        new_w = (
+            _torch_int(torch.ceil(w / 2) * 2) if torch.jit.is_tracing() else math.ceil(w / 2) * 2
+        )
+        if new_h != h or new_w != w:
+            x = nn.functional.interpolate(x, size=(new_h, new_w), mode="bilinear")
+        patches = x.reshape(b * c * (new_h // 2), 2, new_w // 2, 2).transpose(1, 2)
+        return patches.reshape(b, c, (new_h // 2) * (new_w // 2), 4).sum(-1)
 
 
-def test_a_size_given_where_a_tensor_is_taken_is_refused_naming_the_line():
-    x = torch.randn(2, 3, 8, 8)
-    JitSizesAsTensors()(x)  # eager runs: the line is reached only while tracing
+def test_a_size_given_where_a_tensor_is_taken_is_a_0dim_tensor_and_stays_general(tmp_path):
+    module = JitSizesAsTensors().eval()
+    traced = tracebridge.trace(module, (torch.randn(2, 3, 8, 8),))
+    graph = str(traced.graph)
+    assert "scalar_tensor" in graph and "ceil(" in graph  # recorded, as jit does
+    traced.save(tmp_path / "m.tb")
+    runs = [traced] + [
+        tracebridge.load(tmp_path / "m.tb", runtime=rt) for rt in ("codegen", "interpreter")
+    ]
+    for shape in [(1, 3, 8, 8), (3, 3, 12, 6), (2, 3, 4, 20)]:  # every even size
+        x = torch.randn(shape)
+        for fn in runs:
+            assert torch.allclose(fn(x), module(x), atol=1e-6)
+    # An odd size takes the other branch: GuardError naming the line, as jit fails too.
+    with pytest.raises(tracebridge.GuardError) as info:
+        traced(torch.randn(2, 3, 7, 8))
+    assert f"{HERE}:{_line_of(JitSizesAsTensors, 'if new_h != h')}" in str(info.value)
+    # Traced on that branch, the interpolation's size is the 0-dim tensors: general too.
+    odd = tracebridge.trace(module, (torch.randn(2, 3, 7, 9),))
+    for shape in [(1, 3, 5, 11), (2, 3, 9, 9)]:
+        x = torch.randn(shape)
+        assert torch.allclose(odd(x), module(x), atol=1e-6)
+
+
+class StackedSizes(nn.Module):
+    """Code written for torch.jit.trace (torchvision's style): ``torch.stack`` of sizes."""
+
+    def forward(self, x):
+        h, w = x.shape[2] / 1, x.shape[3] / 1  # traced floats
+        hw = torch.stack([h, w]) if torch.jit.is_tracing() else torch.tensor([h, w])
+        return x.flatten(2).sum(-1) / hw.prod().to(x.dtype)
+
+
+def test_traced_floats_in_a_tensor_list_are_0dim_tensors_too():
+    traced = tracebridge.trace(StackedSizes(), (torch.randn(2, 3, 4, 5),))
+    for shape in [(1, 2, 3, 3), (2, 3, 6, 2)]:
+        x = torch.randn(shape)
+        assert torch.allclose(traced(x), x.flatten(2).sum(-1) / (shape[2] * shape[3]))
+
+
+class IntSizeAsTensor(nn.Module):
+    def forward(self, x):
+        n = x.shape[0]
+        scale = torch.sqrt(n) if torch.jit.is_tracing() else math.sqrt(n)
+        return x / scale
+
+
+def test_a_traced_int_where_a_tensor_is_taken_is_refused_naming_the_line():
+    """An int is left to PyTorch's parser (it may start a list of sizes): refused, naming
+    the line and what to do."""
+    x = torch.randn(4, 3)
     with pytest.raises(UnsupportedOpError) as info:
-        tracebridge.trace(JitSizesAsTensors(), (x,))
+        tracebridge.trace(IntSizeAsTensor(), (x,))
     message = str(info.value)
-    assert f"{HERE}:{_line_of(JitSizesAsTensors, 'torch.ceil(h / 2)')}" in message
-    assert "SymFloat" in message and "must be Tensor" in message
-    assert "torch.jit.is_tracing()" in message and "math.ceil" in message
+    assert f"{HERE}:{_line_of(IntSizeAsTensor, 'torch.sqrt(n)')}" in message
+    assert "SymInt" in message and "must be Tensor" in message
+    assert "torch.jit.is_tracing()" in message and "torch.tensor(h)" in message
+
+
+def test_torch_jit_is_tracing_answers_library_code_not_pytorch():
+    """True to code outside PyTorch (its paths for tracers are general), False inside
+    PyTorch, whose own modules would start TorchScript's tracer (trace/library.py)."""
+    seen = []
+
+    def fn(x):
+        seen.append(torch.jit.is_tracing())
+        seen.append(torch._C._is_tracing())
+        return x + 1
+
+    traced = tracebridge.trace(fn, (torch.randn(2),), check_trace=False)
+    assert seen == [True, True] and not torch.jit.is_tracing()
+    seen.clear()
+    fn(torch.randn(2))  # eager, outside a trace
+    assert seen == [False, False]
+    assert torch.equal(traced(torch.ones(3)), torch.full((3,), 2.0))
 
 
 class PlainTypeError(nn.Module):
@@ -412,3 +490,21 @@ def test_a_traced_range_with_a_zero_step_fails_as_range_does():
 
     with pytest.raises(ValueError, match="must not be zero"):
         tracebridge.trace(ZeroStep(), (torch.randn(2, 3),))
+
+
+_KEPT: list = []
+
+
+def _keeps_a_float(x):
+    _KEPT.append(x.shape[-1] / 2)  # a traced float kept past the trace
+    return x * 2
+
+
+def test_a_traced_float_kept_past_its_trace_acts_as_a_plain_float():
+    _KEPT.clear()
+    tracebridge.trace(_keeps_a_float, (torch.randn(2, 4),), check_trace=False)
+    kept = _KEPT[0]
+    assert type(kept).__name__ == "SymFloat"
+    assert torch.equal(torch.ones(2) * kept, torch.full((2,), 2.0))  # a number where one is
+    with pytest.raises(TypeError, match="must be Tensor, not float.*a traced number"):
+        torch.ceil(kept)  # eager's refusal of a number, naming what it was

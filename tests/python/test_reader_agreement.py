@@ -319,7 +319,7 @@ def test_program_json_crc_is_checked_by_both(real, tmp_path):
 
 
 def test_grammar_mutations_of_the_fuzzer_seeds_are_refused_by_both(tmp_path):
-    """The fuzzer's grammar mutations (test_fuzz.mutate_grammar) of its three seeds: each
+    """The fuzzer's grammar mutations (test_fuzz.mutate_grammar) of its seeds: each
     file is refused by Python and by R."""
     import random
 

@@ -47,8 +47,9 @@ from . import ops_schema
 # (torchvision's registered operator ``torchvision::nms``, run by torchvision's own kernel),
 # packed sequences (_pack_padded_sequence, _pad_packed_sequence), short-time Fourier
 # transforms (stft, istft) and broadcast_tensors, checked; _is_all_true, _is_any_true;
-# and Tensor.floor_divide_ (what ``t //= n`` runs on a tensor).
-OPSET_VERSION = 6
+# and Tensor.floor_divide_ (what ``t //= n`` runs on a tensor). 7: ctc_loss, checked (its
+# kernel reads log-probabilities by the target labels, unchecked).
+OPSET_VERSION = 7
 
 # --- the op set, by family ----------------------------------------------------------------
 # Each name is a canonical name; see the module Note. Order inside a family is alphabetical.
@@ -118,6 +119,7 @@ FAMILIES: dict[str, str] = {
     """,
     "losses": """
         cross_entropy_loss nll_loss nll_loss2d nll_loss_nd mse_loss l1_loss smooth_l1_loss
+        ctc_loss
         huber_loss binary_cross_entropy binary_cross_entropy_with_logits kl_div
         soft_margin_loss cosine_similarity pairwise_distance cosine_embedding_loss
         margin_ranking_loss hinge_embedding_loss triplet_margin_loss poisson_nll_loss
@@ -270,6 +272,7 @@ SINCE: dict[str, int] = {
     "_is_all_true": 6,
     "_is_any_true": 6,
     "Tensor.floor_divide_": 6,
+    "ctc_loss": 7,
 }
 
 # Note: operators a library registers. ``torch.ops.torchvision.nms`` exists only once
@@ -398,7 +401,7 @@ rnn_relu
 embedding_bag bincount one_hot outer kron cartesian_prod diag_embed combinations
 tensor_split hsplit vsplit dsplit chunk _pad_circular pad
 _native_multi_head_attention _transformer_encoder_layer_fwd torchvision.nms
-_pack_padded_sequence _pad_packed_sequence stft istft broadcast_tensors
+_pack_padded_sequence _pad_packed_sequence stft istft broadcast_tensors ctc_loss
 """.split()
 )
 

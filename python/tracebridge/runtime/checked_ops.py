@@ -924,6 +924,109 @@ def broadcast_tensors(*tensors):
     return torch._C._VariableFunctions.broadcast_tensors(tensors)
 
 
+_CTC_NAMES = (
+    "log_probs targets input_lengths target_lengths blank reduction zero_infinity"
+).split()
+
+
+def _ctc_lengths(name: str, lengths, batch: int, unbatched: bool) -> torch.Tensor:
+    """Lengths as PyTorch reads them (a list of ints, or an integer tensor: one per
+    sequence, 0-dim for an unbatched call), as a CPU int64 vector."""
+    op = "ctc_loss"
+    if _is_tensor(lengths):
+        _need(
+            not lengths.is_floating_point() and not lengths.is_complex()
+            and lengths.dtype != torch.bool,
+            lambda: f"{op}: {name} must be integers",
+        )  # fmt: skip
+        _need(
+            lengths.dim() == (0 if unbatched else 1),
+            lambda: f"{op}: {name} is {'a 0-dim tensor' if unbatched else 'a vector'}",
+        )
+        with torch.no_grad():
+            vector = lengths.reshape(-1).to("cpu", torch.int64)
+    else:
+        _need(
+            isinstance(lengths, (list, tuple))
+            and all(type(n) is int for n in lengths),
+            lambda: f"{op}: {name} is a list of ints or an integer tensor",
+        )  # fmt: skip
+        vector = torch.tensor(lengths, dtype=torch.int64)
+    _need(
+        vector.numel() == batch,
+        lambda: f"{op}: {name} has {vector.numel()} entries, one per sequence ({batch})",
+    )
+    return vector
+
+
+def ctc_loss(*args, **kwargs):
+    """``ctc_loss`` after every check its kernel relies on. PyTorch checks the lengths
+    against the sizes, but reads the log-probabilities at the target labels without
+    checking them: a label out of ``[0, classes)`` read memory past the tensor. So the
+    labels that the lengths select are checked here, with the rest (shapes, dtypes, the
+    blank, the reduction enum), and the bytes of the forward variables the kernel allocates
+    (``batch x steps x (2 x longest target + 1)``, as many again for the gradient) are
+    bounded before it runs."""
+    op = "ctc_loss"
+    bound = _bind(op, _CTC_NAMES, args, kwargs)
+    missing = [n for n in _CTC_NAMES[:4] if n not in bound]
+    _need(not missing, lambda: f"{op}: missing arguments {missing}")
+    log_probs, targets = bound["log_probs"], bound["targets"]
+    blank, reduction = bound.get("blank", 0), bound.get("reduction", 1)
+    zero_infinity = bound.get("zero_infinity", False)
+    _need(
+        _is_tensor(log_probs) and log_probs.dim() in (2, 3) and log_probs.is_floating_point(),
+        lambda: f"{op}: log_probs is a float tensor (steps, batch, classes) or (steps, classes)",
+    )
+    unbatched = log_probs.dim() == 2
+    steps, classes = log_probs.size(0), log_probs.size(-1)
+    batch = 1 if unbatched else log_probs.size(1)
+    _need(
+        _is_tensor(targets)
+        and targets.dtype in (torch.int64, torch.int32)
+        and targets.dim() in ((1,) if unbatched else (1, 2)),
+        lambda: f"{op}: targets is an int64 or int32 tensor, (batch, longest) or concatenated",
+    )
+    _need(type(blank) is int and 0 <= blank < classes, lambda: f"{op}: blank is a class index")
+    _need(type(reduction) is int and reduction in (0, 1, 2), f"{op}: reduction is 0, 1 or 2")
+    _need(isinstance(zero_infinity, bool), f"{op}: zero_infinity is a bool")
+    inputs = _ctc_lengths("input_lengths", bound["input_lengths"], batch, unbatched)
+    lengths = _ctc_lengths("target_lengths", bound["target_lengths"], batch, unbatched)
+    with torch.no_grad():
+        _need(
+            bool(((inputs >= 0) & (inputs <= steps)).all()),
+            lambda: f"{op}: every input length is between 0 and the {steps} steps",
+        )
+        _need(bool((lengths >= 0).all()), f"{op}: target lengths are not negative")
+        padded = targets.dim() == 2 or unbatched
+        if padded:
+            width = targets.size(-1)
+            _need(
+                unbatched or targets.size(0) == batch,
+                lambda: f"{op}: targets has one row per sequence ({batch})",
+            )
+            _need(
+                bool((lengths <= width).all()),
+                lambda: f"{op}: every target length is within the {width} columns of targets",
+            )
+            rows = targets.reshape(batch, width).to("cpu")
+            used = torch.arange(width).expand(batch, width) < lengths.unsqueeze(1)
+            labels = rows[used]
+        else:
+            _need(
+                int(lengths.sum()) == targets.numel(),
+                lambda: f"{op}: the target lengths add up to the {targets.numel()} targets",
+            )
+            labels = targets.to("cpu")
+        _need(
+            bool(((labels >= 0) & (labels < classes)).all()),
+            lambda: f"{op}: every target label is a class index in [0, {classes})",
+        )
+        longest = int(lengths.max()) if lengths.numel() else 0
+    _bytes_ok(op, 2 * batch * steps * (2 * longest + 1), log_probs.dtype)
+    return torch._C._VariableFunctions.ctc_loss(*args, **kwargs)
+
+
 CHECKED: dict[str, Callable] = {
     "embedding_bag": embedding_bag,
     "native_batch_norm": native_batch_norm,
@@ -949,6 +1052,7 @@ CHECKED: dict[str, Callable] = {
     "stft": stft,
     "istft": istft,
     "broadcast_tensors": broadcast_tensors,
+    "ctc_loss": ctc_loss,
 }
 
 

@@ -10,6 +10,7 @@ import torch
 from ..check.specialise import CUT_GRAPH, SIZE_ONE_GUARD
 from ..errors import GuardError, TraceError
 from ..ir import Graph, pytree
+from ..ir.ops import RANDOM_OPS
 from ..ir.pytree import is_tensor
 from . import folding, support
 from .codegen import CodeGen, compile_function
@@ -307,6 +308,18 @@ def describe(spec: dict) -> str:
     return "(" + ", ".join(inner) + ("," if len(inner) == 1 else "") + ")"
 
 
+def _rng_states() -> tuple:
+    """The CPU generator's state and every initialised CUDA device's."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    return torch.get_rng_state(), cuda
+
+
+def _set_rng_states(states: tuple) -> None:
+    torch.set_rng_state(states[0])
+    if states[1] is not None:
+        torch.cuda.set_rng_state_all(states[1])
+
+
 class Specialised:
     """A method with specialisations (check/specialise.py): the first graph, then graphs
     traced with sizes at 1, most sizes first, tried in order when the guards of the ones
@@ -319,6 +332,9 @@ class Specialised:
         self.methods = methods
         self.name = methods[0].name
         self.graph = methods[0].graph
+        self._random = any(
+            node.op in RANDOM_OPS for method in methods for node in method.graph.nodes
+        )
 
     def __getattr__(self, name: str):
         # Anything else (a backend's set_functions) is the first graph's.
@@ -336,6 +352,9 @@ class Specialised:
             method.check_guards = on
 
     def __call__(self, *args, **kwargs):
+        # A graph that draws random numbers before a guard refuses the call has moved the
+        # generators: the graph that serves it must draw what eager would have drawn.
+        rng = _rng_states() if self._random else None
         try:
             return self.methods[0](*args, **kwargs)
         except GuardError as refused:
@@ -344,6 +363,8 @@ class Specialised:
             first = refused
         reported = first
         for method in self.methods[1:]:
+            if rng is not None:
+                _set_rng_states(rng)
             try:
                 return method(*args, **kwargs)
             except GuardError as exc:

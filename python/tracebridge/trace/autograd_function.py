@@ -49,6 +49,7 @@ import json
 import re
 
 import torch
+import torch.utils.checkpoint  # CheckpointFunction (torch imports it today; said, not assumed)
 from torch.overrides import _pop_mode_temporarily
 
 from ..errors import UnsupportedOpError
@@ -56,6 +57,10 @@ from ..ir import Graph, Ref, pytree
 from ..ir.program import AUTOGRAD_FUNCTION
 from ..ir.pytree import is_tensor
 from .numbers import _Traced
+
+# ``torch.utils.checkpoint.checkpoint(..., use_reentrant=True)``'s function (see
+# ``AutogradFunctions._inline_checkpoint``).
+_REENTRANT_CHECKPOINT = torch.utils.checkpoint.CheckpointFunction
 
 # Ops of a backward graph that turn tensor data into Python values: a backward that
 # decides on data cannot be one graph.
@@ -236,6 +241,8 @@ class AutogradFunctions:
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         with torch._C.DisableTorchFunction():  # a look, not a decision of the traced code
             grad_can_flow = torch._C.is_grad_enabled() and any(t.requires_grad for t in tensors)
+        if grad_can_flow and cls is _REENTRANT_CHECKPOINT:
+            return self._inline_checkpoint(cls, args, tensors, loc)
         try:
             return self._record_function(cls, apply, args, kwargs, loc)
         except UnsupportedFunctionError:
@@ -462,6 +469,28 @@ class AutogradFunctions:
         )
         return real
 
+    def _inline_checkpoint(self, cls, args, tensors, loc):
+        """``checkpoint(fn, *args, use_reentrant=True)`` where a gradient can flow: its
+        backward runs ``fn`` again (the RNG as it was) and back-propagates through that, so
+        its gradient is autograd's gradient of ``fn``'s ops: they are recorded here, as
+        ``use_reentrant=False`` is. What is not kept is the memory saving (the graph keeps
+        ``fn``'s intermediate values for backward). Guarded: autograd on and some tensor
+        argument requiring grad, since otherwise eager's result has no gradient at all."""
+        why = "(torch.utils.checkpoint with use_reentrant=True records its function's ops"
+        why += " where a gradient can flow)"
+        enabled = self._value_node("prim.grad_enabled", "bool", loc=loc)
+        self.guard(enabled, True, f"torch.is_grad_enabled() {why}", "branch", loc)
+        flows = None
+        for t in tensors:
+            ref = self._value_node("prim.requires_grad", "bool", [self.tensor_ref(t)], loc)
+            flows = (
+                ref if flows is None else self._value_node("scalar.or", "bool", [flows, ref], loc)
+            )
+        names = ", ".join(self._name(t) for t in tensors)
+        self.guard(flows, True, f"any of {names} requires grad {why}", "branch", loc)
+        function, _preserve_rng_state, *inputs = args
+        return function(*inputs)
+
     def _inline_function(self, cls, apply, args, kwargs, loc):
         """No gradient can flow now: record the forward's ops in this graph, guarded so
         that no gradient can flow at call time either."""
@@ -470,8 +499,12 @@ class AutogradFunctions:
         if not torch._C.is_grad_enabled():
             ref = self._value_node("prim.grad_enabled", "bool", loc=loc)
             self.guard(ref, False, f"torch.is_grad_enabled() {why}", "branch", loc)
-        else:
-            for t in tensors:
-                ref = self._value_node("prim.requires_grad", "bool", [self.tensor_ref(t)], loc)
-                self.guard(ref, False, f"{self._name(t)}.requires_grad {why}", "branch", loc)
-        return apply(*args, **kwargs)
+            return apply(*args, **kwargs)
+        for t in tensors:
+            ref = self._value_node("prim.requires_grad", "bool", [self.tensor_ref(t)], loc)
+            self.guard(ref, False, f"{self._name(t)}.requires_grad {why}", "branch", loc)
+        # PyTorch runs forward with autograd off (in C++, unseen by the recorder): recorded
+        # without that, ops on a parameter inside it would give a result that requires grad
+        # where apply's does not. The switch is recorded, as a user's no_grad block is.
+        with torch.no_grad():
+            return apply(*args, **kwargs)

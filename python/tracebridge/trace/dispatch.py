@@ -74,12 +74,24 @@ def _plain_numbers(data):
     """``data`` with every traced number replaced by its value (lists, tuples, dicts)."""
     if isinstance(data, _Traced):
         return data._concrete()
-    if isinstance(data, (list, tuple)) and not isinstance(data, torch.Size):
+    if isinstance(data, (list, tuple)):
         plain = [_plain_numbers(x) for x in data]
         return plain if isinstance(data, list) else tuple(plain)
     if isinstance(data, dict):
         return {k: _plain_numbers(v) for k, v in data.items()}
     return data
+
+
+def _has_traced_float(data) -> bool:
+    """Whether a traced float is among ``data`` (lists, tuples, dicts): the numbers
+    PyTorch's parser hands on where it takes only a tensor (trace/numbers.py, SymFloat)."""
+    if isinstance(data, _Traced):
+        return isinstance(data, float)
+    if isinstance(data, (list, tuple)):
+        return any(_has_traced_float(x) for x in data)
+    if isinstance(data, dict):
+        return any(_has_traced_float(x) for x in data.values())
+    return False
 
 
 def _dispatching_function() -> types.FunctionType | None:
@@ -195,18 +207,19 @@ class Dispatcher:
         if written is not None:
             return written
         loc = self.location()
-        as_recorded = self._numbers_as_tensors(
-            name, _packed_varargs(name, func, args), _canonical_keywords(name, kwargs)
-        )
+        packed = (_packed_varargs(name, func, args), _canonical_keywords(name, kwargs))
+        as_recorded = self._numbers_as_tensors(name, *packed)
+        floats_as_tensors = as_recorded[0] is not packed[0] or as_recorded[1] is not packed[1]
         enc_args = [self.encode(a) for a in as_recorded[0]]
         enc_kwargs = {k: self.encode(v) for k, v in as_recorded[1].items()}
+        checked = False
         if name in _FROM_PYTHON_DATA:
             # The node holds the traced numbers; the call reads their values. PyTorch reads
             # an int into a floating tensor with __float__, which would guard the value.
             result = func(*_plain_numbers(args), **_plain_numbers(kwargs))
         else:
-            result = func(*args, **kwargs)
-        if as_recorded[0] is not args or as_recorded[1] is not kwargs:
+            result, checked = self._eager_result(func, args, kwargs, as_recorded, floats_as_tensors)
+        if not checked and (as_recorded[0] is not args or as_recorded[1] is not kwargs):
             self._same_as_recorded(name, func, as_recorded, result, loc)
         enc_args, enc_kwargs = autocast.cast_inputs(
             self, func, args, kwargs, enc_args, enc_kwargs, result
@@ -259,6 +272,28 @@ class Dispatcher:
             return pytree.unflatten(wrapped, spec)
         return result
 
+    def _eager_result(self, func, args, kwargs, as_recorded, numbers_wrapped: bool) -> tuple:
+        """The call's result, and whether it was computed from the call as recorded.
+
+        Note: a traced number where PyTorch takes only a tensor.
+          PyTorch's parser hands such a call to the recording mode (traced numbers have a
+          ``__torch_function__``): ``torch.ceil(h / p)`` on a size, written for
+          torch.jit.trace, whose sizes are 0-dim tensors, behind ``torch.jit.is_tracing()``
+          (transformers' MobileViT, ``torch_int``). Eager PyTorch refuses a Python number
+          there; the trace does what torch.jit.trace does and takes the number as a 0-dim
+          tensor of its value (int64 for an int, float64 for a float, as PyTorch wraps a
+          number where it does take one): recorded as ``scalar_tensor`` of the traced
+          number, so the graph stays general in the sizes it came from. Only then: a call
+          that eager refuses for another reason (``numbers_wrapped`` False) is refused.
+        """
+        try:
+            return func(*args, **kwargs), False
+        except TypeError:
+            if not numbers_wrapped or not _has_traced_float((args, kwargs)):
+                raise
+        with torch._C.DisableTorchFunction():
+            return func(*as_recorded[0], **as_recorded[1]), True
+
     def _numbers_as_tensors(self, name: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
         """``args`` and ``kwargs`` with each number given where the op takes only a tensor
         (``torch.div(x.size(1), 2, rounding_mode="trunc")`` in Longformer) replaced by a
@@ -270,6 +305,14 @@ class Dispatcher:
             return args, kwargs
 
         def wrap(value, kinds):
+            if (
+                "tensors" in kinds
+                and isinstance(value, (list, tuple))
+                and any(isinstance(v, _Traced) for v in value)
+            ):
+                # ``torch.stack([h, w])`` of sizes, written for torch.jit.trace.
+                items = [wrap(v, {"tensor"}) for v in value]
+                return items if isinstance(value, list) else tuple(items)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 return value
             if "tensor" not in kinds or kinds & _NUMBER_KINDS[isinstance(value, int)]:

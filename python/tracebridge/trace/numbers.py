@@ -10,6 +10,8 @@ import re
 import sys
 from typing import TYPE_CHECKING
 
+import torch
+
 from ..errors import UnsupportedOpError
 from ..ir.program import Ref
 from ..source import raised_at, source_line
@@ -180,6 +182,15 @@ class SymFloat(_Traced, float):
     def __floor__(self):
         return self._tracer.scalar_op("floor", (self,))
 
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        # With this, PyTorch's parser takes a traced float where it takes only a tensor
+        # (``torch.ceil(h / p)``) and hands the call on, instead of refusing it before any
+        # tracer sees it: the recording mode sees it first (trace/dispatch.py,
+        # Dispatcher._eager_result). Not on SymInt: the parser would then read an int
+        # starting a list of sizes (``x.expand(n, -1)``) as a tensor and refuse the call.
+        return numbers_given_as_tensors(func, args, kwargs or {})
+
 
 class SymSize(tuple):
     """What ``x.shape`` and ``x.size()`` return while tracing: a tuple of SymInts."""
@@ -231,6 +242,42 @@ def number_given_for_tensor(exc: TypeError) -> UnsupportedOpError | None:
         "Eager PyTorch refuses a Python number there too; code reaches such a line on a "
         "path written for torch.jit.trace, whose sizes are 0-dim tensors (behind "
         "`torch.jit.is_tracing()`, which is True for library code while tracebridge "
-        "traces). Compute the value with Python arithmetic (math.ceil(h / p)), or make the "
-        "tensor explicitly (torch.tensor(h))"
+        "traces). A traced float there is taken as a 0-dim tensor, as torch.jit.trace takes "
+        "it; an int cannot be (PyTorch's parser reads an int where a list of sizes may "
+        "start). Make the tensor explicitly (torch.tensor(h)), or compute the value with "
+        "Python arithmetic (math.sqrt(h))"
     )
+
+
+def _plain(data):
+    """``data`` with traced numbers as their values (in lists and tuples too)."""
+    if isinstance(data, _Traced):
+        return data._concrete()
+    if isinstance(data, (list, tuple)):
+        plain = [_plain(x) for x in data]
+        return plain if isinstance(data, list) else tuple(plain)
+    return data
+
+
+def numbers_given_as_tensors(func, args: tuple, kwargs: dict):
+    """``func`` called as eager code calls it with plain numbers: what a traced number in a
+    tensor's place means when no recording mode takes the call (the tracer's own eager run
+    of a node, or a traced number kept past its trace). PyTorch's refusal names the traced
+    type, so that the tracer's message (:func:`number_given_for_tensor`) can say more."""
+    try:
+        with torch._C.DisableTorchFunction():
+            return func(*_plain(args), **{k: _plain(v) for k, v in kwargs.items()})
+    except TypeError as exc:
+        kinds = sorted({type(a).__name__ for a in _traced_in((args, kwargs))})
+        raise TypeError(f"{exc} (a traced number: {', '.join(kinds)})") from None
+
+
+def _traced_in(data):
+    if isinstance(data, _Traced):
+        yield data
+    elif isinstance(data, (list, tuple)):
+        for item in data:
+            yield from _traced_in(item)
+    elif isinstance(data, dict):
+        for item in data.values():
+            yield from _traced_in(item)

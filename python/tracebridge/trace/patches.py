@@ -103,6 +103,41 @@ def _unrolled(tracer: Tracer, *args):
     return tuple(start if i == 0 else start + i * step for i in _original_range(max(count, 0)))
 
 
+# ``torch.Size(sizes)`` reads each size with ``__index__`` in C: built from traced sizes
+# (torch.distributions' sample shapes, ``torch.Size(sample_shape + batch_shape)``) it would
+# fix them all. A torch.Size made by concatenation keeps its items as they are, so while
+# tracing, one built from traced sizes holds them: still a real torch.Size, still general.
+# ``isinstance(s, torch.Size)`` holds as before; what does not, while a trace runs, is code
+# that finds the class by name: ``type(s) is torch.Size``, and ``pickle`` of a torch.Size
+# (PicklingError, "not the same object as torch.Size"), in any thread of the process.
+_original_size = torch.Size
+
+
+class _TracedSizeMeta(type):
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, _original_size)
+
+    def __subclasscheck__(cls, sub):
+        return issubclass(sub, _original_size)
+
+    def __getattr__(cls, name):  # torch.Size.numel, torch.Size.__add__, ...
+        return getattr(_original_size, name)
+
+
+class _traced_size(metaclass=_TracedSizeMeta):  # noqa: N801 - stands in for torch.Size
+    """``torch.Size`` while tracing: traced sizes in it stay traced (see above)."""
+
+    def __new__(cls, sizes=()):
+        if not _tracers.stack or isinstance(sizes, torch.Tensor):
+            return _original_size(sizes)
+        items = tuple(sizes)  # a list, a tuple, a generator of sizes (read once)
+        if not any(isinstance(d, _Traced) for d in items):
+            return _original_size(items)
+        # PyTorch's own checks of the items, on their values (no guard): ints only.
+        _original_size(d._concrete() if isinstance(d, _Traced) else d for d in items)
+        return _original_size() + items
+
+
 # math functions read an int's value in C without a hook: while tracing, the ones code
 # applies to sizes (math.sqrt(head_dim), math.log2(n)) record a scalar op instead.
 _MATH_OPS = ("sqrt", "log", "log2", "log10", "exp", "ceil", "floor", "trunc")
@@ -276,6 +311,7 @@ BUILTIN_PATCHES.add(operator, "index", traced_index)
 for _name in _MATH_OPS:
     BUILTIN_PATCHES.add(math, _name, _TRACED_MATH[_name])
 BUILTIN_PATCHES.add(torch, "is_grad_enabled", _traced_is_grad_enabled)
+BUILTIN_PATCHES.add(torch, "Size", _traced_size)
 BUILTIN_PATCHES.add(torch.jit.ScriptFunction, "__call__", _script_function_call)
 BUILTIN_PATCHES.add(torch.jit.ScriptModule, "__call__", _script_module_call)
 BUILTIN_PATCHES.hooks.append(library.patch)  # torch.jit.is_tracing & co

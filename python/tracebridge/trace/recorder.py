@@ -143,8 +143,8 @@ class Recorder:
             return obj.fix()  # an op's behaviour depends on the text: fix the sizes in it
         if obj is None or isinstance(obj, (bool, str, complex)) or obj is Ellipsis:
             return obj
-        if isinstance(obj, torch.Size):
-            return tuple(int(d) for d in obj)
+        if isinstance(obj, torch.Size):  # traced sizes in it are refs (trace/patches.py)
+            return tuple(self.encode(d) for d in obj)
         if isinstance(obj, (int, float)):
             return obj
         if isinstance(obj, torch.dtype):
