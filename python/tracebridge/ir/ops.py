@@ -48,7 +48,11 @@ from . import ops_schema
 # packed sequences (_pack_padded_sequence, _pad_packed_sequence), short-time Fourier
 # transforms (stft, istft) and broadcast_tensors, checked; _is_all_true, _is_any_true;
 # and Tensor.floor_divide_ (what ``t //= n`` runs on a tensor).
-OPSET_VERSION = 6
+# 7 (ops branch): unique_dim (torch.unique along a dimension), linear algebra and
+# statistics users call (cholesky_solve, linalg.lu_factor/lu_solve, linalg.eig, cov,
+# histogram, ...), embedding_renorm_ (nn.Embedding's max_norm), fake quantisation; nonzero,
+# argwhere and the unique family now checked (bytes of data-chosen results). See SINCE.
+OPSET_VERSION = 7
 
 # --- the op set, by family ----------------------------------------------------------------
 # Each name is a canonical name; see the module Note. Order inside a family is alphabetical.
@@ -90,6 +94,12 @@ FAMILIES: dict[str, str] = {
         linalg.slogdet linalg.solve linalg.cholesky linalg.qr linalg.svd linalg.svdvals
         linalg.eigh linalg.eigvalsh linalg.pinv linalg.matrix_exp linalg.cross
         linalg.vecdot linalg.lstsq linalg.matrix_rank
+        cholesky cholesky_solve cholesky_inverse triangular_solve lu_unpack geqrf
+        linalg.cholesky_ex linalg.solve_triangular linalg.lu_factor linalg.lu_factor_ex
+        linalg.lu_solve linalg.lu linalg.matrix_power linalg.cond linalg.eig linalg.eigvals
+        linalg.multi_dot linalg.tensorinv linalg.tensorsolve linalg.vander linalg.solve_ex
+        linalg.inv_ex linalg.householder_product linalg.matmul
+        trapezoid trapz cumulative_trapezoid cov corrcoef histogram
     """,
     "convolution and pooling": """
         conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d convolution
@@ -109,6 +119,7 @@ FAMILIES: dict[str, str] = {
         scaled_dot_product_attention embedding embedding_bag one_hot lstm gru rnn_tanh
         rnn_relu lstm_cell gru_cell rnn_tanh_cell rnn_relu_cell _pack_padded_sequence
         _pad_packed_sequence
+        embedding_renorm_
     """,
     "dropout and random": """
         dropout dropout_ alpha_dropout feature_dropout feature_alpha_dropout bernoulli
@@ -128,6 +139,7 @@ FAMILIES: dict[str, str] = {
         mode sort argsort msort topk kthvalue count_nonzero nansum nanmean quantile
         nanquantile unique_consecutive histc bincount bucketize searchsorted dist renorm
         diff
+        unique_dim
     """,
     "shape and layout": """
         Tensor.view Tensor.view_as Tensor.reshape Tensor.reshape_as reshape flatten
@@ -180,6 +192,10 @@ FAMILIES: dict[str, str] = {
     "reflected operators": """
         Tensor.__rand__ Tensor.__ror__ Tensor.__rxor__
         Tensor.__ilshift__ Tensor.__irshift__ Tensor.__imod__ Tensor.__ifloordiv__
+    """,
+    # op-set 7: quantisation-aware training (float in, float out; no quantized tensors)
+    "fake quantisation": """
+        fake_quantize_per_tensor_affine fake_quantize_per_channel_affine
     """,
     "autograd mode": """
         set_grad_enabled
@@ -270,6 +286,19 @@ SINCE: dict[str, int] = {
     "_is_all_true": 6,
     "_is_any_true": 6,
     "Tensor.floor_divide_": 6,
+    # op-set 7, ops branch: data-chosen results, linear algebra, quantisation, embeddings
+    "unique_dim": 7,
+    **dict.fromkeys(
+        """
+cholesky cholesky_solve cholesky_inverse triangular_solve lu_unpack geqrf linalg.cholesky_ex
+linalg.solve_triangular linalg.lu_factor linalg.lu_factor_ex linalg.lu_solve linalg.lu
+linalg.matrix_power linalg.cond linalg.eig linalg.eigvals linalg.multi_dot linalg.tensorinv
+linalg.tensorsolve linalg.vander linalg.solve_ex linalg.inv_ex linalg.householder_product
+linalg.matmul trapezoid trapz cumulative_trapezoid cov corrcoef histogram embedding_renorm_
+fake_quantize_per_tensor_affine fake_quantize_per_channel_affine
+""".split(),
+        7,
+    ),
 }
 
 # Note: operators a library registers. ``torch.ops.torchvision.nms`` exists only once
@@ -399,6 +428,12 @@ embedding_bag bincount one_hot outer kron cartesian_prod diag_embed combinations
 tensor_split hsplit vsplit dsplit chunk _pad_circular pad
 _native_multi_head_attention _transformer_encoder_layer_fwd torchvision.nms
 _pack_padded_sequence _pad_packed_sequence stft istft broadcast_tensors
+""".split()
+) | frozenset(
+    # op-set 7, ops branch (runtime/checked_ops7.py)
+    """
+nonzero argwhere _unique2 unique_dim unique_consecutive linalg.vander histogram cov corrcoef
+linalg.multi_dot embedding_renorm_
 """.split()
 )
 

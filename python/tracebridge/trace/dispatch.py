@@ -198,6 +198,8 @@ class Dispatcher:
         as_recorded = self._numbers_as_tensors(
             name, _packed_varargs(name, func, args), _canonical_keywords(name, kwargs)
         )
+        if as_recorded[1]:
+            _known_keywords(name, as_recorded[1], loc)
         enc_args = [self.encode(a) for a in as_recorded[0]]
         enc_kwargs = {k: self.encode(v) for k, v in as_recorded[1].items()}
         if name in _FROM_PYTHON_DATA:
@@ -349,6 +351,23 @@ def _canonical_keywords(name: str, kwargs: dict) -> dict:
             key = canonical
         renamed[key] = value
     return renamed if renamed.keys() != kwargs.keys() else kwargs
+
+
+def _known_keywords(name: str, kwargs: dict, loc: str | None) -> None:
+    """Refuse, at the line that made the call, a keyword the op set does not name for op
+    ``name`` (a keyword of a Python binding, not of the op: ``nonzero(as_tuple=...)`` was
+    traced and then refused at save): a trace that cannot be saved is never produced."""
+    info = opset.info(name)
+    if info is None:
+        return
+    unknown = [key for key in kwargs if key not in info.kwargs]
+    if unknown:
+        raise UnsupportedOpError(
+            f"cannot record {name} at {loc or 'unknown location'} with the keyword "
+            f"{unknown[0]!r}: the op set names no such argument of {name} (shared_ir/"
+            "opset.md), so no saved graph could hold the call; leave it out where its "
+            "default does the same, or compute this outside the traced code"
+        )
 
 
 def _label(func) -> str:

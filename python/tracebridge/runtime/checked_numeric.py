@@ -1,0 +1,182 @@
+"""Checked implementations of the numeric ops added in op-set 7 whose result size is a
+product of sizes or an argument, and of ``embedding_renorm_``, the one op that writes a
+parameter.
+
+Note: what is checked, and why. The linear-algebra kernels of op-set 7 check their own
+arguments (pivots within the matrix, shapes that agree, ``tau`` no longer than the
+reflectors: torch 2.13 refuses each with an error), and make results no larger than their
+operands, so they run as they are. These do not:
+
+* ``linalg.vander(x, N)`` makes ``x.numel() * N`` elements, ``N`` an argument;
+* ``histogram(x, bins)`` makes ``bins`` counts and ``bins + 1`` edges, ``bins`` an argument;
+* ``cov`` and ``corrcoef`` of ``[n, m]`` observations make ``n * n`` (a ``[2**16, 1]``
+  input, 256 KiB, asks for 16 GiB);
+* ``linalg.multi_dot`` makes ``rows(first) * columns(last)`` (a ``[n, 1] @ [1, n]`` chain);
+* ``embedding_renorm_`` writes into its weight in place: PyTorch's CPU kernel wraps a
+  negative index to the rows from the end, and a negative ``max_norm`` flips the sign of
+  every row it touches (eager ``nn.Embedding`` never passes either).
+
+Each bounds its bytes before the kernel (``alloc_bytes``, as every size taken from a value
+or a product of sizes), or checks what the kernel trusts, and raises ``CheckFailed``,
+which the runtime turns into an ``OpError`` naming the node.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from .checked_ops import CheckFailed, _bytes_ok, _is_tensor, _need
+
+__all__ = ["CHECKED", "CheckFailed"]
+
+_VF = torch._C._VariableFunctions
+
+
+def _result_dtype(t: torch.Tensor) -> torch.dtype:
+    """The widest dtype a result of these ops takes from ``t`` (integers promote to the
+    default float in ``cov``; complex stays complex)."""
+    return t.dtype if t.is_floating_point() or t.is_complex() else torch.float64
+
+
+def vander(x, N=None):
+    """``torch.linalg.vander`` after bounding its ``x.numel() * N`` elements.
+
+    >>> vander(torch.tensor([2, 3]), N=3).tolist()
+    [[1, 2, 4], [1, 3, 9]]
+    """
+    _need(_is_tensor(x), "linalg.vander: x must be a tensor")
+    _need(
+        N is None or (type(N) is int and N >= 2),
+        lambda: f"linalg.vander: N must be None or an int of at least 2, not {N!r}",
+    )
+    columns = x.size(-1) if N is None and x.dim() else (N or 1)
+    _bytes_ok("linalg.vander", x.numel() * columns, x.dtype)
+    return torch._C._linalg.linalg_vander(x, N=N)
+
+
+def histogram(input, bins=100, *, range=None, weight=None, density=False):
+    """``torch.histogram`` after bounding its ``bins`` counts and ``bins + 1`` edges (a
+    number of bins is an argument; a tensor of edges is bounded by its own size)."""
+    _need(_is_tensor(input), "histogram: input must be a tensor")
+    if not _is_tensor(bins):
+        _need(
+            type(bins) is int and bins >= 1,
+            lambda: f"histogram: bins must be a positive int or a tensor of edges, not {bins!r}",
+        )
+        _bytes_ok("histogram", 2 * bins + 1, _result_dtype(input))
+    _need(
+        range is None
+        or (
+            isinstance(range, (list, tuple))
+            and len(range) == 2
+            and all(isinstance(r, (int, float)) and math.isfinite(r) for r in range)
+        ),
+        "histogram: range must be None or two finite numbers (min, max)",
+    )
+    _need(isinstance(density, bool), "histogram: density must be True or False")
+    if _is_tensor(bins):  # edges given: that overload takes no range
+        _need(range is None, "histogram: range is taken with a number of bins, not with edges")
+        return _VF.histogram(input, bins, weight=weight, density=density)
+    return _VF.histogram(input, bins, range=range, weight=weight, density=density)
+
+
+def _square_of_rows(op: str, input) -> None:
+    _need(
+        _is_tensor(input) and input.dim() <= 2,
+        lambda: f"{op}: input must be a 1-d or 2-d tensor",
+    )
+    rows = input.size(0) if input.dim() == 2 else 1
+    _bytes_ok(op, rows * rows, _result_dtype(input))
+
+
+def cov(input, *, correction=1, fweights=None, aweights=None):
+    """``torch.cov`` after bounding its ``rows x rows`` result."""
+    _square_of_rows("cov", input)
+    _need(
+        type(correction) is int,
+        lambda: f"cov: correction must be an int, not {correction!r}",
+    )
+    return _VF.cov(input, correction=correction, fweights=fweights, aweights=aweights)
+
+
+def corrcoef(input):
+    """``torch.corrcoef`` after bounding its ``rows x rows`` result."""
+    _square_of_rows("corrcoef", input)
+    return _VF.corrcoef(input)
+
+
+def multi_dot(tensors):
+    """``torch.linalg.multi_dot`` after bounding its result: the rows of the first matrix
+    times the columns of the last (a vector at either end counts as one)."""
+    op = "linalg.multi_dot"
+    _need(
+        isinstance(tensors, (list, tuple)) and len(tensors) >= 2 and all(map(_is_tensor, tensors)),
+        lambda: f"{op}: expects a list of at least two tensors",
+    )
+    first, last = tensors[0], tensors[-1]
+    _need(
+        first.dim() in (1, 2) and last.dim() in (1, 2),
+        lambda: f"{op}: the first and last tensors must be 1-d or 2-d",
+    )
+    rows = first.size(0) if first.dim() == 2 else 1
+    columns = last.size(1) if last.dim() == 2 else 1
+    _bytes_ok(op, rows * columns, torch.promote_types(first.dtype, last.dtype))
+    return torch._C._linalg.linalg_multi_dot(list(tensors))
+
+
+def embedding_renorm_(weight, indices, max_norm, norm_type):
+    """``torch.embedding_renorm_`` (what ``F.embedding(..., max_norm=...)`` runs before its
+    lookup, under ``no_grad``) after the checks eager ``nn.Embedding`` implies: a 2-d
+    floating weight, integer indices within its rows (not negative: the CPU kernel would
+    wrap them), ``max_norm`` and ``norm_type`` positive finite numbers (a negative
+    ``max_norm`` flips the rows it touches). It only ever scales a named row down to a norm
+    of at most ``max_norm``.
+
+    >>> w = torch.tensor([[3.0, 4.0], [0.3, 0.4]])
+    >>> embedding_renorm_(w, torch.tensor([0, 1]), 1.0, 2.0).norm(dim=1).round(decimals=3).tolist()
+    [1.0, 0.5]
+    """
+    op = "embedding_renorm_"
+    _need(
+        _is_tensor(weight) and weight.dim() == 2 and weight.is_floating_point(),
+        f"{op}: weight must be a 2-d floating tensor",
+    )
+    _need(
+        _is_tensor(indices) and indices.dtype in (torch.int64, torch.int32),
+        f"{op}: indices must be an int64 or int32 tensor",
+    )
+    for name, value in (("max_norm", max_norm), ("norm_type", norm_type)):
+        _need(
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and value > 0,
+            lambda name=name, value=value: (
+                f"{op}: {name} must be a positive finite number, not {value!r}"
+            ),
+        )
+    if indices.numel():
+        with torch.no_grad():
+            low, high = int(indices.min()), int(indices.max())
+        rows = weight.size(0)
+        _need(
+            low >= 0 and high < rows,
+            lambda: (
+                f"{op}: indices must be within the {rows} rows of the weight, not "
+                f"{low if low < 0 else high}"
+            ),
+        )
+    return _VF.embedding_renorm_(weight, indices, max_norm, norm_type)
+
+
+CHECKED: dict[str, Callable] = {
+    "linalg.vander": vander,
+    "histogram": histogram,
+    "cov": cov,
+    "corrcoef": corrcoef,
+    "linalg.multi_dot": multi_dot,
+    "embedding_renorm_": embedding_renorm_,
+}
