@@ -184,6 +184,152 @@ def test_crafted_quantisation_ranges_are_refused_before_the_kernel(edit, words, 
         tracebridge.load(path, runtime=runtime)(torch.randn(5, 4))
 
 
+# --- the default QAT fake quantiser: fused observer and fake quantisation ----------------------
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        import torch.ao.quantization as tq
+
+        self.quant, self.dequant = tq.QuantStub(), tq.DeQuantStub()
+        self.linear = nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.dequant(torch.relu(self.linear(self.quant(x))))
+
+
+def _qat(observer_warm: bool = True) -> nn.Module:
+    """A model prepared for quantisation-aware training with PyTorch's default x86 config:
+    ``FusedMovingAvgObsFakeQuantize`` (per-tensor on activations, per-row on weights)."""
+    import torch.ao.quantization as tq
+
+    torch.manual_seed(0)
+    model = Tiny().train()
+    model.qconfig = tq.get_default_qat_qconfig("x86")
+    tq.prepare_qat(model, inplace=True)
+    if observer_warm:
+        model(torch.randn(8, 4))
+    return model
+
+
+def _observer_state(model) -> dict:
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_default_qat_model_updates_its_observers_as_eager(mode, runtime, tmp_path):
+    model = _qat()
+    getattr(model, mode)()
+    eager = copy.deepcopy(model)
+    path = _saved(tracebridge.trace(model, torch.randn(3, 4)), tmp_path)
+    loaded = tracebridge.load(path, runtime=runtime)
+    for rows in (5, 2, 7):
+        x = torch.randn(rows, 4) * 2
+        assert torch.equal(loaded(x), eager(x))
+    state = {k: v for k, v in loaded.state_dict().items()}
+    for name, value in _observer_state(eager).items():
+        assert torch.equal(state[name], value), name
+
+
+def test_tracing_the_qat_model_leaves_its_observers_as_they_were():
+    model = _qat()
+    before = _observer_state(model)
+    tracebridge.trace(model, torch.randn(3, 4), check_inputs=[(torch.randn(5, 4),)])
+    after = _observer_state(model)
+    assert all(torch.equal(after[k], v) for k, v in before.items())
+
+
+def _fused_args(x, rows=None, **changes):
+    """Arguments of fused_moving_avg_obs_fake_quant: per-tensor, or per-row with ``rows``."""
+    n = 1 if rows is None else rows
+    args = {
+        "observer_on": torch.tensor([1]),
+        "fake_quant_on": torch.tensor([1]),
+        "running_min": torch.full((n,), float("inf")),
+        "running_max": torch.full((n,), float("-inf")),
+        "scale": torch.ones(n),
+        "zero_point": torch.zeros(n, dtype=torch.int32),
+        "averaging_const": 0.01,
+        "quant_min": -128,
+        "quant_max": 127,
+        "ch_axis": 0 if rows else -1,
+        "per_row_fake_quant": rows is not None,
+        "symmetric_quant": rows is not None,
+    }
+    args.update(changes)
+    return (x, *args.values())
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        # empty per-tensor buffers crashed the process (torch 2.13, CPU)
+        (
+            _fused_args(torch.randn(4, 5), running_min=torch.ones(0), running_max=torch.ones(0)),
+            "a per-tensor observer has one running_min",
+        ),
+        (
+            _fused_args(torch.randn(4, 5), rows=4, scale=torch.ones(1)),
+            "a per-row observer has 4 running_min",
+        ),
+        (
+            _fused_args(
+                torch.randn(4, 5), rows=4, running_min=torch.tensor([float("inf")]).expand(4)
+            ),
+            "running_min must be a contiguous torch.float32 tensor",
+        ),
+        (
+            _fused_args(torch.randn(4, 5), zero_point=torch.zeros(1)),
+            "zero_point must be a contiguous torch.int32 tensor",
+        ),
+        (_fused_args(torch.randn(4, 5), rows=4, ch_axis=1), "ch_axis must be 0 for a per-row"),
+        (_fused_args(torch.randn(4, 5), ch_axis=-9), "ch_axis must be"),
+        (_fused_args(torch.randn(4, 5), averaging_const=2.0), "averaging_const must be a number"),
+        (_fused_args(torch.randn(4, 5), quant_min=200), "quant_min and quant_max must be"),
+        (_fused_args(torch.randn(4, 5), observer_on=torch.ones(3)), "observer_on must be a one-e"),
+        (_fused_args(torch.randn(4, 5).double()), "the input must be a float32 tensor"),
+    ],
+)
+def test_the_checked_fused_quantiser_refuses_what_its_kernel_trusts(args, words):
+    with pytest.raises(num.CheckFailed, match=words):
+        num.fused_moving_avg_obs_fake_quant(*args)
+
+
+@pytest.mark.parametrize("rows", [None, 4])
+def test_the_checked_fused_quantiser_gives_the_kernels_result(rows):
+    x = torch.randn(4, 5)
+    mine, theirs = _fused_args(x, rows), _fused_args(x, rows)
+    out = num.fused_moving_avg_obs_fake_quant(*mine)
+    assert torch.equal(out, torch.fused_moving_avg_obs_fake_quant(*theirs))
+    for a, b in zip(mine[3:7], theirs[3:7]):  # the observer buffers it wrote
+        assert torch.equal(a, b)
+
+
+def test_a_crafted_parameter_passed_as_observer_buffer_is_refused_at_load(tmp_path):
+    """The fused op writes its running statistics and quantisation parameters: passed a
+    parameter (the linear layer's weight) in their place, the file is refused."""
+
+    path = _saved(tracebridge.trace(_qat(), torch.randn(3, 4)), tmp_path)
+    with zipfile.ZipFile(path) as archive:
+        doc = json.loads(archive.read("program.json"))
+        tensors = archive.read("tensors.safetensors")
+    nodes = doc["methods"]["forward"]["nodes"]
+    weight_ref = next(
+        n["outputs"][0]["id"]
+        for n in nodes
+        if n["op"] == "prim.state" and n["args"] == ["linear.weight"]
+    )
+    last = [n for n in nodes if n["op"] == "fused_moving_avg_obs_fake_quant"][-1]
+    last["args"][5] = {"ref": weight_ref}  # scale: the linear layer's weight
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr("program.json", json.dumps(doc))
+        archive.writestr("tensors.safetensors", tensors)
+    with pytest.raises(tracebridge.ArtifactError, match="writes parameter 'linear.weight'"):
+        tracebridge.load(path)
+
+
 # --- nn.Embedding(max_norm=...) -------------------------------------------------------------------
 
 

@@ -46,6 +46,8 @@ WRITTEN_ARGUMENTS: dict[str, tuple[str, ...]] = {
     "batch_norm": ("running_mean", "running_var"),
     "native_batch_norm": ("running_mean", "running_var"),
     "instance_norm": ("running_mean", "running_var"),
+    # op-set 7: the observer's running statistics and quantisation parameters
+    "fused_moving_avg_obs_fake_quant": ("running_min", "running_max", "scale", "zero_point"),
 }
 # Ops that change how state trains: refused on any state, buffers included.
 GRAD_STATE_OPS = frozenset({"Tensor.requires_grad_", "Tensor.detach_"})

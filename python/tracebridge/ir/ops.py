@@ -196,6 +196,7 @@ FAMILIES: dict[str, str] = {
     # op-set 7: quantisation-aware training (float in, float out; no quantized tensors)
     "fake quantisation": """
         fake_quantize_per_tensor_affine fake_quantize_per_channel_affine
+        fused_moving_avg_obs_fake_quant
     """,
     "autograd mode": """
         set_grad_enabled
@@ -295,7 +296,7 @@ linalg.solve_triangular linalg.lu_factor linalg.lu_factor_ex linalg.lu_solve lin
 linalg.matrix_power linalg.cond linalg.eig linalg.eigvals linalg.multi_dot linalg.tensorinv
 linalg.tensorsolve linalg.vander linalg.solve_ex linalg.inv_ex linalg.householder_product
 linalg.matmul trapezoid trapz cumulative_trapezoid cov corrcoef histogram embedding_renorm_
-fake_quantize_per_tensor_affine fake_quantize_per_channel_affine
+fake_quantize_per_tensor_affine fake_quantize_per_channel_affine fused_moving_avg_obs_fake_quant
 """.split(),
         7,
     ),
@@ -433,7 +434,7 @@ _pack_padded_sequence _pad_packed_sequence stft istft broadcast_tensors
     # op-set 7, ops branch (runtime/checked_ops7.py)
     """
 nonzero argwhere _unique2 unique_dim unique_consecutive linalg.vander histogram cov corrcoef
-linalg.multi_dot embedding_renorm_
+linalg.multi_dot embedding_renorm_ fused_moving_avg_obs_fake_quant
 """.split()
 )
 

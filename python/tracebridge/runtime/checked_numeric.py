@@ -12,6 +12,8 @@ operands, so they run as they are. These do not:
 * ``cov`` and ``corrcoef`` of ``[n, m]`` observations make ``n * n`` (a ``[2**16, 1]``
   input, 256 KiB, asks for 16 GiB);
 * ``linalg.multi_dot`` makes ``rows(first) * columns(last)`` (a ``[n, 1] @ [1, n]`` chain);
+* ``fused_moving_avg_obs_fake_quant`` loops over its observer buffers through raw
+  pointers, by the input's rows (an empty buffer crashed the process);
 * ``embedding_renorm_`` writes into its weight in place: PyTorch's CPU kernel wraps a
   negative index to the rows from the end, and a negative ``max_norm`` flips the sign of
   every row it touches (eager ``nn.Embedding`` never passes either).
@@ -172,7 +174,132 @@ def embedding_renorm_(weight, indices, max_norm, norm_type):
     return _VF.embedding_renorm_(weight, indices, max_norm, norm_type)
 
 
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+def _observer_buffers(op: str, x, buffers: dict, per_row: bool) -> None:
+    """The four observer buffers the kernel reads and writes through raw pointers, one
+    element per index it loops over: each contiguous (an expanded or strided buffer is read
+    and written past its own elements), on ``x``'s device, float32 (``zero_point`` int32),
+    one element each for a per-tensor observer; for a per-row one (axis 0, as the kernel
+    requires), ``x.size(0)`` each, or none yet in ``running_min``/``running_max`` (the
+    kernel then sizes all four, as on a module's first call)."""
+    for name, t in buffers.items():
+        want = torch.int32 if name == "zero_point" else torch.float32
+        _need(
+            _is_tensor(t) and t.dtype == want and t.device == x.device and t.is_contiguous(),
+            lambda name=name, want=want: (
+                f"{op}: {name} must be a contiguous {want} tensor on the input's device"
+            ),
+        )
+    low, high = buffers["running_min"].numel(), buffers["running_max"].numel()
+    scales, points = buffers["scale"].numel(), buffers["zero_point"].numel()
+    if not per_row:
+        _need(
+            low == high == scales == points == 1,
+            lambda: (
+                f"{op}: a per-tensor observer has one running_min, running_max, scale and "
+                f"zero_point, not {low}, {high}, {scales}, {points}"
+            ),
+        )
+        return
+    rows = x.size(0)
+    _need(
+        low == high and low in (0, rows) and scales == points and scales in {low, rows},
+        lambda: (
+            f"{op}: a per-row observer has {rows} running_min, running_max, scale and "
+            f"zero_point values (one per row of the input), not {low}, {high}, {scales}, {points}"
+        ),
+    )
+
+
+def fused_moving_avg_obs_fake_quant(
+    self,
+    observer_on,
+    fake_quant_on,
+    running_min,
+    running_max,
+    scale,
+    zero_point,
+    averaging_const,
+    quant_min,
+    quant_max,
+    ch_axis,
+    per_row_fake_quant=False,
+    symmetric_quant=False,
+):
+    """``torch.fused_moving_avg_obs_fake_quant`` (``FusedMovingAvgObsFakeQuantize``, the
+    default quantisation-aware-training fake quantiser) after checking what its CPU kernel
+    trusts: it loops over the observer buffers through raw pointers by the input's rows
+    (empty buffers crashed the process, an expanded one is read past its element), and it
+    writes them in place (the running statistics, ``scale``, ``zero_point``: buffers)."""
+    op = "fused_moving_avg_obs_fake_quant"
+    x = self
+    _need(
+        _is_tensor(x) and x.dtype == torch.float32 and x.dim() >= 1,
+        f"{op}: the input must be a float32 tensor of at least one dimension",
+    )
+    for name, flag in (("observer_on", observer_on), ("fake_quant_on", fake_quant_on)):
+        _need(
+            _is_tensor(flag) and flag.numel() == 1,
+            lambda name=name: f"{op}: {name} must be a one-element tensor",
+        )
+    for name, flag in (
+        ("per_row_fake_quant", per_row_fake_quant),
+        ("symmetric_quant", symmetric_quant),
+    ):
+        _need(isinstance(flag, bool), lambda name=name: f"{op}: {name} must be True or False")
+    # A per-tensor observer reads no axis (QAT modules pass -1); a per-row one only 0.
+    _need(
+        type(ch_axis) is int
+        and -x.dim() <= ch_axis < x.dim()
+        and (ch_axis == 0 or not per_row_fake_quant),
+        lambda: (
+            f"{op}: ch_axis must be 0 for a per-row observer, and a dimension of the "
+            f"{x.dim()}-d input, not {ch_axis!r}"
+        ),
+    )
+    _need(
+        isinstance(averaging_const, (int, float))
+        and not isinstance(averaging_const, bool)
+        and 0 <= averaging_const <= 1,
+        lambda: f"{op}: averaging_const must be a number in [0, 1], not {averaging_const!r}",
+    )
+    _need(
+        type(quant_min) is int
+        and type(quant_max) is int
+        and _INT32[0] <= quant_min <= quant_max <= _INT32[1],
+        lambda: (
+            f"{op}: quant_min and quant_max must be int32 values with quant_min <= "
+            f"quant_max, not {quant_min!r} and {quant_max!r}"
+        ),
+    )
+    buffers = {
+        "running_min": running_min,
+        "running_max": running_max,
+        "scale": scale,
+        "zero_point": zero_point,
+    }
+    _observer_buffers(op, x, buffers, per_row_fake_quant)
+    return _VF.fused_moving_avg_obs_fake_quant(
+        x,
+        observer_on,
+        fake_quant_on,
+        running_min,
+        running_max,
+        scale,
+        zero_point,
+        averaging_const,
+        quant_min,
+        quant_max,
+        ch_axis,
+        per_row_fake_quant,
+        symmetric_quant,
+    )
+
+
 CHECKED: dict[str, Callable] = {
+    "fused_moving_avg_obs_fake_quant": fused_moving_avg_obs_fake_quant,
     "linalg.vander": vander,
     "histogram": histogram,
     "cov": cov,
