@@ -106,6 +106,35 @@ def test_fake_quantisation_is_right_on_other_shapes_in_both_runtimes(make, tmp_p
             assert torch.equal(run(x), model(x))
 
 
+def test_a_calibrated_fake_quantize_with_its_observer_on_updates_it_as_eager():
+    """``FakeQuantize`` with the observer on: after one calibration call the observer's
+    moving average and the quantisation parameters it writes follow eager on every call."""
+    import torch.ao.quantization as tq
+
+    torch.manual_seed(0)
+    model = tq.FakeQuantize(observer=tq.MovingAverageMinMaxObserver, quant_min=0, quant_max=255)
+    model(torch.randn(8, 4))
+    eager = copy.deepcopy(model)
+    traced = tracebridge.trace(model, torch.randn(4, 4))
+    for rows in (3, 6, 2):
+        x = torch.randn(rows, 4) * rows
+        assert torch.equal(traced(x), eager(x))
+    for name, value in eager.state_dict().items():
+        assert torch.equal(model.state_dict()[name], value), name
+
+
+def test_an_observer_that_never_ran_is_refused_on_the_next_call_not_wrong():
+    """Its first call takes another branch (min and max still infinite): the trace guards
+    it, so the second call raises GuardError instead of skipping the moving average."""
+    import torch.ao.quantization as tq
+
+    model = tq.FakeQuantize(observer=tq.MovingAverageMinMaxObserver, quant_min=0, quant_max=255)
+    traced = tracebridge.trace(model, torch.randn(4, 4))
+    traced(torch.randn(4, 4))  # tracing left the observer fresh: the traced branch holds
+    with pytest.raises(tracebridge.GuardError, match="is True, but now it is False"):
+        traced(torch.randn(4, 4))
+
+
 def test_fake_quantisation_passes_gradients_as_eager():
     """Quantisation-aware training: the straight-through gradient flows through the trace."""
     model = PerChannel()
