@@ -8,6 +8,7 @@ refused at load or before the kernel, with a clear error."""
 from __future__ import annotations
 
 import json
+import shutil
 import warnings
 import zipfile
 
@@ -16,6 +17,8 @@ import torch
 
 import tracebridge
 from tracebridge.runtime import checked_numeric as num
+
+from .test_check_program import r_verdicts
 
 RUNTIMES = ("codegen", "interpreter")
 F64 = torch.float64
@@ -245,3 +248,20 @@ def test_crafted_arguments_are_refused_before_the_kernel(case, op, edit, words, 
     path = _crafted(tmp_path, fn, _inputs(make, 4), op, edit)
     with pytest.raises(tracebridge.OpError, match=words):
         tracebridge.load(path, runtime=runtime)(*_inputs(make, 4))
+
+
+@pytest.mark.skipif(shutil.which("Rscript") is None, reason="R is not installed")
+def test_r_reader_accepts_programs_with_the_new_ops(tmp_path):
+    """R's base-R reader checks a file's document rules against ops.json (the op names
+    among them): the op-set 7 rows let it read programs that name the new ops."""
+
+    def everyday(a, b, labels):
+        solved = torch.cholesky_solve(b, torch.linalg.cholesky(a))
+        rows, cols = torch.nonzero(labels > 1, as_tuple=True)
+        runs = torch.unique_consecutive(labels, return_counts=True)[1]
+        return solved, rows + cols, runs, torch.cov(solved.mT), torch.linalg.vander(b[:, 0])
+
+    example = (spd(4), rhs(4), torch.randint(0, 3, (6, 2)))
+    path = tmp_path / "everyday.tb"
+    tracebridge.trace(everyday, example).save(path)
+    assert r_verdicts([path], tmp_path)[path.name] == "accept"
