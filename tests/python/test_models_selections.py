@@ -38,6 +38,16 @@ CASES = {
     "nonzero_as_tuple": (lambda x: torch.nonzero(x, as_tuple=True), _mask, [(4, 3), (7, 5)]),
     "method_as_tuple": (lambda x: x.nonzero(as_tuple=True), _mask, [(2, 3, 4), (3, 1, 5)]),
     "as_tuple_1d": (lambda x: torch.nonzero(x > 0, as_tuple=True)[0] * 2, torch.randn, [(9,)]),
+    "as_tuple_0d": (
+        lambda x: torch.nonzero(x, as_tuple=True),
+        lambda *_: torch.randint(0, 2, ()),  # a 0-d input counts as 1-d
+        [(), (), ()],
+    ),
+    "index_by_as_tuple": (
+        lambda x: x[torch.nonzero(x > 0, as_tuple=True)],
+        torch.randn,
+        [(3, 4), (6, 2)],
+    ),
     "as_tuple_false": (lambda x: torch.nonzero(x, as_tuple=False), _mask, [(4, 3), (6, 2)]),
     "where_one_argument": (lambda x: torch.where(x), _mask, [(4, 3), (5, 6)]),
     "unique_consecutive": (lambda x: torch.unique_consecutive(x), _labels, [(12,), (30,)]),
