@@ -91,6 +91,15 @@ CASES = {
     "cov": (lambda y: torch.cov(y, correction=0), _rows),
     "corrcoef": (lambda y: torch.corrcoef(y), _rows),
     "histogram": (lambda y: torch.histogram(y.flatten(), 5, range=[-2.0, 2.0]), _rows),
+    "svd": (lambda a: torch.svd(a).S, spd),
+    "ormqr": (lambda a, b: torch.ormqr(*torch.geqrf(a), b), _two),
+    "diagflat": (lambda y: torch.diagflat(y[0], 1), _rows),
+    "addr": (lambda a, b: torch.addr(a, b[:, 0], b[:, 1], beta=0.5), _two),
+    # deprecated spellings, recorded as the public op they compute (trace/aliases.py)
+    "torch_lu": (lambda a: torch.lu(a, get_infos=True), spd),
+    "torch_lu_solve": (lambda a, b: torch.lu_solve(b, *torch.lu(a)), _two),
+    "chain_matmul": (lambda a, b: torch.chain_matmul(a, b, b.mT), _two),
+    "adjoint": (lambda a, b: b.adjoint() @ torch.adjoint(a), _two),
 }
 SIZES = (4, 6, 8)
 
@@ -158,6 +167,14 @@ def test_batched_cholesky_solve_is_right_on_other_batches(tmp_path):
             "linalg.multi_dot would allocate",
         ),
         (lambda: num.multi_dot([torch.ones(2, 2)]), "a list of at least two tensors"),
+        (lambda: num.diagflat(torch.ones(2**16)), "diagflat would allocate 17179869184 bytes"),
+        (lambda: num.diagflat(torch.ones(3), 2**20), "diagflat would allocate"),
+        (lambda: num.diagflat(torch.ones(3), 1.0), "offset must be an int"),
+        (
+            lambda: num.addr(torch.ones(1), torch.ones(2**16), torch.ones(2**16)),
+            "addr would allocate",
+        ),
+        (lambda: num.addr(torch.ones(1), torch.ones(2, 2), torch.ones(2)), "vec1 and vec2 are"),
     ],
 )
 def test_results_sized_by_arguments_or_products_are_bounded_before_the_kernel(call, words):
@@ -178,6 +195,19 @@ def test_the_checked_forms_give_the_kernels_results():
         assert torch.equal(got, want)
     a, b = spd(3), rhs(3)
     assert torch.equal(num.multi_dot([a, b, b.mT]), torch.linalg.multi_dot([a, b, b.mT]))
+    assert torch.equal(num.diagflat(y[0], -2), torch.diagflat(y[0], -2))
+    assert torch.equal(
+        num.addr(a, b[:, 0], b[:, 1], alpha=2), torch.addr(a, b[:, 0], b[:, 1], alpha=2)
+    )
+
+
+def test_deprecated_spellings_are_recorded_as_the_public_op():
+    """No private op in the graph: torch.lu's ``_lu_with_info`` is ``linalg.lu_factor_ex``."""
+    fn = CASES["torch_lu_solve"][0]
+    traced = tracebridge.trace(fn, _two(4))
+    ops = {n.op for n in traced.program.methods["forward"].nodes}
+    assert {"linalg.lu_factor_ex", "linalg.lu_solve"} <= ops
+    assert not any(op.startswith("_") for op in ops)
 
 
 # --- crafted files -----------------------------------------------------------------------------

@@ -94,7 +94,8 @@ FAMILIES: dict[str, str] = {
         linalg.slogdet linalg.solve linalg.cholesky linalg.qr linalg.svd linalg.svdvals
         linalg.eigh linalg.eigvalsh linalg.pinv linalg.matrix_exp linalg.cross
         linalg.vecdot linalg.lstsq linalg.matrix_rank
-        cholesky cholesky_solve cholesky_inverse triangular_solve lu_unpack geqrf
+        cholesky cholesky_solve cholesky_inverse triangular_solve lu_unpack geqrf ormqr svd
+        diagflat addr
         linalg.cholesky_ex linalg.solve_triangular linalg.lu_factor linalg.lu_factor_ex
         linalg.lu_solve linalg.lu linalg.matrix_power linalg.cond linalg.eig linalg.eigvals
         linalg.multi_dot linalg.tensorinv linalg.tensorsolve linalg.vander linalg.solve_ex
@@ -291,7 +292,8 @@ SINCE: dict[str, int] = {
     "unique_dim": 7,
     **dict.fromkeys(
         """
-cholesky cholesky_solve cholesky_inverse triangular_solve lu_unpack geqrf linalg.cholesky_ex
+cholesky cholesky_solve cholesky_inverse triangular_solve lu_unpack geqrf ormqr svd diagflat
+addr linalg.cholesky_ex
 linalg.solve_triangular linalg.lu_factor linalg.lu_factor_ex linalg.lu_solve linalg.lu
 linalg.matrix_power linalg.cond linalg.eig linalg.eigvals linalg.multi_dot linalg.tensorinv
 linalg.tensorsolve linalg.vander linalg.solve_ex linalg.inv_ex linalg.householder_product
@@ -434,7 +436,7 @@ _pack_padded_sequence _pad_packed_sequence stft istft broadcast_tensors
     # op-set 7, ops branch (runtime/checked_ops7.py)
     """
 nonzero argwhere _unique2 unique_dim unique_consecutive linalg.vander histogram cov corrcoef
-linalg.multi_dot embedding_renorm_ fused_moving_avg_obs_fake_quant
+linalg.multi_dot embedding_renorm_ fused_moving_avg_obs_fake_quant diagflat addr
 """.split()
 )
 

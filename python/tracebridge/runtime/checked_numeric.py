@@ -12,6 +12,7 @@ operands, so they run as they are. These do not:
 * ``cov`` and ``corrcoef`` of ``[n, m]`` observations make ``n * n`` (a ``[2**16, 1]``
   input, 256 KiB, asks for 16 GiB);
 * ``linalg.multi_dot`` makes ``rows(first) * columns(last)`` (a ``[n, 1] @ [1, n]`` chain);
+* ``diagflat`` makes ``n * n`` from ``n`` elements, ``addr`` ``len(vec1) * len(vec2)``;
 * ``fused_moving_avg_obs_fake_quant`` loops over its observer buffers through raw
   pointers, by the input's rows (an empty buffer crashed the process);
 * ``embedding_renorm_`` writes into its weight in place: PyTorch's CPU kernel wraps a
@@ -174,6 +175,28 @@ def embedding_renorm_(weight, indices, max_norm, norm_type):
     return _VF.embedding_renorm_(weight, indices, max_norm, norm_type)
 
 
+def diagflat(input, offset=0):
+    """``torch.diagflat`` after bounding its ``(n + |offset|)`` squared elements (``n`` the
+    input's elements: a 2**16-element vector asks for 2**32)."""
+    _need(_is_tensor(input), "diagflat: input must be a tensor")
+    _need(type(offset) is int, lambda: f"diagflat: offset must be an int, not {offset!r}")
+    side = input.numel() + abs(offset)
+    _bytes_ok("diagflat", side * side, input.dtype)
+    return _VF.diagflat(input, offset)
+
+
+def addr(input, vec1, vec2, *, beta=1, alpha=1):
+    """``torch.addr`` (``beta * input + alpha * outer(vec1, vec2)``) after bounding its
+    ``len(vec1) * len(vec2)`` elements, as ``outer`` is."""
+    _need(
+        all(map(_is_tensor, (input, vec1, vec2))) and vec1.dim() == 1 and vec2.dim() == 1,
+        "addr: input is a tensor, vec1 and vec2 are vectors",
+    )
+    dtype = torch.promote_types(torch.promote_types(vec1.dtype, vec2.dtype), input.dtype)
+    _bytes_ok("addr", vec1.numel() * vec2.numel(), dtype)
+    return _VF.addr(input, vec1, vec2, beta=beta, alpha=alpha)
+
+
 _INT32 = (-(2**31), 2**31 - 1)
 
 
@@ -305,5 +328,7 @@ CHECKED: dict[str, Callable] = {
     "cov": cov,
     "corrcoef": corrcoef,
     "linalg.multi_dot": multi_dot,
+    "diagflat": diagflat,
+    "addr": addr,
     "embedding_renorm_": embedding_renorm_,
 }

@@ -44,6 +44,7 @@ import torch
 
 from ..errors import UnsupportedOpError
 from ..source import OWN_DIR, TORCH_DIR
+from .aliases import AliasHandlers
 from .autograd_function import AutogradFunctions
 from .selections import SelectionHandlers
 
@@ -237,7 +238,7 @@ def patch(on: bool) -> None:
     torch.autograd.Function.apply = classmethod(_apply) if on else _original_apply
 
 
-class LibraryHandlers(AutogradFunctions, SelectionHandlers):
+class LibraryHandlers(AutogradFunctions, SelectionHandlers, AliasHandlers):
     """Handlers for library calls the recording mode sees (mixed into the Tracer);
     ``custom_function`` (``Function.apply``) comes from trace/autograd_function.py."""
 
@@ -266,6 +267,7 @@ class LibraryHandlers(AutogradFunctions, SelectionHandlers):
             handlers[getattr(torch, name)] = self._on_resolve
             handlers[getattr(torch.Tensor, name)] = self._on_resolve
         handlers.update(self._selection_handlers())  # nonzero(as_tuple), unique_consecutive
+        handlers.update(self._alias_handlers())  # torch.lu, chain_matmul, adjoint
         return handlers
 
     def label_last_guard(self, cond: bool, message: str | None) -> None:
