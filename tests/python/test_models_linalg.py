@@ -295,3 +295,48 @@ def test_r_reader_accepts_programs_with_the_new_ops(tmp_path):
     path = tmp_path / "everyday.tb"
     tracebridge.trace(everyday, example).save(path)
     assert r_verdicts([path], tmp_path)[path.name] == "accept"
+
+
+def _sized(size):
+    """Edit a factory node's sizes (as written in the file) to the list ``size``."""
+    return lambda node: node.__setitem__("args", [size])
+
+
+@pytest.mark.parametrize(
+    "fn, size, words",
+    [
+        (
+            lambda x: torch.diagflat(torch.ones(3)) + x.sum(),
+            [2**16],
+            r"diagflat makes a tensor of shape \[65536, 65536\] \(17179869184 bytes\)",
+        ),
+        (
+            lambda x: torch.cov(torch.ones(3, 2)) + x.sum(),
+            [2**16, 2],
+            r"cov makes a tensor of shape \[65536, 65536\]",
+        ),
+        (
+            lambda x: torch.addr(x.sum(), torch.ones(3), torch.ones(3)),
+            [2**16],
+            r"addr makes a tensor of shape \[65536, 65536\]",
+        ),
+    ],
+)
+def test_products_of_sizes_the_file_holds_are_counted_at_load(fn, size, words, tmp_path):
+    """A factory's sizes are the file's: op-set 7's products of sizes count them at load,
+    as ``outer`` and ``kron`` do (check/budget.py), before anything runs."""
+    path = _crafted(tmp_path, fn, (torch.randn(2),), "ones", _sized(size))
+    with pytest.raises(tracebridge.ArtifactError, match=words):
+        tracebridge.load(path)
+
+
+def test_a_multi_dot_of_matrices_the_file_holds_is_counted_at_load(tmp_path):
+    def chain(x):
+        return torch.linalg.multi_dot([torch.ones(3, 1), torch.ones(1, 3)]) + x.sum()
+
+    def widen(node):
+        node["args"] = [[2**16, 1]] if node["args"] == [3, 1] else [[1, 2**16]]
+
+    path = _crafted(tmp_path, chain, (torch.randn(2),), "ones", widen)
+    with pytest.raises(tracebridge.ArtifactError, match="linalg.multi_dot makes a tensor of shape"):
+        tracebridge.load(path)
