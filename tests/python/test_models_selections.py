@@ -119,6 +119,28 @@ def test_a_keyword_the_op_set_cannot_name_is_refused_at_the_traced_line():
     _known_keywords("nonzero", {"input": 1}, "model.py:3")  # a keyword it has
 
 
+def test_out_none_is_the_default_and_out_a_tensor_is_refused_at_its_line(tmp_path):
+    """``out=None`` asks for nothing (recorded without it); ``out=t`` writes into a given
+    tensor, which no op of the set does: refused where it is written, not at save."""
+
+    def fine(x):
+        return torch.nonzero(x > 0, out=None), torch.sum(x, 0, out=None)
+
+    traced = tracebridge.trace(fine, (torch.randn(3, 2),))
+    traced.save(tmp_path / "fine.tb")
+    x = torch.randn(5, 2)
+    assert _same(tracebridge.load(tmp_path / "fine.tb")(x), fine(x))
+
+    def into(x):
+        buffer = torch.empty(3, 2)
+        return torch.add(x, 1, out=buffer)  # the line named
+
+    with pytest.raises(
+        tracebridge.UnsupportedOpError, match=r"cannot record add at .*:\d+ with the keyword 'out'"
+    ):
+        tracebridge.trace(into, (torch.randn(3, 2),))
+
+
 # --- crafted files ----------------------------------------------------------------------------
 
 

@@ -337,8 +337,11 @@ _NUMPY_KEYWORDS = {
 
 
 def _canonical_keywords(name: str, kwargs: dict) -> dict:
-    """``kwargs`` with each NumPy alias the op set does not know renamed to PyTorch's name
-    (the same dict when there is none, so the recorder sees nothing changed)."""
+    """``kwargs`` with each NumPy alias the op set does not know renamed to PyTorch's name,
+    and without ``out=None`` (the default: no op of the set writes into a given tensor);
+    the same dict when there is nothing to change, so the recorder sees nothing changed."""
+    if kwargs and "out" in kwargs and kwargs["out"] is None:
+        kwargs = {key: value for key, value in kwargs.items() if key != "out"}
     if not kwargs or not any(key in _NUMPY_KEYWORDS for key in kwargs):
         return kwargs
     info = opset.info(name)
