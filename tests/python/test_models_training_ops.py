@@ -407,6 +407,36 @@ def test_embedding_max_norm_renormalises_a_loaded_program_s_weight(runtime, tmp_
     assert torch.equal(fresh, eager_before.embed.weight)
 
 
+def test_embedding_bag_max_norm_renormalises_as_eager(tmp_path):
+    torch.manual_seed(0)
+    model = nn.EmbeddingBag(10, 3, max_norm=1.0, mode="mean")
+    with torch.no_grad():
+        model.weight.mul_(3)
+    eager = copy.deepcopy(model)
+    traced = tracebridge.trace(model, torch.randint(0, 10, (2, 4)))
+    assert torch.equal(model.weight, eager.weight)  # tracing put the rows back
+    loaded = tracebridge.load(_saved(traced, tmp_path))
+    for shape in [(3, 4), (1, 6)]:
+        ids = torch.randint(0, 10, shape)
+        assert torch.equal(loaded(ids), eager(ids))
+    assert torch.equal(dict(loaded.named_parameters())["weight"], eager.weight)
+
+
+def test_a_functional_max_norm_renormalises_the_weight_it_is_given(tmp_path):
+    """``F.embedding(ids, w, max_norm=1)`` with ``w`` an input writes that input, as eager
+    does (inputs are the caller's to have written)."""
+
+    def lookup(ids, weight):
+        return torch.nn.functional.embedding(ids, weight, max_norm=1.0).sum(1)
+
+    weight = torch.randn(10, 3) * 3
+    traced = tracebridge.trace(lookup, (torch.randint(0, 10, (4,)), weight.clone()))
+    loaded = tracebridge.load(_saved(traced, tmp_path))
+    mine, theirs, ids = weight.clone(), weight.clone(), torch.randint(0, 10, (6,))
+    assert torch.equal(loaded(ids, mine), lookup(ids, theirs))
+    assert torch.equal(mine, theirs) and not torch.equal(mine, weight)
+
+
 def test_embedding_max_norm_trains_as_eager():
     model, eager = _twins()
     traced = tracebridge.trace(model, torch.randint(0, 12, (2, 3)))

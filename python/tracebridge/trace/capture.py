@@ -108,13 +108,14 @@ def _restore_attributes(saved: list[tuple]) -> None:
 
 
 def _renormed_weights(module: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The weights that ``nn.Embedding(max_norm=...)`` renormalises in place on every call
-    (op-set 7 records that write), with a copy to put back: tracing and its checks call
-    the model, eager use did not."""
+    """The weights that ``nn.Embedding(max_norm=...)`` and ``nn.EmbeddingBag(max_norm=...)``
+    renormalise in place on every call (op-set 7 records that write), with a copy to put
+    back: tracing and its checks call the model, eager use did not."""
+    kinds = (torch.nn.Embedding, torch.nn.EmbeddingBag)
     return [
         (m.weight, m.weight.detach().clone())
         for m in module.modules()
-        if isinstance(m, torch.nn.Embedding) and m.max_norm is not None
+        if isinstance(m, kinds) and m.max_norm is not None
     ]
 
 
