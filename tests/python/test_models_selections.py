@@ -48,6 +48,11 @@ CASES = {
         torch.randn,
         [(3, 4), (6, 2)],
     ),
+    "as_tuple_out_none": (
+        lambda x: torch.nonzero(x, as_tuple=True, out=None),
+        _mask,
+        [(4, 3), (2, 5)],
+    ),
     "as_tuple_false": (lambda x: torch.nonzero(x, as_tuple=False), _mask, [(4, 3), (6, 2)]),
     "where_one_argument": (lambda x: torch.where(x), _mask, [(4, 3), (5, 6)]),
     "unique_consecutive": (lambda x: torch.unique_consecutive(x), _labels, [(12,), (30,)]),

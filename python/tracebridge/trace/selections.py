@@ -35,7 +35,9 @@ class SelectionHandlers:
     def _on_nonzero(self, func, input, *, as_tuple=False, **rest):
         """``nonzero(x)`` as recorded; ``as_tuple=True`` adds one ``select`` per dimension
         (a 0-d input counts as 1-d, as the binding does)."""
-        if rest:  # ``out=``: PyTorch's own call and error; the recorder refuses the keyword
+        if rest.get("out", 0) is None:
+            del rest["out"]  # the default
+        if rest:  # ``out=t``: the recorder refuses the keyword at this line
             return self.record("nonzero", torch.nonzero, (input,), rest)
         if not as_tuple:
             return self.record("nonzero", torch.nonzero, (input,), {})
