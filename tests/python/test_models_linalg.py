@@ -100,6 +100,22 @@ CASES = {
     "torch_lu_solve": (lambda a, b: torch.lu_solve(b, *torch.lu(a)), _two),
     "chain_matmul": (lambda a, b: torch.chain_matmul(a, b, b.mT), _two),
     "adjoint": (lambda a, b: b.adjoint() @ torch.adjoint(a), _two),
+    # Tensor methods of the new ops (folded into the function, or aliases)
+    "methods": (
+        lambda a, b: (
+            b.cholesky_solve(a.cholesky()),
+            a.cholesky().cholesky_inverse(),
+            b.triangular_solve(a.cholesky(), upper=False).solution,
+            a.geqrf()[0].ormqr(a.geqrf()[1], b),
+            b[:, 0].diagflat(),
+            a.addr(b[:, 0], b[:, 1]),
+            a.histogram(3),
+            a.cov(),
+            a.corrcoef(),
+            b.lu_solve(*a.lu()),
+        ),
+        _two,
+    ),
 }
 SIZES = (4, 6, 8)
 

@@ -49,9 +49,10 @@ from . import ops_schema
 # transforms (stft, istft) and broadcast_tensors, checked; _is_all_true, _is_any_true;
 # and Tensor.floor_divide_ (what ``t //= n`` runs on a tensor).
 # 7 (ops branch): unique_dim (torch.unique along a dimension), linear algebra and
-# statistics users call (cholesky_solve, linalg.lu_factor/lu_solve, linalg.eig, cov,
-# histogram, ...), embedding_renorm_ (nn.Embedding's max_norm), fake quantisation; nonzero,
-# argwhere and the unique family now checked (bytes of data-chosen results). See SINCE.
+# statistics users call (cholesky_solve, linalg.lu_factor/lu_solve, linalg.eig, svd, cov,
+# histogram, ...), embedding_renorm_ (nn.Embedding's max_norm), fake quantisation (with
+# fused_moving_avg_obs_fake_quant, checked); nonzero, argwhere and the unique family now
+# checked (bytes of data-chosen results). See SINCE.
 OPSET_VERSION = 7
 
 # --- the op set, by family ----------------------------------------------------------------
@@ -271,6 +272,10 @@ subtract sum svd swapaxes swapdims t take take_along_dim tan tanh tensor_split t
 transpose trapz tril triu true_divide trunc unbind unique_consecutive unsqueeze var vdot
 xlogy
 """.split()
+) | frozenset(
+    # op-set 7: methods of the linear algebra and statistics added then
+    "cholesky cholesky_solve cholesky_inverse triangular_solve geqrf ormqr diagflat addr "
+    "histogram cov corrcoef".split()
 )
 
 # The op-set version each op appeared in, for the ops added after version 3 (ONNX's

@@ -22,6 +22,7 @@ class AliasHandlers:
         return {
             torch._lu_with_info: self._on_lu_with_info,
             torch.lu_solve: self._on_lu_solve,
+            torch._C.TensorBase.lu_solve: self._on_lu_solve,
             torch.chain_matmul: self._on_chain_matmul,
             torch.adjoint: self._on_adjoint,
             torch._C.TensorBase.adjoint: self._on_adjoint,
