@@ -191,6 +191,14 @@ def test_batched_cholesky_solve_is_right_on_other_batches(tmp_path):
             "addr would allocate",
         ),
         (lambda: num.addr(torch.ones(1), torch.ones(2, 2), torch.ones(2)), "vec1 and vec2 are"),
+        (
+            lambda: num.lu_unpack(torch.randn(4, 4), torch.ones(100000, dtype=torch.int32)),
+            r"LU_pivots must be an int32 tensor of shape \[4\]",
+        ),
+        (
+            lambda: num.lu_unpack(torch.randn(4, 6), torch.ones(4, dtype=torch.int64)),
+            r"LU_pivots must be an int32 tensor of shape \[4\]",
+        ),
     ],
 )
 def test_results_sized_by_arguments_or_products_are_bounded_before_the_kernel(call, words):
@@ -212,6 +220,10 @@ def test_the_checked_forms_give_the_kernels_results():
     a, b = spd(3), rhs(3)
     assert torch.equal(num.multi_dot([a, b, b.mT]), torch.linalg.multi_dot([a, b, b.mT]))
     assert torch.equal(num.diagflat(y[0], -2), torch.diagflat(y[0], -2))
+    for rows, cols in ((4, 4), (5, 3), (3, 5)):
+        factor, pivots = torch.linalg.lu_factor(torch.randn(2, rows, cols, dtype=F64))
+        for got, want in zip(num.lu_unpack(factor, pivots), torch.lu_unpack(factor, pivots)):
+            assert torch.equal(got, want)
     assert torch.equal(
         num.addr(a, b[:, 0], b[:, 1], alpha=2), torch.addr(a, b[:, 0], b[:, 1], alpha=2)
     )

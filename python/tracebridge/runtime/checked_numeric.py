@@ -13,6 +13,7 @@ operands, so they run as they are. These do not:
   input, 256 KiB, asks for 16 GiB);
 * ``linalg.multi_dot`` makes ``rows(first) * columns(last)`` (a ``[n, 1] @ [1, n]`` chain);
 * ``diagflat`` makes ``n * n`` from ``n`` elements, ``addr`` ``len(vec1) * len(vec2)``;
+* ``lu_unpack`` swaps by every pivot it is given, however many (their values are checked);
 * ``fused_moving_avg_obs_fake_quant`` loops over its observer buffers through raw
   pointers, by the input's rows (an empty buffer crashed the process);
 * ``embedding_renorm_`` writes into its weight in place: PyTorch's CPU kernel wraps a
@@ -197,6 +198,30 @@ def addr(input, vec1, vec2, *, beta=1, alpha=1):
     return _VF.addr(input, vec1, vec2, beta=beta, alpha=alpha)
 
 
+def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
+    """``torch.lu_unpack`` after checking the pivots' shape: one int32 pivot per step,
+    ``LU.shape[:-2] + (min(m, n),)``. PyTorch checks their values (1 to ``m``) but not
+    their count, and its CPU kernel swaps by every pivot given (torch 2.13 took 100000
+    pivots for a 4 x 4 factor)."""
+    op = "lu_unpack"
+    _need(_is_tensor(LU_data) and LU_data.dim() >= 2, f"{op}: LU_data must be a tensor of matrices")
+    steps = min(LU_data.size(-2), LU_data.size(-1))
+    want = (*LU_data.shape[:-2], steps)
+    _need(
+        _is_tensor(LU_pivots) and LU_pivots.dtype == torch.int32 and tuple(LU_pivots.shape) == want,
+        lambda: (
+            f"{op}: LU_pivots must be an int32 tensor of shape {list(want)} (one pivot per "
+            f"step of the factorisation), not {getattr(LU_pivots, 'dtype', None)} "
+            f"{list(getattr(LU_pivots, 'shape', []))}"
+        ),
+    )
+    _need(
+        isinstance(unpack_data, bool) and isinstance(unpack_pivots, bool),
+        f"{op}: unpack_data and unpack_pivots must be True or False",
+    )
+    return _VF.lu_unpack(LU_data, LU_pivots, unpack_data, unpack_pivots)
+
+
 _INT32 = (-(2**31), 2**31 - 1)
 
 
@@ -329,6 +354,7 @@ CHECKED: dict[str, Callable] = {
     "corrcoef": corrcoef,
     "linalg.multi_dot": multi_dot,
     "diagflat": diagflat,
+    "lu_unpack": lu_unpack,
     "addr": addr,
     "embedding_renorm_": embedding_renorm_,
 }
