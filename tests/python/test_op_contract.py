@@ -645,9 +645,11 @@ def test_the_checked_ops_are_declared_in_the_op_set():
     every declared enum is a parameter of its op."""
     from tracebridge.runtime import torchvision_ops
     from tracebridge.runtime.checked_ops import CHECKED
+    from tracebridge.runtime.checked_ops7 import CHECKED_SINCE_7
 
     flagged = {name for name, info in ops.OPS.items() if "checked" in info.flags}
-    assert flagged == set(CHECKED) | set(torchvision_ops.CHECKED) == ops.CHECKED_OPS
+    declared = set(CHECKED) | set(torchvision_ops.CHECKED) | set(CHECKED_SINCE_7)
+    assert flagged == declared == ops.CHECKED_OPS
     for name, info in ops.OPS.items():
         for param in info.enums:
             assert any(param in names for names in info.arg_names), (name, param)

@@ -157,7 +157,8 @@ class Budget:
     # -- result shapes, one small rule per family --
 
     def _result(self, op: str, args: list, kwargs: dict) -> tuple[Shape, int, int] | None:
-        for rule in (self._factory, self._product, self._matrix, self._elementwise, self._nms):
+        rules = (self._factory, self._product, self._matrix, self._elementwise, self._nms)
+        for rule in (*rules, self._squares):
             made = rule(op, args, kwargs)
             if made is not None:
                 return made
@@ -226,6 +227,40 @@ class Budget:
             classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
             if isinstance(classes, int) and classes > 0:
                 return (known[0][0] + (classes,), 8, 0)
+        return None
+
+    def _squares(self, op, args, kwargs):
+        """Op-set 7's products of sizes, as ``outer`` is counted: ``diagflat`` of ``n``
+        elements makes ``(n + |offset|)**2``, ``addr`` ``len(vec1) * len(vec2)``, ``cov``
+        and ``corrcoef`` of ``r`` rows ``r * r`` (a float result, at least float32),
+        ``linalg.vander(x, N=n)`` ``x.numel() * n``, ``linalg.multi_dot`` the rows of its
+        first matrix times the columns of its last (work: the products left to right, at
+        least what PyTorch's chosen order costs)."""
+        known = [self._of(a) for a in args]
+        if op == "diagflat" and known and known[0]:
+            offset = args[1] if len(args) > 1 else kwargs.get("offset", 0)
+            if isinstance(offset, int) and not isinstance(offset, bool):
+                side = _numel(known[0][0]) + abs(offset)
+                return ((side, side), known[0][1], 0)
+        if op == "addr" and len(known) >= 3 and known[1] and known[2]:
+            (a, wa), (b, wb) = known[1], known[2]
+            return ((_numel(a), _numel(b)), max(wa, wb), 0)
+        if op in ("cov", "corrcoef") and known and known[0]:
+            shape, width = known[0]
+            rows = shape[0] if len(shape) == 2 else 1
+            return ((rows, rows), max(width, DEFAULT_WIDTH), 0)
+        if op == "linalg.vander" and known and known[0]:
+            n = kwargs.get("N")
+            if isinstance(n, int) and not isinstance(n, bool):
+                shape, width = known[0]
+                return (shape + (n,), width, 0)
+        if op == "linalg.multi_dot" and args and isinstance(args[0], list):
+            shapes = [self._of(t) for t in args[0]]
+            if len(shapes) >= 2 and all(shapes) and all(1 <= len(s) <= 2 for s, _ in shapes):
+                mats = [s if len(s) == 2 else ((1, s[0]) if i == 0 else (s[0], 1))
+                        for i, (s, _) in enumerate(shapes)]  # fmt: skip
+                work = sum(mats[0][0] * m[0] * m[1] for m in mats[1:])
+                return ((mats[0][0], mats[-1][1]), max(w for _, w in shapes), work)
         return None
 
     def _nms(self, op, args, kwargs):

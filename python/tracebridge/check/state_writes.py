@@ -46,11 +46,20 @@ WRITTEN_ARGUMENTS: dict[str, tuple[str, ...]] = {
     "batch_norm": ("running_mean", "running_var"),
     "native_batch_norm": ("running_mean", "running_var"),
     "instance_norm": ("running_mean", "running_var"),
+    # op-set 7: the observer's running statistics and quantisation parameters
+    "fused_moving_avg_obs_fake_quant": ("running_min", "running_max", "scale", "zero_point"),
 }
 # Ops that change how state trains: refused on any state, buffers included.
 GRAD_STATE_OPS = frozenset({"Tensor.requires_grad_", "Tensor.detach_"})
 # State kinds no op may write.
 READ_ONLY_KINDS = frozenset({"parameter", "constant"})
+# The one exception (op-set 7): ops that may write a parameter read directly by
+# ``prim.state``, or its ``detach`` (not another view of it, never a constant).
+# ``F.embedding(..., max_norm=m)`` renormalises the rows of its own weight that the call
+# looks up, on every call, as eager ``nn.Embedding(max_norm=m)`` does; its checked
+# implementation (runtime/checked_numeric.py) lets it only scale those rows down to a norm
+# of ``m``.
+PARAMETER_WRITERS = frozenset({"embedding_renorm_"})
 
 Root = tuple  # ("state", name) or ("input", position)
 
@@ -90,6 +99,7 @@ class StateWrites:
         # node index -> the roots of each tensor a prim.autograd_function node passes
         self.passed: dict[int, list[frozenset[Root]]] = {}
         self.outputs: list[frozenset[Root]] = []  # roots of each graph output, once run
+        self.parameters_read: dict[int, str] = {}  # value id -> parameter it reads as is
 
     @staticmethod
     def through(root: Root, passed: list[frozenset[Root]]) -> frozenset[Root]:
@@ -111,10 +121,16 @@ class StateWrites:
         args, kwargs, outputs = node["args"], node["kwargs"], node["outputs"]
         if op == "prim.state" and args and isinstance(args[0], str) and outputs:
             self.roots[outputs[0]["id"]] = frozenset({("state", args[0])})
+            if self.state_kinds.get(args[0]) == "parameter":
+                self.parameters_read[outputs[0]["id"]] = args[0]
             return ""
         if op == "prim.autograd_function" and args:
             self.passed[index] = [self.roots.get(v, frozenset()) for v in _refs(args[0])]
         first = args[0] if args else kwargs.get("self", kwargs.get("input"))
+        if op == "detach" and outputs and isinstance(first, dict):
+            read = self.parameters_read.get(first.get("ref"))  # F.embedding's weight.detach()
+            if read is not None:
+                self.parameters_read[outputs[0]["id"]] = read
         written = []
         if "inplace" in flags or op in GRAD_STATE_OPS:
             written.append((first, op in GRAD_STATE_OPS))
@@ -128,6 +144,8 @@ class StateWrites:
                     self.written_inputs.add(name)
                     continue
                 state_kind = self.state_kinds.get(name, "")
+                if op in PARAMETER_WRITERS and self._reads_parameter(lit, name):
+                    continue
                 if any_state or state_kind in READ_ONLY_KINDS:
                     return (
                         f"{op} writes {state_kind or 'state'} {name[:60]!r}: a loaded program "
@@ -140,6 +158,15 @@ class StateWrites:
                 for value in outputs:
                     self.roots[value["id"]] = shared
         return ""
+
+    def _reads_parameter(self, lit, name: str) -> bool:
+        """Whether ``lit`` is the value ``prim.state`` read for parameter ``name``, or its
+        ``detach`` (the parameter's own elements, not a view that could reach other
+        memory, nor a value that may share some of it)."""
+        refs = list(_refs(lit))
+        return (
+            isinstance(lit, dict) and len(refs) == 1 and self.parameters_read.get(refs[0]) == name
+        )
 
 
 def subgraph_write(

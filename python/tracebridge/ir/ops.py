@@ -48,7 +48,12 @@ from . import ops_schema
 # packed sequences (_pack_padded_sequence, _pad_packed_sequence), short-time Fourier
 # transforms (stft, istft) and broadcast_tensors, checked; _is_all_true, _is_any_true;
 # and Tensor.floor_divide_ (what ``t //= n`` runs on a tensor). 7: ctc_loss, checked (its
-# kernel reads log-probabilities by the target labels, unchecked).
+# kernel reads log-probabilities by the target labels, unchecked);
+# unique_dim (torch.unique along a dimension), linear algebra and
+# statistics users call (cholesky_solve, linalg.lu_factor/lu_solve, linalg.eig, svd, cov,
+# histogram, ...), embedding_renorm_ (nn.Embedding's max_norm), fake quantisation (with
+# fused_moving_avg_obs_fake_quant, checked); nonzero, argwhere and the unique family now
+# checked (bytes of data-chosen results). See SINCE.
 OPSET_VERSION = 7
 
 # --- the op set, by family ----------------------------------------------------------------
@@ -91,6 +96,13 @@ FAMILIES: dict[str, str] = {
         linalg.slogdet linalg.solve linalg.cholesky linalg.qr linalg.svd linalg.svdvals
         linalg.eigh linalg.eigvalsh linalg.pinv linalg.matrix_exp linalg.cross
         linalg.vecdot linalg.lstsq linalg.matrix_rank
+        cholesky cholesky_solve cholesky_inverse triangular_solve lu_unpack geqrf ormqr svd
+        diagflat addr
+        linalg.cholesky_ex linalg.solve_triangular linalg.lu_factor linalg.lu_factor_ex
+        linalg.lu_solve linalg.lu linalg.matrix_power linalg.cond linalg.eig linalg.eigvals
+        linalg.multi_dot linalg.tensorinv linalg.tensorsolve linalg.vander linalg.solve_ex
+        linalg.inv_ex linalg.householder_product linalg.matmul
+        trapezoid trapz cumulative_trapezoid cov corrcoef histogram
     """,
     "convolution and pooling": """
         conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d convolution
@@ -110,6 +122,7 @@ FAMILIES: dict[str, str] = {
         scaled_dot_product_attention embedding embedding_bag one_hot lstm gru rnn_tanh
         rnn_relu lstm_cell gru_cell rnn_tanh_cell rnn_relu_cell _pack_padded_sequence
         _pad_packed_sequence
+        embedding_renorm_
     """,
     "dropout and random": """
         dropout dropout_ alpha_dropout feature_dropout feature_alpha_dropout bernoulli
@@ -130,6 +143,7 @@ FAMILIES: dict[str, str] = {
         mode sort argsort msort topk kthvalue count_nonzero nansum nanmean quantile
         nanquantile unique_consecutive histc bincount bucketize searchsorted dist renorm
         diff
+        unique_dim
     """,
     "shape and layout": """
         Tensor.view Tensor.view_as Tensor.reshape Tensor.reshape_as reshape flatten
@@ -182,6 +196,11 @@ FAMILIES: dict[str, str] = {
     "reflected operators": """
         Tensor.__rand__ Tensor.__ror__ Tensor.__rxor__
         Tensor.__ilshift__ Tensor.__irshift__ Tensor.__imod__ Tensor.__ifloordiv__
+    """,
+    # op-set 7: quantisation-aware training (float in, float out; no quantized tensors)
+    "fake quantisation": """
+        fake_quantize_per_tensor_affine fake_quantize_per_channel_affine
+        fused_moving_avg_obs_fake_quant
     """,
     "autograd mode": """
         set_grad_enabled
@@ -255,6 +274,10 @@ subtract sum svd swapaxes swapdims t take take_along_dim tan tanh tensor_split t
 transpose trapz tril triu true_divide trunc unbind unique_consecutive unsqueeze var vdot
 xlogy
 """.split()
+) | frozenset(
+    # op-set 7: methods of the linear algebra and statistics added then
+    "cholesky cholesky_solve cholesky_inverse triangular_solve geqrf ormqr diagflat addr "
+    "histogram cov corrcoef".split()
 )
 
 # The op-set version each op appeared in, for the ops added after version 3 (ONNX's
@@ -273,6 +296,20 @@ SINCE: dict[str, int] = {
     "_is_any_true": 6,
     "Tensor.floor_divide_": 6,
     "ctc_loss": 7,
+    # op-set 7, ops branch: data-chosen results, linear algebra, quantisation, embeddings
+    "unique_dim": 7,
+    **dict.fromkeys(
+        """
+cholesky cholesky_solve cholesky_inverse triangular_solve lu_unpack geqrf ormqr svd diagflat
+addr linalg.cholesky_ex
+linalg.solve_triangular linalg.lu_factor linalg.lu_factor_ex linalg.lu_solve linalg.lu
+linalg.matrix_power linalg.cond linalg.eig linalg.eigvals linalg.multi_dot linalg.tensorinv
+linalg.tensorsolve linalg.vander linalg.solve_ex linalg.inv_ex linalg.householder_product
+linalg.matmul trapezoid trapz cumulative_trapezoid cov corrcoef histogram embedding_renorm_
+fake_quantize_per_tensor_affine fake_quantize_per_channel_affine fused_moving_avg_obs_fake_quant
+""".split(),
+        7,
+    ),
 }
 
 # Note: operators a library registers. ``torch.ops.torchvision.nms`` exists only once
@@ -402,6 +439,12 @@ embedding_bag bincount one_hot outer kron cartesian_prod diag_embed combinations
 tensor_split hsplit vsplit dsplit chunk _pad_circular pad
 _native_multi_head_attention _transformer_encoder_layer_fwd torchvision.nms
 _pack_padded_sequence _pad_packed_sequence stft istft broadcast_tensors ctc_loss
+""".split()
+) | frozenset(
+    # op-set 7, ops branch (runtime/checked_ops7.py)
+    """
+nonzero argwhere _unique2 unique_dim unique_consecutive linalg.vander histogram cov corrcoef
+linalg.multi_dot embedding_renorm_ fused_moving_avg_obs_fake_quant diagflat addr lu_unpack
 """.split()
 )
 

@@ -13,6 +13,7 @@ from ..ir import ops as opset
 from ..ir.printable import printable
 from ..ir.program import AUTOGRAD_FUNCTION
 from . import checked_ops, checked_views, torchvision_ops
+from .checked_ops7 import CHECKED_SINCE_7
 
 PRIM_FUNCTIONS = {
     "prim.size": lambda t, d: t.shape[d],
@@ -160,6 +161,8 @@ def default_callable(name: str) -> Callable:
         return checked_ops.CHECKED[name]
     if name in torchvision_ops.CHECKED:
         return torchvision_ops.CHECKED[name]
+    if name in CHECKED_SINCE_7:  # op-set 7 checked ops (runtime/checked_ops7.py)
+        return CHECKED_SINCE_7[name]
     try:
         return opset.impl_of(name)
     except (KeyError, TypeError):

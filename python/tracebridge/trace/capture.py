@@ -107,6 +107,18 @@ def _restore_attributes(saved: list[tuple]) -> None:
                 table.update(content)
 
 
+def _renormed_weights(module: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The weights that ``nn.Embedding(max_norm=...)`` and ``nn.EmbeddingBag(max_norm=...)``
+    renormalise in place on every call (op-set 7 records that write), with a copy to put
+    back: tracing and its checks call the model, eager use did not."""
+    kinds = (torch.nn.Embedding, torch.nn.EmbeddingBag)
+    return [
+        (m.weight, m.weight.detach().clone())
+        for m in module.modules()
+        if isinstance(m, kinds) and m.max_norm is not None
+    ]
+
+
 @contextlib.contextmanager
 def preserved(module: torch.nn.Module | None):
     """Run a block and then put back the RNG states (CPU, every CUDA device, Python's
@@ -119,10 +131,12 @@ def preserved(module: torch.nn.Module | None):
     # its state costs about 100 times more, and this runs for every recording and check.)
     py_rng = random.getstate()
     saved_buffers, saved_params, modes, flags, attributes = [], [], [], [], []
+    renormed: list[tuple[torch.Tensor, torch.Tensor]] = []
     if module is not None:
         attributes = _attributes(module)
         saved_buffers = [(b, b.detach().clone()) for b in module.buffers() if b is not None]
         saved_params = [(p, p._version) for p in module.parameters()]
+        renormed = _renormed_weights(module)
         modes = [(m, m.training) for m in module.modules()]
         flags = [(p, p.requires_grad) for p in module.parameters()]
         _clear_mode_caches(modes, flags)
@@ -139,7 +153,13 @@ def preserved(module: torch.nn.Module | None):
             for buf, copy in saved_buffers:
                 if buf.shape == copy.shape:
                     buf.copy_(copy)
-        changed = [p for p, version in saved_params if p._version != version]
+        with torch.no_grad():
+            for weight, copy in renormed:
+                weight.copy_(copy)
+        put_back = {id(weight) for weight, _ in renormed}
+        changed = [
+            p for p, version in saved_params if p._version != version and id(p) not in put_back
+        ]
         if changed:
             warnings.warn(
                 f"the traced code changed {len(changed)} parameter(s) in place; "

@@ -210,6 +210,8 @@ class Dispatcher:
         packed = (_packed_varargs(name, func, args), _canonical_keywords(name, kwargs))
         as_recorded = self._numbers_as_tensors(name, *packed)
         floats_as_tensors = as_recorded[0] is not packed[0] or as_recorded[1] is not packed[1]
+        if as_recorded[1]:
+            _known_keywords(name, as_recorded[1], loc)
         enc_args = [self.encode(a) for a in as_recorded[0]]
         enc_kwargs = {k: self.encode(v) for k, v in as_recorded[1].items()}
         checked = False
@@ -378,8 +380,11 @@ _NUMPY_KEYWORDS = {
 
 
 def _canonical_keywords(name: str, kwargs: dict) -> dict:
-    """``kwargs`` with each NumPy alias the op set does not know renamed to PyTorch's name
-    (the same dict when there is none, so the recorder sees nothing changed)."""
+    """``kwargs`` with each NumPy alias the op set does not know renamed to PyTorch's name,
+    and without ``out=None`` (the default: no op of the set writes into a given tensor);
+    the same dict when there is nothing to change, so the recorder sees nothing changed."""
+    if kwargs and "out" in kwargs and kwargs["out"] is None:
+        kwargs = {key: value for key, value in kwargs.items() if key != "out"}
     if not kwargs or not any(key in _NUMPY_KEYWORDS for key in kwargs):
         return kwargs
     info = opset.info(name)
@@ -392,6 +397,23 @@ def _canonical_keywords(name: str, kwargs: dict) -> dict:
             key = canonical
         renamed[key] = value
     return renamed if renamed.keys() != kwargs.keys() else kwargs
+
+
+def _known_keywords(name: str, kwargs: dict, loc: str | None) -> None:
+    """Refuse, at the line that made the call, a keyword the op set does not name for op
+    ``name`` (a keyword of a Python binding, not of the op: ``nonzero(as_tuple=...)`` was
+    traced and then refused at save): a trace that cannot be saved is never produced."""
+    info = opset.info(name)
+    if info is None:
+        return
+    unknown = [key for key in kwargs if key not in info.kwargs]
+    if unknown:
+        raise UnsupportedOpError(
+            f"cannot record {name} at {loc or 'unknown location'} with the keyword "
+            f"{unknown[0]!r}: the op set names no such argument of {name} (shared_ir/"
+            "opset.md), so no saved graph could hold the call; leave it out where its "
+            "default does the same, or compute this outside the traced code"
+        )
 
 
 def _label(func) -> str:

@@ -44,7 +44,9 @@ import torch
 
 from ..errors import UnsupportedOpError
 from ..source import OWN_DIR, TORCH_DIR
+from .aliases import AliasHandlers
 from .autograd_function import AutogradFunctions
+from .selections import SelectionHandlers
 
 _JIT_TRACE = os.path.join(TORCH_DIR, "jit", "_trace.py")
 
@@ -236,7 +238,7 @@ def patch(on: bool) -> None:
     torch.autograd.Function.apply = classmethod(_apply) if on else _original_apply
 
 
-class LibraryHandlers(AutogradFunctions):
+class LibraryHandlers(AutogradFunctions, SelectionHandlers, AliasHandlers):
     """Handlers for library calls the recording mode sees (mixed into the Tracer);
     ``custom_function`` (``Function.apply``) comes from trace/autograd_function.py."""
 
@@ -264,6 +266,8 @@ class LibraryHandlers(AutogradFunctions):
         for name in ("resolve_conj", "resolve_neg"):
             handlers[getattr(torch, name)] = self._on_resolve
             handlers[getattr(torch.Tensor, name)] = self._on_resolve
+        handlers.update(self._selection_handlers())  # nonzero(as_tuple), unique_consecutive
+        handlers.update(self._alias_handlers())  # torch.lu, chain_matmul, adjoint
         return handlers
 
     def label_last_guard(self, cond: bool, message: str | None) -> None:
@@ -459,7 +463,8 @@ class LibraryHandlers(AutogradFunctions):
                 "return_inverse": return_inverse,
                 "return_counts": return_counts,
             }
-            result = self.record("unique_dim", torch.unique_dim, (input,), kwargs)
+            unique_dim = torch._C._VariableFunctions.unique_dim  # no torch.unique_dim in 2.x
+            result = self.record("unique_dim", unique_dim, (input,), kwargs)
         output, inverse, counts = result
         if return_inverse and return_counts:
             return output, inverse, counts
