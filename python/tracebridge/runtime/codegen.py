@@ -47,6 +47,7 @@ from . import (
     arguments,
     basic_index,
     checked_ops,
+    concat_linear,
     contiguous,
     cse,
     dead_code,
@@ -312,7 +313,10 @@ class CodeGen:
 
     def callable_for(self, node: Node) -> Callable:
         """The function a node calls (``support.node_callable``; a subclass may route some
-        nodes elsewhere)."""
+        nodes elsewhere). A concatenation of weights that runtime/concat_linear.py made
+        runs through its own check."""
+        if isinstance(node, concat_linear.ConcatNode):
+            return concat_linear.concat_weights
         return support.node_callable(node, self.methods)
 
     def call(self, node: Node) -> ast.expr:

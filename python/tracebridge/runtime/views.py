@@ -56,7 +56,8 @@ from .memo import KEEP, keep_newest
 VIEW_OPS = frozenset(
     """transpose swapaxes swapdims permute Tensor.permute unsqueeze squeeze select narrow
     Tensor.view Tensor.expand broadcast_to t Tensor.T Tensor.mT movedim moveaxis unflatten
-    Tensor.unflatten diagonal Tensor.unfold getitem split chunk unbind as_strided""".split()
+    Tensor.unflatten diagonal Tensor.unfold getitem split split_with_sizes chunk unbind
+    as_strided""".split()
 )
 # Reads of a value that its geometry alone decides: kept with the geometry when the value
 # is inside a tree.
