@@ -247,3 +247,50 @@ def test_returned_projections_are_not_fused():
     with torch.no_grad():
         got = traced(x)
         assert got[0].is_contiguous() and got[1].transpose(0, 1).is_contiguous()
+
+
+class Rotated(torch.nn.Module):
+    """q is used (rotated) before k and v are split into heads, as in Llama."""
+
+    def __init__(self):
+        super().__init__()
+        self.q = torch.nn.Linear(8, 8, bias=False)
+        self.k = torch.nn.Linear(8, 8, bias=False)
+        self.v = torch.nn.Linear(8, 8, bias=False)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, 2, 4).transpose(1, 2)
+        q = q * 2 + torch.flip(q, [-1])
+        k = self.k(x).view(b, s, 2, 4).transpose(1, 2)
+        v = self.v(x).view(b, s, 2, 4).transpose(1, 2)
+        return F.scaled_dot_product_attention(q, k, v)
+
+
+def test_the_pieces_views_run_as_one_call_where_the_split_is_made():
+    torch.manual_seed(0)
+    model = Rotated().eval()
+    x = torch.randn(2, 3, 8)
+    traced = tracebridge.trace(model, x)
+    with torch.no_grad():
+        for shape in [(2, 3, 8), (1, 5, 8)]:
+            y = torch.randn(*shape)
+            torch.testing.assert_close(traced(y), model(y), rtol=1e-5, atol=1e-6)
+        code = traced.code
+        counts = aten_counts(traced, x)
+    # one call of a tree of views gives q, k and v, before q is read
+    assert code.count("# views:") == 1 and "views(3 tensors" in code
+    assert counts["aten::linear"] == 1 and counts["aten::as_strided"] == 3
+
+
+def test_a_split_of_literal_sizes_needs_no_count_check():
+    def halves(x):
+        return tuple(t * 2 for t in x.split([2, 3], -1))
+
+    traced = tracebridge.trace(halves, torch.ones(2, 5))
+    assert "_check_count" not in traced.code
+    assert [t.shape[-1] for t in traced(torch.ones(4, 5))] == [2, 3]
+    with pytest.raises(TraceError, match="split_with_sizes"):
+        traced(torch.ones(4, 6))
+    chunks = tracebridge.trace(lambda x: x.chunk(2, -1), torch.ones(2, 4))
+    assert "_check_count" in chunks.code  # a chunk's count follows the size: checked
