@@ -294,3 +294,27 @@ def test_a_split_of_literal_sizes_needs_no_count_check():
         traced(torch.ones(4, 6))
     chunks = tracebridge.trace(lambda x: x.chunk(2, -1), torch.ones(2, 4))
     assert "_check_count" in chunks.code  # a chunk's count follows the size: checked
+
+
+def test_no_fusion_where_the_concatenation_could_not_be_folded():
+    class ReturnsWeight(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(4, 4)
+            self.b = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            # returning a state tensor keeps the graph from folding (folding.plan): each
+            # call would concatenate the weights again, so the linears stay apart
+            return self.a(x) * self.b(x), self.a.weight
+
+    torch.manual_seed(0)
+    model = ReturnsWeight().eval()
+    x = torch.randn(3, 4)
+    traced = tracebridge.trace(model, x)
+    graph = traced._methods["forward"].graph
+    assert len(concat_linear.groups(graph)) == 1
+    assert concat_linear.fuse(graph) is graph
+    with torch.no_grad():
+        assert aten_counts(traced, x)["aten::linear"] == 2
+        torch.testing.assert_close(traced(x)[0], model(x)[0])

@@ -56,6 +56,7 @@ from ..ir import Graph, Node, Ref, pytree, refs_in
 from ..ir import ops as opset
 from ..ir.analysis import output_ids
 from ..ir.program import Value
+from . import folding
 from .folding import _ALIASING
 from .views import VIEW_OPS
 
@@ -319,7 +320,14 @@ def fuse(graph: Graph) -> Graph:
         nodes.extend(before.get(index, ()))
         if index not in gone:
             nodes.append(node)
-    return graph.with_nodes(nodes)
+    fused = graph.with_nodes(nodes)
+    # Only where the concatenations are folded: computed on every call, they would cost
+    # more than the linears they save (a graph that writes into state, say).
+    fold = folding.plan(fused, True, True)
+    concats = {i for i, n in enumerate(fused.nodes) if isinstance(n, ConcatNode)}
+    if fold is None or not concats <= set(fold.nodes):
+        return graph
+    return fused
 
 
 def _concat(ids: list[int], made: Value, loc) -> Node:
