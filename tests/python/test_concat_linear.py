@@ -139,10 +139,10 @@ class Mixed(torch.nn.Module):
 
     def forward(self, x, y):
         h = x * 1
-        q = self.q(h)
+        q = self.q(h).unsqueeze(0)
         h.add_(1)  # k and v read the new values
-        k, v = self.k(h), self.v(h)
-        return torch.tanh(q) * k + v + self.other(y)
+        k, v = self.k(h).unsqueeze(0), self.v(h).unsqueeze(0)
+        return torch.tanh(q) * k + v + self.other(y).unsqueeze(0)
 
 
 def test_a_written_input_and_other_inputs_split_the_groups():
@@ -171,7 +171,7 @@ class Merging(torch.nn.Module):
         b, s, _ = x.shape
         q = self.q(x).view(b * s * 2, 4)
         k = self.k(x).view(b, s, 2, 4).reshape(b * s * 2, 4)
-        return q * k + torch.relu(self.v(x)).view(b * s * 2, 4)
+        return q * k + torch.relu(self.v(x).view(b, s, 2, 4)).view(b * s * 2, 4)
 
 
 def test_a_view_that_needs_dense_memory_keeps_its_linear():
@@ -196,7 +196,7 @@ class Widths(torch.nn.Module):
         self.b = torch.nn.Linear(8, 6)
 
     def forward(self, x):
-        return self.a(x).sum(-1) + self.b(x).amax(-1)
+        return self.a(x).unsqueeze(0).sum(-1) + self.b(x).unsqueeze(0).amax(-1)
 
 
 def test_a_weight_of_another_width_later_runs_as_traced():
@@ -306,7 +306,7 @@ def test_no_fusion_where_the_concatenation_could_not_be_folded():
         def forward(self, x):
             # returning a state tensor keeps the graph from folding (folding.plan): each
             # call would concatenate the weights again, so the linears stay apart
-            return self.a(x) * self.b(x), self.a.weight
+            return self.a(x).unsqueeze(0) * self.b(x).unsqueeze(0), self.a.weight
 
     torch.manual_seed(0)
     model = ReturnsWeight().eval()
@@ -318,3 +318,18 @@ def test_no_fusion_where_the_concatenation_could_not_be_folded():
     with torch.no_grad():
         assert aten_counts(traced, x)["aten::linear"] == 2
         torch.testing.assert_close(traced(x)[0], model(x)[0])
+
+
+def test_projections_that_no_view_reads_stay_apart():
+    class Gated(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate = torch.nn.Linear(8, 16, bias=False)
+            self.up = torch.nn.Linear(8, 16, bias=False)
+
+        def forward(self, x):
+            # a split would cost about what the saved linear does: no view joins it
+            return F.silu(self.gate(x)) * self.up(x)
+
+    traced = tracebridge.trace(Gated().eval(), torch.randn(2, 3, 8))
+    assert concat_linear.groups(traced._methods["forward"].graph) == []
