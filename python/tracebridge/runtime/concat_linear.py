@@ -350,6 +350,11 @@ def _concat(ids: list[int], made: Value, loc) -> Node:
 _EFFECTS = frozenset("batch_norm native_batch_norm instance_norm embedding embedding_bag".split())
 
 
+def concatenates(graph: Graph) -> bool:
+    """Whether :func:`fuse` made ``graph`` run linears as one."""
+    return any(isinstance(node, ConcatNode) for node in graph.nodes)
+
+
 def rerunnable(graph: Graph) -> bool:
     """Whether a call of ``graph`` that raised part way may run again from the start with
     the same result as a first run: no write in place, no random op, no effect."""

@@ -106,7 +106,6 @@ class Method:
         # when it raises (runtime/concat_linear.py), and those functions as traced.
         self._retry: set[tuple[bool, bool]] = set()
         self._plain: dict[tuple[bool, bool], object] = {}
-        self._concatenated = False  # whether the last fused graph made runs linears as one
         self._lock = threading.Lock()
 
     def codegen(self, guards: bool = True) -> CodeGen:
@@ -120,9 +119,7 @@ class Method:
         never turns gradients on (the concatenated weights are folded only there)."""
         graph = folding.fuse_conv_bn(self.graph)
         if concat and cse.grad_stays_off(graph):
-            fused = concat_linear.fuse(graph)
-            self._concatenated = fused is not graph
-            return fused
+            return concat_linear.fuse(graph)
         return graph
 
     def _fused_codegen(self, guards: bool, concat: bool = True) -> CodeGen | None:
@@ -164,9 +161,9 @@ class Method:
             fused = self._fused_codegen(guards, concat) if no_grad else None
             gen = fused or self.codegen(guards)
             gen.common = no_grad  # repeated nodes once, where no gradient flows (runtime/cse.py)
-            retry = concat and fused is not None and self._concatenated
-            if retry and concat_linear.rerunnable(fused.graph):
-                self._retry.add(key)
+            concatenated = fused is not None and concat_linear.concatenates(fused.graph)
+            if concatenated and concat_linear.rerunnable(fused.graph):
+                self._retry.add(key)  # a call that raises runs again as traced
             return compile_function(gen).function
         return Interpreter(self.graph, self._slots, guards, self._methods, self.name)
 
