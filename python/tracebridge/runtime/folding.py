@@ -175,6 +175,8 @@ def subgraph(graph: Graph, fold: FoldPlan) -> Graph:
 # C functions mapped over the state tensors: the cache's check runs no Python bytecode per
 # tensor (a ResNet's folded convolutions read a hundred tensors on every call).
 _version = operator.attrgetter("_version")
+_getitem = operator.getitem
+_is = operator.is_
 _requires_grad = operator.attrgetter("requires_grad")
 _data_ptr = torch.Tensor.data_ptr
 _grad_enabled = torch.is_grad_enabled
@@ -247,26 +249,32 @@ class Folded:
         return f"folded({self.count} values of {self.ops} ops{checks} on literals and state)"
 
     def __call__(self) -> tuple:
-        tensors = list(map(operator.getitem, self.owners, self.keys))
-        if _grad_enabled() and any(map(_requires_grad, tensors)) or outside_the_key():
+        # Run on every call of a model whose code folds: C functions mapped over the
+        # tensors, no tuple built for the mode, outside_the_key() inline.
+        tensors = list(map(_getitem, self.owners, self.keys))
+        if (_grad_enabled() and any(map(_requires_grad, tensors))) or _function_modes():
             return self.function()  # gradients must reach the state, or torch makes others
-        # A version moves with every in-place write; the data pointer with ``.data = ...``
-        # and swapped tensors, which keep the object and its version.
-        versions = list(map(_version, tensors))
-        pointers = list(map(_data_ptr, tensors))
-        # factories follow the default dtype; the epoch moves with invalidate_caches()
-        mode = (_inference_mode(), _default_dtype(), _epoch[0])
+        if _autocast():
+            return self.function()
         entry = self.entry
+        # A version moves with every in-place write; the data pointer with ``.data = ...``
+        # and swapped tensors, which keep the object and its version. Factories follow
+        # the default dtype; the epoch moves with invalidate_caches().
+        versions = list(map(_version, tensors))
         if (
             entry is not None
             and entry[1] == versions
-            and entry[2] == pointers
-            and entry[3] == mode
-            and all(map(operator.is_, entry[0], tensors))
+            and entry[3] is _inference_mode()
+            and entry[4] is _default_dtype()
+            and entry[5] == _epoch[0]
+            and entry[2] == list(map(_data_ptr, tensors))
+            and all(map(_is, entry[0], tensors))
         ):
-            return entry[4]
+            return entry[6]
+        pointers = list(map(_data_ptr, tensors))
+        mode, dtype, epoch = _inference_mode(), _default_dtype(), _epoch[0]
         values = self.function()
-        self.entry = (tensors, versions, pointers, mode, values)
+        self.entry = (tensors, versions, pointers, mode, dtype, epoch, values)
         return values
 
 

@@ -12,7 +12,7 @@ from ..errors import GuardError, TraceError
 from ..ir import Graph, pytree
 from ..ir.ops import RANDOM_OPS
 from ..ir.pytree import is_tensor
-from . import folding, support
+from . import concat_linear, cse, folding, support
 from .codegen import CodeGen, compile_function
 from .interpreter import Interpreter
 
@@ -103,38 +103,83 @@ class Method:
         self._typed_spec = _has_constants(graph.in_spec)
         self._methods = methods if methods is not None else {name: graph}
         self._compiled: dict[tuple[bool, bool], object] = {}
+        # Keys whose function runs concatenated linears and may run again as traced
+        # when it raises (runtime/concat_linear.py), and those functions as traced.
+        self._retry: set[tuple[bool, bool]] = set()
+        self._plain: dict[tuple[bool, bool], object] = {}
         self._lock = threading.Lock()
 
     def codegen(self, guards: bool = True) -> CodeGen:
         """The code generator for this method (a subclass may return its own)."""
         return CodeGen(self.graph, self._slots, self.name, guards, self._methods, fold=True)
 
-    def _fused_codegen(self, guards: bool) -> CodeGen | None:
-        """The code generator for calls without autograd, where it differs: each
-        convolution with an evaluation-mode batch norm after it folded into one
-        (runtime/folding.py); None where there is no such pair or a subclass makes its own
-        code."""
+    def _fused_graph(self, concat: bool = True) -> Graph:
+        """The graph calls without autograd run: each convolution with an evaluation-mode
+        batch norm after it folded into one (runtime/folding.py), and (``concat``) linears
+        that read one input as one linear (runtime/concat_linear.py), where the graph
+        never turns gradients on (the concatenated weights are folded only there)."""
+        graph = folding.fuse_conv_bn(self.graph)
+        if concat and cse.grad_stays_off(graph):
+            return concat_linear.fuse(graph)
+        return graph
+
+    def _fused_codegen(self, guards: bool, concat: bool = True) -> CodeGen | None:
+        """The code generator for calls without autograd, where it differs
+        (:meth:`_fused_graph`); None where the graph is the same or a subclass makes its
+        own code."""
         if type(self).codegen is not Method.codegen:
             return None
-        graph = folding.fuse_conv_bn(self.graph)
+        graph = self._fused_graph(concat)
         if graph is self.graph:
             return None
         return CodeGen(graph, self._slots, self.name, guards, self._methods, fold=True)
 
     @property
+    def no_grad_code(self) -> str:
+        """The generated Python that a call without autograd runs (under
+        ``torch.no_grad()`` or ``torch.inference_mode()``): ``.code`` less what only
+        holds without gradients -- repeats computed once, batch norms folded into their
+        convolutions, projections of one input run as one linear.
+
+        >>> print(traced._methods["forward"].no_grad_code)  # doctest: +SKIP
+        """
+        gen = self._fused_codegen(True) or self.codegen(True)
+        gen.common = True
+        return compile_function(gen).code
+
+    @property
     def code(self) -> str:
-        """The generated Python, for reading: ``ast.unparse`` of the function that runs,
+        """The generated Python, for reading: ``ast.unparse`` of the function that a call
+        made now runs (with autograd, or under ``torch.no_grad()`` :attr:`no_grad_code`),
         with the file's locations and names as escaped comments."""
+        if not _grad_enabled():
+            return self.no_grad_code
         return compile_function(self.codegen(True)).code
 
-    def _make(self, key: tuple[bool, bool]):
+    def _make(self, key: tuple[bool, bool], concat: bool = True):
         guards, no_grad = key
         if self.runtime == "codegen":
-            fused = self._fused_codegen(guards) if no_grad else None
+            fused = self._fused_codegen(guards, concat) if no_grad else None
             gen = fused or self.codegen(guards)
             gen.common = no_grad  # repeated nodes once, where no gradient flows (runtime/cse.py)
+            concatenated = fused is not None and concat_linear.concatenates(fused.graph)
+            if concatenated and concat_linear.rerunnable(fused.graph):
+                self._retry.add(key)  # a call that raises runs again as traced
             return compile_function(gen).function
         return Interpreter(self.graph, self._slots, guards, self._methods, self.name)
+
+    def _as_traced(self, key: tuple[bool, bool], args, kwargs):
+        """A call again, by the code without concatenated linears (runtime/concat_linear.py):
+        after the code with them raised, the graph's own ops give their result or error."""
+        fn = self._plain.get(key)
+        if fn is None:
+            with self._lock:
+                fn = self._plain.get(key)
+                if fn is None:
+                    fn = self._plain[key] = self._make(key, concat=False)
+        if len(args) == self._direct_arity and not kwargs:
+            return fn(*args)
+        return fn(*self._leaves(args, kwargs))
 
     def _function(self, key: tuple[bool, bool]):
         fn = self._compiled.get(key)
@@ -159,6 +204,13 @@ class Method:
         except TraceError:
             raise
         except Exception as exc:
+            if self._retry and key in self._retry:
+                try:
+                    return self._as_traced(key, args, kwargs)
+                except TraceError:
+                    raise
+                except Exception as again:
+                    raise support.op_failed(self.name, again) from again
             # Any op may fail on what a file asks for; callers catch TraceError for all.
             raise support.op_failed(self.name, exc) from exc
 

@@ -21,7 +21,10 @@ Note: fewer ops per call, a step past runtime/memo.py.
   nothing reads its results before that, and no write, grad-mode switch or custom
   function stands between its first and its last op (the ops it replaces ran in between;
   a guard in between now checks first, so a call that breaks both a guard and a view
-  raises the GuardError). Where a result is read sooner, each path from the base to a
+  raises the GuardError). Where a result is read sooner, the call stands at the first
+  of its ops where the base and every integer it reads are made, if no result is read
+  by then (q, k and v split from one linear, runtime/concat_linear.py, with q rotated
+  before k is viewed); else each path from the base to a
   result is tried as a call of its own, standing where that result was made; a path is
   kept only if the code then needs none of the nodes it takes over (a sibling path left
   to the code may read them).
@@ -56,7 +59,8 @@ from .memo import KEEP, keep_newest
 VIEW_OPS = frozenset(
     """transpose swapaxes swapdims permute Tensor.permute unsqueeze squeeze select narrow
     Tensor.view Tensor.expand broadcast_to t Tensor.T Tensor.mT movedim moveaxis unflatten
-    Tensor.unflatten diagonal Tensor.unfold getitem split chunk unbind as_strided""".split()
+    Tensor.unflatten diagonal Tensor.unfold getitem split split_with_sizes chunk unbind
+    as_strided""".split()
 )
 # Reads of a value that its geometry alone decides: kept with the geometry when the value
 # is inside a tree.
@@ -91,11 +95,13 @@ class ViewTree:
     sizes: list[int]  # values of its shape reads that are read outside it
     ops: list[str]  # names of its view ops, in order (for the comment in ``.code``)
     index_keys: tuple[int, ...] = ()  # positions in ``keys`` of 0-dim integer tensors
+    stands: int | None = None  # the member where its call stands, if not its last
 
     @property
     def at(self) -> int:
-        """Index of the node where the tree's call stands (its last)."""
-        return self.members[-1]
+        """Index of the node where the tree's call stands (its last member, or an earlier
+        one where a result is read sooner: see :func:`_tree`)."""
+        return self.members[-1] if self.stands is None else self.stands
 
 
 def _plain_index(arg, kinds: dict[int, str]) -> bool:
@@ -188,6 +194,7 @@ class _Facts:
     users: dict[int, list[int]]  # value id -> indices of the nodes that read it
     returned: set[int]  # value ids the graph returns
     kinds: dict[int, str]  # value id -> kind (:data:`_INDEX` for 0-dim integer tensors)
+    defined: dict[int, int]  # value id -> index of the node that makes it (-1: an input)
 
 
 def plan(graph: Graph, skip: set[int] = frozenset()) -> list[ViewTree]:
@@ -237,7 +244,9 @@ def plan(graph: Graph, skip: set[int] = frozenset()) -> list[ViewTree]:
         elif index not in skip and (base := _arithmetic_base(node, numbers, kinds)) is not None:
             trees[base].append(index)
             numbers[node.outputs[0].id] = base
-    facts = _Facts(graph, views, made_by, root, users, returned, kinds)
+    defined = {v.id: -1 for v in graph.inputs}
+    defined.update({v.id: i for i, n in enumerate(graph.nodes) for v in n.outputs})
+    facts = _Facts(graph, views, made_by, root, users, returned, kinds, defined)
     found = []
     for base, members in trees.items():
         whole = _tree(facts, base, members)
@@ -327,9 +336,6 @@ def _tree(facts: _Facts, base: int, members: list[int]) -> ViewTree | None:
         for v in graph.nodes[i].outputs
         if v.id in returned or any(u not in member_set for u in users.get(v.id, ()))
     ]
-    for value in results + sizes:
-        if any(i <= at and i not in member_set for i in users.get(value, ())):
-            return None  # read before the tree's call would stand
     between = range(members[0] + 1, at)
     if any(i not in member_set and _writes(graph.nodes[i]) for i in between):
         return None  # the ops it replaces would move past a write or a mode switch
@@ -338,9 +344,23 @@ def _tree(facts: _Facts, base: int, members: list[int]) -> ViewTree | None:
         return None
     reads = [r.id for i in members for r in refs_in((graph.nodes[i].args, graph.nodes[i].kwargs))]
     keys = list(dict.fromkeys(r for r in reads if r not in made and r != base))
+    stands = None
+    first_read = min(
+        (i for value in results + sizes for i in users.get(value, ()) if i not in member_set),
+        default=len(graph.nodes),
+    )
+    if first_read <= at:
+        # A result is read before the last member: the call may stand at the first member
+        # where the base and every key are made, if no result is read by then (the
+        # views of a q/k/v projection run as one linear, read one by one). Views cost no
+        # work: made sooner, they are the same views of the same memory.
+        ready = max(facts.defined.get(k, len(graph.nodes)) for k in [base, *keys])
+        stands = next((i for i in members if i > ready), None)
+        if stands is None or first_read <= stands:
+            return None  # read before the tree's call could stand
     ops = [graph.nodes[i].op for i in view_nodes]
     index_keys = tuple(i for i, k in enumerate(keys) if facts.kinds.get(k) == _INDEX)
-    return ViewTree(base, members, keys, results, sizes, ops, index_keys)
+    return ViewTree(base, members, keys, results, sizes, ops, index_keys, stands)
 
 
 def subgraph(graph: Graph, tree: ViewTree) -> Graph:
