@@ -302,18 +302,19 @@ torch_arange <- function(start, end, step = 1, dtype = NULL, device = NULL,
   }
   # Half a step past `end` includes `end` without including the next value.
   last <- as.double(end) + as.double(step) / 2
+  # `requires_grad` only when TRUE: a trace records the keywords it is given, and the op
+  # set has no `requires_grad` on factories (a traced arange would not save).
+  grad <- if (isTRUE(requires_grad)) list(requires_grad = TRUE)
   # Through src/surface.c (tb_call_method); reticulate where C does not apply.
   out <- .Call(tb_call_method, py_torch(), "arange",
-               list(as.double(start), last, as.double(step), dtype = dtype,
-                    device = if (!is.null(device)) device_py(device),
-                    requires_grad = isTRUE(requires_grad)))
+               c(list(as.double(start), last, as.double(step), dtype = dtype,
+                      device = if (!is.null(device)) device_py(device)), grad))
   if (!is.symbol(out)) return(out)
   if (identical(out, quote(.tb_error))) c_error(one_based = FALSE)
   c_started()
   wrap_tensor(withCallingHandlers(
-    tb_py_call(py_torch()$arange, as.double(start), last, as.double(step),
-               dtype = dtype_py(dtype), device = device_py(device),
-               requires_grad = isTRUE(requires_grad)),
+    do.call(tb_py_call, c(list(py_torch()$arange, as.double(start), last, as.double(step),
+                               dtype = dtype_py(dtype), device = device_py(device)), grad)),
     error = function(e) rethrow_python(e)
   ))
 }
