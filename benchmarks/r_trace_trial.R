@@ -182,8 +182,14 @@ case("x[2:-1] negative end", function(x) x[2:-1], list(T(5)), list(T(8)))
 case("x[1:2, ][, 2] chained", function(x) x[1:2, ][, 2], list(T(3, 4)), list(T(5, 4)))
 case("x[x$size(1):1, ] reversed", function(x) x[x$size(1):1, ], list(T(3, 2)),
      list(T(4, 2)), guard = TRUE)
-case("x[n] for n <- length(x)", function(x) {
+# length() must give R an R integer (seq_along() and friends call it), so inside a trace
+# it reads the element count with a guard; x$numel() stays traced.
+case("x[n] for n <- length(x) (guard)", function(x) {
   n <- length(x)
+  x[n]
+}, list(T(4)), list(T(7)), guard = TRUE)
+case("x[n] for n <- x$numel()", function(x) {
+  n <- x$numel()
   x[n]
 }, list(T(4)), list(T(7)))
 case("x[1:2] <- 0 assignment", function(x) {
@@ -232,7 +238,8 @@ case("x$view(c(x$size(1), -1))", function(x) x$view(c(x$size(1), -1)), list(T(3,
      list(T(5, 2, 2)))
 case("x$reshape(c(-1, x$size(2) * x$size(3)))",
      function(x) x$reshape(c(-1, x$size(2) * x$size(3))), list(T(3, 2, 2)), list(T(5, 3, 2)))
-case("length(x) as a divisor", function(x) x$sum() / length(x), list(T(3, 2)), list(T(5, 2)))
+case("length(x) as a divisor (guard)", function(x) x$sum() / length(x), list(T(3, 2)),
+     list(T(5, 2)), guard = TRUE)
 case("nrow(x)", function(x) x * nrow(x), list(T(3, 2)), list(T(5, 2)))
 case("ncol(x)", function(x) x * ncol(x), list(T(3, 2)), list(T(3, 5)))
 case("x$numel()", function(x) x / x$numel(), list(T(3, 2)), list(T(5, 2)))
@@ -427,7 +434,10 @@ case("x$expand(c(n, -1))", function(x, y) y$expand(c(x$size(1), -1)), list(T(3, 
      list(T(5, 2), T(1, 2)))
 case("torch_einsum", function(a, b) torch_einsum("ij,jk->ik", list(a, b)),
      list(T(3, 2), T(2, 4)), list(T(5, 2), T(2, 4)))
-case("x %*% y", function(a, b) a %*% b, list(T(3, 2), T(2, 4)), list(T(5, 2), T(2, 4)))
+# R dispatches `%*%` to a tensor method from R 4.3 on only (see tensor_matmul()).
+if (getRversion() >= "4.3.0") {
+  case("x %*% y", function(a, b) a %*% b, list(T(3, 2), T(2, 4)), list(T(5, 2), T(2, 4)))
+}
 case("torch_bmm", function(a, b) torch_bmm(a, b), list(T(2, 3, 2), T(2, 2, 4)),
      list(T(5, 3, 2), T(5, 2, 4)))
 case("$item() as a scale (guard)", function(x) x * x$max()$item(), list(torch_ones(3)),
