@@ -44,6 +44,7 @@ r_terms_one <- function(msg) {
   msg <- gsub("(^|[\\s(`])\\.(train|eval)\\(\\)", "\\1$\\2()", msg, perl = TRUE)
   msg <- gsub("respect_mode=True", "respect_mode = TRUE", msg, fixed = TRUE)
   msg <- gsub("check_trace=False", "check_trace = FALSE", msg, fixed = TRUE)
+  msg <- gsub("strict=(True|False)", "strict = \\U\\1", msg, perl = TRUE)
   msg <- gsub("raise check_tolerance", "raise check_tolerance (an argument of jit_trace())",
               msg, fixed = TRUE)
   msg <- gsub("(\\bis|==) (True|False)\\b", "is \\U\\2", msg, perl = TRUE)
@@ -58,6 +59,10 @@ r_terms_one <- function(msg) {
     msg <- gsub("the Python-level decision", "the R-level decision (an `if` or a loop on a size)",
                 msg, fixed = TRUE)
     msg <- gsub("instead of a Python int", "instead of an R number", msg, fixed = TRUE)
+    # R lists: unnamed ones are tuples, named ones dicts (R/python.R).
+    msg <- gsub("returns a list or dict", "returns a named list", msg, fixed = TRUE)
+    msg <- gsub("tensors or (nested) tuples. Return a tuple,",
+                "tensors or (nested) unnamed lists. Return an unnamed list,", msg, fixed = TRUE)
   }
   msg
 }

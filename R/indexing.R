@@ -211,6 +211,14 @@ vector_tensor <- function(py, p) {
     # position past the end fails in the index op, as it does in PyTorch.
     return(py_rb()$positions(as.list(as.integer(p$value - 1L))))
   }
+  if (p$kind != "logical" && isTRUE(.tb$tracing) && length(p$value) && all(p$value < 0)) {
+    # Negative positions count from the end: the traced size plus each, recorded, so the
+    # trace stays general too; one past the start fails in the index op.
+    size <- py$size(as.integer(p$dim - 1L))
+    return(py_rb()$positions(lapply(as.integer(p$value), function(v) {
+      py_rb()$binary("+", size, v)
+    })))
+  }
   size <- dim_size(py, p$dim)
   v <- if (p$kind == "logical") {
     if (length(p$value) == 0 || size %% length(p$value) != 0) {

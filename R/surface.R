@@ -450,7 +450,10 @@ ignore_index_arg <- function(v, name) {
 }
 
 size_arg <- function(v, dots = FALSE) {
-  if (dots && length(v) == 1 && (is.list(v[[1]]) || length(v[[1]]) != 1)) v <- v[[1]]
+  # One traced size is one size (`normalized_shape = x$size(-1)`), not a container.
+  if (inherits(v, "torch_sym_int")) v <- list(v)
+  if (dots && length(v) == 1 && !inherits(v[[1]], "torch_sym_int") &&
+      (is.list(v[[1]]) || length(v[[1]]) != 1)) v <- v[[1]]
   if (!is.list(v)) v <- as.list(v)
   reticulate::tuple(lapply(v, int_arg, name = "size"), convert = FALSE)
 }
@@ -494,7 +497,8 @@ convert_result <- function(op, out, env) {
       reticulate::iterate(out, plus_one, simplify = FALSE)
     },
     unique = unique_result(out, env),
-    r = reticulate::py_to_r(out),
+    # x$numel() while tracing is a traced integer, as x$size(1) is (from_py()).
+    r = if (inherits(out, "python.builtin.int")) from_py(out) else reticulate::py_to_r(out),
     sizes = simplify_sizes(from_py(out)),
     none = invisible(NULL),
     module = py_backed_module(out, op$r_name, forward_spec = op$forward),

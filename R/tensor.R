@@ -139,6 +139,9 @@ dtype_py <- function(dtype) {
 #' @export
 torch_tensor <- function(data, dtype = NULL, device = NULL, requires_grad = FALSE) {
   if (is.null(.tb$python_ready)) python_ready()  # R/startup.R: a clear error without Python
+  if (inherits(data, c("torch_sym_int", "torch_sym_sizes"))) {
+    return(sym_tensor(data, dtype, device, requires_grad)) # R/traced-sizes.R
+  }
   if (inherits(data, "torch_tensor")) {
     # Tensor methods of the surface table (through C where it applies).
     out <- data$detach()$clone()
@@ -249,12 +252,12 @@ print.torch_tensor <- function(x, ...) {
 #' @export
 dim.torch_tensor <- function(x) {
   # Outside a trace, the `$size()` row gives R integers through C; while tracing, sizes
-  # are traced integers and plain_sizes() reads their values (with guards).
+  # are traced integers, as `x$shape` gives them.
   if (!isTRUE(.tb$tracing)) {
     sizes <- x$size()
     if (is.integer(sizes)) return(sizes)
   }
-  as.integer(unlist(reticulate::py_to_r(py_rb()$plain_sizes(tensor_py(x)))))
+  traced_dim(x) # R/traced-sizes.R
 }
 
 #' @export
@@ -296,24 +299,27 @@ NULL
 #' @export
 torch_arange <- function(start, end, step = 1, dtype = NULL, device = NULL,
                          requires_grad = FALSE) {
+  if (is_sym_arange(start, end, step)) {
+    return(sym_arange(start, end, step, dtype, device, requires_grad)) # R/traced-sizes.R
+  }
   if (is.null(dtype)) {
     dtype <- if (is.integer(start) && is.integer(end) && is.integer(step)) torch_long() else
       torch_float()
   }
-  # Half a step past `end` includes `end` without including the next value.
-  last <- as.double(end) + as.double(step) / 2
+  last <- as.double(arange_end(start, end, step)) # R/traced-sizes.R
+  # `requires_grad` only when TRUE: a trace records the keywords it is given, and the op
+  # set has no `requires_grad` on factories (a traced arange would not save).
+  grad <- if (isTRUE(requires_grad)) list(requires_grad = TRUE)
   # Through src/surface.c (tb_call_method); reticulate where C does not apply.
   out <- .Call(tb_call_method, py_torch(), "arange",
-               list(as.double(start), last, as.double(step), dtype = dtype,
-                    device = if (!is.null(device)) device_py(device),
-                    requires_grad = isTRUE(requires_grad)))
+               c(list(as.double(start), last, as.double(step), dtype = dtype,
+                      device = if (!is.null(device)) device_py(device)), grad))
   if (!is.symbol(out)) return(out)
   if (identical(out, quote(.tb_error))) c_error(one_based = FALSE)
   c_started()
   wrap_tensor(withCallingHandlers(
-    tb_py_call(py_torch()$arange, as.double(start), last, as.double(step),
-               dtype = dtype_py(dtype), device = device_py(device),
-               requires_grad = isTRUE(requires_grad)),
+    do.call(tb_py_call, c(list(py_torch()$arange, as.double(start), last, as.double(step),
+                               dtype = dtype_py(dtype), device = device_py(device)), grad)),
     error = function(e) rethrow_python(e)
   ))
 }

@@ -167,3 +167,115 @@ traced_size_helpers <- function() {
     }
   )
 }
+
+# ---- more of R on traced sizes --------------------------------------------------------
+
+# `dim(x)` (and so nrow(), ncol()) while tracing: the traced sizes, as `x$shape` gives
+# them, so that `x$view(c(dim(x)[1], -1))` and `nrow(x)` stay general; reading one as an
+# R number records a guard (dim.torch_tensor() in R/tensor.R calls this).
+traced_dim <- function(x) simplify_sizes(from_py(py_rb()$sizes(tensor_py(x))))
+
+# Text of a traced size (`paste("rows:", n)`, `sprintf("%d", n)`, a message): its value,
+# read with a guard, as str() of a SymInt in Python.
+#' @export
+as.character.torch_sym_int <- function(x, ...) {
+  as.character(if (inherits(x, "torch_sym_float")) as.numeric(x) else as.integer(x))
+}
+
+#' @export
+format.torch_sym_int <- function(x, ...) format(as.character(x), ...)
+
+# `dim(x) == c(3, 4)`, `x$shape * 2`, `dim(x)[-1] - 1`: element by element, as on an R
+# integer vector (recycled as R recycles); comparisons give R logicals (with guards),
+# arithmetic gives traced sizes.
+#' @export
+Ops.torch_sym_sizes <- function(e1, e2) {
+  items <- function(v) if (inherits(v, "torch_sym_sizes")) unclass(v) else as.list(v)
+  if (missing(e2)) {
+    out <- lapply(items(e1), function(a) get(.Generic)(a))
+  } else {
+    a <- items(e1)
+    b <- items(e2)
+    n <- if (length(a) && length(b)) max(length(a), length(b)) else 0L
+    if (n && (n %% length(a) || n %% length(b))) {
+      warning("longer object length is not a multiple of shorter object length")
+    }
+    op <- get(.Generic)
+    out <- lapply(seq_len(n), function(i) {
+      op(a[[(i - 1L) %% length(a) + 1L]], b[[(i - 1L) %% length(b) + 1L]])
+    })
+  }
+  if (all(vapply(out, function(v) is.atomic(v) && length(v) == 1L, logical(1)))) {
+    return(unlist(out))
+  }
+  class(out) <- "torch_sym_sizes"
+  out
+}
+
+#' @export
+as.numeric.torch_sym_sizes <- function(x, ...) {
+  vapply(unclass(x), function(v) as.numeric(v), numeric(1))
+}
+
+#' @export
+as.double.torch_sym_sizes <- as.numeric.torch_sym_sizes
+
+#' @export
+as.character.torch_sym_sizes <- function(x, ...) {
+  vapply(unclass(x), function(v) as.character(v), character(1))
+}
+
+#' @export
+format.torch_sym_sizes <- function(x, ...) format(as.character(x), ...)
+
+# The exclusive end that makes Python's arange include R's `end`: with whole numbers, one
+# past it (exact; an int64 range truncates a fractional end, so `end + 0.5` would drop
+# `end`); else half a step past it, which includes `end` and not the next value.
+arange_end <- function(start, end, step) {
+  is_whole <- function(v) inherits(v, "torch_sym_int") && !inherits(v, "torch_sym_float") ||
+    is.numeric(v) && length(v) == 1L && !is.na(v) && v == round(v)
+  if (is_whole(start) && is_whole(step) && is_whole(end)) {
+    return(if (isTRUE(step > 0)) end + 1L else end - 1L)
+  }
+  end + step / 2
+}
+
+# torch_arange() with a traced bound (`torch_arange(1, x$size(1))`): the same range as
+# with R numbers (the end included, integer bounds and step giving int64), from Python's
+# arange on the traced values, so the graph stays general. R/tensor.R calls this.
+is_sym_arange <- function(start, end, step) {
+  inherits(start, "torch_sym_int") || inherits(end, "torch_sym_int") ||
+    inherits(step, "torch_sym_int")
+}
+
+sym_arange <- function(start, end, step, dtype, device, requires_grad) {
+  whole <- function(v) {
+    (inherits(v, "torch_sym_int") && !inherits(v, "torch_sym_float")) || is.integer(v)
+  }
+  if (is.null(dtype)) {
+    dtype <- if (whole(start) && whole(end) && whole(step)) torch_long() else torch_float()
+  }
+  last <- arange_end(start, end, step)
+  py <- function(v) if (inherits(v, "torch_sym_int")) .subset2(v, ".py") else as.double(v)
+  wrap_tensor(withCallingHandlers(
+    do.call(tb_py_call, c(list(py_torch()$arange, py(start), py(last), py(step),
+                               dtype = dtype_py(dtype), device = device_py(device)),
+                          if (isTRUE(requires_grad)) list(requires_grad = TRUE))),
+    error = function(e) rethrow_python(e)
+  ))
+}
+
+# torch_tensor() of a traced size (`torch_tensor(x$size(1))`) or of traced sizes
+# (`torch_tensor(x$shape)`): the 1-d tensor R numbers give (int64 for sizes), made from
+# the traced values so that the graph stays general. R/tensor.R calls this.
+sym_tensor <- function(data, dtype, device, requires_grad) {
+  items <- if (inherits(data, "torch_sym_sizes")) unclass(data) else list(data)
+  one <- function(v) {
+    if (!inherits(v, "torch_sym_int")) return(torch_tensor(v, dtype = torch_long()))
+    d <- if (inherits(v, "torch_sym_float")) torch_float() else torch_long()
+    wrap_tensor(tb_py_call(py_torch()$full, list(1L), .subset2(v, ".py"), dtype = dtype_py(d)))
+  }
+  parts <- lapply(items, one)
+  out <- if (length(parts) == 1L) parts[[1]] else torch_cat(parts)
+  tensor_to(out, dtype, device, requires_grad)
+}

@@ -1,0 +1,641 @@
+# A trial of R code run INSIDE jit_trace(), written as an R user of mlverse torch writes it:
+# functions and nn_modules with indexing of every kind, sizes, R arithmetic on sizes, loops,
+# branches, factories from sizes, nnf_* functions, layers, lists, `$item()`, `as_array`,
+# character and logical arguments. Each snippet is traced at one shape, then called at the
+# same shape and at another, saved with jit_save(), loaded with jit_load() and called
+# again; every result is compared with the same R code run without a trace. Each snippet
+# ends as one of:
+#   works          every call gave the eager value (or, for code that reads a size as an R
+#                  number, `guard = TRUE`, the other shape stopped with a guard error);
+#   clear error    tracing refused with an error the snippet expects (`error = regex`);
+#   fails          an error where the eager code runs (a gap to fix), or a guard error
+#                  where the code is shape-general;
+#   SILENTLY WRONG a traced or loaded call gave another value than the eager code;
+#   CRASH          R died running it (a segfault must never happen).
+#
+#   R_LIBS=.Rlib Rscript benchmarks/r_trace_trial.R [--verbose]
+#
+# The snippets run in a child Rscript (the same file with --child FROM OUT): each one writes
+# "start" before and its outcome after, so a child that dies is restarted after the snippet
+# that killed it, which is counted as CRASH, and one segfault does not hide the rest.
+# Exits with status 1 if a snippet is silently wrong or crashes.
+
+args <- commandArgs(trailingOnly = TRUE)
+verbose <- "--verbose" %in% args
+child <- match("--child", args)
+
+# ---- the parent: runs children until every snippet has an outcome ---------------------
+if (is.na(child)) {
+  script <- sub("^--file=", "", grep("^--file=", commandArgs(FALSE), value = TRUE)[[1]])
+  out <- tempfile("r_trace_trial", fileext = ".tsv")
+  from <- 1L
+  rows <- list()
+  repeat {
+    unlink(out)
+    status <- system2(file.path(R.home("bin"), "Rscript"),
+                      c(shQuote(script), "--child", from, shQuote(out)),
+                      stdout = "", stderr = if (verbose) "" else FALSE)
+    lines <- if (file.exists(out)) readLines(out) else character()
+    parts <- strsplit(lines, "\t", fixed = TRUE)
+    done <- Filter(function(p) p[[1]] == "done", parts)
+    for (p in done) rows[[p[[3]]]] <- list(outcome = p[[4]], msg = if (length(p) > 4) p[[5]] else "")
+    started <- Filter(function(p) p[[1]] == "start", parts)
+    total <- Filter(function(p) p[[1]] == "total", parts)
+    if (length(total)) n_total <- as.integer(total[[1]][[2]])
+    last <- if (length(started)) started[[length(started)]] else NULL
+    finished <- length(total) && length(Filter(function(p) p[[1]] == "end", parts))
+    if (finished) break
+    if (is.null(last) || !is.null(rows[[last[[3]]]])) {
+      stop("the trial's child stopped outside a snippet (status ", status, ")")
+    }
+    rows[[last[[3]]]] <- list(outcome = "CRASH", msg = sprintf("R died (status %s)", status))
+    cat(sprintf("[CRASH] %s\n", last[[3]]))
+    from <- as.integer(last[[2]]) + 1L
+    if (from > n_total) break
+  }
+  outcomes <- vapply(rows, `[[`, "", "outcome")
+  counts <- table(factor(outcomes, c("works", "clear error", "fails", "SILENTLY WRONG", "CRASH")))
+  cat(sprintf("\n%d snippets traced: %s\n", length(outcomes),
+              paste(sprintf("%s %d", names(counts), as.integer(counts)), collapse = ", ")))
+  if (counts[["SILENTLY WRONG"]] + counts[["CRASH"]] > 0) quit(status = 1)
+  quit(status = 0)
+}
+
+# ---- the child: runs the snippets from FROM on, writing to OUT --------------------------
+from <- as.integer(args[[child + 1L]])
+out <- args[[child + 2L]]
+suppressPackageStartupMessages(library(tracebridge))
+torch_manual_seed(42)
+snippets <- list()
+
+# A case: `f` (a function or a module constructor called with no argument), `example` (a
+# list of inputs it is traced with), `other` (a list of inputs of other sizes; NULL: none).
+# `guard = TRUE`: the code reads a size as an R number, so a guard error at `other` is right.
+# `error`: tracing must refuse with a message matching it.
+# `trace_args`: more arguments to jit_trace() (`strict = FALSE`).
+case <- function(name, f, example, other = NULL, guard = FALSE, error = NULL, tol = 1e-5,
+                 trace_args = list()) {
+  snippets[[length(snippets) + 1L]] <<- list(name = name, f = f, example = example,
+                                             other = other, guard = guard, error = error,
+                                             tol = tol, trace_args = trace_args)
+}
+
+plain <- function(v) {
+  if (inherits(v, "torch_tensor")) {
+    a <- as_array(v$detach()$cpu())
+    return(list(dtype = as.character(v$dtype), dim = dim(v), value = a))
+  }
+  if (is.list(v)) return(lapply(v, plain))
+  v
+}
+same <- function(a, b, tol) {
+  isTRUE(all.equal(plain(a), plain(b), tolerance = tol, check.attributes = TRUE))
+}
+is_guard <- function(e) {
+  inherits(e, "tracebridge_guard_error") || grepl("guard|assum", conditionMessage(e),
+                                                   ignore.case = TRUE)
+}
+one_line <- function(msg) gsub("[\t\n]+", " ", substr(msg, 1, 400))
+
+run_snippet <- function(s) {
+  f <- if (isTRUE(attr(s$f, "module"))) s$f() else s$f
+  eager <- function(inputs) do.call(f, inputs)
+  traced <- tryCatch(do.call(jit_trace, c(list(f), s$example, s$trace_args)), error = identity)
+  if (inherits(traced, "error")) {
+    msg <- conditionMessage(traced)
+    if (!is.null(s$error) && grepl(s$error, msg)) return(list("clear error", msg))
+    return(list("fails", paste("trace:", msg)))
+  }
+  if (!is.null(s$error)) return(list("fails", "traced where an error was expected"))
+  path <- tempfile(fileext = ".pt")
+  saved <- tryCatch({
+    jit_save(traced, path)
+    jit_load(path)
+  }, error = identity)
+  if (inherits(saved, "error")) return(list("fails", paste("save/load:", conditionMessage(saved))))
+  calls <- list(list("same shape", s$example))
+  if (!is.null(s$other)) calls[[2]] <- list("other shape", s$other)
+  guarded <- FALSE
+  for (cl in calls) {
+    want <- tryCatch(eager(cl[[2]]), error = identity)
+    if (inherits(want, "error")) return(list("fails", paste("eager", cl[[1]], "failed:",
+                                                            conditionMessage(want))))
+    for (who in list(list("traced", traced), list("loaded", saved))) {
+      got <- tryCatch(do.call(who[[2]], cl[[2]]), error = identity)
+      if (inherits(got, "error")) {
+        if (cl[[1]] == "other shape" && s$guard && is_guard(got)) {
+          guarded <- TRUE
+          next
+        }
+        return(list("fails", sprintf("%s call at %s: %s%s", who[[1]], cl[[1]],
+                                     if (is_guard(got)) "(guard) " else "",
+                                     conditionMessage(got))))
+      }
+      if (!same(got, want, s$tol)) {
+        return(list("SILENTLY WRONG", sprintf("%s call at %s differs from eager", who[[1]],
+                                              cl[[1]])))
+      }
+    }
+  }
+  list("works", if (guarded) "guarded at the other shape" else "")
+}
+
+T <- function(...) torch_randn(...)
+module <- function(gen) structure(gen, module = TRUE)
+
+# ---- indexing -----------------------------------------------------------------------------
+case("x[1, ]", function(x) x[1, ], list(T(3, 4)), list(T(5, 4)))
+case("x[, 2]", function(x) x[, 2], list(T(3, 4)), list(T(5, 4)))
+case("x[2:3, ]", function(x) x[2:3, ], list(T(4, 3)), list(T(6, 3)))
+case("x[c(1L, 2L), ]", function(x) x[c(1L, 2L), ], list(T(3, 4)), list(T(5, 4)))
+case("x[c(1, 3), ] doubles", function(x) x[c(1, 3), ], list(T(3, 4)), list(T(5, 4)))
+case("x[c(3, 1), ] out of order", function(x) x[c(3, 1), ], list(T(3, 4)), list(T(5, 4)))
+case("x[-1, ] drops the first", function(x) x[-1, ], list(T(3, 4)), list(T(5, 4)))
+case("x[-c(1, 2), ]", function(x) x[-c(1, 2), ], list(T(4, 2)), list(T(6, 2)))
+case("x[, -1]", function(x) x[, -1], list(T(3, 4)), list(T(5, 4)))
+case("x[N, ] last row", function(x) x[N, ], list(T(3, 4)), list(T(5, 4)))
+case("x[2:N, ]", function(x) x[2:N, ], list(T(3, 4)), list(T(5, 4)))
+case("x[.., 1]", function(x) x[.., 1], list(T(2, 3, 4)), list(T(5, 3, 4)))
+case("x[1, .. ]", function(x) x[1, ..], list(T(2, 3, 4)), list(T(5, 3, 4)))
+case("x[1, , drop = FALSE]", function(x) x[1, , drop = FALSE], list(T(3, 4)), list(T(5, 4)))
+case("x[, 1, drop = FALSE]", function(x) x[, 1, drop = FALSE], list(T(3, 4)), list(T(5, 4)))
+case("x[x > 0] mask", function(x) x[x > 0], list(T(3, 4)), list(T(5, 4)))
+case("x[m, ] logical tensor rows", function(x) x[x[, 1] > 0, ], list(T(6, 2)), list(T(9, 2)))
+case("x[c(TRUE, FALSE, TRUE), ] R logical", function(x) x[c(TRUE, FALSE, TRUE), ],
+     list(T(3, 2)), list(T(3, 5)))
+case("x[i, ] i a tensor of 1-based indices", function(x, i) x[i, ],
+     list(T(4, 3), torch_tensor(c(1L, 3L))), list(T(6, 3), torch_tensor(c(2L, 6L, 1L))))
+case("x[x$size(1), ] traced size as position", function(x) x[x$size(1), ],
+     list(T(3, 4)), list(T(5, 4)))
+case("x[x$size(1) - 1L, ]", function(x) x[x$size(1) - 1L, ], list(T(3, 4)), list(T(5, 4)))
+case("x[1:x$size(1), ]", function(x) x[1:x$size(1), ], list(T(3, 4)), list(T(5, 4)),
+     guard = TRUE)
+case("x[c(1, x$size(1)), ]", function(x) x[c(1, x$size(1)), ], list(T(3, 4)), list(T(5, 4)))
+case("x[seq(1, N, by = 2), ]", function(x) x[seq(1, N, by = 2), ], list(T(5, 2)),
+     list(T(7, 2)), guard = TRUE)
+case("x[, , 1] 3-d", function(x) x[, , 1], list(T(2, 3, 4)), list(T(5, 3, 4)))
+case("x[1, 2] scalar", function(x) x[1, 2], list(T(3, 4)), list(T(5, 4)))
+case("x[[1]] on a list input", function(l) l[[1]] + l[[2]], list(list(T(2), T(2))),
+     list(list(T(3), T(3))))
+case("x[-N, ] all but last", function(x) x[-N, ], list(T(3, 2)), list(T(5, 2)))
+case("x[2:-1] negative end", function(x) x[2:-1], list(T(5)), list(T(8)))
+case("x[1:2, ][, 2] chained", function(x) x[1:2, ][, 2], list(T(3, 4)), list(T(5, 4)))
+case("x[x$size(1):1, ] reversed", function(x) x[x$size(1):1, ], list(T(3, 2)),
+     list(T(4, 2)), guard = TRUE)
+# length() must give R an R integer (seq_along() and friends call it), so inside a trace
+# it reads the element count with a guard; x$numel() stays traced.
+case("x[n] for n <- length(x) (guard)", function(x) {
+  n <- length(x)
+  x[n]
+}, list(T(4)), list(T(7)), guard = TRUE)
+case("x[n] for n <- x$numel()", function(x) {
+  n <- x$numel()
+  x[n]
+}, list(T(4)), list(T(7)))
+case("x[1:2] <- 0 assignment", function(x) {
+  y <- x$clone()
+  y[1:2] <- 0
+  y
+}, list(T(4)), list(T(6)))
+case("y[, 1] <- y[, 2] column assignment", function(x) {
+  y <- x$clone()
+  y[, 1] <- y[, 2]
+  y
+}, list(T(3, 2)), list(T(5, 2)))
+case("y[y < 0] <- 0 mask assignment", function(x) {
+  y <- x$clone()
+  y[y < 0] <- 0
+  y
+}, list(T(3, 4)), list(T(5, 4)))
+case("y[N, ] <- 1 last row", function(x) {
+  y <- x$clone()
+  y[N, ] <- 1
+  y
+}, list(T(3, 4)), list(T(5, 4)))
+case("y[x$size(1), 1] <- 5", function(x) {
+  y <- x$clone()
+  y[x$size(1), 1] <- 5
+  y
+}, list(T(3, 4)), list(T(5, 4)))
+case("y[-1, ] <- 0", function(x) {
+  y <- x$clone()
+  y[-1, ] <- 0
+  y
+}, list(T(3, 4)), list(T(5, 4)))
+case("y[c(1, 3), ] <- tensor", function(x) {
+  y <- x$clone()
+  y[c(1, 3), ] <- torch_ones(2, 4)
+  y
+}, list(T(3, 4)), list(T(5, 4)))
+
+# ---- sizes -------------------------------------------------------------------------------
+case("x$size(1) times a tensor", function(x) x * x$size(1), list(T(3, 2)), list(T(5, 2)))
+case("x$sum() / x$size(1)", function(x) x$sum() / x$size(1), list(T(3, 2)), list(T(5, 2)))
+case("x$sum() / x$shape[1]", function(x) x$sum() / x$shape[1], list(T(3, 2)), list(T(5, 2)))
+case("dim(x)[1] in a view", function(x) x$view(c(dim(x)[1], -1)), list(T(3, 2, 2)),
+     list(T(5, 2, 2)))
+case("x$view(c(x$size(1), -1))", function(x) x$view(c(x$size(1), -1)), list(T(3, 2, 2)),
+     list(T(5, 2, 2)))
+case("x$reshape(c(-1, x$size(2) * x$size(3)))",
+     function(x) x$reshape(c(-1, x$size(2) * x$size(3))), list(T(3, 2, 2)), list(T(5, 3, 2)))
+case("length(x) as a divisor (guard)", function(x) x$sum() / length(x), list(T(3, 2)),
+     list(T(5, 2)), guard = TRUE)
+case("nrow(x)", function(x) x * nrow(x), list(T(3, 2)), list(T(5, 2)))
+case("ncol(x)", function(x) x * ncol(x), list(T(3, 2)), list(T(3, 5)))
+case("x$numel()", function(x) x / x$numel(), list(T(3, 2)), list(T(5, 2)))
+case("x$dim() in a branch", function(x) if (x$dim() == 2) x * 2 else x,
+     list(T(3, 2)), list(T(5, 2)))
+case("x$ndim", function(x) x * x$ndim, list(T(3, 2)), list(T(5, 2)))
+case("-log(10000) / x$size(2)", function(x) x * (-log(10000) / x$size(2)), list(T(3, 4)),
+     list(T(3, 6)))
+case("2.5 - n", function(x) x * (2.5 - x$size(1)), list(T(3, 4)), list(T(5, 4)))
+case("0.9^n", function(x) x * 0.9^x$size(1), list(T(3, 4)), list(T(5, 4)))
+case("n^2", function(x) x * x$size(1)^2, list(T(3, 4)), list(T(5, 4)))
+case("sqrt(x$size(2))", function(x) x / sqrt(x$size(2)), list(T(3, 4)), list(T(3, 9)))
+case("1 / sqrt(d) as in attention", function(q, k) {
+  d <- q$size(-1)
+  torch_matmul(q, k$transpose(-2, -1)) / sqrt(d)
+}, list(T(2, 3, 4), T(2, 3, 4)), list(T(2, 5, 8), T(2, 5, 8)))
+case("exp(n)", function(x) x * exp(x$size(1) / 10), list(T(3)), list(T(5)))
+case("log(n)", function(x) x * log(x$size(1)), list(T(3)), list(T(5)))
+case("floor(n / 2)", function(x) x * floor(x$size(1) / 2), list(T(3)), list(T(5)))
+case("n %/% 2", function(x) x * (x$size(1) %/% 2), list(T(4)), list(T(7)))
+case("n %% 2", function(x) x + (x$size(1) %% 2), list(T(4)), list(T(7)))
+case("max(n, 3)", function(x) x * max(x$size(1), 3), list(T(4)), list(T(7)), guard = TRUE)
+case("min(dim(x))", function(x) x * min(dim(x)), list(T(4, 2)), list(T(7, 2)), guard = TRUE)
+case("sum(dim(x))", function(x) x * sum(dim(x)), list(T(4, 2)), list(T(7, 3)))
+case("prod(dim(x))", function(x) x / prod(dim(x)), list(T(4, 2)), list(T(7, 3)))
+case("as.integer(n) guard", function(x) x * as.integer(x$size(1)), list(T(4)), list(T(7)),
+     guard = TRUE)
+case("as.numeric(n) guard", function(x) x * as.numeric(x$size(1)), list(T(4)), list(T(7)),
+     guard = TRUE)
+case("n / 2L integer division gives double", function(x) x * (x$size(1) / 2L), list(T(3)),
+     list(T(5)))
+case("n == 3 logical", function(x) if (x$size(1) == 3) x + 1 else x - 1, list(T(3)),
+     list(T(5)), guard = TRUE)
+case("n > 2 && n < 10", function(x) if (x$size(1) > 2 && x$size(1) < 10) x else -x,
+     list(T(3)), list(T(5)), guard = TRUE)
+case("identical(n, 3L)", function(x) if (identical(as.integer(x$size(1)), 3L)) x else -x,
+     list(T(3)), list(T(5)), guard = TRUE)
+case("x$shape used whole", function(x) torch_zeros(x$shape), list(T(3, 2)), list(T(5, 2)))
+case("x$size() whole", function(x) torch_ones(x$size()), list(T(3, 2)), list(T(5, 2)))
+case("dim(x) whole to a factory", function(x) torch_zeros(dim(x)) + x, list(T(3, 2)),
+     list(T(5, 2)))
+case("x$size(-1)", function(x) x / x$size(-1), list(T(3, 2)), list(T(3, 5)))
+case("x$shape[length(x$shape)]", function(x) x / x$shape[length(x$shape)], list(T(3, 2)),
+     list(T(3, 5)))
+case("tail(dim(x), 1)", function(x) x / tail(dim(x), 1), list(T(3, 2)), list(T(3, 5)))
+case("n * 1.5 rounded", function(x) x[1:round(x$size(1) * 0.5)], list(T(4)), list(T(8)),
+     guard = TRUE)
+case("paste(n) for a message", function(x) {
+  msg <- paste("rows:", x$size(1))
+  x * nchar(msg)
+}, list(T(3)), list(T(5)), guard = TRUE)
+case("stopifnot(n > 0)", function(x) {
+  stopifnot(x$size(1) > 0)
+  x
+}, list(T(3)), list(T(5)))
+case("c(n, m) vector of sizes", function(x) x$view(c(x$size(2), x$size(1))), list(T(3, 2)),
+     list(T(5, 4)))
+case("rev(dim(x))", function(x) x$reshape(rev(dim(x))), list(T(3, 2)), list(T(5, 4)))
+
+# ---- loops and branches ------------------------------------------------------------------
+case("for (i in seq_len(n))", function(x) {
+  s <- torch_zeros(x$size(2))
+  for (i in seq_len(x$size(1))) s <- s + x[i, ]
+  s
+}, list(T(3, 2)), list(T(5, 2)), guard = TRUE)
+case("for (i in seq_len(3)) fixed", function(x) {
+  for (i in seq_len(3)) x <- x * 2
+  x
+}, list(T(3, 2)), list(T(5, 2)))
+case("for (i in 1:n)", function(x) {
+  s <- 0
+  for (i in 1:x$size(1)) s <- s + x[i]
+  s
+}, list(T(3)), list(T(5)), guard = TRUE)
+case("seq_along(list)", function(l) {
+  s <- l[[1]] * 0
+  for (i in seq_along(l)) s <- s + l[[i]] * i
+  s
+}, list(list(T(2), T(2), T(2))), list(list(T(4), T(4), T(4))))
+case("while loop on a constant", function(x) {
+  i <- 0
+  while (i < 3) {
+    x <- x + 1
+    i <- i + 1
+  }
+  x
+}, list(T(2)), list(T(4)))
+case("if on a tensor value (guard)", function(x) if (x$sum()$item() > 0) x else -x,
+     list(torch_ones(3)), list(-torch_ones(5)), guard = TRUE)
+case("if (as.logical(x$any()))", function(x) if (as.logical(x$any()$item())) x + 1 else x,
+     list(torch_ones(3)), list(torch_ones(5)))
+case("if (x$size(1) > 1) multi-row path", function(x) {
+  if (x$size(1) > 1) x$mean(dim = 1) else x[1, ]
+}, list(T(3, 2)), list(T(5, 2)), guard = TRUE)
+case("Reduce over a list", function(l) Reduce(`+`, l), list(list(T(2), T(2), T(2))),
+     list(list(T(3), T(3), T(3))))
+case("lapply over a list", function(l) torch_stack(lapply(l, function(t) t * 2)),
+     list(list(T(2), T(2))), list(list(T(3), T(3))))
+case("vapply of sizes", function(l) {
+  n <- vapply(l, function(t) as.integer(t$size(1)), integer(1))
+  l[[1]] * sum(n)
+}, list(list(T(2), T(2))), list(list(T(3), T(3))), guard = TRUE)
+case("switch on a character argument", function(x) {
+  act <- "relu"
+  switch(act, relu = nnf_relu(x), gelu = nnf_gelu(x))
+}, list(T(3)), list(T(5)))
+
+# ---- factories from sizes ---------------------------------------------------------------
+case("torch_zeros(n, 2)", function(x) x + torch_zeros(x$size(1), 2), list(T(3, 2)), list(T(5, 2)))
+case("torch_ones(dim(x))", function(x) x + torch_ones(dim(x)), list(T(3, 2)), list(T(5, 2)))
+case("torch_zeros_like", function(x) torch_zeros_like(x) + 1, list(T(3, 2)), list(T(5, 2)))
+case("torch_full(c(n, 1), 2.5)", function(x) x + torch_full(c(x$size(1), 1), 2.5),
+     list(T(3, 2)), list(T(5, 2)))
+case("torch_arange(1, n) is 1-based inclusive", function(x) x * torch_arange(1, x$size(1)),
+     list(T(3)), list(T(5)))
+case("torch_arange(0, n - 1)", function(x) x * torch_arange(0, x$size(1) - 1), list(T(3)),
+     list(T(5)))
+case("torch_arange(1, n, 2)", function(x) torch_arange(1, x$size(1), 2) * 1,
+     list(T(5)), list(T(7)))
+case("torch_arange(start = 1, end = n, dtype = long)",
+     function(x) x[torch_arange(1, x$size(1), dtype = torch_long())], list(T(3)), list(T(5)))
+case("torch_eye(n)", function(x) torch_matmul(x, torch_eye(x$size(2))), list(T(3, 2)),
+     list(T(3, 4)))
+case("torch_tensor(constant) inside", function(x) x + torch_tensor(c(1, 2)), list(T(3, 2)),
+     list(T(5, 2)))
+case("torch_tensor(n) of a size", function(x) x * torch_tensor(x$size(1)), list(T(3)),
+     list(T(5)), guard = TRUE)
+case("torch_linspace(0, 1, n)", function(x) x * torch_linspace(0, 1, x$size(1)), list(T(3)),
+     list(T(5)))
+case("torch_randn(n) shape only", function(x) torch_randn(x$size(1), 2) * 0 + x,
+     list(T(3, 2)), list(T(5, 2)))
+case("torch_empty(n)$fill_(1)", function(x) x + torch_empty(x$size(1))$fill_(1), list(T(3)),
+     list(T(5)))
+case("torch_tril(torch_ones(n, n)) causal mask", function(x) {
+  n <- x$size(1)
+  x$masked_fill(torch_tril(torch_ones(n, n)) == 0, 0)
+}, list(T(3, 3)), list(T(5, 5)))
+
+# ---- ops with R arguments -------------------------------------------------------------------
+case("torch_cat(list(), dim = 2)", function(x, y) torch_cat(list(x, y), dim = 2),
+     list(T(3, 2), T(3, 1)), list(T(5, 2), T(5, 1)))
+case("torch_stack(list(), dim = 1)", function(x, y) torch_stack(list(x, y), dim = 1),
+     list(T(3), T(3)), list(T(5), T(5)))
+case("torch_stack(list(), dim = 2)", function(x, y) torch_stack(list(x, y), dim = 2),
+     list(T(3), T(3)), list(T(5), T(5)))
+case("sum(dim = 2)", function(x) x$sum(dim = 2), list(T(3, 2)), list(T(5, 2)))
+case("mean(dim = c(1, 2))", function(x) x$mean(dim = c(1, 2)), list(T(3, 2, 2)), list(T(5, 2, 2)))
+case("max(dim = 2) values and indices", function(x) {
+  r <- torch_max(x, dim = 2)
+  list(r[[1]], r[[2]])
+}, list(T(3, 4)), list(T(5, 4)))
+case("argmax(dim = 2) is 1-based", function(x) torch_argmax(x, dim = 2), list(T(3, 4)),
+     list(T(5, 4)))
+case("topk indices 1-based", function(x) torch_topk(x, 2)[[2]], list(T(5)), list(T(7)))
+case("sort indices", function(x) torch_sort(x)[[2]], list(T(5)), list(T(7)))
+case("transpose(1, 2)", function(x) x$transpose(1, 2), list(T(3, 2)), list(T(5, 2)))
+case("permute(c(2, 1, 3))", function(x) x$permute(c(2, 1, 3)), list(T(3, 2, 4)),
+     list(T(5, 2, 4)))
+case("unsqueeze(1)", function(x) x$unsqueeze(1), list(T(3, 2)), list(T(5, 2)))
+case("squeeze(2)", function(x) x$squeeze(2), list(T(3, 1)), list(T(5, 1)))
+case("narrow(1, 2, 2)", function(x) x$narrow(1, 2, 2), list(T(4, 2)), list(T(6, 2)))
+case("narrow(1, n - 1, 1)", function(x) x$narrow(1, x$size(1) - 1, 1), list(T(4, 2)),
+     list(T(6, 2)))
+case("torch_select(x, 1, n)", function(x) torch_select(x, 1, x$size(1)), list(T(4, 2)),
+     list(T(6, 2)))
+case("index_select(1, idx)", function(x) x$index_select(1, torch_tensor(c(1L, 3L))),
+     list(T(4, 2)), list(T(6, 2)))
+case("gather(2, idx)", function(x) torch_gather(x, 2, torch_ones(x$size(1), 1, dtype = torch_long())),
+     list(T(3, 4)), list(T(5, 4)))
+case("chunk(2, dim = 1)", function(x) torch_chunk(x, 2, dim = 1), list(T(4, 2)), list(T(6, 2)))
+case("split(x, 2)", function(x) torch_split(x, 2), list(T(4, 2)), list(T(6, 2)), guard = TRUE)
+case("unbind(x, 1) (guard: the number of results)", function(x) torch_unbind(x, 1)[[1]],
+     list(T(3, 2)), list(T(5, 2)), guard = TRUE)
+case("unbind(x, 2)", function(x) torch_unbind(x, 2)[[2]], list(T(3, 2)), list(T(5, 2)))
+case("flatten(start_dim = 2)", function(x) torch_flatten(x, start_dim = 2), list(T(3, 2, 2)),
+     list(T(5, 2, 2)))
+case("cumsum(dim = 1)", function(x) torch_cumsum(x, dim = 1), list(T(3, 2)), list(T(5, 2)))
+case("where(x > 0, x, 0)", function(x) torch_where(x > 0, x, torch_zeros_like(x)),
+     list(T(3, 2)), list(T(5, 2)))
+case("clamp(min = 0)", function(x) torch_clamp(x, min = 0), list(T(3, 2)), list(T(5, 2)))
+case("x$to(dtype = torch_double())", function(x) x$to(dtype = torch_double()), list(T(3)),
+     list(T(5)))
+case("integer tensor arithmetic", function(x) (x * 2L) %/% 3L, list(torch_tensor(1:4)),
+     list(torch_tensor(1:7)))
+case("R recycling of a length-1 vector", function(x) x + c(1), list(T(3)), list(T(5)))
+case("x + R vector of length 2", function(x) x + c(1, 2), list(T(3, 2)), list(T(5, 2)))
+case("logical tensor ops", function(x) (x > 0) & (x < 1), list(T(3)), list(T(5)))
+case("x$masked_fill(mask, -Inf)", function(x) x$masked_fill(x < 0, -Inf), list(T(3, 2)),
+     list(T(5, 2)))
+case("x$repeat(c(2, 1))", function(x) x$`repeat`(c(2, 1)), list(T(3, 2)), list(T(5, 2)))
+case("x$expand(c(n, -1))", function(x, y) y$expand(c(x$size(1), -1)), list(T(3, 2), T(1, 2)),
+     list(T(5, 2), T(1, 2)))
+case("torch_einsum", function(a, b) torch_einsum("ij,jk->ik", list(a, b)),
+     list(T(3, 2), T(2, 4)), list(T(5, 2), T(2, 4)))
+# R dispatches `%*%` to a tensor method from R 4.3 on only (see tensor_matmul()).
+if (getRversion() >= "4.3.0") {
+  case("x %*% y", function(a, b) a %*% b, list(T(3, 2), T(2, 4)), list(T(5, 2), T(2, 4)))
+}
+case("torch_bmm", function(a, b) torch_bmm(a, b), list(T(2, 3, 2), T(2, 2, 4)),
+     list(T(5, 3, 2), T(5, 2, 4)))
+case("$item() as a scale (guard)", function(x) x * x$max()$item(), list(torch_ones(3)),
+     list(torch_ones(3) * 2), guard = TRUE)
+case("as_array inside the trace (guard)", function(x) x * sum(as_array(x)),
+     list(torch_ones(3)), list(torch_ones(3) * 2), guard = TRUE)
+
+# ---- nnf_* ----------------------------------------------------------------------------------
+case("nnf_relu", function(x) nnf_relu(x), list(T(3, 2)), list(T(5, 2)))
+case("nnf_softmax(dim = 2)", function(x) nnf_softmax(x, dim = 2), list(T(3, 4)), list(T(5, 4)))
+case("nnf_log_softmax(dim = -1)", function(x) nnf_log_softmax(x, dim = -1), list(T(3, 4)),
+     list(T(5, 4)))
+case("nnf_linear", function(x, w) nnf_linear(x, w), list(T(3, 4), T(2, 4)), list(T(5, 4), T(2, 4)))
+case("nnf_dropout(training = FALSE)", function(x) nnf_dropout(x, p = 0.5, training = FALSE),
+     list(T(3, 2)), list(T(5, 2)))
+case("nnf_layer_norm(normalized_shape = n)",
+     function(x) nnf_layer_norm(x, normalized_shape = x$size(-1)), list(T(3, 4)), list(T(5, 6)))
+case("nnf_pad", function(x) nnf_pad(x, c(1, 1)), list(T(3, 2)), list(T(5, 2)))
+case("nnf_one_hot (1-based classes)", function(i) nnf_one_hot(i, num_classes = 4),
+     list(torch_tensor(c(1L, 3L))), list(torch_tensor(c(4L, 2L, 1L))))
+case("nnf_cross_entropy (1-based targets)", function(x, y) nnf_cross_entropy(x, y),
+     list(T(3, 4), torch_tensor(c(1L, 4L, 2L))), list(T(5, 4), torch_tensor(c(1L, 2L, 3L, 4L, 1L))))
+case("nnf_mse_loss", function(a, b) nnf_mse_loss(a, b), list(T(3), T(3)), list(T(5), T(5)))
+case("nnf_mse_loss reduction = 'sum'", function(a, b) nnf_mse_loss(a, b, reduction = "sum"),
+     list(T(3), T(3)), list(T(5), T(5)))
+case("nnf_interpolate(scale_factor = 2)",
+     function(x) nnf_interpolate(x, scale_factor = 2, mode = "nearest"),
+     list(T(1, 1, 3, 3)), list(T(2, 1, 4, 4)))
+case("nnf_max_pool2d", function(x) nnf_max_pool2d(x, kernel_size = 2), list(T(1, 1, 4, 4)),
+     list(T(2, 1, 6, 6)))
+case("nnf_embedding (1-based)", function(i, w) nnf_embedding(i, w),
+     list(torch_tensor(c(1L, 3L)), T(4, 2)), list(torch_tensor(c(4L, 2L, 1L)), T(4, 2)))
+case("nnf_gelu", function(x) nnf_gelu(x), list(T(3)), list(T(5)))
+case("nnf_normalize(dim = 2)", function(x) nnf_normalize(x, dim = 2), list(T(3, 4)), list(T(5, 4)))
+case("nnf_binary_cross_entropy_with_logits",
+     function(x, y) nnf_binary_cross_entropy_with_logits(x, y),
+     list(T(3), torch_ones(3)), list(T(5), torch_zeros(5)))
+
+# ---- modules ---------------------------------------------------------------------------------
+case("MLP module", module(function() nn_module(
+  initialize = function() {
+    self$fc1 <- nn_linear(4, 8)
+    self$fc2 <- nn_linear(8, 2)
+  },
+  forward = function(x) self$fc2(nnf_relu(self$fc1(x))))()), list(T(3, 4)), list(T(5, 4)))
+case("module with nn_sequential", module(function() nn_module(
+  initialize = function() self$net <- nn_sequential(nn_linear(3, 4), nn_relu(), nn_linear(4, 1)),
+  forward = function(x) self$net(x))()), list(T(2, 3)), list(T(6, 3)))
+case("module flattening with x$size(1)", module(function() nn_module(
+  initialize = function() {
+    self$conv <- nn_conv2d(1, 2, 3)
+    self$fc <- nn_linear(2 * 2 * 2, 3)
+  },
+  forward = function(x) {
+    y <- self$conv(x)
+    self$fc(y$view(c(y$size(1), -1)))
+  })()), list(T(2, 1, 4, 4)), list(T(5, 1, 4, 4)))
+case("module with torch_flatten(start_dim = 2)", module(function() nn_module(
+  initialize = function() self$fc <- nn_linear(6, 2),
+  forward = function(x) self$fc(torch_flatten(x, start_dim = 2)))()),
+  list(T(2, 2, 3)), list(T(4, 2, 3)))
+case("module in eval mode with dropout", module(function() {
+  m <- nn_module(
+    initialize = function() {
+      self$fc <- nn_linear(3, 3)
+      self$drop <- nn_dropout(0.5)
+    },
+    forward = function(x) self$drop(self$fc(x)))()
+  m$eval()
+  m
+}), list(T(2, 3)), list(T(4, 3)))
+case("module with batch norm (eval)", module(function() {
+  m <- nn_module(
+    initialize = function() self$bn <- nn_batch_norm1d(3),
+    forward = function(x) self$bn(x))()
+  m$eval()
+  m
+}), list(T(4, 3)), list(T(6, 3)))
+case("module with layer norm and residual", module(function() nn_module(
+  initialize = function() {
+    self$ln <- nn_layer_norm(4)
+    self$fc <- nn_linear(4, 4)
+  },
+  forward = function(x) x + self$fc(self$ln(x)))()), list(T(2, 3, 4)), list(T(5, 7, 4)))
+case("module with embedding (1-based)", module(function() nn_module(
+  initialize = function() self$emb <- nn_embedding(10, 3),
+  forward = function(i) self$emb(i)$sum(dim = 2))()),
+  list(torch_tensor(matrix(c(1L, 2L, 10L, 4L), 2))),
+  list(torch_tensor(matrix(c(1L, 2L, 3L, 5L, 6L, 7L), 3))))
+case("module with nn_module_list loop", module(function() nn_module(
+  initialize = function() self$layers <- nn_module_list(list(nn_linear(2, 2), nn_linear(2, 2))),
+  forward = function(x) {
+    for (i in seq_along(self$layers)) x <- self$layers[[i]](x)
+    x
+  })()), list(T(3, 2)), list(T(5, 2)))
+case("module with a buffer", module(function() nn_module(
+  initialize = function() self$scale <- nn_buffer(torch_tensor(c(2, 3))),
+  forward = function(x) x * self$scale)()), list(T(3, 2)), list(T(5, 2)))
+case("module with nn_parameter", module(function() nn_module(
+  initialize = function() self$w <- nn_parameter(torch_ones(2)),
+  forward = function(x) x * self$w)()), list(T(3, 2)), list(T(5, 2)))
+case("module attention with sizes", module(function() nn_module(
+  initialize = function() self$qkv <- nn_linear(4, 12),
+  forward = function(x) {
+    b <- x$size(1)
+    t <- x$size(2)
+    qkv <- self$qkv(x)$view(c(b, t, 3, 4))
+    q <- qkv[, , 1, ]
+    k <- qkv[, , 2, ]
+    v <- qkv[, , 3, ]
+    att <- torch_matmul(q, k$transpose(2, 3)) / sqrt(k$size(-1))
+    mask <- torch_tril(torch_ones(t, t)) == 0
+    att <- att$masked_fill(mask, -Inf)
+    torch_matmul(nnf_softmax(att, dim = -1), v)
+  })()), list(T(2, 3, 4)), list(T(3, 5, 4)))
+case("module positional encoding", module(function() nn_module(
+  initialize = function() NULL,
+  forward = function(x) {
+    n <- x$size(2)
+    d <- x$size(3)
+    pos <- torch_arange(0, n - 1)$unsqueeze(2)
+    div <- torch_exp(torch_arange(0, d - 1, 2) * (-log(10000) / d))
+    pe <- torch_zeros(n, d)
+    pe[, seq(1, d, by = 2)] <- torch_sin(pos * div)
+    x + pe
+  })()), list(T(2, 3, 4)), list(T(1, 5, 4)), guard = TRUE)
+case("module with conv1d and pooling", module(function() nn_module(
+  initialize = function() {
+    self$conv <- nn_conv1d(2, 3, kernel_size = 3, padding = 1)
+    self$pool <- nn_adaptive_avg_pool1d(1)
+  },
+  forward = function(x) self$pool(nnf_relu(self$conv(x)))$squeeze(3))()),
+  list(T(2, 2, 8)), list(T(4, 2, 11)))
+case("module with nn_gru", module(function() nn_module(
+  initialize = function() self$rnn <- nn_gru(3, 4, batch_first = TRUE),
+  forward = function(x) self$rnn(x)[[1]][, N, ])()), list(T(2, 5, 3)), list(T(3, 7, 3)),
+  tol = 1e-4)
+case("module with nn_lstm output list", module(function() nn_module(
+  initialize = function() self$rnn <- nn_lstm(3, 4, batch_first = TRUE),
+  forward = function(x) {
+    out <- self$rnn(x)
+    out[[1]][, -1, ]
+  })()), list(T(2, 5, 3)), list(T(3, 7, 3)), tol = 1e-4)
+case("module with with_no_grad", module(function() nn_module(
+  initialize = function() self$fc <- nn_linear(2, 2),
+  forward = function(x) with_no_grad(self$fc(x)))()), list(T(3, 2)), list(T(5, 2)))
+case("module returning a named list", module(function() nn_module(
+  initialize = function() self$fc <- nn_linear(2, 2),
+  forward = function(x) {
+    y <- self$fc(x)
+    list(out = y, sum = y$sum())
+  })()), list(T(3, 2)), list(T(5, 2)), trace_args = list(strict = FALSE))
+
+# ---- inputs and outputs -------------------------------------------------------------------
+case("unnamed list output", function(x) list(x + 1, x * 2), list(T(3)), list(T(5)))
+case("named list output, strict = FALSE", function(x) list(a = x + 1, b = x * 2), list(T(3)),
+     list(T(5)), trace_args = list(strict = FALSE))
+case("named list output with strict = TRUE says strict = FALSE",
+     function(x) list(a = x + 1, b = x * 2), list(T(3)), error = "strict = FALSE")
+case("named list input", function(l) l$a + l$b, list(list(a = T(3), b = T(3))),
+     list(list(a = T(5), b = T(5))))
+case("nested list input", function(l) l[[1]][[1]] + l[[2]],
+     list(list(list(T(3)), T(3))), list(list(list(T(5)), T(5))))
+case("two inputs", function(x, y) x * y + 1, list(T(3), T(3)), list(T(5), T(5)))
+case("integer input tensor", function(i) i * 2L, list(torch_tensor(1:3)), list(torch_tensor(1:5)))
+case("logical input tensor", function(m) m$logical_not(), list(torch_tensor(c(TRUE, FALSE))),
+     list(torch_tensor(c(FALSE, FALSE, TRUE))))
+case("double input tensor", function(x) x * 2, list(torch_tensor(c(1, 2), dtype = torch_double())),
+     list(torch_tensor(c(1, 2, 3), dtype = torch_double())))
+case("scalar 0-d input", function(x) x * 2, list(torch_tensor(3)), list(torch_tensor(5)))
+case("a size as an output is refused", function(x) list(x, x$size(1)), list(T(3)),
+     error = "outputs must be tensors")
+case("function with a default argument", function(x, k = 2) x * k, list(T(3)), list(T(5)))
+
+# ---- what must be refused clearly -------------------------------------------------------------
+case("a character example is refused", function(x) x, list("a"), error = "tensor|example|input")
+case("an R vector as the example is refused", function(x) x * 2, list(c(-1, 1)),
+     error = "tensor|example|input")
+case("an R matrix as the example is refused", function(x) x * 2, list(matrix(1:4, 2)),
+     error = "tensor|example|input")
+case("x[0] is a clear error", function(x) x[0], list(T(3)), error = "0|1-based|position")
+case("x[x$size(1) + 1] out of bounds", function(x) x[x$size(1) + 1], list(T(3)),
+     error = "out of|bounds|range|index")
+
+# ---- run ------------------------------------------------------------------------------------
+cat(sprintf("total\t%d\n", length(snippets)), file = out, append = TRUE)
+for (k in seq_along(snippets)) {
+  if (k < from) next
+  s <- snippets[[k]]
+  cat(sprintf("start\t%d\t%s\n", k, s$name), file = out, append = TRUE)
+  r <- tryCatch(suppressWarnings(run_snippet(s)), error = function(e) {
+    list("fails", paste("harness:", conditionMessage(e)))
+  })
+  cat(sprintf("done\t%d\t%s\t%s\t%s\n", k, s$name, r[[1]], one_line(r[[2]])), file = out,
+      append = TRUE)
+  if (verbose || r[[1]] %in% c("fails", "SILENTLY WRONG")) {
+    cat(sprintf("[%s] %s%s\n", r[[1]], s$name,
+                if (nzchar(r[[2]])) paste0("\n    ", substr(r[[2]], 1, 300)) else ""))
+  }
+}
+cat("end\n", file = out, append = TRUE)
