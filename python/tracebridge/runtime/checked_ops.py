@@ -983,9 +983,15 @@ def ctc_loss(*args, **kwargs):
     batch = 1 if unbatched else log_probs.size(1)
     _need(
         _is_tensor(targets)
-        and targets.dtype in (torch.int64, torch.int32)
+        and not targets.is_floating_point()
+        and not targets.is_complex()
+        and targets.dtype != torch.bool
         and targets.dim() in ((1,) if unbatched else (1, 2)),
-        lambda: f"{op}: targets is an int64 or int32 tensor, (batch, longest) or concatenated",
+        lambda: f"{op}: targets is an integer tensor, (batch, longest) or concatenated",
+    )
+    _need(
+        "meta" not in (log_probs.device.type, targets.device.type),
+        f"{op}: log_probs and targets hold data (not the meta device)",
     )
     _need(type(blank) is int and 0 <= blank < classes, lambda: f"{op}: blank is a class index")
     _need(type(reduction) is int and reduction in (0, 1, 2), f"{op}: reduction is 0, 1 or 2")
