@@ -144,6 +144,8 @@ def _args(**change):
         ({"input_lengths": torch.full((3,), 6)}, r"3 entries, one per sequence \(2\)"),
         ({"input_lengths": torch.full((2,), 6.0)}, "input_lengths must be integers"),
         ({"input_lengths": [6, 6.0]}, "list of ints or an integer tensor"),
+        ({"input_lengths": torch.full((2,), 6, device="meta")}, "a vector of data"),
+        ({"target_lengths": torch.full((2, 1), 3)}, "target_lengths is a vector"),
         ({"target_lengths": torch.full((2,), 4)}, "within the 3 columns"),
         ({"target_lengths": torch.full((2,), -1)}, "not negative"),
         ({"blank": 5}, "blank is a class index"),

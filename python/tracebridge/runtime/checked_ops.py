@@ -940,8 +940,8 @@ def _ctc_lengths(name: str, lengths, batch: int, unbatched: bool) -> torch.Tenso
             lambda: f"{op}: {name} must be integers",
         )  # fmt: skip
         _need(
-            lengths.dim() == (0 if unbatched else 1),
-            lambda: f"{op}: {name} is {'a 0-dim tensor' if unbatched else 'a vector'}",
+            lengths.dim() == (0 if unbatched else 1) and lengths.device.type != "meta",
+            lambda: f"{op}: {name} is {'a 0-dim tensor' if unbatched else 'a vector'} of data",
         )
         with torch.no_grad():
             vector = lengths.reshape(-1).to("cpu", torch.int64)
