@@ -136,12 +136,16 @@ def _args(**change):
         ({"targets": torch.full((2, 3), -5)}, r"target label is a class index"),
         ({"targets": torch.tensor([1, 2, 9, 1, 2, 3])}, "target label is a class index"),
         ({"targets": torch.tensor([1, 2])}, "add up to the 2 targets"),
-        ({"targets": torch.ones(2, 3)}, "int64 or int32"),
+        ({"targets": torch.ones(2, 3)}, "targets is an integer tensor"),
+        ({"targets": torch.ones(2, 3, dtype=torch.bool)}, "targets is an integer tensor"),
+        ({"targets": torch.ones(2, 3, dtype=torch.long, device="meta")}, "not the meta device"),
         ({"targets": torch.ones(3, 3, dtype=torch.long)}, r"one row per sequence \(2\)"),
         ({"input_lengths": torch.full((2,), 9)}, "between 0 and the 6 steps"),
         ({"input_lengths": torch.full((3,), 6)}, r"3 entries, one per sequence \(2\)"),
         ({"input_lengths": torch.full((2,), 6.0)}, "input_lengths must be integers"),
         ({"input_lengths": [6, 6.0]}, "list of ints or an integer tensor"),
+        ({"input_lengths": torch.full((2,), 6, device="meta")}, "a vector of data"),
+        ({"target_lengths": torch.full((2, 1), 3)}, "target_lengths is a vector"),
         ({"target_lengths": torch.full((2,), 4)}, "within the 3 columns"),
         ({"target_lengths": torch.full((2,), -1)}, "not negative"),
         ({"blank": 5}, "blank is a class index"),
@@ -153,6 +157,11 @@ def _args(**change):
 def test_ctc_loss_refuses_arguments_the_kernel_would_trust(change, message):
     with pytest.raises(checked_ops.CheckFailed, match=message):
         checked_ops.ctc_loss(*_args(**change))
+
+
+def test_narrow_integer_targets_run_as_pytorch_runs_them():
+    args = _args(targets=torch.tensor([[1, 2, 3], [4, 1, 2]], dtype=torch.int16))
+    assert torch.equal(checked_ops.ctc_loss(*args), torch.ctc_loss(*args))
 
 
 def test_padding_past_the_target_lengths_is_not_read_so_not_checked():

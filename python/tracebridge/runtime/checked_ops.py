@@ -940,8 +940,8 @@ def _ctc_lengths(name: str, lengths, batch: int, unbatched: bool) -> torch.Tenso
             lambda: f"{op}: {name} must be integers",
         )  # fmt: skip
         _need(
-            lengths.dim() == (0 if unbatched else 1),
-            lambda: f"{op}: {name} is {'a 0-dim tensor' if unbatched else 'a vector'}",
+            lengths.dim() == (0 if unbatched else 1) and lengths.device.type != "meta",
+            lambda: f"{op}: {name} is {'a 0-dim tensor' if unbatched else 'a vector'} of data",
         )
         with torch.no_grad():
             vector = lengths.reshape(-1).to("cpu", torch.int64)
@@ -983,9 +983,15 @@ def ctc_loss(*args, **kwargs):
     batch = 1 if unbatched else log_probs.size(1)
     _need(
         _is_tensor(targets)
-        and targets.dtype in (torch.int64, torch.int32)
+        and not targets.is_floating_point()
+        and not targets.is_complex()
+        and targets.dtype != torch.bool
         and targets.dim() in ((1,) if unbatched else (1, 2)),
-        lambda: f"{op}: targets is an int64 or int32 tensor, (batch, longest) or concatenated",
+        lambda: f"{op}: targets is an integer tensor, (batch, longest) or concatenated",
+    )
+    _need(
+        "meta" not in (log_probs.device.type, targets.device.type),
+        f"{op}: log_probs and targets hold data (not the meta device)",
     )
     _need(type(blank) is int and 0 <= blank < classes, lambda: f"{op}: blank is a class index")
     _need(type(reduction) is int and reduction in (0, 1, 2), f"{op}: reduction is 0, 1 or 2")
