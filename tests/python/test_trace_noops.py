@@ -190,3 +190,28 @@ def test_a_conversion_that_converts_when_traced_stays_general():
         x = torch.randn(3, 2).to(dtype)
         got, want = traced(x), widen(x)
         assert torch.equal(got, want) and got.dtype == want.dtype
+
+
+def test_a_conversion_with_a_device_that_gave_its_input_back_guards_the_dtype(tmp_path):
+    """``x.to(device=d, dtype=float32)`` of a float32 ``x`` on ``d`` gives ``x`` back too:
+    its dtype is guarded as for ``x.to(float32)``, and the call stays (on a call with
+    another device it moves the tensor). Before, a float64 call silently returned the
+    input's later uses as float32 (found by the perf engineer: the conversion with a
+    device was not seen as a conversion)."""
+
+    def move_then_convert(x, y):
+        a = x.to(y.device)
+        b = a.to(device=y.device, dtype=torch.float32)
+        return a * 2, b + 1
+
+    traced = tracebridge.trace(move_then_convert, (torch.randn(3), torch.randn(2)))
+    assert "Tensor.to" in ops_of(traced)
+    run = loaded(traced, tmp_path)
+    x, y = torch.randn(5), torch.randn(2)
+    for got, want in zip(run(x, y), move_then_convert(x, y)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    with pytest.raises(tracebridge.GuardError, match="gave it back when traced"):
+        run(x.double(), y)
+    positional = tracebridge.trace(lambda x: x.to("cpu", torch.float32) * 2, torch.randn(3))
+    with pytest.raises(tracebridge.GuardError, match="gave it back when traced"):
+        positional(torch.randn(3, dtype=torch.float64))

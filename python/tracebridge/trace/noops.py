@@ -84,6 +84,22 @@ CONTIGUITY_KEEPING = frozenset(
 _TO_FLAGS = frozenset({"non_blocking"})
 
 
+def _without_device(name: str, args: tuple, enc_args, enc_kwargs):
+    """``Tensor.to``'s encoded arguments with the device left out (``x.to(d, dtype)``,
+    ``x.to(device=d, dtype=t)``), or None where it names no device."""
+    if name != "Tensor.to":
+        return None
+    if "device" in enc_kwargs:
+        return list(enc_args), {k: v for k, v in enc_kwargs.items() if k != "device"}
+    if (
+        len(args) > 1
+        and isinstance(args[1], (torch.device, str, int))
+        and not isinstance(args[1], bool)
+    ):
+        return [enc_args[0], *enc_args[2:]], dict(enc_kwargs)
+    return None
+
+
 def _leaves(obj):
     """The leaves of nested tuples, lists and dicts (an op's arguments)."""
     if isinstance(obj, (tuple, list)):
@@ -163,15 +179,22 @@ class NoOps:
             return False
         if self._tensor_id(args[0]) is None:
             return False
+        moves = False
         if self._conversion_target(name, enc_args, enc_kwargs) is None:
-            return False
+            # ``x.to(device, dtype)``: gave back its input too. The dtype is guarded as
+            # below, but the call stays in the graph: on a call where the devices differ
+            # it moves the tensor, as ``x.to(device)`` does.
+            without = _without_device(name, args, enc_args, enc_kwargs)
+            if without is None or self._conversion_target(name, *without) is None:
+                return False
+            moves = True
         tensor = args[0]
         read = self._lazy_meta("prim.dtype", tensor, "dtype")
         method = name.rsplit(".", 1)[-1]
         self._guard_dtype(
             tensor, read, f"{self._name_of(tensor)}.dtype ({method}() gave it back when traced)"
         )
-        return True
+        return not moves
 
     def _conversion_target(self: Tracer, name: str, enc_args, enc_kwargs):
         """The fixed dtype a pure dtype conversion converts to (nothing else changed: no
