@@ -56,3 +56,31 @@ def test_subclasses_see_the_conversion(tmp_path):
     module = loaded(tracebridge.trace(each, (example,)), tmp_path)
     module(example.as_subclass(Tagged))
     assert all(m in Tagged.calls for m in METHODS)
+
+
+def test_moves_to_the_device_a_tensor_is_on_give_it_back(tmp_path):
+    def move(x, y):
+        return x.to(y.device) * 2, x.to(device=y.device, dtype=torch.float32) + 1
+
+    # traced where the dtype conversion converts (see the dtype test above)
+    traced = tracebridge.trace(move, (torch.randn(3, dtype=torch.float64), torch.randn(3)))
+    assert traced.code.count("else op_Tensor_to_") == 2  # each tested inline
+    module = loaded(traced, tmp_path)
+    for dtype in (torch.float32, torch.float64):
+        x, y = torch.randn(3, dtype=dtype), torch.randn(3)
+        got, expected = module(x, y), move(x, y)
+        for a, b in zip(got, expected):
+            assert torch.equal(a, b) and a.dtype == b.dtype
+    Tagged = recording_subclass()
+    module(torch.randn(3).as_subclass(Tagged), torch.randn(3))
+    assert "to" in Tagged.calls  # a subclass sees the call
+
+
+def test_a_move_gives_the_same_object_as_eager():
+    def move(x, y):
+        return x.to(y.device)
+
+    traced = tracebridge.trace(move, (torch.randn(3, dtype=torch.float64), torch.randn(3)))
+    assert "else op_Tensor_to_" in traced.code
+    x = torch.randn(3)
+    assert traced(x, torch.randn(3)) is x  # the input itself, as eager gives it

@@ -740,13 +740,31 @@ class CodeGen:
             return call
         found = identity.dtype_conversion(node, self.kinds())
         if found is None:
-            return call
+            return self.unless_same_device(node, call)
         tensor, dtype = found
         plain = ast.Compare(_call("_type", self.literal(tensor)), [ast.Is()], [_name("_Tensor")])
         same = ast.Compare(_attr(self.literal(tensor), "dtype"), [ast.Is()], [self.literal(dtype)])
         self.helper("_type")
         self.helper("_Tensor")
         return ast.IfExp(ast.BoolOp(ast.And(), [plain, same]), self.literal(tensor), call)
+
+    def unless_same_device(self, node: Node, call: ast.expr) -> ast.expr:
+        """``call``, or for ``x.to(device)`` (with a dtype, maybe), ``x`` itself when it is
+        on that device (with that dtype) and ``call`` otherwise (runtime/identity.py)."""
+        found = identity.device_conversion(node, self.kinds())
+        if found is None:
+            return call
+        tensor, device, dtype = found
+        x = self.literal  # a fresh expression for each use
+        tests = [ast.Compare(_call("_type", x(tensor)), [ast.Is()], [self.helper("_Tensor")])]
+        if isinstance(device, Ref):  # a value of the graph: a device, or the call decides
+            kind = _call("_type", x(device))
+            tests.append(ast.Compare(kind, [ast.Is()], [self.constant(torch.device)]))
+        tests.append(ast.Compare(_attr(x(tensor), "device"), [ast.Eq()], [x(device)]))
+        if dtype is not None:
+            tests.append(ast.Compare(_attr(x(tensor), "dtype"), [ast.Is()], [x(dtype)]))
+        self.helper("_type")
+        return ast.IfExp(ast.BoolOp(ast.And(), tests), x(tensor), call)
 
     def plan_merged(self, static: set[int], blocks: dict) -> None:
         """Find the ``contiguous`` that their reshape runs (runtime/contiguous.py)."""

@@ -14,6 +14,10 @@ Note: ``x.to(dtype)`` is ``x`` itself when ``x`` already has that dtype.
   without arguments (Gemma's RMSNorm runs ``x.float()`` on a float32 tensor twice per
   layer; 0.23 us a call, 0.10 tested). ``x.type_as(y)`` stays a call: its own fast
   return costs 0.31 us, about what testing both dtypes and devices costs.
+
+  ``x.to(device)`` and ``x.to(device=d, dtype=t)`` (CLIP and masking code move tensors
+  to the device they are on) are ``x`` itself when ``x.device == d`` (and ``x.dtype is
+  t``): the device a value of the graph holds is tested to be a ``torch.device`` first.
 """
 
 from __future__ import annotations
@@ -56,3 +60,28 @@ def dtype_conversion(node: Node, kinds: dict[int, str]) -> tuple[Ref, object] | 
     ):
         return tensor, dtype
     return None
+
+
+def device_conversion(node: Node, kinds: dict[int, str]) -> tuple[Ref, object, object] | None:
+    """``(tensor, device, dtype or None)`` of a ``Tensor.to`` that only moves a tensor to
+    a device (a literal device or a value of kind ``device``), and maybe to a dtype (a
+    literal or a value of kind ``dtype``), by keyword; or None."""
+    if node.op != "Tensor.to" or len(node.outputs) != 1:
+        return None
+    if len(node.args) == 2 and not node.kwargs:
+        tensor, device, dtype = node.args[0], node.args[1], None
+    elif len(node.args) == 1 and set(node.kwargs) in ({"device"}, {"device", "dtype"}):
+        tensor, device, dtype = node.args[0], node.kwargs["device"], node.kwargs.get("dtype")
+    else:
+        return None
+    if not isinstance(tensor, Ref) or kinds.get(tensor.id) != "Tensor":
+        return None
+    is_device = isinstance(device, torch.device) or (
+        isinstance(device, Ref) and kinds.get(device.id) == "device"
+    )
+    is_dtype = (
+        dtype is None
+        or isinstance(dtype, torch.dtype)
+        or (isinstance(dtype, Ref) and kinds.get(dtype.id) == "dtype")
+    )
+    return (tensor, device, dtype) if is_device and is_dtype else None

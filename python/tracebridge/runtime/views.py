@@ -195,6 +195,7 @@ class _Facts:
     returned: set[int]  # value ids the graph returns
     kinds: dict[int, str]  # value id -> kind (:data:`_INDEX` for 0-dim integer tensors)
     defined: dict[int, int]  # value id -> index of the node that makes it (-1: an input)
+    numbers: dict[int, int]  # int value id a tree's member makes -> the tree's base
 
 
 def plan(graph: Graph, skip: set[int] = frozenset()) -> list[ViewTree]:
@@ -246,7 +247,7 @@ def plan(graph: Graph, skip: set[int] = frozenset()) -> list[ViewTree]:
             numbers[node.outputs[0].id] = base
     defined = {v.id: -1 for v in graph.inputs}
     defined.update({v.id: i for i, n in enumerate(graph.nodes) for v in n.outputs})
-    facts = _Facts(graph, views, made_by, root, users, returned, kinds, defined)
+    facts = _Facts(graph, views, made_by, root, users, returned, kinds, defined, numbers)
     found = []
     for base, members in trees.items():
         whole = _tree(facts, base, members)
@@ -355,7 +356,10 @@ def _tree(facts: _Facts, base: int, members: list[int]) -> ViewTree | None:
         # views of a q/k/v projection run as one linear, read one by one). Views cost no
         # work: made sooner, they are the same views of the same memory.
         ready = max(facts.defined.get(k, len(graph.nodes)) for k in [base, *keys])
-        stands = next((i for i in members if i > ready), None)
+        # Only values the code makes where their node stands: a view's result or a size
+        # another tree reads may be made where that tree's call stands, later.
+        made_elsewhere = any(k in facts.made_by or k in facts.numbers for k in [base, *keys])
+        stands = None if made_elsewhere else next((i for i in members if i > ready), None)
         if stands is None or first_read <= stands:
             return None  # read before the tree's call could stand
     ops = [graph.nodes[i].op for i in view_nodes]
