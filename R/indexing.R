@@ -125,6 +125,7 @@ value_index <- function(v) {
     }
     return(list(kind = "vector", value = tb_py_call(py$sub, 1L)))
   }
+  if (inherits(v, "torch_sym_int") && !isTRUE(.tb$tracing)) v <- sym_settled(v)
   if (inherits(v, "torch_sym_int")) return(list(kind = "int", value = sym_position(v, "index")))
   if (is.list(v) && length(v) && any(vapply(v, inherits, logical(1), "torch_sym_int"))) {
     return(sym_vector_index(v))

@@ -129,3 +129,57 @@ test_that("an int64 torch_arange() includes its end, as in mlverse (eager too)",
   expect_equal(as_array(torch_arange(0, 1, 0.25)), c(0, 0.25, 0.5, 0.75, 1))
   expect_equal(as_array(torch_arange(0, 3.5, dtype = torch_long())), 0:3)
 })
+
+test_that("base R functions that need a plain integer read traced sizes with a guard", {
+  skip_if_no_torch()
+  v <- function(n) torch_tensor(seq_len(n) * 1.5)
+  fs <- list(
+    in_set = function(x) if (x$size(1) %in% c(3, 5)) x * 2 else x,
+    numeric = function(x) x * torch_tensor(numeric(x$size(1)) + 1),
+    matrix = function(x) x$unsqueeze(2) + torch_tensor(matrix(1, x$size(1), 2)),
+    rep_len = function(x) x * torch_tensor(rep_len(c(1, 2), x$size(1))),
+    match = function(x) x * match(x$size(1), c(5, 3))
+  )
+  for (nm in names(fs)) {
+    f <- fs[[nm]]
+    tr <- suppressWarnings(jit_trace(f, v(3)))
+    expect_equal(as_array(tr(v(3))), as_array(f(v(3))), info = nm)
+    expect_error(tr(v(4)), class = "tracebridge_guard_error", info = nm)
+  }
+})
+
+test_that("is.numeric() of a traced size is TRUE, as for the integer it stands for", {
+  skip_if_no_torch()
+  f <- function(x) {
+    n <- x$size(1)
+    stopifnot(is.numeric(n), !is.na(n))
+    if (is.numeric(n)) x * 2 else x
+  }
+  expect_traced_like_eager(f, list(list(m(3)), list(m(5))))
+})
+
+test_that("a traced size kept after its trace is the example's R number", {
+  skip_if_no_torch()
+  keep <- new.env()
+  f <- function(x) {
+    keep$n <- x$size(1)
+    x * 2
+  }
+  jit_trace(f, m(3), check_trace = FALSE)
+  expect_no_warning(expect_identical(keep$n * 2, 6))
+  expect_identical(as.integer(keep$n), 3L)
+  expect_identical(keep$n - 1L, 2L)
+  expect_identical(sqrt(keep$n^2), 3)
+  expect_equal(as_array(m(4)[keep$n, ]), as_array(m(4)[3, ]))
+  expect_identical(dim(torch_zeros(keep$n, 2)), c(3L, 2L))
+  expect_output(print(keep$n), "3")
+})
+
+test_that("a character or logical example input says to fix it in the code", {
+  skip_if_no_torch()
+  f <- function(x, act) if (act == "relu") nnf_relu(x) else x
+  expect_error(jit_trace(f, m(3), "relu"),
+               "example input 2 is an R character vector (\"relu\"); example inputs must be tensors (or lists of tensors): fix it in the traced code instead",
+               fixed = TRUE, class = "type_error")
+  expect_error(jit_trace(function(x, k) x * k, m(3), 2), "pass torch_tensor(2)", fixed = TRUE)
+})
