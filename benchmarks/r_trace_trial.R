@@ -902,6 +902,186 @@ custom("a loaded module keeps R-side sizes general", function() {
   list(ld(x), m(x))
 })
 
+# ---- sizes as vectors ------------------------------------------------------------------------
+case("x$view(x$shape)", function(x) (x + 1)$view(x$shape), list(T(3, 2)), list(T(5, 4)))
+case("x$view(rev(x$shape))", function(x) x$view(rev(x$shape)), list(T(3, 2)), list(T(5, 4)))
+case("torch_zeros(x$shape[-1])", function(x) x + torch_zeros(x$shape[-1]), list(T(3, 2)),
+     list(T(5, 4)))
+case("x$expand(x$shape) of a row", function(x) x[1, , drop = FALSE]$expand(x$shape),
+     list(T(3, 2)), list(T(5, 4)))
+case("x$view(c(x$shape[1], x$shape[2] * x$shape[3]))",
+     function(x) x$view(c(x$shape[1], x$shape[2] * x$shape[3])), list(T(3, 2, 2)),
+     list(T(5, 4, 3)))
+case("x$shape[[2]]", function(x) x / x$shape[[2]], list(T(3, 2)), list(T(5, 4)))
+case("x$size()[2]", function(x) x / x$size()[2], list(T(3, 2)), list(T(5, 4)))
+case("dim(x)[[2]]", function(x) x / dim(x)[[2]], list(T(3, 2)), list(T(5, 4)))
+case("max(x$shape)", function(x) x / max(x$shape), list(T(3, 2)), list(T(5, 4)), guard = TRUE)
+case("length(x$shape)", function(x) x * length(x$shape), list(T(3, 2)), list(T(5, 4)))
+case("all(x$shape == c(3, 2)) (guard)", function(x) if (all(x$shape == c(3, 2))) x * 2 else x,
+     list(T(3, 2)), list(T(5, 4)), guard = TRUE)
+case("x$shape * 2 to a factory", function(x) torch_zeros(x$shape * 2)$sum() + x, list(T(3, 2)),
+     list(T(5, 4)))
+case("for (d in x$shape) accumulate", function(x) {
+  s <- 1
+  for (d in x$shape) s <- s * d
+  x / s
+}, list(T(3, 2)), list(T(5, 4)))
+case("x$new_zeros(c(n, 2))", function(x) x$new_zeros(c(x$size(1), 2)) + x, list(T(3, 2)),
+     list(T(5, 2)))
+case("torch_full_like(x, n)", function(x) torch_full_like(x, 2) * x$size(1), list(T(3, 2)),
+     list(T(5, 2)))
+case("torch_split(x, n %/% 2)", function(x) torch_split(x, x$size(1) %/% 2)[[1]],
+     list(T(4, 2)), list(T(6, 2)))
+case("x$topk(k = n %/% 2)", function(x) x$topk(k = x$size(1) %/% 2)[[1]], list(T(4)),
+     list(T(8)))
+case("x$repeat(c(1, n))", function(x) x$`repeat`(c(1, x$size(1))), list(T(3, 2)),
+     list(T(5, 2)))
+case("nnf_pad(x, c(0, n))", function(x) nnf_pad(x, c(0, x$size(2))), list(T(3, 2)),
+     list(T(3, 4)))
+case("nnf_interpolate(size = 2 * n)", function(x) {
+  nnf_interpolate(x, size = c(x$size(3) * 2, x$size(4) * 2), mode = "nearest")
+}, list(T(1, 1, 2, 3)), list(T(2, 1, 4, 5)))
+case("x$unflatten(1, c(2, -1))", function(x) x$unflatten(1, c(2, -1)), list(T(4, 3)),
+     list(T(6, 3)))
+
+# ---- ops that return indices, used again ---------------------------------------------------
+case("x[torch_argmax(x)]", function(x) x[torch_argmax(x)], list(T(5)), list(T(7)))
+case("gather(2, argmax(keepdim = TRUE))", function(x) {
+  torch_gather(x, 2, torch_argmax(x, dim = 2, keepdim = TRUE))
+}, list(T(3, 4)), list(T(5, 4)))
+case("index_select with sort indices", function(x) x$index_select(1, torch_sort(x[, 1])[[2]]),
+     list(T(4, 2)), list(T(6, 2)))
+case("torch_where(cond) 1-based positions", function(x) torch_where(x > 0)[[1]],
+     list(torch_tensor(c(1, -1, 2))), list(torch_tensor(c(-1, 1, 2, 3))))
+case("torch_nonzero 1-based", function(x) torch_nonzero(x > 0), list(torch_tensor(c(1, -1, 2))),
+     list(torch_tensor(c(-1, 1, 2, 3))))
+case("x$max(dim = 1)[[2]] as an index", function(x) x[x$max(dim = 1)[[2]], 1],
+     list(T(4, 2)), list(T(6, 2)))
+case("index_fill(1, idx, 0)", function(x) x$index_fill(1, torch_tensor(c(1L, 2L)), 0),
+     list(T(4, 2)), list(T(6, 2)))
+case("scatter(2, idx, value = 1)", function(x) {
+  torch_zeros_like(x)$scatter(2, torch_ones(x$size(1), 1, dtype = torch_long()), value = 1)
+}, list(T(3, 4)), list(T(5, 4)))
+case("index_add_ on a clone", function(x) {
+  y <- torch_zeros(3, 2)
+  y$index_add_(1, torch_tensor(c(1L, 3L)), x[1:2, ])
+}, list(T(4, 2)), list(T(6, 2)))
+case("y[idx] <- values (index tensor)", function(x) {
+  y <- x$clone()
+  y[torch_tensor(c(1L, 3L))] <- 0
+  y
+}, list(T(4)), list(T(6)))
+
+# ---- dtypes, devices, autograd flags ---------------------------------------------------------
+case("x$float() / x$long()", function(x) x$long()$float() * 2, list(torch_tensor(c(1.5, 2.5))),
+     list(torch_tensor(c(1.5, 2.5, 3.5))))
+case("if (x$dtype == torch_float()) (guard)", function(x) {
+  if (x$dtype == torch_float()) x * 2 else x
+}, list(T(3)), list(T(5)))
+case("x$is_floating_point()", function(x) if (x$is_floating_point()) x * 2 else x, list(T(3)),
+     list(T(5)))
+case("x$to(device = \"cpu\")", function(x) x$to(device = "cpu") * 2, list(T(3)), list(T(5)))
+case("x$cpu()", function(x) x$cpu() + 1, list(T(3)), list(T(5)))
+case("x$detach()", function(x) x$detach() * 2, list(T(3)), list(T(5)))
+case("x$to(dtype = torch_double())$sum()", function(x) x$to(dtype = torch_double())$sum(),
+     list(T(3)), list(T(5)))
+case("x$new_ones(n) / x$new_full(c(n, 1), 2)", function(x) {
+  x$new_ones(x$size(1)) + x$new_full(c(x$size(1), 1), 2)
+}, list(T(3, 2)), list(T(5, 2)))
+case("x$device$type", function(x) if (x$device$type == "cpu") x + 1 else x, list(T(3)),
+     list(T(5)))
+case("torch_no_grad inside the function", function(x) with_no_grad(x * 2) + x, list(T(3)),
+     list(T(5)))
+case("x$permute(rev(seq_len(x$dim())))", function(x) x$permute(rev(seq_len(x$dim()))),
+     list(T(3, 2, 4)), list(T(5, 2, 4)))
+case("x$transpose(-1, -2)", function(x) x$transpose(-1, -2), list(T(3, 2)), list(T(5, 2)))
+case("x$flatten()", function(x) x$flatten(), list(T(3, 2)), list(T(5, 2)))
+case("x$view(-1)", function(x) x$contiguous()$view(-1), list(T(3, 2)), list(T(5, 2)))
+case("x$diag()", function(x) x$diag(), list(T(3, 3)), list(T(5, 5)))
+case("torch_tril(x, diagonal = -1)", function(x) torch_tril(x, diagonal = -1), list(T(3, 3)),
+     list(T(5, 5)))
+case("torch_cat(lapply(1:3, ...))", function(x) torch_cat(lapply(1:3, function(i) x * i), dim = 1),
+     list(T(3)), list(T(5)))
+case("torch_stack(x$unbind(2))", function(x) torch_stack(x$unbind(2), dim = 1), list(T(3, 2)),
+     list(T(5, 2)))
+
+# ---- more modules ------------------------------------------------------------------------------
+mod <- function(init, fwd, eval = TRUE) {
+  module(function() {
+    m <- nn_module(initialize = init, forward = fwd)()
+    if (eval) m$eval()
+    m
+  })
+}
+case("nn_conv2d padding = \"same\"", mod(function() self$c <- nn_conv2d(2, 3, 3, padding = "same"),
+  function(x) self$c(x)), list(T(1, 2, 5, 5)), list(T(2, 2, 7, 6)), tol = 1e-4)
+case("nn_embedding padding_idx = 1", mod(function() self$e <- nn_embedding(5, 2, padding_idx = 1),
+  function(i) self$e(i)), list(torch_tensor(c(1L, 2L))), list(torch_tensor(c(3L, 1L, 5L))))
+case("nn_multihead_attention", mod(function() {
+  self$a <- nn_multihead_attention(4, 2, batch_first = TRUE)
+}, function(x) self$a(x, x, x)[[1]]), list(T(2, 3, 4)), list(T(3, 5, 4)), tol = 1e-4)
+case("nn_transformer_encoder_layer", mod(function() {
+  self$l <- nn_transformer_encoder_layer(d_model = 4, nhead = 2, dim_feedforward = 8,
+                                         batch_first = TRUE)
+}, function(x) self$l(x)), list(T(2, 3, 4)), list(T(3, 5, 4)), tol = 1e-4)
+case("nn_lstm with an initial state list", mod(function() {
+  self$r <- nn_lstm(3, 4, batch_first = TRUE)
+}, function(x) {
+  h0 <- torch_zeros(1, x$size(1), 4)
+  self$r(x, list(h0, h0))[[1]]
+}), list(T(2, 5, 3)), list(T(3, 7, 3)), tol = 1e-4)
+case("self$net[[1]] of a sequential", mod(function() {
+  self$net <- nn_sequential(nn_linear(3, 4), nn_relu(), nn_linear(4, 2))
+}, function(x) self$net[[3]](self$net[[1]](x))), list(T(2, 3)), list(T(5, 3)))
+case("a helper method called in forward", module(function() {
+  m <- nn_module(
+    initialize = function() self$fc <- nn_linear(3, 3),
+    helper = function(x) self$fc(x) * 2,
+    forward = function(x) self$helper(x) + 1)()
+  m
+}), list(T(2, 3)), list(T(5, 3)))
+case("an R number attribute used in forward", mod(function() {
+  self$fc <- nn_linear(3, 3)
+  self$scale <- 0.5
+}, function(x) self$fc(x) * self$scale), list(T(2, 3)), list(T(5, 3)))
+case("a module returning an unnamed list", mod(function() self$fc <- nn_linear(3, 3),
+  function(x) list(self$fc(x), x$sum())), list(T(2, 3)), list(T(5, 3)))
+case("nn_flatten + nn_linear", mod(function() {
+  self$f <- nn_flatten()
+  self$fc <- nn_linear(6, 2)
+}, function(x) self$fc(self$f(x))), list(T(2, 2, 3)), list(T(5, 2, 3)))
+case("nn_batch_norm2d eval", mod(function() self$b <- nn_batch_norm2d(2),
+  function(x) self$b(x)), list(T(2, 2, 3, 3)), list(T(4, 2, 5, 5)))
+case("nn_group_norm", mod(function() self$g <- nn_group_norm(2, 4), function(x) self$g(x)),
+  list(T(2, 4, 3)), list(T(3, 4, 5)), tol = 1e-4)
+case("nn_max_pool2d + nn_avg_pool1d", mod(function() {
+  self$p <- nn_max_pool2d(2)
+}, function(x) self$p(x)), list(T(1, 1, 4, 4)), list(T(2, 1, 6, 8)))
+case("nn_conv_transpose2d", mod(function() self$c <- nn_conv_transpose2d(2, 1, 2, stride = 2),
+  function(x) self$c(x)), list(T(1, 2, 3, 3)), list(T(2, 2, 4, 5)), tol = 1e-4)
+case("nn_leaky_relu / nn_elu / nn_gelu", mod(function() {
+  self$a <- nn_leaky_relu(0.1)
+  self$b <- nn_elu()
+  self$c <- nn_gelu()
+}, function(x) self$c(self$b(self$a(x)))), list(T(3)), list(T(5)))
+case("nn_prelu", mod(function() self$p <- nn_prelu(), function(x) self$p(x)), list(T(3)),
+  list(T(5)))
+case("nn_softmax(dim = 2)", mod(function() self$s <- nn_softmax(dim = 2), function(x) self$s(x)),
+  list(T(3, 4)), list(T(5, 4)))
+case("nn_gru with h0", mod(function() self$r <- nn_gru(3, 4), function(x) {
+  self$r(x, torch_zeros(1, x$size(2), 4))[[2]]
+}), list(T(5, 2, 3)), list(T(7, 3, 3)), tol = 1e-4)
+case("nn_identity and nn_dropout(eval)", mod(function() {
+  self$i <- nn_identity()
+  self$d <- nn_dropout(0.3)
+}, function(x) self$d(self$i(x))), list(T(3)), list(T(5)))
+case("a module in train mode with batch norm (batch statistics)", mod(function() {
+  self$b <- nn_batch_norm1d(3)
+}, function(x) self$b(x), eval = FALSE), list(T(4, 3)), list(T(6, 3)), tol = 1e-4)
+case("a module with a plain tensor attribute (a constant)", mod(function() {
+  self$w <- torch_tensor(c(1, 2, 3))
+}, function(x) x * self$w), list(T(2, 3)), list(T(5, 3)))
+
 # ---- run ------------------------------------------------------------------------------------
 cat(sprintf("total\t%d\n", length(snippets)), file = out, append = TRUE)
 for (k in seq_along(snippets)) {

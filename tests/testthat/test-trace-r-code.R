@@ -183,3 +183,22 @@ test_that("a character or logical example input says to fix it in the code", {
                fixed = TRUE, class = "type_error")
   expect_error(jit_trace(function(x, k) x * k, m(3), 2), "pass torch_tensor(2)", fixed = TRUE)
 })
+
+test_that("torch_nonzero() inside a trace saves (no as_tuple keyword) and stays 1-based", {
+  skip_if_no_torch()
+  v <- function(...) torch_tensor(c(...))
+  expect_traced_like_eager(function(x) torch_nonzero(x > 0),
+                           list(list(v(1, -1, 2)), list(v(-1, 1, 2, 3))))
+  expect_equal(as.vector(as_array(torch_nonzero(v(0, 3, 0, 1)))), c(2, 4))
+  expect_length(torch_nonzero(v(0, 3), as_list = TRUE), 1)
+})
+
+test_that("x$new_zeros(), $new_ones(), $new_full(), $new_empty() and $unflatten()", {
+  skip_if_no_torch()
+  calls <- list(list(m(4, 3)), list(m(6, 3)))
+  expect_traced_like_eager(function(x) x + x$new_zeros(c(x$size(1), 3)), calls)
+  expect_traced_like_eager(function(x) x$new_ones(x$size(1), 3) + x$new_full(c(1, 3), 2), calls)
+  expect_traced_like_eager(function(x) x$unflatten(1, c(2, -1)), calls)
+  expect_identical(dim(m(2)$new_empty(c(4, 1))), c(4L, 1L))
+  expect_identical(as.character(m(2)$new_zeros(2, dtype = torch_long())$dtype), "int64")
+})
