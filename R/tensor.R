@@ -139,7 +139,7 @@ dtype_py <- function(dtype) {
 #' @export
 torch_tensor <- function(data, dtype = NULL, device = NULL, requires_grad = FALSE) {
   if (is.null(.tb$python_ready)) python_ready()  # R/startup.R: a clear error without Python
-  if (inherits(data, c("torch_sym_int", "torch_sym_sizes"))) {
+  if (is_sym_data(data)) {
     return(sym_tensor(data, dtype, device, requires_grad)) # R/traced-sizes.R
   }
   if (inherits(data, "torch_tensor")) {

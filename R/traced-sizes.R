@@ -319,15 +319,28 @@ sym_arange <- function(start, end, step, dtype, device, requires_grad) {
   ))
 }
 
-# torch_tensor() of a traced size (`torch_tensor(x$size(1))`) or of traced sizes
-# (`torch_tensor(x$shape)`): the 1-d tensor R numbers give (int64 for sizes), made from
-# the traced values so that the graph stays general. R/tensor.R calls this.
+# torch_tensor() of a traced size (`torch_tensor(x$size(1))`), of traced sizes
+# (`torch_tensor(x$shape)`) or of sizes and numbers (`torch_tensor(c(n, 2))`, a list): the
+# 1-d tensor the R numbers give (int64 for sizes, float when a number is double), made
+# from the traced values so that the graph stays general. R/tensor.R calls this.
+is_sym_data <- function(data) {
+  inherits(data, c("torch_sym_int", "torch_sym_sizes")) ||
+    is.list(data) && !is.object(data) && length(data) &&
+      any(vapply(data, inherits, logical(1), "torch_sym_int")) &&
+      all(vapply(data, function(v) {
+        inherits(v, "torch_sym_int") || (is.numeric(v) || is.logical(v)) && length(v) == 1L
+      }, logical(1)))
+}
+
 sym_tensor <- function(data, dtype, device, requires_grad) {
-  items <- if (inherits(data, "torch_sym_sizes")) unclass(data) else list(data)
+  items <- if (inherits(data, "torch_sym_int")) list(data) else unclass(data)
+  # Each number is a full() of its own (not a tensor of R data, which a trace would keep
+  # as a constant), with R's type: c(n, 2) is double, c(n, 2L) integer.
   one <- function(v) {
-    if (!inherits(v, "torch_sym_int")) return(torch_tensor(v, dtype = torch_long()))
-    d <- if (inherits(v, "torch_sym_float")) torch_float() else torch_long()
-    wrap_tensor(tb_py_call(py_torch()$full, list(1L), .subset2(v, ".py"), dtype = dtype_py(d)))
+    d <- if (inherits(v, "torch_sym_float") || is.double(v)) torch_float() else
+      if (is.logical(v)) torch_bool() else torch_long()
+    py <- if (inherits(v, "torch_sym_int")) .subset2(v, ".py") else v
+    wrap_tensor(tb_py_call(py_torch()$full, list(1L), py, dtype = dtype_py(d)))
   }
   parts <- lapply(items, one)
   out <- if (length(parts) == 1L) parts[[1]] else torch_cat(parts)

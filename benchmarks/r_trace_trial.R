@@ -1082,6 +1082,58 @@ case("a module with a plain tensor attribute (a constant)", mod(function() {
   self$w <- torch_tensor(c(1, 2, 3))
 }, function(x) x * self$w), list(T(2, 3)), list(T(5, 3)))
 
+# ---- traced sizes where R values go ---------------------------------------------------------
+case("y[1] <- x$size(1) (a size as the value)", function(x) {
+  y <- x$clone()
+  y[1] <- x$size(1)
+  y
+}, list(T(3)), list(T(5)))
+case("y[1] <- x$size(1) / 2", function(x) {
+  y <- x$clone()
+  y[1] <- x$size(1) / 2
+  y
+}, list(T(3)), list(T(5)))
+case("y[1:2] <- c(1, 2) (an R vector as the value)", function(x) {
+  y <- x$clone()
+  y[1:2] <- c(10, 20)
+  y
+}, list(T(3)), list(T(5)))
+case("x * c(n, 2) (a list of size and number)", function(x) x * torch_tensor(c(x$size(1), 2)),
+     list(T(3, 2)), list(T(5, 2)))
+# c(n, 2) is a list while tracing (a traced size is not an R number): torch_tensor() takes
+# it as the vector c(3L, 2) is outside; a list() of sizes is taken the same way, where
+# outside a trace a list is stacked (shape 2 x 1): the check says so.
+case("torch_tensor(list(n, 2L)) differs: caught by the check",
+     function(x) x$sum() * torch_tensor(list(x$size(1), 2L)), list(T(3, 2)),
+     error = "in the trace but \\[2, 1\\] in the code")
+case("x$fill_(n)", function(x) x$clone()$fill_(x$size(1)), list(T(3)), list(T(5)))
+case("torch_full(c(2), n)", function(x) torch_full(c(2), x$size(1)) + x$sum(), list(T(3)),
+     list(T(5)))
+case("x$masked_fill(m, n)", function(x) x$masked_fill(x > 0, x$size(1)), list(T(3)), list(T(5)))
+case("torch_clamp(x, max = n)", function(x) torch_clamp(x * 10, max = x$size(1)), list(T(3)),
+     list(T(5)))
+case("x$pow(n)", function(x) x$pow(x$size(1)), list(T(3)), list(T(5)), tol = 1e-4)
+case("torch_where(m, x, n)", function(x) torch_where(x > 0, x, x$size(1)), list(T(3)), list(T(5)))
+case("nnf_dropout(p = 1 / n) eval", function(x) nnf_dropout(x, p = 1 / x$size(1), training = FALSE),
+     list(T(3)), list(T(5)))
+case("x$add(n, alpha = 2)", function(x) x$add(x$size(1), alpha = 2), list(T(3)), list(T(5)))
+case("x$narrow(1, 1, n - 1)", function(x) x$narrow(1, 1, x$size(1) - 1), list(T(3)), list(T(5)))
+case("x$roll(n %/% 2)", function(x) x$roll(x$size(1) %/% 2), list(T(4)), list(T(6)))
+case("torch_cumsum(x, dim = x$dim())", function(x) torch_cumsum(x, dim = x$dim()), list(T(3, 2)),
+     list(T(5, 2)))
+case("x$sum(dim = x$dim() - 1)", function(x) x$sum(dim = x$dim() - 1), list(T(3, 2, 2)),
+     list(T(5, 2, 2)))
+case("x$mean(dim = -1)", function(x) x$mean(dim = -1), list(T(3, 2)), list(T(5, 2)))
+case("x$select(2, N)?", function(x) x$select(2, x$size(2)), list(T(3, 2)), list(T(3, 4)))
+case("torch_index_select(x, 1, n) with a size", function(x) {
+  torch_index_select(x, 1, torch_tensor(x$size(1)))
+}, list(T(3, 2)), list(T(5, 2)))
+case("x[n, n] both traced", function(x) x[x$size(1), x$size(2)], list(T(3, 2)), list(T(5, 4)))
+case("x[, n:1] traced reversed columns (guard)", function(x) x[, x$size(2):1], list(T(3, 2)),
+     list(T(3, 4)), guard = TRUE)
+case("x[(n - 1):n, ]", function(x) x[(x$size(1) - 1):x$size(1), ], list(T(3, 2)), list(T(5, 2)),
+     guard = TRUE)
+
 # ---- run ------------------------------------------------------------------------------------
 cat(sprintf("total\t%d\n", length(snippets)), file = out, append = TRUE)
 for (k in seq_along(snippets)) {

@@ -202,3 +202,20 @@ test_that("x$new_zeros(), $new_ones(), $new_full(), $new_empty() and $unflatten(
   expect_identical(dim(m(2)$new_empty(c(4, 1))), c(4L, 1L))
   expect_identical(as.character(m(2)$new_zeros(2, dtype = torch_long())$dtype), "int64")
 })
+
+test_that("traced sizes as values: y[i] <- n, torch_tensor(c(n, 2))", {
+  skip_if_no_torch()
+  v <- function(n) torch_tensor(seq_len(n) * 1.5)
+  calls <- list(list(v(3)), list(v(5)))
+  expect_traced_like_eager(function(x) {
+    y <- x$clone()
+    y[1] <- x$size(1)
+    y[2] <- x$size(1) / 2
+    y
+  }, calls)
+  expect_traced_like_eager(function(x) x[1:2] * torch_tensor(c(x$size(1), 2)), calls)
+  tr <- jit_trace(function(x) torch_tensor(c(x$size(1), 2L)), v(3))
+  expect_identical(as.character(tr(v(5))$dtype), "int64")
+  tr <- jit_trace(function(x) torch_tensor(c(x$size(1), 2)), v(3))
+  expect_identical(as.character(tr(v(5))$dtype), "float32")
+})
