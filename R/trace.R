@@ -315,6 +315,12 @@ check_example <- function(v, caller, k) {
     for (item in v) check_example(item, caller, k)
     return(invisible())
   }
+  if (is.atomic(v) && !is.null(dim(v))) {
+    type_error(sprintf(paste(
+      "%s(): example input %d is an R %s array (%s); example inputs must be tensors (or lists",
+      "of tensors): pass torch_tensor() of it."),
+      caller, k, typeof(v), paste(dim(v), collapse = " x ")))
+  }
   shown <- if (is.atomic(v)) {
     text <- paste(deparse(v, width.cutoff = 60L), collapse = " ")
     if (nchar(text) > 60L) paste0(substr(text, 1L, 57L), "...") else text

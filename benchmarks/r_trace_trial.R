@@ -33,7 +33,7 @@ if (is.na(child)) {
   repeat {
     unlink(out)
     status <- system2(file.path(R.home("bin"), "Rscript"),
-                      c(shQuote(script), "--child", from, shQuote(out)),
+                      c(shQuote(script), "--child", from, shQuote(out), if (verbose) "--verbose"),
                       stdout = "", stderr = if (verbose) "" else FALSE)
     lines <- if (file.exists(out)) readLines(out) else character()
     parts <- strsplit(lines, "\t", fixed = TRUE)

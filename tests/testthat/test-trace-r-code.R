@@ -219,3 +219,17 @@ test_that("traced sizes as values: y[i] <- n, torch_tensor(c(n, 2))", {
   tr <- jit_trace(function(x) torch_tensor(c(x$size(1), 2)), v(3))
   expect_identical(as.character(tr(v(5))$dtype), "float32")
 })
+
+test_that("calling a trace with what it can not take says so in R terms", {
+  skip_if_no_torch()
+  tr <- jit_trace(function(x) x * 2, m(2))
+  expect_error(tr(matrix(1, 2, 2)),
+               "input 1 (x) must be a tensor, got an R vector or array (make it one with torch_tensor())",
+               fixed = TRUE)
+  expect_error(tr(list(m(2))), "input 1 (x) must be a tensor, got an unnamed list", fixed = TRUE)
+  expect_error(tr(m(2), m(2)), "numbers, character strings, NULL and the structure of lists",
+               fixed = TRUE)
+  expect_error(jit_trace(function(x) x, matrix(1:4, 2)),
+               "example input 1 is an R integer array (2 x 2); example inputs must be tensors (or lists of tensors): pass torch_tensor() of it.",
+               fixed = TRUE, class = "type_error")
+})
