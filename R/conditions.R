@@ -38,6 +38,8 @@ r_terms_one <- function(msg) {
   # counted from 1.
   msg <- shift_numbers(msg, "\\b(dimension) (\\d+)(?= of the inputs)", "%s %d")
   msg <- shift_dimension_of_input(msg)
+  # A call's inputs (runtime/support.py): "input 0 (x) must be a tensor".
+  msg <- shift_numbers(msg, "\\b(input) (\\d+)(?= \\(\\w+\\) must be| is not what)", "%s %d")
   msg <- gsub(paste0("\\b", ident, "\\.(dim|numel|item|size)\\(\\)"), "\\1$\\2()", msg,
               perl = TRUE)
   msg <- gsub(paste0("\\b", ident, "\\.tolist\\(\\)"), "as_array(\\1)", msg, perl = TRUE)
@@ -59,6 +61,13 @@ r_terms_one <- function(msg) {
     msg <- gsub("the Python-level decision", "the R-level decision (an `if` or a loop on a size)",
                 msg, fixed = TRUE)
     msg <- gsub("instead of a Python int", "instead of an R number", msg, fixed = TRUE)
+    msg <- sub("must be a tensor, got ndarray",
+               "must be a tensor, got an R vector or array (make it one with torch_tensor())",
+               msg, fixed = TRUE)
+    msg <- sub("must be a tensor, got (tuple|list)$", "must be a tensor, got an unnamed list", msg)
+    msg <- sub("must be a tensor, got dict$", "must be a tensor, got a named list", msg)
+    msg <- gsub("numbers, strings, None and the structure of containers",
+                "numbers, character strings, NULL and the structure of lists", msg, fixed = TRUE)
     # R lists: unnamed ones are tuples, named ones dicts (R/python.R).
     msg <- gsub("returns a list or dict", "returns a named list", msg, fixed = TRUE)
     msg <- gsub("tensors or (nested) tuples. Return a tuple,",

@@ -125,6 +125,7 @@ value_index <- function(v) {
     }
     return(list(kind = "vector", value = tb_py_call(py$sub, 1L)))
   }
+  if (inherits(v, "torch_sym_int") && !isTRUE(.tb$tracing)) v <- sym_settled(v)
   if (inherits(v, "torch_sym_int")) return(list(kind = "int", value = sym_position(v, "index")))
   if (is.list(v) && length(v) && any(vapply(v, inherits, logical(1), "torch_sym_int"))) {
     return(sym_vector_index(v))
@@ -358,7 +359,8 @@ index_call <- function(py, key) {
       idx
     })
   })
-  val <- if (inherits(value, "torch_tensor")) .subset2(value, ".py") else
+  # A traced size as the value is recorded as it is (`y[1] <- x$size(1)`).
+  val <- if (inherits(value, c("torch_tensor", "torch_sym_int"))) .subset2(value, ".py") else
     if (length(value) == 1) reticulate::r_to_py(value) else tensor_py(torch_tensor(value))
   withCallingHandlers(
     tb_py_call(py_torch()$Tensor$`__setitem__`, py,

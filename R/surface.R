@@ -314,6 +314,7 @@ check_whole <- function(v, name) {
 }
 
 int_arg <- function(v, name) {
+  v <- sym_settled(v) # a traced size kept after its trace: its number
   if (inherits(v, c("torch_sym_int", "torch_tensor"))) return(.subset2(v, ".py"))
   check_whole(v, name)
   reticulate::r_to_py(as.integer(v))

@@ -139,7 +139,7 @@ dtype_py <- function(dtype) {
 #' @export
 torch_tensor <- function(data, dtype = NULL, device = NULL, requires_grad = FALSE) {
   if (is.null(.tb$python_ready)) python_ready()  # R/startup.R: a clear error without Python
-  if (inherits(data, c("torch_sym_int", "torch_sym_sizes"))) {
+  if (is_sym_data(data)) {
     return(sym_tensor(data, dtype, device, requires_grad)) # R/traced-sizes.R
   }
   if (inherits(data, "torch_tensor")) {
@@ -509,7 +509,7 @@ tensor_fields <- c("shape", "dtype", "device", "requires_grad", "grad", "grad_fn
 # x$size() gives an R integer vector; traced sizes stay a list of traced integers, classed
 # so that `x$shape[1]` is one traced integer, as it is one R integer (R/traced-sizes.R).
 simplify_sizes <- function(out) {
-  if (is.list(out) && all(vapply(out, is.numeric, logical(1)))) {
+  if (is.list(out) && !any(vapply(out, inherits, logical(1), "torch_sym_int"))) {
     return(as.integer(unlist(out)))
   }
   if (is.list(out)) class(out) <- "torch_sym_sizes"

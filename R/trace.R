@@ -315,16 +315,30 @@ check_example <- function(v, caller, k) {
     for (item in v) check_example(item, caller, k)
     return(invisible())
   }
+  if (is.atomic(v) && !is.null(dim(v))) {
+    type_error(sprintf(paste(
+      "%s(): example input %d is an R %s array (%s); example inputs must be tensors (or lists",
+      "of tensors): pass torch_tensor() of it."),
+      caller, k, typeof(v), paste(dim(v), collapse = " x ")))
+  }
   shown <- if (is.atomic(v)) {
     text <- paste(deparse(v, width.cutoff = 60L), collapse = " ")
     if (nchar(text) > 60L) paste0(substr(text, 1L, 57L), "...") else text
   } else NULL
+  # A setting (a character or logical) is code, not data: a tensor of it means nothing.
+  setting <- is.character(v) || is.logical(v) && length(v) == 1L
+  fix <- if (setting) {
+    sprintf(paste(
+      "fix it in the traced code instead, e.g. `jit_trace(function(x) f(x, %s), x)`, and",
+      "trace once per value"), shown)
+  } else if (!is.null(shown)) {
+    sprintf("pass torch_tensor(%s)", shown)
+  } else "pass a tensor made with torch_tensor()"
   type_error(sprintf(paste(
     "%s(): example input %d is %s%s; example inputs must be tensors (or lists of",
-    "tensors): pass %s."),
+    "tensors): %s."),
     caller, k, if (is.atomic(v)) sprintf("an R %s vector", typeof(v)) else describe_value(v),
-    if (!is.null(shown)) sprintf(" (%s)", shown) else "",
-    if (!is.null(shown)) sprintf("torch_tensor(%s)", shown) else "a tensor made with torch_tensor()"))
+    if (!is.null(shown)) sprintf(" (%s)", shown) else "", fix))
 }
 
 run_trace <- function(fn, target, args, ...) {

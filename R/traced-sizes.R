@@ -15,10 +15,22 @@
 #' @export
 Ops.torch_sym_int <- Ops.torch_tensor
 
+# Note: after the trace. A traced size that R code kept (in a global, on a module: `self$n
+# <- x$size(1)`) outlives its trace; there it is the number it was on the example, an R
+# integer (or double) again, read without a guard since no trace records it any more.
+sym_settled <- function(v) {
+  if (!inherits(v, "torch_sym_int") || isTRUE(.tb$tracing)) return(v)
+  reticulate::py_to_r(py_rb()$concrete(.subset2(v, ".py")))
+}
+
 # `op` (an R operator) on traced integers and numbers. Whole doubles go to Python as ints,
 # so `x$size(1) - 1` stays a traced integer, as 4L - 1 is a whole number in R.
 sym_int_ops <- function(op, e1, e2 = NULL) {
-  if (isTRUE(.tb$tracing)) note_r_location()
+  if (!isTRUE(.tb$tracing)) {
+    f <- get(op, envir = baseenv(), mode = "function")
+    return(if (is.null(e2)) f(sym_settled(e1)) else f(sym_settled(e1), sym_settled(e2)))
+  }
+  note_r_location()
   if (is.null(e2)) {
     if (op == "-") return(sym_from_py(py_rb()$binary("-", 0L, sym_operand(e1, op))))
     if (op == "+") return(e1)
@@ -55,6 +67,11 @@ sym_from_py <- function(py) {
 # for a negative one (counted from the end, -1 the last). The sign is recorded as a guard,
 # so a call where it differs stops instead of shifting the wrong way.
 sym_position <- function(v, what = "position") {
+  if (!isTRUE(.tb$tracing)) {
+    n <- as.integer(sym_settled(v))
+    if (n == 0L) index_error(sprintf("The %s is 0: positions are 1-based in R.", what))
+    return(reticulate::r_to_py(if (n > 0L) n - 1L else n))
+  }
   py <- .subset2(v, ".py")
   if (isTRUE(reticulate::py_to_r(py_rb()$binary(">", py, 0L)))) {
     return(py_rb()$binary("-", py, 1L))
@@ -68,13 +85,15 @@ sym_position <- function(v, what = "position") {
 
 #' @export
 as.integer.torch_sym_int <- function(x, ...) {
-  if (isTRUE(.tb$tracing)) note_r_location()
+  if (!isTRUE(.tb$tracing)) return(as.integer(sym_settled(x)))
+  note_r_location()
   reticulate::py_to_r(py_rb()$to_int(.subset2(x, ".py")))
 }
 
 #' @export
 as.numeric.torch_sym_int <- function(x, ...) {
-  if (isTRUE(.tb$tracing)) note_r_location()
+  if (!isTRUE(.tb$tracing)) return(as.numeric(sym_settled(x)))
+  note_r_location()
   reticulate::py_to_r(py_rb()$to_float(.subset2(x, ".py")))
 }
 
@@ -89,7 +108,10 @@ as.logical.torch_sym_int <- function(x, ...) as.integer(x) != 0L
 # any other (or `log(n, base)`) reads the value, recording a guard, and applies R's own.
 #' @export
 Math.torch_sym_int <- function(x, ...) {
-  if (isTRUE(.tb$tracing)) note_r_location()
+  if (!isTRUE(.tb$tracing)) {
+    return(get(.Generic, envir = baseenv(), mode = "function")(sym_settled(x), ...))
+  }
+  note_r_location()
   recorded <- c("sqrt", "exp", "log", "log2", "log10", "floor", "ceiling", "trunc", "abs")
   if (.Generic %in% recorded && !...length()) {
     return(sym_from_py(py_rb()$r_math(.Generic, .subset2(x, ".py"))))
@@ -121,6 +143,7 @@ sym_summary <- function(generic, items) {
 
 #' @export
 print.torch_sym_int <- function(x, ...) {
+  if (!isTRUE(.tb$tracing)) return(print(sym_settled(x), ...))
   cat(if (inherits(x, "torch_sym_float")) "<traced number>\n" else "<traced integer>\n")
   invisible(x)
 }
@@ -149,6 +172,18 @@ print.torch_sym_sizes <- function(x, ...) {
   invisible(x)
 }
 
+# is.numeric() of a traced size is TRUE, as for the R integer it stands for (code that
+# checks its arguments, `stopifnot(is.numeric(n))`, takes the same path as untraced).
+#' @export
+is.numeric.torch_sym_int <- function(x) TRUE
+
+#' @export
+is.numeric.torch_sym_sizes <- function(x) TRUE
+
+# A traced size is never NA.
+#' @export
+is.na.torch_sym_int <- function(x) FALSE
+
 # ---- R functions that need a plain integer -------------------------------------------
 
 # While tracing an R function, `seq_len(n)`, `seq_along()` and `a:b` take traced sizes the
@@ -156,7 +191,11 @@ print.torch_sym_sizes <- function(x, ...) {
 # size stops with a guard error) and the loop unrolls. They are bound in an environment
 # between the traced function and its own (see trace_source()), so base R is untouched.
 traced_size_helpers <- function() {
-  plain <- function(v) if (inherits(v, "torch_sym_int")) as.integer(v) else v
+  plain <- function(v) {
+    if (inherits(v, "torch_sym_float")) return(as.numeric(v))
+    if (inherits(v, c("torch_sym_int", "torch_sym_sizes"))) return(as.integer(v))
+    v
+  }
   list(
     seq_len = function(length.out) base::seq_len(plain(length.out)),
     `:` = function(from, to) base::`:`(plain(from), plain(to)),
@@ -164,7 +203,22 @@ traced_size_helpers <- function() {
     rep = function(x, ...) {
       args <- lapply(list(...), plain)
       do.call(base::rep, c(list(x), args))
-    }
+    },
+    rep_len = function(x, length.out) base::rep_len(x, plain(length.out)),
+    numeric = function(length = 0L) base::numeric(plain(length)),
+    double = function(length = 0L) base::double(plain(length)),
+    integer = function(length = 0L) base::integer(plain(length)),
+    logical = function(length = 0L) base::logical(plain(length)),
+    character = function(length = 0L) base::character(plain(length)),
+    vector = function(mode = "logical", length = 0L) base::vector(mode, plain(length)),
+    matrix = function(data = NA, nrow = 1, ncol = 1, ...) {
+      base::matrix(data, plain(nrow), plain(ncol), ...)
+    },
+    array = function(data = NA, dim = length(data), ...) {
+      base::array(data, as.integer(lapply(dim, plain)), ...)
+    },
+    match = function(x, table, ...) base::match(plain(x), plain(table), ...),
+    `%in%` = function(x, table) base::`%in%`(plain(x), plain(table))
   )
 }
 
@@ -265,15 +319,28 @@ sym_arange <- function(start, end, step, dtype, device, requires_grad) {
   ))
 }
 
-# torch_tensor() of a traced size (`torch_tensor(x$size(1))`) or of traced sizes
-# (`torch_tensor(x$shape)`): the 1-d tensor R numbers give (int64 for sizes), made from
-# the traced values so that the graph stays general. R/tensor.R calls this.
+# torch_tensor() of a traced size (`torch_tensor(x$size(1))`), of traced sizes
+# (`torch_tensor(x$shape)`) or of sizes and numbers (`torch_tensor(c(n, 2))`, a list): the
+# 1-d tensor the R numbers give (int64 for sizes, float when a number is double), made
+# from the traced values so that the graph stays general. R/tensor.R calls this.
+is_sym_data <- function(data) {
+  inherits(data, c("torch_sym_int", "torch_sym_sizes")) ||
+    is.list(data) && !is.object(data) && length(data) &&
+      any(vapply(data, inherits, logical(1), "torch_sym_int")) &&
+      all(vapply(data, function(v) {
+        inherits(v, "torch_sym_int") || (is.numeric(v) || is.logical(v)) && length(v) == 1L
+      }, logical(1)))
+}
+
 sym_tensor <- function(data, dtype, device, requires_grad) {
-  items <- if (inherits(data, "torch_sym_sizes")) unclass(data) else list(data)
+  items <- if (inherits(data, "torch_sym_int")) list(data) else unclass(data)
+  # Each number is a full() of its own (not a tensor of R data, which a trace would keep
+  # as a constant), with R's type: c(n, 2) is double, c(n, 2L) integer.
   one <- function(v) {
-    if (!inherits(v, "torch_sym_int")) return(torch_tensor(v, dtype = torch_long()))
-    d <- if (inherits(v, "torch_sym_float")) torch_float() else torch_long()
-    wrap_tensor(tb_py_call(py_torch()$full, list(1L), .subset2(v, ".py"), dtype = dtype_py(d)))
+    d <- if (inherits(v, "torch_sym_float") || is.double(v)) torch_float() else
+      if (is.logical(v)) torch_bool() else torch_long()
+    py <- if (inherits(v, "torch_sym_int")) .subset2(v, ".py") else v
+    wrap_tensor(tb_py_call(py_torch()$full, list(1L), py, dtype = dtype_py(d)))
   }
   parts <- lapply(items, one)
   out <- if (length(parts) == 1L) parts[[1]] else torch_cat(parts)

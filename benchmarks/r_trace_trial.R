@@ -33,7 +33,7 @@ if (is.na(child)) {
   repeat {
     unlink(out)
     status <- system2(file.path(R.home("bin"), "Rscript"),
-                      c(shQuote(script), "--child", from, shQuote(out)),
+                      c(shQuote(script), "--child", from, shQuote(out), if (verbose) "--verbose"),
                       stdout = "", stderr = if (verbose) "" else FALSE)
     lines <- if (file.exists(out)) readLines(out) else character()
     parts <- strsplit(lines, "\t", fixed = TRUE)
@@ -91,13 +91,35 @@ plain <- function(v) {
 same <- function(a, b, tol) {
   isTRUE(all.equal(plain(a), plain(b), tolerance = tol, check.attributes = TRUE))
 }
+# A guard error, or the error for a call whose containers differ from the example's
+# (their structure is fixed in a trace, as in Python).
 is_guard <- function(e) {
-  inherits(e, "tracebridge_guard_error") || grepl("guard|assum", conditionMessage(e),
-                                                   ignore.case = TRUE)
+  inherits(e, "tracebridge_guard_error") ||
+    grepl("guard|assum|fixed in a trace", conditionMessage(e), ignore.case = TRUE)
 }
 one_line <- function(msg) gsub("[\t\n]+", " ", substr(msg, 1, 400))
 
+# A snippet that does its own tracing: `fn()` returns list(got, want), compared as the
+# traced calls are; `error`: it must raise an error matching it (a clear refusal).
+custom <- function(name, fn, error = NULL, tol = 1e-5) {
+  snippets[[length(snippets) + 1L]] <<- list(name = name, custom = fn, error = error,
+                                             tol = tol)
+}
+
+run_custom <- function(s) {
+  r <- tryCatch(s$custom(), error = identity)
+  if (inherits(r, "error")) {
+    msg <- conditionMessage(r)
+    if (!is.null(s$error) && grepl(s$error, msg)) return(list("clear error", msg))
+    return(list("fails", msg))
+  }
+  if (!is.null(s$error)) return(list("SILENTLY WRONG", "ran where an error was expected"))
+  if (!same(r[[1]], r[[2]], s$tol)) return(list("SILENTLY WRONG", "differs from eager"))
+  list("works", "")
+}
+
 run_snippet <- function(s) {
+  if (!is.null(s$custom)) return(run_custom(s))
   f <- if (isTRUE(attr(s$f, "module"))) s$f() else s$f
   eager <- function(inputs) do.call(f, inputs)
   traced <- tryCatch(do.call(jit_trace, c(list(f), s$example, s$trace_args)), error = identity)
@@ -621,6 +643,496 @@ case("an R matrix as the example is refused", function(x) x * 2, list(matrix(1:4
 case("x[0] is a clear error", function(x) x[0], list(T(3)), error = "0|1-based|position")
 case("x[x$size(1) + 1] out of bounds", function(x) x[x$size(1) + 1], list(T(3)),
      error = "out of|bounds|range|index")
+
+
+# ---- values read from tensors: guards, never a baked value ---------------------------------
+case("if (x$sum() > 0) on a tensor (guard)", function(x) if (as.logical(x$sum() > 0)) x else -x,
+     list(torch_ones(3)), list(-torch_ones(3)), guard = TRUE)
+case("as.numeric(x$sum()) as a scale (guard)", function(x) x * as.numeric(x$sum()),
+     list(torch_ones(3)), list(torch_ones(3) * 2), guard = TRUE)
+case("as.integer(x[1]) as a position (guard)", function(x, i) x[as.integer(i$item())],
+     list(T(4), torch_tensor(2L)), list(T(4), torch_tensor(3L)), guard = TRUE)
+case("which(as_array(m)) positions (guard)", function(x) x[which(as_array(x > 0))],
+     list(torch_tensor(c(1, -1, 2))), list(torch_tensor(c(-1, 1, 2))), guard = TRUE)
+case("max(as_array(x)) (guard)", function(x) x / max(as_array(x)), list(torch_tensor(c(1, 2))),
+     list(torch_tensor(c(1, 4))), guard = TRUE)
+case("as.numeric(as_array(x)) summed in R (guard)", function(x) x * Reduce(`+`, as.numeric(as_array(x))),
+     list(torch_tensor(c(1, 2))), list(torch_tensor(c(1, 4))), guard = TRUE)
+case("ifelse on a size", function(x) x * ifelse(x$size(1) > 3, 1, 2), list(T(3)), list(T(5)),
+     guard = TRUE)
+case("is.numeric(n) is TRUE as for an R integer", function(x) if (is.numeric(x$size(1))) x * 2 else x,
+     list(T(3)), list(T(5)))
+# identical() compares objects: a traced size is not the R integer 3L, so the traced branch
+# differs from the untraced one, which the check catches (use `==`, which records a guard).
+case("identical(n, 3L) is caught by the check", function(x) if (identical(x$size(1), 3L)) x * 2 else x,
+     list(T(3)), list(T(5)), error = "differs between the code and the trace")
+case("n %in% c(3, 5) (guard)", function(x) if (x$size(1) %in% c(3, 5)) x * 2 else x,
+     list(T(3)), list(T(4)), guard = TRUE)
+case("switch(as.character(n)) (guard)", function(x) switch(as.character(x$size(1)), "3" = x * 3, x),
+     list(T(3)), list(T(4)), guard = TRUE)
+case("vapply(seq_len(n)) (guard)", function(x) {
+  w <- vapply(seq_len(x$size(1)), function(i) i * 1.0, numeric(1))
+  x * torch_tensor(w)
+}, list(T(3)), list(T(4)), guard = TRUE)
+case("seq(1, n, length.out = 3) (guard)", function(x) x[seq(1, x$size(1), length.out = 2)],
+     list(T(3)), list(T(5)), guard = TRUE)
+case("numeric(n) (guard)", function(x) x * torch_tensor(numeric(x$size(1)) + 1),
+     list(T(3)), list(T(5)), guard = TRUE)
+case("rep(1, n) (guard)", function(x) x * torch_tensor(rep(2, x$size(1))), list(T(3)),
+     list(T(5)), guard = TRUE)
+case("matrix(0, n, 2) (guard)", function(x) x + torch_tensor(matrix(1, x$size(1), 2)),
+     list(T(3, 2)), list(T(5, 2)), guard = TRUE)
+case("isTRUE(n == 3) (guard)", function(x) if (isTRUE(x$size(1) == 3)) x else -x, list(T(3)),
+     list(T(5)), guard = TRUE)
+case("n as a list name", function(x) {
+  l <- list()
+  l[[paste0("n", x$size(1))]] <- x
+  l[[1]] * 2
+}, list(T(3)), list(T(5)), guard = TRUE)
+case("a size kept in a closure", function(x) {
+  n <- x$size(1)
+  scale <- function(t) t / n
+  scale(x)
+}, list(T(3)), list(T(5)))
+case("do.call(torch_cat, ...)", function(x) do.call(torch_cat, list(list(x, x), dim = 1)),
+     list(T(3)), list(T(5)))
+case("Recall/recursion on sizes (guard)", function(x) {
+  f <- function(t) if (t$size(1) <= 1) t else f(t[2:N]) + t[1]
+  f(x)
+}, list(T(3)), list(T(4)), guard = TRUE)
+
+# ---- more indexing ------------------------------------------------------------------------
+case("x[1, 1, drop = FALSE]", function(x) x[1, 1, drop = FALSE], list(T(3, 4)), list(T(5, 4)))
+case("x[, 1:2, drop = FALSE]", function(x) x[, 1:2, drop = FALSE], list(T(3, 4)), list(T(5, 4)))
+case("x[.., N]", function(x) x[.., N], list(T(2, 3, 4)), list(T(2, 3, 6)))
+case("x[N - 1, ]", function(x) x[N - 1, ], list(T(3, 4)), list(T(5, 4)))
+case("x[(N %/% 2):N]", function(x) x[(N %/% 2):N], list(T(4)), list(T(8)))
+case("x[1:(x$size(1) %/% 2), ]", function(x) x[1:(x$size(1) %/% 2), ], list(T(4, 2)),
+     list(T(8, 2)), guard = TRUE)
+case("x[x$size(1) %/% 2, ]", function(x) x[x$size(1) %/% 2, ], list(T(4, 2)), list(T(8, 2)))
+case("x[-x$size(1), ] (negative traced position)", function(x) x[-x$size(1), ],
+     list(T(4, 2)), list(T(6, 2)))
+case("x[c(-1, -N), ]", function(x) x[c(-1, -2), ], list(T(4, 2)), list(T(6, 2)))
+case("x[c(N, 1), ]", function(x) x[c(N, 1), ], list(T(4, 2)), list(T(6, 2)))
+case("x[i] i an int64 0-d tensor", function(x, i) x[i], list(T(4), torch_tensor(2L)$squeeze()),
+     list(T(6), torch_tensor(5L)$squeeze()))
+case("x[i, j] two index tensors", function(x, i, j) x[i, j],
+     list(T(4, 3), torch_tensor(c(1L, 2L)), torch_tensor(c(3L, 1L))),
+     list(T(6, 5), torch_tensor(c(6L, 2L, 1L)), torch_tensor(c(5L, 1L))))
+case("x[m] m a logical input tensor", function(x, m) x[m], list(T(3), torch_tensor(c(TRUE, FALSE, TRUE))),
+     list(T(5), torch_tensor(c(TRUE, FALSE, TRUE, TRUE, FALSE))))
+case("x[x[, 1] > 0, 2]", function(x) x[x[, 1] > 0, 2], list(T(6, 2)), list(T(9, 2)))
+case("x[[2]] on a 1-d tensor", function(x) x[[2]], list(T(3)), list(T(5)))
+case("y[2:N] <- 0", function(x) {
+  y <- x$clone()
+  y[2:N] <- 0
+  y
+}, list(T(4)), list(T(6)))
+case("y[i, ] <- v with a traced size i", function(x) {
+  y <- x$clone()
+  y[x$size(1) - 1L, ] <- x[1, ]
+  y
+}, list(T(4, 2)), list(T(6, 2)))
+case("y[c(1, n), ] <- 0 traced vector assignment", function(x) {
+  y <- x$clone()
+  y[c(1, x$size(1)), ] <- 0
+  y
+}, list(T(4, 2)), list(T(6, 2)))
+case("y[-1] <- 0 (last, mlverse)", function(x) {
+  y <- x$clone()
+  y[-1] <- 0
+  y
+}, list(T(4)), list(T(6)))
+case("y[m] <- tensor of values", function(x) {
+  y <- x$clone()
+  y[y > 0] <- y[y > 0] * 10
+  y
+}, list(T(6)), list(T(9)))
+case("y[, N] <- y[, 1]", function(x) {
+  y <- x$clone()
+  y[, N] <- y[, 1]
+  y
+}, list(T(3, 4)), list(T(3, 6)))
+case("y[.., 1] <- 0", function(x) {
+  y <- x$clone()
+  y[.., 1] <- 0
+  y
+}, list(T(2, 3, 4)), list(T(5, 3, 4)))
+case("in-place x$add_() on a clone", function(x) {
+  y <- x$clone()
+  y$add_(1)
+  y$mul_(x$size(1))
+}, list(T(3)), list(T(5)))
+case("x[0] is a clear error (1-based)", function(x) x[0], list(T(3)), error = "1-based|0")
+case("x[c(1, NA)] is a clear error", function(x) x[c(1, NA)], list(T(3)),
+     error = "NA|whole|index")
+case("x[1.5] is a clear error", function(x) x[1.5], list(T(3)), error = "whole|index")
+case("x[\"a\"] is a clear error", function(x) x["a"], list(T(3)), error = "index|character")
+
+# ---- arguments that are not tensors --------------------------------------------------------
+# Example inputs are tensors (as in mlverse): numbers, characters and logicals are refused
+# with a message that says what to do, never baked in silently.
+case("a number argument is refused (pass a tensor)", function(x, k) x * k, list(T(3), 2),
+     error = "pass torch_tensor\\(2\\)")
+case("an integer argument is refused (pass a tensor)", function(x, k) x * k, list(T(3), 2L),
+     error = "pass torch_tensor\\(2L\\)")
+case("a character argument is refused (fix it in the code)", function(x, act) {
+  if (act == "relu") nnf_relu(x) else nnf_gelu(x)
+}, list(T(3), "relu"), error = "fix it in the traced code instead")
+case("a logical argument is refused (fix it in the code)", function(x, flag) if (flag) x * 2 else x,
+     list(T(3), TRUE), error = "fix it in the traced code instead")
+case("a number as a 0-d tensor is not baked", function(x, k) x * k, list(T(3), torch_tensor(2)),
+     list(T(3), torch_tensor(3)))
+case("a NULL argument", function(x, y) if (is.null(y)) x else x + y, list(T(3), NULL),
+     list(T(5), NULL))
+case("a list input whose length changes", function(l) Reduce(`+`, l), list(list(T(2), T(2))),
+     list(list(T(2), T(2), T(2))), guard = TRUE)
+case("a named list input, names in another order", function(l) l$a - l$b,
+     list(list(a = T(3), b = T(3))), list(list(b = T(3), a = T(3))))
+
+custom("a traced size kept on a module after the trace", function() {
+  Net <- nn_module(
+    initialize = function() self$fc <- nn_linear(2, 2),
+    forward = function(x) {
+      self$last_n <- x$size(1)
+      self$fc(x)
+    })
+  m <- Net()
+  suppressWarnings(tm <- jit_trace(m, torch_ones(3, 2)))
+  n <- m$last_n
+  list(as.integer(n) + 1L, 4L)
+})
+# The check runs the code again (at other sizes too), so what it leaves in a global is
+# from its last run; with check_trace = FALSE the code runs once, on the example.
+custom("a traced size kept in a global after the trace", function() {
+  keep <- new.env()
+  f <- function(x) {
+    keep$n <- x$size(1)
+    x * 2
+  }
+  tr <- jit_trace(f, torch_ones(3), check_trace = FALSE)
+  list(keep$n * 2, 6)
+})
+custom("a tensor made inside the trace kept outside it", function() {
+  keep <- new.env()
+  f <- function(x) {
+    keep$t <- x * 2
+    x + 1
+  }
+  tr <- jit_trace(f, torch_ones(3), check_trace = FALSE)
+  list(as_array(keep$t + 1), c(3, 3, 3))
+})
+custom("the traced function called with an R matrix", function() {
+  f <- function(x) x * 2
+  tr <- jit_trace(f, torch_ones(2, 2))
+  list(tr(matrix(1, 2, 2)), f(torch_ones(2, 2)))
+}, error = "tensor")
+custom("the traced function called with too many inputs", function() {
+  tr <- jit_trace(function(x) x * 2, torch_ones(2))
+  list(tr(torch_ones(2), torch_ones(2)), NULL)
+}, error = "argument|input|expected")
+custom("the traced function called with another dtype", function() {
+  f <- function(x) x * 2
+  tr <- jit_trace(f, torch_ones(2))
+  list(tr(torch_tensor(c(1L, 2L))), f(torch_tensor(c(1L, 2L))))
+}, error = "dtype|int64|float")
+custom("the traced function called with another rank", function() {
+  f <- function(x) x$sum(dim = 1)
+  tr <- jit_trace(f, torch_ones(2, 3))
+  list(tr(torch_ones(2, 3, 4)), f(torch_ones(2, 3, 4)))
+}, error = "dimension|rank|dim|shape")
+custom("a module traced in both modes follows $train()/$eval()", function() {
+  Net <- nn_module(
+    initialize = function() self$fc <- nn_linear(2, 2),
+    forward = function(x) if (self$training) self$fc(x) * 2 else self$fc(x))
+  m <- Net()
+  tm <- jit_trace(m, torch_ones(3, 2))
+  tm$eval()
+  m$eval()
+  a <- tm(torch_ones(4, 2))
+  list(a, m(torch_ones(4, 2)))
+})
+custom("training the traced module trains the original", function() {
+  m <- nn_linear(2, 1)
+  tm <- jit_trace(m, torch_ones(3, 2))
+  opt <- optim_sgd(tm$parameters, lr = 0.1)
+  loss <- tm(torch_ones(3, 2))$sum()
+  loss$backward()
+  opt$step()
+  list(tm(torch_ones(1, 2)), m(torch_ones(1, 2)))
+})
+custom("a module with batch norm in train mode: statistics updated once a call", function() {
+  torch_manual_seed(1)
+  m1 <- nn_batch_norm1d(2)
+  m2 <- nn_batch_norm1d(2)
+  x <- torch_randn(4, 2)
+  tm <- jit_trace(m1, x)
+  unchanged <- as_array(m1$running_mean)
+  tm(x)
+  m2(x) # tracing did not count: one call, one update
+  list(list(unchanged, m1$running_mean), list(c(0, 0), m2$running_mean))
+})
+custom("gradients through a traced function", function() {
+  f <- function(x) (x * x$size(1))$sum()
+  tr <- jit_trace(f, torch_ones(3))
+  a <- torch_ones(5, requires_grad = TRUE)
+  tr(a)$backward()
+  b <- torch_ones(5, requires_grad = TRUE)
+  f(b)$backward()
+  list(a$grad, b$grad)
+})
+custom("a traced function inside another trace", function() {
+  inner <- jit_trace(function(x) x * x$size(1), torch_ones(3))
+  outer <- function(x) inner(x) + 1
+  tr <- jit_trace(outer, torch_ones(3))
+  list(tr(torch_ones(5)), outer(torch_ones(5)))
+})
+custom("a loaded module keeps R-side sizes general", function() {
+  Net <- nn_module(
+    initialize = function() self$fc <- nn_linear(4, 2),
+    forward = function(x) self$fc(x$view(c(x$size(1), -1))))
+  m <- Net()
+  tm <- jit_trace(m, torch_ones(3, 2, 2))
+  path <- tempfile(fileext = ".pt")
+  jit_save(tm, path)
+  ld <- jit_load(path)
+  ld$eval()
+  m$eval()
+  x <- torch_randn(7, 2, 2)
+  list(ld(x), m(x))
+})
+
+# ---- sizes as vectors ------------------------------------------------------------------------
+case("x$view(x$shape)", function(x) (x + 1)$view(x$shape), list(T(3, 2)), list(T(5, 4)))
+case("x$view(rev(x$shape))", function(x) x$view(rev(x$shape)), list(T(3, 2)), list(T(5, 4)))
+case("torch_zeros(x$shape[-1])", function(x) x + torch_zeros(x$shape[-1]), list(T(3, 2)),
+     list(T(5, 4)))
+case("x$expand(x$shape) of a row", function(x) x[1, , drop = FALSE]$expand(x$shape),
+     list(T(3, 2)), list(T(5, 4)))
+case("x$view(c(x$shape[1], x$shape[2] * x$shape[3]))",
+     function(x) x$view(c(x$shape[1], x$shape[2] * x$shape[3])), list(T(3, 2, 2)),
+     list(T(5, 4, 3)))
+case("x$shape[[2]]", function(x) x / x$shape[[2]], list(T(3, 2)), list(T(5, 4)))
+case("x$size()[2]", function(x) x / x$size()[2], list(T(3, 2)), list(T(5, 4)))
+case("dim(x)[[2]]", function(x) x / dim(x)[[2]], list(T(3, 2)), list(T(5, 4)))
+case("max(x$shape)", function(x) x / max(x$shape), list(T(3, 2)), list(T(5, 4)), guard = TRUE)
+case("length(x$shape)", function(x) x * length(x$shape), list(T(3, 2)), list(T(5, 4)))
+case("all(x$shape == c(3, 2)) (guard)", function(x) if (all(x$shape == c(3, 2))) x * 2 else x,
+     list(T(3, 2)), list(T(5, 4)), guard = TRUE)
+case("x$shape * 2 to a factory", function(x) torch_zeros(x$shape * 2)$sum() + x, list(T(3, 2)),
+     list(T(5, 4)))
+case("for (d in x$shape) accumulate", function(x) {
+  s <- 1
+  for (d in x$shape) s <- s * d
+  x / s
+}, list(T(3, 2)), list(T(5, 4)))
+case("x$new_zeros(c(n, 2))", function(x) x$new_zeros(c(x$size(1), 2)) + x, list(T(3, 2)),
+     list(T(5, 2)))
+case("torch_full_like(x, n)", function(x) torch_full_like(x, 2) * x$size(1), list(T(3, 2)),
+     list(T(5, 2)))
+case("torch_split(x, n %/% 2)", function(x) torch_split(x, x$size(1) %/% 2)[[1]],
+     list(T(4, 2)), list(T(6, 2)))
+case("x$topk(k = n %/% 2)", function(x) x$topk(k = x$size(1) %/% 2)[[1]], list(T(4)),
+     list(T(8)))
+case("x$repeat(c(1, n))", function(x) x$`repeat`(c(1, x$size(1))), list(T(3, 2)),
+     list(T(5, 2)))
+case("nnf_pad(x, c(0, n))", function(x) nnf_pad(x, c(0, x$size(2))), list(T(3, 2)),
+     list(T(3, 4)))
+case("nnf_interpolate(size = 2 * n)", function(x) {
+  nnf_interpolate(x, size = c(x$size(3) * 2, x$size(4) * 2), mode = "nearest")
+}, list(T(1, 1, 2, 3)), list(T(2, 1, 4, 5)))
+case("x$unflatten(1, c(2, -1))", function(x) x$unflatten(1, c(2, -1)), list(T(4, 3)),
+     list(T(6, 3)))
+
+# ---- ops that return indices, used again ---------------------------------------------------
+case("x[torch_argmax(x)]", function(x) x[torch_argmax(x)], list(T(5)), list(T(7)))
+case("gather(2, argmax(keepdim = TRUE))", function(x) {
+  torch_gather(x, 2, torch_argmax(x, dim = 2, keepdim = TRUE))
+}, list(T(3, 4)), list(T(5, 4)))
+case("index_select with sort indices", function(x) x$index_select(1, torch_sort(x[, 1])[[2]]),
+     list(T(4, 2)), list(T(6, 2)))
+case("torch_where(cond) 1-based positions", function(x) torch_where(x > 0)[[1]],
+     list(torch_tensor(c(1, -1, 2))), list(torch_tensor(c(-1, 1, 2, 3))))
+case("torch_nonzero 1-based", function(x) torch_nonzero(x > 0), list(torch_tensor(c(1, -1, 2))),
+     list(torch_tensor(c(-1, 1, 2, 3))))
+case("x$max(dim = 1)[[2]] as an index", function(x) x[x$max(dim = 1)[[2]], 1],
+     list(T(4, 2)), list(T(6, 2)))
+case("index_fill(1, idx, 0)", function(x) x$index_fill(1, torch_tensor(c(1L, 2L)), 0),
+     list(T(4, 2)), list(T(6, 2)))
+case("scatter(2, idx, value = 1)", function(x) {
+  torch_zeros_like(x)$scatter(2, torch_ones(x$size(1), 1, dtype = torch_long()), value = 1)
+}, list(T(3, 4)), list(T(5, 4)))
+case("index_add_ on a clone", function(x) {
+  y <- torch_zeros(3, 2)
+  y$index_add_(1, torch_tensor(c(1L, 3L)), x[1:2, ])
+}, list(T(4, 2)), list(T(6, 2)))
+case("y[idx] <- values (index tensor)", function(x) {
+  y <- x$clone()
+  y[torch_tensor(c(1L, 3L))] <- 0
+  y
+}, list(T(4)), list(T(6)))
+
+# ---- dtypes, devices, autograd flags ---------------------------------------------------------
+case("x$float() / x$long()", function(x) x$long()$float() * 2, list(torch_tensor(c(1.5, 2.5))),
+     list(torch_tensor(c(1.5, 2.5, 3.5))))
+case("if (x$dtype == torch_float()) (guard)", function(x) {
+  if (x$dtype == torch_float()) x * 2 else x
+}, list(T(3)), list(T(5)))
+case("x$is_floating_point()", function(x) if (x$is_floating_point()) x * 2 else x, list(T(3)),
+     list(T(5)))
+case("x$to(device = \"cpu\")", function(x) x$to(device = "cpu") * 2, list(T(3)), list(T(5)))
+case("x$cpu()", function(x) x$cpu() + 1, list(T(3)), list(T(5)))
+case("x$detach()", function(x) x$detach() * 2, list(T(3)), list(T(5)))
+case("x$to(dtype = torch_double())$sum()", function(x) x$to(dtype = torch_double())$sum(),
+     list(T(3)), list(T(5)))
+case("x$new_ones(n) / x$new_full(c(n, 1), 2)", function(x) {
+  x$new_ones(x$size(1)) + x$new_full(c(x$size(1), 1), 2)
+}, list(T(3, 2)), list(T(5, 2)))
+case("x$device$type", function(x) if (x$device$type == "cpu") x + 1 else x, list(T(3)),
+     list(T(5)))
+case("torch_no_grad inside the function", function(x) with_no_grad(x * 2) + x, list(T(3)),
+     list(T(5)))
+case("x$permute(rev(seq_len(x$dim())))", function(x) x$permute(rev(seq_len(x$dim()))),
+     list(T(3, 2, 4)), list(T(5, 2, 4)))
+case("x$transpose(-1, -2)", function(x) x$transpose(-1, -2), list(T(3, 2)), list(T(5, 2)))
+case("x$flatten()", function(x) x$flatten(), list(T(3, 2)), list(T(5, 2)))
+case("x$view(-1)", function(x) x$contiguous()$view(-1), list(T(3, 2)), list(T(5, 2)))
+case("x$diag()", function(x) x$diag(), list(T(3, 3)), list(T(5, 5)))
+case("torch_tril(x, diagonal = -1)", function(x) torch_tril(x, diagonal = -1), list(T(3, 3)),
+     list(T(5, 5)))
+case("torch_cat(lapply(1:3, ...))", function(x) torch_cat(lapply(1:3, function(i) x * i), dim = 1),
+     list(T(3)), list(T(5)))
+case("torch_stack(x$unbind(2))", function(x) torch_stack(x$unbind(2), dim = 1), list(T(3, 2)),
+     list(T(5, 2)))
+
+# ---- more modules ------------------------------------------------------------------------------
+mod <- function(init, fwd, eval = TRUE) {
+  module(function() {
+    m <- nn_module(initialize = init, forward = fwd)()
+    if (eval) m$eval()
+    m
+  })
+}
+case("nn_conv2d padding = \"same\"", mod(function() self$c <- nn_conv2d(2, 3, 3, padding = "same"),
+  function(x) self$c(x)), list(T(1, 2, 5, 5)), list(T(2, 2, 7, 6)), tol = 1e-4)
+case("nn_embedding padding_idx = 1", mod(function() self$e <- nn_embedding(5, 2, padding_idx = 1),
+  function(i) self$e(i)), list(torch_tensor(c(1L, 2L))), list(torch_tensor(c(3L, 1L, 5L))))
+case("nn_multihead_attention", mod(function() {
+  self$a <- nn_multihead_attention(4, 2, batch_first = TRUE)
+}, function(x) self$a(x, x, x)[[1]]), list(T(2, 3, 4)), list(T(3, 5, 4)), tol = 1e-4)
+case("nn_transformer_encoder_layer", mod(function() {
+  self$l <- nn_transformer_encoder_layer(d_model = 4, nhead = 2, dim_feedforward = 8,
+                                         batch_first = TRUE)
+}, function(x) self$l(x)), list(T(2, 3, 4)), list(T(3, 5, 4)), tol = 1e-4)
+case("nn_lstm with an initial state list", mod(function() {
+  self$r <- nn_lstm(3, 4, batch_first = TRUE)
+}, function(x) {
+  h0 <- torch_zeros(1, x$size(1), 4)
+  self$r(x, list(h0, h0))[[1]]
+}), list(T(2, 5, 3)), list(T(3, 7, 3)), tol = 1e-4)
+case("self$net[[1]] of a sequential", mod(function() {
+  self$net <- nn_sequential(nn_linear(3, 4), nn_relu(), nn_linear(4, 2))
+}, function(x) self$net[[3]](self$net[[1]](x))), list(T(2, 3)), list(T(5, 3)))
+case("a helper method called in forward", module(function() {
+  m <- nn_module(
+    initialize = function() self$fc <- nn_linear(3, 3),
+    helper = function(x) self$fc(x) * 2,
+    forward = function(x) self$helper(x) + 1)()
+  m
+}), list(T(2, 3)), list(T(5, 3)))
+case("an R number attribute used in forward", mod(function() {
+  self$fc <- nn_linear(3, 3)
+  self$scale <- 0.5
+}, function(x) self$fc(x) * self$scale), list(T(2, 3)), list(T(5, 3)))
+case("a module returning an unnamed list", mod(function() self$fc <- nn_linear(3, 3),
+  function(x) list(self$fc(x), x$sum())), list(T(2, 3)), list(T(5, 3)))
+case("nn_flatten + nn_linear", mod(function() {
+  self$f <- nn_flatten()
+  self$fc <- nn_linear(6, 2)
+}, function(x) self$fc(self$f(x))), list(T(2, 2, 3)), list(T(5, 2, 3)))
+case("nn_batch_norm2d eval", mod(function() self$b <- nn_batch_norm2d(2),
+  function(x) self$b(x)), list(T(2, 2, 3, 3)), list(T(4, 2, 5, 5)))
+case("nn_group_norm", mod(function() self$g <- nn_group_norm(2, 4), function(x) self$g(x)),
+  list(T(2, 4, 3)), list(T(3, 4, 5)), tol = 1e-4)
+case("nn_max_pool2d + nn_avg_pool1d", mod(function() {
+  self$p <- nn_max_pool2d(2)
+}, function(x) self$p(x)), list(T(1, 1, 4, 4)), list(T(2, 1, 6, 8)))
+case("nn_conv_transpose2d", mod(function() self$c <- nn_conv_transpose2d(2, 1, 2, stride = 2),
+  function(x) self$c(x)), list(T(1, 2, 3, 3)), list(T(2, 2, 4, 5)), tol = 1e-4)
+case("nn_leaky_relu / nn_elu / nn_gelu", mod(function() {
+  self$a <- nn_leaky_relu(0.1)
+  self$b <- nn_elu()
+  self$c <- nn_gelu()
+}, function(x) self$c(self$b(self$a(x)))), list(T(3)), list(T(5)))
+case("nn_prelu", mod(function() self$p <- nn_prelu(), function(x) self$p(x)), list(T(3)),
+  list(T(5)))
+case("nn_softmax(dim = 2)", mod(function() self$s <- nn_softmax(dim = 2), function(x) self$s(x)),
+  list(T(3, 4)), list(T(5, 4)))
+case("nn_gru with h0", mod(function() self$r <- nn_gru(3, 4), function(x) {
+  self$r(x, torch_zeros(1, x$size(2), 4))[[2]]
+}), list(T(5, 2, 3)), list(T(7, 3, 3)), tol = 1e-4)
+case("nn_identity and nn_dropout(eval)", mod(function() {
+  self$i <- nn_identity()
+  self$d <- nn_dropout(0.3)
+}, function(x) self$d(self$i(x))), list(T(3)), list(T(5)))
+case("a module in train mode with batch norm (batch statistics)", mod(function() {
+  self$b <- nn_batch_norm1d(3)
+}, function(x) self$b(x), eval = FALSE), list(T(4, 3)), list(T(6, 3)), tol = 1e-4)
+case("a module with a plain tensor attribute (a constant)", mod(function() {
+  self$w <- torch_tensor(c(1, 2, 3))
+}, function(x) x * self$w), list(T(2, 3)), list(T(5, 3)))
+
+# ---- traced sizes where R values go ---------------------------------------------------------
+case("y[1] <- x$size(1) (a size as the value)", function(x) {
+  y <- x$clone()
+  y[1] <- x$size(1)
+  y
+}, list(T(3)), list(T(5)))
+case("y[1] <- x$size(1) / 2", function(x) {
+  y <- x$clone()
+  y[1] <- x$size(1) / 2
+  y
+}, list(T(3)), list(T(5)))
+case("y[1:2] <- c(1, 2) (an R vector as the value)", function(x) {
+  y <- x$clone()
+  y[1:2] <- c(10, 20)
+  y
+}, list(T(3)), list(T(5)))
+case("x * c(n, 2) (a list of size and number)", function(x) x * torch_tensor(c(x$size(1), 2)),
+     list(T(3, 2)), list(T(5, 2)))
+# c(n, 2) is a list while tracing (a traced size is not an R number): torch_tensor() takes
+# it as the vector c(3L, 2) is outside; a list() of sizes is taken the same way, where
+# outside a trace a list is stacked (shape 2 x 1): the check says so.
+case("torch_tensor(list(n, 2L)) differs: caught by the check",
+     function(x) x$sum() * torch_tensor(list(x$size(1), 2L)), list(T(3, 2)),
+     error = "in the trace but \\[2, 1\\] in the code")
+case("x$fill_(n)", function(x) x$clone()$fill_(x$size(1)), list(T(3)), list(T(5)))
+case("torch_full(c(2), n)", function(x) torch_full(c(2), x$size(1)) + x$sum(), list(T(3)),
+     list(T(5)))
+case("x$masked_fill(m, n)", function(x) x$masked_fill(x > 0, x$size(1)), list(T(3)), list(T(5)))
+case("torch_clamp(x, max = n)", function(x) torch_clamp(x * 10, max = x$size(1)), list(T(3)),
+     list(T(5)))
+case("x$pow(n)", function(x) x$pow(x$size(1)), list(T(3)), list(T(5)), tol = 1e-4)
+case("torch_where(m, x, n)", function(x) torch_where(x > 0, x, x$size(1)), list(T(3)), list(T(5)))
+case("nnf_dropout(p = 1 / n) eval", function(x) nnf_dropout(x, p = 1 / x$size(1), training = FALSE),
+     list(T(3)), list(T(5)))
+case("x$add(n, alpha = 2)", function(x) x$add(x$size(1), alpha = 2), list(T(3)), list(T(5)))
+case("x$narrow(1, 1, n - 1)", function(x) x$narrow(1, 1, x$size(1) - 1), list(T(3)), list(T(5)))
+case("x$roll(n %/% 2)", function(x) x$roll(x$size(1) %/% 2), list(T(4)), list(T(6)))
+case("torch_cumsum(x, dim = x$dim())", function(x) torch_cumsum(x, dim = x$dim()), list(T(3, 2)),
+     list(T(5, 2)))
+case("x$sum(dim = x$dim() - 1)", function(x) x$sum(dim = x$dim() - 1), list(T(3, 2, 2)),
+     list(T(5, 2, 2)))
+case("x$mean(dim = -1)", function(x) x$mean(dim = -1), list(T(3, 2)), list(T(5, 2)))
+case("x$select(2, N)?", function(x) x$select(2, x$size(2)), list(T(3, 2)), list(T(3, 4)))
+case("torch_index_select(x, 1, n) with a size", function(x) {
+  torch_index_select(x, 1, torch_tensor(x$size(1)))
+}, list(T(3, 2)), list(T(5, 2)))
+case("x[n, n] both traced", function(x) x[x$size(1), x$size(2)], list(T(3, 2)), list(T(5, 4)))
+case("x[, n:1] traced reversed columns (guard)", function(x) x[, x$size(2):1], list(T(3, 2)),
+     list(T(3, 4)), guard = TRUE)
+case("x[(n - 1):n, ]", function(x) x[(x$size(1) - 1):x$size(1), ], list(T(3, 2)), list(T(5, 2)),
+     guard = TRUE)
 
 # ---- run ------------------------------------------------------------------------------------
 cat(sprintf("total\t%d\n", length(snippets)), file = out, append = TRUE)

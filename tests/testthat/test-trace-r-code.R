@@ -129,3 +129,107 @@ test_that("an int64 torch_arange() includes its end, as in mlverse (eager too)",
   expect_equal(as_array(torch_arange(0, 1, 0.25)), c(0, 0.25, 0.5, 0.75, 1))
   expect_equal(as_array(torch_arange(0, 3.5, dtype = torch_long())), 0:3)
 })
+
+test_that("base R functions that need a plain integer read traced sizes with a guard", {
+  skip_if_no_torch()
+  v <- function(n) torch_tensor(seq_len(n) * 1.5)
+  fs <- list(
+    in_set = function(x) if (x$size(1) %in% c(3, 5)) x * 2 else x,
+    numeric = function(x) x * torch_tensor(numeric(x$size(1)) + 1),
+    matrix = function(x) x$unsqueeze(2) + torch_tensor(matrix(1, x$size(1), 2)),
+    rep_len = function(x) x * torch_tensor(rep_len(c(1, 2), x$size(1))),
+    match = function(x) x * match(x$size(1), c(5, 3))
+  )
+  for (nm in names(fs)) {
+    f <- fs[[nm]]
+    tr <- suppressWarnings(jit_trace(f, v(3)))
+    expect_equal(as_array(tr(v(3))), as_array(f(v(3))), info = nm)
+    expect_error(tr(v(4)), class = "tracebridge_guard_error", info = nm)
+  }
+})
+
+test_that("is.numeric() of a traced size is TRUE, as for the integer it stands for", {
+  skip_if_no_torch()
+  f <- function(x) {
+    n <- x$size(1)
+    stopifnot(is.numeric(n), !is.na(n))
+    if (is.numeric(n)) x * 2 else x
+  }
+  expect_traced_like_eager(f, list(list(m(3)), list(m(5))))
+})
+
+test_that("a traced size kept after its trace is the example's R number", {
+  skip_if_no_torch()
+  keep <- new.env()
+  f <- function(x) {
+    keep$n <- x$size(1)
+    x * 2
+  }
+  jit_trace(f, m(3), check_trace = FALSE)
+  expect_no_warning(expect_identical(keep$n * 2, 6))
+  expect_identical(as.integer(keep$n), 3L)
+  expect_identical(keep$n - 1L, 2L)
+  expect_identical(sqrt(keep$n^2), 3)
+  expect_equal(as_array(m(4)[keep$n, ]), as_array(m(4)[3, ]))
+  expect_identical(dim(torch_zeros(keep$n, 2)), c(3L, 2L))
+  expect_output(print(keep$n), "3")
+})
+
+test_that("a character or logical example input says to fix it in the code", {
+  skip_if_no_torch()
+  f <- function(x, act) if (act == "relu") nnf_relu(x) else x
+  expect_error(jit_trace(f, m(3), "relu"),
+               "example input 2 is an R character vector (\"relu\"); example inputs must be tensors (or lists of tensors): fix it in the traced code instead",
+               fixed = TRUE, class = "type_error")
+  expect_error(jit_trace(function(x, k) x * k, m(3), 2), "pass torch_tensor(2)", fixed = TRUE)
+})
+
+test_that("torch_nonzero() inside a trace saves (no as_tuple keyword) and stays 1-based", {
+  skip_if_no_torch()
+  v <- function(...) torch_tensor(c(...))
+  expect_traced_like_eager(function(x) torch_nonzero(x > 0),
+                           list(list(v(1, -1, 2)), list(v(-1, 1, 2, 3))))
+  expect_equal(as.vector(as_array(torch_nonzero(v(0, 3, 0, 1)))), c(2, 4))
+  expect_length(torch_nonzero(v(0, 3), as_list = TRUE), 1)
+})
+
+test_that("x$new_zeros(), $new_ones(), $new_full(), $new_empty() and $unflatten()", {
+  skip_if_no_torch()
+  calls <- list(list(m(4, 3)), list(m(6, 3)))
+  expect_traced_like_eager(function(x) x + x$new_zeros(c(x$size(1), 3)), calls)
+  expect_traced_like_eager(function(x) x$new_ones(x$size(1), 3) + x$new_full(c(1, 3), 2), calls)
+  expect_traced_like_eager(function(x) x$unflatten(1, c(2, -1)), calls)
+  expect_identical(dim(m(2)$new_empty(c(4, 1))), c(4L, 1L))
+  expect_identical(as.character(m(2)$new_zeros(2, dtype = torch_long())$dtype), "int64")
+})
+
+test_that("traced sizes as values: y[i] <- n, torch_tensor(c(n, 2))", {
+  skip_if_no_torch()
+  v <- function(n) torch_tensor(seq_len(n) * 1.5)
+  calls <- list(list(v(3)), list(v(5)))
+  expect_traced_like_eager(function(x) {
+    y <- x$clone()
+    y[1] <- x$size(1)
+    y[2] <- x$size(1) / 2
+    y
+  }, calls)
+  expect_traced_like_eager(function(x) x[1:2] * torch_tensor(c(x$size(1), 2)), calls)
+  tr <- jit_trace(function(x) torch_tensor(c(x$size(1), 2L)), v(3))
+  expect_identical(as.character(tr(v(5))$dtype), "int64")
+  tr <- jit_trace(function(x) torch_tensor(c(x$size(1), 2)), v(3))
+  expect_identical(as.character(tr(v(5))$dtype), "float32")
+})
+
+test_that("calling a trace with what it can not take says so in R terms", {
+  skip_if_no_torch()
+  tr <- jit_trace(function(x) x * 2, m(2))
+  expect_error(tr(matrix(1, 2, 2)),
+               "input 1 (x) must be a tensor, got an R vector or array (make it one with torch_tensor())",
+               fixed = TRUE)
+  expect_error(tr(list(m(2))), "input 1 (x) must be a tensor, got an unnamed list", fixed = TRUE)
+  expect_error(tr(m(2), m(2)), "numbers, character strings, NULL and the structure of lists",
+               fixed = TRUE)
+  expect_error(jit_trace(function(x) x, matrix(1:4, 2)),
+               "example input 1 is an R integer array (2 x 2); example inputs must be tensors (or lists of tensors): pass torch_tensor() of it.",
+               fixed = TRUE, class = "type_error")
+})

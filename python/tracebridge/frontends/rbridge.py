@@ -244,6 +244,13 @@ def r_math(name: str, v):
     return getattr(math, R_MATH[name])(v)
 
 
+def concrete(v):
+    """The plain number of a traced one, read without a guard: for a traced size that R
+    code kept after its trace ended (in a global, on a module), where no trace records it.
+    """
+    return v._concrete() if isinstance(v, _Traced) else v
+
+
 def to_int(v) -> int:
     """``int(v)``: a traced integer records a guard."""
     return int(v)
