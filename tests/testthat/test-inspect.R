@@ -200,8 +200,9 @@ test_that("bad files signal tracebridge_artifact_error with a clear message", {
   expect_match(conditionMessage(err), "format version 3 is newer than this tracebridge reads")
   expect_match(conditionMessage(err), "upgrade")
   expect_s3_class(err, "tracebridge_error")
-  newer_ops <- sub('"opset_version": 1', '"opset_version": 7', insp_program, fixed = TRUE)
-  expect_error(jit_inspect(insp_hand_artifact(newer_ops)), "op-set version 7 is newer",
+  # a version far past any op set (not the next one, which a later session adds)
+  newer_ops <- sub('"opset_version": 1', '"opset_version": 99', insp_program, fixed = TRUE)
+  expect_error(jit_inspect(insp_hand_artifact(newer_ops)), "op-set version 99 is newer",
                class = "tracebridge_artifact_error")
   # The JSON and the safetensors header must describe the same tensors.
   expect_error(jit_inspect(insp_hand_artifact(shape = c(3, 2))),
