@@ -333,3 +333,48 @@ def test_projections_that_no_view_reads_stay_apart():
 
     traced = tracebridge.trace(Gated().eval(), torch.randn(2, 3, 8))
     assert concat_linear.groups(traced._methods["forward"].graph) == []
+
+
+class Heads(torch.nn.Module):
+    """Two projections split into heads of 4 (their count from the width), and a random
+    draw (a call that raised part way may not run again: it would draw twice)."""
+
+    def __init__(self):
+        super().__init__()
+        self.q = torch.nn.Linear(8, 8)
+        self.k = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, -1, 4)
+        k = self.k(x).view(b, s, -1, 4)
+        return q.sum(2) * k.sum(2) + torch.rand(1)
+
+
+def test_widths_changed_by_opposite_amounts_run_as_traced():
+    # 12 + 4 rows where 8 + 8 were traced: the split's literal sizes still add up, so
+    # without the check each projection got the other's rows (silently wrong)
+    torch.manual_seed(0)
+    model = Heads().eval()
+    x = torch.randn(2, 3, 8)
+    traced = tracebridge.trace(model, x)
+    with torch.no_grad():
+        assert aten_counts(traced, x)["aten::linear"] == 1
+        model.q.weight = torch.nn.Parameter(torch.randn(12, 8))
+        model.q.bias = torch.nn.Parameter(torch.randn(12))
+        model.k.weight = torch.nn.Parameter(torch.randn(4, 8))
+        model.k.bias = torch.nn.Parameter(torch.randn(4))
+        torch.manual_seed(1)
+        expected, after = model(x), torch.rand(1)
+        torch.manual_seed(1)
+        got = traced(x)
+        # the refused concatenation ran before any op: one draw, as eager's
+        torch.testing.assert_close(got, expected)
+        assert torch.equal(torch.rand(1), after)
+
+
+def test_concat_weights_refuses_other_widths_than_traced():
+    a, b = torch.ones(3, 2), torch.ones(1, 2)
+    with pytest.raises(concat_linear.WeightsChanged, match="widths"):
+        concat_linear.concat_weights([a, b], rows=(2, 2))
+    assert concat_linear.concat_weights([a, b], rows=(3, 1)).shape == (4, 2)

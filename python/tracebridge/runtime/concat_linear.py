@@ -42,9 +42,11 @@ Note: fewer ops per call, as ``torch.jit.optimize_for_inference``'s "concat line
   linear would (:func:`concat_weights`); under autocast it widens them and the linear
   casts the (exact) wider values down, as autocast casts each weight.
 
-  A call of the rewritten code that raises (a weight of another width assigned after
-  tracing, say) runs again as traced (``Method``), where the graph has no effect that
-  running twice would repeat.
+  A call of the rewritten code that raises runs again as traced (``Method``), where the
+  graph has no effect that running twice would repeat; weights of other widths than
+  traced (assigned after tracing: two changed by opposite amounts keep the split's sum)
+  raise :class:`WeightsChanged` from the folded concatenation, before any op runs, and
+  always run again as traced.
 """
 
 from __future__ import annotations
@@ -77,16 +79,31 @@ _BARRIERS = frozenset({"set_grad_enabled", "prim.autograd_function"})
 _autocast = torch._C._is_any_autocast_enabled
 
 
-def concat_weights(tensors: list[torch.Tensor], dim: int = 0) -> torch.Tensor:
+class WeightsChanged(RuntimeError):
+    """The weights of a group no longer have the widths it was traced with: the split's
+    literal sizes would hand each projection rows of another (two widths changed by
+    opposite amounts keep the sum). Raised before any op of the call runs (the
+    concatenation is folded, computed first), so the call runs again as traced."""
+
+
+def concat_weights(
+    tensors: list[torch.Tensor], dim: int = 0, rows: tuple[int, ...] | None = None
+) -> torch.Tensor:
     """The weights (or biases) of a group, concatenated along their first dimension.
 
     Outside autocast, weights of different dtypes are refused, as the separate linears
     refuse them (every one reads the same input, of one dtype); under autocast the
     concatenation widens them exactly and the linear casts them down as it would each.
+    ``rows``: the traced widths; a tensor of another raises :class:`WeightsChanged`.
 
     >>> concat_weights([torch.ones(2, 3), torch.zeros(1, 3)]).shape
     torch.Size([3, 3])
     """
+    if rows is not None and [t.shape[0] if t.dim() else -1 for t in tensors] != list(rows):
+        raise WeightsChanged(
+            "linear: the projections of one input now have "
+            f"{[tuple(t.shape) for t in tensors]} weights, traced with widths {list(rows)}"
+        )
     first = tensors[0].dtype
     if not _autocast() and any(t.dtype != first for t in tensors):
         kinds = ", ".join(str(t.dtype).replace("torch.", "") for t in tensors)
@@ -98,9 +115,13 @@ def concat_weights(tensors: list[torch.Tensor], dim: int = 0) -> torch.Tensor:
     return torch.cat(tensors, dim)
 
 
+@dataclass
 class ConcatNode(Node):
     """A ``cat`` node that :func:`fuse` made: the generated code runs it through
-    :func:`concat_weights` (runtime/codegen.py, ``CodeGen.callable_for``)."""
+    :func:`concat_weights` with the traced widths ``rows`` (runtime/codegen.py,
+    ``CodeGen.callable_for``)."""
+
+    rows: tuple[int, ...] = ()
 
 
 @dataclass
@@ -311,11 +332,12 @@ def fuse(graph: Graph) -> Graph:
         weight = facts.values[first.weight]
         width = sum(lin.width for lin in group)
         w = Value(next(ids), "Tensor", weight.dtype, [width, weight.shape[1]])
-        made.append(_concat([lin.weight for lin in group], w, first.node.loc))
+        rows = tuple(lin.width for lin in group)
+        made.append(_concat([lin.weight for lin in group], w, first.node.loc, rows))
         args = [Ref(first.input), Ref(w.id)]
         if first.bias is not None:
             b = Value(next(ids), "Tensor", weight.dtype, [width])
-            made.append(_concat([lin.bias for lin in group], b, first.node.loc))
+            made.append(_concat([lin.bias for lin in group], b, first.node.loc, rows))
             args.append(Ref(b.id))
         out = first.node.outputs[0]
         shape = [*out.shape[:-1], width] if out.shape else None
@@ -341,8 +363,8 @@ def fuse(graph: Graph) -> Graph:
     return fused
 
 
-def _concat(ids: list[int], made: Value, loc) -> Node:
-    return ConcatNode("cat", [[Ref(i) for i in ids], 0], {}, [made], pytree.LEAF, loc)
+def _concat(ids: list[int], made: Value, loc, rows: tuple[int, ...]) -> Node:
+    return ConcatNode("cat", [[Ref(i) for i in ids], 0], {}, [made], pytree.LEAF, loc, rows)
 
 
 # Ops that change something a second run would change again: running statistics, a

@@ -14,6 +14,7 @@ from ..ir.ops import RANDOM_OPS
 from ..ir.pytree import is_tensor
 from . import concat_linear, cse, folding, support
 from .codegen import CodeGen, compile_function
+from .concat_linear import WeightsChanged
 from .interpreter import Interpreter
 
 
@@ -204,7 +205,7 @@ class Method:
         except TraceError:
             raise
         except Exception as exc:
-            if self._retry and key in self._retry:
+            if self._retry and key in self._retry or isinstance(exc, WeightsChanged):
                 try:
                     return self._as_traced(key, args, kwargs)
                 except TraceError:
