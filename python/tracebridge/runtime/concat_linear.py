@@ -384,6 +384,6 @@ def rerunnable(graph: Graph) -> bool:
         info = opset.info(node.op)
         if node.op in _EFFECTS or node.op == "prim.autograd_function" or "out" in node.kwargs:
             return False
-        if info is not None and info.flags & {"random", "inplace"}:
+        if info is not None and info.flags & {"random", "inplace"} or opset.draws_random(node):
             return False
     return True
