@@ -153,6 +153,44 @@ def test_a_lazy_initialisation_is_refused_naming_the_flag():
     assert module.initialized is False and module.scale is None
 
 
+class Remembers(nn.Module):
+    """Appends to a list on every call and reads its length (the same list object)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def forward(self, x):
+        self.seen.append(x.shape[0])
+        return x * len(self.seen)
+
+
+def test_a_list_a_call_appends_to_is_refused_and_left_as_it_was():
+    # The list was neither put back (tracing and its checks left 9 entries on the model)
+    # nor seen changed by the second-call check (it compared the list by identity)
+    module = Remembers()
+    with pytest.raises(tracebridge.TracingCheckError, match=r"called a second time[\s\S]*\(seen\)"):
+        tracebridge.trace(module, torch.randn(2, 3))
+    assert module.seen == []
+
+
+def test_a_list_a_call_appends_to_without_reading_it_is_left_as_it_was():
+    class Logs(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.log = []
+
+        def forward(self, x):
+            self.log.append("called")
+            return x + 1
+
+    module = Logs()
+    traced = tracebridge.trace(module, torch.randn(2, 3))
+    assert module.log == []
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(traced(x), module(x))
+
+
 def test_attributes_that_do_not_change_results_are_accepted():
     class KeepsShape(nn.Module):
         def __init__(self):

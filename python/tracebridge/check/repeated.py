@@ -33,21 +33,38 @@ def _same(a, b) -> bool:
     return False
 
 
-def _snapshot(module: torch.nn.Module) -> list[tuple[str, torch.nn.Module, dict]]:
-    return [(name, mod, dict(vars(mod))) for name, mod in module.named_modules()]
+def _snapshot(module: torch.nn.Module) -> list[tuple[str, torch.nn.Module, dict, dict]]:
+    """Each module's attributes, with the items of its lists and plain dicts as they are
+    now (a call that appends to ``self.seen`` keeps the same list object)."""
+    return [
+        (name, mod, dict(vars(mod)), {k: _items(v) for k, v in vars(mod).items() if _items(v)})
+        for name, mod in module.named_modules()
+    ]
+
+
+def _items(value) -> tuple | None:
+    if type(value) is list:
+        return ("list", *map(id, value))
+    if type(value) is dict:
+        return ("dict", *value.keys(), *map(id, value.values()))
+    return None
 
 
 def _changed(snapshot) -> list[str]:
     """``path.attribute`` of every plain attribute a call set to another value (tables of
     parameters, buffers and sub-modules left out: their writes are recorded)."""
     changed = []
-    for name, mod, before in snapshot:
+    for name, mod, before, items in snapshot:
         for key, value in vars(mod).items():
             if key.startswith("_") and key in ("_parameters", "_buffers", "_modules"):
                 continue
             if isinstance(value, (torch.Tensor, torch.nn.Module)):
                 continue  # a tensor kept on the module (a cache): its use is traced
-            if key not in before or not _same(before[key], value):
+            if (
+                key not in before
+                or not _same(before[key], value)
+                or (key in items and items[key] != _items(value))
+            ):
                 changed.append(f"{name}.{key}" if name else key)
     return changed
 

@@ -80,9 +80,11 @@ def _attributes(module: torch.nn.Module) -> list[tuple]:
     for mod in module.modules():
         attrs = dict(vars(mod))
         # The parameter, buffer and module tables, and any dict the code fills (a cache
-        # keyed on shapes), get their entries back too.
+        # keyed on shapes), get their entries back too; so does a list the code appends to
+        # (a history of calls: tracing and its checks call the model many times).
         tables = {k: (dict(v), _fingerprint(v)) for k, v in attrs.items() if type(v) is dict}
-        saved.append((mod, attrs, _fingerprint(attrs), tables))
+        lists = {k: (list(v), list(map(id, v))) for k, v in attrs.items() if type(v) is list}
+        saved.append((mod, attrs, _fingerprint(attrs), tables, lists))
     return saved
 
 
@@ -92,7 +94,7 @@ def _restore_attributes(saved: list[tuple]) -> None:
     left on the module would leak into the next trace, and the model must stay as the
     user had it. Runs for every recording and check: unchanged modules cost two list
     comparisons."""
-    for mod, attrs, fingerprint, tables in saved:
+    for mod, attrs, fingerprint, tables, lists in saved:
         current = vars(mod)
         if _fingerprint(current) != fingerprint:
             for key in [k for k in current if k not in attrs]:
@@ -105,6 +107,10 @@ def _restore_attributes(saved: list[tuple]) -> None:
             if type(table) is dict and _fingerprint(table) != before:
                 table.clear()
                 table.update(content)
+        for name, (items, ids) in lists.items():
+            kept = current.get(name)
+            if type(kept) is list and list(map(id, kept)) != ids:
+                kept[:] = items
 
 
 def _renormed_weights(module: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
