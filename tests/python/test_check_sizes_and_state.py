@@ -174,6 +174,23 @@ def test_a_list_a_call_appends_to_is_refused_and_left_as_it_was():
     assert module.seen == []
 
 
+def test_a_dict_entry_a_call_changes_is_refused_naming_it():
+    # put back after each run, but compared by identity: traced, wrong from the 2nd call
+    class Counts(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.state = {}
+
+        def forward(self, x):
+            self.state["n"] = self.state.get("n", 0) + 1
+            return x * self.state["n"]
+
+    module = Counts()
+    with pytest.raises(tracebridge.TracingCheckError, match=r"\(state\)"):
+        tracebridge.trace(module, torch.randn(2, 3))
+    assert module.state == {}
+
+
 def test_a_list_a_call_appends_to_without_reading_it_is_left_as_it_was():
     class Logs(nn.Module):
         def __init__(self):
