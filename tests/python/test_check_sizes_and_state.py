@@ -208,6 +208,24 @@ def test_a_list_a_call_appends_to_without_reading_it_is_left_as_it_was():
     torch.testing.assert_close(traced(x), module(x))
 
 
+def test_numpys_generator_is_left_as_it_was():
+    # tracing and its checks run the code several times: each drew from numpy's
+    # generator, which was not put back
+    np = pytest.importorskip("numpy")
+
+    class Draws(nn.Module):
+        def forward(self, x):
+            self.last = np.random.rand()  # kept, never read into the result
+            return x + 1
+
+    np.random.seed(0)
+    before = np.random.get_state()[1].copy()
+    module = Draws()
+    tracebridge.trace(module, torch.randn(2, 3))
+    assert (np.random.get_state()[1] == before).all()
+    assert not hasattr(module, "last")
+
+
 def test_attributes_that_do_not_change_results_are_accepted():
     class KeepsShape(nn.Module):
         def __init__(self):

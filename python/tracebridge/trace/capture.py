@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import random
+import sys
 import warnings
 from collections.abc import Callable
 
@@ -126,6 +127,21 @@ def _renormed_weights(module: torch.nn.Module) -> list[tuple[torch.Tensor, torch
 
 
 @contextlib.contextmanager
+def numpy_rng_kept():
+    """Run a whole trace and then put back numpy's global generator, where numpy is
+    imported: model code may draw from it (a random mask), and tracing with its checks
+    runs the code many times where eager use ran it once. (Once per trace, not per
+    :func:`preserved` block: reading its state costs about 100 us.)"""
+    numpy = sys.modules.get("numpy")
+    state = numpy.random.get_state() if numpy is not None else None
+    try:
+        yield
+    finally:
+        if state is not None:
+            numpy.random.set_state(state)
+
+
+@contextlib.contextmanager
 def preserved(module: torch.nn.Module | None):
     """Run a block and then put back the RNG states (CPU, every CUDA device, Python's
     global generator), the
@@ -134,7 +150,8 @@ def preserved(module: torch.nn.Module | None):
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
     # Model code may also draw from Python's generator (a random layer drop); tracing runs
     # it several times, eager use once. (numpy's global generator is left alone: reading
-    # its state costs about 100 times more, and this runs for every recording and check.)
+    # its state costs about 100 times more, and this runs for every recording and check:
+    # numpy_rng_kept() puts it back once per trace.)
     py_rng = random.getstate()
     saved_buffers, saved_params, modes, flags, attributes = [], [], [], [], []
     renormed: list[tuple[torch.Tensor, torch.Tensor]] = []
