@@ -378,3 +378,21 @@ def test_concat_weights_refuses_other_widths_than_traced():
     with pytest.raises(concat_linear.WeightsChanged, match="widths"):
         concat_linear.concat_weights([a, b], rows=(2, 2))
     assert concat_linear.concat_weights([a, b], rows=(3, 1)).shape == (4, 2)
+
+
+def test_a_torch_function_mode_sees_the_linears_as_traced():
+    # a mode that acts on one projection (its weight) saw one linear over concatenated
+    # weights under no_grad: silently another result than eager's
+    model, x, traced = traced_attention()
+
+    class ScaleQ(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func in (F.linear, torch._C._nn.linear) and args[1] is model.q.weight:
+                out = out * 3
+            return out
+
+    with torch.no_grad(), ScaleQ():
+        torch.testing.assert_close(traced(x), model(x))
+    with torch.no_grad():
+        assert aten_counts(traced, x)["aten::linear"] == 2  # outside the mode: as one

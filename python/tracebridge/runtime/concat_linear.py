@@ -46,7 +46,8 @@ Note: fewer ops per call, as ``torch.jit.optimize_for_inference``'s "concat line
   graph has no effect that running twice would repeat; weights of other widths than
   traced (assigned after tracing: two changed by opposite amounts keep the split's sum)
   raise :class:`WeightsChanged` from the folded concatenation, before any op runs, and
-  always run again as traced.
+  always run again as traced; so does a call under a torch function mode (:class:`AsTraced`),
+  which would otherwise see one linear where eager calls three.
 """
 
 from __future__ import annotations
@@ -77,13 +78,21 @@ _SHAPE_PRIMS = frozenset("prim.size prim.numel prim.dtype prim.device prim.len".
 # Nodes no group may span: writes are found by the op table's flag.
 _BARRIERS = frozenset({"set_grad_enabled", "prim.autograd_function"})
 _autocast = torch._C._is_any_autocast_enabled
+_function_modes = torch._C._len_torch_function_stack
 
 
-class WeightsChanged(RuntimeError):
+class AsTraced(RuntimeError):
+    """A call the concatenated linears must not serve: raised by the folded concatenation,
+    before any op of the call runs (it is computed first), so the call runs again as
+    traced (``Method``). Under a torch function mode, which sees each call of the code
+    (a mode may act on one projection's weight), the concatenation is computed on every
+    call (runtime/folding.py) and raises this."""
+
+
+class WeightsChanged(AsTraced):
     """The weights of a group no longer have the widths it was traced with: the split's
     literal sizes would hand each projection rows of another (two widths changed by
-    opposite amounts keep the sum). Raised before any op of the call runs (the
-    concatenation is folded, computed first), so the call runs again as traced."""
+    opposite amounts keep the sum)."""
 
 
 def concat_weights(
@@ -95,10 +104,13 @@ def concat_weights(
     refuse them (every one reads the same input, of one dtype); under autocast the
     concatenation widens them exactly and the linear casts them down as it would each.
     ``rows``: the traced widths; a tensor of another raises :class:`WeightsChanged`.
+    Under a torch function mode, :class:`AsTraced`: the mode sees the code as traced.
 
     >>> concat_weights([torch.ones(2, 3), torch.zeros(1, 3)]).shape
     torch.Size([3, 3])
     """
+    if _function_modes():
+        raise AsTraced("linear: a torch function mode sees the projections as traced")
     if rows is not None and [t.shape[0] if t.dim() else -1 for t in tensors] != list(rows):
         raise WeightsChanged(
             "linear: the projections of one input now have "

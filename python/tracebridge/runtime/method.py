@@ -14,7 +14,7 @@ from ..ir.ops import draws_random
 from ..ir.pytree import is_tensor
 from . import concat_linear, cse, folding, support
 from .codegen import CodeGen, compile_function
-from .concat_linear import WeightsChanged
+from .concat_linear import AsTraced
 from .interpreter import Interpreter
 
 
@@ -205,7 +205,7 @@ class Method:
         except TraceError:
             raise
         except Exception as exc:
-            if self._retry and key in self._retry or isinstance(exc, WeightsChanged):
+            if self._retry and key in self._retry or isinstance(exc, AsTraced):
                 try:
                     return self._as_traced(key, args, kwargs)
                 except TraceError:
