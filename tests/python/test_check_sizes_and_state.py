@@ -197,13 +197,16 @@ def test_a_list_a_call_appends_to_without_reading_it_is_left_as_it_was():
             super().__init__()
             self.log = []
 
+            self.shapes = set()
+
         def forward(self, x):
             self.log.append("called")
+            self.shapes.add(len(self.log))
             return x + 1
 
     module = Logs()
     traced = tracebridge.trace(module, torch.randn(2, 3))
-    assert module.log == []
+    assert module.log == [] and module.shapes == set()
     x = torch.randn(4, 3)
     torch.testing.assert_close(traced(x), module(x))
 

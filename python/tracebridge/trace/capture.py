@@ -81,10 +81,10 @@ def _attributes(module: torch.nn.Module) -> list[tuple]:
     for mod in module.modules():
         attrs = dict(vars(mod))
         # The parameter, buffer and module tables, and any dict the code fills (a cache
-        # keyed on shapes), get their entries back too; so does a list the code appends to
-        # (a history of calls: tracing and its checks call the model many times).
+        # keyed on shapes), get their entries back too; so do a list and a set the code adds
+        # to (a history of calls: tracing and its checks call the model many times).
         tables = {k: (dict(v), _fingerprint(v)) for k, v in attrs.items() if type(v) is dict}
-        lists = {k: (list(v), list(map(id, v))) for k, v in attrs.items() if type(v) is list}
+        lists = {k: (list(v), list(map(id, v))) for k, v in attrs.items() if type(v) in (list, set)}
         saved.append((mod, attrs, _fingerprint(attrs), tables, lists))
     return saved
 
@@ -110,8 +110,12 @@ def _restore_attributes(saved: list[tuple]) -> None:
                 table.update(content)
         for name, (items, ids) in lists.items():
             kept = current.get(name)
-            if type(kept) is list and list(map(id, kept)) != ids:
-                kept[:] = items
+            if type(kept) in (list, set) and list(map(id, kept)) != ids:
+                kept.clear()
+                if type(kept) is set:
+                    kept.update(items)
+                else:
+                    kept.extend(items)
 
 
 def _renormed_weights(module: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
