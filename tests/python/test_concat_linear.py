@@ -221,12 +221,13 @@ def test_weights_converted_apart_are_refused_as_eager_refuses_them():
         traced(x)
 
 
-def test_concat_weights_refuses_mixed_dtypes_outside_autocast():
+def test_concat_weights_refuses_mixed_dtypes_and_autocast():
     a, b = torch.ones(2, 3), torch.ones(1, 3, dtype=torch.float64)
     with pytest.raises(RuntimeError, match="float32, float64"):
         concat_linear.concat_weights([a, b])
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert concat_linear.concat_weights([a, b]).dtype == torch.float64
+    # under autocast the call runs as traced (a concatenation on every call cost more)
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(concat_linear.AsTraced):
+        concat_linear.concat_weights([a, b])
 
 
 def test_returned_projections_are_not_fused():
@@ -396,3 +397,13 @@ def test_a_torch_function_mode_sees_the_linears_as_traced():
         torch.testing.assert_close(traced(x), model(x))
     with torch.no_grad():
         assert aten_counts(traced, x)["aten::linear"] == 2  # outside the mode: as one
+
+
+def test_under_autocast_the_linears_run_as_traced():
+    model, x, traced = traced_attention()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert aten_counts(traced, x)["aten::linear"] == 4
+        expected = model(x)
+        got = traced(x)
+    assert got.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(got, expected)

@@ -38,9 +38,10 @@ Note: fewer ops per call, as ``torch.jit.optimize_for_inference``'s "concat line
   Not exact in the last bit: one GEMM over the concatenated weights may sum in another
   order than three narrower ones (within the verify tolerance of eager; the same in a
   reloaded artifact as in the traced one, since both run this code). Weights converted
-  to other dtypes after tracing: outside autocast the concatenation refuses them as each
-  linear would (:func:`concat_weights`); under autocast it widens them and the linear
-  casts the (exact) wider values down, as autocast casts each weight.
+  to other dtypes after tracing: the concatenation refuses them as each linear would
+  (:func:`concat_weights`). Under autocast the call runs as traced: the concatenation
+  is then computed on every call (runtime/folding.py), a copy of every weight that cost
+  five times the call it saved (autocast keeps each weight's cast for the region).
 
   A call of the rewritten code that raises runs again as traced (``Method``), where the
   graph has no effect that running twice would repeat; weights of other widths than
@@ -100,24 +101,23 @@ def concat_weights(
 ) -> torch.Tensor:
     """The weights (or biases) of a group, concatenated along their first dimension.
 
-    Outside autocast, weights of different dtypes are refused, as the separate linears
-    refuse them (every one reads the same input, of one dtype); under autocast the
-    concatenation widens them exactly and the linear casts them down as it would each.
-    ``rows``: the traced widths; a tensor of another raises :class:`WeightsChanged`.
-    Under a torch function mode, :class:`AsTraced`: the mode sees the code as traced.
+    Weights of different dtypes are refused, as the separate linears refuse them (every
+    one reads the same input, of one dtype). ``rows``: the traced widths; a tensor of
+    another raises :class:`WeightsChanged`. Under a torch function mode or autocast,
+    :class:`AsTraced`: the call runs the code as traced (see the module Note).
 
     >>> concat_weights([torch.ones(2, 3), torch.zeros(1, 3)]).shape
     torch.Size([3, 3])
     """
-    if _function_modes():
-        raise AsTraced("linear: a torch function mode sees the projections as traced")
+    if _function_modes() or _autocast():
+        raise AsTraced("linear: under a torch function mode or autocast, run as traced")
     if rows is not None and [t.shape[0] if t.dim() else -1 for t in tensors] != list(rows):
         raise WeightsChanged(
             "linear: the projections of one input now have "
             f"{[tuple(t.shape) for t in tensors]} weights, traced with widths {list(rows)}"
         )
     first = tensors[0].dtype
-    if not _autocast() and any(t.dtype != first for t in tensors):
+    if any(t.dtype != first for t in tensors):
         kinds = ", ".join(str(t.dtype).replace("torch.", "") for t in tensors)
         raise RuntimeError(
             f"linear: the projections of one input have weights of dtypes {kinds}; "
