@@ -148,7 +148,7 @@ def test_a_counter_that_a_call_changes_is_refused_naming_it():
 
 def test_a_lazy_initialisation_is_refused_naming_the_flag():
     module = ActNorm()
-    with pytest.raises(tracebridge.TracingCheckError, match=r"\(initialized\)"):
+    with pytest.raises(tracebridge.TracingCheckError, match=r"\(initialized, scale\)"):
         tracebridge.trace(module, torch.randn(4, 3))
     assert module.initialized is False and module.scale is None
 
@@ -227,6 +227,44 @@ def test_numpys_generator_is_left_as_it_was():
     tracebridge.trace(module, torch.randn(2, 3))
     assert (np.random.get_state()[1] == before).all()
     assert not hasattr(module, "last")
+
+
+def test_a_lazily_set_tensor_attribute_is_refused_naming_it():
+    # no flag beside it: the tensor set by the first call was skipped by the check (a
+    # tensor "is traced where it is used"), and the trace recomputed it on every call
+    class LazyScale(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = None
+
+        def forward(self, x):
+            if self.scale is None:
+                self.scale = 1 / (x.detach().std(0) + 1e-6)
+            return x * self.scale
+
+    module = LazyScale()
+    with pytest.raises(tracebridge.TracingCheckError, match=r"\(scale\)"):
+        tracebridge.trace(module, torch.randn(4, 3))
+    assert module.scale is None
+
+
+def test_a_tensor_attribute_set_on_every_call_and_not_read_is_accepted():
+    class KeepsLast(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+            self.last = None
+
+        def forward(self, x):
+            y = self.lin(x)
+            self.last = y.detach()  # kept for inspection, never read into a result
+            return y
+
+    module = KeepsLast()
+    traced = tracebridge.trace(module, torch.randn(2, 3))
+    assert module.last is None
+    x = torch.randn(5, 3)
+    torch.testing.assert_close(traced(x), module(x))
 
 
 def test_attributes_that_do_not_change_results_are_accepted():

@@ -21,6 +21,7 @@ from ..trace.capture import preserved
 from .verify import _rolled, compare_outputs, fresh
 
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
+_MISSING = object()
 
 
 def _same(a, b) -> bool:
@@ -51,15 +52,23 @@ def _items(value) -> tuple | None:
 
 
 def _changed(snapshot) -> list[str]:
-    """``path.attribute`` of every plain attribute a call set to another value (tables of
-    parameters, buffers and sub-modules left out: their writes are recorded)."""
+    """``path.attribute`` of every plain attribute a call set to another value, and of every
+    tensor attribute it set (tables of parameters, buffers and sub-modules left out:
+    their writes are recorded)."""
     changed = []
     for name, mod, before, items in snapshot:
         for key, value in vars(mod).items():
             if key.startswith("_") and key in ("_parameters", "_buffers", "_modules"):
                 continue
-            if isinstance(value, (torch.Tensor, torch.nn.Module)):
-                continue  # a tensor kept on the module (a cache): its use is traced
+            if isinstance(value, torch.nn.Module):
+                continue
+            if isinstance(value, torch.Tensor):
+                # A tensor set by the call (a lazily computed scale, a state kept for the
+                # next call) is read by the next eager call, while the trace computes it
+                # again; one the call left as it was (a cache) is traced where it is used.
+                if before.get(key, _MISSING) is not value:
+                    changed.append(f"{name}.{key}" if name else key)
+                continue
             if (
                 key not in before
                 or not _same(before[key], value)
