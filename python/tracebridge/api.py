@@ -29,7 +29,7 @@ from .runtime import Method, torchvision_ops
 from .runtime.method import Specialised, guards_active
 from .runtime.shapes import symbolize
 from .trace.capture import bound_method as _bound
-from .trace.capture import capture, capture_again, preserved, state_index
+from .trace.capture import capture, capture_again, numpy_rng_kept, preserved, state_index
 
 
 def _as_args(example_inputs) -> tuple:
@@ -582,7 +582,7 @@ def _with_progress(fn):
         what = getattr(func, "__name__", None) or type(func).__name__
         if isinstance(func, nn.Module):
             what = type(func).__name__
-        with track(f"tracing {what}", progress=progress):
+        with track(f"tracing {what}", progress=progress), numpy_rng_kept():
             return fn(func, *args, progress=progress, **kwargs)
 
     return run

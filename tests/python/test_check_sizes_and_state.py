@@ -148,9 +148,123 @@ def test_a_counter_that_a_call_changes_is_refused_naming_it():
 
 def test_a_lazy_initialisation_is_refused_naming_the_flag():
     module = ActNorm()
-    with pytest.raises(tracebridge.TracingCheckError, match=r"\(initialized\)"):
+    with pytest.raises(tracebridge.TracingCheckError, match=r"\(initialized, scale\)"):
         tracebridge.trace(module, torch.randn(4, 3))
     assert module.initialized is False and module.scale is None
+
+
+class Remembers(nn.Module):
+    """Appends to a list on every call and reads its length (the same list object)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def forward(self, x):
+        self.seen.append(x.shape[0])
+        return x * len(self.seen)
+
+
+def test_a_list_a_call_appends_to_is_refused_and_left_as_it_was():
+    # The list was neither put back (tracing and its checks left 9 entries on the model)
+    # nor seen changed by the second-call check (it compared the list by identity)
+    module = Remembers()
+    with pytest.raises(tracebridge.TracingCheckError, match=r"called a second time[\s\S]*\(seen\)"):
+        tracebridge.trace(module, torch.randn(2, 3))
+    assert module.seen == []
+
+
+def test_a_dict_entry_a_call_changes_is_refused_naming_it():
+    # put back after each run, but compared by identity: traced, wrong from the 2nd call
+    class Counts(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.state = {}
+
+        def forward(self, x):
+            self.state["n"] = self.state.get("n", 0) + 1
+            return x * self.state["n"]
+
+    module = Counts()
+    with pytest.raises(tracebridge.TracingCheckError, match=r"\(state\)"):
+        tracebridge.trace(module, torch.randn(2, 3))
+    assert module.state == {}
+
+
+def test_a_list_a_call_appends_to_without_reading_it_is_left_as_it_was():
+    class Logs(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.log = []
+
+            self.shapes = set()
+
+        def forward(self, x):
+            self.log.append("called")
+            self.shapes.add(len(self.log))
+            return x + 1
+
+    module = Logs()
+    traced = tracebridge.trace(module, torch.randn(2, 3))
+    assert module.log == [] and module.shapes == set()
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(traced(x), module(x))
+
+
+def test_numpys_generator_is_left_as_it_was():
+    # tracing and its checks run the code several times: each drew from numpy's
+    # generator, which was not put back
+    np = pytest.importorskip("numpy")
+
+    class Draws(nn.Module):
+        def forward(self, x):
+            self.last = np.random.rand()  # kept, never read into the result
+            return x + 1
+
+    np.random.seed(0)
+    before = np.random.get_state()[1].copy()
+    module = Draws()
+    tracebridge.trace(module, torch.randn(2, 3))
+    assert (np.random.get_state()[1] == before).all()
+    assert not hasattr(module, "last")
+
+
+def test_a_lazily_set_tensor_attribute_is_refused_naming_it():
+    # no flag beside it: the tensor set by the first call was skipped by the check (a
+    # tensor "is traced where it is used"), and the trace recomputed it on every call
+    class LazyScale(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = None
+
+        def forward(self, x):
+            if self.scale is None:
+                self.scale = 1 / (x.detach().std(0) + 1e-6)
+            return x * self.scale
+
+    module = LazyScale()
+    with pytest.raises(tracebridge.TracingCheckError, match=r"\(scale\)"):
+        tracebridge.trace(module, torch.randn(4, 3))
+    assert module.scale is None
+
+
+def test_a_tensor_attribute_set_on_every_call_and_not_read_is_accepted():
+    class KeepsLast(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+            self.last = None
+
+        def forward(self, x):
+            y = self.lin(x)
+            self.last = y.detach()  # kept for inspection, never read into a result
+            return y
+
+    module = KeepsLast()
+    traced = tracebridge.trace(module, torch.randn(2, 3))
+    assert module.last is None
+    x = torch.randn(5, 3)
+    torch.testing.assert_close(traced(x), module(x))
 
 
 def test_attributes_that_do_not_change_results_are_accepted():

@@ -221,12 +221,13 @@ def test_weights_converted_apart_are_refused_as_eager_refuses_them():
         traced(x)
 
 
-def test_concat_weights_refuses_mixed_dtypes_outside_autocast():
+def test_concat_weights_refuses_mixed_dtypes_and_autocast():
     a, b = torch.ones(2, 3), torch.ones(1, 3, dtype=torch.float64)
     with pytest.raises(RuntimeError, match="float32, float64"):
         concat_linear.concat_weights([a, b])
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert concat_linear.concat_weights([a, b]).dtype == torch.float64
+    # under autocast the call runs as traced (a concatenation on every call cost more)
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(concat_linear.AsTraced):
+        concat_linear.concat_weights([a, b])
 
 
 def test_returned_projections_are_not_fused():
@@ -333,3 +334,76 @@ def test_projections_that_no_view_reads_stay_apart():
 
     traced = tracebridge.trace(Gated().eval(), torch.randn(2, 3, 8))
     assert concat_linear.groups(traced._methods["forward"].graph) == []
+
+
+class Heads(torch.nn.Module):
+    """Two projections split into heads of 4 (their count from the width), and a random
+    draw (a call that raised part way may not run again: it would draw twice)."""
+
+    def __init__(self):
+        super().__init__()
+        self.q = torch.nn.Linear(8, 8)
+        self.k = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, -1, 4)
+        k = self.k(x).view(b, s, -1, 4)
+        return q.sum(2) * k.sum(2) + torch.rand(1)
+
+
+def test_widths_changed_by_opposite_amounts_run_as_traced():
+    # 12 + 4 rows where 8 + 8 were traced: the split's literal sizes still add up, so
+    # without the check each projection got the other's rows (silently wrong)
+    torch.manual_seed(0)
+    model = Heads().eval()
+    x = torch.randn(2, 3, 8)
+    traced = tracebridge.trace(model, x)
+    with torch.no_grad():
+        assert aten_counts(traced, x)["aten::linear"] == 1
+        model.q.weight = torch.nn.Parameter(torch.randn(12, 8))
+        model.q.bias = torch.nn.Parameter(torch.randn(12))
+        model.k.weight = torch.nn.Parameter(torch.randn(4, 8))
+        model.k.bias = torch.nn.Parameter(torch.randn(4))
+        torch.manual_seed(1)
+        expected, after = model(x), torch.rand(1)
+        torch.manual_seed(1)
+        got = traced(x)
+        # the refused concatenation ran before any op: one draw, as eager's
+        torch.testing.assert_close(got, expected)
+        assert torch.equal(torch.rand(1), after)
+
+
+def test_concat_weights_refuses_other_widths_than_traced():
+    a, b = torch.ones(3, 2), torch.ones(1, 2)
+    with pytest.raises(concat_linear.WeightsChanged, match="widths"):
+        concat_linear.concat_weights([a, b], rows=(2, 2))
+    assert concat_linear.concat_weights([a, b], rows=(3, 1)).shape == (4, 2)
+
+
+def test_a_torch_function_mode_sees_the_linears_as_traced():
+    # a mode that acts on one projection (its weight) saw one linear over concatenated
+    # weights under no_grad: silently another result than eager's
+    model, x, traced = traced_attention()
+
+    class ScaleQ(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func in (F.linear, torch._C._nn.linear) and args[1] is model.q.weight:
+                out = out * 3
+            return out
+
+    with torch.no_grad(), ScaleQ():
+        torch.testing.assert_close(traced(x), model(x))
+    with torch.no_grad():
+        assert aten_counts(traced, x)["aten::linear"] == 2  # outside the mode: as one
+
+
+def test_under_autocast_the_linears_run_as_traced():
+    model, x, traced = traced_attention()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert aten_counts(traced, x)["aten::linear"] == 4
+        expected = model(x)
+        got = traced(x)
+    assert got.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(got, expected)

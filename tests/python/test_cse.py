@@ -220,3 +220,33 @@ def test_graphs_that_switch_grad_off_still_share_and_those_that_turn_it_on_do_no
     traced = tracebridge.trace(TurnsGradOn(), torch.randn(3))
     assert not cse.grad_stays_off(_forward(traced))
     assert no_grad_code(traced).count("# mul,") == traced.code.count("# mul,") == 3
+
+
+class _AttentionDropouts(nn.Module):
+    """Two attentions with dropout on the same inputs draw two masks; one without
+    dropout (``dropout_p=0.0``) draws none."""
+
+    def forward(self, q):
+        f = torch.nn.functional.scaled_dot_product_attention
+        a = f(q, q, q, dropout_p=0.5)
+        b = f(q, q, q, None, 0.5)
+        c = f(q, q, q, dropout_p=0.0) - f(q, q, q, dropout_p=0.0)
+        return a - b, c
+
+
+def test_attention_with_dropout_draws_each_call(tmp_path):
+    # scaled_dot_product_attention draws its dropout mask, though no op-table flag says
+    # so: the two calls were one under no_grad (a - b was 0, silently wrong)
+    q = torch.randn(1, 2, 4, 8)
+    model = _AttentionDropouts()
+    traced = tracebridge.trace(model, q)
+    for fn in (traced, loaded(traced, tmp_path)):
+        with torch.no_grad():
+            torch.manual_seed(0)
+            expected, after = model(q), torch.rand(1)
+            torch.manual_seed(0)
+            got = fn(q)
+            assert torch.equal(got[0], expected[0]) and got[0].abs().sum() > 0
+            assert torch.equal(torch.rand(1), after)  # as many draws as eager
+    with torch.no_grad():
+        assert no_grad_code(traced).count("= op_scaled_dot_product_attention") == 3

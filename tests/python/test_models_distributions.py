@@ -87,3 +87,31 @@ def test_torch_size_is_itself_outside_a_trace_and_checks_as_before():
     tracebridge.trace(fn, (torch.randn(4),), check_trace=False)
     assert torch.Size is original
     assert type(seen[0]) is original and seen[0] == (2, 3)
+
+
+def test_a_torch_size_pickles_while_a_trace_runs_in_any_thread():
+    # the stand-in made pickle refuse every torch.Size in the process while a trace ran
+    # ("not the same object as torch.Size"): a checkpoint writer's thread, say
+    import copyreg
+    import pickle
+    import threading
+
+    original = torch.Size
+    kept = original([4, 1])
+    found = {}
+
+    def other_thread():
+        found["other"] = pickle.loads(pickle.dumps(torch.ones(2, 3).shape))
+
+    def fn(x):
+        found["own"] = pickle.loads(pickle.dumps(kept, protocol=0))
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        worker.join()
+        return x * 2
+
+    tracebridge.trace(fn, (torch.randn(4),), check_trace=False)
+    assert type(found["own"]) is original and found["own"] == (4, 1)
+    assert type(found["other"]) is original and found["other"] == (2, 3)
+    assert torch.Size is original and original not in copyreg.dispatch_table
+    assert b"torch" in pickle.dumps(original([1]), protocol=0)

@@ -109,6 +109,33 @@ def test_traced_floats_in_a_tensor_list_are_0dim_tensors_too():
         assert torch.allclose(traced(x), x.flatten(2).sum(-1) / (shape[2] * shape[3]))
 
 
+class FloatOfSizeWithIntegers(nn.Module):
+    """A traced float taken as a tensor, then met with an integer tensor and stacked."""
+
+    def forward(self, x):
+        n = x.shape[1]
+        pos = torch.arange(n)
+        if torch.jit.is_tracing():
+            scale, hw = torch.sqrt(n / 2), torch.stack([n / 1, n / 2])
+        else:
+            scale, hw = math.sqrt(n / 2), torch.tensor([n / 1, n / 2])
+        return pos * scale, hw
+
+
+def test_a_traced_float_taken_as_a_tensor_has_the_default_dtype():
+    # as a Python float acts in the eager branch, and as torch.jit.trace's 0-dim sizes
+    # give it: a float64 0-dim tensor made arange(n) * scale float64 (refused by the check)
+    module = FloatOfSizeWithIntegers()
+    traced = tracebridge.trace(module, (torch.randn(2, 5),))
+    for shape in [(1, 3), (2, 8)]:
+        x = torch.randn(shape)
+        got, expected = traced(x), module(x)
+        assert [t.dtype for t in got] == [t.dtype for t in expected] == [torch.float32] * 2
+        for a, b in zip(got, expected):
+            torch.testing.assert_close(a, b)
+    assert "float64" not in traced.graph
+
+
 class IntSizeAsTensor(nn.Module):
     def forward(self, x):
         n = x.shape[0]

@@ -21,6 +21,7 @@ from ..trace.capture import preserved
 from .verify import _rolled, compare_outputs, fresh
 
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
+_MISSING = object()
 
 
 def _same(a, b) -> bool:
@@ -33,21 +34,46 @@ def _same(a, b) -> bool:
     return False
 
 
-def _snapshot(module: torch.nn.Module) -> list[tuple[str, torch.nn.Module, dict]]:
-    return [(name, mod, dict(vars(mod))) for name, mod in module.named_modules()]
+def _snapshot(module: torch.nn.Module) -> list[tuple[str, torch.nn.Module, dict, dict]]:
+    """Each module's attributes, with the items of its lists and plain dicts as they are
+    now (a call that appends to ``self.seen`` keeps the same list object)."""
+    return [
+        (name, mod, dict(vars(mod)), {k: _items(v) for k, v in vars(mod).items() if _items(v)})
+        for name, mod in module.named_modules()
+    ]
+
+
+def _items(value) -> tuple | None:
+    if type(value) is list:
+        return ("list", *map(id, value))
+    if type(value) is dict:
+        return ("dict", *value.keys(), *map(id, value.values()))
+    return None
 
 
 def _changed(snapshot) -> list[str]:
-    """``path.attribute`` of every plain attribute a call set to another value (tables of
-    parameters, buffers and sub-modules left out: their writes are recorded)."""
+    """``path.attribute`` of every plain attribute a call set to another value, and of every
+    tensor attribute it set (tables of parameters, buffers and sub-modules left out:
+    their writes are recorded)."""
     changed = []
-    for name, mod, before in snapshot:
+    for name, mod, before, items in snapshot:
         for key, value in vars(mod).items():
             if key.startswith("_") and key in ("_parameters", "_buffers", "_modules"):
                 continue
-            if isinstance(value, (torch.Tensor, torch.nn.Module)):
-                continue  # a tensor kept on the module (a cache): its use is traced
-            if key not in before or not _same(before[key], value):
+            if isinstance(value, torch.nn.Module):
+                continue
+            if isinstance(value, torch.Tensor):
+                # A tensor set by the call (a lazily computed scale, a state kept for the
+                # next call) is read by the next eager call, while the trace computes it
+                # again; one the call left as it was (a cache) is traced where it is used.
+                if before.get(key, _MISSING) is not value:
+                    changed.append(f"{name}.{key}" if name else key)
+                continue
+            if (
+                key not in before
+                or not _same(before[key], value)
+                or (key in items and items[key] != _items(value))
+            ):
                 changed.append(f"{name}.{key}" if name else key)
     return changed
 

@@ -392,6 +392,34 @@ VARIADIC_OUTPUTS = frozenset(
     "unique_consecutive meshgrid atleast_1d atleast_2d atleast_3d".split()
 )
 
+# Ops that draw random numbers only where an argument asks: (position, keyword) of the
+# probability that is literally 0 where they draw none (attention's dropout: ``dropout_p``).
+RANDOM_WHEN = {"scaled_dot_product_attention": (4, "dropout_p")}
+
+
+def draws_random(node) -> bool:
+    """Whether a graph node may draw from the random number generator: an op of
+    :data:`RANDOM_OPS`, or one of :data:`RANDOM_WHEN` whose probability is not a literal
+    0 (``scaled_dot_product_attention(q, k, v, dropout_p=0.1)`` draws its dropout mask,
+    so two such calls are not one, and a run of it cannot be repeated).
+
+    >>> from tracebridge.ir import Node
+    >>> draws_random(Node("scaled_dot_product_attention", [None] * 3, {"dropout_p": 0.5}))
+    True
+    """
+    if node.op in RANDOM_OPS:
+        return True
+    where = RANDOM_WHEN.get(node.op)
+    if where is None:
+        return False
+    position, keyword = where
+    if keyword in node.kwargs:
+        p = node.kwargs[keyword]
+    else:
+        p = node.args[position] if len(node.args) > position else 0.0
+    return not (type(p) in (int, float) and p == 0)
+
+
 # Ops whose result depends on the random number generator.
 RANDOM_OPS = frozenset(
     """

@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import builtins
 import copy
+import functools
 import itertools
 import keyword
 import linecache
@@ -316,7 +317,7 @@ class CodeGen:
         nodes elsewhere). A concatenation of weights that runtime/concat_linear.py made
         runs through its own check."""
         if isinstance(node, concat_linear.ConcatNode):
-            return concat_linear.concat_weights
+            return functools.partial(concat_linear.concat_weights, rows=node.rows)
         return support.node_callable(node, self.methods)
 
     def call(self, node: Node) -> ast.expr:

@@ -38,13 +38,17 @@ Note: fewer ops per call, as ``torch.jit.optimize_for_inference``'s "concat line
   Not exact in the last bit: one GEMM over the concatenated weights may sum in another
   order than three narrower ones (within the verify tolerance of eager; the same in a
   reloaded artifact as in the traced one, since both run this code). Weights converted
-  to other dtypes after tracing: outside autocast the concatenation refuses them as each
-  linear would (:func:`concat_weights`); under autocast it widens them and the linear
-  casts the (exact) wider values down, as autocast casts each weight.
+  to other dtypes after tracing: the concatenation refuses them as each linear would
+  (:func:`concat_weights`). Under autocast the call runs as traced: the concatenation
+  is then computed on every call (runtime/folding.py), a copy of every weight that cost
+  five times the call it saved (autocast keeps each weight's cast for the region).
 
-  A call of the rewritten code that raises (a weight of another width assigned after
-  tracing, say) runs again as traced (``Method``), where the graph has no effect that
-  running twice would repeat.
+  A call of the rewritten code that raises runs again as traced (``Method``), where the
+  graph has no effect that running twice would repeat; weights of other widths than
+  traced (assigned after tracing: two changed by opposite amounts keep the split's sum)
+  raise :class:`WeightsChanged` from the folded concatenation, before any op runs, and
+  always run again as traced; so does a call under a torch function mode (:class:`AsTraced`),
+  which would otherwise see one linear where eager calls three.
 """
 
 from __future__ import annotations
@@ -75,20 +79,45 @@ _SHAPE_PRIMS = frozenset("prim.size prim.numel prim.dtype prim.device prim.len".
 # Nodes no group may span: writes are found by the op table's flag.
 _BARRIERS = frozenset({"set_grad_enabled", "prim.autograd_function"})
 _autocast = torch._C._is_any_autocast_enabled
+_function_modes = torch._C._len_torch_function_stack
 
 
-def concat_weights(tensors: list[torch.Tensor], dim: int = 0) -> torch.Tensor:
+class AsTraced(RuntimeError):
+    """A call the concatenated linears must not serve: raised by the folded concatenation,
+    before any op of the call runs (it is computed first), so the call runs again as
+    traced (``Method``). Under a torch function mode, which sees each call of the code
+    (a mode may act on one projection's weight), the concatenation is computed on every
+    call (runtime/folding.py) and raises this."""
+
+
+class WeightsChanged(AsTraced):
+    """The weights of a group no longer have the widths it was traced with: the split's
+    literal sizes would hand each projection rows of another (two widths changed by
+    opposite amounts keep the sum)."""
+
+
+def concat_weights(
+    tensors: list[torch.Tensor], dim: int = 0, rows: tuple[int, ...] | None = None
+) -> torch.Tensor:
     """The weights (or biases) of a group, concatenated along their first dimension.
 
-    Outside autocast, weights of different dtypes are refused, as the separate linears
-    refuse them (every one reads the same input, of one dtype); under autocast the
-    concatenation widens them exactly and the linear casts them down as it would each.
+    Weights of different dtypes are refused, as the separate linears refuse them (every
+    one reads the same input, of one dtype). ``rows``: the traced widths; a tensor of
+    another raises :class:`WeightsChanged`. Under a torch function mode or autocast,
+    :class:`AsTraced`: the call runs the code as traced (see the module Note).
 
     >>> concat_weights([torch.ones(2, 3), torch.zeros(1, 3)]).shape
     torch.Size([3, 3])
     """
+    if _function_modes() or _autocast():
+        raise AsTraced("linear: under a torch function mode or autocast, run as traced")
+    if rows is not None and [t.shape[0] if t.dim() else -1 for t in tensors] != list(rows):
+        raise WeightsChanged(
+            "linear: the projections of one input now have "
+            f"{[tuple(t.shape) for t in tensors]} weights, traced with widths {list(rows)}"
+        )
     first = tensors[0].dtype
-    if not _autocast() and any(t.dtype != first for t in tensors):
+    if any(t.dtype != first for t in tensors):
         kinds = ", ".join(str(t.dtype).replace("torch.", "") for t in tensors)
         raise RuntimeError(
             f"linear: the projections of one input have weights of dtypes {kinds}; "
@@ -98,9 +127,13 @@ def concat_weights(tensors: list[torch.Tensor], dim: int = 0) -> torch.Tensor:
     return torch.cat(tensors, dim)
 
 
+@dataclass
 class ConcatNode(Node):
     """A ``cat`` node that :func:`fuse` made: the generated code runs it through
-    :func:`concat_weights` (runtime/codegen.py, ``CodeGen.callable_for``)."""
+    :func:`concat_weights` with the traced widths ``rows`` (runtime/codegen.py,
+    ``CodeGen.callable_for``)."""
+
+    rows: tuple[int, ...] = ()
 
 
 @dataclass
@@ -311,11 +344,12 @@ def fuse(graph: Graph) -> Graph:
         weight = facts.values[first.weight]
         width = sum(lin.width for lin in group)
         w = Value(next(ids), "Tensor", weight.dtype, [width, weight.shape[1]])
-        made.append(_concat([lin.weight for lin in group], w, first.node.loc))
+        rows = tuple(lin.width for lin in group)
+        made.append(_concat([lin.weight for lin in group], w, first.node.loc, rows))
         args = [Ref(first.input), Ref(w.id)]
         if first.bias is not None:
             b = Value(next(ids), "Tensor", weight.dtype, [width])
-            made.append(_concat([lin.bias for lin in group], b, first.node.loc))
+            made.append(_concat([lin.bias for lin in group], b, first.node.loc, rows))
             args.append(Ref(b.id))
         out = first.node.outputs[0]
         shape = [*out.shape[:-1], width] if out.shape else None
@@ -341,8 +375,8 @@ def fuse(graph: Graph) -> Graph:
     return fused
 
 
-def _concat(ids: list[int], made: Value, loc) -> Node:
-    return ConcatNode("cat", [[Ref(i) for i in ids], 0], {}, [made], pytree.LEAF, loc)
+def _concat(ids: list[int], made: Value, loc, rows: tuple[int, ...]) -> Node:
+    return ConcatNode("cat", [[Ref(i) for i in ids], 0], {}, [made], pytree.LEAF, loc, rows)
 
 
 # Ops that change something a second run would change again: running statistics, a
@@ -362,6 +396,6 @@ def rerunnable(graph: Graph) -> bool:
         info = opset.info(node.op)
         if node.op in _EFFECTS or node.op == "prim.autograd_function" or "out" in node.kwargs:
             return False
-        if info is not None and info.flags & {"random", "inplace"}:
+        if info is not None and info.flags & {"random", "inplace"} or opset.draws_random(node):
             return False
     return True

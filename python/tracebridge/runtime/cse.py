@@ -68,7 +68,7 @@ def _pure(node: Node) -> bool:
     if node.kwargs.get("requires_grad", False) is not False:
         return False  # a new leaf of autograd each time
     info = opset.info(node.op)
-    return info is not None and not (info.flags & {"random", "inplace"})
+    return info is not None and not (info.flags & {"random", "inplace"} or opset.draws_random(node))
 
 
 class _Groups:

@@ -53,7 +53,7 @@ def _has_effect(node: Node) -> bool:
     if node.op in EFFECTS:
         return True
     info = opset.info(node.op)
-    return info is None or "random" in info.flags
+    return info is None or "random" in info.flags or opset.draws_random(node)
 
 
 def _groups(graph: Graph) -> tuple[dict[int, int], set[int]]:

@@ -82,7 +82,7 @@ def _may_be_static(node: Node) -> bool:
     if node.op in _DYNAMIC_PRIMS or not node.outputs:
         return False
     info = opset.info(node.op)
-    return info is not None and not (info.flags & {"random", "inplace"})
+    return info is not None and not (info.flags & {"random", "inplace"} or opset.draws_random(node))
 
 
 # Reads of a tensor's metadata: inline they cost a tenth of a folded call. (``item``,

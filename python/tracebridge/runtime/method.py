@@ -10,10 +10,11 @@ import torch
 from ..check.specialise import CUT_GRAPH, SIZE_ONE_GUARD
 from ..errors import GuardError, TraceError
 from ..ir import Graph, pytree
-from ..ir.ops import RANDOM_OPS
+from ..ir.ops import draws_random
 from ..ir.pytree import is_tensor
 from . import concat_linear, cse, folding, support
 from .codegen import CodeGen, compile_function
+from .concat_linear import AsTraced
 from .interpreter import Interpreter
 
 
@@ -204,7 +205,7 @@ class Method:
         except TraceError:
             raise
         except Exception as exc:
-            if self._retry and key in self._retry:
+            if self._retry and key in self._retry or isinstance(exc, AsTraced):
                 try:
                     return self._as_traced(key, args, kwargs)
                 except TraceError:
@@ -384,9 +385,7 @@ class Specialised:
         self.methods = methods
         self.name = methods[0].name
         self.graph = methods[0].graph
-        self._random = any(
-            node.op in RANDOM_OPS for method in methods for node in method.graph.nodes
-        )
+        self._random = any(draws_random(node) for method in methods for node in method.graph.nodes)
 
     def __getattr__(self, name: str):
         # Anything else (a backend's set_functions) is the first graph's.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import random
+import sys
 import warnings
 from collections.abc import Callable
 
@@ -80,9 +81,11 @@ def _attributes(module: torch.nn.Module) -> list[tuple]:
     for mod in module.modules():
         attrs = dict(vars(mod))
         # The parameter, buffer and module tables, and any dict the code fills (a cache
-        # keyed on shapes), get their entries back too.
+        # keyed on shapes), get their entries back too; so do a list and a set the code adds
+        # to (a history of calls: tracing and its checks call the model many times).
         tables = {k: (dict(v), _fingerprint(v)) for k, v in attrs.items() if type(v) is dict}
-        saved.append((mod, attrs, _fingerprint(attrs), tables))
+        lists = {k: (list(v), list(map(id, v))) for k, v in attrs.items() if type(v) in (list, set)}
+        saved.append((mod, attrs, _fingerprint(attrs), tables, lists))
     return saved
 
 
@@ -92,7 +95,7 @@ def _restore_attributes(saved: list[tuple]) -> None:
     left on the module would leak into the next trace, and the model must stay as the
     user had it. Runs for every recording and check: unchanged modules cost two list
     comparisons."""
-    for mod, attrs, fingerprint, tables in saved:
+    for mod, attrs, fingerprint, tables, lists in saved:
         current = vars(mod)
         if _fingerprint(current) != fingerprint:
             for key in [k for k in current if k not in attrs]:
@@ -105,6 +108,14 @@ def _restore_attributes(saved: list[tuple]) -> None:
             if type(table) is dict and _fingerprint(table) != before:
                 table.clear()
                 table.update(content)
+        for name, (items, ids) in lists.items():
+            kept = current.get(name)
+            if type(kept) in (list, set) and list(map(id, kept)) != ids:
+                kept.clear()
+                if type(kept) is set:
+                    kept.update(items)
+                else:
+                    kept.extend(items)
 
 
 def _renormed_weights(module: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -120,6 +131,21 @@ def _renormed_weights(module: torch.nn.Module) -> list[tuple[torch.Tensor, torch
 
 
 @contextlib.contextmanager
+def numpy_rng_kept():
+    """Run a whole trace and then put back numpy's global generator, where numpy is
+    imported: model code may draw from it (a random mask), and tracing with its checks
+    runs the code many times where eager use ran it once. (Once per trace, not per
+    :func:`preserved` block: reading its state costs about 100 us.)"""
+    numpy = sys.modules.get("numpy")
+    state = numpy.random.get_state() if numpy is not None else None
+    try:
+        yield
+    finally:
+        if state is not None:
+            numpy.random.set_state(state)
+
+
+@contextlib.contextmanager
 def preserved(module: torch.nn.Module | None):
     """Run a block and then put back the RNG states (CPU, every CUDA device, Python's
     global generator), the
@@ -128,7 +154,8 @@ def preserved(module: torch.nn.Module | None):
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
     # Model code may also draw from Python's generator (a random layer drop); tracing runs
     # it several times, eager use once. (numpy's global generator is left alone: reading
-    # its state costs about 100 times more, and this runs for every recording and check.)
+    # its state costs about 100 times more, and this runs for every recording and check:
+    # numpy_rng_kept() puts it back once per trace.)
     py_rng = random.getstate()
     saved_buffers, saved_params, modes, flags, attributes = [], [], [], [], []
     renormed: list[tuple[torch.Tensor, torch.Tensor]] = []

@@ -208,19 +208,18 @@ class Dispatcher:
             return written
         loc = self.location()
         packed = (_packed_varargs(name, func, args), _canonical_keywords(name, kwargs))
-        as_recorded = self._numbers_as_tensors(name, *packed)
-        floats_as_tensors = as_recorded[0] is not packed[0] or as_recorded[1] is not packed[1]
-        if as_recorded[1]:
-            _known_keywords(name, as_recorded[1], loc)
-        enc_args = [self.encode(a) for a in as_recorded[0]]
-        enc_kwargs = {k: self.encode(v) for k, v in as_recorded[1].items()}
+        if packed[1]:
+            _known_keywords(name, packed[1], loc)
         checked = False
         if name in _FROM_PYTHON_DATA:
             # The node holds the traced numbers; the call reads their values. PyTorch reads
             # an int into a floating tensor with __float__, which would guard the value.
+            as_recorded = self._numbers_as_tensors(name, *packed)
             result = func(*_plain_numbers(args), **_plain_numbers(kwargs))
         else:
-            result, checked = self._eager_result(func, args, kwargs, as_recorded, floats_as_tensors)
+            result, as_recorded, checked = self._eager_result(name, func, args, kwargs, packed)
+        enc_args = [self.encode(a) for a in as_recorded[0]]
+        enc_kwargs = {k: self.encode(v) for k, v in as_recorded[1].items()}
         if not checked and (as_recorded[0] is not args or as_recorded[1] is not kwargs):
             self._same_as_recorded(name, func, as_recorded, result, loc)
         enc_args, enc_kwargs = autocast.cast_inputs(
@@ -274,8 +273,9 @@ class Dispatcher:
             return pytree.unflatten(wrapped, spec)
         return result
 
-    def _eager_result(self, func, args, kwargs, as_recorded, numbers_wrapped: bool) -> tuple:
-        """The call's result, and whether it was computed from the call as recorded.
+    def _eager_result(self, name, func, args, kwargs, packed) -> tuple:
+        """The call's result, the call as recorded, and whether the result was computed
+        from the call as recorded.
 
         Note: a traced number where PyTorch takes only a tensor.
           PyTorch's parser hands such a call to the recording mode (traced numbers have a
@@ -283,25 +283,34 @@ class Dispatcher:
           torch.jit.trace, whose sizes are 0-dim tensors, behind ``torch.jit.is_tracing()``
           (transformers' MobileViT, ``torch_int``). Eager PyTorch refuses a Python number
           there; the trace does what torch.jit.trace does and takes the number as a 0-dim
-          tensor of its value (int64 for an int, float64 for a float, as PyTorch wraps a
-          number where it does take one): recorded as ``scalar_tensor`` of the traced
+          tensor of its value of the default dtype, as torch.jit.trace has it there (its
+          ``h / p`` of 0-dim int64 sizes is float32) and as a Python float acts in the
+          eager branch: with an integer tensor, ``arange(n) * scale`` is float32 (a 0-dim
+          float64 tensor made it float64). Recorded as ``scalar_tensor`` of the traced
           number, so the graph stays general in the sizes it came from. Only then: a call
-          that eager refuses for another reason (``numbers_wrapped`` False) is refused.
+          that eager refuses for another reason (no traced float taken as a tensor) is
+          refused.
         """
         try:
-            return func(*args, **kwargs), False
+            result = func(*args, **kwargs)
         except TypeError:
-            if not numbers_wrapped or not _has_traced_float((args, kwargs)):
+            if not _has_traced_float((args, kwargs)):
                 raise
-        with torch._C.DisableTorchFunction():
-            return func(*as_recorded[0], **as_recorded[1]), True
+            as_recorded = self._numbers_as_tensors(name, *packed, torch.get_default_dtype())
+            if as_recorded[0] is packed[0] and as_recorded[1] is packed[1]:
+                raise
+            with torch._C.DisableTorchFunction():
+                return func(*as_recorded[0], **as_recorded[1]), as_recorded, True
+        return result, self._numbers_as_tensors(name, *packed), False
 
-    def _numbers_as_tensors(self, name: str, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    def _numbers_as_tensors(
+        self, name: str, args: tuple, kwargs: dict, floats: torch.dtype = torch.float64
+    ) -> tuple[tuple, dict]:
         """``args`` and ``kwargs`` with each number given where the op takes only a tensor
         (``torch.div(x.size(1), 2, rounding_mode="trunc")`` in Longformer) replaced by a
         recorded ``scalar_tensor`` of it: PyTorch turns such a number into a 0-dim tensor
-        itself (int64 for an int, float64 for a float), and the op set's argument kinds
-        take only a tensor there."""
+        itself (int64 for an int, float64 for a float: ``floats``), and the op set's
+        argument kinds take only a tensor there."""
         info = opset.info(name)
         if info is None:
             return args, kwargs
@@ -319,7 +328,7 @@ class Dispatcher:
                 return value
             if "tensor" not in kinds or kinds & _NUMBER_KINDS[isinstance(value, int)]:
                 return value
-            dtype = torch.int64 if isinstance(value, int) else torch.float64
+            dtype = torch.int64 if isinstance(value, int) else floats
             with self.mode:
                 return torch.scalar_tensor(value, dtype=dtype)
 

@@ -81,7 +81,12 @@ class InPlace:
         info = opset.info(node.op)
         if node.op == "prim.state":
             free = True
-        elif info is None or info.flags & {"random", "inplace"} or node.op.startswith("prim."):
+        elif (
+            info is None
+            or info.flags & {"random", "inplace"}
+            or opset.draws_random(node)
+            or node.op.startswith("prim.")
+        ):
             free = False
         else:
             free = all(r.id in self._input_free or self._scalar_kind(r) in _KEY_KINDS for r in refs)

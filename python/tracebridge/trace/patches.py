@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import copyreg
 import math
 import operator
 import sys
@@ -108,8 +109,11 @@ def _unrolled(tracer: Tracer, *args):
 # fix them all. A torch.Size made by concatenation keeps its items as they are, so while
 # tracing, one built from traced sizes holds them: still a real torch.Size, still general.
 # ``isinstance(s, torch.Size)`` holds as before; what does not, while a trace runs, is code
-# that finds the class by name: ``type(s) is torch.Size``, and ``pickle`` of a torch.Size
-# (PicklingError, "not the same object as torch.Size"), in any thread of the process.
+# that compares the class by identity: ``type(s) is torch.Size``. ``pickle`` finds a class
+# by name (``torch.Size``) and refused a torch.Size while the stand-in is there, in any
+# thread of the process ("not the same object as torch.Size"): :func:`_size_pickling`
+# pickles one as a call of the stand-in, which carries torch.Size's name, so the bytes
+# are torch.Size's and load as a torch.Size anywhere.
 _original_size = torch.Size
 
 
@@ -136,6 +140,22 @@ class _traced_size(metaclass=_TracedSizeMeta):  # noqa: N801 - stands in for tor
         # PyTorch's own checks of the items, on their values (no guard): ints only.
         _original_size(d._concrete() if isinstance(d, _Traced) else d for d in items)
         return _original_size() + items
+
+
+# Pickled by name, the stand-in is torch.Size: ``torch.Size((2, 3))`` in the bytes.
+_traced_size.__module__, _traced_size.__qualname__ = "torch", "Size"
+
+
+def _reduce_size(size: torch.Size) -> tuple:
+    return _traced_size, (tuple(int(d) for d in size),)
+
+
+def _size_pickling(on: bool) -> None:
+    """While the stand-in is ``torch.Size`` (``on``), pickle a torch.Size through it."""
+    if on:
+        copyreg.dispatch_table[_original_size] = _reduce_size
+    elif copyreg.dispatch_table.get(_original_size) is _reduce_size:
+        del copyreg.dispatch_table[_original_size]
 
 
 # math functions read an int's value in C without a hook: while tracing, the ones code
@@ -315,6 +335,7 @@ BUILTIN_PATCHES.add(torch, "Size", _traced_size)
 BUILTIN_PATCHES.add(torch.jit.ScriptFunction, "__call__", _script_function_call)
 BUILTIN_PATCHES.add(torch.jit.ScriptModule, "__call__", _script_module_call)
 BUILTIN_PATCHES.hooks.append(library.patch)  # torch.jit.is_tracing & co
+BUILTIN_PATCHES.hooks.append(_size_pickling)  # a torch.Size pickles while the stand-in is in
 BUILTIN_PATCHES.hooks.append(helpers.patch)  # transformers' torch_int, torch_float
 
 
