@@ -146,7 +146,7 @@ run_snippet <- function(s) {
       got <- tryCatch(do.call(who[[2]], cl[[2]]), error = identity)
       if (inherits(got, "error")) {
         if (cl[[1]] == "other shape" && s$guard && is_guard(got)) {
-          guarded <- TRUE
+          guarded <- conditionMessage(got)
           next
         }
         return(list("fails", sprintf("%s call at %s: %s%s", who[[1]], cl[[1]],
@@ -159,7 +159,7 @@ run_snippet <- function(s) {
       }
     }
   }
-  list("works", if (guarded) "guarded at the other shape" else "")
+  list("works", if (is.character(guarded)) paste("guarded at the other shape:", guarded) else "")
 }
 
 T <- function(...) torch_randn(...)
