@@ -255,3 +255,18 @@ test_that("guards name the R line of a one-line function, and read values in R t
   expect_error(tr(-m(3)), "the trace assumed as_array(detach(gt(sum(x), 0.0))) is TRUE",
                fixed = TRUE)
 })
+
+test_that("x[N, , drop = FALSE] with a traced N, and sapply()/vapply() of traced sizes", {
+  skip_if_no_torch()
+  calls <- list(list(m(3)), list(m(5)))
+  expect_traced_like_eager(function(x) x[N, , drop = FALSE], calls)
+  expect_traced_like_eager(function(x) torch_cat(list(x[1:2, ], x[N, , drop = FALSE]), dim = 1),
+                           calls)
+  expect_traced_like_eager(function(x) x[x$size(1) - 1L, , drop = FALSE], calls)
+  expect_traced_like_eager(function(x) x$sum() * sum(sapply(list(x, x), function(t) t$size(1))),
+                           calls)
+  f <- function(x) x * sum(vapply(list(x), function(t) t$size(1), integer(1)))
+  tr <- suppressWarnings(jit_trace(f, m(3)))
+  expect_equal(as_array(tr(m(3))), as_array(f(m(3))))
+  expect_error(tr(m(5)), class = "tracebridge_guard_error")
+})
