@@ -43,6 +43,10 @@ r_terms_one <- function(msg) {
   msg <- gsub(paste0("\\b", ident, "\\.(dim|numel|item|size)\\(\\)"), "\\1$\\2()", msg,
               perl = TRUE)
   msg <- gsub(paste0("\\b", ident, "\\.tolist\\(\\)"), "as_array(\\1)", msg, perl = TRUE)
+  # The same after a call: `sum(x).item()`, `getitem(x, ...).shape[0]`, `detach(x).tolist()`.
+  msg <- shift_numbers(msg, "(\\))\\.shape\\[(\\d+)\\]", "%s$shape[%d]")
+  msg <- gsub("\\)\\.(dim|numel|item|size)\\(\\)", ")$\\1()", msg, perl = TRUE)
+  msg <- call_tolist_terms(msg)
   msg <- gsub("(^|[\\s(`])\\.(train|eval)\\(\\)", "\\1$\\2()", msg, perl = TRUE)
   msg <- gsub("respect_mode=True", "respect_mode = TRUE", msg, fixed = TRUE)
   msg <- gsub("check_trace=False", "check_trace = FALSE", msg, fixed = TRUE)
@@ -50,6 +54,8 @@ r_terms_one <- function(msg) {
   msg <- gsub("raise check_tolerance", "raise check_tolerance (an argument of jit_trace())",
               msg, fixed = TRUE)
   msg <- gsub("(\\bis|==) (True|False)\\b", "is \\U\\2", msg, perl = TRUE)
+  # Values a guard read (`[1.0, 2.0]`, `[True, False]`) as R writes them: c(1, 2).
+  if (grepl("the trace assumed", msg, fixed = TRUE)) msg <- python_lists_terms(msg)
   # The lines of a guard message, joined into one by one_line().
   msg <- gsub("(\\S) (assumption made at|this call takes another path)", "\\1; \\2", msg,
               perl = TRUE)
@@ -74,6 +80,44 @@ r_terms_one <- function(msg) {
                 "tensors or (nested) unnamed lists. Return an unnamed list,", msg, fixed = TRUE)
   }
   msg
+}
+
+python_lists_terms <- function(msg) {
+  item <- "(?:True|False|-?[0-9][0-9.e+-]*)"
+  pattern <- sprintf("(?<!, )(?<=[\\s(=])\\[(%s(?:, %s)+)\\]", item, item)
+  m <- gregexpr(pattern, msg, perl = TRUE)[[1]]
+  if (m[[1]] < 0) return(msg)
+  found <- regmatches(msg, list(m))[[1]]
+  r <- vapply(found, function(f) {
+    inner <- gsub("\\bTrue\\b", "TRUE", gsub("\\bFalse\\b", "FALSE", substr(f, 2L, nchar(f) - 1L)))
+    inner <- gsub("(\\d)\\.0\\b", "\\1", inner, perl = TRUE)
+    paste0("c(", inner, ")")
+  }, character(1))
+  regmatches(msg, list(m)) <- list(r)
+  msg
+}
+
+# `f(...).tolist()` as `as_array(f(...))`: the call is found by its balanced parentheses.
+call_tolist_terms <- function(msg) {
+  repeat {
+    at <- regexpr("\\)\\.tolist\\(\\)", msg, perl = TRUE)
+    if (at < 0) return(msg)
+    chars <- strsplit(substr(msg, 1L, at), "")[[1]]
+    depth <- 0L
+    open <- 0L
+    for (k in rev(seq_along(chars))) {
+      depth <- depth + (chars[[k]] == ")") - (chars[[k]] == "(")
+      if (depth == 0L) {
+        open <- k
+        break
+      }
+    }
+    if (open == 0L) return(msg)
+    start <- open
+    while (start > 1L && grepl("[A-Za-z0-9_.]", chars[[start - 1L]])) start <- start - 1L
+    msg <- paste0(substr(msg, 1L, start - 1L), "as_array(", substr(msg, start, at), ")",
+                  substr(msg, at + attr(at, "match.length"), nchar(msg)))
+  }
 }
 
 # Rewrite each match of `pattern` (group 1: a name, group 2: a 0-based number) with

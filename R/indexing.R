@@ -187,13 +187,24 @@ index_plan <- function(x, exprs, env, drop) {
   if (!drop) {
     parsed <- lapply(parsed, function(p) {
       if (p$kind == "int") {
-        stop <- if (p$value == -1L) NULL else p$value + 1L
+        stop <- if (!is.numeric(p$value)) sym_stop(p$value) else
+          if (p$value == -1L) NULL else p$value + 1L
         p <- list(kind = "slice", value = py_slice(p$value, stop, NULL), dim = p$dim)
       }
       p
     })
   }
   parsed
+}
+
+# The end of the one-element slice at a traced 0-based position `v` (`x[N, , drop =
+# FALSE]`): `v + 1`, or to the end for -1 (its sign is already a guard: sym_position()).
+sym_stop <- function(v) {
+  if (isTRUE(reticulate::py_to_r(py_rb()$binary(">=", v, 0L)))) {
+    return(py_rb()$binary("+", v, 1L))
+  }
+  if (isTRUE(reticulate::py_to_r(py_rb()$binary("==", v, -1L)))) return(NULL)
+  py_rb()$binary("+", v, 1L)
 }
 
 # The size of dimension `d` (1-based) as an R integer. Inside jit_trace() the size is a

@@ -263,6 +263,15 @@ note_r_location <- function() {
     top <- topenv(env)
     if (identical(top, ns) || isNamespace(top)) next
     src <- attr(calls[[i + 1L]], "srcref")
+    # A body without braces has no srcref of its own (R gives its calls the function's):
+    # its line is the function's last (`function(x) x[-1, ]`, or the second line of one
+    # deparsed under Rscript), not the line of `function (x)`.
+    b <- body(sys.function(i))
+    fsrc <- attr(sys.function(i), "srcref")
+    if (!is.null(fsrc) && !(is.call(b) && identical(b[[1L]], quote(`{`))) &&
+        (is.null(src) || identical(as.integer(src)[c(1L, 3L)], as.integer(fsrc)[c(1L, 3L)]))) {
+      src <- srcref(attr(fsrc, "srcfile"), rep(fsrc[[3L]], 4L))
+    }
     loc <- if (is.null(src)) "" else {
       sprintf("%s:%d", utils::getSrcFilename(src, full.names = TRUE), src[[1L]])
     }

@@ -203,6 +203,7 @@ as_array <- function(x) UseMethod("as_array")
 
 #' @export
 as_array.torch_tensor <- function(x) {
+  if (isTRUE(.tb$tracing)) note_r_location() # the guard it records names the R line
   # src/array.c reads the values of a CPU tensor from its memory; R converts the rest.
   out <- .Call(tb_as_array, x)
   if (!is.symbol(out)) return(out)

@@ -218,6 +218,23 @@ traced_size_helpers <- function() {
       base::array(data, as.integer(lapply(dim, plain)), ...)
     },
     match = function(x, table, ...) base::match(plain(x), plain(table), ...),
+    # sapply() of traced sizes gives traced sizes (sum(), max() of them are recorded), as
+    # it gives an integer vector outside; vapply() reads them (its FUN.VALUE is R's).
+    sapply = function(X, FUN, ..., simplify = TRUE, USE.NAMES = TRUE) {
+      out <- base::sapply(X, FUN, ..., simplify = simplify, USE.NAMES = USE.NAMES)
+      if (is.list(out) && length(out) &&
+          any(base::vapply(out, inherits, logical(1), "torch_sym_int")) &&
+          all(base::vapply(out, function(v) {
+            inherits(v, "torch_sym_int") || is.numeric(v) && length(v) == 1L
+          }, logical(1)))) {
+        class(out) <- "torch_sym_sizes"
+      }
+      out
+    },
+    vapply = function(X, FUN, FUN.VALUE, ..., USE.NAMES = TRUE) {
+      base::vapply(X, function(item, ...) plain(FUN(item, ...)), FUN.VALUE, ...,
+                   USE.NAMES = USE.NAMES)
+    },
     `%in%` = function(x, table) base::`%in%`(plain(x), plain(table))
   )
 }

@@ -146,7 +146,7 @@ run_snippet <- function(s) {
       got <- tryCatch(do.call(who[[2]], cl[[2]]), error = identity)
       if (inherits(got, "error")) {
         if (cl[[1]] == "other shape" && s$guard && is_guard(got)) {
-          guarded <- TRUE
+          guarded <- conditionMessage(got)
           next
         }
         return(list("fails", sprintf("%s call at %s: %s%s", who[[1]], cl[[1]],
@@ -159,7 +159,7 @@ run_snippet <- function(s) {
       }
     }
   }
-  list("works", if (guarded) "guarded at the other shape" else "")
+  list("works", if (is.character(guarded)) paste("guarded at the other shape:", guarded) else "")
 }
 
 T <- function(...) torch_randn(...)
@@ -1133,6 +1133,54 @@ case("x[, n:1] traced reversed columns (guard)", function(x) x[, x$size(2):1], l
      list(T(3, 4)), guard = TRUE)
 case("x[(n - 1):n, ]", function(x) x[(x$size(1) - 1):x$size(1), ], list(T(3, 2)), list(T(5, 2)),
      guard = TRUE)
+
+# ---- lists in and out, modules taking lists -------------------------------------------------
+case("nested unnamed list output", function(x) list(x, list(x + 1, x * 2)), list(T(3)), list(T(5)))
+case("a module taking a named list", module(function() nn_module(
+  initialize = function() self$fc <- nn_linear(2, 2),
+  forward = function(batch) self$fc(batch$x) + batch$y)()),
+  list(list(x = T(3, 2), y = T(3, 2))), list(list(x = T(5, 2), y = T(5, 2))))
+case("a module taking two inputs, one unused", module(function() nn_module(
+  initialize = function() self$fc <- nn_linear(2, 2),
+  forward = function(x, y) self$fc(x))()), list(T(3, 2), T(1)), list(T(5, 2), T(1)))
+case("length(list input) in a loop (guard-free: fixed structure)", function(l) {
+  out <- l[[1]]
+  for (k in seq_len(length(l))) out <- out + l[[k]]
+  out
+}, list(list(T(2), T(2))), list(list(T(4), T(4))))
+case("names(list input)", function(l) if ("b" %in% names(l)) l$a + l$b else l$a,
+     list(list(a = T(2), b = T(2))), list(list(a = T(4), b = T(4))))
+case("a list of sizes out of sapply", function(x, y) {
+  n <- sapply(list(x, y), function(t) t$size(1))
+  x$sum() * sum(n)
+}, list(T(2), T(3)), list(T(4), T(5)), guard = TRUE)
+case("mapply over two lists", function(l) {
+  Reduce(`+`, mapply(function(a, b) a * b, l, list(1, 2), SIMPLIFY = FALSE))
+}, list(list(T(2), T(2))), list(list(T(3), T(3))))
+case("do.call(torch_stack) of a list input", function(l) do.call(torch_stack, list(l)),
+     list(list(T(2), T(2))), list(list(T(3), T(3))))
+case("torch_cat of a list of slices", function(x) {
+  torch_cat(list(x[1:2, ], x[N, , drop = FALSE]), dim = 1)
+}, list(T(3, 2)), list(T(5, 2)))
+case("x$chunk(2) destructured", function(x) {
+  parts <- x$chunk(2, dim = 2)
+  parts[[1]] * torch_sigmoid(parts[[2]])
+}, list(T(3, 4)), list(T(5, 4)))
+case("nnf_glu", function(x) nnf_glu(x, dim = 2), list(T(3, 4)), list(T(5, 4)))
+case("torch_max of two tensors (elementwise)", function(x, y) torch_max(x, y), list(T(3), T(3)),
+     list(T(5), T(5)))
+case("torch_max over dim with keepdim", function(x) torch_max(x, dim = 2, keepdim = TRUE)[[1]],
+     list(T(3, 4)), list(T(5, 4)))
+case("torch_min of everything", function(x) torch_min(x), list(T(3, 4)), list(T(5, 4)))
+case("x$abs()$max()$item() scale (guard)", function(x) x / x$abs()$max()$item(),
+     list(torch_tensor(c(1, -2))), list(torch_tensor(c(1, -4))), guard = TRUE)
+case("torch_std(dim = 1) and var", function(x) torch_std(x, dim = 1) + torch_var(x, dim = 1),
+     list(T(3, 4)), list(T(5, 4)))
+case("x$clamp(min = -n, max = n)", function(x) (x * 10)$clamp(min = -x$size(1), max = x$size(1)),
+     list(T(3)), list(T(5)))
+case("torch_matmul of batched and traced view", function(x, w) {
+  torch_matmul(x$view(c(-1, x$size(3))), w)$view(c(x$size(1), x$size(2), -1))
+}, list(T(2, 3, 4), T(4, 5)), list(T(3, 6, 4), T(4, 5)))
 
 # ---- run ------------------------------------------------------------------------------------
 cat(sprintf("total\t%d\n", length(snippets)), file = out, append = TRUE)

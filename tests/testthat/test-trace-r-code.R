@@ -233,3 +233,40 @@ test_that("calling a trace with what it can not take says so in R terms", {
                "example input 1 is an R integer array (2 x 2); example inputs must be tensors (or lists of tensors): pass torch_tensor() of it.",
                fixed = TRUE, class = "type_error")
 })
+
+test_that("guards name the R line of a one-line function, and read values in R terms", {
+  skip_if_no_torch()
+  # no kept sources, as under Rscript: the function is parsed again from its deparsed lines
+  # (made in the global environment: code of the package's own environments is not quoted)
+  f <- eval(parse(text = "function(x) x * as.integer(x$size(1))", keep.source = FALSE),
+            globalenv())
+  tr <- suppressWarnings(jit_trace(f, m(3)))
+  expect_error(tr(m(5)), "assumption made at <R function f>:2: x * as.integer(x$size(1))",
+               fixed = TRUE)
+  g <- eval(parse(text = "function(x) x * sum(as_array(x))", keep.source = FALSE), globalenv())
+  v <- torch_tensor(c(0.5, 1, 1.5))
+  tr <- suppressWarnings(jit_trace(g, v))
+  err <- tryCatch(tr(v * 2), error = conditionMessage)
+  expect_match(err, "the trace assumed as_array(detach(x)) == c(0.5, 1, 1.5), but now it is c(1, 2, 3)",
+               fixed = TRUE)
+  expect_match(err, "assumption made at <R function g>:2: x * sum(as_array(x))", fixed = TRUE)
+  h <- function(x) if (as.logical(x$sum() > 0)) x else -x
+  tr <- suppressWarnings(jit_trace(h, m(3)))
+  expect_error(tr(-m(3)), "the trace assumed as_array(detach(gt(sum(x), 0.0))) is TRUE",
+               fixed = TRUE)
+})
+
+test_that("x[N, , drop = FALSE] with a traced N, and sapply()/vapply() of traced sizes", {
+  skip_if_no_torch()
+  calls <- list(list(m(3)), list(m(5)))
+  expect_traced_like_eager(function(x) x[N, , drop = FALSE], calls)
+  expect_traced_like_eager(function(x) torch_cat(list(x[1:2, ], x[N, , drop = FALSE]), dim = 1),
+                           calls)
+  expect_traced_like_eager(function(x) x[x$size(1) - 1L, , drop = FALSE], calls)
+  expect_traced_like_eager(function(x) x$sum() * sum(sapply(list(x, x), function(t) t$size(1))),
+                           calls)
+  f <- function(x) x * sum(vapply(list(x), function(t) t$size(1), integer(1)))
+  tr <- suppressWarnings(jit_trace(f, m(3)))
+  expect_equal(as_array(tr(m(3))), as_array(f(m(3))))
+  expect_error(tr(m(5)), class = "tracebridge_guard_error")
+})
