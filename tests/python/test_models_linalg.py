@@ -368,3 +368,37 @@ def test_a_multi_dot_of_matrices_the_file_holds_is_counted_at_load(tmp_path):
     path = _crafted(tmp_path, chain, (torch.randn(2),), "ones", widen)
     with pytest.raises(tracebridge.ArtifactError, match="linalg.multi_dot makes a tensor of shape"):
         tracebridge.load(path)
+
+
+_EIGVALS_CHILD = r"""
+import sys, torch, tracebridge
+def f(a):
+    return torch.linalg.eigvals(a / a.sum()).abs()
+path = sys.argv[1]
+tracebridge.trace(f, (torch.eye(4) + 1,)).save(path)
+for runtime in ("codegen", "interpreter"):
+    module = tracebridge.load(path, runtime=runtime)
+    for bad in (torch.zeros(4, 4), torch.eye(4).index_fill(0, torch.tensor([1]), float("inf"))):
+        try:
+            module(bad)
+        except tracebridge.OpError as error:
+            print(str(error).split("; the inputs")[0].split(": ")[-1])
+"""
+
+
+def test_eigvals_of_a_non_finite_matrix_is_refused_before_its_kernel(tmp_path):
+    """Was: ``linalg.eigvals`` of a float32 matrix (or complex64) holding a NaN or an
+    infinity killed the process (signal 11 in LAPACK); ``linalg.eig`` checks, ``eigvals``
+    did not. Run in a child, so that a crash fails this test, not the test run."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "eigvals.tb"
+    child = subprocess.run(
+        [sys.executable, "-c", _EIGVALS_CHILD, str(path)], capture_output=True, text=True
+    )
+    assert child.returncode == 0, child.stderr[-500:]
+    lines = child.stdout.strip().splitlines()
+    assert len(lines) == 4 and all("holds a NaN or an infinity" in line for line in lines)
+    finite = tracebridge.load(path)(torch.tensor([[2.0, 1.0], [1.0, 2.0]]))
+    assert torch.allclose(finite.sort().values, torch.tensor([1 / 6, 3 / 6]))

@@ -16,6 +16,9 @@ operands, so they run as they are. These do not:
 * ``lu_unpack`` swaps by every pivot it is given, however many (their values are checked);
 * ``fused_moving_avg_obs_fake_quant`` loops over its observer buffers through raw
   pointers, by the input's rows (an empty buffer crashed the process);
+* ``linalg.eigvals`` of a float32 or complex64 matrix holding a NaN or an infinity crashed
+  the process (torch 2.13: LAPACK's balancing step rejects it and ``geev`` then reads
+  past its work arrays); ``linalg.eig`` refuses the same input, ``eigvals`` did not;
 * ``embedding_renorm_`` writes into its weight in place: PyTorch's CPU kernel wraps a
   negative index to the rows from the end, and a negative ``max_norm`` flips the sign of
   every row it touches (eager ``nn.Embedding`` never passes either).
@@ -174,6 +177,27 @@ def embedding_renorm_(weight, indices, max_norm, norm_type):
             ),
         )
     return _VF.embedding_renorm_(weight, indices, max_norm, norm_type)
+
+
+def eigvals(A):
+    """``torch.linalg.eigvals`` after the check ``linalg.eig`` makes and ``eigvals`` does
+    not: a matrix with a NaN or an infinity crashed the process (signal 11) in its LAPACK
+    kernel. Meta tensors hold no values and pass.
+
+    >>> eigvals(torch.tensor([[2.0, 0.0], [0.0, 3.0]])).real.tolist()
+    [2.0, 3.0]
+    """
+    op = "linalg.eigvals"
+    _need(_is_tensor(A) and A.dim() >= 2, f"{op}: A must be a tensor of square matrices")
+    if A.device.type != "meta" and A.numel():
+        with torch.no_grad():
+            finite = bool(torch.isfinite(A).all())
+        _need(
+            finite,
+            f"{op}: the input holds a NaN or an infinity; its LAPACK kernel crashes on them "
+            "(linalg.eig refuses them too)",
+        )
+    return torch._C._linalg.linalg_eigvals(A)
 
 
 def diagflat(input, offset=0):
@@ -357,4 +381,5 @@ CHECKED: dict[str, Callable] = {
     "lu_unpack": lu_unpack,
     "addr": addr,
     "embedding_renorm_": embedding_renorm_,
+    "linalg.eigvals": eigvals,
 }
