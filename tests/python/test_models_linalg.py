@@ -402,3 +402,37 @@ def test_eigvals_of_a_non_finite_matrix_is_refused_before_its_kernel(tmp_path):
     assert len(lines) == 4 and all("holds a NaN or an infinity" in line for line in lines)
     finite = tracebridge.load(path)(torch.tensor([[2.0, 1.0], [1.0, 2.0]]))
     assert torch.allclose(finite.sort().values, torch.tensor([1 / 6, 3 / 6]))
+
+
+@pytest.mark.parametrize(
+    "call, op",
+    [
+        (lambda a: num.linalg_lu(a), "linalg.lu"),
+        (lambda a: num.lu_unpack(a, torch.ones(1, dtype=torch.int32, device="meta")), "lu_unpack"),
+        (lambda a: num.svd(a, some=False), "svd"),
+        (lambda a: num.linalg_svd(a), "linalg.svd"),
+        (lambda a: num.linalg_qr(a, mode="complete"), "linalg.qr"),
+    ],
+)
+def test_square_factors_of_a_tall_input_are_bounded_before_the_kernel(call, op):
+    """Was: ``linalg.lu``'s and ``lu_unpack``'s P, ``svd(some=False)``'s and
+    ``linalg.svd``'s (by default) U, ``linalg.qr(mode='complete')``'s Q of a ``2**16 x 1``
+    input (256 KiB; an expanded view in a file costs nothing) asked for 16 GiB. On the
+    meta device, so that a regression allocates nothing."""
+    tall = torch.empty(2**16, 1, device="meta")
+    with pytest.raises(num.CheckFailed, match=f"{op} would allocate 1718"):
+        call(tall)
+    small = torch.empty(64, 1, device="meta")
+    assert call(small)[0].shape[-2:] in ((64, 64), (64, 1))
+
+
+def test_square_factors_keep_their_results():
+    a = torch.randn(5, 3, dtype=F64)
+    for got, want in [
+        (num.linalg_lu(a), torch.linalg.lu(a)),
+        (num.svd(a, some=False), torch.svd(a, some=False)),
+        (num.linalg_svd(a, False), torch.linalg.svd(a, False)),
+        (num.linalg_qr(a, "complete"), torch.linalg.qr(a, "complete")),
+        (num.lu_unpack(*torch.linalg.lu_factor(a)), torch.lu_unpack(*torch.linalg.lu_factor(a))),
+    ]:
+        assert all(torch.equal(g, w) for g, w in zip(got, want))

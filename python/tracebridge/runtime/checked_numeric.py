@@ -14,6 +14,11 @@ operands, so they run as they are. These do not:
 * ``linalg.multi_dot`` makes ``rows(first) * columns(last)`` (a ``[n, 1] @ [1, n]`` chain);
 * ``diagflat`` makes ``n * n`` from ``n`` elements, ``addr`` ``len(vec1) * len(vec2)``;
 * ``lu_unpack`` swaps by every pivot it is given, however many (their values are checked);
+* factorisations whose results are square in the input's rows or columns: ``linalg.lu``'s
+  and ``lu_unpack``'s permutation ``P`` (``m x m``), ``svd(some=False)``'s and
+  ``linalg.svd(full_matrices=True)``'s ``U`` and ``V`` (``m x m``, ``n x n``; the latter is
+  ``linalg.svd``'s default), ``linalg.qr(mode='complete')``'s ``Q`` (``m x m``): an
+  ``m x 1`` input of ``2**16`` rows (a free expanded view) asked for 16 GiB;
 * ``fused_moving_avg_obs_fake_quant`` loops over its observer buffers through raw
   pointers, by the input's rows (an empty buffer crashed the process);
 * ``linalg.eigvals`` of a float32 or complex64 matrix holding a NaN or an infinity crashed
@@ -222,6 +227,54 @@ def addr(input, vec1, vec2, *, beta=1, alpha=1):
     return _VF.addr(input, vec1, vec2, beta=beta, alpha=alpha)
 
 
+def _squares_ok(op: str, A, square_rows: bool, square_columns: bool) -> None:
+    """Bound the square results of a factorisation of ``A`` (``(*, m, n)``): ``m x m`` per
+    matrix where ``square_rows``, ``n x n`` where ``square_columns``, plus the results no
+    larger than ``A`` (the factors, ``min(m, n)`` values)."""
+    _need(_is_tensor(A) and A.dim() >= 2, f"{op}: the input must be a tensor of matrices")
+    m, n = A.size(-2), A.size(-1)
+    batch = A.numel() // (m * n) if m * n else math.prod(A.shape[:-2])
+    square = (m * m if square_rows else 0) + (n * n if square_columns else 0)
+    _bytes_ok(op, batch * (square + 2 * m * n + min(m, n)), _result_dtype(A))
+
+
+def linalg_lu(A, *, pivot=True):
+    """``torch.linalg.lu`` after bounding its ``m x m`` permutation ``P`` per matrix."""
+    _need(isinstance(pivot, bool), "linalg.lu: pivot must be True or False")
+    _squares_ok("linalg.lu", A, pivot, False)
+    return torch._C._linalg.linalg_lu(A, pivot=pivot)
+
+
+def svd(input, some=True, compute_uv=True):
+    """``torch.svd`` after bounding ``U`` (``m x m``) and ``V`` (``n x n``) of
+    ``some=False``."""
+    _need(
+        isinstance(some, bool) and isinstance(compute_uv, bool),
+        "svd: some and compute_uv must be True or False",
+    )
+    full = compute_uv and not some
+    _squares_ok("svd", input, full, full)
+    return _VF.svd(input, some, compute_uv)
+
+
+def linalg_svd(A, full_matrices=True, *, driver=None):
+    """``torch.linalg.svd`` after bounding ``U`` (``m x m``) and ``Vh`` (``n x n``) of
+    ``full_matrices=True`` (its default)."""
+    _need(isinstance(full_matrices, bool), "linalg.svd: full_matrices must be True or False")
+    _squares_ok("linalg.svd", A, full_matrices, full_matrices)
+    return torch._C._linalg.linalg_svd(A, full_matrices, driver=driver)
+
+
+def linalg_qr(A, mode="reduced"):
+    """``torch.linalg.qr`` after bounding ``Q`` (``m x m``) of ``mode='complete'``."""
+    _need(
+        mode in ("reduced", "complete", "r"),
+        lambda: f"linalg.qr: mode must be 'reduced', 'complete' or 'r', not {mode!r}",
+    )
+    _squares_ok("linalg.qr", A, mode == "complete", False)
+    return torch._C._linalg.linalg_qr(A, mode)
+
+
 def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
     """``torch.lu_unpack`` after checking the pivots' shape: one int32 pivot per step,
     ``LU.shape[:-2] + (min(m, n),)``. PyTorch checks their values (1 to ``m``) but not
@@ -243,6 +296,7 @@ def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
         isinstance(unpack_data, bool) and isinstance(unpack_pivots, bool),
         f"{op}: unpack_data and unpack_pivots must be True or False",
     )
+    _squares_ok(op, LU_data, unpack_pivots, False)  # P is m x m
     return _VF.lu_unpack(LU_data, LU_pivots, unpack_data, unpack_pivots)
 
 
@@ -382,4 +436,8 @@ CHECKED: dict[str, Callable] = {
     "addr": addr,
     "embedding_renorm_": embedding_renorm_,
     "linalg.eigvals": eigvals,
+    "linalg.lu": linalg_lu,
+    "svd": svd,
+    "linalg.svd": linalg_svd,
+    "linalg.qr": linalg_qr,
 }
