@@ -436,3 +436,45 @@ def test_square_factors_keep_their_results():
         (num.lu_unpack(*torch.linalg.lu_factor(a)), torch.lu_unpack(*torch.linalg.lu_factor(a))),
     ]:
         assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
+@pytest.mark.parametrize(
+    "call, op",
+    [
+        (lambda a, b: num.cholesky_solve(a, b), "cholesky_solve"),
+        (lambda a, b: num.triangular_solve(a, b), "triangular_solve"),
+        (lambda a, b: num.solve_triangular(b, a, upper=True), "linalg.solve_triangular"),
+        (
+            lambda a, b: num.lu_solve(b, torch.ones(1, 2**16, 1, dtype=torch.int32), a),
+            "linalg.lu_solve",
+        ),
+        (lambda a, b: num.lstsq(a.reshape(1, -1), b.reshape(1, -1)), "linalg.lstsq"),
+    ],
+)
+def test_solves_that_broadcast_batches_are_bounded_before_the_kernel(call, op):
+    """Was: a ``[2**16, 1, 1, 1]`` and a ``[1, 2**16, 1, 1]`` operand (expanded views a
+    file makes for nothing) made a 2**32-matrix batch (16 GiB and more): the load budget
+    counts broadcasts of elementwise ops and matmul, not of the solves; ``lstsq`` of two
+    ``1 x 2**16`` matrices made a ``2**16 x 2**16`` solution."""
+    a = torch.ones(1).expand(2**16, 1, 1, 1)
+    b = torch.ones(1).expand(1, 2**16, 1, 1)
+    with pytest.raises(num.CheckFailed, match=f"{op} would allocate"):
+        call(a, b)
+
+
+def test_bounded_solves_keep_their_results():
+    a, b = spd(4, 2), rhs(4, 2)
+    low = torch.linalg.cholesky(a)
+    assert torch.equal(num.cholesky_solve(b, low), torch.cholesky_solve(b, low))
+    assert torch.equal(num.cholesky_solve(input=b, input2=low), torch.cholesky_solve(b, low))
+    assert torch.equal(
+        num.triangular_solve(b, low, upper=False).solution,
+        torch.triangular_solve(b, low, upper=False).solution,
+    )
+    assert torch.equal(
+        num.solve_triangular(low, b, upper=False),
+        torch.linalg.solve_triangular(low, b, upper=False),
+    )
+    lu, piv = torch.linalg.lu_factor(a)
+    assert torch.equal(num.lu_solve(lu, piv, b), torch.linalg.lu_solve(lu, piv, b))
+    assert torch.equal(num.lstsq(a, b).solution, torch.linalg.lstsq(a, b).solution)

@@ -19,6 +19,11 @@ operands, so they run as they are. These do not:
   ``linalg.svd(full_matrices=True)``'s ``U`` and ``V`` (``m x m``, ``n x n``; the latter is
   ``linalg.svd``'s default), ``linalg.qr(mode='complete')``'s ``Q`` (``m x m``): an
   ``m x 1`` input of ``2**16`` rows (a free expanded view) asked for 16 GiB;
+* the solves broadcast the batch dimensions of their two operands (``cholesky_solve``,
+  ``triangular_solve``, ``linalg.solve_triangular``, ``linalg.lu_solve``), and
+  ``linalg.lstsq`` makes ``columns(A) x columns(B)``: a ``[2**16, 1, 1, 1]`` and a
+  ``[1, 2**16, 1, 1]`` operand (expanded views a file makes for nothing) asked for 16 GiB,
+  which the load budget did not count for them;
 * ``fused_moving_avg_obs_fake_quant`` loops over its observer buffers through raw
   pointers, by the input's rows (an empty buffer crashed the process);
 * ``linalg.eigvals`` of a float32 or complex64 matrix holding a NaN or an infinity crashed
@@ -275,6 +280,51 @@ def linalg_qr(A, mode="reduced"):
     return torch._C._linalg.linalg_qr(A, mode)
 
 
+def _matrices(t) -> tuple[tuple[int, ...], int, int]:
+    """Batch shape, rows and columns of ``t`` (a vector is one column)."""
+    if t.dim() < 2:
+        return (), (t.size(0) if t.dim() else 1), 1
+    return tuple(t.shape[:-2]), t.size(-2), t.size(-1)
+
+
+def _solve(op: str, kernel: Callable, a_at: tuple, b_at: tuple) -> Callable:
+    """``kernel`` (a solve of ``A`` and ``B``) after bounding what it makes: for every
+    matrix of the broadcast batch, a copy of ``A``, a solution of ``max(rows, columns of
+    A) x columns(B)`` and a copy of ``B`` (an upper bound of every result of these ops)."""
+
+    def checked(*args, **kwargs):
+        picked = []
+        for position, *names in (a_at, b_at):  # by position, or by any of its names
+            given = [kwargs[n] for n in names if n in kwargs]
+            picked.append(args[position] if len(args) > position else next(iter(given), None))
+        A, B = picked
+        if _is_tensor(A) and _is_tensor(B):
+            (batch_a, m, n), (batch_b, r, k) = _matrices(A), _matrices(B)
+            try:
+                batch = math.prod(torch.broadcast_shapes(batch_a, batch_b))
+            except RuntimeError:
+                batch = 0  # PyTorch refuses the shapes itself
+            each = m * n + max(m, n) * k + r * k
+            _bytes_ok(op, batch * each, torch.promote_types(_result_dtype(A), B.dtype))
+        return kernel(*args, **kwargs)
+
+    checked.__name__ = checked.__qualname__ = op.replace(".", "_")
+    checked.__doc__ = f"``{op}`` after bounding its broadcast results (see :func:`_solve`)."
+    return checked
+
+
+_FIRST = (0, "self", "input", "A")
+cholesky_solve = _solve("cholesky_solve", torch.cholesky_solve, (1, "input2"), _FIRST)
+triangular_solve = _solve(
+    "triangular_solve", torch.triangular_solve, (1, "A"), (0, "self", "input")
+)
+solve_triangular = _solve(
+    "linalg.solve_triangular", torch.linalg.solve_triangular, _FIRST, (1, "B")
+)
+lu_solve = _solve("linalg.lu_solve", torch.linalg.lu_solve, (0, "LU"), (2, "B"))
+lstsq = _solve("linalg.lstsq", torch.linalg.lstsq, _FIRST, (1, "b", "B"))
+
+
 def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
     """``torch.lu_unpack`` after checking the pivots' shape: one int32 pivot per step,
     ``LU.shape[:-2] + (min(m, n),)``. PyTorch checks their values (1 to ``m``) but not
@@ -440,4 +490,9 @@ CHECKED: dict[str, Callable] = {
     "svd": svd,
     "linalg.svd": linalg_svd,
     "linalg.qr": linalg_qr,
+    "cholesky_solve": cholesky_solve,
+    "triangular_solve": triangular_solve,
+    "linalg.solve_triangular": solve_triangular,
+    "linalg.lu_solve": lu_solve,
+    "linalg.lstsq": lstsq,
 }
