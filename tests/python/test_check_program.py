@@ -675,3 +675,34 @@ def test_r_and_python_checkers_agree(base, tmp_path):
     }
     for name in corpus(base):
         assert (verdicts[name] == "accept") == (name in accepted), name
+
+
+def _mm_of_zeros(x):
+    return torch.mm(x, torch.zeros(3, 2, device=x.device))
+
+
+@pytest.mark.parametrize(
+    "device",
+    [{"device": "meta"}, {"device": "meta:0"}, "meta"],
+)
+def test_a_file_that_names_the_meta_device_is_refused(device, tmp_path):
+    """Was: a file could name the meta device (a literal, or the string in a device
+    argument); ``mm`` of a CPU tensor and a meta one then returned a CPU tensor of memory
+    the kernel never wrote (as do matmul, linear, linalg.solve_triangular, lu_solve, ...).
+    A traced program takes the device from a tensor (``prim.device``), never from a
+    literal, so nothing legitimate is lost."""
+    path = tmp_path / "meta.tb"
+    tracebridge.trace(_mm_of_zeros, (torch.randn(2, 3),)).save(path)
+    with zipfile.ZipFile(path) as archive:
+        doc = json.loads(archive.read("program.json"))
+        tensors = archive.read("tensors.safetensors")
+    (zeros,) = [n for n in doc["methods"]["forward"]["nodes"] if n["op"] == "zeros"]
+    zeros["kwargs"]["device"] = device
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("program.json", json.dumps(doc))
+        archive.writestr("tensors.safetensors", tensors)
+    with pytest.raises(
+        tracebridge.ArtifactError, match=r"node \d+ \(zeros\): the file names the meta device"
+    ):
+        tracebridge.load(path)
+    assert tracebridge.trace(_mm_of_zeros, (torch.randn(2, 3, device="meta"),), check_trace=False)

@@ -368,3 +368,113 @@ def test_a_multi_dot_of_matrices_the_file_holds_is_counted_at_load(tmp_path):
     path = _crafted(tmp_path, chain, (torch.randn(2),), "ones", widen)
     with pytest.raises(tracebridge.ArtifactError, match="linalg.multi_dot makes a tensor of shape"):
         tracebridge.load(path)
+
+
+_EIGVALS_CHILD = r"""
+import sys, torch, tracebridge
+def f(a):
+    return torch.linalg.eigvals(a / a.sum()).abs()
+path = sys.argv[1]
+tracebridge.trace(f, (torch.eye(4) + 1,)).save(path)
+for runtime in ("codegen", "interpreter"):
+    module = tracebridge.load(path, runtime=runtime)
+    for bad in (torch.zeros(4, 4), torch.eye(4).index_fill(0, torch.tensor([1]), float("inf"))):
+        try:
+            module(bad)
+        except tracebridge.OpError as error:
+            print(str(error).split("; the inputs")[0].split(": ")[-1])
+"""
+
+
+def test_eigvals_of_a_non_finite_matrix_is_refused_before_its_kernel(tmp_path):
+    """Was: ``linalg.eigvals`` of a float32 matrix (or complex64) holding a NaN or an
+    infinity killed the process (signal 11 in LAPACK); ``linalg.eig`` checks, ``eigvals``
+    did not. Run in a child, so that a crash fails this test, not the test run."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "eigvals.tb"
+    child = subprocess.run(
+        [sys.executable, "-c", _EIGVALS_CHILD, str(path)], capture_output=True, text=True
+    )
+    assert child.returncode == 0, child.stderr[-500:]
+    lines = child.stdout.strip().splitlines()
+    assert len(lines) == 4 and all("holds a NaN or an infinity" in line for line in lines)
+    finite = tracebridge.load(path)(torch.tensor([[2.0, 1.0], [1.0, 2.0]]))
+    assert torch.allclose(finite.sort().values, torch.tensor([1 / 6, 3 / 6]))
+
+
+@pytest.mark.parametrize(
+    "call, op",
+    [
+        (lambda a: num.linalg_lu(a), "linalg.lu"),
+        (lambda a: num.lu_unpack(a, torch.ones(1, dtype=torch.int32, device="meta")), "lu_unpack"),
+        (lambda a: num.svd(a, some=False), "svd"),
+        (lambda a: num.linalg_svd(a), "linalg.svd"),
+        (lambda a: num.linalg_qr(a, mode="complete"), "linalg.qr"),
+    ],
+)
+def test_square_factors_of_a_tall_input_are_bounded_before_the_kernel(call, op):
+    """Was: ``linalg.lu``'s and ``lu_unpack``'s P, ``svd(some=False)``'s and
+    ``linalg.svd``'s (by default) U, ``linalg.qr(mode='complete')``'s Q of a ``2**16 x 1``
+    input (256 KiB; an expanded view in a file costs nothing) asked for 16 GiB. On the
+    meta device, so that a regression allocates nothing."""
+    tall = torch.empty(2**16, 1, device="meta")
+    with pytest.raises(num.CheckFailed, match=f"{op} would allocate 1718"):
+        call(tall)
+    small = torch.empty(64, 1, device="meta")
+    assert call(small)[0].shape[-2:] in ((64, 64), (64, 1))
+
+
+def test_square_factors_keep_their_results():
+    a = torch.randn(5, 3, dtype=F64)
+    for got, want in [
+        (num.linalg_lu(a), torch.linalg.lu(a)),
+        (num.svd(a, some=False), torch.svd(a, some=False)),
+        (num.linalg_svd(a, False), torch.linalg.svd(a, False)),
+        (num.linalg_qr(a, "complete"), torch.linalg.qr(a, "complete")),
+        (num.lu_unpack(*torch.linalg.lu_factor(a)), torch.lu_unpack(*torch.linalg.lu_factor(a))),
+    ]:
+        assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
+@pytest.mark.parametrize(
+    "call, op",
+    [
+        (lambda a, b: num.cholesky_solve(a, b), "cholesky_solve"),
+        (lambda a, b: num.triangular_solve(a, b), "triangular_solve"),
+        (lambda a, b: num.solve_triangular(b, a, upper=True), "linalg.solve_triangular"),
+        (
+            lambda a, b: num.lu_solve(b, torch.ones(1, 2**16, 1, dtype=torch.int32), a),
+            "linalg.lu_solve",
+        ),
+        (lambda a, b: num.lstsq(a.reshape(1, -1), b.reshape(1, -1)), "linalg.lstsq"),
+    ],
+)
+def test_solves_that_broadcast_batches_are_bounded_before_the_kernel(call, op):
+    """Was: a ``[2**16, 1, 1, 1]`` and a ``[1, 2**16, 1, 1]`` operand (expanded views a
+    file makes for nothing) made a 2**32-matrix batch (16 GiB and more): the load budget
+    counts broadcasts of elementwise ops and matmul, not of the solves; ``lstsq`` of two
+    ``1 x 2**16`` matrices made a ``2**16 x 2**16`` solution."""
+    a = torch.ones(1).expand(2**16, 1, 1, 1)
+    b = torch.ones(1).expand(1, 2**16, 1, 1)
+    with pytest.raises(num.CheckFailed, match=f"{op} would allocate"):
+        call(a, b)
+
+
+def test_bounded_solves_keep_their_results():
+    a, b = spd(4, 2), rhs(4, 2)
+    low = torch.linalg.cholesky(a)
+    assert torch.equal(num.cholesky_solve(b, low), torch.cholesky_solve(b, low))
+    assert torch.equal(num.cholesky_solve(input=b, input2=low), torch.cholesky_solve(b, low))
+    assert torch.equal(
+        num.triangular_solve(b, low, upper=False).solution,
+        torch.triangular_solve(b, low, upper=False).solution,
+    )
+    assert torch.equal(
+        num.solve_triangular(low, b, upper=False),
+        torch.linalg.solve_triangular(low, b, upper=False),
+    )
+    lu, piv = torch.linalg.lu_factor(a)
+    assert torch.equal(num.lu_solve(lu, piv, b), torch.linalg.lu_solve(lu, piv, b))
+    assert torch.equal(num.lstsq(a, b).solution, torch.linalg.lstsq(a, b).solution)

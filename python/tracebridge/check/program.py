@@ -73,7 +73,13 @@ LOC = re.compile(r"[^\x00-\x1f\x7f]+:[0-9]+")
 REPR_TEXT = re.compile(r"[^\x00-\x1f\x7f]*")
 SYMBOL = re.compile(r"s[0-9]+")
 DIM_EXPR = re.compile(r"([0-9]+\*)?s[0-9]+([+-][0-9]+)?|\?")
-DEVICE = re.compile(r"(cpu|cuda|mps|meta|xpu)(:[0-9]{1,3})?")
+# Not ``meta``: a meta tensor holds no data, and kernels given one beside tensors that do
+# (mm, matmul, linear, linalg.solve_triangular, lu_solve, fused_moving_avg_obs_fake_quant,
+# ...) return a CPU tensor of memory they never wrote. A program can only make one from a
+# device named in the file (a literal, or a string in a device argument), so neither may
+# name it; a program traced on the meta device records ``x.device`` (``prim.device``).
+DEVICE = re.compile(r"(cpu|cuda|mps|xpu)(:[0-9]{1,3})?")
+_META_DEVICE = re.compile(r"meta(:[0-9]+)?")
 R_RESERVED = "if else repeat while function for next break TRUE FALSE NULL Inf NaN NA in"
 # A method is reached as an attribute of the loaded module: it must not replace one.
 RESERVED_METHODS = frozenset(
@@ -960,6 +966,8 @@ class _GraphCheck:
             if not isinstance(body, str) or body not in dtypes.BY_NAME:
                 _fail("literals", f"unknown dtype {str(body)[:20]!r}")
         elif tag == "device":
+            if isinstance(body, str) and _META_DEVICE.fullmatch(body):
+                _no_meta_device()
             if not _fits(DEVICE, body, 16):
                 _fail("literals", f"unknown device {str(body)[:20]!r}")
         elif tag == "memory_format":
@@ -996,6 +1004,8 @@ class _GraphCheck:
                     f"{info.name} takes at most {len(info.args)} positional "
                     f"arguments, not {len(args)}",
                 )
+            if "device" in kinds and isinstance(lit, str) and _META_DEVICE.fullmatch(lit):
+                _no_meta_device()
             if not any(_accepts(k, lit, self.kinds) for k in kinds):
                 _fail(
                     "argument kinds",
@@ -1006,6 +1016,8 @@ class _GraphCheck:
             kinds = info.kwargs.get(key)
             if kinds is None:
                 _fail("argument kinds", f"{info.name} takes no keyword {key!r}")
+            if "device" in kinds and isinstance(lit, str) and _META_DEVICE.fullmatch(lit):
+                _no_meta_device()
             if not any(_accepts(k, lit, self.kinds) for k in kinds):
                 _fail(
                     "argument kinds",
@@ -1358,6 +1370,16 @@ def _namedtuple_names(spec: dict, children: int) -> None:
         _fail("specs", f"the fields of namedtuple {name[:40]!r} are not distinct plain names")
     if len(fields) != children:
         _fail("specs", "a namedtuple spec needs as many fields as children")
+
+
+def _no_meta_device():
+    _fail(
+        "devices",
+        "the file names the meta device: a meta tensor holds no data, and kernels given one "
+        "beside tensors with data return memory they never wrote",
+        "trace on the device the program runs on, or take the device from a tensor "
+        "(x.device is recorded as prim.device)",
+    )
 
 
 _NUMBER_KINDS = ("int", "float", "bool")

@@ -14,8 +14,21 @@ operands, so they run as they are. These do not:
 * ``linalg.multi_dot`` makes ``rows(first) * columns(last)`` (a ``[n, 1] @ [1, n]`` chain);
 * ``diagflat`` makes ``n * n`` from ``n`` elements, ``addr`` ``len(vec1) * len(vec2)``;
 * ``lu_unpack`` swaps by every pivot it is given, however many (their values are checked);
+* factorisations whose results are square in the input's rows or columns: ``linalg.lu``'s
+  and ``lu_unpack``'s permutation ``P`` (``m x m``), ``svd(some=False)``'s and
+  ``linalg.svd(full_matrices=True)``'s ``U`` and ``V`` (``m x m``, ``n x n``; the latter is
+  ``linalg.svd``'s default), ``linalg.qr(mode='complete')``'s ``Q`` (``m x m``): an
+  ``m x 1`` input of ``2**16`` rows (a free expanded view) asked for 16 GiB;
+* the solves broadcast the batch dimensions of their two operands (``cholesky_solve``,
+  ``triangular_solve``, ``linalg.solve_triangular``, ``linalg.lu_solve``), and
+  ``linalg.lstsq`` makes ``columns(A) x columns(B)``: a ``[2**16, 1, 1, 1]`` and a
+  ``[1, 2**16, 1, 1]`` operand (expanded views a file makes for nothing) asked for 16 GiB,
+  which the load budget did not count for them;
 * ``fused_moving_avg_obs_fake_quant`` loops over its observer buffers through raw
   pointers, by the input's rows (an empty buffer crashed the process);
+* ``linalg.eigvals`` of a float32 or complex64 matrix holding a NaN or an infinity crashed
+  the process (torch 2.13: LAPACK's balancing step rejects it and ``geev`` then reads
+  past its work arrays); ``linalg.eig`` refuses the same input, ``eigvals`` did not;
 * ``embedding_renorm_`` writes into its weight in place: PyTorch's CPU kernel wraps a
   negative index to the rows from the end, and a negative ``max_norm`` flips the sign of
   every row it touches (eager ``nn.Embedding`` never passes either).
@@ -176,6 +189,27 @@ def embedding_renorm_(weight, indices, max_norm, norm_type):
     return _VF.embedding_renorm_(weight, indices, max_norm, norm_type)
 
 
+def eigvals(A):
+    """``torch.linalg.eigvals`` after the check ``linalg.eig`` makes and ``eigvals`` does
+    not: a matrix with a NaN or an infinity crashed the process (signal 11) in its LAPACK
+    kernel. Meta tensors hold no values and pass.
+
+    >>> eigvals(torch.tensor([[2.0, 0.0], [0.0, 3.0]])).real.tolist()
+    [2.0, 3.0]
+    """
+    op = "linalg.eigvals"
+    _need(_is_tensor(A) and A.dim() >= 2, f"{op}: A must be a tensor of square matrices")
+    if A.device.type != "meta" and A.numel():
+        with torch.no_grad():
+            finite = bool(torch.isfinite(A).all())
+        _need(
+            finite,
+            f"{op}: the input holds a NaN or an infinity; its LAPACK kernel crashes on them "
+            "(linalg.eig refuses them too)",
+        )
+    return torch._C._linalg.linalg_eigvals(A)
+
+
 def diagflat(input, offset=0):
     """``torch.diagflat`` after bounding its ``(n + |offset|)`` squared elements (``n`` the
     input's elements: a 2**16-element vector asks for 2**32)."""
@@ -196,6 +230,99 @@ def addr(input, vec1, vec2, *, beta=1, alpha=1):
     dtype = torch.promote_types(torch.promote_types(vec1.dtype, vec2.dtype), input.dtype)
     _bytes_ok("addr", vec1.numel() * vec2.numel(), dtype)
     return _VF.addr(input, vec1, vec2, beta=beta, alpha=alpha)
+
+
+def _squares_ok(op: str, A, square_rows: bool, square_columns: bool) -> None:
+    """Bound the square results of a factorisation of ``A`` (``(*, m, n)``): ``m x m`` per
+    matrix where ``square_rows``, ``n x n`` where ``square_columns``, plus the results no
+    larger than ``A`` (the factors, ``min(m, n)`` values)."""
+    _need(_is_tensor(A) and A.dim() >= 2, f"{op}: the input must be a tensor of matrices")
+    m, n = A.size(-2), A.size(-1)
+    batch = A.numel() // (m * n) if m * n else math.prod(A.shape[:-2])
+    square = (m * m if square_rows else 0) + (n * n if square_columns else 0)
+    _bytes_ok(op, batch * (square + 2 * m * n + min(m, n)), _result_dtype(A))
+
+
+def linalg_lu(A, *, pivot=True):
+    """``torch.linalg.lu`` after bounding its ``m x m`` permutation ``P`` per matrix."""
+    _need(isinstance(pivot, bool), "linalg.lu: pivot must be True or False")
+    _squares_ok("linalg.lu", A, pivot, False)
+    return torch._C._linalg.linalg_lu(A, pivot=pivot)
+
+
+def svd(input, some=True, compute_uv=True):
+    """``torch.svd`` after bounding ``U`` (``m x m``) and ``V`` (``n x n``) of
+    ``some=False``."""
+    _need(
+        isinstance(some, bool) and isinstance(compute_uv, bool),
+        "svd: some and compute_uv must be True or False",
+    )
+    full = compute_uv and not some
+    _squares_ok("svd", input, full, full)
+    return _VF.svd(input, some, compute_uv)
+
+
+def linalg_svd(A, full_matrices=True, *, driver=None):
+    """``torch.linalg.svd`` after bounding ``U`` (``m x m``) and ``Vh`` (``n x n``) of
+    ``full_matrices=True`` (its default)."""
+    _need(isinstance(full_matrices, bool), "linalg.svd: full_matrices must be True or False")
+    _squares_ok("linalg.svd", A, full_matrices, full_matrices)
+    return torch._C._linalg.linalg_svd(A, full_matrices, driver=driver)
+
+
+def linalg_qr(A, mode="reduced"):
+    """``torch.linalg.qr`` after bounding ``Q`` (``m x m``) of ``mode='complete'``."""
+    _need(
+        mode in ("reduced", "complete", "r"),
+        lambda: f"linalg.qr: mode must be 'reduced', 'complete' or 'r', not {mode!r}",
+    )
+    _squares_ok("linalg.qr", A, mode == "complete", False)
+    return torch._C._linalg.linalg_qr(A, mode)
+
+
+def _matrices(t) -> tuple[tuple[int, ...], int, int]:
+    """Batch shape, rows and columns of ``t`` (a vector is one column)."""
+    if t.dim() < 2:
+        return (), (t.size(0) if t.dim() else 1), 1
+    return tuple(t.shape[:-2]), t.size(-2), t.size(-1)
+
+
+def _solve(op: str, kernel: Callable, a_at: tuple, b_at: tuple) -> Callable:
+    """``kernel`` (a solve of ``A`` and ``B``) after bounding what it makes: for every
+    matrix of the broadcast batch, a copy of ``A``, a solution of ``max(rows, columns of
+    A) x columns(B)`` and a copy of ``B`` (an upper bound of every result of these ops)."""
+
+    def checked(*args, **kwargs):
+        picked = []
+        for position, *names in (a_at, b_at):  # by position, or by any of its names
+            given = [kwargs[n] for n in names if n in kwargs]
+            picked.append(args[position] if len(args) > position else next(iter(given), None))
+        A, B = picked
+        if _is_tensor(A) and _is_tensor(B):
+            (batch_a, m, n), (batch_b, r, k) = _matrices(A), _matrices(B)
+            try:
+                batch = math.prod(torch.broadcast_shapes(batch_a, batch_b))
+            except RuntimeError:
+                batch = 0  # PyTorch refuses the shapes itself
+            each = m * n + max(m, n) * k + r * k
+            _bytes_ok(op, batch * each, torch.promote_types(_result_dtype(A), B.dtype))
+        return kernel(*args, **kwargs)
+
+    checked.__name__ = checked.__qualname__ = op.replace(".", "_")
+    checked.__doc__ = f"``{op}`` after bounding its broadcast results (see :func:`_solve`)."
+    return checked
+
+
+_FIRST = (0, "self", "input", "A")
+cholesky_solve = _solve("cholesky_solve", torch.cholesky_solve, (1, "input2"), _FIRST)
+triangular_solve = _solve(
+    "triangular_solve", torch.triangular_solve, (1, "A"), (0, "self", "input")
+)
+solve_triangular = _solve(
+    "linalg.solve_triangular", torch.linalg.solve_triangular, _FIRST, (1, "B")
+)
+lu_solve = _solve("linalg.lu_solve", torch.linalg.lu_solve, (0, "LU"), (2, "B"))
+lstsq = _solve("linalg.lstsq", torch.linalg.lstsq, _FIRST, (1, "b", "B"))
 
 
 def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
@@ -219,6 +346,7 @@ def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
         isinstance(unpack_data, bool) and isinstance(unpack_pivots, bool),
         f"{op}: unpack_data and unpack_pivots must be True or False",
     )
+    _squares_ok(op, LU_data, unpack_pivots, False)  # P is m x m
     return _VF.lu_unpack(LU_data, LU_pivots, unpack_data, unpack_pivots)
 
 
@@ -357,4 +485,14 @@ CHECKED: dict[str, Callable] = {
     "lu_unpack": lu_unpack,
     "addr": addr,
     "embedding_renorm_": embedding_renorm_,
+    "linalg.eigvals": eigvals,
+    "linalg.lu": linalg_lu,
+    "svd": svd,
+    "linalg.svd": linalg_svd,
+    "linalg.qr": linalg_qr,
+    "cholesky_solve": cholesky_solve,
+    "triangular_solve": triangular_solve,
+    "linalg.solve_triangular": solve_triangular,
+    "linalg.lu_solve": lu_solve,
+    "linalg.lstsq": lstsq,
 }
