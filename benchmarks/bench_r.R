@@ -27,35 +27,38 @@
 #   aten::index; float32 X, int64 Y, the same torch.optim.Adam over the same parameters,
 #   gradients zeroed in place on both sides. reticulate is not reached (its only code that
 #   runs is its Python interrupt hook, on both sides alike).
-# - Instructions (callgrind, 126 steps): R 2.364M a step, Python 2.190M: +174k (+7.9%),
-#   of which libR.so +142k, tracebridge.so +7k, libpython +16k (the C paths' attribute
-#   reads and keyword calls), malloc +8k; torch itself runs 9k fewer (index_select, and
-#   the spent graphs R frees in its next gc(), outside the loop). By statement, R - Python:
-#   `X[idx, ]` +26k (its shift ~11k), `Y[idx]` +15k, `opt$zero_grad()` +17k, `model(xb)`
-#   +3k, `nnf_cross_entropy()` +28k (its shift ~11k), `loss$backward()` +30k, `opt$step()`
-#   +31k, `perm[s:e]` and the loop ~+23k. R's floor, pure R measured the same way: an S3
-#   dispatch of `[` to a method whose body is one .Call() costs 12.9k instructions, `x$m()`
-#   13.2k, a closure of 4 arguments around one .Call() 7.0k, a .Call() 1.6k; a step makes 3
-#   `[`, 3 `$` and 2 other closure calls (~90k at that floor) and wraps its result tensors
-#   (~1.9k each: R objects and a finalizer). What the C paths add beyond that is small.
+# - Instructions (`bench_r_train.R --callgrind`, 126 steps): R 2.365M a step, Python
+#   2.190M: +175k (+8.0%), of which libR.so +142k, tracebridge.so +7k, libpython +16k (the
+#   C paths' attribute reads and keyword calls), malloc +8k; torch itself runs 9k fewer
+#   (index_select, and the spent graphs R frees in its next gc(), outside the loop). By
+#   statement, R - Python: the loop +4k, `perm[s:e]` +19k, `X[idx, ]` +27k (its shift
+#   ~11k), `Y[idx]` +15k, `opt$zero_grad()` +17k, `model(xb)` +4k, `nnf_cross_entropy()`
+#   +29k (its shift ~11k), `loss$backward()` +30k, `opt$step()` +30k. R's floor, pure R
+#   counted the same way: an S3 dispatch of `[` to a method whose body is one .Call()
+#   costs 12.9k instructions, `x$m()` 13.2k, a closure of 4 arguments around one .Call()
+#   7.0k, a .Call() 1.6k; a step makes 3 `[`, 3 `$` and 2 other closure calls (~90k at
+#   that floor) and wraps its result tensors (~1.9k each: R objects and a finalizer). What
+#   the C paths add beyond that is small.
 # - Misses (callgrind --cache-sim=yes --LL=1048576,8,64, this machine's L2): 11.9k L2
 #   misses a step in R against 7.9k (+4.0k, +51%): instruction fetches +1.84k (torch's code
 #   +0.70k, evicted by R's; R +0.48k; Python +0.31k; tracebridge.so +0.16k), data +2.19k
 #   (R's interpreter and its fresh cells +0.86k, Python +0.47k, torch's kernels +0.39k,
 #   malloc +0.30k: the heap that R's kept objects leave).
-# - Time: at this loop's ~3.9 instructions per ns, +174k is ~45 us a step; +4.0k L2
+# - Time: at this loop's ~3.9 instructions per ns, +175k is ~45 us a step; +4.0k L2
 #   misses served by L3 (~15 ns) ~60 us: ~105 us on Python's ~565 us, ~1.19x, as measured
-#   (1.20x; single turns 0.9x to 1.5x on this shared machine). 1.15x leaves R ~85 us a step,
-#   less than its 8 dispatched R calls cost at R's floor with their misses: not reachable
-#   from the package while each statement of mlverse's API is an S3-dispatched R call.
+#   (1.20x at load ~1; single turns 0.9x to 1.5x on this shared machine; the ratio grows
+#   with the load, 1.38x in a run at load ~5, as a gap made of misses would). 1.15x leaves
+#   R ~85 us a step, less than its 8 dispatched R calls cost at R's floor with their
+#   misses: not reachable from the package while each statement of mlverse's API is an
+#   S3-dispatched R call.
 # - Measured and left: carrying the shift (`torch_randperm(n) + 1L` keeping its 0-based
 #   source, `perm[s:e]` the same slice of it) is exact for integer dtypes with the version
 #   counters, but that slice (THPVariable_getitem, ~6.8k instructions) costs nearly what
 #   the shift does (~10.7k with the cache's checks): ~3k a step (0.1%). The class
 #   targets' shift can not be carried cheaper: `Y[idx]` of 0-based targets is another
-#   index_select, which costs more than the shift.
-#   Calling `opt$zero_grad()`, `loss$backward()` and `opt$step()` with .Call directly (no
-#   `$` dispatch, no closures) removes 45k instructions a step and ~2% of the time.
+#   index_select, which costs more than the shift. Calling `opt$zero_grad()`,
+#   `loss$backward()` and `opt$step()` with .Call directly (no `$` dispatch, no closures)
+#   removes 45k instructions a step and ~2% of the time.
 # - Memory: no R collection runs during a 315-step run (a minor one costs ~3 ms on the
 #   1.6M-cell heap that reticulate brings), so R keeps each step's Python objects (~18.7 KB:
 #   tensors, spent autograd graphs) and takes ~300 fresh R cells (~17 KB) a step, where
