@@ -18,25 +18,54 @@
 # Goals (issue 18): each op <= its Python time + 15 us; with_no_grad() adds <= 5 us to the
 # call it wraps; as_array() of an 8x8 tensor <= 30 us; the training loop <= 1.15x Python.
 #
-# Note: what the training loop's R / Python ratio is made of (measured 2026-11-26).
-# - Both loops do the same work: torch.profiler over 10 steps lists the same aten ops, but
-#   for R's 1-based positions (two aten::sub a step: `idx` once, which the shift cache
-#   then serves to `Y[idx]`, and the class targets once) and `X[idx, ]` as index_select
-#   where Python's `X[idx]` is aten::index; float32 X, int64 Y, the same torch.optim.Adam
-#   over the same parameters, gradients zeroed in place on both sides.
-# - callgrind (60 steps, LL sized as this machine's 1 MB L2): R 2.36M instructions a step
-#   against Python's 2.22M (+6.5%), but 43% more L2 misses (+3.5k a step: +1.6k
-#   instruction fetches, R's interpreter code evicting torch's; +1.9k data). Calling
-#   `opt$zero_grad()`, `loss$backward()` and `opt$step()` with .Call directly (no `$`
-#   dispatch, no closures) removes 45k instructions a step, under 1% of those misses and
-#   ~2% of the time (R / Python 1.28x -> 1.26x, taking turns): a cheaper `$` alone can
-#   not bring the loop to 1.15x.
+# Note: what the training loop's R / Python ratio is made of (measured again 2026-11-26;
+# benchmarks/bench_r_train.R takes it statement by statement, in time or, under callgrind,
+# in instructions, with R's own floor beside it).
+# - Both loops do the same work: the same aten ops, but for R's 1-based positions (two
+#   aten::sub a step: `idx` once, which the shift cache then serves to `Y[idx]`, and the
+#   class targets once) and `X[idx, ]` as index_select where Python's `X[idx]` is
+#   aten::index; float32 X, int64 Y, the same torch.optim.Adam over the same parameters,
+#   gradients zeroed in place on both sides. reticulate is not reached (its only code that
+#   runs is its Python interrupt hook, on both sides alike).
+# - Instructions (`bench_r_train.R --callgrind`, 126 steps): R 2.365M a step, Python
+#   2.190M: +175k (+8.0%), of which libR.so +142k, tracebridge.so +7k, libpython +16k (the
+#   C paths' attribute reads and keyword calls), malloc +8k; torch itself runs 9k fewer
+#   (index_select, and the spent graphs R frees in its next gc(), outside the loop). By
+#   statement, R - Python: the loop +4k, `perm[s:e]` +19k, `X[idx, ]` +27k (its shift
+#   ~11k), `Y[idx]` +15k, `opt$zero_grad()` +17k, `model(xb)` +4k, `nnf_cross_entropy()`
+#   +29k (its shift ~11k), `loss$backward()` +30k, `opt$step()` +30k. R's floor, pure R
+#   counted the same way: an S3 dispatch of `[` to a method whose body is one .Call()
+#   costs 12.9k instructions, `x$m()` 13.2k, a closure of 4 arguments around one .Call()
+#   7.0k, a .Call() 1.6k; a step makes 3 `[`, 3 `$` and 2 other closure calls (~90k at
+#   that floor) and wraps its result tensors (~1.9k each: R objects and a finalizer). What
+#   the C paths add beyond that is small.
+# - Misses (callgrind --cache-sim=yes --LL=1048576,8,64, this machine's L2): 11.9k L2
+#   misses a step in R against 7.9k (+4.0k, +51%): instruction fetches +1.84k (torch's code
+#   +0.70k, evicted by R's; R +0.48k; Python +0.31k; tracebridge.so +0.16k), data +2.19k
+#   (R's interpreter and its fresh cells +0.86k, Python +0.47k, torch's kernels +0.39k,
+#   malloc +0.30k: the heap that R's kept objects leave).
+# - Time: at this loop's ~3.9 instructions per ns, +175k is ~45 us a step; +4.0k L2
+#   misses served by L3 (~15 ns) ~60 us: ~105 us on Python's ~565 us, ~1.19x, as measured
+#   (1.20x at load ~1; single turns 0.9x to 1.5x on this shared machine; the ratio grows
+#   with the load, 1.38x in a run at load ~5, as a gap made of misses would). 1.15x leaves
+#   R ~85 us a step, less than its 8 dispatched R calls cost at R's floor with their
+#   misses: not reachable from the package while each statement of mlverse's API is an
+#   S3-dispatched R call.
+# - Measured and left: carrying the shift (`torch_randperm(n) + 1L` keeping its 0-based
+#   source, `perm[s:e]` the same slice of it) is exact for integer dtypes with the version
+#   counters, but that slice (THPVariable_getitem, ~6.8k instructions) costs nearly what
+#   the shift does (~10.7k with the cache's checks): ~3k a step (0.1%). The class
+#   targets' shift can not be carried cheaper: `Y[idx]` of 0-based targets is another
+#   index_select, which costs more than the shift. Calling `opt$zero_grad()`,
+#   `loss$backward()` and `opt$step()` with .Call directly (no `$` dispatch, no closures)
+#   removes 45k instructions a step and ~2% of the time.
 # - Memory: no R collection runs during a 315-step run (a minor one costs ~3 ms on the
 #   1.6M-cell heap that reticulate brings), so R keeps each step's Python objects (~18.7 KB:
 #   tensors, spent autograd graphs) and takes ~300 fresh R cells (~17 KB) a step, where
 #   Python reuses what it just freed. Freeing those objects at once (an experiment) moved
 #   their deallocation into the loop and gained nothing; R's loop otherwise frees them in
-#   the gc() before the next turn, outside its timing.
+#   the gc() before the next turn, outside its timing. Python keeping the same objects
+#   alive (an experiment) costs it ~2-3%.
 
 library(tracebridge)
 
