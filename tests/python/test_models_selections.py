@@ -146,6 +146,23 @@ def test_out_none_is_the_default_and_out_a_tensor_is_refused_at_its_line(tmp_pat
         tracebridge.trace(into, (torch.randn(3, 2),))
 
 
+def test_factory_keywords_given_their_defaults_are_the_call_without_them(tmp_path):
+    """``torch.zeros(n, requires_grad=False)`` (what R's factories passed too) asks for
+    what the op does anyway: recorded without the keyword, so the trace saves; a
+    ``requires_grad=True`` factory is refused at its line."""
+
+    def fine(x):
+        pad = torch.zeros(x.shape[0], requires_grad=False, pin_memory=False)
+        return x + pad + torch.ones(x.shape[0], layout=torch.strided)
+
+    traced = tracebridge.trace(fine, (torch.randn(3),))
+    traced.save(tmp_path / "fine.tb")
+    x = torch.randn(5)
+    assert _same(tracebridge.load(tmp_path / "fine.tb")(x), fine(x))
+    with pytest.raises(tracebridge.UnsupportedOpError, match="keyword 'requires_grad'"):
+        tracebridge.trace(lambda x: x * torch.ones(3, requires_grad=True), (torch.randn(3),))
+
+
 # --- crafted files ----------------------------------------------------------------------------
 
 

@@ -388,12 +388,37 @@ _NUMPY_KEYWORDS = {
 }
 
 
+# Keywords of PyTorch's factory bindings and their defaults: given their default, they
+# change nothing, so an op the op set lists without them takes the call without them.
+_BINDING_DEFAULTS = {
+    "requires_grad": (False,),
+    "pin_memory": (False, None),
+    "layout": (torch.strided, None),
+}
+
+
+def _is_default(value, defaults: tuple) -> bool:
+    return any(value is d or (type(value) is type(d) and value == d) for d in defaults)
+
+
 def _canonical_keywords(name: str, kwargs: dict) -> dict:
     """``kwargs`` with each NumPy alias the op set does not know renamed to PyTorch's name,
     and without ``out=None`` (the default: no op of the set writes into a given tensor);
     the same dict when there is nothing to change, so the recorder sees nothing changed."""
     if kwargs and "out" in kwargs and kwargs["out"] is None:
         kwargs = {key: value for key, value in kwargs.items() if key != "out"}
+    if kwargs and any(key in _BINDING_DEFAULTS for key in kwargs):
+        # ``torch.zeros(n, requires_grad=False)``: a binding's keyword given its default,
+        # which the op set does not name for this op, is the call without it.
+        info = opset.info(name)
+        if info is not None:
+            kwargs = {
+                key: value
+                for key, value in kwargs.items()
+                if key in info.kwargs
+                or key not in _BINDING_DEFAULTS
+                or not _is_default(value, _BINDING_DEFAULTS[key])
+            }
     if not kwargs or not any(key in _NUMPY_KEYWORDS for key in kwargs):
         return kwargs
     info = opset.info(name)
