@@ -449,6 +449,11 @@ def test_square_factors_keep_their_results():
             "linalg.lu_solve",
         ),
         (lambda a, b: num.lstsq(a.reshape(1, -1), b.reshape(1, -1)), "linalg.lstsq"),
+        (lambda a, b: num.solve(b, a), "linalg.solve"),
+        (lambda a, b: num.solve_ex(b, a), "linalg.solve_ex"),
+        (lambda a, b: num.trapezoid(a, b), "trapezoid"),
+        (lambda a, b: num.trapz(a, b), "trapz"),
+        (lambda a, b: num.cumulative_trapezoid(a, x=b), "cumulative_trapezoid"),
     ],
 )
 def test_solves_that_broadcast_batches_are_bounded_before_the_kernel(call, op):
@@ -478,3 +483,9 @@ def test_bounded_solves_keep_their_results():
     lu, piv = torch.linalg.lu_factor(a)
     assert torch.equal(num.lu_solve(lu, piv, b), torch.linalg.lu_solve(lu, piv, b))
     assert torch.equal(num.lstsq(a, b).solution, torch.linalg.lstsq(a, b).solution)
+    assert torch.equal(num.solve(a, b), torch.linalg.solve(a, b))
+    assert torch.equal(num.solve_ex(a, b).result, torch.linalg.solve_ex(a, b).result)
+    y, x = torch.randn(3, 5, dtype=F64), torch.randn(3, 5, dtype=F64).cumsum(1)
+    assert torch.equal(num.trapezoid(y, x), torch.trapezoid(y, x))
+    assert torch.equal(num.trapz(y, x[0]), torch.trapz(y, x[0]))
+    assert torch.equal(num.cumulative_trapezoid(y, dx=0.5), torch.cumulative_trapezoid(y, dx=0.5))

@@ -474,7 +474,8 @@ _pack_padded_sequence _pad_packed_sequence stft istft broadcast_tensors ctc_loss
 nonzero argwhere _unique2 unique_dim unique_consecutive linalg.vander histogram cov corrcoef
 linalg.multi_dot embedding_renorm_ fused_moving_avg_obs_fake_quant diagflat addr lu_unpack
 linalg.eigvals linalg.lu svd linalg.svd linalg.qr cholesky_solve triangular_solve
-linalg.solve_triangular linalg.lu_solve linalg.lstsq
+linalg.solve_triangular linalg.lu_solve linalg.lstsq linalg.solve linalg.solve_ex trapezoid trapz
+cumulative_trapezoid
 """.split()
 )
 

@@ -23,7 +23,9 @@ operands, so they run as they are. These do not:
   ``triangular_solve``, ``linalg.solve_triangular``, ``linalg.lu_solve``), and
   ``linalg.lstsq`` makes ``columns(A) x columns(B)``: a ``[2**16, 1, 1, 1]`` and a
   ``[1, 2**16, 1, 1]`` operand (expanded views a file makes for nothing) asked for 16 GiB,
-  which the load budget did not count for them;
+  which the load budget did not count for them (nor ``linalg.solve``, ``linalg.solve_ex``);
+* ``trapezoid``, ``trapz`` and ``cumulative_trapezoid`` broadcast ``y`` against a
+  sample-point tensor ``x`` of more than one dimension, the same way;
 * ``fused_moving_avg_obs_fake_quant`` loops over its observer buffers through raw
   pointers, by the input's rows (an empty buffer crashed the process);
 * ``linalg.eigvals`` of a float32 or complex64 matrix holding a NaN or an infinity crashed
@@ -323,6 +325,35 @@ solve_triangular = _solve(
 )
 lu_solve = _solve("linalg.lu_solve", torch.linalg.lu_solve, (0, "LU"), (2, "B"))
 lstsq = _solve("linalg.lstsq", torch.linalg.lstsq, _FIRST, (1, "b", "B"))
+solve = _solve("linalg.solve", torch.linalg.solve, _FIRST, (1, "B", "other"))
+solve_ex = _solve("linalg.solve_ex", torch.linalg.solve_ex, _FIRST, (1, "B", "other"))
+
+
+def _trapezoid(op: str, kernel: Callable) -> Callable:
+    """``kernel`` (``trapezoid``, ``trapz``, ``cumulative_trapezoid``) after bounding the
+    broadcast of ``y`` and a sample-point tensor ``x`` of more than one dimension (a
+    ``[2**16, 1, 2]`` and a ``[1, 2**16, 2]`` made 2**33 elements): twice its elements
+    (the differences of ``x`` and their products with ``y``)."""
+
+    def checked(*args, **kwargs):
+        y = args[0] if args else kwargs.get("y", kwargs.get("self", kwargs.get("input")))
+        x = args[1] if len(args) > 1 else kwargs.get("x")
+        if _is_tensor(y) and _is_tensor(x) and x.dim() > 1:
+            try:
+                shape = torch.broadcast_shapes(y.shape, x.shape)
+            except RuntimeError:
+                shape = ()  # PyTorch refuses the shapes itself
+            _bytes_ok(op, 2 * math.prod(shape), torch.promote_types(y.dtype, x.dtype))
+        return kernel(*args, **kwargs)
+
+    checked.__name__ = checked.__qualname__ = op
+    checked.__doc__ = f"``{op}`` after bounding its broadcast (see :func:`_trapezoid`)."
+    return checked
+
+
+trapezoid = _trapezoid("trapezoid", torch.trapezoid)
+trapz = _trapezoid("trapz", torch.trapz)
+cumulative_trapezoid = _trapezoid("cumulative_trapezoid", torch.cumulative_trapezoid)
 
 
 def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
@@ -495,4 +526,9 @@ CHECKED: dict[str, Callable] = {
     "linalg.solve_triangular": solve_triangular,
     "linalg.lu_solve": lu_solve,
     "linalg.lstsq": lstsq,
+    "linalg.solve": solve,
+    "linalg.solve_ex": solve_ex,
+    "trapezoid": trapezoid,
+    "trapz": trapz,
+    "cumulative_trapezoid": cumulative_trapezoid,
 }
