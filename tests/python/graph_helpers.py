@@ -1,7 +1,13 @@
 """Helpers the runtime and tracer tests share: a traced graph's ops, a save/load round
-trip, and a counter of the calls that run a cached block as traced."""
+trip, a counter of the calls that run a cached block as traced, and a saved file with some
+nodes rewritten (a crafted artifact)."""
 
 from __future__ import annotations
+
+import json
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -89,3 +95,19 @@ def same_outputs(got, expected) -> bool:
     """:func:`same_bits` for each output of a call (one tensor or a tuple)."""
     got, expected = (got, expected) if isinstance(got, tuple) else ((got,), (expected,))
     return all(same_bits(a, b) for a, b in zip(got, expected, strict=True))
+
+
+def rewrite_nodes(path: Path, op: str, edit: Callable[[dict], None]) -> Path:
+    """The artifact at ``path`` with ``edit(node)`` applied to each node of op ``op`` in
+    its forward method (the JSON as stored), written back in place: a crafted file."""
+    with zipfile.ZipFile(path) as archive:
+        doc = json.loads(archive.read("program.json"))
+        tensors = archive.read("tensors.safetensors")
+    nodes = [n for n in doc["methods"]["forward"]["nodes"] if n["op"] == op]
+    assert nodes, op
+    for node in nodes:
+        edit(node)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr("program.json", json.dumps(doc))
+        archive.writestr("tensors.safetensors", tensors)
+    return path

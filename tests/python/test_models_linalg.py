@@ -7,10 +7,8 @@ refused at load or before the kernel, with a clear error."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import warnings
-import zipfile
 
 import pytest
 import torch
@@ -18,6 +16,7 @@ import torch
 import tracebridge
 from tracebridge.runtime import checked_numeric as num
 
+from .graph_helpers import rewrite_nodes
 from .test_check_program import r_verdicts
 
 RUNTIMES = ("codegen", "interpreter")
@@ -246,17 +245,7 @@ def _crafted(tmp_path, fn, example, op, edit):
     op ``op`` in the file."""
     path = tmp_path / "crafted.tb"
     tracebridge.trace(fn, example).save(path)
-    with zipfile.ZipFile(path) as archive:
-        doc = json.loads(archive.read("program.json"))
-        tensors = archive.read("tensors.safetensors")
-    nodes = [n for n in doc["methods"]["forward"]["nodes"] if n["op"] == op]
-    assert nodes, op
-    for node in nodes:
-        edit(node)
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
-        archive.writestr("program.json", json.dumps(doc))
-        archive.writestr("tensors.safetensors", tensors)
-    return path
+    return rewrite_nodes(path, op, edit)
 
 
 def _kwarg(key, value):

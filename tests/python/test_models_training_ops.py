@@ -20,6 +20,8 @@ from torch import nn
 import tracebridge
 from tracebridge.runtime import checked_numeric as num
 
+from .graph_helpers import rewrite_nodes
+
 RUNTIMES = ("codegen", "interpreter")
 
 
@@ -148,18 +150,7 @@ def test_fake_quantisation_passes_gradients_as_eager():
 
 
 def _crafted(tmp_path, model, example, op, edit):
-    path = _saved(tracebridge.trace(model, example), tmp_path)
-    with zipfile.ZipFile(path) as archive:
-        doc = json.loads(archive.read("program.json"))
-        tensors = archive.read("tensors.safetensors")
-    nodes = [n for n in doc["methods"]["forward"]["nodes"] if n["op"] == op]
-    assert nodes, op
-    for node in nodes:
-        edit(node)
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
-        archive.writestr("program.json", json.dumps(doc))
-        archive.writestr("tensors.safetensors", tensors)
-    return path
+    return rewrite_nodes(_saved(tracebridge.trace(model, example), tmp_path), op, edit)
 
 
 def _arg(position, value):
