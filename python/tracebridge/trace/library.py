@@ -46,7 +46,7 @@ from ..errors import UnsupportedOpError
 from ..source import OWN_DIR, TORCH_DIR
 from .aliases import AliasHandlers
 from .autograd_function import AutogradFunctions
-from .selections import SelectionHandlers
+from .selections import SelectionHandlers, unique_results
 
 _JIT_TRACE = os.path.join(TORCH_DIR, "jit", "_trace.py")
 
@@ -465,11 +465,4 @@ class LibraryHandlers(AutogradFunctions, SelectionHandlers, AliasHandlers):
             }
             unique_dim = torch._C._VariableFunctions.unique_dim  # no torch.unique_dim in 2.x
             result = self.record("unique_dim", unique_dim, (input,), kwargs)
-        output, inverse, counts = result
-        if return_inverse and return_counts:
-            return output, inverse, counts
-        if return_inverse:
-            return output, inverse
-        if return_counts:
-            return output, counts
-        return output
+        return unique_results(result, return_inverse, return_counts)

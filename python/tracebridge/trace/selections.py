@@ -53,16 +53,23 @@ class SelectionHandlers:
         """``unique_consecutive`` recorded as the native op (three results), with the
         result PyTorch's wrapper returns for these flags."""
         kwargs = {"return_inverse": return_inverse, "return_counts": return_counts, "dim": dim}
-        output, inverse, counts = self.record(
+        result = self.record(
             "unique_consecutive",
             torch._C._VariableFunctions.unique_consecutive,
             (input,),
             kwargs,
         )
-        if return_inverse and return_counts:
-            return output, inverse, counts
-        if return_inverse:
-            return output, inverse
-        if return_counts:
-            return output, counts
-        return output
+        return unique_results(result, return_inverse, return_counts)
+
+
+def unique_results(result: tuple, return_inverse: bool, return_counts: bool):
+    """What ``torch.unique`` and ``unique_consecutive`` return for these flags, from the
+    native op's three results (output, inverse indices, counts)."""
+    output, inverse, counts = result
+    if return_inverse and return_counts:
+        return output, inverse, counts
+    if return_inverse:
+        return output, inverse
+    if return_counts:
+        return output, counts
+    return output
