@@ -60,6 +60,7 @@ from . import (
     repeats,
     same_shape,
     scalars,
+    size_checks,
     squares,
     support,
     views,
@@ -512,6 +513,8 @@ class CodeGen:
             self.state(node)
         elif node.op == "prim.guard":
             self.guard(node)
+        elif isinstance(node, size_checks.SizeCheckNode):
+            self.size_checked(node)
         else:
             self.op(node)
 
@@ -542,6 +545,25 @@ class CodeGen:
         )
         self.helper("_raise_guard")
         self.emit(ast.If(test, [ast.Expr(fail)], []), "guard", node.loc)
+
+    def size_checked(self, node: size_checks.SizeCheckNode) -> None:
+        """One call that checks a group of guards on values nothing else needs, once per
+        key of sizes (runtime/size_checks.py); nothing where guards are off."""
+        if not self.guards:
+            return
+        inner = _KeyedCodeGen(node.checks, self.slots, f"{self.name}_checks", True, self.methods)
+        function = compile_function(inner).function
+        slots = []
+        for name in node.sources:
+            slot = self.slots.get(name)
+            if slot is None:
+                raise ArtifactError(f"{self._where}: reads state {name!r}, which the file lacks")
+            slots.append(slot)
+        reads = size_checks.reads(self.graph, node)
+        guards = sum(1 for n in node.checks.nodes if n.op == "prim.guard")
+        runner = size_checks.SizeChecks(function, reads, slots, len(node.checks.nodes), guards)
+        call = ast.Call(self.constant(runner), [self.literal(a) for a in node.args], [])
+        self.emit(ast.Expr(call), "size checks", node.loc)
 
     def op(self, node: Node) -> None:
         note = node.op
@@ -601,7 +623,7 @@ class CodeGen:
         if self.fold:  # what nothing needs goes (runtime/dead_code.py), repeats read the
             # first result (runtime/cse.py); runs of ops on sizes move next to their first
             # reader (runtime/memo.py)
-            self.graph = dead_code.prune(self.graph)
+            self.graph = size_checks.plan(dead_code.prune(self.graph))
             self.no_autograd = self.common and cse.grad_stays_off(self.graph)
             if self.no_autograd:
                 self.graph = cse.eliminate(contiguous.read_shapes_before(self.graph))

@@ -110,6 +110,8 @@ def _written_groups(graph: Graph) -> tuple[_Groups, set[int]]:
                 groups.join(value.id, ref.id)
         if opset.is_inplace(node.op) and isinstance(first, Ref):
             writes.append(first.id)
+        elif node.op == "prim.size_checks":
+            continue  # reads sizes and types only (runtime/size_checks.py)
         elif node.op in EFFECTS or node.op == "prim.autograd_function" or info is None:
             writes.extend(r.id for r in refs)  # running statistics, max_norm, unknown
     return groups, {groups.find(v) for v in writes}

@@ -49,7 +49,9 @@ FRESH = frozenset(
 ALIASING = _ALIASING | VIEW_OPS
 
 
-def _has_effect(node: Node) -> bool:
+def has_effect(node: Node) -> bool:
+    """Whether ``node`` must run whatever reads its results (the module Note's second
+    point): a guard, a random op, a mode switch, an op that may write its arguments."""
     if node.op in EFFECTS:
         return True
     info = opset.info(node.op)
@@ -72,8 +74,11 @@ def _groups(graph: Graph) -> tuple[dict[int, int], set[int]]:
     return root, fresh
 
 
-def needed(graph: Graph) -> set[int]:
-    """Indices of the nodes of ``graph`` that its outputs, guards and effects need."""
+def needed(graph: Graph, roots=None) -> set[int]:
+    """Indices of the nodes of ``graph`` that its outputs, guards and effects need;
+    ``roots(node)`` says which nodes run whatever reads them instead of
+    :func:`has_effect` (runtime/size_checks.py leaves guards out)."""
+    roots = roots or has_effect
     root, fresh = _groups(graph)
     live: set[int] = set()  # value ids a kept node reads or the graph returns
     seen: set[int] = set()  # roots of the groups with a live member
@@ -92,7 +97,7 @@ def needed(graph: Graph) -> set[int]:
             if index in kept:
                 continue
             node = graph.nodes[index]
-            if _keeps(node, live, seen, root, fresh):
+            if _keeps(node, live, seen, root, fresh, roots):
                 kept.add(index)
                 changed = True
                 for ref in refs_in((node.args, node.kwargs)):
@@ -100,8 +105,8 @@ def needed(graph: Graph) -> set[int]:
     return kept
 
 
-def _keeps(node: Node, live: set[int], seen: set[int], root: dict, fresh: set[int]) -> bool:
-    if _has_effect(node) or any(v.id in live for v in node.outputs):
+def _keeps(node: Node, live: set[int], seen: set[int], root: dict, fresh: set[int], roots) -> bool:
+    if roots(node) or any(v.id in live for v in node.outputs):
         return True
     if not opset.is_inplace(node.op):
         return False

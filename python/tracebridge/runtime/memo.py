@@ -53,6 +53,7 @@ from ..ir.analysis import output_ids
 from .folding import _ALIASING, _autocast, _epoch, _function_modes, _may_be_static
 
 # Scalar kinds whose values are exact keys: equal means interchangeable (not floats).
+SIZE_CHECKS = "prim.size_checks"  # runtime/size_checks.py's guards: a guard here too
 _KEY_KINDS = frozenset({"int", "bool", "device", "dtype"})
 _MODE_SWITCHES = frozenset({"set_grad_enabled", "prim.grad_enabled"})
 KEEP = 8  # keys kept per block: a server sees a few sequence lengths, not thousands
@@ -148,7 +149,7 @@ def _find_runs(
         # guard never moves a later part of itself past another guard (the order in which
         # guards are checked, and so the refusal a call gets, stays the trace's).
         touches_state = run_reads_state and any(r.id in state_views for r in refs)
-        other_guard = first_guard is not None and node.op == "prim.guard"
+        other_guard = first_guard is not None and node.op in ("prim.guard", SIZE_CHECKS)
         if run and (
             node.op in _MODE_SWITCHES
             or touches_state

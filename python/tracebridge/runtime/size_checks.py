@@ -1,0 +1,343 @@
+"""Check once per size key the guards that only read the sizes of values nothing else needs.
+
+Note: guards on dead values, checked by key.
+  Hugging Face's EnCodec ``encode`` returns only the codes, yet its last line compares
+  ``audio_values.shape[-1]`` -- the length of the decoded audio -- with the input's. The
+  guard that records this keeps the whole decoder alive (two LSTMs, transposed
+  convolutions: most of the call) although only its output's length is read, and only
+  by a guard. ``torch.jit`` drops the decoder, and the check with it. A guard must stay
+  (the trace's decision holds only where it passes), but its outcome here is a function
+  of a few sizes: :func:`plan` finds such checks and moves them, with the nodes only they
+  need, into one :class:`SizeChecks` node; the generated code calls it with its key (the
+  tensors and numbers it reads from the rest of the graph), it runs the nodes and the
+  guards for a key it has not seen, and remembers keys that passed. A call with a known
+  key computes none of them; a key whose guards fail is refused every time, with the
+  guard's own error.
+
+  A group of nodes (connected by the values they pass each other) moves only when every
+  guard and value read on it stays a function of the key:
+
+  * its nodes are guards, size and type reads (``prim.size``, ``dtype``, ``device``,
+    ``numel``, ``len``), arithmetic on numbers, state reads, and ops whose results' sizes,
+    dtypes and devices follow from their arguments' (:data:`SHAPE_FUNCTIONS`); never a read
+    of a tensor's values into Python (``item``, ``bool``), strides, a random op, a write,
+    a grad-mode switch, an op the set does not know, nor an op whose sizes depend on
+    values (``nonzero``, a boolean mask, tensor sizes: only the operands of
+    :data:`OPERAND_OPS` may be tensors other than the first argument);
+  * what it reads from the rest are tensors (keyed by shape, strides, dtype and device),
+    and ints, bools, devices and dtypes (keyed by type and value); state too, read by the
+    call; the key adds the default dtype (factories follow it);
+  * it has a tensor op (else inline is as cheap as the key), and its checks can run where
+    its first guard stands: what it reads is made before, and between its first and last
+    guard there is no other guard nor a node with an effect (:mod:`runtime.dead_code`), so
+    guards are checked in the traced order; no node anywhere changes a tensor's sizes in
+    place (``resize_``, ``unsqueeze_``).
+
+  Under a torch function mode or autocast, or with an input of a tensor subclass, the
+  checks run on every call (what ops make may then differ for the same key).
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+
+import torch
+
+from ..ir import Graph, Node, Ref, refs_in
+from ..ir import ops as opset
+from . import dead_code, inplace
+from .folding import _ALIASING, _autocast, _epoch, _function_modes
+from .views import VIEW_OPS
+
+OP = "prim.size_checks"  # the op of a SizeCheckNode (not in the op set: never in a file)
+
+# Reads whose result is a tensor's size, type or place (never its values, never strides).
+_METADATA = frozenset("prim.size prim.dtype prim.device prim.numel prim.len".split())
+# Ops whose tensor arguments are all operands: the results' sizes, dtypes and devices
+# follow from the operands' (broadcasting included), never from their values.
+OPERAND_OPS = frozenset(
+    set(inplace.UNARY)
+    | set(inplace.BINARY)
+    | set(
+        """conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d linear
+        matmul mm bmm addmm baddbmm lstm gru rnn_tanh rnn_relu layer_norm group_norm
+        softmax log_softmax cat concat concatenate stack embedding where
+        scaled_dot_product_attention Tensor.to Tensor.type_as Tensor.expand_as
+        Tensor.view_as Tensor.reshape_as elu relu gelu silu tanh sigmoid hardtanh
+        leaky_relu _weight_norm eq ne lt le gt ge rsub ceil floor round trunc
+        floor_divide remainder fmod minimum maximum clamp clamp_max bitwise_and
+        bitwise_or logical_and logical_or logical_not Tensor.long Tensor.int Tensor.float
+        Tensor.double Tensor.bool""".split()
+    )
+)
+# Ops whose results' metadata follow from their first argument's and their literal or
+# numeric arguments: views, shape changes, reductions over given dims, factories of
+# given sizes. Any other tensor argument makes a node ineligible (a size given as a
+# tensor is read as a value).
+SHAPE_FUNCTIONS = (
+    OPERAND_OPS
+    | ((VIEW_OPS | _ALIASING) - {"as_strided", "tensor_split", "Tensor.data"})
+    | frozenset(
+        """Tensor.reshape reshape flatten Tensor.contiguous pad sum mean amax amin
+    Tensor.repeat Tensor.expand expand full zeros ones empty zeros_like ones_like
+    full_like empty_like Tensor.new_zeros Tensor.new_ones Tensor.new_full Tensor.new_empty
+    arange max_pool1d max_pool2d avg_pool1d avg_pool2d adaptive_avg_pool1d
+    adaptive_avg_pool2d""".split()
+    )
+)
+# In-place ops that change a tensor's sizes: a key read at the first guard would not
+# be the sizes a node read where it stood.
+_RESIZING = frozenset(
+    """resize_ resize_as_ set_ squeeze_ unsqueeze_ t_ transpose_ swapdims_ swapaxes_
+    as_strided_ unsqueeze_ squeeze_ Tensor.resize_ Tensor.resize_as_""".split()
+)
+_TO_PYTHON = frozenset("prim.item prim.tolist prim.bool prim.int prim.float".split())
+_KEY_KINDS = frozenset({"int", "bool", "device", "dtype", "Tensor"})
+KEEP = 8  # keys remembered per group: a server sees a few input sizes, not thousands
+
+
+@dataclass
+class SizeCheckNode(Node):
+    """Guards and the nodes only they need, checked once per key (module Note): its
+    arguments are the key's values, ``checks`` the moved nodes as a graph of their own."""
+
+    checks: Graph | None = field(default=None, repr=False)
+    sources: list[str] = field(default_factory=list)  # the state the checks read
+
+
+def _data_free(nodes: list[Node], kinds: dict[int, str], state: set[int]) -> bool:
+    """Whether every guard of ``nodes`` (a group, in order) decides by the key alone: walks
+    the group marking the values that carry the data of a tensor read from the rest of
+    the graph (the key holds only its metadata; state is keyed by version, so its values
+    are the key's), and refuses a node that would let such data reach a size, a number or
+    a guard (module Note)."""
+    made = {v.id for n in nodes for v in n.outputs}
+    # values that carry an outside tensor's data: outside tensors (not state) to begin with
+    data = {
+        r.id
+        for n in nodes
+        for r in refs_in((n.args, n.kwargs))
+        if r.id not in made and r.id not in state and kinds.get(r.id) == "Tensor"
+    }
+    for node in nodes:
+        refs = refs_in((node.args, node.kwargs))
+        carried = [r for r in refs if r.id in data]
+        if node.op == "prim.state" or node.op in _METADATA:
+            continue  # metadata is the key's; state is keyed by its version
+        if node.op == "prim.guard" or node.op in _TO_PYTHON or node.op.startswith("scalar."):
+            if carried:
+                return False  # data would decide
+            continue
+        info = opset.info(node.op)
+        if info is None or info.flags & {"random", "inplace"} or opset.draws_random(node):
+            return False
+        if node.kwargs.get("requires_grad", False) is not False:
+            return False
+        if not carried:
+            continue  # a function of the key: any deterministic op
+        if node.op not in SHAPE_FUNCTIONS:
+            return False
+        if node.op not in OPERAND_OPS:
+            rest = refs_in((node.args[1:], node.kwargs))
+            if any(r.id in data for r in rest):
+                return False  # data given where a size or an index is read
+        data.update(v.id for v in node.outputs)
+    return True
+
+
+def _components(nodes: list[int], graph: Graph) -> list[list[int]]:
+    """The nodes (indices) grouped by the values they pass each other, each in order."""
+    made_by = {v.id: i for i in nodes for v in graph.nodes[i].outputs}
+    parent = {i: i for i in nodes}
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i in nodes:
+        node = graph.nodes[i]
+        for ref in refs_in((node.args, node.kwargs)):
+            j = made_by.get(ref.id)
+            if j is not None:
+                parent[find(i)] = find(j)
+    groups: dict[int, list[int]] = {}
+    for i in nodes:
+        groups.setdefault(find(i), []).append(i)
+    return list(groups.values())
+
+
+def _live_without_guards(graph: Graph) -> set[int]:
+    """Nodes the outputs and effects need when guards are not counted (the rest of
+    :func:`dead_code.needed` is kept alive by guards only)."""
+    kept = dead_code.needed(graph, roots=_is_root)
+    return kept
+
+
+def _is_root(node: Node) -> bool:
+    # A guard decides nothing a kept node computes; a plain ``embedding`` writes nothing
+    # (``max_norm`` is an ``embedding_renorm_`` node of its own).
+    if node.op == "prim.guard":
+        return False
+    if node.op == "embedding":
+        return False
+    return dead_code.has_effect(node)
+
+
+def plan(graph: Graph) -> Graph:
+    """``graph`` with each group of size checks on values nothing else needs moved into a
+    :class:`SizeCheckNode` (module Note); ``graph`` itself where there is none."""
+    if any(n.op.rsplit(".", 1)[-1] in _RESIZING for n in graph.nodes):
+        return graph
+    live = _live_without_guards(graph)
+    guarded = [i for i in range(len(graph.nodes)) if i not in live]
+    if not any(graph.nodes[i].op == "prim.guard" for i in guarded):
+        return graph
+    kinds = {v.id: v.kind for v in graph.inputs}
+    kinds.update({v.id: v.kind for n in graph.nodes for v in n.outputs})
+    defined_at = {v.id: i for i, n in enumerate(graph.nodes) for v in n.outputs}
+    state = {v.id for n in graph.nodes if n.op == "prim.state" for v in n.outputs}
+    moved: dict[int, SizeCheckNode] = {}  # first guard's index -> the node replacing the group
+    removed: set[int] = set()
+    for group in _components(guarded, graph):
+        found = _group(graph, group, kinds, defined_at, state)
+        if found is not None:
+            moved[found[0]] = found[1]
+            removed.update(group)
+    if not moved:
+        return graph
+    nodes: list[Node] = []
+    for index, node in enumerate(graph.nodes):
+        if index in moved:
+            nodes.append(moved[index])
+        if index not in removed:
+            nodes.append(node)
+    return graph.with_nodes(nodes)
+
+
+def _group(graph: Graph, group: list[int], kinds: dict, defined_at: dict, state: set[int]):
+    """``(index of the group's first guard, its SizeCheckNode)``, or None where the
+    group must stay as it is (module Note)."""
+    nodes = [graph.nodes[i] for i in group]
+    guards = [i for i in group if graph.nodes[i].op == "prim.guard"]
+    if not guards or not _data_free(nodes, kinds, state):
+        return None
+    if not any(n.op in SHAPE_FUNCTIONS for n in nodes):
+        return None  # sizes and numbers only: inline costs what a key costs
+    first, last = guards[0], guards[-1]
+    members = set(group)
+    between = graph.nodes[first:last]
+    for offset, node in enumerate(between):
+        if first + offset in members:
+            continue
+        if node.op == "prim.guard" or dead_code.has_effect(node):
+            return None  # another check or an effect between: the traced order would change
+    made = {v.id for n in nodes for v in n.outputs}
+    keys: list[int] = []
+    for node in nodes:
+        for ref in refs_in((node.args, node.kwargs)):
+            if ref.id in made or ref.id in keys:
+                continue
+            if kinds.get(ref.id) not in _KEY_KINDS or defined_at.get(ref.id, -1) >= first:
+                return None
+            keys.append(ref.id)
+    sources = [n.args[0] for n in nodes if n.op == "prim.state"]
+    if not all(isinstance(s, str) for s in sources):
+        return None
+    if any(v.kind not in _KEY_KINDS for n in nodes if n.op == "prim.state" for v in n.outputs):
+        return None
+    values = {v.id: v for v in graph.inputs}
+    values.update({v.id: v for n in graph.nodes for v in n.outputs})
+    checks = Graph(
+        inputs=[values[k] for k in keys],
+        in_spec={"t": "tuple", "c": []},  # called with its key only, never by a user
+        nodes=nodes,
+        outputs=[],
+        out_spec={"t": "tuple", "c": []},
+        sources=graph.sources,
+    )
+    node = SizeCheckNode(
+        op=OP,
+        args=[Ref(k) for k in keys],
+        out_spec={"t": "tuple", "c": []},
+        loc=graph.nodes[first].loc,
+        checks=checks,
+        sources=sources,
+    )
+    return first, node
+
+
+_plain_types = (torch.Tensor, torch.nn.Parameter)
+_default_dtype = torch.get_default_dtype
+_getitem = operator.getitem
+_metadata = operator.attrgetter("shape", "dtype", "device")
+_stride = torch.Tensor.stride
+
+
+class SizeChecks:
+    """Runs a group's checks for a key it has not seen, and remembers the keys that
+    passed (the last :data:`KEEP`). The key: the default dtype, each tensor's shape,
+    strides, dtype and device, each number's type and value; a state tensor (``reads``
+    2, and the state in ``slots``, read on each call) counts by identity, version and
+    data pointer too, as in runtime/folding.py (its values may decide), and so does
+    :func:`~tracebridge.runtime.folding.invalidate_caches`."""
+
+    def __init__(
+        self,
+        function,
+        reads: tuple[int, ...],
+        slots: list[tuple[dict, str]],
+        count: int,
+        guards: int,
+    ):
+        self.function = function
+        self.reads = reads  # per key position: 0 a number, 1 a tensor, 2 a state tensor
+        self.owners = [owner for owner, _ in slots]
+        self.names = [name for _, name in slots]
+        self.count = count  # nodes moved here
+        self.guards = guards
+        self.passed: dict = {}  # key -> the state tensors it holds (ids stay unique)
+
+    def __repr__(self) -> str:
+        return (
+            f"size_checks({self.guards} guards over {self.count} nodes, "
+            f"{len(self.passed)} keys passed)"
+        )
+
+    def __call__(self, *values) -> None:
+        if _function_modes() or _autocast():
+            self.function(*values)  # ops may make other sizes or dtypes for the same key
+            return
+        key: list = [_default_dtype(), _epoch[0]]
+        held = []
+        state = list(map(_getitem, self.owners, self.names))
+        for value, read in zip((*values, *state), (*self.reads, *(2,) * len(state))):
+            if read == 0 or not isinstance(value, torch.Tensor):
+                key.append((type(value), value))
+                continue
+            if type(value) not in _plain_types:
+                self.function(*values)  # a subclass may make other sizes
+                return
+            key.append((*_metadata(value), value.stride()))
+            if read == 2:
+                key.append((id(value), value._version, value.data_ptr()))
+                held.append(value)
+        entry = tuple(key)
+        if entry in self.passed:
+            return
+        self.function(*values)  # raises where a guard fails: nothing is remembered
+        while len(self.passed) >= KEEP:
+            try:
+                self.passed.pop(next(iter(self.passed)), None)
+            except (StopIteration, RuntimeError):
+                break
+        self.passed[entry] = held
+
+
+def reads(graph: Graph, node: SizeCheckNode) -> tuple[int, ...]:
+    """How :class:`SizeChecks` keys each argument of ``node``: 0 a number, 1 a tensor by
+    its metadata, 2 a state tensor (read by a node of ``graph``) by its version too."""
+    state = {v.id for n in graph.nodes if n.op == "prim.state" for v in n.outputs}
+    return tuple(0 if v.kind != "Tensor" else 2 if v.id in state else 1 for v in node.checks.inputs)
