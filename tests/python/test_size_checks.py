@@ -18,7 +18,8 @@ import torch
 from torch import nn
 
 import tracebridge
-from tracebridge.runtime import size_checks
+from tracebridge.errors import GuardError
+from tracebridge.runtime import dead_code, size_checks
 
 from .graph_helpers import counting, loaded, same_bits
 
@@ -102,3 +103,130 @@ def test_the_guard_still_decides_where_eager_takes_the_other_branch(tmp_path):
         with tracebridge.guards_disabled():  # no checks at all: the traced branch
             odd = torch.ones(1, 1, 5)
             assert same_bits(fast(odd), model.encoder(odd))
+
+
+class DataDecides(nn.Module):
+    """A dead value's data (not its size) decides a branch: the check stays inline."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Conv1d(1, 4, 3, padding=1)
+        self.decoder = nn.ConvTranspose1d(4, 1, 4, stride=2)
+
+    def forward(self, x):
+        codes = self.encoder(x)
+        if self.decoder(codes).sum() > 0:
+            return codes * 2
+        return codes
+
+
+def test_a_check_that_data_decides_stays_inline(tmp_path):
+    torch.manual_seed(0)
+    model = DataDecides().eval()
+    x = torch.ones(1, 1, 6)
+    fast = loaded(tracebridge.trace(model, x), tmp_path)
+    with torch.no_grad():
+        assert "size checks" not in fast._methods["forward"].no_grad_code
+        assert not _runners(fast)
+        for sign in (1, -1, 1):  # the branch follows the data, as eager's does
+            assert same_bits(fast(x * sign), model(x * sign))
+
+
+class StateDecides(nn.Module):
+    """EnCodec's padding checks: a buffer's value compared with a size, as a tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Conv1d(1, 4, 3, padding=1)
+        self.register_buffer("limit", torch.tensor(8))
+
+    def forward(self, x):
+        codes = self.encoder(x)
+        if self.limit >= codes.shape[-1]:
+            return codes
+        return codes * 2
+
+
+@pytest.mark.parametrize("write", ["copy", "load_state_dict", "data"])
+def test_a_check_on_state_runs_again_after_the_state_changes(write):
+    torch.manual_seed(0)
+    model = StateDecides().eval()
+    x = torch.randn(1, 1, 6)
+    traced = tracebridge.trace(model, x)
+    with torch.no_grad():
+        assert same_bits(traced(x), model(x))
+        (runner,) = _runners(traced)
+        calls = counting(runner)
+        assert same_bits(traced(x), model(x))
+        assert calls == []  # the same key and state version: not checked again
+        if write == "copy":
+            model.limit.copy_(torch.tensor(4))
+        elif write == "load_state_dict":
+            model.load_state_dict({**model.state_dict(), "limit": torch.tensor(4)})
+        else:  # torch records no write through .data: invalidate_caches() is the way
+            model.limit.data.fill_(4)
+            tracebridge.invalidate_caches()
+        assert torch.equal(model(x), model.encoder(x) * 2)  # eager now doubles
+        for _ in range(2):  # the traced branch no longer holds: refused, every time
+            with pytest.raises(GuardError, match="self.limit >= codes.shape"):
+                traced(x)
+        assert len(calls) == 2
+        model.limit.copy_(torch.tensor(8))
+        assert same_bits(traced(x), model(x))
+        assert len(calls) == 3
+
+
+def _planned(model, x):
+    traced = tracebridge.trace(model, x)
+    graph = dead_code.prune(traced._methods["forward"]._fused_graph())
+    return [n for n in size_checks.plan(graph).nodes if isinstance(n, size_checks.SizeCheckNode)]
+
+
+class GuardBetween(nn.Module):
+    """Another check stands between the decoder's two size checks."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Conv1d(1, 4, 3, padding=1)
+        self.decoder = nn.ConvTranspose1d(4, 1, 4, stride=2)
+
+    def forward(self, x):
+        codes = self.encoder(x)
+        audio = self.decoder(codes)
+        if audio.shape[-1] > 100:
+            codes = codes + 1
+        if x.shape[-1] > 50:  # checked inline, between the two
+            codes = codes - 1
+        if audio.shape[-1] % 3 == 0:
+            codes = codes * 2
+        return codes
+
+
+class WriteBetween(nn.Module):
+    """A buffer compared before a write into it, decided after the write."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Conv1d(1, 4, 3, padding=1)
+        self.register_buffer("limit", torch.tensor(8))
+
+    def forward(self, x):
+        codes = self.encoder(x)
+        small = self.limit >= codes.shape[-1]
+        self.limit.add_(0)  # a write the check would see if it ran at the guard
+        if small:
+            return codes
+        return codes * 2
+
+
+@pytest.mark.parametrize("model", [GuardBetween, WriteBetween])
+def test_checks_stay_inline_where_moving_them_could_change_the_order_or_a_read(model):
+    torch.manual_seed(0)
+    assert _planned(model().eval(), torch.randn(1, 1, 6)) == []
+
+
+def test_the_decoder_check_moves_as_one_node():
+    torch.manual_seed(0)
+    (node,) = _planned(EncodeThenCheck().eval(), torch.randn(1, 1, 6))
+    ops = {n.op for n in node.checks.nodes}
+    assert {"lstm", "conv_transpose1d", "prim.guard"} <= ops and "conv1d" not in ops

@@ -27,11 +27,15 @@ Note: guards on dead values, checked by key.
   * what it reads from the rest are tensors (keyed by shape, strides, dtype and device),
     and ints, bools, devices and dtypes (keyed by type and value); state too, read by the
     call; the key adds the default dtype (factories follow it);
+  * it reads something besides state (checks of state alone are runtime/folding.py's,
+    once per state version for the whole graph);
   * it has a tensor op (else inline is as cheap as the key), and its checks can run where
     its first guard stands: what it reads is made before, and between its first and last
     guard there is no other guard nor a node with an effect (:mod:`runtime.dead_code`), so
     guards are checked in the traced order; no node anywhere changes a tensor's sizes in
-    place (``resize_``, ``unsqueeze_``).
+    place (``resize_``, ``unsqueeze_``); and where it reads state, no write nor effect
+    stands between its first node and its last guard (the state is read at the first
+    guard: a node of the group must see the values it saw where it stood).
 
   Under a torch function mode or autocast, or with an input of a tensor subclass, the
   checks run on every call (what ops make may then differ for the same key).
@@ -243,6 +247,12 @@ def _group(graph: Graph, group: list[int], kinds: dict, defined_at: dict, state:
             if kinds.get(ref.id) not in _KEY_KINDS or defined_at.get(ref.id, -1) >= first:
                 return None
             keys.append(ref.id)
+    if all(k in state for k in keys):
+        return None  # literals and state only: runtime/folding.py checks it with the state
+    if (any(k in state for k in keys) or any(n.op == "prim.state" for n in nodes)) and any(
+        _writes(graph.nodes[i]) for i in range(group[0], last) if i not in members
+    ):
+        return None  # state read at the first guard may be written before a node read it
     sources = [n.args[0] for n in nodes if n.op == "prim.state"]
     if not all(isinstance(s, str) for s in sources):
         return None
@@ -269,11 +279,16 @@ def _group(graph: Graph, group: list[int], kinds: dict, defined_at: dict, state:
     return first, node
 
 
+def _writes(node: Node) -> bool:
+    """Whether ``node`` may write a tensor (a guard only decides)."""
+    return node.op != "prim.guard" and (opset.is_inplace(node.op) or dead_code.has_effect(node))
+
+
 _plain_types = (torch.Tensor, torch.nn.Parameter)
 _default_dtype = torch.get_default_dtype
 _getitem = operator.getitem
 _metadata = operator.attrgetter("shape", "dtype", "device")
-_stride = torch.Tensor.stride
+_strided = torch.strided
 
 
 class SizeChecks:
@@ -317,8 +332,8 @@ class SizeChecks:
             if read == 0 or not isinstance(value, torch.Tensor):
                 key.append((type(value), value))
                 continue
-            if type(value) not in _plain_types:
-                self.function(*values)  # a subclass may make other sizes
+            if type(value) not in _plain_types or value.layout is not _strided:
+                self.function(*values)  # a subclass may make other sizes; sparse: no strides
                 return
             key.append((*_metadata(value), value.stride()))
             if read == 2:
