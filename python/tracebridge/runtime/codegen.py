@@ -56,6 +56,7 @@ from . import (
     halves,
     identity,
     inplace,
+    linear_2d,
     memo,
     repeats,
     same_shape,
@@ -546,6 +547,27 @@ class CodeGen:
         self.helper("_raise_guard")
         self.emit(ast.If(test, [ast.Expr(fail)], []), "guard", node.loc)
 
+    def matrix_call(self, node: linear_2d.MatrixNode) -> ast.expr:
+        """``addmm(bias, x, wt)`` (``mm(x, wt)``) where ``x`` is a plain tensor with two
+        dimensions in a call without a mode or autocast, else ``linear(x, t(wt), bias)``:
+        the linear the node stands for (runtime/linear_2d.py)."""
+        self.plain_read = True
+        x, wt = self.ref, self.ref  # a fresh expression for each use
+        bias = [node.bias] if node.bias is not None else []
+        fast = self.bind(_op_prefix(node.op), support.default_callable(node.op))
+        linear = self.bind(_op_prefix("linear"), support.default_callable("linear"))
+        plain = ast.Compare(_call("_type", x(node.input)), [ast.Is()], [self.helper("_Tensor")])
+        self.helper("_type")
+        matrix = ast.Compare(_attr(x(node.input), "ndim"), [ast.Eq()], [ast.Constant(2)])
+        test = ast.BoolOp(ast.And(), [ast.Name(scalars.PLAIN, ast.Load()), plain, matrix])
+        direct = [*(self.ref(b) for b in bias), x(node.input), wt(node.transposed)]
+        # the weight itself (same storage and strides), by a bound op: no method read
+        weight = ast.Call(
+            self.bind(_op_prefix("t"), support.default_callable("t")), [wt(node.transposed)], []
+        )
+        traced = [x(node.input), weight, *(self.ref(b) for b in bias)]
+        return ast.IfExp(test, ast.Call(fast, direct, []), ast.Call(linear, traced, []))
+
     def size_checked(self, node: size_checks.SizeCheckNode) -> None:
         """One call that checks a group of guards on values nothing else needs, once per
         key of sizes (runtime/size_checks.py); nothing where guards are off."""
@@ -571,7 +593,8 @@ class CodeGen:
             # dropout(x, p, train=False) is x itself: no call at all
             self.emit(ast.Assign([self.targets(node)], self.literal(node.args[0])), note, node.loc)
             return
-        call = self.square_as_product(node, self.unless_identity(node, self.call(node)))
+        call = self.matrix_call(node) if isinstance(node, linear_2d.MatrixNode) else None
+        call = call or self.square_as_product(node, self.unless_identity(node, self.call(node)))
         call = self.group_norm_unchecked(node, call)
         call = self.unless_same_shape(node, call)
         call = self.as_one_view(node, call)

@@ -12,7 +12,7 @@ from ..errors import GuardError, TraceError
 from ..ir import Graph, pytree
 from ..ir.ops import draws_random
 from ..ir.pytree import is_tensor
-from . import concat_linear, cse, folding, support
+from . import concat_linear, cse, folding, linear_2d, support
 from .codegen import CodeGen, compile_function
 from .concat_linear import AsTraced
 from .interpreter import Interpreter
@@ -118,11 +118,15 @@ class Method:
         """The graph calls without autograd run: each convolution with an evaluation-mode
         batch norm after it folded into one (runtime/folding.py), and (``concat``) linears
         that read one input as one linear (runtime/concat_linear.py), where the graph
-        never turns gradients on (the concatenated weights are folded only there)."""
+        never turns gradients on (the concatenated weights are folded only there), and
+        there linears over matrices as ``addmm`` over their folded transposed weights
+        (runtime/linear_2d.py)."""
         graph = folding.fuse_conv_bn(self.graph)
-        if concat and cse.grad_stays_off(graph):
-            return concat_linear.fuse(graph)
-        return graph
+        if not cse.grad_stays_off(graph):
+            return graph
+        if concat:
+            graph = concat_linear.fuse(graph)
+        return linear_2d.rewrite(graph)
 
     def _fused_codegen(self, guards: bool, concat: bool = True) -> CodeGen | None:
         """The code generator for calls without autograd, where it differs

@@ -1,0 +1,104 @@
+"""A linear over a matrix runs as ``addmm`` over its weight transposed once per state
+version, in calls without autograd (issue 20, item 5; runtime/linear_2d.py).
+
+ATen's ``linear`` is ``addmm(bias, x, weight.t())`` for a matrix, so every result is bit
+for bit eager's and the interpreter's; the transposed weight follows every recorded write
+of the weight, and any other input (another rank, a torch function mode) runs ``linear``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+
+from .graph_helpers import loaded, same_bits
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+class Head(nn.Module):
+    """A pooler and a classifier: linears over matrices, with and without a bias."""
+
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.Linear(16, 16)
+        self.out = nn.Linear(16, 5, bias=False)
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.pool(x[:, 0])))
+
+
+def _inputs(batch: int, seed: int) -> torch.Tensor:
+    return torch.randn(batch, 3, 16, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("reload", [False, True])
+def test_linears_over_matrices_run_as_addmm_and_mm_bit_for_bit(reload, tmp_path):
+    torch.manual_seed(0)
+    model = Head().eval()
+    traced = tracebridge.trace(model, _inputs(2, 0))
+    fast = loaded(traced, tmp_path) if reload else traced
+    code = fast._methods["forward"].no_grad_code
+    assert "op_addmm" in code and "op_mm" in code and "op_linear" in code  # the fallback
+    plain = loaded(traced, tmp_path, runtime="interpreter")
+    with torch.no_grad():
+        for batch, seed in [(2, 1), (1, 2), (7, 3), (2, 4)]:
+            x = _inputs(batch, seed)
+            assert same_bits(fast(x), model(x))
+            assert same_bits(fast(x), plain(x))
+
+
+@pytest.mark.parametrize("write", ["copy", "load_state_dict", "data", "to"])
+def test_the_transposed_weight_follows_every_recorded_write(write):
+    torch.manual_seed(0)
+    model = Head().eval()
+    traced = tracebridge.trace(model, _inputs(2, 0))
+    x = _inputs(2, 1)
+    with torch.no_grad():
+        assert same_bits(traced(x), model(x))
+        new = torch.randn(16, 16)
+        if write == "copy":
+            model.pool.weight.copy_(new)
+        elif write == "load_state_dict":
+            model.load_state_dict({**model.state_dict(), "pool.weight": new})
+        elif write == "data":
+            model.pool.weight.data = new
+        else:
+            model.to(torch.float64)
+            x = x.double()
+        assert same_bits(traced(x), model(x))
+
+
+def test_with_autograd_and_under_a_mode_the_linear_runs(tmp_path):
+    torch.manual_seed(0)
+    model = Head().eval()
+    traced = tracebridge.trace(model, _inputs(2, 0))
+    assert "op_addmm" not in traced.code  # with autograd: the linears as traced
+    x = _inputs(3, 1).requires_grad_()
+    y = traced(x)
+    assert same_bits(y, model(x))
+    (grad,) = torch.autograd.grad(y.sum(), x)
+    (expected,) = torch.autograd.grad(model(x).sum(), x)
+    assert same_bits(grad, expected)
+    seen = []
+
+    class Record(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Record():
+        got = traced(x)
+    with torch.no_grad():
+        assert same_bits(got, model(x))
+    assert "linear" in seen and "addmm" not in seen and "mm" not in seen
