@@ -230,3 +230,29 @@ def test_the_decoder_check_moves_as_one_node():
     (node,) = _planned(EncodeThenCheck().eval(), torch.randn(1, 1, 6))
     ops = {n.op for n in node.checks.nodes}
     assert {"lstm", "conv_transpose1d", "prim.guard"} <= ops and "conv1d" not in ops
+
+
+def test_under_a_mode_the_checks_run_on_every_call_and_without_guards_never(tmp_path):
+    torch.manual_seed(0)
+    model = EncodeThenCheck().eval()
+    fast = loaded(tracebridge.trace(model, torch.randn(1, 1, 6)), tmp_path)
+    x = torch.randn(1, 1, 6)
+
+    class Passing(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad():
+        fast(x)
+        (runner,) = _runners(fast)
+        calls = counting(runner)
+        with Passing():  # a mode may change what ops make: no key is trusted
+            assert same_bits(fast(x), model(x))
+            assert same_bits(fast(x), model(x))
+        assert len(calls) == 2
+        with tracebridge.guards_disabled():
+            assert same_bits(fast(x), model(x))
+            unguarded = fast._methods["forward"]._function((False, True))
+        assert len(calls) == 2
+        kept = unguarded.__kwdefaults__.values()
+        assert not [v for v in kept if isinstance(v, size_checks.SizeChecks)]
