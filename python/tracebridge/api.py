@@ -17,8 +17,9 @@ from torch.nn.modules import module as _module_hooks
 
 from . import artifact
 from .artifact import streams
+from .check.compare import fresh
 from .check.specialise import specialisations
-from .check.verify import first_difference, fresh
+from .check.verify import first_difference
 from .errors import GuardError, TraceError
 from .ir import Program, StateEntry
 from .ir.ops import VARIADIC_OUTPUTS

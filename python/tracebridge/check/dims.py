@@ -24,7 +24,7 @@ from ..ir import Graph, pytree
 from ..ir.pytree import is_tensor
 from ..source import source_line
 from ..trace.capture import preserved
-from .verify import compare_outputs, fresh
+from .compare import compare_outputs, fresh
 
 MAX_GROUPS = 6  # dimensions tried per check: a model with many inputs is not run 50 times
 _NOT_RUN = object()

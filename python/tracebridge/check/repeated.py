@@ -18,7 +18,7 @@ import torch
 
 from ..errors import GuardError, TracingCheckError
 from ..trace.capture import preserved
-from .verify import _rolled, compare_outputs, fresh
+from .compare import compare_outputs, fresh, rolled
 
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
 _MISSING = object()
@@ -86,7 +86,7 @@ def check_repeated(eager_fn, traced_method, args, kwargs, tolerance, module, lab
     snapshot = _snapshot(module)
     # The second call takes other values (the same shapes): state the first call computed
     # from its data (a lazily set scale) then differs from what the trace computes.
-    second = _rolled(args, kwargs) or (args, kwargs)
+    second = rolled(args, kwargs) or (args, kwargs)
     with preserved(module):
         a, k = fresh(args, kwargs)
         eager_fn(*a, **k)
