@@ -19,6 +19,7 @@ from . import artifact
 from .artifact import streams
 from .check.compare import fresh
 from .check.specialise import specialisations
+from .check.transaction import transactional
 from .check.verify import first_difference
 from .errors import GuardError, TraceError
 from .ir import Program, StateEntry
@@ -79,8 +80,11 @@ class _Traced:
     def _make_methods(self, slots: dict, runtime: str) -> None:
         hoist_subgraphs(self.program)  # graphs of specialisations added since it was made
         graphs = self.program.methods
+        # A graph that writes in place and may refuse a call puts its writes back when it
+        # does (check/transaction.py); every other method is the runtime's own.
         self._methods = {
-            name: Method(name, g, slots, runtime, graphs) for name, g in graphs.items()
+            name: transactional(Method(name, g, slots, runtime, graphs), g, slots, graphs)
+            for name, g in graphs.items()
         }
 
     def _chain_specialisations(self) -> None:
