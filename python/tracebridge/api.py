@@ -18,6 +18,7 @@ from torch.nn.modules import module as _module_hooks
 from . import artifact
 from .artifact import streams
 from .check.compare import fresh
+from .check.kept_globals import KeptGlobals
 from .check.specialise import specialisations
 from .check.transaction import transactional
 from .check.verify import first_difference
@@ -697,19 +698,24 @@ def trace(
 
     stage("recording")
     graph = retrace(args, kwargs)
-    stage("size-1 variants")
-    program = Program(kind="function", methods={"forward": graph}, state=constants)
-    _add_specialisations(
-        program, "forward", specialisations(graph, args, kwargs, run_eager, retrace)
-    )
-    name = getattr(func, "__name__", "forward")
-    name = name if name.isidentifier() else "forward"
-    traced = TracedFunction(program, name=name, runtime=runtime)
-    if check_trace:
-        from .check.verify import check_function
+    # The recording was the user's one call: the runs below leave globals as it left them.
+    kept = KeptGlobals(func)
+    try:
+        stage("size-1 variants")
+        program = Program(kind="function", methods={"forward": graph}, state=constants)
+        _add_specialisations(
+            program, "forward", specialisations(graph, args, kwargs, run_eager, retrace)
+        )
+        name = getattr(func, "__name__", "forward")
+        name = name if name.isidentifier() else "forward"
+        traced = TracedFunction(program, name=name, runtime=runtime)
+        if check_trace:
+            from .check.verify import check_function
 
-        stage("checking")
-        check_function(func, traced, args, kwargs, check_inputs, check_tolerance, strict)
+            stage("checking")
+            check_function(func, traced, args, kwargs, check_inputs, check_tolerance, strict)
+    finally:
+        kept.restore()
     return traced
 
 
@@ -818,8 +824,10 @@ def record_module(
     strict: bool,
     respect_mode: bool,
     method_alias: dict | None = None,
+    after_first_call: Callable[[], None] | None = None,
 ) -> Program:
-    """Trace each method of ``mod`` (both modes for ``forward`` when respect_mode)."""
+    """Trace each method of ``mod`` (both modes for ``forward`` when respect_mode);
+    ``after_first_call()`` runs once, after the first method is recorded."""
     index = state_index(mod)
     constants: dict[str, StateEntry] = {}
     warned: set = set()
@@ -832,7 +840,7 @@ def record_module(
         with preserved(mod):
             if mode is not None:
                 mod.train(mode)
-            return capture(
+            graph = capture(
                 target,
                 args,
                 kwargs,
@@ -842,6 +850,9 @@ def record_module(
                 strict=strict,
                 warned=warned,
             )
+        if after_first_call is not None and not methods:
+            after_first_call()
+        return graph
 
     def run_eager(name, mode, args, kwargs):
         with preserved(mod):
@@ -954,24 +965,34 @@ def _trace_module(
     runtime: str,
     method_alias: dict | None = None,
 ) -> TracedModule:
-    program = record_module(
-        mod, inputs, strict=strict, respect_mode=respect_mode, method_alias=method_alias
-    )
-    traced = TracedModule(program, original=mod, runtime=runtime)
-    if check_trace:
-        from .check.verify import check_module
-
-        stage("checking")
-        check_module(
+    kept: list[KeptGlobals] = []  # as the first recording (the user's one call) left them
+    try:
+        program = record_module(
             mod,
-            traced,
             inputs,
-            check_inputs,
-            check_tolerance,
-            strict,
-            respect_mode,
-            method_alias or {},
+            strict=strict,
+            respect_mode=respect_mode,
+            method_alias=method_alias,
+            after_first_call=lambda: kept.append(KeptGlobals(mod)),
         )
+        traced = TracedModule(program, original=mod, runtime=runtime)
+        if check_trace:
+            from .check.verify import check_module
+
+            stage("checking")
+            check_module(
+                mod,
+                traced,
+                inputs,
+                check_inputs,
+                check_tolerance,
+                strict,
+                respect_mode,
+                method_alias or {},
+            )
+    finally:
+        for globals_kept in kept:
+            globals_kept.restore()
     return traced
 
 
