@@ -1,0 +1,205 @@
+"""Everyday PyTorch snippets traced with tracebridge and with torch.jit.trace, as a user would.
+
+Each snippet is traced on an example, then called -- in process and after save/load -- on
+the example and on other inputs (other shapes, other values), and compared with eager
+PyTorch on the same inputs (outputs, and for modules their buffers after the call). Each
+tool gets one verdict per snippet:
+
+* ``right``: every call agrees with eager (a call eager itself refuses is skipped);
+* ``clear error``: the trace or a call is refused with a tracebridge error
+  (``TraceError`` and its kinds: ``GuardError``, ``TracingCheckError``, ...), never a wrong
+  answer (for torch.jit: any exception);
+* ``silently wrong``: some call returns a result (or leaves buffers) that differs from eager;
+* ``crash``: tracebridge raised something other than its own errors (a bare
+  ``RuntimeError``, ``KeyError``, ...).
+
+    python benchmarks/snippet_trial.py               # a table
+    python benchmarks/snippet_trial.py --json out.json
+    python benchmarks/snippet_trial.py where_masked einsum_batched   # some snippets
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import io
+import json
+import sys
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import snippet_cases  # noqa: E402  (the snippets, beside this file)
+import tracebridge  # noqa: E402
+
+
+@dataclass
+class Result:
+    name: str
+    area: str
+    tool: str
+    verdict: str
+    detail: str = ""
+    calls: list[str] = field(default_factory=list)
+
+
+def close(a, b) -> bool:
+    """Same structure, types, shapes, dtypes and values (NaN equal to NaN)."""
+    if isinstance(a, torch.Tensor):
+        if not isinstance(b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        if a.requires_grad != b.requires_grad:  # training through it would differ
+            return False
+        if a.is_complex() or a.is_floating_point():
+            return torch.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True)
+        return torch.equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return (
+            isinstance(b, (list, tuple))
+            and len(a) == len(b)
+            and all(close(x, y) for x, y in zip(a, b))
+        )
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(close(a[k], b[k]) for k in a)
+    if hasattr(a, "__dataclass_fields__"):
+        return type(a) is type(b) and close(vars(a), vars(b))
+    return a == b
+
+
+def _clone(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj.clone()
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_clone(x) for x in obj)
+    if isinstance(obj, dict):
+        return {k: _clone(v) for k, v in obj.items()}
+    return obj
+
+
+def _buffers(model) -> dict:
+    if not isinstance(model, torch.nn.Module):
+        return {}
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def _load(model, state: dict) -> None:
+    if isinstance(model, torch.nn.Module) and state:
+        model.load_state_dict(state)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+
+
+def _trace(tool: str, model, case):
+    args, kwargs = case.example
+    if tool == "jit":
+        if kwargs:
+            return torch.jit.trace(model, example_kwarg_inputs=_clone(kwargs), check_trace=False)
+        return torch.jit.trace(model, _clone(args), check_trace=False, strict=False)
+    traced = tracebridge.trace(
+        model, _clone(args), example_kwarg_inputs=_clone(kwargs) or None, **case.options
+    )
+    if tool == "tb-loaded":
+        buffer = io.BytesIO()
+        traced.save(buffer)
+        buffer.seek(0)
+        traced = tracebridge.load(buffer)
+        if isinstance(model, torch.nn.Module):
+            traced.train(model.training)
+    return traced
+
+
+def run(case, tool: str) -> Result:
+    """One snippet with one tool."""
+    torch.manual_seed(0)
+    model = eager_model = case.make()
+    initial = _buffers(model)
+    try:
+        traced = _trace(tool, model, case)
+    except Exception as exc:
+        kind = (
+            "clear error" if isinstance(exc, tracebridge.TraceError) or tool == "jit" else "crash"
+        )
+        return Result(case.name, case.area, tool, kind, "at trace: " + _describe(exc))
+    if tool != "jit" and not close(initial, _buffers(model)):
+        return Result(case.name, case.area, tool, "silently wrong", "tracing changed buffers")
+    # Eager runs from the state the traced model has now (tracing must not have changed it).
+    if isinstance(model, torch.nn.Module):
+        eager_model = copy.deepcopy(model)
+    state_holder = traced if tool == "tb-loaded" else model
+    calls, wrong, errors, crashes = [], [], [], []
+    for args, kwargs in [case.example, *case.others]:
+        before = _buffers(eager_model)
+        eager_inputs = _clone((args, kwargs))
+        torch.manual_seed(1)
+        try:
+            expected = eager_model(*eager_inputs[0], **eager_inputs[1])
+        except Exception:
+            calls.append("eager refuses")
+            _load(eager_model, before)
+            continue
+        state_after = _buffers(eager_model)
+        traced_inputs = _clone((args, kwargs))
+        torch.manual_seed(1)
+        try:
+            got = traced(*traced_inputs[0], **traced_inputs[1])
+        except Exception as exc:
+            clear = isinstance(exc, tracebridge.TraceError) or tool == "jit"
+            (errors if clear else crashes).append(_describe(exc))
+            calls.append("error" if clear else "crash")
+            _load(eager_model, before)  # a refused call must change nothing
+            if tool != "jit" and not close(before, _buffers(state_holder)):
+                wrong.append("a refused call changed the buffers")
+            if tool != "jit" and not close((args, kwargs), traced_inputs):
+                wrong.append("a refused call changed its inputs")
+            continue
+        ok = close(expected, got)
+        if not ok:
+            wrong.append("output differs from eager")
+        elif not close(eager_inputs, traced_inputs):
+            ok = False
+            wrong.append("inputs changed in place differ from eager")
+        elif state_after and not close(state_after, _buffers(state_holder)):
+            ok = False
+            wrong.append("buffers differ from eager after the call")
+        calls.append("right" if ok else "WRONG")
+    if wrong:
+        detail = "; ".join(dict.fromkeys(wrong))
+        return Result(case.name, case.area, tool, "silently wrong", detail, calls)
+    if crashes:
+        return Result(case.name, case.area, tool, "crash", crashes[0], calls)
+    if errors:
+        return Result(case.name, case.area, tool, "clear error", errors[0], calls)
+    return Result(case.name, case.area, tool, "right", "", calls)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="snippets to run (default: all)")
+    parser.add_argument("--json", help="write the results here as JSON")
+    parser.add_argument("--tools", default="tb,tb-loaded,jit")
+    options = parser.parse_args(argv)
+    warnings.simplefilter("ignore")
+    cases = [c for c in snippet_cases.CASES if not options.names or c.name in options.names]
+    results = [run(case, tool) for case in cases for tool in options.tools.split(",")]
+    for r in results:
+        mark = {"right": "  ", "clear error": "..", "silently wrong": "!!", "crash": "XX"}
+        print(f"{mark[r.verdict]} {r.name:28s} {r.tool:9s} {r.verdict:14s} {r.detail[:150]}")
+    summary: dict[str, dict[str, int]] = {}
+    for r in results:
+        summary.setdefault(r.tool, {}).setdefault(r.verdict, 0)
+        summary[r.tool][r.verdict] += 1
+    print(f"{len(cases)} snippets:", json.dumps(summary))
+    if options.json:
+        rows = [r.__dict__ for r in results]
+        Path(options.json).write_text(json.dumps({"summary": summary, "results": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
