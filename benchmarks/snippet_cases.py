@@ -27,6 +27,9 @@ class Case:
     example: tuple
     others: list
     options: dict = dataclasses.field(default_factory=dict)
+    # Applied after tracing to the model traced (and to a loaded module): a change a user
+    # makes to the model later (a hook, an attribute); eager runs the changed model.
+    after_trace: Callable | None = None
 
 
 CASES: list[Case] = []
@@ -931,3 +934,338 @@ def int_argument(x, k):
 def nested_tuple_input(t):
     a, (b, c) = t
     return a * b + c
+
+
+# --- third round ----------------------------------------------------------------------------
+
+
+@case("int/bool", (r(3, 4),), (r(5, 6),))
+def sizes_into_tensors(x):
+    return (
+        torch.tensor(x.shape[0]),
+        torch.tensor([x.shape[0], 3.0]),
+        torch.full((2,), x.shape[1]),
+        x.new_full((2,), x.shape[0]),
+        torch.arange(x.shape[0] * 0.5),
+        torch.linspace(0, 1, x.shape[1]),
+    )
+
+
+@case("int/bool", (r(3, 4),), (r(5, 6),))
+def size_arithmetic_outputs(x):
+    n = x.shape[0]
+    return x.sum() / n, torch.zeros(n, dtype=torch.long).fill_(x.shape[1] // 2), n % 2 == 0
+
+
+@case(
+    "int/bool",
+    (torch.randint(0, 9, (5,), dtype=torch.int32),),
+    (torch.randint(0, 9, (7,), dtype=torch.int32),),
+)
+def int32_cumsum_promotes(x):
+    return x.cumsum(0), x.sum(), x.prod(), torch.cumprod(x, 0, dtype=torch.int32)
+
+
+@case("complex", (r(4, 6),), (r(5, 8),))
+def fftn_with_s(x):
+    return torch.fft.fftn(x, s=(4, 4)).abs(), torch.fft.fftshift(torch.fft.fft2(x)).angle()
+
+
+@case("complex", (r(5),), (r(7),))
+def to_complex_dtype(x):
+    z = x.to(torch.complex64)
+    return (z * (1 + 2j)).conj_physical(), torch.abs(z)
+
+
+@case("einsum", (r(2, 3), r(3, 4)), (r(4, 5), r(5, 2)))
+def einsum_sublist(a, b):
+    return torch.einsum(a, [0, 1], b, [1, 2], [0, 2])
+
+
+@case("einsum", (r(2, 3), r(3, 4)), (r(4, 5), r(5, 2)))
+def einsum_list_operands(a, b):
+    return torch.einsum("ij,jk", [a, b])
+
+
+@case("einsum", (r(3, 4, 4),), (r(2, 5, 5),))
+def einsum_batch_diag_sum(x):
+    return torch.einsum("bii->b", x), torch.einsum("bij->", x)
+
+
+@case("padding/packing", (r(5, 2, 3),), (r(4, 3, 3),), module=True)
+def packed_output():
+    class PackedOut(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gru = nn.GRU(3, 4)
+
+        def forward(self, x):
+            lengths = torch.full((x.shape[1],), x.shape[0])
+            packed = rnn_utils.pack_padded_sequence(x, lengths)
+            return self.gru(packed)[0]
+
+    return PackedOut().eval()
+
+
+@case("indexing", (r(5, 3),), (r(7, 3),))
+def take_along_and_fill(x):
+    idx = x.argmax(1, keepdim=True)
+    y = x.clone()
+    y.scatter_(1, idx, 1.0)
+    return torch.take_along_dim(x, idx, 1), y.index_fill(0, torch.tensor([0]), -1.0)
+
+
+@case("indexing", (r(5, 3), torch.tensor([0, 0, 2])), (r(6, 3), torch.tensor([1, 1, 1, 4])))
+def index_duplicate_plus_equals(x, idx):
+    y = x.clone()
+    y[idx] += 1
+    return y
+
+
+@case("indexing", (r(5, 3),), (r(7, 3),))
+def negative_and_none_index(x):
+    return x[torch.tensor([-1, 0])], x[None, ..., None].shape, x[:, -1:], x[-2]
+
+
+@case("inplace-views", (r(3, 4),), (r(5, 4),))
+def detach_alias_write(x):
+    d = x.detach()
+    d.zero_()
+    return x + 1
+
+
+@case("inplace-views", (r(4, 4),), (r(6, 6),))
+def view_chain_write(x):
+    y = x.clone()
+    y.view(-1)[::2] = 0
+    z = y[0]
+    z += 1
+    return y
+
+
+@case("inputs", (r(3), r(3)), (r(5), r(5)), (r(2), r(2), r(2)))
+def var_positional(*xs):
+    return sum(xs)
+
+
+@case(
+    "inputs",
+    kw((), {"a": r(3), "b": r(3)}),
+    kw((), {"a": r(5), "b": r(5)}),
+    kw((), {"b": r(4), "a": r(4)}),
+)
+def var_keyword(**parts):
+    return parts["a"] * 2 - parts["b"]
+
+
+@case("inputs", (r(3, 4),), kw((r(5, 4),), {"scale": 3.0}), kw((r(5, 4),), {"scale": 0.5}))
+def default_given_later(x, scale=3.0):
+    return x * scale
+
+
+@case("inputs", kw((r(3, 4),), {"y": r(3, 4)}), (r(5, 4), r(5, 4)))
+def keyword_then_positional(x, y):
+    return x - y
+
+
+@case("outputs", (r(3, 4),), (r(5, 4),))
+def same_tensor_twice(x):
+    y = x * 2
+    return y, y, x
+
+
+@case("outputs", (r(3, 4),), (r(5, 4),))
+def return_types_output(x):
+    return x.max(1), torch.sort(x, 1)
+
+
+@case("outputs", (r(3, 4),), (r(5, 4),), strict=False)
+def dataclass_in_dict(x):
+    return {"pred": Pred(x, x.argmax(-1)), "n": x.shape[0]}
+
+
+@case("autocast/grad", (r(3, 4),), (r(5, 4),), module=True)
+def autocast_disabled_inside():
+    class Nested(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 4)
+            self.b = nn.Linear(4, 2)
+
+        def forward(self, x):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                h = self.a(x)
+                with torch.autocast("cpu", enabled=False):
+                    out = self.b(h.float())
+            return h, out
+
+    return Nested()
+
+
+@case("autocast/grad", (r(3, 4),), (r(5, 4),), module=True)
+def autocast_decorated_forward():
+    class Deco(nn.Linear):
+        @torch.autocast("cpu", dtype=torch.bfloat16)
+        def forward(self, x):
+            return super().forward(x) * 2
+
+    return Deco(4, 3)
+
+
+@case("autocast/grad", (r(3, 4),), (r(5, 4),), module=True)
+def set_grad_enabled_call():
+    class SGE(nn.Linear):
+        def forward(self, x):
+            with torch.set_grad_enabled(False):
+                frozen = super().forward(x)
+            return super().forward(x) + frozen
+
+    return SGE(4, 3)
+
+
+@case("interpolate", (r(1, 2, 8),), (r(2, 2, 12),))
+def interp_size_from_shape(x):
+    return F.interpolate(x, size=x.shape[-1] * 2 - 1, mode="linear", align_corners=True)
+
+
+@case("interpolate", (r(1, 2, 8, 8),), (r(2, 2, 12, 12),))
+def interp_scale_from_shape(x):
+    return F.interpolate(x, scale_factor=16 / x.shape[-1], mode="bilinear")
+
+
+@case("interpolate", (r(1, 2, 4, 4),), (r(2, 2, 3, 5),), module=True)
+def upsample_module():
+    return nn.Sequential(nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(2, 2, 3, padding=1))
+
+
+@case("stats", (r(3, 6), torch.tensor([0.25, 0.75])), (r(4, 5), torch.tensor([0.1, 0.9])))
+def quantile_tensor_q(x, q):
+    return torch.quantile(x, q, dim=1, keepdim=True)
+
+
+@case(
+    "stats",
+    (torch.tensor([[1.0, float("nan"), 3.0, 2.0]]),),
+    (torch.tensor([[float("nan"), 5.0], [1.0, 2.0]]),),
+)
+def nanmedian_dim(x):
+    return torch.nanmedian(x, dim=1), x.median()
+
+
+@case("stats", (torch.tensor([2.0, 1.0, 2.0, 1.0, 2.0]),), (torch.tensor([3.0, 3.0, 1.0, 3.0]),))
+def cummax_ties_argsort_stable(x):
+    return x.cummax(0), torch.argsort(x, stable=True), x.msort()
+
+
+@case("stats", (r(3, 6),), (r(4, 5),))
+def diff_prepend(x):
+    return torch.diff(x, n=2, dim=1, prepend=x[:, :1]), torch.trapezoid(x, dim=1)
+
+
+@case("rnn", (r(2, 5, 4), r(2, 2, 5)), (r(3, 4, 4), r(2, 3, 5)), module=True)
+def gru_h0_batch_first_2layer():
+    return nn.GRU(4, 5, num_layers=2, batch_first=True).eval()
+
+
+@case("rnn", (r(5, 2, 4),), (r(3, 4, 4),), module=True)
+def rnn_no_bias_tanh():
+    return nn.RNN(4, 5, bias=False).eval()
+
+
+@case("rnn", (r(2, 5, 4),), (r(3, 6, 4),), module=True)
+def lstm_proj_bidir_2layer():
+    return nn.LSTM(4, 6, num_layers=2, proj_size=2, bidirectional=True, batch_first=True).eval()
+
+
+@case("rnn", (r(5, 2, 4),), (r(3, 4, 4),), module=True)
+def lstm_flatten_parameters():
+    class Flat(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = nn.LSTM(4, 5)
+
+        def forward(self, x):
+            self.lstm.flatten_parameters()
+            return self.lstm(x)[1][0]
+
+    return Flat().eval()
+
+
+@case("rnn", (r(3, 4),), (r(5, 4),), module=True)
+def gru_cell_step():
+    class Step(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cell = nn.GRUCell(4, 6)
+            self.rcell = nn.RNNCell(6, 3, nonlinearity="relu")
+
+        def forward(self, x):
+            return self.rcell(self.cell(x))
+
+    return Step()
+
+
+@case("hooks/buffers", (r(3, 4),), (r(5, 4),), module=True)
+def buffer_read_as_python_number():
+    class Scale(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("k", torch.tensor(3.0))
+
+        def forward(self, x):
+            return x * float(self.k)
+
+    return Scale()
+
+
+@case("hooks/buffers", (r(3, 4),), (r(5, 4),), (r(2, 4),), module=True)
+def buffer_append_history():
+    class History(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("hist", torch.zeros(3))
+
+        def forward(self, x):
+            self.hist.copy_(torch.cat([self.hist[1:], x.mean().reshape(1)]))
+            return x - self.hist.mean()
+
+    return History()
+
+
+@case("where/masked", (r(4, 4),), (r(6, 6),))
+def masked_fill_scaled_float(x):
+    scale = float(x.shape[-1]) ** -0.5
+    return (x * scale).masked_fill(torch.eye(x.shape[0], dtype=torch.bool), -1e4)
+
+
+@case("where/masked", (r(3, 4),), (r(5, 4),))
+def masked_set_broadcast(x):
+    y = x.clone()
+    y[y < 0] = torch.tensor(0.25)
+    y[:, x[0] > 0] = 9.0
+    return y
+
+
+# --- changes made to the model after tracing ------------------------------------------------
+
+
+def _hook_second_layer(model):
+    model.get_submodule("1").register_forward_hook(lambda mod, args, out: out * 0.5)
+
+
+def _bigger_eps(model):
+    model.get_submodule("1").eps = 10.0
+
+
+@case("after tracing", (r(3, 4),), (r(5, 4),), module=True)
+def hook_added_after_trace():
+    return nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+
+
+@case("after tracing", (r(3, 4),), (r(5, 4),), module=True)
+def attribute_changed_after_trace():
+    return nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Linear(4, 2)).eval()
+
+
+CASES[-2].after_trace = _hook_second_layer
+CASES[-1].after_trace = _bigger_eps

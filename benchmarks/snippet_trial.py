@@ -114,6 +114,57 @@ def _trace(tool: str, model, case):
     return traced
 
 
+def _float_leaves(obj) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj] if obj.is_floating_point() else []
+    if isinstance(obj, (list, tuple)):
+        return [t for x in obj for t in _float_leaves(x)]
+    if isinstance(obj, dict):
+        return [t for x in obj.values() for t in _float_leaves(x)]
+    if hasattr(obj, "__dataclass_fields__"):
+        return _float_leaves(vars(obj))
+    return []
+
+
+def _gradients(fn, params: dict, args, kwargs):
+    """d(sum of the float outputs)/d(float inputs and parameters), or None."""
+    args, kwargs = _clone((args, kwargs))
+    inputs = [t.requires_grad_() for t in _float_leaves((args, kwargs))]
+    torch.manual_seed(1)
+    try:
+        out = fn(*args, **kwargs)
+    except Exception:
+        return None
+    terms = [t.float().sum() for t in _float_leaves(out) if t.requires_grad]
+    wrt = inputs + list(params.values())
+    if not terms or not wrt:
+        return None
+    try:
+        grads = torch.autograd.grad(sum(terms), wrt, allow_unused=True)
+    except RuntimeError:
+        return None  # no derivative for some op: nothing to compare
+    return [torch.zeros_like(w) if g is None else g for w, g in zip(wrt, grads)]
+
+
+def _same_gradients(eager_model, traced, state_holder, args, kwargs) -> bool:
+    """Whether backward through the trace gives eager's gradients (inputs and parameters,
+    by name); True where eager has none to compare."""
+    named = dict(eager_model.named_parameters()) if isinstance(eager_model, torch.nn.Module) else {}
+    expected = _gradients(eager_model, named, args, kwargs)
+    if expected is None:
+        return True
+    theirs = dict(state_holder.named_parameters()) if named else {}
+    if set(theirs) != set(named):
+        return False
+    try:
+        got = _gradients(traced, {k: theirs[k] for k in named}, args, kwargs)
+    except Exception:
+        return False
+    return got is not None and all(
+        torch.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True) for a, b in zip(expected, got)
+    )
+
+
 def run(case, tool: str) -> Result:
     """One snippet with one tool."""
     torch.manual_seed(0)
@@ -128,6 +179,10 @@ def run(case, tool: str) -> Result:
         return Result(case.name, case.area, tool, kind, "at trace: " + _describe(exc))
     if tool != "jit" and not close(initial, _buffers(model)):
         return Result(case.name, case.area, tool, "silently wrong", "tracing changed buffers")
+    if case.after_trace is not None:
+        case.after_trace(model)
+        if tool == "tb-loaded":
+            case.after_trace(traced)
     # Eager runs from the state the traced model has now (tracing must not have changed it).
     if isinstance(model, torch.nn.Module):
         eager_model = copy.deepcopy(model)
@@ -167,6 +222,9 @@ def run(case, tool: str) -> Result:
         elif state_after and not close(state_after, _buffers(state_holder)):
             ok = False
             wrong.append("buffers differ from eager after the call")
+        if ok and not _same_gradients(eager_model, traced, state_holder, args, kwargs):
+            ok = False
+            wrong.append("gradients differ from eager")
         calls.append("right" if ok else "WRONG")
     if wrong:
         detail = "; ".join(dict.fromkeys(wrong))
