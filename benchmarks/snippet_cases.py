@@ -1269,3 +1269,92 @@ def attribute_changed_after_trace():
 
 CASES[-2].after_trace = _hook_second_layer
 CASES[-1].after_trace = _bigger_eps
+
+
+# --- fourth round: aliases and identity -----------------------------------------------------
+
+
+@case("inplace-views", (r(3, 4),), (r(5, 4),))
+def noop_conversion_alias_write(x):
+    y = x.float()  # x is float already: y is x
+    y.add_(1)
+    z = x.contiguous()
+    z.mul_(2)
+    return x.to(torch.float32).sum()
+
+
+@case("inplace-views", (r(3, 4),), (r(5, 4),))
+def reshape_alias_write(x):
+    y = x.reshape(-1)  # a view of a contiguous input
+    y[0] = 100.0
+    return x
+
+
+@case("inplace-views", (r(4, 3),), (r(6, 3),))
+def transposed_reshape_copy_write(x):
+    y = x.t().reshape(-1)  # a copy: x does not change
+    y.zero_()
+    return x, y
+
+
+@case("inplace-views", (r(3, 4),), (r(5, 4),))
+def type_as_alias(x):
+    y = x.type_as(x)
+    y.neg_()
+    return x * 1
+
+
+@case("inplace-views", (r(2, 3),), (r(4, 3),))
+def chunk_then_write(x):
+    a, b = x.chunk(2, dim=1) if x.shape[1] % 2 == 0 else (x[:, :2], x[:, 2:])
+    a.mul_(0)
+    return x + b.sum()
+
+
+@case("outputs", (r(3, 4),), (r(5, 4),), module=True)
+def return_parameter_and_buffer():
+    class Ret(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(4))
+            self.register_buffer("b", torch.zeros(4))
+
+        def forward(self, x):
+            return x * self.w, self.w, self.b
+
+    return Ret()
+
+
+@case("outputs", (r(3, 4),), (r(5, 4),))
+def return_input_and_view(x):
+    return x, x[0], x.t()
+
+
+@case("where/masked", (r(3, 4),), (r(5, 4),))
+def nan_handling(x):
+    y = x.masked_fill(x > 1, float("nan"))
+    return torch.nan_to_num(y, nan=0.0), y.nansum(1), torch.isnan(y).any(), y.max()
+
+
+@case(
+    "stats",
+    (torch.tensor([1.0, float("nan"), 2.0, 0.5]),),
+    (torch.tensor([float("nan"), 3.0, 1.0]),),
+)
+def sort_topk_with_nan(x):
+    return x.sort(), x.topk(2), x.argmax()
+
+
+@case(
+    "int/bool",
+    (torch.randint(0, 2**30, (4,), dtype=torch.int32),),
+    (torch.randint(0, 2**30, (6,), dtype=torch.int32),),
+)
+def int32_overflow_wraps(x):
+    return x * 4, (x + x).sum(dtype=torch.int32)
+
+
+@case("int/bool", (r(4),), (r(6),))
+def bool_arith_promotion(x):
+    m = x > 0
+    return m + m, m * 2.5, m.sum() / 2, ~m

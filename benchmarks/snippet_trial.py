@@ -236,11 +236,55 @@ def run(case, tool: str) -> Result:
     return Result(case.name, case.area, tool, "right", "", calls)
 
 
+VERDICTS = ("right", "clear error", "silently wrong", "crash")
+
+
+def markdown(results: list[Result], count: int) -> str:
+    """The trial as RESULTS.md tables: verdicts by area and tool, and tracebridge's
+    refusals with their first words."""
+    tools = list(dict.fromkeys(r.tool for r in results))
+    areas = list(dict.fromkeys(r.area for r in results))
+    lines = [
+        "### Everyday snippets: tracebridge and torch.jit.trace against eager",
+        "",
+        f"`python benchmarks/snippet_trial.py --results` ({count} snippets of "
+        "`benchmarks/snippet_cases.py`, each traced once, called on the example and on "
+        "other shapes and values, compared with eager: outputs, `requires_grad`, "
+        "gradients, buffers, inputs changed in place). Cells: right / clear error / "
+        "silently wrong / crash.",
+        "",
+        "| area | " + " | ".join(tools) + " |",
+        "|---|" + "---|" * len(tools),
+    ]
+    for area in [*areas, "all"]:
+        cells = []
+        for tool in tools:
+            rows = [r for r in results if r.tool == tool and area in (r.area, "all")]
+            cells.append(" / ".join(str(sum(r.verdict == v for r in rows)) for v in VERDICTS))
+        lines.append(f"| {area} | " + " | ".join(cells) + " |")
+    lines += ["", "tracebridge (in process) where it is not right:", ""]
+    root = str(Path(__file__).resolve().parent.parent) + "/"
+    for r in results:
+        if r.tool == "tb" and r.verdict != "right":
+            detail = r.detail.replace(root, "")[:160]
+            lines.append(f"- `{r.name}` ({r.verdict}): {detail}")
+    lines += [
+        "",
+        "`attribute_changed_after_trace` is the documented limit of tracing (a module "
+        "attribute is read once, at trace time: docs/divergence.md); torch.jit.trace "
+        "shares it.",
+    ]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="snippets to run (default: all)")
     parser.add_argument("--json", help="write the results here as JSON")
     parser.add_argument("--tools", default="tb,tb-loaded,jit")
+    parser.add_argument(
+        "--results", action="store_true", help="write the tables into benchmarks/RESULTS.md"
+    )
     options = parser.parse_args(argv)
     warnings.simplefilter("ignore")
     cases = [c for c in snippet_cases.CASES if not options.names or c.name in options.names]
@@ -253,6 +297,10 @@ def main(argv=None) -> int:
         summary.setdefault(r.tool, {}).setdefault(r.verdict, 0)
         summary[r.tool][r.verdict] += 1
     print(f"{len(cases)} snippets:", json.dumps(summary))
+    if options.results:
+        from results_md import write_results
+
+        write_results(markdown(results, len(cases)), "snippet-trial")
     if options.json:
         rows = [r.__dict__ for r in results]
         Path(options.json).write_text(json.dumps({"summary": summary, "results": rows}, indent=1))
