@@ -12,11 +12,22 @@ from ..errors import TracingCheckError
 from ..ir import pytree
 from ..ir.pytree import is_tensor
 
+# What a value difference may mean where the check knows no more specific cause.
+NON_DETERMINISM = (
+    ". If the difference is expected (non-determinism), raise check_tolerance or pass "
+    "check_trace=False"
+)
 
-def compare_outputs(expected, got, tolerance: float, label: str) -> None:
+
+def compare_outputs(
+    expected, got, tolerance: float, label: str, advice: str = NON_DETERMINISM
+) -> None:
     """Raise :class:`TracingCheckError` unless ``got`` (the trace's outputs) has the
     structure, shapes and dtypes of ``expected`` (the code's) and values within
-    ``tolerance`` (integers and booleans exactly); ``label`` says which check ran."""
+    ``tolerance`` (integers and booleans exactly); ``label`` says which check ran.
+    ``advice`` ends the message of a value difference: the caller's own, where it knows
+    the cause (a kept constant, a baked size), so that the message never suggests turning
+    the check off for a trace that is wrong."""
     exp_leaves, exp_spec = pytree.flatten(expected, is_tensor)
     got_leaves, got_spec = pytree.flatten(got, is_tensor)
     if exp_spec != got_spec:
@@ -49,8 +60,7 @@ def compare_outputs(expected, got, tolerance: float, label: str) -> None:
             raise TracingCheckError(
                 f"{label}: output {where} differs between the code and the trace: max "
                 f"absolute error {abs_err.max().item():.3g}, max relative error "
-                f"{rel_err.max().item():.3g}, tolerance {tolerance:g}. If the difference is "
-                "expected (non-determinism), raise check_tolerance or pass check_trace=False"
+                f"{rel_err.max().item():.3g}, tolerance {tolerance:g}{advice}"
             )
 
 

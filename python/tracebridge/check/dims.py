@@ -96,7 +96,7 @@ def check_other_sizes(
             continue  # a failure is no silently wrong answer (see the module's note)
         label = f"with dimension {d} of input {i} grown from {size} to {size + by}"
         try:
-            compare_outputs(expected, got, tolerance, label)
+            compare_outputs(expected, got, tolerance, label, "")
         except TracingCheckError as exc:
             raise TracingCheckError(
                 _baked(reference, retrace, new_args, new_kwargs, str(exc))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import GuardError, TracingCheckError
+from ..errors import GuardError
 from ..trace.capture import preserved
 from .compare import compare_outputs, fresh, rolled
 
@@ -102,14 +102,12 @@ def check_repeated(eager_fn, traced_method, args, kwargs, tolerance, module, lab
                 got = traced_method(*a, **k)
     except GuardError:
         return  # the trace refuses the second call: no wrong answer
-    try:
-        compare_outputs(expected, got, tolerance, f"{label}, called a second time")
-    except TracingCheckError as exc:
-        names = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
-        raise TracingCheckError(
-            f"{exc}\n  each call of the code changes Python attribute(s) of the module "
-            f"({names}) that its results depend on; a trace holds the values of the traced "
-            "call and cannot repeat such a change. Keep that state in a buffer updated in "
-            "place with tensor operations (register_buffer; the trace records those "
-            "writes), or pass it as an input"
-        ) from None
+    names = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
+    hint = (
+        f"\n  each call of the code changes Python attribute(s) of the module ({names}) "
+        "that its results depend on; a trace holds the values of the traced call and "
+        "cannot repeat such a change. Keep that state in a buffer updated in place with "
+        "tensor operations (register_buffer; the trace records those writes), or pass it "
+        "as an input"
+    )
+    compare_outputs(expected, got, tolerance, f"{label}, called a second time", hint)

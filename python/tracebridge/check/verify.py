@@ -30,7 +30,7 @@ from ..ir.printer import Printer
 from ..ir.pytree import is_tensor
 from ..source import source_line
 from ..trace.capture import capture_again, preserved, state_index
-from .compare import compare_outputs, fresh, rolled
+from .compare import NON_DETERMINISM, compare_outputs, fresh, rolled
 from .dims import check_other_sizes
 from .repeated import check_repeated
 
@@ -155,10 +155,8 @@ def _check_one(
     if index is not None:
         raise TracingCheckError(divergence_message(reference, graph, index, label))
     expected, got = _run_same_rng(eager_fn, traced_method, args, kwargs, module)
-    try:
-        compare_outputs(expected, got, tolerance, label)
-    except TracingCheckError as exc:
-        raise TracingCheckError(f"{exc}{_constants_hint(reference, constants)}") from None
+    hint = _constants_hint(reference, constants)
+    compare_outputs(expected, got, tolerance, label, hint or NON_DETERMINISM)
 
 
 def _check_perturbed(
@@ -187,7 +185,7 @@ def _check_perturbed(
             _specialised(reference, retrace, new_args, new_kwargs, batch, what)
         ) from None
     try:
-        compare_outputs(expected, got, tolerance, f"with batch size {batch + 1}")
+        compare_outputs(expected, got, tolerance, f"with batch size {batch + 1}", "")
     except TracingCheckError as exc:
         raise TracingCheckError(
             _specialised(reference, retrace, new_args, new_kwargs, batch, str(exc))
@@ -245,10 +243,8 @@ def _check_constants(
             got = traced_method(*a, **k)
     except GuardError:
         return  # another path: the trace refuses instead of answering wrongly
-    try:
-        compare_outputs(expected, got, tolerance, "on the example inputs with their values moved")
-    except TracingCheckError as exc:
-        raise TracingCheckError(f"{exc}{_constants_hint(reference, constants)}") from None
+    label = "on the example inputs with their values moved"
+    compare_outputs(expected, got, tolerance, label, _constants_hint(reference, constants))
 
 
 def _specialised(reference, retrace, args, kwargs, batch, what) -> str:
