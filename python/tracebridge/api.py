@@ -14,11 +14,15 @@ import torch
 from torch import nn
 from torch.jit import _trace as _jit_trace
 from torch.nn.modules import module as _module_hooks
+from torch.utils.hooks import RemovableHandle as _RemovableHandle
 
 from . import artifact
 from .artifact import streams
+from .check.compare import fresh
+from .check.kept_globals import KeptGlobals
 from .check.specialise import specialisations
-from .check.verify import first_difference, fresh
+from .check.transaction import transactional
+from .check.verify import first_difference
 from .errors import GuardError, TraceError
 from .ir import Program, StateEntry
 from .ir.ops import VARIADIC_OUTPUTS
@@ -78,8 +82,11 @@ class _Traced:
     def _make_methods(self, slots: dict, runtime: str) -> None:
         hoist_subgraphs(self.program)  # graphs of specialisations added since it was made
         graphs = self.program.methods
+        # A graph that writes in place and may refuse a call puts its writes back when it
+        # does (check/transaction.py); every other method is the runtime's own.
         self._methods = {
-            name: Method(name, g, slots, runtime, graphs) for name, g in graphs.items()
+            name: transactional(Method(name, g, slots, runtime, graphs), g, slots, graphs)
+            for name, g in graphs.items()
         }
 
     def _chain_specialisations(self) -> None:
@@ -297,6 +304,21 @@ def _named_methods(program: Program) -> frozenset[str]:
     return frozenset((set(program.methods) | set(program.dispatch)) - _variant_names(program))
 
 
+_HOOK_TABLES = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
+def _child_hooks(root: nn.Module) -> dict[str, tuple]:
+    """The module hooks of each sub-module (not ``root``'s own) that has any: path -> the
+    hooks' numbers, by kind."""
+    found = {}
+    for path, module in root.named_modules():
+        if path:
+            hooks = tuple(tuple(getattr(module, t, None) or ()) for t in _HOOK_TABLES)
+            if any(hooks):
+                found[path] = hooks
+    return found
+
+
 def _is_state_or_child(found: dict, name: str) -> bool:
     """Whether ``name`` is a parameter, buffer or sub-module in a module's ``__dict__``
     (what nn.Module's ``__getattr__`` finds)."""
@@ -343,6 +365,9 @@ class TracedModule(nn.Module, _Traced):
         self._make_methods(self._slots(), runtime)
         self._chain_specialisations()
         self._mode_bound = dict(program.mode_bound)
+        # The sub-modules' hooks the graphs were traced with (see the note on hooks).
+        self.__dict__["_tb_hooks"] = _child_hooks(self)
+        self._remember_hooks()
 
     # Note: the fast call. nn.Module's call goes ``_wrapped_call_impl`` -> ``_call_impl`` ->
     # ``forward`` -> ``_method_for`` -> Method: four Python frames and the routing by mode,
@@ -358,8 +383,25 @@ class TracedModule(nn.Module, _Traced):
     # the call takes nn.Module's path, unchanged.
 
     _tb_fast: Method | None = None
+    # Note: hooks of sub-modules. A hook on a sub-module runs inside the code the trace
+    # recorded, so the graph holds what the hooks present at trace time did, and nothing
+    # of a hook added (or removed) later -- on a sub-module the traced module shares with
+    # the original, or on a loaded module's sub-modules. Every hook PyTorch registers takes
+    # a number from ``RemovableHandle.next_id``: a call compares that one counter with the
+    # one seen last (tens of nanoseconds), and only when it moved compares the sub-modules'
+    # hooks with those of the trace, refusing the call where they differ.
+    # (the counter when last checked, (hook table, its length) of each sub-module that had
+    # hooks at trace time): removing a hook takes no number, so those few tables are
+    # measured on each call (usually there are none). One attribute: each read costs.
+    _tb_hook_check: tuple = (-1, ())
+    _tb_hooks: dict | None = None
 
     def __call__(self, *args, **kwargs):
+        check = self._tb_hook_check
+        if _RemovableHandle.next_id != check[0] or (
+            check[1] and any(len(t) != n for t, n in check[1])
+        ):
+            self._check_child_hooks()
         method = self._tb_fast
         if (
             method is None
@@ -376,6 +418,42 @@ class TracedModule(nn.Module, _Traced):
         ):
             return nn.Module.__call__(self, *args, **kwargs)
         return method(*args, **kwargs)
+
+    def _check_child_hooks(self) -> None:
+        """Refuse a call while a sub-module has other module hooks than at trace time (see
+        the note above); remember the hook counter once they agree."""
+        stamp = _RemovableHandle.next_id
+        hooks = _child_hooks(self)
+        found = self.__dict__
+        if found.get("_tb_hooks") is None:
+            found["_tb_hooks"] = hooks  # made without __init__: these are the baseline
+        if hooks != found["_tb_hooks"]:
+            changed = sorted(
+                path
+                for path in set(hooks) | set(found["_tb_hooks"])
+                if hooks.get(path) != found["_tb_hooks"].get(path)
+            )
+            raise TraceError(
+                f"sub-module {changed[0]!r} of this traced module has other hooks than when "
+                "it was traced (a forward or backward hook registered or removed since): the "
+                "graph holds what the hooks at trace time did and never runs a module's "
+                "hooks itself. Trace again with the hooks in place, or register the hook on "
+                "the traced module itself (its own hooks run on every call)"
+            )
+        self._remember_hooks(stamp)
+
+    def _remember_hooks(self, stamp: int | None = None) -> None:
+        """Keep the hook counter and the lengths of the hook tables of the sub-modules
+        that had hooks at trace time, for the check of each call."""
+        hooked = self.__dict__["_tb_hooks"]
+        tables = tuple(
+            (table, len(table))
+            for path, module in self.named_modules()
+            if path in hooked
+            for table in (getattr(module, name) for name in _HOOK_TABLES)
+        )
+        now = _RemovableHandle.next_id if stamp is None else stamp
+        self.__dict__["_tb_hook_check"] = (now, tables)
 
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)
@@ -692,19 +770,24 @@ def trace(
 
     stage("recording")
     graph = retrace(args, kwargs)
-    stage("size-1 variants")
-    program = Program(kind="function", methods={"forward": graph}, state=constants)
-    _add_specialisations(
-        program, "forward", specialisations(graph, args, kwargs, run_eager, retrace)
-    )
-    name = getattr(func, "__name__", "forward")
-    name = name if name.isidentifier() else "forward"
-    traced = TracedFunction(program, name=name, runtime=runtime)
-    if check_trace:
-        from .check.verify import check_function
+    # The recording was the user's one call: the runs below leave globals as it left them.
+    kept = KeptGlobals(func)
+    try:
+        stage("size-1 variants")
+        program = Program(kind="function", methods={"forward": graph}, state=constants)
+        _add_specialisations(
+            program, "forward", specialisations(graph, args, kwargs, run_eager, retrace)
+        )
+        name = getattr(func, "__name__", "forward")
+        name = name if name.isidentifier() else "forward"
+        traced = TracedFunction(program, name=name, runtime=runtime)
+        if check_trace:
+            from .check.verify import check_function
 
-        stage("checking")
-        check_function(func, traced, args, kwargs, check_inputs, check_tolerance, strict)
+            stage("checking")
+            check_function(func, traced, args, kwargs, check_inputs, check_tolerance, strict)
+    finally:
+        kept.restore()
     return traced
 
 
@@ -813,8 +896,10 @@ def record_module(
     strict: bool,
     respect_mode: bool,
     method_alias: dict | None = None,
+    after_first_call: Callable[[], None] | None = None,
 ) -> Program:
-    """Trace each method of ``mod`` (both modes for ``forward`` when respect_mode)."""
+    """Trace each method of ``mod`` (both modes for ``forward`` when respect_mode);
+    ``after_first_call()`` runs once, after the first method is recorded."""
     index = state_index(mod)
     constants: dict[str, StateEntry] = {}
     warned: set = set()
@@ -827,7 +912,7 @@ def record_module(
         with preserved(mod):
             if mode is not None:
                 mod.train(mode)
-            return capture(
+            graph = capture(
                 target,
                 args,
                 kwargs,
@@ -837,6 +922,9 @@ def record_module(
                 strict=strict,
                 warned=warned,
             )
+        if after_first_call is not None and not methods:
+            after_first_call()
+        return graph
 
     def run_eager(name, mode, args, kwargs):
         with preserved(mod):
@@ -949,24 +1037,34 @@ def _trace_module(
     runtime: str,
     method_alias: dict | None = None,
 ) -> TracedModule:
-    program = record_module(
-        mod, inputs, strict=strict, respect_mode=respect_mode, method_alias=method_alias
-    )
-    traced = TracedModule(program, original=mod, runtime=runtime)
-    if check_trace:
-        from .check.verify import check_module
-
-        stage("checking")
-        check_module(
+    kept: list[KeptGlobals] = []  # as the first recording (the user's one call) left them
+    try:
+        program = record_module(
             mod,
-            traced,
             inputs,
-            check_inputs,
-            check_tolerance,
-            strict,
-            respect_mode,
-            method_alias or {},
+            strict=strict,
+            respect_mode=respect_mode,
+            method_alias=method_alias,
+            after_first_call=lambda: kept.append(KeptGlobals(mod)),
         )
+        traced = TracedModule(program, original=mod, runtime=runtime)
+        if check_trace:
+            from .check.verify import check_module
+
+            stage("checking")
+            check_module(
+                mod,
+                traced,
+                inputs,
+                check_inputs,
+                check_tolerance,
+                strict,
+                respect_mode,
+                method_alias or {},
+            )
+    finally:
+        for globals_kept in kept:
+            globals_kept.restore()
     return traced
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 import torch
@@ -14,6 +15,16 @@ import torch
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture
+def quiet_warnings():
+    """Ignore every warning for one test. Files whose tests trace code that warns by design
+    (constants from closures, folded values) use it for all their tests with
+    ``pytestmark = pytest.mark.usefixtures("quiet_warnings")``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 def run_fresh_python(code: str, timeout: int = 120) -> subprocess.CompletedProcess:

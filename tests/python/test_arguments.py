@@ -6,7 +6,6 @@ loaded models give the interpreter's result bit for bit."""
 from __future__ import annotations
 
 import re
-import warnings
 
 import pytest
 import torch
@@ -19,12 +18,8 @@ from tracebridge.runtime import arguments, support
 
 from .graph_helpers import loaded, no_grad_code, same_bits
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 # --- the table against torch's schemas -----------------------------------------------------

@@ -6,8 +6,6 @@ make the two differ, calls with autograd and subclasses keep ``__getitem__``. An
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
@@ -20,11 +18,8 @@ from .graph_helpers import loaded, no_grad_code, recording_subclass, same_view
 FULL = slice(None)
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def _getitem(index) -> Node:

@@ -8,8 +8,6 @@ calls under a function mode or autocast compute the values instead of reusing th
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 from torch import nn
@@ -18,12 +16,8 @@ from torch.overrides import TorchFunctionMode
 import tracebridge
 from tracebridge.runtime import folding
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 class Defaults(nn.Module):

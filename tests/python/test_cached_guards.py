@@ -10,7 +10,6 @@ refused every time, with the error the interpreter (which caches nothing) gives.
 from __future__ import annotations
 
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -23,12 +22,8 @@ from tracebridge.errors import GuardError
 sys.path.insert(0, str(Path(__file__).parent))
 from models import CASES  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def _both(model, example, tmp_path):

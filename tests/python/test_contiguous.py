@@ -4,8 +4,6 @@ eager and the interpreter on every layout, both calls wherever a view could be t
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
@@ -17,11 +15,8 @@ ONE = "Tensor.contiguous, Tensor.reshape: one reshape"
 ONE_VIEW = "Tensor.contiguous, Tensor.view: one reshape"
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def merge_heads(x):

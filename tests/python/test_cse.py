@@ -8,8 +8,6 @@ grad-mode switch, a random op or a returned value.
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 from torch import nn
@@ -19,12 +17,8 @@ from tracebridge.runtime import cse
 
 from .graph_helpers import loaded, no_grad_code
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def _forward(traced):

@@ -9,8 +9,6 @@ and every write that anything may see, every guard and every random op stays.
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 from torch import nn
@@ -21,12 +19,8 @@ from tracebridge.runtime import dead_code
 
 from .graph_helpers import loaded
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def _same_as_interpreter(traced, tmp_path, *inputs):

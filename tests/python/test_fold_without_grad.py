@@ -5,8 +5,6 @@ the code for calls with autograd still folds nothing (runtime/folding.py, ``plan
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 from torch import nn
@@ -15,12 +13,8 @@ import tracebridge
 
 from .graph_helpers import loaded, no_grad_code, same_bits
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 class Experts(nn.Module):

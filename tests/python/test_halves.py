@@ -5,8 +5,6 @@ differ (autograd, subclasses, other cuts, a write in between)."""
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
@@ -14,12 +12,8 @@ import tracebridge
 
 from .graph_helpers import loaded, no_grad_code, recording_subclass, same_view
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def rotate_half(x):

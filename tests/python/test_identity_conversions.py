@@ -4,8 +4,6 @@ otherwise, and the call for a subclass."""
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
@@ -16,11 +14,8 @@ from .graph_helpers import loaded, recording_subclass
 METHODS = ["float", "double", "half", "bfloat16"]
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 @pytest.mark.parametrize("method", METHODS)

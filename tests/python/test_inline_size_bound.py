@@ -5,8 +5,6 @@ it refused before. Both give eager's tensors on every shape."""
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
@@ -18,11 +16,8 @@ from .graph_helpers import loaded, same_bits
 LIMIT = f"<= {checked_ops.ALLOC_BYTES}"
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def masks(x):

@@ -7,7 +7,6 @@ past the operand, another dtype), and for subclasses, modes and autograd."""
 from __future__ import annotations
 
 import re
-import warnings
 
 import pytest
 import torch
@@ -19,12 +18,8 @@ from tracebridge.runtime import inplace
 
 from .graph_helpers import loaded, no_grad_code, recording_subclass, same_bits
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 class Block(torch.nn.Module):

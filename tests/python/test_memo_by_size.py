@@ -8,8 +8,6 @@ size, without ever handing out or writing into a kept tensor.
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 from torch import nn
@@ -19,12 +17,8 @@ from tracebridge.runtime import memo
 
 from .graph_helpers import counting
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 class MaskFromSizes(nn.Module):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import os
-import warnings
 
 import pytest
 import torch
@@ -24,11 +23,8 @@ from tracebridge import GuardError
 HERE = os.path.basename(__file__)
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 @functools.lru_cache(maxsize=8)

@@ -10,8 +10,6 @@ runtimes after a save/load round trip.
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 from torch import nn
@@ -23,11 +21,8 @@ RUNTIMES = ("codegen", "interpreter")
 HERE = __file__.rsplit("/", 1)[-1]
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 class Block(nn.Module):

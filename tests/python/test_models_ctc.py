@@ -9,7 +9,6 @@ on arguments the kernel would trust.
 from __future__ import annotations
 
 import json
-import warnings
 import zipfile
 
 import pytest
@@ -24,11 +23,8 @@ from tracebridge.runtime import checked_ops
 RUNTIMES = ("codegen", "interpreter")
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 class SpeechCTC(nn.Module):

@@ -7,8 +7,6 @@ and after a save/load round trip, against eager at other batch sizes with the sa
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 from torch import nn
@@ -18,11 +16,8 @@ import tracebridge
 RUNTIMES = ("codegen", "interpreter")
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 class GaussianEncoder(nn.Module):

@@ -5,8 +5,6 @@ wrong where ``torch.jit.trace`` was right, fixed in the tracer or the checker ge
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 from torch import nn
@@ -16,12 +14,8 @@ from tracebridge.check.program import LIMITS
 
 from .graph_helpers import loaded
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 class Fuse(nn.Module):

@@ -23,11 +23,8 @@ from tracebridge.errors import UnsupportedOpError
 HERE = os.path.basename(__file__)
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def _line_of(cls, text: str) -> int:

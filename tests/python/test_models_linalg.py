@@ -8,7 +8,6 @@ refused at load or before the kernel, with a clear error."""
 from __future__ import annotations
 
 import shutil
-import warnings
 
 import pytest
 import torch
@@ -23,11 +22,8 @@ RUNTIMES = ("codegen", "interpreter")
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def spd(n: int, *batch: int) -> torch.Tensor:

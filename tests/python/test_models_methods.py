@@ -11,8 +11,6 @@ gradient with no private op in the graph.
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 from torch import nn
@@ -22,12 +20,8 @@ from tracebridge.trace.autograd_function import UnsupportedFunctionError
 
 from .graph_helpers import loaded as graph_loaded
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def forward_nodes(traced, method: str = "forward") -> list:

@@ -14,7 +14,6 @@ import importlib
 import math
 import shutil
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -72,11 +71,8 @@ def tv():
     return found
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 class TinyDetector(nn.Module):

@@ -7,8 +7,6 @@ in both runtimes, and refused clearly on arguments the kernels would trust.
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 from torch import nn
@@ -20,11 +18,8 @@ from tracebridge.runtime import checked_ops
 RUNTIMES = ("codegen", "interpreter")
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 class PackedEncoder(nn.Module):

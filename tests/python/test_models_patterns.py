@@ -10,7 +10,6 @@ trace was not made with, or refuses with an error that names the line.
 from __future__ import annotations
 
 import os
-import warnings
 
 import pytest
 import torch
@@ -23,11 +22,8 @@ from tracebridge import GuardError, TraceError
 HERE = os.path.basename(__file__)
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def close(a, b):

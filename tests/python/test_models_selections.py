@@ -7,7 +7,6 @@ and the bytes of their results are bounded before the kernel runs."""
 from __future__ import annotations
 
 import json
-import warnings
 import zipfile
 
 import pytest
@@ -19,11 +18,8 @@ from tracebridge.runtime import checked_selections as sel
 RUNTIMES = ("codegen", "interpreter")
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def _mask(*shape):

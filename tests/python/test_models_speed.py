@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import warnings
 
 import pytest
 import torch
@@ -19,12 +18,8 @@ from torch import nn
 
 import tracebridge
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 class Masked(nn.Module):

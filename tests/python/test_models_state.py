@@ -10,7 +10,6 @@ code sets on itself (a cache rebuilt for a longer sequence).
 from __future__ import annotations
 
 import random
-import warnings
 
 import pytest
 import torch
@@ -19,12 +18,8 @@ from torch import nn
 import tracebridge
 from tracebridge.backends import compile as tb_compile
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 class DropPath(nn.Module):

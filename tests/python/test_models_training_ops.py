@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-import warnings
 import zipfile
 
 import pytest
@@ -25,11 +24,8 @@ from .graph_helpers import rewrite_nodes
 RUNTIMES = ("codegen", "interpreter")
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def _saved(traced, tmp_path, name="m.tb"):

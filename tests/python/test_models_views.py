@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import warnings
 
 import pytest
 import torch
@@ -24,12 +23,8 @@ from tracebridge.ir import ops
 
 from .test_check_program import node_doc, r_verdicts, refused, write
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 class Rotary(nn.Module):

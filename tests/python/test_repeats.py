@@ -4,8 +4,6 @@ shape (one head, empty, broadcast heads, other layouts), the three calls elsewhe
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
@@ -18,11 +16,8 @@ from .graph_helpers import loaded, no_grad_code, recording_subclass, same_bits, 
 ONE = "getitem, Tensor.expand, Tensor.reshape: repeat_interleave"
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def repeat_kv(x, n_rep=3):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import warnings
 import zipfile
 
 import pytest
@@ -24,11 +23,8 @@ RUNTIMES = ("codegen", "interpreter")
 LIMIT_MESSAGE = "would allocate .* more than the limit"
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ shape (other sizes, 0 beside -1), and the call wherever a view could be told apa
 from __future__ import annotations
 
 import re
-import warnings
 
 import pytest
 import torch
@@ -15,12 +14,8 @@ from tracebridge.errors import TraceError
 
 from .graph_helpers import loaded, no_grad_code, recording_subclass, same_bits
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def attention_output(x, w):

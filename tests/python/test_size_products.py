@@ -9,7 +9,6 @@ result outside the int64 range) runs, so no chain of products builds a huge inte
 from __future__ import annotations
 
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -22,12 +21,8 @@ from tracebridge.runtime import codegen
 sys.path.insert(0, str(Path(__file__).parent))
 from models import CASES  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def test_the_batch_norm_check_multiplies_sizes_inline(tmp_path):

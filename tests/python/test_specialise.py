@@ -9,7 +9,6 @@ against eager, in process and after save/load.
 from __future__ import annotations
 
 import itertools
-import warnings
 
 import pytest
 import torch
@@ -21,12 +20,8 @@ from tracebridge import GuardError
 from tracebridge.check import specialise
 from tracebridge.trace.capture import capture
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def close(a, b):

@@ -4,8 +4,6 @@ same bits as eager and the interpreter over dtypes, layouts and special values, 
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
@@ -14,12 +12,8 @@ import tracebridge
 
 from .graph_helpers import loaded, no_grad_code, recording_subclass, same_bits
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def squares(x):

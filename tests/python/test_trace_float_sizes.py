@@ -6,20 +6,14 @@ bound here while tracing; a module that uses it any other way keeps the builtin.
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
 import tracebridge
 from tracebridge.trace.integers import only_called
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def scaled_by_rows(x):

@@ -13,7 +13,6 @@ import inspect
 import operator
 import os
 import sys
-import warnings
 
 import pytest
 import torch
@@ -30,11 +29,8 @@ from .int_as_value import halves
 HERE = os.path.basename(__file__)
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def apply_tf_padding(features: torch.Tensor, stride: int = 2, kernel: int = 3) -> torch.Tensor:

@@ -12,8 +12,6 @@ trace keeps a constant, and refuses naming the line and the reason.
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 from torch import nn
@@ -24,11 +22,8 @@ from tracebridge import TracingCheckError, UnsupportedOpError
 HERE = __file__.rsplit("/", 1)[-1]
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 class ScriptedInside(nn.Module):
@@ -101,7 +96,7 @@ def test_the_check_runs_with_check_inputs_too():
 
 
 def test_moving_values_leaves_inputs_that_cannot_move():
-    from tracebridge.check.verify import _rolled
+    from tracebridge.check.compare import rolled as _rolled
 
     assert _rolled((torch.ones(3), torch.zeros(2)), {}) is None
     (a, b), _ = _rolled((torch.arange(3), torch.ones(2)), {})

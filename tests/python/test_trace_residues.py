@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import os
-import warnings
 
 import pytest
 import torch
@@ -27,11 +26,8 @@ from .graph_helpers import loaded as saved_and_loaded
 HERE = os.path.basename(__file__)
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 class Blocks(nn.Module):

@@ -23,11 +23,8 @@ HERE = os.path.basename(__file__)
 log = logging.getLogger("tracebridge.test_trace_tensor_text")
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def _ops(traced) -> list[str]:

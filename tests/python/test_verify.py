@@ -112,15 +112,17 @@ def test_output_mismatch_names_position_errors_and_tolerance(unchecked_programs)
     message = str(info.value)
     assert message.startswith(
         "on the example inputs: output [1]['total'] differs between the code and the trace: "
-        "max absolute error 1, max relative error 0.333, tolerance 1e-05. If the difference "
-        "is expected (non-determinism), raise check_tolerance or pass check_trace=False\n"
+        "max absolute error 1, max relative error 0.333, tolerance 1e-05\n  the trace keeps "
+        "a tensor that may depend on the inputs as a constant"
     )
+    # The cause is known: the message never suggests turning the check off.
+    assert "check_trace=False" not in message and "non-determinism" not in message
     # the global the code writes is kept as a constant: the message names it and its line
     assert "'const0' first used at" in message and "TOTAL.add_(x)" in message
     TOTAL.zero_()
     with (
         pytest.warns(tracebridge.TracerWarning),
-        pytest.raises(tracebridge.TracingCheckError, match=r"tolerance 0\.001\."),
+        pytest.raises(tracebridge.TracingCheckError, match=r"tolerance 0\.001\n"),
     ):
         tracebridge.trace(accumulate, torch.ones(3), strict=False, check_tolerance=1e-3)
 
@@ -565,3 +567,45 @@ def test_guards_off_on_a_traced_module():
     traced.check_guards = False
     with pytest.raises(RuntimeError, match=r"shape '\[3, -1\]' is invalid"):
         traced(torch.rand(4, 2))  # the traced path, baked size and all
+
+
+class _CallCounter(torch.nn.Module):
+    """Each call changes a plain attribute its result depends on."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return x * self.calls
+
+
+@pytest.mark.parametrize(
+    "make, example, cause",
+    [
+        (_CallCounter, torch.randn(4, 3), "changes Python attribute(s) of the module (calls)"),
+        (
+            lambda: lambda x: torch.func.vmap(torch.dot)(x, x),
+            torch.randn(4, 3),
+            "the trace keeps a tensor that may depend on the inputs as a constant",
+        ),
+    ],
+)
+def test_a_known_cause_replaces_the_advice_to_turn_the_check_off(make, example, cause):
+    """Where the check knows why outputs differ, it says so and what to change, and does
+    not suggest a looser tolerance or check_trace=False (which would keep a wrong trace)."""
+    with pytest.raises(tracebridge.TracingCheckError) as info:
+        tracebridge.trace(make(), example)
+    message = str(info.value)
+    assert cause in message
+    assert "non-determinism" not in message and "check_trace=False" not in message
+
+
+def test_an_unknown_cause_keeps_the_advice_on_non_determinism():
+    from tracebridge.check.compare import compare_outputs
+
+    with pytest.raises(tracebridge.TracingCheckError, match=r"tolerance 1e-05\. If the diff"):
+        compare_outputs((torch.zeros(2),), (torch.ones(2),), 1e-5, "on a check input")
+    with pytest.raises(tracebridge.TracingCheckError, match=r"tolerance 1e-05$"):
+        compare_outputs((torch.zeros(2),), (torch.ones(2),), 1e-5, "at another size", "")

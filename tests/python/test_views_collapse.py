@@ -8,8 +8,6 @@ hold it to eager's results, aliasing and errors on every size, layout and offset
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 from torch import nn
@@ -20,12 +18,8 @@ from tracebridge.runtime import memo, views
 
 from .graph_helpers import counting
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def _runners(traced, grad: bool = False) -> list[views.Views]:

@@ -7,8 +7,6 @@ elements is refused on every call."""
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
@@ -16,12 +14,8 @@ import tracebridge
 
 from .graph_helpers import loaded, no_grad_code, same_view
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 def chunk(hidden):

@@ -24,7 +24,7 @@ from ..ir import Graph, pytree
 from ..ir.pytree import is_tensor
 from ..source import source_line
 from ..trace.capture import preserved
-from .verify import compare_outputs, fresh
+from .compare import compare_outputs, fresh
 
 MAX_GROUPS = 6  # dimensions tried per check: a model with many inputs is not run 50 times
 _NOT_RUN = object()
@@ -96,7 +96,7 @@ def check_other_sizes(
             continue  # a failure is no silently wrong answer (see the module's note)
         label = f"with dimension {d} of input {i} grown from {size} to {size + by}"
         try:
-            compare_outputs(expected, got, tolerance, label)
+            compare_outputs(expected, got, tolerance, label, "")
         except TracingCheckError as exc:
             raise TracingCheckError(
                 _baked(reference, retrace, new_args, new_kwargs, str(exc))

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import torch
 
-from ..errors import GuardError, TracingCheckError
+from ..errors import GuardError
 from ..trace.capture import preserved
-from .verify import _rolled, compare_outputs, fresh
+from .compare import compare_outputs, fresh, rolled
 
 _PLAIN = (bool, int, float, complex, str, bytes, type(None))
 _MISSING = object()
@@ -86,7 +86,7 @@ def check_repeated(eager_fn, traced_method, args, kwargs, tolerance, module, lab
     snapshot = _snapshot(module)
     # The second call takes other values (the same shapes): state the first call computed
     # from its data (a lazily set scale) then differs from what the trace computes.
-    second = _rolled(args, kwargs) or (args, kwargs)
+    second = rolled(args, kwargs) or (args, kwargs)
     with preserved(module):
         a, k = fresh(args, kwargs)
         eager_fn(*a, **k)
@@ -102,14 +102,12 @@ def check_repeated(eager_fn, traced_method, args, kwargs, tolerance, module, lab
                 got = traced_method(*a, **k)
     except GuardError:
         return  # the trace refuses the second call: no wrong answer
-    try:
-        compare_outputs(expected, got, tolerance, f"{label}, called a second time")
-    except TracingCheckError as exc:
-        names = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
-        raise TracingCheckError(
-            f"{exc}\n  each call of the code changes Python attribute(s) of the module "
-            f"({names}) that its results depend on; a trace holds the values of the traced "
-            "call and cannot repeat such a change. Keep that state in a buffer updated in "
-            "place with tensor operations (register_buffer; the trace records those "
-            "writes), or pass it as an input"
-        ) from None
+    names = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
+    hint = (
+        f"\n  each call of the code changes Python attribute(s) of the module ({names}) "
+        "that its results depend on; a trace holds the values of the traced call and "
+        "cannot repeat such a change. Keep that state in a buffer updated in place with "
+        "tensor operations (register_buffer; the trace records those writes), or pass it "
+        "as an input"
+    )
+    compare_outputs(expected, got, tolerance, f"{label}, called a second time", hint)

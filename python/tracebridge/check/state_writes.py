@@ -26,6 +26,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ..ir import ops
+from ..ir.ops import VARIADIC_OUTPUTS
+from ..ir.program import AUTOGRAD_FUNCTION, referenced_graphs, refs_in
+
 # Ops whose result may share memory with their first tensor argument (views, and ops that
 # return their input unchanged when nothing is to be done: ``contiguous``, ``to``).
 VIEW_OPS = frozenset(
@@ -186,3 +190,68 @@ def subgraph_write(
                     "parameter or a constant"
                 )
     return ""
+
+
+# --- what a call writes, for the runtime ----------------------------------------------------
+
+
+def _ir_roots(obj, roots: dict[int, frozenset[Root]]) -> frozenset[Root]:
+    found: set[Root] = set()
+    for ref in refs_in(obj):
+        found |= roots.get(ref.id, frozenset())
+    return frozenset(found)
+
+
+def written_roots(graph, methods: dict) -> frozenset[Root]:
+    """Every ``("state", name)`` and ``("input", position)`` that a call of ``graph`` (an
+    in-memory :class:`~tracebridge.ir.Graph`) may write in place, following views as the
+    rule above does, and the inputs a custom autograd function's forward graph writes
+    (from ``methods``, the program's graphs). Parameters are included (``embedding``'s
+    ``max_norm`` renormalises its weight): this is what a refused call must put back."""
+    roots: dict[int, frozenset[Root]] = {
+        v.id: frozenset({("input", i)}) for i, v in enumerate(graph.inputs)
+    }
+    written: set[Root] = set()
+    for node in graph.nodes:
+        op, args, kwargs = node.op, node.args, node.kwargs
+        if op == "prim.state" and args and node.outputs:
+            roots[node.outputs[0].id] = frozenset({("state", args[0])})
+            continue
+        if op == AUTOGRAD_FUNCTION and args and methods.get(kwargs.get("forward")) is not None:
+            passed = [_ir_roots(a, roots) for a in (args[0] if isinstance(args[0], list) else [])]
+            for kind, where in written_roots(methods[kwargs["forward"]], methods):
+                if kind == "input" and where < len(passed):
+                    written |= passed[where]
+            continue
+        info = ops.info(op)
+        flags = info.flags if info is not None else frozenset()
+        first = args[0] if args else kwargs.get("self", kwargs.get("input"))
+        targets = []
+        if "inplace" in flags or op in GRAD_STATE_OPS:
+            targets.append(first)
+        for name in WRITTEN_ARGUMENTS.get(op, ()):
+            names = info.arg_names if info is not None else ()
+            targets += [a for a, these in zip(args, names) if name in these]
+            if name in kwargs:
+                targets.append(kwargs[name])
+        for target in targets:
+            written |= _ir_roots(target, roots)
+        if op in VIEW_OPS or "inplace" in flags or op in GRAD_STATE_OPS:
+            shared = _ir_roots(first, roots)
+            if shared:
+                for value in node.outputs:
+                    roots[value.id] = shared
+    return frozenset(written)
+
+
+def can_refuse(graph, methods: dict) -> bool:
+    """Whether a call of ``graph`` may be refused after it began: a guard, an op whose
+    number of results the trace fixed, or a custom autograd function whose graph has one."""
+    for node in graph.nodes:
+        if node.op == "prim.guard" or node.op in VARIADIC_OUTPUTS:
+            return True
+        for name in referenced_graphs(node):
+            sub = methods.get(name)
+            if sub is not None and sub is not graph and can_refuse(sub, methods):
+                return True
+    return False

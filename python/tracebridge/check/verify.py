@@ -30,6 +30,9 @@ from ..ir.printer import Printer
 from ..ir.pytree import is_tensor
 from ..source import source_line
 from ..trace.capture import capture_again, preserved, state_index
+from .compare import NON_DETERMINISM, compare_outputs, fresh, rolled
+from .dims import check_other_sizes
+from .repeated import check_repeated
 
 # --- structural comparison --------------------------------------------------------------------
 
@@ -105,61 +108,7 @@ def divergence_message(expected: Graph, got: Graph, index: int, label: str) -> s
     return "\n".join(parts)
 
 
-# --- output comparison ------------------------------------------------------------------------
-
-
-def compare_outputs(expected, got, tolerance: float, label: str) -> None:
-    exp_leaves, exp_spec = pytree.flatten(expected, is_tensor)
-    got_leaves, got_spec = pytree.flatten(got, is_tensor)
-    if exp_spec != got_spec:
-        raise TracingCheckError(
-            f"{label}: the trace returns a different structure than the "
-            f"code: expected {exp_spec}, got {got_spec}"
-        )
-    for index, (a, b) in enumerate(zip(exp_leaves, got_leaves)):
-        where = pytree.describe_path(exp_spec, index)
-        if a.shape != b.shape:
-            raise TracingCheckError(
-                f"{label}: output {where} has shape {list(b.shape)} in the "
-                f"trace but {list(a.shape)} in the code"
-            )
-        if a.dtype != b.dtype:
-            raise TracingCheckError(
-                f"{label}: output {where} has dtype {b.dtype} in the "
-                f"trace but {a.dtype} in the code"
-            )
-        if a.numel() == 0:
-            continue
-        a64, b64 = a.detach().double(), b.detach().double()
-        if a.dtype == torch.bool or not a.is_floating_point():
-            ok = torch.equal(a, b)
-        else:
-            ok = torch.allclose(a64, b64, rtol=tolerance, atol=tolerance, equal_nan=True)
-        if not ok:
-            abs_err = (a64 - b64).abs()
-            rel_err = abs_err / a64.abs().clamp_min(1e-12)
-            raise TracingCheckError(
-                f"{label}: output {where} differs between the code and the trace: max "
-                f"absolute error {abs_err.max().item():.3g}, max relative error "
-                f"{rel_err.max().item():.3g}, tolerance {tolerance:g}. If the difference is "
-                "expected (non-determinism), raise check_tolerance or pass check_trace=False"
-            )
-
-
-def fresh(args: tuple, kwargs: dict):
-    """Copies of the inputs: code that changes its inputs in place must not see the
-    changes of an earlier run, and the caller's tensors stay as they are."""
-
-    copies: dict[int, torch.Tensor] = {}  # one copy per tensor: an input given twice stays one
-
-    def copy(t: torch.Tensor) -> torch.Tensor:
-        if id(t) not in copies:
-            c = t.detach().clone()
-            copies[id(t)] = c.requires_grad_() if t.requires_grad and c.is_floating_point() else c
-        return copies[id(t)]
-
-    leaves, spec = pytree.flatten((args, kwargs), is_tensor)
-    return pytree.unflatten([copy(t) for t in leaves], spec)
+# --- runs of the code and the trace ---------------------------------------------------------
 
 
 def _run_same_rng(eager_fn, traced_fn, args, kwargs, module):
@@ -206,10 +155,8 @@ def _check_one(
     if index is not None:
         raise TracingCheckError(divergence_message(reference, graph, index, label))
     expected, got = _run_same_rng(eager_fn, traced_method, args, kwargs, module)
-    try:
-        compare_outputs(expected, got, tolerance, label)
-    except TracingCheckError as exc:
-        raise TracingCheckError(f"{exc}{_constants_hint(reference, constants)}") from None
+    hint = _constants_hint(reference, constants)
+    compare_outputs(expected, got, tolerance, label, hint or NON_DETERMINISM)
 
 
 def _check_perturbed(
@@ -238,22 +185,11 @@ def _check_perturbed(
             _specialised(reference, retrace, new_args, new_kwargs, batch, what)
         ) from None
     try:
-        compare_outputs(expected, got, tolerance, f"with batch size {batch + 1}")
+        compare_outputs(expected, got, tolerance, f"with batch size {batch + 1}", "")
     except TracingCheckError as exc:
         raise TracingCheckError(
             _specialised(reference, retrace, new_args, new_kwargs, batch, str(exc))
         ) from None
-
-
-def _rolled(args: tuple, kwargs: dict):
-    """The example inputs with each tensor's values moved one place along its elements:
-    the same shapes, dtypes and set of values (indices stay in range, masks stay masks),
-    at other positions. None when that changes no input."""
-    leaves, spec = pytree.flatten((args, kwargs), is_tensor)
-    rolled = [t.detach().flatten().roll(1).view_as(t) if t.numel() > 1 else t for t in leaves]
-    if all(torch.equal(a, b) for a, b in zip(leaves, rolled)):
-        return None
-    return pytree.unflatten(rolled, spec)
 
 
 def _constants_used(reference: Graph, constants) -> list[Node]:
@@ -291,7 +227,7 @@ def _check_constants(
     give the example's answer for every input of the same shapes. Checked by running the
     code and the trace on inputs whose values moved (same shapes): only where the trace
     keeps such a constant."""
-    moved = _rolled(args, kwargs) if _constants_used(reference, constants) else None
+    moved = rolled(args, kwargs) if _constants_used(reference, constants) else None
     if moved is None:
         return
     new_args, new_kwargs = moved
@@ -307,10 +243,8 @@ def _check_constants(
             got = traced_method(*a, **k)
     except GuardError:
         return  # another path: the trace refuses instead of answering wrongly
-    try:
-        compare_outputs(expected, got, tolerance, "on the example inputs with their values moved")
-    except TracingCheckError as exc:
-        raise TracingCheckError(f"{exc}{_constants_hint(reference, constants)}") from None
+    label = "on the example inputs with their values moved"
+    compare_outputs(expected, got, tolerance, label, _constants_hint(reference, constants))
 
 
 def _specialised(reference, retrace, args, kwargs, batch, what) -> str:
@@ -429,8 +363,3 @@ def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_m
                     check_other_sizes(
                         eager, method, reference, args, kwargs, tolerance, mod, retrace
                     )
-
-
-# Below the helpers they use (compare_outputs, fresh): these modules import them from here.
-from .dims import check_other_sizes  # noqa: E402
-from .repeated import check_repeated  # noqa: E402

@@ -3,12 +3,25 @@
 A spec is a small dict: ``{"t": "tuple" | "list" | "dict" | "namedtuple" | "leaf" |
 "none" | "const", ...}``. Leaves are tensors (and, at the output, traced values);
 ``const`` holds a Python scalar or string that the function returned as is.
+
+Note: the user's classes. A file stores a dataclass or named tuple as ``namedtuple`` (its
+class's bare name and fields), which R reads as a named list. In the process, the user's
+own class comes back: a spec made by :func:`flatten` is a :class:`ClassSpec`, a dict that
+also holds the class it was made from (never written: JSON writes the plain dict), so the
+traced object returns that class. A loaded spec names its class only by its bare name: it
+is found among the classes of modules already imported (``sys.modules``, never importing
+anything, never reading a module's ``__getattr__``), where exactly one dataclass or named
+tuple of that name has exactly those fields; else a named tuple of that name and fields
+stands in, as before. A found class is built without running its ``__init__`` or
+``__post_init__`` (the graph's outputs are the fields' values after them). A dict subclass
+(Hugging Face's ``ModelOutput``) is a ``dict`` and comes back as a plain dict.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import sys
 from typing import Any
 
 import torch
@@ -16,6 +29,25 @@ import torch
 LEAF = {"t": "leaf"}
 _CONST_TYPES = (bool, int, float, str)
 _namedtuple_classes: dict[tuple[str, tuple[str, ...]], type] = {}
+# (name, fields) -> the class found among imported modules (None: none or several), and the
+# number of modules then imported: looked for again only when more modules are imported.
+_found_classes: dict[tuple[str, tuple[str, ...]], tuple[type | None, int]] = {}
+
+
+class ClassSpec(dict):
+    """A spec (a plain dict, equal to one) that also holds the Python class its structure
+    was made from, in memory only: a dataclass or a user's named tuple."""
+
+    cls: type
+
+    def __reduce__(self):
+        return dict, (dict(self),)  # copies and pickles are plain specs, as files are
+
+
+def _with_class(spec: dict, cls: type) -> dict:
+    out = ClassSpec(spec)
+    out.cls = cls
+    return out
 
 
 def flatten(obj: Any, is_leaf) -> tuple[list[Any], dict]:
@@ -43,12 +75,13 @@ def _flatten(obj, is_leaf, leaves):
         }
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):
         children = [_flatten(v, is_leaf, leaves) for v in obj]
-        return {
+        spec = {
             "t": "namedtuple",
             "name": type(obj).__name__,
             "fields": list(obj._fields),
             "c": children,
         }
+        return _with_class(spec, type(obj))
     if isinstance(obj, tuple):
         return {"t": "tuple", "c": [_flatten(v, is_leaf, leaves) for v in obj]}
     if isinstance(obj, list):
@@ -62,7 +95,8 @@ def _flatten(obj, is_leaf, leaves):
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         fields = [f.name for f in dataclasses.fields(obj)]
         children = [_flatten(getattr(obj, f), is_leaf, leaves) for f in fields]
-        return {"t": "namedtuple", "name": type(obj).__name__, "fields": fields, "c": children}
+        spec = {"t": "namedtuple", "name": type(obj).__name__, "fields": fields, "c": children}
+        return _with_class(spec, type(obj))
     if isinstance(obj, _CONST_TYPES):
         return {"t": "const", "v": obj}
     raise TypeError(
@@ -86,12 +120,65 @@ def _build(spec: dict, children: list) -> Any:
     if kind == "dict":
         return dict(zip(spec["keys"], children))
     if kind == "namedtuple":
-        return namedtuple_class(spec["name"], spec["fields"])(*children)
+        return class_of(spec)(*children)
     raise ValueError(f"unknown pytree node kind {kind!r}")
 
 
+def class_of(spec: dict):
+    """The callable that builds a ``namedtuple`` spec's value from its children: the class
+    the spec was made from (:class:`ClassSpec`), else :func:`namedtuple_class`."""
+    if type(spec) is ClassSpec:
+        return _builder(spec.cls)
+    return namedtuple_class(spec["name"], spec["fields"])
+
+
+def _builder(cls: type):
+    """Build ``cls`` from its fields' values without running its ``__init__``."""
+    if issubclass(cls, tuple):
+        return lambda *children: tuple.__new__(cls, children)
+    names = [f.name for f in dataclasses.fields(cls)]
+
+    def build(*children):
+        obj = object.__new__(cls)
+        for name, value in zip(names, children):
+            object.__setattr__(obj, name, value)  # a frozen dataclass's fields too
+        return obj
+
+    return build
+
+
+def _fits(cls, name: str, fields: tuple[str, ...]) -> bool:
+    if not isinstance(cls, type) or cls.__name__ != name:
+        return False
+    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+        return tuple(cls._fields) == fields and not hasattr(cls, "n_sequence_fields")
+    if dataclasses.is_dataclass(cls) and not issubclass(cls, dict):
+        return tuple(f.name for f in dataclasses.fields(cls)) == fields
+    return False
+
+
+def imported_class(name: str, fields: tuple[str, ...]) -> type | None:
+    """The one dataclass or named tuple called ``name`` with exactly ``fields`` among the
+    top-level names of the modules imported now (None where none or several are)."""
+    key = (name, fields)
+    found, seen = _found_classes.get(key, (None, -1))
+    if found is not None or seen == len(sys.modules):
+        return found
+    matches = set()
+    for module in list(sys.modules.values()):
+        table = getattr(module, "__dict__", None)
+        cls = table.get(name) if isinstance(table, dict) else None
+        if cls is not None and _fits(cls, name, fields):
+            matches.add(cls)
+    found = matches.pop() if len(matches) == 1 else None
+    _found_classes[key] = (found, len(sys.modules))
+    return found
+
+
 def namedtuple_class(name: str, fields: list[str]) -> type:
-    """One class per (name, fields), so results of two calls compare equal by type.
+    """One class per (name, fields), so results of two calls compare equal by type: the
+    user's dataclass or named tuple where :func:`imported_class` finds exactly one, else a
+    named tuple made here.
 
     ``torch.return_types.X`` names give back PyTorch's own class (looked up in that one
     module, never imported by name), so ``out.values`` and ``isinstance`` work as in eager.
@@ -104,6 +191,9 @@ def namedtuple_class(name: str, fields: list[str]) -> type:
         if isinstance(cls, type):
             return lambda *children: cls(children)
     key = (name, tuple(fields))
+    found = imported_class(*key)
+    if found is not None:
+        return _builder(found)
     if key not in _namedtuple_classes:
         _namedtuple_classes[key] = collections.namedtuple(name, fields)
     return _namedtuple_classes[key]

@@ -460,7 +460,7 @@ class CodeGen:
             if kind == "dict":
                 return ast.Dict([self.literal(k) for k in spec["keys"]], items)
             if kind == "namedtuple":
-                cls = pytree.namedtuple_class(spec["name"], spec["fields"])
+                cls = pytree.class_of(spec)
                 return ast.Call(self.bind("NT", cls), items, [])
             return ast.Tuple(items, ast.Load())
 

@@ -318,10 +318,12 @@ class Conversions:
 
     def _on_set_grad_enabled(self, func, mode):
         """``torch.no_grad()`` and friends. The switch back at the end of the outermost
-        block restores the *caller's* mode, read at run time, not the mode at trace time."""
+        block restores the *caller's* mode, read at run time, not the mode at trace time. (The
+        mode is read from ``torch._C``: ``torch.is_grad_enabled`` is the traced one while
+        tracing, which guards where the user's code asks it, not where this switch does.)"""
         if self._grad_entry is None:
             ref = self._value_node("prim.grad_enabled", "bool")
-            self._grad_entry = (ref, torch.is_grad_enabled())
+            self._grad_entry = (ref, torch._C.is_grad_enabled())
             self._grad_depth = 0
         entry_ref, entry_mode = self._grad_entry
         arg = bool(mode)
@@ -329,7 +331,7 @@ class Conversions:
             self._grad_depth -= 1
             if self._grad_depth == 0:
                 arg = entry_ref
-        elif arg != torch.is_grad_enabled():
+        elif arg != torch._C.is_grad_enabled():
             self._grad_depth += 1
         self._emit("set_grad_enabled", [arg], loc=self.location())
         return func(mode)

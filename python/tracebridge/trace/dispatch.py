@@ -445,9 +445,21 @@ def _known_keywords(name: str, kwargs: dict, loc: str | None) -> None:
         raise UnsupportedOpError(
             f"cannot record {name} at {loc or 'unknown location'} with the keyword "
             f"{unknown[0]!r}: the op set names no such argument of {name} (shared_ir/"
-            "opset.md), so no saved graph could hold the call; leave it out where its "
-            "default does the same, or compute this outside the traced code"
+            "opset.md), so no saved graph could hold the call; "
+            + _KEYWORD_ADVICE.get(unknown[0], _DEFAULT_ADVICE)
         )
+
+
+_DEFAULT_ADVICE = (
+    "leave it out where its default does the same, or compute this outside the traced code"
+)
+# What to write instead, for keywords of PyTorch's bindings that no op of the set takes.
+_KEYWORD_ADVICE = {
+    "out": "write the result into that tensor in place instead, as `dest.copy_(op(...))` "
+    "(an op and an in-place copy, both recorded)",
+    "requires_grad": "a tensor made inside the traced code cannot require grad in a saved "
+    "graph: make it a parameter of the module (nn.Parameter) or pass it as an input",
+}
 
 
 def _label(func) -> str:

@@ -194,6 +194,37 @@ def _traced_is_grad_enabled() -> bool:
 _TRACED_MATH = {name: _traced_math(name) for name in _MATH_OPS}
 
 
+# --- torch.inference_mode --------------------------------------------------------------------
+# ``torch.no_grad()`` switches grad mode through ``torch._C._set_grad_enabled``, which the
+# recorder sees and records; ``torch.inference_mode()`` enters a C context the recorder
+# never sees, so the graph ran its block with autograd on: results that eager returns
+# without ``requires_grad`` came back requiring it. Its block is recorded as a block with
+# grad mode off (its values are then ordinary tensors that do not require grad, where eager
+# makes inference tensors: the same values, usable in more places).
+
+_original_inference_enter = torch.inference_mode.__enter__
+_original_inference_exit = torch.inference_mode.__exit__
+
+
+def _no_switch(mode) -> None:
+    """The grad switch's own effect, left to the inference-mode context itself."""
+
+
+def _inference_enter(self):
+    active = _tracers.stack
+    if active and self.mode:
+        active[-1]._on_set_grad_enabled(_no_switch, False)
+    return _original_inference_enter(self)
+
+
+def _inference_exit(self, *exc_info):
+    result = _original_inference_exit(self, *exc_info)
+    active = _tracers.stack
+    if active and self.mode:
+        active[-1]._on_set_grad_enabled(_no_switch, _original_is_grad_enabled())
+    return result
+
+
 # --- TorchScript called from traced code ----------------------------------------------------
 # A scripted function or module runs its ops in TorchScript's interpreter, out of the
 # recorder's sight: what it computes from the inputs would reach the trace as a constant.
@@ -332,6 +363,8 @@ for _name in _MATH_OPS:
     BUILTIN_PATCHES.add(math, _name, _TRACED_MATH[_name])
 BUILTIN_PATCHES.add(torch, "is_grad_enabled", _traced_is_grad_enabled)
 BUILTIN_PATCHES.add(torch, "Size", _traced_size)
+BUILTIN_PATCHES.add(torch.inference_mode, "__enter__", _inference_enter)
+BUILTIN_PATCHES.add(torch.inference_mode, "__exit__", _inference_exit)
 BUILTIN_PATCHES.add(torch.jit.ScriptFunction, "__call__", _script_function_call)
 BUILTIN_PATCHES.add(torch.jit.ScriptModule, "__call__", _script_module_call)
 BUILTIN_PATCHES.hooks.append(library.patch)  # torch.jit.is_tracing & co

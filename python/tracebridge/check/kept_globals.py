@@ -1,0 +1,183 @@
+"""Python state that the traced code writes is left as the user's first call left it.
+
+Note: why. Tracing runs the code once -- the user's first call -- and then runs it again:
+the check (verify.py, dims.py, repeated.py: the code at other sizes, twice for state kept
+between calls), the size-1 specialisations (specialise.py), the other training mode. A
+global the code writes (a call counter, a list it appends to, a cache dict) would end with
+the last of those runs' value, not the one call's the user made. ``capture.preserved``
+puts the model's own state back; this does the same for the globals and closure variables
+the code writes, as far as the code says so:
+
+* names the code rebinds (``global n; n += 1``: ``STORE_GLOBAL``/``DELETE_GLOBAL``, and
+  ``nonlocal`` closure cells: ``STORE_DEREF``) get their value back;
+* lists, dicts, sets, bytearrays, deques and tensors (up to 2**20 elements) that the code
+  reads from a global or a closure cell get their contents back, in place (the same object:
+  other code may hold it);
+* the code is the traced function with its nested functions, the Python functions it
+  reads from its globals (three levels deep, 2,000 functions at most), and for a module
+  the methods of every sub-module's class defined outside torch.
+
+Not restored (documented in docs/divergence.md): attributes of objects (``config.seen +=
+1``, a class attribute), globals written only by functions reached otherwise than by name
+from the code (through an attribute, a method of another object, a library), and the
+contents of other mutable objects (a user class's instance kept in a global).
+"""
+
+from __future__ import annotations
+
+import collections
+import dis
+import functools
+import types
+
+import torch
+
+_CONTAINERS = (list, dict, set, bytearray, collections.deque)
+_DEPTH = 3
+_FUNCTIONS = 2000  # functions read per trace at most: a large library is not walked whole
+_MAX_ELEMENTS = 2**20
+_MISSING = object()
+
+
+def _skipped(fn: types.FunctionType) -> bool:
+    module = getattr(fn, "__module__", None) or ""
+    return module == "torch" or module.startswith(("torch.", "tracebridge."))
+
+
+def _codes(code: types.CodeType):
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _codes(const)
+
+
+class _Slots:
+    """The places a run of the code may write: (globals dict, name) and closure cells."""
+
+    def __init__(self):
+        self.names: dict[tuple[int, str], tuple[dict, str]] = {}
+        self.cells: dict[int, types.CellType] = {}
+        self.seen: set[int] = set()
+
+    def function(self, fn, depth: int = 0) -> None:
+        if isinstance(fn, functools.partial):
+            fn = fn.func
+        fn = getattr(fn, "__func__", fn)  # a bound method, a staticmethod, a classmethod
+        if not isinstance(fn, types.FunctionType) and depth == 0 and callable(fn):
+            fn = type(fn).__call__  # an object called as a function
+        if not isinstance(fn, types.FunctionType) or id(fn) in self.seen or _skipped(fn):
+            return
+        if len(self.seen) >= _FUNCTIONS:
+            return
+        self.seen.add(id(fn))
+        table = fn.__globals__
+        cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+        for code in _codes(fn.__code__):
+            for ins in dis.get_instructions(code):
+                name = ins.argval
+                if ins.opname in ("STORE_GLOBAL", "DELETE_GLOBAL"):
+                    self.names[(id(table), name)] = (table, name)
+                elif ins.opname == "LOAD_GLOBAL" and isinstance(name, str):
+                    value = table.get(name, _MISSING)
+                    if isinstance(value, (*_CONTAINERS, torch.Tensor)):
+                        self.names[(id(table), name)] = (table, name)
+                    elif depth < _DEPTH and isinstance(value, types.FunctionType):
+                        self.function(value, depth + 1)
+                elif ins.opname in ("STORE_DEREF", "LOAD_DEREF") and name in cells:
+                    cell = cells[name]
+                    try:
+                        value = cell.cell_contents
+                    except ValueError:  # not set yet
+                        value = None
+                    if ins.opname == "STORE_DEREF" or isinstance(
+                        value, (*_CONTAINERS, torch.Tensor)
+                    ):
+                        self.cells[id(cell)] = cell
+
+    def module(self, module: torch.nn.Module) -> None:
+        classes = {type(m) for m in module.modules()}
+        for cls in classes:
+            for klass in cls.__mro__:
+                if klass.__module__.startswith(("torch", "tracebridge")) or klass is object:
+                    continue
+                for value in vars(klass).values():
+                    self.function(value)
+
+
+def _copy(value):
+    if isinstance(value, torch.Tensor):
+        if value.numel() > _MAX_ELEMENTS or value.is_meta:
+            return None
+        with torch.no_grad():
+            return value.detach().clone()
+    if isinstance(value, _CONTAINERS):
+        return type(value)(value) if not isinstance(value, dict) else dict(value)
+    return None
+
+
+def _put_back(value, copy) -> None:
+    if copy is None:
+        return
+    if isinstance(value, torch.Tensor):
+        if value.shape == copy.shape and value.dtype == copy.dtype:
+            with torch.no_grad():
+                value.copy_(copy)
+    elif isinstance(value, dict):
+        value.clear()
+        value.update(copy)
+    elif isinstance(value, (set, collections.deque)):
+        value.clear()
+        (value.update if isinstance(value, set) else value.extend)(copy)
+    else:  # list, bytearray
+        value[:] = copy
+
+
+class KeptGlobals:
+    """The values (and contents) of the globals and closure cells that ``code`` (a function
+    or an ``nn.Module``) may write, as they are now; :meth:`restore` puts them back.
+
+    >>> counter = []
+    >>> def f(x):
+    ...     counter.append(1)
+    ...     return x
+    >>> kept = KeptGlobals(f)
+    >>> f(1), f(2), len(counter)
+    (1, 2, 2)
+    >>> kept.restore(); len(counter)
+    0
+    """
+
+    def __init__(self, code):
+        slots = _Slots()
+        if isinstance(code, torch.nn.Module):
+            slots.module(code)
+        else:
+            slots.function(code)
+        self._names = [
+            (table, name, table.get(name, _MISSING), _copy(table.get(name)))
+            for table, name in slots.names.values()
+        ]
+        self._cells = []
+        for cell in slots.cells.values():
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                value = _MISSING
+            self._cells.append((cell, value, _copy(value)))
+
+    def __bool__(self) -> bool:
+        return bool(self._names or self._cells)
+
+    def restore(self) -> None:
+        """Put every kept value back (contents in place, then the bindings)."""
+        for table, name, value, copy in self._names:
+            if value is _MISSING:
+                table.pop(name, None)
+                continue
+            _put_back(value, copy)
+            table[name] = value
+        for cell, value, copy in self._cells:
+            if value is _MISSING:
+                continue
+            _put_back(value, copy)
+            cell.cell_contents = value

@@ -1,0 +1,137 @@
+"""Tracing leaves the Python state the code writes as the user's one call left it
+(check/kept_globals.py): the check, the size-1 specialisations and the other training mode
+run the code again, and must not leave their own writes in globals or closure cells."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+from tracebridge.check.kept_globals import KeptGlobals
+
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
+
+CALLS = 0
+SEEN: list = []
+BY_SIZE: dict = {}
+RECENT: collections.deque = collections.deque(maxlen=5)
+TOTAL = torch.zeros(())
+NOT_WRITTEN = 7
+
+
+def _reset():
+    global CALLS
+    CALLS = 0
+    SEEN.clear()
+    BY_SIZE.clear()
+    RECENT.clear()
+    TOTAL.zero_()
+
+
+def _count(n):
+    """A helper the traced code calls: its global write is found through the call."""
+    global CALLS
+    CALLS += 1
+    return n
+
+
+def scale(x):
+    _count(0)
+    SEEN.append("scale")
+    BY_SIZE[x.dtype] = BY_SIZE.get(x.dtype, 0) + 1
+    RECENT.append("call")
+    if x.shape[0] == 1:  # a size decision: a size-1 specialisation traces again
+        return x * NOT_WRITTEN
+    return x * 2
+
+
+@pytest.mark.parametrize("check_trace", [True, False])
+def test_a_traced_function_leaves_globals_as_one_call_does(check_trace):
+    _reset()
+    traced = tracebridge.trace(scale, torch.ones(3, 4), check_trace=check_trace)
+    assert CALLS == 1
+    assert SEEN == ["scale"] and {torch.float32: 1} == BY_SIZE and list(RECENT) == ["call"]
+    assert torch.equal(traced(torch.ones(1, 4)), torch.full((1, 4), 7.0))
+
+
+class Counting(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.drop = nn.Dropout(0.5)  # another graph in the other mode: recorded too
+
+    def forward(self, x):
+        global CALLS
+        CALLS += 1
+        SEEN.append("forward")
+        return self.drop(x) + 1
+
+
+@pytest.mark.parametrize("respect_mode", [True, False])
+def test_a_traced_module_leaves_globals_as_one_call_does(respect_mode):
+    _reset()
+    tracebridge.trace(Counting().eval(), torch.ones(3, 2), respect_mode=respect_mode)
+    assert CALLS == 1 and SEEN == ["forward"]
+
+
+def test_closure_variables_are_kept_too():
+    calls = 0
+    log = []
+
+    def f(x):
+        nonlocal calls
+        calls += 1
+        log.append("f")
+        return x + 1
+
+    tracebridge.trace(f, torch.ones(2, 3))
+    assert calls == 1 and log == ["f"]
+
+
+def test_a_trace_the_check_refuses_still_puts_globals_back():
+    _reset()
+
+    def baked(x):
+        SEEN.append(1)
+        return x * float(x.shape[1]) * 0.0 + 2.0 * x.shape[1]  # a size baked in
+
+    with pytest.raises(tracebridge.TracingCheckError):
+        tracebridge.trace(baked, torch.ones(2, 3))
+    assert SEEN == [1]
+
+
+def test_tensor_and_container_contents_come_back_in_place():
+    _reset()
+
+    def tally(x):
+        TOTAL.add_(x)
+        SEEN.append(x)
+        return x
+
+    kept = KeptGlobals(tally)
+    seen, total = SEEN, TOTAL
+    tally(2.0)
+    tally(3.0)
+    kept.restore()
+    assert SEEN is seen and SEEN == [] and TOTAL is total and TOTAL.item() == 0.0
+
+
+def test_what_is_not_restored_is_as_documented():
+    """An attribute of an object held in a global is not followed (documented)."""
+
+    class Config:
+        seen = 0
+
+    config = Config()
+
+    def f(x):
+        config.seen += 1
+        return x
+
+    kept = KeptGlobals(f)
+    f(1)
+    kept.restore()
+    assert config.seen == 1

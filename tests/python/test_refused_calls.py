@@ -1,0 +1,147 @@
+"""A call that a guard refuses loses nothing (check/transaction.py): the buffers, parameters
+and inputs its graph wrote before the refusal are as they were, in the traced object and in
+a loaded artifact, with either runtime; graphs that cannot be refused after a write run as
+before, unwrapped."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+from tracebridge.check.transaction import Transaction
+from tracebridge.errors import GuardError
+from tracebridge.runtime import Method
+
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
+
+
+class CountedNorm(nn.Module):
+    """A call counter and BatchNorm statistics written before a branch on the result."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(4)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        y = self.bn(x)
+        if y[0, 0] > 0:
+            return y
+        return -y
+
+
+def _inputs(sign: float) -> torch.Tensor:
+    x = torch.randn(8, 4)
+    x[0, 0] = 5.0 * sign
+    x[1:, 0] = -0.1 * sign
+    return x
+
+
+def _state(module: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in module.state_dict().items()}
+
+
+def _same_state(module: nn.Module, before: dict[str, torch.Tensor]) -> bool:
+    return all(torch.equal(v, before[k]) for k, v in module.state_dict().items())
+
+
+def _served_and_refused(traced, module):
+    before = _state(module)
+    with pytest.raises(GuardError, match="the trace assumed that bool"):
+        traced(_inputs(-1.0))
+    assert _same_state(module, before), "a refused call changed the module's state"
+    # A call the trace serves still writes, as eager does.
+    eager = CountedNorm().train()
+    eager.load_state_dict(module.state_dict())
+    x = _inputs(1.0)
+    torch.testing.assert_close(traced(x), eager(x))
+    for key, value in eager.state_dict().items():
+        torch.testing.assert_close(module.state_dict()[key], value)
+    assert module.state_dict()["calls"].item() == before["calls"].item() + 1
+
+
+def test_a_refused_call_keeps_the_module_state_in_process():
+    model = CountedNorm().train()
+    traced = tracebridge.trace(model, _inputs(1.0), check_trace=False)
+    assert isinstance(traced._methods["forward"], Transaction)
+    _served_and_refused(traced, model)
+
+
+@pytest.mark.parametrize("runtime", ["codegen", "interpreter"])
+def test_a_refused_call_keeps_the_module_state_when_loaded(tmp_path, runtime):
+    traced = tracebridge.trace(CountedNorm().train(), _inputs(1.0), check_trace=False)
+    traced.save(tmp_path / "m.tb")
+    loaded = tracebridge.load(tmp_path / "m.tb", runtime=runtime).train()
+    _served_and_refused(loaded, loaded)
+
+
+def test_a_refused_call_keeps_inputs_the_graph_writes():
+    def bump(x):
+        x.add_(1)
+        if x.sum() > 0:
+            return x * 2
+        return x
+
+    traced = tracebridge.trace(bump, torch.ones(3), check_trace=False)
+    x = torch.full((3,), -5.0)
+    with pytest.raises(GuardError):
+        traced(x)
+    assert torch.equal(x, torch.full((3,), -5.0))
+    y = torch.ones(3)
+    assert torch.equal(traced(y), torch.full((3,), 4.0))
+    assert torch.equal(y, torch.full((3,), 2.0)), "a served call writes its input as eager does"
+
+
+def test_a_refused_call_keeps_a_buffer_written_through_a_view():
+    class Cache(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("cache", torch.zeros(2, 3))
+
+        def forward(self, x):
+            self.cache[0].copy_(x)  # a write through a view of the buffer
+            if x.max() > 1:
+                return x * 2
+            return self.cache.sum(0)
+
+    model = Cache()
+    traced = tracebridge.trace(model, torch.rand(3) + 2, check_trace=False)
+    with pytest.raises(GuardError):
+        traced(torch.zeros(3))
+    assert torch.equal(model.cache, torch.zeros(2, 3))
+
+
+def test_graphs_that_write_nothing_or_cannot_refuse_are_not_wrapped():
+    plain = tracebridge.trace(nn.Linear(3, 2), torch.rand(4, 3))
+    assert type(plain._methods["forward"]) is Method
+
+    class Counted(nn.Linear):
+        def __init__(self):
+            super().__init__(3, 2)
+            self.register_buffer("calls", torch.zeros(()))
+
+        def forward(self, x):
+            self.calls.add_(1)  # a write, but nothing can refuse the call
+            return super().forward(x)
+
+    counted = tracebridge.trace(Counted(), torch.rand(4, 3))
+    assert type(counted._methods["forward"]) is Method
+
+    # BatchNorm in training mode refuses batch size 1 after counting the batch: wrapped.
+    norm = tracebridge.trace(nn.BatchNorm1d(3).train(), torch.rand(4, 3))
+    assert isinstance(norm._methods["forward"], Transaction)
+    before = _state(norm)
+    with pytest.raises(GuardError, match=r"shape\[0\] == 1 is False"):
+        norm(torch.rand(1, 3))
+    assert _same_state(norm, before)
+
+
+def test_a_transaction_passes_settings_to_its_method():
+    traced = tracebridge.trace(CountedNorm().train(), _inputs(1.0), check_trace=False)
+    traced.check_guards = False
+    assert traced._methods["forward"]._method.check_guards is False
+    assert not traced.check_guards
+    assert "def " in traced._methods["forward"].code
