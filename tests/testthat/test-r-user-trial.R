@@ -1,0 +1,119 @@
+# Behaviour an R user of mlverse torch met in the trial of R code
+# (benchmarks/r_trace_trial.R, section "as an R user"): each fix with its test.
+
+test_that("scatter takes a number as its third argument (the value), as mlverse does", {
+  skip_if_no_torch()
+  x <- torch_zeros(3, 4)
+  idx <- torch_tensor(matrix(c(2L, 1L, 4L), 3))
+  want <- matrix(0, 3, 4)
+  want[cbind(1:3, c(2, 1, 4))] <- 1
+  expect_equal(arr(x$scatter(2, idx, 1)), want)
+  expect_equal(arr(torch_scatter(x, 2, idx, 1)), want)
+  expect_equal(arr(x$scatter(2, idx, value = 1)), want)
+  expect_equal(arr(x$scatter(2, idx, torch_ones(3, 1))), want)
+  y <- x$clone()
+  y$scatter_(2, idx, 1)
+  expect_equal(arr(y), want)
+  expect_equal(arr(x), matrix(0, 3, 4)) # scatter() made a new tensor
+})
+
+test_that("scatter with a number traces, saves and runs at another size", {
+  skip_if_no_torch()
+  f <- function(x) {
+    torch_zeros_like(x)$scatter(2, torch_ones(x$size(1), 1, dtype = torch_long()), 1)
+  }
+  tr <- jit_trace(f, torch_ones(3, 2))
+  path <- tempfile(fileext = ".pt")
+  jit_save(tr, path)
+  expect_equal(arr(jit_load(path)(torch_ones(5, 2))), arr(f(torch_ones(5, 2))))
+})
+
+test_that("a list of single numbers is a vector, as c() of them is", {
+  skip_if_no_torch()
+  expect_equal(dim(torch_tensor(list(3L, 2L))), 2L)
+  expect_equal(torch_tensor(list(3L, 2L))$dtype, torch_long())
+  expect_equal(torch_tensor(list(3L, 2))$dtype, torch_float())
+  expect_equal(arr(torch_tensor(list(1, TRUE))), c(1, 1))
+  # Other lists are stacked along a new first dimension.
+  expect_equal(arr(torch_tensor(list(c(1, 2), c(3, 4)))), rbind(c(1, 2), c(3, 4)))
+  expect_equal(arr(torch_tensor(list(list(1, 2), list(3, 4)))), rbind(c(1, 2), c(3, 4)))
+  l <- torch_tensor(list(torch_ones(2), torch_zeros(2)), dtype = torch_long())
+  expect_equal(l$dtype, torch_long())
+  expect_equal(dim(l), c(2L, 2L))
+  expect_error(torch_tensor(list()), "empty list")
+})
+
+test_that("torch_tensor(list(n, 2L)) of a traced size is the tensor it is untraced", {
+  skip_if_no_torch()
+  f <- function(x) x$sum() * torch_tensor(list(x$size(1), 2L))
+  tr <- jit_trace(f, torch_ones(3, 2))
+  expect_equal(arr(tr(torch_ones(5, 2))), arr(f(torch_ones(5, 2))))
+  expect_equal(arr(tr(torch_ones(5, 2))), c(50, 20))
+})
+
+test_that("matrix(data, nrow) inside a trace works out ncol from the data, as untraced", {
+  skip_if_no_torch()
+  f <- function(x) {
+    y <- x$clone()
+    y[2:3, 2:3] <- matrix(c(1, 2, 3, 4), 2)
+    y + torch_tensor(matrix(1:9, ncol = 3))
+  }
+  tr <- suppressWarnings(jit_trace(f, torch_zeros(3, 3)))
+  want <- matrix(1:9, 3) + rbind(0, cbind(0, matrix(c(1, 2, 3, 4), 2)))
+  expect_equal(arr(f(torch_zeros(3, 3))), want)
+  expect_equal(arr(tr(torch_zeros(3, 3))), want)
+  # A traced size as nrow is read (with a guard), as seq_len() reads it.
+  g <- function(x) x + torch_tensor(matrix(0.5, x$size(1), byrow = TRUE))
+  tg <- suppressWarnings(jit_trace(g, torch_zeros(3, 1)))
+  expect_equal(arr(tg(torch_zeros(3, 1))), matrix(0.5, 3, 1))
+})
+
+test_that("x[i] with a matrix of positions has the shape of i, as in torch", {
+  skip_if_no_torch()
+  x <- torch_tensor(c(10, 20, 30, 40, 50, 60))
+  i <- torch_tensor(matrix(c(1L, 2L, 6L, 4L), 2))
+  expect_equal(arr(x[i]), matrix(c(10, 20, 60, 40), 2))
+  # On one dimension of several: that dimension becomes the index's two.
+  m <- torch_tensor(matrix(1:12, 3))
+  j <- torch_tensor(matrix(c(1L, 3L, 2L, 3L), 2))
+  expect_equal(dim(m[j, ]), c(2L, 2L, 4L))
+  expect_equal(arr(m[j, 2]), matrix(c(4L, 6L, 5L, 6L), 2))
+  expect_equal(arr(m[2, j]), matrix(c(2L, 8L, 5L, 8L), 2))
+  expect_equal(dim(m[j, 2:3]), c(2L, 2L, 2L))
+  # Traced, and called with other positions and sizes.
+  f <- function(x, i) x[i]
+  tr <- jit_trace(f, x, i)
+  y <- torch_tensor(c(1, 2, 3, 4, 5, 6, 7, 8))
+  k <- torch_tensor(matrix(c(8L, 1L, 3L, 3L, 2L, 2L), 3))
+  expect_equal(arr(tr(y, k)), matrix(c(8, 1, 3, 3, 2, 2), 3))
+  expect_error(x[torch_tensor(matrix(c(1L, 7L), 1))], "out of|range|bounds")
+})
+
+test_that("nnf_max_pool*d(return_indices = TRUE) gives values and 1-based positions", {
+  skip_if_no_torch()
+  x <- torch_tensor(array(c(1, 5, 2, 3, 9, 4, 8, 7, 6, 0, 1, 2, 3, 4, 5, 6), c(1, 1, 4, 4)))
+  r <- nnf_max_pool2d(x, 2, return_indices = TRUE)
+  expect_length(r, 2)
+  # Positions within each 4 x 4 plane, 1-based, counted along rows as torch counts.
+  flat <- as.numeric(aperm(as_array(x)[1, 1, , ], c(2, 1)))
+  expect_equal(as.numeric(as_array(r[[1]])), flat[as.numeric(as_array(r[[2]]))])
+  expect_equal(arr(nnf_max_pool2d(x, 2)), arr(r[[1]]))
+  r1 <- nnf_max_pool1d(torch_tensor(array(c(3, 1, 2, 5), c(1, 1, 4))), 2, return_indices = TRUE)
+  expect_equal(as.integer(as_array(r1[[2]])), c(1L, 4L))
+  tr <- jit_trace(function(x) nnf_max_pool2d(x, 2, return_indices = TRUE)[[2]], x)
+  y <- torch_randn(2, 1, 6, 6)
+  expect_equal(arr(tr(y)), arr(nnf_max_pool2d(y, 2, return_indices = TRUE)[[2]]))
+})
+
+test_that("integer and logical NA: refused for int64 and bool, NaN in a float tensor", {
+  skip_if_no_torch()
+  expect_error(torch_tensor(c(1L, NA)), "NA at position 2.*int64.*torch_float")
+  expect_error(torch_tensor(c(TRUE, NA, NA)), "NA at position 2, 3.*bool")
+  expect_error(torch_tensor(NA), "NA at position 1")
+  expect_true(is.nan(as_array(torch_tensor(c(1L, NA), dtype = torch_float()))[[2]]))
+  m <- torch_tensor(matrix(c(1L, NA, 3L, 4L), 2), dtype = torch_double())
+  expect_equal(dim(m), c(2L, 2L))
+  expect_true(is.na(as_array(m)[2, 1]))
+  # Doubles hold NA as NaN, as before.
+  expect_true(is.na(as_array(torch_tensor(c(1, NA)))[[2]]))
+})
