@@ -1185,3 +1185,563 @@ custom("u: torch_device(\"cpu\") and x$device$type", function() {
 custom("u: x$is_cuda is FALSE on CPU", function() {
   list(torch_ones(1)$is_cuda, FALSE)
 })
+
+# ---- traced calls as an R user makes them ---------------------------------------------------
+case("u: the identity function (an input returned as it is)", function(x) x, list(T(3)), list(T(5)))
+case("u: the same tensor returned twice", function(x) {
+  y <- x * 2
+  list(y, y)
+}, list(T(3)), list(T(5)))
+case("u: an input returned next to a result", function(x) list(x, x + 1), list(T(3)), list(T(5)))
+case("u: a one-element list output", function(x) list(x * 2), list(T(3)), list(T(5)))
+case("u: an int64 output", function(x) x$argmax(dim = 2), list(T(3, 4)), list(T(5, 4)))
+case("u: a bool output", function(x) x > 0, list(T(3, 4)), list(T(5, 4)))
+case("u: a 0-d output of a sum", function(x) x$sum(), list(T(3, 4)), list(T(5, 4)))
+case("u: an in-place op on the input (x$add_(1))", function(x) x$add_(1), list(T(3)), list(T(5)))
+case("u: in-place relu_ on an intermediate", function(x) (x * 2)$relu_(), list(T(3)), list(T(5)))
+case("u: nnf_relu(inplace = TRUE) on an intermediate", function(x) nnf_relu(x * 1, inplace = TRUE),
+     list(T(3)), list(T(5)))
+case("u: a module whose forward has two outputs, one unused later", mod(function() {
+  self$fc <- nn_linear(3, 2)
+}, function(x) {
+  h <- self$fc(x)
+  list(h, torch_sigmoid(h))[[2]]
+}), list(T(2, 3)), list(T(5, 3)))
+case("u: jit_trace of a built-in nn_linear", module(function() nn_linear(3, 2)), list(T(2, 3)),
+     list(T(6, 3)))
+case("u: jit_trace of nn_sequential with a custom module inside", module(function() {
+  Scale <- nn_module(initialize = function(s) self$s <- s, forward = function(x) x * self$s)
+  m <- nn_sequential(nn_linear(3, 3), Scale(2), nn_relu())
+  m
+}), list(T(2, 3)), list(T(5, 3)))
+case("u: jit_trace of nn_conv2d directly", module(function() nn_conv2d(1, 2, 3)),
+     list(T(1, 1, 5, 5)), list(T(3, 1, 6, 7)), tol = 1e-4)
+case("u: jit_trace of nn_lstm directly returns the list", module(function() nn_lstm(3, 4)),
+     list(T(5, 2, 3)), list(T(6, 3, 3)), tol = 1e-4)
+case("u: forward(x, y = NULL) with y NULL", mod(function() self$fc <- nn_linear(2, 2),
+  function(x, y = NULL) if (is.null(y)) self$fc(x) else self$fc(x) + y),
+  list(T(3, 2)), list(T(5, 2)))
+case("u: forward(...) passing extra inputs on", mod(function() self$fc <- nn_linear(2, 2),
+  function(...) {
+    xs <- list(...)
+    self$fc(xs[[1]]) + xs[[2]]
+  }), list(T(3, 2), T(3, 2)), list(T(5, 2), T(5, 2)))
+custom("u: a traced module called with a named argument", function() {
+  Net <- nn_module(initialize = function() self$fc <- nn_linear(2, 2),
+                   forward = function(input) self$fc(input))
+  m <- Net()
+  tm <- jit_trace(m, torch_ones(3, 2))
+  x <- torch_randn(4, 2)
+  list(tm(input = x), m(input = x))
+})
+custom("u: a traced function called with a named argument", function() {
+  f <- function(a, b) a - b
+  tr <- jit_trace(f, torch_ones(2), torch_zeros(2))
+  x <- torch_randn(3)
+  y <- torch_randn(3)
+  list(tr(b = y, a = x), f(x, y))
+})
+custom("u: a traced function with no inputs is refused clearly", function() {
+  f <- function() torch_ones(2) * 3
+  tr <- jit_trace(f)
+  list(tr(), f())
+}, error = "at least one example input")
+custom("u: random numbers inside a trace follow the seed", function() {
+  f <- function(x) x + torch_randn(x$size(1))
+  tr <- jit_trace(f, torch_zeros(3))
+  torch_manual_seed(5)
+  a <- tr(torch_zeros(4))
+  torch_manual_seed(5)
+  b <- f(torch_zeros(4))
+  list(a, b)
+})
+custom("u: dropout in train mode inside a traced module follows the seed", function() {
+  m <- nn_sequential(nn_linear(4, 4), nn_dropout(0.5))
+  tm <- jit_trace(m, torch_ones(2, 4))
+  m$train()
+  tm$train()
+  x <- torch_randn(3, 4)
+  torch_manual_seed(8)
+  a <- tm(x)
+  torch_manual_seed(8)
+  b <- m(x)
+  list(a, b)
+})
+custom("u: $train() then $eval() on a loaded module switches dropout", function() {
+  m <- nn_sequential(nn_linear(4, 4), nn_dropout(0.9))
+  tm <- jit_trace(m, torch_ones(2, 4))
+  path <- tempfile(fileext = ".pt")
+  jit_save(tm, path)
+  ld <- jit_load(path)
+  ld$eval()
+  m$eval()
+  x <- torch_randn(3, 4)
+  list(ld(x), m(x))
+})
+custom("u: a traced submodule inside an R nn_module trains", function() {
+  torch_manual_seed(3)
+  inner <- nn_linear(3, 3)
+  tinner <- jit_trace(inner, torch_ones(2, 3))
+  Outer <- nn_module(initialize = function(core) {
+    self$core <- core
+    self$head <- nn_linear(3, 1)
+  }, forward = function(x) self$head(torch_relu(self$core(x))))
+  m <- Outer(tinner)
+  opt <- optim_sgd(m$parameters, lr = 0.1)
+  before <- as_array(inner$weight)
+  nnf_mse_loss(m(torch_randn(4, 3)), torch_ones(4, 1))$backward()
+  opt$step()
+  list(any(as_array(inner$weight) != before), TRUE)
+})
+custom("u: jit_trace_module with forward and another method", function() {
+  Net <- nn_module(initialize = function() self$fc <- nn_linear(2, 2),
+                   forward = function(x) self$fc(x),
+                   embed = function(x) torch_tanh(self$fc(x)))
+  m <- Net()
+  tm <- jit_trace_module(m, forward = list(torch_ones(3, 2)), embed = list(torch_ones(3, 2)))
+  x <- torch_randn(5, 2)
+  list(list(tm(x), tm$embed(x)), list(m(x), m$embed(x)))
+})
+custom("u: tm$graph and tm$code are text", function() {
+  tm <- jit_trace(nn_linear(2, 2), torch_ones(1, 2))
+  list(c(is.character(tm$graph), nzchar(paste(tm$graph, collapse = "")),
+         is.character(tm$code)), c(TRUE, TRUE, TRUE))
+})
+custom("u: a loaded module's parameters have the original names", function() {
+  m <- nn_sequential(nn_linear(2, 3), nn_relu(), nn_linear(3, 1))
+  tm <- jit_trace(m, torch_ones(1, 2))
+  path <- tempfile(fileext = ".pt")
+  jit_save(tm, path)
+  list(sort(names(jit_load(path)$parameters)), sort(names(m$parameters)))
+})
+custom("u: a loaded function called with too few inputs is a clear error", function() {
+  tr <- jit_trace(function(a, b) a + b, torch_ones(2), torch_ones(2))
+  path <- tempfile(fileext = ".pt")
+  jit_save(tr, path)
+  list(jit_load(path)(torch_ones(2)), NULL)
+}, error = "input|argument|expected")
+custom("u: jit_load of a missing file is a clear error", function() {
+  list(jit_load(tempfile(fileext = ".pt")), NULL)
+}, error = "no file|not exist|No such")
+custom("u: jit_load of a non-artifact file is a clear error", function() {
+  path <- tempfile(fileext = ".pt")
+  writeLines("hello", path)
+  list(jit_load(path), NULL)
+}, error = "not|artifact|zip|archive")
+
+# ---- more indexing ----------------------------------------------------------------------------
+case("u: x[-1] on a matrix is the last row (mlverse)", function(x) x[-1], list(T(3, 2)), list(T(5, 2)))
+case("u: x[1:2, -1] last column of two rows", function(x) x[1:2, -1], list(T(3, 2)), list(T(5, 4)))
+case("u: x[1:N:2] every second", function(x) x[1:N:2], list(T(5)), list(T(8)))
+case("u: x[.., newaxis]", function(x) x[.., newaxis], list(T(3, 2)), list(T(5, 2)))
+case("u: x[NULL, ] adds a first dim", function(x) x[NULL, ], list(T(3)), list(T(5)))
+case("u: x[[1]] on a matrix is refused clearly", function(x) x[[1]], list(T(3, 2)),
+     error = "index other tensors with x\\[i, j\\]")
+case("u: x[1, ][2] chained", function(x) x[1, ][2], list(T(3, 2)), list(T(5, 2)))
+# Recycling needs the size as an R number: a guard.
+case("u: x[c(TRUE, FALSE)] recycled along a dim (guard)", function(x) x[c(TRUE, FALSE)],
+     list(T(4)), list(T(6)), guard = TRUE)
+case("u: y[c(1, 3), c(1, 2)] <- 0 (outer product)", function(x) {
+  y <- x$clone()
+  y[c(1, 3), c(1, 2)] <- 0
+  y
+}, list(T(3, 3)), list(T(5, 4)))
+case("u: y[i, ] <- 0 with a long tensor i", function(x, i) {
+  y <- x$clone()
+  y[i, ] <- 0
+  y
+}, list(T(4, 2), ix(1L, 4L)), list(T(6, 2), ix(2L, 6L, 3L)))
+case("u: y[m2d] <- values (a 2-d mask)", function(x) {
+  y <- x$clone()
+  y[y > 0] <- torch_zeros_like(y)[y > 0] - 1
+  y
+}, list(T(3, 4)), list(T(5, 4)))
+case("u: y[1, ] <- torch_tensor broadcast", function(x) {
+  y <- x$clone()
+  y[1, ] <- torch_tensor(c(7))
+  y
+}, list(T(3, 4)), list(T(5, 4)))
+case("u: y[, 1] <- y[, 1] * 2 in a loop over columns", function(x) {
+  y <- x$clone()
+  for (j in 1:2) y[, j] <- y[, j] * j
+  y
+}, list(T(3, 2)), list(T(5, 2)))
+case("u: y[2, 2:3] <- c(8, 9)", function(x) {
+  y <- x$clone()
+  y[2, 2:3] <- c(8, 9)
+  y
+}, list(T(3, 3)), list(T(5, 3)))
+case("u: y[-1, -1] <- 0 (last row, last column)", function(x) {
+  y <- x$clone()
+  y[-1, -1] <- 0
+  y
+}, list(T(3, 3)), list(T(5, 4)))
+case("u: y[.., 1:2] <- 0 on 3-d", function(x) {
+  y <- x$clone()
+  y[.., 1:2] <- 0
+  y
+}, list(T(2, 3, 4)), list(T(5, 3, 4)))
+case("u: y[y$isnan()] <- 0 via a method mask", function(x) {
+  y <- x$clone()
+  y[y$isnan()] <- 0
+  y
+}, list(torch_tensor(c(NaN, 1))), list(torch_tensor(c(2, NaN, NaN))))
+case("u: x$index_select(1, ix)$flip(1)", function(x) x$index_select(1, ix(3L, 1L))$flip(1),
+     list(T(3, 2)), list(T(5, 2)))
+
+# ---- types and R numbers --------------------------------------------------------------------
+case("u: float tensor + 1L stays float", function(x) x + 1L, list(T(3)), list(T(5)))
+case("u: int tensor + 0.5 becomes float", function(x) x + 0.5, list(torch_tensor(1:3)),
+     list(torch_tensor(1:5)))
+case("u: int tensor / 2 is float (R's /)", function(x) x / 2, list(torch_tensor(1:3)),
+     list(torch_tensor(1:5)))
+case("u: x^2L and 2^x", function(x) list(x^2L, 2^x), list(T(3)), list(T(5)))
+case("u: int64 compared with a float", function(x) x > 1.5, list(torch_tensor(1:3)),
+     list(torch_tensor(1:5)))
+case("u: bool tensor summed per row", function(x) (x > 0)$sum(dim = 2), list(T(3, 4)), list(T(5, 4)))
+case("u: bool * float", function(x) (x > 0) * x, list(T(3, 4)), list(T(5, 4)))
+case("u: -x on an int tensor", function(x) -x, list(torch_tensor(1:3)), list(torch_tensor(1:5)))
+case("u: x$abs()$sqrt() on int64 gives float", function(x) x$abs()$sqrt(), list(torch_tensor(c(-4L, 9L))),
+     list(torch_tensor(c(1L, 16L, 25L))))
+case("u: torch_mean of an int tensor after $to(float)", function(x) x$to(dtype = torch_float())$mean(),
+     list(torch_tensor(1:3)), list(torch_tensor(1:6)))
+custom("u: torch_mean of an int64 tensor is a clear error", function() {
+  list(torch_mean(torch_tensor(1:3)), NULL)
+}, error = "Long|int64|floating|dtype")
+custom("u: torch_tensor(3.7, dtype = torch_long()) truncates toward 0", function() {
+  list(as.integer(torch_tensor(c(3.7, -3.7), dtype = torch_long())), c(3L, -3L))
+})
+custom("u: an int64 beyond R's integer range comes back as a double", function() {
+  x <- torch_tensor(2147483647L) + 1L
+  v <- as_array(x)
+  list(list(v == 2147483648, is.na(v)), list(TRUE, FALSE))
+})
+custom("u: as.integer of an int64 beyond R's range is NA with a warning, not wrapped", function() {
+  x <- torch_tensor(c(1L, 2147483647L)) * 2L
+  v <- suppressWarnings(as.integer(x))
+  list(v[[1]] == 2L && (is.na(v[[2]]) || v[[2]] == 4294967294), TRUE)
+})
+custom("u: sum of a big int64 tensor is exact", function() {
+  x <- torch_tensor(rep(2000000000L, 3))
+  list(as.numeric(x$sum()), 6e9)
+})
+custom("u: float64 keeps 1e-300 and 1e300", function() {
+  v <- c(1e-300, 1e300)
+  list(as_array(torch_tensor(v, dtype = torch_double())), v)
+}, tol = 1e-12)
+custom("u: torch_tensor(2^31) as float32 is exact", function() {
+  list(as_array(torch_tensor(2^31)), 2^31)
+})
+custom("u: x$item() of an int64 0-d is integral", function() {
+  list(torch_tensor(5L)$sum()$item(), 5)
+})
+custom("u: torch_tensor(TRUE) + torch_tensor(TRUE) (bool add)", function() {
+  list(as.integer(torch_tensor(c(TRUE, FALSE))$to(dtype = torch_long()) + torch_tensor(c(TRUE, TRUE))),
+       c(2L, 1L))
+})
+
+# ---- autograd in R code ---------------------------------------------------------------------
+custom("u: manual SGD with w$sub_() under with_no_grad()", function() {
+  w <- torch_tensor(c(1, 1), requires_grad = TRUE)
+  x <- torch_tensor(matrix(c(1, 2, 3, 4), 2))
+  for (i in 1:2) {
+    loss <- (torch_mv(x, w) - 1)$pow(2)$sum()
+    loss$backward()
+    with_no_grad({
+      w$sub_(0.01 * w$grad)
+      w$grad$zero_()
+    })
+  }
+  # The same two steps in base R: grad = 2 X^T (X w - 1).
+  wr <- c(1, 1)
+  xr <- matrix(c(1, 2, 3, 4), 2)
+  for (i in 1:2) wr <- wr - 0.01 * as.numeric(2 * t(xr) %*% (xr %*% wr - 1))
+  list(as.numeric(w), wr)
+}, tol = 1e-5)
+custom("u: a traced loss function and its gradient", function() {
+  loss_fn <- function(pred, y) ((pred - y)^2)$mean()
+  tr <- jit_trace(loss_fn, torch_ones(3), torch_zeros(3))
+  p <- torch_tensor(c(1, 2, 3, 4), requires_grad = TRUE)
+  tr(p, torch_zeros(4))$backward()
+  list(as.numeric(p$grad), 2 * c(1, 2, 3, 4) / 4)
+})
+custom("u: the output of a traced module requires grad, in no_grad it does not", function() {
+  tm <- jit_trace(nn_linear(2, 2), torch_ones(1, 2))
+  a <- tm(torch_ones(1, 2))$requires_grad
+  b <- with_no_grad(tm(torch_ones(1, 2)))$requires_grad
+  list(c(a, b), c(TRUE, FALSE))
+})
+custom("u: gradient of an indexed assignment", function() {
+  x <- torch_tensor(c(1, 2, 3), requires_grad = TRUE)
+  y <- x * 1
+  y[2] <- 0
+  y$sum()$backward()
+  list(as.numeric(x$grad), c(1, 0, 1))
+})
+custom("u: w$data filled in place", function() {
+  m <- nn_linear(2, 1, bias = FALSE)
+  m$weight$data$fill_(2)
+  list(as.numeric(m$weight), c(2, 2))
+})
+custom("u: grad of torch_where picks branches", function() {
+  x <- torch_tensor(c(-1, 2), requires_grad = TRUE)
+  torch_where(x > 0, x^2, -x)$sum()$backward()
+  list(as.numeric(x$grad), c(-1, 4))
+})
+custom("u: autograd_function (custom forward/backward)", function() {
+  Sq <- autograd_function(
+    forward = function(ctx, x) {
+      ctx$save_for_backward(x = x)
+      x^2
+    },
+    backward = function(ctx, grad_output) {
+      list(x = 2 * ctx$saved_variables$x * grad_output)
+    })
+  x <- torch_tensor(c(1, 3), requires_grad = TRUE)
+  Sq(x)$sum()$backward()
+  list(as.numeric(x$grad), c(2, 6))
+})
+
+# ---- data, more ------------------------------------------------------------------------------
+custom("u: dataloader with a custom collate_fn", function() {
+  dl <- dataloader(toy_ds(4), batch_size = 2, collate_fn = function(items) {
+    torch_stack(lapply(items, function(it) it$x))$sum()
+  })
+  got <- numeric()
+  for (b in enumerate(dl)) got <- c(got, as.numeric(b))
+  list(got, c(1 + 2 + 3 + 4, 5 + 6 + 7 + 8))
+})
+custom("u: a dataset whose .getitem returns one tensor", function() {
+  ds <- dataset(initialize = function() NULL, .getitem = function(i) torch_tensor(c(i, -i) * 1.0),
+                .length = function() 3)()
+  b <- dataloader_next(dataloader_make_iter(dataloader(ds, batch_size = 3)))
+  list(as_array(b), cbind(c(1, 2, 3), c(-1, -2, -3)))
+})
+custom("u: a dataset with .getbatch", function() {
+  ds <- dataset(initialize = function() self$x <- torch_arange(1, 10),
+                .getbatch = function(i) self$x[i],
+                .length = function() 10)()
+  b <- dataloader_next(dataloader_make_iter(dataloader(ds, batch_size = 4)))
+  list(as.numeric(b), c(1, 2, 3, 4))
+})
+custom("u: dataset of R data (numbers), batched into tensors", function() {
+  ds <- dataset(initialize = function() self$v <- c(5, 6, 7),
+                .getitem = function(i) list(x = self$v[i]), .length = function() 3)()
+  b <- dataloader_next(dataloader_make_iter(dataloader(ds, batch_size = 3)))
+  list(as.numeric(b$x), c(5, 6, 7))
+})
+custom("u: length(dl) with batch_size 3 over 7 items", function() {
+  list(length(dataloader(toy_ds(7), batch_size = 3)), 3L)
+})
+custom("u: ds[i] with a vector i via .getbatch-less dataset is a list per item?", function() {
+  ds <- toy_ds(4)
+  list(as.numeric(ds[3]$x), c(5, 6))
+})
+custom("u: two passes over the same dataloader", function() {
+  dl <- dataloader(toy_ds(4), batch_size = 2)
+  count <- function() {
+    n <- 0L
+    for (b in enumerate(dl)) n <- n + 1L
+    n
+  }
+  list(c(count(), count()), c(2L, 2L))
+})
+
+# ---- nn_module features of mlverse ----------------------------------------------------------
+case("u: nn_module(inherit = Parent) with super$forward()", module(function() {
+  Base <- nn_module(initialize = function() self$fc <- nn_linear(2, 2),
+                    forward = function(x) self$fc(x))
+  Child <- nn_module(inherit = Base,
+                     initialize = function() {
+                       super$initialize()
+                       self$scale <- 3
+                     },
+                     forward = function(x) super$forward(x) * self$scale)
+  Child()
+}), list(T(3, 2)), list(T(5, 2)))
+case("u: nn_module with private fields", module(function() {
+  Net <- nn_module(initialize = function() {
+    self$fc <- nn_linear(2, 2)
+    private$k <- 2
+  }, forward = function(x) self$fc(x) * private$k, private = list(k = NULL))
+  Net()
+}), list(T(3, 2)), list(T(5, 2)))
+case("u: nn_module with an active binding", module(function() {
+  Net <- nn_module(initialize = function() self$fc <- nn_linear(2, 2),
+                   forward = function(x) self$fc(x) * self$twice,
+                   active = list(twice = function() 2))
+  Net()
+}), list(T(3, 2)), list(T(5, 2)))
+case("u: nn_module initialize with arguments and match.arg", module(function() {
+  Net <- nn_module(initialize = function(d_in, d_out, act = c("relu", "tanh")) {
+    self$fc <- nn_linear(d_in, d_out)
+    self$act <- match.arg(act)
+  }, forward = function(x) {
+    h <- self$fc(x)
+    if (self$act == "relu") torch_relu(h) else torch_tanh(h)
+  })
+  Net(3, 2, act = "tanh")
+}), list(T(4, 3)), list(T(6, 3)))
+case("u: register_buffer / register_parameter in initialize", module(function() {
+  Net <- nn_module(initialize = function() {
+    self$register_buffer("offset", torch_tensor(c(1, 2)))
+    self$register_parameter("gain", nn_parameter(torch_ones(2) * 2))
+  }, forward = function(x) x * self$gain + self$offset)
+  Net()
+}), list(T(3, 2)), list(T(5, 2)))
+case("u: add_module in initialize", module(function() {
+  Net <- nn_module(initialize = function() {
+    for (i in 1:2) self$add_module(paste0("fc", i), nn_linear(2, 2))
+  }, forward = function(x) self$fc2(self$fc1(x)))
+  Net()
+}), list(T(3, 2)), list(T(5, 2)))
+case("u: nn_init_xavier_uniform_ in initialize", module(function() {
+  Net <- nn_module(initialize = function() {
+    self$fc <- nn_linear(3, 3)
+    nn_init_xavier_uniform_(self$fc$weight)
+    nn_init_zeros_(self$fc$bias)
+  }, forward = function(x) self$fc(x))
+  Net()
+}), list(T(2, 3)), list(T(5, 3)))
+custom("u: m$named_parameters() / m$buffers / m$named_buffers()", function() {
+  m <- nn_batch_norm1d(2)
+  list(list(names(m$named_parameters()), sort(names(m$buffers))),
+       list(c("weight", "bias"), sort(c("running_mean", "running_var", "num_batches_tracked"))))
+})
+custom("u: m$parameters$fc.weight by name", function() {
+  Net <- nn_module(initialize = function() self$fc <- nn_linear(2, 3), forward = function(x) x)
+  m <- Net()
+  list(dim(m$parameters$fc.weight), c(3L, 2L))
+})
+custom("u: m$train(FALSE) is eval", function() {
+  m <- nn_dropout(0.5)
+  m$train(FALSE)
+  list(m$training, FALSE)
+})
+custom("u: m$cpu() and m$to(device = \"cpu\") return the module", function() {
+  m <- nn_linear(2, 2)
+  a <- m$cpu()
+  b <- m$to(device = "cpu")
+  x <- torch_ones(1, 2)
+  list(list(a(x), b(x)), list(m(x), m(x)))
+})
+custom("u: print() of a custom nn_module lists its children", function() {
+  Net <- nn_module("MyNet", initialize = function() {
+    self$fc1 <- nn_linear(2, 3)
+    self$fc2 <- nn_linear(3, 1)
+  }, forward = function(x) self$fc2(self$fc1(x)))
+  out <- paste(capture.output(print(Net())), collapse = "\n")
+  list(c(grepl("fc1", out), grepl("fc2", out), grepl("13", out)), c(TRUE, TRUE, TRUE))
+})
+custom("u: parameter groups with their own lr", function() {
+  Net <- nn_module(initialize = function() {
+    self$a <- nn_linear(2, 2)
+    self$b <- nn_linear(2, 2)
+  }, forward = function(x) self$b(self$a(x)))
+  m <- Net()
+  opt <- optim_sgd(list(list(params = m$a$parameters, lr = 0.1),
+                        list(params = m$b$parameters, lr = 0.01)), lr = 1)
+  list(c(opt$param_groups[[1]]$lr, opt$param_groups[[2]]$lr), c(0.1, 0.01))
+})
+custom("u: lr_reduce_on_plateau lowers lr on a flat metric", function() {
+  m <- nn_linear(2, 1)
+  opt <- optim_sgd(m$parameters, lr = 1)
+  sched <- lr_reduce_on_plateau(opt, patience = 1, factor = 0.5)
+  for (i in 1:4) sched$step(1)
+  list(opt$param_groups[[1]]$lr < 1, TRUE)
+})
+custom("u: lr_one_cycle over 10 steps starts low and ends low", function() {
+  m <- nn_linear(2, 1)
+  opt <- optim_sgd(m$parameters, lr = 0.1)
+  sched <- lr_one_cycle(opt, max_lr = 1, total_steps = 10)
+  lrs <- numeric()
+  for (i in 1:9) {
+    opt$step()
+    sched$step()
+    lrs <- c(lrs, opt$param_groups[[1]]$lr)
+  }
+  list(c(max(lrs) > lrs[[1]], lrs[[9]] < max(lrs)), c(TRUE, TRUE))
+})
+custom("u: optim_lbfgs with a closure", function() {
+  torch_manual_seed(1)
+  x <- torch_randn(20, 2)
+  y <- torch_matmul(x, torch_tensor(c(2, -1)))$unsqueeze(2)
+  m <- nn_linear(2, 1)
+  opt <- optim_lbfgs(m$parameters, lr = 1)
+  calc <- function() {
+    opt$zero_grad()
+    loss <- nnf_mse_loss(m(x), y)
+    loss$backward()
+    loss
+  }
+  for (i in 1:5) opt$step(calc)
+  list(as.numeric(nnf_mse_loss(m(x), y)) < 1e-3, TRUE)
+})
+custom("u: nn_utils_clip_grad_value_", function() {
+  m <- nn_linear(2, 1, bias = FALSE)
+  (m(torch_ones(1, 2)) * 100)$sum()$backward()
+  nn_utils_clip_grad_value_(m$parameters, 0.5)
+  list(as.numeric(m$weight$grad), c(0.5, 0.5))
+})
+
+# ---- R control flow in traced code ------------------------------------------------------------
+case("u: tryCatch inside the traced function", function(x) {
+  tryCatch(x * 2, error = function(e) x)
+}, list(T(3)), list(T(5)))
+case("u: local() and <<- inside the traced function", function(x) {
+  acc <- x * 0
+  local({
+    acc <<- acc + x
+  })
+  acc
+}, list(T(3)), list(T(5)))
+case("u: repeat with break on a counter", function(x) {
+  i <- 0
+  repeat {
+    x <- x * 2
+    i <- i + 1
+    if (i >= 2) break
+  }
+  x
+}, list(T(3)), list(T(5)))
+case("u: on.exit in the traced function", function(x) {
+  on.exit(NULL)
+  x + 1
+}, list(T(3)), list(T(5)))
+case("u: stopifnot(dim(x)[2] == 2)", function(x) {
+  stopifnot(dim(x)[2] == 2)
+  x * 2
+}, list(T(3, 2)), list(T(5, 2)))
+case("u: which(dim(x) == 2) picks a dim (guard)", function(x) x$sum(dim = which(dim(x) == 2)),
+     list(T(3, 2)), list(T(5, 2)), guard = TRUE)
+case("u: rev(seq_len(x$dim())) permutation", function(x) x$permute(rev(seq_len(x$dim()))),
+     list(T(3, 2)), list(T(5, 2)))
+case("u: seq(2, n) positions (guard)", function(x) x[seq(2, x$size(1))], list(T(3)), list(T(5)),
+     guard = TRUE)
+case("u: Reduce with accumulate over layers", function(x) {
+  fs <- list(function(t) t + 1, function(t) t * 2, torch_relu)
+  Reduce(function(acc, f) f(acc), fs, x)
+}, list(T(3)), list(T(5)))
+case("u: a closure factory (function returning a function)", function(x) {
+  make_scale <- function(k) function(t) t * k
+  make_scale(3)(x)
+}, list(T(3)), list(T(5)))
+case("u: do.call with a named argument list", function(x) {
+  do.call(nnf_softmax, list(input = x, dim = 2))
+}, list(T(3, 4)), list(T(5, 4)))
+case("u: purrr-like Map over columns", function(x) {
+  cols <- lapply(seq_len(ncol(x)), function(j) x[, j] * j)
+  torch_stack(cols, dim = 2)
+}, list(T(3, 2)), list(T(5, 2)))
+case("u: switch on x$dim() (guard-free: rank is fixed)", function(x) {
+  switch(as.character(x$dim()), "2" = x$t(), "1" = x)
+}, list(T(3, 2)), list(T(5, 2)))
+case("u: if (x$requires_grad)", function(x) if (x$requires_grad) x * 2 else x * 3,
+     list(T(3)), list(T(5)))
+case("u: torch_cat(list(x, y), 1) positional dim", function(x, y) torch_cat(list(x, y), 1),
+     list(T(2, 3), T(1, 3)), list(T(4, 3), T(2, 3)))
+case("u: torch_split with a vector of sizes (guard)", function(x) torch_split(x, c(1, x$size(1) - 1))[[2]],
+     list(T(3, 2)), list(T(5, 2)))
+case("u: nnf_one_hot then float then matmul", function(i, w) {
+  torch_matmul(nnf_one_hot(i, num_classes = 4)$to(dtype = torch_float()), w)
+}, list(ix(1L, 4L), T(4, 2)), list(ix(2L, 2L, 3L), T(4, 2)))

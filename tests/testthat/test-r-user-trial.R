@@ -117,3 +117,121 @@ test_that("integer and logical NA: refused for int64 and bool, NaN in a float te
   # Doubles hold NA as NaN, as before.
   expect_true(is.na(as_array(torch_tensor(c(1, NA)))[[2]]))
 })
+
+test_that("a traced module assigned in an nn_module (or a container) is its submodule", {
+  skip_if_no_torch()
+  torch_manual_seed(3)
+  inner <- nn_linear(3, 3)
+  tinner <- jit_trace(inner, torch_ones(2, 3))
+  Outer <- nn_module(initialize = function(core) {
+    self$core <- core
+    self$head <- nn_linear(3, 1)
+  }, forward = function(x) self$head(torch_relu(self$core(x))))
+  m <- Outer(tinner)
+  expect_equal(names(m$parameters), c("core.weight", "core.bias", "head.weight", "head.bias"))
+  # An optimizer over the outer module's parameters trains the traced one (and the
+  # original, which it shares its parameters with).
+  opt <- optim_sgd(m$parameters, lr = 0.1)
+  before <- as_array(inner$weight)
+  nnf_mse_loss(m(torch_randn(4, 3)), torch_ones(4, 1))$backward()
+  opt$step()
+  expect_true(any(as_array(inner$weight) != before))
+  s <- nn_sequential(tinner, nn_relu(), nn_linear(3, 1))
+  expect_equal(names(s$parameters), c("0.weight", "0.bias", "2.weight", "2.bias"))
+  expect_length(nn_module_list(list(tinner))$parameters, 2)
+  expect_error(nn_sequential(nn_relu(), function(x) x), "nn_module \\(or a traced module\\)")
+})
+
+test_that("nn_module() takes private fields and active bindings, as mlverse does", {
+  skip_if_no_torch()
+  Net <- nn_module(
+    initialize = function() {
+      self$fc <- nn_linear(2, 2)
+      private$k <- 2
+    },
+    forward = function(x) self$fc(x) * private$k * self$twice + private$bias(),
+    private = list(k = NULL, bias = function() private$k / 2),
+    active = list(twice = function(value) if (missing(value)) 2 else stop("read-only"))
+  )
+  m <- Net()
+  x <- torch_randn(3, 2)
+  expect_equal(arr(m(x)), arr(m$fc(x) * 4 + 1), tolerance = 1e-6)
+  expect_equal(m$twice, 2)
+  expect_error(m$twice <- 3, "read-only")
+  # An inheriting class adds its own private fields; each instance has its own.
+  Child <- nn_module(inherit = Net, private = list(extra = 5),
+                     forward = function(x) super$forward(x) + private$extra)
+  ch <- Child()
+  expect_equal(arr(ch(x)), arr(ch$fc(x) * 4 + 6), tolerance = 1e-6)
+  tm <- jit_trace(ch, torch_ones(3, 2))
+  expect_equal(arr(tm(x)), arr(ch(x)), tolerance = 1e-6)
+  expect_error(nn_module(private = list(1)), "`private` must be a named list")
+  expect_error(nn_module(active = list(a = 1)), "`active` must be a named list of functions")
+})
+
+test_that("autograd_function() runs R's forward and backward, traced as one node", {
+  skip_if_no_torch()
+  exp10 <- autograd_function(
+    forward = function(ctx, i) {
+      result <- i$exp()
+      ctx$save_for_backward(result = result)
+      result
+    },
+    # A gradient that is not autograd's own, so that using it is seen.
+    backward = function(ctx, grad_output) list(i = grad_output * ctx$saved_variables$result * 10)
+  )
+  x <- torch_tensor(c(0, 1), requires_grad = TRUE)
+  exp10(x)$sum()$backward()
+  expect_equal(as.numeric(x$grad), 10 * exp(c(0, 1)), tolerance = 1e-6)
+  f <- function(x) exp10(x) * 2
+  tr <- jit_trace(f, torch_ones(2))
+  expect_match(tr$graph, "prim.autograd_function")
+  path <- tempfile(fileext = ".pt")
+  jit_save(tr, path)
+  for (g in list(tr, jit_load(path))) {
+    y <- torch_tensor(c(0, 1, 2), requires_grad = TRUE)
+    g(y)$sum()$backward()
+    expect_equal(as.numeric(y$grad), 20 * exp(c(0, 1, 2)), tolerance = 1e-5)
+  }
+  # Several inputs and outputs, a number among the inputs, needs_input_grad by name.
+  seen <- NULL
+  mulk <- autograd_function(
+    forward = function(ctx, a, b, k = 2) {
+      ctx$save_for_backward(b = b, k = k)
+      seen <<- ctx$needs_input_grad
+      list(a * b * k, a + b)
+    },
+    backward = function(ctx, g1, g2) {
+      s <- ctx$saved_variables
+      list(a = g1 * s$b * s$k + g2)
+    })
+  a <- torch_tensor(c(1, 2), requires_grad = TRUE)
+  b <- torch_tensor(c(3, 4), requires_grad = TRUE)
+  out <- mulk(a, b, k = 3)
+  expect_equal(as.numeric(out[[1]]), c(9, 24))
+  expect_equal(seen, list(a = TRUE, b = TRUE, k = FALSE))
+  (out[[1]]$sum() + out[[2]]$sum())$backward()
+  expect_equal(as.numeric(a$grad), c(10, 13))
+  expect_null(b$grad)
+})
+
+test_that("autograd_function() errors say what to fix, in R terms", {
+  skip_if_no_torch()
+  expect_error(autograd_function(function(ctx, ...) 1, function(ctx, g) g), "not `...`")
+  bad <- autograd_function(function(ctx, x) x * 2, function(ctx, g) list(y = g))
+  expect_error(bad(torch_ones(2, requires_grad = TRUE))$sum()$backward(),
+               "gradient for `y`, which is not an input of `forward` \\(`x`\\)")
+  unnamed <- autograd_function(function(ctx, x) {
+    ctx$save_for_backward(x)
+    x
+  }, function(ctx, g) list(g))
+  expect_error(unnamed(torch_ones(2)), "name each value")
+  reads <- autograd_function(
+    forward = function(ctx, i) {
+      ctx$save_for_backward(i = i)
+      i * 2
+    },
+    backward = function(ctx, g) list(i = g * ctx$saved_variables$i$sum()$item()))
+  expect_error(jit_trace(function(x) reads(x), torch_ones(2, requires_grad = TRUE)),
+               "the autograd_function\\(\\) at .*\\$item\\(\\) or as_array\\(\\).*with_no_grad\\(\\)")
+})
