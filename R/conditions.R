@@ -176,5 +176,12 @@ one_based_terms <- function(msg) {
   msg <- sub("Class values must be non-negative.",
              paste("Class values must be 1 or more: classes are 1-based in R (1 is the first",
                    "class), so 0 is no class."), msg, fixed = TRUE)
-  msg
+  msg <- sub("Class values must be smaller than num_classes.",
+             "Class values must be at most num_classes: classes are 1 to num_classes in R.",
+             msg, fixed = TRUE)
+  # index_select(), embeddings: torch does not say which index or dimension.
+  sub("index out of range in self", paste(
+    "index out of range: an index is past the size of its dimension (indices are 1-based",
+    "in R, from 1 to the size; an embedding's from 1 to its number of rows)"), msg,
+    fixed = TRUE)
 }

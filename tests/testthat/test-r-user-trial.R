@@ -235,3 +235,15 @@ test_that("autograd_function() errors say what to fix, in R terms", {
   expect_error(jit_trace(function(x) reads(x), torch_ones(2, requires_grad = TRUE)),
                "the autograd_function\\(\\) at .*\\$item\\(\\) or as_array\\(\\).*with_no_grad\\(\\)")
 })
+
+test_that("out-of-range positions and classes are reported in R's 1-based numbering", {
+  skip_if_no_torch()
+  x <- torch_randn(3, 4)
+  expect_error(x$select(1, 5), "index 5 out of range for tensor of size \\[3, 4\\] at dimension 1")
+  expect_error(torch_take(x, torch_tensor(13L)), "tried to access index 13 on a tensor of 12")
+  expect_error(nnf_one_hot(torch_tensor(c(1L, 6L)), num_classes = 4),
+               "at most num_classes: classes are 1 to num_classes in R")
+  expect_error(x$index_select(1, torch_tensor(c(1L, 4L))),
+               "index out of range: an index is past the size of its dimension \\(indices are 1-based")
+  expect_error(nnf_embedding(torch_tensor(c(1L, 9L)), torch_randn(4, 2)), "number of rows")
+})
