@@ -131,6 +131,8 @@ dtype_py <- function(dtype) {
 #' first dimension, so `torch_tensor(list(c(1, 2), c(3, 4)))` has the rows `1 2` and
 #' `3 4`.
 #'
+#' `print(x, n = 30)` shows at most `n` lines of values (`n = -1`: all), as mlverse does.
+#'
 #' @param data An R vector, matrix or array, a tensor, or a list (see above).
 #' @param dtype A data type such as [torch_float()]; `NULL` chooses from `data`.
 #' @param device A device, e.g. `"cpu"` or [torch_device()].
@@ -274,11 +276,12 @@ as.logical.torch_tensor <- function(x, ...) as.logical(as_array(x))
 as.matrix.torch_tensor <- function(x, ...) as.matrix(as_array(x))
 
 #' @export
-print.torch_tensor <- function(x, ...) {
+print.torch_tensor <- function(x, n = 30, ...) {
   py <- tensor_py(x)
   # The text through src/surface.c (a string comes back as R's); reticulate otherwise.
   text <- .Call(tb_call_method_r, py_rb(), "format_tensor", list(x))
   if (!is.character(text)) text <- reticulate::py_to_r(py_rb()$format_tensor(py))
+  text <- truncate_lines(text, n)
   if (isTRUE(x$requires_grad)) {
     # As mlverse prints it: results of recorded operations name their backward function.
     fn <- py$grad_fn
@@ -288,6 +291,15 @@ print.torch_tensor <- function(x, ...) {
   }
   cat(text, "\n", sep = "")
   invisible(x)
+}
+
+# At most `n` lines of values (negative: all), as mlverse prints: the first line names the
+# class and the last the type and shape.
+truncate_lines <- function(text, n) {
+  lines <- strsplit(text, "\n", fixed = TRUE)[[1]]
+  if (n < 0 || length(lines) <= n + 2L) return(text)
+  paste(c(lines[seq_len(n + 1L)], "... [the output was truncated (use n=-1 to disable)]",
+          lines[[length(lines)]]), collapse = "\n")
 }
 
 #' @export

@@ -247,3 +247,17 @@ test_that("out-of-range positions and classes are reported in R's 1-based number
                "index out of range: an index is past the size of its dimension \\(indices are 1-based")
   expect_error(nnf_embedding(torch_tensor(c(1L, 9L)), torch_randn(4, 2)), "number of rows")
 })
+
+test_that("print() of a long tensor shows n = 30 lines of values, as mlverse does", {
+  skip_if_no_torch()
+  out <- capture.output(print(torch_arange(1, 40)))
+  expect_length(out, 33)
+  expect_equal(out[[31]], " 30")
+  expect_equal(out[[32]], "... [the output was truncated (use n=-1 to disable)]")
+  expect_equal(out[[33]], "[ CPUFloatType{40} ]")
+  expect_length(capture.output(print(torch_arange(1, 40), n = -1)), 42)
+  short <- capture.output(print(torch_ones(2, 2, requires_grad = TRUE) * 2, n = 1))
+  expect_equal(short[[3]], "... [the output was truncated (use n=-1 to disable)]")
+  expect_equal(short[[4]], "[ CPUFloatType{2,2} ][ grad_fn = <MulBackward0> ]")
+  expect_length(capture.output(print(torch_ones(30))), 32) # 30 lines: all shown
+})
