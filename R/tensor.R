@@ -155,6 +155,11 @@ torch_tensor <- function(data, dtype = NULL, device = NULL, requires_grad = FALS
     out <- data$detach()$clone()
     return(tensor_to(out, dtype, device, requires_grad))
   }
+  if (is.data.frame(data)) {
+    tracebridge_abort(paste(
+      "Cannot make a tensor from a data.frame; make a matrix of its numeric columns first:",
+      "torch_tensor(as.matrix(df)) (rows stay rows)."), "type_error")
+  }
   if (is.list(data)) {
     # A list of single numbers is the vector of them (as c() of them, and as Python's
     # torch.tensor([3, 2])), so that list(n, 2L) of traced sizes (R/traced-sizes.R) and of

@@ -1745,3 +1745,114 @@ case("u: torch_split with a vector of sizes (guard)", function(x) torch_split(x,
 case("u: nnf_one_hot then float then matmul", function(i, w) {
   torch_matmul(nnf_one_hot(i, num_classes = 4)$to(dtype = torch_float()), w)
 }, list(ix(1L, 4L), T(4, 2)), list(ix(2L, 2L, 3L), T(4, 2)))
+
+# ---- base R on tensors --------------------------------------------------------------------------
+case("u: round(x, 2) / trunc / floor / sign (Math)", function(x) {
+  list(round(x, 2), trunc(x), floor(x), sign(x))
+}, list(T(3)), list(T(5)))
+case("u: cumsum(x) and log(x, base = 2) (Math)", function(x) list(cumsum(x), log(x$abs() + 1, base = 2)),
+     list(T(3)), list(T(5)))
+case("u: range(x) and prod(x) (Summary)", function(x) list(range(x), prod(x)), list(T(3)), list(T(5)))
+case("u: any(x > 0) / all(x > 0) as tensors", function(x) list(any(x > 0), all(x > -10)), list(T(3)),
+     list(T(5)))
+case("u: sum(x > 0) counts", function(x) sum(x > 0), list(T(3)), list(T(5)))
+case("u: t(x) on a matrix", function(x) t(x), list(T(3, 2)), list(T(5, 2)))
+case("u: x %% 2 and x %/% 2 on floats", function(x) list(x %% 2, x %/% 2), list(T(3) * 5), list(T(5) * 5))
+case("u: exp(int64) gives float", function(x) exp(x), list(torch_tensor(1:3)), list(torch_tensor(1:5)))
+case("u: abs(int64) stays int64", function(x) abs(x), list(torch_tensor(c(-1L, 2L))),
+     list(torch_tensor(c(-3L, 2L, -1L))))
+case("u: is.na(x) of a float tensor", function(x) is.na(x), list(torch_tensor(c(1, NaN))),
+     list(torch_tensor(c(NaN, 2, 3))))
+case("u: mean(x) of a tensor", function(x) mean(x), list(T(3, 2)), list(T(5, 2)))
+custom("u: all.equal() of two tensors", function() {
+  x <- torch_tensor(c(1, 2))
+  list(isTRUE(all.equal(x, x$clone())), TRUE)
+})
+custom("u: as.vector() of a float tensor", function() {
+  list(as.vector(torch_tensor(c(1.5, 2))), c(1.5, 2))
+})
+custom("u: length(x) of a matrix is its number of elements", function() {
+  list(length(torch_ones(3, 4)), 12L)
+})
+custom("u: dim(x) is an integer vector, nrow/ncol too", function() {
+  x <- torch_ones(3, 4)
+  list(list(dim(x), nrow(x), ncol(x)), list(c(3L, 4L), 3L, 4L))
+})
+custom("u: x$shape is an integer vector", function() {
+  list(torch_ones(2, 5)$shape, c(2L, 5L))
+})
+
+# ---- what R users get wrong: the message must say what, in R terms ----------------------------
+errs <- list(
+  list("sum over a dim past the rank", function() torch_sum(torch_ones(3, 4), dim = 3),
+       "expected to be in range of \\[-2, 2\\], but got 3"),
+  list("dim = 0", function() torch_sum(torch_ones(3), dim = 0), "1-based"),
+  list("x[5, ] past the rows", function() torch_ones(3, 4)[5, ], "index 5 is out of bounds for dimension 1 with size 3"),
+  list("x[, 7] past the columns", function() torch_ones(3, 4)[, 7], "index 7 is out of bounds for dimension 2"),
+  list("torch_cat of mismatched sizes", function() torch_cat(list(torch_ones(3, 4), torch_ones(2, 3))),
+       "except in dimension 1.*tensor number 2"),
+  list("cross entropy with class 5 of 4", function() {
+    nnf_cross_entropy(torch_randn(3, 4), torch_tensor(c(1L, 5L, 2L)))
+  }, "Target 5 is out of bounds"),
+  list("cross entropy with class 0", function() {
+    nnf_cross_entropy(torch_randn(3, 4), torch_tensor(c(1L, 0L, 2L)))
+  }, "1-based"),
+  list("gather index past the size", function() {
+    torch_gather(torch_ones(3, 4), 2, torch_tensor(matrix(c(5L, 1L, 1L), 3)))
+  }, "index 5 is out of bounds for dimension 2 with size 4"),
+  list("select past the size", function() torch_ones(3, 4)$select(1, 5),
+       "index 5 out of range .* at dimension 1"),
+  list("embedding index past the rows", function() {
+    nnf_embedding(torch_tensor(c(1L, 9L)), torch_randn(4, 2))
+  }, "1-based in R"),
+  list("one_hot class past num_classes", function() {
+    nnf_one_hot(torch_tensor(c(1L, 6L)), num_classes = 4)
+  }, "at most num_classes"),
+  list("index_select past the size", function() torch_ones(3, 4)$index_select(1, torch_tensor(4L)),
+       "1-based in R"),
+  list("view to a shape of another size", function() torch_ones(3, 4)$view(c(5, -1)),
+       "invalid for input of size 12"),
+  list("matmul of mismatched shapes", function() torch_matmul(torch_ones(3, 4), torch_ones(3, 2)),
+       "cannot be multiplied \\(3x4 and 3x2\\)"),
+  list("transpose(1, 3) of a matrix", function() torch_ones(3, 4)$transpose(1, 3),
+       "range of \\[-2, 2\\], but got 3"),
+  list("stack of different shapes", function() torch_stack(list(torch_ones(3, 4), torch_ones(3, 5))),
+       "at entry 1 and \\[3, 5\\] at entry 2"),
+  list("broadcast mismatch", function() torch_ones(3, 4) + torch_ones(2, 4),
+       "must match the size of tensor b \\(2\\) at non-singleton dimension 1"),
+  list("take past the elements", function() torch_take(torch_ones(3, 4), torch_tensor(13L)),
+       "index 13 on a tensor of 12"),
+  list("nn_linear on the wrong width", function() nn_linear(3, 2)(torch_ones(4, 4)),
+       "cannot be multiplied \\(4x4 and 3x2\\)"),
+  list("conv2d with the wrong channels", function() {
+    nnf_conv2d(torch_randn(1, 2, 5, 5), torch_randn(3, 1, 3, 3))
+  }, "to have 1 channels, but got 2"),
+  list("$item() of many elements", function() torch_ones(2, 2)$item(), "4 elements cannot be converted"),
+  list("x[0]", function() torch_ones(3)[0], "1-based"),
+  list("x[1.5]", function() torch_ones(3)[1.5], "whole numbers"),
+  list("x[NA]", function() torch_ones(3)[NA], "NA"),
+  list("torch_tensor of a character vector", function() torch_tensor(c("a", "b")), "character"),
+  list("torch_tensor of a data.frame", function() torch_tensor(data.frame(a = 1:2)), "as.matrix\\(df\\)"),
+  list("an unknown tensor method", function() torch_ones(2)$frobnicate(), "no method `frobnicate`"),
+  list("narrow past the end", function() torch_ones(4, 2)$narrow(1, 3, 3), "exceeds dimension size"),
+  list("an optimizer over no parameters", function() optim_adam(list()), "empty|parameter"),
+  list("a dataset without .getitem", function() dataset(initialize = function() NULL)()[1],
+       "has no `.getitem\\(\\)` method"),
+  list("nn_module_list forward", function() nn_module_list(list(nn_relu()))(torch_ones(2)),
+       "no forward\\(\\); call its elements"),
+  list("backward twice without retain_graph", function() {
+    x <- torch_ones(2, requires_grad = TRUE)
+    y <- (x * x)$sum()
+    y$backward()
+    y$backward()
+  }, "second time|retain_graph"),
+  list("in-place on a leaf that requires grad", function() torch_ones(2, requires_grad = TRUE)$add_(1),
+       "leaf Variable that requires grad"),
+  list("jit_trace of a non-function", function() jit_trace(3, torch_ones(2)),
+       "must be an R function or an nn_module"),
+  list("torch_load of a missing file", function() torch_load(tempfile()), "no file")
+)
+for (e in errs) local({
+  err <- e
+  custom(paste("u: error:", err[[1]]), function() list(err[[2]](), NULL), error = err[[3]])
+})

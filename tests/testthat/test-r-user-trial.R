@@ -261,3 +261,16 @@ test_that("print() of a long tensor shows n = 30 lines of values, as mlverse doe
   expect_equal(short[[4]], "[ CPUFloatType{2,2} ][ grad_fn = <MulBackward0> ]")
   expect_length(capture.output(print(torch_ones(30))), 32) # 30 lines: all shown
 })
+
+test_that("a dataset without .getitem() or .length(), and a data.frame, are refused clearly", {
+  skip_if_no_torch()
+  ds <- dataset("nothing", initialize = function() NULL)()
+  expect_error(ds[1], "<nothing> has no `.getitem\\(\\)` method; define it in dataset")
+  expect_error(length(ds), "has no `.length\\(\\)` method")
+  dl <- dataloader(dataset(.length = function() 2)(), batch_size = 2)
+  expect_error(dataloader_next(dataloader_make_iter(dl)), "no `.getitem\\(\\)` method")
+  # .getbatch alone serves ds[i] too.
+  only_batch <- dataset(.getbatch = function(i) torch_tensor(i * 10), .length = function() 3)()
+  expect_equal(as.numeric(only_batch[2]), 20)
+  expect_error(torch_tensor(data.frame(a = 1:2, b = 3:4)), "as.matrix\\(df\\)")
+})
