@@ -59,6 +59,7 @@ r_terms_one <- function(msg) {
   # The lines of a guard message, joined into one by one_line().
   msg <- gsub("(\\S) (assumption made at|this call takes another path)", "\\1; \\2", msg,
               perl = TRUE)
+  if (grepl("R.autograd_function", msg, fixed = TRUE)) msg <- autograd_function_terms(msg)
   if (!grepl("\\.py:\\d", msg)) {
     msg <- gsub("a Python (int|float)\\b", "an R number", msg, perl = TRUE)
     msg <- gsub("a Python bool\\b", "an R logical", msg, perl = TRUE)
@@ -80,6 +81,20 @@ r_terms_one <- function(msg) {
                 "tensors or (nested) unnamed lists. Return an unnamed list,", msg, fixed = TRUE)
   }
   msg
+}
+
+# The tracer's refusals of a custom autograd function (trace/autograd_function.py), for
+# one made by autograd_function() in R.
+autograd_function_terms <- function(msg) {
+  msg <- gsub("the custom autograd function R.autograd_function.apply", "the autograd_function()",
+              msg, fixed = TRUE)
+  msg <- gsub("R.autograd_function", "autograd_function()", msg, fixed = TRUE)
+  msg <- gsub("into a Python value", "into an R value", msg, fixed = TRUE)
+  msg <- gsub("on the arguments of apply and on what ctx.save_for_backward keeps",
+              "on its inputs and on what ctx$save_for_backward() keeps", msg, fixed = TRUE)
+  msg <- gsub("ctx.save_for_backward", "ctx$save_for_backward()", msg, fixed = TRUE)
+  msg <- gsub("trace under torch.no_grad()", "trace inside with_no_grad()", msg, fixed = TRUE)
+  gsub("prim.item at an unknown line", "$item() or as_array()", msg, fixed = TRUE)
 }
 
 python_lists_terms <- function(msg) {
@@ -161,5 +176,12 @@ one_based_terms <- function(msg) {
   msg <- sub("Class values must be non-negative.",
              paste("Class values must be 1 or more: classes are 1-based in R (1 is the first",
                    "class), so 0 is no class."), msg, fixed = TRUE)
-  msg
+  msg <- sub("Class values must be smaller than num_classes.",
+             "Class values must be at most num_classes: classes are 1 to num_classes in R.",
+             msg, fixed = TRUE)
+  # index_select(), embeddings: torch does not say which index or dimension.
+  sub("index out of range in self", paste(
+    "index out of range: an index is past the size of its dimension (indices are 1-based",
+    "in R, from 1 to the size; an embedding's from 1 to its number of rows)"), msg,
+    fixed = TRUE)
 }

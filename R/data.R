@@ -91,11 +91,21 @@ tensor_dataset <- function(...) {
 #' @export
 `[.dataset` <- function(x, i) {
   if (length(i) > 1 && is.function(x$.getbatch)) return(x$.getbatch(i))
-  x$.getitem(i)
+  if (!is.function(x$.getitem) && is.function(x$.getbatch)) return(x$.getbatch(i))
+  dataset_method(x, ".getitem", "function(i) list(x = ..., y = ...)")(i)
 }
 
 #' @export
-length.dataset <- function(x) as.integer(x$.length())
+length.dataset <- function(x) as.integer(dataset_method(x, ".length", "function() n")())
+
+# A method that dataset() was given, or an error that says how to give it.
+dataset_method <- function(x, name, example) {
+  f <- x[[name]]
+  if (is.function(f)) return(f)
+  tracebridge_abort(sprintf(
+    "The dataset <%s> has no `%s()` method; define it in dataset(..., %s = %s).",
+    class(x)[[1]], name, name, example), "value_error")
+}
 
 #' Data loaders
 #'
@@ -223,7 +233,9 @@ dataloader_next <- function(iter, completed = NULL) {
   if (is.function(ds$.getbatch) && identical(dl$collate_fn, default_collate)) {
     return(ds$.getbatch(idx))
   }
-  dl$collate_fn(lapply(idx, function(i) ds$.getitem(i)))
+  getitem <- if (is.function(ds$.getitem)) ds$.getitem else
+    dataset_method(ds, ".getitem", "function(i) list(x = ..., y = ...)")
+  dl$collate_fn(lapply(idx, getitem))
 }
 
 default_collate <- function(items) {

@@ -123,7 +123,11 @@ value_index <- function(v) {
     if (reticulate::py_to_r(py$dim()) == 0L) {
       return(list(kind = "tensor_int", value = tb_py_call(py$sub, 1L)))
     }
-    return(list(kind = "vector", value = tb_py_call(py$sub, 1L)))
+    # A tensor of positions with several dimensions reads as torch does: the indexed
+    # dimension becomes the index's dimensions (`x[i]` has the shape of `i`).
+    nested <- reticulate::py_to_r(py$dim()) > 1L
+    return(list(kind = "vector", value = tb_py_call(py$sub, 1L),
+                shape = if (nested) py$shape))
   }
   if (inherits(v, "torch_sym_int") && !isTRUE(.tb$tracing)) v <- sym_settled(v)
   if (inherits(v, "torch_sym_int")) return(list(kind = "int", value = sym_position(v, "index")))
@@ -295,20 +299,22 @@ is_vector_kind <- function(k) k %in% c("vector", "vector_r", "logical")
     after <- after + 1L
     dims_after[[k]] <- after
   }
-  drops <- integer()
-  for (k in seq_along(parsed)) {
+  # From the last index to the first: what one does to its dimension (drop it, or
+  # unflatten it into a nested index's shape) leaves the earlier dimensions where they were.
+  for (k in rev(seq_along(parsed))) {
     p <- parsed[[k]]
     if (is_vector_kind(p$kind) || p$kind == "tensor_int") {
-      idx <- if (p$kind == "tensor_int") tb_py_call(p$value$reshape, -1L) else
+      d0 <- as.integer(dims_after[[k]] - 1L)
+      idx <- if (p$kind == "tensor_int" || !is.null(p$shape)) tb_py_call(p$value$reshape, -1L) else
         vector_tensor(py, p)
       out <- withCallingHandlers(
-        tb_py_call(out$index_select, as.integer(dims_after[[k]] - 1L), idx),
+        tb_py_call(out$index_select, d0, idx),
         error = function(e) rethrow_python(e, one_based = TRUE)
       )
-      if (p$kind == "tensor_int" && drop) drops <- c(drops, dims_after[[k]])
+      if (p$kind == "tensor_int" && drop) out <- tb_py_call(out$squeeze, d0)
+      if (!is.null(p$shape)) out <- tb_py_call(out$unflatten, d0, p$shape)
     }
   }
-  for (d in rev(sort(drops))) out <- tb_py_call(out$squeeze, as.integer(d - 1L))
   wrap_tensor(out)
 }
 

@@ -12,7 +12,10 @@
 # its Python module by Python. Nothing keeps instances alive in a registry.
 
 module_env <- function(x) if (is.environment(x)) x else attr(x, "self")
-module_py <- function(x) get(".py", envir = module_env(x))
+module_py <- function(x) {
+  if (inherits(x, "script_module")) return(attr(x, "py")) # a traced or loaded module
+  get(".py", envir = module_env(x))
+}
 
 next_key <- function() .tb$next_key <- (.tb$next_key %||% 0L) + 1L
 
@@ -140,12 +143,16 @@ convert_forward_args <- function(args, spec, py = NULL) {
 #' `nn_module()` returns a generator: calling it runs `initialize` with `self` bound to the
 #' new instance, and the instance runs `forward` when called. Assigning a module, an
 #' [nn_parameter()] or an [nn_buffer()] to `self$name` registers it under `name`. Methods
-#' see `self`, `super` (with `inherit`) and then the environment where `nn_module()` was
-#' called.
+#' see `self`, `private`, `super` (with `inherit`) and then the environment where
+#' `nn_module()` was called.
 #'
 #' @param classname The class name, shown when printing.
 #' @param ... Methods: `initialize`, `forward` and any others. Inside them `self` is
 #'   the instance.
+#' @param private A named list of fields and methods that only the methods see, as
+#'   `private$name` (one set per instance; an inheriting class adds to its parent's).
+#' @param active A named list of functions read as fields: `self$name` calls
+#'   `name()`, and `self$name <- v` calls `name(v)`, as R6 active bindings do.
 #' @param inherit A generator to inherit methods from; `super$method()` calls the
 #'   inherited one.
 #' @param parent_env The environment the methods see beyond `self` and `super`.
@@ -166,11 +173,21 @@ convert_forward_args <- function(args, spec, py = NULL) {
 #'   Wider(3)(torch_ones(1, 3))
 #' }
 #' @export
-nn_module <- function(classname = NULL, ..., inherit = NULL, parent_env = parent.frame()) {
+nn_module <- function(classname = NULL, ..., private = NULL, active = NULL, inherit = NULL,
+                      parent_env = parent.frame()) {
   force(parent_env)
   methods <- list(...)
-  if (length(methods) && (is.null(names(methods)) || any(!nzchar(names(methods))))) {
+  named <- function(l) !length(l) || !is.null(names(l)) && all(nzchar(names(l)))
+  if (!named(methods)) {
     tracebridge_abort("nn_module(): methods in `...` must be named.", "value_error")
+  }
+  if (!is.null(private) && (!is.list(private) || !named(private))) {
+    tracebridge_abort("nn_module(): `private` must be a named list.", "value_error")
+  }
+  if (!is.null(active) && (!is.list(active) || !named(active) ||
+                           !all(vapply(active, is.function, logical(1))))) {
+    tracebridge_abort("nn_module(): `active` must be a named list of functions.",
+                      "value_error")
   }
   if (!is.null(inherit) && !inherits(inherit, "nn_module_generator")) {
     tracebridge_abort("nn_module(): `inherit` must be a generator made by nn_module().",
@@ -178,7 +195,7 @@ nn_module <- function(classname = NULL, ..., inherit = NULL, parent_env = parent
   }
   classname <- classname %||% "nn_module"
   level <- list(classname = classname, methods = methods, parent_env = parent_env,
-                inherit = inherit)
+                inherit = inherit, private = private, active = active)
   generator <- function(...) new_r_module(level, list(...))
   structure(generator, classname = classname, level = level, class = "nn_module_generator")
 }
@@ -189,13 +206,26 @@ print.nn_module_generator <- function(x, ...) {
   invisible(x)
 }
 
-# Bind the methods of one class level (and, through `super`, its ancestors) to `self`.
-bind_level <- function(level, self) {
+# Bind the methods of one class level (and, through `super`, its ancestors) to `self`;
+# its private fields go to the instance's `private`, its active fields onto `self`.
+bind_level <- function(level, self, private) {
   super <- NULL
-  if (!is.null(level$inherit)) super <- bind_level(attr(level$inherit, "level"), self)
+  if (!is.null(level$inherit)) super <- bind_level(attr(level$inherit, "level"), self, private)
   env <- new.env(parent = level$parent_env)
   assign("self", self, envir = env)
+  assign("private", private, envir = env)
   if (!is.null(super)) assign("super", super, envir = env)
+  for (nm in names(level$private)) {
+    f <- level$private[[nm]]
+    if (is.function(f)) environment(f) <- env
+    assign(nm, f, envir = private)
+  }
+  for (nm in names(level$active)) {
+    f <- level$active[[nm]]
+    environment(f) <- env
+    if (exists(nm, envir = self, inherits = FALSE)) rm(list = nm, envir = self)
+    makeActiveBinding(nm, f, self)
+  }
   bound <- if (is.null(super)) new.env(parent = emptyenv()) else {
     b <- new.env(parent = emptyenv())
     for (nm in ls(super, all.names = TRUE)) assign(nm, get(nm, envir = super), envir = b)
@@ -215,7 +245,7 @@ class_chain <- function(level) {
 
 new_r_module <- function(level, args) {
   self <- new.env(parent = emptyenv())
-  methods <- bind_level(level, self)
+  methods <- bind_level(level, self, new.env(parent = emptyenv()))
   fwd <- get0("forward", envir = methods, inherits = FALSE)
   key <- next_key()
   py <- .tb$rmod$new_r_module(level$classname, as.list(simple_arg_names(fwd)), key,
@@ -274,7 +304,9 @@ nn_buffer <- function(x, persistent = TRUE) {
 `$<-.nn_module` <- function(x, name, value) {
   self <- module_env(x)
   py <- get(".py", envir = self)
-  if (inherits(value, "nn_module")) {
+  # A traced (or loaded) module is a submodule too: its parameters are the outer
+  # module's, so an optimizer over `$parameters` trains them.
+  if (inherits(value, c("nn_module", "script_module"))) {
     py$add_module(name, module_py(value))
     assign(name, value, envir = self)
   } else if (inherits(value, "nn_parameter")) {
@@ -500,8 +532,9 @@ module_summary_call <- function(self, method, ...) {
 NULL
 
 check_modules <- function(mods, what) {
-  if (!all(vapply(mods, inherits, logical(1), "nn_module"))) {
-    tracebridge_abort(sprintf("%s: every element must be an nn_module.", what), "type_error")
+  if (!all(vapply(mods, inherits, logical(1), c("nn_module", "script_module")))) {
+    tracebridge_abort(sprintf("%s: every element must be an nn_module (or a traced module).",
+                              what), "type_error")
   }
 }
 

@@ -355,7 +355,9 @@ one_based_patterns <- list(
   list("at non-singleton dimension (\\d+)", 1),
   list("for tensor number (\\d+) in the list", 1),
   list("at entry (\\d+) and \\[[^]]*\\] at entry (\\d+)", 1:2),
-  list("^start \\((-?\\d+)\\) \\+ length", 1)
+  list("^start \\((-?\\d+)\\) \\+ length", 1),
+  list("index (-?\\d+) out of range for tensor of size \\[[^]]*\\] at dimension (\\d+)", 1:2),
+  list("tried to access index (-?\\d+) on a tensor", 1)
 )
 
 one_based_message <- function(msg) {

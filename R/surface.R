@@ -555,7 +555,9 @@ write_surface_rd <- function(path, tab = surface_table()) {
     res <- switch(sub("\\(.*", "", result),
                   index = "returns 1-based indices",
                   values_indices = "returns list(values, 1-based indices)",
-                  maybe_values_indices = "with dim: list(values, 1-based indices)",
+                  maybe_values_indices = if (grepl("return_indices", args, fixed = TRUE)) {
+                    "with return_indices = TRUE: list(values, 1-based indices)"
+                  } else "with dim: list(values, 1-based indices)",
                   where = "index results 1-based", unique = "inverse 1-based",
                   tensors = "returns a list",
                   named_tensors = "returns a named list", "")

@@ -125,7 +125,15 @@ dtype_py <- function(dtype) {
 #' `as_array(torch_tensor(m))[i, j] == m[i, j]`. Doubles become `float32`, integers
 #' `int64`, logicals `bool`, unless `dtype` says otherwise.
 #'
-#' @param data An R vector, matrix or array, or a tensor.
+#' A list of single numbers is the vector of them (`torch_tensor(list(3L, 2L))` is
+#' `torch_tensor(c(3L, 2L))`, also when an item is a traced size inside [jit_trace()]);
+#' any other list (of tensors, vectors or lists of the same shape) is stacked along a new
+#' first dimension, so `torch_tensor(list(c(1, 2), c(3, 4)))` has the rows `1 2` and
+#' `3 4`.
+#'
+#' `print(x, n = 30)` shows at most `n` lines of values (`n = -1`: all), as mlverse does.
+#'
+#' @param data An R vector, matrix or array, a tensor, or a list (see above).
 #' @param dtype A data type such as [torch_float()]; `NULL` chooses from `data`.
 #' @param device A device, e.g. `"cpu"` or [torch_device()].
 #' @param requires_grad Whether autograd records operations on the tensor.
@@ -147,8 +155,22 @@ torch_tensor <- function(data, dtype = NULL, device = NULL, requires_grad = FALS
     out <- data$detach()$clone()
     return(tensor_to(out, dtype, device, requires_grad))
   }
+  if (is.data.frame(data)) {
+    tracebridge_abort(paste(
+      "Cannot make a tensor from a data.frame; make a matrix of its numeric columns first:",
+      "torch_tensor(as.matrix(df)) (rows stay rows)."), "type_error")
+  }
   if (is.list(data)) {
-    return(surface_fn("torch_stack")(lapply(data, torch_tensor, dtype = dtype, device = device)))
+    # A list of single numbers is the vector of them (as c() of them, and as Python's
+    # torch.tensor([3, 2])), so that list(n, 2L) of traced sizes (R/traced-sizes.R) and of
+    # R numbers give the same tensor; other lists are stacked along a new first dimension.
+    if (is_number_list(data)) return(torch_tensor(unlist(data), dtype, device, requires_grad))
+    if (!length(data)) {
+      tracebridge_abort("Cannot make a tensor from an empty list; use torch_tensor(numeric(0)).",
+                        "value_error")
+    }
+    return(tensor_to(surface_fn("torch_stack")(lapply(data, torch_tensor)), dtype, device,
+                     requires_grad))
   }
   if (is.null(dtype)) {
     dtype <- if (is.logical(data)) torch_bool() else if (is.integer(data)) torch_long() else
@@ -157,6 +179,7 @@ torch_tensor <- function(data, dtype = NULL, device = NULL, requires_grad = FALS
   if (!(is.numeric(data) || is.logical(data))) {
     tracebridge_abort(sprintf("Cannot make a tensor from %s.", describe_value(data)))
   }
+  if (!is.double(data) && anyNA(data)) data <- na_data(data, dtype)
   # Plain vectors, matrices and arrays are copied into a new tensor in C (src/array.c);
   # the rest through NumPy.
   out <- .Call(tb_tensor_from_r, data, dtype)
@@ -179,6 +202,30 @@ torch_tensor <- function(data, dtype = NULL, device = NULL, requires_grad = FALS
     if (isTRUE(requires_grad)) py$requires_grad_(TRUE)
   }, error = function(e) rethrow_python(e))
   wrap_tensor(py)
+}
+
+# Integer and logical NA: a float tensor holds them as NaN (as a double NA is); an
+# integer or bool tensor has no such value, so it is refused rather than made
+# -2147483648 or TRUE.
+na_data <- function(data, dtype) {
+  name <- if (inherits(dtype, "torch_dtype")) attr(dtype, "name") else as.character(dtype)
+  if (name %in% c("float32", "float64", "float16", "bfloat16", "float", "double", "half")) {
+    storage.mode(data) <- "double" # NA_integer_ and NA become NA_real_; dims are kept
+    return(data)
+  }
+  at <- which(is.na(data))
+  tracebridge_abort(sprintf(paste(
+    "torch_tensor(): `data` has NA at position %s, which a tensor of dtype %s can not hold.",
+    "Replace the NAs first, or make a float tensor, where NA becomes NaN:",
+    "torch_tensor(as.numeric(data)) or dtype = torch_float()."),
+    paste(utils::head(at, 5), collapse = ", "), name), "value_error")
+}
+
+# A plain list whose items are all single R numbers or logicals (no tensors, no vectors).
+is_number_list <- function(data) {
+  !is.object(data) && length(data) > 0L && all(vapply(data, function(v) {
+    (is.numeric(v) || is.logical(v)) && !is.object(v) && length(v) == 1L && is.null(dim(v))
+  }, logical(1)))
 }
 
 # A new tensor `x` moved to `dtype` and `device` (NULL: as it is), requiring gradients if
@@ -234,11 +281,12 @@ as.logical.torch_tensor <- function(x, ...) as.logical(as_array(x))
 as.matrix.torch_tensor <- function(x, ...) as.matrix(as_array(x))
 
 #' @export
-print.torch_tensor <- function(x, ...) {
+print.torch_tensor <- function(x, n = 30, ...) {
   py <- tensor_py(x)
   # The text through src/surface.c (a string comes back as R's); reticulate otherwise.
   text <- .Call(tb_call_method_r, py_rb(), "format_tensor", list(x))
   if (!is.character(text)) text <- reticulate::py_to_r(py_rb()$format_tensor(py))
+  text <- truncate_lines(text, n)
   if (isTRUE(x$requires_grad)) {
     # As mlverse prints it: results of recorded operations name their backward function.
     fn <- py$grad_fn
@@ -248,6 +296,15 @@ print.torch_tensor <- function(x, ...) {
   }
   cat(text, "\n", sep = "")
   invisible(x)
+}
+
+# At most `n` lines of values (negative: all), as mlverse prints: the first line names the
+# class and the last the type and shape.
+truncate_lines <- function(text, n) {
+  lines <- strsplit(text, "\n", fixed = TRUE)[[1]]
+  if (n < 0 || length(lines) <= n + 2L) return(text)
+  paste(c(lines[seq_len(n + 1L)], "... [the output was truncated (use n=-1 to disable)]",
+          lines[[length(lines)]]), collapse = "\n")
 }
 
 #' @export

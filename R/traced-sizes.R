@@ -211,8 +211,13 @@ traced_size_helpers <- function() {
     logical = function(length = 0L) base::logical(plain(length)),
     character = function(length = 0L) base::character(plain(length)),
     vector = function(mode = "logical", length = 0L) base::vector(mode, plain(length)),
-    matrix = function(data = NA, nrow = 1, ncol = 1, ...) {
-      base::matrix(data, plain(nrow), plain(ncol), ...)
+    # Only the sizes given are passed: base::matrix() works out a missing one from the
+    # length of `data` (matrix(1:4, 2) is 2 x 2), which a default of 1 would not.
+    matrix = function(data = NA, nrow, ncol, ...) {
+      sizes <- list()
+      if (!missing(nrow)) sizes$nrow <- plain(nrow)
+      if (!missing(ncol)) sizes$ncol <- plain(ncol)
+      do.call(base::matrix, c(list(data), sizes, list(...)))
     },
     array = function(data = NA, dim = length(data), ...) {
       base::array(data, as.integer(lapply(dim, plain)), ...)

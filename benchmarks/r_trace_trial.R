@@ -13,7 +13,12 @@
 #   SILENTLY WRONG a traced or loaded call gave another value than the eager code;
 #   CRASH          R died running it (a segfault must never happen).
 #
-#   R_LIBS=.Rlib Rscript benchmarks/r_trace_trial.R [--verbose]
+#   R_LIBS=.Rlib Rscript benchmarks/r_trace_trial.R [--verbose] [--only user]
+#
+# The snippets of benchmarks/r_trace_trial_user.R (section "user": what an R user of
+# mlverse torch writes around a trace: modules and containers, data loaders, optimizers,
+# dtypes, NA, autograd, saving) run after these, counted apart too; `--only user` runs
+# them alone.
 #
 # The snippets run in a child Rscript (the same file with --child FROM OUT): each one writes
 # "start" before and its outcome after, so a child that dies is restarted after the snippet
@@ -23,6 +28,8 @@
 args <- commandArgs(trailingOnly = TRUE)
 verbose <- "--verbose" %in% args
 child <- match("--child", args)
+only <- match("--only", args)
+only <- if (is.na(only)) NULL else args[[only + 1L]]
 
 # ---- the parent: runs children until every snippet has an outcome ---------------------
 if (is.na(child)) {
@@ -33,12 +40,16 @@ if (is.na(child)) {
   repeat {
     unlink(out)
     status <- system2(file.path(R.home("bin"), "Rscript"),
-                      c(shQuote(script), "--child", from, shQuote(out), if (verbose) "--verbose"),
+                      c(shQuote(script), "--child", from, shQuote(out), if (verbose) "--verbose",
+                        if (!is.null(only)) c("--only", only)),
                       stdout = "", stderr = if (verbose) "" else FALSE)
     lines <- if (file.exists(out)) readLines(out) else character()
     parts <- strsplit(lines, "\t", fixed = TRUE)
     done <- Filter(function(p) p[[1]] == "done", parts)
-    for (p in done) rows[[p[[3]]]] <- list(outcome = p[[4]], msg = if (length(p) > 4) p[[5]] else "")
+    for (p in done) {
+      rows[[p[[3]]]] <- list(outcome = p[[4]], section = p[[5]],
+                             msg = if (length(p) > 5) p[[6]] else "")
+    }
     started <- Filter(function(p) p[[1]] == "start", parts)
     total <- Filter(function(p) p[[1]] == "total", parts)
     if (length(total)) n_total <- as.integer(total[[1]][[2]])
@@ -48,15 +59,24 @@ if (is.na(child)) {
     if (is.null(last) || !is.null(rows[[last[[3]]]])) {
       stop("the trial's child stopped outside a snippet (status ", status, ")")
     }
-    rows[[last[[3]]]] <- list(outcome = "CRASH", msg = sprintf("R died (status %s)", status))
+    rows[[last[[3]]]] <- list(outcome = "CRASH", section = last[[4]],
+                              msg = sprintf("R died (status %s)", status))
     cat(sprintf("[CRASH] %s\n", last[[3]]))
     from <- as.integer(last[[2]]) + 1L
     if (from > n_total) break
   }
   outcomes <- vapply(rows, `[[`, "", "outcome")
+  sections <- vapply(rows, `[[`, "", "section")
+  tally <- function(o) {
+    counts <- table(factor(o, c("works", "clear error", "fails", "SILENTLY WRONG", "CRASH")))
+    paste(sprintf("%s %d", names(counts), as.integer(counts)), collapse = ", ")
+  }
+  for (sec in unique(sections)) {
+    cat(sprintf("\nsection %s: %d snippets: %s", sec, sum(sections == sec),
+                tally(outcomes[sections == sec])))
+  }
   counts <- table(factor(outcomes, c("works", "clear error", "fails", "SILENTLY WRONG", "CRASH")))
-  cat(sprintf("\n%d snippets traced: %s\n", length(outcomes),
-              paste(sprintf("%s %d", names(counts), as.integer(counts)), collapse = ", ")))
+  cat(sprintf("\n%d snippets traced: %s\n", length(outcomes), tally(outcomes)))
   if (counts[["SILENTLY WRONG"]] + counts[["CRASH"]] > 0) quit(status = 1)
   quit(status = 0)
 }
@@ -64,6 +84,8 @@ if (is.na(child)) {
 # ---- the child: runs the snippets from FROM on, writing to OUT --------------------------
 from <- as.integer(args[[child + 1L]])
 out <- args[[child + 2L]]
+script <- sub("^--file=", "", grep("^--file=", commandArgs(FALSE), value = TRUE)[[1]])
+section <- "core"
 suppressPackageStartupMessages(library(tracebridge))
 torch_manual_seed(42)
 snippets <- list()
@@ -77,7 +99,8 @@ case <- function(name, f, example, other = NULL, guard = FALSE, error = NULL, to
                  trace_args = list()) {
   snippets[[length(snippets) + 1L]] <<- list(name = name, f = f, example = example,
                                              other = other, guard = guard, error = error,
-                                             tol = tol, trace_args = trace_args)
+                                             tol = tol, trace_args = trace_args,
+                                             section = section)
 }
 
 plain <- function(v) {
@@ -103,7 +126,7 @@ one_line <- function(msg) gsub("[\t\n]+", " ", substr(msg, 1, 400))
 # traced calls are; `error`: it must raise an error matching it (a clear refusal).
 custom <- function(name, fn, error = NULL, tol = 1e-5) {
   snippets[[length(snippets) + 1L]] <<- list(name = name, custom = fn, error = error,
-                                             tol = tol)
+                                             tol = tol, section = section)
 }
 
 run_custom <- function(s) {
@@ -1101,11 +1124,9 @@ case("y[1:2] <- c(1, 2) (an R vector as the value)", function(x) {
 case("x * c(n, 2) (a list of size and number)", function(x) x * torch_tensor(c(x$size(1), 2)),
      list(T(3, 2)), list(T(5, 2)))
 # c(n, 2) is a list while tracing (a traced size is not an R number): torch_tensor() takes
-# it as the vector c(3L, 2) is outside; a list() of sizes is taken the same way, where
-# outside a trace a list is stacked (shape 2 x 1): the check says so.
-case("torch_tensor(list(n, 2L)) differs: caught by the check",
-     function(x) x$sum() * torch_tensor(list(x$size(1), 2L)), list(T(3, 2)),
-     error = "in the trace but \\[2, 1\\] in the code")
+# it as the vector c(3L, 2) is outside; a list() of single numbers is that vector too.
+case("torch_tensor(list(n, 2L))",
+     function(x) x$sum() * torch_tensor(list(x$size(1), 2L)), list(T(3, 2)), list(T(5, 2)))
 case("x$fill_(n)", function(x) x$clone()$fill_(x$size(1)), list(T(3)), list(T(5)))
 case("torch_full(c(2), n)", function(x) torch_full(c(2), x$size(1)) + x$sum(), list(T(3)),
      list(T(5)))
@@ -1182,17 +1203,24 @@ case("torch_matmul of batched and traced view", function(x, w) {
   torch_matmul(x$view(c(-1, x$size(3))), w)$view(c(x$size(1), x$size(2), -1))
 }, list(T(2, 3, 4), T(4, 5)), list(T(3, 6, 4), T(4, 5)))
 
+# ---- what an R user writes around a trace (a file of its own) -----------------------------
+section <- "user"
+source(file.path(dirname(script), "r_trace_trial_user.R"), local = TRUE)
+
 # ---- run ------------------------------------------------------------------------------------
+if (!is.null(only)) snippets <- Filter(function(s) s$section == only, snippets)
+dup <- anyDuplicated(vapply(snippets, `[[`, "", "name"))
+if (dup) stop("two snippets are named ", snippets[[dup]]$name)
 cat(sprintf("total\t%d\n", length(snippets)), file = out, append = TRUE)
 for (k in seq_along(snippets)) {
   if (k < from) next
   s <- snippets[[k]]
-  cat(sprintf("start\t%d\t%s\n", k, s$name), file = out, append = TRUE)
+  cat(sprintf("start\t%d\t%s\t%s\n", k, s$name, s$section), file = out, append = TRUE)
   r <- tryCatch(suppressWarnings(run_snippet(s)), error = function(e) {
     list("fails", paste("harness:", conditionMessage(e)))
   })
-  cat(sprintf("done\t%d\t%s\t%s\t%s\n", k, s$name, r[[1]], one_line(r[[2]])), file = out,
-      append = TRUE)
+  cat(sprintf("done\t%d\t%s\t%s\t%s\t%s\n", k, s$name, r[[1]], s$section, one_line(r[[2]])),
+      file = out, append = TRUE)
   if (verbose || r[[1]] %in% c("fails", "SILENTLY WRONG")) {
     cat(sprintf("[%s] %s%s\n", r[[1]], s$name,
                 if (nzchar(r[[2]])) paste0("\n    ", substr(r[[2]], 1, 300)) else ""))

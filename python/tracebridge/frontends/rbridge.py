@@ -519,3 +519,64 @@ def register_source(filename: str, lines: list[str]) -> None:
 def to_float(v) -> float:
     """``float(v)``: a traced number records a guard."""
     return float(v)
+
+
+def autograd_function(forward, backward):
+    """``apply`` of a ``torch.autograd.Function`` whose ``forward(ctx, *args)`` and
+    ``backward(ctx, *grads)`` are R functions (R's ``autograd_function()``).
+
+    ``forward`` returns a tensor or a list of them (a tuple here); ``backward`` returns
+    one gradient (or ``None``) per input of ``forward``, in order.
+
+    >>> def forward(ctx, x):
+    ...     save_for_backward(ctx, ["x"], [x])
+    ...     return x * x
+    >>> def backward(ctx, g):
+    ...     return [2 * saved_variables(ctx)["x"] * g]
+    >>> x = torch.tensor([3.0], requires_grad=True)
+    >>> autograd_function(forward, backward)(x).backward()
+    >>> x.grad
+    tensor([6.])
+    """
+
+    class RFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *args):
+            out = forward(ctx, *args)
+            return tuple(out) if isinstance(out, list) else out
+
+        @staticmethod
+        def backward(ctx, *grads):
+            out = backward(ctx, *grads)
+            return tuple(out) if isinstance(out, (list, tuple)) else out
+
+    # Named as R knows it, in graphs and in the tracer's messages (R/conditions.R).
+    RFunction.__module__ = "R"
+    RFunction.__name__ = RFunction.__qualname__ = "autograd_function"
+
+    # Looked up on each call, not bound now: while tracing, torch.autograd.Function.apply
+    # is the tracer's, which records the function as one node with its own backward.
+    def apply(*args):
+        return RFunction.apply(*args)
+
+    return apply
+
+
+def save_for_backward(ctx, names: list[str], values: list) -> None:
+    """Keep R's ``ctx$save_for_backward(name = value, ...)`` on ``ctx``: tensors through
+    ``ctx.save_for_backward`` (so autograd checks they were not changed in place), the
+    other values as they are."""
+    if isinstance(names, str):
+        names = [names]
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    ctx.save_for_backward(*tensors)
+    ctx.r_saved = [
+        (n, isinstance(v, torch.Tensor), None if isinstance(v, torch.Tensor) else v)
+        for n, v in zip(names, values)
+    ]
+
+
+def saved_variables(ctx) -> dict:
+    """What :func:`save_for_backward` kept, by name (tensors as ``ctx.saved_tensors``)."""
+    tensors = iter(ctx.saved_tensors)
+    return {n: next(tensors) if is_tensor else v for n, is_tensor, v in getattr(ctx, "r_saved", [])}
