@@ -36,7 +36,10 @@ import torch  # noqa: E402
 
 import zoo  # noqa: E402 - imports zoo_env before torchvision
 
-TOOLS = ("tracebridge", "jit")
+TOOLS = ("tracebridge", "jit")  # what a sweep runs unless --tools says otherwise
+# The table's columns: each tool that some row ran (torch.export from the ninth round on).
+ALL_TOOLS = ("tracebridge", "jit", "export")
+TITLES = {"tracebridge": "tracebridge", "jit": "torch.jit.trace", "export": "torch.export"}
 RESULTS = os.path.join(HERE, "heldout_results.json")
 MARKDOWN = os.path.join(HERE, "RESULTS.md")
 BEGIN, END = "<!-- heldout:begin -->", "<!-- heldout:end -->"
@@ -46,14 +49,14 @@ SHOWN = {"right": "right", "WRONG": "**SILENTLY WRONG**", "error": "refused", "-
 UNVERIFIED_BELOW = 1e-3
 
 
-def run_one(name: str, out: str, limit: int) -> None:
+def run_one(name: str, out: str, limit: int, tools: tuple[str, ...] = TOOLS) -> None:
     """In a process of its own: trace, call, save and reload one model."""
     from heldout_models import all_cases
 
     torch.set_num_threads(zoo.THREADS)
     case = next(c for c in all_cases() if c.name == name)
     with tempfile.TemporaryDirectory() as workdir:
-        entry, reloads = zoo.run_case(case, TOOLS, workdir, 0, limit)
+        entry, reloads = zoo.run_case(case, tools, workdir, 0, limit)
         after = zoo.run_reloads(reloads, workdir) if reloads else {}
     if not entry.get("eager"):
         entry["output_scale"] = output_scale(case)
@@ -75,7 +78,9 @@ def output_scale(case) -> float | None:
     return max((t.abs().max().item() for t in floats), default=None)
 
 
-def run_all(names: list[str], results: dict, limit: int, path: str) -> None:
+def run_all(
+    names: list[str], results: dict, limit: int, path: str, tools: tuple[str, ...] = TOOLS
+) -> None:
     """Each model in a fresh process; a model past ``3 * limit`` seconds is recorded as such."""
     env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
     for i, name in enumerate(names):
@@ -84,6 +89,7 @@ def run_all(names: list[str], results: dict, limit: int, path: str) -> None:
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
             out = f.name
         command = [sys.executable, __file__, "--one", name, "--out", out, "--limit", str(limit)]
+        command += ["--tools", ",".join(tools)]
         try:
             proc = subprocess.run(
                 command, env=env, capture_output=True, text=True, timeout=3 * limit
@@ -222,13 +228,14 @@ def table(results: dict) -> list[str]:
     cases.update(moved)
     meta = results.get("_meta", {})
     rows, details, unverified = [], [], []
-    counts = {t: {"right": 0, "WRONG": 0, "error": 0} for t in TOOLS}
+    ran = [t for t in ALL_TOOLS if any(t in e.get("tools", {}) for e in _rows(results))]
+    counts = {t: {"right": 0, "WRONG": 0, "error": 0} for t in ran}
     for name, entry in results.items():  # in the order they were run
         case = cases.get(name)
         if case is None:
             continue  # _meta, or a model no longer in either list
         cells = []
-        for tool in TOOLS:
+        for tool in ran:
             status, detail = zoo.verdict(entry.get("tools", {}).get(tool))
             if status in counts[tool]:
                 counts[tool][status] += 1
@@ -236,7 +243,7 @@ def table(results: dict) -> list[str]:
             if detail:
                 details.append(f"- **{name}**, {tool}: {detail}")
         if entry.get("eager"):
-            cells = ["(eager: " + entry["eager"][:60] + ")"] * len(TOOLS)
+            cells = ["(eager: " + entry["eager"][:60] + ")"] * len(ran)
         shown = f"{name} (now in the zoo)" if name in moved else name
         scale = entry.get("output_scale")
         if scale is not None and scale < UNVERIFIED_BELOW:
@@ -274,9 +281,15 @@ def table(results: dict) -> list[str]:
             for r in meta.get("reruns", [])
         ),
         "",
-        "| tool | right on every shape | silently wrong | refused |",
-        "| --- | --- | --- | --- |",
-        *(f"| {tool} | {c['right']} | {c['WRONG']} | {c['error']} |" for tool, c in counts.items()),
+        "| tool | right on every shape | silently wrong | refused | models run |",
+        "| --- | --- | --- | --- | --- |",
+        *(
+            f"| {TITLES[tool]} | {c['right']} | {c['WRONG']} | {c['error']} | {sum(c.values())} |"
+            for tool, c in counts.items()
+        ),
+        "",
+        "A cell is `-` where the tool was not run on that model (torch.export joined the",
+        "sweep with its ninth round: `--tools tracebridge,jit,export`).",
         "",
         f"tracebridge artifacts reloaded in a fresh process computed bit for bit what the "
         f"in-process trace computed in {same} of {total} calls. Rows marked *(now in the",
@@ -297,8 +310,8 @@ def table(results: dict) -> list[str]:
             if unverified
             else []
         ),
-        "| model | kind | from | tracebridge | torch.jit.trace |",
-        "| --- | --- | --- | --- | --- |",
+        "| model | kind | from | " + " | ".join(TITLES[t] for t in ran) + " |",
+        "| --- | --- | --- | " + " | ".join("---" for _ in ran) + " |",
         *rows,
         "",
         "Why a cell is not right (the first error):",
@@ -316,6 +329,10 @@ def table(results: dict) -> list[str]:
         END,
     ]
     return lines
+
+
+def _rows(results: dict) -> list[dict]:
+    return [e for k, e in results.items() if not k.startswith("_") and isinstance(e, dict)]
 
 
 def write_markdown(results: dict, path: str) -> None:
@@ -365,11 +382,14 @@ def main() -> None:
     parser.add_argument("--part", help="I/N: run every N-th model from the I-th (1-based)")
     parser.add_argument("--merge", nargs="+", help="merge these results files, then the table")
     parser.add_argument("--why", help="with --merge: why models already in the results ran again")
+    parser.add_argument(
+        "--tools", default=",".join(TOOLS), help="comma-separated, of " + ",".join(ALL_TOOLS)
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.one:
-        run_one(opts.one, opts.out, opts.limit)
+        run_one(opts.one, opts.out, opts.limit, tuple(opts.tools.split(",")))
         return
     if opts.check_names:
         check_names()
@@ -400,7 +420,7 @@ def main() -> None:
         if opts.part:
             first, count = (int(n) for n in opts.part.split("/"))
             chosen = chosen[first - 1 :: count]
-        run_all(chosen, results, opts.limit, opts.results)
+        run_all(chosen, results, opts.limit, opts.results, tuple(opts.tools.split(",")))
         results["_meta"] = zoo.versions() | {"date": datetime.date.today().isoformat()}
         results = _ordered(results, names)
         with open(opts.results, "w") as f:

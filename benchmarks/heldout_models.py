@@ -15,6 +15,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from heldout_ninth import ninth_cases
 from zoo_models import (
     DET,
     ENC,
@@ -1348,6 +1349,7 @@ def all_cases() -> list[Case]:
         + _sixth_cases()
         + _seventh_cases()
         + _eighth_cases()
+        + ninth_cases()
     )
     return [live(case) for case in cases]
 

@@ -50,9 +50,28 @@ def test_the_table_counts_names_causes_and_replaces_only_its_block(tmp_path):
     text = page.read_text()
     assert text.startswith("# Results\n\nkept above\n") and text.endswith("\nkept below\n")
     assert "stale table" not in text and text.count(heldout.BEGIN) == 1
-    assert "| tracebridge | 2 | 0 | 1 |" in text and "| jit | 1 | 1 | 1 |" in text
+    assert "| tracebridge | 2 | 0 | 1 | 3 |" in text
+    assert "| torch.jit.trace | 1 | 1 | 1 | 3 |" in text
+    assert "torch.export" not in text.split("| model |")[1]  # no column for a tool not run
     assert f"| {first} |" in text and "**SILENTLY WRONG**" in text
     assert f"- **mamba (state space)**: {heldout.CAUSES['mamba (state space)']}" in text
     # Written again: the block is replaced, not added.
     heldout.write_markdown(results, str(page))
     assert page.read_text() == text
+
+
+def test_a_tool_run_on_some_models_only_has_a_column_with_dashes_elsewhere(tmp_path):
+    from heldout_models import all_cases
+
+    first, second = (c.name for c in all_cases()[:2])
+    with_export = _entry("right", "right")
+    with_export["tools"]["export"] = _entry("wrong", "wrong")["tools"]["jit"]
+    results = {first: _entry("right", "error"), second: with_export, "_meta": {}}
+    page = tmp_path / "RESULTS.md"
+    heldout.write_markdown(results, str(page))
+    text = page.read_text()
+    assert "| torch.export | 0 | 1 | 0 | 1 |" in text  # counted where it ran only
+    assert "| tracebridge | torch.jit.trace | torch.export |" in text
+    assert f"| {first} |" in text and text.split(f"| {first} |")[1].split("\n")[0].endswith(
+        "| right | refused | - |"
+    )
