@@ -82,16 +82,19 @@ class _Traced:
     def _make_methods(self, slots: dict, runtime: str) -> None:
         hoist_subgraphs(self.program)  # graphs of specialisations added since it was made
         graphs = self.program.methods
-        # A graph that writes in place and may refuse a call puts its writes back when it
-        # does (check/transaction.py); every other method is the runtime's own.
         self._methods = {
-            name: transactional(Method(name, g, slots, runtime, graphs), g, slots, graphs)
-            for name, g in graphs.items()
+            name: Method(name, g, slots, runtime, graphs) for name, g in graphs.items()
         }
 
     def _chain_specialisations(self) -> None:
         """Each method with size-1 specialisations tries them when its guards refuse a call
-        (after ``_make_methods``, which compiled objects override)."""
+        (after ``_make_methods``, which compiled objects override). First, a graph that
+        writes in place and may refuse a call puts its writes back when it does
+        (check/transaction.py), so that the next graph of a chain starts from the state
+        the call found; every other method stays the runtime's own."""
+        slots, graphs = self._state_slots(), self.program.methods
+        for name, method in self._methods.items():
+            self._methods[name] = transactional(method, graphs[name], slots, graphs)
         for name, others in self.program.specialised.items():
             chain = [self._methods[name]] + [self._methods[o] for o in others]
             self._methods[name] = Specialised(chain)
