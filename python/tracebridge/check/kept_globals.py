@@ -10,7 +10,7 @@ the code writes, as far as the code says so:
 
 * global names the code mentions (its ``co_names``, nested functions' included) and its
   closure cells get their value back where a run rebound them (``global n; n += 1``,
-  ``nonlocal``);
+  ``nonlocal``), and such a global that a later run created is removed again;
 * lists, dicts, sets, bytearrays, deques and tensors (up to 2**20 elements) held there get
   their contents back, in place (the same object: other code may hold it);
 * the code is the traced function with its nested functions, the Python functions it
@@ -79,9 +79,9 @@ class _Slots:
         for code in _codes(fn.__code__):
             for name in code.co_names:
                 value = table.get(name, _MISSING)
-                if value is _MISSING:
-                    continue
-                if isinstance(value, types.FunctionType):
+                if value is _MISSING:  # a global a later run may create: removed again
+                    self.names[(id(table), name)] = (table, name)
+                elif isinstance(value, types.FunctionType):
                     if depth < _DEPTH:
                         self.function(value, depth + 1)
                 elif not isinstance(value, _NOT_STATE):
