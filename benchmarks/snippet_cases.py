@@ -1358,3 +1358,23 @@ def int32_overflow_wraps(x):
 def bool_arith_promotion(x):
     m = x > 0
     return m + m, m * 2.5, m.sum() / 2, ~m
+
+
+# --- devices written as text ----------------------------------------------------------------
+
+
+@case("devices", (r(3, 4),), (r(5, 4),))
+def device_from_str_of_device(x):
+    return torch.ones(x.shape[1], device=str(x.device)) + x
+
+
+@case("devices", (r(3, 4),), (r(5, 4),))
+def device_with_index(x):
+    return x.to("cpu:0") * torch.ones(1, device=torch.device("cpu", 0))
+
+
+@case("devices", (r(3, 4),), (r(5, 4),))
+def device_type_branch(x):
+    if x.device.type == "cpu":
+        return x.double()
+    return x

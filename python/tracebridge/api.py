@@ -82,16 +82,19 @@ class _Traced:
     def _make_methods(self, slots: dict, runtime: str) -> None:
         hoist_subgraphs(self.program)  # graphs of specialisations added since it was made
         graphs = self.program.methods
-        # A graph that writes in place and may refuse a call puts its writes back when it
-        # does (check/transaction.py); every other method is the runtime's own.
         self._methods = {
-            name: transactional(Method(name, g, slots, runtime, graphs), g, slots, graphs)
-            for name, g in graphs.items()
+            name: Method(name, g, slots, runtime, graphs) for name, g in graphs.items()
         }
 
     def _chain_specialisations(self) -> None:
         """Each method with size-1 specialisations tries them when its guards refuse a call
-        (after ``_make_methods``, which compiled objects override)."""
+        (after ``_make_methods``, which compiled objects override). First, a graph that
+        writes in place and may refuse a call puts its writes back when it does
+        (check/transaction.py), so that the next graph of a chain starts from the state
+        the call found; every other method stays the runtime's own."""
+        slots, graphs = self._state_slots(), self.program.methods
+        for name, method in self._methods.items():
+            self._methods[name] = transactional(method, graphs[name], slots, graphs)
         for name, others in self.program.specialised.items():
             chain = [self._methods[name]] + [self._methods[o] for o in others]
             self._methods[name] = Specialised(chain)
@@ -734,7 +737,13 @@ def trace(
     graph foo(%x: f32[s0], %y: f32[s1]) {
     """
     _jit_only_arguments("trace", jit_only)
+    _check_options(check_inputs, check_tolerance, runtime)
     args = _as_args(example_inputs)
+    if example_kwarg_inputs is not None and not isinstance(example_kwarg_inputs, dict):
+        raise TraceError(
+            "example_kwarg_inputs must be a dict of keyword name -> input, not "
+            f"{type(example_kwarg_inputs).__name__}"
+        )
     kwargs = dict(example_kwarg_inputs or {})
     options = dict(
         check_trace=check_trace,
@@ -802,6 +811,23 @@ _JIT_ONLY = {
 }
 
 
+def _check_options(check_inputs, check_tolerance, runtime: str) -> None:
+    """Refuse, before anything runs, options that would fail only after recording (or,
+    for ``check_inputs`` given as one tensor, be read as a list of its rows)."""
+    if runtime not in ("codegen", "interpreter"):
+        raise ValueError(f"runtime must be 'codegen' or 'interpreter', not {runtime!r}")
+    if isinstance(check_tolerance, bool) or not isinstance(check_tolerance, (int, float)):
+        raise TraceError(f"check_tolerance must be a number, not {type(check_tolerance).__name__}")
+    if not check_tolerance >= 0:  # NaN too
+        raise TraceError(f"check_tolerance must be 0 or more, not {check_tolerance!r}")
+    if check_inputs is not None and not isinstance(check_inputs, (list, tuple)):
+        raise TraceError(
+            "check_inputs must be a list with one entry per check (a tuple of positional "
+            f"inputs, a tensor, or a dict of keyword inputs), not {type(check_inputs).__name__}"
+            ": to check with one tensor x, pass check_inputs=[(x,)]"
+        )
+
+
 def _jit_only_arguments(where: str, given: dict) -> None:
     """Refuse unknown keywords (with the known ones named); accept torch.jit's own, with a
     warning for ``optimize`` (as torch.jit warns)."""
@@ -867,6 +893,7 @@ def trace_module(
     if not isinstance(inputs, dict) or not inputs:
         raise TraceError("trace_module() needs a dict of method name -> example inputs")
     _jit_only_arguments("trace_module", jit_only)
+    _check_options(check_inputs, check_tolerance, runtime)
     if example_inputs_is_kwarg:
         bad = [name for name, example in inputs.items() if not isinstance(example, dict)]
         if bad:

@@ -135,3 +135,15 @@ def test_what_is_not_restored_is_as_documented():
     f(1)
     kept.restore()
     assert config.seen == 1
+
+
+def test_a_global_only_a_later_run_creates_is_removed_again():
+    def maybe_create(x):
+        global CREATED_LATER
+        if x.shape[0] != 3:  # not the example's size: only the check's runs take this
+            CREATED_LATER = x.shape[0]
+        return x * 2
+
+    globals().pop("CREATED_LATER", None)
+    tracebridge.trace(maybe_create, torch.ones(3))
+    assert "CREATED_LATER" not in globals()

@@ -145,3 +145,33 @@ def test_a_transaction_passes_settings_to_its_method():
     assert traced._methods["forward"]._method.check_guards is False
     assert not traced.check_guards
     assert "def " in traced._methods["forward"].code
+
+
+class DecodeStep(nn.Module):
+    """A counter written before a decision on the length (prefill or one-token decode):
+    the size-1 specialisation serves the decode, and the refused first graph's write is put
+    back before it runs, so the counter moves once per call."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        if x.shape[1] > 1:
+            return x.cumsum(1)
+        return x * 2
+
+
+@pytest.mark.parametrize("where", ["traced", "codegen", "interpreter"])
+def test_a_graph_that_writes_gets_size_1_specialisations_and_writes_once(tmp_path, where):
+    model, eager = DecodeStep(), DecodeStep()
+    traced = tracebridge.trace(model, torch.ones(2, 3))
+    assert traced.program.specialised == {"forward": ["forward__size1_0"]}
+    runner, state = traced, model
+    if where != "traced":
+        traced.save(tmp_path / "d.tb")
+        runner = state = tracebridge.load(tmp_path / "d.tb", runtime=where)
+    for x in (torch.rand(2, 1), torch.rand(3, 4), torch.rand(1, 1), torch.rand(1, 5)):
+        torch.testing.assert_close(runner(x), eager(x))
+        assert state.calls.item() == eager.calls.item()

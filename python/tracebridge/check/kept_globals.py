@@ -8,14 +8,14 @@ the last of those runs' value, not the one call's the user made. ``capture.prese
 puts the model's own state back; this does the same for the globals and closure variables
 the code writes, as far as the code says so:
 
-* names the code rebinds (``global n; n += 1``: ``STORE_GLOBAL``/``DELETE_GLOBAL``, and
-  ``nonlocal`` closure cells: ``STORE_DEREF``) get their value back;
-* lists, dicts, sets, bytearrays, deques and tensors (up to 2**20 elements) that the code
-  reads from a global or a closure cell get their contents back, in place (the same object:
-  other code may hold it);
+* global names the code mentions (its ``co_names``, nested functions' included) and its
+  closure cells get their value back where a run rebound them (``global n; n += 1``,
+  ``nonlocal``), and such a global that a later run created is removed again;
+* lists, dicts, sets, bytearrays, deques and tensors (up to 2**20 elements) held there get
+  their contents back, in place (the same object: other code may hold it);
 * the code is the traced function with its nested functions, the Python functions it
-  reads from its globals (three levels deep, 2,000 functions at most), and for a module
-  the methods of every sub-module's class defined outside torch.
+  names in its globals (three levels deep, 1,000 functions at most), and for a module the
+  methods of every sub-module's class defined outside torch.
 
 Not restored (documented in docs/divergence.md): attributes of objects (``config.seen +=
 1``, a class attribute), globals written only by functions reached otherwise than by name
@@ -26,15 +26,16 @@ contents of other mutable objects (a user class's instance kept in a global).
 from __future__ import annotations
 
 import collections
-import dis
 import functools
 import types
 
 import torch
 
 _CONTAINERS = (list, dict, set, bytearray, collections.deque)
+# Global values that are code or namespaces, not state a call writes.
+_NOT_STATE = (types.ModuleType, type, types.BuiltinFunctionType, types.FunctionType)
 _DEPTH = 3
-_FUNCTIONS = 2000  # functions read per trace at most: a large library is not walked whole
+_FUNCTIONS = 1000  # functions read per trace at most: a large library is not walked whole
 _MAX_ELEMENTS = 2**20
 _MISSING = object()
 
@@ -71,28 +72,22 @@ class _Slots:
             return
         self.seen.add(id(fn))
         table = fn.__globals__
-        cells = dict(zip(fn.__code__.co_freevars, fn.__closure__ or ()))
+        # Names, not opcodes: every global name the code mentions that holds a value
+        # (not a module, class or function) is kept, written or not -- putting back a
+        # binding nothing changed does nothing, and reading co_names costs far less than
+        # disassembling (a large model's classes reach hundreds of functions).
         for code in _codes(fn.__code__):
-            for ins in dis.get_instructions(code):
-                name = ins.argval
-                if ins.opname in ("STORE_GLOBAL", "DELETE_GLOBAL"):
+            for name in code.co_names:
+                value = table.get(name, _MISSING)
+                if value is _MISSING:  # a global a later run may create: removed again
                     self.names[(id(table), name)] = (table, name)
-                elif ins.opname == "LOAD_GLOBAL" and isinstance(name, str):
-                    value = table.get(name, _MISSING)
-                    if isinstance(value, (*_CONTAINERS, torch.Tensor)):
-                        self.names[(id(table), name)] = (table, name)
-                    elif depth < _DEPTH and isinstance(value, types.FunctionType):
+                elif isinstance(value, types.FunctionType):
+                    if depth < _DEPTH:
                         self.function(value, depth + 1)
-                elif ins.opname in ("STORE_DEREF", "LOAD_DEREF") and name in cells:
-                    cell = cells[name]
-                    try:
-                        value = cell.cell_contents
-                    except ValueError:  # not set yet
-                        value = None
-                    if ins.opname == "STORE_DEREF" or isinstance(
-                        value, (*_CONTAINERS, torch.Tensor)
-                    ):
-                        self.cells[id(cell)] = cell
+                elif not isinstance(value, _NOT_STATE):
+                    self.names[(id(table), name)] = (table, name)
+        for cell in fn.__closure__ or ():
+            self.cells[id(cell)] = cell
 
     def module(self, module: torch.nn.Module) -> None:
         classes = {type(m) for m in module.modules()}
@@ -110,8 +105,17 @@ def _copy(value):
             return None
         with torch.no_grad():
             return value.detach().clone()
-    if isinstance(value, _CONTAINERS):
-        return type(value)(value) if not isinstance(value, dict) else dict(value)
+    try:
+        if isinstance(value, dict):
+            return dict.copy(value)  # raw entries: a subclass's __getitem__ is not run
+        if isinstance(value, set):
+            return set(value)
+        if isinstance(value, bytearray):
+            return bytes(value)
+        if isinstance(value, (list, collections.deque)):
+            return list(value)
+    except Exception:  # a container that cannot be copied is left as it is
+        return None
     return None
 
 

@@ -13,8 +13,9 @@ Note: why and how.
   where they are not), stored beside the first graph in the same program (its
   ``specialised`` field lists them), and tried by the runtime, in order, when the first
   graph's guards refuse a call. A call that no graph serves raises the first graph's
-  GuardError. Graphs that write in place (state updates) get no specialisations: a refused
-  attempt must leave nothing behind.
+  GuardError. Graphs that write in place (state updates, a cache, an input) get
+  specialisations too: a graph that refuses a call puts back what it wrote before the
+  refusal (check/transaction.py), so the next graph starts from the state the call found.
 
   Sizes also decide together: an encoder-decoder asks ``q_len > 1`` of the source and of the
   target, so a call with both at 1 passes neither graph cut at one of them (each guards the
@@ -182,29 +183,6 @@ def threshold_cuts(graph: Graph, size: int) -> list[int]:
     return list(found.values())
 
 
-# Ops whose result may share memory with their first argument.
-_VIEWS = frozenset(
-    """getitem Tensor.view Tensor.view_as Tensor.reshape reshape narrow select transpose
-    Tensor.expand expand squeeze unsqueeze Tensor.permute permute flatten detach t
-    Tensor.t movedim unflatten Tensor.unfold as_strided diagonal real imag""".split()
-)
-
-
-def writes_in_place(graph: Graph) -> bool:
-    """Whether ``graph`` writes into a caller's input or the module's state (directly or
-    through a view): a run refused half-way would leave that write behind. Writes into
-    tensors the graph made itself are harmless."""
-    outside = {v.id for v in graph.inputs}
-    for node in graph.nodes:
-        first = node.args[0] if node.args else None
-        from_outside = isinstance(first, Ref) and first.id in outside
-        if node.op == "prim.state" or (from_outside and node.op in _VIEWS):
-            outside.update(v.id for v in node.outputs)
-        elif from_outside and opset.is_inplace(node.op):
-            return True
-    return False
-
-
 def _cut_sizes(args: tuple, kwargs: dict) -> list[int]:
     """The sizes above 1 of the example inputs, up to PROBES, dimension 0 first."""
     leaves, _ = pytree.flatten((args, kwargs), is_tensor)
@@ -299,7 +277,7 @@ def specialisations(
     """Graphs for calls with sizes of 1 that ``graph`` refuses, most specific first, then
     graphs for sizes whose residues take other paths (see the note above)."""
     ones, residues = compares_sizes(graph), decides_on_residues(graph)
-    if not (ones or residues) or writes_in_place(graph):
+    if not (ones or residues):
         return []
     thresholds = {
         size: threshold_cuts(graph, size)
@@ -322,8 +300,6 @@ def specialisations(
                 other = retrace(new_args, new_kwargs)
             except Exception:
                 return None  # the tracer cannot record it: calls keep the other guards
-        if writes_in_place(other):
-            return None
         # A graph that one already kept serves these calls too (its guards hold on them):
         # the first graph, or one kept for some of these sizes alone.
         servers = [graph] + [g for cut, (g, _) in found.items() if cut < sizes]

@@ -244,7 +244,7 @@ def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: boo
         try:
             result = fn(*args, **kwargs)
         except TypeError as exc:
-            refusal = number_given_for_tensor(exc)
+            refusal = number_given_for_tensor(exc) or _call_refused(fn, args, kwargs, exc)
             if refusal is None:
                 _note_where(exc)
                 raise
@@ -275,6 +275,36 @@ def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: boo
             )
         graph.outputs = [tracer.encode(x) for x in out_leaves]
     return graph
+
+
+_MODULE_CALLS = frozenset({"__call__", "_wrapped_call_impl", "_call_impl"})
+
+
+def _call_refused(fn: Callable, args: tuple, kwargs: dict, exc: TypeError) -> TraceError | None:
+    """The error to raise where ``fn`` could not even be called with these inputs (its
+    signature does not take them: the TypeError names no line of the user's code), or
+    None where its code ran and raised."""
+    # nn.Module's call takes anything: its forward decides.
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, torch.nn.Module) and fn.__name__ in _MODULE_CALLS:
+        fn = owner.forward
+    elif isinstance(fn, torch.nn.Module):
+        fn = fn.forward
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as refused:
+        kinds = ", ".join(type(a).__name__ for a in args) or "none"
+        name = getattr(fn, "__qualname__", None) or type(fn).__name__
+        return TraceError(
+            f"cannot call {name} with the inputs given: {refused} (positional inputs: "
+            f"{kinds}; keyword inputs: {sorted(kwargs) or 'none'}). example_inputs is the "
+            "tuple of positional arguments (a list is read as that tuple too): pass one "
+            "input that is itself a list or tuple as (that_list,), and keyword arguments "
+            "with example_kwarg_inputs"
+        )
+    except ValueError:  # no signature to read (a builtin): the TypeError says enough
+        return None
+    return None
 
 
 def _note_where(exc: BaseException) -> None:
