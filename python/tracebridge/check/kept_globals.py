@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import collections
 import functools
+import os
+import sys
 import types
 
 import torch
@@ -40,9 +42,17 @@ _MAX_ELEMENTS = 2**20
 _MISSING = object()
 
 
+# torch's and tracebridge's own code, by where it lives: a function's ``__module__`` is
+# whatever namespace defined it (a doctest of this module, code exec'd by a user), its file
+# is not.
+_LIBRARY_DIRS = tuple(
+    os.path.dirname(os.path.abspath(package.__file__)) + os.sep
+    for package in (torch, sys.modules[__name__.split(".")[0]])
+)
+
+
 def _skipped(fn: types.FunctionType) -> bool:
-    module = getattr(fn, "__module__", None) or ""
-    return module == "torch" or module.startswith(("torch.", "tracebridge."))
+    return os.path.abspath(fn.__code__.co_filename).startswith(_LIBRARY_DIRS)
 
 
 def _codes(code: types.CodeType):
