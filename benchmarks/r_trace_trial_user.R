@@ -1856,3 +1856,113 @@ for (e in errs) local({
   err <- e
   custom(paste("u: error:", err[[1]]), function() list(err[[2]](), NULL), error = err[[3]])
 })
+
+# ---- factories and tensor methods, more ----------------------------------------------------
+custom("u: torch_ones(c(2, 3)) with a size vector, torch_randn(size = )", function() {
+  list(list(dim(torch_ones(c(2, 3))), dim(torch_randn(size = c(4, 1)))), list(c(2L, 3L), c(4L, 1L)))
+})
+custom("u: torch_full(list(2, 3), 1) with a list size", function() {
+  list(as_array(torch_full(list(2, 3), 1)), matrix(1, 2, 3))
+})
+custom("u: torch_arange(0, 1, 0.25) includes the end", function() {
+  list(as.numeric(torch_arange(0, 1, 0.25)), seq(0, 1, 0.25))
+})
+custom("u: torch_linspace(0, 1, steps = 5)", function() {
+  list(as.numeric(torch_linspace(0, 1, steps = 5)), seq(0, 1, length.out = 5))
+})
+custom("u: torch_eye(2, 3)", function() {
+  list(as_array(torch_eye(2, 3)), diag(1, 2, 3))
+})
+custom("u: torch_zeros(2, dtype = torch_long()) and torch_empty(0)", function() {
+  list(list(torch_zeros(2, dtype = torch_long())$dtype == torch_long(), dim(torch_empty(0))),
+       list(TRUE, 0L))
+})
+custom("u: torch_multinomial returns 1-based categories", function() {
+  torch_manual_seed(1)
+  list(as.integer(torch_multinomial(torch_tensor(c(0, 0, 1)), 2, replacement = TRUE)), c(3L, 3L))
+})
+custom("u: torch_randint(1, 10, size = 100) in [1, 10)", function() {
+  torch_manual_seed(2)
+  v <- as.integer(torch_randint(1, 10, size = 100))
+  list(c(min(v) >= 1, max(v) <= 9), c(TRUE, TRUE))
+})
+custom("u: x$uniform_(-1, 1) follows the seed", function() {
+  torch_manual_seed(3)
+  a <- torch_empty(5)$uniform_(-1, 1)
+  torch_manual_seed(3)
+  b <- torch_empty(5)$uniform_(-1, 1)
+  list(list(a, all(as_array(a) >= -1 & as_array(a) <= 1)), list(b, TRUE))
+})
+custom("u: torch_normal(mean, std) with tensors", function() {
+  torch_manual_seed(4)
+  a <- torch_normal(torch_zeros(3), torch_ones(3))
+  list(dim(a), 3L)
+})
+custom("u: x$bernoulli_(0.5) is 0 or 1", function() {
+  torch_manual_seed(5)
+  v <- as.numeric(torch_empty(50)$bernoulli_(0.5))
+  list(all(v %in% c(0, 1)), TRUE)
+})
+custom("u: nnf_gumbel_softmax(hard = TRUE) rows are one-hot", function() {
+  torch_manual_seed(6)
+  y <- nnf_gumbel_softmax(torch_randn(4, 3), tau = 1, hard = TRUE)
+  list(as.numeric(y$sum(dim = 2)), rep(1, 4))
+})
+case("u: x$type_as(y)", function(x, y) x$type_as(y), list(T(3), torch_tensor(1:3)),
+     list(T(5), torch_tensor(1:5)))
+case("u: x$contiguous() after a transpose", function(x) x$t()$contiguous()$view(-1), list(T(3, 2)),
+     list(T(5, 2)))
+case("u: x$sum(dim = c(1, 2)) keepdim", function(x) x$sum(dim = c(1, 2), keepdim = TRUE),
+     list(T(2, 3, 4)), list(T(5, 3, 4)))
+case("u: x$max() of all, x$max(dim = 1)", function(x) list(x$max(), x$max(dim = 1)[[2]]),
+     list(T(3, 4)), list(T(5, 4)))
+case("u: x$sort(descending = TRUE)", function(x) x$sort(descending = TRUE)[[1]], list(T(5)), list(T(7)))
+case("u: x$lt(0) / x$eq(y) / x$ne(y)", function(x, y) list(x$lt(0), x$eq(y), x$ne(y)),
+     list(T(3), T(3)), list(T(5), T(5)))
+case("u: x$masked_fill_(m, 0) on a clone", function(x) x$clone()$masked_fill_(x > 0, 0),
+     list(T(3, 4)), list(T(5, 4)))
+case("u: x$index_fill_(2, idx, -1) on a clone", function(x) x$clone()$index_fill_(2, ix(1L), -1),
+     list(T(3, 4)), list(T(5, 4)))
+case("u: x$clamp_(min = 0) on a clone", function(x) x$clone()$clamp_(min = 0), list(T(3)), list(T(5)))
+case("u: x$fill_diagonal_(0) on a clone", function(x) x$clone()$fill_diagonal_(0), list(T(3, 3)),
+     list(T(5, 5)))
+case("u: x$where(cond, y)", function(x, y) x$where(x > 0, y), list(T(3), T(3)), list(T(5), T(5)))
+case("u: x$chunk(2) / x$split(2)", function(x) list(x$chunk(2)[[1]], x$split(2)[[2]]), list(T(4)),
+     list(T(4)))
+custom("u: x$unique() sorted values", function() {
+  list(as.numeric(torch_tensor(c(3, 1, 3, 2))$unique()), c(1, 2, 3))
+})
+custom("u: x$stride() and x$is_contiguous()", function() {
+  x <- torch_ones(2, 3)
+  list(list(x$stride(), x$t()$is_contiguous()), list(c(3L, 1L), FALSE))
+})
+custom("u: x$ndimension() / x$dim() / x$numel()", function() {
+  x <- torch_ones(2, 3, 4)
+  list(c(x$ndimension(), x$dim(), x$numel()), c(3L, 3L, 24L))
+})
+custom("u: x$grad_fn is NULL for a leaf, set for a result", function() {
+  x <- torch_ones(2, requires_grad = TRUE)
+  list(c(is.null(x$grad_fn), !is.null((x * 2)$grad_fn)), c(TRUE, TRUE))
+})
+custom("u: torch_save/torch_load(device = \"cpu\")", function() {
+  path <- tempfile(fileext = ".pt")
+  torch_save(torch_ones(2), path)
+  list(torch_load(path, device = "cpu")$device$type, "cpu")
+})
+custom("u: m$eval() returns the module for chaining", function() {
+  m <- nn_linear(2, 2)
+  out <- m$eval()
+  list(inherits(out, "nn_module") && !m$training, TRUE)
+})
+custom("u: jit_trace(check_trace = FALSE) still runs right", function() {
+  f <- function(x) x$cumsum(1)
+  tr <- jit_trace(f, torch_ones(3), check_trace = FALSE)
+  x <- torch_randn(6)
+  list(tr(x), f(x))
+})
+custom("u: a loaded function's $graph mentions its ops", function() {
+  tr <- jit_trace(function(x) torch_tanh(x) + 1, torch_ones(2))
+  path <- tempfile(fileext = ".pt")
+  jit_save(tr, path)
+  list(grepl("tanh", jit_load(path)$graph), TRUE)
+})
