@@ -1924,8 +1924,8 @@ case("u: x$masked_fill_(m, 0) on a clone", function(x) x$clone()$masked_fill_(x 
 case("u: x$index_fill_(2, idx, -1) on a clone", function(x) x$clone()$index_fill_(2, ix(1L), -1),
      list(T(3, 4)), list(T(5, 4)))
 case("u: x$clamp_(min = 0) on a clone", function(x) x$clone()$clamp_(min = 0), list(T(3)), list(T(5)))
-case("u: x$fill_diagonal_(0) on a clone", function(x) x$clone()$fill_diagonal_(0), list(T(3, 3)),
-     list(T(5, 5)))
+case("u: x$fill_diagonal_(0) in a trace is refused clearly (not in the op set)",
+     function(x) x$clone()$fill_diagonal_(0), list(T(3, 3)), error = "not in tracebridge.s op set")
 case("u: x$where(cond, y)", function(x, y) x$where(x > 0, y), list(T(3), T(3)), list(T(5), T(5)))
 case("u: x$chunk(2) / x$split(2)", function(x) list(x$chunk(2)[[1]], x$split(2)[[2]]), list(T(4)),
      list(T(4)))
@@ -1966,3 +1966,57 @@ custom("u: a loaded function's $graph mentions its ops", function() {
   jit_save(tr, path)
   list(grepl("tanh", jit_load(path)$graph), TRUE)
 })
+
+# ---- traced sizes in the R an R user writes around them -------------------------------------
+case("u: x$view(c(x$size(1), prod(dim(x)[-1]))) flatten", function(x) {
+  x$view(c(x$size(1), prod(dim(x)[-1])))
+}, list(T(2, 3, 4)), list(T(5, 3, 2)))
+case("u: Reduce(`*`, dim(x)[-1])", function(x) x$reshape(c(-1, Reduce(`*`, dim(x)[-1]))),
+     list(T(2, 3, 4)), list(T(5, 2, 2)))
+case("u: tail(dim(x), -1) and head(dim(x), 1)", function(x) {
+  x$reshape(c(head(dim(x), 1), prod(tail(dim(x), -1))))
+}, list(T(2, 3, 4)), list(T(5, 2, 2)))
+case("u: dim(x)[2:3]", function(x) torch_zeros(dim(x)[2:3]) + x[1, , ], list(T(2, 3, 4)),
+     list(T(5, 2, 2)))
+case("u: dim(x)[length(dim(x))]", function(x) x / dim(x)[length(dim(x))], list(T(2, 3)),
+     list(T(5, 4)))
+case("u: nrow(x) * ncol(x)", function(x) x / (nrow(x) * ncol(x)), list(T(2, 3)), list(T(5, 4)))
+case("u: NROW(x) and NCOL(x)", function(x) x / (NROW(x) + NCOL(x)), list(T(2, 3)), list(T(5, 4)))
+case("u: ceiling(n / 2) and round(n / 2)", function(x) {
+  x[1:ceiling(x$size(1) / 2)]$sum() + round(x$size(1) / 2)
+}, list(T(4)), list(T(7)), guard = TRUE)
+case("u: pmax(n, 3) (guard)", function(x) x * pmax(x$size(1), 3), list(T(4)), list(T(7)), guard = TRUE)
+case("u: n^0.5", function(x) x / x$size(1)^0.5, list(T(4)), list(T(9)))
+case("u: do.call(torch_zeros, as.list(dim(x)))", function(x) do.call(torch_zeros, as.list(dim(x))) + x,
+     list(T(2, 3)), list(T(5, 4)))
+case("u: x$new_zeros(dim(x))", function(x) x$new_zeros(dim(x)) + x, list(T(2, 3)), list(T(5, 4)))
+case("u: x$view(c(-1, dim(x)[3]))", function(x) x$view(c(-1, dim(x)[3])), list(T(2, 3, 4)),
+     list(T(5, 3, 2)))
+case("u: sprintf(\"%d rows\", n) (guard)", function(x) {
+  msg <- sprintf("%d rows", x$size(1))
+  x * nchar(msg)
+}, list(T(4)), list(T(12)), guard = TRUE)
+case("u: dim(x) %/% 2 as a size", function(x) torch_zeros(dim(x) %/% 2)$sum() + x, list(T(4, 6)),
+     list(T(8, 2)))
+case("u: sum(seq_len(n)) (guard)", function(x) x * sum(seq_len(x$size(1))), list(T(4)), list(T(5)),
+     guard = TRUE)
+case("u: unlist(lapply(dims)) of sizes (guard)", function(x) {
+  x$reshape(unlist(lapply(dim(x), function(d) d)))
+}, list(T(2, 3)), list(T(5, 4)), guard = TRUE)
+case("u: c(n, 2) * 2 as sizes", function(x) torch_zeros(c(x$size(1), 2) * 2)$sum() + x, list(T(2)),
+     list(T(5)))
+case("u: as.list(dim(x)) to a factory", function(x) torch_ones(as.list(dim(x))) * x,
+     list(T(2, 3)), list(T(5, 4)))
+case("u: x$size(1) / x$size(2) ratio", function(x) x * (x$size(1) / x$size(2)), list(T(2, 4)),
+     list(T(6, 3)))
+case("u: a size passed to a helper with a default", function(x) {
+  pad_to <- function(t, n = t$size(1) + 2) nnf_pad(t, c(0, n - t$size(1)))
+  pad_to(x)
+}, list(T(3)), list(T(5)))
+case("u: seq_len(x$dim()) loop over dims (rank fixed)", function(x) {
+  s <- x
+  for (d in seq_len(x$dim())) s <- s$cumsum(dim = d)
+  s
+}, list(T(2, 3)), list(T(4, 5)))
+case("u: dims vector c(1, x$dim())", function(x) x$sum(dim = c(1, x$dim())), list(T(2, 3, 4)),
+     list(T(5, 3, 2)))

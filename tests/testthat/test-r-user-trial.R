@@ -292,3 +292,19 @@ test_that("x$stride(), $ndimension(), $bernoulli_(), $fill_diagonal_(), $where()
   tr <- jit_trace(function(y) y$where(y > 0, 0), y)
   expect_equal(as.numeric(tr(torch_tensor(c(4, -2)))), c(4, 0))
 })
+
+test_that("traced sizes: c(n, 2) are sizes (arithmetic works), pmax/pmin/sprintf read them", {
+  skip_if_no_torch()
+  f <- function(x) torch_zeros(c(x$size(1), 2) * 2)$sum() + x
+  tr <- jit_trace(f, torch_ones(2))
+  expect_equal(arr(tr(torch_ones(5))), arr(f(torch_ones(5))))
+  g <- function(x) x$view(c(x$size(1), dim(x)[-1] * 1L, 1L))
+  expect_equal(dim(jit_trace(g, torch_ones(2, 3))(torch_ones(4, 3))), c(4L, 3L, 1L))
+  # Outside a trace c() of sizes is R's integer vector, as always.
+  expect_identical(c(torch_ones(2, 3)$size(1), 5L), c(2L, 5L))
+  h <- function(x) x * pmax(x$size(1), 3) + nchar(sprintf("%d rows", x$size(1)))
+  th <- suppressWarnings(jit_trace(h, torch_ones(4)))
+  expect_equal(arr(th(torch_ones(4))), arr(h(torch_ones(4))))
+  expect_error(th(torch_ones(7)), class = "tracebridge_guard_error")
+  expect_equal(arr(h(torch_ones(2))), rep(3 + 6, 2)) # untraced: base R's
+})
