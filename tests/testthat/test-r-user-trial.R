@@ -308,3 +308,14 @@ test_that("traced sizes: c(n, 2) are sizes (arithmetic works), pmax/pmin/sprintf
   expect_error(th(torch_ones(7)), class = "tracebridge_guard_error")
   expect_equal(arr(h(torch_ones(2))), rep(3 + 6, 2)) # untraced: base R's
 })
+
+test_that("data loaders and datasets print what they hold; a fractional batch_size is refused", {
+  skip_if_no_torch()
+  ds <- tensor_dataset(torch_randn(5, 2))
+  expect_output(print(ds), "<dataset: tensor_dataset> 5 items")
+  dl <- dataloader(ds, batch_size = 2, shuffle = TRUE)
+  expect_output(print(dl), "<dataloader> 3 batches of 2 from a dataset of 5 items, shuffled")
+  expect_output(print(dl), "enumerate\\(dl\\)")
+  expect_error(dataloader(ds, batch_size = 2.5), "positive whole number")
+  expect_error(dataloader(ds, batch_size = c(1, 2)), "positive whole number")
+})
