@@ -2020,3 +2020,20 @@ case("u: seq_len(x$dim()) loop over dims (rank fixed)", function(x) {
 }, list(T(2, 3)), list(T(4, 5)))
 case("u: dims vector c(1, x$dim())", function(x) x$sum(dim = c(1, x$dim())), list(T(2, 3, 4)),
      list(T(5, 3, 2)))
+
+# ---- tensors of positions with negative and zero entries ---------------------------------
+case("u: y[i] <- 0 with i = -1 as a tensor (the last)", function(x, i) {
+  y <- x$clone()
+  y[i] <- 0
+  y
+}, list(T(4), torch_tensor(-1L)), list(T(6), torch_tensor(-2L)))
+case("u: torch_index_put with a negative position tensor", function(x, i) {
+  torch_index_put(x, list(i), torch_tensor(0))
+}, list(T(4), torch_tensor(c(-1L, 1L))), list(T(6), torch_tensor(c(2L, -3L))))
+case("u: torch_take with a negative position", function(x, i) torch_take(x, i),
+     list(T(2, 3), torch_tensor(c(-1L, 2L))), list(T(4, 3), torch_tensor(c(-12L, 5L))))
+case("u: x$index_fill(1, -1 tensor, 0)", function(x, i) x$index_fill(1, i, 0),
+     list(T(4, 2), torch_tensor(-1L)), list(T(6, 2), torch_tensor(c(-1L, -6L))))
+custom("u: a 0 in a tensor of positions is an error that says 0", function() {
+  list(torch_tensor(c(1, 2, 3))$index_fill(1, torch_tensor(0L), 9), NULL)
+}, error = "index 0 \\(positions are 1-based")

@@ -319,3 +319,36 @@ test_that("data loaders and datasets print what they hold; a fractional batch_si
   expect_error(dataloader(ds, batch_size = 2.5), "positive whole number")
   expect_error(dataloader(ds, batch_size = c(1, 2)), "positive whole number")
 })
+
+test_that("a tensor of positions: -1 is the last (as in R vectors), 0 is an error, never a silent pick", {
+  skip_if_no_torch()
+  v <- function() torch_tensor(c(1, 2, 3, 4))
+  y <- v()
+  y[torch_tensor(-1L)] <- 0
+  expect_equal(as.numeric(y), c(1, 2, 3, 0)) # was c(1, 2, 0, 4): -1 shifted to -2
+  expect_equal(as.numeric(torch_index_put(v(), list(torch_tensor(-1L)), torch_tensor(0))),
+               c(1, 2, 3, 0))
+  expect_equal(as.numeric(torch_take(v(), torch_tensor(-1L))), 4)
+  expect_equal(as.numeric(v()$index_fill(1, torch_tensor(c(-1L, 1L)), 0)), c(0, 2, 3, 0))
+  y <- v()
+  y[torch_tensor(c(2L, -2L))] <- 9
+  expect_equal(as.numeric(y), c(1, 9, 9, 4))
+  # 0 names no position: the op fails, and says 0.
+  expect_error(v()$index_fill(1, torch_tensor(0L), 9), "index 0 \\(positions are 1-based in R")
+  expect_error(torch_take(v(), torch_tensor(0L)), "1-based")
+  expect_error(v()[torch_tensor(0L)], "index out of range")
+  y <- v()
+  expect_error(y[torch_tensor(0L)] <- 5, "index 0 \\(positions are 1-based")
+  expect_error(torch_tensor(matrix(1:6, 2))[, torch_tensor(4L)],
+               "index 4 is out of bounds for a dimension of size 3")
+  # Traced: the shift is recorded, so it holds for other positions at call time.
+  f <- function(x, i) {
+    y <- x$clone()
+    y[i] <- 0
+    y
+  }
+  tr <- jit_trace(f, v(), torch_tensor(2L))
+  expect_equal(as.numeric(tr(v(), torch_tensor(-1L))), c(1, 2, 3, 0))
+  expect_equal(as.numeric(tr(v(), torch_tensor(3L))), c(1, 2, 0, 4))
+  expect_error(tr(v(), torch_tensor(0L)), "index 0")
+})
