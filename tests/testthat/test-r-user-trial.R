@@ -352,3 +352,14 @@ test_that("a tensor of positions: -1 is the last (as in R vectors), 0 is an erro
   expect_equal(as.numeric(tr(v(), torch_tensor(3L))), c(1, 2, 0, 4))
   expect_error(tr(v(), torch_tensor(0L)), "index 0")
 })
+
+test_that("nnf_adaptive_max_pool*d(return_indices = TRUE) gives 1-based positions too", {
+  skip_if_no_torch()
+  x <- torch_tensor(array(c(1, 5, 2, 3), c(1, 1, 4)))
+  r <- nnf_adaptive_max_pool1d(x, 2, return_indices = TRUE)
+  expect_equal(as.numeric(r[[1]]), c(5, 3))
+  expect_equal(as.integer(r[[2]]), c(2L, 4L))
+  r2 <- nnf_adaptive_max_pool2d(torch_tensor(array(c(1, 9, 2, 3), c(1, 1, 2, 2))), 1,
+                                return_indices = TRUE)
+  expect_equal(as.integer(r2[[2]]), 3L) # 9 is at [2, 1]: the 3rd of the plane, row by row
+})
