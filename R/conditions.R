@@ -30,6 +30,9 @@ r_terms <- function(msg) {
 
 r_terms_one <- function(msg) {
   if (is.na(msg) || !nzchar(msg)) return(msg)
+  # A 0 in a tensor of R positions (rbridge.r_positions()): named as the user wrote it.
+  msg <- gsub("-(4611686018427387904|1073741824)\\b",
+              "0 (positions are 1-based in R: 1 is the first, -1 the last)", msg, perl = TRUE)
   ident <- "([A-Za-z_][A-Za-z0-9_]*)"
   msg <- shift_numbers(msg, paste0("\\b", ident, "\\.shape\\[(\\d+)\\]"), "%s$shape[%d]")
   msg <- shift_numbers(msg, paste0("\\b", ident, "\\.size\\((\\d+)\\)"), "%s$size(%d)")
@@ -176,6 +179,9 @@ one_based_terms <- function(msg) {
   msg <- sub("Class values must be non-negative.",
              paste("Class values must be 1 or more: classes are 1-based in R (1 is the first",
                    "class), so 0 is no class."), msg, fixed = TRUE)
+  # index_select() on some layouts: torch's words from its kernel.
+  msg <- sub("INDICES element is out of DATA bounds, id=(-?\\d+) axis_dim=(\\d+)",
+             "index \\1 is out of bounds for a dimension of size \\2", msg)
   msg <- sub("Class values must be smaller than num_classes.",
              "Class values must be at most num_classes: classes are 1 to num_classes in R.",
              msg, fixed = TRUE)

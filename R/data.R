@@ -160,7 +160,8 @@ dataloader <- function(dataset, batch_size = 1, shuffle = FALSE, sampler = NULL,
       "use `shuffle = TRUE`, or a dataset that returns the items in the order you want."),
       "not_implemented_error")
   }
-  if (!is.numeric(batch_size) || batch_size < 1) {
+  if (!is.numeric(batch_size) || length(batch_size) != 1 || is.na(batch_size) ||
+      batch_size < 1 || batch_size != round(batch_size)) {
     tracebridge_abort("dataloader(): `batch_size` must be a positive whole number.",
                       "value_error")
   }
@@ -182,6 +183,23 @@ dataloader <- function(dataset, batch_size = 1, shuffle = FALSE, sampler = NULL,
     .length = function() length(x),
     get0(name, envir = x, inherits = FALSE)
   )
+}
+
+#' @export
+print.dataloader <- function(x, ...) {
+  cat(sprintf("<dataloader> %d batches of %d from a dataset of %d items%s%s\n", length(x),
+              x$batch_size, length(x$dataset), if (x$shuffle) ", shuffled" else "",
+              if (x$drop_last) ", the last incomplete batch dropped" else ""))
+  cat("Loop over it with `for (b in enumerate(dl))`, or dataloader_make_iter() and",
+      "dataloader_next().\n")
+  invisible(x)
+}
+
+#' @export
+print.dataset <- function(x, ...) {
+  n <- if (is.function(x$.length)) sprintf("%d items", length(x)) else "no .length()"
+  cat(sprintf("<dataset: %s> %s\n", class(x)[[1]], n))
+  invisible(x)
 }
 
 #' @rdname dataloader

@@ -120,13 +120,14 @@ value_index <- function(v) {
     if (reticulate::py_to_r(py$dtype$is_floating_point)) {
       tracebridge_abort("Index tensors must hold integers or logicals.", "index_error")
     }
+    # Positions shifted by rbridge.r_positions(): -1 stays the last, 0 fails.
     if (reticulate::py_to_r(py$dim()) == 0L) {
-      return(list(kind = "tensor_int", value = tb_py_call(py$sub, 1L)))
+      return(list(kind = "tensor_int", value = tb_py_call(py_rb()$r_positions, py)))
     }
     # A tensor of positions with several dimensions reads as torch does: the indexed
     # dimension becomes the index's dimensions (`x[i]` has the shape of `i`).
     nested <- reticulate::py_to_r(py$dim()) > 1L
-    return(list(kind = "vector", value = tb_py_call(py$sub, 1L),
+    return(list(kind = "vector", value = tb_py_call(py_rb()$r_positions, py),
                 shape = if (nested) py$shape))
   }
   if (inherits(v, "torch_sym_int") && !isTRUE(.tb$tracing)) v <- sym_settled(v)

@@ -357,7 +357,8 @@ one_based_patterns <- list(
   list("at entry (\\d+) and \\[[^]]*\\] at entry (\\d+)", 1:2),
   list("^start \\((-?\\d+)\\) \\+ length", 1),
   list("index (-?\\d+) out of range for tensor of size \\[[^]]*\\] at dimension (\\d+)", 1:2),
-  list("tried to access index (-?\\d+) on a tensor", 1)
+  list("tried to access index (-?\\d+) on a tensor", 1),
+  list("INDICES element is out of DATA bounds, id=(-?\\d+)", 1)
 )
 
 one_based_message <- function(msg) {
@@ -368,8 +369,8 @@ one_based_message <- function(msg) {
     lens <- attr(m, "match.length")[-1][p[[2]]]
     for (k in rev(order(starts))) {
       old <- substr(msg, starts[[k]], starts[[k]] + lens[[k]] - 1L)
-      n <- as.integer(old)
-      new <- if (n >= 0L) as.character(n + 1L) else old
+      n <- suppressWarnings(as.numeric(old)) # a 0 of R's (rbridge.not_a_position()) is huge
+      new <- if (!is.na(n) && n >= 0 && n < .Machine$integer.max) format(n + 1, scientific = FALSE) else old
       msg <- paste0(substr(msg, 1L, starts[[k]] - 1L), new,
                     substr(msg, starts[[k]] + lens[[k]], nchar(msg)))
     }

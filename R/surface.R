@@ -373,7 +373,7 @@ index_tensor_arg <- function(v, name = "index") {
       tracebridge_abort(sprintf("`%s` must hold integer indices, not %s values.", name,
                                 reticulate::py_str(py$dtype)), "type_error")
     }
-    return(tb_py_call(py$sub, 1L))
+    return(tb_py_call(py_rb()$r_positions, py)) # negatives from the end, 0 fails
   }
   if (is.logical(v)) return(tensor_py(torch_tensor(v)))
   check_whole(v, name)

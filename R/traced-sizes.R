@@ -240,9 +240,36 @@ traced_size_helpers <- function() {
       base::vapply(X, function(item, ...) plain(FUN(item, ...)), FUN.VALUE, ...,
                    USE.NAMES = USE.NAMES)
     },
-    `%in%` = function(x, table) base::`%in%`(plain(x), plain(table))
+    `%in%` = function(x, table) base::`%in%`(plain(x), plain(table)),
+    # pmax()/pmin() and sprintf() are not generic: they read the values too.
+    pmax = function(..., na.rm = FALSE) do.call(base::pmax, c(lapply(list(...), plain),
+                                                            na.rm = na.rm)),
+    pmin = function(..., na.rm = FALSE) do.call(base::pmin, c(lapply(list(...), plain),
+                                                            na.rm = na.rm)),
+    sprintf = function(fmt, ...) do.call(base::sprintf, c(list(fmt), lapply(list(...), plain)))
   )
 }
+
+# `c(n, 2)`, `c(x$size(1), dim(x)[-1])`: traced sizes with numbers are sizes, as c() of R
+# integers is an integer vector, so that `c(n, 2) * 2` and `torch_zeros(c(n, 2))` work.
+# (R dispatches c() on its first argument only: `c(2, n)` stays a plain list, which the
+# functions that take sizes and positions read the same way.)
+#' @export
+c.torch_sym_int <- function(...) {
+  items <- lapply(list(...), function(v) {
+    if (inherits(v, "torch_sym_int")) list(v) else if (is.list(v)) unclass(v) else as.list(v)
+  })
+  out <- do.call(base::c, unname(items))
+  if (!isTRUE(.tb$tracing)) return(unlist(lapply(out, sym_settled)))
+  sizes <- vapply(out, function(v) {
+    inherits(v, "torch_sym_int") || (is.numeric(v) || is.logical(v)) && length(v) == 1L
+  }, logical(1))
+  if (all(sizes)) class(out) <- "torch_sym_sizes"
+  out
+}
+
+#' @export
+c.torch_sym_sizes <- c.torch_sym_int
 
 # ---- more of R on traced sizes --------------------------------------------------------
 

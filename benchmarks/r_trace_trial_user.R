@@ -1856,3 +1856,184 @@ for (e in errs) local({
   err <- e
   custom(paste("u: error:", err[[1]]), function() list(err[[2]](), NULL), error = err[[3]])
 })
+
+# ---- factories and tensor methods, more ----------------------------------------------------
+custom("u: torch_ones(c(2, 3)) with a size vector, torch_randn(size = )", function() {
+  list(list(dim(torch_ones(c(2, 3))), dim(torch_randn(size = c(4, 1)))), list(c(2L, 3L), c(4L, 1L)))
+})
+custom("u: torch_full(list(2, 3), 1) with a list size", function() {
+  list(as_array(torch_full(list(2, 3), 1)), matrix(1, 2, 3))
+})
+custom("u: torch_arange(0, 1, 0.25) includes the end", function() {
+  list(as.numeric(torch_arange(0, 1, 0.25)), seq(0, 1, 0.25))
+})
+custom("u: torch_linspace(0, 1, steps = 5)", function() {
+  list(as.numeric(torch_linspace(0, 1, steps = 5)), seq(0, 1, length.out = 5))
+})
+custom("u: torch_eye(2, 3)", function() {
+  list(as_array(torch_eye(2, 3)), diag(1, 2, 3))
+})
+custom("u: torch_zeros(2, dtype = torch_long()) and torch_empty(0)", function() {
+  list(list(torch_zeros(2, dtype = torch_long())$dtype == torch_long(), dim(torch_empty(0))),
+       list(TRUE, 0L))
+})
+custom("u: torch_multinomial returns 1-based categories", function() {
+  torch_manual_seed(1)
+  list(as.integer(torch_multinomial(torch_tensor(c(0, 0, 1)), 2, replacement = TRUE)), c(3L, 3L))
+})
+custom("u: torch_randint(1, 10, size = 100) in [1, 10)", function() {
+  torch_manual_seed(2)
+  v <- as.integer(torch_randint(1, 10, size = 100))
+  list(c(min(v) >= 1, max(v) <= 9), c(TRUE, TRUE))
+})
+custom("u: x$uniform_(-1, 1) follows the seed", function() {
+  torch_manual_seed(3)
+  a <- torch_empty(5)$uniform_(-1, 1)
+  torch_manual_seed(3)
+  b <- torch_empty(5)$uniform_(-1, 1)
+  list(list(a, all(as_array(a) >= -1 & as_array(a) <= 1)), list(b, TRUE))
+})
+custom("u: torch_normal(mean, std) with tensors", function() {
+  torch_manual_seed(4)
+  a <- torch_normal(torch_zeros(3), torch_ones(3))
+  list(dim(a), 3L)
+})
+custom("u: x$bernoulli_(0.5) is 0 or 1", function() {
+  torch_manual_seed(5)
+  v <- as.numeric(torch_empty(50)$bernoulli_(0.5))
+  list(all(v %in% c(0, 1)), TRUE)
+})
+custom("u: nnf_gumbel_softmax(hard = TRUE) rows are one-hot", function() {
+  torch_manual_seed(6)
+  y <- nnf_gumbel_softmax(torch_randn(4, 3), tau = 1, hard = TRUE)
+  list(as.numeric(y$sum(dim = 2)), rep(1, 4))
+})
+case("u: x$type_as(y)", function(x, y) x$type_as(y), list(T(3), torch_tensor(1:3)),
+     list(T(5), torch_tensor(1:5)))
+case("u: x$contiguous() after a transpose", function(x) x$t()$contiguous()$view(-1), list(T(3, 2)),
+     list(T(5, 2)))
+case("u: x$sum(dim = c(1, 2)) keepdim", function(x) x$sum(dim = c(1, 2), keepdim = TRUE),
+     list(T(2, 3, 4)), list(T(5, 3, 4)))
+case("u: x$max() of all, x$max(dim = 1)", function(x) list(x$max(), x$max(dim = 1)[[2]]),
+     list(T(3, 4)), list(T(5, 4)))
+case("u: x$sort(descending = TRUE)", function(x) x$sort(descending = TRUE)[[1]], list(T(5)), list(T(7)))
+case("u: x$lt(0) / x$eq(y) / x$ne(y)", function(x, y) list(x$lt(0), x$eq(y), x$ne(y)),
+     list(T(3), T(3)), list(T(5), T(5)))
+case("u: x$masked_fill_(m, 0) on a clone", function(x) x$clone()$masked_fill_(x > 0, 0),
+     list(T(3, 4)), list(T(5, 4)))
+case("u: x$index_fill_(2, idx, -1) on a clone", function(x) x$clone()$index_fill_(2, ix(1L), -1),
+     list(T(3, 4)), list(T(5, 4)))
+case("u: x$clamp_(min = 0) on a clone", function(x) x$clone()$clamp_(min = 0), list(T(3)), list(T(5)))
+case("u: x$fill_diagonal_(0) in a trace is refused clearly (not in the op set)",
+     function(x) x$clone()$fill_diagonal_(0), list(T(3, 3)), error = "not in tracebridge.s op set")
+case("u: x$where(cond, y)", function(x, y) x$where(x > 0, y), list(T(3), T(3)), list(T(5), T(5)))
+case("u: x$chunk(2) / x$split(2)", function(x) list(x$chunk(2)[[1]], x$split(2)[[2]]), list(T(4)),
+     list(T(4)))
+custom("u: x$unique() sorted values", function() {
+  list(as.numeric(torch_tensor(c(3, 1, 3, 2))$unique()), c(1, 2, 3))
+})
+custom("u: x$stride() and x$is_contiguous()", function() {
+  x <- torch_ones(2, 3)
+  list(list(x$stride(), x$t()$is_contiguous()), list(c(3L, 1L), FALSE))
+})
+custom("u: x$ndimension() / x$dim() / x$numel()", function() {
+  x <- torch_ones(2, 3, 4)
+  list(c(x$ndimension(), x$dim(), x$numel()), c(3L, 3L, 24L))
+})
+custom("u: x$grad_fn is NULL for a leaf, set for a result", function() {
+  x <- torch_ones(2, requires_grad = TRUE)
+  list(c(is.null(x$grad_fn), !is.null((x * 2)$grad_fn)), c(TRUE, TRUE))
+})
+custom("u: torch_save/torch_load(device = \"cpu\")", function() {
+  path <- tempfile(fileext = ".pt")
+  torch_save(torch_ones(2), path)
+  list(torch_load(path, device = "cpu")$device$type, "cpu")
+})
+custom("u: m$eval() returns the module for chaining", function() {
+  m <- nn_linear(2, 2)
+  out <- m$eval()
+  list(inherits(out, "nn_module") && !m$training, TRUE)
+})
+custom("u: jit_trace(check_trace = FALSE) still runs right", function() {
+  f <- function(x) x$cumsum(1)
+  tr <- jit_trace(f, torch_ones(3), check_trace = FALSE)
+  x <- torch_randn(6)
+  list(tr(x), f(x))
+})
+custom("u: a loaded function's $graph mentions its ops", function() {
+  tr <- jit_trace(function(x) torch_tanh(x) + 1, torch_ones(2))
+  path <- tempfile(fileext = ".pt")
+  jit_save(tr, path)
+  list(grepl("tanh", jit_load(path)$graph), TRUE)
+})
+
+# ---- traced sizes in the R an R user writes around them -------------------------------------
+case("u: x$view(c(x$size(1), prod(dim(x)[-1]))) flatten", function(x) {
+  x$view(c(x$size(1), prod(dim(x)[-1])))
+}, list(T(2, 3, 4)), list(T(5, 3, 2)))
+case("u: Reduce(`*`, dim(x)[-1])", function(x) x$reshape(c(-1, Reduce(`*`, dim(x)[-1]))),
+     list(T(2, 3, 4)), list(T(5, 2, 2)))
+case("u: tail(dim(x), -1) and head(dim(x), 1)", function(x) {
+  x$reshape(c(head(dim(x), 1), prod(tail(dim(x), -1))))
+}, list(T(2, 3, 4)), list(T(5, 2, 2)))
+case("u: dim(x)[2:3]", function(x) torch_zeros(dim(x)[2:3]) + x[1, , ], list(T(2, 3, 4)),
+     list(T(5, 2, 2)))
+case("u: dim(x)[length(dim(x))]", function(x) x / dim(x)[length(dim(x))], list(T(2, 3)),
+     list(T(5, 4)))
+case("u: nrow(x) * ncol(x)", function(x) x / (nrow(x) * ncol(x)), list(T(2, 3)), list(T(5, 4)))
+case("u: NROW(x) and NCOL(x)", function(x) x / (NROW(x) + NCOL(x)), list(T(2, 3)), list(T(5, 4)))
+case("u: ceiling(n / 2) and round(n / 2)", function(x) {
+  x[1:ceiling(x$size(1) / 2)]$sum() + round(x$size(1) / 2)
+}, list(T(4)), list(T(7)), guard = TRUE)
+case("u: pmax(n, 3) (guard)", function(x) x * pmax(x$size(1), 3), list(T(4)), list(T(7)), guard = TRUE)
+case("u: n^0.5", function(x) x / x$size(1)^0.5, list(T(4)), list(T(9)))
+case("u: do.call(torch_zeros, as.list(dim(x)))", function(x) do.call(torch_zeros, as.list(dim(x))) + x,
+     list(T(2, 3)), list(T(5, 4)))
+case("u: x$new_zeros(dim(x))", function(x) x$new_zeros(dim(x)) + x, list(T(2, 3)), list(T(5, 4)))
+case("u: x$view(c(-1, dim(x)[3]))", function(x) x$view(c(-1, dim(x)[3])), list(T(2, 3, 4)),
+     list(T(5, 3, 2)))
+case("u: sprintf(\"%d rows\", n) (guard)", function(x) {
+  msg <- sprintf("%d rows", x$size(1))
+  x * nchar(msg)
+}, list(T(4)), list(T(12)), guard = TRUE)
+case("u: dim(x) %/% 2 as a size", function(x) torch_zeros(dim(x) %/% 2)$sum() + x, list(T(4, 6)),
+     list(T(8, 2)))
+case("u: sum(seq_len(n)) (guard)", function(x) x * sum(seq_len(x$size(1))), list(T(4)), list(T(5)),
+     guard = TRUE)
+case("u: unlist(lapply(dims)) of sizes (guard)", function(x) {
+  x$reshape(unlist(lapply(dim(x), function(d) d)))
+}, list(T(2, 3)), list(T(5, 4)), guard = TRUE)
+case("u: c(n, 2) * 2 as sizes", function(x) torch_zeros(c(x$size(1), 2) * 2)$sum() + x, list(T(2)),
+     list(T(5)))
+case("u: as.list(dim(x)) to a factory", function(x) torch_ones(as.list(dim(x))) * x,
+     list(T(2, 3)), list(T(5, 4)))
+case("u: x$size(1) / x$size(2) ratio", function(x) x * (x$size(1) / x$size(2)), list(T(2, 4)),
+     list(T(6, 3)))
+case("u: a size passed to a helper with a default", function(x) {
+  pad_to <- function(t, n = t$size(1) + 2) nnf_pad(t, c(0, n - t$size(1)))
+  pad_to(x)
+}, list(T(3)), list(T(5)))
+case("u: seq_len(x$dim()) loop over dims (rank fixed)", function(x) {
+  s <- x
+  for (d in seq_len(x$dim())) s <- s$cumsum(dim = d)
+  s
+}, list(T(2, 3)), list(T(4, 5)))
+case("u: dims vector c(1, x$dim())", function(x) x$sum(dim = c(1, x$dim())), list(T(2, 3, 4)),
+     list(T(5, 3, 2)))
+
+# ---- tensors of positions with negative and zero entries ---------------------------------
+case("u: y[i] <- 0 with i = -1 as a tensor (the last)", function(x, i) {
+  y <- x$clone()
+  y[i] <- 0
+  y
+}, list(T(4), torch_tensor(-1L)), list(T(6), torch_tensor(-2L)))
+case("u: torch_index_put with a negative position tensor", function(x, i) {
+  torch_index_put(x, list(i), torch_tensor(0))
+}, list(T(4), torch_tensor(c(-1L, 1L))), list(T(6), torch_tensor(c(2L, -3L))))
+case("u: torch_take with a negative position", function(x, i) torch_take(x, i),
+     list(T(2, 3), torch_tensor(c(-1L, 2L))), list(T(4, 3), torch_tensor(c(-12L, 5L))))
+case("u: x$index_fill(1, -1 tensor, 0)", function(x, i) x$index_fill(1, i, 0),
+     list(T(4, 2), torch_tensor(-1L)), list(T(6, 2), torch_tensor(c(-1L, -6L))))
+custom("u: a 0 in a tensor of positions is an error that says 0", function() {
+  list(torch_tensor(c(1, 2, 3))$index_fill(1, torch_tensor(0L), 9), NULL)
+}, error = "index 0 \\(positions are 1-based")

@@ -248,12 +248,15 @@ static PyObject *minus_one(PyObject *t) {
  * `$data` (its own counter) or `$py` (Python's `.data`, `.numpy()`, ...), and `$data <-`:
  * once R has done one of these for an integer tensor, the cache is emptied and stays off
  * for the session (tb_shift_untracked()). A tensor without a version counter (an
- * inference tensor) is never cached. */
+ * inference tensor) is never cached. Positions and class targets are shifted apart
+ * (rbridge.r_positions() keeps negative positions, which count from the end; a negative
+ * class target names no class and is shifted as `ignore_index` is), so a slot says which. */
 #define SHIFT_SLOTS 4
 
 typedef struct {
   PyObject *source, *shifted; /* NULL: an empty slot */
   long long source_version, shifted_version;
+  int positions; /* 1: shifted by rbridge.r_positions(), 0: minus one (classes) */
 } ShiftSlot;
 
 static ShiftSlot shift_slots[SHIFT_SLOTS];
@@ -326,14 +329,16 @@ SEXP tb_shift_untracked(SEXP x) {
   return R_NilValue;
 }
 
-/* minus_one(t), from the cache where `t` and the shifted tensor are as they were. */
-static PyObject *shifted_positions(PyObject *t) {
+/* Positions (`positions` = 1): rbridge.r_positions(t), which keeps negative positions
+ * (counted from the end) and makes 0 fail in the op; classes: minus_one(t). From the cache
+ * where `t` and the shifted tensor are as they were. */
+static PyObject *shifted_positions(PyObject *t, int positions) {
   long long version, shifted_version;
   int versioned = !shift_off && version_of(t, &version);
   if (versioned) {
     for (int i = 0; i < SHIFT_SLOTS; i++) {
       ShiftSlot *slot = &shift_slots[i];
-      if (slot->source != t) continue;
+      if (slot->source != t || slot->positions != positions) continue;
       if (slot->source_version == version && version_of(slot->shifted, &shifted_version) &&
           shifted_version == slot->shifted_version) {
         shift_hits++;
@@ -344,7 +349,7 @@ static PyObject *shifted_positions(PyObject *t) {
     }
   }
   shift_misses++;
-  PyObject *r = minus_one(t);
+  PyObject *r = positions ? py.CallOneArg(torch_.r_positions, t) : minus_one(t);
   if (r == NULL || !versioned || !version_of(r, &shifted_version)) return r;
   ShiftSlot *slot = &shift_slots[shift_next];
   shift_next = (shift_next + 1) % SHIFT_SLOTS;
@@ -355,6 +360,7 @@ static PyObject *shifted_positions(PyObject *t) {
   slot->shifted = r;
   slot->source_version = version;
   slot->shifted_version = shifted_version;
+  slot->positions = positions;
   return r;
 }
 
@@ -363,7 +369,7 @@ int index_tensor_to_py(PyObject *t, PyObject **out) {
   if (kind < 0) return CONV_PYERR;
   if (kind == 1) return CONV_FALLBACK; /* R says that indices must be integers */
   if (kind == 2) return borrowed(t, out);
-  return give(shifted_positions(t), out);
+  return give(shifted_positions(t, 1), out);
 }
 
 int class_index_to_py(SEXP v, SEXP ignore_index, int shift_ignore, PyObject **out) {
@@ -374,7 +380,7 @@ int class_index_to_py(SEXP v, SEXP ignore_index, int shift_ignore, PyObject **ou
   int kind = tensor_dtype_kind(t);
   if (kind < 0) return CONV_PYERR;
   if (kind == 1) return borrowed(t, out); /* class probabilities */
-  PyObject *shifted = shifted_positions(t);
+  PyObject *shifted = shifted_positions(t, 0);
   if (shifted == NULL) return CONV_PYERR;
   /* A negative ignore_index (no class) is shifted by the caller as the targets are
    * (ignore_index_arg() in R/surface.R). */

@@ -258,6 +258,7 @@ static void release_all(void) {
   clear(&torch_.size_type);
   clear(&torch_.bridge);
   clear(&torch_.binary_ops);
+  clear(&torch_.r_positions);
   clear(&torch_.set_grad);
   clear(&torch_.is_grad);
   clear(&torch_.one);
@@ -318,6 +319,7 @@ SEXP tb_py_init(SEXP torch, SEXP bridge, SEXP example, SEXP libpython, SEXP tb) 
   py.IncRef(m);
   torch_.bridge = m;
   torch_.binary_ops = py.GetAttrString(m, "BINARY_OPS");
+  torch_.r_positions = py.GetAttrString(m, "r_positions");
   torch_.one = py.LongFromLongLong(1);
   PyObject *tensor_fn = py.GetAttrString(t, "tensor");
   torch_.one_t = tensor_fn == NULL ? NULL : py.CallOneArg(tensor_fn, torch_.one);
@@ -335,7 +337,7 @@ SEXP tb_py_init(SEXP torch, SEXP bridge, SEXP example, SEXP libpython, SEXP tb) 
   torch_.s_is_floating_point = py.UnicodeIntern("is_floating_point");
   torch_.s_version = py.UnicodeIntern("_version");
   int ok = torch_.tensor_type && torch_.size_type && torch_.set_grad && torch_.is_grad &&
-           torch_.binary_ops && torch_.one && torch_.one_t && torch_.where && torch_.dtype_bool && torch_.s_add && torch_.s_item && torch_.s_ndim && torch_.empty && torch_.device && torch_.s_dtype &&
+           torch_.binary_ops && torch_.r_positions && torch_.one && torch_.one_t && torch_.where && torch_.dtype_bool && torch_.s_add && torch_.s_item && torch_.s_ndim && torch_.empty && torch_.device && torch_.s_dtype &&
            torch_.s_sub && torch_.s_index_select && torch_.s_is_floating_point && torch_.s_version &&
            PY_TYPE(x) == torch_.tensor_type;
   if (!ok) {

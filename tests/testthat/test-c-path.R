@@ -599,7 +599,7 @@ test_that("torch_tensor() from R data gives the same tensors through C as throug
     list(matrix(c(TRUE, FALSE, FALSE, TRUE), 2)), list(c(1, NaN, Inf)),
     list(1:3, dtype = torch_float()), list(c(0, 1, 2), dtype = torch_bool()),
     list(c(1.7, -1.7), dtype = torch_long()), list(7L), list(matrix(1:6, 2), dtype = "float64"),
-    list(c(2, 3), requires_grad = TRUE), list(c(1L, NA)), list(c(TRUE, NA)),
+    list(c(2, 3), requires_grad = TRUE), list(c(1L, NA), dtype = torch_float()),
     list(structure(1:4, dim = c(2L, 2L), dimnames = list(c("a", "b"), NULL)))
   )
   before <- op_calls()
@@ -610,6 +610,9 @@ test_that("torch_tensor() from R data gives the same tensors through C as throug
   }
   expect_error(torch_tensor("a"), "Cannot make a tensor")
   expect_error(with_c(FALSE, torch_tensor("a")), "Cannot make a tensor")
+  # Integer and logical NA: refused on both paths (R/tensor.R, before either).
+  expect_error(torch_tensor(c(1L, NA)), "NA at position 2")
+  expect_error(with_c(FALSE, torch_tensor(c(TRUE, NA))), "NA at position 2")
 })
 
 test_that("torch_arange(), whole-number arguments, computed indices and scheduler steps agree between C and R", {

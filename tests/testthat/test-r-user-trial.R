@@ -274,3 +274,92 @@ test_that("a dataset without .getitem() or .length(), and a data.frame, are refu
   expect_equal(as.numeric(only_batch[2]), 20)
   expect_error(torch_tensor(data.frame(a = 1:2, b = 3:4)), "as.matrix\\(df\\)")
 })
+
+test_that("x$stride(), $ndimension(), $bernoulli_(), $fill_diagonal_(), $where() (mlverse methods)", {
+  skip_if_no_torch()
+  x <- torch_ones(2, 3)
+  expect_identical(x$stride(), c(3L, 1L))
+  expect_identical(x$stride(1), 3L)
+  expect_identical(torch_ones(2, 3, 4)$ndimension(), 3L)
+  torch_manual_seed(1)
+  v <- as.numeric(torch_empty(2000)$bernoulli_(0.25))
+  expect_true(all(v %in% c(0, 1)))
+  expect_equal(mean(v), 0.25, tolerance = 0.1)
+  expect_equal(arr(torch_ones(3, 3)$fill_diagonal_(0)), 1 - diag(3))
+  y <- torch_tensor(c(-1, 2, 3))
+  expect_equal(as.numeric(y$where(y > 0, -5)), c(-5, 2, 3))
+  expect_equal(as.numeric(y$where(y > 0, torch_zeros(3))), c(0, 2, 3))
+  tr <- jit_trace(function(y) y$where(y > 0, 0), y)
+  expect_equal(as.numeric(tr(torch_tensor(c(4, -2)))), c(4, 0))
+})
+
+test_that("traced sizes: c(n, 2) are sizes (arithmetic works), pmax/pmin/sprintf read them", {
+  skip_if_no_torch()
+  f <- function(x) torch_zeros(c(x$size(1), 2) * 2)$sum() + x
+  tr <- jit_trace(f, torch_ones(2))
+  expect_equal(arr(tr(torch_ones(5))), arr(f(torch_ones(5))))
+  g <- function(x) x$view(c(x$size(1), dim(x)[-1] * 1L, 1L))
+  expect_equal(dim(jit_trace(g, torch_ones(2, 3))(torch_ones(4, 3))), c(4L, 3L, 1L))
+  # Outside a trace c() of sizes is R's integer vector, as always.
+  expect_identical(c(torch_ones(2, 3)$size(1), 5L), c(2L, 5L))
+  h <- function(x) x * pmax(x$size(1), 3) + nchar(sprintf("%d rows", x$size(1)))
+  th <- suppressWarnings(jit_trace(h, torch_ones(4)))
+  expect_equal(arr(th(torch_ones(4))), arr(h(torch_ones(4))))
+  expect_error(th(torch_ones(7)), class = "tracebridge_guard_error")
+  expect_equal(arr(h(torch_ones(2))), rep(3 + 6, 2)) # untraced: base R's
+})
+
+test_that("data loaders and datasets print what they hold; a fractional batch_size is refused", {
+  skip_if_no_torch()
+  ds <- tensor_dataset(torch_randn(5, 2))
+  expect_output(print(ds), "<dataset: tensor_dataset> 5 items")
+  dl <- dataloader(ds, batch_size = 2, shuffle = TRUE)
+  expect_output(print(dl), "<dataloader> 3 batches of 2 from a dataset of 5 items, shuffled")
+  expect_output(print(dl), "enumerate\\(dl\\)")
+  expect_error(dataloader(ds, batch_size = 2.5), "positive whole number")
+  expect_error(dataloader(ds, batch_size = c(1, 2)), "positive whole number")
+})
+
+test_that("a tensor of positions: -1 is the last (as in R vectors), 0 is an error, never a silent pick", {
+  skip_if_no_torch()
+  v <- function() torch_tensor(c(1, 2, 3, 4))
+  y <- v()
+  y[torch_tensor(-1L)] <- 0
+  expect_equal(as.numeric(y), c(1, 2, 3, 0)) # was c(1, 2, 0, 4): -1 shifted to -2
+  expect_equal(as.numeric(torch_index_put(v(), list(torch_tensor(-1L)), torch_tensor(0))),
+               c(1, 2, 3, 0))
+  expect_equal(as.numeric(torch_take(v(), torch_tensor(-1L))), 4)
+  expect_equal(as.numeric(v()$index_fill(1, torch_tensor(c(-1L, 1L)), 0)), c(0, 2, 3, 0))
+  y <- v()
+  y[torch_tensor(c(2L, -2L))] <- 9
+  expect_equal(as.numeric(y), c(1, 9, 9, 4))
+  # 0 names no position: the op fails, and says 0.
+  expect_error(v()$index_fill(1, torch_tensor(0L), 9), "index 0 \\(positions are 1-based in R")
+  expect_error(torch_take(v(), torch_tensor(0L)), "1-based")
+  expect_error(v()[torch_tensor(0L)], "index out of range")
+  y <- v()
+  expect_error(y[torch_tensor(0L)] <- 5, "index 0 \\(positions are 1-based")
+  expect_error(torch_tensor(matrix(1:6, 2))[, torch_tensor(4L)],
+               "index 4 is out of bounds for a dimension of size 3")
+  # Traced: the shift is recorded, so it holds for other positions at call time.
+  f <- function(x, i) {
+    y <- x$clone()
+    y[i] <- 0
+    y
+  }
+  tr <- jit_trace(f, v(), torch_tensor(2L))
+  expect_equal(as.numeric(tr(v(), torch_tensor(-1L))), c(1, 2, 3, 0))
+  expect_equal(as.numeric(tr(v(), torch_tensor(3L))), c(1, 2, 0, 4))
+  expect_error(tr(v(), torch_tensor(0L)), "index 0")
+})
+
+test_that("nnf_adaptive_max_pool*d(return_indices = TRUE) gives 1-based positions too", {
+  skip_if_no_torch()
+  x <- torch_tensor(array(c(1, 5, 2, 3), c(1, 1, 4)))
+  r <- nnf_adaptive_max_pool1d(x, 2, return_indices = TRUE)
+  expect_equal(as.numeric(r[[1]]), c(5, 3))
+  expect_equal(as.integer(r[[2]]), c(2L, 4L))
+  r2 <- nnf_adaptive_max_pool2d(torch_tensor(array(c(1, 9, 2, 3), c(1, 1, 2, 2))), 1,
+                                return_indices = TRUE)
+  expect_equal(as.integer(r2[[2]]), 3L) # 9 is at [2, 1]: the 3rd of the plane, row by row
+})

@@ -24,8 +24,11 @@ test_that("an index tensor used twice is shifted once, with the same results", {
   expect_equal(after$hits - before$hits, 1)
   expect_equal(as_array(xb), m[c(2, 5, 7), ])
   expect_equal(as_array(yb), c(102L, 105L, 107L))
-  # Class targets of a loss share it too.
+  # Class targets of a loss are shifted on their own (a negative target names no class,
+  # where a negative position counts from the end), and cached too.
   logits <- torch_randn(3, 110)
+  loss <- nnf_cross_entropy(logits, idx)
+  expect_equal(cache()$hits - after$hits, 0)
   loss <- nnf_cross_entropy(logits, idx)
   expect_equal(cache()$hits - after$hits, 1)
   manual <- -mean(as_array(nnf_log_softmax(logits, 2))[cbind(1:3, c(2, 5, 7))])

@@ -580,3 +580,27 @@ def saved_variables(ctx) -> dict:
     """What :func:`save_for_backward` kept, by name (tensors as ``ctx.saved_tensors``)."""
     tensors = iter(ctx.saved_tensors)
     return {n: next(tensors) if is_tensor else v for n, is_tensor, v in getattr(ctx, "r_saved", [])}
+
+
+def r_positions(t: torch.Tensor) -> torch.Tensor:
+    """R's 1-based positions in an integer tensor as torch's 0-based ones: ``n > 0`` is
+    ``n - 1``, a negative one counts from the end as it does in R's ``x[-1]`` and in
+    torch (-1 the last), and 0, which names no position, becomes one no dimension has
+    (``not_a_position``), so the op that uses it fails instead of reading the last element.
+    Tensor ops only, so that a trace records them and they run again on every call.
+
+    >>> r_positions(torch.tensor([1, 3, -1])).tolist()
+    [0, 2, -1]
+    >>> r_positions(torch.tensor([0]))[0].item() == not_a_position(torch.int64)
+    True
+    """
+    shifted = torch.where(t > 0, t - 1, t)
+    if t.dtype not in (torch.int64, torch.int32):  # too narrow for a position none has
+        return shifted
+    return shifted.masked_fill(t == 0, not_a_position(t.dtype))
+
+
+def not_a_position(dtype: torch.dtype) -> int:
+    """The position that 0 becomes in :func:`r_positions` for int64 and int32 (R's
+    messages name it 0)."""
+    return torch.iinfo(dtype).min // 2
