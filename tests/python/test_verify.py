@@ -609,3 +609,38 @@ def test_an_unknown_cause_keeps_the_advice_on_non_determinism():
         compare_outputs((torch.zeros(2),), (torch.ones(2),), 1e-5, "on a check input")
     with pytest.raises(tracebridge.TracingCheckError, match=r"tolerance 1e-05$"):
         compare_outputs((torch.zeros(2),), (torch.ones(2),), 1e-5, "at another size", "")
+
+
+class _ConstantInForward(nn.Module):
+    """A tensor made outside the graph in forward: recorded as a constant (``const<k>``)."""
+
+    def forward(self, x):
+        return x * torch.from_numpy(np.array([0.25, 0.75])).float()
+
+
+def test_constants_in_both_modes_pass_the_stability_check():
+    # Traced in both modes, the second recording's constant is numbered after the first's
+    # (const1); the check traces again and counts from 0: the same graph, not a divergence.
+    model = _ConstantInForward()
+    x = torch.randn(3, 2)
+    traced = tracebridge.trace(model, x, respect_mode=True)
+    torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
+    model.eval()
+    traced.eval()
+    torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
+
+
+def test_constants_are_compared_by_their_order_of_use():
+    from tracebridge.check.verify import first_difference
+    from tracebridge.ir import Graph, Node
+
+    def reading(*names):
+        graph = Graph()
+        for name in names:
+            graph.nodes.append(Node("prim.state", (name,), {}, []))
+        return graph
+
+    assert first_difference(reading("const1", "const2"), reading("const0", "const1")) is None
+    # The same constant read twice is not two constants; nor is a state attribute renamed.
+    assert first_difference(reading("const1", "const1"), reading("const0", "const1")) == 1
+    assert first_difference(reading("weight"), reading("bias")) == 0

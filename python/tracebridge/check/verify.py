@@ -21,6 +21,7 @@ Nothing about the model changes: everything runs inside ``capture.preserved``.
 from __future__ import annotations
 
 import difflib
+import re
 
 import torch
 
@@ -37,15 +38,26 @@ from .repeated import check_repeated
 # --- structural comparison --------------------------------------------------------------------
 
 
+# The recorder names a tensor made outside the graph ``const<k>``, k counting every
+# constant of the trace (a module traced in both modes counts over both recordings).
+_CONSTANT_NAME = re.compile(r"const\d+")
+
+
 def _canonical(graph: Graph) -> list[tuple]:
     order = {v.id: f"in{i}" for i, v in enumerate(graph.inputs)}
+    constants: dict[str, str] = {}
     rows = []
     for index, node in enumerate(graph.nodes):
         for k, value in enumerate(node.outputs):
             order[value.id] = f"n{index}.{k}"
         # A guard's description names values after the inputs; it is not structure.
         kwargs = {k: v for k, v in node.kwargs.items() if k != "what"}
-        rows.append((node.op, _norm(node.args, order), _norm(kwargs, order)))
+        args = node.args
+        constant = args[0] if node.op == "prim.state" and args else None
+        if isinstance(constant, str) and _CONSTANT_NAME.fullmatch(constant):
+            # By order of first use: a trace made again counts its constants from 0.
+            args = (constants.setdefault(constant, f"const#{len(constants)}"), *args[1:])
+        rows.append((node.op, _norm(args, order), _norm(kwargs, order)))
     return rows
 
 
