@@ -19,6 +19,7 @@ from torch import nn
 
 import tracebridge
 from tracebridge.errors import GuardError
+from tracebridge.ir import Node, Ref, Value
 from tracebridge.runtime import dead_code, size_checks
 
 from .graph_helpers import counting, loaded, same_bits
@@ -256,3 +257,47 @@ def test_under_a_mode_the_checks_run_on_every_call_and_without_guards_never(tmp_
         assert len(calls) == 2
         kept = unguarded.__kwdefaults__.values()
         assert not [v for v in kept if isinstance(v, size_checks.SizeChecks)]
+
+
+def _chain(*steps) -> tuple[list, dict]:
+    """Nodes ``(op, args, kind of the result)`` reading value 1 (an outside tensor) and 9
+    (state), ending in a guard on the last result; and the kinds of the values."""
+    kinds = {1: "Tensor", 9: "Tensor"}
+    nodes = []
+    for number, (op, args, kind) in enumerate(steps, start=10):
+        kinds[number] = kind
+        nodes.append(Node(op, list(args), {}, [Value(number, kind)], {"t": "leaf"}))
+    nodes.append(Node("prim.guard", [Ref(number)], {"expect": True}))
+    return nodes, kinds
+
+
+@pytest.mark.parametrize(
+    "steps, free",
+    [
+        # sizes of an outside tensor, through shape-following ops: the key decides
+        ([("linear", [Ref(1), Ref(9)], "Tensor"), ("prim.size", [Ref(10), 0], "int")], True),
+        (
+            [
+                ("prim.size", [Ref(1), 0], "int"),
+                ("arange", [Ref(10)], "Tensor"),
+                ("sum", [Ref(11)], "Tensor"),
+                ("prim.item", [Ref(12)], "int"),
+            ],
+            True,
+        ),
+        ([("ge", [Ref(9), 3], "Tensor"), ("prim.bool", [Ref(10)], "bool")], True),
+        # an outside tensor's data reaching the guard
+        ([("sum", [Ref(1)], "Tensor"), ("prim.bool", [Ref(10)], "bool")], False),
+        ([("arange", [Ref(1)], "Tensor"), ("prim.size", [Ref(10), 0], "int")], False),
+        ([("where", [Ref(1)], "Tensor"), ("prim.size", [Ref(10), 0], "int")], False),
+        ([("Tensor.view", [Ref(9), Ref(1)], "Tensor"), ("prim.size", [Ref(10), 0], "int")], False),
+        ([("nonzero", [Ref(1)], "Tensor"), ("prim.size", [Ref(10), 0], "int")], False),
+        ([("prim.stride", [Ref(1), 0], "int")], False),
+        # what no key holds
+        ([("prim.grad_enabled", [], "bool")], False),
+        ([("rand", [[2]], "Tensor"), ("prim.size", [Ref(10), 0], "int")], False),
+    ],
+)
+def test_only_checks_the_key_decides_are_moved(steps, free):
+    nodes, kinds = _chain(*steps)
+    assert size_checks._data_free(nodes, kinds, state={9}) is free

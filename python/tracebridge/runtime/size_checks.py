@@ -17,13 +17,16 @@ Note: guards on dead values, checked by key.
   A group of nodes (connected by the values they pass each other) moves only when every
   guard and value read on it stays a function of the key:
 
-  * its nodes are guards, size and type reads (``prim.size``, ``dtype``, ``device``,
-    ``numel``, ``len``), arithmetic on numbers, state reads, and ops whose results' sizes,
-    dtypes and devices follow from their arguments' (:data:`SHAPE_FUNCTIONS`); never a read
-    of a tensor's values into Python (``item``, ``bool``), strides, a random op, a write,
-    a grad-mode switch, an op the set does not know, nor an op whose sizes depend on
-    values (``nonzero``, a boolean mask, tensor sizes: only the operands of
-    :data:`OPERAND_OPS` may be tensors other than the first argument);
+  * no data of a tensor read from the rest of the graph reaches a guard
+    (:func:`_data_free`): such a tensor passes on only its sizes, dtype and device, through
+    size and type reads (``prim.size``, ``dtype``, ``device``, ``numel``, ``len``) and
+    ops whose results' metadata follow from their arguments' (:data:`SHAPE_FUNCTIONS`;
+    only the operands of :data:`OPERAND_OPS` may carry data in other arguments than the
+    first; never a factory's size, a boolean mask, ``where(condition)``, ``nonzero`` or a
+    read into Python such as ``item`` or ``bool``). Values made from the key alone
+    (numbers, state, literals) may go anywhere, through any deterministic op. Never a
+    random op, a write, a read of the grad mode or of ``requires_grad``, or an op the set
+    does not know;
   * what it reads from the rest are tensors (keyed by shape, strides, dtype and device),
     and ints, bools, devices and dtypes (keyed by type and value); state too, read by the
     call; the key adds the default dtype (factories follow it);
@@ -75,26 +78,31 @@ OPERAND_OPS = frozenset(
         Tensor.double Tensor.bool""".split()
     )
 )
+# Factories: their results' metadata follow from their numeric arguments (sizes, a
+# range's ends); a tensor given there is read as a value.
+FACTORIES = frozenset("full zeros ones empty arange".split())
 # Ops whose results' metadata follow from their first argument's and their literal or
-# numeric arguments: views, shape changes, reductions over given dims, factories of
-# given sizes. Any other tensor argument makes a node ineligible (a size given as a
-# tensor is read as a value).
+# numeric arguments: views, shape changes, reductions over given dims, factories like a
+# tensor. Any other tensor argument makes a node ineligible (a size given as a tensor is
+# read as a value).
 SHAPE_FUNCTIONS = (
     OPERAND_OPS
+    | FACTORIES
     | ((VIEW_OPS | _ALIASING) - {"as_strided", "tensor_split", "Tensor.data"})
     | frozenset(
         """Tensor.reshape reshape flatten Tensor.contiguous pad sum mean amax amin
-    Tensor.repeat Tensor.expand expand full zeros ones empty zeros_like ones_like
-    full_like empty_like Tensor.new_zeros Tensor.new_ones Tensor.new_full Tensor.new_empty
-    arange max_pool1d max_pool2d avg_pool1d avg_pool2d adaptive_avg_pool1d
-    adaptive_avg_pool2d""".split()
+    Tensor.repeat Tensor.expand expand zeros_like ones_like full_like empty_like
+    Tensor.new_zeros Tensor.new_ones Tensor.new_full Tensor.new_empty max_pool1d
+    max_pool2d avg_pool1d avg_pool2d adaptive_avg_pool1d adaptive_avg_pool2d""".split()
     )
 )
+# Structural ops that read what no key holds: the caller's grad mode, a tensor's flag.
+_UNKEYED = frozenset({"prim.grad_enabled", "prim.requires_grad", "prim.autograd_function"})
 # In-place ops that change a tensor's sizes: a key read at the first guard would not
 # be the sizes a node read where it stood.
 _RESIZING = frozenset(
     """resize_ resize_as_ set_ squeeze_ unsqueeze_ t_ transpose_ swapdims_ swapaxes_
-    as_strided_ unsqueeze_ squeeze_ Tensor.resize_ Tensor.resize_as_""".split()
+    as_strided_""".split()
 )
 _TO_PYTHON = frozenset("prim.item prim.tolist prim.bool prim.int prim.float".split())
 _KEY_KINDS = frozenset({"int", "bool", "device", "dtype", "Tensor"})
@@ -136,12 +144,14 @@ def _data_free(nodes: list[Node], kinds: dict[int, str], state: set[int]) -> boo
         info = opset.info(node.op)
         if info is None or info.flags & {"random", "inplace"} or opset.draws_random(node):
             return False
-        if node.kwargs.get("requires_grad", False) is not False:
+        if node.op in _UNKEYED or node.kwargs.get("requires_grad", False) is not False:
             return False
         if not carried:
             continue  # a function of the key: any deterministic op
-        if node.op not in SHAPE_FUNCTIONS:
-            return False
+        if node.op not in SHAPE_FUNCTIONS or node.op in FACTORIES:
+            return False  # a factory would read the data as a size
+        if node.op == "where" and len(node.args) + len(node.kwargs) < 3:
+            return False  # ``where(condition)``: as many results as true elements
         if node.op not in OPERAND_OPS:
             rest = refs_in((node.args[1:], node.kwargs))
             if any(r.id in data for r in rest):
