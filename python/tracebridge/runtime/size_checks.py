@@ -32,7 +32,8 @@ Note: guards on dead values, checked by key.
     call; the key adds the default dtype (factories follow it);
   * it reads something besides state (checks of state alone are runtime/folding.py's,
     once per state version for the whole graph);
-  * it has a tensor op (else inline is as cheap as the key), and its checks can run where
+  * it has at least :data:`MIN_OPS` tensor ops (a key costs about what one or two ops
+    cost: EnCodec's ``bool(padding_total >= length)`` stays inline), and its checks can run where
     its first guard stands: what it reads is made before, and between its first and last
     guard there is no other guard nor a node with an effect (:mod:`runtime.dead_code`), so
     guards are checked in the traced order; no node anywhere changes a tensor's sizes in
@@ -106,6 +107,7 @@ _RESIZING = frozenset(
 )
 _TO_PYTHON = frozenset("prim.item prim.tolist prim.bool prim.int prim.float".split())
 _KEY_KINDS = frozenset({"int", "bool", "device", "dtype", "Tensor"})
+MIN_OPS = 3  # tensor ops a group must hold to be worth its key
 KEEP = 8  # keys remembered per group: a server sees a few input sizes, not thousands
 
 
@@ -238,8 +240,8 @@ def _group(graph: Graph, group: list[int], kinds: dict, defined_at: dict, state:
     guards = [i for i in group if graph.nodes[i].op == "prim.guard"]
     if not guards or not _data_free(nodes, kinds, state):
         return None
-    if not any(n.op in SHAPE_FUNCTIONS for n in nodes):
-        return None  # sizes and numbers only: inline costs what a key costs
+    if sum(1 for n in nodes if not n.op.startswith(("prim.", "scalar."))) < MIN_OPS:
+        return None  # inline costs about what the key costs
     first, last = guards[0], guards[-1]
     members = set(group)
     between = graph.nodes[first:last]
@@ -297,17 +299,21 @@ def _writes(node: Node) -> bool:
 _plain_types = (torch.Tensor, torch.nn.Parameter)
 _default_dtype = torch.get_default_dtype
 _getitem = operator.getitem
-_metadata = operator.attrgetter("shape", "dtype", "device")
+_plain_set = frozenset(_plain_types)
+_version = operator.attrgetter("_version")
+_data_ptr = torch.Tensor.data_ptr
 _strided = torch.strided
 
 
 class SizeChecks:
     """Runs a group's checks for a key it has not seen, and remembers the keys that
-    passed (the last :data:`KEEP`). The key: the default dtype, each tensor's shape,
-    strides, dtype and device, each number's type and value; a state tensor (``reads``
-    2, and the state in ``slots``, read on each call) counts by identity, version and
-    data pointer too, as in runtime/folding.py (its values may decide), and so does
-    :func:`~tracebridge.runtime.folding.invalidate_caches`."""
+    passed (the last :data:`KEEP`). The key: the default dtype, the epoch of
+    :func:`~tracebridge.runtime.folding.invalidate_caches`, each number's type and value,
+    each tensor's shape, strides, dtype and device; a state tensor (``reads`` 2, and the
+    state in ``slots``, read on each call: its values may decide) counts as in
+    runtime/folding.py, by identity, version and data pointer (``load_state_dict``,
+    ``.to()``, an optimizer's step and ``p.data = w`` move one of them), mapped in C over
+    the tensors: EnCodec's decoder reads 62."""
 
     def __init__(
         self,
@@ -336,19 +342,23 @@ class SizeChecks:
             self.function(*values)  # ops may make other sizes or dtypes for the same key
             return
         key: list = [_default_dtype(), _epoch[0]]
-        held = []
         state = list(map(_getitem, self.owners, self.names))
-        for value, read in zip((*values, *state), (*self.reads, *(2,) * len(state))):
+        for value, read in zip(values, self.reads):
             if read == 0 or not isinstance(value, torch.Tensor):
                 key.append((type(value), value))
-                continue
-            if type(value) not in _plain_types or value.layout is not _strided:
+            elif type(value) not in _plain_types or value.layout is not _strided:
                 self.function(*values)  # a subclass may make other sizes; sparse: no strides
                 return
-            key.append((*_metadata(value), value.stride()))
-            if read == 2:
-                key.append((id(value), value._version, value.data_ptr()))
-                held.append(value)
+            elif read == 1:
+                key.append((value.shape, value.stride(), value.dtype, value.device))
+            else:
+                state.append(value)
+        if state:
+            found = _state_key(state)
+            if found is None:
+                self.function(*values)
+                return
+            key.append(found)
         entry = tuple(key)
         if entry in self.passed:
             return
@@ -358,7 +368,24 @@ class SizeChecks:
                 self.passed.pop(next(iter(self.passed)), None)
             except (StopIteration, RuntimeError):
                 break
-        self.passed[entry] = held
+        self.passed[entry] = state  # kept alive: an identity in a key is never reused
+
+
+def _state_key(state: list) -> tuple | None:
+    """Identities, versions and data pointers of state tensors (numbers by type and
+    value); None where one is of another kind (a subclass, a sparse tensor)."""
+    if set(map(type, state)) <= _plain_set:
+        try:
+            versions = tuple(map(_version, state))
+            return (tuple(map(id, state)), versions, tuple(map(_data_ptr, state)))
+        except RuntimeError:  # no data pointer (sparse): no key
+            return None
+    if any(isinstance(v, torch.Tensor) and type(v) not in _plain_types for v in state):
+        return None
+    tensors = [v for v in state if isinstance(v, torch.Tensor)]
+    found = _state_key(tensors) if tensors else ()
+    numbers = tuple((type(v), v) for v in state if not isinstance(v, torch.Tensor))
+    return None if found is None else (found, numbers)
 
 
 def reads(graph: Graph, node: SizeCheckNode) -> tuple[int, ...]:
