@@ -102,3 +102,21 @@ def test_with_autograd_and_under_a_mode_the_linear_runs(tmp_path):
     with torch.no_grad():
         assert same_bits(got, model(x))
     assert "linear" in seen and "addmm" not in seen and "mm" not in seen
+
+
+def test_an_input_of_another_rank_than_traced_runs_the_linear():
+    """A file may say a matrix where the call brings more dimensions (shapes in a file are
+    what it says, not checked per node): the code's test sends it to ``linear``."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.ReLU(), nn.Linear(16, 4)).eval()
+    x = torch.randn(2, 3, 16)
+    traced = tracebridge.trace(model, x)
+    method = traced._methods["forward"]
+    (node,) = [n for n in method.graph.nodes if n.op == "linear"]
+    values = {v.id: v for v in method.graph.inputs}
+    values.update({v.id: v for n in method.graph.nodes for v in n.outputs})
+    values[node.args[0].id].shape = [6, 16]  # the file's claim: a matrix
+    method._compiled.clear()
+    assert "op_addmm" in method.no_grad_code
+    with torch.no_grad():
+        assert same_bits(traced(x), model(x))
