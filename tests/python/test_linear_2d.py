@@ -27,15 +27,17 @@ def _quiet():
 
 
 class Head(nn.Module):
-    """A pooler and a classifier: linears over matrices, with and without a bias."""
+    """A pooler and a classifier: linears over matrices, with and without a bias (three:
+    enough for a fold of their own, ``linear_2d.ALONE``)."""
 
     def __init__(self):
         super().__init__()
         self.pool = nn.Linear(16, 16)
+        self.hidden = nn.Linear(16, 16)
         self.out = nn.Linear(16, 5, bias=False)
 
     def forward(self, x):
-        return self.out(torch.tanh(self.pool(x[:, 0])))
+        return self.out(torch.relu(self.hidden(torch.tanh(self.pool(x[:, 0])))))
 
 
 def _inputs(batch: int, seed: int) -> torch.Tensor:
@@ -108,15 +110,26 @@ def test_an_input_of_another_rank_than_traced_runs_the_linear():
     """A file may say a matrix where the call brings more dimensions (shapes in a file are
     what it says, not checked per node): the code's test sends it to ``linear``."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.ReLU(), nn.Linear(16, 4)).eval()
+    layers = [nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU()]
+    model = nn.Sequential(*layers, nn.Linear(16, 4)).eval()
     x = torch.randn(2, 3, 16)
     traced = tracebridge.trace(model, x)
     method = traced._methods["forward"]
-    (node,) = [n for n in method.graph.nodes if n.op == "linear"]
     values = {v.id: v for v in method.graph.inputs}
     values.update({v.id: v for n in method.graph.nodes for v in n.outputs})
-    values[node.args[0].id].shape = [6, 16]  # the file's claim: a matrix
+    for node in method.graph.nodes:
+        if node.op == "linear":
+            values[node.args[0].id].shape = [6, 16]  # the file's claim: a matrix
     method._compiled.clear()
     assert "op_addmm" in method.no_grad_code
     with torch.no_grad():
         assert same_bits(traced(x), model(x))
+
+
+def test_one_head_alone_stays_a_linear():
+    """A graph that folds nothing else: a fold's own call would cost what one addmm saves."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(12, 4)).eval()
+    traced = tracebridge.trace(model, torch.randn(2, 3, 4))
+    code = traced._methods["forward"].no_grad_code
+    assert "op_addmm" not in code and "folded" not in code

@@ -16,7 +16,9 @@ Note: what ``linear`` does with a matrix, without its dispatch.
   dimensions in a call without a torch function mode or autocast, and ``linear(x,
   t(wt), bias)`` otherwise (``t(wt)`` is the weight itself, same storage and strides):
   any other input gets ``linear``'s own result or error. Where the transposes would not be
-  folded (a graph that returns a weight), nothing is rewritten. Under autograd the weight's
+  folded (a graph that returns a weight), nothing is rewritten; nor where the graph folds
+  nothing else and has fewer than :data:`ALONE` such linears (a fold's own call, about
+  1 µs, would cost what they save: a ViT's head). Under autograd the weight's
   transpose would be made on every call (folding does not cache what requires grad), so
   the graph with autograd keeps its linears.
 """
@@ -29,6 +31,8 @@ from dataclasses import dataclass
 from ..ir import Graph, Node, Ref, pytree
 from ..ir.program import Value
 from . import folding
+
+ALONE = 3  # linears worth a fold of their own (a graph that folds nothing else)
 
 
 @dataclass
@@ -93,5 +97,8 @@ def rewrite(graph: Graph) -> Graph:
     transposes = {i for i, n in enumerate(rewritten.nodes) if isinstance(n, MatrixNode)}
     transposes = {i - 1 for i in transposes}  # each MatrixNode's transpose stands before it
     if fold is None or not transposes <= set(fold.nodes):
+        return graph
+    # A fold of its own costs a call about what two linears save (a ViT's one head).
+    if len(found) < ALONE and folding.plan(graph, True, True) is None:
         return graph
     return rewritten
