@@ -133,3 +133,28 @@ def test_one_head_alone_stays_a_linear():
     traced = tracebridge.trace(model, torch.randn(2, 3, 4))
     code = traced._methods["forward"].no_grad_code
     assert "op_addmm" not in code and "folded" not in code
+
+
+class RepeatedInput(nn.Module):
+    """Linears over a value that repeats an earlier one (read as the first, runtime/cse.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(16, 4), nn.Linear(16, 4), nn.Linear(16, 4)
+
+    def forward(self, x):
+        first, again = torch.tanh(x[:, 0]), torch.tanh(x[:, 0])
+        return self.a(first) + self.b(again) * self.c(again)
+
+
+def test_a_linear_over_a_repeated_value_keeps_its_test():
+    torch.manual_seed(0)
+    model = RepeatedInput().eval()
+    traced = tracebridge.trace(model, _inputs(2, 0))
+    code = traced._methods["forward"].no_grad_code
+    lines = [line for line in code.splitlines() if "op_addmm" in line and "=" in line]
+    assert len(lines) == 3 and all("ndim == 2" in line for line in lines)
+    with torch.no_grad():
+        for batch, seed in [(2, 1), (5, 2)]:
+            x = _inputs(batch, seed)
+            assert same_bits(traced(x), model(x))

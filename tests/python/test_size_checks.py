@@ -314,3 +314,33 @@ def _chain(*steps) -> tuple[list, dict]:
 def test_only_checks_the_key_decides_are_moved(steps, free):
     nodes, kinds = _chain(*steps)
     assert size_checks._data_free(nodes, kinds, state={9}) is free
+
+
+class RepeatedKey(nn.Module):
+    """The checks read a value that repeats an earlier one: the code without autograd
+    reads the first (runtime/cse.py), the check node's key included."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Conv1d(1, 4, 3, padding=1)
+        self.decoder = nn.ConvTranspose1d(4, 1, 4, stride=2)
+
+    def forward(self, x):
+        codes = self.encoder(x)
+        a = torch.tanh(codes)
+        b = torch.tanh(codes)
+        audio = torch.sigmoid(self.decoder(torch.relu(b)))
+        if audio.shape[-1] % 4 == 0:
+            return a * 2 + b
+        return a + b
+
+
+def test_a_key_that_repeats_an_earlier_value_reads_it(tmp_path):
+    torch.manual_seed(0)
+    model = RepeatedKey().eval()
+    fast = loaded(tracebridge.trace(model, torch.randn(1, 1, 6)), tmp_path)
+    with torch.no_grad():
+        assert "size checks" in fast._methods["forward"].no_grad_code
+        for length in (6, 8, 5, 6):
+            x = torch.randn(1, 1, length)
+            assert same_bits(fast(x), model(x))

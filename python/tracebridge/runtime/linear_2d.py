@@ -38,12 +38,20 @@ ALONE = 3  # linears worth a fold of their own (a graph that folds nothing else)
 @dataclass
 class MatrixNode(Node):
     """An ``addmm(bias, x, wt)`` or ``mm(x, wt)`` that stands for ``linear(x, weight,
-    bias)`` with ``wt = weight.t()`` folded; ``input`` and ``bias`` are its linear's
-    arguments, ``transposed`` the folded weight (all refs, also in ``args``)."""
+    bias)`` with ``wt = weight.t()`` folded. Its refs are its arguments only, so a pass
+    that renames them (runtime/cse.py) renames everything the code reads."""
 
-    input: Ref | None = None
-    transposed: Ref | None = None
-    bias: Ref | None = None
+    @property
+    def input(self) -> Ref:
+        return self.args[1] if self.op == "addmm" else self.args[0]
+
+    @property
+    def transposed(self) -> Ref:
+        return self.args[-1]
+
+    @property
+    def bias(self) -> Ref | None:
+        return self.args[0] if self.op == "addmm" else None
 
 
 def _parts(node: Node, state: set[int], ranks: dict[int, int]):
@@ -87,9 +95,7 @@ def rewrite(graph: Graph) -> Graph:
         )
         transposed = Ref(wt.id)
         op, args = ("addmm", [bias, x, transposed]) if bias is not None else ("mm", [x, transposed])
-        nodes.append(
-            MatrixNode(op, args, {}, node.outputs, node.out_spec, node.loc, x, transposed, bias)
-        )
+        nodes.append(MatrixNode(op, args, {}, node.outputs, node.out_spec, node.loc))
     rewritten = graph.with_nodes(nodes)
     # Only where the transposes are folded: made on every call, they would cost what the
     # linears save (a graph that returns a weight, or writes into state, folds nothing).
