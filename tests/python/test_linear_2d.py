@@ -27,15 +27,17 @@ def _quiet():
 
 
 class Head(nn.Module):
-    """A pooler and a classifier: linears over matrices, with and without a bias."""
+    """A pooler and a classifier: linears over matrices, with and without a bias (three:
+    enough for a fold of their own, ``linear_2d.ALONE``)."""
 
     def __init__(self):
         super().__init__()
         self.pool = nn.Linear(16, 16)
+        self.hidden = nn.Linear(16, 16)
         self.out = nn.Linear(16, 5, bias=False)
 
     def forward(self, x):
-        return self.out(torch.tanh(self.pool(x[:, 0])))
+        return self.out(torch.relu(self.hidden(torch.tanh(self.pool(x[:, 0])))))
 
 
 def _inputs(batch: int, seed: int) -> torch.Tensor:
@@ -102,3 +104,57 @@ def test_with_autograd_and_under_a_mode_the_linear_runs(tmp_path):
     with torch.no_grad():
         assert same_bits(got, model(x))
     assert "linear" in seen and "addmm" not in seen and "mm" not in seen
+
+
+def test_an_input_of_another_rank_than_traced_runs_the_linear():
+    """A file may say a matrix where the call brings more dimensions (shapes in a file are
+    what it says, not checked per node): the code's test sends it to ``linear``."""
+    torch.manual_seed(0)
+    layers = [nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU()]
+    model = nn.Sequential(*layers, nn.Linear(16, 4)).eval()
+    x = torch.randn(2, 3, 16)
+    traced = tracebridge.trace(model, x)
+    method = traced._methods["forward"]
+    values = {v.id: v for v in method.graph.inputs}
+    values.update({v.id: v for n in method.graph.nodes for v in n.outputs})
+    for node in method.graph.nodes:
+        if node.op == "linear":
+            values[node.args[0].id].shape = [6, 16]  # the file's claim: a matrix
+    method._compiled.clear()
+    assert "op_addmm" in method.no_grad_code
+    with torch.no_grad():
+        assert same_bits(traced(x), model(x))
+
+
+def test_one_head_alone_stays_a_linear():
+    """A graph that folds nothing else: a fold's own call would cost what one addmm saves."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(12, 4)).eval()
+    traced = tracebridge.trace(model, torch.randn(2, 3, 4))
+    code = traced._methods["forward"].no_grad_code
+    assert "op_addmm" not in code and "folded" not in code
+
+
+class RepeatedInput(nn.Module):
+    """Linears over a value that repeats an earlier one (read as the first, runtime/cse.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(16, 4), nn.Linear(16, 4), nn.Linear(16, 4)
+
+    def forward(self, x):
+        first, again = torch.tanh(x[:, 0]), torch.tanh(x[:, 0])
+        return self.a(first) + self.b(again) * self.c(again)
+
+
+def test_a_linear_over_a_repeated_value_keeps_its_test():
+    torch.manual_seed(0)
+    model = RepeatedInput().eval()
+    traced = tracebridge.trace(model, _inputs(2, 0))
+    code = traced._methods["forward"].no_grad_code
+    lines = [line for line in code.splitlines() if "op_addmm" in line and "=" in line]
+    assert len(lines) == 3 and all("ndim == 2" in line for line in lines)
+    with torch.no_grad():
+        for batch, seed in [(2, 1), (5, 2)]:
+            x = _inputs(batch, seed)
+            assert same_bits(traced(x), model(x))

@@ -19,6 +19,7 @@ from torch import nn
 
 import tracebridge
 from tracebridge.errors import GuardError
+from tracebridge.ir import Node, Ref, Value
 from tracebridge.runtime import dead_code, size_checks
 
 from .graph_helpers import counting, loaded, same_bits
@@ -142,7 +143,7 @@ class StateDecides(nn.Module):
 
     def forward(self, x):
         codes = self.encoder(x)
-        if self.limit >= codes.shape[-1]:
+        if self.limit * 2 - 8 >= codes.shape[-1]:  # three tensor ops: worth a key
             return codes
         return codes * 2
 
@@ -160,18 +161,18 @@ def test_a_check_on_state_runs_again_after_the_state_changes(write):
         assert same_bits(traced(x), model(x))
         assert calls == []  # the same key and state version: not checked again
         if write == "copy":
-            model.limit.copy_(torch.tensor(4))
+            model.limit.copy_(torch.tensor(6))
         elif write == "load_state_dict":
-            model.load_state_dict({**model.state_dict(), "limit": torch.tensor(4)})
+            model.load_state_dict({**model.state_dict(), "limit": torch.tensor(6)})
         else:  # torch records no write through .data: invalidate_caches() is the way
-            model.limit.data.fill_(4)
+            model.limit.data.fill_(6)
             tracebridge.invalidate_caches()
         assert torch.equal(model(x), model.encoder(x) * 2)  # eager now doubles
         for _ in range(2):  # the traced branch no longer holds: refused, every time
-            with pytest.raises(GuardError, match="self.limit >= codes.shape"):
+            with pytest.raises(GuardError, match="self.limit . 2 - 8 >= codes.shape"):
                 traced(x)
         assert len(calls) == 2
-        model.limit.copy_(torch.tensor(8))
+        model.limit.copy_(torch.tensor(8))  # back, at a new version: checked again
         assert same_bits(traced(x), model(x))
         assert len(calls) == 3
 
@@ -192,7 +193,7 @@ class GuardBetween(nn.Module):
 
     def forward(self, x):
         codes = self.encoder(x)
-        audio = self.decoder(codes)
+        audio = torch.tanh(self.decoder(torch.relu(codes)))
         if audio.shape[-1] > 100:
             codes = codes + 1
         if x.shape[-1] > 50:  # checked inline, between the two
@@ -212,14 +213,27 @@ class WriteBetween(nn.Module):
 
     def forward(self, x):
         codes = self.encoder(x)
-        small = self.limit >= codes.shape[-1]
+        small = self.limit * 2 - 8 >= codes.shape[-1]
         self.limit.add_(0)  # a write the check would see if it ran at the guard
         if small:
             return codes
         return codes * 2
 
 
-@pytest.mark.parametrize("model", [GuardBetween, WriteBetween])
+class OneOp(nn.Module):
+    """A check worth less than its key: one tensor op (EnCodec's padding checks)."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Conv1d(1, 4, 3, padding=1)
+        self.register_buffer("limit", torch.tensor(8))
+
+    def forward(self, x):
+        codes = self.encoder(x)
+        return codes if self.limit >= codes.shape[-1] else codes * 2
+
+
+@pytest.mark.parametrize("model", [GuardBetween, WriteBetween, OneOp])
 def test_checks_stay_inline_where_moving_them_could_change_the_order_or_a_read(model):
     torch.manual_seed(0)
     assert _planned(model().eval(), torch.randn(1, 1, 6)) == []
@@ -256,3 +270,77 @@ def test_under_a_mode_the_checks_run_on_every_call_and_without_guards_never(tmp_
         assert len(calls) == 2
         kept = unguarded.__kwdefaults__.values()
         assert not [v for v in kept if isinstance(v, size_checks.SizeChecks)]
+
+
+def _chain(*steps) -> tuple[list, dict]:
+    """Nodes ``(op, args, kind of the result)`` reading value 1 (an outside tensor) and 9
+    (state), ending in a guard on the last result; and the kinds of the values."""
+    kinds = {1: "Tensor", 9: "Tensor"}
+    nodes = []
+    for number, (op, args, kind) in enumerate(steps, start=10):
+        kinds[number] = kind
+        nodes.append(Node(op, list(args), {}, [Value(number, kind)], {"t": "leaf"}))
+    nodes.append(Node("prim.guard", [Ref(number)], {"expect": True}))
+    return nodes, kinds
+
+
+@pytest.mark.parametrize(
+    "steps, free",
+    [
+        # sizes of an outside tensor, through shape-following ops: the key decides
+        ([("linear", [Ref(1), Ref(9)], "Tensor"), ("prim.size", [Ref(10), 0], "int")], True),
+        (
+            [
+                ("prim.size", [Ref(1), 0], "int"),
+                ("arange", [Ref(10)], "Tensor"),
+                ("sum", [Ref(11)], "Tensor"),
+                ("prim.item", [Ref(12)], "int"),
+            ],
+            True,
+        ),
+        ([("ge", [Ref(9), 3], "Tensor"), ("prim.bool", [Ref(10)], "bool")], True),
+        # an outside tensor's data reaching the guard
+        ([("sum", [Ref(1)], "Tensor"), ("prim.bool", [Ref(10)], "bool")], False),
+        ([("arange", [Ref(1)], "Tensor"), ("prim.size", [Ref(10), 0], "int")], False),
+        ([("where", [Ref(1)], "Tensor"), ("prim.size", [Ref(10), 0], "int")], False),
+        ([("Tensor.view", [Ref(9), Ref(1)], "Tensor"), ("prim.size", [Ref(10), 0], "int")], False),
+        ([("nonzero", [Ref(1)], "Tensor"), ("prim.size", [Ref(10), 0], "int")], False),
+        ([("prim.stride", [Ref(1), 0], "int")], False),
+        # what no key holds
+        ([("prim.grad_enabled", [], "bool")], False),
+        ([("rand", [[2]], "Tensor"), ("prim.size", [Ref(10), 0], "int")], False),
+    ],
+)
+def test_only_checks_the_key_decides_are_moved(steps, free):
+    nodes, kinds = _chain(*steps)
+    assert size_checks._data_free(nodes, kinds, state={9}) is free
+
+
+class RepeatedKey(nn.Module):
+    """The checks read a value that repeats an earlier one: the code without autograd
+    reads the first (runtime/cse.py), the check node's key included."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Conv1d(1, 4, 3, padding=1)
+        self.decoder = nn.ConvTranspose1d(4, 1, 4, stride=2)
+
+    def forward(self, x):
+        codes = self.encoder(x)
+        a = torch.tanh(codes)
+        b = torch.tanh(codes)
+        audio = torch.sigmoid(self.decoder(torch.relu(b)))
+        if audio.shape[-1] % 4 == 0:
+            return a * 2 + b
+        return a + b
+
+
+def test_a_key_that_repeats_an_earlier_value_reads_it(tmp_path):
+    torch.manual_seed(0)
+    model = RepeatedKey().eval()
+    fast = loaded(tracebridge.trace(model, torch.randn(1, 1, 6)), tmp_path)
+    with torch.no_grad():
+        assert "size checks" in fast._methods["forward"].no_grad_code
+        for length in (6, 8, 5, 6):
+            x = torch.randn(1, 1, length)
+            assert same_bits(fast(x), model(x))

@@ -33,6 +33,8 @@ Note: common subexpressions, as ``torch.jit`` eliminates them.
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..ir import Graph, Node, Ref, refs_in
 from ..ir import ops as opset
 from ..ir.analysis import output_ids
@@ -145,13 +147,12 @@ def eliminate(graph: Graph) -> Graph:
 
     for node in graph.nodes:
         if same and any(r.id in same for r in refs_in((node.args, node.kwargs))):
-            node = Node(
-                op=node.op,
+            # the node's own class kept (a check node, a matrix node: runtime/size_checks.py,
+            # runtime/linear_2d.py), with its arguments renamed
+            node = dataclasses.replace(
+                node,
                 args=map_literal(node.args, renamed),
                 kwargs=map_literal(node.kwargs, renamed),
-                outputs=node.outputs,
-                out_spec=node.out_spec,
-                loc=node.loc,
             )
         if node.op == "set_grad_enabled":
             seen.clear()

@@ -16,7 +16,9 @@ Note: what ``linear`` does with a matrix, without its dispatch.
   dimensions in a call without a torch function mode or autocast, and ``linear(x,
   t(wt), bias)`` otherwise (``t(wt)`` is the weight itself, same storage and strides):
   any other input gets ``linear``'s own result or error. Where the transposes would not be
-  folded (a graph that returns a weight), nothing is rewritten. Under autograd the weight's
+  folded (a graph that returns a weight), nothing is rewritten; nor where the graph folds
+  nothing else and has fewer than :data:`ALONE` such linears (a fold's own call, about
+  1 µs, would cost what they save: a ViT's head). Under autograd the weight's
   transpose would be made on every call (folding does not cache what requires grad), so
   the graph with autograd keeps its linears.
 """
@@ -30,16 +32,26 @@ from ..ir import Graph, Node, Ref, pytree
 from ..ir.program import Value
 from . import folding
 
+ALONE = 3  # linears worth a fold of their own (a graph that folds nothing else)
+
 
 @dataclass
 class MatrixNode(Node):
     """An ``addmm(bias, x, wt)`` or ``mm(x, wt)`` that stands for ``linear(x, weight,
-    bias)`` with ``wt = weight.t()`` folded; ``input`` and ``bias`` are its linear's
-    arguments, ``transposed`` the folded weight (all refs, also in ``args``)."""
+    bias)`` with ``wt = weight.t()`` folded. Its refs are its arguments only, so a pass
+    that renames them (runtime/cse.py) renames everything the code reads."""
 
-    input: Ref | None = None
-    transposed: Ref | None = None
-    bias: Ref | None = None
+    @property
+    def input(self) -> Ref:
+        return self.args[1] if self.op == "addmm" else self.args[0]
+
+    @property
+    def transposed(self) -> Ref:
+        return self.args[-1]
+
+    @property
+    def bias(self) -> Ref | None:
+        return self.args[0] if self.op == "addmm" else None
 
 
 def _parts(node: Node, state: set[int], ranks: dict[int, int]):
@@ -83,9 +95,7 @@ def rewrite(graph: Graph) -> Graph:
         )
         transposed = Ref(wt.id)
         op, args = ("addmm", [bias, x, transposed]) if bias is not None else ("mm", [x, transposed])
-        nodes.append(
-            MatrixNode(op, args, {}, node.outputs, node.out_spec, node.loc, x, transposed, bias)
-        )
+        nodes.append(MatrixNode(op, args, {}, node.outputs, node.out_spec, node.loc))
     rewritten = graph.with_nodes(nodes)
     # Only where the transposes are folded: made on every call, they would cost what the
     # linears save (a graph that returns a weight, or writes into state, folds nothing).
@@ -93,5 +103,8 @@ def rewrite(graph: Graph) -> Graph:
     transposes = {i for i, n in enumerate(rewritten.nodes) if isinstance(n, MatrixNode)}
     transposes = {i - 1 for i in transposes}  # each MatrixNode's transpose stands before it
     if fold is None or not transposes <= set(fold.nodes):
+        return graph
+    # A fold of its own costs a call about what two linears save (a ViT's one head).
+    if len(found) < ALONE and folding.plan(graph, True, True) is None:
         return graph
     return rewritten

@@ -17,19 +17,23 @@ Note: guards on dead values, checked by key.
   A group of nodes (connected by the values they pass each other) moves only when every
   guard and value read on it stays a function of the key:
 
-  * its nodes are guards, size and type reads (``prim.size``, ``dtype``, ``device``,
-    ``numel``, ``len``), arithmetic on numbers, state reads, and ops whose results' sizes,
-    dtypes and devices follow from their arguments' (:data:`SHAPE_FUNCTIONS`); never a read
-    of a tensor's values into Python (``item``, ``bool``), strides, a random op, a write,
-    a grad-mode switch, an op the set does not know, nor an op whose sizes depend on
-    values (``nonzero``, a boolean mask, tensor sizes: only the operands of
-    :data:`OPERAND_OPS` may be tensors other than the first argument);
+  * no data of a tensor read from the rest of the graph reaches a guard
+    (:func:`_data_free`): such a tensor passes on only its sizes, dtype and device, through
+    size and type reads (``prim.size``, ``dtype``, ``device``, ``numel``, ``len``) and
+    ops whose results' metadata follow from their arguments' (:data:`SHAPE_FUNCTIONS`;
+    only the operands of :data:`OPERAND_OPS` may carry data in other arguments than the
+    first; never a factory's size, a boolean mask, ``where(condition)``, ``nonzero`` or a
+    read into Python such as ``item`` or ``bool``). Values made from the key alone
+    (numbers, state, literals) may go anywhere, through any deterministic op. Never a
+    random op, a write, a read of the grad mode or of ``requires_grad``, or an op the set
+    does not know;
   * what it reads from the rest are tensors (keyed by shape, strides, dtype and device),
     and ints, bools, devices and dtypes (keyed by type and value); state too, read by the
     call; the key adds the default dtype (factories follow it);
   * it reads something besides state (checks of state alone are runtime/folding.py's,
     once per state version for the whole graph);
-  * it has a tensor op (else inline is as cheap as the key), and its checks can run where
+  * it has at least :data:`MIN_OPS` tensor ops (a key costs about what one or two ops
+    cost: EnCodec's ``bool(padding_total >= length)`` stays inline), and its checks can run where
     its first guard stands: what it reads is made before, and between its first and last
     guard there is no other guard nor a node with an effect (:mod:`runtime.dead_code`), so
     guards are checked in the traced order; no node anywhere changes a tensor's sizes in
@@ -75,29 +79,35 @@ OPERAND_OPS = frozenset(
         Tensor.double Tensor.bool""".split()
     )
 )
+# Factories: their results' metadata follow from their numeric arguments (sizes, a
+# range's ends); a tensor given there is read as a value.
+FACTORIES = frozenset("full zeros ones empty arange".split())
 # Ops whose results' metadata follow from their first argument's and their literal or
-# numeric arguments: views, shape changes, reductions over given dims, factories of
-# given sizes. Any other tensor argument makes a node ineligible (a size given as a
-# tensor is read as a value).
+# numeric arguments: views, shape changes, reductions over given dims, factories like a
+# tensor. Any other tensor argument makes a node ineligible (a size given as a tensor is
+# read as a value).
 SHAPE_FUNCTIONS = (
     OPERAND_OPS
+    | FACTORIES
     | ((VIEW_OPS | _ALIASING) - {"as_strided", "tensor_split", "Tensor.data"})
     | frozenset(
         """Tensor.reshape reshape flatten Tensor.contiguous pad sum mean amax amin
-    Tensor.repeat Tensor.expand expand full zeros ones empty zeros_like ones_like
-    full_like empty_like Tensor.new_zeros Tensor.new_ones Tensor.new_full Tensor.new_empty
-    arange max_pool1d max_pool2d avg_pool1d avg_pool2d adaptive_avg_pool1d
-    adaptive_avg_pool2d""".split()
+    Tensor.repeat Tensor.expand expand zeros_like ones_like full_like empty_like
+    Tensor.new_zeros Tensor.new_ones Tensor.new_full Tensor.new_empty max_pool1d
+    max_pool2d avg_pool1d avg_pool2d adaptive_avg_pool1d adaptive_avg_pool2d""".split()
     )
 )
+# Structural ops that read what no key holds: the caller's grad mode, a tensor's flag.
+_UNKEYED = frozenset({"prim.grad_enabled", "prim.requires_grad", "prim.autograd_function"})
 # In-place ops that change a tensor's sizes: a key read at the first guard would not
 # be the sizes a node read where it stood.
 _RESIZING = frozenset(
     """resize_ resize_as_ set_ squeeze_ unsqueeze_ t_ transpose_ swapdims_ swapaxes_
-    as_strided_ unsqueeze_ squeeze_ Tensor.resize_ Tensor.resize_as_""".split()
+    as_strided_""".split()
 )
 _TO_PYTHON = frozenset("prim.item prim.tolist prim.bool prim.int prim.float".split())
 _KEY_KINDS = frozenset({"int", "bool", "device", "dtype", "Tensor"})
+MIN_OPS = 3  # tensor ops a group must hold to be worth its key
 KEEP = 8  # keys remembered per group: a server sees a few input sizes, not thousands
 
 
@@ -136,12 +146,14 @@ def _data_free(nodes: list[Node], kinds: dict[int, str], state: set[int]) -> boo
         info = opset.info(node.op)
         if info is None or info.flags & {"random", "inplace"} or opset.draws_random(node):
             return False
-        if node.kwargs.get("requires_grad", False) is not False:
+        if node.op in _UNKEYED or node.kwargs.get("requires_grad", False) is not False:
             return False
         if not carried:
             continue  # a function of the key: any deterministic op
-        if node.op not in SHAPE_FUNCTIONS:
-            return False
+        if node.op not in SHAPE_FUNCTIONS or node.op in FACTORIES:
+            return False  # a factory would read the data as a size
+        if node.op == "where" and len(node.args) + len(node.kwargs) < 3:
+            return False  # ``where(condition)``: as many results as true elements
         if node.op not in OPERAND_OPS:
             rest = refs_in((node.args[1:], node.kwargs))
             if any(r.id in data for r in rest):
@@ -228,8 +240,8 @@ def _group(graph: Graph, group: list[int], kinds: dict, defined_at: dict, state:
     guards = [i for i in group if graph.nodes[i].op == "prim.guard"]
     if not guards or not _data_free(nodes, kinds, state):
         return None
-    if not any(n.op in SHAPE_FUNCTIONS for n in nodes):
-        return None  # sizes and numbers only: inline costs what a key costs
+    if sum(1 for n in nodes if not n.op.startswith(("prim.", "scalar."))) < MIN_OPS:
+        return None  # inline costs about what the key costs
     first, last = guards[0], guards[-1]
     members = set(group)
     between = graph.nodes[first:last]
@@ -287,17 +299,21 @@ def _writes(node: Node) -> bool:
 _plain_types = (torch.Tensor, torch.nn.Parameter)
 _default_dtype = torch.get_default_dtype
 _getitem = operator.getitem
-_metadata = operator.attrgetter("shape", "dtype", "device")
+_plain_set = frozenset(_plain_types)
+_version = operator.attrgetter("_version")
+_data_ptr = torch.Tensor.data_ptr
 _strided = torch.strided
 
 
 class SizeChecks:
     """Runs a group's checks for a key it has not seen, and remembers the keys that
-    passed (the last :data:`KEEP`). The key: the default dtype, each tensor's shape,
-    strides, dtype and device, each number's type and value; a state tensor (``reads``
-    2, and the state in ``slots``, read on each call) counts by identity, version and
-    data pointer too, as in runtime/folding.py (its values may decide), and so does
-    :func:`~tracebridge.runtime.folding.invalidate_caches`."""
+    passed (the last :data:`KEEP`). The key: the default dtype, the epoch of
+    :func:`~tracebridge.runtime.folding.invalidate_caches`, each number's type and value,
+    each tensor's shape, strides, dtype and device; a state tensor (``reads`` 2, and the
+    state in ``slots``, read on each call: its values may decide) counts as in
+    runtime/folding.py, by identity, version and data pointer (``load_state_dict``,
+    ``.to()``, an optimizer's step and ``p.data = w`` move one of them), mapped in C over
+    the tensors: EnCodec's decoder reads 62."""
 
     def __init__(
         self,
@@ -326,19 +342,23 @@ class SizeChecks:
             self.function(*values)  # ops may make other sizes or dtypes for the same key
             return
         key: list = [_default_dtype(), _epoch[0]]
-        held = []
         state = list(map(_getitem, self.owners, self.names))
-        for value, read in zip((*values, *state), (*self.reads, *(2,) * len(state))):
+        for value, read in zip(values, self.reads):
             if read == 0 or not isinstance(value, torch.Tensor):
                 key.append((type(value), value))
-                continue
-            if type(value) not in _plain_types or value.layout is not _strided:
+            elif type(value) not in _plain_types or value.layout is not _strided:
                 self.function(*values)  # a subclass may make other sizes; sparse: no strides
                 return
-            key.append((*_metadata(value), value.stride()))
-            if read == 2:
-                key.append((id(value), value._version, value.data_ptr()))
-                held.append(value)
+            elif read == 1:
+                key.append((value.shape, value.stride(), value.dtype, value.device))
+            else:
+                state.append(value)
+        if state:
+            found = _state_key(state)
+            if found is None:
+                self.function(*values)
+                return
+            key.append(found)
         entry = tuple(key)
         if entry in self.passed:
             return
@@ -348,7 +368,24 @@ class SizeChecks:
                 self.passed.pop(next(iter(self.passed)), None)
             except (StopIteration, RuntimeError):
                 break
-        self.passed[entry] = held
+        self.passed[entry] = state  # kept alive: an identity in a key is never reused
+
+
+def _state_key(state: list) -> tuple | None:
+    """Identities, versions and data pointers of state tensors (numbers by type and
+    value); None where one is of another kind (a subclass, a sparse tensor)."""
+    if set(map(type, state)) <= _plain_set:
+        try:
+            versions = tuple(map(_version, state))
+            return (tuple(map(id, state)), versions, tuple(map(_data_ptr, state)))
+        except RuntimeError:  # no data pointer (sparse): no key
+            return None
+    if any(isinstance(v, torch.Tensor) and type(v) not in _plain_types for v in state):
+        return None
+    tensors = [v for v in state if isinstance(v, torch.Tensor)]
+    found = _state_key(tensors) if tensors else ()
+    numbers = tuple((type(v), v) for v in state if not isinstance(v, torch.Tensor))
+    return None if found is None else (found, numbers)
 
 
 def reads(graph: Graph, node: SizeCheckNode) -> tuple[int, ...]:
