@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 import tracebridge
-from tracebridge.errors import GuardError
+from tracebridge.errors import GuardError, UnsupportedOpError
 
 from .graph_helpers import loaded, ops_of
 
@@ -153,3 +153,41 @@ def test_argwhere_as_a_method_is_recorded_and_its_length_guarded():
     traced = tracebridge.trace(lambda t: (t > 0).argwhere(), (x,))
     assert "argwhere" in ops_of(traced)
     torch.testing.assert_close(traced(x * 3), (x * 3 > 0).argwhere())
+
+
+class NoiseOfItsOwn(nn.Module):
+    """UnivNet's vocoder (``modeling_univnet.py:533``): without a noise input it draws one,
+    passing on its own ``generator`` argument, None unless the caller gives one."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(3, 3)
+
+    def forward(self, x, generator=None):
+        noise = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
+        return self.proj(x + noise)
+
+
+def test_a_draw_given_generator_none_draws_from_the_global_generator(tmp_path):
+    model = NoiseOfItsOwn().eval()
+    with torch.no_grad():
+        traced = tracebridge.trace(model, (torch.randn(2, 4, 3),))
+        again = loaded(traced, tmp_path)
+        for shape in [(2, 4, 3), (1, 7, 3)]:
+            x = torch.randn(shape)
+            torch.manual_seed(5)
+            expected = model(x)
+            for run in (traced, again):
+                torch.manual_seed(5)
+                torch.testing.assert_close(run(x), expected)
+
+
+def test_a_draw_from_a_generator_object_is_refused_at_its_line():
+    class WithGenerator(NoiseOfItsOwn):
+        def forward(self, x):
+            return super().forward(x, torch.Generator().manual_seed(0))
+
+    with pytest.raises(UnsupportedOpError) as err:
+        tracebridge.trace(WithGenerator().eval(), (torch.randn(2, 4, 3),))
+    line = _line_of(NoiseOfItsOwn, "noise = torch.randn(")
+    assert f"{__file__}:{line}" in str(err.value) and "'generator'" in str(err.value)
