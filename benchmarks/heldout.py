@@ -204,6 +204,26 @@ CAUSES = {
         "builds an attention mask, and Nystromformer's landmark attention cannot add it "
         "(eager fails the same way with any padding); torch.jit.trace fails identically."
     ),
+    "jetmoe (attention experts)": (
+        "right refusal: the router counts the tokens each expert gets and turns the counts "
+        "into Python numbers (`modeling_jetmoe.py:195`, `expert_size = expert_size.tolist()`) "
+        "to split the batch by them: the sizes of the graph follow the data, so the trace "
+        "guards the counts and a call routed otherwise raises GuardError naming that line "
+        "(the example's own call is right). torch.jit.trace bakes the example's counts: "
+        "SILENTLY WRONG on another batch."
+    ),
+    "moonshine (speech to text, rotary)": (
+        "refused where torch.jit.trace is right: transformers' SDPA path computes "
+        "`is_causal = q_length > 1 and attention_mask is None and is_causal` "
+        "(`integrations/sdpa_attention.py:159`); Python's `and` asks the truth of the "
+        "comparison first, so the trace guards `q_length > 1` in the encoder too, where "
+        "`is_causal` is False and the comparison cannot change the result. Moonshine's "
+        "three strided convolutions take 1200 samples to one frame (1600 to two), and "
+        "GuardError names that line. The threshold probes (check/specialise.py) retrace "
+        "only at sizes whose guarded comparisons they can evaluate from the graph's size "
+        "arithmetic, and a convolution's output length is not among them; torch.jit.trace "
+        "bakes `False` here, which is right for the encoder."
+    ),
     "hf mobilenet_v2 (tf padding)": (
         "right refusal: TensorFlow-style padding branches on each stride-2 layer's input "
         "parity (`modeling_mobilenet_v2.py:62`, `if in_height % stride_height == 0`); "
