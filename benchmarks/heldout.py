@@ -224,6 +224,14 @@ CAUSES = {
         "arithmetic, and a convolution's output length is not among them; torch.jit.trace "
         "bakes `False` here, which is right for the encoder."
     ),
+    "siglip2 vision (naflex)": (
+        "right refusal: the position table is resized to each image's own patch grid, read "
+        "from the data in a loop over the batch (`modeling_siglip2.py:167`, `for i in "
+        "range(batch_size)`, then `height, width = spatial_shapes[i].tolist()`): the loop "
+        "is unrolled for the example's 2 images and each grid guarded, so another batch "
+        "size or other grids raise GuardError naming the line. torch.jit.trace bakes the "
+        "example's grids: SILENTLY WRONG on 2 of 4 calls."
+    ),
     "hf mobilenet_v2 (tf padding)": (
         "right refusal: TensorFlow-style padding branches on each stride-2 layer's input "
         "parity (`modeling_mobilenet_v2.py:62`, `if in_height % stride_height == 0`); "
@@ -310,6 +318,7 @@ def table(results: dict) -> list[str]:
         "",
         "A cell is `-` where the tool was not run on that model (torch.export joined the",
         "sweep with its ninth round: `--tools tracebridge,jit,export`).",
+        *_all_tools_paragraph(results),
         "",
         f"tracebridge artifacts reloaded in a fresh process computed bit for bit what the "
         f"in-process trace computed in {same} of {total} calls. Rows marked *(now in the",
@@ -349,6 +358,26 @@ def table(results: dict) -> list[str]:
         END,
     ]
     return lines
+
+
+def _all_tools_paragraph(results: dict) -> list[str]:
+    """The counts over the models every tool of ``ALL_TOOLS`` ran on (the ninth round on),
+    one tool beside the other on the same models."""
+    rows = [e for e in _rows(results) if all(t in e.get("tools", {}) for t in ALL_TOOLS)]
+    if not rows:
+        return []
+    parts = []
+    for tool in ALL_TOOLS:
+        seen = [zoo.verdict(e["tools"][tool])[0] for e in rows]
+        parts.append(
+            f"{TITLES[tool]} right on {seen.count('right')}, silently wrong on "
+            f"{seen.count('WRONG')}, refused on {seen.count('error')}"
+        )
+    return [
+        "",
+        f"On the {len(rows)} models all three tools ran on (`benchmarks/heldout_ninth.py`; "
+        "`heldout.py --only NAME ... --tools tracebridge,jit,export`): " + "; ".join(parts) + ".",
+    ]
 
 
 def _rows(results: dict) -> list[dict]:
