@@ -191,3 +191,47 @@ def test_a_draw_from_a_generator_object_is_refused_at_its_line():
         tracebridge.trace(WithGenerator().eval(), (torch.randn(2, 4, 3),))
     line = _line_of(NoiseOfItsOwn, "noise = torch.randn(")
     assert f"{__file__}:{line}" in str(err.value) and "'generator'" in str(err.value)
+
+
+@torch.compile(backend="eager", dynamic=True)
+def _compiled_pool(x, scale):
+    """torchvision's ``_roi_align`` under ``lazy_compile(dynamic=True)``: a library helper
+    compiled by the library itself."""
+    return (x * scale).relu().mean(-1)
+
+
+class CallsCompiledHelper(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return _compiled_pool(self.proj(x), 2.0)
+
+
+def _stance() -> str:
+    return torch._dynamo.eval_frame._stance.stance
+
+
+def test_a_compiled_library_helper_is_recorded_as_its_python_code(tmp_path):
+    model = CallsCompiledHelper().eval()
+    with torch.no_grad():
+        traced = tracebridge.trace(model, (torch.randn(2, 3, 4),))
+        assert ops_of(traced)[-3:] == ["mul", "relu", "mean"]
+        again = loaded(traced, tmp_path)
+        for shape in [(2, 3, 4), (5, 7, 4)]:
+            x = torch.randn(shape)
+            torch.testing.assert_close(traced(x), model(x))
+            torch.testing.assert_close(again(x), model(x))
+    assert _stance() == "default"  # the compiler's stance is the user's again
+
+
+def test_the_users_compiler_stance_is_put_back_after_a_trace_that_fails():
+    def refused(x):
+        return x.data_ptr()  # not an op: the trace is refused
+
+    with torch.compiler.set_stance("eager_on_recompile"):
+        with pytest.raises(Exception, match="data_ptr"):
+            tracebridge.trace(refused, (torch.randn(2),))
+        assert _stance() == "eager_on_recompile"
+    assert _stance() == "default"
