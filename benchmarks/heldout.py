@@ -232,6 +232,16 @@ CAUSES = {
         "size or other grids raise GuardError naming the line. torch.jit.trace bakes the "
         "example's grids: SILENTLY WRONG on 2 of 4 calls."
     ),
+    "fasterrcnn_mobilenet_v3_large_320_fpn (two-stage detector)": (
+        "right refusal: the model returns one result per image (a list whose length is the "
+        "batch size), and the zoo's wrapper turns the batch into that list "
+        "(`images.unbind(0)`, zoo_models.py:116): a batch of 3 raises GuardError there; "
+        "the example's batch and batch 1 are right. Before the ninth round's fix it was "
+        "refused at trace as not stable: its RoI pooling (`_roi_align`, compiled by "
+        "torchvision's `lazy_compile` where the C++ kernels are missing) ran under dynamo "
+        "while recording; compiled code now runs as its Python code there. torch.jit.trace "
+        "fails at trace time (a dynamo-optimized function)."
+    ),
     "hf mobilenet_v2 (tf padding)": (
         "right refusal: TensorFlow-style padding branches on each stride-2 layer's input "
         "parity (`modeling_mobilenet_v2.py:62`, `if in_height % stride_height == 0`); "
