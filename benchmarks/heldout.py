@@ -204,6 +204,44 @@ CAUSES = {
         "builds an attention mask, and Nystromformer's landmark attention cannot add it "
         "(eager fails the same way with any padding); torch.jit.trace fails identically."
     ),
+    "jetmoe (attention experts)": (
+        "right refusal: the router counts the tokens each expert gets and turns the counts "
+        "into Python numbers (`modeling_jetmoe.py:195`, `expert_size = expert_size.tolist()`) "
+        "to split the batch by them: the sizes of the graph follow the data, so the trace "
+        "guards the counts and a call routed otherwise raises GuardError naming that line "
+        "(the example's own call is right). torch.jit.trace bakes the example's counts: "
+        "SILENTLY WRONG on another batch."
+    ),
+    "moonshine (speech to text, rotary)": (
+        "refused where torch.jit.trace is right: transformers' SDPA path computes "
+        "`is_causal = q_length > 1 and attention_mask is None and is_causal` "
+        "(`integrations/sdpa_attention.py:159`); Python's `and` asks the truth of the "
+        "comparison first, so the trace guards `q_length > 1` in the encoder too, where "
+        "`is_causal` is False and the comparison cannot change the result. Moonshine's "
+        "three strided convolutions take 1200 samples to one frame (1600 to two), and "
+        "GuardError names that line. The threshold probes (check/specialise.py) retrace "
+        "only at sizes whose guarded comparisons they can evaluate from the graph's size "
+        "arithmetic, and a convolution's output length is not among them; torch.jit.trace "
+        "bakes `False` here, which is right for the encoder."
+    ),
+    "siglip2 vision (naflex)": (
+        "right refusal: the position table is resized to each image's own patch grid, read "
+        "from the data in a loop over the batch (`modeling_siglip2.py:167`, `for i in "
+        "range(batch_size)`, then `height, width = spatial_shapes[i].tolist()`): the loop "
+        "is unrolled for the example's 2 images and each grid guarded, so another batch "
+        "size or other grids raise GuardError naming the line. torch.jit.trace bakes the "
+        "example's grids: SILENTLY WRONG on 2 of 4 calls."
+    ),
+    "fasterrcnn_mobilenet_v3_large_320_fpn (two-stage detector)": (
+        "right refusal: the model returns one result per image (a list whose length is the "
+        "batch size), and the zoo's wrapper turns the batch into that list "
+        "(`images.unbind(0)`, zoo_models.py:116): a batch of 3 raises GuardError there; "
+        "the example's batch and batch 1 are right. Before the ninth round's fix it was "
+        "refused at trace as not stable: its RoI pooling (`_roi_align`, compiled by "
+        "torchvision's `lazy_compile` where the C++ kernels are missing) ran under dynamo "
+        "while recording; compiled code now runs as its Python code there. torch.jit.trace "
+        "fails at trace time (a dynamo-optimized function)."
+    ),
     "hf mobilenet_v2 (tf padding)": (
         "right refusal: TensorFlow-style padding branches on each stride-2 layer's input "
         "parity (`modeling_mobilenet_v2.py:62`, `if in_height % stride_height == 0`); "
@@ -290,6 +328,7 @@ def table(results: dict) -> list[str]:
         "",
         "A cell is `-` where the tool was not run on that model (torch.export joined the",
         "sweep with its ninth round: `--tools tracebridge,jit,export`).",
+        *_all_tools_paragraph(results),
         "",
         f"tracebridge artifacts reloaded in a fresh process computed bit for bit what the "
         f"in-process trace computed in {same} of {total} calls. Rows marked *(now in the",
@@ -329,6 +368,26 @@ def table(results: dict) -> list[str]:
         END,
     ]
     return lines
+
+
+def _all_tools_paragraph(results: dict) -> list[str]:
+    """The counts over the models every tool of ``ALL_TOOLS`` ran on (the ninth round on),
+    one tool beside the other on the same models."""
+    rows = [e for e in _rows(results) if all(t in e.get("tools", {}) for t in ALL_TOOLS)]
+    if not rows:
+        return []
+    parts = []
+    for tool in ALL_TOOLS:
+        seen = [zoo.verdict(e["tools"][tool])[0] for e in rows]
+        parts.append(
+            f"{TITLES[tool]} right on {seen.count('right')}, silently wrong on "
+            f"{seen.count('WRONG')}, refused on {seen.count('error')}"
+        )
+    return [
+        "",
+        f"On the {len(rows)} models all three tools ran on (`benchmarks/heldout_ninth.py`; "
+        "`heldout.py --only NAME ... --tools tracebridge,jit,export`): " + "; ".join(parts) + ".",
+    ]
 
 
 def _rows(results: dict) -> list[dict]:

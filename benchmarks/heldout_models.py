@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from heldout_ninth import ninth_cases
+from heldout_ninth import ninth_cases, tenth_cases
 from zoo_models import (
     DET,
     ENC,
@@ -1350,6 +1350,7 @@ def all_cases() -> list[Case]:
         + _seventh_cases()
         + _eighth_cases()
         + ninth_cases()
+        + tenth_cases()
     )
     return [live(case) for case in cases]
 

@@ -19,6 +19,7 @@ from zoo_models import (
     NO_CACHE,
     SMALL_BERT,
     SMALL_DECODER,
+    SMALL_T5,
     VOCAB,
     Case,
     Detection,
@@ -31,6 +32,7 @@ from zoo_models import (
     images,
     seq2seq,
     text,
+    tokens,
 )
 
 DEC, ENC_KIND, S2S = "language/decoder", "language/encoder", "language/encoder-decoder"
@@ -51,18 +53,6 @@ SMALL_S2S = dict(
     eos_token_id=2,
     decoder_start_token_id=2,
 )
-SMALL_T5 = dict(
-    vocab_size=VOCAB,
-    d_model=32,
-    d_kv=8,
-    d_ff=64,
-    num_layers=2,
-    num_decoder_layers=2,
-    num_heads=4,
-    relative_attention_num_buckets=8,
-    relative_attention_max_distance=16,
-    decoder_start_token_id=0,
-)
 
 
 def _dec(name: str, config: str, model: str, **extra) -> Case:
@@ -81,7 +71,6 @@ def _decoders() -> list[Case]:
             layer_types=["sliding_attention", "full_attention"],
         ),
         _dec("granite (scaled residuals)", "GraniteConfig", "GraniteForCausalLM"),
-        _dec("cohere (parallel block)", "CohereConfig", "CohereForCausalLM"),
         _dec(
             "cohere2 (sliding window)",
             "Cohere2Config",
@@ -89,14 +78,7 @@ def _decoders() -> list[Case]:
             sliding_window=4,
             layer_types=["sliding_attention", "full_attention"],
         ),
-        _dec("olmo2 (qk norm)", "Olmo2Config", "Olmo2ForCausalLM", pad_token_id=1),
         _dec("helium", "HeliumConfig", "HeliumForCausalLM", head_dim=8, pad_token_id=1),
-        _dec(
-            "glm4 (interleaved rotary)", "Glm4Config", "Glm4ForCausalLM", head_dim=8, pad_token_id=1
-        ),
-        _dec(
-            "nemotron (relu2, partial rotary)", "NemotronConfig", "NemotronForCausalLM", head_dim=8
-        ),
         _dec("persimmon (qk layernorm)", "PersimmonConfig", "PersimmonForCausalLM"),
         Case(
             "biogpt",
@@ -168,7 +150,6 @@ def _seq2seq_cases() -> list[Case]:
         return Case(name, S2S, HF_, _hf(config, model, ENC_DEC, NO_CACHE, **kwargs), seq2seq())
 
     return [
-        s2s("umt5 (per-layer relative bias)", "UMT5Config", "UMT5Model", **SMALL_T5),
         s2s("mt5", "MT5Config", "MT5Model", **SMALL_T5),
         s2s("pegasus (sinusoidal)", "PegasusConfig", "PegasusModel", **SMALL_S2S),
         s2s("blenderbot_small", "BlenderbotSmallConfig", "BlenderbotSmallModel", **SMALL_S2S),
@@ -250,22 +231,6 @@ def _hf_vision() -> list[Case]:
                 num_labels=10,
             ),
             img64,
-        ),
-        Case(
-            "hf levit (attention biases)",
-            CLS,
-            HF_,
-            _hf_image(
-                "LevitConfig",
-                "LevitForImageClassification",
-                image_size=64,
-                hidden_sizes=[32, 48, 64],
-                num_attention_heads=[1, 2, 2],
-                depths=[1, 1, 1],
-                key_dim=[8, 8, 8],
-                num_labels=10,
-            ),
-            images((2, 64), (1, 64), (3, 64)),
         ),
         Case(
             "textnet (text detection backbone)",
@@ -580,3 +545,469 @@ def ninth_cases() -> list[Case]:
         + _timm_ninth()
         + _torchvision_ninth()
     )
+
+
+def tenth_cases() -> list[Case]:
+    """The same round's harder patterns (codecs, native-aspect patches, layout, trajectories,
+    2d rotary positions), run after the first part."""
+    return _harder() + _timm_harder()
+
+
+# --- harder patterns of the same round ------------------------------------------------------
+
+
+def _boxes(b: int, n: int, seed: int) -> torch.Tensor:
+    corner = torch.randint(0, 500, (b, n, 2), generator=_gen(30 + seed))
+    size = torch.randint(0, 500, (b, n, 2), generator=_gen(40 + seed))
+    return torch.cat([corner, corner + size], -1)
+
+
+def _layout_text() -> list[tuple]:
+    out = []
+    for i, (b, n, pad) in enumerate([(2, 8, 0), (1, 8, 0), (3, 5, 0), (2, 8, 3)]):
+        ids, mask = tokens(b, n, i, pad)
+        out.append((ids, _boxes(b, n, i), mask))
+    return out
+
+
+def _flattened_patches() -> list[tuple]:
+    """Pix2Struct's input: rows of (row, column, patch pixels), padded rows masked."""
+    out = []
+    for i, (b, n, pad) in enumerate([(2, 12, 0), (1, 12, 0), (3, 8, 2)]):
+        g = _gen(i)
+        pixels = torch.randn(b, n, 4 * 4 * 3, generator=g)
+        rows = torch.arange(n).div(4, rounding_mode="floor").float() + 1
+        cols = torch.arange(n).remainder(4).float() + 1
+        place = torch.stack([rows, cols], -1).expand(b, n, 2)
+        mask = torch.ones(b, n)
+        if pad:
+            mask[0, n - pad :] = 0
+        out.append((torch.cat([place, pixels], -1), mask))
+    return out
+
+
+def _trajectories() -> list[tuple]:
+    """Decision transformer: states, actions, rewards, returns to go, timesteps, mask."""
+    out = []
+    for i, (b, n) in enumerate([(2, 6), (1, 6), (3, 4)]):
+        g = _gen(i)
+        out.append(
+            (
+                torch.randn(b, n, 5, generator=g),
+                torch.randn(b, n, 3, generator=g),
+                torch.randn(b, n, 1, generator=g),
+                torch.randn(b, n, 1, generator=g),
+                torch.randint(0, 20, (b, n), generator=g),
+                torch.ones(b, n, dtype=torch.long),
+            )
+        )
+    return out
+
+
+def _series_values() -> list[tuple]:
+    """TimesFM: past values, their padding (none) and a frequency class per series."""
+    return [
+        (
+            torch.randn(b, n, generator=_gen(i)),
+            torch.zeros(b, n),
+            torch.zeros(b, 1, dtype=torch.long),
+        )
+        for i, (b, n) in enumerate([(2, 64), (1, 64), (3, 48)])
+    ]
+
+
+def _mel() -> list[tuple]:
+    return [
+        (torch.randn(b, 16, n, generator=_gen(i)),)
+        for i, (b, n) in enumerate([(2, 40), (1, 40), (3, 24)])
+    ]
+
+
+def _features() -> list[tuple]:
+    """Log-mel features (batch, frames, bins)."""
+    return [
+        (torch.randn(b, n, 16, generator=_gen(i)),)
+        for i, (b, n) in enumerate([(2, 64), (1, 64), (3, 40)])
+    ]
+
+
+def _pixel_video() -> list[tuple]:
+    """V-JEPA 2 takes (batch, frames, channels, height, width)."""
+    return [
+        (torch.randn(b, t, 3, s, s, generator=_gen(i)),)
+        for i, (b, t, s) in enumerate([(2, 4, 32), (1, 4, 32), (3, 4, 32)])
+    ]
+
+
+def _harder() -> list[Case]:
+    tiny_vit = dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        image_size=32,
+        patch_size=8,
+    )
+    return [
+        _dec(
+            "gemma3n text (altup, laurel, per-layer inputs)",
+            "Gemma3nTextConfig",
+            "Gemma3nForCausalLM",
+            head_dim=8,
+            vocab_size_per_layer_input=VOCAB,
+            hidden_size_per_layer_input=8,
+            laurel_rank=4,
+            altup_num_inputs=2,
+            num_kv_shared_layers=0,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention"],
+            intermediate_size=[64, 64],
+            activation_sparsity_pattern=[0.95, 0.0],
+        ),
+        Case(
+            "modernbert_decoder",
+            DEC,
+            HF_,
+            _hf(
+                "ModernBertDecoderConfig",
+                "ModernBertDecoderForCausalLM",
+                ENC,
+                NO_CACHE,
+                **(
+                    SMALL_BERT
+                    | dict(
+                        local_attention=4,
+                        global_attn_every_n_layers=2,
+                        pad_token_id=1,
+                        bos_token_id=2,
+                        eos_token_id=3,
+                        cls_token_id=2,
+                        sep_token_id=3,
+                    )
+                ),
+            ),
+            text(),
+        ),
+        Case(
+            "xlm_roberta_xl",
+            ENC_KIND,
+            HF_,
+            _hf("XLMRobertaXLConfig", "XLMRobertaXLModel", ENC, **SMALL_BERT),
+            text(),
+        ),
+        Case(
+            "layoutlmv3 (text, boxes, 2d relative bias)",
+            "document",
+            HF_,
+            _hf(
+                "LayoutLMv3Config",
+                "LayoutLMv3Model",
+                ("input_ids", "bbox", "attention_mask"),
+                **(
+                    SMALL_BERT
+                    | dict(coordinate_size=4, shape_size=8, max_2d_position_embeddings=1024)
+                ),
+            ),
+            _layout_text,
+        ),
+        Case(
+            "lilt (layout flow)",
+            "document",
+            HF_,
+            _hf(
+                "LiltConfig",
+                "LiltModel",
+                ("input_ids", "bbox", "attention_mask"),
+                **(
+                    SMALL_BERT
+                    | dict(hidden_size=48, channel_shrink_ratio=2, max_2d_position_embeddings=1024)
+                ),
+            ),
+            _layout_text,
+        ),
+        Case(
+            "pix2struct vision (flattened patches)",
+            "document",
+            HF_,
+            _hf(
+                "Pix2StructVisionConfig",
+                "Pix2StructVisionModel",
+                ("flattened_patches", "attention_mask"),
+                hidden_size=32,
+                d_ff=64,
+                d_kv=16,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                patch_embed_hidden_size=48,
+                seq_len=64,
+            ),
+            _flattened_patches,
+        ),
+        Case(
+            "decision_transformer (trajectories)",
+            "reinforcement learning",
+            HF_,
+            _hf(
+                "DecisionTransformerConfig",
+                "DecisionTransformerModel",
+                ("states", "actions", "rewards", "returns_to_go", "timesteps", "attention_mask"),
+                state_dim=5,
+                act_dim=3,
+                hidden_size=32,
+                n_layer=2,
+                n_head=2,
+                max_ep_len=32,
+                n_positions=64,
+            ),
+            _trajectories,
+        ),
+        Case(
+            "timesfm (patched time series)",
+            "time series",
+            HF_,
+            _hf(
+                "TimesFmConfig",
+                "TimesFmModel",
+                ("past_values", "past_values_padding", "freq"),
+                patch_length=8,
+                context_length=64,
+                horizon_length=8,
+                hidden_size=32,
+                intermediate_size=64,
+                head_dim=16,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+            ),
+            _series_values,
+        ),
+        Case(
+            "dinov3 vit (2d rope, registers)",
+            CLS,
+            HF_,
+            _hf_image(
+                "DINOv3ViTConfig",
+                "DINOv3ViTModel",
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                image_size=32,
+                patch_size=8,
+                num_register_tokens=2,
+            ),
+            images((2, 32), (1, 32), (3, 32), (2, 48)),
+        ),
+        Case(
+            "dinov3 convnext",
+            CLS,
+            HF_,
+            _hf_image(
+                "DINOv3ConvNextConfig",
+                "DINOv3ConvNextModel",
+                hidden_sizes=[16, 32, 48, 64],
+                depths=[1, 1, 1, 1],
+            ),
+            IMG,
+        ),
+        Case(
+            "sam vision encoder (windowed, rel pos)",
+            "vision/segmentation",
+            HF_,
+            _hf_image(
+                "SamVisionConfig",
+                "SamVisionModel",
+                hidden_size=32,
+                output_channels=16,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                mlp_dim=64,
+                image_size=64,
+                patch_size=8,
+                window_size=4,
+                global_attn_indexes=[1],
+            ),
+            images((2, 64), (1, 64), (3, 64)),
+        ),
+        Case(
+            "mlcd vision (2d rope)",
+            "multimodal/vision",
+            HF_,
+            _hf_image("MLCDVisionConfig", "MLCDVisionModel", **tiny_vit),
+            images((2, 32), (1, 32), (3, 32)),
+        ),
+        Case(
+            "siglip2 vision (naflex)",
+            "multimodal/vision",
+            HF_,
+            lambda: _siglip2_vision(),
+            _naflex_inputs,
+        ),
+        Case(
+            "vjepa2 (video)",
+            "vision/video",
+            HF_,
+            _hf(
+                "VJEPA2Config",
+                "VJEPA2Model",
+                ("pixel_values_videos",),
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                mlp_ratio=2,
+                crop_size=32,
+                frames_per_clip=4,
+                patch_size=8,
+                tubelet_size=2,
+                pred_hidden_size=16,
+                pred_num_hidden_layers=1,
+                pred_num_attention_heads=2,
+                pred_num_mask_tokens=2,
+            ),
+            _pixel_video,
+        ),
+        Case(
+            "dac (residual vector quantisation)",
+            "speech/codec",
+            HF_,
+            lambda: _codec("DacConfig", "DacModel", _DAC),
+            _audio_channel,
+        ),
+        Case(
+            "parakeet encoder (fastconformer)",
+            "speech",
+            HF_,
+            _hf(
+                "ParakeetEncoderConfig",
+                "ParakeetEncoder",
+                ("input_features",),
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                num_mel_bins=16,
+                subsampling_conv_channels=8,
+                conv_kernel_size=9,
+            ),
+            _features,
+        ),
+        Case(
+            "univnet (vocoder, location-variable conv)",
+            "speech/synthesis",
+            HF_,
+            _hf(
+                "UnivNetConfig",
+                "UnivNetModel",
+                ("input_features",),
+                model_in_channels=16,
+                model_hidden_channels=8,
+                num_mel_bins=16,
+                resblock_stride_sizes=[8, 8],
+                resblock_kernel_sizes=[3, 3],
+                resblock_dilation_sizes=[[1, 3], [1, 3]],
+                kernel_predictor_num_blocks=1,
+                kernel_predictor_hidden_channels=16,
+            ),
+            _mel_frames,
+        ),
+    ]
+
+
+def _mel_frames() -> list[tuple]:
+    """UnivNet takes (batch, frames, mel bins)."""
+    return [
+        (torch.randn(b, n, 16, generator=_gen(i)),)
+        for i, (b, n) in enumerate([(2, 12), (1, 12), (3, 8)])
+    ]
+
+
+_DAC = dict(
+    encoder_hidden_size=8,
+    downsampling_ratios=[2, 4],
+    decoder_hidden_size=32,
+    n_codebooks=4,
+    codebook_size=16,
+    codebook_dim=4,
+    hidden_size=32,
+)
+
+
+def _codec(config: str, model: str, kwargs: dict):
+    import transformers
+
+    cfg = getattr(transformers, config)(**kwargs)
+    return HF(getattr(transformers, model)(cfg), ("input_values",))
+
+
+def _audio_channel() -> list[tuple]:
+    return [
+        (torch.randn(b, 1, n, generator=_gen(i)),)
+        for i, (b, n) in enumerate([(2, 640), (1, 640), (3, 480)])
+    ]
+
+
+def _siglip2_vision():
+    import transformers
+
+    cfg = transformers.Siglip2VisionConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_patches=16,
+        patch_size=8,
+    )
+    return HF(
+        transformers.Siglip2VisionModel(cfg),
+        ("pixel_values", "pixel_attention_mask", "spatial_shapes"),
+    )
+
+
+def _naflex_inputs() -> list[tuple]:
+    """Patches of images of native aspect (rows x columns of patches, padded to 16)."""
+    out = []
+    for i, (b, shape) in enumerate([(2, (4, 4)), (1, (4, 4)), (3, (2, 8)), (2, (3, 5))]):
+        n = shape[0] * shape[1]
+        pixels = torch.randn(b, 16, 8 * 8 * 3, generator=_gen(i))
+        mask = torch.zeros(b, 16, dtype=torch.long)
+        mask[:, :n] = 1
+        out.append((pixels, mask, torch.tensor([shape] * b)))
+    return out
+
+
+def _timm_harder() -> list[Case]:
+    t = "timm"
+
+    def tm(name, model, inputs=IMG, **kwargs):
+        return Case(name, CLS, t, _timm(model, num_classes=10, **kwargs), inputs)
+
+    small_vit = dict(img_size=32, patch_size=8, embed_dim=32, depth=2, num_heads=2)
+    return [
+        tm(
+            "timm deit distilled (two heads)",
+            "deit_tiny_distilled_patch16_224",
+            images((2, 32), (1, 32), (3, 32)),
+            **small_vit,
+        ),
+        tm(
+            "timm vit with registers (dynamic size)",
+            "vit_little_patch16_reg1_gap_256",
+            images((2, 32), (1, 32), (3, 32), (2, 48)),
+            dynamic_img_size=True,
+            **small_vit,
+        ),
+        tm("timm hieradet_small (sam2 hiera)", "hieradet_small", images((2, 64), (1, 64), (3, 64))),
+        tm("timm ghostnetv3_050", "ghostnetv3_050"),
+        tm(
+            "timm levit_conv_128s",
+            "levit_conv_128s",
+            images((2, 64), (1, 64), (3, 64)),
+            img_size=64,
+        ),
+        tm("timm tinynet_e", "tinynet_e"),
+        tm("timm hardcorenas_a", "hardcorenas_a"),
+        tm("timm cspresnet50", "cspresnet50"),
+        tm("timm resnet10t (tiered stem)", "resnet10t"),
+        tm("timm test_byobnet", "test_byobnet"),
+        tm("timm test_efficientnet_evos (evo norm)", "test_efficientnet_evos"),
+        tm("timm test_vit4", "test_vit4", images((2, 160), (1, 160), (3, 160))),
+    ]

@@ -71,6 +71,10 @@ def test_a_tool_run_on_some_models_only_has_a_column_with_dashes_elsewhere(tmp_p
     heldout.write_markdown(results, str(page))
     text = page.read_text()
     assert "| torch.export | 0 | 1 | 0 | 1 |" in text  # counted where it ran only
+    # Side by side on the models all three ran on: the second only.
+    assert "On the 1 models all three tools ran on" in text
+    assert "tracebridge right on 1, silently wrong on 0, refused on 0" in text
+    assert "torch.export right on 0, silently wrong on 1, refused on 0" in text
     assert "| tracebridge | torch.jit.trace | torch.export |" in text
     assert f"| {first} |" in text and text.split(f"| {first} |")[1].split("\n")[0].endswith(
         "| right | refused | - |"

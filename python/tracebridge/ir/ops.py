@@ -279,6 +279,16 @@ xlogy
     "cholesky cholesky_solve cholesky_inverse triangular_solve geqrf ormqr diagflat addr "
     "histogram cov corrcoef".split()
 )
+# Methods whose function was in the op set while the method spelling was refused
+# (``x.tile(2)`` in DINOv3's rotary table; the held-out sweep's ninth round): each takes its
+# tensor first and the function's other arguments in the function's order. Not ``where``
+# (``x.where(c, y)`` is ``torch.where(c, x, y)``: another order) and not the private
+# ``_is_all_true`` / ``_is_any_true``.
+FOLDED_METHODS |= frozenset(
+    "acosh asinh atanh angle copysign bitwise_left_shift bitwise_right_shift prelu bernoulli "
+    "multinomial bincount tile hsplit vsplit dsplit fliplr flipud ravel argwhere "
+    "diagonal_scatter".split()
+)
 
 # The op-set version each op appeared in, for the ops added after version 3 (ONNX's
 # "since version"); ops.json carries it as ``since`` on those rows.

@@ -394,6 +394,10 @@ _BINDING_DEFAULTS = {
     "requires_grad": (False,),
     "pin_memory": (False, None),
     "layout": (torch.strided, None),
+    # ``torch.randn(shape, generator=generator)`` with the caller's default None (UnivNet's
+    # noise): the global generator, as without the keyword. A generator object stays
+    # refused: a graph cannot hold one.
+    "generator": (None,),
 }
 
 

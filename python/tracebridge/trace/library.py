@@ -226,8 +226,33 @@ def _apply(cls, *args, **kwargs):
     return tracer.custom_function(cls, apply, args, kwargs)
 
 
+# Note: a function under ``torch.compile`` runs as plain Python while a tracer records.
+#   Libraries compile helpers of their own (torchvision's ``_roi_align`` under
+#   ``lazy_compile(dynamic=True)``, taken where its C++ kernels are missing): dynamo then
+#   runs the helper's frame itself, and the recording mode sees ops of dynamo's making, or
+#   none, with results that come from nowhere (a two-stage detector was refused as "not
+#   stable" at roi_align.py:281). ``torch.compile``'s contract is that the compiled code
+#   computes what the Python code computes, so the trace records that code:
+#   ``torch.compiler.set_stance("force_eager")`` while recording, the stance before put
+#   back after. Inside a compiled region the stance cannot change, and is left as it is.
+_stance: object | None = None  # the set_stance object whose ``prev`` is the user's stance
+
+
+def _compiled_code_runs_eagerly(on: bool) -> None:
+    global _stance
+    if on and _stance is None:
+        try:
+            _stance = torch.compiler.set_stance("force_eager")
+        except RuntimeError:  # traced inside a torch.compile region
+            _stance = None
+    elif not on and _stance is not None:
+        _stance.__exit__(None, None, None)
+        _stance = None
+
+
 def patch(on: bool) -> None:
     """Install (``on``) or remove the answers above; called with the builtins' patches."""
+    _compiled_code_runs_eagerly(on)
     torch._C._is_tracing = _is_tracing if on else _original_is_tracing
     torch.compiler.is_exporting = _is_exporting if on else _original_is_exporting
     torch.overrides.has_torch_function = _has_torch_function if on else _original_has_torch_function
