@@ -256,3 +256,38 @@ def test_under_a_mode_the_checks_run_on_every_call_and_without_guards_never(tmp_
         assert len(calls) == 2
         kept = unguarded.__kwdefaults__.values()
         assert not [v for v in kept if isinstance(v, size_checks.SizeChecks)]
+
+
+class NonzeroByWhere(nn.Module):
+    """``where(condition)`` is ``nonzero``: how many indices it gives is the data's."""
+
+    def forward(self, x):
+        picked = torch.where(x > 0)[0]
+        y = torch.relu(x)
+        if picked.shape[0] == 2:
+            return y * 2
+        return y
+
+
+class ArangeOfACount(nn.Module):
+    """``arange(n)`` with ``n`` a tensor: its length is ``n``'s value, not a size."""
+
+    def forward(self, x):
+        steps = torch.arange((x > 0).sum())
+        y = torch.relu(x)
+        if steps.shape[0] == 2:
+            return y * 2
+        return y
+
+
+@pytest.mark.parametrize("model", [NonzeroByWhere(), ArangeOfACount()], ids=type)
+def test_sizes_that_data_decides_keep_their_check_inline(model, tmp_path):
+    # Found by review 9: the key (x's size) passed at two positives; a call with three
+    # positives and the same size got the traced branch (silently wrong).
+    traced = tracebridge.trace(model, torch.tensor([1.0, 2.0, -1.0, -3.0]))
+    with torch.no_grad():
+        assert _runners(traced) == []
+        traced(torch.tensor([1.0, 2.0, -1.0, -3.0]))
+        three = torch.tensor([1.0, 2.0, 3.0, -3.0])
+        with pytest.raises(GuardError, match="shape"):
+            traced(three)  # eager takes the other branch here

@@ -22,8 +22,9 @@ Note: guards on dead values, checked by key.
     dtypes and devices follow from their arguments' (:data:`SHAPE_FUNCTIONS`); never a read
     of a tensor's values into Python (``item``, ``bool``), strides, a random op, a write,
     a grad-mode switch, an op the set does not know, nor an op whose sizes depend on
-    values (``nonzero``, a boolean mask, tensor sizes: only the operands of
-    :data:`OPERAND_OPS` may be tensors other than the first argument);
+    values (``nonzero`` or ``where(condition)``, a boolean mask, tensor sizes: only the
+    operands of :data:`OPERAND_OPS` may be tensors other than the first argument, and a
+    factory's first argument, a size or an end, never carries data: ``arange(n)``);
   * what it reads from the rest are tensors (keyed by shape, strides, dtype and device),
     and ints, bools, devices and dtypes (keyed by type and value); state too, read by the
     call; the key adds the default dtype (factories follow it);
@@ -97,6 +98,9 @@ _RESIZING = frozenset(
     as_strided_ unsqueeze_ squeeze_ Tensor.resize_ Tensor.resize_as_""".split()
 )
 _TO_PYTHON = frozenset("prim.item prim.tolist prim.bool prim.int prim.float".split())
+# Factories whose first argument is a size or an end, never an operand: a tensor there is
+# read for its value (``arange(mask.sum())`` has as many elements as the mask has trues).
+_SIZE_FIRST = frozenset("arange full zeros ones empty".split())
 _KEY_KINDS = frozenset({"int", "bool", "device", "dtype", "Tensor"})
 KEEP = 8  # keys remembered per group: a server sees a few input sizes, not thousands
 
@@ -140,8 +144,10 @@ def _data_free(nodes: list[Node], kinds: dict[int, str], state: set[int]) -> boo
             return False
         if not carried:
             continue  # a function of the key: any deterministic op
-        if node.op not in SHAPE_FUNCTIONS:
+        if node.op not in SHAPE_FUNCTIONS or node.op in _SIZE_FIRST:
             return False
+        if node.op == "where" and len(node.args) + len(node.kwargs) < 3:
+            return False  # where(condition) is nonzero: its sizes are the data's
         if node.op not in OPERAND_OPS:
             rest = refs_in((node.args[1:], node.kwargs))
             if any(r.id in data for r in rest):
