@@ -175,3 +175,45 @@ def test_a_graph_that_writes_gets_size_1_specialisations_and_writes_once(tmp_pat
     for x in (torch.rand(2, 1), torch.rand(3, 4), torch.rand(1, 1), torch.rand(1, 5)):
         torch.testing.assert_close(runner(x), eager(x))
         assert state.calls.item() == eager.calls.item()
+
+
+class AliasedCounter(nn.Module):
+    """A counter written through an op that returns its argument itself (review 9)."""
+
+    def __init__(self, how: str):
+        super().__init__()
+        self.how = how
+        self.register_buffer("count", torch.zeros(2, 2))
+
+    def forward(self, x):
+        if self.how == "dropout":
+            nn.functional.dropout(self.count, 0.5, training=False).add_(1)
+        elif self.how == "positive":
+            torch.positive(self.count).add_(1)
+        elif self.how == "t":
+            self.count.t().add_(1)
+        else:
+            self.count.expand(2, 2).add_(1)
+        if x.shape[0] == 2:
+            return x * 2
+        return x
+
+
+@pytest.mark.parametrize("how", ["dropout", "positive", "t", "expand"])
+def test_a_refused_call_keeps_a_buffer_written_through_an_op_that_returns_it(how):
+    model = AliasedCounter(how)
+    traced = tracebridge.trace(model, torch.ones(2, 3), check_trace=False)
+    with pytest.raises(GuardError):
+        traced(torch.ones(3, 3))
+    assert torch.equal(model.count, torch.zeros(2, 2)), "the refused call's write stayed"
+    assert torch.equal(traced(torch.ones(2, 3)), torch.full((2, 3), 2.0))
+    assert torch.equal(model.count, torch.ones(2, 2))
+
+
+def test_every_op_folding_counts_as_aliasing_is_followed_by_the_write_rule():
+    # The rule (and the transaction) follow the same ops the runtime treats as possibly
+    # returning their argument's memory; review 9 found dropout and positive missing.
+    from tracebridge.check.state_writes import VIEW_OPS
+    from tracebridge.runtime.folding import _ALIASING
+
+    assert _ALIASING <= VIEW_OPS, sorted(_ALIASING - VIEW_OPS)

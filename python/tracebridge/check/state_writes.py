@@ -42,9 +42,12 @@ dsplit narrow select diagonal Tensor.unfold real imag Tensor.real Tensor.imag vi
 view_as_complex atleast_1d atleast_2d atleast_3d ravel meshgrid getitem Tensor.data detach
 Tensor.to Tensor.type Tensor.type_as Tensor.float Tensor.double Tensor.half Tensor.bfloat16
 Tensor.long Tensor.int Tensor.short Tensor.char Tensor.byte Tensor.bool Tensor.cfloat
-Tensor.cdouble Tensor.cpu as_tensor as_strided Tensor.as_strided alias
+Tensor.cdouble Tensor.cpu as_tensor as_strided Tensor.as_strided alias Tensor.t expand
+positive dropout feature_dropout alpha_dropout feature_alpha_dropout
 """.split()
 )
+# (``positive`` returns its argument itself, and so do the dropouts where they drop nothing:
+# in evaluation, or with ``p = 0``.)
 # Ops that write into an argument other than the first, by parameter name.
 WRITTEN_ARGUMENTS: dict[str, tuple[str, ...]] = {
     "batch_norm": ("running_mean", "running_var"),
