@@ -217,3 +217,29 @@ def test_every_op_folding_counts_as_aliasing_is_followed_by_the_write_rule():
     from tracebridge.runtime.folding import _ALIASING
 
     assert _ALIASING <= VIEW_OPS, sorted(_ALIASING - VIEW_OPS)
+
+
+class CheckedCache(nn.Module):
+    """A cache written after the call's checks (review 9: copied on every call, a 32 MiB
+    cache made a 30 µs call take 45 ms)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(4, 8, 2))
+
+    def forward(self, x, pos: int):
+        if x.shape[0] > 4:  # refused before anything is written
+            raise ValueError("batch too large")
+        self.cache[:, pos] = x
+        return self.cache[:, : pos + 1].sum(1)
+
+
+def test_a_graph_refused_only_before_its_first_write_is_not_wrapped():
+    model = CheckedCache()
+    traced = tracebridge.trace(model, (torch.ones(4, 2), 3), check_trace=False)
+    assert type(traced._methods["forward"]) is Method
+    with pytest.raises(GuardError):
+        traced(torch.ones(5, 2), 3)
+    assert torch.equal(model.cache, torch.zeros(4, 8, 2)), "refused before the write"
+    assert torch.equal(traced(torch.ones(4, 2), 3), torch.ones(4, 2))
+    assert model.cache[:, 3].sum().item() == 8
