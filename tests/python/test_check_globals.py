@@ -147,3 +147,37 @@ def test_a_global_only_a_later_run_creates_is_removed_again():
     globals().pop("CREATED_LATER", None)
     tracebridge.trace(maybe_create, torch.ones(3))
     assert "CREATED_LATER" not in globals()
+
+
+with torch.inference_mode():
+    MADE_IN_INFERENCE = torch.full((3,), 2.0)
+EXPANDED = torch.ones(1, 3).expand(4, 3)
+
+
+def _reads_an_inference_tensor(x):
+    return x * MADE_IN_INFERENCE
+
+
+def _reads_an_expanded_view(x):
+    return x * EXPANDED[: x.shape[0]]
+
+
+@pytest.mark.parametrize("func", [_reads_an_inference_tensor, _reads_an_expanded_view])
+def test_globals_that_cannot_be_written_are_only_read(func):
+    # Found by review 9: every kept tensor was copied back, written or not; copy_ into an
+    # inference tensor or an expanded view raised, and the trace failed.
+    before = EXPANDED.clone()
+    traced = tracebridge.trace(func, torch.ones(4, 3))
+    assert torch.equal(traced(torch.ones(2, 3)), func(torch.ones(2, 3)))
+    assert torch.equal(EXPANDED, before) and torch.equal(MADE_IN_INFERENCE, torch.full((3,), 2.0))
+
+
+def test_a_tensor_only_read_keeps_its_version():
+    counter = torch.zeros(2)
+    version = counter._version
+
+    def reads(x):
+        return x + counter
+
+    tracebridge.trace(reads, torch.ones(2))
+    assert counter._version == version  # nothing written back: caches keyed on it stay

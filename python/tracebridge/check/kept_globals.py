@@ -109,12 +109,19 @@ class _Slots:
                     self.function(value)
 
 
+def _version(tensor: torch.Tensor) -> int | None:
+    try:
+        return tensor._version
+    except RuntimeError:  # an inference tensor keeps no version
+        return None
+
+
 def _copy(value):
     if isinstance(value, torch.Tensor):
         if value.numel() > _MAX_ELEMENTS or value.is_meta:
             return None
         with torch.no_grad():
-            return value.detach().clone()
+            return value.detach().clone(), _version(value)
     try:
         if isinstance(value, dict):
             return dict.copy(value)  # raw entries: a subclass's __getitem__ is not run
@@ -133,9 +140,20 @@ def _put_back(value, copy) -> None:
     if copy is None:
         return
     if isinstance(value, torch.Tensor):
-        if value.shape == copy.shape and value.dtype == copy.dtype:
-            with torch.no_grad():
+        copy, version = copy
+        # Only a tensor a run wrote: most are only read, and some cannot be written at
+        # all (an inference tensor, an expanded view: copy_ raised and the trace failed).
+        if version is not None and _version(value) == version:
+            return
+        if value.shape != copy.shape or value.dtype != copy.dtype:
+            return
+        try:
+            if version is None and torch.equal(value, copy):
+                return
+            with torch.no_grad(), torch.inference_mode(value.is_inference()):
                 value.copy_(copy)
+        except RuntimeError:  # a tensor that cannot be written back is left as it is
+            pass
     elif isinstance(value, dict):
         value.clear()
         value.update(copy)
