@@ -9,6 +9,7 @@ import collections
 import pytest
 import torch
 from torch import nn
+from torch.fx.immutable_collections import immutable_dict, immutable_list
 
 import tracebridge
 from tracebridge.check.kept_globals import KeptGlobals
@@ -152,6 +153,8 @@ def test_a_global_only_a_later_run_creates_is_removed_again():
 with torch.inference_mode():
     MADE_IN_INFERENCE = torch.full((3,), 2.0)
 EXPANDED = torch.ones(1, 3).expand(4, 3)
+FROZEN_SCALES = immutable_dict({"a": 2.0})  # refuses every write
+FROZEN_SIZES = immutable_list([1, 2])
 
 
 def _reads_an_inference_tensor(x):
@@ -162,10 +165,17 @@ def _reads_an_expanded_view(x):
     return x * EXPANDED[: x.shape[0]]
 
 
-@pytest.mark.parametrize("func", [_reads_an_inference_tensor, _reads_an_expanded_view])
+def _reads_frozen_containers(x):
+    return x * FROZEN_SCALES["a"] + FROZEN_SIZES[1]
+
+
+@pytest.mark.parametrize(
+    "func", [_reads_an_inference_tensor, _reads_an_expanded_view, _reads_frozen_containers]
+)
 def test_globals_that_cannot_be_written_are_only_read(func):
-    # Found by review 9: every kept tensor was copied back, written or not; copy_ into an
-    # inference tensor or an expanded view raised, and the trace failed.
+    # Found by review 9: every kept tensor and container was written back, changed or not;
+    # copy_ into an inference tensor or an expanded view raised, so did clear() on
+    # torch.fx's immutable_dict, and the trace failed.
     before = EXPANDED.clone()
     traced = tracebridge.trace(func, torch.ones(4, 3))
     assert torch.equal(traced(torch.ones(2, 3)), func(torch.ones(2, 3)))

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import operator
 import os
 import sys
 import types
@@ -154,14 +155,34 @@ def _put_back(value, copy) -> None:
                 value.copy_(copy)
         except RuntimeError:  # a tensor that cannot be written back is left as it is
             pass
-    elif isinstance(value, dict):
-        value.clear()
-        value.update(copy)
-    elif isinstance(value, (set, collections.deque)):
-        value.clear()
-        (value.update if isinstance(value, set) else value.extend)(copy)
-    else:  # list, bytearray
-        value[:] = copy
+        return
+    try:
+        # Only a container a run changed (by identity: no element's __eq__ runs): most are
+        # only read, and some refuse writes (torch.fx's immutable_dict failed the trace).
+        if _unchanged(value, copy):
+            return
+        if isinstance(value, dict):
+            value.clear()
+            value.update(copy)
+        elif isinstance(value, (set, collections.deque)):
+            value.clear()
+            (value.update if isinstance(value, set) else value.extend)(copy)
+        else:  # list, bytearray
+            value[:] = copy
+    except Exception:  # a container that cannot be written back is left as it is
+        pass
+
+
+def _unchanged(value, copy) -> bool:
+    if isinstance(value, bytearray):
+        return bytes(value) == copy
+    if len(value) != len(copy):
+        return False
+    if isinstance(value, dict):
+        return all(k is j and v is w for (k, v), (j, w) in zip(dict.items(value), dict.items(copy)))
+    if isinstance(value, set):
+        return all(x in copy for x in value)
+    return all(map(operator.is_, value, copy))
 
 
 class KeptGlobals:
