@@ -191,3 +191,31 @@ def test_a_tensor_only_read_keeps_its_version():
 
     tracebridge.trace(reads, torch.ones(2))
     assert counter._version == version  # nothing written back: caches keyed on it stay
+
+
+class _Instantier(collections.OrderedDict):
+    """transformers' ``ACT2FN``: an entry is a class, and reading it makes an instance."""
+
+    def __getitem__(self, key):
+        return super().__getitem__(key)()
+
+
+ACTIVATIONS = _Instantier(relu=nn.ReLU)
+
+
+class _WithActivation(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.act = ACTIVATIONS["relu"]
+
+    def forward(self, x):
+        return self.act(x)
+
+
+def test_a_dict_subclass_keeps_its_raw_entries():
+    # Found by review 9: its copy read the entries through __getitem__ (instances), and
+    # restore put them back: after tracing a Hugging Face model, ACT2FN held instances
+    # and building the next model failed.
+    tracebridge.trace(_WithActivation(), torch.randn(2, 3))
+    assert dict.__getitem__(ACTIVATIONS, "relu") is nn.ReLU
+    assert isinstance(_WithActivation().act, nn.ReLU)

@@ -125,12 +125,17 @@ def _copy(value):
             return value.detach().clone(), _version(value)
     try:
         if isinstance(value, dict):
-            return dict.copy(value)  # raw entries: a subclass's __getitem__ is not run
+            # raw entries: a subclass's __getitem__ is not run (dict.copy runs it for an
+            # OrderedDict subclass: transformers' ACT2FN, whose __getitem__ makes an
+            # instance of the class it holds, got instances put back)
+            return dict(dict.items(value))
         if isinstance(value, set):
             return set(value)
         if isinstance(value, bytearray):
             return bytes(value)
-        if isinstance(value, (list, collections.deque)):
+        if isinstance(value, list):
+            return list.copy(value)  # raw entries, as for a dict
+        if isinstance(value, collections.deque):
             return list(value)
     except Exception:  # a container that cannot be copied is left as it is
         return None
