@@ -219,3 +219,16 @@ def test_a_dict_subclass_keeps_its_raw_entries():
     tracebridge.trace(_WithActivation(), torch.randn(2, 3))
     assert dict.__getitem__(ACTIVATIONS, "relu") is nn.ReLU
     assert isinstance(_WithActivation().act, nn.ReLU)
+
+
+def test_a_global_tensor_written_without_a_version_comes_back():
+    total = torch.zeros(1)
+    shadow = total.numpy()  # its memory, out of torch's sight: writes move no version
+
+    def adds(x):
+        shadow[0] += 1
+        assert total.shape == (1,)  # the code names the tensor: it is kept
+        return x + 1
+
+    tracebridge.trace(adds, torch.ones(2))
+    assert total.item() == 1  # the user's one call

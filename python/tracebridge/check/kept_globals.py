@@ -149,12 +149,11 @@ def _put_back(value, copy) -> None:
         copy, version = copy
         # Only a tensor a run wrote: most are only read, and some cannot be written at
         # all (an inference tensor, an expanded view: copy_ raised and the trace failed).
-        if version is not None and _version(value) == version:
-            return
+        # A write through ``.data`` keeps the version: the values tell.
         if value.shape != copy.shape or value.dtype != copy.dtype:
             return
         try:
-            if version is None and torch.equal(value, copy):
+            if _version(value) == version and torch.equal(value, copy):
                 return
             with torch.no_grad(), torch.inference_mode(value.is_inference()):
                 value.copy_(copy)
