@@ -243,3 +243,19 @@ def test_a_graph_refused_only_before_its_first_write_is_not_wrapped():
     assert torch.equal(model.cache, torch.zeros(4, 8, 2)), "refused before the write"
     assert torch.equal(traced(torch.ones(4, 2), 3), torch.ones(4, 2))
     assert model.cache[:, 3].sum().item() == 8
+
+
+def test_a_call_failing_on_an_input_it_cannot_write_raises_its_own_error():
+    # Review 9: putting back an inference tensor raised, and the caller got that
+    # RuntimeError instead of the call's OpError (a TraceError).
+    def bump(x):
+        x.add_(1)
+        if x.sum() > 0:
+            return x * 2
+        return x
+
+    traced = tracebridge.trace(bump, torch.ones(3), check_trace=False)
+    with torch.inference_mode():
+        x = torch.ones(3)
+    with pytest.raises(tracebridge.TraceError, match="inference tensor"):
+        traced(x)

@@ -18,6 +18,8 @@ cost what they cost before. What is written is found once, from the graph
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from ..ir import Graph
@@ -71,7 +73,10 @@ class Transaction:
         except BaseException:
             with torch.no_grad():
                 for tensor, copy in zip(written, saved):
-                    tensor.copy_(copy)
+                    # one the call could not write either (an inference tensor): the
+                    # call's own error is the one to see
+                    with contextlib.suppress(RuntimeError):
+                        tensor.copy_(copy)
             raise
 
 
