@@ -259,3 +259,32 @@ def test_a_call_failing_on_an_input_it_cannot_write_raises_its_own_error():
         x = torch.ones(3)
     with pytest.raises(tracebridge.TraceError, match="inference tensor"):
         traced(x)
+
+
+class TwoCaches(nn.Module):
+    """A small cache written before a check, a large one after the last check."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("small", torch.zeros(4, 2))
+        self.register_buffer("large", torch.zeros(4, 64, 2))
+
+    def forward(self, x, pos: int):
+        self.small.copy_(x)
+        if x.sum() > 100:  # may refuse after the small cache's write
+            raise ValueError("too large")
+        self.large[:, pos] = x
+        return self.large.sum(1) + self.small
+
+
+def test_only_tensors_written_before_the_last_check_are_copied():
+    model = TwoCaches()
+    traced = tracebridge.trace(model, (torch.ones(4, 2), 3), check_trace=False)
+    method = traced._methods["forward"]
+    assert isinstance(method, Transaction)
+    assert [key for _, key in method._state] == ["small"]  # "large": after every check
+    with pytest.raises(GuardError):
+        traced(torch.full((4, 2), 30.0), 3)
+    assert torch.equal(model.small, torch.zeros(4, 2))
+    assert torch.equal(model.large, torch.zeros(4, 64, 2))
+    assert torch.equal(traced(torch.ones(4, 2), 3), torch.full((4, 2), 2.0))

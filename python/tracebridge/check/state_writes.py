@@ -266,11 +266,18 @@ def can_refuse(graph, methods: dict, start: int = 0) -> bool:
     """Whether a call of ``graph`` may be refused at or after node ``start``: a guard, an
     op whose number of results the trace fixed, or a custom autograd function whose graph
     has one."""
-    for node in graph.nodes[start:]:
+    return last_refusal(graph, methods) >= start
+
+
+def last_refusal(graph, methods: dict) -> int:
+    """The index of the last node of ``graph`` that may refuse a call (see
+    :func:`can_refuse`), or -1."""
+    for index in range(len(graph.nodes) - 1, -1, -1):
+        node = graph.nodes[index]
         if node.op == "prim.guard" or node.op in VARIADIC_OUTPUTS:
-            return True
+            return index
         for name in referenced_graphs(node):
             sub = methods.get(name)
             if sub is not None and sub is not graph and can_refuse(sub, methods):
-                return True
-    return False
+                return index
+    return -1

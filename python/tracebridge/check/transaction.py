@@ -10,10 +10,11 @@ place (buffers, parameters such as ``embedding``'s renormalised rows, or its own
 and refuse a call after it began (a guard, an op whose number of results the trace fixed)
 runs as a transaction: the tensors it may write are copied before the call and copied back
 when the call raises (a refusal or any other error), so a failed call leaves every tensor
-as it was. A graph that writes nothing, or that cannot be refused after its first write
-(its checks all stand before it: a KV cache written after them), is not wrapped: its calls
-cost what they cost before. What is written is found once, from the graph
-(check/state_writes.py's ``writes_by_node``); the copies are of the written tensors only.
+as it was. Only tensors written before the graph's last node that may refuse are copied
+(a KV cache written after the checks is not), and a graph with none (it writes nothing,
+or its checks all stand before its first write) is not wrapped: its calls cost what they
+cost before. What is written is found once, from the graph (check/state_writes.py's
+``writes_by_node``); the copies are of the written tensors only.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import contextlib
 import torch
 
 from ..ir import Graph
-from .state_writes import can_refuse, writes_by_node
+from .state_writes import last_refusal, writes_by_node
 
 
 class Transaction:
@@ -83,12 +84,13 @@ class Transaction:
 def transactional(method, graph: Graph, slots: dict, methods: dict[str, Graph]):
     """``method`` as a :class:`Transaction` where its graph may write in place and be
     refused after it began; ``method`` itself otherwise (no cost)."""
-    writes = writes_by_node(graph, methods)
-    # Refusals that all stand before the first write leave nothing to put back (a KV
-    # cache written after its checks: copying it on every call cost 1,400 times the call).
-    if not writes or not can_refuse(graph, methods, writes[0][0]):
+    # Only what is written before the last node that may refuse can need putting back:
+    # a cache written after its checks, copied on every call, cost 1,400 times the call.
+    last = last_refusal(graph, methods)
+    writes = [written for index, written in writes_by_node(graph, methods) if index <= last]
+    if not writes:
         return method
-    roots = frozenset().union(*(written for _, written in writes))
+    roots = frozenset().union(*writes)
     state = sorted(name for kind, name in roots if kind == "state")
     inputs = sorted(where for kind, where in roots if kind == "input")
     return Transaction(method, state, inputs, slots)
