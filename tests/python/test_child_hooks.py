@@ -96,3 +96,14 @@ def test_hooks_registered_elsewhere_cost_no_walk_of_the_modules(monkeypatch):
     with pytest.raises(TraceError, match=r"sub-module '0\.1'"):
         traced(x)
     assert walks == [1]  # the walk runs to name the sub-module
+
+
+def test_a_parametrization_registered_after_tracing_is_named_as_the_cause():
+    # Review 9: weight_norm (torch.nn.utils.parametrizations) moves the weight into
+    # parametrizations.weight.original without a hook; the call failed with "the inputs
+    # do not suit the traced program", which sent the user looking at the inputs.
+    net = _net()
+    traced = tracebridge.trace(net, torch.rand(3, 4))
+    torch.nn.utils.parametrizations.weight_norm(net[0])
+    with pytest.raises(TraceError, match=r"state entry 'weight' .* is gone .* trace again"):
+        traced(torch.rand(2, 4))
