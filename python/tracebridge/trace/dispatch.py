@@ -479,8 +479,9 @@ _DEFAULT_ADVICE = (
 )
 # What to write instead, for keywords of PyTorch's bindings that no op of the set takes.
 _KEYWORD_ADVICE = {
-    "out": "write the result into that tensor in place instead, as `dest.copy_(op(...))` "
-    "(an op and an in-place copy, both recorded)",
+    "out": "an out= tensor is recorded only where it has the result's shape and dtype (here "
+    "eager would resize or cast it); write the result where it belongs instead, as "
+    "`dest.copy_(op(...))` (an op and an in-place copy, both recorded)",
     "requires_grad": "a tensor made inside the traced code cannot require grad in a saved "
     "graph: make it a parameter of the module (nn.Parameter) or pass it as an input",
 }
