@@ -529,11 +529,13 @@ class TracedModule(nn.Module, _Traced):
     def _share(self, original: nn.Module) -> None:
         for name, child in original.named_children():
             self.add_module(name, child)
-        for name, param in original._parameters.items():
-            self._parameters[name] = param
-        for name, buf in original._buffers.items():
-            self._buffers[name] = buf
-        self._non_persistent_buffers_set = set(original._non_persistent_buffers_set)
+        # The root's own tables themselves, as a sub-module is shared: a tensor replaced on
+        # either (load_state_dict(assign=True), a buffer moved by .to() or .cuda(), an
+        # assignment) is the one both use; copied entries kept the old tensor for the
+        # traced module (a BatchNorm traced alone then moved trained an orphan copy).
+        self.__dict__["_parameters"] = original._parameters
+        self.__dict__["_buffers"] = original._buffers
+        self.__dict__["_non_persistent_buffers_set"] = original._non_persistent_buffers_set
         for name, entry in self.program.state.items():
             if entry.kind == "constant":
                 self._tb_constants[name] = entry.tensor

@@ -288,3 +288,20 @@ def test_only_tensors_written_before_the_last_check_are_copied():
     assert torch.equal(model.small, torch.zeros(4, 2))
     assert torch.equal(model.large, torch.zeros(4, 64, 2))
     assert torch.equal(traced(torch.ones(4, 2), 3), torch.full((4, 2), 2.0))
+
+
+def test_the_traced_module_shares_the_root_s_own_tables():
+    # Review 9: the root's parameters and buffers were copied entry by entry, so a buffer
+    # replaced on the original (.to(), load_state_dict(assign=True)) left the traced
+    # module on the old tensor: a BatchNorm traced alone, then moved to float64, trained
+    # an orphan copy of its statistics while the original's stayed put.
+    norm = nn.BatchNorm1d(3).train()
+    traced = tracebridge.trace(norm, torch.rand(4, 3))
+    norm.to(torch.float64)
+    eager = nn.BatchNorm1d(3).train().to(torch.float64)
+    x = torch.rand(4, 3, dtype=torch.float64)
+    torch.testing.assert_close(traced(x), eager(x))
+    torch.testing.assert_close(norm.running_mean, eager.running_mean)
+    assert traced.running_mean is norm.running_mean
+    norm.load_state_dict({**norm.state_dict(), "running_var": torch.full((3,), 2.0)}, assign=True)
+    assert traced.running_var is norm.running_var

@@ -291,3 +291,20 @@ def test_sizes_that_data_decides_keep_their_check_inline(model, tmp_path):
         three = torch.tensor([1.0, 2.0, 3.0, -3.0])
         with pytest.raises(GuardError, match="shape"):
             traced(three)  # eager takes the other branch here
+
+
+def test_keys_of_replaced_state_do_not_keep_the_old_tensors_alive():
+    # Review 9: each key held the state tensors it was made with; after the model's
+    # tensors were replaced (load_state_dict(assign=True), .to()), up to KEEP keys kept
+    # the old weights alive.
+    torch.manual_seed(0)
+    model = StateDecides().eval()
+    traced = tracebridge.trace(model, torch.randn(1, 1, 6))
+    with torch.no_grad():
+        traced(torch.randn(1, 1, 6))
+        (runner,) = _runners(traced)
+        model.load_state_dict({**model.state_dict(), "limit": torch.tensor(8)}, assign=True)
+        x = torch.randn(1, 1, 6)
+        assert same_bits(traced(x), model(x))
+    held = [t for tensors in runner.passed.values() for t in tensors]
+    assert held and all(t is model.limit for t in held)

@@ -293,6 +293,7 @@ def _writes(node: Node) -> bool:
 _plain_types = (torch.Tensor, torch.nn.Parameter)
 _default_dtype = torch.get_default_dtype
 _getitem = operator.getitem
+_is = operator.is_
 _metadata = operator.attrgetter("shape", "dtype", "device")
 _strided = torch.strided
 
@@ -349,6 +350,10 @@ class SizeChecks:
         if entry in self.passed:
             return
         self.function(*values)  # raises where a guard fails: nothing is remembered
+        if held:
+            # Keys of other state tensors (before a load_state_dict(assign=True), a .to())
+            # would hold those tensors, a copy of the weights, alive: forget them.
+            self.passed = {k: h for k, h in self.passed.items() if all(map(_is, h, held))}
         while len(self.passed) >= KEEP:
             try:
                 self.passed.pop(next(iter(self.passed)), None)
