@@ -353,7 +353,9 @@ class SizeChecks:
         if held:
             # Keys of other state tensors (before a load_state_dict(assign=True), a .to())
             # would hold those tensors, a copy of the weights, alive: forget them.
-            self.passed = {k: h for k, h in self.passed.items() if all(map(_is, h, held))}
+            # (list() copies in one C call: another thread's call may change the dict)
+            entries = list(self.passed.items())
+            self.passed = {k: h for k, h in entries if all(map(_is, h, held))}
         while len(self.passed) >= KEEP:
             try:
                 self.passed.pop(next(iter(self.passed)), None)
