@@ -322,6 +322,33 @@ def _child_hooks(root: nn.Module) -> dict[str, tuple]:
     return found
 
 
+def _hook_tables(root: nn.Module) -> tuple[list, list[str], list[int], list[tuple]]:
+    """Where ``root``'s sub-modules keep their hook tables (modules and names, to read them
+    by one ``map``), the tables' lengths now, and ``(index, first key, last key)`` of each
+    that is not empty: what :func:`_same_hooks` compares."""
+    modules = [m for path, m in root.named_modules() if path for _ in _HOOK_TABLES]
+    names = list(_HOOK_TABLES) * (len(modules) // len(_HOOK_TABLES))
+    every = list(map(getattr, modules, names))
+    lengths = list(map(len, every))
+    ends = [(i, next(iter(t)), next(reversed(t))) for i, t in enumerate(every) if lengths[i]]
+    return modules, names, lengths, ends
+
+
+def _same_hooks(modules: list, names: list[str], lengths: list[int], ends: list[tuple]) -> bool:
+    """Whether the sub-modules' hook tables hold the hooks they held when measured, without
+    walking the modules: a hook is registered under a number never used before, at the
+    end of its table or (``prepend``) at its start, so a table that kept its length and
+    both its end keys holds no new hook, hence the same ones. (A sub-module added since is
+    not among them: the graph never calls it.)"""
+    every = list(map(getattr, modules, names))
+    if list(map(len, every)) != lengths:
+        return False
+    return all(
+        next(iter(every[i])) == first and next(reversed(every[i])) == last
+        for i, first, last in ends
+    )
+
+
 def _is_state_or_child(found: dict, name: str) -> bool:
     """Whether ``name`` is a parameter, buffer or sub-module in a module's ``__dict__``
     (what nn.Module's ``__getattr__`` finds)."""
@@ -426,8 +453,12 @@ class TracedModule(nn.Module, _Traced):
         """Refuse a call while a sub-module has other module hooks than at trace time (see
         the note above); remember the hook counter once they agree."""
         stamp = _RemovableHandle.next_id
-        hooks = _child_hooks(self)
         found = self.__dict__
+        tables = found.get("_tb_hook_tables")
+        if tables is not None and _same_hooks(*tables):
+            self._remember_hooks(stamp)  # the counter moved elsewhere: no walk, no copies
+            return
+        hooks = _child_hooks(self)
         if found.get("_tb_hooks") is None:
             found["_tb_hooks"] = hooks  # made without __init__: these are the baseline
         if hooks != found["_tb_hooks"]:
@@ -448,15 +479,13 @@ class TracedModule(nn.Module, _Traced):
     def _remember_hooks(self, stamp: int | None = None) -> None:
         """Keep the hook counter and the lengths of the hook tables of the sub-modules
         that had hooks at trace time, for the check of each call."""
-        hooked = self.__dict__["_tb_hooks"]
-        tables = tuple(
-            (table, len(table))
-            for path, module in self.named_modules()
-            if path in hooked
-            for table in (getattr(module, name) for name in _HOOK_TABLES)
-        )
+        found = self.__dict__
+        if found.get("_tb_hook_tables") is None:
+            found["_tb_hook_tables"] = _hook_tables(self)
+        modules, names, lengths, ends = found["_tb_hook_tables"]
+        tables = tuple((getattr(modules[i], names[i]), lengths[i]) for i, _, _ in ends)
         now = _RemovableHandle.next_id if stamp is None else stamp
-        self.__dict__["_tb_hook_check"] = (now, tables)
+        found["_tb_hook_check"] = (now, tables)
 
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)
@@ -500,11 +529,13 @@ class TracedModule(nn.Module, _Traced):
     def _share(self, original: nn.Module) -> None:
         for name, child in original.named_children():
             self.add_module(name, child)
-        for name, param in original._parameters.items():
-            self._parameters[name] = param
-        for name, buf in original._buffers.items():
-            self._buffers[name] = buf
-        self._non_persistent_buffers_set = set(original._non_persistent_buffers_set)
+        # The root's own tables themselves, as a sub-module is shared: a tensor replaced on
+        # either (load_state_dict(assign=True), a buffer moved by .to() or .cuda(), an
+        # assignment) is the one both use; copied entries kept the old tensor for the
+        # traced module (a BatchNorm traced alone then moved trained an orphan copy).
+        self.__dict__["_parameters"] = original._parameters
+        self.__dict__["_buffers"] = original._buffers
+        self.__dict__["_non_persistent_buffers_set"] = original._non_persistent_buffers_set
         for name, entry in self.program.state.items():
             if entry.kind == "constant":
                 self._tb_constants[name] = entry.tensor

@@ -9,6 +9,7 @@ import collections
 import pytest
 import torch
 from torch import nn
+from torch.fx.immutable_collections import immutable_dict, immutable_list
 
 import tracebridge
 from tracebridge.check.kept_globals import KeptGlobals
@@ -147,3 +148,87 @@ def test_a_global_only_a_later_run_creates_is_removed_again():
     globals().pop("CREATED_LATER", None)
     tracebridge.trace(maybe_create, torch.ones(3))
     assert "CREATED_LATER" not in globals()
+
+
+with torch.inference_mode():
+    MADE_IN_INFERENCE = torch.full((3,), 2.0)
+EXPANDED = torch.ones(1, 3).expand(4, 3)
+FROZEN_SCALES = immutable_dict({"a": 2.0})  # refuses every write
+FROZEN_SIZES = immutable_list([1, 2])
+
+
+def _reads_an_inference_tensor(x):
+    return x * MADE_IN_INFERENCE
+
+
+def _reads_an_expanded_view(x):
+    return x * EXPANDED[: x.shape[0]]
+
+
+def _reads_frozen_containers(x):
+    return x * FROZEN_SCALES["a"] + FROZEN_SIZES[1]
+
+
+@pytest.mark.parametrize(
+    "func", [_reads_an_inference_tensor, _reads_an_expanded_view, _reads_frozen_containers]
+)
+def test_globals_that_cannot_be_written_are_only_read(func):
+    # Found by review 9: every kept tensor and container was written back, changed or not;
+    # copy_ into an inference tensor or an expanded view raised, so did clear() on
+    # torch.fx's immutable_dict, and the trace failed.
+    before = EXPANDED.clone()
+    traced = tracebridge.trace(func, torch.ones(4, 3))
+    assert torch.equal(traced(torch.ones(2, 3)), func(torch.ones(2, 3)))
+    assert torch.equal(EXPANDED, before) and torch.equal(MADE_IN_INFERENCE, torch.full((3,), 2.0))
+
+
+def test_a_tensor_only_read_keeps_its_version():
+    counter = torch.zeros(2)
+    version = counter._version
+
+    def reads(x):
+        return x + counter
+
+    tracebridge.trace(reads, torch.ones(2))
+    assert counter._version == version  # nothing written back: caches keyed on it stay
+
+
+class _Instantier(collections.OrderedDict):
+    """transformers' ``ACT2FN``: an entry is a class, and reading it makes an instance."""
+
+    def __getitem__(self, key):
+        return super().__getitem__(key)()
+
+
+ACTIVATIONS = _Instantier(relu=nn.ReLU)
+
+
+class _WithActivation(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.act = ACTIVATIONS["relu"]
+
+    def forward(self, x):
+        return self.act(x)
+
+
+def test_a_dict_subclass_keeps_its_raw_entries():
+    # Found by review 9: its copy read the entries through __getitem__ (instances), and
+    # restore put them back: after tracing a Hugging Face model, ACT2FN held instances
+    # and building the next model failed.
+    tracebridge.trace(_WithActivation(), torch.randn(2, 3))
+    assert dict.__getitem__(ACTIVATIONS, "relu") is nn.ReLU
+    assert isinstance(_WithActivation().act, nn.ReLU)
+
+
+def test_a_global_tensor_written_without_a_version_comes_back():
+    total = torch.zeros(1)
+    shadow = total.numpy()  # its memory, out of torch's sight: writes move no version
+
+    def adds(x):
+        shadow[0] += 1
+        assert total.shape == (1,)  # the code names the tensor: it is kept
+        return x + 1
+
+    tracebridge.trace(adds, torch.ones(2))
+    assert total.item() == 1  # the user's one call

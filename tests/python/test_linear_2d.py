@@ -158,3 +158,48 @@ def test_a_linear_over_a_repeated_value_keeps_its_test():
         for batch, seed in [(2, 1), (5, 2)]:
             x = _inputs(batch, seed)
             assert same_bits(traced(x), model(x))
+
+
+class VectorWeight(nn.Module):
+    """``linear`` with a vector weight is ``matmul``'s matrix-vector product, not ``mm``."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        return nn.functional.linear(x, self.w)
+
+
+def test_a_vector_weight_keeps_its_linear():
+    # Found by review 9: rewritten as mm(x, t(w)), every call without autograd failed.
+    torch.manual_seed(0)
+    model = VectorWeight()
+    traced = tracebridge.trace(model, torch.randn(3, 4))
+    with torch.no_grad():
+        x = torch.randn(5, 4)
+        assert same_bits(traced(x), model(x))
+
+
+class TenTimes(torch.Tensor):
+    """A weight whose type defines ``linear`` itself (as quantised weights do)."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func is nn.functional.linear:
+            with torch._C.DisableTorchFunctionSubclass():
+                plain = [a.as_subclass(torch.Tensor) for a in args]
+                return nn.functional.linear(*plain, **(kwargs or {})) * 10
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+@pytest.mark.parametrize("part", ["weight", "bias"])
+def test_a_weight_or_bias_of_a_subclass_gets_its_own_linear(part):
+    # Found by review 9: the addmm bypassed the subclass's linear (ten times off, silently).
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3).eval()
+    setattr(model, part, nn.Parameter(TenTimes(getattr(model, part).detach().clone())))
+    traced = tracebridge.trace(model, torch.randn(2, 4))
+    with torch.no_grad():
+        x = torch.randn(2, 4)
+        assert same_bits(traced(x).as_subclass(torch.Tensor), model(x).as_subclass(torch.Tensor))

@@ -358,6 +358,17 @@ _WRITES = {
         _node("Tensor.view", [_ref(1), -1], [_tensor(101, shape=[6])]),
         _node("setitem", [_ref(101), 0, 5.0], []),
     ],
+    # found by review 9: ops that may return their argument itself, or a view of it
+    **{
+        f"add_ through {op}": [
+            _node(op, [_ref(1), *args], [_tensor(101, shape=shape)]),
+            _node("Tensor.add_", [_ref(101), 3], [_tensor(102, shape=shape)]),
+        ]
+        for op, args, shape in [
+            ("positive", [], [2, 3]),
+            ("dropout", [0.5, False], [2, 3]),
+        ]
+    },
     "copy_ into the bias": [_node("Tensor.copy_", [_ref(2), _ref(2)], [_tensor(100, shape=[2])])],
     "in-place shift operator": [
         _node("detach", [_ref(1)], [_tensor(101, shape=[2, 3])]),

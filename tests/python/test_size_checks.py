@@ -344,3 +344,55 @@ def test_a_key_that_repeats_an_earlier_value_reads_it(tmp_path):
         for length in (6, 8, 5, 6):
             x = torch.randn(1, 1, length)
             assert same_bits(fast(x), model(x))
+
+
+class NonzeroByWhere(nn.Module):
+    """``where(condition)`` is ``nonzero``: how many indices it gives is the data's."""
+
+    def forward(self, x):
+        picked = torch.where(x > 0)[0]
+        y = torch.relu(x)
+        if picked.shape[0] == 2:
+            return y * 2
+        return y
+
+
+class ArangeOfACount(nn.Module):
+    """``arange(n)`` with ``n`` a tensor: its length is ``n``'s value, not a size."""
+
+    def forward(self, x):
+        steps = torch.arange((x > 0).sum())
+        y = torch.relu(x)
+        if steps.shape[0] == 2:
+            return y * 2
+        return y
+
+
+@pytest.mark.parametrize("model", [NonzeroByWhere(), ArangeOfACount()], ids=type)
+def test_sizes_that_data_decides_keep_their_check_inline(model, tmp_path):
+    # Found by review 9: the key (x's size) passed at two positives; a call with three
+    # positives and the same size got the traced branch (silently wrong).
+    traced = tracebridge.trace(model, torch.tensor([1.0, 2.0, -1.0, -3.0]))
+    with torch.no_grad():
+        assert _runners(traced) == []
+        traced(torch.tensor([1.0, 2.0, -1.0, -3.0]))
+        three = torch.tensor([1.0, 2.0, 3.0, -3.0])
+        with pytest.raises(GuardError, match="shape"):
+            traced(three)  # eager takes the other branch here
+
+
+def test_keys_of_replaced_state_do_not_keep_the_old_tensors_alive():
+    # Review 9: each key held the state tensors it was made with; after the model's
+    # tensors were replaced (load_state_dict(assign=True), .to()), up to KEEP keys kept
+    # the old weights alive.
+    torch.manual_seed(0)
+    model = StateDecides().eval()
+    traced = tracebridge.trace(model, torch.randn(1, 1, 6))
+    with torch.no_grad():
+        traced(torch.randn(1, 1, 6))
+        (runner,) = _runners(traced)
+        model.load_state_dict({**model.state_dict(), "limit": torch.tensor(8)}, assign=True)
+        x = torch.randn(1, 1, 6)
+        assert same_bits(traced(x), model(x))
+    held = [t for tensors in runner.passed.values() for t in tensors]
+    assert held and all(t is model.limit for t in held)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import operator
 import os
 import sys
 import types
@@ -109,20 +110,32 @@ class _Slots:
                     self.function(value)
 
 
+def _version(tensor: torch.Tensor) -> int | None:
+    try:
+        return tensor._version
+    except RuntimeError:  # an inference tensor keeps no version
+        return None
+
+
 def _copy(value):
     if isinstance(value, torch.Tensor):
         if value.numel() > _MAX_ELEMENTS or value.is_meta:
             return None
         with torch.no_grad():
-            return value.detach().clone()
+            return value.detach().clone(), _version(value)
     try:
         if isinstance(value, dict):
-            return dict.copy(value)  # raw entries: a subclass's __getitem__ is not run
+            # raw entries: a subclass's __getitem__ is not run (dict.copy runs it for an
+            # OrderedDict subclass: transformers' ACT2FN, whose __getitem__ makes an
+            # instance of the class it holds, got instances put back)
+            return dict(dict.items(value))
         if isinstance(value, set):
             return set(value)
         if isinstance(value, bytearray):
             return bytes(value)
-        if isinstance(value, (list, collections.deque)):
+        if isinstance(value, list):
+            return list.copy(value)  # raw entries, as for a dict
+        if isinstance(value, collections.deque):
             return list(value)
     except Exception:  # a container that cannot be copied is left as it is
         return None
@@ -133,17 +146,47 @@ def _put_back(value, copy) -> None:
     if copy is None:
         return
     if isinstance(value, torch.Tensor):
-        if value.shape == copy.shape and value.dtype == copy.dtype:
-            with torch.no_grad():
+        copy, version = copy
+        # Only a tensor a run wrote: most are only read, and some cannot be written at
+        # all (an inference tensor, an expanded view: copy_ raised and the trace failed).
+        # A write through ``.data`` keeps the version: the values tell.
+        if value.shape != copy.shape or value.dtype != copy.dtype:
+            return
+        try:
+            if _version(value) == version and torch.equal(value, copy):
+                return
+            with torch.no_grad(), torch.inference_mode(value.is_inference()):
                 value.copy_(copy)
-    elif isinstance(value, dict):
-        value.clear()
-        value.update(copy)
-    elif isinstance(value, (set, collections.deque)):
-        value.clear()
-        (value.update if isinstance(value, set) else value.extend)(copy)
-    else:  # list, bytearray
-        value[:] = copy
+        except RuntimeError:  # a tensor that cannot be written back is left as it is
+            pass
+        return
+    try:
+        # Only a container a run changed (by identity: no element's __eq__ runs): most are
+        # only read, and some refuse writes (torch.fx's immutable_dict failed the trace).
+        if _unchanged(value, copy):
+            return
+        if isinstance(value, dict):
+            value.clear()
+            value.update(copy)
+        elif isinstance(value, (set, collections.deque)):
+            value.clear()
+            (value.update if isinstance(value, set) else value.extend)(copy)
+        else:  # list, bytearray
+            value[:] = copy
+    except Exception:  # a container that cannot be written back is left as it is
+        pass
+
+
+def _unchanged(value, copy) -> bool:
+    if isinstance(value, bytearray):
+        return bytes(value) == copy
+    if len(value) != len(copy):
+        return False
+    if isinstance(value, dict):
+        return all(k is j and v is w for (k, v), (j, w) in zip(dict.items(value), dict.items(copy)))
+    if isinstance(value, set):
+        return all(x in copy for x in value)
+    return all(map(operator.is_, value, copy))
 
 
 class KeptGlobals:

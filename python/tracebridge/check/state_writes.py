@@ -42,9 +42,12 @@ dsplit narrow select diagonal Tensor.unfold real imag Tensor.real Tensor.imag vi
 view_as_complex atleast_1d atleast_2d atleast_3d ravel meshgrid getitem Tensor.data detach
 Tensor.to Tensor.type Tensor.type_as Tensor.float Tensor.double Tensor.half Tensor.bfloat16
 Tensor.long Tensor.int Tensor.short Tensor.char Tensor.byte Tensor.bool Tensor.cfloat
-Tensor.cdouble Tensor.cpu as_tensor as_strided Tensor.as_strided alias
+Tensor.cdouble Tensor.cpu as_tensor as_strided Tensor.as_strided alias Tensor.t expand
+positive dropout feature_dropout alpha_dropout feature_alpha_dropout
 """.split()
 )
+# (``positive`` returns its argument itself, and so do the dropouts where they drop nothing:
+# in evaluation, or with ``p = 0``.)
 # Ops that write into an argument other than the first, by parameter name.
 WRITTEN_ARGUMENTS: dict[str, tuple[str, ...]] = {
     "batch_norm": ("running_mean", "running_var"),
@@ -208,20 +211,32 @@ def written_roots(graph, methods: dict) -> frozenset[Root]:
     rule above does, and the inputs a custom autograd function's forward graph writes
     (from ``methods``, the program's graphs). Parameters are included (``embedding``'s
     ``max_norm`` renormalises its weight): this is what a refused call must put back."""
+    written: set[Root] = set()
+    for _, roots in writes_by_node(graph, methods):
+        written |= roots
+    return frozenset(written)
+
+
+def writes_by_node(graph, methods: dict) -> list[tuple[int, frozenset[Root]]]:
+    """``(index, roots)`` for each node of ``graph`` that may write in place, in order (see
+    :func:`written_roots`)."""
     roots: dict[int, frozenset[Root]] = {
         v.id: frozenset({("input", i)}) for i, v in enumerate(graph.inputs)
     }
-    written: set[Root] = set()
-    for node in graph.nodes:
+    found: list[tuple[int, frozenset[Root]]] = []
+    for index, node in enumerate(graph.nodes):
         op, args, kwargs = node.op, node.args, node.kwargs
         if op == "prim.state" and args and node.outputs:
             roots[node.outputs[0].id] = frozenset({("state", args[0])})
             continue
         if op == AUTOGRAD_FUNCTION and args and methods.get(kwargs.get("forward")) is not None:
             passed = [_ir_roots(a, roots) for a in (args[0] if isinstance(args[0], list) else [])]
+            written: set[Root] = set()
             for kind, where in written_roots(methods[kwargs["forward"]], methods):
                 if kind == "input" and where < len(passed):
                     written |= passed[where]
+            if written:
+                found.append((index, frozenset(written)))
             continue
         info = ops.info(op)
         flags = info.flags if info is not None else frozenset()
@@ -234,24 +249,35 @@ def written_roots(graph, methods: dict) -> frozenset[Root]:
             targets += [a for a, these in zip(args, names) if name in these]
             if name in kwargs:
                 targets.append(kwargs[name])
+        written = set()
         for target in targets:
             written |= _ir_roots(target, roots)
+        if written:
+            found.append((index, frozenset(written)))
         if op in VIEW_OPS or "inplace" in flags or op in GRAD_STATE_OPS:
             shared = _ir_roots(first, roots)
             if shared:
                 for value in node.outputs:
                     roots[value.id] = shared
-    return frozenset(written)
+    return found
 
 
-def can_refuse(graph, methods: dict) -> bool:
-    """Whether a call of ``graph`` may be refused after it began: a guard, an op whose
-    number of results the trace fixed, or a custom autograd function whose graph has one."""
-    for node in graph.nodes:
+def can_refuse(graph, methods: dict, start: int = 0) -> bool:
+    """Whether a call of ``graph`` may be refused at or after node ``start``: a guard, an
+    op whose number of results the trace fixed, or a custom autograd function whose graph
+    has one."""
+    return last_refusal(graph, methods) >= start
+
+
+def last_refusal(graph, methods: dict) -> int:
+    """The index of the last node of ``graph`` that may refuse a call (see
+    :func:`can_refuse`), or -1."""
+    for index in range(len(graph.nodes) - 1, -1, -1):
+        node = graph.nodes[index]
         if node.op == "prim.guard" or node.op in VARIADIC_OUTPUTS:
-            return True
+            return index
         for name in referenced_graphs(node):
             sub = methods.get(name)
             if sub is not None and sub is not graph and can_refuse(sub, methods):
-                return True
-    return False
+                return index
+    return -1

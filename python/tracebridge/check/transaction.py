@@ -10,17 +10,21 @@ place (buffers, parameters such as ``embedding``'s renormalised rows, or its own
 and refuse a call after it began (a guard, an op whose number of results the trace fixed)
 runs as a transaction: the tensors it may write are copied before the call and copied back
 when the call raises (a refusal or any other error), so a failed call leaves every tensor
-as it was. A graph that writes nothing, or that cannot be refused, is not wrapped: its
-calls cost what they cost before. What is written is found once, from the graph
-(check/state_writes.py's ``written_roots``); the copies are of the written tensors only.
+as it was. Only tensors written before the graph's last node that may refuse are copied
+(a KV cache written after the checks is not), and a graph with none (it writes nothing,
+or its checks all stand before its first write) is not wrapped: its calls cost what they
+cost before. What is written is found once, from the graph (check/state_writes.py's
+``writes_by_node``); the copies are of the written tensors only.
 """
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from ..ir import Graph
-from .state_writes import can_refuse, written_roots
+from .state_writes import last_refusal, writes_by_node
 
 
 class Transaction:
@@ -70,18 +74,23 @@ class Transaction:
         except BaseException:
             with torch.no_grad():
                 for tensor, copy in zip(written, saved):
-                    tensor.copy_(copy)
+                    # one the call could not write either (an inference tensor): the
+                    # call's own error is the one to see
+                    with contextlib.suppress(RuntimeError):
+                        tensor.copy_(copy)
             raise
 
 
 def transactional(method, graph: Graph, slots: dict, methods: dict[str, Graph]):
     """``method`` as a :class:`Transaction` where its graph may write in place and be
     refused after it began; ``method`` itself otherwise (no cost)."""
-    if not can_refuse(graph, methods):
+    # Only what is written before the last node that may refuse can need putting back:
+    # a cache written after its checks, copied on every call, cost 1,400 times the call.
+    last = last_refusal(graph, methods)
+    writes = [written for index, written in writes_by_node(graph, methods) if index <= last]
+    if not writes:
         return method
-    roots = written_roots(graph, methods)
-    if not roots:
-        return method
+    roots = frozenset().union(*writes)
     state = sorted(name for kind, name in roots if kind == "state")
     inputs = sorted(where for kind, where in roots if kind == "input")
     return Transaction(method, state, inputs, slots)

@@ -549,8 +549,9 @@ class CodeGen:
 
     def matrix_call(self, node: linear_2d.MatrixNode) -> ast.expr:
         """``addmm(bias, x, wt)`` (``mm(x, wt)``) where ``x`` is a plain tensor with two
-        dimensions in a call without a mode or autocast, else ``linear(x, t(wt), bias)``:
-        the linear the node stands for (runtime/linear_2d.py)."""
+        dimensions, the weight and bias plain too, in a call without a mode or autocast,
+        else ``linear(x, t(wt), bias)``: the linear the node stands for
+        (runtime/linear_2d.py)."""
         self.plain_read = True
         x, wt = self.ref, self.ref  # a fresh expression for each use
         bias = [node.bias] if node.bias is not None else []
@@ -559,7 +560,17 @@ class CodeGen:
         plain = ast.Compare(_call("_type", x(node.input)), [ast.Is()], [self.helper("_Tensor")])
         self.helper("_type")
         matrix = ast.Compare(_attr(x(node.input), "ndim"), [ast.Eq()], [ast.Constant(2)])
-        test = ast.BoolOp(ast.And(), [ast.Name(scalars.PLAIN, ast.Load()), plain, matrix])
+        # A weight (or bias) of a tensor subclass may define linear itself: addmm would
+        # bypass it. t() of a Parameter is a plain Tensor.
+        own = ast.Compare(_call("_type", wt(node.transposed)), [ast.Is()], [_name("_Tensor")])
+        tests = [ast.Name(scalars.PLAIN, ast.Load()), plain, matrix, own]
+        for b in bias:
+            tests.append(
+                ast.Compare(
+                    _call("_type", self.ref(b)), [ast.In()], [self.helper("_PLAIN_TENSORS")]
+                )
+            )
+        test = ast.BoolOp(ast.And(), tests)
         direct = [*(self.ref(b) for b in bias), x(node.input), wt(node.transposed)]
         # the weight itself (same storage and strides), by a bound op: no method read
         weight = ast.Call(

@@ -9,12 +9,13 @@ Note: what ``linear`` does with a matrix, without its dispatch.
   a mixture of experts' router and experts read matrices.
 
   :func:`rewrite` turns such a linear -- in the graph for calls without autograd
-  (``Method._fused_graph``), its weight a state read, its input traced with two
-  dimensions -- into ``wt = t(weight)``, a static value that runtime/folding.py computes
-  once per state version, and a :class:`MatrixNode` (``addmm(bias, x, wt)`` or ``mm(x,
-  wt)``). The generated code calls it where the input is a plain tensor with two
-  dimensions in a call without a torch function mode or autocast, and ``linear(x,
-  t(wt), bias)`` otherwise (``t(wt)`` is the weight itself, same storage and strides):
+  (``Method._fused_graph``), its weight a matrix read from state, its input traced with
+  two dimensions -- into ``wt = t(weight)``, a static value that runtime/folding.py
+  computes once per state version, and a :class:`MatrixNode` (``addmm(bias, x, wt)`` or
+  ``mm(x, wt)``). The generated code calls it where the input is a plain tensor with two
+  dimensions and the weight and bias are plain (a subclass may define linear itself), in
+  a call without a torch function mode or autocast, and ``linear(x, t(wt), bias)``
+  otherwise (``t(wt)`` is the weight itself, same storage and strides):
   any other input gets ``linear``'s own result or error. Where the transposes would not be
   folded (a graph that returns a weight), nothing is rewritten; nor where the graph folds
   nothing else and has fewer than :data:`ALONE` such linears (a fold's own call, about
@@ -64,8 +65,8 @@ def _parts(node: Node, state: set[int], ranks: dict[int, int]):
     bias = node.args[2] if len(node.args) == 3 else node.kwargs.get("bias")
     if not isinstance(x, Ref) or ranks.get(x.id) != 2:
         return None
-    if not isinstance(weight, Ref) or weight.id not in state:
-        return None
+    if not isinstance(weight, Ref) or weight.id not in state or ranks.get(weight.id) != 2:
+        return None  # a vector weight is matmul's mv, not mm
     if bias is not None and not (isinstance(bias, Ref) and bias.id in state):
         return None
     return x, weight, bias

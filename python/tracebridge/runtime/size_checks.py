@@ -299,6 +299,13 @@ def _writes(node: Node) -> bool:
 _plain_types = (torch.Tensor, torch.nn.Parameter)
 _default_dtype = torch.get_default_dtype
 _getitem = operator.getitem
+_is = operator.is_
+
+
+def _same(held: list, state: list) -> bool:
+    return len(held) == len(state) and all(map(_is, held, state))
+
+
 _plain_set = frozenset(_plain_types)
 _version = operator.attrgetter("_version")
 _data_ptr = torch.Tensor.data_ptr
@@ -363,6 +370,12 @@ class SizeChecks:
         if entry in self.passed:
             return
         self.function(*values)  # raises where a guard fails: nothing is remembered
+        if state:
+            # Keys of other state tensors (before a load_state_dict(assign=True), a .to())
+            # would hold those tensors, a copy of the weights, alive: forget them.
+            # (list() copies in one C call: another thread's call may change the dict)
+            entries = list(self.passed.items())
+            self.passed = {k: held for k, held in entries if _same(held, state)}
         while len(self.passed) >= KEEP:
             try:
                 self.passed.pop(next(iter(self.passed)), None)

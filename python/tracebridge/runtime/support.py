@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import linecache
+import re
 from collections.abc import Callable
 
 import torch
@@ -70,10 +71,22 @@ def _failed_step(tb) -> str:
     return where
 
 
+# A generated line that reads a state entry: ``v1 = S0['weight']``.
+_STATE_READ = re.compile(r"= S\d+\[")
+
+
 def op_failed(method: str, exc: BaseException) -> OpError:
     """The :class:`OpError` for ``exc``, raised by an op while ``method`` ran."""
     where = _failed_step(exc.__traceback__) or "(while building its inputs or outputs)"
     text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+    if isinstance(exc, KeyError) and _STATE_READ.search(where):
+        return OpError(  # a plain one: KeyError would quote the message
+            f"method {method!r}: the state entry {text} read {where} is gone from its "
+            "module: a parameter or buffer was removed since tracing (a parametrization "
+            "such as weight_norm registered, a sub-module's tensor deleted); trace again "
+            "after the change",
+            exc,
+        )
     return _op_error_class(type(exc))(
         f"method {method!r}: an op failed {where}: {type(exc).__name__}: {text}; the "
         "inputs do not suit the traced program (sizes, values), or the artifact is corrupt "

@@ -165,6 +165,23 @@ class Dispatcher:
             "tensors); move it out of the traced code or compute it beforehand"
         )
 
+    def _into_out(self, name: str, func, args: tuple, kwargs: dict):
+        """``op(..., out=t)`` (``F.normalize`` in spectral norm's power iteration) as what it
+        does where ``t`` already has the result's shape and dtype: the op, then
+        ``t.copy_(result)``; ``t`` is returned. Elsewhere eager would resize ``t`` or cast,
+        which a copy would not do: refused, saying what to write."""
+        out = kwargs["out"]
+        rest = {key: value for key, value in kwargs.items() if key != "out"}
+        with self.mode:
+            result = func(*args, **rest)
+            fits = isinstance(result, torch.Tensor) and result.dtype == out.dtype
+            # sizes compared as traced: a call where they differ is refused by a guard
+            if fits and tuple(result.shape) == tuple(out.shape):
+                out.copy_(result)
+                return out
+        _known_keywords(name, {"out": out}, self.location())  # the refusal, with advice
+        return None  # (not reached)
+
     def _on_property_set(self, prop: str, setter, tensor, value):
         """``t.requires_grad = flag`` is ``t.requires_grad_(flag)``; other tensor
         attributes set in traced code (``.data``, ``.grad``) cannot be recorded."""
@@ -206,6 +223,8 @@ class Dispatcher:
         written = self.out_of_place(name, func, args, kwargs)  # trace/inplace.py
         if written is not None:
             return written
+        if isinstance(kwargs.get("out"), torch.Tensor) and "out" not in _op_keywords(name):
+            return self._into_out(name, func, args, kwargs)
         loc = self.location()
         packed = (_packed_varargs(name, func, args), _canonical_keywords(name, kwargs))
         if packed[1]:
@@ -437,6 +456,11 @@ def _canonical_keywords(name: str, kwargs: dict) -> dict:
     return renamed if renamed.keys() != kwargs.keys() else kwargs
 
 
+def _op_keywords(name: str) -> frozenset:
+    info = opset.info(name)
+    return frozenset(info.kwargs) if info is not None else frozenset()
+
+
 def _known_keywords(name: str, kwargs: dict, loc: str | None) -> None:
     """Refuse, at the line that made the call, a keyword the op set does not name for op
     ``name`` (a keyword of a Python binding, not of the op: ``nonzero(as_tuple=...)`` was
@@ -459,8 +483,9 @@ _DEFAULT_ADVICE = (
 )
 # What to write instead, for keywords of PyTorch's bindings that no op of the set takes.
 _KEYWORD_ADVICE = {
-    "out": "write the result into that tensor in place instead, as `dest.copy_(op(...))` "
-    "(an op and an in-place copy, both recorded)",
+    "out": "an out= tensor is recorded only where it has the result's shape and dtype (here "
+    "eager would resize or cast it); write the result where it belongs instead, as "
+    "`dest.copy_(op(...))` (an op and an in-place copy, both recorded)",
     "requires_grad": "a tensor made inside the traced code cannot require grad in a saved "
     "graph: make it a parameter of the module (nn.Parameter) or pass it as an input",
 }
