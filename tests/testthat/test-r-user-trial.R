@@ -363,3 +363,28 @@ test_that("nnf_adaptive_max_pool*d(return_indices = TRUE) gives 1-based position
                                 return_indices = TRUE)
   expect_equal(as.integer(r2[[2]]), 3L) # 9 is at [2, 1]: the 3rd of the plane, row by row
 })
+
+test_that("reading with a tensor of positions: -1 is the last, as writing does", {
+  skip_if_no_torch()
+  x <- torch_tensor(c(10, 20, 30, 40))
+  expect_equal(as.numeric(x[torch_tensor(-1L)]), 40) # was an "index out of range" error
+  expect_equal(as.numeric(x[torch_tensor(c(-1L, 1L))]), c(40, 10))
+  expect_equal(as.numeric(x[torch_tensor(c(-2L, 2L))]), c(30, 20))
+  m <- torch_tensor(matrix(1:6, 2)) # rows (1, 3, 5) and (2, 4, 6)
+  expect_equal(as_array(m[torch_tensor(-1L), ]), as_array(m[torch_tensor(2L), ]))
+  expect_equal(as.numeric(m[torch_tensor(-1L), ]), c(2, 4, 6))
+  expect_equal(as.numeric(m[, torch_tensor(c(-1L, 1L))]), c(5, 6, 1, 2))
+  # drop = FALSE and a matrix of positions go through R's path: the same meaning.
+  expect_equal(dim(m[torch_tensor(-1L), , drop = FALSE]), c(1L, 3L))
+  expect_equal(as_array(x[torch_tensor(matrix(c(-1L, 1L, -2L, 2L), 2))]),
+               matrix(c(40, 10, 30, 20), 2))
+  # One past the start and 0 still fail, in R's terms.
+  expect_error(x[torch_tensor(-5L)], "index out of range")
+  expect_error(x[torch_tensor(0L)], "index out of range")
+  # Traced (R's path): the count from the end is recorded, so it holds at another size.
+  f <- function(x, i) x[i]
+  tr <- jit_trace(f, x, torch_tensor(-1L))
+  expect_equal(as.numeric(tr(torch_tensor(c(1, 2, 3)), torch_tensor(-1L))), 3)
+  expect_equal(as.numeric(tr(x, torch_tensor(2L))), 20)
+  expect_equal(as.numeric(tr(x, torch_tensor(-3L))), 20)
+})

@@ -600,6 +600,20 @@ def r_positions(t: torch.Tensor) -> torch.Tensor:
     return shifted.masked_fill(t == 0, not_a_position(t.dtype))
 
 
+def select_positions(t: torch.Tensor, dim: int, positions: torch.Tensor) -> torch.Tensor:
+    """``t.index_select(dim, positions)`` where ``positions`` came from :func:`r_positions`:
+    a negative entry counts from the end (-1 the last), as it does when writing
+    (``x[i] <- v``), which ``index_select`` alone refuses. One past the start stays
+    negative and 0's ``not_a_position`` far below, so the op fails as before. Tensor ops
+    only (the size is a traced one while tracing), so a trace holds for any position.
+
+    >>> select_positions(torch.tensor([10, 20, 30]), 0, torch.tensor([-1, 0])).tolist()
+    [30, 10]
+    """
+    wrapped = torch.where(positions < 0, positions + t.size(dim), positions)
+    return t.index_select(dim, wrapped)
+
+
 def not_a_position(dtype: torch.dtype) -> int:
     """The position that 0 becomes in :func:`r_positions` for int64 and int32 (R's
     messages name it 0)."""
