@@ -388,3 +388,21 @@ test_that("reading with a tensor of positions: -1 is the last, as writing does",
   expect_equal(as.numeric(tr(x, torch_tensor(2L))), 20)
   expect_equal(as.numeric(tr(x, torch_tensor(-3L))), 20)
 })
+
+test_that("names() of a tensor is NULL; median() and quantile() say what to use", {
+  skip_if_no_torch()
+  x <- torch_tensor(c(4, 1, 3, 2))
+  expect_null(names(x)) # was ".py"
+  expect_null(names(torch_tensor(matrix(1:4, 2))))
+  # Base R functions that drop names leave the tensor whole.
+  y <- x
+  names(y) <- NULL
+  expect_equal(as.numeric(y), c(4, 1, 3, 2))
+  expect_error(names(y) <- letters[1:4], "Tensors can not have names", class = "value_error")
+  expect_error(median(x), "median\\(\\) is not defined for tensors.*torch_median\\(x\\)",
+               class = "not_implemented_error")
+  expect_equal(as.numeric(torch_median(x)), 2) # the lower middle value, as the message says
+  expect_equal(median(as_array(x)), 2.5)
+  expect_error(quantile(x), "quantile\\(\\) is not defined for tensors.*quantile\\(as_array\\(x\\)\\)",
+               class = "not_implemented_error")
+})
