@@ -406,3 +406,56 @@ test_that("names() of a tensor is NULL; median() and quantile() say what to use"
   expect_error(quantile(x), "quantile\\(\\) is not defined for tensors.*quantile\\(as_array\\(x\\)\\)",
                class = "not_implemented_error")
 })
+
+test_that("a module returning a dataclass or a named tuple gives R a named list", {
+  skip_if_no_torch()
+  reticulate::py_run_string(paste(
+    "import collections, dataclasses, torch",
+    "@dataclasses.dataclass",
+    "class TbTrialOut:",
+    "    y: torch.Tensor",
+    "    n: int",
+    "TbTrialPair = collections.namedtuple('TbTrialPair', ['p', 'q'])",
+    "class TbTrialDc(torch.nn.Module):",
+    "    def forward(self, x):",
+    "        return TbTrialOut(x * 2, 3)",
+    "class TbTrialNt(torch.nn.Module):",
+    "    def forward(self, x):",
+    "        return TbTrialPair(x + 1, (x, TbTrialOut(x, 1)))",
+    "tb_trial_dc, tb_trial_nt = TbTrialDc(), TbTrialNt()",
+    sep = "\n"))
+  main <- reticulate::import_main(convert = FALSE)
+  x <- torch_tensor(c(1, 2))
+  check_dc <- function(r, y) {
+    expect_type(r, "list") # was the raw Python object TbTrialOut(y=tensor(...), n=3)
+    expect_named(r, c("y", "n"))
+    expect_s3_class(r$y, "torch_tensor")
+    expect_equal(as.numeric(r$y), y)
+    expect_identical(r$n, 3L)
+  }
+  dc <- tracebridge:::from_py(main$tb_trial_dc)
+  check_dc(dc(x), c(2, 4))
+  nt <- tracebridge:::from_py(main$tb_trial_nt)
+  r <- nt(x)
+  expect_named(r, c("p", "q"))
+  expect_equal(as.numeric(r$p), c(2, 3))
+  expect_null(names(r$q)) # a plain tuple stays an unnamed list
+  expect_named(r$q[[2]], c("y", "n")) # nested records too
+  expect_equal(as.numeric(r$q[[2]]$y), c(1, 2))
+  # Traced, and through an artifact saved and loaded back (the classes are importable
+  # from R's embedded Python, so the outputs are rebuilt as them).
+  # (Python 3.11's inspect warns about a class made in `__main__`, which has no file.)
+  quiet_trace <- function(m) withCallingHandlers(jit_trace(m, x), warning = function(w) {
+    if (grepl("module_repr", conditionMessage(w))) invokeRestart("muffleWarning")
+  })
+  tr <- quiet_trace(dc)
+  check_dc(tr(torch_tensor(c(5, 6))), c(10, 12))
+  path <- tempfile(fileext = ".tb")
+  on.exit(unlink(path))
+  jit_save(quiet_trace(nt), path)
+  r <- jit_load(path)(torch_tensor(c(5, 6)))
+  expect_named(r, c("p", "q"))
+  expect_equal(as.numeric(r$p), c(6, 7))
+  # torch's own result tuples (values, indices) stay unnamed lists, as in mlverse.
+  expect_null(names(torch_max(torch_tensor(matrix(1:4, 2)), dim = 1)))
+})

@@ -15,6 +15,7 @@ the tracer records as a guard).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import operator
@@ -292,6 +293,25 @@ def _index_key(s):
 def dict_items(d: dict) -> tuple[list[str], list]:
     """The keys (as strings) and the values of a dict, for R's named lists."""
     return [str(k) for k in d], list(d.values())
+
+
+def record_fields(x: Any) -> tuple[list[str], list] | None:
+    """The field names and values of a dataclass instance or a named tuple (what a traced
+    module may return), for R's named lists; None for anything else. The values are the
+    objects themselves (``dataclasses.asdict()`` would deep-copy tensors), converted by R.
+
+    >>> import collections
+    >>> record_fields(collections.namedtuple("P", "a b")(1, 2))
+    (['a', 'b'], [1, 2])
+    >>> record_fields((1, 2)) is None
+    True
+    """
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        names = [f.name for f in dataclasses.fields(x)]
+        return names, [getattr(x, n) for n in names]
+    if isinstance(x, tuple) and hasattr(type(x), "_fields"):
+        return [str(n) for n in type(x)._fields], list(x)
+    return None
 
 
 def named_tensors(pairs) -> tuple[list[str], list[torch.Tensor]]:
