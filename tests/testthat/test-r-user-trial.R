@@ -336,11 +336,13 @@ test_that("a tensor of positions: -1 is the last (as in R vectors), 0 is an erro
   # 0 names no position: the op fails, and says 0.
   expect_error(v()$index_fill(1, torch_tensor(0L), 9), "index 0 \\(positions are 1-based in R")
   expect_error(torch_take(v(), torch_tensor(0L)), "1-based")
-  expect_error(v()[torch_tensor(0L)], "index out of range")
+  expect_error(v()[torch_tensor(0L)],
+               "index 0 \\(positions are 1-based in R.*\\) is out of bounds for dimension 1 with size 4",
+               class = "index_error")
   y <- v()
   expect_error(y[torch_tensor(0L)] <- 5, "index 0 \\(positions are 1-based")
   expect_error(torch_tensor(matrix(1:6, 2))[, torch_tensor(4L)],
-               "index 4 is out of bounds for a dimension of size 3")
+               "index 4 is out of bounds for dimension 2 with size 3")
   # Traced: the shift is recorded, so it holds for other positions at call time.
   f <- function(x, i) {
     y <- x$clone()
@@ -378,9 +380,12 @@ test_that("reading with a tensor of positions: -1 is the last, as writing does",
   expect_equal(dim(m[torch_tensor(-1L), , drop = FALSE]), c(1L, 3L))
   expect_equal(as_array(x[torch_tensor(matrix(c(-1L, 1L, -2L, 2L), 2))]),
                matrix(c(40, 10, 30, 20), 2))
-  # One past the start and 0 still fail, in R's terms.
-  expect_error(x[torch_tensor(-5L)], "index out of range")
-  expect_error(x[torch_tensor(0L)], "index out of range")
+  # One past the start and 0 still fail, in R's terms, naming the dimension.
+  expect_error(x[torch_tensor(-5L)], "index -5 is out of bounds for dimension 1 with size 4",
+               class = "index_error")
+  expect_error(x[torch_tensor(0L)], "index 0 \\(positions are 1-based")
+  expect_error(m[, torch_tensor(c(1L, -4L))], "index -4 is out of bounds for dimension 2 with size 3")
+  expect_error(m[, torch_tensor(9L), drop = FALSE], "index 9 is out of bounds for dimension 2")
   # Traced (R's path): the count from the end is recorded, so it holds at another size.
   f <- function(x, i) x[i]
   tr <- jit_trace(f, x, torch_tensor(-1L))

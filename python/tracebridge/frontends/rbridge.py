@@ -623,15 +623,28 @@ def r_positions(t: torch.Tensor) -> torch.Tensor:
 def select_positions(t: torch.Tensor, dim: int, positions: torch.Tensor) -> torch.Tensor:
     """``t.index_select(dim, positions)`` where ``positions`` came from :func:`r_positions`:
     a negative entry counts from the end (-1 the last), as it does when writing
-    (``x[i] <- v``), which ``index_select`` alone refuses. One past the start stays
-    negative and 0's ``not_a_position`` far below, so the op fails as before. Tensor ops
-    only (the size is a traced one while tracing), so a trace holds for any position.
+    (``x[i] <- v``), which ``index_select`` refuses. Read as ``t[:, ..., positions]`` (one
+    op, as fast as ``index_select``, recorded as such while tracing, so a trace holds for
+    any position); one past the start and 0's ``not_a_position`` still fail in the op.
 
     >>> select_positions(torch.tensor([10, 20, 30]), 0, torch.tensor([-1, 0])).tolist()
     [30, 10]
+    >>> select_positions(torch.arange(6).reshape(2, 3), 1, torch.tensor([-1])).tolist()
+    [[2], [5]]
     """
-    wrapped = torch.where(positions < 0, positions + t.size(dim), positions)
-    return t.index_select(dim, wrapped)
+    if positions.dtype not in (torch.int64, torch.int32):  # uint8 would read as a mask
+        return t.index_select(dim, positions)
+    try:
+        return t[(slice(None),) * dim + (positions,)]
+    except IndexError:
+        # torch names the index's own dimension (0): say which of `t`'s it is.
+        size = t.size(dim)
+        bad = positions[(positions >= size) | (positions < -size)]
+        if bad.numel() == 0:
+            raise
+        raise IndexError(
+            f"index {int(bad[0])} is out of bounds for dimension {dim} with size {size}"
+        ) from None
 
 
 def not_a_position(dtype: torch.dtype) -> int:
