@@ -162,8 +162,9 @@ static PyObject *key_part(const Ix *ix) {
   return slice;
 }
 
-/* rbridge.select_positions(t, dim, positions): t.index_select(dim, positions) with a
- * negative position counting from the end, as writing does; steals `t`. */
+/* rbridge.select_positions(t, dim, positions): index_select's result, read as
+ * t[:, ..., positions] so that a negative position counts from the end, as writing does
+ * (index_select refuses it); steals `t`. */
 static PyObject *index_select(PyObject *t, int dim, PyObject *positions) {
   PyObject *d = py.LongFromLongLong(dim), *args = NULL, *r = NULL;
   if (d != NULL && (args = py.TupleNew(3)) != NULL) {
