@@ -122,13 +122,14 @@ value_index <- function(v) {
     }
     # Positions shifted by rbridge.r_positions(): -1 stays the last, 0 fails.
     if (reticulate::py_to_r(py$dim()) == 0L) {
-      return(list(kind = "tensor_int", value = tb_py_call(py_rb()$r_positions, py)))
+      return(list(kind = "tensor_int", value = tb_py_call(py_rb()$r_positions, py),
+                  from_tensor = TRUE))
     }
     # A tensor of positions with several dimensions reads as torch does: the indexed
     # dimension becomes the index's dimensions (`x[i]` has the shape of `i`).
     nested <- reticulate::py_to_r(py$dim()) > 1L
     return(list(kind = "vector", value = tb_py_call(py_rb()$r_positions, py),
-                shape = if (nested) py$shape))
+                shape = if (nested) py$shape, from_tensor = TRUE))
   }
   if (inherits(v, "torch_sym_int") && !isTRUE(.tb$tracing)) v <- sym_settled(v)
   if (inherits(v, "torch_sym_int")) return(list(kind = "int", value = sym_position(v, "index")))
@@ -308,8 +309,11 @@ is_vector_kind <- function(k) k %in% c("vector", "vector_r", "logical")
       d0 <- as.integer(dims_after[[k]] - 1L)
       idx <- if (p$kind == "tensor_int" || !is.null(p$shape)) tb_py_call(p$value$reshape, -1L) else
         vector_tensor(py, p)
+      # Positions from a tensor may be negative (-1 the last, as when writing):
+      # select_positions() counts those from the end; R vectors are already 0-based.
       out <- withCallingHandlers(
-        tb_py_call(out$index_select, d0, idx),
+        if (isTRUE(p$from_tensor)) tb_py_call(py_rb()$select_positions, out, d0, idx) else
+          tb_py_call(out$index_select, d0, idx),
         error = function(e) rethrow_python(e, one_based = TRUE)
       )
       if (p$kind == "tensor_int" && drop) out <- tb_py_call(out$squeeze, d0)

@@ -147,6 +147,16 @@ from_py <- function(x) {
   cls <- class(x)
   if ("torch.Tensor" %in% cls) return(wrap_tensor(x))
   first <- cls[[1]]
+  # A dataclass or a named tuple (a class of the user's, not a builtin): a named list.
+  if (!startsWith(first, "python.builtin.") && !startsWith(first, "torch.")) {
+    fields <- py_rb()$record_fields(x)
+    if (!inherits(fields, "python.builtin.NoneType")) {
+      values <- reticulate::iterate(reticulate::py_get_item(fields, 1L), from_py,
+                                    simplify = FALSE)
+      names(values) <- reticulate::py_to_r(reticulate::py_get_item(fields, 0L))
+      return(values)
+    }
+  }
   if (any(c("python.builtin.tuple", "python.builtin.list") %in% cls)) {
     return(reticulate::iterate(x, from_py, simplify = FALSE))
   }

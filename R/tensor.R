@@ -523,6 +523,40 @@ mean.torch_tensor <- function(x, ...) surface_fn("torch_mean")(x) # through C
 #' @export
 is.na.torch_tensor <- function(x) x$isnan() # the `isnan` row, through C
 
+# A tensor is a list holding its Python object (`.py`) for R, but has no names for the
+# user: NULL, as for an R array without dimnames and as in mlverse. (".py" made base R
+# functions that drop names, such as median(), take the tensor apart.)
+#' @export
+names.torch_tensor <- function(x) NULL
+
+# Setting NULL keeps the tensor whole (it would drop `.py`); other names are refused.
+#' @export
+`names<-.torch_tensor` <- function(x, value) {
+  if (is.null(value)) return(x)
+  tracebridge_abort(paste(
+    "Tensors can not have names: keep them in an R vector beside the tensor,",
+    "or convert with as_array() first."), "value_error")
+}
+
+# mlverse torch has no median() or quantile() method for tensors; R's defaults would
+# sort and index the tensor as an R vector. Say what to call instead. (mlverse has
+# torch_quantile(); tracebridge's surface table has no row for it yet.)
+#' @exportS3Method stats::median
+median.torch_tensor <- function(x, na.rm = FALSE, ...) {
+  tracebridge_abort(paste(
+    "median() is not defined for tensors (as in mlverse torch): use torch_median(x)",
+    "(for an even count it gives the lower of the two middle values, not their mean),",
+    "or median(as_array(x)) for R's median."), "not_implemented_error")
+}
+
+#' @exportS3Method stats::quantile
+quantile.torch_tensor <- function(x, ...) {
+  tracebridge_abort(paste(
+    "quantile() is not defined for tensors (as in mlverse torch), and tracebridge has",
+    "no torch_quantile() yet: use quantile(as_array(x)) for R's quantiles."),
+    "not_implemented_error")
+}
+
 #' @export
 t.torch_tensor <- function(x) {
   if (length(dim(x)) > 2) {

@@ -162,20 +162,22 @@ static PyObject *key_part(const Ix *ix) {
   return slice;
 }
 
-/* t.index_select(dim, positions); steals `t`. */
+/* rbridge.select_positions(t, dim, positions): index_select's result, read as
+ * t[:, ..., positions] so that a negative position counts from the end, as writing does
+ * (index_select refuses it); steals `t`. */
 static PyObject *index_select(PyObject *t, int dim, PyObject *positions) {
-  PyObject *method = py.GetAttr(t, torch_.s_index_select);
   PyObject *d = py.LongFromLongLong(dim), *args = NULL, *r = NULL;
-  if (method != NULL && d != NULL && (args = py.TupleNew(2)) != NULL) {
-    py.TupleSetItem(args, 0, d);
-    py.IncRef(positions);
-    py.TupleSetItem(args, 1, positions);
+  if (d != NULL && (args = py.TupleNew(3)) != NULL) {
+    py.IncRef(t);
+    py.TupleSetItem(args, 0, t);
+    py.TupleSetItem(args, 1, d);
     d = NULL;
-    r = py.Call(method, args, NULL);
+    py.IncRef(positions);
+    py.TupleSetItem(args, 2, positions);
+    r = py.Call(torch_.select_positions, args, NULL);
   }
   py_decref(args);
   py_decref(d);
-  py_decref(method);
   py.DecRef(t);
   return r;
 }

@@ -259,6 +259,7 @@ static void release_all(void) {
   clear(&torch_.bridge);
   clear(&torch_.binary_ops);
   clear(&torch_.r_positions);
+  clear(&torch_.select_positions);
   clear(&torch_.set_grad);
   clear(&torch_.is_grad);
   clear(&torch_.one);
@@ -320,6 +321,7 @@ SEXP tb_py_init(SEXP torch, SEXP bridge, SEXP example, SEXP libpython, SEXP tb) 
   torch_.bridge = m;
   torch_.binary_ops = py.GetAttrString(m, "BINARY_OPS");
   torch_.r_positions = py.GetAttrString(m, "r_positions");
+  torch_.select_positions = py.GetAttrString(m, "select_positions");
   torch_.one = py.LongFromLongLong(1);
   PyObject *tensor_fn = py.GetAttrString(t, "tensor");
   torch_.one_t = tensor_fn == NULL ? NULL : py.CallOneArg(tensor_fn, torch_.one);
@@ -337,7 +339,8 @@ SEXP tb_py_init(SEXP torch, SEXP bridge, SEXP example, SEXP libpython, SEXP tb) 
   torch_.s_is_floating_point = py.UnicodeIntern("is_floating_point");
   torch_.s_version = py.UnicodeIntern("_version");
   int ok = torch_.tensor_type && torch_.size_type && torch_.set_grad && torch_.is_grad &&
-           torch_.binary_ops && torch_.r_positions && torch_.one && torch_.one_t && torch_.where && torch_.dtype_bool && torch_.s_add && torch_.s_item && torch_.s_ndim && torch_.empty && torch_.device && torch_.s_dtype &&
+           torch_.binary_ops && torch_.r_positions && torch_.select_positions &&
+           torch_.one && torch_.one_t && torch_.where && torch_.dtype_bool && torch_.s_add && torch_.s_item && torch_.s_ndim && torch_.empty && torch_.device && torch_.s_dtype &&
            torch_.s_sub && torch_.s_index_select && torch_.s_is_floating_point && torch_.s_version &&
            PY_TYPE(x) == torch_.tensor_type;
   if (!ok) {

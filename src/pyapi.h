@@ -89,6 +89,7 @@ typedef struct {
   PyObject *bridge;        /* tracebridge.frontends.rbridge */
   PyObject *binary_ops;    /* rbridge.BINARY_OPS: R operator name -> Python function */
   PyObject *r_positions;   /* rbridge.r_positions: R's 1-based positions to torch's */
+  PyObject *select_positions; /* rbridge.select_positions: index_select, -1 the last */
   PyObject *set_grad;      /* torch._C._set_grad_enabled */
   PyObject *is_grad;       /* torch.is_grad_enabled */
   PyObject *one;           /* the Python int 1 */

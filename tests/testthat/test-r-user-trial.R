@@ -336,11 +336,13 @@ test_that("a tensor of positions: -1 is the last (as in R vectors), 0 is an erro
   # 0 names no position: the op fails, and says 0.
   expect_error(v()$index_fill(1, torch_tensor(0L), 9), "index 0 \\(positions are 1-based in R")
   expect_error(torch_take(v(), torch_tensor(0L)), "1-based")
-  expect_error(v()[torch_tensor(0L)], "index out of range")
+  expect_error(v()[torch_tensor(0L)],
+               "index 0 \\(positions are 1-based in R.*\\) is out of bounds for dimension 1 with size 4",
+               class = "index_error")
   y <- v()
   expect_error(y[torch_tensor(0L)] <- 5, "index 0 \\(positions are 1-based")
   expect_error(torch_tensor(matrix(1:6, 2))[, torch_tensor(4L)],
-               "index 4 is out of bounds for a dimension of size 3")
+               "index 4 is out of bounds for dimension 2 with size 3")
   # Traced: the shift is recorded, so it holds for other positions at call time.
   f <- function(x, i) {
     y <- x$clone()
@@ -362,4 +364,103 @@ test_that("nnf_adaptive_max_pool*d(return_indices = TRUE) gives 1-based position
   r2 <- nnf_adaptive_max_pool2d(torch_tensor(array(c(1, 9, 2, 3), c(1, 1, 2, 2))), 1,
                                 return_indices = TRUE)
   expect_equal(as.integer(r2[[2]]), 3L) # 9 is at [2, 1]: the 3rd of the plane, row by row
+})
+
+test_that("reading with a tensor of positions: -1 is the last, as writing does", {
+  skip_if_no_torch()
+  x <- torch_tensor(c(10, 20, 30, 40))
+  expect_equal(as.numeric(x[torch_tensor(-1L)]), 40) # was an "index out of range" error
+  expect_equal(as.numeric(x[torch_tensor(c(-1L, 1L))]), c(40, 10))
+  expect_equal(as.numeric(x[torch_tensor(c(-2L, 2L))]), c(30, 20))
+  m <- torch_tensor(matrix(1:6, 2)) # rows (1, 3, 5) and (2, 4, 6)
+  expect_equal(as_array(m[torch_tensor(-1L), ]), as_array(m[torch_tensor(2L), ]))
+  expect_equal(as.numeric(m[torch_tensor(-1L), ]), c(2, 4, 6))
+  expect_equal(as.numeric(m[, torch_tensor(c(-1L, 1L))]), c(5, 6, 1, 2))
+  # drop = FALSE and a matrix of positions go through R's path: the same meaning.
+  expect_equal(dim(m[torch_tensor(-1L), , drop = FALSE]), c(1L, 3L))
+  expect_equal(as_array(x[torch_tensor(matrix(c(-1L, 1L, -2L, 2L), 2))]),
+               matrix(c(40, 10, 30, 20), 2))
+  # One past the start and 0 still fail, in R's terms, naming the dimension.
+  expect_error(x[torch_tensor(-5L)], "index -5 is out of bounds for dimension 1 with size 4",
+               class = "index_error")
+  expect_error(x[torch_tensor(0L)], "index 0 \\(positions are 1-based")
+  expect_error(m[, torch_tensor(c(1L, -4L))], "index -4 is out of bounds for dimension 2 with size 3")
+  expect_error(m[, torch_tensor(9L), drop = FALSE], "index 9 is out of bounds for dimension 2")
+  # Traced (R's path): the count from the end is recorded, so it holds at another size.
+  f <- function(x, i) x[i]
+  tr <- jit_trace(f, x, torch_tensor(-1L))
+  expect_equal(as.numeric(tr(torch_tensor(c(1, 2, 3)), torch_tensor(-1L))), 3)
+  expect_equal(as.numeric(tr(x, torch_tensor(2L))), 20)
+  expect_equal(as.numeric(tr(x, torch_tensor(-3L))), 20)
+})
+
+test_that("names() of a tensor is NULL; median() and quantile() say what to use", {
+  skip_if_no_torch()
+  x <- torch_tensor(c(4, 1, 3, 2))
+  expect_null(names(x)) # was ".py"
+  expect_null(names(torch_tensor(matrix(1:4, 2))))
+  # Base R functions that drop names leave the tensor whole.
+  y <- x
+  names(y) <- NULL
+  expect_equal(as.numeric(y), c(4, 1, 3, 2))
+  expect_error(names(y) <- letters[1:4], "Tensors can not have names", class = "value_error")
+  expect_error(median(x), "median\\(\\) is not defined for tensors.*torch_median\\(x\\)",
+               class = "not_implemented_error")
+  expect_equal(as.numeric(torch_median(x)), 2) # the lower middle value, as the message says
+  expect_equal(median(as_array(x)), 2.5)
+  expect_error(quantile(x), "quantile\\(\\) is not defined for tensors.*quantile\\(as_array\\(x\\)\\)",
+               class = "not_implemented_error")
+})
+
+test_that("a module returning a dataclass or a named tuple gives R a named list", {
+  skip_if_no_torch()
+  reticulate::py_run_string(paste(
+    "import collections, dataclasses, torch",
+    "@dataclasses.dataclass",
+    "class TbTrialOut:",
+    "    y: torch.Tensor",
+    "    n: int",
+    "TbTrialPair = collections.namedtuple('TbTrialPair', ['p', 'q'])",
+    "class TbTrialDc(torch.nn.Module):",
+    "    def forward(self, x):",
+    "        return TbTrialOut(x * 2, 3)",
+    "class TbTrialNt(torch.nn.Module):",
+    "    def forward(self, x):",
+    "        return TbTrialPair(x + 1, (x, TbTrialOut(x, 1)))",
+    "tb_trial_dc, tb_trial_nt = TbTrialDc(), TbTrialNt()",
+    sep = "\n"))
+  main <- reticulate::import_main(convert = FALSE)
+  x <- torch_tensor(c(1, 2))
+  check_dc <- function(r, y) {
+    expect_type(r, "list") # was the raw Python object TbTrialOut(y=tensor(...), n=3)
+    expect_named(r, c("y", "n"))
+    expect_s3_class(r$y, "torch_tensor")
+    expect_equal(as.numeric(r$y), y)
+    expect_identical(r$n, 3L)
+  }
+  dc <- tracebridge:::from_py(main$tb_trial_dc)
+  check_dc(dc(x), c(2, 4))
+  nt <- tracebridge:::from_py(main$tb_trial_nt)
+  r <- nt(x)
+  expect_named(r, c("p", "q"))
+  expect_equal(as.numeric(r$p), c(2, 3))
+  expect_null(names(r$q)) # a plain tuple stays an unnamed list
+  expect_named(r$q[[2]], c("y", "n")) # nested records too
+  expect_equal(as.numeric(r$q[[2]]$y), c(1, 2))
+  # Traced, and through an artifact saved and loaded back (the classes are importable
+  # from R's embedded Python, so the outputs are rebuilt as them).
+  # (Python 3.11's inspect warns about a class made in `__main__`, which has no file.)
+  quiet_trace <- function(m) withCallingHandlers(jit_trace(m, x), warning = function(w) {
+    if (grepl("module_repr", conditionMessage(w))) invokeRestart("muffleWarning")
+  })
+  tr <- quiet_trace(dc)
+  check_dc(tr(torch_tensor(c(5, 6))), c(10, 12))
+  path <- tempfile(fileext = ".tb")
+  on.exit(unlink(path))
+  jit_save(quiet_trace(nt), path)
+  r <- jit_load(path)(torch_tensor(c(5, 6)))
+  expect_named(r, c("p", "q"))
+  expect_equal(as.numeric(r$p), c(6, 7))
+  # torch's own result tuples (values, indices) stay unnamed lists, as in mlverse.
+  expect_null(names(torch_max(torch_tensor(matrix(1:4, 2)), dim = 1)))
 })

@@ -15,6 +15,7 @@ the tracer records as a guard).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import operator
@@ -292,6 +293,25 @@ def _index_key(s):
 def dict_items(d: dict) -> tuple[list[str], list]:
     """The keys (as strings) and the values of a dict, for R's named lists."""
     return [str(k) for k in d], list(d.values())
+
+
+def record_fields(x: Any) -> tuple[list[str], list] | None:
+    """The field names and values of a dataclass instance or a named tuple (what a traced
+    module may return), for R's named lists; None for anything else. The values are the
+    objects themselves (``dataclasses.asdict()`` would deep-copy tensors), converted by R.
+
+    >>> import collections
+    >>> record_fields(collections.namedtuple("P", "a b")(1, 2))
+    (['a', 'b'], [1, 2])
+    >>> record_fields((1, 2)) is None
+    True
+    """
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        names = [f.name for f in dataclasses.fields(x)]
+        return names, [getattr(x, n) for n in names]
+    if isinstance(x, tuple) and hasattr(type(x), "_fields"):
+        return [str(n) for n in type(x)._fields], list(x)
+    return None
 
 
 def named_tensors(pairs) -> tuple[list[str], list[torch.Tensor]]:
@@ -598,6 +618,33 @@ def r_positions(t: torch.Tensor) -> torch.Tensor:
     if t.dtype not in (torch.int64, torch.int32):  # too narrow for a position none has
         return shifted
     return shifted.masked_fill(t == 0, not_a_position(t.dtype))
+
+
+def select_positions(t: torch.Tensor, dim: int, positions: torch.Tensor) -> torch.Tensor:
+    """``t.index_select(dim, positions)`` where ``positions`` came from :func:`r_positions`:
+    a negative entry counts from the end (-1 the last), as it does when writing
+    (``x[i] <- v``), which ``index_select`` refuses. Read as ``t[:, ..., positions]`` (one
+    op, as fast as ``index_select``, recorded as such while tracing, so a trace holds for
+    any position); one past the start and 0's ``not_a_position`` still fail in the op.
+
+    >>> select_positions(torch.tensor([10, 20, 30]), 0, torch.tensor([-1, 0])).tolist()
+    [30, 10]
+    >>> select_positions(torch.arange(6).reshape(2, 3), 1, torch.tensor([-1])).tolist()
+    [[2], [5]]
+    """
+    if positions.dtype not in (torch.int64, torch.int32):  # uint8 would read as a mask
+        return t.index_select(dim, positions)
+    try:
+        return t[(slice(None),) * dim + (positions,)]
+    except IndexError:
+        # torch names the index's own dimension (0): say which of `t`'s it is.
+        size = t.size(dim)
+        bad = positions[(positions >= size) | (positions < -size)]
+        if bad.numel() == 0:
+            raise
+        raise IndexError(
+            f"index {int(bad[0])} is out of bounds for dimension {dim} with size {size}"
+        ) from None
 
 
 def not_a_position(dtype: torch.dtype) -> int:
