@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # R side of `make test`: R CMD build, install the tarball (vignettes included) into .Rlib,
-# run testthat, then R CMD check --no-manual; fails on any test failure and on any check
+# run testthat, then R CMD check --no-manual --no-tests; fails on any test failure and on any check
 # ERROR or WARNING.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,9 +33,13 @@ echo "test-r: testthat"
 ')
 
 
-echo "test-r: R CMD check --no-manual"
+# --no-tests: testthat has just run on the package installed from this same tarball;
+# check's own run of tests/testthat.R would run every test a second time (about 4 of
+# CI's minutes). Everything else check does (examples, vignettes, documentation, the
+# NAMESPACE, compiled code) still runs.
+echo "test-r: R CMD check --no-manual --no-tests"
 status=0
-(cd "$BUILD" && _R_CHECK_FORCE_SUGGESTS_=false R CMD check --no-manual "$TARBALL" \
+(cd "$BUILD" && _R_CHECK_FORCE_SUGGESTS_=false R CMD check --no-manual --no-tests "$TARBALL" \
   >check.log 2>&1) || status=$?
 cat "$BUILD/check.log" | sed -n '/Status:/p'
 if [ $status -ne 0 ] || grep -qE "^Status:.*(ERROR|WARNING)" "$BUILD/check.log"; then
