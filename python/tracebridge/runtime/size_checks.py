@@ -55,7 +55,15 @@ import torch
 from ..ir import Graph, Node, Ref, refs_in
 from ..ir import ops as opset
 from . import dead_code, inplace
-from .folding import _ALIASING, _autocast, _epoch, _function_modes
+from .folding import (
+    _ALIASING,
+    _autocast,
+    _data_ptr,
+    _epoch,
+    _function_modes,
+    _is,
+    _version,
+)
 from .views import VIEW_OPS
 
 OP = "prim.size_checks"  # the op of a SizeCheckNode (not in the op set: never in a file)
@@ -299,7 +307,6 @@ def _writes(node: Node) -> bool:
 _plain_types = (torch.Tensor, torch.nn.Parameter)
 _default_dtype = torch.get_default_dtype
 _getitem = operator.getitem
-_is = operator.is_
 
 
 def _same(held: list, state: list) -> bool:
@@ -307,8 +314,6 @@ def _same(held: list, state: list) -> bool:
 
 
 _plain_set = frozenset(_plain_types)
-_version = operator.attrgetter("_version")
-_data_ptr = torch.Tensor.data_ptr
 _strided = torch.strided
 
 
