@@ -273,7 +273,6 @@ static void release_all(void) {
   clear(&torch_.device);
   clear(&torch_.s_dtype);
   clear(&torch_.s_sub);
-  clear(&torch_.s_index_select);
   clear(&torch_.s_is_floating_point);
   clear(&torch_.s_version);
 }
@@ -335,13 +334,12 @@ SEXP tb_py_init(SEXP torch, SEXP bridge, SEXP example, SEXP libpython, SEXP tb) 
   torch_.device = py.GetAttrString(t, "device");
   torch_.s_dtype = py.UnicodeIntern("dtype");
   torch_.s_sub = py.UnicodeIntern("sub");
-  torch_.s_index_select = py.UnicodeIntern("index_select");
   torch_.s_is_floating_point = py.UnicodeIntern("is_floating_point");
   torch_.s_version = py.UnicodeIntern("_version");
   int ok = torch_.tensor_type && torch_.size_type && torch_.set_grad && torch_.is_grad &&
            torch_.binary_ops && torch_.r_positions && torch_.select_positions &&
            torch_.one && torch_.one_t && torch_.where && torch_.dtype_bool && torch_.s_add && torch_.s_item && torch_.s_ndim && torch_.empty && torch_.device && torch_.s_dtype &&
-           torch_.s_sub && torch_.s_index_select && torch_.s_is_floating_point && torch_.s_version &&
+           torch_.s_sub && torch_.s_is_floating_point && torch_.s_version &&
            PY_TYPE(x) == torch_.tensor_type;
   if (!ok) {
     if (py.ErrOccurred() != NULL) {

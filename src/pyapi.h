@@ -99,7 +99,7 @@ typedef struct {
   PyObject *empty;         /* torch.empty */
   PyObject *device;        /* torch.device */
   PyObject *s_add, *s_item, *s_ndim, *s_dtype; /* interned attribute names */
-  PyObject *s_sub, *s_index_select, *s_is_floating_point, *s_version;
+  PyObject *s_sub, *s_is_floating_point, *s_version;
 } Torch;
 
 extern Torch torch_;
