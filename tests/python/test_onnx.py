@@ -25,7 +25,8 @@ onnx = pytest.importorskip("onnx", reason="the onnx extra is not installed")
 onnxruntime = pytest.importorskip("onnxruntime", reason="the onnx extra is not installed")
 pytest.importorskip("onnxscript", reason="the onnx extra is not installed")
 
-# case -> why ONNX cannot hold it (checked below to stay a short, real list)
+# case -> why ONNX cannot hold it (checked below to stay a short, real list; export_onnx
+# refuses it with a clear error: test_a_method_that_updates_buffers_is_refused_before_writing)
 NOT_EXPORTABLE = {
     "cnn_train": "a training-mode graph: BatchNorm on batch statistics updates its buffers "
     "in place, and an ONNX model is an inference graph without state to update",
@@ -210,3 +211,72 @@ def test_a_query_whose_mask_allows_no_key_gets_zeros_as_in_eager(tmp_path):
         assert torch.equal(want[0, :, 1], torch.zeros_like(want[0, :, 1]))
         (got,) = _run(path, [q, k, v, mask])
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+# --- found by benchmarks/deploy_trial.py ----------------------------------------------------
+
+
+class _Counter(torch.nn.Module):
+    """Updates buffers in place in eval mode (a call counter, a running mean)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+        self.register_buffer("running", torch.zeros(4))
+
+    def forward(self, x):
+        self.calls += 1
+        self.running.mul_(0.9).add_(x.mean(0) * 0.1)
+        return self.lin(x) + self.running
+
+
+def test_a_method_that_updates_buffers_is_refused_before_writing(tmp_path: Path) -> None:
+    # Was silently wrong: the file answered every call with the buffers' saved values.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = tracebridge.trace(_Counter().eval(), torch.rand(3, 4))
+    out = tmp_path / "counter.onnx"
+    with pytest.raises(OnnxExportError, match=r"updates state in place \(calls, running\)"):
+        tracebridge.export_onnx(traced, out)
+    assert not out.exists()
+    train = _trace(CASES["cnn_train"]())  # BatchNorm's running statistics in training mode
+    with pytest.raises(OnnxExportError, match=r"running_mean.*\.eval\(\)"):
+        tracebridge.export_onnx(train, tmp_path / "train.onnx")
+
+
+def test_random_ops_are_checked_by_shape_and_dtype_with_a_warning(tmp_path: Path) -> None:
+    def f(x):
+        return torch.nn.functional.dropout(x, 0.5, training=True) + torch.randn_like(x)
+
+    traced = tracebridge.trace(f, torch.rand(4, 8), check_trace=False)
+    with pytest.warns(UserWarning, match=r"draws random numbers \(dropout, randn_like\)"):
+        path = tracebridge.export_onnx(traced, tmp_path / "random.onnx")
+    assert _run(path, [torch.rand(6, 8)])[0].shape == (6, 8)
+
+
+def test_float16_is_checked_at_its_own_tolerance(tmp_path: Path) -> None:
+    net = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.GELU(), torch.nn.Linear(16, 3))
+    torch.manual_seed(0)
+    traced = tracebridge.trace(net.half().eval(), torch.randn(4, 6).half())
+    path = tracebridge.export_onnx(traced, tmp_path / "half.onnx")  # 1e-4 refused it
+    x = torch.randn(7, 6).half()
+    torch.testing.assert_close(_run(path, [x])[0], net(x), atol=1e-2, rtol=1e-2)
+
+
+def test_onnx_runtime_without_a_kernel_is_an_onnx_export_error(tmp_path: Path) -> None:
+    net = torch.nn.Sequential(torch.nn.Linear(6, 3), torch.nn.GELU()).double().eval()
+    traced = tracebridge.trace(net, torch.randn(4, 6, dtype=torch.float64))
+    with pytest.raises(OnnxExportError, match=r"ONNX Runtime cannot run it: .*check=False"):
+        tracebridge.export_onnx(traced, tmp_path / "double.onnx")
+
+
+def test_a_method_that_writes_its_input_is_checked_on_the_values_passed(tmp_path: Path) -> None:
+    def f(x):
+        x.add_(1)
+        return x * 2
+
+    traced = tracebridge.trace(f, torch.rand(3, 4))
+    path = tracebridge.export_onnx(traced, tmp_path / "inplace.onnx")  # was refused
+    x = torch.rand(5, 4)
+    torch.testing.assert_close(_run(path, [x])[0], (x + 1) * 2)
