@@ -903,3 +903,34 @@ def test_records_cuda_graphs_in_the_cuda_graph_modes_on_a_gpu():
     assert backend("max-autotune").records_cuda_graphs([_OnCuda()])
     assert not backend("reduce-overhead").records_cuda_graphs([torch.rand(2)])
     assert not backend("default").records_cuda_graphs([_OnCuda()])
+
+
+# --- found by benchmarks/deploy_trial.py ----------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["reference", "whole_plain"])
+def test_a_model_that_writes_its_input_compiles_and_leaves_the_example_alone(backend):
+    # The warm-up and the check ran on the same tensors, each run adding 1 again: the check
+    # refused a right compile ("differs between the code and the trace").
+    def f(x):
+        x.add_(1)
+        return x * 2
+
+    example = torch.rand(3, 4)
+    given = example.clone()
+    compiled = tracebridge.compile(f, (example,), backend=backend)
+    assert torch.equal(example, given + 1)  # the trace's own run, as eager's would
+    x = torch.rand(5, 4)
+    torch.testing.assert_close(compiled(x.clone()), (x + 1) * 2)
+
+
+def test_compile_takes_strict_for_dict_outputs():
+    def f(x):
+        return {"sum": x.sum(1), "max": x.amax(1)}
+
+    with pytest.raises(tracebridge.TraceError, match="strict"):
+        tracebridge.compile(f, (torch.rand(3, 4),), backend="whole_plain")
+    compiled = tracebridge.compile(f, (torch.rand(3, 4),), backend="whole_plain", strict=False)
+    x = torch.rand(6, 4)
+    got = compiled(x)
+    assert set(got) == {"sum", "max"} and torch.equal(got["sum"], x.sum(1))

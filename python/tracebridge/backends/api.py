@@ -112,7 +112,7 @@ def _record_inputs(obj, plan: MethodPlan, args: tuple, module) -> dict[str, tupl
     obj._set_functions("forward", {op: recorder(op, fn) for op, fn in plain.items()})
     try:
         with preserved(module), torch.no_grad():
-            obj(*args)
+            obj(*_fresh(args))
     finally:
         obj._set_functions("forward", plain)
     return seen
@@ -208,7 +208,7 @@ def _culprit(obj, plan: MethodPlan, plain: dict[str, Callable], args, module) ->
     obj._set_functions("forward", {op: comparer(op) for op in compiled})
     try:
         with preserved(module), torch.no_grad():
-            obj(*args)
+            obj(*_fresh(args))
     finally:
         obj._set_functions("forward", compiled)
     if not errors:
@@ -217,11 +217,22 @@ def _culprit(obj, plan: MethodPlan, plain: dict[str, Callable], args, module) ->
     return f"{op.split('.', 1)[1]} (max absolute error {errors[op]:.3g} on its own)"
 
 
+def _fresh(args: tuple) -> tuple:
+    """A copy of ``args`` whose tensors are clones: each run of the warm-up and the check
+    gets inputs of its own, so a model that writes its input in place (``x.add_(1)``) is
+    compared on the values the user passed, not on what the previous run left (the check
+    refused such models as "differs between the code and the trace"), and compiling leaves
+    the user's example inputs as they were."""
+    leaves, spec = pytree.flatten(args, is_tensor)
+    return pytree.unflatten([x.clone() if is_tensor(x) else x for x in leaves], spec)
+
+
 def _check(model, obj, args, check_inputs, tolerance, module, backend, advice) -> None:
     """The compiled object against the model on the example and check inputs, from the same
     RNG state; ``advice(case)`` says, after the comparison's message, what to try."""
     cases = [args] + [api._as_args(c) for c in (check_inputs or [])]
-    for index, case in enumerate(cases):
+    for index, given in enumerate(cases):
+        case = _fresh(given)
         label = (
             f"backend {backend!r} on the example inputs"
             if index == 0
@@ -232,7 +243,7 @@ def _check(model, obj, args, check_inputs, tolerance, module, backend, advice) -
             expected = model(*case)
         torch.set_rng_state(rng)
         with preserved(module), torch.no_grad():
-            got = obj(*case)
+            got = obj(*_fresh(given))
         try:
             compare_outputs(expected, got, tolerance, label)
         except TracingCheckError as exc:
@@ -312,7 +323,7 @@ def _warm_up(impl: Backend, obj, args: tuple, module, timeout, verbose: bool) ->
         start = time.perf_counter()
         try:
             with preserved(module):
-                obj(*args)
+                obj(*_fresh(args))
         except BaseException as exc:  # noqa: BLE001 - reported in the caller's thread
             failure.append(exc)
             return
@@ -399,6 +410,7 @@ def compile(
     backend: str = "inductor",
     min_subgraph_size: int = 2,
     verbose: bool = False,
+    strict: bool = True,
 ) -> CompiledFunction | CompiledModule | nn.Module:
     """Trace ``model`` on ``example_inputs``, compile the subgraphs ``backend`` supports,
     run the rest on the torch runtime, and return an object that runs, with ``.graph``
@@ -420,6 +432,8 @@ def compile(
         min_subgraph_size: runs with fewer supported tensor ops stay on the runtime.
         verbose: print the coverage report before compiling and each partition's compile
             time.
+        strict: as for :func:`trace`: ``False`` lets the model return mutable containers
+            (dicts, lists).
 
     >>> import torch, tracebridge
     >>> from tracebridge.backends import compile
@@ -453,6 +467,7 @@ def compile(
         check_trace=check_trace,
         check_inputs=check_inputs,
         check_tolerance=1e-5 if check_tolerance is None else check_tolerance,
+        strict=strict,
     )
     if check_tolerance is None:
         check_tolerance = default_tolerance(args, traced)
