@@ -17,9 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 
 from ..errors import TraceError
-from ..export.fx import graph_module
+from ..export.fx import _register, graph_module
+from ..export.fx import info as fx_info
 from ..ir import Graph, pytree
 from ..runtime import Method, support
 from .partition import STRUCTURAL, _is_shape, find_runs
@@ -114,11 +116,40 @@ class WholeGraphMethod(Method):
             )
         return self.graph_module
 
+    def _bindings(self) -> list[tuple[dict, str, nn.Module, str]]:
+        """``(table, key, holder, leaf)`` for each state tensor of the GraphModule: where
+        the traced object reads it (``module._parameters``, ...) and where the GraphModule
+        holds it (``holder.leaf``)."""
+        gm = self.build()
+        out = []
+        for name, path in fx_info(gm).state.items():
+            table, key = self._slots[name]
+            owner, _, leaf = path.rpartition(".")
+            out.append((table, key, gm.get_submodule(owner), leaf))
+        return out
+
     def _make(self, guards: bool):
         # Guards are inside the compiled graph: they are checked whatever ``guards`` says.
         if self._whole is None:
             self._whole = self.plan.compile(self.build())
         compiled = self._whole
+        # Note: rebinding. The GraphModule holds the state tensors themselves; a parameter
+        # set anew on the original (``net.fc.weight = nn.Parameter(...)``) replaces the
+        # entry of the original's table, which the plain runtime reads at every call but
+        # the GraphModule never saw: the compiled call answered with the old weight,
+        # silently. One identity test per state tensor (what the plain runtime's own
+        # reads cost) finds it, and the new tensor is put into the GraphModule, where
+        # Dynamo's guards take it (a recompile only if its shape or dtype changed).
+        bindings = self._bindings()
+        held = [getattr(holder, leaf) for _, _, holder, leaf in bindings]
+
+        def rebind():
+            for index, (table, key, holder, leaf) in enumerate(bindings):
+                tensor = table[key]
+                if tensor is not held[index]:
+                    _register(holder, leaf, tensor)
+                    held[index] = tensor
+
         graph, spec = self.graph, self.graph.out_spec
         ranks = [len(v.shape or []) for v in graph.inputs]
         kinds = [support.kind_of(v.dtype) for v in graph.inputs]
@@ -128,6 +159,10 @@ class WholeGraphMethod(Method):
         def run(*leaves):
             # The runtime's input checks (rank, kind of dtype), inline: this wrapper is
             # all that a compiled call costs beyond torch.compile's own.
+            for (table, key, _, _), tensor in zip(bindings, held):
+                if table.get(key) is not tensor:
+                    rebind()
+                    break
             for leaf, rank, kind in zip(leaves, ranks, kinds):
                 if leaf.dim() != rank or (kind is not None and kind_of(leaf.dtype) != kind):
                     support.check_inputs(graph, leaves)
