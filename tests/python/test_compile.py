@@ -934,3 +934,33 @@ def test_compile_takes_strict_for_dict_outputs():
     x = torch.rand(6, 4)
     got = compiled(x)
     assert set(got) == {"sum", "max"} and torch.equal(got["sum"], x.sum(1))
+
+
+@pytest.mark.parametrize("backend", ["whole_plain", "reference"])
+def test_a_parameter_set_anew_on_the_original_is_seen_after_compiling(backend):
+    # The whole graph held the old Parameter: silently the old weights (the plain trace
+    # and the partitions read the module's table at every call and were right).
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(6, 12), torch.nn.ReLU(), torch.nn.Linear(12, 3))
+    net.eval()
+    compiled = tracebridge.compile(net, (torch.rand(4, 6),), backend=backend)
+    x = torch.rand(5, 6)
+    compiled(x)
+    net[0].weight = torch.nn.Parameter(torch.randn(12, 6))
+    net[2].register_buffer("unused", torch.zeros(1))  # not state of the trace: ignored
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), net(x))
+        net[0].weight = torch.nn.Parameter(torch.randn(12, 6))
+        torch.testing.assert_close(compiled(x), net(x))
+
+
+def test_inductor_refuses_an_input_that_requires_grad_instead_of_dropping_its_gradient():
+    # Was torch's "element 0 of tensors does not require grad" at backward, or, with the
+    # output summed into a larger loss, a gradient silently missing.
+    compiled = tracebridge.compile(lambda x: (x * 3).relu(), (torch.rand(4),))
+    x = torch.rand(6, requires_grad=True)
+    with pytest.raises(backends.BackendError, match=r"input 0 requires grad.*--autograd"):
+        compiled(x)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), (x * 3).relu())
+    torch.testing.assert_close(compiled(x.detach()), (x.detach() * 3).relu())

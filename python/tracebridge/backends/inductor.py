@@ -32,7 +32,7 @@ from collections.abc import Callable
 import torch
 
 from ..ir import Node
-from .base import Backend
+from .base import Backend, BackendError
 from .opsets import SUPPORTED, supported_by_set, supported_whole
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -121,7 +121,8 @@ def _compiled(fn: Callable, example_inputs, args, workdir) -> Callable:
     backend's arguments, compiled now on ``example_inputs``, or at the first call (in
     ``workdir``) when there are none, as after load."""
     mode = None if args.mode == "default" else args.mode
-    if isinstance(fn, torch.fx.GraphModule):
+    whole = isinstance(fn, torch.fx.GraphModule)
+    if whole:
         # Note: the bound ``forward``, not the GraphModule. Dynamo compiles the frame of
         # ``forward`` either way (``self`` is the GraphModule, its parameters and buffers
         # are module attributes: static inputs for CUDA graphs, as with
@@ -132,7 +133,7 @@ def _compiled(fn: Callable, example_inputs, args, workdir) -> Callable:
     compiled = torch.compile(
         fn, backend="inductor", dynamic=args.dynamic, fullgraph=args.fullgraph, mode=mode
     )
-    run = compiled if args.autograd else _inference(compiled)
+    run = compiled if args.autograd else _inference(compiled, refuse_grad_inputs=whole)
     if example_inputs is None:
         return _FirstCallIn(run, workdir, args.debug) if workdir is not None else run
     with _environment(workdir, args.debug):
@@ -140,10 +141,24 @@ def _compiled(fn: Callable, example_inputs, args, workdir) -> Callable:
     return run
 
 
-def _inference(fn: Callable) -> Callable:
+def _inference(fn: Callable, refuse_grad_inputs: bool = False) -> Callable:
+    """``fn`` run under ``no_grad``. With ``refuse_grad_inputs`` (a whole graph, whose inputs
+    are the call's own tensors, not parameters), an input that requires grad while grad
+    mode is on is refused: its gradient would be silently missing (a loss summing this
+    output with others trains on the others only)."""
+
     def run(*inputs):
         if not torch.is_grad_enabled():  # already inference: skip entering no_grad
             return fn(*inputs)
+        if refuse_grad_inputs:
+            for index, x in enumerate(inputs):
+                if isinstance(x, torch.Tensor) and x.requires_grad:
+                    raise BackendError(
+                        f"input {index} requires grad, but this compiled model runs for "
+                        "inference (under no_grad), so no gradient would reach it: call it "
+                        "under torch.no_grad() or on a detached input, or compile with "
+                        "compiler_args=['--autograd'] for gradients through it"
+                    )
         with torch.no_grad():
             return fn(*inputs)
 
