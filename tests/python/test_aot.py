@@ -411,3 +411,42 @@ def test_cpp_example_runs_the_package(compiled_file, tmp_path):
         x = torch.linspace(-1, 1, torch.Size(shape).numel()).reshape(shape)
         (got,) = _parse_outputs(run.stdout)
         torch.testing.assert_close(got, net(x).double(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_call_the_package_was_not_compiled_for_is_refused_not_garbage(compiled_file):
+    # Found by benchmarks/deploy_trial.py: a package reads its inputs' raw memory with the
+    # dtype, rank and strides it was compiled for and checked none of them: a float64 or a
+    # transposed input gave garbage, silently.
+    m = tracebridge.load_compiled(compiled_file, trust_compiled_code=True)
+    assert m.compiled_form == "aot"
+    net = small_cnn()
+    x = torch.rand(2, 3, 16, 16)
+    with pytest.raises(tracebridge.TraceError, match=r"torch.float64, but the AOTInductor"):
+        m(x.double())
+    with pytest.raises(tracebridge.TraceError, match=r"has 3 dimensions, but the trace has 4"):
+        m(x[0])
+    with pytest.raises(tracebridge.TraceError, match=r"refused the call|fixed size"):
+        m(torch.rand(2, 5, 16, 16))  # other channels: the weights fix them
+    channels_last = x.to(memory_format=torch.channels_last)
+    assert not channels_last.is_contiguous()
+    with torch.no_grad():
+        torch.testing.assert_close(m(channels_last), net(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(m(x[:1]), net(x[:1]), rtol=1e-5, atol=1e-5)  # batch 1
+
+
+def test_input_check_holds_one_size_per_symbol():
+    from tracebridge.ir import Graph, Value
+
+    graph = Graph(
+        inputs=[
+            Value(1, dtype="float32", shape=["s0", 4], name="x"),
+            Value(2, dtype="float32", shape=["s0"], name="y"),
+        ]
+    )
+    check = aot.InputCheck(graph, "forward")
+    x, y = torch.rand(3, 4), torch.rand(3)
+    assert check([x, y])[1] is y
+    with pytest.raises(tracebridge.TraceError, match=r"'y' has size 5 .* one size s0 .* is 3"):
+        check([x, torch.rand(5)])
+    with pytest.raises(tracebridge.TraceError, match=r"fixed size 4"):
+        check([torch.rand(3, 5), y])

@@ -43,6 +43,70 @@ from .api import load_compiled as recompile
 RUNTIME = "runtime"
 AOT = "aot"
 RECOMPILED = "recompiled"
+AOTI_CHECK_INPUTS = "AOTI_RUNTIME_CHECK_INPUTS"
+# Packages are exported with each symbolic size of 1 made 2 (``_widened``): their dynamic
+# sizes have a lower bound of 2, which the package's input checks would enforce, refusing
+# the batch of 1 that the trace serves and the package computes.
+PACKAGE_CONFIGS = {"aot_inductor.check_lowerbound": False}
+
+
+class InputCheck:
+    """The checks of a call's flat inputs before they reach a package.
+
+    Note: why. A package runs on the raw memory of its inputs with the dtype, rank, fixed
+    sizes and strides it was compiled for, and checks none of them unless asked (the
+    trial in benchmarks/deploy_trial.py: a float64 input, a wider fixed dimension, an
+    extra dimension or a transposed input each gave garbage, silently). This is the
+    runtime's rule for a traced method (each input's rank and dtype; each fixed size;
+    one size per symbol), stricter on dtype (exactly the traced one: the package has no
+    kernels for another); a non-contiguous input is made contiguous, as the package
+    expects its inputs."""
+
+    def __init__(self, graph, method: str):
+        from ..ir import DTYPES
+
+        self.method = method
+        self.inputs = [
+            (v.name or f"input {i}", DTYPES.get(v.dtype or ""), list(v.shape or []))
+            for i, v in enumerate(graph.inputs)
+        ]
+
+    def __call__(self, flat: list) -> list:
+        sizes: dict[str, tuple[int, str]] = {}
+        out = []
+        for x, (name, dtype, shape) in zip(flat, self.inputs):
+            where = f"{self.method}: input {name!r}"
+            if not isinstance(x, torch.Tensor):
+                raise TraceError(f"{where} must be a tensor, not {type(x).__name__}")
+            if dtype is not None and x.dtype != dtype:
+                raise TraceError(
+                    f"{where} is {x.dtype}, but the AOTInductor package was compiled for "
+                    f"{dtype}: convert it (x.to({dtype})), or use .fallback"
+                )
+            if x.dim() != len(shape):
+                raise TraceError(
+                    f"{where} has {x.dim()} dimensions, but the trace has {len(shape)} "
+                    f"({_shown(shape)})"
+                )
+            for d, (want, got) in enumerate(zip(shape, x.shape)):
+                if isinstance(want, int) and got != want:
+                    raise TraceError(
+                        f"{where} has size {got} in dimension {d}, where the trace has the "
+                        f"fixed size {want} ({_shown(shape)})"
+                    )
+                if isinstance(want, str):
+                    seen = sizes.setdefault(want, (got, f"{name!r} dimension {d}"))
+                    if seen[0] != got:
+                        raise TraceError(
+                            f"{where} has size {got} in dimension {d}, but the trace has "
+                            f"one size {want} there and at {seen[1]}, which is {seen[0]}"
+                        )
+            out.append(x if x.is_contiguous() else x.contiguous())
+        return out
+
+
+def _shown(shape: list) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
 class CompiledCodeWarning(UserWarning):
@@ -101,7 +165,9 @@ def compile_package(
     inductor = importlib.import_module("torch._inductor")  # seconds: only compiling needs it
     with torch.no_grad():
         return inductor.aoti_compile_and_package(
-            exported, package_path=os.fspath(package_path), inductor_configs=inductor_configs
+            exported,
+            package_path=os.fspath(package_path),
+            inductor_configs={**PACKAGE_CONFIGS, **(inductor_configs or {})},
         )
 
 
@@ -194,8 +260,10 @@ class AOTCompiled:
     compiled_form = AOT
     compiled_reason = "the file's AOTInductor package runs (trust_compiled_code=True)"
 
-    def __init__(self, runner, load_fallback, in_spec: dict, out_spec: dict, method: str):
+    def __init__(self, runner, load_fallback, graph, method: str):
         self._runner = runner
+        self._check = InputCheck(graph, method)
+        in_spec, out_spec = graph.in_spec, graph.out_spec
         self._load_fallback = load_fallback
         self._fallback = None
         self._in_spec, self._out_spec = in_spec, out_spec
@@ -210,8 +278,17 @@ class AOTCompiled:
         return self._fallback
 
     def __call__(self, *args, **kwargs):
-        flat = fx.flatten_by_spec(self._in_spec, args, kwargs)
-        out = self._runner(flat)
+        flat = self._check(fx.flatten_by_spec(self._in_spec, args, kwargs))
+        try:
+            out = self._runner(flat)
+        except RuntimeError as exc:  # the package's own input checks (AOTI_RUNTIME_CHECK_INPUTS)
+            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+            raise TraceError(
+                f"the AOTInductor package of {self.method!r} refused the call: {first}. The "
+                "package serves the sizes torch.export kept dynamic and the ranges the "
+                "trace's guards allow; call .fallback (the plain program) for other calls, "
+                "or compile a package on inputs like these (save_compiled(example_inputs=...))"
+            ) from exc
         return out[0] if self._single else pytree.unflatten(list(out), self._out_spec)
 
     def __getattr__(self, name: str):
@@ -290,8 +367,13 @@ def _load(path, opened, trust: bool, map_location, runtime: str):
         )
     method = doc["compiled"].get("method", "forward")
     graph = _method_graph(doc, method, opened.name)
+    # The package's own input checks (dtype, fixed sizes, the ranges of dynamic ones,
+    # strides, device), compiled in by AOTInductor but off unless this variable is set
+    # when the package first runs: InputCheck covers what the trace knows, these what
+    # torch.export fixed beyond it (a size it specialised, a guard's range).
+    os.environ.setdefault(AOTI_CHECK_INPUTS, "1")
     runner = _load_package(path, doc, opened)
-    return AOTCompiled(runner, plain, graph.in_spec, graph.out_spec, method)
+    return AOTCompiled(runner, plain, graph, method)
 
 
 def _saved_device(doc: dict, map_location, name: str) -> torch.device | None:
