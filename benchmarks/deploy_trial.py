@@ -673,6 +673,56 @@ def extra_checks(workdir: str) -> list[dict]:
     return out
 
 
+# --- the summary table ------------------------------------------------------------------
+
+
+def merge(rows: list[dict], more: list[dict]) -> list[dict]:
+    """``rows`` with the cells of ``more`` (another run's paths) added by case name."""
+    by_case = {r["case"]: r for r in rows}
+    for row in more:
+        if row["case"] in by_case:
+            by_case[row["case"]].update({k: v for k, v in row.items() if isinstance(v, dict)})
+        else:
+            rows.append(row)
+    return rows
+
+
+def summary(rows: list[dict], paths: tuple = PATHS) -> str:
+    """A markdown table: case kind x path -> how many cases were right, refused some calls
+    clearly (right on the others), refused the case clearly, and were wrong."""
+    kinds: dict[str, list[dict]] = {}
+    for row in rows:
+        kinds.setdefault(row["kind"], []).append(row)
+    used = [p for p in paths if any(r.get(p, {}).get("verdict", "-") != "-" for r in rows)]
+    lines = [
+        "| case kind (cases) | " + " | ".join(used) + " |",
+        "|---|" + "---|" * len(used),
+    ]
+    for kind, members in kinds.items():
+        cells = []
+        for path in used:
+            counts: dict[str, int] = {}
+            for row in members:
+                verdict = row.get(path, {}).get("verdict", "-").split(" ")[0]
+                counts[verdict] = counts.get(verdict, 0) + 1
+            shown = [f"{counts[v]} {v}" for v in VERDICT_ORDER if counts.get(v)]
+            cells.append(", ".join(shown) or "-")
+        lines.append(f"| {kind} ({len(members)}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+VERDICT_ORDER = (
+    "right",
+    "right+refused",
+    "refused",
+    "tol",
+    "right+refused?",
+    "refused?",
+    "WRONG",
+    "-",
+)
+
+
 # --- main ---------------------------------------------------------------------------------
 
 
@@ -683,11 +733,18 @@ def zoo_specs(names: list[str] | None) -> list[Spec]:
     cases = zoo_models.all_cases()
     if names:
         cases = [c for c in cases if c.name in names]
+    def evaluating(build):
+        def make():
+            torch.manual_seed(0)
+            return build().eval()
+
+        return make
+
     return [
         Spec(
             c.name,
             f"zoo {c.category}",
-            c.build,
+            evaluating(c.build),
             c.inputs(),
             note=c.notes,
             paths=("trace", "fx", "export", "compile", "onnx"),
@@ -731,7 +788,17 @@ def main() -> None:
     parser.add_argument("--paths", nargs="*", default=list(PATHS))
     parser.add_argument("--only", nargs="*", help="case names")
     parser.add_argument("--json", help="write the rows here")
+    parser.add_argument(
+        "--table", nargs="*", help="print the summary table of these --json files, merged"
+    )
     args = parser.parse_args()
+    if args.table:
+        rows: list[dict] = []
+        for name in args.table:
+            with open(name) as f:
+                rows = merge(rows, json.load(f))
+        print(summary(rows))
+        return
     torch.set_num_threads(1)
     workdir = tempfile.mkdtemp(prefix="deploy-trial-")
     if args.set == "extra":
