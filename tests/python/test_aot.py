@@ -411,6 +411,17 @@ def test_cpp_example_runs_the_package(compiled_file, tmp_path):
         x = torch.linspace(-1, 1, torch.Size(shape).numel()).reshape(shape)
         (got,) = _parse_outputs(run.stdout)
         torch.testing.assert_close(got, net(x).double(), rtol=1e-5, atol=1e-6)
+    # From C++ nothing checks a call but the package itself, and only when asked: with
+    # AOTI_RUNTIME_CHECK_INPUTS=1 an input of other channels is refused (without it, its
+    # memory would be read as 3 channels: docs/aot.md).
+    run = subprocess.run(
+        [str(tmp_path / "run"), package, "2", "5", "16", "16"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "AOTI_RUNTIME_CHECK_INPUTS": "1"},
+    )
+    assert run.returncode != 0 and "input_handles[0]" in run.stderr + run.stdout
 
 
 def test_a_call_the_package_was_not_compiled_for_is_refused_not_garbage(compiled_file):
