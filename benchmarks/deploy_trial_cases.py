@@ -445,10 +445,17 @@ def hand_specs() -> list[Spec]:
             fn(f_input_mutated),
             [(rn(3, 4),), (rn(5, 4, seed=1),)],
             note="mutates its input",
+            paths=AOT,
         ),
         S("setitem", "views/in-place", fn(f_setitem), [(rn(3, 4),), (rn(5, 4, seed=1),)]),
         S("slices", "views/in-place", fn(f_slices), [(rn(3, 6),), (rn(5, 6, seed=1),)]),
-        S("aliased_outputs", "views/in-place", fn(f_alias_out), [(rn(3, 4),), (rn(2, 4, seed=1),)]),
+        S(
+            "aliased_outputs",
+            "views/in-place",
+            fn(f_alias_out),
+            [(rn(3, 4),), (rn(2, 4, seed=1),)],
+            paths=AOT,
+        ),
         S(
             "noncontiguous_math",
             "views/in-place",
@@ -525,6 +532,7 @@ def hand_specs() -> list[Spec]:
             [(rn(4, 3, 6, 6),), (rn(3, 3, 6, 6, seed=1),), (rn(5, 3, 4, 4, seed=2),)],
             stateful=True,
             mode="train",
+            paths=AOT,
         ),
         S(
             "batchnorm_eval",
@@ -539,6 +547,7 @@ def hand_specs() -> list[Spec]:
             seeded(Counter),
             [(rn(3, 4),), (rn(5, 4, seed=1),), (rn(2, 4, seed=2),)],
             stateful=True,
+            paths=AOT,
         ),
         S(
             "respect_mode_eval",
