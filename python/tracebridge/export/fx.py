@@ -40,6 +40,7 @@ from typing import Any
 import torch
 from torch import fx, nn
 
+from ..check.state_writes import writes_by_node
 from ..errors import GuardError, TraceError
 from ..ir import Graph, Node, Program, Ref, pytree
 from ..ir.ops import VARIADIC_OUTPUTS
@@ -566,3 +567,41 @@ def dynamic_shapes(gm: fx.GraphModule) -> tuple:
         {d: torch.export.Dim.AUTO for d, size in enumerate(shape) if isinstance(size, str)} or None
         for shape in meta.input_shapes
     )
+
+
+# Normalisations that update their running statistics only when this argument is True.
+_STATISTICS_FLAG = {
+    "batch_norm": (5, "training"),
+    "native_batch_norm": (5, "training"),
+    "instance_norm": (5, "use_input_stats"),
+}
+
+
+def _writes_statistics(node: Node) -> bool:
+    """Whether a node that may write state does (``batch_norm`` in eval mode, with a
+    literal ``training=False``, reads its running statistics and writes nothing)."""
+    where = _STATISTICS_FLAG.get(node.op)
+    if where is None:
+        return True
+    position, keyword = where
+    flag = node.kwargs.get(keyword, node.args[position] if len(node.args) > position else True)
+    return flag is not False
+
+
+def state_written(graph: Graph, methods: dict[str, Graph]) -> list[str]:
+    """The state names a call of ``graph`` updates in place (BatchNorm's running statistics
+    in training mode, a buffer the model writes), sorted. A GraphModule shares them with
+    the traced module, but an exported program (an ONNX model, an AOTInductor package)
+    holds copies, which such updates would leave behind: its exporters refuse them.
+
+    >>> import torch, tracebridge
+    >>> bn = torch.nn.BatchNorm1d(2)
+    >>> program = tracebridge.trace(bn, torch.rand(3, 2)).program
+    >>> state_written(program.methods["forward"], program.methods)
+    ['num_batches_tracked', 'running_mean', 'running_var']
+    """
+    written: set[str] = set()
+    for index, roots in writes_by_node(graph, methods):
+        if _writes_statistics(graph.nodes[index]):
+            written |= {where for kind, where in roots if kind == "state"}
+    return sorted(written)

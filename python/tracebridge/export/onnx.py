@@ -27,7 +27,6 @@ from pathlib import Path
 
 import torch
 
-from ..check.state_writes import writes_by_node
 from ..errors import TraceError
 from ..ir import ops
 from . import fx as bridge
@@ -193,12 +192,7 @@ def default_tolerance(inputs: list, program) -> float:
 def _refuse_state_writes(graph, methods: dict, name: str) -> None:
     """An ONNX model has no state: a method that updates buffers in place would be
     exported as if it did not, every call of the file using the values saved in it."""
-    written = set()
-    for index, roots in writes_by_node(graph, methods):
-        if not _writes_statistics(graph.nodes[index]):
-            continue
-        written |= {where for kind, where in roots if kind == "state"}
-    written = sorted(written)
+    written = bridge.state_written(graph, methods)
     if written:
         shown = ", ".join(written[:6]) + (", ..." if len(written) > 6 else "")
         raise OnnxExportError(
@@ -209,25 +203,6 @@ def _refuse_state_writes(graph, methods: dict, name: str) -> None:
             "(model.eval() before tracing, or trace with respect_mode=True and call "
             ".eval()), or keep the update out of the traced method"
         )
-
-
-# Normalisations that update their running statistics only when this argument is True.
-_STATISTICS_FLAG = {
-    "batch_norm": (5, "training"),
-    "native_batch_norm": (5, "training"),
-    "instance_norm": (5, "use_input_stats"),
-}
-
-
-def _writes_statistics(node) -> bool:
-    """Whether a node that may write state does (``batch_norm`` in eval mode, with a
-    literal ``training=False``, reads its running statistics and writes nothing)."""
-    where = _STATISTICS_FLAG.get(node.op)
-    if where is None:
-        return True
-    position, keyword = where
-    flag = node.kwargs.get(keyword, node.args[position] if len(node.args) > position else True)
-    return flag is not False
 
 
 def _random_ops(graph) -> list[str]:
