@@ -700,3 +700,120 @@ def test_zip_header_mutations_are_tracebridge_errors_or_loads(tmp_path, mutation
     case.write_bytes(raw)
     with contextlib.suppress(tracebridge.TraceError):
         tracebridge.load(case)
+
+
+# --- crafted attacks (tests/python/attack_cases.py) ---------------------------------------
+
+
+def _base_members(tmp_path: Path, which: str) -> tuple[dict, bytes]:
+    path = tmp_path / f"base-{which}.tb"
+    torch.manual_seed(0)
+    if which == "linear":
+        tracebridge.trace(nn.Linear(3, 2), torch.randn(4, 3)).save(path)
+    else:
+        tracebridge.trace(torch.neg, torch.randn(3)).save(path)
+    with zipfile.ZipFile(path) as archive:
+        return json.loads(archive.read("program.json")), archive.read("tensors.safetensors")
+
+
+def build_attack(folder: Path, name: str, case: dict, bases: dict) -> dict:
+    """The file of one crafted case and the job that runs it (canary_child's form)."""
+    import hashlib
+
+    from .test_op_contract import write_artifact
+
+    which = case.get("base", "neg")
+    doc, tensors = bases[which]
+    doc = copy.deepcopy(doc)
+    if "nodes" in case:
+        graph = doc["methods"]["forward"]
+        nodes = case["nodes"]
+        graph["nodes"] = ([] if which == "neg" else graph["nodes"][:2]) + nodes
+        last = nodes[-1]["outputs"][0]["id"]
+        graph["outputs"], graph["out_spec"] = [{"ref": last}], {"t": "leaf"}
+    if "doc" in case:
+        doc = case["doc"](doc)
+    if "tensors" in case:
+        tensors = case["tensors"]
+        doc["tensors"]["sha256"] = hashlib.sha256(tensors).hexdigest()
+    path = folder / f"{len(list(folder.glob('attack-*.tb')))}.tb"
+    path = folder / f"attack-{path.stem}.tb"
+    write_artifact(path, doc, tensors)
+    shape = [4, 3] if which == "linear" else [3]
+    return {"path": str(path), "shape": shape, "calls": case.get("calls", 2), "name": name}
+
+
+ATTACK_SECONDS = 300  # one child's budget; a case that hangs is marked and skipped
+
+
+def run_attacks(folder: Path, cases: dict) -> dict[str, dict]:
+    """Each crafted case's outcome (canary_child's), run in children limited to
+    ``MEMORY_BYTES`` of address space."""
+    from .canary_child import run_batch
+
+    bases = {which: _base_members(folder, which) for which in ("neg", "linear")}
+    jobs = [build_attack(folder, name, case, bases) for name, case in cases.items()]
+    outcomes = run_batch(jobs, folder, timeout=ATTACK_SECONDS, memory_bytes=MEMORY_BYTES)
+    return dict(zip(cases, outcomes))
+
+
+def attack_failure(outcome: dict) -> str | None:
+    """Why an outcome breaks the promise, or None: a refusal at load or at the call, or a
+    run whose outputs hold no canary and whose state did not change."""
+    stage = outcome["stage"]
+    if stage in ("load", "call"):
+        return None
+    if stage == "ok" and not outcome["canary"] and not outcome["changed"]:
+        return None
+    return json.dumps(outcome)[:600]
+
+
+@pytest.fixture(scope="module")
+def attacks(tmp_path_factory) -> dict[str, dict]:
+    """The outcome of every crafted case of ``attack_cases.FAMILIES``."""
+    from .attack_cases import all_cases
+
+    return run_attacks(tmp_path_factory.mktemp("attacks"), all_cases())
+
+
+def test_crafted_attacks_are_refused_or_run_within_their_tensors(attacks):
+    """Every crafted case: refused at load or at the call with tracebridge's error, or run
+    without a crash, a hang, an allocation past the cap, a canary word or a state change."""
+    failures = {name: why for name, o in attacks.items() if (why := attack_failure(o))}
+    stages = Counter(o["stage"] for o in attacks.values())
+    print(f"\ncrafted attacks: {len(attacks)} cases: " + ", ".join(
+        f"{k}: {v}" for k, v in sorted(stages.items())))  # fmt: skip
+    assert not failures, "\n".join(f"{k}: {v}" for k, v in list(failures.items())[:20])
+
+
+@pytest.mark.parametrize(
+    "case", ["tensor_sum_wraps_to_0", "one_arg_sum_wraps_to_3", "output_size_sum_wraps_to_3"]
+)
+def test_repeat_interleave_counts_whose_sum_wraps_are_refused(attacks, case):
+    """Repeats of 2**62 whose int64 sum wraps to 0 or 3: the kernel allocated that and
+    wrote 2**64 elements past it (a segfault). Each count is bounded before the sum."""
+    outcome = attacks[f"repeat_interleave:{case}"]
+    assert outcome["stage"] == "call", outcome
+    assert "a repeat count of 46116860184273879" in outcome["message"]
+    assert "repeat_interleave" in outcome["message"]
+
+
+def test_repeat_interleave_is_bounded_in_bytes(attacks):
+    """2**27 repeats of one complex128 element (2 GiB, fewer elements than the old bound
+    of 2**28): refused at the call in bytes; with a float64 literal, at load."""
+    called = attacks["repeat_interleave:complex_bytes"]
+    assert called["stage"] == "call", called
+    assert "2147483648 bytes" in called["message"]
+    loaded = attacks["repeat_interleave:float64_bytes_at_load"]
+    assert loaded["stage"] == "load", loaded
+    assert "repeat_interleave makes a tensor" in loaded["message"]
+    assert "2147483640 bytes" in loaded["message"]
+
+
+def test_as_strided_of_a_size_computed_at_the_call_is_bounded(attacks):
+    """``as_strided(x, [3 * 2**40], [0]).sum()``, the size computed from ``x.size(0)``:
+    a view within the input's one element that a sum read for hours. Bounded as an
+    expand is: its elements at its width within alloc_bytes."""
+    outcome = attacks["as_strided:computed_size"]
+    assert outcome["stage"] == "call", outcome
+    assert "as_strided" in outcome["message"] and "limit of 1073741824 bytes" in outcome["message"]

@@ -223,10 +223,29 @@ class Budget:
                 shape = (1,) * (len(reps) - len(shape)) + shape
                 reps = [1] * (len(shape) - len(reps)) + reps
                 return (tuple(s * r for s, r in zip(shape, reps)), width, 0)
+        if op == "repeat_interleave" and known and known[0]:
+            return self._repeat_interleave(known[0], args, kwargs)
         if op == "one_hot" and known and known[0]:
             classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
             if isinstance(classes, int) and classes > 0:
                 return (known[0][0] + (classes,), 8, 0)
+        return None
+
+    def _repeat_interleave(self, known: tuple[Shape, int], args: list, kwargs: dict):
+        """``repeat_interleave(x, n, dim)`` with a written ``n``: ``x``'s elements times ``n``
+        (flattened without a dim), at ``x``'s width (2**27 repeats of one complex128
+        element are 2 GiB, though fewer elements than ``literal_numel``)."""
+        repeats = args[1] if len(args) > 1 else kwargs.get("repeats")
+        dim = args[2] if len(args) > 2 else kwargs.get("dim")
+        if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 0:
+            return None
+        shape, width = known
+        if dim is None:
+            return ((_numel(shape) * repeats,), width, 0)
+        if isinstance(dim, int) and not isinstance(dim, bool) and -len(shape) <= dim < len(shape):
+            grown = list(shape)
+            grown[dim] = max(grown[dim], 0) * repeats
+            return (tuple(grown), width, 0)
         return None
 
     def _squares(self, op, args, kwargs):
