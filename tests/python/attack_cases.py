@@ -597,7 +597,232 @@ def passes_family() -> dict:
     return {f"passes:{k}": {"base": "linear", "nodes": v, "calls": 3} for k, v in cases.items()}
 
 
+# --- results larger than their operands' bytes --------------------------------------------
+
+
+class Wide:
+    """Nodes that make cheap wide operands: a one-element literal expanded to a written
+    shape (a view of one element, within the load limits), so that the op after them is
+    what would allocate."""
+
+    def __init__(self):
+        self.nodes: list[dict] = []
+        self.next = 1
+
+    def _id(self) -> int:
+        self.next += 1
+        return self.next - 1
+
+    def view(self, shape, dtype="float32", value=0.0) -> dict:
+        lit, wide = self._id(), self._id()
+        one = [value]
+        for _ in shape[1:]:
+            one = [one]
+        self.nodes.append(literal(lit, one, dtype, shape=[1] * len(shape)))
+        self.nodes.append(node("Tensor.expand", [ref(lit), tup(*shape)], out(wide, dtype, shape)))
+        return ref(wide)
+
+    def then(self, op, args, kwargs=None, dtype="float32", outputs=1) -> list[dict]:
+        made = [tensor_value(self._id(), dtype, ("?",)) for _ in range(outputs)]
+        return [*self.nodes, node(op, args, made, kwargs)]
+
+
+def _wide_case(build) -> list[dict]:
+    wide = Wide()
+    return build(wide)
+
+
+N = 2**16  # two operands of N elements whose product of sizes is 2**32 (16 GiB of float32)
+
+
+def blowup_family() -> dict:
+    """Ops whose result is a product of their operands' sizes, or materialises a wide view,
+    on operands that cost the file nothing: each asks for 16 GiB or more unless bounded."""
+    cases = {
+        "diag": lambda w: w.then("diag", [w.view([N])]),
+        "block_diag": lambda w: w.then("block_diag", [[w.view([N, 1]), w.view([1, N])]]),
+        "cdist": lambda w: w.then("cdist", [w.view([N, 1]), w.view([N, 1])]),
+        "take_along_dim": lambda w: w.then(
+            "take_along_dim", [w.view([N, 1]), w.view([1, N], "int64", 0), 1]
+        ),
+        "tensordot": lambda w: w.then("tensordot", [w.view([N]), w.view([N]), 0]),
+        "einsum": lambda w: w.then("einsum", ["i,j->ij", [w.view([N]), w.view([N])]]),
+        "pad_constant": lambda w: w.then("pad", [w.view([N, 1]), tup(0, N)]),
+        "constant_pad_nd": lambda w: w.then("constant_pad_nd", [w.view([N, 1]), tup(0, N)]),
+        "conv_transpose1d": lambda w: w.then(
+            "conv_transpose1d", [w.view([1, 1, 2**10]), w.view([1, 1, 1])], {"stride": 2**22}
+        ),
+        "im2col": lambda w: w.then(
+            "im2col",
+            [w.view([1, 1, 2**10, 2**10]), tup(2**9, 2**9), tup(1, 1), tup(0, 0), tup(1, 1)],
+        ),  # fmt: skip
+        "max_unpool2d": lambda w: w.then(
+            "max_unpool2d",
+            [w.view([1, 2**10, 1, 1]), w.view([1, 2**10, 1, 1], "int64", 0), tup(2**14, 2**14)],
+        ),  # fmt: skip
+        "upsample_nearest1d": lambda w: w.then("upsample_nearest1d", [w.view([1, N, 1]), tup(N)]),
+        "unfold_view_sum": lambda w: [
+            *w.then("Tensor.unfold", [w.view([2**20]), 0, 2**19, 1]),
+            node("sum", [ref(w.next - 1)], out(w.next, shape=())),
+        ],
+        "meshgrid_contiguous": lambda w: [
+            *w.then("meshgrid", [[w.view([N]), w.view([N])]], outputs=2),
+            node("Tensor.contiguous", [ref(w.next - 2)], out(w.next, shape=(N, N))),
+        ],
+        "embedding": lambda w: w.then(
+            "embedding", [w.view([1, 2**12]), w.view([2**20], "int64", 0)]
+        ),
+        "index_select": lambda w: w.then(
+            "index_select", [w.view([1, 2**12]), 0, w.view([2**20], "int64", 0)]
+        ),
+        "contiguous_complex": lambda w: w.then(
+            "Tensor.contiguous",
+            [w.view([2**28], "complex128", {"complex": [1.0, 0.0]})],
+            dtype="complex128",
+        ),
+        "flip_float64": lambda w: w.then("flip", [w.view([2**28], "float64"), tup(0)]),
+        "bucketize": lambda w: w.then("bucketize", [w.view([2**28]), w.view([1])], dtype="int64"),
+        "where_broadcast": lambda w: w.then(
+            "where", [w.view([N, 1], "bool", True), w.view([1, N]), 0.0]
+        ),
+        "lerp_broadcast": lambda w: w.then("lerp", [w.view([N, 1]), w.view([1, N]), 0.5]),
+        "addcmul_broadcast": lambda w: w.then(
+            "addcmul", [w.view([N, 1]), w.view([1, N]), w.view([1, 1])]
+        ),
+        "polar_broadcast": lambda w: w.then(
+            "polar", [w.view([N, 1]), w.view([1, N])], dtype="complex64"
+        ),
+        "masked_select": lambda w: w.then(
+            "masked_select", [w.view([N, 1]), w.view([1, N], "bool", True)]
+        ),
+        "masked_fill_broadcast": lambda w: w.then(
+            "masked_fill", [w.view([N, 1]), w.view([1, N], "bool", True), 1.0]
+        ),
+        "histc_float64": lambda w: w.then("histc", [w.view([1], "float64")], {"bins": 2**28 - 1}),
+        "grid_sampler": lambda w: w.then(
+            "grid_sampler", [w.view([1, 2**10, 1, 1]), w.view([1, 2**13, 2**14, 2]), 0, 0, False]
+        ),
+        "cumsum_float64": lambda w: w.then("cumsum", [w.view([2**28], "float64"), 0]),
+        "sort_float64": lambda w: w.then("sort", [w.view([2**28], "float64")], outputs=2),
+        "bilinear": lambda w: w.then(
+            "bilinear", [w.view([N, 1]), w.view([N, 1]), w.view([N, 1, 1])]
+        ),
+    }
+    return {f"blowup:{k}": {"nodes": _wide_case(v)} for k, v in cases.items()}
+
+
+# --- custom autograd functions: the graphs a prim.autograd_function node names -----------
+
+
+def _function_graphs(doc: dict) -> tuple[dict, str, str]:
+    """The ``prim.autograd_function`` node of the ``agf`` base and its two graph names."""
+    fn = doc["methods"]["forward"]["nodes"][0]
+    return fn, fn["kwargs"]["forward"], fn["kwargs"]["backward"]
+
+
+def autograd_function_family() -> dict:
+    """Edits of a traced ``Sq.apply(x).sum()`` (``x * x`` saving ``x``, backward ``2 * x *
+    g``), called with autograd on so that the backward graph runs."""
+
+    def fwd_is_forward(doc, fn, f, b):
+        fn["kwargs"]["forward"] = "forward"
+
+    def bwd_is_fwd(doc, fn, f, b):
+        fn["kwargs"]["backward"] = f
+
+    def missing_graph(doc, fn, f, b):
+        fn["kwargs"]["backward"] = "nothing"
+
+    def saved_too_many(doc, fn, f, b):
+        fn["kwargs"]["saved"] = 5
+
+    def saved_negative(doc, fn, f, b):
+        fn["kwargs"]["saved"] = -1
+
+    def saved_bool(doc, fn, f, b):
+        fn["kwargs"]["saved"] = True
+
+    def saved_zero(doc, fn, f, b):
+        fn["kwargs"]["saved"] = 0
+
+    def marked_out_of_range(doc, fn, f, b):
+        fn["kwargs"]["non_differentiable"] = [5]
+
+    def marked_twice(doc, fn, f, b):
+        fn["kwargs"]["non_differentiable"] = [0, 0]
+
+    def marked_string(doc, fn, f, b):
+        fn["kwargs"]["non_differentiable"] = ["0"]
+
+    def function_payload(doc, fn, f, b):
+        fn["kwargs"]["function"] = "__import__('os').system('true')"
+
+    def backward_three_grads(doc, fn, f, b):
+        g = doc["methods"][b]
+        g["outputs"] = [ref(3), ref(3), ref(3)]
+        g["out_spec"] = {"t": "tuple", "c": [{"t": "leaf"}] * 3}
+
+    def backward_grad_of_wrong_shape(doc, fn, f, b):
+        g = doc["methods"][b]
+        g["nodes"].append(node("sum", [ref(3)], out(4, shape=())))
+        g["outputs"] = [ref(4)]
+
+    def backward_grad_of_wrong_dtype(doc, fn, f, b):
+        g = doc["methods"][b]
+        g["nodes"].append(node("Tensor.long", [ref(3)], out(4, "int64")))
+        g["outputs"] = [ref(4)]
+
+    def backward_writes_saved(doc, fn, f, b):
+        g = doc["methods"][b]
+        g["nodes"].append(node("Tensor.mul_", [ref(0), 2.0], out(4)))
+        g["outputs"] = [ref(4)]
+
+    def backward_reads_state(doc, fn, f, b):
+        g = doc["methods"][b]
+        g["nodes"].insert(0, node("prim.state", ["w"], out(9)))
+
+    def forward_gives_too_few(doc, fn, f, b):
+        doc["methods"][f]["outputs"] = [ref(1)]
+
+    def input_not_tensor(doc, fn, f, b):
+        fn["args"] = [[3]]
+
+    def nested_deep(doc, fn, f, b):
+        names = [f"nest{i}" for i in range(70)]
+        for i, name in enumerate(names):
+            inner = copy.deepcopy(doc["methods"][f])
+            if i + 1 < len(names):
+                inner["nodes"] = [
+                    {**copy.deepcopy(fn), "kwargs": {**fn["kwargs"], "forward": names[i + 1]}}
+                ]
+                inner["nodes"][0]["outputs"] = out(1)
+                inner["outputs"] = [ref(1), ref(0)]
+            doc["methods"][name] = inner
+        fn["kwargs"]["forward"] = names[0]
+
+    def edit_of(fn):
+        def edit(doc):
+            doc = copy.deepcopy(doc)
+            fn(doc, *_function_graphs(doc))
+            return doc
+
+        return edit
+
+    return {
+        f"autograd_function:{fn.__name__}": {"base": "agf", "doc": edit_of(fn), "grad": True}
+        for fn in (
+            fwd_is_forward, bwd_is_fwd, missing_graph, saved_too_many, saved_negative,
+            saved_bool, saved_zero, marked_out_of_range, marked_twice, marked_string,
+            function_payload, backward_three_grads, backward_grad_of_wrong_shape,
+            backward_grad_of_wrong_dtype, backward_writes_saved, backward_reads_state,
+            forward_gives_too_few, input_not_tensor, nested_deep,
+        )
+    }  # fmt: skip
+
+
 FAMILIES = {
+    "autograd_function": autograd_function_family,
+    "blowup": blowup_family,
     "as_strided": as_strided_family,
     "repeat_interleave": repeat_interleave_family,
     "broadcast": broadcast_family,

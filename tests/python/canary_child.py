@@ -62,6 +62,18 @@ def _state(module) -> dict:
     return {k: v.detach().clone() for k, v in get().items()} if get else {}
 
 
+def _with_grad(module, shape) -> list:
+    """The outputs of a call with autograd on an input that requires grad, and the input's
+    gradient of the sum of the floating outputs (``job["grad"]``: backward graphs run)."""
+    import torch
+
+    x = torch.ones(shape, requires_grad=True)
+    outputs = _leaves(module(x))
+    total = sum(t.sum() for t in outputs if t.requires_grad and t.is_floating_point() and t.numel())
+    grads = list(torch.autograd.grad(total, x, allow_unused=True)) if torch.is_tensor(total) else []
+    return [t.detach() for t in outputs] + [g for g in grads if g is not None]
+
+
 def run_job(job: dict) -> dict:
     import torch
 
@@ -75,10 +87,18 @@ def run_job(job: dict) -> dict:
     results = []
     for _ in range(job.get("calls", 2)):
         try:
+            if job.get("grad"):
+                results.append(_digest(_with_grad(module, job.get("shape", [3]))))
+                continue
             with torch.no_grad():
                 results.append(_digest(module(torch.ones(job.get("shape", [3])))))
         except tracebridge.TraceError as exc:
             return {"stage": "call", "error": type(exc).__name__, "message": str(exc)}
+        except RuntimeError as exc:
+            if "TracedFunctionBackward" not in str(exc):
+                raise
+            # autograd's own check of what a custom function's backward returned
+            return {"stage": "call", "error": "autograd", "message": str(exc)}
     changed = [k for k, v in _state(module).items() if not torch.equal(v, before[k])]
     return {
         "stage": "ok",
