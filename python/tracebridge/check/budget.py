@@ -17,6 +17,7 @@ at the call (``runtime/checked_ops.py``).
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from typing import Any
@@ -48,6 +49,10 @@ _NO_META = frozenset(
     split_with_sizes combinations nonzero argwhere unique
     unique_consecutive unique_dim masked_select bincount histogram""".split()
 )
+# Results of the meta rule by what decides them (Budget._meta_key): the layers of a model
+# repeat their shapes, and some meta kernels are Python decompositions (``triu``: 5 ms).
+_META_CACHE: dict[str, list | None] = {}
+_META_CACHE_SIZE = 4096
 # A dtype of each width, to stand for a value whose declared dtype has another width.
 _BY_WIDTH = {1: "uint8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
 
@@ -199,8 +204,7 @@ class Budget:
             return ""
         operands = [self._held(Ref_) for Ref_ in _refs(node)]
         held = sum(h for h in operands if h is not None)
-        for value, (result, is_view) in zip(outputs, made):
-            shape, width = tuple(result.shape), result.element_size()
+        for value, (shape, width, is_view) in zip(outputs, made):
             numel = _numel(shape)
             if is_view:
                 if numel > held and numel > self.limits["literal_numel"]:
@@ -220,15 +224,44 @@ class Budget:
             self.held[value["id"]] = numel
         return ""
 
-    def _meta_results(self, op: str, node: dict) -> list[tuple[torch.Tensor, bool]] | None:
-        """``op``'s results on meta tensors of the known shapes, each with whether it is a
-        view of an operand; None where an argument is not known or the op refuses them."""
+    def _meta_results(self, op: str, node: dict) -> list[tuple[Shape, int, bool]] | None:
+        """``op``'s results on meta tensors of the known shapes: each one's shape, element
+        width and whether it is a view of an operand; None where an argument is not known
+        or the op refuses them. Remembered by what decides them (:data:`_META_CACHE`)."""
         info = opset.OPS.get(op)
         if info is None or info.impl is None:
             return None
         ids = [r["ref"] for r in _refs(node)]
         if not ids or any(i not in self.known for i in ids):
             return None
+        key = self._meta_key(op, node)
+        if key in _META_CACHE:
+            return _META_CACHE[key]
+        made = self._run_meta(info, node, ids)
+        if len(_META_CACHE) >= _META_CACHE_SIZE:
+            _META_CACHE.pop(next(iter(_META_CACHE)))
+        _META_CACHE[key] = made
+        return made
+
+    def _meta_key(self, op: str, node: dict) -> str:
+        """What decides an op's results on meta tensors: its literals, and for each tensor
+        its shape, width, declared dtype and whether it is an expand."""
+
+        def describe(lit: Any) -> Any:
+            if isinstance(lit, dict) and set(lit) == {"ref"}:
+                vid = lit["ref"]
+                shape, width = self.known[vid]
+                expanded = self.held.get(vid, _numel(shape)) < _numel(shape)
+                return ["T", list(shape), width, self.dtype.get(vid), expanded]
+            if isinstance(lit, dict):
+                return {k: describe(v) for k, v in lit.items()}
+            if isinstance(lit, list):
+                return [describe(x) for x in lit]
+            return lit
+
+        return json.dumps([op, describe(node["args"]), describe(node["kwargs"])], sort_keys=True)
+
+    def _run_meta(self, info, node: dict, ids: list[int]) -> list[tuple[Shape, int, bool]] | None:
         try:
             meta = {i: self._meta_tensor(i) for i in ids}
             args = map_literal(decode(node["args"]), lambda x: meta[x.id] if type(x) is Ref else x)
@@ -249,7 +282,10 @@ class Budget:
         bases = {id(t) for t in meta.values()} | {
             id(t._base) for t in meta.values() if t._base is not None
         }
-        return [(t, id(t) in bases or id(t._base) in bases) for t in results]
+        return [
+            (tuple(t.shape), t.element_size(), id(t) in bases or id(t._base) in bases)
+            for t in results
+        ]
 
     def _meta_tensor(self, vid: int) -> torch.Tensor:
         shape, width = self.known[vid]
