@@ -30,7 +30,7 @@ FUZZ_SEED ?= $(shell date +%s)
 CONTRACT_CASES ?= 20
 fuzz: setup
 	TRACEBRIDGE_FUZZ_CASES=$(FUZZ_CASES) TRACEBRIDGE_FUZZ_SEED=$(FUZZ_SEED) \
-	  $(PY) -m pytest -q -s -p no:xdist -p no:cacheprovider tests/python/test_fuzz.py -k loader
+	  $(PY) -m pytest -q -s -p no:xdist -p no:cacheprovider tests/python/test_fuzz.py -k "loader or crafted"
 	TRACEBRIDGE_CONTRACT_CASES=$(CONTRACT_CASES) TRACEBRIDGE_CONTRACT_SEED=$(FUZZ_SEED) \
 	  $(PY) -m pytest -q -s -p no:xdist -p no:cacheprovider tests/python/test_op_contract.py \
 	  -k every_op

@@ -19,6 +19,9 @@ from pathlib import Path
 
 PERTURB = 0xA5
 CANARIES = (bytes([PERTURB]) * 4, bytes([PERTURB ^ 0xFF]) * 4)
+# Outputs larger than this are described, not copied (a stride-0 view of 2**40 elements is
+# legal and small; its copy would not be).
+VIEW_BYTES = 1 << 28
 
 
 def _leaves(x) -> list:
@@ -40,6 +43,9 @@ def _digest(out) -> list:
         if t.device.type != "cpu" or t.numel() == 0:  # no data to show (meta, empty)
             found.append((f"{t.device.type}{list(t.shape)}", False))
             continue
+        if t.numel() * t.element_size() > VIEW_BYTES:  # a wide view of few elements
+            found.append((f"view{list(t.shape)}{list(t.stride())}", False))
+            continue
         flat = torch.empty_like(t, memory_format=torch.contiguous_format)
         flat.copy_(t.detach().resolve_conj().resolve_neg())
         raw = flat.reshape(-1).view(torch.uint8).numpy().tobytes()
@@ -56,6 +62,18 @@ def _state(module) -> dict:
     return {k: v.detach().clone() for k, v in get().items()} if get else {}
 
 
+def _with_grad(module, shape) -> list:
+    """The outputs of a call with autograd on an input that requires grad, and the input's
+    gradient of the sum of the floating outputs (``job["grad"]``: backward graphs run)."""
+    import torch
+
+    x = torch.ones(shape, requires_grad=True)
+    outputs = _leaves(module(x))
+    total = sum(t.sum() for t in outputs if t.requires_grad and t.is_floating_point() and t.numel())
+    grads = list(torch.autograd.grad(total, x, allow_unused=True)) if torch.is_tensor(total) else []
+    return [t.detach() for t in outputs] + [g for g in grads if g is not None]
+
+
 def run_job(job: dict) -> dict:
     import torch
 
@@ -69,10 +87,18 @@ def run_job(job: dict) -> dict:
     results = []
     for _ in range(job.get("calls", 2)):
         try:
+            if job.get("grad"):
+                results.append(_digest(_with_grad(module, job.get("shape", [3]))))
+                continue
             with torch.no_grad():
                 results.append(_digest(module(torch.ones(job.get("shape", [3])))))
         except tracebridge.TraceError as exc:
             return {"stage": "call", "error": type(exc).__name__, "message": str(exc)}
+        except RuntimeError as exc:
+            if "TracedFunctionBackward" not in str(exc):
+                raise
+            # autograd's own check of what a custom function's backward returned
+            return {"stage": "call", "error": "autograd", "message": str(exc)}
     changed = [k for k, v in _state(module).items() if not torch.equal(v, before[k])]
     return {
         "stage": "ok",
@@ -93,9 +119,27 @@ def main(path: str) -> None:
         print(f"JOB {i} {json.dumps(outcome)}", flush=True)
 
 
-def run_batch(jobs: list[dict], workdir: Path, timeout: float = 600) -> list[dict]:
+def _address_space(limit: int | None):
+    """A ``preexec_fn`` that caps the child's address space at ``limit`` bytes (and writes
+    no core file), or None."""
+    if limit is None:
+        return None
+
+    def cap():
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    return cap
+
+
+def run_batch(
+    jobs: list[dict], workdir: Path, timeout: float = 600, memory_bytes: int | None = None
+) -> list[dict]:
     """Each job's outcome, running them in as few child processes as crashes allow: a
-    child that dies marks its current job ``stage: crash`` and the rest go on in a new one."""
+    child that dies marks its current job ``stage: crash`` and the rest go on in a new one.
+    ``memory_bytes``: the children's address-space limit (an allocation past it fails)."""
     outcomes: list[dict | None] = [None] * len(jobs)
     start = 0
     env = dict(os.environ, MALLOC_PERTURB_=str(PERTURB))
@@ -109,6 +153,7 @@ def run_batch(jobs: list[dict], workdir: Path, timeout: float = 600) -> list[dic
                 text=True,
                 timeout=timeout,
                 env=env,
+                preexec_fn=_address_space(memory_bytes),
             )
             stdout, returncode, stderr = done.stdout, done.returncode, done.stderr
         except subprocess.TimeoutExpired as exc:  # a job that runs on: marked, and skipped

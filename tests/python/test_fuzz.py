@@ -700,3 +700,188 @@ def test_zip_header_mutations_are_tracebridge_errors_or_loads(tmp_path, mutation
     case.write_bytes(raw)
     with contextlib.suppress(tracebridge.TraceError):
         tracebridge.load(case)
+
+
+# --- crafted attacks (tests/python/attack_cases.py) ---------------------------------------
+
+
+class _Squared(torch.autograd.Function):
+    """A custom autograd function: ``x * x``, saving ``x``; backward ``2 * x * g``."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad
+
+
+def _squared_sum(x):
+    return _Squared.apply(x).sum()
+
+
+def _base_members(tmp_path: Path, which: str) -> tuple[dict, bytes]:
+    path = tmp_path / f"base-{which}.tb"
+    torch.manual_seed(0)
+    if which == "linear":
+        tracebridge.trace(nn.Linear(3, 2), torch.randn(4, 3)).save(path)
+    elif which == "agf":
+        tracebridge.trace(_squared_sum, torch.randn(3)).save(path)
+    else:
+        tracebridge.trace(torch.neg, torch.randn(3)).save(path)
+    with zipfile.ZipFile(path) as archive:
+        return json.loads(archive.read("program.json")), archive.read("tensors.safetensors")
+
+
+def build_attack(folder: Path, name: str, case: dict, bases: dict) -> dict:
+    """The file of one crafted case and the job that runs it (canary_child's form)."""
+    import hashlib
+
+    from .test_op_contract import write_artifact
+
+    which = case.get("base", "neg")
+    doc, tensors = bases[which]
+    doc = copy.deepcopy(doc)
+    if "nodes" in case:
+        graph = doc["methods"]["forward"]
+        nodes = case["nodes"]
+        graph["nodes"] = ([] if which == "neg" else graph["nodes"][:2]) + nodes
+        last = nodes[-1]["outputs"][0]["id"]
+        graph["outputs"], graph["out_spec"] = [{"ref": last}], {"t": "leaf"}
+    if "doc" in case:
+        doc = case["doc"](doc)
+    if "tensors" in case:
+        tensors = case["tensors"]
+        doc["tensors"]["sha256"] = hashlib.sha256(tensors).hexdigest()
+    path = folder / f"{len(list(folder.glob('attack-*.tb')))}.tb"
+    path = folder / f"attack-{path.stem}.tb"
+    write_artifact(path, doc, tensors)
+    shape = [4, 3] if which == "linear" else [3]
+    calls = case.get("calls", 2)
+    return {"path": str(path), "shape": shape, "calls": calls, "grad": case.get("grad", False)}
+
+
+ATTACK_SECONDS = 300  # one child's budget; a case that hangs is marked and skipped
+
+
+def run_attacks(folder: Path, cases: dict) -> dict[str, dict]:
+    """Each crafted case's outcome (canary_child's), run in children limited to
+    ``MEMORY_BYTES`` of address space."""
+    from .canary_child import run_batch
+
+    bases = {which: _base_members(folder, which) for which in ("neg", "linear", "agf")}
+    jobs = [build_attack(folder, name, case, bases) for name, case in cases.items()]
+    outcomes = run_batch(jobs, folder, timeout=ATTACK_SECONDS, memory_bytes=MEMORY_BYTES)
+    return dict(zip(cases, outcomes))
+
+
+def attack_failure(outcome: dict) -> str | None:
+    """Why an outcome breaks the promise, or None: a refusal at load or at the call, or a
+    run whose outputs hold no canary and whose state did not change."""
+    stage = outcome["stage"]
+    if stage in ("load", "call") and "can't allocate memory" not in outcome["message"]:
+        return None  # (the allocator's refusal: a size no bound stopped, only the cap)
+    if stage == "ok" and not outcome["canary"] and not outcome["changed"]:
+        return None
+    return json.dumps(outcome)[:600]
+
+
+@pytest.fixture(scope="module")
+def attacks(tmp_path_factory) -> dict[str, dict]:
+    """The outcome of every crafted case of ``attack_cases.FAMILIES``."""
+    from .attack_cases import all_cases
+
+    return run_attacks(tmp_path_factory.mktemp("attacks"), all_cases())
+
+
+def test_crafted_attacks_are_refused_or_run_within_their_tensors(attacks):
+    """Every crafted case: refused at load or at the call with tracebridge's error, or run
+    without a crash, a hang, an allocation past the cap, a canary word or a state change."""
+    failures = {name: why for name, o in attacks.items() if (why := attack_failure(o))}
+    stages = Counter(o["stage"] for o in attacks.values())
+    print(f"\ncrafted attacks: {len(attacks)} cases: " + ", ".join(
+        f"{k}: {v}" for k, v in sorted(stages.items())))  # fmt: skip
+    assert not failures, "\n".join(f"{k}: {v}" for k, v in list(failures.items())[:20])
+
+
+@pytest.mark.parametrize(
+    "case", ["tensor_sum_wraps_to_0", "one_arg_sum_wraps_to_3", "output_size_sum_wraps_to_3"]
+)
+def test_repeat_interleave_counts_whose_sum_wraps_are_refused(attacks, case):
+    """Repeats of 2**62 whose int64 sum wraps to 0 or 3: the kernel allocated that and
+    wrote 2**64 elements past it (a segfault). Each count is bounded before the sum."""
+    outcome = attacks[f"repeat_interleave:{case}"]
+    assert outcome["stage"] == "call", outcome
+    assert "a repeat count of 46116860184273879" in outcome["message"]
+    assert "repeat_interleave" in outcome["message"]
+
+
+def test_repeat_interleave_is_bounded_in_bytes(attacks):
+    """2**27 repeats of one complex128 element (2 GiB, fewer elements than the old bound
+    of 2**28): refused at the call in bytes where a tensor gives the count; at load
+    where the file writes it."""
+    called = attacks["repeat_interleave:complex_bytes_tensor"]
+    assert called["stage"] == "call", called
+    assert "2147483648 bytes" in called["message"]
+    assert attacks["repeat_interleave:complex_bytes"]["stage"] == "load"
+    loaded = attacks["repeat_interleave:float64_bytes_at_load"]
+    assert loaded["stage"] == "load", loaded
+    assert "repeat_interleave makes a tensor" in loaded["message"]
+    assert "2147483640 bytes" in loaded["message"]
+
+
+def test_as_strided_of_a_size_computed_at_the_call_is_bounded(attacks):
+    """``as_strided(x, [3 * 2**40], [0]).sum()``, the size computed from ``x.size(0)``:
+    a view within the input's one element that a sum read for hours. Bounded as an
+    expand is: its elements at its width within alloc_bytes."""
+    outcome = attacks["as_strided:computed_size"]
+    assert outcome["stage"] == "call", outcome
+    assert "as_strided" in outcome["message"] and "limit of 1073741824 bytes" in outcome["message"]
+
+
+_BLOWUPS_AT_LOAD = """diag block_diag cdist take_along_dim einsum pad_constant constant_pad_nd
+conv_transpose1d im2col max_unpool2d upsample_nearest1d unfold_view_sum meshgrid_contiguous
+embedding index_select contiguous_complex flip_float64 bucketize polar_broadcast histc_float64
+grid_sampler cumsum_float64 sort_float64 bilinear""".split()
+
+
+@pytest.mark.parametrize("case", _BLOWUPS_AT_LOAD)
+def test_results_larger_than_what_their_operands_hold_are_counted_at_load(attacks, case):
+    """Each asked for 2 GiB to 1 TiB from operands that cost the file one element each
+    (expanded literals): the allocator's refusal under the fuzzer's cap was all that
+    stopped them. The budget now runs ops without a rule on meta tensors (check/budget.py,
+    ``Budget._meta``) and counts what they make beyond what their operands hold."""
+    outcome = attacks[f"blowup:{case}"]
+    assert outcome["stage"] == "load", outcome
+    assert "[rule: resource limits]" in outcome["message"]
+    assert "more than the limit of" in outcome["message"]
+
+
+def test_masked_select_of_a_broadcast_mask_is_bounded_at_the_call(attacks):
+    """``masked_select`` of ``[2**16, 1]`` by a ``[1, 2**16]`` mask chose 2**32 elements:
+    data-dependent, so bounded at the call (runtime/checked_selections.py)."""
+    outcome = attacks["blowup:masked_select"]
+    assert outcome["stage"] == "call", outcome
+    assert "masked_select would allocate" in outcome["message"]
+
+
+def test_the_meta_rule_counts_nothing_that_does_not_grow(tmp_path):
+    """A cast, a sort and a transpose of state are followed, not counted (a 2 GiB
+    weight upcast would otherwise be refused), and a legitimate model loads."""
+    from tracebridge.check.budget import Budget
+    from tracebridge.check.program import LIMITS
+
+    budget = Budget({"w": {"dtype": "float32", "shape": [2**14, 2**14]}}, LIMITS, frozenset())
+    budget.state_read("w", 1)
+    node = {"args": [{"ref": 1}], "kwargs": {}, "outputs": [{"id": 2, "kind": "Tensor"}]}
+    assert budget.node("Tensor.double", dict(node)) == ""  # 2 GiB, but no new elements
+    assert budget.alloc_total == 0 and budget.known[2] == ((2**14, 2**14), 8)
+    grown = dict(node, op="diag", outputs=[{"id": 3, "kind": "Tensor"}])
+    grown["args"] = [{"ref": 2}]
+    assert budget.node("Tensor.flatten", dict(grown)) == ""  # a view of what it holds
+    traced = tracebridge.trace(nn.Sequential(nn.Linear(4, 8), nn.ReLU()), torch.rand(2, 4))
+    traced.save(tmp_path / "ok.tb")
+    assert tracebridge.load(tmp_path / "ok.tb")(torch.ones(2, 4)).shape == (2, 8)

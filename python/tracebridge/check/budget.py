@@ -17,10 +17,16 @@ at the call (``runtime/checked_ops.py``).
 
 from __future__ import annotations
 
+import json
 import math
+import warnings
 from typing import Any
 
+import torch
+
 from ..ir import dtypes
+from ..ir import ops as opset
+from ..ir.program import Ref, decode, map_literal
 
 DEFAULT_WIDTH = 4  # torch's default dtype, float32: a loaded program never changes it
 # Factories whose default dtype is int64.
@@ -34,6 +40,21 @@ _RESHAPES = frozenset("Tensor.view Tensor.reshape reshape".split())
 _EXPANDS = frozenset("Tensor.expand broadcast_to".split())
 
 Shape = tuple[int, ...]
+
+# Ops the meta rule (Budget._meta) never runs: their number of results is a size or a
+# count the file writes (unbind of 2**28 rows would make 2**28 meta tensors), or they read
+# data (a meta tensor has none).
+_NO_META = frozenset(
+    """unbind split chunk tensor_split hsplit vsplit dsplit unsafe_split unsafe_chunk
+    split_with_sizes combinations nonzero argwhere unique
+    unique_consecutive unique_dim masked_select bincount histogram""".split()
+)
+# Results of the meta rule by what decides them (Budget._meta_key): the layers of a model
+# repeat their shapes, and some meta kernels are Python decompositions (``triu``: 5 ms).
+_META_CACHE: dict[str, list | None] = {}
+_META_CACHE_SIZE = 4096
+# A dtype of each width, to stand for a value whose declared dtype has another width.
+_BY_WIDTH = {1: "uint8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
 
 
 def _ints(lit: Any) -> list[int] | None:
@@ -90,6 +111,10 @@ class Budget:
         self.state, self.limits = state, limits
         self.elementwise = elementwise
         self.known: dict[int, tuple[Shape, int]] = {}  # value id -> (shape, width)
+        # value id -> the elements its memory holds: an expand of one element holds 1
+        # however many it shows, and what an op makes from it is new memory.
+        self.held: dict[int, int] = {}
+        self.dtype: dict[int, str] = {}  # value id -> declared dtype, for the meta rule
         self.alloc_total = 0
         self.work_total = 0
 
@@ -98,6 +123,9 @@ class Budget:
     def node(self, op: str, node: dict) -> str:
         """Count the node's result; the reason the graph is refused, or ``""``."""
         outputs = node["outputs"]
+        for value in outputs:
+            if isinstance(value, dict) and isinstance(value.get("dtype"), str):
+                self.dtype[value.get("id")] = value["dtype"]
         view = self._view(op, node["args"], node["kwargs"])
         if view is not None and not any(d is None or d < 0 for d in view[0]):
             if op in _EXPANDS and _numel(view[0]) > self.limits["literal_numel"]:
@@ -108,11 +136,28 @@ class Budget:
                 )
             if len(outputs) == 1:
                 self.known[outputs[0]["id"]] = view
+                base = node["args"][0]
+                held = self._held(base) if isinstance(base, dict) and "ref" in base else None
+                # A view of the caller's data holds nothing the file can count on.
+                self.held[outputs[0]["id"]] = (
+                    held if held is not None else (0 if op in _EXPANDS else _numel(view[0]))
+                )
             return ""
         made = self._result(op, node["args"], node["kwargs"])
         if made is None:
-            return ""
+            return self._meta(op, node)
         shape, width, work = made
+        return self._count(op, outputs, shape, width, work)
+
+    def _held(self, lit: Any) -> int | None:
+        if isinstance(lit, dict) and set(lit) == {"ref"} and lit["ref"] in self.known:
+            vid = lit["ref"]
+            return self.held.get(vid, _numel(self.known[vid][0]))
+        return None
+
+    def _count(self, op: str, outputs: list, shape: Shape, width: int, work: int) -> str:
+        """Count one new tensor of ``shape`` at ``width`` (and ``work`` multiply-adds);
+        the reason the graph is refused, or ``""``."""
         size = _numel(shape) * width
         if size > self.limits["alloc_bytes"]:
             return (
@@ -135,7 +180,122 @@ class Budget:
             )
         if len(outputs) == 1 and outputs[0].get("kind") == "Tensor":
             self.known[outputs[0]["id"]] = (shape, width)
+            self.held[outputs[0]["id"]] = _numel(shape)
         return ""
+
+    # -- the rule for every other op: its result shapes, computed on meta tensors --
+
+    def _meta(self, op: str, node: dict) -> str:
+        """An op without a rule above, all of whose tensor arguments have shapes the file
+        decides: its results' shapes come from running it on meta tensors (shapes and
+        dtypes, no data, nothing allocated). A result with more elements than its operands
+        hold is new memory the file decides (``diag`` of an expanded vector, ``cdist``,
+        ``einsum``, ``pad``, ``embedding`` by an expanded index, ``contiguous`` of an
+        expand), counted as the rules above count theirs; a view with more elements than
+        its operands hold (``Tensor.unfold``) is bounded as an expand. Results no larger
+        than what their operands hold (a cast, a sort, a transpose) are only followed."""
+        outputs = node["outputs"]
+        if op in _NO_META or op.startswith(("prim.", "scalar.")) or not outputs:
+            return ""
+        if len(outputs) > 8 or any(v.get("kind") != "Tensor" for v in outputs):
+            return ""
+        made = self._meta_results(op, node)
+        if made is None or len(made) != len(outputs):
+            return ""
+        operands = [self._held(Ref_) for Ref_ in _refs(node)]
+        held = sum(h for h in operands if h is not None)
+        for value, (shape, width, is_view) in zip(outputs, made):
+            numel = _numel(shape)
+            if is_view:
+                if numel > held and numel > self.limits["literal_numel"]:
+                    return (
+                        f"{op} makes a view of shape {list(shape)[:8]} ({numel} elements) of "
+                        f"tensors whose shapes the file decides and that hold {held}, more "
+                        f"than the limit of {self.limits['literal_numel']}"
+                    )
+                self.known[value["id"]] = (shape, width)
+                self.held[value["id"]] = min(numel, held)
+                continue
+            if numel > held:
+                reason = self._count(op, [value], shape, width, 0)
+                if reason:
+                    return reason
+            self.known[value["id"]] = (shape, width)
+            self.held[value["id"]] = numel
+        return ""
+
+    def _meta_results(self, op: str, node: dict) -> list[tuple[Shape, int, bool]] | None:
+        """``op``'s results on meta tensors of the known shapes: each one's shape, element
+        width and whether it is a view of an operand; None where an argument is not known
+        or the op refuses them. Remembered by what decides them (:data:`_META_CACHE`)."""
+        info = opset.OPS.get(op)
+        if info is None or info.impl is None:
+            return None
+        ids = [r["ref"] for r in _refs(node)]
+        if not ids or any(i not in self.known for i in ids):
+            return None
+        key = self._meta_key(op, node)
+        if key in _META_CACHE:
+            return _META_CACHE[key]
+        made = self._run_meta(info, node, ids)
+        if len(_META_CACHE) >= _META_CACHE_SIZE:
+            _META_CACHE.pop(next(iter(_META_CACHE)))
+        _META_CACHE[key] = made
+        return made
+
+    def _meta_key(self, op: str, node: dict) -> str:
+        """What decides an op's results on meta tensors: its literals, and for each tensor
+        its shape, width, declared dtype and whether it is an expand."""
+
+        def describe(lit: Any) -> Any:
+            if isinstance(lit, dict) and set(lit) == {"ref"}:
+                vid = lit["ref"]
+                shape, width = self.known[vid]
+                expanded = self.held.get(vid, _numel(shape)) < _numel(shape)
+                return ["T", list(shape), width, self.dtype.get(vid), expanded]
+            if isinstance(lit, dict):
+                return {k: describe(v) for k, v in lit.items()}
+            if isinstance(lit, list):
+                return [describe(x) for x in lit]
+            return lit
+
+        return json.dumps([op, describe(node["args"]), describe(node["kwargs"])], sort_keys=True)
+
+    def _run_meta(self, info, node: dict, ids: list[int]) -> list[tuple[Shape, int, bool]] | None:
+        try:
+            meta = {i: self._meta_tensor(i) for i in ids}
+            args = map_literal(decode(node["args"]), lambda x: meta[x.id] if type(x) is Ref else x)
+            kwargs = {
+                k: map_literal(decode(v), lambda x: meta[x.id] if type(x) is Ref else x)
+                for k, v in node["kwargs"].items()
+            }
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                result = info.impl(*args, **kwargs)
+        except Exception:  # the op refuses these shapes (the call will too), or needs data
+            return None
+        results = list(result) if isinstance(result, (tuple, list)) else [result]
+        if not all(isinstance(t, torch.Tensor) and t.device.type == "meta" for t in results):
+            return None
+        # A view of an operand (its base, or the base an expanded operand is a view of)
+        # holds no memory of its own; a view of a tensor the op made inside is new memory.
+        bases = {id(t) for t in meta.values()} | {
+            id(t._base) for t in meta.values() if t._base is not None
+        }
+        return [
+            (tuple(t.shape), t.element_size(), id(t) in bases or id(t._base) in bases)
+            for t in results
+        ]
+
+    def _meta_tensor(self, vid: int) -> torch.Tensor:
+        shape, width = self.known[vid]
+        name = self.dtype.get(vid)
+        if name not in dtypes.DTYPES or dtypes.ITEMSIZE.get(name) != width:
+            name = _BY_WIDTH.get(width, "float32")
+        dtype = dtypes.DTYPES[name]
+        if self.held.get(vid, _numel(shape)) < _numel(shape):  # an expand: stride 0 as at the call
+            return torch.empty((1,) * len(shape), dtype=dtype, device="meta").expand(shape)
+        return torch.empty(shape, dtype=dtype, device="meta")
 
     def state_read(self, name: str, vid: int) -> None:
         entry = self.state.get(name)
@@ -223,10 +383,29 @@ class Budget:
                 shape = (1,) * (len(reps) - len(shape)) + shape
                 reps = [1] * (len(shape) - len(reps)) + reps
                 return (tuple(s * r for s, r in zip(shape, reps)), width, 0)
+        if op == "repeat_interleave" and known and known[0]:
+            return self._repeat_interleave(known[0], args, kwargs)
         if op == "one_hot" and known and known[0]:
             classes = args[1] if len(args) > 1 else kwargs.get("num_classes", -1)
             if isinstance(classes, int) and classes > 0:
                 return (known[0][0] + (classes,), 8, 0)
+        return None
+
+    def _repeat_interleave(self, known: tuple[Shape, int], args: list, kwargs: dict):
+        """``repeat_interleave(x, n, dim)`` with a written ``n``: ``x``'s elements times ``n``
+        (flattened without a dim), at ``x``'s width (2**27 repeats of one complex128
+        element are 2 GiB, though fewer elements than ``literal_numel``)."""
+        repeats = args[1] if len(args) > 1 else kwargs.get("repeats")
+        dim = args[2] if len(args) > 2 else kwargs.get("dim")
+        if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 0:
+            return None
+        shape, width = known
+        if dim is None:
+            return ((_numel(shape) * repeats,), width, 0)
+        if isinstance(dim, int) and not isinstance(dim, bool) and -len(shape) <= dim < len(shape):
+            grown = list(shape)
+            grown[dim] = max(grown[dim], 0) * repeats
+            return (tuple(grown), width, 0)
         return None
 
     def _squares(self, op, args, kwargs):
@@ -340,3 +519,19 @@ class Budget:
         if shape is None:
             return None
         return (shape, max(w for _, w in known), 0)
+
+
+def _refs(node: dict) -> list[dict]:
+    """The ``{"ref": id}`` literals among a node's arguments and keywords, at any depth."""
+    found: list[dict] = []
+    stack: list[Any] = [node["args"], list(node["kwargs"].values())]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            if set(item) == {"ref"}:
+                found.append(item)
+            else:
+                stack.extend(item.values())
+    return found

@@ -1,6 +1,7 @@
 """Checked implementations of the ops whose result sizes the data chooses (op-set 7).
 
-Note: why they are bounded. ``nonzero`` makes one int64 row of ``rank`` indices per true
+Note: why they are bounded. ``nonzero`` (and ``masked_select``, which runs it on the
+broadcast mask) makes one int64 row of ``rank`` indices per true
 element, and the ``unique`` family makes int64 inverse indices (one per element) and
 counts: for a one-byte input that is eight times (``nonzero`` of a 4-d bool mask, 32 times)
 the input's bytes. A file can present many elements cheaply (an expanded view of one
@@ -111,7 +112,42 @@ def unique_consecutive(input, return_inverse=False, return_counts=False, dim=Non
     )
 
 
+def masked_select(input, mask):
+    """``torch.masked_select`` after bounding what it makes: the mask broadcast against
+    the input chooses up to that many elements, and PyTorch's kernel finds them as
+    ``nonzero`` does (one int64 per chosen element). Two cheap expanded operands of
+    ``[2**16, 1]`` and ``[1, 2**16]`` asked for 32 GiB; the real count is taken only
+    where the worst case passes the limit.
+
+    >>> masked_select(torch.tensor([1.0, 2.0]), torch.tensor([True, False])).tolist()
+    [1.0]
+    """
+    op = "masked_select"
+    _tensor(op, input)
+    _tensor(op, mask)
+    _need(mask.dtype == torch.bool, lambda: f"{op}: mask must be bool, not {mask.dtype}")
+    try:
+        shape = torch.broadcast_shapes(input.shape, mask.shape)
+    except RuntimeError as exc:
+        raise CheckFailed(f"{op}: input {list(input.shape)} and mask {list(mask.shape)} "
+                          f"do not broadcast ({exc})") from None  # fmt: skip
+    numel = shape.numel()
+    width = 8 + input.element_size()  # an int64 index and the element chosen
+    if numel * width > ALLOC_BYTES:
+        kept = int(torch.count_nonzero(mask)) * (numel // max(mask.numel(), 1))
+        _need(
+            kept * width <= ALLOC_BYTES,
+            lambda: (
+                f"{op} would allocate {kept * width} bytes ({kept} chosen elements and their "
+                f"int64 indices), more than the limit of {ALLOC_BYTES} for a size taken from "
+                "a value or a product of sizes (shared_ir/SPEC.md, section Limits)"
+            ),
+        )
+    return torch.masked_select(input, mask)
+
+
 CHECKED: dict[str, Callable] = {
+    "masked_select": masked_select,
     "nonzero": nonzero,
     "argwhere": argwhere,
     "_unique2": unique2,

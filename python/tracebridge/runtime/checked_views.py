@@ -6,22 +6,36 @@ Note: why these two run through a check.
   memory-mapped weight, bytes of the file that belong to no tensor of the graph. The view
   is allowed only within the elements the input itself covers (from its first element to
   its last, as its own sizes and strides reach them), checked here before the kernel
-  runs; PyTorch's own check is against the whole storage. ``repeat_interleave`` makes an
-  output whose length is the sum of its repeats: the size is computed and bounded
-  (``MAX_OUTPUT_NUMEL``) before anything is allocated, and an ``output_size`` must be
-  that sum. Both runtimes call these (``support.default_callable``); the load-time rules
-  for literal arguments are in ``check/views.py``.
+  runs; PyTorch's own check is against the whole storage. A view with more elements than
+  its input (strides that overlap, 0 among them) is bounded as an expand is
+  (``checked_ops.sized_guard``): its elements at its width within ``ALLOC_BYTES``, since
+  the next op reads them all (``as_strided(x, [n], [0]).sum()`` with ``n = 2**40``
+  computed at the call ran for hours). ``repeat_interleave`` makes an output whose length
+  is the sum of its repeats: the bytes are computed and bounded (``ALLOC_BYTES``) before
+  anything is allocated -- the repeats checked one by one first, since their int64 sum
+  wraps (``[2**62] * 4`` sums to 0, and the kernel then wrote past the output it
+  allocated) -- and an ``output_size`` must be that sum. Both runtimes call these
+  (``support.default_callable``); the load-time rules for literal arguments are in
+  ``check/views.py`` and ``check/budget.py``.
 """
 
 from __future__ import annotations
 
+import math
 import operator
 
 import torch
 
-# The most elements one repeat_interleave may make (1 GiB of float32), as the checker's
-# bound for a size written in a file.
-MAX_OUTPUT_NUMEL = 2**28
+from ..check.program import LIMITS
+
+# The most bytes one result may take (shared_ir/SPEC.md, section Limits: alloc_bytes).
+ALLOC_BYTES = LIMITS["alloc_bytes"]
+
+
+def _view_fits(input: torch.Tensor, numel: int) -> bool:
+    """A view of ``numel`` elements of ``input`` presents no more than its input holds,
+    or no more than ``ALLOC_BYTES`` at its width: what a later op may read in full."""
+    return numel <= input.numel() or numel * input.element_size() <= ALLOC_BYTES
 
 
 def _span(tensor: torch.Tensor) -> tuple[int, int]:
@@ -96,7 +110,7 @@ def _within_plain(input: torch.Tensor, size, stride, storage_offset) -> bool:
     if 0 in size:
         return True  # an empty view reads nothing
     numel = input.numel()
-    if offset < first or numel == 0:
+    if offset < first or numel == 0 or not _view_fits(input, math.prod(size)):
         return False
     # sum((n - 1) * s) over the dims, for the view and the input (no size is 0 in either).
     reach = offset + sum(map(operator.mul, size, stride)) - sum(stride)
@@ -164,6 +178,14 @@ def _as_strided_checked(input, size, stride, storage_offset=None):
                 f"storage elements {offset}..{reach}, outside the input's own elements "
                 f"{first}..{last}; a view may only rearrange its input's elements"
             )
+        numel = math.prod(sizes)
+        if not _view_fits(input, numel):
+            raise ValueError(
+                f"as_strided: sizes {sizes[:8]} make a view of {numel} elements "
+                f"({numel * input.element_size()} bytes at its width) from an input of "
+                f"{input.numel()}, more than the limit of {ALLOC_BYTES} bytes that a later "
+                "op may read (shared_ir/SPEC.md, section Limits)"
+            )
     return torch.as_strided(input, sizes, strides, offset)
 
 
@@ -174,6 +196,13 @@ def _repeat_numel(input, repeats, dim) -> int:
             raise ValueError("repeat_interleave: repeats must be an integer tensor of rank 0 or 1")
         if repeats.numel() and int(repeats.min()) < 0:
             raise ValueError("repeat_interleave: repeats must be non-negative")
+        # Each count within the bound first: then their int64 sum cannot wrap (a tensor
+        # has far fewer than 2**33 elements), where [2**62] * 4 sums to 0.
+        if repeats.numel() and int(repeats.max()) > ALLOC_BYTES:
+            raise ValueError(
+                f"repeat_interleave: a repeat count of {int(repeats.max())} is more than "
+                f"the limit of {ALLOC_BYTES} (shared_ir/SPEC.md, section Limits)"
+            )
         counts = repeats.reshape(-1)
         per = int(counts.sum()) if counts.numel() != 1 else None
         single = int(counts[0]) if counts.numel() == 1 else None
@@ -199,10 +228,12 @@ def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
         numel, total = _repeat_numel(torch.empty(input.numel(), device="meta"), input, None)
     else:
         numel, total = _repeat_numel(input, repeats, dim)
-    if numel > MAX_OUTPUT_NUMEL:
+    # The result has the input's dtype (the one-argument form: the repeats' own).
+    width = input.element_size() if isinstance(input, torch.Tensor) else 8
+    if numel * width > ALLOC_BYTES:
         raise ValueError(
-            f"repeat_interleave would make {numel} elements, more than the limit of "
-            f"{MAX_OUTPUT_NUMEL}"
+            f"repeat_interleave would make {numel} elements ({numel * width} bytes), more "
+            f"than the limit of {ALLOC_BYTES} bytes (shared_ir/SPEC.md, section Limits)"
         )
     if output_size is not None and output_size != total:
         raise ValueError(

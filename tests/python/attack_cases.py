@@ -1,0 +1,842 @@
+"""Crafted files aimed at the ops and runtime passes added since the op-safety review.
+
+Each family is a function that returns ``{name: case}``; a case is the nodes of the forward
+graph of ``neg(x)`` (input value 0, a float32 vector given as ``ones(3)`` at the call) or
+of a traced ``nn.Linear(3, 2)`` (``base: "linear"``: input value 0 a ``[4, 3]`` float32
+matrix, ``weight`` value 1, ``bias`` value 2 read from state), or a whole-document edit
+(``doc``: a function of the base document), or a safetensors edit (``tensors``: bytes).
+
+Every case must end in tracebridge's error at load or at the call (naming the op or the
+rule), or run and return memory some kernel wrote -- never a crash, a hang, a raw
+exception, an allocation past the limits or a read outside a tensor.
+``test_fuzz.py::test_crafted_attacks`` runs them all in children with a memory cap.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import struct
+
+BIG = (2**28, 2**31, 2**40, 2**62, 2**63 - 1, 2**63, 2**64 - 1)
+
+
+def tensor_value(vid: int, dtype: str = "float32", shape=(3,)) -> dict:
+    return {"id": vid, "kind": "Tensor", "dtype": dtype, "shape": list(shape)}
+
+
+def node(op: str, args: list, outputs: list, kwargs: dict | None = None) -> dict:
+    spec = (
+        {"t": "leaf"} if len(outputs) == 1 else {"t": "tuple", "c": [{"t": "leaf"}] * len(outputs)}
+    )
+    return {"op": op, "args": args, "kwargs": kwargs or {}, "outputs": outputs, "out_spec": spec}
+
+
+def ref(vid: int) -> dict:
+    return {"ref": vid}
+
+
+def literal(vid: int, data, dtype: str = "float32", shape=None) -> dict:
+    """``tensor(data, dtype=...)``: data written in the file."""
+    if shape is None:
+        shape, level = [], data
+        while isinstance(level, list):
+            shape.append(len(level))
+            level = level[0] if level else None
+    return node("tensor", [data], [tensor_value(vid, dtype, shape)], {"dtype": {"dtype": dtype}})
+
+
+def out(vid: int, dtype: str = "float32", shape=(3,)) -> list:
+    return [tensor_value(vid, dtype, shape)]
+
+
+def tup(*items) -> dict:
+    return {"tuple": list(items)}
+
+
+# --- as_strided: a view whose geometry the file writes --------------------------------------
+
+
+def as_strided_family() -> dict:
+    cases = {}
+    x = ref(0)
+    geometries = {
+        "past_end": ([2], [1], 2),
+        "longer": ([4], [1], None),
+        "huge_stride": ([2], [2**62], 0),
+        "overflow_reach": ([2**62, 2**62], [2**62, 2**62], 0),
+        "wrap_to_negative": ([2, 2], [2**63 - 1, 2**63 - 1], 0),
+        "zero_stride_huge": ([2**40], [0], 0),
+        "zero_stride_wide": ([2**31, 2**31], [0, 0], 0),
+        "offset_past": ([1], [1], 2**40),
+        "offset_int_max": ([1], [1], 2**63 - 1),
+        "offset_uint": ([1], [1], 2**64 - 1),
+        "negative_offset": ([1], [1], -1),
+        "negative_stride": ([2], [-1], 2),
+        "negative_size": ([-1], [1], 0),
+        "mismatched": ([2, 2], [1], 0),
+        "empty_far": ([0], [1], 2**40),
+        "bool_size": ([True], [1], 0),
+        "float_size": ([1.5], [1], 0),
+        "string_size": (["3"], [1], 0),
+        "rank_70": ([1] * 70, [0] * 70, 0),
+    }
+    for name, (size, stride, offset) in geometries.items():
+        args = [x, tup(*size), tup(*stride)] + ([] if offset is None else [offset])
+        cases[f"as_strided:{name}"] = {"nodes": [node("as_strided", args, out(1))]}
+    # Views of views: the offset must stay within the view's own elements, not the storage.
+    cases["as_strided:of_a_slice_back_to_0"] = {
+        "nodes": [
+            node("getitem", [x, {"slice": [1, None, None]}], out(1, shape=(2,))),
+            node("as_strided", [ref(1), tup(3), tup(1), 0], out(2)),
+        ]
+    }
+    cases["as_strided:of_a_narrow_forward"] = {
+        "nodes": [
+            node("narrow", [x, 0, 0, 1], out(1, shape=(1,))),
+            node("as_strided", [ref(1), tup(2), tup(1)], out(2, shape=(2,))),
+        ]
+    }
+    cases["as_strided:reduced_zero_stride_huge"] = {
+        "nodes": [
+            node("as_strided", [x, tup(2**40), tup(0), 0], out(1, shape=(2**40,))),
+            node("sum", [ref(1)], out(2, shape=())),
+        ]
+    }
+    # The weight of a module: a view past it would read the bias (another tensor of the
+    # file's mapped bytes) or the padding between them.
+    cases["as_strided:weight_into_bias"] = {
+        "base": "linear",
+        "nodes": [node("as_strided", [ref(1), tup(20), tup(1), 0], out(3, shape=(20,)))],
+    }
+    cases["as_strided:bias_before_itself"] = {
+        "base": "linear",
+        "nodes": [node("as_strided", [ref(2), tup(2), tup(1), 0], out(3, shape=(2,)))],
+    }
+    # Sizes from the graph: prim.size of the input, multiplied past the storage.
+    cases["as_strided:computed_size"] = {
+        "nodes": [
+            node("prim.size", [x, 0], [{"id": 1, "kind": "int"}]),
+            node("scalar.mul", [ref(1), 2**40], [{"id": 2, "kind": "int"}]),
+            node("as_strided", [x, tup(ref(2)), tup(0), 0], out(3, shape=("?",))),
+            node("sum", [ref(3)], out(4, shape=())),
+        ]
+    }
+    # The same tree twice, so that the second call replays a kept geometry (runtime/views.py).
+    tree = [
+        node("Tensor.view", [x, tup(3, 1)], out(1, shape=(3, 1))),
+        node("transpose", [ref(1), 0, 1], out(2, shape=(1, 3))),
+        node("as_strided", [ref(2), tup(1, 3), tup(1, 1), 0], out(3, shape=(1, 3))),
+        node("unsqueeze", [ref(3), 0], out(4, shape=(1, 1, 3))),
+    ]
+    cases["as_strided:tree_within"] = {"nodes": tree, "calls": 3}
+    bad_tree = copy.deepcopy(tree)
+    bad_tree[2]["args"] = [ref(2), tup(1, 3), tup(1, 1), 1]
+    cases["as_strided:tree_past"] = {"nodes": bad_tree, "calls": 3}
+    return cases
+
+
+# --- repeat_interleave: an output whose size is a sum of repeats ----------------------------
+
+
+def repeat_interleave_family() -> dict:
+    cases = {}
+    x = ref(0)
+    for value in BIG + (-1, -(2**63)):
+        cases[f"repeat_interleave:int_{value}"] = {
+            "nodes": [node("repeat_interleave", [x, value], out(1, shape=("?",)))]
+        }
+    # Repeats whose int64 sum wraps around to a small number (the kernel then writes past
+    # the output it allocated).
+    for name, counts in {
+        "sum_wraps_to_0": [2**62] * 4,
+        "sum_wraps_to_3": [2**62] * 3 + [2**62 + 3],
+        "sum_wraps_negative": [2**62, 2**62],
+        "int_max_each": [2**63 - 1] * 3,
+    }.items():
+        size = len(counts)
+        base = [literal(1, [0.0] * size), literal(2, counts, "int64")]
+        cases[f"repeat_interleave:tensor_{name}"] = {
+            "nodes": base + [node("repeat_interleave", [ref(1), ref(2)], out(3, shape=("?",)))]
+        }
+        cases[f"repeat_interleave:one_arg_{name}"] = {
+            "nodes": [
+                literal(1, counts, "int64"),
+                node("repeat_interleave", [ref(1)], out(2, "int64", ("?",))),
+            ]
+        }
+        cases[f"repeat_interleave:output_size_{name}"] = {
+            "nodes": base
+            + [
+                node(
+                    "repeat_interleave",
+                    [ref(1), ref(2)],
+                    out(3, shape=(3,)),
+                    {"dim": 0, "output_size": 3},
+                )
+            ]
+        }
+    # Bytes, not elements: 2**27 complex128 elements are 2 GiB.
+    cases["repeat_interleave:complex_bytes"] = {
+        "nodes": [
+            literal(1, [[1.0, 0.0]], "float64"),
+            node("view_as_complex", [ref(1)], out(2, "complex128", (1,))),
+            node("repeat_interleave", [ref(2), 2**27], out(3, "complex128", (2**27,))),
+        ]
+    }
+    cases["repeat_interleave:complex_bytes_tensor"] = {
+        "nodes": [
+            literal(1, [[1.0, 0.0]], "float64"),
+            node("view_as_complex", [ref(1)], out(2, "complex128", (1,))),
+            literal(3, [2**27], "int64"),
+            node("repeat_interleave", [ref(2), ref(3)], out(4, "complex128", (2**27,))),
+        ]
+    }
+    cases["repeat_interleave:float64_bytes_at_load"] = {
+        "nodes": [
+            literal(1, [1.0], "float64"),
+            node("repeat_interleave", [ref(1), 2**28 - 1, 0], out(2, "float64", (2**28 - 1,))),
+        ]
+    }
+    odd = {
+        "float_repeats": literal(1, [1.5, 1.0, 1.0], "float32"),
+        "bool_repeats": literal(1, [True, True, True], "bool"),
+        "uint8_repeats": literal(1, [255, 255, 255], "uint8"),
+        "rank2_repeats": literal(1, [[1], [1], [1]], "int64"),
+        "short_repeats": literal(1, [1, 1], "int64"),
+        "negative_in_tensor": literal(1, [1, -1, 1], "int64"),
+        "empty_repeats": literal(1, [], "int64", shape=[0]),
+    }
+    for name, lit in odd.items():
+        cases[f"repeat_interleave:{name}"] = {
+            "nodes": [lit, node("repeat_interleave", [x, ref(1)], out(2, shape=("?",)))]
+        }
+    for dim in (1, -2, 2**40):
+        cases[f"repeat_interleave:dim_{dim}"] = {
+            "nodes": [node("repeat_interleave", [x, 2], out(1, shape=(6,)), {"dim": dim})]
+        }
+    for size in (-1, 2, 2**40):
+        cases[f"repeat_interleave:output_size_{size}"] = {
+            "nodes": [node("repeat_interleave", [x, 2], out(1, shape=(6,)), {"output_size": size})]
+        }
+    return cases
+
+
+# --- broadcast_to / expand: views of written sizes that later ops read in full ------------
+
+
+def broadcast_family() -> dict:
+    cases = {}
+    x = ref(0)
+    for op in ("broadcast_to", "Tensor.expand"):
+        for name, size in {
+            "huge": [2**40, 3],
+            "wide": [2**20, 2**20, 3],
+            "negative": [-2, 3],
+            "overflow": [2**62, 2**62, 3],
+            "uint": [2**64 - 1, 3],
+            "rank_100": [1] * 100 + [3],
+        }.items():
+            cases[f"{op}:{name}"] = {
+                "nodes": [
+                    node(op, [x, tup(*size)], out(1, shape=[abs(s) for s in size])),
+                    node("sum", [ref(1)], out(2, shape=())),
+                ]
+            }
+        cases[f"{op}:computed"] = {
+            "nodes": [
+                node("prim.size", [x, 0], [{"id": 1, "kind": "int"}]),
+                node("scalar.mul", [ref(1), 2**40], [{"id": 2, "kind": "int"}]),
+                node(op, [x, tup(ref(2), 3)], out(3, shape=("?", 3))),
+                node("sum", [ref(3)], out(4, shape=())),
+            ]
+        }
+        cases[f"{op}:from_item"] = {
+            "nodes": [
+                literal(1, 2**40, "int64", shape=[]),
+                node("prim.item", [ref(1)], [{"id": 2, "kind": "int"}]),
+                node(op, [x, tup(ref(2), 3)], out(3, shape=("?", 3))),
+                node("sum", [ref(3)], out(4, shape=())),
+            ]
+        }
+    return cases
+
+
+# --- index ops: out-of-range, negative and huge indices ------------------------------------
+
+INDEX_VALUES = {"past": 3, "negative": -4, "huge": 2**40, "int_min": -(2**63)}
+
+
+def index_family() -> dict:
+    cases = {}
+    x = ref(0)
+    for vname, v in INDEX_VALUES.items():
+        idx = literal(1, [0, v], "int64")
+        idx2 = literal(1, [[0, v]], "int64")
+        src = literal(2, [1.0, 2.0], "float32")
+        m = literal(3, [[1.0, 2.0, 3.0]], "float32")
+
+        def two(op, args, kw=None, o=None, lits=(idx, src, m)):
+            return [*lits, node(op, args, o or out(4, shape=("?",)), kw)]
+
+        cases.update(
+            {
+                f"index_select:{vname}": two("index_select", [x, 0, ref(1)]),
+                f"gather:{vname}": two("gather", [x, 0, ref(1)]),
+                f"take:{vname}": two("take", [x, ref(1)]),
+                f"take_along_dim:{vname}": two("take_along_dim", [x, ref(1), 0]),
+                f"embedding:{vname}": [idx2, src, m]
+                + [node("embedding", [ref(3), ref(1)], out(4, shape=(1, 2, 3)))],
+                f"scatter:{vname}": two("scatter", [x, 0, ref(1), ref(2)]),
+                f"scatter_add:{vname}": two("scatter_add", [x, 0, ref(1), ref(2)]),
+                f"scatter_reduce:{vname}": two("scatter_reduce", [x, 0, ref(1), ref(2), "sum"]),
+                f"index_add:{vname}": two("index_add", [x, 0, ref(1), ref(2)]),
+                f"index_copy:{vname}": two("index_copy", [x, 0, ref(1), ref(2)]),
+                f"index_fill:{vname}": two("index_fill", [x, 0, ref(1), 1.0]),
+                f"index_put:{vname}": two("index_put", [x, [ref(1)], ref(2)]),
+                f"index_put_acc:{vname}": two("index_put", [x, [ref(1)], ref(2), True]),
+                f"getitem:{vname}": two("getitem", [x, ref(1)]),
+                f"select:{vname}": [node("select", [x, 0, v], out(1, shape=()))],
+                f"narrow:{vname}": [node("narrow", [x, 0, v, 1], out(1, shape=(1,)))],
+                f"index_reduce:{vname}": two("index_reduce", [x, 0, ref(1), ref(2), "prod"]),
+                f"put:{vname}": two("put", [x, ref(1), ref(2)]),
+                f"one_hot:{vname}": [idx, node("one_hot", [ref(1), 3], out(2, "int64", (2, 3)))],
+                f"bincount:{vname}": [idx, node("bincount", [ref(1)], out(2, "int64", ("?",)))],
+                f"unravel_index:{vname}": [idx]
+                + [node("unravel_index", [ref(1), tup(3)], out(2, "int64", (2,)))],
+            }
+        )
+    # int32 and uint8 index tensors and indices on the meta device
+    for dtype in ("int32", "int16", "uint8", "bool", "float32"):
+        cases[f"gather:dtype_{dtype}"] = [
+            literal(1, [0, 1] if dtype != "bool" else [True, False], dtype),
+            node("gather", [x, 0, ref(1)], out(2, shape=(2,))),
+        ]
+    return {k: {"nodes": v} for k, v in cases.items()}
+
+
+# --- the graph itself ----------------------------------------------------------------------
+
+
+def _graph(doc: dict) -> dict:
+    return doc["methods"]["forward"]
+
+
+def _edit(fn):
+    def edit(doc):
+        doc = copy.deepcopy(doc)
+        fn(doc, _graph(doc))
+        return doc
+
+    return edit
+
+
+def structure_family() -> dict:
+    neg = lambda i, o: node("neg", [ref(i)], out(o))  # noqa: E731
+
+    def used_before(doc, g):
+        g["nodes"] = [neg(2, 1), neg(0, 2)]
+        g["outputs"] = [ref(1)]
+
+    def cycle(doc, g):
+        g["nodes"] = [neg(2, 1), neg(1, 2)]
+        g["outputs"] = [ref(2)]
+
+    def self_loop(doc, g):
+        g["nodes"] = [neg(1, 1)]
+        g["outputs"] = [ref(1)]
+
+    def duplicate_id(doc, g):
+        g["nodes"] = [neg(0, 1), neg(0, 1)]
+        g["outputs"] = [ref(1)]
+
+    def shadow_input(doc, g):
+        g["nodes"] = [neg(0, 0)]
+        g["outputs"] = [ref(0)]
+
+    def undefined_output(doc, g):
+        g["outputs"] = [ref(99)]
+
+    def two_outputs_for_one(doc, g):
+        g["nodes"][0]["outputs"] = out(1) + out(2)
+        g["nodes"][0]["out_spec"] = {"t": "tuple", "c": [{"t": "leaf"}] * 2}
+
+    def no_outputs(doc, g):
+        g["nodes"][0]["outputs"] = []
+
+    def spec_mismatch(doc, g):
+        g["nodes"][0]["out_spec"] = {"t": "tuple", "c": [{"t": "leaf"}] * 3}
+
+    def chunk_outputs_short(doc, g):
+        g["nodes"] = [node("chunk", [ref(0), 3], out(1, shape=(1,)) + out(2, shape=(1,)))]
+        g["outputs"] = [ref(1)]
+
+    def unbind_outputs_long(doc, g):
+        g["nodes"] = [node("unbind", [ref(0)], [tensor_value(i, shape=()) for i in range(1, 9)])]
+        g["outputs"] = [ref(8)]
+
+    def id_huge(doc, g):
+        g["nodes"] = [neg(0, 2**63)]
+        g["outputs"] = [ref(2**63)]
+
+    def id_negative(doc, g):
+        g["nodes"] = [neg(0, -1)]
+        g["outputs"] = [ref(-1)]
+
+    def id_string(doc, g):
+        g["nodes"] = [node("neg", [ref(0)], [{"id": "1", "kind": "Tensor"}])]
+        g["outputs"] = [ref("1")]
+
+    def id_float(doc, g):
+        g["nodes"] = [node("neg", [ref(0)], [{"id": 1.0, "kind": "Tensor"}])]
+        g["outputs"] = [ref(1.0)]
+
+    def deep_args(doc, g):
+        deep = 1
+        for _ in range(60):
+            deep = [deep]
+        g["nodes"][0]["kwargs"] = {"x": deep}
+
+    def dtype_unknown(doc, g):
+        g["nodes"][0]["outputs"][0]["dtype"] = "float128"
+
+    def dtype_kwarg_unknown(doc, g):
+        g["nodes"] = [node("Tensor.to", [ref(0)], out(1), {"dtype": {"dtype": "qint4"}})]
+
+    def device_odd(doc, g):
+        g["nodes"] = [node("Tensor.to", [ref(0)], out(1), {"device": {"device": "cuda:9999"}})]
+
+    def device_meta(doc, g):
+        g["nodes"] = [node("Tensor.to", [ref(0)], out(1), {"device": {"device": "meta"}})]
+
+    def device_string(doc, g):
+        g["nodes"] = [node("Tensor.to", [ref(0), "cpu\u0000"], out(1))]
+
+    def nan_as_int(doc, g):
+        g["nodes"] = [node("Tensor.view", [ref(0), tup({"float": "nan"})], out(1))]
+
+    def string_as_int(doc, g):
+        g["nodes"] = [node("Tensor.view", [ref(0), tup("3")], out(1))]
+
+    def input_shape_lies(doc, g):
+        g["inputs"][0]["shape"] = [2**62]
+        g["inputs"][0]["example"] = [2**62]
+
+    def example_huge(doc, g):
+        g["inputs"][0]["example"] = [2**64 - 1]
+
+    return {
+        f"structure:{fn.__name__}": {"doc": _edit(fn)}
+        for fn in (
+            used_before, cycle, self_loop, duplicate_id, shadow_input, undefined_output,
+            two_outputs_for_one, no_outputs, spec_mismatch, chunk_outputs_short,
+            unbind_outputs_long, id_huge, id_negative, id_string, id_float, deep_args,
+            dtype_unknown, dtype_kwarg_unknown, device_odd, device_meta, device_string,
+            nan_as_int, string_as_int, input_shape_lies, example_huge,
+        )
+    }  # fmt: skip
+
+
+# --- tensors: the safetensors member and the state it backs ------------------------------
+
+
+def _st(header: dict, data: bytes) -> bytes:
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
+def tensors_family() -> dict:
+    """Edits of the linear base's tensors (weight [2, 3] at 0..24, bias [2] at 64..72)."""
+    data = bytes(72)
+    w = {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}
+    b = {"dtype": "F32", "shape": [2], "data_offsets": [64, 72]}
+    pad = {"dtype": "U8", "shape": [40], "data_offsets": [24, 64]}
+
+    def member(weight=None, bias=None, payload=data, extra=None):
+        header = {"weight": weight or w, "#pad1": pad, "bias": bias or b}
+        header.update(extra or {})
+        return _st(header, payload)
+
+    cases = {
+        "short_bytes": member(weight={**w, "data_offsets": [0, 20]}),
+        "long_bytes": member(weight={**w, "data_offsets": [0, 28]}),
+        "shape_numel_huge": member(weight={**w, "shape": [2**31, 2**31]}),
+        "overflow_product": member(weight={**w, "shape": [2**32, 2**32, 2**32]}),
+        "overlap": member(bias={**b, "data_offsets": [16, 24]}),
+        "past_end": member(bias={**b, "data_offsets": [64, 2**40]}),
+        "reversed": member(bias={**b, "data_offsets": [72, 64]}),
+        "dtype_unknown": member(weight={**w, "dtype": "F128"}),
+        "dtype_differs": member(weight={**w, "dtype": "I32"}),
+        "dtype_f64_numel": member(weight={**w, "dtype": "F64", "data_offsets": [0, 48]}),
+        "negative_shape": member(weight={**w, "shape": [-2, -3]}),
+        "string_shape": member(weight={**w, "shape": ["2", 3]}),
+        "truncated_data": member(payload=data[:40]),
+        "header_huge": struct.pack("<Q", 2**62) + b"{}",
+        "missing_bias": _st({"weight": w, "#pad1": pad}, data),
+        "extra_tensor": member(
+            extra={"zzz": {"dtype": "F32", "shape": [1], "data_offsets": [68, 72]}}
+        ),
+        "metadata_payload": member(extra={"__metadata__": {"x": "__import__('os')"}}),
+    }  # fmt: skip
+    return {f"tensors:{k}": {"base": "linear", "tensors": v} for k, v in cases.items()}
+
+
+def state_family() -> dict:
+    """Program-side state entries that disagree with the tensors member."""
+
+    def state_edit(fn):
+        def edit(doc):
+            doc = copy.deepcopy(doc)
+            fn(doc["state"], _graph(doc))
+            return doc
+
+        return edit
+
+    def shape_lie(state, g):
+        state["weight"]["shape"] = [3, 2]
+        g["nodes"][0]["outputs"][0]["shape"] = [3, 2]
+
+    def dtype_lie(state, g):
+        state["weight"]["dtype"] = "float64"
+
+    def node_shape_lie(state, g):
+        g["nodes"][0]["outputs"][0]["shape"] = [2, 4]
+
+    def node_dtype_lie(state, g):
+        g["nodes"][0]["outputs"][0]["dtype"] = "float16"
+
+    def unknown_state(state, g):
+        g["nodes"][0]["args"] = ["nothing"]
+
+    def kind_odd(state, g):
+        state["weight"]["kind"] = "storage"
+
+    return {
+        f"state:{fn.__name__}": {"base": "linear", "doc": state_edit(fn)}
+        for fn in (shape_lie, dtype_lie, node_shape_lie, node_dtype_lie, unknown_state, kind_odd)
+    }
+
+
+# --- runtime passes: graphs shaped to be rewritten, with metadata that lies -----------------
+
+
+def passes_family() -> dict:
+    """Graphs that linear_2d, concat_linear, inplace, folding, views and size_checks would
+    rewrite, with traced shapes, dtypes and ranks that do not hold at the call."""
+    x, w, b = ref(0), ref(1), ref(2)
+    cases = {}
+    # linear_2d: the input traced as a matrix, a vector at the call; or the weight as 3-D.
+    cases["linear_2d:rank_lies"] = [
+        node("linear", [x, w, b], out(3, shape=(4, 2))),
+        node("linear", [x, w, b], out(4, shape=(4, 2))),
+        node("linear", [x, w, b], out(5, shape=(4, 2))),
+        node("add", [ref(3), ref(4)], out(6, shape=(4, 2))),
+        node("add", [ref(6), ref(5)], out(7, shape=(4, 2))),
+    ]
+    # concat_linear: three linears on one input whose results a view reads, with widths
+    # that the traced shapes misstate.
+    group = []
+    for vid in (3, 4, 5):
+        group.append(node("linear", [x, w, b], out(vid, shape=(4, 7))))
+    for i, vid in enumerate((3, 4, 5)):
+        group.append(node("Tensor.view", [ref(vid), tup(-1, 1, 7)], out(6 + i, shape=(4, 1, 7))))
+    group.append(node("add", [ref(6), ref(7)], out(9, shape=(4, 1, 7))))
+    group.append(node("add", [ref(9), ref(8)], out(10, shape=(4, 1, 7))))
+    cases["concat_linear:width_lies"] = group
+    # inplace: a fresh result whose traced dtype is a float, an int at the call.
+    cases["inplace:dtype_lies"] = [
+        node("Tensor.long", [x], out(3, "float32", (4, 3))),
+        node("relu", [ref(3)], out(4, "float32", (4, 3))),
+        node("add", [ref(4), x], out(5, "float32", (4, 3))),
+    ]
+    cases["inplace:shape_lies"] = [
+        node("mul", [x, 2.0], out(3, shape=(4, 3))),
+        node("add", [ref(3), b], out(4, shape=(4, 3))),
+        node("relu", [ref(4)], out(5, shape=(4, 3))),
+    ]
+    cases["inplace:broadcast_grows"] = [
+        literal(3, [[1.0], [2.0], [3.0], [4.0]]),
+        node("mul", [ref(3), 2.0], out(4, shape=(4, 1))),
+        node("add", [ref(4), x], out(5, shape=(4, 1))),
+        node("relu", [ref(5)], out(6, shape=(4, 1))),
+    ]
+    # folding: a static value from state whose traced shape lies; a write into it.
+    cases["folding:write_into_state_view"] = [
+        node("t", [w], out(3, shape=(3, 2))),
+        node("Tensor.add_", [ref(3), 1.0], out(4, shape=(3, 2))),
+        node("matmul", [x, ref(4)], out(5, shape=(4, 2))),
+    ]
+    cases["folding:write_into_folded"] = [
+        node("t", [w], out(3, shape=(3, 2))),
+        node("mul", [ref(3), 2.0], out(4, shape=(3, 2))),
+        node("Tensor.add_", [ref(4), 1.0], out(5, shape=(3, 2))),
+        node("matmul", [x, ref(4)], out(6, shape=(4, 2))),
+    ]
+    cases["folding:static_shape_lies"] = [
+        node("t", [w], out(3, shape=(2, 3))),
+        node("mul", [ref(3), 2.0], out(4, shape=(2, 3))),
+        node("matmul", [x, ref(4)], out(5, shape=(4, 3))),
+    ]
+    # size_checks: a guard on the sizes of a dead value, with a size that lies.
+    cases["size_checks:dead_value_guard"] = [
+        node("linear", [x, w, b], out(3, shape=(4, 2))),
+        node("relu", [ref(3)], out(4, shape=(4, 2))),
+        node("gelu", [ref(4)], out(5, shape=(4, 2))),
+        node("prim.size", [ref(5), -1], [{"id": 6, "kind": "int"}]),
+        node("prim.guard", [ref(6)], [], {"expect": 2**62, "what": "width", "kind": "value"}),
+        node("neg", [x], out(7, shape=(4, 3))),
+    ]
+    # views: a tree whose base is a weight, replayed after the weight is resized.
+    cases["views:tree_over_weight"] = [
+        node("Tensor.view", [w, tup(3, 2)], out(3, shape=(3, 2))),
+        node("transpose", [ref(3), 0, 1], out(4, shape=(2, 3))),
+        node("unsqueeze", [ref(4), 0], out(5, shape=(1, 2, 3))),
+        node("select", [ref(5), 0, 1], out(6, shape=(3,))),
+    ]
+    return {f"passes:{k}": {"base": "linear", "nodes": v, "calls": 3} for k, v in cases.items()}
+
+
+# --- results larger than their operands' bytes --------------------------------------------
+
+
+class Wide:
+    """Nodes that make cheap wide operands: a one-element literal expanded to a written
+    shape (a view of one element, within the load limits), so that the op after them is
+    what would allocate."""
+
+    def __init__(self):
+        self.nodes: list[dict] = []
+        self.next = 1
+
+    def _id(self) -> int:
+        self.next += 1
+        return self.next - 1
+
+    def view(self, shape, dtype="float32", value=0.0) -> dict:
+        lit, wide = self._id(), self._id()
+        one = [value]
+        for _ in shape[1:]:
+            one = [one]
+        self.nodes.append(literal(lit, one, dtype, shape=[1] * len(shape)))
+        self.nodes.append(node("Tensor.expand", [ref(lit), tup(*shape)], out(wide, dtype, shape)))
+        return ref(wide)
+
+    def then(self, op, args, kwargs=None, dtype="float32", outputs=1) -> list[dict]:
+        made = [tensor_value(self._id(), dtype, ("?",)) for _ in range(outputs)]
+        return [*self.nodes, node(op, args, made, kwargs)]
+
+
+def _wide_case(build) -> list[dict]:
+    wide = Wide()
+    return build(wide)
+
+
+N = 2**16  # two operands of N elements whose product of sizes is 2**32 (16 GiB of float32)
+
+
+def blowup_family() -> dict:
+    """Ops whose result is a product of their operands' sizes, or materialises a wide view,
+    on operands that cost the file nothing: each asks for 16 GiB or more unless bounded."""
+    cases = {
+        "diag": lambda w: w.then("diag", [w.view([N])]),
+        "block_diag": lambda w: w.then("block_diag", [[w.view([N, 1]), w.view([1, N])]]),
+        "cdist": lambda w: w.then("cdist", [w.view([N, 1]), w.view([N, 1])]),
+        "take_along_dim": lambda w: w.then(
+            "take_along_dim", [w.view([N, 1]), w.view([1, N], "int64", 0), 1]
+        ),
+        "tensordot": lambda w: w.then("tensordot", [w.view([N]), w.view([N]), 0]),
+        "einsum": lambda w: w.then("einsum", ["i,j->ij", [w.view([N]), w.view([N])]]),
+        "pad_constant": lambda w: w.then("pad", [w.view([N, 1]), tup(0, N)]),
+        "constant_pad_nd": lambda w: w.then("constant_pad_nd", [w.view([N, 1]), tup(0, N)]),
+        "conv_transpose1d": lambda w: w.then(
+            "conv_transpose1d", [w.view([1, 1, 2**10]), w.view([1, 1, 1])], {"stride": 2**22}
+        ),
+        "im2col": lambda w: w.then(
+            "im2col",
+            [w.view([1, 1, 2**10, 2**10]), tup(2**9, 2**9), tup(1, 1), tup(0, 0), tup(1, 1)],
+        ),  # fmt: skip
+        "max_unpool2d": lambda w: w.then(
+            "max_unpool2d",
+            [w.view([1, 2**10, 1, 1]), w.view([1, 2**10, 1, 1], "int64", 0), tup(2**14, 2**14)],
+        ),  # fmt: skip
+        "upsample_nearest1d": lambda w: w.then("upsample_nearest1d", [w.view([1, N, 1]), tup(N)]),
+        "unfold_view_sum": lambda w: [
+            *w.then("Tensor.unfold", [w.view([2**20]), 0, 2**19, 1]),
+            node("sum", [ref(w.next - 1)], out(w.next, shape=())),
+        ],
+        "meshgrid_contiguous": lambda w: [
+            *w.then("meshgrid", [[w.view([N]), w.view([N])]], outputs=2),
+            node("Tensor.contiguous", [ref(w.next - 2)], out(w.next, shape=(N, N))),
+        ],
+        "embedding": lambda w: w.then(
+            "embedding", [w.view([1, 2**12]), w.view([2**20], "int64", 0)]
+        ),
+        "index_select": lambda w: w.then(
+            "index_select", [w.view([1, 2**12]), 0, w.view([2**20], "int64", 0)]
+        ),
+        "contiguous_complex": lambda w: w.then(
+            "Tensor.contiguous",
+            [w.view([2**28], "complex128", {"complex": [1.0, 0.0]})],
+            dtype="complex128",
+        ),
+        "flip_float64": lambda w: w.then("flip", [w.view([2**28], "float64"), tup(0)]),
+        "bucketize": lambda w: w.then("bucketize", [w.view([2**28]), w.view([1])], dtype="int64"),
+        "where_broadcast": lambda w: w.then(
+            "where", [w.view([N, 1], "bool", True), w.view([1, N]), 0.0]
+        ),
+        "lerp_broadcast": lambda w: w.then("lerp", [w.view([N, 1]), w.view([1, N]), 0.5]),
+        "addcmul_broadcast": lambda w: w.then(
+            "addcmul", [w.view([N, 1]), w.view([1, N]), w.view([1, 1])]
+        ),
+        "polar_broadcast": lambda w: w.then(
+            "polar", [w.view([N, 1]), w.view([1, N])], dtype="complex64"
+        ),
+        "masked_select": lambda w: w.then(
+            "masked_select", [w.view([N, 1]), w.view([1, N], "bool", True)]
+        ),
+        "masked_fill_broadcast": lambda w: w.then(
+            "masked_fill", [w.view([N, 1]), w.view([1, N], "bool", True), 1.0]
+        ),
+        "histc_float64": lambda w: w.then("histc", [w.view([1], "float64")], {"bins": 2**28 - 1}),
+        "grid_sampler": lambda w: w.then(
+            "grid_sampler", [w.view([1, 2**10, 1, 1]), w.view([1, 2**13, 2**14, 2]), 0, 0, False]
+        ),
+        "cumsum_float64": lambda w: w.then("cumsum", [w.view([2**28], "float64"), 0]),
+        "sort_float64": lambda w: w.then("sort", [w.view([2**28], "float64")], outputs=2),
+        "bilinear": lambda w: w.then(
+            "bilinear", [w.view([N, 1]), w.view([N, 1]), w.view([N, 1, 1])]
+        ),
+    }
+    return {f"blowup:{k}": {"nodes": _wide_case(v)} for k, v in cases.items()}
+
+
+# --- custom autograd functions: the graphs a prim.autograd_function node names -----------
+
+
+def _function_graphs(doc: dict) -> tuple[dict, str, str]:
+    """The ``prim.autograd_function`` node of the ``agf`` base and its two graph names."""
+    fn = doc["methods"]["forward"]["nodes"][0]
+    return fn, fn["kwargs"]["forward"], fn["kwargs"]["backward"]
+
+
+def autograd_function_family() -> dict:
+    """Edits of a traced ``Sq.apply(x).sum()`` (``x * x`` saving ``x``, backward ``2 * x *
+    g``), called with autograd on so that the backward graph runs."""
+
+    def fwd_is_forward(doc, fn, f, b):
+        fn["kwargs"]["forward"] = "forward"
+
+    def bwd_is_fwd(doc, fn, f, b):
+        fn["kwargs"]["backward"] = f
+
+    def missing_graph(doc, fn, f, b):
+        fn["kwargs"]["backward"] = "nothing"
+
+    def saved_too_many(doc, fn, f, b):
+        fn["kwargs"]["saved"] = 5
+
+    def saved_negative(doc, fn, f, b):
+        fn["kwargs"]["saved"] = -1
+
+    def saved_bool(doc, fn, f, b):
+        fn["kwargs"]["saved"] = True
+
+    def saved_zero(doc, fn, f, b):
+        fn["kwargs"]["saved"] = 0
+
+    def marked_out_of_range(doc, fn, f, b):
+        fn["kwargs"]["non_differentiable"] = [5]
+
+    def marked_twice(doc, fn, f, b):
+        fn["kwargs"]["non_differentiable"] = [0, 0]
+
+    def marked_string(doc, fn, f, b):
+        fn["kwargs"]["non_differentiable"] = ["0"]
+
+    def function_payload(doc, fn, f, b):
+        fn["kwargs"]["function"] = "__import__('os').system('true')"
+
+    def backward_three_grads(doc, fn, f, b):
+        g = doc["methods"][b]
+        g["outputs"] = [ref(3), ref(3), ref(3)]
+        g["out_spec"] = {"t": "tuple", "c": [{"t": "leaf"}] * 3}
+
+    def backward_grad_of_wrong_shape(doc, fn, f, b):
+        g = doc["methods"][b]
+        g["nodes"].append(node("sum", [ref(3)], out(4, shape=())))
+        g["outputs"] = [ref(4)]
+
+    def backward_grad_of_wrong_dtype(doc, fn, f, b):
+        g = doc["methods"][b]
+        g["nodes"].append(node("Tensor.long", [ref(3)], out(4, "int64")))
+        g["outputs"] = [ref(4)]
+
+    def backward_writes_saved(doc, fn, f, b):
+        g = doc["methods"][b]
+        g["nodes"].append(node("Tensor.mul_", [ref(0), 2.0], out(4)))
+        g["outputs"] = [ref(4)]
+
+    def backward_reads_state(doc, fn, f, b):
+        g = doc["methods"][b]
+        g["nodes"].insert(0, node("prim.state", ["w"], out(9)))
+
+    def forward_gives_too_few(doc, fn, f, b):
+        doc["methods"][f]["outputs"] = [ref(1)]
+
+    def input_not_tensor(doc, fn, f, b):
+        fn["args"] = [[3]]
+
+    def nested_deep(doc, fn, f, b):
+        names = [f"nest{i}" for i in range(70)]
+        for i, name in enumerate(names):
+            inner = copy.deepcopy(doc["methods"][f])
+            if i + 1 < len(names):
+                inner["nodes"] = [
+                    {**copy.deepcopy(fn), "kwargs": {**fn["kwargs"], "forward": names[i + 1]}}
+                ]
+                inner["nodes"][0]["outputs"] = out(1)
+                inner["outputs"] = [ref(1), ref(0)]
+            doc["methods"][name] = inner
+        fn["kwargs"]["forward"] = names[0]
+
+    def edit_of(fn):
+        def edit(doc):
+            doc = copy.deepcopy(doc)
+            fn(doc, *_function_graphs(doc))
+            return doc
+
+        return edit
+
+    return {
+        f"autograd_function:{fn.__name__}": {"base": "agf", "doc": edit_of(fn), "grad": True}
+        for fn in (
+            fwd_is_forward, bwd_is_fwd, missing_graph, saved_too_many, saved_negative,
+            saved_bool, saved_zero, marked_out_of_range, marked_twice, marked_string,
+            function_payload, backward_three_grads, backward_grad_of_wrong_shape,
+            backward_grad_of_wrong_dtype, backward_writes_saved, backward_reads_state,
+            forward_gives_too_few, input_not_tensor, nested_deep,
+        )
+    }  # fmt: skip
+
+
+FAMILIES = {
+    "autograd_function": autograd_function_family,
+    "blowup": blowup_family,
+    "as_strided": as_strided_family,
+    "repeat_interleave": repeat_interleave_family,
+    "broadcast": broadcast_family,
+    "index": index_family,
+    "structure": structure_family,
+    "tensors": tensors_family,
+    "state": state_family,
+    "passes": passes_family,
+}
+
+
+def all_cases() -> dict:
+    """Every crafted case of every family, by name."""
+    cases = {}
+    for family in FAMILIES.values():
+        cases.update(family())
+    return cases
