@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from heldout_ninth import ninth_cases, tenth_cases
+from heldout_tenth import tenth_round
 from zoo_models import (
     DET,
     ENC,
@@ -1351,6 +1352,7 @@ def all_cases() -> list[Case]:
         + _eighth_cases()
         + ninth_cases()
         + tenth_cases()
+        + tenth_round()
     )
     return [live(case) for case in cases]
 
