@@ -829,7 +829,7 @@ def main() -> None:
                 specs = [s for s in specs if s.name in args.only]
         else:
             names = args.only or ZOO_DEFAULT
-        specs = sorted(zoo_specs(names), key=lambda spec: names.index(spec.name))
+            specs = sorted(zoo_specs(names), key=lambda spec: names.index(spec.name))
         rows = []
         for spec in specs:
             row = run_case(spec, tuple(args.paths), workdir)
