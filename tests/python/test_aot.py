@@ -461,3 +461,14 @@ def test_input_check_holds_one_size_per_symbol():
         check([x, torch.rand(5)])
     with pytest.raises(tracebridge.TraceError, match=r"fixed size 4"):
         check([torch.rand(3, 5), y])
+
+
+def test_packages_are_exported_with_sizes_0_and_1_made_2():
+    # A trace at batch 0 was exported at 0, which torch.export fixes: the package refused
+    # every other batch (found by benchmarks/deploy_trial.py's zero_size_trace).
+    traced = tracebridge.trace(lambda x: x.sum(0) + 1, torch.rand(0, 4))
+    gm = tracebridge.to_graph_module(traced)
+    assert tracebridge.export.info(gm).input_shapes[0][0] == "s0"
+    assert aot._widened(gm)[0][0] == 2
+    traced = tracebridge.trace(lambda x: x * 2, torch.rand(1, 4))
+    assert aot._widened(tracebridge.to_graph_module(traced))[0][0] == 2

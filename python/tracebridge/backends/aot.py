@@ -44,7 +44,7 @@ RUNTIME = "runtime"
 AOT = "aot"
 RECOMPILED = "recompiled"
 AOTI_CHECK_INPUTS = "AOTI_RUNTIME_CHECK_INPUTS"
-# Packages are exported with each symbolic size of 1 made 2 (``_widened``): their dynamic
+# Packages are exported with each symbolic size of 0 or 1 made 2 (``_widened``): their dynamic
 # sizes have a lower bound of 2, which the package's input checks would enforce, refusing
 # the batch of 1 that the trace serves and the package computes.
 PACKAGE_CONFIGS = {"aot_inductor.check_lowerbound": False}
@@ -135,7 +135,7 @@ def compile_package(
     """Compile ``obj``'s ``method`` (a traced function or module, or a loaded artifact)
     into an AOTInductor package at ``package_path``; returns the path. The dimensions the
     trace left symbolic stay dynamic; ``example_inputs`` (the traced call's arguments)
-    default to random inputs of the trace's example sizes, a symbolic size of 1 made 2
+    default to random inputs of the trace's example sizes, a symbolic size of 0 or 1 made 2
     (``torch.export`` would fix a dimension whose example is 0 or 1: pass examples whose
     dynamic sizes are at least 2).
 
@@ -172,11 +172,14 @@ def compile_package(
 
 
 def _widened(gm) -> list[list[int]]:
-    """The trace's example sizes with each symbolic size of 1 made 2: ``torch.export``
+    """The trace's example sizes with each symbolic size of 0 or 1 made 2: ``torch.export``
     fixes a dimension whose example size is 0 or 1, and the trace left it free."""
     meta = fx.info(gm)
     return [
-        [2 if isinstance(sym, str) and size == 1 else size for sym, size in zip(shape, example)]
+        [
+            2 if isinstance(sym, str) and size in (0, 1) else size
+            for sym, size in zip(shape, example)
+        ]
         for shape, example in zip(meta.input_shapes, meta.example_shapes)
     ]
 
