@@ -711,6 +711,105 @@ def blowup_family() -> dict:
     return {f"blowup:{k}": {"nodes": _wide_case(v)} for k, v in cases.items()}
 
 
+# --- dims, counts and sizes out of range; empty tensors; mixed dtypes ------------------
+
+
+DIMS = {"past": 1, "before": -2, "huge": 2**40, "int_min": -(2**63), "uint_max": 2**64 - 1}
+
+
+def dims_family() -> dict:
+    """Dimension arguments out of range, sizes whose product overflows, counts too large
+    for the input, and ops on empty and zero-size tensors."""
+    x = ref(0)
+    cases = {}
+    for name, d in DIMS.items():
+        per_dim = {
+            "sum": ("sum", [x, d]),
+            "transpose": ("transpose", [x, 0, d]),
+            "unsqueeze": ("unsqueeze", [x, d]),
+            "movedim": ("movedim", [x, 0, d]),
+            "flatten": ("flatten", [x, d]),
+            "softmax": ("softmax", [x, d]),
+            "cumsum": ("cumsum", [x, d]),
+            "cat": ("cat", [[x, x], d]),
+            "stack": ("stack", [[x, x], d]),
+            "gather": ("gather", [x, d, x]),
+            "squeeze": ("squeeze", [x, d]),
+            "narrow_length": ("narrow", [x, 0, 0, d]),
+            "topk": ("topk", [x, d]),
+            "kthvalue": ("kthvalue", [x, d]),
+            "roll": ("roll", [x, d]),
+            "diff": ("diff", [x, d]),
+            "Tensor.unfold_step": ("Tensor.unfold", [x, 0, 1, d]),
+            "Tensor.unfold_size": ("Tensor.unfold", [x, 0, d, 1]),
+            "unflatten": ("unflatten", [x, 0, tup(d, -1)]),
+            "Tensor.view": ("Tensor.view", [x, tup(d, -1)]),
+            "Tensor.reshape": ("Tensor.reshape", [x, tup(d, d)]),
+            "tril": ("tril", [x, d]),
+            "diagonal": ("diagonal", [x, d]),
+            "chunk": ("chunk", [x, d]),
+            "split": ("split", [x, d]),
+        }
+        for label, (op, args) in per_dim.items():
+            cases[f"dims:{label}:{name}"] = [node(op, args, out(1, shape=("?",)))]
+    # Products of sizes that overflow int64 (each size alone within the limits).
+    cases["dims:view_product_wraps"] = [
+        node("Tensor.view", [x, tup(2**32, 2**32, 3)], out(1, shape=(2**32, 2**32, 3))),
+    ]
+    cases["dims:expand_product_wraps"] = [
+        node("Tensor.expand", [x, tup(2**21, 2**21, 2**21, 3)], out(1, shape=("?",))),
+    ]
+    cases["dims:zeros_product_wraps"] = [
+        node("zeros", [tup(2**32, 2**32)], out(1, shape=("?",))),
+    ]
+    cases["dims:permute_repeated"] = [node("permute", [x, tup(0, 0)], out(1))]
+    cases["dims:permute_long"] = [node("permute", [x, tup(*range(70))], out(1))]
+    empty = literal(1, [], "float32", shape=[0])
+    empty_index = literal(2, [], "int64", shape=[0])
+    for label, (op, args) in {
+        "max": ("max", [ref(1)]),
+        "kthvalue": ("kthvalue", [ref(1), 1]),
+        "item": ("prim.item", [ref(1)]),
+        "embedding": ("embedding", [ref(1), ref(2)]),
+        "index_select_into_empty": ("index_select", [ref(1), 0, ref(3)]),
+        "gather_from_empty": ("gather", [ref(1), 0, ref(3)]),
+        "unfold_empty": ("Tensor.unfold", [ref(1), 0, 1, 1]),
+        "as_strided_of_empty": ("as_strided", [ref(1), tup(1), tup(1), 0]),
+        "topk_of_empty": ("topk", [ref(1), 1]),
+        "multinomial_of_empty": ("multinomial", [ref(1), 1]),
+        "median_of_empty": ("median", [ref(1)]),
+        "argmax_of_empty": ("argmax", [ref(1)]),
+        "repeat_interleave_empty": ("repeat_interleave", [ref(1), ref(2)]),
+        "histc_of_empty": ("histc", [ref(1), 4]),
+    }.items():
+        outputs = [{"id": 4, "kind": "int"}] if op == "prim.item" else out(4, shape=("?",))
+        nodes = [empty, empty_index, literal(3, [0], "int64"), node(op, args, outputs)]
+        cases[f"empty:{label}"] = nodes
+    # Mixed dtypes where an op wants one kind.
+    for label, (op, args) in {
+        "float_index": ("index_select", [x, 0, ref(1)]),
+        "float_gather": ("gather", [x, 0, ref(1)]),
+        "int_weight_embedding": ("embedding", [ref(2), ref(2)]),
+        "float_scatter_index": ("scatter", [x, 0, ref(1), x]),
+        "bool_matmul": ("matmul", [ref(3), ref(3)]),
+        "complex_sort": ("sort", [ref(4)]),
+        "int_softmax": ("softmax", [ref(2), 0]),
+        "mixed_cat": ("cat", [[x, ref(2), ref(4)]]),
+        "mixed_where": ("where", [ref(2), x, ref(4)]),
+        "half_mm": ("mm", [ref(5), ref(5)]),
+    }.items():
+        nodes = [
+            literal(1, [0.0, 1.0], "float32"),
+            literal(2, [[0, 1], [1, 0]], "int64"),
+            literal(3, [[True, False], [False, True]], "bool"),
+            literal(4, [{"complex": [1.0, 2.0]}, {"complex": [0.0, 1.0]}], "complex64"),
+            literal(5, [[1.0, 2.0], [3.0, 4.0]], "float16"),
+            node(op, args, out(6, shape=("?",)) if op != "sort" else out(6) + out(7, "int64")),
+        ]
+        cases[f"dtypes:{label}"] = nodes
+    return {k: {"nodes": v} for k, v in cases.items()}
+
+
 # --- custom autograd functions: the graphs a prim.autograd_function node names -----------
 
 
@@ -823,6 +922,7 @@ def autograd_function_family() -> dict:
 FAMILIES = {
     "autograd_function": autograd_function_family,
     "blowup": blowup_family,
+    "dims": dims_family,
     "as_strided": as_strided_family,
     "repeat_interleave": repeat_interleave_family,
     "broadcast": broadcast_family,
