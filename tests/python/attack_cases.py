@@ -711,6 +711,32 @@ def blowup_family() -> dict:
     return {f"blowup:{k}": {"nodes": _wide_case(v)} for k, v in cases.items()}
 
 
+def counts_family() -> dict:
+    """Ops whose number of results is a size of an operand the file makes for nothing:
+    each would make 2**24 or more tensors (seconds and gigabytes of Python objects) before
+    the runtime could compare the count with the node's outputs."""
+    big = 2**24
+    cases = {
+        "unbind": lambda w: w.then("unbind", [w.view([big])], outputs=2),
+        "split_1": lambda w: w.then("split", [w.view([big]), 1], outputs=2),
+        "chunk_of_wide": lambda w: w.then("chunk", [w.view([big]), 2**16], outputs=2),
+        "tensor_split_by_tensor": lambda w: w.then(
+            "tensor_split", [w.view([3]), w.view([big], "int64", 1)], outputs=2
+        ),
+        "unbind_dim1": lambda w: w.then("unbind", [w.view([1, big]), 1], outputs=2),
+        "hsplit_1": lambda w: w.then(
+            "hsplit", [w.view([big]), w.view([big], "int64", 0)], outputs=2
+        ),
+        "split_with_sizes_many": lambda w: w.then(
+            "split_with_sizes", [w.view([2**16 + 1]), tup(*([1] * (2**16 + 1)))], outputs=2
+        ),
+        "split_with_sizes_ones": lambda w: w.then(
+            "split_with_sizes", [w.view([2**16]), tup(*([1] * 2**16))], outputs=2
+        ),
+    }
+    return {f"counts:{k}": {"nodes": _wide_case(v)} for k, v in cases.items()}
+
+
 # --- dims, counts and sizes out of range; empty tensors; mixed dtypes ------------------
 
 
@@ -923,6 +949,7 @@ FAMILIES = {
     "autograd_function": autograd_function_family,
     "blowup": blowup_family,
     "dims": dims_family,
+    "counts": counts_family,
     "as_strided": as_strided_family,
     "repeat_interleave": repeat_interleave_family,
     "broadcast": broadcast_family,
