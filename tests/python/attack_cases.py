@@ -734,6 +734,7 @@ def counts_family() -> dict:
             "split_with_sizes", [w.view([2**16]), tup(*([1] * 2**16))], outputs=2
         ),
     }
+    cases["diff_n_long"] = lambda w: w.then("diff", [w.view([8]), 10**5])
     return {f"counts:{k}": {"nodes": _wide_case(v)} for k, v in cases.items()}
 
 

@@ -932,3 +932,21 @@ def test_a_list_of_sizes_longer_than_the_results_limit_is_refused_at_load(attack
     outcome = attacks["counts:split_with_sizes_many"]
     assert outcome["stage"] == "load", outcome
     assert "split_with_sizes is asked for 65537 results" in outcome["message"]
+
+
+def test_the_meta_rule_never_runs_a_meta_form_that_loops_over_an_argument():
+    """``diff(x, n)``'s meta form loops ``n`` times (5 s at load for ``n = 10**5``; the
+    kernel stops once the input is empty): the meta rule skips it, and operands past
+    ``_META_OPERANDS`` (Python decompositions cost per operand)."""
+    import time as clock
+
+    from tracebridge.check.budget import _NO_META, Budget
+    from tracebridge.check.program import LIMITS
+
+    assert "diff" in _NO_META
+    budget = Budget({"x": {"dtype": "float32", "shape": [8]}}, LIMITS, frozenset())
+    budget.state_read("x", 1)
+    started = clock.perf_counter()
+    node = {"args": [{"ref": 1}, 10**5], "kwargs": {}, "outputs": [{"id": 2, "kind": "Tensor"}]}
+    assert budget.node("diff", node) == ""
+    assert clock.perf_counter() - started < 1.0

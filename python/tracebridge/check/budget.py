@@ -42,13 +42,18 @@ _EXPANDS = frozenset("Tensor.expand broadcast_to".split())
 Shape = tuple[int, ...]
 
 # Ops the meta rule (Budget._meta) never runs: their number of results is a size or a
-# count the file writes (unbind of 2**28 rows would make 2**28 meta tensors), or they read
-# data (a meta tensor has none).
+# count the file writes (unbind of 2**28 rows would make 2**28 meta tensors), they read
+# data (a meta tensor has none), or their meta form loops over an argument (``diff``'s
+# decomposition runs ``n`` times: 5 s at load for ``n = 10**5``, where the kernel stops
+# once the input is empty).
 _NO_META = frozenset(
     """unbind split chunk tensor_split hsplit vsplit dsplit unsafe_split unsafe_chunk
     split_with_sizes combinations nonzero argwhere unique
-    unique_consecutive unique_dim masked_select bincount histogram""".split()
+    unique_consecutive unique_dim masked_select bincount histogram diff""".split()
 )
+# The most tensors one node may give the meta rule: some meta kernels are Python
+# decompositions that take about half a millisecond per operand (``block_diag``).
+_META_OPERANDS = 256
 # Results of the meta rule by what decides them (Budget._meta_key): the layers of a model
 # repeat their shapes, and some meta kernels are Python decompositions (``triu``: 5 ms).
 _META_CACHE: dict[str, list | None] = {}
@@ -232,7 +237,7 @@ class Budget:
         if info is None or info.impl is None:
             return None
         ids = [r["ref"] for r in _refs(node)]
-        if not ids or any(i not in self.known for i in ids):
+        if not ids or len(ids) > _META_OPERANDS or any(i not in self.known for i in ids):
             return None
         key = self._meta_key(op, node)
         if key in _META_CACHE:
