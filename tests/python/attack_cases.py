@@ -708,7 +708,25 @@ def blowup_family() -> dict:
             "bilinear", [w.view([N, 1]), w.view([N, 1]), w.view([N, 1, 1])]
         ),
     }
-    return {f"blowup:{k}": {"nodes": _wide_case(v)} for k, v in cases.items()}
+    made = {f"blowup:{k}": {"nodes": _wide_case(v)} for k, v in cases.items()}
+    # The index literal and its expand declared float64 (the tensor is int64): a meta rule
+    # that trusted declared dtypes saw embedding refuse a float index, and counted nothing.
+    lying = copy.deepcopy(made["blowup:embedding"]["nodes"])
+    for n in lying[2:4]:
+        n["outputs"][0]["dtype"] = "float64"
+    made["blowup:embedding_declared_float"] = {"nodes": lying}
+    # An expand of the caller's data (its dtype unknown at load) as the index.
+    made["blowup:embedding_of_the_callers_index"] = {
+        "nodes": [
+            literal(1, [[0.0] * 8], "float32"),
+            node("Tensor.long", [ref(0)], out(2, "int64", (3,))),
+            node("narrow", [ref(2), 0, 0, 1], out(3, "int64", (1,))),
+            node("Tensor.expand", [ref(3), tup(2**24)], out(4, "int64", (2**24,))),
+            node("Tensor.expand", [ref(1), tup(2, 2**8)], out(5, shape=(2, 2**8))),
+            node("embedding", [ref(5), ref(4)], out(6, shape=(2**24, 2**8))),
+        ]
+    }
+    return made
 
 
 def counts_family() -> dict:

@@ -876,7 +876,8 @@ def test_as_strided_of_a_size_computed_at_the_call_is_bounded(attacks):
 _BLOWUPS_AT_LOAD = """diag block_diag cdist take_along_dim einsum pad_constant constant_pad_nd
 conv_transpose1d im2col max_unpool2d upsample_nearest1d unfold_view_sum meshgrid_contiguous
 embedding index_select contiguous_complex flip_float64 bucketize polar_broadcast histc_float64
-grid_sampler cumsum_float64 sort_float64 bilinear""".split()
+grid_sampler cumsum_float64 sort_float64 bilinear embedding_declared_float
+embedding_of_the_callers_index""".split()
 
 
 @pytest.mark.parametrize("case", _BLOWUPS_AT_LOAD)
