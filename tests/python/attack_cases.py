@@ -855,6 +855,27 @@ def dims_family() -> dict:
     return {k: {"nodes": v} for k, v in cases.items()}
 
 
+def nms_family() -> dict:
+    """``torchvision.nms`` with boxes of the wrong shape, scores of another length or
+    dtype, a NaN threshold, and ``N * N`` comparisons past ``work_macs`` from a cheap
+    expand. Where torchvision's operators do not load, each is refused at load with the
+    error that says so."""
+    cases = {
+        "boxes_5_wide": lambda w: w.then("torchvision.nms", [w.view([4, 5]), w.view([4]), 0.5]),
+        "scores_short": lambda w: w.then("torchvision.nms", [w.view([4, 4]), w.view([3]), 0.5]),
+        "scores_int": lambda w: w.then(
+            "torchvision.nms", [w.view([4, 4]), w.view([4], "int64", 0), 0.5]
+        ),
+        "nan_threshold": lambda w: w.then(
+            "torchvision.nms", [w.view([4, 4]), w.view([4]), {"float": "nan"}]
+        ),
+        "pairs_past_work": lambda w: w.then(
+            "torchvision.nms", [w.view([2**20, 4]), w.view([2**20]), 0.5]
+        ),
+    }
+    return {f"nms:{k}": {"nodes": _wide_case(v)} for k, v in cases.items()}
+
+
 # --- custom autograd functions: the graphs a prim.autograd_function node names -----------
 
 
@@ -969,6 +990,7 @@ FAMILIES = {
     "blowup": blowup_family,
     "dims": dims_family,
     "counts": counts_family,
+    "nms": nms_family,
     "as_strided": as_strided_family,
     "repeat_interleave": repeat_interleave_family,
     "broadcast": broadcast_family,
