@@ -985,12 +985,47 @@ def autograd_function_family() -> dict:
     }  # fmt: skip
 
 
+def writes_family() -> dict:
+    """Writes: ``out=`` recorded as an op and ``copy_``, into a parameter, through views
+    of it, and into an expand of the caller's input under a later check (the graph then
+    runs as a transaction, check/transaction.py, which copies what it may write)."""
+    x, w = ref(0), ref(1)
+    guard = node("prim.guard", [ref(90)], [], {"expect": 4, "what": "rows", "kind": "value"})
+    rows = node("prim.size", [x, 0], [{"id": 90, "kind": "int"}])
+    cases = {
+        "copy_into_weight": [node("Tensor.copy_", [w, w], out(3, shape=(2, 3)))],
+        "copy_into_weight_view": [
+            node("t", [w], out(3, shape=(3, 2))),
+            node("Tensor.copy_", [ref(3), ref(3)], out(4, shape=(3, 2))),
+        ],
+        "add_into_weight_data": [
+            node("Tensor.data", [w], out(3, shape=(2, 3))),
+            node("Tensor.add_", [ref(3), 1.0], out(4, shape=(2, 3))),
+        ],
+        "write_expanded_input_then_check": [
+            node("Tensor.expand", [x, tup(2**24, 4, 3)], out(3, shape=(2**24, 4, 3))),
+            node("Tensor.add_", [ref(3), 1.0], out(4, shape=(2**24, 4, 3))),
+            rows,
+            guard,
+            node("neg", [x], out(5, shape=(4, 3))),
+        ],
+        "write_input_then_check": [
+            node("Tensor.mul_", [x, 2.0], out(3, shape=(4, 3))),
+            rows,
+            node("prim.guard", [ref(90)], [], {"expect": 5, "what": "rows", "kind": "value"}),
+            node("neg", [x], out(5, shape=(4, 3))),
+        ],
+    }
+    return {f"writes:{k}": {"base": "linear", "nodes": v} for k, v in cases.items()}
+
+
 FAMILIES = {
     "autograd_function": autograd_function_family,
     "blowup": blowup_family,
     "dims": dims_family,
     "counts": counts_family,
     "nms": nms_family,
+    "writes": writes_family,
     "as_strided": as_strided_family,
     "repeat_interleave": repeat_interleave_family,
     "broadcast": broadcast_family,
