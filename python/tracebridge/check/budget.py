@@ -13,10 +13,23 @@ value whose shape depends on an input of the graph is not counted here: the call
 decides it, as in eager PyTorch. Sizes that are values of the graph (``zeros(prim.item(t))``),
 and results sized by values (``bincount``, ``one_hot`` without a class count), are bounded
 at the call (``runtime/checked_ops.py``).
+
+Note: every other op, on meta tensors. The rules above cover families of ops; a file may
+use any op of the set on operands it makes for nothing (a one-element literal expanded to
+``[2**16, 1]``), and ``diag``, ``cdist``, ``einsum``, ``pad``, ``embedding`` by an expanded
+index or ``contiguous`` of an expand then asked for gigabytes that no rule counted. So an
+op without a rule whose tensor arguments all have shapes the file decides runs on meta
+tensors (:meth:`Budget._meta`: PyTorch's shape functions, no data), and each result with
+more elements than its operands *hold* (:attr:`Budget.held`: an expand holds its base's
+elements, a view of the caller's data none) is counted as the rules count theirs; a view
+with more elements than its operands hold is bounded as an expand. A cast, a transpose or
+a sort of materialised data makes nothing new and is only followed. Dtypes come from what
+the file's arguments decide (:meth:`Budget._rule_dtype`), never from what values declare.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import warnings
@@ -279,7 +292,9 @@ class Budget:
             # the indices of the op: try them as integers
             made = self._run_meta(info, node, ids, integral=True)
         if len(_META_CACHE) >= _META_CACHE_SIZE:
-            _META_CACHE.pop(next(iter(_META_CACHE)))
+            # loads in other threads may evict too: losing a race costs a recomputation
+            with contextlib.suppress(RuntimeError, KeyError, StopIteration):
+                _META_CACHE.pop(next(iter(_META_CACHE)))
         _META_CACHE[key] = made
         return made
 
