@@ -708,7 +708,172 @@ def blowup_family() -> dict:
             "bilinear", [w.view([N, 1]), w.view([N, 1]), w.view([N, 1, 1])]
         ),
     }
-    return {f"blowup:{k}": {"nodes": _wide_case(v)} for k, v in cases.items()}
+    made = {f"blowup:{k}": {"nodes": _wide_case(v)} for k, v in cases.items()}
+    # The index literal and its expand declared float64 (the tensor is int64): a meta rule
+    # that trusted declared dtypes saw embedding refuse a float index, and counted nothing.
+    lying = copy.deepcopy(made["blowup:embedding"]["nodes"])
+    for n in lying[2:4]:
+        n["outputs"][0]["dtype"] = "float64"
+    made["blowup:embedding_declared_float"] = {"nodes": lying}
+    # An expand of the caller's data (its dtype unknown at load) as the index.
+    made["blowup:embedding_of_the_callers_index"] = {
+        "nodes": [
+            literal(1, [[0.0] * 8], "float32"),
+            node("Tensor.long", [ref(0)], out(2, "int64", (3,))),
+            node("narrow", [ref(2), 0, 0, 1], out(3, "int64", (1,))),
+            node("Tensor.expand", [ref(3), tup(2**24)], out(4, "int64", (2**24,))),
+            node("Tensor.expand", [ref(1), tup(2, 2**8)], out(5, shape=(2, 2**8))),
+            node("embedding", [ref(5), ref(4)], out(6, shape=(2**24, 2**8))),
+        ]
+    }
+    return made
+
+
+def counts_family() -> dict:
+    """Ops whose number of results is a size of an operand the file makes for nothing:
+    each would make 2**24 or more tensors (seconds and gigabytes of Python objects) before
+    the runtime could compare the count with the node's outputs."""
+    big = 2**24
+    cases = {
+        "unbind": lambda w: w.then("unbind", [w.view([big])], outputs=2),
+        "split_1": lambda w: w.then("split", [w.view([big]), 1], outputs=2),
+        "chunk_of_wide": lambda w: w.then("chunk", [w.view([big]), 2**16], outputs=2),
+        "tensor_split_by_tensor": lambda w: w.then(
+            "tensor_split", [w.view([3]), w.view([big], "int64", 1)], outputs=2
+        ),
+        "unbind_dim1": lambda w: w.then("unbind", [w.view([1, big]), 1], outputs=2),
+        "hsplit_1": lambda w: w.then(
+            "hsplit", [w.view([big]), w.view([big], "int64", 0)], outputs=2
+        ),
+        "split_with_sizes_many": lambda w: w.then(
+            "split_with_sizes", [w.view([2**16 + 1]), tup(*([1] * (2**16 + 1)))], outputs=2
+        ),
+        "split_with_sizes_ones": lambda w: w.then(
+            "split_with_sizes", [w.view([2**16]), tup(*([1] * 2**16))], outputs=2
+        ),
+    }
+    cases["diff_n_long"] = lambda w: w.then("diff", [w.view([8]), 10**5])
+    return {f"counts:{k}": {"nodes": _wide_case(v)} for k, v in cases.items()}
+
+
+# --- dims, counts and sizes out of range; empty tensors; mixed dtypes ------------------
+
+
+DIMS = {"past": 1, "before": -2, "huge": 2**40, "int_min": -(2**63), "uint_max": 2**64 - 1}
+
+
+def dims_family() -> dict:
+    """Dimension arguments out of range, sizes whose product overflows, counts too large
+    for the input, and ops on empty and zero-size tensors."""
+    x = ref(0)
+    cases = {}
+    for name, d in DIMS.items():
+        per_dim = {
+            "sum": ("sum", [x, d]),
+            "transpose": ("transpose", [x, 0, d]),
+            "unsqueeze": ("unsqueeze", [x, d]),
+            "movedim": ("movedim", [x, 0, d]),
+            "flatten": ("flatten", [x, d]),
+            "softmax": ("softmax", [x, d]),
+            "cumsum": ("cumsum", [x, d]),
+            "cat": ("cat", [[x, x], d]),
+            "stack": ("stack", [[x, x], d]),
+            "gather": ("gather", [x, d, x]),
+            "squeeze": ("squeeze", [x, d]),
+            "narrow_length": ("narrow", [x, 0, 0, d]),
+            "topk": ("topk", [x, d]),
+            "kthvalue": ("kthvalue", [x, d]),
+            "roll": ("roll", [x, d]),
+            "diff": ("diff", [x, d]),
+            "Tensor.unfold_step": ("Tensor.unfold", [x, 0, 1, d]),
+            "Tensor.unfold_size": ("Tensor.unfold", [x, 0, d, 1]),
+            "unflatten": ("unflatten", [x, 0, tup(d, -1)]),
+            "Tensor.view": ("Tensor.view", [x, tup(d, -1)]),
+            "Tensor.reshape": ("Tensor.reshape", [x, tup(d, d)]),
+            "tril": ("tril", [x, d]),
+            "diagonal": ("diagonal", [x, d]),
+            "chunk": ("chunk", [x, d]),
+            "split": ("split", [x, d]),
+        }
+        for label, (op, args) in per_dim.items():
+            cases[f"dims:{label}:{name}"] = [node(op, args, out(1, shape=("?",)))]
+    # Products of sizes that overflow int64 (each size alone within the limits).
+    cases["dims:view_product_wraps"] = [
+        node("Tensor.view", [x, tup(2**32, 2**32, 3)], out(1, shape=(2**32, 2**32, 3))),
+    ]
+    cases["dims:expand_product_wraps"] = [
+        node("Tensor.expand", [x, tup(2**21, 2**21, 2**21, 3)], out(1, shape=("?",))),
+    ]
+    cases["dims:zeros_product_wraps"] = [
+        node("zeros", [tup(2**32, 2**32)], out(1, shape=("?",))),
+    ]
+    cases["dims:permute_repeated"] = [node("permute", [x, tup(0, 0)], out(1))]
+    cases["dims:permute_long"] = [node("permute", [x, tup(*range(70))], out(1))]
+    empty = literal(1, [], "float32", shape=[0])
+    empty_index = literal(2, [], "int64", shape=[0])
+    for label, (op, args) in {
+        "max": ("max", [ref(1)]),
+        "kthvalue": ("kthvalue", [ref(1), 1]),
+        "item": ("prim.item", [ref(1)]),
+        "embedding": ("embedding", [ref(1), ref(2)]),
+        "index_select_into_empty": ("index_select", [ref(1), 0, ref(3)]),
+        "gather_from_empty": ("gather", [ref(1), 0, ref(3)]),
+        "unfold_empty": ("Tensor.unfold", [ref(1), 0, 1, 1]),
+        "as_strided_of_empty": ("as_strided", [ref(1), tup(1), tup(1), 0]),
+        "topk_of_empty": ("topk", [ref(1), 1]),
+        "multinomial_of_empty": ("multinomial", [ref(1), 1]),
+        "median_of_empty": ("median", [ref(1)]),
+        "argmax_of_empty": ("argmax", [ref(1)]),
+        "repeat_interleave_empty": ("repeat_interleave", [ref(1), ref(2)]),
+        "histc_of_empty": ("histc", [ref(1), 4]),
+    }.items():
+        outputs = [{"id": 4, "kind": "int"}] if op == "prim.item" else out(4, shape=("?",))
+        nodes = [empty, empty_index, literal(3, [0], "int64"), node(op, args, outputs)]
+        cases[f"empty:{label}"] = nodes
+    # Mixed dtypes where an op wants one kind.
+    for label, (op, args) in {
+        "float_index": ("index_select", [x, 0, ref(1)]),
+        "float_gather": ("gather", [x, 0, ref(1)]),
+        "int_weight_embedding": ("embedding", [ref(2), ref(2)]),
+        "float_scatter_index": ("scatter", [x, 0, ref(1), x]),
+        "bool_matmul": ("matmul", [ref(3), ref(3)]),
+        "complex_sort": ("sort", [ref(4)]),
+        "int_softmax": ("softmax", [ref(2), 0]),
+        "mixed_cat": ("cat", [[x, ref(2), ref(4)]]),
+        "mixed_where": ("where", [ref(2), x, ref(4)]),
+        "half_mm": ("mm", [ref(5), ref(5)]),
+    }.items():
+        nodes = [
+            literal(1, [0.0, 1.0], "float32"),
+            literal(2, [[0, 1], [1, 0]], "int64"),
+            literal(3, [[True, False], [False, True]], "bool"),
+            literal(4, [{"complex": [1.0, 2.0]}, {"complex": [0.0, 1.0]}], "complex64"),
+            literal(5, [[1.0, 2.0], [3.0, 4.0]], "float16"),
+            node(op, args, out(6, shape=("?",)) if op != "sort" else out(6) + out(7, "int64")),
+        ]
+        cases[f"dtypes:{label}"] = nodes
+    return {k: {"nodes": v} for k, v in cases.items()}
+
+
+def nms_family() -> dict:
+    """``torchvision.nms`` with boxes of the wrong shape, scores of another length or
+    dtype, a NaN threshold, and ``N * N`` comparisons past ``work_macs`` from a cheap
+    expand. Where torchvision's operators do not load, each is refused at load with the
+    error that says so."""
+    cases = {
+        "boxes_5_wide": lambda w: w.then("torchvision.nms", [w.view([4, 5]), w.view([4]), 0.5]),
+        "scores_short": lambda w: w.then("torchvision.nms", [w.view([4, 4]), w.view([3]), 0.5]),
+        "scores_int": lambda w: w.then(
+            "torchvision.nms", [w.view([4, 4]), w.view([4], "int64", 0), 0.5]
+        ),
+        "nan_threshold": lambda w: w.then(
+            "torchvision.nms", [w.view([4, 4]), w.view([4]), {"float": "nan"}]
+        ),
+        "pairs_past_work": lambda w: w.then(
+            "torchvision.nms", [w.view([2**20, 4]), w.view([2**20]), 0.5]
+        ),
+    }
+    return {f"nms:{k}": {"nodes": _wide_case(v)} for k, v in cases.items()}
 
 
 # --- custom autograd functions: the graphs a prim.autograd_function node names -----------
@@ -820,9 +985,47 @@ def autograd_function_family() -> dict:
     }  # fmt: skip
 
 
+def writes_family() -> dict:
+    """Writes: ``out=`` recorded as an op and ``copy_``, into a parameter, through views
+    of it, and into an expand of the caller's input under a later check (the graph then
+    runs as a transaction, check/transaction.py, which copies what it may write)."""
+    x, w = ref(0), ref(1)
+    guard = node("prim.guard", [ref(90)], [], {"expect": 4, "what": "rows", "kind": "value"})
+    rows = node("prim.size", [x, 0], [{"id": 90, "kind": "int"}])
+    cases = {
+        "copy_into_weight": [node("Tensor.copy_", [w, w], out(3, shape=(2, 3)))],
+        "copy_into_weight_view": [
+            node("t", [w], out(3, shape=(3, 2))),
+            node("Tensor.copy_", [ref(3), ref(3)], out(4, shape=(3, 2))),
+        ],
+        "add_into_weight_data": [
+            node("Tensor.data", [w], out(3, shape=(2, 3))),
+            node("Tensor.add_", [ref(3), 1.0], out(4, shape=(2, 3))),
+        ],
+        "write_expanded_input_then_check": [
+            node("Tensor.expand", [x, tup(2**24, 4, 3)], out(3, shape=(2**24, 4, 3))),
+            node("Tensor.add_", [ref(3), 1.0], out(4, shape=(2**24, 4, 3))),
+            rows,
+            guard,
+            node("neg", [x], out(5, shape=(4, 3))),
+        ],
+        "write_input_then_check": [
+            node("Tensor.mul_", [x, 2.0], out(3, shape=(4, 3))),
+            rows,
+            node("prim.guard", [ref(90)], [], {"expect": 5, "what": "rows", "kind": "value"}),
+            node("neg", [x], out(5, shape=(4, 3))),
+        ],
+    }
+    return {f"writes:{k}": {"base": "linear", "nodes": v} for k, v in cases.items()}
+
+
 FAMILIES = {
     "autograd_function": autograd_function_family,
     "blowup": blowup_family,
+    "dims": dims_family,
+    "counts": counts_family,
+    "nms": nms_family,
+    "writes": writes_family,
     "as_strided": as_strided_family,
     "repeat_interleave": repeat_interleave_family,
     "broadcast": broadcast_family,

@@ -224,6 +224,31 @@ class CTC(nn.Module):
         return nn.functional.ctc_loss(log_probs, targets, lengths, target_lengths)
 
 
+class Grouped(nn.Module):
+    """What the runtime passes rewrite (op-set 7 code paths): three linears on one input
+    whose results a view reads (runtime/concat_linear.py), head-splitting view trees
+    (runtime/views.py), Hugging Face's repeat_kv (runtime/repeats.py), a classifier linear
+    over a matrix (runtime/linear_2d.py), an as_strided window and a broadcast_to."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(8, 8), nn.Linear(8, 4), nn.Linear(8, 4)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, 2, 4).transpose(1, 2)
+        k = self.k(x).view(b, s, 1, 4).transpose(1, 2)
+        v = self.v(x).view(b, s, 1, 4).transpose(1, 2)
+        k = k[:, :, None, :, :].expand(b, 1, 2, s, 4).reshape(b, 2, s, 4)
+        v = v[:, :, None, :, :].expand(b, 1, 2, s, 4).reshape(b, 2, s, 4)
+        y = nn.functional.scaled_dot_product_attention(q, k, v)
+        y = y.transpose(1, 2).reshape(b, s, 8)
+        window = y.as_strided((b, 2, 8), (s * 8, 8, 1))
+        bias = torch.broadcast_to(self.head.bias, (b, 3))
+        return self.head(window.sum(1)) + bias, y.repeat_interleave(2, dim=1)
+
+
 def _nms(boxes, scores):
     """torchvision.nms (op-set 6), where torchvision imports."""
     import torchvision
@@ -250,11 +275,13 @@ def newer_op_seeds() -> list[tuple[str, object, tuple]]:
         x, lengths = torch.randn(3, 5, 3), torch.tensor([5, 3, 2])
         xy = (torch.randn(3, 2), torch.randn(3, 2))
         ctc = (torch.randn(2, 7, 4), torch.randint(1, 5, (2, 3)), torch.tensor([3, 2]))
+        grouped = (torch.randn(2, 5, 8),)
         made = [
             ("spectral", tracebridge.trace(Spectral(), wave), (wave,)),
             ("packed", tracebridge.trace(Packed(), (x, lengths)), (x, lengths)),
             ("validated", tracebridge.trace(_validated, xy), xy),
             ("ctc", tracebridge.trace(CTC(), ctc), ctc),
+            ("grouped", tracebridge.trace(Grouped().eval(), grouped), grouped),
         ]
         if _torchvision() is not None:
             boxes = (_boxes(12), torch.rand(12))
@@ -438,9 +465,12 @@ def mutate_json(doc: dict, rng: random.Random, canary: Path) -> tuple[str, dict]
 
 
 # The ops whose arguments the "target" mutations change: every op run through a checked
-# implementation, and every op added since op-set 6.
+# implementation, every op added since op-set 6, and the ops the runtime passes rewrite.
 TARGETED_OPS = frozenset(
     name for name, info in ops.OPS.items() if "checked" in info.flags or ops.SINCE.get(name, 0) >= 6
+) | frozenset(  # what the runtime passes rewrite (the Grouped seed)
+    """as_strided repeat_interleave broadcast_to linear Tensor.view transpose Tensor.expand
+    Tensor.reshape getitem scaled_dot_product_attention""".split()
 )
 
 
@@ -782,8 +812,9 @@ def attack_failure(outcome: dict) -> str | None:
     """Why an outcome breaks the promise, or None: a refusal at load or at the call, or a
     run whose outputs hold no canary and whose state did not change."""
     stage = outcome["stage"]
-    if stage in ("load", "call") and "can't allocate memory" not in outcome["message"]:
-        return None  # (the allocator's refusal: a size no bound stopped, only the cap)
+    allocator = ("can't allocate memory", "std::bad_alloc")  # what only the cap stopped
+    if stage in ("load", "call") and not any(a in outcome["message"] for a in allocator):
+        return None
     if stage == "ok" and not outcome["canary"] and not outcome["changed"]:
         return None
     return json.dumps(outcome)[:600]
@@ -845,7 +876,8 @@ def test_as_strided_of_a_size_computed_at_the_call_is_bounded(attacks):
 _BLOWUPS_AT_LOAD = """diag block_diag cdist take_along_dim einsum pad_constant constant_pad_nd
 conv_transpose1d im2col max_unpool2d upsample_nearest1d unfold_view_sum meshgrid_contiguous
 embedding index_select contiguous_complex flip_float64 bucketize polar_broadcast histc_float64
-grid_sampler cumsum_float64 sort_float64 bilinear""".split()
+grid_sampler cumsum_float64 sort_float64 bilinear embedding_declared_float
+embedding_of_the_callers_index""".split()
 
 
 @pytest.mark.parametrize("case", _BLOWUPS_AT_LOAD)
@@ -885,3 +917,37 @@ def test_the_meta_rule_counts_nothing_that_does_not_grow(tmp_path):
     traced = tracebridge.trace(nn.Sequential(nn.Linear(4, 8), nn.ReLU()), torch.rand(2, 4))
     traced.save(tmp_path / "ok.tb")
     assert tracebridge.load(tmp_path / "ok.tb")(torch.ones(2, 4)).shape == (2, 8)
+
+
+@pytest.mark.parametrize("case", ["unbind", "split_1", "tensor_split_by_tensor", "unbind_dim1"])
+def test_a_count_of_results_taken_from_a_size_is_bounded(attacks, case):
+    """``unbind`` and ``split`` of an expanded literal of 2**24 elements, and
+    ``tensor_split`` by 2**24 indices, made 2**24 tensors (``std::bad_alloc`` under the
+    cap) before the runtime compared the count with the node's outputs."""
+    outcome = attacks[f"counts:{case}"]
+    assert outcome["stage"] == "call", outcome
+    assert "results, more than the limit of 65536" in outcome["message"]
+
+
+def test_a_list_of_sizes_longer_than_the_results_limit_is_refused_at_load(attacks):
+    outcome = attacks["counts:split_with_sizes_many"]
+    assert outcome["stage"] == "load", outcome
+    assert "split_with_sizes is asked for 65537 results" in outcome["message"]
+
+
+def test_the_meta_rule_never_runs_a_meta_form_that_loops_over_an_argument():
+    """``diff(x, n)``'s meta form loops ``n`` times (5 s at load for ``n = 10**5``; the
+    kernel stops once the input is empty): the meta rule skips it, and operands past
+    ``_META_OPERANDS`` (Python decompositions cost per operand)."""
+    import time as clock
+
+    from tracebridge.check.budget import _NO_META, Budget
+    from tracebridge.check.program import LIMITS
+
+    assert "diff" in _NO_META
+    budget = Budget({"x": {"dtype": "float32", "shape": [8]}}, LIMITS, frozenset())
+    budget.state_read("x", 1)
+    started = clock.perf_counter()
+    node = {"args": [{"ref": 1}, 10**5], "kwargs": {}, "outputs": [{"id": 2, "kind": "Tensor"}]}
+    assert budget.node("diff", node) == ""
+    assert clock.perf_counter() - started < 1.0

@@ -13,10 +13,23 @@ value whose shape depends on an input of the graph is not counted here: the call
 decides it, as in eager PyTorch. Sizes that are values of the graph (``zeros(prim.item(t))``),
 and results sized by values (``bincount``, ``one_hot`` without a class count), are bounded
 at the call (``runtime/checked_ops.py``).
+
+Note: every other op, on meta tensors. The rules above cover families of ops; a file may
+use any op of the set on operands it makes for nothing (a one-element literal expanded to
+``[2**16, 1]``), and ``diag``, ``cdist``, ``einsum``, ``pad``, ``embedding`` by an expanded
+index or ``contiguous`` of an expand then asked for gigabytes that no rule counted. So an
+op without a rule whose tensor arguments all have shapes the file decides runs on meta
+tensors (:meth:`Budget._meta`: PyTorch's shape functions, no data), and each result with
+more elements than its operands *hold* (:attr:`Budget.held`: an expand holds its base's
+elements, a view of the caller's data none) is counted as the rules count theirs; a view
+with more elements than its operands hold is bounded as an expand. A cast, a transpose or
+a sort of materialised data makes nothing new and is only followed. Dtypes come from what
+the file's arguments decide (:meth:`Budget._rule_dtype`), never from what values declare.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import warnings
@@ -42,19 +55,26 @@ _EXPANDS = frozenset("Tensor.expand broadcast_to".split())
 Shape = tuple[int, ...]
 
 # Ops the meta rule (Budget._meta) never runs: their number of results is a size or a
-# count the file writes (unbind of 2**28 rows would make 2**28 meta tensors), or they read
-# data (a meta tensor has none).
+# count the file writes (unbind of 2**28 rows would make 2**28 meta tensors), they read
+# data (a meta tensor has none), or their meta form loops over an argument (``diff``'s
+# decomposition runs ``n`` times: 5 s at load for ``n = 10**5``, where the kernel stops
+# once the input is empty).
 _NO_META = frozenset(
     """unbind split chunk tensor_split hsplit vsplit dsplit unsafe_split unsafe_chunk
     split_with_sizes combinations nonzero argwhere unique
-    unique_consecutive unique_dim masked_select bincount histogram""".split()
+    unique_consecutive unique_dim masked_select bincount histogram diff""".split()
 )
+# The most tensors one node may give the meta rule: some meta kernels are Python
+# decompositions that take about half a millisecond per operand (``block_diag``).
+_META_OPERANDS = 256
 # Results of the meta rule by what decides them (Budget._meta_key): the layers of a model
 # repeat their shapes, and some meta kernels are Python decompositions (``triu``: 5 ms).
 _META_CACHE: dict[str, list | None] = {}
 _META_CACHE_SIZE = 4096
-# A dtype of each width, to stand for a value whose declared dtype has another width.
+_DTYPE_NAMES = {dtype: name for name, dtype in dtypes.DTYPES.items()}
+# A dtype of each width, for a value whose dtype the rules do not know.
 _BY_WIDTH = {1: "uint8", 2: "float16", 4: "float32", 8: "float64", 16: "complex128"}
+_INT_BY_WIDTH = {1: "bool", 2: "int16", 4: "int32", 8: "int64", 16: "complex128"}
 
 
 def _ints(lit: Any) -> list[int] | None:
@@ -114,7 +134,7 @@ class Budget:
         # value id -> the elements its memory holds: an expand of one element holds 1
         # however many it shows, and what an op makes from it is new memory.
         self.held: dict[int, int] = {}
-        self.dtype: dict[int, str] = {}  # value id -> declared dtype, for the meta rule
+        self.dtype: dict[int, str] = {}  # value id -> its dtype as the rules know it
         self.alloc_total = 0
         self.work_total = 0
 
@@ -123,9 +143,6 @@ class Budget:
     def node(self, op: str, node: dict) -> str:
         """Count the node's result; the reason the graph is refused, or ``""``."""
         outputs = node["outputs"]
-        for value in outputs:
-            if isinstance(value, dict) and isinstance(value.get("dtype"), str):
-                self.dtype[value.get("id")] = value["dtype"]
         view = self._view(op, node["args"], node["kwargs"])
         if view is not None and not any(d is None or d < 0 for d in view[0]):
             if op in _EXPANDS and _numel(view[0]) > self.limits["literal_numel"]:
@@ -138,6 +155,8 @@ class Budget:
                 self.known[outputs[0]["id"]] = view
                 base = node["args"][0]
                 held = self._held(base) if isinstance(base, dict) and "ref" in base else None
+                if held is not None and base["ref"] in self.dtype:
+                    self.dtype[outputs[0]["id"]] = self.dtype[base["ref"]]
                 # A view of the caller's data holds nothing the file can count on.
                 self.held[outputs[0]["id"]] = (
                     held if held is not None else (0 if op in _EXPANDS else _numel(view[0]))
@@ -147,7 +166,33 @@ class Budget:
         if made is None:
             return self._meta(op, node)
         shape, width, work = made
+        if len(outputs) == 1:
+            self.dtype[outputs[0]["id"]] = self._rule_dtype(op, node, width)
         return self._count(op, outputs, shape, width, work)
+
+    def _rule_dtype(self, op: str, node: dict, width: int) -> str:
+        """The dtype of a result the rules above follow, as the file's arguments decide it
+        (never the dtype a value declares: a file may declare an int64 index float64, and
+        the meta rule would then see an op refuse what the call runs)."""
+        given = node["kwargs"].get("dtype")
+        if isinstance(given, dict) and given.get("dtype") in dtypes.DTYPES:
+            return given["dtype"]
+        if op == "tensor" and node["args"]:
+            leaf = node["args"][0]
+            while isinstance(leaf, list) and leaf:
+                leaf = leaf[0]
+            if isinstance(leaf, bool):
+                return "bool"
+            if isinstance(leaf, int):
+                return "int64"
+            if isinstance(leaf, dict) and "complex" in leaf:
+                return "complex64"
+            return "float32"
+        for ref in _refs(node):
+            name = self.dtype.get(ref["ref"])
+            if name is not None and dtypes.ITEMSIZE.get(name) == width:
+                return name
+        return _BY_WIDTH.get(width, "float32")
 
     def _held(self, lit: Any) -> int | None:
         if isinstance(lit, dict) and set(lit) == {"ref"} and lit["ref"] in self.known:
@@ -204,8 +249,10 @@ class Budget:
             return ""
         operands = [self._held(Ref_) for Ref_ in _refs(node)]
         held = sum(h for h in operands if h is not None)
-        for value, (shape, width, is_view) in zip(outputs, made):
+        for value, (shape, width, is_view, dtype) in zip(outputs, made):
             numel = _numel(shape)
+            if dtype is not None:
+                self.dtype[value["id"]] = dtype
             if is_view:
                 if numel > held and numel > self.limits["literal_numel"]:
                     return (
@@ -224,7 +271,9 @@ class Budget:
             self.held[value["id"]] = numel
         return ""
 
-    def _meta_results(self, op: str, node: dict) -> list[tuple[Shape, int, bool]] | None:
+    def _meta_results(
+        self, op: str, node: dict
+    ) -> list[tuple[Shape, int, bool, str | None]] | None:
         """``op``'s results on meta tensors of the known shapes: each one's shape, element
         width and whether it is a view of an operand; None where an argument is not known
         or the op refuses them. Remembered by what decides them (:data:`_META_CACHE`)."""
@@ -232,14 +281,20 @@ class Budget:
         if info is None or info.impl is None:
             return None
         ids = [r["ref"] for r in _refs(node)]
-        if not ids or any(i not in self.known for i in ids):
+        if not ids or len(ids) > _META_OPERANDS or any(i not in self.known for i in ids):
             return None
         key = self._meta_key(op, node)
         if key in _META_CACHE:
             return _META_CACHE[key]
-        made = self._run_meta(info, node, ids)
+        made = self._run_meta(info, node, ids, integral=False)
+        if made is None and any(i not in self.dtype for i in ids):
+            # values of a dtype the rules do not know (an expand of the caller's data) may be
+            # the indices of the op: try them as integers
+            made = self._run_meta(info, node, ids, integral=True)
         if len(_META_CACHE) >= _META_CACHE_SIZE:
-            _META_CACHE.pop(next(iter(_META_CACHE)))
+            # loads in other threads may evict too: losing a race costs a recomputation
+            with contextlib.suppress(RuntimeError, KeyError, StopIteration):
+                _META_CACHE.pop(next(iter(_META_CACHE)))
         _META_CACHE[key] = made
         return made
 
@@ -261,9 +316,11 @@ class Budget:
 
         return json.dumps([op, describe(node["args"]), describe(node["kwargs"])], sort_keys=True)
 
-    def _run_meta(self, info, node: dict, ids: list[int]) -> list[tuple[Shape, int, bool]] | None:
+    def _run_meta(
+        self, info, node: dict, ids: list[int], integral: bool
+    ) -> list[tuple[Shape, int, bool, str | None]] | None:
         try:
-            meta = {i: self._meta_tensor(i) for i in ids}
+            meta = {i: self._meta_tensor(i, integral) for i in ids}
             args = map_literal(decode(node["args"]), lambda x: meta[x.id] if type(x) is Ref else x)
             kwargs = {
                 k: map_literal(decode(v), lambda x: meta[x.id] if type(x) is Ref else x)
@@ -283,15 +340,20 @@ class Budget:
             id(t._base) for t in meta.values() if t._base is not None
         }
         return [
-            (tuple(t.shape), t.element_size(), id(t) in bases or id(t._base) in bases)
+            (
+                tuple(t.shape),
+                t.element_size(),
+                id(t) in bases or id(t._base) in bases,
+                _DTYPE_NAMES.get(t.dtype),
+            )
             for t in results
         ]
 
-    def _meta_tensor(self, vid: int) -> torch.Tensor:
+    def _meta_tensor(self, vid: int, integral: bool = False) -> torch.Tensor:
         shape, width = self.known[vid]
         name = self.dtype.get(vid)
         if name not in dtypes.DTYPES or dtypes.ITEMSIZE.get(name) != width:
-            name = _BY_WIDTH.get(width, "float32")
+            name = (_INT_BY_WIDTH if integral else _BY_WIDTH).get(width, "float32")
         dtype = dtypes.DTYPES[name]
         if self.held.get(vid, _numel(shape)) < _numel(shape):  # an expand: stride 0 as at the call
             return torch.empty((1,) * len(shape), dtype=dtype, device="meta").expand(shape)
@@ -301,6 +363,8 @@ class Budget:
         entry = self.state.get(name)
         if isinstance(entry, dict) and isinstance(entry.get("shape"), list):
             width = dtypes.ITEMSIZE.get(entry.get("dtype"), 16)
+            if entry.get("dtype") in dtypes.DTYPES:
+                self.dtype[vid] = entry["dtype"]
             self.known[vid] = (tuple(entry["shape"]), width)
 
     def _of(self, lit: Any) -> tuple[Shape, int] | None:

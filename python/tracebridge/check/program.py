@@ -1133,7 +1133,11 @@ class _GraphCheck:
         """``tensor_split(x, n)`` (and ``hsplit``, ...) makes ``n`` tensors: a literal ``n``
         past ``LIMITS["results"]`` would take minutes and gigabytes before the runtime could
         compare the count with the node's outputs."""
-        count = args[1] if op in SECTIONED_OPS and len(args) > 1 else None
+        count = args[1] if op in SECTIONED_OPS | _LISTED_SIZES and len(args) > 1 else None
+        if isinstance(count, dict) and set(count) == {"tuple"}:
+            count = count["tuple"]
+        if isinstance(count, list):  # sizes or indices: one result each (indices: one more)
+            count = len(count) + (op not in _LISTED_SIZES)
         if _is_int(count) and count > LIMITS["results"]:
             _fail(
                 "resource limits",
@@ -1242,6 +1246,8 @@ def _width_of(op: str, kwargs: dict) -> int:
 # Ops whose second argument, an integer, is the number of their results (at most, for
 # ``chunk``: a dimension of size 0 is split into that many empty tensors).
 SECTIONED_OPS = frozenset("tensor_split hsplit vsplit dsplit chunk".split())
+# Ops that make one result per size of a list the file writes.
+_LISTED_SIZES = frozenset("split split_with_sizes".split())
 
 # Ops whose result has the broadcast shape of their tensor arguments (for check/budget.py).
 _ELEMENTWISE = frozenset(

@@ -485,7 +485,7 @@ nonzero argwhere _unique2 unique_dim unique_consecutive linalg.vander histogram 
 linalg.multi_dot embedding_renorm_ fused_moving_avg_obs_fake_quant diagflat addr lu_unpack
 linalg.eigvals linalg.lu svd linalg.svd linalg.qr cholesky_solve triangular_solve
 linalg.solve_triangular linalg.lu_solve linalg.lstsq linalg.solve linalg.solve_ex trapezoid trapz
-cumulative_trapezoid masked_select
+cumulative_trapezoid masked_select unbind split
 """.split()
 )
 

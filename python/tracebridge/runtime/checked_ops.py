@@ -617,12 +617,69 @@ def _sectioned(op: str) -> Callable:
             count = kwargs.get("tensor_indices_or_sections")
         if _is_tensor(count) and count.dim() == 0 and not count.is_floating_point():
             count = int(count)
+        elif _is_tensor(count) and count.dim() == 1:
+            count = count.numel() + 1  # indices: one more result than there are
+        elif isinstance(count, (list, tuple)):
+            count = len(count) + 1
         _need(
             not isinstance(count, int) or count <= LIMITS["results"],
             lambda: (  # made only on failure: chunk and split run in every layer
                 f"{op} is asked for {count} results, more than the limit of {LIMITS['results']}"
             ),
         )
+        return kernel(*args, **kwargs)
+
+    run.__name__ = f"checked_{op}"
+    run.__doc__ = f"``torch.{op}``, its count of results bounded by ``LIMITS['results']``."
+    return run
+
+
+def _size_and_dim(args: tuple, kwargs: dict, names: tuple[str, ...]):
+    """The input, the argument at position 1 (or keyword ``names``) and the dimension of a
+    call in any of the forms the op table allows (``self``/``input``, ``dim``)."""
+    input = args[0] if args else kwargs.get("self", kwargs.get("input"))
+    value = args[1] if len(args) > 1 else next((kwargs[n] for n in names if n in kwargs), None)
+    dim = args[2] if len(args) > 2 else kwargs.get("dim", 0)
+    return input, value, dim
+
+
+def _counted(op: str) -> Callable:
+    """``op`` (``unbind``, ``split``) with its count of results bounded first: a size of
+    its input (``unbind``: ``size(dim)``; ``split`` by an int: ``ceil(size(dim) / n)``; a
+    list of sizes is counted at load). An expanded literal of ``2**24`` elements made
+    2**24 tensors, gigabytes of Python objects, before the runtime could compare the
+    count with the node's."""
+    kernel = getattr(torch._C._VariableFunctions, op)  # the builtin the op table names
+    unbinds = op == "unbind"
+    most = LIMITS["results"]
+    tensor = torch.Tensor
+
+    def run(*args, **kwargs):
+        # The common case first: no dimension longer than the limit, no count past it.
+        if args and type(args[0]) is tensor and max(args[0].shape, default=0) <= most:
+            return kernel(*args, **kwargs)
+        if unbinds:
+            input = args[0] if args else kwargs.get("self", kwargs.get("input"))
+            dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+            size = 1
+        else:
+            input, size, dim = _size_and_dim(args, kwargs, ("split_size", "split_sizes"))
+        if (
+            _is_tensor(input)
+            and type(size) is int
+            and size > 0
+            and type(dim) is int
+            and -input.dim() <= dim < input.dim()
+        ):
+            count = -(-input.shape[dim] // size)
+            _need(
+                count <= LIMITS["results"],
+                lambda: (
+                    f"{op} would make {count} results, more than the limit of "
+                    f"{LIMITS['results']} (shared_ir/SPEC.md, section Limits): the count is "
+                    "a size of its input"
+                ),
+            )
         return kernel(*args, **kwargs)
 
     run.__name__ = f"checked_{op}"
@@ -1051,6 +1108,8 @@ CHECKED: dict[str, Callable] = {
     "_pad_circular": pad_circular,
     "pad": pad,
     **{name: _sectioned(name) for name in SECTIONED_OPS},
+    "unbind": _counted("unbind"),
+    "split": _counted("split"),
     "_native_multi_head_attention": native_multi_head_attention,
     "_transformer_encoder_layer_fwd": transformer_encoder_layer_fwd,
     "_pack_padded_sequence": pack_padded_sequence,
