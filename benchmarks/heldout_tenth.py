@@ -513,9 +513,21 @@ def _granite_speech():
             max_pos_emb=32,
             conv_kernel_size=5,
         )
-        return transformers.GraniteSpeechCTCEncoder(cfg)
+        return LastHidden(transformers.GraniteSpeechCTCEncoder(cfg))
 
     return build
+
+
+class LastHidden(nn.Module):
+    """A model whose forward returns an output class and takes no ``return_dict``: its
+    ``last_hidden_state``, as a user keeps it."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, features):
+        return self.model(features).last_hidden_state
 
 
 def _seamless_speech():
