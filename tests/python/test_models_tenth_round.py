@@ -98,3 +98,44 @@ def test_views_of_an_unrolled_loop_do_not_run_before_its_guard(reload, tmp_path)
         for length in (4, 8):  # shorter: a view past the end; longer: steps left out
             with pytest.raises(GuardError, match=rf"(?s)unrolled a Python loop.*:{line}:"):
                 traced(torch.randn(2, length, 4))
+
+
+class FramesAttention(nn.Module):
+    """Moonshine's encoder through transformers' SDPA path (``sdpa_attention.py:159``):
+    strided convolutions make the frames, and ``is_causal = q_length > 1 and mask is None
+    and is_causal`` is False for every length when ``is_causal`` is False."""
+
+    def __init__(self, causal: bool):
+        super().__init__()
+        self.causal = causal
+        self.conv = nn.Conv1d(1, 8, kernel_size=4, stride=4)
+
+    def forward(self, audio, mask=None):
+        h = self.conv(audio[:, None]).transpose(1, 2)
+        q_length = h.shape[1]
+        is_causal = self.causal
+        is_causal = q_length > 1 and mask is None and is_causal
+        return F.scaled_dot_product_attention(h, h, h, is_causal=is_causal)
+
+
+@pytest.mark.parametrize("reload", [False, True])
+def test_a_comparison_that_cannot_change_its_and_chain_is_not_guarded(reload, tmp_path):
+    torch.manual_seed(0)
+    model = FramesAttention(causal=False).eval()
+    traced = tracebridge.trace(model, (torch.randn(2, 16),))
+    if reload:
+        traced = loaded(traced, tmp_path)
+    for samples in (16, 4, 8):  # 4 samples: one frame, where the comparison is False
+        x = torch.randn(3, samples)
+        torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
+
+
+def test_a_comparison_that_decides_its_and_chain_stays_guarded():
+    torch.manual_seed(0)
+    model = FramesAttention(causal=True).eval()
+    traced = tracebridge.trace(model, (torch.randn(2, 16),))
+    x = torch.randn(3, 8)
+    torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
+    line = _line_of(FramesAttention, "is_causal = q_length > 1")
+    with pytest.raises(GuardError, match=rf"(?s)> 1 is True.*:{line}:"):
+        traced(torch.randn(2, 4))  # one frame: is_causal would be False
