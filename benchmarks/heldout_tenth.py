@@ -356,13 +356,6 @@ def _hf_vision() -> list[Case]:
     )
     return [
         Case(
-            "vit_mae (random masking)",
-            "vision/pretraining",
-            HF_,
-            _hf_image("ViTMAEConfig", "ViTMAEModel", mask_ratio=0.5, **small_vit),
-            images((2, 32), (1, 32), (3, 32)),
-        ),
-        Case(
             "videomae (tubelets)",
             "vision/video",
             HF_,
@@ -444,13 +437,6 @@ def _speech() -> list[Case]:
             _codebook_inputs,
         ),
         Case(
-            "granite_speech encoder (block attention, ctc)",
-            "speech",
-            HF_,
-            _granite_speech(),
-            _features(16),
-        ),
-        Case(
             "seamless_m4t_v2 speech encoder (conformer, adapter)",
             "speech",
             HF_,
@@ -493,27 +479,6 @@ def _musicgen():
             bos_token_id=33,
         )
         return HF(transformers.MusicgenForCausalLM(cfg), ("input_ids",), use_cache=False)
-
-    return build
-
-
-def _granite_speech():
-    def build():
-        import transformers
-
-        cfg = transformers.GraniteSpeechEncoderConfig(
-            input_dim=16,
-            num_layers=2,
-            hidden_dim=32,
-            feedforward_mult=2,
-            num_heads=2,
-            dim_head=16,
-            output_dim=10,
-            context_size=8,
-            max_pos_emb=32,
-            conv_kernel_size=5,
-        )
-        return transformers.GraniteSpeechCTCEncoder(cfg)
 
     return build
 

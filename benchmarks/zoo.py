@@ -560,6 +560,15 @@ ONNX_NOTES = {
         "BF16 type`), where the zoo's model runs in float32. The trace itself is right."
     ),
 }
+ONNX_NOTES["vit_mae (random masking)"] = (
+    "ViTMAE masks a random half of its patches on every call: the noise is drawn with "
+    "`torch.rand` (`transformers/models/vit_mae/modeling_vit_mae.py`, `random_masking`), "
+    "which the zoo seeds alike for eager and each tool; the ONNX file draws it with ONNX "
+    "Runtime's own generator (`RandomUniform`), so other patches are kept and the outputs "
+    "differ without an error. No exported file can match eager draw for draw; pass the "
+    "`noise` argument as an input to export the model deterministically. tracebridge's "
+    "trace draws from torch's generator and is right."
+)
 ONNX_NOTES["qwen2_moe (MoE)"] = ONNX_NOTES["mixtral (MoE)"]
 ONNX_NOTES["led"] = ONNX_NOTES["longformer"]
 ONNX_NOTES["retinanet_resnet50_fpn"] = ONNX_NOTES["ssdlite320_mobilenet_v3_large"]

@@ -1444,9 +1444,87 @@ def _from_heldout_ninth() -> list[Case]:
     ]
 
 
+def _from_heldout_tenth() -> list[Case]:
+    """Kinds the held-out sweep's tenth round found right and the zoo lacked: a speech
+    encoder that pads to whole attention blocks only when the length is not a multiple
+    (residue probes; ``torch.ones(..., dtype=bool)``), and a vision transformer that masks
+    a random half of its patches on every call (``argsort`` of noise, ``gather``)."""
+    return [
+        Case(
+            "vit_mae (random masking)",
+            "vision/pretraining",
+            "transformers",
+            _hf_image(
+                "ViTMAEConfig",
+                "ViTMAEModel",
+                mask_ratio=0.5,
+                hidden_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                intermediate_size=64,
+                image_size=32,
+                patch_size=8,
+            ),
+            images((2, 32), (1, 32), (3, 32)),
+        ),
+        Case(
+            "granite_speech encoder (block attention, ctc)",
+            "speech",
+            "transformers",
+            _granite_speech,
+            _speech_features,
+        ),
+    ]
+
+
+class LastHidden(nn.Module):
+    """A model whose forward returns an output class and takes no ``return_dict``: its
+    ``last_hidden_state``, as a user keeps it."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, features):
+        return self.model(features).last_hidden_state
+
+
+def _granite_speech() -> nn.Module:
+    import transformers
+
+    cfg = transformers.GraniteSpeechEncoderConfig(
+        input_dim=16,
+        num_layers=2,
+        hidden_dim=32,
+        feedforward_mult=2,
+        num_heads=2,
+        dim_head=16,
+        output_dim=10,
+        context_size=8,
+        max_pos_emb=32,
+        conv_kernel_size=5,
+    )
+    return LastHidden(transformers.GraniteSpeechCTCEncoder(cfg))
+
+
+def _speech_features() -> list[tuple]:
+    """Feature frames (16 per step): lengths that are and are not whole blocks of 8."""
+    return [
+        (torch.randn(b, n, 16, generator=_gen(i)),)
+        for i, (b, n) in enumerate([(2, 24), (1, 24), (3, 17), (2, 40)])
+    ]
+
+
 def all_cases() -> list[Case]:
     """Every model of the zoo, vision first."""
-    cases = _vision() + _language() + _speech_multimodal() + _new_kinds() + _from_heldout()
+    cases = (
+        _vision()
+        + _language()
+        + _speech_multimodal()
+        + _new_kinds()
+        + _from_heldout()
+        + _from_heldout_tenth()
+    )
     return [live(case) for case in cases]
 
 

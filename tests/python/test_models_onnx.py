@@ -31,7 +31,9 @@ class EncoderGuards(nn.Module):
 
     def forward(self, x, mask):
         q_length = x.shape[1]
-        is_causal = q_length > 1 and mask is None  # sdpa_attention.py:159
+        # sdpa_attention.py:159 asks ``mask is None``: with a mask that chain is False at
+        # every length and needs no guard (trace/short_circuit.py); this one decides.
+        is_causal = q_length > 1 and mask is not None
         if (padding := q_length + 0 - mask.shape[-1]) > 0:  # masking_utils.py:244
             mask = nn.functional.pad(mask, (0, padding))
         h = self.proj(x) * mask[..., None]

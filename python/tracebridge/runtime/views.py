@@ -24,10 +24,10 @@ Note: fewer ops per call, a step past runtime/memo.py.
   raises the GuardError). Where a result is read sooner, the call stands at the first
   of its ops where the base and every integer it reads are made, if no result is read
   by then (q, k and v split from one linear, runtime/concat_linear.py, with q rotated
-  before k is viewed); else each path from the base to a
-  result is tried as a call of its own, standing where that result was made; a path is
-  kept only if the code then needs none of the nodes it takes over (a sibling path left
-  to the code may read them).
+  before k is viewed) and no guard stands between there and its last op; else each
+  path from the base to a result is tried as a call of its own, standing where that
+  result was made; a path is kept only if the code then needs none of the nodes it takes
+  over (a sibling path left to the code may read them).
   Ops that may copy (``reshape``, ``contiguous``, ``flatten``) end a tree: a copy is not a
   view. ``as_strided`` is a view whose geometry its integer arguments decide: it joins a
   tree, and so does integer arithmetic on the sizes and strides the tree reads
@@ -362,6 +362,11 @@ def _tree(facts: _Facts, base: int, members: list[int]) -> ViewTree | None:
         stands = None if made_elsewhere else next((i for i in members if i > ready), None)
         if stands is None or first_read <= stands:
             return None  # read before the tree's call could stand
+        if any(graph.nodes[i].op == "prim.guard" for i in range(stands + 1, at)):
+            # Its later views would run before a guard that the traced code checked first
+            # (Jamba indexes ``C[:, index]`` for each step of ``range(seq_len)``, guarded:
+            # another length must raise that GuardError, not an IndexError of a view).
+            return None
     ops = [graph.nodes[i].op for i in view_nodes]
     index_keys = tuple(i for i, k in enumerate(keys) if facts.kinds.get(k) == _INDEX)
     return ViewTree(base, members, keys, results, sizes, ops, index_keys, stands)

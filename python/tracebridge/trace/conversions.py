@@ -17,6 +17,7 @@ from ..ir.program import Ref
 from ..source import called_from_user_code as _called_from_user_code
 from ..source import is_internal
 from .numbers import SymFloat, SymInt, SymSize, _Traced
+from .short_circuit import settled_without_it
 from .text import TensorText, formatted
 
 
@@ -106,6 +107,8 @@ class Conversions:
         symbols = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
         descs = [o._desc if isinstance(o, _Traced) else repr(o) for o in (left, right)]
         what = f"{descs[0]} {symbols[op]} {descs[1]}"
+        if settled_without_it():
+            return result  # ``n > 1 and flag`` with flag False: False either way
         self.guard(Ref(value.id), result, what, "branch", loc)
         if warn and _called_from_user_code():
             # PyTorch's own shape checks compare sizes all the time; only the user's

@@ -20,6 +20,15 @@ from ..source import SOURCE_LIMIT, source_line, user_location
 from .numbers import _Traced
 from .text import SymStr
 
+# The Python types that PyTorch takes for dtypes (``torch.ones(n, dtype=bool)``,
+# ``x.to(float)``), as it reads them.
+_PYTHON_DTYPES = {
+    bool: torch.bool,
+    int: torch.int64,
+    float: torch.float64,
+    complex: torch.complex128,
+}
+
 
 class Recorder:
     """The tracer's recording methods (mixed into :class:`Tracer`)."""
@@ -147,6 +156,8 @@ class Recorder:
             return tuple(self.encode(d) for d in obj)
         if isinstance(obj, (int, float)):
             return obj
+        if isinstance(obj, type) and obj in _PYTHON_DTYPES:
+            obj = _PYTHON_DTYPES[obj]  # ``dtype=bool``: PyTorch reads a Python type as a dtype
         if isinstance(obj, torch.dtype):
             read = self._dtype_reads.get(obj)
             return read() if read is not None else obj
