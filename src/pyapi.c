@@ -275,6 +275,10 @@ static void release_all(void) {
   clear(&torch_.s_sub);
   clear(&torch_.s_is_floating_point);
   clear(&torch_.s_version);
+  clear(&torch_.tensor_min);
+  clear(&torch_.dtype_int64);
+  clear(&torch_.dtype_int32);
+  clear(&torch_.slice_all);
 }
 
 /* The R constants of the C paths; called when the package's library loads, so that every
@@ -336,10 +340,15 @@ SEXP tb_py_init(SEXP torch, SEXP bridge, SEXP example, SEXP libpython, SEXP tb) 
   torch_.s_sub = py.UnicodeIntern("sub");
   torch_.s_is_floating_point = py.UnicodeIntern("is_floating_point");
   torch_.s_version = py.UnicodeIntern("_version");
+  torch_.tensor_min = torch_.tensor_type == NULL ? NULL : py.GetAttrString(torch_.tensor_type, "min");
+  torch_.dtype_int64 = py.GetAttrString(t, "int64");
+  torch_.dtype_int32 = py.GetAttrString(t, "int32");
+  torch_.slice_all = py.SliceNew(NULL, NULL, NULL);
   int ok = torch_.tensor_type && torch_.size_type && torch_.set_grad && torch_.is_grad &&
            torch_.binary_ops && torch_.r_positions && torch_.select_positions &&
            torch_.one && torch_.one_t && torch_.where && torch_.dtype_bool && torch_.s_add && torch_.s_item && torch_.s_ndim && torch_.empty && torch_.device && torch_.s_dtype &&
            torch_.s_sub && torch_.s_is_floating_point && torch_.s_version &&
+           torch_.tensor_min && torch_.dtype_int64 && torch_.dtype_int32 && torch_.slice_all &&
            PY_TYPE(x) == torch_.tensor_type;
   if (!ok) {
     if (py.ErrOccurred() != NULL) {

@@ -378,3 +378,54 @@ test_that("a scheduler refuses a state that is not one", {
   expect_error(sched$load_state_dict(list(1, 2)), class = "type_error")
   expect_output(print(sched), "<lr_step> last_epoch: 0")
 })
+
+test_that("a training loop in R ends with the weights the same loop gives in Python", {
+  skip_if_no_torch()
+  # benchmarks/bench_r.R's loop, small: 1-based positions and class targets in R, 0-based
+  # in Python; the same seeds, so the same initial weights and permutations.
+  n <- 200L
+  torch_manual_seed(2)
+  X <- torch_randn(n, 20)
+  Y <- (X[, 1] > 0)$long() + 1L
+  torch_manual_seed(1)
+  model <- nn_sequential(nn_linear(20, 64), nn_relu(), nn_linear(64, 64), nn_relu(),
+                         nn_linear(64, 2))
+  opt <- optim_adam(model$parameters, lr = 1e-3)
+  for (epoch in 1:2) {
+    perm <- torch_randperm(n) + 1L
+    for (s in seq(1L, n, by = 32L)) {
+      idx <- perm[s:min(s + 31L, n)]
+      xb <- X[idx, ]
+      yb <- Y[idx]
+      opt$zero_grad()
+      loss <- nnf_cross_entropy(model(xb), yb)
+      loss$backward()
+      opt$step()
+    }
+  }
+  train_py <- reticulate::py_run_string("
+import torch
+import torch.nn.functional as F
+def _tb_train(X, Y, n):
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for epoch in range(2):
+        perm = torch.randperm(n)
+        for s in range(0, n, 32):
+            idx = perm[s:s + 32]
+            opt.zero_grad(set_to_none=False)
+            loss = F.cross_entropy(model(X[idx]), Y[idx])
+            loss.backward()
+            opt.step()
+    return [p.detach().numpy().copy() for p in model.parameters()]
+", local = FALSE, convert = FALSE)$`_tb_train`
+  weights_py <- reticulate::py_to_r(train_py(X$clone()$py, (Y - 1L)$py, n))
+  weights_r <- lapply(unname(model$parameters), as_array)
+  expect_length(weights_r, 6)
+  for (k in seq_along(weights_r)) {
+    expect_identical(as.vector(weights_r[[k]]), as.vector(weights_py[[k]]))
+  }
+})
