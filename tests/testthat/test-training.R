@@ -316,6 +316,46 @@ test_that("zero_grad() sets gradients to zero in place, as mlverse does", {
   expect_error(opt$no_such_method, "Optimizers have no method or field `no_such_method`")
 })
 
+test_that("zero_grad() in C leaves the state torch's own zero_grad(set_to_none=False) does", {
+  skip_if_no_torch()
+  # One state, zeroed by each path: src/optim.c, and Python's method through reticulate.
+  state <- function(c_path) {
+    torch_manual_seed(3)
+    m <- nn_linear(3, 2)
+    extra <- torch_ones(2, requires_grad = TRUE) # a second group, never given a gradient
+    opt <- optim_adam(m$parameters, lr = 0.1)
+    opt$add_param_group(list(params = list(extra)))
+    # A gradient with a grad_fn (create_graph = TRUE): zero_grad() detaches it.
+    x <- torch_ones(4, 3)
+    m(x)$pow(2)$sum()$backward(create_graph = TRUE)
+    had_fn <- !is.null(m$weight$grad$grad_fn)
+    g <- m$weight$grad
+    tracebridge:::set_c_call(c_path)
+    on.exit(tracebridge:::set_c_call(TRUE))
+    opt$zero_grad()
+    list(had_fn = had_fn, weight = as_array(m$weight$grad), bias = as_array(m$bias$grad),
+         fn = is.null(m$weight$grad$grad_fn), requires = m$weight$grad$requires_grad,
+         same = identical(as_array(g), as_array(m$weight$grad)), extra = is.null(extra$grad))
+  }
+  in_c <- state(TRUE)
+  in_py <- state(FALSE)
+  expect_true(in_c$had_fn)
+  expect_identical(in_c, in_py)
+  expect_identical(in_c$weight, matrix(0, 2, 3))
+  expect_true(in_c$fn)
+  expect_false(in_c$requires)
+  expect_true(in_c$same) # in place: the tensor R held is the one zeroed
+  expect_true(in_c$extra)
+  # The gradient of a training step after zero_grad() is that step's alone.
+  m <- nn_linear(2, 1)
+  opt <- optim_sgd(m$parameters, lr = 0.1)
+  for (i in 1:3) {
+    opt$zero_grad()
+    m(torch_ones(1, 2))$sum()$backward()
+  }
+  expect_equal(as_array(m$weight$grad), matrix(1, 1, 2))
+})
+
 test_that("torch_save keeps requires_grad and doubles to the last bit", {
   path <- tempfile(fileext = ".pt")
   vals <- c(0.1 * 0.1, 1 / 3, -Inf, NaN, 1e-300)
