@@ -14,9 +14,10 @@
  */
 #include "convert.h"
 
-/* The parameters of one group (borrowed), or NULL where they are not a list. */
+/* The parameters of one group (borrowed), or NULL where the group is not a dict (exactly:
+ * a subclass could read "params" its own way) or they are not a list. */
 static PyObject *group_params(PyObject *group) {
-  if (!py.IsSubtype(PY_TYPE(group), py.DictType)) return NULL;
+  if (PY_TYPE(group) != py.DictType) return NULL;
   PyObject *params = py.DictGetItemString(group, "params");
   return params != NULL && PY_TYPE(params) == py.ListType ? params : NULL;
 }
