@@ -178,9 +178,16 @@ optimizer_step <- function(x) {
 
 # As in mlverse, gradients are set to zero in place (not dropped), so `p$grad` stays a
 # tensor; `set_to_none = TRUE` drops them as PyTorch does by default.
+# In place, through src/optim.c (torch's method, less its Python); else through
+# src/surface.c, or reticulate where C does not apply.
 optimizer_zero_grad <- function(x) {
   in_place <- list(FALSE)
   function(set_to_none = FALSE) {
+    if (missing(set_to_none) || isFALSE(set_to_none)) {
+      out <- .Call(tb_zero_grad, x)
+      if (is.null(out)) return(invisible(x))
+      if (identical(out, quote(.tb_error))) c_error(FALSE)
+    }
     args <- if (missing(set_to_none)) in_place else list(isTRUE(set_to_none))
     out <- .Call(tb_call_method, x, "zero_grad", args)
     if (is.symbol(out) && identical(c_answer(out, FALSE), quote(.tb_fallback))) {

@@ -18,39 +18,50 @@
 # Goals (issue 18): each op <= its Python time + 15 us; with_no_grad() adds <= 5 us to the
 # call it wraps; as_array() of an 8x8 tensor <= 30 us; the training loop <= 1.15x Python.
 #
-# Note: what the training loop's R / Python ratio is made of (measured again 2026-11-26;
-# benchmarks/bench_r_train.R takes it statement by statement, in time or, under callgrind,
-# in instructions, with R's own floor beside it).
-# - Both loops do the same work: the same aten ops, but for R's 1-based positions (two
-#   aten::sub a step: `idx` once, which the shift cache then serves to `Y[idx]`, and the
-#   class targets once) and `X[idx, ]` as index_select where Python's `X[idx]` is
-#   aten::index; float32 X, int64 Y, the same torch.optim.Adam over the same parameters,
-#   gradients zeroed in place on both sides. reticulate is not reached (its only code that
-#   runs is its Python interrupt hook, on both sides alike).
-# - Instructions (`bench_r_train.R --callgrind`, 126 steps): R 2.365M a step, Python
-#   2.190M: +175k (+8.0%), of which libR.so +142k, tracebridge.so +7k, libpython +16k (the
-#   C paths' attribute reads and keyword calls), malloc +8k; torch itself runs 9k fewer
-#   (index_select, and the spent graphs R frees in its next gc(), outside the loop). By
+# Note: what the training loop's R / Python ratio is made of (measured again 2026-11-26,
+# session 10; benchmarks/bench_r_train.R takes it statement by statement, in time or, under
+# callgrind, in instructions, with R's own floor beside it).
+# - Both loops do the same aten work but for R's 1-based positions: one shift a step for
+#   `idx` (t - 1, as positions all above 0 are; the shift cache serves it again to
+#   `Y[idx]`) and one (t - 1) for the class targets; `X[idx, ]` and `Y[idx]` read with
+#   aten::index, as Python's `X[idx]` does; float32 X, int64 Y, the same torch.optim.Adam
+#   over the same parameters, gradients zeroed in place on both sides (the same weights to
+#   the last bit: test-training.R). One thing R does with less code than Python:
+#   `opt$zero_grad()` zeroes the gradients in C (src/optim.c: what
+#   Optimizer.zero_grad(set_to_none=False) does, without its Python, ~9 us a step).
+#   reticulate is not reached (its only code that runs is its Python interrupt hook, on
+#   both sides alike).
+# - Session 10 found two costs in the step: rbridge.r_positions() (five ops in a Python
+#   function, ~21 us a call, once a step for `idx`, added with negative positions) and
+#   rbridge.select_positions()'s Python frame (~2 us, twice a step); both are now done in
+#   C for the common case (src/convert.c, src/index.c), with the same results and errors.
+# - Instructions (callgrind, 2 epochs = 126 steps, the loop above alone): R 2.314M a step,
+#   Python 2.188M: +126k (+5.8%; before session 10 +265k, +12.1%), of which libR.so
+#   +142k (R's interpreter: dispatch, closures, promises, its fresh cells), libc +12k
+#   (malloc), tracebridge.so +8k, torch +5k (the two shifts), while libpython runs 34k
+#   fewer (zero_grad's Python) and libtorch_python 7k fewer. Before session 10, by
 #   statement, R - Python: the loop +4k, `perm[s:e]` +19k, `X[idx, ]` +27k (its shift
 #   ~11k), `Y[idx]` +15k, `opt$zero_grad()` +17k, `model(xb)` +4k, `nnf_cross_entropy()`
 #   +29k (its shift ~11k), `loss$backward()` +30k, `opt$step()` +30k. R's floor, pure R
 #   counted the same way: an S3 dispatch of `[` to a method whose body is one .Call()
 #   costs 12.9k instructions, `x$m()` 13.2k, a closure of 4 arguments around one .Call()
 #   7.0k, a .Call() 1.6k; a step makes 3 `[`, 3 `$` and 2 other closure calls (~90k at
-#   that floor) and wraps its result tensors (~1.9k each: R objects and a finalizer). What
-#   the C paths add beyond that is small.
+#   that floor) and wraps its result tensors (~1.9k each: R objects and a finalizer).
+#   What is left beyond R's own interpreter is now below zero: the gap is R's.
 # - Misses (callgrind --cache-sim=yes --LL=1048576,8,64, this machine's L2): 11.9k L2
 #   misses a step in R against 7.9k (+4.0k, +51%): instruction fetches +1.84k (torch's code
 #   +0.70k, evicted by R's; R +0.48k; Python +0.31k; tracebridge.so +0.16k), data +2.19k
 #   (R's interpreter and its fresh cells +0.86k, Python +0.47k, torch's kernels +0.39k,
 #   malloc +0.30k: the heap that R's kept objects leave).
-# - Time: at this loop's ~3.9 instructions per ns, +175k is ~45 us a step; +4.0k L2
-#   misses served by L3 (~15 ns) ~60 us: ~105 us on Python's ~565 us, ~1.19x, as measured
-#   (1.20x at load ~1; single turns 0.9x to 1.5x on this shared machine; the ratio grows
-#   with the load, 1.38x in a run at load ~5, as a gap made of misses would). 1.15x leaves
-#   R ~85 us a step, less than its 8 dispatched R calls cost at R's floor with their
-#   misses: not reachable from the package while each statement of mlverse's API is an
-#   S3-dispatched R call.
+# - Time (before session 10): at this loop's ~3.9 instructions per ns, +175k was ~45 us
+#   a step and +4.0k L2 misses served by L3 (~15 ns) ~60 us: ~105 us on Python's ~565
+#   us, ~1.19x, as measured (1.20x at load ~1; single turns 0.9x to 1.5x on this shared
+#   machine; the ratio grows with the load, 1.38x in a run at load ~5, as a gap made of
+#   misses would). The misses above were counted before session 10's changes, which
+#   remove Python and torch work and touch no R code; at the same miss cost, +126k
+#   instructions give ~1.14x on a quiet machine (not measured quiet: the machine ran at
+#   load 10-20 through session 10). Below that is R's interpreter: each statement of
+#   mlverse's API is an S3-dispatched R call.
 # - Measured and left: carrying the shift (`torch_randperm(n) + 1L` keeping its 0-based
 #   source, `perm[s:e]` the same slice of it) is exact for integer dtypes with the version
 #   counters, but that slice (THPVariable_getitem, ~6.8k instructions) costs nearly what

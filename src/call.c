@@ -55,6 +55,7 @@ SEXP tb_state_to_r(SEXP obj);
 SEXP tb_state_to_py(SEXP x);
 SEXP tb_r_function(SEXP fn, SEXP what);
 SEXP tb_r_function_calls(void);
+SEXP tb_zero_grad(SEXP x);
 
 /* tb_call_tensor(fn, x): the traced call `fn(x)` for an R torch_tensor `x`, all of it here
  * (R's share of a call is the closure that calls this). Returns an R torch_tensor for a
@@ -116,6 +117,7 @@ static const R_CallMethodDef methods[] = {
     {"tb_state_to_py", (DL_FUNC) &tb_state_to_py, 1},
     {"tb_r_function", (DL_FUNC) &tb_r_function, 2},
     {"tb_r_function_calls", (DL_FUNC) &tb_r_function_calls, 0},
+    {"tb_zero_grad", (DL_FUNC) &tb_zero_grad, 1},
     {NULL, NULL, 0}};
 
 void R_init_tracebridge(DllInfo *dll) {

@@ -329,6 +329,36 @@ SEXP tb_shift_untracked(SEXP x) {
   return R_NilValue;
 }
 
+/* Whether every element of integer tensor `t` is above 0 (no Python error left). */
+static int all_above_zero(PyObject *t) {
+  PyObject *least = py.CallOneArg(torch_.tensor_min, t), *item = NULL, *value = NULL;
+  if (least != NULL) item = py.GetAttr(least, torch_.s_item);
+  PyObject *none = item == NULL ? NULL : py.TupleNew(0);
+  if (none != NULL) value = py.Call(item, none, NULL);
+  int overflow = 0;
+  long long v = value != NULL && PY_TYPE(value) == py.LongType
+                    ? py.LongAsLongLongAndOverflow(value, &overflow)
+                    : 0;
+  py_decref(least);
+  py_decref(item);
+  py_decref(none);
+  py_decref(value);
+  if (py.ErrOccurred() != NULL) clear_python_error(); /* an empty tensor has no min */
+  return overflow > 0 || (overflow == 0 && v > 0);
+}
+
+/* Note: positions that are all above 0 (a loop's `idx <- perm[s:e]`) are shifted with
+ * one op, t - 1: that is what rbridge.r_positions() gives for them (its `>`, where(), `==`
+ * and masked_fill() change nothing there), and that Python function cost ~21 us a call,
+ * ~18 us more than t - 1, a twentieth of a training step (benchmarks/bench_r.R). Telling
+ * costs one reduction and .item() (~2 us); an empty tensor, a negative position or a 0
+ * goes through r_positions(). Not while tracing (the C paths are off): a trace records
+ * r_positions() from R, which holds for any position. */
+static PyObject *r_positions(PyObject *t) {
+  if (all_above_zero(t)) return minus_one(t);
+  return py.CallOneArg(torch_.r_positions, t);
+}
+
 /* Positions (`positions` = 1): rbridge.r_positions(t), which keeps negative positions
  * (counted from the end) and makes 0 fail in the op; classes: minus_one(t). From the cache
  * where `t` and the shifted tensor are as they were. */
@@ -349,7 +379,7 @@ static PyObject *shifted_positions(PyObject *t, int positions) {
     }
   }
   shift_misses++;
-  PyObject *r = positions ? py.CallOneArg(torch_.r_positions, t) : minus_one(t);
+  PyObject *r = positions ? r_positions(t) : minus_one(t);
   if (r == NULL || !versioned || !version_of(r, &shifted_version)) return r;
   ShiftSlot *slot = &shift_slots[shift_next];
   shift_next = (shift_next + 1) % SHIFT_SLOTS;

@@ -162,10 +162,8 @@ static PyObject *key_part(const Ix *ix) {
   return slice;
 }
 
-/* rbridge.select_positions(t, dim, positions): index_select's result, read as
- * t[:, ..., positions] so that a negative position counts from the end, as writing does
- * (index_select refuses it); steals `t`. */
-static PyObject *index_select(PyObject *t, int dim, PyObject *positions) {
+/* rbridge.select_positions(t, dim, positions) as a Python call; steals `t`. */
+static PyObject *select_positions_py(PyObject *t, int dim, PyObject *positions) {
   PyObject *d = py.LongFromLongLong(dim), *args = NULL, *r = NULL;
   if (d != NULL && (args = py.TupleNew(3)) != NULL) {
     py.IncRef(t);
@@ -180,6 +178,36 @@ static PyObject *index_select(PyObject *t, int dim, PyObject *positions) {
   py_decref(d);
   py.DecRef(t);
   return r;
+}
+
+/* rbridge.select_positions(t, dim, positions): index_select's result, read as
+ * t[:, ..., positions] so that a negative position counts from the end, as writing does
+ * (index_select refuses it); steals `t`. The read of int64 and int32 positions is made
+ * here, with the same key (two a training step: the Python function's frame cost ~2 us
+ * a call); where it fails, or for other dtypes, the function runs, which raises its own
+ * message (positions out of bounds named in R terms). */
+static PyObject *index_select(PyObject *t, int dim, PyObject *positions) {
+  PyObject *dtype = py.GetAttr(positions, torch_.s_dtype);
+  int plain = dtype == torch_.dtype_int64 || dtype == torch_.dtype_int32;
+  py_decref(dtype);
+  if (dtype == NULL) py.ErrClear();
+  PyObject *key = plain ? py.TupleNew(dim + 1) : NULL, *r = NULL;
+  if (key != NULL) {
+    for (int i = 0; i < dim; i++) {
+      py.IncRef(torch_.slice_all);
+      py.TupleSetItem(key, i, torch_.slice_all); /* steals */
+    }
+    py.IncRef(positions);
+    py.TupleSetItem(key, dim, positions);
+    r = py.GetItem(t, key);
+    py.DecRef(key);
+  }
+  if (r != NULL) {
+    py.DecRef(t);
+    return r;
+  }
+  if (py.ErrOccurred() != NULL) py.ErrClear();
+  return select_positions_py(t, dim, positions);
 }
 
 /* The index arguments of one `[` call: each one's expression and the environment it is

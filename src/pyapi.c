@@ -248,6 +248,11 @@ static PyObject *attr_path(PyObject *root, const char *a, const char *b) {
   return second;
 }
 
+/* An unbound method of torch.Tensor (NULL where Tensor was not found). */
+static PyObject *tensor_method(const char *name) {
+  return torch_.tensor_type == NULL ? NULL : py.GetAttrString(torch_.tensor_type, name);
+}
+
 static void clear(PyObject **slot) {
   py_decref(*slot);
   *slot = NULL;
@@ -275,6 +280,20 @@ static void release_all(void) {
   clear(&torch_.s_sub);
   clear(&torch_.s_is_floating_point);
   clear(&torch_.s_version);
+  clear(&torch_.tensor_min);
+  clear(&torch_.dtype_int64);
+  clear(&torch_.dtype_int32);
+  clear(&torch_.slice_all);
+  clear(&torch_.optimizer_zero_grad);
+  clear(&torch_.tensor_zero_);
+  clear(&torch_.tensor_detach_);
+  clear(&torch_.tensor_requires_grad_);
+  clear(&torch_.s_zero_grad);
+  clear(&torch_.s_func);
+  clear(&torch_.s_grad);
+  clear(&torch_.s_grad_fn);
+  clear(&torch_.s_requires_grad);
+  clear(&torch_.s_param_groups);
 }
 
 /* The R constants of the C paths; called when the package's library loads, so that every
@@ -336,10 +355,33 @@ SEXP tb_py_init(SEXP torch, SEXP bridge, SEXP example, SEXP libpython, SEXP tb) 
   torch_.s_sub = py.UnicodeIntern("sub");
   torch_.s_is_floating_point = py.UnicodeIntern("is_floating_point");
   torch_.s_version = py.UnicodeIntern("_version");
+  torch_.tensor_min = tensor_method("min");
+  torch_.dtype_int64 = py.GetAttrString(t, "int64");
+  torch_.dtype_int32 = py.GetAttrString(t, "int32");
+  torch_.slice_all = py.SliceNew(NULL, NULL, NULL);
+  torch_.optimizer_zero_grad = attr_path(t, "optim", "Optimizer");
+  if (torch_.optimizer_zero_grad != NULL) {
+    PyObject *cls = torch_.optimizer_zero_grad;
+    torch_.optimizer_zero_grad = py.GetAttrString(cls, "zero_grad");
+    py.DecRef(cls);
+  }
+  torch_.tensor_zero_ = tensor_method("zero_");
+  torch_.tensor_detach_ = tensor_method("detach_");
+  torch_.tensor_requires_grad_ = tensor_method("requires_grad_");
+  torch_.s_zero_grad = py.UnicodeIntern("zero_grad");
+  torch_.s_func = py.UnicodeIntern("__func__");
+  torch_.s_grad = py.UnicodeIntern("grad");
+  torch_.s_grad_fn = py.UnicodeIntern("grad_fn");
+  torch_.s_requires_grad = py.UnicodeIntern("requires_grad");
+  torch_.s_param_groups = py.UnicodeIntern("param_groups");
   int ok = torch_.tensor_type && torch_.size_type && torch_.set_grad && torch_.is_grad &&
            torch_.binary_ops && torch_.r_positions && torch_.select_positions &&
            torch_.one && torch_.one_t && torch_.where && torch_.dtype_bool && torch_.s_add && torch_.s_item && torch_.s_ndim && torch_.empty && torch_.device && torch_.s_dtype &&
            torch_.s_sub && torch_.s_is_floating_point && torch_.s_version &&
+           torch_.tensor_min && torch_.dtype_int64 && torch_.dtype_int32 && torch_.slice_all &&
+           torch_.optimizer_zero_grad && torch_.tensor_zero_ && torch_.tensor_detach_ &&
+           torch_.tensor_requires_grad_ && torch_.s_zero_grad && torch_.s_func && torch_.s_grad &&
+           torch_.s_grad_fn && torch_.s_requires_grad && torch_.s_param_groups &&
            PY_TYPE(x) == torch_.tensor_type;
   if (!ok) {
     if (py.ErrOccurred() != NULL) {

@@ -100,6 +100,12 @@ typedef struct {
   PyObject *device;        /* torch.device */
   PyObject *s_add, *s_item, *s_ndim, *s_dtype; /* interned attribute names */
   PyObject *s_sub, *s_is_floating_point, *s_version;
+  PyObject *tensor_min;    /* torch.Tensor.min, for the shift of positions (convert.c) */
+  PyObject *dtype_int64, *dtype_int32; /* the dtypes rbridge.select_positions() reads as t[..., p] */
+  PyObject *slice_all;     /* slice(None): `:` before the dimension read by positions */
+  PyObject *optimizer_zero_grad; /* torch.optim.Optimizer.zero_grad (optim.c) */
+  PyObject *tensor_zero_, *tensor_detach_, *tensor_requires_grad_; /* Tensor's methods */
+  PyObject *s_zero_grad, *s_func, *s_grad, *s_grad_fn, *s_requires_grad, *s_param_groups;
 } Torch;
 
 extern Torch torch_;

@@ -104,3 +104,39 @@ test_that("$data and $py of an integer tensor turn the cache off: their writes a
   expect_equal(as_array(Y[idx]), c(101L, 101L, 101L))
   cache(reset = TRUE)
 })
+
+test_that("positions all above 0 (one op) and the rest (r_positions) read as R's path does", {
+  skip_if_no_torch()
+  cache(reset = TRUE)
+  m <- matrix(as.numeric(1:30), 10, 3)
+  X <- torch_tensor(m)
+  read <- function(idx, cols = FALSE) {
+    out <- try(if (cols) X[, idx] else X[idx, ], silent = TRUE)
+    if (inherits(out, "try-error")) conditionMessage(attr(out, "condition")) else as_array(out)
+  }
+  cases <- list(
+    torch_tensor(c(2L, 5L, 7L)),                         # all above 0: t - 1
+    torch_tensor(c(2L, 5L, 7L), dtype = torch_int32()),  # int32 stays int32
+    torch_tensor(c(10L, 1L, 10L)),                       # repeated, the last row
+    torch_tensor(c(-1L, 2L)),                            # a negative counts from the end
+    torch_tensor(c(0L, 2L)),                             # 0 names no position: an error
+    torch_tensor(c(11L, 2L)),                            # past the end: an error
+    torch_tensor(integer(0)),                            # empty: no min, r_positions
+    torch_tensor(c(2L, 3L), dtype = torch_int16())       # index_select refuses int16
+  )
+  for (idx in cases) expect_identical(read(idx), with_c(FALSE, read(idx)))
+  # A later dimension: x[, idx].
+  cols <- list(torch_tensor(c(3L, 1L)), torch_tensor(c(-1L, 1L)), torch_tensor(c(4L)),
+               torch_tensor(c(2L, 3L), dtype = torch_int32()))
+  for (idx in cols) {
+    expect_identical(read(idx, cols = TRUE), with_c(FALSE, read(idx, cols = TRUE)))
+  }
+  expect_identical(read(torch_tensor(c(3L, 1L)), cols = TRUE), m[, c(3, 1)])
+  expect_identical(read(torch_tensor(c(2L, 5L, 7L))), m[c(2, 5, 7), ])
+  expect_identical(read(torch_tensor(c(-1L, 2L))), m[c(10, 2), ])
+  expect_match(read(torch_tensor(c(0L, 2L))), "index 0 .*1-based")
+  expect_match(read(torch_tensor(c(11L, 2L))), "index 11 is out of bounds for dimension 1")
+  # The shifted positions keep the dtype (an index_select of int32 positions is int32's).
+  idx32 <- torch_tensor(c(3L, 1L), dtype = torch_int32())
+  expect_identical(as_array(torch_index_select(X, 1, idx32)), m[c(3, 1), ])
+})

@@ -316,6 +316,46 @@ test_that("zero_grad() sets gradients to zero in place, as mlverse does", {
   expect_error(opt$no_such_method, "Optimizers have no method or field `no_such_method`")
 })
 
+test_that("zero_grad() in C leaves the state torch's own zero_grad(set_to_none=False) does", {
+  skip_if_no_torch()
+  # One state, zeroed by each path: src/optim.c, and Python's method through reticulate.
+  state <- function(c_path) {
+    torch_manual_seed(3)
+    m <- nn_linear(3, 2)
+    extra <- torch_ones(2, requires_grad = TRUE) # a second group, never given a gradient
+    opt <- optim_adam(m$parameters, lr = 0.1)
+    opt$add_param_group(list(params = list(extra)))
+    # A gradient with a grad_fn (create_graph = TRUE): zero_grad() detaches it.
+    x <- torch_ones(4, 3)
+    m(x)$pow(2)$sum()$backward(create_graph = TRUE)
+    had_fn <- !is.null(m$weight$grad$grad_fn)
+    g <- m$weight$grad
+    tracebridge:::set_c_call(c_path)
+    on.exit(tracebridge:::set_c_call(TRUE))
+    opt$zero_grad()
+    list(had_fn = had_fn, weight = as_array(m$weight$grad), bias = as_array(m$bias$grad),
+         fn = is.null(m$weight$grad$grad_fn), requires = m$weight$grad$requires_grad,
+         same = identical(as_array(g), as_array(m$weight$grad)), extra = is.null(extra$grad))
+  }
+  in_c <- state(TRUE)
+  in_py <- state(FALSE)
+  expect_true(in_c$had_fn)
+  expect_identical(in_c, in_py)
+  expect_identical(in_c$weight, matrix(0, 2, 3))
+  expect_true(in_c$fn)
+  expect_false(in_c$requires)
+  expect_true(in_c$same) # in place: the tensor R held is the one zeroed
+  expect_true(in_c$extra)
+  # The gradient of a training step after zero_grad() is that step's alone.
+  m <- nn_linear(2, 1)
+  opt <- optim_sgd(m$parameters, lr = 0.1)
+  for (i in 1:3) {
+    opt$zero_grad()
+    m(torch_ones(1, 2))$sum()$backward()
+  }
+  expect_equal(as_array(m$weight$grad), matrix(1, 1, 2))
+})
+
 test_that("torch_save keeps requires_grad and doubles to the last bit", {
   path <- tempfile(fileext = ".pt")
   vals <- c(0.1 * 0.1, 1 / 3, -Inf, NaN, 1e-300)
@@ -377,4 +417,55 @@ test_that("a scheduler refuses a state that is not one", {
   sched <- lr_step(optim_sgd(nn_linear(1, 1)$parameters, lr = 1), step_size = 1)
   expect_error(sched$load_state_dict(list(1, 2)), class = "type_error")
   expect_output(print(sched), "<lr_step> last_epoch: 0")
+})
+
+test_that("a training loop in R ends with the weights the same loop gives in Python", {
+  skip_if_no_torch()
+  # benchmarks/bench_r.R's loop, small: 1-based positions and class targets in R, 0-based
+  # in Python; the same seeds, so the same initial weights and permutations.
+  n <- 200L
+  torch_manual_seed(2)
+  X <- torch_randn(n, 20)
+  Y <- (X[, 1] > 0)$long() + 1L
+  torch_manual_seed(1)
+  model <- nn_sequential(nn_linear(20, 64), nn_relu(), nn_linear(64, 64), nn_relu(),
+                         nn_linear(64, 2))
+  opt <- optim_adam(model$parameters, lr = 1e-3)
+  for (epoch in 1:2) {
+    perm <- torch_randperm(n) + 1L
+    for (s in seq(1L, n, by = 32L)) {
+      idx <- perm[s:min(s + 31L, n)]
+      xb <- X[idx, ]
+      yb <- Y[idx]
+      opt$zero_grad()
+      loss <- nnf_cross_entropy(model(xb), yb)
+      loss$backward()
+      opt$step()
+    }
+  }
+  train_py <- reticulate::py_run_string("
+import torch
+import torch.nn.functional as F
+def _tb_train(X, Y, n):
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for epoch in range(2):
+        perm = torch.randperm(n)
+        for s in range(0, n, 32):
+            idx = perm[s:s + 32]
+            opt.zero_grad(set_to_none=False)
+            loss = F.cross_entropy(model(X[idx]), Y[idx])
+            loss.backward()
+            opt.step()
+    return [p.detach().numpy().copy() for p in model.parameters()]
+", local = FALSE, convert = FALSE)$`_tb_train`
+  weights_py <- reticulate::py_to_r(train_py(X$clone()$py, (Y - 1L)$py, n))
+  weights_r <- lapply(unname(model$parameters), as_array)
+  expect_length(weights_r, 6)
+  for (k in seq_along(weights_r)) {
+    expect_identical(as.vector(weights_r[[k]]), as.vector(weights_py[[k]]))
+  }
 })
