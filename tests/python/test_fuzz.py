@@ -885,3 +885,55 @@ def test_the_meta_rule_counts_nothing_that_does_not_grow(tmp_path):
     traced = tracebridge.trace(nn.Sequential(nn.Linear(4, 8), nn.ReLU()), torch.rand(2, 4))
     traced.save(tmp_path / "ok.tb")
     assert tracebridge.load(tmp_path / "ok.tb")(torch.ones(2, 4)).shape == (2, 8)
+
+
+def _meta_rule_case(tmp_path, nodes: list[dict]) -> Path:
+    """A ``neg`` file whose forward graph is ``nodes`` (the last one's output returned)."""
+    from .attack_cases import ref
+    from .test_op_contract import write_artifact
+
+    doc, tensors = _base_members(tmp_path, "neg")
+    graph = doc["methods"]["forward"]
+    graph["nodes"] = nodes
+    graph["outputs"], graph["out_spec"] = [ref(nodes[-1]["outputs"][0]["id"])], {"t": "leaf"}
+    return write_artifact(tmp_path / "case.tb", doc, tensors)
+
+
+def test_the_meta_rule_runs_on_meta_whatever_device_the_file_names(tmp_path):
+    """randint_like(expand of 2**28, device="cpu") allocated and filled 2 GiB at load, and
+    its result (not on meta) escaped the count."""
+    from .attack_cases import Wide
+
+    wide = Wide()
+    kwargs = {"dtype": {"dtype": "int64"}, "device": {"device": "cpu"}}
+    nodes = wide.then("randint_like", [wide.view([2**28]), 10], kwargs, dtype="int64")
+    with pytest.raises(tracebridge.ArtifactError, match=r"randint_like makes a tensor.*2147483648"):
+        tracebridge.load(_meta_rule_case(tmp_path, nodes))
+
+
+@pytest.mark.parametrize("alias", ["same", "Tensor.view", "detach"])
+def test_the_meta_rule_counts_each_memory_once(tmp_path, alias):
+    """cat of one tensor named 1024 times, of 1024 views of it or of 1024 uncounted
+    copies held 1024 times what there is: two such rounds from a 1024-element literal made
+    2**30 elements (4 GiB at the call) that load never counted."""
+    from .attack_cases import literal, node, ref, tensor_value, tup
+
+    nodes, vid, size = [literal(1, [0.0] * 1024)], 1, 1024
+    for _ in range(2):
+        parts = []
+        for _ in range(1024):
+            if alias == "same":
+                parts.append(vid)
+                continue
+            parts.append(vid + 1 + len(parts))
+            args = [ref(vid), tup(size)] if alias == "Tensor.view" else [ref(vid)]
+            nodes.append(node(alias, args, [tensor_value(parts[-1], "float32", (size,))]))
+        made = max(parts[-1], vid) + 1
+        nodes.append(
+            node("cat", [[ref(p) for p in parts]], [tensor_value(made, "float32", (size * 1024,))])
+        )
+        vid, size = made, size * 1024
+    with pytest.raises(
+        tracebridge.ArtifactError, match=r"cat makes a tensor of shape \[1073741824\]"
+    ):
+        tracebridge.load(_meta_rule_case(tmp_path, nodes))

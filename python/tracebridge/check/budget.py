@@ -17,6 +17,7 @@ at the call (``runtime/checked_ops.py``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import warnings
@@ -47,8 +48,10 @@ Shape = tuple[int, ...]
 _NO_META = frozenset(
     """unbind split chunk tensor_split hsplit vsplit dsplit unsafe_split unsafe_chunk
     split_with_sizes combinations nonzero argwhere unique
-    unique_consecutive unique_dim masked_select bincount histogram""".split()
+    unique_consecutive unique_dim masked_select bincount histogram
+    Tensor.cpu Tensor.type""".split()
 )
+_META_DEVICE = torch.device("meta")
 # Results of the meta rule by what decides them (Budget._meta_key): the layers of a model
 # repeat their shapes, and some meta kernels are Python decompositions (``triu``: 5 ms).
 _META_CACHE: dict[str, list | None] = {}
@@ -115,6 +118,10 @@ class Budget:
         # however many it shows, and what an op makes from it is new memory.
         self.held: dict[int, int] = {}
         self.dtype: dict[int, str] = {}  # value id -> declared dtype, for the meta rule
+        # value id -> the memory it is a view of (value ids, or "state:NAME" for a state
+        # tensor, read by any number of nodes): the meta rule counts each memory once.
+        self.roots: dict[int, frozenset] = {}
+        self.root_numel: dict[str, int] = {}  # "state:NAME" -> its elements
         self.alloc_total = 0
         self.work_total = 0
 
@@ -138,6 +145,8 @@ class Budget:
                 self.known[outputs[0]["id"]] = view
                 base = node["args"][0]
                 held = self._held(base) if isinstance(base, dict) and "ref" in base else None
+                if held is not None:
+                    self.roots[outputs[0]["id"]] = self._roots(base["ref"])
                 # A view of the caller's data holds nothing the file can count on.
                 self.held[outputs[0]["id"]] = (
                     held if held is not None else (0 if op in _EXPANDS else _numel(view[0]))
@@ -154,6 +163,25 @@ class Budget:
             vid = lit["ref"]
             return self.held.get(vid, _numel(self.known[vid][0]))
         return None
+
+    def _roots(self, vid: int) -> frozenset:
+        return self.roots.get(vid, frozenset((vid,)))
+
+    def _operands_hold(self, node: dict) -> tuple[int, frozenset]:
+        """The elements a node's known operands hold, each memory once (a tensor named
+        k times, k views of one tensor or k reads of one weight hold it once: else
+        ``cat`` of them would hold k-fold, and a chain of such nodes grow uncounted),
+        and the memories themselves."""
+        roots = frozenset().union(
+            *(self._roots(r["ref"]) for r in _refs(node) if r["ref"] in self.known)
+        )
+        held = 0
+        for root in roots:
+            if root in self.root_numel:
+                held += self.root_numel[root]
+            elif root in self.known:
+                held += self.held.get(root, _numel(self.known[root][0]))
+        return held, roots
 
     def _count(self, op: str, outputs: list, shape: Shape, width: int, work: int) -> str:
         """Count one new tensor of ``shape`` at ``width`` (and ``work`` multiply-adds);
@@ -202,8 +230,7 @@ class Budget:
         made = self._meta_results(op, node)
         if made is None or len(made) != len(outputs):
             return ""
-        operands = [self._held(Ref_) for Ref_ in _refs(node)]
-        held = sum(h for h in operands if h is not None)
+        held, roots = self._operands_hold(node)
         for value, (shape, width, is_view) in zip(outputs, made):
             numel = _numel(shape)
             if is_view:
@@ -215,11 +242,16 @@ class Budget:
                     )
                 self.known[value["id"]] = (shape, width)
                 self.held[value["id"]] = min(numel, held)
+                self.roots[value["id"]] = roots
                 continue
             if numel > held:
                 reason = self._count(op, [value], shape, width, 0)
                 if reason:
                     return reason
+            elif roots:
+                # Not counted, so it stands for its operands' memory: k uncounted copies
+                # of one tensor (detach, a cast) joined by cat hold it once, not k times.
+                self.roots[value["id"]] = roots
             self.known[value["id"]] = (shape, width)
             self.held[value["id"]] = numel
         return ""
@@ -239,7 +271,9 @@ class Budget:
             return _META_CACHE[key]
         made = self._run_meta(info, node, ids)
         if len(_META_CACHE) >= _META_CACHE_SIZE:
-            _META_CACHE.pop(next(iter(_META_CACHE)))
+            # Loads in threads share the memo: another may have just dropped the same key.
+            with contextlib.suppress(KeyError, StopIteration, RuntimeError):
+                _META_CACHE.pop(next(iter(_META_CACHE)))
         _META_CACHE[key] = made
         return made
 
@@ -264,11 +298,18 @@ class Budget:
     def _run_meta(self, info, node: dict, ids: list[int]) -> list[tuple[Shape, int, bool]] | None:
         try:
             meta = {i: self._meta_tensor(i) for i in ids}
-            args = map_literal(decode(node["args"]), lambda x: meta[x.id] if type(x) is Ref else x)
-            kwargs = {
-                k: map_literal(decode(v), lambda x: meta[x.id] if type(x) is Ref else x)
-                for k, v in node["kwargs"].items()
-            }
+
+            def leaf(x):
+                if type(x) is Ref:
+                    return meta[x.id]
+                # Note: a device the file names (randint_like(x, 9, device="cpu"),
+                # x.to("cpu")) would make the op allocate and fill real memory of the
+                # file's sizes here, at load, and its result, not on meta, would escape
+                # the count: the op runs on meta whatever device the file names.
+                return _META_DEVICE if _is_device(x) else x
+
+            args = map_literal(decode(node["args"]), leaf)
+            kwargs = {k: map_literal(decode(v), leaf) for k, v in node["kwargs"].items()}
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 result = info.impl(*args, **kwargs)
@@ -302,6 +343,8 @@ class Budget:
         if isinstance(entry, dict) and isinstance(entry.get("shape"), list):
             width = dtypes.ITEMSIZE.get(entry.get("dtype"), 16)
             self.known[vid] = (tuple(entry["shape"]), width)
+            self.roots[vid] = frozenset((f"state:{name}",))
+            self.root_numel[f"state:{name}"] = _numel(self.known[vid][0])
 
     def _of(self, lit: Any) -> tuple[Shape, int] | None:
         if isinstance(lit, dict) and set(lit) == {"ref"}:
@@ -519,6 +562,20 @@ class Budget:
         if shape is None:
             return None
         return (shape, max(w for _, w in known), 0)
+
+
+def _is_device(x: Any) -> bool:
+    """Whether a decoded literal names a device (``torch.device`` or a string such as
+    ``"cpu"``): the meta rule puts ``meta`` in its place."""
+    if isinstance(x, torch.device):
+        return True
+    if not isinstance(x, str) or len(x) > 32:
+        return False
+    try:
+        torch.device(x)
+    except (RuntimeError, ValueError, TypeError):
+        return False
+    return True
 
 
 def _refs(node: dict) -> list[dict]:
