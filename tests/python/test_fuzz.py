@@ -937,3 +937,40 @@ def test_the_meta_rule_counts_each_memory_once(tmp_path, alias):
         tracebridge.ArtifactError, match=r"cat makes a tensor of shape \[1073741824\]"
     ):
         tracebridge.load(_meta_rule_case(tmp_path, nodes))
+
+
+class _RelativeBias(nn.Module):
+    """A Swin-style relative position bias: ``table[index]``, both buffers."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(49, 2))
+        self.register_buffer("index", torch.randint(0, 49, (256,)))
+
+    def forward(self, x):
+        bias = self.table[self.index].view(16, 16, 2).permute(2, 0, 1).contiguous()
+        return x + bias.unsqueeze(0)
+
+
+def test_the_meta_rule_takes_rows_without_torchs_meta_kernel(tmp_path):
+    """table[index] of state is sized by hand: torch's meta kernel imported sympy at load
+    (1-6 s on a busy machine, for a load of 0.2 s); rows taken by a wide index still
+    count."""
+    from .attack_cases import Wide
+
+    tracebridge.trace(_RelativeBias(), torch.randn(1, 2, 16, 16)).save(tmp_path / "rb.tb")
+    code = "import sys, tracebridge; tracebridge.load(sys.argv[1]); print('sympy' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": str(Path(tracebridge.__file__).parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "rb.tb")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.stdout.strip() == "False", done.stderr[-2000:]
+    wide = Wide()
+    nodes = wide.then("getitem", [wide.view([1, 2**12]), wide.view([2**20], "int64", 0)])
+    with pytest.raises(
+        tracebridge.ArtifactError, match=r"getitem makes a tensor of shape \[1048576, 4096\]"
+    ):
+        tracebridge.load(_meta_rule_case(tmp_path, nodes))

@@ -266,6 +266,9 @@ class Budget:
         ids = [r["ref"] for r in _refs(node)]
         if not ids or any(i not in self.known for i in ids):
             return None
+        taken = self._taken_rows(op, node)
+        if taken is not None:
+            return [taken]
         key = self._meta_key(op, node)
         if key in _META_CACHE:
             return _META_CACHE[key]
@@ -276,6 +279,26 @@ class Budget:
                 _META_CACHE.pop(next(iter(_META_CACHE)))
         _META_CACHE[key] = made
         return made
+
+    def _taken_rows(self, op: str, node: dict) -> tuple[Shape, int, bool] | None:
+        """``x[index]`` with one integer index tensor (a relative position bias's
+        ``table[index]``): ``index``'s shape then ``x``'s other sizes, without running
+        the meta kernel. Note: why by hand. Most of torch's meta kernels call
+        ``torch._check``, whose first call imports sympy (1-6 s of a load on a busy
+        machine, where the whole load of a Swin is 0.3 s); this is the op that made
+        zoo models pay it."""
+        args = node["args"]
+        if op != "getitem" or node["kwargs"] or len(args) != 2:
+            return None
+        if not all(isinstance(a, dict) and set(a) == {"ref"} for a in args):
+            return None
+        (x_shape, width), (i_shape, i_width) = (self.known[a["ref"]] for a in args)
+        i_dtype = self.dtype.get(args[1]["ref"])
+        if i_dtype not in ("int64", "int32") or dtypes.ITEMSIZE.get(i_dtype) != i_width:
+            return None
+        if not x_shape:
+            return None
+        return (tuple(i_shape) + tuple(x_shape[1:]), width, False)
 
     def _meta_key(self, op: str, node: dict) -> str:
         """What decides an op's results on meta tensors: its literals, and for each tensor
@@ -343,6 +366,8 @@ class Budget:
         if isinstance(entry, dict) and isinstance(entry.get("shape"), list):
             width = dtypes.ITEMSIZE.get(entry.get("dtype"), 16)
             self.known[vid] = (tuple(entry["shape"]), width)
+            if isinstance(entry.get("dtype"), str):
+                self.dtype[vid] = entry["dtype"]
             self.roots[vid] = frozenset((f"state:{name}",))
             self.root_numel[f"state:{name}"] = _numel(self.known[vid][0])
 
