@@ -951,3 +951,92 @@ def test_the_meta_rule_never_runs_a_meta_form_that_loops_over_an_argument():
     node = {"args": [{"ref": 1}, 10**5], "kwargs": {}, "outputs": [{"id": 2, "kind": "Tensor"}]}
     assert budget.node("diff", node) == ""
     assert clock.perf_counter() - started < 1.0
+
+
+def _meta_rule_case(tmp_path, nodes: list[dict]) -> Path:
+    """A ``neg`` file whose forward graph is ``nodes`` (the last one's output returned)."""
+    from .attack_cases import ref
+    from .test_op_contract import write_artifact
+
+    doc, tensors = _base_members(tmp_path, "neg")
+    graph = doc["methods"]["forward"]
+    graph["nodes"] = nodes
+    graph["outputs"], graph["out_spec"] = [ref(nodes[-1]["outputs"][0]["id"])], {"t": "leaf"}
+    return write_artifact(tmp_path / "case.tb", doc, tensors)
+
+
+def test_the_meta_rule_runs_on_meta_whatever_device_the_file_names(tmp_path):
+    """randint_like(expand of 2**28, device="cpu") allocated and filled 2 GiB at load, and
+    its result (not on meta) escaped the count."""
+    from .attack_cases import Wide
+
+    wide = Wide()
+    kwargs = {"dtype": {"dtype": "int64"}, "device": {"device": "cpu"}}
+    nodes = wide.then("randint_like", [wide.view([2**28]), 10], kwargs, dtype="int64")
+    with pytest.raises(tracebridge.ArtifactError, match=r"randint_like makes a tensor.*2147483648"):
+        tracebridge.load(_meta_rule_case(tmp_path, nodes))
+
+
+@pytest.mark.parametrize("alias", ["same", "Tensor.view", "detach"])
+def test_the_meta_rule_counts_each_memory_once(tmp_path, alias):
+    """cat of one tensor named 1024 times, of 1024 views of it or of 1024 uncounted
+    copies held 1024 times what there is: two such rounds from a 1024-element literal made
+    2**30 elements (4 GiB at the call) that load never counted."""
+    from .attack_cases import literal, node, ref, tensor_value, tup
+
+    nodes, vid, size = [literal(1, [0.0] * 1024)], 1, 1024
+    for _ in range(2):
+        parts = []
+        for _ in range(1024):
+            if alias == "same":
+                parts.append(vid)
+                continue
+            parts.append(vid + 1 + len(parts))
+            args = [ref(vid), tup(size)] if alias == "Tensor.view" else [ref(vid)]
+            nodes.append(node(alias, args, [tensor_value(parts[-1], "float32", (size,))]))
+        made = max(parts[-1], vid) + 1
+        nodes.append(
+            node("cat", [[ref(p) for p in parts]], [tensor_value(made, "float32", (size * 1024,))])
+        )
+        vid, size = made, size * 1024
+    with pytest.raises(
+        tracebridge.ArtifactError, match=r"cat makes a tensor of shape \[1073741824\]"
+    ):
+        tracebridge.load(_meta_rule_case(tmp_path, nodes))
+
+
+class _RelativeBias(nn.Module):
+    """A Swin-style relative position bias: ``table[index]``, both buffers."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(49, 2))
+        self.register_buffer("index", torch.randint(0, 49, (256,)))
+
+    def forward(self, x):
+        bias = self.table[self.index].view(16, 16, 2).permute(2, 0, 1).contiguous()
+        return x + bias.unsqueeze(0)
+
+
+def test_the_meta_rule_takes_rows_without_torchs_meta_kernel(tmp_path):
+    """table[index] of state is sized by hand: torch's meta kernel imported sympy at load
+    (1-6 s on a busy machine, for a load of 0.2 s); rows taken by a wide index still
+    count."""
+    from .attack_cases import Wide
+
+    tracebridge.trace(_RelativeBias(), torch.randn(1, 2, 16, 16)).save(tmp_path / "rb.tb")
+    code = "import sys, tracebridge; tracebridge.load(sys.argv[1]); print('sympy' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": str(Path(tracebridge.__file__).parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "rb.tb")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.stdout.strip() == "False", done.stderr[-2000:]
+    wide = Wide()
+    nodes = wide.then("getitem", [wide.view([1, 2**12]), wide.view([2**20], "int64", 0)])
+    with pytest.raises(
+        tracebridge.ArtifactError, match=r"getitem makes a tensor of shape \[1048576, 4096\]"
+    ):
+        tracebridge.load(_meta_rule_case(tmp_path, nodes))

@@ -62,11 +62,14 @@ Shape = tuple[int, ...]
 _NO_META = frozenset(
     """unbind split chunk tensor_split hsplit vsplit dsplit unsafe_split unsafe_chunk
     split_with_sizes combinations nonzero argwhere unique
-    unique_consecutive unique_dim masked_select bincount histogram diff""".split()
+    unique_consecutive unique_dim masked_select bincount histogram diff
+    Tensor.cpu Tensor.type""".split()
 )
 # The most tensors one node may give the meta rule: some meta kernels are Python
 # decompositions that take about half a millisecond per operand (``block_diag``).
 _META_OPERANDS = 256
+_META_DEVICE = torch.device("meta")
+_JOINS = frozenset({"cat", "concat", "concatenate", "stack"})
 # Results of the meta rule by what decides them (Budget._meta_key): the layers of a model
 # repeat their shapes, and some meta kernels are Python decompositions (``triu``: 5 ms).
 _META_CACHE: dict[str, list | None] = {}
@@ -135,6 +138,10 @@ class Budget:
         # however many it shows, and what an op makes from it is new memory.
         self.held: dict[int, int] = {}
         self.dtype: dict[int, str] = {}  # value id -> its dtype as the rules know it
+        # value id -> the memory it is a view of (value ids, or "state:NAME" for a state
+        # tensor, read by any number of nodes): the meta rule counts each memory once.
+        self.roots: dict[int, frozenset] = {}
+        self.root_numel: dict[str, int] = {}  # "state:NAME" -> its elements
         self.alloc_total = 0
         self.work_total = 0
 
@@ -157,6 +164,8 @@ class Budget:
                 held = self._held(base) if isinstance(base, dict) and "ref" in base else None
                 if held is not None and base["ref"] in self.dtype:
                     self.dtype[outputs[0]["id"]] = self.dtype[base["ref"]]
+                if held is not None:
+                    self.roots[outputs[0]["id"]] = self._roots(base["ref"])
                 # A view of the caller's data holds nothing the file can count on.
                 self.held[outputs[0]["id"]] = (
                     held if held is not None else (0 if op in _EXPANDS else _numel(view[0]))
@@ -199,6 +208,25 @@ class Budget:
             vid = lit["ref"]
             return self.held.get(vid, _numel(self.known[vid][0]))
         return None
+
+    def _roots(self, vid: int) -> frozenset:
+        return self.roots.get(vid, frozenset((vid,)))
+
+    def _operands_hold(self, node: dict) -> tuple[int, frozenset]:
+        """The elements a node's known operands hold, each memory once (a tensor named
+        k times, k views of one tensor or k reads of one weight hold it once: else
+        ``cat`` of them would hold k-fold, and a chain of such nodes grow uncounted),
+        and the memories themselves."""
+        roots = frozenset().union(
+            *(self._roots(r["ref"]) for r in _refs(node) if r["ref"] in self.known)
+        )
+        held = 0
+        for root in roots:
+            if root in self.root_numel:
+                held += self.root_numel[root]
+            elif root in self.known:
+                held += self.held.get(root, _numel(self.known[root][0]))
+        return held, roots
 
     def _count(self, op: str, outputs: list, shape: Shape, width: int, work: int) -> str:
         """Count one new tensor of ``shape`` at ``width`` (and ``work`` multiply-adds);
@@ -247,8 +275,7 @@ class Budget:
         made = self._meta_results(op, node)
         if made is None or len(made) != len(outputs):
             return ""
-        operands = [self._held(Ref_) for Ref_ in _refs(node)]
-        held = sum(h for h in operands if h is not None)
+        held, roots = self._operands_hold(node)
         for value, (shape, width, is_view, dtype) in zip(outputs, made):
             numel = _numel(shape)
             if dtype is not None:
@@ -262,11 +289,16 @@ class Budget:
                     )
                 self.known[value["id"]] = (shape, width)
                 self.held[value["id"]] = min(numel, held)
+                self.roots[value["id"]] = roots
                 continue
             if numel > held:
                 reason = self._count(op, [value], shape, width, 0)
                 if reason:
                     return reason
+            elif roots:
+                # Not counted, so it stands for its operands' memory: k uncounted copies
+                # of one tensor (detach, a cast) joined by cat hold it once, not k times.
+                self.roots[value["id"]] = roots
             self.known[value["id"]] = (shape, width)
             self.held[value["id"]] = numel
         return ""
@@ -281,8 +313,14 @@ class Budget:
         if info is None or info.impl is None:
             return None
         ids = [r["ref"] for r in _refs(node)]
-        if not ids or len(ids) > _META_OPERANDS or any(i not in self.known for i in ids):
+        if not ids or any(i not in self.known for i in ids):
             return None
+        if len(ids) > _META_OPERANDS:
+            joined = self._joined(op, node, ids)
+            return None if joined is None else [joined]
+        taken = self._taken_rows(op, node)
+        if taken is not None:
+            return [taken]
         key = self._meta_key(op, node)
         if key in _META_CACHE:
             return _META_CACHE[key]
@@ -292,11 +330,63 @@ class Budget:
             # the indices of the op: try them as integers
             made = self._run_meta(info, node, ids, integral=True)
         if len(_META_CACHE) >= _META_CACHE_SIZE:
-            # loads in other threads may evict too: losing a race costs a recomputation
-            with contextlib.suppress(RuntimeError, KeyError, StopIteration):
+            # Loads in threads share the memo: another may have just dropped the same key.
+            with contextlib.suppress(KeyError, StopIteration, RuntimeError):
                 _META_CACHE.pop(next(iter(_META_CACHE)))
         _META_CACHE[key] = made
         return made
+
+    def _joined(self, op: str, node: dict, ids: list[int]) -> tuple | None:
+        """``cat``/``stack`` of more tensors than the meta rule takes, sized by hand: a
+        join of one tensor named 1024 times (or of 1024 views of it) makes 1024 times
+        what it holds. Other ops past :data:`_META_OPERANDS` are not run (their meta
+        forms are Python decompositions that cost per operand)."""
+        args, kwargs = node["args"], node["kwargs"]
+        if (
+            op not in _JOINS
+            or not args
+            or not isinstance(args[0], list)
+            or len(ids) != len(args[0])
+        ):
+            return None
+        shapes = [self.known[i][0] for i in ids]
+        rank = len(shapes[0])
+        dim = kwargs.get("dim", args[1] if len(args) > 1 else 0)
+        if not isinstance(dim, int) or isinstance(dim, bool) or any(len(s) != rank for s in shapes):
+            return None
+        width = max(self.known[i][1] for i in ids)
+        dtype = {self.dtype.get(i) for i in ids}
+        dtype = dtype.pop() if len(dtype) == 1 else None
+        if op == "stack":
+            if not -rank - 1 <= dim <= rank or len(set(shapes)) != 1:
+                return None
+            dim %= rank + 1
+            return (shapes[0][:dim] + (len(ids),) + shapes[0][dim:], width, False, dtype)
+        if rank == 0 or not -rank <= dim < rank:
+            return None
+        dim %= rank
+        joined = sum(s[dim] for s in shapes)
+        return (shapes[0][:dim] + (joined,) + shapes[0][dim + 1 :], width, False, dtype)
+
+    def _taken_rows(self, op: str, node: dict) -> tuple[Shape, int, bool, str | None] | None:
+        """``x[index]`` with one integer index tensor (a relative position bias's
+        ``table[index]``): ``index``'s shape then ``x``'s other sizes, without running
+        the meta kernel. Note: why by hand. Most of torch's meta kernels call
+        ``torch._check``, whose first call imports sympy (1-6 s of a load on a busy
+        machine, where the whole load of a Swin is 0.3 s); this is the op that made
+        zoo models pay it."""
+        args = node["args"]
+        if op != "getitem" or node["kwargs"] or len(args) != 2:
+            return None
+        if not all(isinstance(a, dict) and set(a) == {"ref"} for a in args):
+            return None
+        (x_shape, width), (i_shape, i_width) = (self.known[a["ref"]] for a in args)
+        i_dtype = self.dtype.get(args[1]["ref"])
+        if i_dtype not in ("int64", "int32") or dtypes.ITEMSIZE.get(i_dtype) != i_width:
+            return None
+        if not x_shape:
+            return None
+        return (tuple(i_shape) + tuple(x_shape[1:]), width, False, self.dtype.get(args[0]["ref"]))
 
     def _meta_key(self, op: str, node: dict) -> str:
         """What decides an op's results on meta tensors: its literals, and for each tensor
@@ -321,11 +411,18 @@ class Budget:
     ) -> list[tuple[Shape, int, bool, str | None]] | None:
         try:
             meta = {i: self._meta_tensor(i, integral) for i in ids}
-            args = map_literal(decode(node["args"]), lambda x: meta[x.id] if type(x) is Ref else x)
-            kwargs = {
-                k: map_literal(decode(v), lambda x: meta[x.id] if type(x) is Ref else x)
-                for k, v in node["kwargs"].items()
-            }
+
+            def leaf(x):
+                if type(x) is Ref:
+                    return meta[x.id]
+                # Note: a device the file names (randint_like(x, 9, device="cpu"),
+                # x.to("cpu")) would make the op allocate and fill real memory of the
+                # file's sizes here, at load, and its result, not on meta, would escape
+                # the count: the op runs on meta whatever device the file names.
+                return _META_DEVICE if _is_device(x) else x
+
+            args = map_literal(decode(node["args"]), leaf)
+            kwargs = {k: map_literal(decode(v), leaf) for k, v in node["kwargs"].items()}
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 result = info.impl(*args, **kwargs)
@@ -366,6 +463,10 @@ class Budget:
             if entry.get("dtype") in dtypes.DTYPES:
                 self.dtype[vid] = entry["dtype"]
             self.known[vid] = (tuple(entry["shape"]), width)
+            if isinstance(entry.get("dtype"), str):
+                self.dtype[vid] = entry["dtype"]
+            self.roots[vid] = frozenset((f"state:{name}",))
+            self.root_numel[f"state:{name}"] = _numel(self.known[vid][0])
 
     def _of(self, lit: Any) -> tuple[Shape, int] | None:
         if isinstance(lit, dict) and set(lit) == {"ref"}:
@@ -583,6 +684,20 @@ class Budget:
         if shape is None:
             return None
         return (shape, max(w for _, w in known), 0)
+
+
+def _is_device(x: Any) -> bool:
+    """Whether a decoded literal names a device (``torch.device`` or a string such as
+    ``"cpu"``): the meta rule puts ``meta`` in its place."""
+    if isinstance(x, torch.device):
+        return True
+    if not isinstance(x, str) or len(x) > 32:
+        return False
+    try:
+        torch.device(x)
+    except (RuntimeError, ValueError, TypeError):
+        return False
+    return True
 
 
 def _refs(node: dict) -> list[dict]:
