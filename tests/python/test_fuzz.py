@@ -1040,3 +1040,36 @@ def test_the_meta_rule_takes_rows_without_torchs_meta_kernel(tmp_path):
         tracebridge.ArtifactError, match=r"getitem makes a tensor of shape \[1048576, 4096\]"
     ):
         tracebridge.load(_meta_rule_case(tmp_path, nodes))
+
+
+class _CausalMask(nn.Module):
+    """A decoder's mask of literal size (``triu(ones(n, n))``), then softmax over it."""
+
+    def forward(self, x):
+        mask = torch.triu(torch.ones(8, 8), 1).bool()
+        scores = torch.cumsum(torch.ones(8, 8), -1).softmax(-1)
+        return x.masked_fill(mask, 0.0) + scores
+
+
+def test_ops_of_one_tensor_that_keep_its_shape_are_sized_without_a_meta_kernel(tmp_path):
+    """triu, softmax, cumsum (and sort, flip, ...) of a literal are sized by hand: their
+    meta forms imported sympy at load (1-5 s of a load of 0.1 s); of an expanded literal
+    they still count what they make."""
+    from .attack_cases import Wide
+
+    tracebridge.trace(_CausalMask(), torch.randn(8, 8)).save(tmp_path / "mask.tb")
+    code = "import sys, tracebridge; tracebridge.load(sys.argv[1]); print('sympy' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": str(Path(tracebridge.__file__).parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "mask.tb")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.stdout.strip() == "False", done.stderr[-2000:]
+    for op in ("triu", "cumsum", "sort"):
+        wide = Wide()
+        made = 2 if op == "sort" else 1
+        nodes = wide.then(op, [wide.view([2**14, 2**14], "float64")], None, "float64", made)
+        with pytest.raises(tracebridge.ArtifactError, match=rf"{op} makes a tensor of shape"):
+            tracebridge.load(_meta_rule_case(tmp_path, nodes))

@@ -70,6 +70,17 @@ _NO_META = frozenset(
 _META_OPERANDS = 256
 _META_DEVICE = torch.device("meta")
 _JOINS = frozenset({"cat", "concat", "concatenate", "stack"})
+# Ops of one tensor whose results have its shape (see Budget._same_shape): how many results.
+_SAME_SHAPE: dict[str, int | str] = {
+    **dict.fromkeys(
+        "triu tril softmax log_softmax special.softmax special.log_softmax cumsum cumprod "
+        "logcumsumexp flip fliplr flipud roll clone Tensor.contiguous".split(),
+        1,
+    ),
+    "sort": 2,
+    "argsort": "positions",
+}
+_WIDENS = frozenset({"cumsum", "cumprod"})
 # Results of the meta rule by what decides them (Budget._meta_key): the layers of a model
 # repeat their shapes, and some meta kernels are Python decompositions (``triu``: 5 ms).
 _META_CACHE: dict[str, list | None] = {}
@@ -315,9 +326,9 @@ class Budget:
         ids = [r["ref"] for r in _refs(node)]
         if not ids or any(i not in self.known for i in ids):
             return None
-        if len(ids) > _META_OPERANDS:
-            joined = self._joined(op, node, ids)
-            return None if joined is None else [joined]
+        by_hand = self._same_shape(op, node, ids) or self._joined(op, node, ids)
+        if by_hand is not None or len(ids) > _META_OPERANDS:
+            return None if by_hand is None else by_hand
         taken = self._taken_rows(op, node)
         if taken is not None:
             return [taken]
@@ -336,11 +347,31 @@ class Budget:
         _META_CACHE[key] = made
         return made
 
-    def _joined(self, op: str, node: dict, ids: list[int]) -> tuple | None:
-        """``cat``/``stack`` of more tensors than the meta rule takes, sized by hand: a
-        join of one tensor named 1024 times (or of 1024 views of it) makes 1024 times
-        what it holds. Other ops past :data:`_META_OPERANDS` are not run (their meta
-        forms are Python decompositions that cost per operand)."""
+    def _same_shape(self, op: str, node: dict, ids: list[int]) -> list | None:
+        """Ops of one tensor whose results have its shape (a causal mask's ``triu``,
+        ``softmax``, ``cumsum``, ``sort``...), sized by hand. Note: why by hand. Their
+        meta forms are Python decompositions that call ``torch._check``, whose first call
+        imports sympy: 1-5 s of the first load, for a model whose mask is
+        ``triu(ones(n, n))`` (the whole load is 0.1 s)."""
+        outputs = _SAME_SHAPE.get(op)
+        args = node["args"]
+        if outputs is None or len(ids) != 1 or not args or args[0] != {"ref": ids[0]}:
+            return None
+        shape, width = self.known[ids[0]]
+        dtype = self.dtype.get(ids[0])
+        literals = (*args[1:], *node["kwargs"].values())
+        if op in _WIDENS or any(isinstance(a, dict) and "dtype" in a for a in literals):
+            width, dtype = max(width, 8), None  # cumsum of bools is int64; dtype= casts
+        made = [(shape, width, False, dtype)]
+        if outputs == 2:  # sort: the values, then int64 positions
+            made.append((shape, 8, False, "int64"))
+        return made if outputs != "positions" else [(shape, 8, False, "int64")]
+
+    def _joined(self, op: str, node: dict, ids: list[int]) -> list | None:
+        """``cat``/``stack``, sized by hand (any number of operands: past
+        :data:`_META_OPERANDS` other ops are not run, their meta forms being Python
+        decompositions that cost per operand): a join of one tensor named 1024 times, or
+        of 1024 views of it, makes 1024 times what it holds."""
         args, kwargs = node["args"], node["kwargs"]
         if (
             op not in _JOINS
@@ -361,12 +392,12 @@ class Budget:
             if not -rank - 1 <= dim <= rank or len(set(shapes)) != 1:
                 return None
             dim %= rank + 1
-            return (shapes[0][:dim] + (len(ids),) + shapes[0][dim:], width, False, dtype)
+            return [(shapes[0][:dim] + (len(ids),) + shapes[0][dim:], width, False, dtype)]
         if rank == 0 or not -rank <= dim < rank:
             return None
         dim %= rank
         joined = sum(s[dim] for s in shapes)
-        return (shapes[0][:dim] + (joined,) + shapes[0][dim + 1 :], width, False, dtype)
+        return [(shapes[0][:dim] + (joined,) + shapes[0][dim + 1 :], width, False, dtype)]
 
     def _taken_rows(self, op: str, node: dict) -> tuple[Shape, int, bool, str | None] | None:
         """``x[index]`` with one integer index tensor (a relative position bias's
