@@ -726,6 +726,16 @@ def summary(rows: list[dict], paths: tuple = PATHS) -> str:
     return "\n".join(lines)
 
 
+def per_case(rows: list[dict], paths: tuple = PATHS) -> str:
+    """A markdown table: one row per case, its verdict on each path."""
+    used = [p for p in paths if any(r.get(p, {}).get("verdict", "-") != "-" for r in rows)]
+    lines = ["| case | " + " | ".join(used) + " |", "|---|" + "---|" * len(used)]
+    for row in rows:
+        cells = [row.get(p, {}).get("verdict", "-") for p in used]
+        lines.append(f"| {row['case']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 VERDICT_ORDER = (
     "right",
     "right+refused",
@@ -807,13 +817,14 @@ def main() -> None:
     parser.add_argument(
         "--table", nargs="*", help="print the summary table of these --json files, merged"
     )
+    parser.add_argument("--per-case", action="store_true", help="--table: a row per case")
     args = parser.parse_args()
     if args.table:
         rows: list[dict] = []
         for name in args.table:
             with open(name) as f:
                 rows = merge(rows, json.load(f))
-        print(summary(rows))
+        print(per_case(rows) if args.per_case else summary(rows))
         return
     torch.set_num_threads(1)
     workdir = tempfile.mkdtemp(prefix="deploy-trial-")

@@ -275,3 +275,33 @@ def test_state_names_that_cannot_be_module_paths_go_aside() -> None:
     assert bridge.info(gm).state == {"training": "_tb_state.s0", "a..b": "_tb_state.s1"}
     assert gm.get_buffer("_tb_state.s0") is weight
     torch.testing.assert_close(gm(torch.rand(3))[0], weight * 2)
+
+
+class _HalfGelu(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * 0.5 * (1.0 + torch.tanh(0.79788456 * x))
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * 0.5
+
+
+def test_the_graph_module_stays_real_after_torch_export_of_an_autograd_function():
+    # Found by benchmarks/deploy_trial.py (BLOOM's GELU): after torch.export of the
+    # GraphModule, its eager calls returned FakeTensors (export_onnx's check failed).
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    from tracebridge.export import fx
+
+    net = torch.nn.Linear(4, 4).eval()
+    traced = tracebridge.trace(lambda x: _HalfGelu.apply(net(x)), torch.rand(3, 4))
+    gm = tracebridge.to_graph_module(traced)
+    torch.export.export(gm, (torch.rand(3, 4),), dynamic_shapes=fx.dynamic_shapes(gm), strict=False)
+    x = torch.rand(5, 4)
+    (out,) = gm(x)
+    assert not isinstance(out, FakeTensor)
+    with torch.no_grad():
+        torch.testing.assert_close(out, traced(x))

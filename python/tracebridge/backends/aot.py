@@ -44,10 +44,9 @@ RUNTIME = "runtime"
 AOT = "aot"
 RECOMPILED = "recompiled"
 AOTI_CHECK_INPUTS = "AOTI_RUNTIME_CHECK_INPUTS"
-# Packages are exported with each symbolic size of 0 or 1 made 2 (``_widened``): their dynamic
-# sizes have a lower bound of 2, which the package's input checks would enforce, refusing
-# the batch of 1 that the trace serves and the package computes.
-PACKAGE_CONFIGS = {"aot_inductor.check_lowerbound": False}
+# Inductor options of every package (none today: ``aot_inductor.check_lowerbound=False``
+# was tried, and let a call below a guard's range run the other branch's code).
+PACKAGE_CONFIGS: dict = {}
 
 
 class InputCheck:
@@ -266,6 +265,7 @@ class AOTCompiled:
     def __init__(self, runner, load_fallback, graph, method: str):
         self._runner = runner
         self._check = InputCheck(graph, method)
+        self._warned = False
         in_spec, out_spec = graph.in_spec, graph.out_spec
         self._load_fallback = load_fallback
         self._fallback = None
@@ -286,6 +286,22 @@ class AOTCompiled:
             out = self._runner(flat)
         except RuntimeError as exc:  # the package's own input checks (AOTI_RUNTIME_CHECK_INPUTS)
             first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+            if "input_handles[" in first:
+                # Outside the sizes the package serves (a batch of 1 where export made
+                # the lower bound 2, a size a guard's range excludes): the plain program
+                # serves it, or refuses it with the trace's own GuardError.
+                if not self._warned:
+                    self._warned = True
+                    warnings.warn(
+                        f"tracebridge: the AOTInductor package of {self.method!r} does not "
+                        f"serve this call ({first}); it runs on the plain program",
+                        CompiledCodeWarning,
+                        stacklevel=2,
+                    )
+                plain = self.fallback
+                if self.method != "forward":
+                    plain = getattr(plain, self.method)
+                return plain(*args, **kwargs)
             raise TraceError(
                 f"the AOTInductor package of {self.method!r} refused the call: {first}. The "
                 "package serves the sizes torch.export kept dynamic and the ranges the "

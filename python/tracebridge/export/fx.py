@@ -44,7 +44,7 @@ from ..check.state_writes import writes_by_node
 from ..errors import GuardError, TraceError
 from ..ir import Graph, Node, Program, Ref, pytree
 from ..ir.ops import VARIADIC_OUTPUTS
-from ..ir.program import map_literal
+from ..ir.program import AUTOGRAD_FUNCTION, map_literal
 from ..ir.pytree import is_tensor
 from ..runtime import support
 
@@ -177,6 +177,35 @@ def make_count_check(node: Node, expected: int, line: str) -> Callable:
     return tracebridge_check_count
 
 
+def _traced_values(inputs) -> bool:
+    """Whether a call runs on FakeTensors: ``torch.export`` or Dynamo tracing the graph."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    if torch.compiler.is_compiling():
+        return True
+    leaves, _ = pytree.flatten(inputs, is_tensor)
+    return any(isinstance(x, FakeTensor) for x in leaves)
+
+
+def _autograd_function(node: Node, methods: dict[str, Graph]) -> Callable:
+    """The callable of a custom autograd function's node (``prim.autograd_function``).
+
+    Note: why two. The runtime's callable runs the function's graphs as runtime methods,
+    which keep what their first call made. Exported first (``torch.export``, ONNX, an AOT
+    package), that first call ran on FakeTensors, and every later eager call of the
+    GraphModule returned FakeTensors (BLOOM's GELU in the deploy trial: export_onnx's check
+    failed with ``DataDependentOutputException``). A call on traced values gets a callable
+    of its own, made for it and dropped after it."""
+    real = support.node_callable(node, methods)
+
+    def tracebridge_autograd_function(inputs, **keywords):
+        if _traced_values(inputs):
+            return support.node_callable(node, methods)(inputs, **keywords)
+        return real(inputs, **keywords)
+
+    return tracebridge_autograd_function
+
+
 @dataclass
 class BridgeInfo:
     """What the GraphModule's flat signature leaves out, in ``gm.meta["tracebridge"]``.
@@ -287,6 +316,8 @@ class _Builder:
             result = self.fx.call_function(getattr, (args[0], _ATTRIBUTES[node.op]))
         else:
             fn = _OPERATORS.get(node.op) or _SYMBOLIC_PRIMS.get(node.op)
+            if fn is None and node.op == AUTOGRAD_FUNCTION:
+                fn = _autograd_function(node, self.methods)
             if fn is None:
                 fn = support.node_callable(node, self.methods)
             if getattr(fn, "__objclass__", None) is torch._C.TensorBase:
