@@ -257,13 +257,6 @@ CAUSES = {
         "to another number of experts raises GuardError naming that line. torch.jit.trace "
         "fails the same call; torch.export refuses at trace time (a data-dependent guard)."
     ),
-    "mask cached in module state": (
-        "right refusal: the causal mask is kept in a dict of the module keyed by the "
-        "length (`if n not in self._masks`): a lookup whose result decides what runs, "
-        "guarded, so another length raises GuardError naming that line. A container whose "
-        "name says it is a cache (`self._mask_cache`) is traced through as a cache "
-        "(trace/caches.py); this one's name does not say so."
-    ),
     "hf mobilenet_v2 (tf padding)": (
         "right refusal: TensorFlow-style padding branches on each stride-2 layer's input "
         "parity (`modeling_mobilenet_v2.py:62`, `if in_height % stride_height == 0`); "

@@ -139,3 +139,37 @@ def test_a_comparison_that_decides_its_and_chain_stays_guarded():
     line = _line_of(FramesAttention, "is_causal = q_length > 1")
     with pytest.raises(GuardError, match=rf"(?s)> 1 is True.*:{line}:"):
         traced(torch.randn(2, 4))  # one frame: is_causal would be False
+
+
+class KeptMasks(nn.Module):
+    """A causal mask kept in the module's own dict by length, computed on a miss: a memo
+    whatever the dict's name (the tenth round's "mask cached in module state")."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self._masks: dict[int, torch.Tensor] = {}
+
+    def mask(self, n: int) -> torch.Tensor:
+        if n not in self._masks:
+            self._masks[n] = torch.triu(torch.full((n, n), float("-inf")), diagonal=1)
+        return self._masks[n]
+
+    def forward(self, x):
+        scores = self.proj(x) @ x.transpose(1, 2) + self.mask(x.shape[1])
+        return scores.softmax(-1) @ x
+
+
+@pytest.mark.parametrize("reload", [False, True])
+def test_a_dict_memoised_by_length_is_traced_through(reload, tmp_path):
+    torch.manual_seed(0)
+    model = KeptMasks().eval()
+    model(torch.randn(1, 8, 4))  # an eager call first: the dict holds the example's mask
+    before = dict(model._masks)
+    traced = tracebridge.trace(model, (torch.randn(2, 8, 4),))
+    assert model._masks.keys() == before.keys()  # no traced key left behind
+    if reload:
+        traced = loaded(traced, tmp_path)
+    for length in (8, 5, 12):
+        x = torch.randn(3, length, 4)
+        torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)

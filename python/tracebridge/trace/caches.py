@@ -15,7 +15,9 @@ Note: why a cache lookup is not a decision.
   A lookup is a cache's when the tracer can see it in the caller's source: a call whose
   callable (a name, or ``self.x``/``module.x``) resolves to a functools cache wrapper, or
   a lookup (``in``, ``[key]``, ``.get``, ``.setdefault``) in a container whose name says
-  ``cache``. Any other hash is a decision and is guarded as before. The functools caches
+  ``cache``, or one that the function around it fills as a memo (``if key not in d:
+  d[key] = ...``, the same container and key: a dict of masks kept by length). Any
+  other hash is a decision and is guarded as before. The functools caches
   a trace went through are emptied at its end (:func:`clear`): their new entries hold
   traced values, and a cache is only ever a copy of what its function computes.
 """
@@ -31,6 +33,7 @@ from ..source import OWN_DIR
 from .text import _parsed, _positions
 
 _CACHE_TYPE = functools._lru_cache_wrapper  # what lru_cache and cache return
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _LOOKUP_METHODS = frozenset({"get", "setdefault", "pop", "__contains__", "__getitem__"})
 _unique = itertools.count(1)
 
@@ -63,12 +66,44 @@ def cache_lookup(depth: int = 2):
         if wrapper is not None:
             return wrapper
         if isinstance(node.func, ast.Attribute) and node.func.attr in _LOOKUP_METHODS:
-            return _named_cache(node.func.value)
+            return _named_cache(node.func.value) or _memo(node.func.value, node.args[:1])
         return None
     if isinstance(node, ast.Subscript):
-        return _named_cache(node.value)
+        return _named_cache(node.value) or _memo(node.value, [node.slice])
     if isinstance(node, ast.Compare) and [type(op) for op in node.ops] in ([ast.In], [ast.NotIn]):
-        return _named_cache(node.comparators[0])
+        return _named_cache(node.comparators[0]) or _memo(node.comparators[0], [node.left])
+    return None
+
+
+def _memo(container: ast.AST, keys: list) -> str | None:
+    """The container's source where the function around it memoises in it with that key:
+    ``if key not in container: container[key] = ...`` (a dict of masks kept by length,
+    whatever its name). What the lookup finds is then what the assignment computes."""
+    if len(keys) != 1:
+        return None
+    where, key = ast.unparse(container), ast.unparse(keys[0])
+    function = container
+    while function is not None and not isinstance(function, _FUNCTIONS):
+        function = getattr(function, "_tb_parent", None)
+    if function is None:
+        return None
+    for test in ast.walk(function):
+        if not isinstance(test, ast.If) or not isinstance(test.test, ast.Compare):
+            continue
+        compare = test.test
+        if [type(op) for op in compare.ops] != [ast.NotIn] or len(compare.comparators) != 1:
+            continue
+        if ast.unparse(compare.comparators[0]) != where or ast.unparse(compare.left) != key:
+            continue
+        for line in test.body:
+            targets = line.targets if isinstance(line, ast.Assign) else []
+            for target in targets:
+                if (
+                    isinstance(target, ast.Subscript)
+                    and ast.unparse(target.value) == where
+                    and ast.unparse(target.slice) == key
+                ):
+                    return where
     return None
 
 
