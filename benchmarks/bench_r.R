@@ -60,8 +60,11 @@
 #   misses would). The misses above were counted before session 10's changes, which
 #   remove Python and torch work and touch no R code; at the same miss cost, +126k
 #   instructions give ~1.14x on a quiet machine (not measured quiet: the machine ran at
-#   load 10-20 through session 10). Below that is R's interpreter: each statement of
-#   mlverse's API is an S3-dispatched R call.
+#   load 10-20 through session 10: there, this loop alone in separate processes, the
+#   package before and after session 10's changes taking turns, 10 processes of each,
+#   gave a median R / Python of 1.54x before (1.27-1.88x) and 1.36x after (1.20-1.68x)).
+#   Below that is R's interpreter: each statement of mlverse's API is an S3-dispatched
+#   R call.
 # - Measured and left: carrying the shift (`torch_randperm(n) + 1L` keeping its 0-based
 #   source, `perm[s:e]` the same slice of it) is exact for integer dtypes with the version
 #   counters, but that slice (THPVariable_getitem, ~6.8k instructions) costs nearly what
