@@ -510,3 +510,16 @@ def test_a_call_the_package_does_not_serve_runs_on_the_plain_program():
 
     with pytest.raises(tracebridge.TraceError, match="refused the call: something else"):
         aot.AOTCompiled(broken, lambda: traced, graph, "forward")(x)
+
+
+def test_the_packages_own_checks_stay_on_without_leaking_the_variable(compiled_file, monkeypatch):
+    """AOTI_RUNTIME_CHECK_INPUTS is read once, at a package's first run: it is set for that
+    run only, so the package keeps checking and the user's environment (and the child
+    processes it starts, such as a C++ server) is left as it was."""
+    monkeypatch.delenv("AOTI_RUNTIME_CHECK_INPUTS", raising=False)
+    m = tracebridge.load_compiled(compiled_file, trust_compiled_code=True)
+    m(torch.rand(2, 3, 16, 16))
+    assert "AOTI_RUNTIME_CHECK_INPUTS" not in os.environ
+    with pytest.raises(tracebridge.TraceError):
+        m(torch.rand(2, 5, 16, 16))  # other channels: refused before the package
+    assert "AOTI_RUNTIME_CHECK_INPUTS" not in os.environ

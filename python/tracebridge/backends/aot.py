@@ -20,6 +20,7 @@ Note: the steps, and who trusts what.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import shutil
@@ -266,6 +267,7 @@ class AOTCompiled:
         self._runner = runner
         self._check = InputCheck(graph, method)
         self._warned = False
+        self._checks_armed = False  # the package has read AOTI_RUNTIME_CHECK_INPUTS
         in_spec, out_spec = graph.in_spec, graph.out_spec
         self._load_fallback = load_fallback
         self._fallback = None
@@ -283,7 +285,7 @@ class AOTCompiled:
     def __call__(self, *args, **kwargs):
         flat = self._check(fx.flatten_by_spec(self._in_spec, args, kwargs))
         try:
-            out = self._runner(flat)
+            out = self._runner(flat) if self._checks_armed else self._first_run(flat)
         except RuntimeError as exc:  # the package's own input checks (AOTI_RUNTIME_CHECK_INPUTS)
             first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
             if "input_handles[" in first:
@@ -309,6 +311,19 @@ class AOTCompiled:
                 "or compile a package on inputs like these (save_compiled(example_inputs=...))"
             ) from exc
         return out[0] if self._single else pytree.unflatten(list(out), self._out_spec)
+
+    def _first_run(self, flat):
+        """The package's first run, with its own input checks on. Note: why only here.
+        AOTInductor reads ``AOTI_RUNTIME_CHECK_INPUTS`` once, into a static of the
+        package's library, at its first run; set for that run and put back after, the
+        checks stay on for this package and the variable does not leak into the user's
+        process environment (its child processes, other C++ packages). A value the user
+        set is left as it is."""
+        with _environment(AOTI_CHECK_INPUTS, "1"):
+            try:
+                return self._runner(flat)
+            finally:
+                self._checks_armed = True
 
     def __getattr__(self, name: str):
         if name.startswith("_"):  # not found above: never the fallback's private state
@@ -390,9 +405,21 @@ def _load(path, opened, trust: bool, map_location, runtime: str):
     # strides, device), compiled in by AOTInductor but off unless this variable is set
     # when the package first runs: InputCheck covers what the trace knows, these what
     # torch.export fixed beyond it (a size it specialised, a guard's range).
-    os.environ.setdefault(AOTI_CHECK_INPUTS, "1")
     runner = _load_package(path, doc, opened)
     return AOTCompiled(runner, plain, graph, method)
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str):
+    """``name`` set to ``value`` for the block, unless the user set it already."""
+    if name in os.environ:
+        yield
+        return
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        os.environ.pop(name, None)
 
 
 def _saved_device(doc: dict, map_location, name: str) -> torch.device | None:
