@@ -1018,6 +1018,17 @@ class _RelativeBias(nn.Module):
         return x + bias.unsqueeze(0)
 
 
+def _assert_loads_without_sympy(path: Path) -> None:
+    """``tracebridge.load(path)`` in a fresh process leaves sympy unimported: the meta
+    kernels that call ``torch._check`` import it on their first call (1-6 s of a load)."""
+    code = "import sys, tracebridge; tracebridge.load(sys.argv[1]); print('sympy' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": str(Path(tracebridge.__file__).parents[1])}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env
+    )
+    assert done.stdout.strip() == "False", done.stderr[-2000:]
+
+
 def test_the_meta_rule_takes_rows_without_torchs_meta_kernel(tmp_path):
     """table[index] of state is sized by hand: torch's meta kernel imported sympy at load
     (1-6 s on a busy machine, for a load of 0.2 s); rows taken by a wide index still
@@ -1025,15 +1036,7 @@ def test_the_meta_rule_takes_rows_without_torchs_meta_kernel(tmp_path):
     from .attack_cases import Wide
 
     tracebridge.trace(_RelativeBias(), torch.randn(1, 2, 16, 16)).save(tmp_path / "rb.tb")
-    code = "import sys, tracebridge; tracebridge.load(sys.argv[1]); print('sympy' in sys.modules)"
-    env = {**os.environ, "PYTHONPATH": str(Path(tracebridge.__file__).parents[1])}
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "rb.tb")],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert done.stdout.strip() == "False", done.stderr[-2000:]
+    _assert_loads_without_sympy(tmp_path / "rb.tb")
     wide = Wide()
     nodes = wide.then("getitem", [wide.view([1, 2**12]), wide.view([2**20], "int64", 0)])
     with pytest.raises(
@@ -1058,15 +1061,7 @@ def test_ops_of_one_tensor_that_keep_its_shape_are_sized_without_a_meta_kernel(t
     from .attack_cases import Wide
 
     tracebridge.trace(_CausalMask(), torch.randn(8, 8)).save(tmp_path / "mask.tb")
-    code = "import sys, tracebridge; tracebridge.load(sys.argv[1]); print('sympy' in sys.modules)"
-    env = {**os.environ, "PYTHONPATH": str(Path(tracebridge.__file__).parents[1])}
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "mask.tb")],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert done.stdout.strip() == "False", done.stderr[-2000:]
+    _assert_loads_without_sympy(tmp_path / "mask.tb")
     for op in ("triu", "cumsum", "sort"):
         wide = Wide()
         made = 2 if op == "sort" else 1
