@@ -129,12 +129,22 @@ def _data_shape(data: Any) -> tuple[Shape, int] | None:
         if not level:
             break
         level = level[0]
-    width = 8 if isinstance(level, int) and not isinstance(level, bool) else DEFAULT_WIDTH
-    if isinstance(level, bool):
-        width = 1
-    if isinstance(level, dict) and "complex" in level:
-        width = 8
-    return tuple(shape), width
+    return tuple(shape), dtypes.ITEMSIZE[_data_dtype(data)]
+
+
+def _data_dtype(data: Any) -> str:
+    """The dtype ``tensor(data)`` infers from its first element (the default dtype's for
+    floats and for no element)."""
+    leaf = data
+    while isinstance(leaf, list) and leaf:
+        leaf = leaf[0]
+    if isinstance(leaf, bool):
+        return "bool"
+    if isinstance(leaf, int):
+        return "int64"
+    if isinstance(leaf, dict) and "complex" in leaf:
+        return "complex64"
+    return _BY_WIDTH[DEFAULT_WIDTH]
 
 
 class Budget:
@@ -198,16 +208,7 @@ class Budget:
         if isinstance(given, dict) and given.get("dtype") in dtypes.DTYPES:
             return given["dtype"]
         if op == "tensor" and node["args"]:
-            leaf = node["args"][0]
-            while isinstance(leaf, list) and leaf:
-                leaf = leaf[0]
-            if isinstance(leaf, bool):
-                return "bool"
-            if isinstance(leaf, int):
-                return "int64"
-            if isinstance(leaf, dict) and "complex" in leaf:
-                return "complex64"
-            return "float32"
+            return _data_dtype(node["args"][0])
         for ref in _refs(node):
             name = self.dtype.get(ref["ref"])
             if name is not None and dtypes.ITEMSIZE.get(name) == width:
