@@ -673,10 +673,10 @@ def _counted(op: str) -> Callable:
         ):
             count = -(-input.shape[dim] // size)
             _need(
-                count <= LIMITS["results"],
+                count <= most,
                 lambda: (
                     f"{op} would make {count} results, more than the limit of "
-                    f"{LIMITS['results']} (shared_ir/SPEC.md, section Limits): the count is "
+                    f"{most} (shared_ir/SPEC.md, section Limits): the count is "
                     "a size of its input"
                 ),
             )
