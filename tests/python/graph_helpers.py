@@ -1,9 +1,10 @@
 """Helpers the runtime and tracer tests share: a traced graph's ops, a save/load round
-trip, a counter of the calls that run a cached block as traced, and a saved file with some
-nodes rewritten (a crafted artifact)."""
+trip, a counter of the calls that run a cached block as traced, a saved file with some
+nodes rewritten (a crafted artifact), and the line of a class's source that a message names."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import zipfile
 from collections.abc import Callable
@@ -17,6 +18,14 @@ import tracebridge
 def ops_of(traced) -> list[str]:
     """The ops of ``traced``'s forward graph, in order."""
     return [n.op for n in traced.program.methods["forward"].nodes]
+
+
+def line_of(cls, text: str) -> int:
+    """The line number of ``cls``'s first source line that starts with ``text`` (else the
+    first that holds it): where a refusal or GuardError must point."""
+    lines, first = inspect.getsourcelines(cls)
+    starts = [i for i, line in enumerate(lines) if line.strip().startswith(text)]
+    return first + (starts or [i for i, line in enumerate(lines) if text in line])[0]
 
 
 def loaded(traced, tmp_path, **load_options):

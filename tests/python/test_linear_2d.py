@@ -8,8 +8,6 @@ of the weight, and any other input (another rank, a torch function mode) runs ``
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 from torch import nn
@@ -18,12 +16,8 @@ import tracebridge
 
 from .graph_helpers import loaded, same_bits
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 class Head(nn.Module):

@@ -6,7 +6,6 @@ refuses with an error that names the line and the reason.
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
 import sys
@@ -20,16 +19,13 @@ from torch import nn
 import tracebridge
 from tracebridge.errors import UnsupportedOpError
 
+from .graph_helpers import line_of
+
 HERE = os.path.basename(__file__)
 
 
 # Every test here runs with warnings ignored (the fixture lives in conftest.py).
 pytestmark = pytest.mark.usefixtures("quiet_warnings")
-
-
-def _line_of(cls, text: str) -> int:
-    lines, first = inspect.getsourcelines(cls)
-    return first + next(i for i, line in enumerate(lines) if text in line)
 
 
 # --- a traced size where PyTorch takes only a tensor --------------------------------------
@@ -82,7 +78,7 @@ def test_a_size_given_where_a_tensor_is_taken_is_a_0dim_tensor_and_stays_general
     # An odd size takes the other branch: GuardError naming the line, as jit fails too.
     with pytest.raises(tracebridge.GuardError) as info:
         traced(torch.randn(2, 3, 7, 8))
-    assert f"{HERE}:{_line_of(JitSizesAsTensors, 'if new_h != h')}" in str(info.value)
+    assert f"{HERE}:{line_of(JitSizesAsTensors, 'if new_h != h')}" in str(info.value)
     # Traced on that branch, the interpolation's size is the 0-dim tensors: general too.
     odd = tracebridge.trace(module, (torch.randn(2, 3, 7, 9),))
     for shape in [(1, 3, 5, 11), (2, 3, 9, 9)]:
@@ -147,7 +143,7 @@ def test_a_traced_int_where_a_tensor_is_taken_is_refused_naming_the_line():
     with pytest.raises(UnsupportedOpError) as info:
         tracebridge.trace(IntSizeAsTensor(), (x,))
     message = str(info.value)
-    assert f"{HERE}:{_line_of(IntSizeAsTensor, 'torch.sqrt(n)')}" in message
+    assert f"{HERE}:{line_of(IntSizeAsTensor, 'torch.sqrt(n)')}" in message
     assert "SymInt" in message and "must be Tensor" in message
     assert "torch.jit.is_tracing()" in message and "torch.tensor(h)" in message
 
@@ -286,7 +282,7 @@ def test_bool_of_a_size_guards_only_that_it_is_not_zero(tmp_path):
     assert guards and all("!= 0" in what for what in guards), guards
     # An empty input takes the other path: refused, naming the line.
     with pytest.raises(
-        tracebridge.GuardError, match=f"{HERE}:{_line_of(EmptyCheck, 'if not all(x.shape):')}"
+        tracebridge.GuardError, match=f"{HERE}:{line_of(EmptyCheck, 'if not all(x.shape):')}"
     ):
         traced(torch.randn(0, 8))
 
@@ -414,7 +410,7 @@ def test_module_to_that_would_convert_is_refused_naming_the_line():
     with pytest.raises(UnsupportedOpError) as info:
         tracebridge.trace(model, (torch.randn(2, 5, 4),))
     message = str(info.value)
-    assert f"{HERE}:{_line_of(Router, 'self.classifier.to(self.dtype)')}" in message
+    assert f"{HERE}:{line_of(Router, 'self.classifier.to(self.dtype)')}" in message
     assert "Linear.to(...)" in message and "convert the model before tracing" in message
     assert model.classifier.weight.dtype == torch.float32  # the model is left as it was
     model.to(torch.float64)  # converted first: the call in forward changes nothing
@@ -454,7 +450,7 @@ def test_a_loop_over_a_traced_range_guards_its_number_of_steps(tmp_path):
         x = torch.randn(shape)
         for fn in (blocks, loaded):
             assert torch.allclose(fn(x), Blocks()(x)), shape
-    line = _line_of(Blocks, "for i in range(0, x.shape[1], 4)")
+    line = line_of(Blocks, "for i in range(0, x.shape[1], 4)")
     with pytest.raises(
         tracebridge.GuardError, match=f"loop.*== 3, but now it is 4(.|\\n)*{HERE}:{line}"
     ):
@@ -487,7 +483,7 @@ def test_a_tensor_formatted_into_a_key_is_guarded_not_baked():
     same = torch.tensor([2, 0, 0])  # the same experts: right
     assert torch.allclose(traced(x, same), model(x, same))
     other = torch.tensor([1, 3, 3])  # as many experts, other ones: refused, never wrong
-    line = _line_of(Experts, 'self.experts[f"expert_{expert_idx[0]}"]')
+    line = line_of(Experts, 'self.experts[f"expert_{expert_idx[0]}"]')
     with pytest.raises(tracebridge.GuardError, match=f"{HERE}:{line}"):
         traced(x, other)
 

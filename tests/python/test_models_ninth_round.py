@@ -4,9 +4,6 @@ the model's line and says why, and the calls the trace does serve are right."""
 
 from __future__ import annotations
 
-import inspect
-import warnings
-
 import pytest
 import torch
 from torch import nn
@@ -14,19 +11,10 @@ from torch import nn
 import tracebridge
 from tracebridge.errors import GuardError, UnsupportedOpError
 
-from .graph_helpers import loaded, ops_of
+from .graph_helpers import line_of, loaded, ops_of
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-
-
-def _line_of(cls, text: str) -> int:
-    lines, first = inspect.getsourcelines(cls)
-    return first + next(i for i, line in enumerate(lines) if line.strip().startswith(text))
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 class CountedExperts(nn.Module):
@@ -69,7 +57,7 @@ def test_a_split_by_counts_the_data_decides_is_guarded_at_its_line():
         with pytest.raises(GuardError) as err:
             traced(other)
     message = str(err.value)
-    line = _line_of(CountedExperts, "sizes = counts.tolist()")
+    line = line_of(CountedExperts, "sizes = counts.tolist()")
     assert f"{__file__}:{line}" in message and "tolist()" in message
     assert "takes another path than the traced one" in message
 
@@ -187,7 +175,7 @@ def test_a_draw_from_a_generator_object_is_refused_at_its_line():
 
     with pytest.raises(UnsupportedOpError) as err:
         tracebridge.trace(WithGenerator().eval(), (torch.randn(2, 4, 3),))
-    line = _line_of(NoiseOfItsOwn, "noise = torch.randn(")
+    line = line_of(NoiseOfItsOwn, "noise = torch.randn(")
     assert f"{__file__}:{line}" in str(err.value) and "'generator'" in str(err.value)
 
 

@@ -4,9 +4,6 @@ serves are right, and a call it cannot serve raises GuardError naming the model'
 
 from __future__ import annotations
 
-import inspect
-import warnings
-
 import pytest
 import torch
 from torch import nn
@@ -15,19 +12,10 @@ from torch.nn import functional as F
 import tracebridge
 from tracebridge.errors import GuardError
 
-from .graph_helpers import loaded
+from .graph_helpers import line_of, loaded
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-
-
-def _line_of(cls, text: str) -> int:
-    lines, first = inspect.getsourcelines(cls)
-    return first + next(i for i, line in enumerate(lines) if line.strip().startswith(text))
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 class BlockPadding(nn.Module):
@@ -94,7 +82,7 @@ def test_views_of_an_unrolled_loop_do_not_run_before_its_guard(reload, tmp_path)
             traced = loaded(traced, tmp_path)
         x = torch.randn(3, 6, 4)
         torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
-        line = _line_of(StepLoop, "for index in range")
+        line = line_of(StepLoop, "for index in range")
         for length in (4, 8):  # shorter: a view past the end; longer: steps left out
             with pytest.raises(GuardError, match=rf"(?s)unrolled a Python loop.*:{line}:"):
                 traced(torch.randn(2, length, 4))
@@ -136,7 +124,7 @@ def test_a_comparison_that_decides_its_and_chain_stays_guarded():
     traced = tracebridge.trace(model, (torch.randn(2, 16),))
     x = torch.randn(3, 8)
     torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
-    line = _line_of(FramesAttention, "is_causal = q_length > 1")
+    line = line_of(FramesAttention, "is_causal = q_length > 1")
     with pytest.raises(GuardError, match=rf"(?s)> 1 is True.*:{line}:"):
         traced(torch.randn(2, 4))  # one frame: is_causal would be False
 

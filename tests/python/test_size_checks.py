@@ -11,8 +11,6 @@ could change stays inline.
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 from torch import nn
@@ -24,12 +22,8 @@ from tracebridge.runtime import dead_code, size_checks
 
 from .graph_helpers import counting, loaded, same_bits
 
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
+# Every test here runs with warnings ignored (the fixture lives in conftest.py).
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 
 class EncodeThenCheck(nn.Module):

@@ -5,7 +5,6 @@
 # the method, node and rule (tests/python/test_check_program.py tests each rule).
 
 check_tb <- function(method = "forward", node = NULL, opset = 2, state = "{}") {
-  skip_if(!nzchar(Sys.which(Sys.getenv("R_ZIPCMD", "zip"))), "no zip program")
   node <- node %||% paste0('{"op": "relu", "args": [{"ref": 0}], "kwargs": {}, ',
                            '"outputs": [{"id": 1, "kind": "Tensor", "dtype": "float32", ',
                            '"shape": [3]}], "out_spec": {"t": "leaf"}, "loc": "m.py:1"}')
@@ -18,18 +17,7 @@ check_tb <- function(method = "forward", node = NULL, opset = 2, state = "{}") {
                                   {"t": "dict", "keys": [], "c": []}]},
   "nodes": [%s], "outputs": [{"ref": 1}], "out_spec": {"t": "leaf"}}},
  "state": %s, "tensors": {"count": 0}}', as.integer(opset), method, node, state)
-  dir <- tempfile("members")
-  dir.create(dir)
-  writeLines(program, file.path(dir, "program.json"), useBytes = TRUE)
-  con <- file(file.path(dir, "tensors.safetensors"), "wb")
-  writeBin(c(8L, 0L), con, size = 4, endian = "little")
-  writeBin(charToRaw("{}      "), con)
-  close(con)
-  path <- tempfile(fileext = ".tb")
-  old <- setwd(dir)
-  on.exit(setwd(old))
-  utils::zip(path, c("program.json", "tensors.safetensors"), flags = "-0 -q -X")
-  path
+  write_tb(program)
 }
 
 one_node <- function(op, args, kwargs = "{}", kind = "Tensor") {

@@ -5,7 +5,6 @@
 # (tests/python/attack_cases.py, test_fuzz.py::test_crafted_attacks_*); this is a sample.
 
 attack_tb <- function(nodes, out) {
-  skip_if(!nzchar(Sys.which(Sys.getenv("R_ZIPCMD", "zip"))), "no zip program")
   program <- sprintf('{"format": "tracebridge", "format_version": 2, "opset_version": 7,
  "producer": {"name": "tracebridge", "version": "0.1.0", "language": "python"},
  "kind": "function", "training": false, "methods": {"forward": {
@@ -16,18 +15,7 @@ attack_tb <- function(nodes, out) {
   "nodes": [%s], "outputs": [{"ref": %d}], "out_spec": {"t": "leaf"}}},
  "dispatch": {}, "module_classes": {}, "state": {}, "meta": {}, "tensors": {"count": 0}}',
                      paste(nodes, collapse = ", "), as.integer(out))
-  dir <- tempfile("members")
-  dir.create(dir)
-  writeLines(program, file.path(dir, "program.json"), useBytes = TRUE)
-  con <- file(file.path(dir, "tensors.safetensors"), "wb")
-  writeBin(c(8L, 0L), con, size = 4, endian = "little")
-  writeBin(charToRaw("{}      "), con)
-  close(con)
-  path <- tempfile(fileext = ".tb")
-  old <- setwd(dir)
-  on.exit(setwd(old))
-  utils::zip(path, c("program.json", "tensors.safetensors"), flags = "-0 -q -X")
-  path
+  write_tb(program)
 }
 
 attack_node <- function(op, args, id, dtype = "float32", kwargs = "{}") {
