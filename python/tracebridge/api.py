@@ -34,6 +34,8 @@ from .runtime.method import Specialised, guards_active
 from .runtime.shapes import symbolize
 from .trace.capture import bound_method as _bound
 from .trace.capture import capture, capture_again, numpy_rng_kept, preserved, state_index
+from .trace.own_hooks import HOOK_TABLES as _HOOK_TABLES
+from .trace.own_hooks import user_hooks
 
 
 def _as_args(example_inputs) -> tuple:
@@ -307,16 +309,13 @@ def _named_methods(program: Program) -> frozenset[str]:
     return frozenset((set(program.methods) | set(program.dispatch)) - _variant_names(program))
 
 
-_HOOK_TABLES = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
-
-
 def _child_hooks(root: nn.Module) -> dict[str, tuple]:
     """The module hooks of each sub-module (not ``root``'s own) that has any: path -> the
-    hooks' numbers, by kind."""
+    hooks' numbers, by kind (not those its traced code installs itself: trace/own_hooks.py)."""
     found = {}
     for path, module in root.named_modules():
         if path:
-            hooks = tuple(tuple(getattr(module, t, None) or ()) for t in _HOOK_TABLES)
+            hooks = user_hooks(module)
             if any(hooks):
                 found[path] = hooks
     return found

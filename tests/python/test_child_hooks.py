@@ -107,3 +107,68 @@ def test_a_parametrization_registered_after_tracing_is_named_as_the_cause():
     torch.nn.utils.parametrizations.weight_norm(net[0])
     with pytest.raises(TraceError, match=r"state entry 'weight' .* is gone .* trace again"):
         traced(torch.rand(2, 4))
+
+
+class LazilyHooked(nn.Module):
+    """transformers' output capturing (``utils/output_capturing.py``): on its first call the
+    model puts a forward hook on each layer and marks itself as hooked; the hooks append
+    each layer's output to the call's collector, and ``forward`` returns what was
+    collected. Installed twice, every output would be collected twice."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(4, 4) for _ in range(3))
+        self.head = nn.Linear(4, 2)
+        self._collector = None
+
+    def _install(self):
+        def collect(module, args, output):
+            if self._collector is not None:
+                self._collector.append(output)
+
+        for layer in self.layers:
+            layer.register_forward_hook(collect)
+        self._hooks_installed = True
+
+    def forward(self, x):
+        if not getattr(self, "_hooks_installed", False):
+            self._install()
+        self._collector = []
+        try:
+            for layer in self.layers:
+                x = torch.relu(layer(x))
+            collected = self._collector
+        finally:
+            self._collector = None
+        # the head reads the collected outputs in pairs with the layers, as SegFormer's
+        # decode head zips its hidden states with its projections
+        return sum(self.head(h) for h, _ in zip(collected, self.layers, strict=True))
+
+
+def _forward_hooks(model: nn.Module) -> int:
+    return sum(len(m._forward_hooks) for m in model.modules())
+
+
+def test_hooks_the_model_installs_on_its_first_call_are_taken_away_with_their_flag():
+    model = LazilyHooked()  # never called: tracing makes its first call
+    x = torch.rand(3, 4)
+    traced = tracebridge.trace(model, x)  # the check records it again: hooks once only
+    assert _forward_hooks(model) == 0 and not hasattr(model, "_hooks_installed")
+    expected = model(x)  # eager: installs its hooks again, once
+    assert _forward_hooks(model) == 3
+    torch.testing.assert_close(traced(x), expected)
+    y = torch.rand(5, 4)
+    torch.testing.assert_close(traced(y), model(y))
+    assert _forward_hooks(model) == 3
+
+
+def test_a_user_hook_on_a_lazily_hooked_model_is_still_refused():
+    model = LazilyHooked()
+    model(torch.rand(2, 4))  # hooked before tracing
+    traced = tracebridge.trace(model, torch.rand(3, 4))
+    handle = model.layers[1].register_forward_hook(lambda mod, args, out: out * 0)
+    with pytest.raises(TraceError, match=r"sub-module 'layers.1' .* other hooks"):
+        traced(torch.rand(3, 4))
+    handle.remove()
+    x = torch.rand(3, 4)
+    torch.testing.assert_close(traced(x), model(x))

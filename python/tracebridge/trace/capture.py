@@ -11,6 +11,7 @@ import inspect
 import random
 import sys
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable
 
 import torch
@@ -19,7 +20,7 @@ from ..errors import TraceError, TracerWarning
 from ..ir import Graph, StateEntry, pytree
 from ..ir.pytree import is_tensor
 from ..source import raised_at, source_line
-from . import caches
+from . import caches, own_hooks
 from .integers import stand_ins_in_modules_of
 from .numbers import number_given_for_tensor
 from .tracer import SymFloat, SymInt, Tracer, recording
@@ -66,6 +67,7 @@ def _restore_modes(modes, flags) -> None:
 
 
 _MISSING = object()
+_TABLE_TYPES = (dict, OrderedDict)
 
 
 def _fingerprint(table: dict) -> tuple[list, list]:
@@ -82,8 +84,13 @@ def _attributes(module: torch.nn.Module) -> list[tuple]:
         attrs = dict(vars(mod))
         # The parameter, buffer and module tables, and any dict the code fills (a cache
         # keyed on shapes), get their entries back too; so do a list and a set the code adds
-        # to (a history of calls: tracing and its checks call the model many times).
-        tables = {k: (dict(v), _fingerprint(v)) for k, v in attrs.items() if type(v) is dict}
+        # to (a history of calls: tracing and its checks call the model many times). Hook
+        # tables are OrderedDicts: a library that installs hooks lazily on the first call
+        # and marks the module as hooked (transformers' output capturing) must lose both,
+        # or the next call installs them twice and every hidden state is recorded twice.
+        tables = {
+            k: (dict(v), _fingerprint(v)) for k, v in attrs.items() if type(v) in _TABLE_TYPES
+        }
         lists = {k: (list(v), list(map(id, v))) for k, v in attrs.items() if type(v) in (list, set)}
         saved.append((mod, attrs, _fingerprint(attrs), tables, lists))
     return saved
@@ -105,7 +112,8 @@ def _restore_attributes(saved: list[tuple]) -> None:
                     current[key] = value
         for name, (content, before) in tables.items():
             table = current.get(name)
-            if type(table) is dict and _fingerprint(table) != before:
+            if type(table) in _TABLE_TYPES and _fingerprint(table) != before:
+                own_hooks.note_installed(mod, name, content, table)
                 table.clear()
                 table.update(content)
         for name, (items, ids) in lists.items():

@@ -1,0 +1,56 @@
+"""Module hooks that the traced code installs on itself while it is recorded.
+
+Note: why. Some libraries install hooks lazily, on a model's first call, and mark the
+model as hooked (transformers' output capturing: ``maybe_install_capturing_hooks`` puts a
+forward hook on each layer whose outputs a caller asked for, then sets
+``_output_capturing_hooks_installed``). Tracing leaves the model as it was
+(``capture.preserved``): the flag and the hooks go together, or the next call installs
+the hooks again and records every hidden state twice. Those hooks are the model's own
+machinery: the recording saw what they did (their effect is inside the call), and the
+model's next eager call installs them again. So the traced module's check that its
+sub-modules have the hooks they had at trace time (``api._child_hooks``) counts neither
+their absence nor their return: a hook whose code the traced code itself installed on
+that module during a recording is not the user's. A user's hook, registered from outside,
+is still counted.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from torch import nn
+
+HOOK_TABLES = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+# module -> the code objects of hooks its traced code installed on it while recorded
+_INSTALLED: weakref.WeakKeyDictionary[nn.Module, set] = weakref.WeakKeyDictionary()
+
+
+def _code(hook: Any) -> Any:
+    """What identifies a hook across installations: its function's code (a closure made
+    again on each installation is the same code), through ``functools.partial``."""
+    return getattr(getattr(hook, "func", hook), "__code__", None)
+
+
+def note_installed(module: nn.Module, table: str, before: dict, now: dict) -> None:
+    """Remember the hooks in ``module``'s hook table ``table`` that the traced code added
+    (in ``now``, not in ``before``), before they are taken away again."""
+    if table not in HOOK_TABLES:
+        return
+    codes = {_code(hook) for key, hook in now.items() if key not in before}
+    codes.discard(None)
+    if codes:
+        _INSTALLED.setdefault(module, set()).update(codes)
+
+
+def user_hooks(module: nn.Module) -> tuple[tuple, ...]:
+    """The numbers of ``module``'s hooks by table, leaving out those its traced code
+    installed on it itself (see the note above)."""
+    own = _INSTALLED.get(module, ())
+    return tuple(
+        tuple(k for k, hook in (getattr(module, t, None) or {}).items() if _code(hook) not in own)
+        if own
+        else tuple(getattr(module, t, None) or ())
+        for t in HOOK_TABLES
+    )
