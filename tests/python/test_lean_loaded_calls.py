@@ -80,3 +80,39 @@ def test_a_batch_norm_in_training_mode_still_puts_its_statistics_back(tmp_path):
     with pytest.raises(GuardError):
         traced(torch.randn(1, 1, 8))  # batch norm refuses one value per channel
     assert all(torch.equal(v, before[k]) for k, v in module.state_dict().items())
+
+
+def _repeated(x, like):
+    # Autoformer's auto-correlation: a weight per delay repeated to the values' sizes.
+    return x.view(-1, 1, 1).repeat(2, like.shape[1], like.shape[2]) * 3
+
+
+def _tiled(x, like):
+    return torch.tile(x, (like.shape[0], like.shape[1])) + 1
+
+
+@pytest.mark.parametrize("fn", [_repeated, _tiled], ids=["repeat", "tile"])
+def test_a_repeat_of_traced_sizes_bounds_its_bytes_inline(tmp_path, fn):
+    x, like = torch.randn(3), torch.randn(2, 4, 5)
+    traced = tracebridge.trace(fn, (x, like), check_trace=False)
+    traced.save(tmp_path / "r.tb")
+    loaded = tracebridge.load(tmp_path / "r.tb")
+    with torch.no_grad():
+        code = loaded.code
+    assert "numel() *" in code, "the byte bound is tested inline"
+    for x, like in [(torch.randn(3), torch.randn(2, 4, 5)), (torch.randn(1), torch.randn(3, 1, 7))]:
+        with torch.no_grad():
+            assert _bitwise(loaded(x, like), fn(x, like))
+        assert _bitwise(loaded(x, like), fn(x, like))
+    # Sizes whose product passes the limit are refused before any allocation, by the
+    # checked call, with and without autograd; an empty input allocates nothing either way.
+    huge = torch.empty(1).expand(1 << 20, 1 << 20, 1 << 20)
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad), pytest.raises(tracebridge.TraceError, match="bytes"):
+            loaded(torch.randn(3), huge)
+    with torch.no_grad():
+        assert loaded(torch.randn(0), huge).numel() == 0
+    # A tensor subclass takes the checked call, which gives the kernel's result.
+    param = nn.Parameter(torch.randn(3))
+    with torch.no_grad():
+        assert _bitwise(loaded(param, like), fn(param, like))
