@@ -116,3 +116,106 @@ def test_a_repeat_of_traced_sizes_bounds_its_bytes_inline(tmp_path, fn):
     param = nn.Parameter(torch.randn(3))
     with torch.no_grad():
         assert _bitwise(loaded(param, like), fn(param, like))
+
+
+class TwoLayersConvertTheirMask(nn.Module):
+    """BigBird's layers: each converts the same mask to its hidden state's dtype (a value
+    read per layer, with its guard) and builds ``1 - mask`` and a product from it."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(6, 6) for _ in range(2))
+
+    def forward(self, x, mask):
+        for layer in self.layers:
+            x = layer(x)
+            m = mask.to(x.dtype)
+            x = x * (1.0 - m) + (m * -1e4)
+        return x
+
+
+def _count_calls(code: str, op: str) -> int:
+    return sum(f"# {op}," in line for line in code.splitlines())
+
+
+def test_a_dtype_fixed_by_its_guard_lets_repeated_conversions_run_once(tmp_path):
+    module = TwoLayersConvertTheirMask()
+    x, mask = torch.randn(3, 6), (torch.rand(3, 6) > 0.5).long()
+    loaded = _loaded(module, (x, mask), tmp_path)
+    with torch.no_grad():
+        code = loaded.code
+    # The second layer's conversion, ``1 - m`` and product read the first layer's.
+    assert _count_calls(code, "Tensor.to") == 1
+    assert _count_calls(code, "rsub") == 1
+    assert _count_calls(loaded.code, "rsub") == 2, "with autograd every node runs"
+    for x, mask in [
+        (torch.randn(3, 6), (torch.rand(3, 6) > 0.5).long()),
+        (torch.randn(5, 6), torch.ones(5, 6, dtype=torch.long)),
+    ]:
+        with torch.no_grad():
+            assert _bitwise(loaded(x, mask), module(x, mask))
+        assert _bitwise(loaded(x, mask), module(x, mask))
+    # Another dtype is refused (here by the linear before the guard), never computed.
+    with torch.no_grad(), pytest.raises(tracebridge.TraceError):
+        loaded(torch.randn(3, 6, dtype=torch.float64), mask)
+
+
+def _widened_mask(x, mask):
+    blocks = torch.einsum("bi,bj->bij", mask, mask)
+    blocks.unsqueeze_(1)  # BigBird widens its band mask in place
+    scaled = blocks * 2
+    return x * (1.0 - mask) + scaled.sum((1, 2)) * (1.0 - mask)
+
+
+def test_a_reshape_in_place_does_not_keep_repeats_of_what_shares_its_memory(tmp_path):
+    x, mask = torch.randn(2, 4), (torch.rand(2, 4) > 0.5).float()
+    traced = tracebridge.trace(_widened_mask, (x, mask), check_trace=False)
+    traced.save(tmp_path / "w.tb")
+    loaded = tracebridge.load(tmp_path / "w.tb")
+    with torch.no_grad():
+        code = loaded.code
+    assert _count_calls(code, "rsub") == 1
+    for x, mask in [
+        (torch.randn(2, 4), (torch.rand(2, 4) > 0.5).float()),
+        (torch.randn(3, 5), (torch.rand(3, 5) > 0.5).float()),
+    ]:
+        with torch.no_grad():
+            assert _bitwise(loaded(x, mask), _widened_mask(x, mask))
+
+
+def _reads_around_a_reshape(x):
+    y = x + 1
+    before = y.sum(0)
+    y.unsqueeze_(0)
+    after = y.sum(0)  # the same op on the same tensor, with other sizes: not a repeat
+    return before, after
+
+
+def test_a_value_reshaped_in_place_is_never_taken_for_a_repeat(tmp_path):
+    x = torch.randn(4, 3)
+    traced = tracebridge.trace(_reads_around_a_reshape, (x,), check_trace=False)
+    traced.save(tmp_path / "r.tb")
+    loaded = tracebridge.load(tmp_path / "r.tb")
+    with torch.no_grad():
+        for x in (torch.randn(4, 3), torch.randn(2, 5)):
+            got, want = loaded(x), _reads_around_a_reshape(x)
+            assert all(_bitwise(a, b) for a, b in zip(got, want))
+            assert got[0].shape != got[1].shape
+
+
+def _converted_twice(x, mask):
+    a = mask.to(x.dtype)
+    b = mask.to((x * 2).dtype)
+    return (1.0 - a) * x + (1.0 - b)
+
+
+def test_a_dtype_guard_still_refuses_another_dtype(tmp_path):
+    x, mask = torch.randn(3), torch.tensor([1, 0, 1])
+    traced = tracebridge.trace(_converted_twice, (x, mask), check_trace=False)
+    traced.save(tmp_path / "d.tb")
+    loaded = tracebridge.load(tmp_path / "d.tb")
+    with torch.no_grad():
+        assert _count_calls(loaded.code, "rsub") == 1
+        assert _bitwise(loaded(x, mask), _converted_twice(x, mask))
+        with pytest.raises(GuardError, match="dtype"):
+            loaded(x.double(), mask)

@@ -672,6 +672,8 @@ class CodeGen:
             self.graph = size_checks.plan(dead_code.prune(self.graph))
             self.no_autograd = self.common and cse.grad_stays_off(self.graph)
             if self.no_autograd:
+                if self.guards:  # a dtype a guard fixes is its literal past the guard
+                    self.graph = cse.guarded_dtypes(self.graph)
                 self.graph = cse.eliminate(contiguous.read_shapes_before(self.graph))
             self.graph, found = memo.plan(self.graph)
             blocks = {b.start: b for b in found}
