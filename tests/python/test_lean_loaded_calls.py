@@ -219,3 +219,47 @@ def test_a_dtype_guard_still_refuses_another_dtype(tmp_path):
         assert _bitwise(loaded(x, mask), _converted_twice(x, mask))
         with pytest.raises(GuardError, match="dtype"):
             loaded(x.double(), mask)
+
+
+class ResampledPositions(nn.Module):
+    """timm's position table, a value of state alone, resampled to the image's size."""
+
+    def __init__(self):
+        super().__init__()
+        self.pos = nn.Parameter(torch.randn(1, 4, 6, 6))
+
+    def forward(self, x):
+        table = (self.pos * 0.5).float()  # folded: literals and state only
+        table = nn.functional.interpolate(table, size=x.shape[-2:], mode="bicubic")
+        return x + table.permute(0, 1, 3, 2)
+
+
+def test_a_folded_value_resampled_to_the_input_size_is_memoised_by_size(tmp_path):
+    module = ResampledPositions()
+    loaded = _loaded(module, (torch.randn(1, 4, 5, 5),), tmp_path)
+    with torch.no_grad():
+        code = loaded.code
+    assert "folded" in code and "memoised by size" in code
+    assert "upsample" not in code and "permute" not in code, "not run on every call"
+
+    def check():
+        for size in (5, 7, 5, 3):
+            x = torch.randn(1, 4, size, size)
+            with torch.no_grad():
+                assert _bitwise(loaded(x), module(x))
+
+    check()
+    # New state gives new values: a parameter written in place, then a state dict loaded.
+    with torch.no_grad():
+        loaded.pos.add_(1.0)
+        module.pos.add_(1.0)
+    check()
+    fresh = ResampledPositions()
+    loaded.load_state_dict(fresh.state_dict())
+    module.load_state_dict(fresh.state_dict())
+    check()
+    # With autograd the table is made on every call, and gradients reach the parameter.
+    x = torch.randn(1, 4, 5, 5)
+    loaded(x).sum().backward()
+    module(x).sum().backward()
+    assert _bitwise(loaded.pos.grad, module.pos.grad)

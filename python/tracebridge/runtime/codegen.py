@@ -675,7 +675,11 @@ class CodeGen:
                 if self.guards:  # a dtype a guard fixes is its literal past the guard
                     self.graph = cse.guarded_dtypes(self.graph)
                 self.graph = cse.eliminate(contiguous.read_shapes_before(self.graph))
-            self.graph, found = memo.plan(self.graph)
+            # Tensors of the folded part key memos by identity only where folding keeps
+            # them (the same objects until the state changes); unfolded, each call makes
+            # new ones, which no key would ever match.
+            folds = folding.plan(self.graph, self.guards, self.no_autograd) is not None
+            self.graph, found = memo.plan(self.graph, folded=folds)
             blocks = {b.start: b for b in found}
         dead_after = last_uses(self.graph)
         self.int_bits = _int_bits(self.graph)
