@@ -217,6 +217,27 @@ def written_roots(graph, methods: dict) -> frozenset[Root]:
     return frozenset(written)
 
 
+# Normalisations that write their running statistics only in training mode: with the
+# literal ``training=False`` they read them and write nothing (ATen's eval batch norm).
+# Not ``instance_norm``: with ``use_input_stats=False`` ATen still copies the mean of its
+# repeated statistics back into them, a write (of the same values, up to rounding).
+_TRAINING_FLAG = {"batch_norm": 5, "native_batch_norm": 5}
+
+
+def _reads_statistics_only(op: str, args, kwargs) -> bool:
+    """Whether a ``batch_norm`` node runs in evaluation mode by a literal ``training=False``
+    (a reference, which a call could make True, is not one)."""
+    position = _TRAINING_FLAG.get(op)
+    if position is None:
+        return False
+    flag = (
+        kwargs["training"]
+        if "training" in kwargs
+        else (args[position] if len(args) > position else None)
+    )
+    return flag is False
+
+
 def writes_by_node(graph, methods: dict) -> list[tuple[int, frozenset[Root]]]:
     """``(index, roots)`` for each node of ``graph`` that may write in place, in order (see
     :func:`written_roots`)."""
@@ -249,6 +270,8 @@ def writes_by_node(graph, methods: dict) -> list[tuple[int, frozenset[Root]]]:
             targets += [a for a, these in zip(args, names) if name in these]
             if name in kwargs:
                 targets.append(kwargs[name])
+        if _reads_statistics_only(op, args, kwargs):
+            targets = []
         written = set()
         for target in targets:
             written |= _ir_roots(target, roots)

@@ -346,6 +346,8 @@ class CodeGen:
         sized = getattr(fn, "__name__", "").startswith("sized_")  # checked_ops.sized_guard
         if self.fold and node.op in _BOUNDED_FACTORIES and sized:
             return self.unless_large(node, call)
+        if self.fold and node.op in _BOUNDED_REPEATS and sized and isinstance(node.args[0], Ref):
+            return self.unless_large(node, call, repeated=node.args[0])
         return call
 
     def default_call(self, node: Node) -> bool:
@@ -360,7 +362,7 @@ class CodeGen:
             return node
         return Node(node.op, found[0], found[1], node.outputs, node.out_spec, node.loc)
 
-    def unless_large(self, node: Node, call: ast.expr) -> ast.expr:
+    def unless_large(self, node: Node, call: ast.expr, repeated: Ref | None = None) -> ast.expr:
         """``call`` (a factory whose sizes are values, through ``checked_ops.sized_guard``),
         or, where every size is an int, the kernel itself when the sizes' product times
         16 bytes (the widest element) is within the allocation limit, and ``call``
@@ -370,7 +372,12 @@ class CodeGen:
         is tested to be a Python int first, unless it is one whatever the file declares
         (:func:`_python_ints`): a file may declare any node's result an int, and the
         product of a tensor wraps around (``16 * n`` of an int32 ``n = 2**28`` is 0)
-        where the guard reads the tensor's value."""
+        where the guard reads the tensor's value.
+
+        ``repeated``: the tensor that ``Tensor.repeat`` or ``tile`` repeats (Autoformer's
+        auto-correlation: 20 a call), whose elements multiply the sizes' product as in
+        the guard; the test first asks it to be a plain tensor, whose ``numel`` is what
+        the guard reads."""
         kinds = self.kinds()
         sizes = []
         for arg in support.size_arguments(node):
@@ -379,6 +386,8 @@ class CodeGen:
         if not all(ints):
             return call
         product: ast.expr = ast.Constant(16)
+        if repeated is not None:
+            product = ast.BinOp(product, ast.Mult(), _method(self.ref(repeated), "numel"))
         for size in sizes:
             if not (type(size) is int and size == 1):
                 product = ast.BinOp(product, ast.Mult(), self.literal(size))
@@ -389,6 +398,9 @@ class CodeGen:
             ast.Compare(_call("_type", self.ref(Ref(v))), [ast.Is()], [self.helper("_int")])
             for v in values
         ]
+        if repeated is not None:
+            plain = _call("_type", self.ref(repeated))
+            tests.insert(0, ast.Compare(plain, [ast.Is()], [self.helper("_Tensor")]))
         if tests:
             self.helper("_type")
         tests.append(ast.Compare(product, [ast.LtE()], [ast.Constant(checked_ops.ALLOC_BYTES)]))
@@ -660,8 +672,14 @@ class CodeGen:
             self.graph = size_checks.plan(dead_code.prune(self.graph))
             self.no_autograd = self.common and cse.grad_stays_off(self.graph)
             if self.no_autograd:
+                if self.guards:  # a dtype a guard fixes is its literal past the guard
+                    self.graph = cse.guarded_dtypes(self.graph)
                 self.graph = cse.eliminate(contiguous.read_shapes_before(self.graph))
-            self.graph, found = memo.plan(self.graph)
+            # Tensors of the folded part key memos by identity only where folding keeps
+            # them (the same objects until the state changes); unfolded, each call makes
+            # new ones, which no key would ever match.
+            folds = folding.plan(self.graph, self.guards, self.no_autograd) is not None
+            self.graph, found = memo.plan(self.graph, folded=folds)
             blocks = {b.start: b for b in found}
         dead_after = last_uses(self.graph)
         self.int_bits = _int_bits(self.graph)
@@ -1189,6 +1207,8 @@ _BOUNDED_FACTORIES = frozenset(
     """zeros ones full empty rand randn Tensor.new_zeros Tensor.new_ones Tensor.new_full
     Tensor.new_empty""".split()
 )
+# Ops whose result has their input's elements times the sizes' product (the guard's count).
+_BOUNDED_REPEATS = frozenset({"Tensor.repeat", "tile"})
 _NOT_OPS = frozenset({"prim.state", "prim.guard"})  # not counted as a folded value's ops
 _DTYPE = {name: getattr(torch, name) for name in ("float16", "bfloat16", "float32", "float64")}
 

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import torch
+
 from ..ir import Graph, Node, Ref, refs_in
 from ..ir import ops as opset
 from ..ir.analysis import output_ids
@@ -93,10 +95,29 @@ class _Groups:
             self.parent[ra] = rb
 
 
+# In-place ops that change a tensor's sizes and strides, never an element: the tensor they
+# are given is another value after them, but nothing that shares its memory changes.
+_RESHAPED_IN_PLACE = frozenset(
+    "Tensor.unsqueeze_ Tensor.squeeze_ Tensor.t_ Tensor.transpose_".split()
+)
+
+
 def _written_groups(graph: Graph) -> tuple[_Groups, set[int]]:
-    """The alias groups of ``graph``'s values and the roots of those written in place."""
+    """The alias groups of ``graph``'s values and the roots of those written in place, a
+    reshape in place counted as a write (for the passes that ask only this)."""
+    groups, written, reshaped = _aliases(graph)
+    return groups, written | {groups.find(v) for v in reshaped}
+
+
+def _aliases(graph: Graph) -> tuple[_Groups, set[int], set[int]]:
+    """The alias groups of ``graph``'s values, the roots of those written in place, and the
+    ids of tensors reshaped in place (``x.unsqueeze_(1)``: ``x`` and the op's result, the
+    same object with other sizes; BigBird widens its mask so, and counting that as a write
+    of everything the mask shares memory with kept its conversions, ``1 - mask`` and the
+    products of every layer from :func:`eliminate`)."""
     groups = _Groups()
     writes: list[int] = []
+    reshaped: set[int] = set()
     for node in graph.nodes:
         refs = refs_in((node.args, node.kwargs))
         first = node.args[0] if node.args else None
@@ -110,13 +131,16 @@ def _written_groups(graph: Graph) -> tuple[_Groups, set[int]]:
         for value in node.outputs:
             for ref in shared:
                 groups.join(value.id, ref.id)
-        if opset.is_inplace(node.op) and isinstance(first, Ref):
+        if node.op in _RESHAPED_IN_PLACE and isinstance(first, Ref):
+            reshaped.add(first.id)
+            reshaped.update(v.id for v in node.outputs)
+        elif opset.is_inplace(node.op) and isinstance(first, Ref):
             writes.append(first.id)
         elif node.op == "prim.size_checks":
             continue  # reads sizes and types only (runtime/size_checks.py)
         elif node.op in EFFECTS or node.op == "prim.autograd_function" or info is None:
             writes.extend(r.id for r in refs)  # running statistics, max_norm, unknown
-    return groups, {groups.find(v) for v in writes}
+    return groups, {groups.find(v) for v in writes}, reshaped
 
 
 def _key(obj):
@@ -136,7 +160,7 @@ def _key(obj):
 def eliminate(graph: Graph) -> Graph:
     """``graph`` with every repeated pure node left out and its readers reading the first
     (the module Note); ``graph`` itself when nothing repeats."""
-    groups, written = _written_groups(graph)
+    groups, written, reshaped = _aliases(graph)
     returned = {groups.find(v) for v in output_ids(graph)}
     same: dict[int, int] = {}  # value id of a left-out result -> the kept one's
     seen: dict[tuple, Node] = {}
@@ -156,7 +180,7 @@ def eliminate(graph: Graph) -> Graph:
             )
         if node.op == "set_grad_enabled":
             seen.clear()
-        if not _candidate(node, groups, written, returned):
+        if not _candidate(node, groups, written, returned, reshaped):
             nodes.append(node)
             continue
         key = (node.op, _key(node.args), _key(node.kwargs), node.out_spec and repr(node.out_spec))
@@ -171,9 +195,53 @@ def eliminate(graph: Graph) -> Graph:
     return graph.with_nodes(nodes) if same else graph
 
 
-def _candidate(node: Node, groups: _Groups, written: set[int], returned: set[int]) -> bool:
+def guarded_dtypes(graph: Graph) -> Graph:
+    """``graph`` with each read of a dtype value after a guard that fixes it (``guard v ==
+    torch.float32``) reading the literal dtype instead; ``graph`` itself when none does.
+
+    Note: why, and why it is the same.
+      Traced code reads dtypes where the source does (``mask.to(hidden_states.dtype)`` in
+      every layer of BigBird, ``x.to(q.dtype)`` in attention), and each read is a value of
+      its own, recorded with a guard that fixes it: two layers convert the same mask to
+      ``v37`` and to ``v272``, which :func:`eliminate` cannot see to be one dtype, so the
+      conversion and the whole mask built from it (``1 - mask``, ``new_ones``, products:
+      22 nodes in BigBird's second layer) run again. torch.jit records dtypes as
+      constants and merges them. Past its guard, ``v37`` *is* ``torch.float32`` (dtypes
+      are singletons and the guard raises on any other), so a reader that comes after
+      the guard gets the same object either way. Only in code that checks its guards
+      (with guards off the guard does not run, and the value is what it is), and only
+      for dtypes: an int a guard fixes may be another type equal to it (``3.0 == 3``),
+      and a literal size skips the allocation bound that a value's size gets at the call.
+    """
+    kinds = {v.id: v.kind for n in graph.nodes for v in n.outputs}
+    kinds.update({v.id: v.kind for v in graph.inputs})
+    fixed: dict[int, torch.dtype] = {}
+    nodes: list[Node] = []
+
+    def literal(arg):
+        return fixed[arg.id] if isinstance(arg, Ref) and arg.id in fixed else arg
+
+    for node in graph.nodes:
+        if fixed and any(r.id in fixed for r in refs_in((node.args, node.kwargs))):
+            node = dataclasses.replace(
+                node, args=map_literal(node.args, literal), kwargs=map_literal(node.kwargs, literal)
+            )
+        nodes.append(node)
+        if node.op != "prim.guard" or len(node.args) != 1 or not isinstance(node.args[0], Ref):
+            continue
+        expect = node.kwargs.get("expect")
+        if isinstance(expect, torch.dtype) and kinds.get(node.args[0].id) == "dtype":
+            fixed[node.args[0].id] = expect
+    return graph.with_nodes(nodes) if fixed else graph
+
+
+def _candidate(
+    node: Node, groups: _Groups, written: set[int], returned: set[int], reshaped: set[int]
+) -> bool:
     if not _pure(node):
         return False
+    if any(r.id in reshaped for r in refs_in((node.args, node.kwargs))):
+        return False  # the same tensor with other sizes before and after the reshape
     touched = [groups.find(r.id) for r in refs_in((node.args, node.kwargs))]
     touched += [groups.find(v.id) for v in node.outputs]
     return not any(g in written for g in touched) and not any(

@@ -85,8 +85,20 @@ def _static_ids(graph: Graph) -> set[int]:
     return static
 
 
+def _state_like(graph: Graph, folded: bool) -> set[int]:
+    """Tensors a block may take as keys by identity: state, and (where the graph's static
+    part is folded, ``folded``) the tensors computed from literals and state alone, which
+    the folded function gives as the same objects until the state changes (timm's position
+    table resampled to the image's size: ``interpolate(pos_embed, size=(h, w))``)."""
+    state = {v.id for n in graph.nodes if n.op == "prim.state" for v in n.outputs}
+    if folded:
+        kinds = {v.id: v.kind for n in graph.nodes for v in n.outputs}
+        state |= {v for v in _static_ids(graph) if kinds.get(v) == "Tensor"}
+    return state
+
+
 def _find_runs(
-    graph: Graph, excluded: frozenset[int] = frozenset()
+    graph: Graph, excluded: frozenset[int] = frozenset(), folded: bool = False
 ) -> list[tuple[list[int], int]] | set[int] | None:
     """Runs of sized nodes (original indices, guards on their values included) with the
     index where the run moves (its first outside reader, or its first guard); None where
@@ -97,7 +109,7 @@ def _find_runs(
     kinds.update({v.id: v.kind for n in graph.nodes for v in n.outputs})
     defined_at = {v.id: index for index, n in enumerate(graph.nodes) for v in n.outputs}
     static = _static_ids(graph)
-    state = {v.id for n in graph.nodes if n.op == "prim.state" for v in n.outputs}
+    state = _state_like(graph, folded)
     sized: set[int] = set()
     aliases: set[int] = set()  # sized tensors and what may share their memory
     runs: list[tuple[list[int], int]] = []
@@ -178,21 +190,23 @@ def _find_runs(
     return runs
 
 
-def plan(graph: Graph) -> tuple[Graph, list[MemoBlock]]:
+def plan(graph: Graph, folded: bool = False) -> tuple[Graph, list[MemoBlock]]:
     """``graph`` with each worthwhile run of sized nodes moved, contiguous, to where it is
-    first read, and the blocks to memoise; ``(graph, [])`` where there are none."""
+    first read, and the blocks to memoise; ``(graph, [])`` where there are none.
+    ``folded``: the code folds the graph's static part (runtime/folding.py), so its tensors
+    may be keys too."""
     excluded: frozenset[int] = frozenset()
-    runs = _find_runs(graph)
+    runs = _find_runs(graph, folded=folded)
     # Excluding a node only shrinks what is sized, so this ends (at most once per node);
     # one scan gathers every write, so a second scan normally finds none.
     while isinstance(runs, set) and not runs <= excluded:
         excluded |= runs
-        runs = _find_runs(graph, excluded)
+        runs = _find_runs(graph, excluded, folded)
     if not runs or isinstance(runs, set):
         return graph, []
     kinds = {v.id: v.kind for v in graph.inputs}
     kinds.update({v.id: v.kind for n in graph.nodes for v in n.outputs})
-    state = {v.id for n in graph.nodes if n.op == "prim.state" for v in n.outputs}
+    state = _state_like(graph, folded)
     chosen = []
     kept: set[int] = set()  # tensors that blocks chosen before give: the same object per key
     for run, at in runs:
