@@ -100,10 +100,11 @@ c_answer <- function(out, one_based = TRUE) {
   out
 }
 
-# The cache of shifted index tensors (see the note in src/convert.c): hits, misses, and
-# whether it is off (after `$data` or `$py` of an integer tensor); `reset = TRUE` empties
-# it and turns it on again (tests run in one session).
+# The cache of shifted index tensors (see the note in src/convert.c): hits, misses,
+# whether it is off (after `$data` or `$py` of an integer tensor), and how many tensors of
+# positions were read from memory; `reset = TRUE` empties it and turns it on again (tests
+# run in one session).
 shift_cache_stats <- function(reset = FALSE) {
   out <- .Call(tb_shift_cache, isTRUE(reset))
-  list(hits = out[[1]], misses = out[[2]], off = out[[3]] == 1)
+  list(hits = out[[1]], misses = out[[2]], off = out[[3]] == 1, in_memory = out[[4]])
 }

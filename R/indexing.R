@@ -263,7 +263,8 @@ is_vector_kind <- function(k) k %in% c("vector", "vector_r", "logical")
   # `...`, or else from the call); the rest through R.
   # A result returns before any other test: each R call here costs as much as the op
   # (identical() alone is ~3,000 instructions), and this runs several times a training step.
-  out <- .Call(tb_index_dots, x, environment(), drop, NULL)
+  # .External2() hands C this frame, whose `...` holds the indices (src/call.c).
+  out <- .External2(tb_index_here, x, drop, NULL)
   if (!is.symbol(out)) return(out)
   # An index C evaluated (`x[f(i), ]`) is read as its value from here on: not run twice.
   call <- forced_index_call(sys.call(), environment(), "drop")
@@ -352,7 +353,7 @@ index_call <- function(py, key) {
 
 #' @export
 `[<-.torch_tensor` <- function(x, ..., value) {
-  out <- .Call(tb_index_dots, x, environment(), TRUE, list(value))
+  out <- .External2(tb_index_here, x, TRUE, list(value))
   if (!is.symbol(out)) return(x)
   call <- forced_index_call(sys.call(), environment(), "value")
   if (identical(out, quote(.tb_fallback))) {

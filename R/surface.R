@@ -115,7 +115,7 @@ row_formals <- function(args) {
 # when the package is installed, for all rows; `.row` is in the function's environment).
 # It calls src/surface.c itself; what C does not finish goes to surface_after().
 surface_template <- function() {
-  .out <- .Call(tb_op_call, .row, environment())
+  .out <- .External2(tb_op_here, .row) # this frame's arguments (src/call.c)
   if (is.null(.out)) { # a `none` result (what surface_after() gives it)
     invisible(NULL)
   } else if (is.symbol(.out) || is.environment(.out)) {
@@ -127,7 +127,7 @@ surface_template <- function() {
 # holds `self`, the tensor (tb_method()), so a method call is one R call, like a
 # function's.
 method_template <- function() {
-  .out <- .Call(tb_op_call_self, .row, environment(), self)
+  .out <- .External2(tb_op_self_here, .row, self) # this frame's arguments
   if (is.null(.out)) {
     invisible(NULL)
   } else if (is.symbol(.out) || is.environment(.out)) {

@@ -57,6 +57,29 @@ SEXP tb_r_function(SEXP fn, SEXP what);
 SEXP tb_r_function_calls(void);
 SEXP tb_zero_grad(SEXP x);
 
+/* Note: .External2 entry points. A surface row's function and `[` read their arguments
+ * from their own frame, which .Call() can only be handed as `environment()`: an R
+ * closure (base R's), so a call of the frame's function cost a second closure call (an
+ * environment, a promise, ~2,500 instructions; five a training step). .External2() hands
+ * C the environment it is evaluated in, which is that frame, and nothing else changes.
+ * `args` holds the routine first, then the arguments as evaluated. */
+
+/* .External2(tb_op_here, .row): tb_op_call(.row, <the calling frame>). */
+static SEXP tb_op_here(SEXP call, SEXP op, SEXP args, SEXP rho) {
+  return tb_op_call(CADR(args), rho);
+}
+
+/* .External2(tb_op_self_here, .row, self): tb_op_call_self(.row, <the frame>, self). */
+static SEXP tb_op_self_here(SEXP call, SEXP op, SEXP args, SEXP rho) {
+  return tb_op_call_self(CADR(args), rho, CADDR(args));
+}
+
+/* .External2(tb_index_here, x, drop, value): tb_index_dots(x, <the frame>, drop, value). */
+static SEXP tb_index_here(SEXP call, SEXP op, SEXP args, SEXP rho) {
+  args = CDR(args);
+  return tb_index_dots(CAR(args), rho, CADR(args), CADDR(args));
+}
+
 /* tb_call_tensor(fn, x): the traced call `fn(x)` for an R torch_tensor `x`, all of it here
  * (R's share of a call is the closure that calls this). Returns an R torch_tensor for a
  * tensor result; reticulate's kind of wrapper with class "python.builtin.object" for
@@ -120,8 +143,14 @@ static const R_CallMethodDef methods[] = {
     {"tb_zero_grad", (DL_FUNC) &tb_zero_grad, 1},
     {NULL, NULL, 0}};
 
+static const R_ExternalMethodDef external_methods[] = {
+    {"tb_op_here", (DL_FUNC) &tb_op_here, 1},
+    {"tb_op_self_here", (DL_FUNC) &tb_op_self_here, 2},
+    {"tb_index_here", (DL_FUNC) &tb_index_here, 3},
+    {NULL, NULL, 0}};
+
 void R_init_tracebridge(DllInfo *dll) {
   tb_init_constants();
-  R_registerRoutines(dll, NULL, methods, NULL, NULL);
+  R_registerRoutines(dll, NULL, methods, NULL, external_methods);
   R_useDynamicSymbols(dll, FALSE);
 }

@@ -12,6 +12,7 @@
 #include "convert.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 /* A plain R vector: no class, no dim (reticulate would make an array of it). */
@@ -261,7 +262,7 @@ typedef struct {
 
 static ShiftSlot shift_slots[SHIFT_SLOTS];
 static int shift_next = 0, shift_off = 0;
-static double shift_hits = 0, shift_misses = 0;
+static double shift_hits = 0, shift_misses = 0, memory_reads = 0;
 
 static void clear_python_error(void) {
   PyObject *type = NULL, *value = NULL, *traceback = NULL;
@@ -298,17 +299,19 @@ void shift_cache_clear(void) {
   py.GILRelease(gil);
 }
 
-/* tb_shift_cache(reset): the cache's hits, misses and whether it is off; reset = TRUE
+/* tb_shift_cache(reset): the cache's hits, misses, whether it is off, and how many
+ * positions were read from memory (positive_in_memory()); reset = TRUE
  * empties it and turns it on again (for tests, which run in one session). */
 SEXP tb_shift_cache(SEXP reset) {
   if (LOGICAL(reset)[0] == TRUE) {
     shift_cache_clear();
     shift_off = 0;
   }
-  SEXP out = PROTECT(Rf_allocVector(REALSXP, 3));
+  SEXP out = PROTECT(Rf_allocVector(REALSXP, 4));
   REAL(out)[0] = shift_hits;
   REAL(out)[1] = shift_misses;
   REAL(out)[2] = shift_off;
+  REAL(out)[3] = memory_reads;
   UNPROTECT(1);
   return out;
 }
@@ -329,8 +332,70 @@ SEXP tb_shift_untracked(SEXP x) {
   return R_NilValue;
 }
 
+/* One of `t`'s attributes (or methods called with no argument) is `want`; 0 otherwise,
+ * no Python error left. */
+static int attr_is(PyObject *t, PyObject *name, PyObject *method, PyObject *want) {
+  PyObject *v = name != NULL ? py.GetAttr(t, name) : py.CallOneArg(method, t);
+  int is = v != NULL && v == want;
+  if (v == NULL) clear_python_error();
+  py_decref(v);
+  return is;
+}
+
+/* A method of `t` called with no argument, as a C integer; -1 (no Python error left) where
+ * it fails or is no int. */
+static long long int_method(PyObject *t, PyObject *method) {
+  PyObject *v = py.CallOneArg(method, t);
+  int overflow = 0;
+  long long out = v != NULL && PY_TYPE(v) == py.LongType ? py.LongAsLongLongAndOverflow(v, &overflow) : -1;
+  if (v == NULL || py.ErrOccurred() != NULL) clear_python_error();
+  py_decref(v);
+  return overflow ? -1 : out;
+}
+
+/* Note: positions read from memory. A training loop's `idx` (a slice of a permutation) is
+ * an int64 CPU tensor of ~32 elements: asking torch for its min() and .item() made two
+ * ops (~14,000 instructions, two tensors a step); reading its elements is ~100. Only an
+ * exact torch.Tensor (no subclass code to run) that is int64 or int32, on the CPU,
+ * strided, contiguous, without a negative bit (a private `_neg_view`), and not empty is
+ * read; its data_ptr() accounts for the storage offset. Any other goes to min(). */
+
+/* Whether every element of `t` is above 0, read from its memory: 1 or 0; -1 where it can
+ * not be read here (no Python error left). */
+static int positive_in_memory(PyObject *t) {
+  if (PY_TYPE(t) != torch_.tensor_type) return -1;
+  PyObject *dtype = py.GetAttr(t, torch_.s_dtype);
+  if (dtype == NULL) {
+    clear_python_error();
+    return -1;
+  }
+  int wide = dtype == torch_.dtype_int64, narrow = dtype == torch_.dtype_int32;
+  py.DecRef(dtype);
+  if (!(wide || narrow) || !attr_is(t, torch_.s_is_cpu, NULL, py.True) ||
+      !attr_is(t, torch_.s_layout, NULL, torch_.strided) ||
+      !attr_is(t, NULL, torch_.tensor_is_contiguous, py.True) ||
+      !attr_is(t, NULL, torch_.tensor_is_neg, py.False))
+    return -1;
+  long long n = int_method(t, torch_.tensor_numel);
+  long long at = n > 0 ? int_method(t, torch_.tensor_data_ptr) : -1;
+  if (n <= 0 || at <= 0) return -1;
+  memory_reads++;
+  if (wide) {
+    const int64_t *v = (const int64_t *) (uintptr_t) at;
+    for (long long i = 0; i < n; i++)
+      if (v[i] <= 0) return 0;
+  } else {
+    const int32_t *v = (const int32_t *) (uintptr_t) at;
+    for (long long i = 0; i < n; i++)
+      if (v[i] <= 0) return 0;
+  }
+  return 1;
+}
+
 /* Whether every element of integer tensor `t` is above 0 (no Python error left). */
 static int all_above_zero(PyObject *t) {
+  int in_memory = positive_in_memory(t);
+  if (in_memory >= 0) return in_memory;
   PyObject *least = py.CallOneArg(torch_.tensor_min, t), *item = NULL, *value = NULL;
   if (least != NULL) item = py.GetAttr(least, torch_.s_item);
   PyObject *none = item == NULL ? NULL : py.TupleNew(0);

@@ -27,6 +27,7 @@ SEXP tensor_class = NULL, object_class = NULL;
 SEXP sym_pyobj = NULL, sym_convert = NULL, sym_py_object = NULL, sym_dotpy = NULL;
 SEXP sym_self = NULL;
 SEXP r_tensor_names = NULL, r_tensor_class = NULL;
+static SEXP r_false = NULL; /* FALSE, shared by every wrapper's `convert` (never changed in place) */
 SEXP sentinel_fallback = NULL, sentinel_error = NULL;
 
 static void *library = RTLD_DEFAULT;
@@ -194,10 +195,11 @@ SEXP wrap(PyObject *object, SEXP klass) {
   SEXP pointer = PROTECT(R_MakeExternalPtr(object, R_NilValue, R_NilValue));
   R_RegisterCFinalizerEx(pointer, finalize, TRUE);
   Rf_defineVar(sym_pyobj, pointer, env);
-  SEXP convert = PROTECT(Rf_ScalarLogical(0)); /* defineVar allocates: keep it protected */
-  Rf_defineVar(sym_convert, convert, env);
+  /* One FALSE for all (R copies a value marked not mutable before changing it): one
+   * allocation less a wrapper. */
+  Rf_defineVar(sym_convert, r_false, env);
   Rf_setAttrib(env, R_ClassSymbol, klass);
-  UNPROTECT(3);
+  UNPROTECT(2);
   return env;
 }
 
@@ -294,6 +296,13 @@ static void release_all(void) {
   clear(&torch_.s_grad_fn);
   clear(&torch_.s_requires_grad);
   clear(&torch_.s_param_groups);
+  clear(&torch_.s_is_cpu);
+  clear(&torch_.s_layout);
+  clear(&torch_.strided);
+  clear(&torch_.tensor_is_contiguous);
+  clear(&torch_.tensor_is_neg);
+  clear(&torch_.tensor_numel);
+  clear(&torch_.tensor_data_ptr);
 }
 
 /* The R constants of the C paths; called when the package's library loads, so that every
@@ -308,6 +317,9 @@ void tb_init_constants(void) {
   sentinel_error = Rf_install(".tb_error");
   r_tensor_names = Rf_mkString(".py");
   R_PreserveObject(r_tensor_names);
+  r_false = Rf_ScalarLogical(0);
+  R_PreserveObject(r_false);
+  MARK_NOT_MUTABLE(r_false);
   r_tensor_class = Rf_mkString("torch_tensor");
   R_PreserveObject(r_tensor_class);
   object_class = Rf_mkString("python.builtin.object");
@@ -374,6 +386,13 @@ SEXP tb_py_init(SEXP torch, SEXP bridge, SEXP example, SEXP libpython, SEXP tb) 
   torch_.s_grad_fn = py.UnicodeIntern("grad_fn");
   torch_.s_requires_grad = py.UnicodeIntern("requires_grad");
   torch_.s_param_groups = py.UnicodeIntern("param_groups");
+  torch_.s_is_cpu = py.UnicodeIntern("is_cpu");
+  torch_.s_layout = py.UnicodeIntern("layout");
+  torch_.strided = py.GetAttrString(t, "strided");
+  torch_.tensor_is_contiguous = tensor_method("is_contiguous");
+  torch_.tensor_is_neg = tensor_method("is_neg");
+  torch_.tensor_numel = tensor_method("numel");
+  torch_.tensor_data_ptr = tensor_method("data_ptr");
   int ok = torch_.tensor_type && torch_.size_type && torch_.set_grad && torch_.is_grad &&
            torch_.binary_ops && torch_.r_positions && torch_.select_positions &&
            torch_.one && torch_.one_t && torch_.where && torch_.dtype_bool && torch_.s_add && torch_.s_item && torch_.s_ndim && torch_.empty && torch_.device && torch_.s_dtype &&
@@ -382,6 +401,8 @@ SEXP tb_py_init(SEXP torch, SEXP bridge, SEXP example, SEXP libpython, SEXP tb) 
            torch_.optimizer_zero_grad && torch_.tensor_zero_ && torch_.tensor_detach_ &&
            torch_.tensor_requires_grad_ && torch_.s_zero_grad && torch_.s_func && torch_.s_grad &&
            torch_.s_grad_fn && torch_.s_requires_grad && torch_.s_param_groups &&
+           torch_.s_is_cpu && torch_.s_layout && torch_.strided && torch_.tensor_is_contiguous &&
+           torch_.tensor_is_neg && torch_.tensor_numel && torch_.tensor_data_ptr &&
            PY_TYPE(x) == torch_.tensor_type;
   if (!ok) {
     if (py.ErrOccurred() != NULL) {

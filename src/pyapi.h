@@ -106,6 +106,9 @@ typedef struct {
   PyObject *optimizer_zero_grad; /* torch.optim.Optimizer.zero_grad (optim.c) */
   PyObject *tensor_zero_, *tensor_detach_, *tensor_requires_grad_; /* Tensor's methods */
   PyObject *s_zero_grad, *s_func, *s_grad, *s_grad_fn, *s_requires_grad, *s_param_groups;
+  /* What reading positions from a tensor's memory needs (convert.c, positive_in_memory()) */
+  PyObject *s_is_cpu, *s_layout, *strided;
+  PyObject *tensor_is_contiguous, *tensor_is_neg, *tensor_numel, *tensor_data_ptr;
 } Torch;
 
 extern Torch torch_;

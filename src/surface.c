@@ -30,6 +30,9 @@ typedef struct {
   ArgSpec *args;
 } OpSpec;
 
+/* Rows with at most this many arguments keep their values on the C stack (op_call()). */
+#define ARGS_ON_STACK 16
+
 /* Calls of table rows that C made (tests check that the rows they expect in C are). */
 static double op_calls = 0;
 
@@ -167,23 +170,34 @@ static SEXP op_call(SEXP row, SEXP env, SEXP self) {
   int at = Rf_asInteger(row);
   if (!c_path_on() || at < 1 || at > n_rows || row_ops[at - 1] == NULL) return sentinel_fallback;
   OpSpec *op = row_ops[at - 1];
-  SEXP values = PROTECT(Rf_allocVector(VECSXP, op->n));
+  /* The arguments' values: each is kept alive by the frame (a promise holds the value it
+   * was forced to), `self` by the caller, and a `...` list here; so a row of up to
+   * ARGS_ON_STACK arguments needs no R allocation for them (two fewer a call). */
+  SEXP on_stack[ARGS_ON_STACK];
+  SEXP *values = op->n <= ARGS_ON_STACK ? on_stack : (SEXP *) R_alloc(op->n, sizeof(SEXP));
+  int protected = 0;
   for (int i = 0; i < op->n; i++) {
     SEXP v = (i == 0 && self != NULL) ? self
              : op->args[i].dots ? dots_value(env) : arg_value(env, op->args[i].sym);
     if (v == NULL) {
-      UNPROTECT(1);
+      UNPROTECT(protected);
       return sentinel_fallback;
     }
-    SET_VECTOR_ELT(values, i, v);
+    if (op->args[i].dots) {
+      PROTECT(v);
+      protected++;
+    }
+    values[i] = v;
   }
   GILState gil = py.GILEnsure();
-  PyObject **pos = (PyObject **) R_alloc(op->n > 0 ? op->n : 1, sizeof(PyObject *));
+  PyObject *pos_stack[ARGS_ON_STACK];
+  PyObject **pos = op->n <= ARGS_ON_STACK ? pos_stack
+                   : (PyObject **) R_alloc(op->n, sizeof(PyObject *));
   int np = 0, first = op->first, no_dim = 0, status = CONV_OK;
   PyObject *kwargs = NULL;
   for (int i = 0; i < op->n && status == CONV_OK; i++) {
     ArgSpec *a = &op->args[i];
-    SEXP v = VECTOR_ELT(values, i);
+    SEXP v = values[i];
     /* Python refuses `keepdim` without `dim`; NULL dim means "all elements". */
     if (no_dim && a->is_keepdim) continue;
     if (v == R_NilValue) {
@@ -194,7 +208,7 @@ static SEXP op_call(SEXP row, SEXP env, SEXP self) {
     PyObject *o = NULL;
     long long ign;
     if (a->kind == K_CLASS_INDEX)
-      status = class_index_to_py(v, op->ignore_at < 0 ? R_NilValue : VECTOR_ELT(values, op->ignore_at),
+      status = class_index_to_py(v, op->ignore_at < 0 ? R_NilValue : values[op->ignore_at],
                                  1, &o);
     else if (i == op->ignore_at && op->class_at >= 0 && whole_int(v, &ign) && ign < 0)
       /* ignore_index_arg(): a negative one is shifted with the targets. */
@@ -218,14 +232,14 @@ static SEXP op_call(SEXP row, SEXP env, SEXP self) {
     py_decref(kwargs);
     if (status == CONV_PYERR) store_error();
     py.GILRelease(gil);
-    UNPROTECT(1);
+    UNPROTECT(protected);
     return status == CONV_PYERR ? sentinel_error : sentinel_fallback;
   }
   for (int k = 0; k < np; k++) py.TupleSetItem(args, k, pos[k]); /* steals */
   op_calls++;
   SEXP out = PROTECT(call_and_convert(op->fn, args, kwargs, op->result));
   py.GILRelease(gil);
-  UNPROTECT(2);
+  UNPROTECT(protected + 1);
   return out;
 }
 

@@ -140,3 +140,43 @@ test_that("positions all above 0 (one op) and the rest (r_positions) read as R's
   idx32 <- torch_tensor(c(3L, 1L), dtype = torch_int32())
   expect_identical(as_array(torch_index_select(X, 1, idx32)), m[c(3, 1), ])
 })
+
+test_that("positions read from memory (slices of a permutation) give what R's path gives", {
+  skip_if_no_torch()
+  cache(reset = TRUE)
+  m <- matrix(as.numeric(1:30), 10, 3)
+  X <- torch_tensor(m)
+  Y <- torch_tensor(101:110)
+  read <- function(idx) {
+    out <- try(X[idx, ], silent = TRUE)
+    if (inherits(out, "try-error")) conditionMessage(attr(out, "condition")) else as_array(out)
+  }
+  torch_manual_seed(3)
+  perm <- torch_randperm(10) + 1L
+  before <- cache()$in_memory
+  # Contiguous slices at several storage offsets (a training loop's `idx`), int64 and
+  # int32: read from memory, with the results of R's path and of base R.
+  for (s in c(1L, 4L, 7L)) {
+    idx <- perm[s:(s + 3L)]
+    expect_identical(read(idx), with_c(FALSE, read(idx)))
+    expect_identical(read(idx), m[as_array(idx), ])
+    expect_identical(as_array(Y[idx]), (101:110)[as_array(idx)])
+    idx32 <- idx$to(dtype = torch_int32())
+    expect_identical(read(idx32), m[as_array(idx), ])
+  }
+  expect_gt(cache()$in_memory, before)
+  # A strided view (every other position) is not read from memory: the same results.
+  strided <- perm[1:10:2]
+  expect_identical(read(strided), with_c(FALSE, read(strided)))
+  expect_identical(read(strided), m[as_array(perm)[seq(1, 10, 2)], ])
+  # A 0 or a negative position anywhere, int64 and int32 (read from memory): R's meaning
+  # and R's errors, as R's path gives them.
+  for (dtype in list(torch_long(), torch_int32())) {
+    for (v in list(c(3L, 4L, 0L), c(0L, 4L), c(3L, -1L), c(-2L, 5L, 1L))) {
+      idx <- torch_tensor(v, dtype = dtype)
+      expect_identical(read(idx), with_c(FALSE, read(idx)))
+    }
+  }
+  expect_match(read(torch_tensor(c(3L, 4L, 0L))), "index 0 .*1-based")
+  expect_identical(read(torch_tensor(c(3L, -1L))), m[c(3, 10), ])
+})
