@@ -1,0 +1,1056 @@
+# The eleventh round of everyday snippets, as an R user of mlverse torch writes them: none
+# of them in benchmarks/r_trial.R, r_trace_trial.R or r_trace_trial_user.R. Each snippet
+# states the value mlverse torch documents (1-based dims and indices, negative indices
+# counting from the end, R argument names), checked against base R or the same computation
+# done by Python torch (through `$py`, 0-based, as Python writes it). Each ends as one of:
+#   works          it ran and gave the expected value;
+#   clear error    it raised an error it should raise (bad input), whose message says what
+#                  went wrong in R terms (matches the snippet's pattern);
+#   unclear error  it raised an error it should raise, but the message does not say it in
+#                  R terms (0-based dims, Python names, a raw Python error);
+#   fails          it raised where mlverse torch works (a gap to fix);
+#   SILENTLY WRONG it ran and gave another value (must never happen), or ran where it
+#                  must raise.
+#
+#   R_LIBS=.Rlib Rscript benchmarks/r_trial_eleventh.R [--verbose]
+#
+# Exits with status 1 if a snippet is silently wrong.
+
+suppressPackageStartupMessages(library(tracebridge))
+verbose <- "--verbose" %in% commandArgs(trailingOnly = TRUE)
+torch_manual_seed(11)
+
+results <- list()
+near <- function(a, b, tol = 1e-5) {
+  isTRUE(all.equal(as.numeric(a), as.numeric(b), tolerance = tol)) &&
+    identical(length(a), length(b))
+}
+# `check` gets the value; `error`: the snippet must raise an error matching it.
+snippet <- function(name, code, check = NULL, error = NULL) {
+  code <- substitute(code)
+  value <- tryCatch(list(ok = TRUE, v = eval(code, new.env(parent = globalenv()))),
+                    error = function(e) list(ok = FALSE, msg = conditionMessage(e)))
+  outcome <- if (!is.null(error)) {
+    if (value$ok) "SILENTLY WRONG" else if (grepl(error, value$msg)) "clear error" else {
+      "unclear error"
+    }
+  } else if (!value$ok) {
+    "fails"
+  } else if (isTRUE(tryCatch(check(value$v), error = function(e) FALSE))) {
+    "works"
+  } else {
+    "SILENTLY WRONG"
+  }
+  if (is.null(results[[name]]) == FALSE) stop("two snippets named ", name)
+  results[[name]] <<- list(outcome = outcome, msg = if (!value$ok) value$msg else "")
+  if (verbose || outcome %in% c("fails", "SILENTLY WRONG", "unclear error")) {
+    cat(sprintf("[%s] %s%s\n", outcome, name,
+                if (!value$ok) paste0("\n    ", gsub("\n", " ", substr(value$msg, 1, 400))) else ""))
+  }
+}
+arr <- function(x) as_array(x)
+f32 <- function(...) torch_tensor(c(...), dtype = torch_float())
+# The traced object and the eager code agree at the example and at `other`, and so does
+# the copy saved with jit_save() and read back with jit_load().
+traced_agrees <- function(f, example, other, tol = 1e-5) {
+  tr <- do.call(jit_trace, c(list(f), example))
+  path <- tempfile(fileext = ".pt")
+  jit_save(tr, path)
+  ld <- jit_load(path)
+  ok <- TRUE
+  for (inputs in list(example, other)) {
+    want <- do.call(f, inputs)
+    for (g in list(tr, ld)) {
+      got <- do.call(g, inputs)
+      ok <- ok && identical(dim(got), dim(want)) && near(arr(got), arr(want), tol) &&
+        identical(as.character(got$dtype), as.character(want$dtype))
+    }
+  }
+  ok
+}
+
+# ---- creation and dtypes -------------------------------------------------------------------
+snippet("a length-1 R vector is a 1-d tensor", dim(torch_tensor(3)), function(v) identical(v, 1L))
+snippet("torch_tensor(dtype = torch_float64()) of integers", {
+  x <- torch_tensor(1:3, dtype = torch_float64())
+  list(as.character(x$dtype), arr(x))
+}, function(v) v[[1]] == "float64" && identical(v[[2]], c(1, 2, 3)))
+snippet("torch_tensor of a 3-d array: element [2, 3, 4]", {
+  a <- array(1:24, c(2, 3, 4))
+  torch_tensor(a)[2, 3, 4]$item()
+}, function(v) v == 24)
+snippet("torch_tensor(matrix of logicals) keeps the layout", {
+  m <- matrix(c(TRUE, FALSE, TRUE, TRUE), 2)
+  arr(torch_tensor(m))
+}, function(v) identical(v, matrix(c(TRUE, FALSE, TRUE, TRUE), 2)))
+snippet("torch_zeros(2, 3, dtype = torch_int())", as.character(torch_zeros(2, 3, dtype = torch_int())$dtype),
+        function(v) v == "int32")
+snippet("torch_ones_like(x, dtype = torch_long())", {
+  y <- torch_ones_like(torch_randn(2, 2), dtype = torch_long())
+  list(as.character(y$dtype), arr(y))
+}, function(v) v[[1]] == "int64" && identical(v[[2]], matrix(1L, 2, 2)))
+snippet("torch_full(c(2, 2), TRUE) is bool", as.character(torch_full(c(2, 2), TRUE)$dtype),
+        function(v) v == "bool")
+snippet("torch_full(c(2), 7L) is int64", as.character(torch_full(c(2), 7L)$dtype),
+        function(v) v == "int64")
+snippet("torch_arange(1, 10, step = 3) includes the end", arr(torch_arange(1, 10, step = 3)),
+        function(v) near(v, c(1, 4, 7, 10)))
+snippet("torch_arange(10, 1, step = -3)", arr(torch_arange(10, 1, step = -3)),
+        function(v) near(v, c(10, 7, 4, 1)))
+snippet("torch_randn(c(2, 3)) size as a vector", torch_randn(c(2, 3))$shape,
+        function(v) identical(v, c(2L, 3L)))
+snippet("torch_empty(2, 3)$shape", torch_empty(2, 3)$shape, function(v) identical(v, c(2L, 3L)))
+snippet("torch_tensor(c(1.7, -1.7), dtype = torch_long()) truncates",
+        arr(torch_tensor(c(1.7, -1.7), dtype = torch_long())), function(v) identical(v, c(1L, -1L)))
+snippet("x$to(torch_float64()) dtype positional", as.character(torch_tensor(1:2)$to(torch_float64())$dtype),
+        function(v) v == "float64")
+snippet("torch_logspace(0, 2, 3)", arr(torch_logspace(0, 2, 3)), function(v) near(v, c(1, 10, 100)))
+snippet("torch_linspace dtype float32", as.character(torch_linspace(1, 2, 3)$dtype),
+        function(v) v == "float32")
+snippet("torch_randint(0, 5, c(3, 3)) int64 in [0, 5)", {
+  x <- torch_randint(0, 5, c(3, 3))
+  list(as.character(x$dtype), range(arr(x)))
+}, function(v) v[[1]] == "int64" && v[[2]][1] >= 0 && v[[2]][2] <= 4)
+snippet("torch_rand values in [0, 1)", range(arr(torch_rand(100))), function(v) v[1] >= 0 && v[2] < 1)
+snippet("x$element_size() of float32 and float64", c(torch_ones(1)$element_size(),
+        torch_ones(1, dtype = torch_float64())$element_size()), function(v) near(v, c(4, 8)))
+snippet("torch_tensor(1:3, requires_grad = TRUE) on integers is refused clearly",
+        torch_tensor(1:3, requires_grad = TRUE), error = "floating|float")
+snippet("torch_tensor(c(1, 2), requires_grad = TRUE)", torch_tensor(c(1, 2), requires_grad = TRUE)$requires_grad,
+        isTRUE)
+snippet("torch_tensor('a') is refused clearly", torch_tensor("a"), error = "character|string")
+snippet("torch_tensor(list(1, 2, 3)) is a tensor of 3", arr(torch_tensor(list(1, 2, 3))),
+        function(v) near(v, c(1, 2, 3)))
+snippet("torch_zeros(-1) is refused clearly", torch_zeros(-1), error = "negative|size")
+snippet("torch_eye(3, dtype = torch_long())", arr(torch_eye(3, dtype = torch_long())),
+        function(v) identical(v, diag(3L) * 1L))
+snippet("torch_scalar_tensor(3) is 0-d", {
+  x <- torch_scalar_tensor(3)
+  list(length(dim(x)), x$item())
+}, function(v) v[[1]] == 0 && v[[2]] == 3)
+snippet("torch_get_default_dtype() is float32", as.character(torch_get_default_dtype()),
+        function(v) v == "float32")
+snippet("torch_finfo(torch_float32())$eps", torch_finfo(torch_float32())$eps,
+        function(v) near(v, .Machine$double.eps * 2^29, 1e-6))
+snippet("torch_iinfo(torch_int32())$max", torch_iinfo(torch_int32())$max,
+        function(v) v == .Machine$integer.max)
+snippet("is_torch_tensor()", c(is_torch_tensor(torch_ones(1)), is_torch_tensor(1)),
+        function(v) identical(v, c(TRUE, FALSE)))
+snippet("torch_clone(x) is a copy", {
+  x <- torch_ones(2)
+  y <- torch_clone(x)
+  y[1] <- 5
+  arr(x)
+}, function(v) near(v, c(1, 1)))
+
+# ---- indexing ------------------------------------------------------------------------------
+m34 <- function() torch_tensor(matrix(1:12, 3, 4), dtype = torch_float())
+snippet("x[2, -1] last column of row 2", arr(m34()[2, -1]), function(v) near(v, 11))
+snippet("x[-2, ] second-to-last row", arr(m34()[-2, ]), function(v) near(v, matrix(1:12, 3)[2, ]))
+snippet("x[, 2:3][1, ] chained", arr(m34()[, 2:3][1, ]), function(v) near(v, c(4, 7)))
+snippet("x[1, 2, drop = FALSE] keeps 1 x 1", dim(m34()[1, 2, drop = FALSE]),
+        function(v) identical(v, c(1L, 1L)))
+snippet("3-d x[1, , drop = FALSE]", dim(torch_zeros(2, 3, 4)[1, , drop = FALSE]),
+        function(v) identical(v, c(1L, 3L, 4L)))
+snippet("3-d x[, , -1] last of dim 3", {
+  a <- array(1:24, c(2, 3, 4))
+  arr(torch_tensor(a)[, , -1])
+}, function(v) identical(v, array(1:24, c(2, 3, 4))[, , 4]))
+snippet("3-d x[.., -1]", {
+  a <- array(1:24, c(2, 3, 4))
+  arr(torch_tensor(a)[.., -1])
+}, function(v) identical(v, array(1:24, c(2, 3, 4))[, , 4]))
+snippet("3-d x[2, .., drop = FALSE]", dim(torch_zeros(2, 3, 4)[2, .., drop = FALSE]),
+        function(v) identical(v, c(1L, 3L, 4L)))
+snippet("x[c(TRUE, FALSE, TRUE)] on a 1-d tensor", arr(f32(5, 6, 7)[c(TRUE, FALSE, TRUE)]),
+        function(v) near(v, c(5, 7)))
+snippet("x[logical tensor] on a 1-d tensor", arr(f32(5, 6, 7)[torch_tensor(c(FALSE, TRUE, TRUE))]),
+        function(v) near(v, c(6, 7)))
+snippet("x[x$argmax()] is the max", arr(f32(1, 9, 3)[f32(1, 9, 3)$argmax()]),
+        function(v) near(v, 9))
+snippet("x[c(2L, 2L)] repeats", arr(f32(5, 6, 7)[c(2L, 2L)]), function(v) near(v, c(6, 6)))
+snippet("x[seq(1, 6, by = 2)]", arr(torch_tensor(1:6)[seq(1, 6, by = 2)]),
+        function(v) identical(v, c(1L, 3L, 5L)))
+snippet("x[c(3, 1, 2)] a permutation", arr(f32(5, 6, 7)[c(3, 1, 2)]), function(v) near(v, c(7, 5, 6)))
+snippet("x[1, 1]$item()", m34()[1, 1]$item(), function(v) v == 1)
+snippet("x[x > 2 & x < 6]", arr(torch_tensor(1:8)[torch_tensor(1:8) > 2 & torch_tensor(1:8) < 6]),
+        function(v) identical(v, 3:5))
+snippet("x[torch_tensor(2L)] one position", arr(f32(5, 6, 7)[torch_tensor(2L)]),
+        function(v) near(v, 6))
+snippet("x[, c(-1, -2)] last two columns (mlverse)", arr(m34()[, c(-1, -2)]),
+        function(v) near(v, matrix(1:12, 3)[, c(4, 3)]))
+snippet("x[2:3, c(1, 4)] rows and columns", arr(m34()[2:3, c(1, 4)]),
+        function(v) near(v, matrix(1:12, 3)[2:3, c(1, 4)]))
+snippet("x[c(1, 3), c(2, 4)] vectors in both dims (outer, as R)", arr(m34()[c(1, 3), c(2, 4)]),
+        function(v) near(v, matrix(1:12, 3)[c(1, 3), c(2, 4)]))
+snippet("x[N - 1] second to last", arr(torch_tensor(1:5)[N - 1]), function(v) identical(v, 4L))
+snippet("x[5] on a length-4 tensor is refused clearly", torch_tensor(1:4)[5],
+        error = "out of (range|bounds).*\\b4\\b|size 4|4 element")
+snippet("x[, 5] out of range names dimension 2", m34()[, 6],
+        error = "dim(ension)? 2|second")
+snippet("x[1, 1, 1] on a matrix: too many indices", m34()[1, 1, 1], error = "too many|2 dim")
+snippet("x['a'] is refused clearly", m34()["a", ], error = "character|name|string")
+snippet("x[NA] is refused clearly", f32(1, 2)[NA], error = "NA|missing")
+snippet("x[2] <- 10", {
+  x <- f32(1, 2, 3)
+  x[2] <- 10
+  arr(x)
+}, function(v) near(v, c(1, 10, 3)))
+snippet("x[1:2, ] <- 0 a scalar over rows", {
+  x <- m34()
+  x[1:2, ] <- 0
+  arr(x)
+}, function(v) { m <- matrix(1:12, 3); m[1:2, ] <- 0; near(v, m) })
+snippet("x[, 1] <- torch_tensor", {
+  x <- m34()
+  x[, 1] <- f32(9, 8, 7)
+  arr(x[, 1])
+}, function(v) near(v, c(9, 8, 7)))
+snippet("x[c(TRUE, FALSE, TRUE)] <- 0 R logical assignment", {
+  x <- f32(1, 2, 3)
+  x[c(TRUE, FALSE, TRUE)] <- 0
+  arr(x)
+}, function(v) near(v, c(0, 2, 0)))
+snippet("x[2, 2] <- 5L on a float tensor", {
+  x <- m34()
+  x[2, 2] <- 5L
+  list(as.character(x$dtype), x[2, 2]$item())
+}, function(v) v[[1]] == "float32" && v[[2]] == 5)
+snippet("int tensor x[1] <- 2.7 truncates (as torch)", {
+  x <- torch_tensor(1:3)
+  x[1] <- 2.7
+  arr(x)
+}, function(v) identical(v, c(2L, 2L, 3L)))
+snippet("x[1] <- x[3] a tensor element", {
+  x <- f32(1, 2, 3)
+  x[1] <- x[3]
+  arr(x)
+}, function(v) near(v, c(3, 2, 3)))
+snippet("x[c(1, 3)] <- c(7, 8)", {
+  x <- f32(1, 2, 3)
+  x[c(1, 3)] <- c(7, 8)
+  arr(x)
+}, function(v) near(v, c(7, 2, 8)))
+snippet("3-d x[, 1, ] <- matrix", {
+  x <- torch_zeros(2, 3, 4)
+  x[, 1, ] <- matrix(1:8, 2)
+  arr(x[, 1, ])
+}, function(v) near(v, matrix(1:8, 2)))
+snippet("x[1:3] <- c(1, 2) wrong length is refused clearly", {
+  x <- torch_zeros(3)
+  x[1:3] <- c(1, 2)
+  x
+}, error = "size|shape|length")
+snippet("x[5] <- 1 out of range is refused clearly", {
+  x <- torch_zeros(3)
+  x[5] <- 1
+  x
+}, error = "out of (range|bounds)|size 3")
+snippet("y <- x; x[1] <- 5 changes y (tensors are references)", {
+  x <- f32(1, 2)
+  y <- x
+  x[1] <- 5
+  arr(y)
+}, function(v) near(v, c(5, 2)))
+snippet("a row x[1, ] is a view: writing it writes x", {
+  x <- m34()
+  r <- x[1, ]
+  r$fill_(0)
+  arr(x[1, ])
+}, function(v) near(v, c(0, 0, 0, 0)))
+snippet("x[x$size(1)] outside a trace", arr(f32(4, 5, 6)[f32(4, 5, 6)$size(1)]), function(v) near(v, 6))
+snippet("x[.., 2] <- NaN then isnan count", {
+  x <- torch_zeros(2, 3)
+  x[.., 2] <- NaN
+  x$isnan()$sum()$item()
+}, function(v) v == 2)
+
+# ---- arithmetic and broadcasting ---------------------------------------------------------
+snippet("column 3x1 + row 1x4 broadcasts to 3x4", {
+  a <- torch_tensor(matrix(1:3, 3, 1), dtype = torch_float())
+  b <- torch_tensor(matrix(1:4, 1, 4), dtype = torch_float())
+  arr(a + b)
+}, function(v) near(v, outer(1:3, 1:4, `+`)))
+snippet("matrix 2x3 + R vector of length 3 (last dim)", arr(torch_zeros(2, 3) + c(1, 2, 3)),
+        function(v) near(v, matrix(c(1, 2, 3), 2, 3, byrow = TRUE)))
+snippet("int tensor * 2.5 is float", {
+  y <- torch_tensor(1:2) * 2.5
+  list(as.character(y$dtype), arr(y))
+}, function(v) v[[1]] == "float32" && near(v[[2]], c(2.5, 5)))
+snippet("1L + int tensor stays int64", as.character((1L + torch_tensor(1:2))$dtype),
+        function(v) v == "int64")
+snippet("int32 + int64 is int64", as.character((torch_tensor(1:2, dtype = torch_int()) + torch_tensor(1:2))$dtype),
+        function(v) v == "int64")
+snippet("x / 0 is Inf", arr(f32(1, -1) / 0), function(v) identical(v, c(Inf, -Inf)))
+snippet("x %% -3 has R's sign (divisor)", arr(f32(7, -7) %% -3), function(v) near(v, c(7, -7) %% -3))
+snippet("x %/% -3 floors as R", arr(f32(7, -7) %/% -3), function(v) near(v, c(7, -7) %/% -3))
+snippet("int64 %/% 2L stays int64", {
+  y <- torch_tensor(c(5L, -5L)) %/% 2L
+  list(as.character(y$dtype), arr(y))
+}, function(v) v[[1]] == "int64" && identical(v[[2]], c(5L, -5L) %/% 2L))
+snippet("x != y elementwise", arr(f32(1, 2) != f32(1, 3)), function(v) identical(v, c(FALSE, TRUE)))
+snippet("!bool tensor", arr(!torch_tensor(c(TRUE, FALSE))), function(v) identical(v, c(FALSE, TRUE)))
+snippet("x^0.5", arr(f32(4, 9)^0.5), function(v) near(v, c(2, 3)))
+snippet("shape 3 + shape 4 is refused clearly", f32(1, 2, 3) + f32(1, 2, 3, 4),
+        error = "size|shape|broadcast")
+snippet("x$add(y, alpha = 2)", arr(f32(1, 1)$add(f32(1, 2), alpha = 2)), function(v) near(v, c(3, 5)))
+snippet("x$sub(1)$mul(2)$div(4) chain", arr(f32(3, 5)$sub(1)$mul(2)$div(4)), function(v) near(v, c(1, 2)))
+snippet("torch_div(rounding_mode = 'floor')", arr(torch_div(f32(7, -7), 2, rounding_mode = "floor")),
+        function(v) near(v, c(3, -4)))
+snippet("torch_div(rounding_mode = 'trunc')", arr(torch_div(f32(7, -7), 2, rounding_mode = "trunc")),
+        function(v) near(v, c(3, -3)))
+snippet("x$pow(2) == x * x", arr(f32(1.5, 2)$pow(2)), function(v) near(v, c(2.25, 4)))
+snippet("torch_maximum(x, y)", arr(torch_maximum(f32(1, 5), f32(3, 2))), function(v) near(v, c(3, 5)))
+snippet("torch_atan2(y, x)", arr(torch_atan2(f32(1), f32(1))), function(v) near(v, pi / 4))
+snippet("x$sign() and x$abs()", list(arr(f32(-2, 0, 3)$sign()), arr(f32(-2, 3)$abs())),
+        function(v) near(v[[1]], c(-1, 0, 1)) && near(v[[2]], c(2, 3)))
+
+# ---- reductions ------------------------------------------------------------------------
+m23 <- function() torch_tensor(matrix(c(1, 4, 2, 5, 3, 6), 2)) # rows 1 2 3 / 4 5 6
+snippet("x$sum(dim = 1, keepdim = TRUE) is 1 x 3", {
+  y <- m23()$sum(dim = 1, keepdim = TRUE)
+  list(dim(y), arr(y))
+}, function(v) identical(v[[1]], c(1L, 3L)) && near(v[[2]], c(5, 7, 9)))
+snippet("torch_mean(x, dim = c(1, 2)) on 3-d", {
+  a <- array(as.numeric(1:24), c(2, 3, 4))
+  arr(torch_mean(torch_tensor(a), dim = c(1, 2)))
+}, function(v) near(v, apply(array(as.numeric(1:24), c(2, 3, 4)), 3, mean)))
+snippet("x$prod(dim = 2)", arr(m23()$prod(dim = 2)), function(v) near(v, c(6, 120)))
+snippet("x$max(dim = 1, keepdim = TRUE) indices 1-based, 1 x 3", {
+  r <- m23()$max(dim = 1, keepdim = TRUE)
+  list(dim(r[[2]]), arr(r[[2]]))
+}, function(v) identical(v[[1]], c(1L, 3L)) && near(v[[2]], c(2, 2, 2)))
+snippet("torch_min(x, dim = -1) over the last dim", {
+  r <- torch_min(m23(), dim = -1)
+  list(arr(r[[1]]), arr(r[[2]]))
+}, function(v) near(v[[1]], c(1, 4)) && near(v[[2]], c(1, 1)))
+snippet("torch_amax(x, dim = c(1, 2)) on 3-d", {
+  a <- array(as.numeric(1:24), c(2, 3, 4))
+  arr(torch_amax(torch_tensor(a), dim = c(1, 2)))
+}, function(v) near(v, c(6, 12, 18, 24)))
+snippet("x$argmin(dim = 2, keepdim = TRUE)", {
+  y <- torch_tensor(matrix(c(3, 1, 1, 5, 2, 0), 2))$argmin(dim = 2, keepdim = TRUE)
+  list(dim(y), arr(y))
+}, function(v) identical(v[[1]], c(2L, 1L)) && near(v[[2]], c(2, 3)))
+snippet("torch_std(x, dim = 2, unbiased = FALSE)", arr(torch_std(m23(), dim = 2, unbiased = FALSE)),
+        function(v) near(v, c(sqrt(2 / 3), sqrt(2 / 3))))
+snippet("torch_var_mean(x, dim = 1)", {
+  r <- torch_var_mean(m23(), dim = 1)
+  list(arr(r[[1]]), arr(r[[2]]))
+}, function(v) near(v[[1]], c(4.5, 4.5, 4.5)) && near(v[[2]], c(2.5, 3.5, 4.5)))
+snippet("torch_median of an even length is the lower middle", torch_median(f32(4, 1, 3, 2))$item(),
+        function(v) v == 2)
+snippet("torch_median(x, dim = 2) indices 1-based", {
+  r <- torch_median(torch_tensor(matrix(c(3, 9, 1, 8, 2, 7), 2)), dim = 2)
+  list(arr(r[[1]]), arr(r[[2]]))
+}, function(v) near(v[[1]], c(2, 8)) && near(v[[2]], c(3, 2)))
+snippet("torch_mode(x, dim = 1)", {
+  r <- torch_mode(torch_tensor(matrix(c(1, 1, 2, 5, 5, 5), 3)), dim = 1)
+  arr(r[[1]])
+}, function(v) near(v, c(1, 5)))
+snippet("torch_kthvalue(x, 2) value and 1-based index", {
+  r <- torch_kthvalue(f32(5, 1, 3), 2)
+  c(r[[1]]$item(), r[[2]]$item())
+}, function(v) near(v, c(3, 3)))
+snippet("torch_logsumexp(x, dim = 1)", arr(torch_logsumexp(m23(), dim = 1)),
+        function(v) near(v, log(exp(c(1, 2, 3)) + exp(c(4, 5, 6)))))
+snippet("torch_count_nonzero(x, dim = 2)", arr(torch_count_nonzero(torch_tensor(matrix(c(0, 1, 2, 0, 3, 4), 2)), dim = 2)),
+        function(v) near(v, c(2, 2)))
+snippet("x$all(dim = 2) / x$any(dim = 1)", {
+  b <- torch_tensor(matrix(c(TRUE, TRUE, FALSE, TRUE), 2))
+  list(arr(b$all(dim = 2)), arr(b$any(dim = 1)))
+}, function(v) identical(v[[1]], c(FALSE, TRUE)) && identical(v[[2]], c(TRUE, TRUE)))
+snippet("torch_cumsum(x, dim = 2) per row", arr(torch_cumsum(m23(), dim = 2)),
+        function(v) near(v, t(apply(matrix(c(1, 4, 2, 5, 3, 6), 2), 1, cumsum))))
+snippet("torch_cummin(x, dim = 1) indices 1-based", {
+  r <- torch_cummin(f32(3, 1, 2), dim = 1)
+  list(arr(r[[1]]), arr(r[[2]]))
+}, function(v) near(v[[1]], c(3, 1, 1)) && near(v[[2]], c(1, 2, 2)))
+snippet("torch_norm(x, p = 2, dim = 2)", arr(torch_norm(m23(), p = 2, dim = 2)),
+        function(v) near(v, c(sqrt(14), sqrt(77))))
+snippet("x$sum(dim = 3) on a matrix is refused in R terms", m23()$sum(dim = 3),
+        error = "dim.*3.*(1|2)|range.*\\[1, 2\\]|-2, 2")
+snippet("torch_nansum ignores NaN", torch_nansum(f32(1, NaN, 2))$item(), function(v) v == 3)
+snippet("torch_nanmean ignores NaN", torch_nanmean(f32(1, NaN, 3))$item(), function(v) v == 2)
+snippet("torch_quantile(x, 0.5)", torch_quantile(f32(1, 2, 3, 4), 0.5)$item(),
+        function(v) near(v, 2.5))
+
+# ---- torch_* with R argument names --------------------------------------------------------
+a3 <- function() torch_tensor(array(as.numeric(1:24), c(2, 3, 4)))
+snippet("torch_squeeze(x, dim = 2)", dim(torch_squeeze(torch_zeros(3, 1, 2), dim = 2)),
+        function(v) identical(v, c(3L, 2L)))
+snippet("torch_transpose(x, dim0 = 1, dim1 = 3)", dim(torch_transpose(a3(), dim0 = 1, dim1 = 3)),
+        function(v) identical(v, c(4L, 3L, 2L)))
+snippet("torch_flatten(x, start_dim = 2, end_dim = 3)", dim(torch_flatten(torch_zeros(2, 3, 4, 5), start_dim = 2, end_dim = 3)),
+        function(v) identical(v, c(2L, 12L, 5L)))
+snippet("torch_narrow(x, dim = 2, start = 2, length = 2)", arr(torch_narrow(m34(), dim = 2, start = 2, length = 2)),
+        function(v) near(v, matrix(1:12, 3)[, 2:3]))
+snippet("torch_index_select(x, dim = 2, index = )", arr(torch_index_select(m34(), dim = 2, index = torch_tensor(c(4L, 1L)))),
+        function(v) near(v, matrix(1:12, 3)[, c(4, 1)]))
+snippet("torch_gather(x, dim = 2, index = )", {
+  idx <- torch_tensor(matrix(c(2L, 1L, 3L, 3L), 2))
+  arr(torch_gather(m23(), dim = 2, index = idx))
+}, function(v) near(v, matrix(c(2, 4, 3, 6), 2)))
+snippet("torch_roll(x, shifts = 1, dims = 1)", arr(torch_roll(f32(1, 2, 3), shifts = 1, dims = 1)),
+        function(v) near(v, c(3, 1, 2)))
+snippet("torch_flip(x, dims = 2)", arr(torch_flip(m23(), dims = 2)),
+        function(v) near(v, matrix(c(1, 4, 2, 5, 3, 6), 2)[, 3:1]))
+snippet("torch_diagonal(x, offset = 1)", arr(torch_diagonal(m34(), offset = 1)),
+        function(v) near(v, c(4, 8, 12)))
+snippet("torch_diagonal(dim1 = 2, dim2 = 3) on 3-d", dim(torch_diagonal(torch_zeros(5, 3, 3), dim1 = 2, dim2 = 3)),
+        function(v) identical(v, c(5L, 3L)))
+snippet("torch_diag(x, diagonal = 1) of a vector", dim(torch_diag(f32(1, 2), diagonal = 1)),
+        function(v) identical(v, c(3L, 3L)))
+snippet("torch_tril(x, diagonal = 1)", arr(torch_tril(torch_ones(3, 3), diagonal = 1)),
+        function(v) near(v, (col(diag(3)) <= row(diag(3)) + 1) * 1))
+snippet("torch_movedim(x, source = 1, destination = 3)", dim(torch_movedim(a3(), source = 1, destination = 3)),
+        function(v) identical(v, c(3L, 4L, 2L)))
+snippet("torch_permute(x, dims = c(3, 1, 2))", dim(torch_permute(a3(), dims = c(3, 1, 2))),
+        function(v) identical(v, c(4L, 2L, 3L)))
+snippet("torch_unsqueeze(x, dim = -1) appends", dim(torch_unsqueeze(torch_zeros(2, 3), dim = -1)),
+        function(v) identical(v, c(2L, 3L, 1L)))
+snippet("torch_repeat_interleave(x, repeats = 2L, dim = 2)", arr(torch_repeat_interleave(m23(), repeats = 2L, dim = 2)),
+        function(v) near(v, matrix(c(1, 4, 2, 5, 3, 6), 2)[, c(1, 1, 2, 2, 3, 3)]))
+snippet("torch_repeat_interleave with a tensor of repeats", arr(torch_repeat_interleave(f32(1, 2), torch_tensor(c(1L, 3L)))),
+        function(v) near(v, c(1, 2, 2, 2)))
+snippet("torch_chunk(x, chunks = 2, dim = 2)", lapply(torch_chunk(m34(), chunks = 2, dim = 2), dim),
+        function(v) length(v) == 2 && identical(v[[1]], c(3L, 2L)))
+snippet("torch_split(x, split_size = 3, dim = 2)", lapply(torch_split(m34(), split_size = 3, dim = 2), dim),
+        function(v) identical(v, list(c(3L, 3L), c(3L, 1L))))
+snippet("torch_unbind(x, dim = 2) columns", arr(torch_unbind(m23(), dim = 2)[[3]]),
+        function(v) near(v, c(3, 6)))
+snippet("torch_meshgrid(list(a, b), indexing = 'ij')", {
+  g <- torch_meshgrid(list(f32(1, 2), f32(10, 20, 30)), indexing = "ij")
+  list(dim(g[[1]]), arr(g[[2]])[2, ])
+}, function(v) identical(v[[1]], c(2L, 3L)) && near(v[[2]], c(10, 20, 30)))
+snippet("torch_rot90(x, k = 1, dims = c(1, 2))", arr(torch_rot90(m23(), k = 1, dims = c(1, 2))),
+        function(v) near(v, matrix(c(3, 2, 1, 6, 5, 4), 3)))
+snippet("torch_masked_fill(x, mask, value = 0)", arr(torch_masked_fill(f32(1, -1, 2), f32(1, -1, 2) < 0, value = 0)),
+        function(v) near(v, c(1, 0, 2)))
+snippet("torch_cross(a, b, dim = 2)", arr(torch_cross(torch_tensor(matrix(c(1, 0, 0), 1)), torch_tensor(matrix(c(0, 1, 0), 1)), dim = 2)),
+        function(v) near(v, c(0, 0, 1)))
+snippet("torch_addmm(input, mat1, mat2, beta = 0.5, alpha = 2)", {
+  i <- torch_ones(2, 2)
+  a <- torch_eye(2)
+  arr(torch_addmm(i, a, a, beta = 0.5, alpha = 2))
+}, function(v) near(v, matrix(c(2.5, 0.5, 0.5, 2.5), 2)))
+snippet("torch_sort(x, dim = 1, descending = TRUE) on a matrix", {
+  r <- torch_sort(m23(), dim = 1, descending = TRUE)
+  arr(r[[2]])
+}, function(v) near(v, matrix(c(2, 1, 2, 1, 2, 1), 2)))
+snippet("torch_argsort(x, dim = 2)", arr(torch_argsort(torch_tensor(matrix(c(3, 1, 1, 5, 2, 0), 2)), dim = 2)),
+        function(v) near(v, matrix(c(2, 3, 3, 1, 1, 2), 2)))
+snippet("torch_topk(x, k = 1, dim = 1) indices", arr(torch_topk(m23(), k = 1, dim = 1)[[2]]),
+        function(v) near(v, c(2, 2, 2)))
+snippet("torch_where(cond) positions are 1-based", arr(torch_where(f32(0, 5, 0, 7) > 0)[[1]]),
+        function(v) near(v, c(2, 4)))
+snippet("torch_nonzero(x, as_list = TRUE)", arr(torch_nonzero(f32(0, 5, 7), as_list = TRUE)[[1]]),
+        function(v) near(v, c(2, 3)))
+snippet("torch_unique_consecutive(return_counts = TRUE)", {
+  r <- torch_unique_consecutive(f32(1, 1, 2, 2, 2, 1), return_counts = TRUE)
+  list(arr(r[[1]]), arr(r[[3]]))
+}, function(v) near(v[[1]], c(1, 2, 1)) && near(v[[2]], c(2, 3, 1)))
+snippet("torch_clamp(x, min = 0)", arr(torch_clamp(f32(-1, 2), min = 0)), function(v) near(v, c(0, 2)))
+snippet("torch_tile(x, dims = c(2, 1))", dim(torch_tile(torch_zeros(2, 3), dims = c(2, 1))),
+        function(v) identical(v, c(4L, 3L)))
+snippet("torch_kron", arr(torch_kron(torch_eye(2), torch_ones(2, 2))),
+        function(v) near(v, kronecker(diag(2), matrix(1, 2, 2))))
+snippet("torch_tensordot(a, b, dims = 1)", arr(torch_tensordot(m23(), torch_ones(3, 2), dims = 1)),
+        function(v) near(v, matrix(c(1, 4, 2, 5, 3, 6), 2) %*% matrix(1, 3, 2)))
+snippet("torch_cartesian_prod", dim(torch_cartesian_prod(list(f32(1, 2), f32(3, 4, 5)))),
+        function(v) identical(v, c(6L, 2L)))
+snippet("torch_histc(x, bins = 4, min = 0, max = 4)", arr(torch_histc(f32(0.5, 1.5, 1.7, 3.2), bins = 4, min = 0, max = 4)),
+        function(v) near(v, c(1, 2, 0, 1)))
+snippet("torch_trapz(y)", torch_trapz(f32(1, 2, 3))$item(), function(v) near(v, 4))
+snippet("torch_logit(x)", arr(torch_logit(f32(0.5))), function(v) near(v, 0))
+snippet("torch_clip(x, -1, 1)", arr(torch_clip(f32(-3, 0, 3), -1, 1)), function(v) near(v, c(-1, 0, 1)))
+snippet("torch_isclose", arr(torch_isclose(f32(1, 2), f32(1 + 1e-9, 3))), function(v) identical(v, c(TRUE, FALSE)))
+snippet("x$expand_as(y)", dim(torch_zeros(1, 3)$expand_as(torch_zeros(4, 3))),
+        function(v) identical(v, c(4L, 3L)))
+snippet("x$view_as(y)", dim(torch_zeros(6)$view_as(torch_zeros(2, 3))), function(v) identical(v, c(2L, 3L)))
+snippet("x$reshape_as(y)", dim(torch_zeros(6)$reshape_as(torch_zeros(3, 2))), function(v) identical(v, c(3L, 2L)))
+snippet("x$copy_(y)", {
+  x <- torch_zeros(2)
+  x$copy_(f32(3, 4))
+  arr(x)
+}, function(v) near(v, c(3, 4)))
+snippet("x$squeeze_() in place", dim(torch_zeros(1, 3)$squeeze_()), function(v) identical(v, 3L))
+snippet("x$unsqueeze_(1) in place", dim(torch_zeros(3)$unsqueeze_(1)), function(v) identical(v, c(1L, 3L)))
+snippet("x$index_copy(1, idx, src)", arr(torch_zeros(3)$index_copy(1, torch_tensor(c(3L, 1L)), f32(5, 6))),
+        function(v) near(v, c(6, 0, 5)))
+snippet("x$log_softmax(dim = 1) on a matrix", arr(m23()$log_softmax(dim = 1)$exp()$sum(dim = 1)),
+        function(v) near(v, c(1, 1, 1)))
+snippet("x$new_tensor(c(1, 2)) keeps x's dtype", as.character(torch_zeros(1, dtype = torch_float64())$new_tensor(c(1, 2))$dtype),
+        function(v) v == "float64")
+snippet("x$t_() swaps in place", dim(torch_zeros(2, 3)$t_()), function(v) identical(v, c(3L, 2L)))
+
+# ---- linalg ------------------------------------------------------------------------------
+spd <- function() torch_tensor(matrix(c(4, 1, 1, 3), 2))
+snippet("linalg_norm(ord = 'fro')", linalg_norm(m23(), ord = "fro")$item(), function(v) near(v, sqrt(91)))
+snippet("linalg_norm(x, dim = 2) per row", arr(linalg_norm(m23(), dim = 2)), function(v) near(v, c(sqrt(14), sqrt(77))))
+snippet("linalg_vector_norm(keepdim = TRUE, dim = 1)", dim(linalg_vector_norm(m23(), dim = 1, keepdim = TRUE)),
+        function(v) identical(v, c(1L, 3L)))
+snippet("linalg_solve batched A (2 x 2 x 2)", {
+  A <- torch_stack(list(spd(), torch_eye(2)))
+  b <- torch_ones(2, 2, 1)
+  arr(linalg_solve(A, b))[1, , 1]
+}, function(v) near(v, solve(matrix(c(4, 1, 1, 3), 2), c(1, 1)), 1e-5))
+snippet("linalg_matrix_rank of a rank-1 matrix", linalg_matrix_rank(torch_ones(3, 3))$item(), function(v) v == 1)
+snippet("linalg_cond of the identity", linalg_cond(torch_eye(3))$item(), function(v) near(v, 1))
+snippet("linalg_lstsq solution", {
+  A <- torch_tensor(cbind(1, c(1, 2, 3, 4)))
+  b <- torch_tensor(matrix(c(3, 5, 7, 9), 4))
+  arr(linalg_lstsq(A, b)$solution)
+}, function(v) near(v, c(1, 2), 1e-4))
+snippet("linalg_matrix_exp of zeros is the identity", arr(linalg_matrix_exp(torch_zeros(2, 2))),
+        function(v) near(v, diag(2)))
+snippet("linalg_solve_triangular(upper = TRUE)", {
+  U <- torch_tensor(matrix(c(2, 0, 1, 4), 2))
+  arr(linalg_solve_triangular(U, torch_tensor(matrix(c(3, 4), 2)), upper = TRUE))
+}, function(v) near(v, backsolve(matrix(c(2, 0, 1, 4), 2), c(3, 4))))
+snippet("linalg_slogdet of a negative determinant", {
+  r <- linalg_slogdet(torch_tensor(matrix(c(0, 1, 1, 0), 2)))
+  c(r[[1]]$item(), r[[2]]$item())
+}, function(v) near(v, c(-1, 0)))
+snippet("linalg_inv of a singular matrix is refused clearly", linalg_inv(torch_ones(2, 2)),
+        error = "singular|invertible")
+snippet("linalg_cholesky of a non-positive-definite matrix is refused clearly",
+        linalg_cholesky(torch_tensor(matrix(c(1, 2, 2, 1), 2))), error = "positive")
+snippet("linalg_svd(full_matrices = FALSE) shapes", {
+  r <- linalg_svd(torch_randn(5, 3), full_matrices = FALSE)
+  lapply(r, dim)
+}, function(v) identical(v[[1]], c(5L, 3L)) && identical(v[[2]], 3L) && identical(v[[3]], c(3L, 3L)))
+snippet("linalg_eigvalsh ascending", arr(linalg_eigvalsh(torch_tensor(matrix(c(2, 1, 1, 2), 2)))),
+        function(v) near(v, c(1, 3)))
+snippet("linalg_cross with the default dim (last)", arr(linalg_cross(f32(1, 0, 0), f32(0, 1, 0))),
+        function(v) near(v, c(0, 0, 1)))
+snippet("linalg_qr(mode = 'r')", dim(linalg_qr(torch_randn(4, 3), mode = "r")[[2]]),
+        function(v) identical(v, c(3L, 3L)))
+snippet("linalg_det batched", arr(linalg_det(torch_stack(list(spd(), 2 * torch_eye(2))))),
+        function(v) near(v, c(11, 4)))
+
+# ---- nnf_* -------------------------------------------------------------------------------
+snippet("nnf_softmax(x, dim = 1) columns sum to 1", arr(nnf_softmax(m23(), dim = 1)$sum(dim = 1)),
+        function(v) near(v, c(1, 1, 1)))
+snippet("nnf_nll_loss with weight (1-based targets)", {
+  lp <- nnf_log_softmax(torch_tensor(matrix(c(1, 0, 0, 1), 2)), dim = 2)
+  w <- f32(1, 3)
+  nnf_nll_loss(lp, torch_tensor(c(1L, 2L)), weight = w)$item()
+}, function(v) near(v, -log(exp(1) / (exp(1) + 1))))
+snippet("nnf_cross_entropy with a class beyond the number of classes is refused in R terms",
+        nnf_cross_entropy(torch_randn(2, 3), torch_tensor(c(1L, 4L))),
+        error = "4.*(3 classes|between 1 and 3|1-based)|class.*4")
+snippet("nnf_cross_entropy(reduction = 'none')", {
+  x <- torch_tensor(matrix(c(2, 0, 0, 2), 2))
+  arr(nnf_cross_entropy(x, torch_tensor(c(1L, 2L)), reduction = "none"))
+}, function(v) near(v, rep(log(1 + exp(-2)), 2)))
+snippet("nnf_cross_entropy with class probabilities (float target)", {
+  x <- torch_zeros(1, 2)
+  nnf_cross_entropy(x, torch_tensor(matrix(c(0.5, 0.5), 1)))$item()
+}, function(v) near(v, log(2)))
+snippet("nnf_binary_cross_entropy(weight = )", nnf_binary_cross_entropy(f32(0.5, 0.5), f32(1, 0), weight = f32(2, 0))$item(),
+        function(v) near(v, log(2)))
+snippet("nnf_l1_loss(reduction = 'none')", arr(nnf_l1_loss(f32(1, 2), f32(3, 1), reduction = "none")),
+        function(v) near(v, c(2, 1)))
+snippet("nnf_smooth_l1_loss(beta = 2)", nnf_smooth_l1_loss(f32(0), f32(1), beta = 2)$item(),
+        function(v) near(v, 0.25))
+snippet("nnf_huber_loss(delta = 0.5)", nnf_huber_loss(f32(0), f32(2), delta = 0.5)$item(),
+        function(v) near(v, 0.5 * (2 - 0.25)))
+snippet("nnf_cosine_embedding_loss", nnf_cosine_embedding_loss(torch_ones(1, 2), torch_ones(1, 2), torch_tensor(1))$item(),
+        function(v) near(v, 0, 1e-6) || abs(v) < 1e-6)
+snippet("nnf_poisson_nll_loss(log_input = TRUE)", nnf_poisson_nll_loss(f32(0), f32(1), log_input = TRUE)$item(),
+        function(v) near(v, 1))
+snippet("nnf_conv2d(stride = 2, padding = 1) shape", dim(nnf_conv2d(torch_ones(1, 2, 8, 8), torch_ones(4, 2, 3, 3), stride = 2, padding = 1)),
+        function(v) identical(v, c(1L, 4L, 4L, 4L)))
+snippet("nnf_conv1d(groups = 2)", dim(nnf_conv1d(torch_ones(1, 4, 5), torch_ones(6, 2, 3), groups = 2)),
+        function(v) identical(v, c(1L, 6L, 3L)))
+snippet("nnf_conv_transpose2d(stride = 2) shape", dim(nnf_conv_transpose2d(torch_ones(1, 3, 4, 4), torch_ones(3, 2, 2, 2), stride = 2)),
+        function(v) identical(v, c(1L, 2L, 8L, 8L)))
+snippet("nnf_avg_pool1d(kernel_size = 2)", arr(nnf_avg_pool1d(torch_tensor(array(c(1, 3, 5, 7), c(1, 1, 4))), kernel_size = 2)),
+        function(v) near(v, c(2, 6)))
+snippet("nnf_pad(mode = 'reflect')", arr(nnf_pad(torch_tensor(array(c(1, 2, 3), c(1, 1, 3))), c(1, 1), mode = "reflect")),
+        function(v) near(v, c(2, 1, 2, 3, 2)))
+snippet("nnf_pad(value = 9)", arr(nnf_pad(f32(1, 2), c(1, 0), value = 9)), function(v) near(v, c(9, 1, 2)))
+snippet("nnf_interpolate(mode = 'bilinear', align_corners = TRUE)", {
+  x <- torch_tensor(array(c(0, 2, 0, 2), c(1, 1, 2, 2)))
+  arr(nnf_interpolate(x, size = c(3, 3), mode = "bilinear", align_corners = TRUE))[1, 1, , 2]
+}, function(v) near(v, c(0, 1, 2)))
+snippet("nnf_embedding_bag(mode = 'sum')", {
+  w <- torch_tensor(matrix(1:6, 3), dtype = torch_float())
+  arr(nnf_embedding_bag(torch_tensor(matrix(c(1L, 2L, 3L, 3L), 2)), w, mode = "sum"))
+}, function(v) near(v, rbind(c(4, 10), c(5, 11))))
+snippet("nnf_hardshrink(lambd = 0.5)", arr(nnf_hardshrink(f32(-1, 0.2, 1), lambd = 0.5)),
+        function(v) near(v, c(-1, 0, 1)))
+snippet("nnf_softshrink / nnf_tanhshrink / nnf_softsign", c(arr(nnf_softshrink(f32(2), 0.5)), arr(nnf_tanhshrink(f32(0))), arr(nnf_softsign(f32(1)))),
+        function(v) near(v, c(1.5, 0, 0.5)))
+snippet("nnf_glu(dim = 1)", arr(nnf_glu(f32(1, 0), dim = 1)), function(v) near(v, 0.5))
+snippet("nnf_prelu(x, weight)", arr(nnf_prelu(f32(-2, 3), f32(0.25))), function(v) near(v, c(-0.5, 3)))
+snippet("nnf_dropout(p = 0, training = TRUE) is the identity", arr(nnf_dropout(f32(1, 2), p = 0, training = TRUE)),
+        function(v) near(v, c(1, 2)))
+snippet("nnf_alpha_dropout(training = FALSE)", arr(nnf_alpha_dropout(f32(1, 2), p = 0.5, training = FALSE)),
+        function(v) near(v, c(1, 2)))
+snippet("nnf_multilabel_soft_margin_loss", nnf_multilabel_soft_margin_loss(torch_zeros(1, 2), torch_tensor(matrix(c(1, 0), 1)))$item(),
+        function(v) near(v, log(2)))
+snippet("nnf_local_response_norm shape", dim(nnf_local_response_norm(torch_ones(1, 4, 3, 3), size = 2)),
+        function(v) identical(v, c(1L, 4L, 3L, 3L)))
+snippet("nnf_pdist", arr(nnf_pdist(torch_tensor(rbind(c(0, 0), c(3, 4), c(0, 1))))),
+        function(v) near(v, c(5, 1, sqrt(18))))
+snippet("nnf_affine_grid + nnf_grid_sample identity", {
+  x <- torch_randn(1, 1, 3, 3)
+  theta <- torch_tensor(array(c(1, 0, 0, 1, 0, 0), c(1, 2, 3)))
+  g <- nnf_affine_grid(theta, c(1, 1, 3, 3), align_corners = TRUE)
+  as.numeric((nnf_grid_sample(x, g, align_corners = TRUE) - x)$abs()$max()$item())
+}, function(v) v < 1e-5)
+snippet("nnf_max_pool2d(return_indices = TRUE) on 1x1x2x2 gives a 1-based flat index", {
+  x <- torch_tensor(array(c(1, 5, 2, 3), c(1, 1, 2, 2)))
+  r <- nnf_max_pool2d(x, 2, return_indices = TRUE)
+  r[[2]]$item()
+}, function(v) v == 2)
+
+# ---- nn_module ---------------------------------------------------------------------------
+snippet("nn_module with initialize arguments and a default", {
+  Net <- nn_module(initialize = function(d_in, d_out = 2) self$fc <- nn_linear(d_in, d_out),
+                   forward = function(x) self$fc(x))
+  dim(Net(5)(torch_ones(3, 5)))
+}, function(v) identical(v, c(3L, 2L)))
+snippet("names of parameters in an nn_module_list", {
+  Net <- nn_module(initialize = function() {
+    self$layers <- nn_module_list(list(nn_linear(2, 2), nn_linear(2, 1)))
+  }, forward = function(x) x)
+  names(Net()$parameters)
+}, function(v) identical(v, c("layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias")))
+snippet("nn_sequential with named modules", {
+  s <- nn_sequential(fc1 = nn_linear(2, 3), act = nn_relu(), fc2 = nn_linear(3, 1))
+  names(s$parameters)
+}, function(v) identical(v, c("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")))
+snippet("seq[[2]] and length(seq)", {
+  s <- nn_sequential(nn_linear(2, 3), nn_relu(), nn_linear(3, 1))
+  list(length(s), class(s[[2]])[1])
+}, function(v) v[[1]] == 3 && grepl("relu", v[[2]], ignore.case = TRUE))
+snippet("seq[1:2] is a sequential of the first two", {
+  s <- nn_sequential(nn_linear(2, 3), nn_relu(), nn_linear(3, 1))
+  dim(s[1:2](torch_ones(4, 2)))
+}, function(v) identical(v, c(4L, 3L)))
+snippet("m$fc$weight$shape is out x in", {
+  m <- nn_linear(5, 2)
+  m$weight$shape
+}, function(v) identical(v, c(2L, 5L)))
+snippet("fill a weight under with_no_grad()", {
+  m <- nn_linear(2, 1)
+  with_no_grad({
+    m$weight$fill_(1)
+    m$bias$zero_()
+  })
+  arr(m(torch_tensor(matrix(c(1, 2), 1))))
+}, function(v) near(v, 3))
+snippet("load_state_dict with a wrong shape is refused clearly", {
+  m <- nn_linear(2, 1)
+  sd <- m$state_dict()
+  sd$weight <- torch_zeros(3, 3)
+  m$load_state_dict(sd)
+}, error = "size|shape")
+snippet("state_dict() names in order", names(nn_batch_norm1d(3)$state_dict()),
+        function(v) identical(v, c("weight", "bias", "running_mean", "running_var", "num_batches_tracked")))
+snippet("forward with two named inputs called by name", {
+  Net <- nn_module(initialize = function() NULL, forward = function(x, y) x - y)
+  arr(Net()(y = f32(1), x = f32(5)))
+}, function(v) near(v, 4))
+snippet("parameters require grad; freeze one", {
+  m <- nn_sequential(nn_linear(2, 2), nn_linear(2, 1))
+  m[[1]]$weight$requires_grad_(FALSE)
+  sum(vapply(m$parameters, function(p) p$requires_grad, logical(1)))
+}, function(v) v == 3)
+snippet("nn_module_list$extend() and $insert()", {
+  l <- nn_module_list(list(nn_linear(1, 1)))
+  l$extend(list(nn_relu(), nn_tanh()))
+  l$insert(1, nn_identity())
+  c(length(l), grepl("identity", class(l[[1]])[1], ignore.case = TRUE))
+}, function(v) v[1] == 4 && v[2] == 1)
+snippet("m$named_modules() / m$modules count", {
+  m <- nn_sequential(nn_linear(2, 2), nn_relu())
+  length(m$modules)
+}, function(v) v == 3)
+snippet("nn_buffer(persistent = FALSE) is left out of state_dict", {
+  Net <- nn_module(initialize = function() {
+    self$a <- nn_buffer(torch_ones(1))
+    self$b <- nn_buffer(torch_ones(1), persistent = FALSE)
+  })
+  names(Net()$state_dict())
+}, function(v) identical(v, "a"))
+snippet("m$train() / m$eval() sets training on children", {
+  m <- nn_sequential(nn_dropout(0.5))
+  m$eval()
+  c(m$training, m[[1]]$training)
+}, function(v) identical(v, c(FALSE, FALSE)))
+snippet("nn_linear('a', 2) is refused clearly", nn_linear("a", 2), error = "in_features|number|integer")
+snippet("module in a list keeps parameters as references", {
+  m <- nn_linear(1, 1)
+  ms <- list(m)
+  with_no_grad(ms[[1]]$weight$fill_(7))
+  m$weight$item()
+}, function(v) v == 7)
+snippet("nn_init_orthogonal_ gives orthonormal rows", {
+  w <- torch_empty(3, 3)
+  nn_init_orthogonal_(w)
+  arr(torch_mm(w, w$t()))
+}, function(v) near(v, diag(3), 1e-4))
+snippet("nn_init_trunc_normal_ stays within [a, b]", {
+  w <- torch_empty(1000)
+  nn_init_trunc_normal_(w, a = -1, b = 1)
+  range(arr(w))
+}, function(v) v[1] >= -1 && v[2] <= 1)
+snippet("nn_init_calculate_gain('relu')", nn_init_calculate_gain("relu"), function(v) near(v, sqrt(2)))
+
+# ---- optimizers and schedulers ------------------------------------------------------------
+snippet("optim_sgd(weight_decay = 0.1): one step by hand", {
+  w <- torch_tensor(c(1), requires_grad = TRUE)
+  opt <- optim_sgd(list(w), lr = 0.5, weight_decay = 0.1)
+  (w * 2)$sum()$backward()
+  opt$step()
+  w$item()
+}, function(v) near(v, 1 - 0.5 * (2 + 0.1 * 1)))
+snippet("optim_adamw decoupled weight decay with zero gradient", {
+  w <- torch_tensor(c(1), requires_grad = TRUE)
+  opt <- optim_adamw(list(w), lr = 0.1, weight_decay = 0.5)
+  (w * 0)$sum()$backward()
+  opt$step()
+  w$item()
+}, function(v) near(v, 1 - 0.1 * 0.5))
+snippet("optim_rmsprop lowers a quadratic", {
+  w <- torch_tensor(c(3), requires_grad = TRUE)
+  opt <- optim_rmsprop(list(w), lr = 0.1)
+  for (i in 1:20) {
+    opt$zero_grad()
+    (w^2)$sum()$backward()
+    opt$step()
+  }
+  abs(w$item())
+}, function(v) v < 3)
+snippet("optim_adagrad lowers a quadratic", {
+  w <- torch_tensor(c(3), requires_grad = TRUE)
+  opt <- optim_adagrad(list(w), lr = 0.5)
+  for (i in 1:20) {
+    opt$zero_grad()
+    (w^2)$sum()$backward()
+    opt$step()
+  }
+  abs(w$item())
+}, function(v) v < 3)
+snippet("optim_sgd(momentum = 0.9, nesterov = TRUE) two steps by hand", {
+  w <- torch_tensor(c(0), requires_grad = TRUE)
+  opt <- optim_sgd(list(w), lr = 1, momentum = 0.9, nesterov = TRUE)
+  for (i in 1:2) {
+    opt$zero_grad()
+    w$sum()$backward() # gradient 1
+    opt$step()
+  }
+  w$item()
+}, function(v) near(v, -(1 + 0.9) - (1 + 0.9 * 1.9)))
+snippet("lr_lambda sets lr = base * lambda(epoch)", {
+  opt <- optim_sgd(list(torch_ones(1, requires_grad = TRUE)), lr = 1)
+  s <- lr_lambda(opt, lr_lambda = function(epoch) 0.5^epoch)
+  for (i in 1:3) {
+    opt$step()
+    s$step()
+  }
+  opt$param_groups[[1]]$lr
+}, function(v) near(v, 0.125))
+snippet("lr_multiplicative multiplies each step", {
+  opt <- optim_sgd(list(torch_ones(1, requires_grad = TRUE)), lr = 1)
+  s <- lr_multiplicative(opt, lr_lambda = function(epoch) 0.9)
+  for (i in 1:2) {
+    opt$step()
+    s$step()
+  }
+  opt$param_groups[[1]]$lr
+}, function(v) near(v, 0.81))
+snippet("lr_cosine_annealing reaches eta_min at T_max", {
+  opt <- optim_sgd(list(torch_ones(1, requires_grad = TRUE)), lr = 1)
+  s <- lr_cosine_annealing(opt, T_max = 4, eta_min = 0.1)
+  for (i in 1:4) {
+    opt$step()
+    s$step()
+  }
+  opt$param_groups[[1]]$lr
+}, function(v) near(v, 0.1))
+snippet("optim_sgd() without lr is refused clearly", optim_sgd(list(torch_ones(1, requires_grad = TRUE))),
+        error = "lr")
+snippet("opt$state_dict() / load_state_dict() round trip", {
+  w <- torch_tensor(c(1), requires_grad = TRUE)
+  opt <- optim_adam(list(w), lr = 0.1)
+  w$sum()$backward()
+  opt$step()
+  sd <- opt$state_dict()
+  opt2 <- optim_adam(list(w), lr = 0.5)
+  opt2$load_state_dict(sd)
+  opt2$param_groups[[1]]$lr
+}, function(v) near(v, 0.1))
+snippet("optimizer over m$parameters trains an nn_linear", {
+  torch_manual_seed(3)
+  m <- nn_linear(1, 1)
+  x <- torch_tensor(matrix(c(1, 2, 3, 4), 4))
+  y <- 2 * x + 1
+  opt <- optim_sgd(m$parameters, lr = 0.05)
+  for (i in 1:400) {
+    opt$zero_grad()
+    nnf_mse_loss(m(x), y)$backward()
+    opt$step()
+  }
+  c(m$weight$item(), m$bias$item())
+}, function(v) near(v, c(2, 1), 1e-2))
+
+# ---- datasets and dataloaders --------------------------------------------------------------
+ds_gen <- dataset("squares",
+  initialize = function(n) self$n <- n,
+  .getitem = function(i) list(x = torch_tensor(i), y = torch_tensor(i^2)),
+  .length = function() self$n)
+snippet("dataset with initialize(n): length and ds[3]", {
+  d <- ds_gen(5)
+  list(length(d), d[3]$y$item())
+}, function(v) v[[1]] == 5 && v[[2]] == 9)
+snippet("dataloader collates named items into tensors", {
+  b <- dataloader_next(dataloader_make_iter(dataloader(ds_gen(5), batch_size = 2)))
+  list(names(b), dim(b$x), arr(b$y))
+}, function(v) identical(v[[1]], c("x", "y")) && identical(v[[2]], c(2L, 1L)) && near(v[[3]], c(1, 4)))
+snippet("enumerate(dl) counts the batches", {
+  n <- 0
+  for (b in enumerate(dataloader(ds_gen(7), batch_size = 3))) n <- n + 1
+  n
+}, function(v) v == 3)
+snippet("iterator until dataloader_next gives NULL", {
+  it <- dataloader_make_iter(dataloader(ds_gen(4), batch_size = 3))
+  sizes <- c()
+  while (!is.null(b <- dataloader_next(it))) sizes <- c(sizes, b$x$size(1))
+  sizes
+}, function(v) identical(as.integer(v), c(3L, 1L)))
+snippet("batch_size = 1 keeps a batch dim", dim(dataloader_next(dataloader_make_iter(dataloader(ds_gen(3), batch_size = 1)))$x),
+        function(v) identical(v, c(1L, 1L)))
+snippet("ds$.getitem(2) called directly", ds_gen(3)$.getitem(2)$y$item(), function(v) v == 4)
+snippet("tensor_dataset(x, y)[2] is a list of two rows", {
+  td <- tensor_dataset(torch_tensor(matrix(1:6, 3)), torch_tensor(c(7, 8, 9)))
+  r <- td[2]
+  list(length(r), arr(r[[1]]), r[[2]]$item())
+}, function(v) v[[1]] == 2 && identical(v[[2]], c(2L, 5L)) && v[[3]] == 8)
+snippet("dataloader over tensor_dataset: the last batch is smaller", {
+  td <- tensor_dataset(torch_randn(10, 2))
+  sizes <- c()
+  for (b in enumerate(dataloader(td, batch_size = 4))) sizes <- c(sizes, b[[1]]$size(1))
+  sizes
+}, function(v) identical(as.integer(v), c(4L, 4L, 2L)))
+snippet("dataloader(num_workers = 0) is accepted", length(dataloader(ds_gen(4), batch_size = 2, num_workers = 0)),
+        function(v) v == 2)
+snippet("dataset returning plain R numbers collates to a tensor", {
+  d <- dataset(initialize = function() NULL, .getitem = function(i) list(v = i * 1.5),
+               .length = function() 4)()
+  b <- dataloader_next(dataloader_make_iter(dataloader(d, batch_size = 4)))
+  arr(b$v)
+}, function(v) near(v, c(1.5, 3, 4.5, 6)))
+snippet("dataset_subset(ds, indices)", {
+  s <- dataset_subset(ds_gen(10), c(2, 5))
+  list(length(s), s[2]$y$item())
+}, function(v) v[[1]] == 2 && v[[2]] == 25)
+snippet("dataloader(batch_size = 0) is refused clearly", dataloader(ds_gen(3), batch_size = 0),
+        error = "batch_size")
+snippet("a training loop over enumerate(dl)", {
+  torch_manual_seed(1)
+  x <- torch_randn(32, 2)
+  y <- x$sum(dim = 2, keepdim = TRUE)
+  dl <- dataloader(tensor_dataset(x, y), batch_size = 8, shuffle = TRUE)
+  m <- nn_linear(2, 1)
+  opt <- optim_adam(m$parameters, lr = 0.1)
+  for (epoch in 1:30) for (b in enumerate(dl)) {
+    opt$zero_grad()
+    loss <- nnf_mse_loss(m(b[[1]]), b[[2]])
+    loss$backward()
+    opt$step()
+  }
+  nnf_mse_loss(m(x), y)$item()
+}, function(v) v < 0.05)
+
+# ---- autograd ------------------------------------------------------------------------------
+snippet("d/dx sum(x^3) is 3 x^2", {
+  x <- torch_tensor(c(1, 2), requires_grad = TRUE)
+  (x^3)$sum()$backward()
+  arr(x$grad)
+}, function(v) near(v, c(3, 12)))
+snippet("autograd_grad(grad_outputs = )", {
+  x <- torch_tensor(c(1, 2), requires_grad = TRUE)
+  y <- x * 3
+  arr(autograd_grad(list(y), list(x), grad_outputs = list(f32(1, 10)))[[1]])
+}, function(v) near(v, c(3, 30)))
+snippet("autograd_grad(allow_unused = TRUE) for an unused input", {
+  x <- torch_tensor(1, requires_grad = TRUE)
+  z <- torch_tensor(1, requires_grad = TRUE)
+  g <- autograd_grad(list(x * 2), list(x, z), allow_unused = TRUE)
+  list(arr(g[[1]]), is.null(g[[2]]) || !g[[2]]$is_defined())
+}, function(v) near(v[[1]], 2) && isTRUE(v[[2]]))
+snippet("with_no_grad({ w$sub_() }) keeps w a leaf that requires grad", {
+  w <- torch_tensor(c(1), requires_grad = TRUE)
+  (w * 2)$sum()$backward()
+  with_no_grad(w$sub_(0.1 * w$grad))
+  list(w$requires_grad, w$is_leaf, w$item())
+}, function(v) isTRUE(v[[1]]) && isTRUE(v[[2]]) && near(v[[3]], 0.8))
+snippet("with_no_grad returns the value of its expression", with_no_grad(f32(1, 2) * 2)$requires_grad,
+        function(v) identical(v, FALSE))
+snippet("x$requires_grad_(TRUE) on an int tensor is refused clearly", torch_tensor(1:2)$requires_grad_(TRUE),
+        error = "floating|float")
+snippet("x$grad is NULL before backward", is.null(torch_tensor(1, requires_grad = TRUE)$grad),
+        isTRUE)
+snippet("grad of a mean over a matrix is 1/n", {
+  x <- torch_ones(2, 3, requires_grad = TRUE)
+  x$mean()$backward()
+  arr(x$grad)
+}, function(v) near(v, matrix(1 / 6, 2, 3)))
+snippet("nn_linear grads have the parameters' shapes", {
+  m <- nn_linear(3, 2)
+  m(torch_ones(4, 3))$sum()$backward()
+  list(dim(m$weight$grad), arr(m$bias$grad))
+}, function(v) identical(v[[1]], c(2L, 3L)) && near(v[[2]], c(4, 4)))
+snippet("autograd_backward(list(y), grad_tensors = )", {
+  x <- torch_tensor(c(1, 2), requires_grad = TRUE)
+  autograd_backward(list(x * 2), grad_tensors = list(f32(1, 5)))
+  arr(x$grad)
+}, function(v) near(v, c(2, 10)))
+snippet("y$backward() twice without retain_graph is refused clearly", {
+  x <- torch_tensor(2, requires_grad = TRUE)
+  y <- (x * x)$sum()
+  y$backward()
+  y$backward()
+}, error = "retain_graph|second time")
+snippet("x$detach_() stops gradients", {
+  x <- torch_tensor(2, requires_grad = TRUE)
+  y <- x * 3
+  y$detach_()
+  y$requires_grad
+}, function(v) identical(v, FALSE))
+snippet("gradient through indexing x[2]", {
+  x <- torch_tensor(c(1, 2, 3), requires_grad = TRUE)
+  (x[2] * 5)$backward()
+  arr(x$grad)
+}, function(v) near(v, c(0, 5, 0)))
+snippet("second derivative via autograd_grad(create_graph = TRUE) of x^3", {
+  x <- torch_tensor(2, requires_grad = TRUE)
+  g <- autograd_grad(list((x^3)$sum()), list(x), create_graph = TRUE)[[1]]
+  autograd_grad(list(g$sum()), list(x))[[1]]$item()
+}, function(v) near(v, 12))
+
+# ---- jit_trace and sizes inside traces ------------------------------------------------------
+snippet("traced function of two inputs, other shapes", traced_agrees(function(x, y) torch_matmul(x, y$t()) + 1,
+        list(torch_randn(2, 3), torch_randn(4, 3)), list(torch_randn(5, 3), torch_randn(6, 3))), isTRUE)
+snippet("traced x$view(c(-1, x$shape[2] * 2))", traced_agrees(function(x) x$view(c(-1, x$shape[2] * 2)),
+        list(torch_randn(4, 3)), list(torch_randn(6, 5))), isTRUE)
+snippet("traced torch_arange(1, dim(x)[1]) weights", traced_agrees(function(x) x * torch_arange(1, dim(x)[1])$unsqueeze(2),
+        list(torch_randn(3, 2)), list(torch_randn(5, 2))), isTRUE)
+snippet("traced nnf_softmax(dim = x$dim())", traced_agrees(function(x) nnf_softmax(x, dim = x$dim()),
+        list(torch_randn(2, 3)), list(torch_randn(4, 6))), isTRUE)
+snippet("traced x[, x$size(2)] last column", traced_agrees(function(x) x[, x$size(2)],
+        list(torch_randn(3, 4)), list(torch_randn(5, 6))), isTRUE)
+snippet("traced x$narrow(2, 1, x$size(2) - 1)", traced_agrees(function(x) x$narrow(2, 1, x$size(2) - 1),
+        list(torch_randn(3, 4)), list(torch_randn(2, 7))), isTRUE)
+snippet("traced x$unsqueeze(x$dim() + 1)", traced_agrees(function(x) x$unsqueeze(x$dim() + 1),
+        list(torch_randn(3, 4)), list(torch_randn(2, 7))), isTRUE)
+snippet("traced x$transpose(x$dim(), x$dim() - 1)", traced_agrees(function(x) x$transpose(x$dim(), x$dim() - 1),
+        list(torch_randn(2, 3, 4)), list(torch_randn(3, 5, 2))), isTRUE)
+snippet("traced torch_cat with torch_zeros(x$size(1), 1)", traced_agrees(function(x) torch_cat(list(x, torch_zeros(x$size(1), 1)), dim = 2),
+        list(torch_randn(3, 2)), list(torch_randn(6, 4))), isTRUE)
+snippet("traced x$sum(dim = x$dim())", traced_agrees(function(x) x$sum(dim = x$dim()),
+        list(torch_randn(3, 2)), list(torch_randn(6, 4))), isTRUE)
+snippet("traced x[.., x$size(-1)]", traced_agrees(function(x) x[.., x$size(-1)],
+        list(torch_randn(3, 2, 4)), list(torch_randn(2, 5, 3))), isTRUE)
+snippet("traced x[x$size(1) %/% 2 + 1, ] middle row", traced_agrees(function(x) x[x$size(1) %/% 2 + 1, ],
+        list(torch_randn(4, 2)), list(torch_randn(7, 2))), isTRUE)
+snippet("traced x$view(c(dim(x)[1], -1))", traced_agrees(function(x) x$view(c(dim(x)[1], -1)),
+        list(torch_randn(2, 3, 4)), list(torch_randn(5, 2, 2))), isTRUE)
+snippet("traced x$expand(c(x$size(1), 3, x$size(3)))", traced_agrees(function(x) x$expand(c(x$size(1), 3, x$size(3))),
+        list(torch_randn(2, 1, 4)), list(torch_randn(5, 1, 2))), isTRUE)
+snippet("traced x[-x$size(1)] (negative traced position, first element)", traced_agrees(function(x) x[-x$size(1)],
+        list(torch_randn(4)), list(torch_randn(7))), isTRUE)
+snippet("traced torch_index_select(x, 1, i) with an int input", traced_agrees(function(x, i) torch_index_select(x, 1, i),
+        list(torch_randn(5, 2), torch_tensor(c(5L, 1L))), list(torch_randn(8, 3), torch_tensor(c(2L, 8L, 3L)))), isTRUE)
+snippet("traced x$topk(2, dim = 1)[[2]] indices", traced_agrees(function(x) x$topk(2, dim = 1)[[2]],
+        list(torch_randn(5, 2)), list(torch_randn(8, 3))), isTRUE)
+snippet("traced x$max(dim = 2)[[2]] used to gather", traced_agrees(function(x) x$gather(2, x$argmax(dim = 2, keepdim = TRUE)),
+        list(torch_randn(3, 4)), list(torch_randn(6, 2))), isTRUE)
+snippet("traced y[, x$size(2)] <- 0 assignment at a traced position", traced_agrees(function(x) {
+  y <- x$clone()
+  y[, x$size(2)] <- 0
+  y
+}, list(torch_randn(3, 4)), list(torch_randn(5, 2))), isTRUE)
+snippet("traced module, saved, loaded and called at another batch", {
+  Net <- nn_module(initialize = function() {
+    self$fc <- nn_linear(4, 3)
+    self$bn <- nn_batch_norm1d(3)
+  }, forward = function(x) torch_relu(self$bn(self$fc(x))))
+  m <- Net()
+  m$eval()
+  tr <- jit_trace(m, torch_randn(2, 4))
+  p <- tempfile(fileext = ".pt")
+  jit_save(tr, p)
+  ld <- jit_load(p)
+  x <- torch_randn(9, 4)
+  near(arr(ld(x)), arr(m(x)))
+}, isTRUE)
+snippet("traced module's parameters are named as the module's", {
+  m <- nn_sequential(nn_linear(2, 3), nn_relu(), nn_linear(3, 1))
+  tr <- jit_trace(m, torch_randn(2, 2))
+  sort(names(tr$parameters))
+}, function(v) identical(v, sort(c("0.weight", "0.bias", "2.weight", "2.bias"))))
+snippet("traced function returning a named list", {
+  f <- function(x) list(mu = x$mean(dim = 1), sd = x$std(dim = 1))
+  tr <- jit_trace(f, torch_randn(4, 2), strict = FALSE)
+  r <- tr(torch_randn(6, 3))
+  list(names(r), dim(r$sd))
+}, function(v) identical(v[[1]], c("mu", "sd")) && identical(v[[2]], 3L))
+snippet("jit_trace(f, 1:3) (an R vector example) is refused clearly", jit_trace(function(x) x * 2, 1:3),
+        error = "tensor")
+snippet("a traced function called with a list where a tensor was traced is refused clearly", {
+  tr <- jit_trace(function(x) x * 2, torch_randn(2))
+  tr(list(torch_randn(2)))
+}, error = "tensor|list")
+snippet("a traced function called with an R vector is refused clearly", {
+  tr <- jit_trace(function(x) x * 2, torch_randn(2))
+  tr(c(1, 2))
+}, error = "tensor")
+snippet("traced x$mean(dim = 2, keepdim = TRUE) centring", traced_agrees(function(x) x - x$mean(dim = 2, keepdim = TRUE),
+        list(torch_randn(3, 4)), list(torch_randn(5, 2))), isTRUE)
+snippet("traced x[2:N, ] - x[1:(N - 1), ] differences", traced_agrees(function(x) x[2:N, ] - x[1:(N - 1), ],
+        list(torch_randn(4, 2)), list(torch_randn(7, 3))), isTRUE)
+
+# ---- errors in R terms -----------------------------------------------------------------------
+snippet("torch_cat(dim = 3) of matrices names dim 3 and the 1-based range", torch_cat(list(torch_ones(2, 2), torch_ones(2, 2)), dim = 3),
+        error = "dim.*3|\\[1, 2\\]|-2, 2")
+snippet("x$transpose(1, 3) on a matrix says dim 3 in R terms", torch_ones(2, 2)$transpose(1, 3),
+        error = "dim.*3.*(range|1)|\\[1, 2\\]|-2, 2")
+snippet("x$unsqueeze(4) on a matrix says the 1-based range", torch_ones(2, 2)$unsqueeze(4),
+        error = "\\[1, 3\\]|-3, 3|dim.*4")
+snippet("x$view(c(5, 5)) of 4 elements is refused clearly", torch_ones(2, 2)$view(c(5, 5)),
+        error = "shape|size|4")
+snippet("torch_matmul shape mismatch is refused clearly", torch_matmul(torch_ones(2, 3), torch_ones(4, 5)),
+        error = "shape|size|cannot be multiplied")
+snippet("torch_gather index beyond the size is refused in 1-based terms", torch_gather(f32(1, 2, 3), 1, torch_tensor(4L)),
+        error = "4.*(out of|bounds|range)")
+snippet("torch_index_select(x, 1, 0) says positions are 1-based", torch_index_select(f32(1, 2), 1, torch_tensor(0L)),
+        error = "1-based|0")
+snippet("nnf_embedding index beyond the table is refused in 1-based terms", nnf_embedding(torch_tensor(5L), torch_randn(4, 2)),
+        error = "5.*(out of|range|4)|index")
+snippet("x$permute(c(1, 1)) repeated dims is refused clearly", torch_ones(2, 2)$permute(c(1, 1)),
+        error = "repeat|dim|twice|duplicate")
+snippet("torch_reshape(x, c(-1, -1)) is refused clearly", torch_reshape(torch_ones(4), c(-1, -1)),
+        error = "-1|one|infer")
+snippet("tensor + 'a' is refused clearly", torch_ones(2) + "a", error = "character|string|non-numeric")
+snippet("x$squeeze(3) on a matrix says dim 3 out of range in R terms", torch_ones(2, 1)$squeeze(3),
+        error = "dim.*3|\\[1, 2\\]|-2, 2")
+snippet("torch_stack of different shapes names entries 1-based", torch_stack(list(torch_ones(2), torch_ones(3))),
+        error = "entry 1|entry 2|1-based|size")
+snippet("nnf_softmax(x, dim = 3) on a matrix is refused in R terms", nnf_softmax(torch_ones(2, 2), dim = 3),
+        error = "dim.*3|\\[1, 2\\]|-2, 2")
+snippet("x$size(3) on a matrix is refused in R terms", torch_ones(2, 2)$size(3),
+        error = "dim.*3|\\[1, 2\\]|-2, 2")
+
+# ---- summary ----------------------------------------------------------------------------
+levels <- c("works", "clear error", "unclear error", "fails", "SILENTLY WRONG")
+outcomes <- vapply(results, `[[`, "", "outcome")
+counts <- table(factor(outcomes, levels))
+cat(sprintf("\n%d snippets: %s\n", length(outcomes),
+            paste(sprintf("%s %d", names(counts), as.integer(counts)), collapse = ", ")))
+if (counts[["SILENTLY WRONG"]] > 0) quit(status = 1)
