@@ -172,7 +172,8 @@ one_based_terms <- function(msg) {
   m <- regexec("[Tt]arget (-?\\d+) is out of bounds", msg)[[1]]
   if (m[[1]] > 0) {
     n <- as.integer(regmatches(msg, list(m))[[1]][[2]]) + 1L
-    hint <- if (n < 1L) ": classes are 1-based in R (1 is the first class), so 0 is no class" else ""
+    hint <- if (n < 1L) ": classes are 1-based in R (1 is the first class), so 0 is no class" else
+      ": classes are 1-based in R, from 1 to the number of classes (the input's class dimension)"
     msg <- paste0(substr(msg, 1L, m[[1]] - 1L), "Target ", n, " is out of bounds",
                   hint, substr(msg, m[[1]] + attr(m, "match.length")[[1]], nchar(msg)))
   }

@@ -425,9 +425,22 @@ Ops.torch_tensor <- function(e1, e2) {
   if (!is.symbol(out)) return(if (is.environment(out)) wrap_tensor(c_other(out)) else out)
   if (identical(out, quote(.tb_error))) c_error()
   c_started()
+  check_operand(.Generic, e1)
+  check_operand(.Generic, e2)
   out <- withCallingHandlers(py_rb()$binary(.Generic, scalar_py(e1), scalar_py(e2)),
                              error = function(e) rethrow_python(e, one_based = TRUE))
   wrap_tensor(out)
+}
+
+# An operand of `x + y` that is not a tensor must be numbers or logicals (R's arithmetic
+# refuses characters too); Python's own words would name its types, not R's.
+check_operand <- function(op, v) {
+  if (inherits(v, c("torch_tensor", "torch_sym_int")) || is.numeric(v) || is.logical(v)) {
+    return(invisible())
+  }
+  type_error(sprintf(
+    "`%s` of a tensor and %s: the other operand must be a tensor, numbers or logicals.",
+    op, if (is.character(v)) "a character value" else describe_value(v)))
 }
 
 # `x %*% y`: torch_matmul(), an R matrix or vector on either side made a tensor first.
@@ -539,8 +552,7 @@ names.torch_tensor <- function(x) NULL
 }
 
 # mlverse torch has no median() or quantile() method for tensors; R's defaults would
-# sort and index the tensor as an R vector. Say what to call instead. (mlverse has
-# torch_quantile(); tracebridge's surface table has no row for it yet.)
+# sort and index the tensor as an R vector. Say what to call instead.
 #' @exportS3Method stats::median
 median.torch_tensor <- function(x, na.rm = FALSE, ...) {
   tracebridge_abort(paste(
@@ -552,8 +564,8 @@ median.torch_tensor <- function(x, na.rm = FALSE, ...) {
 #' @exportS3Method stats::quantile
 quantile.torch_tensor <- function(x, ...) {
   tracebridge_abort(paste(
-    "quantile() is not defined for tensors (as in mlverse torch), and tracebridge has",
-    "no torch_quantile() yet: use quantile(as_array(x)) for R's quantiles."),
+    "quantile() is not defined for tensors (as in mlverse torch): use torch_quantile(x, q)",
+    "(q: a probability or a vector of them), or quantile(as_array(x)) for R's quantiles."),
     "not_implemented_error")
 }
 
