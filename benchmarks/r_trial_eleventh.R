@@ -1049,6 +1049,227 @@ snippet("nnf_softmax(x, dim = 3) on a matrix is refused in R terms", nnf_softmax
 snippet("x$size(3) on a matrix is refused in R terms", torch_ones(2, 2)$size(3),
         error = "dim.*3|\\[1, 2\\]|-2, 2")
 
+# ---- conversions of views, strides and odd layouts ---------------------------------------
+snippet("as_array of x$t() (a transposed view)", arr(m23()$t()),
+        function(v) near(v, t(matrix(c(1, 4, 2, 5, 3, 6), 2))) && identical(dim(v), c(3L, 2L)))
+snippet("as_array of a 3-d permute", {
+  a <- array(as.numeric(1:24), c(2, 3, 4))
+  arr(torch_tensor(a)$permute(c(3, 1, 2)))
+}, function(v) identical(v, aperm(array(as.numeric(1:24), c(2, 3, 4)), c(3, 1, 2))))
+snippet("as_array of an expanded (stride 0) tensor", arr(f32(1, 2, 3)$unsqueeze(1)$expand(c(2, 3))),
+        function(v) near(v, matrix(c(1, 2, 3), 2, 3, byrow = TRUE)))
+snippet("as_array of a column slice x[, 2:3]", arr(m34()[, 2:3]), function(v) near(v, matrix(1:12, 3)[, 2:3]))
+snippet("as_array of a stepped slice x[1:N:2]", arr(torch_tensor(1:7)[1:N:2]), function(v) identical(v, c(1L, 3L, 5L, 7L)))
+snippet("as_array of an int64 transposed view", arr(torch_tensor(matrix(1:6, 2))$t()),
+        function(v) identical(v, t(matrix(1:6, 2))))
+snippet("as_array of a bool permuted 3-d", {
+  a <- array(c(TRUE, FALSE, FALSE), c(2, 3, 2))
+  arr(torch_tensor(a)$permute(c(2, 3, 1)))
+}, function(v) identical(v, aperm(array(c(TRUE, FALSE, FALSE), c(2, 3, 2)), c(2, 3, 1))))
+snippet("as_array of a float64 diagonal view", arr(torch_tensor(matrix(as.numeric(1:9), 3), dtype = torch_float64())$diagonal()),
+        function(v) identical(v, c(1, 5, 9)))
+snippet("as_array of x$unfold(1, 2, 1) windows", arr(f32(1, 2, 3, 4)$unfold(1, 2, 1)),
+        function(v) near(v, rbind(c(1, 2), c(2, 3), c(3, 4))))
+snippet("torch_tensor of an array with unit dims c(3, 1, 1)", dim(torch_tensor(array(1:3, c(3, 1, 1)))),
+        function(v) identical(v, c(3L, 1L, 1L)))
+snippet("as.numeric of a transposed matrix follows R's column order", as.numeric(m23()$t()),
+        function(v) near(v, as.numeric(t(matrix(c(1, 4, 2, 5, 3, 6), 2)))))
+snippet("float64 item() keeps its precision", torch_tensor(1 / 3, dtype = torch_float64())$item(),
+        function(v) identical(v, 1 / 3))
+snippet("a write through a view x$t() shows in x", {
+  x <- torch_zeros(2, 3)
+  y <- x$t()
+  y[3, 1] <- 7
+  arr(x)[1, 3]
+}, function(v) v == 7)
+snippet("x$add_(1) on a slice writes the base", {
+  x <- torch_zeros(2, 3)
+  x[1, ]$add_(1)
+  arr(x)
+}, function(v) near(v, rbind(c(1, 1, 1), c(0, 0, 0))))
+
+# ---- more indexing --------------------------------------------------------------------------
+snippet("x[c(-1, 2)] mixed: the last then the second (mlverse)", arr(f32(5, 6, 7, 8)[c(-1, 2)]),
+        function(v) near(v, c(8, 6)))
+# mlverse reads `a:b` inside `[` as a slice from a to b: with a > b it is empty (not R's
+# reversed c(b, a)); c(2, 1) is the reversed positions.
+snippet("x[2:1] is an empty slice, as in mlverse", dim(f32(5, 6, 7)[2:1]), function(v) identical(v, 0L))
+snippet("x[c(2, 1)] reversed positions", arr(f32(5, 6, 7)[c(2, 1)]), function(v) near(v, c(6, 5)))
+snippet("x[c(1, 2), -1] vector rows, last column", arr(m34()[c(1, 2), -1]), function(v) near(v, c(10, 11)))
+snippet("x[m] with a logical matrix mask gives R's column order? (torch: row-major)", {
+  x <- torch_tensor(matrix(1:4, 2))
+  arr(x[x > 1])
+}, function(v) identical(sort(v), 2:4))
+snippet("x[, 2] <- x[, 2] * 10 in a 3-d tensor's middle dim", {
+  x <- torch_ones(2, 3, 2)
+  x[, 2, ] <- x[, 2, ] * 10
+  arr(x$sum(dim = c(1, 3)))
+}, function(v) near(v, c(4, 40, 4)))
+snippet("x[i] <- v with an index tensor of repeats keeps one write", {
+  x <- torch_zeros(3)
+  x[torch_tensor(c(2L, 2L))] <- f32(5, 5)
+  arr(x)
+}, function(v) near(v, c(0, 5, 0)))
+snippet("x$index_put_(list(i, j), v) 1-based pairs", {
+  x <- torch_zeros(2, 2)
+  x$index_put_(list(torch_tensor(c(1L, 2L)), torch_tensor(c(2L, 1L))), f32(5, 6))
+  arr(x)
+}, function(v) near(v, rbind(c(0, 5), c(6, 0))))
+snippet("x$scatter_(1, idx, src) along dim 1", {
+  x <- torch_zeros(3, 2)
+  x$scatter_(1, torch_tensor(matrix(c(3L, 1L), 1)), torch_tensor(matrix(c(7, 8), 1)))
+  arr(x)
+}, function(v) near(v, rbind(c(0, 8), c(0, 0), c(7, 0))))
+snippet("torch_take_along_dim(x, idx, dim = 2)", {
+  arr(torch_take_along_dim(m23(), torch_tensor(matrix(c(3L, 1L), 2)), dim = 2))
+}, function(v) near(v, c(3, 4)))
+# mlverse's view() takes one size vector: x$view(c(-1, 2)).
+snippet("x$view(-1, 2) with sizes as separate arguments is refused (mlverse: one size vector)", dim(torch_zeros(2, 3, 2)$view(-1, 2)),
+        error = "unused argument")
+snippet("x$split(c(1, 2), dim = 2) with a vector of sizes", lapply(torch_zeros(2, 3)$split(c(1, 2), dim = 2), dim),
+        function(v) identical(v, list(c(2L, 1L), c(2L, 2L))))
+snippet("x$flatten(start_dim = -2)", dim(torch_zeros(2, 3, 4)$flatten(start_dim = -2)),
+        function(v) identical(v, c(2L, 12L)))
+snippet("x$std(dim = c(1, 2))", torch_tensor(array(as.numeric(1:8), c(2, 2, 2)))$std(dim = c(1, 2))$shape,
+        function(v) identical(v, 2L))
+snippet("torch_diag_embed(offset = 1) shape", dim(torch_diag_embed(torch_ones(2, 3), offset = 1)),
+        function(v) identical(v, c(2L, 4L, 4L)))
+snippet("torch_renorm(x, p = 2, dim = 1, maxnorm = 1)", {
+  x <- torch_tensor(rbind(c(3, 4), c(0.3, 0.4)))
+  arr(torch_renorm(x, p = 2, dim = 1, maxnorm = 1))
+}, function(v) near(v, rbind(c(0.6, 0.8), c(0.3, 0.4)), 1e-4))
+snippet("torch_block_diag", dim(torch_block_diag(list(torch_ones(2, 2), torch_ones(1, 3)))),
+        function(v) identical(v, c(3L, 5L)))
+snippet("torch_cummax(x, dim = 2) indices on a matrix", arr(torch_cummax(torch_tensor(rbind(c(1, 3, 2), c(5, 4, 6))), dim = 2)[[2]]),
+        function(v) near(v, rbind(c(1, 2, 2), c(1, 1, 3))))
+snippet("x$index_fill(2, idx, -1) on a matrix", arr(m23()$index_fill(2, torch_tensor(3L), -1)),
+        function(v) near(v, cbind(c(1, 4), c(2, 5), c(-1, -1))))
+snippet("torch_where(cond, x, y) broadcasting a column", {
+  arr(torch_where(m23() > 3, m23(), torch_tensor(matrix(c(0, 9), 2))))
+}, function(v) near(v, rbind(c(0, 0, 0), c(4, 5, 6))))
+snippet("x$masked_scatter_(mask, src)", {
+  x <- torch_zeros(4)
+  x$masked_scatter_(torch_tensor(c(TRUE, FALSE, TRUE, FALSE)), f32(1, 2, 3, 4))
+  arr(x)
+}, function(v) near(v, c(1, 0, 2, 0)))
+snippet("nnf_pad(x, c(1, 0, 0, 2)) pads the last dim then the one before", dim(nnf_pad(torch_zeros(2, 3), c(1, 0, 0, 2))),
+        function(v) identical(v, c(4L, 4L)))
+snippet("nnf_conv2d(padding = 'same')", dim(nnf_conv2d(torch_ones(1, 1, 5, 5), torch_ones(2, 1, 3, 3), padding = "same")),
+        function(v) identical(v, c(1L, 2L, 5L, 5L)))
+snippet("nnf_softmax of an int tensor is refused clearly", nnf_softmax(torch_tensor(1:3), dim = 1),
+        error = "float|dtype|Long|integer")
+snippet("nnf_interpolate(size = 4, mode = 'nearest') on 1-d", arr(nnf_interpolate(torch_tensor(array(c(1, 2), c(1, 1, 2))), size = 4, mode = "nearest")),
+        function(v) near(v, c(1, 1, 2, 2)))
+snippet("x$to(dtype = torch_bool())", arr(f32(0, 2, -1)$to(dtype = torch_bool())), function(v) identical(v, c(FALSE, TRUE, TRUE)))
+
+# ---- more modules -------------------------------------------------------------------------
+snippet("parameter order: own parameters, then children's (as mlverse)", {
+  Net <- nn_module(initialize = function() {
+    self$fc <- nn_linear(1, 1)
+    self$scale <- nn_parameter(torch_ones(1))
+  }, forward = function(x) x)
+  names(Net()$parameters)
+}, function(v) identical(v, c("scale", "fc.weight", "fc.bias")))
+snippet("m$clone(deep = TRUE) is independent", {
+  m <- nn_linear(1, 1)
+  m2 <- m$clone(deep = TRUE)
+  with_no_grad(m2$weight$fill_(5))
+  m$weight$item() != 5
+}, isTRUE)
+snippet("nn_unflatten(2, c(2, 3))", dim(nn_unflatten(2, c(2, 3))(torch_zeros(4, 6))), function(v) identical(v, c(4L, 2L, 3L)))
+snippet("nn_flatten(start_dim = 1, end_dim = -1) flattens all", dim(nn_flatten(start_dim = 1, end_dim = -1)(torch_zeros(2, 3))),
+        function(v) identical(v, 6L))
+snippet("nn_softmax(dim = 1) on a matrix", arr(nn_softmax(dim = 1)(m23())$sum(dim = 1)), function(v) near(v, c(1, 1, 1)))
+snippet("nn_embedding on a 2-d index matrix", dim(nn_embedding(10, 3)(torch_tensor(matrix(1:6, 2)))),
+        function(v) identical(v, c(2L, 3L, 3L)))
+snippet("nn_batch_norm1d on (N, C, L)", dim(nn_batch_norm1d(3)(torch_randn(4, 3, 5))), function(v) identical(v, c(4L, 3L, 5L)))
+snippet("nn_conv2d weight shape out x in x kh x kw", nn_conv2d(3, 8, c(3, 5))$weight$shape,
+        function(v) identical(v, c(8L, 3L, 3L, 5L)))
+snippet("nn_upsample(scale_factor = 2, mode = 'nearest')", dim(nn_upsample(scale_factor = 2, mode = "nearest")(torch_zeros(1, 1, 2, 3))),
+        function(v) identical(v, c(1L, 1L, 4L, 6L)))
+snippet("m$to(device = 'cpu') returns the module", class(nn_linear(1, 1)$to(device = "cpu"))[[1]],
+        function(v) grepl("linear", v, ignore.case = TRUE))
+snippet("replacing a weight with nn_parameter() registers it", {
+  m <- nn_linear(2, 1)
+  m$weight <- nn_parameter(torch_ones(1, 2))
+  list(length(m$parameters), arr(m(torch_ones(1, 2)) - m$bias))
+}, function(v) v[[1]] == 2 && near(v[[2]], 2))
+snippet("a module forward called with the wrong number of inputs is refused clearly", {
+  Net <- nn_module(initialize = function() NULL, forward = function(x) x)
+  Net()(torch_ones(1), torch_ones(1))
+}, error = "unused argument|argument")
+snippet("nn_max_pool1d(return_indices = TRUE) 1-based", arr(nn_max_pool1d(2, return_indices = TRUE)(torch_tensor(array(c(1, 5, 7, 2), c(1, 1, 4))))[[2]]),
+        function(v) near(v, c(2, 3)))
+
+# ---- more autograd ------------------------------------------------------------------------
+snippet("x$requires_grad <- TRUE then backward", {
+  x <- f32(1, 2)
+  x$requires_grad <- TRUE
+  (x * x)$sum()$backward()
+  arr(x$grad)
+}, function(v) near(v, c(2, 4)))
+snippet("gradient of x[c(1, 1)] accumulates at 1", {
+  x <- torch_tensor(c(1, 2), requires_grad = TRUE)
+  x[c(1, 1)]$sum()$backward()
+  arr(x$grad)
+}, function(v) near(v, c(2, 0)))
+snippet("gradient through torch_index_select with repeats", {
+  x <- torch_tensor(c(1, 2, 3), requires_grad = TRUE)
+  torch_index_select(x, 1, torch_tensor(c(3L, 3L, 1L)))$sum()$backward()
+  arr(x$grad)
+}, function(v) near(v, c(1, 0, 2)))
+snippet("gradient through x$max(dim = 1)[[1]]", {
+  x <- torch_tensor(matrix(c(1, 5, 3, 2), 2), requires_grad = TRUE)
+  x$max(dim = 1)[[1]]$sum()$backward()
+  arr(x$grad)
+}, function(v) near(v, matrix(c(0, 1, 1, 0), 2)))
+snippet("with_no_grad inside a function's return value", {
+  f <- function(x) with_no_grad(return(x * 2))
+  f(torch_tensor(1, requires_grad = TRUE))$requires_grad
+}, function(v) identical(v, FALSE))
+snippet("x$grad$data can be zeroed", {
+  x <- torch_tensor(c(1, 2), requires_grad = TRUE)
+  x$sum()$backward()
+  x$grad$data$zero_()
+  arr(x$grad)
+}, function(v) near(v, c(0, 0)))
+
+# ---- more traces ---------------------------------------------------------------------------
+snippet("traced x$view(c(x$size(1), -1))", traced_agrees(function(x) x$view(c(x$size(1), -1)),
+        list(torch_randn(2, 3, 4)), list(torch_randn(5, 2, 2))), isTRUE)
+snippet("traced x$new_zeros(x$shape) + 1", traced_agrees(function(x) x$new_zeros(x$shape) + 1,
+        list(torch_randn(2, 3)), list(torch_randn(4, 5))), isTRUE)
+snippet("traced torch_ones_like(x)$cumsum(1) positions", traced_agrees(function(x) x * torch_ones_like(x)$cumsum(1),
+        list(torch_randn(3, 2)), list(torch_randn(6, 2))), isTRUE)
+snippet("traced x$numel() / x$size(1)", traced_agrees(function(x) x$sum() / (x$numel() / x$size(1)),
+        list(torch_randn(3, 2)), list(torch_randn(6, 4))), isTRUE)
+snippet("traced nnf_one_hot(i, num_classes = x$size(2))", traced_agrees(function(x, i) nnf_one_hot(i, num_classes = x$size(2))$to(dtype = torch_float()) * x,
+        list(torch_randn(2, 4), torch_tensor(c(1L, 4L))), list(torch_randn(3, 5), torch_tensor(c(5L, 2L, 1L)))), isTRUE)
+snippet("traced x[, -1] last column", traced_agrees(function(x) x[, -1], list(torch_randn(3, 4)), list(torch_randn(2, 6))), isTRUE)
+snippet("traced x[-1, ] is the last row (mlverse)", traced_agrees(function(x) x[-1, ], list(torch_randn(3, 4)), list(torch_randn(5, 4))), isTRUE)
+snippet("traced x$flip(1)[1, ] equals x[N, ]", {
+  tr <- jit_trace(function(x) x$flip(1)[1, ] - x[N, ], torch_randn(3, 2))
+  arr(tr(torch_randn(5, 2)))
+}, function(v) near(v, c(0, 0)))
+snippet("traced integer input x + 1L stays int64", traced_agrees(function(x) x + 1L,
+        list(torch_tensor(1:3)), list(torch_tensor(1:5))), isTRUE)
+snippet("traced x$max(dim = 1)[[2]] indices are 1-based at other shapes", {
+  tr <- jit_trace(function(x) x$max(dim = 1)[[2]], torch_randn(3, 2))
+  arr(tr(torch_tensor(rbind(c(0, 9), c(5, 0), c(1, 1), c(7, 2)))))
+}, function(v) near(v, c(4, 1)))
+snippet("traced torch_argmax at another shape is 1-based", {
+  tr <- jit_trace(function(x) torch_argmax(x), torch_randn(3))
+  tr(f32(1, 2, 3, 9, 0))$item()
+}, function(v) v == 4)
+snippet("traced torch_sort(descending = TRUE) indices", traced_agrees(function(x) torch_sort(x, descending = TRUE)[[2]],
+        list(torch_randn(4)), list(torch_randn(7))), isTRUE)
+snippet("traced torch_nonzero positions", {
+  tr <- jit_trace(function(x) torch_nonzero(x > 0), f32(1, -1, 1))
+  arr(tr(f32(-1, -1, 2, 3, -1)))
+}, function(v) near(v, c(3, 4)))
+snippet("traced x[i] with an index tensor input", traced_agrees(function(x, i) x[i],
+        list(torch_randn(5), torch_tensor(c(5L, 1L))), list(torch_randn(9), torch_tensor(c(9L, 2L, 3L)))), isTRUE)
+
 # ---- summary ----------------------------------------------------------------------------
 levels <- c("works", "clear error", "unclear error", "fails", "SILENTLY WRONG")
 outcomes <- vapply(results, `[[`, "", "outcome")
