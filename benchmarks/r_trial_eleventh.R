@@ -1270,6 +1270,94 @@ snippet("traced torch_nonzero positions", {
 snippet("traced x[i] with an index tensor input", traced_agrees(function(x, i) x[i],
         list(torch_randn(5), torch_tensor(c(5L, 1L))), list(torch_randn(9), torch_tensor(c(9L, 2L, 3L)))), isTRUE)
 
+# ---- dtypes of results, losses in their mlverse form ------------------------------------
+# mlverse adds a small epsilon to `end` (to include it), so integer bounds give float32 too.
+snippet("torch_arange(1, 5) and torch_arange(1L, 5L) are float32 (mlverse)", c(as.character(torch_arange(1, 5)$dtype),
+        as.character(torch_arange(1L, 5L)$dtype)), function(v) identical(v, c("float32", "float32")))
+snippet("sum of an int32 tensor is int64", as.character(torch_tensor(1:3, dtype = torch_int())$sum()$dtype),
+        function(v) v == "int64")
+snippet("sum of a bool tensor counts (int64)", {
+  s <- torch_tensor(c(TRUE, TRUE, FALSE))$sum()
+  list(as.character(s$dtype), s$item())
+}, function(v) v[[1]] == "int64" && v[[2]] == 2)
+snippet("x$max() of everything is 0-d", length(dim(m23()$max())), function(v) v == 0)
+snippet("torch_sort of a matrix sorts each row (dim = -1 default)", arr(torch_sort(torch_tensor(rbind(c(3, 1, 2), c(0, 9, 5))))[[2]]),
+        function(v) near(v, rbind(c(2, 3, 1), c(1, 3, 2))))
+snippet("torch_cat of int64 and float32 promotes to float32", as.character(torch_cat(list(torch_tensor(1:2), f32(0.5)))$dtype),
+        function(v) v == "float32")
+snippet("torch_where(cond) of a matrix: row and column positions, 1-based", {
+  r <- torch_where(torch_tensor(rbind(c(0, 1), c(1, 0))) > 0)
+  list(arr(r[[1]]), arr(r[[2]]))
+}, function(v) near(v[[1]], c(1, 2)) && near(v[[2]], c(2, 1)))
+snippet("x$nonzero() of a matrix is n x 2, 1-based", arr(torch_tensor(rbind(c(0, 1), c(1, 0)))$nonzero()),
+        function(v) near(v, rbind(c(1, 2), c(2, 1))))
+snippet("torch_searchsorted(right = TRUE)", arr(torch_searchsorted(f32(1, 2, 2, 3), f32(2), right = TRUE)),
+        function(v) near(v, 4))
+snippet("torch_bucketize(right = TRUE)", arr(torch_bucketize(f32(2), f32(1, 2, 3), right = TRUE)),
+        function(v) near(v, 3))
+snippet("x$squeeze(1) on a dim that is not 1 leaves it", dim(torch_zeros(2, 1)$squeeze(1)), function(v) identical(v, c(2L, 1L)))
+snippet("torch_chunk(x, 3) of 7 gives sizes 3, 3, 1", vapply(torch_chunk(torch_zeros(7), 3), function(t) t$size(1), 0),
+        function(v) identical(as.integer(v), c(3L, 3L, 1L)))
+snippet("nnf_cross_entropy(label_smoothing = 0.1) equals Python's", {
+  x <- torch_tensor(rbind(c(2, 0, -1), c(0, 1, 0)))
+  got <- nnf_cross_entropy(x, torch_tensor(c(1L, 3L)), label_smoothing = 0.1)$item()
+  pt <- reticulate::import("torch", convert = FALSE)
+  want <- as.numeric(reticulate::py_str(pt$nn$functional$cross_entropy(
+    x$py, pt$tensor(list(0L, 2L)), label_smoothing = 0.1)$item()))
+  c(got, want)
+}, function(v) near(v[1], v[2], 1e-5))
+snippet("nnf_cross_entropy on (N, C, d) with 1-based (N, d) targets", {
+  x <- torch_randn(2, 3, 4)
+  y <- torch_tensor(matrix(c(1L, 3L, 2L, 2L, 3L, 1L, 1L, 2L), 2))
+  got <- nnf_cross_entropy(x, y)$item()
+  lp <- as_array(nnf_log_softmax(x, dim = 2))
+  ya <- as_array(y)
+  want <- -mean(vapply(seq_len(8), function(k) {
+    i <- (k - 1) %% 2 + 1
+    j <- (k - 1) %/% 2 + 1
+    lp[i, ya[i, j], j]
+  }, 0))
+  c(got, want)
+}, function(v) near(v[1], v[2], 1e-5))
+snippet("nnf_binary_cross_entropy_with_logits(pos_weight = )", nnf_binary_cross_entropy_with_logits(f32(0), f32(1), pos_weight = f32(3))$item(),
+        function(v) near(v, 3 * log(2)))
+snippet("nnf_kl_div(reduction = 'batchmean')", nnf_kl_div(torch_log(torch_tensor(rbind(c(0.5, 0.5)))), torch_tensor(rbind(c(0.5, 0.5))), reduction = "batchmean")$item(),
+        function(v) abs(v) < 1e-7)
+snippet("nnf_layer_norm over the last two dims", {
+  y <- nnf_layer_norm(torch_randn(2, 3, 4), normalized_shape = c(3, 4))
+  arr(y$mean(dim = c(2, 3)))
+}, function(v) all(abs(v) < 1e-5))
+snippet("nnf_batch_norm(training = TRUE) updates the running mean", {
+  rm <- torch_zeros(2)
+  rv <- torch_ones(2)
+  nnf_batch_norm(torch_tensor(rbind(c(1, 2), c(3, 4))), rm, rv, training = TRUE, momentum = 0.5)
+  arr(rm)
+}, function(v) near(v, c(1, 1.5)))
+snippet("nnf_dropout(p = 1, training = TRUE) gives zeros", arr(nnf_dropout(f32(1, 2), p = 1, training = TRUE)),
+        function(v) near(v, c(0, 0)))
+snippet("nnf_max_pool2d(ceil_mode = TRUE)", dim(nnf_max_pool2d(torch_ones(1, 1, 5, 5), 2, ceil_mode = TRUE)),
+        function(v) identical(v, c(1L, 1L, 3L, 3L)))
+snippet("nnf_one_hot of a 2-d index", dim(nnf_one_hot(torch_tensor(matrix(c(1L, 2L, 3L, 1L), 2)), 3)),
+        function(v) identical(v, c(2L, 2L, 3L)))
+snippet("nnf_embedding(padding_idx = 2) row stays as given", {
+  w <- torch_tensor(rbind(c(1, 1), c(2, 2), c(3, 3)))
+  arr(nnf_embedding(torch_tensor(c(2L, 3L)), w, padding_idx = 2))
+}, function(v) near(v, rbind(c(2, 2), c(3, 3))))
+snippet("nn_cross_entropy_loss(ignore_index = -100) with 1-based targets", {
+  loss <- nn_cross_entropy_loss()
+  loss(torch_tensor(rbind(c(10, 0), c(0, 10))), torch_tensor(c(1L, 2L)))$item()
+}, function(v) v < 1e-3)
+snippet("nn_nll_loss(weight = ) module", {
+  loss <- nn_nll_loss(weight = f32(1, 0))
+  loss(torch_log(torch_tensor(rbind(c(0.5, 0.5), c(0.25, 0.75)))), torch_tensor(c(1L, 2L)))$item()
+}, function(v) near(v, log(2)))
+snippet("a traced loss with 1-based targets at another batch", traced_agrees(function(x, y) nnf_cross_entropy(x, y, reduction = "none"),
+        list(torch_randn(2, 3), torch_tensor(c(3L, 1L))), list(torch_randn(4, 3), torch_tensor(c(2L, 3L, 1L, 3L)))), isTRUE)
+snippet("a traced nn_embedding module at another length", {
+  m <- nn_embedding(5, 2)
+  traced_agrees(m, list(torch_tensor(c(1L, 5L))), list(torch_tensor(c(2L, 3L, 4L, 5L, 1L))))
+}, isTRUE)
+
 # ---- summary ----------------------------------------------------------------------------
 levels <- c("works", "clear error", "unclear error", "fails", "SILENTLY WRONG")
 outcomes <- vapply(results, `[[`, "", "outcome")
