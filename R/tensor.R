@@ -432,15 +432,13 @@ Ops.torch_tensor <- function(e1, e2) {
   wrap_tensor(out)
 }
 
-# An operand of `x + y` that is not a tensor must be numbers or logicals (R's arithmetic
-# refuses characters too); Python's own words would name its types, not R's.
+# A character operand of `x + y` (R's arithmetic refuses it too): Python's own words would
+# name its types, not R's. Other operands (a trace's Python numbers, complex) go on.
 check_operand <- function(op, v) {
-  if (inherits(v, c("torch_tensor", "torch_sym_int")) || is.numeric(v) || is.logical(v)) {
-    return(invisible())
-  }
-  type_error(sprintf(
-    "`%s` of a tensor and %s: the other operand must be a tensor, numbers or logicals.",
-    op, if (is.character(v)) "a character value" else describe_value(v)))
+  if (!is.character(v)) return(invisible())
+  type_error(sprintf(paste(
+    "`%s` of a tensor and a character value: the other operand must be a tensor, numbers",
+    "or logicals."), op))
 }
 
 # `x %*% y`: torch_matmul(), an R matrix or vector on either side made a tensor first.
