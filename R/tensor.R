@@ -13,7 +13,13 @@ tensor_py <- function(x) {
   .subset2(x, ".py")
 }
 
-as_tensor <- function(x) if (inherits(x, "torch_tensor")) x else torch_tensor(x)
+as_tensor <- function(x) {
+  if (inherits(x, "torch_tensor")) return(x)
+  # A tensor that `c(a_list, tensor)` took apart (R/tensor-lists.R): its Python object is
+  # the same tensor, gradient history included.
+  if (inherits(x, "torch.Tensor")) return(wrap_tensor(x))
+  torch_tensor(x)
+}
 
 #' Data types
 #'
@@ -150,6 +156,7 @@ torch_tensor <- function(data, dtype = NULL, device = NULL, requires_grad = FALS
   if (is_sym_data(data)) {
     return(sym_tensor(data, dtype, device, requires_grad)) # R/traced-sizes.R
   }
+  if (inherits(data, "torch.Tensor")) data <- wrap_tensor(data) # see as_tensor()
   if (inherits(data, "torch_tensor")) {
     # Tensor methods of the surface table (through C where it applies).
     out <- data$detach()$clone()

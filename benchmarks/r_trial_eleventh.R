@@ -1358,6 +1358,34 @@ snippet("a traced nn_embedding module at another length", {
   traced_agrees(m, list(torch_tensor(c(1L, 5L))), list(torch_tensor(c(2L, 3L, 4L, 5L, 1L))))
 }, isTRUE)
 
+# ---- tensors and base R's list and vector functions ----------------------------------------
+snippet("c(t1, t2) is a list of two tensors (as in mlverse)", {
+  r <- c(torch_ones(1), torch_zeros(2))
+  list(length(r), vapply(r, function(t) class(t)[[1]], ""))
+}, function(v) v[[1]] == 2 && all(v[[2]] == "torch_tensor"))
+snippet("preds <- c(preds, t) in a loop, then torch_cat(preds)", {
+  preds <- list()
+  for (i in 1:3) preds <- c(preds, torch_tensor(c(i, i)))
+  arr(torch_cat(preds))
+}, function(v) identical(v, c(1L, 1L, 2L, 2L, 3L, 3L)))
+snippet("losses <- c(losses, loss) then torch_stack()$sum()$backward()", {
+  w <- torch_tensor(2, requires_grad = TRUE)
+  losses <- NULL
+  for (k in 3:4) losses <- c(losses, w * k)
+  torch_stack(losses)$sum()$backward()
+  arr(w$grad)
+}, function(v) near(v, 7))
+snippet("unique(x) keeps R's order of first appearance", arr(unique(f32(3, 1, 3))), function(v) near(v, c(3, 1)))
+snippet("rev(x) of a matrix is R's reversed vector", arr(rev(torch_tensor(matrix(1:4, 2)))), function(v) identical(v, 4:1))
+snippet("max(t1, t2) of two tensors is the overall max", max(f32(1, 5), f32(3))$item(), function(v) v == 5)
+snippet("ifelse(x > 2, 1, 0) gives an R vector", ifelse(f32(3, 1, 3) > 2, 1, 0), function(v) identical(v, c(1, 0, 1)))
+snippet("outer(x, x) of a tensor as R numbers", outer(f32(1, 2), f32(1, 2)), function(v) near(v, outer(1:2, 1:2)))
+snippet("x %in% c(1, 3) on a tensor", f32(3, 1, 2) %in% c(1, 3), function(v) identical(v, c(TRUE, TRUE, FALSE)))
+snippet("head(x, 2) of a tensor", arr(head(f32(3, 1, 2), 2)), function(v) near(v, c(3, 1)))
+snippet("sapply over positions with $item()", sapply(1:3, function(i) f32(3, 1, 2)[i]$item()), function(v) near(v, c(3, 1, 2)))
+snippet("vapply(list of tensors, dim)", vapply(list(torch_zeros(2, 3), torch_zeros(4, 3)), function(t) t$size(1), 0),
+        function(v) near(v, c(2, 4)))
+
 # ---- summary ----------------------------------------------------------------------------
 levels <- c("works", "clear error", "unclear error", "fails", "SILENTLY WRONG")
 outcomes <- vapply(results, `[[`, "", "outcome")

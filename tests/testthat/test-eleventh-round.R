@@ -191,3 +191,24 @@ test_that("a tensor with a character operand and an out-of-range class say so in
 test_that("quantile() on a tensor points at torch_quantile()", {
   expect_error(stats::quantile(torch_tensor(c(1, 2))), "torch_quantile")
 })
+
+test_that("c() of tensors is a list of them; c(a_list, tensor) still cats and stacks", {
+  r <- c(torch_ones(1), b = torch_zeros(2), 3)
+  expect_type(r, "list")
+  expect_equal(length(r), 3L)
+  expect_s3_class(r[[1]], "torch_tensor")
+  expect_equal(names(r), c("", "b", ""))
+  expect_equal(r[[3]], 3)
+  # The mlverse habit of growing a list with c(): R splices each tensor's Python object
+  # into the list; torch_cat() and torch_stack() read them back as the same tensors.
+  preds <- list()
+  for (i in 1:3) preds <- c(preds, torch_tensor(c(i, i)))
+  expect_equal(as_array(torch_cat(preds)), c(1L, 1L, 2L, 2L, 3L, 3L))
+  expect_equal(dim(torch_stack(preds)), c(3L, 2L))
+  w <- torch_tensor(2, requires_grad = TRUE)
+  losses <- NULL
+  for (k in 3:4) losses <- c(losses, w * k)
+  torch_stack(losses)$sum()$backward()
+  expect_equal(as_array(w$grad), 7)
+  expect_equal(as_array(torch_tensor(preds[[2]])), c(2L, 2L))
+})
