@@ -1386,6 +1386,88 @@ snippet("sapply over positions with $item()", sapply(1:3, function(i) f32(3, 1, 
 snippet("vapply(list of tensors, dim)", vapply(list(torch_zeros(2, 3), torch_zeros(4, 3)), function(t) t$size(1), 0),
         function(v) near(v, c(2, 4)))
 
+# ---- dims and positions against Python torch called with 0-based arguments ----------------
+pt <- reticulate::import("torch", convert = FALSE)
+pyF <- pt$nn$functional
+from_py <- function(p) arr(tracebridge:::wrap_tensor(p))
+a4 <- torch_tensor(array(as.numeric(1:60), c(3, 4, 5)))
+same_as_py <- function(got, want) {
+  near(arr(got), from_py(want)) && identical(dim(got), dim(tracebridge:::wrap_tensor(want)))
+}
+snippet("torch_narrow(x, 1, -2, 2): start counts from the end", same_as_py(torch_narrow(a4, 1, -2, 2), a4$py$narrow(0L, -2L, 2L)), isTRUE)
+snippet("torch_select(x, 1, -1) is the last", same_as_py(torch_select(a4, 1, -1), a4$py$select(0L, -1L)), isTRUE)
+snippet("x$select(2, -2)", same_as_py(a4$select(2, -2), a4$py$select(1L, -2L)), isTRUE)
+snippet("torch_diagonal(dim1 = -2, dim2 = -1)", same_as_py(torch_diagonal(a4, dim1 = -2, dim2 = -1), a4$py$diagonal(0L, -2L, -1L)), isTRUE)
+snippet("torch_movedim(x, -1, 1)", same_as_py(torch_movedim(a4, -1, 1), a4$py$movedim(-1L, 0L)), isTRUE)
+snippet("x$unsqueeze(-2)", same_as_py(a4$unsqueeze(-2), a4$py$unsqueeze(-2L)), isTRUE)
+snippet("torch_flatten(start_dim = 2, end_dim = -1)", same_as_py(torch_flatten(a4, start_dim = 2, end_dim = -1), a4$py$flatten(1L, -1L)), isTRUE)
+snippet("torch_cumsum(x, dim = -1)", same_as_py(torch_cumsum(a4, dim = -1), a4$py$cumsum(-1L)), isTRUE)
+snippet("torch_split(x, 2, dim = -1) last piece", same_as_py(torch_split(a4, 2, dim = -1)[[3]], a4$py$split(2L, dim = -1L)[2]), isTRUE)
+snippet("torch_roll(shifts = c(1, 2), dims = c(1, 3))", same_as_py(torch_roll(a4, shifts = c(1, 2), dims = c(1, 3)), a4$py$roll(list(1L, 2L), list(0L, 2L))), isTRUE)
+snippet("torch_flip(dims = c(1, 3))", same_as_py(torch_flip(a4, dims = c(1, 3)), a4$py$flip(list(0L, 2L))), isTRUE)
+snippet("torch_rot90(k = 1, dims = c(2, 3))", same_as_py(torch_rot90(a4, 1, c(2, 3)), a4$py$rot90(1L, list(1L, 2L))), isTRUE)
+snippet("torch_scatter(x, -1, idx, src)", {
+  idx <- torch_tensor(matrix(c(2L, 1L), 2, 1))
+  src <- torch_tensor(matrix(c(7, 8), 2, 1))
+  x <- torch_zeros(2, 3)
+  same_as_py(torch_scatter(x, -1, idx, src), x$py$scatter(-1L, pt$tensor(list(list(1L), list(0L))), src$py))
+}, isTRUE)
+snippet("torch_argmax(x, dim = -1)", near(arr(torch_argmax(a4, dim = -1)), from_py(a4$py$argmax(-1L)) + 1), isTRUE)
+snippet("torch_kthvalue(x, 2, dim = 1) values and 1-based indices", {
+  r <- torch_kthvalue(torch_tensor(rbind(c(5, 1), c(2, 9), c(7, 3))), 2, dim = 1)
+  list(arr(r[[1]]), arr(r[[2]]))
+}, function(v) near(v[[1]], c(5, 3)) && near(v[[2]], c(1, 3)))
+snippet("torch_topk(x, 2, dim = -1, largest = FALSE) indices", {
+  x <- torch_tensor(rbind(c(5, 1, 3), c(2, 9, 0)))
+  arr(torch_topk(x, 2, dim = -1, largest = FALSE)[[2]])
+}, function(v) near(v, rbind(c(2, 3), c(3, 1))))
+snippet("torch_unique_consecutive(dim = 1) of rows", dim(torch_unique_consecutive(torch_tensor(rbind(c(1, 2), c(1, 2), c(3, 4))), dim = 1)),
+        function(v) identical(v, c(2L, 2L)))
+snippet("torch_repeat_interleave(x, tensor repeats, dim = 1) on a matrix", dim(torch_repeat_interleave(torch_zeros(2, 3), torch_tensor(c(1L, 3L)), dim = 1)),
+        function(v) identical(v, c(4L, 3L)))
+snippet("torch_triu(x, diagonal = -1)", same_as_py(torch_triu(torch_ones(3, 3), diagonal = -1), pt$triu(pt$ones(3L, 3L), diagonal = -1L)), isTRUE)
+snippet("x$index_add_(2, idx, src)", {
+  x <- torch_zeros(2, 3)
+  x$index_add_(2, torch_tensor(c(3L, 3L)), torch_ones(2, 2))
+  arr(x)
+}, function(v) near(v, cbind(0, 0, c(2, 2))))
+snippet("x$scatter_add(1, idx, src)", {
+  arr(torch_zeros(3)$scatter_add(1, torch_tensor(c(1L, 1L, 3L)), f32(1, 2, 3)))
+}, function(v) near(v, c(3, 0, 3)))
+snippet("x$index_copy_(1, idx, src) in place", {
+  x <- torch_zeros(3, 2)
+  x$index_copy_(1, torch_tensor(c(3L)), torch_ones(1, 2))
+  arr(x)
+}, function(v) near(v, rbind(c(0, 0), c(0, 0), c(1, 1))))
+snippet("x$put_(idx, values) flat 1-based positions", {
+  x <- torch_zeros(2, 2)
+  x$put_(torch_tensor(c(2L)), f32(5))
+  arr(x)
+}, function(v) near(v, rbind(c(0, 5), c(0, 0))))
+snippet("linalg_vector_norm(dim = c(2, 3)) on 3-d", same_as_py(linalg_vector_norm(a4, dim = c(2, 3)), pt$linalg$vector_norm(a4$py, dim = list(1L, 2L))), isTRUE)
+snippet("linalg_matrix_norm(dim = c(1, 3))", same_as_py(linalg_matrix_norm(a4, dim = c(1, 3)), pt$linalg$matrix_norm(a4$py, dim = list(0L, 2L))), isTRUE)
+snippet("linalg_norm(ord = 1, dim = c(2, 1))", same_as_py(linalg_norm(a4, ord = 1, dim = c(2, 1)), pt$linalg$norm(a4$py, ord = 1L, dim = list(1L, 0L))), isTRUE)
+snippet("linalg_cross(dim = 1)", {
+  a <- torch_randn(3, 4)
+  b <- torch_randn(3, 4)
+  same_as_py(linalg_cross(a, b, dim = 1), pt$linalg$cross(a$py, b$py, dim = 0L))
+}, isTRUE)
+snippet("nnf_normalize(dim = -1)", same_as_py(nnf_normalize(a4, dim = -1), pyF$normalize(a4$py, dim = -1L)), isTRUE)
+snippet("nnf_cosine_similarity(dim = 1)", same_as_py(nnf_cosine_similarity(a4, a4$flip(1), dim = 1), pyF$cosine_similarity(a4$py, a4$py$flip(0L), dim = 0L)), isTRUE)
+snippet("nnf_glu(dim = 2) on 3-d", same_as_py(nnf_glu(a4$narrow(2, 1, 4) / 60, dim = 2), pyF$glu(a4$py$narrow(1L, 0L, 4L)$div(60), dim = 1L)), isTRUE)
+snippet("nnf_softmin(dim = 1)", same_as_py(nnf_softmin(a4 / 60, dim = 1), pyF$softmin(a4$py$div(60), dim = 0L)), isTRUE)
+snippet("nn_softmax2d on (N, C, H, W)", {
+  x <- torch_randn(2, 3, 2, 2)
+  same_as_py(nn_softmax2d()(x), pyF$softmax(x$py, dim = -3L))
+}, isTRUE)
+snippet("torch_logsumexp(dim = c(1, 3))", same_as_py(torch_logsumexp(a4 / 60, dim = c(1, 3)), pt$logsumexp(a4$py$div(60), dim = list(0L, 2L))), isTRUE)
+snippet("torch_std(dim = c(2, 3), keepdim = TRUE)", same_as_py(torch_std(a4, dim = c(2, 3), keepdim = TRUE), a4$py$std(dim = list(1L, 2L), keepdim = TRUE)), isTRUE)
+snippet("torch_amin(dim = -1)", same_as_py(torch_amin(a4, dim = -1), pt$amin(a4$py, dim = -1L)), isTRUE)
+snippet("torch_squeeze(x, dim = -1)", dim(torch_squeeze(torch_zeros(2, 3, 1), dim = -1)), function(v) identical(v, c(2L, 3L)))
+snippet("x$expand(c(-1, 4)) keeps the first size", dim(torch_zeros(3, 1)$expand(c(-1, 4))), function(v) identical(v, c(3L, 4L)))
+snippet("torch_broadcast_tensors", lapply(torch_broadcast_tensors(list(torch_zeros(3, 1), torch_zeros(1, 4))), dim),
+        function(v) identical(v, list(c(3L, 4L), c(3L, 4L))))
+
 # ---- summary ----------------------------------------------------------------------------
 levels <- c("works", "clear error", "unclear error", "fails", "SILENTLY WRONG")
 outcomes <- vapply(results, `[[`, "", "outcome")

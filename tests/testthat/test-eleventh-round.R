@@ -212,3 +212,16 @@ test_that("c() of tensors is a list of them; c(a_list, tensor) still cats and st
   expect_equal(as_array(w$grad), 7)
   expect_equal(as_array(torch_tensor(preds[[2]])), c(2L, 2L))
 })
+
+test_that("x$put_(), x$put() and x$index_copy_() take 1-based positions", {
+  x <- torch_zeros(2, 2)
+  x$put_(torch_tensor(c(2L, 4L)), torch_tensor(c(5, 6)))
+  expect_equal(as_array(x), rbind(c(0, 5), c(0, 6)))
+  x$put_(torch_tensor(c(2L, 2L)), torch_tensor(c(1, 1)), accumulate = TRUE)
+  expect_equal(as_array(x)[1, 2], 7)
+  expect_equal(as_array(torch_zeros(3)$put(torch_tensor(-1L), torch_tensor(1))), c(0, 0, 1))
+  y <- torch_zeros(3, 2)
+  y$index_copy_(1, torch_tensor(3L), torch_ones(1, 2))
+  expect_equal(as_array(y), rbind(c(0, 0), c(0, 0), c(1, 1)))
+  expect_error(torch_zeros(3)$put_(torch_tensor(0L), torch_tensor(1)), "1-based|0")
+})
