@@ -235,3 +235,24 @@ test_that("m$clone() says it is not there and how to copy the weights", {
   m$load_state_dict(best)
   expect_equal(m$weight$item(), w)
 })
+
+test_that("max-pooling modules with return_indices = TRUE give 1-based indices", {
+  x <- torch_tensor(array(c(1, 5, 7, 2), c(1, 1, 4)))
+  r <- nn_max_pool1d(2, return_indices = TRUE)(x)
+  expect_equal(as_array(r[[1]])[1, 1, ], c(5, 7))
+  expect_equal(as_array(r[[2]])[1, 1, ], c(2, 3))
+  x2 <- torch_randn(2, 1, 4, 4)
+  expect_equal(as_array(nn_max_pool2d(2, return_indices = TRUE)(x2)[[2]]),
+               as_array(nnf_max_pool2d(x2, 2, return_indices = TRUE)[[2]]))
+  expect_equal(as_array(nn_adaptive_max_pool2d(c(1, 1), return_indices = TRUE)(x2)[[2]]),
+               as_array(nnf_adaptive_max_pool2d(x2, c(1, 1), return_indices = TRUE)[[2]]))
+  expect_equal(as_array(nn_adaptive_max_pool2d(c(1, 1), return_indices = TRUE)(x2)[[2]])[, 1, 1, 1],
+               vapply(1:2, function(i) which.max(t(as_array(x2)[i, 1, , ])), 0L))
+  # Without it, the module still returns the values alone; traced, the indices stay 1-based.
+  expect_equal(dim(nn_max_pool2d(2)(x2)), c(2L, 1L, 2L, 2L))
+  Net <- nn_module(initialize = function() self$p <- nn_max_pool1d(2, return_indices = TRUE),
+                   forward = function(x) self$p(x)[[2]])
+  tr <- jit_trace(Net(), torch_randn(1, 1, 4))
+  y <- torch_tensor(array(c(9, 1, 1, 9, 5, 6), c(1, 1, 6)))
+  expect_equal(as_array(tr(y))[1, 1, ], c(1, 4, 6))
+})
