@@ -186,6 +186,11 @@ one_based_terms <- function(msg) {
   msg <- sub("Class values must be smaller than num_classes.",
              "Class values must be at most num_classes: classes are 1 to num_classes in R.",
              msg, fixed = TRUE)
+  # torch_cat(x), torch_stack(x) of one tensor: R passes the tensor (an R list holding its
+  # Python object) where a list of tensors goes, which Python sees as a dict.
+  msg <- sub("argument '(\\w+)' \\(position \\d+\\) must be tuple of Tensors, not (dict|Tensor)",
+             paste("argument `\\1` must be a list of tensors, such as list(x, y), not one tensor",
+                   "(torch_cat(list(x, y)), torch_stack(list(x, y)))"), msg)
   # index_select(), embeddings: torch does not say which index or dimension.
   sub("index out of range in self", paste(
     "index out of range: an index is past the size of its dimension (indices are 1-based",

@@ -1475,6 +1475,120 @@ snippet("x$expand(c(-1, 4)) keeps the first size", dim(torch_zeros(3, 1)$expand(
 snippet("torch_broadcast_tensors", lapply(torch_broadcast_tensors(list(torch_zeros(3, 1), torch_zeros(1, 4))), dim),
         function(v) identical(v, list(c(3L, 4L), c(3L, 4L))))
 
+# ---- sizes in traces, saving, optimizer details ---------------------------------------------
+snippet("traced x$view(c(x$shape[1], prod(x$shape[2:3])))", traced_agrees(function(x) x$view(c(x$shape[1], prod(x$shape[2:3]))),
+        list(torch_randn(2, 3, 4)), list(torch_randn(5, 2, 6))), isTRUE)
+snippet("traced torch_arange(0, x$size(1) - 1) / x$size(1)", traced_agrees(function(x) x + torch_arange(0, x$size(1) - 1) / x$size(1),
+        list(torch_randn(4)), list(torch_randn(9))), isTRUE)
+snippet("traced x[, x$size(2):1] reversed columns", traced_agrees(function(x) x[, x$size(2):1],
+        list(torch_randn(2, 3)), list(torch_randn(4, 5))), isTRUE)
+snippet("traced x$size(1) * 2L as a size", traced_agrees(function(x) torch_zeros(x$size(1) * 2L, 1) + 1,
+        list(torch_randn(2, 3)), list(torch_randn(4, 5))), isTRUE)
+snippet("traced x$shape[2:3] used whole as a size", traced_agrees(function(x) torch_ones(x$shape[2:3]) * x$mean(),
+        list(torch_randn(2, 3, 4)), list(torch_randn(4, 5, 2))), isTRUE)
+snippet("traced x$reshape(c(-1, x$size(-1)))", traced_agrees(function(x) x$reshape(c(-1, x$size(-1))),
+        list(torch_randn(2, 3, 4)), list(torch_randn(4, 5, 2))), isTRUE)
+snippet("traced x$narrow(1, x$size(1), 1) last row", traced_agrees(function(x) x$narrow(1, x$size(1), 1),
+        list(torch_randn(3, 2)), list(torch_randn(6, 2))), isTRUE)
+snippet("traced nnf_pad(x, c(0, x$size(1)))", traced_agrees(function(x) nnf_pad(x, c(0, x$size(1))),
+        list(torch_randn(3, 2)), list(torch_randn(5, 4))), isTRUE)
+snippet("traced torch_tile(x, c(1, 2))", traced_agrees(function(x) torch_tile(x, c(1, 2)),
+        list(torch_randn(3, 2)), list(torch_randn(5, 4))), isTRUE)
+snippet("traced torch_take_along_dim(x, argmax, dim = 2)", traced_agrees(function(x) torch_take_along_dim(x, x$argmax(dim = 2, keepdim = TRUE), dim = 2),
+        list(torch_randn(3, 4)), list(torch_randn(5, 2))), isTRUE)
+snippet("traced torch_quantile(x, 0.5, dim = 2)", traced_agrees(function(x) torch_quantile(x, 0.5, dim = 2),
+        list(torch_randn(3, 4)), list(torch_randn(5, 7))), isTRUE)
+snippet("traced x$unfold(2, 2, 1)", traced_agrees(function(x) x$unfold(2, 2, 1)$sum(dim = 3),
+        list(torch_randn(3, 4)), list(torch_randn(5, 7))), isTRUE)
+# tracebridge documents (man/torch_save.Rd) that a module is saved as its state, never as
+# code: torch_load() gives the state for load_state_dict() of a module built again.
+snippet("torch_save(model), torch_load() into a module built again (documented)", {
+  make <- function() nn_sequential(nn_linear(2, 3), nn_relu(), nn_linear(3, 1))
+  m <- make()
+  p <- tempfile(fileext = ".pt")
+  torch_save(m, p)
+  m2 <- make()
+  m2$load_state_dict(torch_load(p))
+  x <- torch_randn(4, 2)
+  near(arr(m2(x)), arr(m(x)))
+}, isTRUE)
+snippet("torch_save / torch_load of an int64 and a bool tensor in a named list", {
+  p <- tempfile(fileext = ".pt")
+  torch_save(list(i = torch_tensor(1:3), b = torch_tensor(c(TRUE, FALSE))), p)
+  l <- torch_load(p)
+  list(arr(l$i), arr(l$b))
+}, function(v) identical(v[[1]], 1:3) && identical(v[[2]], c(TRUE, FALSE)))
+snippet("jit_save / jit_load of a module with batch norm keeps running stats", {
+  m <- nn_sequential(nn_linear(2, 2), nn_batch_norm1d(2))
+  m(torch_randn(8, 2))
+  m$eval()
+  tr <- jit_trace(m, torch_randn(3, 2))
+  p <- tempfile(fileext = ".pt")
+  jit_save(tr, p)
+  ld <- jit_load(p)
+  x <- torch_randn(5, 2)
+  near(arr(ld(x)), arr(m(x)), 1e-5)
+}, isTRUE)
+snippet("optim_adam(amsgrad = TRUE) steps", {
+  w <- torch_tensor(c(1), requires_grad = TRUE)
+  opt <- optim_adam(list(w), lr = 0.1, amsgrad = TRUE)
+  (w^2)$sum()$backward()
+  opt$step()
+  w$item()
+}, function(v) near(v, 0.9, 1e-4))
+snippet("length(opt$param_groups[[1]]$params)", {
+  m <- nn_linear(2, 2)
+  opt <- optim_sgd(m$parameters, lr = 0.1)
+  length(opt$param_groups[[1]]$params)
+}, function(v) v == 2)
+snippet("lr_step(step_size = 1, gamma = 0.5) three steps", {
+  opt <- optim_sgd(list(torch_ones(1, requires_grad = TRUE)), lr = 1)
+  s <- lr_step(opt, step_size = 1, gamma = 0.5)
+  for (i in 1:3) {
+    opt$step()
+    s$step()
+  }
+  opt$param_groups[[1]]$lr
+}, function(v) near(v, 0.125))
+snippet("nn_utils_clip_grad_norm_ returns the total norm", {
+  w <- torch_tensor(c(3, 4), requires_grad = TRUE)
+  (w * w / 2)$sum()$backward()
+  n <- nn_utils_clip_grad_norm_(list(w), max_norm = 1)
+  list(as.numeric(n$item()), arr(w$grad))
+}, function(v) near(v[[1]], 5) && near(v[[2]], c(0.6, 0.8), 1e-4))
+snippet("dataloader collates logical and integer items to bool and int64", {
+  d <- dataset(initialize = function() NULL, .getitem = function(i) list(f = i %% 2 == 0, n = as.integer(i)),
+               .length = function() 4)()
+  b <- dataloader_next(dataloader_make_iter(dataloader(d, batch_size = 4)))
+  list(as.character(b$f$dtype), arr(b$f), as.character(b$n$dtype))
+}, function(v) v[[1]] == "bool" && identical(v[[2]], c(FALSE, TRUE, FALSE, TRUE)) && v[[3]] == "int64")
+snippet("dataloader collates nested named lists", {
+  d <- dataset(initialize = function() NULL,
+               .getitem = function(i) list(x = list(a = torch_tensor(i), b = torch_ones(2)), y = torch_tensor(i)),
+               .length = function() 3)()
+  b <- dataloader_next(dataloader_make_iter(dataloader(d, batch_size = 3)))
+  list(dim(b$x$a), dim(b$x$b), dim(b$y))
+}, function(v) identical(v, list(c(3L, 1L), c(3L, 2L), c(3L, 1L))))
+
+# ---- more errors an R user meets ---------------------------------------------------------
+snippet("torch_tensor(NULL) is refused clearly", torch_tensor(NULL), error = "NULL")
+snippet("x$to(device = 'cuda') without CUDA is refused clearly", if (cuda_is_available()) stop("CUDA here") else torch_ones(1)$to(device = "cuda"),
+        error = "CUDA|cuda")
+snippet("torch_randn(2, 'a') is refused clearly", torch_randn(2, "a"), error = "size|whole|number|character")
+snippet("optim_adam(model) instead of model$parameters is refused clearly", optim_adam(nn_linear(1, 1)), error = "parameters")
+snippet("dataloader(list()) of a non-dataset is refused clearly", dataloader(list(1, 2), batch_size = 1), error = "dataset")
+snippet("x$view(c(2, NA)) is refused clearly", torch_ones(4)$view(c(2, NA)), error = "NA|whole|missing")
+snippet("torch_zeros(2.5) is refused clearly", torch_zeros(2.5), error = "whole|integer")
+snippet("torch_randint(5, 1, 3) (low > high) is refused clearly", torch_randint(5, 1, 3), error = "low|high|range|from")
+snippet("nn_linear(2, 1)() without input is refused clearly", nn_linear(2, 1)(), error = "input|argument|missing")
+snippet("a dataset without .getitem says what to define", {
+  d <- dataset(initialize = function() NULL, .length = function() 2)()
+  d[1]
+}, error = "getitem")
+snippet("torch_cat of a tensor (not a list) is refused clearly", torch_cat(torch_ones(2)), error = "list of tensors")
+snippet("nnf_mse_loss of different shapes warns or says so", nnf_mse_loss(torch_ones(2, 1), torch_ones(2)),
+        function(v) is_torch_tensor(v))
+
 # ---- summary ----------------------------------------------------------------------------
 levels <- c("works", "clear error", "unclear error", "fails", "SILENTLY WRONG")
 outcomes <- vapply(results, `[[`, "", "outcome")

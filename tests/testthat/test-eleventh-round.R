@@ -256,3 +256,9 @@ test_that("max-pooling modules with return_indices = TRUE give 1-based indices",
   y <- torch_tensor(array(c(9, 1, 1, 9, 5, 6), c(1, 1, 6)))
   expect_equal(as_array(tr(y))[1, 1, ], c(1, 4, 6))
 })
+
+test_that("torch_cat() and torch_stack() of one tensor ask for a list of tensors", {
+  expect_error(torch_cat(torch_ones(2)), "must be a list of tensors, such as list\\(x, y\\)")
+  expect_error(torch_stack(torch_ones(2)), "must be a list of tensors")
+  expect_equal(dim(torch_cat(list(torch_ones(2)))), 2L)
+})
