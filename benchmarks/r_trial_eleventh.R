@@ -1587,7 +1587,7 @@ snippet("a dataset without .getitem says what to define", {
 }, error = "getitem")
 snippet("torch_cat of a tensor (not a list) is refused clearly", torch_cat(torch_ones(2)), error = "list of tensors")
 snippet("nnf_mse_loss of different shapes warns or says so", nnf_mse_loss(torch_ones(2, 1), torch_ones(2)),
-        function(v) is_torch_tensor(v))
+        function(v) inherits(v, "torch_tensor"))
 
 # ---- summary ----------------------------------------------------------------------------
 levels <- c("works", "clear error", "unclear error", "fails", "SILENTLY WRONG")
