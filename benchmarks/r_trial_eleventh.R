@@ -1589,6 +1589,32 @@ snippet("torch_cat of a tensor (not a list) is refused clearly", torch_cat(torch
 snippet("nnf_mse_loss of different shapes warns or says so", nnf_mse_loss(torch_ones(2, 1), torch_ones(2)),
         function(v) inherits(v, "torch_tensor"))
 
+# ---- the new functions and c() inside traces ------------------------------------------------
+snippet("traced torch_cat(c(x, y)) (c() of tensors is a list)", traced_agrees(function(x, y) torch_cat(c(x, y), dim = 1),
+        list(torch_randn(2, 3), torch_randn(1, 3)), list(torch_randn(4, 3), torch_randn(2, 3))), isTRUE)
+snippet("traced a list grown with c() in a loop over a fixed range", traced_agrees(function(x) {
+  parts <- list()
+  for (k in 1:3) parts <- c(parts, x * k)
+  torch_stack(parts)$sum(dim = 1)
+}, list(torch_randn(2, 3)), list(torch_randn(5, 3))), isTRUE)
+snippet("traced torch_kron(x, eye)", traced_agrees(function(x) torch_kron(x, torch_eye(2)),
+        list(torch_randn(2, 3)), list(torch_randn(3, 1))), isTRUE)
+snippet("traced torch_tensordot(x, w, dims = 1)", {
+  w <- torch_randn(3, 2)
+  traced_agrees(function(x) torch_tensordot(x, w, dims = 1), list(torch_randn(4, 3)), list(torch_randn(6, 3)))
+}, isTRUE)
+snippet("traced torch_clip / torch_logit", traced_agrees(function(x) torch_logit(torch_clip(torch_sigmoid(x), 0.1, 0.9)),
+        list(torch_randn(4)), list(torch_randn(7))), isTRUE)
+snippet("traced nn_max_pool2d(return_indices = TRUE) indices", {
+  m <- nn_max_pool2d(2, return_indices = TRUE)
+  f <- function(x) m(x)[[2]]
+  traced_agrees(f, list(torch_randn(1, 1, 4, 4)), list(torch_randn(2, 1, 6, 6)))
+}, isTRUE)
+# put() is not in the op set (shared_ir/opset.md): the trace refuses it and says so.
+snippet("traced x$put(idx, v) is refused clearly (not in the op set)", traced_agrees(function(x, i) x$put(i, torch_ones(i$size(1))),
+        list(torch_zeros(2, 2), torch_tensor(c(4L))), list(torch_zeros(3, 3), torch_tensor(c(9L, 1L)))),
+        error = "not in tracebridge's op set")
+
 # ---- summary ----------------------------------------------------------------------------
 levels <- c("works", "clear error", "unclear error", "fails", "SILENTLY WRONG")
 outcomes <- vapply(results, `[[`, "", "outcome")
