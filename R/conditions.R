@@ -172,7 +172,8 @@ one_based_terms <- function(msg) {
   m <- regexec("[Tt]arget (-?\\d+) is out of bounds", msg)[[1]]
   if (m[[1]] > 0) {
     n <- as.integer(regmatches(msg, list(m))[[1]][[2]]) + 1L
-    hint <- if (n < 1L) ": classes are 1-based in R (1 is the first class), so 0 is no class" else ""
+    hint <- if (n < 1L) ": classes are 1-based in R (1 is the first class), so 0 is no class" else
+      ": classes are 1-based in R, from 1 to the number of classes (the input's class dimension)"
     msg <- paste0(substr(msg, 1L, m[[1]] - 1L), "Target ", n, " is out of bounds",
                   hint, substr(msg, m[[1]] + attr(m, "match.length")[[1]], nchar(msg)))
   }
@@ -185,6 +186,11 @@ one_based_terms <- function(msg) {
   msg <- sub("Class values must be smaller than num_classes.",
              "Class values must be at most num_classes: classes are 1 to num_classes in R.",
              msg, fixed = TRUE)
+  # torch_cat(x), torch_stack(x) of one tensor: R passes the tensor (an R list holding its
+  # Python object) where a list of tensors goes, which Python sees as a dict.
+  msg <- sub("argument '(\\w+)' \\(position \\d+\\) must be tuple of Tensors, not (dict|Tensor)",
+             paste("argument `\\1` must be a list of tensors, such as list(x, y), not one tensor",
+                   "(torch_cat(list(x, y)), torch_stack(list(x, y)))"), msg)
   # index_select(), embeddings: torch does not say which index or dimension.
   sub("index out of range in self", paste(
     "index out of range: an index is past the size of its dimension (indices are 1-based",

@@ -79,6 +79,54 @@ tensor_dataset <- function(...) {
   gen()
 }
 
+#' Subset of a dataset
+#'
+#' `dataset_subset()` is the dataset of the items `indices` (1-based) of `dataset`, in
+#' that order, as in mlverse torch: item `i` of the subset is item `indices[i]` of
+#' `dataset`.
+#'
+#' @param dataset A dataset.
+#' @param indices Whole numbers from 1 to `length(dataset)`.
+#' @return A dataset.
+#' @examples
+#' if (torch_is_installed()) {
+#'   ds <- tensor_dataset(torch_arange(1, 10))
+#'   s <- dataset_subset(ds, c(2, 5))
+#'   length(s)
+#'   s[2][[1]]
+#' }
+#' @export
+dataset_subset <- function(dataset, indices) {
+  if (!inherits(dataset, "dataset")) {
+    type_error(sprintf("dataset_subset(): `dataset` must be a dataset, not %s.",
+                       describe_value(dataset)))
+  }
+  check_whole(indices, "indices")
+  n <- length(dataset)
+  bad <- indices[indices < 1 | indices > n]
+  if (length(bad)) {
+    tracebridge_abort(sprintf(
+      "dataset_subset(): `indices` must be 1 to %d (the dataset's length, 1-based); got %s.",
+      n, paste(format(utils::head(bad, 3)), collapse = ", ")), "index_error")
+  }
+  indices <- as.integer(indices)
+  parent <- dataset
+  methods <- list(
+    initialize = function() {
+      self$dataset <- parent
+      self$indices <- indices
+    },
+    .getitem = function(i) self$dataset[self$indices[[i]]],
+    .length = function() length(self$indices)
+  )
+  if (is.function(parent$.getbatch)) {
+    methods$.getbatch <- function(i) self$dataset$.getbatch(self$indices[i])
+  }
+  # `dataset` is the argument here; the generator is the function of that name.
+  make <- get("dataset", mode = "function")
+  do.call(make, c(list("dataset_subset"), methods))()
+}
+
 #' @export
 `$.dataset` <- function(x, name) get0(name, envir = x, inherits = FALSE)
 

@@ -73,3 +73,45 @@ linalg_pinv <- function(A, rcond = 1e-15, hermitian = FALSE, atol = NULL, rtol =
   if (length(dim(out)) != length(dim(A))) out <- out$squeeze(1)
   out
 }
+
+#' Tensor contraction over dimensions
+#'
+#' As in mlverse torch, `dims` is either a number `d` (contract the last `d` dimensions of
+#' `a` with the first `d` of `b`) or a list of two vectors of dimensions, 1-based
+#' (negative counts from the end): `list(c(2, 3), c(1, 2))` contracts `a`'s dimensions 2
+#' and 3 with `b`'s 1 and 2.
+#'
+#' @param a,b Tensors.
+#' @param dims A whole number, or a list of two vectors of the same length.
+#' @return A tensor: `a`'s dimensions left over, then `b`'s.
+#' @examples
+#' if (torch_is_installed()) {
+#'   a <- torch_randn(3, 4, 5)
+#'   b <- torch_randn(4, 5, 2)
+#'   dim(torch_tensordot(a, b, dims = 2))
+#'   dim(torch_tensordot(a, b, dims = list(c(2, 3), c(1, 2))))
+#' }
+#' @export
+torch_tensordot <- function(a, b, dims = 2) {
+  if (is.list(dims)) {
+    if (length(dims) != 2 || length(dims[[1]]) != length(dims[[2]])) {
+      value_error(paste(
+        "torch_tensordot(): `dims` must be a number or a list of two vectors of the same",
+        "length (the dimensions of `a` and of `b` to contract)."))
+    }
+    shifted <- lapply(dims, function(d) {
+      lapply(d, function(k) dim_arg(k, "dims"))
+    })
+    dims <- reticulate::r_to_py(shifted, convert = FALSE)
+  } else {
+    check_whole(dims, "dims")
+    if (length(dims) != 1 || dims < 0) {
+      value_error(sprintf(paste(
+        "torch_tensordot(): `dims` must be one whole number of dimensions to contract",
+        "(0 or more), or a list of two vectors of dimensions; got %s."),
+        paste(format(dims), collapse = ", ")))
+    }
+    dims <- as.integer(dims)
+  }
+  surface_row("torch.tensordot")(a, b, dims = dims)
+}

@@ -409,6 +409,15 @@ nn_buffer <- function(x, persistent = TRUE) {
       invisible(inst)
     },
     py = py,
+    # mlverse's R6 clone(): an R module here is an R environment bound to a Python module,
+    # which no copy of either one alone keeps together. Say how to copy the weights.
+    clone = function(deep = FALSE, ...) {
+      tracebridge_abort(paste(
+        "m$clone() is not supported for tracebridge modules. To keep a copy of the",
+        "weights: `state <- lapply(m$state_dict(), function(t) t$clone())`, and later",
+        "`m$load_state_dict(state)` (or into a new module made by the same generator)."),
+        "not_implemented_error")
+    },
     {
       if (reticulate::py_has_attr(py, name)) from_py(reticulate::py_get_attr(py, name))
       else NULL
@@ -516,6 +525,8 @@ module_summary_call <- function(self, method, ...) {
 #' `nn_module_dict()` hold modules (registered, so their parameters are the parent's) and
 #' are indexed like R lists (double brackets; 1 is the first). `model[i]` of an
 #' `nn_sequential()` is a new `nn_sequential()` of the selected (shared) modules.
+#' A module list grows with `$append(module)`, `$extend(modules)` and
+#' `$insert(index, module)` (the module becomes element `index`, 1-based).
 #'
 #' @param ... For `nn_sequential()`, the modules in order.
 #' @param modules A list of modules; named for `nn_module_dict()`.
@@ -527,6 +538,7 @@ module_summary_call <- function(self, method, ...) {
 #'   dim(model(torch_randn(3, 4)))
 #'   dim(model[1:2](torch_randn(3, 4)))
 #'   layers <- nn_module_list(list(nn_linear(2, 2), nn_relu()))
+#'   layers$insert(1, nn_identity())
 #'   length(layers)
 #' }
 NULL
@@ -586,6 +598,20 @@ nn_module_list <- function(modules = list()) {
   }, envir = self)
   assign("extend", function(modules) {
     for (m in modules) get("append", envir = self)(m)
+    invisible(inst)
+  }, envir = self)
+  # insert(index, module): `module` becomes element `index` (1-based), as in mlverse.
+  assign("insert", function(index, module) {
+    check_modules(list(module), "insert()")
+    children <- get(".children", envir = self)
+    check_whole(index, "index")
+    if (length(index) != 1 || index < 1 || index > length(children) + 1) {
+      tracebridge_abort(sprintf(
+        "insert(): `index` must be 1 to %d (1-based: the new module's position).",
+        length(children) + 1L), "index_error")
+    }
+    py$insert(as.integer(index) - 1L, module_py(module))
+    assign(".children", append(children, list(module), after = index - 1), envir = self)
     invisible(inst)
   }, envir = self)
   inst

@@ -502,7 +502,11 @@ convert_result <- function(op, out, env) {
     r = if (inherits(out, "python.builtin.int")) from_py(out) else reticulate::py_to_r(out),
     sizes = simplify_sizes(from_py(out)),
     none = invisible(NULL),
-    module = py_backed_module(out, op$r_name, forward_spec = op$forward),
+    module = if (returns_indices(out)) {
+      py_backed_module(out, op$r_name, forward = values_indices_forward(out))
+    } else {
+      py_backed_module(out, op$r_name, forward_spec = op$forward)
+    },
     optimizer = new_optimizer(out, op$r_name),
     scheduler = new_scheduler(out, op$r_name),
     tracebridge_abort(sprintf("surface.tsv: unknown result kind `%s`.", op$result))
@@ -512,6 +516,23 @@ convert_result <- function(op, out, env) {
 values_indices <- function(out) {
   list(wrap_tensor(reticulate::py_get_item(out, 0L)),
        plus_one(reticulate::py_get_item(out, 1L)))
+}
+
+# A max-pooling module made with `return_indices = TRUE` returns list(values, indices),
+# the indices 1-based as everywhere in R (mlverse's nn_max_pool2d() does the same).
+returns_indices <- function(py) {
+  reticulate::py_has_attr(py, "return_indices") &&
+    isTRUE(reticulate::py_to_r(reticulate::py_get_attr(py, "return_indices")))
+}
+
+values_indices_forward <- function(py) {
+  force(py)
+  function(...) {
+    args <- lapply(list(...), to_py)
+    out <- withCallingHandlers(do.call(tb_py_call, c(list(py), args)),
+                               error = function(e) rethrow_python(e, one_based = TRUE))
+    values_indices(out)
+  }
 }
 
 unique_result <- function(out, env) {

@@ -13,7 +13,13 @@ tensor_py <- function(x) {
   .subset2(x, ".py")
 }
 
-as_tensor <- function(x) if (inherits(x, "torch_tensor")) x else torch_tensor(x)
+as_tensor <- function(x) {
+  if (inherits(x, "torch_tensor")) return(x)
+  # A tensor that `c(a_list, tensor)` took apart (R/tensor-lists.R): its Python object is
+  # the same tensor, gradient history included.
+  if (inherits(x, "torch.Tensor")) return(wrap_tensor(x))
+  torch_tensor(x)
+}
 
 #' Data types
 #'
@@ -150,6 +156,7 @@ torch_tensor <- function(data, dtype = NULL, device = NULL, requires_grad = FALS
   if (is_sym_data(data)) {
     return(sym_tensor(data, dtype, device, requires_grad)) # R/traced-sizes.R
   }
+  if (inherits(data, "torch.Tensor")) data <- wrap_tensor(data) # see as_tensor()
   if (inherits(data, "torch_tensor")) {
     # Tensor methods of the surface table (through C where it applies).
     out <- data$detach()$clone()
@@ -425,9 +432,20 @@ Ops.torch_tensor <- function(e1, e2) {
   if (!is.symbol(out)) return(if (is.environment(out)) wrap_tensor(c_other(out)) else out)
   if (identical(out, quote(.tb_error))) c_error()
   c_started()
+  check_operand(.Generic, e1)
+  check_operand(.Generic, e2)
   out <- withCallingHandlers(py_rb()$binary(.Generic, scalar_py(e1), scalar_py(e2)),
                              error = function(e) rethrow_python(e, one_based = TRUE))
   wrap_tensor(out)
+}
+
+# A character operand of `x + y` (R's arithmetic refuses it too): Python's own words would
+# name its types, not R's. Other operands (a trace's Python numbers, complex) go on.
+check_operand <- function(op, v) {
+  if (!is.character(v)) return(invisible())
+  type_error(sprintf(paste(
+    "`%s` of a tensor and a character value: the other operand must be a tensor, numbers",
+    "or logicals."), op))
 }
 
 # `x %*% y`: torch_matmul(), an R matrix or vector on either side made a tensor first.
@@ -539,8 +557,7 @@ names.torch_tensor <- function(x) NULL
 }
 
 # mlverse torch has no median() or quantile() method for tensors; R's defaults would
-# sort and index the tensor as an R vector. Say what to call instead. (mlverse has
-# torch_quantile(); tracebridge's surface table has no row for it yet.)
+# sort and index the tensor as an R vector. Say what to call instead.
 #' @exportS3Method stats::median
 median.torch_tensor <- function(x, na.rm = FALSE, ...) {
   tracebridge_abort(paste(
@@ -552,8 +569,8 @@ median.torch_tensor <- function(x, na.rm = FALSE, ...) {
 #' @exportS3Method stats::quantile
 quantile.torch_tensor <- function(x, ...) {
   tracebridge_abort(paste(
-    "quantile() is not defined for tensors (as in mlverse torch), and tracebridge has",
-    "no torch_quantile() yet: use quantile(as_array(x)) for R's quantiles."),
+    "quantile() is not defined for tensors (as in mlverse torch): use torch_quantile(x, q)",
+    "(q: a probability or a vector of them), or quantile(as_array(x)) for R's quantiles."),
     "not_implemented_error")
 }
 
