@@ -446,7 +446,8 @@ _log.propagate = False
 
 class FormattedAsserts(nn.Module):
     """timm's patch embedding checks: sizes formatted into assert messages with an f-string,
-    ``%``, ``str`` and ``format``, and into log records that are formatted (DEBUG on)."""
+    ``%``, ``str`` and ``format``, into a message kept in a local for an assert, into a
+    ``print`` and into log records that are formatted (DEBUG on)."""
 
     def __init__(self, patch: int = 4):
         super().__init__()
@@ -459,6 +460,9 @@ class FormattedAsserts(nn.Module):
         torch._assert(h % p == 0, f"Input height ({h}) should be divisible by patch size ({p}).")
         assert w % p == 0, "width %d is not divisible by %d" % (w, p)  # noqa: UP031
         assert c == 3, "expected 3 channels, got " + str(c)
+        shape_msg = "patch grid %s of an input %s" % ((h // p, w // p), tuple(x.shape))  # noqa: UP031
+        assert h >= p, shape_msg
+        print("tokens: %s" % (h // p * (w // p),), file=io.StringIO())  # noqa: UP031
         _log.debug("grid %s for input %s", (h // p, w // p), tuple(x.shape))
         _log.info("input {}x{}".format(h, w))  # noqa: UP032
         return self.proj(x).flatten(2).transpose(1, 2)

@@ -4,14 +4,16 @@ it, with the reason, instead of a trace check that only says the outputs differ.
 
 from __future__ import annotations
 
+import functools
 import inspect
+import io
 
 import pytest
 import torch
 from torch import nn
 
 import tracebridge
-from tracebridge.errors import UnsupportedOpError
+from tracebridge.errors import GuardError, UnsupportedOpError
 
 
 def _line_of(fn, text: str) -> str:
@@ -138,3 +140,77 @@ def test_autograd_after_tracing_is_the_real_one():
     (expected,) = torch.autograd.grad(model.mlp(pos2).sum(), pos2)
     assert torch.allclose(force, -expected)
     assert torch.autograd.grad.__module__ == "torch.autograd"
+
+
+# --- sizes formatted by "literal %s" % (...): messages, not decisions ---------------------
+
+
+def _message_in_a_local(x):
+    msg = "expected (batch, dim), got %s of %s" % (x.shape[0], tuple(x.shape))  # noqa: UP031
+    assert x.dim() == 2, msg
+    return x.cumsum(1)
+
+
+def _printed(x):
+    print("tokens: %s" % (x.shape[0] * x.shape[1],), file=io.StringIO())  # noqa: UP031
+    return x.cumsum(1)
+
+
+def _decides(x):
+    if "%s" % (x.shape[1],) == "4":  # noqa: UP031
+        return x * 2
+    return x * 3
+
+
+@pytest.mark.parametrize("fn", [_message_in_a_local, _printed], ids=["assert msg", "print"])
+def test_percent_formatted_sizes_in_messages_keep_the_trace_general(fn):
+    # "literal %s" % (args,) is compiled as an f-string whose formatting instruction sits
+    # at the argument inside the tuple: it used to be taken as text going elsewhere and
+    # fixed the sizes (GuardError at another batch).
+    traced = tracebridge.trace(fn, torch.randn(2, 4))
+    for shape in [(2, 4), (3, 5), (1, 1)]:
+        x = torch.randn(*shape)
+        assert torch.equal(traced(x), fn(x))
+
+
+def test_percent_formatted_size_that_decides_is_still_guarded():
+    traced = tracebridge.trace(_decides, torch.randn(2, 4))
+    assert torch.equal(traced(torch.ones(3, 4)), torch.full((3, 4), 2.0))
+    with pytest.raises(GuardError) as info:
+        traced(torch.ones(3, 5))
+    assert _line_of(_decides, 'if "%s"') in str(info.value)
+
+
+# --- a tensor in the key of a functools cache ---------------------------------------------
+
+
+class CachedNorm(nn.Module):
+    """A weight normalised once per weight object by an lru_cache'd method."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(4, 4))
+
+    @functools.cache  # noqa: B019 - the pattern under test
+    def normed(self, weight):
+        return weight / weight.norm()
+
+    def forward(self, x):
+        return x @ self.normed(self.weight)
+
+
+@pytest.mark.parametrize("eager_first", [False, True], ids=["fresh", "after an eager call"])
+def test_a_tensor_keyed_functools_cache_is_traced_through(eager_first):
+    # A hit handed the trace a stored tensor: one computed by an earlier eager call (a
+    # constant), or by the trace's first recording, so that the check's second recording
+    # differed and the model was refused as "not stable".
+    model = CachedNorm()
+    if eager_first:
+        model(torch.randn(1, 4))
+    traced = tracebridge.trace(model, torch.randn(2, 4))
+    x = torch.randn(3, 4)
+    assert torch.allclose(traced(x), x @ (model.weight / model.weight.norm()))
+    assert torch.allclose(model(x), traced(x))  # the model's own cache still serves eager
+    with torch.no_grad():
+        model.weight.add_(1.0)  # the graph reads the weight, it holds no copy of it
+    assert torch.allclose(traced(x), x @ (model.weight / model.weight.norm()))

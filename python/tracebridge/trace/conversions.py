@@ -16,6 +16,7 @@ from ..ir import pytree
 from ..ir.program import Ref
 from ..source import called_from_user_code as _called_from_user_code
 from ..source import is_internal
+from .caches import fresh_hash, functools_cache_hashing_tensor
 from .numbers import SymFloat, SymInt, SymSize, _Traced
 from .short_circuit import settled_without_it
 from .text import TensorText, formatted
@@ -138,16 +139,30 @@ class Conversions:
             )
         return result
 
-    def through_cache(self, cache) -> None:
+    def through_cache(self, cache, what: str = "a traced size") -> None:
         """A traced number is part of a cache key: the lookup misses (trace/caches.py).
         A functools cache is remembered, to be emptied when the trace ends."""
         label = cache if isinstance(cache, str) else getattr(cache, "__qualname__", "a cache")
         if not isinstance(cache, str) and all(c is not cache for c in self.caches_used):
             self.caches_used.append(cache)
         self.warn(
-            f"a traced size is part of a key of the cache {label}: the trace records the "
-            "cached function's work for every size instead of a lookup of this one"
+            f"{what} is part of a key of the cache {label}: the trace records the "
+            "cached function's work instead of a lookup of what an earlier call stored"
         )
+
+    def tensor_hash(self, tensor) -> int:
+        """``hash(tensor)`` is its identity, except for the key of a functools cache while
+        tracing: there a hash of its own for this trace, which no stored key has, so the
+        lookup misses and the cached function's work is recorded (trace/caches.py).
+        (``Tensor.__hash__`` skips ``__torch_function__``: trace/patches.py calls this.)"""
+        cache = functools_cache_hashing_tensor()
+        if cache is None:
+            return id(tensor)
+        self.through_cache(cache, "a tensor")
+        own = self._tensor_hashes.get(id(tensor))
+        if own is None or own[0] is not tensor:
+            own = self._tensor_hashes[id(tensor)] = (tensor, fresh_hash())
+        return own[1]
 
     def is_active(self) -> bool:
         """Whether this tracer records in this thread now (text made while tracing may be

@@ -334,6 +334,21 @@ def _traced_backward(self, *args, **kwargs):
     return _original_tensor_backward(self, *args, **kwargs)
 
 
+# --- hash(tensor) for a cache key ---------------------------------------------------------
+# ``Tensor.__hash__`` is ``id(self)`` and skips ``__torch_function__``: the recording mode
+# never sees it. While tracing it asks the tracer, which misses a functools cache whose key
+# holds the tensor (trace/caches.py); everywhere else it is the identity, as before.
+
+_original_tensor_hash = torch.Tensor.__hash__
+
+
+def _traced_tensor_hash(self):
+    active = _tracers.stack
+    if active and active[-1].is_active():
+        return active[-1].tensor_hash(self)
+    return _original_tensor_hash(self)
+
+
 class BuiltinPatches:
     """Every function tracebridge replaces while tracing, behind one object.
 
@@ -448,6 +463,7 @@ BUILTIN_PATCHES.add(torch, "seed", _patched_seed(_original_seed, "torch.seed"))
 BUILTIN_PATCHES.add(torch.random, "seed", _patched_seed(_original_random_seed, "torch.random.seed"))
 BUILTIN_PATCHES.add(torch.autograd, "grad", _traced_autograd_grad)
 BUILTIN_PATCHES.add(torch.Tensor, "backward", _traced_backward)
+BUILTIN_PATCHES.add(torch.Tensor, "__hash__", _traced_tensor_hash)
 BUILTIN_PATCHES.hooks.append(library.patch)  # torch.jit.is_tracing & co
 BUILTIN_PATCHES.hooks.append(_size_pickling)  # a torch.Size pickles while the stand-in is in
 BUILTIN_PATCHES.hooks.append(helpers.patch)  # transformers' torch_int, torch_float

@@ -368,6 +368,11 @@ def _reaches_message(node: ast.AST, following: frozenset = frozenset()) -> bool:
         if isinstance(parent, (ast.JoinedStr, ast.FormattedValue, ast.BinOp, ast.Lambda)):
             child, parent = parent, getattr(parent, "_tb_parent", None)
             continue
+        if _percent_arguments(parent):
+            # "n = %s" % (n,): Python compiles it as an f-string whose instruction is at
+            # the argument's own position, inside the tuple: the text goes where the % goes.
+            child, parent = parent, getattr(parent, "_tb_parent", None)
+            continue
         if isinstance(parent, ast.Call):
             if child is parent.func:  # "...{}".format(n): the call builds more text
                 child, parent = parent, getattr(parent, "_tb_parent", None)
@@ -392,6 +397,19 @@ def _reaches_message(node: ast.AST, following: frozenset = frozenset()) -> bool:
             return _local_reaches_only_messages(parent, following)
         return isinstance(parent, ast.Raise)
     return False
+
+
+def _percent_arguments(node: ast.AST) -> bool:
+    """Whether ``node`` is the tuple of arguments of ``"literal %s" % (...)``."""
+    parent = getattr(node, "_tb_parent", None)
+    return (
+        isinstance(node, ast.Tuple)
+        and isinstance(parent, ast.BinOp)
+        and isinstance(parent.op, ast.Mod)
+        and parent.right is node
+        and isinstance(parent.left, ast.Constant)
+        and isinstance(parent.left.value, str)
+    )
 
 
 # Where text kept in a local may go and still be only a message: the exact names of the
