@@ -525,6 +525,23 @@ class CachedCoords(nn.Module):
         return self.conv(torch.cat([x, grid], 1)) * _inverse_sqrt(h * w)
 
 
+class CachedWeightNorm(nn.Module):
+    """A weight normalised once per weight by a ``functools.cache``d method (the key holds
+    the parameter tensor), as inference code caches a derived weight."""
+
+    def __init__(self, dim: int = 16):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(dim, dim))
+        self.bias = nn.Parameter(torch.randn(dim) * 0.1)
+
+    @functools.cache  # noqa: B019 - the pattern under test
+    def _normed(self, weight: torch.Tensor) -> torch.Tensor:
+        return weight / weight.norm(dim=1, keepdim=True)
+
+    def forward(self, x):
+        return F.linear(x, self._normed(self.weight), self.bias).relu()
+
+
 @torch.compiler.disable
 def _relative_index(n: int, span: int) -> torch.Tensor:
     pos = torch.arange(n)
@@ -1053,6 +1070,7 @@ def _patterns() -> list[Case]:
         Case("head picked by a size string", PATTERN, HAND, StringKeyedHeads, img_sizes),
         Case("float cached by a size string", PATTERN, HAND, StringKeyedScales, img_sizes),
         Case("functools.cache on sizes (tensor, float)", PATTERN, HAND, CachedCoords, img_sizes),
+        Case("functools.cache keyed on a weight", PATTERN, HAND, CachedWeightNorm, _seqs),
         Case("torch.compiler.disable helpers", PATTERN, HAND, CompilerDisabled, _seqs),
         Case("jit.is_tracing branches", PATTERN, HAND, TracingBranches, _seqs),
         Case("torch._assert on sizes and data", PATTERN, HAND, TensorAsserts, text_calls),
