@@ -482,6 +482,15 @@ class StringKeyedHeads(nn.Module):
         return self.heads[key](self.stem(x).mean((2, 3)))
 
 
+class PercentKeyedHeads(StringKeyedHeads):
+    """The same, with the key made by ``"%d" % size`` (Python formats it in C)."""
+
+    def forward(self, x):
+        b, c, h, w = x.shape
+        key = "%d" % w  # noqa: UP031 - the pattern under test
+        return self.heads[key](self.stem(x).mean((2, 3)))
+
+
 class StringKeyedScales(nn.Module):
     """A Python float cached per size in a dict keyed by an f-string of the size: a hit
     returns a number that no traced op computes."""
@@ -1068,6 +1077,7 @@ def _patterns() -> list[Case]:
     return [
         Case("sizes formatted in asserts and logs", PATTERN, HAND, FormattedAsserts, img_sizes),
         Case("head picked by a size string", PATTERN, HAND, StringKeyedHeads, img_sizes),
+        Case("head picked by a %d size string", PATTERN, HAND, PercentKeyedHeads, img_sizes),
         Case("float cached by a size string", PATTERN, HAND, StringKeyedScales, img_sizes),
         Case("functools.cache on sizes (tensor, float)", PATTERN, HAND, CachedCoords, img_sizes),
         Case("functools.cache keyed on a weight", PATTERN, HAND, CachedWeightNorm, _seqs),

@@ -214,3 +214,66 @@ def test_a_tensor_keyed_functools_cache_is_traced_through(eager_first):
     with torch.no_grad():
         model.weight.add_(1.0)  # the graph reads the weight, it holds no copy of it
     assert torch.allclose(traced(x), x @ (model.weight / model.weight.norm()))
+
+
+# --- "%d" % size: text Python makes without asking the traced number ------------------------
+
+
+class PercentKeyedHeads(nn.Module):
+    """One head per length, picked by a key made with "%d" (read in C: no guard possible)."""
+
+    def __init__(self):
+        super().__init__()
+        self.heads = nn.ModuleDict({"4": nn.Linear(3, 2), "6": nn.Linear(3, 2)})
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        key = "%d" % n  # noqa: UP031 - the pattern under test
+        return self.heads[key](x.mean(1))
+
+
+class PercentInMessages(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 2)
+
+    def forward(self, x):
+        n = x.shape[1]
+        assert n > 0, "length %d" % n  # noqa: UP031
+        print("length %5d" % (n,), file=io.StringIO())  # noqa: UP031
+        return self.lin(x).sum(1) * n
+
+
+def test_a_size_formatted_with_percent_d_into_a_key_is_refused_at_its_line():
+    # Was silently wrong: the key was the example's ("4"), and a call of length 6 ran the
+    # head of length 4 without an error.
+    with pytest.raises(UnsupportedOpError) as info:
+        tracebridge.trace(PercentKeyedHeads().eval(), torch.randn(2, 4, 3))
+    message = str(info.value)
+    assert _line_of(PercentKeyedHeads.forward, 'key = "%d" % n') in message
+    assert "%s or an f-string" in message
+
+
+def test_a_size_formatted_with_percent_d_into_messages_stays_general():
+    model = PercentInMessages().eval()
+    traced = tracebridge.trace(model, torch.randn(2, 4, 3))
+    for shape in [(3, 6, 3), (1, 1, 3)]:
+        x = torch.randn(*shape)
+        assert torch.allclose(traced(x), model(x))
+
+
+def test_percent_d_of_plain_numbers_is_not_refused():
+    class Blocks(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block0, self.block1 = nn.Linear(3, 3), nn.Linear(3, 3)
+
+        def forward(self, x):
+            for i in range(2):
+                x = getattr(self, "block%d" % i)(x)  # noqa: UP031
+            return x * x.shape[0]
+
+    model = Blocks().eval()
+    traced = tracebridge.trace(model, torch.randn(2, 3))
+    x = torch.randn(5, 3)
+    assert torch.allclose(traced(x), model(x))
