@@ -15,6 +15,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from heldout_eleventh import eleventh_round
 from heldout_ninth import ninth_cases, tenth_cases
 from heldout_tenth import tenth_round
 from zoo_models import (
@@ -1353,6 +1354,7 @@ def all_cases() -> list[Case]:
         + ninth_cases()
         + tenth_cases()
         + tenth_round()
+        + eleventh_round()
     )
     return [live(case) for case in cases]
 

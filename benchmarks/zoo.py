@@ -84,6 +84,8 @@ def leaves(obj) -> list[torch.Tensor]:
         return [t for k in obj for t in leaves(obj[k])]
     if obj is None:
         return []
+    if isinstance(obj, (bool, int, float)):  # a size or a count returned beside tensors
+        return [torch.tensor(obj)]
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):  # an output class
         return [t for f in dataclasses.fields(obj) for t in leaves(getattr(obj, f.name))]
     raise TypeError(f"unexpected output of type {type(obj).__name__}")

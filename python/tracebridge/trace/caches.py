@@ -17,7 +17,11 @@ Note: why a cache lookup is not a decision.
   a lookup (``in``, ``[key]``, ``.get``, ``.setdefault``) in a container whose name says
   ``cache``, or one that the function around it fills as a memo (``if key not in d:
   d[key] = ...``, the same container and key: a dict of masks kept by length). Any
-  other hash is a decision and is guarded as before. The functools caches
+  other hash is a decision and is guarded as before. A tensor in the key of a functools
+  cache (``@lru_cache def normed(self, weight)``) misses the same way: a hit would hand
+  the trace the tensor an earlier call stored -- an eager result as a constant, or a value
+  of an earlier trace, so that the trace check's second recording differed from the
+  first and refused the model as not stable. The functools caches
   a trace went through are emptied at its end (:func:`clear`): their new entries hold
   traced values, and a cache is only ever a copy of what its function computes.
 """
@@ -29,7 +33,7 @@ import functools
 import itertools
 import sys
 
-from ..source import OWN_DIR
+from ..source import OWN_DIR, TORCH_DIR
 from .text import _parsed, _positions
 
 _CACHE_TYPE = functools._lru_cache_wrapper  # what lru_cache and cache return
@@ -47,10 +51,31 @@ def miss_hash(sym) -> int:
     return cached
 
 
+def fresh_hash() -> int:
+    """A hash no stored key has (for a tensor in a key: the tracer keeps it per tensor)."""
+    return hash(("tracebridge-cache-miss", next(_unique)))
+
+
 def cache_lookup(depth: int = 2):
     """What cache the caller ``depth`` frames up is hashing a key for: a functools cache
     wrapper, the name of a dict that says cache, or None when the hash is a decision."""
-    frame = sys._getframe(depth)
+    return _cache_at(sys._getframe(depth))
+
+
+def functools_cache_hashing_tensor():
+    """The functools cache wrapper whose key the user's code is hashing a tensor for, or
+    None. ``hash(tensor)`` reaches the tracer through ``Tensor.__hash__`` and PyTorch's
+    dispatch: the frame that asks is the first one outside tracebridge and PyTorch."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith((OWN_DIR, TORCH_DIR)):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    found = _cache_at(frame)
+    return found if isinstance(found, _CACHE_TYPE) else None
+
+
+def _cache_at(frame):
     if frame.f_code.co_filename.startswith(OWN_DIR):
         return None  # the tracer's own tables
     positions = _positions(frame.f_code)

@@ -16,9 +16,10 @@ from ..ir import pytree
 from ..ir.program import Ref
 from ..source import called_from_user_code as _called_from_user_code
 from ..source import is_internal
+from .caches import fresh_hash, functools_cache_hashing_tensor
 from .numbers import SymFloat, SymInt, SymSize, _Traced
 from .short_circuit import settled_without_it
-from .text import TensorText, formatted
+from .text import TensorText, formatted, unseen_int_format
 
 
 class Conversions:
@@ -41,6 +42,7 @@ class Conversions:
         return concrete
 
     def size_of(self, tensor: torch.Tensor, dim: int) -> SymInt:
+        self._no_unseen_int_format()
         with torch._C.DisableTorchFunction():
             rank, shape = tensor.dim(), tuple(tensor.shape)
         if not -rank <= dim < max(rank, 1):
@@ -138,16 +140,30 @@ class Conversions:
             )
         return result
 
-    def through_cache(self, cache) -> None:
+    def through_cache(self, cache, what: str = "a traced size") -> None:
         """A traced number is part of a cache key: the lookup misses (trace/caches.py).
         A functools cache is remembered, to be emptied when the trace ends."""
         label = cache if isinstance(cache, str) else getattr(cache, "__qualname__", "a cache")
         if not isinstance(cache, str) and all(c is not cache for c in self.caches_used):
             self.caches_used.append(cache)
         self.warn(
-            f"a traced size is part of a key of the cache {label}: the trace records the "
-            "cached function's work for every size instead of a lookup of this one"
+            f"{what} is part of a key of the cache {label}: the trace records the "
+            "cached function's work instead of a lookup of what an earlier call stored"
         )
+
+    def tensor_hash(self, tensor) -> int:
+        """``hash(tensor)`` is its identity, except for the key of a functools cache while
+        tracing: there a hash of its own for this trace, which no stored key has, so the
+        lookup misses and the cached function's work is recorded (trace/caches.py).
+        (``Tensor.__hash__`` skips ``__torch_function__``: trace/patches.py calls this.)"""
+        cache = functools_cache_hashing_tensor()
+        if cache is None:
+            return id(tensor)
+        self.through_cache(cache, "a tensor")
+        own = self._tensor_hashes.get(id(tensor))
+        if own is None or own[0] is not tensor:
+            own = self._tensor_hashes[id(tensor)] = (tensor, fresh_hash())
+        return own[1]
 
     def is_active(self) -> bool:
         """Whether this tracer records in this thread now (text made while tracing may be
@@ -369,7 +385,29 @@ class Conversions:
             return SymSize(self.size_of(tensor, i) for i in range(tensor.dim()))
         return self.size_of(tensor, int(dim))
 
+    def _no_unseen_int_format(self) -> None:
+        """Refuse a size read in a function that formats sizes with ``%d`` into text that
+        is not a message: Python reads the number in C there, so the text can be neither
+        traced nor guarded, and a key or name made of it would be silently the example's
+        (trace/text.py)."""
+        frame = sys._getframe(2)
+        while frame is not None and is_internal(frame.f_code.co_filename):
+            frame = frame.f_back
+        if frame is None:
+            return
+        line = unseen_int_format(frame.f_code)
+        if line is not None:
+            where = f"{frame.f_code.co_filename}:{line}"
+            raise UnsupportedOpError(
+                f"cannot trace the text formatted at {where}: it formats a size with a "
+                "%-conversion of an integer (%d, %i, %x, ...), which Python reads without "
+                "asking the traced number, so the trace could neither keep the text general "
+                "nor guard it, and the text is used for something other than a message; "
+                'format it with %s or an f-string (f"{n}"), whose text the trace follows'
+            )
+
     def _on_numel(self, func, tensor):
+        self._no_unseen_int_format()
         ref = self._value_node("prim.numel", "int", [self.tensor_ref(tensor)], self.location())
         return SymInt(tensor.numel(), self, ref, f"{self._name(tensor)}.numel()")
 

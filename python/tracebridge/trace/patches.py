@@ -265,6 +265,90 @@ def _script_module_call(self, *args, **kwargs):
     )
 
 
+# --- effects the graph cannot hold: seeding the global generator, autograd's engine --------
+# ``torch.manual_seed`` in forward (fixed noise drawn under ``torch.random.fork_rng``) and
+# ``torch.autograd.grad`` in forward (forces as the gradient of an energy) run out of the
+# recorder's sight: the seed is not in the graph, so its random ops would draw from the
+# caller's generator; the gradient comes back from autograd's engine as a tensor no
+# recorded op made, a constant of the example. Either way the trace would compute
+# something else than the code, which the trace check then found with no word of why.
+# Called from the user's code while tracing, they are refused, naming the line.
+
+_original_manual_seed = torch.manual_seed
+_original_random_manual_seed = torch.random.manual_seed
+_original_seed = torch.seed
+_original_random_seed = torch.random.seed
+_original_autograd_grad = torch.autograd.grad
+_original_tensor_backward = torch.Tensor.backward
+
+
+def _refuse_in_trace(name: str, why: str):
+    active = _tracers.stack
+    if active and _called_from_user_code():
+        raise UnsupportedOpError(
+            f"cannot record {name} at {active[-1].location() or 'unknown location'}: {why}"
+        )
+
+
+_SEEDING = (
+    "seeding the global random generator inside traced code is not recorded (a graph "
+    "holds no generator state), so the random ops after it would draw from the caller's "
+    "generator, not from this seed, and the trace would compute other numbers than the "
+    "code; draw the fixed values once outside the traced code (a buffer made in "
+    "__init__) or pass them as an input"
+)
+_GRADIENT = (
+    "autograd's engine computes the gradient out of the recorder's sight, so the trace "
+    "would hold the example's gradient as a constant; tracebridge records forward "
+    "operations only: compute the gradient outside the traced code (trace the energy, "
+    "then differentiate the traced module's output), or write the derivative out with "
+    "tensor operations"
+)
+
+
+def _patched_manual_seed(original, name: str):
+    def manual_seed(seed):
+        _refuse_in_trace(name, _SEEDING)
+        return original(seed)
+
+    manual_seed.__doc__ = original.__doc__
+    return manual_seed
+
+
+def _patched_seed(original, name: str):
+    def seed():
+        _refuse_in_trace(name, _SEEDING)
+        return original()
+
+    seed.__doc__ = original.__doc__
+    return seed
+
+
+def _traced_autograd_grad(*args, **kwargs):
+    _refuse_in_trace("torch.autograd.grad", _GRADIENT)
+    return _original_autograd_grad(*args, **kwargs)
+
+
+def _traced_backward(self, *args, **kwargs):
+    _refuse_in_trace("Tensor.backward", _GRADIENT)
+    return _original_tensor_backward(self, *args, **kwargs)
+
+
+# --- hash(tensor) for a cache key ---------------------------------------------------------
+# ``Tensor.__hash__`` is ``id(self)`` and skips ``__torch_function__``: the recording mode
+# never sees it. While tracing it asks the tracer, which misses a functools cache whose key
+# holds the tensor (trace/caches.py); everywhere else it is the identity, as before.
+
+_original_tensor_hash = torch.Tensor.__hash__
+
+
+def _traced_tensor_hash(self):
+    active = _tracers.stack
+    if active and active[-1].is_active():
+        return active[-1].tensor_hash(self)
+    return _original_tensor_hash(self)
+
+
 class BuiltinPatches:
     """Every function tracebridge replaces while tracing, behind one object.
 
@@ -367,6 +451,19 @@ BUILTIN_PATCHES.add(torch.inference_mode, "__enter__", _inference_enter)
 BUILTIN_PATCHES.add(torch.inference_mode, "__exit__", _inference_exit)
 BUILTIN_PATCHES.add(torch.jit.ScriptFunction, "__call__", _script_function_call)
 BUILTIN_PATCHES.add(torch.jit.ScriptModule, "__call__", _script_module_call)
+BUILTIN_PATCHES.add(
+    torch, "manual_seed", _patched_manual_seed(_original_manual_seed, "torch.manual_seed")
+)
+BUILTIN_PATCHES.add(
+    torch.random,
+    "manual_seed",
+    _patched_manual_seed(_original_random_manual_seed, "torch.random.manual_seed"),
+)
+BUILTIN_PATCHES.add(torch, "seed", _patched_seed(_original_seed, "torch.seed"))
+BUILTIN_PATCHES.add(torch.random, "seed", _patched_seed(_original_random_seed, "torch.random.seed"))
+BUILTIN_PATCHES.add(torch.autograd, "grad", _traced_autograd_grad)
+BUILTIN_PATCHES.add(torch.Tensor, "backward", _traced_backward)
+BUILTIN_PATCHES.add(torch.Tensor, "__hash__", _traced_tensor_hash)
 BUILTIN_PATCHES.hooks.append(library.patch)  # torch.jit.is_tracing & co
 BUILTIN_PATCHES.hooks.append(_size_pickling)  # a torch.Size pickles while the stand-in is in
 BUILTIN_PATCHES.hooks.append(helpers.patch)  # transformers' torch_int, torch_float

@@ -38,6 +38,7 @@ import contextlib
 import linecache
 import logging
 import os
+import re
 import string
 import sys
 import warnings
@@ -368,6 +369,11 @@ def _reaches_message(node: ast.AST, following: frozenset = frozenset()) -> bool:
         if isinstance(parent, (ast.JoinedStr, ast.FormattedValue, ast.BinOp, ast.Lambda)):
             child, parent = parent, getattr(parent, "_tb_parent", None)
             continue
+        if _percent_arguments(parent):
+            # "n = %s" % (n,): Python compiles it as an f-string whose instruction is at
+            # the argument's own position, inside the tuple: the text goes where the % goes.
+            child, parent = parent, getattr(parent, "_tb_parent", None)
+            continue
         if isinstance(parent, ast.Call):
             if child is parent.func:  # "...{}".format(n): the call builds more text
                 child, parent = parent, getattr(parent, "_tb_parent", None)
@@ -392,6 +398,19 @@ def _reaches_message(node: ast.AST, following: frozenset = frozenset()) -> bool:
             return _local_reaches_only_messages(parent, following)
         return isinstance(parent, ast.Raise)
     return False
+
+
+def _percent_arguments(node: ast.AST) -> bool:
+    """Whether ``node`` is the tuple of arguments of ``"literal %s" % (...)``."""
+    parent = getattr(node, "_tb_parent", None)
+    return (
+        isinstance(node, ast.Tuple)
+        and isinstance(parent, ast.BinOp)
+        and isinstance(parent.op, ast.Mod)
+        and parent.right is node
+        and isinstance(parent.left, ast.Constant)
+        and isinstance(parent.left.value, str)
+    )
 
 
 # Where text kept in a local may go and still be only a message: the exact names of the
@@ -464,6 +483,99 @@ def _local_reaches_only_messages(assign: ast.stmt, following: frozenset = frozen
         ):
             return False
     return True
+
+
+# A %-conversion of an integer that Python formats in C without calling a method of the
+# value (``%d``, ``%5i``, ``%(n)x``, ``%c``); ``%s``, ``%r``, ``%f`` call ``__str__``,
+# ``__repr__``, ``__float__``, which the traced number answers.
+_INT_CONVERSION = re.compile(r"%(?:\([^)]*\))?[#0\- +]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[hlL]?[diuoxXc]")
+_SIZE_METHODS = frozenset({"size", "numel", "nelement", "dim", "item", "tolist"})
+
+
+def unseen_int_format(code) -> int | None:
+    """The line, in the function of ``code``, of a ``"literal %d" % (...)`` whose operands
+    are sizes (``x.shape``, ``x.size()``, ``len(x)``, ``numel``, ``item``, or a local
+    assigned from one) and whose text goes somewhere other than a message; else None."""
+    return _unseen_int_format(code.co_filename, code.co_firstlineno, code.co_name)
+
+
+@lru_cache(maxsize=4096)
+def _unseen_int_format(filename: str, firstlineno: int, name: str) -> int | None:
+    function = _function_node(filename, firstlineno, name)
+    if function is None:
+        return None
+    tainted: set[str] = set()
+    changed = True
+    while changed:  # locals assigned from sizes, and from such locals
+        changed = False
+        for node in ast.walk(function):
+            if isinstance(node, ast.Assign):
+                targets, value = node.targets, node.value
+            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and node.value is not None:
+                targets, value = [node.target], node.value
+            else:
+                continue
+            if not _mentions_size(value, tainted):
+                continue
+            for target in targets:
+                for leaf in ast.walk(target):
+                    if isinstance(leaf, ast.Name) and leaf.id not in tainted:
+                        tainted.add(leaf.id)
+                        changed = True
+    index = _parsed(filename) or {}
+    for node in ast.walk(function):
+        if not (
+            isinstance(node, ast.BinOp)
+            and isinstance(node.op, ast.Mod)
+            and isinstance(node.left, ast.Constant)
+            and isinstance(node.left.value, str)
+            and _INT_CONVERSION.search(node.left.value)
+            and _mentions_size(node.right, tainted)
+        ):
+            continue
+        key = (node.lineno, node.end_lineno, node.col_offset, node.end_col_offset)
+        placed = index.get(key)  # the same node in the index, which knows its parents
+        if placed is None or not _reaches_message(placed):
+            return node.lineno
+    return None
+
+
+def _mentions_size(expr: ast.AST, tainted: set) -> bool:
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Name) and node.id in tainted:
+            return True
+        if isinstance(node, ast.Attribute) and node.attr == "shape":
+            return True
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Attribute) and func.attr in _SIZE_METHODS:
+                return True
+            if isinstance(func, ast.Name) and func.id == "len":
+                return True
+    return False
+
+
+@lru_cache(maxsize=256)
+def _functions(filename: str) -> tuple:
+    source = "".join(linecache.getlines(filename))
+    try:
+        tree = ast.parse(source) if source else None
+    except (SyntaxError, ValueError):
+        tree = None
+    if tree is None:
+        return ()
+    return tuple(
+        n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    )
+
+
+def _function_node(filename: str, firstlineno: int, name: str):
+    """The ``def`` whose code starts at ``firstlineno`` (its first decorator's line)."""
+    for node in _functions(filename):
+        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+        if node.name == name and first == firstlineno:
+            return node
+    return None
 
 
 def _is_message_call(func: ast.AST) -> bool:

@@ -62,6 +62,7 @@ class Tracer(Dispatcher, Conversions, LibraryHandlers, InPlace, NoOps, Recorder)
         self._grad_entry: tuple[Ref, bool] | None = None
         self._grad_depth = 0
         self.caches_used: list = []  # functools caches a size went through (trace/caches.py)
+        self._tensor_hashes: dict[int, tuple] = {}  # tensors in functools cache keys
         self._facts_init()  # what is known of values on every call (trace/noops.py)
         self._inplace_init()  # what writes may be recorded out of place (trace/inplace.py)
         self.mode = _RecordingMode(self)
