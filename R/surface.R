@@ -135,7 +135,8 @@ method_template <- function() {
   } else .out
 }
 
-# Resolve "torch.argmax", "F.relu", "Tensor.view", "nn.Linear", "optim.SGD", "lr.StepLR".
+# Resolve "torch.argmax", "F.relu", "Tensor.view", "nn.Linear", "optim.SGD", "lr.StepLR",
+# "rb.take_along_positions" (tracebridge.frontends.rbridge: torch ops with R's checks).
 resolve_py <- function(path) {
   if (is.null(.tb$python_ready)) python_ready()  # R/startup.R: a clear error without Python
   parts <- strsplit(path, ".", fixed = TRUE)[[1]]
@@ -148,6 +149,7 @@ resolve_py <- function(path) {
     optim = torch$optim,
     lr = torch$optim$lr_scheduler,
     init = torch$nn$init,
+    rb = py_rb(),
     tracebridge_abort(sprintf("surface.tsv: unknown Python root in `%s`.", path))
   )
   for (p in parts[-1]) root <- reticulate::py_get_attr(root, p)

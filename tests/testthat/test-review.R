@@ -9,3 +9,34 @@ test_that("nnf_grid_sample's align_corners defaults to FALSE, as in mlverse (no 
                                                              align_corners = FALSE)
   expect_equal(as_array(got), as_array(tracebridge:::wrap_tensor(want)))
 })
+
+test_that("torch_take_along_dim refuses a 0 or a position past the dimension (torch wraps them)", {
+  x <- torch_tensor(rbind(c(1, 2, 3, 4), c(5, 6, 7, 8)))
+  # torch.take_along_dim with a dim reads an index modulo the size: R's 0 read column 1.
+  expect_error(torch_take_along_dim(x, torch_tensor(rbind(0L, 2L)), dim = 2), "0 \\(positions")
+  expect_error(x$take_along_dim(torch_tensor(rbind(5L, 2L)), dim = 2), "out of bounds")
+  expect_error(torch_take_along_dim(x, torch_tensor(rbind(-5L, 2L)), dim = 2), "out of bounds")
+  expect_error(torch_take_along_dim(x, torch_tensor(matrix(c(1L, 3L), 1)), dim = 1), "out of bounds")
+  # Valid positions: what Python torch gives for the 0-based ones (negatives from the end).
+  idx <- torch_tensor(rbind(c(4L, 1L), c(-1L, 2L)))
+  want <- tracebridge:::py_torch()$take_along_dim(
+    x$py, torch_tensor(rbind(c(3L, 0L), c(-1L, 1L)))$py, dim = 1L)
+  expect_equal(as_array(torch_take_along_dim(x, idx, dim = 2)),
+               as_array(tracebridge:::wrap_tensor(want)))
+  expect_equal(as_array(x$take_along_dim(torch_tensor(matrix(c(2L, 1L, 1L, 2L), 1)), dim = 1)),
+               rbind(c(5, 2, 3, 8)))
+  # Broadcast along the other dimensions, and without a dim (flattened), as before.
+  expect_equal(as_array(torch_take_along_dim(x, torch_tensor(matrix(c(4L, 1L), 1)), dim = 2)),
+               rbind(c(4, 1), c(8, 5)))
+  expect_equal(as_array(torch_take_along_dim(x, torch_tensor(c(8L, 1L)))), c(8, 1))
+  expect_error(torch_take_along_dim(x, torch_tensor(c(0L))), "0 \\(positions")
+})
+
+test_that("a traced torch_take_along_dim checks its positions on every call", {
+  Net <- nn_module(forward = function(x, i) torch_take_along_dim(x, i, dim = 2))
+  x <- torch_tensor(rbind(c(1, 2, 3), c(4, 5, 6)))
+  tr <- jit_trace(Net(), x, torch_tensor(rbind(3L, 1L)))
+  expect_equal(as_array(tr(x, torch_tensor(rbind(2L, -1L)))), rbind(2, 6))
+  expect_error(tr(x, torch_tensor(rbind(4L, 1L))), "out of bounds")
+  expect_error(tr(x, torch_tensor(rbind(0L, 1L))), "0 \\(positions")
+})

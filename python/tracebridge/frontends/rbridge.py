@@ -651,3 +651,30 @@ def not_a_position(dtype: torch.dtype) -> int:
     """The position that 0 becomes in :func:`r_positions` for int64 and int32 (R's
     messages name it 0)."""
     return torch.iinfo(dtype).min // 2
+
+
+def take_along_positions(t: torch.Tensor, indices: torch.Tensor, dim=None) -> torch.Tensor:
+    """``torch.take_along_dim(t, indices, dim)`` of positions :func:`r_positions` shifted,
+    an index past the dimension refused. With a ``dim``, torch (2.13) reads each index
+    modulo the dimension's size (4 of a size 4 is the first, and so is 0's
+    :func:`not_a_position`): R's 0 or a position past the end read an element silently.
+    A ``gather`` of the indices from a view of zeros with ``t``'s size along ``dim``
+    (nothing allocated but the indices' copy) refuses them first, as ``gather`` does,
+    naming the dimension; the result is then torch's own. Tensor ops only, so that a
+    trace records the check and it runs on every call.
+
+    >>> x = torch.tensor([[10, 20, 30]])
+    >>> take_along_positions(x, torch.tensor([[2, -1]]), 1).tolist()
+    [[30, 30]]
+    """
+    if dim is None or indices.dim() != t.dim() or indices.dtype != torch.int64:
+        return torch.take_along_dim(t, indices, dim)  # checked by torch (or refused)
+    at = dim + t.dim() if dim < 0 else dim
+    if not 0 <= at < t.dim():
+        return torch.take_along_dim(t, indices, dim)  # torch's own error
+    size = t.size(at)
+    within = (indices < 0) & (indices >= -size)
+    wrapped = torch.where(within, indices + size, indices)
+    zeros = indices.new_zeros(()).expand(*indices.shape[:at], size, *indices.shape[at + 1 :])
+    # + its zeros: the check is read by the result, so that a trace keeps it (exact ints).
+    return torch.take_along_dim(t, indices + zeros.gather(at, wrapped), dim)
