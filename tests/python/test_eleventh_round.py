@@ -277,3 +277,38 @@ def test_percent_d_of_plain_numbers_is_not_refused():
     traced = tracebridge.trace(model, torch.randn(2, 3))
     x = torch.randn(5, 3)
     assert torch.allclose(traced(x), model(x))
+
+
+class PercentPlainNextToSizes(nn.Module):
+    """``%d`` of plain ints (a module list's length, a rank) in a function that reads sizes
+    elsewhere: nothing traced is formatted (was refused at the format's line)."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
+        self.scale = {"blocks_2/2d": 2.0}
+
+    def forward(self, x):
+        key = "blocks_%d/%dd" % (len(self.blocks), x.dim())  # noqa: UP031
+        return x.reshape(x.shape[0], -1) * self.scale[key]
+
+
+class PercentOfASizeThroughLocals(nn.Module):
+    def forward(self, x):
+        n = x.shape[0]
+        m = n * 2
+        key = "n%d" % m  # noqa: UP031 - the pattern under test
+        return x * {"n4": 1.0, "n6": 3.0}[key]
+
+
+def test_percent_d_of_plain_ints_next_to_size_reads_is_not_refused():
+    model = PercentPlainNextToSizes().eval()
+    traced = tracebridge.trace(model, torch.randn(2, 4))
+    x = torch.randn(5, 4)
+    assert torch.equal(traced(x), model(x))
+
+
+def test_a_size_reaching_a_percent_d_key_through_locals_is_refused_at_the_format():
+    with pytest.raises(UnsupportedOpError) as info:
+        tracebridge.trace(PercentOfASizeThroughLocals().eval(), torch.randn(2, 4))
+    assert _line_of(PercentOfASizeThroughLocals.forward, 'key = "n%d" % m') in str(info.value)

@@ -492,19 +492,37 @@ _INT_CONVERSION = re.compile(r"%(?:\([^)]*\))?[#0\- +]*(?:\*|\d+)?(?:\.(?:\*|\d+
 _SIZE_METHODS = frozenset({"size", "numel", "nelement", "dim", "item", "tolist"})
 
 
-def unseen_int_format(code) -> int | None:
+def unseen_int_format(code, position: tuple | None = None) -> int | None:
     """The line, in the function of ``code``, of a ``"literal %d" % (...)`` whose operands
     are sizes (``x.shape``, ``x.size()``, ``len(x)``, ``numel``, ``item``, or a local
-    assigned from one) and whose text goes somewhere other than a message; else None."""
-    return _unseen_int_format(code.co_filename, code.co_firstlineno, code.co_name)
+    assigned from one) and whose text goes somewhere other than a message, where the size
+    read at ``position`` (the instruction's source span, from ``co_positions``) is one of
+    those operands or feeds one; else None. Without a position (Python 3.10), any such
+    text in the function counts. A size read elsewhere in that function (``x.shape[0]``
+    next to ``"blocks_%d" % len(self.blocks)``, a plain int) is not refused."""
+    found = _unseen_int_format(code.co_filename, code.co_firstlineno, code.co_name)
+    if found is None or position is None or None in position:
+        return found[0] if found is not None else None
+    line, end_line, col, end_col = position
+    for at, span in found[1]:
+        if (span[0], span[2]) <= (line, col) and (end_line, end_col) <= (span[1], span[3]):
+            return at
+    return None
+
+
+def _span(node: ast.AST) -> tuple:
+    return (node.lineno, node.end_lineno, node.col_offset, node.end_col_offset)
 
 
 @lru_cache(maxsize=4096)
-def _unseen_int_format(filename: str, firstlineno: int, name: str) -> int | None:
+def _unseen_int_format(filename: str, firstlineno: int, name: str) -> tuple | None:
+    """``(line of the first such text, (its line, span) of what feeds each)``: the formats'
+    operands and the values assigned to the locals they read (:func:`unseen_int_format`)."""
     function = _function_node(filename, firstlineno, name)
     if function is None:
         return None
     tainted: set[str] = set()
+    assigned: dict[str, list] = {}  # local -> the values assigned to it that mention sizes
     changed = True
     while changed:  # locals assigned from sizes, and from such locals
         changed = False
@@ -521,8 +539,10 @@ def _unseen_int_format(filename: str, firstlineno: int, name: str) -> int | None
                 for leaf in ast.walk(target):
                     if isinstance(leaf, ast.Name) and leaf.id not in tainted:
                         tainted.add(leaf.id)
+                        assigned.setdefault(leaf.id, []).append(value)
                         changed = True
     index = _parsed(filename) or {}
+    first, spans = None, []
     for node in ast.walk(function):
         if not (
             isinstance(node, ast.BinOp)
@@ -533,11 +553,25 @@ def _unseen_int_format(filename: str, firstlineno: int, name: str) -> int | None
             and _mentions_size(node.right, tainted)
         ):
             continue
-        key = (node.lineno, node.end_lineno, node.col_offset, node.end_col_offset)
-        placed = index.get(key)  # the same node in the index, which knows its parents
+        placed = index.get(_span(node))  # the same node in the index, which knows its parents
         if placed is None or not _reaches_message(placed):
-            return node.lineno
-    return None
+            first = node.lineno if first is None else min(first, node.lineno)
+            spans.extend((node.lineno, span) for span in _feeding(node.right, assigned))
+    return None if first is None else (first, tuple(spans))
+
+
+def _feeding(expr: ast.AST, assigned: dict) -> list:
+    """The spans of ``expr`` and of the values assigned to the size locals it reads, and
+    theirs in turn."""
+    spans, todo, seen = [_span(expr)], [expr], set()
+    while todo:
+        for leaf in ast.walk(todo.pop()):
+            if isinstance(leaf, ast.Name) and leaf.id in assigned and leaf.id not in seen:
+                seen.add(leaf.id)
+                for value in assigned[leaf.id]:
+                    spans.append(_span(value))
+                    todo.append(value)
+    return spans
 
 
 def _mentions_size(expr: ast.AST, tainted: set) -> bool:
