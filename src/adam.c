@@ -19,7 +19,7 @@
  *   - torch 2.13 (the code read); the object is exactly torch.optim.Adam, its class's
  *     `step` is adam.py's as Optimizer hooks it, and no instance `step` (an LR
  *     scheduler's wrapper) nor optimizer hook (global or its own) nor profiler is there,
- *     nor CUDA;
+ *     nor an accelerator; its defaults not differentiable;
  *   - every group: lr, betas (a tuple or list) and eps Python floats (0 < beta < 1),
  *     weight_decay 0; amsgrad, maximize, capturable, differentiable false; fused and
  *     foreach false or None (None chooses the single-tensor loop for CPU tensors);
@@ -69,15 +69,16 @@ static int adam_init(void) {
   const char *v = version == NULL ? NULL : py_utf8_plain(version);
   int known = v != NULL && strncmp(v, "2.13.", 5) == 0;
   py_decref(version);
-  PyObject *cuda = path(torch, "cuda", "is_available", NULL), *has_cuda = NULL;
-  if (cuda != NULL) {
+  /* No accelerator: Optimizer's graph-capture check (CUDA, XPU) has nothing to check. */
+  PyObject *available = path(torch, "accelerator", "is_available", NULL), *has = NULL;
+  if (available != NULL) {
     PyObject *empty = py.TupleNew(0);
-    has_cuda = empty == NULL ? NULL : py.Call(cuda, empty, NULL);
+    has = empty == NULL ? NULL : py.Call(available, empty, NULL);
     py_decref(empty);
   }
-  known = known && has_cuda == py.False;
-  py_decref(cuda);
-  py_decref(has_cuda);
+  known = known && has == py.False;
+  py_decref(available);
+  py_decref(has);
   A.adam_type = path(torch, "optim", "Adam", NULL);
   A.parameter_type = path(torch, "nn", "Parameter", NULL);
   A.profiler_enabled = path(torch, "_C", "_autograd", "_profiler_enabled");
@@ -388,7 +389,11 @@ SEXP tb_adam_step(SEXP x) {
   PyObject *empty = py.TupleNew(0);
   if (empty != NULL) profiling = py.Call(A.profiler_enabled, empty, NULL);
   py_decref(empty);
-  int plain = dict != NULL && PY_TYPE(dict) == py.DictType &&
+  /* _use_grad_for_differentiable sets grad mode to defaults["differentiable"]. */
+  PyObject *defaults = dict != NULL && PY_TYPE(dict) == py.DictType
+                           ? py.DictGetItemString(dict, "defaults") : NULL; /* borrowed */
+  int plain = defaults != NULL && PY_TYPE(defaults) == py.DictType &&
+              off(defaults, "differentiable", 0) &&
               py.DictGetItemString(dict, "step") == NULL &&
               py.DictGetItemString(dict, "grad_scale") == NULL &&
               py.DictGetItemString(dict, "found_inf") == NULL && cls_step != NULL &&
