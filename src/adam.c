@@ -178,7 +178,7 @@ typedef struct {
 
 typedef struct {
   double lr, beta1, beta2;
-  PyObject *beta2_obj, *eps_obj; /* borrowed from the group */
+  PyObject *beta2_obj, *eps_obj; /* new references (the group may change while ops run) */
   int first, count;              /* the group's slots */
 } Group;
 
@@ -189,6 +189,13 @@ SEXP tb_adam_calls(void) { return Rf_ScalarReal(adam_calls); }
 
 #define MAX_SLOTS 256
 #define MAX_GROUPS 16
+
+static void groups_release(Group *groups, int n) {
+  for (int i = 0; i < n; i++) {
+    py_decref(groups[i].beta2_obj);
+    py_decref(groups[i].eps_obj);
+  }
+}
 
 static void slots_release(Slot *slots, int n) {
   for (int i = 0; i < n; i++) {
@@ -207,7 +214,7 @@ static int collect(PyObject *self, Slot *slots, int *n_slots, Group *groups, int
   PyObject *state = py.GetAttr(self, A.s_state);
   int ok = groups_list != NULL && state != NULL && PY_TYPE(groups_list) == py.ListType &&
            py.ListSize(groups_list) <= MAX_GROUPS;
-  int n = 0, g = 0;
+  int n = 0, g = 0, taken = 0; /* taken: the groups whose floats are held */
   for (; ok && g < py.ListSize(groups_list); g++) {
     PyObject *group = py.ListGetItem(groups_list, g); /* borrowed */
     if (PY_TYPE(group) != py.DictType) {
@@ -239,9 +246,13 @@ static int collect(PyObject *self, Slot *slots, int *n_slots, Group *groups, int
     G->lr = py.FloatAsDouble(lr);
     G->beta1 = py.FloatAsDouble(beta1);
     G->beta2 = py.FloatAsDouble(beta2);
+    py.IncRef(beta2);
+    py.IncRef(eps);
     G->beta2_obj = beta2;
     G->eps_obj = eps;
     G->first = n;
+    G->count = 0;
+    taken++;
     ok = isfinite(G->lr) && isfinite(py.FloatAsDouble(eps)) && G->beta1 > 0 && G->beta1 < 1 &&
          G->beta2 > 0 && G->beta2 < 1;
     for (ptrdiff_t i = 0; ok && i < py.ListSize(params); i++) {
@@ -288,6 +299,7 @@ static int collect(PyObject *self, Slot *slots, int *n_slots, Group *groups, int
   if (py.ErrOccurred() != NULL) py.ErrClear();
   if (!ok) {
     slots_release(slots, n);
+    groups_release(groups, taken);
     return 0;
   }
   *n_slots = n;
@@ -449,6 +461,7 @@ SEXP tb_adam_step(SEXP x) {
     }
   }
   slots_release(slots, n_slots);
+  groups_release(groups, n_groups);
   SEXP out = R_NilValue;
   if (ok) adam_calls++;
   if (!ok) {
