@@ -262,6 +262,23 @@ def test_a_size_formatted_with_percent_d_into_messages_stays_general():
         assert torch.allclose(traced(x), model(x))
 
 
+def _compared(x):
+    if "%d" % x.shape[1] == "4":  # noqa: UP031
+        return x * 2
+    return x
+
+
+def _looked_up(x):
+    table = {"4": 2.0, "6": 3.0}
+    return x * table.get("%d" % (x.shape[1],), 1.0)  # noqa: UP031
+
+
+@pytest.mark.parametrize("fn", [_compared, _looked_up], ids=["compared", "dict.get"])
+def test_percent_d_text_that_picks_is_refused(fn):
+    with pytest.raises(UnsupportedOpError, match="picks something"):
+        tracebridge.trace(fn, torch.randn(2, 4))
+
+
 def test_percent_d_of_plain_numbers_is_not_refused():
     class Blocks(nn.Module):
         def __init__(self):
