@@ -162,7 +162,12 @@ optimizer_py <- function(x) {
 optimizer_step <- function(x) {
   function(closure = NULL) {
     if (is.null(closure)) {
-      # Through src/surface.c (tb_call_method); reticulate where C does not apply.
+      # Adam's step in C where it is torch's own (src/adam.c: the same ops, without
+      # Python); then through src/surface.c (tb_call_method); reticulate where C does not
+      # apply.
+      out <- .Call(tb_adam_step, x)
+      if (is.null(out)) return(invisible(NULL))
+      if (identical(out, quote(.tb_error))) c_error(FALSE)
       out <- .Call(tb_call_method, x, "step", list())
       if (!is.symbol(out) || !identical(c_answer(out, FALSE), quote(.tb_fallback))) {
         return(invisible(NULL))

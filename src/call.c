@@ -56,6 +56,8 @@ SEXP tb_state_to_py(SEXP x);
 SEXP tb_r_function(SEXP fn, SEXP what);
 SEXP tb_r_function_calls(void);
 SEXP tb_zero_grad(SEXP x);
+SEXP tb_adam_step(SEXP x);
+SEXP tb_adam_calls(void);
 
 /* Note: .External2 entry points. A surface row's function and `[` read their arguments
  * from their own frame, which .Call() can only be handed as `environment()`: an R
@@ -141,6 +143,8 @@ static const R_CallMethodDef methods[] = {
     {"tb_r_function", (DL_FUNC) &tb_r_function, 2},
     {"tb_r_function_calls", (DL_FUNC) &tb_r_function_calls, 0},
     {"tb_zero_grad", (DL_FUNC) &tb_zero_grad, 1},
+    {"tb_adam_step", (DL_FUNC) &tb_adam_step, 1},
+    {"tb_adam_calls", (DL_FUNC) &tb_adam_calls, 0},
     {NULL, NULL, 0}};
 
 static const R_ExternalMethodDef external_methods[] = {

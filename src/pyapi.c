@@ -115,6 +115,9 @@ static int find_api(SEXP libpython) {
   FIND(CapsuleGetPointer, "PyCapsule_GetPointer");
   FIND(ErrSetString, "PyErr_SetString");
   FIND(DictSize, "PyDict_Size");
+  FIND(ErrRestore, "PyErr_Restore");
+  FIND(InPlaceAdd, "PyNumber_InPlaceAdd");
+  FIND(TrueDivide, "PyNumber_TrueDivide");
   FIND(ExcRuntimeError, "PyExc_RuntimeError");
   FIND(ExcKeyboardInterrupt, "PyExc_KeyboardInterrupt");
   FIND(UnicodeType, "PyUnicode_Type");

@@ -73,6 +73,9 @@ typedef struct {
   void *(*CapsuleGetPointer)(PyObject *, const char *);
   void (*ErrSetString)(PyObject *, const char *);
   ptrdiff_t (*DictSize)(PyObject *);
+  void (*ErrRestore)(PyObject *, PyObject *, PyObject *);
+  PyObject *(*InPlaceAdd)(PyObject *, PyObject *);
+  PyObject *(*TrueDivide)(PyObject *, PyObject *);
   PyObject **ExcRuntimeError, **ExcKeyboardInterrupt; /* the addresses of PyExc_* */
   PyObject *UnicodeType;
   PyObject *None, *True, *False, *Ellipsis;

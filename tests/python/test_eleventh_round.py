@@ -262,6 +262,23 @@ def test_a_size_formatted_with_percent_d_into_messages_stays_general():
         assert torch.allclose(traced(x), model(x))
 
 
+def _compared(x):
+    if "%d" % x.shape[1] == "4":  # noqa: UP031
+        return x * 2
+    return x
+
+
+def _looked_up(x):
+    table = {"4": 2.0, "6": 3.0}
+    return x * table.get("%d" % (x.shape[1],), 1.0)  # noqa: UP031
+
+
+@pytest.mark.parametrize("fn", [_compared, _looked_up], ids=["compared", "dict.get"])
+def test_percent_d_text_that_picks_is_refused(fn):
+    with pytest.raises(UnsupportedOpError, match="picks something"):
+        tracebridge.trace(fn, torch.randn(2, 4))
+
+
 def test_percent_d_of_plain_numbers_is_not_refused():
     class Blocks(nn.Module):
         def __init__(self):
@@ -277,6 +294,37 @@ def test_percent_d_of_plain_numbers_is_not_refused():
     traced = tracebridge.trace(model, torch.randn(2, 3))
     x = torch.randn(5, 3)
     assert torch.allclose(traced(x), model(x))
+
+
+# --- state names with parts that are reserved words ----------------------------------------
+
+
+class ReservedWordBlocks(nn.Module):
+    """timm's Inception-ResNet keeps blocks in ``self.repeat`` (an R reserved word); other
+    code names sub-modules ``next``, or ``in`` through add_module (a Python keyword)."""
+
+    def __init__(self):
+        super().__init__()
+        self.repeat = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+        self.add_module("next", nn.Linear(3, 3))
+        self.add_module("in", nn.Linear(3, 2))
+
+    def forward(self, x):
+        return getattr(self, "in")(self.next(self.repeat(x)))
+
+
+def test_state_names_with_reserved_words_as_parts_save_and_load(tmp_path):
+    # Was refused at save ("state name 'repeat.0.weight' has the part 'repeat', which every
+    # loaded module already has as an attribute"): reserved words are refused as method
+    # names, which are called by name, not as parts of a state name.
+    model = ReservedWordBlocks().eval()
+    traced = tracebridge.trace(model, torch.randn(2, 3))
+    path = tmp_path / "blocks.tb"
+    traced.save(path)
+    loaded = tracebridge.load(path)
+    x = torch.randn(5, 3)
+    assert torch.equal(loaded(x), traced(x)) and torch.allclose(loaded(x), model(x))
+    assert {"repeat.0.weight", "next.weight", "in.bias"} <= set(loaded.state_dict())
 
 
 class PercentPlainNextToSizes(nn.Module):

@@ -431,6 +431,7 @@ test_that("a training loop in R ends with the weights the same loop gives in Pyt
   model <- nn_sequential(nn_linear(20, 64), nn_relu(), nn_linear(64, 64), nn_relu(),
                          nn_linear(64, 2))
   opt <- optim_adam(model$parameters, lr = 1e-3)
+  adam_in_c <- .Call(tracebridge:::tb_adam_calls)
   for (epoch in 1:2) {
     perm <- torch_randperm(n) + 1L
     for (s in seq(1L, n, by = 32L)) {
@@ -464,8 +465,136 @@ def _tb_train(X, Y, n):
 ", local = FALSE, convert = FALSE)$`_tb_train`
   weights_py <- reticulate::py_to_r(train_py(X$clone()$py, (Y - 1L)$py, n))
   weights_r <- lapply(unname(model$parameters), as_array)
+  # Every step but the first (which makes Adam's state) ran in C (src/adam.c).
+  expect_equal(.Call(tracebridge:::tb_adam_calls) - adam_in_c, 2 * 7 - 1)
   expect_length(weights_r, 6)
   for (k in seq_along(weights_r)) {
     expect_identical(as.vector(weights_r[[k]]), as.vector(weights_py[[k]]))
   }
+})
+
+test_that("Adam's step in C gives Python's weights to the last bit, and leaves what it does not do to Python", {
+  # src/adam.c runs torch.optim.Adam's step where it is torch's own and plain; every other
+  # case runs Python's step. Both give the same weights and state as Python's step alone
+  # (the C paths off: reticulate calls Adam.step()).
+  adam_calls <- function() .Call(tracebridge:::tb_adam_calls)
+  train <- function(c_on, make, steps = 6L, freeze = FALSE, sched = FALSE) {
+    tracebridge:::set_c_call(c_on)
+    on.exit(tracebridge:::set_c_call(TRUE))
+    torch_manual_seed(1)
+    model <- nn_sequential(nn_linear(5, 8), nn_relu(), nn_linear(8, 3))
+    if (freeze) model[[1]]$bias$requires_grad_(FALSE) # a parameter without a gradient
+    opt <- make(model)
+    scheduler <- if (sched) lr_step(opt, step_size = 2, gamma = 0.5)
+    torch_manual_seed(2)
+    X <- torch_randn(40, 5)
+    Y <- torch_randint(1, 4, 40)$long()
+    before <- adam_calls()
+    for (i in seq_len(steps)) {
+      opt$zero_grad()
+      loss <- nnf_cross_entropy(model(X), Y)
+      loss$backward()
+      opt$step()
+      if (sched) scheduler$step()
+    }
+    state <- opt$state_dict()$state
+    list(weights = lapply(model$parameters, as_array),
+         exp_avg_sq = as_array(state[[length(state)]]$exp_avg_sq),
+         step = as_array(state[[1]]$step), in_c = adam_calls() - before)
+  }
+  groups <- function(m) {
+    optim_adam(list(list(params = m[[1]]$parameters, lr = 0.02),
+                    list(params = m[[3]]$parameters, betas = c(0.8, 0.9))), lr = 0.01)
+  }
+  cases <- list(
+    plain = list(make = function(m) optim_adam(m$parameters, lr = 0.05), in_c = TRUE),
+    tuned = list(make = function(m) optim_adam(m$parameters, lr = 0.01, betas = c(0.5, 0.7),
+                                               eps = 1e-4), in_c = TRUE),
+    groups = list(make = groups, in_c = TRUE),
+    frozen = list(make = function(m) optim_adam(m$parameters, lr = 0.05), freeze = TRUE,
+                  in_c = TRUE),
+    weight_decay = list(make = function(m) optim_adam(m$parameters, weight_decay = 0.1),
+                        in_c = FALSE),
+    amsgrad = list(make = function(m) optim_adam(m$parameters, amsgrad = TRUE), in_c = FALSE),
+    scheduler = list(make = function(m) optim_adam(m$parameters, lr = 0.05), sched = TRUE,
+                     in_c = FALSE)
+  )
+  for (nm in names(cases)) {
+    case <- cases[[nm]]
+    args <- list(make = case$make, freeze = isTRUE(case$freeze), sched = isTRUE(case$sched))
+    in_c <- do.call(train, c(list(TRUE), args))
+    in_py <- do.call(train, c(list(FALSE), args))
+    expect_identical(in_c$weights, in_py$weights, label = nm)
+    expect_identical(in_c$exp_avg_sq, in_py$exp_avg_sq, label = nm)
+    expect_identical(in_c$step, 6, label = nm)
+    # The first step makes the state in Python; the other five run in C where they can.
+    expect_equal(in_c$in_c, if (case$in_c) 5 else 0, label = nm)
+    expect_equal(in_py$in_c, 0, label = nm)
+  }
+})
+
+test_that("Adam's step in C raises Python's error and leaves grad mode as it was", {
+  # A state tensor of the wrong shape: Python's step fails at lerp_(), and so does C's.
+  spoil <- reticulate::py_run_string("
+import torch
+def _tb_spoil(opt):
+    p = opt.param_groups[0]['params'][0]
+    opt.state[p]['exp_avg'] = torch.zeros(5, 5)
+", local = FALSE, convert = FALSE)$`_tb_spoil`
+  failed_step <- function(c_on) {
+    tracebridge:::set_c_call(c_on)
+    on.exit(tracebridge:::set_c_call(TRUE))
+    torch_manual_seed(1)
+    lin <- nn_linear(3, 2)
+    opt <- optim_adam(lin$parameters, lr = 0.1)
+    nnf_mse_loss(lin(torch_randn(4, 3)), torch_zeros(4, 2))$backward()
+    opt$step() # makes the state
+    spoil(.subset2(opt, ".py"))
+    before <- .Call(tracebridge:::tb_adam_calls)
+    msg <- tryCatch({
+      opt$step()
+      "no error"
+    }, error = function(e) conditionMessage(e))
+    list(msg = msg, in_c = .Call(tracebridge:::tb_adam_calls) - before,
+         weight = as_array(lin$weight))
+  }
+  in_c <- failed_step(TRUE)
+  in_py <- failed_step(FALSE)
+  expect_match(in_c$msg, "must match the size")
+  expect_identical(in_c$msg, in_py$msg)
+  expect_identical(in_c$weight, in_py$weight)
+  expect_equal(in_c$in_c, 0)
+  expect_true(.Call(tracebridge:::tb_grad_mode, NA))
+})
+
+test_that("a training step (positions, the loss's shift, Adam's step in C) is safe under gctorture()", {
+  run <- function(torture) {
+    torch_manual_seed(1)
+    model <- nn_sequential(nn_linear(4, 3), nn_relu(), nn_linear(3, 2))
+    opt <- optim_adam(model$parameters, lr = 0.1)
+    torch_manual_seed(2)
+    X <- torch_randn(10, 4)
+    Y <- torch_randint(1, 3, 10)$long()
+    perm <- torch_randperm(10) + 1L
+    step <- function(s, e) {
+      idx <- perm[s:e]
+      xb <- X[idx, ]
+      yb <- Y[idx]
+      opt$zero_grad()
+      loss <- nnf_cross_entropy(model(xb), yb)
+      loss$backward()
+      opt$step()
+      loss$item()
+    }
+    step(1, 5) # makes Adam's state: the next steps run in C
+    before <- .Call(tracebridge:::tb_adam_calls)
+    if (torture) gctorture(TRUE)
+    losses <- c(step(6, 10), step(1, 5))
+    gctorture(FALSE)
+    list(losses = losses, weights = lapply(model$parameters, as_array),
+         in_c = .Call(tracebridge:::tb_adam_calls) - before)
+  }
+  tortured <- run(TRUE)
+  expect_identical(tortured, run(FALSE))
+  expect_equal(tortured$in_c, 2)
 })

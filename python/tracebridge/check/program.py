@@ -82,17 +82,21 @@ DEVICE = re.compile(r"(cpu|cuda|mps|xpu)(:[0-9]{1,3})?")
 _META_DEVICE = re.compile(r"meta(:[0-9]+)?")
 R_RESERVED = "if else repeat while function for next break TRUE FALSE NULL Inf NaN NA in"
 # A method is reached as an attribute of the loaded module: it must not replace one.
+_LOADED_ADDS = "program methods code graph guards save check_guards".split()
 RESERVED_METHODS = frozenset(
     [n for n in dir(torch.nn.Module) if not n.startswith("_") and n != "forward"]
-    + "program methods code graph guards save check_guards".split()
+    + _LOADED_ADDS
     + keyword.kwlist
     + R_RESERVED.split()
 )
 # A state name becomes a path of attributes of the loaded module: no part may be an
 # attribute every nn.Module already has (``training``, ``_modules``, ``cpu``: PyTorch's
-# own ``add_module`` refuses those too) or one the loaded module adds.
+# own ``add_module`` refuses those too) or one the loaded module adds. Python keywords and
+# R's reserved words are not attributes: they are refused as method names only (a method
+# is called by its name), not as parts of a state name (timm's Inception-ResNet keeps its
+# blocks in ``self.repeat``; a part is reached as a string, ``getattr``/``[[``).
 RESERVED_ATTRIBUTES = frozenset(
-    set(dir(torch.nn.Module())) | set(RESERVED_METHODS) | {"_tb_constants", "_methods"}
+    set(dir(torch.nn.Module())) | set(_LOADED_ADDS) | {"_tb_constants", "_methods"}
 )
 VALUE_KINDS = ("Tensor", "int", "float", "bool", "dtype", "device", "list")
 _REF_KIND = {

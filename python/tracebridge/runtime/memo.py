@@ -317,8 +317,11 @@ class Memo:
         if _grad_enabled() and any(t.requires_grad for t in tensors):
             return self.function(*key)
         exact = list(key)
-        for i, t in zip(self.state, tensors):
-            exact[i] = (id(t), t._version, t.data_ptr())
+        try:
+            for i, t in zip(self.state, tensors):
+                exact[i] = (id(t), t._version, t.data_ptr())
+        except RuntimeError:  # an inference tensor (a value folded in inference mode) has
+            return self.function(*key)  # no version to key on: made, as eager makes it
         entry = (tuple(exact), _inference_mode(), _default_dtype(), _epoch[0])
         kept = self.cache.get(entry)
         if kept is None:

@@ -387,9 +387,9 @@ class Conversions:
 
     def _no_unseen_int_format(self) -> None:
         """Refuse a size read in a function that formats sizes with ``%d`` into text that
-        is not a message: Python reads the number in C there, so the text can be neither
-        traced nor guarded, and a key or name made of it would be silently the example's
-        (trace/text.py)."""
+        picks something (a key, a name, a comparison): Python reads the number in C there,
+        so the text can be neither traced nor guarded, and a key or name made of it would
+        be silently the example's (trace/text.py)."""
         frame = sys._getframe(2)
         while frame is not None and is_internal(frame.f_code.co_filename):
             frame = frame.f_back
@@ -404,7 +404,7 @@ class Conversions:
                 f"cannot trace the text formatted at {where}: it formats a size with a "
                 "%-conversion of an integer (%d, %i, %x, ...), which Python reads without "
                 "asking the traced number, so the trace could neither keep the text general "
-                "nor guard it, and the text is used for something other than a message; "
+                "nor guard it, and the text picks something (a key, a name, a comparison); "
                 'format it with %s or an f-string (f"{n}"), whose text the trace follows'
             )
 

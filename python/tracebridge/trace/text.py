@@ -495,7 +495,7 @@ _SIZE_METHODS = frozenset({"size", "numel", "nelement", "dim", "item", "tolist"}
 def unseen_int_format(code, position: tuple | None = None) -> int | None:
     """The line, in the function of ``code``, of a ``"literal %d" % (...)`` whose operands
     are sizes (``x.shape``, ``x.size()``, ``len(x)``, ``numel``, ``item``, or a local
-    assigned from one) and whose text goes somewhere other than a message, where the size
+    assigned from one) and whose text picks something (:func:`_decides`), where the size
     read at ``position`` (the instruction's source span, from ``co_positions``) is one of
     those operands or feeds one; else None. Without a position (Python 3.10), any such
     text in the function counts. A size read elsewhere in that function (``x.shape[0]``
@@ -554,7 +554,12 @@ def _unseen_int_format(filename: str, firstlineno: int, name: str) -> tuple | No
         ):
             continue
         placed = index.get(_span(node))  # the same node in the index, which knows its parents
-        if placed is None or not _reaches_message(placed):
+        if placed is None or _reaches_message(placed):
+            continue
+        enclosing = placed
+        while enclosing is not None and not isinstance(enclosing, _DEFS):
+            enclosing = getattr(enclosing, "_tb_parent", None)
+        if enclosing is not None and _decides(placed, enclosing):
             first = node.lineno if first is None else min(first, node.lineno)
             spans.extend((node.lineno, span) for span in _feeding(node.right, assigned))
     return None if first is None else (first, tuple(spans))
@@ -572,6 +577,59 @@ def _feeding(expr: ast.AST, assigned: dict) -> list:
                     spans.append(_span(value))
                     todo.append(value)
     return spans
+
+
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_LOOKUPS = frozenset({"get", "setdefault", "pop", "__contains__", "__getitem__"})
+_NAME_CALLS = {"getattr": 1, "hasattr": 1, "setattr": 1, "delattr": 1, "hash": 0}
+
+
+def _decides(node: ast.AST, function: ast.AST, following: frozenset = frozenset()) -> bool:
+    """Whether the text ``node`` makes picks something: a key or index (``d[text]``,
+    ``d.get(text)``, ``{text: ...}``), a name (``getattr(self, text)``), a comparison or
+    a test, directly or through a local read so. Text stored or passed on elsewhere is
+    left as it was (untraced, as eager Python has it)."""
+    child, parent = node, getattr(node, "_tb_parent", None)
+    while parent is not None:
+        if isinstance(parent, (ast.JoinedStr, ast.FormattedValue, ast.BinOp)) or (
+            _percent_arguments(parent)
+        ):
+            child, parent = parent, getattr(parent, "_tb_parent", None)
+            continue
+        if isinstance(parent, ast.Attribute) or (
+            isinstance(parent, ast.Call) and child is parent.func
+        ):
+            child, parent = parent, getattr(parent, "_tb_parent", None)  # text.strip()
+            continue
+        break
+    if parent is None:
+        return False
+    if isinstance(parent, ast.Subscript):
+        return child is parent.slice
+    if isinstance(parent, (ast.Compare, ast.If, ast.While, ast.IfExp, ast.BoolOp)):
+        return True
+    if isinstance(parent, ast.Dict):
+        return any(child is k for k in parent.keys)
+    if isinstance(parent, ast.Call) and child in parent.args:
+        func = parent.func
+        at = parent.args.index(child)
+        if isinstance(func, ast.Name) and _NAME_CALLS.get(func.id) == at:
+            return True
+        return isinstance(func, ast.Attribute) and func.attr in _LOOKUPS and at == 0
+    if isinstance(parent, ast.Assign) and child is parent.value:
+        names = [t.id for t in parent.targets if isinstance(t, ast.Name)]
+        for name in names:
+            if name in following:
+                continue
+            for read in ast.walk(function):
+                if (
+                    isinstance(read, ast.Name)
+                    and read.id == name
+                    and isinstance(read.ctx, ast.Load)
+                    and _decides(read, function, following | {name})
+                ):
+                    return True
+    return False
 
 
 def _mentions_size(expr: ast.AST, tainted: set) -> bool:

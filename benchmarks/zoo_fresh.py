@@ -1,0 +1,86 @@
+"""The zoo traced as users often do it: on a model just built, before its first call.
+
+``benchmarks/zoo.py`` calls each model eagerly before tracing it (its expected outputs).
+Some libraries set a model up on its first call (transformers installs its output-capturing
+hooks then, and marks the model as hooked), so a trace made first meets code paths that
+zoo.py never reaches: a freshly built SegFormer failed its own trace check that way
+(trace/own_hooks.py). This traces every zoo model with tracebridge as built, then calls the
+traced model and the model on every input set, each call seeded alike (models that draw
+random numbers), and compares them at the case's tolerance. One line per model:
+``right`` / ``guard`` (a GuardError: the trace refuses that shape) / ``WRONG`` per input
+set, or ``FAIL`` and the error.
+
+    PYTHONPATH=python /work/venvs/zoo/bin/python benchmarks/zoo_fresh.py [model ...]
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+import tracebridge
+import zoo_env  # noqa: F401 - declares torchvision's ops (tracebridge imports it lazily)
+from zoo_models import all_cases
+
+
+def _same(got, want, tolerance: float) -> bool:
+    got, want = tree_leaves(got), tree_leaves(want)
+    return len(got) == len(want) and all(
+        not isinstance(w, torch.Tensor)
+        or (
+            isinstance(g, torch.Tensor)
+            and g.shape == w.shape
+            and torch.allclose(g.double(), w.double(), atol=tolerance, rtol=tolerance)
+        )
+        for g, w in zip(got, want)
+    )
+
+
+def run(case) -> str:
+    torch.manual_seed(0)
+    model = case.build().eval()
+    inputs = case.inputs()
+    with torch.no_grad():
+        traced = tracebridge.trace(model, inputs[0])  # the model's first call is the trace's
+        verdicts = []
+        for i, args in enumerate(inputs):
+            torch.manual_seed(i)
+            try:
+                got = traced(*args)
+            except tracebridge.GuardError:
+                verdicts.append("guard")
+                continue
+            torch.manual_seed(i)
+            want = model(*args)
+            verdicts.append("right" if _same(got, want, case.tolerance) else "WRONG")
+    return " ".join(verdicts)
+
+
+def main() -> None:
+    only = set(sys.argv[1:])
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    counts = {"right": 0, "WRONG": 0, "FAIL": 0}
+    for case in all_cases():
+        if only and case.name not in only:
+            continue
+        started = time.time()
+        try:
+            line = run(case)
+            counts["WRONG" if "WRONG" in line else "right"] += 1
+        except Exception as exc:
+            line = f"FAIL {type(exc).__name__}: {str(exc)[:300]!r}"
+            counts["FAIL"] += 1
+        print(f"{case.name}: {line} ({time.time() - started:.0f} s)", flush=True)
+    print(
+        f"{sum(counts.values())} models: {counts['right']} right on every shape the trace "
+        f"serves, {counts['WRONG']} wrong, {counts['FAIL']} failed"
+    )
+
+
+if __name__ == "__main__":
+    main()
