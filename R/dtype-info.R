@@ -47,7 +47,16 @@ torch_set_default_dtype <- function(dtype) {
   checked_dtype(dtype, "torch_set_default_dtype()")
   withCallingHandlers(py_torch()$set_default_dtype(dtype_py(dtype)),
                       error = function(e) rethrow_python(e))
+  .tb$default_float <- dtype # what R doubles become (default_float())
   invisible(NULL)
+}
+
+# The dtype that R doubles become where no dtype is given (torch_tensor(), torch_arange(),
+# traced numbers), as Python's torch.tensor(1.5) is torch.get_default_dtype(): float32
+# unless torch_set_default_dtype() said otherwise.
+default_float <- function() {
+  d <- .tb$default_float
+  if (is.null(d)) torch_float() else d
 }
 
 #' @rdname torch_finfo

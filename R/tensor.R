@@ -128,7 +128,8 @@ dtype_py <- function(dtype) {
 #' Create a tensor from R data
 #'
 #' R vectors, matrices and arrays keep their shape and the meaning of each index:
-#' `as_array(torch_tensor(m))[i, j] == m[i, j]`. Doubles become `float32`, integers
+#' `as_array(torch_tensor(m))[i, j] == m[i, j]`. Doubles become `float32` (the default
+#' dtype: see [torch_set_default_dtype()]), integers
 #' `int64`, logicals `bool`, unless `dtype` says otherwise.
 #'
 #' A list of single numbers is the vector of them (`torch_tensor(list(3L, 2L))` is
@@ -181,7 +182,7 @@ torch_tensor <- function(data, dtype = NULL, device = NULL, requires_grad = FALS
   }
   if (is.null(dtype)) {
     dtype <- if (is.logical(data)) torch_bool() else if (is.integer(data)) torch_long() else
-      torch_float()
+      default_float() # R/dtype-info.R
   }
   if (!(is.numeric(data) || is.logical(data))) {
     tracebridge_abort(sprintf("Cannot make a tensor from %s.", describe_value(data)))
@@ -348,7 +349,8 @@ str.torch_tensor <- function(object, ...) {
 #' [surface].
 #'
 #' @param start,end,step The range.
-#' @param dtype A data type; `NULL` chooses `int64` for integer arguments, else `float32`.
+#' @param dtype A data type; `NULL` chooses `int64` for integer arguments, else the default
+#'   dtype (`float32` unless [torch_set_default_dtype()] changed it).
 #' @param device A device, e.g. `"cpu"` or [torch_device()].
 #' @param requires_grad Whether autograd records operations on the tensor.
 #' @return A 1-d `torch_tensor`.
@@ -369,7 +371,7 @@ torch_arange <- function(start, end, step = 1, dtype = NULL, device = NULL,
   }
   if (is.null(dtype)) {
     dtype <- if (is.integer(start) && is.integer(end) && is.integer(step)) torch_long() else
-      torch_float()
+      default_float()
   }
   last <- as.double(arange_end(start, end, step)) # R/traced-sizes.R
   # `requires_grad` only when TRUE: a trace records the keywords it is given, and the op

@@ -356,7 +356,7 @@ sym_arange <- function(start, end, step, dtype, device, requires_grad) {
     (inherits(v, "torch_sym_int") && !inherits(v, "torch_sym_float")) || is.integer(v)
   }
   if (is.null(dtype)) {
-    dtype <- if (whole(start) && whole(end) && whole(step)) torch_long() else torch_float()
+    dtype <- if (whole(start) && whole(end) && whole(step)) torch_long() else default_float()
   }
   last <- arange_end(start, end, step)
   py <- function(v) if (inherits(v, "torch_sym_int")) .subset2(v, ".py") else as.double(v)
@@ -386,7 +386,7 @@ sym_tensor <- function(data, dtype, device, requires_grad) {
   # Each number is a full() of its own (not a tensor of R data, which a trace would keep
   # as a constant), with R's type: c(n, 2) is double, c(n, 2L) integer.
   one <- function(v) {
-    d <- if (inherits(v, "torch_sym_float") || is.double(v)) torch_float() else
+    d <- if (inherits(v, "torch_sym_float") || is.double(v)) default_float() else
       if (is.logical(v)) torch_bool() else torch_long()
     py <- if (inherits(v, "torch_sym_int")) .subset2(v, ".py") else v
     wrap_tensor(tb_py_call(py_torch()$full, list(1L), py, dtype = dtype_py(d)))

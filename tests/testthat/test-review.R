@@ -40,3 +40,24 @@ test_that("a traced torch_take_along_dim checks its positions on every call", {
   expect_error(tr(x, torch_tensor(rbind(4L, 1L))), "out of bounds")
   expect_error(tr(x, torch_tensor(rbind(0L, 1L))), "0 \\(positions")
 })
+
+test_that("R doubles become the default dtype that torch_set_default_dtype() set", {
+  on.exit(torch_set_default_dtype(torch_float32()))
+  torch_set_default_dtype(torch_float64())
+  # Were float32 whatever the default: 0.1 lost its last 29 bits silently.
+  expect_equal(torch_tensor(0.1)$dtype, torch_float64())
+  expect_identical(torch_tensor(0.1)$item(), 0.1)
+  expect_identical(as_array(torch_tensor(matrix(c(0.1, 1 / 3), 1))), matrix(c(0.1, 1 / 3), 1))
+  expect_equal(torch_arange(0, 1, 0.25)$dtype, torch_float64())
+  expect_equal(torch_tensor(1:2)$dtype, torch_long())
+  expect_equal(torch_tensor(0.5, dtype = torch_float32())$dtype, torch_float32())
+  want <- tracebridge:::py_torch()$tensor(list(0.1, 0.2))$dtype
+  expect_equal(torch_tensor(c(0.1, 0.2))$dtype, tracebridge:::dtype_from_py(want))
+  # Traced numbers too: a size times an R double is a tensor of the default dtype.
+  f <- function(x) x * torch_tensor(x$size(1) * 0.5)
+  tr <- jit_trace(f, torch_ones(4, dtype = torch_float64()))
+  expect_equal(tr(torch_ones(6, dtype = torch_float64()))$dtype, torch_float64())
+  expect_equal(as_array(tr(torch_ones(6, dtype = torch_float64()))), rep(3, 6))
+  torch_set_default_dtype(torch_float32())
+  expect_equal(torch_tensor(0.1)$dtype, torch_float32())
+})
