@@ -231,7 +231,11 @@ surface_call_r <- function(i, env) {
     if (no_dim && a$name == "keepdim") next
     v <- if (a$dots) eval(quote(list(...)), env) else get(a$name, envir = env, inherits = FALSE)
     if (a$kind == "tensors_splat") {
-      pos <- c(pos, lapply(v, tensor_py))
+      # By position, without the list's names (which Python would read as keywords); a
+      # tensor that c(a_list, tensor) spliced in is its Python object (R/tensor-lists.R).
+      pos <- c(pos, unname(lapply(v, function(t) {
+        if (inherits(t, "torch.Tensor")) t else tensor_py(t)
+      })))
       first <- FALSE
       next
     }

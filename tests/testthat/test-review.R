@@ -61,3 +61,19 @@ test_that("R doubles become the default dtype that torch_set_default_dtype() set
   torch_set_default_dtype(torch_float32())
   expect_equal(torch_tensor(0.1)$dtype, torch_float32())
 })
+
+test_that("functions of a list of tensors take named lists and c(list, tensor)", {
+  a <- torch_ones(1, 1)
+  b <- torch_tensor(matrix(c(2, 3, 4, 5), 2))
+  want <- as_array(torch_block_diag(list(a, b)))
+  # The names went to Python as keywords ("unexpected keyword argument 'a'").
+  expect_equal(as_array(torch_block_diag(list(a = a, b = b))), want)
+  expect_equal(as_array(torch_block_diag(c(a = a, b = b))), want)
+  # c(a_list, tensor) splices the tensor's Python object ("Expected a torch_tensor").
+  expect_equal(as_array(torch_block_diag(c(list(a), b))), want)
+  expect_equal(as_array(torch_cartesian_prod(list(x = torch_tensor(c(1, 2)),
+                                                  y = torch_tensor(3))))[, 2], c(3, 3))
+  got <- torch_broadcast_tensors(list(p = torch_ones(2, 1), q = torch_zeros(3)))
+  expect_equal(dim(got[[1]]), c(2L, 3L))
+  expect_error(torch_block_diag(list(a, 3)), "Expected a torch_tensor")
+})
