@@ -73,6 +73,15 @@
 #   index_select, which costs more than the shift. Calling `opt$zero_grad()`,
 #   `loss$backward()` and `opt$step()` with .Call directly (no `$` dispatch, no closures)
 #   removes 45k instructions a step and ~2% of the time.
+# - Session 11 (callgrind, 2 epochs, bench_r_train.R --callgrind): R 2.314M a step ->
+#   2.140M against Python 2.193M (0.976x). `opt$step()` of a plain torch.optim.Adam runs
+#   in C (src/adam.c: torch 2.13's _single_tensor_adam ops in its order, with its floats;
+#   Python's step for any other case): 921k instructions against Python's 1,055k, its
+#   libpython 150k less; the rest is R's share: `[` and the surface rows hand C their frame
+#   with .External2() (base R's environment() was a closure call, five a step), positions
+#   are checked > 0 from memory (min() and .item() were two ops a step), and op_call()
+#   and the wrappers allocate less. Time: 1.01x (turns 0.92-1.06x, load ~8) from 1.20x.
+#   The note's analysis below is of the loop before session 11.
 # - Memory: no R collection runs during a 315-step run (a minor one costs ~3 ms on the
 #   1.6M-cell heap that reticulate brings), so R keeps each step's Python objects (~18.7 KB:
 #   tensors, spent autograd graphs) and takes ~300 fresh R cells (~17 KB) a step, where

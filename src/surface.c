@@ -246,7 +246,8 @@ static SEXP op_call(SEXP row, SEXP env, SEXP self) {
 /* tb_op_call(i, env): row `i` called with the arguments in `env`. */
 SEXP tb_op_call(SEXP row, SEXP env) { return op_call(row, env, NULL); }
 
-/* tb_op_call_self(i, env, self): the same for a tensor method, `self` its tensor. */
+/* tb_op_call_self(i, env, self): the same for a tensor method, `self` its tensor (from
+ * .External2(tb_op_self_here, ...), src/call.c). */
 SEXP tb_op_call_self(SEXP row, SEXP env, SEXP self) { return op_call(row, env, self); }
 
 /* Note: the closures of the rows. Every row's function has the same body (a template in
