@@ -203,6 +203,30 @@ def test_a_value_reshaped_in_place_is_never_taken_for_a_repeat(tmp_path):
             assert got[0].shape != got[1].shape
 
 
+def _made_then_reshaped(x):
+    m = x.clone()
+    m.unsqueeze_(0)
+    n = x.clone()  # equal to the clone reshaped above: not merged into it
+    w = x.view(-1).view(2, -1)
+    w.transpose_(0, 1)
+    e = x.view(-1).view(2, -1).sum(-1)  # nor into the view transposed above
+    return m * 2, n * 2, w.sum(-1), e
+
+
+def test_a_node_whose_result_is_reshaped_in_place_is_never_a_repeat_of_a_later_one(tmp_path):
+    # Was merged: n was the clone widened to (1, 2, 6) in place, e the transposed view's
+    # sum, silently (check_trace=False; the check saw it on the example).
+    x = torch.randn(4, 3)
+    traced = tracebridge.trace(_made_then_reshaped, (x,), check_trace=False)
+    traced.save(tmp_path / "m.tb")
+    loaded = tracebridge.load(tmp_path / "m.tb")
+    with torch.no_grad():
+        for x in (torch.randn(4, 3), torch.randn(2, 5)):
+            got, want = loaded(x), _made_then_reshaped(x)
+            assert [g.shape for g in got] == [w.shape for w in want]
+            assert all(_bitwise(a, b) for a, b in zip(got, want))
+
+
 def _converted_twice(x, mask):
     a = mask.to(x.dtype)
     b = mask.to((x * 2).dtype)

@@ -242,6 +242,8 @@ def _candidate(
         return False
     if any(r.id in reshaped for r in refs_in((node.args, node.kwargs))):
         return False  # the same tensor with other sizes before and after the reshape
+    if any(v.id in reshaped for v in node.outputs):
+        return False  # made, then reshaped in place: a later equal node is not it
     touched = [groups.find(r.id) for r in refs_in((node.args, node.kwargs))]
     touched += [groups.find(v.id) for v in node.outputs]
     return not any(g in written for g in touched) and not any(
