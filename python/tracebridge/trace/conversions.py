@@ -19,7 +19,7 @@ from ..source import is_internal
 from .caches import fresh_hash, functools_cache_hashing_tensor
 from .numbers import SymFloat, SymInt, SymSize, _Traced
 from .short_circuit import settled_without_it
-from .text import TensorText, _positions, formatted, unseen_int_format
+from .text import TensorText, formatted, unseen_int_format
 
 
 class Conversions:
@@ -395,9 +395,7 @@ class Conversions:
             frame = frame.f_back
         if frame is None:
             return
-        positions = _positions(frame.f_code)
-        at = frame.f_lasti // 2
-        line = unseen_int_format(frame.f_code, positions[at] if at < len(positions) else None)
+        line = unseen_int_format(frame.f_code, frame.f_lasti)
         if line is not None:
             where = f"{frame.f_code.co_filename}:{line}"
             raise UnsupportedOpError(

@@ -492,17 +492,22 @@ _INT_CONVERSION = re.compile(r"%(?:\([^)]*\))?[#0\- +]*(?:\*|\d+)?(?:\.(?:\*|\d+
 _SIZE_METHODS = frozenset({"size", "numel", "nelement", "dim", "item", "tolist"})
 
 
-def unseen_int_format(code, position: tuple | None = None) -> int | None:
+def unseen_int_format(code, lasti: int | None = None) -> int | None:
     """The line, in the function of ``code``, of a ``"literal %d" % (...)`` whose operands
     are sizes (``x.shape``, ``x.size()``, ``len(x)``, ``numel``, ``item``, or a local
     assigned from one) and whose text picks something (:func:`_decides`), where the size
-    read at ``position`` (the instruction's source span, from ``co_positions``) is one of
-    those operands or feeds one; else None. Without a position (Python 3.10), any such
-    text in the function counts. A size read elsewhere in that function (``x.shape[0]``
-    next to ``"blocks_%d" % len(self.blocks)``, a plain int) is not refused."""
+    read by the instruction at ``lasti`` (a frame's ``f_lasti``: its source span, from
+    ``co_positions``) is one of those operands or feeds one; else None. Without a position
+    (Python 3.10), any such text in the function counts. A size read elsewhere in that
+    function (``x.shape[0]`` next to ``"blocks_%d" % len(self.blocks)``, a plain int) is
+    not refused."""
     found = _unseen_int_format(code.co_filename, code.co_firstlineno, code.co_name)
-    if found is None or position is None or None in position:
-        return found[0] if found is not None else None
+    if found is None:
+        return None  # the common case, cached: no instruction positions read
+    positions = _positions(code) if lasti is not None else ()
+    position = positions[lasti // 2] if lasti is not None and lasti // 2 < len(positions) else None
+    if position is None or None in position:
+        return found[0]
     line, end_line, col, end_col = position
     for at, span in found[1]:
         if (span[0], span[2]) <= (line, col) and (end_line, end_col) <= (span[1], span[3]):
