@@ -28,25 +28,17 @@ NULL
 
 #' @rdname autograd
 #' @export
-with_no_grad <- function(code) {
-  # The grad mode through src/surface.c (tb_grad_mode); on.exit() restores it on errors too.
-  prev <- .Call(tb_grad_mode, FALSE)
-  if (is.logical(prev)) {
-    on.exit(.Call(tb_grad_mode, prev), add = TRUE)
-    return(code)
-  }
-  if (identical(prev, quote(.tb_error))) c_error(one_based = FALSE)
-  c_started()
-  prev <- reticulate::py_to_r(py_torch()$is_grad_enabled())
-  py_torch()$set_grad_enabled(FALSE)
-  on.exit(py_torch()$set_grad_enabled(prev), add = TRUE)
-  force(code)
-}
+with_no_grad <- function(code) with_grad_mode(FALSE, code)
 
 #' @rdname autograd
 #' @export
-with_enable_grad <- function(code) {
-  prev <- .Call(tb_grad_mode, TRUE)
+with_enable_grad <- function(code) with_grad_mode(TRUE, code)
+
+# `code` evaluated with grad mode `enabled`: through src/surface.c (tb_grad_mode) where the C
+# path is on, else through reticulate; on.exit() restores the mode on errors too. `code`
+# stays a promise of the caller's until it is forced here.
+with_grad_mode <- function(enabled, code) {
+  prev <- .Call(tb_grad_mode, enabled)
   if (is.logical(prev)) {
     on.exit(.Call(tb_grad_mode, prev), add = TRUE)
     return(code)
@@ -54,7 +46,7 @@ with_enable_grad <- function(code) {
   if (identical(prev, quote(.tb_error))) c_error(one_based = FALSE)
   c_started()
   prev <- reticulate::py_to_r(py_torch()$is_grad_enabled())
-  py_torch()$set_grad_enabled(TRUE)
+  py_torch()$set_grad_enabled(enabled)
   on.exit(py_torch()$set_grad_enabled(prev), add = TRUE)
   force(code)
 }

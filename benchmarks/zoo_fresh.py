@@ -11,11 +11,13 @@ random numbers), and compares them at the case's tolerance. One line per model:
 set, or ``FAIL`` and the error.
 
     PYTHONPATH=python /work/venvs/zoo/bin/python benchmarks/zoo_fresh.py [model ...]
+    ... benchmarks/zoo_fresh.py --cases heldout_eleventh:eleventh_round   # another list
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
+import importlib
 import time
 import warnings
 
@@ -24,7 +26,6 @@ from torch.utils._pytree import tree_leaves
 
 import tracebridge
 import zoo_env  # noqa: F401 - declares torchvision's ops (tracebridge imports it lazily)
-from zoo_models import all_cases
 
 
 def _same(got, want, tolerance: float) -> bool:
@@ -61,11 +62,19 @@ def run(case) -> str:
 
 
 def main() -> None:
-    only = set(sys.argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", help="model names (default: every one)")
+    parser.add_argument(
+        "--cases", default="zoo_models:all_cases", help="MODULE:FUNCTION giving the cases"
+    )
+    opts = parser.parse_args()
+    module, function = opts.cases.split(":")
+    cases = getattr(importlib.import_module(module), function)()
+    only = set(opts.models)
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     counts = {"right": 0, "WRONG": 0, "FAIL": 0}
-    for case in all_cases():
+    for case in cases:
         if only and case.name not in only:
             continue
         started = time.time()
