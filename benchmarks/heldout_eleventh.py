@@ -28,12 +28,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from heldout_tenth import CLS, DEC, ENC_KIND, HAND, HF_, PATTERN, S2S, TIMM, TV, _dec
 from zoo_models import (
     ENC,
     HF,
     IMG,
     IMG32,
-    NO_CACHE,
     SMALL_BERT,
     SMALL_DECODER,
     VOCAB,
@@ -48,19 +48,10 @@ from zoo_models import (
     text,
 )
 
-DEC, ENC_KIND, S2S = "language/decoder", "language/encoder", "language/encoder-decoder"
-CLS = "vision/classification"
-HF_, TIMM, TV, HAND = "transformers", "timm", "torchvision", "hand-written"
-PATTERN = "pattern"
 MOE = dict(num_experts_per_tok=2)
 
 
 # --- transformers: decoders ---------------------------------------------------------------------
-
-
-def _dec(name: str, config: str, model: str, **extra) -> Case:
-    kwargs = dict(SMALL_DECODER) | extra
-    return Case(name, DEC, HF_, _hf(config, model, ENC, NO_CACHE, **kwargs), text())
 
 
 def _decoders() -> list[Case]:
