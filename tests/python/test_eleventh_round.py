@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import inspect
 import io
+import warnings
 
 import pytest
 import torch
@@ -360,3 +361,42 @@ def test_a_size_reaching_a_percent_d_key_through_locals_is_refused_at_the_format
     with pytest.raises(UnsupportedOpError) as info:
         tracebridge.trace(PercentOfASizeThroughLocals().eval(), torch.randn(2, 4))
     assert _line_of(PercentOfASizeThroughLocals.forward, 'key = "n%d" % m') in str(info.value)
+
+
+def _key_of(n) -> str:
+    return "h%d" % n  # noqa: UP031 - the pattern under test: formatted in another function
+
+
+class HeadByHelperKey(nn.Module):
+    """A head picked by a key a helper formats with ``%d``: Python reads the size in C, in a
+    frame the tracer does not look into, so the trace holds the example's head. The check
+    sees the code refuse batch 4 (no head ``h4``) where the trace answers, and says so."""
+
+    def __init__(self):
+        super().__init__()
+        self.heads = nn.ModuleDict({"h3": nn.Linear(4, 4), "h5": nn.Linear(4, 4)})
+
+    def forward(self, x):
+        return self.heads[_key_of(x.shape[0])](x)
+
+
+def test_a_size_decided_out_of_sight_is_warned_of_where_the_code_refused():
+    with pytest.warns(tracebridge.TracerWarning, match="the code raises KeyError: 'h4'") as rec:
+        tracebridge.trace(HeadByHelperKey(), torch.randn(3, 4))
+    warned = [w for w in rec if "the trace answers that call" in str(w.message)]
+    assert warned and warned[0].filename == __file__  # shown at the line that raised
+    assert warned[0].lineno == int(_line_of(HeadByHelperKey.forward, "_key_of(").split(":")[-1])
+
+
+def test_a_size_the_trace_refuses_as_the_code_does_is_not_warned_of():
+    class Even(nn.Module):
+        def forward(self, x):
+            assert x.shape[0] % 2 == 0, "even batches only"
+            return x * 2
+
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        traced = tracebridge.trace(Even(), torch.randn(4, 3))
+    assert not [w for w in rec if "the trace answers that call" in str(w.message)]
+    with pytest.raises(GuardError):
+        traced(torch.randn(5, 3))

@@ -22,14 +22,15 @@ from __future__ import annotations
 
 import difflib
 import re
+import warnings
 
 import torch
 
-from ..errors import GuardError, TraceError, TracingCheckError
+from ..errors import GuardError, TraceError, TracerWarning, TracingCheckError
 from ..ir import Graph, Node, Ref, pytree
 from ..ir.printer import Printer
 from ..ir.pytree import is_tensor
-from ..source import source_line
+from ..source import raised_at, source_line
 from ..trace.capture import capture_again, preserved, state_index
 from .compare import NON_DETERMINISM, compare_outputs, fresh, rolled
 from .dims import check_other_sizes
@@ -183,8 +184,9 @@ def _check_perturbed(
         with preserved(module):
             a, k = fresh(new_args, new_kwargs)
             expected = eager_fn(*a, **k)
-    except Exception:
-        return  # the real code does not accept another batch size: nothing to check
+    except Exception as exc:  # the real code does not accept another batch size
+        _warn_if_answered(traced_method, new_args, new_kwargs, module, batch, exc)
+        return
     try:
         with preserved(module):
             a, k = fresh(new_args, new_kwargs)
@@ -257,6 +259,37 @@ def _check_constants(
         return  # another path: the trace refuses instead of answering wrongly
     label = "on the example inputs with their values moved"
     compare_outputs(expected, got, tolerance, label, _constants_hint(reference, constants))
+
+
+def _warn_if_answered(traced_method, args, kwargs, module, batch: int, refused) -> None:
+    """The code refused batch size ``batch + 1``; the trace must refuse it too. Note: why
+    a warning. A trace that answers a call the code refuses followed a decision on a size it
+    did not see (a size formatted with ``'%d'`` in a helper function, which Python reads in
+    C, then used as a key; a size read by numpy): at other sizes it may answer wrongly, and
+    nothing at the call would say so. The code's refusal may also be one the trace need not
+    share (a size the model rejects by design, by an op of its own), so it is said, not
+    refused; the message names where the code raised."""
+    try:
+        with preserved(module):
+            a, k = fresh(args, kwargs)
+            traced_method(*a, **k)
+    except Exception:
+        return  # the trace refuses it as well
+    where = raised_at(refused)
+    message = (
+        f"with batch size {batch + 1} (dimension 0 of the example inputs grown by one) the "
+        f"code raises {type(refused).__name__}: {str(refused)[:200]}"
+        f"{f' at {where}' if where else ''}, but the trace answers that call: the code "
+        "decided on a size where the trace could not see it (a size formatted with '%d' "
+        "in another function, or read by numpy or C code), so calls at other sizes may be "
+        "answered wrongly. Use the size itself (an f-string keeps it traced), or check "
+        "the trace at the sizes you will call it with (check_inputs=)"
+    )
+    if where is None:
+        warnings.warn(message, TracerWarning, stacklevel=2)
+        return
+    filename, _, line = where.rpartition(":")  # shown at the line that raised
+    warnings.warn_explicit(message, TracerWarning, filename, int(line))
 
 
 def _specialised(reference, retrace, args, kwargs, batch, what) -> str:
