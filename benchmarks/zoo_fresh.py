@@ -6,7 +6,8 @@ hooks then, and marks the model as hooked), so a trace made first meets code pat
 zoo.py never reaches: a freshly built SegFormer failed its own trace check that way
 (trace/own_hooks.py). This traces every zoo model with tracebridge as built, then calls the
 traced model and the model on every input set, each call seeded alike (models that draw
-random numbers), and compares them at the case's tolerance. One line per model:
+random numbers), and compares them as zoo.py does (the case's tolerance, at the scale of
+the output). One line per model:
 ``right`` / ``guard`` (a GuardError: the trace refuses that shape) / ``WRONG`` per input
 set, or ``FAIL`` and the error.
 
@@ -22,23 +23,9 @@ import time
 import warnings
 
 import torch
-from torch.utils._pytree import tree_leaves
 
 import tracebridge
-import zoo_env  # noqa: F401 - declares torchvision's ops (tracebridge imports it lazily)
-
-
-def _same(got, want, tolerance: float) -> bool:
-    got, want = tree_leaves(got), tree_leaves(want)
-    return len(got) == len(want) and all(
-        not isinstance(w, torch.Tensor)
-        or (
-            isinstance(g, torch.Tensor)
-            and g.shape == w.shape
-            and torch.allclose(g.double(), w.double(), atol=tolerance, rtol=tolerance)
-        )
-        for g, w in zip(got, want)
-    )
+from zoo import compare  # zoo.py's comparison (at the scale of the output); imports zoo_env
 
 
 def run(case) -> str:
@@ -57,7 +44,7 @@ def run(case) -> str:
                 continue
             torch.manual_seed(i)
             want = model(*args)
-            verdicts.append("right" if _same(got, want, case.tolerance) else "WRONG")
+            verdicts.append("WRONG" if compare(want, got, case.tolerance) else "right")
     return " ".join(verdicts)
 
 

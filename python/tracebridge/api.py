@@ -30,7 +30,7 @@ from .ir.printer import graph_text
 from .ir.program import hoist_subgraphs, subgraph_names
 from .progress import stage, state_nbytes, track
 from .runtime import Method, torchvision_ops
-from .runtime.method import Specialised, guards_active
+from .runtime.method import Specialised, as_recorded, guards_active
 from .runtime.shapes import symbolize
 from .trace.capture import bound_method as _bound
 from .trace.capture import capture, capture_again, numpy_rng_kept, preserved, state_index
@@ -824,7 +824,9 @@ def trace(
             from .check.verify import check_function
 
             stage("checking")
-            check_function(func, traced, args, kwargs, check_inputs, check_tolerance, strict)
+            # The check compares the recording, not the runtime's rewrites (as_recorded).
+            with as_recorded():
+                check_function(func, traced, args, kwargs, check_inputs, check_tolerance, strict)
     finally:
         kept.restore()
     return traced
@@ -1109,16 +1111,17 @@ def _trace_module(
             from .check.verify import check_module
 
             stage("checking")
-            check_module(
-                mod,
-                traced,
-                inputs,
-                check_inputs,
-                check_tolerance,
-                strict,
-                respect_mode,
-                method_alias or {},
-            )
+            with as_recorded():  # the recording, not the runtime's rewrites
+                check_module(
+                    mod,
+                    traced,
+                    inputs,
+                    check_inputs,
+                    check_tolerance,
+                    strict,
+                    respect_mode,
+                    method_alias or {},
+                )
     finally:
         for globals_kept in kept:
             globals_kept.restore()

@@ -24,6 +24,7 @@ class _GuardSwitch(threading.local):
     raised and caught an AttributeError on every call (a few microseconds per call)."""
 
     off = False
+    recorded = False
 
 
 _local = _GuardSwitch()
@@ -55,6 +56,31 @@ def guards_disabled():
         _local.off = previous
         with _threads_off_lock:
             _threads_off -= 1
+
+
+# How many threads are inside ``as_recorded`` now (read as ``_threads_off`` is).
+_threads_recorded = 0
+
+
+@contextlib.contextmanager
+def as_recorded():
+    """Within this block, calls without autograd run the graph as recorded, as calls with it
+    do: no batch norm folded into its convolution (runtime/folding.py). Note: why. The fold
+    agrees with eager only to rounding (as ``torch.jit.freeze``'s), and a trace check
+    compares the recording with the code: under ``torch.no_grad()`` with one thread,
+    timm's efficientnetv2_rw_t differed by 4.5e-5 relative through its 40 folded
+    convolutions, and the check refused a trace that was right."""
+    global _threads_recorded
+    previous = _local.recorded
+    with _threads_off_lock:
+        _threads_recorded += 1
+    _local.recorded = True
+    try:
+        yield
+    finally:
+        _local.recorded = previous
+        with _threads_off_lock:
+            _threads_recorded -= 1
 
 
 def guards_active(method: Method) -> bool:
@@ -201,7 +227,10 @@ class Method:
         # the traced order) runs here, without another Python frame in between: every
         # lookup here is paid on each call of a loaded artifact (see guards_disabled).
         try:
-            key = (self.check_guards and not (_threads_off and _local.off), not _grad_enabled())
+            key = (
+                self.check_guards and not (_threads_off and _local.off),
+                not _grad_enabled() and not (_threads_recorded and _local.recorded),
+            )
             fn = self._compiled.get(key) or self._function(key)
             if len(args) == self._direct_arity and not kwargs:
                 return fn(*args)
