@@ -28,7 +28,19 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from heldout_tenth import CLS, DEC, ENC_KIND, HAND, HF_, PATTERN, S2S, TIMM, TV, _dec
+from heldout_tenth import (
+    CLS,
+    DEC,
+    ENC_KIND,
+    HAND,
+    HF_,
+    PATTERN,
+    S2S,
+    TIMM,
+    TV,
+    _dec,
+    _quantizable,
+)
 from zoo_models import (
     ENC,
     HF,
@@ -414,17 +426,6 @@ def _torchvision_eleventh() -> list[Case]:
         ),
         Case("resnext50_32x4d (grouped)", CLS, TV, _tv("resnext50_32x4d", num_classes=10), IMG32),
     ]
-
-
-def _quantizable(name: str):
-    def build():
-        import torchvision
-
-        return getattr(torchvision.models.quantization, name)(
-            weights=None, quantize=False, num_classes=10
-        )
-
-    return build
 
 
 # --- hand-written patterns ----------------------------------------------------------------------
