@@ -335,6 +335,14 @@ static PyObject *call(PyObject *method, PyObject *self, PyObject *a, PyObject *b
   return r;
 }
 
+/* call() with the keyword value=v; NULL (Python's error set) where the float cannot be made,
+ * rather than the method run without it (with its default value, 1). */
+static PyObject *call_valued(PyObject *method, PyObject *self, PyObject *a, PyObject *b,
+                             double v) {
+  PyObject *value = py.FloatFromDouble(v);
+  return value == NULL ? NULL : call(method, self, a, b, value);
+}
+
 /* The ops of one parameter (see the note at the top); 0 on a Python error. */
 static int step_one(const Slot *s, const Group *G, PyObject *one_minus_beta1) {
   PyObject *r = py.InPlaceAdd(s->step, torch_.one); /* step_t += 1 */
@@ -345,7 +353,7 @@ static int step_one(const Slot *s, const Group *G, PyObject *one_minus_beta1) {
   py.DecRef(r);
   r = call(A.mul_, s->exp_avg_sq, G->beta2_obj, NULL, NULL);
   if (r == NULL) return 0;
-  PyObject *r2 = call(A.addcmul_, r, s->grad, s->grad, py.FloatFromDouble(1 - G->beta2));
+  PyObject *r2 = call_valued(A.addcmul_, r, s->grad, s->grad, 1 - G->beta2);
   py.DecRef(r);
   if (r2 == NULL) return 0;
   py.DecRef(r2);
@@ -376,7 +384,7 @@ static int step_one(const Slot *s, const Group *G, PyObject *one_minus_beta1) {
     return 0;
   }
   py.DecRef(r);
-  r = call(A.addcdiv_, s->param, s->exp_avg, denom, py.FloatFromDouble(-step_size));
+  r = call_valued(A.addcdiv_, s->param, s->exp_avg, denom, -step_size);
   py.DecRef(denom);
   if (r == NULL) return 0;
   py.DecRef(r);
