@@ -36,25 +36,11 @@ static struct {
   int tried, ready;
   PyObject *adam_type, *parameter_type, *hooked_step;
   PyObject *pre_hooks, *post_hooks, *profiler_enabled;
-  PyObject *s_step, *s_state, *s_param_groups, *s_dict, *s_pre, *s_post, *s_grad_scale,
+  PyObject *s_step, *s_state, *s_dict, *s_pre, *s_post, *s_grad_scale,
       *s_found_inf, *s_is_sparse, *s_is_complex, *s_value;
   PyObject *lerp_, *mul_, *addcmul_, *item, *sqrt, *add_, *addcdiv_, *is_complex;
 } A;
 
-static PyObject *path(PyObject *root, const char *a, const char *b, const char *c) {
-  PyObject *o = py.GetAttrString(root, a), *next;
-  const char *rest[2] = {b, c};
-  for (int i = 0; i < 2 && o != NULL && rest[i] != NULL; i++) {
-    next = py.GetAttrString(o, rest[i]);
-    py.DecRef(o);
-    o = next;
-  }
-  return o;
-}
-
-static PyObject *tensor_method(const char *name) {
-  return py.GetAttrString(torch_.tensor_type, name);
-}
 
 /* The names and objects the step needs, once; 0 where torch is not the one read. */
 static int adam_init(void) {
@@ -65,12 +51,12 @@ static int adam_init(void) {
     py.ErrClear();
     return 0;
   }
-  PyObject *version = path(torch, "__version__", NULL, NULL);
+  PyObject *version = py_attr_path(torch, "__version__", NULL, NULL);
   const char *v = version == NULL ? NULL : py_utf8_plain(version);
   int known = v != NULL && strncmp(v, "2.13.", 5) == 0;
   py_decref(version);
   /* No accelerator: Optimizer's graph-capture check (CUDA, XPU) has nothing to check. */
-  PyObject *available = path(torch, "accelerator", "is_available", NULL), *has = NULL;
+  PyObject *available = py_attr_path(torch, "accelerator", "is_available", NULL), *has = NULL;
   if (available != NULL) {
     PyObject *empty = py.TupleNew(0);
     has = empty == NULL ? NULL : py.Call(available, empty, NULL);
@@ -79,13 +65,12 @@ static int adam_init(void) {
   known = known && has == py.False;
   py_decref(available);
   py_decref(has);
-  A.adam_type = path(torch, "optim", "Adam", NULL);
-  A.parameter_type = path(torch, "nn", "Parameter", NULL);
-  A.profiler_enabled = path(torch, "_C", "_autograd", "_profiler_enabled");
+  A.adam_type = py_attr_path(torch, "optim", "Adam", NULL);
+  A.parameter_type = py_attr_path(torch, "nn", "Parameter", NULL);
+  A.profiler_enabled = py_attr_path(torch, "_C", "_autograd", "_profiler_enabled");
   py.DecRef(torch);
   A.s_step = py.UnicodeIntern("step");
   A.s_state = py.UnicodeIntern("state");
-  A.s_param_groups = py.UnicodeIntern("param_groups");
   A.s_dict = py.UnicodeIntern("__dict__");
   A.s_pre = py.UnicodeIntern("_optimizer_step_pre_hooks");
   A.s_post = py.UnicodeIntern("_optimizer_step_post_hooks");
@@ -93,16 +78,16 @@ static int adam_init(void) {
   A.s_found_inf = py.UnicodeIntern("found_inf");
   A.s_is_sparse = py.UnicodeIntern("is_sparse");
   A.s_value = py.UnicodeIntern("value");
-  A.lerp_ = tensor_method("lerp_");
-  A.mul_ = tensor_method("mul_");
-  A.addcmul_ = tensor_method("addcmul_");
-  A.item = tensor_method("item");
-  A.sqrt = tensor_method("sqrt");
-  A.add_ = tensor_method("add_");
-  A.addcdiv_ = tensor_method("addcdiv_");
-  A.is_complex = tensor_method("is_complex");
+  A.lerp_ = py_tensor_method("lerp_");
+  A.mul_ = py_tensor_method("mul_");
+  A.addcmul_ = py_tensor_method("addcmul_");
+  A.item = py_tensor_method("item");
+  A.sqrt = py_tensor_method("sqrt");
+  A.add_ = py_tensor_method("add_");
+  A.addcdiv_ = py_tensor_method("addcdiv_");
+  A.is_complex = py_tensor_method("is_complex");
   A.ready = known && A.adam_type && A.parameter_type && A.profiler_enabled && A.s_step &&
-            A.s_state && A.s_param_groups && A.s_dict && A.s_pre && A.s_post && A.s_grad_scale && A.s_found_inf && A.s_is_sparse &&
+            A.s_state && A.s_dict && A.s_pre && A.s_post && A.s_grad_scale && A.s_found_inf && A.s_is_sparse &&
             A.s_value && A.lerp_ && A.mul_ && A.addcmul_ && A.item && A.sqrt && A.add_ &&
             A.addcdiv_ && A.is_complex;
   if (py.ErrOccurred() != NULL) py.ErrClear();
@@ -210,7 +195,7 @@ static void slots_release(Slot *slots, int n) {
 /* The groups and their parameters with gradients, as _init_group() collects them; 0
  * (nothing held) where the step is not one this file does. */
 static int collect(PyObject *self, Slot *slots, int *n_slots, Group *groups, int *n_groups) {
-  PyObject *groups_list = py.GetAttr(self, A.s_param_groups);
+  PyObject *groups_list = py.GetAttr(self, torch_.s_param_groups);
   PyObject *state = py.GetAttr(self, A.s_state);
   int ok = groups_list != NULL && state != NULL && PY_TYPE(groups_list) == py.ListType &&
            py.ListSize(groups_list) <= MAX_GROUPS;

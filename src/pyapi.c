@@ -245,16 +245,18 @@ void store_error(void) {
   py_decref(traceback);
 }
 
-static PyObject *attr_path(PyObject *root, const char *a, const char *b) {
-  PyObject *first = py.GetAttrString(root, a);
-  if (first == NULL || b == NULL) return first;
-  PyObject *second = py.GetAttrString(first, b);
-  py.DecRef(first);
-  return second;
+PyObject *py_attr_path(PyObject *root, const char *a, const char *b, const char *c) {
+  PyObject *o = py.GetAttrString(root, a), *next;
+  const char *rest[2] = {b, c};
+  for (int i = 0; i < 2 && o != NULL && rest[i] != NULL; i++) {
+    next = py.GetAttrString(o, rest[i]);
+    py.DecRef(o);
+    o = next;
+  }
+  return o;
 }
 
-/* An unbound method of torch.Tensor (NULL where Tensor was not found). */
-static PyObject *tensor_method(const char *name) {
+PyObject *py_tensor_method(const char *name) {
   return torch_.tensor_type == NULL ? NULL : py.GetAttrString(torch_.tensor_type, name);
 }
 
@@ -348,7 +350,7 @@ SEXP tb_py_init(SEXP torch, SEXP bridge, SEXP example, SEXP libpython, SEXP tb) 
   release_all();
   torch_.tensor_type = py.GetAttrString(t, "Tensor");
   torch_.size_type = py.GetAttrString(t, "Size");
-  torch_.set_grad = attr_path(t, "_C", "_set_grad_enabled");
+  torch_.set_grad = py_attr_path(t, "_C", "_set_grad_enabled", NULL);
   torch_.is_grad = py.GetAttrString(t, "is_grad_enabled");
   py.IncRef(m);
   torch_.bridge = m;
@@ -370,19 +372,19 @@ SEXP tb_py_init(SEXP torch, SEXP bridge, SEXP example, SEXP libpython, SEXP tb) 
   torch_.s_sub = py.UnicodeIntern("sub");
   torch_.s_is_floating_point = py.UnicodeIntern("is_floating_point");
   torch_.s_version = py.UnicodeIntern("_version");
-  torch_.tensor_min = tensor_method("min");
+  torch_.tensor_min = py_tensor_method("min");
   torch_.dtype_int64 = py.GetAttrString(t, "int64");
   torch_.dtype_int32 = py.GetAttrString(t, "int32");
   torch_.slice_all = py.SliceNew(NULL, NULL, NULL);
-  torch_.optimizer_zero_grad = attr_path(t, "optim", "Optimizer");
+  torch_.optimizer_zero_grad = py_attr_path(t, "optim", "Optimizer", NULL);
   if (torch_.optimizer_zero_grad != NULL) {
     PyObject *cls = torch_.optimizer_zero_grad;
     torch_.optimizer_zero_grad = py.GetAttrString(cls, "zero_grad");
     py.DecRef(cls);
   }
-  torch_.tensor_zero_ = tensor_method("zero_");
-  torch_.tensor_detach_ = tensor_method("detach_");
-  torch_.tensor_requires_grad_ = tensor_method("requires_grad_");
+  torch_.tensor_zero_ = py_tensor_method("zero_");
+  torch_.tensor_detach_ = py_tensor_method("detach_");
+  torch_.tensor_requires_grad_ = py_tensor_method("requires_grad_");
   torch_.s_zero_grad = py.UnicodeIntern("zero_grad");
   torch_.s_func = py.UnicodeIntern("__func__");
   torch_.s_grad = py.UnicodeIntern("grad");
@@ -392,10 +394,10 @@ SEXP tb_py_init(SEXP torch, SEXP bridge, SEXP example, SEXP libpython, SEXP tb) 
   torch_.s_is_cpu = py.UnicodeIntern("is_cpu");
   torch_.s_layout = py.UnicodeIntern("layout");
   torch_.strided = py.GetAttrString(t, "strided");
-  torch_.tensor_is_contiguous = tensor_method("is_contiguous");
-  torch_.tensor_is_neg = tensor_method("is_neg");
-  torch_.tensor_numel = tensor_method("numel");
-  torch_.tensor_data_ptr = tensor_method("data_ptr");
+  torch_.tensor_is_contiguous = py_tensor_method("is_contiguous");
+  torch_.tensor_is_neg = py_tensor_method("is_neg");
+  torch_.tensor_numel = py_tensor_method("numel");
+  torch_.tensor_data_ptr = py_tensor_method("data_ptr");
   int ok = torch_.tensor_type && torch_.size_type && torch_.set_grad && torch_.is_grad &&
            torch_.binary_ops && torch_.r_positions && torch_.select_positions &&
            torch_.one && torch_.one_t && torch_.where && torch_.dtype_bool && torch_.s_add && torch_.s_item && torch_.s_ndim && torch_.empty && torch_.device && torch_.s_dtype &&

@@ -136,6 +136,10 @@ void py_decref(PyObject *o);             /* Py_DecRef that accepts NULL */
  * it is not UTF-8 or has an embedded NUL (R's conversion then decides: reticulate refuses
  * "Embedded NUL in string" where C would silently cut the string). */
 const char *py_utf8_plain(PyObject *s);
+/* root.a.b.c (b and c may be NULL: fewer levels); a new reference, NULL on a Python error. */
+PyObject *py_attr_path(PyObject *root, const char *a, const char *b, const char *c);
+/* An unbound method of torch.Tensor (NULL where Tensor was not found). */
+PyObject *py_tensor_method(const char *name);
 /* The nesting depth past which the recursive C converters (state.c, callback.c) leave a
  * value to R's conversion, which stops with R's own error instead of C's stack
  * overflowing. R_CheckStack() is no option there: it jumps, and they hold the GIL and
