@@ -39,30 +39,35 @@ _threads_off_lock = threading.Lock()
 
 
 @contextlib.contextmanager
+def _switched_on(flag: str, count: str):
+    """Turn this thread's switch ``flag`` (of ``_local``) on for a block, counting the thread
+    in the module global ``count`` (``_threads_off``, ``_threads_recorded``), which a call
+    reads before the switch itself."""
+    previous = getattr(_local, flag)
+    with _threads_off_lock:
+        globals()[count] += 1
+    setattr(_local, flag, True)
+    try:
+        yield
+    finally:
+        setattr(_local, flag, previous)
+        with _threads_off_lock:
+            globals()[count] -= 1
+
+
 def guards_disabled():
     """Within this block, traced calls skip their guards (for speed; at your own risk).
 
     >>> with tracebridge.guards_disabled():  # doctest: +SKIP
     ...     y = traced(x)
     """
-    global _threads_off
-    previous = _local.off
-    with _threads_off_lock:
-        _threads_off += 1
-    _local.off = True
-    try:
-        yield
-    finally:
-        _local.off = previous
-        with _threads_off_lock:
-            _threads_off -= 1
+    return _switched_on("off", "_threads_off")
 
 
 # How many threads are inside ``as_recorded`` now (read as ``_threads_off`` is).
 _threads_recorded = 0
 
 
-@contextlib.contextmanager
 def as_recorded():
     """Within this block, calls without autograd run the graph as recorded, as calls with it
     do: no batch norm folded into its convolution (runtime/folding.py). Note: why. The fold
@@ -70,17 +75,7 @@ def as_recorded():
     compares the recording with the code: under ``torch.no_grad()`` with one thread,
     timm's efficientnetv2_rw_t differed by 4.5e-5 relative through its 40 folded
     convolutions, and the check refused a trace that was right."""
-    global _threads_recorded
-    previous = _local.recorded
-    with _threads_off_lock:
-        _threads_recorded += 1
-    _local.recorded = True
-    try:
-        yield
-    finally:
-        _local.recorded = previous
-        with _threads_off_lock:
-            _threads_recorded -= 1
+    return _switched_on("recorded", "_threads_recorded")
 
 
 def guards_active(method: Method) -> bool:
