@@ -85,15 +85,17 @@ def _static_ids(graph: Graph) -> set[int]:
     return static
 
 
-def _state_like(graph: Graph, folded: bool) -> set[int]:
+def _state_like(graph: Graph, folded: bool, static: set[int] | None = None) -> set[int]:
     """Tensors a block may take as keys by identity: state, and (where the graph's static
     part is folded, ``folded``) the tensors computed from literals and state alone, which
     the folded function gives as the same objects until the state changes (timm's position
-    table resampled to the image's size: ``interpolate(pos_embed, size=(h, w))``)."""
+    table resampled to the image's size: ``interpolate(pos_embed, size=(h, w))``); ``static``:
+    :func:`_static_ids` of ``graph`` where the caller has it already."""
     state = {v.id for n in graph.nodes if n.op == "prim.state" for v in n.outputs}
     if folded:
         kinds = {v.id: v.kind for n in graph.nodes for v in n.outputs}
-        state |= {v for v in _static_ids(graph) if kinds.get(v) == "Tensor"}
+        static = _static_ids(graph) if static is None else static
+        state |= {v for v in static if kinds.get(v) == "Tensor"}
     return state
 
 
@@ -109,7 +111,7 @@ def _find_runs(
     kinds.update({v.id: v.kind for n in graph.nodes for v in n.outputs})
     defined_at = {v.id: index for index, n in enumerate(graph.nodes) for v in n.outputs}
     static = _static_ids(graph)
-    state = _state_like(graph, folded)
+    state = _state_like(graph, folded, static)
     sized: set[int] = set()
     aliases: set[int] = set()  # sized tensors and what may share their memory
     runs: list[tuple[list[int], int]] = []
