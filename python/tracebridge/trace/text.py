@@ -400,17 +400,20 @@ def _reaches_message(node: ast.AST, following: frozenset = frozenset()) -> bool:
     return False
 
 
+def _percent_format(node: ast.AST) -> bool:
+    """Whether ``node`` is ``"literal" % ...``: text formatted by ``%``."""
+    return (
+        isinstance(node, ast.BinOp)
+        and isinstance(node.op, ast.Mod)
+        and isinstance(node.left, ast.Constant)
+        and isinstance(node.left.value, str)
+    )
+
+
 def _percent_arguments(node: ast.AST) -> bool:
     """Whether ``node`` is the tuple of arguments of ``"literal %s" % (...)``."""
     parent = getattr(node, "_tb_parent", None)
-    return (
-        isinstance(node, ast.Tuple)
-        and isinstance(parent, ast.BinOp)
-        and isinstance(parent.op, ast.Mod)
-        and parent.right is node
-        and isinstance(parent.left, ast.Constant)
-        and isinstance(parent.left.value, str)
-    )
+    return isinstance(node, ast.Tuple) and _percent_format(parent) and parent.right is node
 
 
 # Where text kept in a local may go and still be only a message: the exact names of the
@@ -550,10 +553,7 @@ def _unseen_int_format(filename: str, firstlineno: int, name: str) -> tuple | No
     first, spans = None, []
     for node in ast.walk(function):
         if not (
-            isinstance(node, ast.BinOp)
-            and isinstance(node.op, ast.Mod)
-            and isinstance(node.left, ast.Constant)
-            and isinstance(node.left.value, str)
+            _percent_format(node)
             and _INT_CONVERSION.search(node.left.value)
             and _mentions_size(node.right, tainted)
         ):
