@@ -44,15 +44,20 @@ def set_foreign_location(location: str | None) -> None:
     _foreign.location = location or None
 
 
+def user_frame(frame):
+    """``frame``, or the first frame it was called from that is outside PyTorch and
+    tracebridge (:func:`is_internal`); None where there is none."""
+    while frame is not None and is_internal(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
 def user_location() -> str | None:
     """The user's ``file:line`` making the current call: the innermost Python frame
     outside PyTorch and tracebridge, else the line a foreign front end (R) reported."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not is_internal(filename):
-            return f"{filename}:{frame.f_lineno}"
-        frame = frame.f_back
+    frame = user_frame(sys._getframe(1))
+    if frame is not None:
+        return f"{frame.f_code.co_filename}:{frame.f_lineno}"
     return getattr(_foreign, "location", None)
 
 

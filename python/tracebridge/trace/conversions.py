@@ -15,7 +15,7 @@ from ..ir import ops as opset
 from ..ir import pytree
 from ..ir.program import Ref
 from ..source import called_from_user_code as _called_from_user_code
-from ..source import is_internal
+from ..source import user_frame
 from .caches import fresh_hash, functools_cache_hashing_tensor
 from .numbers import SymFloat, SymInt, SymSize, _Traced
 from .short_circuit import settled_without_it
@@ -390,9 +390,7 @@ class Conversions:
         picks something (a key, a name, a comparison): Python reads the number in C there,
         so the text can be neither traced nor guarded, and a key or name made of it would
         be silently the example's (trace/text.py)."""
-        frame = sys._getframe(2)
-        while frame is not None and is_internal(frame.f_code.co_filename):
-            frame = frame.f_back
+        frame = user_frame(sys._getframe(2))
         if frame is None:
             return
         line = unseen_int_format(frame.f_code, frame.f_lasti)
@@ -516,10 +514,7 @@ class Conversions:
 def _formatting_frame():
     """The frame of the code that formats a tensor: the user's, or a library's (PyTorch's
     and tracebridge's own frames are passed over)."""
-    frame = sys._getframe(2)
-    while frame is not None and is_internal(frame.f_code.co_filename):
-        frame = frame.f_back
-    return frame
+    return user_frame(sys._getframe(2))
 
 
 DESC_LIMIT = 120
