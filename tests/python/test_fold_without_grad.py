@@ -51,3 +51,18 @@ def test_the_static_part_is_folded_for_calls_without_autograd(tmp_path):
     got.sum().backward()
     expected.sum().backward()
     assert same_bits(fast.w.grad, model.w.grad)
+
+
+def test_a_convolution_folded_with_its_batch_norm_sees_the_model_train_on():
+    """ATen's batch norm writes its running statistics without moving their versions:
+    the fold is keyed on ``num_batches_tracked`` too (runtime/folding.py, counters_of)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).eval()
+    x = torch.randn(1, 3, 8, 8)
+    traced = tracebridge.trace(model, x)
+    with torch.no_grad():
+        traced(x)  # the fold is made and kept
+        model.train()
+        model(torch.randn(4, 3, 8, 8) * 3 + 1)  # eager training moves the statistics
+        model.eval()
+        torch.testing.assert_close(traced(x), model(x))

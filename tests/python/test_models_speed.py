@@ -399,7 +399,17 @@ def test_r_reader_accepts_the_fused_encoder_layer(tmp_path):
 # ``*``; the only attribute reads are those of the inputs' tensors that the graph asks for
 # (ranks, dtypes, sizes) and ``dict.get`` of the input check.
 
-_TENSOR_READS = {"shape", "dtype", "ndim", "get", "device", "numel", "item", "stride"}
+_TENSOR_READS = {
+    "shape",
+    "dtype",
+    "ndim",
+    "get",
+    "device",
+    "numel",
+    "item",
+    "stride",
+    "is_inference",  # the outputs' flavour at the return (runtime/lean.py)
+}
 
 
 def _bytecode(fn) -> list:

@@ -56,6 +56,7 @@ from . import (
     halves,
     identity,
     inplace,
+    lean,
     linear_2d,
     memo,
     repeats,
@@ -128,6 +129,9 @@ _HELPERS = {
     "_int": int,
     "_float": float,
     "_RuntimeError": RuntimeError,
+    "_enter_lean": lean.enter,
+    "_InferenceMode": torch._C._InferenceMode,
+    "_normal_copies": lean.normal_copies,
 }
 _PLAIN_CONSTANTS = (bool, int, float, complex, str)
 _COMMENT_LIMIT = 160
@@ -229,6 +233,11 @@ class CodeGen:
         self._kinds: dict[int, str] | None = None  # value id -> kind, made when first needed
         self._dtypes: dict[int, str | None] | None = None  # value id -> traced dtype name
         self.plain_read = False  # whether the code reads ``_plain`` (runtime/scalars.py)
+        # Calls without autograd run in inference mode but for these nodes (runtime/lean.py)
+        self.lean = False
+        self._outside_lean: set[int] = set()
+        self._lean_plan: lean.LeanPlan | None = None
+        self._reentered = -1  # where the body last entered inference mode again
 
     # -- names ------------------------------------------------------------------------------
 
@@ -688,6 +697,7 @@ class CodeGen:
         static = set(fold.skip) if fold is not None else set()
         if fold is not None:
             self.folded(fold)
+        lean_start = len(self.body)  # the folded values are made in the caller's mode
         if self.fold:
             dead_after = self.plan_views(static, blocks) or dead_after
         if self.no_autograd:
@@ -697,6 +707,7 @@ class CodeGen:
             dead_after = self.keep_merged_inputs(dead_after)
             dead_after = self.plan_repeats(static, blocks, dead_after)
             self.plan_inplace(static, blocks)
+            self.plan_lean(static, blocks)
         stop = 0
         for index, node in enumerate(self.graph.nodes):
             if index in blocks:
@@ -705,10 +716,17 @@ class CodeGen:
                 self.free(v for i in range(index, stop) for v in dead_after.get(i, ()))
             if index in static or index < stop:
                 continue  # computed by the folded function or a memo
+            before = len(self.body)
             self.node(index, node)
+            if index in self._outside_lean and len(self.body) > before:
+                self.outside_lean(before)
             self.free(dead_after.get(index, ()))
         self._where = f"{self.name}: the outputs"
+        if self.lean:
+            self.normal_outputs()
         self.output()
+        if self.lean:
+            self.in_lean(lean_start)
         if self.plain_read:  # once per call, before any op: no mode, no autocast
             self.globals["_plain_call"] = scalars.plain_call
             plain = ast.Assign([ast.Name(scalars.PLAIN, ast.Store())], _call("_plain_call"))
@@ -748,6 +766,7 @@ class CodeGen:
             if slot is None:
                 raise ArtifactError(f"{self._where}: reads state {name!r}, which the file lacks")
             slots.append(slot)
+        slots += [self.slots[name] for name in folding.counters_of(fold.sources, self.slots)]
         ops = sum(1 for i in fold.nodes if self.graph.nodes[i].op not in _NOT_OPS)
         guards = sum(1 for i in fold.nodes if self.graph.nodes[i].op == "prim.guard")
         runner = folding.Folded(function, slots, len(fold.boundary), ops, guards)
@@ -854,6 +873,77 @@ class CodeGen:
                 continue
             self._merged[reshape] = made
         self._merged_away = set(self._merged.values())
+
+    def plan_lean(self, static: set[int], blocks: dict) -> None:
+        """Whether calls run in inference mode, and the nodes that run outside it: those
+        that make memory an output may share or write the caller's tensors
+        (runtime/lean.py); a node that writes into its dead operand (runtime/inplace.py)
+        makes no memory: the operand's maker runs outside."""
+        self.lean = lean.applies(self.graph)
+        if not self.lean:
+            return
+        # Folded and memoised values never reach an output nor a write (their plans
+        # refuse it): made elsewhere, outside inference mode (runtime/folding.py).
+        elsewhere = set(static)
+        for block in blocks.values():
+            elsewhere.update(range(block.start, block.stop))
+        self._lean_plan = lean.plan(self.graph, self.methods, self._inplace)
+        self._outside_lean = self._lean_plan.outside - elsewhere
+        self._inplace = {i: d for i, d in self._inplace.items() if i in self._lean_plan.in_place}
+
+    def outside_lean(self, before: int) -> None:
+        """The statements from ``before`` on run in the caller's mode: inference mode is
+        left before them (or not entered again since the last such run, where only
+        ``del`` statements came between) and entered again after them."""
+        between = self.body[self._reentered + 1 : before] if self._reentered >= 0 else None
+        if between is not None and all(isinstance(s, ast.Delete) for s, _, _ in between):
+            del self.body[self._reentered]
+            before -= 1
+        else:
+            leave = ast.Assign([ast.Name("_lean", ast.Store())], ast.Constant(None))
+            self.body.insert(before, (leave, "leave inference mode", None))
+        enter = _call("_InferenceMode", ast.Constant(True))
+        again = ast.If(_name("_leaned"), [ast.Assign([ast.Name("_lean", ast.Store())], enter)], [])
+        self.helper("_InferenceMode")
+        self.emit(again, "inference mode again")
+        self._reentered = len(self.body) - 1
+
+    def normal_outputs(self) -> None:
+        """An output that came out an inference tensor all the same is copied into a normal
+        one (runtime/lean.py); only outputs that share no memory with an input or state
+        are tested (a view of an inference tensor in state is one in eager too)."""
+        made = self._lean_plan.checked
+        names = sorted({self.names[v] for v in made if v in self.names})
+        if not names:
+            return
+        tests = [_method(_name(n), "is_inference") for n in names]
+        test = ast.BoolOp(ast.And(), [_name("_leaned"), ast.BoolOp(ast.Or(), tests)])
+        if len(tests) == 1:
+            test = ast.BoolOp(ast.And(), [_name("_leaned"), tests[0]])
+        targets = ast.Tuple([ast.Name(n, ast.Store()) for n in names], ast.Store())
+        copies = _call("_normal_copies", *(_name(n) for n in names))
+        self.helper("_normal_copies")
+        self.emit(ast.If(test, [ast.Assign([targets], copies)], []), "normal tensors out")
+
+    def in_lean(self, start: int) -> None:
+        """The body from ``start`` runs in inference mode where :func:`lean.enter` allows,
+        left on any exit."""
+        inner = self.body[start:]
+        tensors = [_name(self.names[v.id]) for v in self.graph.inputs if v.kind == "Tensor"]
+        enter = ast.Assign([ast.Name("_lean", ast.Store())], _call("_enter_lean", *tensors))
+        self.helper("_enter_lean")
+        leaned = ast.Assign(
+            [ast.Name("_leaned", ast.Store())],
+            ast.Compare(_name("_lean"), [ast.IsNot()], [ast.Constant(None)]),
+        )
+        leave = ast.Assign([ast.Name("_lean", ast.Store())], ast.Constant(None))
+        wrapped = ast.Try([s for s, _, _ in inner], [], [], [leave])
+        wrapped._tb_body = inner  # keeps the comments of the wrapped statements
+        self.body[start:] = [
+            (enter, "inference mode inside (runtime/lean.py)", None),
+            (leaned, None, None),
+            (wrapped, None, None),
+        ]
 
     def plan_inplace(self, static: set[int], blocks: dict) -> None:
         """Find the elementwise ops that may write into their dead first operand

@@ -214,6 +214,22 @@ def invalidate_caches() -> None:
     _epoch[0] += 1
 
 
+_InferenceMode = torch._C._InferenceMode
+_set_grad_enabled = torch._C._set_grad_enabled
+
+
+def made_outside(function, *args):
+    """``function(*args)`` outside inference mode and without autograd: values a cache
+    keeps (normal tensors, with versions to key on, usable by calls with autograd; see
+    runtime/lean.py)."""
+    outside = _InferenceMode(False)  # turns grad mode on: off again below
+    try:
+        _set_grad_enabled(False)
+        return function(*args)
+    finally:
+        del outside  # puts back inference mode and the grad mode with it
+
+
 _function_modes = torch._C._len_torch_function_stack
 _autocast = torch._C._is_any_autocast_enabled
 
@@ -227,10 +243,30 @@ def outside_the_key() -> bool:
     return bool(_function_modes()) or _autocast()
 
 
+def counters_of(sources: list, slots: dict) -> list[str]:
+    """The ``num_batches_tracked`` of each batch norm whose running statistics are among
+    ``sources`` (state names), where ``slots`` has it: also part of the cache's key.
+
+    Note: why. ATen's batch norm in training mode writes its running statistics inside
+    its kernel without moving their versions (eager too: an ``nn.BatchNorm2d`` trained
+    for a thousand steps keeps ``running_mean._version`` where it was), so a convolution
+    folded with them (``fuse_conv_bn``) would be kept after the model trained on. The
+    module's ``num_batches_tracked.add_(1)`` on each of those steps does move a version."""
+    names = set(sources)
+    found = []
+    for name in sources:
+        if isinstance(name, str) and name.endswith(("running_mean", "running_var")):
+            counter = name.rsplit("running_", 1)[0] + "num_batches_tracked"
+            if counter in slots and counter not in names:
+                names.add(counter)
+                found.append(counter)
+    return found
+
+
 class Folded:
     """Runs a graph's static part and keeps its values while the state it read is the same
-    (the same tensors, at the same versions and data pointers, in the same inference
-    mode, with the same default dtype); see :func:`outside_the_key` for calls that do not
+    (the same tensors, at the same versions and data pointers, with the same default
+    dtype; made as normal tensors, in any mode); see :func:`outside_the_key` for calls that do not
     use the cache."""
 
     def __init__(
@@ -260,21 +296,25 @@ class Folded:
         # A version moves with every in-place write; the data pointer with ``.data = ...``
         # and swapped tensors, which keep the object and its version. Factories follow
         # the default dtype; the epoch moves with invalidate_caches().
-        versions = list(map(_version, tensors))
+        try:
+            versions = list(map(_version, tensors))
+        except RuntimeError:  # state made in inference mode has no version to key on:
+            return self.function()  # made on every call, as eager makes it
         if (
             entry is not None
             and entry[1] == versions
-            and entry[3] is _inference_mode()
-            and entry[4] is _default_dtype()
-            and entry[5] == _epoch[0]
+            and entry[3] is _default_dtype()
+            and entry[4] == _epoch[0]
             and entry[2] == list(map(_data_ptr, tensors))
             and all(map(_is, entry[0], tensors))
         ):
-            return entry[6]
+            return entry[5]
         pointers = list(map(_data_ptr, tensors))
-        mode, dtype, epoch = _inference_mode(), _default_dtype(), _epoch[0]
-        values = self.function()
-        self.entry = (tensors, versions, pointers, mode, dtype, epoch, values)
+        dtype, epoch = _default_dtype(), _epoch[0]
+        # Normal tensors, whatever the caller's mode: any later call may use them, and a
+        # memo may key on their versions (runtime/lean.py).
+        values = made_outside(self.function) if _inference_mode() else self.function()
+        self.entry = (tensors, versions, pointers, dtype, epoch, values)
         return values
 
 

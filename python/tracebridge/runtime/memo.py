@@ -25,9 +25,9 @@ Note: folding by size, a step past runtime/folding.py.
   a cached tensor is never handed out to be written. Nothing is memoised when a memoised
   tensor (or a view of one) could be returned to the caller; random and in-place ops,
   guards, grad-mode reads and factories asked for ``requires_grad`` are never sized.
-  The key holds no float (``-0.0 == 0.0``), and the inference mode and default dtype the
-  values were made in (a factory without a dtype follows the default); a few keys are
-  kept per block. Under a
+  The key holds no float (``-0.0 == 0.0``), and the default dtype the values were made in
+  (a factory without a dtype follows the default); they are made as normal tensors in
+  any mode (runtime/lean.py); a few keys are kept per block. Under a
   torch function mode (a default device, a tracer) or autocast, which change what ops
   make without changing a key, the block runs (runtime/folding.py, ``outside_the_key``).
 
@@ -50,7 +50,14 @@ import torch
 from ..ir import Graph, Node, Ref, refs_in
 from ..ir import ops as opset
 from ..ir.analysis import output_ids
-from .folding import _ALIASING, _autocast, _epoch, _function_modes, _may_be_static
+from .folding import (
+    _ALIASING,
+    _autocast,
+    _epoch,
+    _function_modes,
+    _may_be_static,
+    made_outside,
+)
 
 # Scalar kinds whose values are exact keys: equal means interchangeable (not floats).
 SIZE_CHECKS = "prim.size_checks"  # runtime/size_checks.py's guards: a guard here too
@@ -275,8 +282,8 @@ _default_dtype = torch.get_default_dtype
 
 class Memo:
     """Runs a block for a key of sizes once and keeps its values (the last :data:`KEEP`
-    keys and at most :data:`KEEP_BYTES` of tensors, each with the inference mode and
-    default dtype it ran in); values larger than that are made on every call, and so are
+    keys and at most :data:`KEEP_BYTES` of tensors, each with the default dtype it ran
+    in); values larger than that are made on every call, and so are
     values of a call :func:`outside_the_key`. ``state`` are the positions of
     the key that are tensors (state, or values another memo keeps): they count by
     identity, version and data pointer (as in runtime/folding.py), and the cache keeps
@@ -307,10 +314,10 @@ class Memo:
             return self.function(*key)
         if self.state:
             return self._with_state(key)
-        entry = (key, _inference_mode(), _default_dtype())
+        entry = (key, _default_dtype())
         kept = self.cache.get(entry)
         if kept is None:
-            return self._keep(entry, self.function(*key), ())
+            return self._keep(entry, self._made(key), ())
         return kept[0]
 
     def _with_state(self, key: tuple):
@@ -324,11 +331,19 @@ class Memo:
                 exact[i] = (id(t), t._version, t.data_ptr())
         except RuntimeError:  # an inference tensor (a value folded in inference mode) has
             return self.function(*key)  # no version to key on: made, as eager makes it
-        entry = (tuple(exact), _inference_mode(), _default_dtype(), _epoch[0])
+        entry = (tuple(exact), _default_dtype(), _epoch[0])
         kept = self.cache.get(entry)
         if kept is None:
-            return self._keep(entry, self.function(*key), tensors)
+            return self._keep(entry, self._made(key), tensors)
         return kept[0][0]
+
+    def _made(self, key: tuple):
+        """The block's values for ``key``, as normal tensors made without autograd (in
+        inference mode, outside it: runtime/lean.py), so that any call may use them and
+        a memo may key on them."""
+        if _inference_mode():
+            return made_outside(self.function, *key)
+        return self.function(*key)
 
     def _keep(self, entry, values, tensors):
         size = _nbytes(values)

@@ -1,0 +1,202 @@
+"""Calls without autograd keep no autograd books on the values that never leave them.
+
+Note: inference mode inside, normal tensors out.
+  Under ``torch.no_grad()`` eager PyTorch, and torch.jit's interpreter, still keep
+  autograd's books on every tensor an op makes: a version counter that every write bumps,
+  a view's base and creation mode, and a pass through the ``Autograd`` and
+  ``ADInplaceOrView`` kernels of each op (and, for every view of a tensor Python holds,
+  a reference that retakes the GIL to count it). ``torch.inference_mode()`` skips all of
+  it, but its tensors differ from others: an inference tensor cannot be written in place
+  outside inference mode, cannot be saved for backward, has no version. So the generated
+  code for calls without autograd (runtime/codegen.py) runs *inside* inference mode and
+  gives the caller what eager would have given:
+
+  * the ops whose results a result of the call may share memory with (the outputs, the
+    tensors they are views of, :func:`plan`) run outside it, in the caller's mode, so
+    every output is a normal tensor, as eager makes it, aliasing what eager's aliases
+    (views too: a view made in inference mode may not be written outside it);
+  * values kept across calls (folded, memoised: runtime/folding.py, runtime/memo.py) are
+    made outside it (``folding.made_outside``), so a call with autograd may use them and a
+    memo may key on their versions;
+  * an op that may write an input or state runs outside it too, so it bumps the versions
+    eager bumps (``batch_norm`` in training mode writes its running statistics without
+    a new version inside inference mode, and folded values key on versions); a view of
+    state or of an input is a normal view of it.
+
+  It is entered only where nothing could tell (:func:`enter`): not already in inference
+  mode, no torch function or dispatch mode, no ``torch.func`` transform, no jit tracer,
+  not under ``torch.compile``, every input a plain tensor that is not an inference tensor;
+  and only for graphs whose every op is in the op set and runs no code of the user's (a
+  custom autograd function). At the return, any output that still came out an inference
+  tensor (a path the analysis did not foresee) is copied into a normal one, storage and
+  strides kept (:func:`normal_copies`); the tests count such copies (:data:`COPIES`) and
+  expect none.
+
+  Numbers are bit for bit the same: the same kernels run on the same values. What it
+  saves (one thread, batch 1, ``benchmarks/zoo_speed.py``): 8-14% of a call of most
+  transformers of the zoo, where an op costs a few microseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+import torch
+
+from ..check import state_writes
+from ..ir import Graph, Ref, refs_in
+from ..ir import ops as opset
+from ..ir.analysis import output_ids
+from . import size_checks
+from .cse import _MAY_VIEW_ANY
+from .cse import _Groups as Groups
+from .dead_code import ALIASING
+
+# Structural nodes that make no tensor memory.
+_NO_MEMORY = frozenset({"prim.state", "prim.guard"})
+
+# Outputs copied by normal_copies since the process started (the tests expect none).
+COPIES = [0]
+
+_InferenceMode = torch._C._InferenceMode
+_in_inference_mode = torch.is_inference_mode_enabled
+_function_modes = torch._C._len_torch_function_stack
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_functorch_level = torch._C._functorch.maybe_current_level
+_jit_tracing = torch._C._get_tracing_state
+_compiling = torch.compiler.is_compiling
+_Tensor = torch.Tensor
+
+
+def applies(graph: Graph) -> bool:
+    """Whether calls of ``graph`` without autograd may run in inference mode: every op in
+    the op set, none a custom autograd function (a file's unknown op, or an autograd
+    function's code, could see the mode). Size checks are the runtime's own."""
+    return all(
+        node.op == size_checks.OP
+        or (opset.info(node.op) is not None and node.op != "prim.autograd_function")
+        for node in graph.nodes
+    )
+
+
+def _groups(graph: Graph, in_place: Collection[int] = ()) -> Groups:
+    """The alias groups of ``graph``'s values: a view, a write or a conversion that may
+    return its input joins its first argument, and so does a node the code runs in place
+    (``in_place``: runtime/inplace.py); an op that may return a view of any of its
+    arguments (``einsum``), or one outside the op set, joins them all."""
+    groups = Groups()
+    for index, node in enumerate(graph.nodes):
+        refs = refs_in((node.args, node.kwargs))
+        first = node.args[0] if node.args else None
+        if node.op in _MAY_VIEW_ANY or opset.info(node.op) is None:
+            shared = refs
+        elif isinstance(first, Ref) and (
+            node.op in ALIASING or opset.is_inplace(node.op) or index in in_place
+        ):
+            shared = [first]
+        else:
+            shared = []
+        for value in node.outputs:
+            for ref in shared:
+                groups.join(value.id, ref.id)
+    return groups
+
+
+@dataclass
+class LeanPlan:
+    """What runs outside inference mode in a call without autograd (see the module Note).
+
+    ``outside``: indices of the nodes that run in the caller's mode; ``in_place``: the
+    nodes the code may still run in place, into their dead first operand
+    (runtime/inplace.py); ``checked``: ids of the outputs tested at the return."""
+
+    outside: set[int]
+    in_place: set[int]
+    checked: set[int]
+
+
+def plan(graph: Graph, methods: dict, in_place: Collection[int] = ()) -> LeanPlan:
+    """Which nodes of ``graph`` run outside inference mode, given the nodes the code runs
+    in place (``in_place``, which make no memory: they write into their operand's):
+
+    * every node with a tensor result that an output may share memory with (its alias
+      group, :func:`_groups`), views too: a view made in inference mode may not be
+      written outside it, and eager's outputs may be;
+    * every node that may write an input or state (``batch_norm`` in training mode moves
+      its running statistics' versions only outside inference mode, and folded values
+      key on versions), and every node whose result shares memory with what such a node
+      writes (the write runs outside, on tensors made outside).
+
+    A node that would run in place into memory such a write reaches runs as recorded
+    instead (its fallback would make an inference tensor there)."""
+    groups = _groups(graph, in_place)
+    writes = {index for index, _ in state_writes.writes_by_node(graph, methods)}
+    written = {
+        groups.find(ref.id)
+        for index in writes
+        for ref in refs_in((graph.nodes[index].args, graph.nodes[index].kwargs))
+    }
+    escaping = {groups.find(v) for v in output_ids(graph)} | written
+    in_place = {
+        i for i in in_place if not any(groups.find(v.id) in written for v in graph.nodes[i].outputs)
+    }
+    outside = set(writes)
+    for index, node in enumerate(graph.nodes):
+        if index in in_place or node.op in _NO_MEMORY:
+            continue
+        if any(v.kind == "Tensor" and groups.find(v.id) in escaping for v in node.outputs):
+            outside.add(index)
+    inside = {groups.find(v.id) for v in graph.inputs}
+    inside |= {groups.find(v.id) for n in graph.nodes if n.op == "prim.state" for v in n.outputs}
+    kinds = {v.id: v.kind for n in graph.nodes for v in n.outputs}
+    checked = {
+        v for v in output_ids(graph) if kinds.get(v) == "Tensor" and groups.find(v) not in inside
+    }
+    return LeanPlan(outside, in_place, checked)
+
+
+def enter(*inputs):
+    """An inference-mode guard for this call (released with the last reference to it), or
+    None where the call must run as it is (see the module Note)."""
+    if (
+        _in_inference_mode()
+        or _function_modes()
+        or _dispatch_modes()
+        or _functorch_level() is not None
+        or _jit_tracing() is not None
+        or _compiling()
+    ):
+        return None
+    for tensor in inputs:
+        if type(tensor) is not _Tensor or tensor.is_inference():
+            return None
+    return _InferenceMode(True)
+
+
+def normal_copies(*tensors) -> tuple:
+    """``tensors``, each inference tensor among them replaced by a normal tensor with the
+    same values, sizes, strides and offset; those that shared storage share the copy."""
+    outside = _InferenceMode(False)
+    try:
+        copies: dict = {}
+        result = []
+        for tensor in tensors:
+            if not tensor.is_inference():
+                result.append(tensor)
+                continue
+            COPIES[0] += 1
+            if type(tensor) is not _Tensor or tensor.layout is not torch.strided:
+                result.append(tensor.detach().clone())
+                continue
+            storage = tensor.untyped_storage()
+            key = (storage.device, storage.data_ptr())
+            copied = copies.get(key)
+            if copied is None:
+                copied = copies[key] = storage.clone()
+            made = torch.empty((0,), dtype=tensor.dtype, device=tensor.device)
+            made.set_(copied, tensor.storage_offset(), tensor.size(), tensor.stride())
+            result.append(made)
+        return tuple(result)
+    finally:
+        del outside

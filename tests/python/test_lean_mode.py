@@ -1,0 +1,258 @@
+"""Calls without autograd run in inference mode inside, and give eager's tensors out.
+
+runtime/lean.py: the generated code for calls under ``torch.no_grad()`` enters
+``torch.inference_mode()`` for the values that never leave the call, and leaves it for the
+ops that make memory an output shares. What the caller sees must be what eager gives: the
+same bits, normal tensors (writable in place, usable by autograd later), the same
+aliasing between outputs, inputs and state, the caller's modes put back on every exit.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+from tracebridge.errors import GuardError
+from tracebridge.runtime import lean
+
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
+
+
+class Block(nn.Module):
+    """A residual block returning its result, a view of it and a view of its input."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+        self.norm = nn.LayerNorm(8)
+
+    def forward(self, x):
+        h = torch.relu(self.linear(x)) + x
+        out = self.norm(h)
+        return out, h.view(-1), x[0], out.transpose(0, 1)
+
+
+def _loaded(module: nn.Module, inputs: tuple, tmp_path):
+    traced = tracebridge.trace(module, inputs, check_trace=False)
+    traced.save(tmp_path / "m.tb")
+    return tracebridge.load(tmp_path / "m.tb")
+
+
+def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+@pytest.fixture
+def no_copies():
+    """The analysis left no output to the safety net's copy (lean.COPIES)."""
+    before = lean.COPIES[0]
+    yield
+    assert lean.COPIES[0] == before
+
+
+def test_the_code_for_calls_without_autograd_enters_inference_mode(tmp_path):
+    loaded = _loaded(Block().eval(), (torch.randn(3, 8),), tmp_path)
+    code = loaded._methods["forward"].no_grad_code
+    assert "_enter_lean(in0)" in code and "finally:" in code
+    with torch.enable_grad():
+        assert "_enter_lean" not in loaded.code  # a call with autograd keeps its books
+
+
+@pytest.mark.usefixtures("no_copies")
+def test_outputs_are_normal_tensors_with_eager_bits_and_aliasing(tmp_path):
+    module = Block().eval()
+    x = torch.randn(3, 8)
+    loaded = _loaded(module, (x,), tmp_path)
+    with torch.no_grad():
+        got, expected = loaded(x), module(x)
+        assert not torch.is_inference_mode_enabled()
+    for a, b in zip(got, expected):
+        assert torch.equal(a, b) and a.stride() == b.stride()
+        assert not a.is_inference() and not a.requires_grad
+    out, flat, row, transposed = got
+    assert row._base is x  # a view of the input, as eager's
+    assert _same_storage(out, transposed) and transposed._base is out
+    out.add_(1)  # writable in place outside inference mode
+    flat.mul_(2)
+    assert torch.equal(transposed, out.t())
+
+
+@pytest.mark.usefixtures("no_copies")
+def test_a_caller_in_inference_mode_gets_inference_tensors_as_from_eager(tmp_path):
+    module = Block().eval()
+    x = torch.randn(3, 8)
+    loaded = _loaded(module, (x,), tmp_path)
+    with torch.inference_mode():
+        got, expected = loaded(x), module(x)
+        assert torch.is_inference_mode_enabled()
+    assert [t.is_inference() for t in got] == [t.is_inference() for t in expected]
+    assert all(torch.equal(a, b) for a, b in zip(got, expected))
+
+
+class Counted(nn.Module):
+    """Writes state under no_grad: batch norm's running statistics and a call counter."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.BatchNorm1d(4)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        return self.norm(x) * 2
+
+
+@pytest.mark.usefixtures("no_copies")
+def test_state_written_in_a_call_without_autograd_is_written_as_eager_writes_it(tmp_path):
+    module, twin = Counted().train(), Counted().train()
+    twin.load_state_dict(module.state_dict())
+    x = torch.randn(6, 4)
+    loaded = _loaded(module, (x,), tmp_path)
+    loaded.load_state_dict(twin.state_dict())
+
+    def versions(module):
+        return {name: t._version for name, t in module.state_dict(keep_vars=True).items()}
+
+    before, twin_before = versions(loaded), versions(twin)
+    with torch.no_grad():
+        for _ in range(3):
+            got, expected = loaded(x), twin(x)
+            assert torch.equal(got, expected)
+    for name, value in twin.state_dict().items():
+        kept = loaded.state_dict()[name]
+        assert torch.equal(kept, value) and not kept.is_inference(), name
+    # Versions move as eager moves them (caches of folded values key on them).
+    after, twin_after = versions(loaded), versions(twin)
+    moved = {name: after[name] - before[name] for name in after}
+    assert moved == {name: twin_after[name] - twin_before[name] for name in twin_after}
+    assert moved["calls"] == 3 and moved["norm.num_batches_tracked"] == 3
+
+
+class Rotary(nn.Module):
+    """A table of positions made from sizes and state (memoised and folded values)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, 8, 2).float() / 8)))
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[1], dtype=torch.float32)
+        angles = torch.outer(positions, self.inv_freq)
+        table = torch.cat([angles.cos(), angles.sin()], dim=-1)
+        return self.proj(x) * table
+
+
+@pytest.mark.usefixtures("no_copies")
+def test_values_kept_from_a_call_without_autograd_serve_a_call_with_it(tmp_path):
+    module = Rotary()
+    loaded = _loaded(module, (torch.randn(2, 5, 8),), tmp_path)
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad():
+        assert torch.equal(loaded(x), module(x))
+    assert "memoised by size" in loaded._methods["forward"].no_grad_code
+    x.requires_grad_(True)
+    loaded(x).sum().backward()  # an inference tensor saved for backward would raise
+    expected = x.grad.clone()
+    x.grad = None
+    module(x).sum().backward()
+    assert torch.equal(x.grad, expected)
+
+
+class Guarded(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+
+
+def test_a_refused_call_leaves_the_callers_modes_as_they_were(tmp_path):
+    x = torch.ones(2, 3)
+    loaded = _loaded(Guarded(), (x,), tmp_path)
+    with torch.no_grad():
+        with pytest.raises(GuardError):
+            loaded(-x)
+        assert not torch.is_inference_mode_enabled()
+        assert not torch.is_grad_enabled()
+        assert torch.equal(loaded(x), x * 2)
+    assert torch.is_grad_enabled()
+    y = torch.ones(2, requires_grad=True)
+    (y * 3).sum().backward()  # autograd still works after the refused call
+    assert torch.equal(y.grad, torch.full((2,), 3.0))
+
+
+class Tagged(torch.Tensor):
+    """A tensor subclass with a torch function of its own."""
+
+
+def test_calls_that_something_could_tell_apart_run_as_before(tmp_path):
+    x = torch.randn(3, 8)
+    assert lean.enter(x) is not None  # a plain call: entered (released with the guard)
+    assert not torch.is_inference_mode_enabled()
+    with torch.inference_mode():
+        assert lean.enter(x) is None
+        inference_x = torch.randn(3, 8)
+    assert lean.enter(inference_x) is None
+    assert lean.enter(x.as_subclass(Tagged)) is None
+    with torch.overrides.TorchFunctionMode():
+        assert lean.enter(x) is None
+    assert torch.vmap(lambda t: torch.tensor(lean.enter(t) is None))(x).all()
+    module = Block().eval()
+    loaded = _loaded(module, (x,), tmp_path)
+    with torch.no_grad():
+        got = loaded(x.as_subclass(Tagged))
+        expected = module(x.as_subclass(Tagged))
+        assert [type(t) for t in got] == [type(t) for t in expected]
+        assert torch.equal(loaded(inference_x)[0], module(inference_x)[0])
+        batched = torch.vmap(lambda t: loaded(t)[0])(torch.randn(4, 3, 8))
+        assert not batched.is_inference()
+
+
+def test_threads_keep_their_own_modes(tmp_path):
+    module = Block().eval()
+    loaded = _loaded(module, (torch.randn(3, 8),), tmp_path)
+    errors = []
+
+    def run(inference: bool) -> None:
+        try:
+            for seed in range(50):
+                x = torch.randn(3, 8, generator=torch.Generator().manual_seed(seed))
+                mode = torch.inference_mode() if inference else torch.no_grad()
+                with mode:
+                    got = loaded(x)
+                    if got[0].is_inference() is not inference:
+                        errors.append(("flavour", inference))
+                    if torch.is_inference_mode_enabled() is not inference:
+                        errors.append(("mode", inference))
+                if not torch.equal(got[0], module(x)[0]):
+                    errors.append(("value", inference))
+        except Exception as exc:  # reported below, with the thread's mode
+            errors.append((repr(exc), inference))
+
+    threads = [threading.Thread(target=run, args=(i % 2 == 0,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+
+
+def test_the_safety_copy_keeps_values_strides_and_shared_storage():
+    with torch.inference_mode():
+        base = torch.arange(12.0).reshape(3, 4)
+        view = base.t()
+        other = torch.ones(2)
+    plain = torch.zeros(2)
+    before = lean.COPIES[0]
+    a, b, c, d = lean.normal_copies(base, view, other, plain)
+    assert lean.COPIES[0] - before == 3
+    assert d is plain
+    for got, was in ((a, base), (b, view), (c, other)):
+        assert not got.is_inference() and torch.equal(got, was) and got.stride() == was.stride()
+    assert _same_storage(a, b) and not _same_storage(a, base)
+    a.add_(1)  # writable, and the views of one storage see each other's writes
+    assert torch.equal(b, a.t())
