@@ -256,3 +256,50 @@ def test_the_safety_copy_keeps_values_strides_and_shared_storage():
     assert _same_storage(a, b) and not _same_storage(a, base)
     a.add_(1)  # writable, and the views of one storage see each other's writes
     assert torch.equal(b, a.t())
+
+
+class Doubled(torch.autograd.Function):
+    """A custom autograd function whose forward writes what it is given in place."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x.clone()
+        y.mul_(2)
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+class WithFunction(nn.Module):
+    def __init__(self, last: bool):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self.last = last
+
+    def forward(self, x):
+        if self.last:
+            return Doubled.apply(self.linear(x))
+        return torch.tanh(Doubled.apply(self.linear(x)) + 1)
+
+
+@pytest.mark.parametrize("last", [False, True])
+@pytest.mark.usefixtures("no_copies")
+def test_a_custom_autograd_function_runs_inside_unless_its_results_leave(last, tmp_path):
+    module = WithFunction(last)
+    x = torch.randn(3, 4)
+    loaded = _loaded(module, (x,), tmp_path)
+    code = loaded._methods["forward"].no_grad_code
+    assert ("_enter_lean" in code) is not last
+    with torch.no_grad():
+        got, expected = loaded(x), module(x)
+    assert torch.equal(got, expected) and not got.is_inference()
+    got.add_(1)  # a normal tensor
+    x.requires_grad_(True)
+    loaded(x).sum().backward()  # and with autograd, the function's backward
+    expected_grad = x.grad.clone()
+    x.grad = None
+    module(x).sum().backward()
+    assert torch.equal(x.grad, expected_grad)

@@ -888,6 +888,9 @@ class CodeGen:
         for block in blocks.values():
             elsewhere.update(range(block.start, block.stop))
         self._lean_plan = lean.plan(self.graph, self.methods, self._inplace)
+        if self._lean_plan is None:
+            self.lean = False
+            return
         self._outside_lean = self._lean_plan.outside - elsewhere
         self._inplace = {i: d for i, d in self._inplace.items() if i in self._lean_plan.in_place}
 
