@@ -303,3 +303,28 @@ def test_a_custom_autograd_function_runs_inside_unless_its_results_leave(last, t
     x.grad = None
     module(x).sum().backward()
     assert torch.equal(x.grad, expected_grad)
+
+
+class WritesItsInput(nn.Module):
+    def forward(self, x, y):
+        x[0].mul_(2)  # through a view made inside: written inside, as eager writes it
+        y.add_(1)
+        return x.sum(0), y[1:]
+
+
+@pytest.mark.usefixtures("no_copies")
+def test_inputs_written_in_place_are_written_and_versioned_as_by_eager(tmp_path):
+    example = (torch.randn(3, 4), torch.randn(3))
+    loaded = _loaded(WritesItsInput(), tuple(t.clone() for t in example), tmp_path)
+    mine = tuple(t.clone() for t in example)
+    theirs = tuple(t.clone() for t in example)
+    before = [t._version for t in mine], [t._version for t in theirs]
+    with torch.no_grad():
+        got, expected = loaded(*mine), WritesItsInput()(*theirs)
+    assert all(torch.equal(a, b) for a, b in zip(mine, theirs))
+    assert all(torch.equal(a, b) for a, b in zip(got, expected))
+    moved = [t._version - v for t, v in zip(mine, before[0])]
+    assert moved == [t._version - v for t, v in zip(theirs, before[1])] and all(moved)
+    assert got[1]._base is mine[1]
+    got[1].zero_()  # a view of the input, writable outside as eager's is
+    assert torch.equal(mine[1][1:], torch.zeros(2))

@@ -876,9 +876,9 @@ class CodeGen:
 
     def plan_lean(self, static: set[int], blocks: dict) -> None:
         """Whether calls run in inference mode, and the nodes that run outside it: those
-        that make memory an output may share or write the caller's tensors
-        (runtime/lean.py); a node that writes into its dead operand (runtime/inplace.py)
-        makes no memory: the operand's maker runs outside."""
+        whose results an output may share memory with (runtime/lean.py); a node that
+        writes into its dead operand (runtime/inplace.py) makes no memory: the operand's
+        maker runs outside."""
         self.lean = lean.applies(self.graph)
         if not self.lean:
             return
@@ -887,12 +887,11 @@ class CodeGen:
         elsewhere = set(static)
         for block in blocks.values():
             elsewhere.update(range(block.start, block.stop))
-        self._lean_plan = lean.plan(self.graph, self.methods, self._inplace)
+        self._lean_plan = lean.plan(self.graph, self._inplace)
         if self._lean_plan is None:
             self.lean = False
             return
         self._outside_lean = self._lean_plan.outside - elsewhere
-        self._inplace = {i: d for i, d in self._inplace.items() if i in self._lean_plan.in_place}
 
     def outside_lean(self, before: int) -> None:
         """The statements from ``before`` on run in the caller's mode: inference mode is

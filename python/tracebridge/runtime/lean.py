@@ -18,9 +18,9 @@ Note: inference mode inside, normal tensors out.
   * values kept across calls (folded, memoised: runtime/folding.py, runtime/memo.py) are
     made outside it (``folding.made_outside``), so a call with autograd may use them and a
     memo may key on their versions;
-  * an op that may write an input or state runs outside it too, and so does every op
-    whose result shares memory with what it writes: the caller's tensors are written as
-    eager writes them, through views made as eager makes them.
+  * writes into inputs and state run inside: inference mode allows writes into normal
+    tensors, views of them included, and moves their versions as eager does (ATen's
+    ``batch_norm`` moves none of its running statistics' in either mode).
 
   It is entered only where nothing could tell (:func:`enter`): not already in inference
   mode, no torch function or dispatch mode, no ``torch.func`` transform, no jit tracer,
@@ -45,7 +45,6 @@ from dataclasses import dataclass
 
 import torch
 
-from ..check import state_writes
 from ..ir import Graph, Ref, refs_in
 from ..ir import ops as opset
 from ..ir.analysis import output_ids
@@ -105,44 +104,30 @@ def _groups(graph: Graph, in_place: Collection[int] = ()) -> Groups:
 class LeanPlan:
     """What runs outside inference mode in a call without autograd (see the module Note).
 
-    ``outside``: indices of the nodes that run in the caller's mode; ``in_place``: the
-    nodes the code may still run in place, into their dead first operand
-    (runtime/inplace.py); ``checked``: ids of the outputs tested at the return."""
+    ``outside``: indices of the nodes that run in the caller's mode; ``checked``: ids of
+    the outputs tested at the return."""
 
     outside: set[int]
-    in_place: set[int]
     checked: set[int]
 
 
-def plan(graph: Graph, methods: dict, in_place: Collection[int] = ()) -> LeanPlan | None:
+def plan(graph: Graph, in_place: Collection[int] = ()) -> LeanPlan | None:
     """Which nodes of ``graph`` run outside inference mode, given the nodes the code runs
-    in place (``in_place``, which make no memory: they write into their operand's):
+    in place (``in_place``: runtime/inplace.py): every node with a tensor result that an
+    output may share memory with (its alias group, :func:`_groups`), views too (a view
+    made in inference mode may not be written outside it, and eager's outputs may be),
+    but writes (named in place, or run in place), which make no memory: inference mode
+    allows writes into normal tensors, and moves their versions as eager does, so writes
+    into inputs and state run inside.
 
-    * every node with a tensor result that an output may share memory with (its alias
-      group, :func:`_groups`), views too: a view made in inference mode may not be
-      written outside it, and eager's outputs may be;
-    * every node that may write an input or state, and every node whose result shares
-      memory with what such a node writes (the write runs outside, on tensors and views
-      made outside).
-
-    A node that would run in place into memory such a write reaches runs as recorded
-    instead (its fallback would make an inference tensor there). None where a custom
-    autograd function would have to run outside: its forward graph may write a tensor
-    it is given in place, which outside inference mode it may not do to one made inside."""
+    None where a custom autograd function would have to run outside: its forward graph
+    may write a tensor it is given in place, which outside inference mode it may not do
+    to one made inside."""
     groups = _groups(graph, in_place)
-    writes = {index for index, _ in state_writes.writes_by_node(graph, methods)}
-    written = {
-        groups.find(ref.id)
-        for index in writes
-        for ref in refs_in((graph.nodes[index].args, graph.nodes[index].kwargs))
-    }
-    escaping = {groups.find(v) for v in output_ids(graph)} | written
-    in_place = {
-        i for i in in_place if not any(groups.find(v.id) in written for v in graph.nodes[i].outputs)
-    }
-    outside = set(writes)
+    escaping = {groups.find(v) for v in output_ids(graph)}
+    outside = set()
     for index, node in enumerate(graph.nodes):
-        if index in in_place or node.op in _NO_MEMORY:
+        if index in in_place or node.op in _NO_MEMORY or opset.is_inplace(node.op):
             continue
         if any(v.kind == "Tensor" and groups.find(v.id) in escaping for v in node.outputs):
             outside.add(index)
@@ -154,7 +139,7 @@ def plan(graph: Graph, methods: dict, in_place: Collection[int] = ()) -> LeanPla
     checked = {
         v for v in output_ids(graph) if kinds.get(v) == "Tensor" and groups.find(v) not in inside
     }
-    return LeanPlan(outside, in_place, checked)
+    return LeanPlan(outside, checked)
 
 
 def enter(*inputs):
