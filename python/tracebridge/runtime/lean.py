@@ -25,12 +25,13 @@ Note: inference mode inside, normal tensors out.
 
   It is entered only where nothing could tell (:func:`enter`): not already in inference
   mode, no torch function or dispatch mode, no ``torch.func`` transform, no jit tracer,
-  not under ``torch.compile``, every input a plain tensor that is not an inference tensor;
-  and only for graphs whose every op is in the op set and runs no code of the user's (a
-  custom autograd function). At the return, any output that still came out an inference
-  tensor (a path the analysis did not foresee) is copied into a normal one, storage and
-  strides kept (:func:`normal_copies`); the tests count such copies (:data:`COPIES`) and
-  expect none.
+  not under ``torch.compile``, no forward-mode AD level open (``torch.no_grad()`` keeps
+  tangents flowing, inference mode drops them), every input a plain tensor that is not an
+  inference tensor; and only for graphs whose every op is in the op set and runs no code
+  of the user's (a custom autograd function). At the return, any output that still came
+  out an inference tensor (a path the analysis did not foresee) is copied into a normal
+  one, storage and strides kept (:func:`normal_copies`); the tests count such copies
+  (:data:`COPIES`) and expect none.
 
   Numbers are bit for bit the same: the same kernels run on the same values. What it
   saves (one thread, batch 1, ``benchmarks/zoo_speed.py``): 8-14% of a call of most
@@ -66,6 +67,9 @@ _dispatch_modes = torch._C._len_torch_dispatch_stack
 _functorch_level = torch._C._functorch.maybe_current_level
 _jit_tracing = torch._C._get_tracing_state
 _compiling = torch.compiler.is_compiling
+# Forward-mode AD works under torch.no_grad() but not in inference mode: while a dual
+# level is open, any tensor (an input, state, a closure's) may carry a tangent.
+_forward_ad = torch.autograd.forward_ad
 _Tensor = torch.Tensor
 
 
@@ -166,6 +170,7 @@ def enter(*inputs):
         or _functorch_level() is not None
         or _jit_tracing() is not None
         or _compiling()
+        or _forward_ad._current_level >= 0
     ):
         return None
     for tensor in inputs:
