@@ -59,3 +59,44 @@ def test_forward_mode_ad_under_no_grad_keeps_its_tangents(tmp_path):
     assert got.tangent is not None
     assert torch.equal(got.primal, expected.primal)
     assert torch.equal(got.tangent, expected.tangent)
+
+
+class Broadcast(nn.Module):
+    """An output that may share memory with an input (``broadcast_tensors``), made by ops
+    the code runs in place into their dead operand, or as recorded where it may not."""
+
+    def forward(self, x, y):
+        h = torch.relu(x * 2) + y
+        return torch.broadcast_tensors(h, y)[0], h.view(-1)
+
+
+@pytest.mark.usefixtures("no_copies")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_outputs_made_by_the_fallback_of_an_in_place_rewrite_are_normal_tensors(dtype, tmp_path):
+    # Traced in float32: in float64 the in-place rewrites (runtime/inplace.py) run their
+    # ops as recorded, making new memory; inside inference mode that is an inference
+    # tensor, which an output then views.
+    module = Broadcast()
+    loaded = _loaded(module, (torch.randn(3, 8), torch.randn(3, 8)), tmp_path)
+    x, y = torch.randn(3, 8, dtype=dtype), torch.randn(3, 8, dtype=dtype)
+    with torch.no_grad():
+        got, expected = loaded(x, y), module(x, y)
+    for a, b in zip(got, expected):
+        assert torch.equal(a, b) and not a.is_inference()
+    broadcast, flat = got
+    assert broadcast.untyped_storage().data_ptr() == flat.untyped_storage().data_ptr()
+    broadcast.add_(1)  # writable outside inference mode, as eager's
+    assert torch.equal(flat, broadcast.reshape(-1))
+
+
+@pytest.mark.usefixtures("no_copies")
+def test_outputs_under_autocast_without_autograd_are_normal_tensors(tmp_path):
+    # Under autocast the rewrites run as recorded too (``_plain`` is false).
+    module = Broadcast()
+    x, y = torch.randn(3, 8), torch.randn(3, 8)
+    loaded = _loaded(module, (x, y), tmp_path)
+    with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
+        got, expected = loaded(x, y), module(x, y)
+    for a, b in zip(got, expected):
+        assert torch.equal(a, b) and not a.is_inference()
+    got[0].add_(1)

@@ -878,7 +878,9 @@ class CodeGen:
         """Whether calls run in inference mode, and the nodes that run outside it: those
         that make memory an output may share or write the caller's tensors
         (runtime/lean.py); a node that writes into its dead operand (runtime/inplace.py)
-        makes no memory: the operand's maker runs outside."""
+        shares its operand's memory, and runs outside with the operand's maker where that
+        memory reaches an output (as recorded, where it may not run in place, it makes
+        new memory)."""
         self.lean = lean.applies(self.graph)
         if not self.lean:
             return

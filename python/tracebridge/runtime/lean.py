@@ -122,11 +122,14 @@ class LeanPlan:
 
 def plan(graph: Graph, methods: dict, in_place: Collection[int] = ()) -> LeanPlan:
     """Which nodes of ``graph`` run outside inference mode, given the nodes the code runs
-    in place (``in_place``, which make no memory: they write into their operand's):
+    in place (``in_place``: they write into their operand's memory, which joins their
+    result's alias group):
 
     * every node with a tensor result that an output may share memory with (its alias
       group, :func:`_groups`), views too: a view made in inference mode may not be
-      written outside it, and eager's outputs may be;
+      written outside it, and eager's outputs may be; a node run in place too, since
+      where it may not (another dtype, autocast, a broadcast that grows) it runs as
+      recorded and makes new memory, an inference tensor inside;
     * every node that may write an input or state (``batch_norm`` in training mode moves
       its running statistics' versions only outside inference mode, and folded values
       key on versions), and every node whose result shares memory with what such a node
@@ -147,7 +150,7 @@ def plan(graph: Graph, methods: dict, in_place: Collection[int] = ()) -> LeanPla
     }
     outside = set(writes)
     for index, node in enumerate(graph.nodes):
-        if index in in_place or node.op in _NO_MEMORY:
+        if node.op in _NO_MEMORY:
             continue
         if any(v.kind == "Tensor" and groups.find(v.id) in escaping for v in node.outputs):
             outside.add(index)
