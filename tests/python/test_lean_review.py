@@ -100,3 +100,32 @@ def test_outputs_under_autocast_without_autograd_are_normal_tensors(tmp_path):
     for a, b in zip(got, expected):
         assert torch.equal(a, b) and not a.is_inference()
     got[0].add_(1)
+
+
+class ViewsThenASize(nn.Module):
+    """Views of the input returned, with a size read after them: the tree of views
+    (runtime/views.py) runs as one call where its last member, the size read, stands."""
+
+    def forward(self, x):
+        y = x.view(3, 2, 4).transpose(0, 1)
+        first = y[0]
+        n = y.shape[2]
+        return first, x * n
+
+
+@pytest.mark.usefixtures("no_copies")
+def test_views_that_a_tree_returns_are_made_in_the_callers_mode(tmp_path):
+    # A view made in inference mode is a normal tensor but remembers it: written in place
+    # with autograd later, torch refuses it for having been made in inference mode, where
+    # eager's view (made under no_grad) is refused for having been made under no_grad.
+    module = ViewsThenASize()
+    x = torch.randn(3, 8)
+    loaded = _loaded(module, (x,), tmp_path)
+    with torch.no_grad():
+        got, expected = loaded(x), module(x)
+    assert all(torch.equal(a, b) for a, b in zip(got, expected))
+    assert got[0]._base is x
+    weight = torch.ones(2, 4, requires_grad=True)
+    for view in (expected[0], got[0]):
+        with pytest.raises(RuntimeError, match="created in no_grad mode"):
+            view.mul_(weight)

@@ -891,6 +891,12 @@ class CodeGen:
             elsewhere.update(range(block.start, block.stop))
         self._lean_plan = lean.plan(self.graph, self.methods, self._inplace)
         self._outside_lean = self._lean_plan.outside - elsewhere
+        # A tree of views runs as one call where it stands (runtime/views.py), which may
+        # be a read of a size: outside, where any of its views is.
+        for trees in self._view_calls.values():
+            for tree in trees:
+                if not self._outside_lean.isdisjoint(tree.members):
+                    self._outside_lean.add(tree.at)
         self._inplace = {i: d for i, d in self._inplace.items() if i in self._lean_plan.in_place}
 
     def outside_lean(self, before: int) -> None:
