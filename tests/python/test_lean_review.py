@@ -129,3 +129,23 @@ def test_views_that_a_tree_returns_are_made_in_the_callers_mode(tmp_path):
     for view in (expected[0], got[0]):
         with pytest.raises(RuntimeError, match="created in no_grad mode"):
             view.mul_(weight)
+
+
+class OneFactor(nn.Module):
+    """``cartesian_prod`` of one tensor returns that tensor itself."""
+
+    def forward(self, x):
+        h = torch.sin(x).reshape(-1)
+        return torch.cartesian_prod(h), x + 1
+
+
+@pytest.mark.usefixtures("no_copies")
+def test_an_op_that_returns_its_argument_runs_with_that_arguments_maker(tmp_path):
+    module = OneFactor()
+    x = torch.randn(3, 4)
+    loaded = _loaded(module, (x,), tmp_path)
+    with torch.no_grad():
+        got, expected = loaded(x), module(x)
+    for a, b in zip(got, expected):
+        assert torch.equal(a, b) and not a.is_inference()
+        assert a._is_view() == b._is_view()  # the view of sin's result, not a copy of it

@@ -54,6 +54,9 @@ from .cse import _MAY_VIEW_ANY
 from .cse import _Groups as Groups
 from .dead_code import ALIASING
 
+# Ops outside the alias tables that may return an argument itself: ``cartesian_prod`` of
+# one tensor is that tensor.
+_MAY_RETURN_ANY = frozenset({"cartesian_prod"})
 # Structural nodes that make no tensor memory.
 _NO_MEMORY = frozenset({"prim.state", "prim.guard"})
 
@@ -93,7 +96,7 @@ def _groups(graph: Graph, in_place: Collection[int] = ()) -> Groups:
     for index, node in enumerate(graph.nodes):
         refs = refs_in((node.args, node.kwargs))
         first = node.args[0] if node.args else None
-        if node.op in _MAY_VIEW_ANY or opset.info(node.op) is None:
+        if node.op in _MAY_VIEW_ANY or node.op in _MAY_RETURN_ANY or opset.info(node.op) is None:
             shared = refs
         elif isinstance(first, Ref) and (
             node.op in ALIASING or opset.is_inplace(node.op) or index in in_place
