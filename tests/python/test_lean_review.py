@@ -149,3 +149,54 @@ def test_an_op_that_returns_its_argument_runs_with_that_arguments_maker(tmp_path
     for a, b in zip(got, expected):
         assert torch.equal(a, b) and not a.is_inference()
         assert a._is_view() == b._is_view()  # the view of sin's result, not a copy of it
+
+
+class Recorded(torch.Tensor):
+    """A tensor subclass that keeps what torch makes from it (as an activation logger
+    does): its ``__torch_function__`` is the user's code, run by every op on it."""
+
+    made: list = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        result = super().__torch_function__(func, types, args, kwargs or {})
+        if isinstance(result, torch.Tensor):
+            cls.made.append(result)
+        return result
+
+
+class ScaledByState(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Linear(8, 8)
+        self.second = nn.Linear(8, 8)
+        self.register_buffer("scale", torch.full((8,), 2.0).as_subclass(Recorded))
+
+    def forward(self, x):
+        return self.second(self.first(x) * self.scale)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="lean.enter checks only the inputs: a state tensor of a subclass with a "
+    "__torch_function__ runs the user's code inside inference mode, which keeps inference "
+    "tensors (checking every state tensor's type on each call costs what lean saves on "
+    "small models; for the lead to decide)",
+)
+def test_a_state_subclass_sees_the_callers_mode_and_keeps_normal_tensors(tmp_path):
+    torch.manual_seed(0)
+    module = ScaledByState()
+    x = torch.randn(3, 8)
+    traced = tracebridge.trace(module, (x,), check_trace=False)
+    assert type(traced.state_dict()["scale"]) is Recorded
+    Recorded.made.clear()
+    with torch.no_grad():
+        expected = module(x)
+    eager_made = [t.is_inference() for t in Recorded.made]
+    Recorded.made.clear()
+    with torch.no_grad():
+        got = traced(x)
+    assert torch.equal(got, expected)
+    assert [t.is_inference() for t in Recorded.made] == eager_made
+    for kept in Recorded.made:
+        kept.add_(1)  # a tensor made under no_grad may be written outside inference mode
