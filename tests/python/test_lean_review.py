@@ -229,3 +229,71 @@ def test_a_new_output_starts_at_eagers_version(tmp_path):
         got, expected = loaded(x), module(x)
     assert all(torch.equal(a, b) for a, b in zip(got, expected))
     assert [t._version for t in got] == [t._version for t in expected]
+
+
+# --- caches keyed on versions that ATen's batch norm does not move ------------------------------
+# Pre-existing (the same at 98b667a): ``counters_of`` keys a conv+bn fold on the module's
+# ``num_batches_tracked``, but a memo on the running statistics has no such key, and a batch
+# norm of buffers without a counter has none to take.
+
+
+def _train_then_evaluate(module: nn.Module, x: torch.Tensor, steps: int = 3) -> list[float]:
+    """The largest difference from eager of evaluation calls after each training step of
+    the eager module, whose state the traced module shares."""
+    traced = tracebridge.trace(module, (x,), check_trace=False, respect_mode=True)
+    differences = []
+    for step in range(steps):
+        module.train()
+        with torch.no_grad():
+            module(x + step)  # writes the running statistics in place, at the same version
+        module.eval()
+        traced.eval()
+        with torch.no_grad():
+            differences.append((traced(x) - module(x)).abs().max().item())
+    return differences
+
+
+class StatisticsBySize(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.BatchNorm1d(8)
+
+    def forward(self, x):
+        return self.norm(x) + self.norm.running_mean[: x.shape[1]] * 2
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="memo keys the running mean by version; ATen's batch norm writes it without "
+    "one, and the memo has no num_batches_tracked in its key (folding.counters_of is the "
+    "fold's alone): the memoised slice is stale after a training step",
+)
+def test_a_memo_of_running_statistics_follows_a_training_step():
+    torch.manual_seed(0)
+    assert _train_then_evaluate(StatisticsBySize(), torch.randn(6, 8)) == [0.0, 0.0, 0.0]
+
+
+class OwnBatchNorm(nn.Module):
+    """A convolution and a batch norm of the module's own buffers, without a counter."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(2, 4, 3)
+        self.register_buffer("mean", torch.zeros(4))
+        self.register_buffer("var", torch.ones(4))
+
+    def forward(self, x):
+        y = self.conv(x)
+        return nn.functional.batch_norm(y, self.mean, self.var, None, None, self.training, 0.5)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the conv+bn fold keys the statistics by version, which ATen's batch norm does "
+    "not move, and by a num_batches_tracked only where the buffers are named as "
+    "nn.BatchNorm's: the fold is stale after a training step",
+)
+def test_a_fold_with_a_batch_norm_of_plain_buffers_follows_a_training_step():
+    torch.manual_seed(0)
+    differences = _train_then_evaluate(OwnBatchNorm(), torch.randn(3, 2, 6, 6))
+    assert max(differences) < 1e-5  # the fold agrees to rounding (runtime/folding.py)
