@@ -232,9 +232,9 @@ def test_a_new_output_starts_at_eagers_version(tmp_path):
 
 
 # --- caches keyed on versions that ATen's batch norm does not move ------------------------------
-# Pre-existing (the same at 98b667a): ``counters_of`` keys a conv+bn fold on the module's
-# ``num_batches_tracked``, but a memo on the running statistics has no such key, and a batch
-# norm of buffers without a counter has none to take.
+# Pre-existing (the same at 98b667a): ``counters_of`` keyed a conv+bn fold on the module's
+# ``num_batches_tracked``, but a memo on the running statistics had no such key (now it
+# has), and a batch norm of buffers without a counter has none to take.
 
 
 def _train_then_evaluate(module: nn.Module, x: torch.Tensor, steps: int = 3) -> list[float]:
@@ -262,12 +262,6 @@ class StatisticsBySize(nn.Module):
         return self.norm(x) + self.norm.running_mean[: x.shape[1]] * 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="memo keys the running mean by version; ATen's batch norm writes it without "
-    "one, and the memo has no num_batches_tracked in its key (folding.counters_of is the "
-    "fold's alone): the memoised slice is stale after a training step",
-)
 def test_a_memo_of_running_statistics_follows_a_training_step():
     torch.manual_seed(0)
     assert _train_then_evaluate(StatisticsBySize(), torch.randn(6, 8)) == [0.0, 0.0, 0.0]

@@ -789,7 +789,16 @@ class CodeGen:
         guards = sum(1 for n in sub.nodes if n.op == "prim.guard")
         kinds = {v.id: v.kind for v in sub.inputs}
         state = tuple(i for i, k in enumerate(block.keys) if kinds.get(k) == "Tensor")
-        runner = memo.Memo(function, len(block.boundary), ops, state, guards)
+        # Running statistics among the keys are written without a new version: their
+        # module's counter joins the key, as for a folded value (runtime/folding.py).
+        read = {
+            n.outputs[0].id: n.args[0]
+            for n in self.graph.nodes
+            if n.op == "prim.state" and n.outputs and n.args
+        }
+        names = [read[block.keys[i]] for i in state if block.keys[i] in read]
+        counters = tuple(self.slots[n] for n in folding.counters_of(names, self.slots))
+        runner = memo.Memo(function, len(block.boundary), ops, state, guards, counters)
         keys = [self.ref(Ref(k)) for k in block.keys]
         values = {v.id: v for n in sub.nodes for v in n.outputs}
         targets = [ast.Name(self.define(values[v]), ast.Store()) for v in block.boundary]
