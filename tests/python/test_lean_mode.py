@@ -57,7 +57,7 @@ def no_copies():
 def test_the_code_for_calls_without_autograd_enters_inference_mode(tmp_path):
     loaded = _loaded(Block().eval(), (torch.randn(3, 8),), tmp_path)
     code = loaded._methods["forward"].no_grad_code
-    assert "_enter_lean(in0)" in code and "finally:" in code
+    assert "_enter_lean(" in code and ", in0)" in code and "finally:" in code
     with torch.enable_grad():
         assert "_enter_lean" not in loaded.code  # a call with autograd keeps its books
 
@@ -191,16 +191,21 @@ class Tagged(torch.Tensor):
 
 def test_calls_that_something_could_tell_apart_run_as_before(tmp_path):
     x = torch.randn(3, 8)
-    assert lean.enter(x) is not None  # a plain call: entered (released with the guard)
+    state = {"weight": torch.nn.Parameter(torch.ones(2)), "running_mean": torch.zeros(2)}
+    plain = lean.StateTypes([(state, "weight"), (state, "running_mean")])
+    assert lean.enter(plain, x) is not None  # a plain call: entered (released with the guard)
     assert not torch.is_inference_mode_enabled()
     with torch.inference_mode():
-        assert lean.enter(x) is None
+        assert lean.enter(plain, x) is None
         inference_x = torch.randn(3, 8)
-    assert lean.enter(inference_x) is None
-    assert lean.enter(x.as_subclass(Tagged)) is None
+    assert lean.enter(plain, inference_x) is None
+    assert lean.enter(plain, x.as_subclass(Tagged)) is None
+    state["running_mean"] = state["running_mean"].as_subclass(Tagged)
+    assert lean.enter(plain, x) is None  # state of a subclass too
+    assert lean.enter(lean.StateTypes([(state, "missing")]), x) is None
     with torch.overrides.TorchFunctionMode():
-        assert lean.enter(x) is None
-    assert torch.vmap(lambda t: torch.tensor(lean.enter(t) is None))(x).all()
+        assert lean.enter(lean.StateTypes([]), x) is None
+    assert torch.vmap(lambda t: torch.tensor(lean.enter(lean.StateTypes([]), t) is None))(x).all()
     module = Block().eval()
     loaded = _loaded(module, (x,), tmp_path)
     with torch.no_grad():

@@ -789,7 +789,16 @@ class CodeGen:
         guards = sum(1 for n in sub.nodes if n.op == "prim.guard")
         kinds = {v.id: v.kind for v in sub.inputs}
         state = tuple(i for i, k in enumerate(block.keys) if kinds.get(k) == "Tensor")
-        runner = memo.Memo(function, len(block.boundary), ops, state, guards)
+        # Running statistics among the keys are written without a new version: their
+        # module's counter joins the key, as for a folded value (runtime/folding.py).
+        read = {
+            n.outputs[0].id: n.args[0]
+            for n in self.graph.nodes
+            if n.op == "prim.state" and n.outputs and n.args
+        }
+        names = [read[block.keys[i]] for i in state if block.keys[i] in read]
+        counters = tuple(self.slots[n] for n in folding.counters_of(names, self.slots))
+        runner = memo.Memo(function, len(block.boundary), ops, state, guards, counters)
         keys = [self.ref(Ref(k)) for k in block.keys]
         values = {v.id: v for n in sub.nodes for v in n.outputs}
         targets = [ast.Name(self.define(values[v]), ast.Store()) for v in block.boundary]
@@ -877,8 +886,9 @@ class CodeGen:
     def plan_lean(self, static: set[int], blocks: dict) -> None:
         """Whether calls run in inference mode, and the nodes that run outside it: those
         whose results an output may share memory with (runtime/lean.py); a node that
-        writes into its dead operand (runtime/inplace.py) makes no memory: the operand's
-        maker runs outside."""
+        writes into its dead operand (runtime/inplace.py) shares its operand's memory, and
+        runs outside with the operand's maker where that memory reaches an output (as
+        recorded, where it may not run in place, it makes new memory)."""
         self.lean = lean.applies(self.graph)
         if not self.lean:
             return
@@ -892,6 +902,12 @@ class CodeGen:
             self.lean = False
             return
         self._outside_lean = self._lean_plan.outside - elsewhere
+        # A tree of views runs as one call where it stands (runtime/views.py), which may
+        # be a read of a size: outside, where any of its views is.
+        for trees in self._view_calls.values():
+            for tree in trees:
+                if not self._outside_lean.isdisjoint(tree.members):
+                    self._outside_lean.add(tree.at)
 
     def outside_lean(self, before: int) -> None:
         """The statements from ``before`` on run in the caller's mode: inference mode is
@@ -932,7 +948,13 @@ class CodeGen:
         left on any exit."""
         inner = self.body[start:]
         tensors = [_name(self.names[v.id]) for v in self.graph.inputs if v.kind == "Tensor"]
-        enter = ast.Assign([ast.Name("_lean", ast.Store())], _call("_enter_lean", *tensors))
+        slots = {}
+        for node in self.graph.nodes:
+            name = node.args[0] if node.op == "prim.state" and node.args else None
+            if isinstance(name, str) and name in self.slots:
+                slots[name] = self.slots[name]
+        state = self.constant(lean.StateTypes(list(slots.values())))
+        enter = ast.Assign([ast.Name("_lean", ast.Store())], _call("_enter_lean", state, *tensors))
         self.helper("_enter_lean")
         leaned = ast.Assign(
             [ast.Name("_leaned", ast.Store())],

@@ -37,6 +37,7 @@ Note: folding, as ``torch.jit.freeze`` does, but kept live.
 from __future__ import annotations
 
 import operator
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import torch
@@ -243,6 +244,11 @@ def outside_the_key() -> bool:
     return bool(_function_modes()) or _autocast()
 
 
+def _counter(name: str) -> str:
+    """The name of the ``num_batches_tracked`` beside the running statistic ``name``."""
+    return name.rsplit("running_", 1)[0] + "num_batches_tracked"
+
+
 def counters_of(sources: list, slots: dict) -> list[str]:
     """The ``num_batches_tracked`` of each batch norm whose running statistics are among
     ``sources`` (state names), where ``slots`` has it: also part of the cache's key.
@@ -256,7 +262,7 @@ def counters_of(sources: list, slots: dict) -> list[str]:
     found = []
     for name in sources:
         if isinstance(name, str) and name.endswith(("running_mean", "running_var")):
-            counter = name.rsplit("running_", 1)[0] + "num_batches_tracked"
+            counter = _counter(name)
             if counter in slots and counter not in names:
                 names.add(counter)
                 found.append(counter)
@@ -378,7 +384,7 @@ def values_that_decide(graph: Graph) -> set[int]:
 _CONVS = {"conv1d": 3, "conv2d": 4, "conv3d": 5}  # op -> rank of its weight
 
 
-def fuse_conv_bn(graph: Graph) -> Graph:
+def fuse_conv_bn(graph: Graph, state_names: Collection[str] | None = None) -> Graph:
     """``graph``, or a copy where each convolution whose only reader is a batch norm in
     evaluation mode (``training`` the literal False, statistics and affine parameters from
     state) runs with the norm folded into its weight and bias: ``w' = w * s``,
@@ -389,9 +395,23 @@ def fuse_conv_bn(graph: Graph) -> Graph:
     Not where the norm's output reaches a decision (:func:`values_that_decide`): rounding
     that moves a score by 3e-8 changes which of two tied boxes non-maximum suppression
     keeps (torchvision's SSDlite at random weights: boxes 67 pixels away from eager's).
-    A classifier's logits, a feature map, a segmentation mask's scores are folded."""
+    A classifier's logits, a feature map, a segmentation mask's scores are folded.
+
+    Nor where the running statistics have no ``num_batches_tracked`` beside them in
+    ``state_names`` (the state's names, where known): a batch norm of a model's own
+    buffers (``F.batch_norm(y, self.mean, self.var, ...)``) writes them in training mode
+    at the same version, and the fold, kept by versions, would outlive the write
+    (:func:`counters_of`)."""
     producers = {v.id: i for i, n in enumerate(graph.nodes) for v in n.outputs}
     state_ids = {v.id for n in graph.nodes if n.op == "prim.state" for v in n.outputs}
+    state_of = {n.outputs[0].id: n.args[0] for n in graph.nodes if n.op == "prim.state" and n.args}
+
+    def counted(stat) -> bool:
+        name = state_of.get(stat.id) if isinstance(stat, Ref) else None
+        if state_names is None or not isinstance(name, str):
+            return state_names is None
+        return _counter(name) in state_names
+
     readers: dict[int, list[int]] = {}
     for index, node in enumerate(graph.nodes):
         for ref in refs_in((node.args, node.kwargs)):
@@ -406,6 +426,8 @@ def fuse_conv_bn(graph: Graph) -> Graph:
             continue
         params = [p for p in (gamma, beta, mean, var) if p is not None]
         if not all(isinstance(p, Ref) and p.id in state_ids for p in params) or mean is None:
+            continue
+        if not (counted(mean) and counted(var)):
             continue
         conv_index = producers.get(source.id)
         conv = graph.nodes[conv_index] if conv_index is not None else None

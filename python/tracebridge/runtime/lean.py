@@ -24,12 +24,14 @@ Note: inference mode inside, normal tensors out.
 
   It is entered only where nothing could tell (:func:`enter`): not already in inference
   mode, no torch function or dispatch mode, no ``torch.func`` transform, no jit tracer,
-  not under ``torch.compile``, every input a plain tensor that is not an inference tensor;
-  and only for graphs whose every op is in the op set, and whose custom autograd
-  functions (graphs of the file, run by the runtime) can run inside. At the return, any
-  output that still came out an inference tensor (a path the analysis did not foresee) is
-  copied into a normal one, storage and strides kept (:func:`normal_copies`); the tests
-  count such copies (:data:`COPIES`) and expect none.
+  not under ``torch.compile``, no forward-mode AD level open (``torch.no_grad()`` keeps
+  tangents flowing, inference mode drops them), every input a plain tensor that is not an
+  inference tensor, every state tensor plain (:class:`StateTypes`); and only for graphs
+  whose every op is in the op set, and whose custom autograd functions (graphs of the
+  file, run by the runtime) can run inside. At the return, any output that still came
+  out an inference tensor (a path the analysis did not foresee) is copied into a normal
+  one, storage and strides kept (:func:`normal_copies`); the tests count such copies
+  (:data:`COPIES`) and expect none.
 
   Numbers are bit for bit the same: the same kernels run on the same values. What it
   saves (one thread, batch 1, ``benchmarks/zoo_side_by_side.py``, the code before and
@@ -40,6 +42,7 @@ Note: inference mode inside, normal tensors out.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -53,6 +56,9 @@ from .cse import _MAY_VIEW_ANY
 from .cse import _Groups as Groups
 from .dead_code import ALIASING
 
+# Ops outside the alias tables that may return an argument itself: ``cartesian_prod`` of
+# one tensor is that tensor.
+_MAY_RETURN_ANY = frozenset({"cartesian_prod"})
 # Structural nodes that make no tensor memory.
 _NO_MEMORY = frozenset({"prim.state", "prim.guard"})
 
@@ -66,7 +72,12 @@ _dispatch_modes = torch._C._len_torch_dispatch_stack
 _functorch_level = torch._C._functorch.maybe_current_level
 _jit_tracing = torch._C._get_tracing_state
 _compiling = torch.compiler.is_compiling
+# Forward-mode AD works under torch.no_grad() but not in inference mode: while a dual
+# level is open, any tensor (an input, state, a closure's) may carry a tangent.
+_forward_ad = torch.autograd.forward_ad
 _Tensor = torch.Tensor
+_PLAIN_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
+_getitem = operator.getitem
 
 
 def applies(graph: Graph) -> bool:
@@ -86,7 +97,7 @@ def _groups(graph: Graph, in_place: Collection[int] = ()) -> Groups:
     for index, node in enumerate(graph.nodes):
         refs = refs_in((node.args, node.kwargs))
         first = node.args[0] if node.args else None
-        if node.op in _MAY_VIEW_ANY or opset.info(node.op) is None:
+        if node.op in _MAY_VIEW_ANY or node.op in _MAY_RETURN_ANY or opset.info(node.op) is None:
             shared = refs
         elif isinstance(first, Ref) and (
             node.op in ALIASING or opset.is_inplace(node.op) or index in in_place
@@ -113,12 +124,17 @@ class LeanPlan:
 
 def plan(graph: Graph, in_place: Collection[int] = ()) -> LeanPlan | None:
     """Which nodes of ``graph`` run outside inference mode, given the nodes the code runs
-    in place (``in_place``: runtime/inplace.py): every node with a tensor result that an
-    output may share memory with (its alias group, :func:`_groups`), views too (a view
-    made in inference mode may not be written outside it, and eager's outputs may be),
-    but writes (named in place, or run in place), which make no memory: inference mode
-    allows writes into normal tensors, and moves their versions as eager does, so writes
-    into inputs and state run inside.
+    in place (``in_place``: runtime/inplace.py; they write into their operand's memory,
+    which joins their result's alias group): every node with a tensor result that an
+    output may share memory with (its alias group, :func:`_groups`),
+
+    * views too: a view made in inference mode may not be written outside it, and
+      eager's outputs may be;
+    * a node run in place too: where it may not (another dtype, autocast, a broadcast
+      that grows) it runs as recorded and makes new memory, an inference tensor inside;
+    * but not a write named in place (``x.add_(y)``, ``setitem``), which makes no memory:
+      inference mode allows writes into normal tensors, views of them included, and
+      moves their versions as eager does, so writes into inputs and state run inside.
 
     None where a custom autograd function would have to run outside: its forward graph
     may write a tensor it is given in place, which outside inference mode it may not do
@@ -127,7 +143,7 @@ def plan(graph: Graph, in_place: Collection[int] = ()) -> LeanPlan | None:
     escaping = {groups.find(v) for v in output_ids(graph)}
     outside = set()
     for index, node in enumerate(graph.nodes):
-        if index in in_place or node.op in _NO_MEMORY or opset.is_inplace(node.op):
+        if node.op in _NO_MEMORY or opset.is_inplace(node.op):
             continue
         if any(v.kind == "Tensor" and groups.find(v.id) in escaping for v in node.outputs):
             outside.add(index)
@@ -142,9 +158,33 @@ def plan(graph: Graph, in_place: Collection[int] = ()) -> LeanPlan | None:
     return LeanPlan(outside, checked)
 
 
-def enter(*inputs):
+class StateTypes:
+    """The state tensors a graph reads, by their ``(dict, key)`` slots: whether every one
+    is a plain tensor (a ``Tensor`` or a ``Parameter``, whose torch function is disabled).
+    A subclass with a torch function or dispatch of its own would run its code inside
+    inference mode, and might keep what it makes there; C functions mapped over the
+    slots, about 30 ns a tensor."""
+
+    __slots__ = ("owners", "keys")
+
+    def __init__(self, slots: list[tuple[dict, str]]):
+        self.owners = [owner for owner, _ in slots]
+        self.keys = [key for _, key in slots]
+
+    def __repr__(self) -> str:
+        return f"state types ({len(self.keys)} tensors)"
+
+    def plain(self) -> bool:
+        try:
+            return _PLAIN_TYPES.issuperset(map(type, map(_getitem, self.owners, self.keys)))
+        except KeyError:  # the call raises its own error where the graph reads it
+            return False
+
+
+def enter(state: StateTypes, *inputs):
     """An inference-mode guard for this call (released with the last reference to it), or
-    None where the call must run as it is (see the module Note)."""
+    None where the call must run as it is (see the module Note): ``state`` are the state
+    tensors the graph reads, ``inputs`` its input tensors."""
     if (
         _in_inference_mode()
         or _function_modes()
@@ -152,11 +192,14 @@ def enter(*inputs):
         or _functorch_level() is not None
         or _jit_tracing() is not None
         or _compiling()
+        or _forward_ad._current_level >= 0
     ):
         return None
     for tensor in inputs:
         if type(tensor) is not _Tensor or tensor.is_inference():
             return None
+    if not state.plain():
+        return None
     return _InferenceMode(True)
 
 

@@ -292,13 +292,22 @@ class Memo:
     requires grad, the block runs every time, so gradients reach the state."""
 
     def __init__(
-        self, function, count: int, ops: int, state: tuple[int, ...] = (), guards: int = 0
+        self,
+        function,
+        count: int,
+        ops: int,
+        state: tuple[int, ...] = (),
+        guards: int = 0,
+        counters: tuple[tuple[dict, str], ...] = (),
     ):
         self.function = function
         self.count = count
         self.ops = ops
         self.state = state
         self.guards = guards
+        # Slots of the ``num_batches_tracked`` of batch norms whose running statistics are
+        # among ``state`` (folding.counters_of): their versions join the key.
+        self.counters = counters
         self.cache: dict = {}  # entry -> (values, or (values, key tensors); bytes)
         self.bytes = 0
 
@@ -331,7 +340,8 @@ class Memo:
                 exact[i] = (id(t), t._version, t.data_ptr())
         except RuntimeError:  # an inference tensor (a value folded in inference mode) has
             return self.function(*key)  # no version to key on: made, as eager makes it
-        entry = (tuple(exact), _default_dtype(), _epoch[0])
+        counted = tuple(owner[name]._version for owner, name in self.counters)
+        entry = (tuple(exact), counted, _default_dtype(), _epoch[0])
         kept = self.cache.get(entry)
         if kept is None:
             return self._keep(entry, self._made(key), tensors)

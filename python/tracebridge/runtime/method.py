@@ -142,7 +142,7 @@ class Method:
         never turns gradients on (the concatenated weights are folded only there), and
         there linears over matrices as ``addmm`` over their folded transposed weights
         (runtime/linear_2d.py)."""
-        graph = folding.fuse_conv_bn(self.graph)
+        graph = folding.fuse_conv_bn(self.graph, self._slots)
         if not cse.grad_stays_off(graph):
             return graph
         if concat:
