@@ -90,19 +90,20 @@ def applies(graph: Graph) -> bool:
 
 def _groups(graph: Graph, in_place: Collection[int] = ()) -> Groups:
     """The alias groups of ``graph``'s values: a view, a write or a conversion that may
-    return its input joins its first argument, and so does a node the code runs in place
-    (``in_place``: runtime/inplace.py); an op that may return a view of any of its
-    arguments (``einsum``), or one outside the op set, joins them all."""
+    return its input joins its first argument (by position or keyword), and so does a
+    node the code may run in place (``in_place``: runtime/inplace.py); an op that may
+    return a view of any of its arguments (``einsum``), or one outside the op set, joins
+    them all."""
     groups = Groups()
     for index, node in enumerate(graph.nodes):
         refs = refs_in((node.args, node.kwargs))
         first = node.args[0] if node.args else None
         if node.op in _MAY_VIEW_ANY or node.op in _MAY_RETURN_ANY or opset.info(node.op) is None:
             shared = refs
-        elif isinstance(first, Ref) and (
-            node.op in ALIASING or opset.is_inplace(node.op) or index in in_place
-        ):
-            shared = [first]
+        elif node.op in ALIASING or opset.is_inplace(node.op) or index in in_place:
+            # The tensor may come by keyword (``torch.transpose(input=h, ...)``), and then
+            # every argument does: Python puts no positional one after a keyword.
+            shared = [first] if isinstance(first, Ref) else [] if node.args else refs
         else:
             shared = []
         for value in node.outputs:
