@@ -18,6 +18,17 @@ def _seed():
 
 
 @pytest.fixture
+def no_copies():
+    """The inference-mode analysis left no output of the test to the safety net's copy
+    (runtime/lean.py, ``lean.COPIES``)."""
+    from tracebridge.runtime import lean
+
+    before = lean.COPIES[0]
+    yield
+    assert lean.COPIES[0] == before, "an output was left to the safety net's copy"
+
+
+@pytest.fixture
 def quiet_warnings():
     """Ignore every warning for one test. Files whose tests trace code that warns by design
     (constants from closures, folded values) use it for all their tests with

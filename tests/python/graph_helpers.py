@@ -36,6 +36,11 @@ def loaded(traced, tmp_path, **load_options):
     return tracebridge.load(path, **load_options)
 
 
+def loaded_module(module, inputs: tuple, tmp_path, **load_options):
+    """``module`` traced on ``inputs`` (no trace check), saved and loaded again."""
+    return loaded(tracebridge.trace(module, inputs, check_trace=False), tmp_path, **load_options)
+
+
 def counting(runner) -> list:
     """Record each key a memo or views runner computes as traced (not from its cache)."""
     calls = []

@@ -15,9 +15,10 @@ import pytest
 import torch
 from torch import nn
 
-import tracebridge
 from tracebridge.errors import GuardError
 from tracebridge.runtime import lean
+
+from .graph_helpers import loaded_module as _loaded
 
 pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
@@ -36,22 +37,8 @@ class Block(nn.Module):
         return out, h.view(-1), x[0], out.transpose(0, 1)
 
 
-def _loaded(module: nn.Module, inputs: tuple, tmp_path):
-    traced = tracebridge.trace(module, inputs, check_trace=False)
-    traced.save(tmp_path / "m.tb")
-    return tracebridge.load(tmp_path / "m.tb")
-
-
 def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-
-
-@pytest.fixture
-def no_copies():
-    """The analysis left no output to the safety net's copy (lean.COPIES)."""
-    before = lean.COPIES[0]
-    yield
-    assert lean.COPIES[0] == before
 
 
 def test_the_code_for_calls_without_autograd_enters_inference_mode(tmp_path):

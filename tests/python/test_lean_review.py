@@ -13,23 +13,10 @@ import torch.autograd.forward_ad as forward_ad
 from torch import nn
 
 import tracebridge
-from tracebridge.runtime import lean
+
+from .graph_helpers import loaded_module as _loaded
 
 pytestmark = pytest.mark.usefixtures("quiet_warnings")
-
-
-def _loaded(module: nn.Module, inputs: tuple, tmp_path):
-    traced = tracebridge.trace(module, inputs, check_trace=False)
-    traced.save(tmp_path / "m.tb")
-    return tracebridge.load(tmp_path / "m.tb")
-
-
-@pytest.fixture
-def no_copies():
-    """The analysis left no output to the safety net's copy (lean.COPIES)."""
-    before = lean.COPIES[0]
-    yield
-    assert lean.COPIES[0] == before
 
 
 class TwoLayers(nn.Module):

@@ -11,16 +11,11 @@ import pytest
 import torch
 from torch import nn
 
-import tracebridge
 from tracebridge.runtime import lean
 
+from .graph_helpers import loaded_module as _loaded
+
 pytestmark = pytest.mark.usefixtures("quiet_warnings")
-
-
-def _loaded(module: nn.Module, inputs: tuple, tmp_path):
-    traced = tracebridge.trace(module, inputs, check_trace=False)
-    traced.save(tmp_path / "m.tb")
-    return tracebridge.load(tmp_path / "m.tb")
 
 
 def _same_as_eager(module: nn.Module, loaded, *inputs) -> torch.Tensor:

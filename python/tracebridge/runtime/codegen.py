@@ -918,10 +918,9 @@ class CodeGen:
             del self.body[self._reentered]
             before -= 1
         else:
-            leave = ast.Assign([ast.Name("_lean", ast.Store())], ast.Constant(None))
-            self.body.insert(before, (leave, "leave inference mode", None))
+            self.body.insert(before, (_set_lean(ast.Constant(None)), "leave inference mode", None))
         enter = _call("_InferenceMode", ast.Constant(True))
-        again = ast.If(_name("_leaned"), [ast.Assign([ast.Name("_lean", ast.Store())], enter)], [])
+        again = ast.If(_name("_leaned"), [_set_lean(enter)], [])
         self.helper("_InferenceMode")
         self.emit(again, "inference mode again")
         self._reentered = len(self.body) - 1
@@ -935,9 +934,8 @@ class CodeGen:
         if not names:
             return
         tests = [_method(_name(n), "is_inference") for n in names]
-        test = ast.BoolOp(ast.And(), [_name("_leaned"), ast.BoolOp(ast.Or(), tests)])
-        if len(tests) == 1:
-            test = ast.BoolOp(ast.And(), [_name("_leaned"), tests[0]])
+        made_inside = tests[0] if len(tests) == 1 else ast.BoolOp(ast.Or(), tests)
+        test = ast.BoolOp(ast.And(), [_name("_leaned"), made_inside])
         targets = ast.Tuple([ast.Name(n, ast.Store()) for n in names], ast.Store())
         copies = _call("_normal_copies", *(_name(n) for n in names))
         self.helper("_normal_copies")
@@ -954,14 +952,13 @@ class CodeGen:
             if isinstance(name, str) and name in self.slots:
                 slots[name] = self.slots[name]
         state = self.constant(lean.StateTypes(list(slots.values())))
-        enter = ast.Assign([ast.Name("_lean", ast.Store())], _call("_enter_lean", state, *tensors))
+        enter = _set_lean(_call("_enter_lean", state, *tensors))
         self.helper("_enter_lean")
         leaned = ast.Assign(
             [ast.Name("_leaned", ast.Store())],
             ast.Compare(_name("_lean"), [ast.IsNot()], [ast.Constant(None)]),
         )
-        leave = ast.Assign([ast.Name("_lean", ast.Store())], ast.Constant(None))
-        wrapped = ast.Try([s for s, _, _ in inner], [], [], [leave])
+        wrapped = ast.Try([s for s, _, _ in inner], [], [], [_set_lean(ast.Constant(None))])
         wrapped._tb_body = inner  # keeps the comments of the wrapped statements
         self.body[start:] = [
             (enter, "inference mode inside (runtime/lean.py)", None),
@@ -1325,6 +1322,11 @@ _BOUNDED_FACTORIES = frozenset(
 _BOUNDED_REPEATS = frozenset({"Tensor.repeat", "tile"})
 _NOT_OPS = frozenset({"prim.state", "prim.guard"})  # not counted as a folded value's ops
 _DTYPE = {name: getattr(torch, name) for name in ("float16", "bfloat16", "float32", "float64")}
+
+
+def _set_lean(value: ast.expr) -> ast.stmt:
+    """``_lean = value``: the inference-mode guard of a call (None releases it)."""
+    return ast.Assign([ast.Name("_lean", ast.Store())], value)
 
 
 def _eval_dropout(node: Node) -> bool:
