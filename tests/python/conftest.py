@@ -29,6 +29,15 @@ def no_copies():
 
 
 @pytest.fixture
+def lean_always(monkeypatch):
+    """Calls without autograd enter inference mode however few ops their graph has
+    (runtime/lean.py, ``MIN_OPS``): the tests' small modules stand for large ones."""
+    from tracebridge.runtime import lean
+
+    monkeypatch.setattr(lean, "MIN_OPS", 0)
+
+
+@pytest.fixture
 def quiet_warnings():
     """Ignore every warning for one test. Files whose tests trace code that warns by design
     (constants from closures, folded values) use it for all their tests with

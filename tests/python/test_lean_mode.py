@@ -20,21 +20,35 @@ from tracebridge.runtime import lean
 
 from .graph_helpers import loaded_module as _loaded
 
-pytestmark = pytest.mark.usefixtures("quiet_warnings")
+pytestmark = pytest.mark.usefixtures("quiet_warnings", "lean_always")
 
 
 class Block(nn.Module):
-    """A residual block returning its result, a view of it and a view of its input."""
+    """A gated residual block returning its result, a view of it and a view of its input
+    (the gate runs inside inference mode, the rest reaches the outputs)."""
 
     def __init__(self):
         super().__init__()
         self.linear = nn.Linear(8, 8)
+        self.gate = nn.Linear(8, 8)
         self.norm = nn.LayerNorm(8)
 
     def forward(self, x):
-        h = torch.relu(self.linear(x)) + x
+        gate = torch.sigmoid(self.gate(x).tanh() * 2)
+        h = torch.relu(self.linear(x)) * gate + x
         out = self.norm(h)
         return out, h.view(-1), x[0], out.transpose(0, 1)
+
+
+class Chain(nn.Module):
+    def __init__(self, layers: int):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(4, 4) for _ in range(layers))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return x
 
 
 def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -42,7 +56,7 @@ def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def test_the_code_for_calls_without_autograd_enters_inference_mode(tmp_path):
-    loaded = _loaded(Block().eval(), (torch.randn(3, 8),), tmp_path)
+    loaded = _loaded(Chain(3), (torch.randn(3, 4),), tmp_path)
     code = loaded._methods["forward"].no_grad_code
     assert "_enter_lean(" in code and ", in0)" in code and "finally:" in code
     with torch.enable_grad():
@@ -320,3 +334,23 @@ def test_inputs_written_in_place_are_written_and_versioned_as_by_eager(tmp_path)
     assert got[1]._base is mine[1]
     got[1].zero_()  # a view of the input, writable outside as eager's is
     assert torch.equal(mine[1][1:], torch.zeros(2))
+
+
+def test_a_graph_of_few_ops_runs_as_it_is(monkeypatch, tmp_path):
+    """Entering costs a call more than a few ops inside save (lean.MIN_OPS)."""
+    monkeypatch.setattr(lean, "MIN_OPS", 24)
+    x = torch.randn(2, 4)
+    few, many = Chain(2), Chain(16)  # 4 ops inside (the last two reach the output), 28
+    assert "_enter_lean" not in _loaded(few, (x,), tmp_path)._methods["forward"].no_grad_code
+    loaded = _loaded(many, (x,), tmp_path)
+    assert "_enter_lean" in loaded._methods["forward"].no_grad_code
+    with torch.no_grad():
+        assert torch.equal(loaded(x), many(x))
+
+
+def test_the_block_of_these_tests_runs_its_gate_inside(tmp_path):
+    """The modules above do enter inference mode (the gate's ops run inside)."""
+    loaded = _loaded(Block().eval(), (torch.randn(3, 8),), tmp_path)
+    code = loaded._methods["forward"].no_grad_code
+    inside = code.split("_enter_lean(")[1].split("leave inference mode")[0]
+    assert "op_sigmoid" in inside or "sigmoid" in inside

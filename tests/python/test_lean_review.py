@@ -16,7 +16,7 @@ import tracebridge
 
 from .graph_helpers import loaded_module as _loaded
 
-pytestmark = pytest.mark.usefixtures("quiet_warnings")
+pytestmark = pytest.mark.usefixtures("quiet_warnings", "lean_always")
 
 
 class TwoLayers(nn.Module):

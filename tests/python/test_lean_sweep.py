@@ -15,7 +15,7 @@ from tracebridge.runtime import lean
 
 from .graph_helpers import loaded_module as _loaded
 
-pytestmark = pytest.mark.usefixtures("quiet_warnings")
+pytestmark = pytest.mark.usefixtures("quiet_warnings", "lean_always")
 
 
 def _same_as_eager(module: nn.Module, loaded, *inputs) -> torch.Tensor:

@@ -901,7 +901,11 @@ class CodeGen:
         if self._lean_plan is None:
             self.lean = False
             return
-        self._outside_lean = self._lean_plan.outside - elsewhere
+        outside = self._lean_plan.outside - elsewhere
+        if not lean.pays(self.graph, elsewhere | outside):
+            self.lean = False
+            return
+        self._outside_lean = outside
         # A tree of views runs as one call where it stands (runtime/views.py), which may
         # be a read of a size: outside, where any of its views is.
         for trees in self._view_calls.values():
