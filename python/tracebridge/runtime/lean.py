@@ -184,7 +184,7 @@ class StateTypes:
     is a plain tensor (a ``Tensor`` or a ``Parameter``, whose torch function is disabled).
     A subclass with a torch function or dispatch of its own would run its code inside
     inference mode, and might keep what it makes there; C functions mapped over the
-    slots, about 30 ns a tensor."""
+    slots, about 40 ns a tensor (1.7 us for bert's 39 a call)."""
 
     __slots__ = ("owners", "keys")
 
