@@ -37,6 +37,15 @@ def uses(graph: Graph) -> dict[int, list[int]]:
     return readers
 
 
+def state_reads(graph: Graph) -> dict[int, str]:
+    """``value id -> state name`` for each value a ``prim.state`` node of ``graph`` reads."""
+    return {
+        n.outputs[0].id: n.args[0]
+        for n in graph.nodes
+        if n.op == "prim.state" and n.outputs and n.args and isinstance(n.args[0], str)
+    }
+
+
 def output_ids(graph: Graph) -> set[int]:
     """The ids of the values the graph returns."""
     return {ref.id for ref in refs_in(graph.outputs)}

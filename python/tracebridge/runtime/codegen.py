@@ -41,7 +41,7 @@ import torch
 
 from ..errors import ArtifactError
 from ..ir import Graph, Node, Ref, pytree, refs_in
-from ..ir.analysis import last_uses
+from ..ir.analysis import last_uses, state_reads
 from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import fold_literal
 from . import (
@@ -231,6 +231,7 @@ class CodeGen:
         self._repeats: dict[int, repeats.Repeat] = {}  # each node of a repeat_kv -> it
         self._inplace: dict[int, str] = {}  # index -> its operand's dtype (inplace.py)
         self._kinds: dict[int, str] | None = None  # value id -> kind, made when first needed
+        self._state_reads: dict[int, str] | None = None  # value id -> state name (likewise)
         self._dtypes: dict[int, str | None] | None = None  # value id -> traced dtype name
         self.plain_read = False  # whether the code reads ``_plain`` (runtime/scalars.py)
         # Calls without autograd run in inference mode but for these nodes (runtime/lean.py)
@@ -449,6 +450,12 @@ class CodeGen:
         return all(
             type(e) is int or (isinstance(e, Ref) and kinds.get(e.id) == "int") for e in sizes
         )
+
+    def state_reads(self) -> dict[int, str]:
+        """``value id -> state name`` of the graph's state reads, made when first needed."""
+        if self._state_reads is None:
+            self._state_reads = state_reads(self.graph)
+        return self._state_reads
 
     def kinds(self) -> dict[int, str]:
         """Value id -> kind for the graph's values (made when first needed)."""
@@ -791,11 +798,7 @@ class CodeGen:
         state = tuple(i for i, k in enumerate(block.keys) if kinds.get(k) == "Tensor")
         # Running statistics among the keys are written without a new version: their
         # module's counter joins the key, as for a folded value (runtime/folding.py).
-        read = {
-            n.outputs[0].id: n.args[0]
-            for n in self.graph.nodes
-            if n.op == "prim.state" and n.outputs and n.args
-        }
+        read = self.state_reads()
         names = [read[block.keys[i]] for i in state if block.keys[i] in read]
         counters = tuple(self.slots[n] for n in folding.counters_of(names, self.slots))
         runner = memo.Memo(function, len(block.boundary), ops, state, guards, counters)
@@ -950,12 +953,9 @@ class CodeGen:
         left on any exit."""
         inner = self.body[start:]
         tensors = [_name(self.names[v.id]) for v in self.graph.inputs if v.kind == "Tensor"]
-        slots = {}
-        for node in self.graph.nodes:
-            name = node.args[0] if node.op == "prim.state" and node.args else None
-            if isinstance(name, str) and name in self.slots:
-                slots[name] = self.slots[name]
-        state = self.constant(lean.StateTypes(list(slots.values())))
+        names = dict.fromkeys(self.state_reads().values())  # each once, in order
+        slots = [self.slots[name] for name in names if name in self.slots]
+        state = self.constant(lean.StateTypes(slots))
         enter = _set_lean(_call("_enter_lean", state, *tensors))
         self.helper("_enter_lean")
         leaned = ast.Assign(

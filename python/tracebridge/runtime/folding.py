@@ -44,7 +44,7 @@ import torch
 
 from ..ir import Graph, Node, Ref, pytree, refs_in
 from ..ir import ops as opset
-from ..ir.analysis import output_ids
+from ..ir.analysis import output_ids, state_reads
 from ..ir.program import Value
 
 # Structural ops that read something other than their arguments' values (the caller's
@@ -219,10 +219,12 @@ _InferenceMode = torch._C._InferenceMode
 _set_grad_enabled = torch._C._set_grad_enabled
 
 
-def made_outside(function, *args):
-    """``function(*args)`` outside inference mode and without autograd: values a cache
-    keeps (normal tensors, with versions to key on, usable by calls with autograd; see
-    runtime/lean.py)."""
+def made_normal(function, *args):
+    """``function(*args)``, run outside inference mode and without autograd where the call
+    is in inference mode: values a cache keeps are normal tensors, with versions to key
+    on, usable by calls with autograd (see runtime/lean.py)."""
+    if not _inference_mode():
+        return function(*args)
     outside = _InferenceMode(False)  # turns grad mode on: off again below
     try:
         _set_grad_enabled(False)
@@ -319,7 +321,7 @@ class Folded:
         dtype, epoch = _default_dtype(), _epoch[0]
         # Normal tensors, whatever the caller's mode: any later call may use them, and a
         # memo may key on their versions (runtime/lean.py).
-        values = made_outside(self.function) if _inference_mode() else self.function()
+        values = made_normal(self.function)
         self.entry = (tensors, versions, pointers, dtype, epoch, values)
         return values
 
@@ -404,13 +406,13 @@ def fuse_conv_bn(graph: Graph, state_names: Collection[str] | None = None) -> Gr
     (:func:`counters_of`)."""
     producers = {v.id: i for i, n in enumerate(graph.nodes) for v in n.outputs}
     state_ids = {v.id for n in graph.nodes if n.op == "prim.state" for v in n.outputs}
-    state_of = {n.outputs[0].id: n.args[0] for n in graph.nodes if n.op == "prim.state" and n.args}
+    state_of = state_reads(graph)
 
     def counted(stat) -> bool:
+        if state_names is None:
+            return True
         name = state_of.get(stat.id) if isinstance(stat, Ref) else None
-        if state_names is None or not isinstance(name, str):
-            return state_names is None
-        return _counter(name) in state_names
+        return name is not None and _counter(name) in state_names
 
     readers: dict[int, list[int]] = {}
     for index, node in enumerate(graph.nodes):

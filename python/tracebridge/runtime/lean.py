@@ -16,7 +16,7 @@ Note: inference mode inside, normal tensors out.
     every output is a normal tensor, as eager makes it, aliasing what eager's aliases
     (views too: a view made in inference mode may not be written outside it);
   * values kept across calls (folded, memoised: runtime/folding.py, runtime/memo.py) are
-    made outside it (``folding.made_outside``), so a call with autograd may use them and a
+    made outside it (``folding.made_normal``), so a call with autograd may use them and a
     memo may key on their versions;
   * writes into inputs and state run inside: inference mode allows writes into normal
     tensors, views of them included, and moves their versions as eager does (ATen's

@@ -56,7 +56,7 @@ from .folding import (
     _epoch,
     _function_modes,
     _may_be_static,
-    made_outside,
+    made_normal,
 )
 
 # Scalar kinds whose values are exact keys: equal means interchangeable (not floats).
@@ -275,7 +275,6 @@ def subgraph(graph: Graph, block: MemoBlock) -> Graph:
     )
 
 
-_inference_mode = torch.is_inference_mode_enabled
 _grad_enabled = torch.is_grad_enabled
 _default_dtype = torch.get_default_dtype
 
@@ -326,7 +325,7 @@ class Memo:
         entry = (key, _default_dtype())
         kept = self.cache.get(entry)
         if kept is None:
-            return self._keep(entry, self._made(key), ())
+            return self._keep(entry, made_normal(self.function, *key), ())
         return kept[0]
 
     def _with_state(self, key: tuple):
@@ -344,16 +343,8 @@ class Memo:
         entry = (tuple(exact), counted, _default_dtype(), _epoch[0])
         kept = self.cache.get(entry)
         if kept is None:
-            return self._keep(entry, self._made(key), tensors)
+            return self._keep(entry, made_normal(self.function, *key), tensors)
         return kept[0][0]
-
-    def _made(self, key: tuple):
-        """The block's values for ``key``, as normal tensors made without autograd (in
-        inference mode, outside it: runtime/lean.py), so that any call may use them and
-        a memo may key on them."""
-        if _inference_mode():
-            return made_outside(self.function, *key)
-        return self.function(*key)
 
     def _keep(self, entry, values, tensors):
         size = _nbytes(values)
