@@ -21,7 +21,6 @@ from .artifact import streams
 from .check.compare import fresh
 from .check.kept_globals import KeptGlobals
 from .check.specialise import specialisations
-from .check.transaction import transactional
 from .check.verify import first_difference
 from .errors import GuardError, TraceError
 from .ir import Program, StateEntry
@@ -32,6 +31,7 @@ from .progress import stage, state_nbytes, track
 from .runtime import Method, torchvision_ops
 from .runtime.method import Specialised, as_recorded, guards_active
 from .runtime.shapes import symbolize
+from .runtime.transaction import state_replaced, transactional
 from .trace.capture import bound_method as _bound
 from .trace.capture import capture, capture_again, numpy_rng_kept, preserved, state_index
 from .trace.own_hooks import HOOK_TABLES as _HOOK_TABLES
@@ -92,7 +92,7 @@ class _Traced:
         """Each method with size-1 specialisations tries them when its guards refuse a call
         (after ``_make_methods``, which compiled objects override). First, a graph that
         writes in place and may refuse a call puts its writes back when it does
-        (check/transaction.py), so that the next graph of a chain starts from the state
+        (runtime/transaction.py), so that the next graph of a chain starts from the state
         the call found; every other method stays the runtime's own."""
         slots, graphs = self._state_slots(), self.program.methods
         for name, method in self._methods.items():
@@ -578,6 +578,7 @@ class TracedModule(nn.Module, _Traced):
 
     def _apply(self, fn, recurse=True):
         super()._apply(fn, recurse)
+        state_replaced()  # moved (``.to()``, ``.double()``): sizes decided before may not hold
         for name, tensor in self._tb_constants.items():
             self._tb_constants[name] = fn(tensor)
         return self

@@ -988,7 +988,7 @@ def autograd_function_family() -> dict:
 def writes_family() -> dict:
     """Writes: ``out=`` recorded as an op and ``copy_``, into a parameter, through views
     of it, and into an expand of the caller's input under a later check (the graph then
-    runs as a transaction, check/transaction.py, which copies what it may write)."""
+    runs as a transaction, runtime/transaction.py, which copies what it may write)."""
     x, w = ref(0), ref(1)
     guard = node("prim.guard", [ref(90)], [], {"expect": 4, "what": "rows", "kind": "value"})
     rows = node("prim.size", [x, 0], [{"id": 90, "kind": "int"}])

@@ -12,9 +12,9 @@ import torch
 from torch import nn
 
 import tracebridge
-from tracebridge.check.transaction import Transaction
 from tracebridge.errors import GuardError
 from tracebridge.runtime import Method
+from tracebridge.runtime.transaction import Transaction
 
 pytestmark = pytest.mark.usefixtures("quiet_warnings")
 

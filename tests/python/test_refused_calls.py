@@ -1,4 +1,4 @@
-"""A call that a guard refuses loses nothing (check/transaction.py): the buffers, parameters
+"""A call that a guard refuses loses nothing (runtime/transaction.py): the buffers, parameters
 and inputs its graph wrote before the refusal are as they were, in the traced object and in
 a loaded artifact, with either runtime; graphs that cannot be refused after a write run as
 before, unwrapped."""
@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 import tracebridge
-from tracebridge.check.transaction import Transaction
 from tracebridge.errors import GuardError
 from tracebridge.runtime import Method
+from tracebridge.runtime.transaction import Transaction
 
 pytestmark = pytest.mark.usefixtures("quiet_warnings")
 

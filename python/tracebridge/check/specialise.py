@@ -15,7 +15,7 @@ Note: why and how.
   graph's guards refuse a call. A call that no graph serves raises the first graph's
   GuardError. Graphs that write in place (state updates, a cache, an input) get
   specialisations too: a graph that refuses a call puts back what it wrote before the
-  refusal (check/transaction.py), so the next graph starts from the state the call found.
+  refusal (runtime/transaction.py), so the next graph starts from the state the call found.
 
   Sizes also decide together: an encoder-decoder asks ``q_len > 1`` of the source and of the
   target, so a call with both at 1 passes neither graph cut at one of them (each guards the

@@ -191,13 +191,15 @@ _epoch = [0]
 
 def invalidate_caches() -> None:
     """Forget every value a traced or loaded object keeps from its state (folded
-    constants, memos keyed on state tensors): each is computed again at its next use.
+    constants, memos keyed on state tensors, the input sizes whose checks passed with
+    the state's sizes: runtime/transaction.py): each is computed again at its next use.
 
     Needed only after a write that torch does not record: ``p.data.copy_(w)`` or any
     in-place op through ``.data`` (``.data`` has a version counter of its own, so neither
     the parameter's version nor its data pointer moves). Writes torch records are seen
     without it: ``load_state_dict``, ``.to()``, ``p.copy_(w)`` under ``torch.no_grad()``,
-    optimizer steps, ``p.data = w``.
+    optimizer steps, ``p.data = w`` (with another shape: call it, so that checks that
+    read the state's sizes run again).
 
     >>> import torch, tracebridge
     >>> class Doubled(torch.nn.Linear):
