@@ -24,6 +24,7 @@ from .check.specialise import specialisations
 from .check.verify import first_difference
 from .errors import GuardError, TraceError
 from .ir import Program, StateEntry
+from .ir.analysis import needs_grad_off
 from .ir.ops import VARIADIC_OUTPUTS
 from .ir.printer import graph_text
 from .ir.program import hoist_subgraphs, subgraph_names
@@ -34,6 +35,7 @@ from .runtime.shapes import symbolize
 from .runtime.transaction import state_replaced, transactional
 from .trace.capture import bound_method as _bound
 from .trace.capture import capture, capture_again, numpy_rng_kept, preserved, state_index
+from .trace.library import FAST_PATH_MODULES
 from .trace.own_hooks import HOOK_TABLES as _HOOK_TABLES
 from .trace.own_hooks import user_hooks
 
@@ -69,7 +71,8 @@ def _variant_names(program: Program) -> set[str]:
 def _add_specialisations(program: Program, name: str, graphs: list) -> None:
     names = []
     for graph in graphs:
-        names.append(f"{name}__size1_{len(names)}")
+        kind = "no_grad" if needs_grad_off(graph) else "size1"  # eager's fused path, or sizes
+        names.append(f"{name}__{kind}_{len(names)}")
         program.methods[names[-1]] = graph
     if names:
         program.specialised[name] = names
@@ -1054,10 +1057,40 @@ def record_module(
             lambda a, k, name=name, mode=mode: run_eager(name, mode, a, k),
             lambda a, k, name=name, mode=mode: record(name, *fresh(a, k), mode=mode),
         )
+        evaluating = mod.training is False if mode is None else mode is False
+        if evaluating:
+            found += _without_autograd(
+                mod,
+                methods[graph_name],
+                lambda a, k, n=name, m=mode: record(n, a, k, mode=m),
+                args,
+                kwargs,
+            )
         _add_specialisations(program, graph_name, found)
     # Constants the specialisations captured are state too.
     program.state.update(constants)
     return program
+
+
+def _without_autograd(mod: nn.Module, graph, record, args, kwargs) -> list:
+    """The graph a call without autograd records, where it differs from ``graph`` (recorded
+    with autograd on) by a module's fused path: ``nn.MultiheadAttention`` and
+    ``nn.TransformerEncoderLayer`` in evaluation take it only then, as eager does when
+    called so (trace/library.py). It guards that autograd is off, so calls with autograd
+    never reach it, and the runtime tries it first for calls without. None otherwise."""
+    if not torch.is_grad_enabled() or not any(
+        isinstance(m, FAST_PATH_MODULES) for m in mod.modules()
+    ):
+        return []
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            other = record(*fresh(args, kwargs))
+    except Exception:
+        return []  # not recordable without autograd: calls keep the graph they have
+    if not needs_grad_off(other) or first_difference(graph, other) is None:
+        return []
+    return [other]
 
 
 def _settings(module: nn.Module) -> str:

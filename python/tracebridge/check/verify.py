@@ -28,6 +28,7 @@ import torch
 
 from ..errors import GuardError, TraceError, TracerWarning, TracingCheckError
 from ..ir import Graph, Node, Ref, pytree
+from ..ir.analysis import needs_grad_off
 from ..ir.printer import Printer
 from ..ir.pytree import is_tensor
 from ..source import raised_at, source_line
@@ -408,3 +409,43 @@ def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_m
                     check_other_sizes(
                         eager, method, reference, args, kwargs, tolerance, mod, retrace
                     )
+                _check_without_autograd(
+                    traced, method_name, eager, args, kwargs, tolerance, mod, retrace, constants
+                )
+
+
+def _check_without_autograd(
+    traced, method_name, eager, args, kwargs, tolerance, mod, retrace, constants
+) -> None:
+    """Check a fused path traced without autograd (api.py's ``_without_autograd``), which
+    calls without autograd run, against eager without autograd; where it differs, drop it
+    (with a warning): those calls then run the graph checked above, as before."""
+    variants = traced.program.specialised.get(method_name, [])
+    for variant in [v for v in variants if needs_grad_off(traced.program.methods[v])]:
+        try:
+            with torch.no_grad():
+                _check_one(
+                    eager,
+                    traced._methods[method_name],
+                    traced.program.methods[variant],
+                    args,
+                    kwargs,
+                    tolerance,
+                    mod,
+                    retrace,
+                    f"for {method_name} without autograd",
+                    constants,
+                )
+        except TracingCheckError as exc:
+            warnings.warn(
+                f"{method_name}: the fused path traced without autograd is not kept ({exc}); "
+                "calls without autograd run the graph traced with it",
+                TracerWarning,
+                stacklevel=2,
+            )
+            variants.remove(variant)
+            if not variants:
+                del traced.program.specialised[method_name]
+            del traced.program.methods[variant]
+            chain = traced._methods[method_name]
+            chain._without_grad = [m for m in chain._without_grad if m.name != variant]

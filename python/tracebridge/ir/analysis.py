@@ -70,3 +70,17 @@ def last_uses(graph: Graph) -> dict[int, list[int]]:
         if value_id not in kept and index >= 0:
             dead.setdefault(index, []).append(value_id)
     return dead
+
+
+def needs_grad_off(graph: Graph) -> bool:
+    """Whether ``graph`` guards that autograd is off (a module's fused path, traced without
+    autograd: trace/library.py): it refuses every call made with autograd, so the runtime
+    tries it first for calls without, and never for calls with (runtime/method.py's
+    ``Specialised``)."""
+    reads = {v.id for n in graph.nodes if n.op == "prim.grad_enabled" for v in n.outputs}
+    return any(
+        node.op == "prim.guard"
+        and node.kwargs.get("expect") is False
+        and any(ref.id in reads for ref in refs_in(node.args))
+        for node in graph.nodes
+    )

@@ -10,6 +10,7 @@ import torch
 from ..check.specialise import CUT_GRAPH, SIZE_ONE_GUARD
 from ..errors import GuardError, TraceError
 from ..ir import Graph, pytree
+from ..ir.analysis import needs_grad_off
 from ..ir.ops import draws_random
 from ..ir.pytree import is_tensor
 from . import concat_linear, cse, folding, linear_2d, support
@@ -414,6 +415,11 @@ class Specialised:
         self.name = methods[0].name
         self.graph = methods[0].graph
         self._random = any(draws_random(node) for method in methods for node in method.graph.nodes)
+        # Graphs of a fused path traced without autograd (ir/analysis.py's needs_grad_off,
+        # api.py's _without_autograd): tried first by calls without autograd, never by
+        # calls with it (their guard refuses those).
+        self._without_grad = [m for m in methods[1:] if needs_grad_off(m.graph)]
+        self._with_grad = [m for m in methods[1:] if m not in self._without_grad]
 
     def __getattr__(self, name: str):
         # Anything else (a backend's set_functions) is the first graph's.
@@ -434,6 +440,14 @@ class Specialised:
         # A graph that draws random numbers before a guard refuses the call has moved the
         # generators: the graph that serves it must draw what eager would have drawn.
         rng = _rng_states() if self._random else None
+        grad = _grad_enabled()
+        if self._without_grad and not grad:
+            for method in self._without_grad:  # eager's fused path: tried first
+                try:
+                    return method(*args, **kwargs)
+                except GuardError:
+                    if rng is not None:
+                        _set_rng_states(rng)
         try:
             return self.methods[0](*args, **kwargs)
         except GuardError as refused:
@@ -441,7 +455,7 @@ class Specialised:
                 raise
             first = refused
         reported = first
-        for method in self.methods[1:]:
+        for method in self._with_grad:  # (those without autograd were tried, or refuse)
             if rng is not None:
                 _set_rng_states(rng)
             try:

@@ -64,6 +64,10 @@ _FAST_PATHS = frozenset(
         torch.nn.TransformerEncoderLayer.forward.__code__,
     }
 )
+# Their module types: a module holding one in evaluation mode, traced with autograd on,
+# is traced again without it (api.py, ``_without_autograd``), as eager takes the fused path
+# there.
+FAST_PATH_MODULES = (torch.nn.MultiheadAttention, torch.nn.TransformerEncoderLayer)
 # The fused ops of those paths: op name, and the module named in the guard's message.
 _FUSED = {
     torch._native_multi_head_attention: ("_native_multi_head_attention", "nn.MultiheadAttention"),
