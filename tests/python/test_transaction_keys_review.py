@@ -1,0 +1,144 @@
+"""Calls that skip a transaction's copies because their key passed before
+(runtime/transaction.py, Note "no copies where the refusals are already decided") must
+still lose nothing when they are refused: a refusal the key does not decide (inside a
+custom autograd function that writes), or state the key's generation does not see
+replaced (``torch.func.functional_call``), makes the call a transaction again."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+from tracebridge.errors import GuardError, TraceError
+from tracebridge.runtime.transaction import Transaction
+
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
+
+
+def _state(module: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in module.state_dict().items()}
+
+
+def _same_state(module: nn.Module, before: dict[str, torch.Tensor]) -> bool:
+    return all(torch.equal(v, before[k]) for k, v in module.state_dict().items())
+
+
+def _transaction(traced) -> Transaction:
+    method = traced._methods["forward"]
+    method = getattr(method, "methods", [method])[0]  # the first graph of a chain
+    assert isinstance(method, Transaction)
+    return method
+
+
+def _as_used(traced, tmp_path, how: str):
+    if how == "traced":
+        return traced
+    traced.save(tmp_path / "m.tb")
+    if how == "loaded":
+        return tracebridge.load(tmp_path / "m.tb")
+    return tracebridge.load(tmp_path / "m.tb", runtime="interpreter")
+
+
+class _CountedBranch(torch.autograd.Function):
+    """Writes its counter, then branches on the data: the refusal is the node's own."""
+
+    @staticmethod
+    def forward(ctx, x, counter):
+        counter.add_(1)
+        if x.sum() > 0:
+            return x * 2
+        return x - 1
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2, None
+
+
+class CountedByFunction(nn.Module):
+    """The first write is a custom autograd function's, which may refuse after it; the
+    graph's own later check reads only the input's size."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        y = _CountedBranch.apply(x, self.calls)
+        if x.shape[0] > 1:
+            return y + 1
+        return y
+
+
+@pytest.mark.parametrize("how", ["traced", "loaded", "interpreter"])
+def test_a_refusal_inside_the_node_that_writes_first_puts_the_state_back(tmp_path, how):
+    traced = tracebridge.trace(CountedByFunction(), torch.ones(3), check_trace=False)
+    traced = _as_used(traced, tmp_path, how)
+    for _ in range(3):
+        traced(torch.ones(3))  # passes: a key that would skip the copies
+    before = _state(traced)
+    with pytest.raises(GuardError):
+        traced(-torch.ones(3))  # the same key; the function's own branch refuses
+    assert _same_state(traced, before), "the function's write stayed after its refusal"
+    assert traced.calls.item() == 3
+
+
+class TrainingCNN(nn.Module):
+    """The second batch norm's size check (``N * H * W == 1`` refuses) follows the first
+    one's writes and reads conv2's weight's size."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.conv2 = nn.Conv2d(8, 16, 3, padding=1)
+        self.bn2 = nn.BatchNorm2d(16)
+
+    def forward(self, x):
+        x = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(x))).mean(dim=(2, 3))
+
+
+@pytest.mark.parametrize("how", ["traced", "loaded", "interpreter"])
+def test_state_swapped_by_functional_call_is_not_a_key_that_passed(tmp_path, how):
+    torch.manual_seed(0)
+    traced = tracebridge.trace(TrainingCNN().train(), torch.randn(2, 3, 4, 4), check_trace=False)
+    traced = _as_used(traced, tmp_path, how).train()
+    assert _transaction(traced)._keyed
+    x = torch.randn(1, 3, 4, 4)
+    with torch.no_grad():
+        traced(x)
+        traced(x)  # a key that passed
+        # torch.func swaps the weight into the module's table directly (no registration
+        # hook): a 6x6 kernel makes conv2's output 1x1, and the second check refuses
+        # after the first batch norm wrote
+        before = _state(traced)
+        kernel = {"conv2.weight": torch.randn(16, 8, 6, 6), "conv2.bias": torch.zeros(16)}
+        with pytest.raises((GuardError, TraceError)):
+            torch.func.functional_call(traced, kernel, (x,))
+    assert _same_state(traced, before), "a refused call with swapped weights kept its writes"
+    with torch.no_grad():
+        traced(x)  # the module's own weight again: served, and remembered again
+    assert len(_transaction(traced)._passed) == 1
+
+
+def test_calls_with_functional_call_give_eager_results(tmp_path):
+    """Served calls with swapped state are the same as eager's, and so is the state after."""
+    torch.manual_seed(0)
+    model = TrainingCNN().train()
+    traced = tracebridge.trace(model, torch.randn(2, 3, 4, 4), check_trace=False)
+    traced = _as_used(traced, tmp_path, "loaded").train()
+    twin = TrainingCNN().train()
+    twin.load_state_dict(traced.state_dict())
+    for seed in range(3):
+        torch.manual_seed(seed)
+        weights = {"conv2.weight": torch.randn(16, 8, 3, 3)}
+        x = torch.randn(2, 3, 4, 4)
+        with torch.no_grad():
+            got = torch.func.functional_call(traced, weights, (x,))
+            want = torch.func.functional_call(twin, weights, (x,))
+            assert torch.equal(got, want)
+            assert torch.equal(traced(x), twin(x))
+        for key, value in twin.state_dict().items():
+            assert torch.equal(traced.state_dict()[key], value), key
