@@ -142,3 +142,68 @@ def test_calls_with_functional_call_give_eager_results(tmp_path):
             assert torch.equal(traced(x), twin(x))
         for key, value in twin.state_dict().items():
             assert torch.equal(traced.state_dict()[key], value), key
+
+
+def _sign(x: torch.Tensor) -> torch.Tensor:
+    return (x.sum() > 0).long()  # a 0-dim tensor from the data, read as a number below
+
+
+class DimFromData(nn.Module):
+    """A counter written before a check on the size of a ``cat`` whose dim is a 0-dim
+    tensor made from the data: ``cat``'s result's sizes follow from that tensor's value,
+    not from its metadata (read by ``__index__``, as a number)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        y = torch.cat([x, x], dim=_sign(x))
+        if y.shape[0] > 2:
+            return y * 3
+        return y - 1
+
+
+class StrideFromData(nn.Module):
+    """The same with a convolution's stride."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+        self.register_buffer("kernel", torch.ones(1, 1, 1))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        y = torch.nn.functional.conv1d(x, self.kernel, stride=_sign(x) + 1)
+        if y.shape[-1] > 4:
+            return y * 3
+        return y - 1
+
+
+@pytest.mark.parametrize("module, shape", [(DimFromData, (2, 2)), (StrideFromData, (1, 1, 8))])
+def test_a_tensor_read_as_a_number_is_not_decided_by_its_metadata(module, shape):
+    traced = tracebridge.trace(module(), torch.ones(shape), check_trace=False)
+    for _ in range(3):
+        traced(torch.ones(shape))  # passes: the dim (stride) is 1
+    before = _state(traced)
+    with pytest.raises(GuardError):
+        traced(-torch.ones(shape))  # the same sizes; the dim (stride) is 0 (1) now
+    assert _same_state(traced, before), "a refusal decided by data kept its write"
+
+
+def test_size_checks_of_a_tensor_read_as_a_number_run_on_every_call():
+    """runtime/size_checks.py moves a guard on a dead value into a check per key: a
+    ``cat`` whose dim is read from the data must not be one (the guard was skipped for a
+    known key, and the call served by the other branch's code)."""
+
+    def branch(x):
+        y = torch.cat([x, x], dim=_sign(x))
+        if y.shape[0] > 2:
+            return x * 3
+        return x - 1
+
+    traced = tracebridge.trace(branch, torch.ones(2, 2), check_trace=False)
+    assert torch.equal(traced(torch.ones(2, 2)), branch(torch.ones(2, 2)))
+    with pytest.raises(GuardError):
+        traced(-torch.ones(2, 2))

@@ -87,6 +87,8 @@ OPERAND_OPS = frozenset(
         Tensor.double Tensor.bool""".split()
     )
 )
+# Kinds of an op's parameter (ir/ops.py's signatures) that take a tensor as an operand.
+_OPERAND_KINDS = frozenset({"tensor", "tensors", "index_tensor"})
 # Factories: their results' metadata follow from their numeric arguments (sizes, a
 # range's ends); a tensor given there is read as a value.
 FACTORIES = frozenset("full zeros ones empty arange".split())
@@ -166,8 +168,28 @@ def _data_free(nodes: list[Node], kinds: dict[int, str], state: set[int]) -> boo
             rest = refs_in((node.args[1:], node.kwargs))
             if any(r.id in data for r in rest):
                 return False  # data given where a size or an index is read
+        elif any(r.id in data for r in read_as_numbers(node)):
+            return False  # ``cat(xs, dim=t)``: the dim is the data of ``t``
         data.update(v.id for v in node.outputs)
     return True
+
+
+def read_as_numbers(node: Node) -> list[Ref]:
+    """The values ``node`` (of :data:`OPERAND_OPS`) passes where its signature takes no
+    tensor operand: ``cat``'s ``dim``, a convolution's ``stride``. A 0-dim tensor given
+    there is read by its value (``__index__``), and the results' sizes follow from it."""
+    info = opset.info(node.op)
+    if info is None:
+        return refs_in((node.args, node.kwargs))
+    found = []
+    for position, arg in enumerate(node.args):
+        kinds = info.args[position] if position < len(info.args) else ()
+        if not _OPERAND_KINDS.intersection(kinds):
+            found += refs_in(arg)
+    for name, arg in node.kwargs.items():
+        if not _OPERAND_KINDS.intersection(info.kwargs.get(name, ())):
+            found += refs_in(arg)
+    return found
 
 
 def _components(nodes: list[int], graph: Graph) -> list[list[int]]:

@@ -66,6 +66,7 @@ from .size_checks import (
     KEEP,
     OPERAND_OPS,
     SHAPE_FUNCTIONS,
+    read_as_numbers,
 )
 
 # Ops whose result has its first argument's sizes, dtype and device whatever the others
@@ -160,6 +161,8 @@ def _sources_of(node, refs, sources: dict, kinds: dict):
         rest = refs_in((node.args[1:], node.kwargs))
         if any(kinds.get(r.id) == "Tensor" for r in rest):
             return None  # a tensor given where a size or an index is read
+    elif any(kinds.get(r.id) == "Tensor" for r in read_as_numbers(node)):
+        return None  # ``cat(xs, dim=t)``: the dim is the value of ``t``
     return _union(refs, sources)
 
 
