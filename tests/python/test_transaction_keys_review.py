@@ -207,3 +207,18 @@ def test_size_checks_of_a_tensor_read_as_a_number_run_on_every_call():
     assert torch.equal(traced(torch.ones(2, 2)), branch(torch.ones(2, 2)))
     with pytest.raises(GuardError):
         traced(-torch.ones(2, 2))
+
+
+@pytest.mark.parametrize("calls_before", [0, 2])
+def test_a_removed_state_entry_is_the_methods_error(calls_before):
+    """A transaction reads the state it copies and the state its keys hold: one removed
+    since tracing is reported by the method, with a key that passed or not."""
+    traced = tracebridge.trace(TrainingCNN().train(), torch.randn(2, 3, 4, 4), check_trace=False)
+    x = torch.randn(2, 3, 4, 4)
+    with torch.no_grad():
+        for _ in range(calls_before):
+            traced(x)
+        del traced.bn1._buffers["running_mean"]
+        del traced.conv2._parameters["weight"]
+        with pytest.raises(TraceError, match="is gone from its module"):
+            traced(x)

@@ -22,8 +22,9 @@ Note: guards on dead values, checked by key.
     size and type reads (``prim.size``, ``dtype``, ``device``, ``numel``, ``len``) and
     ops whose results' metadata follow from their arguments' (:data:`SHAPE_FUNCTIONS`;
     only the operands of :data:`OPERAND_OPS` may carry data in other arguments than the
-    first; never a factory's size, a boolean mask, ``where(condition)``, ``nonzero`` or a
-    read into Python such as ``item`` or ``bool``). Values made from the key alone
+    first, never where the op's signature takes a number: ``cat(xs, dim=t)``; never a
+    factory's size, a boolean mask, ``where(condition)``, ``nonzero`` or a read into
+    Python such as ``item`` or ``bool``). Values made from the key alone
     (numbers, state, literals) may go anywhere, through any deterministic op. Never a
     random op, a write, a read of the grad mode or of ``requires_grad``, or an op the set
     does not know;

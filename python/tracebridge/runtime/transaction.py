@@ -36,7 +36,7 @@ parameter or buffer is set on any module (torch's global registration hooks:
 ``module.weight = p``, ``register_buffer``, ``load_state_dict(assign=True)``), when a
 traced module moves (``.to()``, ``.double()``) and at ``tracebridge.invalidate_caches()``.
 A key also holds the state tensors its refusals read, and serves a call only where each is
-still the one in its module's table (40 ns a tensor): ``torch.func.functional_call`` swaps
+still the one in its module's table (50 ns a tensor): ``torch.func.functional_call`` swaps
 tensors into the tables directly, which no hook reports. A change of sizes or dtype in
 place that torch does not report (``p.data = w`` with another shape, ``resize_``, a
 submodule's own ``.double()``) needs that call, as folded values do; until then a call
@@ -250,9 +250,10 @@ class Transaction:
                 key = (_generation[0], _epoch[0], _default_dtype(), _metadata(value))
                 held = self._passed.get(key)
                 if held is not None:
-                    # (a loop in this frame: 40 ns a state tensor, half what map() costs)
+                    # (a loop in this frame: 50 ns a state tensor, half what map() costs;
+                    # get: an entry removed since is the method's error to report)
                     for table, name, tensor in held:
-                        if table[name] is not tensor:
+                        if table.get(name) is not tensor:
                             break  # swapped in unreported (torch.func.functional_call)
                     else:
                         return self._method(*args)  # its refusals passed for this key
@@ -277,14 +278,14 @@ class Transaction:
             raise
         if key is not None and guards_active(self._method):
             # (a call with its guards off passed none of them)
-            held = tuple((table, name, table[name]) for table, name in self._key_state)
+            held = tuple((table, name, table.get(name)) for table, name in self._key_state)
             if all(type(tensor) in _plain_set for _, _, tensor in held):
                 self._remember(key, held)
         return out
 
     def _snapshot(self, leaves) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """The tensors the call may write, and a copy of each."""
-        written = [table[name] for table, name in self._state]
+        written = [table.get(name) for table, name in self._state]  # (removed: none)
         if self._inputs and leaves is not None:
             written += [leaves[i] for i in self._inputs if i < len(leaves)]
         written = [t for t in written if isinstance(t, torch.Tensor)]
@@ -307,7 +308,7 @@ class Transaction:
 
 def _holds(held: tuple) -> bool:
     """Whether each ``(table, name, tensor)`` of ``held`` is still the state there."""
-    return all(table[name] is tensor for table, name, tensor in held)
+    return all(table.get(name) is tensor for table, name, tensor in held)
 
 
 # How many times a parameter or buffer was set on any module (``module.weight = p``,
