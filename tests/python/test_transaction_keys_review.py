@@ -22,7 +22,11 @@ def _state(module: nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _same_state(module: nn.Module, before: dict[str, torch.Tensor]) -> bool:
-    return all(torch.equal(v, before[k]) for k, v in module.state_dict().items())
+    # (bit for bit; a NaN -- a running variance of one value -- equals a NaN)
+    return all(
+        torch.allclose(v, before[k], rtol=0, atol=0, equal_nan=True)
+        for k, v in module.state_dict().items()
+    )
 
 
 def _transaction(traced) -> Transaction:
@@ -222,3 +226,44 @@ def test_a_removed_state_entry_is_the_methods_error(calls_before):
         del traced.conv2._parameters["weight"]
         with pytest.raises(TraceError, match="is gone from its module"):
             traced(x)
+
+
+class PooledCNN(TrainingCNN):
+    """2x2 images pass the first batch norm's check, and the second refuses them (1x1
+    after the pool), after the first wrote."""
+
+    def forward(self, x):
+        x = nn.functional.max_pool2d(torch.relu(self.bn1(self.conv1(x))), 2)
+        return torch.relu(self.bn2(self.conv2(x))).mean(dim=(2, 3))
+
+
+def test_a_call_that_began_with_guards_off_is_not_remembered():
+    """Another thread may turn the guards on while a call runs without them: the call
+    checked none, so its key is not one that passed."""
+    traced = tracebridge.trace(PooledCNN().train(), torch.randn(2, 3, 4, 4), check_trace=False)
+    transaction = _transaction(traced)
+    method = transaction._method
+
+    class GuardsOnMeanwhile:
+        """The method, with the guards turned on as its call ends (as another thread
+        would, during the call)."""
+
+        def __getattr__(self, name):
+            return getattr(method, name)
+
+        def __call__(self, *args, **kwargs):
+            out = method(*args, **kwargs)
+            method.check_guards = True
+            return out
+
+    transaction._method = GuardsOnMeanwhile()
+    x = torch.randn(2, 3, 4, 4)
+    x2 = torch.randn(1, 3, 2, 2)
+    with torch.no_grad():
+        traced(x)
+        method.check_guards = False
+        traced(x2)  # served without checks
+        before = _state(traced)
+        with pytest.raises(GuardError):
+            traced(x2)
+    assert _same_state(traced, before)

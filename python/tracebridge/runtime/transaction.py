@@ -266,6 +266,9 @@ class Transaction:
         if held is not None and _holds(held):
             return self._method(*args, **kwargs)  # its refusals passed for this key
         written, saved = self._snapshot(leaves)
+        # read as the call begins, when the method reads it (another thread may switch
+        # the guards on while a call that checks none runs)
+        checked = key is not None and guards_active(self._method)
         try:
             out = self._method(*args, **kwargs)
         except BaseException:
@@ -276,7 +279,7 @@ class Transaction:
                     with contextlib.suppress(RuntimeError):
                         tensor.copy_(copy)
             raise
-        if key is not None and guards_active(self._method):
+        if checked:
             # (a call with its guards off passed none of them)
             held = tuple((table, name, table.get(name)) for table, name in self._key_state)
             if all(type(tensor) in _plain_set for _, _, tensor in held):
