@@ -26,8 +26,8 @@ the call's *key* fixes (:func:`decided_by`), a key that passed once passes again
 :class:`Transaction` remembers the keys whose calls returned (the last ``KEEP``) and runs
 a call with a known key as the method itself. Its refusals cannot happen; an op that
 raises on the data (an index out of range) then leaves what the call wrote before it
-written, as eager does. Under a torch function mode or autocast, or with an input or state
-of a tensor subclass, every call is a transaction, as before.
+written, as eager does. Under a torch function mode or autocast, or where an input or state
+tensor the key reads is of a tensor subclass, every call is a transaction, as before.
 
 The key: the inputs' sizes, dtypes and devices, the numbers passed, the default dtype, and
 for the state, a *generation* rather than its sizes (reading the sizes of a CNN's four
