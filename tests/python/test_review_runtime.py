@@ -184,6 +184,31 @@ def test_arange_reads_tensors_and_bools_as_pytorch_does(tmp_path, base, args):
         assert module(torch.tensor(4)).numel() == (4 if len(args) < 3 else 3)
 
 
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        ((5,), {}),
+        ((-3,), {"device": "cpu"}),
+        ((2, 9), {"dtype": torch.int32}),
+        ((9, 2), {}),
+        ((True,), {}),  # a bool: the general reading
+        ((2,), {"end": 7}),  # a keyword range: the general reading
+        ((1, 10, 3), {}),
+    ],
+)
+def test_the_common_arange_count_is_the_general_reading(args, kwargs):
+    from tracebridge.runtime import checked_ops
+
+    count = checked_ops._range_numel(args, kwargs)
+    # floats take the general reading
+    assert count == checked_ops._range_numel(tuple(map(float, args)), kwargs)
+    try:
+        made = torch.arange(*args, **kwargs)
+    except (RuntimeError, TypeError):
+        return  # PyTorch refuses it itself
+    assert count == made.numel()
+
+
 # --- basic_index: every index it rewrites, on every rank ------------------------------------
 
 _ELEMENTS = [slice(None), 0, -1, 2, None, Ellipsis, Ref(1)]

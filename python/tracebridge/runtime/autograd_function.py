@@ -10,6 +10,15 @@ graphs run as methods of their own (generated code, guards checked, errors named
 the graph). Autograd runs the backward with gradients on when it builds a graph of the
 gradient (``create_graph=True``), so a second derivative follows the backward's ops, as
 in eager PyTorch.
+
+Note: without autograd, the forward graph called directly. Where no gradient can be
+recorded (gradients off, or no input requires one; no forward-mode AD, no ``torch.func``
+transform), ``Function.apply`` only adds its own bookkeeping (a context, saved values that
+no backward will read): a fifth of BLOOM's calls went to it, once per layer for its GeLU.
+Such a call runs the forward method and returns its outputs, which is what ``apply``
+returns, when the forward graph's outputs are fresh tensors: where one may be an input or
+share its memory (a view, ``contiguous()`` of a contiguous input, an in-place write that
+returns its input), ``apply`` gives a view of it, and it still runs.
 """
 
 from __future__ import annotations
@@ -18,9 +27,15 @@ from collections.abc import Callable
 
 import torch
 
+from ..check.state_writes import VIEW_OPS, writes_by_node
 from ..errors import ArtifactError
-from ..ir import Graph, Node, pytree
-from ..ir.program import referenced_graphs
+from ..ir import Graph, Node, pytree, refs_in
+from ..ir import ops as opset
+from ..ir.program import AUTOGRAD_FUNCTION, referenced_graphs
+
+_grad_enabled = torch.is_grad_enabled
+_functorch_level = torch._C._functorch.maybe_current_level
+_forward_ad = torch.autograd.forward_ad
 
 
 def _graph(node: Node, methods: dict[str, Graph], key: str) -> tuple[str, Graph]:
@@ -71,10 +86,48 @@ def function_callable(node: Node, methods: dict[str, Graph]) -> Callable:
             return tuple(backward(*ctx.saved_tensors, *grads))
 
     spec = node.out_spec
+    direct = _fresh_outputs(forward_graph, n_out, methods)
 
     def run(inputs, **_keywords):
+        if (
+            direct
+            and (not _grad_enabled() or not any(_needs_grad(t) for t in inputs))
+            and _forward_ad._current_level < 0
+            and _functorch_level() is None
+        ):
+            return pytree.unflatten(list(forward(*inputs)[:n_out]), spec)  # module Note
         outputs = TracedFunction.apply(*inputs)
         outputs = outputs if isinstance(outputs, tuple) else (outputs,)
         return pytree.unflatten(list(outputs), spec)
 
     return run
+
+
+def _needs_grad(value) -> bool:
+    return isinstance(value, torch.Tensor) and value.requires_grad
+
+
+def _fresh_outputs(graph: Graph, n_out: int, methods: dict[str, Graph]) -> bool:
+    """Whether each of the first ``n_out`` outputs of ``graph`` (a forward graph) is a
+    tensor no input shares memory with, and the graph writes no input in place: then
+    running it directly gives what ``Function.apply`` gives (module Note)."""
+    if any(kind == "input" for _, roots in writes_by_node(graph, methods) for kind, _ in roots):
+        return False
+    shared = {v.id for v in graph.inputs}  # values that may be, or view, an input
+    for node in graph.nodes:
+        info = opset.info(node.op)
+        if info is None and not node.op.startswith(("prim.", "scalar.")):
+            return False  # an op the set does not know
+        first = node.args[0] if node.args else node.kwargs.get("self", node.kwargs.get("input"))
+        passes_on = (
+            node.op in VIEW_OPS
+            or (info is not None and "inplace" in info.flags)
+            or node.op == AUTOGRAD_FUNCTION
+        )
+        argument = (
+            refs_in((node.args, node.kwargs)) if node.op == AUTOGRAD_FUNCTION else refs_in(first)
+        )
+        if passes_on and any(r.id in shared for r in argument):
+            shared.update(v.id for v in node.outputs)
+    outputs = graph.outputs[:n_out]
+    return all(r.id not in shared for r in refs_in(outputs)) and all(refs_in(o) for o in outputs)

@@ -1187,9 +1187,21 @@ def _range_number(x) -> float | None:
     return None
 
 
+_RANGE_KEYWORDS = frozenset({"start", "end", "step"})
+
+
 def _range_numel(args: Sequence, kwargs: dict) -> int:
+    # The common call first, ``arange(n)`` or ``arange(a, b)`` with ints (positions, masks):
+    # the general reading below cost 1.6 us, as much as the kernel.
+    if len(args) <= 2 and (not kwargs or _RANGE_KEYWORDS.isdisjoint(kwargs)):
+        if len(args) == 1 and type(args[0]) is int:
+            return max(args[0], 0)
+        if len(args) == 2 and type(args[0]) is int and type(args[1]) is int:
+            return max(args[1] - args[0], 0)
     numbers = [n for n in map(_range_number, args) if n is not None]
     start, end, step = 0.0, numbers[0] if numbers else 0.0, 1.0
+    if len(numbers) == 1 and "end" in kwargs:
+        start = numbers[0]  # ``arange(2, end=7)``: the one number given is the start
     if len(numbers) >= 2:
         start, end = numbers[:2]
         step = numbers[2] if len(numbers) > 2 else 1.0
