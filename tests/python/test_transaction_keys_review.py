@@ -1,8 +1,10 @@
 """Calls that skip a transaction's copies because their key passed before
 (runtime/transaction.py, Note "no copies where the refusals are already decided") must
 still lose nothing when they are refused: a refusal the key does not decide (inside a
-custom autograd function that writes), or state the key's generation does not see
-replaced (``torch.func.functional_call``), makes the call a transaction again."""
+custom autograd function that writes first; a size read from a 0-dim tensor's value, as
+``cat``'s dim), state swapped in unreported (``torch.func.functional_call``), or a call
+that began with its guards off, makes the call a transaction again. Size checks per key
+(runtime/size_checks.py) must not skip a guard whose sizes a tensor's value decides."""
 
 from __future__ import annotations
 
