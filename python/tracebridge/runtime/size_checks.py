@@ -22,8 +22,9 @@ Note: guards on dead values, checked by key.
     size and type reads (``prim.size``, ``dtype``, ``device``, ``numel``, ``len``) and
     ops whose results' metadata follow from their arguments' (:data:`SHAPE_FUNCTIONS`;
     only the operands of :data:`OPERAND_OPS` may carry data in other arguments than the
-    first; never a factory's size, a boolean mask, ``where(condition)``, ``nonzero`` or a
-    read into Python such as ``item`` or ``bool``). Values made from the key alone
+    first, never where the op's signature takes a number: ``cat(xs, dim=t)``; never a
+    factory's size, a boolean mask, ``where(condition)``, ``nonzero`` or a read into
+    Python such as ``item`` or ``bool``). Values made from the key alone
     (numbers, state, literals) may go anywhere, through any deterministic op. Never a
     random op, a write, a read of the grad mode or of ``requires_grad``, or an op the set
     does not know;
@@ -87,6 +88,8 @@ OPERAND_OPS = frozenset(
         Tensor.double Tensor.bool""".split()
     )
 )
+# Kinds of an op's parameter (ir/ops.py's signatures) that take a tensor as an operand.
+_OPERAND_KINDS = frozenset({"tensor", "tensors", "index_tensor"})
 # Factories: their results' metadata follow from their numeric arguments (sizes, a
 # range's ends); a tensor given there is read as a value.
 FACTORIES = frozenset("full zeros ones empty arange".split())
@@ -166,8 +169,28 @@ def _data_free(nodes: list[Node], kinds: dict[int, str], state: set[int]) -> boo
             rest = refs_in((node.args[1:], node.kwargs))
             if any(r.id in data for r in rest):
                 return False  # data given where a size or an index is read
+        elif any(r.id in data for r in read_as_numbers(node)):
+            return False  # ``cat(xs, dim=t)``: the dim is the data of ``t``
         data.update(v.id for v in node.outputs)
     return True
+
+
+def read_as_numbers(node: Node) -> list[Ref]:
+    """The values ``node`` (of :data:`OPERAND_OPS`) passes where its signature takes no
+    tensor operand: ``cat``'s ``dim``, a convolution's ``stride``. A 0-dim tensor given
+    there is read by its value (``__index__``), and the results' sizes follow from it."""
+    info = opset.info(node.op)
+    if info is None:
+        return refs_in((node.args, node.kwargs))
+    found = []
+    for position, arg in enumerate(node.args):
+        kinds = info.args[position] if position < len(info.args) else ()
+        if not _OPERAND_KINDS.intersection(kinds):
+            found += refs_in(arg)
+    for name, arg in node.kwargs.items():
+        if not _OPERAND_KINDS.intersection(info.kwargs.get(name, ())):
+            found += refs_in(arg)
+    return found
 
 
 def _components(nodes: list[int], graph: Graph) -> list[list[int]]:

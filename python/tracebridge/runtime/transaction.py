@@ -26,8 +26,8 @@ the call's *key* fixes (:func:`decided_by`), a key that passed once passes again
 :class:`Transaction` remembers the keys whose calls returned (the last ``KEEP``) and runs
 a call with a known key as the method itself. Its refusals cannot happen; an op that
 raises on the data (an index out of range) then leaves what the call wrote before it
-written, as eager does. Under a torch function mode or autocast, or with an input or state
-of a tensor subclass, every call is a transaction, as before.
+written, as eager does. Under a torch function mode or autocast, or where an input or state
+tensor the key reads is of a tensor subclass, every call is a transaction, as before.
 
 The key: the inputs' sizes, dtypes and devices, the numbers passed, the default dtype, and
 for the state, a *generation* rather than its sizes (reading the sizes of a CNN's four
@@ -35,10 +35,13 @@ weights on every call cost more than the copies saved). The generation moves whe
 parameter or buffer is set on any module (torch's global registration hooks:
 ``module.weight = p``, ``register_buffer``, ``load_state_dict(assign=True)``), when a
 traced module moves (``.to()``, ``.double()``) and at ``tracebridge.invalidate_caches()``.
-A change of sizes torch does not report (``p.data = w`` with another shape, ``resize_``)
-needs that call, as folded values do; until then a call refused where the state's new
-sizes decide may leave what it wrote before the refusal written (its answer is still a
-refusal: the checks stay in the code).
+A key also holds the state tensors its refusals read, and serves a call only where each is
+still the one in its module's table (50 ns a tensor): ``torch.func.functional_call`` swaps
+tensors into the tables directly, which no hook reports. A change of sizes or dtype in
+place that torch does not report (``p.data = w`` with another shape, ``resize_``, a
+submodule's own ``.double()``) needs that call, as folded values do; until then a call
+refused where the state's new sizes decide may leave what it wrote before the refusal
+written (its answer is still a refusal: the checks stay in the code).
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ import operator
 
 import torch
 
-from ..check.state_writes import last_refusal, writes_by_node
+from ..check.state_writes import can_refuse, last_refusal, writes_by_node
 from ..ir import Graph, refs_in
 from ..ir import ops as opset
 from ..ir.ops import VARIADIC_OUTPUTS
@@ -63,6 +66,7 @@ from .size_checks import (
     KEEP,
     OPERAND_OPS,
     SHAPE_FUNCTIONS,
+    read_as_numbers,
 )
 
 # Ops whose result has its first argument's sizes, dtype and device whatever the others
@@ -157,6 +161,8 @@ def _sources_of(node, refs, sources: dict, kinds: dict):
         rest = refs_in((node.args[1:], node.kwargs))
         if any(kinds.get(r.id) == "Tensor" for r in rest):
             return None  # a tensor given where a size or an index is read
+    elif any(kinds.get(r.id) == "Tensor" for r in read_as_numbers(node)):
+        return None  # ``cat(xs, dim=t)``: the dim is the value of ``t``
     return _union(refs, sources)
 
 
@@ -172,7 +178,9 @@ class Transaction:
         self._method = method
         self._state = [slots[name] for name in state if name in slots]
         self._inputs = inputs
-        self._passed: dict = {}  # keys whose calls returned, oldest first
+        # keys whose calls returned, oldest first -> the state tensors the key was decided
+        # with (the refusals read their sizes: a key holds only for those same tensors)
+        self._passed: dict = {}
         self._keyed = decided is not None and all(name in slots for name in decided[1])
         self._key_inputs: list[int] = decided[0] if self._keyed else []
         self._key_state = [slots[name] for name in decided[1]] if self._keyed else []
@@ -210,7 +218,8 @@ class Transaction:
     def _key(self, leaves) -> tuple | None:
         """What decides the graph's refusals in this call (module Note), or None where no
         key can tell (a function mode, autocast, a tensor subclass, a value no hash holds).
-        The state enters by its generation (:func:`state_replaced`)."""
+        The state enters by its generation (:func:`state_replaced`); the tensors the
+        refusals read are held with the key (``_passed``'s values)."""
         if outside_the_key():
             return None
         values = [leaves[where] for where in self._key_inputs]
@@ -239,16 +248,27 @@ class Transaction:
             value = args[one]
             if type(value) in _plain_set and not _function_modes() and not _autocast():
                 key = (_generation[0], _epoch[0], _default_dtype(), _metadata(value))
-                if key in self._passed:
-                    return self._method(*args)  # its refusals passed for this key
+                held = self._passed.get(key)
+                if held is not None:
+                    # (a loop in this frame: 50 ns a state tensor, half what map() costs;
+                    # get: an entry removed since is the method's error to report)
+                    for table, name, tensor in held:
+                        if table.get(name) is not tensor:
+                            break  # swapped in unreported (torch.func.functional_call)
+                    else:
+                        return self._method(*args)  # its refusals passed for this key
         return self._guarded(args, kwargs)
 
     def _guarded(self, args, kwargs):
         leaves = self._leaves(args, kwargs) if self._keyed or self._inputs else None
         key = self._key(leaves) if self._keyed and leaves is not None else None
-        if key is not None and key in self._passed:
+        held = self._passed.get(key) if key is not None else None
+        if held is not None and _holds(held):
             return self._method(*args, **kwargs)  # its refusals passed for this key
         written, saved = self._snapshot(leaves)
+        # read as the call begins, when the method reads it (another thread may switch
+        # the guards on while a call that checks none runs)
+        checked = key is not None and guards_active(self._method)
         try:
             out = self._method(*args, **kwargs)
         except BaseException:
@@ -259,33 +279,39 @@ class Transaction:
                     with contextlib.suppress(RuntimeError):
                         tensor.copy_(copy)
             raise
-        if key is not None and guards_active(self._method) and self._plain_state():
+        if checked:
             # (a call with its guards off passed none of them)
-            self._remember(key)
+            held = tuple((table, name, table.get(name)) for table, name in self._key_state)
+            if all(type(tensor) in _plain_set for _, _, tensor in held):
+                self._remember(key, held)
         return out
 
     def _snapshot(self, leaves) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """The tensors the call may write, and a copy of each."""
-        written = [table[name] for table, name in self._state]
+        written = [table.get(name) for table, name in self._state]  # (removed: none)
         if self._inputs and leaves is not None:
             written += [leaves[i] for i in self._inputs if i < len(leaves)]
         written = [t for t in written if isinstance(t, torch.Tensor)]
         with torch.no_grad():
             return written, [t.clone() for t in written]
 
-    def _plain_state(self) -> bool:
-        """Whether the state the refusals read is plain tensors (a subclass may make other
-        sizes for the same metadata; replacing one moves the generation)."""
-        return all(type(table[name]) in _plain_set for table, name in self._key_state)
-
-    def _remember(self, key: tuple) -> None:
-        passed = self._passed
+    def _remember(self, key: tuple, held: tuple) -> None:
+        """Remember ``key`` as passed with ``held``: ``(table, name, tensor)`` for each
+        state tensor the refusals read, plain (a subclass may make other sizes for the same
+        metadata). Keys of other state tensors (swapped in by ``functional_call``) are
+        forgotten: they would hold those tensors alive."""
+        # (list() copies in one C call: another thread's call may change the dict)
+        entries = list(self._passed.items())
+        passed = {k: other for k, other in entries if _holds(other)}
         while len(passed) >= KEEP:
-            try:
-                passed.pop(next(iter(passed)), None)
-            except (StopIteration, RuntimeError):  # another thread changed it
-                break
-        passed[key] = True
+            passed.pop(next(iter(passed)))
+        passed[key] = held
+        self._passed = passed
+
+
+def _holds(held: tuple) -> bool:
+    """Whether each ``(table, name, tensor)`` of ``held`` is still the state there."""
+    return all(table.get(name) is tensor for table, name, tensor in held)
 
 
 # How many times a parameter or buffer was set on any module (``module.weight = p``,
@@ -321,13 +347,18 @@ def transactional(method, graph: Graph, slots: dict, methods: dict[str, Graph]):
     refusals = [
         index
         for index, node in enumerate(graph.nodes[: last + 1])
-        if index > first_write and _may_refuse(node)
+        # (the node that writes first may itself refuse after its write: a custom
+        # autograd function whose graph writes, then checks)
+        if index >= first_write and _may_refuse(node, methods)
     ]
     decided = decided_by(graph, methods, refusals) if refusals else None
     return Transaction(method, state, inputs, slots, decided)
 
 
-def _may_refuse(node) -> bool:
+def _may_refuse(node, methods: dict) -> bool:
     """Whether ``node`` may refuse a call: a guard, an op whose number of results the trace
-    fixed, or a graph it runs (which :func:`decided_by` never counts as decided)."""
-    return node.op == "prim.guard" or node.op in VARIADIC_OUTPUTS or bool(referenced_graphs(node))
+    fixed, or a graph it runs that may (which :func:`decided_by` never counts as decided)."""
+    if node.op == "prim.guard" or node.op in VARIADIC_OUTPUTS:
+        return True
+    graphs = [methods.get(name) for name in referenced_graphs(node)]
+    return any(sub is None or can_refuse(sub, methods) for sub in graphs)
