@@ -363,7 +363,7 @@ class Conversions:
         with torch._C.DisableTorchFunction():
             strides = tensor.stride()
         rank = len(strides)
-        dims = range(rank) if dim is None else [int(dim) % max(rank, 1)]
+        dims = range(rank) if dim is None else [self._dimension(dim) % max(rank, 1)]
         loc = self.location()
         out = []
         for d in dims:
@@ -383,7 +383,21 @@ class Conversions:
     def _on_size(self, func, tensor, dim=None):
         if dim is None:
             return SymSize(self.size_of(tensor, i) for i in range(tensor.dim()))
-        return self.size_of(tensor, int(dim))
+        return self.size_of(tensor, self._dimension(dim))
+
+    def _dimension(self, dim) -> int:
+        """A dimension given to ``size``/``stride`` as the int the trace reads there. A
+        0-dim tensor (``x.size(t)``, read by ``__index__``) is read as ``.item()`` with a
+        guard on its value: read plainly, the trace kept the example's dimension and served
+        every other one with it, silently."""
+        if isinstance(dim, torch.Tensor):
+            with torch._C.DisableTorchFunction():
+                concrete = int(dim)  # raises as eager does for a non-integer or a non-scalar
+            loc = self.location()
+            ref = self._value_node("prim.item", "int", [self.tensor_ref(dim)], loc)
+            self.guard(ref, concrete, f"{self._name(dim)}.item()", "value", loc)
+            return concrete
+        return int(dim)
 
     def _no_unseen_int_format(self) -> None:
         """Refuse a size read in a function that formats sizes with ``%d`` into text that

@@ -265,11 +265,14 @@ class Dispatcher:
                     "inputs, build it with tensor operations instead"
                 )
             )
-        leaves, spec = pytree.flatten(
-            result, lambda x: isinstance(x, (torch.Tensor, int, float)) and not isinstance(x, bool)
-        )
+        # Bools too: ``torch.equal(x, y)`` and ``allclose`` answer a Python bool, which no
+        # traced value can stand for (bool has no subclass): it is an output of the node,
+        # guarded where it was made. Left in the result as a constant, an ``if`` on it
+        # took the traced branch on every call, silently.
+        leaves, spec = pytree.flatten(result, lambda x: isinstance(x, (torch.Tensor, int, float)))
         outputs = []
         wrapped = []
+        decided: list[tuple] = []  # (value, the bool the trace saw)
         desc = self._call_desc(name, args, kwargs)
         for leaf in leaves:
             if isinstance(leaf, torch.Tensor):
@@ -277,6 +280,11 @@ class Dispatcher:
                 self._bind_tensor(leaf, value, desc if len(leaves) == 1 else f"%{value.id}")
                 outputs.append(value)
                 wrapped.append(leaf)
+            elif isinstance(leaf, bool):
+                value = self._new_value("bool")
+                outputs.append(value)
+                wrapped.append(leaf)
+                decided.append((value, leaf))
             else:
                 kind = "int" if isinstance(leaf, int) else "float"
                 value = self._new_value(kind)
@@ -286,6 +294,12 @@ class Dispatcher:
             spec = None
         node = self._emit(name, enc_args, enc_kwargs, outputs, spec, loc)
         self.learn(node, result)
+        for value, seen in decided:
+            self.guard(Ref(value.id), seen, desc, "value", loc)
+            self.warn(
+                f"{desc} was used as a Python bool ({seen}); calls where it differs raise "
+                "GuardError"
+            )
         if spec is not None and spec["t"] == "leaf" and wrapped and wrapped[0] is not result:
             return wrapped[0]
         if any(isinstance(w, _Traced) for w in wrapped):
