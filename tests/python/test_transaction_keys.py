@@ -113,12 +113,23 @@ def test_replacing_a_weight_forgets_the_sizes_that_passed(tmp_path, loaded):
     with torch.no_grad():
         traced(x)  # passes: 4x4 after the pool, 4x4 after conv2
     # A 6x6 kernel makes conv2's output 1x1: the second batch norm's check refuses now,
-    # after the first one wrote. The replaced weight moves the generation.
+    # after the first one wrote. The key held the weight it replaced: it serves no more.
     traced.conv2.weight = nn.Parameter(torch.randn(16, 8, 6, 6))
     before = _state(traced)
     with pytest.raises((GuardError, TraceError)), torch.no_grad():
         traced(x)
     assert _same_state(traced, before), "the sizes decided before the weight changed held"
+
+
+def test_a_buffer_set_elsewhere_every_step_leaves_the_keys_alone(tmp_path, monkeypatch):
+    traced, twin = _pair(tmp_path, loaded=True)
+    snapshots = _Snapshots(monkeypatch)
+    other = nn.Module()
+    for step in range(3):
+        other.register_buffer("step", torch.tensor(step))  # another model's bookkeeping
+        other.step = torch.tensor(step + 1)
+        _steps_agree(traced, twin, [(2, 3, 8, 8)])
+    assert snapshots.count == 1
 
 
 def test_invalidate_caches_forgets_the_sizes_that_passed(tmp_path):

@@ -30,14 +30,15 @@ written, as eager does. Under a torch function mode or autocast, or where an inp
 tensor the key reads is of a tensor subclass, every call is a transaction, as before.
 
 The key: the inputs' sizes, dtypes and devices, the numbers passed, the default dtype, and
-for the state, a *generation* rather than its sizes (reading the sizes of a CNN's four
-weights on every call cost more than the copies saved). The generation moves whenever a
-parameter or buffer is set on any module (torch's global registration hooks:
-``module.weight = p``, ``register_buffer``, ``load_state_dict(assign=True)``), when a
-traced module moves (``.to()``, ``.double()``) and at ``tracebridge.invalidate_caches()``.
-A key also holds the state tensors its refusals read, and serves a call only where each is
-still the one in its module's table (50 ns a tensor): ``torch.func.functional_call`` swaps
-tensors into the tables directly, which no hook reports. A change of sizes or dtype in
+for the state, not its sizes (reading the sizes of a CNN's four weights on every call cost
+more than the copies saved) but the state tensors themselves: a key holds those its
+refusals read and serves a call only where each is still the one in its module's table
+(50 ns a tensor), which sees every replacement (``module.weight = p``,
+``load_state_dict(assign=True)``, ``torch.func.functional_call``'s swaps). A *generation*
+moves when a traced module moves (``.to()``, ``.double()``: its tensors may change dtype
+in place) and ``tracebridge.invalidate_caches()`` forgets every key. (torch's global
+registration hooks would see replacements too, but any module of the process that sets a
+buffer on every step would then turn every key off.) A change of sizes or dtype in
 place that torch does not report (``p.data = w`` with another shape, ``resize_``, a
 submodule's own ``.double()``) needs that call, as folded values do; until then a call
 refused where the state's new sizes decide may leave what it wrote before the refusal
@@ -314,21 +315,15 @@ def _holds(held: tuple) -> bool:
     return all(table.get(name) is tensor for table, name, tensor in held)
 
 
-# How many times a parameter or buffer was set on any module (``module.weight = p``,
-# ``register_buffer``, ``load_state_dict(assign=True)``) or a traced module moved
-# (``.to()``, ``.double()``): part of each key, so that a key never outlives the state
-# sizes it was decided with. torch's global registration hooks see every such ``setattr``.
+# How many times a traced module moved (``.to()``, ``.double()``): part of each key, so
+# that a key never outlives the state dtypes and devices it was decided with.
 _generation = [0]
 
 
 def state_replaced(*_args) -> None:
-    """Forget every key a :class:`Transaction` remembers: a state tensor was replaced or
-    moved (a hook of torch's module registration, and ``TracedModule._apply``)."""
+    """Forget every key a :class:`Transaction` remembers: a traced module's state moved
+    (``TracedModule._apply``)."""
     _generation[0] += 1
-
-
-torch.nn.modules.module.register_module_parameter_registration_hook(state_replaced)
-torch.nn.modules.module.register_module_buffer_registration_hook(state_replaced)
 
 
 def transactional(method, graph: Graph, slots: dict, methods: dict[str, Graph]):
