@@ -10,7 +10,7 @@ import torch
 from ..check.specialise import CUT_GRAPH, SIZE_ONE_GUARD
 from ..errors import GuardError, TraceError
 from ..ir import Graph, pytree
-from ..ir.analysis import needs_grad_off
+from ..ir.analysis import fused_without_autograd
 from ..ir.ops import draws_random
 from ..ir.pytree import is_tensor
 from . import concat_linear, cse, folding, linear_2d, support
@@ -402,6 +402,16 @@ def _set_rng_states(states: tuple) -> None:
         torch.cuda.set_rng_state_all(states[1])
 
 
+def for_mode(method, training: bool):
+    """The method a module's call runs in its mode: in training mode, a
+    :class:`Specialised` without the graphs of eager's fused path (traced in evaluation
+    without autograd: api.py's ``_without_autograd``), which eager takes only in
+    evaluation."""
+    if training and isinstance(method, Specialised):
+        return method.in_training
+    return method
+
+
 class Specialised:
     """A method with specialisations (check/specialise.py): the first graph, then graphs
     traced with sizes at 1, most sizes first, tried in order when the guards of the ones
@@ -415,11 +425,18 @@ class Specialised:
         self.name = methods[0].name
         self.graph = methods[0].graph
         self._random = any(draws_random(node) for method in methods for node in method.graph.nodes)
-        # Graphs of a fused path traced without autograd (ir/analysis.py's needs_grad_off,
-        # api.py's _without_autograd): tried first by calls without autograd, never by
-        # calls with it (their guard refuses those).
-        self._without_grad = [m for m in methods[1:] if needs_grad_off(m.graph)]
+        # Graphs of a fused path traced without autograd (ir/analysis.py's
+        # fused_without_autograd, api.py's _without_autograd): tried first by calls
+        # without autograd, never by calls with it (their guard refuses those).
+        first = methods[0].graph
+        self._without_grad = [m for m in methods[1:] if fused_without_autograd(m.graph, first)]
         self._with_grad = [m for m in methods[1:] if m not in self._without_grad]
+        # What a call in training mode runs (:func:`for_mode`): eager takes no fused path
+        # there, with or without autograd.
+        self.in_training = self
+        if self._without_grad:
+            rest = [methods[0], *self._with_grad]
+            self.in_training = Specialised(rest) if len(rest) > 1 else methods[0]
 
     def __getattr__(self, name: str):
         # Anything else (a backend's set_functions) is the first graph's.

@@ -1,0 +1,166 @@
+"""Review of session 13's custom functions run directly (runtime/autograd_function.py), the
+graph traced without autograd for fused paths (api.py's ``_without_autograd``, runtime
+``Specialised``) and bools answered by ops (trace/dispatch.py):
+
+* a custom function's forward runs with autograd off in eager (``Function.apply`` turns it
+  off); run directly with gradients on (no input needs one), a forward that asks
+  ``torch.is_grad_enabled()`` was refused (its guard holds the False it saw);
+* ops that return an argument itself (``broadcast_tensors``, ``cartesian_prod``, the
+  ``atleast_*`` of several tensors) made a direct call return the input itself where
+  ``apply`` returns a view of it;
+* the fused graph traced without autograd served calls after ``.train()`` (eager's fused
+  path is for evaluation only): not eager's bits;
+* a module traced without autograd holding nn.MultiheadAttention has size-1
+  specialisations that guard autograd off like its first graph: they were taken for the
+  graph traced without autograd, checked at the example's sizes, and dropped (calls at
+  size 1 were refused).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+from tracebridge.errors import TracerWarning
+
+
+class _AsksGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        if torch.is_grad_enabled():  # False in eager: apply runs forward without autograd
+            return x * 2
+        return x * 3
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 3
+
+
+class _Broadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        return torch.broadcast_tensors(x, y)[0]  # x itself: it has the broadcast shape
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+class _Cartesian(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        return torch.cartesian_prod(x)  # x itself (one tensor)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+class _AtLeast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        return torch.atleast_1d(y * 2, x)[1]  # x itself, as the second argument
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+class _Applying(nn.Module):
+    def __init__(self, function):
+        super().__init__()
+        self.function = function
+
+    def forward(self, *inputs):
+        return self.function.apply(*inputs)
+
+
+def test_a_direct_forward_runs_without_autograd_as_apply_runs_it(tmp_path):
+    model = _Applying(_AsksGrad)
+    x = torch.randn(2, 3)
+    traced = tracebridge.trace(model, (x,))
+    traced.save(tmp_path / "m.tb")
+    for module in (traced, tracebridge.load(tmp_path / "m.tb")):
+        y = torch.randn(2, 3)
+        assert torch.is_grad_enabled() and not y.requires_grad
+        assert torch.equal(module(y), model(y))  # y * 3, as eager
+        with torch.no_grad():
+            assert torch.equal(module(y), model(y))
+
+
+@pytest.mark.parametrize("function", [_Broadcast, _Cartesian, _AtLeast])
+def test_an_input_returned_by_an_op_is_a_view_as_apply_gives(tmp_path, function):
+    model = _Applying(function)
+    example = (torch.randn(4), torch.randn(4))
+    traced = tracebridge.trace(model, example, check_trace=False)
+    traced.save(tmp_path / "m.tb")
+    for module in (traced, tracebridge.load(tmp_path / "m.tb")):
+        x, y = torch.randn(4), torch.randn(4)
+        for grad in (False, True):
+            with torch.set_grad_enabled(grad):
+                got, want = module(x, y), model(x, y)
+            assert torch.equal(got, want)
+            assert want is not x and want._base is x  # eager: a view of the input
+            assert got is not x and got._base is x
+
+
+class _Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(16, 4, batch_first=True)
+
+    def forward(self, x):
+        return self.attn(x, x, x)[0]
+
+
+def test_the_fused_graph_does_not_serve_calls_in_training_mode(tmp_path):
+    torch.manual_seed(0)
+    model = _Attention().eval()
+    traced = tracebridge.trace(model, (torch.randn(2, 5, 16),))
+    assert any("__no_grad_" in n for n in traced.program.specialised["forward"])
+    traced.save(tmp_path / "m.tb")
+    loaded = tracebridge.load(tmp_path / "m.tb")
+    x = torch.randn(2, 5, 16)
+    for module in (traced, loaded):
+        module.train()
+        model.train()  # eager: no fused path in training, with or without autograd
+        with torch.no_grad():
+            assert torch.equal(module(x), model(x))
+            assert torch.equal(module.forward(x), model(x))
+        module.eval()
+        model.eval()
+        with torch.no_grad():
+            assert torch.equal(module(x), model(x))  # the fused path again
+
+
+class _AttentionBranching(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(16, 4, batch_first=True)
+
+    def forward(self, x):
+        y = self.attn(x, x, x)[0]
+        if x.shape[0] > 1:  # a size-1 specialisation
+            y = y * 2
+        return y
+
+
+def test_size1_specialisations_of_a_trace_without_autograd_are_kept(tmp_path):
+    torch.manual_seed(1)
+    model = _AttentionBranching().eval()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", TracerWarning)
+        warnings.filterwarnings("ignore", message=".*turned into a Python bool")
+        traced = tracebridge.trace(model, (torch.randn(2, 5, 16),))
+    names = traced.program.specialised["forward"]
+    assert names == ["forward__size1_0"]
+    traced.save(tmp_path / "m.tb")
+    for module in (traced, tracebridge.load(tmp_path / "m.tb")):
+        for shape in ((2, 5, 16), (1, 5, 16), (1, 1, 16)):
+            x = torch.randn(shape)
+            with torch.no_grad():
+                assert torch.equal(module(x), model(x)), shape
