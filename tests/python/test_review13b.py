@@ -164,3 +164,38 @@ def test_size1_specialisations_of_a_trace_without_autograd_are_kept(tmp_path):
             x = torch.randn(shape)
             with torch.no_grad():
                 assert torch.equal(module(x), model(x)), shape
+
+
+def test_one_tensor_passed_twice_is_two_inputs(tmp_path):
+    def difference(a, b):
+        return a - b
+
+    x = torch.randn(3)
+    traced = tracebridge.trace(difference, (x, x))  # one tensor, given twice
+    traced.save(tmp_path / "f.tb")
+    a, b = torch.randn(3), torch.randn(3)
+    for function in (traced, tracebridge.load(tmp_path / "f.tb")):
+        assert torch.equal(function(a, b), a - b)  # it read b twice: zeros, silently
+        assert torch.equal(function(a, a), torch.zeros(3))
+
+
+class _CrossAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(16, 4, batch_first=True)
+
+    def forward(self, q, k, v):
+        return self.attn(q, k, v)[0]
+
+
+def test_attention_traced_with_one_tensor_as_query_key_and_value():
+    torch.manual_seed(2)
+    model = _CrossAttention().eval()
+    x = torch.randn(2, 5, 16)
+    traced = tracebridge.trace(model, (x, x, x))
+    q, k, v = torch.randn(3, 2, 5, 16)
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad):
+            # (the trace took self-attention's path, `query is key`, for every call)
+            assert torch.equal(traced(q, k, v), model(q, k, v))
+            torch.testing.assert_close(traced(x, x, x), model(x, x, x))
