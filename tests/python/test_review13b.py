@@ -199,3 +199,20 @@ def test_attention_traced_with_one_tensor_as_query_key_and_value():
             # (the trace took self-attention's path, `query is key`, for every call)
             assert torch.equal(traced(q, k, v), model(q, k, v))
             torch.testing.assert_close(traced(x, x, x), model(x, x, x))
+
+
+def test_the_fused_graph_does_not_serve_calls_while_the_fast_path_is_off(tmp_path):
+    torch.manual_seed(3)
+    model = _Attention().eval()
+    traced = tracebridge.trace(model, (torch.randn(2, 5, 16),))
+    traced.save(tmp_path / "m.tb")
+    x = torch.randn(2, 5, 16)
+    for module in (traced, tracebridge.load(tmp_path / "m.tb")):
+        torch.backends.mha.set_fastpath_enabled(False)  # eager: no fused path anywhere
+        try:
+            with torch.no_grad():
+                assert torch.equal(module(x), model(x))
+        finally:
+            torch.backends.mha.set_fastpath_enabled(True)
+        with torch.no_grad():
+            assert torch.equal(module(x), model(x))

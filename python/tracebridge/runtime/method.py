@@ -30,6 +30,9 @@ class _GuardSwitch(threading.local):
 
 _local = _GuardSwitch()
 _grad_enabled = torch.is_grad_enabled
+# nn.MultiheadAttention's and TransformerEncoderLayer's switch for their fused path: off,
+# eager takes their other path, which the first graph of a Specialised holds.
+_fast_path_enabled = torch.backends.mha.get_fastpath_enabled
 
 # How many threads are inside ``guards_disabled`` now. A call reads this module global
 # first and the thread-local switch only when it is not 0: a thread-local read costs a
@@ -427,7 +430,8 @@ class Specialised:
         self._random = any(draws_random(node) for method in methods for node in method.graph.nodes)
         # Graphs of a fused path traced without autograd (ir/analysis.py's
         # fused_without_autograd, api.py's _without_autograd): tried first by calls
-        # without autograd, never by calls with it (their guard refuses those).
+        # without autograd while torch.backends.mha's fast path is on, never by calls
+        # with autograd (their guard refuses those).
         first = methods[0].graph
         self._without_grad = [m for m in methods[1:] if fused_without_autograd(m.graph, first)]
         self._with_grad = [m for m in methods[1:] if m not in self._without_grad]
@@ -458,7 +462,7 @@ class Specialised:
         # generators: the graph that serves it must draw what eager would have drawn.
         rng = _rng_states() if self._random else None
         grad = _grad_enabled()
-        if self._without_grad and not grad:
+        if self._without_grad and not grad and _fast_path_enabled():
             for method in self._without_grad:  # eager's fused path: tried first
                 try:
                     return method(*args, **kwargs)
