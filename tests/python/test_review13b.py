@@ -216,3 +216,19 @@ def test_the_fused_graph_does_not_serve_calls_while_the_fast_path_is_off(tmp_pat
             torch.backends.mha.set_fastpath_enabled(True)
         with torch.no_grad():
             assert torch.equal(module(x), model(x))
+
+
+def test_a_compiled_module_in_training_mode_takes_no_fused_graph():
+    torch.manual_seed(4)
+    model = _Attention().eval()
+    compiled = tracebridge.compile(model, torch.randn(2, 5, 16), backend="reference")
+    assert any("__no_grad_" in n for n in compiled.program.specialised["forward"])
+    x = torch.randn(2, 5, 16)
+    compiled.train()
+    model.train()
+    with torch.no_grad():
+        assert torch.equal(compiled(x), model(x))
+    compiled.eval()
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(compiled(x), model(x))
