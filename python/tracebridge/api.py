@@ -1066,8 +1066,10 @@ def record_module(
                 mod,
                 methods[graph_name],
                 lambda a, k, n=name, m=mode: record(n, a, k, mode=m),
+                lambda a, k, n=name, m=mode: run_eager(n, m, a, k),
                 args,
                 kwargs,
+                found,
             )
         _add_specialisations(program, graph_name, found)
     # Constants the specialisations captured are state too.
@@ -1075,12 +1077,15 @@ def record_module(
     return program
 
 
-def _without_autograd(mod: nn.Module, graph, record, args, kwargs) -> list:
+def _without_autograd(mod: nn.Module, graph, record, run_eager, args, kwargs, found) -> list:
     """The graph a call without autograd records, where it differs from ``graph`` (recorded
     with autograd on) by a module's fused path: ``nn.MultiheadAttention`` and
     ``nn.TransformerEncoderLayer`` in evaluation take it only then, as eager does when
     called so (trace/library.py). It guards that autograd is off, so calls with autograd
-    never reach it, and the runtime tries it first for calls without. None otherwise."""
+    never reach it, and the runtime tries it first for calls without. Then its own size-1
+    specialisations (``found``: those of ``graph``, which share the method's budget): the
+    fused path at sizes that ``graph``'s specialisations serve with autograd. None
+    otherwise."""
     if not torch.is_grad_enabled() or not any(
         isinstance(m, FAST_PATH_MODULES) for m in mod.modules()
     ):
@@ -1093,7 +1098,16 @@ def _without_autograd(mod: nn.Module, graph, record, args, kwargs) -> list:
         return []  # not recordable without autograd: calls keep the graph they have
     if not fused_without_autograd(other, graph) or first_difference(graph, other) is None:
         return []
-    return [other]
+    with torch.no_grad():
+        sizes = specialisations(
+            other,
+            args,
+            kwargs,
+            run_eager,
+            lambda a, k: record(*fresh(a, k)),
+            kept=[graph, *found],
+        )
+    return [other] + [g for g in sizes if fused_without_autograd(g, graph)]
 
 
 def _settings(module: nn.Module) -> str:

@@ -232,3 +232,30 @@ def test_a_compiled_module_in_training_mode_takes_no_fused_graph():
     model.eval()
     with torch.no_grad():
         assert torch.equal(compiled(x), model(x))
+
+
+class _LayerBranching(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, batch_first=True)
+
+    def forward(self, x):
+        y = self.layer(x)
+        if x.shape[0] > 1:  # a size-1 specialisation
+            y = y * 2
+        return y
+
+
+def test_calls_at_size_1_without_autograd_take_the_fused_path_too(tmp_path):
+    torch.manual_seed(5)
+    model = _LayerBranching().eval()
+    traced = tracebridge.trace(model, (torch.randn(2, 5, 16),))
+    names = traced.program.specialised["forward"]
+    assert sum("__no_grad_" in n for n in names) == 2, names  # its own size-1 graph
+    traced.save(tmp_path / "m.tb")
+    for module in (traced, tracebridge.load(tmp_path / "m.tb")):
+        for shape in ((2, 5, 16), (1, 5, 16), (1, 7, 16), (1, 1, 16)):
+            x = torch.randn(shape)
+            for grad in (False, True):
+                with torch.set_grad_enabled(grad):
+                    assert torch.equal(module(x), model(x)), (shape, grad)

@@ -423,7 +423,9 @@ def _check_without_autograd(
     variants = traced.program.specialised.get(method_name, [])
     first = traced.program.methods[method_name]
     fused = [v for v in variants if fused_without_autograd(traced.program.methods[v], first)]
-    for variant in fused:
+    # The first was traced at the example's sizes; the others are its size-1
+    # specialisations, kept or dropped with it.
+    for variant in fused[:1]:
         try:
             with torch.no_grad():
                 _check_one(
@@ -445,9 +447,10 @@ def _check_without_autograd(
                 TracerWarning,
                 stacklevel=2,
             )
-            variants.remove(variant)
+            for name in fused:
+                variants.remove(name)
+                del traced.program.methods[name]
             if not variants:
                 del traced.program.specialised[method_name]
-            del traced.program.methods[variant]
             chain = traced._methods[method_name]
-            chain._without_grad = [m for m in chain._without_grad if m.name != variant]
+            chain._without_grad = [m for m in chain._without_grad if m.name not in fused]
