@@ -259,3 +259,29 @@ def test_calls_at_size_1_without_autograd_take_the_fused_path_too(tmp_path):
             for grad in (False, True):
                 with torch.set_grad_enabled(grad):
                     assert torch.equal(module(x), model(x)), (shape, grad)
+
+
+class _PassThrough(torch.overrides.TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+class _Subclass(torch.Tensor):
+    pass
+
+
+def test_the_fused_graph_does_not_serve_where_a_torch_function_sends_eager_elsewhere():
+    torch.manual_seed(6)
+    model = _Attention().eval()
+    traced = tracebridge.trace(model, (torch.randn(2, 5, 16),))
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        with _PassThrough():  # eager: has_torch_function, so its general path
+            got, want = traced(x), model(x)
+        assert torch.equal(got, want)
+        sub = x.as_subclass(_Subclass)
+        assert torch.equal(traced(sub), model(sub))
+        assert torch.equal(traced(x), model(x))
+        # arguments unlike the example's: refused in the name of the method called
+        with pytest.raises(tracebridge.TraceError, match=r"^forward\(\) was called"):
+            traced(x=x)

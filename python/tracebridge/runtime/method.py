@@ -33,6 +33,7 @@ _grad_enabled = torch.is_grad_enabled
 # nn.MultiheadAttention's and TransformerEncoderLayer's switch for their fused path: off,
 # eager takes their other path, which the first graph of a Specialised holds.
 _fast_path_enabled = torch.backends.mha.get_fastpath_enabled
+_has_torch_function = torch._C._has_torch_function
 
 # How many threads are inside ``guards_disabled`` now. A call reads this module global
 # first and the thread-local switch only when it is not 0: a thread-local read costs a
@@ -405,6 +406,20 @@ def _set_rng_states(states: tuple) -> None:
         torch.cuda.set_rng_state_all(states[1])
 
 
+def _plain(args: tuple, kwargs: dict) -> bool:
+    """Whether eager's fused paths may run on this call: no torch function mode, and no
+    input of a tensor subclass with a ``__torch_function__`` of its own (nn.MultiheadAttention
+    and TransformerEncoderLayer ask ``has_torch_function`` and take their general path)."""
+    values = (*args, *kwargs.values()) if kwargs else args
+    if all(type(v) is torch.Tensor for v in values):
+        return not _has_torch_function(values)  # (True under a mode)
+    try:
+        leaves, _ = pytree.flatten(values, is_tensor)
+    except TypeError:
+        return False  # the first graph says what is wrong with the inputs
+    return not _has_torch_function(tuple(leaves))
+
+
 def for_mode(method, training: bool):
     """The method a module's call runs in its mode: in training mode, a
     :class:`Specialised` without the graphs of eager's fused path (traced in evaluation
@@ -462,13 +477,17 @@ class Specialised:
         # generators: the graph that serves it must draw what eager would have drawn.
         rng = _rng_states() if self._random else None
         grad = _grad_enabled()
-        if self._without_grad and not grad and _fast_path_enabled():
+        if self._without_grad and not grad and _fast_path_enabled() and _plain(args, kwargs):
             for method in self._without_grad:  # eager's fused path: tried first
                 try:
                     return method(*args, **kwargs)
                 except GuardError:
                     if rng is not None:
                         _set_rng_states(rng)
+                except TraceError as exc:
+                    if type(exc) is not TraceError:
+                        raise
+                    break  # arguments unlike the example's: the first graph names its method
         try:
             return self.methods[0](*args, **kwargs)
         except GuardError as refused:
