@@ -7,13 +7,19 @@ graph traced without autograd for fused paths (api.py's ``_without_autograd``, r
   ``torch.is_grad_enabled()`` was refused (its guard holds the False it saw);
 * ops that return an argument itself (``broadcast_tensors``, ``cartesian_prod``, the
   ``atleast_*`` of several tensors) made a direct call return the input itself where
-  ``apply`` returns a view of it;
+  ``apply`` returns a view of it; and a loaded program wrote a parameter through them
+  (the check of state writes did not follow them);
 * the fused graph traced without autograd served calls after ``.train()`` (eager's fused
   path is for evaluation only): not eager's bits;
 * a module traced without autograd holding nn.MultiheadAttention has size-1
   specialisations that guard autograd off like its first graph: they were taken for the
   graph traced without autograd, checked at the example's sizes, and dropped (calls at
-  size 1 were refused).
+  size 1 were refused);
+* the fused graph served calls in training mode, with the fast path switched off, under a
+  torch function mode or for a subclass input (eager takes its general path there), and
+  no size-1 graph of its own served calls without autograd at batch 1;
+* one tensor given twice as example inputs was one input: every op on the first read the
+  last (``a - b`` traced with ``(x, x)`` gave zeros for every call).
 """
 
 from __future__ import annotations
@@ -285,3 +291,30 @@ def test_the_fused_graph_does_not_serve_where_a_torch_function_sends_eager_elsew
         # arguments unlike the example's: refused in the name of the method called
         with pytest.raises(tracebridge.TraceError, match=r"^forward\(\) was called"):
             traced(x=x)
+
+
+class _WritesThrough(nn.Module):
+    """Writes its parameter through an op that returns it itself."""
+
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+        self.w = nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        with torch.no_grad():
+            if self.op == "broadcast_tensors":
+                torch.broadcast_tensors(self.w, x)[0].add_(1)
+            else:
+                torch.cartesian_prod(self.w).add_(1)
+        return x * 1
+
+
+@pytest.mark.parametrize("op", ["broadcast_tensors", "cartesian_prod"])
+def test_a_loaded_program_writes_no_parameter_through_an_op_that_returns_it(tmp_path, op):
+    # (it was traced, saved and loaded, and each call of the loaded program wrote it)
+    with pytest.raises(tracebridge.ArtifactError, match="writes parameter 'w'"):
+        with torch.no_grad():
+            traced = tracebridge.trace(_WritesThrough(op), (torch.ones(3),), check_trace=False)
+        traced.save(tmp_path / "w.tb")
+        tracebridge.load(tmp_path / "w.tb")
