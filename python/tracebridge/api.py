@@ -24,13 +24,13 @@ from .check.specialise import specialisations
 from .check.verify import first_difference
 from .errors import GuardError, TraceError
 from .ir import Program, StateEntry
-from .ir.analysis import needs_grad_off
+from .ir.analysis import fused_without_autograd
 from .ir.ops import VARIADIC_OUTPUTS
 from .ir.printer import graph_text
 from .ir.program import hoist_subgraphs, subgraph_names
 from .progress import stage, state_nbytes, track
 from .runtime import Method, torchvision_ops
-from .runtime.method import Specialised, as_recorded, guards_active
+from .runtime.method import Specialised, as_recorded, for_mode, guards_active
 from .runtime.shapes import symbolize
 from .runtime.transaction import state_replaced, transactional
 from .trace.capture import bound_method as _bound
@@ -70,8 +70,10 @@ def _variant_names(program: Program) -> set[str]:
 
 def _add_specialisations(program: Program, name: str, graphs: list) -> None:
     names = []
+    first = program.methods[name]
     for graph in graphs:
-        kind = "no_grad" if needs_grad_off(graph) else "size1"  # eager's fused path, or sizes
+        # eager's fused path, or sizes
+        kind = "no_grad" if fused_without_autograd(graph, first) else "size1"
         names.append(f"{name}__{kind}_{len(names)}")
         program.methods[names[-1]] = graph
     if names:
@@ -244,7 +246,8 @@ class TracedMethod:
         self._module, self.name = module, name
 
     def __call__(self, *args, **kwargs):
-        return self._module._methods[self.name](*args, **kwargs)
+        module = self._module
+        return for_mode(module._methods[self.name], module.training)(*args, **kwargs)
 
     @property
     def graph(self) -> str:
@@ -510,7 +513,7 @@ class TracedModule(nn.Module, _Traced):
             name = self._routed("forward")
             bound = self._mode_bound.get(name)
             if bound is None or bound["training"] == self.training:
-                method = self._methods.get(name)
+                method = for_mode(self._methods.get(name), self.training)
         found["_tb_fast"] = method
         found["_tb_named"] = None  # the methods reached by name: made again when needed
 
@@ -619,7 +622,7 @@ class TracedModule(nn.Module, _Traced):
                 location=bound["loc"] or "",
                 seen=self.training,
             )
-        return method
+        return for_mode(method, self.training)
 
     def forward(self, *args, **kwargs):
         return self._method_for("forward")(*args, **kwargs)
@@ -1063,8 +1066,10 @@ def record_module(
                 mod,
                 methods[graph_name],
                 lambda a, k, n=name, m=mode: record(n, a, k, mode=m),
+                lambda a, k, n=name, m=mode: run_eager(n, m, a, k),
                 args,
                 kwargs,
+                found,
             )
         _add_specialisations(program, graph_name, found)
     # Constants the specialisations captured are state too.
@@ -1072,12 +1077,15 @@ def record_module(
     return program
 
 
-def _without_autograd(mod: nn.Module, graph, record, args, kwargs) -> list:
+def _without_autograd(mod: nn.Module, graph, record, run_eager, args, kwargs, found) -> list:
     """The graph a call without autograd records, where it differs from ``graph`` (recorded
     with autograd on) by a module's fused path: ``nn.MultiheadAttention`` and
     ``nn.TransformerEncoderLayer`` in evaluation take it only then, as eager does when
     called so (trace/library.py). It guards that autograd is off, so calls with autograd
-    never reach it, and the runtime tries it first for calls without. None otherwise."""
+    never reach it, and the runtime tries it first for calls without. Then its own size-1
+    specialisations (``found``: those of ``graph``, which share the method's budget): the
+    fused path at sizes that ``graph``'s specialisations serve with autograd. None
+    otherwise."""
     if not torch.is_grad_enabled() or not any(
         isinstance(m, FAST_PATH_MODULES) for m in mod.modules()
     ):
@@ -1088,9 +1096,18 @@ def _without_autograd(mod: nn.Module, graph, record, args, kwargs) -> list:
             other = record(*fresh(args, kwargs))
     except Exception:
         return []  # not recordable without autograd: calls keep the graph they have
-    if not needs_grad_off(other) or first_difference(graph, other) is None:
+    if not fused_without_autograd(other, graph) or first_difference(graph, other) is None:
         return []
-    return [other]
+    with torch.no_grad():
+        sizes = specialisations(
+            other,
+            args,
+            kwargs,
+            run_eager,
+            lambda a, k: record(*fresh(a, k)),
+            kept=[graph, *found],
+        )
+    return [other] + [g for g in sizes if fused_without_autograd(g, graph)]
 
 
 def _settings(module: nn.Module) -> str:

@@ -19,6 +19,7 @@ from ..errors import TraceError
 from ..ir import Graph, Program
 from ..ir.printer import graph_text
 from ..runtime import Method
+from ..runtime.method import for_mode
 from .partition import Coverage, PartitionedCodeGen, Subgraph
 from .whole import WholeGraphMethod, WholePlan
 
@@ -200,7 +201,7 @@ class CompiledModule(_CompiledMixin, TracedModule):
         program = self.program
         if _hooked(self) or "forward" in program.dispatch or "forward" in program.mode_bound:
             return super().__call__(*args, **kwargs)
-        return self._methods["forward"](*args, **kwargs)
+        return for_mode(self._methods["forward"], self.training)(*args, **kwargs)
 
     @property
     def graph(self) -> str:

@@ -273,9 +273,11 @@ def specialisations(
     kwargs: dict,
     run_eager: Callable[[tuple, dict], object],
     retrace: Callable[[tuple, dict], Graph],
+    kept: list[Graph] | tuple = (),
 ) -> list[Graph]:
     """Graphs for calls with sizes of 1 that ``graph`` refuses, most specific first, then
-    graphs for sizes whose residues take other paths (see the note above)."""
+    graphs for sizes whose residues take other paths (see the note above). ``kept``: other
+    graphs of the method, counted in its BUDGET."""
     ones, residues = compares_sizes(graph), decides_on_residues(graph)
     if not (ones or residues):
         return []
@@ -285,7 +287,7 @@ def specialisations(
     }
     found: dict[frozenset, tuple[Graph, list]] = {}  # sizes cut -> (graph, dims cut)
     flipped: list[tuple[Graph, list]] = []  # graphs traced at sizes cut by 1 or 2
-    used = [_containers(graph)]
+    used = [_containers(graph) + sum(_containers(g) for g in kept)]
 
     def probe(sizes: frozenset, to: int | None = None) -> Graph | None:
         cuts = {size: 1 if to is None else to for size in sizes}

@@ -43,11 +43,14 @@ view_as_complex atleast_1d atleast_2d atleast_3d ravel meshgrid getitem Tensor.d
 Tensor.to Tensor.type Tensor.type_as Tensor.float Tensor.double Tensor.half Tensor.bfloat16
 Tensor.long Tensor.int Tensor.short Tensor.char Tensor.byte Tensor.bool Tensor.cfloat
 Tensor.cdouble Tensor.cpu as_tensor as_strided Tensor.as_strided alias Tensor.t expand
-positive dropout feature_dropout alpha_dropout feature_alpha_dropout
+positive dropout feature_dropout alpha_dropout feature_alpha_dropout broadcast_tensors
+cartesian_prod
 """.split()
 )
 # (``positive`` returns its argument itself, and so do the dropouts where they drop nothing:
-# in evaluation, or with ``p = 0``.)
+# in evaluation, or with ``p = 0``; ``broadcast_tensors`` a tensor that has the broadcast
+# shape, ``cartesian_prod`` a single tensor. Their tensors come as one list, the first
+# argument.)
 # Ops that write into an argument other than the first, by parameter name.
 WRITTEN_ARGUMENTS: dict[str, tuple[str, ...]] = {
     "batch_norm": ("running_mean", "running_var"),

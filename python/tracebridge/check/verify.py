@@ -28,7 +28,7 @@ import torch
 
 from ..errors import GuardError, TraceError, TracerWarning, TracingCheckError
 from ..ir import Graph, Node, Ref, pytree
-from ..ir.analysis import needs_grad_off
+from ..ir.analysis import fused_without_autograd
 from ..ir.printer import Printer
 from ..ir.pytree import is_tensor
 from ..source import raised_at, source_line
@@ -421,7 +421,11 @@ def _check_without_autograd(
     calls without autograd run, against eager without autograd; where it differs, drop it
     (with a warning): those calls then run the graph checked above, as before."""
     variants = traced.program.specialised.get(method_name, [])
-    for variant in [v for v in variants if needs_grad_off(traced.program.methods[v])]:
+    first = traced.program.methods[method_name]
+    fused = [v for v in variants if fused_without_autograd(traced.program.methods[v], first)]
+    # The first was traced at the example's sizes; the others are its size-1
+    # specialisations, kept or dropped with it.
+    for variant in fused[:1]:
         try:
             with torch.no_grad():
                 _check_one(
@@ -443,9 +447,10 @@ def _check_without_autograd(
                 TracerWarning,
                 stacklevel=2,
             )
-            variants.remove(variant)
+            for name in fused:
+                variants.remove(name)
+                del traced.program.methods[name]
             if not variants:
                 del traced.program.specialised[method_name]
-            del traced.program.methods[variant]
             chain = traced._methods[method_name]
-            chain._without_grad = [m for m in chain._without_grad if m.name != variant]
+            chain._without_grad = [m for m in chain._without_grad if m.name not in fused]

@@ -84,3 +84,11 @@ def needs_grad_off(graph: Graph) -> bool:
         and any(ref.id in reads for ref in refs_in(node.args))
         for node in graph.nodes
     )
+
+
+def fused_without_autograd(graph: Graph, first: Graph) -> bool:
+    """Whether ``graph``, a specialisation of ``first``, is the graph a call without
+    autograd records (api.py's ``_without_autograd``): it guards that autograd is off where
+    ``first`` does not. A trace made without autograd guards it in every graph, its size-1
+    specialisations included: those are specialisations for sizes, tried after ``first``."""
+    return needs_grad_off(graph) and not needs_grad_off(first)

@@ -15,10 +15,11 @@ Note: without autograd, the forward graph called directly. Where no gradient can
 recorded (gradients off, or no input requires one; no forward-mode AD, no ``torch.func``
 transform), ``Function.apply`` only adds its own bookkeeping (a context, saved values that
 no backward will read): a fifth of BLOOM's calls went to it, once per layer for its GeLU.
-Such a call runs the forward method and returns its outputs, which is what ``apply``
-returns, when the forward graph's outputs are fresh tensors: where one may be an input or
-share its memory (a view, ``contiguous()`` of a contiguous input, an in-place write that
-returns its input), ``apply`` gives a view of it, and it still runs.
+Such a call runs the forward method with autograd off, as ``apply`` runs it, and returns
+its outputs, which is what ``apply`` returns, when the forward graph's outputs are fresh
+tensors: where one may be an input or share its memory (a view, ``contiguous()`` of a
+contiguous input, ``broadcast_tensors`` of a tensor of the broadcast shape, an in-place
+write that returns its input), ``apply`` gives a view of it, and it still runs.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ..ir import ops as opset
 from ..ir.program import AUTOGRAD_FUNCTION, referenced_graphs
 
 _grad_enabled = torch.is_grad_enabled
+_set_grad_enabled = torch._C._set_grad_enabled
 _functorch_level = torch._C._functorch.maybe_current_level
 _forward_ad = torch.autograd.forward_ad
 
@@ -89,13 +91,18 @@ def function_callable(node: Node, methods: dict[str, Graph]) -> Callable:
     direct = _fresh_outputs(forward_graph, n_out, methods)
 
     def run(inputs, **_keywords):
-        if (
-            direct
-            and (not _grad_enabled() or not any(_needs_grad(t) for t in inputs))
-            and _forward_ad._current_level < 0
-            and _functorch_level() is None
-        ):
-            return pytree.unflatten(list(forward(*inputs)[:n_out]), spec)  # module Note
+        if direct and _forward_ad._current_level < 0 and _functorch_level() is None:
+            if not _grad_enabled():
+                return pytree.unflatten(list(forward(*inputs)[:n_out]), spec)  # module Note
+            if not any(_needs_grad(t) for t in inputs):
+                # apply runs forward with autograd off: so does this call (a forward that
+                # asks torch.is_grad_enabled() guards the False it was traced with)
+                _set_grad_enabled(False)
+                try:
+                    results = forward(*inputs)
+                finally:
+                    _set_grad_enabled(True)
+                return pytree.unflatten(list(results[:n_out]), spec)
         outputs = TracedFunction.apply(*inputs)
         outputs = outputs if isinstance(outputs, tuple) else (outputs,)
         return pytree.unflatten(list(outputs), spec)

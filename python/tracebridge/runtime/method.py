@@ -10,7 +10,7 @@ import torch
 from ..check.specialise import CUT_GRAPH, SIZE_ONE_GUARD
 from ..errors import GuardError, TraceError
 from ..ir import Graph, pytree
-from ..ir.analysis import needs_grad_off
+from ..ir.analysis import fused_without_autograd
 from ..ir.ops import draws_random
 from ..ir.pytree import is_tensor
 from . import concat_linear, cse, folding, linear_2d, support
@@ -30,6 +30,10 @@ class _GuardSwitch(threading.local):
 
 _local = _GuardSwitch()
 _grad_enabled = torch.is_grad_enabled
+# nn.MultiheadAttention's and TransformerEncoderLayer's switch for their fused path: off,
+# eager takes their other path, which the first graph of a Specialised holds.
+_fast_path_enabled = torch.backends.mha.get_fastpath_enabled
+_has_torch_function = torch._C._has_torch_function
 
 # How many threads are inside ``guards_disabled`` now. A call reads this module global
 # first and the thread-local switch only when it is not 0: a thread-local read costs a
@@ -402,6 +406,30 @@ def _set_rng_states(states: tuple) -> None:
         torch.cuda.set_rng_state_all(states[1])
 
 
+def _plain(args: tuple, kwargs: dict) -> bool:
+    """Whether eager's fused paths may run on this call: no torch function mode, and no
+    input of a tensor subclass with a ``__torch_function__`` of its own (nn.MultiheadAttention
+    and TransformerEncoderLayer ask ``has_torch_function`` and take their general path)."""
+    values = (*args, *kwargs.values()) if kwargs else args
+    if all(type(v) is torch.Tensor for v in values):
+        return not _has_torch_function(values)  # (True under a mode)
+    try:
+        leaves, _ = pytree.flatten(values, is_tensor)
+    except TypeError:
+        return False  # the first graph says what is wrong with the inputs
+    return not _has_torch_function(tuple(leaves))
+
+
+def for_mode(method, training: bool):
+    """The method a module's call runs in its mode: in training mode, a
+    :class:`Specialised` without the graphs of eager's fused path (traced in evaluation
+    without autograd: api.py's ``_without_autograd``), which eager takes only in
+    evaluation."""
+    if training and isinstance(method, Specialised):
+        return method.in_training
+    return method
+
+
 class Specialised:
     """A method with specialisations (check/specialise.py): the first graph, then graphs
     traced with sizes at 1, most sizes first, tried in order when the guards of the ones
@@ -415,11 +443,19 @@ class Specialised:
         self.name = methods[0].name
         self.graph = methods[0].graph
         self._random = any(draws_random(node) for method in methods for node in method.graph.nodes)
-        # Graphs of a fused path traced without autograd (ir/analysis.py's needs_grad_off,
-        # api.py's _without_autograd): tried first by calls without autograd, never by
-        # calls with it (their guard refuses those).
-        self._without_grad = [m for m in methods[1:] if needs_grad_off(m.graph)]
+        # Graphs of a fused path traced without autograd (ir/analysis.py's
+        # fused_without_autograd, api.py's _without_autograd): tried first by calls
+        # without autograd while torch.backends.mha's fast path is on, never by calls
+        # with autograd (their guard refuses those).
+        first = methods[0].graph
+        self._without_grad = [m for m in methods[1:] if fused_without_autograd(m.graph, first)]
         self._with_grad = [m for m in methods[1:] if m not in self._without_grad]
+        # What a call in training mode runs (:func:`for_mode`): eager takes no fused path
+        # there, with or without autograd.
+        self.in_training = self
+        if self._without_grad:
+            rest = [methods[0], *self._with_grad]
+            self.in_training = Specialised(rest) if len(rest) > 1 else methods[0]
 
     def __getattr__(self, name: str):
         # Anything else (a backend's set_functions) is the first graph's.
@@ -441,13 +477,17 @@ class Specialised:
         # generators: the graph that serves it must draw what eager would have drawn.
         rng = _rng_states() if self._random else None
         grad = _grad_enabled()
-        if self._without_grad and not grad:
+        if self._without_grad and not grad and _fast_path_enabled() and _plain(args, kwargs):
             for method in self._without_grad:  # eager's fused path: tried first
                 try:
                     return method(*args, **kwargs)
                 except GuardError:
                     if rng is not None:
                         _set_rng_states(rng)
+                except TraceError as exc:
+                    if type(exc) is not TraceError:
+                        raise
+                    break  # arguments unlike the example's: the first graph names its method
         try:
             return self.methods[0](*args, **kwargs)
         except GuardError as refused:

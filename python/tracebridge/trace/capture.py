@@ -232,11 +232,20 @@ def capture(
         leaves, graph.in_spec = pytree.flatten((tuple(args), dict(kwargs)), is_tensor)
     except TypeError as exc:
         raise TraceError(f"example inputs: {exc}") from None
-    if state and any(id(leaf) in state for leaf in leaves):
-        # A parameter or buffer passed as an input is an input: the code may also read it
-        # as state (self.w), and by identity the two would be one value. The input is a
-        # detached alias (same storage), so an input and a state read stay apart.
-        leaves = [_alias(leaf) if id(leaf) in state else leaf for leaf in leaves]
+    # A parameter or buffer passed as an input is an input: the code may also read it as
+    # state (self.w), and by identity the two would be one value. And one tensor passed
+    # twice (f(x, x)) is two inputs: by identity, every op on the first read the last,
+    # and the graph served every call with that one (a - b gave zeros), silently. Such an
+    # input is a detached alias (same storage), so inputs and state reads stay apart, and
+    # the code sees two tensors, as in a call that passes two.
+    seen: set[int] = set()
+    distinct = []
+    for leaf in leaves:
+        repeated = id(leaf) in seen or (state and id(leaf) in state)
+        seen.add(id(leaf))
+        distinct.append(_alias(leaf) if repeated else leaf)
+    if any(a is not b for a, b in zip(distinct, leaves)):
+        leaves = distinct
         args, kwargs = pytree.unflatten(leaves, graph.in_spec)
     for leaf, name in zip(leaves, leaf_names(graph.arg_names, args, kwargs)):
         tracer.add_input(leaf, name)
