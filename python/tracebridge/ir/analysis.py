@@ -74,9 +74,8 @@ def last_uses(graph: Graph) -> dict[int, list[int]]:
 
 def needs_grad_off(graph: Graph) -> bool:
     """Whether ``graph`` guards that autograd is off (a module's fused path, traced without
-    autograd: trace/library.py): it refuses every call made with autograd, so the runtime
-    tries it first for calls without, and never for calls with (runtime/method.py's
-    ``Specialised``)."""
+    autograd: trace/library.py): it refuses every call made with autograd. Whether it is
+    the fused graph kept beside one traced with autograd is :func:`fused_without_autograd`."""
     reads = {v.id for n in graph.nodes if n.op == "prim.grad_enabled" for v in n.outputs}
     return any(
         node.op == "prim.guard"
