@@ -304,6 +304,36 @@ def requires_grad_branch(x):
     return x
 
 
+def inference_tensor_branch(x):
+    return x + 1 if x.is_inference() else x - 1
+
+
+def storage_offset_arithmetic(x):
+    return x * x.storage_offset()
+
+
+def result_requires_grad_branch(x):
+    y = x * 2
+    return y + 1 if y.requires_grad else y - 1
+
+
+def inference_mode_branch(x):
+    return x * 2 if torch.is_inference_mode_enabled() else x - 1
+
+
+def same_size_branch(x, y):
+    return x + 1 if x.is_same_size(y) else x - 1
+
+
+def channels_last_branch(x):
+    return x + 1 if x.is_contiguous(memory_format=torch.channels_last) else x - 1
+
+
+def _inference_copy(x):
+    with torch.inference_mode():
+        return x.clone()
+
+
 # --------------------------------------------------------------------------- the builders
 
 
@@ -833,6 +863,56 @@ CASES += [
         tb=("guard", "guard"),
     ),
 ]
+CASES += [  # op-set 8: a tensor's flags and storage offset, the caller's inference mode
+    Case(
+        "inference_tensor_branch",
+        "`if x.is_inference():`, called with an inference tensor",
+        _plain(inference_tensor_branch, (_seeded(3),), (_inference_copy(_seeded(3)),)),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "storage_offset_arithmetic",
+        "`x * x.storage_offset()`, called with a view that starts later in its storage",
+        _plain(storage_offset_arithmetic, (_seeded(3),), (_seeded(5)[2:],)),
+        jit="wrong",
+        tb=("right", "right"),
+    ),
+    Case(
+        "result_requires_grad_branch",
+        "`if (x * 2).requires_grad:`, called with a tensor that requires grad",
+        _plain(result_requires_grad_branch, (_seeded(3),), (_seeded(3).requires_grad_(),)),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "inference_mode_branch",
+        "`if torch.is_inference_mode_enabled():`, called under `torch.inference_mode()`",
+        lambda: Setup(
+            inference_mode_branch, (_seeded(3),), (_seeded(3),), context=torch.inference_mode
+        ),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "same_size_branch",
+        "`if x.is_same_size(y):`, called with tensors of other sizes",
+        _plain(same_size_branch, (_seeded(3), _seeded(3)), (_seeded(3), _seeded(4))),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "channels_last_branch",
+        "`if x.is_contiguous(memory_format=torch.channels_last):`, called channels-last",
+        _plain(
+            channels_last_branch,
+            (_seeded(1, 2, 3, 3),),
+            (_seeded(1, 2, 3, 3).to(memory_format=torch.channels_last),),
+        ),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+]
 BY_NAME = {case.name: case for case in CASES}
 
 
@@ -840,6 +920,15 @@ BY_NAME = {case.name: case for case in CASES}
 
 
 def _clone(obj):
+    if isinstance(obj, torch.Tensor) and obj.layout is torch.strided:
+        # The same storage layout (a view's offset, channels-last strides) and an inference
+        # tensor's flag: the cases read them.
+        inference = torch.inference_mode() if obj.is_inference() else contextlib.nullcontext()
+        with inference:
+            storage = obj.untyped_storage().clone()
+            copy = torch.empty((0,), dtype=obj.dtype, device=obj.device)
+            copy.set_(storage, obj.storage_offset(), obj.size(), obj.stride())
+        return copy.requires_grad_(obj.requires_grad)
     if isinstance(obj, torch.Tensor):
         return obj.clone()
     if isinstance(obj, (tuple, list)):

@@ -192,9 +192,9 @@ def test_a_file_with_out_of_range_labels_fails_at_the_call_naming_the_node(tmp_p
 
 def test_ctc_loss_is_op_set_7(tmp_path):
     info = ops.info("ctc_loss")
-    assert "checked" in info.flags and ops.SINCE["ctc_loss"] == 7 == ops.OPSET_VERSION
+    assert "checked" in info.flags and ops.SINCE["ctc_loss"] == 7 <= ops.OPSET_VERSION
     assert info.enums == {"reduction": (0, 1, 2)}  # checked at load too
     traced = tracebridge.trace(SpeechCTC(), _batch(3, 20, 4))
     traced.save(tmp_path / "ctc.tb")
     with zipfile.ZipFile(tmp_path / "ctc.tb") as archive:
-        assert json.loads(archive.read("program.json"))["opset_version"] == 7
+        assert json.loads(archive.read("program.json"))["opset_version"] == ops.OPSET_VERSION

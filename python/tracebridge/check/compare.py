@@ -72,12 +72,26 @@ def fresh(args: tuple, kwargs: dict):
 
     def copy(t: torch.Tensor) -> torch.Tensor:
         if id(t) not in copies:
-            c = t.detach().clone()
+            c = _same_flags_copy(t.detach())
             copies[id(t)] = c.requires_grad_() if t.requires_grad and c.is_floating_point() else c
         return copies[id(t)]
 
     leaves, spec = pytree.flatten((args, kwargs), is_tensor)
     return pytree.unflatten([copy(t) for t in leaves], spec)
+
+
+def _same_flags_copy(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t`` with the flags a trace reads and guards (op-set 8): an inference
+    tensor's copy is one too, and a lazy conjugate or negation stays lazy (``clone`` would
+    resolve it), so that the check traces the code on what the example was."""
+    if t.is_conj():
+        return _same_flags_copy(t.conj()).conj()
+    if t.is_neg():
+        return torch._neg_view(_same_flags_copy(torch._neg_view(t)))
+    if t.is_inference() and not torch.is_inference_mode_enabled():
+        with torch.inference_mode():
+            return t.clone()
+    return t.clone()
 
 
 def rolled(args: tuple, kwargs: dict):

@@ -85,11 +85,16 @@ _METHODS = {
     "prim.tolist": "tolist",
     "prim.stride": "stride",
     "prim.is_contiguous": "is_contiguous",
+    "prim.storage_offset": "storage_offset",
+    "prim.is_inference": "is_inference",
+    "prim.is_neg": "is_neg",
+    "prim.is_conj": "is_conj",
 }
 _ATTRIBUTES = {
     "prim.dtype": "dtype",
     "prim.device": "device",
     "prim.requires_grad": "requires_grad",
+    "prim.is_leaf": "is_leaf",
 }
 
 

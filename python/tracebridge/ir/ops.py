@@ -53,8 +53,12 @@ from . import ops_schema
 # statistics users call (cholesky_solve, linalg.lu_factor/lu_solve, linalg.eig, svd, cov,
 # histogram, ...), embedding_renorm_ (nn.Embedding's max_norm), fake quantisation (with
 # fused_moving_avg_obs_fake_quant, checked); nonzero, argwhere and the unique family now
-# checked (bytes of data-chosen results). See SINCE.
-OPSET_VERSION = 7
+# checked (bytes of data-chosen results). 8: the reads of a tensor's flags that code
+# branches on (prim.is_inference, prim.is_leaf, prim.has_grad_fn, prim.is_neg,
+# prim.is_conj, prim.is_contiguous_as), its storage offset (prim.storage_offset, a traced
+# integer) and the caller's inference mode (prim.inference_mode): each was a constant of
+# the trace before, and a call that differed was served silently. See SINCE.
+OPSET_VERSION = 8
 
 # --- the op set, by family ----------------------------------------------------------------
 # Each name is a canonical name; see the module Note. Order inside a family is alphabetical.
@@ -308,6 +312,12 @@ SINCE: dict[str, int] = {
     "ctc_loss": 7,
     # op-set 7, ops branch: data-chosen results, linear algebra, quantisation, embeddings
     "unique_dim": 7,
+    # op-set 8: tensor flags and the storage offset, read at call time and guarded
+    **dict.fromkeys(
+        "prim.storage_offset prim.is_inference prim.is_leaf prim.has_grad_fn prim.is_neg "
+        "prim.is_conj prim.is_contiguous_as prim.inference_mode".split(),
+        8,
+    ),
     **dict.fromkeys(
         """
 cholesky cholesky_solve cholesky_inverse triangular_solve lu_unpack geqrf ormqr svd diagflat
@@ -514,6 +524,14 @@ PRIM_OPS = {
     "prim.requires_grad": "whether a tensor requires grad",
     "prim.is_contiguous": "whether a tensor is contiguous in memory",
     "prim.grad_enabled": "whether autograd is on for this call (the caller's mode)",
+    "prim.storage_offset": "a tensor's offset in its storage, in elements (a traced integer)",
+    "prim.is_contiguous_as": "whether a tensor is contiguous in a memory format",
+    "prim.is_inference": "whether a tensor is an inference tensor (made in inference mode)",
+    "prim.is_leaf": "whether a tensor is a leaf of the autograd graph",
+    "prim.has_grad_fn": "whether a tensor has a grad_fn (was made by an op autograd recorded)",
+    "prim.is_neg": "whether a tensor's negative bit is set (a lazy negation view)",
+    "prim.is_conj": "whether a tensor's conjugate bit is set (a lazy conjugate view)",
+    "prim.inference_mode": "whether inference mode is on for this call (the caller's mode)",
     "prim.autograd_function": (
         "a custom torch.autograd.Function: runs graph `forward` on the tensors, and graph "
         "`backward` on its `saved` values and the output gradients when autograd asks"
@@ -537,6 +555,14 @@ _PRIM_ARGS: dict[str, tuple] = {
     "prim.requires_grad": (("tensor",),),
     "prim.is_contiguous": (("tensor",),),
     "prim.grad_enabled": (),
+    "prim.storage_offset": (("tensor",),),
+    "prim.is_contiguous_as": (("tensor",), ("memory_format",)),
+    "prim.is_inference": (("tensor",),),
+    "prim.is_leaf": (("tensor",),),
+    "prim.has_grad_fn": (("tensor",),),
+    "prim.is_neg": (("tensor",),),
+    "prim.is_conj": (("tensor",),),
+    "prim.inference_mode": (),
     "prim.autograd_function": (("tensors",),),
 }
 _PRIM_KWARGS: dict[str, dict] = {

@@ -107,6 +107,15 @@ _ATTRIBUTE_PRIMS = {
     "prim.stride": (2, lambda t, d: ast.Subscript(_method(t, "stride"), d, ast.Load())),
     "prim.requires_grad": (1, lambda t: _attr(t, "requires_grad")),
     "prim.is_contiguous": (1, lambda t: _method(t, "is_contiguous")),
+    "prim.storage_offset": (1, lambda t: _method(t, "storage_offset")),
+    "prim.is_inference": (1, lambda t: _method(t, "is_inference")),
+    "prim.is_leaf": (1, lambda t: _attr(t, "is_leaf")),
+    "prim.has_grad_fn": (
+        1,
+        lambda t: ast.Compare(_attr(t, "grad_fn"), [ast.IsNot()], [ast.Constant(None)]),
+    ),
+    "prim.is_neg": (1, lambda t: _method(t, "is_neg")),
+    "prim.is_conj": (1, lambda t: _method(t, "is_conj")),
 }
 _INLINE = {*_BINARY, *_COMPARE, *_ATTRIBUTE_PRIMS, "scalar.neg"}
 # Tensor methods that take sizes as one sequence or spread: ``x.view((a, b))`` parses
@@ -1374,7 +1383,9 @@ def _small_factor(node: Node) -> bool:
 # bits add up to at most ``_PRODUCT_BITS`` is written as ``*``: no chain of them makes
 # an integer wider than that.
 _PRODUCT_BITS = 256
-_SIZE_PRIMS = frozenset({"prim.size", "prim.numel", "prim.stride", "prim.len", "prim.item"})
+_SIZE_PRIMS = frozenset(
+    {"prim.size", "prim.numel", "prim.stride", "prim.storage_offset", "prim.len", "prim.item"}
+)
 # Ops whose result the op table bounds to 64 bits (they raise past it).
 _BOUNDED_SCALARS = frozenset(
     """scalar.pow scalar.lshift scalar.abs scalar.ceil scalar.floor scalar.round
@@ -1413,7 +1424,9 @@ def _int_bits(graph: Graph) -> dict[int, int]:
 
 # Reads whose result is a Python int (or, traced by torch.compile, a SymInt) for any
 # tensor, and integer arithmetic that keeps ints ints.
-_INT_READS = frozenset({"prim.size", "prim.numel", "prim.stride", "prim.len"})
+_INT_READS = frozenset(
+    {"prim.size", "prim.numel", "prim.stride", "prim.storage_offset", "prim.len"}
+)
 _INT_ARITHMETIC = frozenset(
     "scalar.add scalar.sub scalar.mul scalar.floordiv scalar.mod scalar.neg".split()
 )

@@ -71,7 +71,8 @@ from .views import VIEW_OPS
 _FOLLOWS = (_ALIASING | VIEW_OPS) - {"Tensor.contiguous"}
 # Readers that would see a piece's strides, or may fail on them.
 _STRIDE_READERS = frozenset(
-    """as_strided prim.stride prim.is_contiguous view_as_complex view_as_real
+    """as_strided prim.stride prim.storage_offset prim.is_contiguous prim.is_contiguous_as
+    view_as_complex view_as_real
     prim.autograd_function Tensor.view_as Tensor.unfold""".split()
 )
 # Structural reads that see only sizes, dtype or device.

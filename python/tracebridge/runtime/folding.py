@@ -50,7 +50,9 @@ from ..ir.program import Value
 # Structural ops that read something other than their arguments' values (the caller's
 # grad mode, a flag that changes without a version) or that decide: never static.
 _DYNAMIC_PRIMS = frozenset(
-    {"prim.guard", "prim.grad_enabled", "prim.requires_grad", "prim.autograd_function"}
+    """prim.guard prim.grad_enabled prim.requires_grad prim.autograd_function
+    prim.inference_mode prim.is_inference prim.is_leaf prim.has_grad_fn prim.is_neg
+    prim.is_conj""".split()
 )
 # Ops whose result may be their first argument or share its memory (so a write through
 # the result would change a folded tensor).
@@ -90,7 +92,8 @@ def _may_be_static(node: Node) -> bool:
 # ``tolist`` and conversions read the data, which on an accelerator waits for it: worth
 # folding.)
 _METADATA_PRIMS = frozenset(
-    "prim.dtype prim.device prim.size prim.numel prim.stride prim.is_contiguous prim.len".split()
+    """prim.dtype prim.device prim.size prim.numel prim.stride prim.storage_offset
+    prim.is_contiguous prim.is_contiguous_as prim.len""".split()
 )
 
 

@@ -51,7 +51,9 @@ FRESH = frozenset(
 # may still be written by its last reader.
 _KEEP_NOTHING = FRESH | frozenset(
     """scaled_dot_product_attention prim.size prim.numel prim.dtype prim.device
-    prim.stride prim.is_contiguous prim.requires_grad""".split()
+    prim.stride prim.storage_offset prim.is_contiguous prim.is_contiguous_as
+    prim.requires_grad prim.is_inference prim.is_leaf prim.has_grad_fn prim.is_neg
+    prim.is_conj""".split()
 )
 _nn = torch._C._nn
 # op -> its in-place form (one operand; a keyword of the op passes on as it is)

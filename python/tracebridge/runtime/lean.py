@@ -143,6 +143,10 @@ class LeanPlan:
     checked: set[int]
 
 
+# Reads that inference mode inside would change: the mode itself, a tensor's flag.
+_READS_INFERENCE = frozenset({"prim.inference_mode", "prim.is_inference"})
+
+
 def plan(graph: Graph, in_place: Collection[int] = ()) -> LeanPlan | None:
     """Which nodes of ``graph`` run outside inference mode, given the nodes the code runs
     in place (``in_place``: runtime/inplace.py; they write into their operand's memory,
@@ -159,7 +163,10 @@ def plan(graph: Graph, in_place: Collection[int] = ()) -> LeanPlan | None:
 
     None where a custom autograd function would have to run outside: its forward graph
     may write a tensor it is given in place, which outside inference mode it may not do
-    to one made inside."""
+    to one made inside; and where the graph reads inference mode or whether a tensor is
+    an inference tensor, which inside would answer for the runtime, not for the caller."""
+    if any(node.op in _READS_INFERENCE for node in graph.nodes):
+        return None
     groups = _groups(graph, in_place)
     escaping = {groups.find(v) for v in output_ids(graph)}
     outside = set()

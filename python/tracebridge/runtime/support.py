@@ -33,6 +33,14 @@ PRIM_FUNCTIONS = {
     "prim.stride": lambda t, d: t.stride()[d],
     "prim.requires_grad": lambda t: t.requires_grad,
     "prim.is_contiguous": lambda t: t.is_contiguous(),
+    "prim.storage_offset": lambda t: t.storage_offset(),
+    "prim.is_contiguous_as": lambda t, f: t.is_contiguous(memory_format=f),
+    "prim.is_inference": lambda t: t.is_inference(),
+    "prim.is_leaf": lambda t: t.is_leaf,
+    "prim.has_grad_fn": lambda t: t.grad_fn is not None,
+    "prim.is_neg": lambda t: t.is_neg(),
+    "prim.is_conj": lambda t: t.is_conj(),
+    "prim.inference_mode": torch.is_inference_mode_enabled,
 }
 
 

@@ -64,7 +64,10 @@ VIEW_OPS = frozenset(
 )
 # Reads of a value that its geometry alone decides: kept with the geometry when the value
 # is inside a tree.
-SHAPE_READS = frozenset({"prim.size", "prim.numel", "prim.stride", "prim.is_contiguous"})
+SHAPE_READS = frozenset(
+    """prim.size prim.numel prim.stride prim.storage_offset prim.is_contiguous
+    prim.is_contiguous_as""".split()
+)
 # Nodes a tree's ops must not move past: writes, grad-mode switches, custom functions.
 _BARRIERS = frozenset({"set_grad_enabled", "prim.autograd_function"})
 # The kind :func:`plan` gives a 0-dim int32 or int64 tensor when it was traced: a size

@@ -21,6 +21,14 @@ from .numbers import SymFloat, SymInt, SymSize, _Traced
 from .short_circuit import settled_without_it
 from .text import TensorText, formatted, unseen_int_format
 
+# Autograd flags read as properties: the prim op that reads each at call time, and what of
+# the property's value it answers (``grad_fn`` is an object: whether there is one).
+_AUTOGRAD_FLAGS = {
+    "requires_grad": ("prim.requires_grad", bool, "requires_grad"),
+    "is_leaf": ("prim.is_leaf", bool, "is_leaf"),
+    "grad_fn": ("prim.has_grad_fn", lambda fn: fn is not None, "grad_fn is not None"),
+}
+
 
 class Conversions:
     """The tracer's conversion methods (mixed into :class:`Tracer`)."""
@@ -196,14 +204,91 @@ class Conversions:
             return tensor.itemsize
         if prop in opset.TENSOR_OP_PROPERTIES:
             return self.record(f"Tensor.{prop}", getter, (tensor,), {})
-        if prop == "requires_grad" and self._is_input(tensor):
-            # Whether a caller's input requires grad can change from call to call.
+        if prop in _AUTOGRAD_FLAGS:
+            # Whether an input requires grad can change from call to call, and with it
+            # whether the results do and have a grad_fn; a parameter is frozen or thawed
+            # with requires_grad_(): each read is a decision, guarded.
             concrete = getter(tensor)
-            loc = self.location()
-            ref = self._value_node("prim.requires_grad", "bool", [self.tensor_ref(tensor)], loc)
-            self.guard(ref, concrete, f"{self._name(tensor)}.requires_grad", "branch", loc)
+            op, flag, what = _AUTOGRAD_FLAGS[prop]
+            self._guard_flag(op, tensor, flag(concrete), f"{self._name_of(tensor)}.{what}")
             return concrete
+        if prop == "_version" and self._varies(tensor):
+            raise UnsupportedOpError(
+                f"cannot trace {self._name_of(tensor)}._version at "
+                f"{self.location() or 'an unknown location'}: a version counter counts the "
+                "writes made to a tensor before this call, which no trace can follow; "
+                "branch on something the inputs carry instead"
+            )
         return getter(tensor)
+
+    def _varies(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` is an input, a result or a parameter or buffer of the trace
+        (what it reads may differ at call time), not a constant the trace captured."""
+        if self._lookup(tensor) is not None:
+            return True
+        entry = self._state.get(id(tensor))
+        return entry is not None and entry[2] is tensor and entry[1] != "attribute"
+
+    def _guard_flag(self, op: str, tensor: torch.Tensor, concrete: bool, what: str) -> None:
+        """Read a flag of ``tensor`` at call time (``op``: a ``prim`` op of one tensor, or
+        ``prim.is_contiguous_as`` with its format appended by the caller) and guard it."""
+        if not self._varies(tensor):
+            return  # a constant keeps its flags
+        loc = self.location()
+        ref = self._value_node(op, "bool", [self.tensor_ref(tensor)], loc)
+        self.guard(ref, bool(concrete), what, "branch", loc)
+
+    def _on_flag(self, op: str):
+        """A handler for a tensor method that answers a flag code branches on (op-set 8):
+        ``is_inference()``, ``is_neg()``, ``is_conj()``; guarded, as the caller's tensor
+        may differ (an inference tensor, a lazy conjugate view)."""
+
+        def handler(func, tensor, *args, **kwargs):
+            concrete = func(tensor, *args, **kwargs)
+            name = op.removeprefix("prim.")
+            self._guard_flag(op, tensor, concrete, f"{self._name_of(tensor)}.{name}()")
+            return concrete
+
+        return handler
+
+    def _on_dtype_query(self, func, tensor, *args, **kwargs):
+        """``is_signed()`` answers from the dtype, which the input checks do not fix
+        (int64 and uint8 are both integers there): guarded like a dtype read."""
+        read = self._lazy_meta("prim.dtype", tensor, "dtype")
+        name = getattr(func, "__name__", "dtype")
+        self._guard_dtype(tensor, read, f"{self._name_of(tensor)}.dtype ({name}())")
+        return func(tensor, *args, **kwargs)
+
+    def _on_get_device(self, func, tensor):
+        """``get_device()`` is the device's index (-1 on the CPU): guarded like the device
+        itself, which a traced program otherwise follows from its inputs."""
+        concrete = func(tensor)
+        if self._varies(tensor):
+            loc = self.location()
+            read = self._lazy_meta("prim.device", tensor, "device")()
+            what = f"{self._name_of(tensor)}.device (get_device())"
+            self.guard(read, tensor.device, what, "value", loc)
+        return concrete
+
+    def _on_is_same_size(self, func, tensor, other):
+        """``a.is_same_size(b)`` compares traced sizes: a guard on each size it reads, where
+        the example's answer was a constant of the trace."""
+        with torch._C.DisableTorchFunction():
+            func(tensor, other)  # raises as eager does for a non-tensor
+            rank = tensor.dim()
+            if rank != other.dim():  # ranks are fixed by the inputs' checks
+                return False
+        return all(bool(self.size_of(tensor, d) == self.size_of(other, d)) for d in range(rank))
+
+    def _on_storage_offset(self, func, tensor):
+        """A tensor's offset in its storage is a traced integer, as its strides are: a view
+        given as an input starts elsewhere in its storage on another call."""
+        concrete = func(tensor)
+        if not self._varies(tensor):
+            return concrete
+        loc = self.location()
+        ref = self._value_node("prim.storage_offset", "int", [self.tensor_ref(tensor)], loc)
+        return SymInt(concrete, self, ref, f"{self._name(tensor)}.storage_offset()")
 
     def _guard_dtype(self, tensor: torch.Tensor, read, what: str) -> None:
         """Guard that ``tensor`` has, at call time, the dtype it has now.
@@ -260,10 +345,6 @@ class Conversions:
         self._guard_dtype(tensor, read, f"{self._name_of(tensor)}.dtype (type())")
         return func(tensor, **kwargs)
 
-    def _is_input(self, tensor: torch.Tensor) -> bool:
-        hit = self._lookup(tensor)
-        return hit is not None and any(v.id == hit[1].id for v in self.graph.inputs)
-
     def _lazy_meta(self, op: str, tensor: torch.Tensor, kind: str):
         """A dtype or device read: it becomes a node only if an op uses it, once per tensor
         (code reads ``x.dtype`` often, mostly to check it)."""
@@ -293,21 +374,21 @@ class Conversions:
             T.numel: self._on_numel,
             T.nelement: self._on_numel,
             T.stride: self._on_stride,
-            T.storage_offset: concrete,
+            T.storage_offset: self._on_storage_offset,
             T.element_size: self._on_element_size,
             T.type: self._on_type,
             T.is_contiguous: self._on_is_contiguous,
             T.is_floating_point: concrete,
             T.is_complex: concrete,
-            T.is_signed: concrete,
-            T.get_device: concrete,
-            T.is_inference: concrete,
-            T.is_conj: concrete,
-            T.is_neg: concrete,
+            T.is_signed: self._on_dtype_query,
+            T.get_device: self._on_get_device,
+            T.is_inference: self._on_flag("prim.is_inference"),
+            T.is_conj: self._on_flag("prim.is_conj"),
+            T.is_neg: self._on_flag("prim.is_neg"),
             T.__repr__: self._on_repr,
             T.__format__: self._on_format,
             T.__hash__: concrete,
-            T.is_same_size: concrete,
+            T.is_same_size: self._on_is_same_size,
             T.item: self._on_item,
             T.tolist: self._on_tolist,
             T.numpy: self._on_tolist,
@@ -329,7 +410,7 @@ class Conversions:
             "is_inference",
             "is_same_size",
         ):
-            handlers[getattr(torch, name)] = concrete
+            handlers[getattr(torch, name)] = handlers[getattr(T, name)]
         handlers[torch.numel] = self._on_numel
         handlers[torch._C._set_grad_enabled] = self._on_set_grad_enabled
         handlers.update(self._library_handlers())
@@ -371,13 +452,19 @@ class Conversions:
             out.append(SymInt(strides[d], self, ref, f"{self._name(tensor)}.stride({d})"))
         return tuple(out) if dim is None else out[0]
 
-    def _on_is_contiguous(self, func, tensor, *args, **kwargs):
-        concrete = func(tensor, *args, **kwargs)
-        if args or kwargs:  # is_contiguous(memory_format=...): rare, keep it concrete
+    def _on_is_contiguous(self, func, tensor, memory_format=torch.contiguous_format):
+        concrete = func(tensor, memory_format=memory_format)
+        if not self._varies(tensor):
             return concrete
         loc = self.location()
-        ref = self._value_node("prim.is_contiguous", "bool", [self.tensor_ref(tensor)], loc)
-        self.guard(ref, concrete, f"{self._name(tensor)}.is_contiguous()", "branch", loc)
+        if memory_format is torch.contiguous_format:
+            ref = self._value_node("prim.is_contiguous", "bool", [self.tensor_ref(tensor)], loc)
+            what = f"{self._name(tensor)}.is_contiguous()"
+        else:  # channels_last and friends (op-set 8)
+            args = [self.tensor_ref(tensor), memory_format]
+            ref = self._value_node("prim.is_contiguous_as", "bool", args, loc)
+            what = f"{self._name(tensor)}.is_contiguous(memory_format={memory_format})"
+        self.guard(ref, concrete, what, "branch", loc)
         return concrete
 
     def _on_size(self, func, tensor, dim=None):

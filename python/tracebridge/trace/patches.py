@@ -191,6 +191,23 @@ def _traced_is_grad_enabled() -> bool:
     return mode
 
 
+_original_is_inference_mode_enabled = torch.is_inference_mode_enabled
+
+
+def _traced_is_inference_mode_enabled() -> bool:
+    """``torch.is_inference_mode_enabled()`` in the user's code is a decision on the
+    caller's mode: guarded (op-set 8). Inside the code's own ``torch.inference_mode()``
+    block it is on whatever the caller's mode, as the trace has it: no guard."""
+    mode = _original_is_inference_mode_enabled()
+    active = _tracers.stack
+    if active and _called_from_user_code() and not active[-1].inference_blocks:
+        tracer = active[-1]
+        loc = tracer.location()
+        ref = tracer._value_node("prim.inference_mode", "bool", loc=loc)
+        tracer.guard(ref, mode, "torch.is_inference_mode_enabled()", "branch", loc)
+    return mode
+
+
 _TRACED_MATH = {name: _traced_math(name) for name in _MATH_OPS}
 
 
@@ -214,6 +231,7 @@ def _inference_enter(self):
     active = _tracers.stack
     if active and self.mode:
         active[-1]._on_set_grad_enabled(_no_switch, False)
+        active[-1].inference_blocks += 1
     return _original_inference_enter(self)
 
 
@@ -222,6 +240,7 @@ def _inference_exit(self, *exc_info):
     active = _tracers.stack
     if active and self.mode:
         active[-1]._on_set_grad_enabled(_no_switch, _original_is_grad_enabled())
+        active[-1].inference_blocks -= 1
     return result
 
 
@@ -446,6 +465,7 @@ BUILTIN_PATCHES.add(operator, "index", traced_index)
 for _name in _MATH_OPS:
     BUILTIN_PATCHES.add(math, _name, _TRACED_MATH[_name])
 BUILTIN_PATCHES.add(torch, "is_grad_enabled", _traced_is_grad_enabled)
+BUILTIN_PATCHES.add(torch, "is_inference_mode_enabled", _traced_is_inference_mode_enabled)
 BUILTIN_PATCHES.add(torch, "Size", _traced_size)
 BUILTIN_PATCHES.add(torch.inference_mode, "__enter__", _inference_enter)
 BUILTIN_PATCHES.add(torch.inference_mode, "__exit__", _inference_exit)

@@ -140,6 +140,13 @@ _READING_METHODS = (
 )
 
 
+def _version_of(tensor: torch.Tensor) -> int:
+    """The tensor's version counter, read by the tracer itself (not the user's read, which
+    is refused: trace/conversions.py)."""
+    with torch._C.DisableTorchFunction():
+        return tensor._version
+
+
 class TensorText:
     """A tensor whose values were formatted into text: the text's source. When the text
     decides, the tensor's values and dtype are guarded (once) at the deciding line."""
@@ -148,14 +155,14 @@ class TensorText:
 
     def __init__(self, tracer: Tracer, tensor: torch.Tensor):
         self._tracer, self._tensor = tracer, tensor
-        self._version = tensor._version  # an in-place write after formatting is refused
+        self._version = _version_of(tensor)  # an in-place write after formatting is refused
         self._fixed = False
 
     def _fix_text(self, reason: str) -> None:
         if self._fixed:
             return
         self._fixed = True
-        if self._tensor._version != self._version:
+        if _version_of(self._tensor) != self._version:
             raise UnsupportedOpError(
                 f"text formatted from the traced tensor {self._tracer._name(self._tensor)} "
                 f"decides a branch at {self._tracer.location() or 'unknown location'}, but "

@@ -61,6 +61,8 @@ class Tracer(Dispatcher, Conversions, LibraryHandlers, InPlace, NoOps, Recorder)
         self._descending: list = []
         self._grad_entry: tuple[Ref, bool] | None = None
         self._grad_depth = 0
+        # torch.inference_mode() blocks of the traced code entered and not left (patches.py)
+        self.inference_blocks = 0
         self.caches_used: list = []  # functools caches a size went through (trace/caches.py)
         self._tensor_hashes: dict[int, tuple] = {}  # tensors in functools cache keys
         self._facts_init()  # what is known of values on every call (trace/noops.py)
