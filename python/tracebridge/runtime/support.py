@@ -354,5 +354,12 @@ def check_inputs(graph: Graph, leaves) -> None:
 
 
 def bad_input(index: int, graph: Graph, leaf):
+    if leaf is None:  # check_inputs skips None: it marks the inputs before ``index``
+        value = graph.inputs[index]
+        raise TraceError(
+            f"input {index} ({value.name}) is None, but the trace was made with a tensor "
+            f"there ({value.type_str()}); pass a tensor, or trace the call that passes None "
+            "separately (code that tests `is None` takes another path)"
+        )
     check_inputs(graph, [None] * index + [leaf])
     raise TraceError(f"input {index} is not what the trace expects")  # pragma: no cover

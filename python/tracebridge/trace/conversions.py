@@ -35,7 +35,12 @@ class Conversions:
 
     def scalar_ref(self, sym: _Traced) -> Ref:
         if sym._tracer is not self:
-            raise TraceError("a traced number from another trace was used in this one")
+            raise TraceError(
+                f"a traced number of another trace, {sym._desc}, was used in this one at "
+                f"{self.location() or 'an unknown location'}: code kept a size from an "
+                "earlier trace (a global, a cache, an attribute set while tracing); compute "
+                "it from this call's inputs"
+            )
         if sym._ref is None:
             sym._ref = sym._lazy()
         return sym._ref
