@@ -235,8 +235,8 @@ class Conversions:
         return entry is not None and entry[2] is tensor and entry[1] != "attribute"
 
     def _guard_flag(self, op: str, tensor: torch.Tensor, concrete: bool, what: str) -> None:
-        """Read a flag of ``tensor`` at call time (``op``: a ``prim`` op of one tensor, or
-        ``prim.is_contiguous_as`` with its format appended by the caller) and guard it."""
+        """Read a flag of ``tensor`` at call time (``op``: a ``prim`` op of one tensor)
+        and guard it to be ``concrete``, as the trace saw it."""
         if not self._varies(tensor):
             return  # a constant keeps its flags
         loc = self.location()
