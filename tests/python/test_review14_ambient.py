@@ -136,6 +136,14 @@ def test_older_per_device_reads_are_guarded(tmp_path):
             t(x)
 
 
+def test_read_of_a_device_names_its_type():
+    def f(x):
+        return x + 1 if torch.is_autocast_enabled("cuda:0") else x - 1
+
+    traced = tracebridge.trace(f, (torch.randn(3, 4),))
+    assert "prim.autocast_enabled('cuda')" in traced.graph
+
+
 def test_read_inside_the_codes_own_region_answers_for_the_region():
     def f(x):
         with torch.autocast("cpu", dtype=BF16):

@@ -582,6 +582,9 @@ _PRIM_KWARGS: dict[str, dict] = {
     },
 }
 GUARD_KINDS = ("value", "branch", "loop", "count")
+# The device types whose autocast state torch keeps: the argument of prim.autocast_enabled
+# and prim.autocast_dtype is one of them (a file naming another is refused).
+AUTOCAST_DEVICE_TYPES = tuple("cpu cuda xpu mps hpu xla ipu mtia maia privateuseone".split())
 
 # --- bounded Python arithmetic on traced numbers --------------------------------------------
 # Note: a traced number is a size or an element read with .item(); none is ever outside

@@ -16,9 +16,9 @@ from ..ir.program import AUTOGRAD_FUNCTION
 from . import checked_ops, checked_views, torchvision_ops
 from .checked_ops7 import CHECKED_SINCE_7
 
-# The device types whose autocast a graph may read (trace/autocast.py's): a file naming
-# another is refused, not passed on to torch.
-AUTOCAST_DEVICES = frozenset({"cpu", "cuda", "xpu", "mps", "hpu"})
+# The device types whose autocast a graph may read: a file naming another is refused, not
+# passed on to torch.
+AUTOCAST_DEVICES = frozenset(opset.AUTOCAST_DEVICE_TYPES)
 
 
 def _autocast_device(device):

@@ -41,6 +41,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from ..ir import pytree
+from ..ir.ops import AUTOCAST_DEVICE_TYPES
 from ..ir.program import DTYPE_NAMES, Ref
 
 if TYPE_CHECKING:  # the tracer imports this module
@@ -151,7 +152,7 @@ def _fails_without_autocast(func, args: tuple, kwargs: dict) -> bool:
 
 # The device types whose autocast a trace may run under (``torch.is_autocast_enabled``
 # takes a device type since torch 2.4); prim.autocast_enabled reads no other.
-_AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps", "hpu")
+_AUTOCAST_DEVICES = AUTOCAST_DEVICE_TYPES
 
 # torch's own functions, not the ones the tracer patches in for the user's code.
 _is_enabled = torch._C.is_autocast_enabled

@@ -57,6 +57,11 @@ def _guard(tracer: Tracer, op: str, device: str, expect, why: str, loc) -> None:
     tracer.guard(ref, expect, f"{name}({device!r}){why}", guard_kind, loc)
 
 
+def _device_type(device) -> str:
+    """``"cuda:0"`` read as ``"cuda"``, as torch reads it."""
+    return device.split(":")[0] if isinstance(device, str) else device
+
+
 def _callers(tracer: Tracer, device: str):
     """The caller's (enabled, dtype) for ``device`` where a read asks about the caller;
     None inside a region of the code's own for that device (it answers for the region)
@@ -69,6 +74,7 @@ def _callers(tracer: Tracer, device: str):
 def read_enabled(tracer: Tracer, device: str, real: bool) -> bool:
     """``torch.is_autocast_enabled(device)`` in the user's code (``real``: torch's answer
     now, with the caller's region set aside)."""
+    device = _device_type(device)
     caller = _callers(tracer, device)
     if caller is None:
         return real
@@ -78,6 +84,7 @@ def read_enabled(tracer: Tracer, device: str, real: bool) -> bool:
 
 def read_dtype(tracer: Tracer, device: str, real: torch.dtype) -> torch.dtype:
     """``torch.get_autocast_dtype(device)`` in the user's code."""
+    device = _device_type(device)
     caller = _callers(tracer, device)
     if caller is None:
         return real
