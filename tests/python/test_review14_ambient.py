@@ -13,6 +13,7 @@ Each case runs in process and after save and load."""
 from __future__ import annotations
 
 import random
+import shutil
 from random import gauss as imported_gauss
 
 import pytest
@@ -23,6 +24,8 @@ import tracebridge
 from tracebridge.errors import ArtifactError, GuardError, UnsupportedOpError
 from tracebridge.ir import ops as opset
 from tracebridge.runtime.support import PRIM_FUNCTIONS
+
+from .r_reader import run_r
 
 BF16, FP16 = torch.bfloat16, torch.float16
 pytestmark = pytest.mark.filterwarnings("ignore::tracebridge.errors.TracerWarning")
@@ -231,6 +234,19 @@ def test_interpreter_checks_the_autocast_guards(tmp_path):
     _same(loaded(x), _branches(x))
     with _autocast(BF16), pytest.raises(GuardError):
         loaded(x)
+
+
+@pytest.mark.skipif(shutil.which("Rscript") is None, reason="R is not installed")
+def test_r_reader_accepts_the_autocast_reads(tmp_path):
+    path = tmp_path / "reads.tb"
+    with _autocast(BF16):
+        tracebridge.trace(_to_autocast_dtype, (torch.randn(3, 4),)).save(path)
+    out = run_r(
+        "doc <- read_program(args[[2]]); "
+        'cat(vapply(doc$methods$forward$nodes, function(n) n$op, ""), sep = " ")',
+        path,
+    )
+    assert "prim.autocast_dtype" in out.split() and "prim.guard" in out.split()
 
 
 # --- Python's random module ----------------------------------------------------------------
