@@ -66,7 +66,13 @@ def _from_traced_code(frame) -> bool:
 
 
 def _where() -> str | None:
-    frame = _caller()
+    """The line of the traced code making the current call (past PyTorch's frames too: a
+    drawn number given to ``F.dropout`` is used at the caller's line)."""
+    frame = sys._getframe(1)
+    while frame is not None and (
+        is_internal(frame.f_code.co_filename) or frame.f_code.co_filename == _RANDOM_FILE
+    ):
+        frame = frame.f_back
     return None if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
