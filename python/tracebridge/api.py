@@ -23,7 +23,7 @@ from .check.compare import fresh
 from .check.kept_globals import KeptGlobals
 from .check.specialise import specialisations
 from .check.verify import first_difference
-from .errors import GuardError, TraceError
+from .errors import GuardError, TraceError, TracerWarning
 from .ir import Program, StateEntry
 from .ir.analysis import fused_without_autograd
 from .ir.ops import VARIADIC_OUTPUTS
@@ -35,7 +35,14 @@ from .runtime.method import Specialised, as_recorded, for_mode, guards_active
 from .runtime.shapes import symbolize
 from .runtime.transaction import state_replaced, transactional
 from .trace.capture import bound_method as _bound
-from .trace.capture import capture, capture_again, numpy_rng_kept, preserved, state_index
+from .trace.capture import (
+    capture,
+    capture_again,
+    enter_mode,
+    numpy_rng_kept,
+    preserved,
+    state_index,
+)
 from .trace.library import FAST_PATH_MODULES
 from .trace.own_hooks import HOOK_TABLES as _HOOK_TABLES
 from .trace.own_hooks import user_hooks
@@ -750,7 +757,10 @@ def trace(
             (``trainforward`` and ``evalforward``); the result then follows ``.train()`` /
             ``.eval()``. Without it, the module's current mode is recorded, and calling it
             in the other mode raises :class:`GuardError` where that mode would record
-            another graph (dropout, batch norm).
+            another graph (dropout, batch norm). The graph of the module's current mode
+            keeps its sub-modules' modes as they are (a batch norm frozen in a training
+            model); the other mode's has every sub-module in that mode, as
+            ``Module.train()`` sets them (a :class:`TracerWarning` says so).
         runtime: how the result runs its graphs: ``"codegen"`` (default) generates Python
             code from each graph once, calling torch directly (as fast as eager or faster);
             ``"interpreter"`` walks the graph node by node (slower, for debugging: the same
@@ -976,6 +986,27 @@ def trace_module(
     )
 
 
+def _warn_of_mixed_modes(mod: nn.Module) -> None:
+    """Where some sub-module's training flag differs from ``mod``'s (a frozen batch norm in
+    a training model, a dropout left on in an evaluated one), the graph of ``mod``'s own
+    mode keeps them as they are (trace/capture.py, ``enter_mode``): warn that ``train()``
+    and ``eval()`` of the traced module mean what ``Module.train`` means."""
+    mixed = [name for name, m in mod.named_modules() if m.training != mod.training]
+    if not mixed:
+        return
+    mode, other = ("training", "eval") if mod.training else ("evaluation", "train")
+    warnings.warn(
+        f"{type(mod).__name__} is in {mode} mode with sub-modules in the other mode "
+        f"({', '.join(mixed[:3])}{', ...' if len(mixed) > 3 else ''}): its {mode} graph is "
+        f"recorded with their modes as they are, and {other}() on the traced module runs a "
+        "graph with every sub-module in that mode, as Module.train() sets them; calling "
+        f"the traced module's {'train' if mod.training else 'eval'}() keeps the modes as "
+        "they are now (trace the model again to record other mixed modes)",
+        TracerWarning,
+        stacklevel=4,
+    )
+
+
 def record_module(
     mod: nn.Module,
     inputs: dict,
@@ -997,8 +1028,7 @@ def record_module(
         stage(f"recording {name}" + ("" if mode is None else f" ({'train' if mode else 'eval'})"))
         target = _bound(mod, alias.get(name, name))
         with preserved(mod):
-            if mode is not None:
-                mod.train(mode)
+            enter_mode(mod, mode)
             graph = capture(
                 target,
                 args,
@@ -1015,11 +1045,12 @@ def record_module(
 
     def run_eager(name, mode, args, kwargs):
         with preserved(mod):
-            if mode is not None:
-                mod.train(mode)
+            enter_mode(mod, mode)
             args, kwargs = fresh(args, kwargs)
             return _bound(mod, alias.get(name, name))(*args, **kwargs)
 
+    if respect_mode:
+        _warn_of_mixed_modes(mod)
     recorded = []  # (graph name, method name, mode, example inputs)
     for name, (args, kwargs) in inputs.items():
         if respect_mode and name == "forward":

@@ -333,6 +333,28 @@ def channels_last_branch(x):
     return x + 1 if x.is_contiguous(memory_format=torch.channels_last) else x - 1
 
 
+def _submodule_mode_changed() -> Setup:
+    module = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3)).eval()
+
+    def change(traced: list) -> None:
+        module[1].train()  # one sub-module switched, as a fine-tuning script might
+
+    return Setup(module, (_seeded(4, 3),), (_seeded(5, 3),), change)
+
+
+def _submodule_replaced() -> Setup:
+    module = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+
+    def change(traced: list) -> None:
+        module[1] = nn.Tanh()  # timm's reset_classifier() replaces the head so
+
+    return Setup(module, (_seeded(4, 3),), (_seeded(5, 3),), change)
+
+
+def concatenated_values(d):
+    return torch.cat(list(d.values()))
+
+
 def _inference_copy(x):
     with torch.inference_mode():
         return x.clone()
@@ -927,6 +949,40 @@ CASES += [  # op-set 8: a tensor's flags and storage offset, the caller's infere
         ),
         jit="wrong",
         tb=("guard", "guard"),
+    ),
+]
+CASES += [  # known: what a trace does not watch after it was made
+    Case(
+        "submodule_mode_changed",
+        "one sub-module's training flag switched after tracing (`model[1].train()`)",
+        _submodule_mode_changed,
+        jit="wrong",
+        tb=("wrong", "wrong"),
+        core="core: the graph carries each sub-module's mode as traced; a sub-module's own "
+        "flag switched later is not read (the traced module's train()/eval() is)",
+    ),
+    Case(
+        "submodule_replaced",
+        "a sub-module replaced after tracing (`model[1] = nn.Tanh()`)",
+        _submodule_replaced,
+        jit="wrong",
+        tb=("wrong", "wrong"),
+        core="core: the graph is the code as traced; a module replaced later is not seen "
+        "(trace the model again)",
+    ),
+    Case(
+        "dict_input_order",
+        "`torch.cat(list(d.values()))`, called with the dict's keys in another order",
+        _plain(
+            concatenated_values,
+            ({"a": _seeded(2), "b": _seeded(3)},),
+            ({"b": _seeded(3), "a": _seeded(2)},),
+        ),
+        jit="wrong",
+        tb=("wrong", "wrong"),
+        core="core: a dict input is matched to the traced one by its keys, and its entries "
+        "are read in the traced order; code that iterates the dict sees the call's order "
+        "in eager",
     ),
 ]
 BY_NAME = {case.name: case for case in CASES}

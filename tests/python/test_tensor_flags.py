@@ -207,3 +207,25 @@ def test_flags_of_a_captured_constant_need_no_guard():
     traced = tracebridge.trace(fn, (torch.randn(3),))
     assert "is_inference" not in "\n".join(traced.guards)
     assert "requires_grad" not in "\n".join(traced.guards)
+
+
+def _flags_and_offset(a):
+    b = a * 2
+    r = b + a.storage_offset()
+    asks = a.is_inference() or b.grad_fn is not None or b.is_leaf is False
+    return r + 1 if asks or a.is_contiguous(memory_format=torch.channels_last) else r - 1
+
+
+def test_the_interpreter_and_the_fx_bridge_read_the_flags_alike():
+    from tracebridge.export import to_graph_module
+
+    base = torch.randn(8)
+    x = base[3:6]
+    for runtime in ("codegen", "interpreter"):
+        traced = tracebridge.trace(_flags_and_offset, (torch.randn(3),), runtime=runtime)
+        torch.testing.assert_close(traced(x), _flags_and_offset(x), rtol=0, atol=0)
+        with pytest.raises(GuardError, match=r"grad_fn is not None"):
+            traced(torch.randn(3, requires_grad=True))
+    module = to_graph_module(tracebridge.trace(_flags_and_offset, (torch.randn(3),)))
+    (got,) = module(x)
+    torch.testing.assert_close(got, _flags_and_offset(x), rtol=0, atol=0)

@@ -32,7 +32,7 @@ from ..ir.analysis import fused_without_autograd
 from ..ir.printer import Printer
 from ..ir.pytree import is_tensor
 from ..source import raised_at, source_line
-from ..trace.capture import capture_again, preserved, state_index
+from ..trace.capture import capture_again, enter_mode, preserved, state_index
 from .compare import NON_DETERMINISM, compare_outputs, fresh, rolled
 from .dims import check_other_sizes
 from .repeated import check_repeated
@@ -391,8 +391,7 @@ def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_m
                 )
 
             with preserved(mod):
-                if mode is not None:
-                    mod.train(mode)
+                enter_mode(mod, mode)
                 for a, k in _check_inputs_list(per_method, (args, kwargs)):
                     label = f"for {alias.get(name, name)}" + (
                         " on the example inputs" if per_method is None else " on a check input"

@@ -41,6 +41,14 @@ def autocast_dtype(device: str) -> torch.dtype:
     return torch._C.get_autocast_dtype(_autocast_device(device))
 
 
+def _has_grad_fn(tensor: torch.Tensor) -> bool:
+    return tensor.grad_fn is not None
+
+
+def _is_contiguous_as(tensor: torch.Tensor, memory_format: torch.memory_format) -> bool:
+    return tensor.is_contiguous(memory_format=memory_format)
+
+
 PRIM_FUNCTIONS = {
     "prim.size": lambda t, d: t.shape[d],
     "prim.numel": lambda t: t.numel(),
@@ -59,10 +67,10 @@ PRIM_FUNCTIONS = {
     "prim.requires_grad": lambda t: t.requires_grad,
     "prim.is_contiguous": lambda t: t.is_contiguous(),
     "prim.storage_offset": lambda t: t.storage_offset(),
-    "prim.is_contiguous_as": lambda t, f: t.is_contiguous(memory_format=f),
+    "prim.is_contiguous_as": _is_contiguous_as,
     "prim.is_inference": lambda t: t.is_inference(),
     "prim.is_leaf": lambda t: t.is_leaf,
-    "prim.has_grad_fn": lambda t: t.grad_fn is not None,
+    "prim.has_grad_fn": _has_grad_fn,
     "prim.is_neg": lambda t: t.is_neg(),
     "prim.is_conj": lambda t: t.is_conj(),
     "prim.inference_mode": torch.is_inference_mode_enabled,

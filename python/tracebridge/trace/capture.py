@@ -361,8 +361,7 @@ def capture_again(
     them)."""
     with preserved(module), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if mode is not None:
-            module.train(mode)
+        enter_mode(module, mode)
         return capture(
             fn,
             args,
@@ -373,6 +372,15 @@ def capture_again(
             strict=strict,
             warned=set(),
         )
+
+
+def enter_mode(module: torch.nn.Module | None, mode: bool | None) -> None:
+    """Put ``module`` in training mode ``mode`` to record or run it (None: as it is). Its
+    own mode leaves it as the user set it, sub-modules included (a model fine-tuned with
+    its batch norms frozen: ``model.train(); model.bn.eval()``); the other mode is set on
+    every sub-module, as ``Module.train`` sets it."""
+    if mode is not None and mode != module.training:
+        module.train(mode)
 
 
 def bound_method(mod: torch.nn.Module, name: str) -> Callable:

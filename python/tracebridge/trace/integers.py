@@ -169,7 +169,8 @@ def stand_ins_in_modules_of(fn: Callable) -> Iterator[None]:
                 setattr(module, name, _STAND_INS[name])
             _bound[key] = _bound.get(key, 0) + 1
     try:
-        yield
+        with math_names_in_modules_of(fn):
+            yield
     finally:
         with _lock:
             for key in bindings:
@@ -182,6 +183,46 @@ def stand_ins_in_modules_of(fn: Callable) -> Iterator[None]:
                     module = sys.modules.get(module_name)
                     if module is not None and vars(module).get(name) is _STAND_INS[name]:
                         delattr(module, name)
+
+
+_math_bound: dict[tuple[str, str], list] = {}  # (module, name) -> [traces, the original]
+
+
+@contextmanager
+def math_names_in_modules_of(fn: Callable) -> Iterator[None]:
+    """``from math import log2`` binds the C function as a global of the module: it reads
+    a traced size's value without asking it, past the ``math.log2`` the trace replaces
+    (trace/patches.py), and ``int(log2(n))`` would be the example's. While the block runs,
+    such a name in the traced code's modules is bound to the traced function, which
+    records a scalar op for a traced number and is ``math``'s own for anything else."""
+    from .patches import _TRACED_MATH, _original_math  # patches imports this module
+
+    by_function = {id(f): name for name, f in _original_math.items()}
+    keys = []
+    with _lock:
+        for module in _modules_of(fn):
+            for global_name, value in list(vars(module).items()):
+                name = by_function.get(id(value))
+                if name is None or value is not _original_math[name]:
+                    continue
+                key = (module.__name__, global_name)
+                entry = _math_bound.setdefault(key, [0, value])
+                if entry[0] == 0:
+                    setattr(module, global_name, _TRACED_MATH[name])
+                entry[0] += 1
+                keys.append(key)
+    try:
+        yield
+    finally:
+        with _lock:
+            for key in keys:
+                entry = _math_bound[key]
+                entry[0] -= 1
+                if entry[0] == 0:
+                    del _math_bound[key]
+                    module = sys.modules.get(key[0])
+                    if module is not None:
+                        setattr(module, key[1], entry[1])
 
 
 def _modules_of(fn: Callable) -> list[types.ModuleType]:
