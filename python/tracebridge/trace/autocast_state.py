@@ -100,10 +100,15 @@ def region_entered(tracer: Tracer, region) -> None:
         enabled, dtype = caller
         agrees = bool(enabled and region._enabled and region.fast_dtype == dtype)
         how = f"torch.autocast({device!r}, dtype={region.fast_dtype}, enabled={region._enabled})"
+        remedy = (
+            "call it under the autocast it was traced under, or trace it outside autocast "
+            "to call it outside"
+            if agrees
+            else f"call it outside autocast for {device!r}"
+        )
         why = (
             f" (the traced code opens {how} here: under another autocast for {device!r} a "
-            "call would cast the ops inside it where eager code does not; call it under "
-            "the autocast it was traced under, or outside autocast)"
+            f"call would cast the ops inside it where eager code does not; {remedy})"
         )
         loc = tracer.location()
         _guard(tracer, "prim.autocast_enabled", device, agrees, why, loc)
