@@ -68,6 +68,22 @@ def test_trace_made_under_autocast_is_right_outside_and_inside(tmp_path, check_t
                 _same(t(x), net(x))  # the caller's autocast applies, as to eager code
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_trace_made_under_autocast_is_right_outside_and_inside(tmp_path):
+    net = _net().cuda()
+    with torch.autocast("cuda", dtype=FP16):
+        traced = tracebridge.trace(net, (torch.randn(3, 4, device="cuda"),))
+    for t in _both(traced, tmp_path):
+        x = torch.randn(5, 4, device="cuda")
+        got, want = t(x), net(x)
+        assert got.dtype == want.dtype == torch.float32
+        torch.testing.assert_close(got, want)
+        with torch.autocast("cuda", dtype=FP16):
+            got, want = t(x), net(x)
+        assert got.dtype == want.dtype == FP16
+        torch.testing.assert_close(got, want)
+
+
 def test_trace_made_under_autocast_records_no_ambient_casts():
     net = _net()
     x = torch.randn(3, 4)
