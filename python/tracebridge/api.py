@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -842,11 +843,31 @@ def trace(
 
             stage("checking")
             # The check compares the recording, not the runtime's rewrites (as_recorded).
-            with as_recorded():
+            with as_recorded(), _callers_autocast_explained():
                 check_function(func, traced, args, kwargs, check_inputs, check_tolerance, strict)
     finally:
         kept.restore()
     return traced
+
+
+@contextlib.contextmanager
+def _callers_autocast_explained():
+    """A check that a guard refuses under the caller's autocast says why: that autocast
+    was set aside while recording (trace/autocast.py), and the code assumes something it
+    changes (a dtype that ``.float()`` gave back, a region of the code's own)."""
+    try:
+        yield
+    except GuardError as exc:
+        if torch._C._is_any_autocast_enabled():
+            exc.add_note(
+                "  tracebridge.trace was called under torch.autocast: the caller's autocast "
+                "is set aside while the code is recorded and applies to the traced ops on "
+                "each call (so that one trace serves calls inside and outside autocast), "
+                "and this code assumes something that autocast changes. Trace it outside "
+                "autocast (the trace then serves calls outside autocast), or open the "
+                "autocast inside the traced function (its casts are then recorded)"
+            )
+        raise
 
 
 # torch.jit.trace's arguments that only TorchScript reads: accepted so that code written
@@ -1193,7 +1214,8 @@ def _trace_module(
             from .check.verify import check_module
 
             stage("checking")
-            with as_recorded():  # the recording, not the runtime's rewrites
+            # the recording, not the runtime's rewrites
+            with as_recorded(), _callers_autocast_explained():
                 check_module(
                     mod,
                     traced,

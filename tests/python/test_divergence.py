@@ -321,6 +321,10 @@ def inference_mode_branch(x):
     return x * 2 if torch.is_inference_mode_enabled() else x - 1
 
 
+def autocast_branch(x):
+    return x * 2 if torch.is_autocast_enabled("cpu") else x - 1
+
+
 def same_size_branch(x, y):
     return x + 1 if x.is_same_size(y) else x - 1
 
@@ -912,6 +916,18 @@ CASES += [  # op-set 8: a tensor's flags and storage offset, the caller's infere
         "`if torch.is_inference_mode_enabled():`, called under `torch.inference_mode()`",
         lambda: Setup(
             inference_mode_branch, (_seeded(3),), (_seeded(3),), context=torch.inference_mode
+        ),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "autocast_branch",
+        '`if torch.is_autocast_enabled("cpu"):`, called under `torch.autocast("cpu")`',
+        lambda: Setup(
+            autocast_branch,
+            (_seeded(3),),
+            (_seeded(3),),
+            context=lambda: torch.autocast("cpu", dtype=torch.bfloat16),
         ),
         jit="wrong",
         tb=("guard", "guard"),

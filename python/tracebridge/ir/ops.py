@@ -57,7 +57,8 @@ from . import ops_schema
 # branches on (prim.is_inference, prim.is_leaf, prim.has_grad_fn, prim.is_neg,
 # prim.is_conj, prim.is_contiguous_as), its storage offset (prim.storage_offset, a traced
 # integer) and the caller's inference mode (prim.inference_mode): each was a constant of
-# the trace before, and a call that differed was served silently. See SINCE.
+# the trace before, and a call that differed was served silently; the caller's autocast
+# as the code reads it (prim.autocast_enabled, prim.autocast_dtype). See SINCE.
 OPSET_VERSION = 8
 
 # --- the op set, by family ----------------------------------------------------------------
@@ -315,7 +316,8 @@ SINCE: dict[str, int] = {
     # op-set 8: tensor flags and the storage offset, read at call time and guarded
     **dict.fromkeys(
         "prim.storage_offset prim.is_inference prim.is_leaf prim.has_grad_fn prim.is_neg "
-        "prim.is_conj prim.is_contiguous_as prim.inference_mode".split(),
+        "prim.is_conj prim.is_contiguous_as prim.inference_mode prim.autocast_enabled "
+        "prim.autocast_dtype".split(),
         8,
     ),
     **dict.fromkeys(
@@ -532,6 +534,8 @@ PRIM_OPS = {
     "prim.is_neg": "whether a tensor's negative bit is set (a lazy negation view)",
     "prim.is_conj": "whether a tensor's conjugate bit is set (a lazy conjugate view)",
     "prim.inference_mode": "whether inference mode is on for this call (the caller's mode)",
+    "prim.autocast_enabled": "whether the caller's autocast is on for a device type",
+    "prim.autocast_dtype": "the dtype of the caller's autocast for a device type",
     "prim.autograd_function": (
         "a custom torch.autograd.Function: runs graph `forward` on the tensors, and graph "
         "`backward` on its `saved` values and the output gradients when autograd asks"
@@ -563,6 +567,8 @@ _PRIM_ARGS: dict[str, tuple] = {
     "prim.is_neg": (("tensor",),),
     "prim.is_conj": (("tensor",),),
     "prim.inference_mode": (),
+    "prim.autocast_enabled": (("str",),),
+    "prim.autocast_dtype": (("str",),),
     "prim.autograd_function": (("tensors",),),
 }
 _PRIM_KWARGS: dict[str, dict] = {
@@ -576,6 +582,9 @@ _PRIM_KWARGS: dict[str, dict] = {
     },
 }
 GUARD_KINDS = ("value", "branch", "loop", "count")
+# The device types whose autocast state torch keeps: the argument of prim.autocast_enabled
+# and prim.autocast_dtype is one of them (a file naming another is refused).
+AUTOCAST_DEVICE_TYPES = tuple("cpu cuda xpu mps hpu xla ipu mtia maia privateuseone".split())
 
 # --- bounded Python arithmetic on traced numbers --------------------------------------------
 # Note: a traced number is a size or an element read with .item(); none is ever outside

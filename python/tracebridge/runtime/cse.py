@@ -48,7 +48,7 @@ from .dead_code import ALIASING, EFFECTS
 _NOT_PURE = frozenset(
     """prim.guard prim.state prim.grad_enabled prim.requires_grad prim.autograd_function
     set_grad_enabled prim.inference_mode prim.is_inference prim.is_leaf prim.has_grad_fn
-    prim.is_neg prim.is_conj""".split()
+    prim.is_neg prim.is_conj prim.autocast_enabled prim.autocast_dtype""".split()
 )
 # Ops that may return a view of any of their tensor arguments, not only the first.
 _MAY_VIEW_ANY = frozenset({"einsum", "broadcast_tensors", "meshgrid", "prim.autograd_function"})

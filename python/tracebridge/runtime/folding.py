@@ -52,7 +52,7 @@ from ..ir.program import Value
 _DYNAMIC_PRIMS = frozenset(
     """prim.guard prim.grad_enabled prim.requires_grad prim.autograd_function
     prim.inference_mode prim.is_inference prim.is_leaf prim.has_grad_fn prim.is_neg
-    prim.is_conj""".split()
+    prim.is_conj prim.autocast_enabled prim.autocast_dtype""".split()
 )
 # Ops whose result may be their first argument or share its memory (so a write through
 # the result would change a folded tensor).

@@ -113,7 +113,7 @@ SHAPE_FUNCTIONS = (
 _UNKEYED = frozenset(
     """prim.grad_enabled prim.requires_grad prim.autograd_function prim.inference_mode
     prim.is_inference prim.is_leaf prim.has_grad_fn prim.is_neg prim.is_conj
-    prim.storage_offset""".split()
+    prim.storage_offset prim.autocast_enabled prim.autocast_dtype""".split()
 )
 # In-place ops that change a tensor's sizes: a key read at the first guard would not
 # be the sizes a node read where it stood.

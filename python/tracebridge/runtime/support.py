@@ -16,6 +16,30 @@ from ..ir.program import AUTOGRAD_FUNCTION
 from . import checked_ops, checked_views, torchvision_ops
 from .checked_ops7 import CHECKED_SINCE_7
 
+# The device types whose autocast a graph may read: a file naming another is refused, not
+# passed on to torch.
+AUTOCAST_DEVICES = frozenset(opset.AUTOCAST_DEVICE_TYPES)
+
+
+def _autocast_device(device):
+    """``device``, a device type whose autocast ``prim.autocast_*`` may read."""
+    if device not in AUTOCAST_DEVICES:
+        raise ArtifactError(
+            f"prim.autocast_enabled/prim.autocast_dtype: {device!r} is not a device type "
+            f"autocast has; one of {sorted(AUTOCAST_DEVICES)}"
+        )
+    return device
+
+
+def autocast_enabled(device: str) -> bool:
+    """``prim.autocast_enabled``: whether the caller's autocast is on for ``device``."""
+    return torch._C.is_autocast_enabled(_autocast_device(device))
+
+
+def autocast_dtype(device: str) -> torch.dtype:
+    """``prim.autocast_dtype``: the dtype of the caller's autocast for ``device``."""
+    return torch._C.get_autocast_dtype(_autocast_device(device))
+
 
 def _has_grad_fn(tensor: torch.Tensor) -> bool:
     return tensor.grad_fn is not None
@@ -50,6 +74,8 @@ PRIM_FUNCTIONS = {
     "prim.is_neg": lambda t: t.is_neg(),
     "prim.is_conj": lambda t: t.is_conj(),
     "prim.inference_mode": torch.is_inference_mode_enabled,
+    "prim.autocast_enabled": autocast_enabled,
+    "prim.autocast_dtype": autocast_dtype,
 }
 
 

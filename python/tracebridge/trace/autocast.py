@@ -15,17 +15,33 @@ different result dtype, or an error (``linear`` of bfloat16 and float32 inputs),
 autocast cast the inputs. Ops whose result dtype is the natural one are left as recorded,
 so an op that mixes dtypes by design (``batch_norm`` of a bfloat16 input with float32
 weights) keeps its float32 weights, as under autocast.
+
+Note: the caller's autocast is not the code's. An autocast region open around
+``tracebridge.trace`` (an inference script's ``with torch.autocast(...)``) belongs to the
+call, not to the traced code: its casts baked into the graph would serve every later call
+in its dtype, and a call outside autocast would return bfloat16 where eager returns
+float32. So it is set aside while the code is recorded (:func:`set_aside`): the graph holds
+the uncast ops, as a trace made outside autocast does, and on each call the caller's
+autocast applies to them, as to eager code (the runtime runs a call under autocast as
+traced: runtime/folding.py ``_autocast``). One file is then right inside and outside
+autocast. What the code reads of the caller's autocast (``torch.is_autocast_enabled``,
+``torch.get_autocast_dtype``) answers as the caller's region would, and is guarded
+(trace/autocast_state.py); a region the code opens itself is made explicit as casts
+(above), and the caller's autocast for its device is guarded to be one that would not
+cast its ops again otherwise.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils._pytree import tree_map
 
 from ..ir import pytree
+from ..ir.ops import AUTOCAST_DEVICE_TYPES
 from ..ir.program import DTYPE_NAMES, Ref
 
 if TYPE_CHECKING:  # the tracer imports this module
@@ -126,9 +142,7 @@ def _fails_without_autocast(func, args: tuple, kwargs: dict) -> bool:
         stack.enter_context(torch._C.DisableTorchFunction())
         stack.enter_context(torch.no_grad())
         stack.enter_context(torch.random.fork_rng(devices=cuda))
-        for device in _AUTOCAST_DEVICES:
-            if torch.is_autocast_enabled(device):
-                stack.enter_context(torch.autocast(device, enabled=False))
+        stack.enter_context(_switched_off())
         try:
             func(*copies[0], **copies[1])
         except Exception:  # noqa: BLE001 - any failure: only autocast made it run
@@ -137,8 +151,61 @@ def _fails_without_autocast(func, args: tuple, kwargs: dict) -> bool:
 
 
 # The device types whose autocast a trace may run under (``torch.is_autocast_enabled``
-# takes a device type since torch 2.4).
-_AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps")
+# takes a device type since torch 2.4); prim.autocast_enabled reads no other.
+_AUTOCAST_DEVICES = AUTOCAST_DEVICE_TYPES
+
+# torch's own functions, not the ones the tracer patches in for the user's code.
+_is_enabled = torch._C.is_autocast_enabled
+_dtype_of = torch._C.get_autocast_dtype
+_set_enabled = torch._C.set_autocast_enabled
+
+
+def state() -> dict[str, tuple[bool, torch.dtype]]:
+    """The autocast state of this thread: per device type, (enabled, dtype)."""
+    return {d: (_is_enabled(d), _dtype_of(d)) for d in _AUTOCAST_DEVICES}
+
+
+@contextlib.contextmanager
+def _switched_off():
+    """Autocast off for every device type, put back after. Not ``torch.autocast``: the
+    tracer watches that class for the regions the traced code opens."""
+    enabled = [d for d in _AUTOCAST_DEVICES if _is_enabled(d)]
+    for device in enabled:
+        _set_enabled(device, False)
+    try:
+        yield
+    finally:
+        for device in enabled:
+            _set_enabled(device, True)
+
+
+class _Callers(threading.local):
+    def __init__(self):
+        self.stack: list[dict[str, tuple[bool, torch.dtype]]] = []
+
+
+_callers = _Callers()  # per thread: the caller's autocast of each recording in progress
+
+
+@contextlib.contextmanager
+def set_aside():
+    """Record without the caller's autocast (see the module's second note); the state
+    it had stays readable through :func:`callers`."""
+    outer = _callers.stack[0] if _callers.stack else state()
+    _callers.stack.append(outer)  # a nested recording answers for the same caller
+    try:
+        with _switched_off():
+            yield
+    finally:
+        _callers.stack.pop()
+
+
+def callers(device: str) -> tuple[bool, torch.dtype] | None:
+    """The caller's autocast for ``device`` while a recording set it aside (None for a
+    device type autocast does not know, or outside a recording)."""
+    if not _callers.stack:
+        return None
+    return _callers.stack[0].get(device)
 
 
 def _cast(tracer: Tracer, arg: Any, encoded: Any, target: torch.dtype, loc: str | None) -> Any:

@@ -23,7 +23,7 @@ import torch
 
 from ..errors import UnsupportedOpError
 from ..source import called_from_user_code as _called_from_user_code
-from . import helpers, library
+from . import autocast_state, helpers, library, python_random
 from .integers import traced_index
 from .numbers import _Traced
 
@@ -242,6 +242,67 @@ def _inference_exit(self, *exc_info):
         active[-1]._on_set_grad_enabled(_no_switch, _original_is_grad_enabled())
         active[-1].inference_blocks -= 1
     return result
+
+
+# --- the caller's autocast ----------------------------------------------------------------
+# What the user's code reads of it is guarded; the regions the code opens guard the
+# caller's autocast for their device (trace/autocast_state.py). torch reads the state for
+# itself (in ``torch.autocast.__enter__``): that read stays torch's.
+
+_original_is_autocast_enabled = torch.is_autocast_enabled
+_original_get_autocast_dtype = torch.get_autocast_dtype
+_original_autocast_enter = torch.amp.autocast_mode.autocast.__enter__
+_original_autocast_exit = torch.amp.autocast_mode.autocast.__exit__
+
+
+def _device_type(args: tuple, kwargs: dict, default: str) -> str:
+    return args[0] if args else kwargs.get("device_type", default)
+
+
+def _traced_is_autocast_enabled(*args, **kwargs) -> bool:
+    real = _original_is_autocast_enabled(*args, **kwargs)  # no device type: CUDA's
+    active = _tracers.stack
+    if active and _called_from_user_code():
+        return autocast_state.read_enabled(active[-1], _device_type(args, kwargs, "cuda"), real)
+    return real
+
+
+def _traced_get_autocast_dtype(*args, **kwargs) -> torch.dtype:
+    real = _original_get_autocast_dtype(*args, **kwargs)
+    active = _tracers.stack
+    if active and _called_from_user_code():
+        return autocast_state.read_dtype(active[-1], _device_type(args, kwargs, "cuda"), real)
+    return real
+
+
+def _autocast_read(original, read, device: str):
+    """The older per-device reads (``torch.is_autocast_cpu_enabled()``...), guarded alike."""
+
+    def traced():
+        real = original()
+        active = _tracers.stack
+        if active and _called_from_user_code():
+            return read(active[-1], device, real)
+        return real
+
+    traced.__name__ = original.__name__
+    traced.__doc__ = original.__doc__
+    return traced
+
+
+def _autocast_enter(self):
+    result = _original_autocast_enter(self)
+    active = _tracers.stack
+    if active and not torch._jit_internal.is_scripting():
+        autocast_state.region_entered(active[-1], self)
+    return result
+
+
+def _autocast_exit(self, *exc_info):
+    active = _tracers.stack
+    if active and not torch._jit_internal.is_scripting():
+        autocast_state.region_left(active[-1], self)
+    return _original_autocast_exit(self, *exc_info)
 
 
 # --- TorchScript called from traced code ----------------------------------------------------
@@ -466,6 +527,16 @@ for _name in _MATH_OPS:
     BUILTIN_PATCHES.add(math, _name, _TRACED_MATH[_name])
 BUILTIN_PATCHES.add(torch, "is_grad_enabled", _traced_is_grad_enabled)
 BUILTIN_PATCHES.add(torch, "is_inference_mode_enabled", _traced_is_inference_mode_enabled)
+BUILTIN_PATCHES.add(torch, "is_autocast_enabled", _traced_is_autocast_enabled)
+BUILTIN_PATCHES.add(torch, "get_autocast_dtype", _traced_get_autocast_dtype)
+for _name, _read, _device in (
+    ("is_autocast_cpu_enabled", autocast_state.read_enabled, "cpu"),
+    ("get_autocast_cpu_dtype", autocast_state.read_dtype, "cpu"),
+    ("get_autocast_gpu_dtype", autocast_state.read_dtype, "cuda"),
+):
+    BUILTIN_PATCHES.add(torch, _name, _autocast_read(getattr(torch, _name), _read, _device))
+BUILTIN_PATCHES.add(torch.amp.autocast_mode.autocast, "__enter__", _autocast_enter)
+BUILTIN_PATCHES.add(torch.amp.autocast_mode.autocast, "__exit__", _autocast_exit)
 BUILTIN_PATCHES.add(torch, "Size", _traced_size)
 BUILTIN_PATCHES.add(torch.inference_mode, "__enter__", _inference_enter)
 BUILTIN_PATCHES.add(torch.inference_mode, "__exit__", _inference_exit)
@@ -487,6 +558,8 @@ BUILTIN_PATCHES.add(torch.Tensor, "__hash__", _traced_tensor_hash)
 BUILTIN_PATCHES.hooks.append(library.patch)  # torch.jit.is_tracing & co
 BUILTIN_PATCHES.hooks.append(_size_pickling)  # a torch.Size pickles while the stand-in is in
 BUILTIN_PATCHES.hooks.append(helpers.patch)  # transformers' torch_int, torch_float
+# Python's random: numbers drawn while tracing refuse to be used (trace/python_random.py)
+BUILTIN_PATCHES.hooks.append(python_random.patcher(lambda: bool(_tracers.stack)))
 
 
 @contextlib.contextmanager

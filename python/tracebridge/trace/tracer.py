@@ -63,6 +63,10 @@ class Tracer(Dispatcher, Conversions, LibraryHandlers, InPlace, NoOps, Recorder)
         self._grad_depth = 0
         # torch.inference_mode() blocks of the traced code entered and not left (patches.py)
         self.inference_blocks = 0
+        # torch.autocast regions of the traced code open now, by device type, and the
+        # guards on the caller's autocast made so far (trace/autocast_state.py)
+        self.autocast_regions: list[str] = []
+        self.autocast_guards: set = set()
         self.caches_used: list = []  # functools caches a size went through (trace/caches.py)
         self._tensor_hashes: dict[int, tuple] = {}  # tensors in functools cache keys
         self._facts_init()  # what is known of values on every call (trace/noops.py)
