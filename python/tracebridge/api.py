@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import os
@@ -34,6 +33,7 @@ from .runtime import Method, torchvision_ops
 from .runtime.method import Specialised, as_recorded, for_mode, guards_active
 from .runtime.shapes import symbolize
 from .runtime.transaction import state_replaced, transactional
+from .trace import autocast
 from .trace.capture import bound_method as _bound
 from .trace.capture import (
     capture,
@@ -709,7 +709,15 @@ def _with_progress(fn):
         if isinstance(func, nn.Module):
             what = type(func).__name__
         with track(f"tracing {what}", progress=progress), numpy_rng_kept():
-            return fn(func, *args, progress=progress, **kwargs)
+            try:
+                return fn(func, *args, progress=progress, **kwargs)
+            except GuardError:
+                if autocast.keeping() or not torch._C._is_any_autocast_enabled():
+                    raise
+            # The code assumes what the caller's autocast changes (a dtype that
+            # ``.float()`` gave back): traced again in that autocast, for calls under it.
+            with autocast.kept():
+                return fn(func, *args, progress=progress, **kwargs)
 
     return run
 
@@ -843,31 +851,11 @@ def trace(
 
             stage("checking")
             # The check compares the recording, not the runtime's rewrites (as_recorded).
-            with as_recorded(), _callers_autocast_explained():
+            with as_recorded():
                 check_function(func, traced, args, kwargs, check_inputs, check_tolerance, strict)
     finally:
         kept.restore()
     return traced
-
-
-@contextlib.contextmanager
-def _callers_autocast_explained():
-    """A check that a guard refuses under the caller's autocast says why: that autocast
-    was set aside while recording (trace/autocast.py), and the code assumes something it
-    changes (a dtype that ``.float()`` gave back, a region of the code's own)."""
-    try:
-        yield
-    except GuardError as exc:
-        if torch._C._is_any_autocast_enabled():
-            exc.add_note(
-                "  tracebridge.trace was called under torch.autocast: the caller's autocast "
-                "is set aside while the code is recorded and applies to the traced ops on "
-                "each call (so that one trace serves calls inside and outside autocast), "
-                "and this code assumes something that autocast changes. Trace it outside "
-                "autocast (the trace then serves calls outside autocast), or open the "
-                "autocast inside the traced function (its casts are then recorded)"
-            )
-        raise
 
 
 # torch.jit.trace's arguments that only TorchScript reads: accepted so that code written
@@ -1214,8 +1202,7 @@ def _trace_module(
             from .check.verify import check_module
 
             stage("checking")
-            # the recording, not the runtime's rewrites
-            with as_recorded(), _callers_autocast_explained():
+            with as_recorded():  # the recording, not the runtime's rewrites
                 check_module(
                     mod,
                     traced,

@@ -218,15 +218,25 @@ def test_region_that_agrees_with_the_callers_autocast_serves_it(tmp_path):
             t(x)
 
 
-def test_trace_under_autocast_of_code_that_autocast_breaks_says_why():
+def test_code_that_autocast_changes_is_traced_in_the_callers_autocast(tmp_path):
+    """``.float()`` gave back its float32 input when recorded without autocast, and under
+    it converts a bfloat16 one: such code is traced again in the caller's autocast, its
+    casts in the graph, for calls under that autocast only (a GuardError says so)."""
     lin = nn.Linear(4, 4)
 
     def f(x):
-        return lin(x).float() * 2  # .float() gave back its float32 input when recorded
+        return lin(x).float() * 2
 
-    with _autocast(BF16), pytest.raises(GuardError) as info:
-        tracebridge.trace(f, (torch.randn(3, 4),))
-    assert "called under torch.autocast" in "\n".join(info.value.__notes__)
+    with _autocast(BF16):
+        traced = tracebridge.trace(f, (torch.randn(3, 4),))
+    for t in _both(traced, tmp_path):
+        x = torch.randn(5, 4)
+        with _autocast(BF16):
+            _same(t(x), f(x))
+        with pytest.raises(GuardError, match=r"tracebridge.trace ran under this autocast"):
+            t(x)
+        with _autocast(FP16), pytest.raises(GuardError, match=r"get_autocast_dtype"):
+            t(x)
 
 
 # --- the new prims -------------------------------------------------------------------------

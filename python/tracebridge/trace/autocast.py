@@ -28,7 +28,10 @@ autocast. What the code reads of the caller's autocast (``torch.is_autocast_enab
 ``torch.get_autocast_dtype``) answers as the caller's region would, and is guarded
 (trace/autocast_state.py); a region the code opens itself is made explicit as casts
 (above), and the caller's autocast for its device is guarded to be one that would not
-cast its ops again otherwise.
+cast its ops again otherwise. Code that assumes what autocast changes (``.float()`` gave
+its float32 input back when recorded without it) fails the check of such a recording:
+``trace`` then records it in the caller's autocast (:func:`kept`), its casts explicit,
+guarded to be called under that autocast only.
 """
 
 from __future__ import annotations
@@ -182,6 +185,7 @@ def _switched_off():
 class _Callers(threading.local):
     def __init__(self):
         self.stack: list[dict[str, tuple[bool, torch.dtype]]] = []
+        self.kept = False  # record in the caller's autocast (:func:`kept`)
 
 
 _callers = _Callers()  # per thread: the caller's autocast of each recording in progress
@@ -190,7 +194,10 @@ _callers = _Callers()  # per thread: the caller's autocast of each recording in 
 @contextlib.contextmanager
 def set_aside():
     """Record without the caller's autocast (see the module's second note); the state
-    it had stays readable through :func:`callers`."""
+    it had stays readable through :func:`callers`. Inside :func:`kept`, record in it."""
+    if _callers.kept:
+        yield
+        return
     outer = _callers.stack[0] if _callers.stack else state()
     _callers.stack.append(outer)  # a nested recording answers for the same caller
     try:
@@ -198,6 +205,26 @@ def set_aside():
             yield
     finally:
         _callers.stack.pop()
+
+
+@contextlib.contextmanager
+def kept():
+    """Record in the caller's autocast, its casts explicit in the graph, and guard on each
+    call that the caller's autocast is the same (trace/autocast_state.py,
+    ``ambient_guards``): for code that autocast changes in a way a trace made without it
+    cannot follow (``x.float()`` gave ``x`` back when traced, and under autocast it
+    converts a bfloat16 ``x``). Such a trace serves calls under that autocast only."""
+    before = _callers.kept
+    _callers.kept = True
+    try:
+        yield
+    finally:
+        _callers.kept = before
+
+
+def keeping() -> bool:
+    """Whether recordings now keep the caller's autocast (:func:`kept`)."""
+    return _callers.kept
 
 
 def callers(device: str) -> tuple[bool, torch.dtype] | None:

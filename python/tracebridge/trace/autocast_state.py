@@ -92,6 +92,25 @@ def read_dtype(tracer: Tracer, device: str, real: torch.dtype) -> torch.dtype:
     return caller[1]
 
 
+def ambient_guards(tracer: Tracer) -> None:
+    """In a recording that keeps the caller's autocast (autocast.py, ``kept``), guard at
+    the start of the graph that the caller's autocast is, on every call, what it is now
+    for each device type it is on for: the graph holds its casts."""
+    if not autocast.keeping():
+        return
+    for device, (enabled, dtype) in autocast.state().items():
+        if not enabled:
+            continue
+        why = (
+            " (tracebridge.trace ran under this autocast, and the code assumes what it "
+            "changes, so its casts are in the trace: call it under "
+            f"torch.autocast({device!r}, dtype={dtype}), or trace it outside autocast to "
+            "call it outside)"
+        )
+        _guard(tracer, "prim.autocast_enabled", device, True, why, None)
+        _guard(tracer, "prim.autocast_dtype", device, dtype, why, None)
+
+
 def region_entered(tracer: Tracer, region) -> None:
     """The traced code entered ``region`` (a ``torch.autocast``), already in force."""
     device = region.device

@@ -20,7 +20,7 @@ from ..errors import TraceError, TracerWarning
 from ..ir import Graph, StateEntry, pytree
 from ..ir.pytree import is_tensor
 from ..source import raised_at, source_line
-from . import autocast, caches, own_hooks
+from . import autocast, autocast_state, caches, own_hooks
 from .integers import stand_ins_in_modules_of
 from .numbers import number_given_for_tensor
 from .tracer import SymFloat, SymInt, Tracer, recording
@@ -259,6 +259,7 @@ def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: boo
     graph = tracer.graph
     # The caller's autocast is set aside: see trace/autocast.py's second note.
     with autocast.set_aside(), recording(tracer), stand_ins_in_modules_of(fn):
+        autocast_state.ambient_guards(tracer)
         try:
             result = fn(*args, **kwargs)
         except TypeError as exc:
