@@ -232,3 +232,24 @@ def test_a_write_into_an_input_keeps_repeats_of_made_values():
 
     code = _no_grad_code(fn, (torch.randn(2, 4), torch.randn(2, 4)))
     assert code.count("# exp,") == 1
+
+
+def reshapes_the_second(a, b):
+    b.unsqueeze_(0)  # reshapes a too where a is b
+    return a.new_zeros(a.shape) + 1
+
+
+@pytest.mark.parametrize("runtime", ["codegen", "interpreter"])
+def test_one_tensor_passed_twice_to_a_graph_that_reshapes_it_in_place(runtime, tmp_path):
+    x = torch.randn(2, 4)
+    traced = tracebridge.trace(reshapes_the_second, (x, x.clone()), check_trace=False)
+    for runner in (traced, loaded(traced, tmp_path, runtime=runtime)):
+        for grad in (True, False):
+            with torch.set_grad_enabled(grad):
+                z = torch.randn(2, 4)
+                with pytest.raises(tracebridge.TraceError, match="same tensor object"):
+                    runner(z, z)
+                a, b = torch.randn(2, 4), torch.randn(2, 4)
+                want = reshapes_the_second(a.clone(), b.clone())
+                got = runner(a, b)
+                assert torch.equal(got, want) and b.shape == (1, 2, 4)
