@@ -149,10 +149,31 @@ class ConvNormInnerWrite(nn.Module):
         return self.norm(c)
 
 
+class LinearWeightWritten(nn.Module):
+    """A linear's transposed weight (folded for calls without autograd: runtime/linear_2d.py)
+    read again after a write into an input that is the weight; and a second linear of the
+    same input (runtime/concat_linear.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = nn.Linear(4, 4)
+        self.second = nn.Linear(4, 4)
+
+    def forward(self, x, y):
+        a = self.first(x)
+        y.mul_(2)
+        return self.first(x) + a + self.second(x)
+
+
 MODULE_CASES = {
     "buffer-as-input": (BufferWritten, [(2, 4)], lambda m: (m.buf,)),
     "view-of-parameter": (InputWritten, [(2, 4)], lambda m: (m.w.detach().view(2, 4),)),
     "buffer-passed-in": (BufferPassedIn, [(4,)], lambda m: (m.b,)),
+    "linear-weight": (
+        LinearWeightWritten,
+        [(3, 4), (4, 4)],
+        lambda m: (torch.ones(3, 4), m.first.weight),
+    ),
     "memo-block": (SizedFromState, [(3, 4), (4,)], lambda m: (torch.ones((3, 4)), m.inv)),
     "conv-norm-write-between": (
         lambda: ConvNorm(True).eval(),
