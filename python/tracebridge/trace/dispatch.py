@@ -151,7 +151,7 @@ class Dispatcher:
     def dispatch(self, func, args: tuple, kwargs: dict):
         """Record, descend into or refuse one call (the module's invariant); a call the
         traced code made itself (not one made inside another) that raises is remembered
-        (:meth:`failed_calls`)."""
+        (``failed_calls``: trace/capture.py refuses a trace whose code caught one)."""
         if self._dispatch_depth:
             return self._dispatch(func, args, kwargs)
         self._dispatch_depth += 1
