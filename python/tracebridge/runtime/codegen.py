@@ -127,6 +127,7 @@ _HELPERS = {
     "_getattr": getattr,
     "_KIND": support.DTYPE_KIND,
     "_bad_input": support.bad_input,
+    "_not_repeated": support.check_not_repeated,
     "_raise_guard": support.raise_guard,
     "_check_count": support.check_count,
     "_is_grad_enabled": torch.is_grad_enabled,
@@ -530,6 +531,13 @@ class CodeGen:
             fail = _call("_bad_input", ast.Constant(index), _name("_graph"), _name(param))
             self.helper("_bad_input")
             self.emit(ast.If(test, [ast.Expr(fail)], []))
+        reshaped = support.reshaped_inputs(self.graph)
+        if reshaped:  # one tensor passed twice would change shape under both names
+            self.globals["_reshaped"] = reshaped
+            leaves = ast.Tuple([_name(p) for p in params], ast.Load())
+            self.helper("_not_repeated")
+            check = _call("_not_repeated", _name("_graph"), leaves, _name("_reshaped"))
+            self.emit(ast.Expr(check))
 
     def node(self, index: int, node: Node) -> None:
         self._where = f"{self.name}: node {index} ({node.op})"

@@ -18,6 +18,8 @@ Note: common subexpressions, as ``torch.jit`` eliminates them.
   * no tensor it reads, and no tensor its results may share memory with, is ever written in
     place in the graph (through any view: the alias groups of runtime/dead_code.py, where
     an op that may return a view of any of its tensors, ``einsum`` included, joins them);
+    where the graph may write an input or state, every input and state value is one group
+    (the caller may pass them sharing memory: runtime/caller_memory.py);
   * its results are not returned by the graph (a caller would get one tensor twice where
     the trace returned two).
 
@@ -41,6 +43,7 @@ from ..ir import Graph, Node, Ref, refs_in
 from ..ir import ops as opset
 from ..ir.analysis import output_ids
 from ..ir.program import fold_literal, map_literal
+from . import caller_memory
 from .dead_code import ALIASING, EFFECTS
 
 # Structural ops whose results are not a function of their arguments' values at that point
@@ -51,7 +54,7 @@ _NOT_PURE = frozenset(
     prim.is_neg prim.is_conj prim.autocast_enabled prim.autocast_dtype""".split()
 )
 # Ops that may return a view of any of their tensor arguments, not only the first.
-_MAY_VIEW_ANY = frozenset({"einsum", "broadcast_tensors", "meshgrid", "prim.autograd_function"})
+_MAY_VIEW_ANY = caller_memory.MAY_VIEW_ANY
 
 
 def grad_stays_off(graph: Graph) -> bool:
@@ -98,9 +101,7 @@ class _Groups:
 
 # In-place ops that change a tensor's sizes and strides, never an element: the tensor they
 # are given is another value after them, but nothing that shares its memory changes.
-_RESHAPED_IN_PLACE = frozenset(
-    "Tensor.unsqueeze_ Tensor.squeeze_ Tensor.t_ Tensor.transpose_".split()
-)
+_RESHAPED_IN_PLACE = caller_memory.RESHAPED_IN_PLACE
 
 
 def _written_groups(graph: Graph) -> tuple[_Groups, set[int]]:
@@ -141,7 +142,24 @@ def _aliases(graph: Graph) -> tuple[_Groups, set[int], set[int]]:
             continue  # reads sizes and types only (runtime/size_checks.py)
         elif node.op in EFFECTS or node.op == "prim.autograd_function" or info is None:
             writes.extend(r.id for r in refs)  # running statistics, max_norm, unknown
+    _join_outside(graph, groups, reshaped)
     return groups, {groups.find(v) for v in writes}, reshaped
+
+
+def _join_outside(graph: Graph, groups: _Groups, reshaped: set[int]) -> None:
+    """Put every input and state value in one alias group where the graph may write any of
+    them (runtime/caller_memory.py): the caller may pass them sharing memory (``f(z, z)``,
+    overlapping views, a view of a parameter), so a read of any before the write is not a
+    read after it. Graphs that write no input and no state keep their groups and all their
+    repeats. A reshape in place of one reshapes the others where they are the same tensor
+    object (``f(z, z)``): all of them are counted reshaped."""
+    outside = caller_memory.outside_ids(graph)
+    if any(v in reshaped for v in outside):
+        reshaped.update(outside)
+    if not caller_memory.writers(graph):
+        return
+    for value_id in outside[1:]:
+        groups.join(value_id, outside[0])
 
 
 def _key(obj):

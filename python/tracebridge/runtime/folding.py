@@ -46,6 +46,7 @@ from ..ir import Graph, Node, Ref, pytree, refs_in
 from ..ir import ops as opset
 from ..ir.analysis import output_ids, state_reads
 from ..ir.program import Value
+from . import caller_memory
 
 # Structural ops that read something other than their arguments' values (the caller's
 # grad mode, a flag that changes without a version) or that decide: never static.
@@ -69,6 +70,29 @@ _ALIASING = frozenset(
     feature_alpha_dropout Tensor.reshape_as hsplit vsplit dsplit as_tensor positive
     Tensor.cfloat Tensor.cdouble""".split()
 )
+
+
+def _static_at(node: Node, index: int, barrier: int, static: set[int], refs: list) -> bool:
+    """Whether node ``index`` of a graph is static: a read of state, or an op that may be
+    static on static values only, standing before ``barrier``, the first node that may
+    write an input or state (runtime/caller_memory.py). Past it, state may have changed
+    during the call (a buffer passed as an input and written), and a value made from it at
+    the call's start would be a stale one."""
+    if node.op == "prim.state":
+        return True
+    return index < barrier and _may_be_static(node) and all(r.id in static for r in refs)
+
+
+def static_ids(graph: Graph) -> set[int]:
+    """The ids of the values of ``graph`` computed from literals and state alone, before
+    any write into memory the caller gives (:func:`_static_at`): those :func:`plan` may
+    fold."""
+    barrier = caller_memory.first_write(graph)
+    static: set[int] = set()
+    for index, node in enumerate(graph.nodes):
+        if _static_at(node, index, barrier, static, refs_in((node.args, node.kwargs))):
+            static.update(v.id for v in node.outputs)
+    return static
 
 
 @dataclass
@@ -116,14 +140,15 @@ def plan(graph: Graph, guards: bool = True, grad_off: bool = False) -> FoldPlan 
     aliases: set[int] = set()  # static values and the values that may share their memory
     indices = []
     checks = []  # guards on static values: checked with the state's values
+    barrier = caller_memory.first_write(graph)
     for index, node in enumerate(graph.nodes):
         refs = refs_in((node.args, node.kwargs))
         first = node.args[0] if node.args else None
         if node.op == "prim.guard":
-            if guards and refs and all(r.id in static for r in refs):
+            if guards and refs and all(r.id in static for r in refs) and index < barrier:
                 checks.append(index)
             continue
-        if node.op == "prim.state" or (_may_be_static(node) and all(r.id in static for r in refs)):
+        if _static_at(node, index, barrier, static, refs):
             static.update(v.id for v in node.outputs)
             aliases.update(v.id for v in node.outputs)
             indices.append(index)
@@ -408,7 +433,13 @@ def fuse_conv_bn(graph: Graph, state_names: Collection[str] | None = None) -> Gr
     ``state_names`` (the state's names, where known): a batch norm of a model's own
     buffers (``F.batch_norm(y, self.mean, self.var, ...)``) writes them in training mode
     at the same version, and the fold, kept by versions, would outlive the write
-    (:func:`counters_of`)."""
+    (:func:`counters_of`).
+
+    Nor where a node between the two may write (a tensor the convolution reads may share
+    memory with what it writes: an input passed twice), as the convolution runs where its
+    norm stood. The new weights are static only before the first write into an input or
+    state (:func:`plan`): after one, they are computed where the norm stood, from the
+    state as it is then."""
     producers = {v.id: i for i, n in enumerate(graph.nodes) for v in n.outputs}
     state_ids = {v.id for n in graph.nodes if n.op == "prim.state" for v in n.outputs}
     state_of = state_reads(graph)
@@ -453,6 +484,8 @@ def fuse_conv_bn(graph: Graph, state_names: Collection[str] | None = None) -> Gr
             )
         ):
             continue
+        if any(caller_memory.stores(graph.nodes[i]) for i in range(conv_index + 1, index)):
+            continue  # the convolution would read its input after a write it came before
         pairs[conv_index] = index
     if pairs:
         decide = values_that_decide(graph)

@@ -33,6 +33,7 @@ class Interpreter:
         self.slots = slots
         self.guards = guards
         self.callables = {}  # id(node) -> its function, resolved once
+        self.reshaped = support.reshaped_inputs(graph)  # inputs never to be passed twice
         for index, node in enumerate(graph.nodes):
             if node.op == "prim.state":
                 if not node.args or not isinstance(node.args[0], str) or node.args[0] not in slots:
@@ -45,6 +46,8 @@ class Interpreter:
 
     def __call__(self, *inputs):
         support.check_inputs(self.graph, inputs)
+        if self.reshaped:
+            support.check_not_repeated(self.graph, inputs, self.reshaped)
         env = {value.id: leaf for value, leaf in zip(self.graph.inputs, inputs)}
         grad_mode = torch.is_grad_enabled()  # the graph may switch it (torch.no_grad())
         try:

@@ -50,6 +50,7 @@ import torch
 from ..ir import Graph, Node, Ref, refs_in
 from ..ir import ops as opset
 from ..ir.analysis import output_ids
+from . import caller_memory
 from .folding import (
     _ALIASING,
     _autocast,
@@ -57,6 +58,7 @@ from .folding import (
     _function_modes,
     _may_be_static,
     made_normal,
+    static_ids,
 )
 
 # Scalar kinds whose values are exact keys: equal means interchangeable (not floats).
@@ -82,26 +84,16 @@ def _sized_candidate(node: Node) -> bool:
     return _may_be_static(node) and not (wants_grad is not False and "requires_grad" in node.kwargs)
 
 
-def _static_ids(graph: Graph) -> set[int]:
-    """Values of literals and state only (folding's rule): runtime/folding.py's part."""
-    static: set[int] = set()
-    for node in graph.nodes:
-        refs = refs_in((node.args, node.kwargs))
-        if node.op == "prim.state" or (_may_be_static(node) and all(r.id in static for r in refs)):
-            static.update(v.id for v in node.outputs)
-    return static
-
-
 def _state_like(graph: Graph, folded: bool, static: set[int] | None = None) -> set[int]:
     """Tensors a block may take as keys by identity: state, and (where the graph's static
     part is folded, ``folded``) the tensors computed from literals and state alone, which
     the folded function gives as the same objects until the state changes (timm's position
     table resampled to the image's size: ``interpolate(pos_embed, size=(h, w))``); ``static``:
-    :func:`_static_ids` of ``graph`` where the caller has it already."""
+    :func:`~.folding.static_ids` of ``graph`` where the caller has it already."""
     state = {v.id for n in graph.nodes if n.op == "prim.state" for v in n.outputs}
     if folded:
         kinds = {v.id: v.kind for n in graph.nodes for v in n.outputs}
-        static = _static_ids(graph) if static is None else static
+        static = static_ids(graph) if static is None else static
         state |= {v for v in static if kinds.get(v) == "Tensor"}
     return state
 
@@ -117,8 +109,10 @@ def _find_runs(
     kinds = {v.id: v.kind for v in graph.inputs}
     kinds.update({v.id: v.kind for n in graph.nodes for v in n.outputs})
     defined_at = {v.id: index for index, n in enumerate(graph.nodes) for v in n.outputs}
-    static = _static_ids(graph)
+    static = static_ids(graph)
     state = _state_like(graph, folded, static)
+    # An input may share memory with state (a buffer passed in): its write may be one.
+    writes_caller_memory = set(caller_memory.writers(graph))
     sized: set[int] = set()
     aliases: set[int] = set()  # sized tensors and what may share their memory
     runs: list[tuple[list[int], int]] = []
@@ -169,7 +163,9 @@ def _find_runs(
         # batch norm's running statistics) when the run reads state too; a run with a
         # guard never moves a later part of itself past another guard (the order in which
         # guards are checked, and so the refusal a call gets, stays the trace's).
-        touches_state = run_reads_state and any(r.id in state_views for r in refs)
+        touches_state = run_reads_state and (
+            any(r.id in state_views for r in refs) or index in writes_caller_memory
+        )
         other_guard = first_guard is not None and node.op in ("prim.guard", SIZE_CHECKS)
         if run and (
             node.op in _MODE_SWITCHES

@@ -9,11 +9,11 @@ from collections.abc import Callable
 import torch
 
 from ..errors import ArtifactError, GuardError, OpError, TraceError
-from ..ir import DTYPES, Graph, Node, dtypes, pytree, refs_in
+from ..ir import DTYPES, Graph, Node, Ref, dtypes, pytree, refs_in
 from ..ir import ops as opset
 from ..ir.printable import printable
 from ..ir.program import AUTOGRAD_FUNCTION
-from . import checked_ops, checked_views, torchvision_ops
+from . import caller_memory, checked_ops, checked_views, torchvision_ops
 from .checked_ops7 import CHECKED_SINCE_7
 
 # The device types whose autocast a graph may read: a file naming another is refused, not
@@ -349,6 +349,40 @@ KIND_WORDS = {"f": "floating-point", "c": "complex", "b": "bool", "i": "integer"
 
 def kind_of(dtype_name: str | None) -> str | None:
     return DTYPE_KIND.get(DTYPES.get(dtype_name or ""))
+
+
+def reshaped_inputs(graph: Graph) -> dict[int, Node]:
+    """``input position -> the first node that reshapes it in place`` (``x.unsqueeze_(0)``,
+    or a write into the result of one, which is the same tensor object)."""
+    position = {v.id: i for i, v in enumerate(graph.inputs)}
+    found: dict[int, Node] = {}
+    for node in graph.nodes:
+        first = node.args[0] if node.args else None
+        if not (isinstance(first, Ref) and first.id in position and opset.is_inplace(node.op)):
+            continue
+        for value in node.outputs:  # an op in place returns the tensor it was given
+            position.setdefault(value.id, position[first.id])
+        if node.op in caller_memory.RESHAPED_IN_PLACE:
+            found.setdefault(position[first.id], node)
+    return found
+
+
+def check_not_repeated(graph: Graph, leaves, reshaped: dict[int, Node]) -> None:
+    """Refuse a call that passes an input the graph reshapes in place (:func:`reshaped_inputs`)
+    as another input too: the one tensor object then changes shape under both names, where
+    the trace saw two (the sizes it read of the other are not its sizes)."""
+    for position, node in reshaped.items():
+        tensor = leaves[position]
+        for other, leaf in enumerate(leaves):
+            if other != position and leaf is tensor:
+                raise TraceError(
+                    f"input {position} ({graph.inputs[position].name}) is also passed as "
+                    f"input {other} ({graph.inputs[other].name}), the same tensor object: "
+                    f"the traced code reshapes it in place ({node.op}"
+                    f"{' at ' + node.loc if node.loc else ''}), which reshapes the other "
+                    "too, and the trace was made with two tensors; pass two tensor objects "
+                    "(x.view_as(x) is another one on the same memory)"
+                )
 
 
 def check_inputs(graph: Graph, leaves) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..errors import TraceError, TracerWarning
+from ..errors import TraceError, TracerWarning, UnsupportedOpError
 from ..ir import Graph, StateEntry, pytree
 from ..ir.pytree import is_tensor
 from ..source import raised_at, source_line
@@ -273,6 +273,7 @@ def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: boo
         except Exception as exc:
             _note_where(exc)
             raise
+        _refuse_caught_failures(tracer)
         try:
             out_leaves, graph.out_spec = pytree.flatten(
                 result, lambda x: isinstance(x, (torch.Tensor, SymInt, SymFloat))
@@ -294,6 +295,36 @@ def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: boo
             )
         graph.outputs = [tracer.encode(x) for x in out_leaves]
     return graph
+
+
+def _refuse_caught_failures(tracer: Tracer) -> None:
+    """Refuse a trace whose code caught an error of a call it made (``try: a @ b except
+    RuntimeError: a @ b.T``) and returned.
+
+    Note: control flow by an exception.
+      A call that raises records nothing, so the graph holds the path the code took after
+      the error and no node that says the call failed: a call of the trace where it would
+      succeed (other shapes, a positive definite matrix) takes that path too, silently. A
+      guard cannot stand for it (whether an op raises is not a value the graph computes),
+      so the trace is refused, naming the call. Calls made inside another (a composite of
+      torch's that tries one kernel and falls back, the tracer's own handlers) are not
+      the code's own: only those that reached the traced code count. Errors that leave
+      the traced function are the caller's, as in eager.
+    """
+    if not tracer.failed_calls:
+        return
+    label, where, exc = tracer.failed_calls[0]
+    reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+    raise UnsupportedOpError(
+        f"the call to {label} at {where or 'unknown location'} raised ({reason}) and the "
+        "traced code caught the error and went on: a trace records the path taken after "
+        "the error with nothing that says the call failed (control flow by an exception, "
+        "which the trace cannot guard), so every call would take that path, also where "
+        "the call succeeds. Test the condition explicitly instead (a shape check such as "
+        "`if a.shape[-1] == b.shape[0]:`, or a value check such as "
+        "`torch.linalg.cholesky_ex(m).info == 0`, which the trace guards), or move the "
+        "try/except out of the traced code"
+    )
 
 
 _MODULE_CALLS = frozenset({"__call__", "_wrapped_call_impl", "_call_impl"})

@@ -140,10 +140,33 @@ def _packed_varargs(name: str, func, args: tuple) -> tuple:
     return (*args[:at], list(spread))
 
 
+# Exceptions that Python's own protocols catch (``hasattr``, ``getattr`` with a default,
+# iteration): raised by a call, they say nothing of which path the code takes.
+_PROTOCOL_EXCEPTIONS = (AttributeError, StopIteration)
+
+
 class Dispatcher:
     """The tracer's dispatch methods (mixed into :class:`Tracer`)."""
 
     def dispatch(self, func, args: tuple, kwargs: dict):
+        """Record, descend into or refuse one call (the module's invariant); a call the
+        traced code made itself (not one made inside another) that raises is remembered
+        (``failed_calls``: trace/capture.py refuses a trace whose code caught one)."""
+        if self._dispatch_depth:
+            return self._dispatch(func, args, kwargs)
+        self._dispatch_depth += 1
+        try:
+            return self._dispatch(func, args, kwargs)
+        except _PROTOCOL_EXCEPTIONS:
+            raise
+        except Exception as exc:
+            label = opset.canonical_name(func) or _label(func)
+            self.failed_calls.append((label, self.location(), exc))
+            raise
+        finally:
+            self._dispatch_depth -= 1
+
+    def _dispatch(self, func, args: tuple, kwargs: dict):
         prop = opset.property_name(func)
         if prop is not None:
             if getattr(func, "__name__", "") == "__set__":
@@ -158,6 +181,12 @@ class Dispatcher:
         if isinstance(func, types.FunctionType):
             return self._descend(func, args, kwargs)
         where = self.location() or "unknown location"
+        attribute = _attribute_read(func)
+        if attribute is not None:
+            raise UnsupportedOpError(
+                f"cannot trace reading the tensor attribute .{attribute} at {where}: "
+                + _UNREADABLE.get(attribute, _UNREADABLE[""])
+            )
         raise UnsupportedOpError(
             f"cannot record a call to {_label(func)} at {where}: it "
             "is not in tracebridge's op set (shared_ir/opset.md lists the operations a graph "
@@ -503,6 +532,35 @@ _KEYWORD_ADVICE = {
     "requires_grad": "a tensor made inside the traced code cannot require grad in a saved "
     "graph: make it a parameter of the module (nn.Parameter) or pass it as an input",
 }
+
+
+# Why a tensor attribute that no op stands for cannot be read in traced code.
+_UNREADABLE = {
+    "grad": (
+        "a gradient is not an input the trace can follow (backward() sets it outside the "
+        "call, so the trace would keep what it saw, or the branch it took on it, for every "
+        "call); pass the gradient as an input, or read it outside the traced code"
+    ),
+    "": (
+        "it is not a value of the tensor's data, shape or type that an op of the set reads "
+        "(shared_ir/opset.md), so the trace would keep what it saw for every call; read it "
+        "outside the traced code"
+    ),
+}
+
+
+def _attribute_read(func) -> str | None:
+    """The name of the tensor attribute ``func`` reads (a ``getset_descriptor``'s
+    ``__get__`` on a tensor class: ``x.grad``), or None."""
+    owner = getattr(func, "__self__", None)
+    if type(func).__name__ != "method-wrapper" or getattr(func, "__name__", "") != "__get__":
+        return None
+    if type(owner).__name__ != "getset_descriptor":
+        return None
+    cls = getattr(owner, "__objclass__", None)
+    if not (isinstance(cls, type) and issubclass(cls, torch._C.TensorBase)):
+        return None
+    return getattr(owner, "__name__", None)
 
 
 def _label(func) -> str:

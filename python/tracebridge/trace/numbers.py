@@ -14,7 +14,7 @@ import torch
 
 from ..errors import UnsupportedOpError
 from ..ir.program import Ref
-from ..source import raised_at, source_line
+from ..source import raised_at, source_line, user_location
 from .caches import cache_lookup, miss_hash
 from .text import formatted, formatted_from
 
@@ -49,7 +49,7 @@ class _Traced:
     __rfloordiv__ = lambda s, o: s._binop(o, "floordiv", True)  # noqa: E731
     __mod__ = lambda s, o: s._binop(o, "mod")  # noqa: E731
     __rmod__ = lambda s, o: s._binop(o, "mod", True)  # noqa: E731
-    __pow__ = lambda s, o: s._binop(o, "pow")  # noqa: E731
+    __pow__ = lambda s, o, m=None: s._binop(o, "pow") if m is None else modular_pow(s, o, m)  # noqa: E731
     __rpow__ = lambda s, o: s._binop(o, "pow", True)  # noqa: E731
     __eq__ = lambda s, o: s._compare(o, "eq")  # noqa: E731
     __ne__ = lambda s, o: s._compare(o, "ne")  # noqa: E731
@@ -190,6 +190,28 @@ class SymFloat(_Traced, float):
         # Dispatcher._eager_result). Not on SymInt: the parser would then read an int
         # starting a list of sizes (``x.expand(n, -1)``) as a tensor and refuse the call.
         return numbers_given_as_tensors(func, args, kwargs or {})
+
+
+def modular_pow(base, exp, mod):
+    """``pow(base, exp, mod)`` where a traced number is among them: ``(base ** exp) % mod``,
+    which is what Python's modular power gives for ints with ``exp >= 0`` and ``mod != 0``;
+    the two comparisons that say so are guarded (a call with a negative exponent, whose
+    answer is a modular inverse, raises GuardError).
+
+    >>> modular_pow(3, 2, 5)
+    4
+    """
+    if not all(isinstance(v, int) for v in (base, exp, mod)):
+        raise TypeError("pow() 3rd argument not allowed unless all arguments are integers")
+    if exp < 0:
+        raise UnsupportedOpError(
+            "cannot trace pow(base, exp, mod) with a negative exponent at "
+            f"{user_location() or 'an unknown location'}: Python answers a modular inverse, "
+            "which no op of the set computes; compute it outside the traced code"
+        )
+    if mod == 0:
+        raise ValueError("pow() 3rd argument cannot be 0")
+    return (base**exp) % mod
 
 
 class SymSize(tuple):

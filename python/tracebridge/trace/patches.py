@@ -25,7 +25,7 @@ from ..errors import UnsupportedOpError
 from ..source import called_from_user_code as _called_from_user_code
 from . import autocast_state, helpers, library, python_random
 from .integers import traced_index
-from .numbers import _Traced
+from .numbers import _Traced, modular_pow
 
 if TYPE_CHECKING:  # the tracer imports this module
     from .tracer import Tracer
@@ -42,6 +42,20 @@ class _ActiveTracers(threading.local):
 
 
 _tracers = _ActiveTracers()  # per thread: another thread's len() is never recorded
+
+
+_original_pow = builtins.pow
+
+
+def _traced_pow(base, exp, mod=None):
+    """``pow`` while tracing: with a modulus and a traced number among the three, Python's
+    C code would read the number's value unseen (``pow(2, n, 5)`` tries no method of ``n``):
+    recorded as ``(base ** exp) % mod`` instead (trace/numbers.py)."""
+    if mod is None or not (
+        _tracers.stack and any(isinstance(v, _Traced) for v in (base, exp, mod))
+    ):
+        return _original_pow(base, exp) if mod is None else _original_pow(base, exp, mod)
+    return modular_pow(base, exp, mod)
 
 
 def _traced_len(obj):
@@ -522,6 +536,7 @@ def _dynamo_builtins(entries, repair: bool) -> None:
 BUILTIN_PATCHES = BuiltinPatches()
 BUILTIN_PATCHES.add(builtins, "len", _traced_len)
 BUILTIN_PATCHES.add(builtins, "range", _traced_range)
+BUILTIN_PATCHES.add(builtins, "pow", _traced_pow)
 BUILTIN_PATCHES.add(operator, "index", traced_index)
 for _name in _MATH_OPS:
     BUILTIN_PATCHES.add(math, _name, _TRACED_MATH[_name])

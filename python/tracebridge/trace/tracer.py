@@ -59,6 +59,10 @@ class Tracer(Dispatcher, Conversions, LibraryHandlers, InPlace, NoOps, Recorder)
         self._size_cache: dict[tuple[int, int], SymInt] = {}
         self._warned = warned
         self._descending: list = []
+        self._dispatch_depth = 0  # calls of the recording mode under way (dispatch.py)
+        # (function, user's file:line, exception) of each call of the traced code that
+        # raised: where the code then returns, it caught the error (capture.py refuses)
+        self.failed_calls: list[tuple[str, str | None, BaseException]] = []
         self._grad_entry: tuple[Ref, bool] | None = None
         self._grad_depth = 0
         # torch.inference_mode() blocks of the traced code entered and not left (patches.py)
