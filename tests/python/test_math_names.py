@@ -1,4 +1,5 @@
-"""``from math import log2`` in traced code: the module's own binding of a math function.
+"""``from math import log2`` in traced code: the module's own binding of a math function
+(and ``from random import random``, whose draw trace/python_random.py refuses to use).
 
 The trace replaces ``math.log2`` while it records, but a name bound by ``from math import``
 is the C function itself, which reads a traced size's value without asking it: the number
@@ -10,8 +11,11 @@ functions while a trace records, and put back after.
 from __future__ import annotations
 
 import math
+import random
 from math import log2, sqrt
+from random import random as draw
 
+import pytest
 import torch
 
 import tracebridge
@@ -45,3 +49,14 @@ def test_the_names_are_put_back_after_the_trace():
     tracebridge.trace(levels, (torch.randn(4, 3),))
     assert log2 is math.log2 and sqrt is math.sqrt
     assert globals()["log2"] is math.log2
+
+
+def _drop_path(x):
+    return x * 2 if draw() < 0.5 else x  # an old layer drop, the function imported by name
+
+
+def test_a_random_function_imported_by_name_is_refused_when_its_draw_is_used():
+    state = random.getstate()
+    with pytest.raises(tracebridge.UnsupportedOpError, match=r"random\.random\(\) drew at"):
+        tracebridge.trace(_drop_path, (torch.ones(3),))
+    assert draw is random.random and random.getstate() == state

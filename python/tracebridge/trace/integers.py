@@ -194,21 +194,24 @@ def math_names_in_modules_of(fn: Callable) -> Iterator[None]:
     a traced size's value without asking it, past the ``math.log2`` the trace replaces
     (trace/patches.py), and ``int(log2(n))`` would be the example's. While the block runs,
     such a name in the traced code's modules is bound to the traced function, which
-    records a scalar op for a traced number and is ``math``'s own for anything else."""
-    from .patches import _TRACED_MATH, _original_math  # patches imports this module
+    records a scalar op for a traced number and is ``math``'s own for anything else.
+    ``from random import uniform`` likewise gets trace/python_random.py's replacement."""
+    from . import python_random  # patches imports this module, and python_random
+    from .patches import _TRACED_MATH, _original_math
 
-    by_function = {id(f): name for name, f in _original_math.items()}
+    replacements = {id(f): (f, _TRACED_MATH[name]) for name, f in _original_math.items()}
+    replacements.update(python_random.swapped())
     keys = []
     with _lock:
         for module in _modules_of(fn):
             for global_name, value in list(vars(module).items()):
-                name = by_function.get(id(value))
-                if name is None or value is not _original_math[name]:
+                pair = replacements.get(id(value))
+                if pair is None or value is not pair[0]:
                     continue
                 key = (module.__name__, global_name)
                 entry = _math_bound.setdefault(key, [0, value])
                 if entry[0] == 0:
-                    setattr(module, global_name, _TRACED_MATH[name])
+                    setattr(module, global_name, pair[1])
                 entry[0] += 1
                 keys.append(key)
     try:

@@ -124,6 +124,16 @@ def _replacement(original, name: str, tracing: Callable[[], bool]):
     return replacement
 
 
+# While the hook is on: id(the module's function) -> (the function, its replacement), for
+# trace/integers.py to rebind ``from random import uniform`` names in the traced modules.
+_SWAPPED: dict[int, tuple] = {}
+
+
+def swapped() -> dict[int, tuple]:
+    """The module's functions and their replacements while the replacements are in."""
+    return dict(_SWAPPED)
+
+
 def patcher(tracing: Callable[[], bool]) -> Callable:
     """A hook for trace/patches.py's ``BuiltinPatches``: ``hook(True)`` puts the
     replacements in (the module's functions and ``random.Random``'s methods), and
@@ -133,8 +143,12 @@ def patcher(tracing: Callable[[], bool]) -> Callable:
     own = {n: random.Random.__dict__.get(n) for n in names}  # None: inherited from C
 
     def hook(on: bool) -> None:
+        _SWAPPED.clear()
         for n, original in module_originals.items():
-            setattr(random, n, _replacement(original, n, tracing) if on else original)
+            replacement = _replacement(original, n, tracing) if on else original
+            setattr(random, n, replacement)
+            if on:
+                _SWAPPED[id(original)] = (original, replacement)
         for n in names:
             if on:
                 method = _replacement(getattr(random.Random, n), n, tracing)
