@@ -709,6 +709,11 @@ def _with_progress(fn):
         if isinstance(func, nn.Module):
             what = type(func).__name__
         with track(f"tracing {what}", progress=progress), numpy_rng_kept():
+            if kwargs.get("check_trace", True) is False and torch._C._is_any_autocast_enabled():
+                # No check to tell whether the code assumes what the caller's autocast
+                # changes: recorded in it, for calls under that autocast only.
+                with autocast.kept():
+                    return fn(func, *args, progress=progress, **kwargs)
             try:
                 return fn(func, *args, progress=progress, **kwargs)
             except GuardError:

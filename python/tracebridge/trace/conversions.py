@@ -209,10 +209,14 @@ class Conversions:
             return tensor.itemsize
         if prop in opset.TENSOR_OP_PROPERTIES:
             return self.record(f"Tensor.{prop}", getter, (tensor,), {})
+        if prop in _AUTOGRAD_FLAGS and not (
+            _called_from_user_code() or (prop == "requires_grad" and self._is_input(tensor))
+        ):
+            return getter(tensor)  # PyTorch's own bookkeeping (a legacy backward hook)
         if prop in _AUTOGRAD_FLAGS:
             # Whether an input requires grad can change from call to call, and with it
             # whether the results do and have a grad_fn; a parameter is frozen or thawed
-            # with requires_grad_(): each read is a decision, guarded.
+            # with requires_grad_(): each read the code makes is a decision, guarded.
             concrete = getter(tensor)
             op, flag, what = _AUTOGRAD_FLAGS[prop]
             self._guard_flag(op, tensor, flag(concrete), f"{self._name_of(tensor)}.{what}")
@@ -225,6 +229,10 @@ class Conversions:
                 "branch on something the inputs carry instead"
             )
         return getter(tensor)
+
+    def _is_input(self, tensor: torch.Tensor) -> bool:
+        hit = self._lookup(tensor)
+        return hit is not None and any(v.id == hit[1].id for v in self.graph.inputs)
 
     def _varies(self, tensor: torch.Tensor) -> bool:
         """Whether ``tensor`` is an input, a result or a parameter or buffer of the trace

@@ -141,8 +141,11 @@ def _packed_varargs(name: str, func, args: tuple) -> tuple:
 
 
 # Exceptions that Python's own protocols catch (``hasattr``, ``getattr`` with a default,
-# iteration): raised by a call, they say nothing of which path the code takes.
-_PROTOCOL_EXCEPTIONS = (AttributeError, StopIteration)
+# iteration; a TypeError of a comparison operator, which torch turns into NotImplemented
+# so that ``x == "mean"`` is False): raised by a call, they say nothing of which path the
+# code takes. A TypeError depends on the arguments' types, which the trace's structure
+# fixes, never on sizes or values.
+_PROTOCOL_EXCEPTIONS = (AttributeError, StopIteration, TypeError)
 
 
 class Dispatcher:

@@ -33,7 +33,9 @@ import ast
 import builtins
 import inspect
 import operator
+import os
 import sys
+import sysconfig
 import threading
 import types
 from collections.abc import Callable, Iterator
@@ -203,7 +205,7 @@ def math_names_in_modules_of(fn: Callable) -> Iterator[None]:
     replacements.update(python_random.swapped())
     keys = []
     with _lock:
-        for module in _modules_of(fn):
+        for module in _modules_reached(fn):
             for global_name, value in list(vars(module).items()):
                 pair = replacements.get(id(value))
                 if pair is None or value is not pair[0]:
@@ -226,6 +228,46 @@ def math_names_in_modules_of(fn: Callable) -> Iterator[None]:
                     module = sys.modules.get(key[0])
                     if module is not None:
                         setattr(module, key[1], entry[1])
+
+
+_STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
+_REACH_DEPTH = 3  # imports followed from the traced code's own modules
+_REACH_LIMIT = 400  # modules at most
+
+
+def _modules_reached(fn: Callable) -> list[types.ModuleType]:
+    """The traced code's modules (:func:`_modules_of`) and the modules they reach through
+    their globals, a few imports deep: a module imported whole (``from . import util``),
+    and the modules of the functions and classes imported by name. Not the standard
+    library, torch, numpy or tracebridge. A name bound there to a math or random function
+    (``from math import log2`` in a helper the model calls) is the C function otherwise."""
+    found = {m.__name__: m for m in _modules_of(fn)}
+    frontier = list(found.values())
+    for _ in range(_REACH_DEPTH):
+        reached = []
+        for module in frontier:
+            for value in list(vars(module).values()):
+                if isinstance(value, types.ModuleType):
+                    candidate = value
+                elif isinstance(value, (types.FunctionType, type)):
+                    candidate = sys.modules.get(getattr(value, "__module__", None) or "")
+                else:
+                    continue
+                if candidate is None or candidate.__name__ in found or not _reachable(candidate):
+                    continue
+                found[candidate.__name__] = candidate
+                reached.append(candidate)
+                if len(found) >= _REACH_LIMIT:
+                    return list(found.values())
+        frontier = reached
+    return list(found.values())
+
+
+def _reachable(module: types.ModuleType) -> bool:
+    if module.__name__.split(".")[0] in _SKIPPED:
+        return False
+    path = getattr(module, "__file__", None)
+    return bool(path) and not os.path.realpath(path).startswith(_STDLIB)
 
 
 def _modules_of(fn: Callable) -> list[types.ModuleType]:

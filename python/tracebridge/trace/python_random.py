@@ -136,11 +136,19 @@ def swapped() -> dict[int, tuple]:
 
 def patcher(tracing: Callable[[], bool]) -> Callable:
     """A hook for trace/patches.py's ``BuiltinPatches``: ``hook(True)`` puts the
-    replacements in (the module's functions and ``random.Random``'s methods), and
+    replacements in (the module's functions, ``random.Random``'s and ``SystemRandom``'s
+    methods), and
     ``hook(False)`` takes them out, leaving both as they were."""
     names = [n for n in (*NUMBERS, *PICKS) if hasattr(random.Random, n)]
     module_originals = {n: getattr(random, n) for n in names if hasattr(random, n)}
-    own = {n: random.Random.__dict__.get(n) for n in names}  # None: inherited from C
+    # random.Random's methods (None: inherited from C), and those SystemRandom (the
+    # operating system's numbers) defines over them.
+    own = {
+        random.Random: {n: random.Random.__dict__.get(n) for n in names},
+        random.SystemRandom: {
+            n: random.SystemRandom.__dict__[n] for n in names if n in random.SystemRandom.__dict__
+        },
+    }
 
     def hook(on: bool) -> None:
         _SWAPPED.clear()
@@ -149,13 +157,13 @@ def patcher(tracing: Callable[[], bool]) -> Callable:
             setattr(random, n, replacement)
             if on:
                 _SWAPPED[id(original)] = (original, replacement)
-        for n in names:
-            if on:
-                method = _replacement(getattr(random.Random, n), n, tracing)
-                setattr(random.Random, n, method)
-            elif own[n] is None:
-                delattr(random.Random, n)
-            else:
-                setattr(random.Random, n, own[n])
+        for cls, methods in own.items():
+            for n, method in methods.items():
+                if on:
+                    setattr(cls, n, _replacement(getattr(cls, n), n, tracing))
+                elif method is None:
+                    delattr(cls, n)
+                else:
+                    setattr(cls, n, method)
 
     return hook
