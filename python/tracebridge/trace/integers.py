@@ -35,7 +35,6 @@ import inspect
 import operator
 import os
 import sys
-import sysconfig
 import threading
 import types
 from collections.abc import Callable, Iterator
@@ -44,7 +43,7 @@ from functools import lru_cache
 
 import torch
 
-from . import helpers
+from . import helpers, python_random
 from .numbers import SymFloat, SymInt, _Traced
 
 _original_int = builtins.int
@@ -198,8 +197,7 @@ def math_names_in_modules_of(fn: Callable) -> Iterator[None]:
     such a name in the traced code's modules is bound to the traced function, which
     records a scalar op for a traced number and is ``math``'s own for anything else.
     ``from random import uniform`` likewise gets trace/python_random.py's replacement."""
-    from . import python_random  # patches imports this module, and python_random
-    from .patches import _TRACED_MATH, _original_math
+    from .patches import _TRACED_MATH, _original_math  # patches imports this module
 
     replacements = {id(f): (f, _TRACED_MATH[name]) for name, f in _original_math.items()}
     replacements.update(python_random.swapped())
@@ -230,7 +228,6 @@ def math_names_in_modules_of(fn: Callable) -> Iterator[None]:
                         setattr(module, key[1], entry[1])
 
 
-_STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
 _REACH_DEPTH = 3  # imports followed from the traced code's own modules
 _REACH_LIMIT = 400  # modules at most
 
@@ -267,7 +264,7 @@ def _reachable(module: types.ModuleType) -> bool:
     if module.__name__.split(".")[0] in _SKIPPED:
         return False
     path = getattr(module, "__file__", None)
-    return bool(path) and not os.path.realpath(path).startswith(_STDLIB)
+    return bool(path) and not os.path.realpath(path).startswith(python_random.STDLIB)
 
 
 def _modules_of(fn: Callable) -> list[types.ModuleType]:

@@ -37,7 +37,7 @@ NUMBERS = (
 PICKS = "choice choices sample shuffle randbytes".split()
 
 _RANDOM_FILE = random.__file__
-_STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep
+STDLIB = os.path.realpath(sysconfig.get_paths()["stdlib"]) + os.sep  # integers.py too
 _REMEDY = (
     "Python's random numbers are drawn outside torch, so the trace cannot draw them again: "
     "every call would reuse the example's draw. Draw with torch (torch.rand(..., "
@@ -62,7 +62,7 @@ def _from_traced_code(frame) -> bool:
     if frame is None or is_internal(frame.f_code.co_filename):
         return False
     path = os.path.realpath(frame.f_code.co_filename)
-    return not (path.startswith(_STDLIB) and "-packages" + os.sep not in path)
+    return not (path.startswith(STDLIB) and "-packages" + os.sep not in path)
 
 
 def _where() -> str | None:
