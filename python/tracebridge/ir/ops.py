@@ -582,6 +582,17 @@ _PRIM_KWARGS: dict[str, dict] = {
     },
 }
 GUARD_KINDS = ("value", "branch", "loop", "count")
+# Reads of a tensor's flags (op-set 8 and prim.requires_grad): they keep nothing of it.
+TENSOR_FLAG_READS = frozenset(
+    "prim.requires_grad prim.is_inference prim.is_leaf prim.has_grad_fn prim.is_neg "
+    "prim.is_conj".split()
+)
+# Structural reads whose answer neither an argument's value nor a version holds: the
+# caller's modes and a tensor's flags (they change without a new version). The runtime
+# never folds, merges or keys them (runtime/folding.py, cse.py, size_checks.py).
+DYNAMIC_READS = TENSOR_FLAG_READS | frozenset(
+    "prim.grad_enabled prim.inference_mode prim.autocast_enabled prim.autocast_dtype".split()
+)
 # The device types whose autocast state torch keeps: the argument of prim.autocast_enabled
 # and prim.autocast_dtype is one of them (a file naming another is refused).
 AUTOCAST_DEVICE_TYPES = tuple("cpu cuda xpu mps hpu xla ipu mtia maia privateuseone".split())

@@ -48,10 +48,8 @@ from .dead_code import ALIASING, EFFECTS
 
 # Structural ops whose results are not a function of their arguments' values at that point
 # alone (a read of the caller's grad mode or of state) or that decide.
-_NOT_PURE = frozenset(
-    """prim.guard prim.state prim.grad_enabled prim.requires_grad prim.autograd_function
-    set_grad_enabled prim.inference_mode prim.is_inference prim.is_leaf prim.has_grad_fn
-    prim.is_neg prim.is_conj prim.autocast_enabled prim.autocast_dtype""".split()
+_NOT_PURE = opset.DYNAMIC_READS | frozenset(
+    "prim.guard prim.state prim.autograd_function set_grad_enabled".split()
 )
 # Ops that may return a view of any of their tensor arguments, not only the first.
 _MAY_VIEW_ANY = caller_memory.MAY_VIEW_ANY

@@ -50,11 +50,7 @@ from . import caller_memory
 
 # Structural ops that read something other than their arguments' values (the caller's
 # grad mode, a flag that changes without a version) or that decide: never static.
-_DYNAMIC_PRIMS = frozenset(
-    """prim.guard prim.grad_enabled prim.requires_grad prim.autograd_function
-    prim.inference_mode prim.is_inference prim.is_leaf prim.has_grad_fn prim.is_neg
-    prim.is_conj prim.autocast_enabled prim.autocast_dtype""".split()
-)
+_DYNAMIC_PRIMS = opset.DYNAMIC_READS | {"prim.guard", "prim.autograd_function"}
 # Ops whose result may be their first argument or share its memory (so a write through
 # the result would change a folded tensor).
 _ALIASING = frozenset(

@@ -38,6 +38,7 @@ from __future__ import annotations
 import torch
 
 from ..ir import Graph, Ref, refs_in
+from ..ir import ops as opset
 from ..ir.analysis import output_ids
 
 # Ops whose result is always a tensor of its own, dense and unaliased.
@@ -49,11 +50,13 @@ FRESH = frozenset(
 )
 # Ops that read a tensor without keeping it or a view of it: an operand they read before
 # may still be written by its last reader.
-_KEEP_NOTHING = FRESH | frozenset(
-    """scaled_dot_product_attention prim.size prim.numel prim.dtype prim.device
-    prim.stride prim.storage_offset prim.is_contiguous prim.is_contiguous_as
-    prim.requires_grad prim.is_inference prim.is_leaf prim.has_grad_fn prim.is_neg
-    prim.is_conj""".split()
+_KEEP_NOTHING = (
+    FRESH
+    | opset.TENSOR_FLAG_READS
+    | frozenset(
+        """scaled_dot_product_attention prim.size prim.numel prim.dtype prim.device
+        prim.stride prim.storage_offset prim.is_contiguous prim.is_contiguous_as""".split()
+    )
 )
 _nn = torch._C._nn
 # op -> its in-place form (one operand; a keyword of the op passes on as it is)

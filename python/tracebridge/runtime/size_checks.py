@@ -110,11 +110,7 @@ SHAPE_FUNCTIONS = (
 )
 # Structural ops that read what no key holds: the caller's modes, a tensor's flag or its
 # storage offset (``p.data = w`` moves a state tensor's without a new version).
-_UNKEYED = frozenset(
-    """prim.grad_enabled prim.requires_grad prim.autograd_function prim.inference_mode
-    prim.is_inference prim.is_leaf prim.has_grad_fn prim.is_neg prim.is_conj
-    prim.storage_offset prim.autocast_enabled prim.autocast_dtype""".split()
-)
+_UNKEYED = opset.DYNAMIC_READS | {"prim.autograd_function", "prim.storage_offset"}
 # In-place ops that change a tensor's sizes: a key read at the first guard would not
 # be the sizes a node read where it stood.
 _RESIZING = frozenset(
