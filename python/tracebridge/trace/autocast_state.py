@@ -71,25 +71,30 @@ def _callers(tracer: Tracer, device: str):
     return autocast.callers(device)
 
 
-def read_enabled(tracer: Tracer, device: str, real: bool) -> bool:
-    """``torch.is_autocast_enabled(device)`` in the user's code (``real``: torch's answer
-    now, with the caller's region set aside)."""
+def _read(tracer: Tracer, op: str, device: str, real):
+    """The caller's answer to the read ``op`` (from its (enabled, dtype) state), guarded;
+    ``real`` (torch's answer now) where the read asks no caller."""
     device = _device_type(device)
     caller = _callers(tracer, device)
     if caller is None:
         return real
-    _guard(tracer, "prim.autocast_enabled", device, caller[0], _READ_HINT, tracer.location())
-    return caller[0]
+    answer = caller[_STATE_INDEX[op]]
+    _guard(tracer, op, device, answer, _READ_HINT, tracer.location())
+    return answer
+
+
+_STATE_INDEX = {"prim.autocast_enabled": 0, "prim.autocast_dtype": 1}
+
+
+def read_enabled(tracer: Tracer, device: str, real: bool) -> bool:
+    """``torch.is_autocast_enabled(device)`` in the user's code (``real``: torch's answer
+    now, with the caller's region set aside)."""
+    return _read(tracer, "prim.autocast_enabled", device, real)
 
 
 def read_dtype(tracer: Tracer, device: str, real: torch.dtype) -> torch.dtype:
     """``torch.get_autocast_dtype(device)`` in the user's code."""
-    device = _device_type(device)
-    caller = _callers(tracer, device)
-    if caller is None:
-        return real
-    _guard(tracer, "prim.autocast_dtype", device, caller[1], _READ_HINT, tracer.location())
-    return caller[1]
+    return _read(tracer, "prim.autocast_dtype", device, real)
 
 
 def ambient_guards(tracer: Tracer) -> None:
