@@ -263,8 +263,6 @@ def _inference_exit(self, *exc_info):
 # caller's autocast for their device (trace/autocast_state.py). torch reads the state for
 # itself (in ``torch.autocast.__enter__``): that read stays torch's.
 
-_original_is_autocast_enabled = torch.is_autocast_enabled
-_original_get_autocast_dtype = torch.get_autocast_dtype
 _original_autocast_enter = torch.amp.autocast_mode.autocast.__enter__
 _original_autocast_exit = torch.amp.autocast_mode.autocast.__exit__
 
@@ -273,30 +271,17 @@ def _device_type(args: tuple, kwargs: dict, default: str) -> str:
     return args[0] if args else kwargs.get("device_type", default)
 
 
-def _traced_is_autocast_enabled(*args, **kwargs) -> bool:
-    real = _original_is_autocast_enabled(*args, **kwargs)  # no device type: CUDA's
-    active = _tracers.stack
-    if active and _called_from_user_code():
-        return autocast_state.read_enabled(active[-1], _device_type(args, kwargs, "cuda"), real)
-    return real
-
-
-def _traced_get_autocast_dtype(*args, **kwargs) -> torch.dtype:
-    real = _original_get_autocast_dtype(*args, **kwargs)
-    active = _tracers.stack
-    if active and _called_from_user_code():
-        return autocast_state.read_dtype(active[-1], _device_type(args, kwargs, "cuda"), real)
-    return real
-
-
 def _autocast_read(original, read, device: str):
-    """The older per-device reads (``torch.is_autocast_cpu_enabled()``...), guarded alike."""
+    """A read of the caller's autocast as the user's code gets it, guarded
+    (``torch.is_autocast_enabled(d)``, ``torch.get_autocast_dtype(d)``, and the older
+    per-device ``torch.is_autocast_cpu_enabled()``...); ``device``: the device type read
+    where the call names none (``torch.is_autocast_enabled()`` reads CUDA's)."""
 
-    def traced():
-        real = original()
+    def traced(*args, **kwargs):
+        real = original(*args, **kwargs)
         active = _tracers.stack
         if active and _called_from_user_code():
-            return read(active[-1], device, real)
+            return read(active[-1], _device_type(args, kwargs, device), real)
         return real
 
     traced.__name__ = original.__name__
@@ -542,9 +527,9 @@ for _name in _MATH_OPS:
     BUILTIN_PATCHES.add(math, _name, _TRACED_MATH[_name])
 BUILTIN_PATCHES.add(torch, "is_grad_enabled", _traced_is_grad_enabled)
 BUILTIN_PATCHES.add(torch, "is_inference_mode_enabled", _traced_is_inference_mode_enabled)
-BUILTIN_PATCHES.add(torch, "is_autocast_enabled", _traced_is_autocast_enabled)
-BUILTIN_PATCHES.add(torch, "get_autocast_dtype", _traced_get_autocast_dtype)
 for _name, _read, _device in (
+    ("is_autocast_enabled", autocast_state.read_enabled, "cuda"),
+    ("get_autocast_dtype", autocast_state.read_dtype, "cuda"),
     ("is_autocast_cpu_enabled", autocast_state.read_enabled, "cpu"),
     ("get_autocast_cpu_dtype", autocast_state.read_dtype, "cpu"),
     ("get_autocast_gpu_dtype", autocast_state.read_dtype, "cuda"),
