@@ -437,6 +437,42 @@ def structure_family() -> dict:
     }  # fmt: skip
 
 
+def flags_family() -> dict:
+    """Op-set 8's reads of a tensor's flags, of its storage offset and of the caller's
+    modes, with arguments no tracer writes: refused at load or run to their answer."""
+
+    def read(op: str, args: list, kind: str = "bool"):
+        def edit(doc, g):
+            g["nodes"] = [node(op, args, [{"id": 1, "kind": kind}])]
+            g["outputs"] = [ref(0)]
+
+        edit.__name__ = f"{op.removeprefix('prim.')}_{len(args)}"
+        return edit
+
+    reads = [
+        read("prim.autocast_enabled", ["os.system"]),
+        read("prim.autocast_enabled", ["cpu\u0000"]),
+        read("prim.autocast_dtype", [tup("cpu")], kind="dtype"),
+        read("prim.is_contiguous_as", [ref(0), "channels_last"]),
+        read("prim.is_contiguous_as", [ref(0), 3]),
+        read("prim.storage_offset", [7], kind="int"),
+        read("prim.is_inference", []),
+        read("prim.is_leaf", [ref(0), ref(0)]),
+        read("prim.inference_mode", [ref(0)]),
+        read("prim.has_grad_fn", [{"memory_format": "channels_last"}]),
+    ]
+
+    def guarded_unknown_device(doc, g):  # read where a guard needs it: refused at the call
+        g["nodes"] = [
+            node("prim.autocast_enabled", ["os.system"], [{"id": 1, "kind": "bool"}]),
+            node("prim.guard", [ref(1)], [], {"expect": False, "what": "x", "kind": "branch"}),
+        ]
+        g["outputs"] = [ref(0)]
+
+    reads.append(guarded_unknown_device)
+    return {f"flags:{fn.__name__}:{i}": {"doc": _edit(fn)} for i, fn in enumerate(reads)}
+
+
 # --- tensors: the safetensors member and the state it backs ------------------------------
 
 
@@ -1032,6 +1068,7 @@ FAMILIES = {
     "index": index_family,
     "structure": structure_family,
     "tensors": tensors_family,
+    "flags": flags_family,
     "state": state_family,
     "passes": passes_family,
 }
