@@ -450,4 +450,16 @@ check_names_and_dispatch <- function(doc) {
         substr(path, 1, 40), limit))
     }
   }
+  # module_modes: a sub-module's training flag as traced (never the root's "").
+  mm <- doc[["module_modes"]]
+  if (!is.null(mm) && length(mm) && !is_obj(mm)) {
+    check_fault("document", "module_modes must be an object of module paths")
+  }
+  for (i in seq_along(mm)) {
+    check_path_name(names(mm)[[i]], "module path")
+    if (!is_flag(mm[[i]])) {
+      check_fault("document", sprintf("module_modes of '%s' must be true or false",
+                                      substr(names(mm)[[i]], 1, 40)))
+    }
+  }
 }

@@ -31,6 +31,7 @@ from .ir.program import hoist_subgraphs, subgraph_names
 from .progress import stage, state_nbytes, track
 from .runtime import Method, torchvision_ops
 from .runtime.method import Specialised, as_recorded, for_mode, guards_active
+from .runtime.module_tree import TreeWatch, mode_reading_paths
 from .runtime.shapes import symbolize
 from .runtime.transaction import state_replaced, transactional
 from .trace import autocast
@@ -255,6 +256,9 @@ class TracedMethod:
 
     def __call__(self, *args, **kwargs):
         module = self._module
+        tree = module._tb_tree
+        if tree is not None:
+            tree.check(module)
         return for_mode(module._methods[self.name], module.training)(*args, **kwargs)
 
     @property
@@ -408,6 +412,9 @@ class TracedModule(nn.Module, _Traced):
         self._make_methods(self._slots(), runtime)
         self._chain_specialisations()
         self._mode_bound = dict(program.mode_bound)
+        # The tree the graphs were recorded from, checked on each call (module_tree.py).
+        owner = self if original is None else original
+        self.__dict__["_tb_tree"] = TreeWatch(self, program.module_modes, owner)
         # The sub-modules' hooks the graphs were traced with (see the note on hooks).
         self.__dict__["_tb_hooks"] = _child_hooks(self)
         self._remember_hooks()
@@ -438,6 +445,7 @@ class TracedModule(nn.Module, _Traced):
     # measured on each call (usually there are none). One attribute: each read costs.
     _tb_hook_check: tuple = (-1, ())
     _tb_hooks: dict | None = None
+    _tb_tree: TreeWatch | None = None
 
     def __call__(self, *args, **kwargs):
         check = self._tb_hook_check
@@ -445,6 +453,9 @@ class TracedModule(nn.Module, _Traced):
             check[1] and any(len(t) != n for t, n in check[1])
         ):
             self._check_child_hooks()
+        tree = self._tb_tree
+        if tree is not None:
+            tree.check(self)
         method = self._tb_fast
         if (
             method is None
@@ -540,12 +551,12 @@ class TracedModule(nn.Module, _Traced):
         return super().__getattr__(name)
 
     def _share(self, original: nn.Module) -> None:
-        for name, child in original.named_children():
-            self.add_module(name, child)
         # The root's own tables themselves, as a sub-module is shared: a tensor replaced on
         # either (load_state_dict(assign=True), a buffer moved by .to() or .cuda(), an
         # assignment) is the one both use; copied entries kept the old tensor for the
-        # traced module (a BatchNorm traced alone then moved trained an orphan copy).
+        # traced module (a BatchNorm traced alone then moved trained an orphan copy). Its
+        # sub-modules too: one replaced on the original is replaced here, and refused.
+        self.__dict__["_modules"] = original._modules
         self.__dict__["_parameters"] = original._parameters
         self.__dict__["_buffers"] = original._buffers
         self.__dict__["_non_persistent_buffers_set"] = original._non_persistent_buffers_set
@@ -573,6 +584,11 @@ class TracedModule(nn.Module, _Traced):
                 )
             else:
                 module.register_buffer(leaf, entry.tensor)
+        # The sub-modules in the modes they were traced in (a new module starts in training
+        # mode): the root's, and each recorded one's own (runtime/module_tree.py).
+        for path, module in self.named_modules():
+            if path:
+                module.training = program.module_modes.get(path, program.training)
 
     def _state_slots(self) -> dict:
         return self._slots()
@@ -1044,6 +1060,7 @@ def record_module(
 
     if respect_mode:
         _warn_of_mixed_modes(mod)
+    module_modes = mode_reading_paths(mod)
     recorded = []  # (graph name, method name, mode, example inputs)
     for name, (args, kwargs) in inputs.items():
         if respect_mode and name == "forward":
@@ -1094,6 +1111,7 @@ def record_module(
         module_classes=classes,
         module_reprs=reprs,
         mode_bound=mode_bound,
+        module_modes=module_modes,
         aliases=_tied_names(mod, index, state),
     )
     for graph_name, name, mode, args, kwargs in recorded:

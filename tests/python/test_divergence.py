@@ -43,7 +43,7 @@ from torch import nn
 
 import tracebridge
 
-SAFE = ("right", "guard", "check", "unsupported")
+SAFE = ("right", "guard", "refused", "check", "unsupported")
 
 
 @dataclass
@@ -951,25 +951,23 @@ CASES += [  # op-set 8: a tensor's flags and storage offset, the caller's infere
         tb=("guard", "guard"),
     ),
 ]
-CASES += [  # known: what a trace does not watch after it was made
+CASES += [  # the module tree changed after tracing (runtime/module_tree.py)
     Case(
         "submodule_mode_changed",
         "one sub-module's training flag switched after tracing (`model[1].train()`)",
         _submodule_mode_changed,
         jit="wrong",
-        tb=("wrong", "wrong"),
-        core="core: the graph carries each sub-module's mode as traced; a sub-module's own "
-        "flag switched later is not read (the traced module's train()/eval() is)",
+        tb=("refused", "refused"),
     ),
     Case(
         "submodule_replaced",
         "a sub-module replaced after tracing (`model[1] = nn.Tanh()`)",
         _submodule_replaced,
         jit="wrong",
-        tb=("wrong", "wrong"),
-        core="core: the graph is the code as traced; a module replaced later is not seen "
-        "(trace the model again)",
+        tb=("refused", "refused"),
     ),
+]
+CASES += [  # known: what a trace does not watch after it was made
     Case(
         "dict_input_order",
         "`torch.cat(list(d.values()))`, called with the dict's keys in another order",
@@ -1045,6 +1043,8 @@ def _second_call(setup: Setup, traced) -> str:
             got = traced(*_clone(setup.other))
     except tracebridge.GuardError:
         return "guard"
+    except tracebridge.TraceError:
+        return "refused"  # a refusal that says what and what to do, not a guard's
     except Exception:
         return "error"
     return "right" if same(expected, got) else "wrong"
@@ -1218,6 +1218,7 @@ def divergence_table() -> str:
         "error": "error at call",
         "refuse": "error at trace",
         "guard": "`GuardError` at call",
+        "refused": "`TraceError` at call",
         "check": "`TracingCheckError` at trace",
         "unsupported": "`UnsupportedOpError` at trace",
     }

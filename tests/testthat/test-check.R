@@ -4,7 +4,7 @@
 # through Python, and each crafted file below is refused there with a message that names
 # the method, node and rule (tests/python/test_check_program.py tests each rule).
 
-check_tb <- function(method = "forward", node = NULL, opset = 2, state = "{}") {
+check_tb <- function(method = "forward", node = NULL, opset = 2, state = "{}", extra = "") {
   node <- node %||% paste0('{"op": "relu", "args": [{"ref": 0}], "kwargs": {}, ',
                            '"outputs": [{"id": 1, "kind": "Tensor", "dtype": "float32", ',
                            '"shape": [3]}], "out_spec": {"t": "leaf"}, "loc": "m.py:1"}')
@@ -16,7 +16,7 @@ check_tb <- function(method = "forward", node = NULL, opset = 2, state = "{}") {
   "in_spec": {"t": "tuple", "c": [{"t": "tuple", "c": [{"t": "leaf"}]},
                                   {"t": "dict", "keys": [], "c": []}]},
   "nodes": [%s], "outputs": [{"ref": 1}], "out_spec": {"t": "leaf"}}},
- "state": %s, "tensors": {"count": 0}}', as.integer(opset), method, node, state)
+ "state": %s, %s"tensors": {"count": 0}}', as.integer(opset), method, node, state, extra)
   write_tb(program)
 }
 
@@ -59,6 +59,14 @@ test_that("the schema is applied from program.schema.json", {
   expect_error(jit_inspect(check_tb(node = no_op)), "nodes/0: must contain op")
   expect_error(jit_inspect(check_tb(state = '{"w": {"kind": "parameter", "dtype": "float32"}}')),
                "schema at state/w: must contain shape")
+})
+
+test_that("module_modes holds sub-module paths with a flag each", {
+  with_modes <- function(modes) check_tb(extra = paste0('"module_modes": ', modes, ", "))
+  expect_silent(jit_inspect(with_modes('{"bn": false, "blocks.0.drop": true}'), quiet = TRUE))
+  expect_error(jit_inspect(with_modes('{"bn": "yes"}')), "module_modes")
+  expect_error(jit_inspect(with_modes('{"a b": true}')), "module path")
+  expect_error(jit_inspect(with_modes('{"": true}')), "module path")
 })
 
 test_that("names of methods and state follow the grammar in jit_inspect", {

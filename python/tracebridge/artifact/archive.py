@@ -87,6 +87,8 @@ def program_to_json(program: Program, language: str | None = None) -> dict:
     }
     if program.mode_bound:
         doc["mode_bound"] = program.mode_bound
+    if program.module_modes:
+        doc["module_modes"] = program.module_modes
     if program.backend is not None:
         doc["backend"] = program.backend
     if program.specialised:
@@ -526,6 +528,7 @@ def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "
         module_reprs=dict(doc.get("module_reprs", {})),
         language=doc.get("producer", {}).get("language", "python"),
         mode_bound=mode_bound,
+        module_modes=dict(doc.get("module_modes", {})),
         backend=backend,
         specialised=dict(doc.get("specialised", {})),
         aliases=dict(doc.get("aliases", {})),

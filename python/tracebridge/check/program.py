@@ -284,6 +284,7 @@ def _doc_of(program: Program) -> dict:
         "dispatch": program.dispatch,
         "module_classes": program.module_classes,
         "module_reprs": program.module_reprs,
+        "module_modes": program.module_modes,
         "state": {n: {"kind": e.kind} for n, e in program.state.items()},
         "mode_bound": program.mode_bound,
         "specialised": program.specialised,
@@ -565,6 +566,13 @@ def _check_names_and_dispatch(doc: dict) -> None:
                 f"the settings of module {path[:40]!r} are not one line of text of at most "
                 f"{LIMITS['text_chars']} characters",
             )
+    modes = doc.get("module_modes") or {}
+    if not isinstance(modes, dict):
+        _fail("document", "module_modes must be an object of module paths")
+    for path, flag in modes.items():
+        _path_name(path, "module path")  # a sub-module: never the root's ""
+        if type(flag) is not bool:
+            _fail("document", f"module_modes of {path[:40]!r} must be true or false")
 
 
 def _fits(pattern: re.Pattern, text: Any, limit: int) -> bool:

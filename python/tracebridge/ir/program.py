@@ -141,6 +141,9 @@ class Program:
     # method -> {"training", "op", "loc"}: a method recorded in one mode whose other mode
     # records a different graph; calling it in the other mode raises GuardError.
     mode_bound: dict[str, dict] = field(default_factory=dict)
+    # sub-module path -> its training flag when traced, for the sub-modules whose code reads
+    # it: a call refuses where one was switched on its own since (runtime/module_tree.py).
+    module_modes: dict[str, bool] = field(default_factory=dict)
     # The partition that tracebridge.compile embedded (backend, compiler args, subgraphs).
     backend: dict[str, Any] | None = None
     # method -> the names of its size-1 specialisations (check/specialise.py): graphs kept

@@ -1,0 +1,241 @@
+"""A traced module refuses a call once its module tree is not the one its graphs were
+recorded from: a sub-module replaced, added or removed, or switched to the other mode on
+its own (runtime/module_tree.py). Switching the whole model together stays allowed: the
+traced module's own mode chooses its graph, as documented."""
+
+import json
+import pickle
+import zipfile
+
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+from tracebridge.errors import ArtifactError, GuardError, TraceError
+from tracebridge.runtime.module_tree import mode_reading_paths
+
+X = torch.randn(5, 3, generator=torch.Generator().manual_seed(0))
+
+
+def _eval_model():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3), nn.Dropout(0.0), nn.ReLU())
+    model[1].running_mean.uniform_(-1, 1)
+    model[1].running_var.uniform_(0.5, 2)
+    return model.eval()
+
+
+def _traced_and_loaded(model, tmp_path):
+    traced = tracebridge.trace(model, torch.randn(4, 3))
+    path = tmp_path / "m.tb"
+    traced.save(path)
+    return traced, tracebridge.load(path)
+
+
+def test_only_sub_modules_that_read_their_mode_are_watched():
+    model = _eval_model()
+    # the batch norm reads self.training; Linear and ReLU do not; a dropout of
+    # probability 0 gives the same values in both modes
+    assert mode_reading_paths(model) == {"1": False}
+    model[2].p = 0.5
+    assert mode_reading_paths(model) == {"1": False, "2": False}
+
+
+def test_a_sub_module_switched_on_its_own_is_refused(tmp_path):
+    model = _eval_model()
+    traced, loaded = _traced_and_loaded(model, tmp_path)
+    assert traced.program.module_modes == loaded.program.module_modes == {"1": False}
+    model[1].train()  # fine-tuning one batch norm: eager now uses batch statistics
+    with pytest.raises(TraceError, match=r"sub-module '1' is in training mode") as info:
+        traced(X)
+    assert not isinstance(info.value, GuardError)
+    assert "Put it back (.eval())" in str(info.value)
+    model[1].eval()
+    assert torch.equal(traced(X), model(X))  # back as traced: runs again
+    loaded._modules["1"].train()  # a loaded module's sub-modules are watched alike
+    with pytest.raises(TraceError, match="switched on its own"):
+        loaded(X)
+    loaded._modules["1"].eval()
+    torch.testing.assert_close(loaded(X), model(X))
+
+
+def test_the_whole_model_switched_together_runs_the_traced_modules_own_mode():
+    model = _eval_model()
+    traced = tracebridge.trace(model, torch.randn(4, 3))
+    expected = model(X)
+    running_mean = model[1].running_mean.clone()
+    model.train()  # the original goes on training; the traced module stays in evaluation
+    assert torch.equal(traced(X), expected)
+    assert torch.equal(model[1].running_mean, running_mean)  # the evaluation graph ran
+    model.eval()
+    assert torch.equal(traced(X), expected)
+
+
+def test_a_replaced_sub_module_is_refused(tmp_path):
+    model = _eval_model()
+    traced, loaded = _traced_and_loaded(model, tmp_path)
+    model[3] = nn.Tanh()  # shared tree: the traced module now shows the Tanh
+    assert isinstance(traced._modules["3"], nn.Tanh)
+    with pytest.raises(TraceError, match=r"sub-module '3' .* was replaced .*now Tanh"):
+        traced(X)
+    setattr(loaded, "3", nn.Tanh())
+    with pytest.raises(TraceError, match="was replaced"):
+        loaded(X)
+
+
+def test_a_deeper_replacement_and_an_addition_are_refused():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Sequential(nn.Linear(3, 3), nn.ReLU()), nn.Linear(3, 2)).eval()
+    traced = tracebridge.trace(model, torch.randn(4, 3))
+    model[0][1] = nn.GELU()
+    with pytest.raises(TraceError, match=r"sub-module '0.1' .* replaced .*GELU"):
+        traced(X)
+    model[0][1] = traced_relu = nn.ReLU()  # another ReLU object is still another module
+    with pytest.raises(TraceError, match="replaced"):
+        traced(X)
+    assert traced_relu is model[0][1]
+    other = tracebridge.trace(model, torch.randn(4, 3))
+    assert torch.equal(other(X), model(X))
+    model.add_module("extra", nn.Identity())
+    with pytest.raises(TraceError, match=r"sub-module 'extra' .* was added"):
+        other(X)
+
+
+def test_a_removed_sub_module_is_refused_once_the_tree_is_walked():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 2)).eval()
+    traced = tracebridge.trace(model, torch.randn(4, 3))
+    del model[1]
+    model.add_module("new", nn.Identity())  # any registration makes the next call look
+    with pytest.raises(TraceError, match=r"sub-module '1' .* was removed"):
+        traced(X)
+
+
+def test_unrelated_registrations_cost_one_walk_and_change_nothing():
+    model = _eval_model()
+    traced = tracebridge.trace(model, torch.randn(4, 3))
+    nn.Sequential(nn.Linear(2, 2))  # registers sub-modules elsewhere
+    assert torch.equal(traced(X), model(X))
+    assert torch.equal(traced(X), model(X))
+
+
+def test_other_methods_check_the_tree_too():
+    class Two(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = nn.BatchNorm1d(3)
+
+        def forward(self, x):
+            return self.bn(x)
+
+        def other(self, x):
+            return self.bn(x) * 2
+
+    torch.manual_seed(0)
+    model = Two().eval()
+    traced = tracebridge.trace_module(
+        model, {"forward": torch.randn(4, 3), "other": torch.randn(4, 3)}
+    )
+    torch.testing.assert_close(traced.other(X), model.other(X))
+    model.bn.train()  # the root stays in evaluation: switched on its own
+    with pytest.raises(TraceError, match="sub-module 'bn'"):
+        traced.other(X)
+
+
+def test_a_pickled_module_keeps_watching():
+    model = _eval_model()
+    traced = tracebridge.trace(model, torch.randn(4, 3))
+    copy = pickle.loads(pickle.dumps(traced))
+    assert copy.program.module_modes == {"1": False}
+    copy._modules["1"].train()
+    with pytest.raises(TraceError, match="switched on its own"):
+        copy(X)
+
+
+def _rewrite(path, out, change):
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(out, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if item.filename == "program.json":
+                doc = json.loads(data)
+                change(doc)
+                data = json.dumps(doc).encode()
+            dst.writestr(item, data)
+
+
+@pytest.mark.parametrize(
+    ("modes", "message"),
+    [
+        ({"1": "yes"}, "module_modes"),
+        ({"": True}, "module path"),
+        ({"a b": True}, "module path"),
+        (["1"], "module_modes"),
+    ],
+)
+def test_a_file_with_bad_module_modes_is_refused(tmp_path, modes, message):
+    traced = tracebridge.trace(_eval_model(), torch.randn(4, 3))
+    traced.save(tmp_path / "m.tb")
+
+    def change(doc):
+        doc["module_modes"] = modes
+        doc["tensors"].pop("sha256", None)
+
+    _rewrite(tmp_path / "m.tb", tmp_path / "bad.tb", change)
+    with pytest.raises(ArtifactError, match=message):
+        tracebridge.load(tmp_path / "bad.tb")
+
+
+def test_a_file_without_module_modes_loads_and_still_watches_replacements(tmp_path):
+    model = _eval_model()
+    traced = tracebridge.trace(model, torch.randn(4, 3))
+    traced.save(tmp_path / "m.tb")
+    _rewrite(tmp_path / "m.tb", tmp_path / "old.tb", lambda doc: doc.pop("module_modes"))
+    loaded = tracebridge.load(tmp_path / "old.tb")
+    assert loaded.program.module_modes == {}
+    loaded._modules["1"].train()  # not recorded in the file: not read
+    torch.testing.assert_close(loaded(X), model(X))
+    setattr(loaded, "3", nn.Tanh())
+    with pytest.raises(TraceError, match="replaced"):
+        loaded(X)
+
+
+def test_modules_traced_in_training_mode_are_watched_alike():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3)).train()
+    traced = tracebridge.trace(model, torch.randn(4, 3))
+    assert traced.program.module_modes == {"1": True}
+    model[1].eval()  # frozen after tracing: eager now uses the running statistics
+    with pytest.raises(TraceError, match="sub-module '1' is in evaluation mode"):
+        traced(X)
+
+
+class _FlagAsProperty(nn.Module):
+    """A module whose ``training`` is a property over a flag of its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(3)
+        assert "training" not in self.__dict__  # Module.__init__ went through the setter
+
+    @property
+    def training(self):
+        return self.__dict__["_mode"]
+
+    @training.setter
+    def training(self, value):
+        self.__dict__["_mode"] = value
+
+    def forward(self, x):
+        return self.bn(x) * (2 if self.training else 1)
+
+
+def test_a_training_property_is_read_as_an_attribute():
+    torch.manual_seed(0)
+    model = nn.Sequential(_FlagAsProperty(), nn.ReLU()).eval()
+    traced = tracebridge.trace(model, torch.randn(4, 3))
+    assert traced.program.module_modes == {"0": False, "0.bn": False}
+    assert torch.equal(traced(X), model(X))
+    model[0].training = True
+    with pytest.raises(TraceError, match="sub-module '0' is in training mode"):
+        traced(X)
