@@ -12,6 +12,7 @@ Each case runs in process and after save and load."""
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 from random import gauss as imported_gauss
@@ -25,6 +26,7 @@ from tracebridge.errors import ArtifactError, GuardError, UnsupportedOpError
 from tracebridge.ir import ops as opset
 from tracebridge.runtime.support import PRIM_FUNCTIONS
 
+from .graph_helpers import rewrite_nodes
 from .r_reader import run_r
 
 BF16, FP16 = torch.bfloat16, torch.float16
@@ -261,6 +263,22 @@ def test_interpreter_checks_the_autocast_guards(tmp_path):
     _same(loaded(x), _branches(x))
     with _autocast(BF16), pytest.raises(GuardError):
         loaded(x)
+
+
+@pytest.mark.parametrize("device", ["bogus", "cpu:0", "meta", 3, None])
+@pytest.mark.parametrize("runtime", ["codegen", "interpreter"])
+def test_unknown_autocast_device_is_refused_at_load(tmp_path, device, runtime):
+    """A crafted file whose autocast read names no device type torch keeps autocast for
+    (SPEC: a reader MUST refuse it): refused by the loader, naming the node and the
+    device, not at the first call that reaches the read."""
+    path = tmp_path / "t.tb"
+    tracebridge.trace(_branches, (torch.randn(3, 4),)).save(path)
+    rewrite_nodes(path, "prim.autocast_enabled", lambda n: n.update(args=[device]))
+    with pytest.raises(ArtifactError) as info:
+        tracebridge.load(path, runtime=runtime)
+    message = str(info.value)
+    assert "(prim.autocast_enabled)" in message and "save it again" in message
+    assert repr(device) in message or json.dumps(device) in message
 
 
 @pytest.mark.skipif(shutil.which("Rscript") is None, reason="R is not installed")
