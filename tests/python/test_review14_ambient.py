@@ -13,6 +13,7 @@ Each case runs in process and after save and load."""
 from __future__ import annotations
 
 import json
+import numbers
 import random
 import shutil
 from random import gauss as imported_gauss
@@ -354,6 +355,29 @@ def test_every_way_to_draw_a_number_refuses_its_use(draw):
 
     with pytest.raises(UnsupportedOpError, match="drawn outside torch"):
         tracebridge.trace(f, (torch.randn(3, 4),))
+
+
+@pytest.mark.parametrize(
+    "is_number",
+    [
+        lambda n: isinstance(n, (int, float)),
+        lambda n: isinstance(n, float),
+        lambda n: isinstance(n, numbers.Real),
+        lambda n: isinstance(n, numbers.Number),
+    ],
+)
+def test_asking_whether_a_drawn_number_is_a_number_is_refused(is_number):
+    """A drawn number that answered ``isinstance(n, float)`` with False sent the code
+    down the branch for non-numbers (``x``, where eager returns ``x * n``), and there
+    nothing used it: silently wrong with ``check_trace=False``. The question is a use."""
+
+    def f(x):
+        scale = random.uniform(0.5, 1.5)
+        return x * scale if is_number(scale) else x
+
+    with pytest.raises(UnsupportedOpError, match="random.uniform()") as info:
+        tracebridge.trace(f, (torch.randn(3, 4),), check_trace=False)
+    assert str(info.value).count("test_review14_ambient.py:") == 2  # the draw's and the use's
 
 
 @pytest.mark.parametrize(
