@@ -452,6 +452,8 @@ def flags_family() -> dict:
     reads = [
         read("prim.autocast_enabled", ["os.system"]),
         read("prim.autocast_enabled", ["cpu\u0000"]),
+        read("prim.autocast_enabled", ["bogus"]),
+        read("prim.autocast_dtype", ["cuda:0"], kind="dtype"),
         read("prim.autocast_dtype", [tup("cpu")], kind="dtype"),
         read("prim.is_contiguous_as", [ref(0), "channels_last"]),
         read("prim.is_contiguous_as", [ref(0), 3]),
@@ -462,7 +464,7 @@ def flags_family() -> dict:
         read("prim.has_grad_fn", [{"memory_format": "channels_last"}]),
     ]
 
-    def guarded_unknown_device(doc, g):  # read where a guard needs it: refused at the call
+    def guarded_unknown_device(doc, g):  # a guard needs the read: still refused at load
         g["nodes"] = [
             node("prim.autocast_enabled", ["os.system"], [{"id": 1, "kind": "bool"}]),
             node("prim.guard", [ref(1)], [], {"expect": False, "what": "x", "kind": "branch"}),

@@ -838,6 +838,21 @@ def test_crafted_attacks_are_refused_or_run_within_their_tensors(attacks):
     assert not failures, "\n".join(f"{k}: {v}" for k, v in list(failures.items())[:20])
 
 
+def test_autocast_reads_of_another_device_type_are_refused_at_load(attacks):
+    """``prim.autocast_enabled``/``prim.autocast_dtype`` naming a device type torch keeps
+    no autocast state for: refused by the loader (check/program.py), guarded or not; a
+    read no guard needs was run to torch's refusal at the call, or never."""
+    cases = {
+        name: o
+        for name, o in attacks.items()
+        if name.startswith(("flags:autocast_", "flags:guarded_unknown_device"))
+    }
+    assert len(cases) == 6
+    assert all(o["stage"] == "load" for o in cases.values()), cases
+    named = [o for o in cases.values() if "which torch keeps no autocast" in o["message"]]
+    assert len(named) == 4, cases  # "os.system" (twice), "bogus", "cuda:0"; not a string: 2
+
+
 @pytest.mark.parametrize(
     "case", ["tensor_sum_wraps_to_0", "one_arg_sum_wraps_to_3", "output_size_sum_wraps_to_3"]
 )

@@ -414,12 +414,36 @@ def dict_sum(d):
     return d["a"] * 2 + d["b"]
 
 
-def test_dict_inputs_are_matched_by_key_not_order():
+def test_dict_inputs_are_matched_by_key_and_order():
+    """A dict input with the traced keys in another order is refused: code that iterates
+    it sees the call's order in eager (test_divergence.py, dict_input_order)."""
     a, b = torch.randn(3), torch.randn(3)
     traced = tracebridge.trace(dict_sum, ({"a": a, "b": b},))
-    assert close(traced({"b": b, "a": a}), a * 2 + b)
+    assert close(traced({"a": a, "b": b}), a * 2 + b)
+    with pytest.raises(GuardError, match=r"keys in the order \['b', 'a'\] where the trace"):
+        traced({"b": b, "a": a})
     with pytest.raises(TraceError):
         traced({"a": a, "c": b})
+
+
+def values_then_keywords(x, d, *, u, v):
+    return torch.cat(list(d["p"].values())) * x + u - v
+
+
+@pytest.mark.parametrize("runtime", ["memory", "codegen", "interpreter"])
+def test_nested_dict_order_is_checked_and_keywords_stay_by_name(tmp_path, runtime):
+    a, b, x = torch.randn(2), torch.randn(3), torch.randn(5)
+    traced = tracebridge.trace(
+        values_then_keywords, (x, {"p": {"a": a, "b": b}}), example_kwarg_inputs={"u": x, "v": x}
+    )
+    if runtime != "memory":
+        traced.save(tmp_path / "t.tb")
+        traced = tracebridge.load(tmp_path / "t.tb", runtime=runtime)
+    want = values_then_keywords(x, {"p": {"a": a, "b": b}}, u=x, v=2 * x)
+    assert close(traced(x, {"p": {"a": a, "b": b}}, v=2 * x, u=x), want)  # keywords by name
+    with pytest.raises(GuardError, match=r"argument 2\['p'\], a dict, holding its keys") as info:
+        traced(x, {"p": {"b": b, "a": a}}, u=x, v=2 * x)
+    assert info.value.seen == ["b", "a"] and "pass the keys in the traced order" in str(info.value)
 
 
 class FreezesInEval(nn.Module):

@@ -12,6 +12,8 @@ Each case runs in process and after save and load."""
 
 from __future__ import annotations
 
+import json
+import numbers
 import random
 import shutil
 from random import gauss as imported_gauss
@@ -25,6 +27,7 @@ from tracebridge.errors import ArtifactError, GuardError, UnsupportedOpError
 from tracebridge.ir import ops as opset
 from tracebridge.runtime.support import PRIM_FUNCTIONS
 
+from .graph_helpers import rewrite_nodes
 from .r_reader import run_r
 
 BF16, FP16 = torch.bfloat16, torch.float16
@@ -263,6 +266,22 @@ def test_interpreter_checks_the_autocast_guards(tmp_path):
         loaded(x)
 
 
+@pytest.mark.parametrize("device", ["bogus", "cpu:0", "meta", 3, None])
+@pytest.mark.parametrize("runtime", ["codegen", "interpreter"])
+def test_unknown_autocast_device_is_refused_at_load(tmp_path, device, runtime):
+    """A crafted file whose autocast read names no device type torch keeps autocast for
+    (SPEC: a reader MUST refuse it): refused by the loader, naming the node and the
+    device, not at the first call that reaches the read."""
+    path = tmp_path / "t.tb"
+    tracebridge.trace(_branches, (torch.randn(3, 4),)).save(path)
+    rewrite_nodes(path, "prim.autocast_enabled", lambda n: n.update(args=[device]))
+    with pytest.raises(ArtifactError) as info:
+        tracebridge.load(path, runtime=runtime)
+    message = str(info.value)
+    assert "(prim.autocast_enabled)" in message and "save it again" in message
+    assert repr(device) in message or json.dumps(device) in message
+
+
 @pytest.mark.skipif(shutil.which("Rscript") is None, reason="R is not installed")
 def test_r_reader_accepts_the_autocast_reads(tmp_path):
     path = tmp_path / "reads.tb"
@@ -336,6 +355,29 @@ def test_every_way_to_draw_a_number_refuses_its_use(draw):
 
     with pytest.raises(UnsupportedOpError, match="drawn outside torch"):
         tracebridge.trace(f, (torch.randn(3, 4),))
+
+
+@pytest.mark.parametrize(
+    "is_number",
+    [
+        lambda n: isinstance(n, (int, float)),
+        lambda n: isinstance(n, float),
+        lambda n: isinstance(n, numbers.Real),
+        lambda n: isinstance(n, numbers.Number),
+    ],
+)
+def test_asking_whether_a_drawn_number_is_a_number_is_refused(is_number):
+    """A drawn number that answered ``isinstance(n, float)`` with False sent the code
+    down the branch for non-numbers (``x``, where eager returns ``x * n``), and there
+    nothing used it: silently wrong with ``check_trace=False``. The question is a use."""
+
+    def f(x):
+        scale = random.uniform(0.5, 1.5)
+        return x * scale if is_number(scale) else x
+
+    with pytest.raises(UnsupportedOpError, match="random.uniform()") as info:
+        tracebridge.trace(f, (torch.randn(3, 4),), check_trace=False)
+    assert str(info.value).count("test_review14_ambient.py:") == 2  # the draw's and the use's
 
 
 @pytest.mark.parametrize(

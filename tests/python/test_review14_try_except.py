@@ -140,6 +140,46 @@ def test_three_argument_pow_of_a_size_is_recorded(fn, tmp_path):
             assert torch.equal(runner(x), fn(x))
 
 
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda a: a * pow(3, 10 * a.shape[0], 7),
+        lambda a: a * pow(-3, a.shape[0] ** 3, -7),
+        lambda a: a * pow(a.shape[0] + 1000, 5 * a.shape[0], 1009),
+        lambda a: a * pow(a.shape[0], 100, 11),
+        lambda a: a * pow(2, a.shape[0], 1),
+        lambda a: a * pow(2, 3 * a.shape[0], 24),  # 2 and 24 share a factor: no order
+        lambda a: a * pow(5, a.shape[0] * 7, 2**32 - 5),  # an order past the search
+        lambda a: a * pow(a.shape[0], a.shape[0] * 9, 2**31 - 1),
+    ],
+    ids=[
+        "large_exponent",
+        "negative_modulus",
+        "traced_base",
+        "literal_exponent",
+        "modulus_one",
+        "no_order",
+        "large_modulus",
+        "all_traced",
+    ],
+)
+def test_three_argument_pow_is_right_where_the_power_itself_is_past_int64(fn, tmp_path):
+    """``pow(3, 10 * n, 7)`` was recorded as ``(3 ** (10 * n)) % 7``: right up to n = 4,
+    and for n = 5 (3**50) a range error that called the graph corrupt. Python reduces by
+    the modulus at every step: so does the trace (square and multiply)."""
+    traced = tracebridge.trace(fn, (torch.ones(3, 4),), check_trace=False)
+    interpreted = loaded(traced, tmp_path, runtime="interpreter")
+    for runner in (traced, loaded(traced, tmp_path), interpreted):
+        for n in (1, 3, 5, 64, 1000):
+            x = torch.ones(n, 4)
+            assert torch.equal(runner(x), fn(x)), n
+
+
+def test_three_argument_pow_past_a_32_bit_modulus_is_refused_with_its_line():
+    with pytest.raises(UnsupportedOpError, match=r"modulus of 1099511627791 at .*try_except"):
+        tracebridge.trace(lambda a: a * pow(5, a.shape[0], 2**40 + 15), (torch.ones(3, 4),))
+
+
 def test_three_argument_pow_with_a_negative_exponent_is_refused_or_guarded():
     def fn(a):
         return a * pow(2, a.shape[0] - 4, 5)

@@ -3,9 +3,9 @@
 Each was a constant of the trace before: a call whose tensor differed (an inference tensor,
 a view that starts elsewhere in its storage, an input that requires grad, a channels-last
 input, a lazy negation) was served with the example's branch, silently. Each is now read
-at call time and guarded, or (a storage offset) traced as an integer; a version counter is
-refused. Every test compares the traced function with the Python one on a call unlike the
-example, in process and after a save and a load.
+at call time and guarded, or (a storage offset) traced as an integer; a version counter and
+a view's base (``x._base``) are refused. Every test compares the traced function with the
+Python one on a call unlike the example, in process and after a save and a load.
 """
 
 from __future__ import annotations
@@ -179,6 +179,35 @@ def test_requires_grad_of_a_parameter_is_guarded():
 def test_a_version_counter_is_refused_with_its_line():
     with pytest.raises(UnsupportedOpError, match=r"a\._version at .*test_tensor_flags.py"):
         tracebridge.trace(lambda a: a + a._version, (torch.randn(3),))
+
+
+def _base_is_none(a):
+    return a + 1 if a._base is None else a - 1
+
+
+def _doubled_base(a):
+    return a[1:]._base * 2  # an input given as a view has its own base at the call
+
+
+@pytest.mark.parametrize("fn", [_base_is_none, _doubled_base])
+def test_a_views_base_is_refused_with_its_line(fn):
+    """``x._base`` was a constant of the trace: ``_base_is_none`` served ``a + 1`` to a view
+    (eager: ``a - 1``), and ``_doubled_base`` the input where eager doubles the tensor the
+    input is a view of. Whether, and of what, a tensor is a view is the caller's."""
+    with pytest.raises(UnsupportedOpError, match=r"\._base at .*test_tensor_flags.py:\d+") as info:
+        tracebridge.trace(fn, (torch.randn(4),))
+    assert "view" in str(info.value)
+
+
+def test_the_base_of_a_captured_constant_is_read():
+    base = torch.randn(6)
+    constant = base[2:]
+
+    def fn(a):
+        return a + constant._base.sum()
+
+    x = torch.randn(3)
+    torch.testing.assert_close(tracebridge.trace(fn, (x,))(x), fn(x))
 
 
 def test_channels_last_contiguity_is_guarded(tmp_path):

@@ -105,3 +105,19 @@ test_that("jit_load() refuses a file through Python's checker", {
   expect_error(jit_load(check_tb(method = "eval")), "would replace the loaded module",
                class = "tracebridge_artifact_error")
 })
+
+test_that("jit_load() refuses an autocast read of a device type torch keeps no state for", {
+  skip_if_no_torch()
+  read <- function(device) {
+    check_tb(node = one_node("prim.autocast_enabled", sprintf('["%s"]', device), kind = "bool"),
+             opset = 8)
+  }
+  for (device in c("bogus", "cpu:0")) {
+    expect_silent(jit_inspect(read(device), quiet = TRUE))
+    expect_error(jit_load(read(device)),
+                 paste0("node 0 \\(prim\\.autocast_enabled\\): prim\\.autocast_enabled reads ",
+                        "the autocast of device type '", device, "'.*\\[rule: literals\\]"),
+                 class = "tracebridge_artifact_error")
+  }
+  expect_false(jit_load(read("cpu"))(torch_ones(3)))
+})

@@ -179,7 +179,9 @@ def check_program(program_or_doc: Program | dict, name: str = "", *, strict: boo
       outputs and graph outputs equals the leaves of their specs.
     * **ops** [6, 7, 8]: every op is in the op set; arguments and keywords have the kinds
       the op takes (``shared_ir/ops.json``); ``prim.state`` names a state entry;
-      ``prim.guard`` has one argument, ``expect``, and a guard ``kind`` of the spec.
+      ``prim.guard`` has one argument, ``expect``, and a guard ``kind`` of the spec;
+      ``prim.autocast_enabled``/``prim.autocast_dtype`` name a device type torch keeps
+      autocast state for.
     * **graphs named by nodes** [7.1]: a ``prim.autograd_function`` node takes a list of
       tensor values, names a ``forward`` and a ``backward`` graph of the file and a count
       of ``saved`` values, and has tensor outputs (``non_differentiable``, if given, lists
@@ -854,6 +856,8 @@ class _GraphCheck:
         for literal in node["kwargs"].values():
             self._literal(literal, 0)
         self._arguments(info, node)
+        if op in ops.AUTOCAST_READS:
+            _autocast_device(op, node["args"][0])
         reason = self.writes.node(self.index, op, info.flags, info.arg_names, node)
         if reason:
             _fail("state writes", reason, _WRITE_FIX)
@@ -1323,6 +1327,19 @@ def _literal_numel(lit: Any) -> int:
                     return total
         return total
     return 1
+
+
+def _autocast_device(op: str, device: str) -> None:
+    """The device type of an autocast read (a string: its argument kind): one that torch
+    keeps autocast state for (SPEC section 7: a reader MUST refuse another). Refused here, at
+    load, not where the runtime reads it: a read no guard needs may never run, and a file
+    that names another device type is corrupt whether or not a call reaches it."""
+    if device not in ops.AUTOCAST_DEVICE_TYPES:
+        _fail(
+            "literals",
+            f"{op} reads the autocast of device type {device[:30]!r}, which torch keeps no "
+            f"autocast state for (one of {', '.join(ops.AUTOCAST_DEVICE_TYPES)})",
+        )
 
 
 def _leaf_count(spec: Any, count: int, what: str, field: str) -> None:

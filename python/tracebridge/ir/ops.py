@@ -596,6 +596,8 @@ DYNAMIC_READS = TENSOR_FLAG_READS | frozenset(
 # The device types whose autocast state torch keeps: the argument of prim.autocast_enabled
 # and prim.autocast_dtype is one of them (a file naming another is refused).
 AUTOCAST_DEVICE_TYPES = tuple("cpu cuda xpu mps hpu xla ipu mtia maia privateuseone".split())
+# The reads that take one of them (checked at load: check/program.py).
+AUTOCAST_READS = frozenset({"prim.autocast_enabled", "prim.autocast_dtype"})
 
 # --- bounded Python arithmetic on traced numbers --------------------------------------------
 # Note: a traced number is a size or an element read with .item(); none is ever outside

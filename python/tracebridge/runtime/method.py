@@ -254,9 +254,13 @@ class Method:
         leaves, spec = pytree.flatten((args, kwargs), is_tensor)
         typed = self._typed_spec
         if not same_spec(spec, self.graph.in_spec, typed):
-            # Keys, not their order, identify a dict entry (and a keyword argument).
+            # Keys, not their order, identify a keyword argument; a dict input whose keys
+            # come in another order is refused below, once the keys are known to be its.
             ordered = _in_key_order((args, kwargs), self.graph.in_spec)
-            leaves, spec = pytree.flatten(ordered, is_tensor)
+            leaves, given = pytree.flatten(ordered, is_tensor)
+            if same_spec(given, self.graph.in_spec, typed):
+                _refuse_reordered_dict(self.name, spec, self.graph.in_spec)
+            spec = given
         if not same_spec(spec, self.graph.in_spec, typed):
             raise TraceError(
                 f"{self.name}() was called with arguments shaped differently from the example "
@@ -276,6 +280,49 @@ def _in_key_order(obj, spec: dict):
     if kind in ("tuple", "list") and same_length:
         return type(obj)(_in_key_order(o, c) for o, c in zip(obj, spec["c"]))
     return obj
+
+
+def _refuse_reordered_dict(method: str, got: dict, expected: dict) -> None:
+    """Raise :class:`GuardError` where a dict input of the call (``got``, a spec in the
+    call's order) holds the traced keys in another order.
+
+    Note: the order of a dict is part of what the code sees. Code that iterates a dict
+    input (``torch.cat(list(d.values()))``, ``for k, v in d.items()``) was recorded in the
+    traced order; in eager it follows the call's, so reading the entries by key in the
+    traced order would return another result, silently. Only reached where the call's
+    spec differs from the traced one, so a call in the traced order pays nothing. The
+    keyword arguments themselves (the dict at ``[1]``) are matched by name."""
+    found = _reordered_dict(got, expected, [])
+    if found is None:
+        return
+    path, keys, traced = found
+    raise GuardError(
+        f"{method}() was called with {_path_name(path)}, a dict, holding its keys in the "
+        f"order {keys} where the trace was made with {traced}: code "
+        "that iterates a dict (d.values(), d.items(), for k in d) runs in the call's order "
+        "in eager, and the trace holds the traced order; pass the keys in the traced order, "
+        "or trace again with this order",
+        guard=f"the order of the keys of {_path_name(path)}",
+        seen=keys,
+    )
+
+
+def _reordered_dict(got: dict, expected: dict, path: list) -> tuple[list, list, list] | None:
+    """The path, the call's keys and the traced keys of the first dict of ``got`` whose
+    keys are ``expected``'s in another order (``got`` in the call's order), or None."""
+    children = expected.get("c", ())
+    if expected["t"] == "dict":
+        if got["keys"] != expected["keys"] and path != [1]:
+            return path, got["keys"], expected["keys"]
+        by_key = dict(zip(got["keys"], got["c"]))
+        pairs = [(k, by_key[k], c) for k, c in zip(expected["keys"], children)]
+    else:
+        pairs = list(zip(range(len(children)), got.get("c", ()), children))
+    for key, child_got, child in pairs:
+        found = _reordered_dict(child_got, child, [*path, key])
+        if found is not None:
+            return found
+    return None
 
 
 def same_spec(got: dict, expected: dict, typed: bool | None = None) -> bool:

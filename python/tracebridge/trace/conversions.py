@@ -228,6 +228,16 @@ class Conversions:
                 "writes made to a tensor before this call, which no trace can follow; "
                 "branch on something the inputs carry instead"
             )
+        if prop == "_base" and self._varies(tensor):
+            # Whether a tensor is a view, and of what, is the caller's: an input may come
+            # as a view of a larger tensor on another call. No op reads it at call time.
+            raise UnsupportedOpError(
+                f"cannot trace {self._name_of(tensor)}._base at "
+                f"{self.location() or 'an unknown location'}: the tensor a view was made "
+                "from depends on how the caller made the inputs (an input may be a view of "
+                "a larger tensor on another call), which no trace can follow; use the "
+                "tensor itself, or pass the base as an input"
+            )
         return getter(tensor)
 
     def _is_input(self, tensor: torch.Tensor) -> bool:

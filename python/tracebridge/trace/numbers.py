@@ -192,11 +192,39 @@ class SymFloat(_Traced, float):
         return numbers_given_as_tensors(func, args, kwargs or {})
 
 
+# Bits of a traced exponent: a traced number is at most 2**64 - 1 (ir/ops.py INT_MAX).
+_EXPONENT_BITS = 64
+# Every step multiplies two numbers below the modulus: within 64 bits up to this one. (A
+# traced modulus is a size or an element: the example's is checked.)
+_MODULUS_LIMIT = 2**32
+# How far the order of a literal base modulo a literal modulus is looked for.
+_ORDER_SEARCH = 1024
+
+
+def _order(base: int, mod: int) -> int | None:
+    """The least ``k > 0`` with ``base ** k % mod == 1 % mod`` (up to ``_ORDER_SEARCH``),
+    or None: then ``pow(base, e, mod) == pow(base, e % k, mod)`` for every ``e >= 0``."""
+    power = 1
+    for k in range(1, _ORDER_SEARCH + 1):
+        power = (power * base) % mod
+        if power == 1 % mod:
+            return k
+    return None
+
+
 def modular_pow(base, exp, mod):
-    """``pow(base, exp, mod)`` where a traced number is among them: ``(base ** exp) % mod``,
-    which is what Python's modular power gives for ints with ``exp >= 0`` and ``mod != 0``;
-    the two comparisons that say so are guarded (a call with a negative exponent, whose
-    answer is a modular inverse, raises GuardError).
+    """``pow(base, exp, mod)`` where a traced number is among them: what Python's modular
+    power gives for ints with ``exp >= 0`` and ``mod != 0``; the two comparisons that say
+    so are guarded (a call with a negative exponent, whose answer is a modular inverse,
+    raises GuardError).
+
+    Note: reduced at every step, as Python's own is. ``(base ** exp) % mod`` is the same
+    number, but its power leaves the range of traced numbers (``pow(3, 10 * n, 7)`` for
+    n = 5 is ``3 ** 50 % 7``): square and multiply keeps every value below ``mod ** 2``.
+    A traced exponent is read bit by bit, all of its bits, whatever the example's: a
+    branch on a bit would be a guard, and the number of bits another (about five scalar
+    nodes per bit). With a literal base and modulus whose powers come back to 1 (the
+    base's order), only the exponent modulo that order is, in its few bits.
 
     >>> modular_pow(3, 2, 5)
     4
@@ -211,7 +239,28 @@ def modular_pow(base, exp, mod):
         )
     if mod == 0:
         raise ValueError("pow() 3rd argument cannot be 0")
-    return (base**exp) % mod
+    if abs(int.__int__(mod)) > _MODULUS_LIMIT:
+        raise UnsupportedOpError(
+            f"cannot trace pow(base, exp, mod) with a modulus of {int.__int__(mod)} at "
+            f"{user_location() or 'an unknown location'}: the products of its steps reach "
+            "the modulus squared, past the 64-bit integers a trace computes with; use a "
+            "modulus of at most 2**32, or compute it outside the traced code"
+        )
+    traced_exp = isinstance(exp, _Traced)
+    bits = _EXPONENT_BITS if traced_exp else int.bit_length(exp)
+    if traced_exp and not isinstance(base, _Traced) and not isinstance(mod, _Traced):
+        order = _order(base, mod)  # pow(3, 10 * n, 7): 3 ** 6 % 7 == 1, three bits
+        if order is not None:
+            exp, bits = exp % order, int.bit_length(order - 1)
+    result, square = 1 % mod, base % mod
+    for i in range(bits):
+        bit = (exp >> i) & 1
+        if traced_exp:
+            result = (result * square**bit) % mod  # square ** 0 is 1: no branch on the bit
+        elif bit:
+            result = (result * square) % mod
+        square = (square * square) % mod
+    return result
 
 
 class SymSize(tuple):

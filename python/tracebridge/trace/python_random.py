@@ -94,6 +94,15 @@ class DrawnNumber:
     def __repr__(self) -> str:
         return f"<{self._what} drawn while tracing at {self._where}: unusable in a trace>"
 
+    @property
+    def __class__(self):
+        # ``isinstance(n, (int, float))`` and ``isinstance(n, numbers.Real)`` ask for the
+        # class when the type does not match: an answer of False would send the code down
+        # the branch for non-numbers, silently, where eager takes the numbers' one (the
+        # number then unused, nothing refuses). Asking is a use. (``type(n)`` and
+        # ``isinstance(n, DrawnNumber)`` read the type itself and are left as they are.)
+        self._refuse()
+
     __bool__ = __float__ = __int__ = __index__ = __complex__ = __hash__ = _refuse
     __str__ = __format__ = __round__ = __trunc__ = __floor__ = __ceil__ = _refuse
     __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse
