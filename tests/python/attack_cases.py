@@ -462,6 +462,10 @@ def flags_family() -> dict:
         read("prim.is_leaf", [ref(0), ref(0)]),
         read("prim.inference_mode", [ref(0)]),
         read("prim.has_grad_fn", [{"memory_format": "channels_last"}]),
+        # op-set 9: a setting by a name outside the table, or not a name at all
+        read("prim.setting", ["__import__"], kind="int"),
+        read("prim.setting", [ref(0)], kind="int"),
+        read("prim.setting", [], kind="bool"),
     ]
 
     def guarded_unknown_device(doc, g):  # a guard needs the read: still refused at load

@@ -325,6 +325,20 @@ def autocast_branch(x):
     return x * 2 if torch.is_autocast_enabled("cpu") else x - 1
 
 
+def matmul_precision_branch(x):
+    return x * 2 if torch.get_float32_matmul_precision() == "highest" else x - 1
+
+
+@contextlib.contextmanager
+def _matmul_precision(precision: str):
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
 def same_size_branch(x, y):
     return x + 1 if x.is_same_size(y) else x - 1
 
@@ -928,6 +942,18 @@ CASES += [  # op-set 8: a tensor's flags and storage offset, the caller's infere
             (_seeded(3),),
             (_seeded(3),),
             context=lambda: torch.autocast("cpu", dtype=torch.bfloat16),
+        ),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "matmul_precision_branch",
+        '`if torch.get_float32_matmul_precision() == "highest":`, called with "high"',
+        lambda: Setup(
+            matmul_precision_branch,
+            (_seeded(3),),
+            (_seeded(3),),
+            context=lambda: _matmul_precision("high"),
         ),
         jit="wrong",
         tb=("guard", "guard"),

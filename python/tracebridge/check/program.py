@@ -858,6 +858,12 @@ class _GraphCheck:
         self._arguments(info, node)
         if op in ops.AUTOCAST_READS:
             _autocast_device(op, node["args"][0])
+        elif op == "prim.setting" and node["args"][0] not in ops.SETTINGS:
+            _fail(
+                "literals",
+                f"prim.setting reads {str(node['args'][0])[:30]!r}, which is not a setting "
+                f"(one of {', '.join(ops.SETTINGS)})",
+            )
         reason = self.writes.node(self.index, op, info.flags, info.arg_names, node)
         if reason:
             _fail("state writes", reason, _WRITE_FIX)

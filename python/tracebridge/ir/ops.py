@@ -58,8 +58,11 @@ from . import ops_schema
 # prim.is_conj, prim.is_contiguous_as), its storage offset (prim.storage_offset, a traced
 # integer) and the caller's inference mode (prim.inference_mode): each was a constant of
 # the trace before, and a call that differed was served silently; the caller's autocast
-# as the code reads it (prim.autocast_enabled, prim.autocast_dtype). See SINCE.
-OPSET_VERSION = 8
+# as the code reads it (prim.autocast_enabled, prim.autocast_dtype). 9: the process-wide
+# settings the code reads (prim.setting: torch.get_num_threads(), the float32 matmul
+# precision, deterministic algorithms, torch.cuda.is_available()...), each a constant of
+# the trace before. See SINCE.
+OPSET_VERSION = 9
 
 # --- the op set, by family ----------------------------------------------------------------
 # Each name is a canonical name; see the module Note. Order inside a family is alphabetical.
@@ -320,6 +323,8 @@ SINCE: dict[str, int] = {
         "prim.autocast_dtype".split(),
         8,
     ),
+    # op-set 9: the process-wide settings the code reads, at call time and guarded
+    "prim.setting": 9,
     **dict.fromkeys(
         """
 cholesky cholesky_solve cholesky_inverse triangular_solve lu_unpack geqrf ormqr svd diagflat
@@ -536,6 +541,7 @@ PRIM_OPS = {
     "prim.inference_mode": "whether inference mode is on for this call (the caller's mode)",
     "prim.autocast_enabled": "whether the caller's autocast is on for a device type",
     "prim.autocast_dtype": "the dtype of the caller's autocast for a device type",
+    "prim.setting": "a process-wide setting of torch, by name (one of SETTINGS)",
     "prim.autograd_function": (
         "a custom torch.autograd.Function: runs graph `forward` on the tensors, and graph "
         "`backward` on its `saved` values and the output gradients when autograd asks"
@@ -569,6 +575,7 @@ _PRIM_ARGS: dict[str, tuple] = {
     "prim.inference_mode": (),
     "prim.autocast_enabled": (("str",),),
     "prim.autocast_dtype": (("str",),),
+    "prim.setting": (("str",),),
     "prim.autograd_function": (("tensors",),),
 }
 _PRIM_KWARGS: dict[str, dict] = {
@@ -591,8 +598,22 @@ TENSOR_FLAG_READS = frozenset(
 # caller's modes and a tensor's flags (they change without a new version). The runtime
 # never folds, merges or keys them (runtime/folding.py, cse.py, size_checks.py).
 DYNAMIC_READS = TENSOR_FLAG_READS | frozenset(
-    "prim.grad_enabled prim.inference_mode prim.autocast_enabled prim.autocast_dtype".split()
+    "prim.grad_enabled prim.inference_mode prim.autocast_enabled prim.autocast_dtype "
+    "prim.setting".split()
 )
+# The settings prim.setting reads, name -> the kind of its value (a file naming another is
+# refused at load). The float32 matmul precision is read as its position in
+# MATMUL_PRECISIONS, an integer, as a graph has no string values.
+SETTINGS = {
+    "num_threads": "int",
+    "num_interop_threads": "int",
+    "float32_matmul_precision": "int",
+    "deterministic_algorithms": "bool",
+    "deterministic_algorithms_warn_only": "bool",
+    "cuda_available": "bool",
+    "distributed_initialized": "bool",
+}
+MATMUL_PRECISIONS = ("highest", "high", "medium")
 # The device types whose autocast state torch keeps: the argument of prim.autocast_enabled
 # and prim.autocast_dtype is one of them (a file naming another is refused).
 AUTOCAST_DEVICE_TYPES = tuple("cpu cuda xpu mps hpu xla ipu mtia maia privateuseone".split())

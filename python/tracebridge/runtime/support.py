@@ -41,6 +41,34 @@ def autocast_dtype(device: str) -> torch.dtype:
     return torch._C.get_autocast_dtype(_autocast_device(device))
 
 
+def _distributed_initialized() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
+_SETTING_READERS = {
+    "num_threads": torch.get_num_threads,
+    "num_interop_threads": torch.get_num_interop_threads,
+    "float32_matmul_precision": lambda: opset.MATMUL_PRECISIONS.index(
+        torch.get_float32_matmul_precision()
+    ),
+    "deterministic_algorithms": torch.are_deterministic_algorithms_enabled,
+    "deterministic_algorithms_warn_only": torch.is_deterministic_algorithms_warn_only_enabled,
+    "cuda_available": torch.cuda.is_available,
+    "distributed_initialized": _distributed_initialized,
+}
+assert set(_SETTING_READERS) == set(opset.SETTINGS)
+
+
+def setting(name: str):
+    """``prim.setting``: a process-wide setting of torch, read now."""
+    reader = _SETTING_READERS.get(name)
+    if reader is None:
+        raise ArtifactError(
+            f"prim.setting: {name!r} is not a setting; one of {list(opset.SETTINGS)}"
+        )
+    return reader()
+
+
 def _has_grad_fn(tensor: torch.Tensor) -> bool:
     return tensor.grad_fn is not None
 
@@ -76,6 +104,7 @@ PRIM_FUNCTIONS = {
     "prim.inference_mode": torch.is_inference_mode_enabled,
     "prim.autocast_enabled": autocast_enabled,
     "prim.autocast_dtype": autocast_dtype,
+    "prim.setting": setting,
 }
 
 

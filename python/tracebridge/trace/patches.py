@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..errors import UnsupportedOpError
+from ..ir import ops as opset
 from ..source import called_from_user_code as _called_from_user_code
 from . import autocast_state, helpers, library, python_random
 from .integers import traced_index
@@ -221,6 +222,62 @@ def _traced_is_inference_mode_enabled() -> bool:
         tracer.guard(ref, mode, "torch.is_inference_mode_enabled()", "branch", loc)
     return mode
 
+
+def _setting_read(original, setting: str, encode=None):
+    """A read of a process-wide setting in the user's code (``torch.get_num_threads()``,
+    ``torch.cuda.is_available()``...): its answer decided what the code did, so it is
+    guarded (op-set 9, ``prim.setting``), once per answer. ``encode``: the answer as the
+    graph holds it (the matmul precision's position), where it is not a number or bool."""
+    kind = opset.SETTINGS[setting]
+
+    def traced(*args, **kwargs):
+        real = original(*args, **kwargs)
+        active = _tracers.stack
+        if active and _called_from_user_code():
+            tracer = active[-1]
+            value = encode(real) if encode is not None else real
+            if (setting, value) not in tracer.setting_guards:
+                tracer.setting_guards.add((setting, value))
+                loc = tracer.location()
+                ref = tracer._value_node("prim.setting", kind, [setting], loc)
+                what = f"{_qualified(original)}() ({setting})"
+                if encode is not None:  # the graph holds a position: say what it stands for
+                    what = f"{what}, {real!r} as position {value} of {opset.MATMUL_PRECISIONS}"
+                tracer.guard(ref, value, what, "branch" if kind == "bool" else "value", loc)
+        return real
+
+    traced.__name__ = original.__name__
+    traced.__doc__ = original.__doc__
+    return traced
+
+
+def _qualified(function) -> str:
+    module = function.__module__ or "torch"
+    return f"{'torch' if module == 'torch' else module}.{function.__name__}"
+
+
+_SETTING_FUNCTIONS = [  # (owner, name, setting, encode)
+    (torch, "get_num_threads", "num_threads", None),
+    (torch, "get_num_interop_threads", "num_interop_threads", None),
+    (
+        torch,
+        "get_float32_matmul_precision",
+        "float32_matmul_precision",
+        opset.MATMUL_PRECISIONS.index,
+    ),
+    (torch, "are_deterministic_algorithms_enabled", "deterministic_algorithms", None),
+    (
+        torch,
+        "is_deterministic_algorithms_warn_only_enabled",
+        "deterministic_algorithms_warn_only",
+        None,
+    ),
+    (torch.cuda, "is_available", "cuda_available", None),
+]
+if torch.distributed.is_available():
+    _SETTING_FUNCTIONS.append(
+        (torch.distributed, "is_initialized", "distributed_initialized", None)
+    )
 
 _TRACED_MATH = {name: _traced_math(name) for name in _MATH_OPS}
 
@@ -527,6 +584,9 @@ for _name in _MATH_OPS:
     BUILTIN_PATCHES.add(math, _name, _TRACED_MATH[_name])
 BUILTIN_PATCHES.add(torch, "is_grad_enabled", _traced_is_grad_enabled)
 BUILTIN_PATCHES.add(torch, "is_inference_mode_enabled", _traced_is_inference_mode_enabled)
+for _owner, _name, _setting, _encode in _SETTING_FUNCTIONS:
+    _function = getattr(_owner, _name)
+    BUILTIN_PATCHES.add(_owner, _name, _setting_read(_function, _setting, _encode))
 for _name, _read, _device in (
     ("is_autocast_enabled", autocast_state.read_enabled, "cuda"),
     ("get_autocast_dtype", autocast_state.read_dtype, "cuda"),

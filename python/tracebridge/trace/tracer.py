@@ -71,6 +71,7 @@ class Tracer(Dispatcher, Conversions, LibraryHandlers, InPlace, NoOps, Recorder)
         # guards on the caller's autocast made so far (trace/autocast_state.py)
         self.autocast_regions: list[str] = []
         self.autocast_guards: set = set()
+        self.setting_guards: set = set()  # (setting, value) guarded (patches.py)
         self.caches_used: list = []  # functools caches a size went through (trace/caches.py)
         self._tensor_hashes: dict[int, tuple] = {}  # tensors in functools cache keys
         self._facts_init()  # what is known of values on every call (trace/noops.py)

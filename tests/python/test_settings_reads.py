@@ -1,0 +1,157 @@
+"""Process-wide settings of torch that traced code reads are read again on every call and
+guarded (op-set 9, ``prim.setting``): ``torch.get_num_threads()``, the float32 matmul
+precision, deterministic algorithms, ``torch.cuda.is_available()``,
+``torch.distributed.is_initialized()``. Each was a constant of the trace before: a call
+under another setting took the traced branch, silently."""
+
+import contextlib
+import json
+import zipfile
+
+import pytest
+import torch
+
+import tracebridge
+from tracebridge.errors import ArtifactError, GuardError
+from tracebridge.ir import ops
+
+X = torch.ones(3)
+
+
+@contextlib.contextmanager
+def _setting(setter, value, getter):
+    before = getter()
+    setter(value)
+    try:
+        yield
+    finally:
+        setter(before)
+
+
+def _threads(n):
+    return _setting(torch.set_num_threads, n, torch.get_num_threads)
+
+
+def _precision(p):
+    return _setting(torch.set_float32_matmul_precision, p, torch.get_float32_matmul_precision)
+
+
+def _deterministic(on):
+    return _setting(
+        torch.use_deterministic_algorithms, on, torch.are_deterministic_algorithms_enabled
+    )
+
+
+def scaled_by_threads(x):
+    return x * torch.get_num_threads()
+
+
+def by_precision(x):
+    return x * 2 if torch.get_float32_matmul_precision() == "highest" else x - 1
+
+
+def by_determinism(x):
+    return x.cumsum(0) if torch.are_deterministic_algorithms_enabled() else x + 1
+
+
+def by_cuda(x):
+    return x.to("cuda") if torch.cuda.is_available() else x * 3
+
+
+def _both(fn, tmp_path):
+    traced = tracebridge.trace(fn, X)
+    traced.save(tmp_path / "f.tb")
+    return traced, tracebridge.load(tmp_path / "f.tb")
+
+
+@pytest.mark.parametrize(
+    ("fn", "traced_under", "called_under", "message"),
+    [
+        (scaled_by_threads, lambda: _threads(2), lambda: _threads(1), r"get_num_threads\(\)"),
+        (
+            by_precision,
+            lambda: _precision("highest"),
+            lambda: _precision("medium"),
+            r"'highest' as position 0",
+        ),
+        (
+            by_determinism,
+            lambda: _deterministic(False),
+            lambda: _deterministic(True),
+            r"are_deterministic_algorithms_enabled\(\)",
+        ),
+    ],
+)
+def test_a_setting_read_is_guarded_on_every_call(tmp_path, fn, traced_under, called_under, message):
+    with traced_under():
+        traced, loaded = _both(fn, tmp_path)
+        for obj in (traced, loaded):
+            assert torch.equal(obj(X), fn(X))  # the same setting: runs
+    with called_under():
+        for obj in (traced, loaded):
+            with pytest.raises(GuardError, match=message) as info:
+                obj(X)
+            assert info.value.location.endswith(f"test_settings_reads.py:{_line(fn)}")
+
+
+def _line(fn) -> int:
+    return fn.__code__.co_firstlineno + 1
+
+
+def test_the_graph_reads_the_setting_once_per_answer():
+    def twice(x):
+        return x * torch.get_num_threads() + torch.get_num_threads()
+
+    with _threads(2):
+        traced = tracebridge.trace(twice, X)
+        assert traced.graph.count("prim.setting('num_threads')") == 1
+        assert torch.equal(traced(X), twice(X))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="traces the CPU branch")
+def test_cuda_availability_is_guarded(tmp_path):
+    traced, loaded = _both(by_cuda, tmp_path)
+    assert "prim.setting('cuda_available')" in traced.graph
+    assert torch.equal(loaded(X), X * 3)
+
+
+def test_torch_reading_a_setting_for_itself_records_nothing():
+    # torch's own code (here: set_num_threads's callers, F.scaled_dot_product_attention)
+    # reads settings for itself; only the user's reads are decisions of the traced code.
+    def attention(q):
+        return torch.nn.functional.scaled_dot_product_attention(q, q, q)
+
+    traced = tracebridge.trace(attention, torch.rand(1, 2, 4, 8))
+    assert "prim.setting" not in traced.graph
+
+
+@pytest.mark.parametrize("name", ["bogus", "num_threads ", 3])
+def test_a_file_naming_another_setting_is_refused_at_load(tmp_path, name):
+    with _threads(2):
+        traced = tracebridge.trace(scaled_by_threads, X)
+    traced.save(tmp_path / "f.tb")
+    with (
+        zipfile.ZipFile(tmp_path / "f.tb") as src,
+        zipfile.ZipFile(tmp_path / "bad.tb", "w") as dst,
+    ):
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if item.filename == "program.json":
+                doc = json.loads(data)
+                for node in doc["methods"]["forward"]["nodes"]:
+                    if node["op"] == "prim.setting":
+                        node["args"] = [name]
+                doc["tensors"].pop("sha256", None)
+                data = json.dumps(doc).encode()
+            dst.writestr(item, data)
+    with pytest.raises(ArtifactError, match="prim.setting|argument"):
+        tracebridge.load(tmp_path / "bad.tb")
+
+
+def test_every_setting_has_a_reader_and_a_kind():
+    from tracebridge.runtime.support import setting
+
+    for name, kind in ops.SETTINGS.items():
+        value = setting(name)
+        assert type(value) is (int if kind == "int" else bool), name
+    assert ops.SINCE["prim.setting"] == 9 == ops.OPSET_VERSION
