@@ -32,10 +32,10 @@ from .ir.program import hoist_subgraphs, subgraph_names
 from .progress import stage, state_nbytes, track
 from .runtime import Method, torchvision_ops
 from .runtime.method import Specialised, as_recorded, for_mode, guards_active
-from .runtime.module_tree import TreeWatch, mode_reading_paths
+from .runtime.module_tree import ModesWatch, TreeWatch, mode_reading_paths
 from .runtime.shapes import symbolize
 from .runtime.transaction import state_replaced, transactional
-from .trace import autocast
+from .trace import autocast, called_modules
 from .trace.capture import bound_method as _bound
 from .trace.capture import (
     capture,
@@ -217,7 +217,13 @@ class TracedFunction(_Traced):
         self._chain_specialisations()
         self._forward = self._methods["forward"]
 
+    # The modes of the modules the function called, for a trace made in this process.
+    _tb_modes: ModesWatch | None = None
+
     def __call__(self, *args, **kwargs):
+        modes = self._tb_modes
+        if modes is not None:
+            modes.check()
         return self._forward(*args, **kwargs)
 
     @property
@@ -859,10 +865,13 @@ def trace(
 
     stage("recording")
     before = KeptGlobals(func)
-    graph = retrace(args, kwargs)
+    with called_modules.noted() as called:
+        graph = retrace(args, kwargs)
     _warn_of_side_effects(before.changed(), {})
-    # The recording was the user's one call: the runs below leave globals as it left them.
+    # The recording was the user's one call: the runs below leave globals, and the buffers
+    # of the modules the code called, as it left them.
     kept = KeptGlobals(func)
+    kept_buffers = called_modules.KeptBuffers(called)
     try:
         stage("size-1 variants")
         program = Program(kind="function", methods={"forward": graph}, state=constants)
@@ -872,6 +881,8 @@ def trace(
         name = getattr(func, "__name__", "forward")
         name = name if name.isidentifier() else "forward"
         traced = TracedFunction(program, name=name, runtime=runtime)
+        if called:
+            traced._tb_modes = ModesWatch(called)
         if check_trace:
             from .check.verify import check_function
 
@@ -881,6 +892,7 @@ def trace(
                 check_function(func, traced, args, kwargs, check_inputs, check_tolerance, strict)
     finally:
         kept.restore()
+        kept_buffers.restore()
     return traced
 
 

@@ -107,3 +107,27 @@ def test_no_warning_without_side_effects(recwarn):
     tracebridge.trace(model, torch.ones(2, 3))
     tracebridge.trace(lambda x: x * 2, torch.ones(3))
     assert not [w for w in recwarn if issubclass(w.category, TracerWarning)]
+
+
+def test_a_function_calling_a_global_model_leaves_its_statistics_as_one_call_did(
+    unchecked_programs,  # its batch norm writes constants of the trace: not savable
+):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3)).train()
+    eager = copy.deepcopy(model)
+
+    def predict(x):
+        return model(x).softmax(-1)
+
+    x = torch.randn(4, 3)
+    traced = tracebridge.trace(predict, x)  # records, then checks: the code runs often
+    eager(x)
+    torch.testing.assert_close(model[1].running_mean, eager[1].running_mean)
+    assert model[1].num_batches_tracked == 1
+    y = torch.randn(5, 3)
+    torch.testing.assert_close(traced(y), eager(y).softmax(-1))
+    model.eval()  # the graph has the training-mode batch norm: refused, not run
+    with pytest.raises(TraceError, match="called a BatchNorm1d in training mode"):
+        traced(y)
+    model.train()
+    torch.testing.assert_close(traced(y), eager(y).softmax(-1))
