@@ -450,16 +450,30 @@ check_names_and_dispatch <- function(doc) {
         substr(path, 1, 40), limit))
     }
   }
-  # module_modes: a sub-module's training flag as traced (never the root's "").
+  # module_modes: graph -> module path ("" the module itself) -> its training flag as
+  # that graph was recorded.
   mm <- doc[["module_modes"]]
   if (!is.null(mm) && length(mm) && !is_obj(mm)) {
-    check_fault("document", "module_modes must be an object of module paths")
+    check_fault("document", "module_modes must be an object of graphs")
   }
   for (i in seq_along(mm)) {
-    check_path_name(names(mm)[[i]], "module path")
-    if (!is_flag(mm[[i]])) {
-      check_fault("document", sprintf("module_modes of '%s' must be true or false",
-                                      substr(names(mm)[[i]], 1, 40)))
+    graph <- names(mm)[[i]]
+    if (!graph %in% names(doc[["methods"]])) {
+      check_fault("names", sprintf("module_modes names graph '%s', which the file does not have",
+                                   substr(graph, 1, 40)))
+    }
+    flags <- mm[[i]]
+    if (length(flags) && !is_obj(flags)) {
+      check_fault("document", sprintf("module_modes of '%s' must be an object of module paths",
+                                      substr(graph, 1, 40)))
+    }
+    for (j in seq_along(flags)) {
+      path <- names(flags)[[j]]
+      if (nzchar(path)) check_path_name(path, "module path")
+      if (!is_flag(flags[[j]])) {
+        check_fault("document", sprintf("module_modes of '%s', '%s': not true or false",
+                                        substr(graph, 1, 40), substr(path, 1, 40)))
+      }
     }
   }
 }

@@ -265,7 +265,7 @@ class TracedMethod:
         module = self._module
         tree = module._tb_tree
         if tree is not None:
-            tree.check(module)
+            tree.check_tree(module)
         # Routed and mode-checked as forward is: a method recorded in one mode refuses a
         # call in the other, and under respect_mode each mode runs its own graph.
         return module._method_for(self.name)(*args, **kwargs)
@@ -329,6 +329,25 @@ def _add_shown_modules(root: nn.Module, program: Program) -> None:
                     break
                 module.add_module(part, ShownModule.of(program, prefix))
             module = module._modules[part]
+
+
+def _same_in_both(program: Program) -> dict[str, bool]:
+    """Graph -> the mode every sub-module may also be in for it: the other mode of the
+    one it was recorded in, for a graph whose other mode recorded the same graph (not
+    mode-bound, not one of a dispatched pair; runtime/module_tree.py)."""
+    routed = {g for route in program.dispatch.values() for g in route.values()}
+    return {
+        graph: not flags[""]
+        for graph, flags in program.module_modes.items()
+        if "" in flags and graph not in program.mode_bound and graph not in routed
+    }
+
+
+def _graphs_of_mode(program: Program, training: bool) -> list[str]:
+    """The graphs a module in mode ``training`` runs: each method's routed graph."""
+    routed = {g for route in program.dispatch.values() for g in route.values()}
+    graphs = [route["train" if training else "eval"] for route in program.dispatch.values()]
+    return graphs + [g for g in program.methods if g not in routed]
 
 
 def _named_methods(program: Program) -> frozenset[str]:
@@ -422,8 +441,7 @@ class TracedModule(nn.Module, _Traced):
         self._chain_specialisations()
         self._mode_bound = dict(program.mode_bound)
         # The tree the graphs were recorded from, checked on each call (module_tree.py).
-        owner = self if original is None else original
-        self.__dict__["_tb_tree"] = TreeWatch(self, program.module_modes, owner)
+        self.__dict__["_tb_tree"] = TreeWatch(self, program.module_modes, _same_in_both(program))
         # The sub-modules' hooks the graphs were traced with (see the note on hooks).
         self.__dict__["_tb_hooks"] = _child_hooks(self)
         self._remember_hooks()
@@ -442,6 +460,7 @@ class TracedModule(nn.Module, _Traced):
     # the call takes nn.Module's path, unchanged.
 
     _tb_fast: Method | None = None
+    _tb_fast_graph: str | None = None  # the graph name of _tb_fast
     # Note: hooks of sub-modules. A hook on a sub-module runs inside the code the trace
     # recorded, so the graph holds what the hooks present at trace time did, and nothing
     # of a hook added (or removed) later -- on a sub-module the traced module shares with
@@ -464,7 +483,7 @@ class TracedModule(nn.Module, _Traced):
             self._check_child_hooks()
         tree = self._tb_tree
         if tree is not None:
-            tree.check(self)
+            tree.check_tree(self)
         method = self._tb_fast
         if (
             method is None
@@ -480,6 +499,8 @@ class TracedModule(nn.Module, _Traced):
             or _jit_trace._trace_module_map is not None
         ):
             return nn.Module.__call__(self, *args, **kwargs)
+        if tree is not None:
+            tree.check_modes(self._tb_fast_graph, method)
         return method(*args, **kwargs)
 
     def _check_child_hooks(self) -> None:
@@ -543,6 +564,7 @@ class TracedModule(nn.Module, _Traced):
             if bound is None or bound["training"] == self.training:
                 method = for_mode(self._methods.get(name), self.training)
         found["_tb_fast"] = method
+        found["_tb_fast_graph"] = name if method is not None else None
         found["_tb_named"] = None  # the methods reached by name: made again when needed
 
     def __getattr__(self, name: str):
@@ -593,11 +615,15 @@ class TracedModule(nn.Module, _Traced):
                 )
             else:
                 module.register_buffer(leaf, entry.tensor)
-        # The sub-modules in the modes they were traced in (a new module starts in training
-        # mode): the root's, and each recorded one's own (runtime/module_tree.py).
+        # The sub-modules in the mode the module was saved in (a new module starts in
+        # training mode), as Module.train() sets them; those a graph of that mode was
+        # recorded with in the other mode (a frozen batch norm) as recorded.
+        recorded = {}
+        for graph in _graphs_of_mode(program, program.training):
+            recorded.update(program.module_modes.get(graph, {}))
         for path, module in self.named_modules():
             if path:
-                module.training = program.module_modes.get(path, program.training)
+                module.training = recorded.get(path, program.training)
 
     def _state_slots(self) -> dict:
         return self._slots()
@@ -655,26 +681,34 @@ class TracedModule(nn.Module, _Traced):
                 location=bound["loc"] or "",
                 seen=self.training,
             )
+        tree = self.__dict__.get("_tb_tree")
+        if tree is not None:  # after the mode-bound refusal, which names the op and line
+            tree.check_modes(name, method)
         return for_mode(method, self.training)
 
     def forward(self, *args, **kwargs):
         return self._method_for("forward")(*args, **kwargs)
 
     def train(self, mode: bool = True) -> TracedModule:
-        """Set this traced module's mode (which graph ``forward`` runs). The sub-modules
-        are the original's, shared for their parameters and buffers: their own flags are
-        the original's business, so they are left alone (the graphs carry the mode they
-        were traced in as arguments, not by reading sub-module flags).
+        """Set this traced module's mode (which graph ``forward`` runs) and its
+        sub-modules', as ``Module.train()`` does. The sub-modules are the original's
+        (shared, as a wrapper such as DistributedDataParallel shares them): their flags
+        switch for both, the original's own flag stays. A call refuses where a
+        sub-module's flag is not the one the graph it runs was recorded with
+        (runtime/module_tree.py): a batch norm frozen in a training model must be frozen
+        again after ``train()``, as in eager code.
 
         >>> import torch, tracebridge
         >>> net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout()).eval()
         >>> traced = tracebridge.trace(net, torch.rand(3, 2), respect_mode=True)
         >>> traced.train().training, net.training, net[1].training
-        (True, False, False)
+        (True, False, True)
         """
         if not isinstance(mode, bool):
             raise ValueError(f"train() takes a bool, not {type(mode).__name__}")
         self.training = mode
+        for module in self.children():
+            module.train(mode)
         return self
 
     @property
@@ -1067,9 +1101,9 @@ def _warn_of_mixed_modes(mod: nn.Module) -> None:
         f"{type(mod).__name__} is in {mode} mode with sub-modules in the other mode "
         f"({', '.join(mixed[:3])}{', ...' if len(mixed) > 3 else ''}): its {mode} graph is "
         f"recorded with their modes as they are, and {other}() on the traced module runs a "
-        "graph with every sub-module in that mode, as Module.train() sets them; calling "
-        f"the traced module's {'train' if mod.training else 'eval'}() keeps the modes as "
-        "they are now (trace the model again to record other mixed modes)",
+        "graph with every sub-module in that mode. Like Module.train(), the traced "
+        "module's train() and eval() switch every sub-module: put these back in their mode "
+        "afterwards, as eager code must (until then a call refuses, naming the sub-module)",
         TracerWarning,
         stacklevel=4,
     )
@@ -1092,11 +1126,13 @@ def record_module(
     methods, dispatch, mode_bound = {}, {}, {}
     alias = method_alias or {}
 
-    def record(name, args, kwargs, mode=None):
+    def record(name, args, kwargs, mode=None, graph_name=None):
         stage(f"recording {name}" + ("" if mode is None else f" ({'train' if mode else 'eval'})"))
         target = _bound(mod, alias.get(name, name))
         with preserved(mod):
             enter_mode(mod, mode)
+            if graph_name is not None:  # the modes it is recorded with (module_tree.py)
+                module_modes[graph_name] = {"": mod.training, **mode_reading_paths(mod)}
             graph = capture(
                 target,
                 args,
@@ -1119,7 +1155,7 @@ def record_module(
 
     if respect_mode:
         _warn_of_mixed_modes(mod)
-    module_modes = mode_reading_paths(mod)
+    module_modes: dict[str, dict[str, bool]] = {}
     recorded = []  # (graph name, method name, mode, example inputs)
     for name, (args, kwargs) in inputs.items():
         if respect_mode:  # every method in both modes, routed by the module's flag
@@ -1131,13 +1167,13 @@ def record_module(
                     f"{evaluate!r}, and {sorted(taken)[0]!r} is also a traced method: "
                     "trace that one without respect_mode, or under another name"
                 )
-            methods[train] = record(name, *fresh(args, kwargs), mode=True)
-            methods[evaluate] = record(name, *fresh(args, kwargs), mode=False)
+            methods[train] = record(name, *fresh(args, kwargs), mode=True, graph_name=train)
+            methods[evaluate] = record(name, *fresh(args, kwargs), mode=False, graph_name=evaluate)
             dispatch[name] = {"train": train, "eval": evaluate}
             recorded += [(train, name, True, args, kwargs)]
             recorded += [(evaluate, name, False, args, kwargs)]
             continue
-        methods[name] = record(name, args, kwargs)
+        methods[name] = record(name, args, kwargs, graph_name=name)
         recorded.append((name, name, None, args, kwargs))
         # Does the other mode record another graph (dropout, batch norm)? Then calling in
         # that mode must not silently run this one.

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import tracebridge
-from tracebridge import TracerWarning
+from tracebridge import TraceError, TracerWarning
 
 
 class FrozenNorm(nn.Module):
@@ -74,7 +74,10 @@ def test_eval_runs_every_sub_module_in_evaluation_and_train_the_modes_traced():
     reference = copy.deepcopy(model).eval()
     traced.eval()
     torch.testing.assert_close(traced(x), reference(x), rtol=0, atol=0)
-    traced.train()  # the training graph: the batch norm frozen, as traced (the warning says)
+    traced.train()  # switches every sub-module, as Module.train() does: the batch norm too
+    with pytest.raises(TraceError, match="sub-module 'bn' is in training mode"):
+        traced(x)  # the training graph has it frozen: refused until it is frozen again
+    model.bn.eval()  # frozen again, as eager code does after train()
     torch.testing.assert_close(_same_draws(traced, x), _same_draws(as_traced, x), rtol=0, atol=0)
 
 

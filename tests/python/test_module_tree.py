@@ -1,7 +1,7 @@
 """A traced module refuses a call once its module tree is not the one its graphs were
-recorded from: a sub-module replaced, added or removed, or switched to the other mode on
-its own (runtime/module_tree.py). Switching the whole model together stays allowed: the
-traced module's own mode chooses its graph, as documented."""
+recorded from: a sub-module replaced, added or removed, or in another mode than the graph
+the call runs was recorded with (runtime/module_tree.py). The traced module's own
+train()/eval() switch its sub-modules, as Module.train() does."""
 
 import json
 import pickle
@@ -45,7 +45,8 @@ def test_only_sub_modules_that_read_their_mode_are_watched():
 def test_a_sub_module_switched_on_its_own_is_refused(tmp_path):
     model = _eval_model()
     traced, loaded = _traced_and_loaded(model, tmp_path)
-    assert traced.program.module_modes == loaded.program.module_modes == {"1": False}
+    modes = {"forward": {"": False, "1": False}}
+    assert traced.program.module_modes == loaded.program.module_modes == modes
     model[1].train()  # fine-tuning one batch norm: eager now uses batch statistics
     with pytest.raises(TraceError, match=r"sub-module '1' is in training mode") as info:
         traced(X)
@@ -54,22 +55,43 @@ def test_a_sub_module_switched_on_its_own_is_refused(tmp_path):
     model[1].eval()
     assert torch.equal(traced(X), model(X))  # back as traced: runs again
     loaded._modules["1"].train()  # a loaded module's sub-modules are watched alike
-    with pytest.raises(TraceError, match="switched on its own"):
+    with pytest.raises(TraceError, match="recorded with it in evaluation mode"):
         loaded(X)
     loaded._modules["1"].eval()
     torch.testing.assert_close(loaded(X), model(X))
 
 
-def test_the_whole_model_switched_together_runs_the_traced_modules_own_mode():
+def test_the_original_switched_as_a_whole_is_refused_where_the_graph_differs():
     model = _eval_model()
     traced = tracebridge.trace(model, torch.randn(4, 3))
     expected = model(X)
-    running_mean = model[1].running_mean.clone()
-    model.train()  # the original goes on training; the traced module stays in evaluation
+    model.train()  # the shared batch norm now trains: the evaluation graph would not
+    with pytest.raises(TraceError, match="sub-module '1' is in training mode"):
+        traced(X)
+    traced.eval()  # switches the sub-modules, as Module.eval() does
+    assert not model[1].training and model.training  # the original's own flag stays
     assert torch.equal(traced(X), expected)
-    assert torch.equal(model[1].running_mean, running_mean)  # the evaluation graph ran
-    model.eval()
-    assert torch.equal(traced(X), expected)
+
+
+class _ModeBranch(nn.Module):
+    """Reads its mode, for nothing that changes the result."""
+
+    def forward(self, x):
+        return x * 2 if self.training or not self.training else x
+
+
+def test_a_graph_the_other_mode_records_alike_serves_the_whole_tree_in_it():
+    model = nn.Sequential(nn.Linear(3, 3), _ModeBranch()).eval()
+    traced = tracebridge.trace(model, torch.randn(4, 3))
+    assert traced.program.module_modes["forward"] == {"": False, "1": False}
+    assert "forward" not in traced.program.mode_bound
+    model.train()  # every watched sub-module in the other mode: the same graph
+    torch.testing.assert_close(traced(X), model(X))
+    model[1].eval()
+    model[0].train()
+    model.add_module("2", _ModeBranch().train())  # now mixed: refused (added, first)
+    with pytest.raises(TraceError, match="added"):
+        traced(X)
 
 
 def test_a_replaced_sub_module_is_refused(tmp_path):
@@ -147,9 +169,9 @@ def test_a_pickled_module_keeps_watching():
     model = _eval_model()
     traced = tracebridge.trace(model, torch.randn(4, 3))
     copy = pickle.loads(pickle.dumps(traced))
-    assert copy.program.module_modes == {"1": False}
+    assert copy.program.module_modes == {"forward": {"": False, "1": False}}
     copy._modules["1"].train()
-    with pytest.raises(TraceError, match="switched on its own"):
+    with pytest.raises(TraceError, match="recorded with it in evaluation mode"):
         copy(X)
 
 
@@ -167,9 +189,10 @@ def _rewrite(path, out, change):
 @pytest.mark.parametrize(
     ("modes", "message"),
     [
-        ({"1": "yes"}, "module_modes"),
-        ({"": True}, "module path"),
-        ({"a b": True}, "module path"),
+        ({"forward": {"1": "yes"}}, "module_modes"),
+        ({"other": {"1": True}}, "does not have"),
+        ({"forward": {"a b": True}}, "module path"),
+        ({"forward": ["1"]}, "module_modes"),
         (["1"], "module_modes"),
     ],
 )
@@ -204,7 +227,7 @@ def test_modules_traced_in_training_mode_are_watched_alike():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3)).train()
     traced = tracebridge.trace(model, torch.randn(4, 3))
-    assert traced.program.module_modes == {"1": True}
+    assert traced.program.module_modes == {"forward": {"": True, "1": True}}
     model[1].eval()  # frozen after tracing: eager now uses the running statistics
     with pytest.raises(TraceError, match="sub-module '1' is in evaluation mode"):
         traced(X)
@@ -234,7 +257,7 @@ def test_a_training_property_is_read_as_an_attribute():
     torch.manual_seed(0)
     model = nn.Sequential(_FlagAsProperty(), nn.ReLU()).eval()
     traced = tracebridge.trace(model, torch.randn(4, 3))
-    assert traced.program.module_modes == {"0": False, "0.bn": False}
+    assert traced.program.module_modes == {"forward": {"": False, "0": False, "0.bn": False}}
     assert torch.equal(traced(X), model(X))
     model[0].training = True
     with pytest.raises(TraceError, match="sub-module '0' is in training mode"):

@@ -63,10 +63,11 @@ test_that("the schema is applied from program.schema.json", {
 
 test_that("module_modes holds sub-module paths with a flag each", {
   with_modes <- function(modes) check_tb(extra = paste0('"module_modes": ', modes, ", "))
-  expect_silent(jit_inspect(with_modes('{"bn": false, "blocks.0.drop": true}'), quiet = TRUE))
-  expect_error(jit_inspect(with_modes('{"bn": "yes"}')), "module_modes")
-  expect_error(jit_inspect(with_modes('{"a b": true}')), "module path")
-  expect_error(jit_inspect(with_modes('{"": true}')), "module path")
+  expect_silent(jit_inspect(with_modes('{"forward": {"": false, "bn": false, "b.0.drop": true}}'),
+                            quiet = TRUE))
+  expect_error(jit_inspect(with_modes('{"forward": {"bn": "yes"}}')), "module_modes")
+  expect_error(jit_inspect(with_modes('{"forward": {"a b": true}}')), "module path")
+  expect_error(jit_inspect(with_modes('{"other": {"bn": true}}')), "does not have")
 })
 
 test_that("names of methods and state follow the grammar in jit_inspect", {

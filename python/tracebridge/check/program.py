@@ -570,11 +570,22 @@ def _check_names_and_dispatch(doc: dict) -> None:
             )
     modes = doc.get("module_modes") or {}
     if not isinstance(modes, dict):
-        _fail("document", "module_modes must be an object of module paths")
-    for path, flag in modes.items():
-        _path_name(path, "module path")  # a sub-module: never the root's ""
-        if type(flag) is not bool:
-            _fail("document", f"module_modes of {path[:40]!r} must be true or false")
+        _fail("document", "module_modes must be an object of graphs")
+    for graph, flags in modes.items():
+        if graph not in doc["methods"]:
+            _fail(
+                "names",
+                f"module_modes names graph {str(graph)[:40]!r}, which the file does not have",
+            )
+        if not isinstance(flags, dict):
+            _fail("document", f"module_modes of {graph[:40]!r} must be an object of module paths")
+        for path, flag in flags.items():
+            if path:  # "" is the module itself
+                _path_name(path, "module path")
+            if type(flag) is not bool:
+                _fail(
+                    "document", f"module_modes of {graph[:40]!r}, {path[:40]!r}: not true or false"
+                )
 
 
 def _fits(pattern: re.Pattern, text: Any, limit: int) -> bool:

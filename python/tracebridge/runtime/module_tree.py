@@ -12,14 +12,16 @@ something other than what the tree now says, with nothing to notice:
   them, so a call compares one counter (tens of nanoseconds) and walks the tree only when it
   moved. (``ModuleList.insert``/``pop``/``del``, which write ``_modules`` directly, are not
   seen.)
-* **A sub-module switched to the other mode on its own** (``model.bn.train()`` on an
-  evaluation model): the graphs carry the mode each sub-module had when traced, as
-  arguments; the traced module's own ``train()``/``eval()`` choose among its graphs and
-  never read its sub-modules' flags. A call reads the flags of the sub-modules whose code
-  reads ``self.training`` (their classes' code mentions it; a dropout of probability 0 does
-  the same in both modes and is left out): as traced, the call runs; switched all together
-  (the original's ``model.train()``, which also switches the shared sub-modules) it runs
-  too, since the traced module's own mode decides; switched one by one, it is refused.
+* **A sub-module in another mode than the graph was recorded with** (``model.bn.train()``
+  on an evaluation model; a frozen batch norm switched by ``train()``): the graphs carry
+  the mode each sub-module had when recorded, as arguments; the traced module's own
+  ``train()``/``eval()`` choose among its graphs (and switch its sub-modules, as
+  ``Module.train()`` does). A call reads the flags of the sub-modules whose code reads
+  ``self.training`` (their classes' code mentions it; a dropout of probability 0 does the
+  same in both modes and is left out) and compares them with the ones the graph it runs
+  was recorded with (``Program.module_modes``, per graph). Where they differ it is refused,
+  except where every one is in the other mode and that mode was found to record the same
+  graph when traced.
 
 Both refusals are TraceErrors that name the sub-module and say what to do.
 """
@@ -33,6 +35,7 @@ from torch import nn
 from torch.nn.modules import module as _torch_module
 
 from ..errors import TraceError
+from .method import guards_active
 
 # Registrations of sub-modules seen since import: [count]. A list, read by index, so the
 # per-call check reads one global and one item.
@@ -99,56 +102,66 @@ def _code_names(value, name: str, depth: int) -> bool:
     )
 
 
+class _GraphModes:
+    """The flags one graph was recorded with, as a call reads them: the watched modules'
+    own dicts (where Module.train() writes; half the cost of an attribute read), split into
+    those recorded in evaluation mode and those recorded in training mode."""
+
+    __slots__ = ("paths", "modules", "flags", "evals", "trains", "read", "other_uniform")
+
+    def __init__(self, modules: dict, expected: dict[str, bool], other_uniform: bool | None):
+        self.paths = tuple(p for p in expected if p in modules)
+        self.modules = tuple(modules[p] for p in self.paths)
+        self.flags = tuple(expected[p] for p in self.paths)
+        by_dict = all("training" in m.__dict__ for m in self.modules)
+        self.read = _FLAG if by_dict else _TRAINING
+        where = [(m.__dict__ if by_dict else m, f) for m, f in zip(self.modules, self.flags)]
+        self.evals = tuple(d for d, flag in where if not flag)
+        self.trains = tuple(d for d, flag in where if flag)
+        # Every watched module in this mode gives this graph too (the other mode recorded
+        # the same graph when traced), or None.
+        self.other_uniform = other_uniform
+
+    def differ(self) -> bool:
+        return bool(
+            (self.evals and any(map(self.read, self.evals)))
+            or (self.trains and not all(map(self.read, self.trains)))
+        )
+
+
 class TreeWatch:
     """What a call of a traced module checks of its tree (see the module's note).
 
-    ``expected`` is path -> the training flag the graphs were recorded with, for the
-    sub-modules whose code reads it (``Program.module_modes``)."""
+    ``module_modes`` is graph -> path -> the training flag the graph was recorded with, for
+    the sub-modules whose code reads it (``Program.module_modes``); ``same_in_both`` names
+    the graphs whose other mode recorded the same graph (not mode-bound)."""
 
-    __slots__ = (
-        "modules",
-        "seen",
-        "mode_modules",
-        "expected",
-        "owner",
-        "every",
-        "evals",
-        "trains",
-        "read",
-    )
+    __slots__ = ("modules", "seen", "graphs")
 
-    def __init__(self, root: nn.Module, expected: dict[str, bool], owner: nn.Module):
+    def __init__(
+        self, root: nn.Module, module_modes: dict[str, dict[str, bool]], same_in_both: dict
+    ):
         _install()
-        # Whose flag switches the tree as a whole: the module traced (its train() and eval()
-        # switch the sub-modules it shares with the traced one), or a loaded module itself.
-        self.owner = owner
         self.modules = dict(root.named_modules(remove_duplicate=False))
         self.modules.pop("", None)
         self.seen = REGISTRATIONS[0]
-        self.expected = {p: f for p, f in expected.items() if p in self.modules}
-        self.mode_modules = tuple(self.modules[p] for p in self.expected)
-        self.every = (owner, *self.modules.values())
-        # The watched flags, read from the modules' own dicts where Module.train() writes
-        # them (half the cost of an attribute read; a class that makes ``training`` a
-        # property is read as an attribute): those traced in evaluation mode, and those
-        # traced in training mode.
-        by_dict = all("training" in m.__dict__ for m in self.mode_modules)
-        self.read = _FLAG if by_dict else _TRAINING
-        where = [
-            (self.modules[p].__dict__ if by_dict else self.modules[p], flag)
-            for p, flag in self.expected.items()
-        ]
-        self.evals = tuple(d for d, flag in where if not flag)
-        self.trains = tuple(d for d, flag in where if flag)
+        self.graphs = {
+            graph: _GraphModes(self.modules, flags, same_in_both.get(graph))
+            for graph, flags in module_modes.items()
+        }
 
-    def check(self, root: nn.Module) -> None:
-        """Raise where the tree of ``root`` is not the one the graphs were recorded from."""
+    def check_tree(self, root: nn.Module) -> None:
+        """Raise where a sub-module of ``root`` was replaced, added or removed."""
         if REGISTRATIONS[0] != self.seen:
             self._check_identity(root)
-        if (self.evals and any(map(self.read, self.evals))) or (
-            self.trains and not all(map(self.read, self.trains))
-        ):
-            self._check_modes()
+
+    def check_modes(self, graph: str, method) -> None:
+        """Raise where a watched sub-module's flag is not the one ``graph`` was recorded
+        with (one C-level pass over a few dicts when they agree), unless ``method``'s
+        guards are off (``guards_disabled()``, ``check_guards``), as its mode guard is."""
+        modes = self.graphs.get(graph)
+        if modes is not None and modes.differ() and guards_active(method):
+            _refuse_modes(graph, modes)
 
     def _check_identity(self, root: nn.Module) -> None:
         now = dict(root.named_modules(remove_duplicate=False))
@@ -180,26 +193,25 @@ class TreeWatch:
                 )
         self.seen = REGISTRATIONS[0]
 
-    def _check_modes(self) -> None:
-        if len(set(map(_TRAINING, self.every))) == 1:
-            # The whole tree switched together (the original's train() or eval()): the
-            # traced module's own mode decides which graph runs, as documented. (Read on
-            # each call while it stays so: one C-level pass over the modules.)
-            return
-        flags = tuple(map(_TRAINING, self.mode_modules))
-        for path, flag in zip(self.expected, flags):
-            if flag != self.expected[path]:
-                now, then = ("training", "evaluation") if flag else ("evaluation", "training")
-                raise TraceError(
-                    f"sub-module {path!r} is in {now} mode, but it was in {then} mode when "
-                    "this module was traced, and it was switched on its own (other "
-                    "sub-modules were not): the graphs carry each sub-module's mode as "
-                    "traced and never read their flags. Put it back "
-                    f"(.{'eval' if flag else 'train'}()), switch the whole model together "
-                    "(its .train()/.eval(); the traced module's own mode then decides), or "
-                    "trace again in the modes it is to run in (respect_mode=True records "
-                    "them as they are)"
-                )
+
+def _refuse_modes(graph: str, modes: _GraphModes) -> None:
+    if modes.other_uniform is not None and set(map(_TRAINING, modes.modules)) == {
+        modes.other_uniform
+    }:
+        return  # the whole tree in the other mode, which records this same graph
+    for path, module, flag in zip(modes.paths, modes.modules, modes.flags):
+        if bool(module.training) != flag:
+            now, then = (
+                ("training", "evaluation") if module.training else ("evaluation", "training")
+            )
+            raise TraceError(
+                f"sub-module {path!r} is in {now} mode, but the graph this call runs "
+                f"({graph}) was recorded with it in {then} mode, and the graph carries "
+                "each sub-module's mode as recorded, never reading their flags. Put it "
+                f"back (.{'train' if flag else 'eval'}()), or switch the traced module "
+                "with its .train()/.eval() (which switch its sub-modules too, as "
+                "Module.train() does), or trace again in the modes it is to run in"
+            )
 
 
 class ModesWatch:
