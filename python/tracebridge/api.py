@@ -256,9 +256,7 @@ class TracedMethod:
 
     def __call__(self, *args, **kwargs):
         module = self._module
-        tree = module._tb_tree
-        if tree is not None:
-            tree.check(module)
+        module._watch()
         return for_mode(module._methods[self.name], module.training)(*args, **kwargs)
 
     @property
@@ -473,6 +471,20 @@ class TracedModule(nn.Module, _Traced):
             return nn.Module.__call__(self, *args, **kwargs)
         return method(*args, **kwargs)
 
+    def _watch(self) -> None:
+        """The checks of ``__call__`` (sub-modules' hooks, the module tree), for the calls
+        that do not go through it: another traced method (``traced.encode(x)``),
+        ``traced.forward(x)`` itself, a CompiledModule's call. (``__call__`` has them
+        inline: a frame less on the common call.)"""
+        check = self._tb_hook_check
+        if _RemovableHandle.next_id != check[0] or (
+            check[1] and any(len(t) != n for t, n in check[1])
+        ):
+            self._check_child_hooks()
+        tree = self._tb_tree
+        if tree is not None:
+            tree.check(self)
+
     def _check_child_hooks(self) -> None:
         """Refuse a call while a sub-module has other module hooks than at trace time (see
         the note above); remember the hook counter once they agree."""
@@ -649,6 +661,7 @@ class TracedModule(nn.Module, _Traced):
         return for_mode(method, self.training)
 
     def forward(self, *args, **kwargs):
+        self._watch()  # also where forward is called by name, past __call__
         return self._method_for("forward")(*args, **kwargs)
 
     def train(self, mode: bool = True) -> TracedModule:

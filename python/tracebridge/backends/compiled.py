@@ -201,6 +201,7 @@ class CompiledModule(_CompiledMixin, TracedModule):
         program = self.program
         if _hooked(self) or "forward" in program.dispatch or "forward" in program.mode_bound:
             return super().__call__(*args, **kwargs)
+        self._watch()  # the traced module's checks: sub-modules' hooks, the module tree
         return for_mode(self._methods["forward"], self.training)(*args, **kwargs)
 
     @property

@@ -1355,7 +1355,9 @@ def _var_keywords(names, keys: list) -> None:
         missing = names[positions.index(-1)]
         _fail("specs", f"var_keywords names {missing[:40]!r}, which is no key of in_spec's kwargs")
     if positions != sorted(set(positions)):
-        _fail("specs", "var_keywords must list distinct keys in the order in_spec's kwargs has them")
+        _fail(
+            "specs", "var_keywords must list distinct keys in the order in_spec's kwargs has them"
+        )
 
 
 def _leaf_count(spec: Any, count: int, what: str, field: str) -> None:

@@ -1,0 +1,76 @@
+"""Review of the module-tree watch (4bcf62e, runtime/module_tree.py): the calls that reach
+a traced module's graphs past ``TracedModule.__call__`` check the tree and the sub-modules'
+hooks too, and a tree recorded in mixed modes is not taken for one switched as a whole."""
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+from tracebridge.errors import TraceError
+
+X = torch.randn(6, 3, generator=torch.Generator().manual_seed(0))
+
+
+class TwoMethods(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.lin(x)
+
+    def other(self, x):
+        return self.lin(x) * 2
+
+
+def _plus_100(module, inputs, output):
+    return output + 100
+
+
+@pytest.mark.parametrize("call", ["forward", "other"])
+def test_methods_called_by_name_check_the_sub_modules_hooks(call):
+    """``traced.other(x)`` and ``traced.forward(x)`` pass ``__call__``: they check the
+    hooks of the sub-modules as a call does (a hook added since runs in eager, never in
+    the graph)."""
+    model = TwoMethods().eval()
+    traced = tracebridge.trace_module(model, {"forward": (X,), "other": (X,)})
+    torch.testing.assert_close(getattr(traced, call)(X), getattr(model, call)(X))
+    model.lin.register_forward_hook(_plus_100)
+    with pytest.raises(TraceError, match="sub-module 'lin' of this traced module has other hooks"):
+        getattr(traced, call)(X)
+
+
+def test_forward_called_by_name_checks_the_tree():
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU()).eval()
+    traced = tracebridge.trace(model, X)
+    model[1] = nn.Tanh()
+    with pytest.raises(TraceError, match="sub-module '1' of this traced module was replaced"):
+        traced.forward(X)
+
+
+def _compiled(model):
+    from tracebridge.backends import compile as tb_compile
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return tb_compile(model, (X,), backend="reference")
+
+
+def test_a_compiled_module_checks_the_tree_and_the_hooks():
+    """CompiledModule's own call (no hooks, forward not mode-bound) goes straight to its
+    method: it checks what a traced module's call checks."""
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU()).eval()
+    compiled = _compiled(model)
+    torch.testing.assert_close(compiled(X), model(X))
+    model[1] = nn.Tanh()
+    with pytest.raises(TraceError, match="sub-module '1' of this traced module was replaced"):
+        compiled(X)
+
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU()).eval()
+    compiled = _compiled(model)
+    model[1].register_forward_hook(_plus_100)
+    with pytest.raises(TraceError, match="sub-module '1' of this traced module has other hooks"):
+        compiled(X)
