@@ -412,7 +412,7 @@ class TracedModule(nn.Module, _Traced):
         self._mode_bound = dict(program.mode_bound)
         # The tree the graphs were recorded from, checked on each call (module_tree.py).
         owner = self if original is None else original
-        self.__dict__["_tb_tree"] = TreeWatch(self, program.module_modes, owner)
+        self.__dict__["_tb_tree"] = TreeWatch(self, program.module_modes, owner, program.training)
         # The sub-modules' hooks the graphs were traced with (see the note on hooks).
         self.__dict__["_tb_hooks"] = _child_hooks(self)
         self._remember_hooks()

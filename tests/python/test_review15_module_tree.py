@@ -74,3 +74,46 @@ def test_a_compiled_module_checks_the_tree_and_the_hooks():
     model[1].register_forward_hook(_plus_100)
     with pytest.raises(TraceError, match="sub-module '1' of this traced module has other hooks"):
         compiled(X)
+
+
+def _frozen_norm_model():
+    """A model fine-tuned with its batch norm frozen: training mode, the norm in evaluation."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3), nn.Linear(3, 2))
+    model[1].running_mean.uniform_(-1, 1)
+    model.train()
+    model[1].eval()
+    return model
+
+
+@pytest.mark.parametrize("loaded", [False, True])
+def test_a_frozen_norm_unfrozen_since_is_refused(tmp_path, loaded):
+    """Traced with the batch norm frozen, then unfrozen (``model.bn.train()``): the tree
+    is all in training mode, as the traced module is, but its training graph normalises
+    by the running statistics; eager now uses the batch's. Not a tree switched as a
+    whole: refused."""
+    model = _frozen_norm_model()
+    traced = tracebridge.trace(model, X)
+    assert traced.program.module_modes == {"1": False}
+    if loaded:
+        traced.save(tmp_path / "m.tb")
+        traced = tracebridge.load(tmp_path / "m.tb")
+        model = traced
+    torch.testing.assert_close(traced(X), model(X))  # frozen, as traced
+    model._modules["1"].train()
+    with pytest.raises(TraceError, match="sub-module '1' is in training mode"):
+        traced(X)
+
+
+def test_a_frozen_norm_model_switched_as_a_whole_still_runs():
+    """The same model evaluated (``model.eval()``, the traced module's ``eval()``) runs
+    the evaluation graph: the tree switched as a whole, as documented."""
+    model = _frozen_norm_model()
+    traced = tracebridge.trace(model, X, respect_mode=True)
+    model.eval()
+    traced.eval()
+    torch.testing.assert_close(traced(X), model(X))
+    model.train()
+    model[1].eval()  # frozen again, as traced
+    traced.train()
+    torch.testing.assert_close(traced(X), model(X))

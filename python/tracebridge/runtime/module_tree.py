@@ -19,7 +19,10 @@ something other than what the tree now says, with nothing to notice:
   reads ``self.training`` (their classes' code mentions it; a dropout of probability 0 does
   the same in both modes and is left out): as traced, the call runs; switched all together
   (the original's ``model.train()``, which also switches the shared sub-modules) it runs
-  too, since the traced module's own mode decides; switched one by one, it is refused.
+  too, since the traced module's own mode decides; switched one by one, it is refused. A
+  tree recorded in mixed modes (batch norms frozen in a training model) that is now all in
+  the traced module's own mode (unfrozen since) is refused too: that mode's graphs carry
+  the frozen ones.
 
 Both refusals are TraceErrors that name the sub-module and say what to do.
 """
@@ -115,9 +118,16 @@ class TreeWatch:
         "evals",
         "trains",
         "read",
+        "mixed",
     )
 
-    def __init__(self, root: nn.Module, expected: dict[str, bool], owner: nn.Module):
+    def __init__(
+        self,
+        root: nn.Module,
+        expected: dict[str, bool],
+        owner: nn.Module,
+        traced_mode: bool | None = None,
+    ):
         _install()
         # Whose flag switches the tree as a whole: the module traced (its train() and eval()
         # switch the sub-modules it shares with the traced one), or a loaded module itself.
@@ -127,6 +137,11 @@ class TreeWatch:
         self.seen = REGISTRATIONS[0]
         self.expected = {p: f for p, f in expected.items() if p in self.modules}
         self.mode_modules = tuple(self.modules[p] for p in self.expected)
+        # The traced mode, where the graphs of that mode were recorded with sub-modules in
+        # the other one (batch norms frozen in a training model): a tree all in that mode
+        # since is not those graphs' (see _check_modes). None where they were not.
+        mixed = traced_mode is not None and any(f != traced_mode for f in self.expected.values())
+        self.mixed = traced_mode if mixed else None
         self.every = (owner, *self.modules.values())
         # The watched flags, read from the modules' own dicts where Module.train() writes
         # them (half the cost of an attribute read; a class that makes ``training`` a
@@ -148,7 +163,7 @@ class TreeWatch:
         if (self.evals and any(map(self.read, self.evals))) or (
             self.trains and not all(map(self.read, self.trains))
         ):
-            self._check_modes()
+            self._check_modes(root)
 
     def _check_identity(self, root: nn.Module) -> None:
         now = dict(root.named_modules(remove_duplicate=False))
@@ -180,11 +195,16 @@ class TreeWatch:
                 )
         self.seen = REGISTRATIONS[0]
 
-    def _check_modes(self) -> None:
-        if len(set(map(_TRAINING, self.every))) == 1:
+    def _check_modes(self, root: nn.Module) -> None:
+        modes = set(map(_TRAINING, self.every))
+        if len(modes) == 1 and not (root.training == self.mixed and self.mixed in modes):
             # The whole tree switched together (the original's train() or eval()): the
             # traced module's own mode decides which graph runs, as documented. (Read on
-            # each call while it stays so: one C-level pass over the modules.)
+            # each call while it stays so: one C-level pass over the modules.) Not where
+            # the tree is all in the traced module's own mode and that mode's graphs were
+            # recorded in mixed modes: a model traced with its batch norms frozen and
+            # unfrozen since (model.bn.train()) is all in training mode, as the traced
+            # module is, and those graphs still normalise by the running statistics.
             return
         flags = tuple(map(_TRAINING, self.mode_modules))
         for path, flag in zip(self.expected, flags):
