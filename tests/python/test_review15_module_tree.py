@@ -2,6 +2,7 @@
 a traced module's graphs past ``TracedModule.__call__`` check the tree and the sub-modules'
 hooks too, and a tree recorded in mixed modes is not taken for one switched as a whole."""
 
+import functools
 import warnings
 
 import pytest
@@ -117,3 +118,51 @@ def test_a_frozen_norm_model_switched_as_a_whole_still_runs():
     model[1].eval()  # frozen again, as traced
     traced.train()
     torch.testing.assert_close(traced(X), model(X))
+
+
+class HalvesInTraining:
+    """A mixin that is no nn.Module: its code reads the mode of the module it is mixed in."""
+
+    def drop(self, x):
+        return x * 0.5 if self.training else x
+
+
+class MixedIn(HalvesInTraining, nn.Module):
+    def forward(self, x):
+        return self.drop(x)
+
+
+def _passes_through(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+class Decorated(nn.Module):
+    @_passes_through  # as transformers decorates forwards (can_return_tuple, ...)
+    def forward(self, x):
+        return x * 0.5 if self.training else x
+
+
+def _halve_in_training(module, x):
+    return x * 0.5 if module.training else x
+
+
+class CallsAHelper(nn.Module):
+    def forward(self, x):
+        return _halve_in_training(self, x)
+
+
+@pytest.mark.parametrize("cls", [MixedIn, Decorated, CallsAHelper])
+def test_mode_read_by_a_mixin_a_wrapped_forward_or_a_helper_is_watched(cls):
+    """A sub-module whose mode is read by a mixin's code, by the function a decorator
+    wraps, or by a module-level helper its forward calls is watched like one whose own
+    code reads it: switched on its own, the call is refused."""
+    model = nn.Sequential(nn.Linear(3, 3), cls()).eval()
+    traced = tracebridge.trace(model, X)
+    assert traced.program.module_modes == {"1": False}
+    model[1].train()
+    with pytest.raises(TraceError, match="sub-module '1' is in training mode"):
+        traced(X)
