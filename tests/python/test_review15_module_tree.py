@@ -166,3 +166,41 @@ def test_mode_read_by_a_mixin_a_wrapped_forward_or_a_helper_is_watched(cls):
     model[1].train()
     with pytest.raises(TraceError, match="sub-module '1' is in training mode"):
         traced(X)
+
+
+class Blocks(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(3, 3), nn.Linear(3, 3)])
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def _delete_second(model):
+    del model[1]
+
+
+@pytest.mark.parametrize(
+    ("make", "change", "message"),
+    [
+        (lambda: nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 3)), _delete_second, "'1'"),
+        (
+            lambda: nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 3)),
+            lambda m: m.pop(1),
+            "'1'",
+        ),
+        (Blocks, lambda m: m.blocks.insert(0, nn.ReLU()), "'blocks.0'"),
+    ],
+    ids=["del", "pop", "insert"],
+)
+def test_a_sub_module_removed_or_inserted_without_a_registration_is_refused(make, change, message):
+    """``del model[1]``, ``Sequential.pop`` and ``ModuleList.insert`` write the table of
+    sub-modules itself (no registration hook runs): the sizes of the tables say so."""
+    model = make().eval()
+    traced = tracebridge.trace(model, X)
+    change(model)
+    with pytest.raises(TraceError, match=f"sub-module {message} of this traced module was"):
+        traced(X)

@@ -10,8 +10,9 @@ something other than what the tree now says, with nothing to notice:
   on the old one's parameters. Every such assignment goes through ``Module.__setattr__`` or
   ``add_module``, which call PyTorch's global module-registration hooks: one of ours counts
   them, so a call compares one counter (tens of nanoseconds) and walks the tree only when it
-  moved. (``ModuleList.insert``/``pop``/``del``, which write ``_modules`` directly, are not
-  seen.)
+  moved. ``del model[1]``, ``Sequential.pop`` and ``ModuleList.insert`` write the tables of
+  sub-modules directly: a call also compares the sizes of those tables (one C-level pass
+  over the modules that have sub-modules).
 * **A sub-module switched to the other mode on its own** (``model.bn.train()`` on an
   evaluation model): the graphs carry the mode each sub-module had when traced, as
   arguments; the traced module's own ``train()``/``eval()`` choose among its graphs and
@@ -149,6 +150,8 @@ class TreeWatch:
         "trains",
         "read",
         "mixed",
+        "tables",
+        "sizes",
     )
 
     def __init__(
@@ -173,6 +176,11 @@ class TreeWatch:
         mixed = traced_mode is not None and any(f != traced_mode for f in self.expected.values())
         self.mixed = traced_mode if mixed else None
         self.every = (owner, *self.modules.values())
+        # The sub-module tables of the modules that have sub-modules, and their sizes: a
+        # sub-module removed or inserted without a registration (del model[1],
+        # Sequential.pop, ModuleList.insert write the table itself) changes a size.
+        self.tables = tuple(m._modules for m in (root, *self.modules.values()) if m._modules)
+        self.sizes = tuple(map(len, self.tables))
         # The watched flags, read from the modules' own dicts where Module.train() writes
         # them (half the cost of an attribute read; a class that makes ``training`` a
         # property is read as an attribute): those traced in evaluation mode, and those
@@ -188,7 +196,7 @@ class TreeWatch:
 
     def check(self, root: nn.Module) -> None:
         """Raise where the tree of ``root`` is not the one the graphs were recorded from."""
-        if REGISTRATIONS[0] != self.seen:
+        if REGISTRATIONS[0] != self.seen or tuple(map(len, self.tables)) != self.sizes:
             self._check_identity(root)
         if (self.evals and any(map(self.read, self.evals))) or (
             self.trains and not all(map(self.read, self.trains))
