@@ -175,7 +175,9 @@ class TreeWatch:
         # since is not those graphs' (see _check_modes). None where they were not.
         mixed = traced_mode is not None and any(f != traced_mode for f in self.expected.values())
         self.mixed = traced_mode if mixed else None
-        self.every = (owner, *self.modules.values())
+        # Whose flags say the tree was switched as a whole: the owner and the watched
+        # sub-modules (the others' flags change no graph; a large model has many more).
+        self.every = (owner, *self.mode_modules)
         # The sub-module tables of the modules that have sub-modules, and their sizes: a
         # sub-module removed or inserted without a registration (del model[1],
         # Sequential.pop, ModuleList.insert write the table itself) changes a size.
@@ -238,7 +240,7 @@ class TreeWatch:
         if len(modes) == 1 and not (root.training == self.mixed and self.mixed in modes):
             # The whole tree switched together (the original's train() or eval()): the
             # traced module's own mode decides which graph runs, as documented. (Read on
-            # each call while it stays so: one C-level pass over the modules.) Not where
+            # each call while it stays so: one C-level pass over the watched modules.) Not where
             # the tree is all in the traced module's own mode and that mode's graphs were
             # recorded in mixed modes: a model traced with its batch norms frozen and
             # unfrozen since (model.bn.train()) is all in training mode, as the traced
