@@ -715,6 +715,11 @@ class TracedModule(nn.Module, _Traced):
         return self._class_name
 
     def _program_for_saving(self) -> Program:
+        # The state is read through the tree as it is now: a sub-module replaced since
+        # would put its tensors under the old graph (a file that serves neither model).
+        tree = self._tb_tree
+        if tree is not None:
+            tree.check_tree(self)
         slots = self._slots()
         state = {}
         for name, entry in self.program.state.items():

@@ -204,3 +204,23 @@ def test_a_sub_module_removed_or_inserted_without_a_registration_is_refused(make
     change(model)
     with pytest.raises(TraceError, match=f"sub-module {message} of this traced module was"):
         traced(X)
+
+
+@pytest.mark.parametrize("how", ["save", "pickle", "deepcopy"])
+def test_a_traced_module_whose_tree_changed_is_not_saved(tmp_path, how):
+    """A save reads the state through the tree as it is now: with a sub-module replaced
+    since, the file would hold the old graph over the new tree's tensors (ReLU's graph,
+    the model now has Tanh) and serve it, silently, once loaded. Refused, as a call is."""
+    import copy
+    import pickle
+
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 2)).eval()
+    traced = tracebridge.trace(model, X)
+    model[1] = nn.Tanh()
+    save = {
+        "save": lambda: traced.save(tmp_path / "m.tb"),
+        "pickle": lambda: pickle.dumps(traced),
+        "deepcopy": lambda: copy.deepcopy(traced),
+    }[how]
+    with pytest.raises(TraceError, match="sub-module '1' of this traced module was replaced"):
+        save()

@@ -205,6 +205,12 @@ class TreeWatch:
         ):
             self._check_modes(root)
 
+    def check_tree(self, root: nn.Module) -> None:
+        """Raise where a sub-module of ``root`` was replaced, added or removed (what a
+        save needs: the graphs and the state it writes must be one model)."""
+        if REGISTRATIONS[0] != self.seen or tuple(map(len, self.tables)) != self.sizes:
+            self._check_identity(root)
+
     def _check_identity(self, root: nn.Module) -> None:
         now = dict(root.named_modules(remove_duplicate=False))
         now.pop("", None)
