@@ -16,7 +16,7 @@ call_traced <- function(py, args, program = NULL, method = "forward") {
                                error = rethrow_python)
   } else {
     if (!is.null(names(args)) && any(nzchar(names(args)))) {
-      args <- bind_named(args, graph_input_names(program %||% py$program, method))
+      args <- bind_call(args, program %||% py$program, method)
     }
     # Through the callable's R wrapper, whose only formal is `...`: named inputs reach
     # Python as keywords whatever their names (py_call() would take `x` as its own).
@@ -30,23 +30,29 @@ call_traced <- function(py, args, program = NULL, method = "forward") {
   from_py(out)
 }
 
-# The traced graph's inputs are named after the traced function's arguments; named
-# arguments in a call are put in that order.
-graph_input_names <- function(program, method) {
+# A call's arguments as the graph takes them: those named after a keyword argument the
+# graph was traced with stay keywords, in the call's order (Python matches them by name,
+# and checks the order of those that a `**kwargs` collects); the others are put in the
+# order of the graph's positional inputs.
+bind_call <- function(args, program, method) {
   graph <- reticulate::py_get_item(program$methods, method)
-  vapply(reticulate::iterate(graph$inputs, identity, simplify = FALSE), function(v) {
-    n <- reticulate::py_to_r(v$name)
-    if (is.null(n)) "" else n
-  }, character(1))
+  names_ <- reticulate::py_to_r(py_rb()$call_names(graph))
+  keywords <- unlist(names_[[2]])
+  nms <- names(args)
+  by_keyword <- nzchar(nms) & nms %in% keywords
+  positional <- unlist(names_[[1]]) %||% character(0)
+  bound <- bind_named(args[!by_keyword], positional, keywords)
+  if (any(by_keyword)) c(bound, args[by_keyword]) else bound
 }
 
-bind_named <- function(args, inputs) {
+bind_named <- function(args, inputs, keywords = character(0)) {
   nms <- names(args)
   unknown <- setdiff(nms[nzchar(nms)], inputs)
   if (length(unknown)) {
     tracebridge_abort(sprintf(
       "The traced function has no input named %s; its inputs are %s.",
-      paste0("`", unknown, "`", collapse = ", "), paste0("`", inputs, "`", collapse = ", ")),
+      paste0("`", unknown, "`", collapse = ", "),
+      paste0("`", c(inputs, keywords), "`", collapse = ", ")),
       "value_error")
   }
   out <- vector("list", length(inputs))

@@ -263,9 +263,7 @@ class TracedMethod:
 
     def __call__(self, *args, **kwargs):
         module = self._module
-        tree = module._tb_tree
-        if tree is not None:
-            tree.check_tree(module)
+        module._watch()
         # Routed and mode-checked as forward is: a method recorded in one mode refuses a
         # call in the other, and under respect_mode each mode runs its own graph.
         return module._method_for(self.name)(*args, **kwargs)
@@ -503,6 +501,20 @@ class TracedModule(nn.Module, _Traced):
             tree.check_modes(self._tb_fast_graph, method)
         return method(*args, **kwargs)
 
+    def _watch(self) -> None:
+        """The checks of ``__call__`` (sub-modules' hooks, the module tree), for the calls
+        that do not go through it: another traced method (``traced.encode(x)``),
+        ``traced.forward(x)`` itself, a CompiledModule's call. (``__call__`` has them
+        inline: a frame less on the common call.)"""
+        check = self._tb_hook_check
+        if _RemovableHandle.next_id != check[0] or (
+            check[1] and any(len(t) != n for t, n in check[1])
+        ):
+            self._check_child_hooks()
+        tree = self._tb_tree
+        if tree is not None:
+            tree.check_tree(self)
+
     def _check_child_hooks(self) -> None:
         """Refuse a call while a sub-module has other module hooks than at trace time (see
         the note above); remember the hook counter once they agree."""
@@ -687,6 +699,7 @@ class TracedModule(nn.Module, _Traced):
         return for_mode(method, self.training)
 
     def forward(self, *args, **kwargs):
+        self._watch()  # also where forward is called by name, past __call__
         return self._method_for("forward")(*args, **kwargs)
 
     def train(self, mode: bool = True) -> TracedModule:
@@ -745,6 +758,11 @@ class TracedModule(nn.Module, _Traced):
         return self._class_name
 
     def _program_for_saving(self) -> Program:
+        # The state is read through the tree as it is now: a sub-module replaced since
+        # would put its tensors under the old graph (a file that serves neither model).
+        tree = self._tb_tree
+        if tree is not None:
+            tree.check_tree(self)
         slots = self._slots()
         state = {}
         for name, entry in self.program.state.items():

@@ -561,6 +561,9 @@ def corpus(base: dict) -> dict[str, object]:
     mutate("fold_pow_minus_one", folded(-1, 2**52, 5, "scalar.pow"))
     mutate("fold_big_literal", folded(2**60, 0, 5))
     mutate("in_spec_bad", lambda d: forward(d).update(in_spec={"t": "leaf"}))
+    mutate("var_keywords_empty", lambda d: forward(d).update(var_keywords=[]))
+    mutate("var_keywords_type", lambda d: forward(d).update(var_keywords="a"))
+    mutate("var_keywords_unknown", lambda d: forward(d).update(var_keywords=["a"]))
     mutate("out_spec_bad", lambda d: forward(d).update(out_spec={"t": "tuple", "c": []}))
     mutate(
         "guard_kind",
@@ -668,6 +671,7 @@ def test_r_and_python_checkers_agree(base, tmp_path):
         "alias_ok",
         "device_ok",
         "reprs_ok",
+        "var_keywords_empty",
         "eye_ok",
         "arange_ok",
         "fold_ok",

@@ -59,6 +59,8 @@ class Setup:
     other: tuple
     change: Callable[[list], None] | None = None
     context: Callable[[], Any] = contextlib.nullcontext  # around the second call
+    example_kwargs: dict = field(default_factory=dict)  # keyword inputs of the trace
+    other_kwargs: dict = field(default_factory=dict)  # keyword inputs of the second call
 
 
 @dataclass
@@ -367,6 +369,21 @@ def _submodule_replaced() -> Setup:
 
 def concatenated_values(d):
     return torch.cat(list(d.values()))
+
+
+def concatenated_var_keywords(x, **kw):
+    return torch.cat([x, *kw.values()])
+
+
+def _var_keywords_reordered() -> Setup:
+    a, b = _seeded(2), _seeded(3)
+    return Setup(
+        concatenated_var_keywords,
+        (_seeded(1),),
+        (_seeded(1),),
+        example_kwargs={"a": a, "b": b},
+        other_kwargs={"b": b.clone(), "a": a.clone()},
+    )
 
 
 def _inference_copy(x):
@@ -1007,6 +1024,18 @@ CASES += [  # known: what a trace does not watch after it was made
         # refused at the call (runtime/method.py, _refuse_reordered_dict).
         tb=("guard", "guard"),
     ),
+    Case(
+        "var_keywords_order",
+        "`torch.cat([x, *kw.values()])` of `f(x, **kw)`, called with the keywords in another order",
+        _var_keywords_reordered,
+        # torch.jit.trace passes example_kwarg_inputs alone (x is missing), and a graph
+        # it traces from keywords only declares x alone: it cannot run this code.
+        jit="refuse",
+        # Keywords that land in **kw are iterated in the call's order: the graph records
+        # their traced order (var_keywords), and another order is refused at the call
+        # (runtime/method.py, _refuse_reordered_var_keywords).
+        tb=("guard", "guard"),
+    ),
 ]
 BY_NAME = {case.name: case for case in CASES}
 
@@ -1062,10 +1091,10 @@ def _second_call(setup: Setup, traced) -> str:
     if setup.change is not None:
         setup.change([traced])
     with setup.context():
-        expected = setup.fn(*_clone(setup.other))
+        expected = setup.fn(*_clone(setup.other), **_clone(setup.other_kwargs))
     try:
         with setup.context():
-            got = traced(*_clone(setup.other))
+            got = traced(*_clone(setup.other), **_clone(setup.other_kwargs))
     except tracebridge.GuardError:
         return "guard"
     except tracebridge.TraceError:
@@ -1083,7 +1112,11 @@ def jit_outcome(case: Case) -> str:
         warnings.simplefilter("ignore")  # torch.jit.trace is deprecated and warns a lot
         try:
             traced = torch.jit.trace(
-                setup.fn, _clone(setup.example), check_trace=False, strict=strict
+                setup.fn,
+                _clone(setup.example),
+                check_trace=False,
+                strict=strict,
+                example_kwarg_inputs=_clone(setup.example_kwargs) or None,
             )
         except Exception:
             return "refuse"
@@ -1097,7 +1130,11 @@ def tracebridge_outcome(case: Case, check_trace: bool) -> str:
         warnings.simplefilter("ignore", tracebridge.TracerWarning)
         try:
             traced = tracebridge.trace(
-                setup.fn, _clone(setup.example), check_trace=check_trace, **case.kwargs
+                setup.fn,
+                _clone(setup.example),
+                check_trace=check_trace,
+                example_kwarg_inputs=_clone(setup.example_kwargs) or None,
+                **case.kwargs,
             )
         except tracebridge.TracingCheckError:
             return "check"
@@ -1156,12 +1193,16 @@ def test_guard_errors_name_the_line():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", tracebridge.TracerWarning)
             traced = tracebridge.trace(
-                setup.fn, _clone(setup.example), check_trace=False, **case.kwargs
+                setup.fn,
+                _clone(setup.example),
+                check_trace=False,
+                example_kwarg_inputs=_clone(setup.example_kwargs) or None,
+                **case.kwargs,
             )
         if setup.change is not None:
             setup.change([traced])
         with pytest.raises(tracebridge.GuardError) as info, setup.context():
-            traced(*_clone(setup.other))
+            traced(*_clone(setup.other), **_clone(setup.other_kwargs))
         if str(info.value).startswith("input x has dtype"):
             # The input check on the dtype's kind names the input, not a line.
             assert info.value.guard == "x is floating-point", case.name
@@ -1171,6 +1212,13 @@ def test_guard_errors_name_the_line():
             # to the traced ones: the error names the input, not a line.
             assert info.value.guard == "the order of the keys of argument 1", case.name
             assert "where the trace was made with ['a', 'b']" in str(info.value), case.name
+            continue
+        if info.value.guard == "the order of the keyword arguments in **kwargs":
+            # Likewise for the keywords of **kwargs: the error names them and both orders.
+            assert info.value.seen == ["b", "a"], case.name
+            assert "in another order than the trace was made with ['a', 'b']" in str(info.value), (
+                case.name
+            )
             continue
         assert info.value.location.startswith(__file__ + ":"), case.name
         assert __file__ + ":" in str(info.value), case.name
@@ -1187,7 +1235,11 @@ def test_outcomes_survive_save_and_load(tmp_path, runtime):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", tracebridge.TracerWarning)
             traced = tracebridge.trace(
-                setup.fn, _clone(setup.example), check_trace=False, **case.kwargs
+                setup.fn,
+                _clone(setup.example),
+                check_trace=False,
+                example_kwarg_inputs=_clone(setup.example_kwargs) or None,
+                **case.kwargs,
             )
         path = tmp_path / f"{case.name}.tb"
         traced.save(path)

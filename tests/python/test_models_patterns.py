@@ -446,6 +446,94 @@ def test_nested_dict_order_is_checked_and_keywords_stay_by_name(tmp_path, runtim
     assert info.value.seen == ["b", "a"] and "pass the keys in the traced order" in str(info.value)
 
 
+def var_keywords_then_named(x, *, n, **kw):
+    return torch.cat([x * n.sum(), *kw.values()])
+
+
+@pytest.mark.parametrize("runtime", ["memory", "codegen", "interpreter"])
+def test_var_keywords_order_is_checked_and_named_keywords_stay_by_name(tmp_path, runtime):
+    """Keywords that land in **kwargs are refused in another order (eager iterates them
+    in the call's order); a named keyword may come anywhere (test_divergence.py,
+    var_keywords_order). The order survives save and load (the graph's var_keywords)."""
+    a, b, x, n = torch.randn(2), torch.randn(3), torch.randn(1), torch.randn(2)
+    traced = tracebridge.trace(
+        var_keywords_then_named, (x,), example_kwarg_inputs={"a": a, "n": n, "b": b}
+    )
+    if runtime != "memory":
+        traced.save(tmp_path / "t.tb")
+        traced = tracebridge.load(tmp_path / "t.tb", runtime=runtime)
+    assert traced.program.methods["forward"].var_keywords == ["a", "b"]
+    want = var_keywords_then_named(x, a=a, b=b, n=n)
+    assert close(traced(x, a=a, b=b, n=n), want)  # n by name, a and b in the traced order
+    assert close(traced(x, n=n, a=a, b=b), want)
+    with pytest.raises(GuardError) as info:
+        traced(x, b=b, n=n, a=a)
+    assert info.value.seen == ["b", "a"]
+    assert "keyword arguments ['b', 'a'], which the traced code takes in its **kwargs" in str(
+        info.value
+    )
+    assert "trace was made with ['a', 'b']" in str(info.value)
+    assert "pass them in the traced order (a, b)" in str(info.value)
+
+
+class VarKeywordHeads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+
+    def forward(self, x, **heads):
+        return torch.cat([self.lin(x), *heads.values()], 1)
+
+    def score(self, x, **weights):
+        return sum(w * (i + 1) for i, w in enumerate(weights.values())) * x.sum()
+
+
+def test_var_keywords_of_module_methods_and_graph_modules_are_checked():
+    """A module's forward and another traced method record their own **kwargs; the
+    GraphModule of tracebridge.to_graph_module refuses another order (and a dict input in
+    another order) as the runtime does."""
+    from tracebridge.export import fx
+
+    module = VarKeywordHeads()
+    x, p, q = torch.randn(3, 2), torch.randn(3, 1), torch.randn(3, 2)
+    traced = tracebridge.trace(module, (x,), example_kwarg_inputs={"p": p, "q": q})
+    assert close(traced(x, p=p, q=q), module(x, p=p, q=q))
+    with pytest.raises(GuardError, match=r"\['q', 'p'\]"):
+        traced(x, q=q, p=p)
+    gm = tracebridge.to_graph_module(traced)
+    assert close(fx.call(gm, x, p=p, q=q), module(x, p=p, q=q))
+    with pytest.raises(GuardError, match=r"\['q', 'p'\]"):
+        fx.call(gm, x, q=q, p=p)
+
+    u, v = torch.tensor(2.0), torch.tensor(3.0)
+    both = tracebridge.trace_module(
+        module,
+        {"forward": {"x": x, "p": p, "q": q}, "score": {"x": x, "u": u, "v": v}},
+        example_inputs_is_kwarg=True,
+    )
+    assert both.program.methods["score"].var_keywords == ["u", "v"]
+    assert close(both.score(x=x, u=u, v=v), module.score(x, u=u, v=v))
+    with pytest.raises(GuardError, match=r"\['v', 'u'\]"):
+        both.score(x=x, v=v, u=u)
+
+    a, b = torch.randn(2), torch.randn(3)
+    values = tracebridge.trace(lambda d: torch.cat(list(d.values())), ({"a": a, "b": b},))
+    with pytest.raises(GuardError, match=r"holding its keys in the order \['b', 'a'\]"):
+        fx.call(tracebridge.to_graph_module(values), {"b": b, "a": a})
+
+
+def test_a_call_without_var_keywords_records_none():
+    x = torch.randn(3)
+    assert (
+        tracebridge.trace(dict_sum, ({"a": x, "b": x},)).program.methods["forward"].var_keywords
+        == []
+    )
+    traced = tracebridge.trace(
+        values_then_keywords, (x, {"p": {"a": x}}), example_kwarg_inputs={"u": x, "v": x}
+    )
+    assert traced.program.methods["forward"].var_keywords == []
+
+
 class FreezesInEval(nn.Module):
     """A train() that also freezes parameters: tracing calls it (to clear caches) and must
     leave the parameters' requires_grad as the user set it."""

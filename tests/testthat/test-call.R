@@ -67,3 +67,32 @@ test_that("results of the C call path are freed when R collects them", {
   gc()
   expect_lte(count_tensors() - before, 50)
 })
+
+test_that("named arguments reach a Python-traced function's keywords by name", {
+  skip_if_no_torch()
+  # Traced in Python with keyword inputs: a keyword-only parameter and a **kwargs.
+  dir <- tempfile("kwargs")
+  dir.create(dir)
+  on.exit(unlink(dir, recursive = TRUE), add = TRUE)
+  reticulate::py_run_string(sprintf(paste(
+    "import torch, tracebridge",
+    "def named(x, *, a, b):",
+    "    return torch.cat([x, a * 2, b])",
+    "def collected(x, **kw):",
+    "    return torch.cat([x, *kw.values()])",
+    "example = {'a': torch.zeros(2), 'b': torch.ones(3)}",
+    "tracebridge.trace(named, (torch.zeros(1),), example_kwarg_inputs=example).save(r'%s')",
+    "tracebridge.trace(collected, (torch.zeros(1),), example_kwarg_inputs=example).save(r'%s')",
+    sep = "\n"), file.path(dir, "named.tb"), file.path(dir, "collected.tb")))
+  x <- torch_ones(1)
+  a <- torch_tensor(c(1, 2))
+  b <- torch_tensor(c(3, 4, 5))
+  named <- jit_load(file.path(dir, "named.tb"))
+  expect_equal(as_array(named(x, a = a, b = b)), c(1, 2, 4, 3, 4, 5))
+  expect_equal(as_array(named(b = b, a = a, x = x)), c(1, 2, 4, 3, 4, 5))  # by name
+  expect_error(named(x, a = a, c = b), "no input named `c`; its inputs are `x`, `a`, `b`")
+  collected <- jit_load(file.path(dir, "collected.tb"))
+  expect_equal(as_array(collected(x, a = a, b = b)), c(1, 1, 2, 3, 4, 5))
+  # The keywords of **kwargs are iterated in the call's order: another order is refused.
+  expect_error(collected(x, b = b, a = a), "in another order than the trace was made with")
+})

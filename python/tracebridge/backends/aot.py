@@ -272,6 +272,7 @@ class AOTCompiled:
         self._load_fallback = load_fallback
         self._fallback = None
         self._in_spec, self._out_spec = in_spec, out_spec
+        self._var_keywords = list(graph.var_keywords)
         self._single = out_spec.get("t") == "leaf"
         self.method = method
 
@@ -283,7 +284,9 @@ class AOTCompiled:
         return self._fallback
 
     def __call__(self, *args, **kwargs):
-        flat = self._check(fx.flatten_by_spec(self._in_spec, args, kwargs))
+        flat = self._check(
+            fx.flatten_by_spec(self._in_spec, args, kwargs, self._var_keywords, self.method)
+        )
         try:
             out = self._runner(flat) if self._checks_armed else self._first_run(flat)
         except RuntimeError as exc:  # the package's own input checks (AOTI_RUNTIME_CHECK_INPUTS)

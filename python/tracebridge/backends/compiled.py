@@ -201,7 +201,12 @@ class CompiledModule(_CompiledMixin, TracedModule):
         program = self.program
         if _hooked(self) or "forward" in program.dispatch or "forward" in program.mode_bound:
             return super().__call__(*args, **kwargs)
-        return for_mode(self._methods["forward"], self.training)(*args, **kwargs)
+        self._watch()  # the traced module's checks: sub-modules' hooks, the module tree
+        method = for_mode(self._methods["forward"], self.training)
+        tree = self._tb_tree
+        if tree is not None:  # and the modes of the sub-modules the graph was recorded with
+            tree.check_modes("forward", method)
+        return method(*args, **kwargs)
 
     @property
     def graph(self) -> str:

@@ -176,7 +176,8 @@ def check_program(program_or_doc: Program | dict, name: str = "", *, strict: boo
       output); every ``ref`` names a value defined before it (inputs, earlier nodes);
       every graph output names a defined value.
     * **specs** [3]: ``in_spec`` is ``tuple(tuple, dict)``; the number of inputs, node
-      outputs and graph outputs equals the leaves of their specs.
+      outputs and graph outputs equals the leaves of their specs; ``var_keywords`` are
+      distinct keys of the keyword dict, in its order.
     * **ops** [6, 7, 8]: every op is in the op set; arguments and keywords have the kinds
       the op takes (``shared_ir/ops.json``); ``prim.state`` names a state entry;
       ``prim.guard`` has one argument, ``expect``, and a guard ``kind`` of the spec;
@@ -795,6 +796,7 @@ class _GraphCheck:
         ):
             _fail("specs", "in_spec must be a tuple of (args tuple, kwargs dict)")
         _leaf_count(spec, len(graph["inputs"]), "inputs", "in_spec")
+        _var_keywords(graph.get("var_keywords", []), spec["c"][1].get("keys", []))
         for value in graph["inputs"]:
             self._define(value, is_input=True)
 
@@ -1356,6 +1358,22 @@ def _autocast_device(op: str, device: str) -> None:
             "literals",
             f"{op} reads the autocast of device type {device[:30]!r}, which torch keeps no "
             f"autocast state for (one of {', '.join(ops.AUTOCAST_DEVICE_TYPES)})",
+        )
+
+
+def _var_keywords(names, keys: list) -> None:
+    """A graph's ``var_keywords``: the keys of ``in_spec``'s keyword dict (``keys``) that
+    went into the callable's ``**kwargs``, each once, in the order the dict lists them
+    (a runtime compares a call's order with it)."""
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        _fail("specs", "var_keywords must be a list of keyword names")
+    positions = [keys.index(n) if n in keys else -1 for n in names]
+    if -1 in positions:
+        missing = names[positions.index(-1)]
+        _fail("specs", f"var_keywords names {missing[:40]!r}, which is no key of in_spec's kwargs")
+    if positions != sorted(set(positions)):
+        _fail(
+            "specs", "var_keywords must list distinct keys in the order in_spec's kwargs has them"
         )
 
 

@@ -228,6 +228,7 @@ class BridgeInfo:
     example_shapes: list[list | None]
     input_dtypes: list[torch.dtype | None]
     state: dict[str, str] = field(default_factory=dict)  # state name -> attribute path
+    var_keywords: list[str] = field(default_factory=list)  # the graph's, in traced order
 
 
 class _Builder:
@@ -514,6 +515,7 @@ def graph_module(
         example_shapes=[list(v.example) if v.example is not None else None for v in graph.inputs],
         input_dtypes=[_dtype(v.dtype) for v in graph.inputs],
         state=targets,
+        var_keywords=list(graph.var_keywords),
     )
     return gm
 
@@ -537,16 +539,28 @@ def info(gm: fx.GraphModule) -> BridgeInfo:
 
 def flatten_inputs(gm: fx.GraphModule, *args, **kwargs) -> list[torch.Tensor]:
     """The flat input tensors of ``gm`` for the traced call's own arguments."""
-    return flatten_by_spec(info(gm).in_spec, args, kwargs)
+    meta = info(gm)
+    return flatten_by_spec(meta.in_spec, args, kwargs, meta.var_keywords, meta.method)
 
 
-def flatten_by_spec(spec: dict, args: tuple, kwargs: dict) -> list[torch.Tensor]:
-    """:func:`flatten_inputs` by the graph's ``in_spec`` (no GraphModule needed)."""
-    from ..runtime.method import _in_key_order, describe, mismatch, same_spec
+def flatten_by_spec(
+    spec: dict,
+    args: tuple,
+    kwargs: dict,
+    var_keywords: list[str] = (),
+    method: str = "the GraphModule's method",
+) -> list[torch.Tensor]:
+    """:func:`flatten_inputs` by the graph's ``in_spec`` and ``var_keywords`` (no
+    GraphModule needed): a dict input, or the keywords of ``**kwargs``, in another order
+    than traced is refused as the runtime refuses it (runtime/method.py)."""
+    from ..runtime.method import _in_key_order, describe, mismatch, refuse_reordered, same_spec
 
     leaves, got = pytree.flatten((args, kwargs), is_tensor)
     if not same_spec(got, spec):
-        leaves, got = pytree.flatten(_in_key_order((args, kwargs), spec), is_tensor)
+        leaves, given = pytree.flatten(_in_key_order((args, kwargs), spec), is_tensor)
+        if same_spec(given, spec):
+            refuse_reordered(method, got, kwargs, spec, var_keywords)
+        got = given
     if not same_spec(got, spec):
         raise TraceError(
             f"the GraphModule's method was called with arguments shaped differently from the "

@@ -485,6 +485,17 @@ def _signature(names: list[str], with_self: bool) -> inspect.Signature:
     return inspect.Signature(params)
 
 
+def call_names(graph) -> tuple[list[str], list[str]]:
+    """The names R binds a call's named arguments by, for a traced graph: those of the
+    input leaves of its positional arguments (in order), and the keyword arguments it was
+    traced with (in the traced order), which R passes on as keywords."""
+    from ..ir import pytree
+
+    positional = pytree.count_leaves(graph.in_spec["c"][0]) if graph.in_spec else 0
+    names = [v.name or "" for v in graph.inputs[:positional]]
+    return names, [str(k) for k in graph.in_spec["c"][1]["keys"]] if graph.in_spec else []
+
+
 def new_module(classname: str, arg_names: list[str] | None = None) -> RModule:
     """A new :class:`RModule` whose Python class is named after the R class, so that
     printed modules and the artifact's module classes read ``Net``, not ``RModule``;

@@ -92,6 +92,9 @@ class Graph:
     outputs: list = field(default_factory=list)  # Refs or literals
     out_spec: dict = field(default_factory=dict)
     arg_names: list[str] = field(default_factory=list)  # the traced callable's parameters
+    # The keyword inputs that landed in the callable's ``**kwargs``, in the traced order:
+    # the code may iterate them, so a call must pass them in this order (runtime/method.py)
+    var_keywords: list[str] = field(default_factory=list)
     # loc -> the text of that source line, recorded at trace time for messages: runtimes
     # quote these and never open a file that a loaded graph names
     sources: dict[str, str] = field(default_factory=dict)
@@ -114,6 +117,7 @@ class Graph:
             outputs=self.outputs,
             out_spec=self.out_spec,
             arg_names=self.arg_names,
+            var_keywords=self.var_keywords,
             sources=self.sources,
         )
 
@@ -401,6 +405,7 @@ def graph_to_json(g: Graph) -> dict:
         ],
         "outputs": encode(list(g.outputs)),
         "out_spec": g.out_spec,
+        **({"var_keywords": list(g.var_keywords)} if g.var_keywords else {}),
         **({"sources": lines} if (lines := {k: v for k, v in g.sources.items() if v}) else {}),
     }
 
@@ -424,6 +429,7 @@ def graph_from_json(d: dict) -> Graph:
         outputs=decode(d["outputs"]),
         out_spec=d["out_spec"],
         arg_names=list(d.get("arg_names", [])),
+        var_keywords=list(d.get("var_keywords", [])),
         sources=_sources(d.get("sources")),
     )
 

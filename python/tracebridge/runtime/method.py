@@ -259,7 +259,9 @@ class Method:
             ordered = _in_key_order((args, kwargs), self.graph.in_spec)
             leaves, given = pytree.flatten(ordered, is_tensor)
             if same_spec(given, self.graph.in_spec, typed):
-                _refuse_reordered_dict(self.name, spec, self.graph.in_spec)
+                refuse_reordered(
+                    self.name, spec, kwargs, self.graph.in_spec, self.graph.var_keywords
+                )
             spec = given
         if not same_spec(spec, self.graph.in_spec, typed):
             raise TraceError(
@@ -280,6 +282,42 @@ def _in_key_order(obj, spec: dict):
     if kind in ("tuple", "list") and same_length:
         return type(obj)(_in_key_order(o, c) for o, c in zip(obj, spec["c"]))
     return obj
+
+
+def refuse_reordered(
+    method: str, got: dict, kwargs: dict, in_spec: dict, var_keywords: list[str]
+) -> None:
+    """Raise :class:`GuardError` where a call whose inputs are the traced ones in another
+    order (``got``, its spec in the call's order) passes a dict input, or the keywords
+    that land in ``**kwargs``, in another order than traced: code that iterates them
+    would see another order in eager. Called only where the call's spec differs from the
+    traced one, so a call in the traced order pays nothing."""
+    _refuse_reordered_dict(method, got, in_spec)
+    if var_keywords:
+        _refuse_reordered_var_keywords(method, kwargs, var_keywords)
+
+
+def _refuse_reordered_var_keywords(method: str, kwargs: dict, traced: list[str]) -> None:
+    """Raise :class:`GuardError` where the keywords of the call that land in the traced
+    callable's ``**kwargs`` come in another order than ``traced``.
+
+    Note: keyword arguments are matched by name, which is right for named parameters. The
+    ones a ``**kwargs`` parameter collects form a dict the code may iterate
+    (``kw.values()``, ``for k in kw``): in eager it follows the call's order, and the
+    trace holds the traced order (``var_keywords`` of the graph, kept in the file)."""
+    names = set(traced)
+    order = [k for k in kwargs if k in names]
+    if order == list(traced):
+        return
+    raise GuardError(
+        f"{method}() was called with the keyword arguments {order}, which the traced code "
+        f"takes in its **kwargs, in another order than the trace was made with {list(traced)}: "
+        "code that iterates **kwargs (kwargs.values(), kwargs.items(), for k in kwargs) "
+        "runs in the call's order in eager, and the trace holds the traced order; pass "
+        f"them in the traced order ({', '.join(traced)}), or trace again with this order",
+        guard="the order of the keyword arguments in **kwargs",
+        seen=order,
+    )
 
 
 def _refuse_reordered_dict(method: str, got: dict, expected: dict) -> None:

@@ -77,28 +77,58 @@ _class_reads = {}
 
 
 def _class_reads_mode(cls: type) -> bool:
-    """Whether code of ``cls`` or its bases (below nn.Module) names ``training``."""
+    """Whether code of ``cls`` or its bases (below nn.Module, mixins included) names
+    ``training``: in its functions, the functions they wrap (a decorated ``forward``) and
+    the module-level helpers they call (``drop_path(self, x)`` reading ``m.training``)."""
     found = _class_reads.get(cls)
     if found is None:
+        seen: set = set()
         found = _class_reads[cls] = any(
-            _code_names(value, "training", 0)
+            _code_names(value, "training", 0, None, seen)
             for base in cls.__mro__
-            if base not in (nn.Module, object) and issubclass(base, nn.Module)
+            if base not in (nn.Module, object)
             for value in vars(base).values()
         )
     return found
 
 
-def _code_names(value, name: str, depth: int) -> bool:
+# How many calls deep a module-level helper is followed (``forward`` -> helper -> helper).
+_HELPER_DEPTH = 2
+
+
+def _code_names(value, name: str, hops: int, namespace: dict | None, seen: set) -> bool:
+    """Whether the code of ``value`` (a function, code object, property or static or
+    class method) names ``name``, or the code of a function it wraps or a module-level
+    function it calls (outside torch, up to ``_HELPER_DEPTH`` calls deep) does."""
     if isinstance(value, (staticmethod, classmethod)):
         value = value.__func__
     if isinstance(value, property):
-        return any(_code_names(f, name, depth) for f in (value.fget, value.fset) if f)
-    code = getattr(value, "__code__", value)
-    if not isinstance(code, types.CodeType) or depth > 8:
+        return any(
+            _code_names(f, name, hops, namespace, seen) for f in (value.fget, value.fset) if f
+        )
+    if isinstance(value, types.FunctionType):
+        wrapped = value.__dict__.get("__wrapped__")  # functools.wraps
+        if wrapped is not None and _code_names(wrapped, name, hops, None, seen):
+            return True
+        namespace, value = value.__globals__, value.__code__
+    if not isinstance(value, types.CodeType) or (value, hops) in seen or len(seen) > 4096:
         return False
-    return name in code.co_names or any(
-        _code_names(c, name, depth + 1) for c in code.co_consts if isinstance(c, types.CodeType)
+    seen.add((value, hops))
+    if name in value.co_names:
+        return True
+    if any(
+        _code_names(c, name, hops, namespace, seen)
+        for c in value.co_consts
+        if isinstance(c, types.CodeType)
+    ):
+        return True
+    if namespace is None or hops >= _HELPER_DEPTH:
+        return False
+    helpers = (namespace.get(n) for n in value.co_names)
+    return any(
+        _code_names(f, name, hops + 1, None, seen)
+        for f in helpers
+        if isinstance(f, types.FunctionType) and not (f.__module__ or "").startswith("torch")
     )
 
 

@@ -228,6 +228,7 @@ def capture(
     )
     graph = tracer.graph
     graph.arg_names = argument_names(names_from or fn, len(args))
+    graph.var_keywords = var_keyword_names(names_from or fn, args, kwargs)
     try:
         leaves, graph.in_spec = pytree.flatten((tuple(args), dict(kwargs)), is_tensor)
     except TypeError as exc:
@@ -455,6 +456,27 @@ def argument_names(fn: Callable, count: int) -> list[str]:
     while len(names) < count:
         names.append(f"{var or 'arg'}{len(names)}")
     return names[: max(count, len(names))]
+
+
+def var_keyword_names(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
+    """The names of ``kwargs`` that land in the ``**kwargs`` parameter of ``fn`` (a
+    module: its forward), in the order given; [] where it has none or no signature."""
+    if not kwargs:
+        return []
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, torch.nn.Module) and getattr(fn, "__name__", "") in _MODULE_CALLS:
+        fn = owner.forward
+    elif isinstance(fn, torch.nn.Module):
+        fn = fn.forward
+    try:
+        signature = inspect.signature(fn)
+        bound = signature.bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return []
+    for param in signature.parameters.values():
+        if param.kind == param.VAR_KEYWORD:
+            return [str(k) for k in bound.arguments.get(param.name, {})]
+    return []
 
 
 def leaf_names(arg_names: list[str], args: tuple, kwargs: dict) -> list[str]:
