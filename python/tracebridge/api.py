@@ -438,8 +438,13 @@ class TracedModule(nn.Module, _Traced):
         self._make_methods(self._slots(), runtime)
         self._chain_specialisations()
         self._mode_bound = dict(program.mode_bound)
-        # The tree the graphs were recorded from, checked on each call (module_tree.py).
-        self.__dict__["_tb_tree"] = TreeWatch(self, program.module_modes, _same_in_both(program))
+        # The tree the graphs were recorded from, checked on each call (module_tree.py): the
+        # original's (a sub-module replaced there is what eager runs), or a loaded one's own.
+        self.__dict__["_tb_tree"] = TreeWatch(
+            self if original is None else original,
+            program.module_modes,
+            _same_in_both(program),
+        )
         # The sub-modules' hooks the graphs were traced with (see the note on hooks).
         self.__dict__["_tb_hooks"] = _child_hooks(self)
         self._remember_hooks()
@@ -481,7 +486,7 @@ class TracedModule(nn.Module, _Traced):
             self._check_child_hooks()
         tree = self._tb_tree
         if tree is not None:
-            tree.check_tree(self)
+            tree.check_tree()
         method = self._tb_fast
         if (
             method is None
@@ -513,7 +518,7 @@ class TracedModule(nn.Module, _Traced):
             self._check_child_hooks()
         tree = self._tb_tree
         if tree is not None:
-            tree.check_tree(self)
+            tree.check_tree()
 
     def _check_child_hooks(self) -> None:
         """Refuse a call while a sub-module has other module hooks than at trace time (see
@@ -597,9 +602,12 @@ class TracedModule(nn.Module, _Traced):
         # The root's own tables themselves, as a sub-module is shared: a tensor replaced on
         # either (load_state_dict(assign=True), a buffer moved by .to() or .cuda(), an
         # assignment) is the one both use; copied entries kept the old tensor for the
-        # traced module (a BatchNorm traced alone then moved trained an orphan copy). Its
-        # sub-modules too: one replaced on the original is replaced here, and refused.
-        self.__dict__["_modules"] = original._modules
+        # traced module (a BatchNorm traced alone then moved trained an orphan copy). The
+        # sub-modules are the original's, in a table of the traced module's own: a module
+        # added to it for bookkeeping is not added to the original (one replaced on the
+        # original is refused: module_tree.py watches the original's tree).
+        for name, child in original.named_children():
+            self.add_module(name, child)
         self.__dict__["_parameters"] = original._parameters
         self.__dict__["_buffers"] = original._buffers
         self.__dict__["_non_persistent_buffers_set"] = original._non_persistent_buffers_set
@@ -762,7 +770,7 @@ class TracedModule(nn.Module, _Traced):
         # would put its tensors under the old graph (a file that serves neither model).
         tree = self._tb_tree
         if tree is not None:
-            tree.check_tree(self)
+            tree.check_tree()
         slots = self._slots()
         state = {}
         for name, entry in self.program.state.items():

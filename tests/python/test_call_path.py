@@ -101,7 +101,7 @@ def test_a_module_traced_in_one_mode_refuses_the_other_set_any_way():
             traced(x)
         with tracebridge.guards_disabled():
             torch.testing.assert_close(traced(x), net(x))  # the evaluation graph
-        traced.training = False
+        traced.eval()  # the module and its sub-modules (train() switched them)
         torch.testing.assert_close(traced(x), net(x))
 
 
@@ -113,7 +113,10 @@ def test_respect_mode_follows_the_mode():
     dropped = traced.train()(x)
     assert (dropped == 0).any()  # dropout ran
     torch.testing.assert_close(traced.eval()(x), net.eval()(x))
-    traced.training = True  # set directly, not through train()
+    traced.training = True  # set directly: its dropout stays in evaluation, as in eager
+    with pytest.raises(TraceError, match="sub-module 'drop' is in evaluation mode"):
+        traced(x)  # the training graph drops: refused rather than run
+    traced.train()
     assert (traced(x) == 0).any()
 
 

@@ -236,17 +236,19 @@ class Net(nn.Module):
         return self.body(x)
 
 
-def test_train_and_eval_on_the_traced_module_leave_the_original_alone():
+def test_train_and_eval_on_the_traced_module_switch_the_shared_sub_modules():
+    # As Module.train() on a wrapper (DistributedDataParallel) does: the sub-modules are
+    # shared, so they switch for both; the original's own flag stays.
     m = Net().eval()
     traced = tracebridge.trace(m, torch.randn(3, 4), respect_mode=True)
     traced.train()
     assert traced.training
-    assert not m.training and not any(sub.training for sub in m.modules())
+    assert not m.training and all(sub.training for sub in m.body.modules())
     assert traced.body[0].weight is m.body[0].weight
     m.train()
     traced.eval()
     assert not traced.training
-    assert m.training and all(sub.training for sub in m.modules())
+    assert m.training and not any(sub.training for sub in m.body.modules())
 
 
 class CachedBiases(nn.Module):

@@ -180,7 +180,7 @@ def test_a_sub_module_removed_without_a_registration_is_seen_at_the_next_one():
     del model[1]
     nn.Linear(2, 2)  # a module made anywhere registers its parameters, not sub-modules
     nn.Sequential(nn.Identity())  # this one registers a sub-module: the next call looks
-    with pytest.raises(TraceError, match="sub-module '1' of this traced module was"):
+    with pytest.raises(TraceError, match=r"sub-module '[12]' of this traced module was"):
         traced(X)
 
 

@@ -166,12 +166,15 @@ class TreeWatch:
     the sub-modules whose code reads it (``Program.module_modes``); ``same_in_both`` names
     the graphs whose other mode recorded the same graph (not mode-bound)."""
 
-    __slots__ = ("modules", "seen", "graphs")
+    __slots__ = ("root", "modules", "seen", "graphs")
 
     def __init__(
         self, root: nn.Module, module_modes: dict[str, dict[str, bool]], same_in_both: dict
     ):
         _install()
+        # The tree as the module traced holds it (a loaded module's own): a sub-module
+        # replaced there is what eager code would run.
+        self.root = root
         self.modules = dict(root.named_modules(remove_duplicate=False))
         self.modules.pop("", None)
         self.seen = REGISTRATIONS[0]
@@ -180,10 +183,10 @@ class TreeWatch:
             for graph, flags in module_modes.items()
         }
 
-    def check_tree(self, root: nn.Module) -> None:
-        """Raise where a sub-module of ``root`` was replaced, added or removed."""
+    def check_tree(self) -> None:
+        """Raise where a sub-module of the tree was replaced, added or removed."""
         if REGISTRATIONS[0] != self.seen:
-            self._check_identity(root)
+            self._check_identity(self.root)
 
     def check_modes(self, graph: str, method) -> None:
         """Raise where a watched sub-module's flag is not the one ``graph`` was recorded
