@@ -228,3 +228,40 @@ def test_contiguous_then_only_reads_stays_general(tmp_path):
     )
     for make in (_nchw, _channels_last, _transposed):
         _expect(contiguous_then_reads, runs, make, "right")
+
+
+def to_channels_last_3d_then_write(x):
+    y = x.to(memory_format=torch.channels_last_3d)
+    y.add_(1)
+    return x.sum()
+
+
+def test_to_channels_last_3d_then_write(tmp_path):
+    def last():
+        return (torch.arange(48.0).reshape(1, 3, 2, 2, 4).to(memory_format=torch.channels_last_3d),)
+
+    def plain():
+        return (torch.arange(48.0).reshape(1, 3, 2, 2, 4),)
+
+    runs = _traced(to_channels_last_3d_then_write, last(), tmp_path)
+    _expect(to_channels_last_3d_then_write, runs, last, "right")
+    _expect(to_channels_last_3d_then_write, runs, plain, "guard")
+
+
+def two_conversions_then_write(x):
+    x.contiguous()
+    c = x.resolve_conj()
+    c.mul_(2)
+    return x * 1
+
+
+def test_one_write_settles_every_conversion_of_the_tensor(tmp_path):
+    def plain():
+        return (torch.tensor([1 + 1j, 2 + 2j]),)
+
+    def conj_view():  # contiguous: only the conjugate bit tells
+        return (torch.tensor([1 + 1j, 2 + 2j]).conj(),)
+
+    runs = _traced(two_conversions_then_write, plain(), tmp_path)
+    _expect(two_conversions_then_write, runs, plain, "right")
+    _expect(two_conversions_then_write, runs, conj_view, "guard")

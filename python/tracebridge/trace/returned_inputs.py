@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..errors import UnsupportedOpError
 from ..ir import ops as opset
 from ..ir.program import Ref
 from .numbers import SymInt
@@ -171,7 +172,9 @@ class ReturnedInputs:
             checks["device"] = lambda: self._guard_devices(source, references, what, note, loc)
         fmt = kwargs.get("memory_format", torch.preserve_format)
         if fmt is not torch.preserve_format:
-            checks["layout"] = lambda: self._guard_suggested_format(source, tensor, fmt, what)
+            with torch._C.DisableTorchFunction():  # as they are now, at the conversion
+                layout = (tuple(tensor.shape), tensor.stride())
+            checks["layout"] = lambda: self._guard_suggested_format(source, layout, fmt, what)
 
     def _guard_unfixed_dtype(self: Tracer, tensor: torch.Tensor, what: str) -> None:
         """Guard ``tensor``'s dtype as traced, unless it has that dtype on every call
@@ -197,7 +200,7 @@ class ReturnedInputs:
         places = {_storage(t) for t in written} - {None, 0}  # (0: no memory, meta)
         if not places:
             return
-        for entry in self._returned:
+        for entry in list(self._returned):  # (settled entries leave the list)
             if _storage(entry.tensor) in places:
                 self._settle(entry, set(entry.checks))
 
@@ -246,37 +249,40 @@ class ReturnedInputs:
             ref = self._value_node("prim.device", "device", [self.tensor_ref(other)], loc)
             self.guard(ref, other.device, f"{self._name_of(other)}.device {note}", "value", loc)
 
-    def _guard_suggested_format(self: Tracer, source: Ref, tensor, fmt, what: str) -> None:
+    def _guard_suggested_format(self: Tracer, source: Ref, layout, fmt, what: str) -> None:
         """``to(memory_format=fmt)`` gives its input back where the memory format its
         strides suggest is ``fmt`` (c10's ``suggest_memory_format``): computed here on the
-        input's traced sizes and strides, each comparison guarded as it came out."""
-        with torch._C.DisableTorchFunction():
-            rank, strides = tensor.dim(), tensor.stride()
+        input's traced sizes and strides (``layout``: their values at the conversion),
+        each comparison guarded as it came out."""
+        shape, strides = layout
         loc = self.location()
-        sizes = [self.size_of(tensor, d) for d in range(rank)]
-        traced = [
-            SymInt(
-                strides[d],
-                self,
-                self._value_node("prim.stride", "int", [source, d], loc),
-                f"{what}.stride({d})",
-            )
-            for d in range(rank)
-        ]
+
+        def traced(op: str, values, name: str) -> list:
+            refs = [self._value_node(op, "int", [source, d], loc) for d in range(len(values))]
+            return [
+                SymInt(v, self, ref, f"{what}.{name}({d})")
+                for d, (v, ref) in enumerate(zip(values, refs))
+            ]
+
+        sizes, steps = traced("prim.size", shape, "size"), traced("prim.stride", strides, "stride")
         suggested = torch.contiguous_format
-        if rank in _CHANNELS_LAST_ORDER and _strides_like_channels_last(rank, sizes, traced):
-            suggested = _CHANNELS_LAST_FORMAT[rank]
+        if len(shape) in _CHANNELS_LAST_ORDER and _strides_like_channels_last(sizes, steps):
+            suggested = _CHANNELS_LAST_FORMAT[len(shape)]
         if suggested != fmt:  # not reached: the call gave its input back when traced
-            raise AssertionError(f"{what}.to(memory_format={fmt}) did not keep its input")
+            raise UnsupportedOpError(
+                f"cannot trace {what}.to(memory_format={fmt}) at {loc}: it gave back its "
+                f"input, which its strides {list(strides)} do not explain; call "
+                "contiguous(memory_format=...) instead"
+            )
 
 
-def _strides_like_channels_last(rank: int, sizes: list, strides: list) -> bool:
+def _strides_like_channels_last(sizes: list, strides: list) -> bool:
     """c10's ``is_channels_last_strides_2d_s4`` / ``_3d_s5`` on traced numbers: each
     comparison becomes a guard where Python reads it."""
     if strides[1] == 0:
         return False
     low = 0
-    for d in _CHANNELS_LAST_ORDER[rank]:
+    for d in _CHANNELS_LAST_ORDER[len(sizes)]:
         if sizes[d] == 0:
             return False
         if strides[d] < low:
