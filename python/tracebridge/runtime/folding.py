@@ -20,8 +20,10 @@ Note: folding, as ``torch.jit.freeze`` does, but kept live.
   it stands, and so does the folded function.
 
   Not folded: random ops, in-place ops, guards, grad-mode switches, custom autograd
-  functions, and any graph where a folded tensor (or a view of one) would be written in
-  place or returned to the caller -- a cached tensor must never change or escape. Nor a
+  functions, values of state the graph writes without moving its version (a batch norm's
+  running statistics in training: caller_memory.unversioned_state), and any graph where
+  a folded tensor (or a view of one) would be written in place or returned to the caller
+  -- a cached tensor must never change or escape. Nor a
   static part that only reads metadata and computes on numbers (``weight.dtype``,
   ``weight.shape[0] * 2``): inline it costs a tenth of the cache's own check (``item``
   reads the data, and on an accelerator waits for it: that is folded).
