@@ -265,3 +265,21 @@ def test_one_write_settles_every_conversion_of_the_tensor(tmp_path):
     runs = _traced(two_conversions_then_write, plain(), tmp_path)
     _expect(two_conversions_then_write, runs, plain, "right")
     _expect(two_conversions_then_write, runs, conj_view, "guard")
+
+
+def resolve_conj_both(x):
+    y = x.resolve_conj()
+    y.mul_(2)
+    return x * 1, y
+
+
+def test_resolve_conj_of_a_conjugate_view_copies_as_eager(tmp_path):
+    """Traced with a conjugate view, eager's resolve_conj() makes a copy: so does the trace,
+    for calls with a conjugate view; a plain tensor (given back by eager) is refused."""
+
+    def conj_view():
+        return (torch.tensor([1 + 1j, 2 + 2j]).conj(),)
+
+    runs = _traced(resolve_conj_both, conj_view(), tmp_path)
+    _expect(resolve_conj_both, runs, conj_view, "right")
+    _expect(resolve_conj_both, runs, lambda: (torch.tensor([1 + 1j, 2 + 2j]),), "guard")
