@@ -1037,6 +1037,117 @@ CASES += [  # known: what a trace does not watch after it was made
         tb=("guard", "guard"),
     ),
 ]
+
+
+# A conversion that gave back its input when traced (trace/returned_inputs.py), and state
+# a batch norm writes without moving its version (runtime/caller_memory.py), session 15.
+def contiguous_alias_write(x):
+    shortcut = x
+    h = x.contiguous()
+    h.mul_(0.5)
+    return h + shortcut
+
+
+def to_other_alias_write(x, y):
+    z = x.to(y)
+    z.mul_(2)
+    return x * 1
+
+
+def to_other_then_read(a, b):
+    c = a.to(b)
+    return a * 1, c
+
+
+def contiguous_then_stride(a):
+    c = a.contiguous()
+    return torch.tensor(a.stride()), c
+
+
+class _RenormBN(nn.Module):
+    """Running statistics of its own, read before the batch norm that updates them."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.register_buffer("rmean", torch.zeros(n))
+        self.register_buffer("rvar", torch.ones(n))
+
+    def forward(self, x):
+        r = (x.var(0, unbiased=False) / self.rvar).clamp(1 / 3, 3).sqrt()
+        d = (x.mean(0) - self.rmean) / self.rvar.sqrt()
+        y = F.batch_norm(x, self.rmean, self.rvar, training=True, momentum=0.1)
+        return y * r + d
+
+
+def _kernel_written_buffer() -> Setup:
+    """A first call under no_grad, then the second call from the same state for eager and
+    the trace (the state put back through ``.data``, as the kernel writes it: no version
+    moves)."""
+    module = _RenormBN(3).train()
+    example, other = _seeded(8, 3), _seeded(9, 3, scale=2.0, shift=1.0)
+
+    def change(traced: list) -> None:
+        with torch.no_grad():
+            traced[0](_clone(example))
+
+    @contextlib.contextmanager
+    def same_state():
+        saved = [b.clone() for b in module.buffers()]
+        with torch.no_grad():
+            yield
+        for buffer, value in zip(module.buffers(), saved):
+            buffer.data.copy_(value)
+
+    return Setup(module, (example,), (other,), change, same_state)
+
+
+CASES += [
+    Case(
+        "contiguous_alias_write",
+        "`h = x.contiguous(); h.mul_(0.5); return h + x`, called with a transposed `x`",
+        _plain(contiguous_alias_write, (_seeded(3, 4),), (_seeded(4, 3).t(),)),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "to_other_alias_write",
+        "`z = x.to(y); z.mul_(2); return x * 1`, called with `y` of another dtype",
+        _plain(
+            to_other_alias_write,
+            (_seeded(3), _seeded(3)),
+            (_seeded(3), _seeded(3, dtype=torch.float64)),
+        ),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "to_other_then_read",
+        "`c = a.to(b); return a * 1, c`, called with `b` of another dtype",
+        _plain(
+            to_other_then_read,
+            (_seeded(3), _seeded(3)),
+            (_seeded(3), _seeded(3, dtype=torch.float64)),
+        ),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "contiguous_then_stride",
+        "`c = a.contiguous(); return torch.tensor(a.stride()), c`, called transposed",
+        _plain(contiguous_then_stride, (_seeded(2, 3),), (_seeded(3, 2).t(),)),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "kernel_written_buffer",
+        "`(x.mean(0) - self.rmean) / self.rvar.sqrt()` before "
+        "`F.batch_norm(x, self.rmean, self.rvar, training=True)`, a second call under `no_grad`",
+        _kernel_written_buffer,
+        jit="right",
+        tb=("right", "right"),
+    ),
+]
+
 BY_NAME = {case.name: case for case in CASES}
 
 

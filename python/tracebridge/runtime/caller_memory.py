@@ -97,6 +97,36 @@ def writers(graph: Graph) -> list[int]:
     return found
 
 
+def unversioned_state(graph: Graph) -> set[int]:
+    """The reads of state (``prim.state`` values) that a node of ``graph`` may write
+    without moving their version: the running statistics a norm in training writes
+    (:data:`WRITTEN_ARGUMENTS`: ATen's kernel writes them below autograd), through a view
+    too, and whatever a custom autograd function is passed (its graph may hold such a
+    norm). A value kept across calls from one of them, keyed on its version, would outlive
+    the write (runtime/folding.py and runtime/memo.py keep none)."""
+    roots: dict[int, frozenset[int]] = {
+        n.outputs[0].id: frozenset({n.outputs[0].id})
+        for n in graph.nodes
+        if n.op == "prim.state" and n.outputs
+    }
+    found: set[int] = set()
+    for node in graph.nodes:
+        if node.op in WRITTEN_ARGUMENTS or node.op == "prim.autograd_function":
+            for ref in stores(node):
+                found |= roots.get(ref.id, frozenset())
+        refs = refs_in((node.args, node.kwargs))
+        first = node.args[0] if node.args else None
+        if node.op in MAY_VIEW_ANY or opset.info(node.op) is None:
+            shared = frozenset().union(*(roots.get(r.id, frozenset()) for r in refs))
+        elif node.op in VIEW_OPS or opset.is_inplace(node.op):
+            shared = frozenset().union(*(roots.get(r.id, frozenset()) for r in refs_in(first)))
+        else:
+            continue
+        if shared:
+            roots.update((v.id, shared) for v in node.outputs)
+    return found
+
+
 def first_write(graph: Graph) -> int:
     """The index of the first node of ``graph`` that may write memory the caller gives
     (:func:`writers`); ``len(graph.nodes)`` where none does."""

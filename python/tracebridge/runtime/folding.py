@@ -20,8 +20,10 @@ Note: folding, as ``torch.jit.freeze`` does, but kept live.
   it stands, and so does the folded function.
 
   Not folded: random ops, in-place ops, guards, grad-mode switches, custom autograd
-  functions, and any graph where a folded tensor (or a view of one) would be written in
-  place or returned to the caller -- a cached tensor must never change or escape. Nor a
+  functions, values of state the graph writes without moving its version (a batch norm's
+  running statistics in training: caller_memory.unversioned_state), and any graph where
+  a folded tensor (or a view of one) would be written in place or returned to the caller
+  -- a cached tensor must never change or escape. Nor a
   static part that only reads metadata and computes on numbers (``weight.dtype``,
   ``weight.shape[0] * 2``): inline it costs a tenth of the cache's own check (``item``
   reads the data, and on an accelerator waits for it: that is folded).
@@ -68,14 +70,19 @@ _ALIASING = frozenset(
 )
 
 
-def _static_at(node: Node, index: int, barrier: int, static: set[int], refs: list) -> bool:
+def _static_at(
+    node: Node, index: int, barrier: int, static: set[int], refs: list, unversioned: set[int]
+) -> bool:
     """Whether node ``index`` of a graph is static: a read of state, or an op that may be
     static on static values only, standing before ``barrier``, the first node that may
     write an input or state (runtime/caller_memory.py). Past it, state may have changed
     during the call (a buffer passed as an input and written), and a value made from it at
-    the call's start would be a stale one."""
+    the call's start would be a stale one. A read of state that the graph writes without
+    moving its version (``unversioned``: a batch norm's running statistics in training,
+    caller_memory.unversioned_state) is never static: a value kept from it, keyed on its
+    version, would be the first call's on every later call."""
     if node.op == "prim.state":
-        return True
+        return node.outputs[0].id not in unversioned
     return index < barrier and _may_be_static(node) and all(r.id in static for r in refs)
 
 
@@ -84,9 +91,11 @@ def static_ids(graph: Graph) -> set[int]:
     any write into memory the caller gives (:func:`_static_at`): those :func:`plan` may
     fold."""
     barrier = caller_memory.first_write(graph)
+    unversioned = caller_memory.unversioned_state(graph)
     static: set[int] = set()
     for index, node in enumerate(graph.nodes):
-        if _static_at(node, index, barrier, static, refs_in((node.args, node.kwargs))):
+        refs = refs_in((node.args, node.kwargs))
+        if _static_at(node, index, barrier, static, refs, unversioned):
             static.update(v.id for v in node.outputs)
     return static
 
@@ -137,6 +146,7 @@ def plan(graph: Graph, guards: bool = True, grad_off: bool = False) -> FoldPlan 
     indices = []
     checks = []  # guards on static values: checked with the state's values
     barrier = caller_memory.first_write(graph)
+    unversioned = caller_memory.unversioned_state(graph)
     for index, node in enumerate(graph.nodes):
         refs = refs_in((node.args, node.kwargs))
         first = node.args[0] if node.args else None
@@ -144,7 +154,7 @@ def plan(graph: Graph, guards: bool = True, grad_off: bool = False) -> FoldPlan 
             if guards and refs and all(r.id in static for r in refs) and index < barrier:
                 checks.append(index)
             continue
-        if _static_at(node, index, barrier, static, refs):
+        if _static_at(node, index, barrier, static, refs, unversioned):
             static.update(v.id for v in node.outputs)
             aliases.update(v.id for v in node.outputs)
             indices.append(index)

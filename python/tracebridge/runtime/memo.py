@@ -91,6 +91,9 @@ def _state_like(graph: Graph, folded: bool, static: set[int] | None = None) -> s
     table resampled to the image's size: ``interpolate(pos_embed, size=(h, w))``); ``static``:
     :func:`~.folding.static_ids` of ``graph`` where the caller has it already."""
     state = {v.id for n in graph.nodes if n.op == "prim.state" for v in n.outputs}
+    # State the graph writes without moving its version (a batch norm's running
+    # statistics in training) is no key: its version says nothing.
+    state -= caller_memory.unversioned_state(graph)
     if folded:
         kinds = {v.id: v.kind for n in graph.nodes for v in n.outputs}
         static = static_ids(graph) if static is None else static

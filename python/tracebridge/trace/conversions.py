@@ -269,6 +269,7 @@ class Conversions:
         def handler(func, tensor, *args, **kwargs):
             concrete = func(tensor, *args, **kwargs)
             name = op.removeprefix("prim.")
+            self.before_read(tensor, name.removeprefix("is_"))  # trace/returned_inputs.py
             self._guard_flag(op, tensor, concrete, f"{self._name_of(tensor)}.{name}()")
             return concrete
 
@@ -309,6 +310,7 @@ class Conversions:
         concrete = func(tensor)
         if not self._varies(tensor):
             return concrete
+        self.before_read(tensor, "layout")  # trace/returned_inputs.py
         loc = self.location()
         ref = self._value_node("prim.storage_offset", "int", [self.tensor_ref(tensor)], loc)
         return SymInt(concrete, self, ref, f"{self._name(tensor)}.storage_offset()")
@@ -464,6 +466,7 @@ class Conversions:
 
     def _on_stride(self, func, tensor, dim=None):
         """Strides are traced integers, like sizes."""
+        self.before_read(tensor, "layout")  # trace/returned_inputs.py
         with torch._C.DisableTorchFunction():
             strides = tensor.stride()
         rank = len(strides)
@@ -476,6 +479,7 @@ class Conversions:
         return tuple(out) if dim is None else out[0]
 
     def _on_is_contiguous(self, func, tensor, memory_format=torch.contiguous_format):
+        self.before_read(tensor, "layout")  # trace/returned_inputs.py
         concrete = func(tensor, memory_format=memory_format)
         if not self._varies(tensor):
             return concrete

@@ -280,6 +280,10 @@ class Dispatcher:
             return result  # the result is the input, on every call the guards accept
         if self.guard_returned_input(name, args, enc_args, enc_kwargs, result):
             return result  # the same, now that a guard fixes the input's dtype (noops.py)
+        # A write may tell apart the two names of a conversion that gave back its input;
+        # such a conversion's input is bound to its result below (trace/returned_inputs.py).
+        self.before_write(name, args, kwargs)
+        self.note_returned_input(name, args, kwargs, result)
         if name == "unbind" and isinstance(result, tuple):
             # ``for row in x`` reaches us as unbind (Tensor.__iter__ skips the mode).
             self.warn(

@@ -428,8 +428,20 @@ class LibraryHandlers(AutogradFunctions, SelectionHandlers, AliasHandlers):
 
     def _on_resolve(self, func, input):
         """``resolve_conj`` and ``resolve_neg`` materialise a lazy conjugate or negation;
-        the recorded ops make none (``_on_conj``), so the values are the input's."""
-        return input
+        the recorded ops make none (``_on_conj``), so the values are the input's. Eager gives
+        back the input itself where its bit is not set: a later write or read of the bit
+        guards that it stays unset (trace/returned_inputs.py). Where the bit is set (a
+        conjugate view given as an input), eager makes a copy: so does the trace, for the
+        calls whose input has the bit too (guarded)."""
+        bit = "conj" if func in (torch.resolve_conj, torch.Tensor.resolve_conj) else "neg"
+        with torch._C.DisableTorchFunction():
+            is_set = input.is_conj() if bit == "conj" else input.is_neg()
+        if not is_set:
+            self.note_resolved(input, bit)
+            return input
+        what = f"{self._name_of(input)}.is_{bit}() (resolve_{bit}() copied it when traced)"
+        self._guard_flag(f"prim.is_{bit}", input, True, what)
+        return self.record("clone", torch.clone, (input,), {})
 
     @staticmethod
     def _kernel_dtype(func, *args) -> torch.dtype:

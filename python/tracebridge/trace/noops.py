@@ -173,7 +173,8 @@ class NoOps:
         accept, the conversion gives its input back as it did, and a call with another
         dtype raises ``GuardError`` naming the line (trace with an example of that dtype).
         ``contiguous()`` keeps the call: its result has its input's values, so only a
-        later write could tell the two apart.
+        later write (or a read of its layout) could tell the two apart, and
+        trace/returned_inputs.py guards it where one does.
         """
         if not args or result is not args[0] or autocast.active():
             return False

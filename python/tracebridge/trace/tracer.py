@@ -32,9 +32,10 @@ from .noops import NoOps
 from .numbers import SymFloat, SymInt, SymSize, _Traced  # noqa: F401 - re-exported
 from .patches import recording  # noqa: F401 - re-exported
 from .recorder import Recorder
+from .returned_inputs import ReturnedInputs
 
 
-class Tracer(Dispatcher, Conversions, LibraryHandlers, InPlace, NoOps, Recorder):
+class Tracer(Dispatcher, Conversions, LibraryHandlers, InPlace, NoOps, ReturnedInputs, Recorder):
     """Records one call of ``fn`` into a :class:`Graph`.
 
     ``state`` maps ``id(tensor)`` to ``(name, kind)`` for the parameters and buffers of the
@@ -76,5 +77,6 @@ class Tracer(Dispatcher, Conversions, LibraryHandlers, InPlace, NoOps, Recorder)
         self._tensor_hashes: dict[int, tuple] = {}  # tensors in functools cache keys
         self._facts_init()  # what is known of values on every call (trace/noops.py)
         self._inplace_init()  # what writes may be recorded out of place (trace/inplace.py)
+        self._returned_init()  # conversions that gave back their input (returned_inputs.py)
         self.mode = _RecordingMode(self)
         self._handlers = self._special_handlers()
