@@ -1,0 +1,148 @@
+"""What the traced code does with a device it read (``x.device``): pass it on, or inspect it.
+
+Note: why a device read is guarded only where the code inspects it.
+  A traced program follows its inputs' device: ``torch.zeros(n, device=x.device)`` and
+  ``y.to(x.device)`` record the read (``prim.device``), so a trace made on the CPU serves
+  CUDA inputs. But code also branches on the device (``if x.device.type == "cpu":``, the
+  SDPA ``query.device.type == "cuda"`` checks, ``str(x.device)``): that branch is a
+  decision the trace fixed, and a call on another device would run the example's branch
+  silently. ``torch.device`` cannot be subclassed or hooked, so what the code does with the
+  object cannot be seen when it is used; the tracer reads the caller's source instead (the
+  read's position in the caller's code, found in its AST, as trace/text.py does for text):
+
+  - ``passed``: the device only goes into calls (a factory, ``.to()``, a helper), a
+    keyword, a container or a conditional expression on its way there, or a local whose
+    every read does: no guard, the program follows the call's device;
+  - ``type``: the code reads ``.type`` of it (every inspection is of the type): the
+    device's type is guarded (``prim.is_device_type``), so a trace made on ``cuda:0``
+    serves ``cuda:1``;
+  - ``full``: anything else (compared, ``.index``, formatted, hashed, a dict key,
+    ``in``, returned, stored, or a line whose source cannot be read): the whole device is
+    guarded, as ``x.get_device()`` is.
+
+  What this does not see: a device passed to a function of the user's that inspects it
+  (``def pick(dev): return dev.type == "cuda"``) is ``passed``; that function's own reads
+  are of a plain ``torch.device``, which no hook sees. See docs/divergence.md.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from ..source import is_internal
+from .text import _parsed, _positions
+
+PASSED, TYPE, FULL = "passed", "type", "full"
+_RETURNED = "returned"  # given back to the caller: judged at the caller's line
+_RANK = {PASSED: 0, TYPE: 1, FULL: 2}
+_CALLERS = 8  # how many returns are followed up the stack before giving up (full)
+
+# Calls that inspect what they are given, though the device is "passed" to them.
+_INSPECTING_CALLS = frozenset(
+    "str repr format hash bool int len print isinstance getattr hasattr id type".split()
+)
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def device_use(frame) -> str:
+    """How the code at ``frame``'s current instruction (a read of ``.device``) uses the
+    device: ``"passed"``, ``"type"`` or ``"full"`` (the module Note). A device returned
+    (``return param.device``, a ``device`` property) is judged where the caller uses it."""
+    node = _node_at(frame)
+    if not (isinstance(node, ast.Attribute) and node.attr == "device"):
+        return FULL  # getattr(x, "device"), or a line we cannot place: the safe answer
+    uses = _use(node, frozenset())
+    for _ in range(_CALLERS):
+        if _RETURNED not in uses:
+            break
+        frame = frame.f_back
+        caller = _node_at(frame) if frame is not None and not is_internal(
+            frame.f_code.co_filename
+        ) else None
+        uses = (uses - {_RETURNED}) | (_use(caller, frozenset()) if caller else {FULL})
+    if _RETURNED in uses:
+        return FULL
+    return max(uses, key=_RANK.__getitem__)
+
+
+def _node_at(frame) -> ast.AST | None:
+    """The expression node of ``frame``'s current instruction, or None."""
+    if frame is None:
+        return None
+    code = frame.f_code
+    positions = _positions(code)
+    index = frame.f_lasti // 2
+    if index >= len(positions) or None in positions[index]:
+        return None
+    tree = _parsed(code.co_filename)
+    return tree.get(tuple(positions[index])) if tree is not None else None
+
+
+def _use(node: ast.AST, following: frozenset) -> set:
+    """Where the device made by ``node`` goes, walking up through expressions that carry
+    it unchanged; into a local, through every read of it (``following``: locals on the
+    way). A set of outcomes: PASSED, TYPE, FULL, or _RETURNED."""
+    child, parent = node, getattr(node, "_tb_parent", None)
+    while parent is not None:
+        if isinstance(parent, ast.Attribute):
+            return {TYPE if parent.attr == "type" else FULL}
+        if isinstance(parent, (ast.keyword, ast.Starred)) or (
+            isinstance(parent, (ast.Tuple, ast.List)) and isinstance(parent.ctx, ast.Load)
+        ):
+            child, parent = parent, getattr(parent, "_tb_parent", None)
+            continue
+        if isinstance(parent, ast.Dict) and any(child is v for v in parent.values):
+            child, parent = parent, getattr(parent, "_tb_parent", None)
+            continue
+        if isinstance(parent, ast.IfExp) and child is not parent.test:
+            child, parent = parent, getattr(parent, "_tb_parent", None)
+            continue
+        if isinstance(parent, ast.BoolOp):  # ``device or x.device``: the value is passed up
+            child, parent = parent, getattr(parent, "_tb_parent", None)
+            continue
+        if isinstance(parent, ast.Call):
+            if child is parent.func:
+                return {FULL}
+            name = parent.func.id if isinstance(parent.func, ast.Name) else None
+            return {FULL if name in _INSPECTING_CALLS else PASSED}
+        if isinstance(parent, (ast.Assign, ast.AnnAssign)) and child is parent.value:
+            return _local_use(parent, following)
+        if isinstance(parent, ast.Expr):
+            return {PASSED}  # a bare ``x.device`` statement: read and dropped
+        if isinstance(parent, ast.Return) and _in_function(parent):
+            return {_RETURNED}
+        return {FULL}
+    return {FULL}
+
+
+def _in_function(node: ast.AST) -> bool:
+    parent = getattr(node, "_tb_parent", None)
+    while parent is not None and not isinstance(parent, (*_DEFS, ast.Lambda, ast.ClassDef)):
+        parent = getattr(parent, "_tb_parent", None)
+    return isinstance(parent, _DEFS)
+
+
+def _local_use(assign: ast.stmt, following: frozenset) -> set:
+    """``device = x.device`` in a function: the uses of every read of the local (a plain
+    local only; a global, an attribute, an unpacking: ``full``)."""
+    targets = assign.targets if isinstance(assign, ast.Assign) else [assign.target]
+    if len(targets) != 1 or not isinstance(targets[0], ast.Name):
+        return {FULL}
+    name = targets[0].id
+    function = getattr(assign, "_tb_parent", None)
+    while function is not None and not isinstance(function, _DEFS):
+        if isinstance(function, (ast.ClassDef, ast.Lambda)):
+            return {FULL}
+        function = getattr(function, "_tb_parent", None)
+    if function is None:
+        return {FULL}  # a module-level name: any code may read it
+    if name in following:
+        return {PASSED}  # a cycle of locals: judged by the reads outside it
+    following = following | {name}
+    uses = {PASSED}
+    for node in ast.walk(function):
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
+            return {FULL}
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
+            uses |= _use(node, following)
+    return uses
