@@ -312,9 +312,7 @@ class Conversions:
         where it is compared, formatted or kept, nothing where it is only passed on."""
         use = device_use(user_frame(sys._getframe(2)))
         if use == TYPE:
-            self._guard_device_type(
-                tensor, device.type, True, f".device.type == {device.type!r}"
-            )
+            self._guard_device_type(tensor, device.type, True, f".device.type == {device.type!r}")
         elif use == FULL:
             key = ("guard.device", self._value_key(tensor))
             if key not in self._meta_refs:

@@ -41,6 +41,8 @@ _CALLERS = 8  # how many returns are followed up the stack before giving up (ful
 _INSPECTING_CALLS = frozenset(
     "str repr format hash bool int len print isinstance getattr hasattr id type".split()
 )
+# Methods that look a value up: ``table.get(x.device)``, ``devices.index(x.device)``.
+_LOOKUPS = frozenset("get setdefault pop index count remove __contains__ __getitem__".split())
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
@@ -56,9 +58,11 @@ def device_use(frame) -> str:
         if _RETURNED not in uses:
             break
         frame = frame.f_back
-        caller = _node_at(frame) if frame is not None and not is_internal(
-            frame.f_code.co_filename
-        ) else None
+        caller = (
+            _node_at(frame)
+            if frame is not None and not is_internal(frame.f_code.co_filename)
+            else None
+        )
         uses = (uses - {_RETURNED}) | (_use(caller, frozenset()) if caller else {FULL})
     if _RETURNED in uses:
         return FULL
@@ -103,8 +107,12 @@ def _use(node: ast.AST, following: frozenset) -> set:
         if isinstance(parent, ast.Call):
             if child is parent.func:
                 return {FULL}
-            name = parent.func.id if isinstance(parent.func, ast.Name) else None
-            return {FULL if name in _INSPECTING_CALLS else PASSED}
+            func = parent.func
+            if isinstance(func, ast.Name) and func.id in _INSPECTING_CALLS:
+                return {FULL}
+            if isinstance(func, ast.Attribute) and func.attr in _LOOKUPS:
+                return {FULL}  # a key: which entry it finds depends on the device
+            return {PASSED}
         if isinstance(parent, (ast.Assign, ast.AnnAssign)) and child is parent.value:
             return _local_use(parent, following)
         if isinstance(parent, ast.Expr):
