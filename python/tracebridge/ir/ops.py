@@ -62,7 +62,8 @@ from . import ops_schema
 # settings the code reads (prim.setting: torch.get_num_threads(), the float32 matmul
 # precision, deterministic algorithms, torch.cuda.is_available()...), each a constant of
 # the trace before; and whether a tensor is on a device type (prim.is_device_type:
-# ``x.is_cuda``, ``x.device.type == "cpu"``), a constant of the trace before. See SINCE.
+# ``x.is_cuda``, ``x.device.type == "cpu"``), a constant of the trace before; math's float
+# functions of traced numbers (scalar.sin, scalar.atan2, ...), baked before. See SINCE.
 OPSET_VERSION = 9
 
 # --- the op set, by family ----------------------------------------------------------------
@@ -704,7 +705,20 @@ SCALAR_OPS: dict[str, Callable] = {
     "scalar.exp": math.exp,
     "scalar.floor": _bounded("floor", math.floor),
 }
-_UNARY_SCALAR = frozenset("neg abs ceil invert round trunc sqrt log log2 log10 exp floor".split())
+# op-set 9: the float functions of ``math`` that code applies to ``.item()`` values (a
+# cosine noise schedule on a timestep: ``math.cos(t.item() / T * math.pi)``), baked into
+# the trace before. Each is math's own: a float from numbers, or ValueError/OverflowError
+# as in eager Python; none makes an integer, so none can make a size.
+MATH_FLOAT_UNARY = tuple(
+    "sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh erf erfc log1p expm1 exp2 "
+    "cbrt".split()
+)
+MATH_FLOAT_BINARY = ("atan2", "hypot", "copysign", "fmod")
+SCALAR_OPS.update({f"scalar.{n}": getattr(math, n) for n in MATH_FLOAT_UNARY + MATH_FLOAT_BINARY})
+SINCE.update({f"scalar.{n}": 9 for n in MATH_FLOAT_UNARY + MATH_FLOAT_BINARY})
+_UNARY_SCALAR = frozenset(
+    "neg abs ceil invert round trunc sqrt log log2 log10 exp floor".split() + list(MATH_FLOAT_UNARY)
+)
 
 # Hand-written kinds for ops that have no native schema (Python bindings, properties).
 _CONVERSIONS = "float double half bfloat16 long int short char byte bool cfloat cdouble"

@@ -24,7 +24,7 @@ import torch
 from ..errors import UnsupportedOpError
 from ..ir import ops as opset
 from ..source import called_from_user_code as _called_from_user_code
-from . import autocast_state, helpers, library, python_random
+from . import autocast_state, helpers, library, math_calls, python_random
 from .integers import traced_index
 from .numbers import _Traced, modular_pow
 
@@ -173,9 +173,10 @@ def _size_pickling(on: bool) -> None:
         del copyreg.dispatch_table[_original_size]
 
 
-# math functions read an int's value in C without a hook: while tracing, the ones code
-# applies to sizes (math.sqrt(head_dim), math.log2(n)) record a scalar op instead.
-_MATH_OPS = ("sqrt", "log", "log2", "log10", "exp", "ceil", "floor", "trunc")
+# math functions read an int's value in C without a hook: while tracing, each records a
+# scalar op for a traced number (math.sqrt(head_dim), math.cos(t.item())) or guards it
+# (trace/math_calls.py says which).
+_MATH_OPS = tuple(math_calls.names())
 _original_math = {name: getattr(math, name) for name in _MATH_OPS}
 _original_is_grad_enabled = torch.is_grad_enabled
 
@@ -183,11 +184,11 @@ _original_is_grad_enabled = torch.is_grad_enabled
 def _traced_math(name: str):
     original = _original_math[name]
 
-    def traced(*args):
+    def traced(*args, **kwargs):
         active = _tracers.stack
-        if active and any(isinstance(a, _Traced) for a in args):
-            return active[-1].scalar_op(name, args)
-        return original(*args)
+        if active:
+            return math_calls.call(active[-1], name, original, args, kwargs)
+        return original(*args, **kwargs)
 
     traced.__name__ = name
     traced.__doc__ = original.__doc__
