@@ -7,6 +7,7 @@ check_trace could not see it (a 0-dim input has no size to grow)."""
 
 from __future__ import annotations
 
+import cmath
 import io
 import math
 import statistics
@@ -137,6 +138,8 @@ GUARDED = {
     "round_digits": lambda v: round(v, 1),
     "statistics_mean": lambda v: statistics.mean([v, 1.0]),
     "type_of_value": lambda v: type(v)(v) * 2,
+    "cmath_sqrt": lambda v: cmath.sqrt(v).real,
+    "cmath_phase": lambda v: cmath.phase(complex(1.0, 1.0)) * cmath.exp(v).real,
 }
 
 

@@ -19,6 +19,7 @@ Note: why every function of ``math`` is replaced while tracing.
     with another value raises GuardError naming the line. A correct, specialised trace.
 
   ``math.prod`` is left alone: it multiplies with ``*``, which a traced number records.
+  ``cmath``'s functions guard every traced number they read.
 """
 
 from __future__ import annotations
@@ -44,11 +45,11 @@ _ITERABLES = frozenset({"fsum", "dist", "sumprod"})
 _UNTOUCHED = frozenset({"prod"})
 
 
-def names() -> list[str]:
-    """The functions of ``math`` replaced while tracing."""
+def names(module=math) -> list[str]:
+    """The functions of ``math`` (or ``cmath``) replaced while tracing."""
     return sorted(
         n
-        for n, f in vars(math).items()
+        for n, f in vars(module).items()
         if callable(f) and not n.startswith("_") and n not in _UNTOUCHED
     )
 
@@ -71,6 +72,13 @@ def call(tracer: Tracer, name: str, original, args: tuple, kwargs: dict):
     return original(*_fixed(tracer, name, args))
 
 
+def guarded_call(tracer: Tracer, name: str, original, args: tuple, kwargs: dict):
+    """``cmath.<name>(...)`` while tracing: no op computes complex numbers, so each traced
+    number it reads is guarded to its value (``cmath.sqrt(t.item())``)."""
+    plain = {k: _guarded(tracer, name, v) for k, v in kwargs.items()}
+    return original(*_fixed(tracer, name, args), **plain)
+
+
 def _fixed(tracer: Tracer, name: str, values):
     """``values`` with each traced number guarded to its value and given as it."""
     return [_guarded(tracer, name, v) for v in values]
@@ -80,7 +88,8 @@ def _guarded(tracer: Tracer, name: str, value):
     if not isinstance(value, _Traced):
         return value
     kind = type(value._concrete()).__name__
-    return tracer.specialize(value, kind, reason=f"read by math.{name}")
+    label = name if "." in name else f"math.{name}"
+    return tracer.specialize(value, kind, reason=f"read by {label}")
 
 
 def _log_base(tracer: Tracer, value, base):

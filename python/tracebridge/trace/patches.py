@@ -11,6 +11,7 @@ threads see the originals' behaviour.
 from __future__ import annotations
 
 import builtins
+import cmath
 import contextlib
 import copyreg
 import math
@@ -188,6 +189,20 @@ def _traced_math(name: str):
         active = _tracers.stack
         if active:
             return math_calls.call(active[-1], name, original, args, kwargs)
+        return original(*args, **kwargs)
+
+    traced.__name__ = name
+    traced.__doc__ = original.__doc__
+    return traced
+
+
+def _guarded_cmath(name: str):
+    original = getattr(cmath, name)
+
+    def traced(*args, **kwargs):
+        active = _tracers.stack
+        if active:
+            return math_calls.guarded_call(active[-1], f"cmath.{name}", original, args, kwargs)
         return original(*args, **kwargs)
 
     traced.__name__ = name
@@ -583,6 +598,8 @@ BUILTIN_PATCHES.add(builtins, "pow", _traced_pow)
 BUILTIN_PATCHES.add(operator, "index", traced_index)
 for _name in _MATH_OPS:
     BUILTIN_PATCHES.add(math, _name, _TRACED_MATH[_name])
+for _name in math_calls.names(cmath):
+    BUILTIN_PATCHES.add(cmath, _name, _guarded_cmath(_name))
 BUILTIN_PATCHES.add(torch, "is_grad_enabled", _traced_is_grad_enabled)
 BUILTIN_PATCHES.add(torch, "is_inference_mode_enabled", _traced_is_inference_mode_enabled)
 for _owner, _name, _setting, _encode in _SETTING_FUNCTIONS:
