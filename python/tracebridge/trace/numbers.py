@@ -158,7 +158,9 @@ class _Traced:
     def __reduce__(self):
         return (type(self._concrete()), (self._concrete(),))
 
-    def __new__(cls, value=0, tracer: Tracer | None = None, ref=None, desc="", lazy=None):
+    def __new__(
+        cls, value=0, tracer: Tracer | None = None, ref: Ref | None = None, desc="", lazy=None
+    ):
         if tracer is None:
             # ``type(n)(v)`` (statistics converts its result so): what int(v) / float(v)
             # give, a plain number; a traced ``v`` is guarded by its __int__ / __float__.
