@@ -241,3 +241,32 @@ def test_a_trace_made_on_the_cpu_refuses_cuda_inputs_where_the_code_branches_on_
             t(X.cuda())
     for t in _both(tracebridge.trace(passed_to_factories, X)):
         torch.testing.assert_close(t(X.cuda()), passed_to_factories(X.cuda()))
+
+
+def by_cuda_name(x):
+    # transformers' SDPA paths: a workaround for one device type, by name
+    if x.device.type == "cuda" or x.device.type in ("xpu", "mps"):
+        return x.contiguous() * 2
+    return x + 1
+
+
+def by_own_type(x):
+    with torch.autocast(x.device.type, enabled=False):
+        return x * 2
+
+
+def test_a_type_compared_with_names_guards_each_answer_not_the_type():
+    """Traced on the meta device, ``x.device.type == "cuda"`` is False as on the CPU: the
+    trace serves CPU calls (the type itself guarded would refuse them)."""
+    traced = tracebridge.trace(by_cuda_name, META, check_trace=False)
+    assert sorted(_device_guards(traced)) == [
+        ("prim.is_device_type", "cuda", False),
+        ("prim.is_device_type", "mps", False),
+        ("prim.is_device_type", "xpu", False),
+    ]
+    for t in _both(traced):
+        torch.testing.assert_close(t(X * 3), by_cuda_name(X * 3))
+    # the type passed on where it is used whole (autocast's device type): the type guarded
+    assert _device_guards(tracebridge.trace(by_own_type, X)) == [
+        ("prim.is_device_type", "cpu", True)
+    ]

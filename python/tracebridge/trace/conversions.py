@@ -309,8 +309,16 @@ class Conversions:
     def _guard_device_use(self, tensor: torch.Tensor, device: torch.device) -> None:
         """A read of ``tensor.device`` in the user's code: guarded as the code uses it
         (trace/device_reads.py): its type where only ``.type`` is read, the whole device
-        where it is compared, formatted or kept, nothing where it is only passed on."""
-        use = device_use(user_frame(sys._getframe(2)))
+        where it is compared, formatted or kept, nothing where it is only passed on; where
+        ``.type`` is only compared with names, each answer."""
+        use, names = device_use(user_frame(sys._getframe(2)))
+        if use != FULL:
+            for name in sorted(names):
+                if name not in opset.DEVICE_TYPES:
+                    use = TYPE  # a name no file may hold: guard the type itself
+                    continue
+                concrete = device.type == name
+                self._guard_device_type(tensor, name, concrete, f".device.type == {name!r}")
         if use == TYPE:
             self._guard_device_type(tensor, device.type, True, f".device.type == {device.type!r}")
         elif use == FULL:

@@ -15,7 +15,9 @@ Note: why a device read is guarded only where the code inspects it.
     every read does: no guard, the program follows the call's device;
   - ``type``: the code reads ``.type`` of it (every inspection is of the type): the
     device's type is guarded (``prim.is_device_type``), so a trace made on ``cuda:0``
-    serves ``cuda:1``;
+    serves ``cuda:1``; where the type is only compared with names (``== "cuda"``,
+    ``in ("cuda", "xpu")``), each answer is guarded instead, so a trace made on the meta
+    device serves CPU calls of ``if x.device.type == "cuda"``;
   - ``full``: anything else (compared, ``.index``, formatted, hashed, a dict key,
     ``in``, returned, stored, or a line whose source cannot be read): the whole device is
     guarded, as ``x.get_device()`` is.
@@ -46,13 +48,15 @@ _LOOKUPS = frozenset("get setdefault pop index count remove __contains__ __getit
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
-def device_use(frame) -> str:
+def device_use(frame) -> tuple[str, frozenset]:
     """How the code at ``frame``'s current instruction (a read of ``.device``) uses the
-    device: ``"passed"``, ``"type"`` or ``"full"`` (the module Note). A device returned
-    (``return param.device``, a ``device`` property) is judged where the caller uses it."""
+    device: ``"passed"``, ``"type"`` or ``"full"`` (the module Note), and the device type
+    names that ``x.device.type`` is compared with (each answer to guard). A device
+    returned (``return param.device``, a ``device`` property) is judged where the caller
+    uses it."""
     node = _node_at(frame)
     if not (isinstance(node, ast.Attribute) and node.attr == "device"):
-        return FULL  # getattr(x, "device"), or a line we cannot place: the safe answer
+        return FULL, frozenset()  # getattr(x, "device"), or a line we cannot place
     uses = _use(node, frozenset())
     for _ in range(_CALLERS):
         if _RETURNED not in uses:
@@ -65,8 +69,10 @@ def device_use(frame) -> str:
         )
         uses = (uses - {_RETURNED}) | (_use(caller, frozenset()) if caller else {FULL})
     if _RETURNED in uses:
-        return FULL
-    return max(uses, key=_RANK.__getitem__)
+        return FULL, frozenset()
+    names = frozenset(u[1] for u in uses if isinstance(u, tuple))
+    kinds = [PASSED] + [u for u in uses if not isinstance(u, tuple)]
+    return max(kinds, key=_RANK.__getitem__), names
 
 
 def _node_at(frame) -> ast.AST | None:
@@ -89,7 +95,10 @@ def _use(node: ast.AST, following: frozenset) -> set:
     child, parent = node, getattr(node, "_tb_parent", None)
     while parent is not None:
         if isinstance(parent, ast.Attribute):
-            return {TYPE if parent.attr == "type" else FULL}
+            if parent.attr != "type":
+                return {FULL}
+            names = _compared_names(parent)
+            return {("is", n) for n in names} if names else {TYPE}
         if isinstance(parent, (ast.keyword, ast.Starred)) or (
             isinstance(parent, (ast.Tuple, ast.List)) and isinstance(parent.ctx, ast.Load)
         ):
@@ -121,6 +130,27 @@ def _use(node: ast.AST, following: frozenset) -> set:
             return {_RETURNED}
         return {FULL}
     return {FULL}
+
+
+def _compared_names(node: ast.AST) -> list | None:
+    """The names ``x.device.type`` is compared with, where that is all the code does with
+    it (``== "cuda"``, ``!= "cpu"``, ``in ("cuda", "xpu")``), else None: then only each
+    answer is guarded, not the type (a trace made on meta serves the CPU, where
+    ``x.device.type == "cuda"`` is False as well)."""
+    parent = getattr(node, "_tb_parent", None)
+    if not isinstance(parent, ast.Compare) or len(parent.ops) != 1:
+        return None
+    other = parent.comparators[0] if parent.left is node else parent.left
+    if isinstance(parent.ops[0], (ast.Eq, ast.NotEq)):
+        items = [other]
+    elif isinstance(parent.ops[0], (ast.In, ast.NotIn)) and parent.left is node:
+        items = other.elts if isinstance(other, (ast.Tuple, ast.List, ast.Set)) else []
+    else:
+        return None
+    names = [i.value for i in items if isinstance(i, ast.Constant)]
+    if not items or len(names) != len(items) or not all(isinstance(n, str) for n in names):
+        return None
+    return names
 
 
 def _in_function(node: ast.AST) -> bool:
