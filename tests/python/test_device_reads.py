@@ -154,7 +154,8 @@ def test_the_type_alone_is_guarded_where_only_the_type_is_read():
 def passed_to_factories(x):
     device = x.device
     kwargs = {"device": x.device, "dtype": x.dtype}
-    y = torch.ones(3, **kwargs) + torch.arange(3, device=device)
+    n, unpacked = x.shape[0], x.device  # transformers' masking_utils unpacks so
+    y = torch.ones(3, **kwargs) + torch.arange(n, device=device) + torch.zeros(n, device=unpacked)
     return y.to(x.device) + _helper(device if x.dim() else None)
 
 

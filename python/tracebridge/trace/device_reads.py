@@ -99,6 +99,9 @@ def _use(node: ast.AST, following: frozenset) -> set:
                 return {FULL}
             names = _compared_names(parent)
             return {("is", n) for n in names} if names else {TYPE}
+        unpacked = _unpacked_into(parent, child)
+        if unpacked is not None:  # ``n, device = x.shape[0], x.device``
+            return _local_use(getattr(parent, "_tb_parent", None), unpacked, following)
         if isinstance(parent, (ast.keyword, ast.Starred)) or (
             isinstance(parent, (ast.Tuple, ast.List)) and isinstance(parent.ctx, ast.Load)
         ):
@@ -123,7 +126,10 @@ def _use(node: ast.AST, following: frozenset) -> set:
                 return {FULL}  # a key: which entry it finds depends on the device
             return {PASSED}
         if isinstance(parent, (ast.Assign, ast.AnnAssign)) and child is parent.value:
-            return _local_use(parent, following)
+            targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+            if len(targets) != 1 or not isinstance(targets[0], ast.Name):
+                return {FULL}
+            return _local_use(parent, targets[0].id, following)
         if isinstance(parent, ast.Expr):
             return {PASSED}  # a bare ``x.device`` statement: read and dropped
         if isinstance(parent, ast.Return) and _in_function(parent):
@@ -160,13 +166,26 @@ def _in_function(node: ast.AST) -> bool:
     return isinstance(parent, _DEFS)
 
 
-def _local_use(assign: ast.stmt, following: frozenset) -> set:
-    """``device = x.device`` in a function: the uses of every read of the local (a plain
-    local only; a global, an attribute, an unpacking: ``full``)."""
-    targets = assign.targets if isinstance(assign, ast.Assign) else [assign.target]
-    if len(targets) != 1 or not isinstance(targets[0], ast.Name):
-        return {FULL}
-    name = targets[0].id
+def _unpacked_into(parent: ast.AST, child: ast.AST) -> str | None:
+    """The local that ``child``, an item of the tuple ``parent``, is assigned to where the
+    tuple is unpacked into names at once (``a, device = n, x.device``), else None."""
+    if not (isinstance(parent, ast.Tuple) and isinstance(parent.ctx, ast.Load)):
+        return None
+    assign = getattr(parent, "_tb_parent", None)
+    if not (isinstance(assign, ast.Assign) and assign.value is parent and len(assign.targets) == 1):
+        return None
+    target = assign.targets[0]
+    if not isinstance(target, (ast.Tuple, ast.List)) or len(target.elts) != len(parent.elts):
+        return None
+    if any(isinstance(e, ast.Starred) for e in (*target.elts, *parent.elts)):
+        return None
+    item = target.elts[[i for i, e in enumerate(parent.elts) if e is child][0]]
+    return item.id if isinstance(item, ast.Name) else None
+
+
+def _local_use(assign: ast.stmt, name: str, following: frozenset) -> set:
+    """``device = x.device`` in a function: the uses of every read of the local ``name``
+    (a plain local only; a global, a class attribute: ``full``)."""
     function = getattr(assign, "_tb_parent", None)
     while function is not None and not isinstance(function, _DEFS):
         if isinstance(function, (ast.ClassDef, ast.Lambda)):
