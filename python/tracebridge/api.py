@@ -6,6 +6,7 @@ import functools
 import inspect
 import os
 import re
+import sys
 import warnings
 from collections.abc import Callable
 from typing import IO, Any
@@ -31,10 +32,10 @@ from .ir.program import hoist_subgraphs, subgraph_names
 from .progress import stage, state_nbytes, track
 from .runtime import Method, torchvision_ops
 from .runtime.method import Specialised, as_recorded, for_mode, guards_active
-from .runtime.module_tree import TreeWatch, mode_reading_paths
+from .runtime.module_tree import ModesWatch, TreeWatch, mode_reading_paths
 from .runtime.shapes import symbolize
 from .runtime.transaction import state_replaced, transactional
-from .trace import autocast
+from .trace import autocast, called_modules
 from .trace.capture import bound_method as _bound
 from .trace.capture import (
     capture,
@@ -216,7 +217,13 @@ class TracedFunction(_Traced):
         self._chain_specialisations()
         self._forward = self._methods["forward"]
 
+    # The modes of the modules the function called, for a trace made in this process.
+    _tb_modes: ModesWatch | None = None
+
     def __call__(self, *args, **kwargs):
+        modes = self._tb_modes
+        if modes is not None:
+            modes.check()
         return self._forward(*args, **kwargs)
 
     @property
@@ -259,7 +266,9 @@ class TracedMethod:
         tree = module._tb_tree
         if tree is not None:
             tree.check(module)
-        return for_mode(module._methods[self.name], module.training)(*args, **kwargs)
+        # Routed and mode-checked as forward is: a method recorded in one mode refuses a
+        # call in the other, and under respect_mode each mode runs its own graph.
+        return module._method_for(self.name)(*args, **kwargs)
 
     @property
     def graph(self) -> str:
@@ -855,9 +864,14 @@ def trace(
             return func(*a, **k)
 
     stage("recording")
-    graph = retrace(args, kwargs)
-    # The recording was the user's one call: the runs below leave globals as it left them.
+    before = KeptGlobals(func)
+    with called_modules.noted() as called:
+        graph = retrace(args, kwargs)
+    _warn_of_side_effects(before.changed(), {})
+    # The recording was the user's one call: the runs below leave globals, and the buffers
+    # of the modules the code called, as it left them.
     kept = KeptGlobals(func)
+    kept_buffers = called_modules.KeptBuffers(called)
     try:
         stage("size-1 variants")
         program = Program(kind="function", methods={"forward": graph}, state=constants)
@@ -867,6 +881,8 @@ def trace(
         name = getattr(func, "__name__", "forward")
         name = name if name.isidentifier() else "forward"
         traced = TracedFunction(program, name=name, runtime=runtime)
+        if called:
+            traced._tb_modes = ModesWatch(called)
         if check_trace:
             from .check.verify import check_function
 
@@ -876,6 +892,7 @@ def trace(
                 check_function(func, traced, args, kwargs, check_inputs, check_tolerance, strict)
     finally:
         kept.restore()
+        kept_buffers.restore()
     return traced
 
 
@@ -950,7 +967,8 @@ def trace_module(
         check_inputs: more inputs to check with: a list of dicts shaped like ``inputs``.
         check_tolerance: the tolerance of the check's output comparison.
         strict: ``False`` allows lists and dicts at the outputs (see :func:`trace`).
-        respect_mode: record ``forward`` in both modes (see :func:`trace`).
+        respect_mode: record every method in both modes (``trainforward`` and
+            ``evalforward``, ``trainencode`` and ``evalencode``...; see :func:`trace`).
         runtime: ``"codegen"`` (default) or ``"interpreter"`` (see :func:`trace`).
         progress: a progress bar on a terminal (see :func:`trace`).
         example_inputs_is_kwarg: as ``torch.jit.trace_module``'s: each value of ``inputs``
@@ -995,6 +1013,47 @@ def trace_module(
     )
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of ``warnings.warn`` (called by its caller) that names the first
+    frame outside tracebridge: the user's call of ``trace``."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _warn_of_side_effects(changed_globals: list[str], hooks: dict) -> None:
+    """Say what a trace will not do again on its calls: change the globals its recording
+    changed (a list of activations appended to, a counter), or run the sub-modules' hooks
+    present while tracing (their tensor results are in the graph; what else they do, such
+    as keeping activations for feature extraction, happens only while tracing)."""
+    if changed_globals:
+        names = ", ".join(repr(n) for n in changed_globals[:3])
+        warnings.warn(
+            f"the traced code changed {names}{', ...' if len(changed_globals) > 3 else ''} "
+            "while it was recorded: a call of the trace runs its tensor operations only and "
+            "never changes them again (a list of activations stays as the recording left "
+            "it). Return such values from the traced code instead",
+            TracerWarning,
+            stacklevel=_caller_level(),
+        )
+    if hooks:
+        paths = ", ".join(repr(p) for p in list(hooks)[:3])
+        warnings.warn(
+            f"sub-module(s) {paths}{', ...' if len(hooks) > 3 else ''} had hooks while "
+            "tracing: what a hook computed into a module's result is in the graph, but "
+            "calls of the trace never call sub-modules' hooks, so anything else a hook does "
+            "(keeping activations or gradients, logging, counting) happens only while "
+            "tracing. Return those values from forward, or register the hook on the traced "
+            "module itself (its own hooks run on every call)",
+            TracerWarning,
+            stacklevel=_caller_level(),
+        )
+
+
 def _warn_of_mixed_modes(mod: nn.Module) -> None:
     """Where some sub-module's training flag differs from ``mod``'s (a frozen batch norm in
     a training model, a dropout left on in an evaluated one), the graph of ``mod``'s own
@@ -1025,7 +1084,7 @@ def record_module(
     method_alias: dict | None = None,
     after_first_call: Callable[[], None] | None = None,
 ) -> Program:
-    """Trace each method of ``mod`` (both modes for ``forward`` when respect_mode);
+    """Trace each method of ``mod`` (each in both modes when respect_mode);
     ``after_first_call()`` runs once, after the first method is recorded."""
     index = state_index(mod)
     constants: dict[str, StateEntry] = {}
@@ -1063,12 +1122,20 @@ def record_module(
     module_modes = mode_reading_paths(mod)
     recorded = []  # (graph name, method name, mode, example inputs)
     for name, (args, kwargs) in inputs.items():
-        if respect_mode and name == "forward":
-            methods["trainforward"] = record(name, *fresh(args, kwargs), mode=True)
-            methods["evalforward"] = record(name, *fresh(args, kwargs), mode=False)
-            dispatch["forward"] = {"train": "trainforward", "eval": "evalforward"}
-            recorded += [("trainforward", name, True, args, kwargs)]
-            recorded += [("evalforward", name, False, args, kwargs)]
+        if respect_mode:  # every method in both modes, routed by the module's flag
+            train, evaluate = f"train{name}", f"eval{name}"
+            taken = {train, evaluate} & (set(inputs) | set(methods))
+            if taken:
+                raise TraceError(
+                    f"respect_mode=True records method {name!r} as {train!r} and "
+                    f"{evaluate!r}, and {sorted(taken)[0]!r} is also a traced method: "
+                    "trace that one without respect_mode, or under another name"
+                )
+            methods[train] = record(name, *fresh(args, kwargs), mode=True)
+            methods[evaluate] = record(name, *fresh(args, kwargs), mode=False)
+            dispatch[name] = {"train": train, "eval": evaluate}
+            recorded += [(train, name, True, args, kwargs)]
+            recorded += [(evaluate, name, False, args, kwargs)]
             continue
         methods[name] = record(name, args, kwargs)
         recorded.append((name, name, None, args, kwargs))
@@ -1211,6 +1278,12 @@ def _trace_module(
     method_alias: dict | None = None,
 ) -> TracedModule:
     kept: list[KeptGlobals] = []  # as the first recording (the user's one call) left them
+    before = KeptGlobals(mod)
+
+    def after_first_call():
+        _warn_of_side_effects(before.changed(), {})
+        kept.append(KeptGlobals(mod))
+
     try:
         program = record_module(
             mod,
@@ -1218,9 +1291,10 @@ def _trace_module(
             strict=strict,
             respect_mode=respect_mode,
             method_alias=method_alias,
-            after_first_call=lambda: kept.append(KeptGlobals(mod)),
+            after_first_call=after_first_call,
         )
         traced = TracedModule(program, original=mod, runtime=runtime)
+        _warn_of_side_effects([], traced._tb_hooks or {})
         if check_trace:
             from .check.verify import check_module
 

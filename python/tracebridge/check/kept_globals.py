@@ -177,6 +177,21 @@ def _put_back(value, copy) -> None:
         pass
 
 
+def _changed_inside(value, copy) -> bool:
+    """Whether a kept container or tensor's contents differ from ``copy`` (``_copy``'s)."""
+    if copy is None or value is _MISSING:
+        return False
+    try:
+        if isinstance(value, torch.Tensor):
+            before, version = copy
+            return _version(value) != version and not (
+                value.shape == before.shape and torch.equal(value, before)
+            )
+        return not _unchanged(value, copy)
+    except Exception:  # a container that cannot be compared is taken as unchanged
+        return False
+
+
 def _unchanged(value, copy) -> bool:
     if isinstance(value, bytearray):
         return bytes(value) == copy
@@ -224,6 +239,24 @@ class KeptGlobals:
 
     def __bool__(self) -> bool:
         return bool(self._names or self._cells)
+
+    def changed(self) -> list[str]:
+        """The globals (by name) and closure variables a run since rebound or changed the
+        contents of (tensors by version or values), as kept: what a call of the trace,
+        which records tensor operations only, will not change again."""
+        found = [
+            name
+            for table, name, value, copy in self._names
+            if table.get(name, _MISSING) is not value or _changed_inside(value, copy)
+        ]
+        cells = 0
+        for cell, value, copy in self._cells:
+            try:
+                now = cell.cell_contents
+            except ValueError:
+                now = _MISSING
+            cells += now is not value or _changed_inside(value, copy)
+        return found + ["a closure variable"] * min(cells, 1)
 
     def restore(self) -> None:
         """Put every kept value back (contents in place, then the bindings)."""

@@ -366,11 +366,7 @@ def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_m
     for name, (args, kwargs) in inputs.items():
         eager = _bound(mod, alias.get(name, name))
         names_from = getattr(mod, alias.get(name, name))
-        modes = (
-            [(True, "trainforward"), (False, "evalforward")]
-            if respect_mode and name == "forward"
-            else [(None, name)]
-        )
+        modes = [(True, f"train{name}"), (False, f"eval{name}")] if respect_mode else [(None, name)]
         per_method = None
         if check_inputs is not None:
             per_method = [c[name] if isinstance(c, dict) else c for c in check_inputs]

@@ -200,3 +200,31 @@ class TreeWatch:
                     "trace again in the modes it is to run in (respect_mode=True records "
                     "them as they are)"
                 )
+
+
+class ModesWatch:
+    """The modes of the modules a traced function called (trace/called_modules.py), for
+    those whose code reads its mode: a call refuses once one differs from the recording's."""
+
+    __slots__ = ("modules", "flags")
+
+    def __init__(self, modules: list[nn.Module]):
+        watched = [m for m in modules if _reads_mode(m)]
+        self.modules = tuple(watched)
+        self.flags = tuple(bool(m.training) for m in watched)
+
+    def check(self) -> None:
+        if tuple(map(_TRAINING, self.modules)) == self.flags:
+            return
+        for module, flag in zip(self.modules, self.flags):
+            if bool(module.training) != flag:
+                now, then = (
+                    ("training", "evaluation") if module.training else ("evaluation", "training")
+                )
+                raise TraceError(
+                    f"the traced function called a {type(module).__name__} in {then} mode, "
+                    f"and it is in {now} mode now: the graph carries the modes of the modules "
+                    "it called as they were when traced, and never reads their flags. Put "
+                    f"the module back (.{'train' if flag else 'eval'}()), or trace the "
+                    "function again"
+                )

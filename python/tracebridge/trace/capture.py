@@ -20,7 +20,7 @@ from ..errors import TraceError, TracerWarning, UnsupportedOpError
 from ..ir import Graph, StateEntry, pytree
 from ..ir.pytree import is_tensor
 from ..source import raised_at, source_line
-from . import autocast, autocast_state, caches, own_hooks
+from . import autocast, autocast_state, caches, own_hooks, rebound_buffers
 from .integers import stand_ins_in_modules_of
 from .numbers import number_given_for_tensor
 from .tracer import SymFloat, SymInt, Tracer, recording
@@ -258,7 +258,12 @@ def capture(
 def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: bool) -> Graph:
     graph = tracer.graph
     # The caller's autocast is set aside: see trace/autocast.py's second note.
-    with autocast.set_aside(), recording(tracer), stand_ins_in_modules_of(fn):
+    with (
+        autocast.set_aside(),
+        recording(tracer),
+        stand_ins_in_modules_of(fn),
+        rebound_buffers.watched(tracer) as rebound,
+    ):
         autocast_state.ambient_guards(tracer)
         try:
             result = fn(*args, **kwargs)
@@ -274,6 +279,7 @@ def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: boo
             _note_where(exc)
             raise
         _refuse_caught_failures(tracer)
+        rebound_buffers.record_writes(rebound)
         try:
             out_leaves, graph.out_spec = pytree.flatten(
                 result, lambda x: isinstance(x, (torch.Tensor, SymInt, SymFloat))

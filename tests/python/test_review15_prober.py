@@ -1,0 +1,133 @@
+"""Session 15's prober, the findings fixed in the core: the other methods of a module
+traced with ``trace_module`` follow its mode as ``forward`` does, and what a trace never
+does again (sub-modules' hooks, globals the recording changed) is said at trace time."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+from tracebridge.errors import GuardError, TraceError, TracerWarning
+
+
+class TwoMethods(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.bn = nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return self.bn(self.lin(x))
+
+    def embed(self, x):
+        return self.bn(self.lin(x)) * 2
+
+
+def _examples():
+    g = torch.Generator().manual_seed(0)
+    return {"forward": torch.randn(3, 4, generator=g), "embed": torch.randn(3, 4, generator=g)}
+
+
+def test_respect_mode_records_every_method_in_both_modes(tmp_path):
+    torch.manual_seed(0)
+    model = TwoMethods().train()
+    eager = copy.deepcopy(model)
+    traced = tracebridge.trace_module(model, _examples(), respect_mode=True)
+    assert traced.program.dispatch["embed"] == {"train": "trainembed", "eval": "evalembed"}
+    traced.save(tmp_path / "m.tb")
+    loaded = tracebridge.load(tmp_path / "m.tb")
+    x = torch.randn(5, 4)
+    for training in (False, True, False):
+        for obj in (eager, traced, loaded):
+            obj.train(training)
+        expected = eager.embed(x)
+        torch.testing.assert_close(traced.embed(x), expected)
+        torch.testing.assert_close(loaded.embed(x), expected)
+    assert model.bn.num_batches_tracked == eager.bn.num_batches_tracked
+
+
+def test_a_method_recorded_in_one_mode_refuses_the_other(tmp_path):
+    torch.manual_seed(0)
+    model = TwoMethods().train()
+    traced = tracebridge.trace_module(model, _examples())
+    traced.save(tmp_path / "m.tb")
+    loaded = tracebridge.load(tmp_path / "m.tb")
+    batches = model.bn.num_batches_tracked.clone()
+    for obj in (traced, loaded):
+        obj.eval()
+        with pytest.raises(GuardError, match="embed was traced in training mode"):
+            obj.embed(torch.randn(5, 4))
+    assert torch.equal(model.bn.num_batches_tracked, batches)  # nothing ran
+
+
+def test_respect_mode_refuses_a_method_name_it_would_shadow():
+    class Clash(TwoMethods):
+        def trainembed(self, x):
+            return x
+
+    with pytest.raises(TraceError, match="records method 'embed' as 'trainembed'"):
+        tracebridge.trace_module(
+            Clash(), {**_examples(), "trainembed": torch.randn(3, 4)}, respect_mode=True
+        )
+
+
+ACTIVATIONS = []
+
+
+def collecting(x):
+    h = x * 2
+    ACTIVATIONS.append(h.detach())
+    return h + 1
+
+
+def test_a_global_the_recording_changed_is_named():
+    ACTIVATIONS.clear()
+    with pytest.warns(TracerWarning, match="changed 'ACTIVATIONS' while it was recorded"):
+        traced = tracebridge.trace(collecting, torch.ones(3))
+    assert len(ACTIVATIONS) == 1  # as the user's one call left it
+    traced(torch.ones(3))
+    assert len(ACTIVATIONS) == 1  # what the warning says
+
+
+def test_sub_module_hooks_present_while_tracing_are_named():
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+    kept = {}
+    model[0].register_forward_hook(lambda m, i, o: kept.__setitem__("a", o.detach()))
+    with pytest.warns(TracerWarning, match=r"sub-module\(s\) '0' had hooks while tracing"):
+        traced = tracebridge.trace(model, torch.ones(2, 3))
+    kept.clear()
+    traced(torch.ones(2, 3))
+    assert kept == {}  # the hook never runs on calls, as the warning says
+
+
+def test_no_warning_without_side_effects(recwarn):
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
+    tracebridge.trace(model, torch.ones(2, 3))
+    tracebridge.trace(lambda x: x * 2, torch.ones(3))
+    assert not [w for w in recwarn if issubclass(w.category, TracerWarning)]
+
+
+def test_a_function_calling_a_global_model_leaves_its_statistics_as_one_call_did(
+    unchecked_programs,  # its batch norm writes constants of the trace: not savable
+):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3)).train()
+    eager = copy.deepcopy(model)
+
+    def predict(x):
+        return model(x).softmax(-1)
+
+    x = torch.randn(4, 3)
+    traced = tracebridge.trace(predict, x)  # records, then checks: the code runs often
+    eager(x)
+    torch.testing.assert_close(model[1].running_mean, eager[1].running_mean)
+    assert model[1].num_batches_tracked == 1
+    y = torch.randn(5, 3)
+    torch.testing.assert_close(traced(y), eager(y).softmax(-1))
+    model.eval()  # the graph has the training-mode batch norm: refused, not run
+    with pytest.raises(TraceError, match="called a BatchNorm1d in training mode"):
+        traced(y)
+    model.train()
+    torch.testing.assert_close(traced(y), eager(y).softmax(-1))
