@@ -271,3 +271,60 @@ def test_a_type_compared_with_names_guards_each_answer_not_the_type():
     assert _device_guards(tracebridge.trace(by_own_type, X)) == [
         ("prim.is_device_type", "cpu", True)
     ]
+
+
+def _is_cuda_device(dev):
+    return dev.type == "cuda"
+
+
+def _identity(dev):
+    return dev
+
+
+def _bias(n, device=None):
+    if device is None:  # transformers' T5 compute_bias: no device is None, whichever
+        device = torch.device("cpu")
+    return torch.arange(n, device=device, dtype=torch.float64)
+
+
+def decided_in_a_helper(x):
+    return x.half() if _is_cuda_device(x.device) else x
+
+
+def returned_by_a_helper(x):
+    dev = _identity(x.device)
+    return x * 2 if dev.type == "cpu" else x.half()
+
+
+def passed_through_helpers(x):
+    return x + _bias(3, device=x.device) + _bias(3, _identity(x.device))
+
+
+class _Head(nn.Module):
+    def forward(self, x, device):
+        return x * 2 if device.type == "cpu" else x.half()
+
+
+class DecidedInASubmodule(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = _Head()
+
+    def forward(self, x):
+        return self.head(x, x.device)
+
+
+def test_a_device_given_to_a_helper_is_followed_into_it():
+    """A helper, a helper's result, a sub-module's forward: the parameter's reads there
+    decide; a helper that only makes tensors with it (or tests it for None) guards nothing."""
+    for t in _both(tracebridge.trace(decided_in_a_helper, X)):
+        assert _device_guards(t) == [("prim.is_device_type", "cuda", False)]
+        assert t(META).dtype == decided_in_a_helper(META).dtype
+    for fn in (returned_by_a_helper, DecidedInASubmodule()):
+        for t in _both(tracebridge.trace(fn, X)):
+            assert _device_guards(t) == [("prim.is_device_type", "cpu", True)]
+            with pytest.raises(GuardError):
+                t(META)
+    for t in _both(tracebridge.trace(passed_through_helpers, X)):
+        assert _device_guards(t) == []
+        assert t(META).device.type == "meta"
