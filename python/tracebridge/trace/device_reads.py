@@ -59,6 +59,16 @@ _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 def device_use(frame) -> tuple[str, frozenset]:
     """How the code at ``frame``'s current instruction (a read of ``.device``) uses the
+    device (see :func:`_device_use`); ``"full"`` where reading the source fails in a way
+    not foreseen: a guard too many is safe, a missing one is not."""
+    try:
+        return _device_use(frame)
+    except Exception:  # noqa: BLE001 - any failure to read the source: the safe answer
+        return FULL, frozenset()
+
+
+def _device_use(frame) -> tuple[str, frozenset]:
+    """How the code at ``frame``'s current instruction (a read of ``.device``) uses the
     device: ``"passed"``, ``"type"`` or ``"full"`` (the module Note), and the device type
     names that ``x.device.type`` is compared with (each answer to guard). A device
     returned (``return param.device``, a ``device`` property) is judged where the caller
