@@ -466,6 +466,10 @@ def flags_family() -> dict:
         read("prim.setting", ["__import__"], kind="int"),
         read("prim.setting", [ref(0)], kind="int"),
         read("prim.setting", [], kind="bool"),
+        # op-set 9: a device type outside the table, not a string, or missing
+        read("prim.is_device_type", [ref(0), "os.system"]),
+        read("prim.is_device_type", [ref(0), ref(0)]),
+        read("prim.is_device_type", [ref(0)]),
     ]
 
     def guarded_unknown_device(doc, g):  # a guard needs the read: still refused at load

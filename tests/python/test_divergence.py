@@ -1148,6 +1148,57 @@ CASES += [
     ),
 ]
 
+
+def device_type_branch(x):
+    if x.device.type == "cpu":  # "half is slow on the CPU": keep float32 there
+        return x * 2
+    return (x * 2).half()
+
+
+def device_flag_branch(x):
+    return x.half() if x.is_cuda or x.is_meta else x
+
+
+def cosine_of_item(x, t):
+    # a cosine noise schedule on a 0-dim timestep (Nichol & Dhariwal)
+    alpha = math.cos((t.item() / 1000 + 0.008) / 1.008 * math.pi / 2) ** 2
+    return x * math.sqrt(alpha)
+
+
+def isclose_of_item(x, t):
+    return x if math.isclose(t.item(), 0.0, abs_tol=1e-6) else x * t.item()
+
+
+CASES += [  # a tensor's device and math of traced numbers (session 15)
+    Case(
+        "device_type_branch",
+        '`if x.device.type == "cpu":`, traced on the CPU, called on another device (meta)',
+        _plain(device_type_branch, (_seeded(3),), (META,)),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "device_flag_branch",
+        "`x.half() if x.is_cuda or x.is_meta else x`, called on another device (meta)",
+        _plain(device_flag_branch, (_seeded(3),), (META,)),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "math_cos_of_item",
+        "`math.cos(t.item() ...)` (a noise schedule), called with another timestep",
+        _plain(cosine_of_item, (_seeded(3), torch.tensor(10.0)), (_seeded(3), torch.tensor(900.0))),
+        jit="wrong",
+        tb=("right", "right"),
+    ),
+    Case(
+        "math_isclose_of_item",
+        "`x if math.isclose(t.item(), 0.0) else x * t.item()`, called with t = 0",
+        _plain(isclose_of_item, (_seeded(3), torch.tensor(2.0)), (_seeded(3), torch.tensor(0.0))),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+]
 BY_NAME = {case.name: case for case in CASES}
 
 

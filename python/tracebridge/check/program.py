@@ -877,6 +877,12 @@ class _GraphCheck:
                 f"prim.setting reads {str(node['args'][0])[:30]!r}, which is not a setting "
                 f"(one of {', '.join(ops.SETTINGS)})",
             )
+        elif op == "prim.is_device_type" and node["args"][1] not in ops.DEVICE_TYPES:
+            _fail(
+                "literals",
+                f"prim.is_device_type compares with {str(node['args'][1])[:30]!r}, which is "
+                f"not a device type (one of {', '.join(ops.DEVICE_TYPES)})",
+            )
         reason = self.writes.node(self.index, op, info.flags, info.arg_names, node)
         if reason:
             _fail("state writes", reason, _WRITE_FIX)

@@ -61,7 +61,9 @@ from . import ops_schema
 # as the code reads it (prim.autocast_enabled, prim.autocast_dtype). 9: the process-wide
 # settings the code reads (prim.setting: torch.get_num_threads(), the float32 matmul
 # precision, deterministic algorithms, torch.cuda.is_available()...), each a constant of
-# the trace before. See SINCE.
+# the trace before; and whether a tensor is on a device type (prim.is_device_type:
+# ``x.is_cuda``, ``x.device.type == "cpu"``), a constant of the trace before; math's float
+# functions of traced numbers (scalar.sin, scalar.atan2, ...), baked before. See SINCE.
 OPSET_VERSION = 9
 
 # --- the op set, by family ----------------------------------------------------------------
@@ -325,6 +327,8 @@ SINCE: dict[str, int] = {
     ),
     # op-set 9: the process-wide settings the code reads, at call time and guarded
     "prim.setting": 9,
+    # op-set 9: a tensor's device type as the code inspects it, at call time and guarded
+    "prim.is_device_type": 9,
     **dict.fromkeys(
         """
 cholesky cholesky_solve cholesky_inverse triangular_solve lu_unpack geqrf ormqr svd diagflat
@@ -542,6 +546,7 @@ PRIM_OPS = {
     "prim.autocast_enabled": "whether the caller's autocast is on for a device type",
     "prim.autocast_dtype": "the dtype of the caller's autocast for a device type",
     "prim.setting": "a process-wide setting of torch, by name (one of SETTINGS)",
+    "prim.is_device_type": "whether a tensor is on a device of a type (one of DEVICE_TYPES)",
     "prim.autograd_function": (
         "a custom torch.autograd.Function: runs graph `forward` on the tensors, and graph "
         "`backward` on its `saved` values and the output gradients when autograd asks"
@@ -576,6 +581,7 @@ _PRIM_ARGS: dict[str, tuple] = {
     "prim.autocast_enabled": (("str",),),
     "prim.autocast_dtype": (("str",),),
     "prim.setting": (("str",),),
+    "prim.is_device_type": (("tensor",), ("str",)),
     "prim.autograd_function": (("tensors",),),
 }
 _PRIM_KWARGS: dict[str, dict] = {
@@ -592,7 +598,7 @@ GUARD_KINDS = ("value", "branch", "loop", "count")
 # Reads of a tensor's flags (op-set 8 and prim.requires_grad): they keep nothing of it.
 TENSOR_FLAG_READS = frozenset(
     "prim.requires_grad prim.is_inference prim.is_leaf prim.has_grad_fn prim.is_neg "
-    "prim.is_conj".split()
+    "prim.is_conj prim.is_device_type".split()
 )
 # Structural reads whose answer neither an argument's value nor a version holds: the
 # caller's modes and a tensor's flags (they change without a new version). The runtime
@@ -614,6 +620,11 @@ SETTINGS = {
     "distributed_initialized": "bool",
 }
 MATMUL_PRECISIONS = ("highest", "high", "medium")
+# The device types prim.is_device_type compares with (a file naming another is refused):
+# those a tensor has an ``is_*`` flag for (``x.is_cuda``), and the other types of torch.
+DEVICE_TYPES = tuple(
+    "cpu cuda mps xpu meta ipu maia mtia vulkan xla hpu hip lazy privateuseone".split()
+)
 # The device types whose autocast state torch keeps: the argument of prim.autocast_enabled
 # and prim.autocast_dtype is one of them (a file naming another is refused).
 AUTOCAST_DEVICE_TYPES = tuple("cpu cuda xpu mps hpu xla ipu mtia maia privateuseone".split())
@@ -694,7 +705,20 @@ SCALAR_OPS: dict[str, Callable] = {
     "scalar.exp": math.exp,
     "scalar.floor": _bounded("floor", math.floor),
 }
-_UNARY_SCALAR = frozenset("neg abs ceil invert round trunc sqrt log log2 log10 exp floor".split())
+# op-set 9: the float functions of ``math`` that code applies to ``.item()`` values (a
+# cosine noise schedule on a timestep: ``math.cos(t.item() / T * math.pi)``), baked into
+# the trace before. Each is math's own: a float from numbers, or ValueError/OverflowError
+# as in eager Python; none makes an integer, so none can make a size.
+MATH_FLOAT_UNARY = tuple(
+    "sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh erf erfc log1p expm1 exp2 "
+    "cbrt".split()
+)
+MATH_FLOAT_BINARY = ("atan2", "hypot", "copysign", "fmod")
+SCALAR_OPS.update({f"scalar.{n}": getattr(math, n) for n in MATH_FLOAT_UNARY + MATH_FLOAT_BINARY})
+SINCE.update({f"scalar.{n}": 9 for n in MATH_FLOAT_UNARY + MATH_FLOAT_BINARY})
+_UNARY_SCALAR = frozenset(
+    "neg abs ceil invert round trunc sqrt log log2 log10 exp floor".split() + list(MATH_FLOAT_UNARY)
+)
 
 # Hand-written kinds for ops that have no native schema (Python bindings, properties).
 _CONVERSIONS = "float double half bfloat16 long int short char byte bool cfloat cdouble"

@@ -105,6 +105,7 @@ PRIM_FUNCTIONS = {
     "prim.autocast_enabled": autocast_enabled,
     "prim.autocast_dtype": autocast_dtype,
     "prim.setting": setting,
+    "prim.is_device_type": lambda t, kind: t.device.type == kind,
 }
 
 

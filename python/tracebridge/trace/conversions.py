@@ -17,9 +17,16 @@ from ..ir.program import Ref
 from ..source import called_from_user_code as _called_from_user_code
 from ..source import user_frame
 from .caches import fresh_hash, functools_cache_hashing_tensor
+from .device_reads import FULL, TYPE, device_use
 from .numbers import SymFloat, SymInt, SymSize, _Traced
 from .short_circuit import settled_without_it
 from .text import TensorText, formatted, unseen_int_format
+
+# A tensor's device flags read as properties (``x.is_cuda``): the device type each asks
+# about, guarded with prim.is_device_type (op-set 9).
+_DEVICE_FLAGS = {
+    f"is_{kind}": kind for kind in "cpu cuda meta mps xpu ipu maia mtia vulkan xla".split()
+}
 
 # Autograd flags read as properties: the prim op that reads each at call time, and what of
 # the property's value it answers (``grad_fn`` is an object: whether there is one).
@@ -200,7 +207,13 @@ class Conversions:
                 device,
                 self._lazy_meta("prim.device", tensor, "device"),
             )
+            if self._varies(tensor) and _called_from_user_code():
+                self._guard_device_use(tensor, device)
             return device
+        if prop in _DEVICE_FLAGS and self._varies(tensor) and _called_from_user_code():
+            concrete = getter(tensor)
+            self._guard_device_type(tensor, _DEVICE_FLAGS[prop], concrete, f".{prop}")
+            return concrete
         if prop in ("itemsize", "nbytes"):
             read = self._lazy_meta("prim.dtype", tensor, "dtype")
             self._guard_dtype(tensor, read, f"{self._name_of(tensor)}.dtype ({prop})")
@@ -293,6 +306,50 @@ class Conversions:
             what = f"{self._name_of(tensor)}.device (get_device())"
             self.guard(read, tensor.device, what, "value", loc)
         return concrete
+
+    def _guard_device_use(self, tensor: torch.Tensor, device: torch.device) -> None:
+        """A read of ``tensor.device`` in the user's code: guarded as the code uses it
+        (trace/device_reads.py): its type where only ``.type`` is read, the whole device
+        where it is compared, formatted or kept, nothing where it is only passed on; where
+        ``.type`` is only compared with names, each answer."""
+        use, names = device_use(user_frame(sys._getframe(2)))
+        if use != FULL:
+            for name in sorted(names):
+                if name not in opset.DEVICE_TYPES:
+                    use = TYPE  # a name no file may hold: guard the type itself
+                    continue
+                concrete = device.type == name
+                self._guard_device_type(tensor, name, concrete, f".device.type == {name!r}")
+        if use == TYPE:
+            self._guard_device_type(tensor, device.type, True, f".device.type == {device.type!r}")
+        elif use == FULL:
+            key = ("guard.device", self._value_key(tensor))
+            if key not in self._meta_refs:
+                read = self._lazy_meta("prim.device", tensor, "device")()
+                self._meta_refs[key] = read
+                what = f"{self._name_of(tensor)}.device"
+                self.guard(read, device, what, "value", self.location())
+
+    def _guard_device_type(self, tensor, device_type: str, concrete: bool, what: str) -> None:
+        """Guard that ``tensor`` is (``concrete``) or is not on a device of ``device_type``
+        at call time (``x.is_cuda``, ``x.device.type``: op-set 9), once per tensor."""
+        key = ("guard.device_type", self._value_key(tensor), device_type)
+        if key in self._meta_refs:
+            return
+        loc = self.location()
+        ref = self._value_node(
+            "prim.is_device_type", "bool", [self.tensor_ref(tensor), device_type], loc
+        )
+        self._meta_refs[key] = ref
+        self.guard(ref, bool(concrete), f"{self._name_of(tensor)}{what}", "branch", loc)
+
+    def _value_key(self, tensor: torch.Tensor):
+        """What identifies ``tensor`` in the graph: its value, else its state name."""
+        hit = self._lookup(tensor)
+        if hit is not None:
+            return hit[1].id
+        entry = self._state.get(id(tensor))
+        return entry[0] if entry is not None else id(tensor)
 
     def _on_is_same_size(self, func, tensor, other):
         """``a.is_same_size(b)`` compares traced sizes: a guard on each size it reads, where

@@ -91,7 +91,24 @@ class _Traced:
         return self._tracer.scalar_op("invert", (self,))
 
     def __round__(self, ndigits=None):
-        return self._tracer.scalar_op("round", (self,) if ndigits is None else (self, ndigits))
+        if ndigits is None:
+            return self._tracer.scalar_op("round", (self,))
+        # round(v, 2) rounds the decimal digits (correctly rounded, in C): no op of the set
+        # computes that, so the value is guarded (a call with another raises GuardError).
+        value = self._tracer.specialize(self, type(self._concrete()).__name__, "rounded")
+        if isinstance(ndigits, _Traced):
+            ndigits = self._tracer.specialize(ndigits, "int", "the digits of round()")
+        return round(value, ndigits)
+
+    # The number itself, as Python gives it (float's own would be a plain constant).
+    def __pos__(self):
+        return self
+
+    def conjugate(self):
+        return self
+
+    real = property(conjugate)
+    imag = property(lambda self: type(self._concrete())(0))
 
     def __trunc__(self):
         return self._tracer.scalar_op("trunc", (self,))
@@ -141,7 +158,13 @@ class _Traced:
     def __reduce__(self):
         return (type(self._concrete()), (self._concrete(),))
 
-    def __new__(cls, value, tracer: Tracer, ref: Ref | None, desc: str, lazy=None):
+    def __new__(
+        cls, value=0, tracer: Tracer | None = None, ref: Ref | None = None, desc="", lazy=None
+    ):
+        if tracer is None:
+            # ``type(n)(v)`` (statistics converts its result so): what int(v) / float(v)
+            # give, a plain number; a traced ``v`` is guarded by its __int__ / __float__.
+            return cls._base(value)
         obj = cls._base.__new__(cls, value)
         obj._tracer, obj._ref, obj._desc, obj._lazy = tracer, ref, desc, lazy
         return obj
@@ -168,6 +191,9 @@ class SymInt(_Traced, int):
 
     def __round__(self, ndigits=None):
         return self if ndigits is None or ndigits >= 0 else _Traced.__round__(self, ndigits)
+
+    numerator = property(lambda self: self)
+    denominator = property(lambda self: 1)
 
 
 class SymFloat(_Traced, float):

@@ -11,6 +11,7 @@ threads see the originals' behaviour.
 from __future__ import annotations
 
 import builtins
+import cmath
 import contextlib
 import copyreg
 import math
@@ -24,7 +25,7 @@ import torch
 from ..errors import UnsupportedOpError
 from ..ir import ops as opset
 from ..source import called_from_user_code as _called_from_user_code
-from . import autocast_state, helpers, library, python_random
+from . import autocast_state, helpers, library, math_calls, python_random
 from .integers import traced_index
 from .numbers import _Traced, modular_pow
 
@@ -173,9 +174,10 @@ def _size_pickling(on: bool) -> None:
         del copyreg.dispatch_table[_original_size]
 
 
-# math functions read an int's value in C without a hook: while tracing, the ones code
-# applies to sizes (math.sqrt(head_dim), math.log2(n)) record a scalar op instead.
-_MATH_OPS = ("sqrt", "log", "log2", "log10", "exp", "ceil", "floor", "trunc")
+# math functions read an int's value in C without a hook: while tracing, each records a
+# scalar op for a traced number (math.sqrt(head_dim), math.cos(t.item())) or guards it
+# (trace/math_calls.py says which).
+_MATH_OPS = tuple(math_calls.names())
 _original_math = {name: getattr(math, name) for name in _MATH_OPS}
 _original_is_grad_enabled = torch.is_grad_enabled
 
@@ -183,11 +185,25 @@ _original_is_grad_enabled = torch.is_grad_enabled
 def _traced_math(name: str):
     original = _original_math[name]
 
-    def traced(*args):
+    def traced(*args, **kwargs):
         active = _tracers.stack
-        if active and any(isinstance(a, _Traced) for a in args):
-            return active[-1].scalar_op(name, args)
-        return original(*args)
+        if active:
+            return math_calls.call(active[-1], name, original, args, kwargs)
+        return original(*args, **kwargs)
+
+    traced.__name__ = name
+    traced.__doc__ = original.__doc__
+    return traced
+
+
+def _guarded_cmath(name: str):
+    original = getattr(cmath, name)
+
+    def traced(*args, **kwargs):
+        active = _tracers.stack
+        if active:
+            return math_calls.guarded_call(active[-1], f"cmath.{name}", original, args, kwargs)
+        return original(*args, **kwargs)
 
     traced.__name__ = name
     traced.__doc__ = original.__doc__
@@ -582,6 +598,8 @@ BUILTIN_PATCHES.add(builtins, "pow", _traced_pow)
 BUILTIN_PATCHES.add(operator, "index", traced_index)
 for _name in _MATH_OPS:
     BUILTIN_PATCHES.add(math, _name, _TRACED_MATH[_name])
+for _name in math_calls.names(cmath):
+    BUILTIN_PATCHES.add(cmath, _name, _guarded_cmath(_name))
 BUILTIN_PATCHES.add(torch, "is_grad_enabled", _traced_is_grad_enabled)
 BUILTIN_PATCHES.add(torch, "is_inference_mode_enabled", _traced_is_inference_mode_enabled)
 for _owner, _name, _setting, _encode in _SETTING_FUNCTIONS:
