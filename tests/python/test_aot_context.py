@@ -178,3 +178,45 @@ def test_the_serving_rule_reads_the_files_requires_grad():
     assert ServeRule(frozen, "cpu").why_plain([torch.rand(2)], watch)[0] == "grad"
     traced.requires_grad_(False)
     assert ServeRule(trainable, "cpu").why_plain([torch.rand(2)], watch) is None
+
+
+def _reads_grad_mode(x):
+    return x * 2 if torch.is_grad_enabled() else x * 3
+
+
+def test_a_program_reading_the_calls_context_loads_on_the_plain_program(compiled_file, tmp_path):
+    """The package holds the answer its export gave to ``torch.is_grad_enabled()``; the
+    plain program guards it. (The package stored is another program's: the load gives
+    the plain program before any package code could run.)"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = tracebridge.trace(_reads_grad_mode, torch.rand(3, 4))
+    package = aot.extract_package(compiled_file, tmp_path / "any.pt2")
+    path = tmp_path / "reads.tb"
+    tracebridge.save_compiled(traced, path, package=package)
+    with pytest.warns(aot.CompiledCodeWarning, match=r"reads the call's context \(prim\.grad"):
+        m = tracebridge.load_compiled(path, trust_compiled_code=True)
+    assert m.compiled_form == "runtime" and "prim.grad_enabled" in m.compiled_reason
+    x = torch.ones(3, 4)
+    torch.testing.assert_close(m(x), x * 2)
+    with torch.no_grad(), pytest.raises(tracebridge.GuardError):
+        m(x)  # traced with grad mode on: refused, never x * 2
+
+
+def test_a_fused_variant_reading_grad_mode_does_not_stop_the_package():
+    """nn.TransformerEncoderLayer's graph with autograd reads nothing of the context; the
+    fused variant that reads grad mode is the plain program's own."""
+    from tracebridge.backends.aot_context import fixed_read
+
+    layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True).eval()
+    traced = tracebridge.trace(layer, torch.rand(2, 5, 16))
+    doc = {
+        "methods": {
+            name: {"nodes": [{"op": n.op, "kwargs": {}, "loc": n.loc} for n in graph.nodes]}
+            for name, graph in traced.program.methods.items()
+        }
+    }
+    assert len(doc["methods"]) > 1
+    assert fixed_read(doc, "forward") is None
+    variant = next(name for name in doc["methods"] if name != "forward")
+    assert fixed_read(doc, variant).startswith("prim.grad_enabled at ")

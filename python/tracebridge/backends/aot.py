@@ -39,7 +39,7 @@ from ..errors import ArtifactError, TraceError
 from ..export import fx
 from ..ir import pytree
 from ..ir.program import graph_from_json
-from .aot_context import ADVICE, PlainWatch, ServeRule
+from .aot_context import ADVICE, PlainWatch, ServeRule, fixed_read
 from .api import load_compiled as recompile
 
 RUNTIME = "runtime"
@@ -436,6 +436,14 @@ def _load(path, opened, trust: bool, map_location, runtime: str):
         )
     method = doc["compiled"].get("method", "forward")
     graph = _method_graph(doc, method, opened.name)
+    fixed = fixed_read(doc, _routed(doc, method))
+    if fixed is not None:
+        why = (
+            f"its compiled package cannot serve a call: the traced code reads the call's "
+            f"context ({fixed}), which the plain program checks on every call and the "
+            "package fixed when it was compiled"
+        )
+        return _fallback(path, doc, plain(), map_location, why)
     # The package's own input checks (dtype, fixed sizes, the ranges of dynamic ones,
     # strides, device), compiled in by AOTInductor but off unless this variable is set
     # when the package first runs: InputCheck covers what the trace knows, these what
@@ -469,15 +477,19 @@ def _saved_device(doc: dict, map_location, name: str) -> torch.device | None:
 def _method_graph(doc: dict, method: str, name: str):
     """The graph ``method`` runs in the saved object's mode (as ``to_graph_module``
     resolves it when the package is compiled): only its specs are used."""
-    route = doc.get("dispatch", {}).get(method)
-    if route is not None:
-        method = route["train" if doc.get("training") else "eval"]
+    method = _routed(doc, method)
     if method not in doc["methods"]:
         raise ArtifactError(
             f"{name}: the compiled package is of method {method!r}, which the program does "
             "not have; the file is corrupt"
         )
     return graph_from_json(doc["methods"][method])
+
+
+def _routed(doc: dict, method: str) -> str:
+    """The graph that ``method`` runs in the saved object's mode."""
+    route = doc.get("dispatch", {}).get(method)
+    return method if route is None else route["train" if doc.get("training") else "eval"]
 
 
 def _fallback(path, doc: dict, plain, map_location, reason: str):

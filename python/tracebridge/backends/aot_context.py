@@ -16,6 +16,14 @@ its compile decided; the plain program reads each of these on every call:
 * **modes**: the package runs the graph of the mode the file was saved in. ``.train()``
   reaches the plain object, whose call then runs the graph of its mode or refuses
   (GuardError, or the module tree's TraceError).
+* **reads of the call's context in the traced code** (``torch.is_grad_enabled()``,
+  ``x.requires_grad``, the autocast state, a process setting: ``ir.ops.DYNAMIC_READS``):
+  the plain program guards each on every call; the package holds the answer of its
+  export (``x * 2 if torch.is_grad_enabled() else x * 3``, compiled with grad mode on,
+  gave ``x * 2`` under ``torch.no_grad()``). Such a package serves no call: the load
+  gives the plain program (:func:`fixed_read`). Models whose fused path depends on grad
+  mode (``nn.TransformerEncoderLayer``) are not among them: their graph with autograd
+  reads nothing; the fused variant that reads it is the plain program's, not compiled.
 
 A call outside what the package was compiled for runs on the plain program, with one
 :class:`CompiledCodeWarning` per reason saying why and what to do. Where the plain
@@ -35,6 +43,7 @@ import operator
 import torch
 from torch import nn
 
+from ..ir.ops import DYNAMIC_READS
 from ..runtime.module_tree import TreeWatch
 
 _VERSION = operator.attrgetter("_version")
@@ -70,6 +79,26 @@ ADVICE = {
         "that mode's graph; call .{call}() to run the package again"
     ),
 }
+
+
+def fixed_read(doc: dict, method: str) -> str | None:
+    """The first read of the call's context (``DYNAMIC_READS``) in graph ``method`` of the
+    file (the one the package was compiled from) or in the forward graphs of the custom
+    autograd functions it calls, as ``"op at file:line"``; None where there is none."""
+    todo, seen = [method], set()
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in doc["methods"]:
+            continue
+        seen.add(name)
+        for node in doc["methods"][name]["nodes"]:
+            op = node["op"]
+            if op in DYNAMIC_READS:
+                return f"{op} at {node.get('loc') or '?'}"
+            forward = node["kwargs"].get("forward") if op == "prim.autograd_function" else None
+            if isinstance(forward, str):
+                todo.append(forward)
+    return None
 
 
 def state_requires_grad(doc: dict) -> bool:
