@@ -220,3 +220,24 @@ def test_a_fused_variant_reading_grad_mode_does_not_stop_the_package():
     assert fixed_read(doc, "forward") is None
     variant = next(name for name in doc["methods"] if name != "forward")
     assert fixed_read(doc, variant).startswith("prim.grad_enabled at ")
+
+
+def test_hooks_run_on_the_plain_program(loaded):
+    """The package runs no hook: one on the loaded object, or a global one, takes the
+    plain program, which runs it; one on a sub-module is refused, as the plain call does."""
+    x = _inputs()
+    handle = nn.modules.module.register_module_forward_hook(lambda mod, args, out: out * 0)
+    try:
+        with torch.no_grad():
+            out = _calls_plain(loaded, x, r"forward hook is registered")
+    finally:
+        handle.remove()
+    assert torch.count_nonzero(out) == 0
+    handle = loaded.register_forward_hook(lambda mod, args, out: out + 1)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), small_net()(x) + 1, rtol=1e-5, atol=1e-5)
+        handle.remove()
+        torch.testing.assert_close(loaded(x), small_net()(x), rtol=1e-5, atol=1e-5)
+        loaded.get_submodule("0").register_forward_hook(lambda mod, args, out: out * 0)
+        with pytest.raises(tracebridge.TraceError, match="sub-module '0' .* other hooks"):
+            loaded(x)

@@ -30,6 +30,7 @@ import warnings
 from typing import Any, NoReturn
 
 import torch
+from torch.nn.modules import module as _module_hooks
 
 from .. import api, artifact
 from ..artifact import compiled as member
@@ -49,7 +50,8 @@ AOTI_CHECK_INPUTS = "AOTI_RUNTIME_CHECK_INPUTS"
 # Inductor options of every package (none today: ``aot_inductor.check_lowerbound=False``
 # was tried, and let a call below a guard's range run the other branch's code).
 PACKAGE_CONFIGS: dict = {}
-# The two reads of a call that the package serves at once (grad mode off, no autocast).
+# The reads of a call that the package serves at once (grad mode off, no autocast, no
+# global module hook).
 _grad_enabled = torch.is_grad_enabled
 _any_autocast = torch._C._is_any_autocast_enabled
 
@@ -259,7 +261,8 @@ class AOTCompiled:
     (``torch.no_grad()``, ``torch.inference_mode()``), or nothing requiring grad (inputs,
     parameters); and, once the plain object was loaded, while its weights and modes are
     those it was loaded with (the package holds the weights and the mode's graph it was
-    compiled with). Every other call runs on the plain object, which follows autocast,
+    compiled with), and without forward hooks (on it or global: the package runs none).
+    Every other call runs on the plain object, which follows autocast,
     autograd, ``load_state_dict`` and ``.train()`` (or raises GuardError), with one
     :class:`CompiledCodeWarning` per reason saying why and what to do.
 
@@ -304,7 +307,13 @@ class AOTCompiled:
 
     def __call__(self, *args, **kwargs):
         flat = fx.flatten_by_spec(self._in_spec, args, kwargs, self._var_keywords, self.method)
-        if _grad_enabled() or _any_autocast() or self._watch is not None:
+        if (
+            _grad_enabled()
+            or _any_autocast()
+            or self._watch is not None
+            or _module_hooks._global_forward_hooks
+            or _module_hooks._global_forward_pre_hooks
+        ):
             why = self._rule.why_plain(flat, self._watch)
             if why is not None:
                 reason, words = why

@@ -16,6 +16,10 @@ its compile decided; the plain program reads each of these on every call:
 * **modes**: the package runs the graph of the mode the file was saved in. ``.train()``
   reaches the plain object, whose call then runs the graph of its mode or refuses
   (GuardError, or the module tree's TraceError).
+* **hooks**: a module hook on the loaded object (which reaches the plain object) or a
+  global one (``nn.modules.module.register_module_forward_hook``) runs in the plain
+  object's call and never in the package; a hook on a sub-module changes what the
+  plain object's graphs compute, and its call refuses it (TraceError).
 * **reads of the call's context in the traced code** (``torch.is_grad_enabled()``,
   ``x.requires_grad``, the autocast state, a process setting: ``ir.ops.DYNAMIC_READS``):
   the plain program guards each on every call; the package holds the answer of its
@@ -42,9 +46,9 @@ import operator
 
 import torch
 from torch import nn
+from torch.nn.modules import module as _module_hooks
 
 from ..ir.ops import DYNAMIC_READS
-from ..runtime.module_tree import TreeWatch
 
 _VERSION = operator.attrgetter("_version")
 _TRAINING = operator.attrgetter("training")
@@ -56,6 +60,7 @@ AUTOCAST = "autocast"
 GRAD = "grad"
 STATE = "state"
 MODES = "modes"
+HOOKS = "hooks"
 ADVICE = {
     AUTOCAST: (
         "autocast is on for {device}, and the package computes at the traced dtypes "
@@ -78,7 +83,17 @@ ADVICE = {
         "compiled for ({mode}: .train() or .eval() was called since), and the package runs "
         "that mode's graph; call .{call}() to run the package again"
     ),
+    HOOKS: (
+        "a forward hook is registered on the loaded object or for every module, and the "
+        "package runs no hook; remove the hook to run the package"
+    ),
 }
+
+
+def global_forward_hooks() -> bool:
+    """Whether a global module forward (pre-)hook is registered: it runs in the plain
+    object's call (a call without autograd: the backward hooks have nothing to run on)."""
+    return bool(_module_hooks._global_forward_hooks or _module_hooks._global_forward_pre_hooks)
 
 
 def fixed_read(doc: dict, method: str) -> str | None:
@@ -113,7 +128,7 @@ class PlainWatch:
 
     __slots__ = (
         "root",
-        "tree",
+        "watch",
         "tables",
         "keys",
         "tensors",
@@ -125,7 +140,9 @@ class PlainWatch:
 
     def __init__(self, plain):
         self.root = plain
-        self.tree: TreeWatch | None = plain.__dict__.get("_tb_tree")  # a module's only
+        # A traced module's own checks of its sub-modules' hooks and tree: they raise
+        # where its call would.
+        self.watch = getattr(plain, "_watch", None) if isinstance(plain, nn.Module) else None
         slots = list(plain._state_slots().values())
         self.tables = tuple(table for table, _ in slots)
         self.keys = tuple(key for _, key in slots)
@@ -147,11 +164,14 @@ class PlainWatch:
             return True  # a tensor removed: the plain call says what it makes of it
 
     def changed(self) -> str | None:
-        """The reason (``STATE`` or ``MODES``) the plain object no longer computes what the
-        package does, or None. A sub-module replaced raises the TraceError the plain call
-        would (the module tree's watch)."""
-        if self.tree is not None:
-            self.tree.check_tree(self.root)
+        """The reason (``STATE``, ``MODES`` or ``HOOKS``) the plain object no longer
+        computes what the package does, or None. A sub-module replaced, or given a hook,
+        raises the TraceError the plain call would."""
+        if self.watch is not None:
+            self.watch()
+            root = self.root
+            if root._forward_hooks or root._forward_pre_hooks:
+                return HOOKS
         if tuple(map(_TRAINING, self.modules)) != self.flags:
             return MODES
         try:
@@ -187,6 +207,8 @@ class ServeRule:
         message, or None where the package computes what the plain program would."""
         if torch._C._is_any_autocast_enabled() and torch.is_autocast_enabled(self.device):
             return AUTOCAST, {"device": self.device}
+        if global_forward_hooks():
+            return HOOKS, {}
         if torch.is_grad_enabled():
             state = self.doc_requires_grad if watch is None else watch.requires_grad()
             if state:
