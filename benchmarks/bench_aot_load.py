@@ -21,6 +21,7 @@ def main(argv: list[str]) -> int:
     import tracebridge
 
     torch.set_num_threads(1)
+    torch.set_grad_enabled(False)  # with autograd wanted the plain program would run
     imported = time.perf_counter()
     path, shape = argv[0], [int(d) for d in argv[1].split(",")]
     cpu0 = time.process_time()

@@ -291,6 +291,7 @@ import torch, tracebridge
 t1 = time.perf_counter()
 path, inputs_path, out_path = sys.argv[1:4]
 m = tracebridge.load_compiled(path, trust_compiled_code=True)
+torch.set_grad_enabled(False)  # the package serves calls without autograd (docs/aot.md)
 t2 = time.perf_counter()
 with open(inputs_path, "rb") as f:
     calls = pickle.load(f)

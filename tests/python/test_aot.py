@@ -88,6 +88,7 @@ def test_trusted_load_in_a_fresh_process_runs_the_package(compiled_file, tmp_pat
         import torch, tracebridge
         imported = time.perf_counter()
         m = tracebridge.load_compiled({str(compiled_file)!r}, trust_compiled_code=True)
+        torch.set_grad_enabled(False)  # the package serves calls without autograd
         x1 = torch.linspace(-1, 1, 1 * 3 * 16 * 16).reshape(1, 3, 16, 16)
         y1 = m(x1)
         first = time.perf_counter()
@@ -136,7 +137,8 @@ def test_trusted_load_pays_only_for_the_package(compiled_file, monkeypatch):
     )
     m = tracebridge.load_compiled(compiled_file, trust_compiled_code=True)
     x = torch.rand(3, 3, 16, 16)
-    torch.testing.assert_close(m(x), small_cnn()(x))
+    with torch.no_grad():  # grad mode would run the plain program (test_aot_context.py)
+        torch.testing.assert_close(m(x), small_cnn()(x))
     assert m.compiled_form == "aot" and len(opened) == 1 and loads == []
     assert m.program.kind == "module" and len(loads) == 1  # the plain object, on first use
     assert m.fallback is m.fallback and len(loads) == 1  # loaded once
@@ -268,7 +270,9 @@ def test_a_compiled_object_saves_with_its_package(compiled_file, tmp_path):
     x = torch.rand(5, 3, 16, 16)
     m = tracebridge.load_compiled(path, trust_compiled_code=True)
     assert m.compiled_form == "aot"
-    torch.testing.assert_close(m(x), small_cnn()(x))
+    with torch.no_grad():
+        torch.testing.assert_close(m(x), small_cnn()(x))
+    assert m._fallback is None  # the package ran
     with pytest.warns(aot.CompiledCodeWarning, match="recompiles"):
         assert tracebridge.load_compiled(path).compiled_form == "recompiled"
     compiled.save(tmp_path / "plain.tb")  # the default: no package
@@ -433,12 +437,13 @@ def test_a_call_the_package_was_not_compiled_for_is_refused_not_garbage(compiled
     assert m.compiled_form == "aot"
     net = small_cnn()
     x = torch.rand(2, 3, 16, 16)
-    with pytest.raises(tracebridge.TraceError, match=r"torch.float64, but the AOTInductor"):
-        m(x.double())
-    with pytest.raises(tracebridge.TraceError, match=r"has 3 dimensions, but the trace has 4"):
-        m(x[0])
-    with pytest.raises(tracebridge.TraceError):
-        m(torch.rand(2, 5, 16, 16))  # other channels: the weights fix them
+    with torch.no_grad():  # calls the package serves (test_aot_context.py)
+        with pytest.raises(tracebridge.TraceError, match=r"torch.float64, but the AOTInductor"):
+            m(x.double())
+        with pytest.raises(tracebridge.TraceError, match=r"has 3 dimensions, but the trace has"):
+            m(x[0])
+        with pytest.raises(tracebridge.TraceError):
+            m(torch.rand(2, 5, 16, 16))  # other channels: the weights fix them
     channels_last = x.to(memory_format=torch.channels_last)
     assert not channels_last.is_contiguous()
     with torch.no_grad():
@@ -494,7 +499,8 @@ def test_a_call_the_package_does_not_serve_runs_on_the_plain_program():
             raise RuntimeError("input_handles[0]: dim value is too small at 0, expected it")
         return [flat[0].sum(1)]
 
-    m = aot.AOTCompiled(runner, lambda: traced, graph, "forward")
+    rule = aot.ServeRule({"state": {}}, "cpu")
+    m = aot.AOTCompiled(runner, lambda: traced, graph, "forward", rule)
     x = torch.rand(7, 3)
     torch.testing.assert_close(m(x), x.sum(1))
     small = torch.rand(2, 3)
@@ -509,7 +515,7 @@ def test_a_call_the_package_does_not_serve_runs_on_the_plain_program():
         raise RuntimeError("something else inside the package")
 
     with pytest.raises(tracebridge.TraceError, match="refused the call: something else"):
-        aot.AOTCompiled(broken, lambda: traced, graph, "forward")(x)
+        aot.AOTCompiled(broken, lambda: traced, graph, "forward", rule)(x)
 
 
 def test_the_packages_own_checks_stay_on_without_leaking_the_variable(compiled_file, monkeypatch):
@@ -518,8 +524,9 @@ def test_the_packages_own_checks_stay_on_without_leaking_the_variable(compiled_f
     processes it starts, such as a C++ server) is left as it was."""
     monkeypatch.delenv("AOTI_RUNTIME_CHECK_INPUTS", raising=False)
     m = tracebridge.load_compiled(compiled_file, trust_compiled_code=True)
-    m(torch.rand(2, 3, 16, 16))
-    assert "AOTI_RUNTIME_CHECK_INPUTS" not in os.environ
-    with pytest.raises(tracebridge.TraceError):
-        m(torch.rand(2, 5, 16, 16))  # other channels: refused before the package
+    with torch.no_grad():  # calls the package serves
+        m(torch.rand(2, 3, 16, 16))
+        assert "AOTI_RUNTIME_CHECK_INPUTS" not in os.environ
+        with pytest.raises(tracebridge.TraceError):
+            m(torch.rand(2, 5, 16, 16))  # other channels: refused before the package
     assert "AOTI_RUNTIME_CHECK_INPUTS" not in os.environ

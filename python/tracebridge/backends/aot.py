@@ -30,6 +30,7 @@ import warnings
 from typing import Any, NoReturn
 
 import torch
+from torch.nn.modules import module as _module_hooks
 
 from .. import api, artifact
 from ..artifact import compiled as member
@@ -39,6 +40,7 @@ from ..errors import ArtifactError, TraceError
 from ..export import fx
 from ..ir import pytree
 from ..ir.program import graph_from_json
+from .aot_context import ADVICE, PlainWatch, ServeRule, fixed_read
 from .api import load_compiled as recompile
 
 RUNTIME = "runtime"
@@ -48,6 +50,10 @@ AOTI_CHECK_INPUTS = "AOTI_RUNTIME_CHECK_INPUTS"
 # Inductor options of every package (none today: ``aot_inductor.check_lowerbound=False``
 # was tried, and let a call below a guard's range run the other branch's code).
 PACKAGE_CONFIGS: dict = {}
+# The reads of a call that the package serves at once (grad mode off, no autocast, no
+# global module hook).
+_grad_enabled = torch.is_grad_enabled
+_any_autocast = torch._C._is_any_autocast_enabled
 
 
 class InputCheck:
@@ -250,6 +256,16 @@ class AOTCompiled:
     object; everything else (``graph``, ``code``, ``program``, parameters) is the plain
     loaded object's, which ``fallback`` holds.
 
+    The package serves a call only where it computes what the plain object would
+    (backends/aot_context.py): outside autocast for its device type; with grad mode off
+    (``torch.no_grad()``, ``torch.inference_mode()``), or nothing requiring grad (inputs,
+    parameters); and, once the plain object was loaded, while its weights and modes are
+    those it was loaded with (the package holds the weights and the mode's graph it was
+    compiled with), and without forward hooks (on it or global: the package runs none).
+    Every other call runs on the plain object, which follows autocast,
+    autograd, ``load_state_dict`` and ``.train()`` (or raises GuardError), with one
+    :class:`CompiledCodeWarning` per reason saying why and what to do.
+
     Note: what a load pays. The package holds the weights it was compiled with, so
     running it needs neither the program's weights nor its runtime: the plain object is
     loaded (every check of ``tracebridge.load``, the weights mapped and their checksum
@@ -258,15 +274,21 @@ class AOTCompiled:
     method's specs), a load is the package's bytes checked and the C++ loader's
     ``dlopen``: 0.05-0.2 s, where it was the file opened and checked three times, loaded,
     and a GraphModule built (about 0.3 s for a 4-layer transformer, over a second on a
-    busy machine)."""
+    busy machine). A call under ``torch.no_grad()`` or ``inference_mode()`` with the plain
+    object never loaded reads two flags and three attributes (0.2 us) before the package
+    runs; once it is loaded, its state and modes are compared too (about 0.3 us per state
+    tensor and module).
+    """
 
     compiled_form = AOT
     compiled_reason = "the file's AOTInductor package runs (trust_compiled_code=True)"
 
-    def __init__(self, runner, load_fallback, graph, method: str):
+    def __init__(self, runner, load_fallback, graph, method: str, rule: ServeRule):
         self._runner = runner
         self._check = InputCheck(graph, method)
-        self._warned = False
+        self._rule = rule
+        self._watch: PlainWatch | None = None  # made when the plain object is loaded
+        self._warned: set[str] = set()  # the reasons a call went to the plain object
         self._checks_armed = False  # the package has read AOTI_RUNTIME_CHECK_INPUTS
         in_spec, out_spec = graph.in_spec, graph.out_spec
         self._load_fallback = load_fallback
@@ -280,13 +302,25 @@ class AOTCompiled:
     def fallback(self):
         """The plain loaded object (loaded at the first use, see the Note)."""
         if self._fallback is None:
-            self._fallback = self._load_fallback()
+            plain = self._load_fallback()
+            self._watch = PlainWatch(plain)  # its state and modes as the package has them
+            self._fallback = plain
         return self._fallback
 
     def __call__(self, *args, **kwargs):
-        flat = self._check(
-            fx.flatten_by_spec(self._in_spec, args, kwargs, self._var_keywords, self.method)
-        )
+        flat = fx.flatten_by_spec(self._in_spec, args, kwargs, self._var_keywords, self.method)
+        if (
+            _grad_enabled()
+            or _any_autocast()
+            or self._watch is not None
+            or _module_hooks._global_forward_hooks
+            or _module_hooks._global_forward_pre_hooks
+        ):
+            why = self._rule.why_plain(flat, self._watch)
+            if why is not None:
+                reason, words = why
+                return self._plain_call(reason, ADVICE[reason].format(**words), args, kwargs)
+        flat = self._check(flat)
         try:
             out = self._runner(flat) if self._checks_armed else self._first_run(flat)
         except RuntimeError as exc:  # the package's own input checks (AOTI_RUNTIME_CHECK_INPUTS)
@@ -295,18 +329,8 @@ class AOTCompiled:
                 # Outside the sizes the package serves (a batch of 1 where export made
                 # the lower bound 2, a size a guard's range excludes): the plain program
                 # serves it, or refuses it with the trace's own GuardError.
-                if not self._warned:
-                    self._warned = True
-                    warnings.warn(
-                        f"tracebridge: the AOTInductor package of {self.method!r} does not "
-                        f"serve this call ({first}); it runs on the plain program",
-                        CompiledCodeWarning,
-                        stacklevel=2,
-                    )
-                plain = self.fallback
-                if self.method != "forward":
-                    plain = getattr(plain, self.method)
-                return plain(*args, **kwargs)
+                why = f"outside what the package was compiled for ({first})"
+                return self._plain_call("sizes", why, args, kwargs)
             raise TraceError(
                 f"the AOTInductor package of {self.method!r} refused the call: {first}. The "
                 "package serves the sizes torch.export kept dynamic and the ranges the "
@@ -314,6 +338,21 @@ class AOTCompiled:
                 "or compile a package on inputs like these (save_compiled(example_inputs=...))"
             ) from exc
         return out[0] if self._single else pytree.unflatten(list(out), self._out_spec)
+
+    def _plain_call(self, reason: str, why: str, args, kwargs):
+        """The call on the plain program, with one warning per ``reason``."""
+        if reason not in self._warned:
+            self._warned.add(reason)
+            warnings.warn(
+                f"tracebridge: the AOTInductor package of {self.method!r} does not serve this "
+                f"call, which runs on the plain program: {why}",
+                CompiledCodeWarning,
+                stacklevel=3,
+            )
+        plain = self.fallback
+        if self.method != "forward":
+            plain = getattr(plain, self.method)
+        return plain(*args, **kwargs)
 
     def _first_run(self, flat):
         """The package's first run, with its own input checks on. Note: why only here.
@@ -364,7 +403,11 @@ def load_compiled(
     recompiled by its backend at the first call, as ``backends.load_compiled`` does.
     ``compiled_form`` (``"aot"``, ``"runtime"`` or ``"recompiled"``) and ``compiled_reason``
     on the result say which and why; a :class:`CompiledCodeWarning` says so when a package was
-    there but not used. ``map_location`` and ``runtime`` are :func:`tracebridge.load`'s.
+    there but not used. A package serves the calls it computes right: without autocast,
+    without autograd wanted (call it under ``torch.no_grad()``), with the weights and
+    modes it was compiled with; other calls run on the plain program, with a warning
+    (see :class:`AOTCompiled`). ``map_location`` and ``runtime`` are
+    :func:`tracebridge.load`'s.
 
     >>> import torch, tracebridge, tempfile, os
     >>> f = tracebridge.trace(lambda x: x * 2, torch.rand(3))
@@ -404,12 +447,21 @@ def _load(path, opened, trust: bool, map_location, runtime: str):
         )
     method = doc["compiled"].get("method", "forward")
     graph = _method_graph(doc, method, opened.name)
+    fixed = fixed_read(doc, _routed(doc, method))
+    if fixed is not None:
+        why = (
+            f"its compiled package cannot serve a call: the traced code reads the call's "
+            f"context ({fixed}), which the plain program checks on every call and the "
+            "package fixed when it was compiled"
+        )
+        return _fallback(path, doc, plain(), map_location, why)
     # The package's own input checks (dtype, fixed sizes, the ranges of dynamic ones,
     # strides, device), compiled in by AOTInductor but off unless this variable is set
     # when the package first runs: InputCheck covers what the trace knows, these what
     # torch.export fixed beyond it (a size it specialised, a guard's range).
     runner = _load_package(path, doc, opened)
-    return AOTCompiled(runner, plain, graph, method)
+    rule = ServeRule(doc, torch.device(doc["compiled"].get("device", "cpu")).type)
+    return AOTCompiled(runner, plain, graph, method, rule)
 
 
 @contextlib.contextmanager
@@ -436,15 +488,19 @@ def _saved_device(doc: dict, map_location, name: str) -> torch.device | None:
 def _method_graph(doc: dict, method: str, name: str):
     """The graph ``method`` runs in the saved object's mode (as ``to_graph_module``
     resolves it when the package is compiled): only its specs are used."""
-    route = doc.get("dispatch", {}).get(method)
-    if route is not None:
-        method = route["train" if doc.get("training") else "eval"]
+    method = _routed(doc, method)
     if method not in doc["methods"]:
         raise ArtifactError(
             f"{name}: the compiled package is of method {method!r}, which the program does "
             "not have; the file is corrupt"
         )
     return graph_from_json(doc["methods"][method])
+
+
+def _routed(doc: dict, method: str) -> str:
+    """The graph that ``method`` runs in the saved object's mode."""
+    route = doc.get("dispatch", {}).get(method)
+    return method if route is None else route["train" if doc.get("training") else "eval"]
 
 
 def _fallback(path, doc: dict, plain, map_location, reason: str):

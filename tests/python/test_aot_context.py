@@ -1,0 +1,243 @@
+"""A trusted load's package serves a call only where it computes what the plain program
+would (backends/aot_context.py): under the caller's autocast, with autograd wanted, after
+the plain object's weights or modes changed, the call runs on the plain program, with one
+CompiledCodeWarning per reason; under torch.no_grad() the package runs, the plain object
+never loaded.
+
+Note: cost. One AOTInductor compile (about 20 s on two busy cores) per module: every test
+loads the same file (a load is a tenth of a second)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+from tracebridge.backends import aot
+from tracebridge.backends.aot_context import PlainWatch, ServeRule
+
+WIDTH = 8
+
+
+def small_net() -> nn.Module:
+    """Linear, batch norm, dropout: its modes differ; its state has buffers and parameters."""
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Linear(WIDTH, WIDTH), nn.BatchNorm1d(WIDTH), nn.ReLU(), nn.Dropout(0.5), nn.Linear(8, 4)
+    )
+    with torch.no_grad():  # running statistics that are not 0 and 1
+        net[1].running_mean.uniform_(-0.5, 0.5)
+        net[1].running_var.uniform_(0.5, 2.0)
+    return net.eval()
+
+
+@pytest.fixture(scope="module")
+def compiled_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("aot_context") / "net.tb"
+    tracebridge.save_compiled(tracebridge.trace(small_net(), torch.rand(3, WIDTH)), path)
+    return path
+
+
+@pytest.fixture
+def loaded(compiled_file):
+    return tracebridge.load_compiled(compiled_file, trust_compiled_code=True)
+
+
+def _inputs(batch: int = 5) -> torch.Tensor:
+    return torch.linspace(-2, 2, batch * WIDTH).reshape(batch, WIDTH)
+
+
+def _calls_plain(m, x, match: str, **kwargs):
+    """``m(x)``, which must run on the plain program and warn once with ``match``."""
+    with pytest.warns(aot.CompiledCodeWarning, match=match):
+        out = m(x, **kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", aot.CompiledCodeWarning)  # once per reason
+        m(x, **kwargs)
+    return out
+
+
+@pytest.mark.parametrize("context", [torch.no_grad, torch.inference_mode])
+def test_a_call_without_autograd_runs_the_package_alone(loaded, context):
+    x = _inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", aot.CompiledCodeWarning)
+        with context():
+            out = loaded(x)
+    assert loaded.compiled_form == "aot" and loaded._fallback is None  # never loaded
+    torch.testing.assert_close(out, small_net()(x), rtol=1e-5, atol=1e-5)
+
+
+def test_autograd_wanted_runs_the_plain_program(loaded):
+    """The package records no autograd: with grad mode on and the (saved) parameters
+    requiring grad the plain program runs, and gradients reach the input as in eager code."""
+    net = small_net()
+    x = _inputs().requires_grad_()
+    out = _calls_plain(loaded, x, r"grad mode is on .* torch\.no_grad\(\)")
+    assert out.requires_grad
+    out.square().sum().backward()
+    got, x.grad = x.grad, None
+    net(x).square().sum().backward()
+    torch.testing.assert_close(got, x.grad, rtol=1e-5, atol=1e-5)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", aot.CompiledCodeWarning)
+        out = loaded(x)  # the plain calls changed nothing: the package again
+    assert loaded._watch.changed() is None
+    torch.testing.assert_close(out, net(x), rtol=1e-5, atol=1e-5)
+
+
+def test_an_input_requiring_grad_runs_the_plain_program(loaded):
+    """Parameters frozen (the remedy the warning names), the package serves grad mode;
+    an input requiring grad still takes the plain program."""
+    loaded.requires_grad_(False)  # reaches the plain object's parameters
+    x = _inputs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", aot.CompiledCodeWarning)
+        out = loaded(x)  # grad mode on, nothing requires grad: the package
+    assert not out.requires_grad
+    torch.testing.assert_close(out, small_net()(x), rtol=1e-5, atol=1e-5)
+    wanted = x.clone().requires_grad_()
+    out = _calls_plain(loaded, wanted, r"an input requires grad")
+    assert out.requires_grad and out.grad_fn is not None
+
+
+def test_autocast_runs_the_plain_program(loaded):
+    net = small_net()
+    x = _inputs()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        out = _calls_plain(loaded, x, r"autocast is on for cpu")
+        want = net(x)
+    assert out.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(out, want)
+
+
+@pytest.mark.parametrize("change", ["load_state_dict", "in_place", "assign", "data"])
+def test_changed_weights_run_the_plain_program(loaded, change):
+    net = small_net()
+    new = {
+        k: torch.full_like(v, 0.25) for k, v in net.state_dict().items() if v.is_floating_point()
+    }
+    new["1.running_var"] = torch.full((WIDTH,), 2.0)
+    if change == "load_state_dict":
+        loaded.load_state_dict(new, strict=False)
+    elif change == "assign":
+        loaded.load_state_dict(new, strict=False, assign=True)
+    else:
+        for name, tensor in loaded.named_parameters():
+            if change == "in_place":
+                with torch.no_grad():
+                    tensor.copy_(new[name])
+            else:
+                tensor.data = new[name].clone()
+        for name, tensor in loaded.named_buffers():
+            if name in new:
+                with torch.no_grad():
+                    tensor.copy_(new[name])
+    net.load_state_dict(new, strict=False)
+    x = _inputs()
+    with torch.no_grad():
+        out = _calls_plain(loaded, x, r"changed since it was loaded .* save_compiled again")
+        torch.testing.assert_close(out, net(x), rtol=1e-5, atol=1e-5)
+
+
+def test_another_mode_runs_the_plain_program_until_set_back(loaded):
+    """``train()`` reaches the plain object, which refuses (traced without respect_mode);
+    ``eval()`` brings the package back. A sub-module's flag counts as the root's."""
+    x = _inputs()
+    with torch.no_grad():
+        loaded.train()
+        refused = pytest.raises(tracebridge.GuardError)
+        with pytest.warns(aot.CompiledCodeWarning, match=r"evaluation: .* \.eval\(\)"), refused:
+            loaded(x)
+        loaded.eval()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", aot.CompiledCodeWarning)
+            torch.testing.assert_close(loaded(x), small_net()(x), rtol=1e-5, atol=1e-5)
+        loaded.get_submodule("3").train()  # the dropout alone
+        assert loaded._rule.why_plain([x], loaded._watch)[0] == "modes"
+        with pytest.raises(tracebridge.TraceError, match="sub-module '3' is in training"):
+            loaded(x)
+
+
+def test_the_serving_rule_reads_the_files_requires_grad():
+    """Before the plain object is loaded, the state's ``requires_grad`` as saved decides
+    (a frozen model's package serves grad mode); once loaded, its tensors' own flags."""
+    frozen = {"state": {"w": {"requires_grad": False}, "b": {"requires_grad": False}}}
+    trainable = {"state": {"w": {"requires_grad": True}}}
+    x = torch.rand(2)
+    assert ServeRule(frozen, "cpu").why_plain([x], None) is None
+    assert ServeRule(trainable, "cpu").why_plain([x], None)[0] == "grad"
+    with torch.no_grad():
+        assert ServeRule(trainable, "cpu").why_plain([x.requires_grad_()], None) is None
+    traced = tracebridge.trace(nn.Linear(2, 2), torch.rand(3, 2))
+    watch = PlainWatch(traced)
+    assert ServeRule(frozen, "cpu").why_plain([torch.rand(2)], watch)[0] == "grad"
+    traced.requires_grad_(False)
+    assert ServeRule(trainable, "cpu").why_plain([torch.rand(2)], watch) is None
+
+
+def _reads_grad_mode(x):
+    return x * 2 if torch.is_grad_enabled() else x * 3
+
+
+def test_a_program_reading_the_calls_context_loads_on_the_plain_program(compiled_file, tmp_path):
+    """The package holds the answer its export gave to ``torch.is_grad_enabled()``; the
+    plain program guards it. (The package stored is another program's: the load gives
+    the plain program before any package code could run.)"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = tracebridge.trace(_reads_grad_mode, torch.rand(3, 4))
+    package = aot.extract_package(compiled_file, tmp_path / "any.pt2")
+    path = tmp_path / "reads.tb"
+    tracebridge.save_compiled(traced, path, package=package)
+    with pytest.warns(aot.CompiledCodeWarning, match=r"reads the call's context \(prim\.grad"):
+        m = tracebridge.load_compiled(path, trust_compiled_code=True)
+    assert m.compiled_form == "runtime" and "prim.grad_enabled" in m.compiled_reason
+    x = torch.ones(3, 4)
+    torch.testing.assert_close(m(x), x * 2)
+    with torch.no_grad(), pytest.raises(tracebridge.GuardError):
+        m(x)  # traced with grad mode on: refused, never x * 2
+
+
+def test_a_fused_variant_reading_grad_mode_does_not_stop_the_package():
+    """nn.TransformerEncoderLayer's graph with autograd reads nothing of the context; the
+    fused variant that reads grad mode is the plain program's own."""
+    from tracebridge.backends.aot_context import fixed_read
+
+    layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True).eval()
+    traced = tracebridge.trace(layer, torch.rand(2, 5, 16))
+    doc = {
+        "methods": {
+            name: {"nodes": [{"op": n.op, "kwargs": {}, "loc": n.loc} for n in graph.nodes]}
+            for name, graph in traced.program.methods.items()
+        }
+    }
+    assert len(doc["methods"]) > 1
+    assert fixed_read(doc, "forward") is None
+    variant = next(name for name in doc["methods"] if name != "forward")
+    assert fixed_read(doc, variant).startswith("prim.grad_enabled at ")
+
+
+def test_hooks_run_on_the_plain_program(loaded):
+    """The package runs no hook: one on the loaded object, or a global one, takes the
+    plain program, which runs it; one on a sub-module is refused, as the plain call does."""
+    x = _inputs()
+    handle = nn.modules.module.register_module_forward_hook(lambda mod, args, out: out * 0)
+    try:
+        with torch.no_grad():
+            out = _calls_plain(loaded, x, r"forward hook is registered")
+    finally:
+        handle.remove()
+    assert torch.count_nonzero(out) == 0
+    handle = loaded.register_forward_hook(lambda mod, args, out: out + 1)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), small_net()(x) + 1, rtol=1e-5, atol=1e-5)
+        handle.remove()
+        torch.testing.assert_close(loaded(x), small_net()(x), rtol=1e-5, atol=1e-5)
+        loaded.get_submodule("0").register_forward_hook(lambda mod, args, out: out * 0)
+        with pytest.raises(tracebridge.TraceError, match="sub-module '0' .* other hooks"):
+            loaded(x)
