@@ -111,17 +111,27 @@ def same_outputs(got, expected) -> bool:
     return all(same_bits(a, b) for a, b in zip(got, expected, strict=True))
 
 
-def rewrite_nodes(path: Path, op: str, edit: Callable[[dict], None]) -> Path:
-    """The artifact at ``path`` with ``edit(node)`` applied to each node of op ``op`` in
-    its forward method (the JSON as stored), written back in place: a crafted file."""
+def rewrite_document(path: Path, edit: Callable[[dict], None]) -> Path:
+    """The artifact at ``path`` with ``edit(doc)`` applied to its program.json (the JSON
+    as stored), written back in place: a crafted file."""
     with zipfile.ZipFile(path) as archive:
         doc = json.loads(archive.read("program.json"))
         tensors = archive.read("tensors.safetensors")
-    nodes = [n for n in doc["methods"]["forward"]["nodes"] if n["op"] == op]
-    assert nodes, op
-    for node in nodes:
-        edit(node)
+    edit(doc)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
         archive.writestr("program.json", json.dumps(doc))
         archive.writestr("tensors.safetensors", tensors)
     return path
+
+
+def rewrite_nodes(path: Path, op: str, edit: Callable[[dict], None]) -> Path:
+    """The artifact at ``path`` with ``edit(node)`` applied to each node of op ``op`` in
+    its forward method, written back in place: a crafted file."""
+
+    def each_node(doc: dict) -> None:
+        nodes = [n for n in doc["methods"]["forward"]["nodes"] if n["op"] == op]
+        assert nodes, op
+        for node in nodes:
+            edit(node)
+
+    return rewrite_document(path, each_node)

@@ -3,9 +3,7 @@ recorded from: a sub-module replaced, added or removed, or in another mode than 
 the call runs was recorded with (runtime/module_tree.py). The traced module's own
 train()/eval() switch its sub-modules, as Module.train() does."""
 
-import json
 import pickle
-import zipfile
 
 import pytest
 import torch
@@ -14,6 +12,8 @@ from torch import nn
 import tracebridge
 from tracebridge.errors import ArtifactError, GuardError, TraceError
 from tracebridge.runtime.module_tree import mode_reading_paths
+
+from .graph_helpers import rewrite_document
 
 X = torch.randn(5, 3, generator=torch.Generator().manual_seed(0))
 
@@ -174,17 +174,6 @@ def test_a_pickled_module_keeps_watching():
         copy(X)
 
 
-def _rewrite(path, out, change):
-    with zipfile.ZipFile(path) as src, zipfile.ZipFile(out, "w") as dst:
-        for item in src.infolist():
-            data = src.read(item.filename)
-            if item.filename == "program.json":
-                doc = json.loads(data)
-                change(doc)
-                data = json.dumps(doc).encode()
-            dst.writestr(item, data)
-
-
 @pytest.mark.parametrize(
     ("modes", "message"),
     [
@@ -203,17 +192,17 @@ def test_a_file_with_bad_module_modes_is_refused(tmp_path, modes, message):
         doc["module_modes"] = modes
         doc["tensors"].pop("sha256", None)
 
-    _rewrite(tmp_path / "m.tb", tmp_path / "bad.tb", change)
+    rewrite_document(tmp_path / "m.tb", change)
     with pytest.raises(ArtifactError, match=message):
-        tracebridge.load(tmp_path / "bad.tb")
+        tracebridge.load(tmp_path / "m.tb")
 
 
 def test_a_file_without_module_modes_loads_and_still_watches_replacements(tmp_path):
     model = _eval_model()
     traced = tracebridge.trace(model, torch.randn(4, 3))
     traced.save(tmp_path / "m.tb")
-    _rewrite(tmp_path / "m.tb", tmp_path / "old.tb", lambda doc: doc.pop("module_modes"))
-    loaded = tracebridge.load(tmp_path / "old.tb")
+    rewrite_document(tmp_path / "m.tb", lambda doc: doc.pop("module_modes"))
+    loaded = tracebridge.load(tmp_path / "m.tb")
     assert loaded.program.module_modes == {}
     loaded._modules["1"].train()  # not recorded in the file: not read
     torch.testing.assert_close(loaded(X), model(X))

@@ -232,19 +232,28 @@ def _refuse_modes(graph: str, modes: _GraphModes) -> None:
         modes.other_uniform
     }:
         return  # the whole tree in the other mode, which records this same graph
-    for path, module, flag in zip(modes.paths, modes.modules, modes.flags):
+    found = _first_switched(modes.modules, modes.flags)
+    if found is not None:
+        index, now, then = found
+        path, flag = modes.paths[index], modes.flags[index]
+        raise TraceError(
+            f"sub-module {path!r} is in {now} mode, but the graph this call runs "
+            f"({graph}) was recorded with it in {then} mode, and the graph carries "
+            "each sub-module's mode as recorded, never reading their flags. Put it "
+            f"back (.{'train' if flag else 'eval'}()), or switch the traced module "
+            "with its .train()/.eval() (which switch its sub-modules too, as "
+            "Module.train() does), or trace again in the modes it is to run in"
+        )
+
+
+def _first_switched(modules: tuple, flags: tuple) -> tuple[int, str, str] | None:
+    """The first module whose flag is not its recorded one: (index, its mode now, the
+    recorded mode), the modes in words."""
+    for index, (module, flag) in enumerate(zip(modules, flags)):
         if bool(module.training) != flag:
-            now, then = (
-                ("training", "evaluation") if module.training else ("evaluation", "training")
-            )
-            raise TraceError(
-                f"sub-module {path!r} is in {now} mode, but the graph this call runs "
-                f"({graph}) was recorded with it in {then} mode, and the graph carries "
-                "each sub-module's mode as recorded, never reading their flags. Put it "
-                f"back (.{'train' if flag else 'eval'}()), or switch the traced module "
-                "with its .train()/.eval() (which switch its sub-modules too, as "
-                "Module.train() does), or trace again in the modes it is to run in"
-            )
+            words = ("training", "evaluation") if module.training else ("evaluation", "training")
+            return index, *words
+    return None
 
 
 class ModesWatch:
@@ -261,15 +270,14 @@ class ModesWatch:
     def check(self) -> None:
         if tuple(map(_TRAINING, self.modules)) == self.flags:
             return
-        for module, flag in zip(self.modules, self.flags):
-            if bool(module.training) != flag:
-                now, then = (
-                    ("training", "evaluation") if module.training else ("evaluation", "training")
-                )
-                raise TraceError(
-                    f"the traced function called a {type(module).__name__} in {then} mode, "
-                    f"and it is in {now} mode now: the graph carries the modes of the modules "
-                    "it called as they were when traced, and never reads their flags. Put "
-                    f"the module back (.{'train' if flag else 'eval'}()), or trace the "
-                    "function again"
-                )
+        found = _first_switched(self.modules, self.flags)
+        if found is not None:
+            index, now, then = found
+            module, flag = self.modules[index], self.flags[index]
+            raise TraceError(
+                f"the traced function called a {type(module).__name__} in {then} mode, "
+                f"and it is in {now} mode now: the graph carries the modes of the modules "
+                "it called as they were when traced, and never reads their flags. Put "
+                f"the module back (.{'train' if flag else 'eval'}()), or trace the "
+                "function again"
+            )

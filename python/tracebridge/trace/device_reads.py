@@ -34,13 +34,12 @@ from __future__ import annotations
 
 import ast
 import inspect
-import linecache
 import types
 from functools import lru_cache
 
 import torch
 
-from ..source import is_internal
+from ..source import is_internal, parsed_source
 from .text import _parsed, _positions
 
 PASSED, TYPE, FULL = "passed", "type", "full"
@@ -346,11 +345,7 @@ def _static_attribute(owner, name: str):
 def _defs(filename: str) -> dict:
     """The ``def`` nodes of a source file by (name, first line), each node knowing its
     parent (``_tb_parent``)."""
-    source = "".join(linecache.getlines(filename))
-    try:
-        tree = ast.parse(source) if source else None
-    except (SyntaxError, ValueError):
-        tree = None
+    tree = parsed_source(filename)
     if tree is None:
         return {}
     found = {}

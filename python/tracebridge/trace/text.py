@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..errors import UnsupportedOpError
-from ..source import OWN_DIR
+from ..source import OWN_DIR, parsed_source
 
 if TYPE_CHECKING:
     from .tracer import Tracer
@@ -661,11 +661,7 @@ def _mentions_size(expr: ast.AST, tainted: set) -> bool:
 
 @lru_cache(maxsize=256)
 def _functions(filename: str) -> tuple:
-    source = "".join(linecache.getlines(filename))
-    try:
-        tree = ast.parse(source) if source else None
-    except (SyntaxError, ValueError):
-        tree = None
+    tree = parsed_source(filename)
     if tree is None:
         return ()
     return tuple(
