@@ -280,3 +280,22 @@ def test_a_method_that_writes_its_input_is_checked_on_the_values_passed(tmp_path
     path = tracebridge.export_onnx(traced, tmp_path / "inplace.onnx")  # was refused
     x = torch.rand(5, 4)
     torch.testing.assert_close(_run(path, [x])[0], (x + 1) * 2)
+
+
+def _size_one_branch(x):
+    if x.size(1) > 1:  # a size-1 special case (transformers' q_length > 1)
+        return x.cumsum(1) * 2
+    return x + 100
+
+
+def test_a_guard_only_size_one_breaks_is_named_at_export(tmp_path: Path) -> None:
+    """Export serves each dynamic size from 2 up and an ONNX model carries no assertion:
+    the file answers size 1 with the general branch where the trace takes the other one.
+    Nothing can refuse it at run time, so the export says which dimensions, and why."""
+    traced = tracebridge.trace(_size_one_branch, torch.ones(2, 4, 3), check_trace=False)
+    with pytest.warns(UserWarning, match=r"from size 2 up.*x\[1\] \(the guard at `if x.size"):
+        tracebridge.export_onnx(traced, tmp_path / "f.onnx")
+    times = tracebridge.trace(lambda x: x * x.size(0), torch.ones(4, 3), check_trace=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no guard that size 1 breaks: silent
+        tracebridge.export_onnx(times, tmp_path / "g.onnx")

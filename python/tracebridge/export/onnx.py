@@ -306,6 +306,7 @@ def _fix_pinned_dimensions(model, exported, guards: list) -> None:
         return
     pinned: dict = {}
     narrowed: list[str] = []
+    size_one: dict = {}  # symbol -> a guard that size 1 of it breaks, which the file drops
     for value, expect, line in guards:
         expr = value.node.expr
         if isinstance(value, torch.SymInt) and expr.is_Symbol and not isinstance(expect, bool):
@@ -313,6 +314,8 @@ def _fix_pinned_dimensions(model, exported, guards: list) -> None:
             continue
         known = value.node.shape_env.var_to_val
         if _holds_for_every_exported_size(expr, expect, known):
+            for symbol in _broken_at_size_one(expr, expect):
+                size_one.setdefault(symbol, line.strip())
             continue
         for symbol in expr.free_symbols:
             if symbol in known:
@@ -330,12 +333,59 @@ def _fix_pinned_dimensions(model, exported, guards: list) -> None:
                 dim.ClearField("dim_param")
                 dim.dim_value = pinned[size.node.expr]
                 fixed.append(f"{value.name}[{index}] = {dim.dim_value}")
+    _warn_of_size_one(model, placeholders, size_one)
     if narrowed:
         warnings.warn(
             "an ONNX model cannot check these guards of the trace on sizes, so the sizes they "
             f"read are fixed in the file ({', '.join(fixed) or 'none of its inputs'}), and "
             "ONNX Runtime refuses other sizes where the trace would take some: "
             f"{'; '.join(narrowed)}",
+            stacklevel=3,
+        )
+
+
+def _broken_at_size_one(expr, expect) -> list:
+    """The symbols of a guard that holds for every exported size (each at least 2) where
+    it may not hold with that symbol at 1 (``s > 1``): ONNX Runtime serves size 1 there
+    with the exported graph, which the trace does not take."""
+    from torch.utils._sympy.numbers import int_oo
+    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+
+    broken = []
+    for symbol in expr.free_symbols:
+        ranges = {s: ValueRanges(2, int_oo) for s in expr.free_symbols}
+        ranges[symbol] = ValueRanges(1, 1)
+        try:
+            bounds = bound_sympy(expr, ranges)
+        except Exception:  # an expression sympy cannot bound: say so
+            broken.append(symbol)
+            continue
+        if not (bounds.is_singleton() and bool(bounds.lower) is expect):
+            broken.append(symbol)
+    return broken
+
+
+def _warn_of_size_one(model, placeholders, size_one: dict) -> None:
+    """Say which ONNX input dimensions answer size 1 wrongly: an ONNX model carries no
+    assertion, and export serves each dynamic size from 2 up (its size-1 rule), so a
+    guard of the trace that only size 1 breaks (``if x.size(1) > 1:``) is dropped."""
+    if not size_one:
+        return
+    dims = []
+    for value, node in zip(model.graph.input, placeholders):
+        fake = node.meta.get("val")
+        if not isinstance(fake, torch.Tensor):
+            continue
+        for index, size in enumerate(fake.shape):
+            if isinstance(size, torch.SymInt) and size.node.expr in size_one:
+                dims.append(f"{value.name}[{index}] (the guard at `{size_one[size.node.expr]}`)")
+    if dims:
+        warnings.warn(
+            "the ONNX file serves these dimensions from size 2 up, as torch.export makes "
+            "them, and ONNX Runtime cannot refuse size 1 there: at size 1 the trace takes "
+            f"another path than the file does, so its answer would be wrong: {'; '.join(dims)}. "
+            "Call the trace itself for size 1, or export a second file from an example of "
+            "size 1 there (example_inputs=...), which fixes that size",
             stacklevel=3,
         )
 
