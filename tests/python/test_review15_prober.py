@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import tracebridge
-from tracebridge.errors import GuardError, TraceError, TracerWarning
+from tracebridge.errors import GuardError, TraceError, TracerWarning, UnsupportedOpError
 
 
 class TwoMethods(nn.Module):
@@ -131,3 +131,29 @@ def test_a_function_calling_a_global_model_leaves_its_statistics_as_one_call_did
         traced(y)
     model.train()
     torch.testing.assert_close(traced(y), eager(y).softmax(-1))
+
+
+class _SumOfOuters(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Parameter(torch.randn(3, 3))
+        self.b = nn.Parameter(torch.randn(3, 3))
+
+    def forward(self, x):
+        return x @ torch.vmap(torch.outer)(self.a, self.b).sum(0)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        _SumOfOuters(),
+        lambda x: torch.vmap(torch.sin)(x) * 2,
+        lambda x: torch.func.grad(lambda t: (t**2).sum())(x),
+    ],
+    ids=["vmap_of_parameters", "vmap_of_input", "func_grad"],
+)
+def test_a_function_transform_inside_traced_code_is_refused(code):
+    # its function runs on wrapped tensors: kept as constants they were stale after the
+    # weights changed, and the file could not be written
+    with pytest.raises(UnsupportedOpError, match=r"cannot trace a torch.func transform .* at "):
+        tracebridge.trace(code, torch.randn(2, 3))

@@ -123,6 +123,18 @@ class Recorder:
         for name, entry in self._constants.items():
             if entry.tensor is tensor:
                 return self._state_ref(name, tensor)
+        if torch._C._functorch.is_functorch_wrapped_tensor(tensor):
+            # A function transform's own tensor (torch.vmap's batched view, torch.func.grad's
+            # tracking wrapper) reached an op: the recorder sees the transform's inside, not
+            # a value a graph can hold (kept, it was stale after the weights changed, and
+            # the file could not be written).
+            raise UnsupportedOpError(
+                f"cannot trace a torch.func transform (torch.vmap, torch.func.grad, jacrev...) "
+                f"at {self.location() or 'an unknown location'}: its function runs on "
+                "wrapped tensors that no graph can record. Write the batched computation "
+                "with ordinary ops (broadcasting, einsum, bmm), or keep the transform outside "
+                "the traced code"
+            )
         name = attribute or f"const{len(self._constants)}"
         self._constants[name] = StateEntry("constant", tensor)
         if attribute:
