@@ -1065,7 +1065,45 @@ def writes_family() -> dict:
     return {f"writes:{k}": {"base": "linear", "nodes": v} for k, v in cases.items()}
 
 
+def document_family() -> dict:
+    """Session 15's optional document fields, with values no writer makes: ``module_modes``
+    (graph -> module path -> flag) and a graph's ``var_keywords``. Refused at load, or
+    (a path the loaded module does not have) read and run."""
+
+    def modes(value):
+        def edit(doc):
+            doc = copy.deepcopy(doc)
+            doc["module_modes"] = value
+            return doc
+
+        return edit
+
+    def var_keywords(value):
+        def edit(doc):
+            doc = copy.deepcopy(doc)
+            _graph(doc)["var_keywords"] = value
+            return doc
+
+        return edit
+
+    cases = {
+        "modes_flag_text": modes({"forward": {"": "yes"}}),
+        "modes_list": modes(["forward"]),
+        "modes_unknown_graph": modes({"__init__": {"": True}}),
+        "modes_path_control": modes({"forward": {"a\u0000b": True}}),
+        "modes_path_dunder": modes({"forward": {"__class__.__init__": False}}),
+        "modes_nested": modes({"forward": {"": {"": {"": True}}}}),
+        "modes_ghost_path": modes({"forward": {"": False, "ghost.bn": True}}),
+        "modes_many": modes({"forward": {f"m{i}": True for i in range(50_000)}}),
+        "var_keywords_unknown": var_keywords(["not_an_input"]),
+        "var_keywords_text": var_keywords("x"),
+        "var_keywords_repeat": var_keywords(["x", "x"]),
+    }
+    return {f"document:{k}": {"base": "linear", "doc": v} for k, v in cases.items()}
+
+
 FAMILIES = {
+    "document": document_family,
     "autograd_function": autograd_function_family,
     "blowup": blowup_family,
     "dims": dims_family,

@@ -853,6 +853,25 @@ def test_autocast_reads_of_another_device_type_are_refused_at_load(attacks):
     assert len(named) == 4, cases  # "os.system" (twice), "bogus", "cuda:0"; not a string: 2
 
 
+def test_session_15_document_fields_with_odd_values_are_refused_at_load(attacks):
+    """``module_modes`` and ``var_keywords`` holding what no writer makes: refused by the
+    loader, naming the field; a module path the loaded module lacks is only not watched."""
+    cases = {
+        n.removeprefix("document:"): o for n, o in attacks.items() if n.startswith("document:")
+    }
+    assert len(cases) == 11
+    # paths the loaded module does not have (one of 50,000, one that names a dunder) are
+    # not watched: no attribute of the module is ever looked up by a path of the file
+    for name in ("modes_ghost_path", "modes_path_dunder", "modes_many"):
+        outcome = cases.pop(name)
+        assert outcome["stage"] == "ok" and not outcome["canary"], (name, outcome)
+    assert "U+0000" in cases.pop("modes_path_control")["message"]  # the JSON reader's rule
+    assert all(o["stage"] == "load" for o in cases.values()), cases
+    for name, o in cases.items():
+        field = "var_keywords" if "var_keywords" in name else "module_modes"
+        assert field in o["message"], (name, o["message"])
+
+
 @pytest.mark.parametrize(
     "case", ["tensor_sum_wraps_to_0", "one_arg_sum_wraps_to_3", "output_size_sum_wraps_to_3"]
 )
