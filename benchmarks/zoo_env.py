@@ -11,6 +11,9 @@ tiny inputs). Import this module before torchvision.
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import torch
 
 _declared = False
@@ -48,6 +51,9 @@ def declare_torchvision_ops() -> None:
         return
     except (AttributeError, RuntimeError):
         pass
+    if _load_torchvision_library():
+        _declared = True
+        return
     lib = torch.library.Library("torchvision", "DEF")
     lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
     lib.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
@@ -55,6 +61,22 @@ def declare_torchvision_ops() -> None:
     # The library object must outlive this call, or the definitions go away.
     globals()["_lib"] = lib
     _declared = True
+
+
+def _load_torchvision_library() -> bool:
+    """Load torchvision's own C++ library where it loads (a build for this torch, as on a
+    GPU machine): it defines the operators itself, and declaring them here first would make
+    that library abort the process when torchvision is imported."""
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    for library in Path(next(iter(spec.submodule_search_locations))).glob("_C*.so"):
+        try:
+            torch.ops.load_library(str(library))
+        except OSError:  # the CUDA build on the CPU wheel: libraries it links are missing
+            return False
+        return True
+    return False
 
 
 def allow_python_ops() -> None:

@@ -4,6 +4,7 @@
 # nothing is fetched. Results go to $OUT (default /tmp/gpu_check): pytest.log, bench_*.md.
 #
 #   scripts/gpu_check.sh                       # tests + the trace columns + compile columns
+#   GPU_CHECK_STEPS="suite" scripts/gpu_check.sh   # every Python test, on the GPU's torch
 #   GPU_CHECK_STEPS="tests" scripts/gpu_check.sh
 #   GPU_CHECK_BENCH_MODELS="MLP encoder" GPU_CHECK_MODES="default reduce-overhead" scripts/gpu_check.sh
 #
@@ -29,7 +30,8 @@ for step in $STEPS; do
       timeout "${GPU_CHECK_TEST_S:-200}" "$PY" -m pytest -q -p no:cacheprovider -n 8 \
         --durations=10 tests/python/test_cuda.py \
         tests/python/test_devices.py tests/python/test_autocast.py \
-        tests/python/test_models_state.py \
+        tests/python/test_models_state.py tests/python/test_device_reads.py \
+        tests/python/test_settings_reads.py tests/python/test_review14_ambient.py \
         "tests/python/test_compile.py::test_inductor_on_cuda" \
         "tests/python/test_compile.py::test_inductor_modes_on_cuda" \
         2>&1 | tee "$OUT/pytest.log"
@@ -45,6 +47,11 @@ for step in $STEPS; do
         --models $MODELS --modes $MODES \
         2>&1 | tee "$OUT/bench_compile.md"
       ;;
-    *) echo "gpu_check: unknown step '$step' (tests, trace, compile)" >&2; exit 2 ;;
+    suite)  # every Python test: those with a CUDA branch take it, the rest check torch's version
+      timeout "${GPU_CHECK_SUITE_S:-300}" "$PY" -m pytest -q -p no:cacheprovider \
+        -n "${GPU_CHECK_WORKERS:-14}" --durations=15 -rfE tests/python \
+        2>&1 | tee "$OUT/suite.log"
+      ;;
+    *) echo "gpu_check: unknown step '$step' (tests, trace, compile, suite)" >&2; exit 2 ;;
   esac
 done

@@ -119,6 +119,17 @@ def main(path: str) -> None:
         print(f"JOB {i} {json.dumps(outcome)}", flush=True)
 
 
+def address_space_limit(extra: int) -> int:
+    """An address-space cap ``extra`` bytes above what this process maps now (torch
+    imported): a CUDA build of torch maps gigabytes of libraries at import, so a fixed cap
+    that suits the CPU wheel would fail every child there before it loads a file."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024 + extra
+    return extra
+
+
 def _address_space(limit: int | None):
     """A ``preexec_fn`` that caps the child's address space at ``limit`` bytes (and writes
     no core file), or None."""

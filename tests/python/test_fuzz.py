@@ -6,7 +6,7 @@ error, or raises the error a PyTorch op raises on arguments it refuses); or a re
 tracebridge error (a ``TraceError`` subclass). Never: code from the file running (the
 payloads in names and locations write a canary file if they ever run), another exception
 at load, an internal assertion of PyTorch, a crash, or a case that runs longer than
-``CASE_SECONDS`` or needs more than ``MEMORY_BYTES`` of address space.
+``CASE_SECONDS`` or needs more than ``MEMORY_BYTES`` of address space beyond what torch maps.
 
 ``make test`` runs ``CASES`` cases with a fixed seed; ``make fuzz`` runs the long budget
 (``TRACEBRIDGE_FUZZ_CASES``, ``TRACEBRIDGE_FUZZ_SEED``) and prints the counts.
@@ -37,12 +37,15 @@ import tracebridge
 from tracebridge.artifact import safetensors_bytes
 from tracebridge.ir import ops
 
+from .canary_child import address_space_limit
 from .models import ConvBNLinear
 
 CASES = int(os.environ.get("TRACEBRIDGE_FUZZ_CASES", "800"))
 SEED = int(os.environ.get("TRACEBRIDGE_FUZZ_SEED", "20261123"))
 CASE_SECONDS = 20
 MEMORY_BYTES = 3 << 30
+# What a child may map: MEMORY_BYTES beyond what torch's import maps (canary_child.py).
+MEMORY_LIMIT = address_space_limit(MEMORY_BYTES)
 ROOT = Path(__file__).resolve().parents[2]
 
 # --- the worker --------------------------------------------------------------------------
@@ -100,7 +103,7 @@ for line in sys.stdin:
 
 
 def _limits():
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
@@ -713,7 +716,9 @@ def test_worker_reports_hangs_and_memory(tmp_path):
     finally:
         worker.stop()
     probe = subprocess.run(
-        [sys.executable, "-c", "bytearray(4 << 30)"], preexec_fn=_limits, capture_output=True
+        [sys.executable, "-c", f"bytearray({MEMORY_LIMIT})"],
+        preexec_fn=_limits,
+        capture_output=True,
     )
     assert probe.returncode != 0 and b"MemoryError" in probe.stderr
 
@@ -804,7 +809,7 @@ def run_attacks(folder: Path, cases: dict) -> dict[str, dict]:
 
     bases = {which: _base_members(folder, which) for which in ("neg", "linear", "agf")}
     jobs = [build_attack(folder, name, case, bases) for name, case in cases.items()]
-    outcomes = run_batch(jobs, folder, timeout=ATTACK_SECONDS, memory_bytes=MEMORY_BYTES)
+    outcomes = run_batch(jobs, folder, timeout=ATTACK_SECONDS, memory_bytes=MEMORY_LIMIT)
     return dict(zip(cases, outcomes))
 
 

@@ -409,6 +409,7 @@ _TENSOR_READS = {
     "item",
     "stride",
     "is_inference",  # the outputs' flavour at the return (runtime/lean.py)
+    "is_contiguous",  # torch 2.11's encoder layer reads it to choose its fused path
 }
 
 

@@ -117,6 +117,7 @@ def child_jobs() -> dict[str, tuple[str, list, list[int], int]]:
     jobs.update({f"call-{case}": ("neg", nodes, [3], 2) for case, nodes in _AT_THE_CALL.items()})
     jobs["writes"] = ("linear", _WRITES["add_ under no_grad"], [4, 3], 3)
     jobs.update({f"circular-{op}": ("neg", _circular_nodes(op), [3], 2) for op in _CIRCULAR})
+    jobs.update({f"pads-{op}": ("neg", _short_pads_nodes(op), [3], 2) for op in _PADDING})
     jobs["group_norm"] = ("neg", _GROUP_NORM, [3], 2)
     jobs.update({f"fused-{k}": ("neg", _fused_nodes(*v), [3], 2) for k, v in _FUSED.items()})
     jobs["v3-fused-mha-heads0"] = ("neg3", _fused_nodes(*_FUSED["mha-heads0"]), [3], 2)
@@ -731,6 +732,25 @@ def test_circular_padding_that_wraps_past_what_it_keeps_is_refused(children, op)
     crops 3, then pads 4 around the one element left, and PyTorch returned three elements
     of memory it never wrote (the canary)."""
     refused(children[f"circular-{op}"], op, "wraps around more than the 1 elements it keeps")
+
+
+_PADDING = ("reflection_pad3d", "replication_pad2d", "reflection_pad1d")
+
+
+def _short_pads_nodes(op: str) -> list[dict]:
+    return [
+        _literal(1, [[[[1.0, 2.0], [3.0, 4.0]]]], "float32"),
+        _node(op, [_ref(1), []], [_tensor(2, "float32")]),
+    ]
+
+
+@pytest.mark.parametrize("op", _PADDING)
+def test_a_padding_list_of_the_wrong_length_is_refused(children, op):
+    """Found on torch 2.11 (in the declared range): its ``reflection_pad3d`` reads six pads
+    before it counts them, and an empty list crashed the process. Every reflection and
+    replication pad counts them first, whatever the release's kernel does."""
+    pairs = int(op[-2])
+    refused(children[f"pads-{op}"], op, f"padding holds {2 * pairs} ints")
 
 
 def test_circular_padding_within_bounds_is_pytorchs():

@@ -192,11 +192,13 @@ def _widened(gm) -> list[list[int]]:
 
 def _export_failed(method: str, exc: Exception) -> NoReturn:
     first = str(exc).splitlines()[0] if str(exc) else ""
+    # The hint names the cause only where the exception says it is a guard on data.
+    data_guard = "DataDependent" in type(exc).__name__ or "data-dependent" in first
+    cause = "a guard on tensor data (if x.sum() > 0) has no exported form: " if data_guard else ""
     raise TraceError(
         f"torch.export could not export method {method!r} for an AOTInductor package: "
-        f"{type(exc).__name__}: {first}; a guard on tensor data (if x.sum() > 0) has no "
-        "exported form: keep using the plain artifact (tracebridge.save) or "
-        "tracebridge.compile for this model"
+        f"{type(exc).__name__}: {first}; {cause}keep using the plain artifact "
+        "(tracebridge.save) or tracebridge.compile for this model"
     ) from exc
 
 

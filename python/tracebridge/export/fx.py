@@ -47,6 +47,7 @@ from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import AUTOGRAD_FUNCTION, map_literal
 from ..ir.pytree import is_tensor
 from ..runtime import support
+from .fused_paths import EXPORTED_FORMS, exportable
 
 META_KEY = "tracebridge"
 
@@ -134,12 +135,19 @@ EXPORTED_GUARDS: contextvars.ContextVar[list | None] = contextvars.ContextVar(
 )
 
 
-def make_guard(node: Node, line: str) -> Callable:
+def make_guard(node: Node, line: str, on_grad_mode: bool = False) -> Callable:
     """The function a guard node calls: raises GuardError when ``value`` differs from what
-    the trace saw (see the module Note for how it behaves under compile and export)."""
+    the trace saw (see the module Note for how it behaves under compile and export).
+    ``on_grad_mode``: the guard is on ``torch.is_grad_enabled()``. An exported program
+    serves inference only (ONNX has no autograd; an AOT package runs only the calls that
+    need none, backends/aot_context.py), and both modes compute the same values there, so
+    ``torch.export`` drops it (a fused path recorded under ``torch.no_grad()`` exports in
+    the form export/fused_paths.py gives it)."""
     expect = node.kwargs.get("expect")
 
     def tracebridge_guard(value):
+        if on_grad_mode and _exporting():
+            return
         if isinstance(value, _SYMBOLIC) and _exporting():
             seen = EXPORTED_GUARDS.get()
             if seen is not None:
@@ -252,6 +260,12 @@ class _Builder:
         self.fx = fx.Graph()
         self.env: dict[int, fx.Node] = {}
         self.where = name
+        self.grad_mode_reads = {
+            value.id
+            for node in graph.nodes
+            if node.op == "prim.grad_enabled"
+            for value in node.outputs
+        }
 
     def ref(self, ref: Ref) -> fx.Node:
         node = self.env.get(ref.id)
@@ -309,7 +323,8 @@ class _Builder:
 
     def guard(self, node: Node) -> None:
         value = self.literal(node.args[0])
-        self.fx.call_function(make_guard(node, self.line(node)), (value,))
+        on_grad_mode = isinstance(node.args[0], Ref) and node.args[0].id in self.grad_mode_reads
+        self.fx.call_function(make_guard(node, self.line(node), on_grad_mode), (value,))
 
     def op(self, node: Node, wrap: Callable[[Callable], Callable] | None = None) -> None:
         args, kwargs = self.arguments(node)
@@ -326,6 +341,8 @@ class _Builder:
                 fn = _autograd_function(node, self.methods)
             if fn is None:
                 fn = support.node_callable(node, self.methods)
+            if node.op in EXPORTED_FORMS:
+                fn = exportable(node.op, fn)
             if getattr(fn, "__objclass__", None) is torch._C.TensorBase:
                 # A method of the C tensor class (``Tensor.view``, ``__getitem__``): FX
                 # names it as ``x.view(...)`` or ``operator.getitem``.

@@ -508,6 +508,10 @@ linalg.eigvals linalg.lu svd linalg.svd linalg.qr cholesky_solve triangular_solv
 linalg.solve_triangular linalg.lu_solve linalg.lstsq linalg.solve linalg.solve_ex trapezoid trapz
 cumulative_trapezoid masked_select unbind split
 """.split()
+) | frozenset(
+    # torch 2.11's reflection_pad3d reads its six pads before counting them
+    "reflection_pad1d reflection_pad2d reflection_pad3d replication_pad1d replication_pad2d "
+    "replication_pad3d".split()
 )
 
 # The zero-filled forms of the uninitialised factories (see the module Note).

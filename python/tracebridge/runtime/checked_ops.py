@@ -229,6 +229,33 @@ def pad(input, pad, mode="constant", value=None):
     return torch._C._nn.pad(input, pad, mode, value)
 
 
+def _padding_op(name: str, dims: int) -> Callable:
+    """``reflection_pad{1,2,3}d`` / ``replication_pad{1,2,3}d`` after checking that
+    ``padding`` holds one (left, right) pair per padded dimension: torch 2.11's
+    ``reflection_pad3d`` reads six pads before it counts them (an empty list crashes the
+    process), and the others are checked alike so no release's kernel is trusted with it."""
+    kernel = getattr(torch._C._nn, name)
+
+    def checked(*args, **kwargs):
+        if len(args) > 2:  # the pads as separate ints
+            padding = args[1:]
+        else:
+            padding = args[1] if len(args) == 2 else kwargs.get("padding")
+        sizes = _ints_in(padding)
+        _need(
+            len(sizes) == 2 * dims,
+            f"{name}: padding holds {2 * dims} ints, a (left, right) pair per padded "
+            f"dimension, not {len(sizes)}",
+        )
+        return kernel(*args, **kwargs)
+
+    checked.__name__ = checked.__qualname__ = name
+    return checked
+
+
+PADDING_OPS = tuple(f"{kind}_pad{d}d" for kind in ("reflection", "replication") for d in (1, 2, 3))
+
+
 # --- grouped matrix products ----------------------------------------------------------------
 
 
@@ -721,6 +748,28 @@ def _biases_ok(op: str, names: str, got: tuple, want: tuple) -> None:
         )
 
 
+def check_attention_arguments(embed_dim, num_head, proj_bias) -> None:
+    """What ``_native_multi_head_attention``'s kernel does not check (the Note above); the
+    exported form of the op (export/fused_paths.py) makes the same checks."""
+    op = "_native_multi_head_attention"
+    _heads_ok(op, embed_dim, num_head)
+    _biases_ok(op, "proj_bias", (proj_bias.shape,), ((embed_dim,),))
+
+
+def check_encoder_layer_arguments(
+    embed_dim, num_heads, proj_bias, ffn_weight_1, ffn_bias_1, ffn_bias_2
+) -> None:
+    """What ``_transformer_encoder_layer_fwd``'s kernel does not check (the Note above)."""
+    op = "_transformer_encoder_layer_fwd"
+    _heads_ok(op, embed_dim, num_heads)
+    _biases_ok(
+        op,
+        "proj_bias, ffn_bias_1, ffn_bias_2",
+        (proj_bias.shape, ffn_bias_1.shape, ffn_bias_2.shape),
+        ((embed_dim,), tuple(ffn_weight_1.shape[:1]), (embed_dim,)),
+    )
+
+
 def native_multi_head_attention(
     query,
     key,
@@ -739,9 +788,7 @@ def native_multi_head_attention(
     """``torch._native_multi_head_attention`` (``nn.MultiheadAttention``'s fused inference
     path) after the checks its kernel does not make: ``num_head`` at least 1, and
     ``proj_bias`` one element per feature (see the Note above)."""
-    op = "_native_multi_head_attention"
-    _heads_ok(op, embed_dim, num_head)
-    _biases_ok(op, "proj_bias", (proj_bias.shape,), ((embed_dim,),))
+    check_attention_arguments(embed_dim, num_head, proj_bias)
     return torch._native_multi_head_attention(
         query,
         key,
@@ -786,13 +833,8 @@ def transformer_encoder_layer_fwd(
     and the projection's and the feed-forward layers' biases one element per output
     feature (``(E,)``, ``(F,)`` for a first weight of ``F`` rows, ``(E,)``; see the Note
     above)."""
-    op = "_transformer_encoder_layer_fwd"
-    _heads_ok(op, embed_dim, num_heads)
-    _biases_ok(
-        op,
-        "proj_bias, ffn_bias_1, ffn_bias_2",
-        (proj_bias.shape, ffn_bias_1.shape, ffn_bias_2.shape),
-        ((embed_dim,), tuple(ffn_weight_1.shape[:1]), (embed_dim,)),
+    check_encoder_layer_arguments(
+        embed_dim, num_heads, proj_bias, ffn_weight_1, ffn_bias_1, ffn_bias_2
     )
     return torch._transformer_encoder_layer_fwd(
         src,
@@ -1107,6 +1149,7 @@ CHECKED: dict[str, Callable] = {
     "combinations": combinations,
     "_pad_circular": pad_circular,
     "pad": pad,
+    **{name: _padding_op(name, int(name[-2])) for name in PADDING_OPS},
     **{name: _sectioned(name) for name in SECTIONED_OPS},
     "unbind": _counted("unbind"),
     "split": _counted("split"),
