@@ -490,8 +490,9 @@ _ENUM_OPS: dict[str, dict[str, tuple[int, ...]]] = {"embedding_bag": {"mode": (0
 # kernel trusts an argument a file controls (a shape relation, an enum, an offset), or the
 # size of their result comes from values or from a product of sizes. The runtime checks
 # the arguments, and the bytes, before the kernel runs (flag ``checked`` in ops.json).
-CHECKED_OPS = frozenset(
-    """
+CHECKED_OPS = (
+    frozenset(
+        """
 native_batch_norm _weight_norm group_norm grid_sampler _grouped_mm gru lstm rnn_tanh
 rnn_relu
 embedding_bag bincount one_hot outer kron cartesian_prod diag_embed combinations
@@ -499,19 +500,22 @@ tensor_split hsplit vsplit dsplit chunk _pad_circular pad
 _native_multi_head_attention _transformer_encoder_layer_fwd torchvision.nms
 _pack_padded_sequence _pad_packed_sequence stft istft broadcast_tensors ctc_loss
 """.split()
-) | frozenset(
-    # op-set 7, ops branch (runtime/checked_ops7.py)
-    """
+    )
+    | frozenset(
+        # op-set 7, ops branch (runtime/checked_ops7.py)
+        """
 nonzero argwhere _unique2 unique_dim unique_consecutive linalg.vander histogram cov corrcoef
 linalg.multi_dot embedding_renorm_ fused_moving_avg_obs_fake_quant diagflat addr lu_unpack
 linalg.eigvals linalg.lu svd linalg.svd linalg.qr cholesky_solve triangular_solve
 linalg.solve_triangular linalg.lu_solve linalg.lstsq linalg.solve linalg.solve_ex trapezoid trapz
 cumulative_trapezoid masked_select unbind split
 """.split()
-) | frozenset(
-    # torch 2.11's reflection_pad3d reads its six pads before counting them
-    "reflection_pad1d reflection_pad2d reflection_pad3d replication_pad1d replication_pad2d "
-    "replication_pad3d".split()
+    )
+    | frozenset(
+        # torch 2.11's reflection_pad3d reads its six pads before counting them
+        "reflection_pad1d reflection_pad2d reflection_pad3d replication_pad1d replication_pad2d "
+        "replication_pad3d".split()
+    )
 )
 
 # The zero-filled forms of the uninitialised factories (see the module Note).
