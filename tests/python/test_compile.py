@@ -7,6 +7,7 @@ default ``inductor`` backend (a few tiny models: its first compile takes tens of
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -145,6 +146,56 @@ def test_seed_pretrained_module_save_and_load(tmp_path):
     assert loaded.coverage.subgraphs == ["inductor_graph"]
     assert loaded.program.backend["methods"]["forward"]["whole_graph"] == {"eager_nodes": []}
     assert loaded.fc.weight is loaded._methods["forward"].graph_module.fc.weight
+
+
+def test_compile_again_after_the_first_compiles_worker_thread_ended():
+    """The warm-up compiles in a worker thread that ends with it. On torch 2.11 without a
+    CUDA device, the fake CUDA guard that thread's FakeTensorMode installed died with it,
+    and the second compile here crashed the process (fake_cuda_guard.py)."""
+    model = _cnn()
+    image = torch.rand(2, 3, 16, 16)
+    first = tracebridge.compile(model, example_inputs=[image])
+    with torch.no_grad():
+        batch = torch.rand(3, 3, 16, 16)
+        torch.testing.assert_close(first(batch), model(batch), rtol=1e-4, atol=1e-5)
+        second = tracebridge.compile(model, example_inputs=[image])
+        torch.testing.assert_close(second(batch), model(batch), rtol=1e-4, atol=1e-5)
+        batch = torch.rand(4, 3, 16, 16)  # a new size: the first recompiles, here
+        torch.testing.assert_close(first(batch), model(batch), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("caller", ["main", "thread"])
+def test_compile_worker_leaves_torchs_fake_cuda_guard_alive(caller):
+    """The crash above without a compiler, in a child process (a segmentation fault fails
+    this test, not the session): FakeTensorMode entered in compile workers that end, their
+    freed memory reused, then entered in the main thread; compiling from the main thread,
+    or from threads of the caller's own that end as well."""
+    script = (
+        "import sys, threading, torch\n"
+        "from torch._subclasses.fake_tensor import FakeTensorMode\n"
+        "from tracebridge.backends.api import _in_worker\n"
+        "def fake():\n"
+        "    with FakeTensorMode():\n"
+        "        torch.empty(2)\n"
+        "    junk = [bytearray(n) for n in range(8, 200)] * 10  # reuses freed blocks\n"
+        "def compiles():\n"
+        "    for _ in range(3):\n"
+        "        _in_worker(fake, 'inductor', None)\n"
+        "for _ in range(2):\n"
+        "    if sys.argv[1] == 'main':\n"
+        "        compiles()\n"
+        "    else:\n"
+        "        caller = threading.Thread(target=compiles)\n"
+        "        caller.start()\n"
+        "        caller.join()\n"
+        "fake()\n"
+        "print('alive')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run(
+        [sys.executable, "-c", script, caller], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert (done.returncode, done.stdout) == (0, "alive\n"), done.stderr[-3000:]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -500,9 +551,6 @@ def test_sizes_cross_subgraph_boundaries():
 
 
 def test_reload_in_a_fresh_process(tmp_path):
-    import os
-    import sys
-
     import numpy
 
     model = WithCumsum().eval()

@@ -42,6 +42,7 @@ from ..ir.pytree import is_tensor
 from ..trace.capture import preserved
 from .base import Backend, BackendError, backend_class
 from .compiled import CompiledFunction, CompiledModule, LazySubgraph, MethodPlan
+from .fake_cuda_guard import pin_fake_cuda_guard
 from .partition import (
     Coverage,
     Subgraph,
@@ -124,7 +125,11 @@ def _in_worker(work: Callable[[], None], backend: str, timeout: float | None) ->
 
     Note: a thread cannot be killed; past the timeout it finishes in the background and its
     result is dropped. A subprocess could be killed, but compiled code cannot cross a
-    process boundary without pickling, which tracebridge never does."""
+    process boundary without pickling, which tracebridge never does. Before the worker
+    starts, torch's fake CUDA guard is given a thread that outlives it (fake_cuda_guard.py:
+    on torch 2.11 without a CUDA device, the guard a worker installs dies with it, and the
+    next compile crashed the process)."""
+    pin_fake_cuda_guard()
     grad = torch.is_grad_enabled()
 
     def run():
