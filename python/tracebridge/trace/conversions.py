@@ -21,7 +21,7 @@ from .device_reads import FULL, TYPE, device_use
 from .numbers import SymFloat, SymInt, SymSize, _Traced
 from .short_circuit import settled_without_it
 from .text import TensorText, formatted, unseen_int_format
-from .unseen_reads import unseen_read
+from .unseen_reads import made_for_user_code, unseen_read
 
 # A tensor's device flags read as properties (``x.is_cuda``): the device type each asks
 # about, guarded with prim.is_device_type (op-set 9).
@@ -97,7 +97,7 @@ class Conversions:
         ``element``: the number is that item of a ``torch.Size`` the code reads."""
         if not isinstance(sym, _Traced):
             return sym
-        frame = user_frame(sys._getframe(1))
+        frame = made_for_user_code(sys._getframe(1))
         if frame is None:
             return sym
         try:

@@ -40,6 +40,7 @@ import ast
 import builtins
 import inspect
 import operator
+import os
 import re
 import types
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ from functools import lru_cache
 
 import torch
 
-from ..source import is_internal
+from ..source import OWN_DIR, TORCH_DIR, is_internal
 from .device_reads import _def_node, _static_attribute, _unpacked_into
 from .text import _decides, _parsed, _percent_arguments, _percent_format, _positions
 
@@ -513,6 +514,23 @@ def _into_function(func, arguments: list, at: int | str, depth: int, keywords=No
         if found is not None:
             return found
     return None
+
+
+# PyTorch's files that hand a call on and give its result back to their caller.
+_PLUMBING = tuple(os.path.join(TORCH_DIR, name) for name in ("overrides.py", "_tensor.py"))
+
+
+def made_for_user_code(frame):
+    """The user's frame that receives a traced number made under ``frame``, or None where
+    PyTorch's own Python code made it for itself (``F.batch_norm`` checking the batch size,
+    ``multi_head_attention_forward`` reading shapes): PyTorch's reads are PyTorch's."""
+    while frame is not None and frame.f_code.co_filename.startswith(OWN_DIR):
+        frame = frame.f_back
+    while frame is not None and frame.f_code.co_filename.startswith(_PLUMBING):
+        frame = frame.f_back
+    if frame is None or is_internal(frame.f_code.co_filename):
+        return None
+    return frame
 
 
 def unseen_read(frame, element: int | None = None, rank: int = 0) -> tuple[str, int] | None:
