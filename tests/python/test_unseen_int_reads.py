@@ -322,3 +322,29 @@ def index_kept_in_a_message(x):
 def test_a_size_formatted_for_a_message_stays_general():
     traced = tracebridge.trace(index_kept_in_a_message, (ONES3,))
     torch.testing.assert_close(traced(ONES5), ONES5 * 2)
+
+
+def _make_table():
+    return list(TABLE)
+
+
+def table_bound_after_the_size(x):
+    n = x.shape[0]
+    table = _make_table()
+    return x * table[n]
+
+
+def tensor_bound_after_the_size(x):
+    n = x.shape[0]
+    h = x * 2
+    return h[: n - 1]
+
+
+def test_a_container_bound_after_the_size_is_judged_when_the_code_returns():
+    traced = tracebridge.trace(table_bound_after_the_size, (ONES3,), check_trace=False)
+    torch.testing.assert_close(traced(ONES3), table_bound_after_the_size(ONES3))
+    with pytest.raises(GuardError):
+        traced(ONES5)
+    traced = tracebridge.trace(tensor_bound_after_the_size, (ONES3,))
+    assert not traced.guards
+    torch.testing.assert_close(traced(ONES5), tensor_bound_after_the_size(ONES5))

@@ -21,7 +21,7 @@ from .device_reads import FULL, TYPE, device_use
 from .numbers import SymFloat, SymInt, SymSize, _Traced
 from .short_circuit import settled_without_it
 from .text import TensorText, formatted, unseen_int_format
-from .unseen_reads import made_for_user_code, unseen_read
+from .unseen_reads import made_for_user_code, settle, unseen_read
 
 # A tensor's device flags read as properties (``x.is_cuda``): the device type each asks
 # about, guarded with prim.is_device_type (op-set 9).
@@ -100,16 +100,33 @@ class Conversions:
         frame = made_for_user_code(sys._getframe(1))
         if frame is None:
             return sym
+        later: list = []
         try:
-            found = unseen_read(frame, element, rank)
+            found = unseen_read(frame, element, rank, later)
         except Exception:  # noqa: BLE001 - a source we cannot follow: as before, no guard
             return sym
-        if found is None:
-            return sym
-        loc = f"{found[0]}:{found[1]}"
+        self._unseen_later.extend((sym, f, site) for f, site in later)
+        if found is not None:
+            self._guard_read_in_c(sym, f"{found[0]}:{found[1]}")
+        return sym
+
+    def settle_unseen_reads(self) -> None:
+        """When the traced code has returned: guard the numbers that went into a subscript
+        of a local bound after they were made, where the local then held a list, a
+        tuple, a string (trace/unseen_reads.py, ``settle``)."""
+        pending, self._unseen_later = self._unseen_later, []
+        for sym, frame, site in pending:
+            try:
+                found = settle(frame, site)
+            except Exception:  # noqa: BLE001 - as in guard_unseen_read
+                continue
+            if found is not None:
+                self._guard_read_in_c(sym, f"{found[0]}:{found[1]}")
+
+    def _guard_read_in_c(self, sym, loc: str) -> None:
         key = (id(sym), loc)
         if key in self._unseen_guarded:
-            return sym
+            return
         self._unseen_guarded[key] = sym  # kept: an id is unique while its object lives
         concrete = sym._concrete()
         self.guard(self.scalar_ref(sym), concrete, sym._desc, "value", loc)
@@ -118,7 +135,6 @@ class Conversions:
             "a slice or an argument of a builtin), which does not ask a traced number; "
             f"the trace is valid only while it stays {concrete!r}"
         )
-        return sym
 
     def scalar_op(self, op: str, operands: tuple):
         concrete = [o._concrete() if isinstance(o, _Traced) else o for o in operands]

@@ -271,8 +271,10 @@ def parameter_sites(code: types.CodeType, parameter: str) -> tuple:
 class _Scope:
     """Names the code reads, looked up without running code."""
 
-    def __init__(self, local_names: dict, global_names: dict, filename: str):
+    def __init__(self, local_names: dict, global_names: dict, filename: str, frame=None):
         self.local_names, self.global_names, self.filename = local_names, global_names, filename
+        self.frame = frame  # the running frame whose names these are, if any
+        self.later: list[Site] = []  # subscripts of its locals not bound yet
 
     def lookup(self, name: str):
         for names in (self.local_names, self.global_names, vars(builtins)):
@@ -437,6 +439,8 @@ def _subscript_reads(site: Site, container, scope: _Scope, depth: int):
         expr = site.expr
         if isinstance(expr, ast.Name) and _assigned_a_sequence(expr.id, expr):
             return here
+        if isinstance(expr, ast.Name) and scope.frame is not None and container is _MISSING:
+            scope.later.append(site)  # a local bound after the number was made: see settle
         return None  # found only by running code: taken as a tensor's (see the Note)
     if container is _SEQUENCE:
         return here
@@ -533,10 +537,14 @@ def made_for_user_code(frame):
     return frame
 
 
-def unseen_read(frame, element: int | None = None, rank: int = 0) -> tuple[str, int] | None:
+def unseen_read(
+    frame, element: int | None = None, rank: int = 0, later: list | None = None
+) -> tuple[str, int] | None:
     """``(file, line)`` where C code reads the traced number made at ``frame``'s current
     instruction without asking it, or None (see the module Note). ``element``: the number
-    is that item of a ``torch.Size`` made there."""
+    is that item of a ``torch.Size`` made there. ``later`` receives ``(frame, site)`` for
+    each subscript of a local that is not bound yet: :func:`settle` judges it when the
+    trace ends."""
     for _ in range(_CALLERS):
         if frame is None or is_internal(frame.f_code.co_filename):
             return None
@@ -546,14 +554,30 @@ def unseen_read(frame, element: int | None = None, rank: int = 0) -> tuple[str, 
         sites = sites_at(filename, position, element, rank)
         if not sites:
             return None
-        scope = _Scope(frame.f_locals, frame.f_globals, filename)
+        scope = _Scope(frame.f_locals, frame.f_globals, filename, frame)
         for site in sites:
             if site == _RETURNED:
                 continue
             found = read_unseen(site, scope)
             if found is not None:
                 return found
+        if later is not None:
+            later.extend((frame, site) for site in scope.later)
         if _RETURNED not in sites or element is not None:
             return None
         frame = frame.f_back
     return None
+
+
+def settle(frame, site: Site) -> tuple[str, int] | None:
+    """For a subscript of a local that was not bound where the number was made
+    (``n = x.shape[0]; table = make_table(); table[n]``): ``(file, line)`` where C code
+    reads the number, judged from what the local holds when the trace ends (a frame
+    that has returned keeps its locals), else None (a tensor, or never bound: the line
+    did not run)."""
+    filename = frame.f_code.co_filename
+    scope = _Scope(frame.f_locals, frame.f_globals, filename)
+    container = scope.local_names.get(site.expr.id, _MISSING)
+    if container is _MISSING:
+        return None
+    return _subscript_reads(site, container, scope, 0)
