@@ -160,8 +160,12 @@ def _flow(node: ast.AST, following: frozenset) -> set:
     """The sites the value of ``node`` reaches, walking up through expressions that carry
     it unchanged; into a local, through every read of it (``following``: locals on the
     way)."""
+    if isinstance(node, (ast.JoinedStr, ast.FormattedValue)):
+        return set()  # the number's text, made by its __format__: trace/text.py's
     child, parent = node, _parent(node)
     while parent is not None:
+        if isinstance(parent, (ast.JoinedStr, ast.FormattedValue)):
+            return set()
         if isinstance(parent, ast.Subscript):
             if child is parent.value:
                 return set()
