@@ -190,6 +190,29 @@ def numpy_index(x):
     return x * float(np.arange(8.0)[x.shape[0]])
 
 
+def loop_values_index(x):
+    n = x.shape[0]
+    total = 0.0
+    for i in range(n, n + 2):
+        total += TABLE[i]
+    return x * total
+
+
+def comprehension_values_index(x):
+    n = x.shape[0]
+    return x * sum([TABLE[i] for i in range(n - 1, n + 1)])
+
+
+class KeepsTheSize(torch.nn.Module):
+    def forward(self, x):
+        self.n = x.shape[0]
+        return x * TABLE[self.n]
+
+
+def attribute_index(x):
+    return KeepsTheSize()(x)
+
+
 def percent_float_decides(x):
     text = "%.1f" % x.sum().item()  # noqa: UP031 - the pattern under test
     return x * (1.0 if text == "3.0" else 2.0)
@@ -248,6 +271,9 @@ CHOICES = [
     (user_getitem, ONES3, ONES5),
     (shape_indexed_by_item, torch.zeros(2, 3), torch.ones(2, 3)),
     (numpy_index, ONES3, ONES5),
+    (loop_values_index, ONES3, ONES5),
+    (comprehension_values_index, ONES3, ONES5),
+    (attribute_index, ONES3, ONES5),
     (percent_float_decides, ONES3, ONES5),
     (percent_float_key, ONES3, ONES5),
     (format_float_decides, ONES3, ONES5),

@@ -215,7 +215,18 @@ def _flow(node: ast.AST, following: frozenset) -> set:
             targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
             if len(targets) == 1 and isinstance(targets[0], ast.Name):
                 return _reads_of_local(parent, targets[0].id, following)
+            if len(targets) == 1 and _is_local_attribute(targets[0]):
+                # self.n = n: its reads as self.n in this function (not elsewhere: unseen)
+                target = targets[0]
+                return _reads_of_local(parent, (target.value.id, target.attr), following)
             return set()
+        if (
+            isinstance(parent, (ast.For, ast.comprehension))
+            and child is parent.iter
+            and isinstance(parent.target, ast.Name)
+        ):
+            # for i in range(n, n + 2): the loop's values are traced where a bound is
+            return _reads_of_local(parent, parent.target.id, following)
         if isinstance(parent, ast.Return):
             return {_RETURNED}
         return set()
@@ -240,7 +251,7 @@ def _enclosing_function(node: ast.AST):
     return node
 
 
-def _reads_of_local(statement: ast.AST, name: str, following: frozenset) -> set:
+def _reads_of_local(statement: ast.AST, name: str | tuple, following: frozenset) -> set:
     """The sites of every read of the local ``name`` bound at ``statement``."""
     function = _enclosing_function(statement)
     if function is None:
@@ -248,14 +259,24 @@ def _reads_of_local(statement: ast.AST, name: str, following: frozenset) -> set:
     return _reads_in(function, name, following)
 
 
-def _reads_in(function: ast.AST, name: str, following: frozenset) -> set:
+def _is_local_attribute(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+
+
+def _reads_in(function: ast.AST, name: str | tuple, following: frozenset) -> set:
+    """The sites of every read of the local ``name`` (or ``(local, attribute)``: reads
+    of ``local.attribute``) in ``function``."""
     key = (id(function), name)
     if key in following or len(following) >= _LOCALS:
         return set()
     following = following | {key}
     found: set = set()
     for node in ast.walk(function):
-        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
+        if isinstance(name, str):
+            read = isinstance(node, ast.Name) and node.id == name
+        else:
+            read = _is_local_attribute(node) and (node.value.id, node.attr) == name
+        if read and isinstance(node.ctx, ast.Load):
             found |= _flow(node, following)
     return found
 
