@@ -190,6 +190,12 @@ def numpy_index(x):
     return x * float(np.arange(8.0)[x.shape[0]])
 
 
+def index_after_augmented_assignment(x):
+    n = x.shape[0]
+    n += 1
+    return x * TABLE[n]
+
+
 def loop_values_index(x):
     n = x.shape[0]
     total = 0.0
@@ -271,6 +277,7 @@ CHOICES = [
     (user_getitem, ONES3, ONES5),
     (shape_indexed_by_item, torch.zeros(2, 3), torch.ones(2, 3)),
     (numpy_index, ONES3, ONES5),
+    (index_after_augmented_assignment, ONES3, ONES5),
     (loop_values_index, ONES3, ONES5),
     (comprehension_values_index, ONES3, ONES5),
     (attribute_index, ONES3, ONES5),

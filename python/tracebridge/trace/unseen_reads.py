@@ -96,24 +96,50 @@ def sites_at(filename: str, position: tuple, element: int | None, rank: int) -> 
     ``rank`` sizes made there (``x.shape``), not the expression's value itself."""
     node = (_parsed(filename) or {}).get(position)
     if node is None:
+        augmented = _augmented_assignments(filename).get(position)
+        if augmented is not None and isinstance(augmented.target, ast.Name):
+            # n += 1: the instruction is the whole statement; the new n is the local's
+            return tuple(_reads_of_local(augmented, augmented.target.id, frozenset()))
         return ()
     if element is not None:
         node = _element_of(node, element, rank)
         if node is None:
             return ()
-        if isinstance(node, _LocalRef):
-            return tuple(_reads_of_local(node.assign, str(node), frozenset()))
+        if isinstance(node, tuple):  # (the unpacking statement, the local)
+            return tuple(_reads_of_local(node[0], node[1], frozenset()))
     return tuple(_flow(node, frozenset()))
+
+
+@lru_cache(maxsize=256)
+def _augmented_assignments(filename: str) -> dict:
+    """The ``n += ...`` statements of a file by their span (an expression index misses
+    them: their instruction's position is the statement's)."""
+    found = {}
+    for node in (_parsed(filename) or {}).values():
+        statement = _parent(node)
+        if isinstance(statement, ast.AugAssign) and statement.target is node:
+            found[
+                (
+                    statement.lineno,
+                    statement.end_lineno,
+                    statement.col_offset,
+                    statement.end_col_offset,
+                )
+            ] = statement
+    return found
 
 
 def _element_of(node: ast.AST, element: int, rank: int):
     """Where item ``element`` of the ``torch.Size`` made by ``node`` goes: the node of
-    ``shape[k]`` where ``k`` is that item, the local it is unpacked into (a name), or
-    None where the code takes no such item (or passes the whole size on)."""
+    ``shape[k]`` where ``k`` is that item (or an index the source does not show), the
+    unpacking statement and the local it is unpacked into, or None where the code takes
+    no such item (or passes the whole size on)."""
     parent = _parent(node)
     if isinstance(parent, ast.Subscript) and parent.value is node:
+        if isinstance(parent.slice, ast.Slice):
+            return None  # x.shape[1:]: a torch.Size, passed on
         k = _constant_int(parent.slice)
-        if k is None or k % max(rank, 1) != element:
+        if k is not None and k % max(rank, 1) != element:
             return None
         return parent
     if isinstance(parent, ast.Assign) and parent.value is node and len(parent.targets) == 1:
@@ -123,17 +149,8 @@ def _element_of(node: ast.AST, element: int, rank: int):
             if not any(isinstance(e, ast.Starred) for e in target.elts) and isinstance(
                 item, ast.Name
             ):
-                return _LocalRef(parent, item.id)
+                return (parent, item.id)
     return None
-
-
-class _LocalRef(str):
-    """A local a size was unpacked into, with the statement that binds it."""
-
-    def __new__(cls, assign: ast.stmt, name: str):
-        obj = str.__new__(cls, name)
-        obj.assign = assign
-        return obj
 
 
 def _constant_int(node: ast.AST) -> int | None:
@@ -493,11 +510,12 @@ def _call_reads(site: Site, func, scope: _Scope, depth: int):
         func = func.__func__
     elif isinstance(func, types.MethodType):
         func, bound = func.__func__, [func.__self__]
-    elif isinstance(func, types.FunctionType) and owner not in (None, _MISSING):
-        if not isinstance(owner, (type, types.ModuleType)):
-            bound = [owner]  # a method looked up on an instance: self is bound
-    elif isinstance(func, torch.nn.Module):
-        func, bound = type(func).forward, [func]
+    elif (
+        isinstance(func, types.FunctionType)
+        and owner not in (None, _MISSING)
+        and not isinstance(owner, (type, types.ModuleType))
+    ):
+        bound = [owner]  # a method looked up on an instance: self is bound
     if isinstance(func, types.FunctionType):
         if any(isinstance(a, ast.Starred) for a in call.args):
             return None  # the parameters cannot be matched without running code
