@@ -23,9 +23,14 @@ Note: what carries over, and how.
     nesting is kept in ``gm.meta["tracebridge"]`` (:class:`BridgeInfo`), and
     :func:`flatten_inputs` / :func:`unflatten_outputs` / :func:`call` go between the two.
 
-What does not carry over: the runtime's input checks (rank and dtype kind of each input)
-and the size-1 specialisations of a method (check/specialise.py) -- the GraphModule is the
-method's main graph, so a call that only a specialisation serves raises GuardError.
+  * Checks at the call (fx_checks.py): the runtime's input checks (rank and kind of dtype
+    of each input), the mode of a graph that depends on it, and state the traced module
+    holds anew; under ``torch.export`` the dtype and rank stay checked in the exported
+    program, and every size guard is an explicit assertion there.
+
+What does not carry over: the size-1 specialisations of a method (check/specialise.py) --
+the GraphModule is the method's main graph, so a call that only a specialisation serves
+raises GuardError -- and, in an exported program, autocast (docs/deploy.md).
 """
 
 from __future__ import annotations
