@@ -211,3 +211,13 @@ def test_fullgraph_compile_names_the_traces_guard() -> None:
     with pytest.raises(Exception, match="a check of the tracebridge trace failed"):
         compiled(torch.randn(5, 2))
     torch._dynamo.reset()
+
+
+def test_graph_module_that_cannot_pickle_says_what_to_do() -> None:
+    def pair_sum(x):
+        a, b = x.unbind(0)
+        return a + b
+
+    gm = tracebridge.to_graph_module(_trace(pair_sum, torch.randn(2, 3)))
+    with pytest.raises(tracebridge.TraceError, match=r"cannot be pickled.*tracebridge.save"):
+        torch.save(gm, io.BytesIO())

@@ -617,6 +617,7 @@ def graph_module(
     gm.train(training)
     if checks is not None:
         gm._tracer_cls = fx_checks.CheckTracer
+        type(gm).__reduce__ = fx_checks.reduce_or_say_why  # the class is gm's own (torch.fx)
         for state_name, path in targets.items():
             table, key = slots[state_name]
             owner, _, attribute = path.rpartition(".")

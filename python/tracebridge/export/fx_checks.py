@@ -116,6 +116,19 @@ def _record(function, *args):
     return tracer.create_proxy("call_function", function, args, {})
 
 
+def reduce_or_say_why(gm: fx.GraphModule):
+    """``__reduce__`` of a GraphModule of to_graph_module: torch's, or a TraceError saying
+    what to do where the graph calls a function pickle cannot import (a local one)."""
+    try:
+        return fx.GraphModule.__reduce__(gm)
+    except Exception as error:  # torch.package's ObjNotFoundError, pickle's own
+        raise TraceError(
+            "this GraphModule cannot be pickled: its graph calls a function made for it "
+            f"({str(error)[:200]}); save the trace instead (tracebridge.save) and make the "
+            "GraphModule again after tracebridge.load (to_graph_module)"
+        ) from error
+
+
 # -- inputs ---------------------------------------------------------------------------------
 
 
