@@ -45,20 +45,21 @@ def _exporting() -> bool:
     return torch.compiler.is_exporting()
 
 
-def tracebridge_check_failed(message: str, guard: str, location: str, seen):
+def fail(message: str, guard: str, location: str, seen):
+    """Raise GuardError: from a function Dynamo does not trace (below)."""
     raise GuardError(message, guard=guard, location=location, seen=seen)
 
 
-# A function Dynamo does not trace: constructing GuardError under Dynamo failed with
-# "Attempted to call a super() attribute" under ``fullgraph=True``; now that error is
-# Dynamo's "skip calling a disabled function", whose reason says what happened.
-fail = torch.compiler.disable(
-    tracebridge_check_failed,
-    reason=(
-        "a check of the tracebridge trace failed (a guard, or an input check): this call "
-        "takes another path than the traced one; without fullgraph=True the call raises "
-        "tracebridge.GuardError naming the assumption and its source line"
-    ),
+# Marked as ``torch.compiler.disable`` marks a function, without importing Dynamo (loading
+# an AOT package imports neither Dynamo nor inductor): Dynamo breaks the graph at the call,
+# which runs eagerly and raises GuardError. Traced, constructing GuardError failed with
+# "Attempted to call a super() attribute" under ``fullgraph=True``; now Dynamo's error
+# there is "skip inlining a disabled function", whose reason names the trace.
+fail._torchdynamo_disable = True
+fail._torchdynamo_disable_msg = (
+    "a check of the tracebridge trace failed (a guard, or an input check): this call takes "
+    "another path than the traced one; without fullgraph=True the call raises "
+    "tracebridge.GuardError naming the assumption and its source line"
 )
 
 
