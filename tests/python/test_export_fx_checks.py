@@ -221,3 +221,18 @@ def test_graph_module_that_cannot_pickle_says_what_to_do() -> None:
     gm = tracebridge.to_graph_module(_trace(pair_sum, torch.randn(2, 3)))
     with pytest.raises(tracebridge.TraceError, match=r"cannot be pickled.*tracebridge.save"):
         torch.save(gm, io.BytesIO())
+
+
+def test_state_loaded_with_assign_is_seen_under_torch_compile() -> None:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)).eval()
+    gm = tracebridge.to_graph_module(_trace(net, torch.randn(5, 4)))
+    compiled = torch.compile(gm)
+    x = torch.randn(6, 4)
+    torch.testing.assert_close(compiled(x)[0], net(x))
+    other = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)).eval()
+    other[1].running_mean.add_(1.0)
+    net.load_state_dict(copy.deepcopy(other.state_dict()), assign=True)
+    torch.testing.assert_close(compiled(x)[0], other(x))
+    torch.testing.assert_close(compiled(x)[0], other(x))
+    torch._dynamo.reset()

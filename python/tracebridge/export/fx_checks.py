@@ -21,9 +21,9 @@ Note: the checks, and how each behaves eagerly / under ``torch.compile`` / ``tor
     traced module does; a state tensor the traced module holds anew
     (``load_state_dict(..., assign=True)``, ``module.weight = nn.Parameter(...)``) is
     installed on the GraphModule before the call, as ``tracebridge.compile`` picks it
-    up. Both eagerly; under ``torch.compile`` the mode check only (the flag is one of
-    Dynamo's guards); under ``torch.export`` neither (an exported program has no mode
-    and holds copies of the state).
+    up. Both eagerly and under ``torch.compile`` (the flag and each tensor's identity
+    become Dynamo's guards: a rebinding recompiles); under ``torch.export`` the mode
+    check only (an exported program holds copies of the state).
   * Failures raise :class:`~tracebridge.GuardError` through :func:`fail`, which Dynamo
     does not trace: without ``fullgraph`` the call breaks the graph there and raises it;
     with ``fullgraph=True`` Dynamo's own error carries the reason, which names the trace.
@@ -252,10 +252,23 @@ def tracebridge_check_call(check: CallCheck, training: bool) -> None:
             "",
             training,
         )
-    # Eagerly only: Dynamo would guard on every tensor's identity, and an exported
-    # program holds copies of the state anyway.
-    if check.slots and not torch.compiler.is_compiling() and check.stale():
-        check.rebind()
+    # Not under export: an exported program holds copies of the state. Under Dynamo the
+    # comparisons become guards on each tensor's identity, so a rebinding recompiles,
+    # and the rebinding itself breaks the graph (``rebind`` runs eagerly).
+    if check.slots and not _exporting() and check.stale():
+        rebind(check)
+
+
+def rebind(check: CallCheck) -> None:
+    check.rebind()
+
+
+rebind._torchdynamo_disable = True  # as fail is: run eagerly under torch.compile
+rebind._torchdynamo_disable_msg = (
+    "a state tensor of the traced module was set anew (load_state_dict(assign=True), a "
+    "parameter assigned): the GraphModule installs it eagerly; without fullgraph=True the "
+    "call does so and recompiles"
+)
 
 
 def _install_anew(module: torch.nn.Module, attribute: str, tensor: torch.Tensor) -> None:
