@@ -159,8 +159,8 @@ def make_guard(node: Node, line: str, on_grad_mode: bool = False) -> tuple[Calla
     kwargs = node.kwargs
     data = (
         kwargs.get("expect"),
-        str(kwargs.get("what", "")),
-        str(kwargs.get("kind", "value")),
+        kwargs.get("what"),
+        kwargs.get("kind"),
         node.loc if isinstance(node.loc, str) else None,
         line,
         on_grad_mode,
@@ -213,8 +213,10 @@ def tracebridge_guard(value, expect, what, kind, loc, line, on_grad_mode=False):
         # so it runs eagerly and raises GuardError (a call that breaks a guard
         # recompiles here); under ``fullgraph=True`` Dynamo's error names the trace's
         # guard (fx_checks.fail).
-        node = Node(op="prim.guard", kwargs={"what": what, "expect": expect, "kind": kind}, loc=loc)
-        fx_checks.fail(support.guard_message(node, value, line), what, loc or "", value)
+        kwargs = {"what": what, "kind": kind}  # as recorded: guard_message has defaults
+        kwargs = {key: item for key, item in kwargs.items() if item is not None}
+        node = Node(op="prim.guard", kwargs={**kwargs, "expect": expect}, loc=loc)
+        fx_checks.fail(support.guard_message(node, value, line), what or "", loc or "", value)
 
 
 def make_count_check(node: Node, expected: int, line: str) -> Callable:

@@ -63,8 +63,9 @@ fail._torchdynamo_disable_msg = (
 )
 
 
-def guard_text(what: str, expect, kind: str, loc: str | None, line: str) -> str:
+def guard_text(what: str | None, expect, kind: str | None, loc: str | None, line: str) -> str:
     """The message of a guard's assertion in an exported program."""
+    what = what or "a traced value"
     head = f"{what} is {expect}" if kind == "branch" else f"{what} == {expect!r}"
     where = (loc or "unknown location") + (f": {line}" if line else "")
     return (
