@@ -580,7 +580,8 @@ def _mode_check(program: Program, method: str, name: str, training: bool) -> fx_
         )
     else:
         return fx_checks.CallCheck(name, None, "", [])
-    return fx_checks.CallCheck(name, training, advice, [])
+    label = name if name == method else f"{method} ({name})"
+    return fx_checks.CallCheck(label, training, advice, [])
 
 
 def graph_module(
