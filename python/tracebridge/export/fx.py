@@ -23,9 +23,14 @@ Note: what carries over, and how.
     nesting is kept in ``gm.meta["tracebridge"]`` (:class:`BridgeInfo`), and
     :func:`flatten_inputs` / :func:`unflatten_outputs` / :func:`call` go between the two.
 
-What does not carry over: the runtime's input checks (rank and dtype kind of each input)
-and the size-1 specialisations of a method (check/specialise.py) -- the GraphModule is the
-method's main graph, so a call that only a specialisation serves raises GuardError.
+  * Checks at the call (fx_checks.py): the runtime's input checks (rank and kind of dtype
+    of each input), the mode of a graph that depends on it, and state the traced module
+    holds anew; under ``torch.export`` the dtype and rank stay checked in the exported
+    program, and every size guard is an explicit assertion there.
+
+What does not carry over: the size-1 specialisations of a method (check/specialise.py) --
+the GraphModule is the method's main graph, so a call that only a specialisation serves
+raises GuardError -- and, in an exported program, autocast (docs/deploy.md).
 """
 
 from __future__ import annotations
@@ -47,9 +52,12 @@ from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import AUTOGRAD_FUNCTION, map_literal
 from ..ir.pytree import is_tensor
 from ..runtime import support
+from . import fx_checks
 from .fused_paths import EXPORTED_FORMS, exportable
 
 META_KEY = "tracebridge"
+# The GraphModule's attribute holding its fx_checks.CallCheck.
+CALL_CHECK = "_tb_call_check"
 
 # Ops written as plain Python on sizes: the op table's bounded versions check
 # ``isinstance(x, int)`` (a symbolic size is not an int), so these are what they compute
@@ -135,50 +143,80 @@ EXPORTED_GUARDS: contextvars.ContextVar[list | None] = contextvars.ContextVar(
 )
 
 
-def make_guard(node: Node, line: str, on_grad_mode: bool = False) -> Callable:
-    """The function a guard node calls: raises GuardError when ``value`` differs from what
-    the trace saw (see the module Note for how it behaves under compile and export).
-    ``on_grad_mode``: the guard is on ``torch.is_grad_enabled()``. An exported program
-    serves inference only (ONNX has no autograd; an AOT package runs only the calls that
-    need none, backends/aot_context.py), and both modes compute the same values there, so
+def make_guard(node: Node, line: str, on_grad_mode: bool = False) -> tuple[Callable, tuple]:
+    """The function a guard node calls, and its arguments after the guarded value: raises
+    GuardError when ``value`` differs from what the trace saw (see the module Note for how
+    it behaves under compile and export). ``on_grad_mode``: the guard is on
+    ``torch.is_grad_enabled()``. An exported program serves inference only (ONNX has no
+    autograd; an AOT package runs only the calls that need none,
+    backends/aot_context.py), and both modes compute the same values there, so
     ``torch.export`` drops it (a fused path recorded under ``torch.no_grad()`` exports in
-    the form export/fused_paths.py gives it)."""
-    expect = node.kwargs.get("expect")
+    the form export/fused_paths.py gives it).
 
-    def tracebridge_guard(value):
-        if on_grad_mode and _exporting():
-            return
-        if isinstance(value, _SYMBOLIC) and _exporting():
-            seen = EXPORTED_GUARDS.get()
-            if seen is not None:
-                seen.append((value, expect, line))
-            if isinstance(expect, bool):
-                torch._check(value if expect else torch.sym_not(value))
-            else:
-                torch._check(value == expect)
-            return
+    The function is :func:`tracebridge_guard`, one module-level function with the guard's
+    data as literal arguments (not a closure): a GraphModule pickles its code with an
+    import of each function it calls, which a closure has not (``torch.save(gm)``)."""
+    kwargs = node.kwargs
+    data = (
+        kwargs.get("expect"),
+        kwargs.get("what"),
+        kwargs.get("kind"),
+        node.loc if isinstance(node.loc, str) else None,
+        line,
+        on_grad_mode,
+    )
+    return tracebridge_guard, data
+
+
+def tracebridge_guard(value, expect, what, kind, loc, line, on_grad_mode=False):
+    """A guard of the trace, called in the GraphModule's graph (:func:`make_guard`)."""
+    if isinstance(value, fx.Proxy):  # unpickling the GraphModule (fx_checks.CheckTracer)
+        return fx_checks._record(
+            tracebridge_guard, value, expect, what, kind, loc, line, on_grad_mode
+        )
+    if on_grad_mode and _exporting():
+        return
+    if isinstance(value, _SYMBOLIC) and _exporting():
+        seen = EXPORTED_GUARDS.get()
+        if seen is not None:
+            seen.append((value, expect, line))
         if isinstance(expect, bool):
-            # A plain ``if`` on the value: on a symbolic one, Dynamo makes it a guard of
-            # its own (a size the graph then specialises on, as ``torch.compile`` of the
-            # original code does). Not ``value is expect``: to Dynamo a SymBool is a
-            # ``bool``, not a ``torch.SymBool``, so that comparison failed under Dynamo,
-            # which broke the graph at every guard and compiled the pieces with every size
-            # symbolic (issue 16: 1.3x torch.compile); nor ``bool(value) == expect``,
-            # a symbolic comparison to Dynamo. An int is no bool (1 is not the branch True).
-            if isinstance(value, int) and not isinstance(value, bool):
-                holds = False
-            elif value:
-                holds = expect
-            else:
-                holds = not expect
+            holds = value if expect else torch.sym_not(value)
         else:
             holds = value == expect
-        if not holds:
-            # Under Dynamo: a graph break in GuardError's ``__init__``, so the rest of the
-            # call runs eagerly and raises it (a call that breaks a guard recompiles here).
-            support.raise_guard(node, value, line)
-
-    return tracebridge_guard
+        torch._check(holds)
+        # ``torch._check`` of a comparison that export's ranges already decide records
+        # nothing, and those ranges start at 2 for a dynamic size without being checked
+        # at the call (``ep.module()`` serves sizes 0 and 1): ``q.shape[2] > 1`` held
+        # "for every size", and a call at size 1 ran the size->1 path (F3). An explicit
+        # assertion stays in the exported program and refuses it.
+        fx_checks.assert_in_export(holds, fx_checks.guard_text(what, expect, kind, loc, line))
+        return
+    if isinstance(expect, bool):
+        # A plain ``if`` on the value: on a symbolic one, Dynamo makes it a guard of
+        # its own (a size the graph then specialises on, as ``torch.compile`` of the
+        # original code does). Not ``value is expect``: to Dynamo a SymBool is a
+        # ``bool``, not a ``torch.SymBool``, so that comparison failed under Dynamo,
+        # which broke the graph at every guard and compiled the pieces with every size
+        # symbolic (issue 16: 1.3x torch.compile); nor ``bool(value) == expect``,
+        # a symbolic comparison to Dynamo. An int is no bool (1 is not the branch True).
+        if isinstance(value, int) and not isinstance(value, bool):
+            holds = False
+        elif value:
+            holds = expect
+        else:
+            holds = not expect
+    else:
+        holds = value == expect
+    if not holds:
+        # Under Dynamo: a graph break at this call (a function Dynamo does not trace),
+        # so it runs eagerly and raises GuardError (a call that breaks a guard
+        # recompiles here); under ``fullgraph=True`` Dynamo's error names the trace's
+        # guard (fx_checks.fail).
+        kwargs = {"what": what, "kind": kind}  # as recorded: guard_message has defaults
+        kwargs = {key: item for key, item in kwargs.items() if item is not None}
+        node = Node(op="prim.guard", kwargs={**kwargs, "expect": expect}, loc=loc)
+        fx_checks.fail(support.guard_message(node, value, line), what or "", loc or "", value)
 
 
 def make_count_check(node: Node, expected: int, line: str) -> Callable:
@@ -250,8 +288,10 @@ class _Builder:
         targets: dict,
         eager: Callable[[Callable], Callable] | None = None,
         eager_nodes: frozenset[int] = frozenset(),
+        checks: bool = False,
     ):
         self.graph = graph
+        self.checks = checks  # the call and input checks of fx_checks.py first
         self.name = name
         self.methods = methods
         self.targets = targets  # state name -> attribute path in the GraphModule
@@ -300,6 +340,8 @@ class _Builder:
         support.check_graph(self.graph, self.name)
         for index, value in enumerate(self.graph.inputs):
             self.env[value.id] = self.fx.placeholder(_identifier(value.name, f"in{index}"))
+        if self.checks:
+            self.add_checks()
         for index, node in enumerate(self.graph.nodes):
             self.where = f"{self.name}: node {index} ({node.op})"
             if node.op == "prim.state":
@@ -315,6 +357,25 @@ class _Builder:
         self.fx.output(outputs)
         return self.fx
 
+    def add_checks(self) -> None:
+        """The mode/state check, then the input check, whose results the graph reads
+        (under export they carry the rank check: fx_checks.py)."""
+        training = self.fx.get_attr("training")
+        check = self.fx.get_attr(CALL_CHECK)
+        self.fx.call_function(fx_checks.tracebridge_check_call, (check, training))
+        if not self.graph.inputs:
+            return
+        inputs = [self.env[value.id] for value in self.graph.inputs]
+        spec = fx_checks.input_spec(self.graph)
+        checked = self.fx.call_function(fx_checks.tracebridge_check_inputs, (spec, *inputs))
+        for index, (value, placeholder) in enumerate(zip(self.graph.inputs, inputs)):
+            self.env[value.id] = self.fx.create_node(
+                "call_function",
+                operator.getitem,
+                (checked, index),
+                name=f"{placeholder.name}_checked",
+            )
+
     def state(self, node: Node) -> None:
         name = node.args[0] if node.args else None
         if name not in self.targets:
@@ -324,7 +385,8 @@ class _Builder:
     def guard(self, node: Node) -> None:
         value = self.literal(node.args[0])
         on_grad_mode = isinstance(node.args[0], Ref) and node.args[0].id in self.grad_mode_reads
-        self.fx.call_function(make_guard(node, self.line(node), on_grad_mode), (value,))
+        guard, data = make_guard(node, self.line(node), on_grad_mode)
+        self.fx.call_function(guard, (value, *data))
 
     def op(self, node: Node, wrap: Callable[[Callable], Callable] | None = None) -> None:
         args, kwargs = self.arguments(node)
@@ -493,7 +555,33 @@ def to_graph_module(obj, method: str = "forward") -> fx.GraphModule:
     True
     """
     program, name, slots, training = _resolve(obj, method)
-    return graph_module(program.methods[name], name, slots, program.methods, training)
+    return graph_module(
+        program.methods[name],
+        name,
+        slots,
+        program.methods,
+        training,
+        checks=_mode_check(program, method, name, training),
+    )
+
+
+def _mode_check(program: Program, method: str, name: str, training: bool) -> fx_checks.CallCheck:
+    """The GraphModule's :class:`~fx_checks.CallCheck`: its graph's mode, where the
+    program records another graph in the other mode (respect_mode, or ``mode_bound``)."""
+    if method in program.dispatch:
+        advice = (
+            f"the program has a graph for each mode: call .{'train' if not training else 'eval'}() "
+            "on the traced module and make the GraphModule again (to_graph_module), one per mode"
+        )
+    elif program.mode_bound.get(name) is not None:
+        advice = (
+            f"call .{'train' if training else 'eval'}() on it, or trace with respect_mode=True "
+            "and make a GraphModule per mode (to_graph_module)"
+        )
+    else:
+        return fx_checks.CallCheck(name, None, "", [])
+    label = name if name == method else f"{method} ({name})"
+    return fx_checks.CallCheck(label, training, advice, [])
 
 
 def graph_module(
@@ -504,12 +592,17 @@ def graph_module(
     training: bool = False,
     eager: Callable[[Callable], Callable] | None = None,
     eager_nodes=(),
+    checks: fx_checks.CallCheck | None = None,
 ) -> fx.GraphModule:
     """The GraphModule of one graph over state ``slots`` (state name -> ``(table, key)``,
     as the runtime reads state): what :func:`to_graph_module` builds. ``eager`` wraps the
     callable of every node whose index is in ``eager_nodes`` (a backend keeps the ops it
-    does not support out of its compiler with ``torch._dynamo.disable``)."""
+    does not support out of its compiler with ``torch._dynamo.disable``). ``checks``:
+    the graph checks its mode, state and inputs first (fx_checks.py; what
+    :func:`to_graph_module` gives)."""
     root = nn.Module()
+    if checks is not None:
+        setattr(root, CALL_CHECK, checks)
     targets = {}
     for index, state_name in enumerate(_referenced_state(graph)):
         slot = slots.get(state_name)
@@ -520,9 +613,18 @@ def graph_module(
             )
         table, key = slot
         targets[state_name] = _install(root, state_name, table[key], index)
-    builder = _Builder(graph, name, methods, targets, eager, frozenset(eager_nodes))
+    builder = _Builder(
+        graph, name, methods, targets, eager, frozenset(eager_nodes), checks is not None
+    )
     gm = fx.GraphModule(root, builder.build(), class_name=_identifier(name, "forward"))
     gm.train(training)
+    if checks is not None:
+        gm._tracer_cls = fx_checks.CheckTracer
+        type(gm).__reduce__ = fx_checks.reduce_or_say_why  # the class is gm's own (torch.fx)
+        for state_name, path in targets.items():
+            table, key = slots[state_name]
+            owner, _, attribute = path.rpartition(".")
+            checks.slots.append((table, key, gm.get_submodule(owner), attribute))
     gm.meta[META_KEY] = BridgeInfo(
         method=name,
         in_spec=graph.in_spec,
