@@ -71,7 +71,7 @@ def fix_guarded_dimensions(model, exported, guards: list) -> None:
         if isinstance(value, torch.SymInt) and expr.is_Symbol and not isinstance(expect, bool):
             pinned[expr] = int(expect)
             continue
-        known = value.node.shape_env.var_to_val
+        known = _known_values(value.node.shape_env)
         if _holds_for_every_exported_size(expr, expect, known):
             for symbol, size in _broken_at_small_sizes(expr, expect):
                 small.setdefault(symbol, {}).setdefault(size, line.strip())
@@ -96,6 +96,12 @@ def fix_guarded_dimensions(model, exported, guards: list) -> None:
             f"{'; '.join(narrowed)}",
             stacklevel=3,
         )
+
+
+def _known_values(shape_env) -> dict:
+    """Each symbol's example value (``backed_var_to_val`` from torch 2.13 on)."""
+    backed = getattr(shape_env, "backed_var_to_val", None)
+    return backed if backed is not None else shape_env.var_to_val
 
 
 def _broken_at_small_sizes(expr, expect) -> list:
@@ -132,8 +138,11 @@ def _warn_of_small_sizes(model, exported, small: dict) -> None:
     for value, shape in _fake_shapes(model, exported):
         for index, size in enumerate(shape):
             if isinstance(size, torch.SymInt) and size.node.expr in small:
-                for at, line in sorted(small[size.node.expr].items()):
-                    dims.append(f"{value.name}[{index}] at size {at} (the guard at `{line}`)")
+                found = small[size.node.expr]
+                at = " or ".join(str(n) for n in sorted(found))
+                dims.append(
+                    f"{value.name}[{index}] at size {at} (the guard at `{found[min(found)]}`)"
+                )
     _warn_small(dims, stacklevel=5)
 
 
@@ -251,7 +260,7 @@ def fix_static_dimensions(model, exported, meta, gm, flat: list) -> None:
         for name, static in served
     )
     warnings.warn(
-        "torch.export made these input dimensions static, so the ONNX file fixes them "
+        "torch.export made these input dimensions static, so they are fixed in the file "
         f"and ONNX Runtime refuses other sizes there, which the trace serves: {shown}. "
         "Export fixes a size without a guard of the trace where an op needs its value "
         "(math.sqrt or math.log of a size, linspace's steps, one_hot's num_classes, "
