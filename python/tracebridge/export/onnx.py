@@ -131,7 +131,7 @@ def export_onnx(
     n_outputs = len(gm.graph.find_nodes(op="output")[0].args[0])
     input_names = _unique_names(meta.input_names, "input")
     output_names = [f"output{i}" for i in range(n_outputs)]
-    guards: list = []
+    guards = sizes.GuardLog()
     token = bridge.EXPORTED_GUARDS.set(guards)
     try:
         with torch.no_grad(), _quiet():

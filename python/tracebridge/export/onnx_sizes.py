@@ -19,6 +19,8 @@ dimensions for input``) or a warning, never a silently wrong answer:
 
 from __future__ import annotations
 
+import contextlib
+import io
 import warnings
 
 import torch
@@ -38,6 +40,27 @@ def _fake_shapes(model, exported):
         fake = node.meta.get("val")
         if isinstance(fake, torch.Tensor):
             yield value, fake.shape
+
+
+class GuardLog(list):
+    """The list ``EXPORTED_GUARDS`` fills while ``torch.export`` runs (fx.py appends each
+    size guard just before its ``torch._check``), kept as ``(value, expect, line,
+    unified)``: ``unified`` says whether the guard's own check made export replace a size
+    by another (``x.shape[1] == y.shape[1]``: both inputs then share one symbol, which ONNX
+    Runtime does not check, so the file must fix them). A replacement that an op makes
+    later (a multiply of the two) is the op's: ONNX Runtime's op checks it as well. The
+    check is made here first to see that; fx.py's own is then a no-op."""
+
+    def append(self, entry) -> None:
+        value, expect, line = entry
+        env = value.node.shape_env
+        before = getattr(env, "_replacements_version_counter", None)
+        if isinstance(expect, bool):
+            torch._check(value if expect else torch.sym_not(value))
+        else:
+            torch._check(value == expect)
+        after = getattr(env, "_replacements_version_counter", None)
+        super().append((value, expect, line, before is not None and after != before))
 
 
 def _raw_expr(value):
@@ -66,8 +89,10 @@ def fix_guarded_dimensions(model, exported, guards: list) -> None:
     pinned: dict = {}
     narrowed: list[str] = []
     small: dict = {}  # symbol -> {size: guard line} for sizes 0/1 that break a guard
-    for value, expect, line in guards:
-        expr = _raw_expr(value)
+    for value, expect, line, unified in guards:
+        # the expression under every size relation export found (a later op's too), but
+        # one whose own check unified sizes as it was written
+        expr = _raw_expr(value) if unified else value.node.expr
         if isinstance(value, torch.SymInt) and expr.is_Symbol and not isinstance(expect, bool):
             pinned[expr] = int(expect)
             continue
@@ -165,7 +190,7 @@ def warn_of_folded_guards(model, meta, gm, flat: list, guards: list) -> None:
     keeps dynamic, and each size it refuses with a GuardError is warned of as above."""
     from ..errors import GuardError
 
-    if not any(not _raw_expr(value).free_symbols for value, _, _ in guards):
+    if not any(not _raw_expr(entry[0]).free_symbols for entry in guards):
         return
     dims = []
     for symbol in _dynamic_symbols(model, meta):
@@ -295,7 +320,10 @@ def _grown_calls(flat: list, group: list[tuple[int, int]]):
 
 
 def _run_trace(gm, inputs: list):
-    with torch.no_grad():
+    """The trace's outputs at ``inputs``; a GraphModule prints the traceback of a failed
+    call to stderr before raising, which for a probed size that the trace refuses (a
+    Linear's features) is noise: it is kept out."""
+    with torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):
         return list(gm(*[x.clone() for x in inputs]))
 
 
