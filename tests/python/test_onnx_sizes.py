@@ -159,3 +159,12 @@ def test_the_check_runs_the_file_at_grown_sizes(tmp_path, monkeypatch):
     monkeypatch.setattr(onnx_sizes, "fix_static_dimensions", lambda *a: None)
     with pytest.raises(OnnxExportError, match=r"at input shapes .*size-dependent"):
         _export(_scaled, torch.randn(2, 3, 4), tmp_path / "unfixed.onnx")
+
+
+def test_an_exporter_failure_names_its_root(tmp_path):
+    # U6: onnxscript wraps the failing op in PassErrors that name only '<... at 0x...>'.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = tracebridge.trace(lambda x: x.chunk(3, -1)[0], torch.randn(2, 9))
+    with pytest.raises(OnnxExportError, match=r"\(from .*(?i:split).*chunk or split"):
+        tracebridge.export_onnx(traced, tmp_path / "chunk.onnx")

@@ -146,11 +146,11 @@ def export_onnx(
                 verbose=False,
             )
     except Exception as exc:  # the exporter's errors are long: the first line, and the cause
-        first = str(exc).strip().splitlines()[0][:400] if str(exc).strip() else ""
         raise OnnxExportError(
-            f"torch.onnx.export refused method {meta.method!r}: {type(exc).__name__}: {first}; "
-            "ops without an ONNX form, or a guard on tensor data (if x.sum() > 0), cannot be "
-            "exported (docs/deploy.md)"
+            f"torch.onnx.export refused method {meta.method!r}: {_exporter_error(exc)}; "
+            "ops without an ONNX form (or that the exporter cannot translate on a dynamic "
+            "size: chunk or split of one), or a guard on tensor data (if x.sum() > 0), "
+            "cannot be exported (docs/deploy.md)"
         ) from exc
     finally:
         bridge.EXPORTED_GUARDS.reset(token)
@@ -199,6 +199,25 @@ def _check_grown(session, path, inputs: list, expected: list, tolerance, values:
         )
         return
     _compare(path, got, expected, tolerance, values, f" at input shapes {shown}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:300] if text else ''}"
+
+
+def _exporter_error(exc: BaseException) -> str:
+    """The exporter's error, with the root of its chain where that names more: a pass of
+    onnxscript wraps the op that failed (``node_split (::SplitToSequence)``) in two or
+    three ``PassError: An error occurred when running '<... object at 0x...>'``."""
+    chain = [exc]
+    while (cause := chain[-1].__cause__ or chain[-1].__context__) is not None and len(chain) < 20:
+        chain.append(cause)
+    shown = _first_line(exc)
+    named = [e for e in chain[1:] if "An error occurred" not in str(e)]
+    if named:
+        shown += " (from " + "; ".join(_first_line(e) for e in named[-2:]) + ")"
+    return shown
 
 
 # The check's default tolerance by the least precise floating dtype of the inputs and the
