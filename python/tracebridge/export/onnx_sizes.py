@@ -239,8 +239,13 @@ def _holds_for_every_exported_size(expr, expect, known) -> bool:
     return bounds.is_singleton() and bool(bounds.lower) is expect
 
 
-def _static_size(size, ranges: dict) -> int | None:
-    """The one value export allows for an input size, or None where it stays dynamic."""
+def _static_size(size, ranges: dict, example: int) -> int | None:
+    """The size an input dimension must have in the file, or None where it stays dynamic:
+    the one value export allows, or the example's where export bounds the size from
+    above (timm's Swin at batch 1: ``VR[1, 2]``, its window reshape baked for batch 1), a
+    range the file cannot state."""
+    from torch.utils._sympy.numbers import int_oo
+
     if not isinstance(size, torch.SymInt):
         return int(size)
     expr = size.node.expr
@@ -249,6 +254,8 @@ def _static_size(size, ranges: dict) -> int | None:
     bounds = ranges.get(expr)
     if bounds is not None and bounds.is_singleton():
         return int(bounds.lower)
+    if bounds is not None and bounds.upper != int_oo:
+        return int(example)
     return None
 
 
@@ -266,7 +273,8 @@ def fix_static_dimensions(model, exported, meta, gm, flat: list) -> None:
         for index, (dim, size) in enumerate(zip(value.type.tensor_type.shape.dim, shape)):
             if not dim.dim_param:
                 continue  # static already: the trace's own size, or a guard's
-            static = _static_size(size, exported.range_constraints)
+            example = flat[position].shape[index]
+            static = _static_size(size, exported.range_constraints, example)
             if static is None:
                 continue
             dim.ClearField("dim_param")
