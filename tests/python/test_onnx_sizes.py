@@ -142,6 +142,21 @@ def test_repeat_interleave_with_a_count_from_sizes_exports(tmp_path):
     assert _right_or_refused(path, _repeat_kv, call) == "right"
 
 
+def test_repeat_interleave_with_a_count_from_sizes_under_torch_export():
+    # F6: the checked op refused the symbolic count with a raw ValueError.
+    from tracebridge.export import fx
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = tracebridge.trace(_repeat_kv, (torch.randn(2, 2, 3), torch.randn(2, 4, 3)))
+    gm = tracebridge.to_graph_module(traced)
+    program = torch.export.export(
+        gm, fx.example_inputs(gm), dynamic_shapes=fx.dynamic_shapes(gm), strict=False
+    )
+    x, y = torch.randn(3, 2, 5), torch.randn(3, 6, 5)
+    torch.testing.assert_close(program.module()(x, y)[0], _repeat_kv(x, y))
+
+
 def test_a_shape_mismatch_is_not_blamed_on_tolerance(tmp_path, monkeypatch):
     # U6: the check said "raise tolerance=" for outputs of another shape.
     from tracebridge.export import onnx as onnx_export
