@@ -183,3 +183,18 @@ def test_an_exporter_failure_names_its_root(tmp_path):
         traced = tracebridge.trace(lambda x: x.chunk(3, -1)[0], torch.randn(2, 9))
     with pytest.raises(OnnxExportError, match=r"\(from .*(?i:split).*chunk or split"):
         tracebridge.export_onnx(traced, tmp_path / "chunk.onnx")
+
+
+def _padded_mask(x, mask):
+    if (padding := x.shape[1] - mask.shape[1]) > 0:  # transformers' masking_utils
+        mask = torch.nn.functional.pad(mask, (0, padding))
+    return x * mask
+
+
+def test_a_size_one_that_onnx_runtime_broadcasts_is_named_at_export(tmp_path):
+    # The multiply makes export unify the two lengths, which decides the guard; ONNX
+    # Runtime broadcasts a mask of length 1 where the trace refuses it (the guard).
+    caught = _export(_padded_mask, (torch.randn(2, 8), torch.ones(2, 8)), tmp_path / "m.onnx")
+    assert any("cannot refuse size 0 or 1" in m and "mask[1] at size 1" in m for m in caught), (
+        caught
+    )

@@ -156,9 +156,10 @@ def export_onnx(
         bridge.EXPORTED_GUARDS.reset(token)
     model = program.model_proto
     _name_dimensions(model, meta)
-    sizes.fix_guarded_dimensions(model, program.exported_program, guards)
+    named = sizes.fix_guarded_dimensions(model, program.exported_program, guards)
     sizes.fix_static_dimensions(model, program.exported_program, meta, gm, flat)
-    sizes.warn_of_folded_guards(model, meta, gm, flat, guards)
+    if not check:
+        sizes.warn_of_small_sizes(model, meta, gm, flat, guards, named)
     out = Path(out)
     import onnx
 
@@ -181,6 +182,12 @@ def export_onnx(
         session = check_onnx(out, flat, expected, tolerance, values=not random)
         for inputs, want in sizes.grown_calls_to_check(model, meta, gm, flat):
             _check_grown(session, out, inputs, want, tolerance, values=not random)
+
+        def run(inputs):
+            feeds = {i.name: _numpy(t) for i, t in zip(session.get_inputs(), inputs)}
+            return session.run(None, feeds)
+
+        sizes.warn_of_small_sizes(model, meta, gm, flat, guards, named, run)
     return out
 
 

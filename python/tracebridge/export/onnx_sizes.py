@@ -71,7 +71,7 @@ def _raw_expr(value):
     return getattr(node, "_expr", node.expr)
 
 
-def fix_guarded_dimensions(model, exported, guards: list) -> None:
+def fix_guarded_dimensions(model, exported, guards: list) -> list[str]:
     """Make static every input dimension that one of the trace's guards decides.
 
     A guard on a size (an unrolled loop over ``x.shape[1]``, traced at 4; a branch on
@@ -85,7 +85,7 @@ def fix_guarded_dimensions(model, exported, guards: list) -> None:
     size-1 rule) fixes nothing (``_holds_for_every_exported_size``); where size 0 or 1
     breaks it, a warning names the dimension (``_warn_of_small_sizes``)."""
     if not guards:
-        return
+        return []
     pinned: dict = {}
     narrowed: list[str] = []
     small: dict = {}  # symbol -> {size: guard line} for sizes 0/1 that break a guard
@@ -112,7 +112,7 @@ def fix_guarded_dimensions(model, exported, guards: list) -> None:
                 dim.ClearField("dim_param")
                 dim.dim_value = pinned[size.node.expr]
                 fixed.append(f"{value.name}[{index}] = {dim.dim_value}")
-    _warn_of_small_sizes(model, exported, small)
+    named = _warn_of_small_sizes(model, exported, small)
     if narrowed:
         warnings.warn(
             "an ONNX model cannot check these guards of the trace on sizes, so the sizes they "
@@ -121,6 +121,7 @@ def fix_guarded_dimensions(model, exported, guards: list) -> None:
             f"{'; '.join(narrowed)}",
             stacklevel=3,
         )
+    return named
 
 
 def _known_values(shape_env) -> dict:
@@ -152,14 +153,14 @@ def _broken_at_small_sizes(expr, expect) -> list:
     return broken
 
 
-def _warn_of_small_sizes(model, exported, small: dict) -> None:
+def _warn_of_small_sizes(model, exported, small: dict) -> list[str]:
     """Say which ONNX input dimensions answer size 0 or 1 wrongly: an ONNX model carries
     no assertion, and export serves each dynamic size from 2 up (its size-1 rule), so a
     guard of the trace that only size 0 or 1 breaks (``if x.size(1) > 1:``, ``if
     x.numel() == 0:``) is dropped."""
     if not small:
-        return
-    dims = []
+        return []
+    dims, names = [], []
     for value, shape in _fake_shapes(model, exported):
         for index, size in enumerate(shape):
             if isinstance(size, torch.SymInt) and size.node.expr in small:
@@ -168,7 +169,9 @@ def _warn_of_small_sizes(model, exported, small: dict) -> None:
                 dims.append(
                     f"{value.name}[{index}] at size {at} (the guard at `{found[min(found)]}`)"
                 )
+                names.append(f"{value.name}[{index}]")
     _warn_small(dims, stacklevel=5)
+    return names
 
 
 def _warn_small(dims: list[str], stacklevel: int) -> None:
@@ -183,30 +186,44 @@ def _warn_small(dims: list[str], stacklevel: int) -> None:
         )
 
 
-def warn_of_folded_guards(model, meta, gm, flat: list, guards: list) -> None:
-    """A guard that export decided alone (``x.numel() == 0`` is False for sizes from 2
-    up, so the value it checks is a plain ``False``, no expression) names no size; where
-    there is one, the trace itself is called at size 0 and 1 of each dimension the file
-    keeps dynamic, and each size it refuses with a GuardError is warned of as above."""
+def warn_of_small_sizes(model, meta, gm, flat: list, guards: list, named, run=None) -> None:
+    """Sizes 0 and 1 of each dimension the file keeps dynamic, tried on the trace: where
+    the trace refuses one with a GuardError and the file does not refuse it, the file's
+    answer is not the code's, and a warning says so as above. ``run`` (the check's ONNX
+    Runtime: inputs -> outputs, or an exception) says whether the file refuses; without
+    it, sizes are tried only where export decided a guard alone (``x.numel() == 0`` is
+    False for sizes from 2 up, so the value checked is a plain ``False`` naming no size),
+    which the analysis of guards cannot see. Found so: a size 1 where two inputs must
+    agree, which ONNX Runtime broadcasts (a mask of length 1 for a sequence of 8).
+    ``named``: the dimensions already warned of."""
     from ..errors import GuardError
 
-    if not any(not _raw_expr(entry[0]).free_symbols for entry in guards):
+    if run is None and not any(not _raw_expr(entry[0]).free_symbols for entry in guards):
         return
     dims = []
     for symbol in _dynamic_symbols(model, meta):
         group = _groups_of(meta, {symbol})
+        i, d = group[0]
+        name = f"{model.graph.input[i].name}[{d}]"
+        if name in named:
+            continue
         for size in (0, 1):
             inputs = list(flat)
-            for i, d in group:
-                inputs[i] = flat[i].narrow(d, 0, min(size, flat[i].shape[d]))
+            for j, e in group:
+                inputs[j] = flat[j].narrow(e, 0, min(size, flat[j].shape[e]))
             try:
                 _run_trace(gm, inputs)
+                continue  # served by the trace: the file is compared at other sizes
             except GuardError as exc:
-                i, d = group[0]
-                name = model.graph.input[i].name
-                dims.append(f"{name}[{d}] at size {size} (the guard `{exc.guard or exc}`)")
+                guard = exc.guard or str(exc).splitlines()[0]
             except Exception:  # a failure of the trace there: no wrong answer to warn of
                 continue
+            if run is not None:
+                try:
+                    run(inputs)
+                except Exception:
+                    continue  # ONNX Runtime refuses it too
+            dims.append(f"{name} at size {size} (the guard `{guard}`)")
     _warn_small(dims, stacklevel=4)
 
 
