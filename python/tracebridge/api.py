@@ -621,20 +621,27 @@ class TracedModule(nn.Module, _Traced):
             if entry.kind == "constant":
                 self._tb_constants[name] = entry.tensor
                 continue
-            *parents, leaf = name.split(".")
-            module: nn.Module = self
-            path = ""
-            for part in parents:
-                path = f"{path}.{part}" if path else part
-                if part not in module._modules:
-                    module.add_module(part, ShownModule.of(program, path))
-                module = module._modules[part]
+            module, leaf = self._shown_owner(program, name)
             if entry.kind == "parameter":
                 module.register_parameter(
                     leaf, nn.Parameter(entry.tensor, requires_grad=entry.tensor.is_floating_point())
                 )
             else:
                 module.register_buffer(leaf, entry.tensor)
+        # A tied tensor under its other names too (a language model's output layer sharing
+        # the embedding's matrix), the same object, as the original holds it: state_dict()
+        # and load_state_dict() then take the original's keys. A name that something of
+        # the module already holds is left out (load_state_dict then names it unexpected).
+        for alias, target in program.aliases.items():
+            owner, leaf = _owner(self, target)
+            tensor = owner._parameters.get(leaf, owner._buffers.get(leaf))
+            module, alias_leaf = self._shown_owner(program, alias)
+            if tensor is None or hasattr(module, alias_leaf):
+                continue
+            if isinstance(tensor, nn.Parameter):
+                module.register_parameter(alias_leaf, tensor)
+            else:
+                module.register_buffer(alias_leaf, tensor)
         # The sub-modules in the mode the module was saved in (a new module starts in
         # training mode), as Module.train() sets them; those a graph of that mode was
         # recorded with in the other mode (a frozen batch norm) as recorded.
@@ -644,6 +651,19 @@ class TracedModule(nn.Module, _Traced):
         for path, module in self.named_modules():
             if path:
                 module.training = recorded.get(path, program.training)
+
+    def _shown_owner(self, program: Program, name: str) -> tuple[nn.Module, str]:
+        """The module that holds state ``name`` of a loaded program, and its leaf name; the
+        modules on the way are made (ShownModule) where missing."""
+        *parents, leaf = name.split(".")
+        module: nn.Module = self
+        path = ""
+        for part in parents:
+            path = f"{path}.{part}" if path else part
+            if part not in module._modules:
+                module.add_module(part, ShownModule.of(program, path))
+            module = module._modules[part]
+        return module, leaf
 
     def _state_slots(self) -> dict:
         return self._slots()

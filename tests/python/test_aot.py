@@ -379,7 +379,9 @@ def _cxx_build_command(source: Path, binary: Path) -> list[str] | None:
         "-o",
         str(binary),
         f"-L{base / 'lib'}",
+        "-Wl,--no-as-needed",  # torch 2.11's loader opens libtorch.so by name at run time
         "-ltorch",
+        "-Wl,--as-needed",
         "-ltorch_cpu",
         "-lc10",
         f"-Wl,-rpath,{base / 'lib'}",

@@ -241,3 +241,25 @@ def test_hooks_run_on_the_plain_program(loaded):
         loaded.get_submodule("0").register_forward_hook(lambda mod, args, out: out * 0)
         with pytest.raises(tracebridge.TraceError, match="sub-module '0' .* other hooks"):
             loaded(x)
+
+
+def test_sizes_the_trace_returns_come_back_as_python_numbers():
+    """Found by a prober: the package gives a returned size back as a 0-dim tensor, where
+    eager and the plain program give an int."""
+    from tracebridge.backends.aot import AOTCompiled
+
+    def f(x):
+        return x * 2, x.shape[1], x.shape[0] * x.shape[1]
+
+    graph = tracebridge.trace(f, torch.randn(3, 4)).program.methods["forward"]
+
+    def package(flat):  # what an AOTInductor runner returns: tensors only
+        x = flat[0]
+        return [x * 2, torch.tensor(x.shape[1]), torch.tensor(x.shape[0] * x.shape[1])]
+
+    compiled = AOTCompiled(package, None, graph, "forward", ServeRule({"state": {}}, "cpu"))
+    x = torch.randn(5, 9)
+    with torch.no_grad():
+        doubled, width, count = compiled(x)
+    assert torch.equal(doubled, x * 2)
+    assert (width, count) == (9, 45) and type(width) is int and type(count) is int

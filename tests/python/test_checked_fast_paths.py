@@ -205,6 +205,70 @@ def test_grouped_mm_shape_errors_keep_their_messages(a, b, words):
         checked_ops.grouped_mm(a, b, None if a.dim() == b.dim() == 3 else _offs(4, 8))
 
 
+def _checked_verdict(a, b, offs):
+    """What the full check (every form, each check with its message) makes of a call:
+    the kernel's result, or the message it raises."""
+    try:
+        return checked_ops._grouped_mm_checked(a, b, offs, None, None)
+    except checked_ops.CheckFailed as exc:
+        return str(exc)
+
+
+def test_grouped_mm_the_experts_form_agrees_with_the_full_check():
+    """The form mixture-of-experts layers call (2-d rows, 3-d experts, int32 ends) is
+    checked in one expression: on good and crafted ends alike, it returns what the full
+    check returns and raises what it raises."""
+    rng = random.Random(0)
+    taken = refused = 0
+    for _ in range(400):
+        rows, groups = rng.randint(0, 9), rng.randint(1, 4)
+        a, b = torch.randn(rows, 4), torch.randn(groups, 4, 4)  # rows of 16 bytes
+        ends = sorted(rng.randint(0, rows) for _ in range(groups))
+        if rng.random() < 0.5:  # crafted: short, long, negative, decreasing, too many
+            i = rng.randrange(groups)
+            ends[i] += rng.choice([-rows - 2, -1, 1, rows + 3])
+            if rng.random() < 0.2:
+                ends.append(rows)
+        offs = torch.tensor(ends, dtype=torch.int32)
+        want = _checked_verdict(a, b, offs)
+        if isinstance(want, str):
+            with pytest.raises(checked_ops.CheckFailed) as raised:
+                checked_ops.grouped_mm(a, b, offs=offs, bias=None, out_dtype=None)
+            assert str(raised.value) == want
+            refused += 1
+        else:
+            got = checked_ops.grouped_mm(a, b, offs=offs, bias=None, out_dtype=None)
+            assert got.dtype == want.dtype and torch.equal(got, want)
+            assert torch.equal(got, torch._grouped_mm(a, b, offs))
+            taken += 1
+    assert taken > 100 and refused > 100  # both sides are exercised
+
+
+def test_grouped_mm_the_experts_form_needs_no_full_check(monkeypatch):
+    """Good calls of that form run the kernel without the full check; every other form,
+    and a call that breaks a check of that form, still goes through it."""
+
+    def full_check(*args):
+        raise AssertionError("the full check ran")
+
+    monkeypatch.setattr(checked_ops, "_grouped_mm_checked", full_check)
+    a, b = torch.randn(8, 4), torch.randn(3, 4, 8)
+    offs = _offs(2, 2, 8)
+    assert torch.equal(checked_ops.grouped_mm(a, b, offs), torch._grouped_mm(a, b, offs))
+    others = [
+        (a, b, _offs(2, 2, 7)),  # ends short of the rows
+        (a, b, torch.tensor([2, 2, 8])),  # int64 ends
+        (a, b, _offs(2, 8)),  # one end too few
+        (a, torch.randn(3, 8, 8), offs),  # inner sizes differ
+        (torch.randn(3, 6, 4), torch.randn(3, 4, 8), None),  # two 3-d operands
+    ]
+    for x, y, o in others:
+        with pytest.raises(AssertionError, match="the full check ran"):
+            checked_ops.grouped_mm(x, y, o)
+    with pytest.raises(AssertionError, match="the full check ran"):
+        checked_ops.grouped_mm(a, b, offs, bias=torch.zeros(8))
+
+
 def test_checked_views_module_is_the_one_the_runtimes_call():
     assert checked_views.CHECKED["as_strided"] is as_strided
 

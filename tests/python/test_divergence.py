@@ -845,9 +845,7 @@ CASES += [
         "`torch.from_numpy(np.arange(x.size(0)))`",
         _plain(positions_from_numpy, (_seeded(4),), (_seeded(6),)),
         jit="wrong",
-        tb=("wrong", "check"),
-        core="core: numpy reads a SymInt as a plain int (no __index__ call for an int "
-        "subclass), so the size is baked with no guard",
+        tb=("guard", "guard"),
     ),
 ]
 CASES += [
@@ -1195,6 +1193,80 @@ CASES += [  # a tensor's device and math of traced numbers (session 15)
         "math_isclose_of_item",
         "`x if math.isclose(t.item(), 0.0) else x * t.item()`, called with t = 0",
         _plain(isclose_of_item, (_seeded(3), torch.tensor(2.0)), (_seeded(3), torch.tensor(0.0))),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+]
+
+
+# A size or an .item() read by CPython's C code (trace/unseen_reads.py; session 16).
+SCALES = [0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
+
+
+def list_indexed_by_size(x):
+    return x * SCALES[x.size(0) - 1]
+
+
+def list_pop_of_size(x):
+    scales = list(SCALES)
+    return x * scales.pop(x.size(0))
+
+
+def list_slice_of_item(x, t):
+    return x * sum(SCALES[: int(t.item())])
+
+
+class Batch:
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+
+def user_len_of_size(x):
+    return torch.zeros(len(Batch(x.size(0)))) + x
+
+
+def percent_float_of_item(x):
+    return x * 2 if "%.1f" % x.sum().item() == "3.0" else x  # noqa: UP031 - the pattern
+
+
+CASES += [
+    Case(
+        "list_indexed_by_size",
+        "`SCALES[x.size(0) - 1]` (a Python list indexed by a size)",
+        _plain(list_indexed_by_size, (_seeded(3),), (_seeded(5),)),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "list_pop_of_size",
+        "`scales.pop(x.size(0))` (a list method given a size)",
+        _plain(list_pop_of_size, (_seeded(3),), (_seeded(5),)),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "list_slice_of_item",
+        "`sum(SCALES[: int(t.item())])` (a list sliced by an `.item()`)",
+        _plain(
+            list_slice_of_item, (_seeded(3), torch.tensor(2.0)), (_seeded(3), torch.tensor(4.0))
+        ),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "user_len_of_size",
+        "`torch.zeros(len(batch)) + x`, `batch.__len__` answering `x.size(0)`",
+        _plain(user_len_of_size, (_seeded(3),), (_seeded(5),)),
+        jit="error",
+        tb=("right", "right"),
+    ),
+    Case(
+        "percent_float_of_item",
+        '`if "%.1f" % x.sum().item() == "3.0":` (text made in C from an `.item()`)',
+        _plain(percent_float_of_item, (torch.ones(3),), (torch.ones(4),)),
         jit="wrong",
         tb=("guard", "guard"),
     ),

@@ -199,6 +199,28 @@ def test_tied_weights_bind_under_any_of_their_names(tmp_path, kept):
     assert torch.equal(loaded(ids), model(ids))
 
 
+def test_a_loaded_model_takes_the_originals_state_dict_with_its_tied_names(tmp_path):
+    """Found by a prober: a loaded model's state_dict() lacked the tied name, so
+    load_state_dict(original.state_dict()) refused it as unexpected."""
+    torch.manual_seed(0)
+    model = TiedLM().eval()
+    ids = torch.randint(0, 11, (2, 5))
+    tracebridge.trace(model, ids).save(tmp_path / "lm.tb")
+    loaded = tracebridge.load(tmp_path / "lm.tb")
+    assert list(loaded.state_dict()) == list(model.state_dict())
+    assert loaded.head.weight is loaded.embed.weight  # one tensor, as in the original
+    assert len(list(loaded.parameters())) == len(list(model.parameters()))
+    with torch.no_grad():
+        model.embed.weight.mul_(3)
+    loaded.load_state_dict(model.state_dict())
+    other = torch.randint(0, 11, (3, 7))
+    assert torch.equal(loaded(other), model(other))
+    loaded.save(tmp_path / "again.tb")  # the tie is written once, as before
+    again = tracebridge.load(tmp_path / "again.tb")
+    assert again.program.aliases == {"head.weight": "embed.weight"}
+    assert torch.equal(again(other), model(other))
+
+
 def test_an_alias_does_not_hide_a_missing_tensor(tmp_path):
     with torch.device("meta"):
         meta = TiedLM().eval()

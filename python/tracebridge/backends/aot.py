@@ -190,6 +190,20 @@ def _widened(gm) -> list[list[int]]:
     ]
 
 
+def _scalar_outputs(graph) -> list[tuple[int, type]]:
+    """``(position, int | float | bool)`` of each output the trace returns as a Python
+    number (a size, a count): the package gives it back as a 0-dim tensor."""
+    kinds = {"int": int, "float": float, "bool": bool}
+    values = {v.id: v for v in graph.inputs}
+    values.update((v.id, v) for node in graph.nodes for v in node.outputs)
+    found = []
+    for index, output in enumerate(graph.outputs):
+        value = values.get(getattr(output, "id", None))
+        if value is not None and value.kind in kinds:
+            found.append((index, kinds[value.kind]))
+    return found
+
+
 def _export_failed(method: str, exc: Exception) -> NoReturn:
     first = str(exc).splitlines()[0] if str(exc) else ""
     # The hint names the cause only where the exception says it is a guard on data.
@@ -298,6 +312,7 @@ class AOTCompiled:
         self._in_spec, self._out_spec = in_spec, out_spec
         self._var_keywords = list(graph.var_keywords)
         self._single = out_spec.get("t") == "leaf"
+        self._scalars = _scalar_outputs(graph)
         self.method = method
 
     @property
@@ -339,6 +354,11 @@ class AOTCompiled:
                 "trace's guards allow; call .fallback (the plain program) for other calls, "
                 "or compile a package on inputs like these (save_compiled(example_inputs=...))"
             ) from exc
+        if self._scalars:
+            out = list(out)
+            for index, kind in self._scalars:
+                if isinstance(out[index], torch.Tensor) and out[index].dim() == 0:
+                    out[index] = kind(out[index].item())
         return out[0] if self._single else pytree.unflatten(list(out), self._out_spec)
 
     def _plain_call(self, reason: str, why: str, args, kwargs):

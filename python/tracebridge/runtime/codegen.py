@@ -65,6 +65,7 @@ from . import (
     size_checks,
     squares,
     support,
+    unbinds,
     views,
 )
 
@@ -665,7 +666,35 @@ class CodeGen:
             count = ast.Constant(len(node.out_spec["c"]))
             call = _call("_check_count", call, count, self.bind("N", node))
             self.helper("_check_count")
+            call = self.unbind_kernel(node, call)
         self.emit(self.in_place(node, call, self.targets(node)), note, node.loc)
+
+    def unbind_kernel(self, node: Node, call: ast.expr) -> ast.expr:
+        """``call`` (the checked ``unbind`` and its count guard), or for an ``unbind`` of
+        ``n`` results along a literal ``d``, the kernel itself where ``x`` is a plain tensor
+        with ``n`` along ``d``, outside modes, and ``call`` otherwise (runtime/unbinds.py)."""
+        found = unbinds.counted(node) if self.fold and self.default_call(node) else None
+        if found is None:
+            return call
+        x, d = self.literal, found.dim  # a fresh expression for each use
+        rank = _attr(x(found.tensor), "ndim")
+        has_dim = (
+            ast.Compare(rank, [ast.Gt()], [_constant(d)])
+            if d >= 0
+            else ast.Compare(rank, [ast.GtE()], [_constant(-d)])
+        )
+        size = ast.Subscript(_attr(x(found.tensor), "shape"), _constant(d), ast.Load())
+        tests = [
+            ast.Name(scalars.PLAIN, ast.Load()),
+            ast.Compare(_call("_type", x(found.tensor)), [ast.Is()], [self.helper("_Tensor")]),
+            has_dim,
+            ast.Compare(size, [ast.Eq()], [ast.Constant(found.count)]),
+        ]
+        self.helper("_type")
+        self.plain_read = True
+        kernel = self.bind(_op_prefix("unbind") + "kernel_", unbinds.KERNEL)
+        fast = ast.Call(kernel, [x(found.tensor), _constant(d)], [])
+        return ast.IfExp(ast.BoolOp(ast.And(), tests), fast, call)
 
     def count_is_literal(self, node: Node) -> bool:
         """Whether ``node`` is a ``split_with_sizes`` of the op table's own implementation

@@ -328,20 +328,26 @@ class Memo:
         return kept[0]
 
     def _with_state(self, key: tuple):
-        tensors = [key[i] for i in self.state]
+        # Plain loops, no comprehension on the common path: a comprehension is a frame of
+        # its own (Python 3.11), and a memo with state runs a few times per model call.
+        state = self.state
         # Before any data pointer: torch.func.grad's tensors require grad and have none.
-        if _grad_enabled() and any(t.requires_grad for t in tensors):
+        if _grad_enabled() and any(key[i].requires_grad for i in state):
             return self.function(*key)
         exact = list(key)
         try:
-            for i, t in zip(self.state, tensors):
+            for i in state:
+                t = key[i]
                 exact[i] = (id(t), t._version, t.data_ptr())
         except RuntimeError:  # an inference tensor (a value folded in inference mode) has
             return self.function(*key)  # no version to key on: made, as eager makes it
-        counted = tuple(owner[name]._version for owner, name in self.counters)
+        counted = ()
+        if self.counters:
+            counted = tuple([owner[name]._version for owner, name in self.counters])
         entry = (tuple(exact), counted, _default_dtype(), _epoch[0])
         kept = self.cache.get(entry)
         if kept is None:
+            tensors = [key[i] for i in state]
             return self._keep(entry, made_normal(self.function, *key), tensors)
         return kept[0][0]
 

@@ -280,6 +280,7 @@ def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: boo
             _note_where(exc)
             raise
         _refuse_caught_failures(tracer)
+        tracer.settle_unseen_reads()
         rebound_buffers.record_writes(rebound)
         try:
             out_leaves, graph.out_spec = pytree.flatten(

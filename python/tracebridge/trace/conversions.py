@@ -21,6 +21,7 @@ from .device_reads import FULL, TYPE, device_use
 from .numbers import SymFloat, SymInt, SymSize, _Traced
 from .short_circuit import settled_without_it
 from .text import TensorText, formatted, unseen_int_format
+from .unseen_reads import made_for_user_code, settle, unseen_read
 
 # A tensor's device flags read as properties (``x.is_cuda``): the device type each asks
 # about, guarded with prim.is_device_type (op-set 9).
@@ -61,7 +62,9 @@ class Conversions:
             return SymFloat(concrete, self, ref, desc, lazy)
         return concrete
 
-    def size_of(self, tensor: torch.Tensor, dim: int) -> SymInt:
+    def size_of(self, tensor: torch.Tensor, dim: int, of_shape: bool = False) -> SymInt:
+        """The traced size ``dim`` of ``tensor``; ``of_shape``: an item of the whole
+        ``x.shape`` / ``x.size()`` the code reads now."""
         self._no_unseen_int_format()
         with torch._C.DisableTorchFunction():
             rank, shape = tensor.dim(), tuple(tensor.shape)
@@ -74,6 +77,7 @@ class Conversions:
         key = (id(tensor), dim)
         cached = self._size_cache.get(key)
         if cached is not None and self._lookup(tensor) is not None:
+            self.guard_unseen_read(cached, dim if of_shape else None, rank)
             return cached
         hit = self._lookup(tensor)
         desc = f"{hit[2]}.shape[{dim}]" if hit else f"size(dim {dim})"
@@ -84,7 +88,53 @@ class Conversions:
 
         sym = SymInt(shape[dim], self, None, desc, materialize)
         self._size_cache[key] = sym
+        self.guard_unseen_read(sym, dim if of_shape else None, rank)
         return sym
+
+    def guard_unseen_read(self, sym, element: int | None = None, rank: int = 0):
+        """Guard the value of the traced number just made where the user's code hands it
+        to C code that reads it without asking (trace/unseen_reads.py), at that line.
+        ``element``: the number is that item of a ``torch.Size`` the code reads."""
+        if not isinstance(sym, _Traced):
+            return sym
+        frame = made_for_user_code(sys._getframe(1))
+        if frame is None:
+            return sym
+        later: list = []
+        try:
+            found = unseen_read(frame, element, rank, later)
+        except Exception:  # noqa: BLE001 - a source we cannot follow: as before, no guard
+            return sym
+        self._unseen_later.extend((sym, f, site) for f, site in later)
+        if found is not None:
+            self._guard_read_in_c(sym, f"{found[0]}:{found[1]}")
+        return sym
+
+    def settle_unseen_reads(self) -> None:
+        """When the traced code has returned: guard the numbers that went into a subscript
+        of a local bound after they were made, where the local then held a list, a
+        tuple, a string (trace/unseen_reads.py, ``settle``)."""
+        pending, self._unseen_later = self._unseen_later, []
+        for sym, frame, site in pending:
+            try:
+                found = settle(frame, site)
+            except Exception:  # noqa: BLE001 - as in guard_unseen_read
+                continue
+            if found is not None:
+                self._guard_read_in_c(sym, f"{found[0]}:{found[1]}")
+
+    def _guard_read_in_c(self, sym, loc: str) -> None:
+        key = (id(sym), loc)
+        if key in self._unseen_guarded:
+            return
+        self._unseen_guarded[key] = sym  # kept: an id is unique while its object lives
+        concrete = sym._concrete()
+        self.guard(self.scalar_ref(sym), concrete, sym._desc, "value", loc)
+        self.warn(
+            f"the traced value {sym._desc} is read by Python's C code at {loc} (an index, "
+            "a slice or an argument of a builtin), which does not ask a traced number; "
+            f"the trace is valid only while it stays {concrete!r}"
+        )
 
     def scalar_op(self, op: str, operands: tuple):
         concrete = [o._concrete() if isinstance(o, _Traced) else o for o in operands]
@@ -110,7 +160,7 @@ class Conversions:
         value = self._new_value("int" if isinstance(result, int) else "float")
         args = [self.encode(o) for o in operands]
         self._emit(f"scalar.{op}", args, outputs=[value], out_spec=pytree.LEAF, loc=self.location())
-        return self._wrap_scalar(result, Ref(value.id), desc)
+        return self.guard_unseen_read(self._wrap_scalar(result, Ref(value.id), desc))
 
     def scalar_compare(self, op: str, left, right, warn: bool = True):
         concrete = [o._concrete() if isinstance(o, _Traced) else o for o in (left, right)]
@@ -553,7 +603,7 @@ class Conversions:
 
     def _on_size(self, func, tensor, dim=None):
         if dim is None:
-            return SymSize(self.size_of(tensor, i) for i in range(tensor.dim()))
+            return SymSize(self.size_of(tensor, i, of_shape=True) for i in range(tensor.dim()))
         return self.size_of(tensor, self._dimension(dim))
 
     def _dimension(self, dim) -> int:
@@ -592,7 +642,9 @@ class Conversions:
     def _on_numel(self, func, tensor):
         self._no_unseen_int_format()
         ref = self._value_node("prim.numel", "int", [self.tensor_ref(tensor)], self.location())
-        return SymInt(tensor.numel(), self, ref, f"{self._name(tensor)}.numel()")
+        return self.guard_unseen_read(
+            SymInt(tensor.numel(), self, ref, f"{self._name(tensor)}.numel()")
+        )
 
     def _on_item(self, func, tensor):
         concrete = tensor.item()
@@ -609,7 +661,7 @@ class Conversions:
                 "raise GuardError"
             )
             return concrete
-        return self._wrap_scalar(concrete, ref, desc)
+        return self.guard_unseen_read(self._wrap_scalar(concrete, ref, desc))
 
     def _on_format(self, func, tensor, spec=""):
         """``f"{t}"`` of a 0-dim tensor formats its value (``Tensor.__format__`` calls

@@ -18,6 +18,7 @@ import math
 import operator
 import sys
 import threading
+import types
 from typing import TYPE_CHECKING
 
 import torch
@@ -62,9 +63,29 @@ def _traced_pow(base, exp, mod=None):
 
 def _traced_len(obj):
     active = _tracers.stack
-    if active and isinstance(obj, torch.Tensor) and obj.dim() > 0:
-        return active[-1].size_of(obj, 0)
-    return _original_len(obj)
+    if not active:
+        return _original_len(obj)
+    if isinstance(obj, torch.Tensor):
+        return active[-1].size_of(obj, 0) if obj.dim() > 0 else _original_len(obj)
+    method = getattr(type(obj), "__len__", None)
+    if not isinstance(method, types.FunctionType):
+        return _original_len(obj)
+    # A Python ``__len__`` (a dataset, a user sequence) may answer a traced size: len()
+    # copies it into a plain int in C, unseen, so it is called here and a traced answer
+    # is given back as it is (a size: recorded, general); another is checked as len() does.
+    length = method(obj)
+    if isinstance(length, _Traced):
+        if not isinstance(length, int):
+            raise TypeError(
+                f"'{type(length._concrete()).__name__}' object cannot be interpreted as an integer"
+            )
+        if not active[-1].scalar_compare("ge", length, 0, warn=False):
+            raise ValueError("__len__() should return >= 0")
+        return length
+    length = operator.index(length)
+    if length < 0:
+        raise ValueError("__len__() should return >= 0")
+    return length
 
 
 class _TracedRangeMeta(type):
@@ -74,6 +95,8 @@ class _TracedRangeMeta(type):
 
 class _traced_range(metaclass=_TracedRangeMeta):  # noqa: N801 - stands in for builtins.range
     """``range`` while tracing: a traced bound fixes the loop's length, so guard on it."""
+
+    stands_for = _original_range
 
     def __new__(cls, *args):
         active = _tracers.stack

@@ -58,6 +58,8 @@ class Tracer(Dispatcher, Conversions, LibraryHandlers, InPlace, NoOps, ReturnedI
         self._device_reads: dict[int, tuple[torch.device, Callable[[], Ref]]] = {}
         self._meta_refs: dict[tuple, Ref] = {}
         self._size_cache: dict[tuple[int, int], SymInt] = {}
+        self._unseen_guarded: dict[tuple[int, str], object] = {}  # conversions.py
+        self._unseen_later: list = []  # (number, frame, site) judged when the code returns
         self._warned = warned
         self._descending: list = []
         self._dispatch_depth = 0  # calls of the recording mode under way (dispatch.py)

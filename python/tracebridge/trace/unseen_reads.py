@@ -1,0 +1,626 @@
+"""Traced numbers that CPython's C code reads without asking them: guarded where made.
+
+Note: why a traced number is guarded where the code hands it to C.
+  A traced size or ``.item()`` is an ``int`` (``float``) subclass, so PyTorch takes it as a
+  number and its arithmetic is recorded. But CPython's own C code reads an int subclass's
+  value directly, calling none of its methods (``__index__`` included): ``TABLE[n]``,
+  ``words[1:n]``, ``lst.pop(n)``, ``lst.insert(n, v)``, ``del lst[n]``, ``bytes(n)``,
+  ``chr(n)``, ``struct.pack("i", n)``, ``itertools.islice(it, n)``, ``np.arange(8)[n]``,
+  ``"%.1f" % v``. Each such use was the example's choice on every call, silently. No hook
+  sees the read, so the tracer reads the caller's source where the number is made (the
+  instruction's position in the caller's code, found in its AST, as trace/text.py and
+  trace/device_reads.py do) and follows it as device_reads follows a device: through
+  ``max``/``min``, conditional expressions, locals (every read of them), unpacking,
+  parameters of the user's Python functions, and ``return`` to the caller's line.
+  Arithmetic on it makes a new traced number, followed where that one is made. Where it
+  reaches one of these, its value is guarded at once, naming the line that reads it:
+
+  - the index or a bound of a slice of something that is not a tensor or a mapping
+    (a list, tuple, string, bytes, ``range``, ``torch.Size``, a numpy array), looked up
+    in the frame without running code; a user class's Python ``__getitem__`` is followed
+    into; a local not yet bound is judged by what the function assigns to it;
+  - an argument of a callable implemented in C outside PyTorch (``bytes``, ``chr``,
+    ``hex``, ``enumerate``, ``struct.pack``, ``operator.getitem``, numpy, a method of a
+    list or string other than those that only store, hash or compare it);
+  - a ``"literal %d" % ...`` (any numeric conversion) whose text then picks something
+    (trace/text.py's ``_decides``): text made in C cannot remember its number.
+
+  A size that only goes into tensor ops (``torch.zeros(n)``, ``x.view(n, -1)``,
+  ``x[:, :n]``) is a tensor op's argument and stays general. What this does not see: a
+  number stored in an attribute or a container and read elsewhere, a callable or
+  container found only by running code (``self.get_table()[n]``, a container assigned
+  from a call's result after the number was made), C code reached through a library's
+  Python code that the user's source does not name. Those stay as before: the
+  example's value.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import operator
+import os
+import re
+import types
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from ..source import OWN_DIR, TORCH_DIR, is_internal
+from .device_reads import _def_node, _static_attribute, _unpacked_into
+from .text import _decides, _parsed, _percent_arguments, _percent_format, _positions
+
+_RETURNED = "returned"
+_CALLERS = 4  # returns followed up the stack
+_DEPTH = 3  # Python functions followed into, one inside another
+_LOCALS = 16  # locals and parameters followed at most
+
+
+@dataclass(frozen=True)
+class Site:
+    """A place where C code may read the number: ``kind`` is "subscript" (``expr`` is the
+    container), "call" (``expr`` the call, ``arg`` the number's position or keyword) or
+    "format" (a ``%``-format whose text decides)."""
+
+    kind: str
+    expr: ast.AST | None
+    line: int
+    arg: int | str | None = None
+
+
+# --- from the source: where a number made at an instruction goes --------------------------
+
+
+def _parent(node: ast.AST):
+    return getattr(node, "_tb_parent", None)
+
+
+def _node_at(frame):
+    code = frame.f_code
+    positions = _positions(code)
+    index = frame.f_lasti // 2
+    if index >= len(positions) or None in positions[index]:
+        return None, None
+    tree = _parsed(code.co_filename)
+    if tree is None:
+        return None, None
+    return code.co_filename, tuple(positions[index])
+
+
+@lru_cache(maxsize=8192)
+def sites_at(filename: str, position: tuple, element: int | None, rank: int) -> tuple:
+    """The sites the number made at ``position`` of ``filename`` reaches (and
+    ``_RETURNED``). ``element``: the number is item ``element`` of a ``torch.Size`` of
+    ``rank`` sizes made there (``x.shape``), not the expression's value itself."""
+    node = (_parsed(filename) or {}).get(position)
+    if node is None:
+        augmented = _augmented_assignments(filename).get(position)
+        if augmented is not None and isinstance(augmented.target, ast.Name):
+            # n += 1: the instruction is the whole statement; the new n is the local's
+            return tuple(_reads_of_local(augmented, augmented.target.id, frozenset()))
+        return ()
+    if element is not None:
+        node = _element_of(node, element, rank)
+        if node is None:
+            return ()
+        if isinstance(node, tuple):  # (the unpacking statement, the local)
+            return tuple(_reads_of_local(node[0], node[1], frozenset()))
+    return tuple(_flow(node, frozenset()))
+
+
+@lru_cache(maxsize=256)
+def _augmented_assignments(filename: str) -> dict:
+    """The ``n += ...`` statements of a file by their span (an expression index misses
+    them: their instruction's position is the statement's)."""
+    found = {}
+    for node in (_parsed(filename) or {}).values():
+        statement = _parent(node)
+        if isinstance(statement, ast.AugAssign) and statement.target is node:
+            found[
+                (
+                    statement.lineno,
+                    statement.end_lineno,
+                    statement.col_offset,
+                    statement.end_col_offset,
+                )
+            ] = statement
+    return found
+
+
+def _element_of(node: ast.AST, element: int, rank: int):
+    """Where item ``element`` of the ``torch.Size`` made by ``node`` goes: the node of
+    ``shape[k]`` where ``k`` is that item (or an index the source does not show), the
+    unpacking statement and the local it is unpacked into, or None where the code takes
+    no such item (or passes the whole size on)."""
+    parent = _parent(node)
+    if isinstance(parent, ast.Subscript) and parent.value is node:
+        if isinstance(parent.slice, ast.Slice):
+            return None  # x.shape[1:]: a torch.Size, passed on
+        k = _constant_int(parent.slice)
+        if k is not None and k % max(rank, 1) != element:
+            return None
+        return parent
+    if isinstance(parent, ast.Assign) and parent.value is node and len(parent.targets) == 1:
+        target = parent.targets[0]
+        if isinstance(target, (ast.Tuple, ast.List)) and len(target.elts) == rank:
+            item = target.elts[element]
+            if not any(isinstance(e, ast.Starred) for e in target.elts) and isinstance(
+                item, ast.Name
+            ):
+                return (parent, item.id)
+    return None
+
+
+def _constant_int(node: ast.AST) -> int | None:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant)
+        and type(node.operand.value) is int
+    ):
+        return -node.operand.value
+    return None
+
+
+# Conversions of ``%``-formatting that read a number (in C, for an int or float subclass).
+_NUMERIC_CONVERSION = re.compile(
+    r"%(?:\([^)]*\))?[#0\- +]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[hlL]?[diuoxXceEfFgG]"
+)
+_PASSING = frozenset({"max", "min"})  # give back one of their arguments, the number itself
+
+
+def _flow(node: ast.AST, following: frozenset) -> set:
+    """The sites the value of ``node`` reaches, walking up through expressions that carry
+    it unchanged; into a local, through every read of it (``following``: locals on the
+    way)."""
+    if isinstance(node, (ast.JoinedStr, ast.FormattedValue)):
+        return set()  # the number's text, made by its __format__: trace/text.py's
+    child, parent = node, _parent(node)
+    while parent is not None:
+        if isinstance(parent, (ast.JoinedStr, ast.FormattedValue)):
+            return set()
+        if isinstance(parent, ast.Subscript):
+            if child is parent.value:
+                return set()
+            return {Site("subscript", parent.value, parent.lineno)}
+        if isinstance(parent, ast.Slice) or (
+            isinstance(parent, ast.Tuple)
+            and isinstance(_parent(parent), ast.Subscript)
+            and _parent(parent).slice is parent
+        ):
+            child, parent = parent, _parent(parent)
+            continue
+        if _percent_arguments(parent):
+            child, parent = parent, _parent(parent)
+            continue
+        if isinstance(parent, ast.BinOp):
+            if _percent_format(parent) and child is parent.right:
+                return _format_site(parent)
+            return set()  # arithmetic: a new traced number, followed where it is made
+        unpacked = _unpacked_into(parent, child)
+        if unpacked is not None:
+            return _reads_of_local(_parent(parent), unpacked, following)
+        if isinstance(parent, ast.IfExp) and child is not parent.test:
+            child, parent = parent, _parent(parent)
+            continue
+        if isinstance(parent, ast.BoolOp):
+            child, parent = parent, _parent(parent)
+            continue
+        if isinstance(parent, ast.NamedExpr) and child is parent.value:
+            found = _reads_of_local(parent, parent.target.id, following)
+            child, parent = parent, _parent(parent)
+            return found | _flow(child, following)
+        if isinstance(parent, ast.keyword):
+            call = _parent(parent)
+            if not isinstance(call, ast.Call) or parent.arg is None:
+                return set()
+            return {Site("call", call, call.lineno, parent.arg)}
+        if isinstance(parent, ast.Call):
+            if child is parent.func:
+                return set()
+            if isinstance(parent.func, ast.Name) and parent.func.id in _PASSING:
+                child, parent = parent, _parent(parent)
+                continue
+            before = parent.args[: [i for i, a in enumerate(parent.args) if a is child][0]]
+            at = None if any(isinstance(a, ast.Starred) for a in before) else len(before)
+            return {Site("call", parent, parent.lineno, at)}
+        if isinstance(parent, (ast.Assign, ast.AnnAssign)) and child is parent.value:
+            targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+            if len(targets) == 1 and isinstance(targets[0], ast.Name):
+                return _reads_of_local(parent, targets[0].id, following)
+            if len(targets) == 1 and _is_local_attribute(targets[0]):
+                # self.n = n: its reads as self.n in this function (not elsewhere: unseen)
+                target = targets[0]
+                return _reads_of_local(parent, (target.value.id, target.attr), following)
+            return set()
+        if (
+            isinstance(parent, (ast.For, ast.comprehension))
+            and child is parent.iter
+            and isinstance(parent.target, ast.Name)
+        ):
+            # for i in range(n, n + 2): the loop's values are traced where a bound is
+            return _reads_of_local(parent, parent.target.id, following)
+        if isinstance(parent, ast.Return):
+            return {_RETURNED}
+        return set()
+    return set()
+
+
+def _format_site(binop: ast.BinOp) -> set:
+    if not _NUMERIC_CONVERSION.search(binop.left.value):
+        return set()
+    function = _enclosing_function(binop)
+    if function is not None and not _decides(binop, function):
+        return set()  # text for a message, or kept as it is: no decision of the trace's
+    return {Site("format", None, binop.lineno)}
+
+
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _enclosing_function(node: ast.AST):
+    while node is not None and not isinstance(node, _DEFS):
+        node = _parent(node)
+    return node
+
+
+def _reads_of_local(statement: ast.AST, name: str | tuple, following: frozenset) -> set:
+    """The sites of every read of the local ``name`` bound at ``statement``."""
+    function = _enclosing_function(statement)
+    if function is None:
+        return set()  # a module-level name: read anywhere
+    return _reads_in(function, name, following)
+
+
+def _is_local_attribute(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+
+
+def _reads_in(function: ast.AST, name: str | tuple, following: frozenset) -> set:
+    """The sites of every read of the local ``name`` (or ``(local, attribute)``: reads
+    of ``local.attribute``) in ``function``."""
+    key = (id(function), name)
+    if key in following or len(following) >= _LOCALS:
+        return set()
+    following = following | {key}
+    found: set = set()
+    for node in ast.walk(function):
+        if isinstance(name, str):
+            read = isinstance(node, ast.Name) and node.id == name
+        else:
+            read = _is_local_attribute(node) and (node.value.id, node.attr) == name
+        if read and isinstance(node.ctx, ast.Load):
+            found |= _flow(node, following)
+    return found
+
+
+@lru_cache(maxsize=1024)
+def parameter_sites(code: types.CodeType, parameter: str) -> tuple:
+    """The sites every read of ``parameter`` of the function of ``code`` reaches."""
+    node = _def_node(code.co_filename, code.co_firstlineno, code.co_name)
+    if node is None:
+        return ()
+    return tuple(_reads_in(node, parameter, frozenset()))
+
+
+# --- at the call: the objects the source names ------------------------------------------
+
+
+class _Scope:
+    """Names the code reads, looked up without running code."""
+
+    def __init__(self, local_names: dict, global_names: dict, filename: str, frame=None):
+        self.local_names, self.global_names, self.filename = local_names, global_names, filename
+        self.frame = frame  # the running frame whose names these are, if any
+        self.later: list[Site] = []  # subscripts of its locals not bound yet
+
+    def lookup(self, name: str):
+        for names in (self.local_names, self.global_names, vars(builtins)):
+            if name in names:
+                return names[name]
+        return _MISSING
+
+
+_MISSING = object()
+_SEQUENCE = object()  # a list, tuple or string the source builds (a display, a literal)
+_TENSOR_ATTRIBUTE = object()  # a method or attribute of a tensor other than its shape
+_SEQUENCE_BUILDERS = frozenset(
+    {list, tuple, str, bytes, bytearray, sorted, range, reversed, memoryview}
+)
+
+
+def _resolve(expr: ast.AST, scope: _Scope):
+    """The object ``expr`` names, read without running code, else _MISSING."""
+    if isinstance(expr, ast.Name):
+        return scope.lookup(expr.id)
+    if isinstance(expr, ast.Attribute):
+        owner = _resolve(expr.value, scope)
+        if owner is _MISSING or owner is _SEQUENCE:
+            return _MISSING
+        if isinstance(owner, types.ModuleType):
+            return vars(owner).get(expr.attr, _MISSING)
+        if isinstance(owner, torch.Tensor):
+            # x.shape is a torch.Size (a tuple); anything else of a tensor is PyTorch's
+            return _SEQUENCE if expr.attr == "shape" else _TENSOR_ATTRIBUTE
+        found = _static_attribute(owner, expr.attr)
+        if found is _MISSING and isinstance(owner, torch.nn.Module):
+            for table in ("_parameters", "_buffers"):
+                entries = vars(owner).get(table)
+                if isinstance(entries, dict) and expr.attr in entries:
+                    return entries[expr.attr]
+        if isinstance(found, (property, types.GetSetDescriptorType, types.MemberDescriptorType)):
+            return _MISSING
+        return found
+    if isinstance(expr, ast.Subscript):
+        owner = _resolve(expr.value, scope)
+        key = expr.slice.value if isinstance(expr.slice, ast.Constant) else _MISSING
+        if type(owner) in (list, tuple, dict) and key is not _MISSING:
+            try:
+                return owner[key]
+            except (LookupError, TypeError):
+                return _MISSING
+        return _MISSING
+    if isinstance(expr, ast.Constant):
+        return expr.value
+    if isinstance(
+        expr, (ast.List, ast.Tuple, ast.ListComp, ast.JoinedStr, ast.GeneratorExp, ast.Set)
+    ):
+        return _SEQUENCE
+    if isinstance(expr, ast.Call):
+        func = _resolve(expr.func, scope)
+        if _is_builder(func) or _numpy_owned(func):
+            return _SEQUENCE
+        if isinstance(expr.func, ast.Attribute) and expr.func.attr in ("size", "stride"):
+            owner = _resolve(expr.func.value, scope)
+            if isinstance(owner, torch.Tensor) and not expr.args and not expr.keywords:
+                return _SEQUENCE  # x.size(): a torch.Size
+    return _MISSING
+
+
+def _is_builder(func) -> bool:
+    func = getattr(func, "stands_for", func)  # the traced range of trace/patches.py
+    try:
+        return func in _SEQUENCE_BUILDERS
+    except TypeError:
+        return False
+
+
+def _numpy_owned(func) -> bool:
+    module = getattr(func, "__module__", None) or ""
+    return module.split(".")[0] == "numpy"
+
+
+def _assigned_a_sequence(name: str, expr: ast.AST) -> bool:
+    """Whether the function around ``expr`` assigns ``name`` a list, tuple or string the
+    source builds: a local not bound yet where the number is made."""
+    function = _enclosing_function(expr)
+    if function is None:
+        return False
+    return any(
+        isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+        and _builds_sequence(node.value)
+        for node in ast.walk(function)
+    )
+
+
+_BUILDER_NAMES = frozenset(b.__name__ for b in _SEQUENCE_BUILDERS)
+
+
+def _builds_sequence(value: ast.AST) -> bool:
+    if isinstance(value, ast.Constant):
+        return isinstance(value.value, (str, bytes))
+    if isinstance(value, (ast.List, ast.Tuple, ast.ListComp, ast.JoinedStr)):
+        return True
+    return (
+        isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and value.func.id in _BUILDER_NAMES
+    )
+
+
+# Methods of Python's containers and text that store, hash, compare or format what they
+# are given: the traced number's own methods answer (or hashing guards it).
+_STORING = frozenset(
+    "append add discard remove count get setdefault update extend __contains__ format "
+    "format_map".split()
+)
+_MAPPINGS = (dict, set, frozenset)
+# Builtins that ask the number (its __str__, __hash__, __bool__, comparisons, arithmetic)
+# or keep it as it is: not a read in C.
+_ASKING = frozenset(
+    id(f)
+    for f in (
+        str, repr, ascii, format, hash, abs, round, divmod, pow, print, isinstance, issubclass,
+        id, type, max, min, sum, sorted, bool, int, float, complex, len, list, tuple, set,
+        frozenset, dict, zip, iter, next, getattr, setattr, hasattr, delattr, callable, any,
+        all, map, filter, slice, super, vars, object, operator.index,
+    )
+)  # fmt: skip
+
+
+def _torch_owned(func) -> bool:
+    owner = getattr(func, "__objclass__", None) or getattr(func, "__self__", None)
+    if isinstance(owner, torch.Tensor) or isinstance(func, torch.nn.Module):
+        return True
+    names = (
+        getattr(func, "__module__", None),
+        getattr(owner, "__module__", None) if isinstance(owner, type) else None,
+        getattr(type(owner), "__module__", None) if owner is not None else None,
+    )
+    return any(isinstance(n, str) and n.split(".")[0] == "torch" for n in names)
+
+
+_C_CALLABLES = (
+    types.BuiltinFunctionType,
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    types.MethodWrapperType,
+    types.ClassMethodDescriptorType,
+)
+
+
+def read_unseen(site: Site, scope: _Scope, depth: int = 0) -> tuple[str, int] | None:
+    """``(file, line)`` of the site (this one, or one inside a Python function it calls)
+    where C code reads the number without asking it; None where the number is asked or
+    stays a tensor op's."""
+    if site.kind == "format":
+        return (scope.filename, site.line)
+    if site.kind == "subscript":
+        return _subscript_reads(site, _resolve(site.expr, scope), scope, depth)
+    return _call_reads(site, _resolve(site.expr.func, scope), scope, depth)
+
+
+def _subscript_reads(site: Site, container, scope: _Scope, depth: int):
+    here = (scope.filename, site.line)
+    if container is _MISSING or container is _TENSOR_ATTRIBUTE:
+        expr = site.expr
+        if isinstance(expr, ast.Name) and _assigned_a_sequence(expr.id, expr):
+            return here
+        if isinstance(expr, ast.Name) and scope.frame is not None and container is _MISSING:
+            scope.later.append(site)  # a local bound after the number was made: see settle
+        return None  # found only by running code: taken as a tensor's (see the Note)
+    if container is _SEQUENCE:
+        return here
+    if isinstance(container, (torch.Tensor, *_MAPPINGS)) or hasattr(container, "keys"):
+        return None
+    getitem = inspect.getattr_static(type(container), "__getitem__", None)
+    if isinstance(getitem, types.FunctionType):
+        return _into_function(getitem, [container], 1, depth)
+    return here if getitem is not None else None
+
+
+def _call_reads(site: Site, func, scope: _Scope, depth: int):
+    if func is _MISSING or func is _TENSOR_ATTRIBUTE or _torch_owned(func):
+        return None
+    try:
+        if id(func) in _ASKING or func in _SEQUENCE_BUILDERS - {bytes, bytearray, memoryview}:
+            return None
+    except TypeError:
+        return None
+    call = site.expr
+    owner = _resolve(call.func.value, scope) if isinstance(call.func, ast.Attribute) else None
+    bound = []
+    if isinstance(func, (staticmethod, classmethod)):
+        bound = [owner] if isinstance(func, classmethod) else []
+        func = func.__func__
+    elif isinstance(func, types.MethodType):
+        func, bound = func.__func__, [func.__self__]
+    elif (
+        isinstance(func, types.FunctionType)
+        and owner not in (None, _MISSING)
+        and not isinstance(owner, (type, types.ModuleType))
+    ):
+        bound = [owner]  # a method looked up on an instance: self is bound
+    if isinstance(func, types.FunctionType):
+        if any(isinstance(a, ast.Starred) for a in call.args):
+            return None  # the parameters cannot be matched without running code
+        arguments = bound + [_resolve(a, scope) for a in call.args]
+        keywords = {k.arg: _resolve(k.value, scope) for k in call.keywords if k.arg}
+        at = site.arg if isinstance(site.arg, str) else len(bound) + site.arg
+        return _into_function(func, arguments, at, depth, keywords)
+    if isinstance(func, _C_CALLABLES) or (
+        isinstance(func, type) and func.__module__ in ("builtins", "itertools", "collections")
+    ):
+        holder = getattr(func, "__objclass__", None) or type(getattr(func, "__self__", None))
+        if holder is not None and issubclass(holder, _MAPPINGS):
+            return None  # a key: hashing guards it
+        name = getattr(func, "__name__", "")
+        if name in _STORING or (name == "index" and site.arg == 0):
+            return None
+        return (scope.filename, site.line)
+    return None  # a Python class, or something else that keeps the number as an object
+
+
+def _into_function(func, arguments: list, at: int | str, depth: int, keywords=None):
+    """The read inside the Python function ``func`` that the number is passed to, as
+    parameter ``at`` (a position or a keyword); ``arguments`` and ``keywords`` are what
+    the call passes (``_MISSING`` where the source does not show it), its locals there."""
+    code = func.__code__
+    if depth >= _DEPTH or is_internal(code.co_filename):
+        return None
+    params = list(code.co_varnames[: code.co_argcount + code.co_kwonlyargcount])
+    if isinstance(at, str):
+        parameter = at if at in params else None
+    else:
+        parameter = params[at] if at < code.co_argcount else None
+    if parameter is None:
+        return None  # taken by *args / **kwargs: not followed
+    local_names = {p: a for p, a in zip(params, arguments) if a is not _MISSING}
+    local_names.update({k: v for k, v in (keywords or {}).items() if v is not _MISSING})
+    local_names.pop(parameter, None)
+    scope = _Scope(local_names, func.__globals__, code.co_filename)
+    for inner in parameter_sites(code, parameter):
+        if inner == _RETURNED:
+            continue  # given back: the caller's use was judged where it was made
+        found = read_unseen(inner, scope, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
+# PyTorch's files that hand a call on and give its result back to their caller.
+_PLUMBING = tuple(os.path.join(TORCH_DIR, name) for name in ("overrides.py", "_tensor.py"))
+
+
+def made_for_user_code(frame):
+    """The user's frame that receives a traced number made under ``frame``, or None where
+    PyTorch's own Python code made it for itself (``F.batch_norm`` checking the batch size,
+    ``multi_head_attention_forward`` reading shapes): PyTorch's reads are PyTorch's."""
+    while frame is not None and frame.f_code.co_filename.startswith(OWN_DIR):
+        frame = frame.f_back
+    while frame is not None and frame.f_code.co_filename.startswith(_PLUMBING):
+        frame = frame.f_back
+    if frame is None or is_internal(frame.f_code.co_filename):
+        return None
+    return frame
+
+
+def unseen_read(
+    frame, element: int | None = None, rank: int = 0, later: list | None = None
+) -> tuple[str, int] | None:
+    """``(file, line)`` where C code reads the traced number made at ``frame``'s current
+    instruction without asking it, or None (see the module Note). ``element``: the number
+    is that item of a ``torch.Size`` made there. ``later`` receives ``(frame, site)`` for
+    each subscript of a local that is not bound yet: :func:`settle` judges it when the
+    trace ends."""
+    for _ in range(_CALLERS):
+        if frame is None or is_internal(frame.f_code.co_filename):
+            return None
+        filename, position = _node_at(frame)
+        if filename is None:
+            return None
+        sites = sites_at(filename, position, element, rank)
+        if not sites:
+            return None
+        scope = _Scope(frame.f_locals, frame.f_globals, filename, frame)
+        for site in sites:
+            if site == _RETURNED:
+                continue
+            found = read_unseen(site, scope)
+            if found is not None:
+                return found
+        if later is not None:
+            later.extend((frame, site) for site in scope.later)
+        if _RETURNED not in sites or element is not None:
+            return None
+        frame = frame.f_back
+    return None
+
+
+def settle(frame, site: Site) -> tuple[str, int] | None:
+    """For a subscript of a local that was not bound where the number was made
+    (``n = x.shape[0]; table = make_table(); table[n]``): ``(file, line)`` where C code
+    reads the number, judged from what the local holds when the trace ends (a frame
+    that has returned keeps its locals), else None (a tensor, or never bound: the line
+    did not run)."""
+    filename = frame.f_code.co_filename
+    scope = _Scope(frame.f_locals, frame.f_globals, filename)
+    container = scope.local_names.get(site.expr.id, _MISSING)
+    if container is _MISSING:
+        return None
+    return _subscript_reads(site, container, scope, 0)

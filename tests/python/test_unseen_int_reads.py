@@ -1,0 +1,383 @@
+"""Traced numbers read by CPython's C code without asking them (trace/unseen_reads.py).
+
+A traced size or ``.item()`` is an ``int`` (``float``) subclass: a list indexed by it, a
+slice of a string, ``lst.pop(n)``, ``bytes(n)``, ``struct.pack("i", n)``, ``"%.1f" % v``
+read its value in C and call none of its methods. Each such use was the example's choice
+on every call, silently. Each is now guarded (the call raises GuardError where the value
+differs) or stays general; sizes that only go into tensor ops stay general."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import operator
+import struct
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import tracebridge
+from tracebridge.errors import GuardError
+
+TABLE = [10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0]
+WORDS = "abcdefgh"
+
+
+class Lengthy:
+    """A user class whose ``__len__`` answers a traced size."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+
+class Table:
+    """A user class whose ``__getitem__`` indexes a list (C code) with what it is given."""
+
+    def __init__(self):
+        self.items = list(TABLE)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+USER_TABLE = Table()
+
+
+def _pick(table, i):
+    return table[i]
+
+
+def list_index(x):
+    return x * TABLE[x.shape[0]]
+
+
+def tuple_index_arith(x):
+    return x * tuple(TABLE)[x.shape[0] - 1]
+
+
+def index_from_local(x):
+    n = x.shape[0]
+    return x * TABLE[n]
+
+
+def index_by_unpacked_size(x):
+    n, _ = x.shape
+    return x * TABLE[n]
+
+
+def index_by_item(x):
+    return x * TABLE[int(x.sum().item()) % 8]
+
+
+def index_by_long_item(x):
+    return x * TABLE[x.long().sum().item()]
+
+
+def list_slice(x):
+    return x * sum(TABLE[: x.shape[0]])
+
+
+def string_slice(x):
+    return x * len(WORDS[1 : x.shape[0]])
+
+
+def list_pop(x):
+    values = list(TABLE)
+    return x * values.pop(x.shape[0])
+
+
+def list_insert(x):
+    values = [1.0, 2.0, 3.0]
+    values.insert(x.shape[0] - 2, 9.0)
+    return x * values[1]
+
+
+def list_delete(x):
+    values = list(TABLE)
+    del values[x.shape[0]]
+    return x * values[3]
+
+
+def list_store(x):
+    values = list(TABLE)
+    values[x.shape[0]] = 0.0
+    return x * values[4]
+
+
+def range_as_sequence(x):
+    return x * range(10, 20)[x.shape[0]]
+
+
+def bytes_of_size(x):
+    return x * len(bytes(x.shape[0]))
+
+
+def bytearray_of_size(x):
+    return x * len(bytearray(x.shape[0]))
+
+
+def string_repeat(x):
+    return x * len("ab" * x.shape[0])
+
+
+def list_repeat(x):
+    return x * len([0] * x.shape[0])
+
+
+def divmod_of_size(x):
+    q, r = divmod(x.shape[0], 3)
+    return x * q + r
+
+
+def struct_round_trip(x):
+    return x * struct.unpack("<i", struct.pack("<i", x.shape[0]))[0]
+
+
+def user_len(x):
+    return x * len(Lengthy(x.shape[0]))
+
+
+def operator_index(x):
+    return x * operator.index(x.shape[0])
+
+
+def operator_getitem(x):
+    return x * operator.getitem(TABLE, x.shape[0])
+
+
+def chr_of_size(x):
+    return x * ord(chr(65 + x.shape[0]))
+
+
+def hex_of_size(x):
+    return x * len(hex(x.shape[0] * 5))
+
+
+def islice_of_size(x):
+    return x * sum(itertools.islice(TABLE, x.shape[0]))
+
+
+def enumerate_from_size(x):
+    return x * next(iter(enumerate("ab", x.shape[0])))[0]
+
+
+def centred_text(x):
+    return x * len("a".center(x.shape[0] * 2))
+
+
+def max_then_index(x):
+    return x * TABLE[max(x.shape[0], 1)]
+
+
+def index_through_helper(x):
+    return x * _pick(TABLE, x.shape[0])
+
+
+def user_getitem(x):
+    return x * USER_TABLE[x.shape[0]]
+
+
+def shape_indexed_by_item(x):
+    return x * x.shape[int(x[0, 0].item())]
+
+
+def numpy_index(x):
+    return x * float(np.arange(8.0)[x.shape[0]])
+
+
+def index_after_augmented_assignment(x):
+    n = x.shape[0]
+    n += 1
+    return x * TABLE[n]
+
+
+def loop_values_index(x):
+    n = x.shape[0]
+    total = 0.0
+    for i in range(n, n + 2):
+        total += TABLE[i]
+    return x * total
+
+
+def comprehension_values_index(x):
+    n = x.shape[0]
+    return x * sum([TABLE[i] for i in range(n - 1, n + 1)])
+
+
+class KeepsTheSize(torch.nn.Module):
+    def forward(self, x):
+        self.n = x.shape[0]
+        return x * TABLE[self.n]
+
+
+def attribute_index(x):
+    return KeepsTheSize()(x)
+
+
+def percent_float_decides(x):
+    text = "%.1f" % x.sum().item()  # noqa: UP031 - the pattern under test
+    return x * (1.0 if text == "3.0" else 2.0)
+
+
+def percent_float_key(x):
+    return x * {"3.0": 1.0}.get("%.1f" % x.sum().item(), 2.0)  # noqa: UP031 - the pattern under test
+
+
+def format_float_decides(x):
+    text = "{:.1f}".format(x.sum().item())  # noqa: UP032 - the pattern under test
+    return x * (1.0 if text == "3.0" else 2.0)
+
+
+def fstring_float_decides(x):
+    text = f"{x.sum().item():.1f}"
+    return x * (1.0 if text == "3.0" else 2.0)
+
+
+def percent_int_item_decides(x):
+    text = "%d" % x.long().sum().item()  # noqa: UP031 - the pattern under test
+    return x * (1.0 if text == "3" else 2.0)
+
+
+# (program, example, other): on the other input the Python code takes another choice.
+ONES3, ONES5 = torch.ones(3), torch.ones(5)
+CHOICES = [
+    (list_index, ONES3, ONES5),
+    (tuple_index_arith, ONES3, ONES5),
+    (index_from_local, ONES3, ONES5),
+    (index_by_unpacked_size, torch.ones(3, 2), torch.ones(5, 2)),
+    (index_by_item, ONES3, ONES5),
+    (index_by_long_item, ONES3, ONES5),
+    (list_slice, ONES3, ONES5),
+    (string_slice, ONES3, ONES5),
+    (list_pop, ONES3, ONES5),
+    (list_insert, ONES3, ONES5),
+    (list_delete, ONES3, ONES5),
+    (list_store, ONES3, torch.ones(4)),
+    (range_as_sequence, ONES3, ONES5),
+    (bytes_of_size, ONES3, ONES5),
+    (bytearray_of_size, ONES3, ONES5),
+    (string_repeat, ONES3, ONES5),
+    (list_repeat, ONES3, ONES5),
+    (struct_round_trip, ONES3, ONES5),
+    (user_len, ONES3, ONES5),
+    (operator_index, ONES3, ONES5),
+    (operator_getitem, ONES3, ONES5),
+    (chr_of_size, ONES3, ONES5),
+    (hex_of_size, ONES3, ONES5),
+    (islice_of_size, ONES3, ONES5),
+    (enumerate_from_size, ONES3, ONES5),
+    (centred_text, ONES3, ONES5),
+    (max_then_index, ONES3, ONES5),
+    (index_through_helper, ONES3, ONES5),
+    (user_getitem, ONES3, ONES5),
+    (shape_indexed_by_item, torch.zeros(2, 3), torch.ones(2, 3)),
+    (numpy_index, ONES3, ONES5),
+    (index_after_augmented_assignment, ONES3, ONES5),
+    (loop_values_index, ONES3, ONES5),
+    (comprehension_values_index, ONES3, ONES5),
+    (attribute_index, ONES3, ONES5),
+    (percent_float_decides, ONES3, ONES5),
+    (percent_float_key, ONES3, ONES5),
+    (format_float_decides, ONES3, ONES5),
+    (fstring_float_decides, ONES3, ONES5),
+    (percent_int_item_decides, ONES3, ONES5),
+]
+
+
+def _both(traced):
+    buf = io.BytesIO()
+    traced.save(buf)
+    return [traced, tracebridge.load(buf.getvalue())]
+
+
+@pytest.mark.parametrize("check_trace", [False, True], ids=["unchecked", "checked"])
+@pytest.mark.parametrize(("fn", "example", "other"), CHOICES, ids=[c[0].__name__ for c in CHOICES])
+def test_a_value_read_by_c_code_is_never_the_examples_silently(fn, example, other, check_trace):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            traced = tracebridge.trace(fn, (example,), check_trace=check_trace)
+        except tracebridge.TracingCheckError:
+            return  # refused at trace time: safe
+    want_example, want_other = fn(example), fn(other)
+    assert not torch.equal(want_example, want_other) or want_example.shape != want_other.shape
+    for runner in _both(traced) if not check_trace else [traced]:
+        torch.testing.assert_close(runner(example), want_example)
+        try:
+            got = runner(other)
+        except GuardError:
+            continue
+        torch.testing.assert_close(got, want_other)
+
+
+def test_the_guard_names_the_line_that_reads_the_value():
+    traced = tracebridge.trace(list_index, (ONES3,), check_trace=False)
+    with pytest.raises(GuardError, match="test_unseen_int_reads.py"):
+        traced(ONES5)
+
+
+def user_len_general(x):
+    return torch.zeros(len(Lengthy(x.shape[0]))) + x
+
+
+def test_a_user_len_of_a_size_stays_general():
+    traced = tracebridge.trace(user_len_general, (ONES3,))
+    for n in (2, 5, 7):
+        torch.testing.assert_close(traced(torch.ones(n)), user_len_general(torch.ones(n)))
+
+
+def sizes_into_tensor_ops(x, y):
+    n = x.shape[0]
+    h = y * 2
+    return torch.zeros(n, 1) + x, x.view(n, -1), h[:, : n - 1], y[: x.shape[0]], y[:n, 0]
+
+
+def test_sizes_that_go_into_tensor_ops_stay_general():
+    x, y = torch.ones(3, 2), torch.arange(40.0).view(8, 5)
+    traced = tracebridge.trace(sizes_into_tensor_ops, (x, y))
+    assert not traced.guards
+    for n in (2, 4, 6):
+        got = traced(torch.ones(n, 2), y)
+        for a, b in zip(got, sizes_into_tensor_ops(torch.ones(n, 2), y)):
+            torch.testing.assert_close(a, b)
+
+
+def index_kept_in_a_message(x):
+    assert x.shape[0] < 100, "too long: %d" % x.shape[0]  # noqa: UP031 - the pattern under test
+    return x * 2
+
+
+def test_a_size_formatted_for_a_message_stays_general():
+    traced = tracebridge.trace(index_kept_in_a_message, (ONES3,))
+    torch.testing.assert_close(traced(ONES5), ONES5 * 2)
+
+
+def _make_table():
+    return list(TABLE)
+
+
+def table_bound_after_the_size(x):
+    n = x.shape[0]
+    table = _make_table()
+    return x * table[n]
+
+
+def tensor_bound_after_the_size(x):
+    n = x.shape[0]
+    h = x * 2
+    return h[: n - 1]
+
+
+def test_a_container_bound_after_the_size_is_judged_when_the_code_returns():
+    traced = tracebridge.trace(table_bound_after_the_size, (ONES3,), check_trace=False)
+    torch.testing.assert_close(traced(ONES3), table_bound_after_the_size(ONES3))
+    with pytest.raises(GuardError):
+        traced(ONES5)
+    traced = tracebridge.trace(tensor_bound_after_the_size, (ONES3,))
+    assert not traced.guards
+    torch.testing.assert_close(traced(ONES5), tensor_bound_after_the_size(ONES5))
