@@ -8,8 +8,10 @@ arguments, ``x``, ``tokens``), the outputs the flat output leaves (``output0``, 
 the symbolic dimensions are named after the trace's symbols (``s0``: the batch), so a
 reader of the ONNX file sees the same sizes as ``tracebridge inspect``. A guard on sizes is
 a range or an assertion of the exported program (fx.py's Note); a guard on tensor data
-cannot be exported. ``check`` runs the file with ONNX Runtime on the example inputs and
-compares it with the trace.
+cannot be exported. An input size that export fixed, by a guard or by an op that needs
+its value, is fixed in the file too (onnx_sizes.py). ``check`` runs the file with ONNX
+Runtime on the example inputs, and at grown sizes the trace serves, and compares it with
+the trace.
 
 ``onnx``, ``onnxscript`` and ``onnxruntime`` are an optional extra of the package
 (``pip install tracebridge[onnx]``), pinned in requirements.txt.
@@ -30,6 +32,7 @@ import torch
 from ..errors import TraceError
 from ..ir import ops
 from . import fx as bridge
+from . import onnx_sizes as sizes
 
 NEEDED = ("onnx", "onnxscript")
 
@@ -98,18 +101,19 @@ def export_onnx(
     since an ONNX model has no state and would run every call on the values saved in it.
     ``opset_version`` is the ONNX op-set the file targets (by default the exporter's own).
 
-    A dimension stays symbolic in the ONNX model even where the weights fix it (the
-    features of a Linear's input, ``s1`` below): export derives such a constraint from the
-    example as readily as a spurious one (a convolution's 1x1 output pins its input size
-    through export's size-1 rule), so tracebridge keeps the trace's symbols and ONNX
-    Runtime checks the sizes when it runs.
+    A dimension that ``torch.export`` made static (the features of a Linear's input, ``3``
+    below, which the weight fixes; ``math.sqrt(q.size(-1))``, which needs the value) is
+    a fixed size in the file, so ONNX Runtime refuses other sizes rather than answering
+    them with the example's number (onnx_sizes.py: where the trace serves other sizes
+    there, a warning says so). The check also runs the file at grown sizes of its dynamic
+    dimensions that the trace serves, where a size fixed unseen would answer wrongly.
 
     >>> import torch, tracebridge, tempfile, os
     >>> traced = tracebridge.trace(torch.nn.Linear(3, 2), torch.rand(4, 3))
     >>> path = tracebridge.export_onnx(traced, os.path.join(tempfile.mkdtemp(), "m.onnx"))
     >>> import onnx; [d.dim_param or d.dim_value for d in
     ...     onnx.load(path).graph.input[0].type.tensor_type.shape.dim]
-    ['s0', 's1']
+    ['s0', 3]
     """
     require(NEEDED + (("onnxruntime",) if check else ()))
     obj = _loaded(obj_or_path)
@@ -127,7 +131,7 @@ def export_onnx(
     n_outputs = len(gm.graph.find_nodes(op="output")[0].args[0])
     input_names = _unique_names(meta.input_names, "input")
     output_names = [f"output{i}" for i in range(n_outputs)]
-    guards: list = []
+    guards = sizes.GuardLog()
     token = bridge.EXPORTED_GUARDS.set(guards)
     try:
         with torch.no_grad(), _quiet():
@@ -142,17 +146,20 @@ def export_onnx(
                 verbose=False,
             )
     except Exception as exc:  # the exporter's errors are long: the first line, and the cause
-        first = str(exc).strip().splitlines()[0][:400] if str(exc).strip() else ""
         raise OnnxExportError(
-            f"torch.onnx.export refused method {meta.method!r}: {type(exc).__name__}: {first}; "
-            "ops without an ONNX form, or a guard on tensor data (if x.sum() > 0), cannot be "
-            "exported (docs/deploy.md)"
+            f"torch.onnx.export refused method {meta.method!r}: {_exporter_error(exc)}; "
+            "ops without an ONNX form (or that the exporter cannot translate on a dynamic "
+            "size: chunk or split of one), or a guard on tensor data (if x.sum() > 0), "
+            "cannot be exported (docs/deploy.md)"
         ) from exc
     finally:
         bridge.EXPORTED_GUARDS.reset(token)
     model = program.model_proto
     _name_dimensions(model, meta)
-    _fix_pinned_dimensions(model, program.exported_program, guards)
+    named = sizes.fix_guarded_dimensions(model, program.exported_program, guards)
+    sizes.fix_static_dimensions(model, program.exported_program, meta, gm, flat)
+    if not check:
+        sizes.warn_of_small_sizes(model, meta, gm, flat, guards, named)
     out = Path(out)
     import onnx
 
@@ -172,8 +179,52 @@ def export_onnx(
             )
         if tolerance is None:
             tolerance = default_tolerance(flat, source)
-        check_onnx(out, flat, expected, tolerance, values=not random)
+        session = check_onnx(out, flat, expected, tolerance, values=not random)
+        for inputs, want in sizes.grown_calls_to_check(model, meta, gm, flat):
+            _check_grown(session, out, inputs, want, tolerance, values=not random)
+
+        def run(inputs):
+            feeds = {i.name: _numpy(t) for i, t in zip(session.get_inputs(), inputs)}
+            return session.run(None, feeds)
+
+        sizes.warn_of_small_sizes(model, meta, gm, flat, guards, named, run)
     return out
+
+
+def _check_grown(session, path, inputs: list, expected: list, tolerance, values: bool) -> None:
+    """The file at sizes it declares dynamic and the trace serves, other than the
+    example's: a size the export fixed unseen answers wrongly here (onnx_sizes.py)."""
+    shown = ", ".join(str(list(t.shape)) for t in inputs)
+    try:
+        got = session.run(None, {i.name: _numpy(t) for i, t in zip(session.get_inputs(), inputs)})
+    except Exception as exc:  # a refusal, not a wrong answer: say so and keep the file
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        warnings.warn(
+            f"{os.fspath(path)}: ONNX Runtime refuses inputs of shapes {shown}, which the "
+            f"trace serves and the file declares dynamic: {type(exc).__name__}: {first}",
+            stacklevel=3,
+        )
+        return
+    _compare(path, got, expected, tolerance, values, f" at input shapes {shown}")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:300] if text else ''}"
+
+
+def _exporter_error(exc: BaseException) -> str:
+    """The exporter's error, with the root of its chain where that names more: a pass of
+    onnxscript wraps the op that failed (``node_split (::SplitToSequence)``) in two or
+    three ``PassError: An error occurred when running '<... object at 0x...>'``."""
+    chain = [exc]
+    while (cause := chain[-1].__cause__ or chain[-1].__context__) is not None and len(chain) < 20:
+        chain.append(cause)
+    shown = _first_line(exc)
+    named = [e for e in chain[1:] if "An error occurred" not in str(e)]
+    if named:
+        shown += " (from " + "; ".join(_first_line(e) for e in named[-2:]) + ")"
+    return shown
 
 
 # The check's default tolerance by the least precise floating dtype of the inputs and the
@@ -287,133 +338,11 @@ def _name_dimensions(model, meta: bridge.BridgeInfo) -> None:
                 dim.dim_param = re.sub("\0\\d+\0", lambda m: final[m.group(0)], text)
 
 
-def _fix_pinned_dimensions(model, exported, guards: list) -> None:
-    """Make static every input dimension that one of the trace's guards decides.
-
-    A guard on a size (an unrolled loop over ``x.shape[1]``, traced at 4; a branch on
-    ``x.shape[1] > 4``) is ``torch._check`` under export (fx.py), an assertion that an ONNX
-    model cannot carry: the file would keep the dimension dynamic and ONNX Runtime would
-    answer a call that breaks the guard silently wrong. So each input dimension a guard
-    reads becomes a fixed size in the file, the size the trace was made with, which ONNX
-    Runtime checks (``Got invalid dimensions for input``). A guard ``size == value`` fixes
-    its size to that value and says nothing; a guard ONNX cannot state (``s1 > 4``,
-    ``s1 // 4 == 2``) fixes the sizes it reads and a warning says which and why, since
-    the trace itself accepts other sizes there. A guard that holds for every size export
-    serves anyway (``s > 1`` under its size-1 rule) fixes nothing
-    (``_holds_for_every_exported_size``). (Export's own constraints, such as its size-1
-    rule, are left as they were: see ``export_onnx``.)"""
-    if not guards:
-        return
-    pinned: dict = {}
-    narrowed: list[str] = []
-    size_one: dict = {}  # symbol -> a guard that size 1 of it breaks, which the file drops
-    for value, expect, line in guards:
-        expr = value.node.expr
-        if isinstance(value, torch.SymInt) and expr.is_Symbol and not isinstance(expect, bool):
-            pinned[expr] = int(expect)
-            continue
-        known = value.node.shape_env.var_to_val
-        if _holds_for_every_exported_size(expr, expect, known):
-            for symbol in _broken_at_size_one(expr, expect):
-                size_one.setdefault(symbol, line.strip())
-            continue
-        for symbol in expr.free_symbols:
-            if symbol in known:
-                pinned.setdefault(symbol, int(known[symbol]))
-        narrowed.append(f"{expr} == {expect} ({line.strip()})")
-    user = set(exported.graph_signature.user_inputs)
-    placeholders = [n for n in exported.graph.nodes if n.op == "placeholder" and n.name in user]
-    fixed = []
-    for value, node in zip(model.graph.input, placeholders):
-        fake = node.meta.get("val")
-        if not isinstance(fake, torch.Tensor):
-            continue
-        for index, (dim, size) in enumerate(zip(value.type.tensor_type.shape.dim, fake.shape)):
-            if isinstance(size, torch.SymInt) and size.node.expr in pinned:
-                dim.ClearField("dim_param")
-                dim.dim_value = pinned[size.node.expr]
-                fixed.append(f"{value.name}[{index}] = {dim.dim_value}")
-    _warn_of_size_one(model, placeholders, size_one)
-    if narrowed:
-        warnings.warn(
-            "an ONNX model cannot check these guards of the trace on sizes, so the sizes they "
-            f"read are fixed in the file ({', '.join(fixed) or 'none of its inputs'}), and "
-            "ONNX Runtime refuses other sizes where the trace would take some: "
-            f"{'; '.join(narrowed)}",
-            stacklevel=3,
-        )
-
-
-def _broken_at_size_one(expr, expect) -> list:
-    """The symbols of a guard that holds for every exported size (each at least 2) where
-    it may not hold with that symbol at 1 (``s > 1``): ONNX Runtime serves size 1 there
-    with the exported graph, which the trace does not take."""
-    from torch.utils._sympy.numbers import int_oo
-    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
-
-    broken = []
-    for symbol in expr.free_symbols:
-        ranges = {s: ValueRanges(2, int_oo) for s in expr.free_symbols}
-        ranges[symbol] = ValueRanges(1, 1)
-        try:
-            bounds = bound_sympy(expr, ranges)
-        except Exception:  # an expression sympy cannot bound: say so
-            broken.append(symbol)
-            continue
-        if not (bounds.is_singleton() and bool(bounds.lower) is expect):
-            broken.append(symbol)
-    return broken
-
-
-def _warn_of_size_one(model, placeholders, size_one: dict) -> None:
-    """Say which ONNX input dimensions answer size 1 wrongly: an ONNX model carries no
-    assertion, and export serves each dynamic size from 2 up (its size-1 rule), so a
-    guard of the trace that only size 1 breaks (``if x.size(1) > 1:``) is dropped."""
-    if not size_one:
-        return
-    dims = []
-    for value, node in zip(model.graph.input, placeholders):
-        fake = node.meta.get("val")
-        if not isinstance(fake, torch.Tensor):
-            continue
-        for index, size in enumerate(fake.shape):
-            if isinstance(size, torch.SymInt) and size.node.expr in size_one:
-                dims.append(f"{value.name}[{index}] (the guard at `{size_one[size.node.expr]}`)")
-    if dims:
-        warnings.warn(
-            "the ONNX file serves these dimensions from size 2 up, as torch.export makes "
-            "them, and ONNX Runtime cannot refuse size 1 there: at size 1 the trace takes "
-            f"another path than the file does, so its answer would be wrong: {'; '.join(dims)}. "
-            "Call the trace itself for size 1, or export a second file from an example of "
-            "size 1 there (example_inputs=...), which fixes that size",
-            stacklevel=3,
-        )
-
-
-def _holds_for_every_exported_size(expr, expect, known) -> bool:
-    """Whether a guard holds for every size the exported program takes anyway: export
-    makes each dynamic input size at least 2 (its size-1 rule, left as it is, see
-    ``export_onnx``), so a guard that only says that (``s > 1``, transformers' ``is_causal =
-    q_length > 1 and ...``), or says nothing (``(s + 0) - s > 0`` is False), narrows
-    nothing and fixes no size. Ranges are taken from that rule, not from the shape
-    environment, which the guard's own ``torch._check`` has already narrowed."""
-    from torch.utils._sympy.numbers import int_oo
-    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
-
-    if not isinstance(expect, bool) or not all(s in known for s in expr.free_symbols):
-        return False
-    try:
-        bounds = bound_sympy(expr, {s: ValueRanges(2, int_oo) for s in expr.free_symbols})
-    except Exception:  # an expression sympy cannot bound: keep the guard
-        return False
-    return bounds.is_singleton() and bool(bounds.lower) is expect
-
-
 def check_onnx(
     path, inputs: list[torch.Tensor], expected: list, tolerance: float, values: bool = True
-) -> None:
+):
     """Run the ONNX file with ONNX Runtime (CPU) and compare with ``expected`` (their
-    shapes and dtypes only, without ``values``)."""
+    shapes and dtypes only, without ``values``); return the ONNX Runtime session."""
     import onnxruntime
 
     try:
@@ -429,26 +358,46 @@ def check_onnx(
             "(traced.float() before export), or pass check=False to keep the file for a "
             "runtime that has them"
         ) from exc
+    _compare(path, got, expected, tolerance, values, "")
+    return session
+
+
+def _compare(path, got: list, expected: list, tolerance, values: bool, where: str) -> None:
+    """Raise OnnxExportError where ONNX Runtime's outputs differ from the trace's: by
+    shape (which no tolerance explains: a size the file computes otherwise), by dtype, or
+    by value beyond ``tolerance``."""
     for index, (g, want) in enumerate(zip(got, expected)):
         want = want.detach().cpu() if isinstance(want, torch.Tensor) else torch.tensor(want)
         g = torch.from_numpy(g)
+        if g.shape != want.shape:
+            raise OnnxExportError(
+                f"{os.fspath(path)}: ONNX Runtime's output{index}{where} has shape "
+                f"{list(g.shape)} where the trace's has {list(want.shape)}: the file computes "
+                "a size otherwise than the trace (a size torch.export or the ONNX translation "
+                "fixed, or an op translated wrongly), which no tolerance explains; call the "
+                "trace for these sizes, or export from an example of the sizes you serve"
+            )
         if not values:
-            if g.shape != want.shape or g.dtype != want.dtype:
+            if g.dtype != want.dtype:
                 raise OnnxExportError(
-                    f"{os.fspath(path)}: ONNX Runtime's output{index} is {g.dtype} "
-                    f"{list(g.shape)} where the trace's is {want.dtype} {list(want.shape)}"
+                    f"{os.fspath(path)}: ONNX Runtime's output{index}{where} is {g.dtype} "
+                    f"where the trace's is {want.dtype}"
                 )
             continue
-        if g.shape != want.shape or not torch.allclose(
+        if not torch.allclose(
             g.double(), want.double(), rtol=tolerance, atol=tolerance, equal_nan=True
         ):
-            error = (
-                (g.double() - want.double()).abs().max().item() if g.shape == want.shape else None
+            error = (g.double() - want.double()).abs().max().item()
+            hint = (
+                "raise tolerance= if the difference is expected"
+                if not where
+                else "the example's sizes agree, so the file fixed a size-dependent value "
+                "(a size torch.export made a constant) that it declares dynamic; export from "
+                "an example of the sizes you serve, or call the trace for these"
             )
             raise OnnxExportError(
-                f"{os.fspath(path)}: ONNX Runtime's output{index} differs from the trace's "
-                f"(shape {list(g.shape)} vs {list(want.shape)}, max absolute error {error}, "
-                f"tolerance {tolerance:g}); raise tolerance= if the difference is expected"
+                f"{os.fspath(path)}: ONNX Runtime's output{index}{where} differs from the "
+                f"trace's (max absolute error {error}, tolerance {tolerance:g}); {hint}"
             )
 
 

@@ -222,6 +222,19 @@ def _repeat_numel(input, repeats, dim) -> int:
 
 def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):
     """``torch.repeat_interleave`` (both forms), its output size bounded before it runs."""
+    if isinstance(repeats, torch.SymInt):
+        # A count computed from symbolic sizes: only under torch.compile / torch.export
+        # (the GraphModule of export/fx.py), which trace shapes, not data; the bound
+        # below is for a call on real tensors, and ``int(repeats)`` would fix the sizes.
+        # Written as expand + flatten: torch.onnx's translation of a symbolic count
+        # repeats each element once (a [2, 2, 3] result for [2, 4, 3]).
+        torch._check(repeats >= 0, lambda: "repeat_interleave: repeats must be >= 0")
+        if dim is None:
+            input, dim = input.reshape(-1), 0
+        dim = dim % input.dim()
+        shape = list(input.shape)
+        expanded = input.unsqueeze(dim + 1).expand(*shape[: dim + 1], repeats, *shape[dim + 1 :])
+        return expanded.flatten(dim, dim + 1)
     if repeats is None:  # repeat_interleave(repeats): indices 0..n-1, each repeated
         if not isinstance(input, torch.Tensor):
             raise ValueError("repeat_interleave: the one-argument form takes a tensor")
