@@ -222,13 +222,18 @@ def row_positions(x):
     return x + positions[:, None]
 
 
+def mean_by_hand(x):
+    return x * (1.0 / x.shape[0])  # float's own C code reads the size: baked, unguarded
+
+
 def test_size_baked_without_guard_is_caught_by_another_batch_size():
-    """numpy reads a traced size as a plain int, without a guard (see test_divergence), and
-    the array becomes a constant; with no check inputs, check_trace tries batch size 5, finds
-    that the trace does not generalise, and names the line that uses the constant."""
+    """A float on the left of a size is computed by float's C code, which reads the traced
+    size as a plain int, without a guard (see test_divergence): the quotient becomes a
+    constant. With no check inputs, check_trace tries batch size 5, finds that the trace
+    does not generalise, and names the line that uses the constant."""
     with pytest.raises(tracebridge.TracingCheckError) as info:
-        tracebridge.trace(row_positions, torch.rand(4, 2))
-    line = line_of(row_positions, "positions[:, None]")
+        tracebridge.trace(mean_by_hand, torch.rand(4, 2))
+    line = line_of(mean_by_hand, "1.0 / x.shape[0]")
     lines = str(info.value).splitlines()
     assert lines[0].startswith(
         "the trace does not generalise from batch size 4 to 5 (dimension 0 of the inputs), "
@@ -236,10 +241,20 @@ def test_size_baked_without_guard_is_caught_by_another_batch_size():
     )
     assert re.fullmatch(
         rf"  a size was baked into the trace at node \d+ \([\w.]+\), {re.escape(__file__)}:"
-        rf"{line}: return x \+ positions\[:, None\]",
+        rf"{line}: return x \* \(1\.0 / x\.shape\[0\]\).*",
         lines[1],
     )
     assert "x.size(0) / x.shape[0]" in lines[2]
+
+
+def test_a_size_numpy_reads_is_guarded_at_the_line():
+    """numpy reads a traced size as a plain int; the tracer sees it in the source
+    (trace/unseen_reads.py) and guards the size, naming the line, instead of baking it."""
+    traced = tracebridge.trace(row_positions, torch.rand(4, 2))
+    x = torch.rand(4, 2)
+    assert torch.equal(traced(x), row_positions(x))
+    with pytest.raises(tracebridge.GuardError, match="np.arange"):
+        traced(torch.rand(5, 2))
 
 
 def test_int_methods_of_a_size_are_guarded():
