@@ -631,13 +631,15 @@ class TracedModule(nn.Module, _Traced):
         # A tied tensor under its other names too (a language model's output layer sharing
         # the embedding's matrix), the same object, as the original holds it: state_dict()
         # and load_state_dict() then take the original's keys. A name that something of
-        # the module already holds is left out (load_state_dict then names it unexpected).
+        # the module already holds, or a private one, is left out (a file may write any
+        # name of the grammar; load_state_dict then names it unexpected).
         for alias, target in program.aliases.items():
             owner, leaf = _owner(self, target)
             tensor = owner._parameters.get(leaf, owner._buffers.get(leaf))
-            module, alias_leaf = self._shown_owner(program, alias)
-            if tensor is None or hasattr(module, alias_leaf):
+            place = self._alias_owner(program, alias)
+            if tensor is None or place is None:
                 continue
+            module, alias_leaf = place
             if isinstance(tensor, nn.Parameter):
                 module.register_parameter(alias_leaf, tensor)
             else:
@@ -663,6 +665,25 @@ class TracedModule(nn.Module, _Traced):
             if part not in module._modules:
                 module.add_module(part, ShownModule.of(program, path))
             module = module._modules[part]
+        return module, leaf
+
+    def _alias_owner(self, program: Program, alias: str) -> tuple[nn.Module, str] | None:
+        """Where a tied name of a loaded program goes, as :meth:`_shown_owner` finds state,
+        or None where a part of the path is private or already something else of the
+        module (a tensor, a method, an attribute)."""
+        parts = alias.split(".")
+        module: nn.Module = self
+        for depth, part in enumerate(parts[:-1]):
+            child = module._modules.get(part)
+            if child is None:
+                if part.startswith("_") or hasattr(module, part):
+                    return None
+                child = ShownModule.of(program, ".".join(parts[: depth + 1]))
+                module.add_module(part, child)
+            module = child
+        leaf = parts[-1]
+        if leaf.startswith("_") or hasattr(module, leaf):
+            return None
         return module, leaf
 
     def _state_slots(self) -> dict:

@@ -1068,7 +1068,8 @@ def writes_family() -> dict:
 def document_family() -> dict:
     """Session 15's optional document fields, with values no writer makes: ``module_modes``
     (graph -> module path -> flag) and a graph's ``var_keywords``. Refused at load, or
-    (a path the loaded module does not have) read and run."""
+    (a path the loaded module does not have) read and run. And ``aliases`` whose names a
+    loaded module cannot hold as written."""
 
     def modes(value):
         def edit(doc):
@@ -1086,7 +1087,21 @@ def document_family() -> dict:
 
         return edit
 
+    def aliases(value):
+        def edit(doc):
+            doc = copy.deepcopy(doc)
+            doc["aliases"] = value
+            return doc
+
+        return edit
+
     cases = {
+        # tied names the loaded module registers (session 16): through a tensor, private,
+        # over a method, and a new path; each loads and runs
+        "alias_through_tensor": aliases({"weight.x": "bias"}),
+        "alias_private": aliases({"_methods": "bias"}),
+        "alias_over_method": aliases({"forward": "weight"}),
+        "alias_new_path": aliases({"head.proj.weight": "weight"}),
         "modes_flag_text": modes({"forward": {"": "yes"}}),
         "modes_list": modes(["forward"]),
         "modes_unknown_graph": modes({"__init__": {"": True}}),

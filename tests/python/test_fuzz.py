@@ -864,7 +864,11 @@ def test_session_15_document_fields_with_odd_values_are_refused_at_load(attacks)
     cases = {
         n.removeprefix("document:"): o for n, o in attacks.items() if n.startswith("document:")
     }
-    assert len(cases) == 11
+    assert len(cases) == 15
+    # tied names a loaded module cannot take as written are left out; the file runs
+    for name in ("alias_through_tensor", "alias_private", "alias_over_method", "alias_new_path"):
+        outcome = cases.pop(name)
+        assert outcome["stage"] == "ok" and not outcome["canary"], (name, outcome)
     # paths the loaded module does not have (one of 50,000, one that names a dunder) are
     # not watched: no attribute of the module is ever looked up by a path of the file
     for name in ("modes_ghost_path", "modes_path_dunder", "modes_many"):
