@@ -20,7 +20,7 @@ from ..errors import TraceError, TracerWarning, UnsupportedOpError
 from ..ir import Graph, StateEntry, pytree
 from ..ir.pytree import is_tensor
 from ..source import raised_at, source_line
-from . import autocast, autocast_state, caches, own_hooks, rebound_buffers
+from . import autocast, autocast_state, caches, carried_reads, own_hooks, rebound_buffers
 from .integers import stand_ins_in_modules_of
 from .numbers import number_given_for_tensor
 from .tracer import SymFloat, SymInt, Tracer, recording
@@ -264,6 +264,7 @@ def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: boo
         recording(tracer),
         stand_ins_in_modules_of(fn),
         rebound_buffers.watched(tracer) as rebound,
+        carried_reads.watched(),
     ):
         autocast_state.ambient_guards(tracer)
         try:

@@ -23,6 +23,7 @@ from ..ir.program import Ref, refs_in
 from ..source import OWN_DIR as _OWN_DIR
 from ..source import TORCH_DIR as _TORCH_DIR
 from . import autocast
+from .carried_reads import unwatched
 from .numbers import _Traced
 
 if TYPE_CHECKING:  # the tracer imports this module
@@ -37,7 +38,7 @@ class _RecordingMode(TorchFunctionMode):
         self.tracer = tracer
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        return self.tracer.dispatch(func, args, kwargs or {})
+        return unwatched(self.tracer.dispatch, func, args, kwargs or {})
 
 
 def _no_torch_function(*args, **kwargs):

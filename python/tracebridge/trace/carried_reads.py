@@ -1,0 +1,431 @@
+"""Traced numbers carried to C code by names, attributes and containers: judged at the line
+that reads them, while it runs.
+
+Note: why the line that reads is watched, and not only the line that makes.
+  trace/unseen_reads.py follows a traced number from the expression that makes it through
+  the caller's source. A number kept somewhere the source cannot follow -- an attribute
+  read in another method (``self.n = x.shape[1]`` in one, ``self.table[self.n]`` in
+  another), a dict, list or tuple stored and read elsewhere, ``*args``/``**kwargs`` of a
+  helper, a global -- reaches C code through an expression that only carries it: a
+  name, an attribute, an item. Where it goes cannot be known where it is made; what it
+  is can be known where it is read. So while the traced code runs, the tracer watches
+  the lines of the user's code (``sys.settrace``; PyTorch, tracebridge, numpy and the
+  standard library are not watched: only the code of files that have a place where C
+  code may read a number) and, before each line runs, looks at the values its reads
+  carry: the index or slice bounds of a subscript, the arguments of a call, the
+  operands of a ``%``-format. An operand that is such a path (``n``, ``self.n``,
+  ``cfg["n"]``, ``args[0]``, ``kw.get("n")``, ``int(p)``, ``min(p, 4)``, a tuple or
+  list display of them, ``*p``) is looked up without running code; where it holds a
+  traced number, the site is judged as unseen_reads judges it (a list, tuple, string,
+  ``range``, numpy array indexed or sliced; a C function outside PyTorch given it; text
+  that decides) and the number's value is guarded there, naming the line. A number
+  only carried to tensor ops, to PyTorch, to a mapping's key, stays general.
+
+  A user class's ``__len__`` (``__index__``, ``__int__``, ``__float__``, ``__hash__``)
+  that returns a traced number to C code (``if obj:``, ``not obj``, ``bool(obj)``,
+  ``TABLE[obj]``, ``hash(obj)``) is the same unseen read: its return is watched, and a
+  truth test guards ``n > 0`` (or ``n == 0``), anything else the value. The traced
+  ``len`` (trace/patches.py) asks ``__len__`` itself and keeps the size general.
+
+  The operand is read before its line runs: a path bound on the same line, before the
+  read (``n = self.n; TABLE[n]`` on one line), is judged by its value before the line
+  (unseen_reads sees most such numbers where they are made). What neither sees: a
+  container or callable found only by calling code (``self.get_table()[self.n]``), and
+  C code reached through the Python code of the standard library or PyTorch.
+"""
+
+from __future__ import annotations
+
+import ast
+import dis
+import os
+import sys
+import types
+from contextlib import contextmanager
+from functools import lru_cache
+
+from ..source import OWN_DIR, is_internal
+from .device_reads import _static_attribute
+from .numbers import _Traced
+from .python_random import STDLIB
+from .text import _parsed, _positions
+from .unseen_reads import (
+    _MISSING,
+    Site,
+    _call_reads,
+    _format_site,
+    _percent_format,
+    _resolve,
+    _Scope,
+    _subscript_reads,
+)
+
+# Slots that C code calls and whose answer it reads as a plain number.
+_SLOTS = frozenset({"__len__", "__index__", "__int__", "__float__", "__hash__"})
+# Instructions that test truth: ``if obj:``, ``while obj``, ``not obj``, ``a and obj``.
+_TRUTH = frozenset(
+    name
+    for name in dis.opmap
+    if name.startswith(("POP_JUMP", "JUMP_IF_")) or name in ("UNARY_NOT", "TO_BOOL")
+)
+_PASSING_CALLS = frozenset({"int", "index", "min", "max"})
+
+
+# --- from the source: the reads of each line --------------------------------------------
+
+
+@lru_cache(maxsize=512)
+def reads_by_line(filename: str) -> dict:
+    """``{line: ((site, operands), ...)}``: every place in ``filename`` where C code may
+    read a number, with the operand expressions whose values it reads, under each line
+    whose event comes before the read (its own and its statement's first)."""
+    found: dict[int, list] = {}
+    for node in (_parsed(filename) or {}).values():
+        entry = _read_of(node)
+        if entry is None:
+            continue
+        lines = {node.lineno, _statement_line(node)}
+        for line in lines:
+            found.setdefault(line, []).append(entry)
+    return {line: tuple(entries) for line, entries in found.items()}
+
+
+def _read_of(node: ast.AST):
+    if isinstance(node, ast.Subscript):
+        operands = _index_operands(node.slice)
+        if operands:
+            return (Site("subscript", node.value, node.lineno), tuple(operands))
+        return None
+    if isinstance(node, ast.Call):
+        operands = []
+        for position, arg in enumerate(node.args):
+            if isinstance(arg, ast.Starred):
+                operands += [(None, arg.value)] if _carrier(arg.value) else []
+                break  # positions after a *splat are unknown
+            if _carrier(arg) or _display_of_carriers(arg):
+                operands.append((position, arg))
+        for keyword in node.keywords:
+            if keyword.arg is not None and (
+                _carrier(keyword.value) or _display_of_carriers(keyword.value)
+            ):
+                operands.append((keyword.arg, keyword.value))
+        if operands:
+            return (Site("call", node, node.lineno), tuple(operands))
+        return None
+    if _percent_format(node):
+        right = node.right
+        items = right.elts if isinstance(right, ast.Tuple) else [right]
+        operands = [item for item in items if _carrier(item)]
+        if operands:
+            return (Site("format", node, node.lineno), tuple(operands))
+    return None
+
+
+def _index_operands(index: ast.AST) -> list:
+    parts = index.elts if isinstance(index, ast.Tuple) else [index]
+    operands = []
+    for part in parts:
+        bounds = (part.lower, part.upper, part.step) if isinstance(part, ast.Slice) else (part,)
+        operands += [b for b in bounds if b is not None and _carrier(b)]
+    return operands
+
+
+def _carrier(node: ast.AST) -> bool:
+    """Whether ``node`` only carries a value (a path, a call that gives back one of its
+    arguments): nothing new is made there, so unseen_reads, which judges where numbers
+    are made, does not see it."""
+    if _path(node):
+        return True
+    if isinstance(node, ast.Call) and not node.keywords:
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "get":
+            return _path(func.value) and 1 <= len(node.args) <= 2  # d.get(k, default)
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+        return (
+            name in _PASSING_CALLS
+            and bool(node.args)
+            and all(_carrier(a) or isinstance(a, ast.Constant) for a in node.args)
+        )
+    return False
+
+
+def _path(node: ast.AST) -> bool:
+    """A name, an attribute of a path, an item of a path by a constant or a path."""
+    if isinstance(node, ast.Name):
+        return True
+    if isinstance(node, ast.Attribute):
+        return _path(node.value)
+    if isinstance(node, ast.Subscript):
+        return _path(node.value) and (isinstance(node.slice, ast.Constant) or _path(node.slice))
+    return False
+
+
+def _display_of_carriers(node: ast.AST) -> bool:
+    return isinstance(node, (ast.Tuple, ast.List)) and any(_carrier(e) for e in node.elts)
+
+
+def _statement_line(node: ast.AST) -> int:
+    while node is not None and not isinstance(node, ast.stmt):
+        node = getattr(node, "_tb_parent", None)
+    return node.lineno if node is not None else 0
+
+
+# --- at the line: the values the operands carry ------------------------------------------
+
+
+_DESCRIPTORS = (
+    property,
+    types.FunctionType,
+    types.GetSetDescriptorType,
+    types.MemberDescriptorType,
+)
+
+
+def _value(node: ast.AST, scope: _Scope):
+    """The value of the path ``node``, looked up without running code, else _MISSING."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        return scope.lookup(node.id)
+    if isinstance(node, ast.Attribute):
+        owner = _value(node.value, scope)
+        if owner is _MISSING or _is_tensor(owner):
+            return _MISSING
+        if isinstance(owner, types.ModuleType):
+            return vars(owner).get(node.attr, _MISSING)
+        found = _static_attribute(owner, node.attr)
+        if isinstance(found, types.MemberDescriptorType) and not isinstance(owner, type):
+            try:
+                return found.__get__(owner, type(owner))  # a __slots__ entry: C reads it
+            except AttributeError:
+                return _MISSING
+        if isinstance(found, _DESCRIPTORS):
+            return _MISSING  # code would run to give the value
+        return found
+    if isinstance(node, ast.Subscript):
+        owner = _value(node.value, scope)
+        key = _value(node.slice, scope)
+        if type(owner) not in (list, tuple, dict) or key is _MISSING:
+            return _MISSING
+        if isinstance(key, _Traced):
+            return _MISSING  # an index of its own: judged as a read where it is
+        try:
+            return owner[key]
+        except (LookupError, TypeError):
+            return _MISSING
+    return _MISSING
+
+
+def _is_tensor(value) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor)
+
+
+def _carried(node: ast.AST, scope: _Scope) -> list:
+    """The traced numbers the operand ``node`` carries: its value, the items of a list or
+    tuple it is, those of a display of paths, or of the arguments of a call passing one."""
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return [n for e in node.elts for n in _carried(e, scope)]
+    if isinstance(node, ast.Call):
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            owner = _value(node.func.value, scope)
+            if type(owner) is not dict:
+                return []
+            key = _value(node.args[0], scope)
+            if key is _MISSING or isinstance(key, _Traced):
+                return []
+            value = owner.get(key, _MISSING)
+            if value is _MISSING and len(node.args) == 2:
+                return _carried(node.args[1], scope)
+            return _traced_in(value)
+        return [n for a in node.args for n in _carried(a, scope)]
+    return _traced_in(_value(node, scope))
+
+
+def _traced_in(value) -> list:
+    if isinstance(value, _Traced):
+        return [value]
+    if type(value) in (list, tuple) and len(value) <= 16:
+        return [v for v in value if isinstance(v, _Traced)]
+    return []
+
+
+def judge_line(frame, entries: tuple) -> None:
+    """Guard each traced number that a read of this line hands to C code (module Note)."""
+    scope = _Scope(frame.f_locals, frame.f_globals, frame.f_code.co_filename)
+    for site, operands in entries:
+        carried = []
+        for operand in operands:
+            expr = operand[1] if isinstance(operand, tuple) else operand
+            carried += [(operand, n) for n in _carried(expr, scope)]
+        if not carried:
+            continue
+        for operand, number in carried:
+            tracer = number._tracer
+            if not tracer.is_active():
+                continue
+            found = _judged(site, operand, scope)
+            if found is not None:
+                tracer._guard_read_in_c(number, f"{found[0]}:{found[1]}")
+
+
+def _judged(site: Site, operand, scope: _Scope):
+    if site.kind == "format":
+        return (scope.filename, site.line) if _format_site(site.expr) else None
+    if site.kind == "subscript":
+        return _subscript_reads(site, _resolve(site.expr, scope), scope, 0)
+    func = _resolve(site.expr.func, scope)
+    if _watched_function(func):
+        return None  # its own lines are watched: judged where it reads
+    return _call_reads(Site("call", site.expr, site.line, operand[0]), func, scope, 0)
+
+
+def _watched_function(func) -> bool:
+    func = getattr(func, "__func__", func)
+    code = getattr(func, "__code__", None)
+    return isinstance(code, types.CodeType) and _watched_file(code.co_filename)
+
+
+# --- the returns of slots that C code calls ------------------------------------------------
+
+
+def judge_slot_return(frame, value) -> None:
+    """A user ``__len__`` (a slot of _SLOTS) gave ``value`` back: guard a traced number
+    that C code reads (module Note)."""
+    if not isinstance(value, _Traced) or not value._tracer.is_active():
+        return
+    caller = frame.f_back
+    if caller is None:
+        return
+    if caller.f_code.co_filename.startswith(OWN_DIR):
+        return  # the traced len() asked it, or the tracer's own code: kept traced
+    name = frame.f_code.co_name
+    tracer = value._tracer
+    lasti = caller.f_lasti
+    opname = dis.opname[caller.f_code.co_code[lasti]] if lasti >= 0 else ""
+    call = _call_at(caller)
+    if isinstance(call, ast.Call) and getattr(call.func, "attr", None) == name:
+        return  # obj.__len__() called from Python: the number itself, traced
+    loc = f"{caller.f_code.co_filename}:{caller.f_lineno}"
+    truth = opname in _TRUTH or (
+        isinstance(call, ast.Call) and getattr(call.func, "id", None) == "bool"
+    )
+    if truth and name == "__len__" and value._concrete() > 0:
+        tracer.scalar_compare("gt", value, 0, warn=False)
+        return
+    tracer._guard_read_in_c(value, loc)
+
+
+def _call_at(frame):
+    positions = _positions(frame.f_code)
+    index = frame.f_lasti // 2
+    if index >= len(positions) or None in positions[index]:
+        return None
+    return (_parsed(frame.f_code.co_filename) or {}).get(tuple(positions[index]))
+
+
+# --- the watch -----------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=4096)
+def _watched_file(filename: str) -> bool:
+    if is_internal(filename) or filename.startswith("<"):
+        return False
+    path = os.path.realpath(filename)
+    return not (path.startswith(STDLIB) and "-packages" + os.sep not in path)
+
+
+_by_code: dict[int, tuple] = {}
+
+
+def _local_for(code: types.CodeType):
+    """The local trace function for frames of ``code``, or None where nothing in it is
+    watched."""
+    if not _watched_file(code.co_filename):
+        return None
+    slot = code.co_name in _SLOTS
+    table = reads_by_line(code.co_filename)
+    first = code.co_firstlineno
+    last = max((line for _, _, line in code.co_lines() if line is not None), default=first)
+    lines = {line: table[line] for line in range(first, last + 1) if line in table}
+    if not lines and not slot:
+        return None
+
+    def local(frame, event, arg):
+        try:
+            if event == "line":
+                entries = lines.get(frame.f_lineno)
+                if entries:
+                    judge_line(frame, entries)
+            elif event == "return" and slot:
+                judge_slot_return(frame, arg)
+        except Exception:  # noqa: BLE001, S110 - a read we cannot judge: as before, no guard
+            pass
+        return local
+
+    return local
+
+
+def _global(frame, event, arg):
+    code = frame.f_code
+    hit = _by_code.get(id(code))
+    if hit is None or hit[0] is not code:
+        try:
+            hit = (code, _local_for(code))
+        except Exception:  # noqa: BLE001 - a source we cannot read: not watched
+            hit = (code, None)
+        _by_code[id(code)] = hit
+    return hit[1]
+
+
+def _chained(ours, theirs):
+    """A trace function that gives each event to a trace function set before ours (a
+    debugger's, coverage's) and to ours."""
+
+    def both(frame, event, arg):
+        nonlocal ours, theirs
+        if theirs is not None:
+            theirs = theirs(frame, event, arg)
+        if ours is not None:
+            ours = ours(frame, event, arg)
+        if ours is None:
+            return theirs
+        return both if theirs is not None else ours
+
+    return both
+
+
+def unwatched(fn, *args):
+    """``fn(*args)`` with the watch set aside: the tracer's own work (recording an op) is
+    not the user's code, and a trace function called for each of its Python calls would
+    cost a third of the trace's time."""
+    watch = sys.gettrace()
+    if watch is not _global:
+        return fn(*args)  # not watching, or another trace function runs too (a debugger's)
+    sys.settrace(None)
+    try:
+        return fn(*args)
+    finally:
+        sys.settrace(watch)
+
+
+@contextmanager
+def watched():
+    """Watch the lines of the user's code while the block runs (module Note)."""
+    previous = sys.gettrace()
+    if previous is None:
+        tracer = _global
+    else:
+
+        def tracer(frame, event, arg):
+            ours, theirs = _global(frame, event, arg), previous(frame, event, arg)
+            if ours is None or theirs is None:
+                return theirs if ours is None else ours
+            return _chained(ours, theirs)
+
+    sys.settrace(tracer)
+    try:
+        yield
+    finally:
+        sys.settrace(previous)
