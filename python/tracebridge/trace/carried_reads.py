@@ -53,6 +53,7 @@ from .unseen_reads import (
     _MISSING,
     Site,
     _call_reads,
+    _constant_int,
     _format_site,
     _percent_format,
     _resolve,
@@ -156,8 +157,16 @@ def _path(node: ast.AST) -> bool:
     if isinstance(node, ast.Attribute):
         return _path(node.value)
     if isinstance(node, ast.Subscript):
-        return _path(node.value) and (isinstance(node.slice, ast.Constant) or _path(node.slice))
+        return _path(node.value) and (_constant(node.slice) is not _MISSING or _path(node.slice))
     return False
+
+
+def _constant(node: ast.AST):
+    """The value of a literal (``-1`` too), else _MISSING."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    number = _constant_int(node)
+    return _MISSING if number is None else number
 
 
 def _display_of_carriers(node: ast.AST) -> bool:
@@ -183,8 +192,8 @@ _DESCRIPTORS = (
 
 def _value(node: ast.AST, scope: _Scope):
     """The value of the path ``node``, looked up without running code, else _MISSING."""
-    if isinstance(node, ast.Constant):
-        return node.value
+    if _constant(node) is not _MISSING:
+        return _constant(node)
     if isinstance(node, ast.Name):
         return scope.lookup(node.id)
     if isinstance(node, ast.Attribute):
