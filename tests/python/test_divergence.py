@@ -854,20 +854,18 @@ CASES += [
         "`x * (-math.log(10000.0) / x.size(1))` (a float on the left of a size)",
         _plain(float_over_size, (_seeded(2, 4),), (_seeded(2, 6),)),
         jit="right",
-        tb=("wrong", "check"),
-        core="core: `float op size` runs in float's own C code, which reads the traced int's "
-        "value without asking it: the result is baked with no guard (the check finds it by "
-        "running the code at other sizes of each dimension)",
+        # float's own C code computes it, reading the size unseen: guarded where the size
+        # is made (trace/unseen_reads.py, session 17)
+        tb=("guard", "guard"),
     ),
     Case(
         "float_left_comparison",
         "`if 3.5 < x.size(0):` (a float on the left of a comparison), traced at 5, called at 2",
         _plain(float_left_comparison, (_seeded(5),), (_seeded(2),)),
         jit="wrong",
-        tb=("wrong", "wrong"),
-        core="core: `float < size` runs in float's own C code, which reads the traced int's "
-        "value without asking it: the branch is taken with no guard, and the check's other "
-        "sizes (one more, twice as many) take the same branch",
+        # the comparison float's C code makes is recorded as `size > 3.5` (session 17): the
+        # call at 2 fails it and is served by the graph for size 1
+        tb=("right", "right"),
     ),
     Case(
         "call_counter",
@@ -1268,6 +1266,89 @@ CASES += [
         '`if "%.1f" % x.sum().item() == "3.0":` (text made in C from an `.item()`)',
         _plain(percent_float_of_item, (torch.ones(3),), (torch.ones(4),)),
         jit="wrong",
+        tb=("guard", "guard"),
+    ),
+]
+
+
+# A size carried to C code by an attribute, a container, **kwargs, a user __len__
+# (trace/carried_reads.py; session 17).
+class KeepsTheBatch(nn.Module):
+    def measure(self, x):
+        self.n = x.size(0)
+
+    def forward(self, x):
+        self.measure(x)
+        return self.scaled(x)
+
+    def scaled(self, x):
+        return x * SCALES[self.n]
+
+
+def _scale_by_keyword(x, **options):
+    return x * SCALES[options["n"]]
+
+
+def size_through_kwargs(x):
+    return _scale_by_keyword(x, n=x.size(0))
+
+
+def _summed_scales(x, sizes):
+    return x * sum(SCALES[: sizes["n"]])
+
+
+def size_in_a_dict(x):
+    return _summed_scales(x, {"n": x.size(0)})
+
+
+def if_user_len_of_size(x):
+    return x * 2 if Batch(x.size(0) - 3) else x
+
+
+class HalvesTheLength(nn.Module):
+    def forward(self, x):
+        self.n = x.size(0)
+        return self.halved(x)
+
+    def halved(self, x):
+        return x * (0.5 * self.n)
+
+
+CASES += [
+    Case(
+        "size_in_an_attribute",
+        "`self.n = x.size(0)` in one method, `SCALES[self.n]` in another",
+        _plain(KeepsTheBatch(), (_seeded(3),), (_seeded(5),)),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "size_through_kwargs",
+        '`helper(x, n=x.size(0))` indexing `SCALES[options["n"]]` from `**options`',
+        _plain(size_through_kwargs, (_seeded(3),), (_seeded(5),)),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "size_in_a_dict",
+        '`{"n": x.size(0)}` passed on, `sum(SCALES[: sizes["n"]])` in the helper',
+        _plain(size_in_a_dict, (_seeded(3),), (_seeded(5),)),
+        jit="wrong",
+        tb=("guard", "guard"),
+    ),
+    Case(
+        "if_user_len_of_size",
+        "`if Batch(x.size(0) - 3):` (a user `__len__` answering a size), traced at 5, called at 3",
+        _plain(if_user_len_of_size, (_seeded(5),), (_seeded(3),)),
+        jit="wrong",
+        # guarded as `x.size(0) - 3 > 0`: another of the trace's graphs serves the call at 3
+        tb=("right", "right"),
+    ),
+    Case(
+        "float_times_attribute",
+        "`self.n = x.size(0)`, then `x * (0.5 * self.n)` in another method",
+        _plain(HalvesTheLength(), (_seeded(3),), (_seeded(5),)),
+        jit="right",
         tb=("guard", "guard"),
     ),
 ]

@@ -239,6 +239,26 @@ def percent_format_of_attribute(x):
     return x * (1.0 if text == "3.0" else 2.0)
 
 
+def _halved(x, state):
+    return x * (0.5 * state.n)
+
+
+def float_times_attribute(x):
+    state = State()
+    state.n = x.shape[0]
+    return _halved(x, state)
+
+
+def _above(x, state):
+    return x * 2 if 3.5 < state.n else x  # noqa: SIM300 - the pattern under test
+
+
+def float_compared_with_attribute(x):
+    state = State()
+    state.n = x.shape[0]
+    return _above(x, state)
+
+
 class Batch:
     """A user sequence whose ``__len__`` answers a traced size."""
 
@@ -320,6 +340,8 @@ CHOICES = [
     (while_user_len, 4, (3, 5)),
     (if_user_len, 3, (4, 5)),
     (user_index, 3, (5,)),
+    (float_times_attribute, 3, (5,)),
+    (float_compared_with_attribute, 5, (3, 7)),
 ]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import math
 import operator
 import struct
 import warnings
@@ -243,6 +244,29 @@ def percent_int_item_decides(x):
     return x * (1.0 if text == "3" else 2.0)
 
 
+SCALE = 0.25
+
+
+def float_times_size(x):
+    return x * (0.5 * x.shape[0])
+
+
+def float_literal_expression_over_size(x):
+    return x * (-math.log(10000.0) / x.shape[0])
+
+
+def float_global_times_size(x):
+    return x * (SCALE * x.shape[0])
+
+
+def numpy_scalar_times_size(x):
+    return x * float(np.float64(2.0) * x.shape[0])
+
+
+def float_left_of_comparison(x):
+    return x * 2 if 3.5 < x.shape[0] else x  # noqa: SIM300 - the pattern under test
+
+
 # (program, example, other): on the other input the Python code takes another choice.
 ONES3, ONES5 = torch.ones(3), torch.ones(5)
 CHOICES = [
@@ -286,6 +310,11 @@ CHOICES = [
     (format_float_decides, ONES3, ONES5),
     (fstring_float_decides, ONES3, ONES5),
     (percent_int_item_decides, ONES3, ONES5),
+    (float_times_size, ONES3, ONES5),
+    (float_literal_expression_over_size, ONES3, ONES5),
+    (float_global_times_size, ONES3, ONES5),
+    (numpy_scalar_times_size, ONES3, ONES5),
+    (float_left_of_comparison, ONES5, ONES3),
 ]
 
 
@@ -381,3 +410,31 @@ def test_a_container_bound_after_the_size_is_judged_when_the_code_returns():
     traced = tracebridge.trace(tensor_bound_after_the_size, (ONES3,))
     assert not traced.guards
     torch.testing.assert_close(traced(ONES5), tensor_bound_after_the_size(ONES5))
+
+
+def floats_asked_first(x):
+    # a traced float right of a float, an int left of a size, a tensor left of a size:
+    # the traced number answers first, its arithmetic is recorded
+    return (
+        x * (1.0 / math.sqrt(x.shape[0])),
+        x * (3 / x.shape[0]),
+        x / x.shape[0],
+        x * (1.0 / x.sum().item()),
+    )
+
+
+def test_numbers_that_answer_first_stay_general():
+    traced = tracebridge.trace(floats_asked_first, (ONES3,))
+    assert not traced.guards
+    for n in (2, 5, 7):
+        x = torch.rand(n) + 0.5
+        for a, b in zip(traced(x), floats_asked_first(x)):
+            torch.testing.assert_close(a, b)
+
+
+def test_a_float_left_of_a_comparison_records_the_comparison():
+    traced = tracebridge.trace(float_left_of_comparison, (ONES5,), check_trace=False)
+    line = float_left_of_comparison.__code__.co_firstlineno + 1
+    assert traced.guards == [f"forward: x.shape[0] > 3.5 == True (at {__file__}:{line})"]
+    for n in (4, 6, 9):  # every size above 3.5: one path, no fixed size
+        torch.testing.assert_close(traced(torch.ones(n)), float_left_of_comparison(torch.ones(n)))

@@ -50,7 +50,9 @@ from .numbers import _Traced
 from .python_random import STDLIB
 from .text import _parsed, _positions
 from .unseen_reads import (
+    _ARITHMETIC,
     _MISSING,
+    _SWAPPED,
     Site,
     _call_reads,
     _constant_int,
@@ -59,6 +61,7 @@ from .unseen_reads import (
     _resolve,
     _Scope,
     _subscript_reads,
+    read_unseen,
 )
 
 # Slots that C code calls and whose answer it reads as a plain number.
@@ -82,13 +85,32 @@ def reads_by_line(filename: str) -> dict:
     whose event comes before the read (its own and its statement's first)."""
     found: dict[int, list] = {}
     for node in (_parsed(filename) or {}).values():
-        entry = _read_of(node)
-        if entry is None:
-            continue
-        lines = {node.lineno, _statement_line(node)}
-        for line in lines:
-            found.setdefault(line, []).append(entry)
+        entries = _reads_of(node)
+        for line in {node.lineno, _statement_line(node)} if entries else ():
+            found.setdefault(line, []).extend(entries)
     return {line: tuple(entries) for line, entries in found.items()}
+
+
+def _reads_of(node: ast.AST) -> list:
+    """The reads ``node`` makes: ``[(site, operands)]``."""
+    if _percent_format(node):
+        right = node.right
+        items = right.elts if isinstance(right, ast.Tuple) else [right]
+        operands = [item for item in items if _carrier(item)]
+        return [(Site("format", node, node.lineno), tuple(operands))] if operands else []
+    if isinstance(node, ast.BinOp):
+        if isinstance(node.op, _ARITHMETIC) and _carrier(node.right):
+            return [(Site("arithmetic", node.left, node.lineno), (node.right,))]
+        return []
+    if isinstance(node, ast.Compare):
+        operands = [node.left, *node.comparators]
+        return [
+            (Site("comparison", operands[i - 1], node.lineno, _SWAPPED[type(op)]), (operands[i],))
+            for i, op in enumerate(node.ops, start=1)
+            if type(op) in _SWAPPED and _carrier(operands[i])
+        ]
+    entry = _read_of(node)
+    return [entry] if entry is not None else []
 
 
 def _read_of(node: ast.AST):
@@ -112,13 +134,6 @@ def _read_of(node: ast.AST):
                 operands.append((keyword.arg, keyword.value))
         if operands:
             return (Site("call", node, node.lineno), tuple(operands))
-        return None
-    if _percent_format(node):
-        right = node.right
-        items = right.elts if isinstance(right, ast.Tuple) else [right]
-        operands = [item for item in items if _carrier(item)]
-        if operands:
-            return (Site("format", node, node.lineno), tuple(operands))
     return None
 
 
@@ -274,14 +289,17 @@ def judge_line(frame, entries: tuple) -> None:
             tracer = number._tracer
             if not tracer.is_active():
                 continue
+            scope.number = number
             found = _judged(site, operand, scope)
             if found is not None:
-                tracer._guard_read_in_c(number, f"{found[0]}:{found[1]}")
+                tracer._guard_read_in_c(number, f"{found[0]}:{found[1]}", *found[2:])
 
 
 def _judged(site: Site, operand, scope: _Scope):
     if site.kind == "format":
         return (scope.filename, site.line) if _format_site(site.expr) else None
+    if site.kind in ("arithmetic", "comparison"):
+        return read_unseen(site, scope)
     if site.kind == "subscript":
         return _subscript_reads(site, _resolve(site.expr, scope), scope, 0)
     func = _resolve(site.expr.func, scope)

@@ -102,12 +102,12 @@ class Conversions:
             return sym
         later: list = []
         try:
-            found = unseen_read(frame, element, rank, later)
+            found = unseen_read(frame, element, rank, later, sym)
         except Exception:  # noqa: BLE001 - a source we cannot follow: as before, no guard
             return sym
         self._unseen_later.extend((sym, f, site) for f, site in later)
         if found is not None:
-            self._guard_read_in_c(sym, f"{found[0]}:{found[1]}")
+            self._guard_read_in_c(sym, f"{found[0]}:{found[1]}", *found[2:])
         return sym
 
     def settle_unseen_reads(self) -> None:
@@ -123,11 +123,17 @@ class Conversions:
             if found is not None:
                 self._guard_read_in_c(sym, f"{found[0]}:{found[1]}")
 
-    def _guard_read_in_c(self, sym, loc: str) -> None:
+    def _guard_read_in_c(self, sym, loc: str, compared: tuple | None = None) -> None:
+        """Guard ``sym``'s value, read in C at ``loc``; ``compared``: ``(op, other)``, the
+        comparison C code makes there (``3.5 < n``), recorded as ``n op other`` instead,
+        which keeps every value that answers alike."""
         key = (id(sym), loc)
         if key in self._unseen_guarded:
             return
         self._unseen_guarded[key] = sym  # kept: an id is unique while its object lives
+        if compared is not None:
+            self.scalar_compare(compared[0], sym, compared[1], warn=False)
+            return
         concrete = sym._concrete()
         self.guard(self.scalar_ref(sym), concrete, sym._desc, "value", loc)
         self.warn(

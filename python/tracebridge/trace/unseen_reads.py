@@ -50,6 +50,7 @@ import torch
 
 from ..source import OWN_DIR, TORCH_DIR, is_internal
 from .device_reads import _def_node, _static_attribute, _unpacked_into
+from .numbers import _Traced
 from .text import _decides, _parsed, _percent_arguments, _percent_format, _positions
 
 _RETURNED = "returned"
@@ -200,7 +201,12 @@ def _flow(node: ast.AST, following: frozenset) -> set:
         if isinstance(parent, ast.BinOp):
             if _percent_format(parent) and child is parent.right:
                 return _format_site(parent)
+            if child is parent.right and isinstance(parent.op, _ARITHMETIC):
+                # 0.5 * n: a float's (numpy's) own C code computes it if the left is one
+                return {Site("arithmetic", parent.left, parent.lineno)}
             return set()  # arithmetic: a new traced number, followed where it is made
+        if isinstance(parent, ast.Compare):
+            return _compare_site(parent, child)
         unpacked = _unpacked_into(parent, child)
         if unpacked is not None:
             return _reads_of_local(_parent(parent), unpacked, following)
@@ -248,6 +254,102 @@ def _flow(node: ast.AST, following: frozenset) -> set:
             return {_RETURNED}
         return set()
     return set()
+
+
+_ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
+# ``left OP n`` is what ``n SWAPPED left`` asks: the comparison C code makes, recorded.
+_SWAPPED = {ast.Lt: "gt", ast.LtE: "ge", ast.Gt: "lt", ast.GtE: "le", ast.Eq: "eq", ast.NotEq: "ne"}
+
+
+def _compare_site(compare: ast.Compare, child: ast.AST) -> set:
+    """``3.5 < n`` (``a < n < b``): where the number is right of a comparison, the
+    operand on its left answers first, and a float (numpy) compares in C."""
+    operands = [compare.left, *compare.comparators]
+    at = next((i for i, o in enumerate(operands) if o is child), 0)
+    swapped = _SWAPPED.get(type(compare.ops[at - 1])) if at > 0 else None
+    if swapped is None:
+        return set()
+    return {Site("comparison", operands[at - 1], compare.lineno, swapped)}
+
+
+def computes_in_c(left, expr: ast.AST, scope) -> bool:
+    """Whether ``left`` (the value of ``expr``, or _MISSING) is a number whose own C code
+    computes ``left OP n`` for an int ``n`` without asking it: a float, a complex, a
+    numpy scalar or array -- not an int (Python asks the int subclass first), not a
+    traced number, not a tensor. A traced float is asked first by a plain float."""
+    if isinstance(scope.number, float) and (
+        type(left) is float or (left is _MISSING and _float_expression(expr, scope))
+    ):
+        return False
+    if left is _MISSING:
+        return _float_expression(expr, scope)
+    if left is _SEQUENCE:  # np.float64(2.0) * n: numpy's; [0] * n: the number's own
+        return isinstance(expr, ast.Call) and _numpy_owned(_resolve(expr.func, scope))
+    if isinstance(left, (_Traced, bool, int)):
+        return False
+    return isinstance(left, (float, complex)) or _numpy_owned(type(left))
+
+
+_INT_MATH = frozenset("floor ceil trunc factorial gcd lcm isqrt comb perm".split())
+
+
+def _float_expression(expr: ast.AST, scope) -> bool:
+    """Whether ``expr`` computes a plain float from literals alone (``-math.log(1e4)``,
+    ``2.0 * math.pi``): a value the source shows without running the user's code."""
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, (float, complex))
+    if isinstance(expr, ast.UnaryOp):
+        return _float_expression(expr.operand, scope)
+    if isinstance(expr, ast.BinOp):
+        sides = (expr.left, expr.right)
+        return any(_float_expression(e, scope) for e in sides) and all(
+            _literal_number(e, scope) for e in sides
+        )
+    if isinstance(expr, ast.Call) and not expr.keywords:
+        func = _resolve(expr.func, scope)
+        name = getattr(func, "__name__", "")
+        return (
+            _is_math(func)
+            and name not in _INT_MATH
+            and all(_literal_number(a, scope) for a in expr.args)
+        )
+    if isinstance(expr, (ast.Name, ast.Attribute)):
+        value = _resolve(expr, scope)
+        return isinstance(value, float) and not isinstance(value, _Traced)
+    return False
+
+
+def _literal_number(expr: ast.AST, scope) -> bool:
+    if isinstance(expr, ast.Constant):
+        return isinstance(expr.value, (int, float, complex)) and not isinstance(expr.value, bool)
+    if isinstance(expr, (ast.Name, ast.Attribute)):
+        value = _resolve(expr, scope)
+        return isinstance(value, (int, float)) and not isinstance(value, (bool, _Traced))
+    return _float_expression(expr, scope)
+
+
+def _is_math(func) -> bool:
+    import math
+
+    from .patches import _TRACED_MATH  # patches imports this module's importers
+
+    return getattr(func, "__module__", None) == "math" or (
+        getattr(func, "__name__", None) in _TRACED_MATH
+        and _TRACED_MATH[func.__name__] is func
+        or vars(math).get(getattr(func, "__name__", None)) is func
+    )
+
+
+def _comparison_read(site: Site, scope: _Scope):
+    """``(file, line, (op, left))`` for ``left < n`` where C code compares: the
+    comparison to record, which keeps every size that answers alike."""
+    left = _resolve(site.expr, scope)
+    if not computes_in_c(left, site.expr, scope):
+        return None
+    here = (scope.filename, site.line)
+    if left is _MISSING or _numpy_owned(type(left)) or isinstance(left, complex):
+        return here  # a value not in hand, or numpy's: the number's value is guarded
+    return (*here, (site.arg, left))
 
 
 def _format_site(binop: ast.BinOp) -> set:
@@ -316,6 +418,7 @@ class _Scope:
     def __init__(self, local_names: dict, global_names: dict, filename: str, frame=None):
         self.local_names, self.global_names, self.filename = local_names, global_names, filename
         self.frame = frame  # the running frame whose names these are, if any
+        self.number = None  # the traced number followed, where known
         self.later: list[Site] = []  # subscripts of its locals not bound yet
 
     def lookup(self, name: str):
@@ -470,6 +573,11 @@ def read_unseen(site: Site, scope: _Scope, depth: int = 0) -> tuple[str, int] | 
     stays a tensor op's."""
     if site.kind == "format":
         return (scope.filename, site.line)
+    if site.kind == "arithmetic":
+        left = _resolve(site.expr, scope)
+        return (scope.filename, site.line) if computes_in_c(left, site.expr, scope) else None
+    if site.kind == "comparison":
+        return _comparison_read(site, scope)
     if site.kind == "subscript":
         return _subscript_reads(site, _resolve(site.expr, scope), scope, depth)
     return _call_reads(site, _resolve(site.expr.func, scope), scope, depth)
@@ -581,8 +689,8 @@ def made_for_user_code(frame):
 
 
 def unseen_read(
-    frame, element: int | None = None, rank: int = 0, later: list | None = None
-) -> tuple[str, int] | None:
+    frame, element: int | None = None, rank: int = 0, later: list | None = None, number=None
+) -> tuple | None:
     """``(file, line)`` where C code reads the traced number made at ``frame``'s current
     instruction without asking it, or None (see the module Note). ``element``: the number
     is that item of a ``torch.Size`` made there. ``later`` receives ``(frame, site)`` for
@@ -598,6 +706,7 @@ def unseen_read(
         if not sites:
             return None
         scope = _Scope(frame.f_locals, frame.f_globals, filename, frame)
+        scope.number = number
         for site in sites:
             if site == _RETURNED:
                 continue
