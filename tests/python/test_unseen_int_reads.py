@@ -8,6 +8,7 @@ differs) or stays general; sizes that only go into tensor ops stay general."""
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import math
@@ -267,6 +268,46 @@ def float_left_of_comparison(x):
     return x * 2 if 3.5 < x.shape[0] else x  # noqa: SIM300 - the pattern under test
 
 
+class FirstLayers(torch.nn.Module):
+    """An early exit: as many layers as rows (PyTorch slices a Python list in
+    ``ModuleList.__getitem__``)."""
+
+    def __init__(self, container=torch.nn.ModuleList):
+        super().__init__()
+        torch.manual_seed(0)
+        self.layers = container([torch.nn.Linear(1, 1) for _ in range(8)])
+
+    def forward(self, x):
+        for layer in self.layers[: x.shape[0]]:
+            x = layer(x)
+        return x
+
+
+FIRST_LAYERS = FirstLayers()
+FIRST_OF_SEQUENCE = FirstLayers(lambda layers: torch.nn.Sequential(*layers))
+
+
+def module_list_slice(x):
+    return FIRST_LAYERS(x.view(-1, 1))
+
+
+def sequential_slice(x):
+    return FIRST_OF_SEQUENCE.layers[: x.shape[0]](x.view(-1, 1))
+
+
+def whole_shape_to_numpy(x):
+    return x * float(np.zeros(x.shape).size)
+
+
+def sliced_shape_to_numpy(x):
+    return x * float(np.ones(x.shape[:1]).sum())
+
+
+def shape_kept_for_numpy(x):
+    shape = x.shape
+    return x * float(np.zeros(shape).size)
+
+
 # (program, example, other): on the other input the Python code takes another choice.
 ONES3, ONES5 = torch.ones(3), torch.ones(5)
 CHOICES = [
@@ -315,6 +356,11 @@ CHOICES = [
     (float_global_times_size, ONES3, ONES5),
     (numpy_scalar_times_size, ONES3, ONES5),
     (float_left_of_comparison, ONES5, ONES3),
+    (module_list_slice, ONES3, ONES5),
+    (sequential_slice, ONES3, ONES5),
+    (whole_shape_to_numpy, ONES3, ONES5),
+    (sliced_shape_to_numpy, ONES3, ONES5),
+    (shape_kept_for_numpy, ONES3, ONES5),
 ]
 
 
@@ -438,3 +484,32 @@ def test_a_float_left_of_a_comparison_records_the_comparison():
     assert traced.guards == [f"forward: x.shape[0] > 3.5 == True (at {__file__}:{line})"]
     for n in (4, 6, 9):  # every size above 3.5: one path, no fixed size
         torch.testing.assert_close(traced(torch.ones(n)), float_left_of_comparison(torch.ones(n)))
+
+
+def sizes_through_asking_functions(x):
+    # math.prod, functools.reduce and operator's arithmetic ask the number: general
+    return (
+        x * math.prod(x.shape),
+        x * functools.reduce(operator.mul, x.shape),
+        x * operator.add(x.shape[0], 1),
+    )
+
+
+def test_functions_that_ask_the_number_keep_it_general():
+    traced = tracebridge.trace(sizes_through_asking_functions, (torch.ones(3, 2),))
+    assert not traced.guards
+    for shape in ((2, 5), (4, 1), (6, 3)):
+        x = torch.rand(*shape)
+        for a, b in zip(traced(x), sizes_through_asking_functions(x)):
+            torch.testing.assert_close(a, b)
+
+
+def test_a_module_list_indexed_by_a_size_is_guarded_by_its_own_code():
+    # an int index: ModuleList asks operator.index (trace/patches.py), which guards it
+    def pick(x):
+        return FIRST_LAYERS.layers[x.shape[0]](x.view(-1, 1))
+
+    traced = tracebridge.trace(pick, (ONES3,), check_trace=False)
+    torch.testing.assert_close(traced(ONES3), pick(ONES3))
+    with pytest.raises(GuardError):
+        traced(ONES5)

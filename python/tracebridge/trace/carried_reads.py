@@ -270,7 +270,7 @@ def _carried(node: ast.AST, scope: _Scope) -> list:
 def _traced_in(value) -> list:
     if isinstance(value, _Traced):
         return [value]
-    if type(value) in (list, tuple) and len(value) <= 16:
+    if isinstance(value, (list, tuple)) and len(value) <= 16:  # a torch.Size too
         return [v for v in value if isinstance(v, _Traced)]
     return []
 

@@ -25,12 +25,20 @@ Note: why a traced number is guarded where the code hands it to C.
   - a ``"literal %d" % ...`` (any numeric conversion) whose text then picks something
     (trace/text.py's ``_decides``): text made in C cannot remember its number.
 
+  - the right operand of arithmetic whose left is a float, a complex or numpy's
+    (``0.5 * n``, ``-math.log(1e4) / n``: the float's own C code computes it, so the
+    result is the example's): the value is guarded. Right of such a number in a
+    comparison (``3.5 < n``), the comparison C code makes is recorded instead
+    (``n > 3.5``): every size that answers alike is served. An int on the left asks
+    the traced number first (it is an int subclass), as a plain float asks a traced
+    float.
+
   A size that only goes into tensor ops (``torch.zeros(n)``, ``x.view(n, -1)``,
-  ``x[:, :n]``) is a tensor op's argument and stays general. What this does not see: a
-  number stored in an attribute or a container and read elsewhere, a callable or
-  container found only by running code (``self.get_table()[n]``, a container assigned
-  from a call's result after the number was made), C code reached through a library's
-  Python code that the user's source does not name. Those stay as before: the
+  ``x[:, :n]``) is a tensor op's argument and stays general. A number stored in an
+  attribute or a container and read elsewhere, or passed through ``*args``, is judged
+  where it is read instead (trace/carried_reads.py). What neither sees: a callable or
+  container found only by running code (``self.get_table()[n]``), C code reached through
+  the Python code of the standard library or PyTorch. Those stay as before: the
   example's value.
 """
 
@@ -38,7 +46,9 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import inspect
+import math
 import operator
 import os
 import re
@@ -138,7 +148,8 @@ def _element_of(node: ast.AST, element: int, rank: int):
     parent = _parent(node)
     if isinstance(parent, ast.Subscript) and parent.value is node:
         if isinstance(parent.slice, ast.Slice):
-            return None  # x.shape[1:]: a torch.Size, passed on
+            # x.shape[1:]: a torch.Size of some of the sizes, followed where it goes
+            return parent if _in_slice(parent.slice, element, rank) else None
         k = _constant_int(parent.slice)
         if k is not None and k % max(rank, 1) != element:
             return None
@@ -151,7 +162,27 @@ def _element_of(node: ast.AST, element: int, rank: int):
                 item, ast.Name
             ):
                 return (parent, item.id)
+        if isinstance(target, ast.Name):
+            return (parent, target.id)  # shape = x.shape: the whole size, in a local
+    if isinstance(parent, (ast.Call, ast.keyword)) and getattr(parent, "func", None) is not node:
+        return node  # np.zeros(x.shape): the whole size, an argument
     return None
+
+
+def _in_slice(index: ast.Slice, element: int, rank: int) -> bool:
+    """Whether item ``element`` of ``rank`` sizes is in the slice (True where the source
+    does not show its bounds)."""
+    bounds = [
+        None if b is None else _constant_int(b) for b in (index.lower, index.upper, index.step)
+    ]
+    if any(
+        b is None and e is not None for b, e in zip(bounds, (index.lower, index.upper, index.step))
+    ):
+        return True
+    try:
+        return element in range(rank)[slice(*bounds)]
+    except ValueError:  # a step of 0: the slice raises
+        return False
 
 
 def _constant_int(node: ast.AST) -> int | None:
@@ -541,7 +572,12 @@ _ASKING = frozenset(
         str, repr, ascii, format, hash, abs, round, divmod, pow, print, isinstance, issubclass,
         id, type, max, min, sum, sorted, bool, int, float, complex, len, list, tuple, set,
         frozenset, dict, zip, iter, next, getattr, setattr, hasattr, delattr, callable, any,
-        all, map, filter, slice, super, vars, object, operator.index,
+        all, map, filter, slice, super, vars, object, operator.index, math.prod,
+        functools.reduce, operator.add, operator.sub, operator.mul, operator.truediv,
+        operator.floordiv, operator.mod, operator.pow, operator.neg, operator.pos,
+        operator.abs, operator.eq, operator.ne, operator.lt, operator.le, operator.gt,
+        operator.ge, operator.and_, operator.or_, operator.xor, operator.lshift,
+        operator.rshift,
     )
 )  # fmt: skip
 
@@ -598,8 +634,19 @@ def _subscript_reads(site: Site, container, scope: _Scope, depth: int):
         return None
     getitem = inspect.getattr_static(type(container), "__getitem__", None)
     if isinstance(getitem, types.FunctionType):
+        if is_internal(getitem.__code__.co_filename) and _sliced(site.expr):
+            return here  # nn.ModuleList[:n], nn.Sequential[:n]: PyTorch slices a list
         return _into_function(getitem, [container], 1, depth)
     return here if getitem is not None else None
+
+
+def _sliced(container: ast.AST) -> bool:
+    subscript = _parent(container)
+    return (
+        isinstance(subscript, ast.Subscript)
+        and subscript.value is container
+        and isinstance(subscript.slice, ast.Slice)
+    )
 
 
 def _call_reads(site: Site, func, scope: _Scope, depth: int):
@@ -610,6 +657,8 @@ def _call_reads(site: Site, func, scope: _Scope, depth: int):
             return None
     except TypeError:
         return None
+    if _numpy_owned(func):
+        return (scope.filename, site.line)  # numpy's Python code hands it to its C code
     call = site.expr
     owner = _resolve(call.func.value, scope) if isinstance(call.func, ast.Attribute) else None
     bound = []
