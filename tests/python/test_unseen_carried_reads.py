@@ -259,6 +259,25 @@ def float_compared_with_attribute(x):
     return _above(x, state)
 
 
+class ScaleByState(torch.autograd.Function):
+    """A custom autograd Function whose forward indexes a list with a size kept in an
+    object: the tracer runs the forward itself, watched too."""
+
+    @staticmethod
+    def forward(ctx, x, state):
+        return x * TABLE[state.n]
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def custom_function_forward(x):
+    state = State()
+    state.n = x.shape[0]
+    return ScaleByState.apply(x, state)
+
+
 class Batch:
     """A user sequence whose ``__len__`` answers a traced size."""
 
@@ -341,6 +360,7 @@ CHOICES = [
     (if_user_len, 3, (4, 5)),
     (user_index, 3, (5,)),
     (float_times_attribute, 3, (5,)),
+    (custom_function_forward, 3, (5,)),
     (float_compared_with_attribute, 5, (3, 7)),
 ]
 

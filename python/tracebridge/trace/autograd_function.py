@@ -56,6 +56,7 @@ from ..errors import UnsupportedOpError
 from ..ir import Graph, Ref, pytree
 from ..ir.program import AUTOGRAD_FUNCTION
 from ..ir.pytree import is_tensor
+from .carried_reads import rewatched
 from .numbers import _Traced
 
 # ``torch.utils.checkpoint.checkpoint(..., use_reentrant=True)``'s function (see
@@ -236,7 +237,13 @@ class AutogradFunctions:
     """The tracer's handling of ``Function.apply`` (mixed into the Tracer)."""
 
     def custom_function(self, cls, apply, args: tuple, kwargs: dict):
-        """``SomeFunction.apply(...)`` while tracing: see the note at the top."""
+        """``SomeFunction.apply(...)`` while tracing: see the note at the top. The user's
+        forward (backward, checkpointed function) runs here: its lines are watched
+        (trace/carried_reads.py)."""
+        with rewatched():
+            return self._custom_function(cls, apply, args, kwargs)
+
+    def _custom_function(self, cls, apply, args: tuple, kwargs: dict):
         loc = self.location()
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         with torch._C.DisableTorchFunction():  # a look, not a decision of the traced code

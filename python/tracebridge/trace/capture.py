@@ -264,7 +264,7 @@ def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: boo
         recording(tracer),
         stand_ins_in_modules_of(fn),
         rebound_buffers.watched(tracer) as rebound,
-        carried_reads.watched(),
+        carried_reads.watched(tracer),
     ):
         autocast_state.ambient_guards(tracer)
         try:

@@ -40,6 +40,7 @@ import ast
 import dis
 import os
 import sys
+import threading
 import types
 from contextlib import contextmanager
 from functools import lru_cache
@@ -287,7 +288,7 @@ def judge_line(frame, entries: tuple) -> None:
             continue
         for operand, number in carried:
             tracer = number._tracer
-            if not tracer.is_active():
+            if not _live(tracer):
                 continue
             scope.number = number
             found = _judged(site, operand, scope)
@@ -320,7 +321,7 @@ def _watched_function(func) -> bool:
 def judge_slot_return(frame, value) -> None:
     """A user ``__len__`` (a slot of _SLOTS) gave ``value`` back: guard a traced number
     that C code reads (module Note)."""
-    if not isinstance(value, _Traced) or not value._tracer.is_active():
+    if not isinstance(value, _Traced) or not _live(value._tracer):
         return
     caller = frame.f_back
     if caller is None:
@@ -423,6 +424,15 @@ def _chained(ours, theirs):
     return both
 
 
+_state = threading.local()  # tracers: those whose code is watched in this thread
+
+
+def _live(tracer) -> bool:
+    """Whether ``tracer`` still records: active, or set aside while a custom autograd
+    Function's forward is recorded apart (a number of its trace read there is its)."""
+    return tracer.is_active() or tracer in getattr(_state, "tracers", ())
+
+
 def unwatched(fn, *args):
     """``fn(*args)`` with the watch set aside: the tracer's own work (recording an op) is
     not the user's code, and a trace function called for each of its Python calls would
@@ -438,8 +448,33 @@ def unwatched(fn, *args):
 
 
 @contextmanager
-def watched():
-    """Watch the lines of the user's code while the block runs (module Note)."""
+def rewatched():
+    """Inside the tracer's own work (:func:`unwatched`), watch again the user's code it
+    runs itself: a custom autograd Function's forward, a checkpointed function."""
+    if not getattr(_state, "tracers", None) or sys.gettrace() is not None:
+        yield
+        return
+    sys.settrace(_global)
+    try:
+        yield
+    finally:
+        sys.settrace(None)
+
+
+@contextmanager
+def watched(tracer):
+    """Watch the lines of the user's code for ``tracer`` while the block runs (module
+    Note)."""
+    _state.tracers = [*getattr(_state, "tracers", ()), tracer]
+    try:
+        with _watching():
+            yield
+    finally:
+        _state.tracers = _state.tracers[:-1]
+
+
+@contextmanager
+def _watching():
     previous = sys.gettrace()
     if previous is None:
         tracer = _global
