@@ -45,6 +45,8 @@ import types
 from contextlib import contextmanager
 from functools import lru_cache
 
+import torch
+
 from ..source import OWN_DIR, is_internal
 from .device_reads import _static_attribute
 from .numbers import _Traced
@@ -86,10 +88,21 @@ def reads_by_line(filename: str) -> dict:
     whose event comes before the read (its own and its statement's first)."""
     found: dict[int, list] = {}
     for node in (_parsed(filename) or {}).values():
-        entries = _reads_of(node)
+        entries = [(site, _keyed(operands)) for site, operands in _reads_of(node)]
         for line in {node.lineno, _statement_line(node)} if entries else ():
             found.setdefault(line, []).extend(entries)
     return {line: tuple(entries) for line, entries in found.items()}
+
+
+def _keyed(operands: tuple) -> tuple:
+    """Each operand as ``(key, expr, name)``: its position or keyword in a call (None
+    elsewhere), the expression, and the name it is where it is a bare name (the common
+    case, looked up at once)."""
+    keyed = []
+    for operand in operands:
+        key, expr = operand if isinstance(operand, tuple) else (None, operand)
+        keyed.append((key, expr, expr.id if isinstance(expr, ast.Name) else None))
+    return tuple(keyed)
 
 
 def _reads_of(node: ast.AST) -> list:
@@ -208,25 +221,13 @@ _DESCRIPTORS = (
 
 def _value(node: ast.AST, scope: _Scope):
     """The value of the path ``node``, looked up without running code, else _MISSING."""
-    if _constant(node) is not _MISSING:
-        return _constant(node)
     if isinstance(node, ast.Name):
         return scope.lookup(node.id)
     if isinstance(node, ast.Attribute):
         owner = _value(node.value, scope)
-        if owner is _MISSING or _is_tensor(owner):
+        if owner is _MISSING or isinstance(owner, torch.Tensor):
             return _MISSING
-        if isinstance(owner, types.ModuleType):
-            return vars(owner).get(node.attr, _MISSING)
-        found = _static_attribute(owner, node.attr)
-        if isinstance(found, types.MemberDescriptorType) and not isinstance(owner, type):
-            try:
-                return found.__get__(owner, type(owner))  # a __slots__ entry: C reads it
-            except AttributeError:
-                return _MISSING
-        if isinstance(found, _DESCRIPTORS):
-            return _MISSING  # code would run to give the value
-        return found
+        return _attribute(owner, node.attr)
     if isinstance(node, ast.Subscript):
         owner = _value(node.value, scope)
         key = _value(node.slice, scope)
@@ -238,13 +239,48 @@ def _value(node: ast.AST, scope: _Scope):
             return owner[key]
         except (LookupError, TypeError):
             return _MISSING
-    return _MISSING
+    return _constant(node)
 
 
-def _is_tensor(value) -> bool:
-    import torch
+def _attribute(owner, name: str):
+    """``owner.name`` where no code runs to give it: an entry of the instance's
+    ``__dict__`` (or of a module's parameters, buffers, sub-modules) that no data
+    descriptor of its class shadows, a ``__slots__`` entry, a plain class attribute."""
+    if isinstance(owner, types.ModuleType):
+        return vars(owner).get(name, _MISSING)
+    try:
+        instance = object.__getattribute__(owner, "__dict__")
+    except AttributeError:
+        instance = None
+    held = _held_by_class(type(owner), name)
+    if type(instance) is dict and held != "data":
+        if name in instance:
+            return instance[name]
+        if held is None and isinstance(owner, torch.nn.Module):  # Module.__getattr__'s
+            for table in ("_parameters", "_buffers", "_modules"):
+                entries = instance.get(table)
+                if entries is not None and name in entries:
+                    return entries[name]
+    found = _static_attribute(owner, name)  # slower: the class's own attributes
+    if isinstance(found, types.MemberDescriptorType) and not isinstance(owner, type):
+        try:
+            return found.__get__(owner, type(owner))  # a __slots__ entry: C reads it
+        except AttributeError:
+            return _MISSING
+    if isinstance(found, _DESCRIPTORS):
+        return _MISSING  # code would run to give the value
+    return found
 
-    return isinstance(value, torch.Tensor)
+
+@lru_cache(maxsize=4096)
+def _held_by_class(cls: type, name: str) -> str | None:
+    """How ``cls`` holds ``name``: "data" (a property, a slot: it answers before the
+    instance's ``__dict__``), "other", or None."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            held = type(vars(klass)[name])
+            return "data" if hasattr(held, "__set__") or hasattr(held, "__delete__") else "other"
+    return None
 
 
 def _carried(node: ast.AST, scope: _Scope) -> list:
@@ -278,25 +314,32 @@ def _traced_in(value) -> list:
 
 def judge_line(frame, entries: tuple) -> None:
     """Guard each traced number that a read of this line hands to C code (module Note)."""
-    scope = _Scope(frame.f_locals, frame.f_globals, frame.f_code.co_filename)
+    local_names, global_names = frame.f_locals, frame.f_globals
+    scope = None
     for site, operands in entries:
-        carried = []
-        for operand in operands:
-            expr = operand[1] if isinstance(operand, tuple) else operand
-            carried += [(operand, n) for n in _carried(expr, scope)]
-        if not carried:
-            continue
-        for operand, number in carried:
-            tracer = number._tracer
-            if not _live(tracer):
-                continue
-            scope.number = number
-            found = _judged(site, operand, scope)
-            if found is not None:
-                tracer._guard_read_in_c(number, f"{found[0]}:{found[1]}", *found[2:])
+        for key, expr, name in operands:
+            if name is not None:  # a bare name: most operands, and most hold no number
+                value = local_names.get(name, _MISSING)
+                if value is _MISSING:
+                    value = global_names.get(name, _MISSING)
+                if not isinstance(value, (_Traced, list, tuple)):
+                    continue
+                numbers = _traced_in(value)
+            else:
+                scope = scope or _Scope(local_names, global_names, frame.f_code.co_filename)
+                numbers = _carried(expr, scope)
+            for number in numbers:
+                tracer = number._tracer
+                if not _live(tracer):
+                    continue
+                scope = scope or _Scope(local_names, global_names, frame.f_code.co_filename)
+                scope.number = number
+                found = _judged(site, key, scope)
+                if found is not None:
+                    tracer._guard_read_in_c(number, f"{found[0]}:{found[1]}", *found[2:])
 
 
-def _judged(site: Site, operand, scope: _Scope):
+def _judged(site: Site, key, scope: _Scope):
     if site.kind == "format":
         return (scope.filename, site.line) if _format_site(site.expr) else None
     if site.kind in ("arithmetic", "comparison"):
@@ -306,7 +349,7 @@ def _judged(site: Site, operand, scope: _Scope):
     func = _resolve(site.expr.func, scope)
     if _watched_function(func):
         return None  # its own lines are watched: judged where it reads
-    return _call_reads(Site("call", site.expr, site.line, operand[0]), func, scope, 0)
+    return _call_reads(Site("call", site.expr, site.line, key), func, scope, 0)
 
 
 def _watched_function(func) -> bool:
