@@ -506,3 +506,48 @@ def test_the_watch_leaves_a_trace_function_set_before_it_in_place():
     assert events  # the earlier trace function still saw the calls
     with pytest.raises(GuardError):
         traced(torch.ones(5))
+
+
+def comprehension_over_carried_sizes(x):
+    state = State()
+    state.sizes = [x.shape[0], 1]
+    return x * sum([TABLE[k] for k in state.sizes])
+
+
+def generator_over_carried_sizes(x):
+    state = State()
+    state.sizes = (x.shape[0], 1)
+    return x * sum(TABLE[k] for k in state.sizes)
+
+
+def lambda_reading_an_attribute(x):
+    state = State()
+    state.n = x.shape[0]
+    pick = lambda holder: TABLE[holder.n]  # noqa: E731 - the pattern under test
+    return x * pick(state)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [comprehension_over_carried_sizes, generator_over_carried_sizes, lambda_reading_an_attribute],
+)
+def test_reads_in_a_comprehension_or_lambda_are_judged_in_its_frame(fn):
+    traced = tracebridge.trace(fn, (torch.ones(3),), check_trace=False)
+    torch.testing.assert_close(traced(torch.ones(3)), fn(torch.ones(3)))
+    with pytest.raises(GuardError):
+        traced(torch.ones(5))
+
+
+def shadowed_by_a_comprehension(x):
+    state = State()
+    state.n = x.shape[0]
+    k = state.n  # noqa: F841 - the comprehension's own k is another name
+    return torch.zeros(state.n) + x * sum([TABLE[k] for k in range(3)])
+
+
+def test_a_comprehension_variable_is_not_the_enclosing_functions():
+    traced = tracebridge.trace(shadowed_by_a_comprehension, (torch.ones(3),))
+    assert not traced.guards
+    for n in (2, 5, 7):
+        x = torch.rand(n)
+        torch.testing.assert_close(traced(x), shadowed_by_a_comprehension(x))

@@ -88,10 +88,46 @@ def reads_by_line(filename: str) -> dict:
     whose event comes before the read (its own and its statement's first)."""
     found: dict[int, list] = {}
     for node in (_parsed(filename) or {}).values():
-        entries = [(site, _keyed(operands)) for site, operands in _reads_of(node)]
+        entries = [(site, _keyed(operands), _code_name(node)) for site, operands in _reads_of(node)]
         for line in {node.lineno, _statement_line(node)} if entries else ():
             found.setdefault(line, []).extend(entries)
     return {line: tuple(entries) for line, entries in found.items()}
+
+
+_OWN_FRAME = {
+    ast.Lambda: "<lambda>",
+    ast.GeneratorExp: "<genexpr>",
+    # Python 3.12 runs the others in the function's own frame
+    **(
+        {ast.ListComp: "<listcomp>", ast.SetComp: "<setcomp>", ast.DictComp: "<dictcomp>"}
+        if sys.version_info < (3, 12)
+        else {}
+    ),
+}
+
+
+def _code_name(node: ast.AST) -> str:
+    """The name of the code whose frame runs ``node``: a read inside a comprehension or
+    a lambda is judged in that frame (where its own names are bound), not in the
+    enclosing function's, whose names of the same spelling are others."""
+    child, parent = node, getattr(node, "_tb_parent", None)
+    while parent is not None:
+        owner = getattr(parent, "_tb_parent", None)
+        if (
+            isinstance(parent, ast.comprehension)
+            and child is parent.iter
+            and owner.generators[0] is parent
+        ):  # the first iterable: evaluated in the enclosing frame
+            child, parent = owner, getattr(owner, "_tb_parent", None)
+            continue
+        if type(parent) in _OWN_FRAME and (type(parent) is not ast.Lambda or child is parent.body):
+            return _OWN_FRAME[type(parent)]
+        if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and any(
+            child is statement for statement in parent.body
+        ):
+            return parent.name
+        child, parent = parent, owner
+    return "<module>"
 
 
 def _keyed(operands: tuple) -> tuple:
@@ -315,8 +351,11 @@ def _traced_in(value) -> list:
 def judge_line(frame, entries: tuple) -> None:
     """Guard each traced number that a read of this line hands to C code (module Note)."""
     local_names, global_names = frame.f_locals, frame.f_globals
+    code_name = frame.f_code.co_name
     scope = None
-    for site, operands in entries:
+    for site, operands, runs_in in entries:
+        if runs_in != code_name:
+            continue  # a comprehension's or lambda's read: judged in its own frame
         for key, expr, name in operands:
             if name is not None:  # a bare name: most operands, and most hold no number
                 value = local_names.get(name, _MISSING)

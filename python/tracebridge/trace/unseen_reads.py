@@ -426,9 +426,39 @@ def _reads_in(function: ast.AST, name: str | tuple, following: frozenset) -> set
             read = isinstance(node, ast.Name) and node.id == name
         else:
             read = _is_local_attribute(node) and (node.value.id, node.attr) == name
-        if read and isinstance(node.ctx, ast.Load):
+        if read and isinstance(node.ctx, ast.Load) and not _shadowed(node, name, function):
             found |= _flow(node, following)
     return found
+
+
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _shadowed(read: ast.AST, name: str | tuple, function: ast.AST) -> bool:
+    """Whether ``read`` names another variable of the same spelling: a comprehension's
+    target or a parameter of a nested function or lambda, between it and ``function``."""
+    local = name if isinstance(name, str) else name[0]
+    child, parent = read, _parent(read)
+    while parent is not None and parent is not function:
+        if isinstance(parent, _COMPREHENSIONS):
+            first = parent.generators[0]
+            binds = any(
+                isinstance(n, ast.Name) and n.id == local
+                for generator in parent.generators
+                for n in ast.walk(generator.target)
+            )
+            if binds and child is not first:
+                return True
+        if isinstance(parent, (ast.Lambda, *_DEFS)) and local in _parameters(parent.args):
+            return True
+        child, parent = parent, _parent(parent)
+    return False
+
+
+def _parameters(arguments: ast.arguments) -> set:
+    names = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs]
+    names += [a for a in (arguments.vararg, arguments.kwarg) if a is not None]
+    return {a.arg for a in names}
 
 
 @lru_cache(maxsize=1024)
