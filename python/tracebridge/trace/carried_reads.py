@@ -13,13 +13,23 @@ Note: why the line that reads is watched, and not only the line that makes.
   standard library are not watched: only the code of files that have a place where C
   code may read a number) and, before each line runs, looks at the values its reads
   carry: the index or slice bounds of a subscript, the arguments of a call, the
-  operands of a ``%``-format. An operand that is such a path (``n``, ``self.n``,
+  operands of a ``%``-format, the right operand of arithmetic and of a comparison
+  (whose left may be a float that computes in C). An operand that is such a path (``n``, ``self.n``,
   ``cfg["n"]``, ``args[0]``, ``kw.get("n")``, ``int(p)``, ``min(p, 4)``, a tuple or
   list display of them, ``*p``) is looked up without running code; where it holds a
   traced number, the site is judged as unseen_reads judges it (a list, tuple, string,
   ``range``, numpy array indexed or sliced; a C function outside PyTorch given it; text
-  that decides) and the number's value is guarded there, naming the line. A number
-  only carried to tensor ops, to PyTorch, to a mapping's key, stays general.
+  that decides; a float on its left) and the number's value is guarded there, naming
+  the line. A number only carried to tensor ops, to PyTorch, to a mapping's key, stays
+  general. A read inside a comprehension or a lambda is judged in that frame only.
+
+  The cost: CPython calls the trace function at every Python call, the tracer's own
+  included, which would cost about a third of a trace's time; so the watch is set aside
+  while the tracer records an op (:func:`unwatched`, around the recording mode's
+  ``__torch_function__``) and put back for the user's code the tracer runs itself (a
+  custom autograd Function's forward: :func:`rewatched`). A trace function set before
+  the watch (a debugger's, coverage's) still gets every event, and the watch is then
+  never set aside.
 
   A user class's ``__len__`` (``__index__``, ``__int__``, ``__float__``, ``__hash__``)
   that returns a traced number to C code (``if obj:``, ``not obj``, ``bool(obj)``,
@@ -38,9 +48,14 @@ from __future__ import annotations
 
 import ast
 import dis
+import inspect
+import linecache
 import os
+import re
 import sys
+import textwrap
 import threading
+import tokenize
 import types
 from contextlib import contextmanager
 from functools import lru_cache
@@ -81,13 +96,70 @@ _PASSING_CALLS = frozenset({"int", "index", "min", "max"})
 # --- from the source: the reads of each line --------------------------------------------
 
 
-@lru_cache(maxsize=512)
-def reads_by_line(filename: str) -> dict:
-    """``{line: ((site, operands), ...)}``: every place in ``filename`` where C code may
-    read a number, with the operand expressions whose values it reads, under each line
-    whose event comes before the read (its own and its statement's first)."""
+def reads_by_line(code: types.CodeType) -> dict:
+    """``{line: ((site, operands, code name), ...)}``: every place in the function of
+    ``code`` where C code may read a number, with the operand expressions whose values it
+    reads, under each line whose event comes before the read (its own and its
+    statement's first).
+
+    Only the function is parsed, not its file (a library's files run to thousands of
+    lines, of which a trace runs a few functions); where its block cannot be told from
+    the text, the whole file."""
+    lines = linecache.getlines(code.co_filename)
+    start = _def_line(lines, code.co_firstlineno)
+    if start is not None:
+        found = _function_reads(code.co_filename, start)
+        if found is not None:
+            return found
+    return _file_reads(code.co_filename)
+
+
+_DEF = re.compile(r"^(\s*)(async\s+def|def)\s")
+
+
+def _def_line(lines: list, line: int) -> int | None:
+    """The line of the ``def`` whose block holds ``line`` (itself, for a function's code;
+    the enclosing one for a lambda's or a comprehension's), else None."""
+    if not 0 < line <= len(lines):
+        return None
+    text = lines[line - 1]
+    if _DEF.match(text) or text.lstrip().startswith("@"):
+        return line
+    indent = len(text) - len(text.lstrip())
+    for number in range(line - 1, 0, -1):
+        match = _DEF.match(lines[number - 1])
+        if match and len(match.group(1)) < indent:
+            return number
+    return None
+
+
+@lru_cache(maxsize=4096)
+def _function_reads(filename: str, start: int) -> dict | None:
+    lines = linecache.getlines(filename)
+    try:
+        block = inspect.getblock(lines[start - 1 :])
+        tree = ast.parse(textwrap.dedent("".join(block)))
+    except (SyntaxError, ValueError, IndentationError, tokenize.TokenError):
+        return None
+    ast.increment_lineno(tree, start - 1)
+    nodes = []
+    for parent in ast.walk(tree):
+        for child in ast.iter_child_nodes(parent):
+            child._tb_parent = parent
+        nodes.append(parent)
+    return _reads_by_line(nodes)
+
+
+@lru_cache(maxsize=64)
+def _file_reads(filename: str) -> dict:
+    return _reads_by_line((_parsed(filename) or {}).values())
+
+
+def _reads_by_line(nodes) -> dict:
     found: dict[int, list] = {}
-    for node in (_parsed(filename) or {}).values():
+    for node in nodes:
+        if not isinstance(node, ast.expr):
+            continue
         entries = [(site, _keyed(operands), _code_name(node)) for site, operands in _reads_of(node)]
         for line in {node.lineno, _statement_line(node)} if entries else ():
             found.setdefault(line, []).extend(entries)
@@ -455,7 +527,7 @@ def _local_for(code: types.CodeType):
     if not _watched_file(code.co_filename):
         return None
     slot = code.co_name in _SLOTS
-    table = reads_by_line(code.co_filename)
+    table = reads_by_line(code)
     first = code.co_firstlineno
     last = max((line for _, _, line in code.co_lines() if line is not None), default=first)
     lines = {line: table[line] for line in range(first, last + 1) if line in table}
