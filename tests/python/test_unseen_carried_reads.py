@@ -10,6 +10,7 @@ value differs) or stays right; sizes carried only into tensor ops stay general."
 from __future__ import annotations
 
 import itertools
+import operator
 import struct
 import warnings
 from dataclasses import dataclass
@@ -324,6 +325,17 @@ def user_index(x):
     return x * TABLE[Position(x.shape[0])]
 
 
+def user_index_through_operator_index(x):
+    return x * TABLE[operator.index(Position(x.shape[0]))]
+
+
+LAYERS = torch.nn.ModuleList([torch.nn.Linear(1, 1) for _ in range(9)])
+
+
+def module_list_by_user_index(x):
+    return LAYERS[Position(x.shape[0])](x.view(-1, 1)).view(-1)
+
+
 # (program, example size, other sizes): at some other size the Python code takes another
 # choice; at each, the trace answers right or raises GuardError.
 CHOICES = [
@@ -359,6 +371,8 @@ CHOICES = [
     (while_user_len, 4, (3, 5)),
     (if_user_len, 3, (4, 5)),
     (user_index, 3, (5,)),
+    (user_index_through_operator_index, 3, (5,)),
+    (module_list_by_user_index, 3, (5,)),
     (float_times_attribute, 3, (5,)),
     (custom_function_forward, 3, (5,)),
     (float_compared_with_attribute, 5, (3, 7)),
@@ -551,3 +565,21 @@ def test_a_comprehension_variable_is_not_the_enclosing_functions():
     for n in (2, 5, 7):
         x = torch.rand(n)
         torch.testing.assert_close(traced(x), shadowed_by_a_comprehension(x))
+
+
+def user_len_called_as_a_method(x):
+    return torch.zeros(Batch(x.shape[0]).__len__()) + x
+
+
+def test_a_slot_called_from_python_gives_the_traced_number():
+    traced = tracebridge.trace(user_len_called_as_a_method, (torch.ones(3),))
+    assert not traced.guards
+    for n in (2, 5):
+        x = torch.rand(n)
+        torch.testing.assert_close(traced(x), user_len_called_as_a_method(x))
+
+
+def test_a_slot_read_by_the_tracers_operator_index_names_the_users_line():
+    traced = tracebridge.trace(user_index_through_operator_index, (torch.ones(3),))
+    line = user_index_through_operator_index.__code__.co_firstlineno + 1
+    assert traced.guards == [f"forward: x.shape[0] == 3 (at {__file__}:{line})"]

@@ -62,7 +62,7 @@ from functools import lru_cache
 
 import torch
 
-from ..source import OWN_DIR, is_internal
+from ..source import is_internal, user_frame
 from .device_reads import _static_attribute
 from .numbers import _Traced
 from .python_random import STDLIB
@@ -480,16 +480,20 @@ def judge_slot_return(frame, value) -> None:
     caller = frame.f_back
     if caller is None:
         return
-    if caller.f_code.co_filename.startswith(OWN_DIR):
-        return  # the traced len() asked it, or the tracer's own code: kept traced
     name = frame.f_code.co_name
     tracer = value._tracer
     lasti = caller.f_lasti
     opname = dis.opname[caller.f_code.co_code[lasti]] if lasti >= 0 else ""
     call = _call_at(caller)
-    if isinstance(call, ast.Call) and getattr(call.func, "attr", None) == name:
-        return  # obj.__len__() called from Python: the number itself, traced
-    loc = f"{caller.f_code.co_filename}:{caller.f_lineno}"
+    if isinstance(call, ast.Call):
+        if getattr(call.func, "attr", None) == name:
+            return  # obj.__len__() called from Python: the number itself, traced
+        scope = _Scope(caller.f_locals, caller.f_globals, caller.f_code.co_filename)
+        called = _resolve(call.func, scope)
+        if getattr(getattr(called, "__func__", called), "__code__", None) is frame.f_code:
+            return  # called from Python (the traced len()'s own call): kept traced
+    reader = user_frame(caller) or caller  # past the tracer's operator.index, say
+    loc = f"{reader.f_code.co_filename}:{reader.f_lineno}"
     truth = opname in _TRUTH or (
         isinstance(call, ast.Call) and getattr(call.func, "id", None) == "bool"
     )
