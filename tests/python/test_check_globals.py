@@ -95,9 +95,12 @@ def test_closure_variables_are_kept_too():
 def test_a_trace_the_check_refuses_still_puts_globals_back():
     _reset()
 
+    def two():
+        return 2.0
+
     def baked(x):
         SEEN.append(1)
-        return x * float(x.shape[1]) * 0.0 + 2.0 * x.shape[1]  # a size baked in
+        return x * float(x.shape[1]) * 0.0 + two() * x.shape[1]  # a size baked in
 
     with pytest.raises(tracebridge.TracingCheckError):
         tracebridge.trace(baked, torch.ones(2, 3))

@@ -222,18 +222,25 @@ def row_positions(x):
     return x + positions[:, None]
 
 
+def _unit():
+    return 1.0
+
+
 def mean_by_hand(x):
-    return x * (1.0 / x.shape[0])  # float's own C code reads the size: baked, unguarded
+    # float's own C code reads the size: baked, unguarded (the tracer judges a float on
+    # the left where the source shows one: a literal, a name; a call's result it does not)
+    return x * (_unit() / x.shape[0])
 
 
 def test_size_baked_without_guard_is_caught_by_another_batch_size():
     """A float on the left of a size is computed by float's C code, which reads the traced
-    size as a plain int, without a guard (see test_divergence): the quotient becomes a
-    constant. With no check inputs, check_trace tries batch size 5, finds that the trace
-    does not generalise, and names the line that uses the constant."""
+    size as a plain int, without a guard where the source does not show the float (see
+    test_divergence): the quotient becomes a constant. With no check inputs, check_trace
+    tries batch size 5, finds that the trace does not generalise, and names the line that
+    uses the constant."""
     with pytest.raises(tracebridge.TracingCheckError) as info:
         tracebridge.trace(mean_by_hand, torch.rand(4, 2))
-    line = line_of(mean_by_hand, "1.0 / x.shape[0]")
+    line = line_of(mean_by_hand, "_unit() / x.shape[0]")
     lines = str(info.value).splitlines()
     assert lines[0].startswith(
         "the trace does not generalise from batch size 4 to 5 (dimension 0 of the inputs), "
@@ -241,7 +248,7 @@ def test_size_baked_without_guard_is_caught_by_another_batch_size():
     )
     assert re.fullmatch(
         rf"  a size was baked into the trace at node \d+ \([\w.]+\), {re.escape(__file__)}:"
-        rf"{line}: return x \* \(1\.0 / x\.shape\[0\]\).*",
+        rf"{line}: return x \* \(_unit\(\) / x\.shape\[0\]\).*",
         lines[1],
     )
     assert "x.size(0) / x.shape[0]" in lines[2]
