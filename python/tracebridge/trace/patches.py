@@ -312,6 +312,9 @@ _SETTING_FUNCTIONS = [  # (owner, name, setting, encode)
         None,
     ),
     (torch.cuda, "is_available", "cuda_available", None),
+    # torch.autograd.detect_anomaly() switches these: code may take a debugging path
+    (torch, "is_anomaly_enabled", "anomaly_enabled", None),
+    (torch, "is_anomaly_check_nan_enabled", "anomaly_check_nan", None),
 ]
 if torch.distributed.is_available():
     _SETTING_FUNCTIONS.append(
