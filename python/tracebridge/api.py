@@ -1000,7 +1000,8 @@ def trace(
         name = name if name.isidentifier() else "forward"
         traced = TracedFunction(program, name=name, runtime=runtime)
         if called:
-            traced._tb_modes = ModesWatch(called)
+            read = frozenset(id(e.tensor) for e in program.state.values())
+            traced._tb_modes = ModesWatch(called, read)
         if check_trace:
             from .check.verify import check_function
 

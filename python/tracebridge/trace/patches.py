@@ -332,6 +332,16 @@ _TRACED_MATH = {name: _traced_math(name) for name in _MATH_OPS}
 # grad mode off (its values are then ordinary tensors that do not require grad, where eager
 # makes inference tensors: the same values, usable in more places).
 
+
+def _annotation_enter(self):
+    """``record_function.__enter__`` while recording: no profiler event (see below)."""
+    return self
+
+
+def _annotation_exit(self, *exc_info):
+    return None  # an exception goes on
+
+
 _original_inference_enter = torch.inference_mode.__enter__
 _original_inference_exit = torch.inference_mode.__exit__
 
@@ -644,6 +654,10 @@ BUILTIN_PATCHES.add(torch.amp.autocast_mode.autocast, "__exit__", _autocast_exit
 BUILTIN_PATCHES.add(torch, "Size", _traced_size)
 BUILTIN_PATCHES.add(torch.inference_mode, "__enter__", _inference_enter)
 BUILTIN_PATCHES.add(torch.inference_mode, "__exit__", _inference_exit)
+# A profiling annotation (torch.profiler.record_function, which nn.DataParallel's forward
+# opens too) changes no result: recorded through, it would be an op of the profiler's
+BUILTIN_PATCHES.add(torch.autograd.profiler.record_function, "__enter__", _annotation_enter)
+BUILTIN_PATCHES.add(torch.autograd.profiler.record_function, "__exit__", _annotation_exit)
 BUILTIN_PATCHES.add(torch.jit.ScriptFunction, "__call__", _script_function_call)
 BUILTIN_PATCHES.add(torch.jit.ScriptModule, "__call__", _script_module_call)
 BUILTIN_PATCHES.add(
