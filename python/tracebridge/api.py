@@ -288,20 +288,63 @@ class TracedMethod:
         return f"<traced method {self.name} of {self._module._get_name()}>"
 
 
+def torch_class(module: nn.Module) -> str | None:
+    """``"torch.nn.modules.batchnorm.BatchNorm2d"`` for a module of one of torch.nn's own
+    classes (a file's ``module_types``), None for another class."""
+    cls = type(module)
+    return (
+        f"{cls.__module__}.{cls.__qualname__}" if cls.__module__.startswith("torch.nn.") else None
+    )
+
+
+def _torch_class_named(name: str) -> type | None:
+    """The torch.nn class a file's ``module_types`` names, looked up among the modules
+    torch has imported (never importing one: a file names, it does not run), or None."""
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 2, -1):
+        found = sys.modules.get(".".join(parts[:cut]))
+        if found is not None:
+            for part in parts[cut:]:
+                found = getattr(found, part, None)
+            ok = isinstance(found, type) and issubclass(found, nn.Module)
+            return found if ok and found.__module__.startswith("torch.nn.") else None
+    return None
+
+
 class ShownModule(nn.Module):
     """A sub-module of a loaded module: it holds the parameters and buffers under its path
     and prints as the original did, ``Conv2d(1, 4, kernel_size=(3, 3), stride=(1, 1))``,
     from the file's ``module_classes`` and ``module_reprs`` (text, never code: it is shown,
-    not run; the graphs do the computing)."""
+    not run; the graphs do the computing).
 
-    def __init__(self, class_name: str = "Module", settings: str = ""):
+    One of torch.nn's own classes (the file's ``module_types``) answers ``isinstance`` as
+    the original: ``for m in model.modules(): if isinstance(m, nn.BatchNorm2d): m.eval()``
+    freezes the batch norms of a loaded model as of the original (prober17: it did nothing,
+    and the loaded model trained them on, silently). Its ``__class__`` is that class for
+    ``isinstance`` alone; its type, its methods and its attributes stay its own (the
+    settings are not attributes: ``print`` shows them)."""
+
+    _shown_type: type | None = None
+
+    def __init__(self, class_name: str = "Module", settings: str = "", kind: type | None = None):
         super().__init__()
         self._shown_class, self._shown_settings = class_name, settings
+        if kind is not None:
+            self._shown_type = kind
+
+    @property
+    def __class__(self):
+        return self._shown_type or type(self)
 
     @classmethod
     def of(cls, program: Program, path: str) -> ShownModule:
         """The sub-module at ``path`` as the file describes it."""
-        return cls(program.module_classes.get(path, "Module"), program.module_reprs.get(path, ""))
+        named = program.module_types.get(path)
+        return cls(
+            program.module_classes.get(path, "Module"),
+            program.module_reprs.get(path, ""),
+            _torch_class_named(named) if named else None,
+        )
 
     def _get_name(self) -> str:
         return self._shown_class
@@ -450,8 +493,12 @@ class TracedModule(nn.Module, _Traced):
             program.module_modes,
             _same_in_both(program),
         )
-        # The sub-modules' hooks the graphs were traced with (see the note on hooks).
-        self.__dict__["_tb_hooks"] = _child_hooks(self)
+        # The sub-modules' hooks the graphs were traced with (see the note on hooks); the
+        # global ones only for a trace made now (a loaded graph holds none of their work)
+        hooks = _child_hooks(self)
+        if original is None:
+            hooks.pop(GLOBAL, None)
+        self.__dict__["_tb_hooks"] = hooks
         self._remember_hooks()
 
     # Note: the fast call. nn.Module's call goes ``_wrapped_call_impl`` -> ``_call_impl`` ->
@@ -1302,6 +1349,7 @@ def record_module(
     state.update(constants)
     classes = {name: type(m).__name__ for name, m in mod.named_modules()}
     reprs = {name: text for name, m in mod.named_modules() if (text := _settings(m))}
+    types = {name: kind for name, m in mod.named_modules() if name and (kind := torch_class(m))}
     program = Program(
         kind="module",
         methods=methods,
@@ -1310,6 +1358,7 @@ def record_module(
         training=mod.training,
         module_classes=classes,
         module_reprs=reprs,
+        module_types=types,
         mode_bound=mode_bound,
         module_modes=module_modes,
         aliases=_tied_names(mod, index, state),

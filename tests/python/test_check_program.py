@@ -588,6 +588,12 @@ def corpus(base: dict) -> dict[str, object]:
     mutate("reprs_long", lambda d: d.update(module_reprs={"": "x" * 4097}))
     mutate("reprs_type", lambda d: d.update(module_reprs={"": 3}))
     mutate("reprs_path", lambda d: d.update(module_reprs={"a..b": "x"}))
+    torch_class = "torch.nn.modules.linear.Linear"
+    mutate("types_ok", lambda d: d.update(module_types={"fc": torch_class}))
+    mutate("types_foreign", lambda d: d.update(module_types={"fc": "os.system"}))
+    mutate("types_code", lambda d: d.update(module_types={"fc": "torch.nn.Linear()"}))
+    mutate("types_type", lambda d: d.update(module_types={"fc": 3}))
+    mutate("types_path", lambda d: d.update(module_types={"a..b": torch_class}))
     mutate(
         "pow_bomb",
         lambda d: forward(d)["nodes"].append(
@@ -673,6 +679,7 @@ def test_r_and_python_checkers_agree(base, tmp_path):
         "alias_ok",
         "device_ok",
         "reprs_ok",
+        "types_ok",
         "var_keywords_empty",
         "eye_ok",
         "arange_ok",

@@ -97,6 +97,8 @@ def program_to_json(program: Program, language: str | None = None) -> dict:
         doc["aliases"] = program.aliases
     if program.module_reprs:
         doc["module_reprs"] = program.module_reprs
+    if program.module_types:
+        doc["module_types"] = program.module_types
     return doc
 
 
@@ -526,6 +528,7 @@ def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "
         training=doc.get("training", False),
         module_classes=doc.get("module_classes", {}),
         module_reprs=dict(doc.get("module_reprs", {})),
+        module_types=dict(doc.get("module_types", {})),
         language=doc.get("producer", {}).get("language", "python"),
         mode_bound=mode_bound,
         module_modes=dict(doc.get("module_modes", {})),

@@ -139,6 +139,9 @@ class Program:
     # path -> the module's ``extra_repr()`` (its settings: "1, 4, kernel_size=(3, 3)"), as
     # text for printing only: a loaded module prints like the original, and never runs it.
     module_reprs: dict[str, str] = field(default_factory=dict)
+    # module path -> "torch.nn.modules.batchnorm.BatchNorm2d", for torch's own classes: a
+    # loaded sub-module answers isinstance() as the original (api.ShownModule)
+    module_types: dict[str, str] = field(default_factory=dict)
     # The language the traced code was written in: it fixes the index convention of the
     # graph's inputs (R code uses 1-based indices, Python 0-based).
     language: str = "python"

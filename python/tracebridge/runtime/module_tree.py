@@ -68,7 +68,7 @@ def mode_reading_paths(root: nn.Module) -> dict[str, bool]:
 
 
 def _reads_mode(module: nn.Module) -> bool:
-    if isinstance(module, nn.modules.dropout._DropoutNd) and module.p == 0:
+    if isinstance(module, nn.modules.dropout._DropoutNd) and getattr(module, "p", None) == 0:
         return False  # the same values in both modes
     return _class_reads_mode(type(module))
 
