@@ -216,3 +216,28 @@ def test_profiling_annotations_are_recorded_through(make, tmp_path):
     with torch.profiler.profile() as prof:  # the user's own profiling still sees eager's
         model(x)
     assert any("DataParallel" in e.name or e.name == "block" for e in prof.events())
+
+
+def test_a_function_calling_an_evaluation_batch_norm_saves(tmp_path):
+    """An evaluation-mode batch norm reads its statistics (prober17): the checker counted
+    them as written, so a predict() function calling a model with one could not be saved,
+    copied nor pickled; a training-mode one still cannot (it writes constants)."""
+    import pickle
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()).eval()
+
+    def predict(x):
+        return model(x).mean((2, 3))
+
+    traced = tracebridge.trace(predict, torch.rand(2, 3, 8, 8))
+    traced.save(tmp_path / "p.tb")
+    x = torch.rand(3, 3, 8, 8)
+    for obj in (tracebridge.load(tmp_path / "p.tb"), copy.deepcopy(traced)):
+        torch.testing.assert_close(obj(x), predict(x))
+    torch.testing.assert_close(pickle.loads(pickle.dumps(traced))(x), predict(x))
+    model.train()
+    training = tracebridge.trace(predict, torch.rand(2, 3, 8, 8), check_trace=False)
+    with pytest.raises(tracebridge.ArtifactError, match="writes constant"):
+        training.save(tmp_path / "t.tb")
+    model.eval()
