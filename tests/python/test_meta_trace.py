@@ -169,3 +169,40 @@ def test_no_meta_warning_on_the_cpu():
         tracebridge.trace(nn.Linear(4, 2), torch.randn(3, 4))
     assert not _meta_warnings(record)
     assert not [w for w in record if issubclass(w.category, TracerWarning)]
+
+
+class BatchOneBranch(nn.Module):
+    """Reads values when no tracer runs (as transformers' masks do) and decides on the
+    batch size: a trace at batch 2 gets a size-1 graph (check/specialise.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        if not torch.jit.is_tracing() and bool((x != 0).all()):
+            pass  # a value read: impossible on meta outside the tracer
+        if x.shape[0] > 1:
+            x = x - x.mean(0, keepdim=True)
+        return self.lin(x)
+
+
+def test_size_one_graphs_of_code_that_runs_on_meta_only_when_traced(tmp_path):
+    """No eager run on meta can say the model serves batch 1: the recording at batch 1,
+    which runs the code on its traced path, decides, so batch 1 is served after loading."""
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    real = BatchOneBranch().eval()
+    save_file(dict(real.state_dict()), tmp_path / "w.safetensors")
+    with torch.device("meta"):
+        meta = BatchOneBranch().eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = tracebridge.trace(meta, torch.randn(2, 4, device="meta"))
+    assert traced.program.specialised  # a graph for batch 1 beside the first
+    traced.save(tmp_path / "m.tb")
+    loaded = tracebridge.load(tmp_path / "m.tb", weights=tmp_path / "w.safetensors")
+    for batch in (1, 2, 3):
+        x = torch.randn(batch, 4)
+        torch.testing.assert_close(loaded(x), real(x))
