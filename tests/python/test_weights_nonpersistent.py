@@ -181,7 +181,7 @@ def test_tiny_llama_traced_on_meta_loads_the_hugging_face_checkpoint(tmp_path):
         )
     traced.save(tmp_path / "llama.tb")
     loaded = tracebridge.load(tmp_path / "llama.tb", weights=tmp_path / "llama/model.safetensors")
-    for shape in [(2, 5), (2, 9), (3, 4)]:
+    for shape in [(2, 5), (2, 9), (3, 4), (1, 6)]:
         ids = torch.randint(0, 100, shape)
         out = loaded(ids)
         logits = out["logits"] if isinstance(out, dict) else out[0]
