@@ -47,8 +47,8 @@ from .trace.capture import (
     state_index,
 )
 from .trace.library import FAST_PATH_MODULES
+from .trace.own_hooks import GLOBAL, GLOBAL_HOOK_TABLES, global_hooks, user_hooks
 from .trace.own_hooks import HOOK_TABLES as _HOOK_TABLES
-from .trace.own_hooks import user_hooks
 
 
 def _as_args(example_inputs) -> tuple:
@@ -356,8 +356,11 @@ def _named_methods(program: Program) -> frozenset[str]:
 
 def _child_hooks(root: nn.Module) -> dict[str, tuple]:
     """The module hooks of each sub-module (not ``root``'s own) that has any: path -> the
-    hooks' numbers, by kind (not those its traced code installs itself: trace/own_hooks.py)."""
+    hooks' numbers, by kind (not those its traced code installs itself: trace/own_hooks.py);
+    and the global module hooks, which every sub-module's call ran, under ``GLOBAL``."""
     found = {}
+    if any(global_hooks()):
+        found[GLOBAL] = global_hooks()
     for path, module in root.named_modules():
         if path:
             hooks = user_hooks(module)
@@ -372,6 +375,8 @@ def _hook_tables(root: nn.Module) -> tuple[list, list[str], list[int], list[tupl
     that is not empty: what :func:`_same_hooks` compares."""
     modules = [m for path, m in root.named_modules() if path for _ in _HOOK_TABLES]
     names = list(_HOOK_TABLES) * (len(modules) // len(_HOOK_TABLES))
+    modules += [_module_hooks] * len(GLOBAL_HOOK_TABLES)  # removing one takes no number
+    names += GLOBAL_HOOK_TABLES
     every = list(map(getattr, modules, names))
     lengths = list(map(len, every))
     ends = [(i, next(iter(t)), next(reversed(t))) for i, t in enumerate(every) if lengths[i]]
@@ -533,12 +538,24 @@ class TracedModule(nn.Module, _Traced):
         hooks = _child_hooks(self)
         if found.get("_tb_hooks") is None:
             found["_tb_hooks"] = hooks  # made without __init__: these are the baseline
+        if GLOBAL not in found["_tb_hooks"]:
+            # None at trace time: the graph holds no global hook's work, and one added
+            # since runs on the module's own result only (README, "Hooks")
+            hooks.pop(GLOBAL, None)
         if hooks != found["_tb_hooks"]:
             changed = sorted(
                 path
                 for path in set(hooks) | set(found["_tb_hooks"])
                 if hooks.get(path) != found["_tb_hooks"].get(path)
             )
+            if GLOBAL in changed:
+                raise TraceError(
+                    "the global module hooks (nn.modules.module.register_module_forward_hook "
+                    "and the like) are not those present when this module was traced: the "
+                    "graph holds what the hooks at trace time did to each sub-module's "
+                    "result and never runs them on sub-modules itself. Trace again with the "
+                    "hooks you want in place"
+                )
             raise TraceError(
                 f"sub-module {changed[0]!r} of this traced module has other hooks than when "
                 "it was traced (a forward or backward hook registered or removed since): the "
@@ -984,7 +1001,8 @@ def trace(
         name = name if name.isidentifier() else "forward"
         traced = TracedFunction(program, name=name, runtime=runtime)
         if called:
-            traced._tb_modes = ModesWatch(called)
+            read = frozenset(id(e.tensor) for e in program.state.values())
+            traced._tb_modes = ModesWatch(called, read)
         if check_trace:
             from .check.verify import check_function
 
@@ -1142,6 +1160,18 @@ def _warn_of_side_effects(changed_globals: list[str], hooks: dict) -> None:
             TracerWarning,
             stacklevel=_caller_level(),
         )
+    if GLOBAL in hooks:
+        warnings.warn(
+            "global module hooks (nn.modules.module.register_module_forward_hook and the "
+            "like) were registered while tracing: what they did to each sub-module's result "
+            "is in the graph, and in a saved file, and calls of the trace never run them on "
+            "sub-modules (on the traced module's own result they run, as in eager use). A "
+            "call after they change is refused in this process. Trace without them unless "
+            "their effect belongs in the model",
+            TracerWarning,
+            stacklevel=_caller_level(),
+        )
+        hooks = {path: kinds for path, kinds in hooks.items() if path != GLOBAL}
     if hooks:
         paths = ", ".join(repr(p) for p in list(hooks)[:3])
         warnings.warn(

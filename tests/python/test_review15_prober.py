@@ -133,6 +133,36 @@ def test_a_function_calling_a_global_model_leaves_its_statistics_as_one_call_did
     torch.testing.assert_close(traced(y), eager(y).softmax(-1))
 
 
+@pytest.mark.parametrize(
+    "replace",
+    [
+        lambda m: m.load_state_dict(
+            {k: torch.randn_like(v) for k, v in m.state_dict().items()}, assign=True
+        ),
+        lambda m: setattr(m[0], "weight", nn.Parameter(torch.randn(4, 3))),
+    ],
+    ids=["load_state_dict_assign", "new_parameter"],
+)
+def test_a_function_calling_a_global_model_refuses_its_replaced_weights(replace):
+    """The function's graph holds the model's tensors (prober17): a write into them is
+    followed, a new tensor under the same name, which eager reads, is refused."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)).eval()
+
+    def predict(x):
+        return model(x).softmax(-1)
+
+    with pytest.warns(TracerWarning, match="Trace the module itself"):
+        traced = tracebridge.trace(predict, torch.randn(2, 3))
+    x = torch.randn(4, 3)
+    with torch.no_grad():
+        model[0].weight.mul_(2)  # a write: followed
+    torch.testing.assert_close(traced(x), predict(x))
+    replace(model)
+    with pytest.raises(TraceError, match="holds another tensor under that name now"):
+        traced(x)
+
+
 class _SumOfOuters(nn.Module):
     def __init__(self):
         super().__init__()
@@ -157,3 +187,32 @@ def test_a_function_transform_inside_traced_code_is_refused(code):
     # weights changed, and the file could not be written
     with pytest.raises(UnsupportedOpError, match=r"cannot trace a torch.func transform .* at "):
         tracebridge.trace(code, torch.randn(2, 3))
+
+
+class _Annotated(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(3, 2)
+
+    def forward(self, x):
+        with torch.profiler.record_function("block"):
+            return self.linear(x).relu()
+
+
+@pytest.mark.parametrize(
+    "make", [_Annotated, lambda: nn.DataParallel(nn.Linear(3, 2))], ids=["annotated", "dp"]
+)
+def test_profiling_annotations_are_recorded_through(make, tmp_path):
+    """torch.profiler.record_function changes no result (prober17): it was refused as an
+    op of the profiler, and with it every nn.DataParallel, whose forward opens one."""
+    torch.manual_seed(0)
+    model = make()
+    traced = tracebridge.trace(model, torch.randn(4, 3))
+    assert "profiler" not in traced.graph
+    traced.save(tmp_path / "m.tb")
+    x = torch.randn(6, 3)
+    for obj in (traced, tracebridge.load(tmp_path / "m.tb")):
+        torch.testing.assert_close(obj(x), model(x))
+    with torch.profiler.profile() as prof:  # the user's own profiling still sees eager's
+        model(x)
+    assert any("DataParallel" in e.name or e.name == "block" for e in prof.events())

@@ -38,6 +38,7 @@ from ..ir.printer import Printer
 from ..ir.pytree import is_tensor
 from ..source import raised_at, source_line, user_location
 from ..trace.capture import capture_again, enter_mode, preserved, state_index
+from ..trace.own_hooks import global_hooks, global_hooks_skip
 from .compare import NON_DETERMINISM, compare_outputs, fresh, on_meta, rolled
 from .dims import check_other_sizes
 from .repeated import check_repeated
@@ -423,6 +424,20 @@ def check_function(func, traced, args, kwargs, check_inputs, tolerance, strict) 
         check_other_sizes(func, traced, reference, args, kwargs, tolerance, None, retrace)
 
 
+def _without_own_global_hooks(eager, mod):
+    """``eager``, run without the global module hooks' work on ``mod`` itself, like the
+    traced method (calls of the traced module add it through nn.Module's call:
+    trace/own_hooks.py); ``eager`` itself where there are none."""
+    if not any(global_hooks()[:2]):
+        return eager
+
+    def run(*args, **kwargs):
+        with global_hooks_skip(mod):
+            return eager(*args, **kwargs)
+
+    return run
+
+
 def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_mode, alias) -> None:
     from ..trace.capture import bound_method as _bound
 
@@ -431,7 +446,7 @@ def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_m
     meta = any(on_meta(a, k, mod) for a, k in inputs.values())
     refusals: list[BaseException] = []
     for name, (args, kwargs) in inputs.items():
-        eager = _bound(mod, alias.get(name, name))
+        eager = _without_own_global_hooks(_bound(mod, alias.get(name, name)), mod)
         names_from = getattr(mod, alias.get(name, name))
         modes = [(True, f"train{name}"), (False, f"eval{name}")] if respect_mode else [(None, name)]
         per_method = None

@@ -626,6 +626,8 @@ SETTINGS = {
     "deterministic_algorithms_warn_only": "bool",
     "cuda_available": "bool",
     "distributed_initialized": "bool",
+    "anomaly_enabled": "bool",
+    "anomaly_check_nan": "bool",
 }
 MATMUL_PRECISIONS = ("highest", "high", "medium")
 # The device types prim.is_device_type compares with (a file naming another is refused):

@@ -264,6 +264,7 @@ def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: boo
         recording(tracer),
         stand_ins_in_modules_of(fn),
         rebound_buffers.watched(tracer) as rebound,
+        own_hooks.global_hooks_skip(fn if isinstance(fn, torch.nn.Module) else None),
     ):
         autocast_state.ambient_guards(tracer)
         try:
