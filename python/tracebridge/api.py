@@ -21,6 +21,7 @@ from . import artifact
 from .artifact import streams
 from .check.compare import fresh
 from .check.kept_globals import KeptGlobals
+from .check.meta_state import warn_meta_non_persistent
 from .check.specialise import specialisations
 from .check.verify import first_difference
 from .errors import GuardError, TraceError, TracerWarning
@@ -691,7 +692,7 @@ class TracedModule(nn.Module, _Traced):
                     leaf, nn.Parameter(entry.tensor, requires_grad=entry.tensor.is_floating_point())
                 )
             else:
-                module.register_buffer(leaf, entry.tensor)
+                module.register_buffer(leaf, entry.tensor, persistent=entry.persistent)
         # A tied tensor under its other names too (a language model's output layer sharing
         # the embedding's matrix), the same object, as the original holds it: state_dict()
         # and load_state_dict() then take the original's keys. A name that something of
@@ -880,7 +881,7 @@ class TracedModule(nn.Module, _Traced):
         state = {}
         for name, entry in self.program.state.items():
             table, key = slots[name]
-            state[name] = StateEntry(entry.kind, table[key])
+            state[name] = StateEntry(entry.kind, table[key], entry.persistent)
         self.program.state = state
         self.program.training = self.training
         return self.program
@@ -1343,9 +1344,10 @@ def record_module(
             mode_bound[name] = {"training": mod.training, "op": node.op, "loc": node.loc}
     # Every parameter and buffer, used or not, so state_dict() keys match the original's.
     state = {}
+    transient = _non_persistent(mod)
     for path, kind, tensor in index.values():
         if kind != "attribute":
-            state.setdefault(path, StateEntry(kind, tensor))
+            state.setdefault(path, StateEntry(kind, tensor, path not in transient))
     state.update(constants)
     classes = {name: type(m).__name__ for name, m in mod.named_modules()}
     reprs = {name: text for name, m in mod.named_modules() if (text := _settings(m))}
@@ -1435,6 +1437,15 @@ def _settings(module: nn.Module) -> str:
     return text if len(text) <= 4096 else text[:4093] + "..."
 
 
+def _non_persistent(mod: nn.Module) -> set[str]:
+    """The paths of the buffers registered with ``persistent=False`` (not in state_dict())."""
+    return {
+        f"{prefix}.{name}" if prefix else name
+        for prefix, module in mod.named_modules(remove_duplicate=False)
+        for name in module._non_persistent_buffers_set
+    }
+
+
 def _tied_names(mod: nn.Module, index: dict, state: dict) -> dict[str, str]:
     """Other names of state tensors in ``mod.state_dict()``: name -> the state name."""
     named = [*mod.named_parameters(remove_duplicate=False)]
@@ -1477,6 +1488,7 @@ def _trace_module(
         )
         traced = TracedModule(program, original=mod, runtime=runtime)
         _warn_of_side_effects([], traced._tb_hooks or {})
+        warn_meta_non_persistent(program)
         if check_trace:
             from .check.verify import check_module
 

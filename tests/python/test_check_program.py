@@ -518,6 +518,9 @@ def corpus(base: dict) -> dict[str, object]:
     mutate("device_ok", lambda d: d["state"][first_state].update(device="cuda:0"))
     mutate("device_bad", lambda d: d["state"][first_state].update(device="cuda 0; rm"))
     mutate("device_number", lambda d: d["state"][first_state].update(device=0))
+    # A non-persistent buffer's mark (optional, a boolean: a file without it reads as before).
+    mutate("persistent_false", lambda d: d["state"][first_state].update(persistent=False))
+    mutate("persistent_text", lambda d: d["state"][first_state].update(persistent="no"))
     mutate("eye_product", set_node(last, op="eye", args=[2**20, 2**20], kwargs={}))
     mutate("eye_ok", set_node(last, op="eye", args=[300, 400], kwargs={}))
     mutate("tril_product", set_node(last, op="tril_indices", args=[2**15, 2**15], kwargs={}))
@@ -678,6 +681,7 @@ def test_r_and_python_checkers_agree(base, tmp_path):
         "example_absent",
         "alias_ok",
         "device_ok",
+        "persistent_false",
         "reprs_ok",
         "types_ok",
         "var_keywords_empty",

@@ -112,6 +112,8 @@ def _state_entry(entry: StateEntry) -> dict:
     device = devices.saved_device(entry.tensor)
     if device is not None:
         out["device"] = device  # restored at load (artifact/devices.py)
+    if not entry.persistent:
+        out["persistent"] = False  # a buffer no state_dict() or checkpoint holds
     return out
 
 
@@ -508,7 +510,7 @@ def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "
         tensor = tensors[key]
         if list(tensor.shape) != info["shape"] or DTYPE_NAMES[tensor.dtype] != info["dtype"]:
             raise ArtifactError(f"{name}: state {key!r} does not match its description")
-        state[key] = StateEntry(info["kind"], tensor)
+        state[key] = StateEntry(info["kind"], tensor, info.get("persistent", True))
     try:
         methods = {m: graph_from_json(g) for m, g in doc["methods"].items()}
     except (KeyError, ValueError, TypeError) as exc:

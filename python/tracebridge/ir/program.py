@@ -126,6 +126,10 @@ class Graph:
 class StateEntry:
     kind: str  # "parameter" | "buffer" | "constant"
     tensor: torch.Tensor
+    # False for a buffer registered with ``persistent=False`` (a rotary embedding's
+    # ``inv_freq``): left out of ``state_dict()``, so no checkpoint holds it, and a program
+    # traced on the meta device must get its values elsewhere (artifact/weights.py).
+    persistent: bool = True
 
 
 @dataclass
