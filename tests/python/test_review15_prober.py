@@ -237,3 +237,32 @@ def test_a_function_calling_an_evaluation_batch_norm_saves(tmp_path):
     for obj in (tracebridge.load(tmp_path / "p.tb"), copy.deepcopy(traced)):
         torch.testing.assert_close(obj(x), predict(x))
     torch.testing.assert_close(pickle.loads(pickle.dumps(traced))(x), predict(x))
+
+
+def test_an_integer_past_64_bits_says_what_to_do():
+    """A power of a size past 64 bits was refused as a corrupt graph (prober17): it is a
+    bound of traced integer arithmetic, and the message says how to compute it."""
+
+    def f(x):
+        return x * x.shape[0] ** 30
+
+    traced = tracebridge.trace(f, torch.ones(2), check_trace=False)
+    with pytest.raises(tracebridge.TraceError, match=r"float\(n\) \*\* 30"):
+        traced(torch.ones(5))
+    torch.testing.assert_close(traced(torch.ones(3)), f(torch.ones(3)))
+
+
+def test_text_of_a_size_returned_is_the_examples_and_guarded(tmp_path):
+    """``str(x.shape[0])`` among the outputs (prober17) reached the graph as an object no
+    runtime could give back: it is the example's text, and another size is refused."""
+
+    def f(x):
+        return x * 2, str(x.shape[0])
+
+    traced = tracebridge.trace(f, torch.ones(3), strict=False)
+    traced.save(tmp_path / "f.tb")
+    for obj in (traced, tracebridge.load(tmp_path / "f.tb")):
+        out, text = obj(torch.ones(3))
+        assert text == "3" and type(text) is str and torch.equal(out, f(torch.ones(3))[0])
+        with pytest.raises(GuardError, match=r"x.shape\[0\] == 3"):
+            obj(torch.ones(4))
