@@ -14,6 +14,7 @@ from ..ir.analysis import fused_without_autograd
 from ..ir.ops import draws_random
 from ..ir.pytree import is_tensor
 from . import concat_linear, cse, folding, linear_2d, support
+from .binding import bind_to_trace, passed_twice, traced_parameters
 from .codegen import CodeGen, compile_function
 from .concat_linear import AsTraced
 from .interpreter import Interpreter
@@ -254,6 +255,13 @@ class Method:
         leaves, spec = pytree.flatten((args, kwargs), is_tensor)
         typed = self._typed_spec
         if not same_spec(spec, self.graph.in_spec, typed):
+            # A parameter passed by keyword where the trace had it by position, or the
+            # other way (runtime/binding.py).
+            bound = bind_to_trace(args, kwargs, self.graph.in_spec, self.graph.arg_names)
+            if bound is not None:
+                args, kwargs = bound
+                leaves, spec = pytree.flatten(bound, is_tensor)
+        if not same_spec(spec, self.graph.in_spec, typed):
             # Keys, not their order, identify a keyword argument; a dict input whose keys
             # come in another order is refused below, once the keys are known to be its.
             ordered = _in_key_order((args, kwargs), self.graph.in_spec)
@@ -264,12 +272,25 @@ class Method:
                 )
             spec = given
         if not same_spec(spec, self.graph.in_spec, typed):
-            raise TraceError(
-                f"{self.name}() was called with arguments shaped differently from the example "
-                f"inputs it was traced with: {mismatch(self.graph.in_spec, spec)}; expected "
-                f"{describe(self.graph.in_spec)}, got {describe(spec)}"
-            )
+            self._refuse_arguments(args, kwargs, spec)
         return leaves
+
+    def _refuse_arguments(self, args: tuple, kwargs: dict, spec: dict):
+        """Raise the error of a call whose arguments (``spec``) are not the traced ones."""
+        graph = self.graph
+        twice = passed_twice(args, kwargs, graph.arg_names)
+        if twice is not None:
+            raise TraceError(
+                f"{self.name}() got multiple values for argument {twice!r} (by position and "
+                f"by keyword); the trace takes "
+                f"{traced_parameters(graph.in_spec, graph.arg_names, describe)}"
+            )
+        raise TraceError(
+            f"{self.name}() was called with arguments shaped differently from the example "
+            f"inputs it was traced with: {mismatch(graph.in_spec, spec)}; expected "
+            f"{describe(graph.in_spec)}, got {describe(spec)}; the trace takes "
+            f"{traced_parameters(graph.in_spec, graph.arg_names, describe)}"
+        )
 
 
 def _in_key_order(obj, spec: dict):
