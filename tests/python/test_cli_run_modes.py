@@ -83,9 +83,7 @@ def test_a_named_training_graph_runs_in_training_mode(both_modes, tmp_path, caps
             torch.testing.assert_close(_outputs(out)["output0"], model(x))
 
 
-def test_a_named_graph_with_the_other_mode_is_refused_with_cli_advice(
-    both_modes, tmp_path, capsys
-):
+def test_a_named_graph_with_the_other_mode_is_refused_with_cli_advice(both_modes, tmp_path, capsys):
     _, path = both_modes
     inputs = _inputs(tmp_path / "x.safetensors", input0=torch.randn(5, 3))
     code, _, err = _run(
