@@ -252,6 +252,16 @@ class TracedMethod:
     def __init__(self, module: TracedModule, name: str):
         self._module, self.name = module, name
 
+    # As a bound method has them: the module and the method's name (``trace`` of one
+    # traces that method of the module, as for any module's bound method).
+    @property
+    def __self__(self) -> TracedModule:
+        return self._module
+
+    @property
+    def __name__(self) -> str:
+        return self.name
+
     def __call__(self, *args, **kwargs):
         module = self._module
         module._watch()
@@ -292,7 +302,8 @@ class _TracedForward:
 
     Note: only a call that takes nn.Module's path (hooks on the traced module, or calling
     ``traced.forward(x)`` by name) reads ``forward``; the common call does not
-    (``TracedModule.__call__``), so a TracedMethod made per read costs it nothing."""
+    (``TracedModule.__call__``). The TracedMethod is made once per module and kept (a
+    copy of the module, whose ``__dict__`` holds the original's, makes its own)."""
 
     def __init__(self, function: Callable):
         self.function = function
@@ -301,7 +312,11 @@ class _TracedForward:
     def __get__(self, module, owner=None):
         if module is None:
             return self.function
-        return TracedMethod(module, "forward")
+        found = module.__dict__
+        method = found.get("_tb_forward_method")
+        if method is None or method._module is not module:
+            method = found["_tb_forward_method"] = TracedMethod(module, "forward")
+        return method
 
 
 class ShownModule(nn.Module):
@@ -1025,6 +1040,8 @@ def trace(
 
 def _module_method(func) -> bool:
     """Whether ``func`` is a bound method of a module (traced as that module's method)."""
+    if isinstance(func, TracedMethod):
+        return True
     return inspect.ismethod(func) and isinstance(func.__self__, nn.Module)
 
 

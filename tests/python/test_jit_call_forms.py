@@ -293,3 +293,15 @@ def test_forward_code_follows_the_mode_under_respect_mode():
     assert traced.forward.graph.startswith("graph trainforward(")
     assert "dropout(%0, 0.5, True)" in traced.forward.graph
     assert traced.forward.code == traced.code
+
+
+def test_tracing_a_traced_method_traces_that_method_of_the_module():
+    """``traced.forward`` is a TracedMethod, not a bound method: tracing it still traces
+    the module's method (as before it became one), and so does ``traced.scaled``."""
+    x = torch.randn(2, 3)
+    module = Masked()
+    traced = tracebridge.trace_module(module, {"forward": (x, x), "scaled": (x, x)})
+    for name in ("forward", "scaled"):
+        again = tracebridge.trace(getattr(traced, name), (x, x))
+        assert isinstance(again, tracebridge.TracedModule)
+        assert torch.equal(again(x, x), getattr(module, name)(x, x))

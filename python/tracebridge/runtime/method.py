@@ -126,6 +126,9 @@ class Method:
         # The number of positional tensors a call passes straight to the function (-1: a
         # call always goes through ``_leaves``, its inputs being nested or keywords).
         self._direct_arity = self._n_inputs if self._simple else -1
+        # How many arguments the example passed by position: a call that passes another
+        # number is bound to the traced parameters first (runtime/binding.py).
+        self._positional = len(graph.in_spec["c"][0]["c"]) if graph.in_spec else 0
         # Whether the example passed numbers (or other constants): known once, not walked
         # again on each call that goes through ``_leaves``.
         self._typed_spec = _has_constants(graph.in_spec)
@@ -252,15 +255,14 @@ class Method:
     def _leaves(self, args, kwargs) -> list:
         """The input tensors of a call whose arguments are nested (or given by keyword),
         in the traced order."""
-        leaves, spec = pytree.flatten((args, kwargs), is_tensor)
-        typed = self._typed_spec
-        if not same_spec(spec, self.graph.in_spec, typed):
+        if len(args) != self._positional:
             # A parameter passed by keyword where the trace had it by position, or the
-            # other way (runtime/binding.py).
+            # other way (runtime/binding.py): only then is the count another.
             bound = bind_to_trace(args, kwargs, self.graph.in_spec, self.graph.arg_names)
             if bound is not None:
                 args, kwargs = bound
-                leaves, spec = pytree.flatten(bound, is_tensor)
+        leaves, spec = pytree.flatten((args, kwargs), is_tensor)
+        typed = self._typed_spec
         if not same_spec(spec, self.graph.in_spec, typed):
             # Keys, not their order, identify a keyword argument; a dict input whose keys
             # come in another order is refused below, once the keys are known to be its.
