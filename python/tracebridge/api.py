@@ -46,23 +46,11 @@ from .trace.capture import (
     preserved,
     state_index,
 )
+from .trace.example_inputs import as_args as _as_args
+from .trace.example_inputs import as_call, function_checks, module_checks
 from .trace.library import FAST_PATH_MODULES
 from .trace.own_hooks import GLOBAL, GLOBAL_HOOK_TABLES, global_hooks, user_hooks
 from .trace.own_hooks import HOOK_TABLES as _HOOK_TABLES
-
-
-def _as_args(example_inputs) -> tuple:
-    if example_inputs is None:
-        return ()
-    if isinstance(example_inputs, torch.Tensor):
-        return (example_inputs,)
-    if isinstance(example_inputs, list):
-        return tuple(example_inputs)
-    if isinstance(example_inputs, tuple):
-        return example_inputs
-    raise TraceError(
-        f"example_inputs must be a tensor or a tuple of inputs, not {type(example_inputs).__name__}"
-    )
 
 
 def _describe_guard(name: str, node) -> str:
@@ -257,10 +245,23 @@ class TracedFunction(_Traced):
 
 
 class TracedMethod:
-    """A traced method of a TracedModule, bound to it: callable, with graph and code."""
+    """A traced method of a TracedModule, bound to it: callable, with graph and code (as
+    TorchScript's ScriptMethod): ``traced.encode``, and ``traced.forward`` too."""
+
+    __slots__ = ("_module", "name")
 
     def __init__(self, module: TracedModule, name: str):
         self._module, self.name = module, name
+
+    # As a bound method has them: the module and the method's name (``trace`` of one
+    # traces that method of the module, as for any module's bound method).
+    @property
+    def __self__(self) -> TracedModule:
+        return self._module
+
+    @property
+    def __name__(self) -> str:
+        return self.name
 
     def __call__(self, *args, **kwargs):
         module = self._module
@@ -271,14 +272,19 @@ class TracedMethod:
 
     @property
     def graph(self) -> str:
-        """The text form of this method's graph (grammar in shared_ir/SPEC.md)."""
-        self._module._symbolize()
-        return graph_text(self._module.program.methods[self.name], self.name)
+        """The text form of this method's graph (grammar in shared_ir/SPEC.md): under
+        respect_mode, the graph of the module's current mode."""
+        module = self._module
+        module._symbolize()
+        name = module._routed(self.name)
+        return graph_text(module.program.methods[name], name)
 
     @property
     def code(self) -> str:
-        """The Python code generated from this method's graph."""
-        return self._module._methods[self.name].code
+        """The Python code generated from this method's graph (under respect_mode, the
+        graph of the module's current mode)."""
+        module = self._module
+        return module._methods[module._routed(self.name)].code
 
     @property
     def inlined_graph(self) -> str:
@@ -310,6 +316,31 @@ def _torch_class_named(name: str) -> type | None:
             ok = isinstance(found, type) and issubclass(found, nn.Module)
             return found if ok and found.__module__.startswith("torch.nn.") else None
     return None
+
+
+class _TracedForward:
+    """``TracedModule.forward``: on a traced module, a :class:`TracedMethod`, which calls
+    as the bound method did and has ``.code`` and ``.graph`` (``traced.forward.code``, as
+    TorchScript's ScriptMethod has); on the class, the function itself (a subclass's own
+    ``forward`` is told apart from it by identity, see ``_choose_fast_call``).
+
+    Note: only a call that takes nn.Module's path (hooks on the traced module, or calling
+    ``traced.forward(x)`` by name) reads ``forward``; the common call does not
+    (``TracedModule.__call__``). The TracedMethod is made once per module and kept (a
+    copy of the module, whose ``__dict__`` holds the original's, makes its own)."""
+
+    def __init__(self, function: Callable):
+        self.function = function
+        self.__doc__ = function.__doc__
+
+    def __get__(self, module, owner=None):
+        if module is None:
+            return self.function
+        found = module.__dict__
+        method = found.get("_tb_forward_method")
+        if method is None or method._module is not module:
+            method = found["_tb_forward_method"] = TracedMethod(module, "forward")
+        return method
 
 
 class ShownModule(nn.Module):
@@ -816,6 +847,8 @@ class TracedModule(nn.Module, _Traced):
         self._watch()  # also where forward is called by name, past __call__
         return self._method_for("forward")(*args, **kwargs)
 
+    forward = _TracedForward(forward)
+
     def train(self, mode: bool = True) -> TracedModule:
         """Set this traced module's mode (which graph ``forward`` runs) and its
         sub-modules', as ``Module.train()`` does. The sub-modules are the original's
@@ -941,22 +974,25 @@ def trace(
     Args:
         func: a function of tensors, an ``nn.Module`` (its ``forward`` is traced) or a
             bound method of one (``model.encode``).
-        example_inputs: the inputs to run ``func`` on while recording: a tensor, or a
-            tuple (or list) of positional inputs, which may be nested tuples, lists, dicts
-            and ``None``.
+        example_inputs: the inputs to run ``func`` on while recording, read as
+            torch.jit reads them: a tensor or a dict is the one positional input; a tuple
+            (or a list, or another iterable) holds the positional inputs, which may be
+            nested tuples, lists, dicts and ``None``.
         check_trace: run the check after recording (default ``True``): re-trace and compare
             the graphs, compare outputs with eager ``func`` from the same random state, try
             other sizes of each input dimension, call a module twice where a call changes
             its Python attributes, and leave the model untouched. Raises
             :class:`TracingCheckError` when the recording does not stand for ``func``.
-        check_inputs: more inputs to check the trace with, as a list of tuples shaped like
-            ``example_inputs`` (another batch size, another sequence length).
+        check_inputs: more inputs to check the trace with, a list of entries each read as
+            ``example_inputs`` is (another batch size, another sequence length); with
+            ``example_kwarg_inputs``, an entry that is a dict is keyword inputs.
         check_tolerance: the relative and absolute tolerance of the output comparison of
             the check.
         strict: as ``torch.jit.trace``'s: ``False`` allows lists and dicts at the output,
             their structure then fixed at trace time (with a :class:`TracerWarning`).
         example_kwarg_inputs: keyword inputs to run ``func`` with, a dict (traced like the
-            positional ones).
+            positional ones). The result takes each argument by position or by keyword,
+            whichever way the example passed it, as Python binds a call.
         respect_mode: for a module, record both its training and its evaluation graph
             (``trainforward`` and ``evalforward``); the result then follows ``.train()`` /
             ``.eval()``. Without it, the module's current mode is recorded, and calling it
@@ -997,17 +1033,21 @@ def trace(
             f"{type(example_kwarg_inputs).__name__}"
         )
     kwargs = dict(example_kwarg_inputs or {})
+    # With keyword examples, a dict of check_inputs is keyword inputs (as in torch.jit).
+    keywords = example_kwarg_inputs is not None
     options = dict(
         check_trace=check_trace,
-        check_inputs=check_inputs,
+        check_inputs=None,
         check_tolerance=check_tolerance,
         strict=strict,
         runtime=runtime,
     )
+    if isinstance(func, nn.Module) or _module_method(func):
+        options["check_inputs"] = module_checks(check_inputs, ["forward"], keywords, False)
     if isinstance(func, nn.Module):
         inputs = {"forward": (args, kwargs)}
         return _trace_module(func, inputs, respect_mode=respect_mode, **options)
-    if inspect.ismethod(func) and isinstance(func.__self__, nn.Module):
+    if _module_method(func):
         inputs = {"forward": (args, kwargs)}
         return _trace_module(
             func.__self__,
@@ -1056,11 +1096,19 @@ def trace(
             stage("checking")
             # The check compares the recording, not the runtime's rewrites (as_recorded).
             with as_recorded():
-                check_function(func, traced, args, kwargs, check_inputs, check_tolerance, strict)
+                checks = function_checks(check_inputs, keywords)
+                check_function(func, traced, args, kwargs, checks, check_tolerance, strict)
     finally:
         kept.restore()
         kept_buffers.restore()
     return traced
+
+
+def _module_method(func) -> bool:
+    """Whether ``func`` is a bound method of a module (traced as that module's method)."""
+    if isinstance(func, TracedMethod):
+        return True
+    return inspect.ismethod(func) and isinstance(func.__self__, nn.Module)
 
 
 # torch.jit.trace's arguments that only TorchScript reads: accepted so that code written
@@ -1138,8 +1186,9 @@ def trace_module(
             ``evalforward``, ``trainencode`` and ``evalencode``...; see :func:`trace`).
         runtime: ``"codegen"`` (default) or ``"interpreter"`` (see :func:`trace`).
         progress: a progress bar on a terminal (see :func:`trace`).
-        example_inputs_is_kwarg: as ``torch.jit.trace_module``'s: each value of ``inputs``
-            (and of each ``check_inputs`` entry) is a dict of keyword inputs.
+        example_inputs_is_kwarg: as ``torch.jit.trace_module``'s: a value of ``inputs``
+            (and of each ``check_inputs`` entry) that is a dict is the keyword inputs of
+            that method (without it, a dict is its one positional input).
         **jit_only: ``torch.jit.trace_module``'s TorchScript-only arguments, accepted and
             without effect (see :func:`trace`).
 
@@ -1158,21 +1207,13 @@ def trace_module(
         raise TraceError("trace_module() needs a dict of method name -> example inputs")
     _jit_only_arguments("trace_module", jit_only)
     _check_options(check_inputs, check_tolerance, runtime)
-    if example_inputs_is_kwarg:
-        bad = [name for name, example in inputs.items() if not isinstance(example, dict)]
-        if bad:
-            raise TraceError(
-                f"trace_module(example_inputs_is_kwarg=True) needs a dict of keyword inputs "
-                f"for each method; {bad[0]!r} has a {type(inputs[bad[0]]).__name__}"
-            )
-        prepared = {name: ((), dict(example)) for name, example in inputs.items()}
-    else:
-        prepared = {name: (_as_args(example), {}) for name, example in inputs.items()}
+    keywords = example_inputs_is_kwarg
+    prepared = {name: as_call(example, keywords) for name, example in inputs.items()}
     return _trace_module(
         mod,
         prepared,
         check_trace=check_trace,
-        check_inputs=check_inputs,
+        check_inputs=module_checks(check_inputs, list(inputs), keywords, per_method=True),
         check_tolerance=check_tolerance,
         strict=strict,
         respect_mode=respect_mode,

@@ -131,9 +131,12 @@ def test_keywords_nesting_and_wrong_arguments_keep_their_paths():
     traced = _loaded(Wrap(), (torch.rand(3), torch.rand(3)))
     x, y = torch.rand(3), torch.rand(3)
     torch.testing.assert_close(traced(x, y), f(x, y))
-    expected = r"expected \(\(Tensor, Tensor\), \{\}\), got \(\(Tensor,\), \{'y': Tensor\}\)"
+    # traced with positional inputs: a keyword naming the parameter binds as in Python
+    torch.testing.assert_close(traced(x, y=y), f(x, y))
+    torch.testing.assert_close(traced(y=y, x=x), f(x, y))
+    expected = r"expected \(\(Tensor, Tensor\), \{\}\), got \(\(Tensor,\), \{'z': Tensor\}\)"
     with pytest.raises(TraceError, match=expected):
-        traced(x, y=y)  # traced with positional inputs: keywords are refused, as before
+        traced(x, z=y)  # no parameter z: refused, naming the traced ones
     with pytest.raises(TraceError, match=r"forward\(\) was called with arguments shaped differ"):
         traced(x)
     with pytest.raises(TraceError, match=r"forward\(\) was called with arguments shaped differ"):

@@ -31,7 +31,7 @@ import warnings
 
 import torch
 
-from ..errors import GuardError, TraceError, TracerWarning, TracingCheckError
+from ..errors import GuardError, TracerWarning, TracingCheckError
 from ..ir import Graph, Node, Ref, pytree
 from ..ir.analysis import fused_without_autograd
 from ..ir.printer import Printer
@@ -328,21 +328,9 @@ def _constant_names(program) -> set[str]:
 
 
 def _check_inputs_list(check_inputs, example):
-    if check_inputs is None:
-        return [example]
-    out = []
-    for item in check_inputs:
-        if isinstance(item, torch.Tensor):
-            out.append(((item,), {}))
-        elif isinstance(item, (tuple, list)):
-            out.append((tuple(item), {}))
-        elif isinstance(item, dict):  # keyword inputs (example_inputs_is_kwarg)
-            out.append(((), dict(item)))
-        else:
-            raise TraceError(
-                "check_inputs must be a list of tuples of inputs (or dicts of keyword inputs)"
-            )
-    return out
+    """The calls to check: ``check_inputs`` (already ``(args, kwargs)`` pairs, read by
+    trace/example_inputs.py), or the example's where none were given."""
+    return [example] if check_inputs is None else check_inputs
 
 
 def _eager_refuses_meta(eager_fn, args, kwargs, module) -> BaseException | None:
@@ -451,7 +439,7 @@ def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_m
         modes = [(True, f"train{name}"), (False, f"eval{name}")] if respect_mode else [(None, name)]
         per_method = None
         if check_inputs is not None:
-            per_method = [c[name] if isinstance(c, dict) else c for c in check_inputs]
+            per_method = [c[name] for c in check_inputs]
         for mode, method_name in modes:
             reference = traced.program.methods[method_name]
             method = traced._methods[method_name]
