@@ -8,7 +8,7 @@ Note: why a convolutional network is slower than torch.jit in an interleaved ben
   again, this is about 0.2 us a tensor. Right after another model ran (as in
   benchmarks/zoo_speed.py, where eager, torch.jit and tracebridge calls interleave),
   each tensor's Python object, ``TensorImpl``, version counter and storage are out of
-  the cache, and each check waits on a chain of misses: 1-1.5 us a tensor, 2-8% of a
+  the cache, and each check waits on a chain of misses: 0.5-1.5 us a tensor, 2-8% of a
   call of a network with hundreds of small state tensors (densenet121: 961 reads a call,
   0.5-0.8 ms). torch.jit checks nothing; its graph reads only the tensors its ops use.
   This script measures both, per zoo model:

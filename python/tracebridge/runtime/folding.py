@@ -314,7 +314,7 @@ class Folded:
     use the cache.
 
     What the check costs a call: about 0.2 us a source tensor with the caches warm, and
-    1-1.5 us right after another model ran (each tensor's slot, Python object,
+    0.5-1.5 us right after another model ran (each tensor's slot, Python object,
     ``TensorImpl``, version counter and storage are then misses, one after the other):
     densenet121 keys on 355 tensors, 0.4-0.5 ms of a 14 ms call that way, where torch.jit
     checks nothing (benchmarks/state_checks.py). The same check in a C++ loop took 0.17
