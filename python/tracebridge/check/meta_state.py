@@ -12,11 +12,9 @@ buffers, with the two ways to supply them (artifact/weights.py repeats them at l
 
 from __future__ import annotations
 
-import warnings
-
 from ..errors import TracerWarning
 from ..ir import Program
-from ..source import user_location
+from ..source import warn_at_user_line
 
 
 def meta_non_persistent(program: Program) -> list[str]:
@@ -48,9 +46,4 @@ def warn_meta_non_persistent(program: Program) -> None:
         "(owner.register_buffer(name, value, persistent=False)). Or give their values at "
         "load: weights=[checkpoint, 'buffers.safetensors']"
     )
-    where = user_location()  # the user's call of trace()
-    if where is None:
-        warnings.warn(message, TracerWarning, stacklevel=2)
-        return
-    filename, _, line = where.rpartition(":")
-    warnings.warn_explicit(message, TracerWarning, filename, int(line))
+    warn_at_user_line(message, TracerWarning)  # at the user's call of trace()

@@ -36,7 +36,7 @@ from ..ir import Graph, Node, Ref, pytree
 from ..ir.analysis import fused_without_autograd
 from ..ir.printer import Printer
 from ..ir.pytree import is_tensor
-from ..source import raised_at, source_line, user_location
+from ..source import raised_at, source_line, warn_at_user_line
 from ..trace.capture import capture_again, enter_mode, preserved, state_index
 from ..trace.own_hooks import global_hooks, global_hooks_skip
 from .compare import NON_DETERMINISM, compare_outputs, fresh, on_meta, rolled
@@ -379,12 +379,7 @@ def _warn_on_meta(what: str, refused: BaseException | None) -> None:
         "To check values, load the saved file with its weights (tracebridge.load(path, "
         "weights=...)) and compare a call with the model built with the same weights"
     )
-    where = user_location()  # the user's call of trace()
-    if where is None:
-        warnings.warn(message, TracerWarning, stacklevel=2)
-        return
-    filename, _, line = where.rpartition(":")
-    warnings.warn_explicit(message, TracerWarning, filename, int(line))
+    warn_at_user_line(message, TracerWarning)  # at the user's call of trace()
 
 
 def check_function(func, traced, args, kwargs, check_inputs, tolerance, strict) -> None:
