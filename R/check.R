@@ -450,6 +450,20 @@ check_names_and_dispatch <- function(doc) {
         substr(path, 1, 40), limit))
     }
   }
+  # module_types: a sub-module's class when it is one of torch.nn's own (isinstance of a
+  # loaded module in Python); a name under torch.nn, never imported.
+  mt <- doc[["module_types"]]
+  for (i in seq_along(mt)) {
+    path <- names(mt)[[i]]
+    if (nzchar(path)) check_path_name(path, "module path")
+    name <- mt[[i]]
+    if (!is.character(name) || length(name) != 1L ||
+        !grepl("^torch\\.nn\\.[A-Za-z0-9_.]+$", name) ||
+        nchar(name) > ops[["limits"]][["name_chars"]]) {
+      check_fault("names", sprintf("module type '%s' is not a class of torch.nn",
+                                   substr(paste(name, collapse = ""), 1, 40)))
+    }
+  }
   # module_modes: graph -> module path ("" the module itself) -> its training flag as
   # that graph was recorded.
   mm <- doc[["module_modes"]]

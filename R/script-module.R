@@ -167,6 +167,12 @@ print.script_function <- function(x, ...) {
     buffers = state_list(py, "buffers"),
     py = py,
     {
+      sub <- if (reticulate::py_has_attr(py, "_modules")) py[["_modules"]]$get(name)
+      if (!is.null(sub) && !inherits(sub, "python.builtin.NoneType") &&
+          !(name %in% unlist(py_text(py$methods)))) {
+        # a sub-module (`tm$bn`): a module whose `$` gives its parameters and buffers
+        return(wrap_py_module(sub))
+      }
       if (name %in% unlist(py_text(py$methods)) ||
           reticulate::py_has_attr(py, name)) {
         method <- reticulate::py_get_attr(py, name)

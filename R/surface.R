@@ -303,8 +303,13 @@ takes_class_index <- function(op) {
 }
 
 as_py_double <- function(v) {
-  if (inherits(v, c("torch_tensor", "torch_sym_int"))) return(.subset2(v, ".py"))
-  reticulate::r_to_py(as.double(v))
+  if (inherits(v, "torch_tensor")) return(.subset2(v, ".py"))
+  # A traced size is an integer: as a double argument it is a traced float (times 1.0),
+  # as an R integer is a double there, or torch_full() would make int64 (prober17)
+  if (inherits(v, "torch_sym_int") && isTRUE(.tb$tracing)) {
+    return(py_rb()$binary("*", .subset2(v, ".py"), 1.0))
+  }
+  reticulate::r_to_py(as.double(sym_settled(v)))
 }
 
 tensor_arg <- function(v) {

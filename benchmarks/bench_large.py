@@ -139,8 +139,14 @@ def llama7b(path: str) -> dict:
     )
     before = _rss()
     start = time.perf_counter()
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
     with torch.device("meta"):
         model = LlamaForCausalLM(config).eval()
+    # The rotary table (inv_freq) is a non-persistent buffer that no checkpoint holds: built
+    # on the CPU, the saved program stores it and load(path, weights=...) binds the rest
+    # (docs/devices.md, "Tracing on the meta device").
+    model.model.rotary_emb = LlamaRotaryEmbedding(config=config)
     ids = torch.zeros(1, 16, dtype=torch.long, device="meta")
     traced = tracebridge.trace(model, ids, check_trace=False, strict=False)
     traced_at = time.perf_counter()

@@ -21,6 +21,7 @@ from . import artifact
 from .artifact import streams
 from .check.compare import fresh
 from .check.kept_globals import KeptGlobals
+from .check.meta_state import warn_meta_non_persistent
 from .check.specialise import specialisations
 from .check.verify import first_difference
 from .errors import GuardError, TraceError, TracerWarning
@@ -45,23 +46,11 @@ from .trace.capture import (
     preserved,
     state_index,
 )
+from .trace.example_inputs import as_args as _as_args
+from .trace.example_inputs import as_call, function_checks, module_checks
 from .trace.library import FAST_PATH_MODULES
+from .trace.own_hooks import GLOBAL, GLOBAL_HOOK_TABLES, global_hooks, user_hooks
 from .trace.own_hooks import HOOK_TABLES as _HOOK_TABLES
-from .trace.own_hooks import user_hooks
-
-
-def _as_args(example_inputs) -> tuple:
-    if example_inputs is None:
-        return ()
-    if isinstance(example_inputs, torch.Tensor):
-        return (example_inputs,)
-    if isinstance(example_inputs, list):
-        return tuple(example_inputs)
-    if isinstance(example_inputs, tuple):
-        return example_inputs
-    raise TraceError(
-        f"example_inputs must be a tensor or a tuple of inputs, not {type(example_inputs).__name__}"
-    )
 
 
 def _describe_guard(name: str, node) -> str:
@@ -256,10 +245,23 @@ class TracedFunction(_Traced):
 
 
 class TracedMethod:
-    """A traced method of a TracedModule, bound to it: callable, with graph and code."""
+    """A traced method of a TracedModule, bound to it: callable, with graph and code (as
+    TorchScript's ScriptMethod): ``traced.encode``, and ``traced.forward`` too."""
+
+    __slots__ = ("_module", "name")
 
     def __init__(self, module: TracedModule, name: str):
         self._module, self.name = module, name
+
+    # As a bound method has them: the module and the method's name (``trace`` of one
+    # traces that method of the module, as for any module's bound method).
+    @property
+    def __self__(self) -> TracedModule:
+        return self._module
+
+    @property
+    def __name__(self) -> str:
+        return self.name
 
     def __call__(self, *args, **kwargs):
         module = self._module
@@ -270,14 +272,19 @@ class TracedMethod:
 
     @property
     def graph(self) -> str:
-        """The text form of this method's graph (grammar in shared_ir/SPEC.md)."""
-        self._module._symbolize()
-        return graph_text(self._module.program.methods[self.name], self.name)
+        """The text form of this method's graph (grammar in shared_ir/SPEC.md): under
+        respect_mode, the graph of the module's current mode."""
+        module = self._module
+        module._symbolize()
+        name = module._routed(self.name)
+        return graph_text(module.program.methods[name], name)
 
     @property
     def code(self) -> str:
-        """The Python code generated from this method's graph."""
-        return self._module._methods[self.name].code
+        """The Python code generated from this method's graph (under respect_mode, the
+        graph of the module's current mode)."""
+        module = self._module
+        return module._methods[module._routed(self.name)].code
 
     @property
     def inlined_graph(self) -> str:
@@ -288,20 +295,88 @@ class TracedMethod:
         return f"<traced method {self.name} of {self._module._get_name()}>"
 
 
+def torch_class(module: nn.Module) -> str | None:
+    """``"torch.nn.modules.batchnorm.BatchNorm2d"`` for a module of one of torch.nn's own
+    classes (a file's ``module_types``), None for another class."""
+    cls = type(module)
+    return (
+        f"{cls.__module__}.{cls.__qualname__}" if cls.__module__.startswith("torch.nn.") else None
+    )
+
+
+def _torch_class_named(name: str) -> type | None:
+    """The torch.nn class a file's ``module_types`` names, looked up among the modules
+    torch has imported (never importing one: a file names, it does not run), or None."""
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 2, -1):
+        found = sys.modules.get(".".join(parts[:cut]))
+        if found is not None:
+            for part in parts[cut:]:
+                found = getattr(found, part, None)
+            ok = isinstance(found, type) and issubclass(found, nn.Module)
+            return found if ok and found.__module__.startswith("torch.nn.") else None
+    return None
+
+
+class _TracedForward:
+    """``TracedModule.forward``: on a traced module, a :class:`TracedMethod`, which calls
+    as the bound method did and has ``.code`` and ``.graph`` (``traced.forward.code``, as
+    TorchScript's ScriptMethod has); on the class, the function itself (a subclass's own
+    ``forward`` is told apart from it by identity, see ``_choose_fast_call``).
+
+    Note: only a call that takes nn.Module's path (hooks on the traced module, or calling
+    ``traced.forward(x)`` by name) reads ``forward``; the common call does not
+    (``TracedModule.__call__``). The TracedMethod is made once per module and kept (a
+    copy of the module, whose ``__dict__`` holds the original's, makes its own)."""
+
+    def __init__(self, function: Callable):
+        self.function = function
+        self.__doc__ = function.__doc__
+
+    def __get__(self, module, owner=None):
+        if module is None:
+            return self.function
+        found = module.__dict__
+        method = found.get("_tb_forward_method")
+        if method is None or method._module is not module:
+            method = found["_tb_forward_method"] = TracedMethod(module, "forward")
+        return method
+
+
 class ShownModule(nn.Module):
     """A sub-module of a loaded module: it holds the parameters and buffers under its path
     and prints as the original did, ``Conv2d(1, 4, kernel_size=(3, 3), stride=(1, 1))``,
     from the file's ``module_classes`` and ``module_reprs`` (text, never code: it is shown,
-    not run; the graphs do the computing)."""
+    not run; the graphs do the computing).
 
-    def __init__(self, class_name: str = "Module", settings: str = ""):
+    One of torch.nn's own classes (the file's ``module_types``) answers ``isinstance`` as
+    the original: ``for m in model.modules(): if isinstance(m, nn.BatchNorm2d): m.eval()``
+    freezes the batch norms of a loaded model as of the original (prober17: it did nothing,
+    and the loaded model trained them on, silently). Its ``__class__`` is that class for
+    ``isinstance`` alone; its type, its methods and its attributes stay its own (the
+    settings are not attributes: ``print`` shows them)."""
+
+    _shown_type: type | None = None
+
+    def __init__(self, class_name: str = "Module", settings: str = "", kind: type | None = None):
         super().__init__()
         self._shown_class, self._shown_settings = class_name, settings
+        if kind is not None:
+            self._shown_type = kind
+
+    @property
+    def __class__(self):
+        return self._shown_type or type(self)
 
     @classmethod
     def of(cls, program: Program, path: str) -> ShownModule:
         """The sub-module at ``path`` as the file describes it."""
-        return cls(program.module_classes.get(path, "Module"), program.module_reprs.get(path, ""))
+        named = program.module_types.get(path)
+        return cls(
+            program.module_classes.get(path, "Module"),
+            program.module_reprs.get(path, ""),
+            _torch_class_named(named) if named else None,
+        )
 
     def _get_name(self) -> str:
         return self._shown_class
@@ -355,8 +430,11 @@ def _named_methods(program: Program) -> frozenset[str]:
 
 def _child_hooks(root: nn.Module) -> dict[str, tuple]:
     """The module hooks of each sub-module (not ``root``'s own) that has any: path -> the
-    hooks' numbers, by kind (not those its traced code installs itself: trace/own_hooks.py)."""
+    hooks' numbers, by kind (not those its traced code installs itself: trace/own_hooks.py);
+    and the global module hooks, which every sub-module's call ran, under ``GLOBAL``."""
     found = {}
+    if any(global_hooks()):
+        found[GLOBAL] = global_hooks()
     for path, module in root.named_modules():
         if path:
             hooks = user_hooks(module)
@@ -371,6 +449,8 @@ def _hook_tables(root: nn.Module) -> tuple[list, list[str], list[int], list[tupl
     that is not empty: what :func:`_same_hooks` compares."""
     modules = [m for path, m in root.named_modules() if path for _ in _HOOK_TABLES]
     names = list(_HOOK_TABLES) * (len(modules) // len(_HOOK_TABLES))
+    modules += [_module_hooks] * len(GLOBAL_HOOK_TABLES)  # removing one takes no number
+    names += GLOBAL_HOOK_TABLES
     every = list(map(getattr, modules, names))
     lengths = list(map(len, every))
     ends = [(i, next(iter(t)), next(reversed(t))) for i, t in enumerate(every) if lengths[i]]
@@ -445,8 +525,12 @@ class TracedModule(nn.Module, _Traced):
             program.module_modes,
             _same_in_both(program),
         )
-        # The sub-modules' hooks the graphs were traced with (see the note on hooks).
-        self.__dict__["_tb_hooks"] = _child_hooks(self)
+        # The sub-modules' hooks the graphs were traced with (see the note on hooks); the
+        # global ones only for a trace made now (a loaded graph holds none of their work)
+        hooks = _child_hooks(self)
+        if original is None:
+            hooks.pop(GLOBAL, None)
+        self.__dict__["_tb_hooks"] = hooks
         self._remember_hooks()
 
     # Note: the fast call. nn.Module's call goes ``_wrapped_call_impl`` -> ``_call_impl`` ->
@@ -532,12 +616,24 @@ class TracedModule(nn.Module, _Traced):
         hooks = _child_hooks(self)
         if found.get("_tb_hooks") is None:
             found["_tb_hooks"] = hooks  # made without __init__: these are the baseline
+        if GLOBAL not in found["_tb_hooks"]:
+            # None at trace time: the graph holds no global hook's work, and one added
+            # since runs on the module's own result only (README, "Hooks")
+            hooks.pop(GLOBAL, None)
         if hooks != found["_tb_hooks"]:
             changed = sorted(
                 path
                 for path in set(hooks) | set(found["_tb_hooks"])
                 if hooks.get(path) != found["_tb_hooks"].get(path)
             )
+            if GLOBAL in changed:
+                raise TraceError(
+                    "the global module hooks (nn.modules.module.register_module_forward_hook "
+                    "and the like) are not those present when this module was traced: the "
+                    "graph holds what the hooks at trace time did to each sub-module's "
+                    "result and never runs them on sub-modules itself. Trace again with the "
+                    "hooks you want in place"
+                )
             raise TraceError(
                 f"sub-module {changed[0]!r} of this traced module has other hooks than when "
                 "it was traced (a forward or backward hook registered or removed since): the "
@@ -627,7 +723,7 @@ class TracedModule(nn.Module, _Traced):
                     leaf, nn.Parameter(entry.tensor, requires_grad=entry.tensor.is_floating_point())
                 )
             else:
-                module.register_buffer(leaf, entry.tensor)
+                module.register_buffer(leaf, entry.tensor, persistent=entry.persistent)
         # A tied tensor under its other names too (a language model's output layer sharing
         # the embedding's matrix), the same object, as the original holds it: state_dict()
         # and load_state_dict() then take the original's keys. A name that something of
@@ -751,6 +847,8 @@ class TracedModule(nn.Module, _Traced):
         self._watch()  # also where forward is called by name, past __call__
         return self._method_for("forward")(*args, **kwargs)
 
+    forward = _TracedForward(forward)
+
     def train(self, mode: bool = True) -> TracedModule:
         """Set this traced module's mode (which graph ``forward`` runs) and its
         sub-modules', as ``Module.train()`` does. The sub-modules are the original's
@@ -816,7 +914,7 @@ class TracedModule(nn.Module, _Traced):
         state = {}
         for name, entry in self.program.state.items():
             table, key = slots[name]
-            state[name] = StateEntry(entry.kind, table[key])
+            state[name] = StateEntry(entry.kind, table[key], entry.persistent)
         self.program.state = state
         self.program.training = self.training
         return self.program
@@ -876,22 +974,25 @@ def trace(
     Args:
         func: a function of tensors, an ``nn.Module`` (its ``forward`` is traced) or a
             bound method of one (``model.encode``).
-        example_inputs: the inputs to run ``func`` on while recording: a tensor, or a
-            tuple (or list) of positional inputs, which may be nested tuples, lists, dicts
-            and ``None``.
+        example_inputs: the inputs to run ``func`` on while recording, read as
+            torch.jit reads them: a tensor or a dict is the one positional input; a tuple
+            (or a list, or another iterable) holds the positional inputs, which may be
+            nested tuples, lists, dicts and ``None``.
         check_trace: run the check after recording (default ``True``): re-trace and compare
             the graphs, compare outputs with eager ``func`` from the same random state, try
             other sizes of each input dimension, call a module twice where a call changes
             its Python attributes, and leave the model untouched. Raises
             :class:`TracingCheckError` when the recording does not stand for ``func``.
-        check_inputs: more inputs to check the trace with, as a list of tuples shaped like
-            ``example_inputs`` (another batch size, another sequence length).
+        check_inputs: more inputs to check the trace with, a list of entries each read as
+            ``example_inputs`` is (another batch size, another sequence length); with
+            ``example_kwarg_inputs``, an entry that is a dict is keyword inputs.
         check_tolerance: the relative and absolute tolerance of the output comparison of
             the check.
         strict: as ``torch.jit.trace``'s: ``False`` allows lists and dicts at the output,
             their structure then fixed at trace time (with a :class:`TracerWarning`).
         example_kwarg_inputs: keyword inputs to run ``func`` with, a dict (traced like the
-            positional ones).
+            positional ones). The result takes each argument by position or by keyword,
+            whichever way the example passed it, as Python binds a call.
         respect_mode: for a module, record both its training and its evaluation graph
             (``trainforward`` and ``evalforward``); the result then follows ``.train()`` /
             ``.eval()``. Without it, the module's current mode is recorded, and calling it
@@ -932,17 +1033,21 @@ def trace(
             f"{type(example_kwarg_inputs).__name__}"
         )
     kwargs = dict(example_kwarg_inputs or {})
+    # With keyword examples, a dict of check_inputs is keyword inputs (as in torch.jit).
+    keywords = example_kwarg_inputs is not None
     options = dict(
         check_trace=check_trace,
-        check_inputs=check_inputs,
+        check_inputs=None,
         check_tolerance=check_tolerance,
         strict=strict,
         runtime=runtime,
     )
+    if isinstance(func, nn.Module) or _module_method(func):
+        options["check_inputs"] = module_checks(check_inputs, ["forward"], keywords, False)
     if isinstance(func, nn.Module):
         inputs = {"forward": (args, kwargs)}
         return _trace_module(func, inputs, respect_mode=respect_mode, **options)
-    if inspect.ismethod(func) and isinstance(func.__self__, nn.Module):
+    if _module_method(func):
         inputs = {"forward": (args, kwargs)}
         return _trace_module(
             func.__self__,
@@ -983,18 +1088,27 @@ def trace(
         name = name if name.isidentifier() else "forward"
         traced = TracedFunction(program, name=name, runtime=runtime)
         if called:
-            traced._tb_modes = ModesWatch(called)
+            read = frozenset(id(e.tensor) for e in program.state.values())
+            traced._tb_modes = ModesWatch(called, read)
         if check_trace:
             from .check.verify import check_function
 
             stage("checking")
             # The check compares the recording, not the runtime's rewrites (as_recorded).
             with as_recorded():
-                check_function(func, traced, args, kwargs, check_inputs, check_tolerance, strict)
+                checks = function_checks(check_inputs, keywords)
+                check_function(func, traced, args, kwargs, checks, check_tolerance, strict)
     finally:
         kept.restore()
         kept_buffers.restore()
     return traced
+
+
+def _module_method(func) -> bool:
+    """Whether ``func`` is a bound method of a module (traced as that module's method)."""
+    if isinstance(func, TracedMethod):
+        return True
+    return inspect.ismethod(func) and isinstance(func.__self__, nn.Module)
 
 
 # torch.jit.trace's arguments that only TorchScript reads: accepted so that code written
@@ -1072,8 +1186,9 @@ def trace_module(
             ``evalforward``, ``trainencode`` and ``evalencode``...; see :func:`trace`).
         runtime: ``"codegen"`` (default) or ``"interpreter"`` (see :func:`trace`).
         progress: a progress bar on a terminal (see :func:`trace`).
-        example_inputs_is_kwarg: as ``torch.jit.trace_module``'s: each value of ``inputs``
-            (and of each ``check_inputs`` entry) is a dict of keyword inputs.
+        example_inputs_is_kwarg: as ``torch.jit.trace_module``'s: a value of ``inputs``
+            (and of each ``check_inputs`` entry) that is a dict is the keyword inputs of
+            that method (without it, a dict is its one positional input).
         **jit_only: ``torch.jit.trace_module``'s TorchScript-only arguments, accepted and
             without effect (see :func:`trace`).
 
@@ -1092,21 +1207,13 @@ def trace_module(
         raise TraceError("trace_module() needs a dict of method name -> example inputs")
     _jit_only_arguments("trace_module", jit_only)
     _check_options(check_inputs, check_tolerance, runtime)
-    if example_inputs_is_kwarg:
-        bad = [name for name, example in inputs.items() if not isinstance(example, dict)]
-        if bad:
-            raise TraceError(
-                f"trace_module(example_inputs_is_kwarg=True) needs a dict of keyword inputs "
-                f"for each method; {bad[0]!r} has a {type(inputs[bad[0]]).__name__}"
-            )
-        prepared = {name: ((), dict(example)) for name, example in inputs.items()}
-    else:
-        prepared = {name: (_as_args(example), {}) for name, example in inputs.items()}
+    keywords = example_inputs_is_kwarg
+    prepared = {name: as_call(example, keywords) for name, example in inputs.items()}
     return _trace_module(
         mod,
         prepared,
         check_trace=check_trace,
-        check_inputs=check_inputs,
+        check_inputs=module_checks(check_inputs, list(inputs), keywords, per_method=True),
         check_tolerance=check_tolerance,
         strict=strict,
         respect_mode=respect_mode,
@@ -1141,6 +1248,18 @@ def _warn_of_side_effects(changed_globals: list[str], hooks: dict) -> None:
             TracerWarning,
             stacklevel=_caller_level(),
         )
+    if GLOBAL in hooks:
+        warnings.warn(
+            "global module hooks (nn.modules.module.register_module_forward_hook and the "
+            "like) were registered while tracing: what they did to each sub-module's result "
+            "is in the graph, and in a saved file, and calls of the trace never run them on "
+            "sub-modules (on the traced module's own result they run, as in eager use). A "
+            "call after they change is refused in this process. Trace without them unless "
+            "their effect belongs in the model",
+            TracerWarning,
+            stacklevel=_caller_level(),
+        )
+        hooks = {path: kinds for path, kinds in hooks.items() if path != GLOBAL}
     if hooks:
         paths = ", ".join(repr(p) for p in list(hooks)[:3])
         warnings.warn(
@@ -1266,12 +1385,14 @@ def record_module(
             mode_bound[name] = {"training": mod.training, "op": node.op, "loc": node.loc}
     # Every parameter and buffer, used or not, so state_dict() keys match the original's.
     state = {}
+    transient = _non_persistent(mod)
     for path, kind, tensor in index.values():
         if kind != "attribute":
-            state.setdefault(path, StateEntry(kind, tensor))
+            state.setdefault(path, StateEntry(kind, tensor, path not in transient))
     state.update(constants)
     classes = {name: type(m).__name__ for name, m in mod.named_modules()}
     reprs = {name: text for name, m in mod.named_modules() if (text := _settings(m))}
+    types = {name: kind for name, m in mod.named_modules() if name and (kind := torch_class(m))}
     program = Program(
         kind="module",
         methods=methods,
@@ -1280,6 +1401,7 @@ def record_module(
         training=mod.training,
         module_classes=classes,
         module_reprs=reprs,
+        module_types=types,
         mode_bound=mode_bound,
         module_modes=module_modes,
         aliases=_tied_names(mod, index, state),
@@ -1356,6 +1478,15 @@ def _settings(module: nn.Module) -> str:
     return text if len(text) <= 4096 else text[:4093] + "..."
 
 
+def _non_persistent(mod: nn.Module) -> set[str]:
+    """The paths of the buffers registered with ``persistent=False`` (not in state_dict())."""
+    return {
+        f"{prefix}.{name}" if prefix else name
+        for prefix, module in mod.named_modules(remove_duplicate=False)
+        for name in module._non_persistent_buffers_set
+    }
+
+
 def _tied_names(mod: nn.Module, index: dict, state: dict) -> dict[str, str]:
     """Other names of state tensors in ``mod.state_dict()``: name -> the state name."""
     named = [*mod.named_parameters(remove_duplicate=False)]
@@ -1398,6 +1529,7 @@ def _trace_module(
         )
         traced = TracedModule(program, original=mod, runtime=runtime)
         _warn_of_side_effects([], traced._tb_hooks or {})
+        warn_meta_non_persistent(program)
         if check_trace:
             from .check.verify import check_module
 

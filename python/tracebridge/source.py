@@ -14,6 +14,7 @@ import linecache
 import os
 import sys
 import threading
+import warnings
 
 import numpy as np
 import torch
@@ -61,6 +62,17 @@ def user_location() -> str | None:
     if frame is not None:
         return f"{frame.f_code.co_filename}:{frame.f_lineno}"
     return getattr(_foreign, "location", None)
+
+
+def warn_at_user_line(message: str, category: type[Warning]) -> None:
+    """Warn with ``message`` at the user's line making the current call (the call of
+    ``trace()``: :func:`user_location`), or at the caller's where there is none."""
+    where = user_location()
+    if where is None:
+        warnings.warn(message, category, stacklevel=3)
+        return
+    filename, _, line = where.rpartition(":")
+    warnings.warn_explicit(message, category, filename, int(line))
 
 
 def raised_at(exc: BaseException) -> str | None:

@@ -381,8 +381,10 @@ def test_trace_module_takes_keyword_inputs_as_torch_jit_does(tmp_path):
     for fn in (traced, loaded):
         assert torch.equal(fn(x=x, mask=mask), x * mask)
         assert torch.equal(fn.scaled(x=x, scale=mask), x * mask)
-    with pytest.raises(tracebridge.TraceError, match="'forward' has a Tensor"):
-        tracebridge.trace_module(m, {"forward": x}, example_inputs_is_kwarg=True)
+    # A value that is not a dict is positional, as torch.jit's make_tuple reads it.
+    positional = tracebridge.trace_module(m, {"forward": x}, example_inputs_is_kwarg=True)
+    assert torch.equal(positional(x), x)
+    assert torch.equal(positional(x=x), x)
 
 
 @pytest.mark.parametrize("example, other", [(2, 2.0), (True, 1), (3.0, 3), (0, False)])

@@ -131,9 +131,12 @@ def test_keywords_nesting_and_wrong_arguments_keep_their_paths():
     traced = _loaded(Wrap(), (torch.rand(3), torch.rand(3)))
     x, y = torch.rand(3), torch.rand(3)
     torch.testing.assert_close(traced(x, y), f(x, y))
-    expected = r"expected \(\(Tensor, Tensor\), \{\}\), got \(\(Tensor,\), \{'y': Tensor\}\)"
+    # traced with positional inputs: a keyword naming the parameter binds as in Python
+    torch.testing.assert_close(traced(x, y=y), f(x, y))
+    torch.testing.assert_close(traced(y=y, x=x), f(x, y))
+    expected = r"expected \(\(Tensor, Tensor\), \{\}\), got \(\(Tensor,\), \{'z': Tensor\}\)"
     with pytest.raises(TraceError, match=expected):
-        traced(x, y=y)  # traced with positional inputs: keywords are refused, as before
+        traced(x, z=y)  # no parameter z: refused, naming the traced ones
     with pytest.raises(TraceError, match=r"forward\(\) was called with arguments shaped differ"):
         traced(x)
     with pytest.raises(TraceError, match=r"forward\(\) was called with arguments shaped differ"):
@@ -239,3 +242,37 @@ def test_methods_by_name_come_after_state_and_children():
     assert isinstance(traced.encode, nn.Identity)
     del traced.encode
     torch.testing.assert_close(traced.encode(x), x + 1)
+
+
+class _Doubled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.fc2 = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc(x)))
+
+
+def test_global_hooks_at_trace_time_run_once_and_their_change_is_refused(tmp_path):
+    """A global forward hook present while tracing (prober17): its work on the sub-modules
+    is in the graph, its work on the module itself is not (the traced module's call runs
+    it, as eager does), so the result is eager's once, not twice; the trace warns, and a
+    call after the hook is removed is refused in this process."""
+    torch.manual_seed(0)
+    net = _Doubled().eval()
+    x = torch.rand(3, 4)
+    handle = nn.modules.module.register_module_forward_hook(lambda mod, args, out: out * 2)
+    try:
+        with pytest.warns(tracebridge.TracerWarning, match="global module hooks"):
+            traced = tracebridge.trace(net, torch.rand(2, 4))
+        torch.testing.assert_close(traced(x), net(x))
+        traced.save(tmp_path / "m.tb")
+    finally:
+        handle.remove()
+    with pytest.raises(tracebridge.TraceError, match="global module hooks"):
+        traced(x)
+    # Another process has no such hook: the file holds the sub-modules' doubling only
+    loaded = tracebridge.load(tmp_path / "m.tb")
+    fc = net.fc(x) * 2
+    torch.testing.assert_close(loaded(x), net.fc2(torch.relu(fc)) * 2)

@@ -518,6 +518,9 @@ def corpus(base: dict) -> dict[str, object]:
     mutate("device_ok", lambda d: d["state"][first_state].update(device="cuda:0"))
     mutate("device_bad", lambda d: d["state"][first_state].update(device="cuda 0; rm"))
     mutate("device_number", lambda d: d["state"][first_state].update(device=0))
+    # A non-persistent buffer's mark (optional, a boolean: a file without it reads as before).
+    mutate("persistent_false", lambda d: d["state"][first_state].update(persistent=False))
+    mutate("persistent_text", lambda d: d["state"][first_state].update(persistent="no"))
     mutate("eye_product", set_node(last, op="eye", args=[2**20, 2**20], kwargs={}))
     mutate("eye_ok", set_node(last, op="eye", args=[300, 400], kwargs={}))
     mutate("tril_product", set_node(last, op="tril_indices", args=[2**15, 2**15], kwargs={}))
@@ -588,6 +591,12 @@ def corpus(base: dict) -> dict[str, object]:
     mutate("reprs_long", lambda d: d.update(module_reprs={"": "x" * 4097}))
     mutate("reprs_type", lambda d: d.update(module_reprs={"": 3}))
     mutate("reprs_path", lambda d: d.update(module_reprs={"a..b": "x"}))
+    torch_class = "torch.nn.modules.linear.Linear"
+    mutate("types_ok", lambda d: d.update(module_types={"fc": torch_class}))
+    mutate("types_foreign", lambda d: d.update(module_types={"fc": "os.system"}))
+    mutate("types_code", lambda d: d.update(module_types={"fc": "torch.nn.Linear()"}))
+    mutate("types_type", lambda d: d.update(module_types={"fc": 3}))
+    mutate("types_path", lambda d: d.update(module_types={"a..b": torch_class}))
     mutate(
         "pow_bomb",
         lambda d: forward(d)["nodes"].append(
@@ -672,7 +681,9 @@ def test_r_and_python_checkers_agree(base, tmp_path):
         "example_absent",
         "alias_ok",
         "device_ok",
+        "persistent_false",
         "reprs_ok",
+        "types_ok",
         "var_keywords_empty",
         "eye_ok",
         "arange_ok",

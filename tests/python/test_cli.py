@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import zipfile
 
 import numpy as np
@@ -396,6 +397,20 @@ def test_console_script(files):
         pytest.skip("the tracebridge console script is not installed in .venv")
     done = subprocess.run(
         [exe, "validate", files["net"]], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "valid tracebridge artifact" in done.stdout
+
+
+def test_python_dash_m(files):
+    """``python -m tracebridge`` is the same command (prober17: there was none)."""
+    env = {**os.environ, "PYTHONPATH": os.path.join(REPO, "python")}
+    done = subprocess.run(
+        [sys.executable, "-m", "tracebridge", "validate", files["net"]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
     )
     assert done.returncode == 0, done.stderr
     assert "valid tracebridge artifact" in done.stdout

@@ -167,3 +167,58 @@ def test_prune_keeps_guards_and_unknown_effects():
     )
     kept = dead_code.prune(graph)
     assert [node.op for node in kept.nodes] == ["prim.size", "scalar.eq", "prim.guard"]
+
+
+# A count of results is an assumption of the trace, also where nothing reads the results
+# (prober17): pruning the node took the count's check with it, and every later call was
+# the empty loop's, or the traced count's, silently.
+
+
+def pool_hits(scores, feats):
+    """Detection post-processing: the features of the boxes over a threshold, summed."""
+    out = torch.zeros(feats.shape[1])
+    for i in (scores > 0.5).nonzero()[:, 0]:
+        out = out + feats[i]
+    return out
+
+
+def count_valid(x, m):
+    return x * sum(1 for _ in m[m > 0])
+
+
+def total(x):
+    return sum(x.unbind(0)) + x.sum(0)
+
+
+@pytest.mark.parametrize(
+    ("fn", "traced_on", "called_on", "count"),
+    [
+        # traced where no box passed: a loop of no iterations, a node of no results
+        (
+            pool_hits,
+            (torch.tensor([0.1, 0.2]), torch.ones(2, 3)),
+            (torch.tensor([0.9, 0.7]), torch.ones(2, 3)),
+            "0 results, but now it gives 2",
+        ),
+        (total, (torch.ones(0, 3),), (torch.ones(4, 3),), "0 results, but now it gives 4"),
+        # only the number of iterations is used
+        (
+            count_valid,
+            (torch.ones(3), torch.tensor([1.0, -1.0])),
+            (torch.ones(3), torch.tensor([1.0, 1.0])),
+            "1 results, but now it gives 2",
+        ),
+    ],
+)
+def test_a_count_nothing_reads_is_still_checked(tmp_path, fn, traced_on, called_on, count):
+    traced = tracebridge.trace(fn, traced_on, check_trace=False)
+    traced.save(tmp_path / "f.tb")
+    for runtime in ("codegen", "interpreter"):
+        again = tracebridge.load(tmp_path / "f.tb", runtime=runtime)
+        assert torch.equal(again(*traced_on), fn(*traced_on))  # the traced count: runs
+    gm = tracebridge.to_graph_module(traced)
+    for obj in (traced, tracebridge.load(tmp_path / "f.tb"), gm):
+        with pytest.raises(tracebridge.GuardError, match=count):
+            obj(*called_on)
+    kept = dead_code.prune(traced.program.methods["forward"])
+    assert any(dead_code.counts_results(n) for n in kept.nodes)

@@ -112,3 +112,72 @@ def test_a_file_naming_an_attribute_as_a_module_still_loads(tmp_path):
     traced.program.module_classes.update({"training": "Evil", "weight": "Evil"})
     loaded = _reloaded(traced)
     assert loaded.training is False and isinstance(loaded.weight, nn.Parameter)
+
+
+class Frozen(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(144, 2)
+        )
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def _freeze_norms(model):
+    model.train()
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.eval()
+    return model
+
+
+def test_a_loaded_sub_module_of_torch_answers_isinstance_as_the_original():
+    """The usual fine-tuning loops dispatch on isinstance (prober17): on a loaded module
+    they did nothing, and its batch norm trained on where the original's was frozen,
+    silently. Now they reach the same modules; a mode the graphs were not recorded in is
+    refused, and an initialisation through ``apply`` reaches the weights the graph reads."""
+    torch.manual_seed(0)
+    net = Frozen()
+    loaded = _reloaded(tracebridge.trace(net, torch.rand(2, 3, 8, 8), respect_mode=True))
+    kinds = [type(m) for m in net.modules()]
+    assert [isinstance(m, k) for m, k in zip(loaded.modules(), kinds)][1:] == [True] * 6
+    norm = dict(loaded.named_modules())["body.1"]
+    assert isinstance(norm, nn.BatchNorm2d) and not isinstance(norm, nn.Conv2d)
+    assert type(norm).__name__ == "ShownModule"  # still a placeholder
+    _freeze_norms(loaded)
+    assert norm.training is False
+    with pytest.raises(tracebridge.TraceError, match="sub-module 'body.1' is in evaluation"):
+        loaded(torch.rand(2, 3, 8, 8))
+    loaded.eval()
+
+    def zero_linear(m):
+        if isinstance(m, nn.Linear):
+            nn.init.zeros_(m.weight)
+            nn.init.ones_(m.bias)
+
+    loaded.apply(zero_linear)
+    assert torch.equal(loaded(torch.rand(2, 3, 8, 8)), torch.ones(2, 2))
+    assert repr(loaded).splitlines()[2:] == repr(net).splitlines()[1:]
+
+
+@pytest.mark.parametrize(
+    ("named", "loads_as"),
+    [
+        ("os.system", "refused"),
+        ("torch.nn.functional.F", None),  # names nothing torch has
+        ("torch.nn.modules.linear.NotThere", None),
+        ("torch.nn.functional.linear", None),  # not a class
+        ("torch.nn.modules.linear.Linear", nn.Linear),
+    ],
+)
+def test_a_file_naming_module_types_names_torch_classes_only(named, loads_as, tmp_path):
+    traced = tracebridge.trace(nn.Sequential(nn.Linear(2, 2)).eval(), torch.rand(1, 2))
+    traced.program.module_types["0"] = named
+    if loads_as == "refused":  # the checker refuses what is not a torch.nn name
+        with pytest.raises(ArtifactError, match="is not a class of torch.nn"):
+            _reloaded(traced)
+        return
+    shown = dict(_reloaded(traced).named_modules())["0"]
+    assert shown.__class__ is (loads_as or type(shown))

@@ -133,6 +133,36 @@ def test_a_function_calling_a_global_model_leaves_its_statistics_as_one_call_did
     torch.testing.assert_close(traced(y), eager(y).softmax(-1))
 
 
+@pytest.mark.parametrize(
+    "replace",
+    [
+        lambda m: m.load_state_dict(
+            {k: torch.randn_like(v) for k, v in m.state_dict().items()}, assign=True
+        ),
+        lambda m: setattr(m[0], "weight", nn.Parameter(torch.randn(4, 3))),
+    ],
+    ids=["load_state_dict_assign", "new_parameter"],
+)
+def test_a_function_calling_a_global_model_refuses_its_replaced_weights(replace):
+    """The function's graph holds the model's tensors (prober17): a write into them is
+    followed, a new tensor under the same name, which eager reads, is refused."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)).eval()
+
+    def predict(x):
+        return model(x).softmax(-1)
+
+    with pytest.warns(TracerWarning, match="Trace the module itself"):
+        traced = tracebridge.trace(predict, torch.randn(2, 3))
+    x = torch.randn(4, 3)
+    with torch.no_grad():
+        model[0].weight.mul_(2)  # a write: followed
+    torch.testing.assert_close(traced(x), predict(x))
+    replace(model)
+    with pytest.raises(TraceError, match="holds another tensor under that name now"):
+        traced(x)
+
+
 class _SumOfOuters(nn.Module):
     def __init__(self):
         super().__init__()
@@ -157,3 +187,82 @@ def test_a_function_transform_inside_traced_code_is_refused(code):
     # weights changed, and the file could not be written
     with pytest.raises(UnsupportedOpError, match=r"cannot trace a torch.func transform .* at "):
         tracebridge.trace(code, torch.randn(2, 3))
+
+
+class _Annotated(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(3, 2)
+
+    def forward(self, x):
+        with torch.profiler.record_function("block"):
+            return self.linear(x).relu()
+
+
+@pytest.mark.parametrize(
+    "make", [_Annotated, lambda: nn.DataParallel(nn.Linear(3, 2))], ids=["annotated", "dp"]
+)
+def test_profiling_annotations_are_recorded_through(make, tmp_path):
+    """torch.profiler.record_function changes no result (prober17): it was refused as an
+    op of the profiler, and with it every nn.DataParallel, whose forward opens one."""
+    torch.manual_seed(0)
+    model = make()
+    traced = tracebridge.trace(model, torch.randn(4, 3))
+    assert "profiler" not in traced.graph
+    traced.save(tmp_path / "m.tb")
+    x = torch.randn(6, 3)
+    for obj in (traced, tracebridge.load(tmp_path / "m.tb")):
+        torch.testing.assert_close(obj(x), model(x))
+    with torch.profiler.profile() as prof:  # the user's own profiling still sees eager's
+        model(x)
+    assert any("DataParallel" in e.name or e.name == "block" for e in prof.events())
+
+
+def test_a_function_calling_an_evaluation_batch_norm_saves(tmp_path):
+    """An evaluation-mode batch norm reads its statistics (prober17): the checker counted
+    them as written, so a predict() function calling a model with one could not be saved,
+    copied nor pickled (a training-mode one still cannot: it writes constants, as the
+    test above says)."""
+    import pickle
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()).eval()
+
+    def predict(x):
+        return model(x).mean((2, 3))
+
+    traced = tracebridge.trace(predict, torch.rand(2, 3, 8, 8))
+    traced.save(tmp_path / "p.tb")
+    x = torch.rand(3, 3, 8, 8)
+    for obj in (tracebridge.load(tmp_path / "p.tb"), copy.deepcopy(traced)):
+        torch.testing.assert_close(obj(x), predict(x))
+    torch.testing.assert_close(pickle.loads(pickle.dumps(traced))(x), predict(x))
+
+
+def test_an_integer_past_64_bits_says_what_to_do():
+    """A power of a size past 64 bits was refused as a corrupt graph (prober17): it is a
+    bound of traced integer arithmetic, and the message says how to compute it."""
+
+    def f(x):
+        return x * x.shape[0] ** 30
+
+    traced = tracebridge.trace(f, torch.ones(2), check_trace=False)
+    with pytest.raises(tracebridge.TraceError, match=r"float\(n\) \*\* 30"):
+        traced(torch.ones(5))
+    torch.testing.assert_close(traced(torch.ones(3)), f(torch.ones(3)))
+
+
+def test_text_of_a_size_returned_is_the_examples_and_guarded(tmp_path):
+    """``str(x.shape[0])`` among the outputs (prober17) reached the graph as an object no
+    runtime could give back: it is the example's text, and another size is refused."""
+
+    def f(x):
+        return x * 2, str(x.shape[0])
+
+    traced = tracebridge.trace(f, torch.ones(3), strict=False)
+    traced.save(tmp_path / "f.tb")
+    for obj in (traced, tracebridge.load(tmp_path / "f.tb")):
+        out, text = obj(torch.ones(3))
+        assert text == "3" and type(text) is str and torch.equal(out, f(torch.ones(3))[0])
+        with pytest.raises(GuardError, match=r"x.shape\[0\] == 3"):
+            obj(torch.ones(4))

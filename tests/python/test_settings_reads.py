@@ -54,6 +54,20 @@ def by_determinism(x):
     return x.cumsum(0) if torch.are_deterministic_algorithms_enabled() else x + 1
 
 
+def by_anomaly(x):
+    return x * 2 if torch.is_anomaly_enabled() else x
+
+
+def by_nan_check(x):
+    return x.nan_to_num() if torch.is_anomaly_check_nan_enabled() else x - 1
+
+
+@contextlib.contextmanager
+def _anomaly(on, check_nan=True):
+    with torch.autograd.set_detect_anomaly(on, check_nan=check_nan):
+        yield
+
+
 def by_cuda(x):
     return x.to("cuda") if torch.cuda.is_available() else x * 3
 
@@ -79,6 +93,14 @@ def _both(fn, tmp_path):
             lambda: _deterministic(False),
             lambda: _deterministic(True),
             r"are_deterministic_algorithms_enabled\(\)",
+        ),
+        # torch.autograd.detect_anomaly() switches a debugging path (prober17)
+        (by_anomaly, lambda: _anomaly(False), lambda: _anomaly(True), r"is_anomaly_enabled"),
+        (
+            by_nan_check,
+            lambda: _anomaly(True, check_nan=False),
+            lambda: _anomaly(True, check_nan=True),
+            r"is_anomaly_check_nan_enabled",
         ),
     ],
 )

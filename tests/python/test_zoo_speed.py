@@ -105,3 +105,18 @@ def test_again_keeps_each_contenders_minimum_over_both_runs(tmp_path):
     # A run that finds a tool wrong replaces the entry: no minimum over a wrong result.
     wrong = dict(second, jit="wrong: output 0 differs")
     assert zoo_speed.merged(second, wrong) == wrong
+
+
+@pytest.mark.parametrize("jit_copy", [False, True])
+def test_jit_copy_gives_torch_jit_weights_of_its_own(jit_copy):
+    model = CASES[0].build().eval()
+    inputs = CASES[0].inputs()[0]
+    entry: dict = {}
+    runners = zoo_speed._trace_tools(model, inputs, False, entry, jit_copy)
+    assert not entry  # neither tool refused
+    eager = {p.data_ptr() for p in model.parameters()}
+    scripted = {p.data_ptr() for p in runners["jit"].parameters()}
+    assert len(scripted) == len(eager) == 4
+    assert scripted.isdisjoint(eager) if jit_copy else scripted == eager
+    with torch.no_grad():
+        assert torch.equal(runners["jit"](*inputs), model(*inputs))

@@ -122,3 +122,24 @@ test_that("R modules can be traced and the trace follows 1-based code", {
   tr <- jit_trace(net, i)
   expect_equal(as_array(tr(i)), rowSums(as_array(net$emb$weight)[c(5, 1), ]), tolerance = 1e-6)
 })
+
+test_that("a traced module's sub-module gives its parameters and buffers through `$`", {
+  skip_if_no_torch()
+  Net <- nn_module(
+    initialize = function() {
+      self$fc <- nn_linear(4, 3)
+      self$bn <- nn_batch_norm1d(3)
+    },
+    forward = function(x) self$bn(self$fc(x))
+  )
+  net <- Net()
+  net$eval()
+  tm <- suppressWarnings(jit_trace(net, torch_randn(5, 4)))
+  path <- tempfile(fileext = ".pt")
+  on.exit(unlink(path))
+  jit_save(tm, path)
+  for (m in list(tm, jit_load(path))) {
+    expect_equal(as_array(m$bn$running_var), as_array(net$bn$running_var))
+    expect_equal(as_array(m$fc$weight), as_array(net$fc$weight))
+  }
+})

@@ -97,6 +97,8 @@ def program_to_json(program: Program, language: str | None = None) -> dict:
         doc["aliases"] = program.aliases
     if program.module_reprs:
         doc["module_reprs"] = program.module_reprs
+    if program.module_types:
+        doc["module_types"] = program.module_types
     return doc
 
 
@@ -110,6 +112,8 @@ def _state_entry(entry: StateEntry) -> dict:
     device = devices.saved_device(entry.tensor)
     if device is not None:
         out["device"] = device  # restored at load (artifact/devices.py)
+    if not entry.persistent:
+        out["persistent"] = False  # a buffer no state_dict() or checkpoint holds
     return out
 
 
@@ -506,7 +510,7 @@ def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "
         tensor = tensors[key]
         if list(tensor.shape) != info["shape"] or DTYPE_NAMES[tensor.dtype] != info["dtype"]:
             raise ArtifactError(f"{name}: state {key!r} does not match its description")
-        state[key] = StateEntry(info["kind"], tensor)
+        state[key] = StateEntry(info["kind"], tensor, info.get("persistent", True))
     try:
         methods = {m: graph_from_json(g) for m, g in doc["methods"].items()}
     except (KeyError, ValueError, TypeError) as exc:
@@ -526,6 +530,7 @@ def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "
         training=doc.get("training", False),
         module_classes=doc.get("module_classes", {}),
         module_reprs=dict(doc.get("module_reprs", {})),
+        module_types=dict(doc.get("module_types", {})),
         language=doc.get("producer", {}).get("language", "python"),
         mode_bound=mode_bound,
         module_modes=dict(doc.get("module_modes", {})),

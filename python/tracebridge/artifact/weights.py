@@ -174,6 +174,8 @@ def bind(
             continue
         tensors[name] = handle.get_tensor(key)
     if missing or extra or wrong:
+        transient = [n for n in missing if state[n].get("persistent", True) is False]
+        missing = [n for n in missing if n not in transient]
         parts = []
         if missing:
             parts.append(f"missing ({len(missing)}): {', '.join(missing)}")
@@ -181,13 +183,35 @@ def bind(
             parts.append(f"not in the program ({len(extra)}): {', '.join(extra)}")
         if wrong:
             parts.append(f"wrong dtype or shape ({len(wrong)}): {'; '.join(wrong)}")
+        advice = (
+            ". Pass the checkpoint of the model that was traced (names as in module.state_dict())"
+            if parts
+            else ""
+        )
+        if transient:
+            parts.append(non_persistent_message(transient))
         raise ArtifactError(
-            f"{artifact}: the weights do not fit the program's state. "
-            + ". ".join(parts)
-            + ". Pass the checkpoint of the model that was traced (names as in "
-            "module.state_dict())"
+            f"{artifact}: the weights do not fit the program's state. " + ". ".join(parts) + advice
         )
     return tensors
 
 
-__all__ = ["bind", "open_weights", "WeightsArg", "json"]
+def non_persistent_message(names: Sequence[str]) -> str:
+    """Why no checkpoint holds these buffers of a program traced on the meta device, and
+    the two ways to give their values."""
+    shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+    return (
+        f"non-persistent buffers with no values ({len(names)}): {shown}. A module computes "
+        "such a buffer itself (register_buffer(..., persistent=False): a rotary embedding's "
+        "inv_freq, position ids) and leaves it out of state_dict(), so no checkpoint holds "
+        "it, and it was on the meta device when traced, so the file holds no values for it "
+        "either. Either pass its values in one more safetensors file, "
+        "weights=[checkpoint, 'buffers.safetensors'], written with "
+        "safetensors.torch.save_file({name: tensor}, 'buffers.safetensors') from the module "
+        "that owns it built on the CPU; or trace again with the buffer real (build the model "
+        "on the meta device, then put back the module that owns it built on the CPU), so "
+        "that the saved file holds its values"
+    )
+
+
+__all__ = ["bind", "non_persistent_message", "open_weights", "WeightsArg", "json"]

@@ -64,6 +64,14 @@ def compare_outputs(
             )
 
 
+def on_meta(args: tuple, kwargs: dict, module: torch.nn.Module | None = None) -> bool:
+    """Whether the inputs or the module's state hold a tensor on the meta device (a model
+    traced without its weights): such a tensor has a shape and a dtype but no values."""
+    leaves, _ = pytree.flatten((args, kwargs), is_tensor)
+    state = [] if module is None else [*module.parameters(), *module.buffers()]
+    return any(t is not None and t.is_meta for t in (*leaves, *state))
+
+
 def fresh(args: tuple, kwargs: dict):
     """Copies of the inputs: code that changes its inputs in place must not see the
     changes of an earlier run, and the caller's tensors stay as they are."""
@@ -97,8 +105,11 @@ def _same_flags_copy(t: torch.Tensor) -> torch.Tensor:
 def rolled(args: tuple, kwargs: dict):
     """The example inputs with each tensor's values moved one place along its elements:
     the same shapes, dtypes and set of values (indices stay in range, masks stay masks),
-    at other positions. None when that changes no input."""
+    at other positions. None when that changes no input, or when an input is on the meta
+    device (it holds no values to move: the checks that need other values do not run)."""
     leaves, spec = pytree.flatten((args, kwargs), is_tensor)
+    if any(t.is_meta for t in leaves):
+        return None
     moved = [t.detach().flatten().roll(1).view_as(t) if t.numel() > 1 else t for t in leaves]
     if all(torch.equal(a, b) for a, b in zip(leaves, moved)):
         return None

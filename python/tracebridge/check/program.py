@@ -70,6 +70,8 @@ PATH_NAME = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
 CLASS_NAME = re.compile(r"[A-Za-z0-9_.]+")
 LOC = re.compile(r"[^\x00-\x1f\x7f]+:[0-9]+")
 # A module's settings as printed (module_reprs): any text without control characters.
+# A module_types entry: a class of torch.nn, by its module and qualified name
+TORCH_CLASS = re.compile(r"torch\.nn\.[A-Za-z0-9_.]+")
 REPR_TEXT = re.compile(r"[^\x00-\x1f\x7f]*")
 SYMBOL = re.compile(r"s[0-9]+")
 DIM_EXPR = re.compile(r"([0-9]+\*)?s[0-9]+([+-][0-9]+)?|\?")
@@ -287,6 +289,7 @@ def _doc_of(program: Program) -> dict:
         "dispatch": program.dispatch,
         "module_classes": program.module_classes,
         "module_reprs": program.module_reprs,
+        "module_types": program.module_types,
         "module_modes": program.module_modes,
         "state": {n: {"kind": e.kind} for n, e in program.state.items()},
         "mode_bound": program.mode_bound,
@@ -569,6 +572,11 @@ def _check_names_and_dispatch(doc: dict) -> None:
                 f"the settings of module {path[:40]!r} are not one line of text of at most "
                 f"{LIMITS['text_chars']} characters",
             )
+    for path, name in (doc.get("module_types") or {}).items():
+        if path:
+            _path_name(path, "module path")
+        if not _fits(TORCH_CLASS, name, LIMITS["name_chars"]):
+            _fail("names", f"module type {str(name)[:40]!r} is not a class of torch.nn")
     modes = doc.get("module_modes") or {}
     if not isinstance(modes, dict):
         _fail("document", "module_modes must be an object of graphs")

@@ -8,7 +8,9 @@ Note: why and how.
   the example inputs with one of their sizes cut to 1 (every dimension of that size in
   every input: a batch or a sequence is shared by the inputs, so sizes that are equal in
   the example inputs are taken to be one size, as torch.export's duck sizing does), provided
-  the real code runs on them. A graph that differs from the first is kept as a
+  the real code runs on them (on the meta device, code that runs there only on its traced
+  path -- transformers' masks read values otherwise -- is judged by the recording alone:
+  ``_runs_only_traced``). A graph that differs from the first is kept as a
   *specialisation*: guarded at its start on the sizes that are 1 (so it never serves a call
   where they are not), stored beside the first graph in the same program (its
   ``specialised`` field lists them), and tried by the runtime, in order, when the first
@@ -63,6 +65,7 @@ from collections.abc import Callable
 from ..ir import Graph, Node, Ref, Value, graph_to_json, pytree
 from ..ir import ops as opset
 from ..ir.pytree import is_tensor
+from .compare import on_meta
 from .program import LIMITS, json_containers
 from .verify import first_difference
 
@@ -267,6 +270,22 @@ def _labelled(graph: Graph, how: str) -> Graph:
     return graph
 
 
+def _runs_only_traced(run_eager, args, kwargs) -> bool:
+    """Whether the inputs are on the meta device and the code does not run on them outside
+    the tracer (library code that reads values when no tracer runs: transformers' masks):
+    then no eager run can say which sizes the model serves, and a recording at the cut
+    sizes, which runs the code on its traced path, decides alone."""
+    if not on_meta(args, kwargs):
+        return False
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            run_eager(args, kwargs)
+    except Exception:
+        return True
+    return False
+
+
 def specialisations(
     graph: Graph,
     args: tuple,
@@ -288,6 +307,7 @@ def specialisations(
     found: dict[frozenset, tuple[Graph, list]] = {}  # sizes cut -> (graph, dims cut)
     flipped: list[tuple[Graph, list]] = []  # graphs traced at sizes cut by 1 or 2
     used = [_containers(graph) + sum(_containers(g) for g in kept)]
+    recording_decides = _runs_only_traced(run_eager, args, kwargs)
 
     def probe(sizes: frozenset, to: int | None = None) -> Graph | None:
         cuts = {size: 1 if to is None else to for size in sizes}
@@ -297,7 +317,8 @@ def specialisations(
             try:
                 run_eager(new_args, new_kwargs)
             except Exception:
-                return None  # the model itself does not serve these sizes at 1
+                if not recording_decides:
+                    return None  # the model itself does not serve these sizes at 1
             try:
                 other = retrace(new_args, new_kwargs)
             except Exception:

@@ -144,7 +144,10 @@ class StateWrites:
         written = []
         if "inplace" in flags or op in GRAD_STATE_OPS:
             written.append((first, op in GRAD_STATE_OPS))
-        for name in WRITTEN_ARGUMENTS.get(op, ()):
+        # an evaluation-mode batch norm reads its statistics (a predict() function that
+        # calls a model holds them as constants: prober17)
+        through = () if _reads_statistics_only(op, args, kwargs) else WRITTEN_ARGUMENTS.get(op, ())
+        for name in through:
             written += [(a, False) for a, names in zip(args, arg_names) if name in names]
             if name in kwargs:
                 written.append((kwargs[name], False))

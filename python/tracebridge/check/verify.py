@@ -15,6 +15,11 @@
 4. for a module, where a call changes a plain Python attribute of it, call the code and
    the trace twice and compare the second results (check/repeated.py).
 
+On the meta device (a model traced without its weights) every step runs, but tensors hold
+no values: outputs are compared by structure, shape and dtype only, and the checks that
+need inputs with other values (constants that may depend on the inputs, state kept in
+Python between calls) have none to try. One TracerWarning says so (``_warn_on_meta``).
+
 Nothing about the model changes: everything runs inside ``capture.preserved``.
 """
 
@@ -26,14 +31,15 @@ import warnings
 
 import torch
 
-from ..errors import GuardError, TraceError, TracerWarning, TracingCheckError
+from ..errors import GuardError, TracerWarning, TracingCheckError
 from ..ir import Graph, Node, Ref, pytree
 from ..ir.analysis import fused_without_autograd
 from ..ir.printer import Printer
 from ..ir.pytree import is_tensor
-from ..source import raised_at, source_line
+from ..source import raised_at, source_line, warn_at_user_line
 from ..trace.capture import capture_again, enter_mode, preserved, state_index
-from .compare import NON_DETERMINISM, compare_outputs, fresh, rolled
+from ..trace.own_hooks import global_hooks, global_hooks_skip
+from .compare import NON_DETERMINISM, compare_outputs, fresh, on_meta, rolled
 from .dims import check_other_sizes
 from .repeated import check_repeated
 
@@ -164,10 +170,7 @@ def _check_one(
     label,
     constants=frozenset(),
 ):
-    graph = retrace(*fresh(args, kwargs))
-    index = first_difference(reference, graph)
-    if index is not None:
-        raise TracingCheckError(divergence_message(reference, graph, index, label))
+    _check_structure(reference, args, kwargs, retrace, label)
     expected, got = _run_same_rng(eager_fn, traced_method, args, kwargs, module)
     hint = _constants_hint(reference, constants)
     compare_outputs(expected, got, tolerance, label, hint or NON_DETERMINISM)
@@ -325,37 +328,97 @@ def _constant_names(program) -> set[str]:
 
 
 def _check_inputs_list(check_inputs, example):
-    if check_inputs is None:
-        return [example]
-    out = []
-    for item in check_inputs:
-        if isinstance(item, torch.Tensor):
-            out.append(((item,), {}))
-        elif isinstance(item, (tuple, list)):
-            out.append((tuple(item), {}))
-        elif isinstance(item, dict):  # keyword inputs (example_inputs_is_kwarg)
-            out.append(((), dict(item)))
-        else:
-            raise TraceError(
-                "check_inputs must be a list of tuples of inputs (or dicts of keyword inputs)"
-            )
-    return out
+    """The calls to check: ``check_inputs`` (already ``(args, kwargs)`` pairs, read by
+    trace/example_inputs.py), or the example's where none were given."""
+    return [example] if check_inputs is None else check_inputs
+
+
+def _eager_refuses_meta(eager_fn, args, kwargs, module) -> BaseException | None:
+    """On the meta device, the error the code raises when run outside the tracer on the
+    example inputs, else None. Library code may take another path when no tracer runs
+    (transformers' masks read values, ``.item()``, which a meta tensor has not): then no
+    check that runs the code can run, and the graphs traced again are all there is."""
+    try:
+        with preserved(module):
+            a, k = fresh(args, kwargs)
+            eager_fn(*a, **k)
+    except Exception as exc:
+        return exc
+    return None
+
+
+def _check_structure(reference: Graph, args, kwargs, retrace, label) -> None:
+    """Trace again on ``args`` and compare with ``reference`` node by node."""
+    graph = retrace(*fresh(args, kwargs))
+    index = first_difference(reference, graph)
+    if index is not None:
+        raise TracingCheckError(divergence_message(reference, graph, index, label))
+
+
+def _warn_on_meta(what: str, refused: BaseException | None) -> None:
+    """Say, once per trace on the meta device, which checks could not run."""
+    if refused is None:
+        ran = (
+            "so the checks compared each graph traced again, the guards, and the outputs' "
+            "structure, shapes and dtypes (at the example's sizes and at other sizes), but "
+            "no values. Not run: the comparison of output values with the code, and the "
+            "checks that need inputs with other values (a kept constant that depends on "
+            "the inputs, Python state kept between calls)"
+        )
+    else:
+        where = raised_at(refused)
+        ran = (
+            "and the code itself does not run on meta tensors outside the tracer "
+            f"({type(refused).__name__}: {str(refused)[:200]}"
+            f"{f' at {where}' if where else ''}), so the checks only compared each graph "
+            "traced again. Not run: every check that runs the code (outputs' shapes, "
+            "dtypes and values; other sizes; a second call)"
+        )
+    message = (
+        f"check_trace of {what} on the meta device: meta tensors hold no values, {ran}. "
+        "To check values, load the saved file with its weights (tracebridge.load(path, "
+        "weights=...)) and compare a call with the model built with the same weights"
+    )
+    warn_at_user_line(message, TracerWarning)  # at the user's call of trace()
 
 
 def check_function(func, traced, args, kwargs, check_inputs, tolerance, strict) -> None:
     reference = traced.program.methods["forward"]
     constants = _constant_names(traced.program)
+    meta = on_meta(args, kwargs)
 
     def retrace(a, k):
         return capture_again(func, a, k, strict=strict)
 
+    refused = _eager_refuses_meta(func, args, kwargs, None) if meta else None
     for a, k in _check_inputs_list(check_inputs, (args, kwargs)):
         label = "on the example inputs" if check_inputs is None else "on a check input"
+        if refused is not None:
+            _check_structure(reference, a, k, retrace, label)
+            continue
         _check_one(func, traced, reference, a, k, tolerance, None, retrace, label, constants)
+    if meta:
+        _warn_on_meta("a function", refused)
+    if refused is not None:
+        return
     _check_constants(func, traced, reference, constants, args, kwargs, tolerance, None)
     if check_inputs is None:
         _check_perturbed(func, traced, reference, args, kwargs, tolerance, None, retrace)
         check_other_sizes(func, traced, reference, args, kwargs, tolerance, None, retrace)
+
+
+def _without_own_global_hooks(eager, mod):
+    """``eager``, run without the global module hooks' work on ``mod`` itself, like the
+    traced method (calls of the traced module add it through nn.Module's call:
+    trace/own_hooks.py); ``eager`` itself where there are none."""
+    if not any(global_hooks()[:2]):
+        return eager
+
+    def run(*args, **kwargs):
+        with global_hooks_skip(mod):
+            return eager(*args, **kwargs)
+
+    return run
 
 
 def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_mode, alias) -> None:
@@ -363,13 +426,15 @@ def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_m
 
     index = state_index(mod)
     constants = _constant_names(traced.program)
+    meta = any(on_meta(a, k, mod) for a, k in inputs.values())
+    refusals: list[BaseException] = []
     for name, (args, kwargs) in inputs.items():
-        eager = _bound(mod, alias.get(name, name))
+        eager = _without_own_global_hooks(_bound(mod, alias.get(name, name)), mod)
         names_from = getattr(mod, alias.get(name, name))
         modes = [(True, f"train{name}"), (False, f"eval{name}")] if respect_mode else [(None, name)]
         per_method = None
         if check_inputs is not None:
-            per_method = [c[name] if isinstance(c, dict) else c for c in check_inputs]
+            per_method = [c[name] for c in check_inputs]
         for mode, method_name in modes:
             reference = traced.program.methods[method_name]
             method = traced._methods[method_name]
@@ -388,13 +453,20 @@ def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_m
 
             with preserved(mod):
                 enter_mode(mod, mode)
+                refused = _eager_refuses_meta(eager, args, kwargs, mod) if meta else None
                 for a, k in _check_inputs_list(per_method, (args, kwargs)):
                     label = f"for {alias.get(name, name)}" + (
                         " on the example inputs" if per_method is None else " on a check input"
                     )
+                    if refused is not None:
+                        _check_structure(reference, a, k, retrace, label)
+                        continue
                     _check_one(
                         eager, method, reference, a, k, tolerance, mod, retrace, label, constants
                     )
+                if refused is not None:
+                    refusals.append(refused)
+                    continue  # every check below runs the code
                 _check_constants(eager, method, reference, constants, args, kwargs, tolerance, mod)
                 check_repeated(eager, method, args, kwargs, tolerance, mod, label)
                 if per_method is None:
@@ -407,6 +479,8 @@ def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_m
                 _check_without_autograd(
                     traced, method_name, eager, args, kwargs, tolerance, mod, retrace, constants
                 )
+    if meta:
+        _warn_on_meta(type(mod).__name__, refusals[0] if refusals else None)
 
 
 def _check_without_autograd(

@@ -661,9 +661,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if isinstance(traced, TracedFunction):
         method = traced._forward
     else:
-        if args.mode is not None:
-            traced.train(args.mode == "train")
-        method = traced._method_for(args.method or "forward")
+        mode = graph_mode(traced.program, stored, training)
+        if mode is not None:
+            enter_graph_mode(traced, stored, mode)
+        method = traced._method_for(stored)
     with torch.no_grad():
         result = method(*call_args, **call_kwargs)
     outputs = []
@@ -677,7 +678,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.output.endswith(".npz"):
             import numpy as np
 
-            np.savez(args.output, **{k: t.numpy() for k, t in named.items()})
+            np.savez(args.output, **{k: as_numpy(k, t) for k, t in named.items()})
         else:
             with open(args.output, "wb") as handle:
                 handle.write(artifact.safetensors_bytes(named)[0])
@@ -689,6 +690,81 @@ def cmd_run(args: argparse.Namespace) -> int:
         short = DTYPE_SHORT.get(str(tensor.dtype).replace("torch.", ""), str(tensor.dtype))
         print(f"  output{i} {path}: {short}[{dims}] {_preview(tensor)}")
     return EXIT_OK
+
+
+def graph_mode(program: Program, stored: str, requested: bool | None) -> bool | None:
+    """The training flag a loaded module runs graph ``stored`` in: the mode of a
+    respect_mode route (``trainforward``: training), or the one mode the method was traced
+    in (where the other records another graph); else ``requested`` (``--mode``), None
+    where not given. A ``--mode`` that the graph cannot run in is refused here, with
+    what to pass on the command line (the runtime's own errors give Python advice)."""
+    flag = "train" if requested else "eval"
+    for method, route in program.dispatch.items():
+        for mode, graph_name in route.items():
+            if graph_name != stored:
+                continue
+            if requested is not None and (mode == "train") != requested:
+                raise UsageError(
+                    f"{stored} is the graph of {method} in {_MODE_WORDS[mode]} mode, and "
+                    f"--mode {flag} asks for the other: leave out --mode (or pass --mode "
+                    f"{mode}), or run --method {method} --mode {flag}"
+                )
+            return mode == "train"
+    bound = program.mode_bound.get(stored)
+    if bound is None:
+        return requested
+    traced = "train" if bound["training"] else "eval"
+    if requested is not None and requested != bound["training"]:
+        raise UsageError(
+            f"{stored} was traced in {_MODE_WORDS[traced]} mode only: the module records "
+            f"another graph in {_MODE_WORDS[flag]} mode (first at {bound['op']}, "
+            f"{bound.get('loc') or '?'}), which this file does not hold. Leave out --mode "
+            f"(or pass --mode {traced}), or trace with respect_mode=True (both graphs) "
+            "and save again"
+        )
+    return bound["training"]
+
+
+_MODE_WORDS = {"train": "training", "eval": "evaluation"}
+
+
+def enter_graph_mode(traced, stored: str, mode: bool) -> None:
+    """Put ``traced`` in ``mode`` and each sub-module in the mode graph ``stored`` was
+    recorded with (a batch norm frozen in a training model stays frozen): a command line
+    cannot set sub-modules' flags, so the graph runs as it was recorded."""
+    recorded = traced.program.module_modes.get(stored, {})
+    traced.training = mode
+    for path, module in traced.named_modules():
+        if path:
+            module.training = recorded.get(path, mode)
+
+
+def as_numpy(name: str, tensor):
+    """``tensor`` as a numpy array for ``.npz``: a dtype numpy lacks (bfloat16, float8,
+    complex32) is widened, exactly, to one it has (float32, complex64), with a note on
+    standard error; ``.safetensors`` keeps every dtype."""
+    import torch
+
+    try:
+        return tensor.numpy()
+    except TypeError:
+        pass
+    if tensor.is_complex():
+        wider = torch.complex64
+    elif tensor.is_floating_point():
+        wider = torch.float32
+    else:
+        raise UsageError(
+            f"{name} is {tensor.dtype}, which numpy has no type for: write -o as a "
+            ".safetensors file, which keeps it"
+        )
+    print(
+        f"tracebridge run: note: {name} is {str(tensor.dtype).replace('torch.', '')}, which "
+        f"numpy has no type for: written to .npz as {str(wider).replace('torch.', '')} "
+        "(every value exactly); write -o as a .safetensors file to keep the dtype",
+        file=sys.stderr,
+    )
+    return tensor.to(wider).numpy()
 
 
 # --- onnx --------------------------------------------------------------------------------------

@@ -626,6 +626,8 @@ SETTINGS = {
     "deterministic_algorithms_warn_only": "bool",
     "cuda_available": "bool",
     "distributed_initialized": "bool",
+    "anomaly_enabled": "bool",
+    "anomaly_check_nan": "bool",
 }
 MATMUL_PRECISIONS = ("highest", "high", "medium")
 # The device types prim.is_device_type compares with (a file naming another is refused):
@@ -654,8 +656,12 @@ class ScalarRangeError(TraceError):
 def _check_int(value, op: str):
     if isinstance(value, int) and not INT_MIN <= value <= INT_MAX:
         raise ScalarRangeError(
-            f"scalar.{op} gives an integer outside [-2**63, 2**64 - 1]; traced numbers are "
-            "sizes and tensor elements, which never are; the graph is corrupt or hostile"
+            f"scalar.{op} gives an integer outside [-2**63, 2**64 - 1] for these inputs: "
+            "integer arithmetic on traced numbers (sizes, elements) is bounded to 64 bits, "
+            "so that a graph cannot compute an integer of gigabytes. Where the traced code "
+            "means this (a power of a size used as a float, say), make the number a float "
+            "before the arithmetic (float(n) ** 30); otherwise the graph is corrupt or "
+            "hostile"
         )
     return value
 

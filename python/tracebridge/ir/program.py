@@ -126,6 +126,10 @@ class Graph:
 class StateEntry:
     kind: str  # "parameter" | "buffer" | "constant"
     tensor: torch.Tensor
+    # False for a buffer registered with ``persistent=False`` (a rotary embedding's
+    # ``inv_freq``): left out of ``state_dict()``, so no checkpoint holds it, and a program
+    # traced on the meta device must get its values elsewhere (artifact/weights.py).
+    persistent: bool = True
 
 
 @dataclass
@@ -139,6 +143,9 @@ class Program:
     # path -> the module's ``extra_repr()`` (its settings: "1, 4, kernel_size=(3, 3)"), as
     # text for printing only: a loaded module prints like the original, and never runs it.
     module_reprs: dict[str, str] = field(default_factory=dict)
+    # module path -> "torch.nn.modules.batchnorm.BatchNorm2d", for torch's own classes: a
+    # loaded sub-module answers isinstance() as the original (api.ShownModule)
+    module_types: dict[str, str] = field(default_factory=dict)
     # The language the traced code was written in: it fixes the index convention of the
     # graph's inputs (R code uses 1-based indices, Python 0-based).
     language: str = "python"

@@ -42,7 +42,6 @@ import torch
 from ..errors import ArtifactError
 from ..ir import Graph, Node, Ref, pytree, refs_in
 from ..ir.analysis import last_uses, state_reads
-from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import fold_literal
 from . import (
     arguments,
@@ -655,18 +654,16 @@ class CodeGen:
         call = self.group_norm_unchecked(node, call)
         call = self.unless_same_shape(node, call)
         call = self.as_one_view(node, call)
-        if node.out_spec is None or not node.outputs and node.out_spec.get("t") != "leaf":
-            self.emit(ast.Expr(call), note, node.loc)
-            return
-        if (
-            node.op in VARIADIC_OUTPUTS
-            and node.out_spec.get("t") in ("tuple", "list")
-            and not self.count_is_literal(node)
-        ):
+        # A count of results is a guard, also where nothing reads the results (a loop
+        # over an empty batch, or one that only counts: runtime/dead_code.py keeps it)
+        if dead_code.counts_results(node) and not self.count_is_literal(node):
             count = ast.Constant(len(node.out_spec["c"]))
             call = _call("_check_count", call, count, self.bind("N", node))
             self.helper("_check_count")
             call = self.unbind_kernel(node, call)
+        if node.out_spec is None or not node.outputs and node.out_spec.get("t") != "leaf":
+            self.emit(ast.Expr(call), note, node.loc)
+            return
         self.emit(self.in_place(node, call, self.targets(node)), note, node.loc)
 
     def unbind_kernel(self, node: Node, call: ast.expr) -> ast.expr:

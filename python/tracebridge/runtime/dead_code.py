@@ -30,6 +30,7 @@ from __future__ import annotations
 from ..ir import Graph, Node, Ref, refs_in
 from ..ir import ops as opset
 from ..ir.analysis import output_ids
+from ..ir.ops import VARIADIC_OUTPUTS
 from .folding import _ALIASING
 from .views import VIEW_OPS
 
@@ -49,10 +50,20 @@ FRESH = frozenset(
 ALIASING = _ALIASING | VIEW_OPS
 
 
+def counts_results(node: Node) -> bool:
+    """Whether ``node`` gives a number of results that its call decides (``unbind``,
+    ``split``, iterating a tensor): the trace assumed the count it saw, a guard that the
+    runtimes check (``_check_count``) whether or not any result is read."""
+    spec = node.out_spec
+    return node.op in VARIADIC_OUTPUTS and spec is not None and spec.get("t") in ("tuple", "list")
+
+
 def has_effect(node: Node) -> bool:
     """Whether ``node`` must run whatever reads its results (the module Note's second
-    point): a guard, a random op, a mode switch, an op that may write its arguments."""
-    if node.op in EFFECTS:
+    point): a guard, a random op, a mode switch, an op that may write its arguments, an
+    op whose count of results is assumed (:func:`counts_results`: a loop over an empty
+    batch leaves a node with no results, which only its count makes matter)."""
+    if node.op in EFFECTS or counts_results(node):
         return True
     info = opset.info(node.op)
     return info is None or "random" in info.flags or opset.draws_random(node)

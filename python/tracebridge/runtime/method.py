@@ -14,6 +14,7 @@ from ..ir.analysis import fused_without_autograd
 from ..ir.ops import draws_random
 from ..ir.pytree import is_tensor
 from . import concat_linear, cse, folding, linear_2d, support
+from .binding import bind_to_trace, passed_twice, traced_parameters
 from .codegen import CodeGen, compile_function
 from .concat_linear import AsTraced
 from .interpreter import Interpreter
@@ -125,6 +126,9 @@ class Method:
         # The number of positional tensors a call passes straight to the function (-1: a
         # call always goes through ``_leaves``, its inputs being nested or keywords).
         self._direct_arity = self._n_inputs if self._simple else -1
+        # How many arguments the example passed by position: a call that passes another
+        # number is bound to the traced parameters first (runtime/binding.py).
+        self._positional = len(graph.in_spec["c"][0]["c"]) if graph.in_spec else 0
         # Whether the example passed numbers (or other constants): known once, not walked
         # again on each call that goes through ``_leaves``.
         self._typed_spec = _has_constants(graph.in_spec)
@@ -251,6 +255,12 @@ class Method:
     def _leaves(self, args, kwargs) -> list:
         """The input tensors of a call whose arguments are nested (or given by keyword),
         in the traced order."""
+        if len(args) != self._positional:
+            # A parameter passed by keyword where the trace had it by position, or the
+            # other way (runtime/binding.py): only then is the count another.
+            bound = bind_to_trace(args, kwargs, self.graph.in_spec, self.graph.arg_names)
+            if bound is not None:
+                args, kwargs = bound
         leaves, spec = pytree.flatten((args, kwargs), is_tensor)
         typed = self._typed_spec
         if not same_spec(spec, self.graph.in_spec, typed):
@@ -264,12 +274,25 @@ class Method:
                 )
             spec = given
         if not same_spec(spec, self.graph.in_spec, typed):
-            raise TraceError(
-                f"{self.name}() was called with arguments shaped differently from the example "
-                f"inputs it was traced with: {mismatch(self.graph.in_spec, spec)}; expected "
-                f"{describe(self.graph.in_spec)}, got {describe(spec)}"
-            )
+            self._refuse_arguments(args, kwargs, spec)
         return leaves
+
+    def _refuse_arguments(self, args: tuple, kwargs: dict, spec: dict):
+        """Raise the error of a call whose arguments (``spec``) are not the traced ones."""
+        graph = self.graph
+        twice = passed_twice(args, kwargs, graph.arg_names)
+        if twice is not None:
+            raise TraceError(
+                f"{self.name}() got multiple values for argument {twice!r} (by position and "
+                f"by keyword); the trace takes "
+                f"{traced_parameters(graph.in_spec, graph.arg_names, describe)}"
+            )
+        raise TraceError(
+            f"{self.name}() was called with arguments shaped differently from the example "
+            f"inputs it was traced with: {mismatch(graph.in_spec, spec)}; expected "
+            f"{describe(graph.in_spec)}, got {describe(spec)}; the trace takes "
+            f"{traced_parameters(graph.in_spec, graph.arg_names, describe)}"
+        )
 
 
 def _in_key_order(obj, spec: dict):

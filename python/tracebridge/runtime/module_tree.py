@@ -68,7 +68,7 @@ def mode_reading_paths(root: nn.Module) -> dict[str, bool]:
 
 
 def _reads_mode(module: nn.Module) -> bool:
-    if isinstance(module, nn.modules.dropout._DropoutNd) and module.p == 0:
+    if isinstance(module, nn.modules.dropout._DropoutNd) and getattr(module, "p", None) == 0:
         return False  # the same values in both modes
     return _class_reads_mode(type(module))
 
@@ -246,6 +246,17 @@ def _refuse_modes(graph: str, modes: _GraphModes) -> None:
         )
 
 
+def _replaced_error(owner: str, key: str, kind: str) -> TraceError:
+    return TraceError(
+        f"the traced function read the {kind} {key!r} of a {owner} it called, and that "
+        "module holds another tensor under that name now (load_state_dict(assign=True), a "
+        "new nn.Parameter, a buffer assigned anew): the function's graph holds the tensors "
+        "it read when traced (writes into them it follows). Trace the module itself "
+        "(tracebridge.trace(model, ...) reads its state by name), or trace the function "
+        "again"
+    )
+
+
 def _first_switched(modules: tuple, flags: tuple) -> tuple[int, str, str] | None:
     """The first module whose flag is not its recorded one: (index, its mode now, the
     recorded mode), the modes in words."""
@@ -258,16 +269,40 @@ def _first_switched(modules: tuple, flags: tuple) -> tuple[int, str, str] | None
 
 class ModesWatch:
     """The modes of the modules a traced function called (trace/called_modules.py), for
-    those whose code reads its mode: a call refuses once one differs from the recording's."""
+    those whose code reads its mode: a call refuses once one differs from the recording's.
 
-    __slots__ = ("modules", "flags")
+    And their parameters and buffers that the graph holds (``read``: the ids of the
+    program's state tensors): the function's trace holds those tensors themselves, so it
+    follows a write into one (an optimizer step, ``load_state_dict``) but not a new tensor
+    in its place (``load_state_dict(assign=True)``, a new ``nn.Parameter``), which eager
+    code reads from then on. A call refuses once one was replaced (prober17)."""
 
-    def __init__(self, modules: list[nn.Module]):
+    __slots__ = ("modules", "flags", "tables", "keys", "tensors", "names")
+
+    def __init__(self, modules: list[nn.Module], read: frozenset[int] = frozenset()):
         watched = [m for m in modules if _reads_mode(m)]
         self.modules = tuple(watched)
         self.flags = tuple(bool(m.training) for m in watched)
+        tables, keys, tensors, names = [], [], [], []
+        for module in modules:
+            for kind in ("_parameters", "_buffers"):
+                table = module.__dict__.get(kind) or {}
+                for key, tensor in table.items():
+                    if tensor is not None and id(tensor) in read:
+                        tables.append(table)
+                        keys.append(key)
+                        tensors.append(tensor)
+                        names.append((type(module).__name__, key, kind[1:-1]))
+        self.tables, self.keys = tuple(tables), tuple(keys)
+        self.tensors, self.names = tuple(tensors), tuple(names)
 
     def check(self) -> None:
+        if self.tables and any(
+            map(operator.is_not, map(dict.get, self.tables, self.keys), self.tensors)
+        ):
+            now = map(dict.get, self.tables, self.keys)
+            index = next(i for i, t in enumerate(now) if t is not self.tensors[i])
+            raise _replaced_error(*self.names[index])
         if tuple(map(_TRAINING, self.modules)) == self.flags:
             return
         found = _first_switched(self.modules, self.flags)

@@ -55,6 +55,8 @@ _SETTING_READERS = {
     "deterministic_algorithms_warn_only": torch.is_deterministic_algorithms_warn_only_enabled,
     "cuda_available": torch.cuda.is_available,
     "distributed_initialized": _distributed_initialized,
+    "anomaly_enabled": torch.is_anomaly_enabled,
+    "anomaly_check_nan": torch.is_anomaly_check_nan_enabled,
 }
 assert set(_SETTING_READERS) == set(opset.SETTINGS)
 

@@ -23,6 +23,7 @@ from ..source import raised_at, source_line
 from . import autocast, autocast_state, caches, carried_reads, own_hooks, rebound_buffers
 from .integers import stand_ins_in_modules_of
 from .numbers import number_given_for_tensor
+from .text import SymStr
 from .tracer import SymFloat, SymInt, Tracer, recording
 
 
@@ -256,6 +257,22 @@ def capture(
         caches.clear(tracer.caches_used)
 
 
+def _fixed_texts(result):
+    """``result`` with each text formatted from traced values (:class:`~.text.SymStr`) made
+    plain text, its numbers guarded; ``result`` itself where it holds none."""
+    if isinstance(result, SymStr):
+        return result.fix()
+    if type(result) in (tuple, list):
+        fixed = [_fixed_texts(item) for item in result]
+        if any(a is not b for a, b in zip(fixed, result)):
+            return type(result)(fixed)
+    if type(result) is dict:
+        fixed = {key: _fixed_texts(value) for key, value in result.items()}
+        if any(fixed[key] is not value for key, value in result.items()):
+            return fixed
+    return result
+
+
 def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: bool) -> Graph:
     graph = tracer.graph
     # The caller's autocast is set aside: see trace/autocast.py's second note.
@@ -264,6 +281,7 @@ def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: boo
         recording(tracer),
         stand_ins_in_modules_of(fn),
         rebound_buffers.watched(tracer) as rebound,
+        own_hooks.global_hooks_skip(fn if isinstance(fn, torch.nn.Module) else None),
         carried_reads.watched(tracer),
     ):
         autocast_state.ambient_guards(tracer)
@@ -281,6 +299,9 @@ def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: boo
             _note_where(exc)
             raise
         _refuse_caught_failures(tracer)
+        # Text made from traced numbers that is returned is the example's: its numbers
+        # are guarded (prober17: it reached the graph as an object no file can hold)
+        result = _fixed_texts(result)
         tracer.settle_unseen_reads()
         rebound_buffers.record_writes(rebound)
         try:

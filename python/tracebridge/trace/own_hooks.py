@@ -16,12 +16,17 @@ is still counted.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from typing import Any
 
 from torch import nn
+from torch.nn.modules import module as _module_hooks
 
 HOOK_TABLES = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+# The hooks every module call runs (``nn.modules.module.register_module_forward_hook``...)
+GLOBAL_HOOK_TABLES = tuple(f"_global{name}" for name in HOOK_TABLES)
+GLOBAL = "(global module hooks)"  # their entry among the sub-modules' hooks (api._child_hooks)
 
 # module -> the code objects of hooks its traced code installed on it while recorded
 _INSTALLED: weakref.WeakKeyDictionary[nn.Module, set] = weakref.WeakKeyDictionary()
@@ -54,3 +59,41 @@ def user_hooks(module: nn.Module) -> tuple[tuple, ...]:
         else tuple(getattr(module, t, None) or ())
         for t in HOOK_TABLES
     )
+
+
+def global_hooks() -> tuple[tuple, ...]:
+    """The keys of the global module hooks by table (all empty, usually)."""
+    return tuple(tuple(getattr(_module_hooks, table)) for table in GLOBAL_HOOK_TABLES)
+
+
+@contextlib.contextmanager
+def global_hooks_skip(top: nn.Module | None):
+    """While recording ``top``'s forward: the global forward hooks run for its sub-modules
+    (the graph holds what they did, as for a sub-module's own hooks), not for ``top``
+    itself, whose calls run them again: a traced module is called through nn.Module's
+    call, which runs the global hooks on its result as eager does on the original's.
+    Nothing to do for a function (``top`` None) or where there are none."""
+    if top is None or not any(global_hooks()[:2]):
+        yield
+        return
+    tables = [getattr(_module_hooks, t) for t in GLOBAL_HOOK_TABLES[:2]]
+    saved = [dict(table) for table in tables]
+    for table in tables:
+        for key, hook in list(table.items()):
+            table[key] = _skipping(hook, top)
+    try:
+        yield
+    finally:
+        for table, before in zip(tables, saved):
+            for key, hook in before.items():
+                if key in table:  # a hook removed meanwhile stays removed
+                    table[key] = hook
+
+
+def _skipping(hook, top: nn.Module):
+    def hook_not_on_top(module, *args, **kwargs):
+        if module is top:
+            return None
+        return hook(module, *args, **kwargs)
+
+    return hook_not_on_top

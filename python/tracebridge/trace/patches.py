@@ -312,6 +312,9 @@ _SETTING_FUNCTIONS = [  # (owner, name, setting, encode)
         None,
     ),
     (torch.cuda, "is_available", "cuda_available", None),
+    # torch.autograd.detect_anomaly() switches these: code may take a debugging path
+    (torch, "is_anomaly_enabled", "anomaly_enabled", None),
+    (torch, "is_anomaly_check_nan_enabled", "anomaly_check_nan", None),
 ]
 if torch.distributed.is_available():
     _SETTING_FUNCTIONS.append(
@@ -328,6 +331,16 @@ _TRACED_MATH = {name: _traced_math(name) for name in _MATH_OPS}
 # without ``requires_grad`` came back requiring it. Its block is recorded as a block with
 # grad mode off (its values are then ordinary tensors that do not require grad, where eager
 # makes inference tensors: the same values, usable in more places).
+
+
+def _annotation_enter(self):
+    """``record_function.__enter__`` while recording: no profiler event (see below)."""
+    return self
+
+
+def _annotation_exit(self, *exc_info):
+    return None  # an exception goes on
+
 
 _original_inference_enter = torch.inference_mode.__enter__
 _original_inference_exit = torch.inference_mode.__exit__
@@ -641,6 +654,10 @@ BUILTIN_PATCHES.add(torch.amp.autocast_mode.autocast, "__exit__", _autocast_exit
 BUILTIN_PATCHES.add(torch, "Size", _traced_size)
 BUILTIN_PATCHES.add(torch.inference_mode, "__enter__", _inference_enter)
 BUILTIN_PATCHES.add(torch.inference_mode, "__exit__", _inference_exit)
+# A profiling annotation (torch.profiler.record_function, which nn.DataParallel's forward
+# opens too) changes no result: recorded through, it would be an op of the profiler's
+BUILTIN_PATCHES.add(torch.autograd.profiler.record_function, "__enter__", _annotation_enter)
+BUILTIN_PATCHES.add(torch.autograd.profiler.record_function, "__exit__", _annotation_exit)
 BUILTIN_PATCHES.add(torch.jit.ScriptFunction, "__call__", _script_function_call)
 BUILTIN_PATCHES.add(torch.jit.ScriptModule, "__call__", _script_module_call)
 BUILTIN_PATCHES.add(

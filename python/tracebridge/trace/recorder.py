@@ -143,6 +143,14 @@ class Recorder:
                 "stored in the trace as a constant; use register_buffer() so that it moves "
                 "with .to() and is saved in state_dict()"
             )
+        elif isinstance(tensor, torch.nn.Parameter):
+            self.warn(
+                f"a parameter of shape {list(tensor.shape)} of a module the traced code "
+                f"calls but does not own (a global model?) is stored in the trace as "
+                f"'{name}': writes into it are followed, a new tensor in its place "
+                "(load_state_dict(assign=True)) is refused in this process and unknown to a "
+                "saved file. Trace the module itself, or an nn.Module that holds it"
+            )
         else:
             self.warn(
                 f"a tensor of shape {list(tensor.shape)} that is neither an input nor a "

@@ -27,7 +27,7 @@ STAGES = [
     ("api",),
     ("export",),
     ("backends",),
-    ("frontends",),
+    ("frontends", "__main__"),  # python -m tracebridge: the command line
 ]
 RANK = {name: rank for rank, names in enumerate(STAGES) for name in names}
 

@@ -1,0 +1,71 @@
+"""A call's arguments, passed by position or by keyword, bound as the trace was made.
+
+Note: Python binds ``m(x)`` and ``m(x=x)`` to the same parameter, and so does torch.jit's
+traced module: a trace made with ``example_kwarg_inputs={"x": t}`` serves ``m(t)``, and
+one made with ``(t,)`` serves ``m(x=t)``. The graph records its inputs as the example
+passed them (``in_spec``: positional ones, then keywords by name), and the traced
+callable's positional parameters by name (``arg_names``, kept in the file). A call that
+passes a parameter the other way is moved to the traced way here, as
+``inspect.Signature.bind`` would bind it:
+
+* a positional argument past those traced positionally goes to the keyword of the
+  parameter at its position, where the trace took that parameter by keyword and the call
+  does not also name it;
+* a keyword argument naming a parameter the trace took by position goes to its position,
+  where the call passes every position before it.
+
+Anything else is left as the call gave it, for the caller's refusal to describe (a
+missing or an extra argument). Only calls whose structure differs from the traced one
+come here: a call in the traced form pays nothing. ``arg_names`` does not say which
+parameters are positional-only, nor which names stand for a ``*args`` parameter's
+entries (``args0``): a keyword call naming one is bound by position, as no valid call
+of the traced code can be told apart from it (it runs what the positional call runs).
+"""
+
+from __future__ import annotations
+
+
+def bind_to_trace(args: tuple, kwargs: dict, in_spec: dict, arg_names: list[str]):
+    """``(args, kwargs)`` moved between position and keyword to where the trace has them
+    (module Note), or None where nothing moves.
+
+    >>> spec = {"t": "tuple", "c": [{"t": "tuple", "c": []},
+    ...                             {"t": "dict", "keys": ["x"], "c": [{"t": "leaf"}]}]}
+    >>> bind_to_trace((1,), {}, spec, ["x"])
+    ((), {'x': 1})
+    """
+    traced_args, traced_kwargs = in_spec["c"]
+    positional = len(traced_args["c"])
+    given = len(args)
+    if given > positional:
+        keys = traced_kwargs["keys"]
+        moved = {}
+        for index in range(positional, given):
+            name = arg_names[index] if index < len(arg_names) else None
+            if name is None or name not in keys or name in kwargs:
+                return None
+            moved[name] = args[index]
+        return args[:positional], {**moved, **kwargs}
+    if given < positional:
+        names = arg_names[given:positional]
+        if len(names) < positional - given or any(name not in kwargs for name in names):
+            return None
+        rest = {key: value for key, value in kwargs.items() if key not in names}
+        return (*args, *(kwargs[name] for name in names)), rest
+    return None
+
+
+def passed_twice(args: tuple, kwargs: dict, arg_names: list[str]) -> str | None:
+    """The parameter a call passes both by position and by keyword (Python's "got
+    multiple values for argument"), or None."""
+    return next((name for name in arg_names[: len(args)] if name in kwargs), None)
+
+
+def traced_parameters(in_spec: dict, arg_names: list[str], describe) -> str:
+    """The traced call's parameters by name, ``(x: Tensor, mask: Tensor)``, each as the
+    example passed it (``describe``: the text of a spec)."""
+    traced_args, traced_kwargs = in_spec["c"]
+    named = list(zip(arg_names, traced_args["c"])) + list(
+        zip(traced_kwargs["keys"], traced_kwargs["c"])
+    )
+    return "(" + ", ".join(f"{name}: {describe(spec)}" for name, spec in named) + ")"

@@ -1,0 +1,307 @@
+"""torch.jit.trace's call forms run with only the import changed (prober17's P4): example and
+check inputs read by torch.jit's rules (a dict is one argument, any iterable a tuple), calls
+bound by position or by keyword as Python binds them (traced and loaded), and
+``traced.forward.code`` / ``.graph`` as TorchScript's ScriptMethod has them."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+from tracebridge.errors import TraceError, TracingCheckError
+
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
+
+
+def _loaded(traced):
+    buffer = io.BytesIO()
+    traced.save(buffer)
+    buffer.seek(0)
+    return tracebridge.load(buffer)
+
+
+def combine(d):
+    return d["a"] * 2 + d["b"]
+
+
+def pick(d):
+    if d["a"].sum() > 0:  # a guard on the data
+        return d["a"].relu()
+    return d["a"].sigmoid()
+
+
+class Masked(nn.Module):
+    def forward(self, x, mask=None):
+        return x if mask is None else x * mask
+
+    def scaled(self, x, scale):
+        return x * scale
+
+
+class TakesDict(nn.Module):
+    def forward(self, d):
+        return d["a"] - d["b"]
+
+
+# --- example_inputs and check_inputs, by torch.jit's rules ------------------------------------
+
+
+def test_a_dict_example_is_the_one_argument_as_in_torch_jit():
+    d = {"a": torch.randn(3), "b": torch.randn(3)}
+    traced = tracebridge.trace(combine, d)
+    jitted = torch.jit.trace(combine, d, strict=False)
+    other = {"a": torch.randn(5), "b": torch.randn(5)}
+    for fn in (traced, _loaded(traced)):
+        assert torch.equal(fn(other), combine(other))
+        torch.testing.assert_close(fn(other), jitted(other))
+    module = tracebridge.trace(TakesDict(), d)
+    assert torch.equal(_loaded(module)(other), other["a"] - other["b"])
+    by_method = tracebridge.trace_module(TakesDict(), {"forward": d})
+    assert torch.equal(by_method(other), other["a"] - other["b"])
+
+
+def test_lists_and_other_iterables_are_the_arguments():
+    a, b = torch.randn(3), torch.randn(3)
+
+    def add(x, y):
+        return x + y
+
+    for example in ([a, b], (t for t in (a, b)), iter([a, b])):
+        traced = tracebridge.trace(add, example)
+        assert torch.equal(traced(b, a), b + a)
+
+
+@pytest.mark.parametrize(
+    "example, words",
+    [
+        ("ab", "not str: to trace with one such input v, pass (v,)"),
+        (3.0, "not float: to trace with one such input v, pass (v,)"),
+    ],
+)
+def test_what_is_no_example_is_refused_with_what_to_pass(example, words):
+    with pytest.raises(TraceError) as info:
+        tracebridge.trace(lambda x: x * 2, example)
+    assert "example_inputs must be a tensor, a dict, or a tuple or list of inputs" in str(
+        info.value
+    )
+    assert words in str(info.value)
+
+
+def test_a_numpy_example_is_refused_naming_from_numpy():
+    np = pytest.importorskip("numpy")
+    with pytest.raises(TraceError, match=r"not ndarray \(an array: pass torch.from_numpy\(a\)"):
+        tracebridge.trace(lambda x: x * 2, np.ones(3))
+
+
+def test_dict_check_inputs_are_one_argument_and_are_checked():
+    """A check input that takes the other branch is caught: the dict reached the code as
+    its one argument (read as keywords, the call would have failed instead)."""
+    positive = {"a": torch.ones(3), "b": torch.ones(3)}
+    tracebridge.trace(
+        pick, positive, check_inputs=[{"a": torch.full((4,), 2.0), "b": torch.ones(4)}]
+    )
+    with pytest.raises(TracingCheckError):
+        tracebridge.trace(pick, positive, check_inputs=[{"a": -torch.ones(3), "b": torch.ones(3)}])
+    module = TakesDict()
+    tracebridge.trace(module, positive, check_inputs=[positive, (positive,)])
+
+
+def test_with_keyword_examples_a_dict_check_input_is_keywords():
+    x = torch.randn(2, 3)
+    traced = tracebridge.trace(
+        Masked(),
+        example_kwarg_inputs={"x": x, "mask": torch.ones(2, 3)},
+        check_inputs=[{"x": torch.randn(4, 3), "mask": torch.rand(4, 3)}],
+    )
+    assert torch.equal(traced(x=x, mask=x), x * x)
+
+    def scale(x, k):
+        return x * k
+
+    tracebridge.trace(
+        scale,
+        example_kwarg_inputs={"x": x, "k": x},
+        check_inputs=[{"x": torch.randn(5, 3), "k": torch.randn(5, 3)}],
+    )
+
+
+def test_trace_module_is_kwarg_reads_a_value_that_is_not_a_dict_as_positional():
+    x = torch.randn(2, 3)
+    inputs = {"forward": {"x": x}, "scaled": (x, x)}
+    checks = [{"forward": {"x": torch.randn(4, 3)}, "scaled": (torch.randn(1, 3), x[:1])}]
+    traced = tracebridge.trace_module(
+        Masked(), inputs, example_inputs_is_kwarg=True, check_inputs=checks
+    )
+    assert torch.equal(traced(x=x), x)
+    assert torch.equal(traced.scaled(x, x), x * x)
+
+
+def test_a_check_entry_of_trace_module_missing_a_method_is_named():
+    x = torch.randn(2, 3)
+    with pytest.raises(TraceError, match=r"check_inputs\[0\] has no inputs for method 'scaled'"):
+        tracebridge.trace_module(
+            Masked(), {"forward": x, "scaled": (x, x)}, check_inputs=[{"forward": x}]
+        )
+
+
+# --- calls bound by position or by keyword -----------------------------------------------------
+
+
+def _every_spelling(fn, x, mask):
+    """The calls Python binds to forward(x, mask): each gives x * mask."""
+    expected = x * mask
+    for call in (
+        lambda: fn(x, mask),
+        lambda: fn(x, mask=mask),
+        lambda: fn(x=x, mask=mask),
+        lambda: fn(mask=mask, x=x),
+    ):
+        assert torch.equal(call(), expected)
+
+
+def test_keyword_traced_module_takes_positional_calls_as_torch_jit_does():
+    x, mask = torch.randn(2, 3), torch.rand(2, 3)
+    traced = tracebridge.trace(Masked(), example_kwarg_inputs={"x": x, "mask": mask})
+    jitted = torch.jit.trace(Masked(), example_kwarg_inputs={"x": x, "mask": mask})
+    y, m = torch.randn(4, 3), torch.rand(4, 3)
+    torch.testing.assert_close(traced(y, m), jitted(y, m))
+    for fn in (traced, _loaded(traced)):
+        _every_spelling(fn, y, m)
+
+
+def test_positionally_traced_module_takes_keyword_calls():
+    x, mask = torch.randn(2, 3), torch.rand(2, 3)
+    traced = tracebridge.trace(Masked(), (x, mask))
+    for fn in (traced, _loaded(traced)):
+        _every_spelling(fn, x, mask)
+    only_x = tracebridge.trace(Masked(), (x,))
+    for fn in (only_x, _loaded(only_x)):
+        assert torch.equal(fn(x=x), x)
+
+
+def test_mixed_examples_take_every_spelling():
+    x, mask = torch.randn(2, 3), torch.rand(2, 3)
+    traced = tracebridge.trace(Masked(), (x,), example_kwarg_inputs={"mask": mask})
+    for fn in (traced, _loaded(traced)):
+        _every_spelling(fn, x, mask)
+
+
+def test_trace_module_methods_bind_too():
+    x, s = torch.randn(2, 3), torch.randn(2, 3)
+    inputs = {"forward": {"x": x}, "scaled": {"x": x, "scale": s}}
+    traced = tracebridge.trace_module(Masked(), inputs, example_inputs_is_kwarg=True)
+    for fn in (traced, _loaded(traced)):
+        assert torch.equal(fn(x), x)
+        assert torch.equal(fn.scaled(x, s), x * s)
+        assert torch.equal(fn.scaled(x, scale=s), x * s)
+        assert torch.equal(fn.forward(x), x)
+
+
+def test_respect_mode_graphs_bind_too():
+    model = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5))
+
+    class Wrap(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = model
+
+        def forward(self, x):
+            return self.body(x)
+
+    wrap = Wrap().eval()
+    x = torch.randn(2, 3)
+    traced = tracebridge.trace(wrap, example_kwarg_inputs={"x": x}, respect_mode=True)
+    with torch.no_grad():
+        assert torch.equal(traced(x), wrap(x))
+        assert torch.equal(_loaded(traced)(x), wrap(x))
+
+
+def test_functions_bind_by_name_both_ways():
+    def scale(x, k):
+        return x * k
+
+    x, k = torch.randn(3), torch.randn(3)
+    by_position = tracebridge.trace(scale, (x, k))
+    by_keyword = tracebridge.trace(scale, example_kwarg_inputs={"x": x, "k": k})
+    for traced in (by_position, by_keyword):
+        for fn in (traced, _loaded(traced)):
+            assert torch.equal(fn(x, k), x * k)
+            assert torch.equal(fn(x, k=k), x * k)
+            assert torch.equal(fn(k=k, x=x), x * k)
+
+
+def test_var_keywords_keep_their_rule():
+    def total(x, **extra):
+        return x + sum(extra.values())
+
+    x, a, b = torch.randn(3), torch.randn(3), torch.randn(3)
+    traced = tracebridge.trace(total, (x,), example_kwarg_inputs={"a": a, "b": b})
+    assert torch.equal(traced(x=x, a=a, b=b), total(x, a=a, b=b))
+    with pytest.raises(tracebridge.GuardError, match="in another order"):
+        traced(x, b=b, a=a)
+    with pytest.raises(TraceError, match="the trace takes \\(x: Tensor, a: Tensor, b: Tensor\\)"):
+        traced(x, a, b)  # **extra takes no positions
+
+
+def test_wrong_calls_are_refused_naming_the_parameters():
+    x, mask = torch.randn(2, 3), torch.rand(2, 3)
+    traced = tracebridge.trace(Masked(), example_kwarg_inputs={"x": x})
+    for fn in (traced, _loaded(traced)):
+        with pytest.raises(TraceError) as info:
+            fn(x, mask)  # mask was not traced
+        message = str(info.value)
+        assert "the call has 2 arguments where the trace was made with 0" in message
+        assert message.endswith("the trace takes (x: Tensor)")
+        with pytest.raises(TraceError, match="keyword arguments are none where the trace"):
+            fn()
+        with pytest.raises(TraceError, match=r"keyword arguments are \['y'\] where"):
+            fn(y=x)
+    positional = tracebridge.trace(Masked(), (x,))
+    for fn in (positional, _loaded(positional)):
+        with pytest.raises(TraceError) as info:
+            fn(x, x=x)
+        assert str(info.value) == (
+            "forward() got multiple values for argument 'x' (by position and by keyword); "
+            "the trace takes (x: Tensor)"
+        )
+
+
+# --- traced.forward.code and .graph ---------------------------------------------------------
+
+
+def test_forward_has_code_and_graph_as_a_script_method_has():
+    x = torch.randn(2, 3)
+    traced = tracebridge.trace(Masked(), (x, x))
+    for fn in (traced, _loaded(traced)):
+        assert fn.forward.code == fn.code
+        assert fn.forward.graph == fn.graph
+        assert "mul" in fn.forward.graph
+        assert torch.equal(fn.forward(x, x), x * x)
+    assert tracebridge.TracedModule.forward is tracebridge.TracedModule.forward
+
+
+def test_forward_code_follows_the_mode_under_respect_mode():
+    model = nn.Sequential(nn.Linear(3, 3), nn.Dropout(0.5)).eval()
+    traced = tracebridge.trace(model, torch.randn(2, 3), respect_mode=True)
+    assert traced.forward.graph.startswith("graph evalforward(")
+    assert traced.forward.graph == traced.graph
+    traced.train()
+    assert traced.forward.graph.startswith("graph trainforward(")
+    assert "dropout(%0, 0.5, True)" in traced.forward.graph
+    assert traced.forward.code == traced.code
+
+
+def test_tracing_a_traced_method_traces_that_method_of_the_module():
+    """``traced.forward`` is a TracedMethod, not a bound method: tracing it still traces
+    the module's method (as before it became one), and so does ``traced.scaled``."""
+    x = torch.randn(2, 3)
+    module = Masked()
+    traced = tracebridge.trace_module(module, {"forward": (x, x), "scaled": (x, x)})
+    for name in ("forward", "scaled"):
+        again = tracebridge.trace(getattr(traced, name), (x, x))
+        assert isinstance(again, tracebridge.TracedModule)
+        assert torch.equal(again(x, x), getattr(module, name)(x, x))

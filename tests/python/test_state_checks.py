@@ -1,0 +1,48 @@
+"""benchmarks/state_checks.py: it finds the state checks a loaded artifact runs on each
+call without autograd, and counts the tensors each one reads."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
+sys.path.insert(0, os.path.abspath(BENCH))
+
+state_checks = pytest.importorskip("state_checks")
+
+
+def _conv_bn_relus(blocks: int) -> nn.Module:
+    """``blocks`` convolutions, each with a norm (folded into it) and a ReLU, then a
+    pooled linear head: twelve blocks are enough ops (runtime/lean.py, MIN_OPS) for
+    the code to run in inference mode."""
+    torch.manual_seed(0)
+    layers: list[nn.Module] = []
+    for _ in range(blocks):
+        layers += [nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU()]
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2)]
+    return nn.Sequential(*layers).eval()
+
+
+def test_the_fold_keys_on_the_convolution_and_its_norm_and_the_types_on_what_is_read():
+    entry = state_checks.measure(_conv_bn_relus(12), (torch.randn(1, 4, 8, 8),), rounds=2)
+    # per block: conv weight and bias; norm weight, bias, running mean and variance; the
+    # norm's num_batches_tracked (a training step moves its version, not the statistics');
+    # and the head's weight, run transposed by addmm (runtime/linear_2d.py)
+    assert entry["fold_tensors"] == 12 * 7 + 1
+    # every state tensor the graph reads (the counters are not among them): the blocks'
+    # six and the head's two
+    assert entry["type_tensors"] == 12 * 6 + 2
+    assert {"fold_cold_us", "fold_warm_us", "types_cold_us", "call_cold_us"} <= set(entry)
+
+
+def test_a_model_without_state_has_no_checks():
+    model = nn.ReLU()
+    entry = state_checks.measure(model, (torch.randn(2, 3),), rounds=2)
+    assert entry["fold_tensors"] == entry["type_tensors"] == 0
+    assert "fold_cold_us" not in entry and "types_cold_us" not in entry
+    assert entry["cold_share"] == 0
