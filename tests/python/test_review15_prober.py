@@ -3,6 +3,7 @@ traced with ``trace_module`` follow its mode as ``forward`` does, and what a tra
 does again (sub-modules' hooks, globals the recording changed) is said at trace time."""
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -266,3 +267,18 @@ def test_text_of_a_size_returned_is_the_examples_and_guarded(tmp_path):
         assert text == "3" and type(text) is str and torch.equal(out, f(torch.ones(3))[0])
         with pytest.raises(GuardError, match=r"x.shape\[0\] == 3"):
             obj(torch.ones(4))
+
+
+def test_a_cumulative_batch_norm_in_training_is_named_at_trace_time():
+    """BatchNorm(momentum=None) in training (prober17): every call after the first is
+    refused; the trace says why, naming the module and the option."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4, momentum=None)).train()
+    with pytest.warns(TracerWarning, match=r"'1' have momentum=None"):
+        traced = tracebridge.trace(copy.deepcopy(model), torch.randn(4, 3))
+    traced(torch.randn(6, 3))
+    with pytest.raises(GuardError):
+        traced(torch.randn(6, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TracerWarning)
+        tracebridge.trace(nn.BatchNorm1d(4).train(), torch.randn(4, 4))  # a number: silent
