@@ -1069,12 +1069,37 @@ def document_family() -> dict:
     """Session 15's optional document fields, with values no writer makes: ``module_modes``
     (graph -> module path -> flag) and a graph's ``var_keywords``. Refused at load, or
     (a path the loaded module does not have) read and run. And ``aliases`` whose names a
-    loaded module cannot hold as written."""
+    loaded module cannot hold as written; and (session 17) ``module_types``, which names
+    torch.nn classes a loaded sub-module answers ``isinstance`` as (never importing nor
+    running one), and a state entry's ``persistent`` flag."""
 
-    def modes(value):
+    def field(name, value):
         def edit(doc):
             doc = copy.deepcopy(doc)
-            doc["module_modes"] = value
+            doc[name] = value
+            return doc
+
+        return edit
+
+    def modes(value):
+        return field("module_modes", value)
+
+    def aliases(value):
+        return field("aliases", value)
+
+    def types(value):  # for a sub-module "head" the file names, so a stand-in is made
+        def edit(doc):
+            doc = copy.deepcopy(doc)
+            doc["module_classes"]["head"] = "Linear"
+            doc["module_types"] = {"head": value}
+            return doc
+
+        return edit
+
+    def persistent(value):
+        def edit(doc):
+            doc = copy.deepcopy(doc)
+            doc["state"]["bias"]["persistent"] = value
             return doc
 
         return edit
@@ -1083,14 +1108,6 @@ def document_family() -> dict:
         def edit(doc):
             doc = copy.deepcopy(doc)
             _graph(doc)["var_keywords"] = value
-            return doc
-
-        return edit
-
-    def aliases(value):
-        def edit(doc):
-            doc = copy.deepcopy(doc)
-            doc["aliases"] = value
             return doc
 
         return edit
@@ -1113,6 +1130,15 @@ def document_family() -> dict:
         "var_keywords_unknown": var_keywords(["not_an_input"]),
         "var_keywords_text": var_keywords("x"),
         "var_keywords_repeat": var_keywords(["x", "x"]),
+        # module_types (session 17): refused where not a torch.nn name; a torch.nn name
+        # that is no class, or a method reached through one, is only not used
+        "types_foreign": types("os.system"),
+        "types_call": types("torch.nn.Linear(2, 2)"),
+        "types_not_text": types(["torch.nn.Linear"]),
+        "types_function": types("torch.nn.functional.linear"),
+        "types_method": types("torch.nn.modules.module.Module.__subclasses__"),
+        "types_other_class": types("torch.nn.modules.conv.Conv2d"),
+        "persistent_text": persistent("no"),
     }
     return {f"document:{k}": {"base": "linear", "doc": v} for k, v in cases.items()}
 

@@ -859,12 +859,22 @@ def test_autocast_reads_of_another_device_type_are_refused_at_load(attacks):
 
 
 def test_session_15_document_fields_with_odd_values_are_refused_at_load(attacks):
-    """``module_modes`` and ``var_keywords`` holding what no writer makes: refused by the
-    loader, naming the field; a module path the loaded module lacks is only not watched."""
+    """``module_modes``, ``var_keywords``, ``module_types`` and ``persistent`` holding what
+    no writer makes: refused by the loader, naming the field; a module path the loaded
+    module lacks is only not watched."""
     cases = {
         n.removeprefix("document:"): o for n, o in attacks.items() if n.startswith("document:")
     }
-    assert len(cases) == 15
+    assert len(cases) == 22
+    # module_types naming a torch.nn function, a method or another class: only a name
+    # the stand-in answers isinstance as (or none); nothing is imported or run
+    for name in ("types_function", "types_method", "types_other_class"):
+        outcome = cases.pop(name)
+        assert outcome["stage"] == "ok" and not outcome["canary"], (name, outcome)
+    for name in ("types_foreign", "types_call"):
+        assert "is not a class of torch.nn" in cases.pop(name)["message"], name
+    assert "module_types" in cases.pop("types_not_text")["message"]  # the schema's rule
+    assert "persistent" in cases.pop("persistent_text")["message"]
     # tied names a loaded module cannot take as written are left out; the file runs
     for name in ("alias_through_tensor", "alias_private", "alias_over_method", "alias_new_path"):
         outcome = cases.pop(name)
