@@ -106,8 +106,9 @@ py_text <- function(x) reticulate::py_to_r(x)
 #' `jit_trace()` and `jit_load()` return these. Call them like the original. Fields:
 #' `$graph` (the graph as text), `$code` (the generated Python), `$guards` (the
 #' assumptions the trace made), `$save(path)`. Modules also have `$forward()`, `$train()`,
-#' `$eval()`, `$training`, `$parameters`, `$buffers`, `$methods` and one function per
-#' traced method (`$trainforward()`, `$evalforward()`, ...).
+#' `$eval()`, `$training`, `$parameters`, `$buffers`, `$methods`, one function per
+#' traced method (`$trainforward()`, `$evalforward()`, ...), and each sub-module by its
+#' name, whose `$` gives its parameters and buffers (`$bn$running_mean`).
 #'
 #' @param x A `script_function` or `script_module`.
 #' @param name A field or method name.
