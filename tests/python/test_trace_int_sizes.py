@@ -21,7 +21,7 @@ from torch import nn
 
 import tracebridge
 from tracebridge import GuardError
-from tracebridge.trace.integers import only_called
+from tracebridge.trace.integers import names_only_called, only_called
 
 from .graph_helpers import loaded as saved_and_loaded
 from .int_as_value import halves
@@ -181,7 +181,24 @@ def _line(fn, text: str) -> int:
         ("to_int = int", False),
         ("def int(x):\n    return x", False),
         ("from numpy import int64 as int", False),
+        ("async def int(x):\n    return x", False),
+        ("def f(x):\n    return x.int() + print_int(x)  # no int of its own", True),
     ],
 )
 def test_the_stand_in_is_bound_only_where_int_is_only_called(source, bound):
     assert only_called(source, "int") is bound
+
+
+def test_one_parse_answers_for_every_name_as_each_alone():
+    sources = [
+        "def f(x):\n    return int(x) + float(x)",
+        "def f(x):\n    return torch.ones(2, dtype=float) * int(x)",
+        "def f(x, int=3):\n    return float(x)",
+        "import math\nfloat = math.floor",
+        "def f(x):\n    return x + 1",
+    ]
+    for source in sources:
+        found = names_only_called(source, ("int", "float"))
+        assert found == {n for n in ("int", "float") if only_called(source, n)}
+    assert names_only_called(sources[1], ("int", "float")) == {"int"}
+    assert names_only_called(sources[4], ("int", "float")) == {"int", "float"}

@@ -34,6 +34,7 @@ import builtins
 import inspect
 import operator
 import os
+import re
 import sys
 import threading
 import types
@@ -264,7 +265,12 @@ def _reachable(module: types.ModuleType) -> bool:
     if module.__name__.split(".")[0] in _SKIPPED:
         return False
     path = getattr(module, "__file__", None)
-    return bool(path) and not os.path.realpath(path).startswith(python_random.STDLIB)
+    return bool(path) and not _in_stdlib(path)
+
+
+@lru_cache(maxsize=4096)
+def _in_stdlib(path: str) -> bool:
+    return os.path.realpath(path).startswith(python_random.STDLIB)
 
 
 def _modules_of(fn: Callable) -> list[types.ModuleType]:
@@ -297,20 +303,39 @@ def _modules_of(fn: Callable) -> list[types.ModuleType]:
 
 
 @lru_cache(maxsize=1024)
-def _only_called(module_name: str, name: str) -> bool:
-    """Whether module ``module_name``'s source uses ``name`` only as a call, a class in
-    ``isinstance``/``issubclass`` or an annotation, and never binds it."""
+def _only_called_in(module_name: str) -> frozenset[str]:
+    """The stand-ins' names (``int``, ``float``) that module ``module_name``'s source uses
+    only as a call, a class in ``isinstance``/``issubclass`` or an annotation, and never
+    binds; empty where the source cannot be read. Parsed once per module: a transformers
+    model reaches fifty modules of thousands of lines."""
     try:
-        return only_called(inspect.getsource(sys.modules.get(module_name)), name)
+        source = inspect.getsource(sys.modules.get(module_name))
+        return names_only_called(source, tuple(_STAND_INS))
     except (OSError, TypeError, SyntaxError, ValueError):
-        return False
+        return frozenset()
+
+
+def _only_called(module_name: str, name: str) -> bool:
+    return name in _only_called_in(module_name)
 
 
 def only_called(source: str, name: str = "int") -> bool:
     """Whether ``source`` uses the builtin ``name`` only as a call, a class in
     ``isinstance``/``issubclass`` or an annotation, and never binds it."""
+    return name in names_only_called(source, (name,))
+
+
+def names_only_called(source: str, names: tuple[str, ...]) -> frozenset[str]:
+    """Those of ``names`` that ``source`` uses only as a call, a class in
+    ``isinstance``/``issubclass`` or an annotation, and never binds (one parse and one
+    walk for all of them; a name that is no word of the text is not parsed for)."""
+    present = {name for name in names if re.search(rf"\b{re.escape(name)}\b", source)}
+    if not present:
+        return frozenset(names)
     tree = ast.parse(source)
     allowed: set[int] = set()
+    uses: list[ast.Name] = []
+    not_only: set[str] = set()
     for node in ast.walk(tree):
         for annotation in _annotations(node):
             allowed.update(id(n) for n in ast.walk(annotation))
@@ -319,20 +344,27 @@ def only_called(source: str, name: str = "int") -> bool:
             if getattr(node.func, "id", None) in ("isinstance", "issubclass"):
                 for arg in node.args[1:]:
                     allowed.update(id(n) for n in ast.walk(arg))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id == name:
-            if not isinstance(node.ctx, ast.Load) or id(node) not in allowed:
-                return False
-        elif _binds(node, name):
-            return False
-    return True
+        elif isinstance(node, ast.Name):
+            if node.id in present:
+                uses.append(node)
+        else:
+            bound = _bound_name(node)
+            if bound in present:
+                not_only.add(bound)
+    for node in uses:
+        if not isinstance(node.ctx, ast.Load) or id(node) not in allowed:
+            not_only.add(node.id)
+    return frozenset(name for name in names if name not in not_only)
 
 
-def _binds(node: ast.AST, name: str) -> bool:
-    """``def int``, ``class int``, ``import ... as int``: the module has its own ``name``."""
-    if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-        return node.name == name
-    return isinstance(node, ast.alias) and (node.asname or node.name) == name
+def _bound_name(node: ast.AST) -> str | None:
+    """The name ``def int``, ``class int`` or ``import ... as int`` binds: a module with
+    its own ``name`` is left alone."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return node.name
+    if isinstance(node, ast.alias):
+        return node.asname or node.name
+    return None
 
 
 def _annotations(node: ast.AST) -> list[ast.AST]:
