@@ -353,15 +353,25 @@ def refs_in(obj: Any) -> list[Ref]:
     return out
 
 
+# Leaves that hold no Ref, skipped without a call (a node's arguments are mostly these).
+_PLAIN_LEAVES = frozenset({int, float, bool, str, type(None), torch.dtype, torch.device})
+
+
 def _collect_refs(obj: Any, out: list) -> None:
     # The containers of fold_literal, in its order (dict: key, then value; slice: start,
-    # stop, step); test_program checks the two agree.
-    if isinstance(obj, Ref):
+    # stop, step); test_program checks the two agree. Exact types first: the tracer and
+    # every pass ask this of each node.
+    kind = type(obj)
+    if kind is Ref:
         out.append(obj)
-    elif isinstance(obj, (list, tuple)):
+    elif kind is list or kind is tuple or isinstance(obj, (list, tuple)):
         for item in obj:
-            _collect_refs(item, out)
-    elif isinstance(obj, dict):
+            item_kind = type(item)
+            if item_kind is Ref:
+                out.append(item)
+            elif item_kind not in _PLAIN_LEAVES:
+                _collect_refs(item, out)
+    elif kind is dict or isinstance(obj, dict):
         for key, value in obj.items():
             _collect_refs(key, out)
             _collect_refs(value, out)
@@ -369,6 +379,8 @@ def _collect_refs(obj: Any, out: list) -> None:
         _collect_refs(obj.start, out)
         _collect_refs(obj.stop, out)
         _collect_refs(obj.step, out)
+    elif isinstance(obj, Ref):
+        out.append(obj)
 
 
 def value_to_json(v: Value) -> dict:
