@@ -8,6 +8,7 @@ at the line that decides.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import warnings
@@ -118,20 +119,32 @@ def test_text_that_decides_guards_at_the_deciding_line(module, example, other, l
         assert HERE in str(info.value) and line in str(info.value)
 
 
-def test_text_reads_as_the_value_and_goes_into_messages():
+def test_text_reads_as_the_value_and_goes_into_messages(capsys):
+    def f(x):
+        n = x.shape[0]
+        print(str(n), repr(n), format(n, "03d"), f"{n}", "{}".format(n), "%d" % n)  # noqa: UP031, UP032
+        return x.sum(0)
+
+    traced = tracebridge.trace(f, torch.randn(5, 2))
+    assert capsys.readouterr().out.splitlines()[0] == "5 5 005 5 5 5"
+    assert traced.guards == []
+    x = torch.randn(7, 2)
+    assert torch.equal(traced(x), x.sum(0))
+
+
+def test_text_kept_in_a_container_is_guarded_where_it_is_made():
+    """Text stored in a tuple, a list or a dict may be read by any code later, C code
+    included (``"".join``, ``re``, ``json``): it cannot remember there."""
     seen = {}
 
     def f(x):
         n = x.shape[0]
-        text = (str(n), repr(n), format(n, "03d"), f"{n}", "{}".format(n), "%d" % n)  # noqa: UP031, UP032
-        seen.setdefault("text", text)
+        seen["text"] = (str(n), f"{n}")
         return x.sum(0)
 
     traced = tracebridge.trace(f, torch.randn(5, 2))
-    assert seen["text"] == ("5", "5", "005", "5", "5", "5")
-    assert traced.guards == []
-    x = torch.randn(7, 2)
-    assert torch.equal(traced(x), x.sum(0))
+    assert seen["text"] == ("5", "5")
+    assert traced.guards and all("x.shape[0] == 5" in g for g in traced.guards)
 
 
 class CheckedHeight(nn.Module):
@@ -300,3 +313,117 @@ def test_text_read_back_after_all_is_guarded(fn):
     assert torch.equal(traced(torch.zeros(2, 3)), fn(torch.zeros(2, 3)))
     with pytest.raises(GuardError):
         traced(torch.zeros(2, 4))
+
+
+# --- text that C code reads, or that a caller reads back (found by review): guarded ----------
+
+TABLE = {"k12": 5.0, "12x3": 5.0}
+
+
+def _kept_then_joined_again(x):
+    s = str(x.shape[0])
+    return x * TABLE.get(f"k{s}", 1.0)
+
+
+def _kept_then_formatted_again(x):
+    s = str(x.shape[0])
+    return x * TABLE.get("k{}".format(s), 1.0)  # noqa: UP032
+
+
+def catalog_scale(key):  # "log" is in its name, but it is no message
+    return TABLE.get(key, 1.0)
+
+
+def _given_to_a_call_named_like_a_log(x):
+    return x * catalog_scale(f"{x.shape[0]}x{x.shape[1]}")
+
+
+def _raises_a_size(x):
+    n = x.shape[0]
+    if n > 0:
+        raise ValueError(f"size {n}")
+
+
+def _message_caught_by_the_caller(x):
+    try:
+        _raises_a_size(x)
+    except ValueError as err:
+        return x * (5.0 if str(err) == "size 12" else 1.0)
+    return x
+
+
+def _warning_recorded_here(x):
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        warnings.warn(f"size {x.shape[0]}", stacklevel=1)
+    return x * (5.0 if str(seen[0].message) == "size 12" else 1.0)
+
+
+def _matched_by_re(x):
+    import re
+
+    return x * (5.0 if re.fullmatch("12", str(x.shape[0])) else 1.0)
+
+
+def _parsed_with_a_base(x):
+    return x * float(int(str(x.shape[0]), 10))
+
+
+def _joined_from_a_list(x):
+    return x * TABLE.get("".join(["k", str(x.shape[0])]), 1.0)
+
+
+def _compared_by_the_literal_s_method(x):
+    return x * (5.0 if "12".__eq__(str(x.shape[0])) else 1.0)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        _kept_then_joined_again,
+        _kept_then_formatted_again,
+        _given_to_a_call_named_like_a_log,
+        _message_caught_by_the_caller,
+        _warning_recorded_here,
+        _matched_by_re,
+        _parsed_with_a_base,
+        _joined_from_a_list,
+        _compared_by_the_literal_s_method,
+    ],
+)
+def test_text_read_out_of_sight_is_guarded(fn, tmp_path):
+    traced = tracebridge.trace(fn, torch.ones(2, 3))
+    loaded = tracebridge.load(traced.save(tmp_path / "m.tb") or tmp_path / "m.tb")
+    assert torch.equal(traced(torch.ones(2, 3)), fn(torch.ones(2, 3)))
+    for call in (traced, loaded):
+        with pytest.raises(GuardError, match=r"x.shape\[0\] == 2"):
+            call(torch.ones(12, 3))
+
+
+def check_divisible(ok: bool, message: str) -> None:
+    if not ok:
+        raise ValueError(message)
+
+
+class MessagesOfManyKinds(nn.Module):
+    """Messages that stay messages: a dropped call named as a check, torch._check with a
+    lambda, a log call, text kept and only compared (it guards where it decides)."""
+
+    def forward(self, x):
+        B, C, H, W = x.shape
+        check_divisible(H % 2 == 0, f"height {H} is odd")
+        torch._check(W % 2 == 0, lambda: f"width {W} is odd")
+        logging.getLogger("tracebridge.tests").debug(f"shape {B}x{C}x{H}x{W}")
+        kind = str(C)
+        return x * 2 if kind == "3" else x + 1
+
+
+def test_messages_of_many_kinds_stay_general(tmp_path):
+    m = MessagesOfManyKinds()
+    traced = tracebridge.trace(m, torch.randn(1, 3, 4, 4))
+    loaded = tracebridge.load(traced.save(tmp_path / "m.tb") or tmp_path / "m.tb")
+    for shape in [(2, 3, 8, 6), (3, 3, 2, 10)]:
+        x = torch.randn(*shape)
+        assert torch.equal(traced(x), m(x)) and torch.equal(loaded(x), m(x))
+    with pytest.raises(GuardError, match=r'if kind == "3"|kind == "3"'):
+        traced(torch.randn(1, 4, 4, 4))

@@ -5,24 +5,28 @@ Note: formatting a size is not a decision.
   the f-string formats the traced ``H``. Fixing ``H`` there would tie the trace to the
   example's image size, though the text only ever reaches a message. So formatting a
   traced number (``str``, ``repr``, ``format``, f-strings, ``%s``, ``str.format``) gives
-  its current value without a guard, and the text remembers where it came from:
-  :class:`SymStr` records the guard when the text is used for control flow (compared,
-  hashed, used as a dict key, tested with ``if`` or ``in``, parsed by ``int``, passed
-  to an op).
-
-  Python builds some text itself, out of our reach: an f-string with more than one
-  part joins its pieces into a new plain ``str``, as do ``%`` and ``str.format`` with
-  literal text around the field. That text cannot remember its origin, so the tracer
-  reads the source expression that formats the number (the instruction's position in
-  the caller's code, found in its AST): text that only reaches a message -- an argument
-  of an assertion, a check, a warning, a log call, an exception, ``raise`` or the
-  message of ``assert`` -- needs no guard, nor does text kept in a local variable whose
-  every read in the function reaches a message (``msg = f"..."; _assert(ok, msg)``) or is
-  never read; text going anywhere else is guarded where it is made, as before. Text
-  made by the message call itself (``print(n)``, ``print(x)``) or inside the standard
-  library's ``logging`` and ``warnings`` (``log.info("%s", x)`` formats later, in
-  ``logging``) is a message too. ``'%d' % n`` reads the number in C
-  without asking it: that text is never traced (nor guarded), as in eager Python.
+  its current value, with a guard only where the text may decide something out of the
+  trace's sight. Where the text is the formatting expression's own value (``str(n)``,
+  ``f"{n}"``, ``"{}".format(n)``), it remembers where it came from: :class:`SymStr`
+  records the guard when a decision reads it (compared, hashed, a dict key, tested with
+  ``if``, ``int()`` of it, one of its methods). But C code reads a ``str``'s characters
+  without asking it (``re``, ``int(s, 10)``, ``"".join``, ``json``, ``"12".__eq__(s)``),
+  and Python joins the pieces of an f-string, a ``%`` or a ``str.format`` with text
+  around the field into new plain text that cannot remember. So the tracer reads the
+  source expression that formats the number (the instruction's position in the caller's
+  code, found in its AST) and follows the text up to what uses it (:func:`_verdict`):
+  unguarded are text that only reaches a message -- an assertion, a warning, a log call,
+  ``print``, a call named so whose result is dropped, ``raise``, the message of
+  ``assert`` -- and remembering text whose every use guards as it reads; through a local
+  variable, every read of it in the function counts; remembering text returned is judged
+  by the caller's use of the call. Anything else (a container, an attribute, a call
+  argument, a global) is guarded where it is made. A message raised or warned is read
+  back only by a ``try`` or a ``with`` around it, here or in a caller: the call stack at
+  the time says (:func:`_may_be_caught`). Text made by the message call itself
+  (``print(n)``, ``print(x)``) or inside the standard library's ``logging`` and
+  ``warnings`` (``log.info("%s", x)`` formats later, in ``logging``) is a message too.
+  ``'%d' % n`` reads the number in C without asking it: that text is never traced (nor
+  guarded), as in eager Python.
 
   A tensor formatted as text (``str(x)``, ``repr``, ``format``, f-strings, ``%s``) shows
   its values: the text's source is then a :class:`TensorText`, which guards the tensor's
@@ -53,21 +57,11 @@ from ..source import OWN_DIR, parsed_source
 if TYPE_CHECKING:
     from .tracer import Tracer
 
-# Callables whose string arguments are messages: matched against the called name (the
-# last attribute or the plain name), lower-cased.
-_MESSAGE_WORDS = (
-    "assert",
-    "check",
-    "warn",
-    "print",
-    "log",
-    "debug",
-    "info",
-    "error",
-    "exception",
-    "critical",
-    "fatal",
-    "fail",
+# Words of a called name (the last attribute or the plain name, split at ``_`` and at
+# capitals) that make a dropped call's text arguments messages (see _message_call).
+_MESSAGE_WORDS = frozenset(
+    """assert check warn warning warnings print log logger logging debug info error
+    exception critical fatal fail""".split()
 )
 _MESSAGE_SUFFIXES = ("Error", "Exception", "Warning")
 
@@ -273,62 +267,12 @@ def formatted(source, text: str, depth: int = 2, frame=None, obj=None) -> str:
     return formatted_from((source,), text, frame or sys._getframe(depth), obj)
 
 
-def formatted_from(sources: tuple, text: str, frame, obj=None) -> str:
-    """:func:`formatted` of text that shows several traced values (``torch.Size``)."""
-    if not sources[0]._tracer.is_active():
-        return text
-    result = SymStr(text, sources)
-    if not frame.f_code.co_filename.startswith(OWN_DIR) and _text_is_lost(frame, obj):
-        for source in sources:
-            source._fix_text("formatted into text that may decide a branch")
-        result._fixed = True  # guarded already: a decision on it adds no second guard
-    return result
-
-
-_MESSAGE_MODULES = (os.path.dirname(logging.__file__) + os.sep, warnings.__file__)
-
-
-def _text_is_lost(frame, obj=None) -> bool:
-    """Whether the text made at ``frame``'s current instruction may decide something the
-    trace cannot see: it is joined into new text that does not reach a message."""
-    if frame.f_code.co_filename.startswith(_MESSAGE_MODULES):
-        return False  # logging formats its record's message late, inside its own code
-    code = frame.f_code
-    positions = _positions(code)
-    index = frame.f_lasti // 2
-    if index >= len(positions):
-        return True
-    fate, formatted_expr = _fate_at(code.co_filename, positions[index])
-    if fate == "kept" and obj is not None:
-        return not _names_object(frame, formatted_expr, obj)
-    return fate == "lost"
-
-
 @lru_cache(maxsize=4096)
 def _positions(code) -> tuple:
     """Each instruction's source span. Python 3.10 has none: every formatted size is then
     guarded where it is made, and every hash of a size is a decision, as before."""
     positions = getattr(code, "co_positions", None)
     return tuple(positions()) if positions is not None else ()
-
-
-@lru_cache(maxsize=4096)
-def _fate_at(filename: str, position: tuple) -> tuple[str, ast.AST | None]:
-    """Where the text made at ``position`` goes: ``("message", None)``, ``("kept", the
-    expression formatted)`` (the expression's value is the text itself), or ``("lost",
-    None)``."""
-    tree = _parsed(filename)
-    node = tree.get(position) if tree is not None else None
-    if node is None:
-        return ("lost", None)
-    if isinstance(node, ast.Call) and _is_message_call(node.func):
-        return ("message", None)  # print(n): the call itself turns its argument into text
-    if _reaches_message(node):
-        return ("message", None)
-    formatted_expr = _kept_expression(node)
-    if formatted_expr is not None:
-        return ("kept", formatted_expr)
-    return ("lost", None)
 
 
 def _kept_expression(node: ast.AST) -> ast.AST | None:
@@ -368,45 +312,6 @@ def _names_object(frame, expr: ast.AST, obj) -> bool:
     return False
 
 
-def _reaches_message(node: ast.AST, following: frozenset = frozenset()) -> bool:
-    """Walk up through text-building expressions to what consumes the text; into a local
-    variable, through every read of it (``following``: the locals being followed)."""
-    child, parent = node, getattr(node, "_tb_parent", None)
-    while parent is not None:
-        if isinstance(parent, (ast.JoinedStr, ast.FormattedValue, ast.BinOp, ast.Lambda)):
-            child, parent = parent, getattr(parent, "_tb_parent", None)
-            continue
-        if _percent_arguments(parent):
-            # "n = %s" % (n,): Python compiles it as an f-string whose instruction is at
-            # the argument's own position, inside the tuple: the text goes where the % goes.
-            child, parent = parent, getattr(parent, "_tb_parent", None)
-            continue
-        if isinstance(parent, ast.Call):
-            if child is parent.func:  # "...{}".format(n): the call builds more text
-                child, parent = parent, getattr(parent, "_tb_parent", None)
-                continue
-            if _is_message(parent, strict=bool(following)):
-                return True
-            if isinstance(parent.func, ast.Attribute) and parent.func.attr in ("format", "join"):
-                child, parent = parent, getattr(parent, "_tb_parent", None)
-                continue
-            return False
-        if isinstance(parent, ast.keyword):
-            child, parent = parent, getattr(parent, "_tb_parent", None)
-            continue
-        if isinstance(parent, ast.Attribute) and parent.attr in ("format", "join"):
-            child, parent = parent, getattr(parent, "_tb_parent", None)
-            continue
-        if isinstance(parent, ast.Assert):
-            return child is parent.msg
-        if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and (
-            child is parent.value
-        ):
-            return _local_reaches_only_messages(parent, following)
-        return isinstance(parent, ast.Raise)
-    return False
-
-
 def _percent_format(node: ast.AST) -> bool:
     """Whether ``node`` is ``"literal" % ...``: text formatted by ``%``."""
     return (
@@ -423,22 +328,306 @@ def _percent_arguments(node: ast.AST) -> bool:
     return isinstance(node, ast.Tuple) and _percent_format(parent) and parent.right is node
 
 
+def formatted_from(sources: tuple, text: str, frame, obj=None) -> str:
+    """:func:`formatted` of text that shows several traced values (``torch.Size``)."""
+    if not sources[0]._tracer.is_active():
+        return text
+    result = SymStr(text, sources)
+    if not frame.f_code.co_filename.startswith(OWN_DIR) and _text_is_lost(frame, obj):
+        for source in sources:
+            source._fix_text("formatted into text that may decide a branch")
+        result._fixed = True  # guarded already: a decision on it adds no second guard
+    return result
+
+
+_MESSAGE_MODULES = (os.path.dirname(logging.__file__) + os.sep, warnings.__file__)
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+
+# --- verdicts: where text may go ------------------------------------------------------------
+# Note: what the source shows and what the call stack adds.
+#   The walk up from the expression that makes the text (:func:`_verdict`) gives ``None``
+#   where the text may reach code that reads it out of the trace's sight (C code given a
+#   plain or a remembering text, a container, an attribute, a global), else the
+#   conditions under which it does not: none (it only reaches messages, or reads of a
+#   remembering text that guard as they read), ``caught`` (it reaches an exception, an
+#   assertion or a warning, read back only by a ``try`` or a ``with`` around it, here
+#   or in a caller), ``returned`` (remembering text returned: the caller's use of the
+#   call decides). The conditions are judged on the frames of the call stack when the
+#   text is made (:func:`_holds`).
+FINE: frozenset = frozenset()
+CAUGHT = frozenset({"caught"})
+RETURNED = frozenset({"returned"})
+_RETURN_DEPTH = 8  # callers followed for text returned
+
+
+def _text_is_lost(frame, obj=None) -> bool:
+    """Whether the text made at ``frame``'s current instruction may decide something the
+    trace cannot see (see the note above :data:`FINE`)."""
+    if frame.f_code.co_filename.startswith(_MESSAGE_MODULES):
+        return False  # logging formats its record's message late, inside its own code
+    position = _position_of(frame)
+    if position is None:
+        return True
+    verdict, formatted_expr = _fate_at(frame.f_code.co_filename, position)
+    if (
+        formatted_expr is not None
+        and obj is not None
+        and not _names_object(frame, formatted_expr, obj)
+    ):
+        # a container's repr joins its items' text in C: new text, as Python joins it
+        verdict = _fate_at(frame.f_code.co_filename, position, joined=True)[0]
+    return not _holds(verdict, frame, position, 0)
+
+
+def _position_of(frame) -> tuple | None:
+    positions = _positions(frame.f_code)
+    index = frame.f_lasti // 2
+    if index >= len(positions) or None in positions[index]:
+        return None
+    return positions[index]
+
+
+def _holds(verdict: frozenset | None, frame, position: tuple, depth: int) -> bool:
+    """Whether text whose walk gave ``verdict`` at ``frame`` (at ``position``) decides
+    nothing out of the trace's sight, given the frames that called it."""
+    if verdict is None:
+        return False
+    if "caught" in verdict and _may_be_caught(frame, position):
+        return False
+    if "returned" in verdict:
+        caller = _user_caller(frame)
+        if caller is None:
+            return True  # returned to the tracer: a result of the trace, guarded there
+        if caller is _UNKNOWN or depth >= _RETURN_DEPTH:
+            return False
+        at = _position_of(caller)
+        if at is None:
+            return False
+        node = (_parsed(caller.f_code.co_filename) or {}).get(at)
+        if not isinstance(node, ast.Call):
+            return False
+        return _holds(_verdict_of_call(caller.f_code.co_filename, at), caller, at, depth + 1)
+    return True
+
+
+@lru_cache(maxsize=4096)
+def _verdict_of_call(filename: str, position: tuple) -> frozenset | None:
+    """Where the remembering text a call at ``position`` returns goes."""
+    node = (_parsed(filename) or {}).get(position)
+    return _verdict(node, kept=True) if node is not None else None
+
+
+_UNKNOWN = object()  # a caller whose use of the text cannot be read
+
+
+def _user_caller(frame):
+    """The frame that called ``frame``'s function, past ``nn.Module``'s call machinery:
+    None where that is tracebridge (the traced function returned), ``_UNKNOWN`` where it
+    is another frame of PyTorch."""
+    caller = frame.f_back
+    while caller is not None and caller.f_code.co_filename.startswith(_TORCH_DIR):
+        if caller.f_code.co_name not in ("_call_impl", "_wrapped_call_impl"):
+            return _UNKNOWN
+        caller = caller.f_back
+    if caller is None or caller.f_code.co_filename.startswith(OWN_DIR):
+        return None
+    return caller
+
+
+def _may_be_caught(frame, position: tuple) -> bool:
+    """Whether an exception or warning raised at ``frame``'s current instruction may be
+    caught and read: the instruction, or the call in a calling frame (PyTorch's and
+    tracebridge's frames aside; the walk ends at tracebridge), sits in the body of a
+    ``try`` with handlers or of a ``with`` whose context may read it (not ``no_grad``,
+    ``autocast`` and the like)."""
+    at: object = position
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if filename.startswith(OWN_DIR):
+            return False
+        if not filename.startswith(_TORCH_DIR):
+            if at is None:
+                return True
+            node = (_parsed(filename) or {}).get(at)
+            if node is None or _inside_a_catch(node):
+                return True
+        frame = frame.f_back
+        at = _position_of(frame) if frame is not None else None
+    return False
+
+
+# Context managers that never read an exception passing through them.
+_QUIET_CONTEXTS = frozenset(
+    """no_grad enable_grad inference_mode set_grad_enabled autocast device profile
+    record_function nullcontext""".split()
+)
+
+
+def _inside_a_catch(node: ast.AST) -> bool:
+    child, parent = node, getattr(node, "_tb_parent", None)
+    while parent is not None and not isinstance(parent, (*_DEFS, ast.Lambda, ast.ClassDef)):
+        trying = isinstance(parent, ast.Try) or type(parent).__name__ == "TryStar"
+        if trying and parent.handlers and child in parent.body:
+            return True
+        if isinstance(parent, (ast.With, ast.AsyncWith)) and child in parent.body:
+            for item in parent.items:
+                context = item.context_expr
+                func = context.func if isinstance(context, ast.Call) else context
+                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if name not in _QUIET_CONTEXTS:
+                    return True
+        child, parent = parent, getattr(parent, "_tb_parent", None)
+    return False
+
+
+@lru_cache(maxsize=4096)
+def _fate_at(
+    filename: str, position: tuple, joined: bool = False
+) -> tuple[frozenset | None, ast.AST | None]:
+    """``(verdict, the expression formatted)`` for the text made at ``position``: the
+    expression where the text made is that expression's own (``str(n)``, ``f"{n}"``: it
+    remembers), else None (Python joins it into new text). ``joined``: the verdict of
+    the expression's value as new plain text, whatever it is."""
+    tree = _parsed(filename)
+    node = tree.get(position) if tree is not None else None
+    if node is None:
+        return (None, None)
+    if isinstance(node, ast.Call):
+        message = _message_call(node, strict=False)
+        if message is not None:
+            return (message, None)  # print(n): the call itself turns its argument into text
+    formatted_expr = _kept_expression(node)
+    if formatted_expr is None and isinstance(node, ast.Call):
+        func = node.func
+        if not (isinstance(func, ast.Attribute) and func.attr in ("format", "join")):
+            return (None, None)  # made inside the callee, for its own use
+    return (_verdict(node, kept=formatted_expr is not None and not joined), formatted_expr)
+
+
+def _verdict(node: ast.AST, kept: bool, following: frozenset = frozenset()) -> frozenset | None:
+    """Walk up from the expression ``node`` whose value is text to what uses it (see the
+    note above :data:`FINE`). ``kept``: the text is the one made (a :class:`SymStr`,
+    which guards as a comparison, a hash, a truth test, ``int`` or one of its methods
+    reads it); Python joins text in C into new plain text, which only a message may
+    take. ``following``: locals whose reads are being followed."""
+    strict = bool(following)
+    child, parent = node, getattr(node, "_tb_parent", None)
+    while parent is not None:
+        up = getattr(parent, "_tb_parent", None)
+        if isinstance(parent, (ast.JoinedStr, ast.FormattedValue)) or _percent_arguments(parent):
+            kept = False  # joined into new text by Python
+        elif isinstance(parent, ast.BinOp):
+            # text + text, text * 3, text % args stay remembering text (SymStr's methods)
+            same = isinstance(parent.op, (ast.Add, ast.Mult)) or (
+                isinstance(parent.op, ast.Mod) and child is parent.left
+            )
+            kept = kept and same
+        elif isinstance(parent, ast.Attribute):
+            if not (isinstance(up, ast.Call) and up.func is parent):
+                return None  # a method of the text kept for later
+            if kept and parent.attr in _READING_METHODS:
+                return FINE  # the method guards as it reads
+            if parent.attr not in ("format", "join") and not (
+                kept and parent.attr in _TEXT_METHODS
+            ):
+                return None
+            kept = kept and parent.attr in _TEXT_METHODS
+            child, parent = up, getattr(up, "_tb_parent", None)
+            continue
+        elif isinstance(parent, ast.Call):
+            message = _message_call(parent, strict)
+            if message is not None:
+                return message
+            func = parent.func
+            name = getattr(func, "id", None)
+            alone = len(parent.args) == 1 and not parent.keywords and child is parent.args[0]
+            if kept and alone and name in ("int", "float", "bool", "len", "hash"):
+                return FINE  # SymStr's own __int__, __float__, __bool__, __len__, __hash__
+            if kept and name in ("str", "format") and parent.args and child is parent.args[0]:
+                pass  # the same remembering text
+            elif isinstance(func, ast.Attribute) and func.attr in ("format", "join"):
+                kept = False  # "{}-{}".format(a, text): new text
+            else:
+                return None  # given to code that may read it unseen
+        elif isinstance(parent, ast.keyword):
+            if not isinstance(up, ast.Call) or _message_call(up, strict) is None:
+                func = getattr(up, "func", None)
+                if not (isinstance(func, ast.Attribute) and func.attr == "format"):
+                    return None
+                kept = False
+        elif isinstance(parent, ast.Lambda):  # torch._check(ok, lambda: f"...")
+            message = _message_call(up, strict) if isinstance(up, ast.Call) else None
+            return message if message is not None and child is parent.body else None
+        elif isinstance(parent, ast.Assert):
+            if child is parent.msg:
+                return CAUGHT
+            return FINE if kept else None
+        elif isinstance(parent, ast.Raise):
+            return CAUGHT
+        elif isinstance(parent, ast.Compare):
+            if not kept:
+                return None
+            at = 0 if child is parent.left else 1 + parent.comparators.index(child)
+            if at < len(parent.ops) and isinstance(parent.ops[at], (ast.In, ast.NotIn)):
+                return None  # text in a container: a str container reads it in C
+            return FINE
+        elif isinstance(parent, (ast.If, ast.While)):
+            return FINE if kept and child is parent.test else None
+        elif isinstance(parent, ast.IfExp):
+            if child is parent.test:
+                return FINE if kept else None
+        elif isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not):
+            return FINE if kept else None
+        elif isinstance(parent, ast.BoolOp):
+            if not kept:
+                return None  # its truth decides
+        elif isinstance(parent, ast.Subscript):
+            return FINE if kept else None  # a key or an index: hashed or read by SymStr
+        elif isinstance(parent, ast.Dict):
+            return FINE if kept and any(child is k for k in parent.keys) else None
+        elif isinstance(parent, ast.Expr):
+            return FINE  # made and dropped
+        elif isinstance(parent, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            if child is not parent.value:
+                return None
+            kept = kept and not isinstance(parent, ast.AugAssign)
+            return _local_verdict(parent, kept, following)
+        elif isinstance(parent, ast.Return):
+            return RETURNED if kept else None
+        else:
+            return None
+        child, parent = parent, up
+    return None
+
+
+def _message_call(call: ast.Call, strict: bool) -> frozenset | None:
+    """The verdict of text given to ``call``, where it only shows it: an exception built
+    for ``raise`` there (one kept as an object may be read back), a call named exactly as
+    printing, logging, warning or asserting do (``_SINKS``), or -- not ``strict`` -- a
+    call named with one of those words whose result is dropped (``check_shape(x,
+    f"...")`` as a statement; ``catalog_scale(text)``, ``if check_cache(text)`` are not
+    messages). Else None."""
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    if name.endswith(_MESSAGE_SUFFIXES):
+        return CAUGHT if isinstance(getattr(call, "_tb_parent", None), ast.Raise) else None
+    if name in _SINKS:
+        return FINE if name in _SHOWN_ONLY else CAUGHT
+    if strict or not isinstance(getattr(call, "_tb_parent", None), ast.Expr):
+        return None
+    words = {word.lower() for word in _WORD.findall(name)}
+    if not words & _MESSAGE_WORDS:
+        return None
+    return FINE if words <= _SHOWN_ONLY else CAUGHT
+
+
+_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
 # Where text kept in a local may go and still be only a message: the exact names of the
 # calls that print, log, warn or assert (not any name that merely contains "check").
 _SINKS = frozenset(
     "_assert _assert_async print debug info warning warn error exception critical fatal log".split()
 )
-
-
-def _is_message(call: ast.Call, strict: bool) -> bool:
-    """A call that only shows the text it is given: an exception built for ``raise`` right
-    there (one kept as an object may be read back), else a call named as printing, logging,
-    warning or checking do -- by its exact name (``_SINKS``) for text kept in a local."""
-    func = call.func
-    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-    if name.endswith(_MESSAGE_SUFFIXES):
-        return isinstance(getattr(call, "_tb_parent", None), ast.Raise)
-    return name in _SINKS if strict else _is_message_call(func)
+_SHOWN_ONLY = frozenset("print debug info log".split())  # never raise nor warn
 
 
 # Names through which code reads a function's locals or frames by name, out of the reach of
@@ -448,51 +637,45 @@ _READS_FRAMES = frozenset(
 )
 
 
-def _local_reaches_only_messages(assign: ast.stmt, following: frozenset = frozenset()) -> bool:
-    """``msg = f"... {H} ..."`` (or ``msg += ...``) inside a function: the text reaches only
-    messages when the name is a plain local of the function and every read of it, anywhere
-    in the function (its nested functions too), passes it to a message -- a call named
-    exactly as printing, logging, warning or asserting does (``_assert(cond, msg)``,
-    ``print``, ``log.warning``), ``raise E(msg)``, the message of ``assert`` -- or into
-    another such local. What else the name is bound to does not matter: only a read can take
-    the text anywhere. A name read for anything else (compared, returned, stored, a key), a
-    class attribute, a module-level name, and any function that catches what it raises or
-    warns (``try``, ``with``) or reads frames or locals by name keep the text lost, as
-    before."""
+def _local_verdict(assign: ast.stmt, kept: bool, following: frozenset) -> frozenset | None:
+    """``name = <text>`` (or ``name += <text>``) inside a function: the verdicts of every
+    read of the name, anywhere in the function (its nested functions too), joined. Only
+    a plain local can be followed so: a class attribute, a global or nonlocal, a name of
+    a function that reads frames or locals by name give None, as does a name that
+    reaches an exception or a warning in a function that catches (``try``, ``with``)."""
     targets = assign.targets if isinstance(assign, ast.Assign) else [assign.target]
     if len(targets) != 1 or not isinstance(targets[0], ast.Name):
-        return False
+        return None
     name = targets[0].id
     function = getattr(assign, "_tb_parent", None)
-    while function is not None and not isinstance(
-        function, (ast.FunctionDef, ast.AsyncFunctionDef)
-    ):
+    while function is not None and not isinstance(function, _DEFS):
         if isinstance(function, (ast.ClassDef, ast.Lambda)):
-            return False  # a class attribute: read as Key.msg, never as a name
+            return None  # a class attribute: read as Key.msg, never as a name
         function = getattr(function, "_tb_parent", None)
     if function is None:
-        return False  # a global: any code may read it
+        return None  # a global: any code may read it
     if name in following:
-        return True  # a cycle of locals passing the text on: judged by the reads outside it
+        return FINE  # a cycle of locals passing the text on: judged by the reads outside it
     following = following | {name}
+    verdict: frozenset = FINE
+    catches = False
     for node in ast.walk(function):
         if isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
-            return False
-        # A message caught and read back (try/except, catch_warnings) decides after all.
+            return None
         if isinstance(node, (ast.Try, ast.With, ast.AsyncWith)) or type(node).__name__ == "TryStar":
-            return False
+            catches = True
         if (isinstance(node, ast.Name) and node.id in _READS_FRAMES) or (
             isinstance(node, ast.Attribute) and node.attr in _READS_FRAMES
         ):
-            return False
-        if (
-            isinstance(node, ast.Name)
-            and node.id == name
-            and isinstance(node.ctx, ast.Load)
-            and not _reaches_message(node, following)
-        ):
-            return False
-    return True
+            return None
+        if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
+            read = _verdict(node, kept, following)
+            if read is None:
+                return None
+            verdict = verdict | read
+    if catches and "caught" in verdict:
+        return None  # a message caught and read back (try/except, catch_warnings)
+    return verdict
 
 
 # A %-conversion of an integer that Python formats in C without calling a method of the
@@ -566,7 +749,7 @@ def _unseen_int_format(filename: str, firstlineno: int, name: str) -> tuple | No
         ):
             continue
         placed = index.get(_span(node))  # the same node in the index, which knows its parents
-        if placed is None or _reaches_message(placed):
+        if placed is None or _verdict(placed, kept=False) is not None:
             continue
         enclosing = placed
         while enclosing is not None and not isinstance(enclosing, _DEFS):
@@ -676,12 +859,6 @@ def _function_node(filename: str, firstlineno: int, name: str):
         if node.name == name and first == firstlineno:
             return node
     return None
-
-
-def _is_message_call(func: ast.AST) -> bool:
-    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-    lowered = name.lower()
-    return any(word in lowered for word in _MESSAGE_WORDS) or name.endswith(_MESSAGE_SUFFIXES)
 
 
 @lru_cache(maxsize=256)
