@@ -245,14 +245,17 @@ class PercentInMessages(nn.Module):
         return self.lin(x).sum(1) * n
 
 
-def test_a_size_formatted_with_percent_d_into_a_key_is_refused_at_its_line():
+def test_a_size_formatted_with_percent_d_into_a_key_is_guarded_at_the_size_read():
     # Was silently wrong: the key was the example's ("4"), and a call of length 6 ran the
-    # head of length 4 without an error.
-    with pytest.raises(UnsupportedOpError) as info:
-        tracebridge.trace(PercentKeyedHeads().eval(), torch.randn(2, 4, 3))
-    message = str(info.value)
-    assert _line_of(PercentKeyedHeads.forward, 'key = "%d" % n') in message
-    assert "%s or an f-string" in message
+    # head of length 4 without an error. Then refused; now the size is guarded where it
+    # is read, naming the format's line (Python reads the number in C there).
+    model = PercentKeyedHeads().eval()
+    traced = tracebridge.trace(model, torch.randn(2, 4, 3))
+    x = torch.randn(3, 4, 3)
+    assert torch.equal(traced(x), model(x))
+    with pytest.raises(GuardError) as info:
+        traced(torch.randn(2, 6, 3))
+    assert _line_of(PercentKeyedHeads.forward, 'key = "%d" % n') in str(info.value)
 
 
 def test_a_size_formatted_with_percent_d_into_messages_stays_general():
@@ -274,10 +277,19 @@ def _looked_up(x):
     return x * table.get("%d" % (x.shape[1],), 1.0)  # noqa: UP031
 
 
-@pytest.mark.parametrize("fn", [_compared, _looked_up], ids=["compared", "dict.get"])
-def test_percent_d_text_that_picks_is_refused(fn):
-    with pytest.raises(UnsupportedOpError, match="picks something"):
-        tracebridge.trace(fn, torch.randn(2, 4))
+def _measured(x):
+    return x * (5.0 if len("%*d" % (x.shape[1], 7)) == 6 else 1.0)  # noqa: UP031 - a width
+
+
+@pytest.mark.parametrize(
+    "fn", [_compared, _looked_up, _measured], ids=["compared", "dict.get", "len of a width"]
+)
+def test_percent_d_text_that_picks_is_guarded(fn):
+    traced = tracebridge.trace(fn, torch.randn(2, 4))
+    x = torch.randn(3, 4)
+    assert torch.equal(traced(x), fn(x))
+    with pytest.raises(GuardError, match=r"x.shape\[1\] == 4"):
+        traced(torch.randn(2, 6))
 
 
 def test_percent_d_of_plain_numbers_is_not_refused():
@@ -357,9 +369,10 @@ def test_percent_d_of_plain_ints_next_to_size_reads_is_not_refused():
     assert torch.equal(traced(x), model(x))
 
 
-def test_a_size_reaching_a_percent_d_key_through_locals_is_refused_at_the_format():
-    with pytest.raises(UnsupportedOpError) as info:
-        tracebridge.trace(PercentOfASizeThroughLocals().eval(), torch.randn(2, 4))
+def test_a_size_reaching_a_percent_d_key_through_locals_is_guarded_at_the_format():
+    traced = tracebridge.trace(PercentOfASizeThroughLocals().eval(), torch.randn(2, 4))
+    with pytest.raises(GuardError) as info:
+        traced(torch.randn(3, 4))
     assert _line_of(PercentOfASizeThroughLocals.forward, 'key = "n%d" % m') in str(info.value)
 
 
@@ -368,9 +381,8 @@ def _key_of(n) -> str:
 
 
 class HeadByHelperKey(nn.Module):
-    """A head picked by a key a helper formats with ``%d``: Python reads the size in C, in a
-    frame the tracer does not look into, so the trace holds the example's head. The check
-    sees the code refuse batch 4 (no head ``h4``) where the trace answers, and says so."""
+    """A head picked by a key a helper formats with ``%d``: Python reads the size in C, in
+    another function; the number is followed there and guarded at the format."""
 
     def __init__(self):
         super().__init__()
@@ -380,12 +392,13 @@ class HeadByHelperKey(nn.Module):
         return self.heads[_key_of(x.shape[0])](x)
 
 
-def test_a_size_decided_out_of_sight_is_warned_of_where_the_code_refused():
-    with pytest.warns(tracebridge.TracerWarning, match="the code raises KeyError: 'h4'") as rec:
-        tracebridge.trace(HeadByHelperKey(), torch.randn(3, 4))
-    warned = [w for w in rec if "the trace answers that call" in str(w.message)]
-    assert warned and warned[0].filename == __file__  # shown at the line that raised
-    assert warned[0].lineno == int(_line_of(HeadByHelperKey.forward, "_key_of(").split(":")[-1])
+def test_a_size_formatted_with_percent_d_by_a_helper_is_guarded_there():
+    model = HeadByHelperKey()
+    traced = tracebridge.trace(model, torch.randn(3, 4))
+    assert torch.equal(traced(torch.ones(3, 4)), model(torch.ones(3, 4)))
+    with pytest.raises(GuardError) as info:
+        traced(torch.randn(5, 4))
+    assert _line_of(_key_of, 'return "h%d" % n') in str(info.value)
 
 
 def test_a_size_the_trace_refuses_as_the_code_does_is_not_warned_of():

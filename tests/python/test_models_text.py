@@ -427,3 +427,52 @@ def test_messages_of_many_kinds_stay_general(tmp_path):
         assert torch.equal(traced(x), m(x)) and torch.equal(loaded(x), m(x))
     with pytest.raises(GuardError, match=r'if kind == "3"|kind == "3"'):
         traced(torch.randn(1, 4, 4, 4))
+
+
+# --- text of one field given to a message: plain text, nothing guarded ----------------------
+
+
+def _warned_once(x):
+    warnings.warn(f"{x.shape[0]}", stacklevel=1)  # the registry hashes it on the first call
+    return x * 2
+
+
+def _asserted_with_its_repr(x):
+    torch._assert(x.shape[0] > 0, repr(x.shape))  # an argument of a torch function
+    return x * 2
+
+
+def _asserted_with_its_str(x):
+    torch._assert(x.shape[0] > 0, str(x.shape[0]))
+    return x * 2
+
+
+def _warned_twice(x):
+    warnings.warn(str(x.shape[0]), stacklevel=1)
+    warnings.warn(str(x.shape[0]), stacklevel=1)
+    return x * 2
+
+
+def _interned(x):
+    import sys as _sys
+
+    key = _sys.intern(str(x.shape[1]))  # C wants an exact str: guarded, then plain
+    return x * {"3": 2.0}.get(key, 1.0)
+
+
+@pytest.mark.parametrize(
+    "fn", [_warned_once, _asserted_with_its_repr, _asserted_with_its_str, _warned_twice]
+)
+def test_text_of_one_field_in_a_message_stays_general(fn):
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        traced = tracebridge.trace(fn, torch.ones(2, 3))
+    assert not [g for g in traced.guards if "== 2" in g]  # torch._assert's own x.shape[0] > 0
+    assert torch.equal(traced(torch.ones(5, 3)), torch.full((5, 3), 2.0))
+
+
+def test_text_given_to_c_that_wants_a_plain_str_is_guarded_and_plain():
+    traced = tracebridge.trace(_interned, torch.ones(2, 3))
+    assert torch.equal(traced(torch.ones(4, 3)), _interned(torch.ones(4, 3)))
+    with pytest.raises(GuardError, match=r"x.shape\[1\] == 3"):
+        traced(torch.ones(2, 5))

@@ -513,3 +513,75 @@ def test_a_module_list_indexed_by_a_size_is_guarded_by_its_own_code():
     torch.testing.assert_close(traced(ONES3), pick(ONES3))
     with pytest.raises(GuardError):
         traced(ONES5)
+
+
+# --- C classes and functions kept on an instance (found by review, session 18) -------------
+
+
+def _into_an_array(x):
+    import array
+
+    return x * (5.0 if array.array("q", [x.shape[0]])[0] == 12 else 1.0)
+
+
+def _into_a_decimal(x):
+    import decimal
+
+    return x * (5.0 if decimal.Decimal(x.shape[0]) == 12 else 1.0)
+
+
+def _into_a_timedelta(x):
+    import datetime
+
+    return x * (5.0 if datetime.timedelta(seconds=x.shape[0]).seconds == 12 else 1.0)
+
+
+def _into_a_bounded_deque(x):
+    import collections
+
+    return x * (5.0 if len(collections.deque(range(20), maxlen=x.shape[0])) == 12 else 1.0)
+
+
+class _KeepsAFunction(torch.nn.Module):
+    """A function kept on the instance (not a method): called with the size alone."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return x * self.fn(x.shape[0])
+
+
+_SCALES = {12: 5.0, "12": 5.0}
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        _into_an_array,
+        _into_a_decimal,
+        _into_a_timedelta,
+        _into_a_bounded_deque,
+        _KeepsAFunction(lambda n: _SCALES.get(len(np.zeros(n)), 1.0)),
+        _KeepsAFunction(lambda n: 5.0 if np.zeros(n).shape == (12,) else 1.0),
+    ],
+    ids=["array", "Decimal", "timedelta", "deque maxlen", "lambda len", "lambda shape"],
+)
+def test_a_size_given_to_c_classes_or_kept_lambdas_is_guarded(fn, tmp_path):
+    traced = tracebridge.trace(fn, torch.ones(2, 3))
+    loaded = tracebridge.load(traced.save(tmp_path / "m.tb") or tmp_path / "m.tb")
+    assert torch.equal(traced(torch.ones(2, 3)), fn(torch.ones(2, 3)))
+    for call in (traced, loaded):
+        with pytest.raises(GuardError, match=r"x.shape\[0\] == 2"):
+            call(torch.ones(12, 3))
+
+
+def test_a_size_kept_by_a_partial_stays_general():
+    def f(x):
+        full = functools.partial(torch.full, (x.shape[0], 3))
+        return x * full(2.0)
+
+    traced = tracebridge.trace(f, torch.ones(2, 3))
+    assert traced.guards == []
+    assert torch.equal(traced(torch.ones(7, 3)), f(torch.ones(7, 3)))

@@ -20,7 +20,7 @@ from .caches import fresh_hash, functools_cache_hashing_tensor
 from .device_reads import FULL, TYPE, device_use
 from .numbers import SymFloat, SymInt, SymSize, _Traced
 from .short_circuit import settled_without_it
-from .text import TensorText, formatted, unseen_int_format
+from .text import TensorText, formatted
 from .unseen_reads import made_for_user_code, settle, unseen_read
 
 # A tensor's device flags read as properties (``x.is_cuda``): the device type each asks
@@ -65,7 +65,6 @@ class Conversions:
     def size_of(self, tensor: torch.Tensor, dim: int, of_shape: bool = False) -> SymInt:
         """The traced size ``dim`` of ``tensor``; ``of_shape``: an item of the whole
         ``x.shape`` / ``x.size()`` the code reads now."""
-        self._no_unseen_int_format()
         with torch._C.DisableTorchFunction():
             rank, shape = tensor.dim(), tuple(tensor.shape)
         if not -rank <= dim < max(rank, 1):
@@ -626,27 +625,7 @@ class Conversions:
             return concrete
         return int(dim)
 
-    def _no_unseen_int_format(self) -> None:
-        """Refuse a size read in a function that formats sizes with ``%d`` into text that
-        picks something (a key, a name, a comparison): Python reads the number in C there,
-        so the text can be neither traced nor guarded, and a key or name made of it would
-        be silently the example's (trace/text.py)."""
-        frame = user_frame(sys._getframe(2))
-        if frame is None:
-            return
-        line = unseen_int_format(frame.f_code, frame.f_lasti)
-        if line is not None:
-            where = f"{frame.f_code.co_filename}:{line}"
-            raise UnsupportedOpError(
-                f"cannot trace the text formatted at {where}: it formats a size with a "
-                "%-conversion of an integer (%d, %i, %x, ...), which Python reads without "
-                "asking the traced number, so the trace could neither keep the text general "
-                "nor guard it, and the text picks something (a key, a name, a comparison); "
-                'format it with %s or an f-string (f"{n}"), whose text the trace follows'
-            )
-
     def _on_numel(self, func, tensor):
-        self._no_unseen_int_format()
         ref = self._value_node("prim.numel", "int", [self.tensor_ref(tensor)], self.location())
         return self.guard_unseen_read(
             SymInt(tensor.numel(), self, ref, f"{self._name(tensor)}.numel()")

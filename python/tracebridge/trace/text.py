@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..errors import UnsupportedOpError
-from ..source import OWN_DIR, parsed_source
+from ..source import OWN_DIR
 
 if TYPE_CHECKING:
     from .tracer import Tracer
@@ -280,7 +280,12 @@ def _kept_expression(node: ast.AST) -> ast.AST | None:
     value's ``__str__``/``__format__``/``__repr__`` made; else None."""
     if isinstance(node, ast.JoinedStr):
         only = node.values[0] if len(node.values) == 1 else None
-        return only.value if isinstance(only, ast.FormattedValue) else None
+        if not isinstance(only, ast.FormattedValue):
+            return None
+        spec = only.format_spec
+        if spec is not None and any(isinstance(v, ast.FormattedValue) for v in spec.values):
+            return None  # f"{7:>{n}}": n is formatted into the spec, then 7 by it
+        return only.value
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
         if node.func.id in ("str", "repr", "format") and len(node.args) >= 1:
             return node.args[0]
@@ -291,7 +296,12 @@ def _kept_expression(node: ast.AST) -> ast.AST | None:
         if node.func.attr == "format" and isinstance(template, ast.Constant) and node.args:
             with contextlib.suppress(ValueError, TypeError):
                 parts = list(string.Formatter().parse(template.value))
-                if len(parts) == 1 and parts[0][0] == "" and parts[0][1] is not None:
+                if (
+                    len(parts) == 1
+                    and parts[0][0] == ""
+                    and parts[0][1] is not None
+                    and "{" not in (parts[0][2] or "")  # "{:{}}".format(7, n): n is a spec
+                ):
                     return node.args[0]
     return None
 
@@ -332,12 +342,18 @@ def formatted_from(sources: tuple, text: str, frame, obj=None) -> str:
     """:func:`formatted` of text that shows several traced values (``torch.Size``)."""
     if not sources[0]._tracer.is_active():
         return text
-    result = SymStr(text, sources)
-    if not frame.f_code.co_filename.startswith(OWN_DIR) and _text_is_lost(frame, obj):
+    if frame.f_code.co_filename.startswith(OWN_DIR):
+        return SymStr(text, sources)
+    verdict = _judged(frame, obj)
+    if verdict is None:
         for source in sources:
             source._fix_text("formatted into text that may decide a branch")
-        result._fixed = True  # guarded already: a decision on it adds no second guard
-    return result
+        return text  # guarded already: plain text, for any use (sys.intern, C APIs)
+    if verdict & (READS | RETURNED):
+        return SymStr(text, sources)  # a use that guards as it reads it
+    # Only messages: plain text, so that a message hashed out of sight (the warnings
+    # registry, transformers' warning_once cache) or given to torch._assert guards nothing.
+    return text
 
 
 _MESSAGE_MODULES = (os.path.dirname(logging.__file__) + os.sep, warnings.__file__)
@@ -352,22 +368,26 @@ _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 #   remembering text that guard as they read), ``caught`` (it reaches an exception, an
 #   assertion or a warning, read back only by a ``try`` or a ``with`` around it, here
 #   or in a caller), ``returned`` (remembering text returned: the caller's use of the
-#   call decides). The conditions are judged on the frames of the call stack when the
-#   text is made (:func:`_holds`).
+#   call decides); ``reads`` marks a use that guards as it reads the remembering text
+#   (text that only reaches messages is given as plain text). The conditions are judged
+#   on the frames of the call stack when the text is made (:func:`_holds`).
 FINE: frozenset = frozenset()
 CAUGHT = frozenset({"caught"})
 RETURNED = frozenset({"returned"})
+READS = frozenset({"reads"})  # a use that guards as it reads: the text must remember
 _RETURN_DEPTH = 8  # callers followed for text returned
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
-def _text_is_lost(frame, obj=None) -> bool:
-    """Whether the text made at ``frame``'s current instruction may decide something the
-    trace cannot see (see the note above :data:`FINE`)."""
+def _judged(frame, obj=None) -> frozenset | None:
+    """The verdict of the text made at ``frame``'s current instruction, where it holds on
+    the call stack; None where the text may decide something the trace cannot see (see
+    the note above :data:`FINE`)."""
     if frame.f_code.co_filename.startswith(_MESSAGE_MODULES):
-        return False  # logging formats its record's message late, inside its own code
+        return FINE  # logging formats its record's message late, inside its own code
     position = _position_of(frame)
     if position is None:
-        return True
+        return None
     verdict, formatted_expr = _fate_at(frame.f_code.co_filename, position)
     if (
         formatted_expr is not None
@@ -376,7 +396,7 @@ def _text_is_lost(frame, obj=None) -> bool:
     ):
         # a container's repr joins its items' text in C: new text, as Python joins it
         verdict = _fate_at(frame.f_code.co_filename, position, joined=True)[0]
-    return not _holds(verdict, frame, position, 0)
+    return verdict if _holds(verdict, frame, position, 0) else None
 
 
 def _position_of(frame) -> tuple | None:
@@ -492,12 +512,18 @@ def _fate_at(
     node = tree.get(position) if tree is not None else None
     if node is None:
         return (None, None)
-    if isinstance(node, ast.Call):
+    parent = getattr(node, "_tb_parent", None)
+    operand = (  # the value of a field or a %-argument: Python formats it right there
+        isinstance(parent, (ast.FormattedValue, ast.JoinedStr))
+        or _percent_arguments(parent)
+        or (_percent_format(parent) and node is parent.right)
+    )
+    if isinstance(node, ast.Call) and not operand:
         message = _message_call(node, strict=False)
         if message is not None:
             return (message, None)  # print(n): the call itself turns its argument into text
     formatted_expr = _kept_expression(node)
-    if formatted_expr is None and isinstance(node, ast.Call):
+    if formatted_expr is None and isinstance(node, ast.Call) and not operand:
         func = node.func
         if not (isinstance(func, ast.Attribute) and func.attr in ("format", "join")):
             return (None, None)  # made inside the callee, for its own use
@@ -508,12 +534,15 @@ def _verdict(node: ast.AST, kept: bool, following: frozenset = frozenset()) -> f
     """Walk up from the expression ``node`` whose value is text to what uses it (see the
     note above :data:`FINE`). ``kept``: the text is the one made (a :class:`SymStr`,
     which guards as a comparison, a hash, a truth test, ``int`` or one of its methods
-    reads it); Python joins text in C into new plain text, which only a message may
-    take. ``following``: locals whose reads are being followed."""
+    reads it: the verdict then says ``reads``); Python joins text in C into new plain
+    text, which only a message may take. ``following``: locals whose reads are being
+    followed."""
     strict = bool(following)
+    found = FINE  # READS once a truth test (``text or ...``) read the remembering text
     child, parent = node, getattr(node, "_tb_parent", None)
     while parent is not None:
         up = getattr(parent, "_tb_parent", None)
+        reads = found | READS if kept else None  # where a use guards as it reads
         if isinstance(parent, (ast.JoinedStr, ast.FormattedValue)) or _percent_arguments(parent):
             kept = False  # joined into new text by Python
         elif isinstance(parent, ast.BinOp):
@@ -526,23 +555,22 @@ def _verdict(node: ast.AST, kept: bool, following: frozenset = frozenset()) -> f
             if not (isinstance(up, ast.Call) and up.func is parent):
                 return None  # a method of the text kept for later
             if kept and parent.attr in _READING_METHODS:
-                return FINE  # the method guards as it reads
-            if parent.attr not in ("format", "join") and not (
-                kept and parent.attr in _TEXT_METHODS
-            ):
+                return reads  # the method guards as it reads
+            more_text = kept and parent.attr in _TEXT_METHODS
+            if not more_text and parent.attr not in ("format", "join"):
                 return None
-            kept = kept and parent.attr in _TEXT_METHODS
+            kept = more_text
             child, parent = up, getattr(up, "_tb_parent", None)
             continue
         elif isinstance(parent, ast.Call):
             message = _message_call(parent, strict)
             if message is not None:
-                return message
+                return found | message
             func = parent.func
             name = getattr(func, "id", None)
             alone = len(parent.args) == 1 and not parent.keywords and child is parent.args[0]
-            if kept and alone and name in ("int", "float", "bool", "len", "hash"):
-                return FINE  # SymStr's own __int__, __float__, __bool__, __len__, __hash__
+            if alone and name in ("int", "float", "bool", "len", "hash"):
+                return reads  # SymStr's own __int__, __float__, __bool__, __len__, __hash__
             if kept and name in ("str", "format") and parent.args and child is parent.args[0]:
                 pass  # the same remembering text
             elif isinstance(func, ast.Attribute) and func.attr in ("format", "join"):
@@ -557,43 +585,41 @@ def _verdict(node: ast.AST, kept: bool, following: frozenset = frozenset()) -> f
                 kept = False
         elif isinstance(parent, ast.Lambda):  # torch._check(ok, lambda: f"...")
             message = _message_call(up, strict) if isinstance(up, ast.Call) else None
-            return message if message is not None and child is parent.body else None
+            return found | message if message is not None and child is parent.body else None
         elif isinstance(parent, ast.Assert):
-            if child is parent.msg:
-                return CAUGHT
-            return FINE if kept else None
+            return found | CAUGHT if child is parent.msg else reads
         elif isinstance(parent, ast.Raise):
-            return CAUGHT
+            return found | CAUGHT
         elif isinstance(parent, ast.Compare):
-            if not kept:
-                return None
             at = 0 if child is parent.left else 1 + parent.comparators.index(child)
             if at < len(parent.ops) and isinstance(parent.ops[at], (ast.In, ast.NotIn)):
                 return None  # text in a container: a str container reads it in C
-            return FINE
+            return reads
         elif isinstance(parent, (ast.If, ast.While)):
-            return FINE if kept and child is parent.test else None
+            return reads if child is parent.test else None
         elif isinstance(parent, ast.IfExp):
             if child is parent.test:
-                return FINE if kept else None
+                return reads
         elif isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.Not):
-            return FINE if kept else None
+            return reads
         elif isinstance(parent, ast.BoolOp):
-            if not kept:
+            if reads is None:
                 return None  # its truth decides
+            found = reads
         elif isinstance(parent, ast.Subscript):
-            return FINE if kept else None  # a key or an index: hashed or read by SymStr
+            return reads  # a key or an index: hashed or read by SymStr
         elif isinstance(parent, ast.Dict):
-            return FINE if kept and any(child is k for k in parent.keys) else None
+            return reads if any(child is k for k in parent.keys) else None
         elif isinstance(parent, ast.Expr):
-            return FINE  # made and dropped
+            return found  # made and dropped
         elif isinstance(parent, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             if child is not parent.value:
                 return None
             kept = kept and not isinstance(parent, ast.AugAssign)
-            return _local_verdict(parent, kept, following)
+            local = _local_verdict(parent, kept, following)
+            return None if local is None else found | local
         elif isinstance(parent, ast.Return):
-            return RETURNED if kept else None
+            return found | RETURNED if kept else None
         else:
             return None
         child, parent = parent, up
@@ -678,187 +704,12 @@ def _local_verdict(assign: ast.stmt, kept: bool, following: frozenset) -> frozen
     return verdict
 
 
-# A %-conversion of an integer that Python formats in C without calling a method of the
-# value (``%d``, ``%5i``, ``%(n)x``, ``%c``); ``%s``, ``%r``, ``%f`` call ``__str__``,
-# ``__repr__``, ``__float__``, which the traced number answers.
-_INT_CONVERSION = re.compile(r"%(?:\([^)]*\))?[#0\- +]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[hlL]?[diuoxXc]")
-_SIZE_METHODS = frozenset({"size", "numel", "nelement", "dim", "item", "tolist"})
-
-
-def unseen_int_format(code, lasti: int | None = None) -> int | None:
-    """The line, in the function of ``code``, of a ``"literal %d" % (...)`` whose operands
-    are sizes (``x.shape``, ``x.size()``, ``len(x)``, ``numel``, ``item``, or a local
-    assigned from one) and whose text picks something (:func:`_decides`), where the size
-    read by the instruction at ``lasti`` (a frame's ``f_lasti``: its source span, from
-    ``co_positions``) is one of those operands or feeds one; else None. Without a position
-    (Python 3.10), any such text in the function counts. A size read elsewhere in that
-    function (``x.shape[0]`` next to ``"blocks_%d" % len(self.blocks)``, a plain int) is
-    not refused."""
-    found = _unseen_int_format(code.co_filename, code.co_firstlineno, code.co_name)
-    if found is None:
-        return None  # the common case, cached: no instruction positions read
-    positions = _positions(code) if lasti is not None else ()
-    position = positions[lasti // 2] if lasti is not None and lasti // 2 < len(positions) else None
-    if position is None or None in position:
-        return found[0]
-    line, end_line, col, end_col = position
-    for at, span in found[1]:
-        if (span[0], span[2]) <= (line, col) and (end_line, end_col) <= (span[1], span[3]):
-            return at
-    return None
-
-
-def _span(node: ast.AST) -> tuple:
-    return (node.lineno, node.end_lineno, node.col_offset, node.end_col_offset)
-
-
-@lru_cache(maxsize=4096)
-def _unseen_int_format(filename: str, firstlineno: int, name: str) -> tuple | None:
-    """``(line of the first such text, (its line, span) of what feeds each)``: the formats'
-    operands and the values assigned to the locals they read (:func:`unseen_int_format`)."""
-    function = _function_node(filename, firstlineno, name)
-    if function is None:
-        return None
-    tainted: set[str] = set()
-    assigned: dict[str, list] = {}  # local -> the values assigned to it that mention sizes
-    changed = True
-    while changed:  # locals assigned from sizes, and from such locals
-        changed = False
-        for node in ast.walk(function):
-            if isinstance(node, ast.Assign):
-                targets, value = node.targets, node.value
-            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and node.value is not None:
-                targets, value = [node.target], node.value
-            else:
-                continue
-            if not _mentions_size(value, tainted):
-                continue
-            for target in targets:
-                for leaf in ast.walk(target):
-                    if isinstance(leaf, ast.Name) and leaf.id not in tainted:
-                        tainted.add(leaf.id)
-                        assigned.setdefault(leaf.id, []).append(value)
-                        changed = True
-    index = _parsed(filename) or {}
-    first, spans = None, []
-    for node in ast.walk(function):
-        if not (
-            _percent_format(node)
-            and _INT_CONVERSION.search(node.left.value)
-            and _mentions_size(node.right, tainted)
-        ):
-            continue
-        placed = index.get(_span(node))  # the same node in the index, which knows its parents
-        if placed is None or _verdict(placed, kept=False) is not None:
-            continue
-        enclosing = placed
-        while enclosing is not None and not isinstance(enclosing, _DEFS):
-            enclosing = getattr(enclosing, "_tb_parent", None)
-        if enclosing is not None and _decides(placed, enclosing):
-            first = node.lineno if first is None else min(first, node.lineno)
-            spans.extend((node.lineno, span) for span in _feeding(node.right, assigned))
-    return None if first is None else (first, tuple(spans))
-
-
-def _feeding(expr: ast.AST, assigned: dict) -> list:
-    """The spans of ``expr`` and of the values assigned to the size locals it reads, and
-    theirs in turn."""
-    spans, todo, seen = [_span(expr)], [expr], set()
-    while todo:
-        for leaf in ast.walk(todo.pop()):
-            if isinstance(leaf, ast.Name) and leaf.id in assigned and leaf.id not in seen:
-                seen.add(leaf.id)
-                for value in assigned[leaf.id]:
-                    spans.append(_span(value))
-                    todo.append(value)
-    return spans
-
-
-_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
-_LOOKUPS = frozenset({"get", "setdefault", "pop", "__contains__", "__getitem__"})
-_NAME_CALLS = {"getattr": 1, "hasattr": 1, "setattr": 1, "delattr": 1, "hash": 0}
-
-
-def _decides(node: ast.AST, function: ast.AST, following: frozenset = frozenset()) -> bool:
-    """Whether the text ``node`` makes picks something: a key or index (``d[text]``,
-    ``d.get(text)``, ``{text: ...}``), a name (``getattr(self, text)``), a comparison or
-    a test, directly or through a local read so. Text stored or passed on elsewhere is
-    left as it was (untraced, as eager Python has it)."""
-    child, parent = node, getattr(node, "_tb_parent", None)
-    while parent is not None:
-        if isinstance(parent, (ast.JoinedStr, ast.FormattedValue, ast.BinOp)) or (
-            _percent_arguments(parent)
-        ):
-            child, parent = parent, getattr(parent, "_tb_parent", None)
-            continue
-        if isinstance(parent, ast.Attribute) or (
-            isinstance(parent, ast.Call) and child is parent.func
-        ):
-            child, parent = parent, getattr(parent, "_tb_parent", None)  # text.strip()
-            continue
-        break
-    if parent is None:
-        return False
-    if isinstance(parent, ast.Subscript):
-        return child is parent.slice
-    if isinstance(parent, (ast.Compare, ast.If, ast.While, ast.IfExp, ast.BoolOp)):
-        return True
-    if isinstance(parent, ast.Dict):
-        return any(child is k for k in parent.keys)
-    if isinstance(parent, ast.Call) and child in parent.args:
-        func = parent.func
-        at = parent.args.index(child)
-        if isinstance(func, ast.Name) and _NAME_CALLS.get(func.id) == at:
-            return True
-        return isinstance(func, ast.Attribute) and func.attr in _LOOKUPS and at == 0
-    if isinstance(parent, ast.Assign) and child is parent.value:
-        names = [t.id for t in parent.targets if isinstance(t, ast.Name)]
-        for name in names:
-            if name in following:
-                continue
-            for read in ast.walk(function):
-                if (
-                    isinstance(read, ast.Name)
-                    and read.id == name
-                    and isinstance(read.ctx, ast.Load)
-                    and _decides(read, function, following | {name})
-                ):
-                    return True
-    return False
-
-
-def _mentions_size(expr: ast.AST, tainted: set) -> bool:
-    for node in ast.walk(expr):
-        if isinstance(node, ast.Name) and node.id in tainted:
-            return True
-        if isinstance(node, ast.Attribute) and node.attr == "shape":
-            return True
-        if isinstance(node, ast.Call):
-            func = node.func
-            if isinstance(func, ast.Attribute) and func.attr in _SIZE_METHODS:
-                return True
-            if isinstance(func, ast.Name) and func.id == "len":
-                return True
-    return False
-
-
-@lru_cache(maxsize=256)
-def _functions(filename: str) -> tuple:
-    tree = parsed_source(filename)
-    if tree is None:
-        return ()
-    return tuple(
-        n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-    )
-
-
-def _function_node(filename: str, firstlineno: int, name: str):
-    """The ``def`` whose code starts at ``firstlineno`` (its first decorator's line)."""
-    for node in _functions(filename):
-        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
-        if node.name == name and first == firstlineno:
-            return node
-    return None
+def _decides(node: ast.AST, function: ast.AST | None = None) -> bool:
+    """Whether the text ``node`` makes in C (``"%d" % n``, which cannot remember its
+    number) may pick something: it goes anywhere but to messages (:func:`_verdict`),
+    directly or through a local -- a key, a comparison, a test, ``len`` of it, a
+    container, an argument."""
+    return _verdict(node, kept=False) is None
 
 
 @lru_cache(maxsize=256)

@@ -53,6 +53,7 @@ import operator
 import os
 import re
 import types
+import weakref
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -283,8 +284,16 @@ def _flow(node: ast.AST, following: frozenset) -> set:
             return _reads_of_local(parent, parent.target.id, following)
         if isinstance(parent, ast.Return):
             return {_RETURNED}
+        if isinstance(parent, (ast.List, ast.Tuple, ast.Set)):
+            call = _parent(parent)
+            if isinstance(call, ast.Call) and any(a is parent for a in call.args):
+                # array.array("q", [n]): a C callable reads the display's items
+                return {Site("call", call, call.lineno, IN_DISPLAY)}
         return set()
     return set()
+
+
+IN_DISPLAY = "<an item of a list, tuple or set given to the call>"
 
 
 _ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
@@ -464,7 +473,7 @@ def _parameters(arguments: ast.arguments) -> set:
 @lru_cache(maxsize=1024)
 def parameter_sites(code: types.CodeType, parameter: str) -> tuple:
     """The sites every read of ``parameter`` of the function of ``code`` reaches."""
-    node = _def_node(code.co_filename, code.co_firstlineno, code.co_name)
+    node = _def_node(code.co_filename, code.co_firstlineno, code.co_name, code)
     if node is None:
         return ()
     return tuple(_reads_in(node, parameter, frozenset()))
@@ -701,18 +710,17 @@ def _call_reads(site: Site, func, scope: _Scope, depth: int):
         isinstance(func, types.FunctionType)
         and owner not in (None, _MISSING)
         and not isinstance(owner, (type, types.ModuleType))
+        and _method_of_the_class(owner, call.func.attr)
     ):
         bound = [owner]  # a method looked up on an instance: self is bound
     if isinstance(func, types.FunctionType):
-        if any(isinstance(a, ast.Starred) for a in call.args):
+        if site.arg == IN_DISPLAY or any(isinstance(a, ast.Starred) for a in call.args):
             return None  # the parameters cannot be matched without running code
         arguments = bound + [_resolve(a, scope) for a in call.args]
         keywords = {k.arg: _resolve(k.value, scope) for k in call.keywords if k.arg}
         at = site.arg if isinstance(site.arg, str) else len(bound) + site.arg
         return _into_function(func, arguments, at, depth, keywords)
-    if isinstance(func, _C_CALLABLES) or (
-        isinstance(func, type) and func.__module__ in ("builtins", "itertools", "collections")
-    ):
+    if isinstance(func, _C_CALLABLES) or _c_type(func):
         holder = getattr(func, "__objclass__", None) or type(getattr(func, "__self__", None))
         if holder is not None and issubclass(holder, _MAPPINGS):
             return None  # a key: hashing guards it
@@ -721,6 +729,45 @@ def _call_reads(site: Site, func, scope: _Scope, depth: int):
             return None
         return (scope.filename, site.line)
     return None  # a Python class, or something else that keeps the number as an object
+
+
+# C classes that keep their arguments as objects (a partial's arguments, a namespace's
+# values): the number stays traced inside them.
+_STORING_TYPES = (
+    functools.partial,
+    types.SimpleNamespace,
+    types.MethodType,
+    staticmethod,
+    classmethod,
+    property,
+    weakref.ref,
+)
+
+
+def _method_of_the_class(owner, name: str) -> bool:
+    """Whether ``owner.name`` is a function of ``owner``'s class, bound to it: a function
+    kept on the instance itself (``self.fn = lambda n: ...``, a module's attribute) is
+    called as it is."""
+    if name in getattr(owner, "__dict__", {}):
+        return False
+    return isinstance(inspect.getattr_static(type(owner), name, None), types.FunctionType)
+
+
+def _c_type(func) -> bool:
+    """Whether ``func`` is a class whose instances C code makes from its arguments: no
+    Python ``__new__``, ``__init__`` or metaclass ``__call__`` on the way (``array.array``,
+    ``decimal.Decimal``, ``datetime.timedelta``, ``itertools.repeat``, a Python subclass
+    of one that adds neither). A Python class keeps the number as an object."""
+    if not isinstance(func, type) or func is object or issubclass(func, _STORING_TYPES):
+        return False
+    for name in ("__new__", "__init__"):
+        found = inspect.getattr_static(func, name, None)
+        if isinstance(found, (staticmethod, classmethod)):
+            found = found.__func__
+        if isinstance(found, types.FunctionType):
+            return False
+    call = inspect.getattr_static(type(func), "__call__", None)
+    return not isinstance(call, types.FunctionType)
 
 
 def _into_function(func, arguments: list, at: int | str, depth: int, keywords=None):
