@@ -25,8 +25,9 @@ Note: formatting a size is not a decision.
   the time says (:func:`_may_be_caught`). Text made by the message call itself
   (``print(n)``, ``print(x)``) or inside the standard library's ``logging`` and
   ``warnings`` (``log.info("%s", x)`` formats later, in ``logging``) is a message too.
-  ``'%d' % n`` reads the number in C without asking it: that text is never traced (nor
-  guarded), as in eager Python.
+  ``'%d' % n`` reads the number in C without asking it: that text cannot remember, and
+  where it goes anywhere but to a message the number is guarded where it is read
+  (trace/unseen_reads.py, with :func:`_decides`).
 
   A tensor formatted as text (``str(x)``, ``repr``, ``format``, f-strings, ``%s``) shows
   its values: the text's source is then a :class:`TensorText`, which guards the tensor's

@@ -21,7 +21,9 @@ Note: why a traced number is guarded where the code hands it to C.
     into; a local not yet bound is judged by what the function assigns to it;
   - an argument of a callable implemented in C outside PyTorch (``bytes``, ``chr``,
     ``hex``, ``enumerate``, ``struct.pack``, ``operator.getitem``, numpy, a method of a
-    list or string other than those that only store, hash or compare it);
+    list or string other than those that only store, hash or compare it, a class made
+    in C: ``array.array``, ``decimal.Decimal``, ``datetime.timedelta``), also as an
+    item of a list, tuple or set display given to it (``array.array("q", [n])``);
   - a ``"literal %d" % ...`` (any numeric conversion) whose text then picks something
     (trace/text.py's ``_decides``): text made in C cannot remember its number.
 
