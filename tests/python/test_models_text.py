@@ -8,6 +8,7 @@ at the line that decides.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import sys
@@ -476,3 +477,15 @@ def test_text_given_to_c_that_wants_a_plain_str_is_guarded_and_plain():
     assert torch.equal(traced(torch.ones(4, 3)), _interned(torch.ones(4, 3)))
     with pytest.raises(GuardError, match=r"x.shape\[1\] == 3"):
         traced(torch.ones(2, 5))
+
+
+def _printed_into_a_buffer_read_back(x):
+    buffer = io.StringIO()
+    print(f"{x.shape[0]}", file=buffer)
+    return x * (5.0 if buffer.getvalue() == "12\n" else 1.0)
+
+
+def test_text_printed_into_a_buffer_that_is_read_back_is_guarded():
+    traced = tracebridge.trace(_printed_into_a_buffer_read_back, torch.ones(2, 3))
+    with pytest.raises(GuardError, match=r"x.shape\[0\] == 2"):
+        traced(torch.ones(12, 3))

@@ -638,6 +638,8 @@ def _message_call(call: ast.Call, strict: bool) -> frozenset | None:
     name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
     if name.endswith(_MESSAGE_SUFFIXES):
         return CAUGHT if isinstance(getattr(call, "_tb_parent", None), ast.Raise) else None
+    if name == "print" and not _printed_out_of_reach(call):
+        return None  # print(text, file=buffer): the buffer may be read back
     if name in _SINKS:
         return FINE if name in _SHOWN_ONLY else CAUGHT
     if strict or not isinstance(getattr(call, "_tb_parent", None), ast.Expr):
@@ -646,6 +648,18 @@ def _message_call(call: ast.Call, strict: bool) -> frozenset | None:
     if not words & _MESSAGE_WORDS:
         return None
     return FINE if words <= _SHOWN_ONLY else CAUGHT
+
+
+def _printed_out_of_reach(call: ast.Call) -> bool:
+    """Whether ``print`` writes where the code cannot read it back: standard output or
+    error, or a file object made in the call itself (``file=io.StringIO()``)."""
+    for keyword in call.keywords:
+        if keyword.arg == "file":
+            where = keyword.value
+            return isinstance(where, ast.Call) or (
+                isinstance(where, ast.Attribute) and where.attr in ("stdout", "stderr")
+            )
+    return True
 
 
 _WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
