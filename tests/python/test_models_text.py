@@ -489,3 +489,51 @@ def test_text_printed_into_a_buffer_that_is_read_back_is_guarded():
     traced = tracebridge.trace(_printed_into_a_buffer_read_back, torch.ones(2, 3))
     with pytest.raises(GuardError, match=r"x.shape\[0\] == 2"):
         traced(torch.ones(12, 3))
+
+
+# --- a call named like a message is looked up: a user's recorder keeps the text ----------------
+
+
+class Recorder:
+    def __init__(self):
+        self.lines = []
+
+    def log(self, message):  # named as a log call, but it keeps the text
+        self.lines.append(message)
+
+
+class Shouter:
+    def warn(self, message):  # named as a warning, and only shows the text
+        print(f"!! {message}", file=sys.stderr)
+
+
+RECORDER, SHOUTER = Recorder(), Shouter()
+
+
+def _kept_by_a_recorder(x):
+    RECORDER.log(f"rows={x.shape[0]}")
+    return x * (5.0 if RECORDER.lines[-1] == "rows=12" else 1.0)
+
+
+def _kept_by_a_recorder_as_one_field(x):
+    RECORDER.log(str(x.shape[0]))
+    return x * (5.0 if RECORDER.lines[-1] == "12" else 1.0)
+
+
+def _shown_by_a_user_function(x):
+    SHOUTER.warn(f"rows={x.shape[0]}")
+    logging.getLogger("tracebridge.tests").info("shape " + "x".join(str(s) for s in x.shape))
+    return x * 2
+
+
+def test_a_user_call_named_like_a_log_that_keeps_the_text_is_guarded():
+    for fn in (_kept_by_a_recorder, _kept_by_a_recorder_as_one_field):
+        traced = tracebridge.trace(fn, torch.ones(2, 3))
+        with pytest.raises(GuardError, match=r"x.shape\[0\] == 2"):
+            traced(torch.ones(12, 3))
+
+
+def test_a_user_call_that_only_shows_the_text_and_joined_sizes_stay_general():
+    traced = tracebridge.trace(_shown_by_a_user_function, torch.ones(2, 3))
+    assert traced.guards == []
+    assert torch.equal(traced(torch.ones(12, 5)), torch.full((12, 5), 2.0))

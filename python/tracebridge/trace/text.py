@@ -39,13 +39,16 @@ Note: formatting a size is not a decision.
 from __future__ import annotations
 
 import ast
+import builtins
 import contextlib
+import inspect
 import linecache
 import logging
 import os
 import re
 import string
 import sys
+import types
 import warnings
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -415,6 +418,12 @@ def _holds(verdict: frozenset | None, frame, position: tuple, depth: int) -> boo
         return False
     if "caught" in verdict and _may_be_caught(frame, position):
         return False
+    filename = frame.f_code.co_filename
+    for condition in verdict:
+        if condition.startswith("sink:") and not _sink_holds(
+            filename, condition, frame.f_locals, frame.f_globals, 0
+        ):
+            return False
     if "returned" in verdict:
         caller = _user_caller(frame)
         if caller is None:
@@ -429,6 +438,132 @@ def _holds(verdict: frozenset | None, frame, position: tuple, depth: int) -> boo
             return False
         return _holds(_verdict_of_call(caller.f_code.co_filename, at), caller, at, depth + 1)
     return True
+
+
+# --- message calls: what the callee is ---------------------------------------------------
+# Note: a name is not a sink.
+#   ``rec.log(text)`` reads as a log call, but ``rec`` may be the user's object that keeps
+#   the text and compares it later. So a call taken for a message by its name is looked
+#   up when the text is made, without running code (names in the frame, attributes in
+#   ``__dict__`` or on the class): PyTorch's, ``warnings``' and ``logging``'s callables
+#   and ``print`` are sinks; a Python function is one where the parameter the text is
+#   given to only reaches messages in its source (timm's fallback ``_assert(cond, msg)``
+#   asserts it); anything else (a C function, a class, a callable the look-up cannot
+#   find without running code) is a sink only by one of the standard names.
+# (tracebridge's: the stand-ins of torch's checks the trace puts in place.)
+_SINK_MODULES = (
+    "torch",
+    "logging",
+    "warnings",
+    "_warnings",
+    "transformers.utils.logging",
+    "tracebridge",
+)
+_UNRESOLVED = object()
+
+
+def _sink_holds(filename: str, condition: str, local_names, global_names, depth: int) -> bool:
+    *span, argument = condition.split(":")[1:]
+    call = (_parsed(filename) or {}).get(tuple(map(int, span)))
+    if not isinstance(call, ast.Call):
+        return False
+    callee = _callee(call.func, local_names, global_names)
+    if callee is _UNRESOLVED:
+        name = call.func.attr if isinstance(call.func, ast.Attribute) else call.func.id
+        return name in _STANDARD_SINKS
+    if callee is print or _from_sink_module(callee):
+        return True
+    function, bound = _python_function(callee)
+    if function is None or depth >= 3 or argument == "?":
+        return False
+    code = function.__code__
+    params = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    if argument.isdigit():
+        at = int(argument) + bound
+        parameter = params[at] if at < code.co_argcount else None
+    else:
+        parameter = argument if argument in params else None
+    node = _def_of(code) if parameter is not None else None
+    if node is None:
+        return False
+    verdict = _parameter_verdict(node, parameter)
+    if verdict is None or "returned" in verdict or "reads" in verdict:
+        return False
+    return all(
+        _sink_holds(code.co_filename, c, {}, function.__globals__, depth + 1)
+        for c in verdict
+        if c.startswith("sink:")
+    )
+
+
+# Names that stay sinks where the callee cannot be looked up (``get_logger().info``).
+_STANDARD_SINKS = frozenset(
+    "print debug info warning warn error exception critical fatal log _assert".split()
+)
+
+
+def _from_sink_module(callee) -> bool:
+    target = getattr(callee, "__func__", callee)
+    target = getattr(target, "__wrapped__", target)  # transformers' warning_once (lru_cache)
+    module = getattr(target, "__module__", None) or ""
+    return module.startswith(_SINK_MODULES) and not isinstance(target, type)
+
+
+def _python_function(callee) -> tuple:
+    """``(function, 1 if self is bound else 0)`` of a Python function or method."""
+    if isinstance(callee, types.MethodType):
+        return (
+            (callee.__func__, 1) if isinstance(callee.__func__, types.FunctionType) else (None, 0)
+        )
+    if isinstance(callee, types.FunctionType):
+        return callee, 0
+    return None, 0
+
+
+def _callee(expr: ast.AST, local_names, global_names):
+    """The object ``expr`` names, read without running code (no property, no
+    ``__getattr__``); a function found on an instance's class comes bound."""
+    if isinstance(expr, ast.Name):
+        for names in (local_names, global_names, vars(builtins)):
+            if expr.id in names:
+                return names[expr.id]
+        return _UNRESOLVED
+    if isinstance(expr, ast.Attribute):
+        owner = _callee(expr.value, local_names, global_names)
+        if owner is _UNRESOLVED:
+            return _UNRESOLVED
+        if isinstance(owner, types.ModuleType):
+            return vars(owner).get(expr.attr, _UNRESOLVED)
+        own = getattr(owner, "__dict__", None)
+        if isinstance(own, dict) and expr.attr in own:
+            return own[expr.attr]
+        found = inspect.getattr_static(owner, expr.attr, _UNRESOLVED)
+        if isinstance(found, types.FunctionType) and not isinstance(owner, type):
+            return types.MethodType(found, owner)
+        if isinstance(found, (staticmethod, classmethod)):
+            return found.__func__
+        return found
+    return _UNRESOLVED
+
+
+def _parameter_verdict(function: ast.AST, parameter: str) -> frozenset | None:
+    """The verdicts of every read of ``parameter`` in ``function``, joined, as text that
+    does not remember (a function that reads frames or rebinds it as global: None)."""
+    verdict: frozenset = FINE
+    following = frozenset({parameter})
+    for node in ast.walk(function):
+        if isinstance(node, (ast.Global, ast.Nonlocal)) and parameter in node.names:
+            return None
+        if (isinstance(node, ast.Name) and node.id in _READS_FRAMES) or (
+            isinstance(node, ast.Attribute) and node.attr in _READS_FRAMES
+        ):
+            return None
+        if isinstance(node, ast.Name) and node.id == parameter and isinstance(node.ctx, ast.Load):
+            read = _verdict(node, False, following)
+            if read is None or ("caught" in read and _inside_a_catch(node)):
+                return None
+            verdict = verdict | read
+    return verdict
 
 
 @lru_cache(maxsize=4096)
@@ -488,7 +623,7 @@ def _inside_a_catch(node: ast.AST) -> bool:
     child, parent = node, getattr(node, "_tb_parent", None)
     while parent is not None and not isinstance(parent, (*_DEFS, ast.Lambda, ast.ClassDef)):
         trying = isinstance(parent, ast.Try) or type(parent).__name__ == "TryStar"
-        if trying and parent.handlers and child in parent.body:
+        if trying and child in parent.body and any(map(_reads_the_exception, parent.handlers)):
             return True
         if isinstance(parent, (ast.With, ast.AsyncWith)) and child in parent.body:
             for item in parent.items:
@@ -499,6 +634,23 @@ def _inside_a_catch(node: ast.AST) -> bool:
                     return True
         child, parent = parent, getattr(parent, "_tb_parent", None)
     return False
+
+
+def _reads_the_exception(handler: ast.ExceptHandler) -> bool:
+    """Whether an ``except`` clause may read what it caught: it names it (``as err``), or
+    its body asks for it (``sys.exc_info()``, ``traceback``, ``logger.exception``)."""
+    if handler.name is not None:
+        return True
+    return any(
+        (isinstance(n, ast.Attribute) and n.attr in _READS_EXCEPTIONS)
+        or (isinstance(n, ast.Name) and n.id in _READS_EXCEPTIONS)
+        for n in ast.walk(handler)
+    )
+
+
+_READS_EXCEPTIONS = frozenset(
+    "exc_info exception format_exc print_exc format_exception traceback raise_from".split()
+)
 
 
 @lru_cache(maxsize=4096)
@@ -564,7 +716,7 @@ def _verdict(node: ast.AST, kept: bool, following: frozenset = frozenset()) -> f
             child, parent = up, getattr(up, "_tb_parent", None)
             continue
         elif isinstance(parent, ast.Call):
-            message = _message_call(parent, strict)
+            message = _message_call(parent, strict, child)
             if message is not None:
                 return found | message
             func = parent.func
@@ -579,13 +731,13 @@ def _verdict(node: ast.AST, kept: bool, following: frozenset = frozenset()) -> f
             else:
                 return None  # given to code that may read it unseen
         elif isinstance(parent, ast.keyword):
-            if not isinstance(up, ast.Call) or _message_call(up, strict) is None:
+            if not isinstance(up, ast.Call) or _message_call(up, strict, parent) is None:
                 func = getattr(up, "func", None)
                 if not (isinstance(func, ast.Attribute) and func.attr == "format"):
                     return None
                 kept = False
         elif isinstance(parent, ast.Lambda):  # torch._check(ok, lambda: f"...")
-            message = _message_call(up, strict) if isinstance(up, ast.Call) else None
+            message = _message_call(up, strict, parent) if isinstance(up, ast.Call) else None
             return found | message if message is not None and child is parent.body else None
         elif isinstance(parent, ast.Assert):
             return found | CAUGHT if child is parent.msg else reads
@@ -611,6 +763,12 @@ def _verdict(node: ast.AST, kept: bool, following: frozenset = frozenset()) -> f
             return reads  # a key or an index: hashed or read by SymStr
         elif isinstance(parent, ast.Dict):
             return reads if any(child is k for k in parent.keys) else None
+        elif isinstance(parent, (ast.List, ast.Tuple, ast.Set)) or (
+            isinstance(parent, (ast.ListComp, ast.SetComp, ast.GeneratorExp))
+            and child is parent.elt
+        ):
+            container = _container_verdict(parent, following)  # "x".join([a, text])
+            return None if container is None else found | container
         elif isinstance(parent, ast.Expr):
             return found  # made and dropped
         elif isinstance(parent, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
@@ -627,27 +785,35 @@ def _verdict(node: ast.AST, kept: bool, following: frozenset = frozenset()) -> f
     return None
 
 
-def _message_call(call: ast.Call, strict: bool) -> frozenset | None:
-    """The verdict of text given to ``call``, where it only shows it: an exception built
-    for ``raise`` there (one kept as an object may be read back), a call named exactly as
-    printing, logging, warning or asserting do (``_SINKS``), or -- not ``strict`` -- a
-    call named with one of those words whose result is dropped (``check_shape(x,
-    f"...")`` as a statement; ``catalog_scale(text)``, ``if check_cache(text)`` are not
-    messages). Else None."""
+def _message_call(call: ast.Call, strict: bool, child: ast.AST | None = None) -> frozenset | None:
+    """The verdict of text given to ``call`` (as its argument ``child``; None: the call
+    formats its arguments itself, ``print(n)``), where it only shows it: an exception
+    built for ``raise`` there (one kept as an object may be read back), or a call named
+    exactly as printing, logging, warning or asserting do (``_SINKS``), or -- not
+    ``strict`` -- a call named with one of those words whose result is dropped
+    (``check_shape(x, f"...")`` as a statement; ``catalog_scale(text)``, ``if
+    check_cache(text)`` are not messages). Else None. A named call is only a candidate:
+    the verdict's ``sink:`` condition has the callee looked up when the text is made
+    (:func:`_sink_holds`), since ``rec.log(text)`` may keep the text. Every message may
+    be caught: printed under ``redirect_stdout``, raised, warned."""
     func = call.func
     name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
     if name.endswith(_MESSAGE_SUFFIXES):
         return CAUGHT if isinstance(getattr(call, "_tb_parent", None), ast.Raise) else None
     if name == "print" and not _printed_out_of_reach(call):
         return None  # print(text, file=buffer): the buffer may be read back
-    if name in _SINKS:
-        return FINE if name in _SHOWN_ONLY else CAUGHT
-    if strict or not isinstance(getattr(call, "_tb_parent", None), ast.Expr):
-        return None
-    words = {word.lower() for word in _WORD.findall(name)}
-    if not words & _MESSAGE_WORDS:
-        return None
-    return FINE if words <= _SHOWN_ONLY else CAUGHT
+    if name not in _SINKS:
+        if strict or not isinstance(getattr(call, "_tb_parent", None), ast.Expr):
+            return None
+        if not {word.lower() for word in _WORD.findall(name)} & _MESSAGE_WORDS:
+            return None
+    if isinstance(child, ast.keyword):
+        argument = child.arg or "?"
+    else:
+        at = [i for i, a in enumerate(call.args) if a is child]
+        argument = str(at[0]) if at else "?"
+    span = (call.lineno, call.end_lineno, call.col_offset, call.end_col_offset)
+    return CAUGHT | {"sink:" + ":".join(map(str, span)) + ":" + argument}
 
 
 def _printed_out_of_reach(call: ast.Call) -> bool:
@@ -668,7 +834,6 @@ _WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
 _SINKS = frozenset(
     "_assert _assert_async print debug info warning warn error exception critical fatal log".split()
 )
-_SHOWN_ONLY = frozenset("print debug info log".split())  # never raise nor warn
 
 
 # Names through which code reads a function's locals or frames by name, out of the reach of
@@ -678,12 +843,15 @@ _READS_FRAMES = frozenset(
 )
 
 
-def _local_verdict(assign: ast.stmt, kept: bool, following: frozenset) -> frozenset | None:
+def _local_verdict(assign: ast.stmt, kept, following: frozenset) -> frozenset | None:
     """``name = <text>`` (or ``name += <text>``) inside a function: the verdicts of every
-    read of the name, anywhere in the function (its nested functions too), joined. Only
-    a plain local can be followed so: a class attribute, a global or nonlocal, a name of
-    a function that reads frames or locals by name give None, as does a name that
-    reaches an exception or a warning in a function that catches (``try``, ``with``)."""
+    read of the name, anywhere in the function (its nested functions too), joined; each
+    read judged by :func:`_verdict` (``kept`` says whether the text remembers), or by
+    ``kept`` itself where it is a function of the read and ``following`` (a container of
+    text: :func:`_container_verdict`). Only a plain local can be followed so: a class
+    attribute, a global or nonlocal, a name of a function that reads frames or locals by
+    name give None, as does a read that reaches an exception or a warning inside a
+    ``try`` or a ``with`` that may read it back."""
     targets = assign.targets if isinstance(assign, ast.Assign) else [assign.target]
     if len(targets) != 1 or not isinstance(targets[0], ast.Name):
         return None
@@ -699,24 +867,38 @@ def _local_verdict(assign: ast.stmt, kept: bool, following: frozenset) -> frozen
         return FINE  # a cycle of locals passing the text on: judged by the reads outside it
     following = following | {name}
     verdict: frozenset = FINE
-    catches = False
     for node in ast.walk(function):
         if isinstance(node, (ast.Global, ast.Nonlocal)) and name in node.names:
             return None
-        if isinstance(node, (ast.Try, ast.With, ast.AsyncWith)) or type(node).__name__ == "TryStar":
-            catches = True
         if (isinstance(node, ast.Name) and node.id in _READS_FRAMES) or (
             isinstance(node, ast.Attribute) and node.attr in _READS_FRAMES
         ):
             return None
         if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
-            read = _verdict(node, kept, following)
-            if read is None:
-                return None
+            read = kept(node, following) if callable(kept) else _verdict(node, kept, following)
+            if read is None or ("caught" in read and _inside_a_catch(node)):
+                return None  # a message caught and read back (try/except, catch_warnings)
             verdict = verdict | read
-    if catches and "caught" in verdict:
-        return None  # a message caught and read back (try/except, catch_warnings)
     return verdict
+
+
+def _container_verdict(container: ast.AST, following: frozenset) -> frozenset | None:
+    """A list, tuple or set of texts (a display, a comprehension, a generator): only
+    joined into new text (``"x".join(parts)``), directly or through a local, is it seen;
+    the joined text then goes where its walk says."""
+    parent = getattr(container, "_tb_parent", None)
+    if (
+        isinstance(parent, ast.Call)
+        and isinstance(parent.func, ast.Attribute)
+        and parent.func.attr == "join"
+        and len(parent.args) == 1
+        and parent.args[0] is container
+        and not parent.keywords
+    ):
+        return _verdict(parent, kept=False, following=following)
+    if isinstance(parent, (ast.Assign, ast.AnnAssign)) and container is parent.value:
+        return _local_verdict(parent, _container_verdict, following)
+    return None
 
 
 def _decides(node: ast.AST, function: ast.AST | None = None) -> bool:
@@ -738,10 +920,25 @@ def _parsed(filename: str) -> dict | None:
     except (SyntaxError, ValueError):
         return None
     index = {}
+    defs = _DEFS_IN[filename] = {}
     for parent in ast.walk(tree):
         for child in ast.iter_child_nodes(parent):
             child._tb_parent = parent
         if isinstance(parent, ast.expr):
             key = (parent.lineno, parent.end_lineno, parent.col_offset, parent.end_col_offset)
             index.setdefault(key, parent)
+        elif isinstance(parent, _DEFS):
+            first = min([parent.lineno] + [d.lineno for d in parent.decorator_list])
+            defs[(parent.name, first)] = parent
     return index
+
+
+_DEFS_IN: dict[str, dict] = {}  # file -> its defs by (name, first line), from _parsed's tree
+
+
+def _def_of(code) -> ast.AST | None:
+    """The ``def`` of ``code``, in the tree :func:`_parsed` indexes (its nodes know their
+    parents)."""
+    if _parsed(code.co_filename) is None:
+        return None
+    return _DEFS_IN.get(code.co_filename, {}).get((code.co_name, code.co_firstlineno))
