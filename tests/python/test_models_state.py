@@ -182,3 +182,33 @@ def test_trace_leaves_every_cuda_rng_as_it_was():
     before = _snapshot(model)
     tracebridge.trace(model, x, check_inputs=[(check,)])
     _assert_unchanged(before, model)
+
+
+class KeepsTensorsByHand(nn.Module):
+    """State outside the buffer table, written in place by forward: a plain tensor
+    attribute, a tensor in a dict attribute, one in a list."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = torch.zeros(())
+        self.stats = {"rows": torch.zeros(())}
+        self.history = [torch.zeros(2)]
+        self.register_buffer("seen", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        self.stats["rows"].add_(x.shape[0])
+        self.history[0].add_(1)
+        self.seen.add_(1)
+        return x * self.calls + self.stats["rows"]
+
+
+@pytest.mark.parametrize("check_trace", [True, False])
+def test_tensors_kept_by_hand_are_put_back_after_tracing(check_trace):
+    # The trace is refused (it would write a constant on every call); tracing ran the code
+    # several times meanwhile, and each write is undone.
+    model = KeepsTensorsByHand()
+    with pytest.raises(tracebridge.errors.ArtifactError, match="writes constant 'calls'"):
+        tracebridge.trace(model, torch.ones(3, 4), check_trace=check_trace)
+    for tensor in (model.calls, model.stats["rows"], model.history[0], model.seen):
+        assert torch.count_nonzero(tensor) == 0

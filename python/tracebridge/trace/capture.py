@@ -127,6 +127,32 @@ def _restore_attributes(saved: list[tuple]) -> None:
                     kept.extend(items)
 
 
+def _plain_tensors(module: torch.nn.Module) -> list[tuple[torch.Tensor, int, torch.Tensor]]:
+    """Tensors a sub-module holds outside its parameter and buffer tables -- a plain
+    attribute (``self.calls = torch.zeros(())``), an item of a dict, list or tuple
+    attribute -- each with a copy: code that writes into one in place (a call counter, a
+    running statistic kept by hand) has it put back like a buffer (tracing runs the code
+    many times, eager use once). Parameters are left to the warning below."""
+    found: dict[int, torch.Tensor] = {}
+    for mod in module.modules():
+        for value in vars(mod).values():
+            if isinstance(value, dict):
+                items = list(value.values())
+            elif isinstance(value, (list, tuple)):
+                items = list(value)
+            else:
+                items = [value]
+            for item in items:
+                if isinstance(item, torch.Tensor) and not isinstance(item, torch.nn.Parameter):
+                    found.setdefault(id(item), item)
+    kept = []
+    for tensor in found.values():
+        if tensor.is_inference() or tensor.is_meta:
+            continue  # no version to follow, or no values: nothing to put back
+        kept.append((tensor, tensor._version, tensor.detach().clone()))
+    return kept
+
+
 def _renormed_weights(module: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The weights that ``nn.Embedding(max_norm=...)`` and ``nn.EmbeddingBag(max_norm=...)``
     renormalise in place on every call (op-set 7 records that write), with a copy to put
@@ -166,11 +192,12 @@ def preserved(module: torch.nn.Module | None):
     # its state costs about 100 times more, and this runs for every recording and check:
     # numpy_rng_kept() puts it back once per trace.)
     py_rng = random.getstate()
-    saved_buffers, saved_params, modes, flags, attributes = [], [], [], [], []
+    saved_buffers, saved_params, modes, flags, attributes, plain = [], [], [], [], [], []
     renormed: list[tuple[torch.Tensor, torch.Tensor]] = []
     if module is not None:
         attributes = _attributes(module)
         saved_buffers = [(b, b.detach().clone()) for b in module.buffers() if b is not None]
+        plain = _plain_tensors(module)
         saved_params = [(p, p._version) for p in module.parameters()]
         renormed = _renormed_weights(module)
         modes = [(m, m.training) for m in module.modules()]
@@ -189,6 +216,9 @@ def preserved(module: torch.nn.Module | None):
             for buf, copy in saved_buffers:
                 if buf.shape == copy.shape:
                     buf.copy_(copy)
+            for tensor, version, copy in plain:
+                if tensor._version != version and tensor.shape == copy.shape:
+                    tensor.copy_(copy)  # only where written: it may view a parameter
         with torch.no_grad():
             for weight, copy in renormed:
                 weight.copy_(copy)
