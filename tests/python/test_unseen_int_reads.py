@@ -585,3 +585,43 @@ def test_a_size_kept_by_a_partial_stays_general():
     traced = tracebridge.trace(f, torch.ones(2, 3))
     assert traced.guards == []
     assert torch.equal(traced(torch.ones(7, 3)), f(torch.ones(7, 3)))
+
+
+def _a_width_of_text(x):
+    return x * (5.0 if len("%-*s" % (x.shape[0], "a")) == 12 else 1.0)  # noqa: UP031
+
+
+def _rounded_to_a_size(x):
+    return x * (5.0 if round(3.14159265358979, x.shape[0]) == 3.14159265359 else 1.0)
+
+
+def _a_method_of_built_text(x):
+    return x * (5.0 if ("a" * 20).replace("a", "b", x.shape[0]).count("b") == 12 else 1.0)
+
+
+def _split_of_joined_text(x):
+    return x * (5.0 if len("-".join(["a"] * 20).split("-", x.shape[0])) == 13 else 1.0)
+
+
+# fmt: off
+def _a_local_bound_on_the_same_line(x):
+    n = x.shape[0]; items = list(range(20)); items.insert(n, -1)  # noqa: E702
+    return x * (5.0 if items[12] == -1 else 1.0)
+# fmt: on
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        _a_width_of_text,
+        _rounded_to_a_size,
+        _a_method_of_built_text,
+        _split_of_joined_text,
+        _a_local_bound_on_the_same_line,
+    ],
+)
+def test_sizes_read_in_c_by_widths_ndigits_and_methods_of_built_objects_are_guarded(fn):
+    traced = tracebridge.trace(fn, torch.ones(2, 3))
+    assert torch.equal(traced(torch.ones(2, 3)), fn(torch.ones(2, 3)))
+    with pytest.raises(GuardError, match=r"x.shape\[0\] == 2"):
+        traced(torch.ones(12, 3))

@@ -204,6 +204,7 @@ def _constant_int(node: ast.AST) -> int | None:
 # Conversions of ``%``-formatting that read a number (in C, for an int or float subclass).
 _NUMERIC_CONVERSION = re.compile(
     r"%(?:\([^)]*\))?[#0\- +]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[hlL]?[diuoxXceEfFgG]"
+    r"|%[#0\- +]*(?:\*|\d*\.\*)"  # a width or precision given as an argument: read in C
 )
 _PASSING = frozenset({"max", "min"})  # give back one of their arguments, the number itself
 
@@ -514,6 +515,8 @@ def _resolve(expr: ast.AST, scope: _Scope):
         return scope.lookup(expr.id)
     if isinstance(expr, ast.Attribute):
         owner = _resolve(expr.value, scope)
+        if owner is _SEQUENCE or owner is _MISSING:
+            owner = _built_kind(expr.value, scope)  # ("a" * 20).replace: a str's method
         if owner is _MISSING or owner is _SEQUENCE:
             return _MISSING
         if isinstance(owner, types.ModuleType):
@@ -553,6 +556,48 @@ def _resolve(expr: ast.AST, scope: _Scope):
             owner = _resolve(expr.func.value, scope)
             if isinstance(owner, torch.Tensor) and not expr.args and not expr.keywords:
                 return _SEQUENCE  # x.size(): a torch.Size
+    return _MISSING
+
+
+# str methods whose result is a str, and those whose result is a list.
+_TO_STR = frozenset(
+    """join replace strip lstrip rstrip lower upper title capitalize casefold swapcase center
+    ljust rjust zfill format format_map expandtabs removeprefix removesuffix""".split()
+)
+_TO_LIST = frozenset("split rsplit splitlines".split())
+
+
+def _built_kind(expr: ast.AST, scope: _Scope):
+    """An empty object of the builtin kind the expression ``expr`` builds (a str for
+    ``"a" * 20``, an f-string or ``sep.join(...)``; a list for a display or
+    ``text.split()``; a tuple, a set), whose methods are its C methods; else _MISSING."""
+    if isinstance(expr, (ast.JoinedStr,)):
+        return ""
+    if isinstance(expr, (ast.List, ast.ListComp)):
+        return []
+    if isinstance(expr, ast.Tuple):
+        return ()
+    if isinstance(expr, (ast.Set, ast.SetComp)):
+        return set()
+    if isinstance(expr, ast.Constant) and isinstance(expr.value, (str, bytes)):
+        return type(expr.value)()
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Add, ast.Mult, ast.Mod)):
+        for side in (expr.left, expr.right):
+            kind = _built_kind(side, scope)
+            if kind is not _MISSING:
+                return kind
+        return _MISSING
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
+        receiver = _built_kind(expr.func.value, scope)
+        if isinstance(receiver, (str, bytes)):
+            if expr.func.attr in _TO_STR:
+                return type(receiver)()
+            if expr.func.attr in _TO_LIST:
+                return []
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name):
+        made = scope.lookup(expr.func.id)
+        if made in (str, list, tuple, bytes, bytearray, set, sorted):
+            return [] if made is sorted else made()
     return _MISSING
 
 
@@ -691,8 +736,15 @@ def _sliced(container: ast.AST) -> bool:
 
 
 def _call_reads(site: Site, func, scope: _Scope, depth: int):
-    if func is _MISSING or func is _TENSOR_ATTRIBUTE or _torch_owned(func):
+    if func is _MISSING:
+        receiver = site.expr.func.value if isinstance(site.expr.func, ast.Attribute) else None
+        if isinstance(receiver, ast.Name) and scope.frame is not None:
+            scope.later.append(site)  # n = ...; l = [...]; l.insert(n, 0): see settle
         return None
+    if func is _TENSOR_ATTRIBUTE or _torch_owned(func):
+        return None
+    if func is round and site.arg in (1, "ndigits"):
+        return (scope.filename, site.line)  # round(v, n): v's __round__ reads n in C
     try:
         if id(func) in _ASKING or func in _SEQUENCE_BUILDERS - {bytes, bytearray, memoryview}:
             return None
@@ -850,13 +902,16 @@ def unseen_read(
 
 
 def settle(frame, site: Site) -> tuple[str, int] | None:
-    """For a subscript of a local that was not bound where the number was made
-    (``n = x.shape[0]; table = make_table(); table[n]``): ``(file, line)`` where C code
+    """For a subscript (or a method call) of a local that was not bound where the number
+    was made (``n = x.shape[0]; table = make_table(); table[n]``): ``(file, line)`` where C code
     reads the number, judged from what the local holds when the trace ends (a frame
     that has returned keeps its locals), else None (a tensor, or never bound: the line
     did not run)."""
     filename = frame.f_code.co_filename
     scope = _Scope(frame.f_locals, frame.f_globals, filename)
+    if site.kind == "call":  # a method of a local bound after the number was made
+        func = _resolve(site.expr.func, scope)
+        return None if func is _MISSING else _call_reads(site, func, scope, 0)
     container = scope.local_names.get(site.expr.id, _MISSING)
     if container is _MISSING:
         return None
