@@ -212,7 +212,7 @@ def _outside_why(input: torch.Tensor, offset: int, reach: int) -> str:
 def _repeat_numel(input, repeats, dim) -> int:
     """The elements ``repeat_interleave`` would make, computed without allocating."""
     if isinstance(repeats, torch.Tensor):
-        if repeats.is_floating_point() or repeats.is_complex() or repeats.dim() > 1:
+        if repeats.dtype not in _INDEX_DTYPES or repeats.dim() > 1:  # no bool: PyTorch has none
             raise ValueError("repeat_interleave: repeats must be an integer tensor of rank 0 or 1")
         if repeats.numel() and int(repeats.min()) < 0:
             raise ValueError("repeat_interleave: repeats must be non-negative")
