@@ -125,9 +125,18 @@ def _given(info: ops.OpInfo, node: dict) -> list[tuple[tuple[str, ...], Any, tup
     return given
 
 
+def _holds_bool(lit: Any) -> bool:
+    items = _items(lit)
+    return isinstance(lit, bool) or (items is not None and any(isinstance(x, bool) for x in items))
+
+
 def bool_size(info: ops.OpInfo, node: dict) -> str | None:
     """A bool literal where the op takes an integer size, stride or offset (alone or in a
     list); None if there is none."""
+    if not any(map(_holds_bool, node["args"])) and not any(
+        map(_holds_bool, node["kwargs"].values())
+    ):
+        return None  # most nodes: nothing to name (the check runs on every node of a file)
     for names, lit, kinds in _given(info, node):
         sized = [name for name in names if name in _SIZE_NAMES]
         if not sized or not set(kinds) - {"none", "tensor"} <= _INTEGER_KINDS:
