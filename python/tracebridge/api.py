@@ -91,6 +91,8 @@ class _Traced:
         self._methods = {
             name: Method(name, g, slots, runtime, graphs) for name, g in graphs.items()
         }
+        for method in self._methods.values():
+            method.from_file = self.program.from_file  # what an op's failure blames
 
     def _chain_specialisations(self) -> None:
         """Each method with size-1 specialisations tries them when its guards refuse a call

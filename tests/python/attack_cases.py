@@ -77,6 +77,9 @@ def as_strided_family() -> dict:
         "mismatched": ([2, 2], [1], 0),
         "empty_far": ([0], [1], 2**40),
         "bool_size": ([True], [1], 0),
+        "bool_size_of_two": ([True, 3], [3, 1], 0),  # prober18 F12: refused at load
+        "bool_stride": ([1], [True], 0),
+        "bool_offset": ([1], [1], True),
         "float_size": ([1.5], [1], 0),
         "string_size": (["3"], [1], 0),
         "rank_70": ([1] * 70, [0] * 70, 0),
@@ -215,6 +218,31 @@ def repeat_interleave_family() -> dict:
         cases[f"repeat_interleave:dim_{dim}"] = {
             "nodes": [node("repeat_interleave", [x, 2], out(1, shape=(6,)), {"dim": dim})]
         }
+    # prober18 F12: a dim past the input's rank failed inside the checked implementation
+    # (IndexError: tuple index out of range); a bool for a count passed the load checks.
+    cases["repeat_interleave:dim_7_of_rank_2"] = {
+        "nodes": [
+            node("Tensor.view", [x, tup(1, 3)], out(1, shape=(1, 3))),
+            node("repeat_interleave", [ref(1), 2], out(2, shape=(2, 3)), {"dim": 7}),
+        ]
+    }
+    cases["repeat_interleave:dim_computed"] = {
+        "nodes": [
+            node("prim.size", [x, 0], [{"id": 1, "kind": "int"}]),
+            node("repeat_interleave", [x, 2], out(2, shape=(6,)), {"dim": ref(1)}),
+        ]
+    }
+    cases["repeat_interleave:dim_bool"] = {
+        "nodes": [node("repeat_interleave", [x, 2], out(1, shape=(6,)), {"dim": True})]
+    }
+    cases["repeat_interleave:repeats_bool"] = {
+        "nodes": [node("repeat_interleave", [x, True], out(1, shape=(3,)))]
+    }
+    cases["repeat_interleave:output_size_bool"] = {
+        "nodes": [
+            node("repeat_interleave", [x, 1], out(1, shape=(3,)), {"dim": 0, "output_size": True})
+        ]
+    }
     for size in (-1, 2, 2**40):
         cases[f"repeat_interleave:output_size_{size}"] = {
             "nodes": [node("repeat_interleave", [x, 2], out(1, shape=(6,)), {"output_size": size})]
@@ -233,6 +261,7 @@ def broadcast_family() -> dict:
             "huge": [2**40, 3],
             "wide": [2**20, 2**20, 3],
             "negative": [-2, 3],
+            "bool": [True, 3],
             "overflow": [2**62, 2**62, 3],
             "uint": [2**64 - 1, 3],
             "rank_100": [1] * 100 + [3],
@@ -247,6 +276,16 @@ def broadcast_family() -> dict:
             "nodes": [
                 node("prim.size", [x, 0], [{"id": 1, "kind": "int"}]),
                 node("scalar.mul", [ref(1), 2**40], [{"id": 2, "kind": "int"}]),
+                node(op, [x, tup(ref(2), 3)], out(3, shape=("?", 3))),
+                node("sum", [ref(3)], out(4, shape=())),
+            ]
+        }
+        # prober18 F12: a size below -1 computed at the call reached the kernel ("numel:
+        # integer multiplication overflow"); refused before it now.
+        cases[f"{op}:computed_negative"] = {
+            "nodes": [
+                node("prim.size", [x, 0], [{"id": 1, "kind": "int"}]),
+                node("scalar.sub", [ref(1), 5], [{"id": 2, "kind": "int"}]),
                 node(op, [x, tup(ref(2), 3)], out(3, shape=("?", 3))),
                 node("sum", [ref(3)], out(4, shape=())),
             ]

@@ -501,6 +501,18 @@ def corpus(base: dict) -> dict[str, object]:
         set_node(last, op="Tensor.expand", args=[{"ref": 0}, 10**6, 10**6], kwargs={}),
     )
     mutate("view_spread", set_node(last, op="Tensor.view", args=[{"ref": 0}, 2, -1], kwargs={}))
+    # prober18 F12: what PyTorch refuses anyway, written in the file (the input has rank 4)
+    x = {"ref": 0}
+    strided = {"op": "as_strided", "kwargs": {}}
+    mutate("as_strided_bool_size", set_node(last, **strided, args=[x, [True, 3], [3, 1]]))
+    mutate("as_strided_ok", set_node(last, **strided, args=[x, [2, 3], [3, 1], 0]))
+    repeat = {"op": "repeat_interleave", "args": [x, 2]}
+    mutate("repeat_bool", set_node(last, op="repeat_interleave", args=[x, True], kwargs={}))
+    mutate("repeat_dim_7", set_node(last, **repeat, kwargs={"dim": 7}))
+    mutate("repeat_dim_minus_4", set_node(last, **repeat, kwargs={"dim": -4}))
+    broadcast = {"op": "broadcast_to", "kwargs": {}}
+    mutate("broadcast_minus_2", set_node(last, **broadcast, args=[x, [-2, 3, 8, 8]]))
+    mutate("broadcast_minus_1", set_node(last, **broadcast, args=[x, [-1, 3, 8, 8]]))
     mutate(
         "deep",
         lambda d: forward(d)["nodes"][last]["args"].append(json.loads("[" * 70 + "1" + "]" * 70)),
@@ -677,6 +689,9 @@ def test_r_and_python_checkers_agree(base, tmp_path):
         "int_edge",
         "opset_v1",
         "view_spread",
+        "as_strided_ok",
+        "repeat_dim_minus_4",
+        "broadcast_minus_1",
         "pow_small",
         "example_absent",
         "alias_ok",

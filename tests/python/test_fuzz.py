@@ -917,6 +917,46 @@ def test_repeat_interleave_is_bounded_in_bytes(attacks):
     assert "2147483640 bytes" in loaded["message"]
 
 
+# prober18 F12: each refused at load where the file says enough, else before the kernel,
+# naming the op and the argument (they failed inside the checked implementation, passed the
+# load checks, or reached ATen: "numel: integer multiplication overflow").
+F12_AT_LOAD = {
+    "as_strided:bool_size": "as_strided's size is [true]: a bool",
+    "as_strided:bool_size_of_two": "as_strided's size is [true, 3]: a bool",
+    "as_strided:bool_stride": "as_strided's stride is [true]: a bool",
+    "as_strided:bool_offset": "as_strided's storage_offset is true: a bool",
+    "repeat_interleave:repeats_bool": "repeat_interleave's repeats is true: a bool",
+    "repeat_interleave:output_size_bool": "repeat_interleave's output_size is true: a bool",
+    "repeat_interleave:dim_1": "dim 1 is out of range for its input of rank 1 (dims -1..0)",
+    "repeat_interleave:dim_-2": "dim -2 is out of range for its input of rank 1",
+    "repeat_interleave:dim_7_of_rank_2": "dim 7 is out of range for its input of rank 2",
+    "broadcast_to:negative": "broadcast_to size -2 (at position 0 of the sizes) is negative",
+    "broadcast_to:bool": "broadcast_to's size is [true, 3]: a bool",
+    "Tensor.expand:negative": "Tensor.expand size -2 (at position 0 of the sizes) is negative",
+    "Tensor.expand:bool": "Tensor.expand's size is [true, 3]: a bool",
+}
+F12_AT_THE_CALL = {
+    "repeat_interleave:dim_computed": "repeat_interleave: dim 3 is out of range for an input "
+    "of rank 1 (dims -1..0)",
+    "repeat_interleave:dim_bool": "repeat_interleave: dim must be an integer, not True",
+    "repeat_interleave:bool_repeats": "repeats must be an integer tensor",
+    "broadcast_to:computed_negative": "broadcast_to: size -2 is negative",
+    "Tensor.expand:computed_negative": "Tensor.expand: size -2 is negative",
+}
+
+
+def test_sizes_pytorch_refuses_are_refused_at_load_or_before_the_kernel(attacks):
+    for name, words in F12_AT_LOAD.items():
+        outcome = attacks[name]
+        assert outcome["stage"] == "load", (name, outcome)
+        assert words in outcome["message"] and "rule: " in outcome["message"], (name, outcome)
+    for name, words in F12_AT_THE_CALL.items():
+        outcome = attacks[name]
+        assert outcome["stage"] == "call", (name, outcome)
+        op = name.split(":")[0]
+        assert words in outcome["message"] and f"# {op}" in outcome["message"], (name, outcome)
+
+
 def test_as_strided_of_a_size_computed_at_the_call_is_bounded(attacks):
     """``as_strided(x, [3 * 2**40], [0]).sum()``, the size computed from ``x.size(0)``:
     a view within the input's one element that a sum read for hours. Bounded as an

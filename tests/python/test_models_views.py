@@ -21,7 +21,7 @@ import tracebridge
 from tracebridge.check.program import check_program
 from tracebridge.ir import ops
 
-from .test_check_program import node_doc, r_verdicts, refused, write
+from .test_check_program import forward, node_doc, r_verdicts, refused, write
 
 # Every test here runs with warnings ignored (the fixture lives in conftest.py).
 pytestmark = pytest.mark.usefixtures("quiet_warnings")
@@ -147,6 +147,100 @@ def test_crafted_as_strided_with_impossible_literals_is_refused_at_load(args, kw
 
 def test_crafted_repeat_interleave_with_a_negative_count_is_refused_at_load():
     refused(node_doc("repeat_interleave", [{"ref": 0}, -3]), "must be >= 0")
+
+
+# prober18 F12: what PyTorch refuses anyway is refused at load, naming the op, the argument
+# and the node; a bool passed the op set's kinds (where a bool stands for an int).
+@pytest.mark.parametrize(
+    "op, args, kwargs, words",
+    [
+        ("as_strided", [{"ref": 0}, [True, 3], [3, 1]], {}, "as_strided's size is [true, 3]"),
+        ("as_strided", [{"ref": 0}, [2], [True]], {}, "as_strided's stride is [true]"),
+        ("as_strided", [{"ref": 0}, [2], [1], True], {}, "as_strided's storage_offset is true"),
+        ("as_strided", [{"ref": 0}, [2], [1]], {"storage_offset": False}, "storage_offset is"),
+        ("repeat_interleave", [{"ref": 0}, True], {}, "repeat_interleave's repeats is true"),
+        ("repeat_interleave", [{"ref": 0}], {"repeats": True}, "repeats is true"),
+        ("repeat_interleave", [{"ref": 0}, 2], {"output_size": True}, "output_size is true"),
+        ("broadcast_to", [{"ref": 0}, [True, 2]], {}, "broadcast_to's size is [true, 2]"),
+        ("Tensor.expand", [{"ref": 0}, True, 2], {}, "Tensor.expand's size is true"),
+        ("zeros", [[2, True]], {}, "zeros's size is [2, true]"),
+        ("Tensor.view", [{"ref": 0}, True, 2], {}, "Tensor.view's size is true"),
+    ],
+)
+def test_a_bool_where_pytorch_takes_an_integer_size_is_refused_at_load(op, args, kwargs, words):
+    message = refused(node_doc(op, args, kwargs), words, "a bool where an integer", "node 0")
+    assert "[rule: argument kinds]" in message
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, words",
+    [
+        ([{"ref": 0}, 2], {"dim": 1}, "dim 1 is out of range for its input of rank 1 (dims -1..0)"),
+        ([{"ref": 0}, 2, -2], {}, "dim -2 is out of range for its input of rank 1"),
+        ([{"ref": 0}, 2, 7], {}, "dim 7 is out of range"),
+    ],
+)
+def test_a_repeat_interleave_dim_past_its_inputs_rank_is_refused_at_load(args, kwargs, words):
+    refused(node_doc("repeat_interleave", args, kwargs), words, "node 0", "[rule: literals]")
+
+
+@pytest.mark.parametrize(
+    "op, args, words",
+    [
+        ("broadcast_to", [{"ref": 0}, [-2, 3]], "broadcast_to size -2 (at position 0"),
+        ("Tensor.expand", [{"ref": 0}, 4, -3], "Tensor.expand size -3 (at position 1"),
+        ("Tensor.expand", [{"ref": 0}, {"tuple": [-5]}], "size -5"),
+    ],
+)
+def test_an_expand_size_below_minus_one_is_refused_at_load(op, args, words):
+    refused(node_doc(op, args), words, "or -1 to keep the input's size", "[rule: literals]")
+
+
+def test_what_pytorch_takes_stays_accepted():
+    """-1 keeps a size, a dim may count from the end, a count may be 0: traced files hold
+    these, and the rules above refuse none of them."""
+    for op, args, kwargs in [
+        ("broadcast_to", [{"ref": 0}, [2, -1]], {}),
+        ("Tensor.expand", [{"ref": 0}, 2, -1], {}),
+        ("repeat_interleave", [{"ref": 0}, 0], {"dim": -1}),
+        ("repeat_interleave", [{"ref": 0}, 2, 0], {"output_size": 4}),
+        ("as_strided", [{"ref": 0}, [1, 2], [0, 1], 0], {}),
+    ]:
+        check_program(node_doc(op, args, kwargs))
+
+
+@pytest.mark.parametrize("runtime", ["codegen", "interpreter"])
+def test_a_dim_or_size_computed_at_the_call_is_refused_before_the_kernel(runtime, tmp_path):
+    """A dim past the rank failed inside the checked implementation (``IndexError: tuple
+    index out of range``); an expand size below -1 reached the kernel (``numel: integer
+    multiplication overflow``)."""
+
+    def less(by):  # %6 = x.size(0) - by
+        return [
+            {"op": "prim.size", "args": [{"ref": 0}, 0], "outputs": [{"id": 5, "kind": "int"}]},
+            {"op": "scalar.sub", "args": [{"ref": 5}, by], "outputs": [{"id": 6, "kind": "int"}]},
+        ]
+
+    doc = node_doc("repeat_interleave", [{"ref": 0}, 2], {"dim": {"ref": 6}})
+    forward(doc)["nodes"][:0] = [dict(n, kwargs={}, out_spec={"t": "leaf"}) for n in less(1)]
+    fn = _load(tmp_path, doc, runtime)
+    assert torch.equal(fn(torch.tensor([1.0])), torch.tensor([1.0, 1.0]))  # dim 1 - 1 = 0
+    with pytest.raises(tracebridge.OpError, match=r"repeat_interleave: dim 2 is out of range "
+                       r"for an input of rank 1 \(dims -1..0\)"):  # fmt: skip
+        fn(torch.ones(3))
+    doc = node_doc("broadcast_to", [{"ref": 0}, {"tuple": [{"ref": 6}, {"ref": 5}]}])
+    forward(doc)["nodes"][:0] = [dict(n, kwargs={}, out_spec={"t": "leaf"}) for n in less(5)]
+    fn = _load(tmp_path, doc, runtime)
+    assert fn(torch.ones(7)).shape == (2, 7)  # 7 - 5
+    with pytest.raises(tracebridge.OpError, match=r"broadcast_to: size -2 is negative"):
+        fn(torch.ones(3))
+
+
+def _load(tmp_path, doc, runtime):
+    check_program(doc, "crafted.tb")
+    header = b"{}"
+    tensors = len(header).to_bytes(8, "little") + header
+    return tracebridge.load(write(tmp_path / "crafted.tb", doc, tensors), runtime=runtime)
 
 
 def _crafted(tmp_path, args, op="as_strided", kwargs=None, runtime="codegen"):

@@ -7,6 +7,8 @@ elements is refused on every call."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -89,3 +91,40 @@ def test_a_0_dim_size_is_part_of_the_key_by_its_value(tmp_path):
                 assert same_view(fast(x, count), by_count(x, count))
         with pytest.raises(tracebridge.OpError, match="invalid for input of size 24"):
             fast(x, torch.tensor(5))
+
+
+def offset_one(x):
+    return torch.as_strided(x, (x.shape[0], 1), (x.shape[1], 1), 1)  # offset for x alone
+
+
+@pytest.mark.parametrize("runtime", ["codegen", "interpreter"])
+def test_a_view_input_with_its_own_storage_offset_is_named_as_the_cause(runtime, tmp_path):
+    """prober18 F12: a call whose input is a view into a larger storage (a slice of a
+    batch) reaches, with a literal offset, elements of that storage outside the input,
+    which eager reads and a trace never does. The error says so and what to pass; an
+    in-process trace does not blame a hostile artifact (there is none), a loaded one may."""
+    traced = tracebridge.trace(offset_one, (torch.randn(4, 3),), runtime=runtime)
+    view = torch.randn(10, 12)[2:8, 3:6]  # storage offset 27, of 120 elements
+    line = offset_one.__code__.co_firstlineno + 1
+    for fn, from_file in ((traced, False), (loaded(traced, tmp_path, runtime=runtime), True)):
+        with pytest.raises(tracebridge.OpError) as info:
+            fn(view)
+        message = str(info.value)
+        # the op and the user's line (in the generated line, or the interpreter's node)
+        assert re.search(rf"as_strided[ ,(]+\S*test_views_strided\.py:{line}\b", message)
+        assert "reach storage elements 1..16, outside the input's own elements 27..89" in message
+        assert "the input is a view at storage offset 27 into a storage of 120 elements" in message
+        assert "`.clone()`" in message and "`.storage_offset() + k`" in message
+        assert ("corrupt or hostile" in message) == from_file, message
+        # The bounds stay: a tensor of its own runs, as eager does on it.
+        own = view.clone()
+        torch.testing.assert_close(fn(own), offset_one(own))
+
+
+def test_an_op_failing_in_an_in_process_trace_names_no_artifact(tmp_path):
+    traced = tracebridge.trace(lambda x: x.view(2, -1), (torch.randn(4),))
+    with pytest.raises(tracebridge.OpError) as info:
+        traced(torch.randn(3))
+    assert str(info.value).endswith("the inputs do not suit the traced program (sizes, values)")
+    with pytest.raises(tracebridge.OpError, match="corrupt or hostile"):
+        loaded(traced, tmp_path)(torch.randn(3))

@@ -81,3 +81,33 @@ test_that("a view larger than its input and a broadcast selection are bounded at
   model <- jit_load(selected)
   expect_error(model(torch_ones(3)), "masked_select would allocate", class = "tracebridge_error")
 })
+
+test_that("sizes PyTorch refuses are refused at load, read through R as through Python", {
+  # prober18 F12: a bool for a size passed the load checks, a dim past the rank failed
+  # inside the checked implementation, a size of -2 reached the kernel. jit_inspect()
+  # applies the document rules (these files keep them); jit_load() runs every rule.
+  skip_if_no_torch()
+  cases <- list(
+    list(attack_node("as_strided", '[{"ref": 0}, {"tuple": [true, 3]}, {"tuple": [3, 1]}]', 1),
+         "as_strided's size is \\[true, 3\\]: a bool where an integer is expected"),
+    list(attack_node("repeat_interleave", '[{"ref": 0}, true]', 1),
+         "repeat_interleave's repeats is true: a bool"),
+    list(attack_node("repeat_interleave", '[{"ref": 0}, 2]', 1, kwargs = '{"dim": 7}'),
+         "repeat_interleave dim 7 is out of range for its input of rank 1 \\(dims -1..0\\)"),
+    list(attack_node("broadcast_to", '[{"ref": 0}, [-2, 3]]', 1),
+         "broadcast_to size -2 \\(at position 0 of the sizes\\) is negative")
+  )
+  for (case in cases) {
+    path <- attack_tb(case[[1]], 1)
+    expect_silent(jit_inspect(path, quiet = TRUE))
+    expect_error(jit_load(path), case[[2]], class = "tracebridge_artifact_error")
+  }
+  # A dim computed at the call: refused before the kernel, naming the op and the argument.
+  computed <- attack_tb(c(
+    '{"op": "prim.size", "args": [{"ref": 0}, 0], "kwargs": {}, "outputs": [{"id": 1, "kind": "int"}], "out_spec": {"t": "leaf"}}',
+    attack_node("repeat_interleave", '[{"ref": 0}, 2]', 2, kwargs = '{"dim": {"ref": 1}}')
+  ), 2)
+  model <- jit_load(computed)
+  expect_error(model(torch_ones(3)), "repeat_interleave: dim 3 is out of range for an input of rank 1",
+               class = "tracebridge_error")
+})

@@ -538,4 +538,5 @@ def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "
         specialised=dict(doc.get("specialised", {})),
         aliases=dict(doc.get("aliases", {})),
         meta=meta,
+        from_file=True,
     )

@@ -78,10 +78,13 @@ def _compiled_method(name: str, graph: Graph, slots: dict, plan, methods) -> Met
 
 
 def _compiled_methods(obj, slots: dict) -> dict[str, Method]:
-    return {
+    methods = {
         name: _compiled_method(name, g, slots, obj._plans.get(name), obj.program.methods)
         for name, g in obj.program.methods.items()
     }
+    for method in methods.values():
+        method.from_file = obj.program.from_file  # what an op's failure blames
+    return methods
 
 
 def _hooked(module) -> bool:

@@ -192,7 +192,9 @@ def check_program(program_or_doc: Program | dict, name: str = "", *, strict: boo
       per tensor, the node's outputs then the saved values out; backward: the saved values
       then one gradient per output in, one gradient per tensor out, each a flat tuple); the
       named graphs read no state; no graph reaches itself through such nodes.
-    * **literals** [5]: one-key objects with a known tag and a well-formed body.
+    * **literals** [5]: one-key objects with a known tag and a well-formed body; sizes,
+      strides, offsets, repeats and dims written in the file that PyTorch would refuse (a
+      negative one, a bool for an integer, a dim past its input's rank: ``check/views.py``).
     * **fields that runs depend on** [2]: ``mode_bound`` (in ``meta`` for format 1) names
       methods and has a boolean ``training``; a graph's ``sources`` map locations to lines;
       ``specialised`` maps methods to lists of distinct methods; ``tensors.external``
@@ -761,6 +763,7 @@ class _GraphCheck:
     def __init__(self, doc: dict, method: str, graph: dict):
         self.doc, self.method, self.graph = doc, method, graph
         self.kinds: dict[int, str] = {}  # value id -> kind, for values defined so far
+        self.ranks: dict[int, int] = {}  # tensor value id -> the rank the file declares
         self.opset = doc.get("opset_version", ops.OPSET_VERSION)
         self.literal_total = 0  # elements asked for by sizes written in the file, so far
         # value id -> the integer a scalar op computes from literals alone: a size written as
@@ -846,6 +849,7 @@ class _GraphCheck:
                     f"value %{vid} has an example that is not the sizes of an input "
                     "(a list of non-negative integers, one per dimension)",
                 )
+            self.ranks[vid] = len(value["shape"])
         self.kinds[vid] = kind
 
     def _node(self, node: dict) -> None:
@@ -877,6 +881,12 @@ class _GraphCheck:
         for literal in node["kwargs"].values():
             self._literal(literal, 0)
         self._arguments(info, node)
+        problem = views.bool_size(info, node)  # PyTorch takes no bool for a size
+        if problem is not None:
+            _fail("argument kinds", problem)
+        problem = views.problem(node, self.ranks)  # as_strided, repeat_interleave, expands
+        if problem is not None:
+            _fail("literals", problem)
         if op in ops.AUTOCAST_READS:
             _autocast_device(op, node["args"][0])
         elif op == "prim.setting" and node["args"][0] not in ops.SETTINGS:
@@ -925,9 +935,6 @@ class _GraphCheck:
                 )
         if op == AUTOGRAD_FUNCTION:
             self._autograd_function(node)
-        problem = views.problem(node)  # as_strided, repeat_interleave (op-set 4)
-        if problem is not None:
-            _fail("literals", problem)
         if "scalar" in info.flags:
             self._scalar_range(info, node)
             self._fold(info, node)

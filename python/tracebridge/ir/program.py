@@ -166,6 +166,10 @@ class Program:
     aliases: dict[str, str] = field(default_factory=dict)
     # Display-only: nothing that runs may depend on it (shared_ir/SPEC.md).
     meta: dict[str, Any] = field(default_factory=dict)
+    # Never written: whether this program was read from a file (artifact/archive.py). An
+    # op that fails names the file as a possible cause only then: an in-process trace
+    # has no file that could be corrupt or hostile.
+    from_file: bool = field(default=False, compare=False, repr=False)
 
     def __post_init__(self):
         hoist_subgraphs(self)

@@ -1338,7 +1338,15 @@ def sized_guard(
 
     def run_view(*args, **kwargs):
         # An expand is a view: it allocates nothing, so the size it asks for is checked on
-        # its result (one C call), before anything can materialise it.
+        # its result (one C call), before anything can materialise it. A size below -1
+        # (-1 keeps the input's) reached the kernel: "numel: integer multiplication overflow".
+        for a in sizes_of(args, kwargs):
+            for w in (a,) if type(a) is int else _flat_ints(a):
+                if w < -1:
+                    raise ValueError(
+                        f"{op}: size {w} is negative; a size is >= 0, or -1 to keep the "
+                        "input's size"
+                    )
         out = fn(*args, **kwargs)
         numel = out.numel()
         if numel * 16 > ALLOC_BYTES:

@@ -176,7 +176,7 @@ def _as_strided_checked(input, size, stride, storage_offset=None):
             raise ValueError(
                 f"as_strided: sizes {sizes}, strides {strides} and offset {offset} reach "
                 f"storage elements {offset}..{reach}, outside the input's own elements "
-                f"{first}..{last}; a view may only rearrange its input's elements"
+                f"{first}..{last}; " + _outside_why(input, offset, reach)
             )
         numel = math.prod(sizes)
         if not _view_fits(input, numel):
@@ -189,10 +189,30 @@ def _as_strided_checked(input, size, stride, storage_offset=None):
     return torch.as_strided(input, sizes, strides, offset)
 
 
+def _outside_why(input: torch.Tensor, offset: int, reach: int) -> str:
+    """Why a view outside its input is refused, and what to do. Where the input is a view
+    into a larger storage (a slice of a batch) and the elements asked for lie in that
+    storage, eager reads them: a literal offset written for a tensor of its own (offset 0)
+    reads its base's elements there, which a trace never does."""
+    try:
+        held = input.untyped_storage().nbytes() // input.element_size()
+    except Exception:  # a tensor without a storage (a fake or sparse one): no such case
+        held = 0
+    if offset >= 0 and reach < held:
+        return (
+            f"the input is a view at storage offset {input.storage_offset()} into a "
+            f"storage of {held} elements, which eager's as_strided reads outside the view "
+            "and a trace never does: pass the input as a tensor of its own (`.clone()`; "
+            "`.contiguous()` keeps a contiguous view as it is), or compute the offset "
+            "from it (`.storage_offset() + k`)"
+        )
+    return "a view may only rearrange its input's elements"
+
+
 def _repeat_numel(input, repeats, dim) -> int:
     """The elements ``repeat_interleave`` would make, computed without allocating."""
     if isinstance(repeats, torch.Tensor):
-        if repeats.is_floating_point() or repeats.is_complex() or repeats.dim() > 1:
+        if repeats.dtype not in _INDEX_DTYPES or repeats.dim() > 1:  # no bool: PyTorch has none
             raise ValueError("repeat_interleave: repeats must be an integer tensor of rank 0 or 1")
         if repeats.numel() and int(repeats.min()) < 0:
             raise ValueError("repeat_interleave: repeats must be non-negative")
@@ -214,10 +234,28 @@ def _repeat_numel(input, repeats, dim) -> int:
         length = input.numel()
         rest = 1
     else:
-        length = input.shape[dim]
+        length = input.shape[_dim_of(input, dim)] if input.dim() else 1
         rest = input.numel() // length if length else 0
     total = single * length if single is not None else per
     return total * rest, total
+
+
+def _dim_of(input: torch.Tensor, dim) -> int:
+    """``dim`` as an index into ``input.shape``, or the error that names it (a file's dim
+    past the rank reached ``input.shape[dim]``: ``IndexError: tuple index out of range``)."""
+    if isinstance(dim, bool) or not isinstance(dim, (int, torch.Tensor)):
+        raise ValueError(f"repeat_interleave: dim must be an integer, not {dim!r}")
+    if isinstance(dim, torch.Tensor):
+        if not _is_index(dim):
+            raise ValueError("repeat_interleave: dim must be an integer, not a tensor of that kind")
+        dim = int(dim)
+    rank = input.dim()
+    if not -rank <= dim < rank:
+        raise ValueError(
+            f"repeat_interleave: dim {dim} is out of range for an input of rank {rank} "
+            f"(dims {-rank}..{rank - 1})"
+        )
+    return dim
 
 
 def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):

@@ -140,6 +140,11 @@ class Method:
         self._plain: dict[tuple[bool, bool], object] = {}
         self._lock = threading.Lock()
 
+    # Whether the graph was read from a file (set by the traced object from its program):
+    # an op's failure then names the file as a possible cause (support.op_failed). True
+    # where nobody says, as a method made elsewhere (a backend's) may run a loaded graph.
+    from_file = True
+
     def codegen(self, guards: bool = True) -> CodeGen:
         """The code generator for this method (a subclass may return its own)."""
         return CodeGen(self.graph, self._slots, self.name, guards, self._methods, fold=True)
@@ -248,9 +253,9 @@ class Method:
                 except TraceError:
                     raise
                 except Exception as again:
-                    raise support.op_failed(self.name, again) from again
+                    raise support.op_failed(self.name, again, self.from_file) from again
             # Any op may fail on what a file asks for; callers catch TraceError for all.
-            raise support.op_failed(self.name, exc) from exc
+            raise support.op_failed(self.name, exc, self.from_file) from exc
 
     def _leaves(self, args, kwargs) -> list:
         """The input tensors of a call whose arguments are nested (or given by keyword),

@@ -150,10 +150,13 @@ def _failed_step(tb) -> str:
 _STATE_READ = re.compile(r"= S\d+\[")
 
 
-def op_failed(method: str, exc: BaseException) -> OpError:
-    """The :class:`OpError` for ``exc``, raised by an op while ``method`` ran."""
+def op_failed(method: str, exc: BaseException, from_file: bool = True) -> OpError:
+    """The :class:`OpError` for ``exc``, raised by an op while ``method`` ran; ``from_file``:
+    whether the graph was read from a file, which may then be the cause."""
     where = _failed_step(exc.__traceback__) or "(while building its inputs or outputs)"
-    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+    # The first line, bounded (a kernel's message may list every overload); the checked
+    # implementations' say why and what to do within it.
+    text = str(exc).strip().splitlines()[0][:500] if str(exc).strip() else ""
     if isinstance(exc, KeyError) and _STATE_READ.search(where):
         return OpError(  # a plain one: KeyError would quote the message
             f"method {method!r}: the state entry {text} read {where} is gone from its "
@@ -162,11 +165,11 @@ def op_failed(method: str, exc: BaseException) -> OpError:
             "after the change",
             exc,
         )
+    cause = "the inputs do not suit the traced program (sizes, values)"
+    if from_file:
+        cause += ", or the artifact is corrupt or hostile (tracebridge validate checks the file)"
     return _op_error_class(type(exc))(
-        f"method {method!r}: an op failed {where}: {type(exc).__name__}: {text}; the "
-        "inputs do not suit the traced program (sizes, values), or the artifact is corrupt "
-        "or hostile (tracebridge validate checks the file)",
-        exc,
+        f"method {method!r}: an op failed {where}: {type(exc).__name__}: {text}; {cause}", exc
     )
 
 
