@@ -32,12 +32,14 @@ import ast
 import functools
 import itertools
 import sys
+from dataclasses import dataclass
 
 from ..source import OWN_DIR, TORCH_DIR
 from .text import _parsed, _positions
 
 _CACHE_TYPE = functools._lru_cache_wrapper  # what lru_cache and cache return
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_MISSES = frozenset({"KeyError", "LookupError"})  # what a missing key raises
 _LOOKUP_METHODS = frozenset({"get", "setdefault", "pop", "__contains__", "__getitem__"})
 _unique = itertools.count(1)
 
@@ -91,19 +93,63 @@ def _cache_at(frame):
         if wrapper is not None:
             return wrapper
         if isinstance(node.func, ast.Attribute) and node.func.attr in _LOOKUP_METHODS:
-            return _named_cache(node.func.value) or _memo(node.func.value, node.args[:1])
+            store = node.func.attr == "setdefault"
+            return _dict_cache(node.func.value, node.args[:1], frame, store)
         return None
     if isinstance(node, ast.Subscript):
-        return _named_cache(node.value) or _memo(node.value, [node.slice])
+        return _dict_cache(node.value, [node.slice], frame, isinstance(node.ctx, ast.Store))
     if isinstance(node, ast.Compare) and [type(op) for op in node.ops] in ([ast.In], [ast.NotIn]):
-        return _named_cache(node.comparators[0]) or _memo(node.comparators[0], [node.left])
+        return _dict_cache(node.comparators[0], [node.left], frame, False)
     return None
+
+
+@dataclass(frozen=True, eq=False)
+class DictCache:
+    """A dict the user's code keeps as a cache or memo, at one lookup of it."""
+
+    label: str  # the container's source, for messages
+    table: dict  # the dict itself: put back after the recording (trace/memo_tables.py)
+    store: bool  # this lookup stores into it (``d[key] = ...``, ``d.setdefault``)
+
+
+def _dict_cache(container: ast.AST, keys: list, frame, store: bool) -> DictCache | None:
+    """The cache that this lookup of ``container`` is, or None (a decision). The container
+    must be found without running code, and be a dict: the trace puts back what it
+    writes there, and checks what a memo keeps (trace/memo_tables.py)."""
+    label = _named_cache(container) or _memo(container, keys)
+    if label is None:
+        return None
+    table = _resolve(container, frame)
+    return DictCache(label, table, store) if isinstance(table, dict) else None
+
+
+def _resolve(node: ast.AST, frame):
+    """The object a name or attribute chain names in ``frame``, read without running a
+    property or any other code; None where it cannot be."""
+    chain = []
+    while isinstance(node, ast.Attribute):
+        chain.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    scopes = (frame.f_locals, frame.f_globals, frame.f_builtins)
+    obj = next((scope[node.id] for scope in scopes if node.id in scope), None)
+    try:
+        for attr in reversed(chain):
+            obj = _static_attr(obj, attr)
+    except AttributeError:
+        return None
+    return obj
 
 
 def _memo(container: ast.AST, keys: list) -> str | None:
     """The container's source where the function around it memoises in it with that key:
-    ``if key not in container: container[key] = ...`` (a dict of masks kept by length,
-    whatever its name). What the lookup finds is then what the assignment computes."""
+    it stores ``container[key] = ...`` and asks whether the key is there (``key not in
+    container``, ``key in container``, ``container.get(key)`` without a default, or a
+    ``try`` that catches ``KeyError``), whatever the container's name (a dict of masks
+    kept by length, a global memo). What the lookup finds is then what the store
+    computes. A ``.get(key, default)`` that starts from the default (a counter) is no
+    such test."""
     if len(keys) != 1:
         return None
     where, key = ast.unparse(container), ast.unparse(keys[0])
@@ -112,24 +158,51 @@ def _memo(container: ast.AST, keys: list) -> str | None:
         function = getattr(function, "_tb_parent", None)
     if function is None:
         return None
-    for test in ast.walk(function):
-        if not isinstance(test, ast.If) or not isinstance(test.test, ast.Compare):
-            continue
-        compare = test.test
-        if [type(op) for op in compare.ops] != [ast.NotIn] or len(compare.comparators) != 1:
-            continue
-        if ast.unparse(compare.comparators[0]) != where or ast.unparse(compare.left) != key:
-            continue
-        for line in test.body:
-            targets = line.targets if isinstance(line, ast.Assign) else []
-            for target in targets:
-                if (
-                    isinstance(target, ast.Subscript)
-                    and ast.unparse(target.value) == where
-                    and ast.unparse(target.slice) == key
-                ):
-                    return where
-    return None
+    stored = tested = False
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign):
+            stored = stored or any(_is_item(t, where, key) for t in node.targets)
+        elif not tested:
+            tested = _asks_for(node, where, key)
+    return where if stored and tested else None
+
+
+def _is_item(node: ast.AST, where: str, key: str) -> bool:
+    """Whether ``node`` is ``where[key]`` (in the source's words)."""
+    return (
+        isinstance(node, ast.Subscript)
+        and ast.unparse(node.value) == where
+        and ast.unparse(node.slice) == key
+    )
+
+
+def _asks_for(node: ast.AST, where: str, key: str) -> bool:
+    """Whether ``node`` asks if ``where`` holds ``key`` (a memo's test of a miss)."""
+    if isinstance(node, ast.Compare):
+        return (
+            [type(op) for op in node.ops] in ([ast.In], [ast.NotIn])
+            and ast.unparse(node.left) == key
+            and ast.unparse(node.comparators[0]) == where
+        )
+    if isinstance(node, ast.Call):
+        func = node.func
+        no_default = len(node.args) == 1 or (
+            len(node.args) == 2
+            and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value is None
+        )
+        return (
+            isinstance(func, ast.Attribute)
+            and func.attr == "get"
+            and ast.unparse(func.value) == where
+            and not node.keywords
+            and no_default
+            and ast.unparse(node.args[0]) == key
+        )
+    if isinstance(node, ast.ExceptHandler) and node.type is not None:
+        caught = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
+        return any(isinstance(c, ast.Name) and c.id in _MISSES for c in caught)
+    return False
 
 
 def _named_cache(container: ast.AST) -> str | None:
@@ -143,19 +216,7 @@ def _named_cache(container: ast.AST) -> str | None:
 def _functools_cache(func: ast.AST, frame):
     """The functools cache wrapper that ``func`` (a name or attribute chain) names in
     ``frame``, or None. Only names and attributes are read: nothing is called."""
-    chain = []
-    while isinstance(func, ast.Attribute):
-        chain.append(func.attr)
-        func = func.value
-    if not isinstance(func, ast.Name):
-        return None
-    scopes = (frame.f_locals, frame.f_globals, frame.f_builtins)
-    obj = next((scope[func.id] for scope in scopes if func.id in scope), None)
-    try:
-        for attr in reversed(chain):
-            obj = _static_attr(obj, attr)
-    except AttributeError:
-        return None
+    obj = _resolve(func, frame)
     obj = getattr(obj, "__func__", obj)  # a cached method, bound to its instance
     return obj if isinstance(obj, _CACHE_TYPE) else None
 

@@ -1,0 +1,164 @@
+"""The dicts a trace caches or memoises in: put back after each recording, and refused
+where what they keep came from the call's data.
+
+Note: why a memo of data is not a cache.
+  trace/caches.py makes every lookup with a traced size in its key miss: the memoised
+  work runs on the traced sizes and the graph holds it, general in size. That is right
+  for what a function of sizes, constants and the module's state computes (a mask by
+  length, a rotary table, normalised weights): on a hit eager returns what a miss would
+  compute again. A memo filled from the data of the call that missed (ActNorm's
+  ``s = cache.get(n); if s is None: s = x.abs().mean(); cache[n] = s``) keeps the first
+  call's value: eager reuses it, a trace cannot keep it and would compute each call's own,
+  a different result without an error. So, when a recording ends, each entry that it
+  stored under a traced key is followed back through the graph: a value that reads a
+  graph input's data (not only its sizes, dtype or device) or a random draw is refused
+  with a TraceError that names the memo and the line that fills it.
+
+  Whatever the recording wrote into these dicts is then taken out again (their entries
+  as at their first lookup): a traced number left as a key in a global memo or on a
+  function's attribute made the next recording (the trace's check) find a size of
+  another trace, and left the user's objects changed. A module's own dicts are put back
+  by trace/capture.py with its other attributes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from ..errors import TraceError
+from ..ir import Ref, refs_in
+from ..ir.ops import RANDOM_OPS, TENSOR_FLAG_READS
+from .caches import DictCache
+from .numbers import _Traced
+from .text import SymStr
+
+# Ops that read only a tensor's metadata (sizes, dtype, device, flags) from every argument.
+_METADATA_READS = TENSOR_FLAG_READS | frozenset(
+    "prim.size prim.numel prim.dtype prim.device prim.len prim.stride prim.storage_offset "
+    "prim.requires_grad prim.is_contiguous prim.is_contiguous_as".split()
+)
+# Ops that read only the metadata of the argument at this position (a factory "like" it).
+_METADATA_ARGUMENT = {
+    **dict.fromkeys(
+        "empty_like zeros_like ones_like full_like Tensor.new_zeros Tensor.new_ones "
+        "Tensor.new_full Tensor.new_empty Tensor.new_tensor".split(),
+        0,
+    ),
+    **dict.fromkeys("Tensor.type_as Tensor.expand_as Tensor.view_as Tensor.reshape_as".split(), 1),
+}
+_DEPTH = 4  # how deep a kept value's containers are looked into
+# One registry per trace under way: id(table) -> (table, its entries when the trace
+# first looked it up). The check's eager calls write into the same dicts.
+_TRACES: list[dict[int, tuple]] = []
+
+
+@contextlib.contextmanager
+def kept():
+    """Run a whole trace (its recordings and its checks' eager calls), then put back every
+    dict a recording looked up with a traced key as the trace first found it."""
+    tables: dict[int, tuple] = {}
+    _TRACES.append(tables)
+    try:
+        yield
+    finally:
+        _TRACES.remove(tables)
+        for table, entries in tables.values():
+            dict.clear(table)
+            dict.update(table, entries)
+
+
+class MemoTables:
+    """The dicts one recording looked up with a traced key (see the module Note)."""
+
+    def __init__(self):
+        # id(table) -> [table, its entries at the first lookup, label, where it is filled]
+        self._tables: dict[int, list] = {}
+
+    def note(self, cache: DictCache, location: str | None) -> None:
+        entry = self._tables.get(id(cache.table))
+        if entry is None:
+            # dict(table) copies the stored hashes: no key's __hash__ runs.
+            entry = [cache.table, dict(cache.table), cache.label, None]
+            self._tables[id(cache.table)] = entry
+            for tables in _TRACES:
+                tables.setdefault(id(cache.table), (cache.table, entry[1]))
+        if cache.store and entry[3] is None:
+            entry[3] = location
+
+    def check(self, tracer) -> None:
+        """Refuse a memo that keeps, under a traced key, what the call's data decided."""
+        for table, _, label, filled_at in self._tables.values():
+            for key, value in list(dict.items(table)):  # read without hashing a key
+                if not _traced_by(key, tracer, _DEPTH):
+                    continue
+                source = _data_source(tracer, value)
+                if source is not None:
+                    raise TraceError(
+                        f"the memo {label} keeps, under a key of traced sizes, a value "
+                        f"computed from {source}"
+                        f"{f' (filled at {filled_at})' if filled_at else ''}: an eager call "
+                        "reuses the value an earlier call stored, a traced call would "
+                        "compute its own. Compute the value on every call, or make it state "
+                        "the model holds (a buffer set once, before tracing)"
+                    )
+
+    def restore(self) -> None:
+        """Put back every dict's entries as they were at its first lookup."""
+        for table, entries, _, _ in self._tables.values():
+            dict.clear(table)
+            dict.update(table, entries)
+
+
+def _traced_by(key, tracer, depth: int) -> bool:
+    """Whether ``key`` holds a traced number (or text) of ``tracer``: an entry it stored."""
+    if isinstance(key, _Traced):
+        return key._tracer is tracer
+    if isinstance(key, SymStr):
+        return any(getattr(s, "_tracer", None) is tracer for s in key._sources)
+    if type(key) in (tuple, frozenset) and depth:
+        return any(_traced_by(k, tracer, depth - 1) for k in key)
+    return False
+
+
+def _data_source(tracer, value) -> str | None:
+    """What of a call ``value`` was computed from that no size decides ("the input's
+    data", "a random draw"), or None where only sizes, literals and state made it."""
+    roots = [ref.id for ref in _refs_of(tracer, value, _DEPTH)]
+    inputs = {v.id for v in tracer.graph.inputs}
+    seen: set[int] = set()
+    while roots:
+        vid = roots.pop()
+        if vid in seen:
+            continue
+        seen.add(vid)
+        if vid in inputs:
+            return "the input's data"
+        node = tracer._producers.get(vid)
+        if node is None or node.op in _METADATA_READS:
+            continue
+        if node.op in RANDOM_OPS:
+            return "a random draw"
+        skipped = _METADATA_ARGUMENT.get(node.op)
+        args = [a for i, a in enumerate(node.args) if i != skipped]
+        roots.extend(ref.id for ref in refs_in((args, node.kwargs)))
+    return None
+
+
+def _refs_of(tracer, value, depth: int) -> list[Ref]:
+    """The graph values that the tensors and traced numbers in ``value`` are."""
+    if isinstance(value, _Traced):
+        if value._tracer is not tracer or value._ref is None:
+            return []  # a size not yet read in the graph: made from metadata alone
+        return [value._ref]
+    if isinstance(value, SymStr):
+        return [r for s in value._sources for r in _refs_of(tracer, s, depth)]
+    if isinstance(value, torch.Tensor):
+        hit = tracer._lookup(value)
+        return [Ref(hit[1].id)] if hit is not None else []
+    if depth and type(value) in (tuple, list):
+        return [r for item in value for r in _refs_of(tracer, item, depth - 1)]
+    if depth and type(value) is dict:
+        return [r for item in value.values() for r in _refs_of(tracer, item, depth - 1)]
+    return []
