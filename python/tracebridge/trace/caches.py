@@ -13,17 +13,23 @@ Note: why a cache lookup is not a decision.
   function runs on the traced sizes, and the graph holds its work, general in size.
 
   A lookup is a cache's when the tracer can see it in the caller's source: a call whose
-  callable (a name, or ``self.x``/``module.x``) resolves to a functools cache wrapper, or
-  a lookup (``in``, ``[key]``, ``.get``, ``.setdefault``) in a container whose name says
-  ``cache``, or one that the function around it fills as a memo (``if key not in d:
-  d[key] = ...``, the same container and key: a dict of masks kept by length). Any
-  other hash is a decision and is guarded as before. A tensor in the key of a functools
-  cache (``@lru_cache def normed(self, weight)``) misses the same way: a hit would hand
-  the trace the tensor an earlier call stored -- an eager result as a constant, or a value
-  of an earlier trace, so that the trace check's second recording differed from the
-  first and refused the model as not stable. The functools caches
-  a trace went through are emptied at its end (:func:`clear`): their new entries hold
-  traced values, and a cache is only ever a copy of what its function computes.
+  callable (a name, ``self.x``/``module.x``, ``super().x``) resolves to a functools cache
+  wrapper, or makes one for the call (``lru_cache()(fn)(n)``), or a lookup (``in``,
+  ``[key]``, ``.get``, ``.setdefault``) in a dict whose name says ``cache``, or one that
+  the function around it fills as a memo (it stores ``d[key] = ...`` and asks for the
+  same key: ``key not in d``, ``d.get(key)``, ``except KeyError``; a dict of masks kept
+  by length, a global memo). The dict must be found from the source without running
+  code: trace/memo_tables.py puts back what the trace writes there, and refuses a memo
+  that keeps what the filling call's data decided (there a hit is not what a miss
+  computes). Any other hash is a decision and is guarded as before.
+
+  A tensor in the key of a functools cache (``@lru_cache def normed(self, weight)``)
+  misses the same way: a hit would hand the trace the tensor an earlier call stored -- an
+  eager result as a constant, or a value of an earlier trace, so that the trace check's
+  second recording differed from the first and refused the model as not stable. The
+  functools caches a trace went through are emptied at its end (:func:`clear`): their new
+  entries hold traced values, and a cache is only ever a copy of what its function
+  computes.
 """
 
 from __future__ import annotations
@@ -130,16 +136,48 @@ def _resolve(node: ast.AST, frame):
     while isinstance(node, ast.Attribute):
         chain.append(node.attr)
         node = node.value
-    if not isinstance(node, ast.Name):
-        return None
-    scopes = (frame.f_locals, frame.f_globals, frame.f_builtins)
-    obj = next((scope[node.id] for scope in scopes if node.id in scope), None)
     try:
+        if _is_super(node) and chain:
+            obj = _super_attr(frame, chain.pop())
+        elif isinstance(node, ast.Name):
+            scopes = (frame.f_locals, frame.f_globals, frame.f_builtins)
+            obj = next((scope[node.id] for scope in scopes if node.id in scope), None)
+        else:
+            return None
         for attr in reversed(chain):
             obj = _static_attr(obj, attr)
     except AttributeError:
         return None
     return obj
+
+
+def _is_super(node: ast.AST) -> bool:
+    """``super()`` without arguments (a method's call through its class's parent)."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "super"
+        and not node.args
+        and not node.keywords
+    )
+
+
+def _super_attr(frame, attr: str):
+    """``super().attr`` in ``frame``'s method, found in the classes after its own in the
+    instance's order, as ``super`` does, without running a descriptor."""
+    code = frame.f_code
+    klass = frame.f_locals.get("__class__")
+    first = frame.f_locals.get(code.co_varnames[0]) if code.co_argcount else None
+    if not isinstance(klass, type) or first is None:
+        raise AttributeError(attr)
+    order = first.__mro__ if isinstance(first, type) else type(first).__mro__
+    if klass not in order:
+        raise AttributeError(attr)
+    for owner in order[order.index(klass) + 1 :]:
+        if attr in vars(owner):
+            found = vars(owner)[attr]
+            return found.__func__ if isinstance(found, (staticmethod, classmethod)) else found
+    raise AttributeError(attr)
 
 
 def _memo(container: ast.AST, keys: list) -> str | None:
@@ -218,7 +256,22 @@ def _functools_cache(func: ast.AST, frame):
     ``frame``, or None. Only names and attributes are read: nothing is called."""
     obj = _resolve(func, frame)
     obj = getattr(obj, "__func__", obj)  # a cached method, bound to its instance
-    return obj if isinstance(obj, _CACHE_TYPE) else None
+    if isinstance(obj, _CACHE_TYPE):
+        return obj
+    return _made_here(func, frame)
+
+
+def _made_here(func: ast.AST, frame) -> str | None:
+    """The source of a functools cache made for this one call (``lru_cache()(fn)(n)``,
+    ``functools.cache(fn)(n)``): a new, empty cache, that every lookup misses anyway."""
+    made = func
+    for _ in range(2):
+        if not isinstance(made, ast.Call):
+            return None
+        made = made.func
+        if _resolve(made, frame) in (functools.lru_cache, functools.cache):
+            return ast.unparse(func)
+    return None
 
 
 def _static_attr(obj, attr: str):

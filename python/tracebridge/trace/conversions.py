@@ -222,6 +222,8 @@ class Conversions:
         if isinstance(cache, DictCache):
             label = cache.label
             self.memo_tables.note(cache, self.location())
+        elif isinstance(cache, str):
+            label = cache  # a cache made for this one call: nothing to empty
         else:
             label = getattr(cache, "__qualname__", "a cache")
             if all(c is not cache for c in self.caches_used):
