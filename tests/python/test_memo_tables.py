@@ -81,12 +81,27 @@ class NoiseBySize(nn.Module):
         return x + eps
 
 
+class SizedByMask(nn.Module):
+    """Only a size is kept, but one that the input's values decide."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts = {}
+
+    def forward(self, x):
+        n = x.shape[0]
+        if n not in self.counts:
+            self.counts[n] = torch.ones(x[x > 0].shape[0])
+        return x.sum() + self.counts[n].sum()
+
+
 @pytest.mark.parametrize(
     ("cls", "what", "line"),
     [
         (ActNormPerLength, "the input's data", "self.scale_cache[n] = s"),
         (DataMemoByTuple, "the input's data", "self.table[key] = "),
         (NoiseBySize, "a random draw", "eps = self.noise[n] = "),
+        (SizedByMask, "a size that the input's values decide", "self.counts[n] = "),
     ],
 )
 def test_a_memo_of_the_calls_data_is_refused(cls, what, line):

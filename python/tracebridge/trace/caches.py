@@ -194,15 +194,21 @@ def _memo(container: ast.AST, keys: list) -> str | None:
     function = container
     while function is not None and not isinstance(function, _FUNCTIONS):
         function = getattr(function, "_tb_parent", None)
-    if function is None:
-        return None
+    return where if function is not None and _fills(function, where, key) else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _fills(function: ast.AST, where: str, key: str) -> bool:
+    """Whether ``function`` stores ``where[key]`` and asks whether it is there. (Asked at
+    every hash of a traced number in a lookup; the parsed trees are kept, so each
+    function's node stays the same object.)"""
     stored = tested = False
     for node in ast.walk(function):
         if isinstance(node, ast.Assign):
             stored = stored or any(_is_item(t, where, key) for t in node.targets)
         elif not tested:
             tested = _asks_for(node, where, key)
-    return where if stored and tested else None
+    return stored and tested
 
 
 def _is_item(node: ast.AST, where: str, key: str) -> bool:

@@ -34,13 +34,15 @@ from .caches import DictCache
 from .numbers import _Traced
 from .text import SymStr
 
-# Ops that read only a tensor's metadata (sizes, dtype, device, flags) from every argument.
-_METADATA_READS = TENSOR_FLAG_READS | frozenset(
-    "prim.size prim.numel prim.dtype prim.device prim.len prim.stride prim.storage_offset "
-    "prim.requires_grad prim.is_contiguous prim.is_contiguous_as".split()
+# Reads of a tensor's metadata: of its sizes (a size read from a size is not data, one read
+# from what a mask selected is), and of what no value of a call decides (dtype, device, flags).
+_SIZE_READS = frozenset(
+    "prim.size prim.numel prim.len prim.stride prim.storage_offset prim.is_contiguous "
+    "prim.is_contiguous_as".split()
 )
-# Ops that read only the metadata of the argument at this position (a factory "like" it).
-_METADATA_ARGUMENT = {
+_NO_DATA_READS = TENSOR_FLAG_READS | frozenset("prim.dtype prim.device prim.requires_grad".split())
+# Ops that read only the sizes, dtype and device of the argument at this position.
+_SIZE_ARGUMENT = {
     **dict.fromkeys(
         "empty_like zeros_like ones_like full_like Tensor.new_zeros Tensor.new_ones "
         "Tensor.new_full Tensor.new_empty Tensor.new_tensor".split(),
@@ -48,6 +50,12 @@ _METADATA_ARGUMENT = {
     ),
     **dict.fromkeys("Tensor.type_as Tensor.expand_as Tensor.view_as Tensor.reshape_as".split(), 1),
 }
+# Ops whose result's size the values of a tensor argument decide.
+_DATA_SIZED = frozenset(
+    "nonzero argwhere masked_select _unique2 unique_dim unique_consecutive bincount "
+    "repeat_interleave".split()
+)
+_MASK_DTYPES = frozenset({"bool", "uint8"})
 _DEPTH = 4  # how deep a kept value's containers are looked into
 # One registry per trace under way: id(table) -> (table, its entries when the trace
 # first looked it up). The check's eager calls write into the same dicts.
@@ -124,26 +132,65 @@ def _traced_by(key, tracer, depth: int) -> bool:
 
 def _data_source(tracer, value) -> str | None:
     """What of a call ``value`` was computed from that no size decides ("the input's
-    data", "a random draw"), or None where only sizes, literals and state made it."""
-    roots = [ref.id for ref in _refs_of(tracer, value, _DEPTH)]
+    data", "a random draw"), or None where only sizes, literals and state made it. The
+    walk goes back through the graph; where only a tensor's sizes are read (``x.shape``,
+    ``ones_like``), only what decided its sizes is followed."""
     inputs = {v.id for v in tracer.graph.inputs}
-    seen: set[int] = set()
-    while roots:
-        vid = roots.pop()
-        if vid in seen:
+    todo = [(ref.id, False) for ref in _refs_of(tracer, value, _DEPTH)]
+    seen: set[tuple[int, bool]] = set()
+    while todo:
+        step = todo.pop()
+        if step in seen:
             continue
-        seen.add(vid)
+        seen.add(step)
+        vid, sizes_only = step
         if vid in inputs:
+            if sizes_only:
+                continue  # a size of the call: part of the memo's key
             return "the input's data"
         node = tracer._producers.get(vid)
-        if node is None or node.op in _METADATA_READS:
+        if node is None or node.op in _NO_DATA_READS:
             continue
-        if node.op in RANDOM_OPS:
+        if sizes_only and _sized_by_data(tracer, node):
+            return "a size that the input's values decide"
+        if node.op in RANDOM_OPS and not sizes_only:
             return "a random draw"
-        skipped = _METADATA_ARGUMENT.get(node.op)
-        args = [a for i, a in enumerate(node.args) if i != skipped]
-        roots.extend(ref.id for ref in refs_in((args, node.kwargs)))
+        todo.extend(_arguments(tracer, node, sizes_only))
     return None
+
+
+def _arguments(tracer, node, sizes_only: bool) -> list[tuple[int, bool]]:
+    """What of each argument of ``node`` its result (or its result's sizes) depends on."""
+    shape_of = node.op in _SIZE_READS
+    skipped = _SIZE_ARGUMENT.get(node.op)
+    steps = []
+    for index, arg in enumerate([*node.args, *node.kwargs.values()]):
+        for ref in refs_in(arg):
+            tensor = _value(tracer, ref.id)
+            tensor = tensor is not None and tensor.kind == "Tensor"
+            # A tensor whose sizes alone make the result's (or whose sizes only are read);
+            # any number, and a tensor whose values the result holds, counts whole.
+            whole = not (tensor and (sizes_only or shape_of or index == skipped))
+            steps.append((ref.id, not whole))
+    return steps
+
+
+def _sized_by_data(tracer, node) -> bool:
+    """Whether the values of a tensor argument decide the size of ``node``'s result: a
+    ``nonzero``, a ``unique``, an index by a mask."""
+    if node.op in _DATA_SIZED:
+        return True
+    if node.op != "getitem":
+        return False
+    masks = [_value(tracer, ref.id) for ref in refs_in(node.args[1:2])]
+    return any(v is not None and v.dtype in _MASK_DTYPES for v in masks)
+
+
+def _value(tracer, vid: int):
+    """The graph's :class:`~..ir.Value` with id ``vid``, or None."""
+    node = tracer._producers.get(vid)
+    outputs = node.outputs if node is not None else tracer.graph.inputs
+    return next((v for v in outputs if v.id == vid), None)
 
 
 def _refs_of(tracer, value, depth: int) -> list[Ref]:
