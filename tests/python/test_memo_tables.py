@@ -262,3 +262,26 @@ def test_a_counter_keyed_on_a_size_is_no_memo():
     assert model.calls == {}  # the module's dicts are put back as well
     with pytest.raises(GuardError, match=HERE):
         traced(torch.randn(4, 2))
+
+
+class RangeByLargestIndex(nn.Module):
+    """A memo keyed on a value of the input: what it keeps only the key decides."""
+
+    def __init__(self):
+        super().__init__()
+        self._cache = {}
+
+    def forward(self, x, index):
+        n = index.max().item()
+        if n not in self._cache:
+            self._cache[n] = torch.arange(n).float()
+        return x[:, :1] + self._cache[n][:4]
+
+
+def test_a_memo_of_what_its_key_decides_is_traced_through():
+    model = RangeByLargestIndex()
+    traced = tracebridge.trace(model, (torch.randn(3, 4), torch.tensor([5, 6])))
+    assert traced.guards == []
+    for index in ([5, 7], [9, 4], [4, 4]):
+        args = (torch.randn(3, 4), torch.tensor(index))
+        torch.testing.assert_close(traced(*args), model(*args))

@@ -101,7 +101,7 @@ class MemoTables:
             for key, value in list(dict.items(table)):  # read without hashing a key
                 if not _traced_by(key, tracer, _DEPTH):
                     continue
-                source = _data_source(tracer, value)
+                source = _data_source(tracer, value, key)
                 if source is not None:
                     raise TraceError(
                         f"the memo {label} keeps, under a key of traced sizes, a value "
@@ -130,12 +130,14 @@ def _traced_by(key, tracer, depth: int) -> bool:
     return False
 
 
-def _data_source(tracer, value) -> str | None:
-    """What of a call ``value`` was computed from that no size decides ("the input's
-    data", "a random draw"), or None where only sizes, literals and state made it. The
+def _data_source(tracer, value, key) -> str | None:
+    """What of a call ``value`` was computed from that neither its memo's ``key`` nor a
+    size decides ("the input's data", "a random draw"), or None where only the key, sizes,
+    literals and state made it (what the key's numbers decide, a hit holds too). The
     walk goes back through the graph; where only a tensor's sizes are read (``x.shape``,
     ``ones_like``), only what decided its sizes is followed."""
     inputs = {v.id for v in tracer.graph.inputs}
+    given = {ref.id for ref in _refs_of(tracer, key, _DEPTH)}
     todo = [(ref.id, False) for ref in _refs_of(tracer, value, _DEPTH)]
     seen: set[tuple[int, bool]] = set()
     while todo:
@@ -144,6 +146,8 @@ def _data_source(tracer, value) -> str | None:
             continue
         seen.add(step)
         vid, sizes_only = step
+        if vid in given:
+            continue
         if vid in inputs:
             if sizes_only:
                 continue  # a size of the call: part of the memo's key
