@@ -285,3 +285,26 @@ def test_a_memo_of_what_its_key_decides_is_traced_through():
     for index in ([5, 7], [9, 4], [4, 4]):
         args = (torch.randn(3, 4), torch.tensor(index))
         torch.testing.assert_close(traced(*args), model(*args))
+
+
+class CountsInPlace(nn.Module):
+    """A count by length kept with ``+=``: each call changes the entry, no memo."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = {}
+
+    def forward(self, x):
+        n = x.shape[0]
+        if n in self.seen:
+            self.seen[n] += 1
+        else:
+            self.seen[n] = 1
+        return x * 2
+
+
+def test_a_count_kept_with_plus_equals_is_no_memo():
+    model = CountsInPlace()
+    traced = tracebridge.trace(model, torch.randn(3, 2))
+    assert any("x.shape[0] == 3" in g for g in traced.guards)
+    assert model.seen == {}

@@ -204,11 +204,30 @@ def _fills(function: ast.AST, where: str, key: str) -> bool:
     function's node stays the same object.)"""
     stored = tested = False
     for node in ast.walk(function):
-        if isinstance(node, ast.Assign):
-            stored = stored or any(_is_item(t, where, key) for t in node.targets)
+        if isinstance(node, ast.AugAssign) and _is_item(node.target, where, key):
+            return False  # a count or a sum kept by size: each call changes it
+        if isinstance(node, ast.Assign) and any(_is_item(t, where, key) for t in node.targets):
+            if _reads_item(node.value, where, key):
+                return False  # the new entry is made from the old: not a memo
+            stored = True
         elif not tested:
             tested = _asks_for(node, where, key)
     return stored and tested
+
+
+def _reads_item(node: ast.AST, where: str, key: str) -> bool:
+    """Whether ``node`` reads the entry ``where[key]`` (``d[k] = d.get(k, 0) + 1``)."""
+    for inner in ast.walk(node):
+        if _is_item(inner, where, key):
+            return True
+        if (
+            isinstance(inner, ast.Call)
+            and isinstance(inner.func, ast.Attribute)
+            and inner.func.attr in _LOOKUP_METHODS
+            and ast.unparse(inner.func.value) == where
+        ):
+            return True
+    return False
 
 
 def _is_item(node: ast.AST, where: str, key: str) -> bool:

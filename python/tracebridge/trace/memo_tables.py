@@ -11,14 +11,17 @@ Note: why a memo of data is not a cache.
   call's value: eager reuses it, a trace cannot keep it and would compute each call's own,
   a different result without an error. So, when a recording ends, each entry that it
   stored under a traced key is followed back through the graph: a value that reads a
-  graph input's data (not only its sizes, dtype or device) or a random draw is refused
-  with a TraceError that names the memo and the line that fills it.
+  graph input's data (not only its sizes, dtype or device; a size that a mask or a
+  ``nonzero`` selected is data) or a random draw is refused with a TraceError that names
+  the memo and the line that fills it. What the key's own numbers decide is not data
+  (a table by an index's largest value): a hit holds what a miss computes.
 
   Whatever the recording wrote into these dicts is then taken out again (their entries
-  as at their first lookup): a traced number left as a key in a global memo or on a
+  as at their first lookup), and at the end of the whole trace (:func:`kept`) what its
+  checks' eager calls wrote too: a traced number left as a key in a global memo or on a
   function's attribute made the next recording (the trace's check) find a size of
-  another trace, and left the user's objects changed. A module's own dicts are put back
-  by trace/capture.py with its other attributes.
+  another trace, and left the user's objects changed. (A module's own dicts are put back
+  by trace/capture.py as well, with its other attributes.)
 """
 
 from __future__ import annotations
