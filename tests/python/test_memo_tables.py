@@ -308,3 +308,58 @@ def test_a_count_kept_with_plus_equals_is_no_memo():
     traced = tracebridge.trace(model, torch.randn(3, 2))
     assert any("x.shape[0] == 3" in g for g in traced.guards)
     assert model.seen == {}
+
+
+# --- entries that were not made by the code around the lookup ----------------------------
+
+
+class TunedScales(nn.Module):
+    """A dict named as a cache, holding a tuned value by length: no code fills it."""
+
+    def __init__(self, tuned):
+        super().__init__()
+        self.scale_cache = dict(tuned)
+
+    def forward(self, x):
+        n = x.shape[0]
+        s = self.scale_cache.get(n)
+        if s is None:
+            s = 1.0  # the default for other lengths
+        return x * s
+
+
+def test_a_dict_of_tuned_values_decides():
+    model = TunedScales({12: 5.0})
+    traced = tracebridge.trace(model, torch.ones(3, 4))
+    torch.testing.assert_close(traced(torch.ones(3, 4)), model(torch.ones(3, 4)))
+    with pytest.raises(GuardError, match="self.scale_cache.get"):
+        traced(torch.ones(12, 4))  # eager: 5 * x; the trace may not answer 1 * x
+
+
+def test_an_empty_dict_that_nothing_fills_stays_general():
+    model = TunedScales({})
+    traced = tracebridge.trace(model, torch.ones(3, 4))
+    assert traced.guards == []
+    for n in (3, 12, 1):
+        torch.testing.assert_close(traced(torch.ones(n, 4)), model(torch.ones(n, 4)))
+
+
+class SeededMasks(MasksByShape):
+    """A memo whose code makes ``tril`` masks, seeded by hand with another value."""
+
+    def __init__(self, seeds):
+        super().__init__()
+        self.masks.update(seeds)
+
+
+def test_a_memo_seeded_with_another_value_for_the_example_is_refused():
+    seeded = SeededMasks({(5, 4): torch.zeros(5, 4)})
+    with pytest.raises(TraceError, match=r"self.masks held, for the example's key \(5, 4\)"):
+        tracebridge.trace(seeded, torch.randn(2, 5, 4))
+    assert list(seeded.masks) == [(5, 4)]
+    warm = SeededMasks({})
+    warm(torch.randn(2, 5, 4))  # filled by its own code: what a miss computes
+    traced = tracebridge.trace(warm, torch.randn(2, 5, 4))
+    assert traced.guards == []
+    x = torch.randn(1, 3, 2)
+    torch.testing.assert_close(traced(x), warm(x))

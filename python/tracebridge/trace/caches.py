@@ -21,7 +21,9 @@ Note: why a cache lookup is not a decision.
   by length, a global memo). The dict must be found from the source without running
   code: trace/memo_tables.py puts back what the trace writes there, and refuses a memo
   that keeps what the filling call's data decided (there a hit is not what a miss
-  computes). Any other hash is a decision and is guarded as before.
+  computes). Nor is it where a dict held entries before the trace that the function
+  around the lookup never makes (tuned values by length, named ``cache``): its lookups
+  decide. Any other hash is a decision and is guarded as before.
 
   A tensor in the key of a functools cache (``@lru_cache def normed(self, weight)``)
   misses the same way: a hit would hand the trace the tensor an earlier call stored -- an
@@ -116,6 +118,9 @@ class DictCache:
     label: str  # the container's source, for messages
     table: dict  # the dict itself: put back after the recording (trace/memo_tables.py)
     store: bool  # this lookup stores into it (``d[key] = ...``, ``d.setdefault``)
+    # The function around the lookup stores into the dict: entries it holds already were
+    # made by earlier calls of this code, not put there by hand (tuned values by size).
+    filled_here: bool
 
 
 def _dict_cache(container: ast.AST, keys: list, frame, store: bool) -> DictCache | None:
@@ -126,7 +131,36 @@ def _dict_cache(container: ast.AST, keys: list, frame, store: bool) -> DictCache
     if label is None:
         return None
     table = _resolve(container, frame)
-    return DictCache(label, table, store) if isinstance(table, dict) else None
+    if not isinstance(table, dict):
+        return None
+    function = _function_of(container)
+    filled = function is not None and _stores_into(function, label)
+    return DictCache(label, table, store, filled)
+
+
+def _function_of(node: ast.AST):
+    """The function (or lambda) whose body holds ``node``, or None (module level)."""
+    while node is not None and not isinstance(node, _FUNCTIONS):
+        node = getattr(node, "_tb_parent", None)
+    return node
+
+
+@functools.lru_cache(maxsize=4096)
+def _stores_into(function: ast.AST, where: str) -> bool:
+    """Whether ``function`` stores an entry into ``where`` (``where[...] = ...``,
+    ``where.setdefault(...)``, ``where.update(...)``)."""
+    for node in ast.walk(function):
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if any(isinstance(t, ast.Subscript) and ast.unparse(t.value) == where for t in targets):
+            return True
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("setdefault", "update")
+            and ast.unparse(node.func.value) == where
+        ):
+            return True
+    return False
 
 
 def _resolve(node: ast.AST, frame):
@@ -191,9 +225,7 @@ def _memo(container: ast.AST, keys: list) -> str | None:
     if len(keys) != 1:
         return None
     where, key = ast.unparse(container), ast.unparse(keys[0])
-    function = container
-    while function is not None and not isinstance(function, _FUNCTIONS):
-        function = getattr(function, "_tb_parent", None)
+    function = _function_of(container)
     return where if function is not None and _fills(function, where, key) else None
 
 

@@ -216,12 +216,14 @@ class Conversions:
             )
         return result
 
-    def through_cache(self, cache, what: str = "a traced size") -> None:
-        """A traced number is part of a cache key: the lookup misses (trace/caches.py).
-        A functools cache is remembered, to be emptied when the trace ends."""
+    def through_cache(self, cache, what: str = "a traced size") -> bool:
+        """A traced number is part of a cache key: whether the lookup misses
+        (trace/caches.py; a dict that holds entries its code did not make decides). A
+        functools cache is remembered, to be emptied when the trace ends."""
         if isinstance(cache, DictCache):
             label = cache.label
-            self.memo_tables.note(cache, self.location())
+            if not self.memo_tables.note(cache, self.location()):
+                return False
         elif isinstance(cache, str):
             label = cache  # a cache made for this one call: nothing to empty
         else:
@@ -232,6 +234,7 @@ class Conversions:
             f"{what} is part of a key of the cache {label}: the trace records the "
             "cached function's work instead of a lookup of what an earlier call stored"
         )
+        return True
 
     def tensor_hash(self, tensor) -> int:
         """``hash(tensor)`` is its identity, except for the key of a functools cache while

@@ -59,6 +59,7 @@ _DATA_SIZED = frozenset(
     "repeat_interleave".split()
 )
 _MASK_DTYPES = frozenset({"bool", "uint8"})
+_MISSING = object()
 _DEPTH = 4  # how deep a kept value's containers are looked into
 # One registry per trace under way: id(table) -> (table, its entries when the trace
 # first looked it up). The check's eager calls write into the same dicts.
@@ -87,7 +88,11 @@ class MemoTables:
         # id(table) -> [table, its entries at the first lookup, label, where it is filled]
         self._tables: dict[int, list] = {}
 
-    def note(self, cache: DictCache, location: str | None) -> None:
+    def note(self, cache: DictCache, location: str | None) -> bool:
+        """Keep the dict to put back; whether its lookup may miss. A dict that held
+        entries before the trace, and that the code around the lookup never fills, holds
+        what someone put there (a tuned value by length), not what a miss computes: its
+        lookups decide (the key is guarded)."""
         entry = self._tables.get(id(cache.table))
         if entry is None:
             # dict(table) copies the stored hashes: no key's __hash__ runs.
@@ -97,13 +102,23 @@ class MemoTables:
                 tables.setdefault(id(cache.table), (cache.table, entry[1]))
         if cache.store and entry[3] is None:
             entry[3] = location
+        return cache.filled_here or not entry[1]
 
     def check(self, tracer) -> None:
         """Refuse a memo that keeps, under a traced key, what the call's data decided."""
-        for table, _, label, filled_at in self._tables.values():
+        for table, before, label, filled_at in self._tables.values():
             for key, value in list(dict.items(table)):  # read without hashing a key
                 if not _traced_by(key, tracer, _DEPTH):
                     continue
+                kept = before.get(_plain(key), _MISSING)
+                if kept is not _MISSING and not _same(kept, value):
+                    raise TraceError(
+                        f"the memo {label} held, for the example's key {_plain(key)!r}, a "
+                        f"value other than the one its code computes now"
+                        f"{f' (filled at {filled_at})' if filled_at else ''}: an eager call "
+                        "returns the kept value, a traced call would compute it. Empty the "
+                        "memo before tracing, or make the kept values state the model holds"
+                    )
                 source = _data_source(tracer, value, key)
                 if source is not None:
                     raise TraceError(
@@ -120,6 +135,39 @@ class MemoTables:
         for table, entries, _, _ in self._tables.values():
             dict.clear(table)
             dict.update(table, entries)
+
+
+def _plain(key):
+    """``key`` with each traced number as its value now (what an eager call would use)."""
+    if isinstance(key, _Traced):
+        return key._concrete()
+    if isinstance(key, SymStr):
+        return str.__str__(key)
+    if type(key) in (tuple, frozenset):
+        return type(key)(_plain(k) for k in key)
+    return key
+
+
+def _same(kept, made) -> bool:
+    """Whether the value a memo held equals the one the code made for the same key."""
+    if isinstance(kept, torch.Tensor) or isinstance(made, torch.Tensor):
+        return (
+            isinstance(kept, torch.Tensor)
+            and isinstance(made, torch.Tensor)
+            and kept.shape == made.shape
+            and kept.dtype == made.dtype
+            and kept.device == made.device
+            and bool(torch.equal(kept.detach(), made.detach()))
+        )
+    if type(kept) in (tuple, list) and type(made) is type(kept):
+        return len(kept) == len(made) and all(map(_same, kept, made))
+    if type(kept) is dict and type(made) is dict:
+        return kept.keys() == made.keys() and all(_same(kept[k], made[k]) for k in kept)
+    made = _plain(made)
+    try:
+        return kept is made or bool(kept == made)
+    except Exception:  # an object that cannot say
+        return False
 
 
 def _traced_by(key, tracer, depth: int) -> bool:
