@@ -146,16 +146,33 @@ class ChildPositions(ParentPositions):
         return x + super().pos(x.shape[-2], x.shape[-1])
 
 
+class ThroughType(ParentPositions):
+    def forward(self, x):
+        return x + type(self).pos(self, x.shape[-2], x.shape[-1])
+
+
+class ThroughClass(ParentPositions):
+    def forward(self, x):
+        return x + self.__class__.pos(self, x.shape[-2], x.shape[-1])
+
+
+class ThroughGetattr(ParentPositions):
+    def forward(self, x):
+        return x + getattr(self, "pos")(x.shape[-2], x.shape[-1])  # noqa: B009
+
+
 def made_for_the_call(x):
     """A functools cache made inline, for this one call: it misses every time."""
     return x + functools.lru_cache()(lambda n: torch.arange(n).float())(x.shape[-1])
 
 
 @pytest.mark.parametrize("warm", [False, True])
-@pytest.mark.parametrize("kind", ["super", "inline"])
+@pytest.mark.parametrize("kind", ["super", "type", "class", "getattr", "inline"])
 def test_a_cache_found_through_super_or_made_inline_keeps_the_trace_general(kind, warm):
     ParentPositions.pos.cache_clear()
-    model = ChildPositions() if kind == "super" else made_for_the_call
+    models = {"super": ChildPositions, "type": ThroughType, "class": ThroughClass}
+    models["getattr"] = ThroughGetattr
+    model = models[kind]() if kind in models else made_for_the_call
     x = torch.randn(3, 4)
     if warm:
         model(x)  # the cache holds the example's entry: a hit would hand out eager's tensor

@@ -13,7 +13,8 @@ Note: why a cache lookup is not a decision.
   function runs on the traced sizes, and the graph holds its work, general in size.
 
   A lookup is a cache's when the tracer can see it in the caller's source: a call whose
-  callable (a name, ``self.x``/``module.x``, ``super().x``) resolves to a functools cache
+  callable (a name, ``self.x``/``module.x``, ``super().x``, ``type(self).x``,
+  ``self.__class__.x``, ``getattr(self, "x")``) resolves to a functools cache
   wrapper, or makes one for the call (``lru_cache()(fn)(n)``), or a lookup (``in``,
   ``[key]``, ``.get``, ``.setdefault``) in a dict whose name says ``cache``, or one that
   the function around it fills as a memo (it stores ``d[key] = ...`` and asks for the
@@ -176,13 +177,34 @@ def _resolve(node: ast.AST, frame):
         elif isinstance(node, ast.Name):
             scopes = (frame.f_locals, frame.f_globals, frame.f_builtins)
             obj = next((scope[node.id] for scope in scopes if node.id in scope), None)
+        elif _builtin_call(node, "type", 1, frame):  # type(self).pos
+            obj = type(_resolve(node.args[0], frame))
+        elif _builtin_call(node, "getattr", 2, frame):  # getattr(self, "pos")
+            name = node.args[1]
+            if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+                return None
+            obj = _static_attr(_resolve(node.args[0], frame), name.value)
         else:
             return None
         for attr in reversed(chain):
-            obj = _static_attr(obj, attr)
+            # self.__class__ is the instance's type (a descriptor of ``object`` says so)
+            obj = type(obj) if attr == "__class__" else _static_attr(obj, attr)
     except AttributeError:
         return None
     return obj
+
+
+def _builtin_call(node: ast.AST, name: str, arity: int, frame) -> bool:
+    """Whether ``node`` calls the builtin ``name`` (not shadowed) with ``arity`` arguments."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == name
+        and len(node.args) == arity
+        and not node.keywords
+        and name not in frame.f_locals
+        and name not in frame.f_globals
+    )
 
 
 def _is_super(node: ast.AST) -> bool:
