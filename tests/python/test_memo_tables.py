@@ -363,3 +363,34 @@ def test_a_memo_seeded_with_another_value_for_the_example_is_refused():
     assert traced.guards == []
     x = torch.randn(1, 3, 2)
     torch.testing.assert_close(traced(x), warm(x))
+
+
+_positions_cache: dict = {}
+
+
+def _fill_positions(n):
+    _positions_cache[n] = torch.arange(n).float()
+
+
+def positions_filled_by_a_helper(x):
+    n = x.shape[-1]
+    if n not in _positions_cache:
+        _fill_positions(n)
+    return x + _positions_cache[n]
+
+
+def test_a_cache_filled_by_a_helper_misses_when_empty_and_decides_when_warm():
+    _positions_cache.clear()
+    traced = tracebridge.trace(positions_filled_by_a_helper, torch.randn(3, 4))
+    assert traced.guards == [] and _positions_cache == {}
+    for n in (4, 6, 2):
+        x = torch.randn(3, n)
+        torch.testing.assert_close(traced(x), positions_filled_by_a_helper(x))
+    _positions_cache.clear()
+    positions_filled_by_a_helper(torch.randn(2, 5))  # warm: who made the entry is unseen
+    traced = tracebridge.trace(positions_filled_by_a_helper, torch.randn(3, 4))
+    assert list(_positions_cache) == [5]
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(traced(x), positions_filled_by_a_helper(x))
+    with pytest.raises(GuardError):
+        traced(torch.randn(2, 5))

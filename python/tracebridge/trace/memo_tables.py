@@ -85,7 +85,8 @@ class MemoTables:
     """The dicts one recording looked up with a traced key (see the module Note)."""
 
     def __init__(self):
-        # id(table) -> [table, its entries at the first lookup, label, where it is filled]
+        # id(table) -> [table, its entries at the first lookup, label, where it is filled,
+        # its entries when the trace first looked it up, whether its lookups miss]
         self._tables: dict[int, list] = {}
 
     def note(self, cache: DictCache, location: str | None) -> bool:
@@ -100,13 +101,19 @@ class MemoTables:
             self._tables[id(cache.table)] = entry
             for tables in _TRACES:
                 tables.setdefault(id(cache.table), (cache.table, entry[1]))
+            # What the trace found, before its checks' eager calls wrote (every recording
+            # of one trace decides alike).
+            entry.append(_TRACES[-1][id(cache.table)][1] if _TRACES else entry[1])
+            # Decided once for the dict: a lookup that misses and another that decides
+            # would not find each other's entries (a memo filled by a helper).
+            entry.append(cache.filled_here or not entry[4])
         if cache.store and entry[3] is None:
             entry[3] = location
-        return cache.filled_here or not entry[1]
+        return entry[5]
 
     def check(self, tracer) -> None:
         """Refuse a memo that keeps, under a traced key, what the call's data decided."""
-        for table, before, label, filled_at in self._tables.values():
+        for table, _, label, filled_at, before, _ in self._tables.values():
             for key, value in list(dict.items(table)):  # read without hashing a key
                 if not _traced_by(key, tracer, _DEPTH):
                     continue
@@ -132,7 +139,7 @@ class MemoTables:
 
     def restore(self) -> None:
         """Put back every dict's entries as they were at its first lookup."""
-        for table, entries, _, _ in self._tables.values():
+        for table, entries, *_ in self._tables.values():
             dict.clear(table)
             dict.update(table, entries)
 
