@@ -49,6 +49,7 @@ from .trace.capture import (
 from .trace.example_inputs import as_args as _as_args
 from .trace.example_inputs import as_call, function_checks, module_checks
 from .trace.library import FAST_PATH_MODULES
+from .trace.memo_tables import kept as memos_kept
 from .trace.own_hooks import GLOBAL, GLOBAL_HOOK_TABLES, global_hooks, user_hooks
 from .trace.own_hooks import HOOK_TABLES as _HOOK_TABLES
 
@@ -934,7 +935,7 @@ def _with_progress(fn):
         what = getattr(func, "__name__", None) or type(func).__name__
         if isinstance(func, nn.Module):
             what = type(func).__name__
-        with track(f"tracing {what}", progress=progress), numpy_rng_kept():
+        with track(f"tracing {what}", progress=progress), numpy_rng_kept(), memos_kept():
             if kwargs.get("check_trace", True) is False and torch._C._is_any_autocast_enabled():
                 # No check to tell whether the code assumes what the caller's autocast
                 # changes: recorded in it, for calls under that autocast only.

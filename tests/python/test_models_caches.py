@@ -131,3 +131,56 @@ def test_a_lookup_that_is_not_a_cache_still_guards():
     with pytest.raises(GuardError) as info:
         traced(torch.randn(2, 6))
     assert HERE in str(info.value) and "self.table.get" in str(info.value)
+
+
+class ParentPositions(nn.Module):
+    @functools.lru_cache(maxsize=2)  # noqa: B019 - the pattern under test
+    def pos(self, h, w):
+        return torch.arange(h * w).float().view(h, w)
+
+
+class ChildPositions(ParentPositions):
+    """A cached method of the parent class, reached through ``super()``."""
+
+    def forward(self, x):
+        return x + super().pos(x.shape[-2], x.shape[-1])
+
+
+class ThroughType(ParentPositions):
+    def forward(self, x):
+        return x + type(self).pos(self, x.shape[-2], x.shape[-1])
+
+
+class ThroughClass(ParentPositions):
+    def forward(self, x):
+        return x + self.__class__.pos(self, x.shape[-2], x.shape[-1])
+
+
+class ThroughGetattr(ParentPositions):
+    def forward(self, x):
+        return x + getattr(self, "pos")(x.shape[-2], x.shape[-1])  # noqa: B009
+
+
+def made_for_the_call(x):
+    """A functools cache made inline, for this one call: it misses every time."""
+    return x + functools.lru_cache()(lambda n: torch.arange(n).float())(x.shape[-1])
+
+
+@pytest.mark.parametrize("warm", [False, True])
+@pytest.mark.parametrize("kind", ["super", "type", "class", "getattr", "inline"])
+def test_a_cache_found_through_super_or_made_inline_keeps_the_trace_general(kind, warm):
+    ParentPositions.pos.cache_clear()
+    models = {"super": ChildPositions, "type": ThroughType, "class": ThroughClass}
+    models["getattr"] = ThroughGetattr
+    model = models[kind]() if kind in models else made_for_the_call
+    x = torch.randn(3, 4)
+    if warm:
+        model(x)  # the cache holds the example's entry: a hit would hand out eager's tensor
+    traced = tracebridge.trace(model, x)
+    assert traced.guards == []
+    for h, w in [(3, 4), (5, 6), (1, 2)]:
+        y = torch.randn(h, w)
+        torch.testing.assert_close(traced(y), model(y))
+    ParentPositions.pos.cache_clear()
+    tracebridge.trace(model, x, check_trace=False)
+    assert ParentPositions.pos.cache_info().currsize == 0  # its traced entries are gone

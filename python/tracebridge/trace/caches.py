@@ -13,17 +13,26 @@ Note: why a cache lookup is not a decision.
   function runs on the traced sizes, and the graph holds its work, general in size.
 
   A lookup is a cache's when the tracer can see it in the caller's source: a call whose
-  callable (a name, or ``self.x``/``module.x``) resolves to a functools cache wrapper, or
-  a lookup (``in``, ``[key]``, ``.get``, ``.setdefault``) in a container whose name says
-  ``cache``, or one that the function around it fills as a memo (``if key not in d:
-  d[key] = ...``, the same container and key: a dict of masks kept by length). Any
-  other hash is a decision and is guarded as before. A tensor in the key of a functools
-  cache (``@lru_cache def normed(self, weight)``) misses the same way: a hit would hand
-  the trace the tensor an earlier call stored -- an eager result as a constant, or a value
-  of an earlier trace, so that the trace check's second recording differed from the
-  first and refused the model as not stable. The functools caches
-  a trace went through are emptied at its end (:func:`clear`): their new entries hold
-  traced values, and a cache is only ever a copy of what its function computes.
+  callable (a name, ``self.x``/``module.x``, ``super().x``, ``type(self).x``,
+  ``self.__class__.x``, ``getattr(self, "x")``) resolves to a functools cache
+  wrapper, or makes one for the call (``lru_cache()(fn)(n)``), or a lookup (``in``,
+  ``[key]``, ``.get``, ``.setdefault``) in a dict whose name says ``cache``, or one that
+  the function around it fills as a memo (it stores ``d[key] = ...`` and asks for the
+  same key: ``key not in d``, ``d.get(key)``, ``except KeyError``; a dict of masks kept
+  by length, a global memo). The dict must be found from the source without running
+  code: trace/memo_tables.py puts back what the trace writes there, and refuses a memo
+  that keeps what the filling call's data decided (there a hit is not what a miss
+  computes). Nor is it where a dict held entries before the trace that the function
+  around the lookup never makes (tuned values by length, named ``cache``): its lookups
+  decide. Any other hash is a decision and is guarded as before.
+
+  A tensor in the key of a functools cache (``@lru_cache def normed(self, weight)``)
+  misses the same way: a hit would hand the trace the tensor an earlier call stored -- an
+  eager result as a constant, or a value of an earlier trace, so that the trace check's
+  second recording differed from the first and refused the model as not stable. The
+  functools caches a trace went through are emptied at its end (:func:`clear`): their new
+  entries hold traced values, and a cache is only ever a copy of what its function
+  computes.
 """
 
 from __future__ import annotations
@@ -32,12 +41,14 @@ import ast
 import functools
 import itertools
 import sys
+from dataclasses import dataclass
 
 from ..source import OWN_DIR, TORCH_DIR
 from .text import _parsed, _positions
 
 _CACHE_TYPE = functools._lru_cache_wrapper  # what lru_cache and cache return
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_MISSES = frozenset({"KeyError", "LookupError"})  # what a missing key raises
 _LOOKUP_METHODS = frozenset({"get", "setdefault", "pop", "__contains__", "__getitem__"})
 _unique = itertools.count(1)
 
@@ -91,45 +102,224 @@ def _cache_at(frame):
         if wrapper is not None:
             return wrapper
         if isinstance(node.func, ast.Attribute) and node.func.attr in _LOOKUP_METHODS:
-            return _named_cache(node.func.value) or _memo(node.func.value, node.args[:1])
+            store = node.func.attr == "setdefault"
+            return _dict_cache(node.func.value, node.args[:1], frame, store)
         return None
     if isinstance(node, ast.Subscript):
-        return _named_cache(node.value) or _memo(node.value, [node.slice])
+        return _dict_cache(node.value, [node.slice], frame, isinstance(node.ctx, ast.Store))
     if isinstance(node, ast.Compare) and [type(op) for op in node.ops] in ([ast.In], [ast.NotIn]):
-        return _named_cache(node.comparators[0]) or _memo(node.comparators[0], [node.left])
+        return _dict_cache(node.comparators[0], [node.left], frame, False)
     return None
+
+
+@dataclass(frozen=True, eq=False)
+class DictCache:
+    """A dict the user's code keeps as a cache or memo, at one lookup of it."""
+
+    label: str  # the container's source, for messages
+    table: dict  # the dict itself: put back after the recording (trace/memo_tables.py)
+    store: bool  # this lookup stores into it (``d[key] = ...``, ``d.setdefault``)
+    # The function around the lookup stores into the dict: entries it holds already were
+    # made by earlier calls of this code, not put there by hand (tuned values by size).
+    filled_here: bool
+
+
+def _dict_cache(container: ast.AST, keys: list, frame, store: bool) -> DictCache | None:
+    """The cache that this lookup of ``container`` is, or None (a decision). The container
+    must be found without running code, and be a dict: the trace puts back what it
+    writes there, and checks what a memo keeps (trace/memo_tables.py)."""
+    label = _named_cache(container) or _memo(container, keys)
+    if label is None:
+        return None
+    table = _resolve(container, frame)
+    if not isinstance(table, dict):
+        return None
+    function = _function_of(container)
+    filled = function is not None and _stores_into(function, label)
+    return DictCache(label, table, store, filled)
+
+
+def _function_of(node: ast.AST):
+    """The function (or lambda) whose body holds ``node``, or None (module level)."""
+    while node is not None and not isinstance(node, _FUNCTIONS):
+        node = getattr(node, "_tb_parent", None)
+    return node
+
+
+@functools.lru_cache(maxsize=4096)
+def _stores_into(function: ast.AST, where: str) -> bool:
+    """Whether ``function`` stores an entry into ``where`` (``where[...] = ...``,
+    ``where.setdefault(...)``, ``where.update(...)``)."""
+    for node in ast.walk(function):
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if any(isinstance(t, ast.Subscript) and ast.unparse(t.value) == where for t in targets):
+            return True
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("setdefault", "update")
+            and ast.unparse(node.func.value) == where
+        ):
+            return True
+    return False
+
+
+def _resolve(node: ast.AST, frame):
+    """The object a name or attribute chain names in ``frame``, read without running a
+    property or any other code; None where it cannot be."""
+    chain = []
+    while isinstance(node, ast.Attribute):
+        chain.append(node.attr)
+        node = node.value
+    try:
+        if _is_super(node) and chain:
+            obj = _super_attr(frame, chain.pop())
+        elif isinstance(node, ast.Name):
+            scopes = (frame.f_locals, frame.f_globals, frame.f_builtins)
+            obj = next((scope[node.id] for scope in scopes if node.id in scope), None)
+        elif _builtin_call(node, "type", 1, frame):  # type(self).pos
+            obj = type(_resolve(node.args[0], frame))
+        elif _builtin_call(node, "getattr", 2, frame):  # getattr(self, "pos")
+            name = node.args[1]
+            if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+                return None
+            obj = _static_attr(_resolve(node.args[0], frame), name.value)
+        else:
+            return None
+        for attr in reversed(chain):
+            # self.__class__ is the instance's type (a descriptor of ``object`` says so)
+            obj = type(obj) if attr == "__class__" else _static_attr(obj, attr)
+    except AttributeError:
+        return None
+    return obj
+
+
+def _builtin_call(node: ast.AST, name: str, arity: int, frame) -> bool:
+    """Whether ``node`` calls the builtin ``name`` (not shadowed) with ``arity`` arguments."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == name
+        and len(node.args) == arity
+        and not node.keywords
+        and name not in frame.f_locals
+        and name not in frame.f_globals
+    )
+
+
+def _is_super(node: ast.AST) -> bool:
+    """``super()`` without arguments (a method's call through its class's parent)."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "super"
+        and not node.args
+        and not node.keywords
+    )
+
+
+def _super_attr(frame, attr: str):
+    """``super().attr`` in ``frame``'s method, found in the classes after its own in the
+    instance's order, as ``super`` does, without running a descriptor."""
+    code = frame.f_code
+    klass = frame.f_locals.get("__class__")
+    first = frame.f_locals.get(code.co_varnames[0]) if code.co_argcount else None
+    if not isinstance(klass, type) or first is None:
+        raise AttributeError(attr)
+    order = first.__mro__ if isinstance(first, type) else type(first).__mro__
+    if klass not in order:
+        raise AttributeError(attr)
+    for owner in order[order.index(klass) + 1 :]:
+        if attr in vars(owner):
+            found = vars(owner)[attr]
+            return found.__func__ if isinstance(found, (staticmethod, classmethod)) else found
+    raise AttributeError(attr)
 
 
 def _memo(container: ast.AST, keys: list) -> str | None:
     """The container's source where the function around it memoises in it with that key:
-    ``if key not in container: container[key] = ...`` (a dict of masks kept by length,
-    whatever its name). What the lookup finds is then what the assignment computes."""
+    it stores ``container[key] = ...`` and asks whether the key is there (``key not in
+    container``, ``key in container``, ``container.get(key)`` without a default, or a
+    ``try`` that catches ``KeyError``), whatever the container's name (a dict of masks
+    kept by length, a global memo). What the lookup finds is then what the store
+    computes. A ``.get(key, default)`` that starts from the default (a counter) is no
+    such test."""
     if len(keys) != 1:
         return None
     where, key = ast.unparse(container), ast.unparse(keys[0])
-    function = container
-    while function is not None and not isinstance(function, _FUNCTIONS):
-        function = getattr(function, "_tb_parent", None)
-    if function is None:
-        return None
-    for test in ast.walk(function):
-        if not isinstance(test, ast.If) or not isinstance(test.test, ast.Compare):
-            continue
-        compare = test.test
-        if [type(op) for op in compare.ops] != [ast.NotIn] or len(compare.comparators) != 1:
-            continue
-        if ast.unparse(compare.comparators[0]) != where or ast.unparse(compare.left) != key:
-            continue
-        for line in test.body:
-            targets = line.targets if isinstance(line, ast.Assign) else []
-            for target in targets:
-                if (
-                    isinstance(target, ast.Subscript)
-                    and ast.unparse(target.value) == where
-                    and ast.unparse(target.slice) == key
-                ):
-                    return where
-    return None
+    function = _function_of(container)
+    return where if function is not None and _fills(function, where, key) else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _fills(function: ast.AST, where: str, key: str) -> bool:
+    """Whether ``function`` stores ``where[key]`` and asks whether it is there. (Asked at
+    every hash of a traced number in a lookup; the parsed trees are kept, so each
+    function's node stays the same object.)"""
+    stored = tested = False
+    for node in ast.walk(function):
+        if isinstance(node, ast.AugAssign) and _is_item(node.target, where, key):
+            return False  # a count or a sum kept by size: each call changes it
+        if isinstance(node, ast.Assign) and any(_is_item(t, where, key) for t in node.targets):
+            if _reads_item(node.value, where, key):
+                return False  # the new entry is made from the old: not a memo
+            stored = True
+        elif not tested:
+            tested = _asks_for(node, where, key)
+    return stored and tested
+
+
+def _reads_item(node: ast.AST, where: str, key: str) -> bool:
+    """Whether ``node`` reads the entry ``where[key]`` (``d[k] = d.get(k, 0) + 1``)."""
+    for inner in ast.walk(node):
+        if _is_item(inner, where, key):
+            return True
+        if (
+            isinstance(inner, ast.Call)
+            and isinstance(inner.func, ast.Attribute)
+            and inner.func.attr in _LOOKUP_METHODS
+            and ast.unparse(inner.func.value) == where
+        ):
+            return True
+    return False
+
+
+def _is_item(node: ast.AST, where: str, key: str) -> bool:
+    """Whether ``node`` is ``where[key]`` (in the source's words)."""
+    return (
+        isinstance(node, ast.Subscript)
+        and ast.unparse(node.value) == where
+        and ast.unparse(node.slice) == key
+    )
+
+
+def _asks_for(node: ast.AST, where: str, key: str) -> bool:
+    """Whether ``node`` asks if ``where`` holds ``key`` (a memo's test of a miss)."""
+    if isinstance(node, ast.Compare):
+        return (
+            [type(op) for op in node.ops] in ([ast.In], [ast.NotIn])
+            and ast.unparse(node.left) == key
+            and ast.unparse(node.comparators[0]) == where
+        )
+    if isinstance(node, ast.Call):
+        func = node.func
+        no_default = len(node.args) == 1 or (
+            len(node.args) == 2
+            and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value is None
+        )
+        return (
+            isinstance(func, ast.Attribute)
+            and func.attr == "get"
+            and ast.unparse(func.value) == where
+            and not node.keywords
+            and no_default
+            and ast.unparse(node.args[0]) == key
+        )
+    if isinstance(node, ast.ExceptHandler) and node.type is not None:
+        caught = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
+        return any(isinstance(c, ast.Name) and c.id in _MISSES for c in caught)
+    return False
 
 
 def _named_cache(container: ast.AST) -> str | None:
@@ -143,21 +333,24 @@ def _named_cache(container: ast.AST) -> str | None:
 def _functools_cache(func: ast.AST, frame):
     """The functools cache wrapper that ``func`` (a name or attribute chain) names in
     ``frame``, or None. Only names and attributes are read: nothing is called."""
-    chain = []
-    while isinstance(func, ast.Attribute):
-        chain.append(func.attr)
-        func = func.value
-    if not isinstance(func, ast.Name):
-        return None
-    scopes = (frame.f_locals, frame.f_globals, frame.f_builtins)
-    obj = next((scope[func.id] for scope in scopes if func.id in scope), None)
-    try:
-        for attr in reversed(chain):
-            obj = _static_attr(obj, attr)
-    except AttributeError:
-        return None
+    obj = _resolve(func, frame)
     obj = getattr(obj, "__func__", obj)  # a cached method, bound to its instance
-    return obj if isinstance(obj, _CACHE_TYPE) else None
+    if isinstance(obj, _CACHE_TYPE):
+        return obj
+    return _made_here(func, frame)
+
+
+def _made_here(func: ast.AST, frame) -> str | None:
+    """The source of a functools cache made for this one call (``lru_cache()(fn)(n)``,
+    ``functools.cache(fn)(n)``): a new, empty cache, that every lookup misses anyway."""
+    made = func
+    for _ in range(2):
+        if not isinstance(made, ast.Call):
+            return None
+        made = made.func
+        if _resolve(made, frame) in (functools.lru_cache, functools.cache):
+            return ast.unparse(func)
+    return None
 
 
 def _static_attr(obj, attr: str):

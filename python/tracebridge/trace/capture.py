@@ -282,8 +282,11 @@ def capture(
     for leaf, name in zip(leaves, leaf_names(graph.arg_names, args, kwargs)):
         tracer.add_input(leaf, name)
     try:
-        return _record(tracer, fn, args, kwargs, strict)
+        graph = _record(tracer, fn, args, kwargs, strict)
+        tracer.memo_tables.check(tracer)
+        return graph
     finally:
+        tracer.memo_tables.restore()
         caches.clear(tracer.caches_used)
 
 

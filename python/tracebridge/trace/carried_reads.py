@@ -66,7 +66,7 @@ from ..source import is_internal, user_frame
 from .device_reads import _static_attribute
 from .numbers import _Traced
 from .python_random import STDLIB
-from .text import _parsed, _positions
+from .text import SymStr, _parsed, _positions
 from .unseen_reads import (
     _ARITHMETIC,
     _MISSING,
@@ -341,7 +341,7 @@ def _value(node: ast.AST, scope: _Scope):
         key = _value(node.slice, scope)
         if type(owner) not in (list, tuple, dict) or key is _MISSING:
             return _MISSING
-        if isinstance(key, _Traced):
+        if _hashes_traced(key):
             return _MISSING  # an index of its own: judged as a read where it is
         try:
             return owner[key]
@@ -402,7 +402,7 @@ def _carried(node: ast.AST, scope: _Scope) -> list:
             if type(owner) is not dict:
                 return []
             key = _value(node.args[0], scope)
-            if key is _MISSING or isinstance(key, _Traced):
+            if key is _MISSING or _hashes_traced(key):
                 return []
             value = owner.get(key, _MISSING)
             if value is _MISSING and len(node.args) == 2:
@@ -410,6 +410,15 @@ def _carried(node: ast.AST, scope: _Scope) -> list:
             return _traced_in(value)
         return [n for a in node.args for n in _carried(a, scope)]
     return _traced_in(_value(node, scope))
+
+
+def _hashes_traced(key) -> bool:
+    """Whether looking ``key`` up would hash a traced number or text made from one (a
+    tuple of sizes: a memo's key). The watch must not: a hash from the tracer's own frame
+    is a decision, and would guard the sizes that the user's lookup keeps general."""
+    if isinstance(key, (_Traced, SymStr)):
+        return True
+    return type(key) in (tuple, frozenset) and any(_hashes_traced(k) for k in key)
 
 
 def _traced_in(value) -> list:

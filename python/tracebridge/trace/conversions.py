@@ -16,7 +16,7 @@ from ..ir import pytree
 from ..ir.program import Ref
 from ..source import called_from_user_code as _called_from_user_code
 from ..source import user_frame
-from .caches import fresh_hash, functools_cache_hashing_tensor
+from .caches import DictCache, fresh_hash, functools_cache_hashing_tensor
 from .device_reads import FULL, TYPE, device_use
 from .numbers import SymFloat, SymInt, SymSize, _Traced
 from .short_circuit import settled_without_it
@@ -215,16 +215,25 @@ class Conversions:
             )
         return result
 
-    def through_cache(self, cache, what: str = "a traced size") -> None:
-        """A traced number is part of a cache key: the lookup misses (trace/caches.py).
-        A functools cache is remembered, to be emptied when the trace ends."""
-        label = cache if isinstance(cache, str) else getattr(cache, "__qualname__", "a cache")
-        if not isinstance(cache, str) and all(c is not cache for c in self.caches_used):
-            self.caches_used.append(cache)
+    def through_cache(self, cache, what: str = "a traced size") -> bool:
+        """A traced number is part of a cache key: whether the lookup misses
+        (trace/caches.py; a dict that holds entries its code did not make decides). A
+        functools cache is remembered, to be emptied when the trace ends."""
+        if isinstance(cache, DictCache):
+            label = cache.label
+            if not self.memo_tables.note(cache, self.location()):
+                return False
+        elif isinstance(cache, str):
+            label = cache  # a cache made for this one call: nothing to empty
+        else:
+            label = getattr(cache, "__qualname__", "a cache")
+            if all(c is not cache for c in self.caches_used):
+                self.caches_used.append(cache)
         self.warn(
             f"{what} is part of a key of the cache {label}: the trace records the "
             "cached function's work instead of a lookup of what an earlier call stored"
         )
+        return True
 
     def tensor_hash(self, tensor) -> int:
         """``hash(tensor)`` is its identity, except for the key of a functools cache while

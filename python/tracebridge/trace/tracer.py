@@ -28,6 +28,7 @@ from .conversions import Conversions
 from .dispatch import Dispatcher, _RecordingMode
 from .inplace import InPlace
 from .library import LibraryHandlers
+from .memo_tables import MemoTables
 from .noops import NoOps
 from .numbers import SymFloat, SymInt, SymSize, _Traced  # noqa: F401 - re-exported
 from .patches import recording  # noqa: F401 - re-exported
@@ -77,6 +78,7 @@ class Tracer(Dispatcher, Conversions, LibraryHandlers, InPlace, NoOps, ReturnedI
         self.setting_guards: set = set()  # (setting, value) guarded (patches.py)
         self.caches_used: list = []  # functools caches a size went through (trace/caches.py)
         self._tensor_hashes: dict[int, tuple] = {}  # tensors in functools cache keys
+        self.memo_tables = MemoTables()  # dicts looked up with a traced key (memo_tables.py)
         self._facts_init()  # what is known of values on every call (trace/noops.py)
         self._inplace_init()  # what writes may be recorded out of place (trace/inplace.py)
         self._returned_init()  # conversions that gave back their input (returned_inputs.py)

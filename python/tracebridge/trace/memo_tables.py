@@ -1,0 +1,273 @@
+"""The dicts a trace caches or memoises in: put back after each recording, and refused
+where what they keep came from the call's data.
+
+Note: why a memo of data is not a cache.
+  trace/caches.py makes every lookup with a traced size in its key miss: the memoised
+  work runs on the traced sizes and the graph holds it, general in size. That is right
+  for what a function of sizes, constants and the module's state computes (a mask by
+  length, a rotary table, normalised weights): on a hit eager returns what a miss would
+  compute again. A memo filled from the data of the call that missed (ActNorm's
+  ``s = cache.get(n); if s is None: s = x.abs().mean(); cache[n] = s``) keeps the first
+  call's value: eager reuses it, a trace cannot keep it and would compute each call's own,
+  a different result without an error. So, when a recording ends, each entry that it
+  stored under a traced key is followed back through the graph: a value that reads a
+  graph input's data (not only its sizes, dtype or device; a size that a mask or a
+  ``nonzero`` selected is data) or a random draw is refused with a TraceError that names
+  the memo and the line that fills it. What the key's own numbers decide is not data
+  (a table by an index's largest value): a hit holds what a miss computes.
+
+  Whatever the recording wrote into these dicts is then taken out again (their entries
+  as at their first lookup), and at the end of the whole trace (:func:`kept`) what its
+  checks' eager calls wrote too: a traced number left as a key in a global memo or on a
+  function's attribute made the next recording (the trace's check) find a size of
+  another trace, and left the user's objects changed. (A module's own dicts are put back
+  by trace/capture.py as well, with its other attributes.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from ..errors import TraceError
+from ..ir import Ref, refs_in
+from ..ir.ops import RANDOM_OPS, TENSOR_FLAG_READS
+from .caches import DictCache
+from .numbers import _Traced
+from .text import SymStr
+
+# Reads of a tensor's metadata: of its sizes (a size read from a size is not data, one read
+# from what a mask selected is), and of what no value of a call decides (dtype, device, flags).
+_SIZE_READS = frozenset(
+    "prim.size prim.numel prim.len prim.stride prim.storage_offset prim.is_contiguous "
+    "prim.is_contiguous_as".split()
+)
+_NO_DATA_READS = TENSOR_FLAG_READS | frozenset("prim.dtype prim.device prim.requires_grad".split())
+# Ops that read only the sizes, dtype and device of the argument at this position.
+_SIZE_ARGUMENT = {
+    **dict.fromkeys(
+        "empty_like zeros_like ones_like full_like Tensor.new_zeros Tensor.new_ones "
+        "Tensor.new_full Tensor.new_empty Tensor.new_tensor".split(),
+        0,
+    ),
+    **dict.fromkeys("Tensor.type_as Tensor.expand_as Tensor.view_as Tensor.reshape_as".split(), 1),
+}
+# Ops whose result's size the values of a tensor argument decide.
+_DATA_SIZED = frozenset(
+    "nonzero argwhere masked_select _unique2 unique_dim unique_consecutive bincount "
+    "repeat_interleave".split()
+)
+_MASK_DTYPES = frozenset({"bool", "uint8"})
+_MISSING = object()
+_DEPTH = 4  # how deep a kept value's containers are looked into
+# One registry per trace under way: id(table) -> (table, its entries when the trace
+# first looked it up). The check's eager calls write into the same dicts.
+_TRACES: list[dict[int, tuple]] = []
+
+
+@contextlib.contextmanager
+def kept():
+    """Run a whole trace (its recordings and its checks' eager calls), then put back every
+    dict a recording looked up with a traced key as the trace first found it."""
+    tables: dict[int, tuple] = {}
+    _TRACES.append(tables)
+    try:
+        yield
+    finally:
+        _TRACES.remove(tables)
+        for table, entries in tables.values():
+            dict.clear(table)
+            dict.update(table, entries)
+
+
+class MemoTables:
+    """The dicts one recording looked up with a traced key (see the module Note)."""
+
+    def __init__(self):
+        # id(table) -> [table, its entries at the first lookup, label, where it is filled,
+        # its entries when the trace first looked it up, whether its lookups miss]
+        self._tables: dict[int, list] = {}
+
+    def note(self, cache: DictCache, location: str | None) -> bool:
+        """Keep the dict to put back; whether its lookup may miss. A dict that held
+        entries before the trace, and that the code around the lookup never fills, holds
+        what someone put there (a tuned value by length), not what a miss computes: its
+        lookups decide (the key is guarded)."""
+        entry = self._tables.get(id(cache.table))
+        if entry is None:
+            # dict(table) copies the stored hashes: no key's __hash__ runs.
+            entry = [cache.table, dict(cache.table), cache.label, None]
+            self._tables[id(cache.table)] = entry
+            for tables in _TRACES:
+                tables.setdefault(id(cache.table), (cache.table, entry[1]))
+            # What the trace found, before its checks' eager calls wrote (every recording
+            # of one trace decides alike).
+            entry.append(_TRACES[-1][id(cache.table)][1] if _TRACES else entry[1])
+            # Decided once for the dict: a lookup that misses and another that decides
+            # would not find each other's entries (a memo filled by a helper).
+            entry.append(cache.filled_here or not entry[4])
+        if cache.store and entry[3] is None:
+            entry[3] = location
+        return entry[5]
+
+    def check(self, tracer) -> None:
+        """Refuse a memo that keeps, under a traced key, what the call's data decided."""
+        for table, _, label, filled_at, before, _ in self._tables.values():
+            for key, value in list(dict.items(table)):  # read without hashing a key
+                if not _traced_by(key, tracer, _DEPTH):
+                    continue
+                kept = before.get(_plain(key), _MISSING)
+                if kept is not _MISSING and not _same(kept, value):
+                    raise TraceError(
+                        f"the memo {label} held, for the example's key {_plain(key)!r}, a "
+                        f"value other than the one its code computes now"
+                        f"{f' (filled at {filled_at})' if filled_at else ''}: an eager call "
+                        "returns the kept value, a traced call would compute it. Empty the "
+                        "memo before tracing, or make the kept values state the model holds"
+                    )
+                source = _data_source(tracer, value, key)
+                if source is not None:
+                    raise TraceError(
+                        f"the memo {label} keeps, under a key of traced sizes, a value "
+                        f"computed from {source}"
+                        f"{f' (filled at {filled_at})' if filled_at else ''}: an eager call "
+                        "reuses the value an earlier call stored, a traced call would "
+                        "compute its own. Compute the value on every call, or make it state "
+                        "the model holds (a buffer set once, before tracing)"
+                    )
+
+    def restore(self) -> None:
+        """Put back every dict's entries as they were at its first lookup."""
+        for table, entries, *_ in self._tables.values():
+            dict.clear(table)
+            dict.update(table, entries)
+
+
+def _plain(key):
+    """``key`` with each traced number as its value now (what an eager call would use)."""
+    if isinstance(key, _Traced):
+        return key._concrete()
+    if isinstance(key, SymStr):
+        return str.__str__(key)
+    if type(key) in (tuple, frozenset):
+        return type(key)(_plain(k) for k in key)
+    return key
+
+
+def _same(kept, made) -> bool:
+    """Whether the value a memo held equals the one the code made for the same key."""
+    if isinstance(kept, torch.Tensor) or isinstance(made, torch.Tensor):
+        return (
+            isinstance(kept, torch.Tensor)
+            and isinstance(made, torch.Tensor)
+            and kept.shape == made.shape
+            and kept.dtype == made.dtype
+            and kept.device == made.device
+            and bool(torch.equal(kept.detach(), made.detach()))
+        )
+    if type(kept) in (tuple, list) and type(made) is type(kept):
+        return len(kept) == len(made) and all(map(_same, kept, made))
+    if type(kept) is dict and type(made) is dict:
+        return kept.keys() == made.keys() and all(_same(kept[k], made[k]) for k in kept)
+    made = _plain(made)
+    try:
+        return kept is made or bool(kept == made)
+    except Exception:  # an object that cannot say
+        return False
+
+
+def _traced_by(key, tracer, depth: int) -> bool:
+    """Whether ``key`` holds a traced number (or text) of ``tracer``: an entry it stored."""
+    if isinstance(key, _Traced):
+        return key._tracer is tracer
+    if isinstance(key, SymStr):
+        return any(getattr(s, "_tracer", None) is tracer for s in key._sources)
+    if type(key) in (tuple, frozenset) and depth:
+        return any(_traced_by(k, tracer, depth - 1) for k in key)
+    return False
+
+
+def _data_source(tracer, value, key) -> str | None:
+    """What of a call ``value`` was computed from that neither its memo's ``key`` nor a
+    size decides ("the input's data", "a random draw"), or None where only the key, sizes,
+    literals and state made it (what the key's numbers decide, a hit holds too). The
+    walk goes back through the graph; where only a tensor's sizes are read (``x.shape``,
+    ``ones_like``), only what decided its sizes is followed."""
+    inputs = {v.id for v in tracer.graph.inputs}
+    given = {ref.id for ref in _refs_of(tracer, key, _DEPTH)}
+    todo = [(ref.id, False) for ref in _refs_of(tracer, value, _DEPTH)]
+    seen: set[tuple[int, bool]] = set()
+    while todo:
+        step = todo.pop()
+        if step in seen:
+            continue
+        seen.add(step)
+        vid, sizes_only = step
+        if vid in given:
+            continue
+        if vid in inputs:
+            if sizes_only:
+                continue  # a size of the call: part of the memo's key
+            return "the input's data"
+        node = tracer._producers.get(vid)
+        if node is None or node.op in _NO_DATA_READS:
+            continue
+        if sizes_only and _sized_by_data(tracer, node):
+            return "a size that the input's values decide"
+        if node.op in RANDOM_OPS and not sizes_only:
+            return "a random draw"
+        todo.extend(_arguments(tracer, node, sizes_only))
+    return None
+
+
+def _arguments(tracer, node, sizes_only: bool) -> list[tuple[int, bool]]:
+    """What of each argument of ``node`` its result (or its result's sizes) depends on."""
+    shape_of = node.op in _SIZE_READS
+    skipped = _SIZE_ARGUMENT.get(node.op)
+    steps = []
+    for index, arg in enumerate([*node.args, *node.kwargs.values()]):
+        for ref in refs_in(arg):
+            tensor = _value(tracer, ref.id)
+            tensor = tensor is not None and tensor.kind == "Tensor"
+            # A tensor whose sizes alone make the result's (or whose sizes only are read);
+            # any number, and a tensor whose values the result holds, counts whole.
+            whole = not (tensor and (sizes_only or shape_of or index == skipped))
+            steps.append((ref.id, not whole))
+    return steps
+
+
+def _sized_by_data(tracer, node) -> bool:
+    """Whether the values of a tensor argument decide the size of ``node``'s result: a
+    ``nonzero``, a ``unique``, an index by a mask."""
+    if node.op in _DATA_SIZED:
+        return True
+    if node.op != "getitem":
+        return False
+    masks = [_value(tracer, ref.id) for ref in refs_in(node.args[1:2])]
+    return any(v is not None and v.dtype in _MASK_DTYPES for v in masks)
+
+
+def _value(tracer, vid: int):
+    """The graph's :class:`~..ir.Value` with id ``vid``, or None."""
+    node = tracer._producers.get(vid)
+    outputs = node.outputs if node is not None else tracer.graph.inputs
+    return next((v for v in outputs if v.id == vid), None)
+
+
+def _refs_of(tracer, value, depth: int) -> list[Ref]:
+    """The graph values that the tensors and traced numbers in ``value`` are."""
+    if isinstance(value, _Traced):
+        if value._tracer is not tracer or value._ref is None:
+            return []  # a size not yet read in the graph: made from metadata alone
+        return [value._ref]
+    if isinstance(value, SymStr):
+        return [r for s in value._sources for r in _refs_of(tracer, s, depth)]
+    if isinstance(value, torch.Tensor):
+        hit = tracer._lookup(value)
+        return [Ref(hit[1].id)] if hit is not None else []
+    if depth and type(value) in (tuple, list):
+        return [r for item in value for r in _refs_of(tracer, item, depth - 1)]
+    if depth and type(value) is dict:
+        return [r for item in value.values() for r in _refs_of(tracer, item, depth - 1)]
+    return []
