@@ -569,6 +569,10 @@ def corpus(base: dict) -> dict[str, object]:
     mutate("var_keywords_empty", lambda d: forward(d).update(var_keywords=[]))
     mutate("var_keywords_type", lambda d: forward(d).update(var_keywords="a"))
     mutate("var_keywords_unknown", lambda d: forward(d).update(var_keywords=["a"]))
+    mutate("positional_only_ok", lambda d: forward(d).update(positional_only=1))
+    mutate("positional_only_type", lambda d: forward(d).update(positional_only="1"))
+    mutate("positional_only_negative", lambda d: forward(d).update(positional_only=-1))
+    mutate("positional_only_past", lambda d: forward(d).update(positional_only=9))
     mutate("out_spec_bad", lambda d: forward(d).update(out_spec={"t": "tuple", "c": []}))
     mutate(
         "guard_kind",
@@ -685,6 +689,7 @@ def test_r_and_python_checkers_agree(base, tmp_path):
         "reprs_ok",
         "types_ok",
         "var_keywords_empty",
+        "positional_only_ok",
         "eye_ok",
         "arange_ok",
         "fold_ok",

@@ -270,6 +270,82 @@ def test_wrong_calls_are_refused_naming_the_parameters():
         )
 
 
+def _python_refusal(fn, *args, **kwargs) -> str:
+    with pytest.raises(TypeError) as info:
+        fn(*args, **kwargs)
+    return str(info.value)
+
+
+def test_positional_only_parameters_refuse_keywords_as_python_does():
+    def diff(x, /, y):
+        return x - y
+
+    class Diff(nn.Module):
+        def forward(self, x, /, y):
+            return x - y
+
+    a, b = torch.randn(3), torch.randn(3)
+    for original in (diff, Diff()):
+        traced = tracebridge.trace(original, (a, b))
+        assert traced.program.methods["forward"].positional_only == 1
+        for fn in (traced, _loaded(traced)):
+            assert torch.equal(fn(a, b), a - b)
+            assert torch.equal(fn(a, y=b), a - b)
+            for args, kwargs in (((), {"x": a, "y": b}), ((a,), {"x": b}), ((a, b), {"x": a})):
+                expected = _python_refusal(original, *args, **kwargs)
+                assert "positional-only arguments passed as keyword arguments: 'x'" in expected
+                with pytest.raises(tracebridge.BindingError) as info:
+                    fn(*args, **kwargs)
+                assert isinstance(info.value, TypeError) and isinstance(info.value, TraceError)
+                assert str(info.value) == (
+                    "forward() got some positional-only arguments passed as keyword "
+                    "arguments: 'x'; the trace takes (x: Tensor, /, y: Tensor)"
+                )
+
+
+def test_a_positional_only_name_among_var_keywords_stays_a_keyword():
+    """``def f(x=None, /, **extra)`` called ``f(t, x=u)``: Python puts ``x=u`` in ``extra``,
+    so a call ``f(t, u)`` (``x`` positional, ``extra`` empty) is not the traced call."""
+
+    def f(w, x=None, /, **extra):
+        return w * 2 + extra["x"] if x is None else w + x
+
+    a, b = torch.randn(3), torch.randn(3)
+    traced = tracebridge.trace(f, (a,), example_kwarg_inputs={"x": b})
+    graph = traced.program.methods["forward"]
+    assert (graph.positional_only, graph.var_keywords) == (2, ["x"])
+    for fn in (traced, _loaded(traced)):
+        assert torch.equal(fn(a, x=b), f(a, x=b))
+        with pytest.raises(TraceError, match="shaped differently"):
+            fn(a, b)  # binds Python's x, which the trace never saw
+
+
+def test_a_file_whose_keywords_name_a_positional_only_parameter_is_refused():
+    import json
+    import zipfile
+
+    from tracebridge.check.program import check_program
+
+    x = torch.randn(2)
+    traced = tracebridge.trace(Masked(), (x,), example_kwarg_inputs={"mask": x})
+    buffer = io.BytesIO()
+    traced.save(buffer)
+    with zipfile.ZipFile(buffer) as archive:
+        doc = json.loads(archive.read("program.json"))
+    graph = doc["methods"]["forward"]
+    assert "positional_only" not in graph  # written only where there are some
+    check_program(doc)
+    graph["positional_only"] = 2
+    with pytest.raises(TraceError, match="positional-only parameter 'mask' by keyword"):
+        check_program(doc)
+    graph["positional_only"] = 3
+    with pytest.raises(TraceError, match="positional_only must be a count of arg_names"):
+        check_program(doc)
+    graph["positional_only"] = -1
+    with pytest.raises(TraceError, match="positional_only"):
+        check_program(doc)
+
+
 # --- traced.forward.code and .graph ---------------------------------------------------------
 
 

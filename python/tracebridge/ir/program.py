@@ -92,6 +92,9 @@ class Graph:
     outputs: list = field(default_factory=list)  # Refs or literals
     out_spec: dict = field(default_factory=dict)
     arg_names: list[str] = field(default_factory=list)  # the traced callable's parameters
+    # How many of ``arg_names`` lead as positional-only (``def f(x, /, y)``: 1), so that a
+    # call passing one by keyword is refused as Python refuses it (runtime/binding.py)
+    positional_only: int = 0
     # The keyword inputs that landed in the callable's ``**kwargs``, in the traced order:
     # the code may iterate them, so a call must pass them in this order (runtime/method.py)
     var_keywords: list[str] = field(default_factory=list)
@@ -117,6 +120,7 @@ class Graph:
             outputs=self.outputs,
             out_spec=self.out_spec,
             arg_names=self.arg_names,
+            positional_only=self.positional_only,
             var_keywords=self.var_keywords,
             sources=self.sources,
         )
@@ -412,6 +416,7 @@ def graph_to_json(g: Graph) -> dict:
         ],
         "outputs": encode(list(g.outputs)),
         "out_spec": g.out_spec,
+        **({"positional_only": g.positional_only} if g.positional_only else {}),
         **({"var_keywords": list(g.var_keywords)} if g.var_keywords else {}),
         **({"sources": lines} if (lines := {k: v for k, v in g.sources.items() if v}) else {}),
     }
@@ -436,6 +441,7 @@ def graph_from_json(d: dict) -> Graph:
         outputs=decode(d["outputs"]),
         out_spec=d["out_spec"],
         arg_names=list(d.get("arg_names", [])),
+        positional_only=d.get("positional_only", 0),
         var_keywords=list(d.get("var_keywords", [])),
         sources=_sources(d.get("sources")),
     )

@@ -229,6 +229,7 @@ def capture(
     )
     graph = tracer.graph
     graph.arg_names = argument_names(names_from or fn, len(args))
+    graph.positional_only = positional_only_count(names_from or fn)
     graph.var_keywords = var_keyword_names(names_from or fn, args, kwargs)
     try:
         leaves, graph.in_spec = pytree.flatten((tuple(args), dict(kwargs)), is_tensor)
@@ -481,6 +482,16 @@ def argument_names(fn: Callable, count: int) -> list[str]:
     return names[: max(count, len(names))]
 
 
+def positional_only_count(fn: Callable) -> int:
+    """How many leading parameters of ``fn`` are positional-only (``def f(x, /, y)``: 1);
+    0 where it has none or no signature."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return 0
+    return sum(1 for p in parameters if p.kind == p.POSITIONAL_ONLY)
+
+
 def var_keyword_names(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
     """The names of ``kwargs`` that land in the ``**kwargs`` parameter of ``fn`` (a
     module: its forward), in the order given; [] where it has none or no signature."""
@@ -492,14 +503,16 @@ def var_keyword_names(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
     elif isinstance(fn, torch.nn.Module):
         fn = fn.forward
     try:
-        signature = inspect.signature(fn)
-        bound = signature.bind(*args, **kwargs)
+        parameters = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return []
-    for param in signature.parameters.values():
-        if param.kind == param.VAR_KEYWORD:
-            return [str(k) for k in bound.arguments.get(param.name, {})]
-    return []
+    if not any(p.kind == p.VAR_KEYWORD for p in parameters):
+        return []
+    # As Python binds a keyword: to the parameter of that name unless it is positional-only
+    # (not ``Signature.bind``, which refuses such a name instead of putting it in
+    # ``**kwargs``: ``def f(x=None, /, **kw)`` called ``f(x=1)``)
+    named = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return [str(k) for k in kwargs if k not in named]
 
 
 def leaf_names(arg_names: list[str], args: tuple, kwargs: dict) -> list[str]:
