@@ -224,3 +224,17 @@ def test_a_loaded_file_gives_the_same_keys():
     gm = tracebridge.to_graph_module(loaded)
     assert sorted(gm.state_dict()) == sorted(model.state_dict())
     torch.testing.assert_close(gm(ids)[0], model(ids))
+
+
+def test_parameter_names_that_would_hide_a_name_of_the_code_keep_the_flat_form():
+    """``def forward(self, torch, ...)`` would hide the module the code calls: such a
+    GraphModule takes the flat inputs (``info(gm).signature`` is None), as before."""
+    x, k, _ = _inputs()
+
+    def uses(torch, self=None, k=None):  # names the generated code needs
+        return torch * k
+
+    gm = tracebridge.to_graph_module(tracebridge.trace(uses, (x,), example_kwarg_inputs={"k": k}))
+    assert bridge.info(gm).signature is None
+    assert torch.equal(gm(x, k)[0], x * k)
+    assert torch.equal(bridge.call(gm, x, k=k), x * k)

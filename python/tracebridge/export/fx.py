@@ -35,7 +35,9 @@ raises GuardError -- and, in an exported program, autocast (docs/deploy.md).
 
 from __future__ import annotations
 
+import builtins
 import contextvars
+import keyword
 import math
 import operator
 from collections.abc import Callable
@@ -344,7 +346,7 @@ class _Builder:
     def build(self) -> fx.Graph:
         support.check_graph(self.graph, self.name)
         for index, value in enumerate(self.graph.inputs):
-            self.env[value.id] = self.fx.placeholder(_identifier(value.name, f"in{index}"))
+            self.env[value.id] = self.fx.placeholder(_input_name(value.name, index))
         if self.checks:
             self.add_checks()
         for index, node in enumerate(self.graph.nodes):
@@ -444,6 +446,19 @@ class _Builder:
                         walk(child, self.fx.call_function(operator.getitem, (at, key)))
 
         walk(node.out_spec, result)
+
+
+# Names the generated code reads as globals or builtins (``torch.float32``, ``getattr``):
+# an input of that name would hide them in ``forward`` (a function's parameter ``torch``
+# made ``torch.float32`` an attribute of the input tensor).
+_CODE_NAMES = frozenset(dir(builtins)) | {"self", "torch", "operator", "math", "inf", "nan"}
+
+
+def _input_name(name: str | None, index: int) -> str:
+    text = _identifier(name, f"in{index}")
+    if text in _CODE_NAMES or keyword.iskeyword(text) or text.startswith("tracebridge_"):
+        return f"{text}_in"
+    return text
 
 
 def _identifier(name: str | None, fallback: str) -> str:
@@ -673,8 +688,10 @@ def graph_module(
     code = builder.build()
     if signature is not None:
         placeholders = [n.name for n in code.nodes if n.op == "placeholder"]
-        if fx_signature.is_plain(signature, placeholders):
-            signature = None
+        if fx_signature.is_plain(signature, placeholders) or not fx_signature.can_write(
+            signature, code.python_code("self").src, placeholders
+        ):
+            signature = None  # the flat inputs (BridgeInfo.signature None says so)
         else:
             code._codegen = fx_signature.SignatureCodeGen(signature)
     gm = fx.GraphModule(root, code, class_name=_identifier(name, "forward"))

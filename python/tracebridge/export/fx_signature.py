@@ -27,7 +27,10 @@ AOTInductor take the flat inputs: ``to_graph_module(..., flat=True)`` gives that
 
 from __future__ import annotations
 
+import io
+import keyword
 import math
+import tokenize
 from dataclasses import dataclass, field
 
 from torch import fx
@@ -225,6 +228,30 @@ def signature_of(graph: Graph, method: str) -> Signature:
     for owner, spec in zip(owners, traced_args["c"] + traced_kwargs["c"]):
         by_name[owner].inputs.extend(next(counter) for _ in range(pytree.count_leaves(spec)))
     return Signature(method, params, list(graph.var_keywords), len(graph.inputs))
+
+
+def can_write(signature: Signature, plain_code: str, placeholders: list[str]) -> bool:
+    """Whether ``def forward`` can name the parameters as the traced callable does: each
+    a Python name other than ``self`` and the names the binding line uses, and none
+    that the plain code's body uses for something else (a global such as ``torch``, a
+    builtin such as ``getattr``) -- a parameter would hide it there."""
+    body = {
+        token.string
+        for token in tokenize.generate_tokens(io.StringIO(plain_code).readline)
+        if token.type == tokenize.NAME
+    }
+    reserved = {"self", "tracebridge_bind", "_tb_signature", "_tb_defaults"}
+    if signature.var_keywords:
+        reserved.add("kwargs")
+    for p in signature.parameters:
+        if p.kind == VAR_KEYWORD:
+            continue
+        own = len(p.inputs) == 1 and p.spec == {"t": "leaf"} and placeholders[p.inputs[0]] == p.name
+        if not p.name.isidentifier() or keyword.iskeyword(p.name) or p.name in reserved:
+            return False
+        if p.name in body and not own:
+            return False
+    return True
 
 
 def is_plain(signature: Signature, placeholders: list[str]) -> bool:
