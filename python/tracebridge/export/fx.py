@@ -505,7 +505,7 @@ def _install_aside(root: nn.Module, tensor: torch.Tensor, index: int, persistent
     return f"_tb_state.s{index}"
 
 
-def _register(module: nn.Module, leaf: str, tensor: torch.Tensor, persistent: bool) -> None:
+def _register(module: nn.Module, leaf: str, tensor: torch.Tensor, persistent: bool = True) -> None:
     if isinstance(tensor, nn.Parameter):
         module.register_parameter(leaf, tensor)
     else:
