@@ -238,3 +238,19 @@ def test_parameter_names_that_would_hide_a_name_of_the_code_keep_the_flat_form()
     assert bridge.info(gm).signature is None
     assert torch.equal(gm(x, k)[0], x * k)
     assert torch.equal(bridge.call(gm, x, k=k), x * k)
+
+
+def test_a_var_keyword_the_trace_read_must_be_passed():
+    x, p, _ = _inputs()
+
+    def total(x, **extra):
+        return x * 2 if extra["double"] else x + extra["p"]
+
+    gm = tracebridge.to_graph_module(
+        tracebridge.trace(total, (x,), example_kwarg_inputs={"double": True, "p": p})
+    )
+    assert torch.equal(gm(x, double=True, p=p)[0], total(x, double=True, p=p))
+    with pytest.raises(TraceError, match="keyword argument 'double' \\(taken by \\*\\*kwargs\\)"):
+        gm(x, p=p)
+    with pytest.raises(TraceError, match="argument 'double' is False where the trace"):
+        gm(x, double=False, p=p)

@@ -154,6 +154,11 @@ class Signature:
                     "leave it out, or trace again passing it"
                 )
             return
+        if value is NOT_PASSED and p.kind == VAR_KEYWORD:
+            raise TraceError(
+                f"{self.method}(): keyword argument {p.name!r} (taken by **kwargs) was passed "
+                "when the trace was made, and the traced code read it; pass it"
+            )
         if value is NOT_PASSED:
             raise BindingError(
                 f"{self.method}() missing 1 required argument: {p.name!r}; the trace takes "
