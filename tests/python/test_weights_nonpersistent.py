@@ -238,14 +238,16 @@ def test_a_non_persistent_buffer_no_graph_reads_is_not_asked_for(tmp_path):
 
 
 def test_an_unread_meta_buffer_of_a_real_module_needs_no_weights(tmp_path):
-    """Traced on the CPU with only the unused cache on meta: the file holds every tensor a
-    call needs, and loads without weights=."""
+    """Traced on the CPU with only the unused cache on meta: the check compares values, and
+    the file holds every tensor a call needs, and loads without weights=."""
     torch.manual_seed(0)
     model = WithUnreadCache().eval()
     model.register_buffer("mask_cache", torch.empty(8, 8, device="meta"), persistent=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the check sees a meta tensor, and compares no values
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
         traced = tracebridge.trace(model, torch.rand(2, 3, 4))
+    # The check compared values: a buffer no call reads does not make the model "meta".
+    assert not [w for w in record if "on the meta device" in str(w.message)]
     path = tmp_path / "cpu.tb"
     traced.save(path)
     loaded = tracebridge.load(path)
