@@ -44,7 +44,7 @@ def test_keywords_traced_out_of_the_signatures_order_bind_by_the_signature():
     traced = tracebridge.trace(model, (x,), example_kwarg_inputs={"bias": b, "mask": k})
     for obj in (traced, _loaded(traced)):
         gm = tracebridge.to_graph_module(obj)
-        assert bridge.info(gm).signature == "x, mask, bias"
+        assert bridge.info(gm).signature == "x, mask=None, bias=None"
         want = model(x, k, b)
         assert torch.equal(gm(x, k, b)[0], want)
         assert torch.equal(gm(x, bias=b, mask=k)[0], want)
@@ -56,18 +56,20 @@ def test_keywords_traced_out_of_the_signatures_order_bind_by_the_signature():
         assert torch.equal(bridge.call(flat, x, k, b), want)
 
 
-def test_a_parameter_the_example_did_not_pass_may_not_be_passed():
+def test_a_parameter_the_example_did_not_pass_takes_only_its_default():
     x, k, b = _inputs()
     model = MaskBias()
-    gm = tracebridge.to_graph_module(
-        tracebridge.trace(model, (x,), example_kwarg_inputs={"bias": b})
-    )
-    assert torch.equal(gm(x, bias=b)[0], model(x, bias=b))
-    for call in (lambda: gm(x, b), lambda: gm(x, None, b), lambda: gm(x, mask=k, bias=b)):
-        with pytest.raises(TraceError, match="argument 'mask' was not passed when the trace"):
-            call()  # Python binds mask here, which the trace never saw
-    with pytest.raises(BindingError, match="missing 1 required argument: 'bias'"):
-        gm(x)
+    traced = tracebridge.trace(model, (x,), example_kwarg_inputs={"bias": b})
+    for obj in (traced, _loaded(traced)):  # the file records the defaults
+        gm = tracebridge.to_graph_module(obj)
+        want = model(x, bias=b)
+        assert torch.equal(gm(x, bias=b)[0], want)
+        assert torch.equal(gm(x, None, b)[0], want)  # its default, given: the traced call
+        for args, kwargs in (((x, b), {}), ((x, k, b), {}), ((x,), {"mask": k, "bias": b})):
+            with pytest.raises(TraceError, match="argument 'mask' was not passed when the"):
+                gm(*args, **kwargs)  # Python binds mask here, which the trace never saw
+        with pytest.raises(TraceError, match="argument 'bias' is NoneType where the trace"):
+            gm(x)  # bias=None, its default, where the trace took a tensor
 
 
 def scaled(x, mask=None, scale=2.0):
@@ -75,22 +77,47 @@ def scaled(x, mask=None, scale=2.0):
     return y if mask is None else y * mask
 
 
-def test_numbers_and_none_the_trace_recorded_are_defaults_and_fixed():
+def test_numbers_and_none_are_fixed_and_defaults_are_the_callables_own():
+    """A number the example passed is fixed; a parameter left out takes the callable's
+    own default (recorded in the file), which must be what the trace was made with:
+    ``scaled(x)`` scales by 2.0, so a trace made with 3.0 refuses it."""
     x, _, _ = _inputs()
-    traced = tracebridge.trace(scaled, (x, None, 3.0))
-    gm = tracebridge.to_graph_module(traced)
-    want = scaled(x, None, 3.0)
-    for call in (
-        lambda: gm(x),
-        lambda: gm(x, None, 3.0),
-        lambda: gm(x, scale=3.0),
-        lambda: gm(x=x, mask=None),
-    ):
-        assert torch.equal(call()[0], want)
-    with pytest.raises(TraceError, match="argument 'scale' is 2.0 where the trace was made"):
-        gm(x, None, 2.0)
-    with pytest.raises(TraceError, match="argument 'scale' is 3 where"):
-        gm(x, scale=3)  # an int is another number: x * 3 is not x * 3.0 for every dtype
+    by_three = tracebridge.trace(scaled, (x, None, 3.0))
+    for obj in (by_three, _loaded(by_three)):
+        gm = tracebridge.to_graph_module(obj)
+        assert bridge.info(gm).signature == "x, mask=None, scale=2.0"
+        want = scaled(x, None, 3.0)
+        assert torch.equal(gm(x, None, 3.0)[0], want)
+        assert torch.equal(gm(x, scale=3.0)[0], want)
+        with pytest.raises(TraceError, match="argument 'scale' is 2.0 where the trace was"):
+            gm(x)  # scaled(x) is x * 2.0: not the trace
+        with pytest.raises(TraceError, match="argument 'scale' is 3 where"):
+            gm(x, scale=3)  # an int is another number: x * 3 is not x * 3.0 for every dtype
+    by_default = tracebridge.trace(scaled, (x, None, 2.0))
+    gm = tracebridge.to_graph_module(by_default)
+    for call in (lambda: gm(x), lambda: gm(x, None), lambda: gm(x=x, scale=2.0)):
+        assert torch.equal(call()[0], scaled(x))
+
+
+def test_a_default_no_file_holds_must_be_passed():
+    x, k, _ = _inputs()
+    fixed = torch.ones(3)
+
+    def weighted(x, *, w=fixed):
+        return x * w
+
+    traced = tracebridge.trace(weighted, (x,), example_kwarg_inputs={"w": k})
+    assert traced.program.methods["forward"].defaults == {"w": None}
+    gm = tracebridge.to_graph_module(_loaded(traced))
+    assert torch.equal(gm(x, w=k)[0], x * k)
+    with pytest.raises(TraceError, match="argument 'w' was left out, and its default is not"):
+        gm(x)
+    # Where forward is the plain one (each parameter a tensor, in order), Python's own
+    # TypeError refuses the call that leaves a parameter out.
+    plain = tracebridge.to_graph_module(tracebridge.trace(lambda x, w=fixed: x * w, (x, k)))
+    assert bridge.info(plain).signature is None
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'w'"):
+        plain(x)
 
 
 def test_positional_only_and_keyword_only_parameters_keep_their_kinds():

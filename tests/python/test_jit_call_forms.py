@@ -346,6 +346,56 @@ def test_a_file_whose_keywords_name_a_positional_only_parameter_is_refused():
         check_program(doc)
 
 
+def scaled(x, mask=None, scale=2.0):
+    y = x * scale
+    return y if mask is None else y * mask
+
+
+def test_defaults_bind_as_python_binds_them():
+    """The file records the callable's defaults: a call that leaves out a parameter the
+    example gave its default, or gives its default to one the example left out, is the
+    traced call; any other value is refused (the default 2.0 is not the traced 3.0)."""
+    x, mask = torch.randn(2, 3), torch.rand(2, 3)
+    same = (
+        ((x,), {}),
+        ((x, None), {}),
+        ((x,), {"mask": None}),
+        ((x, None, 2.0), {}),
+        ((x,), {"scale": 2.0, "mask": None}),
+    )
+    for example in ((x,), (x, None), (x, None, 2.0)):
+        traced = tracebridge.trace(scaled, example)
+        for fn in (traced, _loaded(traced)):
+            assert fn.program.methods["forward"].defaults == {
+                "mask": {"t": "none"},
+                "scale": {"t": "const", "v": 2.0},
+            }
+            for args, kwargs in same:
+                assert torch.equal(fn(*args, **kwargs), scaled(*args, **kwargs))
+            for args, kwargs in (((x, mask), {}), ((x, None, 3.0), {}), ((x,), {"scale": 2})):
+                with pytest.raises(TraceError, match="shaped differently"):
+                    fn(*args, **kwargs)
+    by_three = tracebridge.trace(scaled, (x, None, 3.0))
+    for fn in (by_three, _loaded(by_three)):
+        assert torch.equal(fn(x, scale=3.0), scaled(x, scale=3.0))
+        for args, kwargs in same:  # each scales by 2.0 in Python
+            with pytest.raises(TraceError, match="shaped differently"):
+                fn(*args, **kwargs)
+
+
+def test_a_file_without_defaults_binds_as_before():
+    """Files written before ``defaults`` (and graphs of callables without a signature)
+    know no default: a call must pass what the example passed."""
+    x = torch.randn(2, 3)
+    traced = tracebridge.trace(scaled, (x, None))
+    traced.program.methods["forward"].defaults = {}
+    loaded = _loaded(traced)
+    assert loaded.program.methods["forward"].defaults == {}
+    assert torch.equal(loaded(x, None), scaled(x))
+    with pytest.raises(TraceError, match="shaped differently"):
+        loaded(x)
+
+
 # --- traced.forward.code and .graph ---------------------------------------------------------
 
 

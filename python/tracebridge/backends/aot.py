@@ -312,6 +312,7 @@ class AOTCompiled:
         self._in_spec, self._out_spec = in_spec, out_spec
         self._var_keywords = list(graph.var_keywords)
         self._arg_names, self._positional_only = list(graph.arg_names), graph.positional_only
+        self._defaults = dict(graph.defaults)
         self._single = out_spec.get("t") == "leaf"
         self._scalars = _scalar_outputs(graph)
         self.method = method
@@ -334,6 +335,7 @@ class AOTCompiled:
             self.method,
             self._arg_names,
             self._positional_only,
+            self._defaults,
         )
         if (
             _grad_enabled()

@@ -279,6 +279,7 @@ class BridgeInfo:
     var_keywords: list[str] = field(default_factory=list)  # the graph's, in traced order
     arg_names: list[str] = field(default_factory=list)  # the graph's, to bind calls
     positional_only: int = 0
+    defaults: dict = field(default_factory=dict)
     # The traced parameters ``forward`` takes (``x, /, mask=None``), or None where it
     # takes the flat inputs (fx_signature.py)
     signature: str | None = None
@@ -716,6 +717,7 @@ def graph_module(
         var_keywords=list(graph.var_keywords),
         arg_names=list(graph.arg_names),
         positional_only=graph.positional_only,
+        defaults=dict(graph.defaults),
         signature=signature.text() if signature is not None else None,
     )
     return gm
@@ -779,6 +781,7 @@ def flatten_inputs(gm: fx.GraphModule, *args, **kwargs) -> list[torch.Tensor]:
         meta.method,
         meta.arg_names,
         meta.positional_only,
+        meta.defaults,
     )
 
 
@@ -790,13 +793,14 @@ def flatten_by_spec(
     method: str = "the GraphModule's method",
     arg_names: list[str] = (),
     positional_only: int = 0,
+    defaults: dict | None = None,
 ) -> list[torch.Tensor]:
-    """:func:`flatten_inputs` by the graph's ``in_spec``, ``var_keywords``, ``arg_names``
-    and ``positional_only`` (no GraphModule needed): a call is bound by position or by
-    keyword as the runtime binds it, and a dict input, or the keywords of ``**kwargs``,
-    in another order than traced is refused as the runtime refuses it
-    (runtime/method.py)."""
-    from ..runtime.binding import bind_to_trace, binding_error
+    """:func:`flatten_inputs` by the graph's ``in_spec``, ``var_keywords``, ``arg_names``,
+    ``positional_only`` and ``defaults`` (no GraphModule needed): a call is bound by
+    position, by keyword and to the parameters' defaults as the runtime binds it, and a
+    dict input, or the keywords of ``**kwargs``, in another order than traced is refused
+    as the runtime refuses it (runtime/method.py, runtime/binding.py)."""
+    from ..runtime.binding import bind_to_trace, binding_error, with_defaults
     from ..runtime.method import _in_key_order, describe, mismatch, refuse_reordered, same_spec
 
     if len(args) != len(spec["c"][0]["c"]):
@@ -809,6 +813,14 @@ def flatten_by_spec(
         if same_spec(given, spec):
             refuse_reordered(method, got, kwargs, spec, var_keywords)
         got = given
+    filled = (
+        None
+        if same_spec(got, spec)
+        else with_defaults(args, kwargs, spec, list(arg_names), defaults or {}, positional_only)
+    )
+    if filled is not None:  # once: a filled call changes no more
+        names = (var_keywords, method, arg_names, positional_only, defaults)
+        return flatten_by_spec(spec, *filled, *names)
     if not same_spec(got, spec):
         refused = binding_error(
             method, args, kwargs, list(arg_names), positional_only, list(var_keywords)

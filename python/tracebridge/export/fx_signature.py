@@ -33,6 +33,7 @@ import math
 import tokenize
 from dataclasses import dataclass, field
 
+import torch
 from torch import fx
 
 from ..errors import BindingError, TraceError
@@ -50,34 +51,41 @@ from ..runtime.method import (
 POSITIONAL_ONLY, POSITIONAL, KEYWORD, VAR_KEYWORD = "/", "", "*", "**"
 
 
-class _NotPassed:
-    """The default of a parameter that has none in the trace: passing it is refused."""
+class _Marker:
+    """A default of ``forward`` that stands for no value: ``NOT_PASSED`` (the parameter
+    has no default; Python's own def needs one where it follows a parameter with one),
+    ``UNKNOWN`` (its default is one no file holds: a tensor, an object)."""
+
+    def __init__(self, text: str):
+        self.text = text
 
     def __repr__(self) -> str:
-        return "<not passed>"
+        return self.text
 
 
-NOT_PASSED = _NotPassed()
+NOT_PASSED = _Marker("<not passed>")
+UNKNOWN = _Marker("<a default the trace does not hold>")
 
 
 @dataclass
 class Parameter:
     """One parameter of the traced callable: its name, kind, the spec of what the
-    example passed (None: not passed) and the graph inputs its leaves are."""
+    example passed (None: not passed), its default in the callable (a value, UNKNOWN,
+    or NOT_PASSED where it has none) and the graph inputs its leaves are."""
 
     name: str
     kind: str
     spec: dict | None
+    default: object = NOT_PASSED
     inputs: list[int] = field(default_factory=list)
 
     @property
     def has_default(self) -> bool:
-        return self.spec is None or self.spec["t"] in ("none", "const")
+        return self.default is not NOT_PASSED
 
     @property
-    def default(self):
-        if self.spec is None:
-            return NOT_PASSED
+    def recorded(self):
+        """The number, string or None the example passed (spec ``none``/``const``)."""
         return None if self.spec["t"] == "none" else self.spec["v"]
 
 
@@ -91,7 +99,16 @@ class Signature:
     n_inputs: int
 
     def text(self) -> str:
-        """The parameter list as Python writes it: ``x, /, mask=None, *, k``."""
+        """The parameter list as Python shows it: ``x, /, mask=None, *, k``."""
+        return self._parameters(lambda index, p: f"{p.name}={p.default!r}" * p.has_default)
+
+    def code(self) -> str:
+        """The parameter list of ``def forward``, each default read from ``_tb_defaults``."""
+        return self._parameters(
+            lambda index, p: f"{p.name}=_tb_defaults[{index}]" * self._defaulted(index)
+        )
+
+    def _parameters(self, with_default) -> str:
         out, seen_keyword = [], False
         for index, p in enumerate(self.parameters):
             if p.kind == VAR_KEYWORD:
@@ -99,7 +116,7 @@ class Signature:
             if p.kind == KEYWORD and not seen_keyword:
                 out.append("*")
                 seen_keyword = True
-            out.append(f"{p.name}=_tb_defaults[{index}]" if self._defaulted(index) else p.name)
+            out.append(with_default(index, p) or p.name)
             if p.kind == POSITIONAL_ONLY and self._last_of_kind(index):
                 out.append("/")
         if self.var_keywords:
@@ -107,20 +124,26 @@ class Signature:
         return ", ".join(out)
 
     def _defaulted(self, index: int) -> bool:
-        """Python needs a default on every positional parameter after one with a default:
-        a required one there gets NOT_PASSED, refused in :func:`tracebridge_bind`."""
+        """Whether ``forward`` gives parameter ``index`` a default: its own (a value or
+        UNKNOWN), NOT_PASSED where the example did not pass it, and NOT_PASSED where
+        Python needs one (a positional parameter after one with a default), refused in
+        :func:`tracebridge_bind` when left out."""
+
+        def needs(p: Parameter) -> bool:
+            return p.has_default or p.spec is None
+
         p = self.parameters[index]
-        if p.has_default or p.kind == KEYWORD:
-            return p.has_default
-        return any(q.has_default for q in self.parameters[:index] if q.kind != KEYWORD)
+        if needs(p) or p.kind == KEYWORD:
+            return needs(p)
+        return any(needs(q) for q in self.parameters[:index] if q.kind != KEYWORD)
 
     def _last_of_kind(self, index: int) -> bool:
         following = self.parameters[index + 1 : index + 2]
         return not following or following[0].kind != POSITIONAL_ONLY
 
     def defaults(self) -> tuple:
-        """Per parameter, its default in ``forward`` (NOT_PASSED where it has none)."""
-        return tuple(p.default if p.has_default else NOT_PASSED for p in self.parameters)
+        """Per parameter, its default in ``forward`` (a marker where it has no value)."""
+        return tuple(p.default for p in self.parameters)
 
     def bind(self, values: tuple, extra: dict) -> tuple:
         """The graph's input tensors, in order, from the parameters' ``values`` (and the
@@ -146,14 +169,18 @@ class Signature:
         return tuple(leaves)
 
     def _take(self, p: Parameter, value, leaves: list) -> None:
-        if p.spec is None:
-            if value is not NOT_PASSED:
+        """Check ``value`` (what the call gave ``p``, or its default) against the trace,
+        and put its tensors in ``leaves``."""
+        if p.spec is None:  # the trace took the callable's default
+            if value is NOT_PASSED or value is UNKNOWN:
+                return
+            if p.default is UNKNOWN or not _same_constant(value, p.default):
                 raise TraceError(
                     f"{self.method}(): argument {p.name!r} was not passed when the trace was "
-                    "made (the traced code took its default), so the trace cannot take it; "
-                    "leave it out, or trace again passing it"
+                    "made (the traced code took its default), so the trace cannot take "
+                    "another value; leave it out, or trace again passing it"
                 )
-            return
+            return  # its default, given by name: the traced call
         if value is NOT_PASSED and p.kind == VAR_KEYWORD:
             raise TraceError(
                 f"{self.method}(): keyword argument {p.name!r} (taken by **kwargs) was passed "
@@ -164,15 +191,25 @@ class Signature:
                 f"{self.method}() missing 1 required argument: {p.name!r}; the trace takes "
                 f"({self.text()})"
             )
-        if p.has_default:
-            if not _same_constant(value, p.default):
+        if value is UNKNOWN:
+            raise TraceError(
+                f"{self.method}(): argument {p.name!r} was left out, and its default is "
+                "not one the trace holds (a tensor, an object): pass it, as the example did"
+            )
+        if p.spec["t"] in ("none", "const"):
+            if not _same_constant(value, p.recorded):
                 raise TraceError(
                     f"{self.method}(): argument {p.name!r} is {value!r} where the trace was "
-                    f"made with {p.default!r}; numbers, strings and None are fixed in a "
+                    f"made with {p.recorded!r}; numbers, strings and None are fixed in a "
                     "trace: pass what the example passed, or trace again with this value"
                 )
             return
         if p.spec["t"] == "leaf":
+            if not isinstance(value, torch.Tensor):
+                raise TraceError(
+                    f"{self.method}(): argument {p.name!r} is {type(value).__name__} where "
+                    "the trace was made with a tensor; pass a tensor, or trace again"
+                )
             leaves[p.inputs[0]] = value
             return
         flat, got = pytree.flatten(value, is_tensor)
@@ -221,18 +258,29 @@ def signature_of(graph: Graph, method: str) -> Signature:
             spec = keywords.pop(name)
         else:
             spec = None
-        params.append(Parameter(name, kind, spec))
-    while params and params[-1].spec is None:
-        params.pop()  # not passed, at the end: a call that passes it is refused anyway
+        params.append(Parameter(name, kind, spec, _default(graph, name)))
+    while params and params[-1].spec is None and not params[-1].has_default:
+        params.pop()  # not passed, no default known, at the end: a call cannot pass it
     for name, spec in keywords.items():
         kind = VAR_KEYWORD if name in graph.var_keywords else KEYWORD
-        params.append(Parameter(name, kind, spec))
+        default = NOT_PASSED if kind == VAR_KEYWORD else _default(graph, name)
+        params.append(Parameter(name, kind, spec, default))
     by_name = {p.name: p for p in params}
     owners = names[: len(traced_args["c"])] + list(traced_kwargs["keys"])
     counter = iter(range(len(graph.inputs)))
     for owner, spec in zip(owners, traced_args["c"] + traced_kwargs["c"]):
         by_name[owner].inputs.extend(next(counter) for _ in range(pytree.count_leaves(spec)))
     return Signature(method, params, list(graph.var_keywords), len(graph.inputs))
+
+
+def _default(graph: Graph, name: str):
+    """The default of parameter ``name`` as the graph records it (``defaults``)."""
+    if name not in graph.defaults:
+        return NOT_PASSED
+    spec = graph.defaults[name]
+    if spec is None:
+        return UNKNOWN
+    return None if spec["t"] == "none" else spec["v"]
 
 
 def can_write(signature: Signature, plain_code: str, placeholders: list[str]) -> bool:
@@ -289,7 +337,7 @@ class SignatureCodeGen(fx.graph.CodeGen):
         sig = self.signature
         values = ", ".join(p.name for p in sig.parameters if p.kind != VAR_KEYWORD)
         extra = "kwargs" if sig.var_keywords else "{}"
-        head = f"def {self._func_name}(self, {sig.text()}){maybe_return_annotation}:"
+        head = f"def {self._func_name}(self, {sig.code()}){maybe_return_annotation}:"
         call = f"tracebridge_bind(_tb_signature, ({values}{',' if values else ''}), {extra})"
         if not names:
             return f"{head}\n    {call}"
@@ -309,6 +357,6 @@ class SignatureCodeGen(fx.graph.CodeGen):
         """Positional arguments of the signature to the graph's inputs (for
         ``fx.Interpreter``, which runs the graph rather than its code)."""
         params = [p for p in self.signature.parameters if p.kind != VAR_KEYWORD]
-        rest = [p.default if p.has_default else NOT_PASSED for p in params[len(args) :]]
+        rest = [p.default for p in params[len(args) :]]
         values = [*args, *rest]
         return self.signature.bind(tuple(values), {})

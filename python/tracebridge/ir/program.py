@@ -95,6 +95,11 @@ class Graph:
     # How many of ``arg_names`` lead as positional-only (``def f(x, /, y)``: 1), so that a
     # call passing one by keyword is refused as Python refuses it (runtime/binding.py)
     positional_only: int = 0
+    # The defaults of the traced callable's parameters that the graph names (``arg_names``
+    # and the keyword inputs): name -> a ``none``/``const`` spec, or None for a default no
+    # file can hold (a tensor, an object). A call that leaves one out gets it, as in
+    # Python (export/fx_signature.py); a parameter not here has no default.
+    defaults: dict[str, dict | None] = field(default_factory=dict)
     # The keyword inputs that landed in the callable's ``**kwargs``, in the traced order:
     # the code may iterate them, so a call must pass them in this order (runtime/method.py)
     var_keywords: list[str] = field(default_factory=list)
@@ -121,6 +126,7 @@ class Graph:
             out_spec=self.out_spec,
             arg_names=self.arg_names,
             positional_only=self.positional_only,
+            defaults=self.defaults,
             var_keywords=self.var_keywords,
             sources=self.sources,
         )
@@ -417,6 +423,7 @@ def graph_to_json(g: Graph) -> dict:
         "outputs": encode(list(g.outputs)),
         "out_spec": g.out_spec,
         **({"positional_only": g.positional_only} if g.positional_only else {}),
+        **({"defaults": dict(g.defaults)} if g.defaults else {}),
         **({"var_keywords": list(g.var_keywords)} if g.var_keywords else {}),
         **({"sources": lines} if (lines := {k: v for k, v in g.sources.items() if v}) else {}),
     }
@@ -442,6 +449,7 @@ def graph_from_json(d: dict) -> Graph:
         out_spec=d["out_spec"],
         arg_names=list(d.get("arg_names", [])),
         positional_only=d.get("positional_only", 0),
+        defaults=dict(d.get("defaults", {})),
         var_keywords=list(d.get("var_keywords", [])),
         sources=_sources(d.get("sources")),
     )

@@ -117,3 +117,91 @@ def traced_parameters(
     if 0 < positional_only <= len(traced_args["c"]):
         named.insert(positional_only, "/")
     return "(" + ", ".join(named) + ")"
+
+
+def with_defaults(
+    args: tuple,
+    kwargs: dict,
+    in_spec: dict,
+    arg_names: list[str],
+    defaults: dict,
+    positional_only: int = 0,
+):
+    """``(args, kwargs)`` with the parameters' recorded defaults (the graph's ``defaults``)
+    applied where that makes the traced call, or None where nothing changes.
+
+    As Python binds a call: a parameter left out has its default, and one given its
+    default is the call that leaves it out. So a call that gives a parameter the trace
+    left out its default (``m(x, None)`` of a trace of ``m(x)``) drops it, and one that
+    leaves out a parameter the trace was given a number or None for gets its default,
+    where the default is that number (``m(x)`` of a trace of ``m(x, None)``). Any other
+    value stays, for the caller to refuse.
+
+    >>> spec = {"t": "tuple", "c": [{"t": "tuple", "c": [{"t": "leaf"}]},
+    ...                             {"t": "dict", "keys": [], "c": []}]}
+    >>> with_defaults((1, None), {}, spec, ["x", "mask"], {"mask": {"t": "none"}})
+    ((1,), {})
+    """
+    if not defaults:
+        return None
+    traced_args, traced_kwargs = in_spec["c"]
+    positional, keys = len(traced_args["c"]), traced_kwargs["keys"]
+    taken = set(arg_names[:positional]) | set(keys)
+    args, kwargs = list(args), dict(kwargs)
+    changed = False
+    while len(args) > positional and len(args) <= len(arg_names):
+        name = arg_names[len(args) - 1]
+        if name in taken or name in kwargs or not _is_default(args[-1], defaults.get(name)):
+            break
+        args.pop()
+        changed = True
+    for name in [k for k in kwargs if k not in taken and k in defaults]:
+        index = arg_names.index(name) if name in arg_names else -1
+        if index < positional_only and index >= 0:
+            continue  # a positional-only name among the keywords is no parameter's
+        if _is_default(kwargs[name], defaults[name]):
+            del kwargs[name]
+            changed = True
+    while len(args) < positional:
+        name = arg_names[len(args)] if len(args) < len(arg_names) else None
+        spec = traced_args["c"][len(args)]
+        if name is not None and name in kwargs and len(args) >= positional_only:
+            args.append(kwargs.pop(name))  # given by keyword: to its place, as bound
+        elif name is not None and _default_is(defaults.get(name), spec):
+            args.append(_value_of(spec))
+        else:
+            break
+        changed = True
+    for key, spec in zip(keys, traced_kwargs["c"]):
+        index = arg_names.index(key) if key in arg_names else len(args)
+        if key in kwargs or index < len(args) or not _default_is(defaults.get(key, False), spec):
+            continue
+        kwargs[key] = _value_of(spec)
+        changed = True
+    return (tuple(args), kwargs) if changed else None
+
+
+def _is_default(value, default) -> bool:
+    """Whether ``value`` is the recorded ``default`` (a ``none``/``const`` spec), by type:
+    ``1`` is not the default ``1.0``."""
+    if not isinstance(default, dict):
+        return False
+    if default["t"] == "none":
+        return value is None
+    recorded = default["v"]
+    if type(value) is not type(recorded):
+        return False
+    return value == recorded or (value != value and recorded != recorded)
+
+
+def _default_is(default, spec: dict) -> bool:
+    """Whether a recorded default is the constant the trace was given (``spec``)."""
+    return (
+        isinstance(default, dict)
+        and spec["t"] in ("none", "const")
+        and (_is_default(_value_of(spec), default))
+    )
+
+
+def _value_of(spec: dict):
+    return None if spec["t"] == "none" else spec["v"]

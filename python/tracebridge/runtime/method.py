@@ -14,7 +14,7 @@ from ..ir.analysis import fused_without_autograd
 from ..ir.ops import draws_random
 from ..ir.pytree import is_tensor
 from . import concat_linear, cse, folding, linear_2d, support
-from .binding import bind_to_trace, binding_error, traced_parameters
+from .binding import bind_to_trace, binding_error, traced_parameters, with_defaults
 from .codegen import CodeGen, compile_function
 from .concat_linear import AsTraced
 from .interpreter import Interpreter
@@ -277,6 +277,12 @@ class Method:
                 )
             spec = given
         if not same_spec(spec, self.graph.in_spec, typed):
+            graph = self.graph
+            filled = with_defaults(
+                args, kwargs, graph.in_spec, graph.arg_names, graph.defaults, graph.positional_only
+            )
+            if filled is not None:  # once: a filled call changes no more
+                return self._leaves(*filled)
             self._refuse_arguments(args, kwargs, spec)
         return leaves
 

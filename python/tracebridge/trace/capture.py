@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import random
 import sys
 import warnings
@@ -230,6 +231,7 @@ def capture(
     graph = tracer.graph
     graph.arg_names = argument_names(names_from or fn, len(args))
     graph.positional_only = positional_only_count(names_from or fn)
+    graph.defaults = parameter_defaults(names_from or fn, graph.arg_names, kwargs)
     graph.var_keywords = var_keyword_names(names_from or fn, args, kwargs)
     try:
         leaves, graph.in_spec = pytree.flatten((tuple(args), dict(kwargs)), is_tensor)
@@ -490,6 +492,41 @@ def positional_only_count(fn: Callable) -> int:
     except (TypeError, ValueError):
         return 0
     return sum(1 for p in parameters if p.kind == p.POSITIONAL_ONLY)
+
+
+def parameter_defaults(fn: Callable, arg_names: list[str], kwargs: dict) -> dict:
+    """The defaults of ``fn``'s parameters among ``arg_names`` and the keywords given:
+    name -> ``{"t": "none"}`` or ``{"t": "const", "v": ...}`` (a bool, an int, a finite
+    float or a string), or None for another default (a tensor, an object), which no file
+    holds. A parameter without a default is left out."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    named = set(arg_names) | set(kwargs)
+    out: dict[str, dict | None] = {}
+    for p in parameters:
+        if p.name not in named or p.default is p.empty:
+            continue
+        value = p.default
+        if value is None:
+            out[p.name] = {"t": "none"}
+        elif _holdable(value):
+            out[p.name] = {"t": "const", "v": value}
+        else:
+            out[p.name] = None
+    return out
+
+
+def _holdable(value) -> bool:
+    """Whether a file holds ``value`` as a constant (check/program.py's rule for
+    ``defaults``)."""
+    kind = type(value)
+    if kind is int:
+        return -(2**63) <= value < 2**64
+    if kind is float:
+        return math.isfinite(value)
+    return kind is bool or (kind is str and len(value) <= 4096)
 
 
 def var_keyword_names(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
