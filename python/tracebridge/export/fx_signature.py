@@ -8,20 +8,23 @@ where ``forward(self, x, mask=None, bias=None)`` takes it as ``mask`` (silently 
 number or ``None`` the example passed had no parameter at all, a positional-only
 parameter took a keyword. So the GraphModule's ``forward`` gets the parameters of the
 traced callable as far as the trace recorded them (``arg_names``, ``positional_only``,
-``in_spec``'s keywords, ``var_keywords``):
+``defaults``, ``in_spec``'s keywords, ``var_keywords``):
 
 * each in its kind and place: positional-only (``/``), positional-or-keyword, then the
   keywords the callable takes by name only (``*``) and those of its ``**kwargs``;
 * a tensor parameter is bound to its input; a container (a tuple, a dict) is taken whole
   and flattened by its traced spec (as the runtime takes it);
-* a number, string or ``None`` the trace recorded is the parameter's default, and any
-  other value is refused (the trace fixed it); a parameter the example did not pass
-  (its default unknown to the trace) may not be passed.
+* a parameter has the callable's own default (the graph's ``defaults``, recorded when
+  tracing); a number, string or ``None`` the example passed is fixed, so another value
+  -- or a default that is not that value -- is refused; a parameter the example did not
+  pass takes only its default. A default no file holds (a tensor) must be passed.
 
 The first lines of ``forward`` bind the call (:func:`tracebridge_bind`) to the graph's
 inputs, in their order; the rest of the code is the plain GraphModule's. Where the plain
 ``forward`` already binds as the original does (every parameter one tensor, in order,
-under its own name), the GraphModule keeps the plain code. ``torch.export``, ONNX and
+under its own name), the GraphModule keeps the plain code: there a call that leaves a
+defaulted one out gets Python's own TypeError, where the trace could not serve it either
+(the example passed a tensor). ``torch.export``, ONNX and
 AOTInductor take the flat inputs: ``to_graph_module(..., flat=True)`` gives that form.
 """
 
