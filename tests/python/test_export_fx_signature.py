@@ -253,18 +253,26 @@ def test_a_loaded_file_gives_the_same_keys():
     torch.testing.assert_close(gm(ids)[0], model(ids))
 
 
-def test_parameter_names_that_would_hide_a_name_of_the_code_keep_the_flat_form():
+def test_parameter_names_that_would_hide_a_name_of_the_code_bind_all_the_same():
     """``def forward(self, torch, ...)`` would hide the module the code calls: such a
-    GraphModule takes the flat inputs (``info(gm).signature`` is None), as before."""
+    GraphModule's forward takes ``*args, **kwargs`` and binds them as Python binds the
+    traced callable's parameters."""
     x, k, _ = _inputs()
 
     def uses(torch, self=None, k=None):  # names the generated code needs
         return torch * k
 
     gm = tracebridge.to_graph_module(tracebridge.trace(uses, (x,), example_kwarg_inputs={"k": k}))
-    assert bridge.info(gm).signature is None
-    assert torch.equal(gm(x, k)[0], x * k)
-    assert torch.equal(bridge.call(gm, x, k=k), x * k)
+    assert bridge.info(gm).signature == "torch, self=None, k=None"
+    assert "*_tb_args, **_tb_kwargs" in gm.code
+    want = uses(x, k=k)
+    for args, kwargs in (((x,), {"k": k}), ((x, None, k), {}), ((), {"k": k, "torch": x})):
+        assert torch.equal(gm(*args, **kwargs)[0], want)
+        assert torch.equal(bridge.call(gm, *args, **kwargs), want)
+    with pytest.raises(TraceError, match="argument 'self' was not passed when the trace"):
+        gm(x, k)  # binds self=k in Python
+    with pytest.raises(BindingError, match="multiple values for argument 'torch'"):
+        gm(x, torch=x, k=k)
 
 
 def test_a_var_keyword_the_trace_read_must_be_passed():

@@ -689,12 +689,13 @@ def graph_module(
     code = builder.build()
     if signature is not None:
         placeholders = [n.name for n in code.nodes if n.op == "placeholder"]
-        if fx_signature.is_plain(signature, placeholders) or not fx_signature.can_write(
-            signature, code.python_code("self").src, placeholders
-        ):
-            signature = None  # the flat inputs (BridgeInfo.signature None says so)
+        if fx_signature.is_plain(signature, placeholders):
+            signature = None  # the flat inputs are the parameters (BridgeInfo says None)
+        elif not fx_signature.is_python_names(signature):
+            signature = None  # no Python signature has these names: the flat inputs
         else:
-            code._codegen = fx_signature.SignatureCodeGen(signature)
+            spelled = fx_signature.can_spell(signature, code.python_code("self").src, placeholders)
+            code._codegen = fx_signature.SignatureCodeGen(signature, spelled)
     gm = fx.GraphModule(root, code, class_name=_identifier(name, "forward"))
     _adopt(gm, root)
     gm.train(training)

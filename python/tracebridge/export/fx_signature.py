@@ -30,6 +30,7 @@ AOTInductor take the flat inputs: ``to_graph_module(..., flat=True)`` gives that
 
 from __future__ import annotations
 
+import inspect
 import io
 import keyword
 import math
@@ -147,6 +148,36 @@ class Signature:
     def defaults(self) -> tuple:
         """Per parameter, its default in ``forward`` (a marker where it has no value)."""
         return tuple(p.default for p in self.parameters)
+
+    def bind_call(self, args: tuple, kwargs: dict) -> tuple:
+        """:meth:`bind` of a call's own arguments, bound to the parameters as Python binds
+        them (``inspect.Signature.bind``: its TypeError, as a :class:`BindingError`)."""
+        named = [p for p in self.parameters if p.kind != VAR_KEYWORD]
+        try:
+            bound = self._inspect().bind(*args, **kwargs)
+        except TypeError as exc:
+            raise BindingError(f"{self.method}(): {exc}; the trace takes ({self.text()})") from None
+        values = tuple(bound.arguments.get(p.name, p.default) for p in named)
+        return self.bind(values, bound.arguments.get("_tb_kwargs", {}))
+
+    def _inspect(self) -> inspect.Signature:
+        kinds = {
+            POSITIONAL_ONLY: inspect.Parameter.POSITIONAL_ONLY,
+            POSITIONAL: inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            KEYWORD: inspect.Parameter.KEYWORD_ONLY,
+        }
+        params = [
+            inspect.Parameter(
+                p.name,
+                kinds[p.kind],
+                default=p.default if self._defaulted(i) else inspect.Parameter.empty,
+            )
+            for i, p in enumerate(self.parameters)
+            if p.kind != VAR_KEYWORD
+        ]
+        if self.var_keywords:
+            params.append(inspect.Parameter("_tb_kwargs", inspect.Parameter.VAR_KEYWORD))
+        return inspect.Signature(params)
 
     def bind(self, values: tuple, extra: dict) -> tuple:
         """The graph's input tensors, in order, from the parameters' ``values`` (and the
@@ -286,11 +317,12 @@ def _default(graph: Graph, name: str):
     return None if spec["t"] == "none" else spec["v"]
 
 
-def can_write(signature: Signature, plain_code: str, placeholders: list[str]) -> bool:
-    """Whether ``def forward`` can name the parameters as the traced callable does: each
-    a Python name other than ``self`` and the names the binding line uses, and none
-    that the plain code's body uses for something else (a global such as ``torch``, a
-    builtin such as ``getattr``) -- a parameter would hide it there."""
+def can_spell(signature: Signature, plain_code: str, placeholders: list[str]) -> bool:
+    """Whether ``def forward`` can name the parameters as the traced callable does: none
+    is ``self`` or a name the binding line uses, and none is a name that the plain
+    code's body uses for something else (a global such as ``torch``, a builtin such as
+    ``getattr``), which a parameter would hide there. Where not, ``forward`` takes
+    ``*args, **kwargs`` and binds them as Python would (:meth:`Signature.bind_call`)."""
     body = {
         token.string
         for token in tokenize.generate_tokens(io.StringIO(plain_code).readline)
@@ -303,11 +335,17 @@ def can_write(signature: Signature, plain_code: str, placeholders: list[str]) ->
         if p.kind == VAR_KEYWORD:
             continue
         own = len(p.inputs) == 1 and p.spec == {"t": "leaf"} and placeholders[p.inputs[0]] == p.name
-        if not p.name.isidentifier() or keyword.iskeyword(p.name) or p.name in reserved:
-            return False
-        if p.name in body and not own:
+        if p.name in reserved or (p.name in body and not own):
             return False
     return True
+
+
+def is_python_names(signature: Signature) -> bool:
+    """Whether every parameter's name is one Python can declare (an identifier, not a
+    keyword): those of a Python callable are; a file may say otherwise."""
+    return all(
+        p.name.isidentifier() and not keyword.iskeyword(p.name) for p in signature.parameters
+    )
 
 
 def is_plain(signature: Signature, placeholders: list[str]) -> bool:
@@ -326,22 +364,32 @@ def tracebridge_bind(signature: Signature, values: tuple, extra: dict) -> tuple:
     return signature.bind(values, extra)
 
 
+def tracebridge_bind_call(signature: Signature, args: tuple, kwargs: dict) -> tuple:
+    """:func:`tracebridge_bind` of a ``forward(self, *args, **kwargs)``."""
+    return signature.bind_call(args, kwargs)
+
+
 class SignatureCodeGen(fx.graph.CodeGen):
     """FX code generation with the traced signature (module Note): ``def forward`` with
     the traced parameters, then one line that binds them to the graph's inputs."""
 
-    def __init__(self, signature: Signature):
+    def __init__(self, signature: Signature, spelled: bool = True):
         super().__init__()
         self.signature = signature
+        self.spelled = spelled  # False: ``forward(self, *args, **kwargs)`` (can_spell)
 
     def gen_fn_def(self, free_vars, maybe_return_annotation, *, expanded_def=False) -> str:
         names = [v.split(":")[0].split("=")[0].split("#")[0].strip() for v in free_vars]
         names = [n for n in names if n != "self"]
         sig = self.signature
-        values = ", ".join(p.name for p in sig.parameters if p.kind != VAR_KEYWORD)
-        extra = "kwargs" if sig.var_keywords else "{}"
-        head = f"def {self._func_name}(self, {sig.code()}){maybe_return_annotation}:"
-        call = f"tracebridge_bind(_tb_signature, ({values}{',' if values else ''}), {extra})"
+        if self.spelled:
+            values = ", ".join(p.name for p in sig.parameters if p.kind != VAR_KEYWORD)
+            extra = "kwargs" if sig.var_keywords else "{}"
+            head = f"def {self._func_name}(self, {sig.code()}){maybe_return_annotation}:"
+            call = f"tracebridge_bind(_tb_signature, ({values}{',' if values else ''}), {extra})"
+        else:
+            head = f"def {self._func_name}(self, *_tb_args, **_tb_kwargs){maybe_return_annotation}:"
+            call = "tracebridge_bind_call(_tb_signature, _tb_args, _tb_kwargs)"
         if not names:
             return f"{head}\n    {call}"
         return f"{head}\n    {', '.join(names)}, = {call}"
@@ -352,6 +400,7 @@ class SignatureCodeGen(fx.graph.CodeGen):
         # torch.fx names a global after the object, once.
         return [
             ("tracebridge_bind", tracebridge_bind),
+            ("tracebridge_bind_call", tracebridge_bind_call),
             ("_tb_signature", self.signature),
             ("_tb_defaults", self.signature.defaults()),
         ]
