@@ -431,3 +431,24 @@ def test_tracing_a_traced_method_traces_that_method_of_the_module():
         again = tracebridge.trace(getattr(traced, name), (x, x))
         assert isinstance(again, tracebridge.TracedModule)
         assert torch.equal(again(x, x), getattr(module, name)(x, x))
+
+
+def test_a_default_given_before_a_keyword_the_trace_took_binds():
+    """Traced ``m(x, bias=b)``: ``m(x, None, b)`` gives mask its default and bias by
+    position, as Python binds it."""
+
+    class MaskBias(nn.Module):
+        def forward(self, x, mask=None, bias=None):
+            y = x if mask is None else x * mask
+            return y if bias is None else y + bias
+
+    x, b = torch.randn(2, 3), torch.randn(2, 3)
+    model = MaskBias()
+    traced = tracebridge.trace(model, (x,), example_kwarg_inputs={"bias": b})
+    for fn in (traced, _loaded(traced)):
+        assert torch.equal(fn(x, None, b), model(x, None, b))
+        assert torch.equal(fn(x, mask=None, bias=b), model(x, bias=b))
+        with pytest.raises(TraceError, match="shaped differently"):
+            fn(x, b)  # Python binds b to mask
+        with pytest.raises(TraceError, match="shaped differently"):
+            fn(x, x, b)

@@ -149,12 +149,21 @@ def with_defaults(
     taken = set(arg_names[:positional]) | set(keys)
     args, kwargs = list(args), dict(kwargs)
     changed = False
-    while len(args) > positional and len(args) <= len(arg_names):
-        name = arg_names[len(args) - 1]
-        if name in taken or name in kwargs or not _is_default(args[-1], defaults.get(name)):
-            break
-        args.pop()
-        changed = True
+    if positional < len(args) <= len(arg_names):
+        # past the traced positions, each is a parameter the trace took by keyword (moved
+        # there) or one it left out, given its default (dropped); else nothing moves
+        moved = {}
+        for index in range(positional, len(args)):
+            name, value = arg_names[index], args[index]
+            if name in kwargs:
+                break
+            if name in keys and index >= positional_only:
+                moved[name] = value
+            elif name in taken or not _is_default(value, defaults.get(name)):
+                break
+        else:
+            args, changed = args[:positional], True
+            kwargs.update(moved)
     for name in [k for k in kwargs if k not in taken and k in defaults]:
         index = arg_names.index(name) if name in arg_names else -1
         if index < positional_only and index >= 0:
