@@ -234,7 +234,7 @@ def make_export(spec, model, workdir):
     from tracebridge.export import fx
 
     traced = _trace(spec, model)
-    gm = tracebridge.to_graph_module(traced, spec.method)
+    gm = tracebridge.to_graph_module(traced, spec.method, flat=True)
     args, kwargs = as_call(copy.deepcopy(spec.inputs[0]))
     flat = fx.flatten_inputs(gm, *args, **kwargs)
     ep = torch.export.export(gm, tuple(flat), dynamic_shapes=fx.dynamic_shapes(gm), strict=False)

@@ -35,6 +35,7 @@ from .backends import compile  # noqa: E402
 from .backends.aot import load_compiled, save_compiled  # noqa: E402
 from .errors import (  # noqa: E402
     ArtifactError,
+    BindingError,
     GuardError,
     OpError,
     TraceError,
@@ -48,6 +49,7 @@ from .version import __version__  # noqa: E402,F401
 
 __all__ = [
     "ArtifactError",
+    "BindingError",
     "GuardError",
     "OpError",
     "TraceError",

@@ -1277,34 +1277,6 @@ def _warn_of_side_effects(changed_globals: list[str], hooks: dict) -> None:
         )
 
 
-def _warn_of_cumulative_norms(mod: nn.Module, respect_mode: bool) -> None:
-    """A batch norm with ``momentum=None`` (a cumulative average, as
-    ``torch.optim.swa_utils.update_bn`` sets) reads its batch count into Python in training
-    mode (``1.0 / float(num_batches_tracked)``): the graph holds the traced call's count,
-    and every call after the first is refused with a GuardError that names neither the
-    module nor the option (prober17). Say so at trace time."""
-    found = [
-        path
-        for path, m in mod.named_modules()
-        if isinstance(m, nn.modules.batchnorm._BatchNorm)
-        and getattr(m, "momentum", 0.1) is None
-        and getattr(m, "track_running_stats", False)
-        and (m.training or respect_mode)
-    ]
-    if not found:
-        return
-    warnings.warn(
-        f"batch norm(s) {', '.join(repr(p or type(mod).__name__) for p in found[:3])}"
-        f"{', ...' if len(found) > 3 else ''} have momentum=None (a cumulative average): in "
-        "training mode PyTorch divides by the batch count read into Python, so the "
-        "training graph holds this trace's count and every later training call raises "
-        "GuardError. Give momentum a number to train through the trace, or use the trace "
-        "in evaluation mode only",
-        TracerWarning,
-        stacklevel=_caller_level(),
-    )
-
-
 def _warn_of_mixed_modes(mod: nn.Module) -> None:
     """Where some sub-module's training flag differs from ``mod``'s (a frozen batch norm in
     a training model, a dropout left on in an evaluated one), the graph of ``mod``'s own
@@ -1372,7 +1344,6 @@ def record_module(
 
     if respect_mode:
         _warn_of_mixed_modes(mod)
-    _warn_of_cumulative_norms(mod, respect_mode)
     module_modes: dict[str, dict[str, bool]] = {}
     recorded = []  # (graph name, method name, mode, example inputs)
     for name, (args, kwargs) in inputs.items():

@@ -38,6 +38,13 @@ class ArtifactError(TraceError):
     """A file is not a tracebridge artifact, is corrupt, or is of a newer format."""
 
 
+class BindingError(TraceError, TypeError):
+    """A call's arguments that Python would refuse to bind to the traced callable's
+    parameters: one passed both by position and by keyword, a positional-only one passed
+    by keyword. A ``TypeError``, as Python raises for the original callable, and a
+    :class:`TraceError`, as every refusal of a traced call."""
+
+
 class TracerWarning(UserWarning):
     """Something in the traced code may make the trace less general than the code.
 

@@ -581,6 +581,19 @@ def corpus(base: dict) -> dict[str, object]:
     mutate("var_keywords_empty", lambda d: forward(d).update(var_keywords=[]))
     mutate("var_keywords_type", lambda d: forward(d).update(var_keywords="a"))
     mutate("var_keywords_unknown", lambda d: forward(d).update(var_keywords=["a"]))
+    mutate("positional_only_ok", lambda d: forward(d).update(positional_only=1))
+    mutate("defaults_ok", lambda d: forward(d).update(defaults={"x": None}))
+    mutate("defaults_none_ok", lambda d: forward(d).update(defaults={"x": {"t": "none"}}))
+    mutate("defaults_unknown_name", lambda d: forward(d).update(defaults={"nope": None}))
+    mutate("defaults_leaf", lambda d: forward(d).update(defaults={"x": {"t": "leaf"}}))
+    mutate(
+        "defaults_big_int",
+        lambda d: forward(d).update(defaults={"x": {"t": "const", "v": 2**70}}),
+    )
+    mutate("defaults_type", lambda d: forward(d).update(defaults=[1]))
+    mutate("positional_only_type", lambda d: forward(d).update(positional_only="1"))
+    mutate("positional_only_negative", lambda d: forward(d).update(positional_only=-1))
+    mutate("positional_only_past", lambda d: forward(d).update(positional_only=9))
     mutate("out_spec_bad", lambda d: forward(d).update(out_spec={"t": "tuple", "c": []}))
     mutate(
         "guard_kind",
@@ -700,6 +713,9 @@ def test_r_and_python_checkers_agree(base, tmp_path):
         "reprs_ok",
         "types_ok",
         "var_keywords_empty",
+        "positional_only_ok",
+        "defaults_ok",
+        "defaults_none_ok",
         "eye_ok",
         "arange_ok",
         "fold_ok",

@@ -189,7 +189,7 @@ def test_pytree_structure_is_recoverable() -> None:
 
     args = ({"a": torch.rand(2), "b": torch.rand(2)}, torch.tensor(3.0))
     traced = tracebridge.trace(f, args, strict=False)
-    gm = tracebridge.to_graph_module(traced)
+    gm = tracebridge.to_graph_module(traced, flat=True)
     flat = bridge.flatten_inputs(gm, *args)
     assert [t.data_ptr() for t in flat] == [
         args[0]["a"].data_ptr(),
@@ -202,6 +202,11 @@ def test_pytree_structure_is_recoverable() -> None:
     torch.testing.assert_close(bridge.call(gm, *args), f(*args))
     with pytest.raises(tracebridge.TraceError, match="shaped differently"):
         bridge.call(gm, args[0])
+    # The default form takes the call as f does: the dict whole, flattened inside.
+    whole = tracebridge.to_graph_module(traced)
+    assert bridge.info(whole).signature == "pair, scale"
+    torch.testing.assert_close(bridge.unflatten_outputs(whole, whole(*args)), f(*args))
+    torch.testing.assert_close(bridge.call(whole, scale=args[1], pair=args[0]), f(*args))
 
 
 def test_respect_mode_follows_the_module() -> None:

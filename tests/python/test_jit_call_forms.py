@@ -270,6 +270,132 @@ def test_wrong_calls_are_refused_naming_the_parameters():
         )
 
 
+def _python_refusal(fn, *args, **kwargs) -> str:
+    with pytest.raises(TypeError) as info:
+        fn(*args, **kwargs)
+    return str(info.value)
+
+
+def test_positional_only_parameters_refuse_keywords_as_python_does():
+    def diff(x, /, y):
+        return x - y
+
+    class Diff(nn.Module):
+        def forward(self, x, /, y):
+            return x - y
+
+    a, b = torch.randn(3), torch.randn(3)
+    for original in (diff, Diff()):
+        traced = tracebridge.trace(original, (a, b))
+        assert traced.program.methods["forward"].positional_only == 1
+        for fn in (traced, _loaded(traced)):
+            assert torch.equal(fn(a, b), a - b)
+            assert torch.equal(fn(a, y=b), a - b)
+            for args, kwargs in (((), {"x": a, "y": b}), ((a,), {"x": b}), ((a, b), {"x": a})):
+                expected = _python_refusal(original, *args, **kwargs)
+                assert "positional-only arguments passed as keyword arguments: 'x'" in expected
+                with pytest.raises(tracebridge.BindingError) as info:
+                    fn(*args, **kwargs)
+                assert isinstance(info.value, TypeError) and isinstance(info.value, TraceError)
+                assert str(info.value) == (
+                    "forward() got some positional-only arguments passed as keyword "
+                    "arguments: 'x'; the trace takes (x: Tensor, /, y: Tensor)"
+                )
+
+
+def test_a_positional_only_name_among_var_keywords_stays_a_keyword():
+    """``def f(x=None, /, **extra)`` called ``f(t, x=u)``: Python puts ``x=u`` in ``extra``,
+    so a call ``f(t, u)`` (``x`` positional, ``extra`` empty) is not the traced call."""
+
+    def f(w, x=None, /, **extra):
+        return w * 2 + extra["x"] if x is None else w + x
+
+    a, b = torch.randn(3), torch.randn(3)
+    traced = tracebridge.trace(f, (a,), example_kwarg_inputs={"x": b})
+    graph = traced.program.methods["forward"]
+    assert (graph.positional_only, graph.var_keywords) == (2, ["x"])
+    for fn in (traced, _loaded(traced)):
+        assert torch.equal(fn(a, x=b), f(a, x=b))
+        with pytest.raises(TraceError, match="shaped differently"):
+            fn(a, b)  # binds Python's x, which the trace never saw
+
+
+def test_a_file_whose_keywords_name_a_positional_only_parameter_is_refused():
+    import json
+    import zipfile
+
+    from tracebridge.check.program import check_program
+
+    x = torch.randn(2)
+    traced = tracebridge.trace(Masked(), (x,), example_kwarg_inputs={"mask": x})
+    buffer = io.BytesIO()
+    traced.save(buffer)
+    with zipfile.ZipFile(buffer) as archive:
+        doc = json.loads(archive.read("program.json"))
+    graph = doc["methods"]["forward"]
+    assert "positional_only" not in graph  # written only where there are some
+    check_program(doc)
+    graph["positional_only"] = 2
+    with pytest.raises(TraceError, match="positional-only parameter 'mask' by keyword"):
+        check_program(doc)
+    graph["positional_only"] = 3
+    with pytest.raises(TraceError, match="positional_only must be a count of arg_names"):
+        check_program(doc)
+    graph["positional_only"] = -1
+    with pytest.raises(TraceError, match="positional_only"):
+        check_program(doc)
+
+
+def scaled(x, mask=None, scale=2.0):
+    y = x * scale
+    return y if mask is None else y * mask
+
+
+def test_defaults_bind_as_python_binds_them():
+    """The file records the callable's defaults: a call that leaves out a parameter the
+    example gave its default, or gives its default to one the example left out, is the
+    traced call; any other value is refused (the default 2.0 is not the traced 3.0)."""
+    x, mask = torch.randn(2, 3), torch.rand(2, 3)
+    same = (
+        ((x,), {}),
+        ((x, None), {}),
+        ((x,), {"mask": None}),
+        ((x, None, 2.0), {}),
+        ((x,), {"scale": 2.0, "mask": None}),
+    )
+    for example in ((x,), (x, None), (x, None, 2.0)):
+        traced = tracebridge.trace(scaled, example)
+        for fn in (traced, _loaded(traced)):
+            assert fn.program.methods["forward"].defaults == {
+                "mask": {"t": "none"},
+                "scale": {"t": "const", "v": 2.0},
+            }
+            for args, kwargs in same:
+                assert torch.equal(fn(*args, **kwargs), scaled(*args, **kwargs))
+            for args, kwargs in (((x, mask), {}), ((x, None, 3.0), {}), ((x,), {"scale": 2})):
+                with pytest.raises(TraceError, match="shaped differently"):
+                    fn(*args, **kwargs)
+    by_three = tracebridge.trace(scaled, (x, None, 3.0))
+    for fn in (by_three, _loaded(by_three)):
+        assert torch.equal(fn(x, scale=3.0), scaled(x, scale=3.0))
+        for args, kwargs in same:  # each scales by 2.0 in Python
+            with pytest.raises(TraceError, match="shaped differently"):
+                fn(*args, **kwargs)
+
+
+def test_a_file_without_defaults_binds_as_before():
+    """Files written before ``defaults`` (and graphs of callables without a signature)
+    know no default: a call must pass what the example passed."""
+    x = torch.randn(2, 3)
+    traced = tracebridge.trace(scaled, (x, None))
+    traced.program.methods["forward"].defaults = {}
+    loaded = _loaded(traced)
+    assert loaded.program.methods["forward"].defaults == {}
+    assert torch.equal(loaded(x, None), scaled(x))
+    with pytest.raises(TraceError, match="shaped differently"):
+        loaded(x)
+
+
 # --- traced.forward.code and .graph ---------------------------------------------------------
 
 
@@ -305,3 +431,24 @@ def test_tracing_a_traced_method_traces_that_method_of_the_module():
         again = tracebridge.trace(getattr(traced, name), (x, x))
         assert isinstance(again, tracebridge.TracedModule)
         assert torch.equal(again(x, x), getattr(module, name)(x, x))
+
+
+def test_a_default_given_before_a_keyword_the_trace_took_binds():
+    """Traced ``m(x, bias=b)``: ``m(x, None, b)`` gives mask its default and bias by
+    position, as Python binds it."""
+
+    class MaskBias(nn.Module):
+        def forward(self, x, mask=None, bias=None):
+            y = x if mask is None else x * mask
+            return y if bias is None else y + bias
+
+    x, b = torch.randn(2, 3), torch.randn(2, 3)
+    model = MaskBias()
+    traced = tracebridge.trace(model, (x,), example_kwarg_inputs={"bias": b})
+    for fn in (traced, _loaded(traced)):
+        assert torch.equal(fn(x, None, b), model(x, None, b))
+        assert torch.equal(fn(x, mask=None, bias=b), model(x, bias=b))
+        with pytest.raises(TraceError, match="shaped differently"):
+            fn(x, b)  # Python binds b to mask
+        with pytest.raises(TraceError, match="shaped differently"):
+            fn(x, x, b)

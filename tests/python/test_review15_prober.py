@@ -3,6 +3,7 @@ traced with ``trace_module`` follow its mode as ``forward`` does, and what a tra
 does again (sub-modules' hooks, globals the recording changed) is said at trace time."""
 
 import copy
+import io
 import warnings
 
 import pytest
@@ -269,16 +270,30 @@ def test_text_of_a_size_returned_is_the_examples_and_guarded(tmp_path):
             obj(torch.ones(4))
 
 
-def test_a_cumulative_batch_norm_in_training_is_named_at_trace_time():
-    """BatchNorm(momentum=None) in training (prober17): every call after the first is
-    refused; the trace says why, naming the module and the option."""
+def test_a_cumulative_batch_norm_in_training_serves_every_later_call():
+    """BatchNorm(momentum=None) in training (prober17; ``swa_utils.update_bn`` sets it):
+    PyTorch's factor ``1.0 / float(num_batches_tracked)`` is a traced number of the
+    buffer (``float`` of a one-element tensor in torch.nn.modules.batchnorm is traced:
+    trace/integers.py), so each call averages with its own count, as eager does; it
+    was refused at every call after the first."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4, momentum=None)).train()
-    with pytest.warns(TracerWarning, match=r"'1' have momentum=None"):
-        traced = tracebridge.trace(copy.deepcopy(model), torch.randn(4, 3))
-    traced(torch.randn(6, 3))
-    with pytest.raises(GuardError):
-        traced(torch.randn(6, 3))
+    eager = copy.deepcopy(model)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", TracerWarning)
-        tracebridge.trace(nn.BatchNorm1d(4).train(), torch.randn(4, 4))  # a number: silent
+        warnings.simplefilter("error", TracerWarning)  # nothing to warn of
+        traced = tracebridge.trace(model, torch.randn(4, 3))
+    assert "prim.item" in traced.graph and "scalar.truediv(1.0" in traced.graph
+    buffer = io.BytesIO()
+    traced.save(buffer)
+    buffer.seek(0)
+    loaded = tracebridge.load(buffer).train()
+    loaded_eager = copy.deepcopy(eager)
+    for batch in (6, 2, 9, 5):
+        x = torch.randn(batch, 3)
+        torch.testing.assert_close(traced(x), eager(x))
+        torch.testing.assert_close(loaded(x), loaded_eager(x))
+        for name, want in eager[1].state_dict().items():
+            torch.testing.assert_close(model[1].state_dict()[name], want)
+            held = loaded.state_dict()[f"1.{name}"]
+            torch.testing.assert_close(held, loaded_eager[1].state_dict()[name])
+    assert int(model[1].num_batches_tracked) == 4  # the trace itself counted no batch

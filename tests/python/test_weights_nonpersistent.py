@@ -186,3 +186,90 @@ def test_tiny_llama_traced_on_meta_loads_the_hugging_face_checkpoint(tmp_path):
         out = loaded(ids)
         logits = out["logits"] if isinstance(out, dict) else out[0]
         torch.testing.assert_close(logits, real(ids).logits)
+
+
+class WithUnreadCache(nn.Module):
+    """A non-persistent buffer that forward never reads (a mask cache the traced path
+    does not use) beside one it reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.rotary = Rotary(4)
+        self.register_buffer("mask_cache", torch.ones(8, 8), persistent=False)
+
+    def forward(self, x):
+        return self.lin(x) * self.rotary(x)[None]
+
+
+def test_a_non_persistent_buffer_no_graph_reads_is_not_asked_for(tmp_path):
+    torch.manual_seed(0)
+    real = WithUnreadCache().eval()
+    checkpoint = str(tmp_path / "model.safetensors")
+    save_file({k: v.contiguous() for k, v in real.state_dict().items()}, checkpoint)
+    with torch.device("meta"):
+        meta = WithUnreadCache().eval()
+    meta.rotary = Rotary(4)  # the buffer the graph reads, real
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        traced = tracebridge.trace(meta, torch.zeros(2, 3, 4, device="meta"))
+    assert not [w for w in record if "non-persistent buffers" in str(w.message)]
+    path = tmp_path / "unread.tb"
+    traced.save(path)
+    state = _state_doc(path)
+    assert state["mask_cache"]["persistent"] is False  # still described in the file
+    loaded = tracebridge.load(path, weights=checkpoint)
+    x = torch.rand(3, 5, 4)
+    torch.testing.assert_close(loaded(x), real(x), rtol=0, atol=0)
+    # It has no values anywhere, so the loaded module leaves it out; state_dict() never
+    # held it, and the module still moves between devices (a meta tensor would not).
+    assert "mask_cache" not in dict(loaded.named_buffers())
+    assert sorted(loaded.state_dict()) == sorted(real.state_dict())
+    loaded.to("cpu").double()
+    torch.testing.assert_close(loaded(x.double()), real.double()(x.double()))
+    # Saved again, the file holds what the program needs, and loads with nothing else.
+    loaded.save(tmp_path / "again.tb")
+    assert "mask_cache" not in _state_doc(tmp_path / "again.tb")
+    # Given in the weights anyway, it is bound like any state.
+    extra = str(tmp_path / "cache.safetensors")
+    save_file({"mask_cache": torch.full((8, 8), 2.0)}, extra)
+    bound = tracebridge.load(path, weights=[checkpoint, extra])
+    assert torch.equal(bound.get_buffer("mask_cache"), torch.full((8, 8), 2.0))
+
+
+def test_an_unread_meta_buffer_of_a_real_module_needs_no_weights(tmp_path):
+    """Traced on the CPU with only the unused cache on meta: the check compares values, and
+    the file holds every tensor a call needs, and loads without weights=."""
+    torch.manual_seed(0)
+    model = WithUnreadCache().eval()
+    model.register_buffer("mask_cache", torch.empty(8, 8, device="meta"), persistent=False)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        traced = tracebridge.trace(model, torch.rand(2, 3, 4))
+    # The check compared values: a buffer no call reads does not make the model "meta".
+    assert not [w for w in record if "on the meta device" in str(w.message)]
+    path = tmp_path / "cpu.tb"
+    traced.save(path)
+    loaded = tracebridge.load(path)
+    x = torch.rand(1, 2, 4)
+    torch.testing.assert_close(loaded(x), model(x), rtol=0, atol=0)
+
+
+def test_a_read_meta_buffer_is_still_asked_for_beside_an_unread_one(tmp_path):
+    torch.manual_seed(0)
+    real = WithUnreadCache().eval()
+    checkpoint = str(tmp_path / "model.safetensors")
+    save_file({k: v.contiguous() for k, v in real.state_dict().items()}, checkpoint)
+    with torch.device("meta"):
+        meta = WithUnreadCache().eval()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        traced = tracebridge.trace(meta, torch.zeros(2, 3, 4, device="meta"))
+    told = [str(w.message) for w in record if "non-persistent buffers" in str(w.message)]
+    assert len(told) == 1 and "rotary.inv_freq" in told[0] and "mask_cache" not in told[0]
+    traced.save(tmp_path / "both.tb")
+    with pytest.raises(ArtifactError) as refused:
+        tracebridge.load(tmp_path / "both.tb", weights=checkpoint)
+    message = str(refused.value)
+    assert "non-persistent buffers with no values (1): rotary.inv_freq" in message
+    assert "mask_cache" not in message

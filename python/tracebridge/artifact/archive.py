@@ -400,25 +400,28 @@ def read(
         elif verify and opened.member is not None:
             opened.verify()
         external = opened.doc.get("tensors", {}).get("external", [])
+        unread = unread_transient(opened.doc, external)
+        needed = [n for n in external if n not in unread]
         if weights is not None:
             tensors.update(
                 bind(
                     opened.doc["state"],
-                    external,
+                    needed,
                     weights,
                     opened.name,
                     opened.doc.get("aliases", {}),
                 )
             )
-        elif external:
-            shown = ", ".join(external[:5]) + (", ..." if len(external) > 5 else "")
+        elif needed:
+            shown = ", ".join(needed[:5]) + (", ..." if len(needed) > 5 else "")
             raise ArtifactError(
-                f"{opened.name}: the artifact holds no data for {len(external)} state tensors "
+                f"{opened.name}: the artifact holds no data for {len(needed)} state tensors "
                 f"({shown}): it was saved from a program traced on the meta device. Load it "
                 "with weights= a .safetensors file, a list of them, or a sharded index "
                 "(model.safetensors.index.json)"
             )
-        program = program_from_json(opened.doc, tensors, opened.name)
+        doc = _without_state(opened.doc, [n for n in unread if n not in tensors])
+        program = program_from_json(doc, tensors, opened.name)
         devices.place(program.state, devices.saved_devices(opened.doc), map_location, opened.name)
         return program
     finally:
@@ -439,11 +442,56 @@ def describe(path: str | os.PathLike) -> tuple[dict, Program]:
             tensors = {k: st.view(buffer, e, opened.data_base) for k, e in opened.entries.items()}
         state = opened.doc["state"]
         for name in opened.doc.get("tensors", {}).get("external", []):
-            dtype = next(d for d, n in DTYPE_NAMES.items() if n == state[name]["dtype"])
-            tensors[name] = torch.empty(state[name]["shape"], dtype=dtype, device="meta")
+            tensors[name] = _described_meta(state[name])
         return opened.doc, program_from_json(opened.doc, tensors, opened.name)
     finally:
         opened.handle.close()
+
+
+def _described_meta(info: dict) -> torch.Tensor:
+    """A meta tensor of the dtype and shape that a state entry of program.json describes."""
+    dtype = next(d for d, n in DTYPE_NAMES.items() if n == info["dtype"])
+    return torch.empty(info["shape"], dtype=dtype, device="meta")
+
+
+def unread_transient(doc: dict, external: list[str]) -> list[str]:
+    """The ``external`` state names (no data in the file) that are non-persistent buffers
+    no graph of ``doc`` reads.
+
+    Note: such a buffer (a causal-mask cache the traced path never used, on the meta
+    device when traced) is in no checkpoint, the file holds no values for it, and no call
+    of the program needs them, so a load does not ask for it. Unless the weights hold it,
+    the loaded program leaves it out (``_without_state``): a meta tensor in its place
+    would make ``loaded.to("cuda")`` fail ("Cannot copy out of meta tensor"), and any
+    values made up for it would be wrong. ``state_dict()`` keys are unchanged (it was
+    never in them). A persistent one is still asked for: the checkpoint of the traced
+    model holds it, and a missing one means another model."""
+    read = {
+        node["args"][0]
+        for graph in doc["methods"].values()
+        for node in graph["nodes"]
+        if node["op"] == "prim.state" and node["args"]
+    }
+    state = doc["state"]
+    return [
+        name
+        for name in external
+        if state[name].get("persistent", True) is False
+        and state[name]["kind"] == "buffer"
+        and name not in read
+    ]
+
+
+def _without_state(doc: dict, names: list[str]) -> dict:
+    """``doc`` with the state entries ``names`` (and the tied names of them) left out."""
+    if not names:
+        return doc
+    gone = set(names)
+    out = dict(doc)
+    out["state"] = {k: v for k, v in doc["state"].items() if k not in gone}
+    aliases = doc.get("aliases", {})
+    out["aliases"] = {k: v for k, v in aliases.items() if v not in gone and k not in gone}
+    return out
 
 
 def verify(path: str | os.PathLike) -> dict:

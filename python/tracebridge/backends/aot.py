@@ -151,7 +151,7 @@ def compile_package(
     >>> torch._inductor.aoti_load_package(path)(torch.ones(5, 3))  # doctest: +SKIP
     (tensor([[2., 2., 2.], ...]),)
     """
-    gm = fx.to_graph_module(obj, method)
+    gm = fx.to_graph_module(obj, method, flat=True)  # export takes the flat inputs
     if example_inputs is None:
         tries = [fx.example_inputs(gm, _widened(gm)), fx.example_inputs(gm)]
     else:
@@ -311,6 +311,8 @@ class AOTCompiled:
         self._fallback = None
         self._in_spec, self._out_spec = in_spec, out_spec
         self._var_keywords = list(graph.var_keywords)
+        self._arg_names, self._positional_only = list(graph.arg_names), graph.positional_only
+        self._defaults = dict(graph.defaults)
         self._single = out_spec.get("t") == "leaf"
         self._scalars = _scalar_outputs(graph)
         self.method = method
@@ -325,7 +327,16 @@ class AOTCompiled:
         return self._fallback
 
     def __call__(self, *args, **kwargs):
-        flat = fx.flatten_by_spec(self._in_spec, args, kwargs, self._var_keywords, self.method)
+        flat = fx.flatten_by_spec(
+            self._in_spec,
+            args,
+            kwargs,
+            self._var_keywords,
+            self.method,
+            self._arg_names,
+            self._positional_only,
+            self._defaults,
+        )
         if (
             _grad_enabled()
             or _any_autocast()

@@ -64,11 +64,12 @@ def compare_outputs(
             )
 
 
-def on_meta(args: tuple, kwargs: dict, module: torch.nn.Module | None = None) -> bool:
-    """Whether the inputs or the module's state hold a tensor on the meta device (a model
-    traced without its weights): such a tensor has a shape and a dtype but no values."""
+def on_meta(args: tuple, kwargs: dict, state=()) -> bool:
+    """Whether the inputs or the ``state`` tensors (those the trace reads) hold a tensor on
+    the meta device (a model traced without its weights): such a tensor has a shape and a
+    dtype but no values. A meta buffer no graph reads (a cache the traced path never
+    uses) takes no part in a call, so the values are compared all the same."""
     leaves, _ = pytree.flatten((args, kwargs), is_tensor)
-    state = [] if module is None else [*module.parameters(), *module.buffers()]
     return any(t is not None and t.is_meta for t in (*leaves, *state))
 
 

@@ -17,12 +17,25 @@ from ..ir import Program
 from ..source import warn_at_user_line
 
 
+def state_read(program: Program) -> set[str]:
+    """The state names some graph of ``program`` reads."""
+    return {
+        node.args[0]
+        for graph in program.methods.values()
+        for node in graph.nodes
+        if node.op == "prim.state" and node.args
+    }
+
+
 def meta_non_persistent(program: Program) -> list[str]:
-    """The non-persistent buffers of ``program`` that are on the meta device."""
+    """The non-persistent buffers of ``program`` that are on the meta device and that a
+    graph reads (one that none reads is not needed at load: artifact/archive.py's
+    ``unread_transient``)."""
+    read = state_read(program)
     return [
         name
         for name, entry in program.state.items()
-        if entry.kind == "buffer" and not entry.persistent and entry.tensor.is_meta
+        if entry.kind == "buffer" and not entry.persistent and entry.tensor.is_meta and name in read
     ]
 
 

@@ -179,7 +179,10 @@ def check_program(program_or_doc: Program | dict, name: str = "", *, strict: boo
       every graph output names a defined value.
     * **specs** [3]: ``in_spec`` is ``tuple(tuple, dict)``; the number of inputs, node
       outputs and graph outputs equals the leaves of their specs; ``var_keywords`` are
-      distinct keys of the keyword dict, in its order.
+      distinct keys of the keyword dict, in its order; ``positional_only`` counts at
+      most the ``arg_names``, and the keyword dict names none of those outside
+      ``var_keywords``; ``defaults`` name parameters of the graph, each null or a
+      ``none``/``const`` spec of a value a file holds.
     * **ops** [6, 7, 8]: every op is in the op set; arguments and keywords have the kinds
       the op takes (``shared_ir/ops.json``); ``prim.state`` names a state entry;
       ``prim.guard`` has one argument, ``expect``, and a guard ``kind`` of the spec;
@@ -808,6 +811,8 @@ class _GraphCheck:
             _fail("specs", "in_spec must be a tuple of (args tuple, kwargs dict)")
         _leaf_count(spec, len(graph["inputs"]), "inputs", "in_spec")
         _var_keywords(graph.get("var_keywords", []), spec["c"][1].get("keys", []))
+        _positional_only(graph, spec["c"][1].get("keys", []))
+        _defaults(graph, spec["c"][1].get("keys", []))
         for value in graph["inputs"]:
             self._define(value, is_input=True)
 
@@ -1396,6 +1401,51 @@ def _var_keywords(names, keys: list) -> None:
         _fail(
             "specs", "var_keywords must list distinct keys in the order in_spec's kwargs has them"
         )
+
+
+def _positional_only(graph: dict, keys: list) -> None:
+    """A graph's ``positional_only``: how many leading ``arg_names`` are positional-only,
+    at most all of them; such a name among the keyword keys is a ``**kwargs`` entry, so
+    ``var_keywords`` names it (Python binds no keyword to a positional-only parameter)."""
+    count = graph.get("positional_only", 0)
+    names = graph.get("arg_names", [])
+    if type(count) is not int or not 0 <= count <= len(names):
+        _fail("specs", f"positional_only must be a count of arg_names, 0 to {len(names)}")
+    var_keywords = graph.get("var_keywords", [])
+    for name in names[:count]:
+        if name in keys and name not in var_keywords:
+            _fail(
+                "specs",
+                f"in_spec passes positional-only parameter {name[:40]!r} by keyword, "
+                "outside var_keywords",
+            )
+
+
+def _defaults(graph: dict, keys: list) -> None:
+    """A graph's ``defaults``: each names a parameter of ``arg_names`` or a keyword of
+    ``in_spec``, and is null or a ``none`` or ``const`` spec whose value is a bool, an int
+    of int64/uint64, a finite float or a string of at most 4096 characters."""
+    defaults = graph.get("defaults", {})
+    names = set(graph.get("arg_names", [])) | {k for k in keys if isinstance(k, str)}
+    for name, spec in defaults.items():
+        if name not in names:
+            _fail("specs", f"defaults names {name[:40]!r}, which is no parameter of the graph")
+        if spec is None or spec == {"t": "none"}:
+            continue
+        value = spec.get("v") if isinstance(spec, dict) and spec.get("t") == "const" else None
+        kind = type(value)
+        holdable = (
+            (kind is int and -(2**63) <= value < 2**64)
+            or (kind is float and math.isfinite(value))
+            or kind is bool
+            or (kind is str and len(value) <= 4096)
+        )
+        if set(spec) != {"t", "v"} or not holdable:
+            _fail(
+                "specs",
+                f"the default of {name[:40]!r} must be null, a none spec or a const spec of "
+                "a bool, an int64, a finite float or a string",
+            )
 
 
 def _leaf_count(spec: Any, count: int, what: str, field: str) -> None:

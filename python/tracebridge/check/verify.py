@@ -41,6 +41,7 @@ from ..trace.capture import capture_again, enter_mode, preserved, state_index
 from ..trace.own_hooks import global_hooks, global_hooks_skip
 from .compare import NON_DETERMINISM, compare_outputs, fresh, on_meta, rolled
 from .dims import check_other_sizes
+from .meta_state import state_read
 from .repeated import check_repeated
 
 # --- structural comparison --------------------------------------------------------------------
@@ -426,7 +427,8 @@ def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_m
 
     index = state_index(mod)
     constants = _constant_names(traced.program)
-    meta = any(on_meta(a, k, mod) for a, k in inputs.values())
+    read = [traced.program.state[n].tensor for n in state_read(traced.program)]
+    meta = any(on_meta(a, k, read) for a, k in inputs.values())
     refusals: list[BaseException] = []
     for name, (args, kwargs) in inputs.items():
         eager = _without_own_global_hooks(_bound(mod, alias.get(name, name)), mod)

@@ -35,7 +35,9 @@ raises GuardError -- and, in an exported program, autocast (docs/deploy.md).
 
 from __future__ import annotations
 
+import builtins
 import contextvars
+import keyword
 import math
 import operator
 from collections.abc import Callable
@@ -46,13 +48,13 @@ import torch
 from torch import fx, nn
 
 from ..check.state_writes import writes_by_node
-from ..errors import GuardError, TraceError
+from ..errors import BindingError, GuardError, TraceError
 from ..ir import Graph, Node, Program, Ref, pytree
 from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import AUTOGRAD_FUNCTION, map_literal
 from ..ir.pytree import is_tensor
 from ..runtime import support
-from . import fx_checks
+from . import fx_checks, fx_signature
 from .fused_paths import EXPORTED_FORMS, exportable
 
 META_KEY = "tracebridge"
@@ -275,6 +277,12 @@ class BridgeInfo:
     input_dtypes: list[torch.dtype | None]
     state: dict[str, str] = field(default_factory=dict)  # state name -> attribute path
     var_keywords: list[str] = field(default_factory=list)  # the graph's, in traced order
+    arg_names: list[str] = field(default_factory=list)  # the graph's, to bind calls
+    positional_only: int = 0
+    defaults: dict = field(default_factory=dict)
+    # The traced parameters ``forward`` takes (``x, /, mask=None``), or None where it
+    # takes the flat inputs (fx_signature.py)
+    signature: str | None = None
 
 
 class _Builder:
@@ -339,7 +347,7 @@ class _Builder:
     def build(self) -> fx.Graph:
         support.check_graph(self.graph, self.name)
         for index, value in enumerate(self.graph.inputs):
-            self.env[value.id] = self.fx.placeholder(_identifier(value.name, f"in{index}"))
+            self.env[value.id] = self.fx.placeholder(_input_name(value.name, index))
         if self.checks:
             self.add_checks()
         for index, node in enumerate(self.graph.nodes):
@@ -441,44 +449,68 @@ class _Builder:
         walk(node.out_spec, result)
 
 
+# Names the generated code reads as globals or builtins (``torch.float32``, ``getattr``):
+# an input of that name would hide them in ``forward`` (a function's parameter ``torch``
+# made ``torch.float32`` an attribute of the input tensor).
+_CODE_NAMES = frozenset(dir(builtins)) | {"self", "torch", "operator", "math", "inf", "nan"}
+
+
+def _input_name(name: str | None, index: int) -> str:
+    text = _identifier(name, f"in{index}")
+    if text in _CODE_NAMES or keyword.iskeyword(text) or text.startswith("tracebridge_"):
+        return f"{text}_in"
+    return text
+
+
 def _identifier(name: str | None, fallback: str) -> str:
     text = "".join(c if c.isascii() and c.isalnum() else "_" for c in (name or ""))
     return text if text and not text[0].isdigit() else fallback
 
 
-def _install(root: nn.Module, name: str, tensor: torch.Tensor, index: int) -> str:
+def _install(
+    root: nn.Module, name: str, tensor: torch.Tensor, index: int | None, persistent: bool = True
+) -> str | None:
     """Put ``tensor`` (the object itself) on ``root`` at the path ``name``; a name that
     cannot be a module path there (an empty part, a clash with a module attribute such
-    as ``training``) goes under ``_tb_state``. Returns the path used."""
+    as ``training``) goes under ``_tb_state`` (as ``s{index}``; index None: nowhere).
+    Returns the path used. ``persistent``: whether a buffer is in ``state_dict()`` (as
+    the traced module registered it)."""
     parts = name.split(".")
+    if not all(parts) or not _free_path(root, parts):
+        return None if index is None else _install_aside(root, tensor, index, persistent)
     module = root
     for part in parts[:-1]:
-        child = module._modules.get(part) if part else None
-        if child is None:
-            if not part or hasattr(module, part):
-                return _install_aside(root, tensor, index)
-            child = nn.Module()
-            module.add_module(part, child)
-        module = child
-    leaf = parts[-1]
-    if not leaf or hasattr(module, leaf):
-        return _install_aside(root, tensor, index)
-    _register(module, leaf, tensor)
+        if part not in module._modules:
+            module.add_module(part, nn.Module())
+        module = module._modules[part]
+    _register(module, parts[-1], tensor, persistent)
     return name
 
 
-def _install_aside(root: nn.Module, tensor: torch.Tensor, index: int) -> str:
+def _free_path(root: nn.Module, parts: list[str]) -> bool:
+    """Whether ``parts`` leads through sub-modules (or names not yet taken) to a name not
+    yet taken."""
+    module = root
+    for part in parts[:-1]:
+        child = module._modules.get(part)
+        if child is None:
+            return not hasattr(module, part)
+        module = child
+    return not hasattr(module, parts[-1])
+
+
+def _install_aside(root: nn.Module, tensor: torch.Tensor, index: int, persistent: bool) -> str:
     if "_tb_state" not in root._modules:
         root.add_module("_tb_state", nn.Module())
-    _register(root._tb_state, f"s{index}", tensor)
+    _register(root._tb_state, f"s{index}", tensor, persistent)
     return f"_tb_state.s{index}"
 
 
-def _register(module: nn.Module, leaf: str, tensor: torch.Tensor) -> None:
+def _register(module: nn.Module, leaf: str, tensor: torch.Tensor, persistent: bool = True) -> None:
     if isinstance(tensor, nn.Parameter):
         module.register_parameter(leaf, tensor)
     else:
-        module.register_buffer(leaf, tensor)
+        module.register_buffer(leaf, tensor, persistent=persistent)
 
 
 def _referenced_state(graph: Graph) -> list[str]:
@@ -531,18 +563,26 @@ def _resolve(obj, method: str) -> tuple[Program, str, dict, bool]:
     return program, method, slots, training
 
 
-def to_graph_module(obj, method: str = "forward") -> fx.GraphModule:
+def to_graph_module(obj, method: str = "forward", *, flat: bool = False) -> fx.GraphModule:
     """A traced method as a ``torch.fx.GraphModule`` that computes what the trace computes.
 
     ``obj`` is what :func:`tracebridge.trace`, :func:`tracebridge.trace_module` or
     :func:`tracebridge.load` return (or a ``Program``, whose state tensors it then uses).
     The GraphModule's parameters and buffers are ``obj``'s own tensors (shared, not
-    copied); sizes stay symbolic, so it runs at every shape the trace runs at; guards are
-    checked inside the graph (eagerly and under ``torch.compile`` a failed one raises
-    GuardError; under ``torch.export`` a size guard is ``torch._check``). It takes the flat
-    input tensors and returns a flat tuple of the output leaves: :func:`call` takes the
-    traced call's own arguments and gives its nested result. For a module traced with
-    ``respect_mode``, ``forward`` is the graph of the module's current mode.
+    copied), registered as the traced module registers them (``state_dict()`` has its
+    keys; a non-persistent buffer is not in it); sizes stay symbolic, so it runs at every
+    shape the trace runs at; guards are checked inside the graph (eagerly and under
+    ``torch.compile`` a failed one raises GuardError; under ``torch.export`` a size guard
+    is ``torch._check``). Its ``forward`` takes the traced call's arguments as the traced
+    callable does, by position or by keyword (export/fx_signature.py), and returns a flat
+    tuple of the output leaves; :func:`call` gives the nested result. For a module traced
+    with ``respect_mode``, ``forward`` is the graph of the module's current mode.
+
+    ``flat=True``: the form ``torch.export``, ONNX and AOTInductor take: ``forward`` takes
+    the flat input tensors (the leaves of the traced call's arguments, in the traced
+    order: :func:`flatten_inputs`, :func:`example_inputs`, :func:`dynamic_shapes`), and
+    holds only the state the method reads. Where every argument of the traced call is one
+    tensor, passed in the callable's order, the two forms take the same calls.
 
     >>> import torch, tracebridge
     >>> net = torch.nn.Linear(3, 2)
@@ -553,15 +593,23 @@ def to_graph_module(obj, method: str = "forward") -> fx.GraphModule:
     >>> x = torch.rand(7, 3)
     >>> torch.allclose(gm(x)[0], net(x))
     True
+    >>> torch.allclose(gm(input=x)[0], net(input=x))
+    True
     """
     program, name, slots, training = _resolve(obj, method)
+    graph = program.methods[name]
+    persistent = {n: e.persistent and e.kind != "constant" for n, e in program.state.items()}
+    plan = StatePlan(persistent, dict(program.aliases), whole=not flat)
+    signature = None if flat else fx_signature.signature_of(graph, name)
     return graph_module(
-        program.methods[name],
+        graph,
         name,
         slots,
         program.methods,
         training,
         checks=_mode_check(program, method, name, training),
+        plan=plan,
+        signature=signature,
     )
 
 
@@ -584,6 +632,19 @@ def _mode_check(program: Program, method: str, name: str, training: bool) -> fx_
     return fx_checks.CallCheck(label, training, advice, [])
 
 
+@dataclass
+class StatePlan:
+    """How a GraphModule holds state (:func:`to_graph_module` holds the traced object's
+    whole state, so that ``state_dict()`` has the original's keys): ``persistent``, state
+    name -> whether ``state_dict()`` holds it; ``whole``: every state name of
+    ``persistent`` is installed, and ``aliases`` (other names of a tied tensor -> its
+    state name) too, where False only the state the graph reads."""
+
+    persistent: dict[str, bool]
+    aliases: dict[str, str] = field(default_factory=dict)
+    whole: bool = True
+
+
 def graph_module(
     graph: Graph,
     name: str,
@@ -593,18 +654,25 @@ def graph_module(
     eager: Callable[[Callable], Callable] | None = None,
     eager_nodes=(),
     checks: fx_checks.CallCheck | None = None,
+    plan: StatePlan | None = None,
+    signature: fx_signature.Signature | None = None,
 ) -> fx.GraphModule:
     """The GraphModule of one graph over state ``slots`` (state name -> ``(table, key)``,
     as the runtime reads state): what :func:`to_graph_module` builds. ``eager`` wraps the
     callable of every node whose index is in ``eager_nodes`` (a backend keeps the ops it
     does not support out of its compiler with ``torch._dynamo.disable``). ``checks``:
     the graph checks its mode, state and inputs first (fx_checks.py; what
-    :func:`to_graph_module` gives)."""
+    :func:`to_graph_module` gives). ``plan``: the state to hold beyond what the graph
+    reads (None: only that). ``signature``: ``forward`` takes the traced call's
+    arguments (fx_signature.py) where they differ from the flat inputs."""
     root = nn.Module()
     if checks is not None:
         setattr(root, CALL_CHECK, checks)
+    persistent = plan.persistent if plan is not None else {}
+    read = _referenced_state(graph)
+    unread = [n for n in persistent if n not in read] if plan is not None and plan.whole else []
     targets = {}
-    for index, state_name in enumerate(_referenced_state(graph)):
+    for index, state_name in enumerate(read + unread):
         slot = slots.get(state_name)
         if slot is None:
             raise TraceError(
@@ -612,16 +680,29 @@ def graph_module(
                 "program lacks; the program is corrupt"
             )
         table, key = slot
-        targets[state_name] = _install(root, state_name, table[key], index)
+        keep = persistent.get(state_name, True)
+        targets[state_name] = _install(root, state_name, table[key], index, keep)
+    tied = _install_aliases(root, plan, slots, targets)
     builder = _Builder(
         graph, name, methods, targets, eager, frozenset(eager_nodes), checks is not None
     )
-    gm = fx.GraphModule(root, builder.build(), class_name=_identifier(name, "forward"))
+    code = builder.build()
+    if signature is not None:
+        placeholders = [n.name for n in code.nodes if n.op == "placeholder"]
+        if fx_signature.is_plain(signature, placeholders):
+            signature = None  # the flat inputs are the parameters (BridgeInfo says None)
+        elif not fx_signature.is_python_names(signature):
+            signature = None  # no Python signature has these names: the flat inputs
+        else:
+            spelled = fx_signature.can_spell(signature, code.python_code("self").src, placeholders)
+            code._codegen = fx_signature.SignatureCodeGen(signature, spelled)
+    gm = fx.GraphModule(root, code, class_name=_identifier(name, "forward"))
+    _adopt(gm, root)
     gm.train(training)
     if checks is not None:
         gm._tracer_cls = fx_checks.CheckTracer
         type(gm).__reduce__ = fx_checks.reduce_or_say_why  # the class is gm's own (torch.fx)
-        for state_name, path in targets.items():
+        for state_name, path in [*targets.items(), *tied]:
             table, key = slots[state_name]
             owner, _, attribute = path.rpartition(".")
             checks.slots.append((table, key, gm.get_submodule(owner), attribute))
@@ -635,8 +716,40 @@ def graph_module(
         input_dtypes=[_dtype(v.dtype) for v in graph.inputs],
         state=targets,
         var_keywords=list(graph.var_keywords),
+        arg_names=list(graph.arg_names),
+        positional_only=graph.positional_only,
+        defaults=dict(graph.defaults),
+        signature=signature.text() if signature is not None else None,
     )
     return gm
+
+
+def _adopt(gm: fx.GraphModule, root: nn.Module) -> None:
+    """Give ``gm`` the state tree built on ``root`` itself: ``fx.GraphModule`` copies
+    only what the graph reads, and registers every tensor it copies as a persistent
+    buffer (torch.fx ``_copy_attr``), where the traced module registered some as
+    non-persistent and holds state no graph reads."""
+    gm._modules.update(root._modules)
+    gm._parameters.update(root._parameters)
+    gm._buffers.update(root._buffers)
+    gm._non_persistent_buffers_set.update(root._non_persistent_buffers_set)
+
+
+def _install_aliases(
+    root: nn.Module, plan: StatePlan | None, slots: dict, targets: dict[str, str]
+) -> list[tuple[str, str]]:
+    """Each tied name of ``plan`` at its own path, the same tensor as its state name's
+    (as the traced module holds it: ``state_dict()`` has both keys); a name that cannot
+    be a module path there is left out. Returns ``(state name, path)`` per one installed."""
+    installed = []
+    for alias, target in (plan.aliases if plan is not None and plan.whole else {}).items():
+        if target not in targets or alias in targets:
+            continue
+        table, key = slots[target]
+        path = _install(root, alias, table[key], None, plan.persistent.get(target, True))
+        if path is not None:
+            installed.append((target, path))
+    return installed
 
 
 def _dtype(name: str | None) -> torch.dtype | None:
@@ -657,9 +770,20 @@ def info(gm: fx.GraphModule) -> BridgeInfo:
 
 
 def flatten_inputs(gm: fx.GraphModule, *args, **kwargs) -> list[torch.Tensor]:
-    """The flat input tensors of ``gm`` for the traced call's own arguments."""
+    """The flat input tensors of ``gm`` (the graph's inputs, in the traced order) for the
+    traced call's own arguments, bound by position or by keyword as the runtime binds
+    them (runtime/binding.py)."""
     meta = info(gm)
-    return flatten_by_spec(meta.in_spec, args, kwargs, meta.var_keywords, meta.method)
+    return flatten_by_spec(
+        meta.in_spec,
+        args,
+        kwargs,
+        meta.var_keywords,
+        meta.method,
+        meta.arg_names,
+        meta.positional_only,
+        meta.defaults,
+    )
 
 
 def flatten_by_spec(
@@ -668,19 +792,42 @@ def flatten_by_spec(
     kwargs: dict,
     var_keywords: list[str] = (),
     method: str = "the GraphModule's method",
+    arg_names: list[str] = (),
+    positional_only: int = 0,
+    defaults: dict | None = None,
 ) -> list[torch.Tensor]:
-    """:func:`flatten_inputs` by the graph's ``in_spec`` and ``var_keywords`` (no
-    GraphModule needed): a dict input, or the keywords of ``**kwargs``, in another order
-    than traced is refused as the runtime refuses it (runtime/method.py)."""
+    """:func:`flatten_inputs` by the graph's ``in_spec``, ``var_keywords``, ``arg_names``,
+    ``positional_only`` and ``defaults`` (no GraphModule needed): a call is bound by
+    position, by keyword and to the parameters' defaults as the runtime binds it, and a
+    dict input, or the keywords of ``**kwargs``, in another order than traced is refused
+    as the runtime refuses it (runtime/method.py, runtime/binding.py)."""
+    from ..runtime.binding import bind_to_trace, binding_error, with_defaults
     from ..runtime.method import _in_key_order, describe, mismatch, refuse_reordered, same_spec
 
+    if len(args) != len(spec["c"][0]["c"]):
+        bound = bind_to_trace(args, kwargs, spec, list(arg_names), positional_only)
+        if bound is not None:
+            args, kwargs = bound
     leaves, got = pytree.flatten((args, kwargs), is_tensor)
     if not same_spec(got, spec):
         leaves, given = pytree.flatten(_in_key_order((args, kwargs), spec), is_tensor)
         if same_spec(given, spec):
             refuse_reordered(method, got, kwargs, spec, var_keywords)
         got = given
+    filled = (
+        None
+        if same_spec(got, spec)
+        else with_defaults(args, kwargs, spec, list(arg_names), defaults or {}, positional_only)
+    )
+    if filled is not None:  # once: a filled call changes no more
+        names = (var_keywords, method, arg_names, positional_only, defaults)
+        return flatten_by_spec(spec, *filled, *names)
     if not same_spec(got, spec):
+        refused = binding_error(
+            method, args, kwargs, list(arg_names), positional_only, list(var_keywords)
+        )
+        if refused is not None:
+            raise BindingError(refused)
         raise TraceError(
             f"the GraphModule's method was called with arguments shaped differently from the "
             f"example inputs it was traced with: {mismatch(spec, got)}; expected "
@@ -703,6 +850,8 @@ def call(gm: fx.GraphModule, *args, **kwargs) -> Any:
     >>> fx.call(tracebridge.to_graph_module(f), {"x": torch.ones(3)})
     {'y': tensor([2., 2., 2.])}
     """
+    if info(gm).signature is not None:  # forward binds the call itself
+        return unflatten_outputs(gm, gm(*args, **kwargs))
     return unflatten_outputs(gm, gm(*flatten_inputs(gm, *args, **kwargs)))
 
 

@@ -120,7 +120,7 @@ def export_onnx(
     source, resolved, _, _ = bridge._resolve(obj, method)
     graph = source.methods[resolved]
     _refuse_state_writes(graph, source.methods, resolved)
-    gm = bridge.to_graph_module(obj, method)
+    gm = bridge.to_graph_module(obj, method, flat=True)  # export takes the flat inputs
     _zero_rows_without_keys(gm)
     meta = bridge.info(gm)
     if example_inputs is None:

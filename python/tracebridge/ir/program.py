@@ -92,6 +92,14 @@ class Graph:
     outputs: list = field(default_factory=list)  # Refs or literals
     out_spec: dict = field(default_factory=dict)
     arg_names: list[str] = field(default_factory=list)  # the traced callable's parameters
+    # How many of ``arg_names`` lead as positional-only (``def f(x, /, y)``: 1), so that a
+    # call passing one by keyword is refused as Python refuses it (runtime/binding.py)
+    positional_only: int = 0
+    # The defaults of the traced callable's parameters that the graph names (``arg_names``
+    # and the keyword inputs): name -> a ``none``/``const`` spec, or None for a default no
+    # file can hold (a tensor, an object). A call that leaves one out gets it, as in
+    # Python (export/fx_signature.py); a parameter not here has no default.
+    defaults: dict[str, dict | None] = field(default_factory=dict)
     # The keyword inputs that landed in the callable's ``**kwargs``, in the traced order:
     # the code may iterate them, so a call must pass them in this order (runtime/method.py)
     var_keywords: list[str] = field(default_factory=list)
@@ -117,6 +125,8 @@ class Graph:
             outputs=self.outputs,
             out_spec=self.out_spec,
             arg_names=self.arg_names,
+            positional_only=self.positional_only,
+            defaults=self.defaults,
             var_keywords=self.var_keywords,
             sources=self.sources,
         )
@@ -428,6 +438,8 @@ def graph_to_json(g: Graph) -> dict:
         ],
         "outputs": encode(list(g.outputs)),
         "out_spec": g.out_spec,
+        **({"positional_only": g.positional_only} if g.positional_only else {}),
+        **({"defaults": dict(g.defaults)} if g.defaults else {}),
         **({"var_keywords": list(g.var_keywords)} if g.var_keywords else {}),
         **({"sources": lines} if (lines := {k: v for k, v in g.sources.items() if v}) else {}),
     }
@@ -452,6 +464,8 @@ def graph_from_json(d: dict) -> Graph:
         outputs=decode(d["outputs"]),
         out_spec=d["out_spec"],
         arg_names=list(d.get("arg_names", [])),
+        positional_only=d.get("positional_only", 0),
+        defaults=dict(d.get("defaults", {})),
         var_keywords=list(d.get("var_keywords", [])),
         sources=_sources(d.get("sources")),
     )

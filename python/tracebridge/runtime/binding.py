@@ -16,16 +16,24 @@ passes a parameter the other way is moved to the traced way here, as
 
 Anything else is left as the call gave it, for the caller's refusal to describe (a
 missing or an extra argument). Only calls whose structure differs from the traced one
-come here: a call in the traced form pays nothing. ``arg_names`` does not say which
-parameters are positional-only, nor which names stand for a ``*args`` parameter's
-entries (``args0``): a keyword call naming one is bound by position, as no valid call
-of the traced code can be told apart from it (it runs what the positional call runs).
+come here: a call in the traced form pays nothing.
+
+The graph's ``positional_only`` counts the leading ``arg_names`` that are positional-only
+(``def f(x, /, y)``): a keyword naming one is never moved to its position, and a call that
+passes one by keyword is refused with Python's own error (:class:`BindingError`, a
+``TypeError``), unless the keyword lands in the callable's ``**kwargs`` (``var_keywords``),
+as Python puts it there. A file made before the field counts none. ``arg_names`` does not
+say which names stand for a ``*args`` parameter's entries (``args0``): a keyword call
+naming one is bound by position, as no valid call of the traced code can be told apart
+from it (it runs what the positional call runs).
 """
 
 from __future__ import annotations
 
 
-def bind_to_trace(args: tuple, kwargs: dict, in_spec: dict, arg_names: list[str]):
+def bind_to_trace(
+    args: tuple, kwargs: dict, in_spec: dict, arg_names: list[str], positional_only: int = 0
+):
     """``(args, kwargs)`` moved between position and keyword to where the trace has them
     (module Note), or None where nothing moves.
 
@@ -42,12 +50,15 @@ def bind_to_trace(args: tuple, kwargs: dict, in_spec: dict, arg_names: list[str]
         moved = {}
         for index in range(positional, given):
             name = arg_names[index] if index < len(arg_names) else None
-            if name is None or name not in keys or name in kwargs:
+            # a positional-only one's name among the keywords is a ``**kwargs`` entry
+            if name is None or index < positional_only or name not in keys or name in kwargs:
                 return None
             moved[name] = args[index]
         return args[:positional], {**moved, **kwargs}
     if given < positional:
         names = arg_names[given:positional]
+        if given < positional_only:
+            return None  # a positional-only parameter is never given by keyword
         if len(names) < positional - given or any(name not in kwargs for name in names):
             return None
         rest = {key: value for key, value in kwargs.items() if key not in names}
@@ -55,17 +66,151 @@ def bind_to_trace(args: tuple, kwargs: dict, in_spec: dict, arg_names: list[str]
     return None
 
 
-def passed_twice(args: tuple, kwargs: dict, arg_names: list[str]) -> str | None:
+def binding_error(
+    name: str,
+    args: tuple,
+    kwargs: dict,
+    arg_names: list[str],
+    positional_only: int = 0,
+    var_keywords: list[str] = (),
+) -> str | None:
+    """Python's ``TypeError`` message for a call of ``name`` that Python would refuse
+    to bind, where the trace knows enough to tell: a positional-only parameter passed
+    by keyword (and not taken by ``**kwargs``), a parameter passed both by position and
+    by keyword. None where neither.
+
+    >>> binding_error("f", (), {"x": 1}, ["x", "y"], positional_only=1)
+    "f() got some positional-only arguments passed as keyword arguments: 'x'"
+    """
+    as_keyword = [
+        arg for arg in arg_names[:positional_only] if arg in kwargs and arg not in var_keywords
+    ]
+    if as_keyword:
+        return (
+            f"{name}() got some positional-only arguments passed as keyword arguments: "
+            f"'{', '.join(as_keyword)}'"
+        )
+    twice = passed_twice(args, kwargs, arg_names[positional_only:], positional_only)
+    if twice is not None:
+        return f"{name}() got multiple values for argument {twice!r} (by position and by keyword)"
+    return None
+
+
+def passed_twice(args: tuple, kwargs: dict, arg_names: list[str], skip: int = 0) -> str | None:
     """The parameter a call passes both by position and by keyword (Python's "got
-    multiple values for argument"), or None."""
-    return next((name for name in arg_names[: len(args)] if name in kwargs), None)
+    multiple values for argument"), or None. ``arg_names`` starts at position ``skip``."""
+    return next((name for name in arg_names[: max(len(args) - skip, 0)] if name in kwargs), None)
 
 
-def traced_parameters(in_spec: dict, arg_names: list[str], describe) -> str:
+def traced_parameters(
+    in_spec: dict, arg_names: list[str], describe, positional_only: int = 0
+) -> str:
     """The traced call's parameters by name, ``(x: Tensor, mask: Tensor)``, each as the
-    example passed it (``describe``: the text of a spec)."""
+    example passed it (``describe``: the text of a spec); a ``/`` follows the
+    positional-only ones, as in Python's signature."""
     traced_args, traced_kwargs = in_spec["c"]
-    named = list(zip(arg_names, traced_args["c"])) + list(
-        zip(traced_kwargs["keys"], traced_kwargs["c"])
+    named = [
+        f"{name}: {describe(spec)}"
+        for name, spec in list(zip(arg_names, traced_args["c"]))
+        + list(zip(traced_kwargs["keys"], traced_kwargs["c"]))
+    ]
+    if 0 < positional_only <= len(traced_args["c"]):
+        named.insert(positional_only, "/")
+    return "(" + ", ".join(named) + ")"
+
+
+def with_defaults(
+    args: tuple,
+    kwargs: dict,
+    in_spec: dict,
+    arg_names: list[str],
+    defaults: dict,
+    positional_only: int = 0,
+):
+    """``(args, kwargs)`` with the parameters' recorded defaults (the graph's ``defaults``)
+    applied where that makes the traced call, or None where nothing changes.
+
+    As Python binds a call: a parameter left out has its default, and one given its
+    default is the call that leaves it out. So a call that gives a parameter the trace
+    left out its default (``m(x, None)`` of a trace of ``m(x)``) drops it, and one that
+    leaves out a parameter the trace was given a number or None for gets its default,
+    where the default is that number (``m(x)`` of a trace of ``m(x, None)``). Any other
+    value stays, for the caller to refuse.
+
+    >>> spec = {"t": "tuple", "c": [{"t": "tuple", "c": [{"t": "leaf"}]},
+    ...                             {"t": "dict", "keys": [], "c": []}]}
+    >>> with_defaults((1, None), {}, spec, ["x", "mask"], {"mask": {"t": "none"}})
+    ((1,), {})
+    """
+    if not defaults:
+        return None
+    traced_args, traced_kwargs = in_spec["c"]
+    positional, keys = len(traced_args["c"]), traced_kwargs["keys"]
+    taken = set(arg_names[:positional]) | set(keys)
+    args, kwargs = list(args), dict(kwargs)
+    changed = False
+    if positional < len(args) <= len(arg_names):
+        # past the traced positions, each is a parameter the trace took by keyword (moved
+        # there) or one it left out, given its default (dropped); else nothing moves
+        moved = {}
+        for index in range(positional, len(args)):
+            name, value = arg_names[index], args[index]
+            if name in kwargs:
+                break
+            if name in keys and index >= positional_only:
+                moved[name] = value
+            elif name in taken or not _is_default(value, defaults.get(name)):
+                break
+        else:
+            args, changed = args[:positional], True
+            kwargs.update(moved)
+    for name in [k for k in kwargs if k not in taken and k in defaults]:
+        index = arg_names.index(name) if name in arg_names else -1
+        if index < positional_only and index >= 0:
+            continue  # a positional-only name among the keywords is no parameter's
+        if _is_default(kwargs[name], defaults[name]):
+            del kwargs[name]
+            changed = True
+    while len(args) < positional:
+        name = arg_names[len(args)] if len(args) < len(arg_names) else None
+        spec = traced_args["c"][len(args)]
+        if name is not None and name in kwargs and len(args) >= positional_only:
+            args.append(kwargs.pop(name))  # given by keyword: to its place, as bound
+        elif name is not None and _default_is(defaults.get(name), spec):
+            args.append(_value_of(spec))
+        else:
+            break
+        changed = True
+    for key, spec in zip(keys, traced_kwargs["c"]):
+        index = arg_names.index(key) if key in arg_names else len(args)
+        if key in kwargs or index < len(args) or not _default_is(defaults.get(key, False), spec):
+            continue
+        kwargs[key] = _value_of(spec)
+        changed = True
+    return (tuple(args), kwargs) if changed else None
+
+
+def _is_default(value, default) -> bool:
+    """Whether ``value`` is the recorded ``default`` (a ``none``/``const`` spec), by type:
+    ``1`` is not the default ``1.0``."""
+    if not isinstance(default, dict):
+        return False
+    if default["t"] == "none":
+        return value is None
+    recorded = default["v"]
+    if type(value) is not type(recorded):
+        return False
+    return value == recorded or (value != value and recorded != recorded)
+
+
+def _default_is(default, spec: dict) -> bool:
+    """Whether a recorded default is the constant the trace was given (``spec``)."""
+    return (
+        isinstance(default, dict)
+        and spec["t"] in ("none", "const")
+        and (_is_default(_value_of(spec), default))
     )
-    return "(" + ", ".join(f"{name}: {describe(spec)}" for name, spec in named) + ")"
+
+
+def _value_of(spec: dict):
+    return None if spec["t"] == "none" else spec["v"]

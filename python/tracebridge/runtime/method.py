@@ -8,13 +8,13 @@ import threading
 import torch
 
 from ..check.specialise import CUT_GRAPH, SIZE_ONE_GUARD
-from ..errors import GuardError, TraceError
+from ..errors import BindingError, GuardError, TraceError
 from ..ir import Graph, pytree
 from ..ir.analysis import fused_without_autograd
 from ..ir.ops import draws_random
 from ..ir.pytree import is_tensor
 from . import concat_linear, cse, folding, linear_2d, support
-from .binding import bind_to_trace, passed_twice, traced_parameters
+from .binding import bind_to_trace, binding_error, traced_parameters, with_defaults
 from .codegen import CodeGen, compile_function
 from .concat_linear import AsTraced
 from .interpreter import Interpreter
@@ -263,7 +263,10 @@ class Method:
         if len(args) != self._positional:
             # A parameter passed by keyword where the trace had it by position, or the
             # other way (runtime/binding.py): only then is the count another.
-            bound = bind_to_trace(args, kwargs, self.graph.in_spec, self.graph.arg_names)
+            graph = self.graph
+            bound = bind_to_trace(
+                args, kwargs, graph.in_spec, graph.arg_names, graph.positional_only
+            )
             if bound is not None:
                 args, kwargs = bound
         leaves, spec = pytree.flatten((args, kwargs), is_tensor)
@@ -279,24 +282,28 @@ class Method:
                 )
             spec = given
         if not same_spec(spec, self.graph.in_spec, typed):
+            graph = self.graph
+            filled = with_defaults(
+                args, kwargs, graph.in_spec, graph.arg_names, graph.defaults, graph.positional_only
+            )
+            if filled is not None:  # once: a filled call changes no more
+                return self._leaves(*filled)
             self._refuse_arguments(args, kwargs, spec)
         return leaves
 
     def _refuse_arguments(self, args: tuple, kwargs: dict, spec: dict):
         """Raise the error of a call whose arguments (``spec``) are not the traced ones."""
         graph = self.graph
-        twice = passed_twice(args, kwargs, graph.arg_names)
-        if twice is not None:
-            raise TraceError(
-                f"{self.name}() got multiple values for argument {twice!r} (by position and "
-                f"by keyword); the trace takes "
-                f"{traced_parameters(graph.in_spec, graph.arg_names, describe)}"
-            )
+        takes = traced_parameters(graph.in_spec, graph.arg_names, describe, graph.positional_only)
+        refused = binding_error(
+            self.name, args, kwargs, graph.arg_names, graph.positional_only, graph.var_keywords
+        )
+        if refused is not None:
+            raise BindingError(f"{refused}; the trace takes {takes}")
         raise TraceError(
             f"{self.name}() was called with arguments shaped differently from the example "
             f"inputs it was traced with: {mismatch(graph.in_spec, spec)}; expected "
-            f"{describe(graph.in_spec)}, got {describe(spec)}; the trace takes "
-            f"{traced_parameters(graph.in_spec, graph.arg_names, describe)}"
+            f"{describe(graph.in_spec)}, got {describe(spec)}; the trace takes {takes}"
         )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import random
 import sys
 import warnings
@@ -259,6 +260,8 @@ def capture(
     )
     graph = tracer.graph
     graph.arg_names = argument_names(names_from or fn, len(args))
+    graph.positional_only = positional_only_count(names_from or fn)
+    graph.defaults = parameter_defaults(names_from or fn, graph.arg_names, kwargs)
     graph.var_keywords = var_keyword_names(names_from or fn, args, kwargs)
     try:
         leaves, graph.in_spec = pytree.flatten((tuple(args), dict(kwargs)), is_tensor)
@@ -514,6 +517,51 @@ def argument_names(fn: Callable, count: int) -> list[str]:
     return names[: max(count, len(names))]
 
 
+def positional_only_count(fn: Callable) -> int:
+    """How many leading parameters of ``fn`` are positional-only (``def f(x, /, y)``: 1);
+    0 where it has none or no signature."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return 0
+    return sum(1 for p in parameters if p.kind == p.POSITIONAL_ONLY)
+
+
+def parameter_defaults(fn: Callable, arg_names: list[str], kwargs: dict) -> dict:
+    """The defaults of ``fn``'s parameters among ``arg_names`` and the keywords given:
+    name -> ``{"t": "none"}`` or ``{"t": "const", "v": ...}`` (a bool, an int, a finite
+    float or a string), or None for another default (a tensor, an object), which no file
+    holds. A parameter without a default is left out."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    named = set(arg_names) | set(kwargs)
+    out: dict[str, dict | None] = {}
+    for p in parameters:
+        if p.name not in named or p.default is p.empty:
+            continue
+        value = p.default
+        if value is None:
+            out[p.name] = {"t": "none"}
+        elif _holdable(value):
+            out[p.name] = {"t": "const", "v": value}
+        else:
+            out[p.name] = None
+    return out
+
+
+def _holdable(value) -> bool:
+    """Whether a file holds ``value`` as a constant (check/program.py's rule for
+    ``defaults``)."""
+    kind = type(value)
+    if kind is int:
+        return -(2**63) <= value < 2**64
+    if kind is float:
+        return math.isfinite(value)
+    return kind is bool or (kind is str and len(value) <= 4096)
+
+
 def var_keyword_names(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
     """The names of ``kwargs`` that land in the ``**kwargs`` parameter of ``fn`` (a
     module: its forward), in the order given; [] where it has none or no signature."""
@@ -525,14 +573,16 @@ def var_keyword_names(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
     elif isinstance(fn, torch.nn.Module):
         fn = fn.forward
     try:
-        signature = inspect.signature(fn)
-        bound = signature.bind(*args, **kwargs)
+        parameters = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return []
-    for param in signature.parameters.values():
-        if param.kind == param.VAR_KEYWORD:
-            return [str(k) for k in bound.arguments.get(param.name, {})]
-    return []
+    if not any(p.kind == p.VAR_KEYWORD for p in parameters):
+        return []
+    # As Python binds a keyword: to the parameter of that name unless it is positional-only
+    # (not ``Signature.bind``, which refuses such a name instead of putting it in
+    # ``**kwargs``: ``def f(x=None, /, **kw)`` called ``f(x=1)``)
+    named = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return [str(k) for k in kwargs if k not in named]
 
 
 def leaf_names(arg_names: list[str], args: tuple, kwargs: dict) -> list[str]:

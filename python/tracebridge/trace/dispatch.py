@@ -249,6 +249,11 @@ class Dispatcher:
         try:
             with self.mode:
                 return _without_dispatch(func)(*args, **kwargs)
+        except UnsupportedOpError as exc:
+            named = _in_the_users_call(exc, func, self.location())
+            if len(self._descending) > 1 or named is exc:
+                raise
+            raise named from exc
         finally:
             self._descending.pop()
 
@@ -569,6 +574,22 @@ def _attribute_read(func) -> str | None:
     if not (isinstance(cls, type) and issubclass(cls, torch._C.TensorBase)):
         return None
     return getattr(owner, "__name__", None)
+
+
+def _in_the_users_call(exc: UnsupportedOpError, func, where: str | None) -> UnsupportedOpError:
+    """A refusal met inside a Python function the traced code called (``Tensor.dim_order``
+    refused at its helper ``sym_max``), named as the user wrote the call: the function and
+    the user's line first, the internal reason after. A message that already names the
+    function is kept as it is."""
+    label = _label(func)
+    inner = str(exc)
+    if label in inner or func.__name__ in inner:
+        return exc
+    return UnsupportedOpError(
+        f"cannot record {label} at {where or 'unknown location'}: tracebridge follows it "
+        f"into its Python code and cannot record what it does there ({inner}); move the "
+        f"call to {label} out of the traced code, or compute its result beforehand"
+    )
 
 
 def _label(func) -> str:

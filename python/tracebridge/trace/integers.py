@@ -143,7 +143,7 @@ _SKIPPED = ("torch", "tracebridge", "numpy", "builtins", "typing", "functools")
 # PyTorch's own modules that take ``int`` of a tensor the trace must keep traced:
 # ``nn.GRU``/``nn.RNN`` check a packed sequence's hidden state against
 # ``int(batch_sizes[0])``, which would fix the batch size.
-_LIBRARY_MODULES = ("torch.nn.modules.rnn",)
+_LIBRARY_MODULES = ("torch.nn.modules.rnn", "torch.nn.modules.batchnorm")
 _lock = threading.Lock()
 _bound: dict[tuple[str, str], int] = {}  # (module, name) -> traces that bound it
 
