@@ -324,8 +324,23 @@ def _group(graph: Graph, group: list[int], kinds: dict, defined_at: dict, state:
 
 
 def _writes(node: Node) -> bool:
-    """Whether ``node`` may write a tensor (a guard only decides)."""
-    return node.op != "prim.guard" and (opset.is_inplace(node.op) or dead_code.has_effect(node))
+    """Whether ``node`` may write a tensor. A guard only decides, and so does a count of
+    results (an ``unbind`` with a plain op's effects: EnCodec's codes split per codebook
+    before the decoder that its last size check needs)."""
+    if node.op == "prim.guard":
+        return False
+    if opset.is_inplace(node.op):
+        return True
+    if dead_code.counts_results(node) and node.op not in dead_code.EFFECTS:
+        return _has_plain_effects(node)
+    return dead_code.has_effect(node)
+
+
+def _has_plain_effects(node: Node) -> bool:
+    """Whether ``node``, whose count of results is checked, has an effect besides that
+    (an op the set does not know, a random op)."""
+    info = opset.info(node.op)
+    return info is None or "random" in info.flags or opset.draws_random(node)
 
 
 _plain_types = (torch.Tensor, torch.nn.Parameter)
