@@ -309,3 +309,77 @@ def test_a_written_value_with_a_guard_on_its_size_is_made_on_every_call():
         for rows in (3, 3, 5, 1, 5, 3):
             x = torch.randn(rows, 4)
             torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
+
+
+class BandFromNewOnes(nn.Module):
+    """Longformer's ``_mask_invalid_locations``: a band mask made with ``new_ones`` of the
+    scores (their dtype and device, never their values), flipped, expanded to a slice of
+    the scores' size, where a buffer scales what it keeps."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.register_buffer("scale", torch.tensor(2.0))
+
+    def forward(self, x):
+        scores = self.proj(x) @ x.transpose(1, 2)
+        n = scores.shape[-1]
+        band = scores.new_ones(n, n).tril().flip(dims=[0])[None] * self.scale
+        return torch.where(band.expand(scores.size()).bool(), scores * band, scores - 1)
+
+
+def _meta_memos(traced) -> list:
+    return [m for m in _memos(traced) if m.meta]
+
+
+def test_a_tensor_read_for_its_dtype_and_device_alone_keys_a_memo_by_them(tmp_path):
+    torch.manual_seed(0)
+    model = BandFromNewOnes().eval()
+    traced = tracebridge.trace(model, torch.randn(1, 5, 4))
+    traced.save(tmp_path / "m.tb")
+    loaded = tracebridge.load(tmp_path / "m.tb")
+    with torch.no_grad():
+        loaded(torch.randn(1, 5, 4))
+        (runner,) = _meta_memos(loaded)
+        calls = counting(runner)
+        for length, dtype in [(5, None), (5, None), (3, None), (5, torch.float64), (5, None)]:
+            x = torch.randn(1, length, 4)
+            if dtype is not None:  # scores of another dtype: the band is made again in it
+                loaded.double()
+                model.double()
+                x = x.double()
+            got, expected = loaded(x), model(x)
+            assert got.dtype == expected.dtype and torch.equal(got, expected)
+            if dtype is not None:
+                loaded.float()
+                model.float()
+        # new keys: length 3, then float64, then float32 again with the buffer that
+        # .float() made (a new tensor: state keys by identity)
+        assert [key[0].dtype for key in calls] == [torch.float32, torch.float64, torch.float32]
+        assert [key[0].shape[-1] for key in calls] == [3, 5, 5]
+        x = torch.randn(1, 5, 4)
+        assert torch.equal(loaded(x), model(x))
+        assert len(calls) == 3  # the same dtype, device and sizes: kept
+        # the state changes after load: the band follows the buffer
+        for owner in (loaded, model):
+            owner.scale.fill_(3.0)
+        assert torch.equal(loaded(x), model(x))
+        assert len(calls) == 4
+
+
+class Marked(torch.Tensor):
+    """A tensor subclass (its ops' results are of it too)."""
+
+
+def test_a_subclass_read_for_its_metadata_runs_its_own_ops(tmp_path):
+    torch.manual_seed(0)
+    model = BandFromNewOnes().eval()
+    traced = tracebridge.trace(model, torch.randn(1, 5, 4))
+    with torch.no_grad():
+        traced(torch.randn(1, 5, 4))
+        (runner,) = _meta_memos(traced)
+        x = torch.randn(1, 5, 4).as_subclass(Marked)
+        got, expected = traced(x), model(x)
+        assert type(got) is type(expected) is Marked
+        assert torch.equal(got.as_subclass(torch.Tensor), expected.as_subclass(torch.Tensor))
+        assert len(runner.cache) == 1  # nothing kept for the subclass

@@ -840,13 +840,16 @@ class CodeGen:
         ops = sum(1 for n in sub.nodes if n.op.split(".")[0] not in ("prim", "scalar"))
         guards = sum(1 for n in sub.nodes if n.op == "prim.guard")
         kinds = {v.id: v.kind for v in sub.inputs}
-        state = tuple(i for i, k in enumerate(block.keys) if kinds.get(k) == "Tensor")
+        meta = tuple(i for i, k in enumerate(block.keys) if k in block.meta)
+        state = tuple(
+            i for i, k in enumerate(block.keys) if kinds.get(k) == "Tensor" and i not in meta
+        )
         # Running statistics among the keys are written without a new version: their
         # module's counter joins the key, as for a folded value (runtime/folding.py).
         read = self.state_reads()
         names = [read[block.keys[i]] for i in state if block.keys[i] in read]
         counters = tuple(self.slots[n] for n in folding.counters_of(names, self.slots))
-        runner = memo.Memo(function, len(block.boundary), ops, state, guards, counters)
+        runner = memo.Memo(function, len(block.boundary), ops, state, guards, counters, meta)
         keys = [self.ref(Ref(k)) for k in block.keys]
         values = {v.id: v for n in sub.nodes for v in n.outputs}
         targets = [ast.Name(self.define(values[v]), ast.Store()) for v in block.boundary]
