@@ -383,3 +383,39 @@ def test_a_subclass_read_for_its_metadata_runs_its_own_ops(tmp_path):
         assert type(got) is type(expected) is Marked
         assert torch.equal(got.as_subclass(torch.Tensor), expected.as_subclass(torch.Tensor))
         assert len(runner.cache) == 1  # nothing kept for the subclass
+
+
+class RampLike(nn.Module):
+    """A ramp made with ``zeros_like`` of the input (its sizes, strides, dtype and device,
+    never its values), then scaled by a buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("scale", torch.tensor(0.5))
+
+    def forward(self, x):
+        ramp = (torch.zeros_like(x) + 1).cumsum(-1) * self.scale
+        return x * ramp
+
+
+def test_a_tensor_read_for_its_sizes_and_strides_keys_a_memo_by_them(tmp_path):
+    from .graph_helpers import same_bits
+
+    model = RampLike().eval()
+    traced = tracebridge.trace(model, torch.randn(3, 4))
+    traced.save(tmp_path / "m.tb")
+    loaded = tracebridge.load(tmp_path / "m.tb")
+    with torch.no_grad():
+        loaded(torch.randn(3, 4))
+        (runner,) = _meta_memos(loaded)
+        assert runner.like
+        calls = counting(runner)
+        rows = torch.randn(3, 4)
+        columns = torch.randn(4, 3).t()  # the same sizes, other strides: another ramp
+        for x in (rows, columns, rows, columns, torch.randn(2, 4)):
+            assert same_bits(loaded(x), model(x))
+        assert [key[0].stride() for key in calls] == [(1, 3), (4, 1)]
+        for owner in (loaded, model):  # the state changes after load: followed
+            owner.scale.fill_(2.0)
+        assert same_bits(loaded(rows), model(rows))
+        assert len(calls) == 3

@@ -841,6 +841,7 @@ class CodeGen:
         guards = sum(1 for n in sub.nodes if n.op == "prim.guard")
         kinds = {v.id: v.kind for v in sub.inputs}
         meta = tuple(i for i, k in enumerate(block.keys) if k in block.meta)
+        like = tuple(i for i, k in enumerate(block.keys) if k in block.like)
         state = tuple(
             i for i, k in enumerate(block.keys) if kinds.get(k) == "Tensor" and i not in meta
         )
@@ -849,7 +850,7 @@ class CodeGen:
         read = self.state_reads()
         names = [read[block.keys[i]] for i in state if block.keys[i] in read]
         counters = tuple(self.slots[n] for n in folding.counters_of(names, self.slots))
-        runner = memo.Memo(function, len(block.boundary), ops, state, guards, counters, meta)
+        runner = memo.Memo(function, len(block.boundary), ops, state, guards, counters, meta, like)
         keys = [self.ref(Ref(k)) for k in block.keys]
         values = {v.id: v for n in sub.nodes for v in n.outputs}
         targets = [ast.Name(self.define(values[v]), ast.Store()) for v in block.boundary]

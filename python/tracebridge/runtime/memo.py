@@ -12,8 +12,9 @@ Note: folding by size, a step past runtime/folding.py.
   ``inv_freq``), tensors an earlier block keeps, or results of other sized nodes, at least
   one of them not a literal or state (runtime/folding.py folds those), or tensors read
   for their dtype, device and layout alone (the first argument of ``x.new_ones(n, n)``,
-  :data:`META_OPS`: Longformer's band masks; keyed by those three, and run as traced
-  for a tensor subclass, whose own torch function makes the values). Runs of them that
+  :data:`META_OPS`: Longformer's band masks; keyed by those three), or for those and
+  their sizes and strides (``zeros_like(x)``, :data:`LIKE_OPS`); run as traced for a
+  tensor subclass, whose own torch function makes the values. Runs of them that
   make at least one tensor become a block; the generated code calls :class:`Memo` with the
   block's inputs (its key) and gets the block's values, computed on the first call with
   that key and reused after. Tensors in a key count by identity, version and data
@@ -82,18 +83,23 @@ class MemoBlock:
     boundary: list[int]  # value ids of the block that the rest of the graph reads
     # keys that are tensors read for their dtype, device and layout alone (META_OPS)
     meta: list[int] = field(default_factory=list)
+    # keys that are tensors read for those and their sizes and strides (LIKE_OPS)
+    like: list[int] = field(default_factory=list)
 
 
 # Ops whose result depends on their first argument's dtype, device and layout only (and on
 # their other, numeric, arguments): ``x.new_ones(n, n)`` reads nothing else of ``x``.
 # (``new_empty`` is left out: its values are whatever the memory held.)
 META_OPS = frozenset({"Tensor.new_ones", "Tensor.new_zeros", "Tensor.new_full"})
+# Ops whose result depends on their first argument's sizes and strides (the memory format
+# they preserve) too, and on nothing else of it.
+LIKE_OPS = frozenset({"zeros_like", "ones_like", "full_like"})
 
 
 def _meta_read(node: Node, ref: Ref) -> bool:
-    """Whether ``node`` reads ``ref`` (a tensor) for its dtype, device and layout alone: the
-    first argument of one of :data:`META_OPS`, and nowhere else in the node."""
-    if node.op not in META_OPS or not node.args or node.args[0] != ref:
+    """Whether ``node`` reads ``ref`` (a tensor) for its metadata alone: the first argument
+    of one of :data:`META_OPS` or :data:`LIKE_OPS`, and nowhere else in the node."""
+    if node.op not in META_OPS | LIKE_OPS or not node.args or node.args[0] != ref:
         return False
     return all(r.id != ref.id for r in refs_in((node.args[1:], node.kwargs)))
 
@@ -258,11 +264,11 @@ def plan(graph: Graph, folded: bool = False) -> tuple[Graph, list[MemoBlock]]:
     if not chosen:
         return graph, []
     moved = {i for run, _, _, _ in chosen for i in run}
-    by_place: dict[int, list[tuple[list[int], list[int], set[int]]]] = {}
+    by_place: dict[int, list[tuple[list[int], list[int], dict[int, bool]]]] = {}
     for run, at, keys, meta in chosen:
         by_place.setdefault(at, []).append((run, keys, meta))
     nodes: list[Node] = []
-    placed: list[tuple[int, int, list[int], set[int], set[int]]] = []
+    placed: list[tuple[int, int, list[int], set[int], dict[int, bool]]] = []
     for index in range(len(graph.nodes) + 1):
         for run, keys, meta in by_place.get(index, []):
             start = len(nodes)
@@ -282,14 +288,18 @@ def plan(graph: Graph, folded: bool = False) -> tuple[Graph, list[MemoBlock]]:
         }
         read_after |= output_ids(reordered) & made
         boundary = [v.id for n in nodes[start:stop] for v in n.outputs if v.id in read_after]
-        blocks.append(MemoBlock(start, stop, keys, boundary, [k for k in keys if k in meta]))
+        like = [k for k in keys if meta.get(k)]
+        blocks.append(MemoBlock(start, stop, keys, boundary, [k for k in keys if k in meta], like))
     return reordered, blocks
 
 
-def _meta_keys(graph: Graph, run: list[int], keys: list[int], kinds: dict, exact: set[int]):
+def _meta_keys(
+    graph: Graph, run: list[int], keys: list[int], kinds: dict, exact: set[int]
+) -> dict[int, bool]:
     """The tensor keys of ``run`` (not among ``exact``: state, tensors other blocks keep)
-    that every node of the run reading them reads for metadata alone (:func:`_meta_read`)."""
-    meta = set()
+    that every node of the run reading them reads for metadata alone (:func:`_meta_read`),
+    each with whether one of them reads its sizes and strides too (:data:`LIKE_OPS`)."""
+    meta: dict[int, bool] = {}
     for key in keys:
         if kinds.get(key) != "Tensor" or key in exact:
             continue
@@ -299,7 +309,7 @@ def _meta_keys(graph: Graph, run: list[int], keys: list[int], kinds: dict, exact
             if any(r.id == key for r in refs_in((graph.nodes[i].args, graph.nodes[i].kwargs)))
         ]
         if readers and all(_meta_read(node, Ref(key)) for node in readers):
-            meta.add(key)
+            meta[key] = any(node.op in LIKE_OPS for node in readers)
     return meta
 
 
@@ -321,6 +331,7 @@ def subgraph(graph: Graph, block: MemoBlock) -> Graph:
 _grad_enabled = torch.is_grad_enabled
 _default_dtype = torch.get_default_dtype
 _Tensor = torch.Tensor
+_strided = torch.strided
 _Parameter = torch.nn.Parameter  # its torch function is disabled: its results are Tensors
 
 
@@ -344,6 +355,7 @@ class Memo:
         guards: int = 0,
         counters: tuple[tuple[dict, str], ...] = (),
         meta: tuple[int, ...] = (),
+        like: tuple[int, ...] = (),
     ):
         self.function = function
         self.count = count
@@ -356,6 +368,7 @@ class Memo:
         # Positions of the key that are tensors read for their dtype, device and layout
         # alone (``x.new_ones(n, n)``): keyed by those, never kept alive by the cache.
         self.meta = meta
+        self.like = like  # of those, the positions keyed by sizes and strides too
         self.cache: dict = {}  # entry -> (values, or (values, key tensors); bytes)
         self.bytes = 0
 
@@ -391,6 +404,11 @@ class Memo:
             if kind is not _Tensor and kind is not _Parameter:
                 return self.function(*key)  # a subclass's torch function makes its values
             exact[i] = (t.dtype, t.device, t.layout)
+        for i in self.like:
+            t = key[i]
+            if t.layout is not _strided:
+                return self.function(*key)  # no strides to key on
+            exact[i] = (t.shape, t.stride(), t.dtype, t.device)
         try:
             for i in state:
                 t = key[i]
