@@ -419,3 +419,25 @@ def test_a_tensor_read_for_its_sizes_and_strides_keys_a_memo_by_them(tmp_path):
             owner.scale.fill_(2.0)
         assert same_bits(loaded(rows), model(rows))
         assert len(calls) == 3
+
+
+class ResizedAfter(nn.Module):
+    """A tensor resized in place after ``zeros_like`` read its sizes, before the ramp made
+    from them is first read: a block moved there would read the new sizes."""
+
+    def forward(self, x):
+        y = x * 2
+        ramp = (torch.zeros_like(y) + 1).cumsum(0)
+        y.unsqueeze_(0)
+        return ramp * 3 + y
+
+
+def test_no_tensor_keys_a_memo_by_its_metadata_where_a_resize_in_place_could_move_them():
+    from .graph_helpers import same_bits
+
+    model = ResizedAfter().eval()
+    traced = tracebridge.trace(model, torch.randn(3, 4))
+    with torch.no_grad():
+        for x in (torch.randn(3, 4), torch.randn(3, 4), torch.randn(2, 5)):
+            assert same_bits(traced(x), model(x))
+        assert not _meta_memos(traced)

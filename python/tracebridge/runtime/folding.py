@@ -70,6 +70,20 @@ _ALIASING = frozenset(
 )
 
 
+# In-place ops that change a tensor's sizes, strides (or storage): metadata read from a
+# tensor later than where a node stood would not be what the node read there
+# (runtime/size_checks.py, runtime/memo.py).
+RESIZING = frozenset(
+    """resize_ resize_as_ set_ squeeze_ unsqueeze_ t_ transpose_ swapdims_ swapaxes_
+    as_strided_""".split()
+)
+
+
+def resizes_in_place(graph: Graph) -> bool:
+    """Whether a node of ``graph`` changes a tensor's sizes in place (:data:`RESIZING`)."""
+    return any(n.op.rsplit(".", 1)[-1] in RESIZING for n in graph.nodes)
+
+
 def _static_at(
     node: Node, index: int, barrier: int, static: set[int], refs: list, unversioned: set[int]
 ) -> bool:

@@ -62,6 +62,7 @@ from .folding import (
     _function_modes,
     _may_be_static,
     made_normal,
+    resizes_in_place,
     static_ids,
 )
 
@@ -245,6 +246,9 @@ def plan(graph: Graph, folded: bool = False) -> tuple[Graph, list[MemoBlock]]:
     kinds = {v.id: v.kind for v in graph.inputs}
     kinds.update({v.id: v.kind for n in graph.nodes for v in n.outputs})
     state = _state_like(graph, folded)
+    # A block runs where its first reader stands: a tensor it reads for its metadata is
+    # read there, which a resize in place between would make another one.
+    metadata_keys = not resizes_in_place(graph)
     chosen = []
     kept: set[int] = set()  # tensors that blocks chosen before give: the same object per key
     for run, at in runs:
@@ -254,7 +258,7 @@ def plan(graph: Graph, folded: bool = False) -> tuple[Graph, list[MemoBlock]]:
         makes_tensor = any(kinds.get(v) == "Tensor" for v in made)
         ops = sum(1 for i in run if graph.nodes[i].op.split(".")[0] not in ("prim", "scalar"))
         guards = sum(1 for i in run if graph.nodes[i].op == "prim.guard")
-        meta = _meta_keys(graph, run, keys, kinds, state | kept)
+        meta = _meta_keys(graph, run, keys, kinds, state | kept) if metadata_keys else {}
         exact = all(
             kinds.get(k) in _KEY_KINDS or k in state or k in kept or k in meta for k in keys
         )

@@ -65,6 +65,9 @@ from .folding import (
     _is,
     _version,
 )
+from .folding import (
+    RESIZING as _RESIZING,  # a key read at the first guard: not the sizes a node read
+)
 from .views import VIEW_OPS
 
 OP = "prim.size_checks"  # the op of a SizeCheckNode (not in the op set: never in a file)
@@ -111,12 +114,6 @@ SHAPE_FUNCTIONS = (
 # Structural ops that read what no key holds: the caller's modes, a tensor's flag or its
 # storage offset (``p.data = w`` moves a state tensor's without a new version).
 _UNKEYED = opset.DYNAMIC_READS | {"prim.autograd_function", "prim.storage_offset"}
-# In-place ops that change a tensor's sizes: a key read at the first guard would not
-# be the sizes a node read where it stood.
-_RESIZING = frozenset(
-    """resize_ resize_as_ set_ squeeze_ unsqueeze_ t_ transpose_ swapdims_ swapaxes_
-    as_strided_""".split()
-)
 _TO_PYTHON = frozenset("prim.item prim.tolist prim.bool prim.int prim.float".split())
 _KEY_KINDS = frozenset({"int", "bool", "device", "dtype", "Tensor"})
 MIN_OPS = 3  # tensor ops a group must hold to be worth its key
