@@ -66,3 +66,78 @@ def test_a_convolution_folded_with_its_batch_norm_sees_the_model_train_on():
         model(torch.randn(4, 3, 8, 8) * 3 + 1)  # eager training moves the statistics
         model.eval()
         torch.testing.assert_close(traced(x), model(x))
+
+
+class LinearNorms(nn.Module):
+    """A ``Linear`` then ``BatchNorm1d`` over its output features, both as a matrix (an MLP
+    head) and flattened from tokens and reshaped back (LeViT's ``MLPLayerWithBN``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(6, 5)
+        self.head_norm = nn.BatchNorm1d(5)
+        self.proj = nn.Linear(6, 6, bias=False)
+        self.proj_norm = nn.BatchNorm1d(6)
+
+    def forward(self, tokens):
+        hidden = self.proj(tokens)
+        hidden = self.proj_norm(hidden.flatten(0, 1)).reshape_as(hidden)
+        return self.head_norm(self.head(hidden.mean(1)))
+
+
+def _trained(model: nn.Module) -> nn.Module:
+    """``model`` with running statistics and affine parameters away from their defaults."""
+    model.train()
+    with torch.no_grad():
+        for _ in range(3):
+            model(torch.randn(8, 4, 6) * 2 + 1)
+        for module in model.modules():
+            if isinstance(module, nn.BatchNorm1d):
+                module.weight.uniform_(0.5, 2)
+                module.bias.uniform_(-1, 1)
+    return model.eval()
+
+
+def test_a_linear_folded_with_its_batch_norm_agrees_with_eager_and_follows_the_state(tmp_path):
+    torch.manual_seed(0)
+    model = _trained(LinearNorms())
+    traced = tracebridge.trace(model, (torch.randn(2, 4, 6),))
+    code = traced._methods["forward"].no_grad_code
+    assert "op_batch_norm" not in code and "reshape_as" not in code and "flatten" not in code
+    assert "op_batch_norm" in traced.code  # with autograd: the norms run as recorded
+    fast = loaded(traced, tmp_path)
+    with torch.no_grad():
+        for x in (torch.randn(2, 4, 6), torch.randn(3, 7, 6)):
+            got, expected = fast(x), model(x)
+            assert got.shape == expected.shape and got.stride() == expected.stride()
+            torch.testing.assert_close(got, expected)  # to rounding: weights scaled first
+        # the state changes after load: the folded weights follow it
+        for owner in (fast, model):
+            owner.proj_norm.running_mean.add_(0.5)
+            owner.head_norm.weight.mul_(-2)
+        x = torch.randn(2, 4, 6)
+        torch.testing.assert_close(fast(x), model(x))
+
+
+class NormReadTwice(nn.Module):
+    """The linear's output is read besides by its norm: nothing is folded."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(6, 6)
+        self.norm = nn.BatchNorm1d(6)
+
+    def forward(self, tokens):
+        hidden = self.proj(tokens)
+        normed = self.norm(hidden.flatten(0, 1)).reshape_as(hidden)
+        return normed + hidden
+
+
+def test_a_linear_read_elsewhere_keeps_its_batch_norm():
+    torch.manual_seed(0)
+    model = _trained(NormReadTwice())
+    traced = tracebridge.trace(model, (torch.randn(2, 4, 6),))
+    assert "op_batch_norm" in traced._methods["forward"].no_grad_code
+    with torch.no_grad():
+        x = torch.randn(2, 4, 6)
+        assert same_bits(traced(x), model(x))

@@ -354,3 +354,102 @@ def test_the_block_of_these_tests_runs_its_gate_inside(tmp_path):
     code = loaded._methods["forward"].no_grad_code
     inside = code.split("_enter_lean(")[1].split("leave inference mode")[0]
     assert "op_sigmoid" in inside or "sigmoid" in inside
+
+
+class Watched(torch.Tensor):
+    """A tensor subclass that notes, for each op it takes part in, whether the op ran in
+    inference mode."""
+
+    modes: list = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        Watched.modes.append(torch.is_inference_mode_enabled())
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+class FoldedScale(nn.Module):
+    """A value made of state alone (folded: runtime/folding.py), read by the code inside."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+        self.register_buffer("scale", torch.full((8,), 0.5))
+
+    def forward(self, x):
+        gate = torch.sigmoid(self.linear(x) * (self.scale * 2).exp())  # inside
+        return x * gate
+
+
+def _state_types(loaded) -> lean.StateTypes:
+    function = loaded._methods["forward"]._function((True, True))
+    (types,) = [v for v in function.__kwdefaults__.values() if isinstance(v, lean.StateTypes)]
+    return types
+
+
+def test_state_only_folded_is_checked_through_the_folded_values(tmp_path):
+    # The code checks the types of the state it reads and of the folded values, not of
+    # the state only the folded function reads (it runs before, in the caller's mode).
+    torch.manual_seed(0)
+    module = FoldedScale().eval()
+    x = torch.randn(3, 8)
+    loaded = _loaded(module, (x,), tmp_path)
+    with torch.no_grad():
+        assert torch.equal(loaded(x), module(x))
+        code = loaded._methods["forward"].no_grad_code
+        assert "folded=(" in code
+        assert "scale" not in _state_types(loaded).keys
+        # The state changes after load to a subclass: its folded value is one too, and
+        # the call runs in the caller's mode, where eager runs it.
+        for owner in (loaded, module):
+            owner.scale = owner.scale.as_subclass(Watched)
+        Watched.modes.clear()
+        got = loaded(x)
+        assert Watched.modes and not any(Watched.modes)
+        assert torch.equal(got, module(x))
+        assert not got.is_inference()
+
+
+class DecoderSizeCheck(nn.Module):
+    """A decoder read only for its size (runtime/size_checks.py): its weights are read by
+    the check itself, which runs where the code stands, inside inference mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Conv1d(1, 4, 3, padding=1)
+        self.decoder = nn.ConvTranspose1d(4, 1, 4, stride=2)
+
+    def forward(self, x):
+        codes = torch.tanh(self.encoder(x))  # inside
+        audio = torch.tanh(self.decoder(torch.relu(codes)))
+        if audio.shape[-1] % 4 == 0:
+            return codes * 2
+        return codes * 3
+
+
+def test_state_read_by_size_checks_keeps_a_subclass_out_of_inference_mode(tmp_path):
+    torch.manual_seed(0)
+    module = DecoderSizeCheck().eval()
+    x = torch.randn(1, 1, 6)
+    loaded = _loaded(module, (x,), tmp_path)
+    with torch.no_grad():
+        assert torch.equal(loaded(x), module(x))
+        assert "size checks" in loaded._methods["forward"].no_grad_code
+        types = _state_types(loaded)
+        read = {(id(owner), key) for owner, key in zip(types.owners, types.keys)}
+        assert (id(loaded.decoder._parameters), "weight") in read
+        for owner in (loaded, module):
+            owner.decoder.weight = nn.Parameter(owner.decoder.weight.detach().as_subclass(Watched))
+        Watched.modes.clear()
+        y = torch.randn(1, 1, 8)  # a new key: the checks run
+        assert torch.equal(loaded(y), module(y))
+        assert Watched.modes and not any(Watched.modes)
+
+
+def test_enter_checks_the_folded_values_types():
+    x = torch.randn(3, 8)
+    plain = lean.StateTypes([])
+    folded = (torch.ones(2), torch.nn.Parameter(torch.ones(2)))
+    assert lean.enter(plain, x, folded=folded) is not None
+    assert not torch.is_inference_mode_enabled()
+    assert lean.enter(plain, x, folded=(torch.ones(2).as_subclass(Tagged),)) is None

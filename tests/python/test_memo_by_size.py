@@ -309,3 +309,135 @@ def test_a_written_value_with_a_guard_on_its_size_is_made_on_every_call():
         for rows in (3, 3, 5, 1, 5, 3):
             x = torch.randn(rows, 4)
             torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
+
+
+class BandFromNewOnes(nn.Module):
+    """Longformer's ``_mask_invalid_locations``: a band mask made with ``new_ones`` of the
+    scores (their dtype and device, never their values), flipped, expanded to a slice of
+    the scores' size, where a buffer scales what it keeps."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.register_buffer("scale", torch.tensor(2.0))
+
+    def forward(self, x):
+        scores = self.proj(x) @ x.transpose(1, 2)
+        n = scores.shape[-1]
+        band = scores.new_ones(n, n).tril().flip(dims=[0])[None] * self.scale
+        return torch.where(band.expand(scores.size()).bool(), scores * band, scores - 1)
+
+
+def _meta_memos(traced) -> list:
+    return [m for m in _memos(traced) if m.meta]
+
+
+def test_a_tensor_read_for_its_dtype_and_device_alone_keys_a_memo_by_them(tmp_path):
+    torch.manual_seed(0)
+    model = BandFromNewOnes().eval()
+    traced = tracebridge.trace(model, torch.randn(1, 5, 4))
+    traced.save(tmp_path / "m.tb")
+    loaded = tracebridge.load(tmp_path / "m.tb")
+    with torch.no_grad():
+        loaded(torch.randn(1, 5, 4))
+        (runner,) = _meta_memos(loaded)
+        calls = counting(runner)
+        for length, dtype in [(5, None), (5, None), (3, None), (5, torch.float64), (5, None)]:
+            x = torch.randn(1, length, 4)
+            if dtype is not None:  # scores of another dtype: the band is made again in it
+                loaded.double()
+                model.double()
+                x = x.double()
+            got, expected = loaded(x), model(x)
+            assert got.dtype == expected.dtype and torch.equal(got, expected)
+            if dtype is not None:
+                loaded.float()
+                model.float()
+        # new keys: length 3, then float64, then float32 again with the buffer that
+        # .float() made (a new tensor: state keys by identity)
+        assert [key[0].dtype for key in calls] == [torch.float32, torch.float64, torch.float32]
+        assert [key[0].shape[-1] for key in calls] == [3, 5, 5]
+        x = torch.randn(1, 5, 4)
+        assert torch.equal(loaded(x), model(x))
+        assert len(calls) == 3  # the same dtype, device and sizes: kept
+        # the state changes after load: the band follows the buffer
+        for owner in (loaded, model):
+            owner.scale.fill_(3.0)
+        assert torch.equal(loaded(x), model(x))
+        assert len(calls) == 4
+
+
+class Marked(torch.Tensor):
+    """A tensor subclass (its ops' results are of it too)."""
+
+
+def test_a_subclass_read_for_its_metadata_runs_its_own_ops(tmp_path):
+    torch.manual_seed(0)
+    model = BandFromNewOnes().eval()
+    traced = tracebridge.trace(model, torch.randn(1, 5, 4))
+    with torch.no_grad():
+        traced(torch.randn(1, 5, 4))
+        (runner,) = _meta_memos(traced)
+        x = torch.randn(1, 5, 4).as_subclass(Marked)
+        got, expected = traced(x), model(x)
+        assert type(got) is type(expected) is Marked
+        assert torch.equal(got.as_subclass(torch.Tensor), expected.as_subclass(torch.Tensor))
+        assert len(runner.cache) == 1  # nothing kept for the subclass
+
+
+class RampLike(nn.Module):
+    """A ramp made with ``zeros_like`` of the input (its sizes, strides, dtype and device,
+    never its values), then scaled by a buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("scale", torch.tensor(0.5))
+
+    def forward(self, x):
+        ramp = (torch.zeros_like(x) + 1).cumsum(-1) * self.scale
+        return x * ramp
+
+
+def test_a_tensor_read_for_its_sizes_and_strides_keys_a_memo_by_them(tmp_path):
+    from .graph_helpers import same_bits
+
+    model = RampLike().eval()
+    traced = tracebridge.trace(model, torch.randn(3, 4))
+    traced.save(tmp_path / "m.tb")
+    loaded = tracebridge.load(tmp_path / "m.tb")
+    with torch.no_grad():
+        loaded(torch.randn(3, 4))
+        (runner,) = _meta_memos(loaded)
+        assert runner.like
+        calls = counting(runner)
+        rows = torch.randn(3, 4)
+        columns = torch.randn(4, 3).t()  # the same sizes, other strides: another ramp
+        for x in (rows, columns, rows, columns, torch.randn(2, 4)):
+            assert same_bits(loaded(x), model(x))
+        assert [key[0].stride() for key in calls] == [(1, 3), (4, 1)]
+        for owner in (loaded, model):  # the state changes after load: followed
+            owner.scale.fill_(2.0)
+        assert same_bits(loaded(rows), model(rows))
+        assert len(calls) == 3
+
+
+class ResizedAfter(nn.Module):
+    """A tensor resized in place after ``zeros_like`` read its sizes, before the ramp made
+    from them is first read: a block moved there would read the new sizes."""
+
+    def forward(self, x):
+        y = x * 2
+        ramp = (torch.zeros_like(y) + 1).cumsum(0)
+        y.unsqueeze_(0)
+        return ramp * 3 + y
+
+
+def test_no_tensor_keys_a_memo_by_its_metadata_where_a_resize_in_place_could_move_them():
+    from .graph_helpers import same_bits
+
+    model = ResizedAfter().eval()
+    traced = tracebridge.trace(model, torch.randn(3, 4))
+    with torch.no_grad():
+        for x in (torch.randn(3, 4), torch.randn(3, 4), torch.randn(2, 5)):
+            assert same_bits(traced(x), model(x))
+        assert not _meta_memos(traced)

@@ -390,3 +390,52 @@ def test_keys_of_replaced_state_do_not_keep_the_old_tensors_alive():
         assert same_bits(traced(x), model(x))
     held = [t for tensors in runner.passed.values() for t in tensors]
     assert held and all(t is model.limit for t in held)
+
+
+class SplitThenDecode(nn.Module):
+    """EnCodec's quantiser before its decoder: a tensor made first (``zeros`` on the
+    codes' device), then the codes split by ``unbind`` (a node whose count of results
+    is checked), then a decoder, read only for its length, compared with a buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Conv1d(1, 4, 3, padding=1)
+        self.decoder = nn.ConvTranspose1d(2, 1, 4, stride=2)
+        self.register_buffer("limit", torch.tensor(100))
+
+    def forward(self, x):
+        codes = self.encoder(x)
+        base = torch.zeros((), device=codes.device)
+        first, second = codes.view(1, 2, 2, -1).unbind(1)
+        audio = torch.tanh(self.decoder(base + first + second))
+        if audio.shape[-1] > self.limit:
+            return codes * 2
+        return codes
+
+
+def test_a_count_of_results_before_the_checks_does_not_keep_them_inline(tmp_path):
+    # An unbind stood between the checks' first node and their guard; a count of
+    # results writes nothing, so the decoder's check (which reads state) still moves.
+    torch.manual_seed(0)
+    model = SplitThenDecode().eval()
+    fast = loaded(tracebridge.trace(model, torch.randn(1, 1, 6)), tmp_path)
+    with torch.no_grad():
+        code = fast._methods["forward"].no_grad_code
+        assert "size checks" in code and "op_conv_transpose1d" not in code
+        (runner,) = _runners(fast)
+        calls = counting(runner)
+        for length in (6, 8, 6, 6):
+            x = torch.randn(1, 1, length)
+            _same_as_interpreter(fast, tmp_path, x)
+            assert same_bits(fast(x), model(x))
+        assert [key[0].shape[-1] for key in calls] == [6, 8]  # the first call: a new key
+        for module in (fast, model):  # the state changes after load
+            module.limit.fill_(10)
+        x = torch.randn(1, 1, 6)
+        assert torch.equal(model(x), model.encoder(x) * 2)  # eager takes the other branch
+        for _ in range(2):  # refused, every time: the key holds the buffer's version
+            with pytest.raises(GuardError, match="audio.shape"):
+                fast(x)
+        for module in (fast, model):
+            module.limit.fill_(100)
+        assert same_bits(fast(x), model(x))

@@ -249,6 +249,7 @@ class CodeGen:
         self._outside_lean: set[int] = set()
         self._lean_plan: lean.LeanPlan | None = None
         self._reentered = -1  # where the body last entered inference mode again
+        self._fold: folding.FoldPlan | None = None  # the static part the code folds (build)
 
     # -- names ------------------------------------------------------------------------------
 
@@ -744,6 +745,7 @@ class CodeGen:
         self.int_bits = _int_bits(self.graph)
         self.python_ints = _python_ints(self.graph)
         fold = folding.plan(self.graph, self.guards, self.no_autograd) if self.fold else None
+        self._fold = fold
         static = set(fold.skip) if fold is not None else set()
         if fold is not None:
             self.folded(fold)
@@ -838,13 +840,17 @@ class CodeGen:
         ops = sum(1 for n in sub.nodes if n.op.split(".")[0] not in ("prim", "scalar"))
         guards = sum(1 for n in sub.nodes if n.op == "prim.guard")
         kinds = {v.id: v.kind for v in sub.inputs}
-        state = tuple(i for i, k in enumerate(block.keys) if kinds.get(k) == "Tensor")
+        meta = tuple(i for i, k in enumerate(block.keys) if k in block.meta)
+        like = tuple(i for i, k in enumerate(block.keys) if k in block.like)
+        state = tuple(
+            i for i, k in enumerate(block.keys) if kinds.get(k) == "Tensor" and i not in meta
+        )
         # Running statistics among the keys are written without a new version: their
         # module's counter joins the key, as for a folded value (runtime/folding.py).
         read = self.state_reads()
         names = [read[block.keys[i]] for i in state if block.keys[i] in read]
         counters = tuple(self.slots[n] for n in folding.counters_of(names, self.slots))
-        runner = memo.Memo(function, len(block.boundary), ops, state, guards, counters)
+        runner = memo.Memo(function, len(block.boundary), ops, state, guards, counters, meta, like)
         keys = [self.ref(Ref(k)) for k in block.keys]
         values = {v.id: v for n in sub.nodes for v in n.outputs}
         targets = [ast.Name(self.define(values[v]), ast.Store()) for v in block.boundary]
@@ -996,10 +1002,13 @@ class CodeGen:
         left on any exit."""
         inner = self.body[start:]
         tensors = [_name(self.names[v.id]) for v in self.graph.inputs if v.kind == "Tensor"]
-        names = dict.fromkeys(self.state_reads().values())  # each once, in order
+        names = self.state_read_inside()
         slots = [self.slots[name] for name in names if name in self.slots]
         state = self.constant(lean.StateTypes(slots))
         enter = _set_lean(_call("_enter_lean", state, *tensors))
+        folded = self.folded_tensors()
+        if folded:
+            enter.value.keywords = [ast.keyword("folded", ast.Tuple(folded, ast.Load()))]
         self.helper("_enter_lean")
         leaned = ast.Assign(
             [ast.Name("_leaned", ast.Store())],
@@ -1011,6 +1020,31 @@ class CodeGen:
             (enter, "inference mode inside (runtime/lean.py)", None),
             (leaned, None, None),
             (wrapped, None, None),
+        ]
+
+    def state_read_inside(self) -> dict[str, None]:
+        """The names of the state that code in inference mode may run ops on, each once,
+        in order: the reads the body makes (not those only the folded function makes: it
+        runs before, in the caller's mode, and :meth:`folded_tensors` are checked instead)
+        and the state that size checks read for themselves (runtime/size_checks.py)."""
+        skipped = set(self._fold.skip) if self._fold is not None else set()
+        names: dict[str, None] = {}
+        for index, node in enumerate(self.graph.nodes):
+            if isinstance(node, size_checks.SizeCheckNode):
+                names.update(dict.fromkeys(s for s in node.sources if isinstance(s, str)))
+            elif node.op == "prim.state" and index not in skipped and _names_state(node):
+                names[node.args[0]] = None
+        return names
+
+    def folded_tensors(self) -> list[ast.expr]:
+        """The tensors of the folded function's results, by their names in the body."""
+        if self._fold is None:
+            return []
+        kinds = self.kinds()
+        return [
+            _name(self.names[v])
+            for v in self._fold.boundary
+            if kinds.get(v) == "Tensor" and v in self.names
         ]
 
     def plan_inplace(self, static: set[int], blocks: dict) -> None:
@@ -1369,6 +1403,11 @@ _BOUNDED_FACTORIES = frozenset(
 _BOUNDED_REPEATS = frozenset({"Tensor.repeat", "tile"})
 _NOT_OPS = frozenset({"prim.state", "prim.guard"})  # not counted as a folded value's ops
 _DTYPE = {name: getattr(torch, name) for name in ("float16", "bfloat16", "float32", "float64")}
+
+
+def _names_state(node: Node) -> bool:
+    """Whether ``node`` (a ``prim.state``) names the state it reads."""
+    return bool(node.args) and isinstance(node.args[0], str)
 
 
 def _set_lean(value: ast.expr) -> ast.stmt:

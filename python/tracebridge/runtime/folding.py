@@ -70,6 +70,20 @@ _ALIASING = frozenset(
 )
 
 
+# In-place ops that change a tensor's sizes, strides (or storage): metadata read from a
+# tensor later than where a node stood would not be what the node read there
+# (runtime/size_checks.py, runtime/memo.py).
+RESIZING = frozenset(
+    """resize_ resize_as_ set_ squeeze_ unsqueeze_ t_ transpose_ swapdims_ swapaxes_
+    as_strided_""".split()
+)
+
+
+def resizes_in_place(graph: Graph) -> bool:
+    """Whether a node of ``graph`` changes a tensor's sizes in place (:data:`RESIZING`)."""
+    return any(n.op.rsplit(".", 1)[-1] in RESIZING for n in graph.nodes)
+
+
 def _static_at(
     node: Node, index: int, barrier: int, static: set[int], refs: list, unversioned: set[int]
 ) -> bool:
@@ -434,8 +448,10 @@ def fuse_conv_bn(graph: Graph, state_names: Collection[str] | None = None) -> Gr
     evaluation mode (``training`` the literal False, statistics and affine parameters from
     state) runs with the norm folded into its weight and bias: ``w' = w * s``,
     ``b' = (b - mean) * s + beta`` with ``s = gamma / sqrt(var + eps)``, as
-    ``torch.jit.freeze`` does. The new weights depend only on state, so :func:`plan` folds
-    them; the result agrees with eager to rounding.
+    ``torch.jit.freeze`` does; and so does a linear whose output features are the norm's
+    channels (:func:`_producer`: LeViT's norms over flattened tokens). The new weights
+    depend only on state, so :func:`plan` folds them; the result agrees with eager to
+    rounding.
 
     Not where the norm's output reaches a decision (:func:`values_that_decide`): rounding
     that moves a score by 3e-8 changes which of two tied boxes non-maximum suppression
@@ -468,7 +484,9 @@ def fuse_conv_bn(graph: Graph, state_names: Collection[str] | None = None) -> Gr
         for ref in refs_in((node.args, node.kwargs)):
             readers.setdefault(ref.id, []).append(index)
     returned = output_ids(graph)
-    pairs = {}
+    # final index -> (index of the convolution or linear, of its norm, the nodes it
+    # replaces): the fused op runs at the final index, giving that node's outputs
+    fused: dict[int, tuple[int, int, set[int]]] = {}
     for index, node in enumerate(graph.nodes):
         if node.op != "batch_norm" or node.kwargs or len(node.args) != 9:
             continue
@@ -480,41 +498,37 @@ def fuse_conv_bn(graph: Graph, state_names: Collection[str] | None = None) -> Gr
             continue
         if not (counted(mean) and counted(var)):
             continue
-        conv_index = producers.get(source.id)
-        conv = graph.nodes[conv_index] if conv_index is not None else None
-        if (
-            conv is None
-            or conv.op not in _CONVS
-            or conv.kwargs
-            or len(conv.args) != 7
-            or readers.get(source.id) != [index]
-            or source.id in returned
-            or not isinstance(conv.args[1], Ref)
-            or conv.args[1].id not in state_ids
-            or not (
-                conv.args[2] is None
-                or (isinstance(conv.args[2], Ref) and conv.args[2].id in state_ids)
-            )
-        ):
+        found = _producer(graph, index, producers, readers, returned)
+        if found is None:
             continue
-        if any(caller_memory.stores(graph.nodes[i]) for i in range(conv_index + 1, index)):
+        made_at, final, replaced = found
+        conv = graph.nodes[made_at]
+        if not isinstance(conv.args[1], Ref) or conv.args[1].id not in state_ids:
+            continue
+        bias = conv.args[2] if len(conv.args) > 2 else None
+        if not (bias is None or (isinstance(bias, Ref) and bias.id in state_ids)):
+            continue
+        if any(caller_memory.stores(graph.nodes[i]) for i in range(made_at + 1, final)):
             continue  # the convolution would read its input after a write it came before
-        pairs[conv_index] = index
-    if pairs:
+        fused[final] = (made_at, index, replaced)
+    if fused:
         decide = values_that_decide(graph)
-        pairs = {c: b for c, b in pairs.items() if graph.nodes[b].outputs[0].id not in decide}
-    if not pairs:
+        fused = {
+            f: plan for f, plan in fused.items() if graph.nodes[plan[1]].outputs[0].id not in decide
+        }
+    if not fused:
         return graph
+    removed = {i for _, _, replaced in fused.values() for i in replaced}
     next_id = 1 + max([v.id for v in graph.inputs] + [v.id for n in graph.nodes for v in n.outputs])
     nodes: list[Node] = []
-    convs = {bn: conv for conv, bn in pairs.items()}
-    for index, norm in enumerate(graph.nodes):
-        if index in pairs:
+    for index, last in enumerate(graph.nodes):
+        if index in removed:
             continue  # the convolution runs where its norm was, once the norm's state is read
-        if index not in convs:
-            nodes.append(norm)
+        if index not in fused:
+            nodes.append(last)
             continue
-        node = graph.nodes[convs[index]]
+        made_at, norm_at, _ = fused[index]
+        node, norm = graph.nodes[made_at], graph.nodes[norm_at]
         _, gamma, beta, mean, var, _, _, eps, _ = norm.args
         made: list[Node] = []
 
@@ -528,9 +542,10 @@ def fuse_conv_bn(graph: Graph, state_names: Collection[str] | None = None) -> Gr
         scale = emit("rsqrt", emit("add", var, eps))
         if gamma is not None:
             scale = emit("mul", gamma, scale)
-        shape = [-1] + [1] * (_CONVS[node.op] - 1)
+        shape = [-1] + [1] * (_CONVS.get(node.op, 2) - 1)
         weight = emit("mul", node.args[1], emit("Tensor.reshape", scale, shape))
-        shifted = emit("sub", node.args[2], mean) if node.args[2] is not None else emit("neg", mean)
+        old_bias = node.args[2] if len(node.args) > 2 else None
+        shifted = emit("sub", old_bias, mean) if old_bias is not None else emit("neg", mean)
         bias = emit("mul", shifted, scale)
         if beta is not None:
             bias = emit("add", bias, beta)
@@ -539,6 +554,64 @@ def fuse_conv_bn(graph: Graph, state_names: Collection[str] | None = None) -> Gr
         nodes.extend(made)
         args = [node.args[0], weight, bias, *node.args[3:]]
         nodes.append(
-            Node(op=node.op, args=args, outputs=norm.outputs, out_spec=norm.out_spec, loc=norm.loc)
+            Node(op=node.op, args=args, outputs=last.outputs, out_spec=last.out_spec, loc=norm.loc)
         )
     return graph.with_nodes(nodes)
+
+
+def _producer(graph: Graph, index: int, producers: dict, readers: dict, returned: set):
+    """For the batch norm at ``index``: ``(index of the convolution or linear whose output
+    only it reads, index of the node whose outputs the fused op gives, indices of the
+    nodes the fused op replaces)``, or None. A linear's output feature is the norm's
+    channel where the norm reads it as a matrix: directly (``BatchNorm1d`` after a
+    ``Linear``), or flattened to one (LeViT's ``bn(linear(x).flatten(0, 1)).reshape_as(
+    linear(x))``, where the reshape gives the linear's own shape back)."""
+    source = graph.nodes[index].args[0]
+    at = producers.get(source.id)
+    if at is None or source.id in returned or readers.get(source.id) != [index]:
+        return None
+    made = graph.nodes[at]
+    if made.op in _CONVS and not made.kwargs and len(made.args) == 7:
+        return at, index, {at}
+    if _plain_linear(made) and _rank(made) == 2:
+        return at, index, {at}
+    # flatten(y, 0, r - 2) -> norm -> reshape_as(., y), y = linear(...) of rank r
+    if made.op != "flatten" or made.kwargs or not isinstance(made.args[0], Ref):
+        return None
+    inner = made.args[0]
+    linear_at = producers.get(inner.id)
+    if linear_at is None or not _plain_linear(graph.nodes[linear_at]):
+        return None
+    rank = _rank(graph.nodes[linear_at])
+    if (
+        rank is None
+        or rank < 3
+        or _rank(made) != 2
+        or made.args[1:] not in ([0, rank - 2], [0, -2])
+    ):
+        return None
+    norm_out = graph.nodes[index].outputs[0].id
+    after = readers.get(norm_out, [])
+    if len(after) != 1 or norm_out in returned:
+        return None
+    last = graph.nodes[after[0]]
+    if (
+        last.op != "Tensor.reshape_as"
+        or last.kwargs
+        or last.args != [Ref(norm_out), inner]
+        or sorted(readers.get(inner.id, [])) != [at, after[0]]
+        or inner.id in returned
+    ):
+        return None
+    return linear_at, after[0], {linear_at, at, index}
+
+
+def _plain_linear(node: Node) -> bool:
+    return node.op == "linear" and not node.kwargs and len(node.args) in (2, 3)
+
+
+def _rank(node: Node) -> int | None:
+    """The rank of ``node``'s one result, where recorded."""
+    if len(node.outputs) != 1 or node.outputs[0].shape is None:
+        return None
+    return len(node.outputs[0].shape)

@@ -26,7 +26,9 @@ Note: inference mode inside, normal tensors out.
   mode, no torch function or dispatch mode, no ``torch.func`` transform, no jit tracer,
   not under ``torch.compile``, no forward-mode AD level open (``torch.no_grad()`` keeps
   tangents flowing, inference mode drops them), every input a plain tensor that is not an
-  inference tensor, every state tensor plain (:class:`StateTypes`); and only for graphs
+  inference tensor, every state tensor the code reads plain (:class:`StateTypes`), and
+  so every folded value (the state only the folded function reads is not checked: it
+  runs before, in the caller's mode; its results are); and only for graphs
   whose every op is in the op set, and whose custom autograd functions (graphs of the
   file, run by the runtime) can run inside. At the return, any output that still came
   out an inference tensor (a path the analysis did not foresee) is copied into a normal
@@ -209,10 +211,13 @@ class StateTypes:
             return False
 
 
-def enter(state: StateTypes, *inputs):
+def enter(state: StateTypes, *inputs, folded: tuple = ()):
     """An inference-mode guard for this call (released with the last reference to it), or
     None where the call must run as it is (see the module Note): ``state`` are the state
-    tensors the graph reads, ``inputs`` its input tensors."""
+    tensors the code reads, ``inputs`` its input tensors, ``folded`` the tensors the
+    folded function gave this call (runtime/folding.py): their types are checked instead
+    of the state they were made from, which the code does not read (a network's folded
+    convolutions read hundreds of tensors; their few results, just unpacked, cost less)."""
     if (
         _in_inference_mode()
         or _function_modes()
@@ -227,6 +232,8 @@ def enter(state: StateTypes, *inputs):
         if type(tensor) is not _Tensor or tensor.is_inference():
             return None
     if not state.plain():
+        return None
+    if folded and not _PLAIN_TYPES.issuperset(map(type, folded)):
         return None
     return _InferenceMode(True)
 

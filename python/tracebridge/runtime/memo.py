@@ -10,7 +10,11 @@ Note: folding by size, a step past runtime/folding.py.
   of a cacheable kind (``int``, ``bool``, ``device``, ``dtype``: sizes read with
   ``x.shape``, ``x.device``, and arithmetic on them), state tensors (a rotary embedding's
   ``inv_freq``), tensors an earlier block keeps, or results of other sized nodes, at least
-  one of them not a literal or state (runtime/folding.py folds those). Runs of them that
+  one of them not a literal or state (runtime/folding.py folds those), or tensors read
+  for their dtype, device and layout alone (the first argument of ``x.new_ones(n, n)``,
+  :data:`META_OPS`: Longformer's band masks; keyed by those three), or for those and
+  their sizes and strides (``zeros_like(x)``, :data:`LIKE_OPS`); run as traced for a
+  tensor subclass, whose own torch function makes the values. Runs of them that
   make at least one tensor become a block; the generated code calls :class:`Memo` with the
   block's inputs (its key) and gets the block's values, computed on the first call with
   that key and reused after. Tensors in a key count by identity, version and data
@@ -43,7 +47,7 @@ Note: folding by size, a step past runtime/folding.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -58,6 +62,7 @@ from .folding import (
     _function_modes,
     _may_be_static,
     made_normal,
+    resizes_in_place,
     static_ids,
 )
 
@@ -77,6 +82,27 @@ class MemoBlock:
     stop: int  # one past its last node
     keys: list[int]  # value ids read from outside the block, in order: the cache key
     boundary: list[int]  # value ids of the block that the rest of the graph reads
+    # keys that are tensors read for their dtype, device and layout alone (META_OPS)
+    meta: list[int] = field(default_factory=list)
+    # keys that are tensors read for those and their sizes and strides (LIKE_OPS)
+    like: list[int] = field(default_factory=list)
+
+
+# Ops whose result depends on their first argument's dtype, device and layout only (and on
+# their other, numeric, arguments): ``x.new_ones(n, n)`` reads nothing else of ``x``.
+# (``new_empty`` is left out: its values are whatever the memory held.)
+META_OPS = frozenset({"Tensor.new_ones", "Tensor.new_zeros", "Tensor.new_full"})
+# Ops whose result depends on their first argument's sizes and strides (the memory format
+# they preserve) too, and on nothing else of it.
+LIKE_OPS = frozenset({"zeros_like", "ones_like", "full_like"})
+
+
+def _meta_read(node: Node, ref: Ref) -> bool:
+    """Whether ``node`` reads ``ref`` (a tensor) for its metadata alone: the first argument
+    of one of :data:`META_OPS` or :data:`LIKE_OPS`, and nowhere else in the node."""
+    if node.op not in META_OPS | LIKE_OPS or not node.args or node.args[0] != ref:
+        return False
+    return all(r.id != ref.id for r in refs_in((node.args[1:], node.kwargs)))
 
 
 def _sized_candidate(node: Node) -> bool:
@@ -145,7 +171,12 @@ def _find_runs(
             and refs
             and _sized_candidate(node)
             and not all(r.id in static for r in refs)
-            and all(kinds.get(r.id) in _KEY_KINDS or r.id in state for r in outside)
+            and all(
+                kinds.get(r.id) in _KEY_KINDS
+                or r.id in state
+                or (kinds.get(r.id) == "Tensor" and _meta_read(node, r))
+                for r in outside
+            )
         ):
             if first_guard is not None and any(
                 defined_at.get(r.id, -1) > first_guard for r in outside
@@ -215,6 +246,9 @@ def plan(graph: Graph, folded: bool = False) -> tuple[Graph, list[MemoBlock]]:
     kinds = {v.id: v.kind for v in graph.inputs}
     kinds.update({v.id: v.kind for n in graph.nodes for v in n.outputs})
     state = _state_like(graph, folded)
+    # A block runs where its first reader stands: a tensor it reads for its metadata is
+    # read there, which a resize in place between would make another one.
+    metadata_keys = not resizes_in_place(graph)
     chosen = []
     kept: set[int] = set()  # tensors that blocks chosen before give: the same object per key
     for run, at in runs:
@@ -224,29 +258,32 @@ def plan(graph: Graph, folded: bool = False) -> tuple[Graph, list[MemoBlock]]:
         makes_tensor = any(kinds.get(v) == "Tensor" for v in made)
         ops = sum(1 for i in run if graph.nodes[i].op.split(".")[0] not in ("prim", "scalar"))
         guards = sum(1 for i in run if graph.nodes[i].op == "prim.guard")
-        exact = all(kinds.get(k) in _KEY_KINDS or k in state or k in kept for k in keys)
+        meta = _meta_keys(graph, run, keys, kinds, state | kept) if metadata_keys else {}
+        exact = all(
+            kinds.get(k) in _KEY_KINDS or k in state or k in kept or k in meta for k in keys
+        )
         if makes_tensor and ops + guards >= 2 and keys and exact:
-            chosen.append((run, at, keys))
+            chosen.append((run, at, keys, meta))
             kept.update(v for v in made if kinds.get(v) == "Tensor")
     if not chosen:
         return graph, []
-    moved = {i for run, _, _ in chosen for i in run}
-    by_place: dict[int, list[tuple[list[int], list[int]]]] = {}
-    for run, at, keys in chosen:
-        by_place.setdefault(at, []).append((run, keys))
+    moved = {i for run, _, _, _ in chosen for i in run}
+    by_place: dict[int, list[tuple[list[int], list[int], dict[int, bool]]]] = {}
+    for run, at, keys, meta in chosen:
+        by_place.setdefault(at, []).append((run, keys, meta))
     nodes: list[Node] = []
-    placed: list[tuple[int, int, list[int], set[int]]] = []
+    placed: list[tuple[int, int, list[int], set[int], dict[int, bool]]] = []
     for index in range(len(graph.nodes) + 1):
-        for run, keys in by_place.get(index, []):
+        for run, keys, meta in by_place.get(index, []):
             start = len(nodes)
             nodes.extend(graph.nodes[i] for i in run)
             made = {v.id for i in run for v in graph.nodes[i].outputs}
-            placed.append((start, len(nodes), keys, made))
+            placed.append((start, len(nodes), keys, made, meta))
         if index < len(graph.nodes) and index not in moved:
             nodes.append(graph.nodes[index])
     reordered = graph.with_nodes(nodes)
     blocks = []
-    for start, stop, keys, made in placed:
+    for start, stop, keys, made, meta in placed:
         read_after = {
             r.id
             for n in nodes[:start] + nodes[stop:]
@@ -255,8 +292,29 @@ def plan(graph: Graph, folded: bool = False) -> tuple[Graph, list[MemoBlock]]:
         }
         read_after |= output_ids(reordered) & made
         boundary = [v.id for n in nodes[start:stop] for v in n.outputs if v.id in read_after]
-        blocks.append(MemoBlock(start, stop, keys, boundary))
+        like = [k for k in keys if meta.get(k)]
+        blocks.append(MemoBlock(start, stop, keys, boundary, [k for k in keys if k in meta], like))
     return reordered, blocks
+
+
+def _meta_keys(
+    graph: Graph, run: list[int], keys: list[int], kinds: dict, exact: set[int]
+) -> dict[int, bool]:
+    """The tensor keys of ``run`` (not among ``exact``: state, tensors other blocks keep)
+    that every node of the run reading them reads for metadata alone (:func:`_meta_read`),
+    each with whether one of them reads its sizes and strides too (:data:`LIKE_OPS`)."""
+    meta: dict[int, bool] = {}
+    for key in keys:
+        if kinds.get(key) != "Tensor" or key in exact:
+            continue
+        readers = [
+            graph.nodes[i]
+            for i in run
+            if any(r.id == key for r in refs_in((graph.nodes[i].args, graph.nodes[i].kwargs)))
+        ]
+        if readers and all(_meta_read(node, Ref(key)) for node in readers):
+            meta[key] = any(node.op in LIKE_OPS for node in readers)
+    return meta
 
 
 def subgraph(graph: Graph, block: MemoBlock) -> Graph:
@@ -276,6 +334,9 @@ def subgraph(graph: Graph, block: MemoBlock) -> Graph:
 
 _grad_enabled = torch.is_grad_enabled
 _default_dtype = torch.get_default_dtype
+_Tensor = torch.Tensor
+_strided = torch.strided
+_Parameter = torch.nn.Parameter  # its torch function is disabled: its results are Tensors
 
 
 class Memo:
@@ -297,6 +358,8 @@ class Memo:
         state: tuple[int, ...] = (),
         guards: int = 0,
         counters: tuple[tuple[dict, str], ...] = (),
+        meta: tuple[int, ...] = (),
+        like: tuple[int, ...] = (),
     ):
         self.function = function
         self.count = count
@@ -306,6 +369,10 @@ class Memo:
         # Slots of the ``num_batches_tracked`` of batch norms whose running statistics are
         # among ``state`` (folding.counters_of): their versions join the key.
         self.counters = counters
+        # Positions of the key that are tensors read for their dtype, device and layout
+        # alone (``x.new_ones(n, n)``): keyed by those, never kept alive by the cache.
+        self.meta = meta
+        self.like = like  # of those, the positions keyed by sizes and strides too
         self.cache: dict = {}  # entry -> (values, or (values, key tensors); bytes)
         self.bytes = 0
 
@@ -319,7 +386,7 @@ class Memo:
         # outside_the_key(), inline: a memo runs a few times per call of a model.
         if _function_modes() or _autocast():
             return self.function(*key)
-        if self.state:
+        if self.state or self.meta:
             return self._with_state(key)
         entry = (key, _default_dtype())
         kept = self.cache.get(entry)
@@ -335,6 +402,17 @@ class Memo:
         if _grad_enabled() and any(key[i].requires_grad for i in state):
             return self.function(*key)
         exact = list(key)
+        for i in self.meta:
+            t = key[i]
+            kind = type(t)
+            if kind is not _Tensor and kind is not _Parameter:
+                return self.function(*key)  # a subclass's torch function makes its values
+            exact[i] = (t.dtype, t.device, t.layout)
+        for i in self.like:
+            t = key[i]
+            if t.layout is not _strided:
+                return self.function(*key)  # no strides to key on
+            exact[i] = (t.shape, t.stride(), t.dtype, t.device)
         try:
             for i in state:
                 t = key[i]
@@ -357,7 +435,7 @@ class Memo:
             return values  # too large to keep: made again on the next call, as eager does
         while self.cache and (len(self.cache) >= KEEP or self.bytes + size > KEEP_BYTES):
             self.bytes -= _pop_oldest(self.cache)
-        self.cache[entry] = ((values, tensors) if self.state else values, size)
+        self.cache[entry] = ((values, tensors) if self.state or self.meta else values, size)
         self.bytes += size
         return values
 

@@ -65,6 +65,9 @@ from .folding import (
     _is,
     _version,
 )
+from .folding import (
+    RESIZING as _RESIZING,  # a key read at the first guard: not the sizes a node read
+)
 from .views import VIEW_OPS
 
 OP = "prim.size_checks"  # the op of a SizeCheckNode (not in the op set: never in a file)
@@ -111,12 +114,6 @@ SHAPE_FUNCTIONS = (
 # Structural ops that read what no key holds: the caller's modes, a tensor's flag or its
 # storage offset (``p.data = w`` moves a state tensor's without a new version).
 _UNKEYED = opset.DYNAMIC_READS | {"prim.autograd_function", "prim.storage_offset"}
-# In-place ops that change a tensor's sizes: a key read at the first guard would not
-# be the sizes a node read where it stood.
-_RESIZING = frozenset(
-    """resize_ resize_as_ set_ squeeze_ unsqueeze_ t_ transpose_ swapdims_ swapaxes_
-    as_strided_""".split()
-)
 _TO_PYTHON = frozenset("prim.item prim.tolist prim.bool prim.int prim.float".split())
 _KEY_KINDS = frozenset({"int", "bool", "device", "dtype", "Tensor"})
 MIN_OPS = 3  # tensor ops a group must hold to be worth its key
@@ -324,8 +321,23 @@ def _group(graph: Graph, group: list[int], kinds: dict, defined_at: dict, state:
 
 
 def _writes(node: Node) -> bool:
-    """Whether ``node`` may write a tensor (a guard only decides)."""
-    return node.op != "prim.guard" and (opset.is_inplace(node.op) or dead_code.has_effect(node))
+    """Whether ``node`` may write a tensor. A guard only decides, and so does a count of
+    results (an ``unbind`` with a plain op's effects: EnCodec's codes split per codebook
+    before the decoder that its last size check needs)."""
+    if node.op == "prim.guard":
+        return False
+    if opset.is_inplace(node.op):
+        return True
+    if dead_code.counts_results(node) and node.op not in dead_code.EFFECTS:
+        return _has_plain_effects(node)
+    return dead_code.has_effect(node)
+
+
+def _has_plain_effects(node: Node) -> bool:
+    """Whether ``node``, whose count of results is checked, has an effect besides that
+    (an op the set does not know, a random op)."""
+    info = opset.info(node.op)
+    return info is None or "random" in info.flags or opset.draws_random(node)
 
 
 _plain_types = (torch.Tensor, torch.nn.Parameter)
