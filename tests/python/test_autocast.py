@@ -179,3 +179,24 @@ def test_telling_mixed_ops_apart_leaves_statistics_and_rng_as_they_were():
     torch.manual_seed(3)
     _assert_same((traced(x),), (want,))
     torch.testing.assert_close(net.bn.running_mean, stats, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("layer", ["conv", "linear"])
+def test_a_folded_norm_under_autocast_is_eagers_to_the_bit(layer, tmp_path):
+    """Without autograd a norm is folded into the convolution or linear before it; under
+    autocast eager rounds the layer's low-precision output and then the norm's, the fold
+    once: such calls run the graph as traced."""
+    torch.manual_seed(0)
+    if layer == "conv":
+        net, x = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8)), torch.rand(2, 3, 8, 8)
+    else:
+        net, x = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8)), torch.rand(5, 8)
+    with torch.no_grad():
+        net[1].running_mean.uniform_(-0.5, 0.5)
+        net[1].running_var.uniform_(0.5, 2.0)
+    net.eval()
+    traced = tracebridge.trace(net, x)
+    loaded = tracebridge.load(traced.save(tmp_path / "m.tb") or tmp_path / "m.tb")
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        want = net(x)
+        assert torch.equal(loaded(x), want) and torch.equal(traced(x), want)
