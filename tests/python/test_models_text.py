@@ -537,3 +537,63 @@ def test_a_user_call_that_only_shows_the_text_and_joined_sizes_stay_general():
     traced = tracebridge.trace(_shown_by_a_user_function, torch.ones(2, 3))
     assert traced.guards == []
     assert torch.equal(traced(torch.ones(12, 5)), torch.full((12, 5), 2.0))
+
+
+class Tracker:
+    """A recorder whose log() hands the text to its own info(), which keeps it."""
+
+    def __init__(self):
+        self.history = []
+
+    def log(self, message):
+        self.info(message)
+
+    def info(self, message):
+        self.history.append(message)
+
+
+TRACKER = Tracker()
+
+
+def _kept_two_calls_down(x):
+    TRACKER.log(f"rows={x.shape[0]}")
+    return x * (5.0 if TRACKER.history[-1] == "rows=12" else 1.0)
+
+
+def test_text_kept_by_a_method_the_message_call_calls_is_guarded():
+    traced = tracebridge.trace(_kept_two_calls_down, torch.ones(2, 3))
+    with pytest.raises(GuardError, match=r"x.shape\[0\] == 2"):
+        traced(torch.ones(12, 3))
+
+
+class PatchCheck(nn.Module):
+    def forward(self, x):
+        B, C, H, W = x.shape
+        torch._assert(H % 4 == 0, f"Input height ({H}) should be divisible by 4.")
+        logging.getLogger("tracebridge.tests").debug(f"width {W}")
+        return x.flatten(2).mean(-1)
+
+
+class UnderContexts(nn.Module):
+    """Context managers that read no message around the check: a kernel choice, a lock,
+    warnings' filters put back, a handler for errors the assertion cannot raise."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = PatchCheck()
+        self.lock = __import__("threading").Lock()
+
+    def forward(self, x):
+        kernel = torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH)
+        with kernel, self.lock, warnings.catch_warnings():
+            try:
+                return self.inner(x)
+            except KeyError as err:
+                raise RuntimeError("no such key") from err
+
+
+def test_a_message_under_contexts_that_read_nothing_stays_general():
+    model = UnderContexts()
+    traced = tracebridge.trace(model, torch.randn(1, 3, 8, 8))
+    x = torch.randn(2, 3, 16, 12)
+    assert torch.equal(traced(x), model(x))

@@ -376,7 +376,19 @@ _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 #   (text that only reaches messages is given as plain text). The conditions are judged
 #   on the frames of the call stack when the text is made (:func:`_holds`).
 FINE: frozenset = frozenset()
-CAUGHT = frozenset({"caught"})
+CAUGHT = frozenset({"caught:"})  # "caught:<kind>": kind "" when it is not known
+
+
+def _caught(kind: str) -> frozenset:
+    """The condition of a message that goes out as ``kind``: an exception's class name
+    (``AssertionError``), ``Warning``, ``print``; "" for one that may be anything."""
+    return frozenset({"caught:" + kind})
+
+
+def _caught_kinds(verdict: frozenset) -> set[str]:
+    return {c[len("caught:") :] for c in verdict if c.startswith("caught:")}
+
+
 RETURNED = frozenset({"returned"})
 READS = frozenset({"reads"})  # a use that guards as it reads: the text must remember
 _RETURN_DEPTH = 8  # callers followed for text returned
@@ -416,7 +428,8 @@ def _holds(verdict: frozenset | None, frame, position: tuple, depth: int) -> boo
     nothing out of the trace's sight, given the frames that called it."""
     if verdict is None:
         return False
-    if "caught" in verdict and _may_be_caught(frame, position):
+    kinds = _caught_kinds(verdict)
+    if kinds and _may_be_caught(frame, position, kinds):
         return False
     filename = frame.f_code.co_filename
     for condition in verdict:
@@ -469,9 +482,8 @@ def _sink_holds(filename: str, condition: str, local_names, global_names, depth:
         return False
     callee = _callee(call.func, local_names, global_names)
     if callee is _UNRESOLVED:
-        name = call.func.attr if isinstance(call.func, ast.Attribute) else call.func.id
-        return name in _STANDARD_SINKS
-    if callee is print or _from_sink_module(callee):
+        return False  # get_helper().log(text): what it does with the text is not known
+    if callee is print or callee is _LOGGER or _from_sink_module(callee):
         return True
     function, bound = _python_function(callee)
     if function is None or depth >= 3 or argument == "?":
@@ -489,17 +501,16 @@ def _sink_holds(filename: str, condition: str, local_names, global_names, depth:
     verdict = _parameter_verdict(node, parameter)
     if verdict is None or "returned" in verdict or "reads" in verdict:
         return False
+    # Its own calls are looked up in its globals, with ``self`` bound where it is a method.
+    own = {params[0]: callee.__self__} if bound else {}
     return all(
-        _sink_holds(code.co_filename, c, {}, function.__globals__, depth + 1)
+        _sink_holds(code.co_filename, c, own, function.__globals__, depth + 1)
         for c in verdict
         if c.startswith("sink:")
     )
 
 
-# Names that stay sinks where the callee cannot be looked up (``get_logger().info``).
-_STANDARD_SINKS = frozenset(
-    "print debug info warning warn error exception critical fatal log _assert".split()
-)
+_LOGGER = object()  # what logging.getLogger(...) returns, where the call is in the line
 
 
 def _from_sink_module(callee) -> bool:
@@ -537,12 +548,19 @@ def _callee(expr: ast.AST, local_names, global_names):
         own = getattr(owner, "__dict__", None)
         if isinstance(own, dict) and expr.attr in own:
             return own[expr.attr]
+        if owner is _LOGGER:
+            return _LOGGER  # logging.getLogger(__name__).info: a logger's method
         found = inspect.getattr_static(owner, expr.attr, _UNRESOLVED)
         if isinstance(found, types.FunctionType) and not isinstance(owner, type):
             return types.MethodType(found, owner)
         if isinstance(found, (staticmethod, classmethod)):
             return found.__func__
         return found
+    if isinstance(expr, ast.Call):
+        made_by = _callee(expr.func, local_names, global_names)
+        module = getattr(made_by, "__module__", None) or ""
+        if module.startswith(("logging", "transformers.utils.logging")):
+            return _LOGGER  # a logger made by logging.getLogger / transformers' get_logger
     return _UNRESOLVED
 
 
@@ -560,7 +578,7 @@ def _parameter_verdict(function: ast.AST, parameter: str) -> frozenset | None:
             return None
         if isinstance(node, ast.Name) and node.id == parameter and isinstance(node.ctx, ast.Load):
             read = _verdict(node, False, following)
-            if read is None or ("caught" in read and _inside_a_catch(node)):
+            if read is None or _inside_a_catch(node, _caught_kinds(read)):
                 return None
             verdict = verdict | read
     return verdict
@@ -590,7 +608,7 @@ def _user_caller(frame):
     return caller
 
 
-def _may_be_caught(frame, position: tuple) -> bool:
+def _may_be_caught(frame, position: tuple, kinds: set[str]) -> bool:
     """Whether an exception or warning raised at ``frame``'s current instruction may be
     caught and read: the instruction, or the call in a calling frame (PyTorch's and
     tracebridge's frames aside; the walk ends at tracebridge), sits in the body of a
@@ -605,35 +623,80 @@ def _may_be_caught(frame, position: tuple) -> bool:
             if at is None:
                 return True
             node = (_parsed(filename) or {}).get(at)
-            if node is None or _inside_a_catch(node):
+            if node is None or _inside_a_catch(node, kinds):
                 return True
         frame = frame.f_back
         at = _position_of(frame) if frame is not None else None
     return False
 
 
-# Context managers that never read an exception passing through them.
-_QUIET_CONTEXTS = frozenset(
-    """no_grad enable_grad inference_mode set_grad_enabled autocast device profile
-    record_function nullcontext""".split()
-)
-
-
-def _inside_a_catch(node: ast.AST) -> bool:
+def _inside_a_catch(node: ast.AST, kinds: set[str]) -> bool:
+    """Whether a message of one of ``kinds`` (see :func:`_caught`) sent at ``node`` may
+    be read back in its function: ``node`` sits in the body of a ``try`` with a handler
+    that can catch that kind and reads what it caught, or of a ``with`` whose context
+    records it (``catch_warnings(record=True)``, ``redirect_stdout``, ``pytest.raises``).
+    Other context managers (``no_grad``, ``sdpa_kernel``, a lock, a file) read nothing."""
+    if not kinds:
+        return False
     child, parent = node, getattr(node, "_tb_parent", None)
     while parent is not None and not isinstance(parent, (*_DEFS, ast.Lambda, ast.ClassDef)):
         trying = isinstance(parent, ast.Try) or type(parent).__name__ == "TryStar"
-        if trying and child in parent.body and any(map(_reads_the_exception, parent.handlers)):
-            return True
+        if trying and child in parent.body:
+            for handler in parent.handlers:
+                if _reads_the_exception(handler) and any(_catches(handler, k) for k in kinds):
+                    return True
         if isinstance(parent, (ast.With, ast.AsyncWith)) and child in parent.body:
             for item in parent.items:
-                context = item.context_expr
-                func = context.func if isinstance(context, ast.Call) else context
-                name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-                if name not in _QUIET_CONTEXTS:
+                if any(_records(item.context_expr, k) for k in kinds):
                     return True
         child, parent = parent, getattr(parent, "_tb_parent", None)
     return False
+
+
+def _names_in(expr: ast.AST | None) -> list[str]:
+    if isinstance(expr, ast.Tuple):
+        return [name for e in expr.elts for name in _names_in(e)]
+    if isinstance(expr, ast.Attribute):
+        return [expr.attr]
+    return [expr.id] if isinstance(expr, ast.Name) else ["?"]
+
+
+def _catches(handler: ast.ExceptHandler, kind: str) -> bool:
+    """Whether ``except <types>`` may catch a message sent as ``kind``."""
+    if kind == "print":
+        return False
+    if handler.type is None:
+        return True
+    raised = getattr(builtins, kind, None) if kind not in ("", "Warning") else None
+    if kind == "Warning":
+        raised = Warning  # where a filter turns warnings into errors
+    if not (isinstance(raised, type) and issubclass(raised, BaseException)):
+        return True  # a class of the user's, or not known: any handler may catch it
+    bases = {c.__name__ for c in raised.__mro__}
+    for name in _names_in(handler.type):
+        known = getattr(builtins, name, None)
+        if name in bases or not (isinstance(known, type) and issubclass(known, BaseException)):
+            return True  # one of its classes, or a class of the user's (a base, maybe)
+    return False
+
+
+# Context managers that record what passes through them, by the kind they record.
+_RECORDING_CONTEXTS = {
+    "print": frozenset({"redirect_stdout", "redirect_stderr"}),
+    "Warning": frozenset({"catch_warnings", "warns", "assertWarns", "assertWarnsRegex"}),
+}
+_RAISES_CONTEXTS = frozenset({"raises", "assertRaises", "assertRaisesRegex"})
+
+
+def _records(context: ast.AST, kind: str) -> bool:
+    func = context.func if isinstance(context, ast.Call) else context
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    recorded = isinstance(context, ast.Call) and any(k.arg == "record" for k in context.keywords)
+    if name == "catch_warnings" and not recorded:
+        return False  # catch_warnings() alone puts the filters back: it records nothing
+    if kind in _RECORDING_CONTEXTS:
+        return name in _RECORDING_CONTEXTS[kind]
+    return name in _RAISES_CONTEXTS
 
 
 def _reads_the_exception(handler: ast.ExceptHandler) -> bool:
@@ -740,7 +803,7 @@ def _verdict(node: ast.AST, kept: bool, following: frozenset = frozenset()) -> f
             message = _message_call(up, strict, parent) if isinstance(up, ast.Call) else None
             return found | message if message is not None and child is parent.body else None
         elif isinstance(parent, ast.Assert):
-            return found | CAUGHT if child is parent.msg else reads
+            return found | _caught("AssertionError") if child is parent.msg else reads
         elif isinstance(parent, ast.Raise):
             return found | CAUGHT
         elif isinstance(parent, ast.Compare):
@@ -799,7 +862,8 @@ def _message_call(call: ast.Call, strict: bool, child: ast.AST | None = None) ->
     func = call.func
     name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
     if name.endswith(_MESSAGE_SUFFIXES):
-        return CAUGHT if isinstance(getattr(call, "_tb_parent", None), ast.Raise) else None
+        raised = isinstance(getattr(call, "_tb_parent", None), ast.Raise)
+        return _caught(name) if raised else None
     if name == "print" and not _printed_out_of_reach(call):
         return None  # print(text, file=buffer): the buffer may be read back
     if name not in _SINKS:
@@ -813,7 +877,23 @@ def _message_call(call: ast.Call, strict: bool, child: ast.AST | None = None) ->
         at = [i for i, a in enumerate(call.args) if a is child]
         argument = str(at[0]) if at else "?"
     span = (call.lineno, call.end_lineno, call.col_offset, call.end_col_offset)
-    return CAUGHT | {"sink:" + ":".join(map(str, span)) + ":" + argument}
+    return _message_kind(name) | {"sink:" + ":".join(map(str, span)) + ":" + argument}
+
+
+def _message_kind(name: str) -> frozenset:
+    """How a message call named ``name`` sends its text: raised in an AssertionError
+    (``_assert``), warned, printed, logged (a handler's business: never caught), or not
+    known (a check may raise anything)."""
+    words = {word.lower() for word in _WORD.findall(name)}
+    if "assert" in words:
+        return _caught("AssertionError")
+    if words & {"warn", "warning", "warnings"}:
+        return _caught("Warning")
+    if name == "print":
+        return _caught("print")
+    if words & {"log", "logger", "logging", "debug", "info", "error", "exception", "critical"}:
+        return FINE
+    return CAUGHT
 
 
 def _printed_out_of_reach(call: ast.Call) -> bool:
@@ -876,7 +956,7 @@ def _local_verdict(assign: ast.stmt, kept, following: frozenset) -> frozenset | 
             return None
         if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
             read = kept(node, following) if callable(kept) else _verdict(node, kept, following)
-            if read is None or ("caught" in read and _inside_a_catch(node)):
+            if read is None or _inside_a_catch(node, _caught_kinds(read)):
                 return None  # a message caught and read back (try/except, catch_warnings)
             verdict = verdict | read
     return verdict
