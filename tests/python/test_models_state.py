@@ -9,6 +9,7 @@ code sets on itself (a cache rebuilt for a longer sequence).
 
 from __future__ import annotations
 
+import contextlib
 import random
 
 import pytest
@@ -212,3 +213,23 @@ def test_tensors_kept_by_hand_are_put_back_after_tracing(check_trace):
         tracebridge.trace(model, torch.ones(3, 4), check_trace=check_trace)
     for tensor in (model.calls, model.stats["rows"], model.history[0], model.seen):
         assert torch.count_nonzero(tensor) == 0
+
+
+class MovingCenter(nn.Module):
+    """DINO's center: a frozen parameter the forward moves in place."""
+
+    def __init__(self):
+        super().__init__()
+        self.center = nn.Parameter(torch.zeros(3), requires_grad=False)
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.center.mul_(0.9).add_(0.1 * x.mean(0))
+        return x - self.center
+
+
+def test_a_frozen_parameter_moved_by_forward_is_put_back_after_tracing():
+    model = MovingCenter()
+    with contextlib.suppress(tracebridge.TraceError):  # refused or not: the model as it was
+        tracebridge.trace(model, torch.ones(2, 3))
+    assert torch.count_nonzero(model.center) == 0

@@ -199,6 +199,12 @@ def preserved(module: torch.nn.Module | None):
         attributes = _attributes(module)
         saved_buffers = [(b, b.detach().clone()) for b in module.buffers() if b is not None]
         plain = _plain_tensors(module)
+        # A frozen parameter written in place by forward (an EMA, DINO's center) is state
+        # the code keeps: put back like a buffer. A trained one is only warned of below
+        # (a copy of every weight for each recording would cost a model's size each time).
+        plain += [
+            (p, p._version, p.detach().clone()) for p in module.parameters() if not p.requires_grad
+        ]
         saved_params = [(p, p._version) for p in module.parameters()]
         renormed = _renormed_weights(module)
         modes = [(m, m.training) for m in module.modules()]
@@ -223,7 +229,7 @@ def preserved(module: torch.nn.Module | None):
         with torch.no_grad():
             for weight, copy in renormed:
                 weight.copy_(copy)
-        put_back = {id(weight) for weight, _ in renormed}
+        put_back = {id(weight) for weight, _ in renormed} | {id(t) for t, _, _ in plain}
         changed = [
             p for p, version in saved_params if p._version != version and id(p) not in put_back
         ]
