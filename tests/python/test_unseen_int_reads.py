@@ -625,3 +625,53 @@ def test_sizes_read_in_c_by_widths_ndigits_and_methods_of_built_objects_are_guar
     assert torch.equal(traced(torch.ones(2, 3)), fn(torch.ones(2, 3)))
     with pytest.raises(GuardError, match=r"x.shape\[0\] == 2"):
         traced(torch.ones(12, 3))
+
+
+_STEPS = [1.0] * 12 + [5.0] * 10
+
+
+class _IndexesBuiltSequences(torch.nn.Module):
+    def __init__(self, how):
+        super().__init__()
+        self.how, self.scales = how, list(_STEPS)
+
+    def forward(self, x):
+        n = x.shape[0]
+        if self.how == "reversed twice":
+            return x * self.scales[::-1][::-1][n]
+        if self.how == "getattr":
+            return x * getattr(self, "scales")[n]  # noqa: B009 - the pattern under test
+        if self.how == "copy":
+            return x * _STEPS.copy()[n]
+        return x * (self.scales + [])[n]
+
+
+def _legacy_constructor(x):
+    sizes = torch.LongTensor([x.shape[0], x.shape[1]])
+    return x * (5.0 if sizes[0] == 12 else 1.0)
+
+
+def _templated(x):
+    import string
+
+    text = string.Template("$n").substitute(n=x.shape[0])
+    return x * (5.0 if text == "12" else 1.0)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        _IndexesBuiltSequences("reversed twice"),
+        _IndexesBuiltSequences("getattr"),
+        _IndexesBuiltSequences("copy"),
+        _IndexesBuiltSequences("sum"),
+        _legacy_constructor,
+        _templated,
+    ],
+    ids=["reversed twice", "getattr", "copy", "sum", "LongTensor", "Template"],
+)
+def test_sizes_read_in_c_through_built_sequences_legacy_tensors_and_the_stdlib(fn):
+    traced = tracebridge.trace(fn, torch.ones(2, 3))
+    assert torch.equal(traced(torch.ones(2, 3)), fn(torch.ones(2, 3)))
+    with pytest.raises(GuardError, match=r"x.shape\[0\] == 2"):
+        traced(torch.ones(12, 3))

@@ -447,8 +447,8 @@ def _holds(verdict: frozenset | None, frame, position: tuple, depth: int) -> boo
         if at is None:
             return False
         node = (_parsed(caller.f_code.co_filename) or {}).get(at)
-        if not isinstance(node, ast.Call):
-            return False
+        if not isinstance(node, ast.Call) or not _calls_directly(node, caller, frame.f_code):
+            return False  # C code in between (re.sub, map, sorted) takes the text
         return _holds(_verdict_of_call(caller.f_code.co_filename, at), caller, at, depth + 1)
     return True
 
@@ -582,6 +582,24 @@ def _parameter_verdict(function: ast.AST, parameter: str) -> frozenset | None:
                 return None
             verdict = verdict | read
     return verdict
+
+
+def _calls_directly(call: ast.Call, caller, code) -> bool:
+    """Whether ``call``, the caller's current instruction, calls the function of ``code``
+    itself (through its wrappers, or an ``nn.Module``'s call of its forward): not a C
+    function that called it (``re.sub(pattern, convert, text)``), which takes what it
+    returns."""
+    callee = _callee(call.func, caller.f_locals, caller.f_globals)
+    if isinstance(callee, torch.nn.Module):
+        callee = type(callee).forward
+    for _ in range(8):
+        target = getattr(callee, "__func__", callee)
+        if getattr(target, "__code__", None) is code:
+            return True
+        callee = getattr(target, "__wrapped__", None)
+        if callee is None:
+            return False
+    return False
 
 
 @lru_cache(maxsize=4096)

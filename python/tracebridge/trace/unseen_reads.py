@@ -598,6 +598,27 @@ def _built_kind(expr: ast.AST, scope: _Scope):
         made = scope.lookup(expr.func.id)
         if made in (str, list, tuple, bytes, bytearray, set, sorted):
             return [] if made is sorted else made()
+        if made is getattr and len(expr.args) == 2 and isinstance(expr.args[1], ast.Constant):
+            owner = _resolve(expr.args[0], scope)
+            found = _MISSING if owner is _MISSING else _static_attribute(owner, expr.args[1].value)
+            return _plain_kind(found)
+    if isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Slice):
+        return _plain_kind(_resolve(expr.value, scope), _built_kind(expr.value, scope))
+    copied = isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute)
+    if copied and expr.func.attr == "copy" and not expr.args:
+        return _plain_kind(_resolve(expr.func.value, scope))
+    return _MISSING
+
+
+_PLAIN_SEQUENCES = (list, tuple, str, bytes, bytearray)
+
+
+def _plain_kind(*found):
+    """An empty object of the first of ``found`` that is a list, tuple, str or bytes
+    (exactly those types: a subclass may index in Python), else _MISSING."""
+    for value in found:
+        if type(value) in _PLAIN_SEQUENCES:
+            return type(value)()
     return _MISSING
 
 
@@ -707,6 +728,8 @@ def read_unseen(site: Site, scope: _Scope, depth: int = 0) -> tuple[str, int] | 
 
 def _subscript_reads(site: Site, container, scope: _Scope, depth: int):
     here = (scope.filename, site.line)
+    if container is _MISSING and _built_kind(site.expr, scope) is not _MISSING:
+        return here  # ([1] * 30)[n], SC[:][n], getattr(self, "scales")[n]: a built sequence
     if container is _MISSING or container is _TENSOR_ATTRIBUTE:
         expr = site.expr
         if isinstance(expr, ast.Name) and _assigned_a_sequence(expr.id, expr):
@@ -735,12 +758,24 @@ def _sliced(container: ast.AST) -> bool:
     )
 
 
+# PyTorch's typed constructors of old fill their storage from the numbers in C (where
+# torch.tensor([n]) records the number).
+_LEGACY_CONSTRUCTORS = tuple(
+    getattr(torch, name)
+    for name in """BFloat16Tensor BoolTensor ByteTensor CharTensor DoubleTensor FloatTensor
+    HalfTensor IntTensor LongTensor ShortTensor""".split()
+    if hasattr(torch, name)
+)
+
+
 def _call_reads(site: Site, func, scope: _Scope, depth: int):
     if func is _MISSING:
         receiver = site.expr.func.value if isinstance(site.expr.func, ast.Attribute) else None
         if isinstance(receiver, ast.Name) and scope.frame is not None:
             scope.later.append(site)  # n = ...; l = [...]; l.insert(n, 0): see settle
         return None
+    if any(func is made for made in _LEGACY_CONSTRUCTORS):
+        return (scope.filename, site.line)  # torch.LongTensor([h, w]): storage made in C
     if func is _TENSOR_ATTRIBUTE or _torch_owned(func):
         return None
     if func is round and site.arg in (1, "ndigits"):
