@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +35,20 @@ def loaded(traced, tmp_path, **load_options):
     path = tmp_path / "m.tb"
     traced.save(path)
     return tracebridge.load(path, **load_options)
+
+
+def guarded_at_other_sizes(fn, tmp_path, example=(2, 3), other=(12, 3), guard="x.shape[0] == 2"):
+    """Trace ``fn`` at ``example``: traced and loaded agree with ``fn`` there and refuse
+    ``other`` with a GuardError naming ``guard``."""
+    import pytest
+
+    from tracebridge import GuardError
+
+    traced = tracebridge.trace(fn, torch.ones(*example))
+    assert torch.equal(traced(torch.ones(*example)), fn(torch.ones(*example)))
+    for call in (traced, loaded(traced, tmp_path)):
+        with pytest.raises(GuardError, match=re.escape(guard)):
+            call(torch.ones(*other))
 
 
 def loaded_module(module, inputs: tuple, tmp_path, **load_options):

@@ -567,21 +567,9 @@ def _callee(expr: ast.AST, local_names, global_names):
 def _parameter_verdict(function: ast.AST, parameter: str) -> frozenset | None:
     """The verdicts of every read of ``parameter`` in ``function``, joined, as text that
     does not remember (a function that reads frames or rebinds it as global: None)."""
-    verdict: frozenset = FINE
-    following = frozenset({parameter})
-    for node in ast.walk(function):
-        if isinstance(node, (ast.Global, ast.Nonlocal)) and parameter in node.names:
-            return None
-        if (isinstance(node, ast.Name) and node.id in _READS_FRAMES) or (
-            isinstance(node, ast.Attribute) and node.attr in _READS_FRAMES
-        ):
-            return None
-        if isinstance(node, ast.Name) and node.id == parameter and isinstance(node.ctx, ast.Load):
-            read = _verdict(node, False, following)
-            if read is None or _inside_a_catch(node, _caught_kinds(read)):
-                return None
-            verdict = verdict | read
-    return verdict
+    return _reads_verdict(
+        function, parameter, lambda node, following: _verdict(node, False, following)
+    )
 
 
 def _calls_directly(call: ast.Call, caller, code) -> bool:
@@ -963,6 +951,15 @@ def _local_verdict(assign: ast.stmt, kept, following: frozenset) -> frozenset | 
         return None  # a global: any code may read it
     if name in following:
         return FINE  # a cycle of locals passing the text on: judged by the reads outside it
+    judge = kept if callable(kept) else (lambda node, seen: _verdict(node, kept, seen))
+    return _reads_verdict(function, name, judge, following)
+
+
+def _reads_verdict(function: ast.AST, name: str, judge, following=frozenset()):
+    """Every read of the local ``name`` in ``function`` judged by ``judge(read,
+    following)``, joined; None where one may decide out of sight, where the function
+    rebinds the name as a global or reads frames or locals by name, or where a read's
+    message is caught and read back there."""
     following = following | {name}
     verdict: frozenset = FINE
     for node in ast.walk(function):
@@ -973,7 +970,7 @@ def _local_verdict(assign: ast.stmt, kept, following: frozenset) -> frozenset | 
         ):
             return None
         if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
-            read = kept(node, following) if callable(kept) else _verdict(node, kept, following)
+            read = judge(node, following)
             if read is None or _inside_a_catch(node, _caught_kinds(read)):
                 return None  # a message caught and read back (try/except, catch_warnings)
             verdict = verdict | read
