@@ -394,3 +394,41 @@ def test_a_cache_filled_by_a_helper_misses_when_empty_and_decides_when_warm():
     torch.testing.assert_close(traced(x), positions_filled_by_a_helper(x))
     with pytest.raises(GuardError):
         traced(torch.randn(2, 5))
+
+
+class TunedAtTwelve(nn.Module):
+    """A memo the code fills for most lengths, holding a value set by hand for one."""
+
+    def __init__(self, spelling: str):
+        super().__init__()
+        self.table = {12: torch.tensor(5.0)}
+        self.spelling = spelling
+
+    def forward(self, x):
+        n = x.shape[0]
+        if self.spelling == "not in":
+            if n not in self.table:
+                self.table[n] = torch.tensor(1.0)
+            return x * self.table[n]
+        if self.spelling == "get":
+            v = self.table.get(n)
+            if v is None:
+                v = torch.tensor(1.0)
+                self.table[n] = v
+            return x * v
+        try:
+            v = self.table[n]
+        except KeyError:
+            v = self.table[n] = torch.tensor(1.0)
+        return x * v
+
+
+@pytest.mark.parametrize("spelling", ["not in", "get", "KeyError"])
+def test_a_memo_holding_a_value_set_by_hand_serves_the_other_sizes_only(spelling, tmp_path):
+    model = TunedAtTwelve(spelling)
+    traced = tracebridge.trace(model, torch.ones(2, 3))
+    for n in (2, 5):
+        assert torch.equal(traced(torch.ones(n, 3)), TunedAtTwelve(spelling)(torch.ones(n, 3)))
+    with pytest.raises(GuardError, match="12"):
+        traced(torch.ones(12, 3))
+    assert set(model.table) == {12}  # the trace left the memo as it found it

@@ -122,6 +122,8 @@ class DictCache:
     # The function around the lookup stores into the dict: entries it holds already were
     # made by earlier calls of this code, not put there by hand (tuned values by size).
     filled_here: bool
+    # The key looked up, where the source names it (a local, an attribute), else None.
+    key: object = None
 
 
 def _dict_cache(container: ast.AST, keys: list, frame, store: bool) -> DictCache | None:
@@ -136,7 +138,8 @@ def _dict_cache(container: ast.AST, keys: list, frame, store: bool) -> DictCache
         return None
     function = _function_of(container)
     filled = function is not None and _stores_into(function, label)
-    return DictCache(label, table, store, filled)
+    key = _resolve(keys[0], frame) if keys else None
+    return DictCache(label, table, store, filled, key)
 
 
 def _function_of(node: ast.AST):

@@ -18,6 +18,7 @@ from ..source import called_from_user_code as _called_from_user_code
 from ..source import user_frame
 from .caches import DictCache, fresh_hash, functools_cache_hashing_tensor
 from .device_reads import FULL, TYPE, device_use
+from .memo_tables import plain_key
 from .numbers import SymFloat, SymInt, SymSize, _Traced
 from .short_circuit import settled_without_it
 from .text import TensorText, formatted
@@ -215,13 +216,15 @@ class Conversions:
             )
         return result
 
-    def through_cache(self, cache, what: str = "a traced size") -> bool:
-        """A traced number is part of a cache key: whether the lookup misses
-        (trace/caches.py; a dict that holds entries its code did not make decides). A
-        functools cache is remembered, to be emptied when the trace ends."""
+    def through_cache(self, cache, what: str = "a traced size", number=None) -> bool:
+        """A traced number (``number``, where it is one) is part of a cache key: whether
+        the lookup misses (trace/caches.py; a dict that holds entries its code did not
+        make decides). A functools cache is remembered, to be emptied when the trace ends."""
         if isinstance(cache, DictCache):
             label = cache.label
             if not self.memo_tables.note(cache, self.location()):
+                return False
+            if not self._not_a_kept_key(cache, number):
                 return False
         elif isinstance(cache, str):
             label = cache  # a cache made for this one call: nothing to empty
@@ -233,6 +236,31 @@ class Conversions:
             f"{what} is part of a key of the cache {label}: the trace records the "
             "cached function's work instead of a lookup of what an earlier call stored"
         )
+        return True
+
+    def _not_a_kept_key(self, cache, number) -> bool:
+        """A memo that held entries before the trace, under other keys than the example's
+        (a value tuned by hand for length 12, beside what the code fills for the others):
+        a miss is right only for keys it did not hold. For a traced int key, each such key
+        is guarded off (``n != 12``: every other size is served); for any other key, the
+        lookup decides (False). The example's own entry is checked against what the code
+        computes (trace/memo_tables.py)."""
+        kept = self.memo_tables.kept_keys(cache)
+        if not kept:
+            return True
+        if cache.key is not None:
+            current = plain_key(cache.key)
+        elif number is not None:
+            current = number._concrete()
+        else:
+            return False
+        others = [k for k in kept if type(k) is not type(current) or k != current]
+        if not others:
+            return True  # a memo warmed at the example's key: checked when the recording ends
+        if not (isinstance(number, SymInt) and all(type(k) is int for k in others)):
+            return False
+        for key in others:
+            self.scalar_compare("ne", number, key, warn=False)
         return True
 
     def tensor_hash(self, tensor) -> int:

@@ -111,16 +111,22 @@ class MemoTables:
             entry[3] = location
         return entry[5]
 
+    def kept_keys(self, cache: DictCache) -> list:
+        """The keys ``cache``'s dict held when the trace first looked it up (after
+        :meth:`note`), read without hashing them."""
+        entry = self._tables.get(id(cache.table))
+        return list(entry[4]) if entry is not None else []
+
     def check(self, tracer) -> None:
         """Refuse a memo that keeps, under a traced key, what the call's data decided."""
         for table, _, label, filled_at, before, _ in self._tables.values():
             for key, value in list(dict.items(table)):  # read without hashing a key
                 if not _traced_by(key, tracer, _DEPTH):
                     continue
-                kept = before.get(_plain(key), _MISSING)
+                kept = before.get(plain_key(key), _MISSING)
                 if kept is not _MISSING and not _same(kept, value):
                     raise TraceError(
-                        f"the memo {label} held, for the example's key {_plain(key)!r}, a "
+                        f"the memo {label} held, for the example's key {plain_key(key)!r}, a "
                         f"value other than the one its code computes now"
                         f"{f' (filled at {filled_at})' if filled_at else ''}: an eager call "
                         "returns the kept value, a traced call would compute it. Empty the "
@@ -144,14 +150,14 @@ class MemoTables:
             dict.update(table, entries)
 
 
-def _plain(key):
+def plain_key(key):
     """``key`` with each traced number as its value now (what an eager call would use)."""
     if isinstance(key, _Traced):
         return key._concrete()
     if isinstance(key, SymStr):
         return str.__str__(key)
     if type(key) in (tuple, frozenset):
-        return type(key)(_plain(k) for k in key)
+        return type(key)(plain_key(k) for k in key)
     return key
 
 
@@ -170,7 +176,7 @@ def _same(kept, made) -> bool:
         return len(kept) == len(made) and all(map(_same, kept, made))
     if type(kept) is dict and type(made) is dict:
         return kept.keys() == made.keys() and all(_same(kept[k], made[k]) for k in kept)
-    made = _plain(made)
+    made = plain_key(made)
     try:
         return kept is made or bool(kept == made)
     except Exception:  # an object that cannot say

@@ -150,7 +150,8 @@ class _Traced:
         # Hashing means a set or dict lookup: which entry it finds depends on the value --
         # unless the lookup is a cache's, which only saves time (trace/caches.py).
         cache = cache_lookup()
-        if cache is not None and self._tracer.is_active() and self._tracer.through_cache(cache):
+        tracer = self._tracer
+        if cache is not None and tracer.is_active() and tracer.through_cache(cache, number=self):
             return miss_hash(self)
         return hash(self._tracer.specialize(self, type(self._concrete()).__name__))
 

@@ -517,7 +517,8 @@ def _from_sink_module(callee) -> bool:
     target = getattr(callee, "__func__", callee)
     target = getattr(target, "__wrapped__", target)  # transformers' warning_once (lru_cache)
     module = getattr(target, "__module__", None) or ""
-    return module.startswith(_SINK_MODULES) and not isinstance(target, type)
+    inside = any(module == m or module.startswith(m + ".") for m in _SINK_MODULES)
+    return inside and not isinstance(target, type)
 
 
 def _python_function(callee) -> tuple:
