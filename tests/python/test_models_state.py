@@ -233,3 +233,26 @@ def test_a_frozen_parameter_moved_by_forward_is_put_back_after_tracing():
     with contextlib.suppress(tracebridge.TraceError):  # refused or not: the model as it was
         tracebridge.trace(model, torch.ones(2, 3))
     assert torch.count_nonzero(model.center) == 0
+
+
+def _scaled_by_numpy(x):
+    import numpy as np
+
+    return x * float(np.random.uniform(0.5, 1.5))  # augmentation drawn with numpy
+
+
+def _rolled_by_numpy(x):
+    from numpy.random import randint
+
+    return torch.roll(x, int(randint(0, 3)), 1)
+
+
+@pytest.mark.parametrize("fn", [_scaled_by_numpy, _rolled_by_numpy])
+def test_a_number_drawn_from_numpys_generator_is_refused_at_its_line(fn):
+    import numpy as np
+
+    state = np.random.get_state()[1].copy()
+    with pytest.raises(tracebridge.errors.UnsupportedOpError, match="numpy.random"):
+        tracebridge.trace(fn, torch.ones(2, 3), check_trace=False)
+    assert (np.random.get_state()[1] == state).all()  # nothing was drawn
+    assert np.random.uniform.__module__ != "tracebridge.trace.python_random"

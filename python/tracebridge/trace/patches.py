@@ -678,6 +678,7 @@ BUILTIN_PATCHES.hooks.append(_size_pickling)  # a torch.Size pickles while the s
 BUILTIN_PATCHES.hooks.append(helpers.patch)  # transformers' torch_int, torch_float
 # Python's random: numbers drawn while tracing refuse to be used (trace/python_random.py)
 BUILTIN_PATCHES.hooks.append(python_random.patcher(lambda: bool(_tracers.stack)))
+BUILTIN_PATCHES.hooks.append(python_random.numpy_patcher(lambda: bool(_tracers.stack)))
 
 
 @contextlib.contextmanager

@@ -176,3 +176,59 @@ def patcher(tracing: Callable[[], bool]) -> Callable:
                     setattr(cls, n, method)
 
     return hook
+
+
+# numpy's global generator: the module's functions (``np.random.uniform``). Its arrays and
+# numbers cannot stand in for themselves as a DrawnNumber does: refused where drawn.
+NUMPY_DRAWS = """rand randn random random_sample ranf sample uniform normal standard_normal
+randint random_integers choice permutation shuffle beta binomial chisquare dirichlet
+exponential f gamma geometric gumbel hypergeometric laplace logistic lognormal logseries
+multinomial multivariate_normal negative_binomial noncentral_chisquare noncentral_f pareto
+poisson power rayleigh standard_cauchy standard_exponential standard_gamma standard_t
+triangular vonmises wald weibull zipf bytes""".split()
+_NUMPY_REMEDY = _REMEDY.replace("Python's random numbers", "numpy's random numbers")
+
+
+def _numpy_replacement(original, name: str, tracing: Callable[[], bool]):
+    what = f"numpy.random.{name}()"
+
+    def replacement(*args, **kwargs):
+        if tracing():
+            frame = _caller()
+            if _from_traced_code(frame) and not _numpy_frame(frame):
+                where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+                raise UnsupportedOpError(f"cannot record {what} at {where}: {_NUMPY_REMEDY}")
+        return original(*args, **kwargs)
+
+    replacement.__name__ = getattr(original, "__name__", name)
+    replacement.__doc__ = getattr(original, "__doc__", None)
+    return replacement
+
+
+def _numpy_frame(frame) -> bool:
+    return frame.f_globals.get("__name__", "").split(".")[0] == "numpy"
+
+
+def numpy_patcher(tracing: Callable[[], bool]) -> Callable:
+    """The hook of :func:`patcher` for ``numpy.random``'s module functions (numpy loaded
+    or not: only a module the process has imported is patched)."""
+    originals: dict[str, object] = {}
+
+    def hook(on: bool) -> None:
+        module = sys.modules.get("numpy.random")
+        if module is None:
+            return
+        if on:
+            for name in NUMPY_DRAWS:
+                original = getattr(module, name, None)
+                if callable(original):
+                    originals[name] = original
+                    replacement = _numpy_replacement(original, name, tracing)
+                    setattr(module, name, replacement)
+                    _SWAPPED[id(original)] = (original, replacement)
+        else:
+            for name, original in originals.items():
+                setattr(module, name, original)
+            originals.clear()
+
+    return hook
