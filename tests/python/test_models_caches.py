@@ -184,3 +184,18 @@ def test_a_cache_found_through_super_or_made_inline_keeps_the_trace_general(kind
     ParentPositions.pos.cache_clear()
     tracebridge.trace(model, x, check_trace=False)
     assert ParentPositions.pos.cache_info().currsize == 0  # its traced entries are gone
+
+
+@functools.cache
+def _noise_by_length(n):
+    return torch.randn(n, 1)
+
+
+def _noised(x):
+    return x * _noise_by_length(x.shape[0])
+
+
+def test_a_random_draw_inside_a_functools_cache_is_refused_at_its_line():
+    with pytest.raises(tracebridge.TraceError, match="draws inside _noise_by_length"):
+        tracebridge.trace(_noised, torch.ones(2, 3))
+    _noise_by_length.cache_clear()

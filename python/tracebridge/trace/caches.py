@@ -43,6 +43,7 @@ import itertools
 import sys
 from dataclasses import dataclass
 
+from ..errors import TraceError
 from ..source import OWN_DIR, TORCH_DIR
 from .text import _parsed, _positions
 
@@ -377,3 +378,28 @@ def clear(wrappers) -> None:
     values; what remains is recomputed on the next eager call)."""
     for wrapper in wrappers:
         wrapper.cache_clear()
+
+
+def no_draw_inside(wrappers, op: str, where: str | None) -> None:
+    """Refuse a random draw made inside a functools-cached function a traced size went
+    through: eager keeps the first draw for each key and returns it on every hit, a trace
+    that runs the function would draw again on every call."""
+    codes = {}
+    for wrapper in wrappers:
+        inner = getattr(wrapper, "__wrapped__", None)
+        code = getattr(getattr(inner, "__func__", inner), "__code__", None)
+        if code is not None:
+            codes[code] = wrapper
+    frame = sys._getframe(1)
+    while frame is not None:
+        wrapper = codes.get(frame.f_code)
+        if wrapper is not None:
+            raise TraceError(
+                f"cannot record {op} at {where or 'unknown location'}: it draws inside "
+                f"{getattr(wrapper, '__qualname__', 'a cached function')}, a functools cache "
+                "keyed on traced sizes; eager keeps the first draw for each key and returns "
+                "it on every later call, a trace would draw anew. Draw once and keep the "
+                "values as state the model holds (a buffer), or draw on every call without "
+                "the cache"
+            )
+        frame = frame.f_back

@@ -22,7 +22,7 @@ from ..ir import pytree
 from ..ir.program import Ref, refs_in
 from ..source import OWN_DIR as _OWN_DIR
 from ..source import TORCH_DIR as _TORCH_DIR
-from . import autocast
+from . import autocast, caches
 from .carried_reads import unwatched
 from .numbers import _Traced
 
@@ -264,6 +264,8 @@ class Dispatcher:
         if isinstance(kwargs.get("out"), torch.Tensor) and "out" not in _op_keywords(name):
             return self._into_out(name, func, args, kwargs)
         loc = self.location()
+        if self.caches_used and name in opset.RANDOM_OPS:
+            caches.no_draw_inside(self.caches_used, name, loc)
         packed = (_packed_varargs(name, func, args), _canonical_keywords(name, kwargs))
         if packed[1]:
             _known_keywords(name, packed[1], loc)
