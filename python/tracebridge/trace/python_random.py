@@ -79,16 +79,17 @@ def _where() -> str | None:
 class DrawnNumber:
     """A number the traced code drew from Python's ``random``: any use of it refuses."""
 
-    __slots__ = ("_what", "_where")
+    __slots__ = ("_what", "_where", "_kind")
 
-    def __init__(self, what: str, where: str | None):
-        self._what, self._where = what, where
+    def __init__(self, what: str, where: str | None, kind: type | None = None):
+        self._what, self._where, self._kind = what, where, kind
 
     def _refuse(self, *args, **kwargs):
         used = _where() or "unknown location"
         raise UnsupportedOpError(
             f"cannot record the use at {used} of the number that {self._what} drew at "
-            f"{self._where or 'unknown location'}: {_REMEDY}"
+            f"{self._where or 'unknown location'}: "
+            f"{_NUMPY_REMEDY if self._what.startswith('numpy') else _REMEDY}"
         )
 
     def __repr__(self) -> str:
@@ -101,6 +102,9 @@ class DrawnNumber:
         # the branch for non-numbers, silently, where eager takes the numbers' one (the
         # number then unused, nothing refuses). Asking is a use. (``type(n)`` and
         # ``isinstance(n, DrawnNumber)`` read the type itself and are left as they are.)
+        # A number numpy drew is in hand: its class answers as the number would.
+        if self._kind is not None:
+            return self._kind
         self._refuse()
 
     __bool__ = __float__ = __int__ = __index__ = __complex__ = __hash__ = _refuse
@@ -178,8 +182,10 @@ def patcher(tracing: Callable[[], bool]) -> Callable:
     return hook
 
 
-# numpy's global generator: the module's functions (``np.random.uniform``). Its arrays and
-# numbers cannot stand in for themselves as a DrawnNumber does: refused where drawn.
+# numpy's global generator: the module's functions (``np.random.uniform``). A number drawn
+# is a DrawnNumber, as Python's are (drawn and left unused, it is no harm); an array cannot
+# stand in for itself so: refused where drawn. (The generator's state is put back after
+# the trace: trace/capture.py.)
 NUMPY_DRAWS = """rand randn random random_sample ranf sample uniform normal standard_normal
 randint random_integers choice permutation shuffle beta binomial chisquare dirichlet
 exponential f gamma geometric gumbel hypergeometric laplace logistic lognormal logseries
@@ -197,6 +203,9 @@ def _numpy_replacement(original, name: str, tracing: Callable[[], bool]):
             frame = _caller()
             if _from_traced_code(frame) and not _numpy_frame(frame):
                 where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+                drawn = original(*args, **kwargs)
+                if getattr(drawn, "ndim", 0) == 0 and isinstance(drawn, (int, float, complex)):
+                    return DrawnNumber(what, where, type(drawn))  # refused where it is used
                 raise UnsupportedOpError(f"cannot record {what} at {where}: {_NUMPY_REMEDY}")
         return original(*args, **kwargs)
 
