@@ -70,6 +70,8 @@ def _restore_modes(modes, flags) -> None:
 
 _MISSING = object()
 _TABLE_TYPES = (dict, OrderedDict)
+_OWN_TABLES = frozenset({"_parameters", "_buffers", "_modules"})
+_FROZEN_COPY_BYTES = 64 * 2**20  # frozen parameters copied before each recording, at most
 
 
 def _fingerprint(table: dict) -> tuple[list, list]:
@@ -136,7 +138,9 @@ def _plain_tensors(module: torch.nn.Module) -> list[tuple[torch.Tensor, int, tor
     many times, eager use once). Parameters are left to the warning below."""
     found: dict[int, torch.Tensor] = {}
     for mod in module.modules():
-        for value in vars(mod).values():
+        for key, value in vars(mod).items():
+            if key in _OWN_TABLES:
+                continue  # buffers are copied above; parameters are weights
             if isinstance(value, dict):
                 items = list(value.values())
             elif isinstance(value, (list, tuple)):
@@ -200,11 +204,11 @@ def preserved(module: torch.nn.Module | None):
         saved_buffers = [(b, b.detach().clone()) for b in module.buffers() if b is not None]
         plain = _plain_tensors(module)
         # A frozen parameter written in place by forward (an EMA, DINO's center) is state
-        # the code keeps: put back like a buffer. A trained one is only warned of below
-        # (a copy of every weight for each recording would cost a model's size each time).
-        plain += [
-            (p, p._version, p.detach().clone()) for p in module.parameters() if not p.requires_grad
-        ]
+        # the code keeps: put back like a buffer, where the frozen weights are small (a copy
+        # for each recording; a frozen backbone of a large model is only warned of below).
+        frozen = [p for p in module.parameters() if not p.requires_grad]
+        if sum(p.numel() * p.element_size() for p in frozen) <= _FROZEN_COPY_BYTES:
+            plain += [(p, p._version, p.detach().clone()) for p in frozen]
         saved_params = [(p, p._version) for p in module.parameters()]
         renormed = _renormed_weights(module)
         modes = [(m, m.training) for m in module.modules()]

@@ -616,11 +616,10 @@ def _user_caller(frame):
 
 
 def _may_be_caught(frame, position: tuple, kinds: set[str]) -> bool:
-    """Whether an exception or warning raised at ``frame``'s current instruction may be
-    caught and read: the instruction, or the call in a calling frame (PyTorch's and
-    tracebridge's frames aside; the walk ends at tracebridge), sits in the body of a
-    ``try`` with handlers or of a ``with`` whose context may read it (not ``no_grad``,
-    ``autocast`` and the like)."""
+    """Whether a message of one of ``kinds`` sent at ``frame``'s current instruction may
+    be caught and read: the instruction, or the call in a calling frame (PyTorch's and
+    tracebridge's frames aside; the walk ends at tracebridge), is inside a catch that
+    reads it (:func:`_inside_a_catch`)."""
     at: object = position
     while frame is not None:
         filename = frame.f_code.co_filename
