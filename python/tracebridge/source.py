@@ -7,9 +7,7 @@ it which R line is running.
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import functools
 import linecache
 import os
 import sys
@@ -113,15 +111,3 @@ def source_line(loc: str | None) -> str:
         return linecache.getline(filename, int(line)).strip()
     except ValueError:
         return ""
-
-
-@functools.lru_cache(maxsize=256)
-def parsed_source(filename: str) -> ast.Module | None:
-    """The syntax tree of a source file as ``linecache`` holds it, or None where it holds
-    none or the text does not parse (one parse per file, shared by the readers of the
-    caller's source: trace/text.py, trace/device_reads.py)."""
-    source = "".join(linecache.getlines(filename))
-    try:
-        return ast.parse(source) if source else None
-    except (SyntaxError, ValueError):
-        return None

@@ -35,12 +35,11 @@ from __future__ import annotations
 import ast
 import inspect
 import types
-from functools import lru_cache
 
 import torch
 
-from ..source import is_internal, parsed_source
-from .text import _parsed, _positions
+from ..source import is_internal
+from .text import _parsed, _positions, def_node
 
 PASSED, TYPE, FULL = "passed", "type", "full"
 _RETURNED = "returned"  # given back to the caller: judged at the caller's line
@@ -287,7 +286,7 @@ def _into_callee(call: ast.Call, child: ast.AST, following: frozenset, scope: _S
     code = function.__code__
     if is_internal(code.co_filename):
         return {PASSED}
-    node = _def_node(code.co_filename, code.co_firstlineno, code.co_name, code)
+    node = def_node(code.co_filename, code.co_firstlineno, code.co_name, code)
     if node is None:
         return {PASSED}
     args = node.args
@@ -339,55 +338,3 @@ def _static_attribute(owner, name: str):
     except AttributeError:
         modules = vars(owner).get("_modules") if hasattr(owner, "__dict__") else None
         return modules.get(name, _MISSING) if isinstance(modules, dict) else _MISSING
-
-
-@lru_cache(maxsize=256)
-def _defs(filename: str) -> dict:
-    """The ``def`` nodes of a source file by (name, first line), and its lambdas by
-    ``("<lambda>", line)`` (a list: a line may hold several), each node knowing its parent
-    (``_tb_parent``)."""
-    tree = parsed_source(filename)
-    if tree is None:
-        return {}
-    found: dict = {}
-    for parent in ast.walk(tree):
-        for child in ast.iter_child_nodes(parent):
-            child._tb_parent = parent
-        if isinstance(parent, _DEFS):
-            first = min([parent.lineno] + [d.lineno for d in parent.decorator_list])
-            found[(parent.name, first)] = parent
-        elif isinstance(parent, ast.Lambda):
-            found.setdefault(("<lambda>", parent.lineno), []).append(parent)
-    return found
-
-
-def _def_node(filename: str, firstlineno: int, name: str, code=None):
-    """The ``def`` (or, given its ``code``, the lambda) whose code starts at ``firstlineno``."""
-    found = _defs(filename).get((name, firstlineno))
-    if not isinstance(found, list):
-        return found
-    if code is not None and len(found) > 1:
-        params = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
-        found = [
-            n for n in found if tuple(a.arg for a in n.args.args + n.args.kwonlyargs) == params
-        ]
-        if len(found) > 1:
-            found = [n for n in found if _holds_position(n, code)]
-    return found[0] if len(found) == 1 else None
-
-
-def _parameters_of(node: ast.Lambda) -> tuple:
-    arguments = node.args
-    return tuple(a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs)
-
-
-def _holds_position(node: ast.Lambda, code) -> bool:
-    """Whether the first placed instruction of ``code`` lies in ``node``'s body."""
-    for line, _end, column, _end_column in code.co_positions():
-        if line is not None and column is not None:
-            body = node.body
-            return (body.lineno, body.col_offset) <= (line, column) and (line, column) <= (
-                body.end_lineno,
-                body.end_col_offset,
-            )
-    return False

@@ -1025,15 +1025,46 @@ def _parsed(filename: str) -> dict | None:
         elif isinstance(parent, _DEFS):
             first = min([parent.lineno] + [d.lineno for d in parent.decorator_list])
             defs[(parent.name, first)] = parent
+        if isinstance(parent, ast.Lambda):
+            defs.setdefault(("<lambda>", parent.lineno), []).append(parent)
     return index
 
 
-_DEFS_IN: dict[str, dict] = {}  # file -> its defs by (name, first line), from _parsed's tree
+# file -> its defs by (name, first line) and its lambdas by ("<lambda>", line) (a list: a
+# line may hold several), from _parsed's tree: one parse serves every reader of a file.
+_DEFS_IN: dict[str, dict] = {}
+
+
+def def_node(filename: str, firstlineno: int, name: str, code=None):
+    """The ``def`` (or, given its ``code``, the lambda) whose code starts at
+    ``firstlineno``, in the tree :func:`_parsed` indexes (its nodes know their parents)."""
+    if _parsed(filename) is None:
+        return None
+    found = _DEFS_IN.get(filename, {}).get((name, firstlineno))
+    if not isinstance(found, list):
+        return found
+    if code is not None and len(found) > 1:
+        params = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        found = [n for n in found if _parameters_of(n) == params]
+        if len(found) > 1:
+            found = [n for n in found if _holds_position(n, code)]
+    return found[0] if len(found) == 1 else None
 
 
 def _def_of(code) -> ast.AST | None:
-    """The ``def`` of ``code``, in the tree :func:`_parsed` indexes (its nodes know their
-    parents)."""
-    if _parsed(code.co_filename) is None:
-        return None
-    return _DEFS_IN.get(code.co_filename, {}).get((code.co_name, code.co_firstlineno))
+    return def_node(code.co_filename, code.co_firstlineno, code.co_name, code)
+
+
+def _parameters_of(node: ast.Lambda) -> tuple:
+    arguments = node.args
+    return tuple(a.arg for a in arguments.posonlyargs + arguments.args + arguments.kwonlyargs)
+
+
+def _holds_position(node: ast.Lambda, code) -> bool:
+    """Whether the first placed instruction of ``code`` lies in ``node``'s body."""
+    for line, _end, column, _end_column in code.co_positions():
+        if line is not None and column is not None:
+            body = node.body
+            start, end = (body.lineno, body.col_offset), (body.end_lineno, body.end_col_offset)
+            return start <= (line, column) <= end
+    return False

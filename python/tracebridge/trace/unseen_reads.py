@@ -62,9 +62,9 @@ from functools import lru_cache
 import torch
 
 from ..source import OWN_DIR, TORCH_DIR, is_internal
-from .device_reads import _def_node, _static_attribute, _unpacked_into
+from .device_reads import _static_attribute, _unpacked_into
 from .numbers import _Traced
-from .text import _decides, _parsed, _percent_arguments, _percent_format, _positions
+from .text import _decides, _parsed, _percent_arguments, _percent_format, _positions, def_node
 
 _RETURNED = "returned"
 _CALLERS = 4  # returns followed up the stack
@@ -476,7 +476,7 @@ def _parameters(arguments: ast.arguments) -> set:
 @lru_cache(maxsize=1024)
 def parameter_sites(code: types.CodeType, parameter: str) -> tuple:
     """The sites every read of ``parameter`` of the function of ``code`` reaches."""
-    node = _def_node(code.co_filename, code.co_firstlineno, code.co_name, code)
+    node = def_node(code.co_filename, code.co_firstlineno, code.co_name, code)
     if node is None:
         return ()
     return tuple(_reads_in(node, parameter, frozenset()))
