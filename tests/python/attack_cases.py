@@ -1110,7 +1110,8 @@ def document_family() -> dict:
     (a path the loaded module does not have) read and run. And ``aliases`` whose names a
     loaded module cannot hold as written; and (session 17) ``module_types``, which names
     torch.nn classes a loaded sub-module answers ``isinstance`` as (never importing nor
-    running one), and a state entry's ``persistent`` flag."""
+    running one), and a state entry's ``persistent`` flag; (session 18) a graph's
+    ``positional_only`` and ``defaults``."""
 
     def field(name, value):
         def edit(doc):
@@ -1143,13 +1144,16 @@ def document_family() -> dict:
 
         return edit
 
-    def var_keywords(value):
+    def graph_field(name, value):
         def edit(doc):
             doc = copy.deepcopy(doc)
-            _graph(doc)["var_keywords"] = value
+            _graph(doc)[name] = value
             return doc
 
         return edit
+
+    def var_keywords(value):
+        return graph_field("var_keywords", value)
 
     cases = {
         # tied names the loaded module registers (session 16): through a tensor, private,
@@ -1178,6 +1182,12 @@ def document_family() -> dict:
         "types_method": types("torch.nn.modules.module.Module.__subclasses__"),
         "types_other_class": types("torch.nn.modules.conv.Conv2d"),
         "persistent_text": persistent("no"),
+        # positional_only and defaults (session 18): a count past the inputs, a default
+        # for no input, a default that is a tensor's place, an int past int64
+        "positional_only_past": graph_field("positional_only", 10**9),
+        "defaults_unknown": graph_field("defaults", {"nope": None}),
+        "defaults_leaf": graph_field("defaults", {"x": {"t": "leaf"}}),
+        "defaults_huge": graph_field("defaults", {"x": {"t": "const", "v": 2**70}}),
     }
     return {f"document:{k}": {"base": "linear", "doc": v} for k, v in cases.items()}
 

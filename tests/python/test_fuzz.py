@@ -865,7 +865,7 @@ def test_session_15_document_fields_with_odd_values_are_refused_at_load(attacks)
     cases = {
         n.removeprefix("document:"): o for n, o in attacks.items() if n.startswith("document:")
     }
-    assert len(cases) == 22
+    assert len(cases) == 26
     # module_types naming a torch.nn function, a method or another class: only a name
     # the stand-in answers isinstance as (or none); nothing is imported or run
     for name in ("types_function", "types_method", "types_other_class"):
@@ -887,7 +887,10 @@ def test_session_15_document_fields_with_odd_values_are_refused_at_load(attacks)
     assert "U+0000" in cases.pop("modes_path_control")["message"]  # the JSON reader's rule
     assert all(o["stage"] == "load" for o in cases.values()), cases
     for name, o in cases.items():
-        field = "var_keywords" if "var_keywords" in name else "module_modes"
+        field = next(
+            (f for f in ("var_keywords", "positional_only", "defaults") if name.startswith(f)),
+            "module_modes",
+        )
         assert field in o["message"], (name, o["message"])
 
 
