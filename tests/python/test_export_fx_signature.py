@@ -188,13 +188,70 @@ def test_the_signature_form_compiles_copies_and_runs_in_an_interpreter():
     compiled = torch.compile(gm, fullgraph=True)
     torch.testing.assert_close(compiled(x, mask=k, bias=b)[0], want)
     torch._dynamo.reset()
-    with pytest.raises(TraceError, match="pickle the flat form"):
-        torch.save(gm, io.BytesIO())
     buffer = io.BytesIO()
     torch.save(tracebridge.to_graph_module(traced, flat=True), buffer)
     buffer.seek(0)
     again = torch.load(buffer, weights_only=False)
-    assert torch.equal(again(x, b, k)[0], want)
+    assert torch.equal(again(x, b, k)[0], want)  # the flat inputs, in the traced order
+    assert bridge.info(again).signature is None  # meta is kept: bridge.call, the backends
+    assert torch.equal(bridge.call(again, x, mask=k, bias=b), want)
+
+
+def _pickled(obj):
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=False)
+
+
+def test_a_pickled_signature_form_binds_as_the_original():
+    """torch.fx pickles a GraphModule's code and traces it again with its own code
+    generator: the copy took the flat inputs (``x, bias, mask`` here), so a call of the
+    original's form gave the mask to bias. The copy keeps the signature, and pickles
+    again the same way."""
+    x, k, b = _inputs()
+    model = MaskBias()
+    traced = tracebridge.trace(model, (x,), example_kwarg_inputs={"bias": b, "mask": k})
+    gm = tracebridge.to_graph_module(traced)
+    want = model(x, k, b)
+    copies = [_pickled(gm)]
+    copies.append(_pickled(copies[0]))
+    for again in copies:
+        assert bridge.info(again).signature == bridge.info(gm).signature
+        assert torch.equal(again(x, k, b)[0], want)
+        assert torch.equal(again(x, bias=b, mask=k)[0], want)
+        assert torch.equal(copy.deepcopy(again)(x, k, b)[0], want)
+        with pytest.raises(TraceError, match="argument 'bias' is NoneType where the trace"):
+            again(x, k)
+        with pytest.raises(GuardError):  # the checks stay: another rank
+            again(x[0], k, b)
+    assert torch.equal(gm(x, k, b)[0], want)  # pickling left the original as it was
+
+
+def test_a_pickled_signature_form_keeps_defaults_and_kinds():
+    x, k, _ = _inputs()
+    fixed = torch.ones(3)
+
+    def weighted(x, /, scale=2.0, *, w=fixed):
+        return x * w * scale
+
+    traced = tracebridge.trace(weighted, (x,), example_kwarg_inputs={"w": k})
+    again = _pickled(tracebridge.to_graph_module(_loaded(traced)))
+    assert torch.equal(again(x, w=k)[0], weighted(x, w=k))
+    with pytest.raises(TraceError, match="argument 'w' was left out, and its default is not"):
+        again(x)
+    with pytest.raises(TypeError, match="positional-only"):
+        again(x=x, w=k)
+
+    def uses(torch, self=None, k=None):  # forward takes *args, **kwargs (can_spell)
+        return torch * k
+
+    spelled_out = tracebridge.to_graph_module(
+        tracebridge.trace(uses, (x,), example_kwarg_inputs={"k": k})
+    )
+    again = _pickled(spelled_out)
+    assert "*_tb_args, **_tb_kwargs" in again.code
+    assert torch.equal(again(torch=x, k=k)[0], x * k)
 
 
 def test_a_plain_signature_keeps_the_plain_code():

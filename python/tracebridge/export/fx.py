@@ -699,9 +699,10 @@ def graph_module(
     gm = fx.GraphModule(root, code, class_name=_identifier(name, "forward"))
     _adopt(gm, root)
     gm.train(training)
+    if checks is not None or signature is not None:
+        type(gm).__reduce__ = _reduce  # the class is gm's own (torch.fx)
     if checks is not None:
         gm._tracer_cls = fx_checks.CheckTracer
-        type(gm).__reduce__ = fx_checks.reduce_or_say_why  # the class is gm's own (torch.fx)
         for state_name, path in [*targets.items(), *tied]:
             table, key = slots[state_name]
             owner, _, attribute = path.rpartition(".")
@@ -721,6 +722,24 @@ def graph_module(
         defaults=dict(graph.defaults),
         signature=signature.text() if signature is not None else None,
     )
+    return gm
+
+
+def _reduce(gm: fx.GraphModule):
+    """``__reduce__`` of a GraphModule of :func:`graph_module`. torch.fx's keeps neither
+    ``meta`` (its BridgeInfo: :func:`call`, the backends) nor the code generator of a
+    ``forward`` that takes the traced call's arguments (fx_signature.py); and it says
+    what to do where pickle cannot import what the graph calls (fx_checks.py)."""
+    rebuild, args = fx_signature.reduce_flat(gm, fx_checks.reduce_or_say_why)
+    return _unpickled, (rebuild, args, dict(gm.meta), fx_signature.pickled_signature(gm))
+
+
+def _unpickled(rebuild, args, meta: dict, signature: tuple | None) -> fx.GraphModule:
+    """The GraphModule that :func:`_reduce` pickled."""
+    gm = rebuild(*args)
+    gm.meta.update(meta)
+    fx_signature.with_signature(gm, signature)
+    type(gm).__reduce__ = _reduce  # the class is gm's own (torch.fx)
     return gm
 
 

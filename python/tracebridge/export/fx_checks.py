@@ -119,18 +119,9 @@ def _record(function, *args):
 
 
 def reduce_or_say_why(gm: fx.GraphModule):
-    """``__reduce__`` of a GraphModule of to_graph_module: torch's, or a TraceError saying
-    what to do where the graph calls a function pickle cannot import (a local one), or
-    where its ``forward`` takes the traced call's arguments (fx_signature.py: unpickling
-    traces the code again, and keeps no such binding)."""
-    if gm.meta.get("tracebridge") is not None and gm.meta["tracebridge"].signature:
-        raise TraceError(
-            "this GraphModule cannot be pickled: its forward takes the traced call's "
-            f"arguments ({gm.meta['tracebridge'].signature}), which unpickling would not "
-            "keep; pickle the flat form, tracebridge.to_graph_module(obj, flat=True), or "
-            "save the trace (tracebridge.save) and make the GraphModule again after "
-            "tracebridge.load"
-        )
+    """``__reduce__`` of a flat GraphModule of to_graph_module: torch's, or a TraceError
+    saying what to do where the graph calls a function pickle cannot import (a local
+    one)."""
     try:
         return fx.GraphModule.__reduce__(gm)
     except Exception as error:  # torch.package's ObjNotFoundError, pickle's own

@@ -60,15 +60,19 @@ class _Marker:
     has no default; Python's own def needs one where it follows a parameter with one),
     ``UNKNOWN`` (its default is one no file holds: a tensor, an object)."""
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, name: str):
         self.text = text
+        self.name = name
 
     def __repr__(self) -> str:
         return self.text
 
+    def __reduce__(self) -> str:
+        return self.name  # unpickled as this module's global: ``is`` tests stay true
 
-NOT_PASSED = _Marker("<not passed>")
-UNKNOWN = _Marker("<a default the trace does not hold>")
+
+NOT_PASSED = _Marker("<not passed>", "NOT_PASSED")
+UNKNOWN = _Marker("<a default the trace does not hold>", "UNKNOWN")
 
 
 @dataclass
@@ -367,6 +371,37 @@ def tracebridge_bind(signature: Signature, values: tuple, extra: dict) -> tuple:
 def tracebridge_bind_call(signature: Signature, args: tuple, kwargs: dict) -> tuple:
     """:func:`tracebridge_bind` of a ``forward(self, *args, **kwargs)``."""
     return signature.bind_call(args, kwargs)
+
+
+def reduce_flat(gm: fx.GraphModule, reduce) -> tuple:
+    """``reduce(gm)`` (a GraphModule's ``__reduce__``) of the flat form of ``gm``.
+    torch.fx pickles the generated code and traces it again when unpickling, with its
+    own code generator, so a signature form's copy would take the flat inputs and bind a
+    call of the original's form otherwise (module Note): the flat form is pickled, and
+    the unpickler puts the signature back (:func:`with_signature`)."""
+    codegen = gm.graph._codegen
+    if not isinstance(codegen, SignatureCodeGen):
+        return reduce(gm)
+    gm.graph._codegen = fx.graph.CodeGen()
+    try:
+        gm.recompile()  # torch.fx's reduce copies the module's dict, its code included
+        return reduce(gm)
+    finally:
+        gm.graph._codegen = codegen
+        gm.recompile()
+
+
+def pickled_signature(gm: fx.GraphModule) -> tuple | None:
+    """What :func:`with_signature` needs to give an unpickled copy ``gm``'s signature."""
+    codegen = gm.graph._codegen
+    return (codegen.signature, codegen.spelled) if isinstance(codegen, SignatureCodeGen) else None
+
+
+def with_signature(gm: fx.GraphModule, pickled: tuple | None) -> None:
+    """Give the unpickled flat form ``gm`` the signature :func:`pickled_signature` kept."""
+    if pickled is not None:
+        gm.graph._codegen = SignatureCodeGen(*pickled)
+        gm.recompile()
 
 
 class SignatureCodeGen(fx.graph.CodeGen):
