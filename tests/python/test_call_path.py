@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import tracebridge
-from tracebridge.errors import GuardError, TraceError
+from tracebridge.errors import BindingError, GuardError, TraceError
 
 RUNTIMES = ["codegen", "interpreter"]
 
@@ -137,9 +137,10 @@ def test_keywords_nesting_and_wrong_arguments_keep_their_paths():
     expected = r"expected \(\(Tensor, Tensor\), \{\}\), got \(\(Tensor,\), \{'z': Tensor\}\)"
     with pytest.raises(TraceError, match=expected):
         traced(x, z=y)  # no parameter z: refused, naming the traced ones
-    with pytest.raises(TraceError, match=r"forward\(\) was called with arguments shaped differ"):
+    # what Python refuses to bind, Python's TypeError (a BindingError, also a TraceError)
+    with pytest.raises(BindingError, match=r"forward\(\) missing 1 required positional argu"):
         traced(x)
-    with pytest.raises(TraceError, match=r"forward\(\) was called with arguments shaped differ"):
+    with pytest.raises(BindingError, match=r"forward\(\) takes 2 positional arguments but 3"):
         traced(x, y, x)
 
 

@@ -200,8 +200,10 @@ def test_pytree_structure_is_recoverable() -> None:
     assert isinstance(out, tuple) and len(out) == 3
     torch.testing.assert_close(bridge.unflatten_outputs(gm, out), f(*args))
     torch.testing.assert_close(bridge.call(gm, *args), f(*args))
-    with pytest.raises(tracebridge.TraceError, match="shaped differently"):
+    with pytest.raises(tracebridge.BindingError, match="missing 1 required positional argument"):
         bridge.call(gm, args[0])
+    with pytest.raises(tracebridge.TraceError, match="shaped differently"):
+        bridge.call(gm, args[0], args[0])
     # The default form takes the call as f does: the dict whole, flattened inside.
     whole = tracebridge.to_graph_module(traced)
     assert bridge.info(whole).signature == "pair, scale"

@@ -256,7 +256,7 @@ def test_wrong_calls_are_refused_naming_the_parameters():
         message = str(info.value)
         assert "the call has 2 arguments where the trace was made with 0" in message
         assert message.endswith("the trace takes (x: Tensor)")
-        with pytest.raises(TraceError, match="keyword arguments are none where the trace"):
+        with pytest.raises(tracebridge.BindingError, match="missing 1 required positional"):
             fn()
         with pytest.raises(TraceError, match=r"keyword arguments are \['y'\] where"):
             fn(y=x)
@@ -301,6 +301,40 @@ def test_positional_only_parameters_refuse_keywords_as_python_does():
                     "forward() got some positional-only arguments passed as keyword "
                     "arguments: 'x'; the trace takes (x: Tensor, /, y: Tensor)"
                 )
+
+
+def test_missing_and_extra_arguments_raise_pythons_type_error():
+    """A call Python would refuse to bind (an argument left out that has no default,
+    one too many) raises Python's TypeError, traced and loaded, as a BindingError."""
+
+    class Scaled(nn.Module):
+        def forward(self, x, y=None, *, scale=2.0):
+            return x * scale if y is None else (x + y) * scale
+
+    def weighted(x, *, w):
+        return x * w
+
+    a, b = torch.randn(3), torch.randn(3)
+    model, traced = Scaled(), tracebridge.trace(Scaled(), a)
+    kw_traced = tracebridge.trace(weighted, (a,), example_kwarg_inputs={"w": b})
+    cases = [
+        (traced, (), {}, "forward() missing 1 required positional argument: 'x'"),
+        (traced, (a, b, a), {}, "forward() takes 2 positional arguments but 3 were given"),
+        (kw_traced, (a,), {}, "forward() missing 1 required keyword-only argument: 'w'"),
+    ]
+    assert "missing 1 required positional argument: 'x'" in _python_refusal(model)
+    assert "missing 1 required keyword-only argument: 'w'" in _python_refusal(weighted, a)
+    for fn, args, kwargs, message in cases:
+        for each in (fn, _loaded(fn)):
+            with pytest.raises(tracebridge.BindingError) as info:
+                each(*args, **kwargs)
+            assert isinstance(info.value, TypeError) and isinstance(info.value, TraceError)
+            assert str(info.value).startswith(message + "; the trace takes (")
+    # a *args parameter's entries are never required: leaving one out is another shape
+    spread = tracebridge.trace(lambda x, *rest: x + rest[0], (a, b))
+    with pytest.raises(TraceError, match="shaped differently") as info:
+        spread(a)
+    assert not isinstance(info.value, TypeError)
 
 
 def test_a_positional_only_name_among_var_keywords_stays_a_keyword():
@@ -385,14 +419,15 @@ def test_defaults_bind_as_python_binds_them():
 
 def test_a_file_without_defaults_binds_as_before():
     """Files written before ``defaults`` (and graphs of callables without a signature)
-    know no default: a call must pass what the example passed."""
+    know no default: a call must pass what the example passed, as if the parameters had
+    none."""
     x = torch.randn(2, 3)
     traced = tracebridge.trace(scaled, (x, None))
     traced.program.methods["forward"].defaults = {}
     loaded = _loaded(traced)
     assert loaded.program.methods["forward"].defaults == {}
     assert torch.equal(loaded(x, None), scaled(x))
-    with pytest.raises(TraceError, match="shaped differently"):
+    with pytest.raises(tracebridge.BindingError, match="missing 2 required positional"):
         loaded(x)
 
 

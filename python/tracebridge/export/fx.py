@@ -843,7 +843,14 @@ def flatten_by_spec(
         return flatten_by_spec(spec, *filled, *names)
     if not same_spec(got, spec):
         refused = binding_error(
-            method, args, kwargs, list(arg_names), positional_only, list(var_keywords)
+            method,
+            args,
+            kwargs,
+            list(arg_names),
+            positional_only,
+            list(var_keywords),
+            spec,
+            defaults or {},
         )
         if refused is not None:
             raise BindingError(refused)

@@ -73,14 +73,20 @@ def binding_error(
     arg_names: list[str],
     positional_only: int = 0,
     var_keywords: list[str] = (),
+    in_spec: dict | None = None,
+    defaults: dict | None = None,
 ) -> str | None:
     """Python's ``TypeError`` message for a call of ``name`` that Python would refuse
     to bind, where the trace knows enough to tell: a positional-only parameter passed
     by keyword (and not taken by ``**kwargs``), a parameter passed both by position and
-    by keyword. None where neither.
+    by keyword, more positional arguments than the positional parameters, and (given the
+    traced ``in_spec`` and ``defaults``) a parameter left out that has no default (in
+    the graph: a file written before the field knows none). None where none of these.
 
     >>> binding_error("f", (), {"x": 1}, ["x", "y"], positional_only=1)
     "f() got some positional-only arguments passed as keyword arguments: 'x'"
+    >>> binding_error("f", (), {}, ["x", "y"], defaults={"y": None})
+    "f() missing 1 required positional argument: 'x'"
     """
     as_keyword = [
         arg for arg in arg_names[:positional_only] if arg in kwargs and arg not in var_keywords
@@ -93,7 +99,54 @@ def binding_error(
     twice = passed_twice(args, kwargs, arg_names[positional_only:], positional_only)
     if twice is not None:
         return f"{name}() got multiple values for argument {twice!r} (by position and by keyword)"
+    traced_keywords = in_spec["c"][1]["keys"] if in_spec is not None else []
+    if any(k not in arg_names and k not in traced_keywords for k in kwargs):
+        return None  # Python names a keyword it does not know first, which the trace cannot
+    if len(args) > len(arg_names):
+        # ``arg_names`` lists every positional parameter, and a ``*args`` parameter's
+        # entries only as far as the example passed them: past those, no trace serves it
+        return (
+            f"{name}() takes {len(arg_names)} positional argument{'s' * (len(arg_names) != 1)}"
+            f" but {len(args)} were given"
+        )
+    if defaults is None:
+        return None
+    positional = [
+        arg
+        for index, arg in enumerate(arg_names[len(args) :], len(args))
+        if arg not in kwargs and arg not in defaults and not _maybe_var_entry(arg, index)
+    ]
+    if positional:
+        return f"{name}() missing {_listed(positional, 'positional')}"
+    keyword_only = [
+        key
+        for key in traced_keywords
+        if key not in arg_names
+        and key not in var_keywords
+        and key not in kwargs
+        and key not in defaults
+    ]
+    if keyword_only:
+        return f"{name}() missing {_listed(keyword_only, 'keyword-only')}"
     return None
+
+
+def _maybe_var_entry(arg: str, index: int) -> bool:
+    """Whether ``arg`` may stand for an entry of a ``*args`` parameter (capture.py names
+    them ``args1``, ``args2``, by position): such an entry is never required."""
+    return arg.endswith(str(index)) and arg != str(index)
+
+
+def _listed(names: list[str], kind: str) -> str:
+    """Python's words for missing parameters of a ``kind``: ``1 required positional
+    argument: 'x'``, ``2 required positional arguments: 'x' and 'y'``."""
+    quoted = [repr(n) for n in names]
+    text = (
+        quoted[0]
+        if len(quoted) == 1
+        else ", ".join(quoted[:-1]) + ("," * (len(quoted) > 2) + " and " + quoted[-1])
+    )
+    return f"{len(names)} required {kind} argument{'s' * (len(names) > 1)}: {text}"
 
 
 def passed_twice(args: tuple, kwargs: dict, arg_names: list[str], skip: int = 0) -> str | None:

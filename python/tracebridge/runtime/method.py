@@ -299,7 +299,14 @@ class Method:
         graph = self.graph
         takes = traced_parameters(graph.in_spec, graph.arg_names, describe, graph.positional_only)
         refused = binding_error(
-            self.name, args, kwargs, graph.arg_names, graph.positional_only, graph.var_keywords
+            self.name,
+            args,
+            kwargs,
+            graph.arg_names,
+            graph.positional_only,
+            graph.var_keywords,
+            graph.in_spec,
+            graph.defaults,
         )
         if refused is not None:
             raise BindingError(f"{refused}; the trace takes {takes}")
