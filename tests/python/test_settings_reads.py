@@ -1,7 +1,8 @@
 """Process-wide settings of torch that traced code reads are read again on every call and
 guarded (op-set 9, ``prim.setting``): ``torch.get_num_threads()``, the float32 matmul
 precision, deterministic algorithms, ``torch.cuda.is_available()``,
-``torch.distributed.is_initialized()``. Each was a constant of the trace before: a call
+``torch.distributed.is_initialized()``, the default dtype, torch.backends' cudnn and
+mkldnn flags and the attention backends' switches. Each was a constant of the trace before: a call
 under another setting took the traced branch, silently."""
 
 import contextlib
@@ -68,6 +69,30 @@ def _anomaly(on, check_nan=True):
         yield
 
 
+def by_default_dtype(x):
+    return torch.zeros(3, dtype=torch.get_default_dtype()) + x.to(torch.get_default_dtype())
+
+
+def _default_dtype(dtype):
+    return _setting(torch.set_default_dtype, dtype, torch.get_default_dtype)
+
+
+def by_cudnn(x):
+    return x + 1 if torch.backends.cudnn.enabled else x - 1
+
+
+def by_mkldnn(x):
+    return x * 5 if torch.backends.mkldnn.enabled else x
+
+
+def _flag(module, on):
+    return _setting(lambda v: setattr(module, "enabled", v), on, lambda: module.enabled)
+
+
+def by_math_attention(x):
+    return x * 7 if torch.backends.cuda.math_sdp_enabled() else x
+
+
 def by_cuda(x):
     return x.to("cuda") if torch.cuda.is_available() else x * 3
 
@@ -101,6 +126,35 @@ def _both(fn, tmp_path):
             lambda: _anomaly(True, check_nan=False),
             lambda: _anomaly(True, check_nan=True),
             r"is_anomaly_check_nan_enabled",
+        ),
+        # prober19 F6: a dtype the code passes, and torch.backends' flags it branches on
+        (
+            by_default_dtype,
+            lambda: _default_dtype(torch.float32),
+            lambda: _default_dtype(torch.float64),
+            r"get_default_dtype\(\) \(default_dtype\), torch.float32 as position 0",
+        ),
+        (
+            by_cudnn,
+            lambda: _flag(torch.backends.cudnn, True),
+            lambda: _flag(torch.backends.cudnn, False),
+            r"torch.backends.cudnn.enabled\(\) \(cudnn_enabled\)",
+        ),
+        (
+            by_mkldnn,
+            lambda: _flag(torch.backends.mkldnn, True),
+            lambda: _flag(torch.backends.mkldnn, False),
+            r"torch.backends.mkldnn.enabled\(\) \(mkldnn_enabled\)",
+        ),
+        (
+            by_math_attention,
+            lambda: _setting(
+                torch.backends.cuda.enable_math_sdp, True, torch.backends.cuda.math_sdp_enabled
+            ),
+            lambda: _setting(
+                torch.backends.cuda.enable_math_sdp, False, torch.backends.cuda.math_sdp_enabled
+            ),
+            r"math_sdp_enabled",
         ),
     ],
 )
@@ -155,6 +209,23 @@ def test_a_file_naming_another_setting_is_refused_at_load(tmp_path, name):
     rewrite_nodes(tmp_path / "f.tb", "prim.setting", lambda node: node.update(args=[name]))
     with pytest.raises(ArtifactError, match="prim.setting|argument"):
         tracebridge.load(tmp_path / "f.tb")
+
+
+def test_a_backends_flag_is_put_back_as_torch_had_it():
+    """The flags are read through the class of torch.backends' modules: after a trace the
+    class holds torch's own property again, and setting a flag while tracing sets it."""
+    prop = vars(type(torch.backends.cudnn))["enabled"]
+
+    def switch(x):
+        torch.backends.cudnn.enabled = False
+        torch.backends.cudnn.enabled = True
+        return x + 1
+
+    traced = tracebridge.trace(by_cudnn, X)
+    assert torch.equal(traced(X), by_cudnn(X))
+    tracebridge.trace(switch, X)
+    assert vars(type(torch.backends.cudnn))["enabled"] is prop
+    assert torch.backends.cudnn.enabled is True
 
 
 def test_every_setting_has_a_reader_and_a_kind():

@@ -628,8 +628,20 @@ SETTINGS = {
     "distributed_initialized": "bool",
     "anomaly_enabled": "bool",
     "anomaly_check_nan": "bool",
+    # torch.get_default_dtype(), as its position in DEFAULT_DTYPES; a factory given no dtype
+    # follows it by itself (runtime/codegen.py), code that passes or compares it reads it
+    "default_dtype": "int",
+    # the backends a kernel may take, where code branches on them itself
+    "cudnn_enabled": "bool",
+    "mkldnn_enabled": "bool",
+    "math_sdp_enabled": "bool",
+    "flash_sdp_enabled": "bool",
+    "mem_efficient_sdp_enabled": "bool",
+    "cudnn_sdp_enabled": "bool",
 }
 MATMUL_PRECISIONS = ("highest", "high", "medium")
+# The dtypes torch.set_default_dtype takes, by position (prim.setting "default_dtype").
+DEFAULT_DTYPES = ("float32", "float64", "float16", "bfloat16")
 # The device types prim.is_device_type compares with (a file naming another is refused):
 # those a tensor has an ``is_*`` flag for (``x.is_cuda``), and the other types of torch.
 DEVICE_TYPES = tuple(

@@ -45,6 +45,9 @@ def _distributed_initialized() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized()
 
 
+# torch's own function, bound before a recording replaces it (trace/patches.py)
+_default_dtype = torch.get_default_dtype
+
 _SETTING_READERS = {
     "num_threads": torch.get_num_threads,
     "num_interop_threads": torch.get_num_interop_threads,
@@ -57,6 +60,13 @@ _SETTING_READERS = {
     "distributed_initialized": _distributed_initialized,
     "anomaly_enabled": torch.is_anomaly_enabled,
     "anomaly_check_nan": torch.is_anomaly_check_nan_enabled,
+    "default_dtype": lambda: opset.DEFAULT_DTYPES.index(dtypes.DTYPE_NAMES[_default_dtype()]),
+    "cudnn_enabled": torch._C._get_cudnn_enabled,
+    "mkldnn_enabled": torch._C._get_mkldnn_enabled,
+    "math_sdp_enabled": torch.backends.cuda.math_sdp_enabled,
+    "flash_sdp_enabled": torch.backends.cuda.flash_sdp_enabled,
+    "mem_efficient_sdp_enabled": torch.backends.cuda.mem_efficient_sdp_enabled,
+    "cudnn_sdp_enabled": torch.backends.cuda.cudnn_sdp_enabled,
 }
 assert set(_SETTING_READERS) == set(opset.SETTINGS)
 

@@ -29,6 +29,10 @@ from .numbers import _Traced
 if TYPE_CHECKING:  # the tracer imports this module
     from .tracer import Tracer
 
+# torch's own, bound before a recording replaces it: the user's reads are guarded
+# (trace/patches.py), the recorder's own are not the user's decisions
+_default_dtype = torch.get_default_dtype
+
 # --- the recording mode ----------------------------------------------------------------
 
 
@@ -373,7 +377,7 @@ class Dispatcher:
         except TypeError:
             if not _has_traced_float((args, kwargs)):
                 raise
-            as_recorded = self._numbers_as_tensors(name, *packed, torch.get_default_dtype())
+            as_recorded = self._numbers_as_tensors(name, *packed, _default_dtype())
             if as_recorded[0] is packed[0] and as_recorded[1] is packed[1]:
                 raise
             with torch._C.DisableTorchFunction():

@@ -25,6 +25,7 @@ import torch
 
 from ..errors import UnsupportedOpError
 from ..ir import ops as opset
+from ..ir.dtypes import DTYPE_NAMES
 from ..source import called_from_user_code as _called_from_user_code
 from . import autocast_state, helpers, library, math_calls, python_random
 from .integers import traced_index
@@ -262,11 +263,12 @@ def _traced_is_inference_mode_enabled() -> bool:
     return mode
 
 
-def _setting_read(original, setting: str, encode=None):
+def _setting_read(original, setting: str, positions: tuple | None = None, name_of=None):
     """A read of a process-wide setting in the user's code (``torch.get_num_threads()``,
     ``torch.cuda.is_available()``...): its answer decided what the code did, so it is
-    guarded (op-set 9, ``prim.setting``), once per answer. ``encode``: the answer as the
-    graph holds it (the matmul precision's position), where it is not a number or bool."""
+    guarded (op-set 9, ``prim.setting``), once per answer. ``positions``: where the answer
+    is not a number or bool, the graph holds its position there (``name_of`` gives the
+    answer's name in it: the matmul precision, the default dtype)."""
     kind = opset.SETTINGS[setting]
 
     def traced(*args, **kwargs):
@@ -274,14 +276,15 @@ def _setting_read(original, setting: str, encode=None):
         active = _tracers.stack
         if active and _called_from_user_code():
             tracer = active[-1]
-            value = encode(real) if encode is not None else real
+            value = real
+            what = f"{_qualified(original)}() ({setting})"
+            if positions is not None:  # the graph holds a position: say what it stands for
+                value = positions.index(name_of(real) if name_of else real)
+                what = f"{what}, {real!r} as position {value} of {positions}"
             if (setting, value) not in tracer.setting_guards:
                 tracer.setting_guards.add((setting, value))
                 loc = tracer.location()
                 ref = tracer._value_node("prim.setting", kind, [setting], loc)
-                what = f"{_qualified(original)}() ({setting})"
-                if encode is not None:  # the graph holds a position: say what it stands for
-                    what = f"{what}, {real!r} as position {value} of {opset.MATMUL_PRECISIONS}"
                 tracer.guard(ref, value, what, "branch" if kind == "bool" else "value", loc)
         return real
 
@@ -290,36 +293,58 @@ def _setting_read(original, setting: str, encode=None):
     return traced
 
 
+class _SettingProperty:
+    """``torch.backends.cudnn.enabled`` and its kind while tracing: a read in the user's
+    code is guarded as :func:`_setting_read`'s are; a write goes to torch's own property."""
+
+    def __init__(self, original, module: str, attribute: str, setting: str):
+        def read():
+            return original.__get__(None, None)
+
+        read.__module__, read.__name__ = module, attribute  # the guard's message names it
+        self.original = original
+        self.read = _setting_read(read, setting)
+
+    def __get__(self, obj, objtype=None):
+        return self.read()
+
+    def __set__(self, obj, value):
+        self.original.__set__(obj, value)
+
+
 def _qualified(function) -> str:
     module = function.__module__ or "torch"
     return f"{'torch' if module == 'torch' else module}.{function.__name__}"
 
 
-_SETTING_FUNCTIONS = [  # (owner, name, setting, encode)
-    (torch, "get_num_threads", "num_threads", None),
-    (torch, "get_num_interop_threads", "num_interop_threads", None),
-    (
-        torch,
-        "get_float32_matmul_precision",
-        "float32_matmul_precision",
-        opset.MATMUL_PRECISIONS.index,
-    ),
-    (torch, "are_deterministic_algorithms_enabled", "deterministic_algorithms", None),
+_SETTING_FUNCTIONS = [  # (owner, name, setting[, positions, name_of]): see _setting_read
+    (torch, "get_num_threads", "num_threads"),
+    (torch, "get_num_interop_threads", "num_interop_threads"),
+    (torch, "get_float32_matmul_precision", "float32_matmul_precision", opset.MATMUL_PRECISIONS),
+    (torch, "are_deterministic_algorithms_enabled", "deterministic_algorithms"),
     (
         torch,
         "is_deterministic_algorithms_warn_only_enabled",
         "deterministic_algorithms_warn_only",
-        None,
     ),
-    (torch.cuda, "is_available", "cuda_available", None),
+    (torch.cuda, "is_available", "cuda_available"),
     # torch.autograd.detect_anomaly() switches these: code may take a debugging path
-    (torch, "is_anomaly_enabled", "anomaly_enabled", None),
-    (torch, "is_anomaly_check_nan_enabled", "anomaly_check_nan", None),
+    (torch, "is_anomaly_enabled", "anomaly_enabled"),
+    (torch, "is_anomaly_check_nan_enabled", "anomaly_check_nan"),
+    (torch, "get_default_dtype", "default_dtype", opset.DEFAULT_DTYPES, DTYPE_NAMES.get),
+    (torch.backends.cuda, "math_sdp_enabled", "math_sdp_enabled"),
+    (torch.backends.cuda, "flash_sdp_enabled", "flash_sdp_enabled"),
+    (torch.backends.cuda, "mem_efficient_sdp_enabled", "mem_efficient_sdp_enabled"),
+    (torch.backends.cuda, "cudnn_sdp_enabled", "cudnn_sdp_enabled"),
+]
+# Settings that are attributes of torch.backends' modules (``torch.backends.cudnn.enabled``):
+# a descriptor of the module's class reads them (backends.ContextProp).
+_SETTING_PROPERTIES = [  # (module, attribute, setting)
+    (torch.backends.cudnn, "enabled", "cudnn_enabled"),
+    (torch.backends.mkldnn, "enabled", "mkldnn_enabled"),
 ]
 if torch.distributed.is_available():
-    _SETTING_FUNCTIONS.append(
-        (torch.distributed, "is_initialized", "distributed_initialized", None)
-    )
+    _SETTING_FUNCTIONS.append((torch.distributed, "is_initialized", "distributed_initialized"))
 
 _TRACED_MATH = {name: _traced_math(name) for name in _MATH_OPS}
 
@@ -555,8 +580,11 @@ class BuiltinPatches:
         self._depth = 0
 
     def add(self, owner, name: str, replacement) -> None:
-        """Replace ``owner.name`` by ``replacement`` while tracing."""
-        self._entries.append((owner, name, getattr(owner, name), replacement))
+        """Replace ``owner.name`` by ``replacement`` while tracing. A class's own entry is
+        taken as it is stored (a descriptor, a staticmethod), not as reading it gives it."""
+        own = isinstance(owner, type) and name in vars(owner)
+        original = vars(owner)[name] if own else getattr(owner, name)
+        self._entries.append((owner, name, original, replacement))
 
     @property
     def installed(self) -> bool:
@@ -638,9 +666,12 @@ for _name in math_calls.names(cmath):
     BUILTIN_PATCHES.add(cmath, _name, _guarded_cmath(_name))
 BUILTIN_PATCHES.add(torch, "is_grad_enabled", _traced_is_grad_enabled)
 BUILTIN_PATCHES.add(torch, "is_inference_mode_enabled", _traced_is_inference_mode_enabled)
-for _owner, _name, _setting, _encode in _SETTING_FUNCTIONS:
-    _function = getattr(_owner, _name)
-    BUILTIN_PATCHES.add(_owner, _name, _setting_read(_function, _setting, _encode))
+for _owner, _name, *_read in _SETTING_FUNCTIONS:
+    BUILTIN_PATCHES.add(_owner, _name, _setting_read(getattr(_owner, _name), *_read))
+for _module, _name, _setting in _SETTING_PROPERTIES:
+    _property = vars(type(_module))[_name]
+    _replacement = _SettingProperty(_property, _module.__name__, _name, _setting)
+    BUILTIN_PATCHES.add(type(_module), _name, _replacement)
 for _name, _read, _device in (
     ("is_autocast_enabled", autocast_state.read_enabled, "cuda"),
     ("get_autocast_dtype", autocast_state.read_dtype, "cuda"),
