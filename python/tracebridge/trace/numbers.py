@@ -155,8 +155,18 @@ class _Traced:
             return miss_hash(self)
         return hash(self._tracer.specialize(self, type(self._concrete()).__name__))
 
+    # A number is immutable: its copy is itself, still traced (``copy.deepcopy`` of a
+    # shape list before editing it). Pickled, its value is read (bytes that a later
+    # comparison decides on): guarded.
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
     def __reduce__(self):
-        return (type(self._concrete()), (self._concrete(),))
+        value = self._concrete()
+        return (type(value), (self._tracer.specialize(self, type(value).__name__, "pickled"),))
 
     def __new__(
         cls, value=0, tracer: Tracer | None = None, ref: Ref | None = None, desc="", lazy=None
@@ -290,7 +300,18 @@ def modular_pow(base, exp, mod):
 
 
 class SymSize(tuple):
-    """What ``x.shape`` and ``x.size()`` return while tracing: a tuple of SymInts."""
+    """What ``x.shape`` and ``x.size()`` return while tracing: a tuple of SymInts, and
+    what ``torch.Size(sizes)`` makes of traced sizes (trace/patches.py); as torch.Size,
+    a slice of it and a tuple added to it are sizes too, and its ``numel`` is traced."""
+
+    def __getitem__(self, index):
+        item = tuple.__getitem__(self, index)
+        return SymSize(item) if isinstance(index, slice) else item
+
+    def __add__(self, other):
+        if not isinstance(other, tuple):
+            return NotImplemented
+        return SymSize(tuple.__add__(self, other))
 
     def numel(self):
         result = 1

@@ -29,7 +29,7 @@ from ..ir.dtypes import DTYPE_NAMES
 from ..source import called_from_user_code as _called_from_user_code
 from . import autocast_state, helpers, library, math_calls, python_random
 from .integers import traced_index
-from .numbers import _Traced, modular_pow
+from .numbers import SymSize, _Traced, modular_pow
 
 if TYPE_CHECKING:  # the tracer imports this module
     from .tracer import Tracer
@@ -146,10 +146,10 @@ def _unrolled(tracer: Tracer, *args):
 
 # ``torch.Size(sizes)`` reads each size with ``__index__`` in C: built from traced sizes
 # (torch.distributions' sample shapes, ``torch.Size(sample_shape + batch_shape)``) it would
-# fix them all. A torch.Size made by concatenation keeps its items as they are, so while
-# tracing, one built from traced sizes holds them: still a real torch.Size, still general.
-# ``isinstance(s, torch.Size)`` holds as before; what does not, while a trace runs, is code
-# that compares the class by identity: ``type(s) is torch.Size``. ``pickle`` finds a class
+# fix them all. While tracing, one built from traced sizes is what ``x.shape`` is, a
+# SymSize (trace/numbers.py), whose ``numel()`` is traced (torch.Size's reads the sizes in
+# C). ``isinstance(s, torch.Size)`` holds for both; what does not, while a trace runs, is
+# code that compares the class by identity: ``type(s) is torch.Size``. ``pickle`` finds a class
 # by name (``torch.Size``) and refused a torch.Size while the stand-in is there, in any
 # thread of the process ("not the same object as torch.Size"): :func:`_size_pickling`
 # pickles one as a call of the stand-in, which carries torch.Size's name, so the bytes
@@ -158,11 +158,13 @@ _original_size = torch.Size
 
 
 class _TracedSizeMeta(type):
+    # ``x.shape`` is a SymSize while tracing (trace/numbers.py): a torch.Size, for code
+    # that asks (``isinstance(shape, torch.Size)`` took the other branch)
     def __instancecheck__(cls, obj):
-        return isinstance(obj, _original_size)
+        return isinstance(obj, (_original_size, SymSize))
 
     def __subclasscheck__(cls, sub):
-        return issubclass(sub, _original_size)
+        return issubclass(sub, (_original_size, SymSize))
 
     def __getattr__(cls, name):  # torch.Size.numel, torch.Size.__add__, ...
         return getattr(_original_size, name)
@@ -179,7 +181,7 @@ class _traced_size(metaclass=_TracedSizeMeta):  # noqa: N801 - stands in for tor
             return _original_size(items)
         # PyTorch's own checks of the items, on their values (no guard): ints only.
         _original_size(d._concrete() if isinstance(d, _Traced) else d for d in items)
-        return _original_size() + items
+        return SymSize(items)  # as x.shape is: torch.Size's numel() would read them in C
 
 
 # Pickled by name, the stand-in is torch.Size: ``torch.Size((2, 3))`` in the bytes.
