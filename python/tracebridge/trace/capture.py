@@ -21,7 +21,15 @@ from ..errors import TraceError, TracerWarning, UnsupportedOpError
 from ..ir import Graph, StateEntry, pytree
 from ..ir.pytree import is_tensor
 from ..source import raised_at, source_line
-from . import autocast, autocast_state, caches, carried_reads, own_hooks, rebound_buffers
+from . import (
+    autocast,
+    autocast_state,
+    caches,
+    carried_reads,
+    numpy_generators,
+    own_hooks,
+    rebound_buffers,
+)
 from .integers import stand_ins_in_modules_of
 from .numbers import number_given_for_tensor
 from .text import SymStr
@@ -171,15 +179,18 @@ def _renormed_weights(module: torch.nn.Module) -> list[tuple[torch.Tensor, torch
 
 
 @contextlib.contextmanager
-def numpy_rng_kept():
+def numpy_rng_kept(func: Callable | None = None):
     """Run a whole trace and then put back numpy's global generator, where numpy is
     imported: model code may draw from it (a random mask), and tracing with its checks
     runs the code many times where eager use ran it once. (Once per trace, not per
-    :func:`preserved` block: reading its state costs about 100 us.)"""
+    :func:`preserved` block: reading its state costs about 100 us.) The generators
+    ``func`` keeps are put back too, and a recording that draws from one is refused
+    (trace/numpy_generators.py)."""
     numpy = sys.modules.get("numpy")
     state = numpy.random.get_state() if numpy is not None else None
     try:
-        yield
+        with numpy_generators.kept(func) if func is not None else contextlib.nullcontext():
+            yield
     finally:
         if state is not None:
             numpy.random.set_state(state)
@@ -295,7 +306,9 @@ def capture(
     for leaf, name in zip(leaves, leaf_names(graph.arg_names, args, kwargs)):
         tracer.add_input(leaf, name)
     try:
+        generators = numpy_generators.states()
         graph = _record(tracer, fn, args, kwargs, strict)
+        numpy_generators.refuse_draws(generators)
         tracer.memo_tables.check(tracer)
         return graph
     finally:

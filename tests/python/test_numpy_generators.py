@@ -1,0 +1,108 @@
+"""numpy random generators kept by the traced code (issue 20, items 3 and 4).
+
+A ``np.random.Generator`` or ``np.random.RandomState`` the model keeps (an attribute, a
+global of its code) draws outside torch: a trace would hold the example's draw as a
+constant where eager draws anew on every call. Such a draw is refused with the
+generator's name, and tracing leaves every generator's state as it found it.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import tracebridge
+from tracebridge.errors import UnsupportedOpError
+
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
+
+GLOBAL_RNG = np.random.default_rng(0)
+
+
+class KeptGenerator(nn.Module):
+    def __init__(self, rng, draw):
+        super().__init__()
+        self.rng, self.draw = rng, draw
+
+    def forward(self, x):
+        return self.draw(self.rng, x)
+
+
+DRAWS = {
+    "random": lambda rng, x: x * float(rng.random()),
+    "integers": lambda rng, x: torch.roll(x, int(rng.integers(0, 3)), 1),
+    "normal_array": lambda rng, x: x + torch.from_numpy(rng.normal(size=x.shape[1])).float(),
+}
+# RandomState's names for the first two
+LEGACY_DRAWS = {
+    **DRAWS,
+    "random": lambda rng, x: x * float(rng.random_sample()),
+    "integers": lambda rng, x: torch.roll(x, int(rng.randint(0, 3)), 1),
+}
+MAKERS = {
+    "Generator": (lambda: np.random.default_rng(0), DRAWS),
+    "RandomState": (lambda: np.random.RandomState(0), LEGACY_DRAWS),
+}
+
+
+def _state(rng):
+    if isinstance(rng, np.random.RandomState):
+        kind, keys, pos, *_ = rng.get_state()
+        return kind, keys.tolist(), pos
+    return rng.bit_generator.state
+
+
+@pytest.mark.parametrize("kind", sorted(MAKERS))
+@pytest.mark.parametrize("draw", sorted(DRAWS))
+@pytest.mark.parametrize("check", [True, False])
+def test_a_draw_from_a_kept_numpy_generator_is_refused_and_its_state_kept(kind, draw, check):
+    make, draws = MAKERS[kind]
+    rng = make()
+    model = KeptGenerator(rng, draws[draw])
+    before = _state(rng)
+    with pytest.raises(
+        UnsupportedOpError, match=rf"drew random numbers from self\.rng \(a numpy {kind}"
+    ):
+        tracebridge.trace(model, torch.ones(2, 3), check_trace=check)
+    assert _state(rng) == before
+
+
+def _from_a_global_generator(x):
+    return x * float(GLOBAL_RNG.random())
+
+
+def test_a_draw_from_a_global_numpy_generator_is_refused_naming_it():
+    before = GLOBAL_RNG.bit_generator.state
+    with pytest.raises(UnsupportedOpError, match="GLOBAL_RNG"):
+        tracebridge.trace(_from_a_global_generator, torch.ones(2, 3))
+    assert GLOBAL_RNG.bit_generator.state == before
+
+
+def test_a_generator_made_in_forward_from_a_fixed_seed_draws_alike_every_call():
+    def fixed(x):  # the same number on every call: a trace holds it rightly
+        return x * float(np.random.default_rng(7).random())
+
+    traced = tracebridge.trace(fixed, torch.ones(2, 3))
+    assert torch.allclose(traced(torch.ones(4, 3)), fixed(torch.ones(4, 3)))
+
+
+def test_a_kept_generator_left_unused_is_traced_and_kept():
+    rng = np.random.default_rng(3)
+    model = KeptGenerator(rng, lambda r, x: x * 2)
+    before = _state(rng)
+    traced = tracebridge.trace(model, torch.ones(2, 3), check_inputs=[torch.ones(5, 3)])
+    assert torch.equal(traced(torch.ones(4, 3)), torch.full((4, 3), 2.0))
+    assert _state(rng) == before
+
+
+def test_a_python_random_instance_kept_by_the_model_is_refused_and_left_as_it_was():
+    rng = random.Random(5)
+    model = KeptGenerator(rng, lambda r, x: x * r.uniform(0.5, 1.5))
+    before = rng.getstate()
+    with pytest.raises(UnsupportedOpError, match=r"random\.uniform"):
+        tracebridge.trace(model, torch.ones(2, 3))
+    assert rng.getstate() == before
