@@ -28,6 +28,7 @@ from . import (
     carried_reads,
     numpy_generators,
     own_hooks,
+    param_writes,
     rebound_buffers,
 )
 from .integers import stand_ins_in_modules_of
@@ -79,7 +80,6 @@ def _restore_modes(modes, flags) -> None:
 _MISSING = object()
 _TABLE_TYPES = (dict, OrderedDict)
 _OWN_TABLES = frozenset({"_parameters", "_buffers", "_modules"})
-_FROZEN_COPY_BYTES = 64 * 2**20  # frozen parameters copied before each recording, at most
 
 
 def _fingerprint(table: dict) -> tuple[list, list]:
@@ -143,7 +143,9 @@ def _plain_tensors(module: torch.nn.Module) -> list[tuple[torch.Tensor, int, tor
     attribute (``self.calls = torch.zeros(())``), an item of a dict, list or tuple
     attribute -- each with a copy: code that writes into one in place (a call counter, a
     running statistic kept by hand) has it put back like a buffer (tracing runs the code
-    many times, eager use once). Parameters are left to the warning below."""
+    many times, eager use once). A Parameter held so (not registered: in a plain list) is
+    such a tensor too; registered ones are copied when written (trace/param_writes.py)."""
+    registered = {id(p) for p in module.parameters()}
     found: dict[int, torch.Tensor] = {}
     for mod in module.modules():
         for key, value in vars(mod).items():
@@ -156,7 +158,7 @@ def _plain_tensors(module: torch.nn.Module) -> list[tuple[torch.Tensor, int, tor
             else:
                 items = [value]
             for item in items:
-                if isinstance(item, torch.Tensor) and not isinstance(item, torch.nn.Parameter):
+                if isinstance(item, torch.Tensor) and id(item) not in registered:
                     found.setdefault(id(item), item)
     kept = []
     for tensor in found.values():
@@ -214,19 +216,18 @@ def preserved(module: torch.nn.Module | None):
         attributes = _attributes(module)
         saved_buffers = [(b, b.detach().clone()) for b in module.buffers() if b is not None]
         plain = _plain_tensors(module)
-        # A frozen parameter written in place by forward (an EMA, DINO's center) is state
-        # the code keeps: put back like a buffer, where the frozen weights are small (a copy
-        # for each recording; a frozen backbone of a large model is only warned of below).
-        frozen = [p for p in module.parameters() if not p.requires_grad]
-        if sum(p.numel() * p.element_size() for p in frozen) <= _FROZEN_COPY_BYTES:
-            plain += [(p, p._version, p.detach().clone()) for p in frozen]
         saved_params = [(p, p._version) for p in module.parameters()]
         renormed = _renormed_weights(module)
         modes = [(m, m.training) for m in module.modules()]
         flags = [(p, p.requires_grad) for p in module.parameters()]
         _clear_mode_caches(modes, flags)
+    params = [p for p, _ in saved_params]
+    copied: dict = {}
     try:
-        yield
+        # a parameter the code writes is copied before its first write (the tracer sees
+        # it) or here, where it was seen written before: trace/param_writes.py
+        with param_writes.block(params) as copied:
+            yield
     finally:
         _clear_mode_caches(modes, flags)
         _restore_attributes(attributes)  # training flags are attributes: put back too
@@ -245,16 +246,28 @@ def preserved(module: torch.nn.Module | None):
             for weight, copy in renormed:
                 weight.copy_(copy)
         put_back = {id(weight) for weight, _ in renormed} | {id(t) for t, _, _ in plain}
+        put_back |= set(copied)
         changed = [
             p for p, version in saved_params if p._version != version and id(p) not in put_back
         ]
         if changed:
-            warnings.warn(
-                f"the traced code changed {len(changed)} parameter(s) in place; "
-                "tracebridge could not undo it",
-                TracerWarning,
-                stacklevel=3,
-            )
+            _warn_unseen_writes(module, changed)
+
+
+def _warn_unseen_writes(module: torch.nn.Module, changed: list[torch.Tensor]) -> None:
+    """Parameters written where no tracer saw the write (no copy was made): said by name;
+    copied before every later run (trace/param_writes.py)."""
+    param_writes.note_unseen(changed)
+    ids = {id(p) for p in changed}
+    names = [n for n, p in module.named_parameters() if id(p) in ids]
+    warnings.warn(
+        f"the traced code changed parameter(s) {', '.join(names[:5])}"
+        f"{' ...' if len(names) > 5 else ''} in place where tracebridge did not see the "
+        "write, so it could not undo it: they stay changed (later runs of the trace put "
+        "them back). Reload their values if this run should not have moved them",
+        TracerWarning,
+        stacklevel=4,
+    )
 
 
 def _alias(tensor: torch.Tensor) -> torch.Tensor:
