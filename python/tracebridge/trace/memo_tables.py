@@ -46,12 +46,18 @@ _SIZE_READS = frozenset(
 _NO_DATA_READS = TENSOR_FLAG_READS | frozenset("prim.dtype prim.device prim.requires_grad".split())
 # Ops that read only the sizes, dtype and device of the argument at this position.
 _SIZE_ARGUMENT = {
+    **dict.fromkeys("empty_like zeros_like ones_like full_like".split(), 0),
+    **dict.fromkeys("Tensor.expand_as Tensor.view_as Tensor.reshape_as".split(), 1),
+}
+# Ops that read only the dtype and device of the tensor arguments from this position on
+# (``x.new_ones(n)``, ``t.to(x)``, ``t.type_as(x)``): nothing of a call's sizes or data.
+_META_ARGUMENTS = {
     **dict.fromkeys(
-        "empty_like zeros_like ones_like full_like Tensor.new_zeros Tensor.new_ones "
-        "Tensor.new_full Tensor.new_empty Tensor.new_tensor".split(),
+        "Tensor.new_zeros Tensor.new_ones Tensor.new_full Tensor.new_empty "
+        "Tensor.new_tensor".split(),
         0,
     ),
-    **dict.fromkeys("Tensor.type_as Tensor.expand_as Tensor.view_as Tensor.reshape_as".split(), 1),
+    **dict.fromkeys("Tensor.type_as Tensor.to".split(), 1),
 }
 # Ops whose result's size the values of a tensor argument decide.
 _DATA_SIZED = frozenset(
@@ -79,6 +85,40 @@ def kept():
         for table, entries in tables.values():
             dict.clear(table)
             dict.update(table, entries)
+
+
+_ASKED_NEVER = 2**40  # added to the sizes of a key: a size no call has
+
+
+def missed_next() -> bool:
+    """Make the next eager call miss where an earlier eager call of the trace's checks
+    filled a memo the trace looked up with a traced key, as every call of the trace does:
+    each entry added since the trace began moves under a key no call asks for (its sizes
+    moved past any size), so that the memo keeps its size and a value that reads what the
+    calls before left (a counter, ``len(memo)``) is computed anew and differs from the
+    trace, which check/repeated.py then refuses. (A key with no size is dropped.) Whether
+    any entry moved."""
+    moved = False
+    if not _TRACES:
+        return moved
+    for table, entries in _TRACES[-1].values():
+        for key in [k for k in list(dict.keys(table)) if k not in entries]:
+            moved = True
+            value = dict.pop(table, key)
+            elsewhere = _never_asked(key)
+            if elsewhere is not None:
+                dict.__setitem__(table, elsewhere, value)
+    return moved
+
+
+def _never_asked(key):
+    """``key`` with its sizes moved past any real size (None: it holds no size)."""
+    if type(key) is int:
+        return key + _ASKED_NEVER
+    if type(key) is tuple:
+        moved = tuple(_never_asked(k) if type(k) in (int, tuple) else k for k in key)
+        return moved if moved != key and None not in moved else None
+    return None
 
 
 class MemoTables:
@@ -134,13 +174,19 @@ class MemoTables:
                     )
                 source = _data_source(tracer, value, key)
                 if source is not None:
+                    remedy = (
+                        "Put every size the value reads in the key (memo[n, c], not "
+                        "memo[n]), or compute the value on every call"
+                        if "size" in source and "values decide" not in source
+                        else "Compute the value on every call, or make it state the model "
+                        "holds (a buffer set once, before tracing)"
+                    )
                     raise TraceError(
                         f"the memo {label} keeps, under a key of traced sizes, a value "
                         f"computed from {source}"
                         f"{f' (filled at {filled_at})' if filled_at else ''}: an eager call "
                         "reuses the value an earlier call stored, a traced call would "
-                        "compute its own. Compute the value on every call, or make it state "
-                        "the model holds (a buffer set once, before tracing)"
+                        f"compute its own. {remedy}"
                     )
 
     def restore(self) -> None:
@@ -196,12 +242,15 @@ def _traced_by(key, tracer, depth: int) -> bool:
 
 def _data_source(tracer, value, key) -> str | None:
     """What of a call ``value`` was computed from that neither its memo's ``key`` nor a
-    size decides ("the input's data", "a random draw"), or None where only the key, sizes,
-    literals and state made it (what the key's numbers decide, a hit holds too). The
-    walk goes back through the graph; where only a tensor's sizes are read (``x.shape``,
-    ``ones_like``), only what decided its sizes is followed."""
+    size in the key decides ("the input's data", "a random draw", "the size x.shape[1]"),
+    or None where only the key, literals and state made it (what the key's numbers
+    decide, a hit holds too). The walk goes back through the graph; where only a tensor's
+    sizes are read (``x.shape``, ``ones_like``), only what decided its sizes is followed,
+    and a size of an input that the key does not hold is named: eager keeps the value the
+    first call of the key computed from its own size, a trace would use each call's."""
     inputs = {v.id for v in tracer.graph.inputs}
     given = {ref.id for ref in _refs_of(tracer, key, _DEPTH)}
+    key_sizes = {size for ref in given if (size := _input_size(tracer, ref, inputs))}
     todo = [(ref.id, False) for ref in _refs_of(tracer, value, _DEPTH)]
     seen: set[tuple[int, bool]] = set()
     while todo:
@@ -213,12 +262,21 @@ def _data_source(tracer, value, key) -> str | None:
         if vid in given:
             continue
         if vid in inputs:
-            if sizes_only:
-                continue  # a size of the call: part of the memo's key
-            return "the input's data"
+            if not sizes_only:
+                return "the input's data"
+            rank = len(_value(tracer, vid).shape or ())
+            if all((vid, dim) in key_sizes for dim in range(rank)):
+                continue  # every size of the input is in the key
+            return f"the sizes of {_value(tracer, vid).name}, which its key does not hold all of"
         node = tracer._producers.get(vid)
         if node is None or node.op in _NO_DATA_READS:
             continue
+        size = _input_size(tracer, vid, inputs)
+        if size is not None:
+            if size in key_sizes:
+                continue
+            name = _value(tracer, size[0]).name
+            return f"the size {name}.shape[{size[1]}], which its key does not hold"
         if sizes_only and _sized_by_data(tracer, node):
             return "a size that the input's values decide"
         if node.op in RANDOM_OPS and not sizes_only:
@@ -227,15 +285,30 @@ def _data_source(tracer, value, key) -> str | None:
     return None
 
 
+def _input_size(tracer, vid, inputs) -> tuple[int, int] | None:
+    """(input, dimension) where value ``vid`` is ``input.shape[dimension]``, else None."""
+    node = tracer._producers.get(vid)
+    if node is None or node.op != "prim.size" or len(node.args) < 2:
+        return None
+    tensor, dim = node.args[0], node.args[1]
+    if not isinstance(tensor, Ref) or tensor.id not in inputs or type(dim) is not int:
+        return None
+    rank = len(_value(tracer, tensor.id).shape or ())
+    return (tensor.id, dim + rank if dim < 0 else dim)
+
+
 def _arguments(tracer, node, sizes_only: bool) -> list[tuple[int, bool]]:
     """What of each argument of ``node`` its result (or its result's sizes) depends on."""
     shape_of = node.op in _SIZE_READS
     skipped = _SIZE_ARGUMENT.get(node.op)
+    meta_from = _META_ARGUMENTS.get(node.op)
     steps = []
     for index, arg in enumerate([*node.args, *node.kwargs.values()]):
         for ref in refs_in(arg):
             tensor = _value(tracer, ref.id)
             tensor = tensor is not None and tensor.kind == "Tensor"
+            if tensor and meta_from is not None and index >= meta_from:
+                continue  # its dtype and device only
             # A tensor whose sizes alone make the result's (or whose sizes only are read);
             # any number, and a tensor whose values the result holds, counts whole.
             whole = not (tensor and (sizes_only or shape_of or index == skipped))
