@@ -106,3 +106,21 @@ def test_a_python_random_instance_kept_by_the_model_is_refused_and_left_as_it_wa
     with pytest.raises(UnsupportedOpError, match=r"random\.uniform"):
         tracebridge.trace(model, torch.ones(2, 3))
     assert rng.getstate() == before
+
+
+class Augment:
+    """A plain object (no module) whose method draws from the generator it keeps."""
+
+    def __init__(self):
+        self.rng = np.random.default_rng(1)
+
+    def apply(self, x):
+        return x * float(self.rng.uniform(0.5, 1.5))
+
+
+def test_a_draw_from_a_generator_kept_by_a_traced_methods_object_is_refused():
+    augment = Augment()
+    before = augment.rng.bit_generator.state
+    with pytest.raises(UnsupportedOpError, match=r"self\.rng \(a numpy Generator"):
+        tracebridge.trace(augment.apply, torch.ones(2, 3))
+    assert augment.rng.bit_generator.state == before

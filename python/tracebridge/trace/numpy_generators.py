@@ -93,6 +93,8 @@ def _places(func) -> list[tuple[str, dict]]:
         owner = getattr(func, "__self__", None)
         if isinstance(owner, torch.nn.Module):
             return _places(owner)
+        if owner is not None and isinstance(getattr(owner, "__dict__", None), dict):
+            places.append(("self.", vars(owner)))  # a method of another object
         functions.append(getattr(func, "__func__", func))
     for fn in functions:
         if not isinstance(fn, types.FunctionType):
@@ -117,7 +119,11 @@ def found_in(func) -> list[tuple[str, object]]:
         return []
     shared = sys.modules["numpy"].random.mtrand._rand
     found: dict[int, tuple[str, object]] = {}
+    looked: set[int] = set()  # a module's globals, once for all its classes' sub-modules
     for prefix, namespace in _places(func):
+        if id(namespace) in looked:
+            continue
+        looked.add(id(namespace))
         for name, value in list(namespace.items()):
             for path, item in _items(value, _DEPTH):
                 if type(item) in kinds and item is not shared:
