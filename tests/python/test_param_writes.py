@@ -145,3 +145,27 @@ def test_a_large_frozen_parameter_written_in_place_is_put_back():
     model = LargeFrozenTeacher()
     tracebridge.trace(model, torch.ones(2, 3), check_inputs=[torch.ones(5, 3)])
     assert torch.count_nonzero(model.weight) == 0
+
+
+class Helper:
+    """A plain object holding a tensor (no module, no buffer)."""
+
+    def __init__(self):
+        self.count = torch.zeros(())
+
+
+class CountsInAHelper(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.helper = Helper()
+
+    def forward(self, x):
+        self.helper.count.add_(1)
+        return x * 2
+
+
+@pytest.mark.parametrize("options", sorted(TRACES))
+def test_a_tensor_of_a_plain_object_written_in_place_is_put_back(options):
+    model = CountsInAHelper()
+    tracebridge.trace(model, torch.ones(2, 3), **TRACES[options])
+    assert model.helper.count.item() == 0

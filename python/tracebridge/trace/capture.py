@@ -141,10 +141,11 @@ def _restore_attributes(saved: list[tuple]) -> None:
 def _plain_tensors(module: torch.nn.Module) -> list[tuple[torch.Tensor, int, torch.Tensor]]:
     """Tensors a sub-module holds outside its parameter and buffer tables -- a plain
     attribute (``self.calls = torch.zeros(())``), an item of a dict, list or tuple
-    attribute -- each with a copy: code that writes into one in place (a call counter, a
-    running statistic kept by hand) has it put back like a buffer (tracing runs the code
-    many times, eager use once). A Parameter held so (not registered: in a plain list) is
-    such a tensor too; registered ones are copied when written (trace/param_writes.py)."""
+    attribute, an attribute of a plain object it holds -- each with a copy: code that
+    writes into one in place (a call counter, a running statistic kept by hand) has it put
+    back like a buffer (tracing runs the code many times, eager use once). A Parameter
+    held so (not registered: in a plain list) is such a tensor too; registered ones are
+    copied when written (trace/param_writes.py)."""
     registered = {id(p) for p in module.parameters()}
     found: dict[int, torch.Tensor] = {}
     for mod in module.modules():
@@ -155,6 +156,8 @@ def _plain_tensors(module: torch.nn.Module) -> list[tuple[torch.Tensor, int, tor
                 items = list(value.values())
             elif isinstance(value, (list, tuple)):
                 items = list(value)
+            elif _plain_object(value):
+                items = list(vars(value).values())  # ``self.helper.t``
             else:
                 items = [value]
             for item in items:
@@ -166,6 +169,17 @@ def _plain_tensors(module: torch.nn.Module) -> list[tuple[torch.Tensor, int, tor
             continue  # no version to follow, or no values: nothing to put back
         kept.append((tensor, tensor._version, tensor.detach().clone()))
     return kept
+
+
+def _plain_object(value) -> bool:
+    """Whether ``value`` is an instance of a user's class holding attributes (not a module,
+    a tensor, a class, a function or a Python module)."""
+    return (
+        isinstance(getattr(value, "__dict__", None), dict)
+        and not isinstance(value, (torch.nn.Module, torch.Tensor, type))
+        and not callable(value)
+        and not inspect.ismodule(value)
+    )
 
 
 def _renormed_weights(module: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
