@@ -544,3 +544,27 @@ def test_a_memo_keyed_on_length_device_and_dtype_stays_general(tmp_path):
     # the key's device and dtype are guarded, no size is
     assert not [g for g in traced.guards if "dtype" not in g and "device" not in g]
     _same_on_other_sizes(model, traced, tmp_path, [(2, 7, 4), (3, 2, 6)])
+
+
+class WidthOfAProjection(nn.Module):
+    """The value reads the width of a tensor the code made: the weights fix it."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(3, 4)
+        self.tables = {}
+
+    def forward(self, x):
+        h = self.proj(x)
+        n = x.shape[0]
+        if n not in self.tables:
+            self.tables[n] = torch.ones(n, h.shape[1]).cumsum(0)
+        return h * self.tables[n]
+
+
+def test_a_memo_reading_a_width_the_weights_fix_is_guarded_on_it_only(tmp_path):
+    torch.manual_seed(0)
+    model = WidthOfAProjection()
+    traced = tracebridge.trace(model, torch.randn(5, 3))
+    assert len(traced.guards) == 1 and "== 4" in traced.guards[0]
+    _same_on_other_sizes(model, traced, tmp_path, [(2, 3), (7, 3), (5, 3)])

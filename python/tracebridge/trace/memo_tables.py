@@ -172,8 +172,11 @@ class MemoTables:
                         "returns the kept value, a traced call would compute it. Empty the "
                         "memo before tracing, or make the kept values state the model holds"
                     )
-                source = _data_source(tracer, value, key)
-                if source is not None:
+                unkeyed: list = []
+                source = _data_source(tracer, value, key, unkeyed)
+                if source is None:
+                    _guard_sizes(tracer, unkeyed, label, filled_at)
+                else:
                     remedy = (
                         "Put every size the value reads in the key (memo[n, c], not "
                         "memo[n]), or compute the value on every call"
@@ -240,49 +243,83 @@ def _traced_by(key, tracer, depth: int) -> bool:
     return False
 
 
-def _data_source(tracer, value, key) -> str | None:
+def _data_source(tracer, value, key, unkeyed: list) -> str | None:
     """What of a call ``value`` was computed from that neither its memo's ``key`` nor a
-    size in the key decides ("the input's data", "a random draw", "the size x.shape[1]"),
-    or None where only the key, literals and state made it (what the key's numbers
-    decide, a hit holds too). The walk goes back through the graph; where only a tensor's
-    sizes are read (``x.shape``, ``ones_like``), only what decided its sizes is followed,
-    and a size of an input that the key does not hold is named: eager keeps the value the
-    first call of the key computed from its own size, a trace would use each call's."""
+    size in the key decides ("the input's data", "a random draw", "the sizes of x"), or
+    None where only the key, literals, state and the sizes added to ``unkeyed`` made it
+    (what the key's numbers decide, a hit holds too). The walk goes back through the
+    graph; where only a tensor's sizes are read (``x.shape``, ``ones_like``), only what
+    decided its sizes is followed.
+
+    A size of an input that the key does not hold (``x.shape[1]`` in
+    ``memo[x.shape[0]]``) is named: eager keeps the value the first call of a key computed
+    from its own size, a trace would compute each call's, and a guard would not do
+    (eager, called at another size first, then holds that size's value for the example's
+    key). A size of a tensor the code made (``h.shape[-1]`` of a projection) is most often
+    fixed by the weights: it is added to ``unkeyed``, to be guarded. (Where it follows the
+    input's sizes instead, the guard holds it to the example's.)"""
     inputs = {v.id for v in tracer.graph.inputs}
     given = {ref.id for ref in _refs_of(tracer, key, _DEPTH)}
     key_sizes = {size for ref in given if (size := _input_size(tracer, ref, inputs))}
-    todo = [(ref.id, False) for ref in _refs_of(tracer, value, _DEPTH)]
-    seen: set[tuple[int, bool]] = set()
+    # (value, only its sizes are read, under a size that will be guarded)
+    todo = [(ref.id, False, False) for ref in _refs_of(tracer, value, _DEPTH)]
+    seen: set[tuple[int, bool, bool]] = set()
     while todo:
         step = todo.pop()
         if step in seen:
             continue
         seen.add(step)
-        vid, sizes_only = step
+        vid, sizes_only, guarded = step
         if vid in given:
             continue
         if vid in inputs:
             if not sizes_only:
                 return "the input's data"
             rank = len(_value(tracer, vid).shape or ())
-            if all((vid, dim) in key_sizes for dim in range(rank)):
-                continue  # every size of the input is in the key
+            if guarded or all((vid, dim) in key_sizes for dim in range(rank)):
+                continue  # every size of the input is in the key (or guarded)
             return f"the sizes of {_value(tracer, vid).name}, which its key does not hold all of"
         node = tracer._producers.get(vid)
         if node is None or node.op in _NO_DATA_READS:
             continue
         size = _input_size(tracer, vid, inputs)
         if size is not None:
-            if size in key_sizes:
+            if size in key_sizes or guarded:
                 continue
             name = _value(tracer, size[0]).name
             return f"the size {name}.shape[{size[1]}], which its key does not hold"
+        if node.op == "prim.size" and not guarded and _size_number(tracer, vid) is not None:
+            unkeyed.append(vid)  # guarded; what decided it is still looked at for data
+            guarded = True
         if sizes_only and _sized_by_data(tracer, node):
             return "a size that the input's values decide"
         if node.op in RANDOM_OPS and not sizes_only:
             return "a random draw"
-        todo.extend(_arguments(tracer, node, sizes_only))
+        todo.extend((*arg, guarded) for arg in _arguments(tracer, node, sizes_only))
     return None
+
+
+def _size_number(tracer, vid):
+    """The traced size whose graph value is ``vid`` (None: none is known)."""
+    for number in tracer._size_cache.values():
+        ref = getattr(number, "_ref", None)
+        if ref is not None and ref.id == vid:
+            return number
+    return None
+
+
+def _guard_sizes(tracer, vids: list, label: str, filled_at: str | None) -> None:
+    """Guard each size a memo's value read beside its key, and say so once."""
+    for vid in dict.fromkeys(vids):
+        number = _size_number(tracer, vid)
+        tracer.guard(Ref(vid), number._concrete(), number._desc, "value", filled_at)
+        tracer.warn(
+            f"the memo {label} keeps, under a key that leaves out {number._desc}, a value "
+            f"that reads it{f' (filled at {filled_at})' if filled_at else ''}: eager reuses "
+            "the value an earlier call stored for the key, also where that size differs, "
+            f"so the trace serves {number._desc} == {number._concrete()} only. Put the size "
+            "in the key (memo[n, c], not memo[n]) to keep it general"
+        )
 
 
 def _input_size(tracer, vid, inputs) -> tuple[int, int] | None:
