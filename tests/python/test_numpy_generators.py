@@ -124,3 +124,18 @@ def test_a_draw_from_a_generator_kept_by_a_traced_methods_object_is_refused():
     with pytest.raises(UnsupportedOpError, match=r"self\.rng \(a numpy Generator"):
         tracebridge.trace(augment.apply, torch.ones(2, 3))
     assert augment.rng.bit_generator.state == before
+
+
+def _draws_outside_tracing(rng, x):
+    if not torch.jit.is_tracing():  # only the eager calls of the trace's checks draw
+        rng.random()
+    return x * 2
+
+
+def test_a_generator_the_checks_eager_calls_draw_from_is_put_back():
+    rng = np.random.default_rng(11)
+    model = KeptGenerator(rng, _draws_outside_tracing)
+    before = _state(rng)
+    traced = tracebridge.trace(model, torch.ones(2, 3), check_inputs=[torch.ones(4, 3)])
+    assert _state(rng) == before
+    assert torch.equal(traced(torch.ones(3, 3)), torch.full((3, 3), 2.0))
