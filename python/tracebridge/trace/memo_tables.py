@@ -14,7 +14,13 @@ Note: why a memo of data is not a cache.
   graph input's data (not only its sizes, dtype or device; a size that a mask or a
   ``nonzero`` selected is data) or a random draw is refused with a TraceError that names
   the memo and the line that fills it. What the key's own numbers decide is not data
-  (a table by an index's largest value): a hit holds what a miss computes.
+  (a table by an index's largest value): a hit holds what a miss computes. Nor is a
+  size of the call that the key leaves out (``memo[n] = full((), c)`` with ``n, c =
+  x.shape``; ``ones_like(x)`` under ``memo[x.shape[0]]``): eager keeps the first value of
+  the key, whatever the later calls' ``c``, so it is refused too, naming the size. (A
+  size the weights fix, a projection's width, is state.) What no graph shows -- a
+  Python counter, ``len(memo)`` -- is found by check/repeated.py, whose second eager call
+  is made to miss (:func:`missed_next`) as every call of the trace does.
 
   Whatever the recording wrote into these dicts is then taken out again (their entries
   as at their first lookup), and at the end of the whole trace (:func:`kept`) what its
@@ -172,11 +178,8 @@ class MemoTables:
                         "returns the kept value, a traced call would compute it. Empty the "
                         "memo before tracing, or make the kept values state the model holds"
                     )
-                unkeyed: list = []
-                source = _data_source(tracer, value, key, unkeyed)
-                if source is None:
-                    _guard_sizes(tracer, unkeyed, label, filled_at)
-                else:
+                source = _data_source(tracer, value, key)
+                if source is not None:
                     remedy = (
                         "Put every size the value reads in the key (memo[n, c], not "
                         "memo[n]), or compute the value on every call"
@@ -243,83 +246,133 @@ def _traced_by(key, tracer, depth: int) -> bool:
     return False
 
 
-def _data_source(tracer, value, key, unkeyed: list) -> str | None:
+def _data_source(tracer, value, key) -> str | None:
     """What of a call ``value`` was computed from that neither its memo's ``key`` nor a
-    size in the key decides ("the input's data", "a random draw", "the sizes of x"), or
-    None where only the key, literals, state and the sizes added to ``unkeyed`` made it
-    (what the key's numbers decide, a hit holds too). The walk goes back through the
-    graph; where only a tensor's sizes are read (``x.shape``, ``ones_like``), only what
-    decided its sizes is followed.
+    size in the key decides ("the input's data", "a random draw", "the size x.shape[1]"),
+    or None where only the key, literals and state made it (what the key's numbers decide,
+    a hit holds too). The walk goes back through the graph; where only a tensor's sizes
+    are read (``x.shape``, ``ones_like``), only what decided its sizes is followed.
 
-    A size of an input that the key does not hold (``x.shape[1]`` in
-    ``memo[x.shape[0]]``) is named: eager keeps the value the first call of a key computed
-    from its own size, a trace would compute each call's, and a guard would not do
-    (eager, called at another size first, then holds that size's value for the example's
-    key). A size of a tensor the code made (``h.shape[-1]`` of a projection) is most often
-    fixed by the weights: it is added to ``unkeyed``, to be guarded. (Where it follows the
-    input's sizes instead, the guard holds it to the example's.)"""
+    A size of an input that the key does not hold (``x.shape[1]`` in ``memo[x.shape[0]]``,
+    or through a tensor made from it: ``x.flatten(1).shape[1]``) is named: eager keeps the
+    value the first call of a key computed from its own size, a trace would compute each
+    call's, and a guard would not do (eager, called at another size first, then holds that
+    size's value for the example's key). A size the weights fix (the width of a
+    projection, a convolution's channels) is state."""
     inputs = {v.id for v in tracer.graph.inputs}
     given = {ref.id for ref in _refs_of(tracer, key, _DEPTH)}
-    key_sizes = {size for ref in given if (size := _input_size(tracer, ref, inputs))}
-    # (value, only its sizes are read, under a size that will be guarded)
-    todo = [(ref.id, False, False) for ref in _refs_of(tracer, value, _DEPTH)]
-    seen: set[tuple[int, bool, bool]] = set()
+    key_sizes = _key_sizes(tracer, key, inputs)
+    todo = [(ref.id, False) for ref in _refs_of(tracer, value, _DEPTH)]
+    seen: set[tuple[int, bool]] = set()
     while todo:
         step = todo.pop()
         if step in seen:
             continue
         seen.add(step)
-        vid, sizes_only, guarded = step
+        vid, sizes_only = step
         if vid in given:
             continue
         if vid in inputs:
             if not sizes_only:
                 return "the input's data"
             rank = len(_value(tracer, vid).shape or ())
-            if guarded or all((vid, dim) in key_sizes for dim in range(rank)):
-                continue  # every size of the input is in the key (or guarded)
+            if all((vid, dim) in key_sizes for dim in range(rank)):
+                continue  # every size of the input is in the key
             return f"the sizes of {_value(tracer, vid).name}, which its key does not hold all of"
         node = tracer._producers.get(vid)
         if node is None or node.op in _NO_DATA_READS:
             continue
         size = _input_size(tracer, vid, inputs)
         if size is not None:
-            if size in key_sizes or guarded:
+            if size in key_sizes:
                 continue
             name = _value(tracer, size[0]).name
             return f"the size {name}.shape[{size[1]}], which its key does not hold"
-        if node.op == "prim.size" and not guarded and _size_number(tracer, vid) is not None:
-            unkeyed.append(vid)  # guarded; what decided it is still looked at for data
-            guarded = True
+        if node.op == "prim.size" and _fixed_by_state(tracer, node, inputs):
+            continue
         if sizes_only and _sized_by_data(tracer, node):
             return "a size that the input's values decide"
         if node.op in RANDOM_OPS and not sizes_only:
             return "a random draw"
-        todo.extend((*arg, guarded) for arg in _arguments(tracer, node, sizes_only))
+        todo.extend(_arguments(tracer, node, sizes_only))
     return None
 
 
-def _size_number(tracer, vid):
-    """The traced size whose graph value is ``vid`` (None: none is known)."""
-    for number in tracer._size_cache.values():
-        ref = getattr(number, "_ref", None)
-        if ref is not None and ref.id == vid:
-            return number
-    return None
+def _key_sizes(tracer, key, inputs) -> set[tuple[int, int]]:
+    """(input, dimension) of each size of an input that ``key`` holds (also one that no
+    node has read: a size only hashed for the lookup)."""
+    numbers = {id(n) for n in _numbers_in(key, _DEPTH)}
+    sizes = set()
+    for (tensor_id, dim), number in list(tracer._size_cache.items()):
+        hit = tracer._tensor_values.get(tensor_id) if id(number) in numbers else None
+        if hit is not None and hit[1].id in inputs:
+            rank = len(hit[1].shape or ())
+            sizes.add((hit[1].id, dim + rank if dim < 0 else dim))
+    for vid in (ref.id for ref in _refs_of(tracer, key, _DEPTH)):
+        size = _input_size(tracer, vid, inputs)
+        if size is not None:
+            sizes.add(size)
+    return sizes
 
 
-def _guard_sizes(tracer, vids: list, label: str, filled_at: str | None) -> None:
-    """Guard each size a memo's value read beside its key, and say so once."""
-    for vid in dict.fromkeys(vids):
-        number = _size_number(tracer, vid)
-        tracer.guard(Ref(vid), number._concrete(), number._desc, "value", filled_at)
-        tracer.warn(
-            f"the memo {label} keeps, under a key that leaves out {number._desc}, a value "
-            f"that reads it{f' (filled at {filled_at})' if filled_at else ''}: eager reuses "
-            "the value an earlier call stored for the key, also where that size differs, "
-            f"so the trace serves {number._desc} == {number._concrete()} only. Put the size "
-            "in the key (memo[n, c], not memo[n]) to keep it general"
-        )
+def _numbers_in(key, depth: int) -> list:
+    """The traced numbers in ``key`` (a number, or a tuple of them, a torch.Size)."""
+    if isinstance(key, _Traced):
+        return [key]
+    if isinstance(key, tuple) and depth:
+        return [n for k in key for n in _numbers_in(k, depth - 1)]
+    return []
+
+
+# Ops whose result has a dimension that a weight decides: op -> (the weight's position
+# among the arguments, which dimension of the result: "last" or "channels").
+_WEIGHT_SIZED = {
+    "linear": (1, "last"),
+    "matmul": (1, "last"),
+    "embedding": (0, "last"),
+    **dict.fromkeys(
+        "conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d".split(),
+        (1, "channels"),
+    ),
+}
+
+
+def _fixed_by_state(tracer, size_node, inputs) -> bool:
+    """Whether ``size_node`` (``prim.size(h, d)``) reads a dimension of ``h`` that a weight
+    made from state alone decides: the width of ``linear``, of ``matmul`` by such a
+    weight, of ``embedding``; the channels of a convolution."""
+    tensor, dim = (list(size_node.args) + [None])[:2]
+    if not isinstance(tensor, Ref) or type(dim) is not int:
+        return False
+    node = tracer._producers.get(tensor.id)
+    rule = _WEIGHT_SIZED.get(node.op) if node is not None else None
+    if rule is None or len(node.args) <= rule[0] or not isinstance(node.args[rule[0]], Ref):
+        return False
+    weight = node.args[rule[0]]
+    rank = len(_value(tracer, tensor.id).shape or ())
+    weight_rank = len(_value(tracer, weight.id).shape or ())
+    dim = dim + rank if dim < 0 else dim
+    if rule[1] == "last":
+        at = rank - 1 if weight_rank >= 2 or node.op == "linear" else None
+    else:  # a batched convolution's channels are dimension 1, an unbatched one's 0
+        at = 1 if rank == weight_rank else 0
+    return dim == at and _from_state_only(tracer, weight.id, inputs)
+
+
+def _from_state_only(tracer, vid: int, inputs) -> bool:
+    """Whether value ``vid`` is made from state and literals alone (no input)."""
+    todo, seen = [vid], set()
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        if current in inputs:
+            return False
+        node = tracer._producers.get(current)
+        if node is not None:
+            todo.extend(ref.id for ref in refs_in([*node.args, *node.kwargs.values()]))
+    return True
 
 
 def _input_size(tracer, vid, inputs) -> tuple[int, int] | None:
