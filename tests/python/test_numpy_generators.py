@@ -139,3 +139,54 @@ def test_a_generator_the_checks_eager_calls_draw_from_is_put_back():
     traced = tracebridge.trace(model, torch.ones(2, 3), check_inputs=[torch.ones(4, 3)])
     assert _state(rng) == before
     assert torch.equal(traced(torch.ones(3, 3)), torch.full((3, 3), 2.0))
+
+
+class EveryState(nn.Module):
+    """Dropout (torch's generator), a parameter moved in place, and a kept numpy generator
+    that only eager calls draw from."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.center = nn.Parameter(torch.zeros(3))
+        self.rng = np.random.default_rng(0)
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.center.add_(x.mean(0))
+        if not torch.jit.is_tracing():
+            self.rng.random()
+        return torch.nn.functional.dropout(self.lin(x), 0.5, training=True) + self.center
+
+
+def _every_state(model):
+    return (
+        torch.get_rng_state(),
+        random.getstate(),
+        np.random.get_state()[1].tolist(),
+        model.rng.bit_generator.state,
+        {k: v.clone() for k, v in model.state_dict().items()},
+    )
+
+
+def _same_states(a, b):
+    tensors_a, tensors_b = a[4], b[4]
+    return (
+        torch.equal(a[0], b[0])
+        and a[1:4] == b[1:4]
+        and all(torch.equal(tensors_a[k], tensors_b[k]) for k in tensors_a)
+    )
+
+
+@pytest.mark.usefixtures("unchecked_programs")  # (the file checker refuses a parameter write)
+@pytest.mark.parametrize("how", ["check", "no_check", "check_inputs", "compile"])
+def test_tracing_and_compiling_leave_every_generator_and_the_model_as_they_were(how):
+    model = EveryState()
+    before = _every_state(model)
+    x = torch.ones(2, 3)
+    if how == "compile":
+        tracebridge.compile(model, x, backend="reference")
+    else:
+        options = {"no_check": {"check_trace": False}, "check_inputs": {"check_inputs": [x]}}
+        tracebridge.trace(model, x, **options.get(how, {}))
+    assert _same_states(before, _every_state(model))
