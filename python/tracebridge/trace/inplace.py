@@ -37,7 +37,6 @@ from .noops import (
     FLOAT32_FOLLOWING,
     FLOAT_FOLLOWING,
 )
-from .returned_inputs import _WRITES_OTHERS as WRITES_OTHERS
 from .returned_inputs import _storage as storage
 
 if TYPE_CHECKING:  # the tracer imports this module
@@ -81,10 +80,9 @@ class InPlace:
         ``.data``) runs: have the parameter copied, to be put back when the recording
         ends (trace/param_writes.py)."""
         written = [kwargs["out"]] if isinstance(kwargs.get("out"), torch.Tensor) else []
+        # (batch_norm's running statistics are buffers: put back by trace/capture.py)
         if opset.is_inplace(name) and args and isinstance(args[0], torch.Tensor):
             written.append(args[0])
-        elif name in WRITES_OTHERS:
-            written += [a for a in args if isinstance(a, torch.Tensor)]
         if not written:
             return
         if self._param_places is None:
