@@ -190,3 +190,20 @@ def test_tracing_and_compiling_leave_every_generator_and_the_model_as_they_were(
         options = {"no_check": {"check_trace": False}, "check_inputs": {"check_inputs": [x]}}
         tracebridge.trace(model, x, **options.get(how, {}))
     assert _same_states(before, _every_state(model))
+
+
+class HoldsAnAugment(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.augment = Augment()  # a plain object keeping its own generator
+
+    def forward(self, x):
+        return self.augment.apply(x)
+
+
+def test_a_draw_from_a_generator_of_a_plain_object_the_model_holds_is_refused():
+    model = HoldsAnAugment()
+    before = model.augment.rng.bit_generator.state
+    with pytest.raises(UnsupportedOpError, match=r"self\.augment\.rng \(a numpy Generator"):
+        tracebridge.trace(model, torch.ones(2, 3))
+    assert model.augment.rng.bit_generator.state == before

@@ -7,8 +7,9 @@ Note: why a kept generator is watched by its state, not by its methods.
   A draw from one (``self.rng.random()``, ``RNG.integers(0, 3)``) gives the example's
   numbers, which a trace would hold as constants where eager draws new ones on every
   call: silently wrong. So the generators the code can reach without running code -- an
-  attribute of the module or a sub-module (also inside a list, tuple or dict attribute),
-  a global of the module's code or of the traced function, a variable its closure holds
+  attribute of the module or a sub-module (also inside a list, tuple or dict attribute, or
+  an attribute of a plain object it holds), a global of the module's code or of the
+  traced function, a variable its closure holds
   -- are found once per trace (:func:`kept`), and each recording compares their states
   before and after (:func:`refuse_draws`): a state that moved means the code drew, and the
   trace is refused naming the generator. (A draw is refused even where the number goes
@@ -64,9 +65,14 @@ def _same(a, b) -> bool:
 
 
 def _items(value, depth: int):
-    """``value`` and, ``depth`` levels down, the items of its lists, tuples and dicts."""
+    """``value`` and, ``depth`` levels down, the items of its lists, tuples and dicts and
+    the attributes of a plain object (an augmentation object the model holds)."""
     yield "", value
-    if depth and type(value) in (list, tuple):
+    if depth and _plain_object(value):
+        for name, item in list(vars(value).items()):
+            for path, found in _items(item, depth - 1):
+                yield f".{name}{path}", found
+    elif depth and type(value) in (list, tuple):
         for index, item in enumerate(value):
             for path, found in _items(item, depth - 1):
                 yield f"[{index}]{path}", found
@@ -74,6 +80,17 @@ def _items(value, depth: int):
         for key, item in list(value.items()):
             for path, found in _items(item, depth - 1):
                 yield f"[{key!r}]{path}", found
+
+
+def _plain_object(value) -> bool:
+    """An instance of a user's class (not a module, class, function or Python module)."""
+    import torch
+
+    return isinstance(getattr(value, "__dict__", None), dict) and not isinstance(
+        value,
+        (torch.nn.Module, torch.Tensor, type, types.FunctionType, types.MethodType)
+        + (types.ModuleType,),
+    )
 
 
 def _places(func) -> list[tuple[str, dict]]:
