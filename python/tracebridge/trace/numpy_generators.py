@@ -83,14 +83,12 @@ def _items(value, depth: int):
 
 
 def _plain_object(value) -> bool:
-    """An instance of a user's class (not a module, class, function or Python module)."""
+    """An instance of a user's class (not a module, tensor, class, function or Python
+    module)."""
     import torch
 
-    return isinstance(getattr(value, "__dict__", None), dict) and not isinstance(
-        value,
-        (torch.nn.Module, torch.Tensor, type, types.FunctionType, types.MethodType)
-        + (types.ModuleType,),
-    )
+    kinds = (torch.nn.Module, torch.Tensor, type, types.FunctionType, types.ModuleType)
+    return isinstance(getattr(value, "__dict__", None), dict) and not isinstance(value, kinds)
 
 
 def _places(func) -> list[tuple[str, dict]]:
