@@ -935,7 +935,7 @@ def _with_progress(fn):
         what = getattr(func, "__name__", None) or type(func).__name__
         if isinstance(func, nn.Module):
             what = type(func).__name__
-        with track(f"tracing {what}", progress=progress), numpy_rng_kept(), memos_kept():
+        with track(f"tracing {what}", progress=progress), numpy_rng_kept(func), memos_kept():
             if kwargs.get("check_trace", True) is False and torch._C._is_any_autocast_enabled():
                 # No check to tell whether the code assumes what the caller's autocast
                 # changes: recorded in it, for calls under that autocast only.

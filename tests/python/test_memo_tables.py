@@ -432,3 +432,159 @@ def test_a_memo_holding_a_value_set_by_hand_serves_the_other_sizes_only(spelling
     with pytest.raises(GuardError, match="12"):
         traced(torch.ones(12, 3))
     assert set(model.table) == {12}  # the trace left the memo as it found it
+
+
+# --- a memo whose value reads more than its key (prober18b's F12) ----------------------------
+
+
+class WidthNotInKey(nn.Module):
+    """Keyed on the length, but the value reads the width too: eager keeps the first
+    width's value for a length, a trace would compute each call's own."""
+
+    def __init__(self):
+        super().__init__()
+        self.memo = {}
+
+    def forward(self, x):
+        n, c = x.shape
+        if n not in self.memo:
+            self.memo[n] = torch.full((), float(c))
+        return x * self.memo[n]
+
+
+class LikeTheInput(nn.Module):
+    """Keyed on the length, the value takes all the input's sizes (``zeros_like``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.memo = {}
+
+    def forward(self, x):
+        n = x.shape[0]
+        if n not in self.memo:
+            self.memo[n] = torch.ones_like(x).cumsum(1)
+        return x * self.memo[n]
+
+
+class WidthThroughAFlatten(nn.Module):
+    """The value reads a size of a tensor made from the input: the input's width."""
+
+    def __init__(self):
+        super().__init__()
+        self.memo = {}
+
+    def forward(self, x):
+        h = x.flatten(0)
+        n = x.shape[0]
+        if n not in self.memo:
+            self.memo[n] = torch.full((), float(h.shape[0]))
+        return x * self.memo[n]
+
+
+@pytest.mark.parametrize(
+    ("cls", "what"),
+    [
+        (WidthNotInKey, "the size x.shape[1]"),
+        (LikeTheInput, "the sizes of x"),
+        (WidthThroughAFlatten, "the sizes of x"),
+    ],
+)
+def test_a_memo_whose_value_reads_a_size_outside_its_key_is_refused(cls, what):
+    model = cls()
+    with pytest.raises(TraceError) as info:
+        tracebridge.trace(model, torch.ones(12, 3), check_trace=False)
+    message = str(info.value)
+    assert "the memo self.memo" in message and what in message and "key" in message
+    filled_at = message.split("filled at ")[1].split(")")[0]
+    with open(__file__) as source:
+        line = source.read().splitlines()[int(filled_at.rpartition(":")[2]) - 1]
+    assert "self.memo[n] = " in line
+    assert model.memo == {}
+
+
+class CallCounterInValue(nn.Module):
+    """The value reads a Python counter the call moves."""
+
+    def __init__(self):
+        super().__init__()
+        self.memo = {}
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        n = x.shape[0]
+        if n not in self.memo:
+            self.memo[n] = torch.full((), float(self.calls))
+        return x * self.memo[n]
+
+
+class MemoSizeInValue(nn.Module):
+    """The value reads how many entries the memo holds: what calls came before."""
+
+    def __init__(self):
+        super().__init__()
+        self.memo = {}
+
+    def forward(self, x):
+        n = x.shape[0]
+        if n not in self.memo:
+            self.memo[n] = torch.tensor(float(len(self.memo) + 1))
+        return x * self.memo[n]
+
+
+@pytest.mark.parametrize("cls", [CallCounterInValue, MemoSizeInValue])
+def test_a_memo_whose_value_reads_the_calls_before_is_refused_by_the_check(cls):
+    model = cls()
+    with pytest.raises(TraceError, match=r"called a second time[\s\S]*\(memo[,)]") as info:
+        tracebridge.trace(model, torch.ones(2, 3))
+    assert "make the memo's value read only its key" in str(info.value)
+    assert model.memo == {}
+    if cls is CallCounterInValue:
+        assert model.calls == 0
+
+
+class KeyedOnLengthDeviceDtype(nn.Module):
+    """A mask cache keyed on (n, device, dtype) whose value reads only the key."""
+
+    def __init__(self):
+        super().__init__()
+        self.masks = {}
+
+    def forward(self, x):
+        n = x.shape[-2]
+        key = (n, x.device, x.dtype)
+        if key not in self.masks:
+            self.masks[key] = torch.ones(n, n, device=x.device, dtype=x.dtype).tril().to(x)
+        return self.masks[key] @ x
+
+
+def test_a_memo_keyed_on_length_device_and_dtype_stays_general(tmp_path):
+    model = KeyedOnLengthDeviceDtype()
+    traced = tracebridge.trace(model, torch.randn(2, 5, 4))
+    # the key's device and dtype are guarded, no size is
+    assert not [g for g in traced.guards if "dtype" not in g and "device" not in g]
+    _same_on_other_sizes(model, traced, tmp_path, [(2, 7, 4), (3, 2, 6)])
+
+
+class WidthOfAProjection(nn.Module):
+    """The value reads the width of a tensor the code made: the weights fix it."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(3, 4)
+        self.tables = {}
+
+    def forward(self, x):
+        h = self.proj(x)
+        n = x.shape[0]
+        if n not in self.tables:
+            self.tables[n] = torch.ones(n, h.shape[1]).cumsum(0)
+        return h * self.tables[n]
+
+
+def test_a_memo_reading_a_width_the_weights_fix_stays_general(tmp_path):
+    torch.manual_seed(0)
+    model = WidthOfAProjection()
+    traced = tracebridge.trace(model, torch.randn(5, 3))
+    assert traced.guards == []  # the width is the weight's
+    _same_on_other_sizes(model, traced, tmp_path, [(2, 3), (7, 3), (5, 3)])

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import GuardError
+from ..trace import memo_tables
 from ..trace.capture import preserved
 from .compare import compare_outputs, fresh, rolled
 
@@ -93,6 +94,9 @@ def check_repeated(eager_fn, traced_method, args, kwargs, tolerance, module, lab
         changed = _changed(snapshot)
         if not changed:
             return
+        # A memo the first call filled would hand the second call its first value, where
+        # the trace computes it again: the second call misses too (trace/memo_tables.py).
+        memo_filled = memo_tables.missed_next()
         a, k = fresh(*second)
         expected = eager_fn(*a, **k)
     try:
@@ -110,4 +114,10 @@ def check_repeated(eager_fn, traced_method, args, kwargs, tolerance, module, lab
         "tensor operations (register_buffer; the trace records those writes), or pass it "
         "as an input"
     )
+    if memo_filled:
+        hint += (
+            "; a memo the code fills by size hands later calls what the call that filled "
+            "it computed, where the trace computes the value on every call: make the "
+            "memo's value read only its key (not a counter, nor len() of the memo)"
+        )
     compare_outputs(expected, got, tolerance, f"{label}, called a second time", hint)

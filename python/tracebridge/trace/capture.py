@@ -21,7 +21,16 @@ from ..errors import TraceError, TracerWarning, UnsupportedOpError
 from ..ir import Graph, StateEntry, pytree
 from ..ir.pytree import is_tensor
 from ..source import raised_at, source_line
-from . import autocast, autocast_state, caches, carried_reads, own_hooks, rebound_buffers
+from . import (
+    autocast,
+    autocast_state,
+    caches,
+    carried_reads,
+    numpy_generators,
+    own_hooks,
+    param_writes,
+    rebound_buffers,
+)
 from .integers import stand_ins_in_modules_of
 from .numbers import number_given_for_tensor
 from .text import SymStr
@@ -71,7 +80,6 @@ def _restore_modes(modes, flags) -> None:
 _MISSING = object()
 _TABLE_TYPES = (dict, OrderedDict)
 _OWN_TABLES = frozenset({"_parameters", "_buffers", "_modules"})
-_FROZEN_COPY_BYTES = 64 * 2**20  # frozen parameters copied before each recording, at most
 
 
 def _fingerprint(table: dict) -> tuple[list, list]:
@@ -133,9 +141,12 @@ def _restore_attributes(saved: list[tuple]) -> None:
 def _plain_tensors(module: torch.nn.Module) -> list[tuple[torch.Tensor, int, torch.Tensor]]:
     """Tensors a sub-module holds outside its parameter and buffer tables -- a plain
     attribute (``self.calls = torch.zeros(())``), an item of a dict, list or tuple
-    attribute -- each with a copy: code that writes into one in place (a call counter, a
-    running statistic kept by hand) has it put back like a buffer (tracing runs the code
-    many times, eager use once). Parameters are left to the warning below."""
+    attribute, an attribute of a plain object it holds -- each with a copy: code that
+    writes into one in place (a call counter, a running statistic kept by hand) has it put
+    back like a buffer (tracing runs the code many times, eager use once). A Parameter
+    held so (not registered: in a plain list) is such a tensor too; registered ones are
+    copied when written (trace/param_writes.py)."""
+    registered = {id(p) for p in module.parameters()}
     found: dict[int, torch.Tensor] = {}
     for mod in module.modules():
         for key, value in vars(mod).items():
@@ -145,10 +156,12 @@ def _plain_tensors(module: torch.nn.Module) -> list[tuple[torch.Tensor, int, tor
                 items = list(value.values())
             elif isinstance(value, (list, tuple)):
                 items = list(value)
+            elif _plain_object(value):
+                items = list(vars(value).values())  # ``self.helper.t``
             else:
                 items = [value]
             for item in items:
-                if isinstance(item, torch.Tensor) and not isinstance(item, torch.nn.Parameter):
+                if isinstance(item, torch.Tensor) and id(item) not in registered:
                     found.setdefault(id(item), item)
     kept = []
     for tensor in found.values():
@@ -156,6 +169,17 @@ def _plain_tensors(module: torch.nn.Module) -> list[tuple[torch.Tensor, int, tor
             continue  # no version to follow, or no values: nothing to put back
         kept.append((tensor, tensor._version, tensor.detach().clone()))
     return kept
+
+
+def _plain_object(value) -> bool:
+    """Whether ``value`` is an instance of a user's class holding attributes (not a module,
+    a tensor, a class, a function or a Python module)."""
+    return (
+        isinstance(getattr(value, "__dict__", None), dict)
+        and not isinstance(value, (torch.nn.Module, torch.Tensor, type))
+        and not callable(value)
+        and not inspect.ismodule(value)
+    )
 
 
 def _renormed_weights(module: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -171,15 +195,18 @@ def _renormed_weights(module: torch.nn.Module) -> list[tuple[torch.Tensor, torch
 
 
 @contextlib.contextmanager
-def numpy_rng_kept():
+def numpy_rng_kept(func: Callable | None = None):
     """Run a whole trace and then put back numpy's global generator, where numpy is
     imported: model code may draw from it (a random mask), and tracing with its checks
     runs the code many times where eager use ran it once. (Once per trace, not per
-    :func:`preserved` block: reading its state costs about 100 us.)"""
+    :func:`preserved` block: reading its state costs about 100 us.) The generators
+    ``func`` keeps are put back too, and a recording that draws from one is refused
+    (trace/numpy_generators.py)."""
     numpy = sys.modules.get("numpy")
     state = numpy.random.get_state() if numpy is not None else None
     try:
-        yield
+        with numpy_generators.kept(func) if func is not None else contextlib.nullcontext():
+            yield
     finally:
         if state is not None:
             numpy.random.set_state(state)
@@ -203,19 +230,18 @@ def preserved(module: torch.nn.Module | None):
         attributes = _attributes(module)
         saved_buffers = [(b, b.detach().clone()) for b in module.buffers() if b is not None]
         plain = _plain_tensors(module)
-        # A frozen parameter written in place by forward (an EMA, DINO's center) is state
-        # the code keeps: put back like a buffer, where the frozen weights are small (a copy
-        # for each recording; a frozen backbone of a large model is only warned of below).
-        frozen = [p for p in module.parameters() if not p.requires_grad]
-        if sum(p.numel() * p.element_size() for p in frozen) <= _FROZEN_COPY_BYTES:
-            plain += [(p, p._version, p.detach().clone()) for p in frozen]
         saved_params = [(p, p._version) for p in module.parameters()]
         renormed = _renormed_weights(module)
         modes = [(m, m.training) for m in module.modules()]
         flags = [(p, p.requires_grad) for p in module.parameters()]
         _clear_mode_caches(modes, flags)
+    params = [p for p, _ in saved_params]
+    copied: dict = {}
     try:
-        yield
+        # a parameter the code writes is copied before its first write (the tracer sees
+        # it) or here, where it was seen written before: trace/param_writes.py
+        with param_writes.block(params) as copied:
+            yield
     finally:
         _clear_mode_caches(modes, flags)
         _restore_attributes(attributes)  # training flags are attributes: put back too
@@ -234,16 +260,28 @@ def preserved(module: torch.nn.Module | None):
             for weight, copy in renormed:
                 weight.copy_(copy)
         put_back = {id(weight) for weight, _ in renormed} | {id(t) for t, _, _ in plain}
+        put_back |= set(copied)
         changed = [
             p for p, version in saved_params if p._version != version and id(p) not in put_back
         ]
         if changed:
-            warnings.warn(
-                f"the traced code changed {len(changed)} parameter(s) in place; "
-                "tracebridge could not undo it",
-                TracerWarning,
-                stacklevel=3,
-            )
+            _warn_unseen_writes(module, changed)
+
+
+def _warn_unseen_writes(module: torch.nn.Module, changed: list[torch.Tensor]) -> None:
+    """Parameters written where no tracer saw the write (no copy was made): said by name;
+    copied before every later run (trace/param_writes.py)."""
+    param_writes.note_unseen(changed)
+    ids = {id(p) for p in changed}
+    names = [n for n, p in module.named_parameters() if id(p) in ids]
+    warnings.warn(
+        f"the traced code changed parameter(s) {', '.join(names[:5])}"
+        f"{' ...' if len(names) > 5 else ''} in place where tracebridge did not see the "
+        "write, so it could not undo it: they stay changed (later runs of the trace put "
+        "them back). Reload their values if this run should not have moved them",
+        TracerWarning,
+        stacklevel=4,
+    )
 
 
 def _alias(tensor: torch.Tensor) -> torch.Tensor:
@@ -295,7 +333,9 @@ def capture(
     for leaf, name in zip(leaves, leaf_names(graph.arg_names, args, kwargs)):
         tracer.add_input(leaf, name)
     try:
+        generators = numpy_generators.states()
         graph = _record(tracer, fn, args, kwargs, strict)
+        numpy_generators.refuse_draws(generators)
         tracer.memo_tables.check(tracer)
         return graph
     finally:

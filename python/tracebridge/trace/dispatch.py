@@ -262,6 +262,7 @@ class Dispatcher:
             self._descending.pop()
 
     def record(self, name: str, func, args: tuple, kwargs: dict):
+        self.before_param_write(name, args, kwargs)  # trace/inplace.py
         written = self.out_of_place(name, func, args, kwargs)  # trace/inplace.py
         if written is not None:
             return written

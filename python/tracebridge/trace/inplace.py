@@ -30,13 +30,14 @@ import torch
 
 from ..ir import ops as opset
 from ..ir.program import Ref, refs_in
-from . import autocast
+from . import autocast, param_writes
 from .noops import (
     BOOL_RESULT,
     DTYPE_FOLLOWING,
     FLOAT32_FOLLOWING,
     FLOAT_FOLLOWING,
 )
+from .returned_inputs import _storage as storage
 
 if TYPE_CHECKING:  # the tracer imports this module
     from .tracer import Tracer
@@ -72,6 +73,29 @@ class InPlace:
     def _inplace_init(self) -> None:
         self._read_ids: set[int] = set()  # values some node has read
         self._input_free: set[int] = set()  # tensors that depend on no input's data
+        self._param_places: dict[int, torch.Tensor] | None = None  # storage -> parameter
+
+    def before_param_write(self: Tracer, name: str, args: tuple, kwargs: dict) -> None:
+        """Before an op that writes into a parameter's memory (the parameter, a view, its
+        ``.data``) runs: have the parameter copied, to be put back when the recording
+        ends (trace/param_writes.py)."""
+        written = [kwargs["out"]] if isinstance(kwargs.get("out"), torch.Tensor) else []
+        # (batch_norm's running statistics are buffers: put back by trace/capture.py)
+        if opset.is_inplace(name) and args and isinstance(args[0], torch.Tensor):
+            written.append(args[0])
+        if not written:
+            return
+        if self._param_places is None:
+            params = [t for _, _, t in self._state.values() if isinstance(t, torch.nn.Parameter)]
+            self._param_places = {storage(p): p for p in params} if params else {}
+            self._param_places.pop(None, None)
+            self._param_places.pop(0, None)  # no memory (meta, empty)
+        if not self._param_places:
+            return
+        for tensor in written:
+            param = self._param_places.get(storage(tensor))
+            if param is not None:
+                param_writes.before_write(param)
 
     def note_reads(self: Tracer, node) -> None:
         """Remember which values ``node`` reads, and whether its results depend on an

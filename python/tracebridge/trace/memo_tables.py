@@ -14,7 +14,13 @@ Note: why a memo of data is not a cache.
   graph input's data (not only its sizes, dtype or device; a size that a mask or a
   ``nonzero`` selected is data) or a random draw is refused with a TraceError that names
   the memo and the line that fills it. What the key's own numbers decide is not data
-  (a table by an index's largest value): a hit holds what a miss computes.
+  (a table by an index's largest value): a hit holds what a miss computes. Nor is a
+  size of the call that the key leaves out (``memo[n] = full((), c)`` with ``n, c =
+  x.shape``; ``ones_like(x)`` under ``memo[x.shape[0]]``): eager keeps the first value of
+  the key, whatever the later calls' ``c``, so it is refused too, naming the size. (A
+  size the weights fix, a projection's width, is state.) What no graph shows -- a
+  Python counter, ``len(memo)`` -- is found by check/repeated.py, whose second eager call
+  is made to miss (:func:`missed_next`) as every call of the trace does.
 
   Whatever the recording wrote into these dicts is then taken out again (their entries
   as at their first lookup), and at the end of the whole trace (:func:`kept`) what its
@@ -46,12 +52,18 @@ _SIZE_READS = frozenset(
 _NO_DATA_READS = TENSOR_FLAG_READS | frozenset("prim.dtype prim.device prim.requires_grad".split())
 # Ops that read only the sizes, dtype and device of the argument at this position.
 _SIZE_ARGUMENT = {
+    **dict.fromkeys("empty_like zeros_like ones_like full_like".split(), 0),
+    **dict.fromkeys("Tensor.expand_as Tensor.view_as Tensor.reshape_as".split(), 1),
+}
+# Ops that read only the dtype and device of the tensor arguments from this position on
+# (``x.new_ones(n)``, ``t.to(x)``, ``t.type_as(x)``): nothing of a call's sizes or data.
+_META_ARGUMENTS = {
     **dict.fromkeys(
-        "empty_like zeros_like ones_like full_like Tensor.new_zeros Tensor.new_ones "
-        "Tensor.new_full Tensor.new_empty Tensor.new_tensor".split(),
+        "Tensor.new_zeros Tensor.new_ones Tensor.new_full Tensor.new_empty "
+        "Tensor.new_tensor".split(),
         0,
     ),
-    **dict.fromkeys("Tensor.type_as Tensor.expand_as Tensor.view_as Tensor.reshape_as".split(), 1),
+    **dict.fromkeys("Tensor.type_as Tensor.to".split(), 1),
 }
 # Ops whose result's size the values of a tensor argument decide.
 _DATA_SIZED = frozenset(
@@ -79,6 +91,40 @@ def kept():
         for table, entries in tables.values():
             dict.clear(table)
             dict.update(table, entries)
+
+
+_ASKED_NEVER = 2**40  # added to the sizes of a key: a size no call has
+
+
+def missed_next() -> bool:
+    """Make the next eager call miss where an earlier eager call of the trace's checks
+    filled a memo the trace looked up with a traced key, as every call of the trace does:
+    each entry added since the trace began moves under a key no call asks for (its sizes
+    moved past any size), so that the memo keeps its size and a value that reads what the
+    calls before left (a counter, ``len(memo)``) is computed anew and differs from the
+    trace, which check/repeated.py then refuses. (A key with no size is dropped.) Whether
+    any entry moved."""
+    moved = False
+    if not _TRACES:
+        return moved
+    for table, entries in _TRACES[-1].values():
+        for key in [k for k in list(dict.keys(table)) if k not in entries]:
+            moved = True
+            value = dict.pop(table, key)
+            elsewhere = _never_asked(key)
+            if elsewhere is not None:
+                dict.__setitem__(table, elsewhere, value)
+    return moved
+
+
+def _never_asked(key):
+    """``key`` with its sizes moved past any real size (None: it holds no size)."""
+    if type(key) is int:
+        return key + _ASKED_NEVER
+    if type(key) is tuple:
+        moved = tuple(_never_asked(k) if type(k) in (int, tuple) else k for k in key)
+        return moved if moved != key and None not in moved else None
+    return None
 
 
 class MemoTables:
@@ -134,13 +180,19 @@ class MemoTables:
                     )
                 source = _data_source(tracer, value, key)
                 if source is not None:
+                    remedy = (
+                        "Put every size the value reads in the key (memo[n, c], not "
+                        "memo[n]), or compute the value on every call"
+                        if "size" in source and "values decide" not in source
+                        else "Compute the value on every call, or make it state the model "
+                        "holds (a buffer set once, before tracing)"
+                    )
                     raise TraceError(
                         f"the memo {label} keeps, under a key of traced sizes, a value "
                         f"computed from {source}"
                         f"{f' (filled at {filled_at})' if filled_at else ''}: an eager call "
                         "reuses the value an earlier call stored, a traced call would "
-                        "compute its own. Compute the value on every call, or make it state "
-                        "the model holds (a buffer set once, before tracing)"
+                        f"compute its own. {remedy}"
                     )
 
     def restore(self) -> None:
@@ -196,12 +248,20 @@ def _traced_by(key, tracer, depth: int) -> bool:
 
 def _data_source(tracer, value, key) -> str | None:
     """What of a call ``value`` was computed from that neither its memo's ``key`` nor a
-    size decides ("the input's data", "a random draw"), or None where only the key, sizes,
-    literals and state made it (what the key's numbers decide, a hit holds too). The
-    walk goes back through the graph; where only a tensor's sizes are read (``x.shape``,
-    ``ones_like``), only what decided its sizes is followed."""
+    size in the key decides ("the input's data", "a random draw", "the size x.shape[1]"),
+    or None where only the key, literals and state made it (what the key's numbers decide,
+    a hit holds too). The walk goes back through the graph; where only a tensor's sizes
+    are read (``x.shape``, ``ones_like``), only what decided its sizes is followed.
+
+    A size of an input that the key does not hold (``x.shape[1]`` in ``memo[x.shape[0]]``,
+    or through a tensor made from it: ``x.flatten(1).shape[1]``) is named: eager keeps the
+    value the first call of a key computed from its own size, a trace would compute each
+    call's, and a guard would not do (eager, called at another size first, then holds that
+    size's value for the example's key). A size the weights fix (the width of a
+    projection, a convolution's channels) is state."""
     inputs = {v.id for v in tracer.graph.inputs}
     given = {ref.id for ref in _refs_of(tracer, key, _DEPTH)}
+    key_sizes = _key_sizes(tracer, key, inputs)
     todo = [(ref.id, False) for ref in _refs_of(tracer, value, _DEPTH)]
     seen: set[tuple[int, bool]] = set()
     while todo:
@@ -213,11 +273,22 @@ def _data_source(tracer, value, key) -> str | None:
         if vid in given:
             continue
         if vid in inputs:
-            if sizes_only:
-                continue  # a size of the call: part of the memo's key
-            return "the input's data"
+            if not sizes_only:
+                return "the input's data"
+            rank = len(_value(tracer, vid).shape or ())
+            if all((vid, dim) in key_sizes for dim in range(rank)):
+                continue  # every size of the input is in the key
+            return f"the sizes of {_value(tracer, vid).name}, which its key does not hold all of"
         node = tracer._producers.get(vid)
         if node is None or node.op in _NO_DATA_READS:
+            continue
+        size = _input_size(tracer, vid, inputs)
+        if size is not None:
+            if size in key_sizes:
+                continue
+            name = _value(tracer, size[0]).name
+            return f"the size {name}.shape[{size[1]}], which its key does not hold"
+        if node.op == "prim.size" and _fixed_by_state(tracer, node, inputs):
             continue
         if sizes_only and _sized_by_data(tracer, node):
             return "a size that the input's values decide"
@@ -227,15 +298,107 @@ def _data_source(tracer, value, key) -> str | None:
     return None
 
 
+def _key_sizes(tracer, key, inputs) -> set[tuple[int, int]]:
+    """(input, dimension) of each size of an input that ``key`` holds (also one that no
+    node has read: a size only hashed for the lookup)."""
+    numbers = {id(n) for n in _numbers_in(key, _DEPTH)}
+    sizes = set()
+    for (tensor_id, dim), number in list(tracer._size_cache.items()):
+        hit = tracer._tensor_values.get(tensor_id) if id(number) in numbers else None
+        if hit is not None and hit[1].id in inputs:
+            rank = len(hit[1].shape or ())
+            sizes.add((hit[1].id, dim + rank if dim < 0 else dim))
+    for vid in (ref.id for ref in _refs_of(tracer, key, _DEPTH)):
+        size = _input_size(tracer, vid, inputs)
+        if size is not None:
+            sizes.add(size)
+    return sizes
+
+
+def _numbers_in(key, depth: int) -> list:
+    """The traced numbers in ``key`` (a number, or a tuple of them, a torch.Size)."""
+    if isinstance(key, _Traced):
+        return [key]
+    if isinstance(key, tuple) and depth:
+        return [n for k in key for n in _numbers_in(k, depth - 1)]
+    return []
+
+
+# Ops whose result has a dimension that a weight decides: op -> (the weight's position
+# among the arguments, which dimension of the result: "last" or "channels").
+_WEIGHT_SIZED = {
+    "linear": (1, "last"),
+    "matmul": (1, "last"),
+    "embedding": (0, "last"),
+    **dict.fromkeys(
+        "conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d".split(),
+        (1, "channels"),
+    ),
+}
+
+
+def _fixed_by_state(tracer, size_node, inputs) -> bool:
+    """Whether ``size_node`` (``prim.size(h, d)``) reads a dimension of ``h`` that a weight
+    made from state alone decides: the width of ``linear``, of ``matmul`` by such a
+    weight, of ``embedding``; the channels of a convolution."""
+    tensor, dim = (list(size_node.args) + [None])[:2]
+    if not isinstance(tensor, Ref) or type(dim) is not int:
+        return False
+    node = tracer._producers.get(tensor.id)
+    rule = _WEIGHT_SIZED.get(node.op) if node is not None else None
+    if rule is None or len(node.args) <= rule[0] or not isinstance(node.args[rule[0]], Ref):
+        return False
+    weight = node.args[rule[0]]
+    rank = len(_value(tracer, tensor.id).shape or ())
+    weight_rank = len(_value(tracer, weight.id).shape or ())
+    dim = dim + rank if dim < 0 else dim
+    if rule[1] == "last":
+        at = rank - 1 if weight_rank >= 2 or node.op == "linear" else None
+    else:  # a batched convolution's channels are dimension 1, an unbatched one's 0
+        at = 1 if rank == weight_rank else 0
+    return dim == at and _from_state_only(tracer, weight.id, inputs)
+
+
+def _from_state_only(tracer, vid: int, inputs) -> bool:
+    """Whether value ``vid`` is made from state and literals alone (no input)."""
+    todo, seen = [vid], set()
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        if current in inputs:
+            return False
+        node = tracer._producers.get(current)
+        if node is not None:
+            todo.extend(ref.id for ref in refs_in([*node.args, *node.kwargs.values()]))
+    return True
+
+
+def _input_size(tracer, vid, inputs) -> tuple[int, int] | None:
+    """(input, dimension) where value ``vid`` is ``input.shape[dimension]``, else None."""
+    node = tracer._producers.get(vid)
+    if node is None or node.op != "prim.size" or len(node.args) < 2:
+        return None
+    tensor, dim = node.args[0], node.args[1]
+    if not isinstance(tensor, Ref) or tensor.id not in inputs or type(dim) is not int:
+        return None
+    rank = len(_value(tracer, tensor.id).shape or ())
+    return (tensor.id, dim + rank if dim < 0 else dim)
+
+
 def _arguments(tracer, node, sizes_only: bool) -> list[tuple[int, bool]]:
     """What of each argument of ``node`` its result (or its result's sizes) depends on."""
     shape_of = node.op in _SIZE_READS
     skipped = _SIZE_ARGUMENT.get(node.op)
+    meta_from = _META_ARGUMENTS.get(node.op)
     steps = []
     for index, arg in enumerate([*node.args, *node.kwargs.values()]):
         for ref in refs_in(arg):
             tensor = _value(tracer, ref.id)
             tensor = tensor is not None and tensor.kind == "Tensor"
+            if tensor and meta_from is not None and index >= meta_from:
+                continue  # its dtype and device only
             # A tensor whose sizes alone make the result's (or whose sizes only are read);
             # any number, and a tensor whose values the result holds, counts whole.
             whole = not (tensor and (sizes_only or shape_of or index == skipped))
