@@ -91,3 +91,27 @@ def test_sizes_made_into_floating_tensors_stay_general(fn, tmp_path):
     for shape in [(4, 5), (1, 3)]:
         x = torch.randn(*shape)
         assert torch.equal(traced(x), fn(x)) and torch.equal(loaded(x), fn(x))
+
+
+def quarter_is_whole(x):
+    return x * (5.0 if (x.shape[0] / 4).is_integer() else 1.0)
+
+
+def by_hex(x):
+    return x * (5.0 if float(x.shape[0]).hex() == "0x1.8p+3" else 1.0)
+
+
+def test_float_methods_read_in_c_are_traced_or_guarded():
+    """``float.is_integer`` and ``float.hex`` read the value in C (prober19 F3): the first
+    is a comparison with the floor, whose answer is guarded (general for every size that
+    gives it), the second guards the value."""
+    whole = tracebridge.trace(quarter_is_whole, torch.ones(2, 3))
+    for n in (2, 6, 10):
+        x = torch.rand(n, 3)
+        assert torch.equal(whole(x), quarter_is_whole(x))
+    with pytest.raises(tracebridge.GuardError, match="floor"):
+        whole(torch.rand(8, 3))
+    hexed = tracebridge.trace(by_hex, torch.ones(2, 3))
+    assert torch.equal(hexed(torch.ones(2, 3)), by_hex(torch.ones(2, 3)))
+    with pytest.raises(tracebridge.GuardError):
+        hexed(torch.ones(12, 3))

@@ -212,6 +212,14 @@ class SymFloat(_Traced, float):
     _base = float
     _unwrap = float.__float__
 
+    def is_integer(self):
+        # ``(h / 4).is_integer()``: float's own reads the value in C. As a comparison with
+        # its floor, what is guarded is the answer, which serves every size that gives it.
+        return self._tracer.scalar_compare("eq", self, self.__floor__())
+
+    def hex(self):
+        return self._tracer.specialize(self, "float").hex()
+
     def __ceil__(self):
         return self._tracer.scalar_op("ceil", (self,))
 
