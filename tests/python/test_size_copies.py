@@ -7,6 +7,7 @@ every size with the example's answer, silently."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import pickle
 
 import pytest
@@ -32,6 +33,20 @@ def copied_dict_of_sizes(x):
     return x * (5.0 if copy.copy({"n": x.shape[0]})["n"] == 12 else 1.0)
 
 
+@dataclasses.dataclass
+class Shape:
+    n: int
+    c: int
+
+
+def shape_as_dict(x):
+    return x * (5.0 if dataclasses.asdict(Shape(*x.shape))["n"] == 12 else 1.0)
+
+
+def size_of_a_shape(x):
+    return x * (5.0 if torch.Size(x.shape).numel() == 48 else 1.0)
+
+
 def size_by_hand(x):
     return x * (5.0 if torch.Size([x.shape[0], 4]).numel() == 48 else 1.0)
 
@@ -52,7 +67,14 @@ def is_a_size(x):
 
 @pytest.mark.parametrize(
     "fn",
-    [deep_copied_size, deep_copied_shape_list, copied_dict_of_sizes, size_by_hand],
+    [
+        deep_copied_size,
+        deep_copied_shape_list,
+        copied_dict_of_sizes,
+        shape_as_dict,
+        size_of_a_shape,
+        size_by_hand,
+    ],
 )
 def test_a_copied_or_rebuilt_size_that_decides_is_guarded(fn, tmp_path):
     traced = tracebridge.trace(fn, torch.ones(2, 4))

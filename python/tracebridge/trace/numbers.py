@@ -165,8 +165,11 @@ class _Traced:
         return self
 
     def __reduce__(self):
+        return (type(self._concrete()), self.__getnewargs__())
+
+    def __getnewargs__(self):
         value = self._concrete()
-        return (type(value), (self._tracer.specialize(self, type(value).__name__, "pickled"),))
+        return (self._tracer.specialize(self, type(value).__name__, "pickled"),)
 
     def __new__(
         cls, value=0, tracer: Tracer | None = None, ref: Ref | None = None, desc="", lazy=None
