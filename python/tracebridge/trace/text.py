@@ -27,7 +27,7 @@ Note: formatting a size is not a decision.
   ``warnings`` (``log.info("%s", x)`` formats later, in ``logging``) is a message too.
   ``'%d' % n`` reads the number in C without asking it: that text cannot remember, and
   where it goes anywhere but to a message the number is guarded where it is read
-  (trace/unseen_reads.py, with :func:`_decides`).
+  (trace/unseen_reads.py, with :func:`shown_only`).
 
   A tensor formatted as text (``str(x)``, ``repr``, ``format``, f-strings, ``%s``) shows
   its values: the text's source is then a :class:`TensorText`, which guards the tensor's
@@ -57,6 +57,15 @@ import torch
 
 from ..errors import UnsupportedOpError
 from ..source import OWN_DIR
+from .message_sinks import (
+    formatted_for_showing,
+    level_of_call,
+    logger_named,
+    loggers_keep_nothing,
+    shown_warning_keeps_nothing,
+    stream_out_of_reach,
+    warning_ignored,
+)
 
 if TYPE_CHECKING:
     from .tracer import Tracer
@@ -400,7 +409,9 @@ def _judged(frame, obj=None) -> frozenset | None:
     the call stack; None where the text may decide something the trace cannot see (see
     the note above :data:`FINE`)."""
     if frame.f_code.co_filename.startswith(_MESSAGE_MODULES):
-        return FINE  # logging formats its record's message late, inside its own code
+        # logging formats its record's message late, inside its own code: a message where
+        # the handlers it reaches keep nothing (trace/message_sinks.py)
+        return FINE if formatted_for_showing(frame, _MESSAGE_MODULES) else None
     position = _position_of(frame)
     if position is None:
         return None
@@ -483,7 +494,14 @@ def _sink_holds(filename: str, condition: str, local_names, global_names, depth:
     callee = _callee(call.func, local_names, global_names)
     if callee is _UNRESOLVED:
         return False  # get_helper().log(text): what it does with the text is not known
-    if callee is print or callee is _LOGGER or _from_sink_module(callee):
+    if callee is print:
+        return _printed_where_nothing_keeps(call)
+    logged = logging_call_keeps_nothing(call, callee, local_names, global_names)
+    if logged is not None:
+        return logged
+    if _from_module(callee, ("warnings", "_warnings")):
+        return _warned_where_nothing_keeps(call, local_names, global_names)
+    if _from_sink_module(callee):
         return True
     function, bound = _python_function(callee)
     if function is None or depth >= 3 or argument == "?":
@@ -514,11 +532,75 @@ _LOGGER = object()  # what logging.getLogger(...) returns, where the call is in 
 
 
 def _from_sink_module(callee) -> bool:
+    return _from_module(callee, _SINK_MODULES)
+
+
+def _from_module(callee, modules: tuple) -> bool:
     target = getattr(callee, "__func__", callee)
     target = getattr(target, "__wrapped__", target)  # transformers' warning_once (lru_cache)
     module = getattr(target, "__module__", None) or ""
-    inside = any(module == m or module.startswith(m + ".") for m in _SINK_MODULES)
+    inside = any(module == m or module.startswith(m + ".") for m in modules)
     return inside and not isinstance(target, type)
+
+
+_LOGGING_MODULES = ("logging", "transformers.utils.logging")
+
+
+def _loggers_of(call: ast.Call, callee, local_names, global_names) -> list | None:
+    """The loggers a logging call logs on: the logger (or adapter) whose method it is,
+    the root for logging's functions (``logging.warning``); None where the source does not
+    show which (``logging.getLogger(name).info``): every logger is then looked at."""
+    owner = getattr(callee, "__self__", None)
+    if owner is None and isinstance(call.func, ast.Attribute):
+        made = call.func.value
+        owner = _callee(made, local_names, global_names)
+        if owner is _LOGGER and not made.keywords and len(made.args) <= 1:
+            name = _callee(made.args[0], local_names, global_names) if made.args else None
+            if isinstance(made.args[0] if made.args else None, ast.Constant):
+                name = made.args[0].value
+            if name is None or isinstance(name, str):
+                owner = logger_named(name)  # logging.getLogger(__name__).info(...)
+    if isinstance(owner, logging.LoggerAdapter):
+        owner = owner.logger
+    if isinstance(owner, logging.Logger):
+        return [owner]
+    if owner is logging or isinstance(callee, types.FunctionType) and owner is None:
+        return [logging.getLogger()]
+    return None
+
+
+def _logged_level(call: ast.Call, local_names, global_names) -> int:
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    if name == "log" and call.args:
+        level = _callee(call.args[0], local_names, global_names)
+        if isinstance(call.args[0], ast.Constant):
+            level = call.args[0].value
+        return level if type(level) is int else 0
+    return level_of_call(name)
+
+
+def _printed_where_nothing_keeps(call: ast.Call) -> bool:
+    """``print`` without ``file=`` writes to the current ``sys.stdout``, which the code
+    may have replaced by a buffer it reads back; ``file=sys.stderr`` likewise."""
+    where = next((k.value for k in call.keywords if k.arg == "file"), None)
+    if where is None:
+        return stream_out_of_reach(sys.stdout)
+    if isinstance(where, ast.Attribute) and where.attr in ("stdout", "stderr"):
+        return stream_out_of_reach(getattr(sys, where.attr))
+    return True  # file=io.StringIO(): made in the call, read by no one
+
+
+def _warned_where_nothing_keeps(call: ast.Call, local_names, global_names) -> bool:
+    """``warnings.warn(text, category)``: ignored by the filters, or shown where nothing
+    keeps it (trace/message_sinks.py)."""
+    category = next((k.value for k in call.keywords if k.arg == "category"), None)
+    if category is None and len(call.args) > 1:
+        category = call.args[1]
+    kind = UserWarning if category is None else _callee(category, local_names, global_names)
+    if not (isinstance(kind, type) and issubclass(kind, Warning)):
+        kind = None
+    return warning_ignored(kind) or shown_warning_keeps_nothing(sys._getframe(2))
 
 
 def _python_function(callee) -> tuple:
@@ -996,12 +1078,51 @@ def _container_verdict(container: ast.AST, following: frozenset) -> frozenset | 
     return None
 
 
-def _decides(node: ast.AST, function: ast.AST | None = None) -> bool:
+def shown_only_at_times(node: ast.AST) -> bool:
     """Whether the text ``node`` makes in C (``"%d" % n``, which cannot remember its
-    number) may pick something: it goes anywhere but to messages (:func:`_verdict`),
-    directly or through a local -- a key, a comparison, a test, ``len`` of it, a
-    container, an argument."""
-    return _verdict(node, kept=False) is None
+    number) goes only to messages (:func:`_verdict`) -- not to a key, a comparison, a
+    test, ``len`` of it, a container, an argument -- that may still be kept or caught: a
+    False answer needs no look at the running code, a True one :func:`shown_only`."""
+    verdict = _verdict(node, kept=False)
+    return verdict is not None and bool(verdict)
+
+
+def shown_only(node: ast.AST, filename: str, scope, frame=None, called_from=None) -> bool:
+    """Whether the text ``node`` (of ``filename``) makes in C only reaches messages that
+    nothing catches or keeps, judged now. ``frame`` runs ``node``'s function; else that
+    function is about to be called from ``called_from``'s current line (None: not
+    known), with ``scope`` (``local_names``, ``global_names``) its names."""
+    verdict = _verdict(node, kept=False)
+    if verdict is None:
+        return False
+    kinds = _caught_kinds(verdict)
+    if kinds and frame is not None:
+        span = (node.lineno, node.end_lineno, node.col_offset, node.end_col_offset)
+        if _may_be_caught(frame, span, kinds):
+            return False
+    elif kinds and (
+        _inside_a_catch(node, kinds)
+        or called_from is None
+        or _may_be_caught(called_from, _position_of(called_from), kinds)
+    ):
+        return False
+    return all(
+        _sink_holds(filename, c, scope.local_names, scope.global_names, 0)
+        for c in verdict
+        if c.startswith("sink:")
+    )
+
+
+def logging_call_keeps_nothing(call: ast.Call, callee, local_names, global_names) -> bool | None:
+    """For a number given to a logging call (``log.info("%d rows", n)``, formatted in
+    logging's C code later): whether every handler it reaches keeps nothing; None where
+    ``callee`` (None: looked up here) is not logging's."""
+    if callee is None:
+        callee = _callee(call.func, local_names, global_names)
+    if callee is not _LOGGER and not _from_module(callee, _LOGGING_MODULES):
+        return None
+    loggers = _loggers_of(call, callee, local_names, global_names)
+    return loggers_keep_nothing(loggers, _logged_level(call, local_names, global_names))
 
 
 @lru_cache(maxsize=256)
