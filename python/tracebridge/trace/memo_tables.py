@@ -134,6 +134,9 @@ class MemoTables:
         # id(table) -> [table, its entries at the first lookup, label, where it is filled,
         # its entries when the trace first looked it up, whether its lookups miss]
         self._tables: dict[int, list] = {}
+        # ids of the dicts keyed on text this recording emptied (trace/caches.py's
+        # text_keyed_memo): every entry there is the recording's
+        self._set_aside: set[int] = set()
 
     def note(self, cache: DictCache, location: str | None) -> bool:
         """Keep the dict to put back; whether its lookup may miss. A dict that held
@@ -157,6 +160,13 @@ class MemoTables:
             entry[3] = location
         return entry[5]
 
+    def set_aside(self, table: dict) -> None:
+        """Empty ``table`` (noted already) for the rest of this recording, once: a memo
+        keyed on text, whose plain keys cannot be made to miss; put back by restore."""
+        if id(table) not in self._set_aside:
+            self._set_aside.add(id(table))
+            dict.clear(table)
+
     def kept_keys(self, cache: DictCache) -> list:
         """The keys ``cache``'s dict held when the trace first looked it up (after
         :meth:`note`), read without hashing them."""
@@ -166,8 +176,9 @@ class MemoTables:
     def check(self, tracer) -> None:
         """Refuse a memo that keeps, under a traced key, what the call's data decided."""
         for table, _, label, filled_at, before, _ in self._tables.values():
+            everything = id(table) in self._set_aside
             for key, value in list(dict.items(table)):  # read without hashing a key
-                if not _traced_by(key, tracer, _DEPTH):
+                if not (everything or _traced_by(key, tracer, _DEPTH)):
                     continue
                 kept = before.get(plain_key(key), _MISSING)
                 if kept is not _MISSING and not _same(kept, value):

@@ -358,6 +358,9 @@ def formatted_from(sources: tuple, text: str, frame, obj=None) -> str:
     if frame.f_code.co_filename.startswith(OWN_DIR):
         return SymStr(text, sources)
     verdict = _judged(frame, obj)
+    memos = _memo_conditions(verdict) if verdict is not None else []
+    if memos:
+        verdict = _memo_verdict(verdict, memos, sources, frame)
     if verdict is None:
         for source in sources:
             source._fix_text("formatted into text that may decide a branch")
@@ -367,6 +370,24 @@ def formatted_from(sources: tuple, text: str, frame, obj=None) -> str:
     # Only messages: plain text, so that a message hashed out of sight (the warnings
     # registry, transformers' warning_once cache) or given to torch._assert guards nothing.
     return text
+
+
+def _memo_verdict(verdict: frozenset, memos: list, sources: tuple, frame) -> frozenset | None:
+    """The verdict of text used as a key of memos (see :func:`_memo_use`): as if only
+    messages took it where each memo is one the tracer traces through with text keys
+    (trace/caches.py: its lookups then miss, as for a traced number); else a lookup that
+    guards as it hashes remembering text, or None."""
+    from .caches import text_keyed_memo  # caches reads this module's parsed sources
+
+    rest = verdict - frozenset(memos)
+    if all(not isinstance(s, TensorText) for s in sources) and all(
+        text_keyed_memo(frame, tuple(map(int, c.split(":")[1:5])), sources[0]._tracer)
+        for c in memos
+    ):
+        return rest
+    if all(c.endswith(":kept") for c in memos):
+        return rest | READS
+    return None
 
 
 _MESSAGE_MODULES = (os.path.dirname(logging.__file__) + os.sep, warnings.__file__)
@@ -439,6 +460,8 @@ def _holds(verdict: frozenset | None, frame, position: tuple, depth: int) -> boo
     nothing out of the trace's sight, given the frames that called it."""
     if verdict is None:
         return False
+    if depth and any(c.endswith(":joined") for c in _memo_conditions(verdict)):
+        return False  # a caller's memo, judged only where the text is made
     kinds = _caught_kinds(verdict)
     if kinds and _may_be_caught(frame, position, kinds):
         return False
@@ -519,6 +542,8 @@ def _sink_holds(filename: str, condition: str, local_names, global_names, depth:
     verdict = _parameter_verdict(node, parameter)
     if verdict is None or "returned" in verdict or "reads" in verdict:
         return False
+    if _memo_conditions(verdict):
+        return False  # a key of the helper's own dict
     # Its own calls are looked up in its globals, with ``self`` bound where it is a method.
     own = {params[0]: callee.__self__} if bound else {}
     return all(
@@ -872,6 +897,14 @@ def _verdict(node: ast.AST, kept: bool, following: frozenset = frozenset()) -> f
                 return found | message
             func = parent.func
             name = getattr(func, "id", None)
+            if (
+                isinstance(func, ast.Attribute)
+                and func.attr in _MEMO_METHODS
+                and parent.args
+                and child is parent.args[0]
+                and not parent.keywords
+            ):
+                return found | _memo_use(func.value, kept)  # memo.get(key)
             alone = len(parent.args) == 1 and not parent.keywords and child is parent.args[0]
             if alone and name in ("int", "float", "bool", "len", "hash"):
                 return reads  # SymStr's own __int__, __float__, __bool__, __len__, __hash__
@@ -897,6 +930,8 @@ def _verdict(node: ast.AST, kept: bool, following: frozenset = frozenset()) -> f
         elif isinstance(parent, ast.Compare):
             at = 0 if child is parent.left else 1 + parent.comparators.index(child)
             if at < len(parent.ops) and isinstance(parent.ops[at], (ast.In, ast.NotIn)):
+                if at == 0 and len(parent.ops) == 1:
+                    return found | _memo_use(parent.comparators[0], kept)  # key not in memo
                 return None  # text in a container: a str container reads it in C
             return reads
         elif isinstance(parent, (ast.If, ast.While)):
@@ -911,7 +946,9 @@ def _verdict(node: ast.AST, kept: bool, following: frozenset = frozenset()) -> f
                 return None  # its truth decides
             found = reads
         elif isinstance(parent, ast.Subscript):
-            return reads  # a key or an index: hashed or read by SymStr
+            if child is parent.slice:
+                return found | _memo_use(parent.value, kept)  # memo[key], memo[key] = ...
+            return reads  # an index of the text: read by SymStr
         elif isinstance(parent, ast.Dict):
             return reads if any(child is k for k in parent.keys) else None
         elif isinstance(parent, (ast.List, ast.Tuple, ast.Set)) or (
@@ -934,6 +971,22 @@ def _verdict(node: ast.AST, kept: bool, following: frozenset = frozenset()) -> f
             return None
         child, parent = parent, up
     return None
+
+
+_MEMO_METHODS = frozenset({"get", "setdefault", "pop"})
+
+
+def _memo_use(container: ast.AST, kept: bool) -> frozenset:
+    """The condition of text used as a key of ``container`` (``key in d``, ``d[key]``,
+    ``d.get(key)``): a memo the tracer traces through, looked up when the text is made
+    (:func:`_memos_hold`); else, where the text remembers (``kept``), a lookup that
+    guards as it hashes it, or a guard where it is made."""
+    span = (container.lineno, container.end_lineno, container.col_offset, container.end_col_offset)
+    return frozenset({"memo:" + ":".join(map(str, span)) + (":kept" if kept else ":joined")})
+
+
+def _memo_conditions(verdict: frozenset) -> list[str]:
+    return [c for c in verdict if c.startswith("memo:")]
 
 
 def _message_call(call: ast.Call, strict: bool, child: ast.AST | None = None) -> frozenset | None:
@@ -1093,8 +1146,8 @@ def shown_only(node: ast.AST, filename: str, scope, frame=None, called_from=None
     function is about to be called from ``called_from``'s current line (None: not
     known), with ``scope`` (``local_names``, ``global_names``) its names."""
     verdict = _verdict(node, kept=False)
-    if verdict is None:
-        return False
+    if verdict is None or _memo_conditions(verdict):
+        return False  # "%d" % n as a memo's key: no text of the trace's to set apart
     kinds = _caught_kinds(verdict)
     if kinds and frame is not None:
         span = (node.lineno, node.end_lineno, node.col_offset, node.end_col_offset)
