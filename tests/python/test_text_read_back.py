@@ -175,3 +175,56 @@ def test_a_message_shown_where_nothing_keeps_it_stays_general(fn, loggers, tmp_p
         for rows in (5, 12, 7):
             x = torch.randn(rows, 3)
             assert torch.equal(traced(x), fn(x)) and torch.equal(again(x), fn(x))
+
+
+# --- text a function of the user's makes for C code that calls it (map, sorted) ----------------
+
+
+def fmt(n) -> str:
+    return str(n)
+
+
+def fmt_field(n) -> str:
+    return f"{n}"
+
+
+TABLE = {"12": 5.0}
+
+
+def _joined_from_a_map(x):
+    return x * (5.0 if "".join(map(fmt, [x.shape[0]])) == "12" else 1.0)
+
+
+def _joined_from_a_map_of_fields(x):
+    return x * TABLE.get("".join(map(fmt_field, [x.shape[0]])), 1.0)
+
+
+def _listed_from_a_map(x):
+    return x * (5.0 if list(map(fmt, [x.shape[0]]))[0] == "12" else 1.0)
+
+
+def _sorted_by_text(x):
+    return x * (5.0 if sorted([x.shape[0], 3], key=fmt)[0] == 12 else 1.0)
+
+
+@pytest.mark.parametrize(
+    "fn", [_joined_from_a_map, _joined_from_a_map_of_fields, _listed_from_a_map, _sorted_by_text]
+)
+def test_text_returned_to_c_code_that_decides_is_guarded(fn, tmp_path):
+    guarded_at_other_sizes(fn, tmp_path)
+    x = torch.ones(12, 3)
+    assert torch.equal(fn(x), x * 5.0)
+
+
+def _logged_from_a_map(x):
+    LOG_SHOWN.info("shape " + "x".join(map(fmt, x.shape)))
+    return x * 2
+
+
+def test_text_a_map_joins_for_a_message_stays_general(loggers, tmp_path):
+    traced = tracebridge.trace(_logged_from_a_map, torch.ones(2, 3))
+    assert traced.guards == []
+    again = loaded(traced, tmp_path)
+    for shape in [(5, 3), (12, 4), (1, 7)]:
+        x = torch.randn(*shape)
+        assert torch.equal(traced(x), x * 2) and torch.equal(again(x), x * 2)

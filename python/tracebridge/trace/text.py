@@ -481,10 +481,35 @@ def _holds(verdict: frozenset | None, frame, position: tuple, depth: int) -> boo
         if at is None:
             return False
         node = (_parsed(caller.f_code.co_filename) or {}).get(at)
-        if not isinstance(node, ast.Call) or not _calls_directly(node, caller, frame.f_code):
-            return False  # C code in between (re.sub, map, sorted) takes the text
-        return _holds(_verdict_of_call(caller.f_code.co_filename, at), caller, at, depth + 1)
+        if not isinstance(node, ast.Call):
+            return False
+        if _calls_directly(node, caller, frame.f_code):
+            verdict = _verdict_of_call(caller.f_code.co_filename, at)
+        elif _joins_a_map_of(node, caller, frame.f_code):
+            verdict = _verdict_of_call(caller.f_code.co_filename, at, joined=True)
+        else:
+            return False  # C code in between (re.sub, sorted, map) takes the text
+        return _holds(verdict, caller, at, depth + 1)
     return True
+
+
+def _joins_a_map_of(call: ast.Call, caller, code) -> bool:
+    """Whether ``call``, the caller's current instruction, is ``sep.join(map(f, ...))``
+    with ``f`` the function of ``code``: join takes each text ``f`` returns and makes new
+    text of them, which goes where the join goes (``log.info(", ".join(map(fmt, dims)))``)."""
+    if not (
+        isinstance(call.func, ast.Attribute)
+        and call.func.attr == "join"
+        and len(call.args) == 1
+        and not call.keywords
+        and isinstance(call.args[0], ast.Call)
+    ):
+        return False
+    mapped = call.args[0]
+    if _callee(mapped.func, caller.f_locals, caller.f_globals) is not map or not mapped.args:
+        return False
+    function = ast.Call(func=mapped.args[0], args=[], keywords=[])
+    return _calls_directly(function, caller, code)
 
 
 # --- message calls: what the callee is ---------------------------------------------------
@@ -699,10 +724,11 @@ def _calls_directly(call: ast.Call, caller, code) -> bool:
 
 
 @lru_cache(maxsize=4096)
-def _verdict_of_call(filename: str, position: tuple) -> frozenset | None:
-    """Where the remembering text a call at ``position`` returns goes."""
+def _verdict_of_call(filename: str, position: tuple, joined: bool = False) -> frozenset | None:
+    """Where the remembering text a call at ``position`` returns goes (``joined``: the
+    new text it makes of the text it is given)."""
     node = (_parsed(filename) or {}).get(position)
-    return _verdict(node, kept=True) if node is not None else None
+    return _verdict(node, kept=not joined) if node is not None else None
 
 
 _UNKNOWN = object()  # a caller whose use of the text cannot be read
