@@ -578,6 +578,16 @@ def _resolve(expr: ast.AST, scope: _Scope):
         func = _resolve(expr.func, scope)
         if _is_builder(func) or _numpy_owned(func):
             return _SEQUENCE
+        if (
+            isinstance(expr.func, ast.Attribute)
+            and expr.func.attr == "get"
+            and len(expr.args) == 1
+            and isinstance(expr.args[0], ast.Constant)
+            and not expr.keywords
+        ):
+            owner = _resolve(expr.func.value, scope)
+            if type(owner) is dict:  # self.cfg.get("s"): a plain dict's entry
+                return owner.get(expr.args[0].value, _MISSING)
         if isinstance(expr.func, ast.Attribute) and expr.func.attr in ("size", "stride"):
             owner = _resolve(expr.func.value, scope)
             if isinstance(owner, torch.Tensor) and not expr.args and not expr.keywords:
@@ -609,17 +619,26 @@ def _built_kind(expr: ast.AST, scope: _Scope):
         return type(expr.value)()
     if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Add, ast.Mult, ast.Mod)):
         for side in (expr.left, expr.right):
-            kind = _built_kind(side, scope)
+            kind = _kind_of(side, scope)  # (self.names * 2): an attribute's list
             if kind is not _MISSING:
                 return kind
         return _MISSING
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
-        receiver = _built_kind(expr.func.value, scope)
+        receiver = _kind_of(expr.func.value, scope)  # self.text.upper(): an attribute's str
         if isinstance(receiver, (str, bytes)):
             if expr.func.attr in _TO_STR:
                 return type(receiver)()
             if expr.func.attr in _TO_LIST:
-                return []
+                return [type(receiver)()]  # a list of texts (its items' kind: split()[0])
+            if expr.func.attr in _RECODED:
+                return _RECODED[expr.func.attr]
+    if isinstance(expr, ast.Subscript) and not isinstance(expr.slice, ast.Slice):
+        # an item of a built list of texts (text.split()[0]), a character of a text
+        container = _kind_of(expr.value, scope)
+        if type(container) is str:
+            return ""
+        if type(container) is list and container and type(container[0]) in (str, bytes):
+            return type(container[0])()
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name):
         made = scope.lookup(expr.func.id)
         if made in (str, list, tuple, bytes, bytearray, set, sorted):
@@ -637,6 +656,14 @@ def _built_kind(expr: ast.AST, scope: _Scope):
 
 
 _PLAIN_SEQUENCES = (list, tuple, str, bytes, bytearray)
+_RECODED = {"encode": b"", "decode": ""}  # str.encode gives bytes, bytes.decode a str
+
+
+def _kind_of(expr: ast.AST, scope: _Scope):
+    """:func:`_built_kind` of ``expr``, or the plain kind of what it names (an
+    attribute's list or str, a local's)."""
+    kind = _built_kind(expr, scope)
+    return kind if kind is not _MISSING else _plain_kind(_resolve(expr, scope))
 
 
 def _plain_kind(*found):
