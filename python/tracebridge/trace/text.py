@@ -27,7 +27,13 @@ Note: formatting a size is not a decision.
   ``warnings`` (``log.info("%s", x)`` formats later, in ``logging``) is a message too.
   ``'%d' % n`` reads the number in C without asking it: that text cannot remember, and
   where it goes anywhere but to a message the number is guarded where it is read
-  (trace/unseen_reads.py, with :func:`shown_only`).
+  (trace/unseen_reads.py, with :func:`shown_only`). A log call, a warning or ``print``
+  is a message only where what receives the text keeps nothing -- logging's own handlers
+  writing to a real file, warnings' stock ``showwarning`` -- looked up when the text is
+  made (trace/message_sinks.py). Text whose every use is a lookup or a store of a memo
+  the tracer traces through (``key = f"{B}x{N}"``; ``if key not in self.masks``) is no
+  decision either: the memo's entries are set aside for the recording, so that its
+  lookups miss as a traced number's do (trace/caches.py's ``text_keyed_memo``).
 
   A tensor formatted as text (``str(x)``, ``repr``, ``format``, f-strings, ``%s``) shows
   its values: the text's source is then a :class:`TensorText`, which guards the tensor's
