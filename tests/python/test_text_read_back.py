@@ -100,6 +100,24 @@ def _percent_d_caught_here(x):
         return x * (5.0 if str(err) == "rows 12" else 1.0)
 
 
+class KeepingAdapter(logging.LoggerAdapter):
+    """An adapter of the user's: its process() sees (and keeps) every message."""
+
+    kept: list[str] = []
+
+    def process(self, msg, kwargs):
+        KeepingAdapter.kept.append(msg)
+        return msg, kwargs
+
+
+ADAPTER = KeepingAdapter(logging.getLogger("tracebridge.tests.quiet"), {})
+
+
+def _kept_by_an_adapter(x):
+    ADAPTER.warning(f"rows {x.shape[0]}")
+    return x * (5.0 if KeepingAdapter.kept[-1] == "rows 12" else 1.0)
+
+
 LOG_BUFFERED = logging.getLogger("tracebridge.tests.buffered")
 
 
@@ -134,6 +152,7 @@ def _kept_by_a_replaced_showwarning(x):
         _formatted_with_percent_d_then_logged,
         _percent_d_caught_by_the_caller,
         _percent_d_caught_here,
+        _kept_by_an_adapter,
         _written_to_a_buffer,
         _written_to_a_buffer_as_text,
         _kept_by_a_replaced_showwarning,

@@ -119,6 +119,8 @@ def logger_keeps_nothing(logger: logging.Logger, level: int) -> bool:
         return True  # never made into a record
     if logger.disabled:
         return True
+    if type(logger) not in (logging.Logger, logging.RootLogger):
+        return False  # a logger class of the user's (setLoggerClass) may keep the text
     found = False
     current = logger
     while current is not None:

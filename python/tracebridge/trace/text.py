@@ -602,10 +602,11 @@ def _from_module(callee, modules: tuple) -> bool:
 _LOGGING_MODULES = ("logging", "transformers.utils.logging")
 
 
-def _loggers_of(call: ast.Call, callee, local_names, global_names) -> list | None:
-    """The loggers a logging call logs on: the logger (or adapter) whose method it is,
-    the root for logging's functions (``logging.warning``); None where the source does not
-    show which (``logging.getLogger(name).info``): every logger is then looked at."""
+def _loggers_of(call: ast.Call, callee, local_names, global_names) -> list | bool | None:
+    """The loggers a logging call logs on: the logger (or logging's adapter) whose method
+    it is, the root for logging's functions (``logging.warning``); None where the source
+    does not show which: every logger is then looked at; False for an adapter of the
+    user's, which sees the text itself."""
     owner = getattr(callee, "__self__", None)
     if owner is None and isinstance(call.func, ast.Attribute):
         made = call.func.value
@@ -617,6 +618,8 @@ def _loggers_of(call: ast.Call, callee, local_names, global_names) -> list | Non
             if name is None or isinstance(name, str):
                 owner = logger_named(name)  # logging.getLogger(__name__).info(...)
     if isinstance(owner, logging.LoggerAdapter):
+        if type(owner) is not logging.LoggerAdapter:
+            return False  # an adapter of the user's: its own process() or log() sees the text
         owner = owner.logger
     if isinstance(owner, logging.Logger):
         return [owner]
@@ -1207,6 +1210,8 @@ def logging_call_keeps_nothing(call: ast.Call, callee, local_names, global_names
     if callee is not _LOGGER and not _from_module(callee, _LOGGING_MODULES):
         return None
     loggers = _loggers_of(call, callee, local_names, global_names)
+    if loggers is False:
+        return False
     return loggers_keep_nothing(loggers, _logged_level(call, local_names, global_names))
 
 
