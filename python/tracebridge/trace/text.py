@@ -1014,7 +1014,7 @@ _MEMO_METHODS = frozenset({"get", "setdefault", "pop"})
 def _memo_use(container: ast.AST, kept: bool) -> frozenset:
     """The condition of text used as a key of ``container`` (``key in d``, ``d[key]``,
     ``d.get(key)``): a memo the tracer traces through, looked up when the text is made
-    (:func:`_memos_hold`); else, where the text remembers (``kept``), a lookup that
+    (:func:`_memo_verdict`); else, where the text remembers (``kept``), a lookup that
     guards as it hashes it, or a guard where it is made."""
     span = (container.lineno, container.end_lineno, container.col_offset, container.end_col_offset)
     return frozenset({"memo:" + ":".join(map(str, span)) + (":kept" if kept else ":joined")})
@@ -1166,13 +1166,13 @@ def _container_verdict(container: ast.AST, following: frozenset) -> frozenset | 
     return None
 
 
-def shown_only_at_times(node: ast.AST) -> bool:
-    """Whether the text ``node`` makes in C (``"%d" % n``, which cannot remember its
-    number) goes only to messages (:func:`_verdict`) -- not to a key, a comparison, a
-    test, ``len`` of it, a container, an argument -- that may still be kept or caught: a
-    False answer needs no look at the running code, a True one :func:`shown_only`."""
-    verdict = _verdict(node, kept=False)
-    return verdict is not None and bool(verdict)
+def plain_text_verdict(node: ast.AST) -> frozenset | None:
+    """Where the text ``node`` makes in C (``"%d" % n``, which cannot remember its
+    number) goes, read from the source alone (:func:`_verdict`): None where it may
+    decide (a key, a comparison, a test, ``len`` of it, a container, an argument), empty
+    where it only reaches messages, else the conditions :func:`shown_only` judges when
+    the code runs (a catch around it, what a log call's handlers keep, a memo)."""
+    return _verdict(node, kept=False)
 
 
 def shown_only(node: ast.AST, filename: str, scope, frame=None, called_from=None) -> bool:

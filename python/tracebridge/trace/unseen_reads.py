@@ -71,8 +71,8 @@ from .text import (
     _positions,
     def_node,
     logging_call_keeps_nothing,
+    plain_text_verdict,
     shown_only,
-    shown_only_at_times,
 )
 
 _RETURNED = "returned"
@@ -408,11 +408,14 @@ def _format_site(binop: ast.BinOp) -> set:
     if not _NUMERIC_CONVERSION.search(binop.left.value):
         return set()
     function = _enclosing_function(binop)
-    if function is not None and shown_only_at_times(binop):
-        # text for messages: judged when read (format_read), as what catches or keeps
-        # messages then (a try around it, a logging handler) says
-        return {Site("format", binop, binop.lineno, _MESSAGE)}
-    return {Site("format", binop, binop.lineno)}
+    verdict = plain_text_verdict(binop) if function is not None else None
+    if verdict is None:
+        return {Site("format", binop, binop.lineno)}
+    if not verdict:
+        return set()  # text for messages only: no decision of the trace's
+    # text for messages that may be caught or kept: judged when read (format_read), as
+    # what catches or keeps messages then (a try around it, a logging handler) says
+    return {Site("format", binop, binop.lineno, _MESSAGE)}
 
 
 _MESSAGE = "message"  # a format site's arg: its text goes only to messages
