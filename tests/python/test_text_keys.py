@@ -116,3 +116,55 @@ class DataByText(nn.Module):
 def test_a_text_keyed_memo_of_the_calls_data_is_refused():
     with pytest.raises(TraceError, match=r"self\.scales.*the input's data"):
         tracebridge.trace(DataByText(), torch.randn(2, 3))
+
+
+class MaskByShapeText(nn.Module):
+    """Keyed on the sizes read in the f-string itself; one variant leaves a size out."""
+
+    def __init__(self, whole: bool):
+        super().__init__()
+        self.whole = whole
+        self.masks: dict = {}
+
+    def forward(self, x):
+        key = f"{x.shape[0]}x{x.shape[1]}" if self.whole else f"{x.shape[0]}"
+        if key not in self.masks:
+            self.masks[key] = torch.ones(x.shape[0], x.shape[1]).triu()
+        return x * self.masks[key]
+
+
+def test_a_memo_keyed_on_text_of_the_shape_is_general(tmp_path):
+    model = MaskByShapeText(whole=True)
+    traced = tracebridge.trace(model, torch.randn(3, 4))
+    assert traced.guards == []
+    again = loaded(traced, tmp_path)
+    for shape in [(3, 4), (5, 2), (2, 6)]:
+        x = torch.randn(*shape)
+        expected = x * torch.ones(*shape).triu()
+        assert torch.equal(traced(x), expected) and torch.equal(again(x), expected)
+
+
+def test_a_memo_keyed_on_text_that_leaves_a_size_out_is_refused():
+    # eager keeps the value the first call of "3" computed from its own width
+    with pytest.raises(TraceError, match=r"self\.masks.*x\.shape\[1\], which its key does not"):
+        tracebridge.trace(MaskByShapeText(whole=False), torch.randn(3, 4))
+
+
+class CountedByText(nn.Module):
+    """A memo keyed on text whose value reads how many keys it holds (a call counter)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: dict = {}
+
+    def forward(self, x):
+        key = f"{x.shape[0]}"
+        if key not in self.seen:
+            self.seen[key] = torch.tensor(float(len(self.seen) + 1))
+        return x * self.seen[key]
+
+
+def test_a_memo_keyed_on_text_whose_value_reads_its_length_is_refused():
+    # as for a memo keyed on the number: eager's value depends on the calls before
+    with pytest.raises(TraceError, match="called a second time"):
+        tracebridge.trace(CountedByText(), torch.randn(2, 3))

@@ -84,7 +84,7 @@ def cache_lookup(depth: int = 2):
     return _cache_at(sys._getframe(depth))
 
 
-def text_keyed_memo(frame, span: tuple, tracer) -> bool:
+def text_keyed_memo(frame, span: tuple, tracer, text: str, numbers: tuple) -> bool:
     """For text made from traced sizes that only keys the dict at ``span`` of ``frame``'s
     file (``key = f"{B}x{N}"``; ``if key not in self.masks: self.masks[key] = ...``;
     trace/text.py's ``_memo_use``): whether that dict is a memo the tracer traces
@@ -93,7 +93,7 @@ def text_keyed_memo(frame, span: tuple, tracer) -> bool:
     the lookup decides). Its entries are then set aside for this recording, so that the
     lookups miss as a traced number's do: Python joins the text in C, and a plain str's
     hash cannot be made to miss. trace/memo_tables.py puts them back after the recording
-    and checks each entry the recording stored there."""
+    and checks each entry the recording stored there, ``text`` holding ``numbers``."""
     container = (_parsed(frame.f_code.co_filename) or {}).get(span)
     parent = getattr(container, "_tb_parent", None)
     if isinstance(parent, ast.Subscript):
@@ -111,7 +111,7 @@ def text_keyed_memo(frame, span: tuple, tracer) -> bool:
     cache = dataclasses.replace(cache, key=None)
     if not tracer.through_cache(cache, "text made from a traced size"):
         return False
-    tracer.memo_tables.set_aside(cache.table)
+    tracer.memo_tables.set_aside(cache.table, text, numbers)
     return True
 
 

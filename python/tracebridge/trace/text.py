@@ -386,13 +386,98 @@ def _memo_verdict(verdict: frozenset, memos: list, sources: tuple, frame) -> fro
     from .caches import text_keyed_memo  # caches reads this module's parsed sources
 
     rest = verdict - frozenset(memos)
-    if all(not isinstance(s, TensorText) for s in sources) and all(
-        text_keyed_memo(frame, tuple(map(int, c.split(":")[1:5])), sources[0]._tracer)
-        for c in memos
+    tracer = sources[0]._tracer
+    plain = all(not isinstance(s, TensorText) for s in sources)
+    made = _key_made_here(frame, tracer) if plain else None
+    if made is not None and all(
+        text_keyed_memo(frame, tuple(map(int, c.split(":")[1:5])), tracer, *made) for c in memos
     ):
         return rest
     if all(c.endswith(":kept") for c in memos):
         return rest | READS
+    return None
+
+
+def _size_read(expr: ast.AST) -> tuple[ast.AST, int] | None:
+    """``(tensor expression, dim)`` of ``t.shape[k]`` or ``t.size(k)`` (``k`` a literal)."""
+    if (
+        isinstance(expr, ast.Subscript)
+        and isinstance(expr.value, ast.Attribute)
+        and expr.value.attr == "shape"
+        and isinstance(expr.slice, ast.Constant)
+        and type(expr.slice.value) is int
+    ):
+        return expr.value.value, expr.slice.value
+    if (
+        isinstance(expr, ast.Call)
+        and isinstance(expr.func, ast.Attribute)
+        and expr.func.attr == "size"
+        and len(expr.args) == 1
+        and not expr.keywords
+        and isinstance(expr.args[0], ast.Constant)
+        and type(expr.args[0].value) is int
+    ):
+        return expr.func.value, expr.args[0].value
+    return None
+
+
+def _key_made_here(frame, tracer) -> tuple[str, tuple] | None:
+    """``(text, numbers)``: the whole text the expression being formatted at ``frame``
+    makes (``f"{B}x{N}"``, ``"%sx%s" % (B, N)``, ``str(n)``) and the traced numbers it
+    shows, where every field is a name (or a plain attribute) bound to a traced number, or
+    a tensor's size by a literal dim, formatted without a conversion or with a literal
+    spec: a memo's checks then know
+    which sizes each key holds (trace/memo_tables.py). None where it cannot be told
+    without running code."""
+    position = _position_of(frame)
+    node = (_parsed(frame.f_code.co_filename) or {}).get(position) if position else None
+    parent = getattr(node, "_tb_parent", None)
+    if isinstance(node, ast.JoinedStr) or _percent_format(node):
+        pass  # f"{n}": the instruction's own span is the whole text's
+    elif isinstance(parent, ast.FormattedValue) or _percent_arguments(parent):
+        node = parent._tb_parent
+    elif _percent_format(parent) and node is parent.right:
+        node = parent
+    elif isinstance(parent, ast.Call) and parent.args and node is parent.args[0]:
+        node = parent  # str(n)
+    numbers = []
+
+    def number(expr):
+        found = _callee(expr, frame.f_locals, frame.f_globals)
+        sized = _size_read(expr)
+        if sized is not None:  # x.shape[1], x.size(1): the tracer's number for that size
+            tensor = _callee(sized[0], frame.f_locals, frame.f_globals)
+            if isinstance(tensor, torch.Tensor) and tracer._lookup(tensor) is not None:
+                found = tracer.size_of(tensor, sized[1])
+        if not (hasattr(found, "_tracer") and hasattr(found, "_concrete")):
+            raise LookupError
+        numbers.append(found)
+        return found._concrete()
+
+    try:
+        if isinstance(node, ast.JoinedStr):
+            parts = []
+            for value in node.values:
+                if isinstance(value, ast.Constant):
+                    parts.append(str(value.value))
+                    continue
+                spec = value.format_spec
+                if value.conversion != -1 or not (
+                    spec is None or all(isinstance(v, ast.Constant) for v in spec.values)
+                ):
+                    return None
+                spec_text = "".join(v.value for v in spec.values) if spec is not None else ""
+                parts.append(format(number(value.value), spec_text))
+            return "".join(parts), tuple(numbers)
+        if _percent_format(node):
+            items = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
+            return node.left.value % tuple(number(item) for item in items), tuple(numbers)
+        if isinstance(node, ast.Call) and _kept_expression(node) is node.args[0]:
+            func = node.func
+            if isinstance(func, ast.Name) and func.id == "str" and len(node.args) == 1:
+                return str(number(node.args[0])), tuple(numbers)
+    except (LookupError, TypeError, ValueError):
+        return None
     return None
 
 
