@@ -672,3 +672,71 @@ def test_sizes_read_in_c_through_built_sequences_legacy_tensors_and_the_stdlib(f
     assert torch.equal(traced(torch.ones(2, 3)), fn(torch.ones(2, 3)))
     with pytest.raises(GuardError, match=r"x.shape\[0\] == 2"):
         traced(torch.ones(12, 3))
+
+
+_TEXT = "a" * 12 + "b" * 10
+
+
+class _Holder:
+    """An object whose attributes hold a list, a str and a dict of lists."""
+
+    def __init__(self):
+        self.names, self.text, self.cfg = list(_STEPS), _TEXT, {"s": list(_STEPS)}
+
+
+HOLDER = _Holder()
+
+# A size given to a C method (or an index) of a list or str reached through an attribute's
+# value: found from the attribute's value, not only from displays. One read per function:
+# every read of a local is judged, so each must guard alone.
+
+
+def _copy_pop(x):
+    return x * HOLDER.names.copy().pop(x.shape[0])
+
+
+def _getattr_index(x):
+    return x * float(getattr(HOLDER, "names").index(5.0, x.shape[0] - 1))  # noqa: B009
+
+
+def _slice_index(x):
+    return x * float(HOLDER.names[:].index(5.0, x.shape[0] - 1))
+
+
+def _upper_find(x):
+    return x * float(HOLDER.text.upper().find("B", x.shape[0] - 1))
+
+
+def _times_two(x):
+    return x * (HOLDER.names * 2)[x.shape[0]]
+
+
+def _encoded(x):
+    return x * float(HOLDER.text.encode()[x.shape[0]])
+
+
+def _split_item(x):
+    return x * float(len(HOLDER.text.lower().split("b")[0][x.shape[0] - 1 :]))
+
+
+def _dict_get(x):
+    return x * float(HOLDER.cfg.get("s").index(5.0, x.shape[0] - 1))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        _copy_pop,
+        _getattr_index,
+        _slice_index,
+        _upper_find,
+        _times_two,
+        _encoded,
+        _split_item,
+        _dict_get,
+    ],
+)
+def test_sizes_given_to_c_methods_of_an_attributes_list_or_text_are_guarded(fn, tmp_path):
+    guarded_at_other_sizes(fn, tmp_path, other=(15, 3), guard="x.shape[0]")
+    # the example's answer would be wrong there: eager reads the size itself
+    assert fn(torch.ones(15, 3))[0, 0] != fn(torch.ones(2, 3))[0, 0]

@@ -26,6 +26,15 @@ Note: why a cache lookup is not a decision.
   around the lookup never makes (tuned values by length, named ``cache``): its lookups
   decide. Any other hash is a decision and is guarded as before.
 
+  Text made from traced sizes as a memo's key (``key = f"{B}x{N}"``; ``if key not in
+  self.masks``) cannot miss so: Python joins the text in C into a plain ``str``, whose
+  hash is its own. trace/text.py follows the text to its uses; where every one is a
+  lookup or a store of such a dict, found without running code and empty when the trace
+  first looked at it, the dict's entries are set aside for the recording
+  (:func:`text_keyed_memo`): the lookups miss, and memo_tables puts them back and checks
+  what the recording stored. A dict that held entries then decides, as for a tuple of
+  sizes: the text's numbers are guarded.
+
   A tensor in the key of a functools cache (``@lru_cache def normed(self, weight)``)
   misses the same way: a hit would hand the trace the tensor an earlier call stored -- an
   eager result as a constant, or a value of an earlier trace, so that the trace check's
@@ -38,6 +47,7 @@ Note: why a cache lookup is not a decision.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import itertools
 import sys
@@ -72,6 +82,37 @@ def cache_lookup(depth: int = 2):
     """What cache the caller ``depth`` frames up is hashing a key for: a functools cache
     wrapper, the name of a dict that says cache, or None when the hash is a decision."""
     return _cache_at(sys._getframe(depth))
+
+
+def text_keyed_memo(frame, span: tuple, tracer, text: str, numbers: tuple) -> bool:
+    """For text made from traced sizes that only keys the dict at ``span`` of ``frame``'s
+    file (``key = f"{B}x{N}"``; ``if key not in self.masks: self.masks[key] = ...``;
+    trace/text.py's ``_memo_use``): whether that dict is a memo the tracer traces
+    through -- found without running code, filled by the code around it, holding no
+    entry when the trace first looked at it (one that did holds what someone put there:
+    the lookup decides). Its entries are then set aside for this recording, so that the
+    lookups miss as a traced number's do: Python joins the text in C, and a plain str's
+    hash cannot be made to miss. trace/memo_tables.py puts them back after the recording
+    and checks each entry the recording stored there, ``text`` holding ``numbers``."""
+    container = (_parsed(frame.f_code.co_filename) or {}).get(span)
+    parent = getattr(container, "_tb_parent", None)
+    if isinstance(parent, ast.Subscript):
+        key = parent.slice
+    elif isinstance(parent, ast.Compare):
+        key = parent.left
+    elif isinstance(parent, ast.Attribute) and isinstance(parent._tb_parent, ast.Call):
+        key = parent._tb_parent.args[0]
+    else:
+        return False
+    cache = _dict_cache(container, [key], frame, store=False)
+    if cache is None or not tracer.is_active():
+        return False
+    # the key is not made yet: a memo with kept entries decides (DictCache.key None)
+    cache = dataclasses.replace(cache, key=None)
+    if not tracer.through_cache(cache, "text made from a traced size"):
+        return False
+    tracer.memo_tables.set_aside(cache.table, text, numbers)
+    return True
 
 
 def functools_cache_hashing_tensor():

@@ -79,6 +79,7 @@ from .unseen_reads import (
     _resolve,
     _Scope,
     _subscript_reads,
+    format_read,
     read_unseen,
 )
 
@@ -138,14 +139,22 @@ def _function_reads(filename: str, start: int) -> dict | None:
     lines = linecache.getlines(filename)
     try:
         block = inspect.getblock(lines[start - 1 :])
-        tree = ast.parse(textwrap.dedent("".join(block)))
+        dedented = textwrap.dedent("".join(block))
+        tree = ast.parse(dedented)
     except (SyntaxError, ValueError, IndentationError, tokenize.TokenError):
         return None
     ast.increment_lineno(tree, start - 1)
+    # columns as in the file, where trace/text.py looks a node's span up (dedent took the
+    # same whitespace off every line)
+    shift = len(block[0]) - len(dedented.splitlines(keepends=True)[0])
     nodes = []
     for parent in ast.walk(tree):
         for child in ast.iter_child_nodes(parent):
             child._tb_parent = parent
+        if shift and getattr(parent, "col_offset", None) is not None:
+            parent.col_offset += shift
+            if parent.end_col_offset is not None:
+                parent.end_col_offset += shift
         nodes.append(parent)
     return _reads_by_line(nodes)
 
@@ -446,13 +455,13 @@ def judge_line(frame, entries: tuple) -> None:
                     continue
                 numbers = _traced_in(value)
             else:
-                scope = scope or _Scope(local_names, global_names, frame.f_code.co_filename)
+                scope = scope or _Scope(local_names, global_names, frame.f_code.co_filename, frame)
                 numbers = _carried(expr, scope)
             for number in numbers:
                 tracer = number._tracer
                 if not _live(tracer):
                     continue
-                scope = scope or _Scope(local_names, global_names, frame.f_code.co_filename)
+                scope = scope or _Scope(local_names, global_names, frame.f_code.co_filename, frame)
                 scope.number = number
                 found = _judged(site, key, scope)
                 if found is not None:
@@ -461,7 +470,7 @@ def judge_line(frame, entries: tuple) -> None:
 
 def _judged(site: Site, key, scope: _Scope):
     if site.kind == "format":
-        return (scope.filename, site.line) if _format_site(site.expr) else None
+        return next(filter(None, (format_read(s, scope) for s in _format_site(site.expr))), None)
     if site.kind in ("arithmetic", "comparison"):
         return read_unseen(site, scope)
     if site.kind == "subscript":

@@ -121,6 +121,8 @@ def _never_asked(key):
     """``key`` with its sizes moved past any real size (None: it holds no size)."""
     if type(key) is int:
         return key + _ASKED_NEVER
+    if type(key) is str:
+        return key + "\x00(a key no call asks for)"  # text made from sizes (caches.py)
     if type(key) is tuple:
         moved = tuple(_never_asked(k) if type(k) in (int, tuple) else k for k in key)
         return moved if moved != key and None not in moved else None
@@ -134,6 +136,11 @@ class MemoTables:
         # id(table) -> [table, its entries at the first lookup, label, where it is filled,
         # its entries when the trace first looked it up, whether its lookups miss]
         self._tables: dict[int, list] = {}
+        # ids of the dicts keyed on text this recording emptied (trace/caches.py's
+        # text_keyed_memo): every entry there is the recording's
+        self._set_aside: set[int] = set()
+        # id(table) -> {text key: the traced numbers formatted into it}
+        self._text_keys: dict[int, dict[str, list]] = {}
 
     def note(self, cache: DictCache, location: str | None) -> bool:
         """Keep the dict to put back; whether its lookup may miss. A dict that held
@@ -157,6 +164,15 @@ class MemoTables:
             entry[3] = location
         return entry[5]
 
+    def set_aside(self, table: dict, text: str, numbers: tuple) -> None:
+        """Empty ``table`` (noted already) for the rest of this recording, once: a memo
+        keyed on text, whose plain keys cannot be made to miss; put back by restore.
+        ``text``, a key of it, shows the traced ``numbers``: the sizes it holds."""
+        self._text_keys.setdefault(id(table), {}).setdefault(text, []).extend(numbers)
+        if id(table) not in self._set_aside:
+            self._set_aside.add(id(table))
+            dict.clear(table)
+
     def kept_keys(self, cache: DictCache) -> list:
         """The keys ``cache``'s dict held when the trace first looked it up (after
         :meth:`note`), read without hashing them."""
@@ -166,8 +182,10 @@ class MemoTables:
     def check(self, tracer) -> None:
         """Refuse a memo that keeps, under a traced key, what the call's data decided."""
         for table, _, label, filled_at, before, _ in self._tables.values():
+            everything = id(table) in self._set_aside
+            texts = self._text_keys.get(id(table), {})
             for key, value in list(dict.items(table)):  # read without hashing a key
-                if not _traced_by(key, tracer, _DEPTH):
+                if not (everything or _traced_by(key, tracer, _DEPTH)):
                     continue
                 kept = before.get(plain_key(key), _MISSING)
                 if kept is not _MISSING and not _same(kept, value):
@@ -178,7 +196,9 @@ class MemoTables:
                         "returns the kept value, a traced call would compute it. Empty the "
                         "memo before tracing, or make the kept values state the model holds"
                     )
-                source = _data_source(tracer, value, key)
+                shown = texts.get(key) if type(key) is str else None
+                # a text key holds the sizes formatted into it
+                source = _data_source(tracer, value, (key, tuple(shown)) if shown else key)
                 if source is not None:
                     remedy = (
                         "Put every size the value reads in the key (memo[n, c], not "

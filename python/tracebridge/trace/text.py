@@ -27,7 +27,13 @@ Note: formatting a size is not a decision.
   ``warnings`` (``log.info("%s", x)`` formats later, in ``logging``) is a message too.
   ``'%d' % n`` reads the number in C without asking it: that text cannot remember, and
   where it goes anywhere but to a message the number is guarded where it is read
-  (trace/unseen_reads.py, with :func:`_decides`).
+  (trace/unseen_reads.py, with :func:`shown_only`). A log call, a warning or ``print``
+  is a message only where what receives the text keeps nothing -- logging's own handlers
+  writing to a real file, warnings' stock ``showwarning`` -- looked up when the text is
+  made (trace/message_sinks.py). Text whose every use is a lookup or a store of a memo
+  the tracer traces through (``key = f"{B}x{N}"``; ``if key not in self.masks``) is no
+  decision either: the memo's entries are set aside for the recording, so that its
+  lookups miss as a traced number's do (trace/caches.py's ``text_keyed_memo``).
 
   A tensor formatted as text (``str(x)``, ``repr``, ``format``, f-strings, ``%s``) shows
   its values: the text's source is then a :class:`TensorText`, which guards the tensor's
@@ -57,6 +63,15 @@ import torch
 
 from ..errors import UnsupportedOpError
 from ..source import OWN_DIR
+from .message_sinks import (
+    formatted_for_showing,
+    level_of_call,
+    logger_named,
+    loggers_keep_nothing,
+    shown_warning_keeps_nothing,
+    stream_out_of_reach,
+    warning_ignored,
+)
 
 if TYPE_CHECKING:
     from .tracer import Tracer
@@ -349,6 +364,9 @@ def formatted_from(sources: tuple, text: str, frame, obj=None) -> str:
     if frame.f_code.co_filename.startswith(OWN_DIR):
         return SymStr(text, sources)
     verdict = _judged(frame, obj)
+    memos = _memo_conditions(verdict) if verdict is not None else []
+    if memos:
+        verdict = _memo_verdict(verdict, memos, sources, frame)
     if verdict is None:
         for source in sources:
             source._fix_text("formatted into text that may decide a branch")
@@ -358,6 +376,109 @@ def formatted_from(sources: tuple, text: str, frame, obj=None) -> str:
     # Only messages: plain text, so that a message hashed out of sight (the warnings
     # registry, transformers' warning_once cache) or given to torch._assert guards nothing.
     return text
+
+
+def _memo_verdict(verdict: frozenset, memos: list, sources: tuple, frame) -> frozenset | None:
+    """The verdict of text used as a key of memos (see :func:`_memo_use`): as if only
+    messages took it where each memo is one the tracer traces through with text keys
+    (trace/caches.py: its lookups then miss, as for a traced number); else a lookup that
+    guards as it hashes remembering text, or None."""
+    from .caches import text_keyed_memo  # caches reads this module's parsed sources
+
+    rest = verdict - frozenset(memos)
+    tracer = sources[0]._tracer
+    plain = all(not isinstance(s, TensorText) for s in sources)
+    made = _key_made_here(frame, tracer) if plain else None
+    if made is not None and all(
+        text_keyed_memo(frame, tuple(map(int, c.split(":")[1:5])), tracer, *made) for c in memos
+    ):
+        return rest
+    if all(c.endswith(":kept") for c in memos):
+        return rest | READS
+    return None
+
+
+def _size_read(expr: ast.AST) -> tuple[ast.AST, int] | None:
+    """``(tensor expression, dim)`` of ``t.shape[k]`` or ``t.size(k)`` (``k`` a literal)."""
+    if (
+        isinstance(expr, ast.Subscript)
+        and isinstance(expr.value, ast.Attribute)
+        and expr.value.attr == "shape"
+        and isinstance(expr.slice, ast.Constant)
+        and type(expr.slice.value) is int
+    ):
+        return expr.value.value, expr.slice.value
+    if (
+        isinstance(expr, ast.Call)
+        and isinstance(expr.func, ast.Attribute)
+        and expr.func.attr == "size"
+        and len(expr.args) == 1
+        and not expr.keywords
+        and isinstance(expr.args[0], ast.Constant)
+        and type(expr.args[0].value) is int
+    ):
+        return expr.func.value, expr.args[0].value
+    return None
+
+
+def _key_made_here(frame, tracer) -> tuple[str, tuple] | None:
+    """``(text, numbers)``: the whole text the expression being formatted at ``frame``
+    makes (``f"{B}x{N}"``, ``"%sx%s" % (B, N)``, ``str(n)``) and the traced numbers it
+    shows, where every field is a name (or a plain attribute) bound to a traced number, or
+    a tensor's size by a literal dim, formatted without a conversion or with a literal
+    spec: a memo's checks then know
+    which sizes each key holds (trace/memo_tables.py). None where it cannot be told
+    without running code."""
+    position = _position_of(frame)
+    node = (_parsed(frame.f_code.co_filename) or {}).get(position) if position else None
+    parent = getattr(node, "_tb_parent", None)
+    if isinstance(node, ast.JoinedStr) or _percent_format(node):
+        pass  # f"{n}": the instruction's own span is the whole text's
+    elif isinstance(parent, ast.FormattedValue) or _percent_arguments(parent):
+        node = parent._tb_parent
+    elif _percent_format(parent) and node is parent.right:
+        node = parent
+    elif isinstance(parent, ast.Call) and parent.args and node is parent.args[0]:
+        node = parent  # str(n)
+    numbers = []
+
+    def number(expr):
+        found = _callee(expr, frame.f_locals, frame.f_globals)
+        sized = _size_read(expr)
+        if sized is not None:  # x.shape[1], x.size(1): the tracer's number for that size
+            tensor = _callee(sized[0], frame.f_locals, frame.f_globals)
+            if isinstance(tensor, torch.Tensor) and tracer._lookup(tensor) is not None:
+                found = tracer.size_of(tensor, sized[1])
+        if not (hasattr(found, "_tracer") and hasattr(found, "_concrete")):
+            raise LookupError
+        numbers.append(found)
+        return found._concrete()
+
+    try:
+        if isinstance(node, ast.JoinedStr):
+            parts = []
+            for value in node.values:
+                if isinstance(value, ast.Constant):
+                    parts.append(str(value.value))
+                    continue
+                spec = value.format_spec
+                if value.conversion != -1 or not (
+                    spec is None or all(isinstance(v, ast.Constant) for v in spec.values)
+                ):
+                    return None
+                spec_text = "".join(v.value for v in spec.values) if spec is not None else ""
+                parts.append(format(number(value.value), spec_text))
+            return "".join(parts), tuple(numbers)
+        if _percent_format(node):
+            items = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
+            return node.left.value % tuple(number(item) for item in items), tuple(numbers)
+        if isinstance(node, ast.Call) and _kept_expression(node) is node.args[0]:
+            func = node.func
+            if isinstance(func, ast.Name) and func.id == "str" and len(node.args) == 1:
+                return str(number(node.args[0])), tuple(numbers)
+    except (LookupError, TypeError, ValueError):
+        return None
+    return None
 
 
 _MESSAGE_MODULES = (os.path.dirname(logging.__file__) + os.sep, warnings.__file__)
@@ -400,7 +521,9 @@ def _judged(frame, obj=None) -> frozenset | None:
     the call stack; None where the text may decide something the trace cannot see (see
     the note above :data:`FINE`)."""
     if frame.f_code.co_filename.startswith(_MESSAGE_MODULES):
-        return FINE  # logging formats its record's message late, inside its own code
+        # logging formats its record's message late, inside its own code: a message where
+        # the handlers it reaches keep nothing (trace/message_sinks.py)
+        return FINE if formatted_for_showing(frame, _MESSAGE_MODULES) else None
     position = _position_of(frame)
     if position is None:
         return None
@@ -428,6 +551,8 @@ def _holds(verdict: frozenset | None, frame, position: tuple, depth: int) -> boo
     nothing out of the trace's sight, given the frames that called it."""
     if verdict is None:
         return False
+    if depth and any(c.endswith(":joined") for c in _memo_conditions(verdict)):
+        return False  # a caller's memo, judged only where the text is made
     kinds = _caught_kinds(verdict)
     if kinds and _may_be_caught(frame, position, kinds):
         return False
@@ -447,10 +572,35 @@ def _holds(verdict: frozenset | None, frame, position: tuple, depth: int) -> boo
         if at is None:
             return False
         node = (_parsed(caller.f_code.co_filename) or {}).get(at)
-        if not isinstance(node, ast.Call) or not _calls_directly(node, caller, frame.f_code):
-            return False  # C code in between (re.sub, map, sorted) takes the text
-        return _holds(_verdict_of_call(caller.f_code.co_filename, at), caller, at, depth + 1)
+        if not isinstance(node, ast.Call):
+            return False
+        if _calls_directly(node, caller, frame.f_code):
+            verdict = _verdict_of_call(caller.f_code.co_filename, at)
+        elif _joins_a_map_of(node, caller, frame.f_code):
+            verdict = _verdict_of_call(caller.f_code.co_filename, at, joined=True)
+        else:
+            return False  # C code in between (re.sub, sorted, map) takes the text
+        return _holds(verdict, caller, at, depth + 1)
     return True
+
+
+def _joins_a_map_of(call: ast.Call, caller, code) -> bool:
+    """Whether ``call``, the caller's current instruction, is ``sep.join(map(f, ...))``
+    with ``f`` the function of ``code``: join takes each text ``f`` returns and makes new
+    text of them, which goes where the join goes (``log.info(", ".join(map(fmt, dims)))``)."""
+    if not (
+        isinstance(call.func, ast.Attribute)
+        and call.func.attr == "join"
+        and len(call.args) == 1
+        and not call.keywords
+        and isinstance(call.args[0], ast.Call)
+    ):
+        return False
+    mapped = call.args[0]
+    if _callee(mapped.func, caller.f_locals, caller.f_globals) is not map or not mapped.args:
+        return False
+    function = ast.Call(func=mapped.args[0], args=[], keywords=[])
+    return _calls_directly(function, caller, code)
 
 
 # --- message calls: what the callee is ---------------------------------------------------
@@ -483,7 +633,14 @@ def _sink_holds(filename: str, condition: str, local_names, global_names, depth:
     callee = _callee(call.func, local_names, global_names)
     if callee is _UNRESOLVED:
         return False  # get_helper().log(text): what it does with the text is not known
-    if callee is print or callee is _LOGGER or _from_sink_module(callee):
+    if callee is print:
+        return _printed_where_nothing_keeps(call)
+    logged = logging_call_keeps_nothing(call, callee, local_names, global_names)
+    if logged is not None:
+        return logged
+    if _from_module(callee, ("warnings", "_warnings")):
+        return _warned_where_nothing_keeps(call, local_names, global_names)
+    if _from_sink_module(callee):
         return True
     function, bound = _python_function(callee)
     if function is None or depth >= 3 or argument == "?":
@@ -501,6 +658,8 @@ def _sink_holds(filename: str, condition: str, local_names, global_names, depth:
     verdict = _parameter_verdict(node, parameter)
     if verdict is None or "returned" in verdict or "reads" in verdict:
         return False
+    if _memo_conditions(verdict):
+        return False  # a key of the helper's own dict
     # Its own calls are looked up in its globals, with ``self`` bound where it is a method.
     own = {params[0]: callee.__self__} if bound else {}
     return all(
@@ -514,11 +673,78 @@ _LOGGER = object()  # what logging.getLogger(...) returns, where the call is in 
 
 
 def _from_sink_module(callee) -> bool:
+    return _from_module(callee, _SINK_MODULES)
+
+
+def _from_module(callee, modules: tuple) -> bool:
     target = getattr(callee, "__func__", callee)
     target = getattr(target, "__wrapped__", target)  # transformers' warning_once (lru_cache)
     module = getattr(target, "__module__", None) or ""
-    inside = any(module == m or module.startswith(m + ".") for m in _SINK_MODULES)
+    inside = any(module == m or module.startswith(m + ".") for m in modules)
     return inside and not isinstance(target, type)
+
+
+_LOGGING_MODULES = ("logging", "transformers.utils.logging")
+
+
+def _loggers_of(call: ast.Call, callee, local_names, global_names) -> list | bool | None:
+    """The loggers a logging call logs on: the logger (or logging's adapter) whose method
+    it is, the root for logging's functions (``logging.warning``); None where the source
+    does not show which: every logger is then looked at; False for an adapter of the
+    user's, which sees the text itself."""
+    owner = getattr(callee, "__self__", None)
+    if owner is None and isinstance(call.func, ast.Attribute):
+        made = call.func.value
+        owner = _callee(made, local_names, global_names)
+        if owner is _LOGGER and not made.keywords and len(made.args) <= 1:
+            name = _callee(made.args[0], local_names, global_names) if made.args else None
+            if isinstance(made.args[0] if made.args else None, ast.Constant):
+                name = made.args[0].value
+            if name is None or isinstance(name, str):
+                owner = logger_named(name)  # logging.getLogger(__name__).info(...)
+    if isinstance(owner, logging.LoggerAdapter):
+        if type(owner) is not logging.LoggerAdapter:
+            return False  # an adapter of the user's: its own process() or log() sees the text
+        owner = owner.logger
+    if isinstance(owner, logging.Logger):
+        return [owner]
+    if owner is logging or isinstance(callee, types.FunctionType) and owner is None:
+        return [logging.getLogger()]
+    return None
+
+
+def _logged_level(call: ast.Call, local_names, global_names) -> int:
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    if name == "log" and call.args:
+        level = _callee(call.args[0], local_names, global_names)
+        if isinstance(call.args[0], ast.Constant):
+            level = call.args[0].value
+        return level if type(level) is int else 0
+    return level_of_call(name)
+
+
+def _printed_where_nothing_keeps(call: ast.Call) -> bool:
+    """``print`` without ``file=`` writes to the current ``sys.stdout``, which the code
+    may have replaced by a buffer it reads back; ``file=sys.stderr`` likewise."""
+    where = next((k.value for k in call.keywords if k.arg == "file"), None)
+    if where is None:
+        return stream_out_of_reach(sys.stdout)
+    if isinstance(where, ast.Attribute) and where.attr in ("stdout", "stderr"):
+        return stream_out_of_reach(getattr(sys, where.attr))
+    return True  # file=io.StringIO(): made in the call, read by no one
+
+
+def _warned_where_nothing_keeps(call: ast.Call, local_names, global_names) -> bool:
+    """``warnings.warn(text, category)``: ignored by the filters, or shown where nothing
+    keeps it (trace/message_sinks.py)."""
+    category = next((k.value for k in call.keywords if k.arg == "category"), None)
+    if category is None and len(call.args) > 1:
+        category = call.args[1]
+    kind = UserWarning if category is None else _callee(category, local_names, global_names)
+    if not (isinstance(kind, type) and issubclass(kind, Warning)):
+        kind = None
+    return warning_ignored(kind) or shown_warning_keeps_nothing(sys._getframe(2))
 
 
 def _python_function(callee) -> tuple:
@@ -592,10 +818,11 @@ def _calls_directly(call: ast.Call, caller, code) -> bool:
 
 
 @lru_cache(maxsize=4096)
-def _verdict_of_call(filename: str, position: tuple) -> frozenset | None:
-    """Where the remembering text a call at ``position`` returns goes."""
+def _verdict_of_call(filename: str, position: tuple, joined: bool = False) -> frozenset | None:
+    """Where the remembering text a call at ``position`` returns goes (``joined``: the
+    new text it makes of the text it is given)."""
     node = (_parsed(filename) or {}).get(position)
-    return _verdict(node, kept=True) if node is not None else None
+    return _verdict(node, kept=not joined) if node is not None else None
 
 
 _UNKNOWN = object()  # a caller whose use of the text cannot be read
@@ -790,6 +1017,14 @@ def _verdict(node: ast.AST, kept: bool, following: frozenset = frozenset()) -> f
                 return found | message
             func = parent.func
             name = getattr(func, "id", None)
+            if (
+                isinstance(func, ast.Attribute)
+                and func.attr in _MEMO_METHODS
+                and parent.args
+                and child is parent.args[0]
+                and not parent.keywords
+            ):
+                return found | _memo_use(func.value, kept)  # memo.get(key)
             alone = len(parent.args) == 1 and not parent.keywords and child is parent.args[0]
             if alone and name in ("int", "float", "bool", "len", "hash"):
                 return reads  # SymStr's own __int__, __float__, __bool__, __len__, __hash__
@@ -815,6 +1050,8 @@ def _verdict(node: ast.AST, kept: bool, following: frozenset = frozenset()) -> f
         elif isinstance(parent, ast.Compare):
             at = 0 if child is parent.left else 1 + parent.comparators.index(child)
             if at < len(parent.ops) and isinstance(parent.ops[at], (ast.In, ast.NotIn)):
+                if at == 0 and len(parent.ops) == 1:
+                    return found | _memo_use(parent.comparators[0], kept)  # key not in memo
                 return None  # text in a container: a str container reads it in C
             return reads
         elif isinstance(parent, (ast.If, ast.While)):
@@ -829,7 +1066,9 @@ def _verdict(node: ast.AST, kept: bool, following: frozenset = frozenset()) -> f
                 return None  # its truth decides
             found = reads
         elif isinstance(parent, ast.Subscript):
-            return reads  # a key or an index: hashed or read by SymStr
+            if child is parent.slice:
+                return found | _memo_use(parent.value, kept)  # memo[key], memo[key] = ...
+            return reads  # an index of the text: read by SymStr
         elif isinstance(parent, ast.Dict):
             return reads if any(child is k for k in parent.keys) else None
         elif isinstance(parent, (ast.List, ast.Tuple, ast.Set)) or (
@@ -852,6 +1091,22 @@ def _verdict(node: ast.AST, kept: bool, following: frozenset = frozenset()) -> f
             return None
         child, parent = parent, up
     return None
+
+
+_MEMO_METHODS = frozenset({"get", "setdefault", "pop"})
+
+
+def _memo_use(container: ast.AST, kept: bool) -> frozenset:
+    """The condition of text used as a key of ``container`` (``key in d``, ``d[key]``,
+    ``d.get(key)``): a memo the tracer traces through, looked up when the text is made
+    (:func:`_memo_verdict`); else, where the text remembers (``kept``), a lookup that
+    guards as it hashes it, or a guard where it is made."""
+    span = (container.lineno, container.end_lineno, container.col_offset, container.end_col_offset)
+    return frozenset({"memo:" + ":".join(map(str, span)) + (":kept" if kept else ":joined")})
+
+
+def _memo_conditions(verdict: frozenset) -> list[str]:
+    return [c for c in verdict if c.startswith("memo:")]
 
 
 def _message_call(call: ast.Call, strict: bool, child: ast.AST | None = None) -> frozenset | None:
@@ -996,12 +1251,53 @@ def _container_verdict(container: ast.AST, following: frozenset) -> frozenset | 
     return None
 
 
-def _decides(node: ast.AST, function: ast.AST | None = None) -> bool:
-    """Whether the text ``node`` makes in C (``"%d" % n``, which cannot remember its
-    number) may pick something: it goes anywhere but to messages (:func:`_verdict`),
-    directly or through a local -- a key, a comparison, a test, ``len`` of it, a
-    container, an argument."""
-    return _verdict(node, kept=False) is None
+def plain_text_verdict(node: ast.AST) -> frozenset | None:
+    """Where the text ``node`` makes in C (``"%d" % n``, which cannot remember its
+    number) goes, read from the source alone (:func:`_verdict`): None where it may
+    decide (a key, a comparison, a test, ``len`` of it, a container, an argument), empty
+    where it only reaches messages, else the conditions :func:`shown_only` judges when
+    the code runs (a catch around it, what a log call's handlers keep, a memo)."""
+    return _verdict(node, kept=False)
+
+
+def shown_only(node: ast.AST, filename: str, scope, frame=None, called_from=None) -> bool:
+    """Whether the text ``node`` (of ``filename``) makes in C only reaches messages that
+    nothing catches or keeps, judged now. ``frame`` runs ``node``'s function; else that
+    function is about to be called from ``called_from``'s current line (None: not
+    known), with ``scope`` (``local_names``, ``global_names``) its names."""
+    verdict = _verdict(node, kept=False)
+    if verdict is None or _memo_conditions(verdict):
+        return False  # "%d" % n as a memo's key: no text of the trace's to set apart
+    kinds = _caught_kinds(verdict)
+    if kinds and frame is not None:
+        span = (node.lineno, node.end_lineno, node.col_offset, node.end_col_offset)
+        if _may_be_caught(frame, span, kinds):
+            return False
+    elif kinds and (
+        _inside_a_catch(node, kinds)
+        or called_from is None
+        or _may_be_caught(called_from, _position_of(called_from), kinds)
+    ):
+        return False
+    return all(
+        _sink_holds(filename, c, scope.local_names, scope.global_names, 0)
+        for c in verdict
+        if c.startswith("sink:")
+    )
+
+
+def logging_call_keeps_nothing(call: ast.Call, callee, local_names, global_names) -> bool | None:
+    """For a number given to a logging call (``log.info("%d rows", n)``, formatted in
+    logging's C code later): whether every handler it reaches keeps nothing; None where
+    ``callee`` (None: looked up here) is not logging's."""
+    if callee is None:
+        callee = _callee(call.func, local_names, global_names)
+    if callee is not _LOGGER and not _from_module(callee, _LOGGING_MODULES):
+        return None
+    loggers = _loggers_of(call, callee, local_names, global_names)
+    if loggers is False:
+        return False
+    return loggers_keep_nothing(loggers, _logged_level(call, local_names, global_names))
 
 
 @lru_cache(maxsize=256)

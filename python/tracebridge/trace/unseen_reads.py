@@ -64,7 +64,16 @@ import torch
 from ..source import OWN_DIR, TORCH_DIR, is_internal
 from .device_reads import _static_attribute, _unpacked_into
 from .numbers import _Traced
-from .text import _decides, _parsed, _percent_arguments, _percent_format, _positions, def_node
+from .text import (
+    _parsed,
+    _percent_arguments,
+    _percent_format,
+    _positions,
+    def_node,
+    logging_call_keeps_nothing,
+    plain_text_verdict,
+    shown_only,
+)
 
 _RETURNED = "returned"
 _CALLERS = 4  # returns followed up the stack
@@ -399,9 +408,27 @@ def _format_site(binop: ast.BinOp) -> set:
     if not _NUMERIC_CONVERSION.search(binop.left.value):
         return set()
     function = _enclosing_function(binop)
-    if function is not None and not _decides(binop, function):
-        return set()  # text for a message, or kept as it is: no decision of the trace's
-    return {Site("format", None, binop.lineno)}
+    verdict = plain_text_verdict(binop) if function is not None else None
+    if verdict is None:
+        return {Site("format", binop, binop.lineno)}
+    if not verdict:
+        return set()  # text for messages only: no decision of the trace's
+    # text for messages that may be caught or kept: judged when read (format_read), as
+    # what catches or keeps messages then (a try around it, a logging handler) says
+    return {Site("format", binop, binop.lineno, _MESSAGE)}
+
+
+_MESSAGE = "message"  # a format site's arg: its text goes only to messages
+
+
+def format_read(site: Site, scope) -> tuple[str, int] | None:
+    """``(file, line)`` where a ``%``-format's text reads the number in C and may
+    decide; None where it only reaches messages nothing catches or keeps."""
+    if site.arg == _MESSAGE and shown_only(
+        site.expr, scope.filename, scope, scope.frame, scope.called_from
+    ):
+        return None
+    return (scope.filename, site.line)
 
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -491,6 +518,8 @@ class _Scope:
     def __init__(self, local_names: dict, global_names: dict, filename: str, frame=None):
         self.local_names, self.global_names, self.filename = local_names, global_names, filename
         self.frame = frame  # the running frame whose names these are, if any
+        # where these are a Python function's names: the frame whose current line calls it
+        self.called_from = None
         self.number = None  # the traced number followed, where known
         self.later: list[Site] = []  # subscripts of its locals not bound yet
 
@@ -552,6 +581,16 @@ def _resolve(expr: ast.AST, scope: _Scope):
         func = _resolve(expr.func, scope)
         if _is_builder(func) or _numpy_owned(func):
             return _SEQUENCE
+        if (
+            isinstance(expr.func, ast.Attribute)
+            and expr.func.attr == "get"
+            and len(expr.args) == 1
+            and isinstance(expr.args[0], ast.Constant)
+            and not expr.keywords
+        ):
+            owner = _resolve(expr.func.value, scope)
+            if type(owner) is dict:  # self.cfg.get("s"): a plain dict's entry
+                return owner.get(expr.args[0].value, _MISSING)
         if isinstance(expr.func, ast.Attribute) and expr.func.attr in ("size", "stride"):
             owner = _resolve(expr.func.value, scope)
             if isinstance(owner, torch.Tensor) and not expr.args and not expr.keywords:
@@ -583,17 +622,26 @@ def _built_kind(expr: ast.AST, scope: _Scope):
         return type(expr.value)()
     if isinstance(expr, ast.BinOp) and isinstance(expr.op, (ast.Add, ast.Mult, ast.Mod)):
         for side in (expr.left, expr.right):
-            kind = _built_kind(side, scope)
+            kind = _kind_of(side, scope)  # (self.names * 2): an attribute's list
             if kind is not _MISSING:
                 return kind
         return _MISSING
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute):
-        receiver = _built_kind(expr.func.value, scope)
+        receiver = _kind_of(expr.func.value, scope)  # self.text.upper(): an attribute's str
         if isinstance(receiver, (str, bytes)):
             if expr.func.attr in _TO_STR:
                 return type(receiver)()
             if expr.func.attr in _TO_LIST:
-                return []
+                return [type(receiver)()]  # a list of texts (its items' kind: split()[0])
+            if expr.func.attr in _RECODED:
+                return _RECODED[expr.func.attr]
+    if isinstance(expr, ast.Subscript) and not isinstance(expr.slice, ast.Slice):
+        # an item of a built list of texts (text.split()[0]), a character of a text
+        container = _kind_of(expr.value, scope)
+        if type(container) is str:
+            return ""
+        if type(container) is list and container and type(container[0]) in (str, bytes):
+            return type(container[0])()
     if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name):
         made = scope.lookup(expr.func.id)
         if made in (str, list, tuple, bytes, bytearray, set, sorted):
@@ -611,6 +659,14 @@ def _built_kind(expr: ast.AST, scope: _Scope):
 
 
 _PLAIN_SEQUENCES = (list, tuple, str, bytes, bytearray)
+_RECODED = {"encode": b"", "decode": ""}  # str.encode gives bytes, bytes.decode a str
+
+
+def _kind_of(expr: ast.AST, scope: _Scope):
+    """:func:`_built_kind` of ``expr``, or the plain kind of what it names (an
+    attribute's list or str, a local's)."""
+    kind = _built_kind(expr, scope)
+    return kind if kind is not _MISSING else _plain_kind(_resolve(expr, scope))
 
 
 def _plain_kind(*found):
@@ -715,7 +771,7 @@ def read_unseen(site: Site, scope: _Scope, depth: int = 0) -> tuple[str, int] | 
     where C code reads the number without asking it; None where the number is asked or
     stays a tensor op's."""
     if site.kind == "format":
-        return (scope.filename, site.line)
+        return format_read(site, scope)
     if site.kind == "arithmetic":
         left = _resolve(site.expr, scope)
         return (scope.filename, site.line) if computes_in_c(left, site.expr, scope) else None
@@ -745,7 +801,7 @@ def _subscript_reads(site: Site, container, scope: _Scope, depth: int):
     if isinstance(getitem, types.FunctionType):
         if is_internal(getitem.__code__.co_filename) and _sliced(site.expr):
             return here  # nn.ModuleList[:n], nn.Sequential[:n]: PyTorch slices a list
-        return _into_function(getitem, [container], 1, depth)
+        return _into_function(getitem, [container], 1, depth, called_from=scope.frame)
     return here if getitem is not None else None
 
 
@@ -769,6 +825,11 @@ _LEGACY_CONSTRUCTORS = tuple(
 
 
 def _call_reads(site: Site, func, scope: _Scope, depth: int):
+    if func is _MISSING and site.kind == "call":
+        # logging.getLogger(name).info("%d rows", n): a logger made in the line
+        logged = logging_call_keeps_nothing(site.expr, None, scope.local_names, scope.global_names)
+        if logged is not None:
+            return None if logged else (scope.filename, site.line)
     if func is _MISSING:
         receiver = site.expr.func.value if isinstance(site.expr.func, ast.Attribute) else None
         if isinstance(receiver, ast.Name) and scope.frame is not None:
@@ -788,6 +849,10 @@ def _call_reads(site: Site, func, scope: _Scope, depth: int):
     if _numpy_owned(func):
         return (scope.filename, site.line)  # numpy's Python code hands it to its C code
     call = site.expr
+    logged = logging_call_keeps_nothing(call, func, scope.local_names, scope.global_names)
+    if logged is not None:
+        # log.info("%d rows", n): logging's C code formats it for each handler
+        return None if logged else (scope.filename, site.line)
     owner = _resolve(call.func.value, scope) if isinstance(call.func, ast.Attribute) else None
     bound = []
     if isinstance(func, (staticmethod, classmethod)):
@@ -808,7 +873,7 @@ def _call_reads(site: Site, func, scope: _Scope, depth: int):
         arguments = bound + [_resolve(a, scope) for a in call.args]
         keywords = {k.arg: _resolve(k.value, scope) for k in call.keywords if k.arg}
         at = site.arg if isinstance(site.arg, str) else len(bound) + site.arg
-        return _into_function(func, arguments, at, depth, keywords)
+        return _into_function(func, arguments, at, depth, keywords, scope.frame)
     if isinstance(func, _C_CALLABLES) or _c_type(func):
         holder = getattr(func, "__objclass__", None) or type(getattr(func, "__self__", None))
         if holder is not None and issubclass(holder, _MAPPINGS):
@@ -859,10 +924,14 @@ def _c_type(func) -> bool:
     return not isinstance(call, types.FunctionType)
 
 
-def _into_function(func, arguments: list, at: int | str, depth: int, keywords=None):
+def _into_function(
+    func, arguments: list, at: int | str, depth: int, keywords=None, called_from=None
+):
     """The read inside the Python function ``func`` that the number is passed to, as
     parameter ``at`` (a position or a keyword); ``arguments`` and ``keywords`` are what
-    the call passes (``_MISSING`` where the source does not show it), its locals there."""
+    the call passes (``_MISSING`` where the source does not show it), its locals there.
+    ``called_from``: the running frame whose line calls it (None: a call inside a call,
+    whose catches are not looked at)."""
     code = func.__code__
     if depth >= _DEPTH or is_internal(code.co_filename):
         return None
@@ -877,6 +946,7 @@ def _into_function(func, arguments: list, at: int | str, depth: int, keywords=No
     local_names.update({k: v for k, v in (keywords or {}).items() if v is not _MISSING})
     local_names.pop(parameter, None)
     scope = _Scope(local_names, func.__globals__, code.co_filename)
+    scope.called_from = called_from
     for inner in parameter_sites(code, parameter):
         if inner == _RETURNED:
             continue  # given back: the caller's use was judged where it was made

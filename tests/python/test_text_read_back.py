@@ -1,0 +1,249 @@
+"""Sizes formatted into messages that are read back (issue 20, item 1).
+
+A log call, a warning or ``print`` only shows its text where what receives it keeps
+nothing: logging's own handlers writing to a real file (or the test runner's), no handler
+at all, warnings' stock ``showwarning``. A handler that keeps records, a stream the code
+reads back, a replaced ``showwarning`` keep the text, and the code may read it later: the
+size is then guarded where the text is made, so other sizes are refused, never served
+with the example's answer.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import sys
+import warnings
+
+import pytest
+import torch
+
+import tracebridge
+
+from .graph_helpers import guarded_at_other_sizes, loaded
+
+
+class KeepingHandler(logging.Handler):
+    """A handler of the user's that keeps each message (a log viewer, a test double)."""
+
+    def __init__(self):
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+KEEPING = KeepingHandler()
+BUFFER = io.StringIO()
+SEEN: list[str] = []
+
+
+@pytest.fixture
+def loggers():
+    """Loggers of this file, each with its own handler, put back after the test."""
+    kept = logging.getLogger("tracebridge.tests.kept")
+    buffered = logging.getLogger("tracebridge.tests.buffered")
+    shown = logging.getLogger("tracebridge.tests.shown")
+    quiet = logging.getLogger("tracebridge.tests.quiet")
+    saved = [(lg, lg.handlers[:], lg.propagate, lg.level) for lg in (kept, buffered, shown, quiet)]
+    kept.handlers[:] = [KEEPING]
+    buffered.handlers[:] = [logging.StreamHandler(BUFFER)]
+    shown.handlers[:] = [logging.StreamHandler(sys.__stderr__)]
+    quiet.handlers[:] = [logging.NullHandler()]
+    for lg in (kept, buffered, shown, quiet):
+        lg.propagate = False
+        lg.setLevel(logging.INFO)
+    yield
+    for lg, handlers, propagate, level in saved:
+        lg.handlers[:] = handlers
+        lg.propagate = propagate
+        lg.setLevel(level)
+
+
+def _kept_by_a_handler(x):
+    logging.getLogger("tracebridge.tests.kept").warning(f"rows {x.shape[0]}")
+    return x * (5.0 if KEEPING.messages[-1] == "rows 12" else 1.0)
+
+
+def _formatted_late_for_a_handler(x):
+    logging.getLogger("tracebridge.tests.kept").warning("rows %s", x.shape[0])
+    return x * (5.0 if KEEPING.messages[-1] == "rows 12" else 1.0)
+
+
+def _formatted_late_with_percent_d(x):
+    # logging's C code reads the number for "%d" without asking it
+    logging.getLogger("tracebridge.tests.kept").warning("rows %d", x.shape[0])
+    return x * (5.0 if KEEPING.messages[-1] == "rows 12" else 1.0)
+
+
+def _formatted_with_percent_d_then_logged(x):
+    logging.getLogger("tracebridge.tests.kept").warning("rows %d" % x.shape[0])  # noqa: UP031
+    return x * (5.0 if KEEPING.messages[-1] == "rows 12" else 1.0)
+
+
+def _raises_with_percent_d(x):
+    raise ValueError("rows %d" % x.shape[0])  # noqa: UP031
+
+
+def _percent_d_caught_by_the_caller(x):
+    try:
+        _raises_with_percent_d(x)
+    except ValueError as err:
+        return x * (5.0 if str(err) == "rows 12" else 1.0)
+
+
+def _percent_d_caught_here(x):
+    try:
+        raise ValueError("rows %d" % x.shape[0])  # noqa: UP031
+    except ValueError as err:
+        return x * (5.0 if str(err) == "rows 12" else 1.0)
+
+
+class KeepingAdapter(logging.LoggerAdapter):
+    """An adapter of the user's: its process() sees (and keeps) every message."""
+
+    kept: list[str] = []
+
+    def process(self, msg, kwargs):
+        KeepingAdapter.kept.append(msg)
+        return msg, kwargs
+
+
+ADAPTER = KeepingAdapter(logging.getLogger("tracebridge.tests.quiet"), {})
+
+
+def _kept_by_an_adapter(x):
+    ADAPTER.warning(f"rows {x.shape[0]}")
+    return x * (5.0 if KeepingAdapter.kept[-1] == "rows 12" else 1.0)
+
+
+LOG_BUFFERED = logging.getLogger("tracebridge.tests.buffered")
+
+
+def _written_to_a_buffer(x):
+    LOG_BUFFERED.warning("rows %s", x.shape[0])
+    return x * (5.0 if BUFFER.getvalue().endswith("rows 12\n") else 1.0)
+
+
+def _written_to_a_buffer_as_text(x):
+    LOG_BUFFERED.info(f"rows {x.shape[0]}")
+    return x * (5.0 if BUFFER.getvalue().endswith("rows 12\n") else 1.0)
+
+
+def _kept_by_a_replaced_showwarning(x):
+    old = warnings.showwarning
+    warnings.showwarning = lambda message, *rest, **options: SEEN.append(str(message))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.warn(f"rows {x.shape[0]}", stacklevel=1)
+    finally:
+        warnings.showwarning = old
+    return x * (5.0 if SEEN[-1] == "rows 12" else 1.0)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        _kept_by_a_handler,
+        _formatted_late_for_a_handler,
+        _formatted_late_with_percent_d,
+        _formatted_with_percent_d_then_logged,
+        _percent_d_caught_by_the_caller,
+        _percent_d_caught_here,
+        _kept_by_an_adapter,
+        _written_to_a_buffer,
+        _written_to_a_buffer_as_text,
+        _kept_by_a_replaced_showwarning,
+    ],
+)
+def test_a_message_kept_where_it_goes_is_guarded(fn, loggers, tmp_path):
+    guarded_at_other_sizes(fn, tmp_path)
+    x = torch.ones(12, 3)
+    assert torch.equal(fn(x), x * 5.0)  # eager reads the kept text back
+
+
+LOG_SHOWN = logging.getLogger("tracebridge.tests.shown")
+LOG_QUIET = logging.getLogger("tracebridge.tests.quiet")
+LOG_NO_HANDLER = logging.getLogger("tracebridge.tests.none")
+
+
+def _shown_on_stderr(x):
+    LOG_SHOWN.warning(f"rows {x.shape[0]}")
+    LOG_SHOWN.warning("rows %s of %d", x.shape[0], x.shape[1])
+    LOG_SHOWN.info("rows %d" % x.shape[0])  # noqa: UP031
+    LOG_QUIET.warning(f"rows {x.shape[0]}")
+    LOG_NO_HANDLER.debug(f"rows {x.shape[0]}")  # below the level: never formatted further
+    return x * 2
+
+
+def _warned_and_shown(x):
+    warnings.warn(f"rows {x.shape[0]}", stacklevel=1)
+    torch._assert(x.shape[0] > 0, f"rows {x.shape[0]}")
+    return x * 2
+
+
+@pytest.mark.parametrize("fn", [_shown_on_stderr, _warned_and_shown])
+def test_a_message_shown_where_nothing_keeps_it_stays_general(fn, loggers, tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        traced = tracebridge.trace(fn, torch.ones(2, 3))
+        assert not [g for g in traced.guards if "== 2" in g]
+        again = loaded(traced, tmp_path)
+        for rows in (5, 12, 7):
+            x = torch.randn(rows, 3)
+            assert torch.equal(traced(x), fn(x)) and torch.equal(again(x), fn(x))
+
+
+# --- text a function of the user's makes for C code that calls it (map, sorted) ----------------
+
+
+def fmt(n) -> str:
+    return str(n)
+
+
+def fmt_field(n) -> str:
+    return f"{n}"
+
+
+TABLE = {"12": 5.0}
+
+
+def _joined_from_a_map(x):
+    return x * (5.0 if "".join(map(fmt, [x.shape[0]])) == "12" else 1.0)
+
+
+def _joined_from_a_map_of_fields(x):
+    return x * TABLE.get("".join(map(fmt_field, [x.shape[0]])), 1.0)
+
+
+def _listed_from_a_map(x):
+    return x * (5.0 if list(map(fmt, [x.shape[0]]))[0] == "12" else 1.0)
+
+
+def _sorted_by_text(x):
+    return x * (5.0 if sorted([x.shape[0], 3], key=fmt)[0] == 12 else 1.0)
+
+
+@pytest.mark.parametrize(
+    "fn", [_joined_from_a_map, _joined_from_a_map_of_fields, _listed_from_a_map, _sorted_by_text]
+)
+def test_text_returned_to_c_code_that_decides_is_guarded(fn, tmp_path):
+    guarded_at_other_sizes(fn, tmp_path)
+    x = torch.ones(12, 3)
+    assert torch.equal(fn(x), x * 5.0)
+
+
+def _logged_from_a_map(x):
+    LOG_SHOWN.info("shape " + "x".join(map(fmt, x.shape)))
+    return x * 2
+
+
+def test_text_a_map_joins_for_a_message_stays_general(loggers, tmp_path):
+    traced = tracebridge.trace(_logged_from_a_map, torch.ones(2, 3))
+    assert traced.guards == []
+    again = loaded(traced, tmp_path)
+    for shape in [(5, 3), (12, 4), (1, 7)]:
+        x = torch.randn(*shape)
+        assert torch.equal(traced(x), x * 2) and torch.equal(again(x), x * 2)
