@@ -47,3 +47,30 @@ def test_a_model_without_state_has_no_checks():
     assert entry["fold_tensors"] == entry["type_tensors"] == 0
     assert "fold_cold_us" not in entry and "types_cold_us" not in entry
     assert entry["cold_share"] == 0
+
+
+state_checks_share = pytest.importorskip("state_checks_share")
+
+
+def test_the_unchecked_load_runs_the_same_code_without_reading_the_state(tmp_path):
+    """benchmarks/state_checks_share.py: its second load gives the checked load's output
+    bit for bit, and, its checks patched out, does not see a change of the state (what an
+    opt-in frozen mode would promise away); the checked load does."""
+    import tracebridge
+
+    model = _conv_bn_relus(12)
+    x = torch.randn(1, 4, 8, 8)
+    path = str(tmp_path / "model.tb")
+    tracebridge.trace(model, (x,)).save(path)
+    checked = tracebridge.load(path)
+    bare = state_checks_share.unchecked(tracebridge.load(path), (x,))
+    with torch.no_grad():
+        assert torch.equal(checked(x), bare(x))
+        before = bare(x)
+        for loaded in (checked, bare):
+            getattr(loaded, "34").bias.add_(1)  # the last norm's shift: folded
+        assert not torch.equal(checked(x), before)
+        assert torch.equal(bare(x), before)  # stale: the check is what it leaves out
+    best = state_checks_share.measure(model, (x,), rounds=2)
+    assert set(best) == {"eager", "tracebridge", "unchecked", "jit"}
+    assert all(us > 0 for us in best.values())
