@@ -615,7 +615,7 @@ class Specialised:
                     if rng is not None:
                         _set_rng_states(rng)
                 except TraceError as exc:
-                    if type(exc) is not TraceError:
+                    if type(exc) not in (TraceError, BindingError):
                         raise
                     break  # arguments unlike the example's: the first graph names its method
         try:
