@@ -143,9 +143,33 @@ def _kept_by_a_replaced_showwarning(x):
     return x * (5.0 if SEEN[-1] == "rows 12" else 1.0)
 
 
+def _warning_made_an_error(x):
+    # prober19 F5: under an "error" filter the warning is an exception a handler reads
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            warnings.warn(f"rows {x.shape[0]}", stacklevel=1)
+        except UserWarning as raised:
+            return x * (5.0 if "12" in str(raised) else 1.0)
+    return x
+
+
+def _error_filter_picks_by_the_text(x):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="rows 12")  # only this text raises
+        try:
+            warnings.warn(f"rows {x.shape[0]}", stacklevel=1)
+            factor = 1.0
+        except UserWarning:
+            factor = 5.0
+    return x * factor
+
+
 @pytest.mark.parametrize(
     "fn",
     [
+        _warning_made_an_error,
+        _error_filter_picks_by_the_text,
         _kept_by_a_handler,
         _formatted_late_for_a_handler,
         _formatted_late_with_percent_d,

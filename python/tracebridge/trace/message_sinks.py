@@ -186,6 +186,22 @@ def warning_ignored(category) -> bool:
     return False  # no filter: the default action shows it
 
 
+def warning_may_raise(category) -> bool:
+    """Whether a filter that may apply to a warning of ``category`` (None: not known)
+    turns it into an exception (``simplefilter("error")``, ``filterwarnings("error",
+    message=...)``): a handler can then read the text, and a filter's pattern chooses by
+    it. Filters after an unconditional one that applies are never reached."""
+    for action, message, kind, module, line in warnings.filters:
+        if category is not None and not issubclass(category, kind):
+            continue
+        if action == "error":
+            return True
+        unconditional = message is None and module is None and not line
+        if unconditional and (category is not None or kind is Warning):
+            return False
+    return False
+
+
 def shown_warning_keeps_nothing(frame) -> bool:
     """Whether a warning being shown now (``warnings._showwarnmsg``) only goes to
     ``sys.stderr`` (a real file) or to logging's ``py.warnings`` handlers that keep

@@ -71,6 +71,7 @@ from .message_sinks import (
     shown_warning_keeps_nothing,
     stream_out_of_reach,
     warning_ignored,
+    warning_may_raise,
 )
 
 if TYPE_CHECKING:
@@ -744,6 +745,8 @@ def _warned_where_nothing_keeps(call: ast.Call, local_names, global_names) -> bo
     kind = UserWarning if category is None else _callee(category, local_names, global_names)
     if not (isinstance(kind, type) and issubclass(kind, Warning)):
         kind = None
+    if warning_may_raise(kind):
+        return False  # an exception a handler may read, or a pattern that picks by the text
     return warning_ignored(kind) or shown_warning_keeps_nothing(sys._getframe(2))
 
 
