@@ -740,3 +740,18 @@ def test_sizes_given_to_c_methods_of_an_attributes_list_or_text_are_guarded(fn, 
     guarded_at_other_sizes(fn, tmp_path, other=(15, 3), guard="x.shape[0]")
     # the example's answer would be wrong there: eager reads the size itself
     assert fn(torch.ones(15, 3))[0, 0] != fn(torch.ones(2, 3))[0, 0]
+
+
+def test_code_without_a_readable_source_is_said_to_be_unchecked():
+    """Code run by ``exec`` (or ``python -c``) has no source to follow: a size it hands
+    to C code cannot be guarded there, and the trace says so once, naming the file."""
+    namespace: dict = {}
+    exec(  # noqa: S102 - the point of the test
+        "TABLE = [1.0] * 20\nTABLE[12] = 5.0\ndef scale(x):\n    return x * TABLE[x.shape[0]]\n",
+        namespace,
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tracebridge.trace(namespace["scale"], torch.ones(2, 3))
+    blind = [str(w.message) for w in caught if "cannot be checked" in str(w.message)]
+    assert len(blind) == 1 and "<string>" in blind[0] and "define the traced code" in blind[0]

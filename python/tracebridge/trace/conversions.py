@@ -22,7 +22,7 @@ from .memo_tables import plain_key
 from .numbers import SymFloat, SymInt, SymSize, _Traced
 from .short_circuit import settled_without_it
 from .text import TensorText, formatted
-from .unseen_reads import made_for_user_code, settle, unseen_read
+from .unseen_reads import made_for_user_code, settle, source_readable, unseen_read
 
 # A tensor's device flags read as properties (``x.is_cuda``): the device type each asks
 # about, guarded with prim.is_device_type (op-set 9).
@@ -100,15 +100,34 @@ class Conversions:
         frame = made_for_user_code(sys._getframe(1))
         if frame is None:
             return sym
+        if not source_readable(frame.f_code.co_filename):
+            self._warn_blind(frame.f_code.co_filename, "its source cannot be read")
+            return sym
         later: list = []
         try:
             found = unseen_read(frame, element, rank, later, sym)
-        except Exception:  # noqa: BLE001 - a source we cannot follow: as before, no guard
+        except Exception as exc:  # noqa: BLE001 - a source we cannot follow: no guard, said
+            self._warn_blind(frame.f_code.co_filename, f"following it failed ({exc!r:.80})")
             return sym
         self._unseen_later.extend((sym, f, site) for f, site in later)
         if found is not None:
             self._guard_read_in_c(sym, f"{found[0]}:{found[1]}", *found[2:])
         return sym
+
+    def _warn_blind(self, filename: str, why: str) -> None:
+        """Say once per file that sizes its code hands to Python's C code go unguarded
+        there: code run by ``exec``, ``python -c`` or a plain REPL has no source to read
+        (a notebook's cells do), so a size indexing a list is the example's for every
+        call, as torch.jit.trace's would be."""
+        if filename in self._unseen_blind:
+            return
+        self._unseen_blind.add(filename)
+        self.warn(
+            f"the traced code in {filename} cannot be checked for sizes that Python's C code "
+            f"reads without asking ({why}): a size used there to index a list or a string, "
+            "or given to a builtin, keeps the example's value on every call, unguarded; "
+            "define the traced code in a file (or a notebook cell) for those to be guarded"
+        )
 
     def settle_unseen_reads(self) -> None:
         """When the traced code has returned: guard the numbers that went into a subscript

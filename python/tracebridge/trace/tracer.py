@@ -61,6 +61,7 @@ class Tracer(Dispatcher, Conversions, LibraryHandlers, InPlace, NoOps, ReturnedI
         self._size_cache: dict[tuple[int, int], SymInt] = {}
         self._unseen_guarded: dict[tuple[int, str], object] = {}  # conversions.py
         self._unseen_later: list = []  # (number, frame, site) judged when the code returns
+        self._unseen_blind: set[str] = set()  # files whose source the tracer cannot read
         self._warned = warned
         self._descending: list = []
         self._dispatch_depth = 0  # calls of the recording mode under way (dispatch.py)

@@ -100,6 +100,12 @@ def _parent(node: ast.AST):
     return getattr(node, "_tb_parent", None)
 
 
+def source_readable(filename: str) -> bool:
+    """Whether the source of ``filename`` can be read and parsed (not ``<string>`` of
+    ``exec`` or ``python -c``)."""
+    return _parsed(filename) is not None
+
+
 def _node_at(frame):
     code = frame.f_code
     positions = _positions(code)
