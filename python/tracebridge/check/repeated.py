@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import GuardError
-from ..trace import memo_tables
+from ..trace import memo_tables, python_state
 from ..trace.capture import preserved
 from .compare import compare_outputs, fresh, rolled
 
@@ -36,20 +36,23 @@ def _same(a, b) -> bool:
 
 
 def _snapshot(module: torch.nn.Module) -> list[tuple[str, torch.nn.Module, dict, dict]]:
-    """Each module's attributes, with the items of its lists and plain dicts as they are
-    now (a call that appends to ``self.seen`` keeps the same list object)."""
+    """Each module's attributes, with the contents of its containers (lists, dicts of any
+    kind, sets, deques, numpy arrays) as they are now (a call that appends to
+    ``self.seen`` keeps the same list object)."""
+    kinds = python_state.container_kinds()
     return [
-        (name, mod, dict(vars(mod)), {k: _items(v) for k, v in vars(mod).items() if _items(v)})
+        (
+            name,
+            mod,
+            dict(vars(mod)),
+            {
+                k: kept
+                for k, v in vars(mod).items()
+                if isinstance(v, kinds) and (kept := python_state.kept_contents(v)) is not None
+            },
+        )
         for name, mod in module.named_modules()
     ]
-
-
-def _items(value) -> tuple | None:
-    if type(value) is list:
-        return ("list", *map(id, value))
-    if type(value) is dict:
-        return ("dict", *value.keys(), *map(id, value.values()))
-    return None
 
 
 def _changed(snapshot) -> list[str]:
@@ -73,7 +76,7 @@ def _changed(snapshot) -> list[str]:
             if (
                 key not in before
                 or not _same(before[key], value)
-                or (key in items and items[key] != _items(value))
+                or (key in items and python_state.contents_changed(value, items[key]))
             ):
                 changed.append(f"{name}.{key}" if name else key)
     return changed
@@ -85,13 +88,15 @@ def check_repeated(eager_fn, traced_method, args, kwargs, tolerance, module, lab
     if module is None:
         return  # a function's globals are not put back: the other checks see them
     snapshot = _snapshot(module)
+    # and the plain objects it holds, its classes' attributes (trace/python_state.py)
+    reachable = python_state.Reachable(module)
     # The second call takes other values (the same shapes): state the first call computed
     # from its data (a lazily set scale) then differs from what the trace computes.
     second = rolled(args, kwargs) or (args, kwargs)
     with preserved(module):
         a, k = fresh(args, kwargs)
         eager_fn(*a, **k)
-        changed = _changed(snapshot)
+        changed = _changed(snapshot) + reachable.changed()
         if not changed:
             return
         # A memo the first call filled would hand the second call its first value, where
