@@ -36,7 +36,7 @@ from .runtime.method import Specialised, as_recorded, for_mode, guards_active
 from .runtime.module_tree import ModesWatch, TreeWatch, mode_reading_paths
 from .runtime.shapes import symbolize
 from .runtime.transaction import state_replaced, transactional
-from .trace import autocast, called_modules
+from .trace import autocast, cache_values, called_modules
 from .trace.capture import bound_method as _bound
 from .trace.capture import (
     capture,
@@ -935,7 +935,12 @@ def _with_progress(fn):
         what = getattr(func, "__name__", None) or type(func).__name__
         if isinstance(func, nn.Module):
             what = type(func).__name__
-        with track(f"tracing {what}", progress=progress), numpy_rng_kept(func), memos_kept():
+        with (
+            track(f"tracing {what}", progress=progress),
+            numpy_rng_kept(func),
+            memos_kept(),
+            cache_values.kept(),
+        ):
             if kwargs.get("check_trace", True) is False and torch._C._is_any_autocast_enabled():
                 # No check to tell whether the code assumes what the caller's autocast
                 # changes: recorded in it, for calls under that autocast only.

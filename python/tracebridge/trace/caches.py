@@ -30,9 +30,8 @@ Note: why a cache lookup is not a decision.
   misses the same way: a hit would hand the trace the tensor an earlier call stored -- an
   eager result as a constant, or a value of an earlier trace, so that the trace check's
   second recording differed from the first and refused the model as not stable. The
-  functools caches a trace went through are emptied at its end (:func:`clear`): their new
-  entries hold traced values, and a cache is only ever a copy of what its function
-  computes.
+  functools caches a trace went through are put back as it found them when each recording
+  and the trace end (trace/cache_values.py): their new entries hold traced values.
 """
 
 from __future__ import annotations

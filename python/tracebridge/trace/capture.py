@@ -26,7 +26,7 @@ from ..source import raised_at, source_line
 from . import (
     autocast,
     autocast_state,
-    caches,
+    cache_values,
     carried_reads,
     numpy_generators,
     own_hooks,
@@ -360,7 +360,7 @@ def capture(
         return graph
     finally:
         tracer.memo_tables.restore()
-        caches.clear(tracer.caches_used)
+        cache_values.restore(tracer.caches_used)
 
 
 def _fixed_texts(result):
