@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import inspect
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -164,3 +165,65 @@ def test_a_cache_is_left_as_the_trace_found_it(options):
     for size in (3, 6):
         x = torch.randn(size)
         assert torch.equal(traced(x), UsesGrids()(x))
+
+
+@functools.cache
+def offsets(n):
+    return list(range(n))
+
+
+@functools.cache
+def counts(n):
+    return np.zeros(n)
+
+
+def appends_to_a_cached_list(x):
+    o = offsets(x.shape[0])
+    o.append(0)  # no recorded op shows it
+    return x * float(len(o))
+
+
+def adds_into_a_cached_array(x):
+    a = counts(x.shape[0])
+    a += 1
+    return x * torch.from_numpy(a).float()
+
+
+@pytest.mark.parametrize("fn", [appends_to_a_cached_list, adds_into_a_cached_array])
+def test_a_cached_python_value_changed_by_the_caller_is_refused_by_the_check(fn):
+    offsets.cache_clear()
+    counts.cache_clear()
+    eager = [fn(torch.ones(2)).tolist() for _ in range(2)]
+    assert eager[0] != eager[1]
+    offsets.cache_clear()
+    counts.cache_clear()
+    with pytest.raises(
+        tracebridge.TracingCheckError, match=r"functools cache\(s\) (offsets|counts)"
+    ):
+        tracebridge.trace(fn, torch.ones(2))
+    assert offsets.cache_info().currsize == counts.cache_info().currsize == 0
+
+
+class MemoWrittenInPlace(nn.Module):
+    """A dict memo whose value the code then writes in place (an accumulator by size)."""
+
+    def __init__(self):
+        super().__init__()
+        self.memo = {}
+
+    def forward(self, x):
+        n = x.shape[0]
+        if n not in self.memo:
+            self.memo[n] = torch.zeros(n)
+        t = self.memo[n]
+        t.add_(1)
+        return x * t
+
+
+def test_a_memo_value_written_in_place_is_refused_by_the_check():
+    model = MemoWrittenInPlace()
+    eager = MemoWrittenInPlace()
+    assert [eager(torch.ones(2)).tolist() for _ in range(2)] == [[1.0, 1.0], [2.0, 2.0]]
+    with pytest.raises(tracebridge.TracingCheckError, match="finding what the first call stored"):
+        tracebridge.trace(model, torch.ones(2))
+    assert model.memo == {}

@@ -104,6 +104,15 @@ def check_repeated(eager_fn, traced_method, args, kwargs, tolerance, module, lab
         memo_filled = memo_tables.missed_next()
         a, k = fresh(*second)
         expected = eager_fn(*a, **k)
+    hit = None
+    if memo_filled:
+        # ... and where the second call finds what the first stored, as eager's does: a
+        # value the code changed after storing it (an accumulator by size written in
+        # place, ``t = memo[n]; t.add_(1)``) then differs from what the trace computes.
+        with preserved(module):
+            for call_args in ((args, kwargs), second):
+                a, k = fresh(*call_args)
+                hit = eager_fn(*a, **k)
     try:
         with preserved(module):
             for call_args in ((args, kwargs), second):
@@ -126,3 +135,12 @@ def check_repeated(eager_fn, traced_method, args, kwargs, tolerance, module, lab
             "memo's value read only its key (not a counter, nor len() of the memo)"
         )
     compare_outputs(expected, got, tolerance, f"{label}, called a second time", hint)
+    if hit is not None:
+        hint += (
+            "; the code changes a value its memo holds after storing it (written in place: "
+            "an accumulator by size), so a later call that finds it gets the changed value "
+            "where the trace computes it afresh: change a copy (`.clone()`), or keep the "
+            "running value in a buffer"
+        )
+        label = f"{label}, called a second time (finding what the first call stored)"
+        compare_outputs(hit, got, tolerance, label, hint)

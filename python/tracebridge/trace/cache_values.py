@@ -159,3 +159,14 @@ def no_write_into_cached(wrappers, name: str, args: tuple, kwargs: dict, locatio
             "(`t = table(n).clone()`), keep the running value as state the model holds "
             "(a buffer), or take the cache away"
         )
+
+
+def used() -> list:
+    """The functools caches the trace under way went through (none outside a trace)."""
+    return [wrapper for wrapper, _ in _TRACES[-1].values()] if _TRACES else []
+
+
+def put_back_all() -> None:
+    """Put back every cache the trace under way went through, as it found them."""
+    for wrapper, entries in (_TRACES[-1] if _TRACES else {}).values():
+        _put_back(wrapper, entries)
