@@ -1078,14 +1078,15 @@ def trace(
             return func(*a, **k)
 
     stage("recording")
-    # Tracing leaves the globals and closure variables the code writes, and the buffers
-    # of the modules it calls, as they were before it (the model as the user had it).
+    before = KeptGlobals(func)
+    with called_modules.noted() as called:
+        graph = retrace(args, kwargs)
+    _warn_of_side_effects(before.changed(), {})
+    # The recording was the user's one call: the runs below leave globals, and the buffers
+    # of the modules the code called, as it left them.
     kept = KeptGlobals(func)
-    kept_buffers = called_modules.KeptBuffers()
+    kept_buffers = called_modules.KeptBuffers(called)
     try:
-        with called_modules.noted(kept_buffers) as called:
-            graph = retrace(args, kwargs)
-        _warn_of_side_effects(kept.changed(), {})
         stage("size-1 variants")
         program = Program(kind="function", methods={"forward": graph}, state=constants)
         _add_specialisations(
@@ -1241,19 +1242,17 @@ def _caller_level() -> int:
 
 
 def _warn_of_side_effects(changed_globals: list[str], hooks: dict) -> None:
-    """Say what a trace will not do on its calls: change the globals its recording
-    changed (a list of activations appended to, a counter; put back after the trace), or
-    run the sub-modules' hooks present while tracing (their tensor results are in the
-    graph; what else they do, such as keeping activations for feature extraction, happens
-    only while tracing)."""
+    """Say what a trace will not do again on its calls: change the globals its recording
+    changed (a list of activations appended to, a counter), or run the sub-modules' hooks
+    present while tracing (their tensor results are in the graph; what else they do, such
+    as keeping activations for feature extraction, happens only while tracing)."""
     if changed_globals:
         names = ", ".join(repr(n) for n in changed_globals[:3])
         warnings.warn(
             f"the traced code changed {names}{', ...' if len(changed_globals) > 3 else ''} "
-            "while it was recorded: tracing puts them back as they were before it, and a "
-            "call of the trace runs its tensor operations only, so it never changes them "
-            "(a list of activations stays as it was). Return such values from the traced "
-            "code instead",
+            "while it was recorded: a call of the trace runs its tensor operations only and "
+            "never changes them again (a list of activations stays as the recording left "
+            "it). Return such values from the traced code instead",
             TracerWarning,
             stacklevel=_caller_level(),
         )
@@ -1520,10 +1519,12 @@ def _trace_module(
     runtime: str,
     method_alias: dict | None = None,
 ) -> TracedModule:
-    before = KeptGlobals(mod)  # put back as they were before the trace
+    kept: list[KeptGlobals] = []  # as the first recording (the user's one call) left them
+    before = KeptGlobals(mod)
 
     def after_first_call():
         _warn_of_side_effects(before.changed(), {})
+        kept.append(KeptGlobals(mod))
 
     try:
         program = record_module(
@@ -1553,7 +1554,8 @@ def _trace_module(
                     method_alias or {},
                 )
     finally:
-        before.restore()
+        for globals_kept in kept:
+            globals_kept.restore()
     return traced
 
 

@@ -1,27 +1,26 @@
-"""Python state that the traced code writes is left as it was before the trace.
+"""Python state that the traced code writes is left as the user's first call left it.
 
-Note: why. Tracing runs the code many times where the user ran it never: the recording,
+Note: why. Tracing runs the code once -- the user's first call -- and then runs it again:
 the check (verify.py, dims.py, repeated.py: the code at other sizes, twice for state kept
 between calls), the size-1 specialisations (specialise.py), the other training mode. A
 global the code writes (a call counter, a list it appends to, a cache dict) would end with
-the last of those runs' value. ``capture.preserved`` puts the model's own state back; this
-does the same for the globals and closure variables the code writes, as far as the code
-says so (issue 20 item 4: tracing leaves the model exactly as it was):
+the last of those runs' value, not the one call's the user made. ``capture.preserved``
+puts the model's own state back; this does the same for the globals and closure variables
+the code writes, as far as the code says so:
 
 * global names the code mentions (its ``co_names``, nested functions' included) and its
   closure cells get their value back where a run rebound them (``global n; n += 1``,
-  ``nonlocal``), and such a global that a run created is removed again;
+  ``nonlocal``), and such a global that a later run created is removed again;
 * lists, dicts, sets, bytearrays, deques and tensors (up to 2**20 elements) held there get
   their contents back, in place (the same object: other code may hold it);
 * the code is the traced function with its nested functions, the Python functions it
   names in its globals (three levels deep, 1,000 functions at most), and for a module the
   methods of every sub-module's class defined outside torch.
 
-Not restored (documented in docs/divergence.md): attributes of objects found through a
-global (``config.seen += 1``; those a module holds are trace/python_state.py's), globals
-written only by functions reached otherwise than by name from the code (through an
-attribute, a method of another object, a library), and the contents of other mutable
-objects (a user class's instance kept in a global).
+Not restored (documented in docs/divergence.md): attributes of objects (``config.seen +=
+1``, a class attribute), globals written only by functions reached otherwise than by name
+from the code (through an attribute, a method of another object, a library), and the
+contents of other mutable objects (a user class's instance kept in a global).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 state and modes decide what it computed.
 
 * Their buffers move on every run of the code (a batch norm in training mode), and tracing
-  runs the code several times (the recording, the check, the size-1 variants):
-  :class:`KeptBuffers` puts them back as they were before the trace.
+  runs the code several times (the check, the size-1 variants): :class:`KeptBuffers` puts
+  them back as the recording, the user's one call, left them.
 * Their modes are in the graph as traced: the traced function keeps the modules whose code
   reads ``self.training``, with their flags (runtime/module_tree.py's ``ModesWatch``), and
   refuses a call once one was switched (``model.eval()`` after tracing in training mode).
@@ -21,16 +21,12 @@ from torch.nn.modules import module as _torch_module
 
 
 @contextlib.contextmanager
-def noted(kept: KeptBuffers | None = None):
-    """The modules called inside the block, in call order, each once; ``kept`` (if given)
-    keeps each one's buffers as they were before its first call."""
+def noted():
+    """The modules called inside the block, in call order, each once."""
     seen: dict[int, torch.nn.Module] = {}
 
     def note(module, args):
-        if id(module) not in seen:
-            seen[id(module)] = module
-            if kept is not None:
-                kept.add(module)
+        seen.setdefault(id(module), module)
 
     handle = _torch_module.register_module_forward_pre_hook(note)
     called: list[torch.nn.Module] = []
@@ -42,24 +38,20 @@ def noted(kept: KeptBuffers | None = None):
 
 
 class KeptBuffers:
-    """The buffers of some modules as they are now (or, for a module :meth:`add`-ed
-    later, as they were then); :meth:`restore` puts their values back (in place: the
-    modules hold them)."""
+    """The buffers of some modules as they are now; :meth:`restore` puts their values
+    back (in place: the modules hold them)."""
 
-    def __init__(self, modules: list[torch.nn.Module] = ()):
-        self._kept: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    def __init__(self, modules: list[torch.nn.Module]):
+        found: dict[int, torch.Tensor] = {}
         for module in modules:
-            self.add(module)
-
-    def add(self, module: torch.nn.Module) -> None:
-        # (called while the code is recorded: the copies are no ops of the graph)
-        with torch._C.DisableTorchFunction():
             for buffer in module.buffers():
-                if buffer is not None and not buffer.is_meta and id(buffer) not in self._kept:
-                    self._kept[id(buffer)] = (buffer, buffer.detach().clone())
+                if buffer is not None and not buffer.is_meta:
+                    found.setdefault(id(buffer), buffer)
+        with torch.no_grad():
+            self._kept = [(b, b.detach().clone()) for b in found.values()]
 
     def restore(self) -> None:
         with torch.no_grad():
-            for buffer, copy in self._kept.values():
+            for buffer, copy in self._kept:
                 if buffer.shape == copy.shape and not torch.equal(buffer, copy):
                     buffer.copy_(copy)
