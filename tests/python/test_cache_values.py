@@ -189,19 +189,32 @@ def adds_into_a_cached_array(x):
     return x * torch.from_numpy(a).float()
 
 
-@pytest.mark.parametrize("fn", [appends_to_a_cached_list, adds_into_a_cached_array])
+@functools.lru_cache(maxsize=4)
+def bounded_offsets(n):
+    return list(range(n))
+
+
+def appends_to_a_bounded_cached_list(x):
+    o = bounded_offsets(x.shape[0])
+    o.append(0)
+    return x * float(len(o))
+
+
+@pytest.mark.parametrize(
+    "fn", [appends_to_a_cached_list, appends_to_a_bounded_cached_list, adds_into_a_cached_array]
+)
 def test_a_cached_python_value_changed_by_the_caller_is_refused_by_the_check(fn):
-    offsets.cache_clear()
-    counts.cache_clear()
+    caches = (offsets, bounded_offsets, counts)
+    for cache in caches:
+        cache.cache_clear()
     eager = [fn(torch.ones(2)).tolist() for _ in range(2)]
     assert eager[0] != eager[1]
-    offsets.cache_clear()
-    counts.cache_clear()
-    with pytest.raises(
-        tracebridge.TracingCheckError, match=r"functools cache\(s\) (offsets|counts)"
-    ):
+    for cache in caches:
+        cache.cache_clear()
+    named = r"functools cache\(s\) (offsets|bounded_offsets|counts)"
+    with pytest.raises(tracebridge.TracingCheckError, match=named):
         tracebridge.trace(fn, torch.ones(2))
-    assert offsets.cache_info().currsize == counts.cache_info().currsize == 0
+    assert all(cache.cache_info().currsize == 0 for cache in caches)
 
 
 class MemoWrittenInPlace(nn.Module):

@@ -104,21 +104,32 @@ def _put_back(wrapper, entries: dict | None) -> None:
         table.update(entries)
 
 
-def _held(wrapper) -> set[int]:
-    """The ids of the tensors that ``wrapper``'s entries hold as (part of) a value."""
-    own = getattr(wrapper, "__dict__", None)
-    refs = gc.get_referents(wrapper)
-    values, keys = [], []
+def _entries(wrapper) -> tuple[list, list]:
+    """The keys and the values of ``wrapper``'s entries, read without calling anything."""
     table = _table(wrapper)
     if table is not None:
-        values, keys = list(table.values()), list(table)
-    else:  # a bounded cache: its entries' keys and values, its dict (key -> link)
-        tables = [r for r in refs if type(r) is dict and r is not own]
-        keys = [k for t in tables for k in t]
-        skip = {id(k) for k in keys} | {id(t) for t in tables} | {id(own)}
-        values = [
-            r for r in refs if id(r) not in skip and not isinstance(r, type) and not callable(r)
-        ]
+        return list(table), list(table.values())
+    # A bounded cache: gc shows its entries' keys and values, and its dict (key -> link).
+    own = getattr(wrapper, "__dict__", None)
+    refs = gc.get_referents(wrapper)
+    tables = [r for r in refs if type(r) is dict and r is not own]
+    keys = [k for t in tables for k in t]
+    skip = {id(k) for k in keys} | {id(t) for t in tables} | {id(own)}
+    # (also its function, its key marker, an ``object()``, and its named-tuple class)
+    values = [
+        r
+        for r in refs
+        if id(r) not in skip
+        and not isinstance(r, type)
+        and not callable(r)
+        and type(r) is not object
+    ]
+    return keys, values
+
+
+def _held(wrapper) -> set[int]:
+    """The ids of the tensors that ``wrapper``'s entries hold as (part of) a value."""
+    keys, values = _entries(wrapper)
     in_keys = {id(t) for k in keys for t in _tensors(k, _DEPTH)}
     return {id(t) for v in values for t in _tensors(v, _DEPTH)} - in_keys
 
@@ -159,6 +170,27 @@ def no_write_into_cached(wrappers, name: str, args: tuple, kwargs: dict, locatio
             "(`t = table(n).clone()`), keep the running value as state the model holds "
             "(a buffer), or take the cache away"
         )
+
+
+_IMMUTABLE = (torch.Tensor, int, float, complex, bool, str, bytes, type(None), torch.dtype)
+
+
+def _immutable(value, depth: int = _DEPTH) -> bool:
+    """Whether Python code cannot change ``value`` in place (a tensor's writes are ops the
+    tracer sees: :func:`no_write_into_cached`)."""
+    if isinstance(value, _IMMUTABLE):
+        return True
+    return (
+        bool(depth)
+        and type(value) in (tuple, frozenset, torch.Size)
+        and all(_immutable(v, depth - 1) for v in value)
+    )
+
+
+def holds_mutable(wrappers) -> bool:
+    """Whether a value some cache of ``wrappers`` holds now is a Python object the code
+    could change in place (a list, a dict, a numpy array, an object)."""
+    return any(not all(map(_immutable, _entries(w)[1])) for w in wrappers)
 
 
 def used() -> list:
