@@ -31,12 +31,12 @@ from .ir.ops import VARIADIC_OUTPUTS
 from .ir.printer import graph_text
 from .ir.program import hoist_subgraphs, subgraph_names
 from .progress import stage, state_nbytes, track
-from .runtime import Method, torchvision_ops
+from .runtime import Method, state_changes, torchvision_ops
 from .runtime.method import Specialised, as_recorded, for_mode, guards_active
 from .runtime.module_tree import ModesWatch, TreeWatch, mode_reading_paths
 from .runtime.shapes import symbolize
 from .runtime.transaction import state_replaced, transactional
-from .trace import autocast, called_modules
+from .trace import autocast, cache_values, called_modules
 from .trace.capture import bound_method as _bound
 from .trace.capture import (
     capture,
@@ -271,7 +271,13 @@ class TracedMethod:
         module._watch()
         # Routed and mode-checked as forward is: a method recorded in one mode refuses a
         # call in the other, and under respect_mode each mode runs its own graph.
-        return module._method_for(self.name)(*args, **kwargs)
+        try:
+            return module._method_for(self.name)(*args, **kwargs)
+        except GuardError as exc:
+            explained = module._state_changed(exc, module._routed(self.name))
+            if explained is None:
+                raise
+            raise explained from None
 
     @property
     def graph(self) -> str:
@@ -591,7 +597,13 @@ class TracedModule(nn.Module, _Traced):
             return nn.Module.__call__(self, *args, **kwargs)
         if tree is not None:
             tree.check_modes(self._tb_fast_graph, method)
-        return method(*args, **kwargs)
+        try:
+            return method(*args, **kwargs)
+        except GuardError as exc:
+            explained = self._state_changed(exc, self._tb_fast_graph)
+            if explained is None:
+                raise
+            raise explained from None
 
     def _watch(self) -> None:
         """The checks of ``__call__`` (sub-modules' hooks, the module tree), for the calls
@@ -848,7 +860,21 @@ class TracedModule(nn.Module, _Traced):
 
     def forward(self, *args, **kwargs):
         self._watch()  # also where forward is called by name, past __call__
-        return self._method_for("forward")(*args, **kwargs)
+        try:
+            return self._method_for("forward")(*args, **kwargs)
+        except GuardError as exc:
+            explained = self._state_changed(exc, self._routed("forward"))
+            if explained is None:
+                raise
+            raise explained from None
+
+    def _state_changed(self, exc: GuardError, graph_name: str) -> GuardError | None:
+        """A refusal told with the state that changed shape since the trace (a buffer the
+        code rebuilt lazily in an eager call), or None (runtime/state_changes.py)."""
+        graph = self.program.methods.get(graph_name)
+        if graph is None:
+            return None
+        return state_changes.explained(exc, graph, self.program.state, self._slots())
 
     forward = _TracedForward(forward)
 
@@ -935,7 +961,12 @@ def _with_progress(fn):
         what = getattr(func, "__name__", None) or type(func).__name__
         if isinstance(func, nn.Module):
             what = type(func).__name__
-        with track(f"tracing {what}", progress=progress), numpy_rng_kept(func), memos_kept():
+        with (
+            track(f"tracing {what}", progress=progress),
+            numpy_rng_kept(func),
+            memos_kept(),
+            cache_values.kept(),
+        ):
             if kwargs.get("check_trace", True) is False and torch._C._is_any_autocast_enabled():
                 # No check to tell whether the code assumes what the caller's autocast
                 # changes: recorded in it, for calls under that autocast only.

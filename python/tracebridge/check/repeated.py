@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import GuardError
-from ..trace import memo_tables
+from ..trace import memo_tables, python_state
 from ..trace.capture import preserved
 from .compare import compare_outputs, fresh, rolled
 
@@ -36,20 +36,23 @@ def _same(a, b) -> bool:
 
 
 def _snapshot(module: torch.nn.Module) -> list[tuple[str, torch.nn.Module, dict, dict]]:
-    """Each module's attributes, with the items of its lists and plain dicts as they are
-    now (a call that appends to ``self.seen`` keeps the same list object)."""
+    """Each module's attributes, with the contents of its containers (lists, dicts of any
+    kind, sets, deques, numpy arrays) as they are now (a call that appends to
+    ``self.seen`` keeps the same list object)."""
+    kinds = python_state.container_kinds()
     return [
-        (name, mod, dict(vars(mod)), {k: _items(v) for k, v in vars(mod).items() if _items(v)})
+        (
+            name,
+            mod,
+            dict(vars(mod)),
+            {
+                k: kept
+                for k, v in vars(mod).items()
+                if isinstance(v, kinds) and (kept := python_state.kept_contents(v)) is not None
+            },
+        )
         for name, mod in module.named_modules()
     ]
-
-
-def _items(value) -> tuple | None:
-    if type(value) is list:
-        return ("list", *map(id, value))
-    if type(value) is dict:
-        return ("dict", *value.keys(), *map(id, value.values()))
-    return None
 
 
 def _changed(snapshot) -> list[str]:
@@ -73,7 +76,7 @@ def _changed(snapshot) -> list[str]:
             if (
                 key not in before
                 or not _same(before[key], value)
-                or (key in items and items[key] != _items(value))
+                or (key in items and python_state.contents_changed(value, items[key]))
             ):
                 changed.append(f"{name}.{key}" if name else key)
     return changed
@@ -85,13 +88,15 @@ def check_repeated(eager_fn, traced_method, args, kwargs, tolerance, module, lab
     if module is None:
         return  # a function's globals are not put back: the other checks see them
     snapshot = _snapshot(module)
+    # and the plain objects it holds, its classes' attributes (trace/python_state.py)
+    reachable = python_state.Reachable(module)
     # The second call takes other values (the same shapes): state the first call computed
     # from its data (a lazily set scale) then differs from what the trace computes.
     second = rolled(args, kwargs) or (args, kwargs)
     with preserved(module):
         a, k = fresh(args, kwargs)
         eager_fn(*a, **k)
-        changed = _changed(snapshot)
+        changed = _changed(snapshot) + reachable.changed()
         if not changed:
             return
         # A memo the first call filled would hand the second call its first value, where
@@ -99,6 +104,15 @@ def check_repeated(eager_fn, traced_method, args, kwargs, tolerance, module, lab
         memo_filled = memo_tables.missed_next()
         a, k = fresh(*second)
         expected = eager_fn(*a, **k)
+    hit = None
+    if memo_filled:
+        # ... and where the second call finds what the first stored, as eager's does: a
+        # value the code changed after storing it (an accumulator by size written in
+        # place, ``t = memo[n]; t.add_(1)``) then differs from what the trace computes.
+        with preserved(module):
+            for call_args in ((args, kwargs), second):
+                a, k = fresh(*call_args)
+                hit = eager_fn(*a, **k)
     try:
         with preserved(module):
             for call_args in ((args, kwargs), second):
@@ -121,3 +135,12 @@ def check_repeated(eager_fn, traced_method, args, kwargs, tolerance, module, lab
             "memo's value read only its key (not a counter, nor len() of the memo)"
         )
     compare_outputs(expected, got, tolerance, f"{label}, called a second time", hint)
+    if hit is not None:
+        hint += (
+            "; the code changes a value its memo holds after storing it (written in place: "
+            "an accumulator by size), so a later call that finds it gets the changed value "
+            "where the trace computes it afresh: change a copy (`.clone()`), or keep the "
+            "running value in a buffer"
+        )
+        label = f"{label}, called a second time (finding what the first call stored)"
+        compare_outputs(hit, got, tolerance, label, hint)

@@ -39,6 +39,7 @@ from ..ir.pytree import is_tensor
 from ..source import raised_at, source_line, warn_at_user_line
 from ..trace.capture import capture_again, enter_mode, preserved, state_index
 from ..trace.own_hooks import global_hooks, global_hooks_skip
+from .cached_calls import check_cached_values
 from .compare import NON_DETERMINISM, compare_outputs, fresh, on_meta, rolled
 from .dims import check_other_sizes
 from .meta_state import state_read
@@ -403,6 +404,7 @@ def check_function(func, traced, args, kwargs, check_inputs, tolerance, strict) 
     if refused is not None:
         return
     _check_constants(func, traced, reference, constants, args, kwargs, tolerance, None)
+    check_cached_values(func, traced, args, kwargs, tolerance, None, "on the example inputs")
     if check_inputs is None:
         _check_perturbed(func, traced, reference, args, kwargs, tolerance, None, retrace)
         check_other_sizes(func, traced, reference, args, kwargs, tolerance, None, retrace)
@@ -471,6 +473,7 @@ def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_m
                     continue  # every check below runs the code
                 _check_constants(eager, method, reference, constants, args, kwargs, tolerance, mod)
                 check_repeated(eager, method, args, kwargs, tolerance, mod, label)
+                check_cached_values(eager, method, args, kwargs, tolerance, mod, label)
                 if per_method is None:
                     _check_perturbed(
                         eager, method, reference, args, kwargs, tolerance, mod, retrace

@@ -39,14 +39,14 @@ Note: why a cache lookup is not a decision.
   misses the same way: a hit would hand the trace the tensor an earlier call stored -- an
   eager result as a constant, or a value of an earlier trace, so that the trace check's
   second recording differed from the first and refused the model as not stable. The
-  functools caches a trace went through are emptied at its end (:func:`clear`): their new
-  entries hold traced values, and a cache is only ever a copy of what its function
-  computes.
+  functools caches a trace went through are put back as it found them when each recording
+  and the trace end (trace/cache_values.py): their new entries hold traced values.
 """
 
 from __future__ import annotations
 
 import ast
+import collections
 import dataclasses
 import functools
 import itertools
@@ -148,7 +148,9 @@ def _cache_at(frame):
             return _dict_cache(node.func.value, node.args[:1], frame, store)
         return None
     if isinstance(node, ast.Subscript):
-        return _dict_cache(node.value, [node.slice], frame, isinstance(node.ctx, ast.Store))
+        store = isinstance(node.ctx, ast.Store)
+        found = _dict_cache(node.value, [node.slice], frame, store)
+        return found if found is not None or store else _default_memo(node, frame)
     if isinstance(node, ast.Compare) and [type(op) for op in node.ops] in ([ast.In], [ast.NotIn]):
         return _dict_cache(node.comparators[0], [node.left], frame, False)
     return None
@@ -182,6 +184,37 @@ def _dict_cache(container: ast.AST, keys: list, frame, store: bool) -> DictCache
     filled = function is not None and _stores_into(function, label)
     key = _resolve(keys[0], frame) if keys else None
     return DictCache(label, table, store, filled, key)
+
+
+def _default_memo(node: ast.Subscript, frame) -> DictCache | None:
+    """``table[key]`` read from a ``collections.defaultdict`` with a factory: a memo of
+    the factory's value (a missing key is stored by ``__missing__``, as ``if key not in
+    table: table[key] = factory()`` would), unless the function around it changes the entry
+    (``table[key] += 1``, ``table[key] = table[key] + x``: a count or a sum by key)."""
+    table = _resolve(node.value, frame)
+    if not isinstance(table, collections.defaultdict) or table.default_factory is None:
+        return None
+    where, key = ast.unparse(node.value), ast.unparse(node.slice)
+    function = _function_of(node)
+    if function is not None and _changes_item(function, where, key):
+        return None
+    return DictCache(where, table, True, True, _resolve(node.slice, frame))
+
+
+@functools.lru_cache(maxsize=4096)
+def _changes_item(function: ast.AST, where: str, key: str) -> bool:
+    """Whether ``function`` writes ``where[key]`` from its own value (``+=``, or an
+    assignment that reads the entry)."""
+    for node in ast.walk(function):
+        if isinstance(node, ast.AugAssign) and _is_item(node.target, where, key):
+            return True
+        if (
+            isinstance(node, ast.Assign)
+            and any(_is_item(t, where, key) for t in node.targets)
+            and _reads_item(node.value, where, key)
+        ):
+            return True
+    return False
 
 
 def _function_of(node: ast.AST):

@@ -1,7 +1,9 @@
 """Drive the tracer: flatten the example inputs, run the code once, collect the outputs.
 
 Tracing leaves the model as it found it: parameters, buffers (BatchNorm statistics), the
-global random-number state and every ``training`` flag are restored afterwards.
+global random-number state, every ``training`` flag and the Python state the module holds
+(its attributes; plain objects and class attributes: trace/python_state.py) are restored
+afterwards.
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ from ..source import raised_at, source_line
 from . import (
     autocast,
     autocast_state,
-    caches,
+    cache_values,
     carried_reads,
     numpy_generators,
     own_hooks,
     param_writes,
+    python_state,
     rebound_buffers,
 )
 from .integers import stand_ins_in_modules_of
@@ -92,29 +95,38 @@ def _attributes(module: torch.nn.Module) -> list[tuple]:
     """Each sub-module's attributes, its parameter, buffer and module tables and its other
     dicts, as they are now (shallow: which object each name holds)."""
     saved = []
+    kinds = python_state.container_kinds()
     for mod in module.modules():
         attrs = dict(vars(mod))
         # The parameter, buffer and module tables, and any dict the code fills (a cache
-        # keyed on shapes), get their entries back too; so do a list and a set the code adds
-        # to (a history of calls: tracing and its checks call the model many times). Hook
+        # keyed on shapes), get their entries back too; so do a list, a set, a deque, a
+        # Counter or a numpy array the code adds to (a history of calls: tracing and its
+        # checks call the model many times). Hook
         # tables are OrderedDicts: a library that installs hooks lazily on the first call
         # and marks the module as hooked (transformers' output capturing) must lose both,
         # or the next call installs them twice and every hidden state is recorded twice.
         tables = {
             k: (dict(v), _fingerprint(v)) for k, v in attrs.items() if type(v) in _TABLE_TYPES
         }
-        lists = {k: (list(v), list(map(id, v))) for k, v in attrs.items() if type(v) in (list, set)}
-        saved.append((mod, attrs, _fingerprint(attrs), tables, lists))
+        others = {
+            k: kept
+            for k, v in attrs.items()
+            if isinstance(v, kinds)
+            and type(v) not in _TABLE_TYPES
+            and (kept := python_state.kept_contents(v)) is not None
+        }
+        saved.append((mod, attrs, _fingerprint(attrs), tables, others))
     return saved
 
 
-def _restore_attributes(saved: list[tuple]) -> None:
+def _restore_attributes(saved: list[tuple]) -> list[str]:
     """Put back every attribute the traced code set on a module: a cache rebuilt for a
     longer sequence (``register_buffer`` again), a size kept on ``self``. A traced size
     left on the module would leak into the next trace, and the model must stay as the
     user had it. Runs for every recording and check: unchanged modules cost two list
-    comparisons."""
-    for mod, attrs, fingerprint, tables, lists in saved:
+    comparisons. Returns the attributes whose contents refused to be put back."""
+    failed = []
+    for mod, attrs, fingerprint, tables, others in saved:
         current = vars(mod)
         if _fingerprint(current) != fingerprint:
             for key in [k for k in current if k not in attrs]:
@@ -128,14 +140,14 @@ def _restore_attributes(saved: list[tuple]) -> None:
                 own_hooks.note_installed(mod, name, content, table)
                 table.clear()
                 table.update(content)
-        for name, (items, ids) in lists.items():
-            kept = current.get(name)
-            if type(kept) in (list, set) and list(map(id, kept)) != ids:
-                kept.clear()
-                if type(kept) is set:
-                    kept.update(items)
-                else:
-                    kept.extend(items)
+        for name, kept in others.items():
+            value = attrs[name]
+            if python_state.contents_changed(value, kept):
+                try:
+                    python_state.put_back(value, kept)
+                except Exception:
+                    failed.append(f"{type(mod).__name__}.{name}")
+    return failed
 
 
 def _plain_tensors(module: torch.nn.Module) -> list[tuple[torch.Tensor, int, torch.Tensor]]:
@@ -156,7 +168,7 @@ def _plain_tensors(module: torch.nn.Module) -> list[tuple[torch.Tensor, int, tor
                 items = list(value.values())
             elif isinstance(value, (list, tuple)):
                 items = list(value)
-            elif _plain_object(value):
+            elif python_state.plain_object(value):
                 items = list(vars(value).values())  # ``self.helper.t``
             else:
                 items = [value]
@@ -169,17 +181,6 @@ def _plain_tensors(module: torch.nn.Module) -> list[tuple[torch.Tensor, int, tor
             continue  # no version to follow, or no values: nothing to put back
         kept.append((tensor, tensor._version, tensor.detach().clone()))
     return kept
-
-
-def _plain_object(value) -> bool:
-    """Whether ``value`` is an instance of a user's class holding attributes (not a module,
-    a tensor, a class, a function or a Python module)."""
-    return (
-        isinstance(getattr(value, "__dict__", None), dict)
-        and not isinstance(value, (torch.nn.Module, torch.Tensor, type))
-        and not callable(value)
-        and not inspect.ismodule(value)
-    )
 
 
 def _renormed_weights(module: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -226,8 +227,10 @@ def preserved(module: torch.nn.Module | None):
     py_rng = random.getstate()
     saved_buffers, saved_params, modes, flags, attributes, plain = [], [], [], [], [], []
     renormed: list[tuple[torch.Tensor, torch.Tensor]] = []
+    reachable = None
     if module is not None:
         attributes = _attributes(module)
+        reachable = python_state.Reachable(module)
         saved_buffers = [(b, b.detach().clone()) for b in module.buffers() if b is not None]
         plain = _plain_tensors(module)
         saved_params = [(p, p._version) for p in module.parameters()]
@@ -244,7 +247,12 @@ def preserved(module: torch.nn.Module | None):
             yield
     finally:
         _clear_mode_caches(modes, flags)
-        _restore_attributes(attributes)  # training flags are attributes: put back too
+        # training flags are attributes: put back too
+        failed = _restore_attributes(attributes)
+        if reachable is not None:
+            failed += reachable.restore()
+        if failed:
+            _warn_left_changed(failed)
         torch.set_rng_state(rng)
         random.setstate(py_rng)
         if cuda_rng is not None:
@@ -266,6 +274,18 @@ def preserved(module: torch.nn.Module | None):
         ]
         if changed:
             _warn_unseen_writes(module, changed)
+
+
+def _warn_left_changed(names: list[str]) -> None:
+    """Python state a run of the code changed that could not be put back, by name."""
+    warnings.warn(
+        f"running the traced code changed {', '.join(names[:5])}"
+        f"{' ...' if len(names) > 5 else ''}, which tracebridge could not put back (the "
+        "object refused): tracing ran the code several times, so they stay moved by those "
+        "runs. Set them back by hand if eager use reads them",
+        TracerWarning,
+        stacklevel=4,
+    )
 
 
 def _warn_unseen_writes(module: torch.nn.Module, changed: list[torch.Tensor]) -> None:
@@ -340,7 +360,7 @@ def capture(
         return graph
     finally:
         tracer.memo_tables.restore()
-        caches.clear(tracer.caches_used)
+        cache_values.restore(tracer.caches_used)
 
 
 def _fixed_texts(result):

@@ -16,6 +16,7 @@ from ..ir import pytree
 from ..ir.program import Ref
 from ..source import called_from_user_code as _called_from_user_code
 from ..source import user_frame
+from . import cache_values
 from .caches import DictCache, fresh_hash, functools_cache_hashing_tensor
 from .device_reads import FULL, TYPE, device_use
 from .memo_tables import plain_key
@@ -250,6 +251,7 @@ class Conversions:
         else:
             label = getattr(cache, "__qualname__", "a cache")
             if all(c is not cache for c in self.caches_used):
+                cache_values.note(cache)  # its entries, to put back (trace/cache_values.py)
                 self.caches_used.append(cache)
         self.warn(
             f"{what} is part of a key of the cache {label}: the trace records the "

@@ -22,7 +22,7 @@ from ..ir import pytree
 from ..ir.program import Ref, refs_in
 from ..source import OWN_DIR as _OWN_DIR
 from ..source import TORCH_DIR as _TORCH_DIR
-from . import autocast, caches
+from . import autocast, cache_values, caches
 from .carried_reads import unwatched
 from .numbers import _Traced
 
@@ -263,6 +263,8 @@ class Dispatcher:
 
     def record(self, name: str, func, args: tuple, kwargs: dict):
         self.before_param_write(name, args, kwargs)  # trace/inplace.py
+        if self.caches_used:
+            cache_values.no_write_into_cached(self.caches_used, name, args, kwargs, self.location)
         written = self.out_of_place(name, func, args, kwargs)  # trace/inplace.py
         if written is not None:
             return written
