@@ -23,9 +23,12 @@ writes it as an ONNX model.
 """
 
 from .api import (  # noqa: E402
+    FrozenFunction,
+    FrozenModule,
     TracedFunction,
     TracedMethod,
     TracedModule,
+    freeze,
     load,
     save,
     trace,
@@ -50,6 +53,8 @@ from .version import __version__  # noqa: E402,F401
 __all__ = [
     "ArtifactError",
     "BindingError",
+    "FrozenFunction",
+    "FrozenModule",
     "GuardError",
     "OpError",
     "TraceError",
@@ -61,6 +66,7 @@ __all__ = [
     "UnsupportedOpError",
     "compile",
     "export_onnx",
+    "freeze",
     "guards_disabled",
     "invalidate_caches",
     "load",

@@ -32,6 +32,7 @@ from .ir.printer import graph_text
 from .ir.program import hoist_subgraphs, subgraph_names
 from .progress import stage, state_nbytes, track
 from .runtime import Method, state_changes, torchvision_ops
+from .runtime import frozen as frozen_state
 from .runtime.method import Specialised, as_recorded, for_mode, guards_active
 from .runtime.module_tree import ModesWatch, TreeWatch, mode_reading_paths
 from .runtime.shapes import symbolize
@@ -1607,6 +1608,8 @@ def save(
     >>> tracebridge.load(buffer.getvalue())(torch.ones(2))
     tensor([-1., -1.])
     """
+    if isinstance(obj, (FrozenModule, FrozenFunction)):
+        obj.save(path)
     if not isinstance(obj, (TracedFunction, TracedModule)):
         raise TraceError(
             f"save() takes a TracedFunction or TracedModule, not "
@@ -1698,3 +1701,215 @@ def _from_pickle(data: bytes, state: dict) -> TracedFunction | TracedModule:
     if isinstance(obj, TracedFunction) and "name" in state:
         obj.__name__ = state["name"]
     return obj
+
+
+# --- freeze -------------------------------------------------------------------------------
+
+_FIXED_STATE = (
+    "the state of a frozen tracebridge module is fixed (its own copy, with the values folded "
+    "from it kept without checks): change the unfrozen module and call tracebridge.freeze() "
+    "on it again"
+)
+
+
+def freeze(
+    obj: TracedFunction | TracedModule, preserved_attrs: list[str] | None = None
+) -> FrozenModule | FrozenFunction:
+    """A frozen copy of ``obj`` (a traced or loaded module or function), tracebridge's
+    ``torch.jit.freeze``: its calls keep the values folded from the state (convolutions
+    with their batch norms, transposed weights, masks from tables) without checking the
+    state's tensors again on each call -- about 5-15% of a small convnet's call at batch 1.
+
+    The frozen object holds its own copy of the state (``obj`` stays usable, and a change
+    to it later does not reach the frozen copy) and hands none of it out for writing:
+    ``state_dict()`` gives copies, ``parameters()`` and ``buffers()`` are empty (as a
+    frozen scripted module's), and ``load_state_dict``, ``.to()`` (``.cuda()``,
+    ``.double()``...), ``.train()`` and ``requires_grad_()`` raise: freeze again from the
+    changed original. Every other check of a call runs as before (inputs, guards, the
+    module tree); the results are those of the unfrozen module, bit for bit. With autograd
+    on, a call runs the code it runs unfrozen (no batch norm folded), gradients reach the
+    inputs, and none reach the state, which is constant (as ``torch.jit.freeze``'s). A
+    frozen object is not saved: save the unfrozen trace, and freeze after ``load``.
+
+    A program whose graphs write their state (a counter, a cache filled in place) or may
+    return it (``return self.weight``) keeps the per-call checks (runtime/frozen.py):
+    ``skips_state_checks`` says which. ``obj`` must be in evaluation mode (``.eval()``),
+    as for ``torch.jit.freeze``; ``preserved_attrs`` may name traced methods (all are
+    kept), never state, which stays fixed.
+
+    >>> import torch, tracebridge
+    >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)).eval()
+    >>> frozen = tracebridge.freeze(tracebridge.trace(net, torch.rand(1, 3, 8, 8)))
+    >>> frozen(torch.rand(1, 3, 8, 8)).shape
+    torch.Size([1, 4, 6, 6])
+    """
+    if isinstance(obj, (FrozenModule, FrozenFunction)):
+        return obj
+    if not isinstance(obj, (TracedFunction, TracedModule)):
+        raise TraceError(
+            f"freeze() takes a traced or loaded tracebridge module or function, not "
+            f"{type(obj).__name__}; trace it first with tracebridge.trace"
+        )
+    if isinstance(obj, TracedModule) and obj.training:
+        raise TraceError(
+            "freeze() takes a module in evaluation mode, as torch.jit.freeze does: call "
+            ".eval() on the traced module before freezing (a module in training mode writes "
+            "its state on each call)"
+        )
+    for name in preserved_attrs or ():
+        if name not in obj.program.methods:
+            raise TraceError(
+                f"freeze(preserved_attrs=...) names {name!r}, which is no traced method: a "
+                f"frozen module keeps every traced method ({', '.join(obj.program.methods)}) "
+                "and no state it may change; use the unfrozen module where its state changes"
+            )
+    return _frozen_from(_fresh_copy(obj))
+
+
+def _fresh_copy(obj: TracedFunction | TracedModule) -> TracedFunction | TracedModule:
+    """A loaded copy of ``obj`` that shares nothing with it (as ``copy.deepcopy``)."""
+    return _from_pickle(streams.to_bytes(obj._program_for_saving()), _pickle_state(obj))
+
+
+def _frozen_from(copied: TracedFunction | TracedModule) -> FrozenModule | FrozenFunction:
+    """``copied`` (a fresh loaded copy, no one else's) frozen (see :func:`freeze`)."""
+    tensors = copied._constants.values() if isinstance(copied, TracedFunction) else []
+    if isinstance(copied, TracedModule):
+        tensors = [*copied.parameters(), *copied.buffers(), *copied._tb_constants.values()]
+    for tensor in tensors:
+        tensor.requires_grad_(False)  # constants: no gradient reaches a frozen copy
+    fixed = frozen_state.state_stays_fixed(copied.program.methods)
+    if fixed:
+        frozen_state.mark_frozen(copied._methods)
+    if isinstance(copied, TracedFunction):
+        return FrozenFunction(copied, fixed)
+    return FrozenModule(copied, fixed)
+
+
+def _refuse_saving(what: str):
+    raise TraceError(
+        f"a frozen tracebridge {what} is not saved or pickled: save the unfrozen trace "
+        "(traced.save(path)), and call tracebridge.freeze() on what tracebridge.load() gives"
+    )
+
+
+class FrozenFunction:
+    """A frozen traced function (:func:`freeze`): called as the traced function is."""
+
+    def __init__(self, traced: TracedFunction, fixed: bool):
+        self._tb_frozen = traced
+        self.__name__ = traced.__name__
+        self.skips_state_checks = fixed  # False: the graphs write or return their state
+
+    def __call__(self, *args, **kwargs):
+        return self._tb_frozen(*args, **kwargs)
+
+    graph = property(lambda self: self._tb_frozen.graph, doc="The traced graph, as text.")
+    code = property(lambda self: self._tb_frozen.code, doc="The generated Python code.")
+    guards = property(lambda self: self._tb_frozen.guards, doc="The trace's assumptions.")
+
+    @property
+    def check_guards(self) -> bool:
+        return self._tb_frozen.check_guards
+
+    @check_guards.setter
+    def check_guards(self, on: bool) -> None:
+        self._tb_frozen.check_guards = on
+
+    def save(self, *args, **kwargs):
+        _refuse_saving("function")
+
+    def __reduce__(self):
+        _refuse_saving("function")
+
+    def __deepcopy__(self, memo: dict):
+        return _frozen_from(_fresh_copy(self._tb_frozen))
+
+    def __repr__(self) -> str:
+        return f"<tracebridge.FrozenFunction {self.__name__}>"
+
+
+class FrozenModule(nn.Module):
+    """A frozen traced module (:func:`freeze`): called, and its traced methods called, as
+    the traced module's are; its state is its own and fixed (no parameters, no buffers)."""
+
+    def __init__(self, traced: TracedModule, fixed: bool):
+        super().__init__()
+        # Not a sub-module: its tensors are no parameters or buffers of this module, which
+        # nothing reaches through ``parameters()``, ``.to()`` or ``load_state_dict``.
+        self.__dict__["_tb_frozen"] = traced
+        self.__dict__["skips_state_checks"] = fixed  # False: the graphs write or return state
+        self.training = False
+
+    def __call__(self, *args, **kwargs):
+        if self._forward_hooks or self._forward_pre_hooks or self._backward_hooks:
+            return nn.Module.__call__(self, *args, **kwargs)
+        return self.__dict__["_tb_frozen"](*args, **kwargs)
+
+    def forward(self, *args, **kwargs):
+        return self.__dict__["_tb_frozen"](*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        traced = self.__dict__.get("_tb_frozen")
+        if traced is not None and name in _named_methods(traced.program):
+            return TracedMethod(traced, name)
+        return super().__getattr__(name)
+
+    graph = property(lambda self: self._tb_frozen.graph, doc="The graph of ``forward``.")
+    code = property(lambda self: self._tb_frozen.code, doc="The code of ``forward``.")
+    guards = property(lambda self: self._tb_frozen.guards, doc="The trace's assumptions.")
+    methods = property(lambda self: self._tb_frozen.methods, doc="The traced methods.")
+    original_name = property(lambda self: self._tb_frozen.original_name)
+
+    @property
+    def check_guards(self) -> bool:
+        return self._tb_frozen.check_guards
+
+    @check_guards.setter
+    def check_guards(self, on: bool) -> None:
+        self._tb_frozen.check_guards = on
+
+    def state_dict(self, *, destination=None, prefix: str = "", keep_vars: bool = False):
+        """Copies of the frozen state (writing them changes nothing frozen)."""
+        out = destination if destination is not None else {}
+        for name, tensor in self._tb_frozen.state_dict().items():
+            out[prefix + name] = tensor.detach().clone()
+        return out
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        raise TraceError(f"load_state_dict(): {_FIXED_STATE}")
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        if any(key.startswith(prefix) for key in state_dict):  # a parent's load_state_dict
+            raise TraceError(f"load_state_dict() of a module holding a frozen one: {_FIXED_STATE}")
+
+    def _apply(self, fn, recurse=True):
+        raise TraceError(f".to(), .cuda(), .float(), .double() and the like: {_FIXED_STATE}")
+
+    def train(self, mode: bool = True) -> FrozenModule:
+        if mode:
+            raise TraceError(f"train(): a frozen module runs in evaluation mode; {_FIXED_STATE}")
+        return self
+
+    def requires_grad_(self, requires_grad: bool = True) -> FrozenModule:
+        if requires_grad:
+            raise TraceError(f"requires_grad_(): no gradient reaches frozen state; {_FIXED_STATE}")
+        return self
+
+    def save(self, *args, **kwargs):
+        _refuse_saving("module")
+
+    def __reduce__(self):
+        _refuse_saving("module")
+
+    def __reduce_ex__(self, protocol):
+        _refuse_saving("module")
+
+    def __deepcopy__(self, memo: dict):
+        return _frozen_from(_fresh_copy(self._tb_frozen))
+
+    def _get_name(self) -> str:
+        return f"Frozen{self._tb_frozen._get_name()}"
+
+    def extra_repr(self) -> str:
+        return self._tb_frozen.extra_repr()

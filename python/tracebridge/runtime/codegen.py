@@ -211,6 +211,9 @@ class CodeGen:
     ):
         self.graph = graph
         self.fold = fold  # compute values of literals and state once (runtime/folding.py)
+        # The state is a frozen program's own and never changes (runtime/frozen.py): folded
+        # values and the state's types are not checked again on each call.
+        self.frozen = False
         # Compute repeated nodes once (runtime/cse.py): for calls without autograd only, where
         # nothing flows back through them (one node read twice sums its gradients first,
         # two nodes each add theirs: the same gradient, not the same bits).
@@ -821,7 +824,8 @@ class CodeGen:
         slots += [self.slots[name] for name in folding.counters_of(fold.sources, self.slots)]
         ops = sum(1 for i in fold.nodes if self.graph.nodes[i].op not in _NOT_OPS)
         guards = sum(1 for i in fold.nodes if self.graph.nodes[i].op == "prim.guard")
-        runner = folding.Folded(function, slots, len(fold.boundary), ops, guards)
+        kind = folding.FixedFolded if self.frozen else folding.Folded
+        runner = kind(function, slots, len(fold.boundary), ops, guards)
         values = {v.id: v for n in self.graph.nodes for v in n.outputs}
         targets = [ast.Name(self.define(values[v]), ast.Store()) for v in fold.boundary]
         call = ast.Call(self.constant(runner), [], [])
@@ -1004,7 +1008,8 @@ class CodeGen:
         tensors = [_name(self.names[v.id]) for v in self.graph.inputs if v.kind == "Tensor"]
         names = self.state_read_inside()
         slots = [self.slots[name] for name in names if name in self.slots]
-        state = self.constant(lean.StateTypes(slots))
+        fixed = self.frozen and lean.all_plain(slots)
+        state = self.constant((lean.FixedTypes if fixed else lean.StateTypes)(slots))
         enter = _set_lean(_call("_enter_lean", state, *tensors))
         folded = self.folded_tensors()
         if folded:

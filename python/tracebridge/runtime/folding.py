@@ -383,6 +383,30 @@ class Folded:
         return values
 
 
+
+class FixedFolded(Folded):
+    """A :class:`Folded` of a frozen program (``tracebridge.freeze``): its state is its own
+    copy, never handed out and never written by its graphs (runtime/frozen.py), so the
+    values it gave once stay right and no call checks the state's tensors again -- the
+    per-call check that made a small convnet's call slower than torch.jit's. What the
+    state does not fix is still checked: the default dtype (a factory follows it) and
+    :func:`invalidate_caches`; under a torch function mode or autocast the static part
+    runs on every call, as :class:`Folded` runs it."""
+
+    def __repr__(self) -> str:
+        return "frozen " + super().__repr__()
+
+    def __call__(self) -> tuple:
+        if _function_modes() or _autocast():
+            return self.function()  # torch makes other values there
+        entry = self.entry
+        if entry is not None and entry[0] is _default_dtype() and entry[1] == _epoch[0]:
+            return entry[2]
+        dtype, epoch = _default_dtype(), _epoch[0]
+        values = made_normal(self.function)  # (a guard that refuses keeps nothing)
+        self.entry = (dtype, epoch, values)
+        return values
+
 # --- values that decide -------------------------------------------------------------------
 
 # Floating ops whose result jumps where their input crosses a point (an integer, zero): a

@@ -211,6 +211,24 @@ class StateTypes:
             return False
 
 
+
+
+def all_plain(slots: list[tuple[dict, str]]) -> bool:
+    """Whether every ``(dict, key)`` slot holds a plain tensor now."""
+    return all(type(owner.get(key)) in _PLAIN_TYPES for owner, key in slots)
+
+class FixedTypes(StateTypes):
+    """The :class:`StateTypes` of a frozen program's state (``tracebridge.freeze``): plain
+    tensors of its own, which nothing outside it can replace, known plain once."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"frozen state types ({len(self.keys)} plain tensors)"
+
+    def plain(self) -> bool:
+        return True
+
 def enter(state: StateTypes, *inputs, folded: tuple = ()):
     """An inference-mode guard for this call (released with the last reference to it), or
     None where the call must run as it is (see the module Note): ``state`` are the state

@@ -145,6 +145,10 @@ class Method:
     # an op's failure then names the file as a possible cause (support.op_failed). True
     # where nobody says, as a method made elsewhere (a backend's) may run a loaded graph.
     from_file = True
+    # Whether the method belongs to a frozen program (``tracebridge.freeze``,
+    # runtime/frozen.py): its code then checks neither the folded values' state nor the
+    # state's types on each call. Set before the first call (the code is made then).
+    frozen = False
 
     def codegen(self, guards: bool = True) -> CodeGen:
         """The code generator for this method (a subclass may return its own)."""
@@ -202,6 +206,7 @@ class Method:
         if self.runtime == "codegen":
             fused = self._fused_codegen(guards, concat) if no_grad else None
             gen = fused or self.codegen(guards)
+            gen.frozen = self.frozen
             gen.common = no_grad  # repeated nodes once, where no gradient flows (runtime/cse.py)
             concatenated = fused is not None and concat_linear.concatenates(fused.graph)
             if concatenated and concat_linear.rerunnable(fused.graph):
