@@ -1727,9 +1727,10 @@ def freeze(
     ``.double()``...), ``.train()`` and ``requires_grad_()`` raise: freeze again from the
     changed original. Every other check of a call runs as before (inputs, guards, the
     module tree); the results are those of the unfrozen module, bit for bit. With autograd
-    on, a call runs the code it runs unfrozen (no batch norm folded), gradients reach the
-    inputs, and none reach the state, which is constant (as ``torch.jit.freeze``'s). A
-    frozen object is not saved: save the unfrozen trace, and freeze after ``load``.
+    on, a call runs what it runs unfrozen (no batch norm folded; the values made from
+    parameters that require grad made again on each call, as unfrozen): gradients reach
+    the inputs, and the frozen copies of the parameters, which nothing shows (train the
+    unfrozen module). A frozen object is not saved: save the unfrozen trace, and freeze after ``load``.
 
     A program whose graphs write their state (a counter, a cache filled in place) or may
     return it (``return self.weight``) keeps the per-call checks (runtime/frozen.py):
@@ -1773,11 +1774,6 @@ def _fresh_copy(obj: TracedFunction | TracedModule) -> TracedFunction | TracedMo
 
 def _frozen_from(copied: TracedFunction | TracedModule) -> FrozenModule | FrozenFunction:
     """``copied`` (a fresh loaded copy, no one else's) frozen (see :func:`freeze`)."""
-    tensors = copied._constants.values() if isinstance(copied, TracedFunction) else []
-    if isinstance(copied, TracedModule):
-        tensors = [*copied.parameters(), *copied.buffers(), *copied._tb_constants.values()]
-    for tensor in tensors:
-        tensor.requires_grad_(False)  # constants: no gradient reaches a frozen copy
     fixed = frozen_state.state_stays_fixed(copied.program.methods)
     if fixed:
         frozen_state.mark_frozen(copied._methods)
@@ -1892,9 +1888,7 @@ class FrozenModule(nn.Module):
         return self
 
     def requires_grad_(self, requires_grad: bool = True) -> FrozenModule:
-        if requires_grad:
-            raise TraceError(f"requires_grad_(): no gradient reaches frozen state; {_FIXED_STATE}")
-        return self
+        raise TraceError(f"requires_grad_(): {_FIXED_STATE}")
 
     def save(self, *args, **kwargs):
         _refuse_saving("module")

@@ -383,7 +383,6 @@ class Folded:
         return values
 
 
-
 class FixedFolded(Folded):
     """A :class:`Folded` of a frozen program (``tracebridge.freeze``): its state is its own
     copy, never handed out and never written by its graphs (runtime/frozen.py), so the
@@ -393,12 +392,20 @@ class FixedFolded(Folded):
     :func:`invalidate_caches`; under a torch function mode or autocast the static part
     runs on every call, as :class:`Folded` runs it."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Whether a source requires grad (fixed with the state): under autograd the static
+        # part then runs on every call, as unfrozen, so that what the rest of the call
+        # computes is what it computes unfrozen (attention picks its kernel by it).
+        tensors = map(_getitem, self.owners, self.keys)
+        self.grad_sources = any(map(_requires_grad, tensors))
+
     def __repr__(self) -> str:
         return "frozen " + super().__repr__()
 
     def __call__(self) -> tuple:
-        if _function_modes() or _autocast():
-            return self.function()  # torch makes other values there
+        if (self.grad_sources and _grad_enabled()) or _function_modes() or _autocast():
+            return self.function()  # as unfrozen: torch makes other values there
         entry = self.entry
         if entry is not None and entry[0] is _default_dtype() and entry[1] == _epoch[0]:
             return entry[2]
@@ -406,6 +413,7 @@ class FixedFolded(Folded):
         values = made_normal(self.function)  # (a guard that refuses keeps nothing)
         self.entry = (dtype, epoch, values)
         return values
+
 
 # --- values that decide -------------------------------------------------------------------
 

@@ -211,11 +211,10 @@ class StateTypes:
             return False
 
 
-
-
 def all_plain(slots: list[tuple[dict, str]]) -> bool:
     """Whether every ``(dict, key)`` slot holds a plain tensor now."""
     return all(type(owner.get(key)) in _PLAIN_TYPES for owner, key in slots)
+
 
 class FixedTypes(StateTypes):
     """The :class:`StateTypes` of a frozen program's state (``tracebridge.freeze``): plain
@@ -228,6 +227,7 @@ class FixedTypes(StateTypes):
 
     def plain(self) -> bool:
         return True
+
 
 def enter(state: StateTypes, *inputs, folded: tuple = ()):
     """An inference-mode guard for this call (released with the last reference to it), or
