@@ -1730,7 +1730,8 @@ def freeze(
     on, a call runs what it runs unfrozen (no batch norm folded; the values made from
     parameters that require grad made again on each call, as unfrozen): gradients reach
     the inputs, and the frozen copies of the parameters, which nothing shows (train the
-    unfrozen module). A frozen object is not saved: save the unfrozen trace, and freeze after ``load``.
+    unfrozen module). A frozen object is not saved: save the unfrozen trace, and freeze
+    after ``load``.
 
     A program whose graphs write their state (a counter, a cache filled in place) or may
     return it (``return self.weight``) keeps the per-call checks (runtime/frozen.py):
