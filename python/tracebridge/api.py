@@ -1849,7 +1849,7 @@ class FrozenModule(nn.Module):
     def __getattr__(self, name: str):
         traced = self.__dict__.get("_tb_frozen")
         if traced is not None and name in _named_methods(traced.program):
-            return TracedMethod(traced, name)
+            return _FrozenMethod(self, TracedMethod(traced, name))
         return super().__getattr__(name)
 
     graph = property(lambda self: self._tb_frozen.graph, doc="The graph of ``forward``.")
@@ -1908,3 +1908,25 @@ class FrozenModule(nn.Module):
 
     def extra_repr(self) -> str:
         return self._tb_frozen.extra_repr()
+
+
+class _FrozenMethod:
+    """A traced method of a :class:`FrozenModule` (``frozen.encode``): a TracedMethod whose
+    ``__self__`` is the frozen module, not the copy it runs (whose state is no one's)."""
+
+    __slots__ = ("_frozen", "_method")
+
+    def __init__(self, frozen: FrozenModule, method: TracedMethod):
+        self._frozen, self._method = frozen, method
+
+    def __call__(self, *args, **kwargs):
+        return self._method(*args, **kwargs)
+
+    __self__ = property(lambda self: self._frozen)
+    __name__ = property(lambda self: self._method.name)
+    name = property(lambda self: self._method.name)
+    graph = property(lambda self: self._method.graph)
+    code = property(lambda self: self._method.code)
+
+    def __repr__(self) -> str:
+        return f"<frozen traced method {self._method.name} of {self._frozen._get_name()}>"

@@ -81,6 +81,7 @@ def test_results_are_the_unfrozen_loaded_modules_bit_for_bit(name):
         assert _same_bits(_call(frozen, inputs), _call(loaded, inputs))  # with autograd
     for method, calls in case.methods.items():
         for inputs in calls:
+            assert getattr(frozen, method).__self__ is frozen
             with torch.no_grad():
                 got = _call(getattr(frozen, method), inputs)
                 assert _same_bits(got, _call(getattr(loaded, method), inputs))
