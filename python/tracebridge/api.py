@@ -1790,7 +1790,41 @@ def _refuse_saving(what: str):
     )
 
 
-class FrozenFunction:
+class _FrozenViews:
+    """What a frozen object shows of the traced object it runs (``_tb_frozen``)."""
+
+    _tb_frozen: TracedFunction | TracedModule
+
+    @property
+    def graph(self) -> str:
+        """The text form of the traced graph (of ``forward``, for a module)."""
+        return self._tb_frozen.graph
+
+    @property
+    def code(self) -> str:
+        """The Python code generated from the graph (of ``forward``, for a module)."""
+        return self._tb_frozen.code
+
+    @property
+    def guards(self) -> list[str]:
+        """Every assumption the trace made, in words (see ``TracedModule.guards``)."""
+        return self._tb_frozen.guards
+
+    @property
+    def check_guards(self) -> bool:
+        """Whether calls check guards (default True); set False to skip them (at your risk)."""
+        return self._tb_frozen.check_guards
+
+    @check_guards.setter
+    def check_guards(self, on: bool) -> None:
+        self._tb_frozen.check_guards = on
+
+    def save(self, *args, **kwargs):
+        """Refused: save the unfrozen trace, and freeze what ``load`` gives."""
+        _refuse_saving("module" if isinstance(self, nn.Module) else "function")
+
+
+class FrozenFunction(_FrozenViews):
     """A frozen traced function (:func:`freeze`): called as the traced function is."""
 
     def __init__(self, traced: TracedFunction, fixed: bool):
@@ -1800,21 +1834,6 @@ class FrozenFunction:
 
     def __call__(self, *args, **kwargs):
         return self._tb_frozen(*args, **kwargs)
-
-    graph = property(lambda self: self._tb_frozen.graph, doc="The traced graph, as text.")
-    code = property(lambda self: self._tb_frozen.code, doc="The generated Python code.")
-    guards = property(lambda self: self._tb_frozen.guards, doc="The trace's assumptions.")
-
-    @property
-    def check_guards(self) -> bool:
-        return self._tb_frozen.check_guards
-
-    @check_guards.setter
-    def check_guards(self, on: bool) -> None:
-        self._tb_frozen.check_guards = on
-
-    def save(self, *args, **kwargs):
-        _refuse_saving("function")
 
     def __reduce__(self):
         _refuse_saving("function")
@@ -1826,7 +1845,7 @@ class FrozenFunction:
         return f"<tracebridge.FrozenFunction {self.__name__}>"
 
 
-class FrozenModule(nn.Module):
+class FrozenModule(_FrozenViews, nn.Module):
     """A frozen traced module (:func:`freeze`): called, and its traced methods called, as
     the traced module's are; its state is its own and fixed (no parameters, no buffers)."""
 
@@ -1852,28 +1871,28 @@ class FrozenModule(nn.Module):
             return _FrozenMethod(self, TracedMethod(traced, name))
         return super().__getattr__(name)
 
-    graph = property(lambda self: self._tb_frozen.graph, doc="The graph of ``forward``.")
-    code = property(lambda self: self._tb_frozen.code, doc="The code of ``forward``.")
-    guards = property(lambda self: self._tb_frozen.guards, doc="The trace's assumptions.")
-    methods = property(lambda self: self._tb_frozen.methods, doc="The traced methods.")
-    original_name = property(lambda self: self._tb_frozen.original_name)
+    @property
+    def methods(self) -> list[str]:
+        """The names of the traced methods."""
+        return self._tb_frozen.methods
 
     @property
-    def check_guards(self) -> bool:
-        return self._tb_frozen.check_guards
-
-    @check_guards.setter
-    def check_guards(self, on: bool) -> None:
-        self._tb_frozen.check_guards = on
+    def original_name(self) -> str:
+        """The class name of the module that was traced."""
+        return self._tb_frozen.original_name
 
     def state_dict(self, *, destination=None, prefix: str = "", keep_vars: bool = False):
-        """Copies of the frozen state (writing them changes nothing frozen)."""
+        """Copies of the frozen state (writing them changes nothing frozen), put into
+        ``destination`` (a new dict by default) under ``prefix``; ``keep_vars`` changes
+        nothing (they are copies either way)."""
         out = destination if destination is not None else {}
         for name, tensor in self._tb_frozen.state_dict().items():
             out[prefix + name] = tensor.detach().clone()
         return out
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """Refused (any ``state_dict``, ``strict``, ``assign``): the frozen state is fixed;
+        load into the unfrozen module and freeze it again."""
         raise TraceError(f"load_state_dict(): {_FIXED_STATE}")
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
@@ -1884,15 +1903,14 @@ class FrozenModule(nn.Module):
         raise TraceError(f".to(), .cuda(), .float(), .double() and the like: {_FIXED_STATE}")
 
     def train(self, mode: bool = True) -> FrozenModule:
+        """``mode=False`` (``eval()``) keeps it as it is; ``mode=True`` is refused."""
         if mode:
             raise TraceError(f"train(): a frozen module runs in evaluation mode; {_FIXED_STATE}")
         return self
 
     def requires_grad_(self, requires_grad: bool = True) -> FrozenModule:
+        """Refused (either ``requires_grad``): the frozen state is fixed."""
         raise TraceError(f"requires_grad_(): {_FIXED_STATE}")
-
-    def save(self, *args, **kwargs):
-        _refuse_saving("module")
 
     def __reduce__(self):
         _refuse_saving("module")
