@@ -139,13 +139,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--zoo", action="append", help=f"zoo model (default {DEFAULT_ZOO})")
     parser.add_argument("--bench", action="append", help=f"bench model (default {DEFAULT_BENCH})")
     parser.add_argument("--no-zoo", action="store_true", help="the bench models only")
+    parser.add_argument("--no-bench", action="store_true", help="the zoo models only")
     parser.add_argument("--rounds", type=int, default=300, help="interleaved rounds")
     parser.add_argument("--json", help="write the entries here")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     random.seed(0)
     results = {}
-    sources = [_bench_cases(args.bench or DEFAULT_BENCH)]
+    sources = [] if args.no_bench else [_bench_cases(args.bench or DEFAULT_BENCH)]
     if not args.no_zoo:
         sources.insert(0, _zoo_cases(args.zoo or DEFAULT_ZOO))
     for source in sources:
