@@ -1858,7 +1858,13 @@ class FrozenModule(_FrozenViews, nn.Module):
         self.training = False
 
     def __call__(self, *args, **kwargs):
-        if self._forward_hooks or self._forward_pre_hooks or self._backward_hooks:
+        if (
+            self._forward_hooks
+            or self._forward_pre_hooks
+            or self._backward_hooks
+            or self._backward_pre_hooks
+            or self._compiled_call_impl is not None
+        ):  # its own hooks or Module.compile(): nn.Module's path (global hooks: the copy's)
             return nn.Module.__call__(self, *args, **kwargs)
         return self.__dict__["_tb_frozen"](*args, **kwargs)
 

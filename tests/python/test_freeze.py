@@ -274,3 +274,17 @@ def test_a_frozen_function_and_the_default_dtype():
         assert torch.allclose(traced(x), masked(x))
     with pytest.raises(TraceError, match="save the unfrozen trace"):
         pickle.dumps(frozen)
+
+
+def test_hooks_of_the_frozen_module_run():
+    net = _conv_bn()
+    x = torch.rand(1, 3, 8, 8)
+    frozen = tracebridge.freeze(tracebridge.trace(net, x))
+    seen = []
+    handle = frozen.register_forward_hook(lambda module, args, out: seen.append(out.shape))
+    with torch.no_grad():
+        expected = frozen(x)
+        assert seen == [expected.shape]
+        handle.remove()
+        assert torch.equal(nn.Sequential(frozen, nn.ReLU()).eval()(x), expected.relu())
+    assert len(seen) == 1
