@@ -1775,7 +1775,14 @@ def _fresh_copy(obj: TracedFunction | TracedModule) -> TracedFunction | TracedMo
 
 def _frozen_from(copied: TracedFunction | TracedModule) -> FrozenModule | FrozenFunction:
     """``copied`` (a fresh loaded copy, no one else's) frozen (see :func:`freeze`)."""
-    fixed = frozen_state.state_stays_fixed(copied.program.methods)
+    program = copied.program
+    # A module's graphs of training mode never run (train() is refused): a batch norm
+    # traced in both modes (respect_mode=True) writes its statistics only there.
+    train_only = {route["train"] for route in program.dispatch.values()} - set(
+        _graphs_of_mode(program, False)
+    )
+    run = [name for name in program.methods if name not in train_only]
+    fixed = frozen_state.state_stays_fixed(program.methods, run)
     if fixed:
         frozen_state.mark_frozen(copied._methods)
     if isinstance(copied, TracedFunction):

@@ -288,3 +288,17 @@ def test_hooks_of_the_frozen_module_run():
         handle.remove()
         assert torch.equal(nn.Sequential(frozen, nn.ReLU()).eval()(x), expected.relu())
     assert len(seen) == 1
+
+
+def test_a_training_graph_kept_beside_the_evaluation_one_never_runs_frozen():
+    net = _conv_bn().train()
+    x = torch.rand(2, 3, 8, 8)
+    traced = tracebridge.trace(net, x, respect_mode=True).eval()
+    net.eval()
+    frozen = tracebridge.freeze(traced)
+    assert frozen.skips_state_checks  # the graph that writes the statistics is training's
+    with torch.no_grad():
+        assert torch.equal(frozen(x), traced(x))
+        assert torch.allclose(frozen(x), net(x), atol=1e-5)
+    with pytest.raises(TraceError, match="freeze"):
+        frozen.train()

@@ -53,11 +53,13 @@ def _may_return_state(graph: Graph) -> bool:
     return bool(output_ids(graph) & sharing)
 
 
-def state_stays_fixed(methods: dict[str, Graph]) -> bool:
-    """Whether no graph of a program (``methods``: its graphs by name) writes its state or
-    returns memory of it (module Note): then, with the state its own, a frozen program
-    may keep folded values without checking the state again."""
-    for graph in methods.values():
+def state_stays_fixed(methods: dict[str, Graph], run: list[str] | None = None) -> bool:
+    """Whether no graph of a program (``methods``: its graphs by name; ``run``: the names
+    of those a call may run, all by default) writes its state or returns memory of it
+    (module Note): then, with the state its own, a frozen program may keep folded values
+    without checking the state again."""
+    for name in methods if run is None else run:
+        graph = methods[name]
         if any(kind == "state" for kind, _ in written_roots(graph, methods)):
             return False
         if _may_return_state(graph):
