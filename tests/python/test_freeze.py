@@ -14,7 +14,7 @@ from torch import nn
 import tracebridge
 from tracebridge.errors import GuardError, TraceError
 from tracebridge.ir import pytree
-from tracebridge.runtime import folding
+from tracebridge.runtime import folding, lean
 from tracebridge.runtime.frozen import runtime_methods
 
 from .models import CASES
@@ -302,3 +302,44 @@ def test_a_training_graph_kept_beside_the_evaluation_one_never_runs_frozen():
         assert torch.allclose(frozen(x), net(x), atol=1e-5)
     with pytest.raises(TraceError, match="freeze"):
         frozen.train()
+
+
+def _conv_bn_relus(blocks: int) -> nn.Module:
+    """Enough convolutions with norms for the code to run in inference mode (runtime/lean.py,
+    MIN_OPS), where the code also checks the types of the state it reads."""
+    torch.manual_seed(0)
+    layers: list[nn.Module] = []
+    for _ in range(blocks):
+        layers += [nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU()]
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2)]
+    return nn.Sequential(*layers).eval()
+
+
+def test_the_frozen_code_checks_neither_the_folded_state_nor_its_types():
+    model = _conv_bn_relus(12)
+    x = torch.randn(1, 4, 8, 8)
+    loaded = _loaded(tracebridge.trace(model, x))
+    frozen = tracebridge.freeze(loaded)
+    with torch.no_grad():
+        assert torch.equal(frozen(x), loaded(x))
+    method = runtime_methods(frozen.__dict__["_tb_frozen"]._methods["forward"])[0]
+    kept = method._compiled[(True, True)].__kwdefaults__.values()
+    assert any(isinstance(v, folding.FixedFolded) for v in kept)
+    assert not any(type(v) is folding.Folded for v in kept)
+    assert any(isinstance(v, lean.FixedTypes) for v in kept)
+    assert not any(type(v) is lean.StateTypes for v in kept)
+    # the unfrozen loaded module keeps its live checks
+    unfrozen = runtime_methods(loaded._methods["forward"])[0]._compiled[(True, True)]
+    assert any(type(v) is folding.Folded for v in unfrozen.__kwdefaults__.values())
+
+
+def test_the_benchmark_compares_the_four_contenders():
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+    frozen_speed = pytest.importorskip("frozen_speed")
+    entry = frozen_speed.measure(_conv_bn_relus(12), (torch.randn(1, 4, 8, 8),), 2, 1e-5)
+    assert entry["frozen_bits_equal"]
+    assert all(entry[f"{tool}_right"] for tool in frozen_speed.TOOLS)
+    assert all(entry[f"{tool}_min_us"] > 0 for tool in frozen_speed.TOOLS)
