@@ -343,3 +343,29 @@ def test_the_benchmark_compares_the_four_contenders():
     assert entry["frozen_bits_equal"]
     assert all(entry[f"{tool}_right"] for tool in frozen_speed.TOOLS)
     assert all(entry[f"{tool}_min_us"] > 0 for tool in frozen_speed.TOOLS)
+
+
+def test_the_default_dtype_still_keys_the_frozen_values():
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("w", torch.rand(4))
+
+        def forward(self, x):
+            return x + (self.w * torch.ones(4)).exp()  # a factory: the default dtype's
+
+    model = Scaled().eval()
+    x = torch.rand(2, 4)
+    loaded = _loaded(tracebridge.trace(model, x))
+    frozen = tracebridge.freeze(loaded)
+    previous = torch.get_default_dtype()
+    with torch.no_grad():
+        assert torch.equal(frozen(x), loaded(x))
+        try:
+            torch.set_default_dtype(torch.float64)
+            got, expected = frozen(x), loaded(x)
+        finally:
+            torch.set_default_dtype(previous)
+        assert got.dtype == expected.dtype == torch.float64 and torch.equal(got, expected)
+        assert frozen(x).dtype == torch.float32
+    assert any(isinstance(f, folding.FixedFolded) for f in _folders(frozen))
