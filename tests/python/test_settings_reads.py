@@ -89,6 +89,18 @@ def _flag(module, on):
     return _setting(lambda v: setattr(module, "enabled", v), on, lambda: module.enabled)
 
 
+def by_cudnn_determinism(x):
+    return x * 3 if torch.backends.cudnn.deterministic else x
+
+
+def by_tf32_matmul(x):
+    return x * 2 if torch.backends.cuda.matmul.allow_tf32 else x
+
+
+def _flag_named(module, name, on):
+    return _setting(lambda v: setattr(module, name, v), on, lambda: getattr(module, name))
+
+
 def by_math_attention(x):
     return x * 7 if torch.backends.cuda.math_sdp_enabled() else x
 
@@ -138,13 +150,26 @@ def _both(fn, tmp_path):
             by_cudnn,
             lambda: _flag(torch.backends.cudnn, True),
             lambda: _flag(torch.backends.cudnn, False),
-            r"torch.backends.cudnn.enabled\(\) \(cudnn_enabled\)",
+            r"torch.backends.cudnn.enabled \(cudnn_enabled\)",
         ),
         (
             by_mkldnn,
             lambda: _flag(torch.backends.mkldnn, True),
             lambda: _flag(torch.backends.mkldnn, False),
-            r"torch.backends.mkldnn.enabled\(\) \(mkldnn_enabled\)",
+            r"torch.backends.mkldnn.enabled \(mkldnn_enabled\)",
+        ),
+        # prober19b F3: cuDNN's and cuBLAS's other flags
+        (
+            by_cudnn_determinism,
+            lambda: _flag_named(torch.backends.cudnn, "deterministic", False),
+            lambda: _flag_named(torch.backends.cudnn, "deterministic", True),
+            r"torch.backends.cudnn.deterministic \(cudnn_deterministic\)",
+        ),
+        (
+            by_tf32_matmul,
+            lambda: _flag_named(torch.backends.cuda.matmul, "allow_tf32", False),
+            lambda: _flag_named(torch.backends.cuda.matmul, "allow_tf32", True),
+            r"torch.backends.cuda.matmul.allow_tf32 \(cublas_allow_tf32\)",
         ),
         (
             by_math_attention,

@@ -271,3 +271,31 @@ def test_text_a_map_joins_for_a_message_stays_general(loggers, tmp_path):
     for shape in [(5, 3), (12, 4), (1, 7)]:
         x = torch.randn(*shape)
         assert torch.equal(traced(x), x * 2) and torch.equal(again(x), x * 2)
+
+
+def _reads_its_own_warning(x):
+    # prober19b F6: the trace's own warning about this text (the size is guarded) was
+    # given inside the code's "error" filter, raised at the warn() line, and caught by the
+    # code's except as if it were the code's own warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            warnings.warn(f"rows {x.shape[0]}", stacklevel=1)
+            factor = 0.0
+        except UserWarning as raised:
+            factor = float(len(str(raised)))
+    return x * factor
+
+
+@pytest.mark.parametrize("check_trace", [True, False])
+def test_the_traces_own_warnings_are_given_after_the_code_ran(check_trace):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        traced = tracebridge.trace(
+            _reads_its_own_warning, torch.ones(3, 3), check_trace=check_trace
+        )
+    x = torch.ones(3, 3)
+    assert torch.equal(traced(x), _reads_its_own_warning(x))  # 6.0: "rows 3"
+    assert any("formatted into text" in str(w.message) for w in caught)
+    with pytest.raises(tracebridge.GuardError):
+        traced(torch.ones(12, 3))

@@ -633,7 +633,13 @@ SETTINGS = {
     "default_dtype": "int",
     # the backends a kernel may take, where code branches on them itself
     "cudnn_enabled": "bool",
+    "cudnn_allow_tf32": "bool",
+    "cudnn_deterministic": "bool",
+    "cudnn_benchmark": "bool",
     "mkldnn_enabled": "bool",
+    "cublas_allow_tf32": "bool",
+    "cublas_allow_fp16_reduced_precision": "bool",
+    "cublas_allow_bf16_reduced_precision": "bool",
     "math_sdp_enabled": "bool",
     "flash_sdp_enabled": "bool",
     "mem_efficient_sdp_enabled": "bool",

@@ -102,9 +102,11 @@ def binding_error(
     traced_keywords = in_spec["c"][1]["keys"] if in_spec is not None else []
     if any(k not in arg_names and k not in traced_keywords for k in kwargs):
         return None  # Python names a keyword it does not know first, which the trace cannot
-    if len(args) > len(arg_names):
-        # ``arg_names`` lists every positional parameter, and a ``*args`` parameter's
-        # entries only as far as the example passed them: past those, no trace serves it
+    var_entries = any(_maybe_var_entry(arg, i) for i, arg in enumerate(arg_names))
+    if len(args) > len(arg_names) and not var_entries:
+        # ``arg_names`` lists every positional parameter (and a ``*args`` parameter's
+        # entries as far as the example passed them: then the count is the trace's, not
+        # Python's, and the call is refused as shaped otherwise)
         return (
             f"{name}() takes {len(arg_names)} positional argument{'s' * (len(arg_names) != 1)}"
             f" but {len(args)} were given"

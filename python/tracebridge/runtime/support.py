@@ -48,6 +48,13 @@ def _distributed_initialized() -> bool:
 # torch's own function, bound before a recording replaces it (trace/patches.py)
 _default_dtype = torch.get_default_dtype
 
+
+def _first(flags) -> bool:
+    """The reduced-precision flag of cuBLAS's setting: a pair (allowed, split-k) in recent
+    torch, a bool before."""
+    return bool(flags[0] if isinstance(flags, tuple) else flags)
+
+
 _SETTING_READERS = {
     "num_threads": torch.get_num_threads,
     "num_interop_threads": torch.get_num_interop_threads,
@@ -62,6 +69,16 @@ _SETTING_READERS = {
     "anomaly_check_nan": torch.is_anomaly_check_nan_enabled,
     "default_dtype": lambda: opset.DEFAULT_DTYPES.index(dtypes.DTYPE_NAMES[_default_dtype()]),
     "cudnn_enabled": torch._C._get_cudnn_enabled,
+    "cudnn_allow_tf32": torch._C._get_cudnn_allow_tf32,
+    "cudnn_deterministic": torch._C._get_cudnn_deterministic,
+    "cudnn_benchmark": torch._C._get_cudnn_benchmark,
+    "cublas_allow_tf32": torch._C._get_cublas_allow_tf32,
+    "cublas_allow_fp16_reduced_precision": lambda: _first(
+        torch._C._get_cublas_allow_fp16_reduced_precision_reduction()
+    ),
+    "cublas_allow_bf16_reduced_precision": lambda: _first(
+        torch._C._get_cublas_allow_bf16_reduced_precision_reduction()
+    ),
     "mkldnn_enabled": torch._C._get_mkldnn_enabled,
     "math_sdp_enabled": torch.backends.cuda.math_sdp_enabled,
     "flash_sdp_enabled": torch.backends.cuda.flash_sdp_enabled,

@@ -354,7 +354,8 @@ def capture(
         tracer.add_input(leaf, name)
     try:
         generators = numpy_generators.states()
-        graph = _record(tracer, fn, args, kwargs, strict)
+        with tracer.warnings_held():
+            graph = _record(tracer, fn, args, kwargs, strict)
         numpy_generators.refuse_draws(generators)
         tracer.memo_tables.check(tracer)
         return graph

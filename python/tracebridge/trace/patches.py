@@ -279,7 +279,8 @@ def _setting_read(original, setting: str, positions: tuple | None = None, name_o
         if active and _called_from_user_code():
             tracer = active[-1]
             value = real
-            what = f"{_qualified(original)}() ({setting})"
+            call = "" if getattr(original, "is_attribute", False) else "()"
+            what = f"{_qualified(original)}{call} ({setting})"
             if positions is not None:  # the graph holds a position: say what it stands for
                 value = positions.index(name_of(real) if name_of else real)
                 what = f"{what}, {real!r} as position {value} of {positions}"
@@ -304,6 +305,7 @@ class _SettingProperty:
             return original.__get__(None, None)
 
         read.__module__, read.__name__ = module, attribute  # the guard's message names it
+        read.is_attribute = True
         self.original = original
         self.read = _setting_read(read, setting)
 
@@ -343,8 +345,39 @@ _SETTING_FUNCTIONS = [  # (owner, name, setting[, positions, name_of]): see _set
 # a descriptor of the module's class reads them (backends.ContextProp).
 _SETTING_PROPERTIES = [  # (module, attribute, setting)
     (torch.backends.cudnn, "enabled", "cudnn_enabled"),
+    (torch.backends.cudnn, "allow_tf32", "cudnn_allow_tf32"),
+    (torch.backends.cudnn, "deterministic", "cudnn_deterministic"),
+    (torch.backends.cudnn, "benchmark", "cudnn_benchmark"),
     (torch.backends.mkldnn, "enabled", "mkldnn_enabled"),
 ]
+# cuBLAS's flags, which ``torch.backends.cuda.matmul``'s class answers in ``__getattr__``
+_MATMUL_SETTINGS = {
+    "allow_tf32": "cublas_allow_tf32",
+    "allow_fp16_reduced_precision_reduction": "cublas_allow_fp16_reduced_precision",
+    "allow_bf16_reduced_precision_reduction": "cublas_allow_bf16_reduced_precision",
+}
+
+
+def _matmul_getattr(original):
+    """``cuBLASModule.__getattr__`` while tracing: the user's reads of the flags above are
+    guarded as the other settings' are."""
+    reads = {}
+    for name, setting in _MATMUL_SETTINGS.items():
+
+        def read(name=name):
+            return original(torch.backends.cuda.matmul, name)
+
+        read.__module__, read.__name__ = "torch.backends.cuda.matmul", name
+        read.is_attribute = True
+        reads[name] = _setting_read(read, setting)
+
+    def traced(self, name):
+        read = reads.get(name)
+        return read() if read is not None else original(self, name)
+
+    return traced
+
+
 if torch.distributed.is_available():
     _SETTING_FUNCTIONS.append((torch.distributed, "is_initialized", "distributed_initialized"))
 
@@ -674,6 +707,8 @@ for _module, _name, _setting in _SETTING_PROPERTIES:
     _property = vars(type(_module))[_name]
     _replacement = _SettingProperty(_property, _module.__name__, _name, _setting)
     BUILTIN_PATCHES.add(type(_module), _name, _replacement)
+_cublas = type(torch.backends.cuda.matmul)
+BUILTIN_PATCHES.add(_cublas, "__getattr__", _matmul_getattr(vars(_cublas)["__getattr__"]))
 for _name, _read, _device in (
     ("is_autocast_enabled", autocast_state.read_enabled, "cuda"),
     ("get_autocast_dtype", autocast_state.read_dtype, "cuda"),

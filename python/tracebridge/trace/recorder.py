@@ -7,6 +7,7 @@ execution order, so the graph is in topological order by construction.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from typing import Any
@@ -221,12 +222,21 @@ class Recorder:
     def warn(self, message: str) -> None:
         loc = self.location()
         if loc is None:
-            warnings.warn(message, TracerWarning, stacklevel=2)
+            self._give_warning(message, None)
             return
         key = (loc, message.split(";")[0][:40])
         if key in self._warned:
             return
         self._warned.add(key)
+        self._give_warning(message, loc)
+
+    def _give_warning(self, message: str, loc: str | None) -> None:
+        if self._held_warnings is not None:
+            self._held_warnings.append((message, loc))
+            return
+        if loc is None:
+            warnings.warn(message, TracerWarning, stacklevel=3)
+            return
         filename, _, line = loc.rpartition(":")
         warnings.warn_explicit(
             message,
@@ -235,3 +245,24 @@ class Recorder:
             int(line),
             module=os.path.splitext(os.path.basename(filename))[0],
         )
+
+    @contextlib.contextmanager
+    def warnings_held(self):
+        """Hold the trace's warnings while the user's code runs, and give them when it has
+        returned. Given at once, a warning would meet the filters and the catching the
+        code set up for its own (``simplefilter("error")`` around a ``warnings.warn``):
+        raised into its ``except``, or kept in its record, it changed what the code did.
+        A recording that fails gives them without letting one replace its error."""
+        self._held_warnings, held = [], self._held_warnings
+        failed = True
+        try:
+            yield
+            failed = False
+        finally:
+            given, self._held_warnings = self._held_warnings, held
+            for message, loc in given:
+                if not failed:
+                    self._give_warning(message, loc)
+                    continue
+                with contextlib.suppress(Warning):
+                    self._give_warning(message, loc)

@@ -63,6 +63,7 @@ class Tracer(Dispatcher, Conversions, LibraryHandlers, InPlace, NoOps, ReturnedI
         self._unseen_later: list = []  # (number, frame, site) judged when the code returns
         self._unseen_blind: set[str] = set()  # files whose source the tracer cannot read
         self._warned = warned
+        self._held_warnings: list | None = None  # recorder.py: held while user code runs
         self._descending: list = []
         self._dispatch_depth = 0  # calls of the recording mode under way (dispatch.py)
         # (function, user's file:line, exception) of each call of the traced code that
