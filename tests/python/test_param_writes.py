@@ -169,3 +169,22 @@ def test_a_tensor_of_a_plain_object_written_in_place_is_put_back(options):
     model = CountsInAHelper()
     tracebridge.trace(model, torch.ones(2, 3), **TRACES[options])
     assert model.helper.count.item() == 0
+
+
+class RebindsItsWeight(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        self.w = nn.Parameter(self.w.detach() + 1)  # eager: 2, 3, 4 on later calls
+        return x * self.w
+
+
+def test_a_parameter_assigned_anew_by_forward_is_refused_and_put_back():
+    """prober19b F1: a trace served the first call's weights on every call."""
+    model = RebindsItsWeight()
+    before = model.w
+    with pytest.raises(tracebridge.TraceError, match=r"assigns a new nn.Parameter to 'w'"):
+        tracebridge.trace(model, torch.ones(1, 3))
+    assert model.w is before and torch.equal(model.w, torch.ones(3))

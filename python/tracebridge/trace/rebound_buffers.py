@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch.nn.modules import module as _torch_module
 
-from ..errors import TracerWarning
+from ..errors import TraceError, TracerWarning
 
 if TYPE_CHECKING:
     from .tracer import Tracer
@@ -43,16 +43,39 @@ def watched(tracer: Tracer):
         if entry is not None and entry[1] == "buffer" and entry[2] is old:
             rebound.setdefault((id(module), name), (module, name, old))
 
-    handle = _torch_module.register_module_buffer_registration_hook(note)
+    def note_parameter(module, name, value):
+        old = module._parameters.get(name)
+        entry = tracer._state.get(id(old)) if old is not None else None
+        if entry is not None and value is not old:
+            where = tracer.location() or "an unknown location"
+            rebound.setdefault(("parameter",), (name, entry[0], where))
+
+    handles = [
+        _torch_module.register_module_buffer_registration_hook(note),
+        _torch_module.register_module_parameter_registration_hook(note_parameter),
+    ]
     try:
         yield rebound
     finally:
-        handle.remove()
+        for handle in handles:
+            handle.remove()
 
 
 def record_writes(rebound: dict) -> None:
     """Record ``old.copy_(new)`` for each buffer assigned anew at its own shape, dtype and
-    device (run inside the recording, after the traced code returned)."""
+    device (run inside the recording, after the traced code returned). A parameter
+    assigned anew is refused: each call would change the weights (a file may not write
+    them), and a trace would serve the first call's forever."""
+    parameter = rebound.pop(("parameter",), None)
+    if parameter is not None:
+        name, state_name, where = parameter
+        raise TraceError(
+            f"the traced code assigns a new nn.Parameter to {name!r} (state {state_name!r}) "
+            f"at {where}: each eager call changes the module's weights, which a trace "
+            "cannot repeat (it would serve the first call's weights on every call). Update "
+            "the weights outside the traced call (an optimizer step, load_state_dict), or "
+            "keep the changing value in a buffer"
+        )
     for module, name, old in rebound.values():
         new = module._buffers.get(name)
         if new is None or new is old or not isinstance(new, torch.Tensor):
