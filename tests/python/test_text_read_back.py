@@ -299,3 +299,20 @@ def test_the_traces_own_warnings_are_given_after_the_code_ran(check_trace):
     assert any("formatted into text" in str(w.message) for w in caught)
     with pytest.raises(tracebridge.GuardError):
         traced(torch.ones(12, 3))
+
+
+def _warned_beside_another_modules_error_filter(x):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", module="some_other_library")  # never this module
+        warnings.warn(f"rows {x.shape[0]}", stacklevel=1)
+    return x * 2
+
+
+def test_an_error_filter_for_another_module_leaves_the_message_general(tmp_path):
+    """prober19b F9: pytest's ``error::UserWarning:some.module`` filters made every size
+    in a warning's text a guard; a filter for another module never applies."""
+    traced = tracebridge.trace(_warned_beside_another_modules_error_filter, torch.ones(2, 3))
+    again = loaded(traced, tmp_path)
+    for rows in (5, 12):
+        x = torch.randn(rows, 3)
+        assert torch.equal(traced(x), x * 2) and torch.equal(again(x), x * 2)

@@ -81,8 +81,12 @@ class InPlace:
         ends (trace/param_writes.py)."""
         written = [kwargs["out"]] if isinstance(kwargs.get("out"), torch.Tensor) else []
         # (batch_norm's running statistics are buffers: put back by trace/capture.py)
-        if opset.is_inplace(name) and args and isinstance(args[0], torch.Tensor):
-            written.append(args[0])
+        if (
+            (opset.is_inplace(name) or name == "set_")
+            and args
+            and isinstance(args[0], torch.Tensor)
+        ):
+            written.append(args[0])  # set_: not in the op set (refused), but it runs first
         if not written:
             return
         if self._param_places is None:

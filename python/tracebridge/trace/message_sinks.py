@@ -186,13 +186,17 @@ def warning_ignored(category) -> bool:
     return False  # no filter: the default action shows it
 
 
-def warning_may_raise(category) -> bool:
+def warning_may_raise(category, module_name: str | None = None) -> bool:
     """Whether a filter that may apply to a warning of ``category`` (None: not known)
-    turns it into an exception (``simplefilter("error")``, ``filterwarnings("error",
-    message=...)``): a handler can then read the text, and a filter's pattern chooses by
-    it. Filters after an unconditional one that applies are never reached."""
+    warned from the module ``module_name`` (None: not known) turns it into an exception
+    (``simplefilter("error")``, ``filterwarnings("error", message=...)``): a handler can
+    then read the text, and a filter's pattern chooses by it. Filters after an
+    unconditional one that applies are never reached; one for another module never
+    applies (pytest's ``error::...:some.module``)."""
     for action, message, kind, module, line in warnings.filters:
         if category is not None and not issubclass(category, kind):
+            continue
+        if module is not None and module_name is not None and not module.match(module_name):
             continue
         if action == "error":
             return True

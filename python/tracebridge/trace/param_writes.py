@@ -57,6 +57,8 @@ def block(params: list[torch.Tensor]):
                 # of the parameter's.
                 if param.shape == copy.shape:
                     param.copy_(copy)
+                else:  # ``set_`` gave it another tensor's storage and shape
+                    param.set_(copy)
 
 
 def before_write(param: torch.Tensor) -> None:

@@ -745,9 +745,15 @@ def _warned_where_nothing_keeps(call: ast.Call, local_names, global_names) -> bo
     kind = UserWarning if category is None else _callee(category, local_names, global_names)
     if not (isinstance(kind, type) and issubclass(kind, Warning)):
         kind = None
-    if warning_may_raise(kind):
+    frame = sys._getframe(2)  # the code that makes the text, and warns where no stacklevel
+    warned_from = None
+    level = next((k.value for k in call.keywords if k.arg == "stacklevel"), None)
+    at_this_frame = level is None or (isinstance(level, ast.Constant) and level.value == 1)
+    if at_this_frame and len(call.args) < 3:
+        warned_from = frame.f_globals.get("__name__")
+    if warning_may_raise(kind, warned_from):
         return False  # an exception a handler may read, or a pattern that picks by the text
-    return warning_ignored(kind) or shown_warning_keeps_nothing(sys._getframe(2))
+    return warning_ignored(kind) or shown_warning_keeps_nothing(frame)
 
 
 def _python_function(callee) -> tuple:
