@@ -78,6 +78,12 @@ r_terms_one <- function(msg) {
     msg <- sub("must be a tensor, got dict$", "must be a tensor, got a named list", msg)
     msg <- gsub("numbers, strings, None and the structure of containers",
                 "numbers, character strings, NULL and the structure of lists", msg, fixed = TRUE)
+    # Python's refusals to bind a call (BindingError), as R says them: R's function has no
+    # room for an unused argument, and names the one missing.
+    msg <- sub("\\w+\\(\\) takes (\\d+) positional arguments? but (\\d+) were given",
+               "the trace takes \\1 argument(s) but was given \\2 (unused arguments)", msg)
+    msg <- sub("\\w+\\(\\) missing \\d+ required (positional|keyword-only) arguments?: ",
+               "arguments of the trace missing, with no default: ", msg)
     # R lists: unnamed ones are tuples, named ones dicts (R/python.R).
     msg <- gsub("returns a list or dict", "returns a named list", msg, fixed = TRUE)
     msg <- gsub("tensors or (nested) tuples. Return a tuple,",

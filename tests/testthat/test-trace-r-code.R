@@ -232,8 +232,9 @@ test_that("calling a trace with what it can not take says so in R terms", {
                "input 1 (x) must be a tensor, got an R vector or array (make it one with torch_tensor())",
                fixed = TRUE)
   expect_error(tr(list(m(2))), "input 1 (x) must be a tensor, got an unnamed list", fixed = TRUE)
-  expect_error(tr(m(2), m(2)), "numbers, character strings, NULL and the structure of lists",
+  expect_error(tr(m(2), m(2)), "the trace takes 1 argument(s) but was given 2 (unused arguments)",
                fixed = TRUE)
+  expect_error(tr(), "arguments of the trace missing, with no default: 'x'", fixed = TRUE)
   expect_error(jit_trace(function(x) x, matrix(1:4, 2)),
                "example input 1 is an R integer array (2 x 2); example inputs must be tensors (or lists of tensors): pass torch_tensor() of it.",
                fixed = TRUE, class = "type_error")
