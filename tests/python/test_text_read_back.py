@@ -316,3 +316,20 @@ def test_an_error_filter_for_another_module_leaves_the_message_general(tmp_path)
     for rows in (5, 12):
         x = torch.randn(rows, 3)
         assert torch.equal(traced(x), x * 2) and torch.equal(again(x), x * 2)
+
+
+def _silences_the_trace_where_it_asks(x):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tracebridge.TracerWarning)
+        table = torch.tensor([1.0, 2.0, 3.0])  # a constant of the trace: warned of
+    return x * table
+
+
+def test_a_warning_ignored_where_it_is_made_stays_ignored():
+    """Held until the code returns, a warning is still judged by the filters in force
+    where it is made: a ``catch_warnings`` that ignores it there (tracebridge's own, or
+    the code's) keeps it quiet."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tracebridge.trace(_silences_the_trace_where_it_asks, torch.ones(3))
+    assert not [w for w in caught if issubclass(w.category, tracebridge.TracerWarning)]

@@ -232,7 +232,8 @@ class Recorder:
 
     def _give_warning(self, message: str, loc: str | None) -> None:
         if self._held_warnings is not None:
-            self._held_warnings.append((message, loc))
+            if not _ignored_now(message, loc):  # a filter set where it is made still holds
+                self._held_warnings.append((message, loc))
             return
         if loc is None:
             warnings.warn(message, TracerWarning, stacklevel=3)
@@ -266,3 +267,24 @@ class Recorder:
                     continue
                 with contextlib.suppress(Warning):
                     self._give_warning(message, loc)
+
+
+def _ignored_now(message: str, loc: str | None) -> bool:
+    """Whether the filters in force now ignore a TracerWarning of ``message`` given at
+    ``loc``, as ``warnings.warn_explicit`` would decide (the first filter that applies):
+    held warnings are given later, outside the ``catch_warnings`` that may ignore them
+    (tracebridge's own, or the code's)."""
+    filename, lineno, module = "", 0, ""
+    if loc is not None:
+        filename, _, line = loc.rpartition(":")
+        lineno = int(line) if line.isdigit() else 0
+        module = os.path.splitext(os.path.basename(filename))[0]
+    for action, text, category, module_pattern, filter_line in warnings.filters:
+        if (
+            (text is None or text.match(message))
+            and issubclass(TracerWarning, category)
+            and (module_pattern is None or module_pattern.match(module))
+            and (filter_line == 0 or filter_line == lineno)
+        ):
+            return action == "ignore"
+    return False
