@@ -23,12 +23,14 @@ Note: why a kept generator is watched by its state, not by its methods.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import types
 
 from ..errors import UnsupportedOpError
 
 _DEPTH = 1  # how deep list, tuple and dict attributes are looked into
+_HOPS = 3  # how many wrappers (a partial of a bound method) are looked through
 # One list per trace under way: (label, generator, its state when the trace began).
 _TRACES: list[list[tuple[str, object, object]]] = []
 
@@ -37,37 +39,93 @@ def _kinds() -> tuple[type, ...]:
     numpy = sys.modules.get("numpy")
     if numpy is None:
         return ()
-    return (numpy.random.Generator, numpy.random.RandomState)
+    random = numpy.random
+    return (random.Generator, random.RandomState, random.BitGenerator)
 
 
-def _state(rng):
-    """A copy of ``rng``'s state (what :func:`_set_state` puts back)."""
-    if hasattr(rng, "bit_generator"):
-        return rng.bit_generator.state
-    return rng.get_state(legacy=False)
+def _holder(rng):
+    """What keeps ``rng``'s state: a Generator's is its BitGenerator's (several Generators
+    may share one: ``np.random.Generator(rng.bit_generator)``); a RandomState's is its own
+    (it also keeps a cached normal number)."""
+    numpy = sys.modules["numpy"]
+    if isinstance(rng, numpy.random.Generator):
+        return rng.bit_generator
+    return rng
 
 
-def _set_state(rng, state) -> None:
-    if hasattr(rng, "bit_generator"):
-        rng.bit_generator.state = state
+def _seed_sequence(holder):
+    """The SeedSequence ``spawn`` counts its children in (None for a RandomState's)."""
+    seq = getattr(getattr(holder, "_bit_generator", holder), "seed_seq", None)
+    return seq if hasattr(seq, "n_children_spawned") else None
+
+
+def _state(holder):
+    """A copy of ``holder``'s state (what :func:`_set_state` puts back), with the count of
+    children spawned from it: ``rng.spawn(1)[0]`` draws anew on every call too."""
+    if hasattr(holder, "get_state"):
+        state = holder.get_state(legacy=False)
     else:
-        rng.set_state(state)
+        state = holder.state
+    seq = _seed_sequence(holder)
+    return state, seq.n_children_spawned if seq is not None else None
+
+
+def _set_state(holder, state) -> None:
+    state, spawned = state
+    if hasattr(holder, "set_state"):
+        holder.set_state(state)
+    else:
+        holder.state = state
+    seq = _seed_sequence(holder)
+    if seq is not None and spawned is not None and seq.n_children_spawned != spawned:
+        # (the count is read-only; SeedSequence's own constructor sets it)
+        seq.__init__(
+            seq.entropy,
+            spawn_key=seq.spawn_key,
+            pool_size=seq.pool_size,
+            n_children_spawned=spawned,
+        )
 
 
 def _same(a, b) -> bool:
     """Whether two states are equal (they hold numpy arrays: MT19937's key)."""
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if type(a) is tuple and type(b) is tuple:
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
     if hasattr(a, "shape") or hasattr(b, "shape"):
         numpy = sys.modules["numpy"]
         return bool(numpy.array_equal(a, b))
     return a == b
 
 
+def _wrapped(value, hops: int = _HOPS):
+    """What a wrapper kept as a value holds: a bound method's object (``rng.normal``), a
+    ``functools.partial``'s function and arguments, a few wrappers deep."""
+    if not hops:
+        return
+    kind = type(value)
+    inner = ()
+    if kind in (types.MethodType, types.BuiltinMethodType):
+        owner = value.__self__
+        inner = () if owner is None or type(owner) is types.ModuleType else (owner,)
+    elif issubclass(kind, functools.partial):
+        inner = (value.func, *value.args, *(value.keywords or {}).values())
+    for item in inner:
+        yield item
+        yield from _wrapped(item, hops - 1)
+
+
 def _items(value, depth: int):
-    """``value`` and, ``depth`` levels down, the items of its lists, tuples and dicts and
-    the attributes of a plain object (an augmentation object the model holds)."""
+    """``value``, what wrappers of it hold, and, ``depth`` levels down, the items of its
+    lists, tuples and dicts and the attributes of a plain object (an augmentation object
+    the model holds)."""
     yield "", value
+    for inner in _wrapped(value):
+        yield "", inner  # (named as the wrapper: where the code keeps it)
+        if depth and _plain_object(inner):
+            for name, item in list(vars(inner).items()):
+                yield f".{name}", item
     if depth and _plain_object(value):
         for name, item in list(vars(value).items()):
             for path, found in _items(item, depth - 1):
@@ -91,58 +149,102 @@ def _plain_object(value) -> bool:
     return isinstance(getattr(value, "__dict__", None), dict) and not isinstance(value, kinds)
 
 
-def _places(func) -> list[tuple[str, dict]]:
-    """(label prefix, namespace) where the traced code may keep a generator."""
+def _function_places(fn) -> list[tuple[str, dict, int]]:
+    """(label prefix, namespace, depth) of a function's globals, closure variables and
+    default arguments."""
+    closure = {}
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+        with contextlib.suppress(ValueError):  # an empty cell
+            closure[name] = cell.cell_contents
+    code = fn.__code__
+    positional = code.co_varnames[: code.co_argcount]
+    defaults = dict(zip(positional[::-1], (fn.__defaults__ or ())[::-1]))
+    defaults.update(fn.__kwdefaults__ or {})
+    # (keyed by the label's end: "the default argument g of f")
+    defaults = {f"{name} of {fn.__qualname__}": value for name, value in defaults.items()}
+    return [
+        (f"the global {fn.__module__}.", fn.__globals__, _DEPTH),
+        (f"the variable {fn.__qualname__}.", closure, _DEPTH),
+        ("the default argument ", defaults, _DEPTH),
+    ]
+
+
+def _places(func) -> list[tuple[str, dict, int]]:
+    """(label prefix, namespace, depth) where the traced code keeps its names."""
     import torch  # a module's sub-modules and their classes' globals
 
-    places: list[tuple[str, dict]] = []
+    places: list[tuple[str, dict, int]] = []
     functions = []
     if isinstance(func, torch.nn.Module):
         for prefix, mod in func.named_modules(remove_duplicate=True):
-            places.append((f"self.{prefix}." if prefix else "self.", vars(mod)))
+            label = f"self.{prefix}." if prefix else "self."
+            places.append((label, vars(mod), _DEPTH))
+            for cls in type(mod).__mro__[:-1]:  # (class attributes: self.rng may be one)
+                places.append((f"{cls.__qualname__}.", vars(cls), 0))
             functions.append(getattr(type(mod), "forward", None))
             module = sys.modules.get(type(mod).__module__)
             if module is not None:
-                places.append((f"the global {type(mod).__module__}.", vars(module)))
+                places.append((f"the global {type(mod).__module__}.", vars(module), _DEPTH))
     else:
         owner = getattr(func, "__self__", None)
         if isinstance(owner, torch.nn.Module):
             return _places(owner)
         if owner is not None and isinstance(getattr(owner, "__dict__", None), dict):
-            places.append(("self.", vars(owner)))  # a method of another object
+            places.append(("self.", vars(owner), _DEPTH))  # a method of another object
         functions.append(getattr(func, "__func__", func))
     for fn in functions:
-        if not isinstance(fn, types.FunctionType):
-            continue
-        places.append((f"the global {fn.__module__}.", fn.__globals__))
-        names = fn.__code__.co_freevars
-        cells = dict(zip(names, fn.__closure__ or ()))
-        closure = {}
-        for name, cell in cells.items():
-            with contextlib.suppress(ValueError):  # an empty cell
-                closure[name] = cell.cell_contents
-        places.append((f"the variable {fn.__qualname__}.", closure))
+        if isinstance(fn, types.FunctionType):
+            places.extend(_function_places(fn))
     return places
 
 
-def found_in(func) -> list[tuple[str, object]]:
-    """Each numpy generator the traced code can reach by name, with a label for it
-    (``self.rng``, ``the global model.RNG``); numpy's global generator is left to
-    trace/python_random.py, whose replacements of numpy's functions draw from it."""
+def _reached(namespace: dict) -> list[tuple[str, dict, int]]:
+    """The namespaces one step from ``namespace``'s values: a module's globals
+    (``helper.rng``), a function's globals, closure and defaults (``from helper import
+    jitter``), a class's attributes (``Settings.rng``). Looked at for generators only,
+    not for further namespaces: the cost stays bounded."""
+    import torch
+
+    places: list[tuple[str, dict, int]] = []
+    for value in list(namespace.values()):
+        if type(value) is types.ModuleType:
+            places.append((f"the global {value.__name__}.", vars(value), 0))
+        elif type(value) is types.FunctionType:
+            places.extend(_function_places(value))
+        elif issubclass(type(value), type) and not issubclass(value, torch.nn.Module):
+            with contextlib.suppress(TypeError):  # (a class without a __dict__ proxy)
+                places.append((f"the class {value.__qualname__}.", vars(value), 0))
+    return places
+
+
+def found_in(func) -> list[tuple[str, object, object]]:
+    """Each numpy generator the traced code can reach by name: (a label for it such as
+    ``self.rng`` or ``the global model.RNG``, the generator, what keeps its state: see
+    :func:`_holder`); numpy's global generator is left to trace/python_random.py, whose
+    replacements of numpy's functions draw from it."""
     kinds = _kinds()
     if not kinds:
         return []
     shared = sys.modules["numpy"].random.mtrand._rand
-    found: dict[int, tuple[str, object]] = {}
-    looked: set[int] = set()  # a module's globals, once for all its classes' sub-modules
-    for prefix, namespace in _places(func):
+    shared_ids = {id(shared), id(getattr(shared, "_bit_generator", shared))}
+    found: dict[int, tuple[str, object, object]] = {}
+    looked: set[int] = set()  # each namespace once (a module's, for all its classes)
+    places = _places(func)
+    first = len(places)
+    index = 0
+    while index < len(places):
+        prefix, namespace, depth = places[index]
+        index += 1
         if id(namespace) in looked:
             continue
         looked.add(id(namespace))
         for name, value in list(namespace.items()):
-            for path, item in _items(value, _DEPTH):
-                if type(item) in kinds and item is not shared:
-                    found.setdefault(id(item), (f"{prefix}{name}{path}", item))
+            for path, item in _items(value, depth):
+                if issubclass(type(item), kinds) and id(item) not in shared_ids:
+                    holder = _holder(item)
+                    found.setdefault(id(holder), (f"{prefix}{name}{path}", item, holder))
+        if index <= first:  # only the traced code's own namespaces lead further
+            places.extend(_reached(namespace))
     return list(found.values())
 
 
@@ -151,31 +253,31 @@ def kept(func):
     """Run a whole trace of ``func``; then put back the state of every numpy generator it
     can reach (its checks ran the code eagerly)."""
     watched = []
-    for label, rng in found_in(func):
+    for label, rng, holder in found_in(func):
         with contextlib.suppress(Exception):  # a generator that will not say: not watched
-            watched.append((label, rng, _state(rng)))
+            watched.append((label, rng, holder, _state(holder)))
     _TRACES.append(watched)
     try:
         yield
     finally:
         del _TRACES[next(i for i, b in enumerate(_TRACES) if b is watched)]  # not ==: arrays
-        for _, rng, state in watched:
-            _set_state(rng, state)
+        for _, _, holder, state in watched:
+            _set_state(holder, state)
 
 
 def states() -> list:
     """The states of the generators the current trace watches (for :func:`refuse_draws`)."""
     if not _TRACES:
         return []
-    return [(label, rng, _state(rng)) for label, rng, _ in _TRACES[-1]]
+    return [(label, rng, holder, _state(holder)) for label, rng, holder, _ in _TRACES[-1]]
 
 
 def refuse_draws(before: list) -> None:
-    """Refuse a recording during which a generator of ``before`` drew; its state is put
-    back first."""
-    for label, rng, state in before:
-        if not _same(_state(rng), state):
-            _set_state(rng, state)
+    """Refuse a recording during which a generator of ``before`` drew (or spawned a
+    child); its state is put back first."""
+    for label, rng, holder, state in before:
+        if not _same(_state(holder), state):
+            _set_state(holder, state)
             raise UnsupportedOpError(
                 f"the traced code drew random numbers from {label} (a numpy "
                 f"{type(rng).__name__}): numpy's random numbers are drawn outside torch, so "
