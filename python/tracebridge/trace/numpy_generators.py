@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
+import sysconfig
 import types
 
 from ..errors import UnsupportedOpError
@@ -149,9 +150,9 @@ def _plain_object(value) -> bool:
     return isinstance(getattr(value, "__dict__", None), dict) and not isinstance(value, kinds)
 
 
-def _function_places(fn) -> list[tuple[str, dict, int]]:
-    """(label prefix, namespace, depth) of a function's globals, closure variables and
-    default arguments."""
+def _function_places(fn, leads: bool) -> list[tuple[str, dict, int, bool]]:
+    """(label prefix, namespace, depth, whether it leads further: see :func:`_reached`) of
+    a function's globals, closure variables and default arguments."""
     closure = {}
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
         with contextlib.suppress(ValueError):  # an empty cell
@@ -162,58 +163,92 @@ def _function_places(fn) -> list[tuple[str, dict, int]]:
     defaults.update(fn.__kwdefaults__ or {})
     # (keyed by the label's end: "the default argument g of f")
     defaults = {f"{name} of {fn.__qualname__}": value for name, value in defaults.items()}
-    return [
-        (f"the global {fn.__module__}.", fn.__globals__, _DEPTH),
-        (f"the variable {fn.__qualname__}.", closure, _DEPTH),
-        ("the default argument ", defaults, _DEPTH),
-    ]
+    module = fn.__globals__.get("__name__", fn.__module__)  # (wraps() copies __module__)
+    places = [(f"the global {module}.", fn.__globals__, _DEPTH, leads)]
+    if closure:
+        places.append((f"the variable {fn.__qualname__}.", closure, _DEPTH, leads))
+    if defaults:
+        places.append(("the default argument ", defaults, _DEPTH, False))
+    return places
 
 
-def _places(func) -> list[tuple[str, dict, int]]:
-    """(label prefix, namespace, depth) where the traced code keeps its names."""
+def _places(func) -> list[tuple[str, dict, int, bool]]:
+    """(label prefix, namespace, depth, whether it leads further) where the traced code
+    keeps its names: its globals and closures lead to the namespaces of
+    :func:`_reached`."""
     import torch  # a module's sub-modules and their classes' globals
 
-    places: list[tuple[str, dict, int]] = []
+    places: list[tuple[str, dict, int, bool]] = []
     functions = []
     if isinstance(func, torch.nn.Module):
+        classes = set()  # (each class once: vars() makes a new proxy on each call)
         for prefix, mod in func.named_modules(remove_duplicate=True):
             label = f"self.{prefix}." if prefix else "self."
-            places.append((label, vars(mod), _DEPTH))
-            for cls in type(mod).__mro__[:-1]:  # (class attributes: self.rng may be one)
-                places.append((f"{cls.__qualname__}.", vars(cls), 0))
+            places.append((label, vars(mod), _DEPTH, False))
+            for cls in type(mod).__mro__:  # (class attributes: self.rng may be one)
+                if id(cls) not in classes and not _library(cls.__module__):
+                    classes.add(id(cls))
+                    places.append((f"{cls.__qualname__}.", vars(cls), 0, False))
             functions.append(getattr(type(mod), "forward", None))
             module = sys.modules.get(type(mod).__module__)
             if module is not None:
-                places.append((f"the global {type(mod).__module__}.", vars(module), _DEPTH))
+                label = f"the global {type(mod).__module__}."
+                places.append((label, vars(module), _DEPTH, True))
     else:
         owner = getattr(func, "__self__", None)
         if isinstance(owner, torch.nn.Module):
             return _places(owner)
         if owner is not None and isinstance(getattr(owner, "__dict__", None), dict):
-            places.append(("self.", vars(owner), _DEPTH))  # a method of another object
+            places.append(("self.", vars(owner), _DEPTH, False))  # a method of another object
         functions.append(getattr(func, "__func__", func))
     for fn in functions:
         if isinstance(fn, types.FunctionType):
-            places.extend(_function_places(fn))
+            places.extend(_function_places(fn, leads=True))
     return places
 
 
-def _reached(namespace: dict) -> list[tuple[str, dict, int]]:
+def _library(name) -> bool:
+    """Whether module ``name`` is torch's, numpy's or Python's own: none keeps a numpy
+    generator the traced code draws from (numpy's global one is python_random.py's), so
+    the namespaces they lead to are not looked at (torch's alone has 1500 names)."""
+    return isinstance(name, str) and _library_package(name.partition(".")[0])
+
+
+@functools.lru_cache(maxsize=1024)
+def _library_package(top: str) -> bool:
+    if top in ("torch", "numpy"):
+        return True
+    if top not in sys.stdlib_module_names:
+        return False
+    # (a user's own module may take a standard name: ``profile``, ``code``)
+    where = getattr(sys.modules.get(top), "__file__", None)
+    return where is None or where.startswith(sysconfig.get_paths()["stdlib"])
+
+
+def _reached(namespace: dict, classes: set[int]) -> list[tuple[str, dict, int, bool]]:
     """The namespaces one step from ``namespace``'s values: a module's globals
     (``helper.rng``), a function's globals, closure and defaults (``from helper import
     jitter``), a class's attributes (``Settings.rng``). Looked at for generators only,
-    not for further namespaces: the cost stays bounded."""
+    not for further namespaces: the cost stays bounded. (``classes``: the ids of those
+    already looked at.)"""
     import torch
 
-    places: list[tuple[str, dict, int]] = []
+    places: list[tuple[str, dict, int, bool]] = []
     for value in list(namespace.values()):
-        if type(value) is types.ModuleType:
-            places.append((f"the global {value.__name__}.", vars(value), 0))
-        elif type(value) is types.FunctionType:
-            places.extend(_function_places(value))
-        elif issubclass(type(value), type) and not issubclass(value, torch.nn.Module):
+        kind = type(value)
+        if kind is types.ModuleType and not _library(value.__name__):
+            places.append((f"the global {value.__name__}.", vars(value), 0, False))
+        elif kind is types.FunctionType and not _library(value.__module__):
+            places.extend(_function_places(value, leads=False))
+        elif (
+            issubclass(kind, type)
+            and id(value) not in classes  # (vars() makes a new proxy on each call)
+            and not issubclass(value, torch.nn.Module)  # (its attributes: self.rng)
+            and not _library(getattr(value, "__module__", None))
+        ):
+            classes.add(id(value))
             with contextlib.suppress(TypeError):  # (a class without a __dict__ proxy)
-                places.append((f"the class {value.__qualname__}.", vars(value), 0))
+                places.append((f"the class {value.__qualname__}.", vars(value), 0, False))
     return places
 
 
@@ -230,10 +265,10 @@ def found_in(func) -> list[tuple[str, object, object]]:
     found: dict[int, tuple[str, object, object]] = {}
     looked: set[int] = set()  # each namespace once (a module's, for all its classes)
     places = _places(func)
-    first = len(places)
+    classes: set[int] = set()
     index = 0
     while index < len(places):
-        prefix, namespace, depth = places[index]
+        prefix, namespace, depth, leads = places[index]
         index += 1
         if id(namespace) in looked:
             continue
@@ -243,8 +278,8 @@ def found_in(func) -> list[tuple[str, object, object]]:
                 if issubclass(type(item), kinds) and id(item) not in shared_ids:
                     holder = _holder(item)
                     found.setdefault(id(holder), (f"{prefix}{name}{path}", item, holder))
-        if index <= first:  # only the traced code's own namespaces lead further
-            places.extend(_reached(namespace))
+        if leads:
+            places.extend(_reached(namespace, classes))
     return list(found.values())
 
 
