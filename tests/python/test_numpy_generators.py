@@ -232,6 +232,7 @@ jitter = helper.jitter  # `from helper import jitter`: its module's global draws
 
 class Settings:
     rng = np.random.default_rng(24)  # a class attribute
+    rngs = (np.random.default_rng(34),)
 
 
 SHARED_DRAW = {"draw": functools.partial(np.random.default_rng(25).normal, 0.0, 1.0)}
@@ -286,6 +287,11 @@ FUNCTIONS = {  # traced function, the label the refusal names, generators to com
         r"rng_helper\.legacy",
         lambda: [helper.legacy],
     ),
+    "helper.settings['rng']": (
+        lambda x: x * float(helper.settings["rng"].random()),
+        r"rng_helper\.settings\['rng'\]",
+        lambda: [helper.settings["rng"]],
+    ),
     "Generator(helper.rng.bit_generator)": (
         lambda x: x * float(np.random.Generator(helper.rng.bit_generator).random()),
         r"rng_helper\.rng",
@@ -296,6 +302,11 @@ FUNCTIONS = {  # traced function, the label the refusal names, generators to com
         lambda x: x * float(Settings.rng.random()),
         r"Settings\.rng",
         lambda: [Settings.rng],
+    ),
+    "class attribute's tuple": (
+        lambda x: x * float(Settings.rngs[0].random()),
+        r"Settings\.rngs\[0\]",
+        lambda: [Settings.rngs[0]],
     ),
     "partial in a global dict": (
         lambda x: x * float(SHARED_DRAW["draw"]()),

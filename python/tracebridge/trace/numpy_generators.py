@@ -188,7 +188,7 @@ def _places(func) -> list[tuple[str, dict, int, bool]]:
             for cls in type(mod).__mro__:  # (class attributes: self.rng may be one)
                 if id(cls) not in classes and not _library(cls.__module__):
                     classes.add(id(cls))
-                    places.append((f"{cls.__qualname__}.", vars(cls), 0, False))
+                    places.append((f"{cls.__qualname__}.", vars(cls), _DEPTH, False))
             functions.append(getattr(type(mod), "forward", None))
             module = sys.modules.get(type(mod).__module__)
             if module is not None:
@@ -237,7 +237,7 @@ def _reached(namespace: dict, classes: set[int]) -> list[tuple[str, dict, int, b
     for value in list(namespace.values()):
         kind = type(value)
         if kind is types.ModuleType and not _library(value.__name__):
-            places.append((f"the global {value.__name__}.", vars(value), 0, False))
+            places.append((f"the global {value.__name__}.", vars(value), _DEPTH, False))
         elif kind is types.FunctionType and not _library(value.__module__):
             places.extend(_function_places(value, leads=False))
         elif (
@@ -248,7 +248,7 @@ def _reached(namespace: dict, classes: set[int]) -> list[tuple[str, dict, int, b
         ):
             classes.add(id(value))
             with contextlib.suppress(TypeError):  # (a class without a __dict__ proxy)
-                places.append((f"the class {value.__qualname__}.", vars(value), 0, False))
+                places.append((f"the class {value.__qualname__}.", vars(value), _DEPTH, False))
     return places
 
 
@@ -274,6 +274,8 @@ def found_in(func) -> list[tuple[str, object, object]]:
             continue
         looked.add(id(namespace))
         for name, value in list(namespace.items()):
+            if name == "__builtins__":  # (in every module's globals: Python's own names)
+                continue
             for path, item in _items(value, depth):
                 if issubclass(type(item), kinds) and id(item) not in shared_ids:
                     holder = _holder(item)
