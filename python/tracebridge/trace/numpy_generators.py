@@ -7,13 +7,20 @@ Note: why a kept generator is watched by its state, not by its methods.
   A draw from one (``self.rng.random()``, ``RNG.integers(0, 3)``) gives the example's
   numbers, which a trace would hold as constants where eager draws new ones on every
   call: silently wrong. So the generators the code can reach without running code -- an
-  attribute of the module or a sub-module (also inside a list, tuple or dict attribute, or
-  an attribute of a plain object it holds), a global of the module's code or of the
-  traced function, a variable its closure holds
-  -- are found once per trace (:func:`kept`), and each recording compares their states
-  before and after (:func:`refuse_draws`): a state that moved means the code drew, and the
-  trace is refused naming the generator. (A draw is refused even where the number goes
-  unused; Python's ``random`` is more lenient there because its draws can be replaced.)
+  attribute of the module or a sub-module or their classes (also inside a list, tuple or
+  dict attribute, or an attribute of a plain object it holds), a global of the module's
+  code or of the traced function, a variable its closure holds, a default argument; one
+  step further, a global of a module those globals hold (``helper.rng``), of a function
+  they hold (``from helper import jitter``) or a class's attribute; and, anywhere, behind
+  a bound method or ``functools.partial`` (``partial(rng.normal, 0, 1)``) -- are found once
+  per trace (:func:`kept`), and each recording compares their states before and after
+  (:func:`refuse_draws`): a state that moved means the code drew, and the trace is refused
+  naming the generator. A Generator's state is its BitGenerator's, which several
+  Generators may share (``np.random.Generator(rng.bit_generator)``); the count of children
+  its SeedSequence spawned is part of it (``rng.spawn(1)[0]`` draws anew on every call).
+  torch's, numpy's and the standard library's namespaces are not looked into (cost). (A
+  draw is refused even where the number goes unused; Python's ``random`` is more lenient
+  there because its draws can be replaced.)
   A generator made inside the call from a fixed seed draws the same numbers every call,
   so holding them is right; one made from the operating system's entropy cannot be told
   from it. At the end of the trace, every generator found gets its state back: the
