@@ -243,8 +243,9 @@ def _reached(namespace: dict, classes: set[int]) -> list[tuple[str, dict, int, b
     places: list[tuple[str, dict, int, bool]] = []
     for value in list(namespace.values()):
         kind = type(value)
-        if kind is types.ModuleType and not _library(value.__name__):
-            places.append((f"the global {value.__name__}.", vars(value), _DEPTH, False))
+        name = getattr(value, "__name__", None)
+        if kind is types.ModuleType and not _library(name):
+            places.append((f"the global {name}.", vars(value), _DEPTH, False))
         elif kind is types.FunctionType and not _library(value.__module__):
             places.extend(_function_places(value, leads=False))
         elif (
