@@ -8,7 +8,9 @@ generator's name, and tracing leaves every generator's state as it found it.
 
 from __future__ import annotations
 
+import functools
 import random
+import types
 
 import numpy as np
 import pytest
@@ -207,3 +209,171 @@ def test_a_draw_from_a_generator_of_a_plain_object_the_model_holds_is_refused():
     with pytest.raises(UnsupportedOpError, match=r"self\.augment\.rng \(a numpy Generator"):
         tracebridge.trace(model, torch.ones(2, 3))
     assert model.augment.rng.bit_generator.state == before
+
+
+# Generators reached other ways than an attribute, a global or a closure variable
+# (prober19b F4): before, a draw from one was refused only as "the trace is not stable"
+# (naming nothing), with check_trace=False every call served one baked draw, and the
+# generator was left advanced.
+helper = types.ModuleType("rng_helper")  # a helper module whose global the code draws from
+helper.rng = np.random.default_rng(20)
+helper.legacy = np.random.RandomState(21)
+helper.settings = {"rng": np.random.default_rng(22)}
+_helper_code = """
+import numpy as np
+_RNG = np.random.default_rng(23)
+
+def jitter(x):
+    return x * float(_RNG.random())
+"""
+exec(_helper_code, vars(helper))
+jitter = helper.jitter  # `from helper import jitter`: its module's global draws
+
+
+class Settings:
+    rng = np.random.default_rng(24)  # a class attribute
+    rngs = (np.random.default_rng(34),)
+
+
+SHARED_DRAW = {"draw": functools.partial(np.random.default_rng(25).normal, 0.0, 1.0)}
+
+
+def _with_a_default(x, g=np.random.default_rng(26)):  # noqa: B008 (the case)
+    return x * float(g.random())
+
+
+def _with_a_keyword_default(x, *, g=np.random.default_rng(27)):  # noqa: B008 (the case)
+    return x * float(g.random())
+
+
+class Holder(nn.Module):
+    """Draws from a generator kept as ``how`` says."""
+
+    rng_on_class = np.random.default_rng(28)
+
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+        self.draw = functools.partial(np.random.default_rng(29).normal, 0.0, 1.0)
+        self.normal = np.random.default_rng(30).normal  # a bound method
+        self.bitgen = np.random.PCG64(31)
+        self.rng = np.random.default_rng(32)
+
+    def forward(self, x, g=np.random.default_rng(33)):  # noqa: B008 (the case)
+        draws = {
+            "partial": lambda: self.draw(),
+            "bound method": lambda: self.normal(),
+            "Generator(bitgen)": lambda: np.random.Generator(self.bitgen).random(),
+            "bitgen.random_raw": lambda: self.bitgen.random_raw() % 100 / 100,
+            "spawn": lambda: self.rng.spawn(1)[0].random(),
+            "class attribute": lambda: self.rng_on_class.random(),
+            "forward default": lambda: g.random(),
+        }
+        return x * float(draws[self.how]())
+
+
+def _spawned(rng):
+    return rng.bit_generator.seed_seq.n_children_spawned
+
+
+FUNCTIONS = {  # traced function, the label the refusal names, generators to compare
+    "helper.rng": (
+        lambda x: x * float(helper.rng.random()),
+        r"rng_helper\.rng",
+        lambda: [helper.rng],
+    ),
+    "helper.legacy": (
+        lambda x: x * float(helper.legacy.random_sample()),
+        r"rng_helper\.legacy",
+        lambda: [helper.legacy],
+    ),
+    "helper.settings['rng']": (
+        lambda x: x * float(helper.settings["rng"].random()),
+        r"rng_helper\.settings\['rng'\]",
+        lambda: [helper.settings["rng"]],
+    ),
+    "Generator(helper.rng.bit_generator)": (
+        lambda x: x * float(np.random.Generator(helper.rng.bit_generator).random()),
+        r"rng_helper\.rng",
+        lambda: [helper.rng],
+    ),
+    "imported function's global": (lambda x: jitter(x), r"rng_helper\._RNG", lambda: [helper._RNG]),
+    "class attribute": (
+        lambda x: x * float(Settings.rng.random()),
+        r"Settings\.rng",
+        lambda: [Settings.rng],
+    ),
+    "class attribute's tuple": (
+        lambda x: x * float(Settings.rngs[0].random()),
+        r"Settings\.rngs\[0\]",
+        lambda: [Settings.rngs[0]],
+    ),
+    "partial in a global dict": (
+        lambda x: x * float(SHARED_DRAW["draw"]()),
+        r"SHARED_DRAW\['draw'\]",
+        lambda: [SHARED_DRAW["draw"].func.__self__],
+    ),
+    "default": (_with_a_default, r"default argument g", lambda: [_with_a_default.__defaults__[0]]),
+    "keyword default": (
+        _with_a_keyword_default,
+        r"default argument g",
+        lambda: [_with_a_keyword_default.__kwdefaults__["g"]],
+    ),
+}
+
+
+def _states(rngs):
+    return [(_state(r), _spawned(r) if isinstance(r, np.random.Generator) else None) for r in rngs]
+
+
+@pytest.mark.parametrize("check", [True, False])
+@pytest.mark.parametrize("case", sorted(FUNCTIONS))
+def test_a_draw_from_a_generator_the_code_reaches_another_way_is_refused_and_put_back(case, check):
+    func, label, rngs = FUNCTIONS[case]
+    before = _states(rngs())
+    with pytest.raises(UnsupportedOpError, match=rf"drew random numbers from .*{label}"):
+        tracebridge.trace(func, torch.ones(2, 3), check_trace=check)
+    assert _states(rngs()) == before
+
+
+HOLDER_LABELS = {
+    "partial": r"self\.draw",
+    "bound method": r"self\.normal",
+    "Generator(bitgen)": r"self\.bitgen",
+    "bitgen.random_raw": r"self\.bitgen",
+    "spawn": r"self\.rng",
+    "class attribute": r"rng_on_class",
+    "forward default": r"default argument g",
+}
+
+
+def _holder_generators(model):
+    return [
+        model.draw.func.__self__,
+        model.normal.__self__,
+        np.random.Generator(model.bitgen),  # (its state is the bit generator's)
+        model.rng,
+        model.rng_on_class,
+        type(model).forward.__defaults__[0],
+    ]
+
+
+@pytest.mark.parametrize("check", [True, False])
+@pytest.mark.parametrize("how", sorted(HOLDER_LABELS))
+def test_a_draw_from_a_generator_a_module_keeps_another_way_is_refused_and_put_back(how, check):
+    model = Holder(how)
+    before = _states(_holder_generators(model))
+    with pytest.raises(
+        UnsupportedOpError, match=rf"drew random numbers from .*{HOLDER_LABELS[how]}"
+    ):
+        tracebridge.trace(model, torch.ones(2, 3), check_trace=check)
+    assert _states(_holder_generators(model)) == before
+
+
+def test_generators_kept_other_ways_but_unused_are_traced_and_kept():
+    model = Holder("partial")
+    model.forward = lambda x: x * 2  # (the instance's forward: draws from none)
+    before = _states(_holder_generators(model))
+    traced = tracebridge.trace(model, torch.ones(2, 3), check_inputs=[torch.ones(5, 3)])
+    assert torch.equal(traced(torch.ones(4, 3)), torch.full((4, 3), 2.0))
+    assert _states(_holder_generators(model)) == before
