@@ -252,3 +252,40 @@ def test_a_guarded_text_key_whose_value_reads_only_its_sizes_is_traced():
     assert torch.equal(traced(x), x * torch.ones(3, 4).tril())
     with pytest.raises(GuardError):
         traced(torch.randn(3, 5))
+
+
+class MaskMaker:
+    """A plain object (not a module) that keeps the memo."""
+
+    def __init__(self):
+        self.memo: dict = {}
+
+    def get(self, B, N):
+        key = "b{}".format(B)  # noqa: UP032
+        if key not in self.memo:
+            self.memo[key] = torch.full((B, 1), float(N))
+        return self.memo[key]
+
+
+class HoldsMaskMaker(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.maker = MaskMaker()
+
+    def forward(self, x):
+        B, N = x.shape
+        return x * self.maker.get(B, N)
+
+
+def test_a_memo_kept_by_a_plain_helper_object_is_refused_and_left_empty():
+    model = HoldsMaskMaker()
+    with pytest.raises(TraceError, match=r"self\.memo.*x\.shape\[1\], which its key does not"):
+        tracebridge.trace(model, torch.ones(3, 4))
+    assert model.maker.memo == {}
+
+
+def test_a_refused_module_memo_is_left_as_the_user_had_it():
+    model = KeyedOnOneSize("format_empty")
+    with pytest.raises(TraceError, match=r"self\.memo"):
+        tracebridge.trace(model, torch.ones(3, 4))
+    assert model.memo == {}

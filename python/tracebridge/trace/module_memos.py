@@ -9,15 +9,16 @@ Note: why the key's spelling does not decide.
   became text, but the memo was never looked at, and a value that reads another size
   (``memo[key] = full((B, 1), float(N))``) was traced as general in ``N`` while eager keeps
   the first call's value under the key of ``B``: silently wrong (prober19b F5). So the
-  check follows the data, not the spelling: each dict on the traced module that a method
-  of its class fills as a memo (it stores ``self.d[key] = ...`` and asks whether ``key``
-  is there: caches.py's ``_fills``) is copied before the recording, and every entry the
-  recording added under a key holding no traced number (or whose dict memo_tables never
-  noted: text whose use text.py did not follow) is checked as memo_tables checks its own:
-  a plain key is known to hold no size, so a value that reads an input's size or
-  data is refused, naming the memo, the size and the line -- unless a guard fixed that size
-  (the text's guard: every call the trace serves has the example's size, and eager's value
-  for the key is then the trace's).
+  check follows the data, not the spelling: each dict that a method of a traced module's
+  class, or of a plain object the module holds, fills as a memo (it stores
+  ``self.d[key] = ...`` and asks whether ``key`` is there: caches.py's ``_fills``) is
+  copied before the recording, and every entry the recording added under a key that
+  memo_tables did not check (a plain key, or text whose use text.py did not follow) is
+  checked as memo_tables checks its own. A plain key is known to hold no size: a value
+  that reads an input's size or data is refused, naming the memo, the size and the line,
+  unless a guard fixed that size (the text's guard: every call the trace serves has the
+  example's size, and eager's value for the key is then the trace's). A global memo is
+  not watched: the trace check's second recording hits it and is refused as unstable.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import ast
 import functools
 import inspect
 import textwrap
+from types import ModuleType
 
 import torch
 
@@ -40,12 +42,27 @@ def watch(module) -> list[tuple]:
     if not isinstance(module, torch.nn.Module):
         return []
     watched = []
-    for mod in module.modules():
-        for attr, label, line in _memo_stores(type(mod)):
-            table = vars(mod).get(attr)
+    for owner in _owners(module):
+        for attr, label, line in _memo_stores(type(owner)):
+            table = vars(owner).get(attr)
             if type(table) is dict:
                 watched.append((table, dict(table), label, line))
     return watched
+
+
+def _owners(module: torch.nn.Module) -> list:
+    """The sub-modules, and the plain objects they hold as attributes (a helper that
+    keeps the memo: ``self.masks = MaskMaker()``)."""
+    owners = list(module.modules())
+    for mod in list(owners):
+        for value in list(vars(mod).values()):
+            if (
+                isinstance(getattr(value, "__dict__", None), dict)
+                and not isinstance(value, (torch.nn.Module, torch.Tensor, type, ModuleType))
+                and not callable(value)
+            ):
+                owners.append(value)
+    return owners
 
 
 def check(tracer, watched: list[tuple]) -> None:
@@ -89,7 +106,7 @@ def _memo_stores(klass: type) -> tuple[tuple[str, str, str], ...]:
     that a method of ``klass`` (outside torch) fills as a memo."""
     found = []
     for owner in klass.__mro__:
-        if owner is object or owner.__module__.split(".")[0] == "torch":
+        if owner.__module__.split(".")[0] in ("torch", "builtins"):
             continue
         for member in vars(owner).values():
             function = getattr(member, "__func__", member)
