@@ -289,3 +289,45 @@ def test_a_refused_module_memo_is_left_as_the_user_had_it():
     with pytest.raises(TraceError, match=r"self\.memo"):
         tracebridge.trace(model, torch.ones(3, 4))
     assert model.memo == {}
+
+
+def fill_memo(memo, B, N):
+    key = "b{}".format(B)  # noqa: UP032
+    if key not in memo:
+        memo[key] = torch.full((B, 1), float(N))
+    return memo[key]
+
+
+class GivesItsMemo(nn.Module):
+    """A module whose memo a module-level function fills."""
+
+    def __init__(self):
+        super().__init__()
+        self.memo: dict = {}
+
+    def forward(self, x):
+        B, N = x.shape
+        return x * fill_memo(self.memo, B, N)
+
+
+def test_a_module_memo_filled_by_a_function_it_is_given_to_is_refused():
+    with pytest.raises(TraceError, match=r"memo keeps.*x\.shape\[1\], which its key does not"):
+        tracebridge.trace(GivesItsMemo(), torch.ones(3, 4))
+
+
+class KeepsStats(nn.Module):
+    """A dict written on every call (no memo: nothing asks whether a key is there)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stats: dict = {}
+
+    def forward(self, x):
+        self.stats["width"] = torch.full((1,), float(x.shape[1]))
+        return x * 2
+
+
+def test_a_dict_written_on_every_call_is_no_memo():
+    traced = tracebridge.trace(KeepsStats(), torch.ones(3, 4))
+    x = torch.ones(2, 6)
+    assert torch.equal(traced(x), x * 2)

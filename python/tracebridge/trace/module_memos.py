@@ -32,8 +32,9 @@ from types import ModuleType
 import torch
 
 from ..errors import TraceError
-from .caches import _fills
-from .memo_tables import _DEPTH, _data_source, _traced_by, plain_key
+from .caches import _fills, _function_of
+from .memo_tables import _DEPTH, _data_source, _refs_of, _traced_by, plain_key
+from .text import _parsed
 
 
 def watch(module) -> list[tuple]:
@@ -43,11 +44,18 @@ def watch(module) -> list[tuple]:
         return []
     watched = []
     for owner in _owners(module):
-        for attr, label, line in _memo_stores(type(owner)):
-            table = vars(owner).get(attr)
-            if type(table) is dict:
-                watched.append((table, dict(table), label, line))
+        stores = {attr: (label, line) for attr, label, line in _memo_stores(type(owner))}
+        for attr, table in list(vars(owner).items()):
+            if type(table) is dict and attr not in _MODULE_OWN:
+                # a dict no method of the class fills may be filled by a function it is
+                # given to (``fill(self.memo, B, N)``): found at the check, by the line
+                # that made the stored value
+                watched.append((table, dict(table), *stores.get(attr, (None, None))))
     return watched
+
+
+# The attributes every nn.Module has (its parameter, buffer and hook tables).
+_MODULE_OWN = frozenset(vars(torch.nn.Module()))
 
 
 def _owners(module: torch.nn.Module) -> list:
@@ -80,7 +88,8 @@ def check(tracer, watched: list[tuple]) -> None:
             # (a traced key is the recording's: it is not hashed here, which would guard it)
             if not traced and before.get(key, _MISSING) is value:
                 continue  # kept from before the recording
-            source = _data_source(tracer, value, key)
+            where = (label, line) if label is not None else _memo_store_at(tracer, value)
+            source = _data_source(tracer, value, key) if where is not None else None
             if source is None:
                 continue
             remedy = (
@@ -91,8 +100,8 @@ def check(tracer, watched: list[tuple]) -> None:
                 "(a buffer set once, before tracing)"
             )
             raise TraceError(
-                f"the memo {label} keeps, under the key {plain_key(key)!r}, a value "
-                f"computed from {source} (filled at {line}): an eager call reuses the value "
+                f"the memo {where[0]} keeps, under the key {plain_key(key)!r}, a value "
+                f"computed from {source} (filled at {where[1]}): an eager call reuses the value "
                 f"an earlier call stored, a traced call would compute its own. {remedy}"
             )
 
@@ -144,3 +153,32 @@ def _function_tree(function):
         return None
     first = tree.body[0] if tree.body else None
     return first if isinstance(first, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+
+
+def _memo_store_at(tracer, value) -> tuple[str, str] | None:
+    """(the memo's source label, ``file:line``) where the line that made ``value`` stores it
+    into a memo (``memo[key] = full(...)`` in a function that asks for ``key`` first),
+    else None."""
+    loc = next(
+        (
+            node.loc
+            for ref in _refs_of(tracer, value, _DEPTH)
+            if (node := tracer._producers.get(ref.id)) is not None and node.loc
+        ),
+        None,
+    )
+    filename, _, line = (loc or "").rpartition(":")
+    index = _parsed(filename) if filename and line.isdigit() else None
+    for expr in (index or {}).values():
+        if expr.lineno != int(line):
+            continue
+        statement = expr
+        while statement is not None and not isinstance(statement, ast.stmt):
+            statement = getattr(statement, "_tb_parent", None)
+        function = _function_of(statement) if isinstance(statement, ast.Assign) else None
+        for target in statement.targets if function is not None else []:
+            if isinstance(target, ast.Subscript):
+                where, key = ast.unparse(target.value), ast.unparse(target.slice)
+                if _fills(function, where, key):
+                    return where, loc
+    return None
