@@ -5,6 +5,8 @@ refused as it is for number keys."""
 
 from __future__ import annotations
 
+import string
+
 import pytest
 import torch
 from torch import nn
@@ -168,3 +170,164 @@ def test_a_memo_keyed_on_text_whose_value_reads_its_length_is_refused():
     # as for a memo keyed on the number: eager's value depends on the calls before
     with pytest.raises(TraceError, match="called a second time"):
         tracebridge.trace(CountedByText(), torch.randn(2, 3))
+
+
+# A size made into a key by any spelling: the text's sizes are guarded or unknown, never
+# a reason to serve what the memo's key does not hold (prober19b F5).
+_KEY_SPELLINGS = {
+    "percent_tuple": lambda s, x, B: "b%d" % (B,),  # noqa: UP031
+    "format_keyword": lambda s, x, B: "{b}".format(b=B),  # noqa: UP032
+    "format_index": lambda s, x, B: "{0}".format(B),  # noqa: UP030, UP032
+    "format_empty": lambda s, x, B: "b{}".format(B),  # noqa: UP032
+    "format_spec": lambda s, x, B: "{:d}".format(B),  # noqa: UP032
+    "fstring_repr": lambda s, x, B: f"{B!r}",
+    "repr": lambda s, x, B: repr(B),
+    "builtin_format": lambda s, x, B: format(B, "d"),
+    "join_map": lambda s, x, B: "-".join(map(str, [B])),
+    "template": lambda s, x, B: string.Template("b$B").substitute(B=B),
+    "tuple_of_text": lambda s, x, B: (str(B),),
+    "text_of_shape": lambda s, x, B: str(x.shape[:1]),
+    "percent_mapping": lambda s, x, B: "%(b)s" % {"b": B},  # noqa: UP031
+    "helper_method": lambda s, x, B: s.key(B),
+}
+
+
+class KeyedOnOneSize(nn.Module):
+    """A memo keyed on text of the first size whose value reads the second."""
+
+    def __init__(self, spelling: str):
+        super().__init__()
+        self.make_key = _KEY_SPELLINGS[spelling]
+        self.memo: dict = {}
+
+    def key(self, B):
+        return f"b{B}"
+
+    def forward(self, x):
+        B, N = x.shape
+        key = self.make_key(self, x, B)
+        if key not in self.memo:
+            self.memo[key] = torch.full((B, 1), float(N))
+        return x * self.memo[key]
+
+
+@pytest.mark.parametrize("spelling", sorted(_KEY_SPELLINGS))
+def test_a_text_key_of_one_size_never_serves_a_value_of_another(spelling):
+    # eager keeps the first call's value (4) for the key of B=3; a trace must refuse, or
+    # raise on the call at another width, never serve 6
+    try:
+        traced = tracebridge.trace(KeyedOnOneSize(spelling), torch.ones(3, 4))
+    except TraceError as exc:
+        assert "self.memo" in str(exc) and "x.shape[1]" in str(exc)
+        return
+    eager = KeyedOnOneSize(spelling)
+    for shape in [(3, 4), (3, 6)]:
+        x = torch.ones(*shape)
+        try:
+            served = traced(x)
+        except GuardError:
+            continue
+        assert torch.equal(served, eager(x)), f"{spelling} at {shape}"
+
+
+class GuardedTextKey(nn.Module):
+    """A memo keyed on text made by str.format of both sizes: the sizes are guarded, the
+    value reads only them."""
+
+    def __init__(self):
+        super().__init__()
+        self.masks: dict = {}
+
+    def forward(self, x):
+        B, N = x.shape
+        key = "{}x{}".format(B, N)  # noqa: UP032
+        if key not in self.masks:
+            self.masks[key] = torch.ones(B, N).tril()
+        return x * self.masks[key]
+
+
+def test_a_guarded_text_key_whose_value_reads_only_its_sizes_is_traced():
+    traced = tracebridge.trace(GuardedTextKey(), torch.randn(3, 4))
+    x = torch.randn(3, 4)
+    assert torch.equal(traced(x), x * torch.ones(3, 4).tril())
+    with pytest.raises(GuardError):
+        traced(torch.randn(3, 5))
+
+
+class MaskMaker:
+    """A plain object (not a module) that keeps the memo."""
+
+    def __init__(self):
+        self.memo: dict = {}
+
+    def get(self, B, N):
+        key = "b{}".format(B)  # noqa: UP032
+        if key not in self.memo:
+            self.memo[key] = torch.full((B, 1), float(N))
+        return self.memo[key]
+
+
+class HoldsMaskMaker(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.maker = MaskMaker()
+
+    def forward(self, x):
+        B, N = x.shape
+        return x * self.maker.get(B, N)
+
+
+def test_a_memo_kept_by_a_plain_helper_object_is_refused_and_left_empty():
+    model = HoldsMaskMaker()
+    with pytest.raises(TraceError, match=r"self\.memo.*x\.shape\[1\], which its key does not"):
+        tracebridge.trace(model, torch.ones(3, 4))
+    assert model.maker.memo == {}
+
+
+def test_a_refused_module_memo_is_left_as_the_user_had_it():
+    model = KeyedOnOneSize("format_empty")
+    with pytest.raises(TraceError, match=r"self\.memo"):
+        tracebridge.trace(model, torch.ones(3, 4))
+    assert model.memo == {}
+
+
+def fill_memo(memo, B, N):
+    key = "b{}".format(B)  # noqa: UP032
+    if key not in memo:
+        memo[key] = torch.full((B, 1), float(N))
+    return memo[key]
+
+
+class GivesItsMemo(nn.Module):
+    """A module whose memo a module-level function fills."""
+
+    def __init__(self):
+        super().__init__()
+        self.memo: dict = {}
+
+    def forward(self, x):
+        B, N = x.shape
+        return x * fill_memo(self.memo, B, N)
+
+
+def test_a_module_memo_filled_by_a_function_it_is_given_to_is_refused():
+    with pytest.raises(TraceError, match=r"memo keeps.*x\.shape\[1\], which its key does not"):
+        tracebridge.trace(GivesItsMemo(), torch.ones(3, 4))
+
+
+class KeepsStats(nn.Module):
+    """A dict written on every call (no memo: nothing asks whether a key is there)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stats: dict = {}
+
+    def forward(self, x):
+        self.stats["width"] = torch.full((1,), float(x.shape[1]))
+        return x * 2
+
+
+def test_a_dict_written_on_every_call_is_no_memo():
+    traced = tracebridge.trace(KeepsStats(), torch.ones(3, 4))
+    x = torch.ones(2, 6)
+    assert torch.equal(traced(x), x * 2)

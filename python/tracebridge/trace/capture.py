@@ -28,6 +28,7 @@ from . import (
     autocast_state,
     cache_values,
     carried_reads,
+    module_memos,
     numpy_generators,
     own_hooks,
     param_writes,
@@ -354,10 +355,14 @@ def capture(
         tracer.add_input(leaf, name)
     try:
         generators = numpy_generators.states()
+        # the dicts its module's methods fill as memos (forward is traced as the module)
+        owner = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
+        memos = module_memos.watch(owner)
         with tracer.warnings_held():
             graph = _record(tracer, fn, args, kwargs, strict)
         numpy_generators.refuse_draws(generators)
         tracer.memo_tables.check(tracer)
+        module_memos.check(tracer, memos)
         return graph
     finally:
         tracer.memo_tables.restore()

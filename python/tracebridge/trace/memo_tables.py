@@ -280,8 +280,12 @@ def _data_source(tracer, value, key) -> str | None:
     size's value for the example's key). A size the weights fix (the width of a
     projection, a convolution's channels) is state."""
     inputs = {v.id for v in tracer.graph.inputs}
-    given = {ref.id for ref in _refs_of(tracer, key, _DEPTH)}
+    # A number a guard fixed is the example's on every call the trace serves (a size
+    # guarded where it became text): eager's value for the key is then the trace's.
+    fixed = _fixed_by_guards(tracer)
+    given = {ref.id for ref in _refs_of(tracer, key, _DEPTH)} | fixed
     key_sizes = _key_sizes(tracer, key, inputs)
+    key_sizes |= {size for vid in fixed if (size := _input_size(tracer, vid, inputs))}
     todo = [(ref.id, False) for ref in _refs_of(tracer, value, _DEPTH)]
     seen: set[tuple[int, bool]] = set()
     while todo:
@@ -316,6 +320,18 @@ def _data_source(tracer, value, key) -> str | None:
             return "a random draw"
         todo.extend(_arguments(tracer, node, sizes_only))
     return None
+
+
+def _fixed_by_guards(tracer) -> set[int]:
+    """The values the recording guarded to the example's value (``kind="value"``)."""
+    return {
+        node.args[0].id
+        for node in tracer.graph.nodes
+        if node.op == "prim.guard"
+        and node.kwargs.get("kind") == "value"
+        and node.args
+        and isinstance(node.args[0], Ref)
+    }
 
 
 def _key_sizes(tracer, key, inputs) -> set[tuple[int, int]]:
