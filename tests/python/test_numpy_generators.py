@@ -377,3 +377,36 @@ def test_generators_kept_other_ways_but_unused_are_traced_and_kept():
     traced = tracebridge.trace(model, torch.ones(2, 3), check_inputs=[torch.ones(5, 3)])
     assert torch.equal(traced(torch.ones(4, 3)), torch.full((4, 3), 2.0))
     assert _states(_holder_generators(model)) == before
+
+
+class _Proxy:
+    """Like reticulate's ``r`` object: any attribute asked of it runs code that may fail."""
+
+    def __getattr__(self, name):
+        raise RuntimeError(f"<text>:1:2: unexpected input ({name})")
+
+
+PROXY = _Proxy()
+
+
+def _beside_a_proxy(x):
+    return x * 2 if PROXY is not None else x
+
+
+def test_a_proxy_among_the_globals_or_attributes_is_not_asked_anything():
+    """The search for generators (and the state kept around a recording) reads objects'
+    own dicts without their classes' code: reticulate's ``r`` among a script's globals
+    answered ``__name__`` by parsing it as R, and the trace failed."""
+    traced = tracebridge.trace(_beside_a_proxy, torch.ones(3))
+    assert torch.equal(traced(torch.ones(3)), torch.ones(3) * 2)
+
+    class Holds(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proxy = _Proxy()
+
+        def forward(self, x):
+            return x + 1
+
+    module = tracebridge.trace(Holds(), torch.ones(3))
+    assert torch.equal(module(torch.ones(3)), torch.ones(3) + 1)

@@ -34,6 +34,7 @@ import torch
 from ..errors import TraceError
 from .caches import _fills, _function_of
 from .memo_tables import _DEPTH, _data_source, _refs_of, _traced_by, plain_key
+from .python_state import instance_dict
 from .text import _parsed
 
 
@@ -65,7 +66,7 @@ def _owners(module: torch.nn.Module) -> list:
     for mod in list(owners):
         for value in list(vars(mod).values()):
             if (
-                isinstance(getattr(value, "__dict__", None), dict)
+                instance_dict(value) is not None
                 and not isinstance(value, (torch.nn.Module, torch.Tensor, type, ModuleType))
                 and not callable(value)
             ):

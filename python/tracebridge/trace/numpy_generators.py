@@ -36,6 +36,7 @@ import sysconfig
 import types
 
 from ..errors import UnsupportedOpError
+from .python_state import instance_dict
 
 _DEPTH = 1  # how deep list, tuple and dict attributes are looked into
 _HOPS = 3  # how many wrappers (a partial of a bound method) are looked through
@@ -154,7 +155,7 @@ def _plain_object(value) -> bool:
     import torch
 
     kinds = (torch.nn.Module, torch.Tensor, type, types.FunctionType, types.ModuleType)
-    return isinstance(getattr(value, "__dict__", None), dict) and not isinstance(value, kinds)
+    return instance_dict(value) is not None and not isinstance(value, kinds)
 
 
 def _function_places(fn, leads: bool) -> list[tuple[str, dict, int, bool]]:
@@ -205,7 +206,7 @@ def _places(func) -> list[tuple[str, dict, int, bool]]:
         owner = getattr(func, "__self__", None)
         if isinstance(owner, torch.nn.Module):
             return _places(owner)
-        if owner is not None and isinstance(getattr(owner, "__dict__", None), dict):
+        if owner is not None and instance_dict(owner) is not None:
             places.append(("self.", vars(owner), _DEPTH, False))  # a method of another object
         functions.append(getattr(func, "__func__", func))
     for fn in functions:
@@ -243,7 +244,7 @@ def _reached(namespace: dict, classes: set[int]) -> list[tuple[str, dict, int, b
     places: list[tuple[str, dict, int, bool]] = []
     for value in list(namespace.values()):
         kind = type(value)
-        name = getattr(value, "__name__", None)
+        name = value.__name__ if kind is types.ModuleType else None  # (no proxy's getattr)
         if kind is types.ModuleType and not _library(name):
             places.append((f"the global {name}.", vars(value), _DEPTH, False))
         elif kind is types.FunctionType and not _library(value.__module__):

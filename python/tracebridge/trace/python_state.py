@@ -44,11 +44,22 @@ _NOT_OBJECTS = (
 )
 
 
+def instance_dict(value) -> dict | None:
+    """``value``'s own attribute dict, read without running its class's code: a proxy's
+    ``__getattr__`` may do anything (reticulate's ``r`` object evaluates the name as R
+    code)."""
+    try:
+        found = object.__getattribute__(value, "__dict__")
+    except Exception:  # noqa: BLE001 - no dict, or a descriptor that refuses
+        return None
+    return found if isinstance(found, dict) else None
+
+
 def plain_object(value) -> bool:
     """Whether ``value`` is an instance of a user's class holding attributes (not a module,
     a tensor, a class, a function or a Python module)."""
     return (
-        isinstance(getattr(value, "__dict__", None), dict)
+        instance_dict(value) is not None
         and not isinstance(value, _NOT_OBJECTS)
         and not callable(value)
         and not inspect.ismodule(value)
