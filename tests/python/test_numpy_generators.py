@@ -386,18 +386,14 @@ class _Proxy:
         raise RuntimeError(f"<text>:1:2: unexpected input ({name})")
 
 
-PROXY = _Proxy()
-
-
-def _beside_a_proxy(x):
-    return x * 2 if PROXY is not None else x
-
-
 def test_a_proxy_among_the_globals_or_attributes_is_not_asked_anything():
     """The search for generators (and the state kept around a recording) reads objects'
     own dicts without their classes' code: reticulate's ``r`` among a script's globals
-    answered ``__name__`` by parsing it as R, and the trace failed."""
-    traced = tracebridge.trace(_beside_a_proxy, torch.ones(3))
+    answered ``__name__`` by parsing it as R, and the trace failed. (The script's globals
+    are made here: a proxy among this file's would meet pytest's own collection.)"""
+    script = {"__name__": "__main__", "PROXY": _Proxy()}
+    exec("def beside_a_proxy(x):\n    return x * 2 if PROXY is not None else x\n", script)  # noqa: S102
+    traced = tracebridge.trace(script["beside_a_proxy"], torch.ones(3))
     assert torch.equal(traced(torch.ones(3)), torch.ones(3) * 2)
 
     class Holds(torch.nn.Module):
