@@ -22,7 +22,6 @@ import os
 import random
 import statistics
 import sys
-import tempfile
 import time
 import warnings
 
@@ -34,6 +33,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 import torch  # noqa: E402
 
 import tracebridge  # noqa: E402
+from zoo_speed import reloaded  # noqa: E402
 
 DEFAULT_ZOO = ["mobilenet_v3_small", "mnasnet0_5", "shufflenet_v2_x0_5", "resnet18"]
 DEFAULT_BENCH = ["cnn_eval", "resnet", "transformer", "tiny_gpt", "mlp"]
@@ -45,10 +45,7 @@ def contenders(model, inputs: tuple) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         traced = tracebridge.trace(model, inputs, check_trace=False)
-        with tempfile.TemporaryDirectory() as folder:
-            path = os.path.join(folder, "model.tb")
-            traced.save(path)
-            loaded = tracebridge.load(path)
+        loaded = reloaded(traced)
         jit = torch.jit.trace(copy.deepcopy(model), inputs, check_trace=False, strict=False)
         jit_frozen = torch.jit.freeze(
             torch.jit.trace(copy.deepcopy(model), inputs, check_trace=False, strict=False)

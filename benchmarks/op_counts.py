@@ -22,7 +22,6 @@ import collections
 import os
 import random
 import sys
-import tempfile
 import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -36,7 +35,7 @@ import tracebridge  # noqa: E402
 import zoo_env  # noqa: E402, F401 - before torchvision
 from zoo import time_limit  # noqa: E402
 from zoo_models import all_cases  # noqa: E402
-from zoo_speed import _batch_one  # noqa: E402
+from zoo_speed import _batch_one, reloaded  # noqa: E402
 
 
 def _runners(case) -> dict:
@@ -47,10 +46,7 @@ def _runners(case) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         traced = tracebridge.trace(model, inputs, check_trace=False)
-        with tempfile.TemporaryDirectory() as folder:
-            path = os.path.join(folder, "model.tb")
-            traced.save(path)
-            loaded = tracebridge.load(path)
+        loaded = reloaded(traced)
         scripted = torch.jit.trace(model, inputs, check_trace=False, strict=False)
     return {"tracebridge": lambda: loaded(*inputs), "jit": lambda: scripted(*inputs)}
 

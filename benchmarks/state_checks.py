@@ -28,7 +28,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 import warnings
 
@@ -41,7 +40,7 @@ import torch  # noqa: E402
 import tracebridge  # noqa: E402
 import zoo_env  # noqa: E402, F401 - before torchvision
 from tracebridge.runtime import folding, lean  # noqa: E402
-from zoo_speed import _batch_one  # noqa: E402
+from zoo_speed import _batch_one, reloaded  # noqa: E402
 
 
 def checks_of(loaded, inputs: tuple) -> dict:
@@ -82,10 +81,7 @@ def measure(model, inputs: tuple, rounds: int) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         traced = tracebridge.trace(model, inputs, check_trace=False)
-        with tempfile.TemporaryDirectory() as folder:
-            path = os.path.join(folder, "model.tb")
-            traced.save(path)
-            loaded = tracebridge.load(path)
+        loaded = reloaded(traced)
         other = torch.jit.trace(copy.deepcopy(model), inputs, check_trace=False, strict=False)
     checks = checks_of(loaded, inputs)
     fold, types = checks["fold"], checks["types"]

@@ -21,7 +21,6 @@ import argparse
 import os
 import random
 import sys
-import tempfile
 import time
 import warnings
 
@@ -35,7 +34,7 @@ import tracebridge  # noqa: E402
 import zoo_env  # noqa: E402, F401 - before torchvision
 from state_checks import checks_of  # noqa: E402
 from tracebridge.runtime import folding, lean  # noqa: E402
-from zoo_speed import _batch_one  # noqa: E402
+from zoo_speed import _batch_one, reloaded  # noqa: E402
 
 
 class _UncheckedFold(folding.Folded):
@@ -90,11 +89,8 @@ def measure(model, inputs: tuple, rounds: int) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         traced = tracebridge.trace(model, inputs, check_trace=False)
-        with tempfile.TemporaryDirectory() as folder:
-            path = os.path.join(folder, "model.tb")
-            traced.save(path)
-            checked = tracebridge.load(path)
-            bare = unchecked(tracebridge.load(path), inputs)
+        checked = reloaded(traced)
+        bare = unchecked(reloaded(traced), inputs)
         scripted = torch.jit.trace(model, inputs, check_trace=False, strict=False)
     with torch.no_grad():
         same = torch.equal(checked(*inputs), bare(*inputs))

@@ -55,6 +55,14 @@ TOOLS = ("tracebridge", "jit")
 TAG = "zoo_speed"
 
 
+def reloaded(traced):
+    """``traced`` saved to a temporary file and loaded again: the artifact a user runs."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "model.tb")
+        traced.save(path)
+        return tracebridge.load(path)
+
+
 def _batch_one(inputs: tuple) -> tuple:
     """The first input set cut to batch 1 (every tensor's first dimension)."""
     return tuple(x[:1] if isinstance(x, torch.Tensor) and x.dim() else x for x in inputs)
@@ -95,11 +103,7 @@ def _trace_tools(model, inputs: tuple, no_grad: bool, entry: dict, jit_copy: boo
             with warnings.catch_warnings(), grad_mode:
                 warnings.simplefilter("ignore")
                 if tool == "tracebridge":
-                    traced = tracebridge.trace(model, inputs, check_trace=False)
-                    with tempfile.TemporaryDirectory() as folder:
-                        path = os.path.join(folder, "model.tb")
-                        traced.save(path)
-                        runners[tool] = tracebridge.load(path)
+                    runners[tool] = reloaded(tracebridge.trace(model, inputs, check_trace=False))
                 else:
                     source = copy.deepcopy(model) if jit_copy else model
                     runners[tool] = torch.jit.trace(source, inputs, check_trace=False, strict=False)
