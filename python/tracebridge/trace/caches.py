@@ -447,13 +447,6 @@ def _static_attr(obj, attr: str):
     raise AttributeError(attr)
 
 
-def clear(wrappers) -> None:
-    """Empty the functools caches a trace went through (their new entries hold traced
-    values; what remains is recomputed on the next eager call)."""
-    for wrapper in wrappers:
-        wrapper.cache_clear()
-
-
 def no_draw_inside(wrappers, op: str, where: str | None) -> None:
     """Refuse a random draw made inside a functools-cached function a traced size went
     through: eager keeps the first draw for each key and returns it on every hit, a trace
