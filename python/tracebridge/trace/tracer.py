@@ -24,6 +24,7 @@ from collections.abc import Callable
 import torch
 
 from ..ir.program import Graph, Ref, StateEntry, Value
+from . import unseen_writes  # noqa: F401 - puts its replacements among the patches
 from .conversions import Conversions
 from .dispatch import Dispatcher, _RecordingMode
 from .inplace import InPlace
