@@ -31,7 +31,7 @@ from .ir.ops import VARIADIC_OUTPUTS
 from .ir.printer import graph_text
 from .ir.program import hoist_subgraphs, subgraph_names
 from .progress import stage, state_nbytes, track
-from .runtime import Method, state_changes, torchvision_ops
+from .runtime import Method, state_changes, support, torchvision_ops
 from .runtime import frozen as frozen_state
 from .runtime.method import Specialised, as_recorded, for_mode, guards_active
 from .runtime.module_tree import ModesWatch, TreeWatch, mode_reading_paths
@@ -651,6 +651,7 @@ class TracedModule(nn.Module, _Traced):
             # since runs on the module's own result only (README, "Hooks")
             hooks.pop(GLOBAL, None)
         if hooks != found["_tb_hooks"]:
+            self._refuse_changed_state()  # weight_norm's removal takes its hook with it
             changed = sorted(
                 path
                 for path in set(hooks) | set(found["_tb_hooks"])
@@ -681,6 +682,16 @@ class TracedModule(nn.Module, _Traced):
                 "the traced module itself (its own hooks run on every call)"
             )
         self._remember_hooks(stamp)
+
+    def _refuse_changed_state(self) -> None:
+        """Raise where a state entry a traced method reads is gone or no tensor now: the
+        cause a changed hook table often comes with (``remove_weight_norm``,
+        ``prune.remove`` remove a hook and the state it computed from), and the one to
+        name."""
+        for name, method in self._methods.items():
+            changed = support.changed_state(name, method.graph, method._slots, None)
+            if changed is not None:
+                raise changed
 
     def _remember_hooks(self, stamp: int | None = None) -> None:
         """Keep the hook counter and the lengths of the hook tables of the sub-modules

@@ -177,7 +177,9 @@ def _failed_step(tb) -> str:
 _STATE_READ = re.compile(r"= S\d+\[")
 
 
-def changed_state(method: str, graph: Graph, slots: dict, exc: BaseException) -> OpError | None:
+def changed_state(
+    method: str, graph: Graph, slots: dict, exc: BaseException | None
+) -> OpError | None:
     """After an op of ``method`` failed: an :class:`OpError` naming a state entry the graph
     reads that is gone from its module, or is no tensor now (``remove_weight_norm``,
     ``prune.remove``, a batch norm's ``running_mean`` set to None), else None. Run only on
