@@ -34,6 +34,7 @@ from . import (
     param_writes,
     python_state,
     rebound_buffers,
+    torch_generators,
 )
 from .integers import stand_ins_in_modules_of
 from .numbers import number_given_for_tensor
@@ -217,7 +218,7 @@ def numpy_rng_kept(func: Callable | None = None):
 @contextlib.contextmanager
 def preserved(module: torch.nn.Module | None):
     """Run a block and then put back the RNG states (CPU, every CUDA device, Python's
-    global generator), the
+    global generator, the torch generators the traced code keeps), the
     module's attributes, buffers, parameters and modes."""
     rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
@@ -226,6 +227,7 @@ def preserved(module: torch.nn.Module | None):
     # its state costs about 100 times more, and this runs for every recording and check:
     # numpy_rng_kept() puts it back once per trace.)
     py_rng = random.getstate()
+    generators = torch_generators.snapshot()  # the generators the code keeps (self.g)
     saved_buffers, saved_params, modes, flags, attributes, plain = [], [], [], [], [], []
     renormed: list[tuple[torch.Tensor, torch.Tensor]] = []
     reachable = None
@@ -256,6 +258,7 @@ def preserved(module: torch.nn.Module | None):
             _warn_left_changed(failed)
         torch.set_rng_state(rng)
         random.setstate(py_rng)
+        torch_generators.restore(generators)
         if cuda_rng is not None:
             torch.cuda.set_rng_state_all(cuda_rng)
         with torch.no_grad():
@@ -358,7 +361,7 @@ def capture(
         # the dicts its module's methods fill as memos (forward is traced as the module)
         owner = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
         memos = module_memos.watch(owner)
-        with tracer.warnings_held():
+        with tracer.warnings_held(), torch_generators.recording():
             graph = _record(tracer, fn, args, kwargs, strict)
         numpy_generators.refuse_draws(generators)
         tracer.memo_tables.check(tracer)

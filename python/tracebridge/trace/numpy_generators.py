@@ -272,6 +272,18 @@ def found_in(func) -> list[tuple[str, object, object]]:
     shared = sys.modules["numpy"].random.mtrand._rand
     shared_ids = {id(shared), id(getattr(shared, "_bit_generator", shared))}
     found: dict[int, tuple[str, object, object]] = {}
+    for label, item in reachable(func, kinds):
+        if id(item) not in shared_ids:
+            holder = _holder(item)
+            found.setdefault(id(holder), (label, item, holder))
+    return list(found.values())
+
+
+def reachable(func, kinds: tuple[type, ...]) -> list[tuple[str, object]]:
+    """(label, object) of each object of ``kinds`` that the traced code can reach by name
+    (the places of the module Note), in the order found; an object may come more than
+    once, under each label. trace/torch_generators.py asks this for torch.Generator."""
+    found: list[tuple[str, object]] = []
     looked: set[int] = set()  # each namespace once (a module's, for all its classes)
     places = _places(func)
     classes: set[int] = set()
@@ -286,12 +298,11 @@ def found_in(func) -> list[tuple[str, object, object]]:
             if name == "__builtins__":  # (in every module's globals: Python's own names)
                 continue
             for path, item in _items(value, depth):
-                if issubclass(type(item), kinds) and id(item) not in shared_ids:
-                    holder = _holder(item)
-                    found.setdefault(id(holder), (f"{prefix}{name}{path}", item, holder))
+                if issubclass(type(item), kinds):
+                    found.append((f"{prefix}{name}{path}", item))
         if leads:
             places.extend(_reached(namespace, classes))
-    return list(found.values())
+    return found
 
 
 @contextlib.contextmanager
