@@ -749,6 +749,11 @@ class TracedModule(nn.Module, _Traced):
                 )
             else:
                 module.register_buffer(leaf, entry.tensor, persistent=entry.persistent)
+        # Each generator where the original held it (``noise.g``), a global's on the root
+        # (``generator0``): the graphs draw from these very objects (runtime/generators.py)
+        for name, generator in program.generators.items():
+            module, leaf = self._shown_owner(program, name)
+            module.__dict__[leaf] = generator
         # A tied tensor under its other names too (a language model's output layer sharing
         # the embedding's matrix), the same object, as the original holds it: state_dict()
         # and load_state_dict() then take the original's keys. A name that something of
@@ -811,8 +816,12 @@ class TracedModule(nn.Module, _Traced):
         return self._slots()
 
     def _slots(self) -> dict:
-        root, own = self.__dict__["_tb_generator_root"], self._tb_generators
-        slots = Slots({}, generators.module_slots(root, self.program.generators, own))
+        found = self.__dict__.get("_tb_generator_slots")
+        if found is None:  # (where each generator is: decided once, by identity)
+            root, own = self.__dict__["_tb_generator_root"], self._tb_generators
+            found = generators.module_slots(root, self.program.generators, own)
+            self.__dict__["_tb_generator_slots"] = found
+        slots = Slots({}, found)
         for name, entry in self.program.state.items():
             if entry.kind == "constant":
                 slots[name] = (self._tb_constants, name)
@@ -957,6 +966,7 @@ class TracedModule(nn.Module, _Traced):
             state[name] = StateEntry(entry.kind, table[key], entry.persistent)
         self.program.state = state
         self.program.training = self.training
+        self.program.generators = generators.current(slots.generators)
         return self.program
 
 

@@ -8,12 +8,20 @@ cannot keep (made in the call, passed in, reseeded inside the call) is refused.
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import json
+import zipfile
+
 import pytest
 import torch
 from torch import nn
 
 import tracebridge
+from tracebridge.artifact.archive import safetensors_bytes
+from tracebridge.check.program import check_program
 from tracebridge.errors import TraceError, UnsupportedOpError
+from tracebridge.ir import ops
 
 pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
@@ -232,3 +240,187 @@ def test_a_cuda_generator():
     got = _calls(traced, torch.zeros(3, device="cuda"))
     m.g.manual_seed(5)
     _assert_same(got, _calls(m, torch.zeros(3, device="cuda")))
+
+
+# --- save and load ------------------------------------------------------------------------
+
+
+def _saved(traced, tmp_path, name="g.tb"):
+    path = tmp_path / name
+    tracebridge.save(traced, path)
+    return path
+
+
+def test_a_loaded_module_draws_from_its_saved_generators(tmp_path):
+    m = Outer()
+    traced = tracebridge.trace(m, torch.ones(3))
+    m.inner.noise.manual_seed(7)
+    GLOBAL_GENERATOR.manual_seed(8)
+    loaded = tracebridge.load(_saved(traced, tmp_path))
+    # each where the original keeps it (a global's on the root), in its state at save time
+    assert torch.equal(loaded.inner.noise.get_state(), m.inner.noise.get_state())
+    assert torch.equal(loaded.generator0.get_state(), GLOBAL_GENERATOR.get_state())
+    assert loaded.inner.noise is not m.inner.noise
+    _assert_same(_calls(loaded, torch.ones(4)), _calls(m, torch.ones(4)))
+    loaded.inner.noise.manual_seed(1)
+    loaded.generator0.manual_seed(2)
+    m.inner.noise.manual_seed(1)
+    GLOBAL_GENERATOR.manual_seed(2)
+    _assert_same(_calls(loaded, torch.ones(2)), _calls(m, torch.ones(2)))
+
+
+def test_the_file_holds_each_generator_and_its_state(tmp_path):
+    m = Noisy()
+    path = _saved(tracebridge.trace(m, torch.zeros(2)), tmp_path)
+    with zipfile.ZipFile(path) as archive:
+        doc = json.loads(archive.read("program.json"))
+        header = _safetensors_header(archive.read("tensors.safetensors"))
+    assert doc["generators"] == {"g": {"device": "cpu"}}
+    assert header["#generator.g"]["dtype"] == "U8"
+    assert header["#generator.g"]["shape"] == list(m.g.get_state().shape)
+    assert doc["tensors"]["count"] == 0  # (no state tensor: the generator's is apart)
+    node = next(n for n in doc["methods"]["forward"]["nodes"] if n["op"] == "rand")
+    assert node["kwargs"]["generator"] == {"generator": "g"}
+
+
+def test_a_loaded_function_draws_from_its_saved_generator(tmp_path):
+    g = torch.Generator().manual_seed(1)
+
+    def f(x):
+        return x + torch.rand(x.shape, generator=g)
+
+    traced = tracebridge.trace(f, torch.zeros(2))
+    g.manual_seed(4)
+    loaded = tracebridge.load(_saved(traced, tmp_path))
+    (name,) = loaded.program.generators
+    assert torch.equal(loaded.program.generators[name].get_state(), g.get_state())
+    _assert_same(_calls(loaded, torch.zeros(3)), _calls(f, torch.zeros(3)))
+
+
+def test_saving_a_module_without_its_generator_is_refused(tmp_path):
+    m = Noisy()
+    traced = tracebridge.trace(m, torch.zeros(2))
+    m.g = None
+    with pytest.raises(tracebridge.ArtifactError, match="generator 'g'.*NoneType"):
+        tracebridge.save(traced, tmp_path / "none.tb")
+
+
+def _safetensors_header(blob: bytes) -> dict:
+    size = int.from_bytes(blob[:8], "little")
+    return json.loads(blob[8 : 8 + size])
+
+
+def _rand_doc(generator, generators=None):
+    """A one-node function program ``rand(2, generator=...)``."""
+    doc = {
+        "format": "tracebridge",
+        "format_version": 2,
+        "opset_version": ops.OPSET_VERSION,
+        "producer": {"name": "tracebridge", "version": "0", "language": "python"},
+        "kind": "function",
+        "methods": {
+            "forward": {
+                "inputs": [{"id": 0, "kind": "Tensor", "dtype": "float32", "shape": ["s0"]}],
+                "in_spec": {
+                    "t": "tuple",
+                    "c": [{"t": "tuple", "c": [{"t": "leaf"}]}, {"t": "dict", "keys": [], "c": []}],
+                },
+                "nodes": [
+                    {
+                        "op": "rand",
+                        "args": [[2]],
+                        "kwargs": {"generator": generator},
+                        "outputs": [{"id": 1, "kind": "Tensor", "dtype": "float32", "shape": [2]}],
+                        "out_spec": {"t": "leaf"},
+                        "loc": "model.py:3",
+                    }
+                ],
+                "outputs": [{"ref": 1}],
+                "out_spec": {"t": "leaf"},
+            }
+        },
+        "state": {},
+    }
+    if generators is not None:
+        doc["generators"] = generators
+    return doc
+
+
+def _refused(doc, *words):
+    with pytest.raises(tracebridge.ArtifactError) as info:
+        check_program(doc, "crafted.tb")
+    for word in words:
+        assert word in str(info.value), str(info.value)
+
+
+def test_the_checker_takes_a_generator_the_program_keeps():
+    check_program(_rand_doc({"generator": "g"}, {"g": {"device": "cpu"}}), "crafted.tb")
+    check_program(_rand_doc(None), "crafted.tb")
+
+
+@pytest.mark.parametrize(
+    ("generator", "generators", "words"),
+    [
+        ({"generator": "h"}, {"g": {"device": "cpu"}}, ["generator 'h'", "does not keep"]),
+        ({"generator": "g"}, None, ["generator 'g'", "does not keep"]),
+        ("g", {"g": {"device": "cpu"}}, ["argument kinds"]),
+        ({"generator": "g"}, {"g": {"device": "meta"}}, ["device"]),
+        ({"generator": "g"}, {"g": {}}, ["device"]),
+        ({"generator": "g"}, {"g": {"device": "cpu"}, "g.h": {"device": "cpu"}}, ["inside"]),
+        ({"generator": "g"}, {"g": {"device": "cpu"}, "_tb_tree": {"device": "cpu"}}, ["_tb"]),
+        ({"generator": "g"}, {"g": {"device": "cpu"}, "a.training": {"device": "cpu"}}, ["part"]),
+    ],
+)
+def test_the_checker_refuses_a_generator_it_does_not_keep(generator, generators, words):
+    _refused(_rand_doc(generator, generators), *words)
+
+
+def test_a_generator_is_refused_where_another_argument_is():
+    doc = _rand_doc(None, {"g": {"device": "cpu"}})
+    doc["methods"]["forward"]["nodes"][0]["args"] = [{"generator": "g"}]
+    _refused(doc, "argument kinds")
+    doc = _rand_doc(None, {"g": {"device": "cpu"}})
+    doc["methods"]["forward"]["outputs"] = [{"generator": "g"}]
+    _refused(doc, "a graph output is a generator")
+
+
+def test_a_generator_without_its_state_or_with_a_wrong_one_is_refused(tmp_path):
+    path = _saved(tracebridge.trace(Noisy(), torch.zeros(2)), tmp_path)
+    with zipfile.ZipFile(path) as archive:
+        doc = json.loads(archive.read("program.json"))
+    for tensors, words in [
+        ({}, "generator 'g' has no state"),
+        ({"#generator.g": torch.zeros(10, dtype=torch.uint8)}, "does not fit a cpu generator"),
+        ({"#generator.g": torch.zeros(2, 3, dtype=torch.uint8)}, "must be a 1-D U8 entry"),
+    ]:
+        blob, _ = safetensors_bytes(tensors)
+        doc["tensors"] = {"sha256": hashlib.sha256(blob).hexdigest(), "count": 0}
+        crafted = tmp_path / "crafted.tb"
+        with zipfile.ZipFile(crafted, "w", zipfile.ZIP_STORED) as archive:
+            archive.writestr("program.json", json.dumps(doc))
+            archive.writestr("tensors.safetensors", blob)
+        with pytest.raises(tracebridge.ArtifactError, match=words):
+            tracebridge.load(crafted)
+
+
+def test_a_copy_keeps_a_copy_of_the_generator():
+    m = Noisy()
+    traced = tracebridge.trace(m, torch.zeros(2)).eval()
+    m.g.manual_seed(5)
+    frozen = tracebridge.freeze(traced)  # (a copy of the state, the generator's too)
+    copied = copy.deepcopy(traced)
+    want = _calls(m, torch.zeros(3), 2)
+    _assert_same(_calls(frozen, torch.zeros(3), 2), want)
+    _assert_same(_calls(copied, torch.zeros(3), 2), want)
+
+
+def test_export_and_compile_refuse_a_kept_generator(tmp_path):
+    m = Noisy()
+    traced = tracebridge.trace(m, torch.zeros(2))
+    with pytest.raises(TraceError, match="draws from the generator 'g'"):
+        tracebridge.to_graph_module(traced)
+    with pytest.raises(TraceError, match="draws from the generator 'g'"):
+        tracebridge.export_onnx(traced, tmp_path / "noisy.onnx")
+    for model in (m.eval(), traced.eval()):  # (compile returns a model in training as it is)
+        with pytest.raises(TraceError, match=r"compile\(\) does not take .*\('g'\)"):
+            tracebridge.compile(model, (torch.zeros(3),))

@@ -525,7 +525,15 @@ def _check_generators(doc: dict) -> None:
     modules = {".".join(n.split(".")[:i]) for n in names for i in range(1, n.count(".") + 1)}
     for name, entry in generators.items():
         _path_name(name, "generator")
-        clash = next((p for p in name.split(".") if p in RESERVED_ATTRIBUTES), None)
+        clash = next(
+            (
+                p
+                for p in name.split(".")
+                # (a loaded module's own attributes: _class_name, _tb_constants, ...)
+                if p in RESERVED_ATTRIBUTES or p.startswith("_tb") or p == "_class_name"
+            ),
+            None,
+        )
         if clash is not None:
             _fail(
                 "names",
@@ -533,11 +541,14 @@ def _check_generators(doc: dict) -> None:
                 "module already has as an attribute",
             )
         parts = name.split(".")
+        holders = names | set(generators)
         inside = next(
-            (".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in names),
+            (".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in holders),
             None,
         )
-        if name in names or name in modules or name in doc["methods"] or inside is not None:
+        if inside is not None:
+            _fail("names", f"{inside[:40]!r} is not a module, so {name[:40]!r} cannot be inside it")
+        if name in names or name in modules or name in doc["methods"]:
             _fail(
                 "names",
                 f"generator {name[:40]!r} has the name of a state tensor, a module or a "

@@ -70,6 +70,22 @@ def module_slots(root: torch.nn.Module, generators: dict, own: dict) -> dict:
     return slots
 
 
+def current(slots: dict[str, tuple[dict, str]]) -> dict[str, torch.Generator]:
+    """name -> the generator each slot holds now (what a save stores); a slot that holds
+    none is refused: the file would have no generator to draw from."""
+    found = {}
+    for name, (table, key) in slots.items():
+        value = table.get(key)
+        if not isinstance(value, torch.Generator):
+            raise ArtifactError(
+                f"cannot save: the trace draws from the generator {name!r}, and the module "
+                f"holds {type(value).__name__} there now; put a torch.Generator back (its "
+                "state is saved), or trace again"
+            )
+        found[name] = value
+    return found
+
+
 def states(slots: dict) -> list:
     """The generators the slots hold now and their states (for :func:`set_states`)."""
     found = []
