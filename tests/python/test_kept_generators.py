@@ -168,10 +168,15 @@ def test_a_refused_specialisation_puts_the_generator_back():
 
         def forward(self, x):
             r = torch.rand(x.shape, generator=self.g)
-            return (x + r).squeeze(0)  # a size-1 batch takes another graph
+            if x.shape[0] == 1:  # a size-1 batch takes another graph, after the draw
+                return (x + r) * 2
+            return x + r
 
     m = Squeeze()
+    state = m.g.get_state()
     traced = tracebridge.trace(m, torch.zeros(3, 2))
+    assert torch.equal(m.g.get_state(), state)  # (the size-1 probe drew too)
+    assert traced.program.specialised
     for batch in (1, 4, 1):
         m.g.manual_seed(batch)
         got = _calls(traced, torch.zeros(batch, 2), 2)
@@ -240,6 +245,26 @@ def test_a_cuda_generator():
     got = _calls(traced, torch.zeros(3, device="cuda"))
     m.g.manual_seed(5)
     _assert_same(got, _calls(m, torch.zeros(3, device="cuda")))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_cuda_generator_saved_and_loaded(tmp_path):
+    class CudaNoisy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.g = torch.Generator(device="cuda").manual_seed(3)
+
+        def forward(self, x):
+            return x * torch.rand(x.shape, generator=self.g, device=x.device)
+
+    m = CudaNoisy()
+    traced = tracebridge.trace(m, torch.ones(2, device="cuda"))
+    m.g.manual_seed(6)
+    loaded = tracebridge.load(_saved(traced, tmp_path))
+    assert loaded.g.device.type == "cuda"
+    _assert_same(
+        _calls(loaded, torch.ones(3, device="cuda")), _calls(m, torch.ones(3, device="cuda"))
+    )
 
 
 # --- save and load ------------------------------------------------------------------------
@@ -424,3 +449,19 @@ def test_export_and_compile_refuse_a_kept_generator(tmp_path):
     for model in (m.eval(), traced.eval()):  # (compile returns a model in training as it is)
         with pytest.raises(TraceError, match=r"compile\(\) does not take .*\('g'\)"):
             tracebridge.compile(model, (torch.zeros(3),))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without CUDA")
+def test_a_cuda_generator_is_refused_without_cuda(tmp_path):
+    path = _saved(tracebridge.trace(Noisy(), torch.zeros(2)), tmp_path)
+    with zipfile.ZipFile(path) as archive:
+        doc = json.loads(archive.read("program.json"))
+    doc["generators"]["g"]["device"] = "cuda:0"
+    blob, _ = safetensors_bytes({"#generator.g": torch.zeros(16, dtype=torch.uint8)})
+    doc["tensors"] = {"sha256": hashlib.sha256(blob).hexdigest(), "count": 0}
+    crafted = tmp_path / "cuda.tb"
+    with zipfile.ZipFile(crafted, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr("program.json", json.dumps(doc))
+        archive.writestr("tensors.safetensors", blob)
+    with pytest.raises(tracebridge.ArtifactError, match="saved from cuda:0.*no CUDA device"):
+        tracebridge.load(crafted)

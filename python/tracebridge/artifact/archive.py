@@ -449,7 +449,7 @@ def describe(path: str | os.PathLike) -> tuple[dict, Program]:
         state = opened.doc["state"]
         for name in opened.doc.get("tensors", {}).get("external", []):
             tensors[name] = _described_meta(state[name])
-        return opened.doc, program_from_json(opened.doc, tensors, opened.name)
+        return opened.doc, program_from_json(opened.doc, tensors, opened.name, describing=True)
     finally:
         opened.handle.close()
 
@@ -555,8 +555,12 @@ def check_document(doc: Any, name: str) -> None:
     check_program(doc, name)
 
 
-def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "") -> Program:
-    """The Program of a checked document, its state bound to ``tensors`` by name."""
+def program_from_json(
+    doc: dict, tensors: dict[str, torch.Tensor], name: str = "", describing: bool = False
+) -> Program:
+    """The Program of a checked document, its state bound to ``tensors`` by name
+    (``describing``: for a description only, a CUDA generator is left out where this
+    machine has no CUDA, as devices are ignored there)."""
     state = {}
     for key, info in doc["state"].items():
         if key not in tensors:
@@ -591,7 +595,7 @@ def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "
         backend=backend,
         specialised=dict(doc.get("specialised", {})),
         aliases=dict(doc.get("aliases", {})),
-        generators=kept_generators.rebuild(doc, tensors, name),
+        generators=kept_generators.rebuild(doc, tensors, name, describing),
         meta=meta,
         from_file=True,
     )

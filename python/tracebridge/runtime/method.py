@@ -533,7 +533,7 @@ def _rng_states(slots: dict | None = None) -> tuple:
     """The CPU generator's state, every initialised CUDA device's, and those of the
     generators the graphs draw from (``slots``, runtime/generators.py)."""
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    return torch.get_rng_state(), cuda, generators.states(slots or {})
+    return torch.get_rng_state(), cuda, generators.states(slots if slots is not None else {})
 
 
 def _set_rng_states(states: tuple) -> None:
