@@ -985,7 +985,6 @@ def _with_progress(fn):
         with (
             track(f"tracing {what}", progress=progress),
             numpy_rng_kept(func),
-            torch_generators.kept(func),
             memos_kept(),
             cache_values.kept(),
         ):

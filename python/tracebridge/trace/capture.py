@@ -203,12 +203,20 @@ def numpy_rng_kept(func: Callable | None = None):
     imported: model code may draw from it (a random mask), and tracing with its checks
     runs the code many times where eager use ran it once. (Once per trace, not per
     :func:`preserved` block: reading its state costs about 100 us.) The generators
-    ``func`` keeps are put back too, and a recording that draws from one is refused
-    (trace/numpy_generators.py)."""
+    ``func`` keeps are put back too, and a recording that draws from a numpy one is
+    refused (trace/numpy_generators.py); its random ops may draw from a torch one
+    (trace/torch_generators.py). One search finds both kinds."""
     numpy = sys.modules.get("numpy")
     state = numpy.random.get_state() if numpy is not None else None
+    reached = None
+    if func is not None:
+        kinds = (*numpy_generators.kinds(), torch.Generator)
+        reached = numpy_generators.reachable(func, kinds)
     try:
-        with numpy_generators.kept(func) if func is not None else contextlib.nullcontext():
+        with (
+            numpy_generators.kept(func, reached) if func is not None else contextlib.nullcontext(),
+            torch_generators.kept(func, reached) if func is not None else contextlib.nullcontext(),
+        ):
             yield
     finally:
         if state is not None:

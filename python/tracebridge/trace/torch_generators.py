@@ -55,8 +55,10 @@ def _module_of(func) -> torch.nn.Module | None:
     return owner if isinstance(owner, torch.nn.Module) else None
 
 
-def found_in(func) -> Kept:
-    """The generators ``func``'s code can reach by name, named (see the module Note)."""
+def found_in(func, reached: list | None = None) -> Kept:
+    """The generators ``func``'s code can reach by name, named (see the module Note).
+    ``reached``: what numpy_generators.reachable found for these and maybe other kinds
+    (one search serves numpy's generators too)."""
     kept = Kept()
     module = _module_of(func)
     taken: set[str] = set()
@@ -68,8 +70,10 @@ def found_in(func) -> Kept:
                     label = f"self.{name}"
                     kept.names[id(value)] = (name, value, label)
                     taken.add(name)
-    for label, value in numpy_generators.reachable(func, (torch.Generator,)):
-        if id(value) in kept.names or _is_default(value):
+    if reached is None:
+        reached = numpy_generators.reachable(func, (torch.Generator,))
+    for label, value in reached:
+        if type(value) is not torch.Generator or id(value) in kept.names or _is_default(value):
             continue
         index = sum(1 for name, _, _ in kept.names.values() if name.startswith("generator"))
         while f"generator{index}" in taken or (
@@ -92,10 +96,11 @@ def _is_default(generator) -> bool:
 
 
 @contextlib.contextmanager
-def kept(func):
+def kept(func, reached: list | None = None):
     """Run a whole trace of ``func``: the random ops may draw from the generators it
-    keeps; each is put back as the trace found it at the end."""
-    found = found_in(func) if func is not None else Kept()
+    keeps; each is put back as the trace found it at the end. ``reached``: see
+    :func:`found_in`."""
+    found = found_in(func, reached) if func is not None else Kept()
     found.states = [(g, g.get_state()) for _, g, _ in found.names.values()]
     _TRACES.append(found)
     try:
