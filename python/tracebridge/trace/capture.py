@@ -346,7 +346,13 @@ def capture(
     try:
         leaves, graph.in_spec = pytree.flatten((tuple(args), dict(kwargs)), is_tensor)
     except TypeError as exc:
-        raise TraceError(f"example inputs: {exc}") from None
+        hint = ""
+        if "type Generator" in str(exc):
+            hint = (
+                "; a torch.Generator cannot be an input of a trace: keep it as an attribute "
+                "of the module (self.g), whose draws the trace records"
+            )
+        raise TraceError(f"example inputs: {exc}{hint}") from None
     # A parameter or buffer passed as an input is an input: the code may also read it as
     # state (self.w), and by identity the two would be one value. And one tensor passed
     # twice (f(x, x)) is two inputs: by identity, every op on the first read the last,
