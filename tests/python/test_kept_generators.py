@@ -127,6 +127,20 @@ def test_a_closure_generator_of_a_traced_function():
     _assert_same(got, _calls(f, torch.ones(3)))
 
 
+def test_a_function_that_calls_a_module_keeping_a_generator():
+    model = Noisy()
+
+    def f(x):
+        return model(x) * 2
+
+    traced = tracebridge.trace(f, torch.zeros(2))
+    assert list(traced.program.generators.values()) == [model.g]
+    model.g.manual_seed(4)
+    got = _calls(traced, torch.zeros(3))
+    model.g.manual_seed(4)
+    _assert_same(got, _calls(f, torch.zeros(3)))
+
+
 def test_the_graph_names_the_generator():
     traced = tracebridge.trace(Noisy(), torch.zeros(2))
     assert "rand(" in traced.graph and "generator=generator('g')" in traced.graph

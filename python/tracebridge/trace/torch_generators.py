@@ -72,6 +72,8 @@ def found_in(func, reached: list | None = None) -> Kept:
                     taken.add(name)
     if reached is None:
         reached = numpy_generators.reachable(func, (torch.Generator,))
+    if module is None:  # a function's: also those of the modules it calls by name
+        reached = [*reached, *_in_called_modules(func)]
     for label, value in reached:
         if type(value) is not torch.Generator or id(value) in kept.names or _is_default(value):
             continue
@@ -84,6 +86,28 @@ def found_in(func, reached: list | None = None) -> Kept:
         taken.add(name)
         kept.names[id(value)] = (name, value, label)
     return kept
+
+
+def _in_called_modules(func) -> list[tuple[str, torch.Generator]]:
+    """(label, generator) of the generators that the modules a traced function names (a
+    global or closure variable: ``lambda x: model(x)``) keep as attributes, at any depth."""
+    fn = getattr(func, "__func__", func)
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return []
+    names = dict.fromkeys(code.co_names)
+    places = {n: fn.__globals__[n] for n in names if n in getattr(fn, "__globals__", {})}
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        with contextlib.suppress(ValueError):  # an empty cell
+            places[name] = cell.cell_contents
+    found = []
+    for name, value in places.items():
+        if isinstance(value, torch.nn.Module):
+            for prefix, mod in value.named_modules(remove_duplicate=False):
+                for key, item in list(vars(mod).items()):
+                    if type(item) is torch.Generator:
+                        found.append((f"{name}.{prefix + '.' if prefix else ''}{key}", item))
+    return found
 
 
 def _is_default(generator) -> bool:
@@ -147,8 +171,9 @@ def reference(generator, where: str | None) -> GeneratorRef | None:
         raise UnsupportedOpError(
             f"a random op draws from a torch.Generator (its argument 'generator') that the "
             f"trace cannot keep{at}: it is "
-            "neither an attribute of the traced module (or of a sub-module) nor a global or "
-            "closure variable of the traced code, so it was made during the call (a new "
+            "neither an attribute of the traced module (or of a sub-module, or of a module "
+            "the traced function names) nor a global or closure variable of the traced "
+            "code, so it was made during the call (a new "
             "generator on every call, which a graph cannot make) or passed in as an "
             "argument. Keep the generator as an attribute of the module (self.g = "
             "torch.Generator().manual_seed(0) in __init__) and draw from that"
