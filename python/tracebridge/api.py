@@ -443,6 +443,10 @@ def _named_methods(program: Program) -> frozenset[str]:
     return frozenset((set(program.methods) | set(program.dispatch)) - _variant_names(program))
 
 
+# The entry of the module traced among the sub-modules' hooks (its path, "", as the root)
+ROOT_HOOKS = ""
+
+
 def _child_hooks(root: nn.Module) -> dict[str, tuple]:
     """The module hooks of each sub-module (not ``root``'s own) that has any: path -> the
     hooks' numbers, by kind (not those its traced code installs itself: trace/own_hooks.py);
@@ -455,6 +459,9 @@ def _child_hooks(root: nn.Module) -> dict[str, tuple]:
             hooks = user_hooks(module)
             if any(hooks):
                 found[path] = hooks
+    hooked = root.__dict__.get("_tb_hooked_root")
+    if hooked is not None:  # kept even where none is left: that is the change to see
+        found[ROOT_HOOKS] = user_hooks(hooked)
     return found
 
 
@@ -463,6 +470,8 @@ def _hook_tables(root: nn.Module) -> tuple[list, list[str], list[int], list[tupl
     by one ``map``), the tables' lengths now, and ``(index, first key, last key)`` of each
     that is not empty: what :func:`_same_hooks` compares."""
     modules = [m for path, m in root.named_modules() if path for _ in _HOOK_TABLES]
+    hooked = root.__dict__.get("_tb_hooked_root")
+    modules += [hooked] * len(_HOOK_TABLES) if hooked is not None else []
     names = list(_HOOK_TABLES) * (len(modules) // len(_HOOK_TABLES))
     modules += [_module_hooks] * len(GLOBAL_HOOK_TABLES)  # removing one takes no number
     names += GLOBAL_HOOK_TABLES
@@ -544,6 +553,11 @@ class TracedModule(nn.Module, _Traced):
             program.module_modes,
             _same_in_both(program),
         )
+        # The module traced, where its own hooks ran inside the recording: the graph
+        # holds what they did, so they are watched as a sub-module's are (prober20b F10:
+        # a root's input-scaling hook removed after tracing went on being applied).
+        if original is not None and any(user_hooks(original)):
+            self.__dict__["_tb_hooked_root"] = original
         # The sub-modules' hooks the graphs were traced with (see the note on hooks); the
         # global ones only for a trace made now (a loaded graph holds none of their work)
         hooks = _child_hooks(self)
@@ -658,6 +672,15 @@ class TracedModule(nn.Module, _Traced):
                     "graph holds what the hooks at trace time did to each sub-module's "
                     "result and never runs them on sub-modules itself. Trace again with the "
                     "hooks you want in place"
+                )
+            if changed[0] == ROOT_HOOKS:
+                raise TraceError(
+                    f"the module this was traced from ({type(self._tb_hooked_root).__name__})"
+                    " has other hooks than when it was traced (a forward hook registered or "
+                    "removed since): its hooks ran inside the recording, so the graph holds "
+                    "what they did then and never runs them. Trace again with the hooks in "
+                    "place, or register hooks on the traced module itself (its own hooks run "
+                    "on every call)"
                 )
             raise TraceError(
                 f"sub-module {changed[0]!r} of this traced module has other hooks than when "

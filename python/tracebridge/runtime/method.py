@@ -262,6 +262,9 @@ class Method:
                     raise
                 except Exception as again:
                     raise support.op_failed(self.name, again, self.from_file) from again
+            changed = support.changed_state(self.name, self.graph, self._slots, exc)
+            if changed is not None:
+                raise changed from exc
             # Any op may fail on what a file asks for; callers catch TraceError for all.
             raise support.op_failed(self.name, exc, self.from_file) from exc
 

@@ -28,6 +28,7 @@ from . import (
     autocast_state,
     cache_values,
     carried_reads,
+    global_effects,
     module_memos,
     numpy_generators,
     own_hooks,
@@ -428,6 +429,7 @@ def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: boo
             _note_where(exc)
             raise
         _refuse_caught_failures(tracer)
+        global_effects.refuse_put_back_states(tracer)
         # Text made from traced numbers that is returned is the example's: its numbers
         # are guarded (prober17: it reached the graph as an object no file can hold)
         result = _fixed_texts(result)
