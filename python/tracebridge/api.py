@@ -31,13 +31,14 @@ from .ir.ops import VARIADIC_OUTPUTS
 from .ir.printer import graph_text
 from .ir.program import hoist_subgraphs, subgraph_names
 from .progress import stage, state_nbytes, track
-from .runtime import Method, state_changes, support, torchvision_ops
+from .runtime import Method, generators, state_changes, support, torchvision_ops
 from .runtime import frozen as frozen_state
+from .runtime.generators import Slots
 from .runtime.method import Specialised, as_recorded, for_mode, guards_active
 from .runtime.module_tree import ModesWatch, TreeWatch, mode_reading_paths
 from .runtime.shapes import symbolize
 from .runtime.transaction import state_replaced, transactional
-from .trace import autocast, cache_values, called_modules
+from .trace import autocast, cache_values, called_modules, torch_generators
 from .trace.capture import bound_method as _bound
 from .trace.capture import (
     capture,
@@ -107,7 +108,7 @@ class _Traced:
             self._methods[name] = transactional(method, graphs[name], slots, graphs)
         for name, others in self.program.specialised.items():
             chain = [self._methods[name]] + [self._methods[o] for o in others]
-            self._methods[name] = Specialised(chain)
+            self._methods[name] = Specialised(chain, slots)
 
     @property
     def guards(self) -> list[str]:
@@ -206,7 +207,8 @@ class TracedFunction(_Traced):
         self.program = program
         self.__name__ = name
         self._constants = {k: e.tensor for k, e in program.state.items()}
-        self._make_methods({k: (self._constants, k) for k in self._constants}, runtime)
+        self._generators = dict(program.generators)  # the code's own, or a file's copies
+        self._make_methods(self._state_slots(), runtime)
         self._chain_specialisations()
         self._forward = self._methods["forward"]
 
@@ -236,7 +238,10 @@ class TracedFunction(_Traced):
         return self.graph
 
     def _state_slots(self) -> dict:
-        return {k: (self._constants, k) for k in self._constants}
+        return Slots(
+            {k: (self._constants, k) for k in self._constants},
+            {k: (self._generators, k) for k in self._generators},
+        )
 
     def _program_for_saving(self) -> Program:
         self.program.state = {
@@ -529,6 +534,10 @@ class TracedModule(nn.Module, _Traced):
         self.program = program
         self._class_name = program.module_classes.get("", "Module")
         self._tb_constants: dict[str, torch.Tensor] = {}
+        # The generators the graphs draw from that no module of the tree holds as an
+        # attribute (a global's), and the tree whose attributes hold the others
+        self._tb_generators: dict[str, torch.Generator] = {}
+        self.__dict__["_tb_generator_root"] = original if original is not None else self
         if original is not None:
             self._share(original)
         else:
@@ -774,6 +783,11 @@ class TracedModule(nn.Module, _Traced):
                 )
             else:
                 module.register_buffer(leaf, entry.tensor, persistent=entry.persistent)
+        # Each generator where the original held it (``noise.g``), a global's on the root
+        # (``generator0``): the graphs draw from these very objects (runtime/generators.py)
+        for name, generator in program.generators.items():
+            module, leaf = self._shown_owner(program, name)
+            module.__dict__[leaf] = generator
         # A tied tensor under its other names too (a language model's output layer sharing
         # the embedding's matrix), the same object, as the original holds it: state_dict()
         # and load_state_dict() then take the original's keys. A name that something of
@@ -836,7 +850,12 @@ class TracedModule(nn.Module, _Traced):
         return self._slots()
 
     def _slots(self) -> dict:
-        slots = {}
+        found = self.__dict__.get("_tb_generator_slots")
+        if found is None:  # (where each generator is: decided once, by identity)
+            root, own = self.__dict__["_tb_generator_root"], self._tb_generators
+            found = generators.module_slots(root, self.program.generators, own)
+            self.__dict__["_tb_generator_slots"] = found
+        slots = Slots({}, found)
         for name, entry in self.program.state.items():
             if entry.kind == "constant":
                 slots[name] = (self._tb_constants, name)
@@ -981,6 +1000,7 @@ class TracedModule(nn.Module, _Traced):
             state[name] = StateEntry(entry.kind, table[key], entry.persistent)
         self.program.state = state
         self.program.training = self.training
+        self.program.generators = generators.current(slots.generators)
         return self.program
 
 
@@ -1149,7 +1169,12 @@ def trace(
     kept_buffers = called_modules.KeptBuffers(called)
     try:
         stage("size-1 variants")
-        program = Program(kind="function", methods={"forward": graph}, state=constants)
+        program = Program(
+            kind="function",
+            methods={"forward": graph},
+            state=constants,
+            generators=torch_generators.used(),
+        )
         _add_specialisations(
             program, "forward", specialisations(graph, args, kwargs, run_eager, retrace)
         )
@@ -1474,6 +1499,7 @@ def record_module(
         mode_bound=mode_bound,
         module_modes=module_modes,
         aliases=_tied_names(mod, index, state),
+        generators=torch_generators.used(),
     )
     for graph_name, name, mode, args, kwargs in recorded:
         stage(f"size-1 variants of {graph_name}")
