@@ -997,7 +997,16 @@ class TracedModule(nn.Module, _Traced):
         state = {}
         for name, entry in self.program.state.items():
             table, key = slots[name]
-            state[name] = StateEntry(entry.kind, table[key], entry.persistent)
+            tensor = table.get(key)
+            if not isinstance(tensor, torch.Tensor):
+                now = "is gone from its module" if key not in table else "is None now"
+                raise TraceError(
+                    f"cannot save: the state entry {name!r} that the traced program reads "
+                    f"{now} (changed since tracing: weight_norm or pruning applied or "
+                    "removed, a parameter set to None...); the trace holds the model as it "
+                    "was: trace again after the change, then save"
+                )
+            state[name] = StateEntry(entry.kind, tensor, entry.persistent)
         self.program.state = state
         self.program.training = self.training
         self.program.generators = generators.current(slots.generators)

@@ -1,6 +1,7 @@
 """A state entry removed or set to None after tracing: every call names it and says to
 trace again, with and without autograd (runtime/support.py, changed_state)."""
 
+import io
 import warnings
 
 import pytest
@@ -9,7 +10,7 @@ from torch import nn
 from torch.nn.utils import prune
 
 import tracebridge
-from tracebridge.errors import OpError
+from tracebridge.errors import OpError, TraceError
 
 
 @pytest.mark.parametrize("grad", [False, True])
@@ -53,3 +54,16 @@ def test_a_failure_with_the_state_in_place_still_blames_the_inputs():
     with pytest.raises(Exception) as info:
         traced(torch.randn(2, 4, dtype=torch.float64).to(torch.int64))
     assert "gone from its module" not in str(info.value)
+
+
+@pytest.mark.parametrize("change", ["prune", "bias_none"])
+def test_saving_after_the_state_changed_names_the_entry(change):
+    model = nn.Sequential(nn.Linear(3, 3))
+    traced = tracebridge.trace(model, torch.randn(2, 3))
+    if change == "prune":
+        prune.l1_unstructured(model[0], "weight", 0.5)
+    else:
+        model[0].bias = None
+    name, now = ("'0.weight'", "gone") if change == "prune" else ("'0.bias'", "None now")
+    with pytest.raises(TraceError, match=f"cannot save: the state entry {name} .* {now}"):
+        traced.save(io.BytesIO())
