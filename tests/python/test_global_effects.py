@@ -45,6 +45,7 @@ def test_a_state_put_back_where_the_code_draws_is_refused(check_trace):
     with pytest.raises(UnsupportedOpError) as info:
         tracebridge.trace(put_back, torch.zeros(3), check_trace=check_trace)
     assert f"torch.set_rng_state at {_line(put_back, 'the put-back')}" in str(info.value)
+    assert "random generator" in str(info.value)
 
 
 def test_a_disabled_fork_and_a_put_back_without_draws_trace_and_stay_right():
@@ -130,3 +131,40 @@ def test_tracebridges_own_put_backs_around_an_autograd_function_are_not_the_code
     eager = f(x)
     torch.manual_seed(1)
     assert torch.equal(traced(x), eager)
+
+
+def test_the_global_generator_reseeded_through_its_object_is_refused_at_the_next_draw():
+    def reseeded(x):
+        torch.default_generator.manual_seed(1)
+        return x + torch.rand_like(x)  # the draw
+
+    with pytest.raises(UnsupportedOpError) as info:
+        tracebridge.trace(reseeded, torch.zeros(3), check_trace=False)
+    where = _line(reseeded, "the draw")
+    assert f"global random generator before the draw at {where}" in str(info.value)
+
+
+def test_a_state_set_where_it_already_stood_changes_nothing_and_traces():
+    def kept(x):
+        torch.default_generator.set_state(torch.default_generator.get_state())
+        return x + torch.rand_like(x)
+
+    x = torch.zeros(3)
+    traced = tracebridge.trace(kept, x)
+    torch.manual_seed(2)
+    eager = kept(x)
+    torch.manual_seed(2)
+    assert torch.equal(traced(x), eager)
+
+
+def test_attention_dropout_between_draws_is_a_draw_not_a_reseed():
+    def noisy(q):
+        a = torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.5)
+        return a + torch.rand_like(a)
+
+    q = torch.rand(1, 2, 4, 8)
+    traced = tracebridge.trace(noisy, q, check_trace=False)
+    torch.manual_seed(3)
+    eager = noisy(q)
+    torch.manual_seed(3)
+    assert torch.equal(traced(q), eager)

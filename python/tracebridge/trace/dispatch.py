@@ -262,7 +262,7 @@ class Dispatcher:
             self._descending.pop()
 
     def record(self, name: str, func, args: tuple, kwargs: dict):
-        if name in opset.RANDOM_OPS:  # its generator's state is watched around the draw
+        if name in opset.RANDOM_OPS or name in opset.RANDOM_WHEN:  # watched around the draw
             with torch_generators.drawing(args, kwargs, self.location()):
                 return self._record(name, func, args, kwargs)
         return self._record(name, func, args, kwargs)

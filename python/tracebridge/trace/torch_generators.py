@@ -29,6 +29,7 @@ import torch
 from ..errors import UnsupportedOpError
 from ..ir import GeneratorRef
 from . import numpy_generators
+from .helpers import active_tracer
 
 
 @dataclass
@@ -42,6 +43,10 @@ class Kept:
     # While a recording runs: id -> each generator's state after the last draw the
     # trace recorded from it (or as the recording began): see :func:`recording`
     last: dict[int, torch.Tensor] | None = None
+    # ... and the CPU global generator's state after the last draw from it (see
+    # :func:`_same_global_state`), with whether the recording drew from it at all
+    global_last: torch.Tensor | None = None
+    global_drawn: bool = False
 
 
 # One per trace under way (a trace inside a trace, R's nested calls, stacks them).
@@ -204,10 +209,11 @@ def recording():
     """Run one recording: the kept generators start from a moved state and every state
     the code sets on one is refused (see the Note above)."""
     kept = _TRACES[-1] if _TRACES else None
-    if kept is None or not kept.names or kept.last is not None:
+    if kept is None or kept.last is not None:
         yield
         return
-    kept.last = {}
+    kept.last, kept.global_drawn = {}, False
+    kept.global_last = torch.default_generator.get_state()
     with torch._C.DisableTorchFunction():
         for _, generator, _ in kept.names.values():
             torch.empty(1, device=generator.device).uniform_(generator=generator)
@@ -216,8 +222,10 @@ def recording():
         yield
         for _, generator, label in kept.names.values():
             _same_as_drawn(kept, generator, label, "after its last draw")
+        if kept.global_drawn:
+            _same_global_state(kept, "after its last draw")
     finally:
-        kept.last = None
+        kept.last = kept.global_last = None
 
 
 @contextlib.contextmanager
@@ -232,9 +240,51 @@ def drawing(args: tuple, kwargs: dict, where: str | None):
                 watched.append(kept.names[id(value)])
     for _, generator, label in watched:
         _same_as_drawn(kept, generator, label, f"before the draw at {where or '?'}")
+    from_global = kept is not None and kept.last is not None and _draws_globally(args, kwargs)
+    if from_global:
+        _same_global_state(kept, f"before the draw at {where or '?'}")
     yield
     for _, generator, _ in watched:
         kept.last[id(generator)] = generator.get_state()
+    if from_global:
+        kept.global_last, kept.global_drawn = torch.default_generator.get_state(), True
+
+
+def _draws_globally(args: tuple, kwargs: dict) -> bool:
+    """Whether a random op draws from the CPU global generator: no generator named (or
+    that one), and no CUDA tensor among its arguments (a CUDA op draws from its device's
+    generator, whose seeding is refused: trace/global_effects.py)."""
+    generator = kwargs.get("generator")
+    if generator is None:
+        generator = next((a for a in args if type(a) is torch.Generator), None)
+    if generator is not None and generator is not torch.default_generator:
+        return False
+    tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    if any(t.is_cuda for t in tensors):
+        return False
+    device = kwargs.get("device")
+    return device is None or torch.device(device).type == "cpu"
+
+
+def _same_global_state(kept: Kept, when: str) -> None:
+    """Refuse where the CPU global generator is not as the recorded draws left it: code
+    that reseeds or puts it back through ``torch.default_generator`` (its methods reach
+    no torch function mode, and no function to replace), or an op that draws without
+    being known to (then the trace could not repeat it either)."""
+    if _equal(torch.default_generator.get_state(), kept.global_last):
+        return
+    tracer = active_tracer()
+    put_back = getattr(tracer, "rng_put_back", None)
+    if put_back:  # the code's own torch.set_rng_state: named where it was called
+        when = f"with torch.set_rng_state at {put_back[0] or '?'}, {when}"
+    raise UnsupportedOpError(
+        f"the traced code sets the state of torch's global random generator {when} "
+        "(torch.default_generator.manual_seed, set_state or seed, or an op that draws "
+        "random numbers where tracebridge does not know it does): a trace records the "
+        "random ops, not a state set on the generator, so every call would draw other "
+        "numbers than the code. Seed outside the call (before calling the traced "
+        "module), or pass the noise in as an input"
+    )
 
 
 def _same_as_drawn(kept: Kept, generator, label: str, when: str) -> None:
