@@ -28,6 +28,7 @@ from . import (
     autocast_state,
     cache_values,
     carried_reads,
+    input_containers,
     module_memos,
     numpy_generators,
     own_hooks,
@@ -353,6 +354,8 @@ def capture(
         args, kwargs = pytree.unflatten(leaves, graph.in_spec)
     for leaf, name in zip(leaves, leaf_names(graph.arg_names, args, kwargs)):
         tracer.add_input(leaf, name)
+    containers = input_containers.Watched(args, kwargs, graph.arg_names)
+    layouts = input_containers.Layouts(leaves)
     try:
         generators = numpy_generators.states()
         # the dicts its module's methods fill as memos (forward is traced as the module)
@@ -360,13 +363,24 @@ def capture(
         memos = module_memos.watch(owner)
         with tracer.warnings_held():
             graph = _record(tracer, fn, args, kwargs, strict)
+        containers.refuse_changes(names_from or fn, _function_name(names_from or fn), tracer)
         numpy_generators.refuse_draws(generators)
         tracer.memo_tables.check(tracer)
         module_memos.check(tracer, memos)
         return graph
     finally:
+        containers.restore()
+        layouts.restore()
         tracer.memo_tables.restore()
         cache_values.restore(tracer.caches_used)
+
+
+def _function_name(fn: Callable) -> str:
+    """How a message names the traced function: ``forward`` for a module."""
+    if isinstance(fn, torch.nn.Module):
+        return "forward"
+    name = getattr(fn, "__name__", None)
+    return f"{name}()" if name and name.isidentifier() else "the traced function"
 
 
 def _fixed_texts(result):
