@@ -375,6 +375,14 @@ def capture(
         cache_values.restore(tracer.caches_used)
 
 
+def _module_of(fn: Callable) -> torch.nn.Module | None:
+    """The module a recording runs a method of (a module: itself), or None."""
+    if isinstance(fn, torch.nn.Module):
+        return fn
+    owner = getattr(fn, "__self__", None)
+    return owner if isinstance(owner, torch.nn.Module) else None
+
+
 def _function_name(fn: Callable) -> str:
     """How a message names the traced function: ``forward`` for a module."""
     if isinstance(fn, torch.nn.Module):
@@ -408,6 +416,7 @@ def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: boo
         stand_ins_in_modules_of(fn),
         rebound_buffers.watched(tracer) as rebound,
         own_hooks.global_hooks_skip(fn if isinstance(fn, torch.nn.Module) else None),
+        own_hooks.backward_hooks_set_aside(_module_of(fn)),
         carried_reads.watched(tracer),
     ):
         autocast_state.ambient_guards(tracer)
