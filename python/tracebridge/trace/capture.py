@@ -29,6 +29,7 @@ from . import (
     cache_values,
     carried_reads,
     global_effects,
+    input_containers,
     module_memos,
     numpy_generators,
     own_hooks,
@@ -371,6 +372,8 @@ def capture(
         args, kwargs = pytree.unflatten(leaves, graph.in_spec)
     for leaf, name in zip(leaves, leaf_names(graph.arg_names, args, kwargs)):
         tracer.add_input(leaf, name)
+    containers = input_containers.Watched(args, kwargs, graph.arg_names)
+    layouts = input_containers.Layouts(leaves)
     try:
         generators = numpy_generators.states()
         # the dicts its module's methods fill as memos (forward is traced as the module)
@@ -378,13 +381,32 @@ def capture(
         memos = module_memos.watch(owner)
         with tracer.warnings_held(), torch_generators.recording():
             graph = _record(tracer, fn, args, kwargs, strict)
+        containers.refuse_changes(names_from or fn, _function_name(names_from or fn), tracer)
         numpy_generators.refuse_draws(generators)
         tracer.memo_tables.check(tracer)
         module_memos.check(tracer, memos)
         return graph
     finally:
+        containers.restore()
+        layouts.restore()
         tracer.memo_tables.restore()
         cache_values.restore(tracer.caches_used)
+
+
+def _module_of(fn: Callable) -> torch.nn.Module | None:
+    """The module a recording runs a method of (a module: itself), or None."""
+    if isinstance(fn, torch.nn.Module):
+        return fn
+    owner = getattr(fn, "__self__", None)
+    return owner if isinstance(owner, torch.nn.Module) else None
+
+
+def _function_name(fn: Callable) -> str:
+    """How a message names the traced function: ``forward`` for a module."""
+    if isinstance(fn, torch.nn.Module):
+        return "forward"
+    name = getattr(fn, "__name__", None)
+    return f"{name}()" if name and name.isidentifier() else "the traced function"
 
 
 def _fixed_texts(result):
@@ -412,6 +434,7 @@ def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: boo
         stand_ins_in_modules_of(fn),
         rebound_buffers.watched(tracer) as rebound,
         own_hooks.global_hooks_skip(fn if isinstance(fn, torch.nn.Module) else None),
+        own_hooks.backward_hooks_set_aside(_module_of(fn)),
         carried_reads.watched(tracer),
     ):
         autocast_state.ambient_guards(tracer)
