@@ -540,6 +540,10 @@ def _backward_hooks(root: nn.Module, hooks: dict) -> tuple[str, ...]:
     for path, tables in hooks.items():
         if path == GLOBAL:
             words = _backward_words(None, tables, "every module (global)")
+        elif path == ROOT_HOOKS:
+            original = root.__dict__["_tb_hooked_root"]
+            owner = f"the module it was traced from ({type(original).__name__})"
+            words = _backward_words(original, tables, owner)
         else:
             words = _backward_words(root.get_submodule(path), tables, f"sub-module {path!r}")
         if words:

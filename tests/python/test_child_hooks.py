@@ -201,3 +201,14 @@ def test_hooks_added_to_a_module_traced_without_any_are_its_own_business():
     x = torch.rand(2, 4)
     net.register_forward_hook(lambda mod, args, out: out * 0)  # hooks of net, not the trace
     torch.testing.assert_close(traced(x), net.forward(x))  # forward, without net's hooks
+
+
+def test_a_backward_hook_of_the_module_traced_raises_at_backward_naming_it():
+    net = _net()
+    net.register_full_backward_pre_hook(lambda mod, grad: (grad[0].clamp(-0.01, 0.01),))
+    traced = tracebridge.trace(net, torch.rand(3, 4))
+    x = torch.rand(2, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(traced(x), net(x))  # served without autograd
+    with pytest.raises(TraceError, match=r"module it was traced from \(Sequential\)"):
+        traced(x).sum().backward()
