@@ -63,8 +63,9 @@ from . import ops_schema
 # precision, deterministic algorithms, torch.cuda.is_available()...), each a constant of
 # the trace before; and whether a tensor is on a device type (prim.is_device_type:
 # ``x.is_cuda``, ``x.device.type == "cpu"``), a constant of the trace before; math's float
-# functions of traced numbers (scalar.sin, scalar.atan2, ...), baked before. See SINCE.
-OPSET_VERSION = 9
+# functions of traced numbers (scalar.sin, scalar.atan2, ...), baked before. 10: the
+# dtypes uint16/32/64, the float8 dtypes and complex32 (ir/dtypes.py). See SINCE.
+OPSET_VERSION = 10
 
 # --- the op set, by family ----------------------------------------------------------------
 # Each name is a canonical name; see the module Note. Order inside a family is alphabetical.
