@@ -266,3 +266,41 @@ def test_crafted_files_naming_opset10_ops_are_refused_where_they_are_wrong(attac
         if name.startswith(("put:", "index_reduce:")):
             assert outcome["stage"] == "call", (name, outcome)
             assert "out of range" in outcome["message"], (name, outcome)
+
+
+GRADIENT_CASES = {
+    "pdist": lambda x: F.pdist(x).sum(),
+    "fill_diagonal_": lambda x: (x @ x.T).fill_diagonal_(0.5).exp().sum(),
+    "put_": lambda x: x.clone().put_(torch.tensor([0, 3]), x[0, :2] * 3, accumulate=True).sum(),
+    "index_reduce_": lambda x: (
+        x.clone().index_reduce_(0, torch.tensor([0, 1, 0]), x[:3] * 2, "amax").sum()
+    ),
+    "gradient": lambda x: torch.gradient(x, dim=0)[0].pow(2).sum(),
+    "pad_sequence": lambda x: nn.utils.rnn.pad_sequence([x, x[:2] * 2]).pow(2).sum(),
+    "special.erfcx": lambda x: torch.special.erfcx(x).sum(),
+    "hann_window": lambda x: (x * torch.hann_window(x.shape[1], dtype=x.dtype)).sum(),
+}
+
+
+@pytest.mark.filterwarnings("ignore:index_reduce")
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("name", GRADIENT_CASES)
+def test_gradients_through_the_new_ops_are_eagers(name, runtime):
+    fn = GRADIENT_CASES[name]
+    again = reloaded(tracebridge.trace(fn, torch.randn(4, 3, requires_grad=True)), runtime)
+    x = torch.randn(6, 5, requires_grad=True)
+    y = x.detach().clone().requires_grad_()
+    fn(x).backward()
+    again(y).backward()
+    assert torch.equal(x.grad, y.grad), name
+
+
+def test_an_input_written_by_fill_diagonal_is_written_as_eager_writes_it():
+    def fn(x):
+        return x.fill_diagonal_(7.0).sum()
+
+    again = reloaded(tracebridge.trace(fn, torch.randn(3, 3)), "codegen")
+    a = torch.randn(4, 4)
+    b = a.clone()
+    assert torch.equal(again(b), fn(a))
+    assert torch.equal(a, b)

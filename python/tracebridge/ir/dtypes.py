@@ -51,7 +51,9 @@ TABLE: tuple[DType, ...] = (
     DType("float8_e5m2fnuz", "f8e5m2fnuz", "F8_E5M2FNUZ", 1, "floating", torch.float8_e5m2fnuz),
     DType("complex32", "c32", None, 4, "complex", torch.complex32),
 )
-# The dtypes op-set 10 added: a file of an older op-set version names none of them.
+# The op-set version each dtype appeared in, for those added after the first (as ops.py's
+# SINCE for ops); dtypes.json carries it as ``since`` on those rows. A file of an older
+# op-set version names none of them: its writer knew no such dtype.
 SINCE = {
     name: 10
     for name in "uint16 uint32 uint64 float8_e4m3fn float8_e5m2 float8_e4m3fnuz "
@@ -101,6 +103,7 @@ def to_json() -> dict:
             "safetensors": d.safetensors,
             "itemsize": d.itemsize,
             "kind": d.kind,
+            **({"since": SINCE[d.name]} if d.name in SINCE else {}),
         }
         for d in TABLE
     }
