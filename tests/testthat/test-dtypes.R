@@ -32,3 +32,15 @@ test_that("a Python-made artifact with float8 state and a uint16 input loads in 
   want <- reticulate::py_eval("f8_want.tolist()")
   expect_equal(as_array(loaded(ids)), do.call(rbind, want))
 })
+
+test_that("a float8 result reaches R as its values, widened exactly", {
+  skip_if_no_torch()
+  path <- tempfile(fileext = ".tb")
+  reticulate::py_run_string(paste(sep = "\n",
+    "import torch, tracebridge",
+    sprintf("tracebridge.trace(lambda x: (x * 2).to(torch.float8_e4m3fn), torch.ones(3)).save(%s)",
+            deparse(path))
+  ))
+  loaded <- jit_load(path)
+  expect_equal(as.numeric(as_array(loaded(torch_tensor(c(0.25, -1.5, 3))))), c(0.5, -3, 6))
+})
