@@ -31,13 +31,14 @@ from .ir.ops import VARIADIC_OUTPUTS
 from .ir.printer import graph_text
 from .ir.program import hoist_subgraphs, subgraph_names
 from .progress import stage, state_nbytes, track
-from .runtime import Method, state_changes, torchvision_ops
+from .runtime import Method, generators, state_changes, support, torchvision_ops
 from .runtime import frozen as frozen_state
+from .runtime.generators import Slots
 from .runtime.method import Specialised, as_recorded, for_mode, guards_active
 from .runtime.module_tree import ModesWatch, TreeWatch, mode_reading_paths
 from .runtime.shapes import symbolize
 from .runtime.transaction import state_replaced, transactional
-from .trace import autocast, cache_values, called_modules
+from .trace import autocast, cache_values, called_modules, torch_generators
 from .trace.capture import bound_method as _bound
 from .trace.capture import (
     capture,
@@ -107,7 +108,7 @@ class _Traced:
             self._methods[name] = transactional(method, graphs[name], slots, graphs)
         for name, others in self.program.specialised.items():
             chain = [self._methods[name]] + [self._methods[o] for o in others]
-            self._methods[name] = Specialised(chain)
+            self._methods[name] = Specialised(chain, slots)
 
     @property
     def guards(self) -> list[str]:
@@ -206,7 +207,8 @@ class TracedFunction(_Traced):
         self.program = program
         self.__name__ = name
         self._constants = {k: e.tensor for k, e in program.state.items()}
-        self._make_methods({k: (self._constants, k) for k in self._constants}, runtime)
+        self._generators = dict(program.generators)  # the code's own, or a file's copies
+        self._make_methods(self._state_slots(), runtime)
         self._chain_specialisations()
         self._forward = self._methods["forward"]
 
@@ -236,7 +238,10 @@ class TracedFunction(_Traced):
         return self.graph
 
     def _state_slots(self) -> dict:
-        return {k: (self._constants, k) for k in self._constants}
+        return Slots(
+            {k: (self._constants, k) for k in self._constants},
+            {k: (self._generators, k) for k in self._generators},
+        )
 
     def _program_for_saving(self) -> Program:
         self.program.state = {
@@ -438,6 +443,10 @@ def _named_methods(program: Program) -> frozenset[str]:
     return frozenset((set(program.methods) | set(program.dispatch)) - _variant_names(program))
 
 
+# The entry of the module traced among the sub-modules' hooks (its path, "", as the root)
+ROOT_HOOKS = ""
+
+
 def _child_hooks(root: nn.Module) -> dict[str, tuple]:
     """The module hooks of each sub-module (not ``root``'s own) that has any: path -> the
     hooks' numbers, by kind (not those its traced code installs itself: trace/own_hooks.py);
@@ -450,6 +459,9 @@ def _child_hooks(root: nn.Module) -> dict[str, tuple]:
             hooks = user_hooks(module)
             if any(hooks):
                 found[path] = hooks
+    hooked = root.__dict__.get("_tb_hooked_root")
+    if hooked is not None:  # kept even where none is left: that is the change to see
+        found[ROOT_HOOKS] = user_hooks(hooked)
     return found
 
 
@@ -458,6 +470,8 @@ def _hook_tables(root: nn.Module) -> tuple[list, list[str], list[int], list[tupl
     by one ``map``), the tables' lengths now, and ``(index, first key, last key)`` of each
     that is not empty: what :func:`_same_hooks` compares."""
     modules = [m for path, m in root.named_modules() if path for _ in _HOOK_TABLES]
+    hooked = root.__dict__.get("_tb_hooked_root")
+    modules += [hooked] * len(_HOOK_TABLES) if hooked is not None else []
     names = list(_HOOK_TABLES) * (len(modules) // len(_HOOK_TABLES))
     modules += [_module_hooks] * len(GLOBAL_HOOK_TABLES)  # removing one takes no number
     names += GLOBAL_HOOK_TABLES
@@ -520,6 +534,10 @@ class TracedModule(nn.Module, _Traced):
         self.program = program
         self._class_name = program.module_classes.get("", "Module")
         self._tb_constants: dict[str, torch.Tensor] = {}
+        # The generators the graphs draw from that no module of the tree holds as an
+        # attribute (a global's), and the tree whose attributes hold the others
+        self._tb_generators: dict[str, torch.Generator] = {}
+        self.__dict__["_tb_generator_root"] = original if original is not None else self
         if original is not None:
             self._share(original)
         else:
@@ -535,6 +553,11 @@ class TracedModule(nn.Module, _Traced):
             program.module_modes,
             _same_in_both(program),
         )
+        # The module traced, where its own hooks ran inside the recording: the graph
+        # holds what they did, so they are watched as a sub-module's are (prober20b F10:
+        # a root's input-scaling hook removed after tracing went on being applied).
+        if original is not None and any(user_hooks(original)):
+            self.__dict__["_tb_hooked_root"] = original
         # The sub-modules' hooks the graphs were traced with (see the note on hooks); the
         # global ones only for a trace made now (a loaded graph holds none of their work)
         hooks = _child_hooks(self)
@@ -637,6 +660,7 @@ class TracedModule(nn.Module, _Traced):
             # since runs on the module's own result only (README, "Hooks")
             hooks.pop(GLOBAL, None)
         if hooks != found["_tb_hooks"]:
+            self._refuse_changed_state()  # weight_norm's removal takes its hook with it
             changed = sorted(
                 path
                 for path in set(hooks) | set(found["_tb_hooks"])
@@ -650,6 +674,15 @@ class TracedModule(nn.Module, _Traced):
                     "result and never runs them on sub-modules itself. Trace again with the "
                     "hooks you want in place"
                 )
+            if changed[0] == ROOT_HOOKS:
+                raise TraceError(
+                    f"the module this was traced from ({type(self._tb_hooked_root).__name__})"
+                    " has other hooks than when it was traced (a forward hook registered or "
+                    "removed since): its hooks ran inside the recording, so the graph holds "
+                    "what they did then and never runs them. Trace again with the hooks in "
+                    "place, or register hooks on the traced module itself (its own hooks run "
+                    "on every call)"
+                )
             raise TraceError(
                 f"sub-module {changed[0]!r} of this traced module has other hooks than when "
                 "it was traced (a forward or backward hook registered or removed since): the "
@@ -658,6 +691,16 @@ class TracedModule(nn.Module, _Traced):
                 "the traced module itself (its own hooks run on every call)"
             )
         self._remember_hooks(stamp)
+
+    def _refuse_changed_state(self) -> None:
+        """Raise where a state entry a traced method reads is gone or no tensor now: the
+        cause a changed hook table often comes with (``remove_weight_norm``,
+        ``prune.remove`` remove a hook and the state it computed from), and the one to
+        name."""
+        for name, method in self._methods.items():
+            changed = support.changed_state(name, method.graph, method._slots, None)
+            if changed is not None:
+                raise changed
 
     def _remember_hooks(self, stamp: int | None = None) -> None:
         """Keep the hook counter and the lengths of the hook tables of the sub-modules
@@ -740,6 +783,11 @@ class TracedModule(nn.Module, _Traced):
                 )
             else:
                 module.register_buffer(leaf, entry.tensor, persistent=entry.persistent)
+        # Each generator where the original held it (``noise.g``), a global's on the root
+        # (``generator0``): the graphs draw from these very objects (runtime/generators.py)
+        for name, generator in program.generators.items():
+            module, leaf = self._shown_owner(program, name)
+            module.__dict__[leaf] = generator
         # A tied tensor under its other names too (a language model's output layer sharing
         # the embedding's matrix), the same object, as the original holds it: state_dict()
         # and load_state_dict() then take the original's keys. A name that something of
@@ -802,7 +850,12 @@ class TracedModule(nn.Module, _Traced):
         return self._slots()
 
     def _slots(self) -> dict:
-        slots = {}
+        found = self.__dict__.get("_tb_generator_slots")
+        if found is None:  # (where each generator is: decided once, by identity)
+            root, own = self.__dict__["_tb_generator_root"], self._tb_generators
+            found = generators.module_slots(root, self.program.generators, own)
+            self.__dict__["_tb_generator_slots"] = found
+        slots = Slots({}, found)
         for name, entry in self.program.state.items():
             if entry.kind == "constant":
                 slots[name] = (self._tb_constants, name)
@@ -944,9 +997,19 @@ class TracedModule(nn.Module, _Traced):
         state = {}
         for name, entry in self.program.state.items():
             table, key = slots[name]
-            state[name] = StateEntry(entry.kind, table[key], entry.persistent)
+            tensor = table.get(key)
+            if not isinstance(tensor, torch.Tensor):
+                now = "is gone from its module" if key not in table else "is None now"
+                raise TraceError(
+                    f"cannot save: the state entry {name!r} that the traced program reads "
+                    f"{now} (changed since tracing: weight_norm or pruning applied or "
+                    "removed, a parameter set to None...); the trace holds the model as it "
+                    "was: trace again after the change, then save"
+                )
+            state[name] = StateEntry(entry.kind, tensor, entry.persistent)
         self.program.state = state
         self.program.training = self.training
+        self.program.generators = generators.current(slots.generators)
         return self.program
 
 
@@ -1115,7 +1178,12 @@ def trace(
     kept_buffers = called_modules.KeptBuffers(called)
     try:
         stage("size-1 variants")
-        program = Program(kind="function", methods={"forward": graph}, state=constants)
+        program = Program(
+            kind="function",
+            methods={"forward": graph},
+            state=constants,
+            generators=torch_generators.used(),
+        )
         _add_specialisations(
             program, "forward", specialisations(graph, args, kwargs, run_eager, retrace)
         )
@@ -1440,6 +1508,7 @@ def record_module(
         mode_bound=mode_bound,
         module_modes=module_modes,
         aliases=_tied_names(mod, index, state),
+        generators=torch_generators.used(),
     )
     for graph_name, name, mode, args, kwargs in recorded:
         stage(f"size-1 variants of {graph_name}")

@@ -162,6 +162,8 @@ KIND_WORDS = {
     "lists of these",
     "data": "nested lists or tuples of numbers (torch.tensor's data)",
     "any": "any literal (guard expectations)",
+    "generator": "a generator literal ({'generator': NAME} with a name of the program's "
+    "generators): the generator a random op draws from",
 }
 
 

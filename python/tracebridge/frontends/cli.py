@@ -187,6 +187,10 @@ def _inspect_text(path: str, doc: dict, program: Program, show_graphs: bool) -> 
             short = DTYPE_SHORT.get(info["dtype"], info["dtype"])
             dims = ", ".join(str(d) for d in info["shape"])
             w(printable(f"  {info['kind']:<10} {name:<{width}}  {short}[{dims}]") + "\n")
+    generators = doc.get("generators") or {}
+    if generators:  # what the random ops draw from (SPEC section 9, Generators)
+        listed = ", ".join(f"{n} ({g['device']})" for n, g in generators.items())
+        w(printable(f"generators: {listed}") + "\n")
     _compiled_text(doc, w)
     for name, graph in program.methods.items():
         guards = guard_rows(graph)

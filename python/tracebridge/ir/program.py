@@ -48,6 +48,16 @@ class Ref:
     id: int
 
 
+@dataclass(frozen=True)
+class GeneratorRef:
+    """A reference, inside a random op's arguments, to a ``torch.Generator`` the program
+    keeps (``Program.generators``) by name: ``torch.rand(n, generator=self.g)`` records
+    ``GeneratorRef("g")``. The runtime passes the generator itself, so the graph draws
+    from it as eager code does (shared_ir/SPEC.md, section 9, Generators)."""
+
+    name: str
+
+
 @dataclass
 class Value:
     """A typed SSA value. ``kind`` is ``Tensor`` or a scalar kind; tensors carry a dtype
@@ -175,6 +185,11 @@ class Program:
     # language model's output layer sharing the embedding's matrix): other name -> state
     # name. Binding a checkpoint (load(weights=...)) accepts the tensor under either.
     aliases: dict[str, str] = field(default_factory=dict)
+    # name -> the torch.Generator a random op draws from (``GeneratorRef``): one the traced
+    # module keeps (named by its attribute path, ``noise.g``) or one the traced code
+    # reaches otherwise (a global, a closure's: ``generator0``). In a trace made in this
+    # process they are the code's own objects; in a loaded program, the file's copies.
+    generators: dict[str, torch.Generator] = field(default_factory=dict)
     # Display-only: nothing that runs may depend on it (shared_ir/SPEC.md).
     meta: dict[str, Any] = field(default_factory=dict)
     # Never written: whether this program was read from a file (artifact/archive.py). An
@@ -265,6 +280,8 @@ def _encode_leaf(obj: Any) -> Any:
         return {"layout": str(obj).replace("torch.", "")}
     if isinstance(obj, complex):
         return {"complex": [obj.real, obj.imag]}
+    if isinstance(obj, GeneratorRef):
+        return {"generator": obj.name}
     raise TypeError(f"cannot store a literal of type {type(obj).__name__}: {obj!r}")
 
 
@@ -303,6 +320,8 @@ def decode(data: Any) -> Any:
         return LAYOUTS[body]
     if tag == "complex":
         return complex(*body)
+    if tag == "generator":
+        return GeneratorRef(str(body))
     raise ValueError(f"unknown literal tag {tag!r}")
 
 

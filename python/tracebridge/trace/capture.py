@@ -28,12 +28,14 @@ from . import (
     autocast_state,
     cache_values,
     carried_reads,
+    global_effects,
     module_memos,
     numpy_generators,
     own_hooks,
     param_writes,
     python_state,
     rebound_buffers,
+    torch_generators,
 )
 from .integers import stand_ins_in_modules_of
 from .numbers import number_given_for_tensor
@@ -202,12 +204,20 @@ def numpy_rng_kept(func: Callable | None = None):
     imported: model code may draw from it (a random mask), and tracing with its checks
     runs the code many times where eager use ran it once. (Once per trace, not per
     :func:`preserved` block: reading its state costs about 100 us.) The generators
-    ``func`` keeps are put back too, and a recording that draws from one is refused
-    (trace/numpy_generators.py)."""
+    ``func`` keeps are put back too, and a recording that draws from a numpy one is
+    refused (trace/numpy_generators.py); its random ops may draw from a torch one
+    (trace/torch_generators.py). One search finds both kinds."""
     numpy = sys.modules.get("numpy")
     state = numpy.random.get_state() if numpy is not None else None
+    reached = None
+    if func is not None:
+        kinds = (*numpy_generators.kinds(), torch.Generator)
+        reached = numpy_generators.reachable(func, kinds)
     try:
-        with numpy_generators.kept(func) if func is not None else contextlib.nullcontext():
+        with (
+            numpy_generators.kept(func, reached) if func is not None else contextlib.nullcontext(),
+            torch_generators.kept(func, reached) if func is not None else contextlib.nullcontext(),
+        ):
             yield
     finally:
         if state is not None:
@@ -217,7 +227,7 @@ def numpy_rng_kept(func: Callable | None = None):
 @contextlib.contextmanager
 def preserved(module: torch.nn.Module | None):
     """Run a block and then put back the RNG states (CPU, every CUDA device, Python's
-    global generator), the
+    global generator, the torch generators the traced code keeps), the
     module's attributes, buffers, parameters and modes."""
     rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
@@ -226,6 +236,7 @@ def preserved(module: torch.nn.Module | None):
     # its state costs about 100 times more, and this runs for every recording and check:
     # numpy_rng_kept() puts it back once per trace.)
     py_rng = random.getstate()
+    generators = torch_generators.snapshot()  # the generators the code keeps (self.g)
     saved_buffers, saved_params, modes, flags, attributes, plain = [], [], [], [], [], []
     renormed: list[tuple[torch.Tensor, torch.Tensor]] = []
     reachable = None
@@ -256,6 +267,7 @@ def preserved(module: torch.nn.Module | None):
             _warn_left_changed(failed)
         torch.set_rng_state(rng)
         random.setstate(py_rng)
+        torch_generators.restore(generators)
         if cuda_rng is not None:
             torch.cuda.set_rng_state_all(cuda_rng)
         with torch.no_grad():
@@ -335,7 +347,13 @@ def capture(
     try:
         leaves, graph.in_spec = pytree.flatten((tuple(args), dict(kwargs)), is_tensor)
     except TypeError as exc:
-        raise TraceError(f"example inputs: {exc}") from None
+        hint = ""
+        if "type Generator" in str(exc):
+            hint = (
+                "; a torch.Generator cannot be an input of a trace: keep it as an attribute "
+                "of the module (self.g), whose draws the trace records"
+            )
+        raise TraceError(f"example inputs: {exc}{hint}") from None
     # A parameter or buffer passed as an input is an input: the code may also read it as
     # state (self.w), and by identity the two would be one value. And one tensor passed
     # twice (f(x, x)) is two inputs: by identity, every op on the first read the last,
@@ -358,7 +376,7 @@ def capture(
         # the dicts its module's methods fill as memos (forward is traced as the module)
         owner = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
         memos = module_memos.watch(owner)
-        with tracer.warnings_held():
+        with tracer.warnings_held(), torch_generators.recording():
             graph = _record(tracer, fn, args, kwargs, strict)
         numpy_generators.refuse_draws(generators)
         tracer.memo_tables.check(tracer)
@@ -411,6 +429,7 @@ def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: boo
             _note_where(exc)
             raise
         _refuse_caught_failures(tracer)
+        global_effects.refuse_put_back_states(tracer)
         # Text made from traced numbers that is returned is the example's: its numbers
         # are guarded (prober17: it reached the graph as an object no file can hold)
         result = _fixed_texts(result)
