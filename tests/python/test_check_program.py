@@ -217,7 +217,7 @@ def test_v1_file_naming_a_removed_op_is_refused_with_a_clear_error():
 
 
 def test_writer_writes_the_newest_opset(base):
-    assert base["doc"]["opset_version"] == ops.OPSET_VERSION == 9
+    assert base["doc"]["opset_version"] == ops.OPSET_VERSION == 10
 
 
 # --- SSA, order, specs --------------------------------------------------------------------

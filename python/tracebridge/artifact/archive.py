@@ -45,6 +45,7 @@ from ..ir import (
     OPSET_VERSION,
     Program,
     StateEntry,
+    dtypes,
     graph_from_json,
     graph_to_json,
 )
@@ -83,7 +84,7 @@ def program_to_json(program: Program, language: str | None = None) -> dict:
         "methods": {name: graph_to_json(g) for name, g in program.methods.items()},
         "dispatch": program.dispatch,
         "module_classes": program.module_classes,
-        "state": {name: _state_entry(e) for name, e in program.state.items()},
+        "state": {name: _state_entry(name, e) for name, e in program.state.items()},
         "meta": program.meta,
     }
     if program.mode_bound:
@@ -105,10 +106,10 @@ def program_to_json(program: Program, language: str | None = None) -> dict:
     return doc
 
 
-def _state_entry(entry: StateEntry) -> dict:
+def _state_entry(name: str, entry: StateEntry) -> dict:
     out = {
         "kind": entry.kind,
-        "dtype": DTYPE_NAMES[entry.tensor.dtype],
+        "dtype": dtypes.name_of(entry.tensor.dtype, f"{entry.kind} {name!r}"),
         "shape": list(entry.tensor.shape),
         "requires_grad": bool(entry.tensor.requires_grad),
     }

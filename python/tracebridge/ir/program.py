@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from . import dtypes
 from .dtypes import DTYPE_NAMES, DTYPE_SHORT, DTYPES  # noqa: F401 (re-exported)
 from .ops import OPSET_VERSION  # noqa: F401 (re-exported)
 
@@ -270,7 +271,7 @@ def _encode_leaf(obj: Any) -> Any:
     if obj is Ellipsis:
         return {"ellipsis": True}
     if isinstance(obj, torch.dtype):
-        return {"dtype": DTYPE_NAMES[obj]}
+        return {"dtype": dtypes.name_of(obj, "a dtype argument")}
     if isinstance(obj, torch.device):
         return {"device": str(obj)}
     if isinstance(obj, torch.memory_format):
@@ -416,9 +417,11 @@ def _collect_refs(obj: Any, out: list) -> None:
         out.append(obj)
 
 
-def value_to_json(v: Value) -> dict:
+def value_to_json(v: Value, what: str = "a value of the graph") -> dict:
     data = {"id": v.id, "kind": v.kind}
     if v.kind == "Tensor":
+        if v.dtype not in DTYPES:  # the tracer keeps a dtype the format lacks as torch's name
+            dtypes.name_of(getattr(torch, str(v.dtype).replace("torch.", ""), None), what)
         data["dtype"] = v.dtype
         data["shape"] = list(v.shape or [])
         if v.example is not None:  # an input's sizes at trace time: labels shapes on display
@@ -442,19 +445,9 @@ def value_from_json(d: dict) -> Value:
 def graph_to_json(g: Graph) -> dict:
     return {
         "arg_names": g.arg_names,
-        "inputs": [value_to_json(v) for v in g.inputs],
+        "inputs": [value_to_json(v, f"input {v.name or v.id!r}") for v in g.inputs],
         "in_spec": g.in_spec,
-        "nodes": [
-            {
-                "op": n.op,
-                "args": encode(list(n.args)),
-                "kwargs": {k: encode(v) for k, v in n.kwargs.items()},
-                "outputs": [value_to_json(v) for v in n.outputs],
-                "out_spec": n.out_spec,
-                "loc": n.loc,
-            }
-            for n in g.nodes
-        ],
+        "nodes": [_node_to_json(n) for n in g.nodes],
         "outputs": encode(list(g.outputs)),
         "out_spec": g.out_spec,
         **({"positional_only": g.positional_only} if g.positional_only else {}),
@@ -462,6 +455,23 @@ def graph_to_json(g: Graph) -> dict:
         **({"var_keywords": list(g.var_keywords)} if g.var_keywords else {}),
         **({"sources": lines} if (lines := {k: v for k, v in g.sources.items() if v}) else {}),
     }
+
+
+def _node_to_json(n: Node) -> dict:
+    try:
+        return {
+            "op": n.op,
+            "args": encode(list(n.args)),
+            "kwargs": {k: encode(v) for k, v in n.kwargs.items()},
+            "outputs": [value_to_json(v, f"the result of {n.op}") for v in n.outputs],
+            "out_spec": n.out_spec,
+            "loc": n.loc,
+        }
+    except dtypes.UnsupportedDtypeError as exc:
+        where = f" (at {n.loc})" if n.loc else ""
+        raise dtypes.UnsupportedDtypeError(
+            f"{exc.args[0].replace('a dtype argument', f'an argument of {n.op}')}{where}"
+        ) from None
 
 
 def graph_from_json(d: dict) -> Graph:
