@@ -46,7 +46,7 @@ def test_state_grown_for_the_longest_input_is_refused(make):
     with pytest.raises(TracingCheckError) as info:
         tracebridge.trace(make(), torch.ones(6, 3))
     message = str(info.value)
-    assert "after a longer call" in message and "grows with the inputs" in message
+    assert "after a call with" in message and "follows the inputs" in message
     assert ("cached" if make is Rebuilt else "cos") in message
 
 
@@ -77,3 +77,60 @@ def test_a_grown_cache_whose_rows_do_not_change_traces_and_stays_right():
     for n in (6, 9, 6, 12, 7):
         x = torch.rand(n, 3)
         torch.testing.assert_close(traced(x), eager(x))
+
+
+class ByLargestPosition(nn.Module):
+    """Grown for the largest position seen (Hugging Face: max(position_ids) + 1)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("freq", torch.ones(3), persistent=False)
+        self.cached = 4
+
+    def forward(self, x, pos):
+        n = int(pos.max()) + 1
+        if n > self.cached:
+            self.register_buffer("freq", torch.ones(3) * n, persistent=False)
+            self.cached = n
+        return x * self.freq
+
+
+class ShortestSeen(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("freq", torch.ones(3), persistent=False)
+        self.cached = 100
+
+    def forward(self, x):
+        n = x.shape[0]
+        if n < self.cached:
+            self.register_buffer("freq", torch.ones(3) * n, persistent=False)
+            self.cached = n
+        return x * self.freq
+
+
+class BySecondInput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("freq", torch.ones(3), persistent=False)
+        self.cached = 4
+
+    def forward(self, x, context):
+        n = context.shape[0]
+        if n > self.cached:
+            self.register_buffer("freq", torch.ones(3) * n, persistent=False)
+            self.cached = n
+        return x * self.freq
+
+
+@pytest.mark.parametrize(
+    "make, inputs, what",
+    [
+        (ByLargestPosition, (torch.ones(2, 3), torch.arange(6)), "input 1 past its largest"),
+        (ShortestSeen, (torch.ones(6, 3),), "dimension 0 of input 0 3 long"),
+        (BySecondInput, (torch.ones(2, 3), torch.ones(6, 5)), "dimension 0 of input 1 12 long"),
+    ],
+)
+def test_state_kept_for_other_calls_than_longer_ones_is_refused(make, inputs, what):
+    with pytest.raises(TracingCheckError, match=f"after a call with {what}"):
+        tracebridge.trace(make(), inputs)

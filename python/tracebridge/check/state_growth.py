@@ -30,13 +30,48 @@ from .compare import compare_outputs, fresh
 from .dims import _groups, _grown
 
 
-def _batch_group(leaves: list[torch.Tensor]) -> list[list[tuple[int, int]]]:
-    """Dimension 0 of every tensor whose size there is the first one's (check/dims.py
-    groups the others)."""
-    if not leaves or leaves[0].dim() == 0 or leaves[0].shape[0] == 0:
-        return []
-    batch = leaves[0].shape[0]
-    return [[(i, 0) for i, t in enumerate(leaves) if t.dim() > 0 and t.shape[0] == batch]]
+def _dim0_groups(leaves: list[torch.Tensor]) -> list[list[tuple[int, int]]]:
+    """Dimension 0 of the tensors, grouped by its size (the batch, and a second input of
+    its own length: a context, a memory), as check/dims.py groups the others."""
+    groups: dict[int, list[tuple[int, int]]] = {}
+    for i, t in enumerate(leaves):
+        if t.dim() > 0 and t.shape[0] > 0:
+            groups.setdefault(t.shape[0], []).append((i, 0))
+    return list(groups.values())
+
+
+def _other_calls(args, kwargs):
+    """Calls unlike the example that a forward keeping state may remember: each dimension
+    group twice as long and half as long (a table kept for the longest, or the shortest,
+    input seen), and each integer input shifted past its largest value (positions: a table
+    kept for the largest position seen). Each as ``(what, (args, kwargs))``."""
+    leaves, spec = pytree.flatten((args, kwargs), is_tensor)
+    for group in _dim0_groups(leaves) + _groups(leaves):
+        i, d = group[0]
+        size = leaves[i].shape[d]
+        yield (
+            f"dimension {d} of input {i} {2 * size} long",
+            pytree.unflatten(_grown(leaves, group, size), spec),
+        )
+        if size >= 2:
+            shorter = list(leaves)
+            for j, e in group:
+                shorter[j] = leaves[j].detach().narrow(e, 0, size // 2)
+            yield f"dimension {d} of input {i} {size // 2} long", pytree.unflatten(shorter, spec)
+    for i, t in enumerate(leaves):
+        if _counts(t):  # one at a time: token ids past the vocabulary would only raise
+            shifted = list(leaves)
+            shifted[i] = t + (int(t.max()) + 1)
+            yield f"input {i} past its largest value", pytree.unflatten(shifted, spec)
+
+
+def _counts(t: torch.Tensor) -> bool:
+    return (
+        not t.is_floating_point()
+        and not t.is_complex()
+        and t.dtype is not torch.bool
+        and t.numel() > 0
+    )
 
 
 def _buffers(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -86,29 +121,25 @@ def check_after_longer(eager_fn, traced_method, args, kwargs, tolerance, module,
     changed = _changed_by_a_call(eager_fn, args, kwargs, module)
     if not changed:
         return
-    leaves, spec = pytree.flatten((args, kwargs), is_tensor)
-    for group in _batch_group(leaves) + _groups(leaves):
-        i, d = group[0]
-        size = leaves[i].shape[d]
-        longer = pytree.unflatten(_grown(leaves, group, size), spec)
+    for what, other in _other_calls(args, kwargs):
         # Both run the same two calls from the same state and random numbers: the trace
         # repeats the writes it recorded (a buffer rebound each call, an average), and
         # where those are what the state holds, both agree.
         rng = torch.get_rng_state()
         try:
-            expected = _after(eager_fn, longer, (args, kwargs), module, rng)
+            expected = _after(eager_fn, other, (args, kwargs), module, rng)
         except Exception:
-            continue  # the code does not take this size (channels, a fixed width)
+            continue  # the code does not take such a call (channels, a fixed width)
         try:
-            got = _after(traced_method, longer, (args, kwargs), module, rng)
+            got = _after(traced_method, other, (args, kwargs), module, rng)
         except GuardError:
             continue  # the trace refuses one of the calls: no wrong answer
         names = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
         hint = (
-            f"\n  the code keeps state that grows with the inputs ({names}): after a call "
-            f"whose dimension {d} of input {i} was {2 * size} long, its call on the example "
-            "gives other results, and a trace holds one call and never grows that state. "
-            "Make the kept value depend only on what the call reads (slice a table made for "
-            "the longest length you support), or pass it as an input"
+            f"\n  the code keeps state that follows the inputs ({names}): after a call with "
+            f"{what}, its call on the example gives other results, and a trace holds one "
+            "call and never changes that state. Make the kept value depend only on what "
+            "the call reads (slice a table made for the longest length you support), or "
+            "pass it as an input"
         )
-        compare_outputs(expected, got, tolerance, f"{label}, after a longer call", hint)
+        compare_outputs(expected, got, tolerance, f"{label}, after a call with {what}", hint)
