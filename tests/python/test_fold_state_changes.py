@@ -122,3 +122,37 @@ def test_a_requires_grad_flip_lets_gradients_reach_the_source(tmp_path):
         assert torch.allclose(grad, 2 * x.sum(0).expand(4, 4))
         module.weight.requires_grad_(False)
         assert not module(x).requires_grad  # kept values again: made without autograd
+
+
+class Rotary(nn.Module):
+    """Angles from the input's length and a buffer: memoised by size, keyed on the
+    buffer too (runtime/memo.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("inv_freq", torch.tensor([1.0, 0.5]))
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[1], device=x.device)[None, :]
+        angles = positions[..., None].float() * self.inv_freq
+        return x * angles.cos() + x.flip(-1) * angles.sin()
+
+
+def test_a_memo_key_whose_class_changes_in_place_runs_its_torch_function(tmp_path):
+    model = Rotary()
+    x = torch.randn(1, 5, 2)
+    for module in _traced_and_loaded(model, x, tmp_path):
+        assert "memoised by size" in module.code
+        _fold_kept(module, x)
+        before = model(x)
+        for owner in (module, model):  # (the traced module shares the model's buffer)
+            owner.inv_freq.__class__ = Negated
+        with torch.no_grad():
+            expected = model(x)
+            assert not torch.allclose(expected, before)
+            assert torch.allclose(module(x), expected)
+            assert torch.allclose(module(x), expected)
+        for owner in (module, model):
+            owner.inv_freq.__class__ = torch.Tensor
+        with torch.no_grad():
+            assert torch.allclose(module(x), before)
