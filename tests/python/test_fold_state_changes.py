@@ -156,3 +156,29 @@ def test_a_memo_key_whose_class_changes_in_place_runs_its_torch_function(tmp_pat
             owner.inv_freq.__class__ = torch.Tensor
         with torch.no_grad():
             assert torch.allclose(module(x), before)
+
+
+@pytest.mark.parametrize(
+    "replace",
+    [
+        lambda net: setattr(getattr(net, "1"), "running_var", torch.ones(1)),
+        lambda net: setattr(getattr(net, "1"), "running_mean", torch.zeros(1)),
+        lambda net: setattr(getattr(net, "1"), "weight", nn.Parameter(torch.ones(1))),
+        lambda net: setattr(getattr(net, "1"), "bias", nn.Parameter(torch.zeros(1))),
+        lambda net: setattr(getattr(net, "0"), "bias", nn.Parameter(torch.zeros(1))),
+    ],
+    ids=["running_var", "running_mean", "norm weight", "norm bias", "conv bias"],
+)
+def test_a_norm_folded_into_its_convolution_refuses_state_of_another_size(replace, tmp_path):
+    # Eager's batch norm (or convolution) raises for a per-channel tensor of one element
+    # where the convolution makes four channels; the folded weights would broadcast it.
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).eval()
+    x = torch.randn(1, 3, 8, 8)
+    for module in _traced_and_loaded(net, x, tmp_path):
+        _fold_kept(module, x)
+        replace(module)
+        with torch.no_grad(), pytest.raises(Exception, match="invalid for input of size 1"):
+            module(x)
+    with torch.no_grad(), pytest.raises(RuntimeError):
+        net(x)  # (the traced module shares the model's state: replaced there too)

@@ -594,19 +594,29 @@ def fuse_conv_bn(graph: Graph, state_names: Collection[str] | None = None) -> Gr
         _, gamma, beta, mean, var, _, _, eps, _ = norm.args
         made: list[Node] = []
 
-        def emit(op, *args, _made=made):
+        def emit(op, *args, _made=made, kind="Tensor"):
             nonlocal next_id
-            value = Value(id=next_id, kind="Tensor")
+            value = Value(id=next_id, kind=kind)
             next_id += 1
             _made.append(Node(op=op, args=list(args), outputs=[value], out_spec=pytree.LEAF))
             return Ref(value.id)
 
+        # Each per-channel tensor as a vector of the weight's output channels: one of
+        # another size (state replaced since the trace) raises here, as eager's batch
+        # norm or convolution raises, where broadcasting would take it silently.
+        channels = emit("prim.size", node.args[1], 0, kind="int")
+        var, mean, gamma, beta = (
+            None if p is None else emit("Tensor.reshape", p, [channels])
+            for p in (var, mean, gamma, beta)
+        )
         scale = emit("rsqrt", emit("add", var, eps))
         if gamma is not None:
             scale = emit("mul", gamma, scale)
         shape = [-1] + [1] * (_CONVS.get(node.op, 2) - 1)
         weight = emit("mul", node.args[1], emit("Tensor.reshape", scale, shape))
         old_bias = node.args[2] if len(node.args) > 2 else None
+        if old_bias is not None:
+            old_bias = emit("Tensor.reshape", old_bias, [channels])
         shifted = emit("sub", old_bias, mean) if old_bias is not None else emit("neg", mean)
         bias = emit("mul", shifted, scale)
         if beta is not None:
