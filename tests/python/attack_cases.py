@@ -663,21 +663,6 @@ def passes_family() -> dict:
         node("mul", [ref(3), 2.0], out(4, shape=(2, 3))),
         node("matmul", [x, ref(4)], out(5, shape=(4, 3))),
     ]
-    # linear_scale: a linear's output scaled by state (its own bias), traced as a vector of
-    # the product's dtype; at the call a scale that does not broadcast to the width, or a
-    # product whose traced dtype lies.
-    cases["linear_scale:scale_is_bias"] = [
-        node("linear", [x, w, b], out(3, shape=(4, 2))),
-        node("mul", [ref(3), b], out(4, shape=(4, 2))),
-    ]
-    cases["linear_scale:scale_is_input"] = [
-        node("linear", [x, w, b], out(3, shape=(4, 2))),
-        node("mul", [ref(3), x], out(4, shape=(4, 2))),
-    ]
-    cases["linear_scale:dtype_lies"] = [
-        node("linear", [x, w, b], out(3, "float16", (4, 2))),
-        node("mul", [b, ref(3)], out(4, "float16", (4, 2))),
-    ]
     # size_checks: a guard on the sizes of a dead value, with a size that lies.
     cases["size_checks:dead_value_guard"] = [
         node("linear", [x, w, b], out(3, shape=(4, 2))),

@@ -13,7 +13,7 @@ from ..ir import Graph, pytree
 from ..ir.analysis import fused_without_autograd
 from ..ir.ops import draws_random
 from ..ir.pytree import is_tensor
-from . import concat_linear, cse, folding, linear_2d, linear_scale, support
+from . import concat_linear, cse, folding, linear_2d, support
 from .binding import bind_to_trace, binding_error, traced_parameters, with_defaults
 from .codegen import CodeGen, compile_function
 from .concat_linear import AsTraced
@@ -156,14 +156,12 @@ class Method:
 
     def _fused_graph(self, concat: bool = True) -> Graph:
         """The graph calls without autograd run: each convolution with an evaluation-mode
-        batch norm after it folded into one (runtime/folding.py), each linear scaled per
-        feature by state after it run with scaled weights (runtime/linear_scale.py), and
-        (``concat``) linears
+        batch norm after it folded into one (runtime/folding.py), and (``concat``) linears
         that read one input as one linear (runtime/concat_linear.py), where the graph
         never turns gradients on (the concatenated weights are folded only there), and
         there linears over matrices as ``addmm`` over their folded transposed weights
         (runtime/linear_2d.py)."""
-        graph = linear_scale.fuse(folding.fuse_conv_bn(self.graph, self._slots))
+        graph = folding.fuse_conv_bn(self.graph, self._slots)
         if not cse.grad_stays_off(graph):
             return graph
         if concat:
