@@ -17,6 +17,7 @@ artifact_members <- c("program.json", "tensors.safetensors", "compiled.pt2")
 artifact_max_program_bytes <- 64 * 1024^2  # LIMITS['program_bytes'] of check/program.py
 artifact_max_header_bytes <- 1e8
 artifact_filler_prefix <- "#pad"
+artifact_generator_prefix <- "#generator."
 zip_methods <- c(`0` = "stored", `8` = "deflate", `9` = "deflate64", `12` = "bzip2",
                  `14` = "lzma", `93` = "zstd")
 
@@ -521,6 +522,26 @@ read_state <- function(file, doc) {
                           file))
   }
   stored <- names(header$tensors) %||% character(0)
+  # The generators' states (#generator.NAME, 1-D U8) are apart from the state tensors.
+  kept <- startsWith(stored, artifact_generator_prefix)
+  generators <- names(doc$generators) %||% character(0)
+  for (entry in stored[kept]) {
+    info <- header$tensors[[entry]]
+    if (!substring(entry, nchar(artifact_generator_prefix) + 1L) %in% generators) {
+      inspect_abort(sprintf(paste("%s: tensors.safetensors holds '%s', the state of a",
+                                  "generator program.json does not list."), file, entry))
+    }
+    if (info$dtype != "U8" || length(info$shape) != 1L) {
+      inspect_abort(sprintf("%s: generator state '%s' must be a 1-D U8 entry.", file, entry))
+    }
+  }
+  for (name in generators) {
+    if (!paste0(artifact_generator_prefix, name) %in% stored) {
+      inspect_abort(sprintf("%s: generator '%s' has no state in tensors.safetensors.", file,
+                            name))
+    }
+  }
+  stored <- stored[!kept]
   missing <- setdiff(setdiff(declared, external), stored)
   extra <- c(intersect(external, stored), setdiff(stored, declared))
   if (length(missing)) {

@@ -67,6 +67,7 @@ check_program <- function(doc, file, strict = FALSE) {
     check_mode_bound(doc)
     check_specialised(doc)
     check_aliases(doc)
+    check_generators(doc)
   }, tracebridge_check_fault = function(fault) {
     inspect_abort(check_message(file, NULL, NULL, NULL, fault))
   })
@@ -338,6 +339,51 @@ check_aliases <- function(doc) {
         alias %in% names(doc[["state"]])) {
       check_fault("document", sprintf(
         "alias '%s' must name a state entry and not be one", substr(alias, 1, 40)))
+    }
+  }
+}
+
+# generators (name -> {device}): the generators random ops draw from, each named as a
+# state entry is (where a loaded module holds it), none a state tensor, a module of one,
+# a method, or inside another; see _check_generators() in Python.
+check_generators <- function(doc) {
+  generators <- doc[["generators"]]
+  if (is.null(generators)) return(invisible())
+  if (!is_obj(generators)) check_fault("document", "generators must be an object")
+  reserved <- unlist(tb_tables()[["ops"]][["names"]][["reserved_attributes"]])
+  states <- names(doc[["state"]])
+  modules <- unique(unlist(lapply(strsplit(states, ".", fixed = TRUE), function(parts) {
+    if (length(parts) < 2L) return(character(0))
+    vapply(seq_len(length(parts) - 1L), function(i) paste(parts[seq_len(i)], collapse = "."), "")
+  })))
+  holders <- c(states, names(generators))
+  for (name in names(generators)) {
+    check_path_name(name, "generator")
+    parts <- strsplit(name, ".", fixed = TRUE)[[1]]
+    clash <- parts[parts %in% reserved | startsWith(parts, "_tb") | parts == "_class_name"]
+    if (length(clash)) {
+      check_fault("names", sprintf(paste(
+        "generator '%s' has the part '%s', which every loaded module already has as an",
+        "attribute"), substr(name, 1, 40), substr(clash[[1]], 1, 40)))
+    }
+    if (length(parts) > 1L) {
+      parents <- vapply(seq_len(length(parts) - 1L),
+                        function(i) paste(parts[seq_len(i)], collapse = "."), "")
+      inside <- parents[parents %in% holders]
+      if (length(inside)) {
+        check_fault("names", sprintf("'%s' is not a module, so '%s' cannot be inside it",
+                                     substr(inside[[1]], 1, 40), substr(name, 1, 40)))
+      }
+    }
+    if (name %in% c(states, modules, names(doc[["methods"]]))) {
+      check_fault("names", sprintf(paste(
+        "generator '%s' has the name of a state tensor, a module or a method of the",
+        "program"), substr(name, 1, 40)))
+    }
+    device <- generators[[name]][["device"]]
+    if (!is_str(device) || !grepl("^(cpu|cuda)(:[0-9]{1,3})?$", device)) {
+      check_fault("document", sprintf("generator '%s' has no device 'cpu' or 'cuda[:N]'",
+                                       substr(name, 1, 40)))
     }
   }
 }

@@ -115,6 +115,7 @@ py_literal <- function(p, x) {
     memory_format = ,
     layout = as.character(body),
     device = paste0("device(", py_str_repr(body), ")"),
+    generator = paste0("generator(", py_str_repr(body), ")"),
     complex = py_complex_repr(as.numeric(body[[1]]), as.numeric(body[[2]])),
     stop(sprintf("unknown literal tag '%s'", tag))
   )

@@ -25,19 +25,20 @@ from .check.meta_state import warn_meta_non_persistent
 from .check.specialise import specialisations
 from .check.verify import first_difference
 from .errors import GuardError, TraceError, TracerWarning
-from .ir import Program, StateEntry
+from .ir import Program, StateEntry, pytree
 from .ir.analysis import fused_without_autograd
 from .ir.ops import VARIADIC_OUTPUTS
 from .ir.printer import graph_text
 from .ir.program import hoist_subgraphs, subgraph_names
 from .progress import stage, state_nbytes, track
-from .runtime import Method, state_changes, torchvision_ops
+from .runtime import Method, generators, state_changes, support, torchvision_ops
 from .runtime import frozen as frozen_state
+from .runtime.generators import Slots
 from .runtime.method import Specialised, as_recorded, for_mode, guards_active
 from .runtime.module_tree import ModesWatch, TreeWatch, mode_reading_paths
 from .runtime.shapes import symbolize
 from .runtime.transaction import state_replaced, transactional
-from .trace import autocast, cache_values, called_modules
+from .trace import autocast, cache_values, called_modules, torch_generators
 from .trace.capture import bound_method as _bound
 from .trace.capture import (
     capture,
@@ -107,7 +108,7 @@ class _Traced:
             self._methods[name] = transactional(method, graphs[name], slots, graphs)
         for name, others in self.program.specialised.items():
             chain = [self._methods[name]] + [self._methods[o] for o in others]
-            self._methods[name] = Specialised(chain)
+            self._methods[name] = Specialised(chain, slots)
 
     @property
     def guards(self) -> list[str]:
@@ -206,7 +207,8 @@ class TracedFunction(_Traced):
         self.program = program
         self.__name__ = name
         self._constants = {k: e.tensor for k, e in program.state.items()}
-        self._make_methods({k: (self._constants, k) for k in self._constants}, runtime)
+        self._generators = dict(program.generators)  # the code's own, or a file's copies
+        self._make_methods(self._state_slots(), runtime)
         self._chain_specialisations()
         self._forward = self._methods["forward"]
 
@@ -236,7 +238,10 @@ class TracedFunction(_Traced):
         return self.graph
 
     def _state_slots(self) -> dict:
-        return {k: (self._constants, k) for k in self._constants}
+        return Slots(
+            {k: (self._constants, k) for k in self._constants},
+            {k: (self._generators, k) for k in self._generators},
+        )
 
     def _program_for_saving(self) -> Program:
         self.program.state = {
@@ -273,12 +278,14 @@ class TracedMethod:
         # Routed and mode-checked as forward is: a method recorded in one mode refuses a
         # call in the other, and under respect_mode each mode runs its own graph.
         try:
-            return module._method_for(self.name)(*args, **kwargs)
+            result = module._method_for(self.name)(*args, **kwargs)
         except GuardError as exc:
             explained = module._state_changed(exc, module._routed(self.name))
             if explained is None:
                 raise
             raise explained from None
+        backward = module.__dict__.get("_tb_backward")
+        return _refuse_backward(result, backward) if backward else result
 
     @property
     def graph(self) -> str:
@@ -438,6 +445,10 @@ def _named_methods(program: Program) -> frozenset[str]:
     return frozenset((set(program.methods) | set(program.dispatch)) - _variant_names(program))
 
 
+# The entry of the module traced among the sub-modules' hooks (its path, "", as the root)
+ROOT_HOOKS = ""
+
+
 def _child_hooks(root: nn.Module) -> dict[str, tuple]:
     """The module hooks of each sub-module (not ``root``'s own) that has any: path -> the
     hooks' numbers, by kind (not those its traced code installs itself: trace/own_hooks.py);
@@ -450,6 +461,9 @@ def _child_hooks(root: nn.Module) -> dict[str, tuple]:
             hooks = user_hooks(module)
             if any(hooks):
                 found[path] = hooks
+    hooked = root.__dict__.get("_tb_hooked_root")
+    if hooked is not None:  # kept even where none is left: that is the change to see
+        found[ROOT_HOOKS] = user_hooks(hooked)
     return found
 
 
@@ -458,6 +472,8 @@ def _hook_tables(root: nn.Module) -> tuple[list, list[str], list[int], list[tupl
     by one ``map``), the tables' lengths now, and ``(index, first key, last key)`` of each
     that is not empty: what :func:`_same_hooks` compares."""
     modules = [m for path, m in root.named_modules() if path for _ in _HOOK_TABLES]
+    hooked = root.__dict__.get("_tb_hooked_root")
+    modules += [hooked] * len(_HOOK_TABLES) if hooked is not None else []
     names = list(_HOOK_TABLES) * (len(modules) // len(_HOOK_TABLES))
     modules += [_module_hooks] * len(GLOBAL_HOOK_TABLES)  # removing one takes no number
     names += GLOBAL_HOOK_TABLES
@@ -480,6 +496,152 @@ def _same_hooks(modules: list, names: list[str], lengths: list[int], ends: list[
         next(iter(every[i])) == first and next(reversed(every[i])) == last
         for i, first, last in ends
     )
+
+
+def _changed_hooks(now: dict, traced: dict) -> list[str]:
+    """The paths (and ``GLOBAL``) whose hooks differ from those at trace time in a way the
+    graph cannot stand for: a forward hook added or removed (its work is in the graph, or
+    is not), a backward hook added (the graph never runs it). A backward hook removed
+    since leaves gradients as the graph computes them: not a change (see
+    :func:`_backward_hooks`)."""
+    empty = ((),) * len(_HOOK_TABLES)
+    changed = []
+    for path in set(now) | set(traced):
+        new, old = now.get(path, empty), traced.get(path, empty)
+        if new[:2] != old[:2] or not all(set(n) <= set(o) for n, o in zip(new[2:], old[2:])):
+            changed.append(path)
+    return sorted(changed)
+
+
+# Note: backward hooks of sub-modules. A module's backward hooks (full, pre, legacy) change
+# or watch the gradients flowing through its call in eager; a trace records forward only
+# and never runs a module's hooks (the recording sets backward hooks aside:
+# trace/own_hooks.py), so a backward through a call of the trace skips them: gradients
+# silently without the hook's clipping or scaling (prober20b F4). Refusing every call
+# under autograd would refuse evaluation without ``no_grad`` too; instead, while such a
+# hook (or a global module backward hook) present at trace time is still registered, each
+# call's outputs that autograd tracks get a tensor hook that raises when a backward
+# reaches them, naming the sub-module and the hook. A call without autograd (no_grad,
+# inference_mode, nothing that requires grad) is served as before; a hook removed since
+# (``handle.remove()``) makes the graph's gradients the eager ones again, and nothing
+# raises. Calls of a trace made without such hooks take no part in this (the fast call is
+# kept: ``_choose_fast_call``).
+_BACKWARD_KINDS = {
+    (2, True): "full backward hook (register_full_backward_hook)",
+    (2, False): "backward hook (register_backward_hook)",
+    (3, None): "backward pre-hook (register_full_backward_pre_hook)",
+}
+
+
+def _backward_hooks(root: nn.Module, hooks: dict) -> tuple[str, ...]:
+    """Words for each sub-module of ``root`` (or the global tables) in ``hooks`` (those
+    registered now that were at trace time) that has a backward hook: see the note above."""
+    found = []
+    for path, tables in hooks.items():
+        if path == GLOBAL:
+            words = _backward_words(None, tables, "every module (global)")
+        elif path == ROOT_HOOKS:
+            original = root.__dict__["_tb_hooked_root"]
+            owner = f"the module it was traced from ({type(original).__name__})"
+            words = _backward_words(original, tables, owner)
+        else:
+            words = _backward_words(root.get_submodule(path), tables, f"sub-module {path!r}")
+        if words:
+            found.append(words)
+    return tuple(found)
+
+
+def _backward_words(module: nn.Module | None, tables: tuple, owner: str) -> str | None:
+    """``the backward pre-hook (register_full_backward_pre_hook) of <owner>`` for the
+    backward tables of ``tables`` that are not empty (the global ones: ``module`` None),
+    None where both are."""
+    if not any(tables[2:]):
+        return None
+    if module is None:
+        full = _module_hooks._global_is_full_backward_hook
+    else:
+        full = getattr(module, "_is_full_backward_hook", None)
+    kinds = [
+        _BACKWARD_KINDS[(index, full is not False if index == 2 else None)]
+        for index in (2, 3)
+        if tables[index]
+    ]
+    if module is None:
+        kinds = [k.replace("(register_", "(register_module_") for k in kinds]
+    return f"the {' and the '.join(kinds)} of {owner}"
+
+
+def _refuse_backward(result: Any, hooks: tuple[str, ...]) -> Any:
+    """``result`` with a hook on each output autograd tracks that raises when a backward
+    reaches it (see the note on backward hooks); ``result`` itself."""
+    if not torch.is_grad_enabled():
+        return result
+    leaves, _ = pytree.flatten(result, lambda x: isinstance(x, torch.Tensor))
+    for tensor in leaves:
+        # a leaf (an input returned as it is) is the caller's: no hook of ours goes on it
+        if not isinstance(tensor, torch.Tensor) or tensor.grad_fn is None:
+            continue
+        if getattr(tensor, "_tb_backward_refused", False):
+            continue  # the same tensor given again (a kept value): one hook is enough
+        tensor.register_hook(functools.partial(_backward_refused, hooks))
+        tensor._tb_backward_refused = True
+    return result
+
+
+def _backward_refused(hooks: tuple[str, ...], grad: torch.Tensor) -> None:
+    raise TraceError(
+        f"a backward through this trace would skip {hooks[0]}"
+        f"{' (and more)' if len(hooks) > 1 else ''}, registered when it was traced: a trace "
+        "records what forward computes and never runs a module's backward hooks, so the "
+        "gradients would not be the eager ones (a hook that clips or scales them). Call "
+        "the original module to train with the hook, or remove the hook "
+        "(handle.remove()): the trace's gradients are then the eager ones. Calls "
+        "without autograd (torch.no_grad()) are served as they are"
+    )
+
+
+class _CalledBackwardHooks:
+    """The backward hooks of the modules a traced *function* called (and the global module
+    backward hooks), as they were at trace time: :meth:`live` words those still
+    registered (see the note on backward hooks)."""
+
+    def __init__(self, modules: list[nn.Module]):
+        self.kept = [
+            (module, user_hooks(module)[2:]) for module in modules if any(user_hooks(module)[2:])
+        ]
+        self.global_kept = global_hooks()[2:]
+
+    def __bool__(self) -> bool:
+        return bool(self.kept) or any(self.global_kept)
+
+    def live(self) -> tuple[str, ...]:
+        """Words for the hooks of trace time still registered (those added since are not
+        looked at: a traced function watches no module's hooks otherwise)."""
+        found = []
+        kept = [(m, t, f"the {type(m).__name__} it called") for m, t in self.kept]
+        for module, tables, owner in [*kept, (None, self.global_kept, "every module (global)")]:
+            now = user_hooks(module)[2:] if module is not None else global_hooks()[2:]
+            still = [tuple(k for k in n if k in set(o)) for n, o in zip(now, tables)]
+            words = _backward_words(module, ((), (), *still), owner)
+            if words:
+                found.append(words)
+        return tuple(found)
+
+
+class _BackwardRefusing:
+    """A traced function's method whose outputs refuse a backward while a backward hook
+    of a module it called at trace time is still registered (the note on backward hooks)."""
+
+    def __init__(self, method, hooks: _CalledBackwardHooks):
+        self.method, self.hooks = method, hooks
+
+    def __call__(self, *args, **kwargs):
+        result = self.method(*args, **kwargs)
+        live = self.hooks.live()
+        return _refuse_backward(result, live) if live else result
+
+    def __getattr__(self, name: str):
+        return getattr(self.method, name)
 
 
 def _is_state_or_child(found: dict, name: str) -> bool:
@@ -520,6 +682,10 @@ class TracedModule(nn.Module, _Traced):
         self.program = program
         self._class_name = program.module_classes.get("", "Module")
         self._tb_constants: dict[str, torch.Tensor] = {}
+        # The generators the graphs draw from that no module of the tree holds as an
+        # attribute (a global's), and the tree whose attributes hold the others
+        self._tb_generators: dict[str, torch.Generator] = {}
+        self.__dict__["_tb_generator_root"] = original if original is not None else self
         if original is not None:
             self._share(original)
         else:
@@ -535,13 +701,20 @@ class TracedModule(nn.Module, _Traced):
             program.module_modes,
             _same_in_both(program),
         )
+        # The module traced, where its own hooks ran inside the recording: the graph
+        # holds what they did, so they are watched as a sub-module's are (prober20b F10:
+        # a root's input-scaling hook removed after tracing went on being applied).
+        if original is not None and any(user_hooks(original)):
+            self.__dict__["_tb_hooked_root"] = original
         # The sub-modules' hooks the graphs were traced with (see the note on hooks); the
         # global ones only for a trace made now (a loaded graph holds none of their work)
         hooks = _child_hooks(self)
         if original is None:
             hooks.pop(GLOBAL, None)
         self.__dict__["_tb_hooks"] = hooks
+        self.__dict__["_tb_backward"] = _backward_hooks(self, hooks)
         self._remember_hooks()
+        self._choose_fast_call()
 
     # Note: the fast call. nn.Module's call goes ``_wrapped_call_impl`` -> ``_call_impl`` ->
     # ``forward`` -> ``_method_for`` -> Method: four Python frames and the routing by mode,
@@ -636,12 +809,9 @@ class TracedModule(nn.Module, _Traced):
             # None at trace time: the graph holds no global hook's work, and one added
             # since runs on the module's own result only (README, "Hooks")
             hooks.pop(GLOBAL, None)
-        if hooks != found["_tb_hooks"]:
-            changed = sorted(
-                path
-                for path in set(hooks) | set(found["_tb_hooks"])
-                if hooks.get(path) != found["_tb_hooks"].get(path)
-            )
+        changed = _changed_hooks(hooks, found["_tb_hooks"])
+        if changed:
+            self._refuse_changed_state()  # weight_norm's removal takes its hook with it
             if GLOBAL in changed:
                 raise TraceError(
                     "the global module hooks (nn.modules.module.register_module_forward_hook "
@@ -650,14 +820,42 @@ class TracedModule(nn.Module, _Traced):
                     "result and never runs them on sub-modules itself. Trace again with the "
                     "hooks you want in place"
                 )
+            if changed[0] == ROOT_HOOKS:
+                raise TraceError(
+                    f"the module this was traced from ({type(self._tb_hooked_root).__name__})"
+                    " has other hooks than when it was traced (a forward hook registered or "
+                    "removed since): its hooks ran inside the recording, so the graph holds "
+                    "what they did then and never runs them. Trace again with the hooks in "
+                    "place, or register hooks on the traced module itself (its own hooks run "
+                    "on every call)"
+                )
             raise TraceError(
                 f"sub-module {changed[0]!r} of this traced module has other hooks than when "
-                "it was traced (a forward or backward hook registered or removed since): the "
-                "graph holds what the hooks at trace time did and never runs a module's "
-                "hooks itself. Trace again with the hooks in place, or register the hook on "
-                "the traced module itself (its own hooks run on every call)"
+                "it was traced (a forward hook registered or removed since, or a backward "
+                "hook registered since): the graph holds what the hooks at trace time did "
+                "and never runs a module's hooks itself. Trace again with the hooks in "
+                "place, or register the hook on the traced module itself (its own hooks "
+                "run on every call)"
             )
+        backward = _backward_hooks(self, hooks)
+        if backward != found.get("_tb_backward"):
+            found["_tb_backward"] = backward
+            self._choose_fast_call()
+        if hooks != found["_tb_hooks"]:
+            # a backward hook removed since: measured again, so that the next calls find
+            # the tables as they are now and walk nothing (_same_hooks)
+            found["_tb_hook_tables"] = _hook_tables(self)
         self._remember_hooks(stamp)
+
+    def _refuse_changed_state(self) -> None:
+        """Raise where a state entry a traced method reads is gone or no tensor now: the
+        cause a changed hook table often comes with (``remove_weight_norm``,
+        ``prune.remove`` remove a hook and the state it computed from), and the one to
+        name."""
+        for name, method in self._methods.items():
+            changed = support.changed_state(name, method.graph, method._slots, None)
+            if changed is not None:
+                raise changed
 
     def _remember_hooks(self, stamp: int | None = None) -> None:
         """Keep the hook counter and the lengths of the hook tables of the sub-modules
@@ -687,7 +885,9 @@ class TracedModule(nn.Module, _Traced):
         ready = all(k in found for k in ("program", "_methods", "_mode_bound"))
         own_forward = "forward" in found or type(self).forward is not TracedModule.forward
         method = None
-        if ready and not own_forward:
+        # while a backward hook present at trace time is registered, calls go through
+        # ``forward``, which guards their outputs (the note on backward hooks)
+        if ready and not own_forward and not found.get("_tb_backward"):
             name = self._routed("forward")
             bound = self._mode_bound.get(name)
             if bound is None or bound["training"] == self.training:
@@ -740,6 +940,11 @@ class TracedModule(nn.Module, _Traced):
                 )
             else:
                 module.register_buffer(leaf, entry.tensor, persistent=entry.persistent)
+        # Each generator where the original held it (``noise.g``), a global's on the root
+        # (``generator0``): the graphs draw from these very objects (runtime/generators.py)
+        for name, generator in program.generators.items():
+            module, leaf = self._shown_owner(program, name)
+            module.__dict__[leaf] = generator
         # A tied tensor under its other names too (a language model's output layer sharing
         # the embedding's matrix), the same object, as the original holds it: state_dict()
         # and load_state_dict() then take the original's keys. A name that something of
@@ -802,7 +1007,12 @@ class TracedModule(nn.Module, _Traced):
         return self._slots()
 
     def _slots(self) -> dict:
-        slots = {}
+        found = self.__dict__.get("_tb_generator_slots")
+        if found is None:  # (where each generator is: decided once, by identity)
+            root, own = self.__dict__["_tb_generator_root"], self._tb_generators
+            found = generators.module_slots(root, self.program.generators, own)
+            self.__dict__["_tb_generator_slots"] = found
+        slots = Slots({}, found)
         for name, entry in self.program.state.items():
             if entry.kind == "constant":
                 slots[name] = (self._tb_constants, name)
@@ -862,12 +1072,14 @@ class TracedModule(nn.Module, _Traced):
     def forward(self, *args, **kwargs):
         self._watch()  # also where forward is called by name, past __call__
         try:
-            return self._method_for("forward")(*args, **kwargs)
+            result = self._method_for("forward")(*args, **kwargs)
         except GuardError as exc:
             explained = self._state_changed(exc, self._routed("forward"))
             if explained is None:
                 raise
             raise explained from None
+        backward = self.__dict__.get("_tb_backward")
+        return _refuse_backward(result, backward) if backward else result
 
     def _state_changed(self, exc: GuardError, graph_name: str) -> GuardError | None:
         """A refusal told with the state that changed shape since the trace (a buffer the
@@ -944,9 +1156,19 @@ class TracedModule(nn.Module, _Traced):
         state = {}
         for name, entry in self.program.state.items():
             table, key = slots[name]
-            state[name] = StateEntry(entry.kind, table[key], entry.persistent)
+            tensor = table.get(key)
+            if not isinstance(tensor, torch.Tensor):
+                now = "is gone from its module" if key not in table else "is None now"
+                raise TraceError(
+                    f"cannot save: the state entry {name!r} that the traced program reads "
+                    f"{now} (changed since tracing: weight_norm or pruning applied or "
+                    "removed, a parameter set to None...); the trace holds the model as it "
+                    "was: trace again after the change, then save"
+                )
+            state[name] = StateEntry(entry.kind, tensor, entry.persistent)
         self.program.state = state
         self.program.training = self.training
+        self.program.generators = generators.current(slots.generators)
         return self.program
 
 
@@ -1115,7 +1337,12 @@ def trace(
     kept_buffers = called_modules.KeptBuffers(called)
     try:
         stage("size-1 variants")
-        program = Program(kind="function", methods={"forward": graph}, state=constants)
+        program = Program(
+            kind="function",
+            methods={"forward": graph},
+            state=constants,
+            generators=torch_generators.used(),
+        )
         _add_specialisations(
             program, "forward", specialisations(graph, args, kwargs, run_eager, retrace)
         )
@@ -1125,6 +1352,10 @@ def trace(
         if called:
             read = frozenset(id(e.tensor) for e in program.state.values())
             traced._tb_modes = ModesWatch(called, read)
+            backward = _CalledBackwardHooks(called)
+            if backward:
+                _warn_of_backward_hooks(backward.live())
+                traced._forward = _BackwardRefusing(traced._forward, backward)
         if check_trace:
             from .check.verify import check_function
 
@@ -1283,6 +1514,8 @@ def _warn_of_side_effects(changed_globals: list[str], hooks: dict) -> None:
             TracerWarning,
             stacklevel=_caller_level(),
         )
+    # (backward hooks alone: _warn_of_backward_hooks)
+    hooks = {path: kinds for path, kinds in hooks.items() if any(kinds[:2])}
     if GLOBAL in hooks:
         warnings.warn(
             "global module hooks (nn.modules.module.register_module_forward_hook and the "
@@ -1299,11 +1532,27 @@ def _warn_of_side_effects(changed_globals: list[str], hooks: dict) -> None:
         paths = ", ".join(repr(p) for p in list(hooks)[:3])
         warnings.warn(
             f"sub-module(s) {paths}{', ...' if len(hooks) > 3 else ''} had hooks while "
-            "tracing: what a hook computed into a module's result is in the graph, but "
-            "calls of the trace never call sub-modules' hooks, so anything else a hook does "
-            "(keeping activations or gradients, logging, counting) happens only while "
+            "tracing: what a forward hook computed into a module's result is in the graph, "
+            "but calls of the trace never call sub-modules' hooks, so anything else a hook does "
+            "(keeping activations, logging, counting) happens only while "
             "tracing. Return those values from forward, or register the hook on the traced "
             "module itself (its own hooks run on every call)",
+            TracerWarning,
+            stacklevel=_caller_level(),
+        )
+
+
+def _warn_of_backward_hooks(hooks: tuple[str, ...] | None) -> None:
+    """Say that a backward through a call of the trace raises while the sub-modules'
+    backward hooks present at trace time stay registered (the note on backward hooks)."""
+    if hooks:
+        warnings.warn(
+            f"{hooks[0][0].upper()}{hooks[0][1:]}{' (and more)' if len(hooks) > 1 else ''} was "
+            "registered while tracing: a trace never runs module backward hooks, so a "
+            "backward through a call of the trace raises while it stays registered "
+            "(its gradients would not be the eager ones); calls without autograd are "
+            "served, and a saved file holds no hooks. Remove the hook (handle.remove()) for "
+            "the trace's gradients, or train with the original module",
             TracerWarning,
             stacklevel=_caller_level(),
         )
@@ -1440,6 +1689,7 @@ def record_module(
         mode_bound=mode_bound,
         module_modes=module_modes,
         aliases=_tied_names(mod, index, state),
+        generators=torch_generators.used(),
     )
     for graph_name, name, mode, args, kwargs in recorded:
         stage(f"size-1 variants of {graph_name}")
@@ -1564,6 +1814,7 @@ def _trace_module(
         )
         traced = TracedModule(program, original=mod, runtime=runtime)
         _warn_of_side_effects([], traced._tb_hooks or {})
+        _warn_of_backward_hooks(traced.__dict__.get("_tb_backward"))
         warn_meta_non_persistent(program)
         if check_trace:
             from .check.verify import check_module

@@ -107,7 +107,8 @@ def render() -> str:
         "`_nested_view_from_buffer`, `_copy_from`; `as_strided` reads only its input's own "
         "elements, checked before the kernel runs), PyTorch's test hooks (`_test_*`), backend "
         "internals (`mkldnn_*`, `_foreach_*`), file I/O and global settings. `empty`, "
-        "`empty_like` and `Tensor.new_empty` run zero-filled.",
+        "`empty_like` and `Tensor.new_empty` run zero-filled, `empty_strided` with the whole "
+        "storage its strides reach zeroed.",
         "",
         "Flags: **in-place** — the op writes into its first argument (a name ending in `_`, "
         "or `setitem`); **random** — the result depends on the random-number generator; "
@@ -161,6 +162,8 @@ KIND_WORDS = {
     "lists of these",
     "data": "nested lists or tuples of numbers (torch.tensor's data)",
     "any": "any literal (guard expectations)",
+    "generator": "a generator literal ({'generator': NAME} with a name of the program's "
+    "generators): the generator a random op draws from",
 }
 
 

@@ -1192,6 +1192,101 @@ def document_family() -> dict:
     return {f"document:{k}": {"base": "linear", "doc": v} for k, v in cases.items()}
 
 
+# --- op-set 10: the everyday ops added for prober20b F8 ----------------------------------------
+
+
+def opset10_family() -> dict:
+    """Op-set 10's ops with arguments no tracer writes: sizes and strides past the limits
+    (literal: refused at load; computed from the input's size: refused at the call), an
+    expanded operand that a product of sizes would materialise, counts and probabilities
+    PyTorch refuses, and writes into a parameter."""
+    x = ref(0)
+    size = node("prim.size", [x, 0], [{"id": 1, "kind": "int"}])
+
+    def computed(factor: int) -> list:  # value 2: the input's size (3) times ``factor``
+        return [size, node("scalar.mul", [ref(1), factor], [{"id": 2, "kind": "int"}])]
+
+    def expanded(rows: int) -> list:  # value 5: the input's first element as rows x 1
+        return [
+            *computed(rows // 3),
+            node("getitem", [x, {"slice": [0, 1, None]}], out(3, shape=(1,))),
+            node("Tensor.view", [ref(3), tup(1, 1)], out(4, shape=(1, 1))),
+            node("Tensor.expand", [ref(4), tup(ref(2), 1)], out(5, shape=("?", 1))),
+        ]
+
+    cases = {
+        "empty_strided_far_stride": [
+            node("empty_strided", [tup(2), tup(2**40)], out(1, shape=(2,)))
+        ],
+        "empty_strided_negative_stride": [
+            node("empty_strided", [tup(2, 3), tup(-1, 1)], out(1, shape=(2, 3)))
+        ],
+        "empty_strided_mismatched": [node("empty_strided", [tup(2, 3), tup(1)], out(1))],
+        "empty_strided_bool_stride": [node("empty_strided", [tup(2), tup(True)], out(1))],
+        "empty_strided_computed_stride": [
+            *computed(2**40),
+            node("empty_strided", [tup(2), tup(ref(2))], out(3, shape=(2,))),
+        ],
+        "empty_strided_computed_size": [
+            *computed(2**40),
+            node("empty_strided", [tup(ref(2)), tup(1)], out(3, shape=("?",))),
+        ],
+        "hann_window_literal": [node("hann_window", [2**40], out(1, shape=(2**40,)))],
+        "kaiser_window_computed": [
+            *computed(2**40),
+            node("kaiser_window", [ref(2)], out(3, shape=("?",))),
+        ],
+        "hann_window_negative": [node("hann_window", [-5], out(1, shape=("?",)))],
+        "vander_literal_n": [node("vander", [x, 2**40], out(1, shape=(3, 2**40)))],
+        "vander_computed_n": [
+            *computed(2**38),
+            node("vander", [x, ref(2)], out(3, shape=(3, "?"))),
+        ],
+        "pdist_of_an_expand": [*expanded(3 * 2**20), node("pdist", [ref(5)], out(6, shape=("?",)))],
+        "pad_sequence_of_expands": [
+            *expanded(3 * 2**22),
+            node("pad_sequence", [[ref(5)] * 64, True], out(6, shape=(64, "?", 1))),
+        ],
+        "pad_sequence_empty": [node("pad_sequence", [[], True], out(1, shape=(0,)))],
+        "gradient_count": [
+            {
+                **node("gradient", [x], out(1) + out(2) + out(3)),
+                "out_spec": {"t": "tuple", "c": [{"t": "leaf"}] * 3},
+            }
+        ],
+        "gradient_edge_order": [node("gradient", [x], out(1), {"edge_order": 7})],
+        "geometric_p_zero": [
+            node("clone", [x], out(1)),
+            node("Tensor.geometric_", [ref(1), 0.0], out(2)),
+        ],
+        "fill_diagonal_of_a_vector": [
+            node("clone", [x], out(1)),
+            node("Tensor.fill_diagonal_", [ref(1), 1.0], out(2)),
+        ],
+    }
+    cases = {f"opset10:{k}": {"nodes": v} for k, v in cases.items()}
+    # In-place ops of op-set 10 writing into the weight of a module (state writes rule).
+    idx, src = literal(3, [0], "int64"), literal(4, [[9.0, 9.0, 9.0]], "float32")
+    writes = {
+        "put_weight": [
+            idx,
+            literal(4, [9.0]),
+            node("Tensor.put_", [ref(1), ref(3), ref(4)], out(5)),
+        ],
+        "index_reduce_weight": [
+            idx,
+            src,
+            node("Tensor.index_reduce_", [ref(1), 0, ref(3), ref(4), "amax"], out(5, shape=(2, 3))),
+        ],
+        "fill_diagonal_weight": [
+            node("Tensor.fill_diagonal_", [ref(1), 0.0], out(3, shape=(2, 3)))
+        ],
+        "log_normal_weight": [node("Tensor.log_normal_", [ref(1)], out(3, shape=(2, 3)))],
+    }
+    cases.update({f"opset10:{k}": {"base": "linear", "nodes": v} for k, v in writes.items()})
+    return cases
+
+
 FAMILIES = {
     "document": document_family,
     "autograd_function": autograd_function_family,
@@ -1204,6 +1299,7 @@ FAMILIES = {
     "repeat_interleave": repeat_interleave_family,
     "broadcast": broadcast_family,
     "index": index_family,
+    "opset10": opset10_family,
     "structure": structure_family,
     "tensors": tensors_family,
     "flags": flags_family,

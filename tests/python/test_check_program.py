@@ -217,7 +217,7 @@ def test_v1_file_naming_a_removed_op_is_refused_with_a_clear_error():
 
 
 def test_writer_writes_the_newest_opset(base):
-    assert base["doc"]["opset_version"] == ops.OPSET_VERSION == 9
+    assert base["doc"]["opset_version"] == ops.OPSET_VERSION == 10
 
 
 # --- SSA, order, specs --------------------------------------------------------------------
@@ -622,6 +622,16 @@ def corpus(base: dict) -> dict[str, object]:
     mutate("types_code", lambda d: d.update(module_types={"fc": "torch.nn.Linear()"}))
     mutate("types_type", lambda d: d.update(module_types={"fc": 3}))
     mutate("types_path", lambda d: d.update(module_types={"a..b": torch_class}))
+    cpu = {"device": "cpu"}
+    # (named well, so the document rules take it; the reader then finds no state for it)
+    mutate("generators_ok", lambda d: d.update(generators={"g": cpu, "fc.noise": cpu}))
+    mutate("generators_device", lambda d: d.update(generators={"g": {"device": "meta"}}))
+    mutate("generators_no_device", lambda d: d.update(generators={"g": {}}))
+    mutate("generators_module", lambda d: d.update(generators={"conv": cpu}))
+    mutate("generators_reserved", lambda d: d.update(generators={"a.training": cpu}))
+    mutate("generators_private", lambda d: d.update(generators={"_tb_tree": cpu}))
+    mutate("generators_inside", lambda d: d.update(generators={"g": cpu, "g.h": cpu}))
+    mutate("generators_type", lambda d: d.update(generators=[1]))
     mutate(
         "pow_bomb",
         lambda d: forward(d)["nodes"].append(

@@ -173,3 +173,42 @@ def test_a_user_hook_on_a_lazily_hooked_model_is_still_refused():
     handle.remove()
     x = torch.rand(3, 4)
     torch.testing.assert_close(traced(x), model(x))
+
+
+@pytest.mark.parametrize("kind", ["pre", "post"])
+def test_a_hook_of_the_module_traced_removed_after_tracing_is_refused(kind):
+    """The root's hooks ran inside the recording (prober20b F10): removing one, the trace
+    went on applying it where the model no longer does."""
+    net = _net()
+    if kind == "pre":
+        handle = net.register_forward_pre_hook(lambda mod, args: (args[0] / 255.0,))
+    else:
+        handle = net.register_forward_hook(lambda mod, args, out: out * 3)
+    traced = tracebridge.trace(net, torch.rand(3, 4))
+    x = torch.rand(2, 4)
+    torch.testing.assert_close(traced(x), net(x))  # the hook's effect is in the graph
+    handle.remove()
+    with pytest.raises(TraceError, match=r"module this was traced from \(Sequential\)"):
+        traced(x)
+    net.register_forward_hook(lambda mod, args, out: out * 5)
+    with pytest.raises(TraceError, match="other hooks than when it was traced"):
+        traced(x)
+
+
+def test_hooks_added_to_a_module_traced_without_any_are_its_own_business():
+    net = _net()
+    traced = tracebridge.trace(net, torch.rand(3, 4))
+    x = torch.rand(2, 4)
+    net.register_forward_hook(lambda mod, args, out: out * 0)  # hooks of net, not the trace
+    torch.testing.assert_close(traced(x), net.forward(x))  # forward, without net's hooks
+
+
+def test_a_backward_hook_of_the_module_traced_raises_at_backward_naming_it():
+    net = _net()
+    net.register_full_backward_pre_hook(lambda mod, grad: (grad[0].clamp(-0.01, 0.01),))
+    traced = tracebridge.trace(net, torch.rand(3, 4))
+    x = torch.rand(2, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(traced(x), net(x))  # served without autograd
+    with pytest.raises(TraceError, match=r"module it was traced from \(Sequential\)"):
+        traced(x).sum().backward()

@@ -112,12 +112,12 @@ def test_a_default_no_file_holds_must_be_passed():
     assert torch.equal(gm(x, w=k)[0], x * k)
     with pytest.raises(TraceError, match="argument 'w' was left out, and its default is not"):
         gm(x)
-    # Where forward is the plain one (each parameter a tensor, in order), Python's own
-    # TypeError refuses the call that leaves a parameter out.
-    plain = tracebridge.to_graph_module(tracebridge.trace(lambda x, w=fixed: x * w, (x, k)))
-    assert bridge.info(plain).signature is None
-    with pytest.raises(TypeError, match="missing 1 required positional argument: 'w'"):
-        plain(x)
+    # A positional parameter with a default binds by the signature too: Python's own
+    # TypeError would say that 'w' is required, which the user's callable does not say.
+    positional = tracebridge.to_graph_module(tracebridge.trace(lambda x, w=fixed: x * w, (x, k)))
+    assert bridge.info(positional).signature == "x, w=<a default the trace does not hold>"
+    with pytest.raises(TraceError, match="argument 'w' was left out, and its default is not"):
+        positional(x)
 
 
 def test_positional_only_and_keyword_only_parameters_keep_their_kinds():
@@ -263,6 +263,19 @@ def test_a_plain_signature_keeps_the_plain_code():
     assert bridge.info(pair).signature is None  # forward(self, a, b) binds as the lambda
     assert "tracebridge_bind" not in pair.code
     torch.save(pair, io.BytesIO())  # and pickles as before
+
+
+def test_a_tensor_parameter_with_a_default_is_bound_by_the_signature():
+    """Traced ``m(x, y)`` of ``forward(self, x, y=None)``: ``gm(x)`` is a call the user's
+    forward takes, so it is told why the trace cannot take it (it gives y its default, None,
+    where the example passed a tensor), not Python's "missing argument 'y'"."""
+    x, y, _ = _inputs()
+    gm = tracebridge.to_graph_module(tracebridge.trace(MaskBias(), (x, y)))
+    assert "tracebridge_bind" in gm.code
+    assert torch.equal(gm(x, y)[0], x * y)
+    assert torch.equal(gm(x, mask=y)[0], x * y)
+    with pytest.raises(TraceError, match="argument 'mask' is NoneType where the trace was made"):
+        gm(x)
 
 
 class Stateful(nn.Module):

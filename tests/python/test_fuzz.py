@@ -270,6 +270,25 @@ def _boxes(count: int) -> torch.Tensor:
     return torch.cat([corner, corner + torch.rand(count, 2) * 5 + 1], dim=1)
 
 
+def _everyday10(x, ids):
+    """Op-set 10's everyday ops (prober20b F8), each once, with sizes from the input."""
+    n = x.shape[1]
+    h = x * torch.hann_window(n) + x * torch.kaiser_window(n, True, 6.0)
+    h = h.clone().fill_diagonal_(0.0).put_(torch.tensor([0, 1]), torch.tensor([1.0, 2.0]))
+    h = h.index_reduce_(0, torch.tensor([0, 1]), h[:2] * 2, "amax")
+    padded = torch.nn.utils.rnn.pad_sequence([h, h[:2]], batch_first=True)
+    strided = torch.empty_strided((n, 2), (1, n)).copy_(h[:2].T)
+    grads = torch.gradient(h, dim=1)[0]
+    kept = torch.isin(ids, torch.tensor([1, 3])).float().sum()
+    return (
+        padded.sum()
+        + torch.pdist(h).sum()
+        + torch.vander(h[0], 3).sum()
+        + strided.sum()
+        + (grads.sum() + kept)
+    )
+
+
 def newer_op_seeds() -> list[tuple[str, object, tuple]]:
     """(name, traced, inputs) for the ops of op-set 6 and later."""
     with __import__("warnings").catch_warnings():
@@ -286,6 +305,8 @@ def newer_op_seeds() -> list[tuple[str, object, tuple]]:
             ("ctc", tracebridge.trace(CTC(), ctc), ctc),
             ("grouped", tracebridge.trace(Grouped().eval(), grouped), grouped),
         ]
+        everyday = (torch.randn(4, 6), torch.randint(0, 5, (2, 7)))
+        made.append(("everyday10", tracebridge.trace(_everyday10, everyday), everyday))
         if _torchvision() is not None:
             boxes = (_boxes(12), torch.rand(12))
             made.append(("nms", tracebridge.trace(_nms, boxes), boxes))

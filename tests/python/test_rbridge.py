@@ -25,6 +25,23 @@ def test_tensor_to_r_returns_int32_for_small_longs():
     assert big.dtype == np.int64
 
 
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz],
+    ids=str,
+)
+def test_tensor_to_r_widens_float8_exactly(dtype):
+    t = torch.tensor([0.5, -2.0, 3.0]).to(dtype)  # a float8 output of a loaded op-set 10 file
+    out = rbridge.tensor_to_r(t)
+    assert out.dtype == np.float32 and out.tolist() == t.float().tolist()
+
+
+def test_tensor_to_r_keeps_unsigned_and_widens_complex32():
+    assert rbridge.tensor_to_r(torch.tensor([65535]).to(torch.uint16)).tolist() == [65535]
+    z = torch.tensor([1 + 2j]).to(torch.complex32)
+    assert rbridge.tensor_to_r(z).dtype == np.complex64
+
+
 def test_format_tensor_matches_mlverse_torch():
     assert rbridge.format_tensor(torch.tensor([0.0, 0.0, 1.0])) == (
         "torch_tensor\n 0\n 0\n 1\n[ CPUFloatType{3} ]"

@@ -32,7 +32,7 @@ one_node <- function(op, args, kwargs = "{}", kind = "Tensor") {
 
 test_that("the op and dtype tables are installed with the package", {
   ops <- tracebridge:::tb_tables()$ops
-  expect_equal(ops$opset_version, 9L)
+  expect_equal(ops$opset_version, 10L)
   expect_true(all(c("relu", "conv2d", "scaled_dot_product_attention") %in% names(ops$ops)))
   # prim.storage_offset (op-set 8) reads an integer, as prim.stride does: no memory
   raw <- setdiff(names(ops$ops), "prim.storage_offset")

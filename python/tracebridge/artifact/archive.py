@@ -45,6 +45,7 @@ from ..ir import (
     OPSET_VERSION,
     Program,
     StateEntry,
+    dtypes,
     graph_from_json,
     graph_to_json,
 )
@@ -52,6 +53,7 @@ from ..progress import advance
 from ..version import __version__
 from . import compiled as compiled_member
 from . import devices
+from . import generators as kept_generators
 from . import tensors as st
 from .atomic import atomic_file
 from .container import PROGRAM_MEMBER, TENSORS_MEMBER, Member, Writer, read_members
@@ -82,7 +84,7 @@ def program_to_json(program: Program, language: str | None = None) -> dict:
         "methods": {name: graph_to_json(g) for name, g in program.methods.items()},
         "dispatch": program.dispatch,
         "module_classes": program.module_classes,
-        "state": {name: _state_entry(e) for name, e in program.state.items()},
+        "state": {name: _state_entry(name, e) for name, e in program.state.items()},
         "meta": program.meta,
     }
     if program.mode_bound:
@@ -99,13 +101,15 @@ def program_to_json(program: Program, language: str | None = None) -> dict:
         doc["module_reprs"] = program.module_reprs
     if program.module_types:
         doc["module_types"] = program.module_types
+    if program.generators:
+        doc["generators"] = kept_generators.to_json(program.generators)
     return doc
 
 
-def _state_entry(entry: StateEntry) -> dict:
+def _state_entry(name: str, entry: StateEntry) -> dict:
     out = {
         "kind": entry.kind,
-        "dtype": DTYPE_NAMES[entry.tensor.dtype],
+        "dtype": dtypes.name_of(entry.tensor.dtype, f"{entry.kind} {name!r}"),
         "shape": list(entry.tensor.shape),
         "requires_grad": bool(entry.tensor.requires_grad),
     }
@@ -202,13 +206,15 @@ def write(
         raise ArtifactError(str(exc).replace(FILE_FIX, SAVE_FIX)) from None
     stored = {n: e.tensor for n, e in program.state.items() if not e.tensor.is_meta}
     external = [n for n, e in program.state.items() if e.tensor.is_meta]
+    count = len(stored)  # (the generators' states are not state tensors)
+    stored.update(kept_generators.states(program.generators))
     layout = st.plan(stored)
     with atomic_file(path) as handle:
         writer = Writer(handle, zip64=zip64)
         writer.begin(TENSORS_MEMBER, layout.size, align=st.ALIGN)
         sha, crc = _stream_tensors(writer, layout, stored)
         writer.end(crc)
-        doc["tensors"] = {"sha256": sha, "count": len(stored)}
+        doc["tensors"] = {"sha256": sha, "count": count}
         if external:
             doc["tensors"]["external"] = external
         if compiled is not None:
@@ -355,7 +361,8 @@ def _check_state(opened: Opened) -> None:
         )
     stored = [n for n in state if n not in external]
     both = [n for n in external if n in entries]
-    extra = [n for n in entries if n not in state]
+    kept_generators.check_entries(doc, entries, name)
+    extra = [n for n in entries if n not in state and not kept_generators.is_entry(n)]
     if both or extra:
         raise ArtifactError(
             f"{name}: {TENSORS_MEMBER} holds {', '.join(map(repr, both + extra))}, which "
@@ -443,7 +450,7 @@ def describe(path: str | os.PathLike) -> tuple[dict, Program]:
         state = opened.doc["state"]
         for name in opened.doc.get("tensors", {}).get("external", []):
             tensors[name] = _described_meta(state[name])
-        return opened.doc, program_from_json(opened.doc, tensors, opened.name)
+        return opened.doc, program_from_json(opened.doc, tensors, opened.name, describing=True)
     finally:
         opened.handle.close()
 
@@ -549,8 +556,12 @@ def check_document(doc: Any, name: str) -> None:
     check_program(doc, name)
 
 
-def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "") -> Program:
-    """The Program of a checked document, its state bound to ``tensors`` by name."""
+def program_from_json(
+    doc: dict, tensors: dict[str, torch.Tensor], name: str = "", describing: bool = False
+) -> Program:
+    """The Program of a checked document, its state bound to ``tensors`` by name
+    (``describing``: for a description only, a CUDA generator is left out where this
+    machine has no CUDA, as devices are ignored there)."""
     state = {}
     for key, info in doc["state"].items():
         if key not in tensors:
@@ -585,6 +596,7 @@ def program_from_json(doc: dict, tensors: dict[str, torch.Tensor], name: str = "
         backend=backend,
         specialised=dict(doc.get("specialised", {})),
         aliases=dict(doc.get("aliases", {})),
+        generators=kept_generators.rebuild(doc, tensors, name, describing),
         meta=meta,
         from_file=True,
     )

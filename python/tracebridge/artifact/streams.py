@@ -45,7 +45,10 @@ def write_to(program: Program, target: Any, language: str | None = None) -> None
         )
     with tempfile.TemporaryDirectory(prefix="tracebridge-") as folder:
         path = os.path.join(folder, "artifact.tb")
-        write(program, path, language)
+        try:
+            write(program, path, language)
+        except ArtifactError as exc:  # name the caller's object, not our temporary file
+            raise type(exc)(str(exc).replace(path, f"<{type(target).__name__}>")) from None
         with open(path, "rb") as handle:
             try:
                 shutil.copyfileobj(handle, target, _CHUNK)

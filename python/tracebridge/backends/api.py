@@ -35,7 +35,7 @@ from torch import nn
 
 from .. import api, artifact
 from ..check.verify import compare_outputs
-from ..errors import ArtifactError, TracerWarning, TracingCheckError
+from ..errors import ArtifactError, TraceError, TracerWarning, TracingCheckError
 from ..ir import Graph, Program, pytree
 from ..ir.printer import graph_text
 from ..ir.pytree import is_tensor
@@ -402,6 +402,16 @@ def _compile_whole(
     return obj
 
 
+def _no_kept_generators(generators) -> None:
+    if generators:
+        raise TraceError(
+            f"compile() does not take a program whose random ops draw from a generator the "
+            f"code keeps ({', '.join(map(repr, generators))}): its compiled parts hold no "
+            "generator. Run the traced module itself (tracebridge.trace), or draw the noise "
+            "outside and pass it in as an input"
+        )
+
+
 def compile(
     model: Callable | nn.Module,
     example_inputs: Any,
@@ -465,6 +475,7 @@ def compile(
     impl.name = backend
     args = api._as_args(example_inputs)
     workdir = os.fspath(compiler_workdir) if compiler_workdir is not None else None
+    _no_kept_generators(getattr(getattr(model, "program", None), "generators", None))
 
     traced = api.trace(
         model,
@@ -477,6 +488,7 @@ def compile(
     if check_tolerance is None:
         check_tolerance = default_tolerance(args, traced)
     program = traced.program
+    _no_kept_generators(program.generators)
     graph = program.methods["forward"]
     subgraphs, coverage = partition(graph, impl.supports, backend, min_subgraph_size)
     if _takes_whole_graph(impl, graph, coverage, min_subgraph_size, _tensors(args, program)):

@@ -202,7 +202,12 @@ class CompiledModule(_CompiledMixin, TracedModule):
         # nn.Module's call, without its own cost when nothing needs it (no hooks, one
         # ``forward`` for both modes): a compiled call should cost what torch.compile's does.
         program = self.program
-        if _hooked(self) or "forward" in program.dispatch or "forward" in program.mode_bound:
+        if (
+            _hooked(self)
+            or "forward" in program.dispatch
+            or "forward" in program.mode_bound
+            or self.__dict__.get("_tb_backward")  # sub-modules' backward hooks (api.py)
+        ):
             return super().__call__(*args, **kwargs)
         self._watch()  # the traced module's checks: sub-modules' hooks, the module tree
         method = for_mode(self._methods["forward"], self.training)

@@ -44,7 +44,11 @@ from ..ir.program import Ref, decode, map_literal
 DEFAULT_WIDTH = 4  # torch's default dtype, float32: a loaded program never changes it
 # Factories whose default dtype is int64.
 _INT_FACTORIES = frozenset("randint randperm tril_indices triu_indices".split())
-_FACTORIES = frozenset("zeros ones full empty rand randn randint".split())
+_FACTORIES = frozenset("zeros ones full empty rand randn randint empty_strided".split())
+# The window functions (op-set 10): a vector of ``window_length`` elements.
+_WINDOWS = frozenset(
+    "hann_window hamming_window blackman_window bartlett_window kaiser_window".split()
+)
 _NEW_FACTORIES = frozenset(
     "Tensor.new_zeros Tensor.new_ones Tensor.new_full Tensor.new_empty".split()
 )
@@ -529,6 +533,9 @@ class Budget:
             spread = op in ("zeros", "ones", "empty", "rand", "randn") and len(args) > 1
             sizes = _ints(list(args) if spread else kwargs.get("size", args[at] if args else None))
             return (tuple(sizes), self._width(kwargs, default), 0) if sizes else None
+        if op in _WINDOWS:
+            sizes = _ints(args[0] if args else kwargs.get("window_length"))
+            return (tuple(sizes), self._width(kwargs, DEFAULT_WIDTH), 0) if sizes else None
         if op in _NEW_FACTORIES and args:
             base = self._of(args[0])
             sizes = _ints(kwargs.get("size", args[1] if len(args) > 1 else None))

@@ -82,6 +82,7 @@ DIM_EXPR = re.compile(r"([0-9]+\*)?s[0-9]+([+-][0-9]+)?|\?")
 # name it; a program traced on the meta device records ``x.device`` (``prim.device``).
 DEVICE = re.compile(r"(cpu|cuda|mps|xpu)(:[0-9]{1,3})?")
 _META_DEVICE = re.compile(r"meta(:[0-9]+)?")
+_GENERATOR_DEVICE = re.compile(r"(cpu|cuda)(:[0-9]{1,3})?")
 R_RESERVED = "if else repeat while function for next break TRUE FALSE NULL Inf NaN NA in"
 # A method is reached as an attribute of the loaded module: it must not replace one.
 _LOADED_ADDS = "program methods code graph guards save check_guards".split()
@@ -122,6 +123,7 @@ LITERAL_TAGS = (
     "memory_format",
     "layout",
     "complex",
+    "generator",
 )
 MEMORY_FORMATS = ("contiguous_format", "channels_last", "preserve_format", "channels_last_3d")
 
@@ -260,6 +262,7 @@ def _document_rules(doc: Any, from_file: bool, strict: bool) -> None:
     _check_mode_bound(doc)
     _check_specialised(doc)
     _check_aliases(doc)
+    _check_generators(doc)
 
 
 class _Located(Exception):
@@ -300,6 +303,7 @@ def _doc_of(program: Program) -> dict:
         "mode_bound": program.mode_bound,
         "specialised": program.specialised,
         "aliases": program.aliases,
+        "generators": {n: {"device": str(g.device)} for n, g in program.generators.items()},
     }
 
 
@@ -508,6 +512,51 @@ def _check_specialised(doc: dict) -> None:
                     f"{str(variant)[:40]!r}, which is not a method of the file (or twice)",
                 )
             seen.add(variant)
+
+
+def _check_generators(doc: dict) -> None:
+    """The generators random ops draw from (SPEC section 9): each named as a state entry
+    is (a dotted path: where a loaded module holds it), none a state entry, a module of a
+    state entry or a method, each on a device a generator can be made on."""
+    generators = doc.get("generators") or {}
+    if not isinstance(generators, dict):
+        _fail("document", "generators must be an object")
+    names = set(doc["state"])
+    modules = {".".join(n.split(".")[:i]) for n in names for i in range(1, n.count(".") + 1)}
+    for name, entry in generators.items():
+        _path_name(name, "generator")
+        clash = next(
+            (
+                p
+                for p in name.split(".")
+                # (a loaded module's own attributes: _class_name, _tb_constants, ...)
+                if p in RESERVED_ATTRIBUTES or p.startswith("_tb") or p == "_class_name"
+            ),
+            None,
+        )
+        if clash is not None:
+            _fail(
+                "names",
+                f"generator {name[:40]!r} has the part {clash[:40]!r}, which every loaded "
+                "module already has as an attribute",
+            )
+        parts = name.split(".")
+        holders = names | set(generators)
+        inside = next(
+            (".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in holders),
+            None,
+        )
+        if inside is not None:
+            _fail("names", f"{inside[:40]!r} is not a module, so {name[:40]!r} cannot be inside it")
+        if name in names or name in modules or name in doc["methods"]:
+            _fail(
+                "names",
+                f"generator {name[:40]!r} has the name of a state tensor, a module or a "
+                "method of the program",
+            )
+        device = entry.get("device") if isinstance(entry, dict) else None
+        if not isinstance(device, str) or not _GENERATOR_DEVICE.fullmatch(device):
+            _fail("document", f"generator {name[:40]!r} has no device 'cpu' or 'cuda[:N]'")
 
 
 def _check_names_and_dispatch(doc: dict) -> None:
@@ -791,6 +840,8 @@ class _GraphCheck:
         try:
             for literal in self.graph["outputs"]:
                 self._literal(literal, 0)
+                if _names_generator(literal):
+                    _fail("literals", "a graph output is a generator: only random ops take one")
             _leaf_count(self.graph["out_spec"], len(self.graph["outputs"]), "outputs", "out_spec")
         except _Fault as fault:
             raise _Located(_message("", self.method, None, None, fault)) from None
@@ -1037,6 +1088,13 @@ class _GraphCheck:
         elif tag == "layout":
             if not isinstance(body, str) or body != "strided":
                 _fail("literals", f"unknown layout {str(body)[:20]!r}")
+        elif tag == "generator":
+            if not isinstance(body, str) or body not in (self.doc.get("generators") or {}):
+                _fail(
+                    "literals",
+                    f"names the generator {str(body)[:40]!r}, which the program does not "
+                    "keep (generators)",
+                )
         elif tag == "complex":
             if not (
                 isinstance(body, list)
@@ -1549,6 +1607,22 @@ def _lit_kind(lit: Any, kinds: dict[int, str]) -> str:
     return tag
 
 
+def _names_generator(lit: Any) -> bool:
+    """Whether a literal is or holds a generator reference."""
+    if isinstance(lit, list):
+        return any(_names_generator(x) for x in lit)
+    if not isinstance(lit, dict) or len(lit) != 1:
+        return False
+    ((tag, body),) = lit.items()
+    if tag == "generator":
+        return True
+    if tag in ("tuple", "slice") and isinstance(body, list):
+        return any(_names_generator(x) for x in body)
+    if tag == "dict" and isinstance(body, list):
+        return any(_names_generator(x) for pair in body if isinstance(pair, list) for x in pair)
+    return False
+
+
 def _is_number(lit: Any, kinds: dict[int, str]) -> bool:
     return _lit_kind(lit, kinds) in ("int", "bool")
 
@@ -1578,6 +1652,7 @@ _TAKES = {
     "memory_format": {"memory_format"},
     "str": {"str"},
     "none": {"none"},
+    "generator": {"generator"},
 }
 _ELEMENT = {
     "ints": "int",
@@ -1591,6 +1666,8 @@ _ELEMENT = {
 
 def _accepts(kind: str, lit: Any, kinds: dict[int, str]) -> bool:
     have = _lit_kind(lit, kinds)
+    if have == "generator":  # a random op's generator=, and nothing else
+        return kind == "generator"
     if kind == "any":
         return True
     if kind in _TAKES:

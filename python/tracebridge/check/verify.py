@@ -44,6 +44,7 @@ from .compare import NON_DETERMINISM, compare_outputs, fresh, on_meta, rolled
 from .dims import check_other_sizes
 from .meta_state import state_read
 from .repeated import check_repeated
+from .state_growth import check_after_longer
 
 # --- structural comparison --------------------------------------------------------------------
 
@@ -473,6 +474,7 @@ def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_m
                     continue  # every check below runs the code
                 _check_constants(eager, method, reference, constants, args, kwargs, tolerance, mod)
                 check_repeated(eager, method, args, kwargs, tolerance, mod, label)
+                check_after_longer(eager, method, args, kwargs, tolerance, mod, label)
                 check_cached_values(eager, method, args, kwargs, tolerance, mod, label)
                 if per_method is None:
                     _check_perturbed(

@@ -75,6 +75,32 @@ def as_strided(node: dict, ranks: Mapping[int, int]) -> str | None:
     return None
 
 
+# The elements a literal size may ask for, LIMITS["literal_numel"] of check/program.py
+# (which imports this module); a test keeps the two equal.
+STORAGE_ELEMENTS = 2**28
+
+
+def empty_strided(node: dict, ranks: Mapping[int, int]) -> str | None:
+    """``empty_strided`` (op-set 10) allocates the storage its strides reach, which its
+    sizes alone do not say: ``empty_strided([2], [2**40])`` holds 2 elements in 2**40."""
+    sizes = _items(_argument(node, 0, "size"))
+    strides = _items(_argument(node, 1, "stride"))
+    if sizes is not None and strides is not None and len(sizes) != len(strides):
+        return f"empty_strided has {len(sizes)} sizes but {len(strides)} strides"
+    if any(_negative(x) for x in (sizes or []) + (strides or [])):
+        return "empty_strided sizes and strides must be >= 0"
+    literal = sizes is not None and strides is not None and all(map(_is_int, sizes + strides))
+    if literal and all(sizes):
+        storage = 1 + sum((n - 1) * s for n, s in zip(sizes, strides))
+        if storage > STORAGE_ELEMENTS:
+            return (
+                f"empty_strided sizes {sizes[:8]} and strides {strides[:8]} reach {storage} "
+                f"elements of storage, more than the limit of {STORAGE_ELEMENTS} for sizes "
+                "written in the file"
+            )
+    return None
+
+
 def repeat_interleave(node: dict, ranks: Mapping[int, int]) -> str | None:
     repeats = _argument(node, 1, "repeats")
     if _negative(repeats) or _negative(node["kwargs"].get("output_size")):
@@ -154,6 +180,7 @@ def bool_size(info: ops.OpInfo, node: dict) -> str | None:
 
 RULES = {
     "as_strided": as_strided,
+    "empty_strided": empty_strided,
     "repeat_interleave": repeat_interleave,
     "broadcast_to": expand,
     "Tensor.expand": expand,

@@ -49,7 +49,7 @@ from torch import fx, nn
 
 from ..check.state_writes import writes_by_node
 from ..errors import BindingError, GuardError, TraceError
-from ..ir import Graph, Node, Program, Ref, pytree
+from ..ir import GeneratorRef, Graph, Node, Program, Ref, pytree
 from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import AUTOGRAD_FUNCTION, map_literal
 from ..ir.pytree import is_tensor
@@ -325,7 +325,19 @@ class _Builder:
         return node
 
     def literal(self, arg):
-        return map_literal(arg, lambda x: self.ref(x) if isinstance(x, Ref) else x)
+        return map_literal(arg, self._leaf)
+
+    def _leaf(self, x):
+        if isinstance(x, Ref):
+            return self.ref(x)
+        if isinstance(x, GeneratorRef):
+            raise TraceError(
+                f"{self.where}: a random op draws from the generator {x.name!r} that the "
+                "traced code keeps; a GraphModule (and so torch.compile, torch.export, "
+                "AOTInductor and ONNX) does not hold generators: run the traced module "
+                "itself, or draw the noise outside and pass it in as an input"
+            )
+        return x
 
     def arguments(self, node: Node) -> tuple[tuple, dict]:
         for key in node.kwargs:

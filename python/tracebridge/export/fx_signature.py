@@ -21,10 +21,11 @@ traced callable as far as the trace recorded them (``arg_names``, ``positional_o
 
 The first lines of ``forward`` bind the call (:func:`tracebridge_bind`) to the graph's
 inputs, in their order; the rest of the code is the plain GraphModule's. Where the plain
-``forward`` already binds as the original does (every parameter one tensor, in order,
-under its own name), the GraphModule keeps the plain code: there a call that leaves a
-defaulted one out gets Python's own TypeError, where the trace could not serve it either
-(the example passed a tensor). ``torch.export``, ONNX and
+``forward`` already binds as the original does (every parameter one tensor without a
+default, in order, under its own name), the GraphModule keeps the plain code: Python's own
+TypeError then refuses what the original refuses. A parameter with a default binds by the
+signature, which says why a call leaving it out cannot be served (the example passed a
+tensor there), where Python would call it required. ``torch.export``, ONNX and
 AOTInductor take the flat inputs: ``to_graph_module(..., flat=True)`` gives that form.
 """
 
@@ -357,7 +358,12 @@ def is_plain(signature: Signature, placeholders: list[str]) -> bool:
     params = signature.parameters
     return (
         len(params) == len(placeholders)
-        and all(p.kind == POSITIONAL and p.spec == {"t": "leaf"} for p in params)
+        # A parameter with a default is not plain: Python would take a call that leaves it
+        # out, and give it the default the trace did not take (a TypeError naming a
+        # parameter the user's forward does not require), where the binding says why.
+        and all(
+            p.kind == POSITIONAL and p.spec == {"t": "leaf"} and not p.has_default for p in params
+        )
         and [p.name for p in params] == placeholders
         and [p.inputs for p in params] == [[i] for i in range(len(params))]
     )

@@ -36,7 +36,7 @@ from typing import Any
 from .. import artifact
 from ..artifact import compiled as compiled_member
 from ..errors import ArtifactError, TraceError
-from ..ir import DTYPE_SHORT, Graph, Program, Ref, graph_from_json, pytree
+from ..ir import DTYPE_SHORT, Graph, Program, Ref, dtypes, graph_from_json, pytree
 from ..ir.printable import printable
 from ..ir.printer import Printer, _short, graph_text
 from ..progress import stage, track
@@ -91,17 +91,7 @@ def _nbytes(info: dict) -> int:
     count = 1
     for d in info["shape"]:
         count *= d
-    size = {
-        "float64": 8,
-        "int64": 8,
-        "complex64": 8,
-        "complex128": 16,
-        "float32": 4,
-        "int32": 4,
-        "float16": 2,
-        "bfloat16": 2,
-        "int16": 2,
-    }.get(info["dtype"], 1)
+    size = dtypes.ITEMSIZE.get(info["dtype"], 1)  # the one dtype table (ir/dtypes.py)
     return count * size
 
 
@@ -197,6 +187,10 @@ def _inspect_text(path: str, doc: dict, program: Program, show_graphs: bool) -> 
             short = DTYPE_SHORT.get(info["dtype"], info["dtype"])
             dims = ", ".join(str(d) for d in info["shape"])
             w(printable(f"  {info['kind']:<10} {name:<{width}}  {short}[{dims}]") + "\n")
+    generators = doc.get("generators") or {}
+    if generators:  # what the random ops draw from (SPEC section 9, Generators)
+        listed = ", ".join(f"{n} ({g['device']})" for n, g in generators.items())
+        w(printable(f"generators: {listed}") + "\n")
     _compiled_text(doc, w)
     for name, graph in program.methods.items():
         guards = guard_rows(graph)

@@ -165,8 +165,10 @@ def tensor_to_r(t: torch.Tensor):
     t = t.detach()
     if t.device.type != "cpu":
         t = t.cpu()
-    if t.dtype in (torch.float16, torch.bfloat16):
-        t = t.to(torch.float32)
+    if t.is_floating_point() and t.dtype not in (torch.float32, torch.float64):
+        t = t.to(torch.float32)  # float16, bfloat16, the float8s: numpy lacks most; exact
+    elif t.dtype == torch.complex32:
+        t = t.to(torch.complex64)
     if t.dtype == torch.int64 and _fits_int32(t):
         # R has no 64-bit integers; as in mlverse torch, longs come back as integers.
         t = t.to(torch.int32)

@@ -13,6 +13,8 @@ from typing import NamedTuple
 
 import torch
 
+from ..errors import ArtifactError
+
 
 class DType(NamedTuple):
     name: str
@@ -37,7 +39,26 @@ TABLE: tuple[DType, ...] = (
     DType("complex64", "c64", "C64", 8, "complex", torch.complex64),
     # Version 1 of the format cannot store complex128 state (no safetensors code).
     DType("complex128", "c128", None, 16, "complex", torch.complex128),
+    # op-set 10: the unsigned and 8-bit float dtypes that safetensors stores (fp8 weight
+    # storage, token ids kept as uint16/uint32), and complex32, which it does not: a graph
+    # may compute in complex32, but no state of that dtype can be saved (as complex128).
+    DType("uint16", "u16", "U16", 2, "integer", torch.uint16),
+    DType("uint32", "u32", "U32", 4, "integer", torch.uint32),
+    DType("uint64", "u64", "U64", 8, "integer", torch.uint64),
+    DType("float8_e4m3fn", "f8e4m3fn", "F8_E4M3", 1, "floating", torch.float8_e4m3fn),
+    DType("float8_e5m2", "f8e5m2", "F8_E5M2", 1, "floating", torch.float8_e5m2),
+    DType("float8_e4m3fnuz", "f8e4m3fnuz", "F8_E4M3FNUZ", 1, "floating", torch.float8_e4m3fnuz),
+    DType("float8_e5m2fnuz", "f8e5m2fnuz", "F8_E5M2FNUZ", 1, "floating", torch.float8_e5m2fnuz),
+    DType("complex32", "c32", None, 4, "complex", torch.complex32),
 )
+# The op-set version each dtype appeared in, for those added after the first (as ops.py's
+# SINCE for ops); dtypes.json carries it as ``since`` on those rows. A file of an older
+# op-set version names none of them: its writer knew no such dtype.
+SINCE = {
+    name: 10
+    for name in "uint16 uint32 uint64 float8_e4m3fn float8_e5m2 float8_e4m3fnuz "
+    "float8_e5m2fnuz complex32".split()
+}
 
 BY_NAME = {d.name: d for d in TABLE}
 DTYPE_NAMES = {d.torch: d.name for d in TABLE}  # torch.dtype -> name
@@ -47,6 +68,27 @@ ST_CODES = {d.name: d.safetensors for d in TABLE if d.safetensors}  # name -> "F
 FROM_ST = {code: name for name, code in ST_CODES.items()}
 ITEMSIZE = {d.name: d.itemsize for d in TABLE}
 KIND = {d.name: d.kind for d in TABLE}
+
+
+class UnsupportedDtypeError(ArtifactError):
+    """A tensor has a dtype that the artifact format does not name."""
+
+
+def name_of(dtype: torch.dtype, what: str) -> str:
+    """The file's name of ``dtype``, or an error naming ``what`` has it (``"state 'w'"``,
+    ``"input 'x'"``) and the dtypes the format holds, never a bare KeyError.
+
+    >>> name_of(torch.float8_e4m3fn, "state 'w8'")
+    'float8_e4m3fn'
+    """
+    found = DTYPE_NAMES.get(dtype)
+    if found is None:
+        raise UnsupportedDtypeError(
+            f"{what} has dtype {str(dtype).replace('torch.', '')}, which the tracebridge "
+            f"artifact format does not name (it names {', '.join(BY_NAME)}); convert it "
+            "before tracing or saving (.to(torch.float32), say), or keep it in process"
+        )
+    return found
 
 
 def to_json() -> dict:
@@ -61,6 +103,7 @@ def to_json() -> dict:
             "safetensors": d.safetensors,
             "itemsize": d.itemsize,
             "kind": d.kind,
+            **({"since": SINCE[d.name]} if d.name in SINCE else {}),
         }
         for d in TABLE
     }

@@ -8,7 +8,8 @@ and nothing else: no op exposes an address, a storage or raw memory (``*data_ptr
 kernel, see ``runtime/checked_views.py``), none runs PyTorch's test hooks (``_test_*``), backend
 internals (``mkldnn_*``, ``_foreach_*``) or changes global settings. ``empty``,
 ``empty_like`` and ``new_empty`` run as their zero-filled forms: their contents are
-unspecified, and uninitialised memory would show a file what the process freed before.
+unspecified, and uninitialised memory would show a file what the process freed before
+(``empty_strided`` too, its whole storage: ``runtime/checked_ops10.py``).
 A private builtin (``_x``) is listed only in ``REVIEWED_PRIVATE``, with the reason.
 ``shared_ir/opset.md`` and ``shared_ir/ops.json`` are generated from this table.
 
@@ -63,8 +64,12 @@ from . import ops_schema
 # precision, deterministic algorithms, torch.cuda.is_available()...), each a constant of
 # the trace before; and whether a tensor is on a device type (prim.is_device_type:
 # ``x.is_cuda``, ``x.device.type == "cpu"``), a constant of the trace before; math's float
-# functions of traced numbers (scalar.sin, scalar.atan2, ...), baked before. See SINCE.
-OPSET_VERSION = 9
+# functions of traced numbers (scalar.sin, scalar.atan2, ...), baked before. 10: the
+# dtypes uint16/32/64, the float8 dtypes and complex32 (ir/dtypes.py); everyday ops that
+# torch.jit.trace recorded (the STFT windows, isin, fill_diagonal_, pdist, vander,
+# gradient, put_, index_reduce_, empty_strided zero-filled, pad_sequence, the random
+# log_normal_/cauchy_/geometric_). See SINCE.
+OPSET_VERSION = 10
 
 # --- the op set, by family ----------------------------------------------------------------
 # Each name is a canonical name; see the module Note. Order inside a family is alphabetical.
@@ -81,12 +86,14 @@ FAMILIES: dict[str, str] = {
         special.erf special.erfc special.expit special.logit special.xlogy special.log1p
         special.sinc special.round special.i0 special.entr special.ndtr special.log_ndtr
         special.logsumexp special.softmax special.log_softmax
+        special.erfcx
     """,
     "comparison and logic": """
         eq ne lt le gt ge greater greater_equal less less_equal not_equal equal isclose
         allclose isfinite isinf isnan isneginf isposinf isreal logical_and logical_not
         logical_or logical_xor bitwise_and bitwise_not bitwise_or bitwise_xor
         bitwise_left_shift bitwise_right_shift where heaviside
+        isin
     """,
     "activations": """
         relu relu_ relu6 gelu silu silu_ mish mish_ hardswish hardswish_ hardsigmoid
@@ -113,6 +120,7 @@ FAMILIES: dict[str, str] = {
         linalg.multi_dot linalg.tensorinv linalg.tensorsolve linalg.vander linalg.solve_ex
         linalg.inv_ex linalg.householder_product linalg.matmul
         trapezoid trapz cumulative_trapezoid cov corrcoef histogram
+        pdist vander
     """,
     "convolution and pooling": """
         conv1d conv2d conv3d conv_transpose1d conv_transpose2d conv_transpose3d convolution
@@ -132,13 +140,13 @@ FAMILIES: dict[str, str] = {
         scaled_dot_product_attention embedding embedding_bag one_hot lstm gru rnn_tanh
         rnn_relu lstm_cell gru_cell rnn_tanh_cell rnn_relu_cell _pack_padded_sequence
         _pad_packed_sequence
-        embedding_renorm_
+        embedding_renorm_ pad_sequence
     """,
     "dropout and random": """
         dropout dropout_ alpha_dropout feature_dropout feature_alpha_dropout bernoulli
         multinomial normal poisson rand randn randint randperm rand_like randn_like
         randint_like Tensor.uniform_ Tensor.normal_ Tensor.bernoulli_ Tensor.random_
-        Tensor.exponential_
+        Tensor.exponential_ Tensor.log_normal_ Tensor.cauchy_ Tensor.geometric_
     """,
     "losses": """
         cross_entropy_loss nll_loss nll_loss2d nll_loss_nd mse_loss l1_loss smooth_l1_loss
@@ -153,7 +161,7 @@ FAMILIES: dict[str, str] = {
         mode sort argsort msort topk kthvalue count_nonzero nansum nanmean quantile
         nanquantile unique_consecutive histc bincount bucketize searchsorted dist renorm
         diff
-        unique_dim
+        unique_dim gradient
     """,
     "shape and layout": """
         Tensor.view Tensor.view_as Tensor.reshape Tensor.reshape_as reshape flatten
@@ -174,6 +182,7 @@ FAMILIES: dict[str, str] = {
         take_along_dim nonzero argwhere select_scatter slice_scatter diagonal_scatter
         Tensor.masked_fill_ Tensor.index_put_ Tensor.scatter_ Tensor.scatter_add_
         Tensor.index_add_ Tensor.index_fill_ Tensor.index_copy_ Tensor.masked_scatter_
+        put Tensor.put_ index_reduce Tensor.index_reduce_ Tensor.fill_diagonal_
     """,
     "conversion and copies": """
         clone Tensor.to Tensor.type Tensor.type_as Tensor.float Tensor.double Tensor.half
@@ -188,6 +197,7 @@ FAMILIES: dict[str, str] = {
         fft.fft fft.ifft fft.rfft fft.irfft fft.fft2 fft.ifft2 fft.rfft2 fft.irfft2 fft.fftn
         fft.ifftn fft.rfftn fft.irfftn fft.fftshift fft.ifftshift fft.fftfreq fft.rfftfreq
         fft.hfft fft.ihfft stft istft
+        hann_window hamming_window blackman_window bartlett_window kaiser_window empty_strided
     """,
     "in-place arithmetic": """
         Tensor.add_ Tensor.sub_ Tensor.mul_ Tensor.div_ Tensor.pow_ Tensor.neg_
@@ -298,6 +308,9 @@ FOLDED_METHODS |= frozenset(
     "acosh asinh atanh angle copysign bitwise_left_shift bitwise_right_shift prelu bernoulli "
     "multinomial bincount tile hsplit vsplit dsplit fliplr flipud ravel argwhere "
     "diagonal_scatter".split()
+) | frozenset(
+    # op-set 10: ``x.put(i, v)`` and ``x.index_reduce(d, i, v, r)`` take the function's order
+    "put index_reduce".split()
 )
 
 # The op-set version each op appeared in, for the ops added after version 3 (ONNX's
@@ -327,6 +340,14 @@ SINCE: dict[str, int] = {
     ),
     # op-set 9: the process-wide settings the code reads, at call time and guarded
     "prim.setting": 9,
+    # op-set 10: everyday ops torch.jit.trace recorded and the op set lacked (prober20b F8)
+    **dict.fromkeys(
+        "hann_window hamming_window blackman_window bartlett_window kaiser_window "
+        "empty_strided vander pdist gradient isin special.erfcx put Tensor.put_ index_reduce "
+        "Tensor.index_reduce_ Tensor.fill_diagonal_ Tensor.log_normal_ Tensor.cauchy_ "
+        "Tensor.geometric_ pad_sequence".split(),
+        10,
+    ),
     # op-set 9: a tensor's device type as the code inspects it, at call time and guarded
     "prim.is_device_type": 9,
     **dict.fromkeys(
@@ -420,7 +441,7 @@ TENSOR_META_PROPERTIES = (
 # Ops whose number of outputs depends on the input's shape: the runtime checks the count.
 VARIADIC_OUTPUTS = frozenset(
     "unbind split split_with_sizes chunk tensor_split hsplit vsplit dsplit "
-    "unique_consecutive meshgrid atleast_1d atleast_2d atleast_3d".split()
+    "unique_consecutive meshgrid atleast_1d atleast_2d atleast_3d gradient".split()
 )
 
 # Ops that draw random numbers only where an argument asks: (position, keyword) of the
@@ -457,6 +478,7 @@ RANDOM_OPS = frozenset(
 rand randn randint randperm rand_like randn_like randint_like bernoulli multinomial normal
 poisson dropout dropout_ alpha_dropout feature_dropout feature_alpha_dropout rrelu
 Tensor.uniform_ Tensor.normal_ Tensor.bernoulli_ Tensor.random_ Tensor.exponential_
+Tensor.log_normal_ Tensor.cauchy_ Tensor.geometric_
 """.split()
 )
 
@@ -464,7 +486,7 @@ Tensor.uniform_ Tensor.normal_ Tensor.bernoulli_ Tensor.random_ Tensor.exponenti
 # bounded by the checker (a literal may not ask for more than ``MAX_LITERAL_NUMEL``).
 SIZE_ARGUMENTS = frozenset(
     "size sizes shape repeats dims output_size steps end n m num_classes minlength row col "
-    "pad bins num_samples".split()
+    "pad bins num_samples window_length".split()
 )
 # Ops whose size arguments multiply: ``eye(n, m)`` makes n * m elements, ``tril_indices(row,
 # col)`` about 2 * row * col; the checker bounds the product, not each alone.
@@ -510,6 +532,11 @@ linalg.eigvals linalg.lu svd linalg.svd linalg.qr cholesky_solve triangular_solv
 linalg.solve_triangular linalg.lu_solve linalg.lstsq linalg.solve linalg.solve_ex trapezoid trapz
 cumulative_trapezoid masked_select unbind split
 """.split()
+    )
+    | frozenset(
+        # op-set 10 (runtime/checked_ops10.py): results sized by products of sizes or by
+        # strides (empty_strided's storage)
+        "vander pdist pad_sequence empty_strided".split()
     )
     | frozenset(
         # torch 2.11's reflection_pad3d reads its six pads before counting them

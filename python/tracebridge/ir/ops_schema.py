@@ -6,8 +6,8 @@ SymInt[2] stride=1, ...) -> Tensor``) in the dispatcher. The op table (``ops.py`
 each op on purpose; this module only reads, for those names, the kinds of their
 arguments, position by position and keyword by keyword, merged over the overloads that a
 graph can reach (no ``out=`` overloads, no named-dimension overloads, no overload taking a
-storage, stream or generator). Nothing here decides what is allowed: an op that is not
-listed in ``ops.py`` has no kinds.
+storage or stream; a random op's generator is a kind of its own). Nothing here decides
+what is allowed: an op that is not listed in ``ops.py`` has no kinds.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ _SCALAR_TYPES = {
     "MemoryFormat": "memory_format",
     "str": "str",
     "complex": "scalar",
+    # A random op's generator: in a file, a reference to a generator the program keeps
+    # (``{"generator": NAME}``, SPEC section 5), never one made from a file's data.
+    "Generator": "generator",
 }
 _LIST_TYPES = {
     "tensor": "tensors",
@@ -39,8 +42,8 @@ _LIST_TYPES = {
     "scalar": "scalars",
 }
 # Overloads with these argument types cannot be reached from a graph (nothing in a file
-# can make a Dimname, Storage, Stream or Generator) or must not be (Storage).
-_UNREACHABLE = ("Dimname", "Storage", "Stream", "Generator", "Any", "t", "QScheme")
+# can make a Dimname, Storage or Stream) or must not be (Storage).
+_UNREACHABLE = ("Dimname", "Storage", "Stream", "Any", "t", "QScheme")
 # Parameter names that are dimensions or indices, for R's 1-based conversion.
 DIM_NAMES = frozenset(
     "dim dims dim0 dim1 dim2 start_dim end_dim source destination axis axis0 axis1".split()
@@ -97,7 +100,7 @@ def parse_schema(text: str) -> list[dict] | None:
         default = match["default"] or ""
         if base in _UNREACHABLE or base not in _SCALAR_TYPES:
             if default == "=None":
-                continue  # an optional generator or stream: the graph leaves it out
+                continue  # an optional stream: the graph leaves it out
             return None
         if kwarg_only and "!" in (match["alias"] or ""):
             return None  # writes into a keyword argument: an out= overload

@@ -20,7 +20,7 @@ import torch
 
 from . import pytree
 from .printable import printable
-from .program import Graph, Node, Ref, Value, fold_literal
+from .program import GeneratorRef, Graph, Node, Ref, Value, fold_literal
 
 
 class Printer:
@@ -54,6 +54,8 @@ class Printer:
             return str(arg).replace("torch.", "")
         if isinstance(arg, torch.device):
             return f"device({str(arg)!r})"
+        if isinstance(arg, GeneratorRef):
+            return f"generator({arg.name!r})"
         return repr(arg)
 
     @staticmethod

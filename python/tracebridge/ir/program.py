@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from . import dtypes
 from .dtypes import DTYPE_NAMES, DTYPE_SHORT, DTYPES  # noqa: F401 (re-exported)
 from .ops import OPSET_VERSION  # noqa: F401 (re-exported)
 
@@ -45,6 +46,16 @@ class Ref:
     """A reference to a Value by id, inside ``args``/``kwargs``/outputs."""
 
     id: int
+
+
+@dataclass(frozen=True)
+class GeneratorRef:
+    """A reference, inside a random op's arguments, to a ``torch.Generator`` the program
+    keeps (``Program.generators``) by name: ``torch.rand(n, generator=self.g)`` records
+    ``GeneratorRef("g")``. The runtime passes the generator itself, so the graph draws
+    from it as eager code does (shared_ir/SPEC.md, section 9, Generators)."""
+
+    name: str
 
 
 @dataclass
@@ -174,6 +185,11 @@ class Program:
     # language model's output layer sharing the embedding's matrix): other name -> state
     # name. Binding a checkpoint (load(weights=...)) accepts the tensor under either.
     aliases: dict[str, str] = field(default_factory=dict)
+    # name -> the torch.Generator a random op draws from (``GeneratorRef``): one the traced
+    # module keeps (named by its attribute path, ``noise.g``) or one the traced code
+    # reaches otherwise (a global, a closure's: ``generator0``). In a trace made in this
+    # process they are the code's own objects; in a loaded program, the file's copies.
+    generators: dict[str, torch.Generator] = field(default_factory=dict)
     # Display-only: nothing that runs may depend on it (shared_ir/SPEC.md).
     meta: dict[str, Any] = field(default_factory=dict)
     # Never written: whether this program was read from a file (artifact/archive.py). An
@@ -255,7 +271,7 @@ def _encode_leaf(obj: Any) -> Any:
     if obj is Ellipsis:
         return {"ellipsis": True}
     if isinstance(obj, torch.dtype):
-        return {"dtype": DTYPE_NAMES[obj]}
+        return {"dtype": dtypes.name_of(obj, "a dtype argument")}
     if isinstance(obj, torch.device):
         return {"device": str(obj)}
     if isinstance(obj, torch.memory_format):
@@ -264,6 +280,8 @@ def _encode_leaf(obj: Any) -> Any:
         return {"layout": str(obj).replace("torch.", "")}
     if isinstance(obj, complex):
         return {"complex": [obj.real, obj.imag]}
+    if isinstance(obj, GeneratorRef):
+        return {"generator": obj.name}
     raise TypeError(f"cannot store a literal of type {type(obj).__name__}: {obj!r}")
 
 
@@ -302,6 +320,8 @@ def decode(data: Any) -> Any:
         return LAYOUTS[body]
     if tag == "complex":
         return complex(*body)
+    if tag == "generator":
+        return GeneratorRef(str(body))
     raise ValueError(f"unknown literal tag {tag!r}")
 
 
@@ -397,9 +417,11 @@ def _collect_refs(obj: Any, out: list) -> None:
         out.append(obj)
 
 
-def value_to_json(v: Value) -> dict:
+def value_to_json(v: Value, what: str = "a value of the graph") -> dict:
     data = {"id": v.id, "kind": v.kind}
     if v.kind == "Tensor":
+        if v.dtype not in DTYPES:  # the tracer keeps a dtype the format lacks as torch's name
+            dtypes.name_of(getattr(torch, str(v.dtype).replace("torch.", ""), None), what)
         data["dtype"] = v.dtype
         data["shape"] = list(v.shape or [])
         if v.example is not None:  # an input's sizes at trace time: labels shapes on display
@@ -423,19 +445,9 @@ def value_from_json(d: dict) -> Value:
 def graph_to_json(g: Graph) -> dict:
     return {
         "arg_names": g.arg_names,
-        "inputs": [value_to_json(v) for v in g.inputs],
+        "inputs": [value_to_json(v, f"input {v.name or v.id!r}") for v in g.inputs],
         "in_spec": g.in_spec,
-        "nodes": [
-            {
-                "op": n.op,
-                "args": encode(list(n.args)),
-                "kwargs": {k: encode(v) for k, v in n.kwargs.items()},
-                "outputs": [value_to_json(v) for v in n.outputs],
-                "out_spec": n.out_spec,
-                "loc": n.loc,
-            }
-            for n in g.nodes
-        ],
+        "nodes": [_node_to_json(n) for n in g.nodes],
         "outputs": encode(list(g.outputs)),
         "out_spec": g.out_spec,
         **({"positional_only": g.positional_only} if g.positional_only else {}),
@@ -443,6 +455,23 @@ def graph_to_json(g: Graph) -> dict:
         **({"var_keywords": list(g.var_keywords)} if g.var_keywords else {}),
         **({"sources": lines} if (lines := {k: v for k, v in g.sources.items() if v}) else {}),
     }
+
+
+def _node_to_json(n: Node) -> dict:
+    try:
+        return {
+            "op": n.op,
+            "args": encode(list(n.args)),
+            "kwargs": {k: encode(v) for k, v in n.kwargs.items()},
+            "outputs": [value_to_json(v, f"the result of {n.op}") for v in n.outputs],
+            "out_spec": n.out_spec,
+            "loc": n.loc,
+        }
+    except dtypes.UnsupportedDtypeError as exc:
+        where = f" (at {n.loc})" if n.loc else ""
+        raise dtypes.UnsupportedDtypeError(
+            f"{exc.args[0].replace('a dtype argument', f'an argument of {n.op}')}{where}"
+        ) from None
 
 
 def graph_from_json(d: dict) -> Graph:

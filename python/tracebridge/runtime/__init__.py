@@ -7,6 +7,7 @@ one by one; it is slower but easy to step through, and gives identical results.
 
 from __future__ import annotations
 
+from . import optimizer_steps  # noqa: F401 - its hook drops kept values after a step
 from .folding import invalidate_caches
 from .method import Method, guards_disabled
 

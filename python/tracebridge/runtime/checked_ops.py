@@ -1208,6 +1208,7 @@ SIZED_OPS = frozenset(
 zeros ones full empty rand randn randint randperm eye Tensor.new_zeros Tensor.new_ones
 Tensor.new_full Tensor.new_empty Tensor.repeat tile Tensor.expand broadcast_to arange
 linspace logspace
+hann_window hamming_window blackman_window bartlett_window kaiser_window
 """.split()
 )
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..errors import ArtifactError
-from ..ir import Graph, Node, Ref, pytree, refs_in
+from ..ir import GeneratorRef, Graph, Node, Ref, pytree, refs_in
 from ..ir.analysis import last_uses, state_reads
 from ..ir.program import fold_literal
 from . import (
@@ -52,6 +52,7 @@ from . import (
     cse,
     dead_code,
     folding,
+    generators,
     halves,
     identity,
     inplace,
@@ -304,6 +305,12 @@ class CodeGen:
             return ast.Constant(...)
         if isinstance(arg, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
             return self.constant(arg)
+        if isinstance(arg, GeneratorRef):  # read at the call: a reseed or swap reaches it
+            table, key = generators.slot(self.slots, arg.name, self._where)
+            reader = self.bind("R", generators.read)
+            return ast.Call(
+                reader, [self.bind("S", table), _constant(key), _constant(arg.name)], []
+            )
         raise ArtifactError(
             f"{self._where}: cannot run a literal of type {type(arg).__name__}; the file is "
             "corrupt (run tracebridge validate)"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 
 from ..errors import ArtifactError
-from ..ir import Graph, Node, Ref, pytree
+from ..ir import GeneratorRef, Graph, Node, Ref, pytree
 from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import map_literal
-from . import support
+from . import generators, support
 
 
 class Interpreter:
@@ -64,7 +64,15 @@ class Interpreter:
         return pytree.unflatten(outputs, self.graph.out_spec)
 
     def resolve(self, arg, env):
-        return map_literal(arg, lambda x: env[x.id] if isinstance(x, Ref) else x)
+        return map_literal(arg, lambda x: self._leaf(x, env))
+
+    def _leaf(self, x, env):
+        if isinstance(x, Ref):
+            return env[x.id]
+        if isinstance(x, GeneratorRef):
+            table, key = generators.slot(self.slots, x.name, "the graph")
+            return generators.read(table, key, x.name)
+        return x
 
     def run_state(self, node: Node, env) -> None:
         owner, key = self.slots[node.args[0]]

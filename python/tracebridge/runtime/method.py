@@ -13,7 +13,7 @@ from ..ir import Graph, pytree
 from ..ir.analysis import fused_without_autograd
 from ..ir.ops import draws_random
 from ..ir.pytree import is_tensor
-from . import concat_linear, cse, folding, linear_2d, support
+from . import concat_linear, cse, folding, generators, linear_2d, support
 from .binding import bind_to_trace, binding_error, traced_parameters, with_defaults
 from .codegen import CodeGen, compile_function
 from .concat_linear import AsTraced
@@ -262,6 +262,9 @@ class Method:
                     raise
                 except Exception as again:
                     raise support.op_failed(self.name, again, self.from_file) from again
+            changed = support.changed_state(self.name, self.graph, self._slots, exc)
+            if changed is not None:
+                raise changed from exc
             # Any op may fail on what a file asks for; callers catch TraceError for all.
             raise support.op_failed(self.name, exc, self.from_file) from exc
 
@@ -529,16 +532,18 @@ def describe(spec: dict) -> str:
     return "(" + ", ".join(inner) + ("," if len(inner) == 1 else "") + ")"
 
 
-def _rng_states() -> tuple:
-    """The CPU generator's state and every initialised CUDA device's."""
+def _rng_states(slots: dict | None = None) -> tuple:
+    """The CPU generator's state, every initialised CUDA device's, and those of the
+    generators the graphs draw from (``slots``, runtime/generators.py)."""
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    return torch.get_rng_state(), cuda
+    return torch.get_rng_state(), cuda, generators.states(slots if slots is not None else {})
 
 
 def _set_rng_states(states: tuple) -> None:
     torch.set_rng_state(states[0])
     if states[1] is not None:
         torch.cuda.set_rng_state_all(states[1])
+    generators.set_states(states[2])
 
 
 def _plain(args: tuple, kwargs: dict) -> bool:
@@ -573,8 +578,9 @@ class Specialised:
     graph that knew most about the call), else the first graph's. It behaves as the first
     graph's Method otherwise (``graph``, ``code``, ``check_guards``)."""
 
-    def __init__(self, methods: list[Method]):
+    def __init__(self, methods: list[Method], slots: dict | None = None):
         self.methods = methods
+        self._slots = slots  # (where the generators the graphs draw from are)
         self.name = methods[0].name
         self.graph = methods[0].graph
         self._random = any(draws_random(node) for method in methods for node in method.graph.nodes)
@@ -590,7 +596,7 @@ class Specialised:
         self.in_training = self
         if self._without_grad:
             rest = [methods[0], *self._with_grad]
-            self.in_training = Specialised(rest) if len(rest) > 1 else methods[0]
+            self.in_training = Specialised(rest, slots) if len(rest) > 1 else methods[0]
 
     def __getattr__(self, name: str):
         # Anything else (a backend's set_functions) is the first graph's.
@@ -610,7 +616,7 @@ class Specialised:
     def __call__(self, *args, **kwargs):
         # A graph that draws random numbers before a guard refuses the call has moved the
         # generators: the graph that serves it must draw what eager would have drawn.
-        rng = _rng_states() if self._random else None
+        rng = _rng_states(self._slots) if self._random else None
         grad = _grad_enabled()
         if self._without_grad and not grad and _fast_path_enabled() and _plain(args, kwargs):
             for method in self._without_grad:  # eager's fused path: tried first

@@ -177,6 +177,42 @@ def _failed_step(tb) -> str:
 _STATE_READ = re.compile(r"= S\d+\[")
 
 
+def changed_state(
+    method: str, graph: Graph, slots: dict, exc: BaseException | None
+) -> OpError | None:
+    """After an op of ``method`` failed: an :class:`OpError` naming a state entry the graph
+    reads that is gone from its module, or is no tensor now (``remove_weight_norm``,
+    ``prune.remove``, a batch norm's ``running_mean`` set to None), else None. Run only on
+    the failure path: a call pays nothing for it.
+
+    Note: why here. The values folded from the state read it before any op runs, and a
+    removed entry failed there with a bare KeyError or AttributeError that the generic
+    message blamed on the inputs."""
+    names = [node.args[0] for node in graph.nodes if node.op == "prim.state" and node.args]
+    for name in dict.fromkeys(n for n in names if isinstance(n, str)):
+        owner, key = slots.get(name, (None, None))
+        if owner is None:
+            continue
+        value = owner.get(key, _GONE)
+        if value is _GONE:
+            now = "is gone from its module (removed since tracing"
+        elif isinstance(value, torch.Tensor):
+            continue
+        else:
+            now = f"is {type(value).__name__} now, not a tensor (changed since tracing"
+        return OpError(
+            f"method {method!r}: the state entry {name!r} that the traced program reads "
+            f"{now}: remove_weight_norm, prune.remove, a parametrization, a batch norm's "
+            "running statistics set to None...); the trace holds the code as it was: trace "
+            "again after the change",
+            exc,
+        )
+    return None
+
+
+_GONE = object()
+
+
 def op_failed(method: str, exc: BaseException, from_file: bool = True) -> OpError:
     """The :class:`OpError` for ``exc``, raised by an op while ``method`` ran; ``from_file``:
     whether the graph was read from a file, which may then be the cause."""

@@ -62,6 +62,9 @@ from .numbers import _Traced
 # ``torch.utils.checkpoint.checkpoint(..., use_reentrant=True)``'s function (see
 # ``AutogradFunctions._inline_checkpoint``).
 _REENTRANT_CHECKPOINT = torch.utils.checkpoint.CheckpointFunction
+# What nn.Module's call puts a module's inputs and outputs through to hang its full backward
+# hooks on (see ``AutogradFunctions._hook_passthrough``).
+_BACKWARD_HOOK = torch.nn.modules._functions.BackwardHookFunction
 
 # Ops of a backward graph that turn tensor data into Python values: a backward that
 # decides on data cannot be one graph.
@@ -250,12 +253,34 @@ class AutogradFunctions:
             grad_can_flow = torch._C.is_grad_enabled() and any(t.requires_grad for t in tensors)
         if grad_can_flow and cls is _REENTRANT_CHECKPOINT:
             return self._inline_checkpoint(cls, args, tensors, loc)
+        if cls is _BACKWARD_HOOK and not kwargs:
+            passed = self._hook_passthrough(apply, args)
+            if passed is not None:
+                return passed
         try:
             return self._record_function(cls, apply, args, kwargs, loc)
         except UnsupportedFunctionError:
             if grad_can_flow:
                 raise
         return self._inline_function(cls, apply, args, kwargs, loc)
+
+    def _hook_passthrough(self, apply, args: tuple):
+        """``BackwardHookFunction.apply``: an identity that nn.Module's call puts a module's
+        tensors through, to hang the module's full backward hooks on its node. A trace
+        never runs module hooks (api.py's note on backward hooks: a backward that would
+        skip one raises), so the graph keeps the tensors as they are: no node, and no
+        guard that autograd is on, which refused every call without autograd. It runs for
+        real (the eager hooks of this recording need its node); its results stand for the
+        values of its arguments. None where an argument is not a value of the graph yet."""
+        hits = [self._lookup(a) if isinstance(a, torch.Tensor) else None for a in args]
+        if not hits or any(hit is None for hit in hits):
+            return None
+        with _untraced():
+            results = apply(*args)
+        for result, hit in zip(results, hits):
+            if isinstance(result, torch.Tensor) and result is not hit[0]:
+                self._bind_tensor(result, hit[1], hit[2])
+        return results
 
     def _refuser(self, name: str, loc: str | None):
         where = loc or "unknown location"

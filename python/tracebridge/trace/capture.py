@@ -28,12 +28,15 @@ from . import (
     autocast_state,
     cache_values,
     carried_reads,
+    global_effects,
+    input_containers,
     module_memos,
     numpy_generators,
     own_hooks,
     param_writes,
     python_state,
     rebound_buffers,
+    torch_generators,
 )
 from .integers import stand_ins_in_modules_of
 from .numbers import number_given_for_tensor
@@ -202,12 +205,20 @@ def numpy_rng_kept(func: Callable | None = None):
     imported: model code may draw from it (a random mask), and tracing with its checks
     runs the code many times where eager use ran it once. (Once per trace, not per
     :func:`preserved` block: reading its state costs about 100 us.) The generators
-    ``func`` keeps are put back too, and a recording that draws from one is refused
-    (trace/numpy_generators.py)."""
+    ``func`` keeps are put back too, and a recording that draws from a numpy one is
+    refused (trace/numpy_generators.py); its random ops may draw from a torch one
+    (trace/torch_generators.py). One search finds both kinds."""
     numpy = sys.modules.get("numpy")
     state = numpy.random.get_state() if numpy is not None else None
+    reached = None
+    if func is not None:
+        kinds = (*numpy_generators.kinds(), torch.Generator)
+        reached = numpy_generators.reachable(func, kinds)
     try:
-        with numpy_generators.kept(func) if func is not None else contextlib.nullcontext():
+        with (
+            numpy_generators.kept(func, reached) if func is not None else contextlib.nullcontext(),
+            torch_generators.kept(func, reached) if func is not None else contextlib.nullcontext(),
+        ):
             yield
     finally:
         if state is not None:
@@ -217,7 +228,7 @@ def numpy_rng_kept(func: Callable | None = None):
 @contextlib.contextmanager
 def preserved(module: torch.nn.Module | None):
     """Run a block and then put back the RNG states (CPU, every CUDA device, Python's
-    global generator), the
+    global generator, the torch generators the traced code keeps), the
     module's attributes, buffers, parameters and modes."""
     rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
@@ -226,6 +237,7 @@ def preserved(module: torch.nn.Module | None):
     # its state costs about 100 times more, and this runs for every recording and check:
     # numpy_rng_kept() puts it back once per trace.)
     py_rng = random.getstate()
+    generators = torch_generators.snapshot()  # the generators the code keeps (self.g)
     saved_buffers, saved_params, modes, flags, attributes, plain = [], [], [], [], [], []
     renormed: list[tuple[torch.Tensor, torch.Tensor]] = []
     reachable = None
@@ -256,6 +268,7 @@ def preserved(module: torch.nn.Module | None):
             _warn_left_changed(failed)
         torch.set_rng_state(rng)
         random.setstate(py_rng)
+        torch_generators.restore(generators)
         if cuda_rng is not None:
             torch.cuda.set_rng_state_all(cuda_rng)
         with torch.no_grad():
@@ -335,7 +348,13 @@ def capture(
     try:
         leaves, graph.in_spec = pytree.flatten((tuple(args), dict(kwargs)), is_tensor)
     except TypeError as exc:
-        raise TraceError(f"example inputs: {exc}") from None
+        hint = ""
+        if "type Generator" in str(exc):
+            hint = (
+                "; a torch.Generator cannot be an input of a trace: keep it as an attribute "
+                "of the module (self.g), whose draws the trace records"
+            )
+        raise TraceError(f"example inputs: {exc}{hint}") from None
     # A parameter or buffer passed as an input is an input: the code may also read it as
     # state (self.w), and by identity the two would be one value. And one tensor passed
     # twice (f(x, x)) is two inputs: by identity, every op on the first read the last,
@@ -353,20 +372,41 @@ def capture(
         args, kwargs = pytree.unflatten(leaves, graph.in_spec)
     for leaf, name in zip(leaves, leaf_names(graph.arg_names, args, kwargs)):
         tracer.add_input(leaf, name)
+    containers = input_containers.Watched(args, kwargs, graph.arg_names)
+    layouts = input_containers.Layouts(leaves)
     try:
         generators = numpy_generators.states()
         # the dicts its module's methods fill as memos (forward is traced as the module)
         owner = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
         memos = module_memos.watch(owner)
-        with tracer.warnings_held():
+        with tracer.warnings_held(), torch_generators.recording():
             graph = _record(tracer, fn, args, kwargs, strict)
+        containers.refuse_changes(names_from or fn, _function_name(names_from or fn), tracer)
         numpy_generators.refuse_draws(generators)
         tracer.memo_tables.check(tracer)
         module_memos.check(tracer, memos)
         return graph
     finally:
+        containers.restore()
+        layouts.restore()
         tracer.memo_tables.restore()
         cache_values.restore(tracer.caches_used)
+
+
+def _module_of(fn: Callable) -> torch.nn.Module | None:
+    """The module a recording runs a method of (a module: itself), or None."""
+    if isinstance(fn, torch.nn.Module):
+        return fn
+    owner = getattr(fn, "__self__", None)
+    return owner if isinstance(owner, torch.nn.Module) else None
+
+
+def _function_name(fn: Callable) -> str:
+    """How a message names the traced function: ``forward`` for a module."""
+    if isinstance(fn, torch.nn.Module):
+        return "forward"
+    name = getattr(fn, "__name__", None)
+    return f"{name}()" if name and name.isidentifier() else "the traced function"
 
 
 def _fixed_texts(result):
@@ -394,6 +434,7 @@ def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: boo
         stand_ins_in_modules_of(fn),
         rebound_buffers.watched(tracer) as rebound,
         own_hooks.global_hooks_skip(fn if isinstance(fn, torch.nn.Module) else None),
+        own_hooks.backward_hooks_set_aside(_module_of(fn)),
         carried_reads.watched(tracer),
     ):
         autocast_state.ambient_guards(tracer)
@@ -411,6 +452,7 @@ def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: boo
             _note_where(exc)
             raise
         _refuse_caught_failures(tracer)
+        global_effects.refuse_put_back_states(tracer)
         # Text made from traced numbers that is returned is the example's: its numbers
         # are guarded (prober17: it reached the graph as an object no file can hold)
         result = _fixed_texts(result)

@@ -535,6 +535,7 @@ class Conversions:
         """``x.type()`` names the dtype (``'torch.FloatTensor'``): guarded like a dtype
         read. ``x.type(dtype)`` converts, and is recorded as the op it is."""
         if args or kwargs.get("dtype") is not None:
+            args, kwargs = _tensor_types_named(args, kwargs)
             return self.record("Tensor.type", func, (tensor, *args), kwargs)
         read = self._lazy_meta("prim.dtype", tensor, "dtype")
         self._guard_dtype(tensor, read, f"{self._name_of(tensor)}.dtype (type())")
@@ -806,3 +807,16 @@ def _short_desc(desc: str) -> str:
         return desc
     half = DESC_LIMIT // 2 - 2
     return f"{desc[:half]} ... {desc[-half:]}"
+
+
+def _tensor_types_named(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """``x.type(torch.IntTensor)`` as ``x.type('torch.IntTensor')``: PyTorch reads a tensor
+    type class and its name alike (the dtype, and the device for ``torch.cuda.*``), and a
+    file holds the name, not the class."""
+
+    def named(value):
+        if type(value).__name__ == "tensortype":
+            return f"{value.__module__}.{value.__name__}"
+        return value
+
+    return tuple(map(named, args)), {k: named(v) for k, v in kwargs.items()}

@@ -22,7 +22,7 @@ from ..ir import pytree
 from ..ir.program import Ref, refs_in
 from ..source import OWN_DIR as _OWN_DIR
 from ..source import TORCH_DIR as _TORCH_DIR
-from . import autocast, cache_values, caches
+from . import autocast, cache_values, caches, torch_generators
 from .carried_reads import unwatched
 from .numbers import _Traced
 
@@ -262,6 +262,12 @@ class Dispatcher:
             self._descending.pop()
 
     def record(self, name: str, func, args: tuple, kwargs: dict):
+        if name in opset.RANDOM_OPS or name in opset.RANDOM_WHEN:  # watched around the draw
+            with torch_generators.drawing(args, kwargs, self.location()):
+                return self._record(name, func, args, kwargs)
+        return self._record(name, func, args, kwargs)
+
+    def _record(self, name: str, func, args: tuple, kwargs: dict):
         self.before_param_write(name, args, kwargs)  # trace/inplace.py
         if self.caches_used:
             cache_values.no_write_into_cached(self.caches_used, name, args, kwargs, self.location)
@@ -479,8 +485,8 @@ _BINDING_DEFAULTS = {
     "pin_memory": (False, None),
     "layout": (torch.strided, None),
     # ``torch.randn(shape, generator=generator)`` with the caller's default None (UnivNet's
-    # noise): the global generator, as without the keyword. A generator object stays
-    # refused: a graph cannot hold one.
+    # noise): the global generator, as without the keyword. (The random ops name it: a
+    # generator the code keeps is recorded by name, trace/torch_generators.py.)
     "generator": (None,),
 }
 

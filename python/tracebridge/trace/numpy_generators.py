@@ -44,7 +44,7 @@ _HOPS = 3  # how many wrappers (a partial of a bound method) are looked through
 _TRACES: list[list[tuple[str, object, object]]] = []
 
 
-def _kinds() -> tuple[type, ...]:
+def kinds() -> tuple[type, ...]:
     numpy = sys.modules.get("numpy")
     if numpy is None:
         return ()
@@ -261,17 +261,30 @@ def _reached(namespace: dict, classes: set[int]) -> list[tuple[str, dict, int, b
     return places
 
 
-def found_in(func) -> list[tuple[str, object, object]]:
+def found_in(func, reached: list | None = None) -> list[tuple[str, object, object]]:
     """Each numpy generator the traced code can reach by name: (a label for it such as
     ``self.rng`` or ``the global model.RNG``, the generator, what keeps its state: see
     :func:`_holder`); numpy's global generator is left to trace/python_random.py, whose
-    replacements of numpy's functions draw from it."""
-    kinds = _kinds()
-    if not kinds:
+    replacements of numpy's functions draw from it. ``reached``: what :func:`reachable`
+    found for these kinds and maybe others (one search serves torch's generators too)."""
+    numpy_kinds = kinds()
+    if not numpy_kinds:
         return []
     shared = sys.modules["numpy"].random.mtrand._rand
     shared_ids = {id(shared), id(getattr(shared, "_bit_generator", shared))}
     found: dict[int, tuple[str, object, object]] = {}
+    for label, item in reached if reached is not None else reachable(func, numpy_kinds):
+        if issubclass(type(item), numpy_kinds) and id(item) not in shared_ids:
+            holder = _holder(item)
+            found.setdefault(id(holder), (label, item, holder))
+    return list(found.values())
+
+
+def reachable(func, kinds: tuple[type, ...]) -> list[tuple[str, object]]:
+    """(label, object) of each object of ``kinds`` that the traced code can reach by name
+    (the places of the module Note), in the order found; an object may come more than
+    once, under each label. trace/torch_generators.py asks this for torch.Generator."""
+    found: list[tuple[str, object]] = []
     looked: set[int] = set()  # each namespace once (a module's, for all its classes)
     places = _places(func)
     classes: set[int] = set()
@@ -286,20 +299,19 @@ def found_in(func) -> list[tuple[str, object, object]]:
             if name == "__builtins__":  # (in every module's globals: Python's own names)
                 continue
             for path, item in _items(value, depth):
-                if issubclass(type(item), kinds) and id(item) not in shared_ids:
-                    holder = _holder(item)
-                    found.setdefault(id(holder), (f"{prefix}{name}{path}", item, holder))
+                if issubclass(type(item), kinds):
+                    found.append((f"{prefix}{name}{path}", item))
         if leads:
             places.extend(_reached(namespace, classes))
-    return list(found.values())
+    return found
 
 
 @contextlib.contextmanager
-def kept(func):
+def kept(func, reached: list | None = None):
     """Run a whole trace of ``func``; then put back the state of every numpy generator it
-    can reach (its checks ran the code eagerly)."""
+    can reach (its checks ran the code eagerly). ``reached``: see :func:`found_in`."""
     watched = []
-    for label, rng, holder in found_in(func):
+    for label, rng, holder in found_in(func, reached):
         with contextlib.suppress(Exception):  # a generator that will not say: not watched
             watched.append((label, rng, holder, _state(holder)))
     _TRACES.append(watched)

@@ -97,3 +97,41 @@ def _skipping(hook, top: nn.Module):
         return hook(module, *args, **kwargs)
 
     return hook_not_on_top
+
+
+_BACKWARD_TABLES = HOOK_TABLES[2:]
+
+
+@contextlib.contextmanager
+def backward_hooks_set_aside(top: nn.Module | None):
+    """While recording ``top``'s forward: its modules' backward hooks (and the global
+    module backward hooks) are set aside, each table for an empty one, and put back after.
+    They act only when a backward runs, which no recording does; a trace never runs them
+    (api.py's note on backward hooks: a backward through a call that would skip one
+    raises). Set aside, nn.Module's call does not route the module's tensors through
+    ``BackwardHookFunction`` nor read their ``requires_grad`` for it, which the recording
+    would keep as guards (a call without autograd was refused where the example's
+    activations required grad). Nothing to do for a function (``top`` None) or where
+    there are none."""
+    if top is None:
+        yield
+        return
+    aside = []
+    for module in top.modules():
+        found = module.__dict__
+        for name in _BACKWARD_TABLES:
+            table = found.get(name)
+            if table:
+                aside.append((found, name, table))
+                found[name] = type(table)()
+    for name in (f"_global{name}" for name in _BACKWARD_TABLES):
+        table = getattr(_module_hooks, name)
+        if table:
+            aside.append((_module_hooks.__dict__, name, table))
+            setattr(_module_hooks, name, type(table)())
+    try:
+        yield
+    finally:
+        for found, name, table in reversed(aside):
+            table.update(found[name])  # one the recording registered stays (own_hooks notes it)
+            found[name] = table

@@ -610,6 +610,7 @@ class BuiltinPatches:
 
     def __init__(self):
         self._entries: list[tuple[object, str, object, object]] = []
+        self._inherited: set[tuple[type, str]] = set()  # a class's entry from a base class
         self.hooks: list = []
         self._lock = threading.Lock()
         self._depth = 0
@@ -619,6 +620,8 @@ class BuiltinPatches:
         taken as it is stored (a descriptor, a staticmethod), not as reading it gives it."""
         own = isinstance(owner, type) and name in vars(owner)
         original = vars(owner)[name] if own else getattr(owner, name)
+        if isinstance(owner, type) and not own:
+            self._inherited.add((owner, name))  # removed again, not stored on the class
         self._entries.append((owner, name, original, replacement))
 
     @property
@@ -649,7 +652,10 @@ class BuiltinPatches:
         failed: BaseException | None = None
         for owner, name, original, replacement in self._entries:
             try:
-                setattr(owner, name, replacement if on else original)
+                if not on and (owner, name) in self._inherited:
+                    delattr(owner, name)  # the base class's entry shows through again
+                else:
+                    setattr(owner, name, replacement if on else original)
             except Exception as exc:  # noqa: BLE001 - raised below, after the others
                 failed = failed or exc
         for hook in self.hooks:

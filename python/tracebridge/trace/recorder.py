@@ -18,6 +18,7 @@ from ..errors import TracerWarning, UnsupportedOpError
 from ..ir import pytree
 from ..ir.program import DTYPE_NAMES, Node, Ref, StateEntry, Value
 from ..source import SOURCE_LIMIT, source_line, user_location
+from . import torch_generators
 from .numbers import _Traced
 from .text import SymStr
 
@@ -202,6 +203,8 @@ class Recorder:
             return self.tensor_ref(torch.from_numpy(obj.copy()))
         if type(obj).__module__ == "numpy" and hasattr(obj, "item"):
             return obj.item()  # a numpy scalar (np.float32(2.0)) is a number
+        if isinstance(obj, torch.Generator):  # a random op's generator= (a kept one)
+            return torch_generators.reference(obj, self.location())
         raise UnsupportedOpError(
             f"an argument of type {type(obj).__name__} cannot be recorded "
             f"(at {self.location() or 'unknown location'}); pass tensors, numbers, "

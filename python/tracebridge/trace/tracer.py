@@ -24,6 +24,7 @@ from collections.abc import Callable
 import torch
 
 from ..ir.program import Graph, Ref, StateEntry, Value
+from . import global_effects, unseen_writes  # noqa: F401 - their replacements join the patches
 from .conversions import Conversions
 from .dispatch import Dispatcher, _RecordingMode
 from .inplace import InPlace
@@ -69,6 +70,7 @@ class Tracer(Dispatcher, Conversions, LibraryHandlers, InPlace, NoOps, ReturnedI
         # (function, user's file:line, exception) of each call of the traced code that
         # raised: where the code then returns, it caught the error (capture.py refuses)
         self.failed_calls: list[tuple[str, str | None, BaseException]] = []
+        self.rng_put_back: list[str | None] = []  # set_rng_state's lines (global_effects)
         self._grad_entry: tuple[Ref, bool] | None = None
         self._grad_depth = 0
         # torch.inference_mode() blocks of the traced code entered and not left (patches.py)

@@ -1,0 +1,114 @@
+"""Check a module whose calls change its Python state after a call with longer inputs:
+state that grows with the longest input seen.
+
+Why: a forward that keeps what it saw (``if n > self.cached: self.register_buffer("freq",
+table(n)); self.cached = n``, as Hugging Face's dynamic-NTK rotary embedding does) gives a
+later call what the longest call before it computed. The checks run every call from the
+state the user gave, and check/repeated.py's second call has the example's sizes, which
+grow nothing more: all agree, while a traced call after a longer one is silently wrong
+(an outside prober: a Llama traced at length 24, called at 32 then 24, differed by 4e-4).
+So where the example's call changes the module's Python state (what check/repeated.py
+detects, and buffers registered anew), the code is run at a longer size of each dimension
+and then at the example's, from the state the longer call left; the trace, which holds one
+call, must agree. A cache
+whose values do not depend on its length (a cosine table sliced ``[:n]``) agrees and
+passes; one that does is refused, naming the attributes. (torch.jit.trace is wrong here
+too.)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import GuardError
+from ..ir import pytree
+from ..ir.pytree import is_tensor
+from ..trace import python_state
+from ..trace.capture import preserved
+from . import repeated
+from .compare import compare_outputs, fresh
+from .dims import _groups, _grown
+
+
+def _batch_group(leaves: list[torch.Tensor]) -> list[list[tuple[int, int]]]:
+    """Dimension 0 of every tensor whose size there is the first one's (check/dims.py
+    groups the others)."""
+    if not leaves or leaves[0].dim() == 0 or leaves[0].shape[0] == 0:
+        return []
+    batch = leaves[0].shape[0]
+    return [[(i, 0) for i, t in enumerate(leaves) if t.dim() > 0 and t.shape[0] == batch]]
+
+
+def _buffers(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {
+        f"{path}.{key}" if path else key: tensor
+        for path, mod in module.named_modules()
+        for key, tensor in mod._buffers.items()
+        if tensor is not None
+    }
+
+
+def _changed_by_a_call(eager_fn, args, kwargs, module) -> list[str]:
+    """What the example's call changes of the module's Python state (check/repeated.py's
+    attributes) and which buffers it registers anew (``register_buffer`` of a rebuilt
+    table: a write in place is recorded and repeated by the trace, a new tensor each call
+    is too, but what it was built for is the question here)."""
+    snapshot = repeated._snapshot(module)
+    reachable = python_state.Reachable(module)
+    buffers = _buffers(module)
+    with preserved(module):
+        a, k = fresh(args, kwargs)
+        eager_fn(*a, **k)
+        changed = repeated._changed(snapshot) + reachable.changed()
+        now = _buffers(module)
+        changed += [name for name, t in now.items() if buffers.get(name) is not t]
+    return changed
+
+
+def _after(fn, first: tuple, then: tuple, module, rng: torch.Tensor):
+    """``fn`` called on ``first``, then on ``then`` (what it gives), from the module's state
+    and the random numbers ``rng``, all put back after."""
+    with preserved(module):
+        torch.set_rng_state(rng)
+        a, k = fresh(*first)
+        fn(*a, **k)
+        torch.set_rng_state(rng)
+        a, k = fresh(*then)
+        return fn(*a, **k)
+
+
+def check_after_longer(eager_fn, traced_method, args, kwargs, tolerance, module, label) -> None:
+    """Raise :class:`TracingCheckError` where the code, called at the example after a call
+    at a longer size, differs from the trace at the example (only where the example's call
+    changes the module's state: otherwise nothing grows)."""
+    if module is None:
+        return
+    changed = _changed_by_a_call(eager_fn, args, kwargs, module)
+    if not changed:
+        return
+    leaves, spec = pytree.flatten((args, kwargs), is_tensor)
+    for group in _batch_group(leaves) + _groups(leaves):
+        i, d = group[0]
+        size = leaves[i].shape[d]
+        longer = pytree.unflatten(_grown(leaves, group, size), spec)
+        # Both run the same two calls from the same state and random numbers: the trace
+        # repeats the writes it recorded (a buffer rebound each call, an average), and
+        # where those are what the state holds, both agree.
+        rng = torch.get_rng_state()
+        try:
+            expected = _after(eager_fn, longer, (args, kwargs), module, rng)
+        except Exception:
+            continue  # the code does not take this size (channels, a fixed width)
+        try:
+            got = _after(traced_method, longer, (args, kwargs), module, rng)
+        except GuardError:
+            continue  # the trace refuses one of the calls: no wrong answer
+        names = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
+        hint = (
+            f"\n  the code keeps state that grows with the inputs ({names}): after a call "
+            f"whose dimension {d} of input {i} was {2 * size} long, its call on the example "
+            "gives other results, and a trace holds one call and never grows that state. "
+            "Make the kept value depend only on what the call reads (slice a table made for "
+            "the longest length you support), or pass it as an input"
+        )
+        compare_outputs(expected, got, tolerance, f"{label}, after a longer call", hint)
