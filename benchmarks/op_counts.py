@@ -13,6 +13,10 @@ hundreds of small calls (session 19: a dilated convolution with a folded bias ra
 
     PYTHONPATH=$PWD/python /work/venvs/zoo/bin/python benchmarks/op_counts.py \\
         --only deeplabv3_mobilenet_v3_large --only shufflenet_v2_x0_5
+
+``--frozen`` compares the frozen programs instead: ``tracebridge.freeze`` of the loaded
+artifact against ``torch.jit.freeze`` of the torch.jit module (what jit's frozen-graph
+passes leave to run).
 """
 
 from __future__ import annotations
@@ -38,8 +42,9 @@ from zoo_models import all_cases  # noqa: E402
 from zoo_speed import _batch_one, reloaded  # noqa: E402
 
 
-def _runners(case) -> dict:
-    """The loaded tracebridge artifact's call and torch.jit's, on the case's batch-1 input."""
+def _runners(case, frozen: bool = False) -> dict:
+    """The loaded tracebridge artifact's call and torch.jit's, on the case's batch-1 input
+    (``frozen``: ``tracebridge.freeze`` of the one, ``torch.jit.freeze`` of the other)."""
     torch.manual_seed(0)
     model = case.build().eval()
     inputs = _batch_one(case.inputs()[0])
@@ -48,6 +53,8 @@ def _runners(case) -> dict:
         traced = tracebridge.trace(model, inputs, check_trace=False)
         loaded = reloaded(traced)
         scripted = torch.jit.trace(model, inputs, check_trace=False, strict=False)
+        if frozen:
+            loaded, scripted = tracebridge.freeze(loaded), torch.jit.freeze(scripted)
     return {"tracebridge": lambda: loaded(*inputs), "jit": lambda: scripted(*inputs)}
 
 
@@ -97,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="profiled calls of each")
     parser.add_argument("--top", type=int, default=10, help="ops shown per model")
     parser.add_argument("--limit", type=int, default=300, help="seconds per model")
+    parser.add_argument("--frozen", action="store_true", help="both tools' frozen programs")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     for case in all_cases():
@@ -104,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         try:
             with time_limit(args.limit):
-                found = op_profile(_runners(case), args.rounds)
+                found = op_profile(_runners(case, args.frozen), args.rounds)
         except Exception as exc:  # a model a tool refuses: say so and go on
             print(f"{case.name}: failed ({type(exc).__name__}: {str(exc)[:120]})", flush=True)
             continue

@@ -18,6 +18,10 @@ Note: why a convolutional network is slower than torch.jit in an interleaved ben
 
   "cold" is the median of the check right after a torch.jit call of the same model (its
   own copy of the weights), "warm" the median of the same check again at once.
+  ``--passes`` also times the fold check's passes over its sources one by one (slot
+  reads; reads and versions; reads and data pointers; all three): each pass reads memory
+  of its own (the Python object, the ``TensorImpl`` and version counter, the storage), so
+  merging passes moves the cold misses but does not remove them (session 20).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import operator
 import os
 import statistics
 import sys
@@ -75,9 +80,28 @@ def cold_and_warm(check, disturb, rounds: int) -> tuple[float, float]:
     return statistics.median(cold), statistics.median(warm)
 
 
-def measure(model, inputs: tuple, rounds: int) -> dict:
+def fold_passes(fold) -> dict:
+    """The fold check's passes over its sources, each as a function of its own: the slot
+    reads alone, then with the versions, with the data pointers, with both."""
+    owners, keys, read = fold.owners, fold.keys, operator.getitem
+    version, pointer = operator.attrgetter("_version"), torch.Tensor.data_ptr
+
+    def both():
+        tensors = list(map(read, owners, keys))
+        return list(map(version, tensors)), list(map(pointer, tensors))
+
+    return {
+        "reads": lambda: list(map(read, owners, keys)),
+        "reads_versions": lambda: list(map(version, map(read, owners, keys))),
+        "reads_pointers": lambda: list(map(pointer, map(read, owners, keys))),
+        "reads_versions_pointers": both,
+    }
+
+
+def measure(model, inputs: tuple, rounds: int, passes: bool = False) -> dict:
     """Counts and microseconds of ``model``'s state checks, loaded from a saved trace,
-    and of a whole call, cold (after a torch.jit call of a copy of ``model``) and warm."""
+    and of a whole call, cold (after a torch.jit call of a copy of ``model``) and warm;
+    ``passes``: the fold check's passes too (:func:`fold_passes`)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         traced = tracebridge.trace(model, inputs, check_trace=False)
@@ -91,6 +115,8 @@ def measure(model, inputs: tuple, rounds: int) -> dict:
     }
     timed = {"fold": fold, "types": types.plain if types is not None else None}
     timed["call"] = lambda: loaded(*inputs)
+    if passes and fold is not None:
+        timed.update(fold_passes(fold))
     with torch.no_grad():
         for name, check in timed.items():
             if check is None:
@@ -107,6 +133,7 @@ def main(argv: list[str] | None = None, cases: list | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", help="zoo model name (default: all)")
     parser.add_argument("--rounds", type=int, default=40, help="cold and warm samples")
+    parser.add_argument("--passes", action="store_true", help="the fold check's passes too")
     parser.add_argument("--json", help="write the entries here")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -120,7 +147,7 @@ def main(argv: list[str] | None = None, cases: list | None = None) -> int:
     for case in cases:
         torch.manual_seed(0)
         model = case.build().eval()
-        entry = measure(model, _batch_one(case.inputs()[0]), args.rounds)
+        entry = measure(model, _batch_one(case.inputs()[0]), args.rounds, args.passes)
         results[case.name] = entry
         print(f"{case.name}: {json.dumps(entry)}", flush=True)
     if args.json:

@@ -23,6 +23,11 @@ a note saying so and stays out of the median. Results go to ``--json`` after eve
 measures them again and keeps each contender's minimum over both runs); the summary is
 the median ratio to eager over the models both tools ran right, the figure issue 20
 compares, and ``--write`` puts the table into ``benchmarks/RESULTS.md``.
+
+``--frozen`` adds two contenders: ``tracebridge.freeze`` of the loaded artifact (no
+per-call state checks, runtime/frozen.py) and ``torch.jit.freeze`` of the torch.jit
+module. They stay out of the main median (its set of models is the same with or without
+them); the summary gives all four tools' medians over the models all four ran right.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from results_md import write_results  # noqa: E402
 from zoo import compare, seeded, short, time_limit  # noqa: E402
 
 TOOLS = ("tracebridge", "jit")
+FROZEN = ("tracebridge_frozen", "jit_frozen")  # with --frozen
 TAG = "zoo_speed"
 
 
@@ -91,11 +97,13 @@ def timed(fns: dict, rounds: int, min_rounds: int = 1, budget: float | None = No
     return best, rounds
 
 
-def _trace_tools(model, inputs: tuple, no_grad: bool, entry: dict, jit_copy: bool = False) -> dict:
+def _trace_tools(
+    model, inputs: tuple, no_grad: bool, entry: dict, jit_copy: bool = False, frozen: bool = False
+) -> dict:
     """Each tool's callable (the tracebridge one saved and reloaded); a refusal is noted in
     ``entry`` under the tool's name. ``jit_copy``: torch.jit traces a deep copy of
     ``model``, so that it shares no weights with eager, as the reloaded artifact does
-    (see :func:`parse`)."""
+    (see :func:`parse`). ``frozen``: each tool's frozen module too (:data:`FROZEN`)."""
     grad_mode = torch.no_grad() if no_grad else contextlib.nullcontext()
     runners = {}
     for tool in TOOLS:
@@ -109,6 +117,18 @@ def _trace_tools(model, inputs: tuple, no_grad: bool, entry: dict, jit_copy: boo
                     runners[tool] = torch.jit.trace(source, inputs, check_trace=False, strict=False)
         except Exception as exc:
             entry[tool] = f"refused: {short(exc)[:200]}"
+    if frozen:
+        freezers = {"tracebridge_frozen": tracebridge.freeze, "jit_frozen": torch.jit.freeze}
+        for tool, source in zip(FROZEN, TOOLS):
+            if source not in runners:
+                entry[tool] = f"not run: {source} refused"
+                continue
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    runners[tool] = freezers[tool](runners[source])
+            except Exception as exc:
+                entry[tool] = f"refused: {short(exc)[:200]}"
     return runners
 
 
@@ -120,6 +140,7 @@ def measure(
     limit: int,
     no_grad: bool,
     jit_copy: bool = False,
+    frozen: bool = False,
 ):
     """One model's entry: each tool's status (``right`` or why not), and the minimum
     microseconds per call of eager and of each tool that is right."""
@@ -132,7 +153,7 @@ def measure(
         with torch.no_grad():
             seeded(0)  # each contender's checked call draws what eager's drew (vit_mae's mask)
             expected = model(*inputs)
-        runners = _trace_tools(model, inputs, no_grad, entry, jit_copy)
+        runners = _trace_tools(model, inputs, no_grad, entry, jit_copy, frozen)
     fns = {"eager": lambda: model(*inputs)}
     for tool, fn in runners.items():
         try:
@@ -178,6 +199,11 @@ def medians(models: dict) -> dict[str, float]:
         e["tracebridge_us"] / e["jit_us"] for e in both.values()
     )
     out["models"] = len(both)
+    every = {n: e for n, e in both.items() if all(e.get(t) == "right" for t in FROZEN)}
+    if every:  # --frozen: the four tools over the models all four ran right
+        for tool in (*TOOLS, *FROZEN):
+            out[f"{tool} (frozen set)"] = statistics.median(ratio(e, tool) for e in every.values())
+        out["frozen models"] = len(every)
     return out
 
 
@@ -213,11 +239,15 @@ def summary(models: dict) -> str:
     m = medians(models)
     if not m:
         return "no model was run right by both tools"
-    return (
+    line = (
         f"Median ratio to eager over the {m['models']} models both tools ran right: "
         f"tracebridge {m['tracebridge']:.2f}x, torch.jit {m['jit']:.2f}x "
         f"(median tracebridge / torch.jit {m['tracebridge/jit']:.2f})."
     )
+    if "frozen models" in m:
+        cells = ", ".join(f"{t} {m[f'{t} (frozen set)']:.3f}x" for t in (*TOOLS, *FROZEN))
+        line += f" Over the {m['frozen models']} models all four ran right: {cells}."
+    return line
 
 
 def report(results: dict) -> str:
@@ -239,7 +269,7 @@ def merged(before: dict | None, now: dict) -> dict:
     same statistic over more rounds), where both runs ran it right; otherwise the new run."""
     if not before or "error" in before or "error" in now:
         return now
-    if any(before.get(t) != now.get(t) for t in TOOLS):
+    if any(before.get(t) != now.get(t) for t in (*TOOLS, *FROZEN)):
         return now
     out = dict(now)
     for key in now:
@@ -274,6 +304,7 @@ def run(cases: list, args: argparse.Namespace, results: dict) -> dict:
                 args.limit,
                 args.no_grad,
                 args.jit_copy,
+                args.frozen,
             )
         except Exception as exc:
             entry = {"category": case.category, "error": short(exc)[:300]}
@@ -298,6 +329,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     # 0 (timm convnext_atto) over 200 rounds. --jit-copy times such a copy.
     parser.add_argument(
         "--jit-copy", action="store_true", help="torch.jit traces a copy: no weights shared"
+    )
+    parser.add_argument(
+        "--frozen", action="store_true", help="also tracebridge.freeze and torch.jit.freeze"
     )
     parser.add_argument("--json", help="per-model results, written after every model")
     parser.add_argument("--resume", action="store_true", help="skip models in --json")

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from tracebridge.errors import GuardError
-from tracebridge.runtime import lean
+from tracebridge.runtime import folding, lean
 
 from .graph_helpers import loaded_module as _loaded
 
@@ -397,7 +397,7 @@ def test_state_only_folded_is_checked_through_the_folded_values(tmp_path):
     with torch.no_grad():
         assert torch.equal(loaded(x), module(x))
         code = loaded._methods["forward"].no_grad_code
-        assert "folded=(" in code
+        assert "folded_plain=_folded_plain" in code
         assert "scale" not in _state_types(loaded).keys
         # The state changes after load to a subclass: its folded value is one too, and
         # the call runs in the caller's mode, where eager runs it.
@@ -446,10 +446,14 @@ def test_state_read_by_size_checks_keeps_a_subclass_out_of_inference_mode(tmp_pa
         assert Watched.modes and not any(Watched.modes)
 
 
-def test_enter_checks_the_folded_values_types():
+def test_enter_takes_the_folded_values_types_from_the_fold():
     x = torch.randn(3, 8)
     plain = lean.StateTypes([])
-    folded = (torch.ones(2), torch.nn.Parameter(torch.ones(2)))
-    assert lean.enter(plain, x, folded=folded) is not None
+    assert lean.enter(plain, x, folded_plain=True) is not None
     assert not torch.is_inference_mode_enabled()
-    assert lean.enter(plain, x, folded=(torch.ones(2).as_subclass(Tagged),)) is None
+    assert lean.enter(plain, x, folded_plain=False) is None
+    # the flag the fold gives with its values: whether every tensor among them is plain
+    made = (torch.ones(2), torch.nn.Parameter(torch.ones(2)), 3)
+    assert folding.with_their_types(made)[-1] is True
+    assert all(a is b for a, b in zip(folding.with_their_types(made), made))
+    assert folding.with_their_types((torch.ones(2).as_subclass(Tagged),))[-1] is False

@@ -41,6 +41,14 @@ def test_the_fold_keys_on_the_convolution_and_its_norm_and_the_types_on_what_is_
     assert {"fold_cold_us", "fold_warm_us", "types_cold_us", "call_cold_us"} <= set(entry)
 
 
+def test_the_fold_checks_passes_are_timed_on_request():
+    entry = state_checks.measure(
+        _conv_bn_relus(12), (torch.randn(1, 4, 8, 8),), rounds=2, passes=True
+    )
+    for name in ("reads", "reads_versions", "reads_pointers", "reads_versions_pointers"):
+        assert entry[f"{name}_cold_us"] > 0 and entry[f"{name}_warm_us"] > 0
+
+
 def test_a_model_without_state_has_no_checks():
     model = nn.ReLU()
     entry = state_checks.measure(model, (torch.randn(2, 3),), rounds=2)

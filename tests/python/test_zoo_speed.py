@@ -65,6 +65,25 @@ def test_every_model_gets_an_entry_and_the_median_is_over_those_both_ran(tmp_pat
     assert "not in the median" in table
 
 
+def test_frozen_adds_both_frozen_tools_outside_the_main_median(tmp_path):
+    out = tmp_path / "speed.json"
+    args = ["--json", str(out), "--rounds", "5", "--min-rounds", "2", "--budget", "0.05"]
+    assert zoo_speed.main([*args, "--frozen"], cases=CASES) == 0
+    models = json.loads(out.read_text())["models"]
+    for name in ("mlp", "tanh"):
+        entry = models[name]
+        assert entry["tracebridge_frozen"] == entry["jit_frozen"] == "right"
+        assert entry["tracebridge_frozen_us"] > 0 and entry["jit_frozen_us"] > 0
+    address = models["address"]  # tracebridge refused it: nothing to freeze
+    assert address["tracebridge_frozen"].startswith("not run")
+    assert address["jit_frozen"] == "right"
+    medians = zoo_speed.medians(models)
+    assert medians["models"] == medians["frozen models"] == 2
+    want = sorted(models[n]["jit_frozen_us"] / models[n]["eager_us"] for n in ("mlp", "tanh"))
+    assert medians["jit_frozen (frozen set)"] == pytest.approx(sum(want) / 2)
+    assert "all four ran right" in zoo_speed.summary(models)
+
+
 def test_resume_keeps_what_was_measured_and_write_updates_only_its_block(tmp_path, monkeypatch):
     out = tmp_path / "speed.json"
     done = {"category": "test", "tracebridge": "right", "jit": "right", "rounds": 9}

@@ -145,6 +145,8 @@ _HELPERS = {
     "_normal_copies": lean.normal_copies,
 }
 _PLAIN_CONSTANTS = (bool, int, float, complex, str)
+# The local that holds whether the folded tensors of a call are plain (runtime/folding.py).
+FOLDED_PLAIN = "_folded_plain"
 _COMMENT_LIMIT = 160
 
 
@@ -839,6 +841,8 @@ class CodeGen:
         if not targets:  # only guards on state: checked when the state changes
             self.emit(ast.Expr(call), "folded guards")
             return
+        # and, last, whether the tensors among them are plain (folding.with_their_types)
+        targets.append(ast.Name(FOLDED_PLAIN, ast.Store()))
         self.emit(ast.Assign([ast.Tuple(targets, ast.Store())], call), "folded")
 
     def memoised(self, block: memo.MemoBlock) -> None:
@@ -1018,9 +1022,8 @@ class CodeGen:
         fixed = self.frozen and lean.all_plain(slots)
         state = self.constant((lean.FixedTypes if fixed else lean.StateTypes)(slots))
         enter = _set_lean(_call("_enter_lean", state, *tensors))
-        folded = self.folded_tensors()
-        if folded:
-            enter.value.keywords = [ast.keyword("folded", ast.Tuple(folded, ast.Load()))]
+        if self.folded_tensors():  # their types, known when they were made
+            enter.value.keywords = [ast.keyword("folded_plain", _name(FOLDED_PLAIN))]
         self.helper("_enter_lean")
         leaned = ast.Assign(
             [ast.Name("_leaned", ast.Store())],

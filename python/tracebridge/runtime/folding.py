@@ -12,7 +12,9 @@ Note: folding, as ``torch.jit.freeze`` does, but kept live.
   state tensor that requires grad, the static ops run on every call, as before, so
   gradients reach the parameters; so they do under a torch function mode (a default
   device, a tracer) or in an autocast region, which change what ops make without
-  changing the state (:func:`outside_the_key`).
+  changing the state (:func:`outside_the_key`), and where a state tensor is of a subclass
+  (``p.__class__ = Sub`` keeps the object, its version and data: its torch function runs
+  on every call, as in eager).
 
   A graph that switches the grad mode (a rotary embedding under ``torch.no_grad()``)
   folds only in the code for calls without autograd that the graph never turns on
@@ -231,6 +233,8 @@ _data_ptr = torch.Tensor.data_ptr
 _grad_enabled = torch.is_grad_enabled
 _inference_mode = torch.is_inference_mode_enabled
 _default_dtype = torch.get_default_dtype
+# Tensors whose torch function is disabled: no code of the caller's runs on their ops.
+_PLAIN_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
 
 # Bumped by invalidate_caches(): every value kept from state (folds here, memos with
 # state keys in memo.py) is computed again at its next use.
@@ -323,9 +327,11 @@ def counters_of(sources: list, slots: dict) -> list[str]:
 
 class Folded:
     """Runs a graph's static part and keeps its values while the state it read is the same
-    (the same tensors, at the same versions and data pointers, with the same default
-    dtype; made as normal tensors, in any mode); see :func:`outside_the_key` for calls that do not
-    use the cache.
+    (the same tensors, plain ``Tensor`` or ``Parameter``, at the same versions and data
+    pointers, with the same default dtype; made as normal tensors, in any mode); see
+    :func:`outside_the_key` for calls that do not use the cache. Its values come with
+    whether their tensors are plain (:func:`with_their_types`), which the code checks
+    instead of their types.
 
     What the check costs a call: about 0.2 us a source tensor with the caches warm, and
     0.5-1.5 us right after another model ran (each tensor's slot, Python object,
@@ -354,9 +360,12 @@ class Folded:
         # tensors, no tuple built for the mode, outside_the_key() inline.
         tensors = list(map(_getitem, self.owners, self.keys))
         if (_grad_enabled() and any(map(_requires_grad, tensors))) or _function_modes():
-            return self.function()  # gradients must reach the state, or torch makes others
-        if _autocast():
-            return self.function()
+            return self.made_here()  # gradients must reach the state, or torch makes others
+        # A source of a subclass (``p.__class__ = Sub`` keeps the object, its version and
+        # data) runs its own torch function on the static ops, on every call, as eager
+        # runs it. (Its type is in the object the slot's read just touched: no new miss.)
+        if _autocast() or not _PLAIN_TYPES.issuperset(map(type, tensors)):
+            return self.made_here()
         entry = self.entry
         # A version moves with every in-place write; the data pointer with ``.data = ...``
         # and swapped tensors, which keep the object and its version. Factories follow
@@ -364,7 +373,7 @@ class Folded:
         try:
             versions = list(map(_version, tensors))
         except RuntimeError:  # state made in inference mode has no version to key on:
-            return self.function()  # made on every call, as eager makes it
+            return self.made_here()  # made on every call, as eager makes it
         if (
             entry is not None
             and entry[1] == versions
@@ -378,9 +387,23 @@ class Folded:
         dtype, epoch = _default_dtype(), _epoch[0]
         # Normal tensors, whatever the caller's mode: any later call may use them, and a
         # memo may key on their versions (runtime/lean.py).
-        values = made_normal(self.function)
+        values = with_their_types(made_normal(self.function))
         self.entry = (tensors, versions, pointers, dtype, epoch, values)
         return values
+
+    def made_here(self) -> tuple:
+        """The static part run now, in the caller's mode, and not kept: its values and
+        whether its tensors are plain (:func:`with_their_types`)."""
+        return with_their_types(self.function())
+
+
+def with_their_types(values: tuple) -> tuple:
+    """``values`` and, last, whether every tensor among them is a plain ``Tensor`` or
+    ``Parameter``: the code checks that flag before it enters inference mode
+    (runtime/lean.py, ``enter``), not the tensors' types on every call. A kept value's
+    type cannot change: the code never hands it out (:func:`plan`)."""
+    tensors = (type(v) for v in values if isinstance(v, torch.Tensor))
+    return (*values, _PLAIN_TYPES.issuperset(tensors))
 
 
 class FixedFolded(Folded):
@@ -405,12 +428,13 @@ class FixedFolded(Folded):
 
     def __call__(self) -> tuple:
         if (self.grad_sources and _grad_enabled()) or _function_modes() or _autocast():
-            return self.function()  # as unfrozen: torch makes other values there
+            return self.made_here()  # as unfrozen: torch makes other values there
         entry = self.entry
         if entry is not None and entry[0] is _default_dtype() and entry[1] == _epoch[0]:
             return entry[2]
         dtype, epoch = _default_dtype(), _epoch[0]
-        values = made_normal(self.function)  # (a guard that refuses keeps nothing)
+        # (a guard that refuses keeps nothing)
+        values = with_their_types(made_normal(self.function))
         self.entry = (dtype, epoch, values)
         return values
 
@@ -570,19 +594,29 @@ def fuse_conv_bn(graph: Graph, state_names: Collection[str] | None = None) -> Gr
         _, gamma, beta, mean, var, _, _, eps, _ = norm.args
         made: list[Node] = []
 
-        def emit(op, *args, _made=made):
+        def emit(op, *args, _made=made, kind="Tensor"):
             nonlocal next_id
-            value = Value(id=next_id, kind="Tensor")
+            value = Value(id=next_id, kind=kind)
             next_id += 1
             _made.append(Node(op=op, args=list(args), outputs=[value], out_spec=pytree.LEAF))
             return Ref(value.id)
 
+        # Each per-channel tensor as a vector of the weight's output channels: one of
+        # another size (state replaced since the trace) raises here, as eager's batch
+        # norm or convolution raises, where broadcasting would take it silently.
+        channels = emit("prim.size", node.args[1], 0, kind="int")
+        var, mean, gamma, beta = (
+            None if p is None else emit("Tensor.reshape", p, [channels])
+            for p in (var, mean, gamma, beta)
+        )
         scale = emit("rsqrt", emit("add", var, eps))
         if gamma is not None:
             scale = emit("mul", gamma, scale)
         shape = [-1] + [1] * (_CONVS.get(node.op, 2) - 1)
         weight = emit("mul", node.args[1], emit("Tensor.reshape", scale, shape))
         old_bias = node.args[2] if len(node.args) > 2 else None
+        if old_bias is not None:
+            old_bias = emit("Tensor.reshape", old_bias, [channels])
         shifted = emit("sub", old_bias, mean) if old_bias is not None else emit("neg", mean)
         bias = emit("mul", shifted, scale)
         if beta is not None:

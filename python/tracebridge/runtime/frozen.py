@@ -3,7 +3,7 @@
 Note: why a frozen program may skip the state checks, and when it may not.
   A traced or loaded module keeps the values it folds from its state live
   (runtime/folding.py): each call checks every state tensor they read (its identity in
-  its slot, its version and data pointer) and the state's types (runtime/lean.py), since
+  its slot, its type, version and data pointer) and the state's types (runtime/lean.py), since
   the caller may assign, move, load or write the module's tensors at any time. A frozen
   program holds its own copy of the state, which it never hands out (``state_dict()``
   gives copies, ``.to()`` and ``load_state_dict`` refuse): nothing outside it can reach

@@ -28,7 +28,8 @@ Note: inference mode inside, normal tensors out.
   tangents flowing, inference mode drops them), every input a plain tensor that is not an
   inference tensor, every state tensor the code reads plain (:class:`StateTypes`), and
   so every folded value (the state only the folded function reads is not checked: it
-  runs before, in the caller's mode; its results are); and only for graphs
+  runs before, in the caller's mode; its results are, once, when they are made:
+  runtime/folding.py, ``with_their_types``); and only for graphs
   whose every op is in the op set, and whose custom autograd functions (graphs of the
   file, run by the runtime) can run inside. At the return, any output that still came
   out an inference tensor (a path the analysis did not foresee) is copied into a normal
@@ -229,15 +230,17 @@ class FixedTypes(StateTypes):
         return True
 
 
-def enter(state: StateTypes, *inputs, folded: tuple = ()):
+def enter(state: StateTypes, *inputs, folded_plain: bool = True):
     """An inference-mode guard for this call (released with the last reference to it), or
     None where the call must run as it is (see the module Note): ``state`` are the state
-    tensors the code reads, ``inputs`` its input tensors, ``folded`` the tensors the
-    folded function gave this call (runtime/folding.py): their types are checked instead
-    of the state they were made from, which the code does not read (a network's folded
-    convolutions read hundreds of tensors; their few results, just unpacked, cost less)."""
+    tensors the code reads, ``inputs`` its input tensors, ``folded_plain`` whether the
+    tensors the folded function gave this call are plain (runtime/folding.py,
+    ``with_their_types``: known when they were made, and kept values never change
+    type): their types stand for the state they were made from, which the code does not
+    read (a network's folded convolutions read hundreds of tensors)."""
     if (
-        _in_inference_mode()
+        not folded_plain
+        or _in_inference_mode()
         or _function_modes()
         or _dispatch_modes()
         or _functorch_level() is not None
@@ -250,8 +253,6 @@ def enter(state: StateTypes, *inputs, folded: tuple = ()):
         if type(tensor) is not _Tensor or tensor.is_inference():
             return None
     if not state.plain():
-        return None
-    if folded and not _PLAIN_TYPES.issuperset(map(type, folded)):
         return None
     return _InferenceMode(True)
 

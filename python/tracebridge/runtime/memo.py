@@ -416,6 +416,9 @@ class Memo:
         try:
             for i in state:
                 t = key[i]
+                kind = type(t)  # (``p.__class__ = Sub`` keeps the id, version and data)
+                if kind is not _Tensor and kind is not _Parameter:
+                    return self.function(*key)  # a subclass's torch function makes its values
                 exact[i] = (id(t), t._version, t.data_ptr())
         except RuntimeError:  # an inference tensor (a value folded in inference mode) has
             return self.function(*key)  # no version to key on: made, as eager makes it
