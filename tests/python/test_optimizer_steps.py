@@ -57,3 +57,17 @@ def test_calls_without_autograd_follow_the_steps(make):
         return
     # what the hook is for: the fused step moved no version the keys could see
     assert [p._version for p in model.parameters()] == versions
+
+
+def test_state_in_shared_memory_is_read_on_every_call_without_autograd():
+    """A write from another process moves no version this process sees (Hogwild-style
+    workers): nothing is kept from state in shared memory."""
+    model = _model()
+    model.share_memory()
+    traced = tracebridge.trace(model, torch.randn(2, 3, 6, 6))
+    x = torch.randn(4, 3, 6, 6)
+    with torch.no_grad():
+        traced(x)
+        # as another process writes it: the same storage, no version moved here
+        model[0].weight.data.mul_(2)
+        torch.testing.assert_close(traced(x), model(x))

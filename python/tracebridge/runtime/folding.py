@@ -230,6 +230,7 @@ _getitem = operator.getitem
 _is = operator.is_
 _requires_grad = operator.attrgetter("requires_grad")
 _data_ptr = torch.Tensor.data_ptr
+_is_shared = torch.Tensor.is_shared
 _grad_enabled = torch.is_grad_enabled
 _inference_mode = torch.is_inference_mode_enabled
 _default_dtype = torch.get_default_dtype
@@ -383,6 +384,11 @@ class Folded:
             and all(map(_is, entry[0], tensors))
         ):
             return entry[5]
+        if any(map(_is_shared, tensors)):
+            # In shared memory (``share_memory()``: Hogwild-style workers, another process
+            # training the weights) a write moves no version this process sees: nothing
+            # is kept, the static part runs on every call, as eager reads the state.
+            return self.made_here()
         pointers = list(map(_data_ptr, tensors))
         dtype, epoch = _default_dtype(), _epoch[0]
         # Normal tensors, whatever the caller's mode: any later call may use them, and a
