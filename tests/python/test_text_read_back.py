@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import tracebridge
+from tracebridge.errors import GuardError
 
 from .graph_helpers import guarded_at_other_sizes, loaded
 
@@ -296,7 +297,9 @@ def test_the_traces_own_warnings_are_given_after_the_code_ran(check_trace):
         )
     x = torch.ones(3, 3)
     assert torch.equal(traced(x), _reads_its_own_warning(x))  # 6.0: "rows 3"
-    assert any("formatted into text" in str(w.message) for w in caught)
+    warned_at = f"{__file__}:{_reads_its_own_warning.__code__.co_firstlineno + 7}"
+    said = f"formatted into the text of the warning at {warned_at}, which the filter "
+    assert any(said + "warnings.simplefilter('error') may" in str(w.message) for w in caught)
     with pytest.raises(tracebridge.GuardError):
         traced(torch.ones(12, 3))
 
@@ -333,3 +336,67 @@ def test_a_warning_ignored_where_it_is_made_stays_ignored():
         warnings.simplefilter("always")
         tracebridge.trace(_silences_the_trace_where_it_asks, torch.ones(3))
     assert not [w for w in caught if issubclass(w.category, tracebridge.TracerWarning)]
+
+
+def _warned_then_picked_by_the_filter(x):
+    try:
+        warnings.warn(f"rows {x.shape[0]}", stacklevel=1)
+        factor = 1.0
+    except UserWarning:
+        factor = 5.0
+    return x * factor
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        {"message": "never matches this"},
+        {"message": "columns"},  # the text begins "rows ": this pattern cannot match it
+        {"message": "rows", "module": "some_other_library"},
+        {"message": "rows", "lineno": 1},  # another line than the warning's
+    ],
+)
+def test_an_error_filter_that_cannot_match_leaves_the_message_general(where, tmp_path):
+    """prober19b F9: an "error" filter set around the trace whose pattern cannot match the
+    warning's text (it disagrees with the text's literal beginning), or whose module or
+    line is another, made the size a guard, refused as "not stable" by the check."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", **where)
+        traced = tracebridge.trace(_warned_then_picked_by_the_filter, torch.ones(4, 3))
+        assert not traced.guards
+        again = loaded(traced, tmp_path)
+        for rows in (5, 12):
+            x = torch.randn(rows, 3)
+            want = _warned_then_picked_by_the_filter(x)
+            assert torch.equal(want, x) and torch.equal(traced(x), want)
+            assert torch.equal(again(x), want)
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        {"message": "rows 12"},
+        {"message": "ROWS 1.$"},  # warnings ignore case
+        {"message": "rows 12", "module": __name__.replace(".", r"\.")},  # this module
+    ],
+)
+def test_an_error_filter_that_may_match_guards_the_size_and_names_itself(where, tmp_path):
+    """An "error" filter set around the trace whose pattern may match the text at another
+    size: traced with a guard (the check's second recording meets the same filters, so
+    it is not refused as "not stable"), and the trace's warning names the filter."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("error", **where)
+        traced = tracebridge.trace(_warned_then_picked_by_the_filter, torch.ones(4, 3))
+        x = torch.ones(12, 3)
+        assert torch.equal(_warned_then_picked_by_the_filter(x), x * 5.0)
+        with pytest.raises(GuardError, match=r"x.shape\[0\] == 4") as info:
+            traced(x)
+        assert 'warnings.warn(f"rows {x.shape[0]}"' in str(info.value)
+        y = torch.randn(4, 3)
+        assert torch.equal(traced(y), _warned_then_picked_by_the_filter(y))
+    said = [str(w.message) for w in caught if issubclass(w.category, tracebridge.TracerWarning)]
+    pattern = where["message"]
+    assert any(
+        f"the filter warnings.filterwarnings('error', message={pattern!r}" in s for s in said
+    )

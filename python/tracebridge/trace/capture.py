@@ -574,9 +574,11 @@ def capture_again(
     """A second recording, made only to compare with the first (check_trace, the other
     training mode): the model is left as it was, ``mode`` (if given) is the training flag
     to record in, constants are its own, and warnings are silent (the first trace gave
-    them)."""
+    them). The code's own warnings meet the filters as the user set them, as in the first
+    recording and in eager calls: an "error" filter raises them into the code's handlers,
+    and decides whether a size in their text is guarded (trace/message_sinks.py)."""
     with preserved(module), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        warnings.simplefilter("ignore", TracerWarning)
         enter_mode(module, mode)
         return capture(
             fn,

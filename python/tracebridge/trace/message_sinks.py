@@ -23,11 +23,17 @@ from __future__ import annotations
 import gc
 import io
 import logging
+import re
 import sys
 import types
 import warnings
 
 from ..source import OWN_DIR
+
+try:  # the parser of re's patterns (sre_parse before Python 3.11)
+    from re import _parser as _regex_parser
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_parse as _regex_parser
 
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -186,24 +192,73 @@ def warning_ignored(category) -> bool:
     return False  # no filter: the default action shows it
 
 
-def warning_may_raise(category, module_name: str | None = None) -> bool:
-    """Whether a filter that may apply to a warning of ``category`` (None: not known)
-    warned from the module ``module_name`` (None: not known) turns it into an exception
+def warning_may_raise(
+    category, module_name: str | None = None, head: str = "", line: int | None = None
+) -> tuple | None:
+    """The filter that may turn a warning of ``category`` (None: not known) warned from
+    the module ``module_name`` at ``line`` (None: not known), whose text begins with
+    ``head`` whatever the traced numbers are, into an exception
     (``simplefilter("error")``, ``filterwarnings("error", message=...)``): a handler can
-    then read the text, and a filter's pattern chooses by it. Filters after an
-    unconditional one that applies are never reached; one for another module never
-    applies (pytest's ``error::...:some.module``)."""
-    for action, message, kind, module, line in warnings.filters:
+    then read the text, and a filter's pattern chooses by it. None where none may.
+    Filters after an unconditional one that applies are never reached; one for another
+    module, another line, or whose pattern no text that begins with ``head`` matches never
+    applies (pytest's ``error::...:some.module``, ``error:never this text``)."""
+    for entry in warnings.filters:
+        action, message, kind, module, at = entry
         if category is not None and not issubclass(category, kind):
             continue
         if module is not None and module_name is not None and not module.match(module_name):
             continue
+        if at and line is not None and at != line:
+            continue
+        if message is not None and not pattern_may_match(message, head):
+            continue
         if action == "error":
-            return True
-        unconditional = message is None and module is None and not line
+            return entry
+        unconditional = message is None and module is None and not at
         if unconditional and (category is not None or kind is Warning):
-            return False
-    return False
+            return None
+    return None
+
+
+def pattern_may_match(pattern, head: str) -> bool:
+    """Whether ``pattern`` (a filter's compiled message pattern, matched at the start of
+    the text, ignoring case) may match some text that begins with ``head``: False where
+    the literal characters the pattern begins with disagree with ``head``."""
+    try:
+        parsed = _regex_parser.parse(pattern.pattern, pattern.flags)
+    except Exception:  # noqa: BLE001 - a pattern this reading does not follow: it may match
+        return True
+    literal = _regex_parser.LITERAL
+    fold = bool(pattern.flags & re.IGNORECASE)
+    for index, (op, value) in enumerate(parsed):
+        if op is not literal or index >= len(head):
+            return True
+        wanted, got = chr(value), head[index]
+        if wanted == got or fold and wanted.lower() == got.lower():
+            continue
+        if fold and wanted.upper() == got.upper():
+            continue
+        return False
+    return True
+
+
+def describe_filter(entry: tuple) -> str:
+    """A warnings filter as the call that makes it, for messages."""
+    action, message, kind, module, line = entry
+    parts = [repr(action)]
+    if message is None and module is None and not line:
+        category = "" if kind is Warning else f", {kind.__name__}"
+        return f"warnings.simplefilter({action!r}{category})"
+    if message is not None:
+        parts.append(f"message={message.pattern!r}")
+    if kind is not Warning:
+        parts.append(f"category={kind.__name__}")
+    if module is not None:
+        parts.append(f"module={module.pattern!r}")
+    if line:
+        parts.append(f"lineno={line}")
+    return f"warnings.filterwarnings({', '.join(parts)})"
 
 
 def shown_warning_keeps_nothing(frame) -> bool:
