@@ -10,6 +10,7 @@ with the example's answer.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import sys
@@ -400,3 +401,61 @@ def test_an_error_filter_that_may_match_guards_the_size_and_names_itself(where, 
     assert any(
         f"the filter warnings.filterwarnings('error', message={pattern!r}" in s for s in said
     )
+
+
+# prober19b F11: output silenced around the trace call
+LOG_UNCONFIGURED = logging.getLogger("tracebridge.tests.unconfigured")
+LOG_UNCONFIGURED.propagate = False  # no handler anywhere: logging's lastResort, sys.stderr
+READ_BACK = io.StringIO()
+
+
+def _printed(x):
+    print(f"batch {x.shape[0]}")
+    return x[: x.shape[0] - 1]
+
+
+def _logged_to_last_resort(x):
+    LOG_UNCONFIGURED.warning(f"batch {x.shape[0]}")
+    return x[: x.shape[0] - 1]
+
+
+def _printed_and_read_back(x):
+    print(f"batch {x.shape[0]}")
+    return x * (5.0 if READ_BACK.getvalue().endswith("batch 12\n") else 1.0)
+
+
+@pytest.mark.parametrize(
+    ("fn", "redirect"),
+    [(_printed, contextlib.redirect_stdout), (_logged_to_last_resort, contextlib.redirect_stderr)],
+)
+def test_output_silenced_around_the_trace_leaves_the_size_general(fn, redirect, tmp_path):
+    """A buffer that only the caller's ``with redirect_stdout(io.StringIO())`` holds is
+    read back by no code of the trace's: a printed or logged size stays general."""
+    handlers = LOG_UNCONFIGURED.handlers[:]  # pytest's capture may have put its own there
+    LOG_UNCONFIGURED.handlers.clear()
+    try:
+        _silenced_around_the_trace(fn, redirect, tmp_path)
+    finally:
+        LOG_UNCONFIGURED.handlers[:] = handlers
+
+
+def _silenced_around_the_trace(fn, redirect, tmp_path):
+    with redirect(io.StringIO()) as silenced:
+        traced = tracebridge.trace(fn, torch.randn(4, 2))
+    assert "batch 4" in silenced.getvalue()  # the code's output went there
+    assert not traced.guards
+    again = loaded(traced, tmp_path)
+    for rows in (6, 12):
+        x = torch.randn(rows, 2)
+        with redirect(io.StringIO()):
+            want = fn(x)
+            assert torch.equal(traced(x), want) and torch.equal(again(x), want)
+
+
+def test_output_redirected_to_a_buffer_the_code_reads_is_guarded():
+    with contextlib.redirect_stdout(READ_BACK):
+        traced = tracebridge.trace(_printed_and_read_back, torch.ones(4, 2))
+        with pytest.raises(GuardError, match=r"x.shape\[0\] == 4"):
+            traced(torch.ones(12, 2))
+        x = torch.ones(12, 2)
+        assert torch.equal(_printed_and_read_back(x), x * 5.0)

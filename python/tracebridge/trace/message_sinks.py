@@ -20,6 +20,7 @@ Note: a message is a message only where nothing keeps it.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import io
 import logging
@@ -68,11 +69,15 @@ def _owned_by_display(obj) -> bool:
 
 def stream_out_of_reach(stream) -> bool:
     """Whether text written to ``stream`` cannot be read back by the code: a real file
-    (its ``fileno`` answers), or a test runner's or a notebook's capture."""
+    (its ``fileno`` answers), a test runner's or a notebook's capture, or an
+    ``io.StringIO`` that only frames outside the traced code hold (``with
+    redirect_stdout(io.StringIO()):`` around the trace: the caller's ``with`` keeps it)."""
     if stream is None or _owned_by_display(stream):
         return True
+    if type(stream) is io.StringIO:
+        return _held_out_of_reach(stream, sys._getframe(1))
     if type(stream) not in _FILE_TYPES:
-        return False  # io.StringIO, a user's stream object: it may be read back
+        return False  # a user's stream object: it may be read back, or keep the text
     try:
         return isinstance(stream.fileno(), int)
     except (OSError, ValueError):
@@ -290,14 +295,29 @@ def _formatting_stock() -> bool:
 
 def _recorded_out_of_reach(impl, frame) -> bool:
     """``impl`` is ``log.append`` of ``catch_warnings(record=True)``: whether nothing the
-    traced code can reach holds ``log`` -- only the bound method and frames (or suspended
-    generators) that are not the traced code's own frames running now."""
+    traced code can reach holds ``log`` (see :func:`_held_out_of_reach`)."""
     record = getattr(impl, "__self__", None)
     if not (isinstance(impl, types.BuiltinMethodType) and type(record) is list):
         return False
-    inside = set(map(id, traced_frames(frame)))
-    for holder in gc.get_referrers(record):
-        if holder is impl:
+    return _held_out_of_reach(record, frame, impl)
+
+
+def _held_out_of_reach(obj, frame, *also) -> bool:
+    """Whether nothing the traced code can reach holds ``obj``: only ``also``, frames (or
+    suspended generators) that are not the traced code's own frames running now,
+    ``sys.stdout``/``sys.stderr`` (the stream that is there now), and contextlib's
+    ``redirect_stdout``/``redirect_stderr`` that put it there, tracebridge's own objects
+    (the progress line's stream), and another module's ``from sys import stdout`` made
+    while it was there (a library imported while tracing)."""
+    frames = traced_frames(frame)
+    inside = set(map(id, frames))
+    traced_globals = {id(f.f_globals) for f in frames}
+    for holder in gc.get_referrers(obj):
+        if any(holder is a for a in also) or holder is vars(sys):
+            continue
+        if isinstance(holder, contextlib._RedirectStream) or _own_object(holder):
+            continue
+        if _imported_stream(holder, obj) and id(holder) not in traced_globals:
             continue
         if isinstance(holder, types.FrameType) and id(holder) not in inside:
             continue
@@ -307,6 +327,20 @@ def _recorded_out_of_reach(impl, frame) -> bool:
                 continue
         return False
     return True
+
+
+def _own_object(holder) -> bool:
+    module = getattr(type(holder), "__module__", "") or ""
+    return module.split(".")[0] == "tracebridge"
+
+
+def _imported_stream(holder, stream) -> bool:
+    """Whether ``holder`` is a module's globals that hold ``stream`` only as ``stdout`` or
+    ``stderr`` (``from sys import stdout`` at its import)."""
+    if not (isinstance(holder, dict) and isinstance(holder.get("__name__"), str)):
+        return False
+    names = [name for name, value in holder.items() if value is stream]
+    return bool(names) and all(name in ("stdout", "stderr") for name in names)
 
 
 def traced_frames(frame) -> list:
