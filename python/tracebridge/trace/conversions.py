@@ -250,14 +250,22 @@ class Conversions:
             label = cache  # a cache made for this one call: nothing to empty
         else:
             label = getattr(cache, "__qualname__", "a cache")
-            if all(c is not cache for c in self.caches_used):
-                cache_values.note(cache)  # its entries, to put back (trace/cache_values.py)
-                self.caches_used.append(cache)
+            self.went_through(cache)
         self.warn(
             f"{what} is part of a key of the cache {label}: the trace records the "
             "cached function's work instead of a lookup of what an earlier call stored"
         )
         return True
+
+    def went_through(self, cache) -> None:
+        """The recording goes through the functools cache ``cache`` with a key of traced
+        values: its entries are put back as the trace found them after the recording (a
+        second recording, the check's, then misses as the first did: a hit would hand it
+        the first one's value as a constant), and a write into what it holds is refused
+        (trace/cache_values.py)."""
+        if all(c is not cache for c in self.caches_used):
+            cache_values.note(cache)
+            self.caches_used.append(cache)
 
     def _not_a_kept_key(self, cache, number) -> bool:
         """A memo that held entries before the trace, under other keys than the example's

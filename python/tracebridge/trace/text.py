@@ -47,6 +47,7 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
+import functools
 import inspect
 import linecache
 import logging
@@ -375,6 +376,8 @@ def formatted_from(sources: tuple, text: str, frame, obj=None) -> str:
         reason = _reason("formatted into text that may decide a branch")
         for source in sources:
             source._fix_text(reason)
+        for cache in _caches_given(frame):
+            sources[0]._tracer.went_through(cache)
         return text  # guarded already: plain text, for any use (sys.intern, C APIs)
     if verdict & (READS | RETURNED):
         return SymStr(text, sources)  # a use that guards as it reads it
@@ -1155,6 +1158,45 @@ def _verdict(node: ast.AST, kept: bool, following: frozenset = frozenset()) -> f
 
 
 _MEMO_METHODS = frozenset({"get", "setdefault", "pop"})
+_FUNCTOOLS_CACHE = functools._lru_cache_wrapper
+
+
+def _caches_given(frame) -> list:
+    """The functools caches that the text made at ``frame``'s current instruction is
+    given to as an argument, directly (``mask(f"{B}x{N}")``) or through a local of the
+    function (``key = f"{B}x{N}"; mask(key)``), found without running code. The text's
+    numbers are guarded; the cache is still a cache: what the recording adds to it is
+    taken out again (conversions.went_through)."""
+    position = _position_of(frame)
+    node = (_parsed(frame.f_code.co_filename) or {}).get(position) if position else None
+    child, parent = node, getattr(node, "_tb_parent", None)
+    while isinstance(parent, (ast.JoinedStr, ast.FormattedValue, ast.BinOp)):
+        child, parent = parent, getattr(parent, "_tb_parent", None)
+    calls = []
+    if isinstance(parent, ast.Call) and any(a is child for a in parent.args):
+        calls = [parent]
+    elif (
+        isinstance(parent, ast.Assign)
+        and child is parent.value
+        and len(parent.targets) == 1
+        and isinstance(parent.targets[0], ast.Name)
+    ):
+        function = parent
+        while function is not None and not isinstance(function, (*_DEFS, ast.Lambda)):
+            function = getattr(function, "_tb_parent", None)
+        name = parent.targets[0].id
+        calls = [
+            n
+            for n in (ast.walk(function) if function is not None else ())
+            if isinstance(n, ast.Call)
+            and any(isinstance(a, ast.Name) and a.id == name for a in n.args)
+        ]
+    found = []
+    for call in calls:
+        callee = _callee(call.func, frame.f_locals, frame.f_globals)
+        if isinstance(callee, _FUNCTOOLS_CACHE):
+            found.append(callee)
+    return found
 
 
 def _memo_use(container: ast.AST, kept: bool) -> frozenset:
