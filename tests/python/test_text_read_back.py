@@ -459,3 +459,28 @@ def test_output_redirected_to_a_buffer_the_code_reads_is_guarded():
             traced(torch.ones(12, 2))
         x = torch.ones(12, 2)
         assert torch.equal(_printed_and_read_back(x), x * 5.0)
+
+
+def _replaces_stdout_and_reads_it(x):
+    old = sys.stdout
+    sys.stdout = io.StringIO()  # put there by the traced code: in its reach
+    try:
+        print(f"batch {x.shape[0]}")
+        text = sys.stdout.getvalue()
+    finally:
+        sys.stdout = old
+    return x * (5.0 if text == "batch 12\n" else 1.0)
+
+
+def _redirects_inside_and_reads_it(x):
+    with contextlib.redirect_stdout(io.StringIO()):
+        print(f"batch {x.shape[0]}")
+        text = sys.stdout.getvalue()
+    return x * (5.0 if text == "batch 12\n" else 1.0)
+
+
+@pytest.mark.parametrize("fn", [_replaces_stdout_and_reads_it, _redirects_inside_and_reads_it])
+def test_a_buffer_the_traced_code_puts_in_place_is_in_its_reach(fn, tmp_path):
+    guarded_at_other_sizes(fn, tmp_path)
+    x = torch.ones(12, 3)
+    assert torch.equal(fn(x), x * 5.0)

@@ -26,6 +26,7 @@ import io
 import logging
 import re
 import sys
+import threading
 import types
 import warnings
 
@@ -70,12 +71,13 @@ def _owned_by_display(obj) -> bool:
 def stream_out_of_reach(stream) -> bool:
     """Whether text written to ``stream`` cannot be read back by the code: a real file
     (its ``fileno`` answers), a test runner's or a notebook's capture, or an
-    ``io.StringIO`` that only frames outside the traced code hold (``with
-    redirect_stdout(io.StringIO()):`` around the trace: the caller's ``with`` keeps it)."""
+    ``io.StringIO`` that was ``sys.stdout``/``sys.stderr`` when the recording began and
+    that only frames outside the traced code hold (``with redirect_stdout(io.StringIO()):``
+    around the trace: the caller's ``with`` keeps it)."""
     if stream is None or _owned_by_display(stream):
         return True
     if type(stream) is io.StringIO:
-        return _held_out_of_reach(stream, sys._getframe(1))
+        return _there_when_recording_began(stream) and _held_out_of_reach(stream, sys._getframe(1))
     if type(stream) not in _FILE_TYPES:
         return False  # a user's stream object: it may be read back, or keep the text
     try:
@@ -327,6 +329,27 @@ def _held_out_of_reach(obj, frame, *also) -> bool:
                 continue
         return False
     return True
+
+
+# sys.stdout and sys.stderr when each recording under way in this thread began: a buffer
+# put there by the traced code itself (``sys.stdout = io.StringIO()``) is in its reach.
+_RECORDINGS = threading.local()
+
+
+@contextlib.contextmanager
+def streams_at_start():
+    """Around a recording: remember the streams the caller's code had set up."""
+    stack = _RECORDINGS.__dict__.setdefault("streams", [])
+    stack.append((id(sys.stdout), id(sys.stderr)))  # ids: no holder of them of ours
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+def _there_when_recording_began(stream) -> bool:
+    stack = getattr(_RECORDINGS, "streams", None)
+    return bool(stack) and id(stream) in stack[-1]
 
 
 def _own_object(holder) -> bool:

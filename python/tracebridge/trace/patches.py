@@ -27,7 +27,7 @@ from ..errors import UnsupportedOpError
 from ..ir import ops as opset
 from ..ir.dtypes import DTYPE_NAMES
 from ..source import called_from_user_code as _called_from_user_code
-from . import autocast_state, helpers, library, math_calls, python_random
+from . import autocast_state, helpers, library, math_calls, message_sinks, python_random
 from .integers import traced_index
 from .numbers import SymSize, _Traced, modular_pow
 
@@ -854,7 +854,7 @@ def recording(tracer: Tracer):
         _tracers.stack.pop()
         raise
     try:
-        with tracer.mode:
+        with tracer.mode, message_sinks.streams_at_start():
             yield
     finally:
         _tracers.stack.pop()
