@@ -53,6 +53,7 @@ from .trace.example_inputs import as_args as _as_args
 from .trace.example_inputs import as_call, function_checks, module_checks
 from .trace.library import FAST_PATH_MODULES
 from .trace.memo_tables import kept as memos_kept
+from .trace.message_sinks import shown_nowhere
 from .trace.own_hooks import GLOBAL, GLOBAL_HOOK_TABLES, global_hooks, user_hooks
 from .trace.own_hooks import HOOK_TABLES as _HOOK_TABLES
 
@@ -1762,8 +1763,7 @@ def _without_autograd(mod: nn.Module, graph, record, run_eager, args, kwargs, fo
     ):
         return []
     try:
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with torch.no_grad(), shown_nowhere():  # the code's warnings meet its filters
             other = record(*fresh(args, kwargs))
     except Exception:
         return []  # not recordable without autograd: calls keep the graph they have

@@ -484,3 +484,29 @@ def test_a_buffer_the_traced_code_puts_in_place_is_in_its_reach(fn, tmp_path):
     guarded_at_other_sizes(fn, tmp_path)
     x = torch.ones(12, 3)
     assert torch.equal(fn(x), x * 5.0)
+
+
+def _size_one_path_and_a_raised_warning(x):
+    if x.shape[0] > 1:  # a size-1 specialisation records the code at one row again
+        x = x * 2
+    try:
+        warnings.warn("rows of this kind are deprecated", stacklevel=1)
+        factor = 1.0
+    except UserWarning:
+        factor = 5.0
+    return x * factor
+
+
+def test_every_recording_meets_the_filters_the_user_set():
+    """The check's second recording, the size-1 probes and the no-autograd variant ran
+    with every warning ignored: under the user's "error" filter they took the path where
+    the warning does not raise, and a call at one row served it (eager 5, traced 1)."""
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("error", message="rows of this kind")
+        traced = tracebridge.trace(_size_one_path_and_a_raised_warning, torch.ones(4, 2))
+        for rows in (1, 4, 6):
+            x = torch.randn(rows, 2)
+            want = _size_one_path_and_a_raised_warning(x)
+            assert torch.equal(traced(x), want)
+    assert not [w for w in shown if "rows of this kind" in str(w.message)]  # raised, not shown

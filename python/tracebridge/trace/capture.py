@@ -30,6 +30,7 @@ from . import (
     carried_reads,
     global_effects,
     input_containers,
+    message_sinks,
     module_memos,
     numpy_generators,
     own_hooks,
@@ -576,9 +577,8 @@ def capture_again(
     to record in, constants are its own, and warnings are silent (the first trace gave
     them). The code's own warnings meet the filters as the user set them, as in the first
     recording and in eager calls: an "error" filter raises them into the code's handlers,
-    and decides whether a size in their text is guarded (trace/message_sinks.py)."""
-    with preserved(module), warnings.catch_warnings():
-        warnings.simplefilter("ignore", TracerWarning)
+    and decides whether a size in their text is guarded (message_sinks.shown_nowhere)."""
+    with preserved(module), message_sinks.shown_nowhere():
         enter_mode(module, mode)
         return capture(
             fn,

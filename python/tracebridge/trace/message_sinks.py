@@ -30,6 +30,7 @@ import threading
 import types
 import warnings
 
+from ..errors import TracerWarning
 from ..source import OWN_DIR
 
 try:  # the parser of re's patterns (sre_parse before Python 3.11)
@@ -268,6 +269,23 @@ def describe_filter(entry: tuple) -> str:
     return f"warnings.filterwarnings({', '.join(parts)})"
 
 
+def _show_nowhere(message) -> None:
+    """``warnings._showwarnmsg_impl`` of :func:`shown_nowhere`: shows nothing, keeps nothing."""
+
+
+@contextlib.contextmanager
+def shown_nowhere():
+    """Around a run made only to compare with the first recording (the check's second
+    recording, the size-1 probes): the code's warnings meet the filters the user set, as
+    in the first recording and in eager calls -- an "error" filter raises them into the
+    code's handlers, and decides whether a size in their text is guarded -- but none is
+    shown again, and tracebridge's own are quiet (the first recording gave them)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TracerWarning)
+        warnings._showwarnmsg_impl = _show_nowhere
+        yield
+
+
 def shown_warning_keeps_nothing(frame) -> bool:
     """Whether a warning being shown now (``warnings._showwarnmsg``) only goes to
     ``sys.stderr`` (a real file) or to logging's ``py.warnings`` handlers that keep
@@ -284,6 +302,8 @@ def shown_warning_keeps_nothing(frame) -> bool:
     if not (show is warnings._showwarning_orig and _warnings_own(show, "showwarning")):
         return False
     impl = warnings._showwarnmsg_impl
+    if impl is _show_nowhere:
+        return True
     if _warnings_own(impl, "_showwarnmsg_impl"):
         return _formatting_stock() and stream_out_of_reach(sys.stderr)
     return _recorded_out_of_reach(impl, frame)
