@@ -6,6 +6,7 @@ mkldnn flags and the attention backends' switches. Each was a constant of the tr
 under another setting took the traced branch, silently."""
 
 import contextlib
+import shutil
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from tracebridge.errors import ArtifactError, GuardError
 from tracebridge.ir import ops
 
 from .graph_helpers import rewrite_nodes
+from .r_reader import run_r
 
 X = torch.ones(3)
 
@@ -367,3 +369,27 @@ def test_every_setting_has_a_reader_and_a_kind():
         value = setting(name)
         assert type(value) is (int if kind == "int" else bool), name
     assert ops.SINCE["prim.setting"] == 9 == ops.OPSET_VERSION
+
+
+def by_the_newer_settings(x):
+    device = torch.get_default_device()
+    fast = torch.backends.mha.get_fastpath_enabled() and torch.is_warn_always_enabled()
+    einsum = torch.backends.opt_einsum.enabled or torch.backends.opt_einsum.strategy == "auto"
+    return x * (2 if device.type == "cpu" else 3) + (1 if fast or einsum else 0)
+
+
+@pytest.mark.skipif(shutil.which("Rscript") is None, reason="needs R")
+def test_r_reads_a_file_with_the_newer_settings(tmp_path):
+    """R's reader (sourced from R/, as R's tests do) takes a file that reads the settings
+    added in session 20 and prints their guards, as Python's loader does."""
+    traced = tracebridge.trace(by_the_newer_settings, X)
+    traced.save(tmp_path / "f.tb")
+    names = {"default_device_type", "default_device_index", "mha_fastpath_enabled"}
+    names |= {"warn_always", "opt_einsum_enabled", "opt_einsum_strategy"}
+    for name in names:
+        assert f"prim.setting('{name}')" in traced.graph
+    assert torch.equal(tracebridge.load(tmp_path / "f.tb")(X), by_the_newer_settings(X))
+    printed = 'cat(capture.output(print(info)), sep = "\\n")'
+    shown = run_r(f"info <- jit_inspect(args[[2]], quiet = TRUE); {printed}", tmp_path / "f.tb")
+    for name in names:
+        assert f"prim.setting('{name}')" in shown
