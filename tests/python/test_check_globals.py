@@ -321,3 +321,22 @@ def test_a_global_tensor_written_without_a_version_comes_back():
 
     tracebridge.trace(adds, torch.ones(2))
     assert total.item() == 1  # the user's one call
+
+
+SIZES: list = []
+
+
+def keeps_its_size(x):
+    SIZES.append(x.shape[0])
+    return x * 2
+
+
+def test_a_size_kept_after_the_trace_is_a_plain_number():
+    """A size the code kept in a global (the recording's, as one call leaves it) used
+    after the trace: compared, it added a guard to the finished program, which its first
+    call took in, so a call at another size was refused."""
+    SIZES.clear()
+    traced = tracebridge.trace(keeps_its_size, torch.ones(3))
+    assert SIZES == [3] and SIZES[0] + 1 == 4 and int(SIZES[0]) == 3
+    assert type(SIZES[0] + 1) is int and not traced.guards
+    assert torch.equal(traced(torch.ones(5)), torch.full((5,), 2.0))

@@ -392,6 +392,7 @@ def capture(
         layouts.restore()
         tracer.memo_tables.restore()
         cache_values.restore(tracer.caches_used)
+        tracer.finished = True
 
 
 def _module_of(fn: Callable) -> torch.nn.Module | None:
