@@ -368,7 +368,8 @@ def test_every_setting_has_a_reader_and_a_kind():
     for name, kind in ops.SETTINGS.items():
         value = setting(name)
         assert type(value) is (int if kind == "int" else bool), name
-    assert ops.SINCE["prim.setting"] == 9 == ops.OPSET_VERSION
+    # names are added without a new op-set version (a reader refuses one it does not know)
+    assert ops.SINCE["prim.setting"] == 9 <= ops.OPSET_VERSION
 
 
 def by_the_newer_settings(x):
