@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -24,7 +25,7 @@ from .check.kept_globals import KeptGlobals
 from .check.meta_state import warn_meta_non_persistent
 from .check.specialise import specialisations
 from .check.verify import first_difference
-from .errors import GuardError, TraceError, TracerWarning
+from .errors import GuardError, TraceError, TracerWarning, TracingCheckError
 from .ir import Program, StateEntry, pytree
 from .ir.analysis import fused_without_autograd
 from .ir.ops import VARIADIC_OUTPUTS
@@ -52,6 +53,7 @@ from .trace.example_inputs import as_args as _as_args
 from .trace.example_inputs import as_call, function_checks, module_checks
 from .trace.library import FAST_PATH_MODULES
 from .trace.memo_tables import kept as memos_kept
+from .trace.message_sinks import shown_nowhere
 from .trace.own_hooks import GLOBAL, GLOBAL_HOOK_TABLES, global_hooks, user_hooks
 from .trace.own_hooks import HOOK_TABLES as _HOOK_TABLES
 
@@ -1330,7 +1332,8 @@ def trace(
     before = KeptGlobals(func)
     with called_modules.noted() as called:
         graph = retrace(args, kwargs)
-    _warn_of_side_effects(before.changed(), {})
+    changed_by_the_call = before.changed()
+    _warn_of_side_effects(changed_by_the_call, {})
     # The recording was the user's one call: the runs below leave globals, and the buffers
     # of the modules the code called, as it left them.
     kept = KeptGlobals(func)
@@ -1361,7 +1364,7 @@ def trace(
 
             stage("checking")
             # The check compares the recording, not the runtime's rewrites (as_recorded).
-            with as_recorded():
+            with as_recorded(), _naming_state(changed_by_the_call, before):
                 checks = function_checks(check_inputs, keywords)
                 check_function(func, traced, args, kwargs, checks, check_tolerance, strict)
     finally:
@@ -1497,6 +1500,35 @@ def _caller_level() -> int:
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
         frame, level = frame.f_back, level + 1
     return level
+
+
+@contextlib.contextmanager
+def _naming_state(changed: list[str], kept: KeptGlobals):
+    """A refusal of the check, where the recording (the user's one call) changed Python
+    state the code keeps outside the model -- a global, a class's, an object's or a
+    function's attribute, its containers: the check's runs started from the state it left,
+    so they took other paths or values than the recording. Say which state, and where the
+    code writes it, rather than only that the runs differ."""
+    try:
+        yield
+    except TracingCheckError as exc:
+        if not changed:
+            raise
+        named = ", ".join(
+            f"{name!r}" + (f" (at {at})" if (at := kept.where(name)) else "")
+            for name in changed[:3]
+        )
+        exc.args = (
+            f"{exc.args[0] if exc.args else exc}\n  the recording changed {named}"
+            f"{', ...' if len(changed) > 3 else ''}, which the code keeps outside the model: "
+            "each call of the code changes it, so the check's runs, which start from the "
+            "state the recording left, differ from the recording, and a trace, which holds "
+            "the values of the traced call, cannot repeat such a change. Keep that state in "
+            "a tensor the model holds (a buffer written in place: the trace records those "
+            "writes), or pass it as an input",
+            *exc.args[1:],
+        )
+        raise
 
 
 def _warn_of_side_effects(changed_globals: list[str], hooks: dict) -> None:
@@ -1731,8 +1763,7 @@ def _without_autograd(mod: nn.Module, graph, record, run_eager, args, kwargs, fo
     ):
         return []
     try:
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with torch.no_grad(), shown_nowhere():  # the code's warnings meet its filters
             other = record(*fresh(args, kwargs))
     except Exception:
         return []  # not recordable without autograd: calls keep the graph they have
@@ -1798,9 +1829,11 @@ def _trace_module(
 ) -> TracedModule:
     kept: list[KeptGlobals] = []  # as the first recording (the user's one call) left them
     before = KeptGlobals(mod)
+    changed_by_the_call: list[str] = []
 
     def after_first_call():
-        _warn_of_side_effects(before.changed(), {})
+        changed_by_the_call[:] = before.changed()
+        _warn_of_side_effects(changed_by_the_call, {})
         kept.append(KeptGlobals(mod))
 
     try:
@@ -1820,7 +1853,8 @@ def _trace_module(
             from .check.verify import check_module
 
             stage("checking")
-            with as_recorded():  # the recording, not the runtime's rewrites
+            # the recording, not the runtime's rewrites
+            with as_recorded(), _naming_state(changed_by_the_call, before):
                 check_module(
                     mod,
                     traced,

@@ -240,3 +240,43 @@ def test_a_memo_value_written_in_place_is_refused_by_the_check():
     with pytest.raises(tracebridge.TracingCheckError, match="finding what the first call stored"):
         tracebridge.trace(model, torch.ones(2))
     assert model.memo == {}
+
+
+# prober19b F10: a functools cache keyed on text of sizes
+@functools.cache
+def mask_from_text(key):
+    rows, columns = map(int, key.split("x"))
+    return torch.ones(rows, columns).tril()
+
+
+@functools.lru_cache(maxsize=4)
+def bounded_mask_from_text(key):
+    rows, columns = map(int, key.split("x"))
+    return torch.ones(rows, columns).triu()
+
+
+def masked_by_text(x):
+    return x * mask_from_text(f"{x.shape[0]}x{x.shape[1]}")
+
+
+def masked_by_a_local_key(x):
+    key = f"{x.shape[0]}x{x.shape[1]}"
+    return x * bounded_mask_from_text(key)
+
+
+@pytest.mark.parametrize(
+    ("fn", "cache"),
+    [(masked_by_text, mask_from_text), (masked_by_a_local_key, bounded_mask_from_text)],
+)
+def test_a_cache_keyed_on_text_of_sizes_is_traced_with_guards(fn, cache):
+    """The text's sizes are guarded (the key is plain text), and the check's second
+    recording misses as the first did: it found the first one's entry and recorded a
+    constant, refused as "the trace is not stable ... at node 4"."""
+    cache.cache_clear()
+    traced = tracebridge.trace(fn, torch.ones(3, 4))
+    assert cache.cache_info().currsize == 0  # left as the trace found it
+    x = torch.randn(3, 4)
+    assert torch.equal(traced(x), fn(x))
+    with pytest.raises(tracebridge.GuardError, match=r"x.shape\[1\] == 4"):
+        traced(torch.ones(3, 6))
+    assert "prim.state" not in traced.graph  # the mask is computed, not a kept constant

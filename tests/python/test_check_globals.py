@@ -124,21 +124,107 @@ def test_tensor_and_container_contents_come_back_in_place():
 
 
 def test_what_is_not_restored_is_as_documented():
-    """An attribute of an object held in a global is not followed (documented)."""
+    """An object two levels out (an attribute of an object the code names) is not
+    followed (documented)."""
+
+    class Inner:
+        seen = 0
 
     class Config:
-        seen = 0
+        def __init__(self):
+            self.inner = Inner()
+            self.inner.seen = 0
 
     config = Config()
 
     def f(x):
-        config.seen += 1
+        config.inner.seen += 1
         return x
 
     kept = KeptGlobals(f)
     f(1)
     kept.restore()
-    assert config.seen == 1
+    assert config.inner.seen == 1
+
+
+class Counted:
+    calls = 0
+
+
+class Holder:
+    pass
+
+
+HELD = Holder()
+HELD.n = 0
+HELD.log = []
+
+
+def counting(x):
+    Counted.calls += 1
+    HELD.n += 1
+    HELD.log.append("call")
+    counting.runs = getattr(counting, "runs", 0) + 1
+    return x * 2
+
+
+def _counts():
+    return Counted.calls, HELD.n, list(HELD.log), getattr(counting, "runs", 0)
+
+
+@pytest.mark.parametrize("check_trace", [True, False])
+def test_class_object_and_function_attributes_are_left_as_one_call_does(check_trace):
+    """prober19b F8: a class attribute, a plain object's attribute (and its list) and a
+    function attribute reached through a global kept the check's writes too (0 -> 2)."""
+    Counted.calls, HELD.n, HELD.log[:] = 0, 0, []
+    vars(counting).pop("runs", None)
+    traced = tracebridge.trace(counting, torch.ones(3, 4), check_trace=check_trace)
+    assert _counts() == (1, 1, ["call"], 1)
+    assert torch.equal(traced(torch.ones(5, 4)), torch.full((5, 4), 2.0))
+    assert _counts() == (1, 1, ["call"], 1)  # a call of the trace runs tensor operations only
+
+
+def test_a_closures_object_is_put_back_too():
+    holder = Holder()
+    holder.n = 0
+
+    def f(x):
+        holder.n += 1
+        return x
+
+    kept = KeptGlobals(f)
+    f(1), f(2)
+    kept.restore()
+    assert holder.n == 0
+
+
+def counter_read_by_the_code(x):
+    Counted.calls += 1
+    return x * Counted.calls
+
+
+def list_read_by_the_code(x):
+    HELD.log.append(1)
+    return x * len(HELD.log)
+
+
+@pytest.mark.parametrize(
+    ("fn", "name", "line"),
+    [
+        (counter_read_by_the_code, "'Counted.calls'", 1),
+        (list_read_by_the_code, "'HELD.log'", 1),
+    ],
+)
+def test_a_refusal_names_the_state_each_call_changes_and_its_line(fn, name, line):
+    """prober19b F8: refused only as "the trace is not stable ... at node 0"."""
+    Counted.calls, HELD.log[:] = 0, []
+    with pytest.raises(tracebridge.TracingCheckError) as info:
+        tracebridge.trace(fn, torch.ones(2, 2))
+    where = f"{__file__}:{fn.__code__.co_firstlineno + line}"
+    assert f"the recording changed {name} (at {where}), which the code keeps" in str(info.value)
+    assert "Keep that state in a tensor the model holds" in str(info.value)
+    want = (1, []) if fn is counter_read_by_the_code else (0, [1])
+    assert (Counted.calls, HELD.log) == want
 
 
 def test_a_global_only_a_later_run_creates_is_removed_again():
@@ -235,3 +321,22 @@ def test_a_global_tensor_written_without_a_version_comes_back():
 
     tracebridge.trace(adds, torch.ones(2))
     assert total.item() == 1  # the user's one call
+
+
+SIZES: list = []
+
+
+def keeps_its_size(x):
+    SIZES.append(x.shape[0])
+    return x * 2
+
+
+def test_a_size_kept_after_the_trace_is_a_plain_number():
+    """A size the code kept in a global (the recording's, as one call leaves it) used
+    after the trace: compared, it added a guard to the finished program, which its first
+    call took in, so a call at another size was refused."""
+    SIZES.clear()
+    traced = tracebridge.trace(keeps_its_size, torch.ones(3))
+    assert SIZES == [3] and SIZES[0] + 1 == 4 and int(SIZES[0]) == 3
+    assert type(SIZES[0] + 1) is int and not traced.guards
+    assert torch.equal(traced(torch.ones(5)), torch.full((5,), 2.0))

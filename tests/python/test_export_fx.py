@@ -240,6 +240,23 @@ def test_errors_say_what_to_do() -> None:
         bridge.info(torch.fx.symbolic_trace(torch.nn.Linear(2, 2)))
 
 
+def test_a_frozen_copy_is_refused_saying_to_pass_the_trace() -> None:
+    """freeze's copy is how this process runs the program: a GraphModule is made from the
+    trace it froze (which then gives the same results)."""
+    net = torch.nn.Linear(2, 2).eval()
+    traced = tracebridge.trace(net, torch.rand(1, 2)).eval()
+    function = tracebridge.trace(lambda x: x * 2, torch.rand(3, 2))
+    for obj, kind in ((traced, "module"), (function, "function")):
+        frozen = tracebridge.freeze(obj)
+        with pytest.raises(tracebridge.TraceError) as info:
+            tracebridge.to_graph_module(frozen)
+        said = str(info.value)
+        assert f"takes the traced {kind}, not its frozen copy (a {type(frozen).__name__}" in said
+        assert "Pass the trace you froze (to_graph_module(traced))" in said
+        x = torch.rand(4, 2)
+        torch.testing.assert_close(tracebridge.to_graph_module(obj)(x)[0], frozen(x))
+
+
 def test_torch_export_keeps_sizes_dynamic() -> None:
     """torch.export of the GraphModule (what AOTInductor and ONNX build on): the traced
     symbols are dynamic dimensions, and a size guard is an assertion of the program."""

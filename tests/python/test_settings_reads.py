@@ -6,6 +6,7 @@ mkldnn flags and the attention backends' switches. Each was a constant of the tr
 under another setting took the traced branch, silently."""
 
 import contextlib
+import shutil
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from tracebridge.errors import ArtifactError, GuardError
 from tracebridge.ir import ops
 
 from .graph_helpers import rewrite_nodes
+from .r_reader import run_r
 
 X = torch.ones(3)
 
@@ -105,6 +107,45 @@ def by_math_attention(x):
     return x * 7 if torch.backends.cuda.math_sdp_enabled() else x
 
 
+def by_default_device(x):
+    return x * 2 if torch.get_default_device().type == "meta" else x
+
+
+@contextlib.contextmanager
+def _default_device(device):
+    torch.set_default_device(device)
+    try:
+        yield
+    finally:
+        torch.set_default_device(None)
+
+
+def by_fastpath(x):
+    return x * 4 if torch.backends.mha.get_fastpath_enabled() else x
+
+
+def _fastpath(on):
+    return _setting(
+        torch.backends.mha.set_fastpath_enabled, on, torch.backends.mha.get_fastpath_enabled
+    )
+
+
+def by_opt_einsum(x):
+    return x * 6 if torch.backends.opt_einsum.enabled else x
+
+
+def by_einsum_strategy(x):
+    return x * 8 if torch.backends.opt_einsum.strategy == "greedy" else x
+
+
+def by_warn_always(x):
+    return x * 9 if torch.is_warn_always_enabled() else x
+
+
+def _warn_always(on):
+    return _setting(torch.set_warn_always, on, torch.is_warn_always_enabled)
+
+
 def by_cuda(x):
     return x.to("cuda") if torch.cuda.is_available() else x * 3
 
@@ -181,6 +222,37 @@ def _both(fn, tmp_path):
             ),
             r"math_sdp_enabled",
         ),
+        # prober19b F3 (rest): the default device, MHA's fast path, opt_einsum, warn_always
+        (
+            by_default_device,
+            contextlib.nullcontext,
+            lambda: _default_device("meta"),
+            r"torch.get_default_device\(\).type \(default_device_type\), 'cpu' as position 0",
+        ),
+        (
+            by_fastpath,
+            lambda: _fastpath(True),
+            lambda: _fastpath(False),
+            r"torch.backends.mha.get_fastpath_enabled\(\) \(mha_fastpath_enabled\)",
+        ),
+        (
+            by_opt_einsum,
+            lambda: _flag_named(torch.backends.opt_einsum, "enabled", False),
+            lambda: _flag_named(torch.backends.opt_einsum, "enabled", True),
+            r"that torch.backends.opt_einsum.enabled \(opt_einsum_enabled\)",
+        ),
+        (
+            by_einsum_strategy,
+            lambda: _flag_named(torch.backends.opt_einsum, "strategy", "auto"),
+            lambda: _flag_named(torch.backends.opt_einsum, "strategy", "greedy"),
+            r"torch.backends.opt_einsum.strategy \(opt_einsum_strategy\), 'auto' as position 1",
+        ),
+        (
+            by_warn_always,
+            lambda: _warn_always(False),
+            lambda: _warn_always(True),
+            r"torch.is_warn_always_enabled\(\) \(warn_always\)",
+        ),
     ],
 )
 def test_a_setting_read_is_guarded_on_every_call(tmp_path, fn, traced_under, called_under, message):
@@ -253,10 +325,72 @@ def test_a_backends_flag_is_put_back_as_torch_had_it():
     assert torch.backends.cudnn.enabled is True
 
 
+def test_a_default_device_index_is_guarded_too():
+    traced = tracebridge.trace(by_default_device, X)
+    graph = traced.graph
+    assert "prim.setting('default_device_type')" in graph
+    assert "prim.setting('default_device_index')" in graph
+    index_message = r"get_default_device\(\).index \(-1: none\)"
+    with _default_device("cpu:0"), pytest.raises(GuardError, match=index_message):
+        traced(X)  # the same type, another index than none
+    assert torch.equal(traced(X), X)
+
+
+def test_opt_einsum_flags_are_put_back_as_torch_had_them():
+    """opt_einsum keeps its flags as plain attributes: a recording puts a descriptor on
+    its module's class, which goes after the trace; a write while tracing lands where
+    torch's own does, and torch.einsum reading the flag for itself is no decision."""
+    module = torch.backends.opt_einsum
+    before = dict(vars(module))
+
+    def switch(x):
+        torch.backends.opt_einsum.enabled = True
+        return torch.einsum("i,i->i", x, x) + int(torch.backends.opt_einsum.enabled)
+
+    traced = tracebridge.trace(lambda x: torch.einsum("i,j,k->ijk", x, x, x), X)
+    assert "prim.setting" not in traced.graph
+    try:
+        traced = tracebridge.trace(switch, X)
+        assert "enabled" not in vars(type(module))
+        assert vars(module)["enabled"] is True
+        assert torch.equal(traced(X), X * X + 1)
+        module.enabled = False
+        with pytest.raises(GuardError, match="opt_einsum_enabled"):
+            traced(X)
+    finally:
+        vars(module).clear()
+        vars(module).update(before)
+
+
 def test_every_setting_has_a_reader_and_a_kind():
     from tracebridge.runtime.support import setting
 
     for name, kind in ops.SETTINGS.items():
         value = setting(name)
         assert type(value) is (int if kind == "int" else bool), name
-    assert ops.SINCE["prim.setting"] == 9 == ops.OPSET_VERSION
+    # names are added without a new op-set version (a reader refuses one it does not know)
+    assert ops.SINCE["prim.setting"] == 9 <= ops.OPSET_VERSION
+
+
+def by_the_newer_settings(x):
+    device = torch.get_default_device()
+    fast = torch.backends.mha.get_fastpath_enabled() and torch.is_warn_always_enabled()
+    einsum = torch.backends.opt_einsum.enabled or torch.backends.opt_einsum.strategy == "auto"
+    return x * (2 if device.type == "cpu" else 3) + (1 if fast or einsum else 0)
+
+
+@pytest.mark.skipif(shutil.which("Rscript") is None, reason="needs R")
+def test_r_reads_a_file_with_the_newer_settings(tmp_path):
+    """R's reader (sourced from R/, as R's tests do) takes a file that reads the settings
+    added in session 20 and prints their guards, as Python's loader does."""
+    traced = tracebridge.trace(by_the_newer_settings, X)
+    traced.save(tmp_path / "f.tb")
+    names = {"default_device_type", "default_device_index", "mha_fastpath_enabled"}
+    names |= {"warn_always", "opt_einsum_enabled", "opt_einsum_strategy"}
+    for name in names:
+        assert f"prim.setting('{name}')" in traced.graph
+    assert torch.equal(tracebridge.load(tmp_path / "f.tb")(X), by_the_newer_settings(X))
+    printed = 'cat(capture.output(print(info)), sep = "\\n")'
+    shown = run_r(f"info <- jit_inspect(args[[2]], quiet = TRUE); {printed}", tmp_path / "f.tb")
+    for name in names:
+        assert f"prim.setting('{name}')" in shown

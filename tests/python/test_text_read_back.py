@@ -10,6 +10,7 @@ with the example's answer.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import sys
@@ -19,6 +20,7 @@ import pytest
 import torch
 
 import tracebridge
+from tracebridge.errors import GuardError
 
 from .graph_helpers import guarded_at_other_sizes, loaded
 
@@ -296,7 +298,9 @@ def test_the_traces_own_warnings_are_given_after_the_code_ran(check_trace):
         )
     x = torch.ones(3, 3)
     assert torch.equal(traced(x), _reads_its_own_warning(x))  # 6.0: "rows 3"
-    assert any("formatted into text" in str(w.message) for w in caught)
+    warned_at = f"{__file__}:{_reads_its_own_warning.__code__.co_firstlineno + 7}"
+    said = f"formatted into the text of the warning at {warned_at}, which the filter "
+    assert any(said + "warnings.simplefilter('error') may" in str(w.message) for w in caught)
     with pytest.raises(tracebridge.GuardError):
         traced(torch.ones(12, 3))
 
@@ -333,3 +337,176 @@ def test_a_warning_ignored_where_it_is_made_stays_ignored():
         warnings.simplefilter("always")
         tracebridge.trace(_silences_the_trace_where_it_asks, torch.ones(3))
     assert not [w for w in caught if issubclass(w.category, tracebridge.TracerWarning)]
+
+
+def _warned_then_picked_by_the_filter(x):
+    try:
+        warnings.warn(f"rows {x.shape[0]}", stacklevel=1)
+        factor = 1.0
+    except UserWarning:
+        factor = 5.0
+    return x * factor
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        {"message": "never matches this"},
+        {"message": "columns"},  # the text begins "rows ": this pattern cannot match it
+        {"message": "rows", "module": "some_other_library"},
+        {"message": "rows", "lineno": 1},  # another line than the warning's
+    ],
+)
+def test_an_error_filter_that_cannot_match_leaves_the_message_general(where, tmp_path):
+    """prober19b F9: an "error" filter set around the trace whose pattern cannot match the
+    warning's text (it disagrees with the text's literal beginning), or whose module or
+    line is another, made the size a guard, refused as "not stable" by the check."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", **where)
+        traced = tracebridge.trace(_warned_then_picked_by_the_filter, torch.ones(4, 3))
+        assert not traced.guards
+        again = loaded(traced, tmp_path)
+        for rows in (5, 12):
+            x = torch.randn(rows, 3)
+            want = _warned_then_picked_by_the_filter(x)
+            assert torch.equal(want, x) and torch.equal(traced(x), want)
+            assert torch.equal(again(x), want)
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        {"message": "rows 12"},
+        {"message": "ROWS 1.$"},  # warnings ignore case
+        {"message": "rows 12", "module": __name__.replace(".", r"\.")},  # this module
+    ],
+)
+def test_an_error_filter_that_may_match_guards_the_size_and_names_itself(where, tmp_path):
+    """An "error" filter set around the trace whose pattern may match the text at another
+    size: traced with a guard (the check's second recording meets the same filters, so
+    it is not refused as "not stable"), and the trace's warning names the filter."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("error", **where)
+        traced = tracebridge.trace(_warned_then_picked_by_the_filter, torch.ones(4, 3))
+        x = torch.ones(12, 3)
+        assert torch.equal(_warned_then_picked_by_the_filter(x), x * 5.0)
+        with pytest.raises(GuardError, match=r"x.shape\[0\] == 4") as info:
+            traced(x)
+        assert 'warnings.warn(f"rows {x.shape[0]}"' in str(info.value)
+        y = torch.randn(4, 3)
+        assert torch.equal(traced(y), _warned_then_picked_by_the_filter(y))
+    said = [str(w.message) for w in caught if issubclass(w.category, tracebridge.TracerWarning)]
+    pattern = where["message"]
+    assert any(
+        f"the filter warnings.filterwarnings('error', message={pattern!r}" in s for s in said
+    )
+
+
+# prober19b F11: output silenced around the trace call
+LOG_UNCONFIGURED = logging.getLogger("tracebridge.tests.unconfigured")
+LOG_UNCONFIGURED.propagate = False  # no handler anywhere: logging's lastResort, sys.stderr
+READ_BACK = io.StringIO()
+
+
+def _printed(x):
+    print(f"batch {x.shape[0]}")
+    return x[: x.shape[0] - 1]
+
+
+def _logged_to_last_resort(x):
+    LOG_UNCONFIGURED.warning(f"batch {x.shape[0]}")
+    return x[: x.shape[0] - 1]
+
+
+def _printed_and_read_back(x):
+    print(f"batch {x.shape[0]}")
+    return x * (5.0 if READ_BACK.getvalue().endswith("batch 12\n") else 1.0)
+
+
+@pytest.mark.parametrize(
+    ("fn", "redirect"),
+    [(_printed, contextlib.redirect_stdout), (_logged_to_last_resort, contextlib.redirect_stderr)],
+)
+def test_output_silenced_around_the_trace_leaves_the_size_general(fn, redirect, tmp_path):
+    """A buffer that only the caller's ``with redirect_stdout(io.StringIO())`` holds is
+    read back by no code of the trace's: a printed or logged size stays general."""
+    handlers = LOG_UNCONFIGURED.handlers[:]  # pytest's capture may have put its own there
+    LOG_UNCONFIGURED.handlers.clear()
+    try:
+        _silenced_around_the_trace(fn, redirect, tmp_path)
+    finally:
+        LOG_UNCONFIGURED.handlers[:] = handlers
+
+
+def _silenced_around_the_trace(fn, redirect, tmp_path):
+    with redirect(io.StringIO()) as silenced:
+        traced = tracebridge.trace(fn, torch.randn(4, 2))
+    assert "batch 4" in silenced.getvalue()  # the code's output went there
+    assert not traced.guards
+    again = loaded(traced, tmp_path)
+    for rows in (6, 12):
+        x = torch.randn(rows, 2)
+        with redirect(io.StringIO()):
+            want = fn(x)
+            assert torch.equal(traced(x), want) and torch.equal(again(x), want)
+
+
+def test_output_redirected_to_a_buffer_the_code_reads_is_guarded():
+    with contextlib.redirect_stdout(READ_BACK):
+        traced = tracebridge.trace(_printed_and_read_back, torch.ones(4, 2))
+        with pytest.raises(GuardError, match=r"x.shape\[0\] == 4"):
+            traced(torch.ones(12, 2))
+        x = torch.ones(12, 2)
+        assert torch.equal(_printed_and_read_back(x), x * 5.0)
+
+
+def _replaces_stdout_and_reads_it(x):
+    old = sys.stdout
+    sys.stdout = io.StringIO()  # put there by the traced code: in its reach
+    try:
+        print(f"batch {x.shape[0]}")
+        text = sys.stdout.getvalue()
+    finally:
+        sys.stdout = old
+    return x * (5.0 if text == "batch 12\n" else 1.0)
+
+
+def _redirects_inside_and_reads_it(x):
+    with contextlib.redirect_stdout(io.StringIO()):
+        print(f"batch {x.shape[0]}")
+        text = sys.stdout.getvalue()
+    return x * (5.0 if text == "batch 12\n" else 1.0)
+
+
+@pytest.mark.parametrize("fn", [_replaces_stdout_and_reads_it, _redirects_inside_and_reads_it])
+def test_a_buffer_the_traced_code_puts_in_place_is_in_its_reach(fn, tmp_path):
+    guarded_at_other_sizes(fn, tmp_path)
+    x = torch.ones(12, 3)
+    assert torch.equal(fn(x), x * 5.0)
+
+
+def _size_one_path_and_a_raised_warning(x):
+    if x.shape[0] > 1:  # a size-1 specialisation records the code at one row again
+        x = x * 2
+    try:
+        warnings.warn("rows of this kind are deprecated", stacklevel=1)
+        factor = 1.0
+    except UserWarning:
+        factor = 5.0
+    return x * factor
+
+
+def test_every_recording_meets_the_filters_the_user_set():
+    """The check's second recording, the size-1 probes and the no-autograd variant ran
+    with every warning ignored: under the user's "error" filter they took the path where
+    the warning does not raise, and a call at one row served it (eager 5, traced 1)."""
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("error", message="rows of this kind")
+        traced = tracebridge.trace(_size_one_path_and_a_raised_warning, torch.ones(4, 2))
+        for rows in (1, 4, 6):
+            x = torch.randn(rows, 2)
+            want = _size_one_path_and_a_raised_warning(x)
+            assert torch.equal(traced(x), want)
+    assert not [w for w in shown if "rows of this kind" in str(w.message)]  # raised, not shown

@@ -13,6 +13,7 @@ import io
 import itertools
 import math
 import operator
+import re
 import struct
 import warnings
 
@@ -755,3 +756,50 @@ def test_code_without_a_readable_source_is_said_to_be_unchecked():
         tracebridge.trace(namespace["scale"], torch.ones(2, 3))
     blind = [str(w.message) for w in caught if "cannot be checked" in str(w.message)]
     assert len(blind) == 1 and "<string>" in blind[0] and "define the traced code" in blind[0]
+
+
+# prober19 F3 (rest): a slice object keeps the traced number; C reads it in .indices(k)
+def slice_indices(x):
+    return x * (5.0 if slice(x.shape[0]).indices(20)[1] == 12 else 1.0)
+
+
+def slice_indices_of_a_local(x):
+    bounds = slice(0, x.shape[0] - 1, 1)
+    start, stop, _ = bounds.indices(6)
+    return x * float(stop - start)
+
+
+def slice_of_a_list(x):
+    rows = slice(1, x.shape[0])
+    return x * sum(TABLE[rows])
+
+
+def slice_of_a_tensor(x):
+    rows = slice(0, x.shape[0] - 1)
+    return x[rows] * x.shape[0], x[slice(1, None)]
+
+
+@pytest.mark.parametrize(
+    ("fn", "guard", "reader"),
+    [
+        (slice_indices, "x.shape[0] == 2", "slice(x.shape[0]).indices(20)"),
+        (slice_indices_of_a_local, "(x.shape[0] - 1) == 1", "bounds.indices(6)"),
+        (slice_of_a_list, "x.shape[0] == 2", "sum(TABLE[rows])"),
+    ],
+)
+def test_a_size_kept_by_a_slice_that_c_code_reads_is_guarded(fn, guard, reader, tmp_path):
+    guarded_at_other_sizes(fn, tmp_path, example=(2,), other=(12,), guard=guard)
+    traced = tracebridge.trace(fn, torch.ones(3))
+    with pytest.raises(GuardError, match=re.escape(reader)):  # names the line that reads it
+        traced(torch.ones(4))
+    torch.testing.assert_close(traced(torch.ones(3)), fn(torch.ones(3)))
+
+
+def test_a_size_kept_by_a_slice_of_a_tensor_stays_general():
+    traced = tracebridge.trace(slice_of_a_tensor, torch.ones(3))
+    assert not traced.guards
+    for n in (2, 5, 12):
+        for got, want in zip(
+            traced(torch.arange(float(n))), slice_of_a_tensor(torch.arange(float(n)))
+        ):
+            torch.testing.assert_close(got, want)

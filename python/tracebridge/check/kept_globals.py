@@ -17,15 +17,25 @@ the code writes, as far as the code says so:
   names in its globals (three levels deep, 1,000 functions at most), and for a module the
   methods of every sub-module's class defined outside torch.
 
-Not restored (documented in docs/divergence.md): attributes of objects (``config.seen +=
-1``, a class attribute), globals written only by functions reached otherwise than by name
-from the code (through an attribute, a method of another object, a library), and the
-contents of other mutable objects (a user class's instance kept in a global).
+* the attributes of what such a global (or cell) holds and of the functions themselves: a class's
+  own attributes (``Cfg.calls += 1``), a plain object's (``obj.n += 1``, one level: not
+  the objects it holds), a function's (``f.n = getattr(f, "n", 0) + 1``), with the
+  contents of their containers; classes and objects of PyTorch's, tracebridge's and the
+  standard library's are not state of the code (a logger's level cache).
+
+Not restored (documented in docs/divergence.md): globals written only by functions
+reached otherwise than by name from the code (through an attribute, a method of another
+object, a library), and objects two levels out (``obj.cfg.n``).
+
+:meth:`KeptGlobals.where` names the line of the code that writes what changed, for the
+refusal the check gives where the runs differ (a counter read by the code: api.trace).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import dis
 import functools
 import operator
 import os
@@ -33,6 +43,8 @@ import sys
 import types
 
 import torch
+
+from ..trace import python_state
 
 _CONTAINERS = (list, dict, set, bytearray, collections.deque)
 # Global values that are code or namespaces, not state a call writes.
@@ -63,13 +75,43 @@ def _codes(code: types.CodeType):
             yield from _codes(const)
 
 
+def _library_type(klass: type) -> bool:
+    """torch's, tracebridge's and the standard library's classes (and builtins): their
+    instances and their own attributes are not the user code's state."""
+    top = (getattr(klass, "__module__", None) or "builtins").split(".")[0]
+    return top in _LIBRARY_MODULES or top in sys.stdlib_module_names
+
+
+_LIBRARY_MODULES = frozenset({"builtins", "torch", "tracebridge", "numpy"})
+
+
 class _Slots:
-    """The places a run of the code may write: (globals dict, name) and closure cells."""
+    """The places a run of the code may write: (globals dict, name), closure cells, and
+    the attributes of the classes, plain objects and functions it names."""
 
     def __init__(self):
         self.names: dict[tuple[int, str], tuple[dict, str]] = {}
         self.cells: dict[int, types.CellType] = {}
         self.seen: set[int] = set()
+        self.spaces: dict[int, python_state._Namespace] = {}
+        self.codes: list[types.CodeType] = []
+
+    def space(self, owner, label: str) -> None:
+        """Keep ``owner``'s attributes (a class's through the class: see _ClassNamespace)."""
+        if id(owner) in self.spaces:
+            return
+        if isinstance(owner, type):
+            if _library_type(owner):
+                return
+            kind = python_state._ClassNamespace
+        elif isinstance(owner, types.FunctionType) or (
+            python_state.plain_object(owner) and not _library_type(type(owner))
+        ):
+            kind = python_state._Namespace
+        else:
+            return
+        attrs = python_state.instance_dict(owner) if kind is python_state._Namespace else None
+        self.spaces[id(owner)] = kind(owner, label, attrs if attrs is not None else vars(owner))
 
     def function(self, fn, depth: int = 0) -> None:
         if isinstance(fn, functools.partial):
@@ -82,6 +124,8 @@ class _Slots:
         if len(self.seen) >= _FUNCTIONS:
             return
         self.seen.add(id(fn))
+        self.space(fn, fn.__qualname__)  # f.calls = f.calls + 1
+        self.codes.append(fn.__code__)
         table = fn.__globals__
         # Names, not opcodes: every global name the code mentions that holds a value
         # (not a module, class or function) is kept, written or not -- putting back a
@@ -95,10 +139,15 @@ class _Slots:
                 elif isinstance(value, types.FunctionType):
                     if depth < _DEPTH:
                         self.function(value, depth + 1)
+                elif isinstance(value, type):
+                    self.space(value, value.__qualname__)  # Cfg.calls += 1
                 elif not isinstance(value, _NOT_STATE):
                     self.names[(id(table), name)] = (table, name)
-        for cell in fn.__closure__ or ():
+                    self.space(value, name)  # obj.n += 1 (a plain object's attributes)
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
             self.cells[id(cell)] = cell
+            with contextlib.suppress(ValueError):  # an empty cell has no contents
+                self.space(cell.cell_contents, name)  # a closure's object, class, function
 
     def module(self, module: torch.nn.Module) -> None:
         classes = {type(m) for m in module.modules()}
@@ -229,6 +278,8 @@ class KeptGlobals:
             (table, name, table.get(name, _MISSING), _copy(table.get(name)))
             for table, name in slots.names.values()
         ]
+        self._spaces = list(slots.spaces.values())
+        self._codes = slots.codes
         self._cells = []
         for cell in slots.cells.values():
             try:
@@ -238,7 +289,7 @@ class KeptGlobals:
             self._cells.append((cell, value, _copy(value)))
 
     def __bool__(self) -> bool:
-        return bool(self._names or self._cells)
+        return bool(self._names or self._cells or self._spaces)
 
     def changed(self) -> list[str]:
         """The globals (by name) and closure variables a run since rebound or changed the
@@ -256,10 +307,32 @@ class KeptGlobals:
             except ValueError:
                 now = _MISSING
             cells += now is not value or _changed_inside(value, copy)
-        return found + ["a closure variable"] * min(cells, 1)
+        attributes = [name for space in self._spaces for name in space.changed()]
+        return found + attributes + ["a closure variable"] * min(cells, 1)
+
+    def where(self, name: str) -> str | None:
+        """``file:line`` of the code that writes ``name`` (as :meth:`changed` names it:
+        ``N``, ``Cfg.calls``), or, for a container changed in place, that first reads it."""
+        attribute = name.rpartition(".")[2]
+        stores = ("STORE_ATTR",) if "." in name else ("STORE_GLOBAL", "STORE_DEREF")
+        first_read = None
+        for code in self._codes:
+            for inner in _codes(code):
+                for instruction in dis.get_instructions(inner):
+                    line = instruction.positions.lineno if instruction.positions else None
+                    if instruction.argval != attribute or line is None:
+                        continue
+                    if instruction.opname in stores:
+                        return f"{inner.co_filename}:{line}"
+                    if first_read is None and instruction.opname.startswith("LOAD_"):
+                        first_read = f"{inner.co_filename}:{line}"
+        return first_read
 
     def restore(self) -> None:
-        """Put every kept value back (contents in place, then the bindings)."""
+        """Put every kept value back (contents in place, then the bindings, then the
+        attributes)."""
+        for space in self._spaces:
+            space.restore()
         for table, name, value, copy in self._names:
             if value is _MISSING:
                 table.pop(name, None)

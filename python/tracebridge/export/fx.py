@@ -535,8 +535,17 @@ def _referenced_state(graph: Graph) -> list[str]:
 
 def _resolve(obj, method: str) -> tuple[Program, str, dict, bool]:
     """``(program, graph name, state slots, training)`` for a traced object or a Program."""
-    from ..api import TracedFunction, TracedMethod, TracedModule  # api is above us
+    from ..api import TracedFunction, TracedMethod, TracedModule, _FrozenViews  # api is above
 
+    if isinstance(obj, _FrozenViews):
+        kind = "module" if isinstance(obj, torch.nn.Module) else "function"
+        raise TraceError(
+            f"to_graph_module takes the traced {kind}, not its frozen copy (a "
+            f"{type(obj).__name__} made by tracebridge.freeze): freezing is a choice of how "
+            "this process runs the program, not part of the program. Pass the trace you "
+            "froze (to_graph_module(traced)); for a saved file, "
+            "to_graph_module(tracebridge.load(path))"
+        )
     if isinstance(obj, TracedMethod):
         obj, method = obj._module, obj.name
     if isinstance(obj, Program):

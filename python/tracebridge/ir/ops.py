@@ -671,10 +671,21 @@ SETTINGS = {
     "flash_sdp_enabled": "bool",
     "mem_efficient_sdp_enabled": "bool",
     "cudnn_sdp_enabled": "bool",
+    # torch.get_default_device(): its type as a position in DEVICE_TYPES, its index (-1: none)
+    "default_device_type": "int",
+    "default_device_index": "int",
+    "mha_fastpath_enabled": "bool",
+    "opt_einsum_enabled": "bool",
+    # torch.backends.opt_einsum.strategy, as its position in OPT_EINSUM_STRATEGIES
+    "opt_einsum_strategy": "int",
+    "warn_always": "bool",
 }
 MATMUL_PRECISIONS = ("highest", "high", "medium")
 # The dtypes torch.set_default_dtype takes, by position (prim.setting "default_dtype").
 DEFAULT_DTYPES = ("float32", "float64", "float16", "bfloat16")
+# opt_einsum's strategies, by position (prim.setting "opt_einsum_strategy"); "none": the
+# strategy torch gives where opt_einsum is not installed (None)
+OPT_EINSUM_STRATEGIES = ("none", "auto", "greedy", "optimal")
 # The device types prim.is_device_type compares with (a file naming another is refused):
 # those a tensor has an ``is_*`` flag for (``x.is_cuda``), and the other types of torch.
 DEVICE_TYPES = tuple(

@@ -47,12 +47,36 @@ def _distributed_initialized() -> bool:
 
 # torch's own function, bound before a recording replaces it (trace/patches.py)
 _default_dtype = torch.get_default_dtype
+_default_device = torch.get_default_device
 
 
 def _first(flags) -> bool:
     """The reduced-precision flag of cuBLAS's setting: a pair (allowed, split-k) in recent
     torch, a bool before."""
     return bool(flags[0] if isinstance(flags, tuple) else flags)
+
+
+def _default_device_type() -> int:
+    return opset.DEVICE_TYPES.index(_default_device().type)
+
+
+def _default_device_index() -> int:
+    index = _default_device().index
+    return -1 if index is None else index
+
+
+def _opt_einsum(attribute: str):
+    """opt_einsum's flag as torch reads it: a plain attribute of torch.backends' stand-in
+    module (a user's write is in the module's own dict), read past the descriptor a
+    recording puts on its class (trace/patches.py)."""
+    module = torch.backends.opt_einsum
+    own = vars(module)
+    return own[attribute] if attribute in own else getattr(module.m, attribute)
+
+
+def _opt_einsum_strategy() -> int:
+    strategy = _opt_einsum("strategy")
+    return opset.OPT_EINSUM_STRATEGIES.index("none" if strategy is None else strategy)
 
 
 _SETTING_READERS = {
@@ -84,6 +108,12 @@ _SETTING_READERS = {
     "flash_sdp_enabled": torch.backends.cuda.flash_sdp_enabled,
     "mem_efficient_sdp_enabled": torch.backends.cuda.mem_efficient_sdp_enabled,
     "cudnn_sdp_enabled": torch.backends.cuda.cudnn_sdp_enabled,
+    "default_device_type": _default_device_type,
+    "default_device_index": _default_device_index,
+    "mha_fastpath_enabled": torch.backends.mha.get_fastpath_enabled,
+    "opt_einsum_enabled": lambda: bool(_opt_einsum("enabled")),
+    "opt_einsum_strategy": _opt_einsum_strategy,
+    "warn_always": torch.is_warn_always_enabled,
 }
 assert set(_SETTING_READERS) == set(opset.SETTINGS)
 

@@ -30,6 +30,7 @@ from . import (
     carried_reads,
     global_effects,
     input_containers,
+    message_sinks,
     module_memos,
     numpy_generators,
     own_hooks,
@@ -391,6 +392,7 @@ def capture(
         layouts.restore()
         tracer.memo_tables.restore()
         cache_values.restore(tracer.caches_used)
+        tracer.finished = True
 
 
 def _module_of(fn: Callable) -> torch.nn.Module | None:
@@ -574,9 +576,10 @@ def capture_again(
     """A second recording, made only to compare with the first (check_trace, the other
     training mode): the model is left as it was, ``mode`` (if given) is the training flag
     to record in, constants are its own, and warnings are silent (the first trace gave
-    them)."""
-    with preserved(module), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    them). The code's own warnings meet the filters as the user set them, as in the first
+    recording and in eager calls: an "error" filter raises them into the code's handlers,
+    and decides whether a size in their text is guarded (message_sinks.shown_nowhere)."""
+    with preserved(module), message_sinks.shown_nowhere():
         enter_mode(module, mode)
         return capture(
             fn,

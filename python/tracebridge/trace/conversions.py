@@ -167,6 +167,8 @@ class Conversions:
         if not all(isinstance(c, (int, float)) for c in concrete):
             return NotImplemented
         result = opset.SCALAR_OPS[f"scalar.{op}"](*concrete)
+        if self._kept_after_the_trace():
+            return result
         symbols = {
             "add": "+",
             "sub": "-",
@@ -193,6 +195,8 @@ class Conversions:
         if not all(isinstance(c, (int, float)) for c in concrete):
             return NotImplemented
         result = opset.SCALAR_OPS[f"scalar.{op}"](*concrete)
+        if self._kept_after_the_trace():
+            return result
         value = self._new_value("bool")
         loc = self.location()
         self._emit(
@@ -222,6 +226,8 @@ class Conversions:
         says why, for the warning (text made from it decided a branch)."""
         concrete = sym._concrete()
         result = {"bool": bool, "int": int, "float": float}[kind](concrete)
+        if self._kept_after_the_trace():
+            return result
         loc = self.location()
         self.guard(self.scalar_ref(sym), concrete, sym._desc, "value", loc)
         if reason is not None:
@@ -250,14 +256,22 @@ class Conversions:
             label = cache  # a cache made for this one call: nothing to empty
         else:
             label = getattr(cache, "__qualname__", "a cache")
-            if all(c is not cache for c in self.caches_used):
-                cache_values.note(cache)  # its entries, to put back (trace/cache_values.py)
-                self.caches_used.append(cache)
+            self.went_through(cache)
         self.warn(
             f"{what} is part of a key of the cache {label}: the trace records the "
             "cached function's work instead of a lookup of what an earlier call stored"
         )
         return True
+
+    def went_through(self, cache) -> None:
+        """The recording goes through the functools cache ``cache`` with a key of traced
+        values: its entries are put back as the trace found them after the recording (a
+        second recording, the check's, then misses as the first did: a hit would hand it
+        the first one's value as a constant), and a write into what it holds is refused
+        (trace/cache_values.py)."""
+        if all(c is not cache for c in self.caches_used):
+            cache_values.note(cache)
+            self.caches_used.append(cache)
 
     def _not_a_kept_key(self, cache, number) -> bool:
         """A memo that held entries before the trace, under other keys than the example's
@@ -297,6 +311,15 @@ class Conversions:
         if own is None or own[0] is not tensor:
             own = self._tensor_hashes[id(tensor)] = (tensor, fresh_hash())
         return own[1]
+
+    def _kept_after_the_trace(self) -> bool:
+        """Whether a traced number of this finished recording is used where no recording
+        runs in this thread (a size the code kept in a global list, compared after the
+        trace): a plain number then. Compared, it added a guard to the finished program,
+        which its first call took in (a later call at another size was refused)."""
+        from .patches import _tracers  # patches imports the tracer: import late
+
+        return self.finished and not _tracers.stack
 
     def is_active(self) -> bool:
         """Whether this tracer records in this thread now (text made while tracing may be

@@ -20,14 +20,23 @@ Note: a message is a message only where nothing keeps it.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import io
 import logging
+import re
 import sys
+import threading
 import types
 import warnings
 
+from ..errors import TracerWarning
 from ..source import OWN_DIR
+
+try:  # the parser of re's patterns (sre_parse before Python 3.11)
+    from re import _parser as _regex_parser
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_parse as _regex_parser
 
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -62,11 +71,16 @@ def _owned_by_display(obj) -> bool:
 
 def stream_out_of_reach(stream) -> bool:
     """Whether text written to ``stream`` cannot be read back by the code: a real file
-    (its ``fileno`` answers), or a test runner's or a notebook's capture."""
+    (its ``fileno`` answers), a test runner's or a notebook's capture, or an
+    ``io.StringIO`` that was ``sys.stdout``/``sys.stderr`` when the recording began and
+    that only frames outside the traced code hold (``with redirect_stdout(io.StringIO()):``
+    around the trace: the caller's ``with`` keeps it)."""
     if stream is None or _owned_by_display(stream):
         return True
+    if type(stream) is io.StringIO:
+        return _there_when_recording_began(stream) and _held_out_of_reach(stream, sys._getframe(1))
     if type(stream) not in _FILE_TYPES:
-        return False  # io.StringIO, a user's stream object: it may be read back
+        return False  # a user's stream object: it may be read back, or keep the text
     try:
         return isinstance(stream.fileno(), int)
     except (OSError, ValueError):
@@ -186,24 +200,90 @@ def warning_ignored(category) -> bool:
     return False  # no filter: the default action shows it
 
 
-def warning_may_raise(category, module_name: str | None = None) -> bool:
-    """Whether a filter that may apply to a warning of ``category`` (None: not known)
-    warned from the module ``module_name`` (None: not known) turns it into an exception
+def warning_may_raise(
+    category, module_name: str | None = None, head: str = "", line: int | None = None
+) -> tuple | None:
+    """The filter that may turn a warning of ``category`` (None: not known) warned from
+    the module ``module_name`` at ``line`` (None: not known), whose text begins with
+    ``head`` whatever the traced numbers are, into an exception
     (``simplefilter("error")``, ``filterwarnings("error", message=...)``): a handler can
-    then read the text, and a filter's pattern chooses by it. Filters after an
-    unconditional one that applies are never reached; one for another module never
-    applies (pytest's ``error::...:some.module``)."""
-    for action, message, kind, module, line in warnings.filters:
+    then read the text, and a filter's pattern chooses by it. None where none may.
+    Filters after an unconditional one that applies are never reached; one for another
+    module, another line, or whose pattern no text that begins with ``head`` matches never
+    applies (pytest's ``error::...:some.module``, ``error:never this text``)."""
+    for entry in warnings.filters:
+        action, message, kind, module, at = entry
         if category is not None and not issubclass(category, kind):
             continue
         if module is not None and module_name is not None and not module.match(module_name):
             continue
+        if at and line is not None and at != line:
+            continue
+        if message is not None and not pattern_may_match(message, head):
+            continue
         if action == "error":
-            return True
-        unconditional = message is None and module is None and not line
+            return entry
+        unconditional = message is None and module is None and not at
         if unconditional and (category is not None or kind is Warning):
-            return False
-    return False
+            return None
+    return None
+
+
+def pattern_may_match(pattern, head: str) -> bool:
+    """Whether ``pattern`` (a filter's compiled message pattern, matched at the start of
+    the text, ignoring case) may match some text that begins with ``head``: False where
+    the literal characters the pattern begins with disagree with ``head``."""
+    try:
+        parsed = _regex_parser.parse(pattern.pattern, pattern.flags)
+    except Exception:  # noqa: BLE001 - a pattern this reading does not follow: it may match
+        return True
+    literal = _regex_parser.LITERAL
+    fold = bool(pattern.flags & re.IGNORECASE)
+    for index, (op, value) in enumerate(parsed):
+        if op is not literal or index >= len(head):
+            return True
+        wanted, got = chr(value), head[index]
+        if wanted == got or fold and wanted.lower() == got.lower():
+            continue
+        if fold and wanted.upper() == got.upper():
+            continue
+        return False
+    return True
+
+
+def describe_filter(entry: tuple) -> str:
+    """A warnings filter as the call that makes it, for messages."""
+    action, message, kind, module, line = entry
+    parts = [repr(action)]
+    if message is None and module is None and not line:
+        category = "" if kind is Warning else f", {kind.__name__}"
+        return f"warnings.simplefilter({action!r}{category})"
+    if message is not None:
+        parts.append(f"message={message.pattern!r}")
+    if kind is not Warning:
+        parts.append(f"category={kind.__name__}")
+    if module is not None:
+        parts.append(f"module={module.pattern!r}")
+    if line:
+        parts.append(f"lineno={line}")
+    return f"warnings.filterwarnings({', '.join(parts)})"
+
+
+def _show_nowhere(message) -> None:
+    """``warnings._showwarnmsg_impl`` of :func:`shown_nowhere`: shows nothing, keeps nothing."""
+
+
+@contextlib.contextmanager
+def shown_nowhere():
+    """Around a run made only to compare with the first recording (the check's second
+    recording, the size-1 probes): the code's warnings meet the filters the user set, as
+    in the first recording and in eager calls -- an "error" filter raises them into the
+    code's handlers, and decides whether a size in their text is guarded -- but none is
+    shown again, and tracebridge's own are quiet (the first recording gave them)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TracerWarning)
+        warnings._showwarnmsg_impl = _show_nowhere
+        yield
 
 
 def shown_warning_keeps_nothing(frame) -> bool:
@@ -222,6 +302,8 @@ def shown_warning_keeps_nothing(frame) -> bool:
     if not (show is warnings._showwarning_orig and _warnings_own(show, "showwarning")):
         return False
     impl = warnings._showwarnmsg_impl
+    if impl is _show_nowhere:
+        return True
     if _warnings_own(impl, "_showwarnmsg_impl"):
         return _formatting_stock() and stream_out_of_reach(sys.stderr)
     return _recorded_out_of_reach(impl, frame)
@@ -235,14 +317,29 @@ def _formatting_stock() -> bool:
 
 def _recorded_out_of_reach(impl, frame) -> bool:
     """``impl`` is ``log.append`` of ``catch_warnings(record=True)``: whether nothing the
-    traced code can reach holds ``log`` -- only the bound method and frames (or suspended
-    generators) that are not the traced code's own frames running now."""
+    traced code can reach holds ``log`` (see :func:`_held_out_of_reach`)."""
     record = getattr(impl, "__self__", None)
     if not (isinstance(impl, types.BuiltinMethodType) and type(record) is list):
         return False
-    inside = set(map(id, traced_frames(frame)))
-    for holder in gc.get_referrers(record):
-        if holder is impl:
+    return _held_out_of_reach(record, frame, impl)
+
+
+def _held_out_of_reach(obj, frame, *also) -> bool:
+    """Whether nothing the traced code can reach holds ``obj``: only ``also``, frames (or
+    suspended generators) that are not the traced code's own frames running now,
+    ``sys.stdout``/``sys.stderr`` (the stream that is there now), and contextlib's
+    ``redirect_stdout``/``redirect_stderr`` that put it there, tracebridge's own objects
+    (the progress line's stream), and another module's ``from sys import stdout`` made
+    while it was there (a library imported while tracing)."""
+    frames = traced_frames(frame)
+    inside = set(map(id, frames))
+    traced_globals = {id(f.f_globals) for f in frames}
+    for holder in gc.get_referrers(obj):
+        if any(holder is a for a in also) or holder is vars(sys):
+            continue
+        if isinstance(holder, contextlib._RedirectStream) or _own_object(holder):
+            continue
+        if _imported_stream(holder, obj) and id(holder) not in traced_globals:
             continue
         if isinstance(holder, types.FrameType) and id(holder) not in inside:
             continue
@@ -252,6 +349,41 @@ def _recorded_out_of_reach(impl, frame) -> bool:
                 continue
         return False
     return True
+
+
+# sys.stdout and sys.stderr when each recording under way in this thread began: a buffer
+# put there by the traced code itself (``sys.stdout = io.StringIO()``) is in its reach.
+_RECORDINGS = threading.local()
+
+
+@contextlib.contextmanager
+def streams_at_start():
+    """Around a recording: remember the streams the caller's code had set up."""
+    stack = _RECORDINGS.__dict__.setdefault("streams", [])
+    stack.append((id(sys.stdout), id(sys.stderr)))  # ids: no holder of them of ours
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+def _there_when_recording_began(stream) -> bool:
+    stack = getattr(_RECORDINGS, "streams", None)
+    return bool(stack) and id(stream) in stack[-1]
+
+
+def _own_object(holder) -> bool:
+    module = getattr(type(holder), "__module__", "") or ""
+    return module.split(".")[0] == "tracebridge"
+
+
+def _imported_stream(holder, stream) -> bool:
+    """Whether ``holder`` is a module's globals that hold ``stream`` only as ``stdout`` or
+    ``stderr`` (``from sys import stdout`` at its import)."""
+    if not (isinstance(holder, dict) and isinstance(holder.get("__name__"), str)):
+        return False
+    names = [name for name, value in holder.items() if value is stream]
+    return bool(names) and all(name in ("stdout", "stderr") for name in names)
 
 
 def traced_frames(frame) -> list:

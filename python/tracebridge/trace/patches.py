@@ -27,7 +27,7 @@ from ..errors import UnsupportedOpError
 from ..ir import ops as opset
 from ..ir.dtypes import DTYPE_NAMES
 from ..source import called_from_user_code as _called_from_user_code
-from . import autocast_state, helpers, library, math_calls, python_random
+from . import autocast_state, helpers, library, math_calls, message_sinks, python_random
 from .integers import traced_index
 from .numbers import SymSize, _Traced, modular_pow
 
@@ -271,24 +271,54 @@ def _setting_read(original, setting: str, positions: tuple | None = None, name_o
     guarded (op-set 9, ``prim.setting``), once per answer. ``positions``: where the answer
     is not a number or bool, the graph holds its position there (``name_of`` gives the
     answer's name in it: the matmul precision, the default dtype)."""
-    kind = opset.SETTINGS[setting]
 
     def traced(*args, **kwargs):
         real = original(*args, **kwargs)
-        active = _tracers.stack
-        if active and _called_from_user_code():
-            tracer = active[-1]
-            value = real
+        if _tracers.stack and _called_from_user_code():
             call = "" if getattr(original, "is_attribute", False) else "()"
-            what = f"{_qualified(original)}{call} ({setting})"
-            if positions is not None:  # the graph holds a position: say what it stands for
-                value = positions.index(name_of(real) if name_of else real)
-                what = f"{what}, {real!r} as position {value} of {positions}"
-            if (setting, value) not in tracer.setting_guards:
-                tracer.setting_guards.add((setting, value))
-                loc = tracer.location()
-                ref = tracer._value_node("prim.setting", kind, [setting], loc)
-                tracer.guard(ref, value, what, "branch" if kind == "bool" else "value", loc)
+            what = f"{_qualified(original)}{call}"
+            _guard_setting(setting, real, what, positions, name_of)
+        return real
+
+    traced.__name__ = original.__name__
+    traced.__doc__ = original.__doc__
+    return traced
+
+
+def _guard_setting(setting: str, real, what: str, positions=None, name_of=None) -> None:
+    """Guard the answer ``real`` of the setting read as ``what`` (once per answer)."""
+    tracer = _tracers.stack[-1]
+    kind = opset.SETTINGS[setting]
+    value = real
+    what = f"{what} ({setting})"
+    if positions is not None:  # the graph holds a position: say what it stands for
+        name = name_of(real) if name_of else real
+        if name not in positions:
+            raise UnsupportedOpError(
+                f"{what} is {real!r}, which a trace cannot hold (one of {positions}), at "
+                f"{tracer.location()}: trace under one of those, or pass the value to the code"
+            )
+        value = positions.index(name)
+        what = f"{what}, {real!r} as position {value} of {positions}"
+    if (setting, value) not in tracer.setting_guards:
+        tracer.setting_guards.add((setting, value))
+        loc = tracer.location()
+        ref = tracer._value_node("prim.setting", kind, [setting], loc)
+        tracer.guard(ref, value, what, "branch" if kind == "bool" else "value", loc)
+
+
+def _traced_default_device(original):
+    """``torch.get_default_device()`` in the user's code: a graph holds no device, so its
+    type (a position in DEVICE_TYPES) and its index (-1 for none) are two settings, each
+    guarded; factories the code calls without a device follow the default by themselves."""
+
+    def traced():
+        real = original()
+        if _tracers.stack and _called_from_user_code():
+            what = "torch.get_default_device()"
+            _guard_setting("default_device_type", real.type, f"{what}.type", opset.DEVICE_TYPES)
+            index = -1 if real.index is None else real.index
+            _guard_setting("default_device_index", index, f"{what}.index (-1: none)")
         return real
 
     traced.__name__ = original.__name__
@@ -316,6 +346,41 @@ class _SettingProperty:
         self.original.__set__(obj, value)
 
 
+class _PlainModuleSetting:
+    """``torch.backends.opt_einsum.enabled`` and ``.strategy`` while tracing. torch keeps
+    them as plain attributes (its module class names no property for them), so this
+    descriptor goes on the module's class while tracing: a read in the user's code is
+    guarded as :func:`_setting_read`'s are, a write lands where torch's own write lands
+    (the module's dict), and ``torch.einsum``'s own read is not the user's."""
+
+    def __init__(self, module, attribute: str, setting: str, positions=None, name_of=None):
+        def read():
+            return _plain_module_attribute(module, attribute)
+
+        read.__module__, read.__name__ = module.__name__, attribute
+        read.is_attribute = True
+        self.attribute = attribute
+        self.read = _setting_read(read, setting, positions, name_of)
+
+    def __get__(self, obj, objtype=None):
+        return self if obj is None else self.read()
+
+    def __set__(self, obj, value):
+        vars(obj)[self.attribute] = value
+
+
+def _plain_module_attribute(module, attribute: str):
+    """An attribute of one of torch.backends' stand-in modules (``PropModule``) as torch
+    reads it, without a descriptor on its class: the module's own dict (a user's write),
+    else the wrapped module's."""
+    own = vars(module)
+    return own[attribute] if attribute in own else getattr(module.m, attribute)
+
+
+def _strategy_name(strategy) -> str:
+    return "none" if strategy is None else strategy
+
+
 def _qualified(function) -> str:
     module = function.__module__ or "torch"
     return f"{'torch' if module == 'torch' else module}.{function.__name__}"
@@ -340,6 +405,9 @@ _SETTING_FUNCTIONS = [  # (owner, name, setting[, positions, name_of]): see _set
     (torch.backends.cuda, "flash_sdp_enabled", "flash_sdp_enabled"),
     (torch.backends.cuda, "mem_efficient_sdp_enabled", "mem_efficient_sdp_enabled"),
     (torch.backends.cuda, "cudnn_sdp_enabled", "cudnn_sdp_enabled"),
+    # nn.MultiheadAttention's fast path; torch.set_warn_always's switch (prober19b F3)
+    (torch.backends.mha, "get_fastpath_enabled", "mha_fastpath_enabled"),
+    (torch, "is_warn_always_enabled", "warn_always"),
 ]
 # Settings that are attributes of torch.backends' modules (``torch.backends.cudnn.enabled``):
 # a descriptor of the module's class reads them (backends.ContextProp).
@@ -349,6 +417,17 @@ _SETTING_PROPERTIES = [  # (module, attribute, setting)
     (torch.backends.cudnn, "deterministic", "cudnn_deterministic"),
     (torch.backends.cudnn, "benchmark", "cudnn_benchmark"),
     (torch.backends.mkldnn, "enabled", "mkldnn_enabled"),
+]
+# opt_einsum's flags, plain attributes of its stand-in module (see _PlainModuleSetting)
+_PLAIN_SETTINGS = [  # (module, attribute, setting[, positions, name_of])
+    (torch.backends.opt_einsum, "enabled", "opt_einsum_enabled"),
+    (
+        torch.backends.opt_einsum,
+        "strategy",
+        "opt_einsum_strategy",
+        opset.OPT_EINSUM_STRATEGIES,
+        _strategy_name,
+    ),
 ]
 # cuBLAS's flags, which ``torch.backends.cuda.matmul``'s class answers in ``__getattr__``
 _MATMUL_SETTINGS = {
@@ -617,11 +696,16 @@ class BuiltinPatches:
 
     def add(self, owner, name: str, replacement) -> None:
         """Replace ``owner.name`` by ``replacement`` while tracing. A class's own entry is
-        taken as it is stored (a descriptor, a staticmethod), not as reading it gives it."""
+        taken as it is stored (a descriptor, a staticmethod), not as reading it gives it; a
+        class that has no entry of its own (an inherited one, or none: opt_einsum's module
+        class) has it only while tracing."""
         own = isinstance(owner, type) and name in vars(owner)
-        original = vars(owner)[name] if own else getattr(owner, name)
         if isinstance(owner, type) and not own:
-            self._inherited.add((owner, name))  # removed again, not stored on the class
+            # a base class's entry, or none at all: removed again, not stored on the class
+            original = getattr(owner, name, None)
+            self._inherited.add((owner, name))
+        else:
+            original = vars(owner)[name] if own else getattr(owner, name)
         self._entries.append((owner, name, original, replacement))
 
     @property
@@ -653,7 +737,7 @@ class BuiltinPatches:
         for owner, name, original, replacement in self._entries:
             try:
                 if not on and (owner, name) in self._inherited:
-                    delattr(owner, name)  # the base class's entry shows through again
+                    delattr(owner, name)  # the base class's entry (or none) shows through again
                 else:
                     setattr(owner, name, replacement if on else original)
             except Exception as exc:  # noqa: BLE001 - raised below, after the others
@@ -713,6 +797,9 @@ for _module, _name, _setting in _SETTING_PROPERTIES:
     _property = vars(type(_module))[_name]
     _replacement = _SettingProperty(_property, _module.__name__, _name, _setting)
     BUILTIN_PATCHES.add(type(_module), _name, _replacement)
+for _module, _name, *_plain in _PLAIN_SETTINGS:
+    BUILTIN_PATCHES.add(type(_module), _name, _PlainModuleSetting(_module, _name, *_plain))
+BUILTIN_PATCHES.add(torch, "get_default_device", _traced_default_device(torch.get_default_device))
 _cublas = type(torch.backends.cuda.matmul)
 BUILTIN_PATCHES.add(_cublas, "__getattr__", _matmul_getattr(vars(_cublas)["__getattr__"]))
 for _name, _read, _device in (
@@ -767,7 +854,7 @@ def recording(tracer: Tracer):
         _tracers.stack.pop()
         raise
     try:
-        with tracer.mode:
+        with tracer.mode, message_sinks.streams_at_start():
             yield
     finally:
         _tracers.stack.pop()

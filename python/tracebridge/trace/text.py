@@ -47,6 +47,7 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
+import functools
 import inspect
 import linecache
 import logging
@@ -54,6 +55,7 @@ import os
 import re
 import string
 import sys
+import threading
 import types
 import warnings
 from functools import lru_cache
@@ -64,6 +66,7 @@ import torch
 from ..errors import UnsupportedOpError
 from ..source import OWN_DIR
 from .message_sinks import (
+    describe_filter,
     formatted_for_showing,
     level_of_call,
     logger_named,
@@ -364,13 +367,17 @@ def formatted_from(sources: tuple, text: str, frame, obj=None) -> str:
         return text
     if frame.f_code.co_filename.startswith(OWN_DIR):
         return SymStr(text, sources)
+    _REASONS.text = None
     verdict = _judged(frame, obj)
     memos = _memo_conditions(verdict) if verdict is not None else []
     if memos:
         verdict = _memo_verdict(verdict, memos, sources, frame)
     if verdict is None:
+        reason = _reason("formatted into text that may decide a branch")
         for source in sources:
-            source._fix_text("formatted into text that may decide a branch")
+            source._fix_text(reason)
+        for cache in _caches_given(frame):
+            sources[0]._tracer.went_through(cache)
         return text  # guarded already: plain text, for any use (sys.intern, C APIs)
     if verdict & (READS | RETURNED):
         return SymStr(text, sources)  # a use that guards as it reads it
@@ -640,7 +647,7 @@ def _sink_holds(filename: str, condition: str, local_names, global_names, depth:
     if logged is not None:
         return logged
     if _from_module(callee, ("warnings", "_warnings")):
-        return _warned_where_nothing_keeps(call, local_names, global_names)
+        return _warned_where_nothing_keeps(call, local_names, global_names, filename)
     if _from_sink_module(callee):
         return True
     function, bound = _python_function(callee)
@@ -736,7 +743,7 @@ def _printed_where_nothing_keeps(call: ast.Call) -> bool:
     return True  # file=io.StringIO(): made in the call, read by no one
 
 
-def _warned_where_nothing_keeps(call: ast.Call, local_names, global_names) -> bool:
+def _warned_where_nothing_keeps(call: ast.Call, local_names, global_names, filename) -> bool:
     """``warnings.warn(text, category)``: ignored by the filters, or shown where nothing
     keeps it (trace/message_sinks.py)."""
     category = next((k.value for k in call.keywords if k.arg == "category"), None)
@@ -745,15 +752,63 @@ def _warned_where_nothing_keeps(call: ast.Call, local_names, global_names) -> bo
     kind = UserWarning if category is None else _callee(category, local_names, global_names)
     if not (isinstance(kind, type) and issubclass(kind, Warning)):
         kind = None
-    frame = sys._getframe(2)  # the code that makes the text, and warns where no stacklevel
-    warned_from = None
+    warned_from = line = None  # the code that warns (in ``filename``), where no stacklevel
     level = next((k.value for k in call.keywords if k.arg == "stacklevel"), None)
     at_this_frame = level is None or (isinstance(level, ast.Constant) and level.value == 1)
     if at_this_frame and len(call.args) < 3:
-        warned_from = frame.f_globals.get("__name__")
-    if warning_may_raise(kind, warned_from):
-        return False  # an exception a handler may read, or a pattern that picks by the text
-    return warning_ignored(kind) or shown_warning_keeps_nothing(frame)
+        warned_from, line = global_names.get("__name__"), call.lineno
+    head = _literal_head(call.args[0]) if call.args else ""
+    raising = warning_may_raise(kind, warned_from, head, line)
+    if raising is not None:
+        # an exception a handler may read, or a pattern that picks by the text
+        _REASONS.text = (
+            f"formatted into the text of the warning at {filename}:{call.lineno}, which "
+            f"the filter {describe_filter(raising)} may raise as an exception for the code "
+            "to read"
+        )
+        return False
+    return warning_ignored(kind) or shown_warning_keeps_nothing(sys._getframe(1))
+
+
+def _literal_head(text: ast.AST) -> str:
+    """The characters a message's text begins with whatever the numbers formatted into it
+    are: its leading literal text (``f"rows {n}"``, ``"rows %d" % n``,
+    ``"rows {}".format(n)``, ``"rows " + str(n)``); '' where the source does not show."""
+    if isinstance(text, ast.Constant) and isinstance(text.value, str):
+        return text.value
+    if isinstance(text, ast.JoinedStr):
+        head = ""
+        for part in text.values:
+            if not (isinstance(part, ast.Constant) and isinstance(part.value, str)):
+                break
+            head += part.value
+        return head
+    if _percent_format(text):
+        return text.left.value.split("%")[0]
+    if isinstance(text, ast.BinOp) and isinstance(text.op, ast.Add):
+        left = _literal_head(text.left)
+        whole = isinstance(text.left, ast.Constant) and isinstance(text.left.value, str)
+        return left + _literal_head(text.right) if whole else left
+    if (
+        isinstance(text, ast.Call)
+        and isinstance(text.func, ast.Attribute)
+        and text.func.attr == "format"
+        and isinstance(text.func.value, ast.Constant)
+        and isinstance(text.func.value.value, str)
+    ):
+        return text.func.value.value.split("{")[0]
+    return ""
+
+
+# Why text was taken to decide (a filter that may raise its warning), for the warning that
+# says so: set by the judgement of a message call, taken where the text is fixed.
+_REASONS = threading.local()
+
+
+def _reason(default: str) -> str:
+    reason = getattr(_REASONS, "text", None)
+    _REASONS.text = None
+    return reason or default
 
 
 def _python_function(callee) -> tuple:
@@ -1103,6 +1158,45 @@ def _verdict(node: ast.AST, kept: bool, following: frozenset = frozenset()) -> f
 
 
 _MEMO_METHODS = frozenset({"get", "setdefault", "pop"})
+_FUNCTOOLS_CACHE = functools._lru_cache_wrapper
+
+
+def _caches_given(frame) -> list:
+    """The functools caches that the text made at ``frame``'s current instruction is
+    given to as an argument, directly (``mask(f"{B}x{N}")``) or through a local of the
+    function (``key = f"{B}x{N}"; mask(key)``), found without running code. The text's
+    numbers are guarded; the cache is still a cache: what the recording adds to it is
+    taken out again (conversions.went_through)."""
+    position = _position_of(frame)
+    node = (_parsed(frame.f_code.co_filename) or {}).get(position) if position else None
+    child, parent = node, getattr(node, "_tb_parent", None)
+    while isinstance(parent, (ast.JoinedStr, ast.FormattedValue, ast.BinOp)):
+        child, parent = parent, getattr(parent, "_tb_parent", None)
+    calls = []
+    if isinstance(parent, ast.Call) and any(a is child for a in parent.args):
+        calls = [parent]
+    elif (
+        isinstance(parent, ast.Assign)
+        and child is parent.value
+        and len(parent.targets) == 1
+        and isinstance(parent.targets[0], ast.Name)
+    ):
+        function = parent
+        while function is not None and not isinstance(function, (*_DEFS, ast.Lambda)):
+            function = getattr(function, "_tb_parent", None)
+        name = parent.targets[0].id
+        calls = [
+            n
+            for n in (ast.walk(function) if function is not None else ())
+            if isinstance(n, ast.Call)
+            and any(isinstance(a, ast.Name) and a.id == name for a in n.args)
+        ]
+    found = []
+    for call in calls:
+        callee = _callee(call.func, frame.f_locals, frame.f_globals)
+        if isinstance(callee, _FUNCTOOLS_CACHE):
+            found.append(callee)
+    return found
 
 
 def _memo_use(container: ast.AST, kept: bool) -> frozenset:

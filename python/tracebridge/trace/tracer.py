@@ -81,6 +81,9 @@ class Tracer(Dispatcher, Conversions, LibraryHandlers, InPlace, NoOps, ReturnedI
         self.autocast_guards: set = set()
         self.setting_guards: set = set()  # (setting, value) guarded (patches.py)
         self.caches_used: list = []  # functools caches a size went through (trace/caches.py)
+        # The recording is over (capture.py): a traced number the code kept (a global list
+        # of sizes) is a plain number from then on, outside any recording (conversions.py)
+        self.finished = False
         self._tensor_hashes: dict[int, tuple] = {}  # tensors in functools cache keys
         self.memo_tables = MemoTables()  # dicts looked up with a traced key (memo_tables.py)
         self._facts_init()  # what is known of values on every call (trace/noops.py)

@@ -25,7 +25,9 @@ Note: why a traced number is guarded where the code hands it to C.
     in C: ``array.array``, ``decimal.Decimal``, ``datetime.timedelta``), also as an
     item of a list, tuple or set display given to it (``array.array("q", [n])``);
   - a ``"literal %d" % ...`` (any numeric conversion) whose text then picks something
-    (trace/text.py's ``_decides``): text made in C cannot remember its number.
+    (trace/text.py's ``_decides``): text made in C cannot remember its number;
+  - a ``slice(...)`` bound, where the slice object is read by C: ``s.indices(k)``, or the
+    index of a list or string (a tensor's index stays general).
 
   - the right operand of arithmetic whose left is a float, a complex or numpy's
     (``0.5 * n``, ``-math.log(1e4) / n``: the float's own C code computes it, so the
@@ -84,8 +86,9 @@ _LOCALS = 16  # locals and parameters followed at most
 @dataclass(frozen=True)
 class Site:
     """A place where C code may read the number: ``kind`` is "subscript" (``expr`` is the
-    container), "call" (``expr`` the call, ``arg`` the number's position or keyword) or
-    "format" (a ``%``-format whose text decides)."""
+    container), "call" (``expr`` the call, ``arg`` the number's position or keyword),
+    "format" (a ``%``-format whose text decides) or "read" (C reads it there whatever the
+    objects are: ``slice(n).indices(k)``)."""
 
     kind: str
     expr: ast.AST | None
@@ -224,14 +227,23 @@ _NUMERIC_CONVERSION = re.compile(
 _PASSING = frozenset({"max", "min"})  # give back one of their arguments, the number itself
 
 
-def _flow(node: ast.AST, following: frozenset) -> set:
+def _flow(node: ast.AST, following: frozenset, sliced: bool = False) -> set:
     """The sites the value of ``node`` reaches, walking up through expressions that carry
     it unchanged; into a local, through every read of it (``following``: locals on the
-    way)."""
+    way). ``sliced``: ``node`` is a ``slice`` object holding the number."""
     if isinstance(node, (ast.JoinedStr, ast.FormattedValue)):
         return set()  # the number's text, made by its __format__: trace/text.py's
     child, parent = node, _parent(node)
     while parent is not None:
+        if _builds_a_slice(parent, child):
+            # slice(n), slice(0, n, 1): the slice keeps the number as it is; followed as it
+            child, parent, sliced = parent, _parent(parent), True
+            continue
+        if sliced and isinstance(parent, ast.Attribute) and child is parent.value:
+            if parent.attr in _SLICE_BOUNDS:  # s.stop: gives a bound back (the number, or not)
+                child, parent, sliced = parent, _parent(parent), False
+                continue
+            return {Site("read", parent, parent.lineno)}  # s.indices(k): C reads the bounds
         if isinstance(parent, (ast.JoinedStr, ast.FormattedValue)):
             return set()
         if isinstance(parent, ast.Subscript):
@@ -287,7 +299,7 @@ def _flow(node: ast.AST, following: frozenset) -> set:
         if isinstance(parent, (ast.Assign, ast.AnnAssign)) and child is parent.value:
             targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
             if len(targets) == 1 and isinstance(targets[0], ast.Name):
-                return _reads_of_local(parent, targets[0].id, following)
+                return _reads_of_local(parent, targets[0].id, following, sliced)
             if len(targets) == 1 and _is_local_attribute(targets[0]):
                 # self.n = n: its reads as self.n in this function (not elsewhere: unseen)
                 target = targets[0]
@@ -312,6 +324,19 @@ def _flow(node: ast.AST, following: frozenset) -> set:
 
 
 IN_DISPLAY = "<an item of a list, tuple or set given to the call>"
+_SLICE_BOUNDS = frozenset({"start", "stop", "step"})
+
+
+def _builds_a_slice(call: ast.AST, child: ast.AST) -> bool:
+    """Whether ``call`` is ``slice(...)`` given ``child`` as a bound. A slice object keeps
+    the traced number; where it is a tensor's index the number stays a tensor op's, but
+    C reads it unasked in ``s.indices(k)`` and as the index of a list or a string."""
+    return (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Name)
+        and call.func.id == "slice"
+        and any(a is child for a in call.args)
+    )
 
 
 _ARITHMETIC = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
@@ -446,19 +471,24 @@ def _enclosing_function(node: ast.AST):
     return node
 
 
-def _reads_of_local(statement: ast.AST, name: str | tuple, following: frozenset) -> set:
-    """The sites of every read of the local ``name`` bound at ``statement``."""
+def _reads_of_local(
+    statement: ast.AST, name: str | tuple, following: frozenset, sliced: bool = False
+) -> set:
+    """The sites of every read of the local ``name`` bound at ``statement`` (``sliced``:
+    it holds a slice of the number)."""
     function = _enclosing_function(statement)
     if function is None:
         return set()  # a module-level name: read anywhere
-    return _reads_in(function, name, following)
+    return _reads_in(function, name, following, sliced)
 
 
 def _is_local_attribute(node: ast.AST) -> bool:
     return isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
 
 
-def _reads_in(function: ast.AST, name: str | tuple, following: frozenset) -> set:
+def _reads_in(
+    function: ast.AST, name: str | tuple, following: frozenset, sliced: bool = False
+) -> set:
     """The sites of every read of the local ``name`` (or ``(local, attribute)``: reads
     of ``local.attribute``) in ``function``."""
     key = (id(function), name)
@@ -472,7 +502,7 @@ def _reads_in(function: ast.AST, name: str | tuple, following: frozenset) -> set
         else:
             read = _is_local_attribute(node) and (node.value.id, node.attr) == name
         if read and isinstance(node.ctx, ast.Load) and not _shadowed(node, name, function):
-            found |= _flow(node, following)
+            found |= _flow(node, following, sliced)
     return found
 
 
@@ -776,6 +806,8 @@ def read_unseen(site: Site, scope: _Scope, depth: int = 0) -> tuple[str, int] | 
     """``(file, line)`` of the site (this one, or one inside a Python function it calls)
     where C code reads the number without asking it; None where the number is asked or
     stays a tensor op's."""
+    if site.kind == "read":  # C reads it whatever the objects are (slice.indices)
+        return (scope.filename, site.line)
     if site.kind == "format":
         return format_read(site, scope)
     if site.kind == "arithmetic":
