@@ -1732,7 +1732,14 @@ def record_module(
             lambda a, k, name=name, mode=mode: run_eager(name, mode, a, k),
             lambda a, k, name=name, mode=mode: record(name, *fresh(a, k), mode=mode),
         )
-        evaluating = mod.training is False if mode is None else mode is False
+        # A fused path is eager's where its module is in evaluation, whatever the root's
+        # mode (a wrapper left in training around an encoder put in evaluation).
+        evaluating = (
+            mode is False
+            if mode is not None
+            else not mod.training
+            or any(isinstance(m, FAST_PATH_MODULES) and not m.training for m in mod.modules())
+        )
         if evaluating:
             found += _without_autograd(
                 mod,

@@ -24,7 +24,11 @@ from collections.abc import Callable
 import torch
 
 from ..ir.program import Graph, Ref, StateEntry, Value
-from . import global_effects, unseen_writes  # noqa: F401 - their replacements join the patches
+from . import (  # noqa: F401 - their replacements join the patches
+    global_effects,
+    transformer_encoder,
+    unseen_writes,
+)
 from .conversions import Conversions
 from .dispatch import Dispatcher, _RecordingMode
 from .inplace import InPlace
