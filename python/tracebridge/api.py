@@ -1822,6 +1822,22 @@ def _tied_names(mod: nn.Module, index: dict, state: dict) -> dict[str, str]:
     return aliases
 
 
+def _refuse_uninitialised(mod: nn.Module) -> None:
+    """A lazy module not run yet (``nn.LazyLinear``) holds parameters without a shape:
+    named, with what to do, before the recording reads them (torch's own message spoke
+    of load_state_dict)."""
+    for kind, named in (("parameter", mod.named_parameters), ("buffer", mod.named_buffers)):
+        for name, tensor in named(remove_duplicate=False):
+            if isinstance(tensor, nn.parameter.UninitializedTensorMixin):
+                owner = name.rpartition(".")[0]
+                module = type(mod.get_submodule(owner)).__name__
+                raise TraceError(
+                    f"{kind} {name!r} of {module} is not initialised yet (a lazy module "
+                    "takes its shape from its first call): call the model once on an "
+                    "example before tracing it"
+                )
+
+
 def _trace_module(
     mod: nn.Module,
     inputs: dict,
@@ -1834,6 +1850,7 @@ def _trace_module(
     runtime: str,
     method_alias: dict | None = None,
 ) -> TracedModule:
+    _refuse_uninitialised(mod)
     kept: list[KeptGlobals] = []  # as the first recording (the user's one call) left them
     before = KeptGlobals(mod)
     changed_by_the_call: list[str] = []

@@ -67,3 +67,13 @@ def test_saving_after_the_state_changed_names_the_entry(change):
     name, now = ("'0.weight'", "gone") if change == "prune" else ("'0.bias'", "None now")
     with pytest.raises(TraceError, match=f"cannot save: the state entry {name} .* {now}"):
         traced.save(io.BytesIO())
+
+
+def test_a_lazy_module_not_run_yet_is_named_with_what_to_do():
+    model = nn.Sequential(nn.Linear(3, 5), nn.ReLU(), nn.LazyLinear(4))
+    with pytest.raises(TraceError, match=r"parameter '2.weight' of LazyLinear is not initialised"):
+        tracebridge.trace(model, torch.randn(2, 3))
+    model(torch.randn(2, 3))  # its first call gives it a shape: then it traces
+    traced = tracebridge.trace(model, torch.randn(2, 3))
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(traced(x), model(x))

@@ -137,3 +137,26 @@ def test_spectral_norm_in_training_traces_and_updates_its_vectors_as_eager(wrap)
         torch.testing.assert_close(traced(x), eager(x), rtol=0, atol=0)
     for (name, mine), (_, theirs) in zip(model.named_buffers(), eager.named_buffers()):
         torch.testing.assert_close(mine, theirs, rtol=0, atol=0, msg=name)
+
+
+def test_a_trace_made_under_inference_mode_serves_calls_with_autograd():
+    """A number the code multiplies by is passed to the op as a tensor made once
+    (runtime/scalars.py): made in inference mode, autograd refused to save it."""
+
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(10, 4)
+
+        def forward(self, ids):
+            return self.emb(ids) * 2.0
+
+    model = Scaled()
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.inference_mode():
+        traced = tracebridge.trace(model, ids)
+    traced(ids).sum().backward()
+    traced_grad = model.emb.weight.grad.clone()
+    model.zero_grad()
+    model(ids).sum().backward()
+    assert torch.equal(traced_grad, model.emb.weight.grad)

@@ -71,7 +71,11 @@ def tensor_for(node: Node, dtype_of) -> tuple[torch.Tensor, torch.dtype] | None:
     dtype = DTYPES.get(dtype_of(tensor.id))
     if dtype is None:
         return None
-    return torch.tensor(scalar, dtype=dtype, device="cpu"), dtype
+    # A normal tensor, whatever the mode the code is built in (a first call, or a trace,
+    # made under torch.inference_mode()): an inference tensor cannot be saved for backward,
+    # so every later call with autograd failed on it.
+    with torch.inference_mode(False):
+        return torch.tensor(scalar, dtype=dtype, device="cpu"), dtype
 
 
 def operand(tensor: ast.expr, constant: ast.expr, dtype: ast.expr, literal: ast.expr, is_plain):
