@@ -43,7 +43,7 @@ def _dim0_groups(leaves: list[torch.Tensor]) -> list[list[tuple[int, int]]]:
 def _other_calls(args, kwargs):
     """Calls unlike the example that a forward keeping state may remember: each dimension
     group twice as long and half as long (a table kept for the longest, or the shortest,
-    input seen), and each integer input shifted past its largest value (positions: a table
+    input seen), and each numeric input shifted past its largest value (positions: a table
     kept for the largest position seen). Each as ``(what, (args, kwargs))``."""
     leaves, spec = pytree.flatten((args, kwargs), is_tensor)
     for group in _dim0_groups(leaves) + _groups(leaves):
@@ -61,17 +61,14 @@ def _other_calls(args, kwargs):
     for i, t in enumerate(leaves):
         if _counts(t):  # one at a time: token ids past the vocabulary would only raise
             shifted = list(leaves)
-            shifted[i] = t + (int(t.max()) + 1)
+            with torch.no_grad():
+                shifted[i] = t + (t.abs().max() + 1).to(t.dtype)  # positions, timestamps
             yield f"input {i} past its largest value", pytree.unflatten(shifted, spec)
 
 
 def _counts(t: torch.Tensor) -> bool:
-    return (
-        not t.is_floating_point()
-        and not t.is_complex()
-        and t.dtype is not torch.bool
-        and t.numel() > 0
-    )
+    """Whether ``t`` holds numbers a call may key kept state on (ints, floats)."""
+    return not t.is_complex() and t.dtype is not torch.bool and t.numel() > 0
 
 
 def _buffers(module: torch.nn.Module) -> dict[str, torch.Tensor]:
