@@ -1,19 +1,19 @@
-"""Check a module whose calls change its Python state after a call with longer inputs:
-state that grows with the longest input seen.
+"""Check a module whose calls change its state on calls unlike the example: state kept
+for the longest (or shortest, or largest-valued) input seen.
 
 Why: a forward that keeps what it saw (``if n > self.cached: self.register_buffer("freq",
 table(n)); self.cached = n``, as Hugging Face's dynamic-NTK rotary embedding does) gives a
 later call what the longest call before it computed. The checks run every call from the
 state the user gave, and check/repeated.py's second call has the example's sizes, which
 grow nothing more: all agree, while a traced call after a longer one is silently wrong
-(an outside prober: a Llama traced at length 24, called at 32 then 24, differed by 4e-4).
-So where the example's call changes the module's Python state (what check/repeated.py
-detects, and buffers registered anew), the code is run at a longer size of each dimension
-and then at the example's, from the state the longer call left; the trace, which holds one
-call, must agree. A cache
-whose values do not depend on its length (a cosine table sliced ``[:n]``) agrees and
-passes; one that does is refused, naming the attributes. (torch.jit.trace is wrong here
-too.)
+(an outside prober: a Llama traced at length 24, called at 32 then 24, differed by 4e-4;
+with explicit ``position_ids`` the key is their largest value). So where the example's
+call changes the module's Python state (what check/repeated.py detects, and buffers
+registered anew), the code and the trace are each run on another call and then on the
+example, from the same state (:func:`_other_calls`: each dimension group twice and half
+as long, each numeric input past its largest value), and must agree. A cache whose values
+do not depend on its length (a cosine table sliced ``[:n]``) agrees and passes; one that
+does is refused, naming the attributes. (torch.jit.trace is wrong here too.)
 """
 
 from __future__ import annotations
