@@ -18,7 +18,8 @@
  * runs (the first step, which makes the state, included):
  *   - torch 2.13 (the code read); the object is exactly torch.optim.Adam, its class's
  *     `step` is adam.py's as Optimizer hooks it, and no instance `step` (an LR
- *     scheduler's wrapper) nor optimizer hook (global or its own) nor profiler is there,
+ *     scheduler's wrapper) nor optimizer hook (global, but tracebridge's own, or its own) nor
+ *     profiler is there,
  *     nor an accelerator; its defaults not differentiable;
  *   - every group: lr, betas (a tuple or list) and eps Python floats (0 < beta < 1),
  *     weight_decay 0; amsgrad, maximize, capturable, differentiable false; fused and
@@ -136,6 +137,24 @@ static int hooked_adam_step(PyObject *step) {
 /* len(o) == 0 for a dict `o` (hooks); 0 for anything else. */
 static int empty_dict(PyObject *o) {
   return o != NULL && py.IsSubtype(PY_TYPE(o), py.DictType) && py.DictSize(o) == 0;
+}
+
+/* The global post-hooks are empty but for tracebridge's own (runtime/optimizer_steps.py,
+ * marked `_tracebridge_own`), which drops the values a trace keeps from its state after a
+ * step: the in-place ops of this step move the weights' versions, which those values are
+ * keyed on, so not calling it here loses nothing. */
+static int only_own_hooks(PyObject *o) {
+  if (o == NULL || !py.IsSubtype(PY_TYPE(o), py.DictType)) return 0;
+  ptrdiff_t pos = 0;
+  PyObject *key, *value; /* borrowed */
+  while (py.DictNext(o, &pos, &key, &value)) {
+    PyObject *own = py.GetAttrString(value, "_tracebridge_own");
+    int ours = own == py.True;
+    py_decref(own);
+    if (own == NULL) py.ErrClear();
+    if (!ours) return 0;
+  }
+  return 1;
 }
 
 static int is_float(PyObject *o) { return o != NULL && PY_TYPE(o) == py.FloatType; }
@@ -403,7 +422,7 @@ SEXP tb_adam_step(SEXP x) {
               py.DictGetItemString(dict, "grad_scale") == NULL &&
               py.DictGetItemString(dict, "found_inf") == NULL && cls_step != NULL &&
               hooked_adam_step(cls_step) &&
-              profiling == py.False && empty_dict(A.pre_hooks) && empty_dict(A.post_hooks);
+              profiling == py.False && empty_dict(A.pre_hooks) && only_own_hooks(A.post_hooks);
   if (plain) {
     pre = py.GetAttr(self, A.s_pre);
     post = py.GetAttr(self, A.s_post);

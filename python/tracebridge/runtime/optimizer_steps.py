@@ -28,6 +28,11 @@ def _after_step(optimizer, args, kwargs) -> None:
     invalidate_caches()
 
 
+# R's Adam step in C (src/adam.c) runs only where no global hook would be skipped: this one
+# it may skip, its in-place ops moving the versions the kept values are keyed on.
+_after_step._tracebridge_own = True
+
+
 def watch() -> None:
     """Install the hook (once per process)."""
     if not _HANDLES:
