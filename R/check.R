@@ -343,6 +343,27 @@ check_aliases <- function(doc) {
   }
 }
 
+# A dotted name (a state entry's, a generator's): none of its parts (`clash`) an attribute
+# every loaded module has, and none of its parents one of `holders` (which hold no names
+# inside them; `holder` says why, with the parent's name).
+check_dotted_name <- function(name, what, clash, holders, holder) {
+  if (length(clash)) {
+    check_fault("names", sprintf(paste(
+      "%s '%s' has the part '%s', which every loaded module already has as an",
+      "attribute"), what, substr(name, 1, 40), substr(clash[[1]], 1, 40)))
+  }
+  parts <- strsplit(name, ".", fixed = TRUE)[[1]]
+  if (length(parts) > 1L) {
+    parents <- vapply(seq_len(length(parts) - 1L),
+                      function(i) paste(parts[seq_len(i)], collapse = "."), "")
+    inside <- parents[parents %in% holders]
+    if (length(inside)) {
+      check_fault("names", sprintf(paste0(holder, ", so '%s' cannot be inside it"),
+                                   substr(inside[[1]], 1, 40), substr(name, 1, 40)))
+    }
+  }
+}
+
 # generators (name -> {device}): the generators random ops draw from, each named as a
 # state entry is (where a loaded module holds it), none a state tensor, a module of one,
 # a method, or inside another; see _check_generators() in Python.
@@ -361,20 +382,7 @@ check_generators <- function(doc) {
     check_path_name(name, "generator")
     parts <- strsplit(name, ".", fixed = TRUE)[[1]]
     clash <- parts[parts %in% reserved | startsWith(parts, "_tb") | parts == "_class_name"]
-    if (length(clash)) {
-      check_fault("names", sprintf(paste(
-        "generator '%s' has the part '%s', which every loaded module already has as an",
-        "attribute"), substr(name, 1, 40), substr(clash[[1]], 1, 40)))
-    }
-    if (length(parts) > 1L) {
-      parents <- vapply(seq_len(length(parts) - 1L),
-                        function(i) paste(parts[seq_len(i)], collapse = "."), "")
-      inside <- parents[parents %in% holders]
-      if (length(inside)) {
-        check_fault("names", sprintf("'%s' is not a module, so '%s' cannot be inside it",
-                                     substr(inside[[1]], 1, 40), substr(name, 1, 40)))
-      }
-    }
+    check_dotted_name(name, "generator", clash, holders, "'%s' is not a module")
     if (name %in% c(states, modules, names(doc[["methods"]]))) {
       check_fault("names", sprintf(paste(
         "generator '%s' has the name of a state tensor, a module or a method of the",
@@ -458,21 +466,8 @@ check_names_and_dispatch <- function(doc) {
   for (s in states) {
     check_path_name(s, "state")
     parts <- strsplit(s, ".", fixed = TRUE)[[1]]
-    clash <- parts[parts %in% reserved]
-    if (length(clash)) {
-      check_fault("names", sprintf(paste(
-        "state name '%s' has the part '%s', which every loaded module already has as an",
-        "attribute"), substr(s, 1, 40), substr(clash[[1]], 1, 40)))
-    }
-    if (length(parts) > 1L) {
-      parents <- vapply(seq_len(length(parts) - 1L),
-                        function(i) paste(parts[seq_len(i)], collapse = "."), "")
-      inside <- parents[parents %in% states]
-      if (length(inside)) {
-        check_fault("names", sprintf("state '%s' is a tensor, so '%s' cannot be inside it",
-                                     substr(inside[[1]], 1, 40), substr(s, 1, 40)))
-      }
-    }
+    check_dotted_name(s, "state name", parts[parts %in% reserved], states,
+                      "state '%s' is a tensor")
   }
   mc <- doc[["module_classes"]]
   for (i in seq_along(mc)) {  # by position: the root's path is "", which [[ ]] cannot name
