@@ -32,7 +32,7 @@ from .ir.ops import VARIADIC_OUTPUTS
 from .ir.printer import graph_text
 from .ir.program import hoist_subgraphs, subgraph_names
 from .progress import stage, state_nbytes, track
-from .runtime import Method, generators, state_changes, support, torchvision_ops
+from .runtime import Method, generators, module_tree, state_changes, support, torchvision_ops
 from .runtime import frozen as frozen_state
 from .runtime.generators import Slots
 from .runtime.method import Specialised, as_recorded, for_mode, guards_active
@@ -216,11 +216,14 @@ class TracedFunction(_Traced):
 
     # The modes of the modules the function called, for a trace made in this process.
     _tb_modes: ModesWatch | None = None
+    # ... and their forward hooks and children (see _CalledTree)
+    _tb_called: _CalledTree | None = None
 
     def __call__(self, *args, **kwargs):
         modes = self._tb_modes
         if modes is not None:
             modes.check()
+            self._tb_called.check()
         return self._forward(*args, **kwargs)
 
     @property
@@ -628,6 +631,61 @@ class _CalledBackwardHooks:
             if words:
                 found.append(words)
         return tuple(found)
+
+
+class _CalledTree:
+    """The forward hooks and the children of the modules a traced *function* called, as
+    they were at trace time (prober20b F13). Their work is in the graph, as a traced
+    module's sub-modules' is (the note on hooks of sub-modules), and a call of the trace
+    runs none of them: a forward hook added to or removed from such a module, or a child
+    replaced or added (``model[1] = nn.Tanh()``, ``model.append(...)``), gave the old
+    answer where eager gives another. A call compares two counters (hooks take a number
+    from ``RemovableHandle.next_id``, sub-modules registered are counted by
+    runtime/module_tree.py) and the lengths of the few tables that had hooks, and walks
+    the modules only when one moved."""
+
+    __slots__ = ("modules", "hooks", "global_hooks", "children", "stamps", "tables")
+
+    def __init__(self, modules: list[nn.Module]):
+        module_tree.count_registrations()
+        self.modules = modules
+        self.hooks = [user_hooks(m)[:2] for m in modules]
+        self.global_hooks = global_hooks()[:2]
+        self.children = [dict(m._modules) for m in modules]
+        self.stamps = (_RemovableHandle.next_id, module_tree.REGISTRATIONS[0])
+        # (removing a hook takes no number: the tables that had one are measured)
+        self.tables = tuple(
+            (table, len(table))
+            for m in modules
+            for name in _HOOK_TABLES[:2]
+            if len(table := getattr(m, name))
+        )
+
+    def check(self) -> None:
+        stamps = (_RemovableHandle.next_id, module_tree.REGISTRATIONS[0])
+        if stamps == self.stamps and all(len(t) == n for t, n in self.tables):
+            return
+        for module, hooks, children in zip(self.modules, self.hooks, self.children):
+            what = None
+            if user_hooks(module)[:2] != hooks:
+                what = "forward hooks"
+            elif len(module._modules) != len(children) or any(
+                module._modules.get(k) is not v for k, v in children.items()
+            ):
+                what = "sub-modules"
+            if what is not None:
+                raise TraceError(
+                    f"the traced function called a {type(module).__name__} whose {what} "
+                    "changed since it was traced (a hook registered or removed, a sub-module "
+                    "replaced or added): the graph holds what ran then and runs no module "
+                    "itself. Trace the function again after the change"
+                )
+        if global_hooks()[:2] != self.global_hooks:
+            raise TraceError(
+                "the global module forward hooks are not those present when this function "
+                "was traced: the graph holds what they did then. Trace it again"
+            )
+        self.stamps = stamps
 
 
 class _BackwardRefusing:
@@ -1355,6 +1413,7 @@ def trace(
         if called:
             read = frozenset(id(e.tensor) for e in program.state.values())
             traced._tb_modes = ModesWatch(called, read)
+            traced._tb_called = _CalledTree(called)
             backward = _CalledBackwardHooks(called)
             if backward:
                 _warn_of_backward_hooks(backward.live())

@@ -212,3 +212,20 @@ def test_a_backward_hook_of_the_module_traced_raises_at_backward_naming_it():
         torch.testing.assert_close(traced(x), net(x))  # served without autograd
     with pytest.raises(TraceError, match=r"module it was traced from \(Sequential\)"):
         traced(x).sum().backward()
+
+
+def test_a_traced_function_refuses_once_a_module_it_called_changed():
+    """A function calling a model holds the model's forward hooks' and children's work
+    (prober20b F13): a change there is refused, as on a traced module's sub-modules."""
+    net = _net()
+    traced = tracebridge.trace(lambda x: net(x).softmax(-1), torch.rand(3, 4))
+    x = torch.rand(2, 4)
+    torch.testing.assert_close(traced(x), net(x).softmax(-1))
+    handle = net[0].register_forward_hook(lambda mod, args, out: out * 2)
+    with pytest.raises(TraceError, match="called a Linear whose forward hooks changed"):
+        traced(x)
+    handle.remove()
+    torch.testing.assert_close(traced(x), net(x).softmax(-1))  # as traced again
+    net[1] = nn.Tanh()
+    with pytest.raises(TraceError, match="called a Sequential whose sub-modules changed"):
+        traced(x)

@@ -49,7 +49,7 @@ def _count_registration(module, name, submodule):
     REGISTRATIONS[0] += 1
 
 
-def _install() -> None:
+def count_registrations() -> None:
     """Count every sub-module registration from now on (once per process)."""
     if not _installed:
         _installed.append(
@@ -171,7 +171,7 @@ class TreeWatch:
     def __init__(
         self, root: nn.Module, module_modes: dict[str, dict[str, bool]], same_in_both: dict
     ):
-        _install()
+        count_registrations()
         # The tree as the module traced holds it (a loaded module's own): a sub-module
         # replaced there is what eager code would run.
         self.root = root
