@@ -33,6 +33,7 @@ import types
 
 from torch import nn
 from torch.nn.modules import module as _torch_module
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..errors import TraceError
 from .method import guards_active
@@ -137,7 +138,7 @@ class _GraphModes:
     own dicts (where Module.train() writes; half the cost of an attribute read), split into
     those recorded in evaluation mode and those recorded in training mode."""
 
-    __slots__ = ("paths", "modules", "flags", "evals", "trains", "read", "other_uniform")
+    __slots__ = ("paths", "modules", "flags", "evals", "trains", "read", "other_uniform", "momenta")
 
     def __init__(self, modules: dict, expected: dict[str, bool], other_uniform: bool | None):
         self.paths = tuple(p for p in expected if p in modules)
@@ -151,12 +152,29 @@ class _GraphModes:
         # Every watched module in this mode gives this graph too (the other mode recorded
         # the same graph when traced), or None.
         self.other_uniform = other_uniform
+        # The momentum of each batch norm recorded in training mode, where the graph holds
+        # the factor it gave (0.1 as a literal; 1 / num_batches_tracked for None): set
+        # anew since (torch.optim.swa_utils.update_bn sets None for its passes), the
+        # statistics the graph writes would be other than eager's (prober20b F12).
+        self.momenta = tuple(
+            (path, m, m.momentum)
+            for path, m, flag in zip(self.paths, self.modules, self.flags)
+            if flag and isinstance(m, _BatchNorm) and "momentum" in m.__dict__
+        )
 
     def differ(self) -> bool:
         return bool(
             (self.evals and any(map(self.read, self.evals)))
             or (self.trains and not all(map(self.read, self.trains)))
         )
+
+    def momentum_changed(self) -> tuple[str, nn.Module] | None:
+        """The first batch norm (path, module) whose momentum is not the one the graph was
+        recorded with."""
+        for path, module, momentum in self.momenta:
+            if module.__dict__.get("momentum") != momentum:
+                return path, module
+        return None
 
 
 class TreeWatch:
@@ -195,6 +213,17 @@ class TreeWatch:
         modes = self.graphs.get(graph)
         if modes is not None and modes.differ() and guards_active(method):
             _refuse_modes(graph, modes)
+        if modes is not None and modes.momenta and guards_active(method):
+            changed = modes.momentum_changed()
+            if changed is not None:
+                path, changed = changed
+                raise TraceError(
+                    f"the momentum of batch norm {path!r} is {changed.momentum!r} now, and "
+                    f"the graph this call runs ({graph}) was recorded with another: it "
+                    "holds the factor its running statistics are updated by "
+                    "(torch.optim.swa_utils.update_bn sets None for its passes). Put it "
+                    "back, or trace again with this momentum"
+                )
 
     def _check_identity(self, root: nn.Module) -> None:
         now = dict(root.named_modules(remove_duplicate=False))
