@@ -28,7 +28,7 @@ from ..errors import UnsupportedOpError
 from ..ir import ops as opset
 from ..source import OWN_DIR, called_from_user_code
 from .helpers import active_tracer
-from .patches import BUILTIN_PATCHES, _refuse_in_trace
+from .patches import BUILTIN_PATCHES, _refuse_in_trace, refusing
 
 _original_set_rng_state = torch.set_rng_state
 _original_fork_rng = torch.random.fork_rng
@@ -109,18 +109,6 @@ def _checked_fork(forked, tracer, where):
             _refuse(tracer, "torch.random.fork_rng", where)
 
 
-def _refusing(original, name: str, why: str):
-    """``original``, refused where the user's code calls it while tracing."""
-
-    def refused(*args, **kwargs):
-        _refuse_in_trace(name, why)
-        return original(*args, **kwargs)
-
-    refused.__doc__ = original.__doc__
-    refused.__wrapped__ = original
-    return refused
-
-
 def _add(owners, name: str, replacement) -> None:
     original = getattr(owners[0], name)
     for owner in owners:  # each module's binding of the one function
@@ -134,7 +122,7 @@ _add([torch.random], "fork_rng", _traced_fork_rng)
 # what fork_rng and checkpointing call; code calls these only to choose its own numbers).
 _CUDA_SEEDING = "set_rng_state set_rng_state_all manual_seed manual_seed_all seed seed_all"
 for _name in _CUDA_SEEDING.split():
-    _refused = _refusing(getattr(torch.cuda, _name), f"torch.cuda.{_name}", _RNG_STATE)
+    _refused = refusing(getattr(torch.cuda, _name), f"torch.cuda.{_name}", _RNG_STATE)
     _add([torch.cuda, torch.cuda.random], _name, _refused)
 
 _hooks = torch.autograd.graph.saved_tensors_hooks

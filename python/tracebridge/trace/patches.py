@@ -633,22 +633,17 @@ _GRADIENT = (
 )
 
 
-def _patched_manual_seed(original, name: str):
-    def manual_seed(seed):
-        _refuse_in_trace(name, _SEEDING)
-        return original(seed)
+def refusing(original, name: str, why: str):
+    """``original``, refused (``why``) where the user's code calls it while tracing; the
+    seeding functions here, the generators' state put back in trace/global_effects.py."""
 
-    manual_seed.__doc__ = original.__doc__
-    return manual_seed
+    def refused(*args, **kwargs):
+        _refuse_in_trace(name, why)
+        return original(*args, **kwargs)
 
-
-def _patched_seed(original, name: str):
-    def seed():
-        _refuse_in_trace(name, _SEEDING)
-        return original()
-
-    seed.__doc__ = original.__doc__
-    return seed
+    refused.__doc__ = original.__doc__
+    refused.__wrapped__ = original
+    return refused
 
 
 def _traced_autograd_grad(*args, **kwargs):
@@ -822,15 +817,17 @@ BUILTIN_PATCHES.add(torch.autograd.profiler.record_function, "__exit__", _annota
 BUILTIN_PATCHES.add(torch.jit.ScriptFunction, "__call__", _script_function_call)
 BUILTIN_PATCHES.add(torch.jit.ScriptModule, "__call__", _script_module_call)
 BUILTIN_PATCHES.add(
-    torch, "manual_seed", _patched_manual_seed(_original_manual_seed, "torch.manual_seed")
+    torch, "manual_seed", refusing(_original_manual_seed, "torch.manual_seed", _SEEDING)
 )
 BUILTIN_PATCHES.add(
     torch.random,
     "manual_seed",
-    _patched_manual_seed(_original_random_manual_seed, "torch.random.manual_seed"),
+    refusing(_original_random_manual_seed, "torch.random.manual_seed", _SEEDING),
 )
-BUILTIN_PATCHES.add(torch, "seed", _patched_seed(_original_seed, "torch.seed"))
-BUILTIN_PATCHES.add(torch.random, "seed", _patched_seed(_original_random_seed, "torch.random.seed"))
+BUILTIN_PATCHES.add(torch, "seed", refusing(_original_seed, "torch.seed", _SEEDING))
+BUILTIN_PATCHES.add(
+    torch.random, "seed", refusing(_original_random_seed, "torch.random.seed", _SEEDING)
+)
 BUILTIN_PATCHES.add(torch.autograd, "grad", _traced_autograd_grad)
 BUILTIN_PATCHES.add(torch.Tensor, "backward", _traced_backward)
 BUILTIN_PATCHES.add(torch.Tensor, "__hash__", _traced_tensor_hash)
