@@ -102,6 +102,19 @@ def _tokens(batch: int, length: int, vocab: int, seed: int) -> torch.Tensor:
 # --------------------------------------------------------------------------- MLP
 
 
+def conv_bn_relus(blocks: int) -> nn.Module:
+    """``blocks`` convolutions, each with a norm (folded into it) and a ReLU, then a pooled
+    linear head, in evaluation: twelve blocks are enough ops (runtime/lean.py, MIN_OPS) for
+    the loaded code to run in inference mode, where it checks the state's types too (the
+    state-check and freeze tests share it)."""
+    torch.manual_seed(0)
+    layers: list[nn.Module] = []
+    for _ in range(blocks):
+        layers += [nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU()]
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2)]
+    return nn.Sequential(*layers).eval()
+
+
 class MLP(nn.Module):
     def __init__(self, d_in: int = 16, hidden: int = 32, d_out: int = 4) -> None:
         super().__init__()

@@ -17,7 +17,7 @@ from tracebridge.ir import pytree
 from tracebridge.runtime import folding, lean
 from tracebridge.runtime.frozen import runtime_methods
 
-from .models import CASES
+from .models import CASES, conv_bn_relus
 
 
 def _loaded(traced):
@@ -304,19 +304,8 @@ def test_a_training_graph_kept_beside_the_evaluation_one_never_runs_frozen():
         frozen.train()
 
 
-def _conv_bn_relus(blocks: int) -> nn.Module:
-    """Enough convolutions with norms for the code to run in inference mode (runtime/lean.py,
-    MIN_OPS), where the code also checks the types of the state it reads."""
-    torch.manual_seed(0)
-    layers: list[nn.Module] = []
-    for _ in range(blocks):
-        layers += [nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU()]
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2)]
-    return nn.Sequential(*layers).eval()
-
-
 def test_the_frozen_code_checks_neither_the_folded_state_nor_its_types():
-    model = _conv_bn_relus(12)
+    model = conv_bn_relus(12)
     x = torch.randn(1, 4, 8, 8)
     loaded = _loaded(tracebridge.trace(model, x))
     frozen = tracebridge.freeze(loaded)
@@ -339,7 +328,7 @@ def test_the_benchmark_compares_the_four_contenders():
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
     frozen_speed = pytest.importorskip("frozen_speed")
-    entry = frozen_speed.measure(_conv_bn_relus(12), (torch.randn(1, 4, 8, 8),), 2, 1e-5)
+    entry = frozen_speed.measure(conv_bn_relus(12), (torch.randn(1, 4, 8, 8),), 2, 1e-5)
     assert entry["frozen_bits_equal"]
     assert all(entry[f"{tool}_right"] for tool in frozen_speed.TOOLS)
     assert all(entry[f"{tool}_min_us"] > 0 for tool in frozen_speed.TOOLS)

@@ -10,26 +10,16 @@ import pytest
 import torch
 from torch import nn
 
+from .models import conv_bn_relus
+
 BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
 sys.path.insert(0, os.path.abspath(BENCH))
 
 state_checks = pytest.importorskip("state_checks")
 
 
-def _conv_bn_relus(blocks: int) -> nn.Module:
-    """``blocks`` convolutions, each with a norm (folded into it) and a ReLU, then a
-    pooled linear head: twelve blocks are enough ops (runtime/lean.py, MIN_OPS) for
-    the code to run in inference mode."""
-    torch.manual_seed(0)
-    layers: list[nn.Module] = []
-    for _ in range(blocks):
-        layers += [nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU()]
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2)]
-    return nn.Sequential(*layers).eval()
-
-
 def test_the_fold_keys_on_the_convolution_and_its_norm_and_the_types_on_what_is_read():
-    entry = state_checks.measure(_conv_bn_relus(12), (torch.randn(1, 4, 8, 8),), rounds=2)
+    entry = state_checks.measure(conv_bn_relus(12), (torch.randn(1, 4, 8, 8),), rounds=2)
     # per block: conv weight and bias; norm weight, bias, running mean and variance; the
     # norm's num_batches_tracked (a training step moves its version, not the statistics');
     # and the head's weight, run transposed by addmm (runtime/linear_2d.py)
@@ -43,7 +33,7 @@ def test_the_fold_keys_on_the_convolution_and_its_norm_and_the_types_on_what_is_
 
 def test_the_fold_checks_passes_are_timed_on_request():
     entry = state_checks.measure(
-        _conv_bn_relus(12), (torch.randn(1, 4, 8, 8),), rounds=2, passes=True
+        conv_bn_relus(12), (torch.randn(1, 4, 8, 8),), rounds=2, passes=True
     )
     for name in ("reads", "reads_versions", "reads_pointers", "reads_versions_pointers"):
         assert entry[f"{name}_cold_us"] > 0 and entry[f"{name}_warm_us"] > 0
@@ -66,7 +56,7 @@ def test_the_unchecked_load_runs_the_same_code_without_reading_the_state(tmp_pat
     opt-in frozen mode would promise away); the checked load does."""
     import tracebridge
 
-    model = _conv_bn_relus(12)
+    model = conv_bn_relus(12)
     x = torch.randn(1, 4, 8, 8)
     path = str(tmp_path / "model.tb")
     tracebridge.trace(model, (x,)).save(path)
