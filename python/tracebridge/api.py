@@ -644,7 +644,15 @@ class _CalledTree:
     runtime/module_tree.py) and the lengths of the few tables that had hooks, and walks
     the modules only when one moved."""
 
-    __slots__ = ("modules", "hooks", "global_hooks", "children", "stamps", "tables")
+    __slots__ = (
+        "modules",
+        "hooks",
+        "global_hooks",
+        "children",
+        "hook_stamp",
+        "tree_stamp",
+        "tables",
+    )
 
     def __init__(self, modules: list[nn.Module]):
         module_tree.count_registrations()
@@ -652,7 +660,8 @@ class _CalledTree:
         self.hooks = [user_hooks(m)[:2] for m in modules]
         self.global_hooks = global_hooks()[:2]
         self.children = [dict(m._modules) for m in modules]
-        self.stamps = (_RemovableHandle.next_id, module_tree.REGISTRATIONS[0])
+        self.hook_stamp = _RemovableHandle.next_id
+        self.tree_stamp = module_tree.REGISTRATIONS[0]
         # (removing a hook takes no number: the tables that had one are measured)
         self.tables = tuple(
             (table, len(table))
@@ -662,8 +671,12 @@ class _CalledTree:
         )
 
     def check(self) -> None:
-        stamps = (_RemovableHandle.next_id, module_tree.REGISTRATIONS[0])
-        if stamps == self.stamps and all(len(t) == n for t, n in self.tables):
+        # (on every call: two compares, and the tables' lengths only where there are any)
+        if (
+            _RemovableHandle.next_id == self.hook_stamp
+            and module_tree.REGISTRATIONS[0] == self.tree_stamp
+            and (not self.tables or all(len(t) == n for t, n in self.tables))
+        ):
             return
         for module, hooks, children in zip(self.modules, self.hooks, self.children):
             what = None
@@ -685,7 +698,8 @@ class _CalledTree:
                 "the global module forward hooks are not those present when this function "
                 "was traced: the graph holds what they did then. Trace it again"
             )
-        self.stamps = stamps
+        self.hook_stamp = _RemovableHandle.next_id
+        self.tree_stamp = module_tree.REGISTRATIONS[0]
 
 
 class _BackwardRefusing:
