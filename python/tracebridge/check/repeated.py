@@ -82,12 +82,25 @@ def _changed(snapshot) -> list[str]:
     return changed
 
 
-def check_repeated(eager_fn, traced_method, args, kwargs, tolerance, module, label) -> None:
+def buffers_of(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``path.name -> tensor`` of every buffer of the module tree, as it is now."""
+    return {
+        f"{path}.{key}" if path else key: tensor
+        for path, mod in module.named_modules()
+        for key, tensor in mod._buffers.items()
+        if tensor is not None
+    }
+
+
+def check_repeated(eager_fn, traced_method, args, kwargs, tolerance, module, label) -> list[str]:
     """Raise :class:`TracingCheckError` where a call of the module changes a plain Python
-    attribute and a second call of the code differs from a second call of the trace."""
+    attribute and a second call of the code differs from a second call of the trace.
+    Returns what the example's call changed of the module's state: those attributes, and
+    the buffers it registered anew (check/state_growth.py goes on from there)."""
     if module is None:
-        return  # a function's globals are not put back: the other checks see them
+        return []  # a function's globals are not put back: the other checks see them
     snapshot = _snapshot(module)
+    buffers = buffers_of(module)
     # and the plain objects it holds, its classes' attributes (trace/python_state.py)
     reachable = python_state.Reachable(module)
     # The second call takes other values (the same shapes): state the first call computed
@@ -97,8 +110,11 @@ def check_repeated(eager_fn, traced_method, args, kwargs, tolerance, module, lab
         a, k = fresh(args, kwargs)
         eager_fn(*a, **k)
         changed = _changed(snapshot) + reachable.changed()
+        # (a buffer registered anew: its writes are recorded, but what it was built for
+        # may be kept, which state_growth.py checks)
+        rebound = [name for name, t in buffers_of(module).items() if buffers.get(name) is not t]
         if not changed:
-            return
+            return rebound
         # A memo the first call filled would hand the second call its first value, where
         # the trace computes it again: the second call misses too (trace/memo_tables.py).
         memo_filled = memo_tables.missed_next()
@@ -119,7 +135,7 @@ def check_repeated(eager_fn, traced_method, args, kwargs, tolerance, module, lab
                 a, k = fresh(*call_args)
                 got = traced_method(*a, **k)
     except GuardError:
-        return  # the trace refuses the second call: no wrong answer
+        return changed + rebound  # the trace refuses the second call: no wrong answer
     names = ", ".join(changed[:5]) + (", ..." if len(changed) > 5 else "")
     hint = (
         f"\n  each call of the code changes Python attribute(s) of the module ({names}) "
@@ -144,3 +160,4 @@ def check_repeated(eager_fn, traced_method, args, kwargs, tolerance, module, lab
         )
         label = f"{label}, called a second time (finding what the first call stored)"
         compare_outputs(hit, got, tolerance, label, hint)
+    return changed + rebound

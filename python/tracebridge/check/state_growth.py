@@ -23,9 +23,7 @@ import torch
 from ..errors import GuardError
 from ..ir import pytree
 from ..ir.pytree import is_tensor
-from ..trace import python_state
 from ..trace.capture import preserved
-from . import repeated
 from .compare import compare_outputs, fresh
 from .dims import _groups, _grown
 
@@ -71,32 +69,6 @@ def _counts(t: torch.Tensor) -> bool:
     return not t.is_complex() and t.dtype is not torch.bool and t.numel() > 0
 
 
-def _buffers(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {
-        f"{path}.{key}" if path else key: tensor
-        for path, mod in module.named_modules()
-        for key, tensor in mod._buffers.items()
-        if tensor is not None
-    }
-
-
-def _changed_by_a_call(eager_fn, args, kwargs, module) -> list[str]:
-    """What the example's call changes of the module's Python state (check/repeated.py's
-    attributes) and which buffers it registers anew (``register_buffer`` of a rebuilt
-    table: a write in place is recorded and repeated by the trace, a new tensor each call
-    is too, but what it was built for is the question here)."""
-    snapshot = repeated._snapshot(module)
-    reachable = python_state.Reachable(module)
-    buffers = _buffers(module)
-    with preserved(module):
-        a, k = fresh(args, kwargs)
-        eager_fn(*a, **k)
-        changed = repeated._changed(snapshot) + reachable.changed()
-        now = _buffers(module)
-        changed += [name for name, t in now.items() if buffers.get(name) is not t]
-    return changed
-
-
 def _after(fn, first: tuple, then: tuple, module, rng: torch.Tensor):
     """``fn`` called on ``first``, then on ``then`` (what it gives), from the module's state
     and the random numbers ``rng``, all put back after."""
@@ -109,14 +81,14 @@ def _after(fn, first: tuple, then: tuple, module, rng: torch.Tensor):
         return fn(*a, **k)
 
 
-def check_after_longer(eager_fn, traced_method, args, kwargs, tolerance, module, label) -> None:
-    """Raise :class:`TracingCheckError` where the code, called at the example after a call
-    at a longer size, differs from the trace at the example (only where the example's call
-    changes the module's state: otherwise nothing grows)."""
-    if module is None:
-        return
-    changed = _changed_by_a_call(eager_fn, args, kwargs, module)
-    if not changed:
+def check_after_longer(
+    eager_fn, traced_method, args, kwargs, tolerance, module, label, changed: list[str]
+) -> None:
+    """Raise :class:`TracingCheckError` where the code, called on the example after a call
+    unlike it, differs from the trace there. ``changed``: what the example's call changes
+    of the module's state (check/repeated.py's ``check_repeated`` found it); where nothing,
+    nothing is kept to differ by."""
+    if module is None or not changed:
         return
     for what, other in _other_calls(args, kwargs):
         # Both run the same two calls from the same state and random numbers: the trace

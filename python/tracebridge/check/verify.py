@@ -473,8 +473,8 @@ def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_m
                     refusals.append(refused)
                     continue  # every check below runs the code
                 _check_constants(eager, method, reference, constants, args, kwargs, tolerance, mod)
-                check_repeated(eager, method, args, kwargs, tolerance, mod, label)
-                check_after_longer(eager, method, args, kwargs, tolerance, mod, label)
+                moved = check_repeated(eager, method, args, kwargs, tolerance, mod, label)
+                check_after_longer(eager, method, args, kwargs, tolerance, mod, label, moved)
                 check_cached_values(eager, method, args, kwargs, tolerance, mod, label)
                 if per_method is None:
                     _check_perturbed(
