@@ -98,7 +98,7 @@ class WholeGraphMethod(Method):
         except TraceError:
             raise
         except Exception as exc:
-            raise support.op_failed(self.name, exc, self.from_file) from exc
+            raise self.failure(exc) from exc
 
     def _function(self, guards: bool):
         return super()._function(True)

@@ -261,12 +261,15 @@ class Method:
                 except TraceError:
                     raise
                 except Exception as again:
-                    raise support.op_failed(self.name, again, self.from_file) from again
-            changed = support.changed_state(self.name, self.graph, self._slots, exc)
-            if changed is not None:
-                raise changed from exc
-            # Any op may fail on what a file asks for; callers catch TraceError for all.
-            raise support.op_failed(self.name, exc, self.from_file) from exc
+                    raise self.failure(again) from again
+            raise self.failure(exc) from exc
+
+    def failure(self, exc: BaseException) -> TraceError:
+        """The error a call raises where an op raised ``exc``: a state entry the graph reads
+        gone or None since tracing, named; else the op's failure (any op may fail on what
+        a file asks for; callers catch TraceError for all)."""
+        changed = support.changed_state(self.name, self.graph, self._slots, exc)
+        return changed if changed is not None else support.op_failed(self.name, exc, self.from_file)
 
     def _leaves(self, args, kwargs) -> list:
         """The input tensors of a call whose arguments are nested (or given by keyword),
