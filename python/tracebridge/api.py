@@ -21,6 +21,7 @@ from torch.utils.hooks import RemovableHandle as _RemovableHandle
 from . import artifact
 from .artifact import streams
 from .check.compare import fresh
+from .check.input_identity import refuse_identity_paths
 from .check.kept_globals import KeptGlobals
 from .check.meta_state import warn_meta_non_persistent
 from .check.specialise import specialisations
@@ -1413,6 +1414,17 @@ def trace(
     kept = KeptGlobals(func)
     kept_buffers = called_modules.KeptBuffers(called)
     try:
+        name = getattr(func, "__name__", "forward")
+        refuse_identity_paths(
+            graph,
+            func,
+            args,
+            kwargs,
+            where=name,
+            call=name if name.isidentifier() else "f",
+            tolerance=check_tolerance,
+            strict=strict,
+        )
         stage("size-1 variants")
         program = Program(
             kind="function",
@@ -1423,7 +1435,6 @@ def trace(
         _add_specialisations(
             program, "forward", specialisations(graph, args, kwargs, run_eager, retrace)
         )
-        name = getattr(func, "__name__", "forward")
         name = name if name.isidentifier() else "forward"
         traced = TracedFunction(program, name=name, runtime=runtime)
         if called:
@@ -1694,9 +1705,12 @@ def record_module(
     respect_mode: bool,
     method_alias: dict | None = None,
     after_first_call: Callable[[], None] | None = None,
+    tolerance: float = 1e-5,
 ) -> Program:
     """Trace each method of ``mod`` (each in both modes when respect_mode);
-    ``after_first_call()`` runs once, after the first method is recorded."""
+    ``after_first_call()`` runs once, after the first method is recorded; ``tolerance``
+    compares its results where the example passes one tensor twice
+    (check/input_identity.py)."""
     index = state_index(mod)
     constants: dict[str, StateEntry] = {}
     warned: set = set()
@@ -1774,6 +1788,22 @@ def record_module(
             later = methods[name].nodes[index_of_change:] or methods[name].nodes[-1:]
             node = next((n for n in later if not n.op.startswith("prim.")), later[0])
             mode_bound[name] = {"training": mod.training, "op": node.op, "loc": node.loc}
+    for graph_name, name, mode, args, kwargs in recorded:
+        target = alias.get(name, name)
+        refuse_identity_paths(
+            methods[graph_name],
+            _bound(mod, target),
+            args,
+            kwargs,
+            where=f"{type(mod).__name__}.{target}",
+            call="model" if target == "forward" else f"model.{target}",
+            tolerance=tolerance,
+            module=mod,
+            mode=mode,
+            state=index,
+            names_from=getattr(mod, target),
+            strict=strict,
+        )
     # Every parameter and buffer, used or not, so state_dict() keys match the original's.
     state = {}
     transient = _non_persistent(mod)
@@ -1943,6 +1973,7 @@ def _trace_module(
             respect_mode=respect_mode,
             method_alias=method_alias,
             after_first_call=after_first_call,
+            tolerance=check_tolerance,
         )
         traced = TracedModule(program, original=mod, runtime=runtime)
         _warn_of_side_effects([], traced._tb_hooks or {})

@@ -334,8 +334,11 @@ def capture(
     constants: dict[str, StateEntry] | None = None,
     strict: bool = True,
     warned: set | None = None,
+    one_object: bool = False,
 ) -> Graph:
-    """Record one call ``fn(*args, **kwargs)``; returns its Graph."""
+    """Record one call ``fn(*args, **kwargs)``; returns its Graph. ``one_object``: a
+    tensor passed twice stays one object, as the caller gave it (only to compare with the
+    general recording: check/input_identity.py)."""
     tracer = Tracer(
         state or {},
         constants if constants is not None else {},
@@ -361,11 +364,12 @@ def capture(
     # twice (f(x, x)) is two inputs: by identity, every op on the first read the last,
     # and the graph served every call with that one (a - b gave zeros), silently. Such an
     # input is a detached alias (same storage), so inputs and state reads stay apart, and
-    # the code sees two tensors, as in a call that passes two.
+    # the code sees two tensors, as in a call that passes two (where that changes what
+    # the code does, the trace is refused: check/input_identity.py).
     seen: set[int] = set()
     distinct = []
     for leaf in leaves:
-        repeated = id(leaf) in seen or (state and id(leaf) in state)
+        repeated = (id(leaf) in seen and not one_object) or (state and id(leaf) in state)
         seen.add(id(leaf))
         distinct.append(_alias(leaf) if repeated else leaf)
     if any(a is not b for a, b in zip(distinct, leaves)):
@@ -572,6 +576,7 @@ def capture_again(
     state: dict | None = None,
     strict: bool = True,
     names_from: Callable | None = None,
+    one_object: bool = False,
 ) -> Graph:
     """A second recording, made only to compare with the first (check_trace, the other
     training mode): the model is left as it was, ``mode`` (if given) is the training flag
@@ -590,6 +595,7 @@ def capture_again(
             constants={},
             strict=strict,
             warned=set(),
+            one_object=one_object,
         )
 
 
