@@ -20,6 +20,7 @@ from torch.utils.hooks import RemovableHandle as _RemovableHandle
 
 from . import artifact
 from .artifact import streams
+from .check import method_stashes
 from .check.compare import fresh
 from .check.input_identity import refuse_identity_paths
 from .check.kept_globals import KeptGlobals
@@ -1720,10 +1721,13 @@ def record_module(
     def record(name, args, kwargs, mode=None, graph_name=None):
         stage(f"recording {name}" + ("" if mode is None else f" ({'train' if mode else 'eval'})"))
         target = _bound(mod, alias.get(name, name))
-        with preserved(mod):
+        others = {m: (_bound(mod, alias.get(m, m)), *inputs[m]) for m in inputs}
+        explained = method_stashes.failure_explained(mod, name, others, written)
+        with explained if graph_name is not None else contextlib.nullcontext(), preserved(mod):
             enter_mode(mod, mode)
             if graph_name is not None:  # the modes it is recorded with (module_tree.py)
                 module_modes[graph_name] = {"": mod.training, **mode_reading_paths(mod)}
+            before = method_stashes.attributes(mod)
             graph = capture(
                 target,
                 args,
@@ -1734,6 +1738,7 @@ def record_module(
                 strict=strict,
                 warned=warned,
             )
+            written.setdefault(name, set()).update(method_stashes.rebound(before, mod))
         if after_first_call is not None and not methods:
             after_first_call()
         return graph
@@ -1748,6 +1753,7 @@ def record_module(
         _warn_of_mixed_modes(mod)
     module_modes: dict[str, dict[str, bool]] = {}
     recorded = []  # (graph name, method name, mode, example inputs)
+    written: dict[str, set[str]] = {}  # method -> the plain attributes it assigned
     for name, (args, kwargs) in inputs.items():
         if respect_mode:  # every method in both modes, routed by the module's flag
             train, evaluate = f"train{name}", f"eval{name}"
@@ -1804,6 +1810,9 @@ def record_module(
             names_from=getattr(mod, target),
             strict=strict,
         )
+    method_stashes.refuse_stale_reads(
+        methods, {g: n for g, n, *_ in recorded}, constants, written, type(mod).__name__
+    )
     # Every parameter and buffer, used or not, so state_dict() keys match the original's.
     state = {}
     transient = _non_persistent(mod)
