@@ -84,6 +84,12 @@ CONTIGUITY_KEEPING = frozenset(
 _TO_FLAGS = frozenset({"non_blocking"})
 
 
+# Calls that convert a tensor as another op does, where they give back their tensor
+# argument: ``torch.as_tensor(x, dtype=d, device=v)`` is ``x.to(device=v, dtype=d)``
+# (prober21b F6: it was recorded, and every later use of ``x`` read the conversion).
+_AS_CONVERSION = {"as_tensor": "Tensor.to"}
+
+
 def _without_device(name: str, args: tuple, enc_args, enc_kwargs):
     """``Tensor.to``'s encoded arguments with the device left out (``x.to(d, dtype)``,
     ``x.to(device=d, dtype=t)``), or None where it names no device."""
@@ -153,6 +159,7 @@ class NoOps:
         source = self._tensor_id(args[0])
         if source is None:
             return False
+        name = _AS_CONVERSION.get(name, name)
         if name == "Tensor.contiguous":
             fmt = enc_args[1] if len(enc_args) > 1 else enc_kwargs.get("memory_format")
             return fmt in (None, torch.contiguous_format) and source in self._contiguous
@@ -180,6 +187,8 @@ class NoOps:
             return False
         if self._tensor_id(args[0]) is None:
             return False
+        method = name.rsplit(".", 1)[-1]
+        name = _AS_CONVERSION.get(name, name)
         moves = False
         if self._conversion_target(name, enc_args, enc_kwargs) is None:
             # ``x.to(device, dtype)``: gave back its input too. The dtype is guarded as
@@ -191,7 +200,6 @@ class NoOps:
             moves = True
         tensor = args[0]
         read = self._lazy_meta("prim.dtype", tensor, "dtype")
-        method = name.rsplit(".", 1)[-1]
         self._guard_dtype(
             tensor, read, f"{self._name_of(tensor)}.dtype ({method}() gave it back when traced)"
         )
