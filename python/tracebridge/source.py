@@ -30,10 +30,11 @@ _foreign = threading.local()
 
 
 def is_internal(filename: str) -> bool:
-    """Whether a frame in ``filename`` belongs to PyTorch, tracebridge or glue code."""
+    """Whether a frame in ``filename`` belongs to PyTorch, tracebridge (the code it
+    generates too: a loaded program called by traced code) or glue code."""
     return (
         filename.startswith(_INTERNAL_DIRS)
-        or filename.startswith("<frozen")
+        or filename.startswith(("<frozen", "<tracebridge:"))
         or any(part in filename for part in _INTERNAL_PARTS)
     )
 

@@ -1681,7 +1681,11 @@ def _forget_lines(filename: str) -> None:
 
 def compile_function(gen: CodeGen, filename: str | None = None) -> Generated:
     """Build ``gen``'s tree, compile it, and return the function with its display text."""
-    tree = gen.build()
+    # The tensors the tree holds (scalars made tensors) are made outside any torch function
+    # mode: a loaded program compiles at its first call, which may be inside a trace of
+    # code around it, and its constants are no op of that code (prober21b F8).
+    with torch._C.DisableTorchFunction():
+        tree = gen.build()
     title = gen.name if _is_keyword_name(gen.name) else tree.name
     renderer = _Renderer(gen, title)
     code_text = renderer.function(tree)
