@@ -166,3 +166,29 @@ def test_an_in_place_write_to_one_of_two_repeated_inputs_is_not_taken_for_identi
     same = tracebridge.trace(bump, (x.clone(),) * 2, check_trace=False)
     z = y.clone()
     torch.testing.assert_close(same(z, z), bump(*(y.clone(),) * 2))
+
+
+def test_a_check_input_that_repeats_a_tensor_names_the_identity():
+    from tracebridge.errors import TracingCheckError
+
+    x, y, z = torch.randn(3), torch.randn(3), torch.randn(4)
+    with pytest.raises(TracingCheckError) as info:
+        tracebridge.trace(self_or_cross, (x, y), check_inputs=[(z, z)])
+    text = str(info.value)
+    assert text.startswith("on a check input: ") and "'query' and 'key'" in text
+    m = SelfOrCross()
+    with pytest.raises(TracingCheckError, match="'query' and 'key'"):
+        tracebridge.trace(
+            m,
+            (torch.randn(2, 4), torch.randn(2, 4)),
+            check_inputs=[(torch.ones(3, 4),) * 2],
+        )
+
+
+def test_multihead_attention_checked_with_one_tensor_three_times_stays_general():
+    mha = nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    q, k, v = torch.randn(2, 5, 8), torch.randn(2, 4, 8), torch.randn(2, 4, 8)
+    y = torch.randn(3, 6, 8)
+    traced = tracebridge.trace(mha, (q, k, v), check_inputs=[(y, y, y), (q, k, v)])
+    for a, b in zip(traced(y, y, y), mha(y, y, y)):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)

@@ -30,7 +30,6 @@ from ..ir.pytree import is_tensor
 from ..source import source_line
 from ..trace.capture import capture_again, enter_mode, leaf_names, preserved
 from .compare import compare_outputs, fresh
-from .verify import _canonical, _node_line
 
 
 def repeated_inputs(args: tuple, kwargs: dict) -> list[list[int]]:
@@ -69,6 +68,7 @@ def refuse_identity_paths(
     state: dict | None = None,
     names_from: Callable | None = None,
     strict: bool = True,
+    label: str = "",
 ) -> None:
     """Raise :class:`TraceError` where the example passes one tensor at several positions
     and ``fn`` gives other results than for distinct tensors (module Note).
@@ -76,7 +76,8 @@ def refuse_identity_paths(
     ``graph`` is the general recording of ``fn(*args, **kwargs)``; ``module`` (in training
     mode ``mode``, None: as it is) is left as it was, and so is the random state; ``state``,
     ``names_from`` and ``strict`` are the recording's; ``where`` names the traced callable
-    and ``call`` how the user calls it (``model``, ``model.encode``, ``f``)."""
+    and ``call`` how the user calls it (``model``, ``model.encode``, ``f``); ``label``
+    (``on a check input``) says which call it was, where it is not the example."""
     groups = repeated_inputs(args, kwargs)
     if not groups:
         return
@@ -109,6 +110,9 @@ def refuse_identity_paths(
     names = leaf_names(graph.arg_names, args, kwargs)
     lines = _message(graph.arg_names, args, kwargs, groups, names, where, call, difference)
     lines[2:2] = _parting_lines(graph, args, kwargs, groups, record_one_object)
+    if label:  # a check's call: the check's error
+        lines[0] = f"{label}: " + lines[0]
+        raise TracingCheckError("\n".join(lines)) from None
     raise TraceError("\n".join(lines)) from None
 
 
@@ -181,6 +185,8 @@ def _one_input_call(arg_names, args, kwargs, names, group, call) -> str:
 def _parting_lines(graph, args, kwargs, groups, record_one_object) -> list[str]:
     """Where a recording of the call as given (one object) parts from the general one: the
     node of each, with its source line; nothing where that recording fails or agrees."""
+    from .verify import _canonical, _node_line  # verify runs this module's check
+
     try:
         one = record_one_object(args, kwargs)
     except Exception:

@@ -42,6 +42,7 @@ from ..trace.own_hooks import global_hooks, global_hooks_skip
 from .cached_calls import check_cached_values
 from .compare import NON_DETERMINISM, compare_outputs, fresh, on_meta, rolled
 from .dims import check_other_sizes
+from .input_identity import refuse_identity_paths
 from .meta_state import state_read
 from .repeated import check_repeated
 from .state_growth import check_after_longer
@@ -399,6 +400,11 @@ def check_function(func, traced, args, kwargs, check_inputs, tolerance, strict) 
         if refused is not None:
             _check_structure(reference, a, k, retrace, label)
             continue
+        if check_inputs is not None:  # one tensor at two inputs (the example: api.py)
+            name = getattr(func, "__name__", "f")
+            refuse_identity_paths(
+                reference, func, a, k, where=name, call=name, tolerance=tolerance, label=label
+            )
         _check_one(func, traced, reference, a, k, tolerance, None, retrace, label, constants)
     if meta:
         _warn_on_meta("a function", refused)
@@ -466,6 +472,20 @@ def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_m
                     if refused is not None:
                         _check_structure(reference, a, k, retrace, label)
                         continue
+                    if per_method is not None:  # one tensor at two inputs (the example: api.py)
+                        target = alias.get(name, name)
+                        refuse_identity_paths(
+                            reference,
+                            eager,
+                            a,
+                            k,
+                            where=f"{type(mod).__name__}.{target}",
+                            call="model" if target == "forward" else f"model.{target}",
+                            tolerance=tolerance,
+                            module=mod,
+                            mode=mode,
+                            label=label,
+                        )
                     _check_one(
                         eager, method, reference, a, k, tolerance, mod, retrace, label, constants
                     )
