@@ -34,7 +34,12 @@ from .compare import compare_outputs, fresh
 
 def repeated_inputs(args: tuple, kwargs: dict) -> list[list[int]]:
     """The tensor leaves of the inputs that are one object, as groups of leaf positions
-    (``f(x, x)``: ``[[0, 1]]``); empty where every tensor is passed once."""
+    (``f(x, x)``: ``[[0, 1]]``); empty where every tensor is passed once.
+
+    >>> x = torch.zeros(2)
+    >>> repeated_inputs((x, torch.ones(2)), {"mask": x})
+    [[0, 2]]
+    """
     leaves, _ = pytree.flatten((tuple(args), dict(kwargs)), is_tensor)
     groups: dict[int, list[int]] = {}
     for position, leaf in enumerate(leaves):
