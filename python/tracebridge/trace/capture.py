@@ -454,6 +454,8 @@ def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: boo
             _note_where(exc)
             raise
         _refuse_caught_failures(tracer)
+        if tracer.identity_refusals:
+            raise UnsupportedOpError(tracer.identity_refusals[0])
         global_effects.refuse_put_back_states(tracer)
         # Text made from traced numbers that is returned is the example's: its numbers
         # are guarded (prober17: it reached the graph as an object no file can hold)

@@ -74,6 +74,8 @@ class Tracer(Dispatcher, Conversions, LibraryHandlers, InPlace, NoOps, ReturnedI
         # (function, user's file:line, exception) of each call of the traced code that
         # raised: where the code then returns, it caught the error (capture.py refuses)
         self.failed_calls: list[tuple[str, str | None, BaseException]] = []
+        # identity tests of kept traced sizes eager answers True (conversions.py: refused)
+        self.identity_refusals: list[str] = []
         self.rng_put_back: list[str | None] = []  # set_rng_state's lines (global_effects)
         self._grad_entry: tuple[Ref, bool] | None = None
         self._grad_depth = 0
