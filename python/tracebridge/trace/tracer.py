@@ -26,6 +26,7 @@ import torch
 from ..ir.program import Graph, Ref, StateEntry, Value
 from . import (  # noqa: F401 - their replacements join the patches
     global_effects,
+    made_modules,
     transformer_encoder,
     unseen_writes,
 )
