@@ -30,6 +30,7 @@ from . import (
     carried_reads,
     global_effects,
     input_containers,
+    key_reads,
     message_sinks,
     module_memos,
     numpy_generators,
@@ -346,6 +347,9 @@ def capture(
     graph.positional_only = positional_only_count(names_from or fn)
     graph.defaults = parameter_defaults(names_from or fn, graph.arg_names, kwargs)
     graph.var_keywords = var_keyword_names(names_from or fn, args, kwargs)
+    graph.any_order = key_reads.order_free_parameters(
+        names_from or fn, graph.arg_names, args, kwargs
+    )
     try:
         leaves, graph.in_spec = pytree.flatten((tuple(args), dict(kwargs)), is_tensor)
     except TypeError as exc:
