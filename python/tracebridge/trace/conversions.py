@@ -16,7 +16,7 @@ from ..ir import pytree
 from ..ir.program import Ref
 from ..source import called_from_user_code as _called_from_user_code
 from ..source import user_frame
-from . import cache_values
+from . import cache_values, warm_caches
 from .caches import DictCache, fresh_hash, functools_cache_hashing_tensor
 from .device_reads import FULL, TYPE, device_use
 from .memo_tables import plain_key
@@ -249,6 +249,10 @@ class Conversions:
         result = opset.SCALAR_OPS[f"scalar.{op}"](*concrete)
         if self._kept_after_the_trace():
             return result
+        if op in ("eq", "ne"):
+            plain = right if isinstance(left, _Traced) else left
+            if type(plain) is int:  # a one-entry cache's key? (trace/warm_caches.py)
+                warm_caches.note_compared(self, plain)
         value = self._new_value("bool")
         loc = self.location()
         self._emit(

@@ -455,7 +455,7 @@ class Dispatcher:
         for arg in list(args) + list(kwargs.values()):
             if isinstance(arg, torch.Tensor):
                 hit = self._lookup(arg)
-                parts.append(hit[2] if hit else "tensor")
+                parts.append(hit[2] if hit else self._name_of(arg))  # a weight by its path
             elif isinstance(arg, _Traced):
                 parts.append(arg._desc)
             elif isinstance(arg, (int, float, bool, str)) or arg is None:

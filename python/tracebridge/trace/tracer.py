@@ -77,6 +77,8 @@ class Tracer(Dispatcher, Conversions, LibraryHandlers, InPlace, NoOps, ReturnedI
         self.failed_calls: list[tuple[str, str | None, BaseException]] = []
         # identity tests of kept traced sizes eager answers True (conversions.py: refused)
         self.identity_refusals: list[str] = []
+        # (object, attribute, line) of one-entry cache keys compared (trace/warm_caches.py)
+        self.cache_keys: list[tuple] = []
         self.rng_put_back: list[str | None] = []  # set_rng_state's lines (global_effects)
         self._grad_entry: tuple[Ref, bool] | None = None
         self._grad_depth = 0
