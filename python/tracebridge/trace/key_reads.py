@@ -31,17 +31,12 @@ def order_free_parameters(fn: Callable, arg_names: list[str], args: tuple, kwarg
     """The names of ``fn``'s parameters given a dict (by position or keyword), and of its
     ``**kwargs`` parameter where the call fills it, that its code reads only by key; []
     where the source cannot be read."""
+    if not kwargs and not any(type(a) is dict for a in args):
+        return []  # nothing to read: the common call pays no parse
     fn = _function_of(fn)
     try:
         signature = inspect.signature(fn)
-        source = textwrap.dedent(inspect.getsource(fn))
-        tree = ast.parse(source)
-    except (TypeError, ValueError, OSError, SyntaxError, IndentationError):
-        return []
-    node = next(
-        (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None
-    )
-    if node is None:
+    except (TypeError, ValueError):
         return []
     given = dict(zip(arg_names, args))
     given.update(kwargs)
@@ -57,6 +52,17 @@ def order_free_parameters(fn: Callable, arg_names: list[str], args: tuple, kwarg
                 candidates.append(parameter.name)
         elif type(given.get(parameter.name)) is dict and len(given[parameter.name]) > 1:
             candidates.append(parameter.name)
+    if not candidates:
+        return []
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (TypeError, ValueError, OSError, SyntaxError, IndentationError):
+        return []
+    node = next(
+        (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None
+    )
+    if node is None:
+        return []
     return [name for name in candidates if _read_only_by_key(node, name)]
 
 
