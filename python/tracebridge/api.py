@@ -786,10 +786,12 @@ class TracedModule(nn.Module, _Traced):
             program.module_modes,
             _same_in_both(program),
         )
-        # The module traced, where its own hooks ran inside the recording: the graph
-        # holds what they did, so they are watched as a sub-module's are (prober20b F10:
-        # a root's input-scaling hook removed after tracing went on being applied).
-        if original is not None and any(user_hooks(original)):
+        # The module traced, whose call this stands for: its hooks at trace time ran
+        # inside the recording, so the graph holds what they did, and it never runs one
+        # registered since; either change is refused as a sub-module's is (prober20b F10:
+        # a root's input-scaling hook removed after tracing went on being applied;
+        # prober21b F1: one registered after tracing was not applied).
+        if original is not None:
             self.__dict__["_tb_hooked_root"] = original
         # The sub-modules' hooks the graphs were traced with (see the note on hooks); the
         # global ones only for a trace made now (a loaded graph holds none of their work)
@@ -908,9 +910,9 @@ class TracedModule(nn.Module, _Traced):
             if changed[0] == ROOT_HOOKS:
                 raise TraceError(
                     f"the module this was traced from ({type(self._tb_hooked_root).__name__})"
-                    " has other hooks than when it was traced (a forward hook registered or "
-                    "removed since): its hooks ran inside the recording, so the graph holds "
-                    "what they did then and never runs them. Trace again with the hooks in "
+                    " has other hooks than when it was traced (a hook registered or removed "
+                    "since): the graph holds what its hooks at trace time did inside the "
+                    "recording and never runs a hook itself. Trace again with the hooks in "
                     "place, or register hooks on the traced module itself (its own hooks run "
                     "on every call)"
                 )

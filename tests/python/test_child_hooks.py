@@ -195,12 +195,24 @@ def test_a_hook_of_the_module_traced_removed_after_tracing_is_refused(kind):
         traced(x)
 
 
-def test_hooks_added_to_a_module_traced_without_any_are_its_own_business():
+@pytest.mark.parametrize("kind", ["pre", "post", "backward"])
+def test_a_hook_added_to_the_module_traced_without_any_is_refused(kind):
+    """The trace stands for the traced module's call: a hook registered on it afterwards
+    is one the graph never runs (prober21b F1: it was silently left out, where one
+    removed was refused), so the call is refused until it is removed again."""
     net = _net()
     traced = tracebridge.trace(net, torch.rand(3, 4))
     x = torch.rand(2, 4)
-    net.register_forward_hook(lambda mod, args, out: out * 0)  # hooks of net, not the trace
-    torch.testing.assert_close(traced(x), net.forward(x))  # forward, without net's hooks
+    if kind == "pre":
+        handle = net.register_forward_pre_hook(lambda mod, args: (args[0] * 2,))
+    elif kind == "post":
+        handle = net.register_forward_hook(lambda mod, args, out: out * 0)
+    else:
+        handle = net.register_full_backward_hook(lambda mod, gin, gout: gin)
+    with pytest.raises(TraceError, match=r"module this was traced from \(Sequential\)"):
+        traced(x)
+    handle.remove()
+    torch.testing.assert_close(traced(x), net(x))
 
 
 def test_a_backward_hook_of_the_module_traced_raises_at_backward_naming_it():
