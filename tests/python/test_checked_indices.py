@@ -236,4 +236,3 @@ def test_on_cuda_an_index_out_of_range_is_refused_and_the_device_still_works():
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.split("\n")
     assert lines[1:4] == ["refused True"] * 3 and lines[4] == "alive 6.0", result.stdout
-
