@@ -371,6 +371,11 @@ check_generators <- function(doc) {
   generators <- doc[["generators"]]
   if (is.null(generators)) return(invisible())
   if (!is_obj(generators)) check_fault("document", "generators must be an object")
+  limit <- tb_tables()[["ops"]][["limits"]][["generators"]]
+  if (length(generators) > limit) {
+    check_fault("resource limits", sprintf("%d generators, more than %d", length(generators),
+                                           limit))
+  }
   reserved <- unlist(tb_tables()[["ops"]][["names"]][["reserved_attributes"]])
   states <- names(doc[["state"]])
   modules <- unique(unlist(lapply(strsplit(states, ".", fixed = TRUE), function(parts) {
@@ -378,12 +383,13 @@ check_generators <- function(doc) {
     vapply(seq_len(length(parts) - 1L), function(i) paste(parts[seq_len(i)], collapse = "."), "")
   })))
   holders <- c(states, names(generators))
+  taken <- c(states, modules, names(doc[["methods"]]))
   for (name in names(generators)) {
     check_path_name(name, "generator")
     parts <- strsplit(name, ".", fixed = TRUE)[[1]]
     clash <- parts[parts %in% reserved | startsWith(parts, "_tb") | parts == "_class_name"]
     check_dotted_name(name, "generator", clash, holders, "'%s' is not a module")
-    if (name %in% c(states, modules, names(doc[["methods"]]))) {
+    if (name %in% taken) {
       check_fault("names", sprintf(paste(
         "generator '%s' has the name of a state tensor, a module or a method of the",
         "program"), substr(name, 1, 40)))
