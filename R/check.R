@@ -56,6 +56,31 @@ check_message <- function(file, method, index, op, fault) {
   sprintf("%s%s [rule: %s]; %s", head, conditionMessage(fault), fault[["rule"]], fix)
 }
 
+# The names prim.setting reads (shared_ir/SPEC.md, section 6): a reader MUST refuse a name
+# it does not know, as Python's check_program() does. jit_inspect() shows each read as a
+# guard, so it refuses such a file too, naming the method and node; the names are
+# `settings` of ops.json, generated from python/tracebridge/ir/ops.py (SETTINGS), so that
+# both readers know the same ones.
+check_settings <- function(doc, file) {
+  known <- names(tb_tables()[["ops"]][["settings"]])
+  for (method in names(doc[["methods"]])) {
+    nodes <- doc[["methods"]][[method]][["nodes"]]
+    for (i in seq_along(nodes)) {
+      node <- nodes[[i]]
+      if (!identical(node[["op"]], "prim.setting")) next
+      name <- node[["args"]][[1]]
+      if (is_str(name) && name %in% known) next
+      shown <- if (is_str(name)) sprintf("'%s'", substr(name, 1, 30)) else "a non-name"
+      fault <- tryCatch(check_fault("literals", sprintf(
+        "prim.setting reads %s, which is not a setting this tracebridge knows", shown),
+        "the file was made by a newer tracebridge or edited; upgrade tracebridge to read it"),
+        tracebridge_check_fault = function(f) f)
+      inspect_abort(check_message(file, method, i - 1L, "prim.setting", fault))
+    }
+  }
+  invisible()
+}
+
 # The document rules of shared_ir/SPEC.md; see check_document_rules() in Python.
 check_program <- function(doc, file, strict = FALSE) {
   tryCatch({

@@ -92,6 +92,7 @@ jit_inspect <- function(path, quiet = FALSE) {
   file <- path.expand(path)
   doc <- read_program(file)
   state <- read_state(file, doc)
+  check_settings(doc, file)
   methods <- names(doc$methods)
   graphs <- vapply(methods, function(m) {
     text <- tryCatch(
