@@ -128,6 +128,25 @@ def test_on_the_cpu_the_kernel_checks_and_nothing_else_runs(monkeypatch):
         _outcome(default_callable(op), call, 0)
 
 
+def test_tracers_stand_ins_are_not_checked(monkeypatch):
+    """A fake tensor (torch.export, ONNX, torch.compile tracing a GraphModule of the
+    program) holds no values: the wrappers pass it to the kernel, and Dynamo traces them
+    into one graph; the compiled function's kernels are torch's."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    monkeypatch.setattr(checked_indices, "CHECK_ON_CPU", True)
+    gather, getitem = default_callable("gather"), default_callable("getitem")
+    with FakeTensorMode():
+        x, i = torch.ones(3), t(0, 5)
+        assert gather(x, 0, i).shape == getitem(x, i).shape == (2,)
+    compiled = torch.compile(
+        lambda x, i: gather(x, 0, i) + getitem(x, i), backend="eager", fullgraph=True
+    )
+    assert compiled(torch.ones(3), t(0, 2)).tolist() == [2.0, 2.0]
+    with pytest.raises(CheckFailed):
+        gather(torch.ones(3), 0, t(0, 5))
+
+
 def test_a_tensor_index_is_checked_against_the_dimension_it_indexes(monkeypatch):
     """``getitem``'s index parsed as torch parses it: ints and slices take a dimension,
     ``None`` none, a mask as many as it has, an ellipsis the rest; a list of ints is one

@@ -56,10 +56,21 @@ _VF = torch._C._VariableFunctions
 
 
 def _device_checks(t) -> bool:
-    """Whether the kernels running on ``t``'s device check index values themselves: the
-    CPU's (unless :data:`CHECK_ON_CPU`), and ``meta`` has no values (``is_cpu`` costs a
-    tenth of ``device.type``)."""
-    return not isinstance(t, torch.Tensor) or t.is_meta or (t.is_cpu and not CHECK_ON_CPU)
+    """Whether nothing is to be checked here for ``t``: the kernels of its device check
+    index values themselves (the CPU's, unless :data:`CHECK_ON_CPU`), or it holds no values
+    (``meta``; a fake tensor while ``torch.compile``, ``torch.export`` or ONNX export
+    trace a GraphModule of the program, export/fx.py, whose kernels are torch's to check).
+    ``is_cpu`` first: it costs a tenth of ``device.type``."""
+    if not isinstance(t, torch.Tensor) or t.is_meta or (t.is_cpu and not CHECK_ON_CPU):
+        return True
+    return _traced(t)
+
+
+def _traced(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a stand-in of a tracer (values unknown) rather than data."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    return torch.compiler.is_compiling() or torch.compiler.is_exporting() or is_fake(t)
 
 
 def _range_ok(op: str, on, what: str, index, low: int, high: int | None, allow=None) -> None:
@@ -125,8 +136,9 @@ def _along_dim(op: str, low_is_negative: bool, index_at: int = 2) -> Callable:
     kernel = _kernel(op)
 
     def checked(*args, **kwargs):
-        if args and _device_checks(args[0]):
-            return kernel(*args, **kwargs)
+        first = args[0] if args else None
+        if isinstance(first, torch.Tensor) and first.is_cpu and not CHECK_ON_CPU:
+            return kernel(*args, **kwargs)  # the CPU kernel checks
         this = _arg(args, kwargs, 0, "self", _arg(args, kwargs, 0, "input"))
         if not _device_checks(this):
             dim = _arg(args, kwargs, 1, "dim")
@@ -151,8 +163,9 @@ def _flat_indices(op: str) -> Callable:
     kernel = _kernel(op)
 
     def checked(*args, **kwargs):
-        if args and _device_checks(args[0]):
-            return kernel(*args, **kwargs)
+        first = args[0] if args else None
+        if isinstance(first, torch.Tensor) and first.is_cpu and not CHECK_ON_CPU:
+            return kernel(*args, **kwargs)  # the CPU kernel checks
         this = _arg(args, kwargs, 0, "self", _arg(args, kwargs, 0, "input"))
         if not _device_checks(this):
             n = this.numel()
@@ -175,6 +188,8 @@ def take_along_dim(input, indices, dim=None):
 
 def embedding(weight, indices, *args, **kwargs):
     """``torch.embedding``: ``indices`` within the weight's rows, ``[0, rows)``."""
+    if isinstance(weight, torch.Tensor) and weight.is_cpu and not CHECK_ON_CPU:
+        return _VF.embedding(weight, indices, *args, **kwargs)  # the CPU kernel checks
     if not _device_checks(weight) and _is_tensor(weight) and weight.dim():
         rows = weight.size(0)
         _range_ok("embedding", weight, f"indices (rows of a weight of {rows})", indices, 0, rows)
@@ -259,6 +274,8 @@ _SETITEM = torch.Tensor.__setitem__
 
 def getitem(x, index):
     """``x[index]``: each tensor index within ``[-n, n)`` of the dimension it indexes."""
+    if isinstance(x, torch.Tensor) and x.is_cpu and not CHECK_ON_CPU:
+        return _GETITEM(x, index)  # the CPU kernel checks
     if not _device_checks(x) and type(index) is not int and type(index) is not slice:
         _advanced_ok("getitem", x, _index_items(index))
     return _GETITEM(x, index)
@@ -275,8 +292,9 @@ def _index_put(op: str) -> Callable:
     kernel = _kernel(op)
 
     def checked(*args, **kwargs):
-        if args and _device_checks(args[0]):
-            return kernel(*args, **kwargs)
+        first = args[0] if args else None
+        if isinstance(first, torch.Tensor) and first.is_cpu and not CHECK_ON_CPU:
+            return kernel(*args, **kwargs)  # the CPU kernel checks
         this = _arg(args, kwargs, 0, "self", _arg(args, kwargs, 0, "input"))
         indices = _arg(args, kwargs, 1, "indices")
         if not _device_checks(this) and isinstance(indices, (list, tuple)):
@@ -295,8 +313,9 @@ def _class_targets(op: str, ignore_at: int) -> Callable:
     kernel = _kernel(op)
 
     def checked(*args, **kwargs):
-        if args and _device_checks(args[0]):
-            return kernel(*args, **kwargs)
+        first = args[0] if args else None
+        if isinstance(first, torch.Tensor) and first.is_cpu and not CHECK_ON_CPU:
+            return kernel(*args, **kwargs)  # the CPU kernel checks
         this = _arg(args, kwargs, 0, "self", _arg(args, kwargs, 0, "input"))
         if not _device_checks(this) and _is_tensor(this) and this.dim():
             target = _arg(args, kwargs, 1, "target")
@@ -317,8 +336,9 @@ def _unpool(op: str, planes: int) -> Callable:
     kernel = _kernel(op)
 
     def checked(*args, **kwargs):
-        if args and _device_checks(args[0]):
-            return kernel(*args, **kwargs)
+        first = args[0] if args else None
+        if isinstance(first, torch.Tensor) and first.is_cpu and not CHECK_ON_CPU:
+            return kernel(*args, **kwargs)  # the CPU kernel checks
         this = _arg(args, kwargs, 0, "self", _arg(args, kwargs, 0, "input"))
         size = _arg(args, kwargs, 2, "output_size")
         if not _device_checks(this) and isinstance(size, (list, tuple)) and len(size) == planes:
@@ -349,8 +369,9 @@ def _masked_scatter(op: str) -> Callable:
     kernel = _kernel(op)
 
     def checked(*args, **kwargs):
-        if args and _device_checks(args[0]):
-            return kernel(*args, **kwargs)
+        first = args[0] if args else None
+        if isinstance(first, torch.Tensor) and first.is_cpu and not CHECK_ON_CPU:
+            return kernel(*args, **kwargs)  # the CPU kernel checks
         this = _arg(args, kwargs, 0, "self", _arg(args, kwargs, 0, "input"))
         mask = _arg(args, kwargs, 1, "mask")
         source = _arg(args, kwargs, 2, "source")
