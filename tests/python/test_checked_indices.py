@@ -255,3 +255,21 @@ def test_on_cuda_an_index_out_of_range_is_refused_and_the_device_still_works():
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.split("\n")
     assert lines[1:4] == ["refused True"] * 3 and lines[4] == "alive 6.0", result.stdout
+
+
+def test_a_basic_index_runs_the_kernel_and_a_tensor_index_the_check(monkeypatch):
+    """Generated code calls the kernel itself where an index holds no tensor and no list
+    whatever the file declares (literals, slices, sizes: codegen._basic_index), and the
+    check where it does: a slice pays no Python frame, and a tensor index is still checked."""
+
+    def f(x, i):
+        return x[:, 1:3].sum() + x[0].sum() + x[:, : x.shape[1] - 1].sum() + x[i].sum()
+
+    traced = tracebridge.trace(f, (X, t(0, 2)))
+    bound = traced._methods["forward"]._function((True, True)).__globals__.values()
+    assert torch.Tensor.__getitem__ in bound
+    assert checked_indices.CHECKED["getitem"] in bound
+    monkeypatch.setattr(checked_indices, "CHECK_ON_CPU", True)
+    torch.testing.assert_close(traced(X, t(3, 1)), f(X, t(3, 1)))
+    with pytest.raises(tracebridge.OpError, match="getitem"):
+        traced(X, t(0, 4))

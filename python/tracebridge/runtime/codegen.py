@@ -41,11 +41,13 @@ import torch
 
 from ..errors import ArtifactError
 from ..ir import GeneratorRef, Graph, Node, Ref, pytree, refs_in
+from ..ir import ops as opset
 from ..ir.analysis import last_uses, state_reads
 from ..ir.program import fold_literal
 from . import (
     arguments,
     basic_index,
+    checked_indices,
     checked_ops,
     concat_linear,
     contiguous,
@@ -375,6 +377,8 @@ class CodeGen:
             args = [args[0], *args[1].elts]  # x.view((a, b)) as x.view(a, b): see _SPREAD
         if self.fold and node.op in scalars.OPS and fn is support.default_callable(node.op):
             args = self.scalar_as_tensor(node, args)
+        if fn is _CHECKED_INDEXING.get(node.op) and _basic_index(node, self.python_ints):
+            fn = opset.impl_of(node.op)  # no index values to check: the kernel itself
         call = ast.Call(self.bind(_op_prefix(node.op), fn), args, kwargs)
         sized = getattr(fn, "__name__", "").startswith("sized_")  # checked_ops.sized_guard
         if self.fold and node.op in _BOUNDED_FACTORIES and sized:
@@ -1518,6 +1522,35 @@ _INT_READS = frozenset(
 _INT_ARITHMETIC = frozenset(
     "scalar.add scalar.sub scalar.mul scalar.floordiv scalar.mod scalar.neg".split()
 )
+
+
+# getitem/setitem through runtime/checked_indices.py, which checks tensor indices' values
+_CHECKED_INDEXING = {op: checked_indices.CHECKED[op] for op in ("getitem", "setitem")}
+# What a basic index (no tensor, no list: nothing a kernel reads on the device) holds
+_BASIC_LEAVES = (int, bool, type(None), type(Ellipsis))
+
+
+def _basic_index(node: Node, python_ints: set[int]) -> bool:
+    """Whether the index of a ``getitem``/``setitem`` node is basic whatever the file
+    declares: literal ints, bools, slices, None and Ellipsis, in tuples, and values that
+    are Python ints (:func:`_python_ints`). Such an index is bounded on the host by the
+    kernel (an int out of range raises IndexError on every device), so the call skips
+    checked_indices' Python frame (about 0.15 us, every slice of every call). A list is
+    not basic: torch reads it as a tensor of indices."""
+    if len(node.args) < 2:
+        return False
+
+    def basic(item) -> bool:
+        kind = type(item)
+        if kind is Ref:
+            return item.id in python_ints
+        if kind is tuple:
+            return all(map(basic, item))
+        if kind is slice:
+            return all(basic(part) for part in (item.start, item.stop, item.step))
+        return kind in _BASIC_LEAVES
+
+    return basic(node.args[1])
 
 
 def _python_ints(graph: Graph) -> set[int]:
