@@ -95,3 +95,25 @@ def test_symbolic_trace_keeps_the_traces_guards() -> None:
     torch.testing.assert_close(again(x)[0], _branchy(x))
     with pytest.raises(tracebridge.GuardError, match=r"x.shape\[1\] > 2"):
         again(torch.randn(5, 2))
+
+
+def _indexed(x, i):
+    y = x[i]
+    x[i] = 0.0
+    return y.sum() + torch.gather(x, 1, i[None].expand(4, -1)).sum() + x.sum()
+
+
+@pytest.mark.parametrize("flat", [False, True])
+def test_a_graph_module_with_index_values_pickles_and_traces_again(flat: bool) -> None:
+    """Tensor indices and gather go through runtime/checked_indices.py (their values are
+    checked before a device kernel): an unpickled or re-traced GraphModule calls the
+    same checks (prober21d F6: unpickling failed in the getitem check, given a proxy; a
+    gather's check was a local function pickle could not find)."""
+    gm = tracebridge.to_graph_module(
+        _trace(_indexed, (torch.randn(4, 5), torch.tensor([0, 2]))), flat=flat
+    )
+    for again in (_pickled(gm), torch.fx.symbolic_trace(gm)):
+        x, i = torch.randn(4, 5), torch.tensor([1, 3, 2])
+        torch.testing.assert_close(again(x.clone(), i)[0], _indexed(x.clone(), i))
+        called = {getattr(n.target, "__module__", "") for n in again.graph.nodes}
+        assert "tracebridge.runtime.checked_indices" in called

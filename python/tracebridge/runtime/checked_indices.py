@@ -139,6 +139,8 @@ def _along_dim(op: str, low_is_negative: bool, index_at: int = 2) -> Callable:
         first = args[0] if args else None
         if isinstance(first, torch.Tensor) and first.is_cpu and not CHECK_ON_CPU:
             return kernel(*args, **kwargs)  # the CPU kernel checks
+        if _stand_in(first):
+            return _as_node(checked, *args, **kwargs)
         this = _arg(args, kwargs, 0, "self", _arg(args, kwargs, 0, "input"))
         if not _device_checks(this):
             dim = _arg(args, kwargs, 1, "dim")
@@ -166,6 +168,8 @@ def _flat_indices(op: str) -> Callable:
         first = args[0] if args else None
         if isinstance(first, torch.Tensor) and first.is_cpu and not CHECK_ON_CPU:
             return kernel(*args, **kwargs)  # the CPU kernel checks
+        if _stand_in(first):
+            return _as_node(checked, *args, **kwargs)
         this = _arg(args, kwargs, 0, "self", _arg(args, kwargs, 0, "input"))
         if not _device_checks(this):
             n = this.numel()
@@ -274,8 +278,11 @@ _SETITEM = torch.Tensor.__setitem__
 
 def getitem(x, index):
     """``x[index]``: each tensor index within ``[-n, n)`` of the dimension it indexes."""
-    if isinstance(x, torch.Tensor) and x.is_cpu and not CHECK_ON_CPU:
-        return _GETITEM(x, index)  # the CPU kernel checks
+    if isinstance(x, torch.Tensor):
+        if x.is_cpu and not CHECK_ON_CPU:
+            return _GETITEM(x, index)  # the CPU kernel checks
+    elif _stand_in(x):
+        return _as_node(getitem, x, index)
     if not _device_checks(x) and type(index) is not int and type(index) is not slice:
         _advanced_ok("getitem", x, _index_items(index))
     return _GETITEM(x, index)
@@ -283,9 +290,24 @@ def getitem(x, index):
 
 def setitem(x, index, value):
     """``x[index] = value``: as :func:`getitem`."""
+    if _stand_in(x):
+        return _as_node(setitem, x, index, value)
     if not _device_checks(x) and type(index) is not int and type(index) is not slice:
         _advanced_ok("setitem", x, _index_items(index))
     return _SETITEM(x, index, value)
+
+
+def _stand_in(x) -> bool:
+    """Whether ``x`` is a torch.fx tracer's stand-in for a tensor (a ``Proxy``: a
+    GraphModule of the program traced again, by its unpickling or ``symbolic_trace``)."""
+    return not isinstance(x, torch.Tensor) and hasattr(x, "tracer")
+
+
+def _as_node(function, x, *args, **kwargs):
+    """The call of ``function`` on the stand-in ``x`` as a node of the graph its tracer
+    traces, so that the new graph keeps the check (the kernel alone would be recorded,
+    and the indexing slots take only tensors)."""
+    return x.tracer.create_proxy("call_function", function, (x, *args), kwargs)
 
 
 def _index_put(op: str) -> Callable:
@@ -295,6 +317,8 @@ def _index_put(op: str) -> Callable:
         first = args[0] if args else None
         if isinstance(first, torch.Tensor) and first.is_cpu and not CHECK_ON_CPU:
             return kernel(*args, **kwargs)  # the CPU kernel checks
+        if _stand_in(first):
+            return _as_node(checked, *args, **kwargs)
         this = _arg(args, kwargs, 0, "self", _arg(args, kwargs, 0, "input"))
         indices = _arg(args, kwargs, 1, "indices")
         if not _device_checks(this) and isinstance(indices, (list, tuple)):
@@ -316,6 +340,8 @@ def _class_targets(op: str, ignore_at: int) -> Callable:
         first = args[0] if args else None
         if isinstance(first, torch.Tensor) and first.is_cpu and not CHECK_ON_CPU:
             return kernel(*args, **kwargs)  # the CPU kernel checks
+        if _stand_in(first):
+            return _as_node(checked, *args, **kwargs)
         this = _arg(args, kwargs, 0, "self", _arg(args, kwargs, 0, "input"))
         if not _device_checks(this) and _is_tensor(this) and this.dim():
             target = _arg(args, kwargs, 1, "target")
@@ -339,6 +365,8 @@ def _unpool(op: str, planes: int) -> Callable:
         first = args[0] if args else None
         if isinstance(first, torch.Tensor) and first.is_cpu and not CHECK_ON_CPU:
             return kernel(*args, **kwargs)  # the CPU kernel checks
+        if _stand_in(first):
+            return _as_node(checked, *args, **kwargs)
         this = _arg(args, kwargs, 0, "self", _arg(args, kwargs, 0, "input"))
         size = _arg(args, kwargs, 2, "output_size")
         if not _device_checks(this) and isinstance(size, (list, tuple)) and len(size) == planes:
@@ -372,6 +400,8 @@ def _masked_scatter(op: str) -> Callable:
         first = args[0] if args else None
         if isinstance(first, torch.Tensor) and first.is_cpu and not CHECK_ON_CPU:
             return kernel(*args, **kwargs)  # the CPU kernel checks
+        if _stand_in(first):
+            return _as_node(checked, *args, **kwargs)
         this = _arg(args, kwargs, 0, "self", _arg(args, kwargs, 0, "input"))
         mask = _arg(args, kwargs, 1, "mask")
         source = _arg(args, kwargs, 2, "source")
@@ -418,3 +448,8 @@ CHECKED: dict[str, Callable] = {
     "searchsorted": searchsorted,
     **{op: _masked_scatter(op) for op in ("masked_scatter", "Tensor.masked_scatter_")},
 }
+
+# Each check made above is a module attribute under its own name, where pickle looks for
+# it: a GraphModule of the program (export/fx.py) calls them, and pickles by name.
+for _check in CHECKED.values():
+    globals().setdefault(_check.__name__, _check)
