@@ -74,6 +74,16 @@ def artifact(case, old, folder: str, limit: int):
     return path, inputs
 
 
+def scripted(case, inputs: tuple, limit: int):
+    """``torch.jit.trace`` of a model of ``case`` built as for the artifact (its own
+    weights, shared with no other contender)."""
+    with time_limit(limit), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.manual_seed(0)
+        model = case.build().eval()
+        return torch.jit.trace(model, inputs, check_trace=False, strict=False)
+
+
 def same(a, b) -> bool:
     """Bit for bit the same pytree of outputs."""
     if isinstance(a, torch.Tensor):
@@ -118,6 +128,9 @@ def main() -> None:
         help="cpu: the calling thread's CPU time (time.thread_time), which time spent "
         "waiting for a core on a busy machine does not inflate",
     )
+    parser.add_argument(
+        "--jit", action="store_true", help="also torch.jit.trace of the model (its own copy)"
+    )
     args = parser.parse_args()
     clock = time.thread_time if args.clock == "cpu" else time.perf_counter
     torch.set_num_threads(1)
@@ -135,6 +148,8 @@ def main() -> None:
                     "old again": old.load(path),
                     "new": tracebridge.load(path),
                 }
+                if args.jit:
+                    runners["jit"] = scripted(case, inputs, args.limit)
             with torch.no_grad():
                 outputs = {}
                 for key, fn in runners.items():
@@ -150,9 +165,15 @@ def main() -> None:
             continue
         ratios[case.name] = best["new"] / best["old"]
         noise[case.name] = best["old again"] / best["old"]
+        against = ""
+        if "jit" in best:
+            against = (
+                f"; torch.jit {best['jit'] * 1e6:.1f} us, old/jit "
+                f"{best['old'] / best['jit']:.3f}, new/jit {best['new'] / best['jit']:.3f}"
+            )
         print(
             f"{case.name}: old {best['old'] * 1e6:.1f} us, new {best['new'] * 1e6:.1f} us, "
-            f"new/old {ratios[case.name]:.3f} (old again/old {noise[case.name]:.3f})",
+            f"new/old {ratios[case.name]:.3f} (old again/old {noise[case.name]:.3f}){against}",
             flush=True,
         )
     if ratios:

@@ -172,3 +172,14 @@ def test_the_layout_rule_is_the_one_ATen_convolves_by():
         site = layouts.ChannelsLastWeight()
         if not x.is_contiguous():
             _same(torch.conv2d(x, site(x, w), padding=1), out)
+
+
+def test_the_layout_rule_is_torchs_own_reading_of_strides():
+    """``strides_like_channels_last`` against torch's Python form of the same c10 rule,
+    on sizes with zeros and ones and strides with zeros and ties."""
+    from torch._prims_common import are_strides_like_channels_last_or_false as theirs
+
+    values = (0, 1, 3, 9, 27)
+    for sizes in itertools.product((0, 1, 3), repeat=4):
+        for strides in itertools.product(values, repeat=4):
+            assert layouts.strides_like_channels_last(sizes, strides) == theirs(sizes, strides)
