@@ -13,7 +13,9 @@ noise of the run.
 
 Artifacts are made by the *old* code from the zoo's first input set cut to batch 1
 (``--save``; kept, so a second run reuses them), so both versions read the same files.
-``--clock cpu`` times the calling thread's CPU time, for a machine shared with other jobs.
+``--clock cpu`` times the calling thread's CPU time, for a machine shared with other jobs;
+``--jit`` also times ``torch.jit.trace`` of the model (built again: weights of its own), so
+that a change can be read against torch.jit in the same process.
 """
 
 from __future__ import annotations
