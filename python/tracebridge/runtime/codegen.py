@@ -58,6 +58,7 @@ from . import (
     halves,
     identity,
     inplace,
+    layouts,
     lean,
     linear_2d,
     memo,
@@ -258,6 +259,8 @@ class CodeGen:
         self._lean_plan: lean.LeanPlan | None = None
         self._reentered = -1  # where the body last entered inference mode again
         self._fold: folding.FoldPlan | None = None  # the static part the code folds (build)
+        self._static: set[int] | None = None  # values of literals and state alone (layouts)
+        self._static_shapes: dict[int, list | None] = {}  # and their traced shapes
 
     # -- names ------------------------------------------------------------------------------
 
@@ -671,6 +674,7 @@ class CodeGen:
         call = self.group_norm_unchecked(node, call)
         call = self.unless_same_shape(node, call)
         call = self.as_one_view(node, call)
+        call = self.weight_in_layout(node, call)
         # A count of results is a guard, also where nothing reads the results (a loop
         # over an empty batch, or one that only counts: runtime/dead_code.py keeps it)
         if dead_code.counts_results(node) and not self.count_is_literal(node):
@@ -682,6 +686,44 @@ class CodeGen:
             self.emit(ast.Expr(call), note, node.loc)
             return
         self.emit(self.in_place(node, call, self.targets(node)), note, node.loc)
+
+    def weight_in_layout(self, node: Node, call: ast.expr) -> ast.expr:
+        """``call``, or for a ``conv2d`` in calls without autograd whose weight is state or
+        a value of state alone, the same call passing ``site(x, w) if _plain and type(x)
+        is Tensor and not x.is_contiguous() else w`` as its weight: the weight in the
+        layout ATen would copy it into on every call, where the input's strides make it
+        choose channels-last (runtime/layouts.py). A contiguous input costs the test
+        only (one C call); a weight known to be channels-last already (1x1 kernels,
+        depthwise) is not tested at all."""
+        if node.op != "conv2d" or not self.no_autograd or not self.default_call(node):
+            return call
+        if not isinstance(call, ast.Call) or len(call.args) < 2 or len(node.args) < 2:
+            return call
+        x, w = call.args[0], call.args[1]
+        weight = node.args[1]
+        if not (isinstance(x, ast.Name) and isinstance(w, ast.Name) and isinstance(weight, Ref)):
+            return call
+        if self._static is None:
+            self._static = folding.static_ids(self.graph)
+            self._static_shapes = {
+                v.id: v.shape for n in self.graph.nodes for v in n.outputs if v.id in self._static
+            }
+        if weight.id not in self._static:
+            return call
+        shape = self._static_shapes.get(weight.id)
+        known = shape is not None and len(shape) == 4 and all(type(s) is int for s in shape)
+        if known and (shape[1] == 1 or shape[2] * shape[3] == 1):
+            return call  # contiguous is channels-last too: ATen copies nothing
+        self.plain_read = True
+        tests = [
+            ast.Name(scalars.PLAIN, ast.Load()),
+            ast.Compare(_call("_type", _name(x.id)), [ast.Is()], [self.helper("_Tensor")]),
+            ast.UnaryOp(ast.Not(), _method(_name(x.id), "is_contiguous")),
+        ]
+        self.helper("_type")
+        site = ast.Call(self.constant(layouts.ChannelsLastWeight()), [_name(x.id), _name(w.id)], [])
+        chosen = ast.IfExp(ast.BoolOp(ast.And(), tests), site, _name(w.id))
+        return ast.Call(call.func, [call.args[0], chosen, *call.args[2:]], call.keywords)
 
     def unbind_kernel(self, node: Node, call: ast.expr) -> ast.expr:
         """``call`` (the checked ``unbind`` and its count guard), or for an ``unbind`` of
