@@ -13,6 +13,9 @@ noise of the run.
 
 Artifacts are made by the *old* code from the zoo's first input set cut to batch 1
 (``--save``; kept, so a second run reuses them), so both versions read the same files.
+``--clock cpu`` times the calling thread's CPU time, for a machine shared with other jobs;
+``--jit`` also times ``torch.jit.trace`` of the model (built again: weights of its own), so
+that a change can be read against torch.jit in the same process.
 """
 
 from __future__ import annotations
@@ -73,6 +76,16 @@ def artifact(case, old, folder: str, limit: int):
     return path, inputs
 
 
+def scripted(case, inputs: tuple, limit: int):
+    """``torch.jit.trace`` of a model of ``case`` built as for the artifact (its own
+    weights, shared with no other contender)."""
+    with time_limit(limit), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.manual_seed(0)
+        model = case.build().eval()
+        return torch.jit.trace(model, inputs, check_trace=False, strict=False)
+
+
 def same(a, b) -> bool:
     """Bit for bit the same pytree of outputs."""
     if isinstance(a, torch.Tensor):
@@ -84,8 +97,7 @@ def same(a, b) -> bool:
     return a == b
 
 
-def timed(fns: dict, rounds: int, budget: float) -> dict:
-    clock = time.perf_counter
+def timed(fns: dict, rounds: int, budget: float, clock=time.perf_counter) -> dict:
     for fn in fns.values():
         fn()
     start = clock()
@@ -111,7 +123,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--budget", type=float, default=3.0, help="timing seconds per model")
     parser.add_argument("--limit", type=int, default=120, help="trace seconds per model")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="cpu: the calling thread's CPU time (time.thread_time), which time spent "
+        "waiting for a core on a busy machine does not inflate",
+    )
+    parser.add_argument(
+        "--jit", action="store_true", help="also torch.jit.trace of the model (its own copy)"
+    )
     args = parser.parse_args()
+    clock = time.thread_time if args.clock == "cpu" else time.perf_counter
     torch.set_num_threads(1)
     os.makedirs(args.save, exist_ok=True)
     old = load_old(args.old)
@@ -127,6 +150,8 @@ def main() -> None:
                     "old again": old.load(path),
                     "new": tracebridge.load(path),
                 }
+                if args.jit:
+                    runners["jit"] = scripted(case, inputs, args.limit)
             with torch.no_grad():
                 outputs = {}
                 for key, fn in runners.items():
@@ -136,15 +161,21 @@ def main() -> None:
                     print(f"{case.name}: NOT the same outputs", flush=True)
                     continue
                 fns = {k: (lambda fn=fn, x=inputs: fn(*x)) for k, fn in runners.items()}
-                best = timed(fns, args.rounds, args.budget)
+                best = timed(fns, args.rounds, args.budget, clock)
         except Exception as exc:  # a model the old code refuses: nothing to compare
             print(f"{case.name}: skipped ({type(exc).__name__}: {str(exc)[:120]})", flush=True)
             continue
         ratios[case.name] = best["new"] / best["old"]
         noise[case.name] = best["old again"] / best["old"]
+        against = ""
+        if "jit" in best:
+            against = (
+                f"; torch.jit {best['jit'] * 1e6:.1f} us, old/jit "
+                f"{best['old'] / best['jit']:.3f}, new/jit {best['new'] / best['jit']:.3f}"
+            )
         print(
             f"{case.name}: old {best['old'] * 1e6:.1f} us, new {best['new'] * 1e6:.1f} us, "
-            f"new/old {ratios[case.name]:.3f} (old again/old {noise[case.name]:.3f})",
+            f"new/old {ratios[case.name]:.3f} (old again/old {noise[case.name]:.3f}){against}",
             flush=True,
         )
     if ratios:

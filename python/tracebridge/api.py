@@ -654,11 +654,13 @@ class _CalledTree:
         "hook_stamp",
         "tree_stamp",
         "tables",
+        "routes",
     )
 
     def __init__(self, modules: list[nn.Module]):
         module_tree.count_registrations()
         self.modules = modules
+        self.routes = [module_tree.route(m) for m in modules]  # class, instance forward
         self.hooks = [user_hooks(m)[:2] for m in modules]
         self.global_hooks = global_hooks()[:2]
         self.children = [dict(m._modules) for m in modules]
@@ -680,7 +682,16 @@ class _CalledTree:
             and (not self.tables or all(len(t) == n for t, n in self.tables))
         ):
             return
-        for module, hooks, children in zip(self.modules, self.hooks, self.children):
+        for module, hooks, children, route in zip(
+            self.modules, self.hooks, self.children, self.routes
+        ):
+            how = module_tree.rerouted(module, route)
+            if how is not None:
+                raise TraceError(
+                    f"the traced function called a {route[0].__name__} that runs other "
+                    f"code now: {how}. The graph holds what its code did when traced and "
+                    "runs no module itself. Put it back, or trace the function again"
+                )
             what = None
             if user_hooks(module)[:2] != hooks:
                 what = "forward hooks"

@@ -97,7 +97,13 @@ _TRACES = 0
 
 
 class CheckTracer(fx.Tracer):
-    """``torch.fx.Tracer`` that keeps the checks of this module as nodes."""
+    """``torch.fx.Tracer`` that keeps the checks of this module as nodes, and reads
+    buffers as nodes too (``proxy_buffer_attributes``): torch.fx's default runs an
+    in-place write of a buffer (``count.add_(1)``) on the real tensor while tracing and
+    keeps what it gave as a constant, so an unpickled GraphModule (whose unpickling traces
+    its code with this tracer) wrote no state and returned stale values (prober21d F3)."""
+
+    proxy_buffer_attributes = True
 
     def trace(self, root, concrete_args=None):
         global _TRACES
@@ -111,8 +117,12 @@ class CheckTracer(fx.Tracer):
 
 
 def _record(function, *args):
-    """The call of ``function`` as a node of the graph that a CheckTracer traces, or None."""
+    """The call of ``function`` as a node of the graph being traced: by a CheckTracer, or
+    by any torch.fx tracer whose proxy is among ``args`` (``torch.fx.symbolic_trace(gm)``
+    of a GraphModule: its checks stay checks); None where neither is."""
     tracer = _TRACER.get()
+    if tracer is None:
+        tracer = next((a.tracer for a in args if isinstance(a, fx.Proxy)), None)
     if tracer is None:
         return None
     return tracer.create_proxy("call_function", function, args, {})

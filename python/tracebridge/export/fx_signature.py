@@ -244,7 +244,8 @@ class Signature:
                 )
             return
         if p.spec["t"] == "leaf":
-            if not isinstance(value, torch.Tensor):
+            # a torch.fx tracer's stand-in for a tensor: ``symbolic_trace(gm)``
+            if not isinstance(value, (torch.Tensor, fx.Proxy)):
                 raise TraceError(
                     f"{self.method}(): argument {p.name!r} is {type(value).__name__} where "
                     "the trace was made with a tensor; pass a tensor, or trace again"

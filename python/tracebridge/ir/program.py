@@ -114,6 +114,9 @@ class Graph:
     # The keyword inputs that landed in the callable's ``**kwargs``, in the traced order:
     # the code may iterate them, so a call must pass them in this order (runtime/method.py)
     var_keywords: list[str] = field(default_factory=list)
+    # The parameters given a dict (and the ``**kwargs`` parameter) whose code reads them
+    # only by key (trace/key_reads.py): a call may pass their keys in any order
+    any_order: list[str] = field(default_factory=list)
     # loc -> the text of that source line, recorded at trace time for messages: runtimes
     # quote these and never open a file that a loaded graph names
     sources: dict[str, str] = field(default_factory=dict)
@@ -139,6 +142,7 @@ class Graph:
             positional_only=self.positional_only,
             defaults=self.defaults,
             var_keywords=self.var_keywords,
+            any_order=self.any_order,
             sources=self.sources,
         )
 
@@ -453,6 +457,7 @@ def graph_to_json(g: Graph) -> dict:
         **({"positional_only": g.positional_only} if g.positional_only else {}),
         **({"defaults": dict(g.defaults)} if g.defaults else {}),
         **({"var_keywords": list(g.var_keywords)} if g.var_keywords else {}),
+        **({"any_order": list(g.any_order)} if g.any_order else {}),
         **({"sources": lines} if (lines := {k: v for k, v in g.sources.items() if v}) else {}),
     }
 
@@ -496,8 +501,17 @@ def graph_from_json(d: dict) -> Graph:
         positional_only=d.get("positional_only", 0),
         defaults=dict(d.get("defaults", {})),
         var_keywords=list(d.get("var_keywords", [])),
+        any_order=_names(d.get("any_order")),
         sources=_sources(d.get("sources")),
     )
+
+
+def _names(data) -> list[str]:
+    """A graph's ``any_order``; older files have none, and a malformed one frees nothing
+    (a call in another order is refused, as before)."""
+    if not isinstance(data, list):
+        return []
+    return [n for n in data if isinstance(n, str)]
 
 
 def _sources(data) -> dict[str, str]:

@@ -41,11 +41,13 @@ import torch
 
 from ..errors import ArtifactError
 from ..ir import GeneratorRef, Graph, Node, Ref, pytree, refs_in
+from ..ir import ops as opset
 from ..ir.analysis import last_uses, state_reads
 from ..ir.program import fold_literal
 from . import (
     arguments,
     basic_index,
+    checked_indices,
     checked_ops,
     concat_linear,
     contiguous,
@@ -56,6 +58,7 @@ from . import (
     halves,
     identity,
     inplace,
+    layouts,
     lean,
     linear_2d,
     memo,
@@ -256,6 +259,8 @@ class CodeGen:
         self._lean_plan: lean.LeanPlan | None = None
         self._reentered = -1  # where the body last entered inference mode again
         self._fold: folding.FoldPlan | None = None  # the static part the code folds (build)
+        self._static: set[int] | None = None  # values of literals and state alone (layouts)
+        self._static_shapes: dict[int, list | None] = {}  # and their traced shapes
 
     # -- names ------------------------------------------------------------------------------
 
@@ -375,6 +380,8 @@ class CodeGen:
             args = [args[0], *args[1].elts]  # x.view((a, b)) as x.view(a, b): see _SPREAD
         if self.fold and node.op in scalars.OPS and fn is support.default_callable(node.op):
             args = self.scalar_as_tensor(node, args)
+        if fn is _CHECKED_INDEXING.get(node.op) and _basic_index(node, self.python_ints):
+            fn = opset.impl_of(node.op)  # no index values to check: the kernel itself
         call = ast.Call(self.bind(_op_prefix(node.op), fn), args, kwargs)
         sized = getattr(fn, "__name__", "").startswith("sized_")  # checked_ops.sized_guard
         if self.fold and node.op in _BOUNDED_FACTORIES and sized:
@@ -667,6 +674,7 @@ class CodeGen:
         call = self.group_norm_unchecked(node, call)
         call = self.unless_same_shape(node, call)
         call = self.as_one_view(node, call)
+        call = self.weight_in_layout(node, call)
         # A count of results is a guard, also where nothing reads the results (a loop
         # over an empty batch, or one that only counts: runtime/dead_code.py keeps it)
         if dead_code.counts_results(node) and not self.count_is_literal(node):
@@ -678,6 +686,44 @@ class CodeGen:
             self.emit(ast.Expr(call), note, node.loc)
             return
         self.emit(self.in_place(node, call, self.targets(node)), note, node.loc)
+
+    def weight_in_layout(self, node: Node, call: ast.expr) -> ast.expr:
+        """``call``, or for a ``conv2d`` in calls without autograd whose weight is state or
+        a value of state alone, the same call passing ``site(x, w) if _plain and type(x)
+        is Tensor and not x.is_contiguous() else w`` as its weight: the weight in the
+        layout ATen would copy it into on every call, where the input's strides make it
+        choose channels-last (runtime/layouts.py). A contiguous input costs the test
+        only (one C call); a weight known to be channels-last already (1x1 kernels,
+        depthwise) is not tested at all."""
+        if node.op != "conv2d" or not self.no_autograd or not self.default_call(node):
+            return call
+        if not isinstance(call, ast.Call) or len(call.args) < 2 or len(node.args) < 2:
+            return call
+        x, w = call.args[0], call.args[1]
+        weight = node.args[1]
+        if not (isinstance(x, ast.Name) and isinstance(w, ast.Name) and isinstance(weight, Ref)):
+            return call
+        if self._static is None:
+            self._static = folding.static_ids(self.graph)
+            self._static_shapes = {
+                v.id: v.shape for n in self.graph.nodes for v in n.outputs if v.id in self._static
+            }
+        if weight.id not in self._static:
+            return call
+        shape = self._static_shapes.get(weight.id)
+        known = shape is not None and len(shape) == 4 and all(type(s) is int for s in shape)
+        if known and (shape[1] == 1 or shape[2] * shape[3] == 1):
+            return call  # contiguous is channels-last too: ATen copies nothing
+        self.plain_read = True
+        tests = [
+            ast.Name(scalars.PLAIN, ast.Load()),
+            ast.Compare(_call("_type", _name(x.id)), [ast.Is()], [self.helper("_Tensor")]),
+            ast.UnaryOp(ast.Not(), _method(_name(x.id), "is_contiguous")),
+        ]
+        self.helper("_type")
+        site = ast.Call(self.constant(layouts.ChannelsLastWeight()), [_name(x.id), _name(w.id)], [])
+        chosen = ast.IfExp(ast.BoolOp(ast.And(), tests), site, _name(w.id))
+        return ast.Call(call.func, [call.args[0], chosen, *call.args[2:]], call.keywords)
 
     def unbind_kernel(self, node: Node, call: ast.expr) -> ast.expr:
         """``call`` (the checked ``unbind`` and its count guard), or for an ``unbind`` of
@@ -1518,6 +1564,35 @@ _INT_READS = frozenset(
 _INT_ARITHMETIC = frozenset(
     "scalar.add scalar.sub scalar.mul scalar.floordiv scalar.mod scalar.neg".split()
 )
+
+
+# getitem/setitem through runtime/checked_indices.py, which checks tensor indices' values
+_CHECKED_INDEXING = {op: checked_indices.CHECKED[op] for op in ("getitem", "setitem")}
+# What a basic index (no tensor, no list: nothing a kernel reads on the device) holds
+_BASIC_LEAVES = (int, bool, type(None), type(Ellipsis))
+
+
+def _basic_index(node: Node, python_ints: set[int]) -> bool:
+    """Whether the index of a ``getitem``/``setitem`` node is basic whatever the file
+    declares: literal ints, bools, slices, None and Ellipsis, in tuples, and values that
+    are Python ints (:func:`_python_ints`). Such an index is bounded on the host by the
+    kernel (an int out of range raises IndexError on every device), so the call skips
+    checked_indices' Python frame (about 0.15 us, every slice of every call). A list is
+    not basic: torch reads it as a tensor of indices."""
+    if len(node.args) < 2:
+        return False
+
+    def basic(item) -> bool:
+        kind = type(item)
+        if kind is Ref:
+            return item.id in python_ints
+        if kind is tuple:
+            return all(map(basic, item))
+        if kind is slice:
+            return all(basic(part) for part in (item.start, item.stop, item.step))
+        return kind in _BASIC_LEAVES
+
+    return basic(node.args[1])
 
 
 def _python_ints(graph: Graph) -> set[int]:

@@ -291,8 +291,15 @@ class Method:
             ordered = _in_key_order((args, kwargs), self.graph.in_spec)
             leaves, given = pytree.flatten(ordered, is_tensor)
             if same_spec(given, self.graph.in_spec, typed):
+                graph = self.graph
                 refuse_reordered(
-                    self.name, spec, kwargs, self.graph.in_spec, self.graph.var_keywords
+                    self.name,
+                    spec,
+                    kwargs,
+                    graph.in_spec,
+                    graph.var_keywords,
+                    graph.arg_names,
+                    graph.any_order,
                 )
             spec = given
         if not same_spec(spec, self.graph.in_spec, typed):
@@ -341,16 +348,35 @@ def _in_key_order(obj, spec: dict):
 
 
 def refuse_reordered(
-    method: str, got: dict, kwargs: dict, in_spec: dict, var_keywords: list[str]
+    method: str,
+    got: dict,
+    kwargs: dict,
+    in_spec: dict,
+    var_keywords: list[str],
+    arg_names: list[str] = (),
+    any_order: list[str] = (),
 ) -> None:
     """Raise :class:`GuardError` where a call whose inputs are the traced ones in another
     order (``got``, its spec in the call's order) passes a dict input, or the keywords
     that land in ``**kwargs``, in another order than traced: code that iterates them
     would see another order in eager. Called only where the call's spec differs from the
-    traced one, so a call in the traced order pays nothing."""
-    _refuse_reordered_dict(method, got, in_spec)
-    if var_keywords:
+    traced one, so a call in the traced order pays nothing. ``any_order`` names the
+    parameters (by ``arg_names`` or keyword; the ``**kwargs`` one by its name) whose code
+    reads them only by key (trace/key_reads.py): their order is free."""
+    free = set(any_order)
+    _refuse_reordered_dict(method, got, in_spec, _free_paths(free, arg_names, in_spec))
+    if var_keywords and not (free - set(arg_names) - set(in_spec["c"][1]["keys"])):
         _refuse_reordered_var_keywords(method, kwargs, var_keywords)
+
+
+def _free_paths(free: set, arg_names, in_spec: dict) -> set:
+    """The spec paths of the top-level dict inputs named in ``free``: ``(0, i)`` for a
+    positional one, ``(1, name)`` for one by keyword."""
+    if not free:
+        return set()
+    positional = len(in_spec["c"][0]["c"])
+    paths = {(0, i) for i, name in enumerate(arg_names[:positional]) if name in free}
+    return paths | {(1, key) for key in in_spec["c"][1]["keys"] if key in free}
 
 
 def _refuse_reordered_var_keywords(method: str, kwargs: dict, traced: list[str]) -> None:
@@ -376,7 +402,7 @@ def _refuse_reordered_var_keywords(method: str, kwargs: dict, traced: list[str])
     )
 
 
-def _refuse_reordered_dict(method: str, got: dict, expected: dict) -> None:
+def _refuse_reordered_dict(method: str, got: dict, expected: dict, free=frozenset()) -> None:
     """Raise :class:`GuardError` where a dict input of the call (``got``, a spec in the
     call's order) holds the traced keys in another order.
 
@@ -386,7 +412,7 @@ def _refuse_reordered_dict(method: str, got: dict, expected: dict) -> None:
     traced order would return another result, silently. Only reached where the call's
     spec differs from the traced one, so a call in the traced order pays nothing. The
     keyword arguments themselves (the dict at ``[1]``) are matched by name."""
-    found = _reordered_dict(got, expected, [])
+    found = _reordered_dict(got, expected, [], free)
     if found is None:
         return
     path, keys, traced = found
@@ -401,19 +427,23 @@ def _refuse_reordered_dict(method: str, got: dict, expected: dict) -> None:
     )
 
 
-def _reordered_dict(got: dict, expected: dict, path: list) -> tuple[list, list, list] | None:
+def _reordered_dict(
+    got: dict, expected: dict, path: list, free=frozenset()
+) -> tuple[list, list, list] | None:
     """The path, the call's keys and the traced keys of the first dict of ``got`` whose
-    keys are ``expected``'s in another order (``got`` in the call's order), or None."""
+    keys are ``expected``'s in another order (``got`` in the call's order), or None.
+    ``free``: the paths (tuples) of dicts whose order the code never reads."""
     children = expected.get("c", ())
     if expected["t"] == "dict":
-        if got["keys"] != expected["keys"] and path != [1]:
+        reordered = got["keys"] != expected["keys"]
+        if reordered and path != [1] and tuple(path) not in free:
             return path, got["keys"], expected["keys"]
         by_key = dict(zip(got["keys"], got["c"]))
         pairs = [(k, by_key[k], c) for k, c in zip(expected["keys"], children)]
     else:
         pairs = list(zip(range(len(children)), got.get("c", ()), children))
     for key, child_got, child in pairs:
-        found = _reordered_dict(child_got, child, [*path, key])
+        found = _reordered_dict(child_got, child, [*path, key], free)
         if found is not None:
             return found
     return None

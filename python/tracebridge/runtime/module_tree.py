@@ -23,7 +23,18 @@ something other than what the tree now says, with nothing to notice:
   except where every one is in the other mode and that mode was found to record the same
   graph when traced.
 
-Both refusals are TraceErrors that name the sub-module and say what to do.
+* **A sub-module's code swapped on the instance** (``model.block.forward = other``, a
+  monkey-patch; ``model.block.__class__ = Other``): the graph still runs the code it
+  recorded (prober20b F11). No registration hook sees these, and comparing each
+  sub-module's class and ``__dict__`` on every call costs about 0.1 us a module, so
+  ``nn.Module.__setattr__`` and ``__delattr__`` are wrapped (once, with the registration
+  hook) to move the same counter when the name set is ``forward`` or ``__class__``: the
+  call's check stays one compare, and the walk it triggers compares each sub-module's
+  class and instance ``forward`` with those of trace time. Not seen: a class's own
+  ``forward`` replaced (``Block.forward = f``: it reaches every instance, traced or not),
+  ``object.__setattr__`` called directly.
+
+All refusals are TraceErrors that name the sub-module and say what to do.
 """
 
 from __future__ import annotations
@@ -50,12 +61,61 @@ def _count_registration(module, name, submodule):
     REGISTRATIONS[0] += 1
 
 
+# Instance attributes whose change changes what calling a module runs (the note above).
+_ROUTES = frozenset({"forward", "__class__"})
+
+
+def _counting(original, name: str):
+    if name == "__setattr__":
+
+        def counted(self, name, value):
+            if name in _ROUTES:
+                REGISTRATIONS[0] += 1
+            original(self, name, value)
+
+    else:
+
+        def counted(self, name):
+            if name in _ROUTES:
+                REGISTRATIONS[0] += 1
+            original(self, name)
+
+    counted.__name__, counted.__qualname__ = original.__name__, original.__qualname__
+    counted.__doc__, counted.__wrapped__ = original.__doc__, original
+    counted.__module__ = original.__module__
+    return counted
+
+
 def count_registrations() -> None:
-    """Count every sub-module registration from now on (once per process)."""
+    """Count every sub-module registration, and every ``forward`` or ``__class__`` set on
+    a module, from now on (once per process)."""
     if not _installed:
         _installed.append(
             _torch_module.register_module_module_registration_hook(_count_registration)
         )
+        for name in ("__setattr__", "__delattr__"):
+            setattr(nn.Module, name, _counting(vars(nn.Module)[name], name))
+
+
+def route(module: nn.Module) -> tuple:
+    """What decides the code a call of ``module`` runs, besides its class's: the class,
+    and a ``forward`` set on the instance (or None)."""
+    return type(module), module.__dict__.get("forward")
+
+
+def rerouted(module: nn.Module, before: tuple) -> str | None:
+    """Words for how ``module``'s code changed since :func:`route` gave ``before``, or
+    None."""
+    cls, forward = route(module)
+    if cls is not before[0]:
+        return (
+            f"its class was changed from {before[0].__name__} to {cls.__name__} "
+            "(__class__ assigned)"
+        )
+    if forward is not before[1]:
+        done = "set on the instance" if forward is not None else "taken off the instance"
+        return f"its forward was {done} (a monkey-patch: module.forward = ...)"
+    return None
 
 
 def mode_reading_paths(root: nn.Module) -> dict[str, bool]:
@@ -184,7 +244,7 @@ class TreeWatch:
     the sub-modules whose code reads it (``Program.module_modes``); ``same_in_both`` names
     the graphs whose other mode recorded the same graph (not mode-bound)."""
 
-    __slots__ = ("root", "modules", "seen", "graphs")
+    __slots__ = ("root", "modules", "routes", "seen", "graphs")
 
     def __init__(
         self, root: nn.Module, module_modes: dict[str, dict[str, bool]], same_in_both: dict
@@ -195,6 +255,7 @@ class TreeWatch:
         self.root = root
         self.modules = dict(root.named_modules(remove_duplicate=False))
         self.modules.pop("", None)
+        self.routes = {path: route(module) for path, module in self.modules.items()}
         self.seen = REGISTRATIONS[0]
         self.graphs = {
             graph: _GraphModes(self.modules, flags, same_in_both.get(graph))
@@ -252,6 +313,15 @@ class TreeWatch:
                     f"traced (now {type(module).__name__}): the graphs run the code and "
                     "parameters of the sub-modules they were recorded with, never the "
                     "module tree itself. Trace the model again after changing it"
+                )
+        for path, module in now.items():  # after: a parametrization changes the class too
+            how = rerouted(module, self.routes[path])
+            if how is not None:
+                raise TraceError(
+                    f"sub-module {path!r} of this traced module runs other code than when "
+                    f"it was traced: {how}. The graphs hold what its code did then and "
+                    "run no module's code. Put it back, or trace the model again after "
+                    "changing it"
                 )
         self.seen = REGISTRATIONS[0]
 

@@ -30,6 +30,7 @@ from . import (
     carried_reads,
     global_effects,
     input_containers,
+    key_reads,
     message_sinks,
     module_memos,
     numpy_generators,
@@ -38,6 +39,7 @@ from . import (
     python_state,
     rebound_buffers,
     torch_generators,
+    warm_caches,
 )
 from .integers import stand_ins_in_modules_of
 from .numbers import number_given_for_tensor
@@ -324,7 +326,28 @@ def _alias(tensor: torch.Tensor) -> torch.Tensor:
     return alias.requires_grad_() if tensor.requires_grad else alias
 
 
-def capture(
+def capture(fn: Callable, args: tuple, kwargs: dict, **options) -> Graph:
+    """Record one call ``fn(*args, **kwargs)``; returns its Graph. Where the recording met
+    a warm one-entry cache keyed on a size, it is made again with the key set aside
+    (trace/warm_caches.py)."""
+    constants = options.get("constants")
+    before = dict(constants) if constants is not None else {}
+    graph, tracer = _capture_once(fn, args, kwargs, **options)
+    if not tracer.cache_keys:
+        return graph
+    added = {k: v for k, v in (constants or {}).items() if k not in before}
+    for key in added:  # the cached table the first recording read, as a constant
+        del constants[key]
+    try:
+        with warm_caches.set_aside(tracer.cache_keys):
+            return _capture_once(fn, args, kwargs, **options)[0]
+    except Exception:  # noqa: BLE001 - the first recording stands, its guards named
+        if constants is not None:
+            constants.update(added)
+        return graph
+
+
+def _capture_once(
     fn: Callable,
     args: tuple,
     kwargs: dict,
@@ -335,10 +358,10 @@ def capture(
     strict: bool = True,
     warned: set | None = None,
     one_object: bool = False,
-) -> Graph:
-    """Record one call ``fn(*args, **kwargs)``; returns its Graph. ``one_object``: a
-    tensor passed twice stays one object, as the caller gave it (only to compare with the
-    general recording: check/input_identity.py)."""
+) -> tuple[Graph, Tracer]:
+    """Record one call ``fn(*args, **kwargs)``; returns its Graph and the tracer.
+    ``one_object``: a tensor passed twice stays one object, as the caller gave it (only to
+    compare with the general recording: check/input_identity.py)."""
     tracer = Tracer(
         state or {},
         constants if constants is not None else {},
@@ -349,6 +372,9 @@ def capture(
     graph.positional_only = positional_only_count(names_from or fn)
     graph.defaults = parameter_defaults(names_from or fn, graph.arg_names, kwargs)
     graph.var_keywords = var_keyword_names(names_from or fn, args, kwargs)
+    graph.any_order = key_reads.order_free_parameters(
+        names_from or fn, graph.arg_names, args, kwargs
+    )
     try:
         leaves, graph.in_spec = pytree.flatten((tuple(args), dict(kwargs)), is_tensor)
     except TypeError as exc:
@@ -390,7 +416,7 @@ def capture(
         numpy_generators.refuse_draws(generators)
         tracer.memo_tables.check(tracer)
         module_memos.check(tracer, memos)
-        return graph
+        return graph, tracer
     finally:
         containers.restore()
         layouts.restore()
@@ -458,6 +484,8 @@ def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: boo
             _note_where(exc)
             raise
         _refuse_caught_failures(tracer)
+        if tracer.identity_refusals:
+            raise UnsupportedOpError(tracer.identity_refusals[0])
         global_effects.refuse_put_back_states(tracer)
         # Text made from traced numbers that is returned is the example's: its numbers
         # are guarded (prober17: it reached the graph as an object no file can hold)

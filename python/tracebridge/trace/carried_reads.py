@@ -71,6 +71,7 @@ from .unseen_reads import (
     _ARITHMETIC,
     _MISSING,
     _SWAPPED,
+    IDENTITY,
     Site,
     _call_reads,
     _constant_int,
@@ -239,6 +240,12 @@ def _reads_of(node: ast.AST) -> list:
             (Site("comparison", operands[i - 1], node.lineno, _SWAPPED[type(op)]), (operands[i],))
             for i, op in enumerate(node.ops, start=1)
             if type(op) in _SWAPPED and _carrier(operands[i])
+        ] + [
+            (Site(IDENTITY, other, node.lineno, "is" if type(op) is ast.Is else "is not"), (kept,))
+            for i, op in enumerate(node.ops, start=1)
+            if type(op) in (ast.Is, ast.IsNot)
+            for kept, other in ((operands[i - 1], operands[i]), (operands[i], operands[i - 1]))
+            if _carrier(kept) and _constant_int(other) is not None
         ]
     entry = _read_of(node)
     return [entry] if entry is not None else []
@@ -471,7 +478,7 @@ def judge_line(frame, entries: tuple) -> None:
 def _judged(site: Site, key, scope: _Scope):
     if site.kind == "format":
         return next(filter(None, (format_read(s, scope) for s in _format_site(site.expr))), None)
-    if site.kind in ("arithmetic", "comparison"):
+    if site.kind in ("arithmetic", "comparison", IDENTITY):
         return read_unseen(site, scope)
     if site.kind == "subscript":
         return _subscript_reads(site, _resolve(site.expr, scope), scope, 0)

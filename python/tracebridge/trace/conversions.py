@@ -16,14 +16,14 @@ from ..ir import pytree
 from ..ir.program import Ref
 from ..source import called_from_user_code as _called_from_user_code
 from ..source import user_frame
-from . import cache_values
+from . import cache_values, warm_caches
 from .caches import DictCache, fresh_hash, functools_cache_hashing_tensor
 from .device_reads import FULL, TYPE, device_use
 from .memo_tables import plain_key
 from .numbers import SymFloat, SymInt, SymSize, _Traced
 from .short_circuit import settled_without_it
 from .text import TensorText, formatted
-from .unseen_reads import made_for_user_code, settle, source_readable, unseen_read
+from .unseen_reads import IDENTITY, made_for_user_code, settle, source_readable, unseen_read
 
 # A tensor's device flags read as properties (``x.is_cuda``): the device type each asks
 # about, guarded with prim.is_device_type (op-set 9).
@@ -78,8 +78,7 @@ class Conversions:
         key = (id(tensor), dim)
         cached = self._size_cache.get(key)
         if cached is not None and self._lookup(tensor) is not None:
-            self.guard_unseen_read(cached, dim if of_shape else None, rank)
-            return cached
+            return self.guard_unseen_read(cached, dim if of_shape else None, rank)
         hit = self._lookup(tensor)
         desc = f"{hit[2]}.shape[{dim}]" if hit else f"size(dim {dim})"
         loc = self.location()
@@ -89,13 +88,14 @@ class Conversions:
 
         sym = SymInt(shape[dim], self, None, desc, materialize)
         self._size_cache[key] = sym
-        self.guard_unseen_read(sym, dim if of_shape else None, rank)
-        return sym
+        return self.guard_unseen_read(sym, dim if of_shape else None, rank)
 
     def guard_unseen_read(self, sym, element: int | None = None, rank: int = 0):
         """Guard the value of the traced number just made where the user's code hands it
         to C code that reads it without asking (trace/unseen_reads.py), at that line.
-        ``element``: the number is that item of a ``torch.Size`` the code reads."""
+        ``element``: the number is that item of a ``torch.Size`` the code reads. Gives
+        the number back, or the plain int the code must see where it compares it by
+        identity with that int (``n is 1``: unseen_reads.identity_read)."""
         if not isinstance(sym, _Traced):
             return sym
         frame = made_for_user_code(sys._getframe(1))
@@ -105,15 +105,64 @@ class Conversions:
             self._warn_blind(frame.f_code.co_filename, "its source cannot be read")
             return sym
         later: list = []
+        identities: list = []
         try:
-            found = unseen_read(frame, element, rank, later, sym)
+            found = unseen_read(frame, element, rank, later, sym, identities)
         except Exception as exc:  # noqa: BLE001 - a source we cannot follow: no guard, said
             self._warn_blind(frame.f_code.co_filename, f"following it failed ({exc!r:.80})")
             return sym
         self._unseen_later.extend((sym, f, site) for f, site in later)
         if found is not None:
             self._guard_read_in_c(sym, f"{found[0]}:{found[1]}", *found[2:])
-        return sym
+        seen = sym
+        for filename, line, (_, other, spelled) in identities:
+            seen = self._identity_read(sym, f"{filename}:{line}", other, spelled, made=True)
+        return seen
+
+    def _identity_read(self, sym, loc: str, other: int, spelled: str, made: bool):
+        """``sym is other`` (``spelled``: "is" or "is not") at ``loc``, ``other`` an int of
+        CPython's small-int cache, which eager code answers as ``==`` (the note at
+        unseen_reads.identity_read). Where ``sym`` is not ``other``, the trace's answer
+        (False) holds while ``sym != other``: that is guarded. Where it is, the code must
+        see the cached int itself: ``made`` (the number is being made for that code) gives
+        it back, with the value guarded; a number kept from earlier (an attribute: ``made``
+        False) cannot be swapped, and the trace is refused (``identity_refusals``)."""
+        concrete = sym._concrete()
+        key = (id(sym), loc, "is")
+        if concrete != other:
+            if key not in self._unseen_guarded:
+                self._unseen_guarded[key] = sym
+                value = self._new_value("bool")
+                self._emit(
+                    "scalar.ne",
+                    [self.encode(sym), other],
+                    outputs=[value],
+                    out_spec=pytree.LEAF,
+                    loc=loc,
+                )
+                self.guard(Ref(value.id), True, f"{sym._desc} != {other}", "branch", loc)
+            return sym
+        if not made:
+            self.identity_refusals.append(
+                f"`{sym._desc} {spelled} {other}` at {loc} compares a traced size by identity, "
+                f"and the size is {other} here: eager Python answers "
+                f"{spelled == 'is'} (CPython keeps one object of each small int), but the "
+                "size was kept from earlier (an attribute, a container) as a traced number, "
+                f"which is never that object. Write `{'==' if spelled == 'is' else '!='} "
+                f"{other}` instead (an identity test of ints is a SyntaxWarning in Python "
+                "itself), which the trace records"
+            )
+            return sym
+        if key not in self._unseen_guarded:
+            self._unseen_guarded[key] = sym
+            self.guard(self.scalar_ref(sym), concrete, sym._desc, "value", loc)
+            self.warn(
+                f"the traced value {sym._desc} is compared by identity (`{spelled} {other}`) "
+                f"at {loc}; the trace is valid only while it stays {other!r} (write "
+                f"`{'==' if spelled == 'is' else '!='} {other}` for a trace that guards only "
+                "the comparison)"
+            )
+        return other
 
     def _warn_blind(self, filename: str, why: str) -> None:
         """Say once per file that sizes its code hands to Python's C code go unguarded
@@ -151,6 +200,9 @@ class Conversions:
         if key in self._unseen_guarded:
             return
         self._unseen_guarded[key] = sym  # kept: an id is unique while its object lives
+        if compared is not None and compared[0] == IDENTITY:  # carried_reads: kept earlier
+            self._identity_read(sym, loc, compared[1], compared[2], made=False)
+            return
         if compared is not None:
             self.scalar_compare(compared[0], sym, compared[1], warn=False)
             return
@@ -197,6 +249,10 @@ class Conversions:
         result = opset.SCALAR_OPS[f"scalar.{op}"](*concrete)
         if self._kept_after_the_trace():
             return result
+        if op in ("eq", "ne"):
+            plain = right if isinstance(left, _Traced) else left
+            if type(plain) is int:  # a one-entry cache's key? (trace/warm_caches.py)
+                warm_caches.note_compared(self, plain)
         value = self._new_value("bool")
         loc = self.location()
         self._emit(

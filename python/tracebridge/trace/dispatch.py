@@ -331,10 +331,11 @@ class Dispatcher:
         wrapped = []
         decided: list[tuple] = []  # (value, the bool the trace saw)
         desc = self._call_desc(name, args, kwargs)
-        for leaf in leaves:
+        for index, leaf in enumerate(leaves):
             if isinstance(leaf, torch.Tensor):
                 value = self._new_value("Tensor", leaf)
-                self._bind_tensor(leaf, value, desc if len(leaves) == 1 else f"%{value.id}")
+                # messages name it by the call that made it, never by a value id (prober20a F5)
+                self._bind_tensor(leaf, value, desc if len(leaves) == 1 else f"{desc}[{index}]")
                 outputs.append(value)
                 wrapped.append(leaf)
             elif isinstance(leaf, bool):
@@ -454,7 +455,7 @@ class Dispatcher:
         for arg in list(args) + list(kwargs.values()):
             if isinstance(arg, torch.Tensor):
                 hit = self._lookup(arg)
-                parts.append(hit[2] if hit else "tensor")
+                parts.append(hit[2] if hit else self._name_of(arg))  # a weight by its path
             elif isinstance(arg, _Traced):
                 parts.append(arg._desc)
             elif isinstance(arg, (int, float, bool, str)) or arg is None:

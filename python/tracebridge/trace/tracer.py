@@ -26,6 +26,7 @@ import torch
 from ..ir.program import Graph, Ref, StateEntry, Value
 from . import (  # noqa: F401 - their replacements join the patches
     global_effects,
+    made_modules,
     transformer_encoder,
     unseen_writes,
 )
@@ -74,6 +75,10 @@ class Tracer(Dispatcher, Conversions, LibraryHandlers, InPlace, NoOps, ReturnedI
         # (function, user's file:line, exception) of each call of the traced code that
         # raised: where the code then returns, it caught the error (capture.py refuses)
         self.failed_calls: list[tuple[str, str | None, BaseException]] = []
+        # identity tests of kept traced sizes eager answers True (conversions.py: refused)
+        self.identity_refusals: list[str] = []
+        # (object, attribute, line) of one-entry cache keys compared (trace/warm_caches.py)
+        self.cache_keys: list[tuple] = []
         self.rng_put_back: list[str | None] = []  # set_rng_state's lines (global_effects)
         self._grad_entry: tuple[Ref, bool] | None = None
         self._grad_depth = 0

@@ -346,13 +346,48 @@ _SWAPPED = {ast.Lt: "gt", ast.LtE: "ge", ast.Gt: "lt", ast.GtE: "le", ast.Eq: "e
 
 def _compare_site(compare: ast.Compare, child: ast.AST) -> set:
     """``3.5 < n`` (``a < n < b``): where the number is right of a comparison, the
-    operand on its left answers first, and a float (numpy) compares in C."""
+    operand on its left answers first, and a float (numpy) compares in C. ``n is 1``
+    (either side, ``is not`` too): CPython compares the objects, asking neither."""
     operands = [compare.left, *compare.comparators]
     at = next((i for i, o in enumerate(operands) if o is child), 0)
+    found = set()
+    for index, other in ((at - 1, at - 1), (at, at + 1)):
+        if 0 <= index < len(compare.ops) and isinstance(compare.ops[index], _IDENTITY_OPS):
+            spelled = "is" if isinstance(compare.ops[index], ast.Is) else "is not"
+            found.add(Site(IDENTITY, operands[other], compare.lineno, spelled))
     swapped = _SWAPPED.get(type(compare.ops[at - 1])) if at > 0 else None
-    if swapped is None:
-        return set()
-    return {Site("comparison", operands[at - 1], compare.lineno, swapped)}
+    if swapped is not None:
+        found.add(Site("comparison", operands[at - 1], compare.lineno, swapped))
+    return found
+
+
+IDENTITY = "identity"  # a site's kind, and the first item of what identity_read finds
+_IDENTITY_OPS = (ast.Is, ast.IsNot)
+# The ints CPython keeps one object of (its small-int cache): ``v is 1`` of a plain int
+# ``v`` is ``v == 1`` for these, and False for any other (a size is a new object).
+_CACHED_INTS = range(-5, 257)
+
+
+def identity_read(site: Site, scope: _Scope):
+    """``(file, line, (IDENTITY, c, spelled))`` where the number is compared by identity
+    with the int ``c`` of CPython's small-int cache (``x.shape[0] is 1``, ``n is not 0``),
+    else None (``n is None``, a bool, an int no size is ever identical to).
+
+    Note: why ``is`` on a traced size needs the tracer.
+      ``is`` calls no method of its operands, so the traced number (an object of its own)
+      is never the cached ``1`` while tracing, where the eager code's size (a plain int
+      from the cache) is where it equals 1: the trace took the "not 1" branch for every
+      size, silently (prober20b F7; torch.jit.trace does the same). The tracer answers it
+      as eager does: where the number is not ``c``, it guards ``n != c`` (the branch the
+      trace took holds for every other size); where it is, it guards the value and gives
+      the code the cached int itself, so ``is`` answers True as in eager
+      (conversions.py, ``_identity_read``)."""
+    other = _constant_int(site.expr)
+    if other is None:
+        other = _resolve(site.expr, scope)
+    if type(other) is not int or other not in _CACHED_INTS:
+        return None
+    return (scope.filename, site.line, (IDENTITY, other, site.arg))
 
 
 def computes_in_c(left, expr: ast.AST, scope) -> bool:
@@ -815,6 +850,8 @@ def read_unseen(site: Site, scope: _Scope, depth: int = 0) -> tuple[str, int] | 
         return (scope.filename, site.line) if computes_in_c(left, site.expr, scope) else None
     if site.kind == "comparison":
         return _comparison_read(site, scope)
+    if site.kind == IDENTITY:
+        return identity_read(site, scope)
     if site.kind == "subscript":
         return _subscript_reads(site, _resolve(site.expr, scope), scope, depth)
     return _call_reads(site, _resolve(site.expr.func, scope), scope, depth)
@@ -1012,13 +1049,19 @@ def made_for_user_code(frame):
 
 
 def unseen_read(
-    frame, element: int | None = None, rank: int = 0, later: list | None = None, number=None
+    frame,
+    element: int | None = None,
+    rank: int = 0,
+    later: list | None = None,
+    number=None,
+    identities: list | None = None,
 ) -> tuple | None:
     """``(file, line)`` where C code reads the traced number made at ``frame``'s current
     instruction without asking it, or None (see the module Note). ``element``: the number
     is that item of a ``torch.Size`` made there. ``later`` receives ``(frame, site)`` for
     each subscript of a local that is not bound yet: :func:`settle` judges it when the
-    trace ends."""
+    trace ends. ``identities`` receives what :func:`identity_read` finds (``n is 1``),
+    which does not end the search: another read may need the value guarded."""
     for _ in range(_CALLERS):
         if frame is None or is_internal(frame.f_code.co_filename):
             return None
@@ -1030,12 +1073,18 @@ def unseen_read(
             return None
         scope = _Scope(frame.f_locals, frame.f_globals, filename, frame)
         scope.number = number
+        first = None
         for site in sites:
-            if site == _RETURNED:
+            if site == _RETURNED or (first is not None and site.kind != IDENTITY):
                 continue
             found = read_unseen(site, scope)
-            if found is not None:
-                return found
+            if found is not None and found[2:3] and found[2][0] == IDENTITY:
+                if identities is not None:
+                    identities.append(found)
+            elif found is not None:
+                first = found
+        if first is not None:
+            return first
         if later is not None:
             later.extend((frame, site) for site in scope.later)
         if _RETURNED not in sites or element is not None:
