@@ -1189,6 +1189,7 @@ class _GraphCheck:
             length = _range_length(node)
             if length is not None:
                 sized = [length]
+        self._scales(info, node)
         for lit in sized:
             numel = _literal_numel(lit)
             if numel > LIMITS["literal_numel"]:
@@ -1211,6 +1212,30 @@ class _GraphCheck:
                     f"the sizes written in this graph ask for {self.literal_total} elements "
                     f"in all, more than the limit of {LIMITS['graph_literal_numel']}",
                 )
+
+    def _scales(self, info: ops.OpInfo, node: dict) -> None:
+        """An integer of class ``scale`` (ir/ops.py: a padding, an FFT length ``s``, a
+        diagonal offset, an output size) written in the file is at most ``literal_numel``
+        in magnitude: it enlarges a result by about as many elements. The result's bytes,
+        with the operands' shapes, are bounded at the call (runtime/checked_sizes.py) and,
+        where the file decides the operands, by the meta rule (check/budget.py)."""
+        if "scale" not in info.ints.values():
+            return
+        scaled = [lit for key, lit in node["kwargs"].items() if info.ints.get(key) == "scale"]
+        scaled += [
+            lit
+            for pos, lit in enumerate(node["args"])
+            if any(info.ints.get(n) == "scale" for n in _names_at(info, pos))
+        ]
+        for lit in scaled:
+            for x in _elements(lit) or [lit]:
+                if _is_int(x) and abs(x) > LIMITS["literal_numel"]:
+                    _fail(
+                        "resource limits",
+                        f"{info.name} is given {x} for an argument that enlarges its result "
+                        f"(a padding, a length, an offset), more than the limit of "
+                        f"{LIMITS['literal_numel']} for a size written in the file",
+                    )
 
     def _multipliers(self, info: ops.OpInfo, args: list, kwargs: dict) -> None:
         """Scale factors and ``combinations``' ``r`` multiply their input's size (known only

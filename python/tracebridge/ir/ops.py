@@ -589,6 +589,7 @@ INT_VALUE_REASONS: dict[str, str] = {
     "matrix_power_n": "repeated products of a square matrix: the result has its shape",
     "diff_n": "each difference shortens the input by one (bounded by its length)",
     "rot90_k": "quarter turns (k mod 4): the result has the input's elements",
+    "unfold_step": "the step between windows (checked >= 1): a larger step makes fewer",
     "tril_diagonal": "tril/triu keep the input's shape: the diagonal chooses what is zeroed",
     "tril_indices_offset": "the indices lie within row x col, which are sizes",
     "max_unpool_window": "max_unpool3d's result is its output_size: stride and padding only "
@@ -656,7 +657,8 @@ INT_CLASS_BY_OP: dict[tuple[str, str], str] = {
     ("rot90", "k"): "value",
     # repeat and tile multiply their input's elements; unfold's windows may overlap
     ("tile", "dims"): "scale",
-    **{("Tensor.unfold", name): "scale" for name in ("size", "step")},
+    ("Tensor.unfold", "size"): "scale",
+    ("Tensor.unfold", "step"): "value",
     # affine_grid's size is [N, C, H, W] and its result N x H x W x 2: not the size's product
     ("affine_grid_generator", "size"): "scale",
     # a view's shape holds the input's elements
@@ -708,6 +710,7 @@ _VALUE_REASON_BY_OP: dict[tuple[str, str], str] = {
     ("linalg.matrix_power", "n"): "matrix_power_n",
     ("diff", "n"): "diff_n",
     ("rot90", "k"): "rot90_k",
+    ("Tensor.unfold", "step"): "unfold_step",
     ("Tensor.view", "size"): "shape",
     ("fake_quantize_per_channel_affine", "axis"): "axis",
 }
