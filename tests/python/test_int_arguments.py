@@ -54,7 +54,7 @@ def _conv(d: int) -> tuple:
 
 def _conv_t(d: int) -> tuple:
     shape = [1, 1] + [3] * d
-    weight = _literal(W, _nest([1.0, 1.0], d + 2))  # a kernel of 2 along the last dim
+    weight = _literal(W, _ones([1, 1] + [2] * d))  # a kernel of 2 along each dimension
     args = ["X", _ref(W), None, "P:stride", "P:padding", "P:output_padding", 1, "P:dilation"]
     return (
         shape,
@@ -69,6 +69,10 @@ def _conv_t(d: int) -> tuple:
         },
         {"stride": _d(d, 1), "padding": _d(d, 0), "output_padding": _d(d, 0), "dilation": _d(d, 1)},
     )
+
+
+def _ones(shape: list[int]):
+    return [_ones(shape[1:]) for _ in range(shape[0])] if shape else 1.0
 
 
 def _nest(inner: list, depth: int) -> list:
@@ -399,6 +403,15 @@ def test_every_scale_argument_has_a_case():
     assert checked_sizes.SCALED_OPS | checked_sizes.OWN_BOUND >= {op for op, _ in wanted}
 
 
+def _of_shape(base: tuple, shape: list[int]) -> tuple:
+    """``base`` (program.json and tensors) with its input declared of ``shape``'s rank."""
+    doc = json.loads(json.dumps(base[0]))
+    (spec,) = doc["methods"]["forward"]["inputs"]
+    spec["shape"] = [f"s{i}" for i in range(len(shape))]
+    spec["example"] = list(shape)
+    return doc, base[1]
+
+
 def _clear(outcome: dict) -> bool:
     return outcome["stage"] in ("load", "call") and not any(
         word in outcome.get("message", "") for word in _ALLOCATOR
@@ -412,7 +425,7 @@ def test_every_scale_argument_is_bounded_in_bytes(tmp_path, base):  # noqa: F811
     jobs, cases = [], []
     for op, param, which, value, case in _scale_cases():
         nodes = _case_nodes(op, case, param, value)
-        path = crafted(tmp_path, base, nodes, name=f"{len(jobs)}.tb")
+        path = crafted(tmp_path, _of_shape(base, case[0]), nodes, name=f"{len(jobs)}.tb")
         jobs.append({"path": str(path), "shape": case[0], "calls": 2})
         cases.append((op, param, which, value))
     outcomes = run_batch(
