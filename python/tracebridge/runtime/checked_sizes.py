@@ -59,6 +59,8 @@ def _key(args: tuple):
             out.append(a.dtype)
         elif kind is int or a is None:
             out.append(a)
+        elif kind is tuple and all(type(x) is int for x in a):
+            out.append(a)
         elif kind is list and all(type(x) is int for x in a):
             out.append(tuple(a))
         else:
@@ -106,7 +108,8 @@ def result_bytes(op: str, args: tuple, kwargs: dict) -> tuple[int, tuple] | None
     there (its kernel refuses them too)."""
     kernel = opset.impl_of(op)
     try:
-        with torch.no_grad():
+        # no autograd, and no torch function mode of the caller's: it sees the call itself
+        with torch.no_grad(), torch._C.DisableTorchFunction():
             return _largest(kernel(*_on_meta(args), **_on_meta(kwargs)))
     except (RuntimeError, ValueError, TypeError, IndexError, NotImplementedError):
         return None
@@ -162,6 +165,7 @@ def bounded(op: str, fn: Callable) -> Callable:
                     passed[key] = None
         return fn(*args, **kwargs)
 
+    run.bounds = fn  # the callable it passes each call on to, unchanged
     run.__name__ = f"bounded_{op.replace('.', '_')}"
     run.__doc__ = f"``{op}``, its result bounded in bytes before the kernel runs."
     return run
