@@ -400,16 +400,16 @@ def test_every_scale_argument_has_a_case():
         if cls == "scale"
     }
     assert wanted <= covered, sorted(wanted - covered)
-    assert checked_sizes.SCALED_OPS | checked_sizes.OWN_BOUND >= {op for op, _ in wanted}
+    assert {op for op, _ in wanted} <= checked_sizes.SCALED_OPS | checked_sizes.OWN_BOUND
 
 
-def _of_shape(base: tuple, shape: list[int]) -> tuple:
-    """``base`` (program.json and tensors) with its input declared of ``shape``'s rank."""
-    doc = json.loads(json.dumps(base[0]))
+def _of_shape(program: tuple, shape: list[int]) -> tuple:
+    """``program`` (program.json and tensors) with its input declared of ``shape``'s rank."""
+    doc = json.loads(json.dumps(program[0]))
     (spec,) = doc["methods"]["forward"]["inputs"]
     spec["shape"] = [f"s{i}" for i in range(len(shape))]
     spec["example"] = list(shape)
-    return doc, base[1]
+    return doc, program[1]
 
 
 def _clear(outcome: dict) -> bool:
@@ -470,9 +470,7 @@ def test_every_integer_argument_given_large_values_is_refused_or_runs_within_bou
             kinds = info.kwargs.get(param, ())
             big = _LARGE[cls]
             value = [big] if {"ints", "dims"} & set(kinds) else big
-            position = next(
-                (i for i, names in enumerate(info.arg_names) if param in names), None
-            )
+            position = next((i for i, names in enumerate(info.arg_names) if param in names), None)
             if position is not None and position < len(node["args"]):
                 node["args"][position] = value
             else:
@@ -491,3 +489,23 @@ def test_every_integer_argument_given_large_values_is_refused_or_runs_within_bou
     ]
     assert not broken, "\n".join(broken)
     assert len(cases) > 400
+
+
+def test_randint_high_is_a_value_not_a_size(tmp_path, base):  # noqa: F811
+    """``randint(0, 2**31 - 1, (8,))`` saves and loads (prober21c F10: position 1 is
+    ``size`` in ``randint(high, size)``, and was counted as 2**31 - 1 elements here, where
+    it is ``high``); a size written there in the two-argument form is still counted."""
+    import torch
+
+    import tracebridge
+
+    traced = tracebridge.trace(
+        lambda x: torch.randint(0, 2**31 - 1, (8,)) + x.sum().long(), torch.ones(3)
+    )
+    traced.save(tmp_path / "randint.tb")
+    assert tracebridge.load(tmp_path / "randint.tb")(torch.ones(3)).shape == (8,)
+    out = {"id": 1, "kind": "Tensor", "dtype": "int64", "shape": ["?"]}
+    for args in ([5, [2**30]], [0, 5, [2**30]]):
+        nodes = [_node("randint", args, [out])]
+        with pytest.raises(tracebridge.ArtifactError, match="resource limits"):
+            tracebridge.load(crafted(tmp_path, base, nodes, name="big.tb"))

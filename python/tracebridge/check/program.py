@@ -1177,7 +1177,7 @@ class _GraphCheck:
         sized += [
             lit
             for pos, lit in enumerate(node["args"])
-            if pos < len(names) and ops.SIZE_ARGUMENTS.intersection(names[pos])
+            if pos < len(names) and _is_size_position(info, names[pos], lit)
         ]
         if info.varargs is not None:
             spread = node["args"][info.varargs[0] :]
@@ -1357,6 +1357,20 @@ class _GraphCheck:
                 "resource limits",
                 f"{info.name} by {args[1]} leaves the range of traced numbers (int64)",
             )
+
+
+def _is_size_position(info: ops.OpInfo, names: tuple[str, ...], lit: Any) -> bool:
+    """Whether ``lit``, written at a position whose parameter is one of ``names`` (one per
+    overload), is a size argument: not where the size parameters there are lists and
+    ``lit`` is a bare int, which only the other parameter takes (``randint(0, 2**31 - 1,
+    (8,))``: position 1 is ``size`` in ``randint(high, size)`` and ``high`` here;
+    prober21c F10 found ``high`` counted as 2**31 - 1 elements)."""
+    sized = ops.SIZE_ARGUMENTS.intersection(names)
+    if not sized:
+        return False
+    if len(sized) < len(set(names)) and _is_int(lit):
+        return any("int" in info.kwargs.get(n, ("int",)) for n in sized)
+    return True
 
 
 def _names_at(info: ops.OpInfo, position: int) -> tuple[str, ...]:

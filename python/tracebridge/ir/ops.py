@@ -649,10 +649,7 @@ INT_CLASS_BY_OP: dict[tuple[str, str], str] = {
     **{(op, "offset"): "dim" for op in ("diagonal", "diagonal_scatter")},
     **{(op, "offset"): "value" for op in ("tril_indices", "triu_indices")},
     # the FFTs' n is the signal length of the result, per row of the operand
-    **{
-        (f"fft.{f}", "n"): "scale"
-        for f in "fft ifft rfft irfft hfft ihfft".split()
-    },
+    **{(f"fft.{f}", "n"): "scale" for f in "fft ifft rfft irfft hfft ihfft".split()},
     **{(op, "n"): "value" for op in ("polygamma", "matrix_power", "linalg.matrix_power", "diff")},
     ("rot90", "k"): "value",
     # repeat and tile multiply their input's elements; unfold's windows may overlap
@@ -876,7 +873,10 @@ _PRIM_KWARGS: dict[str, dict] = {
     },
 }
 # The integer positions of the structural ops, by the name their class is declared under.
-_PRIM_INT_NAMES: dict[str, dict] = {"prim.size": {"dim": ("dim",)}, "prim.stride": {"dim": ("dim",)}}
+_PRIM_INT_NAMES: dict[str, dict] = {
+    "prim.size": {"dim": ("dim",)},
+    "prim.stride": {"dim": ("dim",)},
+}
 GUARD_KINDS = ("value", "branch", "loop", "count")
 # Reads of a tensor's flags (op-set 8 and prim.requires_grad): they keep nothing of it.
 TENSOR_FLAG_READS = frozenset(

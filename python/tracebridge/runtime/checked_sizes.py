@@ -40,8 +40,7 @@ OWN_BOUND = frozenset(
 )
 # The ops that have an argument of class ``scale`` (ir/ops.py) and no bound of their own.
 SCALED_OPS = (
-    frozenset(name for name, info in opset.OPS.items() if "scale" in info.ints.values())
-    - OWN_BOUND
+    frozenset(name for name, info in opset.OPS.items() if "scale" in info.ints.values()) - OWN_BOUND
 )
 KEEP = 8  # keys remembered per node: a server sees a few input sizes, not thousands
 _META = torch.device("meta")
@@ -57,9 +56,7 @@ def _key(args: tuple):
         if kind is _Tensor:
             out.append(a.shape)
             out.append(a.dtype)
-        elif kind is int or a is None:
-            out.append(a)
-        elif kind is tuple and all(type(x) is int for x in a):
+        elif kind is int or a is None or (kind is tuple and all(type(x) is int for x in a)):
             out.append(a)
         elif kind is list and all(type(x) is int for x in a):
             out.append(tuple(a))
@@ -130,9 +127,8 @@ def needs_bound(node) -> bool:
         padding = node.args[4] if len(node.args) > 4 else node.kwargs.get("padding", 0)
         if isinstance(padding, str):
             return False
-        if isinstance(padding, (list, tuple)) and all(type(p) is int and 0 <= p <= 1 for p in padding):
-            return False
-        if type(padding) is int and 0 <= padding <= 1:
+        pads = padding if isinstance(padding, (list, tuple)) else [padding]
+        if all(type(p) is int and 0 <= p <= 1 for p in pads):
             return False
     return True
 
