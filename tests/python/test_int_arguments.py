@@ -509,3 +509,17 @@ def test_randint_high_is_a_value_not_a_size(tmp_path, base):  # noqa: F811
         nodes = [_node("randint", args, [out])]
         with pytest.raises(tracebridge.ArtifactError, match="resource limits"):
             tracebridge.load(crafted(tmp_path, base, nodes, name="big.tb"))
+
+
+def test_a_matrix_power_of_int64_min_is_refused_at_load(tmp_path, base):  # noqa: F811
+    """``matrix_power(x, -2**63)`` never returns in PyTorch (it negates ``n``, which stays
+    negative: prober21c F8); the file is refused at load. ``-2**62`` still loads."""
+    import tracebridge
+
+    out = {"id": 1, "kind": "Tensor", "dtype": "float32", "shape": ["?"]}
+    for op in ("matrix_power", "linalg.matrix_power"):
+        nodes = [_node(op, [_ref(0), -(2**63)], [out])]
+        with pytest.raises(tracebridge.ArtifactError, match="never return"):
+            tracebridge.load(crafted(tmp_path, base, nodes, name="power.tb"))
+        nodes = [_node(op, [_ref(0), -(2**62)], [out])]
+        tracebridge.load(crafted(tmp_path, base, nodes, name="power62.tb"))

@@ -1145,6 +1145,8 @@ class _GraphCheck:
                 )
         self._enums(info, node)
         self._sizes(info, node)
+        if info.name in _POWERS:
+            _power_ok(info, node)
 
     def _enums(self, info: ops.OpInfo, node: dict) -> None:
         """An enum argument is an integer written in the file, one of the op's values."""
@@ -1357,6 +1359,21 @@ class _GraphCheck:
                 "resource limits",
                 f"{info.name} by {args[1]} leaves the range of traced numbers (int64)",
             )
+
+
+# ``matrix_power(x, n)``: PyTorch's kernel negates a negative ``n`` and loops while it is
+# not 0; ``-2**63`` stays negative, and the call never returns (prober21c F8).
+_POWERS = frozenset({"matrix_power", "linalg.matrix_power"})
+
+
+def _power_ok(info: ops.OpInfo, node: dict) -> None:
+    n = node["args"][1] if len(node["args"]) > 1 else node["kwargs"].get("n")
+    if _is_int(n) and n <= -(2**63):
+        _fail(
+            "resource limits",
+            f"{info.name} is given the power {n}, whose negation is not an int64: PyTorch's "
+            "kernel would never return",
+        )
 
 
 def _is_size_position(info: ops.OpInfo, names: tuple[str, ...], lit: Any) -> bool:
