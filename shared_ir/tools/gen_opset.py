@@ -2,8 +2,10 @@
 
 * ``shared_ir/opset.md``: every op, its meaning and flags, by family (for people);
 * ``shared_ir/ops.json``: every op with the kinds of its arguments, its dimension and
-  index arguments and flags, and the checker's name grammar and limits (for R's checker
-  and R's surface table);
+  index arguments and flags, the class of each integer argument (``ints``: a size, a
+  scale, a count of results, a dim or a value; ``ir/ops.py`` refuses to build, and so
+  this script fails, while any integer argument of any op is unclassified), and the
+  checker's name grammar and limits (for R's checker and R's surface table);
 * ``shared_ir/dtypes.json``: the one dtype table.
 
     .venv/bin/python shared_ir/tools/gen_opset.py          # rewrite the three files
@@ -182,6 +184,8 @@ def ops_json() -> dict:
             "indices": info.indices,
             "flags": sorted(info.flags),
         }
+        if info.ints:  # the class of each integer parameter (ir/ops.py, INT_CLASSES)
+            table[name]["ints"] = dict(sorted(info.ints.items()))
         if info.enums:  # only where there are some: a row of another op does not change
             table[name]["enums"] = {k: list(v) for k, v in sorted(info.enums.items())}
         if info.reason:
@@ -215,6 +219,7 @@ def ops_json() -> dict:
         "size_ranges": sorted(opset.SIZE_RANGES),
         # prim.setting's names and the kind of each value: a reader refuses another name
         "settings": dict(opset.SETTINGS),
+        "int_classes": opset.INT_CLASSES,
         "ops": table,
     }
 

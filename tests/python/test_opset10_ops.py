@@ -230,6 +230,8 @@ LOAD = {
     "empty_strided_mismatched": "empty_strided has 2 sizes but 1 strides",
     "empty_strided_bool_stride": "a bool where an integer is expected",
     "hann_window_literal": "hann_window is asked for 1099511627776 elements",
+    # N is a scale argument (ir/ops.py): a literal past literal_numel is refused at load
+    "vander_literal_n": "vander is given 1099511627776 for an argument that enlarges",
     "put_weight": "weight",
     "index_reduce_weight": "weight",
     "fill_diagonal_weight": "weight",
@@ -241,7 +243,6 @@ CALL = {
     "kaiser_window_computed": "kaiser_window would allocate",
     "hann_window_negative": "non-negative window_length",
     "vander_computed_n": "vander would allocate",
-    "vander_literal_n": "vander would allocate",  # of the caller's input: known at the call
     "pdist_of_an_expand": "pdist would allocate",
     "pad_sequence_of_expands": "pad_sequence would allocate",
     "pad_sequence_empty": "sequences must not be empty",

@@ -1154,6 +1154,8 @@ class _GraphCheck:
                 )
         self._enums(info, node)
         self._sizes(info, node)
+        if info.name in _POWERS:
+            _power_ok(info, node)
 
     def _enums(self, info: ops.OpInfo, node: dict) -> None:
         """An enum argument is an integer written in the file, one of the op's values."""
@@ -1186,7 +1188,7 @@ class _GraphCheck:
         sized += [
             lit
             for pos, lit in enumerate(node["args"])
-            if pos < len(names) and ops.SIZE_ARGUMENTS.intersection(names[pos])
+            if pos < len(names) and _is_size_position(info, names[pos], lit)
         ]
         if info.varargs is not None:
             spread = node["args"][info.varargs[0] :]
@@ -1198,6 +1200,7 @@ class _GraphCheck:
             length = _range_length(node)
             if length is not None:
                 sized = [length]
+        self._scales(info, node)
         for lit in sized:
             numel = _literal_numel(lit)
             if numel > LIMITS["literal_numel"]:
@@ -1220,6 +1223,30 @@ class _GraphCheck:
                     f"the sizes written in this graph ask for {self.literal_total} elements "
                     f"in all, more than the limit of {LIMITS['graph_literal_numel']}",
                 )
+
+    def _scales(self, info: ops.OpInfo, node: dict) -> None:
+        """An integer of class ``scale`` (ir/ops.py: a padding, an FFT length ``s``, a
+        diagonal offset, an output size) written in the file is at most ``literal_numel``
+        in magnitude: it enlarges a result by about as many elements. The result's bytes,
+        with the operands' shapes, are bounded at the call (runtime/checked_sizes.py) and,
+        where the file decides the operands, by the meta rule (check/budget.py)."""
+        if "scale" not in info.ints.values():
+            return
+        scaled = [lit for key, lit in node["kwargs"].items() if info.ints.get(key) == "scale"]
+        scaled += [
+            lit
+            for pos, lit in enumerate(node["args"])
+            if any(info.ints.get(n) == "scale" for n in _names_at(info, pos))
+        ]
+        for lit in scaled:
+            for x in _elements(lit) or [lit]:
+                if _is_int(x) and abs(x) > LIMITS["literal_numel"]:
+                    _fail(
+                        "resource limits",
+                        f"{info.name} is given {x} for an argument that enlarges its result "
+                        f"(a padding, a length, an offset), more than the limit of "
+                        f"{LIMITS['literal_numel']} for a size written in the file",
+                    )
 
     def _multipliers(self, info: ops.OpInfo, args: list, kwargs: dict) -> None:
         """Scale factors and ``combinations``' ``r`` multiply their input's size (known only
@@ -1341,6 +1368,35 @@ class _GraphCheck:
                 "resource limits",
                 f"{info.name} by {args[1]} leaves the range of traced numbers (int64)",
             )
+
+
+# ``matrix_power(x, n)``: PyTorch's kernel negates a negative ``n`` and loops while it is
+# not 0; ``-2**63`` stays negative, and the call never returns (prober21c F8).
+_POWERS = frozenset({"matrix_power", "linalg.matrix_power"})
+
+
+def _power_ok(info: ops.OpInfo, node: dict) -> None:
+    n = node["args"][1] if len(node["args"]) > 1 else node["kwargs"].get("n")
+    if _is_int(n) and n <= -(2**63):
+        _fail(
+            "resource limits",
+            f"{info.name} is given the power {n}, whose negation is not an int64: PyTorch's "
+            "kernel would never return",
+        )
+
+
+def _is_size_position(info: ops.OpInfo, names: tuple[str, ...], lit: Any) -> bool:
+    """Whether ``lit``, written at a position whose parameter is one of ``names`` (one per
+    overload), is a size argument: not where the size parameters there are lists and
+    ``lit`` is a bare int, which only the other parameter takes (``randint(0, 2**31 - 1,
+    (8,))``: position 1 is ``size`` in ``randint(high, size)`` and ``high`` here;
+    prober21c F10 found ``high`` counted as 2**31 - 1 elements)."""
+    sized = ops.SIZE_ARGUMENTS.intersection(names)
+    if not sized:
+        return False
+    if len(sized) < len(set(names)) and _is_int(lit):
+        return any("int" in info.kwargs.get(n, ("int",)) for n in sized)
+    return True
 
 
 def _names_at(info: ops.OpInfo, position: int) -> tuple[str, ...]:

@@ -508,6 +508,249 @@ ENUM_ARGUMENTS: dict[str, tuple[int, ...]] = {
 }
 _ENUM_OPS: dict[str, dict[str, tuple[int, ...]]] = {"embedding_bag": {"mode": (0, 1, 2)}}
 
+# --- every integer argument, classified ------------------------------------------------------
+# Note: integer arguments by what they do to a result's size. An integer (or a list of
+# integers) that a file writes may decide how much a kernel allocates: ``fft2(x, s=[2**14,
+# 2**14])``, ``diag(x, 2**15)`` or ``conv1d(x, w, padding=[2**28])`` on a three-element
+# input asked for gigabytes that no rule counted (prober21c F1-F4), because only the
+# parameters named in SIZE_ARGUMENTS were counted and nothing made an op declare the rest.
+# So every integer parameter of every op is declared here as one of INT_CLASSES, by name
+# (INT_CLASS_BY_NAME) or, where one name means two things, by op and name (INT_CLASS_BY_OP);
+# an op with an integer parameter declared nowhere fails ``int_classes`` below, and with it
+# the op table's build, shared_ir/tools/gen_opset.py and the tests. ops.json carries each
+# op's classes as ``ints``.
+INT_CLASSES: dict[str, str] = {
+    "size": "the result's shape is this size alone (factories, a view's or an expand's "
+    "shape): bounded at load in elements and bytes (check/program.py, check/budget.py) and "
+    "at the call where it is a value of the graph (runtime/checked_ops.sized_guard)",
+    "scale": "enlarges the result beyond what its operands hold (a padding, an FFT length, "
+    "a diagonal offset, an output size combined with the operand's batch and channels, a "
+    "transposed convolution's stride): a literal is at most literal_numel at load, and at "
+    "the call the result's bytes, from the operands' shapes, are bounded by alloc_bytes "
+    "before the kernel runs (runtime/checked_sizes.py)",
+    "results": "a count of results (chunks, sections, split sizes): bounded by "
+    "LIMITS['results'] at load and at the call (runtime/checked_ops.py)",
+    "dim": "a dimension, or a position or a count within one (a start, a length, k of "
+    "topk): PyTorch checks it against the operand's rank or size, and the result holds at "
+    "most the operand's elements",
+    "value": "a number that cannot change how large the result is (an enum, a class "
+    "index, a range of random values, a stride that divides an output, a shape the "
+    "operand's elements must fill): the reason is in INT_VALUE_REASONS",
+}
+# Why each integer of class "value" cannot enlarge a result, by parameter name.
+INT_VALUE_REASONS: dict[str, str] = {
+    "reduction": "an enum (none, mean, sum): a loss's result is the input's shape or a scalar",
+    "ignore_index": "a class index compared with the targets: selects nothing, sizes nothing",
+    "padding_idx": "a row of the embedding weight whose gradient is zero (checked in range)",
+    "num_layers": "counts the recurrent layers, checked against the flat weights given",
+    "decimals": "rounding digits of an elementwise op",
+    "normalized_shape": "must equal the input's trailing sizes (PyTorch checks it)",
+    "quant_min": "a clamp of quantised values, elementwise",
+    "quant_max": "a clamp of quantised values, elementwise",
+    "zero_point": "an offset of quantised values, elementwise",
+    "divisor_override": "the divisor of an average, elementwise",
+    "high": "the range of random values, not their count",
+    "low": "the range of random values, not their count",
+    "from": "the range of random values, not their count",
+    "to": "the range of random values, not their count",
+    "shape": "a reshape's shape must hold exactly the input's elements (PyTorch checks it)",
+    "sizes": "unflatten's sizes must multiply to the dimension they split (PyTorch checks it)",
+    "embed_dim": "checked against the query and the weights (runtime/checked_ops.py)",
+    "num_head": "checked to divide embed_dim (runtime/checked_ops.py); heads split features",
+    "num_heads": "checked to divide embed_dim (runtime/checked_ops.py); heads split features",
+    "mask_type": "an enum (ops.json enums)",
+    "num_groups": "groups of channels, checked to divide them (runtime/checked_ops.py)",
+    "path": "an order of contraction for einsum's operands: the result is the equation's",
+    "compute_mode": "an enum (ops.json enums)",
+    "interpolation_mode": "an enum (ops.json enums)",
+    "padding_mode": "an enum (ops.json enums)",
+    "mode": "an enum (ops.json enums)",
+    "ind": "how many leading dimensions tensorinv keeps as rows: the result has the "
+    "input's elements",
+    "correction": "a divisor of cov's sums: the result is rows x rows of the input",
+    "upscale_factor": "pixel_shuffle moves channels into space: the result has the input's "
+    "elements",
+    "downscale_factor": "pixel_unshuffle moves space into channels: the result has the "
+    "input's elements",
+    "input_lengths": "ctc_loss's lengths, checked against the input (runtime/checked_ops.py)",
+    "target_lengths": "ctc_loss's lengths, checked against the targets",
+    "blank": "ctc_loss's blank class index, checked in range",
+    "edge_order": "gradient's order of the edge differences (1 or 2): the result has the "
+    "input's shape",
+    "shifts": "roll's shifts: the result has the input's shape",
+    "other": "copy_'s source value, elementwise",
+    "groups": "splits channels into groups (checked to divide them): never adds elements",
+    "stride": "a convolution's or pool's stride divides its output (checked >= 1)",
+    "kernel_size": "a pool's window shrinks its output (checked within the padded input)",
+    "saved": "how many values a custom function saves, checked against its graph",
+    "axis": "fake quantisation's channel dimension (checked): elementwise",
+    "ch_axis": "fake quantisation's channel dimension (checked): elementwise",
+    "polygamma_n": "the order of an elementwise function",
+    "matrix_power_n": "repeated products of a square matrix: the result has its shape",
+    "diff_n": "each difference shortens the input by one (bounded by its length)",
+    "rot90_k": "quarter turns (k mod 4): the result has the input's elements",
+    "unfold_step": "the step between windows (checked >= 1): a larger step makes fewer",
+    "tril_diagonal": "tril/triu keep the input's shape: the diagonal chooses what is zeroed",
+    "tril_indices_offset": "the indices lie within row x col, which are sizes",
+    "max_unpool_window": "max_unpool3d's result is its output_size: stride and padding only "
+    "place the values",
+    "col2im_window": "col2im's result is its output_size: the window only places the blocks",
+    "pool_window": "a pool's padding is at most half its kernel (checked), dilation "
+    "spreads the window: the output grows by at most one per dimension",
+}
+INT_CLASS_BY_NAME: dict[str, str] = {
+    **dict.fromkeys(
+        "dim dims dim0 dim1 dim2 start_dim end_dim source destination axis0 axis1 dimension "
+        "dims_self dims_other index start length end step k".split(),
+        "dim",
+    ),
+    **dict.fromkeys(
+        "size n m row col steps window_length bins storage_offset N".split(),
+        "size",
+    ),
+    **dict.fromkeys(
+        "padding pad output_padding output_size s num_classes total_length minlength r "
+        "num_samples n_fft hop_length win_length repeats".split(),
+        "scale",
+    ),
+    **dict.fromkeys("chunks sections indices split_size split_sizes".split(), "results"),
+    **dict.fromkeys(
+        "reduction ignore_index padding_idx num_layers decimals normalized_shape quant_min "
+        "quant_max zero_point divisor_override shape sizes embed_dim num_head num_heads "
+        "mask_type num_groups compute_mode interpolation_mode padding_mode mode "
+        "upscale_factor downscale_factor input_lengths target_lengths blank edge_order groups "
+        "stride kernel_size saved".split(),
+        "value",
+    ),
+}
+_CONVOLUTIONS = "conv1d conv2d conv3d".split()
+_TRANSPOSED = "conv_transpose1d conv_transpose2d conv_transpose3d convolution".split()
+_POOLS = (
+    "avg_pool1d avg_pool2d avg_pool3d max_pool1d max_pool2d max_pool3d max_pool1d_with_indices "
+    "max_pool2d_with_indices max_pool3d_with_indices".split()
+)
+# Where one parameter name means another thing in another op: (op, name) -> class.
+INT_CLASS_BY_OP: dict[tuple[str, str], str] = {
+    # a transposed convolution's stride and dilation multiply its output; a convolution's
+    # (``convolution`` may be either, by its ``transposed`` flag) divide it
+    **{(op, name): "scale" for op in _TRANSPOSED for name in ("stride", "dilation")},
+    **{(op, "dilation"): "value" for op in _CONVOLUTIONS},
+    # im2col's result is C*k1*k2 rows of one column per block: the kernel grows it
+    ("im2col", "kernel_size"): "scale",
+    **{("im2col", name): "value" for name in ("stride", "dilation")},
+    **{(op, name): "value" for op in _POOLS for name in ("padding", "dilation")},
+    **{("col2im", name): "value" for name in ("kernel_size", "stride", "padding", "dilation")},
+    **{("max_unpool3d", name): "value" for name in ("stride", "padding")},
+    # diag of a vector is a square of side n + |diagonal|
+    ("diag", "diagonal"): "scale",
+    **{(op, "diagonal"): "value" for op in "tril triu Tensor.tril_ Tensor.triu_".split()},
+    # diag_embed's and diagflat's offset widen their square; diagonal's selects within it
+    **{(op, "offset"): "scale" for op in ("diag_embed", "diagflat")},
+    **{(op, "offset"): "dim" for op in ("diagonal", "diagonal_scatter")},
+    **{(op, "offset"): "value" for op in ("tril_indices", "triu_indices")},
+    # the FFTs' n is the signal length of the result, per row of the operand
+    **{(f"fft.{f}", "n"): "scale" for f in "fft ifft rfft irfft hfft ihfft".split()},
+    **{(op, "n"): "value" for op in ("polygamma", "matrix_power", "linalg.matrix_power", "diff")},
+    ("rot90", "k"): "value",
+    # repeat and tile multiply their input's elements; unfold's windows may overlap
+    ("tile", "dims"): "scale",
+    ("Tensor.unfold", "size"): "scale",
+    ("Tensor.unfold", "step"): "value",
+    # affine_grid's size is [N, C, H, W] and its result N x H x W x 2: not the size's product
+    ("affine_grid_generator", "size"): "scale",
+    # a view's shape holds the input's elements
+    ("Tensor.view", "size"): "value",
+    # istft's length is the signal it builds (bounded by its checked implementation)
+    ("istft", "length"): "scale",
+    **{(op, "N"): "scale" for op in ("vander", "linalg.vander")},
+    **{("einsum", "path"): "value"},
+    ("linalg.tensorinv", "ind"): "value",
+    ("cov", "correction"): "value",
+    ("gradient", "edge_order"): "value",
+    ("roll", "shifts"): "value",
+    ("Tensor.copy_", "other"): "value",
+    **{(op, "groups"): "value" for op in _CONVOLUTIONS + _TRANSPOSED + ["channel_shuffle"]},
+    **{(op, "stride"): "value" for op in _CONVOLUTIONS + _POOLS},
+    **{(op, "kernel_size"): "value" for op in _POOLS},
+    ("fake_quantize_per_channel_affine", "axis"): "value",
+    ("fused_moving_avg_obs_fake_quant", "ch_axis"): "value",
+    **{(op, "decimals"): "value" for op in ("round", "Tensor.round_", "special.round")},
+    ("histc", "bins"): "size",
+    ("histogram", "bins"): "size",
+    # the two random ranges: randint's low/high are values, its size is a size
+    **{(op, name): "value" for op in ("randint", "randint_like") for name in ("low", "high")},
+    **{("Tensor.random_", name): "value" for name in ("from", "to")},
+    ("ctc_loss", "blank"): "value",
+    # as_strided and empty_strided: bounded by their checked implementations
+    **{(op, "stride"): "size" for op in ("as_strided", "empty_strided")},
+    # the structural ops: a tensor's dimension, and a custom function's counts
+    ("prim.size", "dim"): "dim",
+    ("prim.stride", "dim"): "dim",
+    ("prim.autograd_function", "saved"): "value",
+    ("prim.autograd_function", "non_differentiable"): "dim",
+}
+# The reason of each "value" given by op (INT_CLASS_BY_OP), where the name's own reason
+# (INT_VALUE_REASONS) would not fit.
+_VALUE_REASON_BY_OP: dict[tuple[str, str], str] = {
+    **{(op, "dilation"): "stride" for op in _CONVOLUTIONS},
+    **{("im2col", name): "stride" for name in ("stride", "dilation")},
+    **{(op, name): "pool_window" for op in _POOLS for name in ("padding", "dilation")},
+    **{
+        ("col2im", name): "col2im_window"
+        for name in ("kernel_size", "stride", "padding", "dilation")
+    },
+    **{("max_unpool3d", name): "max_unpool_window" for name in ("stride", "padding")},
+    **{(op, "diagonal"): "tril_diagonal" for op in "tril triu Tensor.tril_ Tensor.triu_".split()},
+    **{(op, "offset"): "tril_indices_offset" for op in ("tril_indices", "triu_indices")},
+    ("polygamma", "n"): "polygamma_n",
+    ("matrix_power", "n"): "matrix_power_n",
+    ("linalg.matrix_power", "n"): "matrix_power_n",
+    ("diff", "n"): "diff_n",
+    ("rot90", "k"): "rot90_k",
+    ("Tensor.unfold", "step"): "unfold_step",
+    ("Tensor.view", "size"): "shape",
+    ("fake_quantize_per_channel_affine", "axis"): "axis",
+}
+_INT_KINDS = frozenset({"int", "ints", "dim", "dims", "index"})
+
+
+def int_class(op: str, name: str) -> str | None:
+    """The class (INT_CLASSES) of integer parameter ``name`` of ``op``, or None where it
+    is declared nowhere (the op table's build refuses that: see ``int_classes``)."""
+    return INT_CLASS_BY_OP.get((op, name)) or INT_CLASS_BY_NAME.get(name)
+
+
+def value_reason(op: str, name: str) -> str:
+    """Why integer ``name`` of ``op``, of class "value", cannot enlarge its result."""
+    return INT_VALUE_REASONS[_VALUE_REASON_BY_OP.get((op, name), name)]
+
+
+class UnclassifiedIntegers(TypeError):
+    """An op of the set has an integer parameter that INT_CLASSES does not declare."""
+
+
+def int_classes(name: str, kwargs: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
+    """The class of every integer parameter of op ``name`` (``kwargs``: its parameters by
+    name and their kinds); raises UnclassifiedIntegers for one declared nowhere."""
+    found, missing = {}, []
+    for param, kinds in kwargs.items():
+        if _INT_KINDS.isdisjoint(kinds):
+            continue
+        cls = int_class(name, param)
+        if cls is None:
+            missing.append(param)
+        else:
+            found[param] = cls
+    if missing:
+        raise UnclassifiedIntegers(
+            f"op {name!r} has integer parameters {missing} that ir/ops.py does not classify: "
+            "declare each in INT_CLASS_BY_NAME or INT_CLASS_BY_OP as a size, a scale, a count "
+            "of results, a dim or a value (with its reason in INT_VALUE_REASONS), so that "
+            "the checker and the runtime bound what it asks for"
+        )
+    return found
+
+
 # Ops that run through a checked implementation (runtime/checked_ops.py): their PyTorch
 # kernel trusts an argument a file controls (a shape relation, an enum, an offset), or the
 # size of their result comes from values or from a product of sizes. The runtime checks
@@ -639,6 +882,11 @@ _PRIM_KWARGS: dict[str, dict] = {
         "function": ("str",),
         "non_differentiable": ("ints",),
     },
+}
+# The integer positions of the structural ops, by the name their class is declared under.
+_PRIM_INT_NAMES: dict[str, dict] = {
+    "prim.size": {"dim": ("dim",)},
+    "prim.stride": {"dim": ("dim",)},
 }
 GUARD_KINDS = ("value", "branch", "loop", "count")
 # Reads of a tensor's flags (op-set 8 and prim.requires_grad): they keep nothing of it.
@@ -853,7 +1101,8 @@ class OpInfo:
     ``kwargs[name]`` those of a keyword; ``varargs`` is ``(position, kind)`` when sizes may
     be spread over positions (``x.view(2, 3)``). ``flags`` hold ``inplace``, ``random``,
     ``variadic``, ``structural``, ``scalar``, ``private``, ``checked``; ``enums`` the values
-    each integer enum parameter may take."""
+    each integer enum parameter may take; ``ints`` the class of each integer parameter
+    (:data:`INT_CLASSES`: what it may do to the result's size)."""
 
     name: str
     meaning: str
@@ -865,6 +1114,7 @@ class OpInfo:
     reason: str = ""
     arg_names: tuple[tuple[str, ...], ...] = ()  # the parameter names each position has
     enums: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # parameter -> values
+    ints: Mapping[str, str] = field(default_factory=dict)  # integer parameter -> INT_CLASSES
 
     @property
     def dims(self) -> list:
@@ -1034,6 +1284,7 @@ def _build() -> tuple[dict[str, OpInfo], list[str]]:
             _PRIM_ARGS[name],
             _PRIM_KWARGS.get(name, {}),
             flags=frozenset({"structural"}),
+            ints=int_classes(name, {**_PRIM_INT_NAMES.get(name, {}), **_PRIM_KWARGS.get(name, {})}),
         )
     for name, fn in SCALAR_OPS.items():
         short = name.split(".", 1)[1]
@@ -1071,6 +1322,7 @@ def _build() -> tuple[dict[str, OpInfo], list[str]]:
             REVIEWED_PRIVATE.get(name, ""),
             arg_names,
             _enums(name, args, arg_names),
+            int_classes(name, kwargs),
         )
     return table, missing
 

@@ -13,7 +13,7 @@ from ..ir import DTYPES, Graph, Node, Ref, dtypes, pytree, refs_in
 from ..ir import ops as opset
 from ..ir.printable import printable
 from ..ir.program import AUTOGRAD_FUNCTION
-from . import caller_memory, checked_ops, checked_views, torchvision_ops
+from . import caller_memory, checked_ops, checked_sizes, checked_views, torchvision_ops
 from .checked_ops7 import CHECKED_SINCE_7
 
 # The device types whose autocast a graph may read: a file naming another is refused, not
@@ -284,6 +284,8 @@ def node_callable(node: Node, methods: dict[str, Graph]) -> Callable:
         fn = _sized(node, fn)
     elif node.op in checked_ops.SECTIONED and _literal_count(node):
         fn = checked_ops.SECTIONED[node.op]
+    if checked_sizes.needs_bound(node):  # a padding, an FFT length: bytes at the call
+        fn = checked_sizes.bounded(node.op, fn)
     return fn
 
 
@@ -326,8 +328,9 @@ def size_arguments(node: Node) -> list:
 def _sized(node: Node, fn: Callable) -> Callable:
     """``fn``, bounded at the call when a size argument of ``node`` is a value of the graph
     (sizes written in the file are bounded at load)."""
-    # eye's literal sizes too: the loader counts eye(n=...) by keyword as n, not n x n.
-    if not refs_in(size_arguments(node)) and node.op != "eye":
+    # eye's literal sizes too: the loader counts eye(n=...) by keyword as n, not n x n;
+    # and repeat's and tile's, which multiply the caller's elements (ir/ops.py: a scale).
+    if not refs_in(size_arguments(node)) and node.op not in ("eye", "Tensor.repeat", "tile"):
         return fn
     positions, keys, spread = _size_positions(node)
     return checked_ops.sized_guard(node.op, fn, positions, keys, spread)

@@ -1,0 +1,383 @@
+"""Results that an integer argument enlarges, bounded in bytes before the kernel runs.
+
+Note: why a result's shape, at the call. ``ir/ops.py`` declares every integer argument of
+every op (``INT_CLASSES``). One of class ``scale`` enlarges the result beyond what the
+operands hold, together with their shapes: ``conv1d(x, w, padding=[2**28])`` of a
+three-element ``x`` made 2 GiB, ``fft2(x, s=[2**14, 2**14])`` 2 GiB, ``fftn`` with three
+such sizes asked for 35 TiB, ``diag(x, 2**15)`` 4 GiB (prober21c F1-F4). The loader bounds
+each literal by ``literal_numel`` and counts results whose operands the file decides
+(``check/budget.py``); where an operand is the caller's, only the call knows the result's
+shape. So a node of such an op (:data:`SCALED_OPS`) runs through :func:`bounded`: the op
+first runs on meta tensors of its operands' shapes and dtypes (PyTorch's own shape
+function: no data, no allocation), and a result of more than ``ALLOC_BYTES`` bytes (a view
+counts the elements it shows: ``Tensor.unfold``'s overlapping windows) is refused with
+``CheckFailed`` (the runtime's ``OpError``, naming the node) before the kernel runs. A
+node remembers the last :data:`KEEP` keys that passed (the shapes and dtypes of its
+tensors and its other arguments), so a model that calls a padded convolution on one input
+size pays a dictionary lookup, not the shape function, on every call after the first.
+
+The ops whose checked implementation already bounds its result from its operands
+(:data:`OWN_BOUND`: ``diag_embed``, ``one_hot``, ``stft``, ``repeat_interleave``, ...) keep
+that check alone. A meta run that raises (arguments the op refuses) does not pass the
+key: the kernel then runs and refuses the arguments itself, as in eager PyTorch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from ..ir import ops as opset
+from .checked_ops import ALLOC_BYTES, CheckFailed
+
+# Ops whose checked implementation bounds their result's bytes from their operands itself
+# (runtime/checked_ops.py, checked_numeric.py, checked_ops10.py, checked_views.py), or whose
+# size arguments the runtime bounds with the input's elements (``sized_guard``: repeat).
+OWN_BOUND = frozenset(
+    """diag_embed diagflat one_hot bincount stft istft _pad_packed_sequence combinations
+    vander linalg.vander repeat_interleave Tensor.repeat tile""".split()
+)
+# The ops that have an argument of class ``scale`` (ir/ops.py) and no bound of their own.
+SCALED_OPS = (
+    frozenset(name for name, info in opset.OPS.items() if "scale" in info.ints.values()) - OWN_BOUND
+)
+KEEP = 8  # keys remembered per node: a server sees a few input sizes, not thousands
+_META = torch.device("meta")
+_PLAIN = (int, float, bool, str, type(None), torch.dtype)
+
+
+def _key(args: tuple):
+    """The key of a call's positional arguments: :func:`_key_of` of each, with the common
+    cases first (a tensor, an int, a list of ints: a convolution's arguments)."""
+    out = []
+    for a in args:
+        kind = type(a)
+        if kind is _Tensor:
+            out.append(a.shape)
+            out.append(a.dtype)
+        elif kind is int or a is None or (kind is tuple and all(type(x) is int for x in a)):
+            out.append(a)
+        elif kind is list and all(type(x) is int for x in a):
+            out.append(tuple(a))
+        else:
+            out.append(_key_of(a))
+    return tuple(out)
+
+
+_Tensor = torch.Tensor
+
+
+def _key_of(value):
+    """A hashable stand-in for an argument: a tensor's shape and dtype, a number itself."""
+    if isinstance(value, torch.Tensor):
+        return (tuple(value.shape), value.dtype)
+    if isinstance(value, _PLAIN):
+        return value
+    if isinstance(value, (list, tuple)):
+        return tuple(map(_key_of, value))
+    raise TypeError  # a layout, a device, a memory format: no key, checked every call
+
+
+def _on_meta(value):
+    if isinstance(value, torch.Tensor):
+        return torch.empty(value.shape, dtype=value.dtype, device=_META)
+    if isinstance(value, (list, tuple)):
+        return type(value)(map(_on_meta, value))
+    return value
+
+
+def _largest(result) -> tuple[int, tuple]:
+    """The most bytes one tensor of ``result`` (a tensor, or a tuple of them) holds, and its
+    shape."""
+    if isinstance(result, torch.Tensor):
+        return result.numel() * result.dtype.itemsize, tuple(result.shape)
+    best: tuple[int, tuple] = (0, ())
+    if isinstance(result, (list, tuple)):
+        for item in result:
+            best = max(best, _largest(item))
+    return best
+
+
+def result_bytes(op: str, args: tuple, kwargs: dict) -> tuple[int, tuple] | None:
+    """The bytes of the largest tensor ``op`` makes from ``args``/``kwargs`` and its shape,
+    from the op's shape function on meta tensors; None where the op refuses the arguments
+    there (its kernel refuses them too)."""
+    kernel = opset.impl_of(op)
+    try:
+        # no autograd, and no torch function mode of the caller's: it sees the call itself
+        with torch.no_grad(), torch._C.DisableTorchFunction():
+            return _largest(kernel(*_on_meta(args), **_on_meta(kwargs)))
+    except (RuntimeError, ValueError, TypeError, IndexError, NotImplementedError):
+        return None
+
+
+_CONVOLUTIONS = frozenset({"conv1d", "conv2d", "conv3d"})
+
+
+def needs_bound(node) -> bool:
+    """Whether a node runs through :func:`bounded`: one of :data:`SCALED_OPS`, but not a
+    convolution whose padding is written as at most 1 (or as "same"/"valid"), the padding
+    of most 3x3 convolutions: it adds at most two elements to a dimension, as the kernel
+    does on operands the caller and the file's weights give, and the hot path of a
+    convolutional network keeps no check."""
+    if node.op not in SCALED_OPS:
+        return False
+    if node.op in _CONVOLUTIONS:
+        padding = node.args[4] if len(node.args) > 4 else node.kwargs.get("padding", 0)
+        if isinstance(padding, str):
+            return False
+        pads = padding if isinstance(padding, (list, tuple)) else [padding]
+        if all(type(p) is int and 0 <= p <= 1 for p in pads):
+            return False
+    return True
+
+
+# --- upper bounds without the shape function -------------------------------------------------
+# Note: why not always meta. The first meta call of a process imports PyTorch's Python meta
+# registrations (about 500 modules, 1.5 s; ``upsample_bilinear2d``, ``diag`` or ``im2col``
+# on meta also import Dynamo: 4 s), a first call a model must not pay for its
+# ``AdaptiveAvgPool2d`` or its padded convolutions. So the common families have an upper
+# bound of their result's elements here, from their arguments' sizes (a convolution's
+# output along a dimension is at most its input plus twice its padding; a transposed one's
+# at most ``(L - 1) * stride + dilation * (k - 1) + output_padding + 1``): a call whose
+# bound, at 16 bytes an element (the widest), is within ``ALLOC_BYTES`` passes without the
+# shape function; one past it (or an argument the bound cannot read) asks the shape
+# function for the exact size.
+
+
+def _arg(args: tuple, kwargs: dict, position: int, name: str, default=None):
+    if len(args) > position:
+        return args[position]
+    return kwargs.get(name, default)
+
+
+def _per_dim(value, d: int) -> list[int] | None:
+    """``value`` (an int, or a list of one or ``d`` ints) as ``d`` ints; None otherwise."""
+    if type(value) is int:
+        return [value] * d
+    if isinstance(value, (list, tuple)) and all(type(v) is int for v in value):
+        if len(value) == d:
+            return list(value)
+        if len(value) == 1:
+            return list(value) * d
+    return None
+
+
+def _prod(values) -> int:
+    out = 1
+    for v in values:
+        out *= max(int(v), 0)
+    return out
+
+
+def _shape(x) -> list[int] | None:
+    if not isinstance(x, torch.Tensor):
+        return None
+    shape = list(x.shape)
+    return shape if all(type(s) is int for s in shape) else None
+
+
+# (position, keyword) of each argument of the convolutions, by op
+_CONV_ORDER = {
+    "plain": {"stride": 3, "padding": 4, "dilation": 5, "groups": 6},
+    "transposed": {"stride": 3, "padding": 4, "output_padding": 5, "groups": 6, "dilation": 7},
+    "convolution": {
+        "stride": 3,
+        "padding": 4,
+        "dilation": 5,
+        "transposed": 6,
+        "output_padding": 7,
+        "groups": 8,
+    },
+}
+_CONV_DEFAULTS = {"stride": 1, "padding": 0, "dilation": 1, "output_padding": 0, "groups": 1}
+
+
+def _conv_bound(kind: str) -> Callable:
+    order = _CONV_ORDER[kind]
+
+    def bound(args: tuple, kwargs: dict) -> int | None:
+        x = _shape(_arg(args, kwargs, 0, "input"))
+        w = _shape(_arg(args, kwargs, 1, "weight"))
+        if x is None or w is None or len(w) < 3:
+            return None
+        d = len(w) - 2
+        given = {n: _arg(args, kwargs, p, n, _CONV_DEFAULTS.get(n)) for n, p in order.items()}
+        transposed = kind == "transposed" or (kind == "convolution" and given["transposed"])
+        groups = given["groups"]
+        if type(groups) is not int or len(x) < d + 1:
+            return None
+        spatial = x[-d:]
+        batch = x[0] if len(x) == d + 2 else 1
+        if not transposed:
+            padding = given["padding"]
+            pads = [0] * d if isinstance(padding, str) else _per_dim(padding, d)
+            if pads is None:
+                return None
+            out = [size + 2 * max(p, 0) for size, p in zip(spatial, pads)]
+            return batch * w[0] * _prod(out)
+        stride, dilation, extra = (
+            _per_dim(given[n], d) for n in ("stride", "dilation", "output_padding")
+        )
+        if stride is None or dilation is None or extra is None:
+            return None
+        out = [
+            (size - 1) * s + dl * (k - 1) + e + 1
+            for size, s, dl, k, e in zip(spatial, stride, dilation, w[2:], extra)
+        ]
+        return batch * w[1] * groups * _prod(out)
+
+    return bound
+
+
+def _pad_bound(args: tuple, kwargs: dict) -> int | None:
+    shape = _shape(_arg(args, kwargs, 0, "input", kwargs.get("self")))
+    if len(args) > 2 and all(type(a) is int for a in args[1:]):
+        pads = list(args[1:])  # reflection_pad2d(x, 1, 1, 1, 1): the pads spread
+    else:
+        pads = _arg(args, kwargs, 1, "pad", kwargs.get("padding"))
+    if shape is None or not isinstance(pads, (list, tuple)):
+        return None
+    if not all(type(p) is int for p in pads) or len(pads) % 2 or len(pads) // 2 > len(shape):
+        return None
+    for i in range(len(pads) // 2):
+        shape[-1 - i] += pads[2 * i] + pads[2 * i + 1]
+    return _prod(shape)
+
+
+def _dims_of(op: str) -> int:
+    return next(int(c) for c in op if c.isdigit())
+
+
+def _resized_bound(op: str) -> Callable:
+    """Adaptive pools and upsampling: the input's leading sizes, then the output size (or
+    each of the last sizes times its scale factor)."""
+    d = _dims_of(op)
+
+    def bound(args: tuple, kwargs: dict) -> int | None:
+        shape = _shape(_arg(args, kwargs, 0, "input", kwargs.get("self")))
+        if shape is None or len(shape) < d:
+            return None
+        lead = _prod(shape[:-d])
+        size = _per_dim(_arg(args, kwargs, 1, "output_size"), d)
+        if size is not None:
+            return lead * _prod(size)
+        scales = [
+            a
+            for a in list(args[2:]) + list(kwargs.values())
+            if isinstance(a, (list, tuple)) and a and all(type(s) is float for s in a)
+        ]
+        if len(scales) != 1 or len(scales[0]) != d:
+            return None
+        return lead * _prod(math.ceil(n * s) for n, s in zip(shape[-d:], scales[0]))
+
+    return bound
+
+
+def _fft_bound(op: str) -> Callable:
+    """The FFTs: the input with the transformed dimensions at their lengths ``n`` or ``s``
+    (a one-sided result has about half: counted whole; an inverse one-sided one, without
+    a length, twice its input's)."""
+    many = op[-1] in "2n"  # fft2, fftn, rfft2, ...: ``s`` and ``dim`` lists
+    # the inverse of a one-sided transform makes 2 * (L - 1) from L by default
+    twice = "irfft" in op or "hfft" in op
+
+    def bound(args: tuple, kwargs: dict) -> int | None:
+        shape = _shape(_arg(args, kwargs, 0, "input", kwargs.get("self")))
+        lengths = _arg(args, kwargs, 1, "s" if many else "n")
+        dims = _arg(args, kwargs, 2, "dim", (-2, -1) if op[-1] == "2" else None)
+        if shape is None or not shape:
+            return None
+        if lengths is None:
+            return _prod(shape) * (2 if twice else 1)
+        lengths = [lengths] if type(lengths) is int else lengths
+        if not isinstance(lengths, (list, tuple)) or not all(type(n) is int for n in lengths):
+            return None
+        if dims is None:
+            dims = list(range(-len(lengths), 0))
+        dims = [dims] if type(dims) is int else dims
+        if not isinstance(dims, (list, tuple)) or len(dims) != len(lengths):
+            return None
+        for dim, n in zip(dims, lengths):
+            if type(dim) is not int or not -len(shape) <= dim < len(shape):
+                return None
+            if n != -1:
+                shape[dim] = n
+        return _prod(shape) * (2 if twice else 1)
+
+    return bound
+
+
+UPPER_BOUNDS: dict[str, Callable] = {
+    **{f"conv{d}d": _conv_bound("plain") for d in (1, 2, 3)},
+    **{f"conv_transpose{d}d": _conv_bound("transposed") for d in (1, 2, 3)},
+    "convolution": _conv_bound("convolution"),
+    **{
+        op: _pad_bound
+        for op in (
+            "pad constant_pad_nd _pad_circular reflection_pad1d reflection_pad2d "
+            "reflection_pad3d replication_pad1d replication_pad2d replication_pad3d"
+        ).split()
+    },
+    **{
+        op: _resized_bound(op)
+        for op in opset.OPS
+        if op.startswith(("adaptive_", "upsample_", "_upsample_"))
+    },
+    **{op: _fft_bound(op) for op in opset.OPS if op.startswith("fft.") and op in SCALED_OPS},
+}
+
+
+def _symbolic(values) -> bool:
+    """Whether a tensor among ``values`` has a size that is not an int: ``torch.export``
+    traces the graph (an AOTInductor package, which only a trusting caller loads) with
+    symbolic sizes, where no bound can be read and the result is never allocated."""
+    for v in values:
+        if isinstance(v, torch.Tensor) and any(type(d) is not int for d in v.shape):
+            return True
+        if isinstance(v, (list, tuple)) and _symbolic(v):
+            return True
+    return False
+
+
+def bounded(op: str, fn: Callable) -> Callable:
+    """``fn`` (the callable of one node of ``op``) preceded by the bound of its result's
+    bytes (module Note), remembered for the last :data:`KEEP` keys that passed."""
+    passed: dict = {}
+    upper = UPPER_BOUNDS.get(op)
+
+    def run(*args, **kwargs):
+        try:
+            key = _key(args) if not kwargs else (_key(args), _key_of(tuple(kwargs.items())))
+            known = key in passed
+        except TypeError:  # a size that is no int: torch.export's symbolic sizes
+            if _symbolic(args) or _symbolic(kwargs.values()):
+                return fn(*args, **kwargs)
+            key, known = None, False
+        if not known:
+            most = upper(args, kwargs) if upper is not None else None
+            if most is None or most * 16 > ALLOC_BYTES:  # ask the shape function
+                found = result_bytes(op, args, kwargs)
+                if found is None:  # refused there: the kernel refuses it too, each call
+                    return fn(*args, **kwargs)
+                size, shape = found
+                if size > ALLOC_BYTES:
+                    raise CheckFailed(
+                        f"{op} would make a result of shape {list(shape)[:8]} ({size} bytes), "
+                        f"more than the limit of {ALLOC_BYTES} for one allocation "
+                        "(shared_ir/SPEC.md, section Limits): an integer argument (a padding, "
+                        "an FFT length, an offset, an output size) enlarges it past what its "
+                        "operands hold"
+                    )
+            if key is not None:
+                if len(passed) >= KEEP:
+                    del passed[next(iter(passed))]
+                passed[key] = None
+        return fn(*args, **kwargs)
+
+    run.bounds = fn  # the callable it passes each call on to, unchanged
+    run.__name__ = f"bounded_{op.replace('.', '_')}"
+    run.__doc__ = f"``{op}``, its result bounded in bytes before the kernel runs."
+    return run
