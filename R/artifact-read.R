@@ -456,7 +456,7 @@ read_safetensors_header <- function(file, members) {
                                 "data but the member holds %s."),
                           where, format_int(at), format_int(data_bytes)))
   }
-  list(tensors = tensors, data_bytes = data_bytes)
+  list(tensors = tensors, data_bytes = data_bytes, data_base = 8 + head_len)
 }
 
 header_entry <- function(where, name, info) {
@@ -511,6 +511,45 @@ int_below <- function(x, limit) {
 
 # The state from program.json, cross-checked against the safetensors header; tensors
 # listed in `tensors.external` (a program traced on the meta device) have no data.
+# Why the `n` bytes `data` are no state a generator on `device` can hold, or NULL: what
+# python/tracebridge/artifact/generators.py (cpu_state_problem(), cuda_state_problem())
+# refuses, so that both readers refuse one file. torch's set_state checks a CPU state's
+# Mersenne Twister position (left, next) only field by field: left = next = 624 passes
+# it, and each draw then reads past the generator's memory (prober21c F9). A real
+# generator holds left + next == 625, or left = 1, next = 0 once seeded.
+generator_state_problem <- function(data, n, device) {
+  if (!startsWith(device, "cuda")) {
+    if (n != 5056) return(sprintf("%s bytes, where a CPU generator's state is 5056", format_int(n)))
+    u32 <- function(pos) le_uint(data, pos + 1L, 4L)
+    left <- u32(8)
+    if (left >= 2^31) left <- left - 2^32
+    seeded <- u32(12)
+    nxt <- le_uint(data, 17L, 8L)
+    if (seeded != 1) return(sprintf("its 'seeded' field is %s, not 1", format_int(seeded)))
+    if (!(left >= 1 && left <= 624 && nxt <= 624 &&
+          (left + nxt == 625 || (left == 1 && nxt == 0)))) {
+      return(sprintf(paste("its Mersenne Twister position (left=%s, next=%s) is none a",
+                           "generator holds (left + next == 625, or left=1, next=0 once",
+                           "seeded): a draw would read past the generator's words"),
+                     format_int(left), format_int(nxt)))
+    }
+    high <- matrix(data[25:5016], nrow = 8)[5:8, ]
+    if (any(high != as.raw(0))) return("a word of its Mersenne Twister state does not fit 32 bits")
+    flags <- c(u32(5040), as.integer(data[5053]))
+    if (!all(flags %in% c(0, 1))) return("a flag of its cached normal samples is neither 0 nor 1")
+    doubles <- readBin(data[5017:5040], "double", n = 3L, size = 8L, endian = "little")
+    float <- readBin(data[5049:5052], "double", n = 1L, size = 4L, endian = "little")
+    if (!all(is.finite(c(doubles, float)))) return("a cached normal sample is not finite")
+    return(NULL)
+  }
+  if (n != 16) return(sprintf("%s bytes, where a CUDA generator's state is 16", format_int(n)))
+  negative <- as.integer(data[16]) >= 128
+  if (negative || as.integer(data[9]) %% 4L != 0L) {
+    return(sprintf("its Philox offset is none a generator holds (0 or more, a multiple of 4)"))
+  }
+  NULL
+}
+
 read_state <- function(file, doc) {
   info <- doc$state
   header <- read_safetensors_header(file, doc$.members)
@@ -532,6 +571,20 @@ read_state <- function(file, doc) {
     }
     if (info$dtype != "U8" || length(info$shape) != 1L) {
       inspect_abort(sprintf("%s: generator state '%s' must be a 1-D U8 entry.", file, entry))
+    }
+    name <- substring(entry, nchar(artifact_generator_prefix) + 1L)
+    device <- doc$generators[[name]]$device %||% ""
+    n <- info$offsets[2] - info$offsets[1]
+    data <- if (n <= 5056) {
+      read_member_range(file, doc$.members[["tensors.safetensors"]],
+                        header$data_base + info$offsets[1], n)
+    } else raw(0)
+    problem <- generator_state_problem(data, n, device)
+    if (!is.null(problem)) {
+      inspect_abort(sprintf(paste("%s: generator '%s': its saved state does not fit a %s",
+                                  "generator (%s); the file is corrupt or hostile: save the",
+                                  "model again from the generator it was traced with."),
+                            file, name, device, problem))
     }
   }
   for (name in generators) {
