@@ -563,6 +563,8 @@ read_state <- function(file, doc) {
   # The generators' states (#generator.NAME, 1-D U8) are apart from the state tensors.
   kept <- startsWith(stored, artifact_generator_prefix)
   generators <- names(doc$generators) %||% character(0)
+  limit <- tb_tables()[["ops"]][["limits"]][["generator_bytes"]]
+  total <- 0
   for (entry in stored[kept]) {
     info <- header$tensors[[entry]]
     if (!substring(entry, nchar(artifact_generator_prefix) + 1L) %in% generators) {
@@ -571,6 +573,13 @@ read_state <- function(file, doc) {
     }
     if (info$dtype != "U8" || length(info$shape) != 1L) {
       inspect_abort(sprintf("%s: generator state '%s' must be a 1-D U8 entry.", file, entry))
+    }
+    total <- total + info$shape[[1]]
+    if (total > limit) {
+      inspect_abort(sprintf(paste(
+        "%s: the generators' states take more than %s bytes in tensors.safetensors, the",
+        "limit (a CPU generator's state is 5056 bytes) [rule: resource limits]; the file is",
+        "corrupt or hostile."), file, format(limit, scientific = FALSE)))
     }
     name <- substring(entry, nchar(artifact_generator_prefix) + 1L)
     device <- doc$generators[[name]]$device %||% ""

@@ -56,6 +56,31 @@ check_message <- function(file, method, index, op, fault) {
   sprintf("%s%s [rule: %s]; %s", head, conditionMessage(fault), fault[["rule"]], fix)
 }
 
+# The names prim.setting reads (shared_ir/SPEC.md, section 6): a reader MUST refuse a name
+# it does not know, as Python's check_program() does. jit_inspect() shows each read as a
+# guard, so it refuses such a file too, naming the method and node; the names are
+# `settings` of ops.json, generated from python/tracebridge/ir/ops.py (SETTINGS), so that
+# both readers know the same ones.
+check_settings <- function(doc, file) {
+  known <- names(tb_tables()[["ops"]][["settings"]])
+  for (method in names(doc[["methods"]])) {
+    nodes <- doc[["methods"]][[method]][["nodes"]]
+    for (i in seq_along(nodes)) {
+      node <- nodes[[i]]
+      if (!identical(node[["op"]], "prim.setting")) next
+      name <- node[["args"]][[1]]
+      if (is_str(name) && name %in% known) next
+      shown <- if (is_str(name)) sprintf("'%s'", substr(name, 1, 30)) else "a non-name"
+      fault <- tryCatch(check_fault("literals", sprintf(
+        "prim.setting reads %s, which is not a setting this tracebridge knows", shown),
+        "the file was made by a newer tracebridge or edited; upgrade tracebridge to read it"),
+        tracebridge_check_fault = function(f) f)
+      inspect_abort(check_message(file, method, i - 1L, "prim.setting", fault))
+    }
+  }
+  invisible()
+}
+
 # The document rules of shared_ir/SPEC.md; see check_document_rules() in Python.
 check_program <- function(doc, file, strict = FALSE) {
   tryCatch({
@@ -371,6 +396,11 @@ check_generators <- function(doc) {
   generators <- doc[["generators"]]
   if (is.null(generators)) return(invisible())
   if (!is_obj(generators)) check_fault("document", "generators must be an object")
+  limit <- tb_tables()[["ops"]][["limits"]][["generators"]]
+  if (length(generators) > limit) {
+    check_fault("resource limits", sprintf("%d generators, more than %d", length(generators),
+                                           limit))
+  }
   reserved <- unlist(tb_tables()[["ops"]][["names"]][["reserved_attributes"]])
   states <- names(doc[["state"]])
   modules <- unique(unlist(lapply(strsplit(states, ".", fixed = TRUE), function(parts) {
@@ -378,12 +408,13 @@ check_generators <- function(doc) {
     vapply(seq_len(length(parts) - 1L), function(i) paste(parts[seq_len(i)], collapse = "."), "")
   })))
   holders <- c(states, names(generators))
+  taken <- c(states, modules, names(doc[["methods"]]))
   for (name in names(generators)) {
     check_path_name(name, "generator")
     parts <- strsplit(name, ".", fixed = TRUE)[[1]]
     clash <- parts[parts %in% reserved | startsWith(parts, "_tb") | parts == "_class_name"]
     check_dotted_name(name, "generator", clash, holders, "'%s' is not a module")
-    if (name %in% c(states, modules, names(doc[["methods"]]))) {
+    if (name %in% taken) {
       check_fault("names", sprintf(paste(
         "generator '%s' has the name of a state tensor, a module or a method of the",
         "program"), substr(name, 1, 40)))

@@ -43,7 +43,8 @@ st_code_names <- function() {
 #' The state is described twice in a file: in `program.json` and in the safetensors header.
 #' `jit_inspect()` checks that both agree (names, dtypes, shapes, byte sizes and offsets).
 #' It checks the CRC-32 of `program.json`, the JSON grammar (the same as Python's), the
-#' schema and the names of methods, state and dispatch entries: the document rules. It does
+#' schema and the names of methods, state and dispatch entries: the document rules, and
+#' refuses a `prim.setting` name it does not know (it would show it as a guard). It does
 #' not check the sha256 checksum of the tensor data, nor the execution rules (the op set,
 #' argument kinds, sizes, limits), which live once, in Python's checker; [jit_load()] runs
 #' them (through Python) and checks the data. Text from the file is printed with control
@@ -92,6 +93,7 @@ jit_inspect <- function(path, quiet = FALSE) {
   file <- path.expand(path)
   doc <- read_program(file)
   state <- read_state(file, doc)
+  check_settings(doc, file)
   methods <- names(doc$methods)
   graphs <- vapply(methods, function(m) {
     text <- tryCatch(

@@ -213,6 +213,8 @@ def ops_json() -> dict:
         "size_arguments": sorted(opset.SIZE_ARGUMENTS),
         "size_products": sorted(opset.SIZE_PRODUCTS),
         "size_ranges": sorted(opset.SIZE_RANGES),
+        # prim.setting's names and the kind of each value: a reader refuses another name
+        "settings": dict(opset.SETTINGS),
         "ops": table,
     }
 

@@ -632,6 +632,8 @@ def corpus(base: dict) -> dict[str, object]:
     mutate("generators_private", lambda d: d.update(generators={"_tb_tree": cpu}))
     mutate("generators_inside", lambda d: d.update(generators={"g": cpu, "g.h": cpu}))
     mutate("generators_type", lambda d: d.update(generators=[1]))
+    many = {f"g{i}": cpu for i in range(LIMITS["generators"] + 1)}
+    mutate("generators_many", lambda d: d.update(generators=many))
     mutate(
         "pow_bomb",
         lambda d: forward(d)["nodes"].append(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import shutil
 import zipfile
 
 import pytest
@@ -19,7 +20,7 @@ from torch import nn
 
 import tracebridge
 from tracebridge.artifact.archive import safetensors_bytes
-from tracebridge.check.program import check_program
+from tracebridge.check.program import LIMITS, check_program
 from tracebridge.errors import TraceError, UnsupportedOpError
 from tracebridge.ir import ops
 
@@ -479,3 +480,148 @@ def test_a_cuda_generator_is_refused_without_cuda(tmp_path):
         archive.writestr("tensors.safetensors", blob)
     with pytest.raises(tracebridge.ArtifactError, match="saved from cuda:0.*no CUDA device"):
         tracebridge.load(crafted)
+
+
+# --- map_location and limits -----------------------------------------------------------------
+
+
+def _crafted_generators(tmp_path, doc, states: dict, name="crafted.tb"):
+    """``doc`` (program.json) written with ``states`` (entry -> uint8 tensor) as its
+    tensors.safetensors."""
+    blob, _ = safetensors_bytes(states)
+    doc["tensors"] = {"sha256": hashlib.sha256(blob).hexdigest(), "count": 0}
+    crafted = tmp_path / name
+    with zipfile.ZipFile(crafted, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr("program.json", json.dumps(doc))
+        archive.writestr("tensors.safetensors", blob)
+    return crafted
+
+
+def _noisy_doc(tmp_path) -> dict:
+    path = _saved(tracebridge.trace(Noisy(), torch.zeros(2)), tmp_path)
+    with zipfile.ZipFile(path) as archive:
+        return json.loads(archive.read("program.json"))
+
+
+def test_a_cpu_generator_stays_on_the_cpu_whatever_map_location_says(tmp_path):
+    """A CPU generator is made on the CPU under every map_location, as ``nn.Module.to()``
+    leaves a generator where it is; it draws what the saved one would."""
+    m = Noisy()
+    path = _saved(tracebridge.trace(m, torch.zeros(2)), tmp_path)
+    for where in ("cpu", torch.device("cpu"), {"cpu": "cpu"}, {"cuda:0": "cpu"}):
+        loaded = tracebridge.load(path, map_location=where)
+        assert loaded.g.device.type == "cpu"
+        m.g.manual_seed(3)
+        loaded.g.manual_seed(3)
+        _assert_same(_calls(loaded, torch.zeros(3)), _calls(m, torch.zeros(3)))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without CUDA")
+@pytest.mark.parametrize("where", ["cpu", torch.device("cpu"), {"cuda:0": "cpu"}])
+def test_a_cuda_generator_mapped_to_the_cpu_is_refused_naming_why(tmp_path, where):
+    """map_location moves a CUDA generator within CUDA only: a CUDA state is not a CPU
+    generator's, and a CPU generator seeded anew would draw other numbers, silently."""
+    doc = _noisy_doc(tmp_path)
+    doc["generators"]["g"]["device"] = "cuda:0"
+    crafted = _crafted_generators(
+        tmp_path, doc, {"#generator.g": torch.zeros(16, dtype=torch.uint8)}
+    )
+    with pytest.raises(
+        tracebridge.ArtifactError,
+        match=r"generator 'g' was saved from cuda:0, and map_location sends cuda:0 to cpu: "
+        r"a generator cannot change its device type",
+    ):
+        tracebridge.load(crafted, map_location=where)
+    # map_location naming a device this machine lacks: the loader's own message
+    with pytest.raises(tracebridge.ArtifactError, match="no CUDA device|does not have"):
+        tracebridge.load(crafted, map_location={"cuda:0": "cuda:1"})
+
+
+def test_map_location_moves_a_cuda_generator_within_cuda(monkeypatch):
+    """Where map_location sends a CUDA generator's device: ``{"cuda:1": "cuda:0"}`` makes
+    it on cuda:0 (a file saved on a second GPU, loaded on a machine with one). Checked
+    here with the devices' availability stood in for (the CUDA test below makes one)."""
+    from tracebridge.artifact import devices
+    from tracebridge.artifact import generators as kept
+
+    monkeypatch.setattr(devices, "available", lambda d: d.type == "cpu" or d.index in (0, None))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert kept.load_device("g", "cuda:1", {"cuda:1": "cuda:0"}, "f.tb") == "cuda:0"
+    assert kept.load_device("g", "cuda:0", None, "f.tb") == "cuda:0"
+    assert kept.load_device("g", "cuda:0", "cuda", "f.tb") == "cuda"
+    assert kept.load_device("g", "cpu", "cuda:0", "f.tb") == "cpu"
+    with pytest.raises(tracebridge.ArtifactError, match="cannot change its device type"):
+        kept.load_device("g", "cuda:1", {"cuda:1": "cpu"}, "f.tb")
+    with pytest.raises(tracebridge.ArtifactError, match="'cuda:1', which this machine does not"):
+        kept.load_device("g", "cuda:1", None, "f.tb")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_cuda_generator_follows_map_location_within_cuda(tmp_path):
+    class CudaNoisy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.g = torch.Generator(device="cuda").manual_seed(3)
+
+        def forward(self, x):
+            return x * torch.rand(x.shape, generator=self.g, device=x.device)
+
+    m = CudaNoisy()
+    path = _saved(tracebridge.trace(m, torch.ones(2, device="cuda")), tmp_path)
+    loaded = tracebridge.load(path, map_location={"cuda:0": "cuda:0"})
+    assert loaded.g.device.type == "cuda"
+    m.g.manual_seed(4)
+    loaded.g.manual_seed(4)
+    x = torch.ones(3, device="cuda")
+    _assert_same(_calls(loaded, x), _calls(m, x))
+    with pytest.raises(tracebridge.ArtifactError, match="cannot change its device type"):
+        tracebridge.load(path, map_location="cpu")
+
+
+def test_more_generators_than_the_limit_are_refused_before_their_names_are_checked():
+    limit = LIMITS["generators"]
+    many = {f"g{i}": {"device": "cpu"} for i in range(limit + 1)}
+    _refused(_rand_doc({"generator": "g0"}, many), f"{limit + 1} generators, more than {limit}")
+    check_program(_rand_doc({"generator": "g0"}, dict(list(many.items())[:limit])), "f.tb")
+
+
+def test_generator_states_past_the_byte_limit_are_refused(tmp_path):
+    """The states' bytes, all together, within ``generator_bytes``: counted from the
+    safetensors header, before any state is read."""
+    doc = _noisy_doc(tmp_path)
+    doc["generators"]["h"] = {"device": "cpu"}
+    half = LIMITS["generator_bytes"] // 2
+    states = {
+        "#generator.g": torch.zeros(half, dtype=torch.uint8),
+        "#generator.h": torch.zeros(half + 1, dtype=torch.uint8),
+    }
+    crafted = _crafted_generators(tmp_path, doc, states)
+    with pytest.raises(tracebridge.ArtifactError, match="generators' states take more than"):
+        tracebridge.load(crafted)
+
+
+@pytest.mark.skipif(shutil.which("Rscript") is None, reason="needs R")
+def test_r_refuses_generators_past_the_limits(tmp_path):
+    """R's reader applies both limits (``limits`` of ops.json): the states' bytes from the
+    safetensors header, the count among the document rules."""
+    from .r_reader import run_r
+
+    doc = _noisy_doc(tmp_path)
+    doc["generators"]["h"] = {"device": "cpu"}
+    half = LIMITS["generator_bytes"] // 2
+    states = {
+        "#generator.g": torch.zeros(half, dtype=torch.uint8),
+        "#generator.h": torch.zeros(half + 1, dtype=torch.uint8),
+    }
+    big = _crafted_generators(tmp_path, doc, states, "big.tb")
+    doc = _noisy_doc(tmp_path)
+    doc["generators"].update({f"h{i}": {"device": "cpu"} for i in range(LIMITS["generators"])})
+    many = _crafted_generators(tmp_path, doc, {}, "many.tb")
+    said = run_r(
+        'for (f in args[-1]) cat(tryCatch({jit_inspect(f, quiet = TRUE); "taken"}, '
+        'error = conditionMessage), "\\n")',
+        big,
+        many,
+    )
+    assert "the generators' states take more than 16777216 bytes" in said, said
+    assert f"{LIMITS['generators'] + 1} generators, more than {LIMITS['generators']}" in said

@@ -6,6 +6,7 @@ mkldnn flags and the attention backends' switches. Each was a constant of the tr
 under another setting took the traced branch, silently."""
 
 import contextlib
+import json
 import shutil
 
 import pytest
@@ -16,7 +17,7 @@ from tracebridge.errors import ArtifactError, GuardError
 from tracebridge.ir import ops
 
 from .graph_helpers import rewrite_nodes
-from .r_reader import run_r
+from .r_reader import ROOT, run_r
 
 X = torch.ones(3)
 
@@ -394,3 +395,24 @@ def test_r_reads_a_file_with_the_newer_settings(tmp_path):
     shown = run_r(f"info <- jit_inspect(args[[2]], quiet = TRUE); {printed}", tmp_path / "f.tb")
     for name in names:
         assert f"prim.setting('{name}')" in shown
+
+
+@pytest.mark.skipif(shutil.which("Rscript") is None, reason="needs R")
+def test_r_refuses_a_file_naming_another_setting(tmp_path):
+    """R's reader knows the names Python's does (``settings`` of ops.json, generated from
+    ops.SETTINGS) and refuses another, naming the method and node, as the SPEC asks of
+    every reader; the known ones it takes (test above)."""
+    tables = json.loads((ROOT / "shared_ir" / "ops.json").read_text(encoding="utf-8"))
+    assert tables["settings"] == ops.SETTINGS
+    with _threads(2):
+        traced = tracebridge.trace(scaled_by_threads, X)
+    names = {"bogus": "'bogus'", "num_threads ": "'num_threads '", "3": "a non-name"}
+    refused = 'tryCatch({jit_inspect(f, quiet = TRUE); "taken"}, error = conditionMessage)'
+    for index, (name, shown) in enumerate(names.items()):
+        path = tmp_path / f"f{index}.tb"
+        traced.save(path)
+        value = 3 if name == "3" else name
+        rewrite_nodes(path, "prim.setting", lambda node, v=value: node.update(args=[v]))
+        said = run_r(f"f <- args[[2]]; cat({refused})", path)
+        assert "method 'forward', node" in said and "(prim.setting)" in said, said
+        assert f"prim.setting reads {shown}, which is not a setting" in said, said

@@ -428,7 +428,7 @@ def read(
                 "(model.safetensors.index.json)"
             )
         doc = _without_state(opened.doc, [n for n in unread if n not in tensors])
-        program = program_from_json(doc, tensors, opened.name)
+        program = program_from_json(doc, tensors, opened.name, map_location=map_location)
         devices.place(program.state, devices.saved_devices(opened.doc), map_location, opened.name)
         return program
     finally:
@@ -557,11 +557,16 @@ def check_document(doc: Any, name: str) -> None:
 
 
 def program_from_json(
-    doc: dict, tensors: dict[str, torch.Tensor], name: str = "", describing: bool = False
+    doc: dict,
+    tensors: dict[str, torch.Tensor],
+    name: str = "",
+    describing: bool = False,
+    map_location: devices.MapLocation = None,
 ) -> Program:
     """The Program of a checked document, its state bound to ``tensors`` by name
     (``describing``: for a description only, a CUDA generator is left out where this
-    machine has no CUDA, as devices are ignored there)."""
+    machine has no CUDA, as devices are ignored there; ``map_location``: where the
+    generators go, generators.load_device)."""
     state = {}
     for key, info in doc["state"].items():
         if key not in tensors:
@@ -596,7 +601,7 @@ def program_from_json(
         backend=backend,
         specialised=dict(doc.get("specialised", {})),
         aliases=dict(doc.get("aliases", {})),
-        generators=kept_generators.rebuild(doc, tensors, name, describing),
+        generators=kept_generators.rebuild(doc, tensors, name, describing, map_location),
         meta=meta,
         from_file=True,
     )

@@ -55,6 +55,10 @@ LIMITS = {
     # length of combinations(x, r): each multiplies the size of its input.
     "scale_product": 2**10,
     "combinations_r": 16,
+    # Generators a file keeps (SPEC section 9, Generators), and the bytes of their states
+    # in tensors.safetensors, all together (a CPU generator's is 5056, a CUDA one's 16).
+    "generators": 1024,
+    "generator_bytes": 2**24,
     "int_min": -(2**63),
     "int_max": 2**64 - 1,
 }
@@ -521,8 +525,14 @@ def _check_generators(doc: dict) -> None:
     generators = doc.get("generators") or {}
     if not isinstance(generators, dict):
         _fail("document", "generators must be an object")
+    if len(generators) > LIMITS["generators"]:
+        _fail(
+            "resource limits",
+            f"{len(generators)} generators, more than {LIMITS['generators']}",
+        )
     names = set(doc["state"])
     modules = {".".join(n.split(".")[:i]) for n in names for i in range(1, n.count(".") + 1)}
+    holders = names | set(generators)
     for name, entry in generators.items():
         _path_name(name, "generator")
         clash = next(
@@ -541,7 +551,6 @@ def _check_generators(doc: dict) -> None:
                 "module already has as an attribute",
             )
         parts = name.split(".")
-        holders = names | set(generators)
         inside = next(
             (".".join(parts[:i]) for i in range(1, len(parts)) if ".".join(parts[:i]) in holders),
             None,

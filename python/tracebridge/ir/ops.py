@@ -539,6 +539,17 @@ cumulative_trapezoid masked_select unbind split
         "vander pdist pad_sequence empty_strided".split()
     )
     | frozenset(
+        # index values checked before the kernel where it would check them on the device
+        # (a device-side assert): runtime/checked_indices.py
+        """
+gather scatter scatter_add scatter_reduce Tensor.scatter_ Tensor.scatter_add_ index_select
+index_add Tensor.index_add_ index_copy Tensor.index_copy_ index_reduce Tensor.index_reduce_
+index_fill Tensor.index_fill_ take put Tensor.put_ take_along_dim embedding getitem setitem
+index_put Tensor.index_put_ nll_loss nll_loss2d nll_loss_nd cross_entropy_loss max_unpool2d
+max_unpool3d searchsorted masked_scatter Tensor.masked_scatter_
+""".split()
+    )
+    | frozenset(
         # torch 2.11's reflection_pad3d reads its six pads before counting them
         "reflection_pad1d reflection_pad2d reflection_pad3d replication_pad1d replication_pad2d "
         "replication_pad3d".split()

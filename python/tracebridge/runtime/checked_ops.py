@@ -584,6 +584,9 @@ def embedding_bag(weight, indices, offsets=None, *args, **kwargs):
                 "embedding_bag: offsets must be non-negative, non-decreasing and at most "
                 f"the number of indices ({indices.numel()})"
             )
+    from .checked_indices import embedding_bag_indices  # it imports this module
+
+    embedding_bag_indices(weight, indices)
     return torch.embedding_bag(weight, indices, offsets, *args, **kwargs)
 
 
@@ -610,6 +613,9 @@ def one_hot(input, num_classes=-1):
         classes = int(input.max()) + 1
     if isinstance(classes, int) and classes > 0:
         _bytes_ok("one_hot", input.numel() * classes, torch.int64)
+    from .checked_indices import one_hot_values  # it imports this module
+
+    one_hot_values(input, num_classes)
     return torch._C._nn.one_hot(input, num_classes)
 
 
