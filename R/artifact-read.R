@@ -581,6 +581,16 @@ read_state <- function(file, doc) {
         "limit (a CPU generator's state is 5056 bytes) [rule: resource limits]; the file is",
         "corrupt or hostile."), file, format(limit, scientific = FALSE)))
     }
+  }
+  for (name in generators) {
+    if (!paste0(artifact_generator_prefix, name) %in% stored) {
+      inspect_abort(sprintf("%s: generator '%s' has no state in tensors.safetensors.", file,
+                            name))
+    }
+  }
+  # Each state, once all are within the limits: one a generator can hold.
+  for (entry in stored[kept]) {
+    info <- header$tensors[[entry]]
     name <- substring(entry, nchar(artifact_generator_prefix) + 1L)
     device <- doc$generators[[name]]$device %||% ""
     n <- info$offsets[2] - info$offsets[1]
@@ -594,12 +604,6 @@ read_state <- function(file, doc) {
                                   "generator (%s); the file is corrupt or hostile: save the",
                                   "model again from the generator it was traced with."),
                             file, name, device, problem))
-    }
-  }
-  for (name in generators) {
-    if (!paste0(artifact_generator_prefix, name) %in% stored) {
-      inspect_abort(sprintf("%s: generator '%s' has no state in tensors.safetensors.", file,
-                            name))
     }
   }
   stored <- stored[!kept]
