@@ -104,6 +104,8 @@ SEXP tb_call_tensor(SEXP fn, SEXP x) {
   return out;
 }
 
+SEXP tb_json_scan(SEXP bytes, SEXP depth_limit); /* jsonscan.c */
+
 static const R_CallMethodDef methods[] = {
     {"tb_py_init", (DL_FUNC) &tb_py_init, 5},
     {"tb_py_stop", (DL_FUNC) &tb_py_stop, 0},
@@ -143,6 +145,7 @@ static const R_CallMethodDef methods[] = {
     {"tb_zero_grad", (DL_FUNC) &tb_zero_grad, 1},
     {"tb_adam_step", (DL_FUNC) &tb_adam_step, 1},
     {"tb_adam_calls", (DL_FUNC) &tb_adam_calls, 0},
+    {"tb_json_scan", (DL_FUNC) &tb_json_scan, 2},
     {NULL, NULL, 0}};
 
 static const R_ExternalMethodDef external_methods[] = {

@@ -4,7 +4,9 @@ wherever R and jsonlite are, before or after the R package is built."""
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -19,7 +21,27 @@ root <- args[[1]]
 for (f in c("artifact-read.R", "check.R", "inspect.R", "graph-print.R")) {
   sys.source(file.path(root, "R", f), envir = globalenv())
 }
+# The reader's one native routine (src/jsonscan.c, built by _scanner()), as the package
+# registers it.
+tb_json_scan <- getNativeSymbolInfo(
+  "tb_json_scan", dyn.load(Sys.getenv("TRACEBRIDGE_JSONSCAN_LIB")))
 """
+
+
+@functools.cache
+def _scanner() -> str:
+    """src/jsonscan.c built on its own (R CMD SHLIB, in a folder of its own: nothing is
+    written under src/), once per test process: the path of the shared library."""
+    folder = Path(tempfile.mkdtemp(prefix="tb-jsonscan-"))
+    shutil.copy(ROOT / "src" / "jsonscan.c", folder / "jsonscan.c")
+    done = subprocess.run(
+        ["R", "CMD", "SHLIB", "-o", "jsonscan.so", "jsonscan.c"],
+        cwd=folder,
+        capture_output=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    return str(folder / "jsonscan.so")
 
 
 def run_r(body: str, *args: str | os.PathLike, timeout: float = 600) -> str:
@@ -32,7 +54,11 @@ def run_r(body: str, *args: str | os.PathLike, timeout: float = 600) -> str:
             ["Rscript", str(script), str(ROOT), *map(str, args)],
             capture_output=True,
             timeout=timeout,
-            env={**os.environ, "TRACEBRIDGE_SHARED_IR": str(ROOT / "shared_ir")},
+            env={
+                **os.environ,
+                "TRACEBRIDGE_SHARED_IR": str(ROOT / "shared_ir"),
+                "TRACEBRIDGE_JSONSCAN_LIB": _scanner(),
+            },
         )
     assert done.returncode == 0, done.stderr.decode(errors="replace")
     return done.stdout.decode("utf-8")

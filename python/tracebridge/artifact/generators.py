@@ -10,6 +10,9 @@ that state: its calls draw what eager code draws from the generator as it was sa
 
 from __future__ import annotations
 
+import math
+import struct
+
 import torch
 
 from ..check.program import LIMITS
@@ -98,6 +101,7 @@ def rebuild(
             raise ArtifactError(f"{where}: generator {name!r} has no state in tensors.safetensors")
         total += state.numel()
         _bytes_ok(total, where)
+        check_state(name, info["device"], state, where)
         if describing and info["device"] != "cpu" and not torch.cuda.is_available():
             continue
         device = load_device(name, info["device"], map_location, where)
@@ -151,3 +155,77 @@ def load_device(name: str, saved: str, map_location: devices.MapLocation, where:
             f"generator on {device.type} and save it again"
         )
     return str(device)
+
+
+# A CPU generator's state (ATen's CPUGeneratorImplState, aten/src/ATen/CPUGeneratorImpl.cpp,
+# little-endian): the_initial_seed u64 @0, left i32 @8, seeded i32 @12, next u64 @16,
+# state u64[624] @24 (each a 32-bit word), normal_x f64 @5016, normal_y f64 @5024,
+# normal_rho f64 @5032, normal_is_valid i32 @5040, next_float_normal_sample f32 @5048,
+# is_next_float_normal_sample_valid bool @5052; 5056 bytes in all.
+CPU_STATE_BYTES = 5056
+CUDA_STATE_BYTES = 16
+_MT_N = 624
+
+
+def cpu_state_problem(data: bytes) -> str | None:
+    """Why ``data`` is no state a CPU generator (ATen's mt19937) can hold, or ``None``.
+
+    Note: the rule. ``Generator.set_state`` checks only ``0 < left <= 624`` and
+    ``next <= 624`` apart (``mt19937::is_valid``); a draw decrements ``left``, regenerates
+    the words when it reaches 0 (then ``left = 624, next = 0``), and reads
+    ``state[next++]``: the next ``left - 1`` draws read ``state[next .. next + left - 2]``,
+    in bounds only when ``left + next <= 625``. A real generator holds ``left = 1,
+    next = 0`` once seeded and ``left + next == 625`` after any draw; any other pair is
+    refused (``left = next = 624`` reads 623 words past the generator's memory). The words
+    are 32-bit (stored in 64), ``seeded`` is 1, the flags are 0 or 1 (a C++ ``bool`` of
+    another value is undefined), and the cached normal samples are finite."""
+    if len(data) != CPU_STATE_BYTES:
+        return f"{len(data)} bytes, where a CPU generator's state is {CPU_STATE_BYTES}"
+    _seed, left, seeded, nxt = struct.unpack_from("<QiiQ", data, 0)
+    if seeded != 1:
+        return f"its 'seeded' field is {seeded}, not 1"
+    if not (
+        1 <= left <= _MT_N and nxt <= _MT_N and (left + nxt == _MT_N + 1 or (left, nxt) == (1, 0))
+    ):
+        return (
+            f"its Mersenne Twister position (left={left}, next={nxt}) is none a generator "
+            f"holds (left + next == {_MT_N + 1}, or left=1, next=0 once seeded): a draw would "
+            "read past the generator's words"
+        )
+    words = struct.unpack_from(f"<{_MT_N}Q", data, 24)
+    if max(words) >= 1 << 32:
+        return "a word of its Mersenne Twister state does not fit 32 bits"
+    normal_x, normal_y, normal_rho, normal_valid = struct.unpack_from("<dddi", data, 5016)
+    float_sample, float_valid = struct.unpack_from("<fB", data, 5048)
+    if normal_valid not in (0, 1) or float_valid not in (0, 1):
+        return "a flag of its cached normal samples is neither 0 nor 1"
+    if not all(math.isfinite(v) for v in (normal_x, normal_y, normal_rho, float_sample)):
+        return "a cached normal sample is not finite"
+    return None
+
+
+def cuda_state_problem(data: bytes) -> str | None:
+    """Why ``data`` is no state a CUDA generator (Philox: seed u64, offset i64) holds, or
+    ``None``. ``set_state`` checks the size (8 or 16) and that the offset is a multiple of
+    4; a generator's offset only grows from 0, so a negative one (as int64) is refused
+    too, and the 8-byte legacy form (no offset) is refused as no generator writes it."""
+    if len(data) != CUDA_STATE_BYTES:
+        return f"{len(data)} bytes, where a CUDA generator's state is {CUDA_STATE_BYTES}"
+    (offset,) = struct.unpack_from("<q", data, 8)
+    if offset < 0 or offset % 4:
+        return f"its Philox offset {offset} is none a generator holds (0 or more, a multiple of 4)"
+    return None
+
+
+def check_state(name: str, device: str, state: torch.Tensor, where: str) -> None:
+    """Refuse a saved state no generator on ``device`` can hold, before ``set_state``
+    (which would take some of them and then read past the generator's memory)."""
+    data = state.contiguous().numpy().tobytes()
+    kind = torch.device(device).type
+    problem = cpu_state_problem(data) if kind == "cpu" else cuda_state_problem(data)
+    if problem is not None:
+        raise ArtifactError(
+            f"{where}: generator {name!r}: its saved state does not fit a {device} generator "
+            f"({problem}); the file is corrupt or hostile: save the "
+            "model again from the generator it was traced with"
+        )
