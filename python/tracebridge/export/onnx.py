@@ -156,8 +156,9 @@ def export_onnx(
         bridge.EXPORTED_GUARDS.reset(token)
     model = program.model_proto
     _name_dimensions(model, meta)
+    exporter_static = sizes.exporter_static_dimensions(model, meta)
     named = sizes.fix_guarded_dimensions(model, program.exported_program, guards)
-    sizes.fix_static_dimensions(model, program.exported_program, meta, gm, flat)
+    sizes.fix_static_dimensions(model, program.exported_program, meta, gm, flat, exporter_static)
     if not check:
         sizes.warn_of_small_sizes(model, meta, gm, flat, guards, named)
     out = Path(out)
