@@ -241,7 +241,7 @@ def test_a_method_that_updates_buffers_is_refused_before_writing(tmp_path: Path)
         warnings.simplefilter("ignore")
         traced = tracebridge.trace(_Counter().eval(), torch.rand(3, 4))
     out = tmp_path / "counter.onnx"
-    with pytest.raises(OnnxExportError, match=r"updates state in place \(calls, running\)"):
+    with pytest.raises(OnnxExportError, match=r"updates state in place: calls at .*running at "):
         tracebridge.export_onnx(traced, out)
     assert not out.exists()
     train = _trace(CASES["cnn_train"]())  # BatchNorm's running statistics in training mode

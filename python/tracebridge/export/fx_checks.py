@@ -32,6 +32,7 @@ Note: the checks, and how each behaves eagerly / under ``torch.compile`` / ``tor
 from __future__ import annotations
 
 import contextvars
+import types
 
 import torch
 from torch import fx
@@ -107,6 +108,7 @@ class CheckTracer(fx.Tracer):
 
     def trace(self, root, concrete_args=None):
         global _TRACES
+        self._autowrap_function_ids |= _runtime_functions(root)
         token = _TRACER.set(self)
         _TRACES += 1
         try:
@@ -114,6 +116,25 @@ class CheckTracer(fx.Tracer):
         finally:
             _TRACES -= 1
             _TRACER.reset(token)
+
+
+def _runtime_functions(root) -> set[int]:
+    """The ids of tracebridge's own functions that the code of ``root`` (a GraphModule's
+    ``forward``) calls by a global name: kept as calls when traced (torch.fx's
+    ``autowrap_functions``), as the graph had them. Run on proxies instead, a checked op
+    refused them (``group_norm: input needs 2+ dimensions`` unpickling HuBERT's
+    GraphModule, prober21d F6). The checks of this module record themselves
+    (:func:`_record`)."""
+    forward = getattr(type(root), "forward", None) if isinstance(root, torch.nn.Module) else root
+    names = getattr(forward, "__globals__", None) or {}
+    return {
+        id(value)
+        for name, value in names.items()
+        if isinstance(value, types.FunctionType)
+        and not name.startswith("_")
+        and (value.__module__ or "").startswith("tracebridge.")
+        and value.__module__ != __name__
+    }
 
 
 def _record(function, *args):

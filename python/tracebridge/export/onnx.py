@@ -156,8 +156,9 @@ def export_onnx(
         bridge.EXPORTED_GUARDS.reset(token)
     model = program.model_proto
     _name_dimensions(model, meta)
+    exporter_static = sizes.exporter_static_dimensions(model, meta)
     named = sizes.fix_guarded_dimensions(model, program.exported_program, guards)
-    sizes.fix_static_dimensions(model, program.exported_program, meta, gm, flat)
+    sizes.fix_static_dimensions(model, program.exported_program, meta, gm, flat, exporter_static)
     if not check:
         sizes.warn_of_small_sizes(model, meta, gm, flat, guards, named)
     out = Path(out)
@@ -242,18 +243,64 @@ def default_tolerance(inputs: list, program) -> float:
 
 def _refuse_state_writes(graph, methods: dict, name: str) -> None:
     """An ONNX model has no state: a method that updates buffers in place would be
-    exported as if it did not, every call of the file using the values saved in it."""
-    written = bridge.state_written(graph, methods)
-    if written:
-        shown = ", ".join(written[:6]) + (", ..." if len(written) > 6 else "")
-        raise OnnxExportError(
-            f"export_onnx: method {name!r} updates state in place ({shown}): BatchNorm's "
-            "running statistics in training mode, or a buffer the model writes. An ONNX "
-            "model has no state, so ONNX Runtime would answer every call with the values "
-            "saved in the file, not the updated ones. Trace the module in eval mode "
-            "(model.eval() before tracing, or trace with respect_mode=True and call "
-            ".eval()), or keep the update out of the traced method"
+    exported as if it did not, every call of the file using the values saved in it. The
+    refusal names each write's line; only BatchNorm-style statistics, which a training
+    graph updates, are advised to be traced in eval mode (a counter written in eval mode
+    is not helped by that: prober21d F4)."""
+    from ..check.state_writes import writes_by_node
+
+    writes: dict = {}  # (loc, statistics?) -> state names, in order
+    statistics_owners: set[str] = set()
+    for index, roots in writes_by_node(graph, methods):
+        node = graph.nodes[index]
+        if not bridge._writes_statistics(node):
+            continue
+        states = sorted({where for kind, where in roots if kind == "state"})
+        is_statistics = node.op in bridge._STATISTICS_FLAG
+        if is_statistics:
+            statistics_owners |= {state.rpartition(".")[0] for state in states}
+        for state in states:
+            writes.setdefault((node.loc, is_statistics), {}).setdefault(state, None)
+    statistics: list[str] = []
+    other: list[str] = []
+    for (loc, is_statistics), states in writes.items():
+        # BatchNorm's num_batches_tracked is an add_ of the module's own, beside its
+        # running statistics: a training graph's update as well
+        owned = all(
+            state.rpartition(".")[2] == "num_batches_tracked"
+            and state.rpartition(".")[0] in statistics_owners
+            for state in states
         )
+        line = (graph.sources.get(loc) or "").strip() if loc else ""
+        at = (f" at {loc}" + (f" (`{line}`)" if line else "")) if loc else ""
+        (statistics if is_statistics or owned else other).append(f"{', '.join(states)}{at}")
+    if not statistics and not other:
+        return
+    listed = statistics + other
+    shown = "; ".join(listed[:6]) + ("; ..." if len(listed) > 6 else "")
+    if other:
+        advice = (
+            "ONNX cannot hold such an update: keep it out of the traced method, or serve "
+            "the trace (or its GraphModule, to_graph_module), which updates the buffers"
+            + (
+                "; BatchNorm's running statistics are written only in training mode: trace "
+                "the module in eval mode (model.eval() before tracing)"
+                if statistics
+                else ""
+            )
+        )
+    else:
+        advice = (
+            "these are BatchNorm's running statistics, which a training graph updates: "
+            "trace the module in eval mode (model.eval() before tracing, or trace with "
+            "respect_mode=True and call .eval()), or keep the update out of the traced "
+            "method"
+        )
+    raise OnnxExportError(
+        f"export_onnx: method {name!r} updates state in place: {shown}. An ONNX model has "
+        "no state, so ONNX Runtime would answer every call with the values saved in the "
+        f"file, not the updated ones. {advice[0].upper()}{advice[1:]}"
+    )
 
 
 def _random_ops(graph) -> list[str]:

@@ -276,18 +276,37 @@ def _static_size(size, ranges: dict, example: int) -> int | None:
     return None
 
 
-def fix_static_dimensions(model, exported, meta, gm, flat: list) -> None:
+def exporter_static_dimensions(model, meta) -> set[tuple[int, int]]:
+    """``(input, dim)`` of each dimension the trace kept symbolic that the ONNX exporter
+    itself wrote as a fixed size (a range export bounded from above: it does so with no
+    word), taken before the guards fix theirs (:func:`fix_guarded_dimensions` names
+    those)."""
+    found = set()
+    for i, (value, traced) in enumerate(zip(model.graph.input, meta.input_shapes)):
+        for d, (dim, symbol) in enumerate(zip(value.type.tensor_type.shape.dim, traced)):
+            if not dim.dim_param and isinstance(symbol, str):
+                found.add((i, d))
+    return found
+
+
+def fix_static_dimensions(model, exported, meta, gm, flat: list, exporter_static=()) -> None:
     """Make static every input dimension that ``torch.export`` made static while the
     ONNX file still declares it dynamic (see the module Note): ONNX Runtime would answer
     other sizes with the example's number baked in (``x / math.sqrt(q.size(-1))`` scaled
     a head size of 9 by 1/2). Where the trace serves another size there, a warning names
     the dimension: the file now refuses what the trace answers. Where the trace refuses
     it too (a loop over the rows checks their count; a Linear's weight fixes its
-    features), the fixed size changes nothing it serves and goes unsaid."""
+    features), the fixed size changes nothing it serves and goes unsaid.
+    ``exporter_static`` (:func:`exporter_static_dimensions`): the dimensions the ONNX
+    exporter already wrote as fixed sizes, warned of the same way."""
     fixed = []
     for position, (value, shape) in enumerate(_fake_shapes(model, exported)):
         traced = meta.input_shapes[position] if position < len(meta.input_shapes) else []
         for index, (dim, size) in enumerate(zip(value.type.tensor_type.shape.dim, shape)):
+            if (position, index) in exporter_static:
+                symbol = traced[index] if index < len(traced) else None
+                fixed.append((f"{value.name}[{index}] = {dim.dim_value}", symbol, dim.dim_value))
+                continue
             if not dim.dim_param:
                 continue  # static already: the trace's own size, or a guard's
             example = flat[position].shape[index]
@@ -314,7 +333,8 @@ def fix_static_dimensions(model, exported, meta, gm, flat: list) -> None:
         f"and ONNX Runtime refuses other sizes there, which the trace serves: {shown}. "
         "Export fixes a size without a guard of the trace where an op needs its value "
         "(math.sqrt or math.log of a size, linspace's steps, one_hot's num_classes, "
-        "x.new_tensor(n), a loop over a tensor's rows) or where the example's size is 1; "
+        "x.new_tensor(n), a loop over a tensor's rows), where a check bounds it from above "
+        "(a range the file cannot state), or where the example's size is 1; "
         "export from an example of the size you serve (example_inputs=...), of size 2 or "
         "more where it is 1, or call the trace itself for other sizes",
         stacklevel=3,
@@ -353,15 +373,28 @@ def _run_trace(gm, inputs: list):
 
 
 def _trace_serves_another_size(gm, meta, flat: list, symbol: str) -> bool:
+    """Whether the trace serves another size of ``symbol``: grown alone, then with every
+    dimension of the same example size (a mask's batch, which the trace names by another
+    symbol, must grow with the ids' batch: RoBERTa, prober21d F5)."""
     group = _groups_of(meta, {symbol})
     if any(flat[i].shape[d] == 0 for i, d in group):
         return True  # export fixed an empty example dimension; the trace serves others
-    for inputs in _grown_calls(flat, group):
-        try:
-            _run_trace(gm, inputs)
-            return True
-        except Exception:  # a guard, or the weights: the trace refuses this size as well
-            continue
+    sizes = {flat[i].shape[d] for i, d in group}
+    alike = [
+        s
+        for s in dict.fromkeys(
+            size for shape in meta.input_shapes for size in shape if isinstance(size, str)
+        )
+        if {flat[i].shape[d] for i, d in _groups_of(meta, {s})} == sizes
+    ]
+    groups = [group] + ([_groups_of(meta, set(alike))] if len(alike) > 1 else [])
+    for grouped in groups:
+        for inputs in _grown_calls(flat, grouped):
+            try:
+                _run_trace(gm, inputs)
+                return True
+            except Exception:  # a guard, or the weights: the trace refuses this size too
+                continue
     return False
 
 

@@ -62,6 +62,20 @@ def _need(ok: bool, message: str | Callable[[], str]) -> None:
         raise CheckFailed(message() if callable(message) else message)
 
 
+def _checked_symbolic(numel) -> bool:
+    """Whether a symbolic element count (torch.compile, torch.export) is past the
+    allocation limit at 16 bytes an element. Under torch.export it is not checked: the
+    comparison would be a guard of the exported program, ``1024*s0 <= 2**30``, which
+    bounds the batch (``torch.export`` then serves sizes up to 2**20 only, and an ONNX
+    file, which cannot state a bound, fixes it at the example's: RoBERTa's ``expand``
+    of its token-type buffer, prober21d F5). The allocation limit is this runtime's;
+    the exported program runs elsewhere. Under torch.compile the guard stays: a size past
+    it recompiles, and the call is checked again."""
+    if torch.compiler.is_exporting():
+        return False
+    return bool(numel * 16 > ALLOC_BYTES)
+
+
 def _bytes_ok(op: str, numel: int, dtype: torch.dtype) -> None:
     size = numel * _itemsize(dtype)
     _need(
@@ -1334,8 +1348,10 @@ def sized_guard(
             if op == "eye" and len(sizes_of(args, kwargs)) == 1:
                 numel *= numel  # eye(n) is n x n
         # The widest element a call can ask for is 16 bytes (complex128): only a count
-        # past the limit at that width needs the dtype.
-        if numel * 16 > ALLOC_BYTES:
+        # past the limit at that width needs the dtype. A symbolic count under
+        # torch.export is not checked: the check would bound the size in the exported
+        # program (an ONNX file then fixes the batch: _symbolic_under_export).
+        if numel * 16 > ALLOC_BYTES if type(numel) is int else _checked_symbolic(numel):
             dtype = kwargs.get("dtype")
             if not isinstance(dtype, torch.dtype):
                 dtype = args[0].dtype if args and _is_tensor(args[0]) else torch.float64
@@ -1356,7 +1372,7 @@ def sized_guard(
                     )
         out = fn(*args, **kwargs)
         numel = out.numel()
-        if numel * 16 > ALLOC_BYTES:
+        if numel * 16 > ALLOC_BYTES if type(numel) is int else _checked_symbolic(numel):
             _bytes_ok(op, numel, out.dtype)
         return out
 
