@@ -130,9 +130,11 @@ def _size(t, dim) -> int:
         return -1  # no check here: the kernel refuses the dimension on the host
 
 
-def _along_dim(op: str, low_is_negative: bool, index_at: int = 2) -> Callable:
-    """``op(self, dim, index, ...)``: ``index`` within ``self``'s size along ``dim``
-    (``[0, n)``, or ``[-n, n)`` where ``low_is_negative``)."""
+def _checked(op: str, check: Callable[[torch.Tensor, tuple, dict], None]) -> Callable:
+    """``op``'s kernel, called after ``check(this, args, kwargs)`` where the kernel of the
+    device of ``this`` (the op's first argument, ``self`` or ``input``) checks index
+    values on the device (:func:`_device_checks`): the front every op made below shares.
+    On the CPU the kernel is called at once; a torch.fx stand-in records the call."""
     kernel = _kernel(op)
 
     def checked(*args, **kwargs):
@@ -143,16 +145,26 @@ def _along_dim(op: str, low_is_negative: bool, index_at: int = 2) -> Callable:
             return _as_node(checked, *args, **kwargs)
         this = _arg(args, kwargs, 0, "self", _arg(args, kwargs, 0, "input"))
         if not _device_checks(this):
-            dim = _arg(args, kwargs, 1, "dim")
-            index = _arg(args, kwargs, index_at, "index")
-            n = _size(this, dim) if isinstance(dim, int) else -1
-            if n >= 0:
-                low = -n if low_is_negative else 0
-                _range_ok(op, this, f"index (dimension {dim} of size {n})", index, low, n)
+            check(this, args, kwargs)
         return kernel(*args, **kwargs)
 
     checked.__name__ = checked.__qualname__ = f"checked_{op.replace('.', '_')}"
     return checked
+
+
+def _along_dim(op: str, low_is_negative: bool, index_at: int = 2) -> Callable:
+    """``op(self, dim, index, ...)``: ``index`` within ``self``'s size along ``dim``
+    (``[0, n)``, or ``[-n, n)`` where ``low_is_negative``)."""
+
+    def check(this, args, kwargs):
+        dim = _arg(args, kwargs, 1, "dim")
+        index = _arg(args, kwargs, index_at, "index")
+        n = _size(this, dim) if isinstance(dim, int) else -1
+        if n >= 0:
+            low = -n if low_is_negative else 0
+            _range_ok(op, this, f"index (dimension {dim} of size {n})", index, low, n)
+
+    return _checked(op, check)
 
 
 def _kernel(op: str) -> Callable:
@@ -162,23 +174,12 @@ def _kernel(op: str) -> Callable:
 def _flat_indices(op: str) -> Callable:
     """``take(self, index)`` and ``put(self, index, source, accumulate)``: ``index`` into
     the flattened ``self``, ``[-numel, numel)``."""
-    kernel = _kernel(op)
 
-    def checked(*args, **kwargs):
-        first = args[0] if args else None
-        if isinstance(first, torch.Tensor) and first.is_cpu and not CHECK_ON_CPU:
-            return kernel(*args, **kwargs)  # the CPU kernel checks
-        if _stand_in(first):
-            return _as_node(checked, *args, **kwargs)
-        this = _arg(args, kwargs, 0, "self", _arg(args, kwargs, 0, "input"))
-        if not _device_checks(this):
-            n = this.numel()
-            index = _arg(args, kwargs, 1, "index")
-            _range_ok(op, this, f"index (into {n} elements)", index, -n, n)
-        return kernel(*args, **kwargs)
+    def check(this, args, kwargs):
+        n = this.numel()
+        _range_ok(op, this, f"index (into {n} elements)", _arg(args, kwargs, 1, "index"), -n, n)
 
-    checked.__name__ = checked.__qualname__ = f"checked_{op.replace('.', '_')}"
-    return checked
+    return _checked(op, check)
 
 
 def take_along_dim(input, indices, dim=None):
@@ -311,74 +312,45 @@ def _as_node(function, x, *args, **kwargs):
 
 
 def _index_put(op: str) -> Callable:
-    kernel = _kernel(op)
-
-    def checked(*args, **kwargs):
-        first = args[0] if args else None
-        if isinstance(first, torch.Tensor) and first.is_cpu and not CHECK_ON_CPU:
-            return kernel(*args, **kwargs)  # the CPU kernel checks
-        if _stand_in(first):
-            return _as_node(checked, *args, **kwargs)
-        this = _arg(args, kwargs, 0, "self", _arg(args, kwargs, 0, "input"))
+    def check(this, args, kwargs):
         indices = _arg(args, kwargs, 1, "indices")
-        if not _device_checks(this) and isinstance(indices, (list, tuple)):
+        if isinstance(indices, (list, tuple)):
             # None takes a dimension here (index_put's list has no None-as-new-axis)
-            items = [slice(None) if i is None else i for i in indices]
-            _advanced_ok(op, this, items)
-        return kernel(*args, **kwargs)
+            _advanced_ok(op, this, [slice(None) if i is None else i for i in indices])
 
-    checked.__name__ = checked.__qualname__ = f"checked_{op.replace('.', '_')}"
-    return checked
+    return _checked(op, check)
 
 
 def _class_targets(op: str, ignore_at: int) -> Callable:
     """``nll_loss``-like ops: a class-index target within ``[0, classes)`` or equal to
     ``ignore_index`` (default -100); a floating target (probabilities) has no index."""
-    kernel = _kernel(op)
 
-    def checked(*args, **kwargs):
-        first = args[0] if args else None
-        if isinstance(first, torch.Tensor) and first.is_cpu and not CHECK_ON_CPU:
-            return kernel(*args, **kwargs)  # the CPU kernel checks
-        if _stand_in(first):
-            return _as_node(checked, *args, **kwargs)
-        this = _arg(args, kwargs, 0, "self", _arg(args, kwargs, 0, "input"))
-        if not _device_checks(this) and _is_tensor(this) and this.dim():
+    def check(this, args, kwargs):
+        if _is_tensor(this) and this.dim():
             target = _arg(args, kwargs, 1, "target")
             ignore = _arg(args, kwargs, ignore_at, "ignore_index", -100)
             classes = this.size(1) if this.dim() >= 2 else this.size(0)
             if isinstance(ignore, int):
                 what = f"target (class indices of {classes})"
                 _range_ok(op, this, what, target, 0, classes, ignore)
-        return kernel(*args, **kwargs)
 
-    checked.__name__ = checked.__qualname__ = f"checked_{op}"
-    return checked
+    return _checked(op, check)
 
 
 def _unpool(op: str, planes: int) -> Callable:
     """``max_unpool2d``/``3d``: each index within its output plane (the product of
     ``output_size``)."""
-    kernel = _kernel(op)
 
-    def checked(*args, **kwargs):
-        first = args[0] if args else None
-        if isinstance(first, torch.Tensor) and first.is_cpu and not CHECK_ON_CPU:
-            return kernel(*args, **kwargs)  # the CPU kernel checks
-        if _stand_in(first):
-            return _as_node(checked, *args, **kwargs)
-        this = _arg(args, kwargs, 0, "self", _arg(args, kwargs, 0, "input"))
+    def check(this, args, kwargs):
         size = _arg(args, kwargs, 2, "output_size")
-        if not _device_checks(this) and isinstance(size, (list, tuple)) and len(size) == planes:
+        if isinstance(size, (list, tuple)) and len(size) == planes:
             plane = 1
             for s in size:
                 plane *= int(s)
             what = f"indices (into an output plane of {plane})"
             _range_ok(op, this, what, _arg(args, kwargs, 1, "indices"), 0, plane)
-        return kernel(*args, **kwargs)
 
-    checked.__name__ = checked.__qualname__ = f"checked_{op}"
-    return checked
+    return _checked(op, check)
 
 
 def searchsorted(sorted_sequence, input, **kwargs):
@@ -394,37 +366,29 @@ def searchsorted(sorted_sequence, input, **kwargs):
 def _masked_scatter(op: str) -> Callable:
     """``masked_scatter``: ``source`` holds at least as many elements as the mask chooses
     (broadcast against ``self``)."""
-    kernel = _kernel(op)
 
-    def checked(*args, **kwargs):
-        first = args[0] if args else None
-        if isinstance(first, torch.Tensor) and first.is_cpu and not CHECK_ON_CPU:
-            return kernel(*args, **kwargs)  # the CPU kernel checks
-        if _stand_in(first):
-            return _as_node(checked, *args, **kwargs)
-        this = _arg(args, kwargs, 0, "self", _arg(args, kwargs, 0, "input"))
+    def check(this, args, kwargs):
         mask = _arg(args, kwargs, 1, "mask")
         source = _arg(args, kwargs, 2, "source")
-        if not _device_checks(this) and _is_tensor(mask) and _is_tensor(source):
-            try:
-                shape = torch.broadcast_shapes(this.shape, mask.shape)
-            except RuntimeError:
-                shape = None  # the kernel refuses the shapes on the host
-            if shape is not None and mask.dtype == torch.bool:
-                chosen = int(torch.count_nonzero(mask.expand(shape)))
-                _need(
-                    chosen <= source.numel(),
-                    lambda: (
-                        f"{op}: the mask chooses {chosen} elements and source holds "
-                        f"{source.numel()}; refused before the kernel runs (on "
-                        f"{this.device.type}, its kernel checks on the device: a device-side "
-                        "assert): pass a source with as many elements"
-                    ),
-                )
-        return kernel(*args, **kwargs)
+        if not (_is_tensor(mask) and _is_tensor(source)):
+            return
+        try:
+            shape = torch.broadcast_shapes(this.shape, mask.shape)
+        except RuntimeError:
+            return  # the kernel refuses the shapes on the host
+        if mask.dtype == torch.bool:
+            chosen = int(torch.count_nonzero(mask.expand(shape)))
+            _need(
+                chosen <= source.numel(),
+                lambda: (
+                    f"{op}: the mask chooses {chosen} elements and source holds "
+                    f"{source.numel()}; refused before the kernel runs (on "
+                    f"{this.device.type}, its kernel checks on the device: a device-side "
+                    "assert): pass a source with as many elements"
+                ),
+            )
 
-    checked.__name__ = checked.__qualname__ = f"checked_{op.replace('.', '_')}"
-    return checked
+    return _checked(op, check)
 
 
 _NOT_NEGATIVE = """
