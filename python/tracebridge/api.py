@@ -22,7 +22,7 @@ from . import artifact
 from .artifact import streams
 from .check import method_stashes
 from .check.compare import fresh
-from .check.input_identity import refuse_identity_paths
+from .check.input_identity import method_words, refuse_identity_paths
 from .check.kept_globals import KeptGlobals
 from .check.meta_state import warn_meta_non_persistent
 from .check.specialise import specialisations
@@ -1812,8 +1812,7 @@ def record_module(
             _bound(mod, target),
             args,
             kwargs,
-            where=f"{type(mod).__name__}.{target}",
-            call="model" if target == "forward" else f"model.{target}",
+            **method_words(mod, target),
             tolerance=tolerance,
             module=mod,
             mode=mode,

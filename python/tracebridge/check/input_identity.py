@@ -59,6 +59,13 @@ def distinct_copy(args: tuple, kwargs: dict, groups: list[list[int]]):
     return pytree.unflatten(leaves, spec)
 
 
+def method_words(module: torch.nn.Module, method: str) -> dict[str, str]:
+    """``where`` and ``call`` of :func:`refuse_identity_paths` for ``method`` of a module:
+    ``Block.encode`` and ``model.encode`` (``model`` for ``forward``)."""
+    call = "model" if method == "forward" else f"model.{method}"
+    return {"where": f"{type(module).__name__}.{method}", "call": call}
+
+
 def refuse_identity_paths(
     graph: Graph,
     fn: Callable,

@@ -42,7 +42,7 @@ from ..trace.own_hooks import global_hooks, global_hooks_skip
 from .cached_calls import check_cached_values
 from .compare import NON_DETERMINISM, compare_outputs, fresh, on_meta, rolled
 from .dims import check_other_sizes
-from .input_identity import refuse_identity_paths
+from .input_identity import method_words, refuse_identity_paths
 from .meta_state import state_read
 from .repeated import check_repeated
 from .state_growth import check_after_longer
@@ -479,8 +479,7 @@ def check_module(mod, traced, inputs, check_inputs, tolerance, strict, respect_m
                             eager,
                             a,
                             k,
-                            where=f"{type(mod).__name__}.{target}",
-                            call="model" if target == "forward" else f"model.{target}",
+                            **method_words(mod, target),
                             tolerance=tolerance,
                             module=mod,
                             mode=mode,
