@@ -16,6 +16,30 @@ node remembers the last :data:`KEEP` keys that passed (the shapes and dtypes of 
 tensors and its other arguments), so a model that calls a padded convolution on one input
 size pays a dictionary lookup, not the shape function, on every call after the first.
 
+Note: what runs without the bound (:func:`needs_bound`, :func:`kernel_covering`). A
+result that a literal argument can make at most a constant times what the operands give
+is what the kernel makes of the caller's input and the file's own weights (both bounded
+already), as for any op without such an argument; only an argument that the file can make
+arbitrarily large needs the bound. So:
+
+* a convolution whose padding is at most 1 adds at most two elements to each dimension;
+* a convolution whose padding ``p`` is covered by its weight's kernel ``k`` (``dilation *
+  (k - 1) >= 2 * p`` along each dimension: ResNet's 7x7 stem with padding 3, ConvNeXt's
+  7x7 depthwise convolutions, MobileNet's 5x5 ones with padding 2) makes an output no
+  larger along any dimension than its input, whatever the stride: ``(L + 2p - dilation *
+  (k - 1) - 1) // stride + 1 <= L``. A crafted padding of ``2**28`` would need a kernel
+  (or a dilation, itself a literal the output formula takes back) that large, and the
+  output is still at most the input's extent. The kernel is the weight's, read on every
+  call (about 0.3 us, against 2-3 us for the bound's key), since the weight may be the
+  caller's or state replaced after load: a smaller kernel, or a weight of a tensor
+  subclass, goes through the bound as before;
+* an adaptive pool whose output size is literal ints of at most :data:`POOL_CELLS`
+  elements per row (a global pool: one): PyTorch refuses an input with an empty
+  non-batch dimension, so the result is at most that many times the input.
+
+Any other literal padding, output size or length (and any computed one) is bounded at
+the call as above.
+
 The ops whose checked implementation already bounds its result from its operands
 (:data:`OWN_BOUND`: ``diag_embed``, ``one_hot``, ``stft``, ``repeat_interleave``, ...) keep
 that check alone. A meta run that raises (arguments the op refuses) does not pass the
@@ -114,14 +138,42 @@ def result_bytes(op: str, args: tuple, kwargs: dict) -> tuple[int, tuple] | None
 
 
 _CONVOLUTIONS = frozenset({"conv1d", "conv2d", "conv3d"})
+_ADAPTIVE_POOLS = frozenset(op for op in SCALED_OPS if op.startswith("adaptive_"))
+# The most elements per (batch, channel) a literal adaptive pool size may ask for and run
+# without the bound: 64 covers torchvision's 7x7 and 6x6 heads and every global pool.
+POOL_CELLS = 64
+_PLAIN_TENSORS = frozenset({torch.Tensor, torch.nn.Parameter})
+
+
+def _conv_literals(node) -> tuple[list[int], list[int]] | None:
+    """A plain convolution node's padding and dilation, per spatial dimension, where both
+    are literal ints (a padding of "same"/"valid" is none of them: None)."""
+    d = _dims_of(node.op)
+    padding = node.args[4] if len(node.args) > 4 else node.kwargs.get("padding", 0)
+    dilation = node.args[5] if len(node.args) > 5 else node.kwargs.get("dilation", 1)
+    if isinstance(padding, str):
+        return None
+    pads, dilations = _per_dim(padding, d), _per_dim(dilation, d)
+    if pads is None or dilations is None:
+        return None
+    return pads, dilations
 
 
 def needs_bound(node) -> bool:
-    """Whether a node runs through :func:`bounded`: one of :data:`SCALED_OPS`, but not a
-    convolution whose padding is written as at most 1 (or as "same"/"valid"), the padding
-    of most 3x3 convolutions: it adds at most two elements to a dimension, as the kernel
-    does on operands the caller and the file's weights give, and the hot path of a
-    convolutional network keeps no check."""
+    """Whether a node runs through :func:`bounded`: one of :data:`SCALED_OPS`, but not
+
+    * a convolution whose padding is written as at most 1 (or as "same"/"valid"), the
+      padding of most 3x3 convolutions: it adds at most two elements to a dimension, as
+      the kernel does on operands the caller and the file's weights give, and the hot
+      path of a convolutional network keeps no check;
+    * an adaptive pool whose output size is written as ints (or None: the input's own
+      size) of at most :data:`POOL_CELLS` elements together: PyTorch refuses an input
+      with an empty non-batch dimension, so each (batch, channel) row of the result holds
+      at most that many times the input's row (a global pool: one element).
+
+    A convolution with a larger literal padding still runs through :func:`bounded`, whose
+    first test passes it on at once where the weight's kernel covers the padding
+    (:func:`kernel_covering`)."""
     if node.op not in SCALED_OPS:
         return False
     if node.op in _CONVOLUTIONS:
@@ -131,7 +183,31 @@ def needs_bound(node) -> bool:
         pads = padding if isinstance(padding, (list, tuple)) else [padding]
         if all(type(p) is int and 0 <= p <= 1 for p in pads):
             return False
+    if node.op in _ADAPTIVE_POOLS:
+        size = node.args[1] if len(node.args) > 1 else node.kwargs.get("output_size")
+        sizes = size if isinstance(size, (list, tuple)) else [size]
+        literal = sizes and all(s is None or (type(s) is int and s >= 0) for s in sizes)
+        if literal and _prod(s for s in sizes if s is not None) <= POOL_CELLS:
+            return False
     return True
+
+
+def kernel_covering(node) -> tuple[int, ...] | None:
+    """The least kernel size, per spatial dimension, that covers a plain convolution
+    node's literal padding: ``dilation * (k - 1) >= 2 * padding``, where the output is
+    ``(L + 2 * padding - dilation * (k - 1) - 1) // stride + 1 <= L`` along that
+    dimension, whatever the stride: no larger than the input's own extent, as without
+    padding (ResNet's 7x7 stem with padding 3, ConvNeXt's 7x7 depthwise convolutions).
+    None for any other node (a padding or dilation that is no literal int)."""
+    if node.op not in _CONVOLUTIONS:
+        return None
+    literals = _conv_literals(node)
+    if literals is None:
+        return None
+    pads, dilations = literals
+    if any(p < 0 for p in pads) or any(dl < 1 for dl in dilations):
+        return None
+    return tuple(-(-2 * p // dl) + 1 for p, dl in zip(pads, dilations))
 
 
 # --- upper bounds without the shape function -------------------------------------------------
@@ -342,9 +418,35 @@ def _symbolic(values) -> bool:
     return False
 
 
-def bounded(op: str, fn: Callable) -> Callable:
+def bounded(op: str, fn: Callable, kernel: tuple[int, ...] | None = None) -> Callable:
     """``fn`` (the callable of one node of ``op``) preceded by the bound of its result's
-    bytes (module Note), remembered for the last :data:`KEEP` keys that passed."""
+    bytes (module Note), remembered for the last :data:`KEEP` keys that passed. With
+    ``kernel`` (a convolution's :func:`kernel_covering`), a call whose weight is a plain
+    tensor with a kernel at least that large along every dimension passes at once: its
+    padding cannot make the output larger than the input (the weight's shape is read on
+    each call: a weight of the caller's, or state replaced since, is tested as it is)."""
+    checked = _bounded(op, fn)
+    if kernel is None:
+        return checked
+    rank = len(kernel) + 2
+    first, last = kernel[0], kernel[-1]
+    middle_at, middle = (3, kernel[1]) if len(kernel) == 3 else (2, first)
+
+    def run(*args, **kwargs):
+        w = args[1] if len(args) > 1 else kwargs.get("weight")
+        if type(w) in _PLAIN_TENSORS:  # a subclass's shape is its own: the bound reads it
+            s = w.shape
+            if len(s) == rank and s[2] >= first and s[-1] >= last and s[middle_at] >= middle:
+                return fn(*args, **kwargs)
+        return checked(*args, **kwargs)
+
+    run.bounds = fn
+    run.__name__ = checked.__name__
+    run.__doc__ = checked.__doc__
+    return run
+
+
+def _bounded(op: str, fn: Callable) -> Callable:
     passed: dict = {}
     upper = UPPER_BOUNDS.get(op)
 

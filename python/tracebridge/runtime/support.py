@@ -285,7 +285,7 @@ def node_callable(node: Node, methods: dict[str, Graph]) -> Callable:
     elif node.op in checked_ops.SECTIONED and _literal_count(node):
         fn = checked_ops.SECTIONED[node.op]
     if checked_sizes.needs_bound(node):  # a padding, an FFT length: bytes at the call
-        fn = checked_sizes.bounded(node.op, fn)
+        fn = checked_sizes.bounded(node.op, fn, checked_sizes.kernel_covering(node))
     return fn
 
 
