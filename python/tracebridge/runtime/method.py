@@ -202,6 +202,20 @@ class Method:
         return compile_function(self.codegen(True)).code
 
     def _make(self, key: tuple[bool, bool], concat: bool = True):
+        try:
+            return self._made(key, concat)
+        except TraceError:
+            raise
+        except Exception as exc:  # the generator's own failure, not the inputs'
+            raise TraceError(
+                f"method {self.name!r}: tracebridge could not generate the code that runs "
+                f"this program ({type(exc).__name__}: {exc}). This is a fault in tracebridge, "
+                "not in the inputs or the traced code: please report it with the program "
+                "(save it). runtime='interpreter' (trace or load) runs the program without "
+                "generated code meanwhile."
+            ) from exc
+
+    def _made(self, key: tuple[bool, bool], concat: bool):
         guards, no_grad = key
         if self.runtime == "codegen":
             fused = self._fused_codegen(guards, concat) if no_grad else None
