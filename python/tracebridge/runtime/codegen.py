@@ -120,6 +120,12 @@ _ATTRIBUTE_PRIMS = {
     ),
     "prim.is_neg": (1, lambda t: _method(t, "is_neg")),
     "prim.is_conj": (1, lambda t: _method(t, "is_conj")),
+    # support.PRIM_FUNCTIONS' ``t.device.type == kind``, without the lambda's frame (a
+    # mixture of experts asks it of each layer's hidden states: 12 frames a call)
+    "prim.is_device_type": (
+        2,
+        lambda t, kind: ast.Compare(_attr(_attr(t, "device"), "type"), [ast.Eq()], [kind]),
+    ),
 }
 _INLINE = {*_BINARY, *_COMPARE, *_ATTRIBUTE_PRIMS, "scalar.neg"}
 # Tensor methods that take sizes as one sequence or spread: ``x.view((a, b))`` parses
