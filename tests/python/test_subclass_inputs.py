@@ -144,4 +144,3 @@ def test_torchvision_tv_tensors_run_as_eager():
     if "No module named 'torchvision'" in done.stderr:
         pytest.skip("torchvision is not importable")
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-2000:]
-
