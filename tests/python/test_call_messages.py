@@ -3,6 +3,8 @@ batch probe): the user's op and line, the error's own type and words."""
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
@@ -28,8 +30,62 @@ def test_an_op_failure_names_the_op_and_the_users_line_not_generated_code(tmp_pa
         traced(torch.randn(1, 6).expand(4, 6))  # a write into an expanded tensor
     text = str(info.value)
     assert "an op failed at Tensor.add_, " in text
-    assert "test_call_messages.py:14" in text
+    assert f"test_call_messages.py:{add_in_place.__code__.co_firstlineno + 1}" in text
     assert "`return a.add_(1)  # the line an op failure names`" in text
     for generated in ("op_Tensor", "_plain", "c0", "in0", "v1 ="):
         assert generated not in text, text
     assert "more than one element of the written-to tensor" in text
+
+
+class Timeout(Exception):
+    """A harness's own exception, as a SIGALRM handler raises it."""
+
+
+def _alarm():
+    raise Timeout("time limit")  # the harness's line
+
+
+class _AlarmAtBatch3:
+    """A traced function whose call at batch size 3 is interrupted inside an op, as
+    prober21a's SIGALRM timeout was: the runtime wraps what the op raised in an OpError."""
+
+    def __init__(self, traced):
+        self.traced, self.program = traced, traced.program
+
+    def __call__(self, *args, **kwargs):
+        if args[0].shape[0] == 3:
+            try:
+                _alarm()
+            except Timeout as exc:
+                raise OpError("method 'forward': an op failed at linear", exc) from exc
+        return self.traced(*args, **kwargs)
+
+
+def double(x):
+    return x * 2
+
+
+def test_an_exception_in_the_batch_probe_is_reported_as_itself():
+    verify = importlib.import_module("tracebridge.check.verify")
+    x = torch.randn(2, 3)
+    traced = tracebridge.trace(double, x, check_trace=False)
+    with pytest.raises(Timeout, match="time limit") as info:
+        verify.check_function(double, _AlarmAtBatch3(traced), (x,), {}, None, 1e-5, True)
+    note = "\n".join(getattr(info.value, "__notes__", []))
+    assert "batch size 3" in note and "no finding of the check" in note
+    assert "test_call_messages.py" in note and 'raise Timeout("time limit")' in note
+    assert "does not generalise" not in str(info.value) + note
+
+
+def _unit():
+    return 1.0
+
+
+def baked_rows(x):
+    # float's C code reads the size: a reshape to the example's batch, without a guard
+    return x.reshape(int(_unit() * x.shape[0]), -1)
+
+
+def test_an_op_failing_on_a_baked_size_still_does_not_generalise():
+    with pytest.raises(tracebridge.TracingCheckError, match="does not generalise from batch"):
+        tracebridge.trace(baked_rows, torch.randn(4, 2))
