@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import torch
 
-from ..errors import ArtifactError, GuardError, OpError, TraceError
+from ..errors import ArtifactError, GuardError, GuardValueError, OpError, TraceError
 from ..ir import DTYPES, Graph, Node, Ref, dtypes, pytree, refs_in
 from ..ir import ops as opset
 from ..ir.printable import printable
@@ -435,10 +435,28 @@ def guard_message(node: Node, seen, line: str = "") -> str:
     )
 
 
+# A guard's description that names the exception eager raises on the branch's other side
+# (trace/recorder.py EAGER_RAISES; shared_ir/SPEC.md section 8).
+_RAISES = re.compile(r"\[raises ValueError: ([^\]]*)\] (.*)", re.DOTALL)
+
+
 def raise_guard(node: Node, seen, line: str = ""):
+    what = node.kwargs.get("what", "")
+    raises = _RAISES.fullmatch(what) if isinstance(what, str) else None
+    if raises is not None:
+        # eager raises a ValueError on this side of the branch: so does the call (a
+        # GuardError still), with eager's words first
+        words, what = raises.groups()
+        plain = Node(node.op, node.args, {**node.kwargs, "what": what}, loc=node.loc)
+        raise GuardValueError(
+            f"{printable(words)}: {guard_message(plain, seen, line)}",
+            guard=what,
+            location=node.loc or "",
+            seen=seen,
+        )
     raise GuardError(
         guard_message(node, seen, line),
-        guard=node.kwargs.get("what", ""),
+        guard=what,
         location=node.loc or "",
         seen=seen,
     )
