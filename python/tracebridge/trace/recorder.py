@@ -36,9 +36,9 @@ _PYTHON_DTYPES = {
 # PyTorch's checks whose branch, taken, raises: (module, function) -> the exception's type
 # and eager's words (less the sizes it formats). A guard recorded on such a branch keeps
 # them at the start of its description (``[raises ValueError: words] what``: a description,
-# so that every reader takes the file, shared_ir/SPEC.md section 8), and a call that fails it raises an error
-# of that type too, as eager does: a training loop that skips a batch of one with
-# ``except ValueError`` goes on with the trace as with the code (prober21b M6).
+# so that every reader takes the file; shared_ir/SPEC.md section 8), and a call that fails
+# it raises an error of that type too, as eager does: a training loop that skips a batch
+# of one with ``except ValueError`` goes on with the trace as with the code (prober21b M6).
 EAGER_RAISES = {
     ("torch.nn.functional", "_verify_batch_size"): (
         "ValueError",
