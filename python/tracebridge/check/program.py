@@ -1608,6 +1608,12 @@ def _leaves(spec: Any, depth: int) -> int:
         _fail("specs", "dict spec keys are strings or integers")
     if t == "namedtuple":
         _namedtuple_names(spec, len(children))
+    if "size" in spec and (
+        spec["size"] is not True
+        or t != "tuple"
+        or not all(isinstance(c, dict) and c.get("t") in ("leaf", "const") for c in children)
+    ):
+        _fail("specs", "'size' marks a tuple of leaves and constants (a torch.Size): true only")
     return sum(_leaves(c, depth + 1) for c in children)
 
 

@@ -494,7 +494,7 @@ def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: boo
         rebound_buffers.record_writes(rebound)
         try:
             out_leaves, graph.out_spec = pytree.flatten(
-                result, lambda x: isinstance(x, (torch.Tensor, SymInt, SymFloat))
+                result, lambda x: isinstance(x, (torch.Tensor, SymInt, SymFloat)), sizes=True
             )
         except TypeError as exc:
             raise TraceError(
