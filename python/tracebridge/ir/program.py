@@ -111,6 +111,11 @@ class Graph:
     # file can hold (a tensor, an object). A call that leaves one out gets it, as in
     # Python (export/fx_signature.py); a parameter not here has no default.
     defaults: dict[str, dict | None] = field(default_factory=dict)
+    # The keyword-only parameters with a ``none``/``const`` default that the example left
+    # out (``def forward(self, x, *, bias=None)`` traced as ``m(x)``): name -> that spec.
+    # A call that gives one its default is the traced call (runtime/binding.py), as a
+    # positional-or-keyword parameter's in ``defaults`` is (prober21b M1).
+    keyword_defaults: dict[str, dict] = field(default_factory=dict)
     # The keyword inputs that landed in the callable's ``**kwargs``, in the traced order:
     # the code may iterate them, so a call must pass them in this order (runtime/method.py)
     var_keywords: list[str] = field(default_factory=list)
@@ -141,6 +146,7 @@ class Graph:
             arg_names=self.arg_names,
             positional_only=self.positional_only,
             defaults=self.defaults,
+            keyword_defaults=self.keyword_defaults,
             var_keywords=self.var_keywords,
             any_order=self.any_order,
             sources=self.sources,
@@ -456,6 +462,7 @@ def graph_to_json(g: Graph) -> dict:
         "out_spec": g.out_spec,
         **({"positional_only": g.positional_only} if g.positional_only else {}),
         **({"defaults": dict(g.defaults)} if g.defaults else {}),
+        **({"keyword_defaults": dict(g.keyword_defaults)} if g.keyword_defaults else {}),
         **({"var_keywords": list(g.var_keywords)} if g.var_keywords else {}),
         **({"any_order": list(g.any_order)} if g.any_order else {}),
         **({"sources": lines} if (lines := {k: v for k, v in g.sources.items() if v}) else {}),
@@ -500,10 +507,23 @@ def graph_from_json(d: dict) -> Graph:
         arg_names=list(d.get("arg_names", [])),
         positional_only=d.get("positional_only", 0),
         defaults=dict(d.get("defaults", {})),
+        keyword_defaults=_keyword_defaults(d.get("keyword_defaults")),
         var_keywords=list(d.get("var_keywords", [])),
         any_order=_names(d.get("any_order")),
         sources=_sources(d.get("sources")),
     )
+
+
+def _keyword_defaults(data) -> dict[str, dict]:
+    """A graph's ``keyword_defaults``; older files have none, and a malformed entry is
+    left out (a call giving that keyword is refused, as before; the checker reports it)."""
+    if not isinstance(data, dict):
+        return {}
+    return {
+        k: v
+        for k, v in data.items()
+        if isinstance(k, str) and isinstance(v, dict) and v.get("t") in ("none", "const")
+    }
 
 
 def _names(data) -> list[str]:

@@ -310,8 +310,11 @@ class Method:
             spec = given
         if not same_spec(spec, self.graph.in_spec, typed):
             graph = self.graph
+            defaults = graph.defaults
+            if graph.keyword_defaults:  # keyword-only ones the example left out
+                defaults = {**graph.keyword_defaults, **defaults}
             filled = with_defaults(
-                args, kwargs, graph.in_spec, graph.arg_names, graph.defaults, graph.positional_only
+                args, kwargs, graph.in_spec, graph.arg_names, defaults, graph.positional_only
             )
             if filled is not None:  # once: a filled call changes no more
                 return self._leaves(*filled)
