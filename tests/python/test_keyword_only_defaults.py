@@ -11,6 +11,8 @@ import torch
 import tracebridge
 from tracebridge import TraceError
 
+_TABLE = object()  # a default no file holds
+
 
 class Masked(torch.nn.Module):
     def forward(self, x, mask=None, *, bias=None, scale=2.0, tag="a"):
@@ -42,7 +44,7 @@ def test_a_keyword_only_default_passed_explicitly_is_the_traced_call(tmp_path, l
 
 
 def test_the_graph_records_only_holdable_keyword_only_defaults_left_out():
-    def f(x, *, bias=None, scale=2.0, table=object(), given=1):
+    def f(x, *, bias=None, scale=2.0, table=_TABLE, given=1):
         return x * scale
 
     traced = tracebridge.trace(f, torch.ones(2), example_kwarg_inputs={"given": 1})
