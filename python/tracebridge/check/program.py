@@ -873,6 +873,7 @@ class _GraphCheck:
         _var_keywords(graph.get("var_keywords", []), spec["c"][1].get("keys", []))
         _positional_only(graph, spec["c"][1].get("keys", []))
         _defaults(graph, spec["c"][1].get("keys", []))
+        _distinct_inputs(graph.get("distinct_inputs", []), len(graph["inputs"]))
         for value in graph["inputs"]:
             self._define(value, is_input=True)
 
@@ -1567,6 +1568,24 @@ def _defaults(graph: dict, keys: list) -> None:
         if spec is None:
             _fail("specs", f"the default of {name[:40]!r} in keyword_defaults is null")
         _default_spec(name, spec)
+
+
+def _distinct_inputs(groups, inputs: int) -> None:
+    """A graph's ``distinct_inputs``: a list of groups, each a list of at least two
+    distinct input positions (integers below the number of inputs)."""
+    good = isinstance(groups, list) and all(
+        isinstance(group, list)
+        and len(group) >= 2
+        and all(type(p) is int and 0 <= p < inputs for p in group)
+        and len(set(group)) == len(group)
+        for group in groups
+    )
+    if not good:
+        _fail(
+            "specs",
+            "distinct_inputs must be a list of groups, each of at least two distinct input "
+            f"positions below {inputs}",
+        )
 
 
 def _default_spec(name: str, spec) -> None:

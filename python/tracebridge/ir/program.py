@@ -122,6 +122,11 @@ class Graph:
     # The parameters given a dict (and the ``**kwargs`` parameter) whose code reads them
     # only by key (trace/key_reads.py): a call may pass their keys in any order
     any_order: list[str] = field(default_factory=list)
+    # Groups of input positions (tensor leaves, traced order) that the example gave
+    # distinct tensors and where the code gives other results for one tensor at them
+    # (``if query is key:``; check/input_identity.py): a call passing one tensor at two
+    # positions of a group is refused (runtime/method.py)
+    distinct_inputs: list[list[int]] = field(default_factory=list)
     # loc -> the text of that source line, recorded at trace time for messages: runtimes
     # quote these and never open a file that a loaded graph names
     sources: dict[str, str] = field(default_factory=dict)
@@ -149,6 +154,7 @@ class Graph:
             keyword_defaults=self.keyword_defaults,
             var_keywords=self.var_keywords,
             any_order=self.any_order,
+            distinct_inputs=self.distinct_inputs,
             sources=self.sources,
         )
 
@@ -465,6 +471,15 @@ def graph_to_json(g: Graph) -> dict:
         **({"keyword_defaults": dict(g.keyword_defaults)} if g.keyword_defaults else {}),
         **({"var_keywords": list(g.var_keywords)} if g.var_keywords else {}),
         **({"any_order": list(g.any_order)} if g.any_order else {}),
+        **(
+            {
+                "distinct_inputs": [
+                    list(x) if isinstance(x, (list, tuple)) else x for x in g.distinct_inputs
+                ]
+            }
+            if g.distinct_inputs
+            else {}
+        ),
         **({"sources": lines} if (lines := {k: v for k, v in g.sources.items() if v}) else {}),
     }
 
@@ -510,6 +525,7 @@ def graph_from_json(d: dict) -> Graph:
         keyword_defaults=_keyword_defaults(d.get("keyword_defaults")),
         var_keywords=list(d.get("var_keywords", [])),
         any_order=_names(d.get("any_order")),
+        distinct_inputs=_groups(d.get("distinct_inputs")),
         sources=_sources(d.get("sources")),
     )
 
@@ -524,6 +540,14 @@ def _keyword_defaults(data) -> dict[str, dict]:
         for k, v in data.items()
         if isinstance(k, str) and isinstance(v, dict) and v.get("t") in ("none", "const")
     }
+
+
+def _groups(data) -> list[list[int]]:
+    """A graph's ``distinct_inputs``; older files have none (the checker reports a
+    malformed one before this reads it)."""
+    if not isinstance(data, list):
+        return []
+    return [[p for p in group if type(p) is int] for group in data if isinstance(group, list)]
 
 
 def _names(data) -> list[str]:

@@ -128,6 +128,11 @@ class Method:
         # The number of positional tensors a call passes straight to the function (-1: a
         # call always goes through ``_leaves``, its inputs being nested or keywords).
         self._direct_arity = self._n_inputs if self._simple else -1
+        # Groups of inputs a call must not pass one tensor to (check/input_identity.py):
+        # where there are any, every call goes through ``_leaves`` and is checked there.
+        self._distinct = bool(graph.distinct_inputs)
+        if self._distinct:
+            self._direct_arity = -1
         # How many arguments the example passed by position: a call that passes another
         # number is bound to the traced parameters first (runtime/binding.py).
         self._positional = len(graph.in_spec["c"][0]["c"]) if graph.in_spec else 0
@@ -257,6 +262,8 @@ class Method:
             leaves = self._leaves(args, kwargs)
             if _has_torch_function(leaves):
                 refuse_overriding_inputs(self, leaves)
+            if self._distinct:
+                refuse_one_tensor(self.graph, self.name, leaves)
             return fn(*leaves)
         except TraceError:
             raise
@@ -664,6 +671,31 @@ def refuse_overriding_inputs(method, leaves) -> None:
             "the code itself with this subclass, or, where its __torch_function__ changes "
             f"no values (it logs or checks), declare it: tracebridge.pass_through({kind.__name__})"
         )
+
+
+def refuse_one_tensor(graph: Graph, method: str, leaves) -> None:
+    """Raise :class:`TraceError` where a call passes one tensor at two positions of a
+    group of ``graph.distinct_inputs`` (``leaves``: the call's tensors, in the traced
+    order); nothing otherwise."""
+    for group in graph.distinct_inputs:
+        seen: dict[int, int] = {}
+        for position in group:
+            if position >= len(leaves):
+                continue
+            first = seen.setdefault(id(leaves[position]), position)
+            if first == position:
+                continue
+            names = [v.name or f"input {i}" for i, v in enumerate(graph.inputs)]
+            a, b = names[first], names[position]
+            raise TraceError(
+                f"{method}() was given the same tensor as {a!r} and {b!r}, and the trace was "
+                "made with distinct tensors there; the code gives other results for one "
+                f"tensor than for distinct ones (it tests their identity, such as `if {a} is "
+                f"{b}:`), so the trace would give the results for distinct tensors. Pass "
+                f"distinct tensors ({b}={a}.clone()) for those results, or, for the path of "
+                "one tensor, trace a function that passes one input to both "
+                f"(lambda {a}, ...: model({a}, {a}, ...)) and call that"
+            )
 
 
 def _rng_states(slots: dict | None = None) -> tuple:
