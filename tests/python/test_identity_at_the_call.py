@@ -37,7 +37,7 @@ def test_one_tensor_twice_is_refused_where_the_code_tests_identity(tmp_path, loa
     with pytest.raises(TraceError) as info:
         traced(x, x)  # eager: x * 3; the trace held x + x
     text = str(info.value)
-    assert "the same tensor as 'query' and 'key'" in text
+    assert "the same tensor object as 'query' and 'key'" in text
     assert "key=query.clone()" in text and "if query is key:" in text
     with pytest.raises(TraceError, match="same tensor"):
         traced(key=x, query=x)  # by keyword too
@@ -77,7 +77,7 @@ def test_a_path_that_raises_only_for_one_tensor_marks_the_group():
 
     traced = tracebridge.trace(strict, (torch.ones(2), torch.zeros(2)))
     x = torch.ones(2)
-    with pytest.raises(TraceError, match="same tensor as 'a' and 'b'"):
+    with pytest.raises(TraceError, match="same tensor object as 'a' and 'b'"):
         traced(x, x)
 
 

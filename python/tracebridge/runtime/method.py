@@ -688,10 +688,11 @@ def refuse_one_tensor(graph: Graph, method: str, leaves) -> None:
             names = [v.name or f"input {i}" for i, v in enumerate(graph.inputs)]
             a, b = names[first], names[position]
             raise TraceError(
-                f"{method}() was given the same tensor as {a!r} and {b!r}, and the trace was "
-                "made with distinct tensors there; the code gives other results for one "
-                f"tensor than for distinct ones (it tests their identity, such as `if {a} is "
-                f"{b}:`), so the trace would give the results for distinct tensors. Pass "
+                f"{method}() was given the same tensor object as {a!r} and {b!r}, and the "
+                "trace was made with distinct tensors there; the code gives other results for "
+                "one tensor than for distinct ones (it tests their identity, such as `if "
+                f"{a} is {b}:`, or changes the shape of one in place), so the trace would "
+                "give the results for distinct tensors. Pass "
                 f"distinct tensors ({b}={a}.clone()) for those results, or, for the path of "
                 "one tensor, trace a function that passes one input to both "
                 f"(lambda {a}, ...: model({a}, {a}, ...)) and call that"
