@@ -22,7 +22,11 @@ from . import artifact
 from .artifact import streams
 from .check import method_stashes
 from .check.compare import fresh
-from .check.input_identity import method_words, refuse_identity_paths
+from .check.input_identity import (
+    identity_sensitive_groups,
+    method_words,
+    refuse_identity_paths,
+)
 from .check.kept_globals import KeptGlobals
 from .check.meta_state import warn_meta_non_persistent
 from .check.specialise import specialisations
@@ -1437,6 +1441,9 @@ def trace(
             tolerance=check_tolerance,
             strict=strict,
         )
+        graph.distinct_inputs = identity_sensitive_groups(
+            func, args, kwargs, tolerance=check_tolerance
+        )
         stage("size-1 variants")
         program = Program(
             kind="function",
@@ -1819,6 +1826,9 @@ def record_module(
             state=index,
             names_from=getattr(mod, target),
             strict=strict,
+        )
+        methods[graph_name].distinct_inputs = identity_sensitive_groups(
+            _bound(mod, target), args, kwargs, tolerance=tolerance, module=mod, mode=mode
         )
     method_stashes.refuse_stale_reads(
         methods, {g: n for g, n, *_ in recorded}, constants, written, type(mod).__name__

@@ -547,6 +547,8 @@ class CodeGen:
             if kind == "namedtuple":
                 cls = pytree.class_of(spec)
                 return ast.Call(self.bind("NT", cls), items, [])
+            if spec.get("size") is True:  # an output that was a torch.Size
+                return ast.Call(self.bind("Size", torch.Size), [ast.Tuple(items, ast.Load())], [])
             return ast.Tuple(items, ast.Load())
 
         def empty(spec) -> ast.expr:

@@ -371,6 +371,7 @@ def _capture_once(
     graph.arg_names = argument_names(names_from or fn, len(args))
     graph.positional_only = positional_only_count(names_from or fn)
     graph.defaults = parameter_defaults(names_from or fn, graph.arg_names, kwargs)
+    graph.keyword_defaults = keyword_only_defaults(names_from or fn, kwargs)
     graph.var_keywords = var_keyword_names(names_from or fn, args, kwargs)
     graph.any_order = key_reads.order_free_parameters(
         names_from or fn, graph.arg_names, args, kwargs
@@ -494,7 +495,7 @@ def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: boo
         rebound_buffers.record_writes(rebound)
         try:
             out_leaves, graph.out_spec = pytree.flatten(
-                result, lambda x: isinstance(x, (torch.Tensor, SymInt, SymFloat))
+                result, lambda x: isinstance(x, (torch.Tensor, SymInt, SymFloat)), sizes=True
             )
         except TypeError as exc:
             raise TraceError(
@@ -703,6 +704,30 @@ def parameter_defaults(fn: Callable, arg_names: list[str], kwargs: dict) -> dict
             out[p.name] = {"t": "const", "v": value}
         else:
             out[p.name] = None
+    return out
+
+
+def keyword_only_defaults(fn: Callable, kwargs: dict) -> dict:
+    """The keyword-only parameters of ``fn`` that ``kwargs`` leaves out and whose default
+    a file holds (None, a bool, an int, a finite float, a string): name -> its spec
+    (``Graph.keyword_defaults``).
+
+    >>> def f(x, *, bias=None, scale=2.0, w=object()): pass
+    >>> keyword_only_defaults(f, {"scale": 1.0})
+    {'bias': {'t': 'none'}}
+    """
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    out: dict[str, dict] = {}
+    for p in parameters:
+        if p.kind != p.KEYWORD_ONLY or p.name in kwargs or p.default is p.empty:
+            continue
+        if p.default is None:
+            out[p.name] = {"t": "none"}
+        elif _holdable(p.default):
+            out[p.name] = {"t": "const", "v": p.default}
     return out
 
 
