@@ -1441,9 +1441,10 @@ def trace(
             tolerance=check_tolerance,
             strict=strict,
         )
-        graph.distinct_inputs = identity_sensitive_groups(
-            func, args, kwargs, tolerance=check_tolerance
-        )
+        if check_trace:  # a check: two more runs of the code per group of inputs
+            graph.distinct_inputs = identity_sensitive_groups(
+                func, args, kwargs, tolerance=check_tolerance
+            )
         stage("size-1 variants")
         program = Program(
             kind="function",
@@ -1725,11 +1726,13 @@ def record_module(
     method_alias: dict | None = None,
     after_first_call: Callable[[], None] | None = None,
     tolerance: float = 1e-5,
+    identity_probes: bool = True,
 ) -> Program:
     """Trace each method of ``mod`` (each in both modes when respect_mode);
     ``after_first_call()`` runs once, after the first method is recorded; ``tolerance``
     compares its results where the example passes one tensor twice
-    (check/input_identity.py)."""
+    (check/input_identity.py); ``identity_probes`` (the trace's ``check_trace``) runs the
+    code again with one tensor at inputs that could take one (``distinct_inputs``)."""
     index = state_index(mod)
     constants: dict[str, StateEntry] = {}
     warned: set = set()
@@ -1827,9 +1830,10 @@ def record_module(
             names_from=getattr(mod, target),
             strict=strict,
         )
-        methods[graph_name].distinct_inputs = identity_sensitive_groups(
-            _bound(mod, target), args, kwargs, tolerance=tolerance, module=mod, mode=mode
-        )
+        if identity_probes:  # a check: two more runs of the code per group of inputs
+            methods[graph_name].distinct_inputs = identity_sensitive_groups(
+                _bound(mod, target), args, kwargs, tolerance=tolerance, module=mod, mode=mode
+            )
     method_stashes.refuse_stale_reads(
         methods, {g: n for g, n, *_ in recorded}, constants, written, type(mod).__name__
     )
@@ -2003,6 +2007,7 @@ def _trace_module(
             method_alias=method_alias,
             after_first_call=after_first_call,
             tolerance=check_tolerance,
+            identity_probes=check_trace,
         )
         traced = TracedModule(program, original=mod, runtime=runtime)
         _warn_of_side_effects([], traced._tb_hooks or {})

@@ -90,3 +90,16 @@ def test_a_file_names_only_groups_of_inputs():
         graph.distinct_inputs = bad
         with pytest.raises(tracebridge.ArtifactError, match="distinct_inputs"):
             check.check_program(program)
+
+
+def test_the_identity_runs_are_part_of_the_check():
+    """``check_trace=False`` skips the two runs per group (a trace without its check runs
+    the code once, as torch.jit.trace's does) and records no group; the check records it."""
+    x, y = torch.randn(3), torch.randn(3)
+    unchecked = tracebridge.trace(attend, (x, y), check_trace=False)
+    assert unchecked.program.methods["forward"].distinct_inputs in (None, [])
+    checked = tracebridge.trace(attend, (x, y))
+    assert checked.program.methods["forward"].distinct_inputs == [[0, 1]]
+    model = Attention()
+    unchecked = tracebridge.trace(model, (x, y), check_trace=False)
+    assert unchecked.program.methods["forward"].distinct_inputs in (None, [])
