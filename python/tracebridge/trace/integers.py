@@ -32,6 +32,7 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
+import linecache
 import operator
 import os
 import re
@@ -46,6 +47,7 @@ import torch
 
 from . import helpers, python_random
 from .numbers import SymFloat, SymInt, _Traced
+from .text import ast_nodes, parsed_tree
 
 _original_int = builtins.int
 _original_float = builtins.float
@@ -309,8 +311,14 @@ def _only_called_in(module_name: str) -> frozenset[str]:
     binds; empty where the source cannot be read. Parsed once per module: a transformers
     model reaches fifty modules of thousands of lines."""
     try:
-        source = inspect.getsource(sys.modules.get(module_name))
-        return names_only_called(source, tuple(_STAND_INS))
+        module = sys.modules.get(module_name)
+        source = inspect.getsource(module)
+        # the tree trace/text.py keeps of the file, where it holds this very text
+        filename = inspect.getsourcefile(module)
+        tree = None
+        if filename and "".join(linecache.getlines(filename)) == source:
+            tree = parsed_tree(filename)
+        return names_only_called(source, tuple(_STAND_INS), tree)
     except (OSError, TypeError, SyntaxError, ValueError):
         return frozenset()
 
@@ -325,25 +333,29 @@ def only_called(source: str, name: str = "int") -> bool:
     return name in names_only_called(source, (name,))
 
 
-def names_only_called(source: str, names: tuple[str, ...]) -> frozenset[str]:
+def names_only_called(
+    source: str, names: tuple[str, ...], tree: ast.AST | None = None
+) -> frozenset[str]:
     """Those of ``names`` that ``source`` uses only as a call, a class in
     ``isinstance``/``issubclass`` or an annotation, and never binds (one parse and one
-    walk for all of them; a name that is no word of the text is not parsed for)."""
+    walk for all of them; a name that is no word of the text is not parsed for).
+    ``tree``: ``source`` already parsed, if it was."""
     present = {name for name in names if re.search(rf"\b{re.escape(name)}\b", source)}
     if not present:
         return frozenset(names)
-    tree = ast.parse(source)
+    if tree is None:
+        tree = ast.parse(source)
     allowed: set[int] = set()
     uses: list[ast.Name] = []
     not_only: set[str] = set()
-    for node in ast.walk(tree):
+    for node in ast_nodes(tree):
         for annotation in _annotations(node):
-            allowed.update(id(n) for n in ast.walk(annotation))
+            allowed.update(map(id, ast_nodes(annotation)))
         if isinstance(node, ast.Call):
             allowed.add(id(node.func))
             if getattr(node.func, "id", None) in ("isinstance", "issubclass"):
                 for arg in node.args[1:]:
-                    allowed.update(id(n) for n in ast.walk(arg))
+                    allowed.update(map(id, ast_nodes(arg)))
         elif isinstance(node, ast.Name):
             if node.id in present:
                 uses.append(node)
