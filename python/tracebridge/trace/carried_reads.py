@@ -66,7 +66,7 @@ from ..source import is_internal, user_frame
 from .device_reads import _static_attribute
 from .numbers import _Traced
 from .python_random import STDLIB
-from .text import SymStr, _parsed, _positions, ast_nodes
+from .text import SymStr, _parsed, _positions, ast_nodes, parse
 from .unseen_reads import (
     _ARITHMETIC,
     _MISSING,
@@ -141,7 +141,7 @@ def _function_reads(filename: str, start: int) -> dict | None:
     try:
         block = inspect.getblock(lines[start - 1 :])
         dedented = textwrap.dedent("".join(block))
-        tree = ast.parse(dedented)
+        tree = parse(dedented)
     except (SyntaxError, ValueError, IndentationError, tokenize.TokenError):
         return None
     ast.increment_lineno(tree, start - 1)

@@ -47,7 +47,7 @@ import torch
 
 from . import helpers, python_random
 from .numbers import SymFloat, SymInt, _Traced
-from .text import ast_nodes, parsed_tree
+from .text import ast_nodes, parse, parsed_tree
 
 _original_int = builtins.int
 _original_float = builtins.float
@@ -344,7 +344,7 @@ def names_only_called(
     if not present:
         return frozenset(names)
     if tree is None:
-        tree = ast.parse(source)
+        tree = parse(source)
     allowed: set[int] = set()
     uses: list[ast.Name] = []
     not_only: set[str] = set()

@@ -36,7 +36,7 @@ from ..errors import TraceError
 from .caches import _fills, _function_of
 from .memo_tables import _DEPTH, _data_source, _refs_of, _traced_by, plain_key
 from .python_state import instance_dict
-from .text import _parsed
+from .text import _parsed, parse
 
 
 def watch(module) -> list[tuple]:
@@ -169,7 +169,7 @@ def _item_of_own(target: ast.AST, me: str) -> bool:
 def _function_tree(function):
     """The parsed definition of ``function``, or None (no source, a lambda)."""
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+        tree = parse(textwrap.dedent(inspect.getsource(function)))
     except (OSError, TypeError, SyntaxError, IndentationError):
         return None
     first = tree.body[0] if tree.body else None

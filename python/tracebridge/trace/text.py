@@ -48,6 +48,7 @@ import ast
 import builtins
 import contextlib
 import functools
+import gc
 import inspect
 import linecache
 import logging
@@ -1451,6 +1452,22 @@ def _parsed(filename: str) -> dict | None:
     return index
 
 
+def parse(source: str) -> ast.Module:
+    """``ast.parse(source)`` with the garbage collector paused. Note: why. A parse makes
+    one object per node (tens of thousands for a large module), all kept, none in a
+    cycle; each thousand of them counts toward a collection, and in a process holding a
+    large model and its libraries every few of those collections is a full one, which
+    visits every object of the process. Measured on a transformers decoder's first trace:
+    1.46 s to parse its 62 modules with the collector on, 0.43 s with it paused."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return ast.parse(source)
+    finally:
+        if enabled:
+            gc.enable()
+
+
 @lru_cache(maxsize=64)
 def parsed_tree(filename: str) -> ast.Module | None:
     """The syntax tree of a source file as linecache holds it, or None: one parse serves
@@ -1459,7 +1476,7 @@ def parsed_tree(filename: str) -> ast.Module | None:
     if not source:
         return None
     try:
-        return ast.parse(source)
+        return parse(source)
     except (SyntaxError, ValueError):
         return None
 
