@@ -52,6 +52,7 @@ from .trace.capture import (
     capture_again,
     enter_mode,
     numpy_rng_kept,
+    old_objects_set_aside,
     preserved,
     state_index,
 )
@@ -1279,6 +1280,7 @@ def _with_progress(fn):
             what = type(func).__name__
         with (
             track(f"tracing {what}", progress=progress),
+            old_objects_set_aside(),
             numpy_rng_kept(func),
             memos_kept(),
             cache_values.kept(),

@@ -73,7 +73,12 @@ def _canonical(graph: Graph) -> list[tuple]:
     return rows
 
 
+_LEAVES = frozenset({int, float, bool, str, type(None)})
+
+
 def _norm(obj, order):
+    if type(obj) in _LEAVES:  # most of a long literal list
+        return repr(obj)
     if isinstance(obj, Ref):
         return ("ref", order.get(obj.id, "?"))
     if isinstance(obj, (list, tuple)):

@@ -154,6 +154,7 @@ _HELPERS = {
     "_normal_copies": lean.normal_copies,
 }
 _PLAIN_CONSTANTS = (bool, int, float, complex, str)
+_EXACT_CONSTANTS = frozenset(_PLAIN_CONSTANTS)
 # The local that holds whether the folded tensors of a call are plain (runtime/folding.py).
 FOLDED_PLAIN = "_folded_plain"
 _COMMENT_LIMIT = 160
@@ -181,7 +182,10 @@ def _constant(value) -> ast.expr:
     as Python reads it, not ``-2 ** v``."""
     if value is None:
         return ast.Constant(None)
-    exact = next(t for t in _PLAIN_CONSTANTS if isinstance(value, t))(value)
+    if type(value) in _EXACT_CONSTANTS:  # most: a literal list holds thousands of them
+        exact = value
+    else:
+        exact = next(t for t in _PLAIN_CONSTANTS if isinstance(value, t))(value)
     negative_int = type(exact) is int and exact < 0
     negative_float = type(exact) is float and math.copysign(1.0, exact) < 0  # -0.0 too
     if negative_int or negative_float:
