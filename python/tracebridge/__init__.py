@@ -40,6 +40,7 @@ from .errors import (  # noqa: E402
     ArtifactError,
     BindingError,
     GuardError,
+    GuardValueError,
     OpError,
     TraceError,
     TracerWarning,
@@ -47,7 +48,7 @@ from .errors import (  # noqa: E402
     UnsupportedOpError,
 )
 from .export import export_onnx, to_graph_module  # noqa: E402
-from .runtime import guards_disabled, invalidate_caches  # noqa: E402
+from .runtime import guards_disabled, invalidate_caches, pass_through  # noqa: E402
 from .version import __version__  # noqa: E402,F401
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "FrozenFunction",
     "FrozenModule",
     "GuardError",
+    "GuardValueError",
     "OpError",
     "TraceError",
     "TracedFunction",
@@ -71,6 +73,7 @@ __all__ = [
     "invalidate_caches",
     "load",
     "load_compiled",
+    "pass_through",
     "save",
     "save_compiled",
     "to_graph_module",

@@ -22,7 +22,11 @@ from . import artifact
 from .artifact import streams
 from .check import method_stashes
 from .check.compare import fresh
-from .check.input_identity import method_words, refuse_identity_paths
+from .check.input_identity import (
+    identity_sensitive_groups,
+    method_words,
+    refuse_identity_paths,
+)
 from .check.kept_globals import KeptGlobals
 from .check.meta_state import warn_meta_non_persistent
 from .check.specialise import specialisations
@@ -48,6 +52,7 @@ from .trace.capture import (
     capture_again,
     enter_mode,
     numpy_rng_kept,
+    old_objects_set_aside,
     preserved,
     state_index,
 )
@@ -1275,6 +1280,7 @@ def _with_progress(fn):
             what = type(func).__name__
         with (
             track(f"tracing {what}", progress=progress),
+            old_objects_set_aside(),
             numpy_rng_kept(func),
             memos_kept(),
             cache_values.kept(),
@@ -1437,6 +1443,10 @@ def trace(
             tolerance=check_tolerance,
             strict=strict,
         )
+        if check_trace:  # a check: two more runs of the code per group of inputs
+            graph.distinct_inputs = identity_sensitive_groups(
+                func, args, kwargs, tolerance=check_tolerance
+            )
         stage("size-1 variants")
         program = Program(
             kind="function",
@@ -1718,11 +1728,13 @@ def record_module(
     method_alias: dict | None = None,
     after_first_call: Callable[[], None] | None = None,
     tolerance: float = 1e-5,
+    identity_probes: bool = True,
 ) -> Program:
     """Trace each method of ``mod`` (each in both modes when respect_mode);
     ``after_first_call()`` runs once, after the first method is recorded; ``tolerance``
     compares its results where the example passes one tensor twice
-    (check/input_identity.py)."""
+    (check/input_identity.py); ``identity_probes`` (the trace's ``check_trace``) runs the
+    code again with one tensor at inputs that could take one (``distinct_inputs``)."""
     index = state_index(mod)
     constants: dict[str, StateEntry] = {}
     warned: set = set()
@@ -1820,6 +1832,10 @@ def record_module(
             names_from=getattr(mod, target),
             strict=strict,
         )
+        if identity_probes:  # a check: two more runs of the code per group of inputs
+            methods[graph_name].distinct_inputs = identity_sensitive_groups(
+                _bound(mod, target), args, kwargs, tolerance=tolerance, module=mod, mode=mode
+            )
     method_stashes.refuse_stale_reads(
         methods, {g: n for g, n, *_ in recorded}, constants, written, type(mod).__name__
     )
@@ -1993,6 +2009,7 @@ def _trace_module(
             method_alias=method_alias,
             after_first_call=after_first_call,
             tolerance=check_tolerance,
+            identity_probes=check_trace,
         )
         traced = TracedModule(program, original=mod, runtime=runtime)
         _warn_of_side_effects([], traced._tb_hooks or {})

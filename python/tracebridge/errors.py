@@ -30,6 +30,12 @@ class GuardError(TraceError):
         self.seen = seen
 
 
+class GuardValueError(GuardError, ValueError):
+    """A failed guard whose other side, in eager PyTorch, raises a ``ValueError`` (batch
+    norm in training mode given one value per channel): a :class:`GuardError` that is
+    also a ``ValueError``, as eager's error is."""
+
+
 class TracingCheckError(TraceError):
     """check_trace found that the recording does not match the real code."""
 

@@ -93,8 +93,11 @@ def same_bits(a, b) -> bool:
 
 def recording_subclass() -> type:
     """A new ``torch.Tensor`` subclass whose ``calls`` lists the name of every torch
-    function called on its instances (to check what a subclass sees of a rewrite)."""
+    function called on its instances (to check what a subclass sees of a rewrite),
+    declared to tracebridge as changing no values (a traced call refuses other
+    subclasses with a ``__torch_function__`` of their own: runtime/method.py)."""
 
+    @tracebridge.pass_through
     class Recorded(torch.Tensor):
         calls: list = []
 

@@ -273,3 +273,30 @@ def test_a_basic_index_runs_the_kernel_and_a_tensor_index_the_check(monkeypatch)
     torch.testing.assert_close(traced(X, t(3, 1)), f(X, t(3, 1)))
     with pytest.raises(tracebridge.OpError, match="getitem"):
         traced(X, t(0, 4))
+
+
+def _indexes(x, i, w):
+    return torch.gather(x, 1, i) + x[i[:, 0]] + torch.nn.functional.embedding(i, w).sum(1)
+
+
+def test_loaded_code_runs_the_cpu_kernel_at_once_and_follows_the_flag(monkeypatch, tmp_path):
+    """The generated code makes the checked functions' first test inline (a plain CPU
+    tensor, ``CHECK_ON_CPU`` off: the kernel, which checks), reading the flag on every
+    call: set after load, the checks refuse an index out of range before the kernel."""
+    x, i, w = torch.randn(4, 3), torch.randint(0, 3, (4, 3)), torch.randn(5, 3)
+    tracebridge.trace(_indexes, (x, i, w)).save(tmp_path / "f.tb")
+    loaded = tracebridge.load(tmp_path / "f.tb")
+    with torch.no_grad():
+        code = loaded.code
+        assert code.count(".is_cpu and (not M") == 3  # gather, getitem, embedding
+        torch.testing.assert_close(loaded(x, i, w), _indexes(x, i, w), rtol=0, atol=0)
+        bad = i.clone()
+        bad[0, 0] = 7
+        with pytest.raises(tracebridge.TraceError) as kernel:
+            loaded(x, bad, w)
+        assert not isinstance(kernel.value.__cause__, CheckFailed)  # the kernel refused
+        monkeypatch.setattr(checked_indices, "CHECK_ON_CPU", True)
+        torch.testing.assert_close(loaded(x, i, w), _indexes(x, i, w), rtol=0, atol=0)
+        with pytest.raises(tracebridge.TraceError) as checked:
+            loaded(x, bad, w)
+        assert isinstance(checked.value.__cause__, CheckFailed)  # refused before the kernel

@@ -141,6 +141,18 @@ def test_each_device_flag_is_read_at_call_time_and_guarded(flag, device_type):
         torch.testing.assert_close(t(X + 1), fn(X + 1))
 
 
+def test_the_device_type_is_read_inline_by_the_generated_code():
+    """The generated code reads ``x.device.type == 'cpu'`` as an expression (no function
+    frame per read), and the read still decides: a tensor on another device type is
+    refused by its guard, in process and loaded."""
+    for t in _both(tracebridge.trace(by_device_type, X)):
+        assert ".device.type == 'cpu'  # prim.is_device_type" in t.code
+        assert "op_prim_is_device_type" not in t.code
+        torch.testing.assert_close(t(X + 1), by_device_type(X + 1))
+        with pytest.raises(tracebridge.GuardError):
+            t(torch.ones(3, device="meta"))
+
+
 def test_the_type_alone_is_guarded_where_only_the_type_is_read():
     """``x.device.type`` guards the type, not the index: a trace made on ``cuda:0`` serves
     ``cuda:1``; a device compared whole is guarded whole."""

@@ -523,3 +523,68 @@ def test_a_matrix_power_of_int64_min_is_refused_at_load(tmp_path, base):  # noqa
             tracebridge.load(crafted(tmp_path, base, nodes, name="power.tb"))
         nodes = [_node(op, [_ref(0), -(2**62)], [out])]
         tracebridge.load(crafted(tmp_path, base, nodes, name="power62.tb"))
+
+
+def test_sizes_given_as_integer_tensors_are_bounded_by_their_values_and_remembered():
+    """A padding kept as a 0-d integer buffer (EnCodec's ``padding_total``) reaches
+    ``F.pad`` as a tensor in its list of ints. The bound reads the value (the meta run
+    cannot: a meta tensor has none), so a large one is refused and a small one passes
+    once, then by its key, which holds the value: before, the meta run failed on every
+    call (EnCodec 1.9x torch.jit) and a key of shapes alone would have let a large padding
+    through after a small one."""
+    import torch
+    import torch.nn.functional as F
+
+    calls = []
+    shape_function = checked_sizes.result_bytes
+    run = checked_sizes.bounded("pad", F.pad)
+    x = torch.randn(1, 2, 16)
+    try:
+        checked_sizes.result_bytes = lambda *a: calls.append(a) or shape_function(*a)
+        for _ in range(3):
+            out = run(x, (torch.tensor(3), torch.tensor(0)), "reflect", 0.0)
+        assert torch.equal(out, F.pad(x, (3, 0), "reflect"))
+        assert calls == []  # the upper bound read the values: no shape function
+        huge = (torch.tensor(2**40), torch.tensor(0))
+        with pytest.raises(checked_sizes.CheckFailed, match="more than the limit"):
+            run(x, huge, "constant", 0.0)
+    finally:
+        checked_sizes.result_bytes = shape_function
+    assert checked_sizes._key((x, (torch.tensor(3), 0))) != checked_sizes._key(
+        (x, (torch.tensor(4), 0))
+    )
+
+
+def test_a_traced_padding_kept_as_an_integer_buffer_runs_without_the_shape_function(tmp_path):
+    """The same, through a traced and loaded module: right at two lengths, and the shape
+    function is not asked on every call."""
+    import torch
+    import torch.nn.functional as F
+
+    import tracebridge
+
+    class Padded(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv1d(2, 3, 5)
+            self.register_buffer("padding_total", torch.tensor(4), persistent=False)
+
+        def forward(self, x):
+            extra = x.shape[-1] % 2
+            return self.conv(F.pad(x, (self.padding_total, extra), "reflect"))
+
+    model = Padded().eval()
+    path = tmp_path / "padded.tb"
+    tracebridge.trace(model, torch.randn(1, 2, 16)).save(path)
+    loaded = tracebridge.load(path)
+    calls = []
+    shape_function = checked_sizes.result_bytes
+    try:
+        checked_sizes.result_bytes = lambda *a: calls.append(a) or shape_function(*a)
+        with torch.no_grad():
+            for length in (16, 17, 16, 17):
+                x = torch.randn(1, 2, length)
+                torch.testing.assert_close(loaded(x), model(x), rtol=0, atol=0)
+    finally:
+        checked_sizes.result_bytes = shape_function
+    assert calls == []

@@ -60,3 +60,24 @@ def test_a_random_function_imported_by_name_is_refused_when_its_draw_is_used():
     with pytest.raises(tracebridge.UnsupportedOpError, match=r"random\.random\(\) drew at"):
         tracebridge.trace(_drop_path, (torch.ones(3),))
     assert draw is random.random and random.getstate() == state
+
+
+def test_a_name_rebound_between_traces_is_found(tmp_path, monkeypatch):
+    """The modules the code reaches are scanned again where one of them rebinds a name
+    (trace/integers.py keeps the last scan while nothing it read has changed)."""
+    source = (
+        "import math\n"
+        "log2 = None  # bound to math's later, as a lazy import would\n"
+        "def levels(x):\n"
+        "    return x * int(log2(x.shape[0])) if log2 is not None else x\n"
+    )
+    (tmp_path / "tb_rebound_levels.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import tb_rebound_levels as module
+
+    tracebridge.trace(module.levels, (torch.randn(8, 3),))  # scanned: log2 is None
+    monkeypatch.setattr(module, "log2", math.log2)  # same names, another object
+    traced = tracebridge.trace(module.levels, (torch.randn(8, 3),))
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(traced(x), x * 2, rtol=0, atol=0)
+    assert module.log2 is math.log2

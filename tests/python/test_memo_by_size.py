@@ -102,7 +102,7 @@ def test_a_few_sizes_are_kept():
 class WritesIntoGrid(nn.Module):
     def forward(self, x):
         grid = torch.arange(x.shape[0], device=x.device).float()[:, None]
-        grid.mul_(2)  # a write into what would be kept: nothing is memoised
+        grid.add_(x[:1, :1])  # a write of the input's values: nothing is memoised
         return x + grid
 
 
@@ -255,6 +255,9 @@ class MaskAndWrittenProbs(nn.Module):
         if self.write == "slices":
             probs[:, :, 0] = 1.0
             probs[:, 1:, :1] += 2.0  # accumulates if a kept tensor were written again
+        elif self.write == "input":
+            probs[:, :, 0] = x[:, :, 0]  # the input's values: made on every call
+            probs[:, 1:, :1] += 2.0
         elif self.write == "fill":
             probs[:, :1].fill_(3.0)
             probs.add_(1.0)
@@ -266,7 +269,7 @@ class MaskAndWrittenProbs(nn.Module):
         return scores + probs
 
 
-@pytest.mark.parametrize("write", ["slices", "fill", "relu"])
+@pytest.mark.parametrize("write", ["slices", "fill", "relu", "input"])
 def test_a_write_into_one_sized_value_keeps_the_others_memoised(write):
     model = MaskAndWrittenProbs(write)
     traced = tracebridge.trace(model, (torch.randn(2, 5, 3),))
@@ -279,12 +282,16 @@ def test_a_write_into_one_sized_value_keeps_the_others_memoised(write):
         for batch, length in [(2, 5), (2, 5), (3, 7), (1, 1), (3, 7), (2, 5)]:
             x = torch.randn(batch, length, 3)
             torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)
-    # The mask is made once per new size; the written zeros never come from a cache.
+    # Each block runs once per new size (the first call, then (3, 7) and (1, 1)).
     assert sum(len(c) for c in calls) <= 2 * len(runners)
-    # The written tensor is made inline, on every call (a memoised node is not in the
-    # printed code); for relu_, the zeros and the arange before the written ``sub`` stay kept.
-    made = "sub" if write == "relu" else "zeros"
-    assert f"# {made}, test_memo_by_size.py" in traced.code
+    # A write of the input's values: the written tensor is made inline, on every call (a
+    # memoised node is not in the printed code). A write of values the block makes itself
+    # (literals, the sizes' grids) is run in the block, once per size, with the tensor it
+    # writes: the equal results above, on sizes seen before, say it is not written again.
+    inline = "# zeros, test_memo_by_size.py" in traced.code
+    assert inline == (write == "input")
+    if write != "input":
+        assert "setitem" not in traced.code and "_, test_memo_by_size.py" not in traced.code
 
 
 class StateWrittenAfterItsCheck(nn.Module):
@@ -441,3 +448,102 @@ def test_no_tensor_keys_a_memo_by_its_metadata_where_a_resize_in_place_could_mov
         for x in (torch.randn(3, 4), torch.randn(3, 4), torch.randn(2, 5)):
             assert same_bits(traced(x), model(x))
         assert not _meta_memos(traced)
+
+
+class InterleavedRotary(nn.Module):
+    """Qwen3.5's interleaved rotary table: frequencies from positions and a buffer, one
+    section written into another by strided slices, then doubled and read."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("inv_freq", torch.rand(6) + 0.1)
+
+    def forward(self, x):
+        positions = torch.arange(x.shape[1], device=x.device).float()
+        freqs = positions[None, :, None] * self.inv_freq  # (1, T, 6)
+        freqs = freqs.expand(3, -1, -1) * 1.0  # three sections, memory of its own
+        table = freqs[0]
+        table[..., 1::3] = freqs[1, ..., 1::3]
+        table[..., 2::3] = freqs[2, ..., 2::3] * 2.0
+        emb = torch.cat((table, table), dim=-1)
+        return x * emb.cos() + x.flip(-1) * emb.sin()
+
+
+def test_a_write_into_memory_the_block_made_is_run_once_per_size(tmp_path):
+    torch.manual_seed(0)
+    model = InterleavedRotary()
+    traced = tracebridge.trace(model, (torch.randn(2, 5, 12),))
+    traced.save(tmp_path / "m.tb")
+    loaded = tracebridge.load(tmp_path / "m.tb")
+    with torch.no_grad():
+        assert "memoised by size" in loaded.code
+        assert "setitem" not in loaded.code  # the writes run in the block
+        loaded(torch.randn(2, 5, 12))
+        (runner,) = _memos(loaded)
+        calls = counting(runner)
+        for batch, length in [(2, 5), (1, 7), (2, 5), (1, 7), (3, 1)]:
+            x = torch.randn(batch, length, 12)
+            torch.testing.assert_close(loaded(x), model(x), rtol=0, atol=0)
+        assert len(calls) == 2  # lengths 7 and 1; batch is no key
+        # The state changes after load: the block runs again, with the new buffer.
+        x = torch.randn(2, 5, 12)
+        loaded.inv_freq.mul_(3)
+        model.inv_freq.mul_(3)
+        torch.testing.assert_close(loaded(x), model(x), rtol=0, atol=0)
+        loaded.load_state_dict({"inv_freq": torch.full((6,), 0.5)})
+        model.load_state_dict({"inv_freq": torch.full((6,), 0.5)})
+        torch.testing.assert_close(loaded(x), model(x), rtol=0, atol=0)
+        assert len(calls) == 4
+    x.requires_grad_(True)  # with autograd: the block's writes run as eager's
+    loaded(x).sum().backward()
+    expected = x.grad.clone()
+    x.grad = None
+    model(x).sum().backward()
+    torch.testing.assert_close(x.grad, expected, rtol=0, atol=0)
+
+
+class WritesIntoStateRows(nn.Module):
+    """Rows of a buffer chosen by the input's size, written in place: the memory is the
+    state's, not the block's, so every call writes it again, as eager does."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.zeros(8, 2))
+
+    def forward(self, x):
+        rows = self.table[: x.shape[0]]
+        rows.add_(1.0)
+        return x + rows * torch.arange(x.shape[0], device=x.device)[:, None]
+
+
+def test_a_write_into_a_view_of_state_runs_on_every_call():
+    model, twin = WritesIntoStateRows(), WritesIntoStateRows()
+    traced = tracebridge.trace(model, (torch.randn(3, 2),), check_trace=False)
+    model.table.zero_()  # the trace ran the model once
+    assert "Tensor.add_, test_memo_by_size.py" in traced.code
+    with torch.no_grad():
+        for rows in (3, 3, 5, 3):
+            x = torch.randn(rows, 2)
+            torch.testing.assert_close(traced(x), twin(x), rtol=0, atol=0)
+    torch.testing.assert_close(model.table, twin.table, rtol=0, atol=0)
+
+
+class ReadsBeforeWriting(nn.Module):
+    """A grid from sizes read by the output's first term, then written: the reader
+    outside stands before the write, so the write is not the block's."""
+
+    def forward(self, x):
+        grid = torch.arange(x.shape[0], device=x.device).float()[:, None] * 1.0
+        first = x * grid
+        grid.add_(2.0)
+        return first + grid
+
+
+def test_a_write_after_a_reader_outside_the_block_runs_on_every_call():
+    model = ReadsBeforeWriting()
+    traced = tracebridge.trace(model, (torch.randn(3, 2),))
+    assert "Tensor.add_, test_memo_by_size.py" in traced.code
+    with torch.no_grad():
+        for rows in (3, 3, 4, 3):
+            x = torch.randn(rows, 2)
+            torch.testing.assert_close(traced(x), model(x), rtol=0, atol=0)

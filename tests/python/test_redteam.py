@@ -247,7 +247,7 @@ def test_an_op_error_quotes_its_own_module_not_another(tmp_path, base):
     harmless(torch.ones(3))  # compiled second, with the same method name
     with pytest.raises(tracebridge.TraceError) as info:
         hostile(torch.ones(3))
-    assert "# narrow" in str(info.value) and "# neg" not in str(info.value)
+    assert "failed at narrow" in str(info.value) and "neg" not in str(info.value)
 
 
 # --- state names that collide with the rebuilt module (api.py TracedModule._rebuild) -------

@@ -283,3 +283,22 @@ def test_resolve_conj_of_a_conjugate_view_copies_as_eager(tmp_path):
     runs = _traced(resolve_conj_both, conj_view(), tmp_path)
     _expect(resolve_conj_both, runs, conj_view, "right")
     _expect(resolve_conj_both, runs, lambda: (torch.tensor([1 + 1j, 2 + 2j]),), "guard")
+
+
+def two_inputs_given_back_then_a_write(a, b):
+    a2 = a.contiguous()  # gives back a (remembered)
+    b2 = b.contiguous()  # gives back b (remembered)
+    b2.add_(1)  # settles b's entry, while a's is still remembered
+    return a2 + b2
+
+
+def test_two_remembered_conversions_then_a_write_into_the_second(tmp_path):
+    """Settling one remembered conversion among others compared the entries with ``==``
+    (a dataclass's), a tensor against a tensor, whose truth value raised inside the
+    tracer (prober22a F4, HF StaticCache decoding); entries are told apart by identity."""
+
+    def inputs():
+        return torch.arange(3.0), torch.arange(3.0) + 10
+
+    runs = _traced(two_inputs_given_back_then_a_write, inputs(), tmp_path)
+    _expect(two_inputs_given_back_then_a_write, runs, inputs, "right")

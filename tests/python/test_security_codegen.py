@@ -415,7 +415,8 @@ def test_traceback_through_generated_code_names_the_users_line():
     f = _traced(lambda x, w: torch.matmul(x, w), torch.rand(2, 3), torch.rand(3, 4))
     with pytest.raises(tracebridge.TraceError) as info:
         f(torch.rand(2, 3), torch.rand(5, 4))
-    assert "# matmul, test_security_codegen.py:" in str(info.value)  # the op's error says where
+    assert "at matmul, " in str(info.value)  # the op's error says which op and where
+    assert "test_security_codegen.py:" in str(info.value)
     cause = info.value.__cause__
     frames = [
         fr for fr in traceback.extract_tb(cause.__traceback__) if "tracebridge:" in fr.filename

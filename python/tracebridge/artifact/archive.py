@@ -574,6 +574,13 @@ def program_from_json(
         tensor = tensors[key]
         if list(tensor.shape) != info["shape"] or DTYPE_NAMES[tensor.dtype] != info["dtype"]:
             raise ArtifactError(f"{name}: state {key!r} does not match its description")
+        if info["kind"] == "constant" and info.get("requires_grad") is True:
+            # a tensor the code closed over that requires grad (a module's parameter a
+            # traced function reads): gradients flow to it as in the traced process, and
+            # its results require grad as eager's (prober21b M4)
+            grows = tensor.is_floating_point() or tensor.is_complex()
+            if grows and not tensor.is_inference():  # (inference tensors never require it)
+                tensor.requires_grad_()
         state[key] = StateEntry(info["kind"], tensor, info.get("persistent", True))
     try:
         methods = {m: graph_from_json(g) for m, g in doc["methods"].items()}

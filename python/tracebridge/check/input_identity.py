@@ -229,3 +229,83 @@ def _renamed(obj, rename: dict[str, str]):
             return ("ref", rename[obj[1]])
         return tuple(_renamed(x, rename) for x in obj)
     return obj
+
+
+# How many groups of inputs the probe below runs the code for (two runs each).
+MAX_PROBED_GROUPS = 4
+
+
+def identity_sensitive_groups(
+    fn: Callable,
+    args: tuple,
+    kwargs: dict,
+    *,
+    tolerance: float,
+    module: torch.nn.Module | None = None,
+    mode: bool | None = None,
+) -> list[list[int]]:
+    """The groups of input positions (tensor leaves, in the traced order) that the example
+    gives distinct tensors, where the code gives other results for one tensor passed at
+    all of them than for distinct tensors with the same values: a call passing one tensor
+    at two of them must be refused (runtime/method.py, ``Graph.distinct_inputs``).
+
+    Note: the other direction of :func:`refuse_identity_paths` (prober21b F3's other half).
+    A trace made with distinct tensors (``trace(attn, (q, k))``) holds the path for
+    distinct tensors; code that tests identity (``if query is key:``) takes another path
+    for ``attn(x, x)``, and the trace gave the distinct path's results. Which inputs a
+    caller may pass one tensor to is not known, so the inputs that could be one tensor
+    (the same dtype, device, layout and rank) are tried, per group: the code runs once
+    with the group's first tensor at each of its positions and once with distinct aliases
+    of it (the same storage and values, other objects), from the same state and random
+    state. Equal results (nn.MultiheadAttention: its packed and split projections agree)
+    add nothing to the trace, which then serves both calls; other results, or one run
+    raising where the other does not, mark the group. Where both raise, the code does not
+    take that tensor there, and nothing is known. At most :data:`MAX_PROBED_GROUPS`
+    groups, the first ones; only calls decide, never graphs (as above)."""
+    leaves, spec = pytree.flatten((tuple(args), dict(kwargs)), is_tensor)
+    counts: dict[int, int] = {}
+    for leaf in leaves:
+        counts[id(leaf)] = counts.get(id(leaf), 0) + 1
+    kinds: dict[tuple, list[int]] = {}
+    for position, leaf in enumerate(leaves):
+        if counts[id(leaf)] > 1 or leaf.layout != torch.strided:
+            continue  # one tensor at several positions already: refuse_identity_paths
+        key = (leaf.dtype, leaf.device, leaf.dim())
+        kinds.setdefault(key, []).append(position)
+    groups = [group for group in kinds.values() if len(group) > 1][:MAX_PROBED_GROUPS]
+    return [group for group in groups if _differs(fn, args, kwargs, group, module, mode, tolerance)]
+
+
+def _differs(fn, args, kwargs, group, module, mode, tolerance) -> bool:
+    """Whether ``fn`` gives other results with one tensor at the ``group``'s positions
+    than with distinct aliases of it (see :func:`identity_sensitive_groups`)."""
+
+    def inputs(one: bool):
+        leaves, spec = pytree.flatten(fresh(args, kwargs), is_tensor)
+        first = leaves[group[0]]
+        for position in group[1:]:
+            if one:
+                leaves[position] = first
+            else:
+                alias = first.detach()
+                leaves[position] = alias.requires_grad_() if first.requires_grad else alias
+        return pytree.unflatten(leaves, spec)
+
+    outcomes = []
+    for one in (True, False):
+        a, k = inputs(one)
+        try:
+            outcomes.append(_run(fn, module, mode, a, k))
+        except Exception as exc:
+            outcomes.append(exc)
+    as_one, as_distinct = outcomes
+    raised = [isinstance(o, Exception) for o in outcomes]
+    if all(raised):
+        return False
+    if any(raised):
+        return True
+    try:
+        compare_outputs(as_one, as_distinct, tolerance, "", "")
+    except TracingCheckError:
+        return True
+    return False

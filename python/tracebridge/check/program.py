@@ -873,6 +873,7 @@ class _GraphCheck:
         _var_keywords(graph.get("var_keywords", []), spec["c"][1].get("keys", []))
         _positional_only(graph, spec["c"][1].get("keys", []))
         _defaults(graph, spec["c"][1].get("keys", []))
+        _distinct_inputs(graph.get("distinct_inputs", []), len(graph["inputs"]))
         for value in graph["inputs"]:
             self._define(value, is_input=True)
 
@@ -1553,22 +1554,59 @@ def _defaults(graph: dict, keys: list) -> None:
     for name, spec in defaults.items():
         if name not in names:
             _fail("specs", f"defaults names {name[:40]!r}, which is no parameter of the graph")
-        if spec is None or spec == {"t": "none"}:
-            continue
-        value = spec.get("v") if isinstance(spec, dict) and spec.get("t") == "const" else None
-        kind = type(value)
-        holdable = (
-            (kind is int and -(2**63) <= value < 2**64)
-            or (kind is float and math.isfinite(value))
-            or kind is bool
-            or (kind is str and len(value) <= 4096)
-        )
-        if set(spec) != {"t", "v"} or not holdable:
+        _default_spec(name, spec)
+    keyword = graph.get("keyword_defaults", {})
+    if not isinstance(keyword, dict):
+        _fail("specs", "keyword_defaults must be an object")
+    for name, spec in keyword.items():
+        if not (isinstance(name, str) and name.isidentifier()) or name in names:
             _fail(
                 "specs",
-                f"the default of {name[:40]!r} must be null, a none spec or a const spec of "
-                "a bool, an int64, a finite float or a string",
+                f"keyword_defaults names {str(name)[:40]!r}, which is no keyword-only "
+                "parameter the example left out (a name, not in arg_names or the keywords)",
             )
+        if spec is None:
+            _fail("specs", f"the default of {name[:40]!r} in keyword_defaults is null")
+        _default_spec(name, spec)
+
+
+def _distinct_inputs(groups, inputs: int) -> None:
+    """A graph's ``distinct_inputs``: a list of groups, each a list of at least two
+    distinct input positions (integers below the number of inputs)."""
+    good = isinstance(groups, list) and all(
+        isinstance(group, list)
+        and len(group) >= 2
+        and all(type(p) is int and 0 <= p < inputs for p in group)
+        and len(set(group)) == len(group)
+        for group in groups
+    )
+    if not good:
+        _fail(
+            "specs",
+            "distinct_inputs must be a list of groups, each of at least two distinct input "
+            f"positions below {inputs}",
+        )
+
+
+def _default_spec(name: str, spec) -> None:
+    """A default of ``defaults`` or ``keyword_defaults``: null, a ``none`` spec, or a
+    ``const`` spec of a bool, an int64/uint64, a finite float or a short string."""
+    if spec is None or spec == {"t": "none"}:
+        return
+    value = spec.get("v") if isinstance(spec, dict) and spec.get("t") == "const" else None
+    kind = type(value)
+    holdable = (
+        (kind is int and -(2**63) <= value < 2**64)
+        or (kind is float and math.isfinite(value))
+        or kind is bool
+        or (kind is str and len(value) <= 4096)
+    )
+    if not isinstance(spec, dict) or set(spec) != {"t", "v"} or not holdable:
+        _fail(
+            "specs",
+            f"the default of {name[:40]!r} must be null, a none spec or a const spec of "
+            "a bool, an int64, a finite float or a string",
+        )
 
 
 def _leaf_count(spec: Any, count: int, what: str, field: str) -> None:
@@ -1608,6 +1646,12 @@ def _leaves(spec: Any, depth: int) -> int:
         _fail("specs", "dict spec keys are strings or integers")
     if t == "namedtuple":
         _namedtuple_names(spec, len(children))
+    if "size" in spec and (
+        spec["size"] is not True
+        or t != "tuple"
+        or not all(isinstance(c, dict) and c.get("t") in ("leaf", "const") for c in children)
+    ):
+        _fail("specs", "'size' marks a tuple of leaves and constants (a torch.Size): true only")
     return sum(_leaves(c, depth + 1) for c in children)
 
 

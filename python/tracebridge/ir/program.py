@@ -111,12 +111,22 @@ class Graph:
     # file can hold (a tensor, an object). A call that leaves one out gets it, as in
     # Python (export/fx_signature.py); a parameter not here has no default.
     defaults: dict[str, dict | None] = field(default_factory=dict)
+    # The keyword-only parameters with a ``none``/``const`` default that the example left
+    # out (``def forward(self, x, *, bias=None)`` traced as ``m(x)``): name -> that spec.
+    # A call that gives one its default is the traced call (runtime/binding.py), as a
+    # positional-or-keyword parameter's in ``defaults`` is (prober21b M1).
+    keyword_defaults: dict[str, dict] = field(default_factory=dict)
     # The keyword inputs that landed in the callable's ``**kwargs``, in the traced order:
     # the code may iterate them, so a call must pass them in this order (runtime/method.py)
     var_keywords: list[str] = field(default_factory=list)
     # The parameters given a dict (and the ``**kwargs`` parameter) whose code reads them
     # only by key (trace/key_reads.py): a call may pass their keys in any order
     any_order: list[str] = field(default_factory=list)
+    # Groups of input positions (tensor leaves, traced order) that the example gave
+    # distinct tensors and where the code gives other results for one tensor at them
+    # (``if query is key:``; check/input_identity.py): a call passing one tensor at two
+    # positions of a group is refused (runtime/method.py)
+    distinct_inputs: list[list[int]] = field(default_factory=list)
     # loc -> the text of that source line, recorded at trace time for messages: runtimes
     # quote these and never open a file that a loaded graph names
     sources: dict[str, str] = field(default_factory=dict)
@@ -141,8 +151,10 @@ class Graph:
             arg_names=self.arg_names,
             positional_only=self.positional_only,
             defaults=self.defaults,
+            keyword_defaults=self.keyword_defaults,
             var_keywords=self.var_keywords,
             any_order=self.any_order,
+            distinct_inputs=self.distinct_inputs,
             sources=self.sources,
         )
 
@@ -456,8 +468,18 @@ def graph_to_json(g: Graph) -> dict:
         "out_spec": g.out_spec,
         **({"positional_only": g.positional_only} if g.positional_only else {}),
         **({"defaults": dict(g.defaults)} if g.defaults else {}),
+        **({"keyword_defaults": dict(g.keyword_defaults)} if g.keyword_defaults else {}),
         **({"var_keywords": list(g.var_keywords)} if g.var_keywords else {}),
         **({"any_order": list(g.any_order)} if g.any_order else {}),
+        **(
+            {
+                "distinct_inputs": [
+                    list(x) if isinstance(x, (list, tuple)) else x for x in g.distinct_inputs
+                ]
+            }
+            if g.distinct_inputs
+            else {}
+        ),
         **({"sources": lines} if (lines := {k: v for k, v in g.sources.items() if v}) else {}),
     }
 
@@ -500,10 +522,32 @@ def graph_from_json(d: dict) -> Graph:
         arg_names=list(d.get("arg_names", [])),
         positional_only=d.get("positional_only", 0),
         defaults=dict(d.get("defaults", {})),
+        keyword_defaults=_keyword_defaults(d.get("keyword_defaults")),
         var_keywords=list(d.get("var_keywords", [])),
         any_order=_names(d.get("any_order")),
+        distinct_inputs=_groups(d.get("distinct_inputs")),
         sources=_sources(d.get("sources")),
     )
+
+
+def _keyword_defaults(data) -> dict[str, dict]:
+    """A graph's ``keyword_defaults``; older files have none, and a malformed entry is
+    left out (a call giving that keyword is refused, as before; the checker reports it)."""
+    if not isinstance(data, dict):
+        return {}
+    return {
+        k: v
+        for k, v in data.items()
+        if isinstance(k, str) and isinstance(v, dict) and v.get("t") in ("none", "const")
+    }
+
+
+def _groups(data) -> list[list[int]]:
+    """A graph's ``distinct_inputs``; older files have none (the checker reports a
+    malformed one before this reads it)."""
+    if not isinstance(data, list):
+        return []
+    return [[p for p in group if type(p) is int] for group in data if isinstance(group, list)]
 
 
 def _names(data) -> list[str]:

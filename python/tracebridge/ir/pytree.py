@@ -50,17 +50,22 @@ def _with_class(spec: dict, cls: type) -> dict:
     return out
 
 
-def flatten(obj: Any, is_leaf) -> tuple[list[Any], dict]:
-    """Return ``(leaves, spec)``; ``is_leaf(x)`` says what counts as a leaf."""
+def flatten(obj: Any, is_leaf, sizes: bool = False) -> tuple[list[Any], dict]:
+    """Return ``(leaves, spec)``; ``is_leaf(x)`` says what counts as a leaf. ``sizes``
+    (a traced result): a ``torch.Size`` is a ``tuple`` spec with ``size: true``, which
+    :func:`unflatten` builds as a ``torch.Size`` again (elsewhere it is a plain tuple, so
+    that an input passed as a tuple or a ``torch.Size`` is the same call)."""
     leaves: list[Any] = []
-    spec = _flatten(obj, is_leaf, leaves)
+    spec = _flatten(obj, is_leaf, leaves, sizes)
     return leaves, spec
 
 
-def _flatten(obj, is_leaf, leaves):
+def _flatten(obj, is_leaf, leaves, sizes=False):
     if is_leaf(obj):
         leaves.append(obj)
         return LEAF
+    if sizes and isinstance(obj, torch.Size):
+        return {"t": "tuple", "size": True, "c": [_flatten(v, is_leaf, leaves) for v in obj]}
     if obj is None:
         return {"t": "none"}
     if isinstance(obj, tuple) and hasattr(type(obj), "n_sequence_fields"):
@@ -74,7 +79,7 @@ def _flatten(obj, is_leaf, leaves):
             "c": children,
         }
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-        children = [_flatten(v, is_leaf, leaves) for v in obj]
+        children = [_flatten(v, is_leaf, leaves, sizes) for v in obj]
         spec = {
             "t": "namedtuple",
             "name": type(obj).__name__,
@@ -83,18 +88,19 @@ def _flatten(obj, is_leaf, leaves):
         }
         return _with_class(spec, type(obj))
     if isinstance(obj, tuple):
-        return {"t": "tuple", "c": [_flatten(v, is_leaf, leaves) for v in obj]}
+        return {"t": "tuple", "c": [_flatten(v, is_leaf, leaves, sizes) for v in obj]}
     if isinstance(obj, list):
-        return {"t": "list", "c": [_flatten(v, is_leaf, leaves) for v in obj]}
+        return {"t": "list", "c": [_flatten(v, is_leaf, leaves, sizes) for v in obj]}
     if isinstance(obj, dict):
         keys = list(obj.keys())
         for key in keys:
             if not isinstance(key, (str, int)):
                 raise TypeError(f"dict keys must be str or int, got {type(key).__name__}")
-        return {"t": "dict", "keys": keys, "c": [_flatten(obj[k], is_leaf, leaves) for k in keys]}
+        children = [_flatten(obj[k], is_leaf, leaves, sizes) for k in keys]
+        return {"t": "dict", "keys": keys, "c": children}
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         fields = [f.name for f in dataclasses.fields(obj)]
-        children = [_flatten(getattr(obj, f), is_leaf, leaves) for f in fields]
+        children = [_flatten(getattr(obj, f), is_leaf, leaves, sizes) for f in fields]
         spec = {"t": "namedtuple", "name": type(obj).__name__, "fields": fields, "c": children}
         return _with_class(spec, type(obj))
     if isinstance(obj, _CONST_TYPES):
@@ -114,7 +120,7 @@ def unflatten(leaves: list[Any], spec: dict) -> Any:
 def _build(spec: dict, children: list) -> Any:
     kind = spec["t"]
     if kind == "tuple":
-        return tuple(children)
+        return torch.Size(children) if spec.get("size") is True else tuple(children)
     if kind == "list":
         return children
     if kind == "dict":

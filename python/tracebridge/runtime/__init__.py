@@ -9,6 +9,6 @@ from __future__ import annotations
 
 from . import optimizer_steps  # noqa: F401 - its hook drops kept values after a step
 from .folding import invalidate_caches
-from .method import Method, guards_disabled
+from .method import Method, guards_disabled, pass_through
 
-__all__ = ["Method", "guards_disabled", "invalidate_caches"]
+__all__ = ["Method", "guards_disabled", "invalidate_caches", "pass_through"]

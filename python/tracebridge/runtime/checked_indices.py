@@ -149,6 +149,7 @@ def _checked(op: str, check: Callable[[torch.Tensor, tuple, dict], None]) -> Cal
         return kernel(*args, **kwargs)
 
     checked.__name__ = checked.__qualname__ = f"checked_{op.replace('.', '_')}"
+    checked.cpu_kernel = kernel  # what a plain CPU tensor first runs (codegen, inline)
     return checked
 
 
@@ -268,6 +269,12 @@ def _index_items(index) -> tuple:
     return (index,)
 
 
+# The kernel each of these runs at once where its first argument is a tensor on the CPU and
+# CHECK_ON_CPU is off: the generated code tests that inline and calls it, without the
+# function's frame (runtime/codegen.py, ``CodeGen.cpu_first``).
+embedding.cpu_kernel = _VF.embedding
+
+
 def _advanced_ok(op: str, x, items) -> None:
     for item, n in _dims_of_index(x, items):
         _range_ok(op, x, f"a tensor index (a dimension of size {n})", item, -n, n)
@@ -287,6 +294,9 @@ def getitem(x, index):
     if not _device_checks(x) and type(index) is not int and type(index) is not slice:
         _advanced_ok("getitem", x, _index_items(index))
     return _GETITEM(x, index)
+
+
+getitem.cpu_kernel = _GETITEM
 
 
 def setitem(x, index, value):

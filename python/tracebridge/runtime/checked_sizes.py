@@ -94,14 +94,49 @@ _Tensor = torch.Tensor
 
 
 def _key_of(value):
-    """A hashable stand-in for an argument: a tensor's shape and dtype, a number itself."""
+    """A hashable stand-in for an argument: a tensor's shape and dtype, a number itself; in
+    a list, a one-element integer tensor is a size given as a tensor (its value)."""
     if isinstance(value, torch.Tensor):
         return (tuple(value.shape), value.dtype)
     if isinstance(value, _PLAIN):
         return value
     if isinstance(value, (list, tuple)):
-        return tuple(map(_key_of, value))
+        return tuple(_size_of(v) if _is_int_scalar(v) else _key_of(v) for v in value)
     raise TypeError  # a layout, a device, a memory format: no key, checked every call
+
+
+def _is_int_scalar(value) -> bool:
+    """Whether ``value`` is a 0-d integer tensor: a size a module keeps as a buffer
+    (``padding_total = torch.tensor(6)`` in EnCodec), which an op's list of ints reads
+    through ``__index__`` as eager PyTorch does."""
+    return (
+        isinstance(value, torch.Tensor)
+        and value.ndim == 0
+        and not value.dtype.is_floating_point
+        and not value.dtype.is_complex
+        and value.dtype is not torch.bool
+    )
+
+
+def _size_of(value) -> int:
+    """The int a 0-d integer tensor gives as a size (``TypeError`` where it has no value
+    to read: a meta or fake tensor under ``torch.export``)."""
+    try:
+        return value.__index__()
+    except (RuntimeError, NotImplementedError) as exc:
+        raise TypeError from exc
+
+
+def _sizes_as_ints(args: tuple) -> tuple:
+    """``args`` with the 0-d integer tensors inside its lists as the ints the kernel reads
+    from them, so the bounds (and the meta run, where a meta tensor has no value) see
+    the sizes themselves."""
+    return tuple(
+        type(a)(_size_of(v) if _is_int_scalar(v) else v for v in a)
+        if isinstance(a, (list, tuple)) and any(_is_int_scalar(v) for v in a)
+        else a
+        for a in args
+    )
 
 
 def _on_meta(value):
@@ -459,9 +494,10 @@ def _bounded(op: str, fn: Callable) -> Callable:
                 return fn(*args, **kwargs)
             key, known = None, False
         if not known:
-            most = upper(args, kwargs) if upper is not None else None
+            sized = _sizes_as_ints(args)
+            most = upper(sized, kwargs) if upper is not None else None
             if most is None or most * 16 > ALLOC_BYTES:  # ask the shape function
-                found = result_bytes(op, args, kwargs)
+                found = result_bytes(op, sized, kwargs)
                 if found is None:  # refused there: the kernel refuses it too, each call
                     return fn(*args, **kwargs)
                 size, shape = found

@@ -120,6 +120,12 @@ _ATTRIBUTE_PRIMS = {
     ),
     "prim.is_neg": (1, lambda t: _method(t, "is_neg")),
     "prim.is_conj": (1, lambda t: _method(t, "is_conj")),
+    # support.PRIM_FUNCTIONS' ``t.device.type == kind``, without the lambda's frame (a
+    # mixture of experts asks it of each layer's hidden states: 12 frames a call)
+    "prim.is_device_type": (
+        2,
+        lambda t, kind: ast.Compare(_attr(_attr(t, "device"), "type"), [ast.Eq()], [kind]),
+    ),
 }
 _INLINE = {*_BINARY, *_COMPARE, *_ATTRIBUTE_PRIMS, "scalar.neg"}
 # Tensor methods that take sizes as one sequence or spread: ``x.view((a, b))`` parses
@@ -148,6 +154,7 @@ _HELPERS = {
     "_normal_copies": lean.normal_copies,
 }
 _PLAIN_CONSTANTS = (bool, int, float, complex, str)
+_EXACT_CONSTANTS = frozenset(_PLAIN_CONSTANTS)
 # The local that holds whether the folded tensors of a call are plain (runtime/folding.py).
 FOLDED_PLAIN = "_folded_plain"
 _COMMENT_LIMIT = 160
@@ -175,7 +182,10 @@ def _constant(value) -> ast.expr:
     as Python reads it, not ``-2 ** v``."""
     if value is None:
         return ast.Constant(None)
-    exact = next(t for t in _PLAIN_CONSTANTS if isinstance(value, t))(value)
+    if type(value) in _EXACT_CONSTANTS:  # most: a literal list holds thousands of them
+        exact = value
+    else:
+        exact = next(t for t in _PLAIN_CONSTANTS if isinstance(value, t))(value)
     negative_int = type(exact) is int and exact < 0
     negative_float = type(exact) is float and math.copysign(1.0, exact) < 0  # -0.0 too
     if negative_int or negative_float:
@@ -384,12 +394,32 @@ class CodeGen:
         if fn is _CHECKED_INDEXING.get(node.op) and _basic_index(node, self.python_ints):
             fn = opset.impl_of(node.op)  # no index values to check: the kernel itself
         call = ast.Call(self.bind(_op_prefix(node.op), fn), args, kwargs)
+        if self.fold and getattr(fn, "cpu_kernel", None) is not None and args:
+            return self.cpu_first(node, fn.cpu_kernel, args, kwargs, call)
         sized = getattr(fn, "__name__", "").startswith("sized_")  # checked_ops.sized_guard
         if self.fold and node.op in _BOUNDED_FACTORIES and sized:
             return self.unless_large(node, call)
         if self.fold and node.op in _BOUNDED_REPEATS and sized and isinstance(node.args[0], Ref):
             return self.unless_large(node, call, repeated=node.args[0])
         return call
+
+    def cpu_first(self, node: Node, kernel, args, kwargs, call: ast.Call) -> ast.expr:
+        """``call`` (an index op whose values runtime/checked_indices.py checks where the
+        device's kernel does not), or its kernel at once where the first argument is a
+        plain tensor on the CPU and ``CHECK_ON_CPU`` is off: the test the checked function
+        makes first, inline, without its frame (about 0.5 us of a 2 us ``gather``; a
+        mixture of experts' routing indexes 7 times a call). The flag is read on every
+        call, so a test that sets it reaches loaded code too."""
+        first = node.args[0]
+        if not isinstance(first, Ref):
+            return call
+        value = self.ref(first)
+        plain = ast.Compare(_call("_type", value), [ast.In()], [self.helper("_PLAIN_TENSORS")])
+        self.helper("_type")
+        flag = _attr(self.bind("M", checked_indices), "CHECK_ON_CPU")
+        test = ast.BoolOp(ast.And(), [plain, _attr(value, "is_cpu"), ast.UnaryOp(ast.Not(), flag)])
+        kernel_call = ast.Call(self.bind(_op_prefix(node.op), kernel), args, kwargs)
+        return ast.IfExp(test, kernel_call, call)
 
     def default_call(self, node: Node) -> bool:
         """Whether ``node`` runs the op table's own implementation of its op."""
@@ -521,6 +551,8 @@ class CodeGen:
             if kind == "namedtuple":
                 cls = pytree.class_of(spec)
                 return ast.Call(self.bind("NT", cls), items, [])
+            if spec.get("size") is True:  # an output that was a torch.Size
+                return ast.Call(self.bind("Size", torch.Size), [ast.Tuple(items, ast.Load())], [])
             return ast.Tuple(items, ast.Load())
 
         def empty(spec) -> ast.expr:

@@ -26,7 +26,10 @@ Note: folding by size, a step past runtime/folding.py.
   later node writes in place (``zeros`` then slice assignments, ``fill_``, ``relu_``) is
   not memoised: the nodes whose memory the write reaches (the tensor and what it is a
   view of) are made on every call, and everything else is planned again without them, so
-  a cached tensor is never handed out to be written. Nothing is memoised when a memoised
+  a cached tensor is never handed out to be written. A write into memory the run itself
+  made (a rotary table made from positions, then written by slices: :func:`_private_write`)
+  joins the run instead: it happens once per key, before any reader outside the block.
+  Nothing is memoised when a memoised
   tensor (or a view of one) could be returned to the caller; random and in-place ops,
   guards, grad-mode reads and factories asked for ``requires_grad`` are never sized.
   The key holds no float (``-0.0 == 0.0``), and the default dtype the values were made in
@@ -55,8 +58,10 @@ from ..ir import Graph, Node, Ref, refs_in
 from ..ir import ops as opset
 from ..ir.analysis import output_ids
 from . import caller_memory
+from .caller_memory import MAY_VIEW_ANY, RESHAPED_IN_PLACE, VIEW_OPS
 from .folding import (
     _ALIASING,
+    RESIZING,
     _autocast,
     _epoch,
     _function_modes,
@@ -103,6 +108,39 @@ def _meta_read(node: Node, ref: Ref) -> bool:
     if node.op not in META_OPS | LIKE_OPS or not node.args or node.args[0] != ref:
         return False
     return all(r.id != ref.id for r in refs_in((node.args[1:], node.kwargs)))
+
+
+def _made_here(node: Node, fresh: set[int]) -> bool:
+    """Whether the tensors ``node`` makes (a sized node of the current run) share memory
+    only with tensors the run made itself (``fresh``): a new tensor, or a view or a write
+    of one of those (caller_memory's rules: a view shares its first argument's memory, and
+    one of :data:`MAY_VIEW_ANY` any of its tensors'); never a view of state or of a key."""
+    refs = refs_in((node.args, node.kwargs))
+    first = node.args[0] if node.args else None
+    if node.op in MAY_VIEW_ANY or opset.info(node.op) is None:
+        return all(r.id in fresh for r in refs)
+    if node.op in VIEW_OPS or node.op in _ALIASING or opset.is_inplace(node.op):
+        return isinstance(first, Ref) and first.id in fresh
+    return True
+
+
+def _private_write(node: Node, fresh: set[int]) -> bool:
+    """Whether ``node`` writes in place only into memory that the current run made
+    (``fresh``): Qwen's interleaved rotary table is made from positions and written by
+    slices (``freqs_t[..., 1:n:3] = freqs[1, ..., 1:n:3]``). Run in the block, the write
+    happens once per key, before any reader outside it (a reader between would have
+    ended the run), so the values kept are the written ones; memory a key, state or an
+    earlier block owns is never fresh. Not a random op, nor one that resizes (a key read
+    for its sizes could be another one after it)."""
+    if not opset.is_inplace(node.op) or node.op in RESHAPED_IN_PLACE:
+        return False
+    if node.op.rsplit(".", 1)[-1] in RESIZING or opset.draws_random(node):
+        return False
+    info = opset.info(node.op)
+    if info is None or info.flags & {"random"}:
+        return False
+    written = caller_memory.stores(node)
+    return bool(written) and all(r.id in fresh for r in written)
 
 
 def _sized_candidate(node: Node) -> bool:
@@ -152,11 +190,13 @@ def _find_runs(
     first_guard: int | None = None  # the run's first guard: where the run must run
     origin: dict[int, frozenset[int]] = {}  # alias id -> sized nodes whose memory it may share
     written: set[int] = set()  # sized nodes whose memory a later node writes
+    fresh: set[int] = set()  # tensors of the run sharing memory only with the run's own
 
     def close(at: int) -> None:
         nonlocal run, run_ids, run_reads_state, first_guard
         runs.append((run, at if first_guard is None else first_guard))
         run, run_ids, run_reads_state, first_guard = [], set(), False, None
+        fresh.clear()
 
     for index, node in enumerate(graph.nodes):
         refs = refs_in((node.args, node.kwargs))
@@ -169,7 +209,7 @@ def _find_runs(
         if (
             index not in excluded
             and refs
-            and _sized_candidate(node)
+            and (_sized_candidate(node) or _private_write(node, fresh))
             and not all(r.id in static for r in refs)
             and all(
                 kinds.get(r.id) in _KEY_KINDS
@@ -184,8 +224,14 @@ def _find_runs(
                 close(index)  # the run runs at its first guard, before this key exists
             sized.update(v.id for v in node.outputs)
             aliases.update(v.id for v in node.outputs if v.kind == "Tensor")
+            if _made_here(node, fresh):
+                fresh.update(v.id for v in node.outputs if v.kind == "Tensor")
             shares = frozenset({index})
-            if isinstance(first, Ref) and first.id in origin and node.op in _ALIASING:
+            if (
+                isinstance(first, Ref)
+                and first.id in origin
+                and (node.op in _ALIASING or opset.is_inplace(node.op))
+            ):
                 shares |= origin[first.id]  # a view of a sized tensor: written together
             origin.update((v.id, shares) for v in node.outputs)
             run.append(index)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 
 import torch
 
@@ -127,6 +128,11 @@ class Method:
         # The number of positional tensors a call passes straight to the function (-1: a
         # call always goes through ``_leaves``, its inputs being nested or keywords).
         self._direct_arity = self._n_inputs if self._simple else -1
+        # Groups of inputs a call must not pass one tensor to (check/input_identity.py):
+        # where there are any, every call goes through ``_leaves`` and is checked there.
+        self._distinct = bool(graph.distinct_inputs)
+        if self._distinct:
+            self._direct_arity = -1
         # How many arguments the example passed by position: a call that passes another
         # number is bound to the traced parameters first (runtime/binding.py).
         self._positional = len(graph.in_spec["c"][0]["c"]) if graph.in_spec else 0
@@ -202,6 +208,20 @@ class Method:
         return compile_function(self.codegen(True)).code
 
     def _make(self, key: tuple[bool, bool], concat: bool = True):
+        try:
+            return self._made(key, concat)
+        except TraceError:
+            raise
+        except Exception as exc:  # the generator's own failure, not the inputs'
+            raise TraceError(
+                f"method {self.name!r}: tracebridge could not generate the code that runs "
+                f"this program ({type(exc).__name__}: {exc}). This is a fault in tracebridge, "
+                "not in the inputs or the traced code: please report it with the program "
+                "(save it). runtime='interpreter' (trace or load) runs the program without "
+                "generated code meanwhile."
+            ) from exc
+
+    def _made(self, key: tuple[bool, bool], concat: bool):
         guards, no_grad = key
         if self.runtime == "codegen":
             fused = self._fused_codegen(guards, concat) if no_grad else None
@@ -250,8 +270,15 @@ class Method:
             )
             fn = self._compiled.get(key) or self._function(key)
             if len(args) == self._direct_arity and not kwargs:
+                if _has_torch_function(args):  # a subclass or a mode: look closer
+                    refuse_overriding_inputs(self, args)
                 return fn(*args)
-            return fn(*self._leaves(args, kwargs))
+            leaves = self._leaves(args, kwargs)
+            if _has_torch_function(leaves):
+                refuse_overriding_inputs(self, leaves)
+            if self._distinct:
+                refuse_one_tensor(self.graph, self.name, leaves)
+            return fn(*leaves)
         except TraceError:
             raise
         except Exception as exc:
@@ -304,8 +331,11 @@ class Method:
             spec = given
         if not same_spec(spec, self.graph.in_spec, typed):
             graph = self.graph
+            defaults = graph.defaults
+            if graph.keyword_defaults:  # keyword-only ones the example left out
+                defaults = {**graph.keyword_defaults, **defaults}
             filled = with_defaults(
-                args, kwargs, graph.in_spec, graph.arg_names, graph.defaults, graph.positional_only
+                args, kwargs, graph.in_spec, graph.arg_names, defaults, graph.positional_only
             )
             if filled is not None:  # once: a filled call changes no more
                 return self._leaves(*filled)
@@ -563,6 +593,124 @@ def describe(spec: dict) -> str:
     if kind == "list":
         return "[" + ", ".join(inner) + "]"
     return "(" + ", ".join(inner) + ("," if len(inner) == 1 else "") + ")"
+
+
+# The classes whose ``__torch_function__`` only unwraps to (or rewraps as) their class and
+# changes no value: torchvision's ``tv_tensors`` (Image, BoundingBoxes, Mask, Video): eager
+# returns plain tensors from most ops on them, as the trace does. By module and name, so
+# that torchvision is never imported here.
+PASS_THROUGH = frozenset({("torchvision.tv_tensors._tv_tensor", "TVTensor")})
+# The classes declared with :func:`pass_through`.
+_declared: weakref.WeakSet = weakref.WeakSet()
+
+
+def pass_through(cls: type) -> type:
+    """Declare that the tensor subclass ``cls`` has a ``__torch_function__`` that changes
+    no values (it logs the calls, checks them, or only unwraps and rewraps): a traced call
+    then runs its recorded ops on inputs of ``cls`` (and its subclasses), which ``cls``'s
+    ``__torch_function__`` sees, instead of refusing them. Returns ``cls``, so that it
+    can be a class decorator.
+
+    >>> @tracebridge.pass_through  # doctest: +SKIP
+    ... class Logged(torch.Tensor):
+    ...     @classmethod
+    ...     def __torch_function__(cls, func, types, args=(), kwargs=None):
+    ...         print(func.__name__)
+    ...         return super().__torch_function__(func, types, args, kwargs or {})
+    """
+    if not (isinstance(cls, type) and issubclass(cls, torch.Tensor)):
+        raise TypeError(f"pass_through takes a torch.Tensor subclass, not {cls!r}")
+    _declared.add(cls)
+    return cls
+
+
+def overriding_class(tensor) -> type | None:
+    """The class whose own ``__torch_function__`` eager runs for every op on ``tensor``
+    and may change results with, or None: a plain tensor, a subclass that inherits
+    torch's (its results are its class with torch's values), one that turns it off
+    (``nn.Parameter``, ``_disabled_torch_function_impl``), or a pass-through
+    (:data:`PASS_THROUGH`).
+
+    >>> overriding_class(torch.nn.Parameter(torch.ones(1))) is None
+    True
+    """
+    kind = type(tensor)
+    if kind is torch.Tensor or not isinstance(tensor, torch.Tensor):
+        return None
+    for owner in kind.__mro__:
+        if "__torch_function__" in owner.__dict__:
+            break
+    else:  # pragma: no cover - torch.Tensor defines it
+        return None
+    if owner is torch.Tensor or owner is torch._C.TensorBase:
+        return None
+    if kind.__torch_function__ is torch._C._disabled_torch_function_impl:
+        return None
+    if (owner.__module__, owner.__qualname__) in PASS_THROUGH:
+        return None
+    if any(klass in _declared for klass in kind.__mro__):
+        return None
+    return owner
+
+
+def refuse_overriding_inputs(method, leaves) -> None:
+    """Raise :class:`TraceError` where an input tensor (of ``leaves``, the call's tensors
+    in the traced order) is of a subclass whose ``__torch_function__`` may change what ops
+    give (:func:`overriding_class`); nothing where every input is plain (the call got
+    here under a torch function mode).
+
+    Note: why refused. Eager runs the subclass's ``__torch_function__`` for each op of
+    the code, with the function the code called (``Tensor.__mul__``, ``torch.mul``,
+    ``F.linear``): an override may scale a result, log, or return another type. The
+    trace runs its recorded ops, which are not always the functions the code called, so
+    the override would see other calls or none (prober21b F7: ``x * 2 + 1`` gave 3 where
+    eager gave 21); torch.jit.trace runs a plain tensor's ops too. Subclasses that keep
+    torch's ``__torch_function__`` or turn it off, torchvision's tv_tensors, whose
+    override only unwraps, and classes declared with :func:`pass_through` are run as
+    before: the override sees the recorded ops."""
+    for index, leaf in enumerate(leaves):
+        owner = overriding_class(leaf)
+        if owner is None:
+            continue
+        values = method.graph.inputs
+        name = values[index].name if index < len(values) and values[index].name else ""
+        label = f"argument {name!r}" if name else f"input {index}"
+        kind = type(leaf)
+        raise TraceError(
+            f"{method.name}() was given {label} of the tensor subclass {kind.__qualname__} "
+            f"({kind.__module__}), whose __torch_function__ ({owner.__qualname__}."
+            "__torch_function__) eager runs for every op and may change its results; the "
+            "trace runs its recorded ops as on a plain tensor, and would give other results "
+            f"silently. Pass a plain tensor ({name or 'x'}.as_subclass(torch.Tensor)), call "
+            "the code itself with this subclass, or, where its __torch_function__ changes "
+            f"no values (it logs or checks), declare it: tracebridge.pass_through({kind.__name__})"
+        )
+
+
+def refuse_one_tensor(graph: Graph, method: str, leaves) -> None:
+    """Raise :class:`TraceError` where a call passes one tensor at two positions of a
+    group of ``graph.distinct_inputs`` (``leaves``: the call's tensors, in the traced
+    order); nothing otherwise."""
+    for group in graph.distinct_inputs:
+        seen: dict[int, int] = {}
+        for position in group:
+            if position >= len(leaves):
+                continue
+            first = seen.setdefault(id(leaves[position]), position)
+            if first == position:
+                continue
+            names = [v.name or f"input {i}" for i, v in enumerate(graph.inputs)]
+            a, b = names[first], names[position]
+            raise TraceError(
+                f"{method}() was given the same tensor object as {a!r} and {b!r}, and the "
+                "trace was made with distinct tensors there; the code gives other results for "
+                "one tensor than for distinct ones (it tests their identity, such as `if "
+                f"{a} is {b}:`, or changes the shape of one in place), so the trace would "
+                "give the results for distinct tensors. Pass "
+                f"distinct tensors ({b}={a}.clone()) for those results, or, for the path of "
+                "one tensor, trace a function that passes one input to both "
+                f"(lambda {a}, ...: model({a}, {a}, ...)) and call that"
+            )
 
 
 def _rng_states(slots: dict | None = None) -> tuple:

@@ -8,11 +8,12 @@ from collections.abc import Callable
 
 import torch
 
-from ..errors import ArtifactError, GuardError, OpError, TraceError
+from ..errors import ArtifactError, GuardError, GuardValueError, OpError, TraceError
 from ..ir import DTYPES, Graph, Node, Ref, dtypes, pytree, refs_in
 from ..ir import ops as opset
 from ..ir.printable import printable
 from ..ir.program import AUTOGRAD_FUNCTION
+from ..source import source_line
 from . import caller_memory, checked_ops, checked_sizes, checked_views, torchvision_ops
 from .checked_ops7 import CHECKED_SINCE_7
 
@@ -187,20 +188,52 @@ def _op_error_class(cls: type) -> type:
     return made
 
 
-def _failed_step(tb) -> str:
-    """Where in the graph a traceback went wrong: the interpreter's node, or the line of the
-    generated code (which names the op and the source location, as ``.code`` shows)."""
-    where = ""
+def _failed_step(tb) -> tuple[str, str]:
+    """Where in the graph a traceback went wrong, in the user's words: the op and the
+    source line it was recorded at (``at Tensor.add_, model.py:3: `return x.add_(1)```),
+    from the interpreter's node or the generated line's comment; and that generated line
+    itself ('' for the interpreter), for the caller to read. Note: the generated code is
+    not shown: its names (``op_Tensor_add__2``, ``_plain``, ``c0``) mean nothing to a user
+    (prober21b M2); ``.code`` shows it."""
+    where, raw = "", ""
     while tb is not None:
         frame = tb.tb_frame
         if frame.f_code.co_filename.startswith("<tracebridge:"):
             line = linecache.getline(frame.f_code.co_filename, tb.tb_lineno).strip()
-            where = f"at `{line[:200]}`" if line else where
+            if line:
+                raw = line
+                where = _generated_where(line, frame.f_globals.get("_graph"), tb.tb_lineno)
         elif frame.f_code.co_name == "run_op" and isinstance(frame.f_locals.get("node"), Node):
             node = frame.f_locals["node"]
-            where = f"in op {node.op}" + (f" ({node.loc})" if node.loc else "")
+            where = _op_where(node.op, node.loc or "")
         tb = tb.tb_next
-    return where
+    return where, raw
+
+
+_LOCATION = re.compile(r":\d+$")
+
+
+def _generated_where(line: str, graph, lineno: int) -> str:
+    """The op and source location a generated line's comment names (``# add, f.py:3``),
+    with the location made whole from the graph's nodes where it can be; else which line
+    of ``.code`` it was."""
+    _, hash_mark, note = line.rpartition("  # ")
+    if not hash_mark:
+        return f"at line {lineno} of the traced program (its .code shows it)"
+    parts = note.split(", ")
+    short = parts.pop() if len(parts) > 1 and _LOCATION.search(parts[-1]) else ""
+    op = ", ".join(parts)
+    loc = short
+    if short and isinstance(graph, Graph):
+        found = [n.loc for n in graph.nodes if n.loc and n.loc.rsplit("/", 1)[-1] == short]
+        exact = [n.loc for n in graph.nodes if n.op == op and n.loc in found]
+        loc = (exact or found or [short])[0]
+    return _op_where(op, loc)
+
+
+def _op_where(op: str, loc: str) -> str:
+    text = source_line(loc) if loc else ""
+    return f"at {op}" + (f", {loc}" if loc else "") + (f": `{text[:200]}`" if text else "")
 
 
 # A generated line that reads a state entry: ``v1 = S0['weight']``.
@@ -246,11 +279,12 @@ _GONE = object()
 def op_failed(method: str, exc: BaseException, from_file: bool = True) -> OpError:
     """The :class:`OpError` for ``exc``, raised by an op while ``method`` ran; ``from_file``:
     whether the graph was read from a file, which may then be the cause."""
-    where = _failed_step(exc.__traceback__) or "(while building its inputs or outputs)"
+    where, line = _failed_step(exc.__traceback__)
+    where = where or "(while building its inputs or outputs)"
     # The first line, bounded (a kernel's message may list every overload); the checked
     # implementations' say why and what to do within it.
     text = str(exc).strip().splitlines()[0][:500] if str(exc).strip() else ""
-    if isinstance(exc, KeyError) and _STATE_READ.search(where):
+    if isinstance(exc, KeyError) and _STATE_READ.search(line):
         return OpError(  # a plain one: KeyError would quote the message
             f"method {method!r}: the state entry {text} read {where} is gone from its "
             "module: a parameter or buffer was removed since tracing (a parametrization "
@@ -401,10 +435,28 @@ def guard_message(node: Node, seen, line: str = "") -> str:
     )
 
 
+# A guard's description that names the exception eager raises on the branch's other side
+# (trace/recorder.py EAGER_RAISES; shared_ir/SPEC.md section 8).
+_RAISES = re.compile(r"\[raises ValueError: ([^\]]*)\] (.*)", re.DOTALL)
+
+
 def raise_guard(node: Node, seen, line: str = ""):
+    what = node.kwargs.get("what", "")
+    raises = _RAISES.fullmatch(what) if isinstance(what, str) else None
+    if raises is not None:
+        # eager raises a ValueError on this side of the branch: so does the call (a
+        # GuardError still), with eager's words first
+        words, what = raises.groups()
+        plain = Node(node.op, node.args, {**node.kwargs, "what": what}, loc=node.loc)
+        raise GuardValueError(
+            f"{printable(words)}: {guard_message(plain, seen, line)}",
+            guard=what,
+            location=node.loc or "",
+            seen=seen,
+        )
     raise GuardError(
         guard_message(node, seen, line),
-        guard=node.kwargs.get("what", ""),
+        guard=what,
         location=node.loc or "",
         seen=seen,
     )

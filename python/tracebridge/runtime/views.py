@@ -225,7 +225,7 @@ def plan(graph: Graph, skip: set[int] = frozenset()) -> list[ViewTree]:
             return False
         for i in users.get(value, ()):
             node = graph.nodes[i]
-            if i in skip or node.args[0] != Ref(value):
+            if i in skip or not node.args or node.args[0] != Ref(value):
                 return False
             if i not in views and not _is_shape_read(node, kinds):
                 return False

@@ -9,10 +9,12 @@ afterwards.
 from __future__ import annotations
 
 import contextlib
+import gc
 import inspect
 import math
 import random
 import sys
+import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable
@@ -98,12 +100,28 @@ def _fingerprint(table: dict) -> tuple[list, list]:
     return list(table), list(map(id, table.values()))
 
 
-def _attributes(module: torch.nn.Module) -> list[tuple]:
-    """Each sub-module's attributes, its parameter, buffer and module tables and its other
-    dicts, as they are now (shallow: which object each name holds)."""
+def _tensors_of(mods: list[torch.nn.Module], table: str) -> list[torch.Tensor]:
+    """``module.parameters()`` (``table`` "_parameters") or ``module.buffers()``
+    ("_buffers") of the module whose ``modules()`` are ``mods``, read from the tables as
+    those do (each tensor once, in that order), without walking the tree again."""
+    seen: set[int] = set()
+    found = []
+    for mod in mods:
+        for tensor in (vars(mod).get(table) or {}).values():
+            if tensor is not None and id(tensor) not in seen:
+                seen.add(id(tensor))
+                found.append(tensor)
+    return found
+
+
+def _attributes(mods: list[torch.nn.Module]) -> list[tuple]:
+    """Each sub-module's attributes (``mods``: ``module.modules()``), its parameter, buffer
+    and module tables and its other dicts, as they are now (shallow: which object each name
+    holds)."""
     saved = []
     kinds = python_state.container_kinds()
-    for mod in module.modules():
+    kept_contents = python_state.kept_contents
+    for mod in mods:
         attrs = dict(vars(mod))
         # The parameter, buffer and module tables, and any dict the code fills (a cache
         # keyed on shapes), get their entries back too; so do a list, a set, a deque, a
@@ -112,16 +130,15 @@ def _attributes(module: torch.nn.Module) -> list[tuple]:
         # tables are OrderedDicts: a library that installs hooks lazily on the first call
         # and marks the module as hooked (transformers' output capturing) must lose both,
         # or the next call installs them twice and every hidden state is recorded twice.
-        tables = {
-            k: (dict(v), _fingerprint(v)) for k, v in attrs.items() if type(v) in _TABLE_TYPES
-        }
-        others = {
-            k: kept
-            for k, v in attrs.items()
-            if isinstance(v, kinds)
-            and type(v) not in _TABLE_TYPES
-            and (kept := python_state.kept_contents(v)) is not None
-        }
+        # An empty table (most hook tables) is kept as None: nothing to copy.
+        tables = {}
+        others = {}
+        for k, v in attrs.items():
+            kind = type(v)
+            if kind is dict or kind is OrderedDict:
+                tables[k] = (dict(v), _fingerprint(v)) if v else None
+            elif isinstance(v, kinds) and (kept := kept_contents(v)) is not None:
+                others[k] = kept
         saved.append((mod, attrs, _fingerprint(attrs), tables, others))
     return saved
 
@@ -141,9 +158,17 @@ def _restore_attributes(saved: list[tuple]) -> list[str]:
             for key, value in attrs.items():
                 if current.get(key, _MISSING) is not value:
                     current[key] = value
-        for name, (content, before) in tables.items():
+        for name, kept in tables.items():
             table = current.get(name)
-            if type(table) in _TABLE_TYPES and _fingerprint(table) != before:
+            if type(table) not in _TABLE_TYPES:
+                continue
+            if kept is None:  # it was empty
+                if table:
+                    own_hooks.note_installed(mod, name, {}, table)
+                    table.clear()
+                continue
+            content, before = kept
+            if _fingerprint(table) != before:
                 own_hooks.note_installed(mod, name, content, table)
                 table.clear()
                 table.update(content)
@@ -157,17 +182,21 @@ def _restore_attributes(saved: list[tuple]) -> list[str]:
     return failed
 
 
-def _plain_tensors(module: torch.nn.Module) -> list[tuple[torch.Tensor, int, torch.Tensor]]:
-    """Tensors a sub-module holds outside its parameter and buffer tables -- a plain
+def _plain_tensors(
+    mods: list[torch.nn.Module], params: list[torch.Tensor]
+) -> list[tuple[torch.Tensor, int, torch.Tensor]]:
+    """Tensors a sub-module (``mods``: ``module.modules()``) holds outside its parameter
+    and buffer tables -- a plain
     attribute (``self.calls = torch.zeros(())``), an item of a dict, list or tuple
     attribute, an attribute of a plain object it holds -- each with a copy: code that
     writes into one in place (a call counter, a running statistic kept by hand) has it put
     back like a buffer (tracing runs the code many times, eager use once). A Parameter
-    held so (not registered: in a plain list) is such a tensor too; registered ones are
-    copied when written (trace/param_writes.py)."""
-    registered = {id(p) for p in module.parameters()}
+    held so (not registered: in a plain list) is such a tensor too; registered ones
+    (``params``) are copied when written (trace/param_writes.py)."""
+    registered = {id(p) for p in params}
     found: dict[int, torch.Tensor] = {}
-    for mod in module.modules():
+    plain_object = python_state.plain_object
+    for mod in mods:
         for key, value in vars(mod).items():
             if key in _OWN_TABLES:
                 continue  # buffers are copied above; parameters are weights
@@ -175,7 +204,7 @@ def _plain_tensors(module: torch.nn.Module) -> list[tuple[torch.Tensor, int, tor
                 items = list(value.values())
             elif isinstance(value, (list, tuple)):
                 items = list(value)
-            elif python_state.plain_object(value):
+            elif plain_object(value):
                 items = list(vars(value).values())  # ``self.helper.t``
             else:
                 items = [value]
@@ -190,16 +219,49 @@ def _plain_tensors(module: torch.nn.Module) -> list[tuple[torch.Tensor, int, tor
     return kept
 
 
-def _renormed_weights(module: torch.nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _renormed_weights(mods: list[torch.nn.Module]) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The weights that ``nn.Embedding(max_norm=...)`` and ``nn.EmbeddingBag(max_norm=...)``
     renormalise in place on every call (op-set 7 records that write), with a copy to put
     back: tracing and its checks call the model, eager use did not."""
     kinds = (torch.nn.Embedding, torch.nn.EmbeddingBag)
     return [
         (m.weight, m.weight.detach().clone())
-        for m in module.modules()
+        for m in mods
         if isinstance(m, kinds) and m.max_norm is not None
     ]
+
+
+_heap_lock = threading.Lock()
+_heap_traces = [0]  # traces under way in the process with the old objects set aside
+
+
+@contextlib.contextmanager
+def old_objects_set_aside():
+    """Run a whole trace with the objects that existed before it out of the garbage
+    collector's sight (``gc.freeze``), and give them back after (``gc.unfreeze``).
+
+    Note: why. A trace makes many objects (graphs, the recordings of its checks and
+    probes, parsed sources), so Python's collector runs often, and every so often a full
+    collection visits every object of the process: with a transformers model and its
+    libraries loaded, that is a million objects and 0.3 to 0.5 s a collection, more than
+    torch.jit.trace takes for the whole model (a ViT's trace: 0.7 s, 0.3 s set aside).
+    The objects made during the trace are collected as before; old garbage waits until
+    the trace ends. Left alone where the collector is off or the process froze objects
+    of its own (a server before it forks): unfreezing would give those back too."""
+    with _heap_lock:
+        entered = _heap_traces[0] > 0 or (gc.isenabled() and not gc.get_freeze_count())
+        if entered:
+            if _heap_traces[0] == 0:
+                gc.freeze()
+            _heap_traces[0] += 1
+    try:
+        yield
+    finally:
+        if entered:
+            with _heap_lock:
+                _heap_traces[0] -= 1
+                if _heap_traces[0] == 0:
+                    gc.unfreeze()
 
 
 @contextlib.contextmanager
@@ -245,14 +307,16 @@ def preserved(module: torch.nn.Module | None):
     renormed: list[tuple[torch.Tensor, torch.Tensor]] = []
     reachable = None
     if module is not None:
-        attributes = _attributes(module)
+        mods = list(module.modules())  # one walk of the tree serves every table below
+        attributes = _attributes(mods)
         reachable = python_state.Reachable(module)
-        saved_buffers = [(b, b.detach().clone()) for b in module.buffers() if b is not None]
-        plain = _plain_tensors(module)
-        saved_params = [(p, p._version) for p in module.parameters()]
-        renormed = _renormed_weights(module)
-        modes = [(m, m.training) for m in module.modules()]
-        flags = [(p, p.requires_grad) for p in module.parameters()]
+        saved_buffers = [(b, b.detach().clone()) for b in _tensors_of(mods, "_buffers")]
+        parameters = _tensors_of(mods, "_parameters")
+        plain = _plain_tensors(mods, parameters)
+        saved_params = [(p, p._version) for p in parameters]
+        renormed = _renormed_weights(mods)
+        modes = [(m, m.training) for m in mods]
+        flags = [(p, p.requires_grad) for p in parameters]
         _clear_mode_caches(modes, flags)
     params = [p for p, _ in saved_params]
     copied: dict = {}
@@ -371,6 +435,7 @@ def _capture_once(
     graph.arg_names = argument_names(names_from or fn, len(args))
     graph.positional_only = positional_only_count(names_from or fn)
     graph.defaults = parameter_defaults(names_from or fn, graph.arg_names, kwargs)
+    graph.keyword_defaults = keyword_only_defaults(names_from or fn, kwargs)
     graph.var_keywords = var_keyword_names(names_from or fn, args, kwargs)
     graph.any_order = key_reads.order_free_parameters(
         names_from or fn, graph.arg_names, args, kwargs
@@ -494,7 +559,7 @@ def _record(tracer: Tracer, fn: Callable, args: tuple, kwargs: dict, strict: boo
         rebound_buffers.record_writes(rebound)
         try:
             out_leaves, graph.out_spec = pytree.flatten(
-                result, lambda x: isinstance(x, (torch.Tensor, SymInt, SymFloat))
+                result, lambda x: isinstance(x, (torch.Tensor, SymInt, SymFloat)), sizes=True
             )
         except TypeError as exc:
             raise TraceError(
@@ -703,6 +768,30 @@ def parameter_defaults(fn: Callable, arg_names: list[str], kwargs: dict) -> dict
             out[p.name] = {"t": "const", "v": value}
         else:
             out[p.name] = None
+    return out
+
+
+def keyword_only_defaults(fn: Callable, kwargs: dict) -> dict:
+    """The keyword-only parameters of ``fn`` that ``kwargs`` leaves out and whose default
+    a file holds (None, a bool, an int, a finite float, a string): name -> its spec
+    (``Graph.keyword_defaults``).
+
+    >>> def f(x, *, bias=None, scale=2.0, w=object()): pass
+    >>> keyword_only_defaults(f, {"scale": 1.0})
+    {'bias': {'t': 'none'}}
+    """
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return {}
+    out: dict[str, dict] = {}
+    for p in parameters:
+        if p.kind != p.KEYWORD_ONLY or p.name in kwargs or p.default is p.empty:
+            continue
+        if p.default is None:
+            out[p.name] = {"t": "none"}
+        elif _holdable(p.default):
+            out[p.name] = {"t": "const", "v": p.default}
     return out
 
 

@@ -66,7 +66,7 @@ from ..source import is_internal, user_frame
 from .device_reads import _static_attribute
 from .numbers import _Traced
 from .python_random import STDLIB
-from .text import SymStr, _parsed, _positions
+from .text import SymStr, _parsed, _positions, ast_nodes, parse
 from .unseen_reads import (
     _ARITHMETIC,
     _MISSING,
@@ -141,22 +141,20 @@ def _function_reads(filename: str, start: int) -> dict | None:
     try:
         block = inspect.getblock(lines[start - 1 :])
         dedented = textwrap.dedent("".join(block))
-        tree = ast.parse(dedented)
+        tree = parse(dedented)
     except (SyntaxError, ValueError, IndentationError, tokenize.TokenError):
         return None
     ast.increment_lineno(tree, start - 1)
     # columns as in the file, where trace/text.py looks a node's span up (dedent took the
     # same whitespace off every line)
     shift = len(block[0]) - len(dedented.splitlines(keepends=True)[0])
-    nodes = []
-    for parent in ast.walk(tree):
-        for child in ast.iter_child_nodes(parent):
-            child._tb_parent = parent
-        if shift and getattr(parent, "col_offset", None) is not None:
-            parent.col_offset += shift
-            if parent.end_col_offset is not None:
-                parent.end_col_offset += shift
-        nodes.append(parent)
+    nodes = ast_nodes(tree, link=True)
+    if shift:
+        for parent in nodes:
+            if getattr(parent, "col_offset", None) is not None:
+                parent.col_offset += shift
+                if parent.end_col_offset is not None:
+                    parent.end_col_offset += shift
     return _reads_by_line(nodes)
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import ast
 import builtins
 import inspect
+import linecache
 import operator
 import os
 import re
@@ -46,6 +47,7 @@ import torch
 
 from . import helpers, python_random
 from .numbers import SymFloat, SymInt, _Traced
+from .text import ast_nodes, parse, parsed_tree
 
 _original_int = builtins.int
 _original_float = builtins.float
@@ -204,17 +206,17 @@ def math_names_in_modules_of(fn: Callable) -> Iterator[None]:
     replacements.update(python_random.swapped())
     keys = []
     with _lock:
-        for module in _modules_reached(fn):
-            for global_name, value in list(vars(module).items()):
-                pair = replacements.get(id(value))
-                if pair is None or value is not pair[0]:
-                    continue
-                key = (module.__name__, global_name)
-                entry = _math_bound.setdefault(key, [0, value])
-                if entry[0] == 0:
-                    setattr(module, global_name, pair[1])
-                entry[0] += 1
-                keys.append(key)
+        for module, global_name in _math_globals(fn, replacements):
+            value = vars(module).get(global_name, _UNSET)
+            pair = replacements.get(id(value))
+            if pair is None or value is not pair[0]:
+                continue
+            key = (module.__name__, global_name)
+            entry = _math_bound.setdefault(key, [0, value])
+            if entry[0] == 0:
+                setattr(module, global_name, pair[1])
+            entry[0] += 1
+            keys.append(key)
     try:
         yield
     finally:
@@ -229,17 +231,80 @@ def math_names_in_modules_of(fn: Callable) -> Iterator[None]:
                         setattr(module, key[1], entry[1])
 
 
+_UNSET = object()
+
+
+class _Scan:
+    """Where :func:`_math_globals` found the functions to replace, and what it read to
+    find them: the modules it reached (each with its globals, kept so that no id of theirs
+    is taken by a new object) and the number of modules loaded."""
+
+    def __init__(self, start: list, reached: list, replaced: frozenset, found: list):
+        self.start = start
+        self.reached = [(m, list(vars(m).values())) for m in reached]
+        self.ids = [list(map(id, values)) for _, values in self.reached]
+        self.loaded = len(sys.modules)
+        self.replaced = replaced
+        self.found = found
+
+    def holds(self, start: list, replaced: frozenset) -> bool:
+        """Whether a scan now would find the same: the same modules to start from, the
+        same functions to replace, no module loaded or reloaded since, and every module
+        reached holding the same object under every name (new globals, or one rebound,
+        can reach other modules)."""
+        return (
+            self.loaded == len(sys.modules)
+            and self.replaced == replaced
+            and len(start) == len(self.start)
+            and all(map(operator.is_, start, self.start))
+            and all(
+                sys.modules.get(m.__name__) is m and list(map(id, vars(m).values())) == ids
+                for (m, _), ids in zip(self.reached, self.ids)
+            )
+        )
+
+
+# the traced code's modules (their ids) -> the last scan from them. Note: why. Every
+# recording binds the math and random functions in the modules the code reaches (a
+# transformers model reaches 250 modules of 11,000 globals: 4 to 7 ms a recording, and a
+# trace with its checks and probes records 10 to 30 times); the scan is read again only
+# where something it read has changed.
+_SCANS: dict[tuple[int, ...], _Scan] = {}
+
+
+def _math_globals(fn: Callable, replacements: dict) -> list[tuple[types.ModuleType, str]]:
+    """(module, global name) of each function of ``replacements`` (id -> (the function,
+    its replacement)) bound as a global in the modules the traced code reaches."""
+    start = _modules_of(fn)
+    key = tuple(map(id, start))
+    replaced = frozenset(replacements)
+    scan = _SCANS.get(key)
+    if scan is not None and scan.holds(start, replaced):
+        return scan.found
+    reached = _modules_reached(fn, start)
+    found = []
+    for module in reached:
+        for global_name, value in list(vars(module).items()):
+            pair = replacements.get(id(value))
+            if pair is not None and value is pair[0]:
+                found.append((module, global_name))
+    if len(_SCANS) >= 64:
+        _SCANS.clear()
+    _SCANS[key] = _Scan(start, reached, replaced, found)
+    return found
+
+
 _REACH_DEPTH = 3  # imports followed from the traced code's own modules
 _REACH_LIMIT = 400  # modules at most
 
 
-def _modules_reached(fn: Callable) -> list[types.ModuleType]:
+def _modules_reached(fn: Callable, start: list | None = None) -> list[types.ModuleType]:
     """The traced code's modules (:func:`_modules_of`) and the modules they reach through
     their globals, a few imports deep: a module imported whole (``from . import util``),
     and the modules of the functions and classes imported by name. Not the standard
     library, torch, numpy or tracebridge. A name bound there to a math or random function
     (``from math import log2`` in a helper the model calls) is the C function otherwise."""
-    found = {m.__name__: m for m in _modules_of(fn)}
+    found = {m.__name__: m for m in (_modules_of(fn) if start is None else start)}
     frontier = list(found.values())
     for _ in range(_REACH_DEPTH):
         reached = []
@@ -309,8 +374,14 @@ def _only_called_in(module_name: str) -> frozenset[str]:
     binds; empty where the source cannot be read. Parsed once per module: a transformers
     model reaches fifty modules of thousands of lines."""
     try:
-        source = inspect.getsource(sys.modules.get(module_name))
-        return names_only_called(source, tuple(_STAND_INS))
+        module = sys.modules.get(module_name)
+        source = inspect.getsource(module)
+        # the tree trace/text.py keeps of the file, where it holds this very text
+        filename = inspect.getsourcefile(module)
+        tree = None
+        if filename and "".join(linecache.getlines(filename)) == source:
+            tree = parsed_tree(filename)
+        return names_only_called(source, tuple(_STAND_INS), tree)
     except (OSError, TypeError, SyntaxError, ValueError):
         return frozenset()
 
@@ -325,25 +396,29 @@ def only_called(source: str, name: str = "int") -> bool:
     return name in names_only_called(source, (name,))
 
 
-def names_only_called(source: str, names: tuple[str, ...]) -> frozenset[str]:
+def names_only_called(
+    source: str, names: tuple[str, ...], tree: ast.AST | None = None
+) -> frozenset[str]:
     """Those of ``names`` that ``source`` uses only as a call, a class in
     ``isinstance``/``issubclass`` or an annotation, and never binds (one parse and one
-    walk for all of them; a name that is no word of the text is not parsed for)."""
+    walk for all of them; a name that is no word of the text is not parsed for).
+    ``tree``: ``source`` already parsed, if it was."""
     present = {name for name in names if re.search(rf"\b{re.escape(name)}\b", source)}
     if not present:
         return frozenset(names)
-    tree = ast.parse(source)
+    if tree is None:
+        tree = parse(source)
     allowed: set[int] = set()
     uses: list[ast.Name] = []
     not_only: set[str] = set()
-    for node in ast.walk(tree):
+    for node in ast_nodes(tree):
         for annotation in _annotations(node):
-            allowed.update(id(n) for n in ast.walk(annotation))
+            allowed.update(map(id, ast_nodes(annotation)))
         if isinstance(node, ast.Call):
             allowed.add(id(node.func))
             if getattr(node.func, "id", None) in ("isinstance", "issubclass"):
                 for arg in node.args[1:]:
-                    allowed.update(id(n) for n in ast.walk(arg))
+                    allowed.update(map(id, ast_nodes(arg)))
         elif isinstance(node, ast.Name):
             if node.id in present:
                 uses.append(node)

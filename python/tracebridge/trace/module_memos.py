@@ -24,10 +24,11 @@ Note: why the key's spelling does not decide.
 from __future__ import annotations
 
 import ast
+import dis
 import functools
 import inspect
 import textwrap
-from types import ModuleType
+from types import CodeType, ModuleType
 
 import torch
 
@@ -35,7 +36,7 @@ from ..errors import TraceError
 from .caches import _fills, _function_of
 from .memo_tables import _DEPTH, _data_source, _refs_of, _traced_by, plain_key
 from .python_state import instance_dict
-from .text import _parsed
+from .text import _parsed, parse
 
 
 def watch(module) -> list[tuple]:
@@ -121,7 +122,9 @@ def _memo_stores(klass: type) -> tuple[tuple[str, str, str], ...]:
         for member in vars(owner).values():
             function = getattr(member, "__func__", member)
             code = getattr(function, "__code__", None)
-            tree = _function_tree(function) if code is not None else None
+            if not isinstance(code, CodeType) or not _stores_an_item(code):
+                continue  # no ``x[k] = v`` in its code: no memo store to find in its source
+            tree = _function_tree(function)
             if tree is None or not tree.args.args:
                 continue
             me = tree.args.args[0].arg
@@ -134,6 +137,23 @@ def _memo_stores(klass: type) -> tuple[tuple[str, str, str], ...]:
                         line = code.co_firstlineno + node.lineno - 1
                         found.append((target.value.attr, where, f"{code.co_filename}:{line}"))
     return tuple(dict.fromkeys(found))
+
+
+# The instructions an assignment to an item (``self.memo[key] = value``) compiles to.
+_ITEM_STORES = frozenset(
+    dis.opmap[name] for name in ("STORE_SUBSCR", "STORE_SLICE") if name in dis.opmap
+)
+
+
+def _stores_an_item(code: CodeType) -> bool:
+    """Whether ``code`` or a function, lambda or comprehension nested in it assigns to an
+    item: read from the bytecode, where reading the source (``inspect.getsource``
+    tokenizes the file) and parsing it, for every method of every class of a model, was
+    most of a transformers model's first recording. Only such a function can hold the
+    stores :func:`_memo_stores` looks for."""
+    if not _ITEM_STORES.isdisjoint(code.co_code[::2]):
+        return True
+    return any(isinstance(c, CodeType) and _stores_an_item(c) for c in code.co_consts)
 
 
 def _item_of_own(target: ast.AST, me: str) -> bool:
@@ -149,7 +169,7 @@ def _item_of_own(target: ast.AST, me: str) -> bool:
 def _function_tree(function):
     """The parsed definition of ``function``, or None (no source, a lambda)."""
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+        tree = parse(textwrap.dedent(inspect.getsource(function)))
     except (OSError, TypeError, SyntaxError, IndentationError):
         return None
     first = tree.body[0] if tree.body else None

@@ -163,17 +163,26 @@ def patcher(tracing: Callable[[], bool]) -> Callable:
         },
     }
 
+    made: dict[tuple, tuple] = {}  # (owner, name) -> (the original, its replacement)
+
+    def replacement_of(owner, n: str, original):
+        # made once per original: every recording installs them (a capture's cost)
+        pair = made.get((owner, n))
+        if pair is None or pair[0] is not original:
+            pair = made[(owner, n)] = (original, _replacement(original, n, tracing))
+        return pair[1]
+
     def hook(on: bool) -> None:
         _SWAPPED.clear()
         for n, original in module_originals.items():
-            replacement = _replacement(original, n, tracing) if on else original
+            replacement = replacement_of(random, n, original) if on else original
             setattr(random, n, replacement)
             if on:
                 _SWAPPED[id(original)] = (original, replacement)
         for cls, methods in own.items():
             for n, method in methods.items():
                 if on:
-                    setattr(cls, n, _replacement(getattr(cls, n), n, tracing))
+                    setattr(cls, n, replacement_of(cls, n, getattr(cls, n)))
                 elif method is None:
                     delattr(cls, n)
                 else:
@@ -222,6 +231,7 @@ def numpy_patcher(tracing: Callable[[], bool]) -> Callable:
     """The hook of :func:`patcher` for ``numpy.random``'s module functions (numpy loaded
     or not: only a module the process has imported is patched)."""
     originals: dict[str, object] = {}
+    made: dict[str, tuple] = {}  # name -> (the original, its replacement), made once
 
     def hook(on: bool) -> None:
         module = sys.modules.get("numpy.random")
@@ -232,7 +242,10 @@ def numpy_patcher(tracing: Callable[[], bool]) -> Callable:
                 original = getattr(module, name, None)
                 if callable(original):
                     originals[name] = original
-                    replacement = _numpy_replacement(original, name, tracing)
+                    pair = made.get(name)
+                    if pair is None or pair[0] is not original:
+                        pair = made[name] = (original, _numpy_replacement(original, name, tracing))
+                    replacement = pair[1]
                     setattr(module, name, replacement)
                     _SWAPPED[id(original)] = (original, replacement)
         else:

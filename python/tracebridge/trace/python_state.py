@@ -55,9 +55,24 @@ def instance_dict(value) -> dict | None:
     return found if isinstance(found, dict) else None
 
 
+# type -> whether no instance of it is a plain object, told by its type alone: a builtin
+# scalar (no instance dict) or a kind of _NOT_OBJECTS. Every run of the code reads every
+# attribute of every sub-module (capture.preserved), mostly of these types.
+_NEVER_PLAIN: dict[type, bool] = {}
+_SCALARS = frozenset({int, float, bool, complex, str, bytes, type(None)})
+
+
 def plain_object(value) -> bool:
     """Whether ``value`` is an instance of a user's class holding attributes (not a module,
     a tensor, a class, a function or a Python module)."""
+    kind = type(value)
+    never = _NEVER_PLAIN.get(kind)
+    if never is None:
+        if len(_NEVER_PLAIN) > 4096:  # classes made on the fly: the table stays small
+            _NEVER_PLAIN.clear()
+        never = _NEVER_PLAIN[kind] = kind in _SCALARS or issubclass(kind, _NOT_OBJECTS)
+    if never:
+        return False
     return (
         instance_dict(value) is not None
         and not isinstance(value, _NOT_OBJECTS)

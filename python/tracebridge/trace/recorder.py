@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import warnings
 from typing import Any
 
@@ -30,6 +31,39 @@ _PYTHON_DTYPES = {
     float: torch.float64,
     complex: torch.complex128,
 }
+
+
+# PyTorch's checks whose branch, taken, raises: (module, function) -> the exception's type
+# and eager's words (less the sizes it formats). A guard recorded on such a branch keeps
+# them at the start of its description (``[raises ValueError: words] what``: a description,
+# so that every reader takes the file; shared_ir/SPEC.md section 8), and a call that fails
+# it raises an error of that type too, as eager does: a training loop that skips a batch
+# of one with ``except ValueError`` goes on with the trace as with the code (prober21b M6).
+EAGER_RAISES = {
+    ("torch.nn.functional", "_verify_batch_size"): (
+        "ValueError",
+        "Expected more than 1 value per channel when training",
+    ),
+    ("torch.nn.functional", "_verify_spatial_size"): (
+        "ValueError",
+        "Expected more than 1 spatial element when training",
+    ),
+}
+
+
+def _eager_raises() -> tuple[str, str] | None:
+    """The type and words of the exception that the PyTorch check now deciding a branch
+    raises on its other side (:data:`EAGER_RAISES`), or None: read from the calling
+    frames, at trace time only."""
+    frame = sys._getframe(2)
+    for _ in range(12):  # the check's frame is a few calls above the recorder
+        if frame is None:
+            return None
+        found = EAGER_RAISES.get((frame.f_globals.get("__name__"), frame.f_code.co_name))
+        if found is not None:
+            return found
+        frame = frame.f_back
+    return None
 
 
 class Recorder:
@@ -214,6 +248,9 @@ class Recorder:
     # -- scalars, sizes and guards -----------------------------------------------------------
 
     def guard(self, ref: Ref, expect, what: str, kind: str, loc: str | None) -> None:
+        raises = _eager_raises() if kind == "branch" and expect is False else None
+        if raises is not None:  # eager's exception, in the description (SPEC section 8)
+            what = f"[raises {raises[0]}: {raises[1]}] {what}"
         self._emit("prim.guard", [ref], {"expect": expect, "what": what, "kind": kind}, loc=loc)
 
     # -- source locations and warnings --------------------------------------------------------

@@ -60,7 +60,7 @@ _CHANNELS_LAST_ORDER = {4: (1, 3, 2, 0), 5: (1, 4, 3, 2, 0)}
 _CHANNELS_LAST_FORMAT = {4: torch.channels_last, 5: torch.channels_last_3d}
 
 
-@dataclass
+@dataclass(eq=False)  # entries are told apart by identity: a tensor field has no truth value
 class _Returned:
     """A conversion that gave back its input: the object, the input's own value, and the
     guards (by what they tell apart: ``layout``, ``conj``, ``neg``, ``device``) that make
