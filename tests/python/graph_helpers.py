@@ -37,6 +37,16 @@ def loaded(traced, tmp_path, **load_options):
     return tracebridge.load(path, **load_options)
 
 
+def traced_by(how: str, fn, example, tmp_path):
+    """``fn`` traced on ``example``, run by ``how``: "codegen" (the generated code, in the
+    process), "interpreter" (``trace(..., runtime="interpreter")``) or "loaded" (saved and
+    loaded again: :func:`loaded`)."""
+    if how == "interpreter":
+        return tracebridge.trace(fn, example, runtime="interpreter")
+    traced = tracebridge.trace(fn, example)
+    return loaded(traced, tmp_path) if how == "loaded" else traced
+
+
 def guarded_at_other_sizes(fn, tmp_path, example=(2, 3), other=(12, 3), guard="x.shape[0] == 2"):
     """Trace ``fn`` at ``example``: traced and loaded agree with ``fn`` there and refuse
     ``other`` with a GuardError naming ``guard``."""

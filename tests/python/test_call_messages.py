@@ -12,6 +12,8 @@ import torch
 import tracebridge
 from tracebridge import OpError
 
+from .graph_helpers import traced_by
+
 
 def add_in_place(a):
     return a.add_(1)  # the line an op failure names
@@ -19,14 +21,7 @@ def add_in_place(a):
 
 @pytest.mark.parametrize("runtime", ["codegen", "interpreter", "loaded"])
 def test_an_op_failure_names_the_op_and_the_users_line_not_generated_code(tmp_path, runtime):
-    traced = tracebridge.trace(add_in_place, torch.randn(4, 6))
-    if runtime == "loaded":
-        tracebridge.save(traced, tmp_path / "f.tb")
-        traced = tracebridge.load(tmp_path / "f.tb")
-    elif runtime == "interpreter":
-        method = traced._methods["forward"]
-        method.runtime = "interpreter"
-        method._compiled.clear()
+    traced = traced_by(runtime, add_in_place, torch.randn(4, 6), tmp_path)
     with pytest.raises(OpError) as info:
         traced(torch.randn(1, 6).expand(4, 6))  # a write into an expanded tensor
     text = str(info.value)

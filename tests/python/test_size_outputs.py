@@ -10,26 +10,16 @@ import torch
 
 import tracebridge
 
+from .graph_helpers import traced_by
+
 
 def shapes(x):
     return x.shape, x.size(), x * 2, x.shape[1:], (x.shape[0], x.shape[1]), (x.size(),)
 
 
-def _interpreted(traced):
-    method = traced._methods["forward"]
-    method.runtime = "interpreter"
-    method._compiled.clear()
-    return traced
-
-
 @pytest.mark.parametrize("how", ["codegen", "interpreter", "loaded"])
 def test_a_size_output_is_a_torch_size_as_in_eager(tmp_path, how):
-    traced = tracebridge.trace(shapes, torch.ones(3, 4))
-    if how == "loaded":
-        tracebridge.save(traced, tmp_path / "s.tb")
-        traced = tracebridge.load(tmp_path / "s.tb")
-    elif how == "interpreter":
-        traced = _interpreted(traced)
+    traced = traced_by(how, shapes, torch.ones(3, 4), tmp_path)
     x = torch.ones(5, 2)
     got, expected = traced(x), shapes(x)
     assert [type(g) for g in got] == [type(e) for e in expected]
