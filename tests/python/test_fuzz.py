@@ -289,6 +289,15 @@ def _everyday10(x, ids):
     )
 
 
+def _optional_fields(query, key, *, scale=None):
+    """The graph fields added in session 22, in one file: ``distinct_inputs`` (a test of
+    the inputs' identity), ``keyword_defaults`` (a keyword-only default the example left
+    out) and an output spec marked ``size`` (a ``torch.Size``)."""
+    if query is key:
+        return query * 3, query.shape
+    return query + key, query.shape
+
+
 def newer_op_seeds() -> list[tuple[str, object, tuple]]:
     """(name, traced, inputs) for the ops of op-set 6 and later."""
     with __import__("warnings").catch_warnings():
@@ -305,6 +314,8 @@ def newer_op_seeds() -> list[tuple[str, object, tuple]]:
             ("ctc", tracebridge.trace(CTC(), ctc), ctc),
             ("grouped", tracebridge.trace(Grouped().eval(), grouped), grouped),
         ]
+        pair = (torch.randn(2, 3), torch.randn(2, 3))
+        made.append(("optional_fields", tracebridge.trace(_optional_fields, pair), pair))
         everyday = (torch.randn(4, 6), torch.randint(0, 5, (2, 7)))
         made.append(("everyday10", tracebridge.trace(_everyday10, everyday), everyday))
         if _torchvision() is not None:
