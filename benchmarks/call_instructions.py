@@ -6,8 +6,8 @@ instructions the calls execute, the same on a busy machine and a quiet one; it d
 see what a cache miss costs (the per-call state check's cold cost: benchmarks/state_checks.py),
 so the two answer different questions. This script saves each model once (the loaded
 tracebridge artifact, ``torch.jit.trace`` of the model, the inputs), then runs, in a child
-process under ``valgrind --tool=callgrind --instr-atstart=no``, a few warm-up calls and
-``--calls`` counted ones (instrumentation switched on and off around them by callgrind's
+process under ``valgrind --tool=callgrind --instr-atstart=no``, ``--warmup`` uncounted calls
+(30) and ``--calls`` counted ones (instrumentation switched on and off around them by callgrind's
 client requests, from a tiny library built here with the system's C compiler and
 ``valgrind/callgrind.h``), and prints the instructions per call of each contender:
 ``tb`` (the code on ``PYTHONPATH``), ``old`` (``--old``: another checkout's ``python/``
@@ -36,6 +36,11 @@ import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+
+# Uncounted calls first. Python 3.11 quickens a code object at its 8th run and specialises
+# its instructions over the runs after: counted after 5 calls, the generated code's first
+# specialisation (a few thousand instructions a call on a small model) was counted too.
+WARMUP = 30
 
 _HELPER = """#include <valgrind/callgrind.h>
 void cg_start(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; }
@@ -87,8 +92,8 @@ def save(kind: str, name: str, folder: str) -> None:
     torch.save(inputs, os.path.join(folder, "inputs.pt"))
 
 
-def child(folder: str, which: str, calls: int, library: str) -> None:
-    """Run under callgrind: warm-up calls, then ``calls`` counted ones."""
+def child(folder: str, which: str, calls: int, library: str, warmup: int = WARMUP) -> None:
+    """Run under callgrind: ``warmup`` calls, then ``calls`` counted ones."""
     import ctypes
 
     import torch
@@ -104,7 +109,7 @@ def child(folder: str, which: str, calls: int, library: str) -> None:
     cg = ctypes.CDLL(library)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for _ in range(5):
+        for _ in range(warmup):
             fn(*inputs)
         cg.cg_start()
         for _ in range(calls):
@@ -112,7 +117,9 @@ def child(folder: str, which: str, calls: int, library: str) -> None:
         cg.cg_stop()
 
 
-def counted(folder: str, which: str, calls: int, library: str, path: str) -> tuple[float, str]:
+def counted(
+    folder: str, which: str, calls: int, library: str, path: str, warmup: int = WARMUP
+) -> tuple[float, str]:
     """Instructions per call of contender ``which`` and its callgrind output file."""
     out = os.path.join(folder, f"{which}.cg")
     env = dict(os.environ, PYTHONPATH=path, PYTHONHASHSEED="0")
@@ -128,6 +135,7 @@ def counted(folder: str, which: str, calls: int, library: str, path: str) -> tup
         which,
         str(calls),
         library,
+        str(warmup),
     ]
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     found = re.search(r"Collected : (\d+)", done.stderr)
@@ -158,11 +166,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--old", help="another checkout's python/ folder, counted as 'old'")
     parser.add_argument("--calls", type=int, default=5, help="counted calls per contender")
     parser.add_argument("--top", type=int, default=0, help="functions that differ most")
-    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--warmup", type=int, default=WARMUP, help="uncounted calls before the counted ones"
+    )
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        folder, which, calls, library = args.child
-        child(folder, which, int(calls), library)
+        folder, which, calls, library, warmup = args.child
+        child(folder, which, int(calls), library, int(warmup))
         return 0
     if shutil.which("valgrind") is None:
         raise SystemExit("call_instructions: valgrind is not installed")
@@ -179,7 +190,9 @@ def main(argv: list[str] | None = None) -> int:
             counts, dumps = {}, {}
             for key, (which, where) in contenders.items():
                 run_as = "jit" if which == "jit" else which
-                counts[key], dumps[key] = counted(folder, run_as, args.calls, library, where)
+                counts[key], dumps[key] = counted(
+                    folder, run_as, args.calls, library, where, args.warmup
+                )
             line = ", ".join(f"{k} {v:,.0f}" for k, v in counts.items())
             ratios = f"tb/jit {counts['tb'] / counts['jit']:.3f}"
             if "old" in counts:

@@ -69,6 +69,7 @@ from . import (
     squares,
     support,
     unbinds,
+    unit_products,
     views,
 )
 
@@ -271,6 +272,8 @@ class CodeGen:
         self._fold: folding.FoldPlan | None = None  # the static part the code folds (build)
         self._static: set[int] | None = None  # values of literals and state alone (layouts)
         self._static_shapes: dict[int, list | None] = {}  # and their traced shapes
+        # Guards that a product of sizes is not 1, by their first node (unit_products.py)
+        self._unit_products: dict[int, unit_products.UnitProduct] = {}
 
     # -- names ------------------------------------------------------------------------------
 
@@ -851,7 +854,10 @@ class CodeGen:
             dead_after = self.plan_repeats(static, blocks, dead_after)
             self.plan_inplace(static, blocks)
             self.plan_lean(static, blocks)
+        if self.fold and self.guards:
+            self.plan_unit_products(static, blocks, dead_after)
         stop = 0
+        product, product_start = None, 0
         for index, node in enumerate(self.graph.nodes):
             if index in blocks:
                 stop = blocks[index].stop
@@ -859,11 +865,16 @@ class CodeGen:
                 self.free(v for i in range(index, stop) for v in dead_after.get(i, ()))
             if index in static or index < stop:
                 continue  # computed by the folded function or a memo
+            if index in self._unit_products:
+                product, product_start = self._unit_products[index], len(self.body)
             before = len(self.body)
             self.node(index, node)
             if index in self._outside_lean and len(self.body) > before:
                 self.outside_lean(before)
             self.free(dead_after.get(index, ()))
+            if product is not None and index == product.guard:
+                self.unit_product(product, product_start, node)
+                product = None
         self._where = f"{self.name}: the outputs"
         if self.lean:
             self.normal_outputs()
@@ -1466,6 +1477,43 @@ class CodeGen:
         fast = ast.Call(kernel, copy.deepcopy(call.args), copy.deepcopy(call.keywords))
         return ast.IfExp(ast.BoolOp(ast.And(), tests), fast, call)
 
+    def plan_unit_products(self, static: set[int], blocks: dict, dead_after: dict) -> None:
+        """The guards that a product of sizes is not 1 whose nodes run only where one read
+        of the tensor allows it (runtime/unit_products.py): not where another plan runs a
+        node of theirs, nor where the tensor's last use is among them (the test reads it
+        after; a skipped ``del`` would keep it alive)."""
+        taken = (
+            static
+            | self._view_members
+            | set(self._repeats)
+            | set(self._merged)
+            | self._merged_away
+            | set(self._halves)
+            | self._outside_lean
+        )
+        spans = [range(b.start, b.stop) for b in blocks.values()]
+        for first, product in unit_products.plan(self.graph).items():
+            nodes = range(first, product.guard + 1)
+            if any(i in taken or any(i in span for span in spans) for i in nodes):
+                continue
+            if any(product.tensor in dead_after.get(i, ()) for i in nodes):
+                continue
+            self._unit_products[first] = product
+
+    def unit_product(self, product: unit_products.UnitProduct, start: int, guard: Node) -> None:
+        """Run the statements written since ``start`` (``product``'s nodes and its guard)
+        only where one read of the tensor allows the product to be 1."""
+        tensor = self.ref(Ref(product.tensor))
+        if product.bound is not None:
+            test = ast.Compare(_method(tensor, "numel"), [ast.LtE()], [ast.Constant(product.bound)])
+        else:
+            size = ast.Subscript(_attr(tensor, "shape"), ast.Constant(product.dim), ast.Load())
+            test = ast.Compare(size, [ast.Eq()], [ast.Constant(1)])
+        inner = self.body[start:]
+        wrapped = ast.If(test, [s for s, _, _ in inner], [])
+        wrapped._tb_body = inner  # keeps the comments of the wrapped statements
+        self.body[start:] = [(wrapped, "a product of sizes may be 1", guard.loc)]
+
     def restore_grad_mode(self, start: int) -> None:
         """The code switches gradients on or off: put the caller's mode back, even on error."""
         inner = self.body[start:]
@@ -1715,8 +1763,10 @@ class _Renderer:
         if isinstance(stmt, ast.If):
             self.put(f"{indent}if {ast.unparse(stmt.test)}:", [stmt.test], note, loc)
             _place(stmt, len(self.lines), 0, recurse=False)
-            for inner in stmt.body:
-                self.statement(inner, indent + "    ")
+            for inner, inner_note, inner_loc in getattr(stmt, "_tb_body", None) or [
+                (inner, None, None) for inner in stmt.body
+            ]:
+                self.statement(inner, indent + "    ", inner_note, inner_loc)
             if stmt.orelse:
                 self.put(f"{indent}else:")
                 for inner in stmt.orelse:
