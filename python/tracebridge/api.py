@@ -42,6 +42,7 @@ from .runtime import Method, generators, module_tree, state_changes, support, to
 from .runtime import frozen as frozen_state
 from .runtime.generators import Slots
 from .runtime.method import Specialised, as_recorded, for_mode, guards_active
+from .runtime.module_tree import REGISTRATIONS as _REGISTRATIONS
 from .runtime.module_tree import ModesWatch, TreeWatch, mode_reading_paths
 from .runtime.shapes import symbolize
 from .runtime.transaction import state_replaced, transactional
@@ -846,8 +847,8 @@ class TracedModule(nn.Module, _Traced):
         ):
             self._check_child_hooks()
         tree = self._tb_tree
-        if tree is not None:
-            tree.check_tree()
+        if tree is not None and _REGISTRATIONS[0] != tree.seen:
+            tree.check_tree()  # (TreeWatch.check_tree's test, here: a frame less a call)
         method = self._tb_fast
         if (
             method is None

@@ -882,8 +882,13 @@ class CodeGen:
         if self.lean:
             self.in_lean(lean_start)
         if self.plain_read:  # once per call, before any op: no mode, no autocast
-            self.globals["_plain_call"] = scalars.plain_call
-            plain = ast.Assign([ast.Name(scalars.PLAIN, ast.Store())], _call("_plain_call"))
+            # scalars.plain_call written out: three C calls without a Python frame
+            self.globals["_function_modes"] = scalars._function_modes
+            self.globals["_dispatch_modes"] = scalars._dispatch_modes
+            self.globals["_autocast"] = scalars._autocast
+            modes = [_call(name) for name in ("_function_modes", "_dispatch_modes", "_autocast")]
+            test = ast.UnaryOp(ast.Not(), ast.BoolOp(ast.Or(), modes))
+            plain = ast.Assign([ast.Name(scalars.PLAIN, ast.Store())], test)
             self.body.insert(start, (plain, None, None))
         if any(n.op == "set_grad_enabled" for n in self.graph.nodes):
             self.restore_grad_mode(start)

@@ -222,20 +222,6 @@ class _GraphModes:
             if flag and isinstance(m, _BatchNorm) and "momentum" in m.__dict__
         )
 
-    def differ(self) -> bool:
-        return bool(
-            (self.evals and any(map(self.read, self.evals)))
-            or (self.trains and not all(map(self.read, self.trains)))
-        )
-
-    def momentum_changed(self) -> tuple[str, nn.Module] | None:
-        """The first batch norm (path, module) whose momentum is not the one the graph was
-        recorded with."""
-        for path, module, momentum in self.momenta:
-            if module.__dict__.get("momentum") != momentum:
-                return path, module
-        return None
-
 
 class TreeWatch:
     """What a call of a traced module checks of its tree (see the module's note).
@@ -272,12 +258,19 @@ class TreeWatch:
         with (one C-level pass over a few dicts when they agree), unless ``method``'s
         guards are off (``guards_disabled()``, ``check_guards``), as its mode guard is."""
         modes = self.graphs.get(graph)
-        if modes is not None and modes.differ() and guards_active(method):
+        if modes is None:
+            return
+        # (one frame: a training model's call paid three more here, one per helper)
+        read = modes.read
+        if (
+            (modes.evals and any(map(read, modes.evals)))
+            or (modes.trains and not all(map(read, modes.trains)))
+        ) and guards_active(method):
             _refuse_modes(graph, modes)
-        if modes is not None and modes.momenta and guards_active(method):
-            changed = modes.momentum_changed()
-            if changed is not None:
-                path, changed = changed
+        for path, changed, momentum in modes.momenta:
+            if changed.__dict__.get("momentum") != momentum:
+                if not guards_active(method):
+                    return
                 raise TraceError(
                     f"the momentum of batch norm {path!r} is {changed.momentum!r} now, and "
                     f"the graph this call runs ({graph}) was recorded with another: it "
