@@ -36,3 +36,20 @@ def test_the_momentum_it_was_traced_with_serves_as_before():
     traced(x)
     reference(x)
     torch.testing.assert_close(net[1].running_mean, reference[1].running_mean)
+
+
+def test_the_changed_norm_is_named_and_guards_off_let_the_call_through():
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Conv2d(4, 4, 1), nn.BatchNorm2d(4)
+    ).train()
+    traced = tracebridge.trace(net, torch.randn(2, 3, 6, 6))
+    x = torch.randn(2, 3, 6, 6)
+    traced(x)
+    net[3].momentum = 0.5  # the second norm: the first is as traced
+    with pytest.raises(TraceError, match="momentum of batch norm '3' is 0.5 now"):
+        traced(x)
+    with tracebridge.guards_disabled():
+        traced(x)  # the mode and momentum checks are guards: off, the call runs
+    net[3].momentum = 0.1
+    traced(x)
