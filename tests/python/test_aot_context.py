@@ -115,7 +115,9 @@ def test_autocast_runs_the_plain_program(loaded):
     torch.testing.assert_close(out, want)
 
 
-@pytest.mark.parametrize("change", ["load_state_dict", "in_place", "assign", "data"])
+@pytest.mark.parametrize(
+    "change", ["load_state_dict", "in_place", "assign", "data", "through_data"]
+)
 def test_changed_weights_run_the_plain_program(loaded, change):
     net = small_net()
     new = {
@@ -131,6 +133,8 @@ def test_changed_weights_run_the_plain_program(loaded, change):
             if change == "in_place":
                 with torch.no_grad():
                     tensor.copy_(new[name])
+            elif change == "through_data":  # no version moves: runtime/data_writes.py
+                tensor.data.copy_(new[name])
             else:
                 tensor.data = new[name].clone()
         for name, tensor in loaded.named_buffers():

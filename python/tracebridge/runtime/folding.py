@@ -50,7 +50,7 @@ from ..ir import Graph, Node, Ref, pytree, refs_in
 from ..ir import ops as opset
 from ..ir.analysis import output_ids, state_reads
 from ..ir.program import Value
-from . import caller_memory
+from . import caller_memory, data_writes
 
 # Structural ops that read something other than their arguments' values (the caller's
 # grad mode, a flag that changes without a version) or that decide: never static.
@@ -247,12 +247,14 @@ def invalidate_caches() -> None:
     constants, memos keyed on state tensors, the input sizes whose checks passed with
     the state's sizes: runtime/transaction.py): each is computed again at its next use.
 
-    Needed only after a write that torch does not record: ``p.data.copy_(w)`` or any
-    in-place op through ``.data`` (``.data`` has a version counter of its own, so neither
-    the parameter's version nor its data pointer moves). Writes torch records are seen
-    without it: ``load_state_dict``, ``.to()``, ``p.copy_(w)`` under ``torch.no_grad()``,
-    optimizer steps, ``p.data = w`` (with another shape: call it, so that checks that
-    read the state's sizes run again).
+    Needed only after a write that torch does not record and tracebridge cannot see: an
+    in-place op through a buffer's ``.data`` (``.data`` has a version counter of its own,
+    so neither the buffer's version nor its data pointer moves), or through memory handed
+    out without a tensor (``p.detach().numpy()``, the storage, DLPack). Writes torch
+    records are seen without it: ``load_state_dict``, ``.to()``, ``p.copy_(w)`` under
+    ``torch.no_grad()``, optimizer steps, ``p.data = w`` (with another shape: call it, so
+    that checks that read the state's sizes run again), and so are writes through a
+    parameter's ``.data`` (runtime/data_writes.py).
 
     >>> import torch, tracebridge
     >>> class Doubled(torch.nn.Linear):
@@ -262,7 +264,7 @@ def invalidate_caches() -> None:
     >>> f = tracebridge.trace(net, torch.ones(1, 2))
     >>> with torch.no_grad():
     ...     _ = f(torch.ones(1, 2))
-    ...     _ = net.weight.data.zero_()  # not recorded by torch: no version moves
+    ...     _ = net.weight.detach().numpy().fill(0)  # below torch: no version moves
     ...     tracebridge.invalidate_caches()
     ...     f(torch.ones(1, 2))
     tensor([[0., 0.]])
@@ -384,11 +386,13 @@ class Folded:
             and all(map(_is, entry[0], tensors))
         ):
             return entry[5]
-        if any(map(_is_shared, tensors)):
+        if any(map(_is_shared, tensors)) or data_writes.taken(tensors):
             # In shared memory (``share_memory()``: Hogwild-style workers, another process
-            # training the weights) a write moves no version this process sees: nothing
-            # is kept, the static part runs on every call, as eager reads the state.
+            # training the weights) a write moves no version this process sees, nor one
+            # through a ``.data`` taken of a source (runtime/data_writes.py): nothing is
+            # kept, the static part runs on every call, as eager reads the state.
             return self.made_here()
+        data_writes.keep(tensors)
         pointers = list(map(_data_ptr, tensors))
         dtype, epoch = _default_dtype(), _epoch[0]
         # Normal tensors, whatever the caller's mode: any later call may use them, and a

@@ -57,7 +57,7 @@ import torch
 from ..ir import Graph, Node, Ref, refs_in
 from ..ir import ops as opset
 from ..ir.analysis import output_ids
-from . import caller_memory
+from . import caller_memory, data_writes
 from .caller_memory import MAY_VIEW_ANY, RESHAPED_IN_PLACE, VIEW_OPS
 from .folding import (
     _ALIASING,
@@ -475,6 +475,9 @@ class Memo:
         kept = self.cache.get(entry)
         if kept is None:
             tensors = [key[i] for i in state]
+            if data_writes.taken(tensors):  # a write through .data moves no version
+                return self.function(*key)
+            data_writes.keep(tensors)
             return self._keep(entry, made_normal(self.function, *key), tensors)
         return kept[0][0]
 
