@@ -792,6 +792,7 @@ class TracedModule(nn.Module, _Traced):
             self if original is None else original,
             program.module_modes,
             _same_in_both(program),
+            traced=None if original is None else self,
         )
         # The module traced, whose call this stands for: its hooks at trace time ran
         # inside the recording, so the graph holds what they did, and it never runs one
