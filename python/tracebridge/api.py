@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.jit import _trace as _jit_trace
 from torch.nn.modules import module as _module_hooks
+from torch.nn.utils import parametrize as _parametrize
 from torch.utils.hooks import RemovableHandle as _RemovableHandle
 
 from . import artifact
@@ -397,6 +398,19 @@ class ShownModule(nn.Module):
     def __class__(self):
         return self._shown_type or type(self)
 
+    @__class__.setter
+    def __class__(self, value):  # torch.nn.utils.parametrize's last step, and any other
+        raise _not_parametrized(self)
+
+    def __getattr__(self, name: str):
+        # torch.nn.utils.parametrize reads the tensor first, then writes it (``set_`` to its
+        # ``right_inverse``) and deletes it before it changes the class: refused at the read,
+        # before anything changed (prober23a F3: an AttributeError from inside torch, the
+        # weight already gone).
+        if sys._getframe(1).f_code is _REGISTER_PARAMETRIZATION:
+            raise _not_parametrized(self)
+        return super().__getattr__(name)
+
     @classmethod
     def of(cls, program: Program, path: str) -> ShownModule:
         """The sub-module at ``path`` as the file describes it."""
@@ -412,6 +426,20 @@ class ShownModule(nn.Module):
 
     def extra_repr(self) -> str:
         return self._shown_settings
+
+
+_REGISTER_PARAMETRIZATION = _parametrize.register_parametrization.__code__
+
+
+def _not_parametrized(module: ShownModule) -> TraceError:
+    return TraceError(
+        f"a sub-module of a loaded module ({module._shown_class}) cannot be parametrized "
+        "(torch.nn.utils.parametrize: weight_norm, spectral_norm, orthogonal...): its "
+        "graphs hold the computation the module was traced with, and read its parameters "
+        "as they are. Nothing was changed. Parametrize the original model and trace it "
+        "again (tracebridge.trace), or write the new weights into the loaded one "
+        "(load_state_dict)"
+    )
 
 
 def _add_shown_modules(root: nn.Module, program: Program) -> None:

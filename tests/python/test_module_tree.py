@@ -275,3 +275,26 @@ def test_a_sub_module_replaced_on_the_traced_module_itself_is_refused():
     traced.criterion = nn.MSELoss()  # bookkeeping, allowed; a registration: the tree is walked
     with pytest.raises(TraceError, match=r"sub-module '1(.0|.1)?' .* was removed"):
         traced(X)
+
+
+@pytest.mark.parametrize("how", ["register", "weight_norm", "orthogonal"])
+def test_a_loaded_sub_module_refuses_a_parametrization_and_changes_nothing(tmp_path, how):
+    """prober23a F3: parametrize on a loaded sub-module raised an AttributeError from inside
+    torch (its __class__ has no setter), after the weight was already taken out (and, with
+    a right_inverse, rewritten in place). It is refused at parametrize's first read."""
+    from torch.nn.utils import parametrize
+    from torch.nn.utils.parametrizations import orthogonal, weight_norm
+
+    model = _eval_model()
+    _, loaded = _traced_and_loaded(model, tmp_path)
+    before = loaded(X)
+    weight = getattr(loaded, "0").weight.detach().clone()
+    apply = {
+        "register": lambda m: parametrize.register_parametrization(m, "weight", nn.Identity()),
+        "weight_norm": weight_norm,
+        "orthogonal": orthogonal,
+    }[how]
+    with pytest.raises(TraceError, match=r"sub-module of a loaded module \(Linear\) cannot be"):
+        apply(getattr(loaded, "0"))
+    assert not parametrize.is_parametrized(getattr(loaded, "0"))
+    assert torch.equal(getattr(loaded, "0").weight, weight) and torch.equal(loaded(X), before)
