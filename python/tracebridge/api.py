@@ -192,7 +192,8 @@ class _Traced:
     # safe as the file (no more: pickle itself runs code, so unpickle only what you trust).
     # What comes back is what ``load`` gives: an independent module, sharing nothing with
     # the one pickled. ``copy.deepcopy`` takes the same road (the methods hold locks and
-    # generated code, which neither pickle nor deep-copy).
+    # generated code, which neither pickle nor deep-copy); ``copy.copy`` shares, as
+    # nn.Module's does.
 
     def __reduce__(self):
         return _from_pickle, (streams.to_bytes(self._program_for_saving()), _pickle_state(self))
@@ -201,6 +202,14 @@ class _Traced:
         data = streams.to_bytes(self._program_for_saving())
         copied = _from_pickle(data, _pickle_state(self))
         memo[id(self)] = copied
+        return copied
+
+    def __copy__(self):
+        # As nn.Module's copy.copy (and torch.jit's): a new object over the same tables --
+        # parameters, buffers, sub-modules, methods -- so a write through either reaches
+        # both (prober23a F2: it took __reduce__'s road, an independent deep copy).
+        copied = type(self).__new__(type(self))
+        copied.__dict__.update(self.__dict__)
         return copied
 
 
