@@ -727,7 +727,7 @@ def graph_module(
         for state_name, path in [*targets.items(), *tied]:
             table, key = slots[state_name]
             owner, _, attribute = path.rpartition(".")
-            checks.slots.append((table, key, gm.get_submodule(owner), attribute))
+            checks.follow(table, key, gm.get_submodule(owner), attribute)
     gm.meta[META_KEY] = BridgeInfo(
         method=name,
         in_spec=graph.in_spec,
