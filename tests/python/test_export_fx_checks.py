@@ -218,6 +218,40 @@ def test_state_set_on_the_graph_module_itself_stays() -> None:
     assert gm.get_buffer("1.running_mean").dtype == torch.float64
 
 
+class _NormFirst(nn.Module):
+    """Registers its projections before the norm its forward runs first."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.ln = nn.Linear(4, 4), nn.Linear(4, 4), nn.LayerNorm(4)
+
+    def forward(self, x):
+        x = self.ln(x)
+        return self.q(x) + self.k(x)
+
+
+@pytest.mark.parametrize("loaded", [False, True])
+def test_graph_module_parameters_come_in_the_modules_order(loaded) -> None:
+    """prober23a: the GraphModule listed the state in the order the graph reads it (the
+    norm first), so an optimizer's state or ``vector_to_parameters`` carried across paired
+    the q and k weights (one shape) with each other's values."""
+    torch.manual_seed(0)
+    net = _NormFirst().eval()
+    x = torch.randn(2, 4)
+    traced = _trace(net, x)
+    if loaded:
+        buffer = io.BytesIO()
+        tracebridge.save(traced, buffer)
+        traced = tracebridge.load(buffer.getvalue())
+    gm = tracebridge.to_graph_module(traced)
+    assert [n for n, _ in gm.named_parameters()] == [n for n, _ in net.named_parameters()]
+    vector = torch.nn.utils.parameters_to_vector(net.parameters()) * 2
+    with torch.no_grad():
+        torch.nn.utils.vector_to_parameters(vector, gm.parameters())
+        torch.nn.utils.vector_to_parameters(vector, net.parameters())
+        torch.testing.assert_close(fx.call(gm, x), net(x))
+
+
 # -- U1: pickling --------------------------------------------------------------------------
 
 
