@@ -148,6 +148,30 @@ def test_changed_weights_run_the_plain_program(loaded, change):
         torch.testing.assert_close(out, net(x), rtol=1e-5, atol=1e-5)
 
 
+def test_an_attribute_set_on_the_compiled_object_is_the_plain_objects(loaded):
+    """prober23a F7: ``m.fc = other`` landed on the wrapper, which neither the package nor
+    the plain object reads, and calls went on with the old layer silently. It is set on
+    the plain object, whose call refuses the replaced sub-module; a copy shares it; a
+    pickle says what to do."""
+    import copy
+    import pickle
+
+    shared = copy.copy(loaded)
+    assert shared.fallback is loaded.fallback
+    setattr(loaded, "4", nn.Linear(WIDTH, 4))
+    assert getattr(loaded.fallback, "4") is getattr(loaded, "4")
+    with (
+        torch.no_grad(),
+        pytest.raises(tracebridge.TraceError, match=r"sub-module '4' .* replaced"),
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("ignore", aot.CompiledCodeWarning)
+        loaded(_inputs())
+    for how in (pickle.dumps, copy.deepcopy):
+        with pytest.raises(tracebridge.TraceError, match="load the file again"):
+            how(loaded)
+
+
 def test_another_mode_runs_the_plain_program_until_set_back(loaded):
     """``train()`` reaches the plain object, which refuses (traced without respect_mode);
     ``eval()`` brings the package back. A sub-module's flag counts as the root's."""
