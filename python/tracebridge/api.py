@@ -280,13 +280,14 @@ class TracedFunction(_Traced):
 
     def _state_slots(self) -> dict:
         return Slots(
-            {k: (self._constants, k) for k in self._constants},
+            {k: (self._constants, k) for k in self._tb_program.state},
             {k: (self._generators, k) for k in self._generators},
         )
 
     def _program_for_saving(self) -> Program:
         self._tb_program.state = {
-            k: StateEntry(e.kind, self._constants[k]) for k, e in self._tb_program.state.items()
+            k: StateEntry(e.kind, sealed_state.peek(self._constants, k))
+            for k, e in self._tb_program.state.items()
         }
         return self._tb_program
 
@@ -2193,7 +2194,9 @@ def _pickle_state(obj: TracedFunction | TracedModule) -> dict:
     if isinstance(obj, TracedFunction):
         state["name"] = obj.__name__
     else:
-        tensors = [*obj.parameters(), *obj.buffers()]
+        # (read from the slots, which do not break a seal: runtime/sealed.py)
+        found = (sealed_state.peek(table, key) for table, key in obj._slots().values())
+        tensors = [t for t in found if isinstance(t, torch.Tensor)]
         if tensors and tensors[0].device.type != "cpu":
             state["device"] = str(tensors[0].device)
     return state

@@ -478,7 +478,12 @@ class SealedFolded(Folded):
         # Made once (and again for another default dtype or epoch), keyed as Folded keys
         # its values, for the calls after the seal breaks.
         tensors = list(map(dict.__getitem__, self.owners, self.keys))
-        versions = list(map(_version, tensors))
+        try:
+            versions = list(map(_version, tensors))
+        except RuntimeError:  # state made in inference mode: no version to key on after
+            return self.made_here()  # the seal breaks, so nothing is kept (as Folded)
+        if any(map(_is_shared, tensors)):
+            return self.made_here()  # (as Folded: a write in another process moves nothing)
         pointers = list(map(_data_ptr, tensors))
         dtype, epoch = _default_dtype(), _epoch[0]
         values = with_their_types(made_normal(self.function))
