@@ -460,7 +460,7 @@ class SealedFolded(Folded):
         self.seal = seal
 
     def __repr__(self) -> str:
-        return "sealed " + super().__repr__()
+        return super().__repr__()[:-1] + "; kept while the state is sealed)"
 
     def __call__(self) -> tuple:
         seal = self.seal
