@@ -2142,7 +2142,11 @@ def load(
     Returns:
         a :class:`TracedFunction` or a :class:`TracedModule` (whichever was saved).
 
-    The state tensors are views of the memory-mapped file (nothing is copied). ``weights``
+    The state tensors are views of the memory-mapped file (nothing is copied). Until
+    anything reads or writes them (an attribute, ``parameters()``, ``state_dict()``,
+    ``.to()``, ``program``, a call with autograd: docs/divergence.md, "Sealed state"),
+    calls keep the values folded from them without checking the state again
+    (runtime/sealed.py). ``weights``
     binds the state by name from safetensors checkpoints instead (a file, a list of files,
     or a sharded ``model.safetensors.index.json``): needed for a program traced on the meta
     device. A tied tensor (an output layer sharing the embedding's matrix) binds under any

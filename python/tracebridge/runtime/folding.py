@@ -16,6 +16,12 @@ Note: folding, as ``torch.jit.freeze`` does, but kept live.
   (``p.__class__ = Sub`` keeps the object, its version and data: its torch function runs
   on every call, as in eager).
 
+  The check is skipped where the state cannot have changed: a frozen program's own copy
+  (:class:`FixedFolded`, runtime/frozen.py), and a loaded object's state until it could
+  have reached anyone (:class:`SealedFolded`, runtime/sealed.py: any Python-level read or
+  write of its state tables, ``program``, a call with autograd over state that requires
+  grad breaks the seal, and every call after checks as here).
+
   A graph that switches the grad mode (a rotary embedding under ``torch.no_grad()``)
   folds only in the code for calls without autograd that the graph never turns on
   (runtime/cse.py, ``grad_stays_off``): there every op runs with gradients off, wherever
