@@ -32,6 +32,9 @@ test_that("R's $parameters of a loaded module break its seal: calls follow the c
   x <- torch_randn(1, 3, 6, 6)
   first <- with_no_grad(m(x))
   expect_true(sealed(m))
+  expect_equal(as_array(with_no_grad(m(x = x))), as_array(first))  # named: bound, sealed
+  expect_equal(as_array(with_no_grad(m$forward(x))), as_array(first))
+  expect_true(sealed(m))
   params <- m$parameters
   expect_false(sealed(m))
   with_no_grad(params[["lin.weight"]]$mul_(3))
