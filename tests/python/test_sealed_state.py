@@ -505,3 +505,29 @@ def test_a_size_checked_and_memoised_model_stays_sealed_and_right():
         net.conv.weight.mul_(0.5)
     for size in (5, 8, 11):
         same_as_eager(loaded, net, torch.randn(1, 3, size, size))
+
+
+def test_a_sub_module_replaced_keeps_the_seal_and_the_call_is_refused():
+    """Replacing a sub-module reaches no state table (the tree watch refuses the call, as
+    for any traced module): the new module's tensors are never read by the graphs."""
+    loaded, _ = loaded_pair()
+    loaded.lin = nn.Linear(4, 5)
+    with pytest.raises(tracebridge.TraceError, match="lin"), torch.no_grad():
+        loaded(X)
+
+
+def test_a_call_with_autograd_over_state_without_grad_keeps_the_seal():
+    table = torch.randn(4, 4)
+
+    def f(x):
+        return x @ (table.t() * 2)
+
+    buffer = io.BytesIO()
+    with pytest.warns(Warning):
+        tracebridge.trace(f, torch.randn(2, 4)).save(buffer)
+    loaded = tracebridge.load(buffer.getvalue())
+    x = torch.randn(2, 4, requires_grad=True)
+    out = loaded(x)
+    out.sum().backward()
+    assert sealed.is_sealed(loaded)  # nothing of the state is reachable from the result
+    torch.testing.assert_close(x.grad, (table.t() * 2).sum(1).expand(2, 4))
