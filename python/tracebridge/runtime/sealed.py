@@ -32,7 +32,9 @@ Note: why a loaded artifact may skip the check, and what ends that.
     ``_apply`` (``.to()``, ``.double()``, ``.cuda()``, ``share_memory()``,
     ``requires_grad_()``, ``zero_grad()``), assignment (``m.weight = p``),
     ``torch.func.functional_call``, parametrizations, pruning, weight norm, and whatever a
-    hook or ``apply(fn)`` does with the module; R reaches the state through these too;
+    hook or ``apply(fn)`` does with the module; R reaches the state through these too
+    (``$parameters``, ``$state_dict()``, printing a module; its calls with named
+    arguments read the graphs under ``_tb_program``, which does not break it);
   - ``traced.program``: the program's state entries share memory with the module's
     tensors (``nn.Parameter(entry.tensor)``);
   - a call with autograd where some state tensor requires grad: the output's
