@@ -70,6 +70,7 @@ from .folding import (
     resizes_in_place,
     static_ids,
 )
+from .sealed import peek
 
 # Scalar kinds whose values are exact keys: equal means interchangeable (not floats).
 SIZE_CHECKS = "prim.size_checks"  # runtime/size_checks.py's guards: a guard here too
@@ -470,7 +471,7 @@ class Memo:
             return self.function(*key)  # no version to key on: made, as eager makes it
         counted = ()
         if self.counters:
-            counted = tuple([owner[name]._version for owner, name in self.counters])
+            counted = tuple([peek(owner, name)._version for owner, name in self.counters])
         entry = (tuple(exact), counted, _default_dtype(), _epoch[0])
         kept = self.cache.get(entry)
         if kept is None:

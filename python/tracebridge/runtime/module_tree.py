@@ -412,7 +412,7 @@ class ModesWatch:
         for module in modules:
             for kind in ("_parameters", "_buffers"):
                 table = module.__dict__.get(kind) or {}
-                for key, tensor in table.items():
+                for key, tensor in dict.items(table):  # (a seal: runtime/sealed.py)
                     if tensor is not None and id(tensor) in read:
                         tables.append(table)
                         keys.append(key)
