@@ -326,9 +326,9 @@ def test_a_call_with_autograd_breaks_the_seal_its_grad_fn_reaches_the_parameters
     same_as_eager(loaded, net)
 
 
-def test_deepcopy_and_pickle_give_sealed_copies_of_their_own():
+def test_deepcopy_and_pickle_give_sealed_copies_of_their_own_and_a_copy_shares():
     loaded, net = loaded_pair()
-    for copied in (copy.deepcopy(loaded), pickle.loads(pickle.dumps(loaded)), copy.copy(loaded)):
+    for copied in (copy.deepcopy(loaded), pickle.loads(pickle.dumps(loaded))):
         with torch.no_grad():
             copied(X)
         assert sealed.is_sealed(copied)
@@ -336,6 +336,13 @@ def test_deepcopy_and_pickle_give_sealed_copies_of_their_own():
             copied.lin.weight.mul_(5)  # its own state: not the original's
         assert sealed.is_sealed(loaded)
         same_as_eager(loaded, net)
+    shallow = copy.copy(loaded)  # as a module's copy: the same state, under the same seal
+    assert sealed.is_sealed(shallow)
+    with torch.no_grad():
+        shallow.lin.weight.mul_(5)
+        net.lin.weight.mul_(5)
+    assert not sealed.is_sealed(loaded)
+    same_as_eager(loaded, net)
 
 
 def test_deepcopy_of_a_sub_module_breaks_the_seal():
@@ -516,18 +523,33 @@ def test_a_sub_module_replaced_keeps_the_seal_and_the_call_is_refused():
         loaded(X)
 
 
-def test_a_call_with_autograd_over_state_without_grad_keeps_the_seal():
-    table = torch.randn(4, 4)
+class _Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("scale", torch.randn(4))
 
-    def f(x):
-        return x @ (table.t() * 2)
+    def forward(self, x):
+        return x * self.scale + (self.scale * 2.0).exp()  # (scale * 2).exp() folded
 
+
+def test_a_call_with_autograd_over_state_without_grad_breaks_the_seal():
+    """prober23a F5: state that needs no grad is still saved for backward where an input
+    requires grad (``x * buffer``: ``grad_fn._saved_other`` is the buffer itself); a
+    write through it, then a call without autograd, served the old folded value."""
+    torch.manual_seed(0)
+    net = _Scaled().eval()
+    x = torch.randn(2, 4)
     buffer = io.BytesIO()
-    with pytest.warns(Warning):
-        tracebridge.trace(f, torch.randn(2, 4)).save(buffer)
+    tracebridge.trace(net, x).save(buffer)
     loaded = tracebridge.load(buffer.getvalue())
-    x = torch.randn(2, 4, requires_grad=True)
-    out = loaded(x)
-    out.sum().backward()
-    assert sealed.is_sealed(loaded)  # nothing of the state is reachable from the result
-    torch.testing.assert_close(x.grad, (table.t() * 2).sum(1).expand(2, 4))
+    with torch.no_grad():
+        loaded(x)
+    assert sealed.is_sealed(loaded)
+    out = loaded(x.clone().requires_grad_(True))
+    assert not sealed.is_sealed(loaded)
+    saved = out.grad_fn.next_functions[0][0]._saved_other
+    assert saved.data_ptr() == loaded.scale.data_ptr()  # the buffer itself
+    with torch.no_grad():
+        saved.add_(1.0)
+        net.scale.add_(1.0)
+        torch.testing.assert_close(loaded(x), net(x))

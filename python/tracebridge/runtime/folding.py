@@ -476,7 +476,7 @@ class SealedFolded(Folded):
         seal = self.seal
         if not seal.intact:
             return Folded.__call__(self)
-        if _grad_enabled() and seal.grad_state:
+        if _grad_enabled():
             # (the code for calls with autograd breaks the seal when it is made: not here)
             seal.break_()
             return Folded.__call__(self)
@@ -497,6 +497,7 @@ class SealedFolded(Folded):
         pointers = list(map(_data_ptr, tensors))
         dtype, epoch = _default_dtype(), _epoch[0]
         values = with_their_types(made_normal(self.function))
+        data_writes.keep(tensors)  # a .data taken after the seal breaks drops them
         self.entry = (tensors, versions, pointers, dtype, epoch, values)
         return values
 

@@ -232,9 +232,12 @@ class Method:
             gen = fused or self.codegen(guards)
             gen.frozen = self.frozen
             seal = self.seal
-            if seal is not None and seal.intact and not no_grad and seal.grad_state:
-                # Calls with autograd give results whose grad_fn reaches the parameters
-                # (AccumulateGrad.variable): made at the first such call, which breaks it.
+            if seal is not None and seal.intact and not no_grad:
+                # Calls with autograd give results whose grad_fn reaches the state: the
+                # parameters (AccumulateGrad.variable), and any state tensor saved for
+                # backward where an input requires grad (``grad_fn._saved_other``, a
+                # saved-tensors hook; prober23a F5): made at the first such call, which
+                # breaks it.
                 seal.break_()
             gen.seal = seal
             gen.common = no_grad  # repeated nodes once, where no gradient flows (runtime/cse.py)

@@ -37,9 +37,11 @@ Note: why a loaded artifact may skip the check, and what ends that.
     arguments read the graphs under ``_tb_program``, which does not break it);
   - ``traced.program``: the program's state entries share memory with the module's
     tensors (``nn.Parameter(entry.tensor)``);
-  - a call with autograd where some state tensor requires grad: the output's
-    ``grad_fn`` reaches the parameter (``AccumulateGrad.variable``). It breaks when the
-    code for such calls is made, at the first of them (runtime/method.py).
+  - a call with autograd: the output's ``grad_fn`` reaches a parameter that requires grad
+    (``AccumulateGrad.variable``), and any state tensor that autograd saves for backward
+    where an input requires grad (``grad_fn._saved_other``, the pack hook of
+    ``torch.autograd.graph.saved_tensors_hooks``; prober23a F5). It breaks when the code
+    for such calls is made, at the first of them (runtime/method.py).
 
   tracebridge's own reads (the generated code's ``S[key]``, the folded values' and the
   state types' checks, saving, pickling, the module tree) use ``dict``'s own C methods,
@@ -52,7 +54,8 @@ Note: why a loaded artifact may skip the check, and what ends that.
 
   What the seal does not cover, as the unsealed check does not either: writes nobody
   records (``.data`` of a tensor reached by ``dict.__getitem__(vars(m)["_parameters"],
-  ...)`` and other reaching past the tables' methods; a memory-mapped file written in
+  ...)``, ``gc.get_objects()`` or ``gc.get_referents`` of a table, and other reaching past
+  the tables' methods; a memory-mapped file written in
   place by another process, which moves no version either). What a call still checks: the
   default dtype, ``invalidate_caches()``, a torch function mode or autocast around the
   call, and everything else (inputs, guards, the module tree, hooks).
