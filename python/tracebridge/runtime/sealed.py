@@ -69,15 +69,13 @@ _items = dict.items
 
 class Seal:
     """Whether the state of one loaded object has stayed tracebridge's alone (``intact``),
-    its tables, and whether some state tensor requires grad (``grad_state``: fixed while
-    intact, as only the tables' paths change it)."""
+    and its tables."""
 
-    __slots__ = ("intact", "tables", "grad_state")
+    __slots__ = ("intact", "tables")
 
     def __init__(self):
         self.intact = True
         self.tables: list[SealedDict] = []
-        self.grad_state = False
 
     def __repr__(self) -> str:
         return f"<seal: {'intact' if self.intact else 'broken'}, {len(self.tables)} tables>"
@@ -162,8 +160,6 @@ def sealed_table(table: dict, seal: Seal) -> SealedDict:
 def seal_modules(root, constants: str = "_tb_constants") -> Seal:
     """Seal the state tables of ``root`` (a loaded TracedModule) and of every module under
     it (before its methods read their slots); its table of constants too."""
-    import torch
-
     seal = Seal()
     seen: set[int] = set()
     for module in root.modules():
@@ -173,24 +169,13 @@ def seal_modules(root, constants: str = "_tb_constants") -> Seal:
         for name in ("_parameters", "_buffers"):
             module.__dict__[name] = sealed_table(module.__dict__[name], seal)
     root.__dict__[constants] = sealed_table(root.__dict__[constants], seal)
-    seal.grad_state = any(
-        isinstance(t, torch.Tensor) and t.requires_grad
-        for table in seal.tables
-        for t in dict.values(table)
-    )
     return seal
 
 
 def seal_table(owner, attribute: str) -> Seal:
     """Seal one state table, ``owner.<attribute>`` (a loaded TracedFunction's constants)."""
-    import torch
-
     seal = Seal()
-    table = sealed_table(owner.__dict__[attribute], seal)
-    owner.__dict__[attribute] = table
-    seal.grad_state = any(
-        isinstance(t, torch.Tensor) and t.requires_grad for t in dict.values(table)
-    )
+    owner.__dict__[attribute] = sealed_table(owner.__dict__[attribute], seal)
     return seal
 
 
