@@ -4,6 +4,13 @@
 
 traced_py <- function(x) attr(x, "py")
 
+# The program of a traced or loaded object, under its private name where it has one:
+# `program` itself breaks a loaded object's seal (python/tracebridge/runtime/sealed.py),
+# and binding a call's named arguments only reads its graphs' signatures.
+traced_program <- function(py) {
+  if (reticulate::py_has_attr(py, "_tb_program")) py[["_tb_program"]] else py$program
+}
+
 call_traced <- function(py, args, program = NULL, method = "forward") {
   # What a traced model costs per call from R beyond the Python call itself: convert the
   # inputs, one call, wrap the output. One tensor in goes through src/call.c where it
@@ -16,7 +23,7 @@ call_traced <- function(py, args, program = NULL, method = "forward") {
                                error = rethrow_python)
   } else {
     if (!is.null(names(args)) && any(nzchar(names(args)))) {
-      args <- bind_call(args, program %||% py$program, method)
+      args <- bind_call(args, program %||% traced_program(py), method)
     }
     # Through the callable's R wrapper, whose only formal is `...`: named inputs reach
     # Python as keywords whatever their names (py_call() would take `x` as its own).
@@ -177,7 +184,7 @@ print.script_function <- function(x, ...) {
       if (name %in% unlist(py_text(py$methods)) ||
           reticulate::py_has_attr(py, name)) {
         method <- reticulate::py_get_attr(py, name)
-        function(...) call_traced(method, list(...), py$program, name)
+        function(...) call_traced(method, list(...), traced_program(py), name)
       } else {
         tracebridge_abort(sprintf("This script_module has no method or field `%s`.", name))
       }

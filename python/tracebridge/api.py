@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.jit import _trace as _jit_trace
 from torch.nn.modules import module as _module_hooks
+from torch.nn.utils import parametrize as _parametrize
 from torch.utils.hooks import RemovableHandle as _RemovableHandle
 
 from . import artifact
@@ -40,6 +41,7 @@ from .ir.program import hoist_subgraphs, subgraph_names
 from .progress import stage, state_nbytes, track
 from .runtime import Method, generators, module_tree, state_changes, support, torchvision_ops
 from .runtime import frozen as frozen_state
+from .runtime import sealed as sealed_state
 from .runtime.generators import Slots
 from .runtime.method import Specialised, as_recorded, for_mode, guards_active
 from .runtime.module_tree import REGISTRATIONS as _REGISTRATIONS
@@ -95,17 +97,34 @@ def _add_specialisations(program: Program, name: str, graphs: list) -> None:
 class _Traced:
     """What a traced function and a traced module share."""
 
-    program: Program
+    _tb_program: Program
     _methods: dict[str, Method]
 
+    @property
+    def program(self) -> Program:
+        """The traced program (graphs, state, settings). Its state entries are the state
+        tensors themselves: reading it breaks a loaded object's seal (runtime/sealed.py)."""
+        found = self.__dict__
+        seal = found.get("_tb_seal")
+        if seal is not None and seal.intact:
+            seal.break_()
+        return found["_tb_program"]
+
+    @program.setter
+    def program(self, program: Program) -> None:
+        seal = self.__dict__.get("_tb_seal")
+        if seal is not None and seal.intact:
+            seal.break_()
+        self.__dict__["_tb_program"] = program
+
     def _make_methods(self, slots: dict, runtime: str) -> None:
-        hoist_subgraphs(self.program)  # graphs of specialisations added since it was made
-        graphs = self.program.methods
+        hoist_subgraphs(self._tb_program)  # graphs of specialisations added since it was made
+        graphs = self._tb_program.methods
         self._methods = {
             name: Method(name, g, slots, runtime, graphs) for name, g in graphs.items()
         }
         for method in self._methods.values():
-            method.from_file = self.program.from_file  # what an op's failure blames
+            method.from_file = self._tb_program.from_file  # what an op's failure blames
 
     def _chain_specialisations(self) -> None:
         """Each method with size-1 specialisations tries them when its guards refuse a call
@@ -113,10 +132,10 @@ class _Traced:
         writes in place and may refuse a call puts its writes back when it does
         (runtime/transaction.py), so that the next graph of a chain starts from the state
         the call found; every other method stays the runtime's own."""
-        slots, graphs = self._state_slots(), self.program.methods
+        slots, graphs = self._state_slots(), self._tb_program.methods
         for name, method in self._methods.items():
             self._methods[name] = transactional(method, graphs[name], slots, graphs)
-        for name, others in self.program.specialised.items():
+        for name, others in self._tb_program.specialised.items():
             chain = [self._methods[name]] + [self._methods[o] for o in others]
             self._methods[name] = Specialised(chain, slots)
 
@@ -125,8 +144,8 @@ class _Traced:
         """Every assumption the trace made, in words, with its source line: the guards, and
         the ops whose number of results the trace fixed (``unbind``, ``split``, ...)."""
         out = []
-        variants = _variant_names(self.program)  # alternatives, tried when these refuse
-        for name, graph in self.program.methods.items():
+        variants = _variant_names(self._tb_program)  # alternatives, tried when these refuse
+        for name, graph in self._tb_program.methods.items():
             if name in variants:
                 continue
             for node in graph.nodes:
@@ -155,10 +174,11 @@ class _Traced:
         meta kernels: not a price to pay on every trace)."""
         if getattr(self, "_symbolic", False):
             return
-        state = {name: table[key] for name, (table, key) in self._state_slots().items()}
-        for graph in self.program.methods.values():
+        slots = self._state_slots().items()
+        state = {name: sealed_state.peek(table, key) for name, (table, key) in slots}
+        for graph in self._tb_program.methods.values():
             if all(v.example is not None for v in graph.inputs):
-                symbolize(graph, state, self.program.methods)
+                symbolize(graph, state, self._tb_program.methods)
         self._symbolic = True
 
     def save(
@@ -192,7 +212,8 @@ class _Traced:
     # safe as the file (no more: pickle itself runs code, so unpickle only what you trust).
     # What comes back is what ``load`` gives: an independent module, sharing nothing with
     # the one pickled. ``copy.deepcopy`` takes the same road (the methods hold locks and
-    # generated code, which neither pickle nor deep-copy).
+    # generated code, which neither pickle nor deep-copy); ``copy.copy`` shares, as
+    # nn.Module's does.
 
     def __reduce__(self):
         return _from_pickle, (streams.to_bytes(self._program_for_saving()), _pickle_state(self))
@@ -201,6 +222,14 @@ class _Traced:
         data = streams.to_bytes(self._program_for_saving())
         copied = _from_pickle(data, _pickle_state(self))
         memo[id(self)] = copied
+        return copied
+
+    def __copy__(self):
+        # As nn.Module's copy.copy (and torch.jit's): a new object over the same tables --
+        # parameters, buffers, sub-modules, methods -- so a write through either reaches
+        # both (prober23a F2: it took __reduce__'s road, an independent deep copy).
+        copied = type(self).__new__(type(self))
+        copied.__dict__.update(self.__dict__)
         return copied
 
 
@@ -213,13 +242,23 @@ class TracedFunction(_Traced):
     tensor([3., 3., 3.])
     """
 
-    def __init__(self, program: Program, name: str = "forward", runtime: str = "codegen"):
-        self.program = program
+    def __init__(
+        self,
+        program: Program,
+        name: str = "forward",
+        runtime: str = "codegen",
+        sealed: bool = False,
+    ):
+        self._tb_program = program
         self.__name__ = name
         self._constants = {k: e.tensor for k, e in program.state.items()}
         self._generators = dict(program.generators)  # the code's own, or a file's copies
+        seal = None
+        if sealed and _sealable(program, runtime):  # loaded: runtime/sealed.py
+            seal = self.__dict__["_tb_seal"] = sealed_state.seal_table(self, "_constants")
         self._make_methods(self._state_slots(), runtime)
         self._chain_specialisations()
+        _give_seal(self._methods, seal)
         self._forward = self._methods["forward"]
 
     # The modes of the modules the function called, for a trace made in this process.
@@ -238,7 +277,7 @@ class TracedFunction(_Traced):
     def graph(self) -> str:
         """The text form of the traced graph (grammar in shared_ir/SPEC.md)."""
         self._symbolize()
-        return graph_text(self.program.methods["forward"], self.__name__)
+        return graph_text(self._tb_program.methods["forward"], self.__name__)
 
     @property
     def code(self) -> str:
@@ -252,15 +291,16 @@ class TracedFunction(_Traced):
 
     def _state_slots(self) -> dict:
         return Slots(
-            {k: (self._constants, k) for k in self._constants},
+            {k: (self._constants, k) for k in self._tb_program.state},
             {k: (self._generators, k) for k in self._generators},
         )
 
     def _program_for_saving(self) -> Program:
-        self.program.state = {
-            k: StateEntry(e.kind, self._constants[k]) for k, e in self.program.state.items()
+        self._tb_program.state = {
+            k: StateEntry(e.kind, sealed_state.peek(self._constants, k))
+            for k, e in self._tb_program.state.items()
         }
-        return self.program
+        return self._tb_program
 
     def __repr__(self) -> str:
         return f"<tracebridge.TracedFunction {self.__name__}>"
@@ -307,7 +347,7 @@ class TracedMethod:
         module = self._module
         module._symbolize()
         name = module._routed(self.name)
-        return graph_text(module.program.methods[name], name)
+        return graph_text(module._tb_program.methods[name], name)
 
     @property
     def code(self) -> str:
@@ -398,6 +438,19 @@ class ShownModule(nn.Module):
     def __class__(self):
         return self._shown_type or type(self)
 
+    @__class__.setter
+    def __class__(self, value):  # torch.nn.utils.parametrize's last step, and any other
+        raise _not_parametrized(self)
+
+    def __getattr__(self, name: str):
+        # torch.nn.utils.parametrize reads the tensor first, then writes it (``set_`` to its
+        # ``right_inverse``) and deletes it before it changes the class: refused at the read,
+        # before anything changed (prober23a F3: an AttributeError from inside torch, the
+        # weight already gone).
+        if sys._getframe(1).f_code is _REGISTER_PARAMETRIZATION:
+            raise _not_parametrized(self)
+        return super().__getattr__(name)
+
     @classmethod
     def of(cls, program: Program, path: str) -> ShownModule:
         """The sub-module at ``path`` as the file describes it."""
@@ -413,6 +466,20 @@ class ShownModule(nn.Module):
 
     def extra_repr(self) -> str:
         return self._shown_settings
+
+
+_REGISTER_PARAMETRIZATION = _parametrize.register_parametrization.__code__
+
+
+def _not_parametrized(module: ShownModule) -> TraceError:
+    return TraceError(
+        f"a sub-module of a loaded module ({module._shown_class}) cannot be parametrized "
+        "(torch.nn.utils.parametrize: weight_norm, spectral_norm, orthogonal...): its "
+        "graphs hold the computation the module was traced with, and read its parameters "
+        "as they are. Nothing was changed. Parametrize the original model and trace it "
+        "again (tracebridge.trace), or write the new weights into the loaded one "
+        "(load_state_dict)"
+    )
 
 
 def _add_shown_modules(root: nn.Module, program: Program) -> None:
@@ -753,7 +820,7 @@ def _owner(root: nn.Module, path: str) -> tuple[nn.Module, str]:
 
 # The attributes whose change can change what a call of a traced module runs: the fast
 # call (``TracedModule.__call__``) is chosen again when one is set or deleted.
-_ROUTING_ATTRIBUTES = frozenset({"forward", "training", "program", "_methods", "_mode_bound"})
+_ROUTING_ATTRIBUTES = frozenset({"forward", "training", "_tb_program", "_methods", "_mode_bound"})
 
 
 class TracedModule(nn.Module, _Traced):
@@ -769,10 +836,14 @@ class TracedModule(nn.Module, _Traced):
     """
 
     def __init__(
-        self, program: Program, original: nn.Module | None = None, runtime: str = "codegen"
+        self,
+        program: Program,
+        original: nn.Module | None = None,
+        runtime: str = "codegen",
+        sealed: bool = False,
     ):
         super().__init__()
-        self.program = program
+        self._tb_program = program
         self._class_name = program.module_classes.get("", "Module")
         self._tb_constants: dict[str, torch.Tensor] = {}
         # The generators the graphs draw from that no module of the tree holds as an
@@ -784,8 +855,13 @@ class TracedModule(nn.Module, _Traced):
         else:
             self._rebuild(program)
         self.training = program.training if original is None else original.training
+        seal = None
+        if sealed and original is None and _sealable(program, runtime):
+            # loaded: its state tables sealed before the methods take their slots
+            seal = self.__dict__["_tb_seal"] = sealed_state.seal_modules(self)
         self._make_methods(self._slots(), runtime)
         self._chain_specialisations()
+        _give_seal(self._methods, seal)
         self._mode_bound = dict(program.mode_bound)
         # The tree the graphs were recorded from, checked on each call (module_tree.py): the
         # original's (a sub-module replaced there is what eager runs), or a loaded one's own.
@@ -793,6 +869,7 @@ class TracedModule(nn.Module, _Traced):
             self if original is None else original,
             program.module_modes,
             _same_in_both(program),
+            traced=None if original is None else self,
         )
         # The module traced, whose call this stands for: its hooks at trace time ran
         # inside the recording, so the graph holds what they did, and it never runs one
@@ -977,7 +1054,7 @@ class TracedModule(nn.Module, _Traced):
         """Keep in ``_tb_fast`` the method that ``forward`` runs now when its routing has
         nothing to check (None otherwise: the call then goes through ``forward``)."""
         found = self.__dict__
-        ready = all(k in found for k in ("program", "_methods", "_mode_bound"))
+        ready = all(k in found for k in ("_tb_program", "_methods", "_mode_bound"))
         own_forward = "forward" in found or type(self).forward is not TracedModule.forward
         method = None
         # while a backward hook present at trace time is registered, calls go through
@@ -999,8 +1076,8 @@ class TracedModule(nn.Module, _Traced):
         # would pay on every call), after the state and children that lookup reads.
         found = self.__dict__
         named = found.get("_tb_named")
-        if named is None and "program" in found:
-            named = found["_tb_named"] = _named_methods(found["program"])
+        if named is None and "_tb_program" in found:
+            named = found["_tb_named"] = _named_methods(found["_tb_program"])
         if named and name in named and not _is_state_or_child(found, name):
             return TracedMethod(self, name)
         return super().__getattr__(name)
@@ -1018,7 +1095,7 @@ class TracedModule(nn.Module, _Traced):
         self.__dict__["_parameters"] = original._parameters
         self.__dict__["_buffers"] = original._buffers
         self.__dict__["_non_persistent_buffers_set"] = original._non_persistent_buffers_set
-        for name, entry in self.program.state.items():
+        for name, entry in self._tb_program.state.items():
             if entry.kind == "constant":
                 self._tb_constants[name] = entry.tensor
 
@@ -1105,10 +1182,10 @@ class TracedModule(nn.Module, _Traced):
         found = self.__dict__.get("_tb_generator_slots")
         if found is None:  # (where each generator is: decided once, by identity)
             root, own = self.__dict__["_tb_generator_root"], self._tb_generators
-            found = generators.module_slots(root, self.program.generators, own)
+            found = generators.module_slots(root, self._tb_program.generators, own)
             self.__dict__["_tb_generator_slots"] = found
         slots = Slots({}, found)
-        for name, entry in self.program.state.items():
+        for name, entry in self._tb_program.state.items():
             if entry.kind == "constant":
                 slots[name] = (self._tb_constants, name)
                 continue
@@ -1130,13 +1207,13 @@ class TracedModule(nn.Module, _Traced):
         return self._class_name
 
     def extra_repr(self) -> str:
-        settings = self.program.module_reprs.get("")
+        settings = self._tb_program.module_reprs.get("")
         traced = f"traced: {', '.join(self.methods)}"
         return f"{settings}, {traced}" if settings else traced
 
     def _routed(self, name: str) -> str:
         """The name of the graph that method ``name`` runs in the current mode."""
-        route = self.program.dispatch.get(name)
+        route = self._tb_program.dispatch.get(name)
         return name if route is None else route["train" if self.training else "eval"]
 
     def _method_for(self, name: str) -> Method:
@@ -1145,7 +1222,7 @@ class TracedModule(nn.Module, _Traced):
         if method is None:
             raise TraceError(
                 f"this traced module has no method {name!r} (it has "
-                f"{', '.join(self.program.methods)}); call one of those"
+                f"{', '.join(self._tb_program.methods)}); call one of those"
             )
         bound = self._mode_bound.get(name)
         if bound is not None and bound["training"] != self.training and guards_active(method):
@@ -1179,10 +1256,10 @@ class TracedModule(nn.Module, _Traced):
     def _state_changed(self, exc: GuardError, graph_name: str) -> GuardError | None:
         """A refusal told with the state that changed shape since the trace (a buffer the
         code rebuilt lazily in an eager call), or None (runtime/state_changes.py)."""
-        graph = self.program.methods.get(graph_name)
+        graph = self._tb_program.methods.get(graph_name)
         if graph is None:
             return None
-        return state_changes.explained(exc, graph, self.program.state, self._slots())
+        return state_changes.explained(exc, graph, self._tb_program.state, self._slots())
 
     forward = _TracedForward(forward)
 
@@ -1211,8 +1288,8 @@ class TracedModule(nn.Module, _Traced):
     @property
     def methods(self) -> list[str]:
         """The names of the traced methods (without the size-1 variants kept beside them)."""
-        variants = _variant_names(self.program)
-        return [name for name in self.program.methods if name not in variants]
+        variants = _variant_names(self._tb_program)
+        return [name for name in self._tb_program.methods if name not in variants]
 
     @property
     def graph(self) -> str:
@@ -1249,9 +1326,9 @@ class TracedModule(nn.Module, _Traced):
             tree.check_tree()
         slots = self._slots()
         state = {}
-        for name, entry in self.program.state.items():
+        for name, entry in self._tb_program.state.items():
             table, key = slots[name]
-            tensor = table.get(key)
+            tensor = sealed_state.peek(table, key)
             if not isinstance(tensor, torch.Tensor):
                 now = "is gone from its module" if key not in table else "is None now"
                 raise TraceError(
@@ -1261,10 +1338,10 @@ class TracedModule(nn.Module, _Traced):
                     "was: trace again after the change, then save"
                 )
             state[name] = StateEntry(entry.kind, tensor, entry.persistent)
-        self.program.state = state
-        self.program.training = self.training
-        self.program.generators = generators.current(slots.generators)
-        return self.program
+        self._tb_program.state = state
+        self._tb_program.training = self.training
+        self._tb_program.generators = generators.current(slots.generators)
+        return self._tb_program
 
 
 # --- trace -------------------------------------------------------------------------------
@@ -2104,7 +2181,11 @@ def load(
     Returns:
         a :class:`TracedFunction` or a :class:`TracedModule` (whichever was saved).
 
-    The state tensors are views of the memory-mapped file (nothing is copied). ``weights``
+    The state tensors are views of the memory-mapped file (nothing is copied). Until
+    anything reads or writes them (an attribute, ``parameters()``, ``state_dict()``,
+    ``.to()``, ``program``, a call with autograd: docs/divergence.md, "Sealed state"),
+    calls keep the values folded from them without checking the state again
+    (runtime/sealed.py). ``weights``
     binds the state by name from safetensors checkpoints instead (a file, a list of files,
     or a sharded ``model.safetensors.index.json``): needed for a program traced on the meta
     device. A tied tensor (an output layer sharing the embedding's matrix) binds under any
@@ -2122,9 +2203,25 @@ def load(
     with track("loading", total=streams.size_of(path), unit="B", progress=progress):
         program = streams.read_from(path, weights=weights, verify=verify, map_location=map_location)
     torchvision_ops.require_program(program.methods)  # torchvision.nms needs torchvision here
+    # Its state is the loader's, held by no one else: sealed (runtime/sealed.py).
     if program.kind == "function":
-        return TracedFunction(program, runtime=runtime)
-    return TracedModule(program, runtime=runtime)
+        return TracedFunction(program, runtime=runtime, sealed=True)
+    return TracedModule(program, runtime=runtime, sealed=True)
+
+
+def _sealable(program: Program, runtime: str) -> bool:
+    """Whether a loaded program's state may be sealed (runtime/sealed.py): generated code,
+    and no graph that writes its state or may return memory of it."""
+    return runtime == "codegen" and frozen_state.state_stays_fixed(program.methods)
+
+
+def _give_seal(methods: dict, seal) -> None:
+    """Hand ``seal`` to every runtime Method behind ``methods`` (before any call)."""
+    if seal is None:
+        return
+    for method in methods.values():
+        for each in frozen_state.runtime_methods(method):
+            each.seal = seal
 
 
 # --- pickling -----------------------------------------------------------------------------
@@ -2140,7 +2237,9 @@ def _pickle_state(obj: TracedFunction | TracedModule) -> dict:
     if isinstance(obj, TracedFunction):
         state["name"] = obj.__name__
     else:
-        tensors = [*obj.parameters(), *obj.buffers()]
+        # (read from the slots, which do not break a seal: runtime/sealed.py)
+        found = (sealed_state.peek(table, key) for table, key in obj._slots().values())
+        tensors = [t for t in found if isinstance(t, torch.Tensor)]
         if tensors and tensors[0].device.type != "cpu":
             state["device"] = str(tensors[0].device)
     return state
@@ -2211,10 +2310,10 @@ def freeze(
             "its state on each call)"
         )
     for name in preserved_attrs or ():
-        if name not in obj.program.methods:
+        if name not in obj._tb_program.methods:
             raise TraceError(
                 f"freeze(preserved_attrs=...) names {name!r}, which is no traced method: a "
-                f"frozen module keeps every traced method ({', '.join(obj.program.methods)}) "
+                f"frozen module keeps every traced method ({', '.join(obj._tb_program.methods)}) "
                 "and no state it may change; use the unfrozen module where its state changes"
             )
     return _frozen_from(_fresh_copy(obj))
@@ -2227,7 +2326,7 @@ def _fresh_copy(obj: TracedFunction | TracedModule) -> TracedFunction | TracedMo
 
 def _frozen_from(copied: TracedFunction | TracedModule) -> FrozenModule | FrozenFunction:
     """``copied`` (a fresh loaded copy, no one else's) frozen (see :func:`freeze`)."""
-    program = copied.program
+    program = copied._tb_program
     # A module's graphs of training mode never run (train() is refused): a batch norm
     # traced in both modes (respect_mode=True) writes its statistics only there.
     train_only = {route["train"] for route in program.dispatch.values()} - set(
@@ -2332,7 +2431,7 @@ class FrozenModule(_FrozenViews, nn.Module):
 
     def __getattr__(self, name: str):
         traced = self.__dict__.get("_tb_frozen")
-        if traced is not None and name in _named_methods(traced.program):
+        if traced is not None and name in _named_methods(traced._tb_program):
             return _FrozenMethod(self, TracedMethod(traced, name))
         return super().__getattr__(name)
 

@@ -178,7 +178,9 @@ def track(
 def state_nbytes(traced) -> int:
     """The bytes of a traced object's stored state (what a save writes): the size R's
     ``jit_save`` decides on whether to show progress by."""
-    state = traced.program.state.values()
+    # (the program under its private name: ``program`` breaks a loaded object's seal)
+    state = getattr(traced, "_tb_program", None) or traced.program
+    state = state.state.values()
     return sum(e.tensor.nbytes for e in state if not e.tensor.is_meta)
 
 

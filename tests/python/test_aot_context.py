@@ -115,7 +115,9 @@ def test_autocast_runs_the_plain_program(loaded):
     torch.testing.assert_close(out, want)
 
 
-@pytest.mark.parametrize("change", ["load_state_dict", "in_place", "assign", "data"])
+@pytest.mark.parametrize(
+    "change", ["load_state_dict", "in_place", "assign", "data", "through_data"]
+)
 def test_changed_weights_run_the_plain_program(loaded, change):
     net = small_net()
     new = {
@@ -131,6 +133,8 @@ def test_changed_weights_run_the_plain_program(loaded, change):
             if change == "in_place":
                 with torch.no_grad():
                     tensor.copy_(new[name])
+            elif change == "through_data":  # no version moves: runtime/data_writes.py
+                tensor.data.copy_(new[name])
             else:
                 tensor.data = new[name].clone()
         for name, tensor in loaded.named_buffers():
@@ -142,6 +146,30 @@ def test_changed_weights_run_the_plain_program(loaded, change):
     with torch.no_grad():
         out = _calls_plain(loaded, x, r"changed since it was loaded .* save_compiled again")
         torch.testing.assert_close(out, net(x), rtol=1e-5, atol=1e-5)
+
+
+def test_an_attribute_set_on_the_compiled_object_is_the_plain_objects(loaded):
+    """prober23a F7: ``m.fc = other`` landed on the wrapper, which neither the package nor
+    the plain object reads, and calls went on with the old layer silently. It is set on
+    the plain object, whose call refuses the replaced sub-module; a copy shares it; a
+    pickle says what to do."""
+    import copy
+    import pickle
+
+    shared = copy.copy(loaded)
+    assert shared.fallback is loaded.fallback
+    setattr(loaded, "4", nn.Linear(WIDTH, 4))
+    assert getattr(loaded.fallback, "4") is getattr(loaded, "4")
+    with (
+        torch.no_grad(),
+        pytest.raises(tracebridge.TraceError, match=r"sub-module '4' .* replaced"),
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("ignore", aot.CompiledCodeWarning)
+        loaded(_inputs())
+    for how in (pickle.dumps, copy.deepcopy):
+        with pytest.raises(tracebridge.TraceError, match="load the file again"):
+            how(loaded)
 
 
 def test_another_mode_runs_the_plain_program_until_set_back(loaded):

@@ -26,6 +26,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -161,8 +162,15 @@ def test_graph_text_is_stable(name: str, tmp_path: Path) -> None:
     assert str(traced.graph).strip(), "empty graph text"
     for label, other in (("a second trace", again), ("the loaded artifact", loaded)):
         assert str(other.graph) == str(traced.graph), f"graph text differs for {label}"
-        assert other.code == traced.code, f"code differs for {label}"
+        assert _unsealed(other.code) == traced.code, f"code differs for {label}"
     compile(traced.code, f"<{name}.code>", "exec")
+
+
+def _unsealed(code: str) -> str:
+    """``code`` with a sealed loaded object's state reads (``_state_get(S0, 'weight')``,
+    dict's own read, which does not break the seal: runtime/sealed.py) written as the
+    same read of an unsealed object's (``S0['weight']``)."""
+    return re.sub(r"_state_get\((S\d+), ('[^']*')\)", r"\1[\2]", code)
 
 
 def _shapes(inputs: tuple) -> str:

@@ -182,6 +182,76 @@ def test_state_loaded_with_assign_is_seen(where: str) -> None:
     torch.testing.assert_close(fx.call(gm, x), F.linear(x, other.weight))
 
 
+def _two_layers():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2)).eval()
+    with torch.no_grad():
+        net[1].running_mean.uniform_(-1, 1)
+        net[1].running_var.uniform_(0.5, 2)
+    return net
+
+
+def test_state_set_on_the_graph_module_itself_stays() -> None:
+    """prober23a F4: a tensor set on the GraphModule (an assignment, ``functional_call``,
+    ``.double()``) was put back to the traced module's at the next call, silently; only a
+    tensor set anew on the traced module is installed."""
+    net = _two_layers()
+    x = torch.randn(3, 4)
+    gm = tracebridge.to_graph_module(_trace(net, x))
+    given = {"0.weight": torch.full((4, 4), 0.3)}
+    reference = copy.deepcopy(net)
+    with torch.no_grad():
+        want = torch.func.functional_call(reference, dict(given), (x,))
+        got = torch.func.functional_call(gm, given, (x,))  # the flat outputs: one here
+    torch.testing.assert_close(got, (want,))
+    assert given["0.weight"] is not net[0].weight  # the caller's dict holds what it gave
+    new = nn.Parameter(torch.full((2, 4), -0.5))
+    gm.get_submodule("3").weight = new
+    reference[3].weight = nn.Parameter(new.detach().clone())
+    with torch.no_grad():
+        torch.testing.assert_close(fx.call(gm, x), reference(x))
+    assert gm.get_submodule("3").weight is new
+    gm.double()
+    reference.double()
+    with torch.no_grad():
+        torch.testing.assert_close(fx.call(gm, x.double()), reference(x.double()))
+    assert gm.get_buffer("1.running_mean").dtype == torch.float64
+
+
+class _NormFirst(nn.Module):
+    """Registers its projections before the norm its forward runs first."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.ln = nn.Linear(4, 4), nn.Linear(4, 4), nn.LayerNorm(4)
+
+    def forward(self, x):
+        x = self.ln(x)
+        return self.q(x) + self.k(x)
+
+
+@pytest.mark.parametrize("loaded", [False, True])
+def test_graph_module_parameters_come_in_the_modules_order(loaded) -> None:
+    """prober23a: the GraphModule listed the state in the order the graph reads it (the
+    norm first), so an optimizer's state or ``vector_to_parameters`` carried across paired
+    the q and k weights (one shape) with each other's values."""
+    torch.manual_seed(0)
+    net = _NormFirst().eval()
+    x = torch.randn(2, 4)
+    traced = _trace(net, x)
+    if loaded:
+        buffer = io.BytesIO()
+        tracebridge.save(traced, buffer)
+        traced = tracebridge.load(buffer.getvalue())
+    gm = tracebridge.to_graph_module(traced)
+    assert [n for n, _ in gm.named_parameters()] == [n for n, _ in net.named_parameters()]
+    vector = torch.nn.utils.parameters_to_vector(net.parameters()) * 2
+    with torch.no_grad():
+        torch.nn.utils.vector_to_parameters(vector, gm.parameters())
+        torch.nn.utils.vector_to_parameters(vector, net.parameters())
+        torch.testing.assert_close(fx.call(gm, x), net(x))
+
+
 # -- U1: pickling --------------------------------------------------------------------------
 
 

@@ -317,9 +317,17 @@ def test_the_frozen_code_checks_neither_the_folded_state_nor_its_types():
     assert not any(type(v) is folding.Folded for v in kept)
     assert any(isinstance(v, lean.FixedTypes) for v in kept)
     assert not any(type(v) is lean.StateTypes for v in kept)
-    # the unfrozen loaded module keeps its live checks
+    # the unfrozen loaded module keeps its live checks: skipped while its state is sealed
+    # (runtime/sealed.py), made once it breaks, and from the first call on where the
+    # seal broke before the code was made
     unfrozen = runtime_methods(loaded._methods["forward"])[0]._compiled[(True, True)]
-    assert any(type(v) is folding.Folded for v in unfrozen.__kwdefaults__.values())
+    assert any(type(v) is folding.SealedFolded for v in unfrozen.__kwdefaults__.values())
+    broken = _loaded(tracebridge.trace(model, x))
+    broken.program  # noqa: B018 - breaks its seal
+    with torch.no_grad():
+        broken(x)
+    checked = runtime_methods(broken._methods["forward"])[0]._compiled[(True, True)]
+    assert any(type(v) is folding.Folded for v in checked.__kwdefaults__.values())
 
 
 def test_the_benchmark_compares_the_four_contenders():

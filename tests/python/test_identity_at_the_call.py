@@ -103,3 +103,57 @@ def test_the_identity_runs_are_part_of_the_check():
     model = Attention()
     unchecked = tracebridge.trace(model, (x, y), check_trace=False)
     assert unchecked.program.methods["forward"].distinct_inputs in (None, [])
+
+
+def encoder_decoder(query, key, value):
+    if key is value:  # one projection for key and value (another weight's path)
+        return query + key * 3
+    return query + key + value
+
+
+def mixed(query, key, value):
+    if query is key and key is not value:
+        return query * 5
+    return query + key + value
+
+
+@pytest.mark.parametrize("loaded", [False, True])
+def test_a_test_of_a_pair_within_three_inputs_marks_that_pair(tmp_path, loaded):
+    """``query is key and key is not value``: one tensor at all three positions and distinct
+    ones take the same path, so only the pair's own run tells; ``key is value`` is told
+    by one tensor at all three already, and marks the whole group."""
+    q, k, v = (torch.randn(3) for _ in range(3))
+    traced = tracebridge.trace(encoder_decoder, (q, k, v))
+    assert traced.program.methods["forward"].distinct_inputs == [[0, 1, 2]]
+    traced = tracebridge.trace(mixed, (q, k, v))
+    assert traced.program.methods["forward"].distinct_inputs == [[0, 1]]
+    if loaded:
+        tracebridge.save(traced, tmp_path / "f.tb")
+        traced = tracebridge.load(tmp_path / "f.tb")
+    assert torch.equal(traced(q, k, v), mixed(q, k, v))
+    assert torch.equal(traced(q, k, k), mixed(q, k, k))  # the pair (key, value) is free
+    with pytest.raises(TraceError, match="same tensor object as 'query' and 'key'"):
+        traced(q, q, v)  # eager: q * 5; the trace held q + q + v
+    with pytest.raises(TraceError, match="'query' and 'key'"):
+        traced(q, q, q)  # the same path as distinct, but refused with the pair: safe
+
+
+def test_a_pair_of_a_group_of_four_is_found_and_larger_groups_try_one_tensor_only():
+    def two_pairs(a, b, c, d):
+        if c is d and a is not b:
+            return a - c
+        return a + b + c + d
+
+    inputs = tuple(torch.randn(2) for _ in range(4))
+    traced = tracebridge.trace(two_pairs, inputs)
+    assert traced.program.methods["forward"].distinct_inputs == [[2, 3]]
+    a, b, c, _ = inputs
+    with pytest.raises(TraceError, match="'c' and 'd'"):
+        traced(a, b, c, c)
+    assert torch.equal(traced(a, a, c, inputs[3]), two_pairs(a, a, c, inputs[3]))
+
+    def five(a, b, c, d, e):
+        return a - e if d is e and a is not b else a + b + c + d + e
+
+    traced = tracebridge.trace(five, tuple(torch.randn(2) for _ in range(5)))
+    assert traced.program.methods["forward"].distinct_inputs == []  # documented limit

@@ -258,3 +258,43 @@ def test_a_module_added_to_the_traced_module_is_not_added_to_the_original():
     traced.criterion = nn.MSELoss()  # bookkeeping on the traced module
     assert "criterion" not in model._modules
     assert torch.equal(model(X), traced(X))
+
+
+def test_a_sub_module_replaced_on_the_traced_module_itself_is_refused():
+    """prober23a F1: ``traced.layer = other`` replaced it in the traced module's own table,
+    not in the original's, and the graphs went on running the old layer silently."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 3), nn.Sequential(nn.ReLU(), nn.Linear(3, 2))).eval()
+    traced = tracebridge.trace(model, torch.randn(4, 3))
+    setattr(traced, "0", nn.Linear(3, 3))
+    with pytest.raises(TraceError, match=r"sub-module '0' .* was replaced .*now Linear"):
+        traced(X)
+    setattr(traced, "0", model[0])  # put back: the tree the graphs were recorded with
+    assert torch.equal(traced(X), model(X))
+    del traced._modules["1"]
+    traced.criterion = nn.MSELoss()  # bookkeeping, allowed; a registration: the tree is walked
+    with pytest.raises(TraceError, match=r"sub-module '1(.0|.1)?' .* was removed"):
+        traced(X)
+
+
+@pytest.mark.parametrize("how", ["register", "weight_norm", "orthogonal"])
+def test_a_loaded_sub_module_refuses_a_parametrization_and_changes_nothing(tmp_path, how):
+    """prober23a F3: parametrize on a loaded sub-module raised an AttributeError from inside
+    torch (its __class__ has no setter), after the weight was already taken out (and, with
+    a right_inverse, rewritten in place). It is refused at parametrize's first read."""
+    from torch.nn.utils import parametrize
+    from torch.nn.utils.parametrizations import orthogonal, weight_norm
+
+    model = _eval_model()
+    _, loaded = _traced_and_loaded(model, tmp_path)
+    before = loaded(X)
+    weight = getattr(loaded, "0").weight.detach().clone()
+    apply = {
+        "register": lambda m: parametrize.register_parametrization(m, "weight", nn.Identity()),
+        "weight_norm": weight_norm,
+        "orthogonal": orthogonal,
+    }[how]
+    with pytest.raises(TraceError, match=r"sub-module of a loaded module \(Linear\) cannot be"):
+        apply(getattr(loaded, "0"))
+    assert not parametrize.is_parametrized(getattr(loaded, "0"))
+    assert torch.equal(getattr(loaded, "0").weight, weight) and torch.equal(loaded(X), before)

@@ -79,6 +79,29 @@ def test_a_copy_shares_nothing_with_the_original() -> None:
     assert net.weight.abs().sum() > 0 and traced.weight is net.weight
 
 
+@pytest.mark.parametrize("loaded", [False, True])
+def test_a_shallow_copy_shares_the_state_as_a_module_copy_does(loaded) -> None:
+    """prober23a F2: ``copy.copy`` was a deep copy; nn.Module's and torch.jit's share."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)).eval()
+    x = torch.randn(3, 4)
+    traced = tracebridge.trace(net, x)
+    if loaded:
+        traced = tracebridge.load(_artifact_bytes(traced))
+    copied = copy.copy(traced)
+    assert type(copied) is type(traced) and copied is not traced
+    assert getattr(copied, "0").weight is getattr(traced, "0").weight
+    with torch.no_grad():
+        traced(x)
+        getattr(copied, "0").weight.mul_(2.0)
+        if loaded:  # the same write on the reference (a fresh trace shares net's weight)
+            net[0].weight.mul_(2.0)
+        torch.testing.assert_close(traced(x), net(x))
+        torch.testing.assert_close(copied(x), net(x))
+    function = tracebridge.trace(lambda a: a * 2 + 1, torch.ones(2))
+    assert torch.equal(copy.copy(function)(torch.ones(2)), torch.full((2,), 3.0))
+
+
 def test_runtime_guards_flag_and_name_survive_pickling() -> None:
     def double(x):
         return x * 2

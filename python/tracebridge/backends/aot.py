@@ -405,6 +405,44 @@ class AOTCompiled:
             raise AttributeError(name)
         return getattr(self.fallback, name)
 
+    # Names this object holds itself; every other public name is the plain object's.
+    _OWN = frozenset({"method", "compiled_form", "compiled_reason"})
+
+    def __setattr__(self, name: str, value) -> None:
+        # ``m.scale = nn.Parameter(...)``, ``m.conv = other``: set on the object the package
+        # stands for, whose watch then sees it (the call runs there, or raises its
+        # TraceError), as it sees a change made through ``m.conv.weight`` (prober23a F7:
+        # it landed on this wrapper, which neither the package nor the plain object reads).
+        if name.startswith("_") or name in self._OWN:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self.fallback, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name.startswith("_") or name in self._OWN:
+            object.__delattr__(self, name)
+        else:
+            delattr(self.fallback, name)
+
+    def __copy__(self):
+        # As a module's copy: a new object over the same plain object (loaded now, so that
+        # both share it) and the same package.
+        self.fallback  # noqa: B018 - loads it
+        copied = object.__new__(type(self))
+        copied.__dict__.update(self.__dict__)
+        return copied
+
+    def __reduce_ex__(self, protocol):
+        raise TraceError(
+            "an object of tracebridge.load_compiled runs a loaded AOTInductor package (a "
+            "C++ library in this process), which cannot be pickled or deep-copied: load "
+            "the file again (tracebridge.load_compiled(path, ...)) where you need another, "
+            "or pickle the plain program (obj.fallback), which pickles as its file"
+        )
+
+    def __deepcopy__(self, memo):
+        return self.__reduce_ex__(2)
+
     def __repr__(self) -> str:
         return f"<tracebridge.AOTCompiled {self.method} of {self.fallback!r}>"
 

@@ -37,7 +37,8 @@ is compared with a snapshot taken at its load: the identity, ``_version`` and da
 pointer of each state tensor (``load_state_dict`` and in-place updates bump the
 version, ``.data =`` and ``.to()`` move the pointer, ``assign=True`` replaces the
 tensor) and the training flag of each module. An in-place write through ``p.data``
-bumps no version and is not seen (as the runtime's own folds do not see it).
+bumps no version; taking a parameter's ``.data`` marks it (runtime/data_writes.py), and
+a marked tensor counts as changed, as for the runtime's own folds.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from torch import nn
 from torch.nn.modules import module as _module_hooks
 
 from ..ir.ops import DYNAMIC_READS
+from ..runtime import data_writes
 
 _VERSION = operator.attrgetter("_version")
 _TRAINING = operator.attrgetter("training")
@@ -149,6 +151,7 @@ class PlainWatch:
         self.tensors = self._now()
         self.versions = tuple(map(_VERSION, self.tensors))
         self.pointers = tuple(map(_DATA_PTR, self.tensors))
+        data_writes.keep(self.tensors)
         modules = list(plain.modules()) if isinstance(plain, nn.Module) else []
         self.modules = tuple(modules)
         self.flags = tuple(map(_TRAINING, modules))
@@ -182,6 +185,7 @@ class PlainWatch:
             any(map(operator.is_not, tensors, self.tensors))
             or tuple(map(_VERSION, tensors)) != self.versions
             or tuple(map(_DATA_PTR, tensors)) != self.pointers
+            or data_writes.taken(tensors)
         ):
             return STATE
         return None

@@ -21,6 +21,7 @@ results is no reason to refuse.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import combinations
 
 import torch
 
@@ -233,6 +234,8 @@ def _renamed(obj, rename: dict[str, str]):
 
 # How many groups of inputs the probe below runs the code for (two runs each).
 MAX_PROBED_GROUPS = 4
+# Groups of at most this many inputs are probed pair by pair too (six pairs at most).
+MAX_PAIRED = 4
 
 
 def identity_sensitive_groups(
@@ -246,22 +249,29 @@ def identity_sensitive_groups(
 ) -> list[list[int]]:
     """The groups of input positions (tensor leaves, in the traced order) that the example
     gives distinct tensors, where the code gives other results for one tensor passed at
-    all of them than for distinct tensors with the same values: a call passing one tensor
-    at two of them must be refused (runtime/method.py, ``Graph.distinct_inputs``).
+    two or more of them than for distinct tensors with the same values: a call passing
+    one tensor at two positions of a group must be refused (runtime/method.py,
+    ``Graph.distinct_inputs``).
 
     Note: the other direction of :func:`refuse_identity_paths` (prober21b F3's other half).
     A trace made with distinct tensors (``trace(attn, (q, k))``) holds the path for
     distinct tensors; code that tests identity (``if query is key:``) takes another path
     for ``attn(x, x)``, and the trace gave the distinct path's results. Which inputs a
     caller may pass one tensor to is not known, so the inputs that could be one tensor
-    (the same dtype, device, layout and rank) are tried, per group: the code runs once
-    with the group's first tensor at each of its positions and once with distinct aliases
-    of it (the same storage and values, other objects), from the same state and random
-    state. Equal results (nn.MultiheadAttention: its packed and split projections agree)
-    add nothing to the trace, which then serves both calls; other results, or one run
-    raising where the other does not, mark the group. Where both raise, the code does not
-    take that tensor there, and nothing is known. At most :data:`MAX_PROBED_GROUPS`
-    groups, the first ones; only calls decide, never graphs (as above)."""
+    (the same dtype, device, layout and rank) are tried, per group: the code runs with
+    distinct aliases of the group's first tensor (the same storage and values, other
+    objects) and with one tensor at all of the group's positions, from the same state
+    and random state. Where those differ, the whole group is marked. Where they agree,
+    a group of three or four also runs with one tensor at each pair of its positions
+    and distinct aliases at the others: a test of a mix (``if key is value`` with
+    another query, ``q is k and k is not v``) differs only there, and marks that pair.
+    Equal results (nn.MultiheadAttention: its packed and split projections agree) add
+    nothing to the trace, which then serves every call; other results, or one run
+    raising where the other does not, mark. Where both raise, the code does not take
+    that tensor there, and nothing is known. At most :data:`MAX_PROBED_GROUPS` groups,
+    the first ones, and pairs in groups of at most :data:`MAX_PAIRED` inputs (in a
+    larger group only one tensor at all positions is tried); only calls decide, never
+    graphs (as above)."""
     leaves, spec = pytree.flatten((tuple(args), dict(kwargs)), is_tensor)
     counts: dict[int, int] = {}
     for leaf in leaves:
@@ -273,39 +283,55 @@ def identity_sensitive_groups(
         key = (leaf.dtype, leaf.device, leaf.dim())
         kinds.setdefault(key, []).append(position)
     groups = [group for group in kinds.values() if len(group) > 1][:MAX_PROBED_GROUPS]
-    return [group for group in groups if _differs(fn, args, kwargs, group, module, mode, tolerance)]
+    found: list[list[int]] = []
+    for group in groups:
+        probe = _IdentityProbe(fn, args, kwargs, group, module, mode, tolerance)
+        if probe.differs(group):
+            found.append(group)
+        elif 2 < len(group) <= MAX_PAIRED:
+            found.extend(list(pair) for pair in combinations(group, 2) if probe.differs(pair))
+    return found
 
 
-def _differs(fn, args, kwargs, group, module, mode, tolerance) -> bool:
-    """Whether ``fn`` gives other results with one tensor at the ``group``'s positions
-    than with distinct aliases of it (see :func:`identity_sensitive_groups`)."""
+class _IdentityProbe:
+    """Runs of ``fn`` with one tensor at some of a ``group``'s positions, each against the
+    run with distinct aliases at all of them (see :func:`identity_sensitive_groups`)."""
 
-    def inputs(one: bool):
-        leaves, spec = pytree.flatten(fresh(args, kwargs), is_tensor)
-        first = leaves[group[0]]
-        for position in group[1:]:
-            if one:
-                leaves[position] = first
-            else:
-                alias = first.detach()
-                leaves[position] = alias.requires_grad_() if first.requires_grad else alias
-        return pytree.unflatten(leaves, spec)
+    def __init__(self, fn, args, kwargs, group, module, mode, tolerance):
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+        self.group, self.module, self.mode, self.tolerance = group, module, mode, tolerance
+        self.as_distinct = self._outcome(())
 
-    outcomes = []
-    for one in (True, False):
-        a, k = inputs(one)
+    def _outcome(self, same):
+        """The results (or the exception) of a run where the positions in ``same`` hold
+        one tensor and the rest of the group distinct aliases of it."""
+        leaves, spec = pytree.flatten(fresh(self.args, self.kwargs), is_tensor)
+        first = leaves[self.group[0]]
+
+        def alias():
+            made = first.detach()
+            return made.requires_grad_() if first.requires_grad else made
+
+        shared = alias()
+        for position in self.group:
+            leaves[position] = shared if position in same else alias()
+        a, k = pytree.unflatten(leaves, spec)
         try:
-            outcomes.append(_run(fn, module, mode, a, k))
+            return _run(self.fn, self.module, self.mode, a, k)
         except Exception as exc:
-            outcomes.append(exc)
-    as_one, as_distinct = outcomes
-    raised = [isinstance(o, Exception) for o in outcomes]
-    if all(raised):
+            return exc
+
+    def differs(self, same) -> bool:
+        """Whether one tensor at the positions ``same`` gives other results than distinct
+        tensors."""
+        as_one, as_distinct = self._outcome(same), self.as_distinct
+        raised = [isinstance(o, Exception) for o in (as_one, as_distinct)]
+        if all(raised):
+            return False
+        if any(raised):
+            return True
+        try:
+            compare_outputs(as_one, as_distinct, self.tolerance, "", "")
+        except TracingCheckError:
+            return True
         return False
-    if any(raised):
-        return True
-    try:
-        compare_outputs(as_one, as_distinct, tolerance, "", "")
-    except TracingCheckError:
-        return True
-    return False

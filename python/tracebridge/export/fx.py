@@ -584,6 +584,23 @@ def _resolve(obj, method: str) -> tuple[Program, str, dict, bool]:
     return program, method, slots, training
 
 
+def _in_module_order(obj, persistent: dict[str, bool]) -> dict[str, bool]:
+    """``persistent`` (state name -> in ``state_dict()``) in the order the traced module
+    lists its parameters, then its buffers, as the original does, so that the
+    GraphModule's ``parameters()`` come in the original's order (an optimizer's state or
+    ``vector_to_parameters`` carried across would otherwise pair tensors of one shape
+    wrongly: prober23a); the program's order for a function or a Program."""
+    from ..api import TracedMethod, TracedModule  # api is above
+
+    module = obj._module if isinstance(obj, TracedMethod) else obj
+    if not isinstance(module, TracedModule):
+        return persistent
+    order = [n for n, _ in module.named_parameters(remove_duplicate=False)]
+    order += [n for n, _ in module.named_buffers(remove_duplicate=False)]
+    rank = {name: i for i, name in reversed(list(enumerate(order)))}
+    return dict(sorted(persistent.items(), key=lambda item: rank.get(item[0], len(rank))))
+
+
 def to_graph_module(obj, method: str = "forward", *, flat: bool = False) -> fx.GraphModule:
     """A traced method as a ``torch.fx.GraphModule`` that computes what the trace computes.
 
@@ -620,6 +637,7 @@ def to_graph_module(obj, method: str = "forward", *, flat: bool = False) -> fx.G
     program, name, slots, training = _resolve(obj, method)
     graph = program.methods[name]
     persistent = {n: e.persistent and e.kind != "constant" for n, e in program.state.items()}
+    persistent = _in_module_order(obj, persistent)
     plan = StatePlan(persistent, dict(program.aliases), whole=not flat)
     signature = None if flat else fx_signature.signature_of(graph, name)
     return graph_module(
@@ -691,9 +709,12 @@ def graph_module(
         setattr(root, CALL_CHECK, checks)
     persistent = plan.persistent if plan is not None else {}
     read = _referenced_state(graph)
-    unread = [n for n in persistent if n not in read] if plan is not None and plan.whole else []
+    if plan is not None and plan.whole:  # in the plan's order: the traced module's
+        names = list(persistent) + [n for n in read if n not in persistent]
+    else:
+        names = read
     targets = {}
-    for index, state_name in enumerate(read + unread):
+    for index, state_name in enumerate(names):
         slot = slots.get(state_name)
         if slot is None:
             raise TraceError(
@@ -727,7 +748,7 @@ def graph_module(
         for state_name, path in [*targets.items(), *tied]:
             table, key = slots[state_name]
             owner, _, attribute = path.rpartition(".")
-            checks.slots.append((table, key, gm.get_submodule(owner), attribute))
+            checks.follow(table, key, gm.get_submodule(owner), attribute)
     gm.meta[META_KEY] = BridgeInfo(
         method=name,
         in_spec=graph.in_spec,
@@ -769,9 +790,13 @@ def _adopt(gm: fx.GraphModule, root: nn.Module) -> None:
     only what the graph reads, and registers every tensor it copies as a persistent
     buffer (torch.fx ``_copy_attr``), where the traced module registered some as
     non-persistent and holds state no graph reads."""
-    gm._modules.update(root._modules)
-    gm._parameters.update(root._parameters)
-    gm._buffers.update(root._buffers)
+    for table in ("_modules", "_parameters", "_buffers"):
+        # root's order first (torch.fx copied what the graph reads in the graph's order):
+        # parameters() then lists them as the traced module does
+        mine, theirs = getattr(gm, table), getattr(root, table)
+        ordered = {**theirs, **{k: v for k, v in mine.items() if k not in theirs}}
+        mine.clear()
+        mine.update(ordered)
     gm._non_persistent_buffers_set.update(root._non_persistent_buffers_set)
 
 

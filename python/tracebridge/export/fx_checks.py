@@ -21,9 +21,11 @@ Note: the checks, and how each behaves eagerly / under ``torch.compile`` / ``tor
     traced module does; a state tensor the traced module holds anew
     (``load_state_dict(..., assign=True)``, ``module.weight = nn.Parameter(...)``) is
     installed on the GraphModule before the call, as ``tracebridge.compile`` picks it
-    up. Both eagerly and under ``torch.compile`` (the flag and each tensor's identity
-    become Dynamo's guards: a rebinding recompiles); under ``torch.export`` the mode
-    check only (an exported program holds copies of the state).
+    up; one set on the GraphModule itself (``gm.fc.weight = ...``, ``gm.double()``,
+    ``torch.func.functional_call(gm, ...)``) stays, as in any GraphModule. Both eagerly
+    and under ``torch.compile`` (the flag and each tensor's identity become Dynamo's
+    guards: a rebinding recompiles); under ``torch.export`` the mode check only (an
+    exported program holds copies of the state).
   * Failures raise :class:`~tracebridge.GuardError` through :func:`fail`, which Dynamo
     does not trace: without ``fullgraph`` the call breaks the graph there and raises it;
     with ``fullgraph=True`` Dynamo's own error carries the reason, which names the trace.
@@ -243,27 +245,37 @@ class CallCheck:
         self.training = training
         self.advice = advice
         self.slots = slots
+        # Per slot, the traced module's tensor when the GraphModule last took it. Only a
+        # tensor set anew THERE is installed: one set on the GraphModule itself (an
+        # assignment, ``.double()``, ``functional_call``'s swap) is the GraphModule's own,
+        # as in any GraphModule (prober23a F4: it was put back, silently).
+        self.followed = [table.get(key) for table, key, _, _ in slots]
+
+    def follow(self, table: dict, key: str, module: torch.nn.Module, attribute: str) -> None:
+        """Add a slot: the traced module's ``table[key]``, held by the GraphModule's
+        ``module`` as ``attribute``."""
+        self.slots.append((table, key, module, attribute))
+        self.followed.append(table.get(key))
 
     def stale(self) -> bool:
         # Dict reads, not getattr: nn.Module.__getattr__ costs ten times more per tensor.
-        for table, key, module, attribute in self.slots:
-            held = module._parameters.get(attribute)
-            if held is None:
-                held = module._buffers.get(attribute)
-            if table.get(key) is not held:
+        for (table, key, _, _), followed in zip(self.slots, self.followed):
+            if table.get(key) is not followed:
                 return True
         return False
 
     def rebind(self) -> None:
         """Install on the GraphModule each tensor the traced module holds anew."""
-        for table, key, module, attribute in self.slots:
+        for index, (table, key, module, attribute) in enumerate(self.slots):
             tensor = table.get(key)
             if tensor is None:
                 raise TraceError(
                     f"state {key!r} of the traced module is gone (deleted after "
                     "to_graph_module); make the GraphModule again"
                 )
-            _install_anew(module, attribute, tensor)
+            if tensor is not self.followed[index]:
+                _install_anew(module, attribute, tensor)
+                self.followed[index] = tensor
 
 
 def tracebridge_check_call(check: CallCheck, training: bool) -> None:

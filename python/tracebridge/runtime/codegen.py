@@ -65,6 +65,7 @@ from . import (
     repeats,
     same_shape,
     scalars,
+    sealed,
     size_checks,
     squares,
     support,
@@ -144,6 +145,7 @@ _HELPERS = {
     "_is_grad_enabled": torch.is_grad_enabled,
     "_set_grad_enabled": torch._C._set_grad_enabled,
     "_type": type,
+    "_state_get": dict.__getitem__,  # a sealed state table's read (runtime/sealed.py)
     "_Tensor": torch.Tensor,
     # tensors whose type runs no torch function of its own (a Parameter's is disabled)
     "_PLAIN_TENSORS": (torch.Tensor, torch.nn.Parameter),
@@ -231,6 +233,9 @@ class CodeGen:
         # The state is a frozen program's own and never changes (runtime/frozen.py): folded
         # values and the state's types are not checked again on each call.
         self.frozen = False
+        # A loaded object's seal (runtime/sealed.py): while intact, folded values and the
+        # state's types are not checked again; its tables are read by dict's own method.
+        self.seal = None
         # Compute repeated nodes once (runtime/cse.py): for calls without autograd only, where
         # nothing flows back through them (one node read twice sums its gradients first,
         # two nodes each add theirs: the same gradient, not the same bits).
@@ -626,7 +631,11 @@ class CodeGen:
         if slot is None:
             raise ArtifactError(f"{self._where}: reads state {name!r}, which the file lacks")
         owner, key = slot
-        read = ast.Subscript(self.bind("S", owner), _constant(key), ast.Load())
+        if type(owner) is sealed.SealedDict:  # read without breaking its seal
+            read = _call("_state_get", self.bind("S", owner), _constant(key))
+            self.helper("_state_get")
+        else:
+            read = ast.Subscript(self.bind("S", owner), _constant(key), ast.Load())
         self.emit(ast.Assign([self.targets(node)], read), comment(name), node.loc)
 
     def guard(self, node: Node) -> None:
@@ -928,8 +937,14 @@ class CodeGen:
         slots += [self.slots[name] for name in folding.counters_of(fold.sources, self.slots)]
         ops = sum(1 for i in fold.nodes if self.graph.nodes[i].op not in _NOT_OPS)
         guards = sum(1 for i in fold.nodes if self.graph.nodes[i].op == "prim.guard")
-        kind = folding.FixedFolded if self.frozen else folding.Folded
-        runner = kind(function, slots, len(fold.boundary), ops, guards)
+        if self.frozen:
+            runner = folding.FixedFolded(function, slots, len(fold.boundary), ops, guards)
+        elif self.seal is not None and self.seal.intact:
+            runner = folding.SealedFolded(
+                function, slots, len(fold.boundary), ops, guards, seal=self.seal
+            )
+        else:
+            runner = folding.Folded(function, slots, len(fold.boundary), ops, guards)
         values = {v.id: v for n in self.graph.nodes for v in n.outputs}
         targets = [ast.Name(self.define(values[v]), ast.Store()) for v in fold.boundary]
         call = ast.Call(self.constant(runner), [], [])
@@ -1114,8 +1129,13 @@ class CodeGen:
         tensors = [_name(self.names[v.id]) for v in self.graph.inputs if v.kind == "Tensor"]
         names = self.state_read_inside()
         slots = [self.slots[name] for name in names if name in self.slots]
-        fixed = self.frozen and lean.all_plain(slots)
-        state = self.constant((lean.FixedTypes if fixed else lean.StateTypes)(slots))
+        plain = lean.all_plain(slots)
+        if self.frozen and plain:
+            state = self.constant(lean.FixedTypes(slots))
+        elif self.seal is not None and self.seal.intact and plain:
+            state = self.constant(lean.SealedTypes(slots, self.seal))
+        else:
+            state = self.constant(lean.StateTypes(slots))
         enter = _set_lean(_call("_enter_lean", state, *tensors))
         if self.folded_tensors():  # their types, known when they were made
             enter.value.keywords = [ast.keyword("folded_plain", _name(FOLDED_PLAIN))]

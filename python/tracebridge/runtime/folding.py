@@ -16,6 +16,12 @@ Note: folding, as ``torch.jit.freeze`` does, but kept live.
   (``p.__class__ = Sub`` keeps the object, its version and data: its torch function runs
   on every call, as in eager).
 
+  The check is skipped where the state cannot have changed: a frozen program's own copy
+  (:class:`FixedFolded`, runtime/frozen.py), and a loaded object's state until it could
+  have reached anyone (:class:`SealedFolded`, runtime/sealed.py: any Python-level read or
+  write of its state tables, ``program``, a call with autograd over state that requires
+  grad breaks the seal, and every call after checks as here).
+
   A graph that switches the grad mode (a rotary embedding under ``torch.no_grad()``)
   folds only in the code for calls without autograd that the graph never turns on
   (runtime/cse.py, ``grad_stays_off``): there every op runs with gradients off, wherever
@@ -50,7 +56,7 @@ from ..ir import Graph, Node, Ref, pytree, refs_in
 from ..ir import ops as opset
 from ..ir.analysis import output_ids, state_reads
 from ..ir.program import Value
-from . import caller_memory
+from . import caller_memory, data_writes
 
 # Structural ops that read something other than their arguments' values (the caller's
 # grad mode, a flag that changes without a version) or that decide: never static.
@@ -247,12 +253,14 @@ def invalidate_caches() -> None:
     constants, memos keyed on state tensors, the input sizes whose checks passed with
     the state's sizes: runtime/transaction.py): each is computed again at its next use.
 
-    Needed only after a write that torch does not record: ``p.data.copy_(w)`` or any
-    in-place op through ``.data`` (``.data`` has a version counter of its own, so neither
-    the parameter's version nor its data pointer moves). Writes torch records are seen
-    without it: ``load_state_dict``, ``.to()``, ``p.copy_(w)`` under ``torch.no_grad()``,
-    optimizer steps, ``p.data = w`` (with another shape: call it, so that checks that
-    read the state's sizes run again).
+    Needed only after a write that torch does not record and tracebridge cannot see: an
+    in-place op through a buffer's ``.data`` (``.data`` has a version counter of its own,
+    so neither the buffer's version nor its data pointer moves), or through memory handed
+    out without a tensor (``p.detach().numpy()``, the storage, DLPack). Writes torch
+    records are seen without it: ``load_state_dict``, ``.to()``, ``p.copy_(w)`` under
+    ``torch.no_grad()``, optimizer steps, ``p.data = w`` (with another shape: call it, so
+    that checks that read the state's sizes run again), and so are writes through a
+    parameter's ``.data`` (runtime/data_writes.py).
 
     >>> import torch, tracebridge
     >>> class Doubled(torch.nn.Linear):
@@ -262,7 +270,7 @@ def invalidate_caches() -> None:
     >>> f = tracebridge.trace(net, torch.ones(1, 2))
     >>> with torch.no_grad():
     ...     _ = f(torch.ones(1, 2))
-    ...     _ = net.weight.data.zero_()  # not recorded by torch: no version moves
+    ...     _ = net.weight.detach().numpy().fill(0)  # below torch: no version moves
     ...     tracebridge.invalidate_caches()
     ...     f(torch.ones(1, 2))
     tensor([[0., 0.]])
@@ -384,11 +392,13 @@ class Folded:
             and all(map(_is, entry[0], tensors))
         ):
             return entry[5]
-        if any(map(_is_shared, tensors)):
+        if any(map(_is_shared, tensors)) or data_writes.taken(tensors):
             # In shared memory (``share_memory()``: Hogwild-style workers, another process
-            # training the weights) a write moves no version this process sees: nothing
-            # is kept, the static part runs on every call, as eager reads the state.
+            # training the weights) a write moves no version this process sees, nor one
+            # through a ``.data`` taken of a source (runtime/data_writes.py): nothing is
+            # kept, the static part runs on every call, as eager reads the state.
             return self.made_here()
+        data_writes.keep(tensors)
         pointers = list(map(_data_ptr, tensors))
         dtype, epoch = _default_dtype(), _epoch[0]
         # Normal tensors, whatever the caller's mode: any later call may use them, and a
@@ -442,6 +452,53 @@ class FixedFolded(Folded):
         # (a guard that refuses keeps nothing)
         values = with_their_types(made_normal(self.function))
         self.entry = (dtype, epoch, values)
+        return values
+
+
+class SealedFolded(Folded):
+    """A :class:`Folded` of a loaded object whose state is sealed (runtime/sealed.py):
+    while the seal holds, nothing outside tracebridge has had the state's tensors, so
+    none was written, replaced or given another type, and the values made once are kept
+    with only what :class:`FixedFolded` checks (the default dtype,
+    :func:`invalidate_caches`; a torch function mode or autocast runs the static part).
+    Once the seal breaks, every call checks as :class:`Folded` does, against the state as
+    it was when the values were made (the kept entry is :class:`Folded`'s own): a write
+    made before the first checked call is seen too."""
+
+    def __init__(self, function, slots, count, ops, guards=0, seal=None):
+        super().__init__(function, slots, count, ops, guards)
+        self.seal = seal
+
+    def __repr__(self) -> str:
+        return super().__repr__()[:-1] + "; kept while the state is sealed)"
+
+    def __call__(self) -> tuple:
+        seal = self.seal
+        if not seal.intact:
+            return Folded.__call__(self)
+        if _grad_enabled():
+            # (the code for calls with autograd breaks the seal when it is made: not here)
+            seal.break_()
+            return Folded.__call__(self)
+        if _function_modes() or _autocast():
+            return self.made_here()  # as unsealed: torch makes other values there
+        entry = self.entry
+        if entry is not None and entry[3] is _default_dtype() and entry[4] == _epoch[0]:
+            return entry[5]
+        # Made once (and again for another default dtype or epoch), keyed as Folded keys
+        # its values, for the calls after the seal breaks.
+        tensors = list(map(dict.__getitem__, self.owners, self.keys))
+        try:
+            versions = list(map(_version, tensors))
+        except RuntimeError:  # state made in inference mode: no version to key on after
+            return self.made_here()  # the seal breaks, so nothing is kept (as Folded)
+        if any(map(_is_shared, tensors)):
+            return self.made_here()  # (as Folded: a write in another process moves nothing)
+        pointers = list(map(_data_ptr, tensors))
+        dtype, epoch = _default_dtype(), _epoch[0]
+        values = with_their_types(made_normal(self.function))
+        data_writes.keep(tensors)  # a .data taken after the seal breaks drops them
+        self.entry = (tensors, versions, pointers, dtype, epoch, values)
         return values
 
 

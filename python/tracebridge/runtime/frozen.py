@@ -15,6 +15,9 @@ Note: why a frozen program may skip the state checks, and when it may not.
   - an output may share memory with state (``return self.weight``, a view of a buffer):
     the caller could write into it.
 
+  A loaded object skips the same checks without a copy until its state could have
+  reached anyone (runtime/sealed.py), with the same two exclusions.
+
   Everything else a call checks still runs: the input checks, the guards, the settings,
   the module tree; the default dtype and ``invalidate_caches()`` still key the folded
   values (runtime/folding.py, ``FixedFolded``).

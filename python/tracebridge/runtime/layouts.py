@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from . import folding
+from . import data_writes, folding
 
 _CHANNELS_LAST = torch.channels_last
 _PLAIN_TYPES = frozenset({torch.Tensor, torch.nn.Parameter})
@@ -102,9 +102,12 @@ class ChannelsLastWeight:
             or w.is_contiguous(memory_format=_CHANNELS_LAST)
         ):
             made = w  # ATen copies nothing: the weight as it is, known for this weight
+        elif data_writes.taken((w,)):  # a write through .data moves no version: not kept
+            return _in_channels_last(w)
         else:
             # A normal tensor, whatever the caller's mode: later calls may run outside it.
             made = folding.made_normal(_in_channels_last, w)
+            data_writes.keep((w,))
         self.entry = (w, version, pointer, epoch, made)
         return made
 

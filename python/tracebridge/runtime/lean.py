@@ -58,6 +58,7 @@ from . import size_checks
 from .cse import _MAY_VIEW_ANY
 from .cse import _Groups as Groups
 from .dead_code import ALIASING
+from .sealed import peek
 
 # Ops outside the alias tables that may return an argument itself: ``cartesian_prod`` of
 # one tensor is that tensor.
@@ -214,7 +215,7 @@ class StateTypes:
 
 def all_plain(slots: list[tuple[dict, str]]) -> bool:
     """Whether every ``(dict, key)`` slot holds a plain tensor now."""
-    return all(type(owner.get(key)) in _PLAIN_TYPES for owner, key in slots)
+    return all(type(peek(owner, key)) in _PLAIN_TYPES for owner, key in slots)
 
 
 class FixedTypes(StateTypes):
@@ -228,6 +229,25 @@ class FixedTypes(StateTypes):
 
     def plain(self) -> bool:
         return True
+
+
+class SealedTypes(StateTypes):
+    """The :class:`StateTypes` of a loaded object whose state is sealed
+    (runtime/sealed.py): plain tensors when the code was made, which nothing outside
+    tracebridge can have replaced while the seal holds; checked as :class:`StateTypes`
+    checks once it breaks."""
+
+    __slots__ = ("seal",)
+
+    def __init__(self, slots: list[tuple[dict, str]], seal):
+        super().__init__(slots)
+        self.seal = seal
+
+    def __repr__(self) -> str:
+        return f"sealed state types ({len(self.keys)} tensors)"
+
+    def plain(self) -> bool:
+        return self.seal.intact or StateTypes.plain(self)
 
 
 def enter(state: StateTypes, *inputs, folded_plain: bool = True):

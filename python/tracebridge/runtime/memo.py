@@ -57,7 +57,7 @@ import torch
 from ..ir import Graph, Node, Ref, refs_in
 from ..ir import ops as opset
 from ..ir.analysis import output_ids
-from . import caller_memory
+from . import caller_memory, data_writes
 from .caller_memory import MAY_VIEW_ANY, RESHAPED_IN_PLACE, VIEW_OPS
 from .folding import (
     _ALIASING,
@@ -70,6 +70,7 @@ from .folding import (
     resizes_in_place,
     static_ids,
 )
+from .sealed import peek
 
 # Scalar kinds whose values are exact keys: equal means interchangeable (not floats).
 SIZE_CHECKS = "prim.size_checks"  # runtime/size_checks.py's guards: a guard here too
@@ -470,11 +471,14 @@ class Memo:
             return self.function(*key)  # no version to key on: made, as eager makes it
         counted = ()
         if self.counters:
-            counted = tuple([owner[name]._version for owner, name in self.counters])
+            counted = tuple([peek(owner, name)._version for owner, name in self.counters])
         entry = (tuple(exact), counted, _default_dtype(), _epoch[0])
         kept = self.cache.get(entry)
         if kept is None:
             tensors = [key[i] for i in state]
+            if data_writes.taken(tensors):  # a write through .data moves no version
+                return self.function(*key)
+            data_writes.keep(tensors)
             return self._keep(entry, made_normal(self.function, *key), tensors)
         return kept[0][0]
 

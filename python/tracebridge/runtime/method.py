@@ -155,6 +155,10 @@ class Method:
     # runtime/frozen.py): its code then checks neither the folded values' state nor the
     # state's types on each call. Set before the first call (the code is made then).
     frozen = False
+    # A loaded object's seal (runtime/sealed.py), shared by its methods, or None: while
+    # intact, the code checks neither the folded values' state nor the state's types.
+    # Set before the first call (the code is made then).
+    seal = None
 
     def codegen(self, guards: bool = True) -> CodeGen:
         """The code generator for this method (a subclass may return its own)."""
@@ -227,6 +231,15 @@ class Method:
             fused = self._fused_codegen(guards, concat) if no_grad else None
             gen = fused or self.codegen(guards)
             gen.frozen = self.frozen
+            seal = self.seal
+            if seal is not None and seal.intact and not no_grad:
+                # Calls with autograd give results whose grad_fn reaches the state: the
+                # parameters (AccumulateGrad.variable), and any state tensor saved for
+                # backward where an input requires grad (``grad_fn._saved_other``, a
+                # saved-tensors hook; prober23a F5): made at the first such call, which
+                # breaks it.
+                seal.break_()
+            gen.seal = seal
             gen.common = no_grad  # repeated nodes once, where no gradient flows (runtime/cse.py)
             concatenated = fused is not None and concat_linear.concatenates(fused.graph)
             if concatenated and concat_linear.rerunnable(fused.graph):

@@ -230,19 +230,26 @@ class TreeWatch:
     the sub-modules whose code reads it (``Program.module_modes``); ``same_in_both`` names
     the graphs whose other mode recorded the same graph (not mode-bound)."""
 
-    __slots__ = ("root", "modules", "routes", "seen", "graphs")
+    __slots__ = ("root", "modules", "routes", "seen", "graphs", "traced")
 
     def __init__(
-        self, root: nn.Module, module_modes: dict[str, dict[str, bool]], same_in_both: dict
+        self,
+        root: nn.Module,
+        module_modes: dict[str, dict[str, bool]],
+        same_in_both: dict,
+        traced: nn.Module | None = None,
     ):
         count_registrations()
         # The tree as the module traced holds it (a loaded module's own): a sub-module
         # replaced there is what eager code would run.
         self.root = root
-        self.modules = dict(root.named_modules(remove_duplicate=False))
-        self.modules.pop("", None)
+        self.modules = _tree(root)
         self.routes = {path: route(module) for path, module in self.modules.items()}
         self.seen = REGISTRATIONS[0]
+        # A fresh trace's own table of the original's sub-modules (``traced``), watched too:
+        # ``traced.layer = other`` replaces one there and not in the original, and the
+        # graphs would go on running the old one (prober23a F1).
+        self.traced = None if traced is None else (traced, _tree(traced))
         self.graphs = {
             graph: _GraphModes(self.modules, flags, same_in_both.get(graph))
             for graph, flags in module_modes.items()
@@ -251,6 +258,8 @@ class TreeWatch:
     def check_tree(self) -> None:
         """Raise where a sub-module of the tree was replaced, added or removed."""
         if REGISTRATIONS[0] != self.seen:
+            if self.traced is not None:
+                _same_tree(*self.traced, added=True)
             self._check_identity(self.root)
 
     def check_modes(self, graph: str, method) -> None:
@@ -280,33 +289,7 @@ class TreeWatch:
                 )
 
     def _check_identity(self, root: nn.Module) -> None:
-        now = dict(root.named_modules(remove_duplicate=False))
-        now.pop("", None)
-        if len(now) < len(self.modules):
-            gone = next(p for p in self.modules if p not in now)
-            raise TraceError(
-                f"sub-module {gone!r} of this traced module was removed since it was traced: "
-                "the graphs still run it. Trace the model again after changing it"
-            )
-        for path, module in now.items():
-            before = self.modules.get(path)
-            parent, _, leaf = path.rpartition(".")
-            if before is None and leaf == "parametrizations":
-                raise TraceError(
-                    f"sub-module {parent or 'the root'!r} of this traced module was given a "
-                    "parametrization since it was traced (torch.nn.utils.parametrize: "
-                    "weight_norm, spectral_norm, orthogonal...): its parameters moved under "
-                    f"{path!r}, and the graphs read the ones they were recorded with. Trace "
-                    "the model again after parametrizing it"
-                )
-            if before is not module:
-                what = "added" if before is None else "replaced"
-                raise TraceError(
-                    f"sub-module {path!r} of this traced module was {what} since it was "
-                    f"traced (now {type(module).__name__}): the graphs run the code and "
-                    "parameters of the sub-modules they were recorded with, never the "
-                    "module tree itself. Trace the model again after changing it"
-                )
+        now = _same_tree(root, self.modules)
         for path, module in now.items():  # after: a parametrization changes the class too
             how = rerouted(module, self.routes[path])
             if how is not None:
@@ -317,6 +300,49 @@ class TreeWatch:
                     "changing it"
                 )
         self.seen = REGISTRATIONS[0]
+
+
+def _tree(root: nn.Module) -> dict[str, nn.Module]:
+    """``root``'s sub-modules by path, the root left out."""
+    found = dict(root.named_modules(remove_duplicate=False))
+    found.pop("", None)
+    return found
+
+
+def _same_tree(
+    root: nn.Module, modules: dict[str, nn.Module], added: bool = False
+) -> dict[str, nn.Module]:
+    """``root``'s sub-modules now, by path; raise where one of ``modules`` (the tree when
+    traced) was replaced or removed, or, unless ``added`` allows it, one was added."""
+    now = _tree(root)
+    if added:  # a module added to a fresh trace's own table is bookkeeping: no graph runs it
+        now = {path: module for path, module in now.items() if path in modules}
+    if len(now) < len(modules):
+        gone = next(p for p in modules if p not in now)
+        raise TraceError(
+            f"sub-module {gone!r} of this traced module was removed since it was traced: "
+            "the graphs still run it. Trace the model again after changing it"
+        )
+    for path, module in now.items():
+        before = modules.get(path)
+        parent, _, leaf = path.rpartition(".")
+        if before is None and leaf == "parametrizations":
+            raise TraceError(
+                f"sub-module {parent or 'the root'!r} of this traced module was given a "
+                "parametrization since it was traced (torch.nn.utils.parametrize: "
+                "weight_norm, spectral_norm, orthogonal...): its parameters moved under "
+                f"{path!r}, and the graphs read the ones they were recorded with. Trace "
+                "the model again after parametrizing it"
+            )
+        if before is not module:
+            what = "added" if before is None else "replaced"
+            raise TraceError(
+                f"sub-module {path!r} of this traced module was {what} since it was "
+                f"traced (now {type(module).__name__}): the graphs run the code and "
+                "parameters of the sub-modules they were recorded with, never the "
+                "module tree itself. Trace the model again after changing it"
+            )
+    return now
 
 
 def _refuse_modes(graph: str, modes: _GraphModes) -> None:
@@ -379,7 +405,7 @@ class ModesWatch:
         for module in modules:
             for kind in ("_parameters", "_buffers"):
                 table = module.__dict__.get(kind) or {}
-                for key, tensor in table.items():
+                for key, tensor in dict.items(table):  # (a seal: runtime/sealed.py)
                     if tensor is not None and id(tensor) in read:
                         tables.append(table)
                         keys.append(key)

@@ -48,14 +48,13 @@ Note: guards on dead values, checked by key.
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, field
 
 import torch
 
 from ..ir import Graph, Node, Ref, refs_in
 from ..ir import ops as opset
-from . import dead_code, inplace
+from . import dead_code, inplace, sealed
 from .folding import (
     _ALIASING,
     _autocast,
@@ -342,7 +341,6 @@ def _has_plain_effects(node: Node) -> bool:
 
 _plain_types = (torch.Tensor, torch.nn.Parameter)
 _default_dtype = torch.get_default_dtype
-_getitem = operator.getitem
 
 
 def _same(held: list, state: list) -> bool:
@@ -375,6 +373,7 @@ class SizeChecks:
         self.reads = reads  # per key position: 0 a number, 1 a tensor, 2 a state tensor
         self.owners = [owner for owner, _ in slots]
         self.names = [name for _, name in slots]
+        self.read = sealed.reader(self.owners)  # (a loaded object's tables: runtime/sealed.py)
         self.count = count  # nodes moved here
         self.guards = guards
         self.passed: dict = {}  # key -> the state tensors it holds (ids stay unique)
@@ -390,7 +389,7 @@ class SizeChecks:
             self.function(*values)  # ops may make other sizes or dtypes for the same key
             return
         key: list = [_default_dtype(), _epoch[0]]
-        state = list(map(_getitem, self.owners, self.names))
+        state = list(map(self.read, self.owners, self.names))
         for value, read in zip(values, self.reads):
             if read == 0 or not isinstance(value, torch.Tensor):
                 key.append((type(value), value))

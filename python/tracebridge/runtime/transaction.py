@@ -59,6 +59,7 @@ from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import referenced_graphs
 from .folding import _autocast, _epoch, _function_modes, outside_the_key
 from .method import guards_active
+from .sealed import peek
 from .size_checks import (
     _METADATA,
     _RESIZING,
@@ -254,7 +255,7 @@ class Transaction:
                     # (a loop in this frame: 50 ns a state tensor, half what map() costs;
                     # get: an entry removed since is the method's error to report)
                     for table, name, tensor in held:
-                        if table.get(name) is not tensor:
+                        if peek(table, name) is not tensor:
                             break  # swapped in unreported (torch.func.functional_call)
                     else:
                         return self._method(*args)  # its refusals passed for this key
@@ -282,14 +283,14 @@ class Transaction:
             raise
         if checked:
             # (a call with its guards off passed none of them)
-            held = tuple((table, name, table.get(name)) for table, name in self._key_state)
+            held = tuple((table, name, peek(table, name)) for table, name in self._key_state)
             if all(type(tensor) in _plain_set for _, _, tensor in held):
                 self._remember(key, held)
         return out
 
     def _snapshot(self, leaves) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """The tensors the call may write, and a copy of each."""
-        written = [table.get(name) for table, name in self._state]  # (removed: none)
+        written = [peek(table, name) for table, name in self._state]  # (removed: none)
         if self._inputs and leaves is not None:
             written += [leaves[i] for i in self._inputs if i < len(leaves)]
         written = [t for t in written if isinstance(t, torch.Tensor)]
@@ -312,7 +313,7 @@ class Transaction:
 
 def _holds(held: tuple) -> bool:
     """Whether each ``(table, name, tensor)`` of ``held`` is still the state there."""
-    return all(table.get(name) is tensor for table, name, tensor in held)
+    return all(peek(table, name) is tensor for table, name, tensor in held)
 
 
 # How many times a traced module moved (``.to()``, ``.double()``): part of each key, so
