@@ -1002,6 +1002,21 @@ def test_a_parameter_set_anew_on_the_original_is_seen_after_compiling(backend):
         torch.testing.assert_close(compiled(x), net(x))
 
 
+def test_functional_call_on_a_compiled_module_uses_the_tensors_given():
+    """prober23a F9: a plain tensor swapped in for a parameter (functional_call) made the
+    rebinding register a buffer beside the parameter, an OpError blaming the inputs."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    net.eval()
+    x = torch.rand(3, 4)
+    compiled = tracebridge.compile(net, (x,), backend="whole_plain")
+    given = {"0.weight": torch.full((4, 4), 0.3)}
+    with torch.no_grad():
+        got = torch.func.functional_call(compiled, dict(given), (x,))
+        torch.testing.assert_close(got, torch.func.functional_call(net, dict(given), (x,)))
+        torch.testing.assert_close(compiled(x), net(x))  # its own weights again after
+
+
 def test_inductor_refuses_an_input_that_requires_grad_instead_of_dropping_its_gradient():
     # Was torch's "element 0 of tensors does not require grad" at backward, or, with the
     # output summed into a larger loss, a gradient silently missing.

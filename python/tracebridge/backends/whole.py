@@ -20,8 +20,9 @@ import torch
 from torch import nn
 
 from ..errors import TraceError
-from ..export.fx import _register, graph_module
+from ..export.fx import graph_module
 from ..export.fx import info as fx_info
+from ..export.fx_checks import install_anew
 from ..ir import Graph, pytree
 from ..runtime import Method, support
 from .partition import STRUCTURAL, _is_shape, find_runs
@@ -147,7 +148,7 @@ class WholeGraphMethod(Method):
             for index, (table, key, holder, leaf) in enumerate(bindings):
                 tensor = table[key]
                 if tensor is not held[index]:
-                    _register(holder, leaf, tensor)
+                    install_anew(holder, leaf, tensor)  # a buffer where it held a parameter too
                     held[index] = tensor
 
         graph, spec = self.graph, self.graph.out_spec

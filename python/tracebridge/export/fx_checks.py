@@ -274,7 +274,7 @@ class CallCheck:
                     "to_graph_module); make the GraphModule again"
                 )
             if tensor is not self.followed[index]:
-                _install_anew(module, attribute, tensor)
+                install_anew(module, attribute, tensor)
                 self.followed[index] = tensor
 
 
@@ -316,7 +316,7 @@ rebind._torchdynamo_disable_msg = (
 )
 
 
-def _install_anew(module: torch.nn.Module, attribute: str, tensor: torch.Tensor) -> None:
+def install_anew(module: torch.nn.Module, attribute: str, tensor: torch.Tensor) -> None:
     """Put the traced module's tensor where the GraphModule reads it."""
     persistent = attribute not in module._non_persistent_buffers_set  # as installed
     module._parameters.pop(attribute, None)
