@@ -401,6 +401,8 @@ class CodeGen:
             return self.unless_large(node, call)
         if self.fold and node.op in _BOUNDED_REPEATS and sized and isinstance(node.args[0], Ref):
             return self.unless_large(node, call, repeated=node.args[0])
+        if self.fold and node.op == "arange" and sized:
+            return self.unless_long_range(node, call)
         return call
 
     def cpu_first(self, node: Node, kernel, args, kwargs, call: ast.Call) -> ast.expr:
@@ -474,6 +476,41 @@ class CodeGen:
             tests.insert(0, ast.Compare(plain, [ast.Is()], [self.helper("_Tensor")]))
         if tests:
             self.helper("_type")
+        tests.append(ast.Compare(product, [ast.LtE()], [ast.Constant(checked_ops.ALLOC_BYTES)]))
+        test = tests[0] if len(tests) == 1 else ast.BoolOp(ast.And(), tests)
+        args, kwargs = self.arguments(node)
+        kernel = self.bind(_op_prefix(node.op), support.default_callable(node.op))
+        return ast.IfExp(test, ast.Call(kernel, args, kwargs), call)
+
+    def unless_long_range(self, node: Node, call: ast.expr) -> ast.expr:
+        """``call`` (an ``arange`` whose ends are values, through ``checked_ops.sized_guard``),
+        or, for ``arange(n)`` and ``arange(a, b)`` with ints and no other number (a
+        mixture of experts' routing and positions: ``arange(x.shape[0])``), the kernel
+        itself when the range's length times 16 bytes is within the allocation limit: the
+        guard's own reading of that form (``checked_ops._range_numel``) without its two
+        Python frames. A range that runs backwards passes the test, as the guard counts it
+        empty; the kernel refuses it either way. Each value is tested to be a Python int
+        first, as in :meth:`unless_large`."""
+        kinds = self.kinds()
+        ends = node.args
+        if not 1 <= len(ends) <= 2 or not _RANGE_KEYWORDS.issuperset(node.kwargs):
+            return call
+        ints = (type(e) is int or isinstance(e, Ref) and kinds.get(e.id) == "int" for e in ends)
+        if not all(ints):
+            return call
+        length = self.literal(ends[0])
+        if len(ends) == 2:
+            length = ast.BinOp(self.literal(ends[1]), ast.Sub(), length)
+        values = dict.fromkeys(
+            e.id for e in ends if isinstance(e, Ref) and e.id not in self.python_ints
+        )
+        tests: list[ast.expr] = [
+            ast.Compare(_call("_type", self.ref(Ref(v))), [ast.Is()], [self.helper("_int")])
+            for v in values
+        ]
+        if tests:
+            self.helper("_type")
+        product = ast.BinOp(ast.Constant(16), ast.Mult(), length)
         tests.append(ast.Compare(product, [ast.LtE()], [ast.Constant(checked_ops.ALLOC_BYTES)]))
         test = tests[0] if len(tests) == 1 else ast.BoolOp(ast.And(), tests)
         args, kwargs = self.arguments(node)
@@ -1495,6 +1532,9 @@ _BOUNDED_FACTORIES = frozenset(
 )
 # Ops whose result has their input's elements times the sizes' product (the guard's count).
 _BOUNDED_REPEATS = frozenset({"Tensor.repeat", "tile"})
+# The keywords an ``arange`` bounded inline may take (CodeGen.unless_long_range): none that
+# gives a number of its range.
+_RANGE_KEYWORDS = frozenset({"dtype", "device", "layout", "pin_memory", "requires_grad"})
 _NOT_OPS = frozenset({"prim.state", "prim.guard"})  # not counted as a folded value's ops
 _DTYPE = {name: getattr(torch, name) for name in ("float16", "bfloat16", "float32", "float64")}
 
