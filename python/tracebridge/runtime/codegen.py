@@ -243,6 +243,9 @@ class CodeGen:
         # caller's builtins); the generated code itself names only what it bound.
         self.globals: dict = {"__builtins__": builtins}
         self.names: dict[int, str] = {}  # value id -> local name
+        self._made: dict[str, int] = {}  # a name define() made -> the value it holds
+        self._spare: list[str] = []  # those free() gave back, for define() to take again
+        self._dead: set[int] = set()  # values free() deleted (ref() refuses them)
         self.body: list[tuple[ast.stmt, str | None, str | None]] = []  # stmt, comment, loc
         self.constants: list[tuple[str, object]] = []  # for the display only
         self._bound: dict[int, str] = {}  # id(object) -> global name
@@ -291,14 +294,19 @@ class CodeGen:
     def define(self, value) -> str:
         # A counter, not len(names): a file that defines an id twice must still get
         # distinct variables (the checker refuses it; the runtime never mixes values up).
-        name = f"v{self._defined}"
-        self._defined += 1
+        # A name whose value was deleted (:meth:`free`) is taken again first.
+        if self._spare:
+            name = self._spare.pop()
+        else:
+            name = f"v{self._defined}"
+            self._defined += 1
+        self._made[name] = value.id
         self.names[value.id] = name
         return name
 
     def ref(self, ref: Ref) -> ast.Name:
         name = self.names.get(ref.id)
-        if name is None:
+        if name is None or ref.id in self._dead:
             raise ArtifactError(
                 f"{self._where} uses value {ref.id!r}, which is not defined before it; "
                 "the file is corrupt (run tracebridge validate)"
@@ -840,9 +848,27 @@ class CodeGen:
         self.emit(ast.Return(self.structure(self.graph.out_spec, leaves)))
 
     def free(self, value_ids) -> None:
-        names = sorted(self.names[v] for v in value_ids if v in self.names)
+        """``del`` the variables of values past their last use, and give their names back
+        for later values: a function has as many locals as values live at once, not one a
+        value.
+
+        Note: why names are taken again. CPython reads a local by its index, and one past
+        255 takes an ``EXTENDED_ARG`` prefix, an instruction of its own; a transformer's
+        forward had 457 locals and ran 1,012 such prefixes a call (Qwen2-MoE), in a frame of
+        457 slots. A dead value is marked, so a later read of it through :meth:`ref` fails
+        here (ArtifactError) as it failed at the call before (UnboundLocalError), rather than
+        reading the value that took its name. Code placed earlier in the body (inference
+        mode entered with the inputs, runtime/lean.py) still reads :attr:`names`, where a
+        value's name is its own until its last use."""
+        found = {v: self.names[v] for v in value_ids if v in self.names}
+        names = sorted(set(found.values()))
         if names:
             self.emit(ast.Delete([ast.Name(n, ast.Del()) for n in names]))
+        for v, name in found.items():
+            self._dead.add(v)
+            if self._made.get(name) == v:  # a name define() made for this value alone
+                del self._made[name]
+                self._spare.append(name)
 
     def build(self) -> ast.FunctionDef:
         """The function's tree (positions are set by :func:`render`)."""
