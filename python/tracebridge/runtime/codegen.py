@@ -246,6 +246,7 @@ class CodeGen:
         self._made: dict[str, int] = {}  # a name define() made -> the value it holds
         self._spare: list[str] = []  # those free() gave back, for define() to take again
         self._dead: set[int] = set()  # values free() deleted (ref() refuses them)
+        self._scalars: dict[tuple, torch.Tensor] = {}  # scalar_as_tensor's, by number
         self.body: list[tuple[ast.stmt, str | None, str | None]] = []  # stmt, comment, loc
         self.constants: list[tuple[str, object]] = []  # for the display only
         self._bound: dict[int, str] = {}  # id(object) -> global name
@@ -532,6 +533,11 @@ class CodeGen:
         if found is None:
             return args
         tensor, dtype = found
+        # One tensor per number and dtype for the whole function (ops read it, none
+        # writes it or returns it: scalars.OPS), so each is one local, not one per node
+        # (a transformer's ``+ eps`` and ``* 0.5`` in every layer).
+        scalar = node.args[1]
+        tensor = self._scalars.setdefault((type(scalar), repr(scalar), dtype), tensor)
         self.plain_read = True
         names = (self.helper("_type"), self.helper("_Tensor"))
         constant = self.constant(tensor)
