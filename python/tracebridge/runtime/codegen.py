@@ -32,6 +32,7 @@ import itertools
 import keyword
 import linecache
 import math
+import re
 import threading
 import weakref
 from collections.abc import Callable
@@ -247,6 +248,7 @@ class CodeGen:
         self._spare: list[str] = []  # those free() gave back, for define() to take again
         self._dead: set[int] = set()  # values free() deleted (ref() refuses them)
         self._scalars: dict[tuple, torch.Tensor] = {}  # scalar_as_tensor's, by number
+        self._slices: dict[tuple, slice] = {}  # literal slices, by their parts' types and values
         self.body: list[tuple[ast.stmt, str | None, str | None]] = []  # stmt, comment, loc
         self.constants: list[tuple[str, object]] = []  # for the display only
         self._bound: dict[int, str] = {}  # id(object) -> global name
@@ -353,6 +355,9 @@ class CodeGen:
         return ast.Tuple(children, ast.Load())
 
     def constant(self, obj) -> ast.Name:
+        if type(obj) is slice:  # immutable: one object (one local) for equal slices
+            parts = (obj.start, obj.stop, obj.step)
+            obj = self._slices.setdefault(tuple((type(p), p) for p in parts), obj)
         before = len(self._bound)
         name = self.bind("c", obj)
         if len(self._bound) > before:
@@ -953,8 +958,15 @@ class CodeGen:
         """The inputs, positional only, then every object the code names (ops, state
         tables, constants, guards, helpers) as a keyword-only parameter whose default is
         that object: the body reads each as a local (``LOAD_FAST``), not through the
-        globals dict on every op. Callers pass the inputs only."""
-        bound = sorted(name for name in self.globals if name != "__builtins__")
+        globals dict on every op. Callers pass the inputs only.
+
+        A guard's record (``G``, read only where the guard fails) stays a global: the
+        values' own locals come after these parameters, and an index past 255 costs an
+        ``EXTENDED_ARG`` prefix on every read (Bailing-hybrid's 46 guards put all its
+        values' locals past it)."""
+        bound = sorted(
+            name for name in self.globals if name != "__builtins__" and not _GUARD_RECORD(name)
+        )
         return ast.arguments(
             posonlyargs=[ast.arg(p) for p in params],
             args=[],
@@ -1556,6 +1568,7 @@ class _KeyedCodeGen(CodeGen):
 
 
 _DROPOUTS = frozenset({"dropout", "alpha_dropout", "dropout_"})
+_GUARD_RECORD = re.compile(r"G\d+").fullmatch  # the names bind("G", ...) makes
 # Factories whose sizes, when values, the generated code bounds inline (CodeGen.unless_large):
 # their bytes are the product of their sizes times their element's width.
 _BOUNDED_FACTORIES = frozenset(
