@@ -9,8 +9,7 @@ tracebridge artifact, ``torch.jit.trace`` of the model, the inputs), then runs, 
 process under ``valgrind --tool=callgrind --instr-atstart=no``, a few warm-up calls and
 ``--calls`` counted ones (instrumentation switched on and off around them by callgrind's
 client requests, from a tiny library built here with the system's C compiler and
-``valgrind/callgrind.h``; 12 warm-up calls, past Python's specialisation of the
-code), and prints the instructions per call of each contender:
+``valgrind/callgrind.h``), and prints the instructions per call of each contender:
 ``tb`` (the code on ``PYTHONPATH``), ``old`` (``--old``: another checkout's ``python/``
 folder, loading the same file) and ``jit``. ``--top`` also lists the functions whose
 counts differ most between tracebridge and torch.jit (``callgrind_annotate``).
@@ -105,10 +104,7 @@ def child(folder: str, which: str, calls: int, library: str) -> None:
     cg = ctypes.CDLL(library)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        # Python 3.11 specialises a function's code after 8 calls (``_PyCode_Quicken``):
-        # with fewer warm-up calls the counted ones include it and run unspecialised
-        # bytecode (a 600-line generated forward: about 30k instructions a call).
-        for _ in range(12):
+        for _ in range(5):
             fn(*inputs)
         cg.cg_start()
         for _ in range(calls):
