@@ -269,6 +269,38 @@ def test_grouped_mm_the_experts_form_needs_no_full_check(monkeypatch):
         checked_ops.grouped_mm(a, b, offs, bias=torch.zeros(8))
 
 
+class _Marked(torch.Tensor):
+    pass
+
+
+def test_grouped_mm_parameters_take_the_experts_form_and_subclasses_the_full_check(
+    monkeypatch,
+):
+    """Experts' weights are parameters (or folded plain tensors): that form runs the
+    kernel at once for them; a tensor subclass anywhere, or ends of a subclass, take the
+    full check, which gives the kernel's result too."""
+    a, b = torch.randn(8, 4), torch.nn.Parameter(torch.randn(3, 4, 8))
+    offs = _offs(2, 2, 8)
+    want = torch._grouped_mm(a, b, offs)
+    calls = []
+    full = checked_ops._grouped_mm_checked
+
+    def counted(*args):
+        calls.append(args)
+        return full(*args)
+
+    monkeypatch.setattr(checked_ops, "_grouped_mm_checked", counted)
+    with torch.no_grad():
+        assert torch.equal(checked_ops.grouped_mm(a, b, offs), want) and not calls
+        marked = a.as_subclass(_Marked)
+        for x, o in ((marked, offs), (a, offs.as_subclass(_Marked))):
+            got = checked_ops.grouped_mm(x, b, o)
+            assert torch.equal(got.as_subclass(torch.Tensor), want)
+        assert len(calls) == 2
+        with pytest.raises(checked_ops.CheckFailed, match="non-decreasing"):
+            checked_ops.grouped_mm(marked, b, _offs(2, 2, 7))
+
+
 def test_checked_views_module_is_the_one_the_runtimes_call():
     assert checked_views.CHECKED["as_strided"] is as_strided
 

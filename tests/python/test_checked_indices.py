@@ -300,3 +300,38 @@ def test_loaded_code_runs_the_cpu_kernel_at_once_and_follows_the_flag(monkeypatc
         with pytest.raises(tracebridge.TraceError) as checked:
             loaded(x, bad, w)
         assert isinstance(checked.value.__cause__, CheckFailed)  # refused before the kernel
+
+
+def _inverse_permutation(x, perm):
+    # a mixture of experts' routing (transformers' integrations/moe.py, which starts from
+    # empty_like): the inverse of a permutation, written through a tensor index, then read
+    inv = torch.zeros_like(perm)
+    inv[perm] = torch.arange(perm.shape[0])
+    out = x[perm] * 2.0
+    return out[inv]
+
+
+def test_a_loaded_setitem_runs_the_cpu_kernel_at_once_and_follows_the_flag(monkeypatch, tmp_path):
+    """``x[i] = v`` with a tensor index, as getitem: inline, the kernel where the target is
+    a plain CPU tensor and ``CHECK_ON_CPU`` is off (it refuses an index out of range
+    itself), the checked function where the flag is set after load."""
+    x, perm = torch.randn(5, 3), torch.tensor([3, 0, 4, 1, 2])
+    tracebridge.trace(_inverse_permutation, (x, perm)).save(tmp_path / "f.tb")
+    loaded = tracebridge.load(tmp_path / "f.tb")
+    other = torch.tensor([1, 4, 0, 2, 3])
+    with torch.no_grad():
+        assert "op_setitem" in loaded.code and ".is_cpu and (not M" in loaded.code
+        for p in (perm, other):
+            torch.testing.assert_close(loaded(x, p), _inverse_permutation(x, p), rtol=0, atol=0)
+        bound = loaded._methods["forward"]._function((False, False)).__globals__.values()
+        assert torch.Tensor.__setitem__ in bound and checked_indices.setitem in bound
+        bad = torch.tensor([1, 4, 0, 2, 9])
+        with pytest.raises(tracebridge.TraceError) as kernel:
+            loaded(x, bad)
+        assert not isinstance(kernel.value.__cause__, CheckFailed)  # the kernel refused
+        monkeypatch.setattr(checked_indices, "CHECK_ON_CPU", True)
+        torch.testing.assert_close(loaded(x, other), _inverse_permutation(x, other), rtol=0, atol=0)
+        with pytest.raises(tracebridge.TraceError) as checked:
+            loaded(x, bad)
+        assert isinstance(checked.value.__cause__, CheckFailed)  # refused before the kernel
+        assert "setitem" in str(checked.value)

@@ -91,3 +91,55 @@ def test_tensor_sizes_past_the_limit_are_refused():
     assert guard(x, (torch.tensor(2), 3)).shape == (2, 3)
     with pytest.raises(checked_ops.CheckFailed, match="would allocate"):
         guard(x, (torch.tensor(2**20), torch.tensor(2**20)))
+
+
+def routing(x, perm):
+    # a mixture of experts' routing (transformers' integrations/moe.py): the inverse of a
+    # permutation, written from arange(n); so are a range of ints from 1 and one of floats
+    n = perm.shape[0]
+    inv, positions, halves = torch.zeros_like(perm), torch.zeros_like(perm), torch.zeros(n)
+    inv[perm] = torch.arange(n, device=x.device)
+    positions[perm] = torch.arange(1, n + 1)
+    halves[perm] = torch.arange(0.5, n + 0.5)
+    return (x[perm] * 2.0)[inv] + positions[:, None] + halves[:, None]
+
+
+def test_ranges_of_traced_ints_give_eagers_tensors(tmp_path):
+    """``arange(n)`` and ``arange(a, b)`` of ints are bounded inline; a float end keeps
+    the checked call; both runtimes give eager's tensors, an empty range included."""
+    x, perm = torch.randn(5, 3), torch.tensor([3, 0, 4, 1, 2])
+    traced = tracebridge.trace(routing, (x, perm), check_trace=False)
+    lines = [line for line in traced.code.splitlines() if "# arange" in line]
+    assert len(lines) == 3 and sum(LIMIT in line for line in lines) == 2, lines
+    fast = loaded(traced, tmp_path)
+    plain = tracebridge.load(tmp_path / "m.tb", runtime="interpreter")
+    for n in (5, 1, 0, 9):
+        x, perm = torch.randn(n, 3), torch.randperm(n)
+        for got in (fast(x, perm), plain(x, perm)):
+            assert same_bits(got, routing(x, perm))
+
+
+def test_a_range_past_the_limit_is_refused_as_before(tmp_path):
+    def long_range(x):
+        return torch.arange(x.shape[0] * 2**27)
+
+    traced = tracebridge.trace(long_range, (torch.randn(0, 3),), check_trace=False)
+    assert LIMIT in traced.code
+    fast = loaded(traced, tmp_path)
+    assert fast(torch.randn(0, 3)).shape == (0,)
+    with pytest.raises(tracebridge.OpError, match="would allocate .* more than the limit"):
+        fast(torch.randn(2, 3))
+
+
+def test_a_range_end_read_from_a_tensor_is_tested_to_be_an_int(tmp_path):
+    def counted(x, k):
+        return x.sum() + torch.arange(k.item())
+
+    k = torch.tensor(4)
+    traced = tracebridge.trace(counted, (torch.randn(2), k), check_trace=False)
+    line = next(line for line in traced.code.splitlines() if "# arange" in line)
+    assert LIMIT in line and "_type(" in line and "is _int" in line, line
+    fast = loaded(traced, tmp_path)
+    x = torch.randn(2)
+    for n in (4, 0, 7):
+        assert same_bits(fast(x, torch.tensor(n)), counted(x, torch.tensor(n)))

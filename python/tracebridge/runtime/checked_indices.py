@@ -308,6 +308,9 @@ def setitem(x, index, value):
     return _SETITEM(x, index, value)
 
 
+setitem.cpu_kernel = _SETITEM
+
+
 def _stand_in(x) -> bool:
     """Whether ``x`` is a torch.fx tracer's stand-in for a tensor (a ``Proxy``: a
     GraphModule of the program traced again, by its unpickling or ``symbolic_trace``)."""

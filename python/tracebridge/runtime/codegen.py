@@ -32,6 +32,7 @@ import itertools
 import keyword
 import linecache
 import math
+import re
 import threading
 import weakref
 from collections.abc import Callable
@@ -249,6 +250,11 @@ class CodeGen:
         # caller's builtins); the generated code itself names only what it bound.
         self.globals: dict = {"__builtins__": builtins}
         self.names: dict[int, str] = {}  # value id -> local name
+        self._made: dict[str, int] = {}  # a name define() made -> the value it holds
+        self._spare: list[str] = []  # those free() gave back, for define() to take again
+        self._dead: set[int] = set()  # values free() deleted (ref() refuses them)
+        self._scalars: dict[tuple, torch.Tensor] = {}  # scalar_as_tensor's, by number
+        self._slices: dict[tuple, slice] = {}  # literal slices, by their parts' types and values
         self.body: list[tuple[ast.stmt, str | None, str | None]] = []  # stmt, comment, loc
         self.constants: list[tuple[str, object]] = []  # for the display only
         self._bound: dict[int, str] = {}  # id(object) -> global name
@@ -299,14 +305,19 @@ class CodeGen:
     def define(self, value) -> str:
         # A counter, not len(names): a file that defines an id twice must still get
         # distinct variables (the checker refuses it; the runtime never mixes values up).
-        name = f"v{self._defined}"
-        self._defined += 1
+        # A name whose value was deleted (:meth:`free`) is taken again first.
+        if self._spare:
+            name = self._spare.pop()
+        else:
+            name = f"v{self._defined}"
+            self._defined += 1
+        self._made[name] = value.id
         self.names[value.id] = name
         return name
 
     def ref(self, ref: Ref) -> ast.Name:
         name = self.names.get(ref.id)
-        if name is None:
+        if name is None or ref.id in self._dead:
             raise ArtifactError(
                 f"{self._where} uses value {ref.id!r}, which is not defined before it; "
                 "the file is corrupt (run tracebridge validate)"
@@ -352,6 +363,9 @@ class CodeGen:
         return ast.Tuple(children, ast.Load())
 
     def constant(self, obj) -> ast.Name:
+        if type(obj) is slice:  # immutable: one object (one local) for equal slices
+            parts = (obj.start, obj.stop, obj.step)
+            obj = self._slices.setdefault(tuple((type(p), p) for p in parts), obj)
         before = len(self._bound)
         name = self.bind("c", obj)
         if len(self._bound) > before:
@@ -409,6 +423,8 @@ class CodeGen:
             return self.unless_large(node, call)
         if self.fold and node.op in _BOUNDED_REPEATS and sized and isinstance(node.args[0], Ref):
             return self.unless_large(node, call, repeated=node.args[0])
+        if self.fold and node.op == "arange" and sized:
+            return self.unless_long_range(node, call)
         return call
 
     def cpu_first(self, node: Node, kernel, args, kwargs, call: ast.Call) -> ast.expr:
@@ -488,6 +504,41 @@ class CodeGen:
         kernel = self.bind(_op_prefix(node.op), support.default_callable(node.op))
         return ast.IfExp(test, ast.Call(kernel, args, kwargs), call)
 
+    def unless_long_range(self, node: Node, call: ast.expr) -> ast.expr:
+        """``call`` (an ``arange`` whose ends are values, through ``checked_ops.sized_guard``),
+        or, for ``arange(n)`` and ``arange(a, b)`` with ints and no other number (a
+        mixture of experts' routing and positions: ``arange(x.shape[0])``), the kernel
+        itself when the range's length times 16 bytes is within the allocation limit: the
+        guard's own reading of that form (``checked_ops._range_numel``) without its two
+        Python frames. A range that runs backwards passes the test, as the guard counts it
+        empty; the kernel refuses it either way. Each value is tested to be a Python int
+        first, as in :meth:`unless_large`."""
+        kinds = self.kinds()
+        ends = node.args
+        if not 1 <= len(ends) <= 2 or not _RANGE_KEYWORDS.issuperset(node.kwargs):
+            return call
+        ints = (type(e) is int or isinstance(e, Ref) and kinds.get(e.id) == "int" for e in ends)
+        if not all(ints):
+            return call
+        length = self.literal(ends[0])
+        if len(ends) == 2:
+            length = ast.BinOp(self.literal(ends[1]), ast.Sub(), length)
+        values = dict.fromkeys(
+            e.id for e in ends if isinstance(e, Ref) and e.id not in self.python_ints
+        )
+        tests: list[ast.expr] = [
+            ast.Compare(_call("_type", self.ref(Ref(v))), [ast.Is()], [self.helper("_int")])
+            for v in values
+        ]
+        if tests:
+            self.helper("_type")
+        product = ast.BinOp(ast.Constant(16), ast.Mult(), length)
+        tests.append(ast.Compare(product, [ast.LtE()], [ast.Constant(checked_ops.ALLOC_BYTES)]))
+        test = tests[0] if len(tests) == 1 else ast.BoolOp(ast.And(), tests)
+        args, kwargs = self.arguments(node)
+        kernel = self.bind(_op_prefix(node.op), support.default_callable(node.op))
+        return ast.IfExp(test, ast.Call(kernel, args, kwargs), call)
+
     def scalar_as_tensor(self, node: Node, args: list[ast.expr]) -> list[ast.expr]:
         """``args`` with a number literal passed as a 0-dim tensor made once, where that
         gives the same result (runtime/scalars.py)."""
@@ -495,6 +546,11 @@ class CodeGen:
         if found is None:
             return args
         tensor, dtype = found
+        # One tensor per number and dtype for the whole function (ops read it, none
+        # writes it or returns it: scalars.OPS), so each is one local, not one per node
+        # (a transformer's ``+ eps`` and ``* 0.5`` in every layer).
+        scalar = node.args[1]
+        tensor = self._scalars.setdefault((type(scalar), repr(scalar), dtype), tensor)
         self.plain_read = True
         names = (self.helper("_type"), self.helper("_Tensor"))
         constant = self.constant(tensor)
@@ -815,9 +871,27 @@ class CodeGen:
         self.emit(ast.Return(self.structure(self.graph.out_spec, leaves)))
 
     def free(self, value_ids) -> None:
-        names = sorted(self.names[v] for v in value_ids if v in self.names)
+        """``del`` the variables of values past their last use, and give their names back
+        for later values: a function has as many locals as values live at once, not one a
+        value.
+
+        Note: why names are taken again. CPython reads a local by its index, and one past
+        255 takes an ``EXTENDED_ARG`` prefix, an instruction of its own; a transformer's
+        forward had 457 locals and ran 1,012 such prefixes a call (Qwen2-MoE), in a frame of
+        457 slots. A dead value is marked, so a later read of it through :meth:`ref` fails
+        here (ArtifactError) as it failed at the call before (UnboundLocalError), rather than
+        reading the value that took its name. Code placed earlier in the body (inference
+        mode entered with the inputs, runtime/lean.py) still reads :attr:`names`, where a
+        value's name is its own until its last use."""
+        found = {v: self.names[v] for v in value_ids if v in self.names}
+        names = sorted(set(found.values()))
         if names:
             self.emit(ast.Delete([ast.Name(n, ast.Del()) for n in names]))
+        for v, name in found.items():
+            self._dead.add(v)
+            if self._made.get(name) == v:  # a name define() made for this value alone
+                del self._made[name]
+                self._spare.append(name)
 
     def build(self) -> ast.FunctionDef:
         """The function's tree (positions are set by :func:`render`)."""
@@ -909,8 +983,15 @@ class CodeGen:
         """The inputs, positional only, then every object the code names (ops, state
         tables, constants, guards, helpers) as a keyword-only parameter whose default is
         that object: the body reads each as a local (``LOAD_FAST``), not through the
-        globals dict on every op. Callers pass the inputs only."""
-        bound = sorted(name for name in self.globals if name != "__builtins__")
+        globals dict on every op. Callers pass the inputs only.
+
+        A guard's record (``G``, read only where the guard fails) stays a global: the
+        values' own locals come after these parameters, and an index past 255 costs an
+        ``EXTENDED_ARG`` prefix on every read (Bailing-hybrid's 46 guards put all its
+        values' locals past it)."""
+        bound = sorted(
+            name for name in self.globals if name != "__builtins__" and not _GUARD_RECORD(name)
+        )
         return ast.arguments(
             posonlyargs=[ast.arg(p) for p in params],
             args=[],
@@ -1560,6 +1641,7 @@ class _KeyedCodeGen(CodeGen):
 
 
 _DROPOUTS = frozenset({"dropout", "alpha_dropout", "dropout_"})
+_GUARD_RECORD = re.compile(r"G\d+").fullmatch  # the names bind("G", ...) makes
 # Factories whose sizes, when values, the generated code bounds inline (CodeGen.unless_large):
 # their bytes are the product of their sizes times their element's width.
 _BOUNDED_FACTORIES = frozenset(
@@ -1568,6 +1650,9 @@ _BOUNDED_FACTORIES = frozenset(
 )
 # Ops whose result has their input's elements times the sizes' product (the guard's count).
 _BOUNDED_REPEATS = frozenset({"Tensor.repeat", "tile"})
+# The keywords an ``arange`` bounded inline may take (CodeGen.unless_long_range): none that
+# gives a number of its range.
+_RANGE_KEYWORDS = frozenset({"dtype", "device", "layout", "pin_memory", "requires_grad"})
 _NOT_OPS = frozenset({"prim.state", "prim.guard"})  # not counted as a folded value's ops
 _DTYPE = {name: getattr(torch, name) for name in ("float16", "bfloat16", "float32", "float64")}
 
