@@ -47,15 +47,16 @@ def made() -> nn.Module:
 X = torch.randn(2, 3, 8, 8)
 
 
-def loaded_pair():
-    """A loaded artifact of :class:`Net`, called once without autograd (its values folded,
-    its seal intact), and the eager module it was saved from."""
-    net = made()
+def loaded_pair(net: nn.Module | None = None, x: torch.Tensor = X):
+    """A loaded artifact of ``net`` (default: :class:`Net`), called once on ``x`` without
+    autograd (its values folded, its seal intact), and the eager module it was saved
+    from."""
+    net = made() if net is None else net
     buffer = io.BytesIO()
-    tracebridge.trace(net, X).save(buffer)
+    tracebridge.trace(net, x).save(buffer)
     loaded = tracebridge.load(buffer.getvalue())
     with torch.no_grad():
-        loaded(X)
+        loaded(x)
     assert sealed.is_sealed(loaded)
     return loaded, net
 
@@ -537,14 +538,8 @@ def test_a_call_with_autograd_over_state_without_grad_breaks_the_seal():
     requires grad (``x * buffer``: ``grad_fn._saved_other`` is the buffer itself); a
     write through it, then a call without autograd, served the old folded value."""
     torch.manual_seed(0)
-    net = _Scaled().eval()
     x = torch.randn(2, 4)
-    buffer = io.BytesIO()
-    tracebridge.trace(net, x).save(buffer)
-    loaded = tracebridge.load(buffer.getvalue())
-    with torch.no_grad():
-        loaded(x)
-    assert sealed.is_sealed(loaded)
+    loaded, net = loaded_pair(_Scaled().eval(), x)
     out = loaded(x.clone().requires_grad_(True))
     assert not sealed.is_sealed(loaded)
     saved = out.grad_fn.next_functions[0][0]._saved_other
