@@ -447,26 +447,27 @@ jit_load <- function(path, weights = NULL, map_location = NULL, progress = NULL)
 #' Traced and loaded graphs keep some values computed from their module's state alone
 #' (constants folded at the first call in evaluation mode, memos keyed on state tensors);
 #' each is computed again at its next use after this call. It is needed only after a
-#' write that torch does not record: an in-place op through `$data`
-#' (`p$data$zero_()`, `p$data$copy_(w)`): `$data` has a version counter of its own, so
-#' the parameter's does not move. Writes torch records are seen without it:
+#' write that torch does not record and tracebridge cannot see: an in-place op through a
+#' buffer's `$data` (`b$data$zero_()`: `$data` has a version counter of its own, so the
+#' buffer's does not move). Writes torch records are seen without it:
 #' `$load_state_dict()`, optimizer steps, `p$copy_(w)` inside [with_no_grad()],
-#' `p$data <- w`.
+#' `p$data <- w`; so are writes through a parameter's `$data` (`p$data$zero_()`):
+#' taking it drops the values kept from that parameter.
 #'
 #' @return `NULL`, invisibly.
 #' @examples
 #' if (torch_is_installed()) {
-#'   Doubled <- nn_module("Doubled",
-#'     initialize = function() self$fc <- nn_linear(2, 2, bias = FALSE),
-#'     forward = function(x) torch_matmul(x, (self$fc$weight * 2)$t())
+#'   Scaled <- nn_module("Scaled",
+#'     initialize = function() self$scale <- nn_buffer(torch_ones(2)),
+#'     forward = function(x) x * (self$scale * 2)
 #'   )
-#'   net <- Doubled()
+#'   net <- Scaled()
 #'   net$eval()
 #'   f <- jit_trace(net, torch_ones(1, 2))
-#'   with_no_grad(f(torch_ones(1, 2)))  # `weight * 2` is folded
-#'   invisible(net$fc$weight$data$zero_()) # torch does not record this write
+#'   with_no_grad(f(torch_ones(1, 2)))  # `scale * 2` is folded
+#'   invisible(net$scale$data$zero_()) # torch does not record this write
 #'   invalidate_caches()
-#'   with_no_grad(f(torch_ones(1, 2)))  # zeros, computed from the new weight
+#'   with_no_grad(f(torch_ones(1, 2)))  # zeros, computed from the new buffer
 #' }
 #' @export
 invalidate_caches <- function() {

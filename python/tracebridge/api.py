@@ -447,7 +447,8 @@ class ShownModule(nn.Module):
         # ``right_inverse``) and deletes it before it changes the class: refused at the read,
         # before anything changed (prober23a F3: an AttributeError from inside torch, the
         # weight already gone).
-        if sys._getframe(1).f_code is _REGISTER_PARAMETRIZATION:
+        caller = sys._getframe(0).f_back  # None where C code asks (R, through reticulate)
+        if caller is not None and caller.f_code is _REGISTER_PARAMETRIZATION:
             raise _not_parametrized(self)
         return super().__getattr__(name)
 

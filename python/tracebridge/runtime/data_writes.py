@@ -74,12 +74,19 @@ _COPYING_READERS = frozenset(
 )
 
 
+def _caller_code():
+    """The code of the Python frame that read ``.data``, or None where C code read it
+    (R through reticulate: there is no Python frame above)."""
+    caller = sys._getframe(1).f_back
+    return caller.f_code if caller is not None else None
+
+
 def _data(self):
     found = self.__dict__
     if (
         _KEPT_FROM in found
         and _TAKEN not in found
-        and sys._getframe(1).f_code not in _COPYING_READERS
+        and _caller_code() not in _COPYING_READERS
     ):
         found[_TAKEN] = True
         from .folding import invalidate_caches
