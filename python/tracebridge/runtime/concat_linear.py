@@ -81,6 +81,7 @@ _SHAPE_PRIMS = frozenset("prim.size prim.numel prim.dtype prim.device prim.len".
 _BARRIERS = frozenset({"set_grad_enabled", "prim.autograd_function"})
 _autocast = torch._C._is_any_autocast_enabled
 _function_modes = torch._C._len_torch_function_stack
+_dispatch_modes = torch._C._len_torch_dispatch_stack
 
 
 class AsTraced(RuntimeError):
@@ -118,8 +119,8 @@ def concat_weights(
     >>> concat_weights([torch.ones(2, 3), torch.zeros(1, 3)]).shape
     torch.Size([3, 3])
     """
-    if _function_modes() or _autocast():
-        raise AsTraced("linear: under a torch function mode or autocast, run as traced")
+    if _function_modes() or _dispatch_modes() or _autocast():
+        raise AsTraced("linear: under a torch function or dispatch mode or autocast, run as traced")
     if rows is not None and [t.shape[0] if t.dim() else -1 for t in tensors] != list(rows):
         raise WeightsChanged(
             "linear: the projections of one input now have "

@@ -297,16 +297,19 @@ def made_normal(function, *args):
 
 
 _function_modes = torch._C._len_torch_function_stack
+_dispatch_modes = torch._C._len_torch_dispatch_stack
 _autocast = torch._C._is_any_autocast_enabled
 
 
 def outside_the_key() -> bool:
     """Whether a call runs where torch itself would make other values than the ones a
     cache keeps, for a reason no key sees: a torch function mode (``set_default_device``,
-    ``with torch.device(...)``, a tracer) or an autocast region around the call. Folded
-    and memoised values are then computed, not reused. (The default dtype is part of
-    their keys.)"""
-    return bool(_function_modes()) or _autocast()
+    ``with torch.device(...)``, a tracer), a dispatch mode (``FakeTensorMode``, a mode that
+    changes or counts the ops) or an autocast region around the call. Folded and memoised
+    values are then computed, not reused: a value made under a mode is the mode's (a fake
+    tensor, say) and is not kept, and a mode sees every op the call runs. (The default
+    dtype is part of their keys.)"""
+    return bool(_function_modes() or _dispatch_modes()) or _autocast()
 
 
 def _counter(name: str) -> str:
@@ -368,7 +371,11 @@ class Folded:
         # Run on every call of a model whose code folds: C functions mapped over the
         # tensors, no tuple built for the mode, outside_the_key() inline.
         tensors = list(map(_getitem, self.owners, self.keys))
-        if (_grad_enabled() and any(map(_requires_grad, tensors))) or _function_modes():
+        if (
+            (_grad_enabled() and any(map(_requires_grad, tensors)))
+            or _function_modes()
+            or _dispatch_modes()
+        ):
             return self.made_here()  # gradients must reach the state, or torch makes others
         # A source of a subclass (``p.__class__ = Sub`` keeps the object, its version and
         # data) runs its own torch function on the static ops, on every call, as eager
@@ -443,7 +450,12 @@ class FixedFolded(Folded):
         return "frozen " + super().__repr__()
 
     def __call__(self) -> tuple:
-        if (self.grad_sources and _grad_enabled()) or _function_modes() or _autocast():
+        if (
+            (self.grad_sources and _grad_enabled())
+            or _function_modes()
+            or _dispatch_modes()
+            or _autocast()
+        ):
             return self.made_here()  # as unfrozen: torch makes other values there
         entry = self.entry
         if entry is not None and entry[0] is _default_dtype() and entry[1] == _epoch[0]:
@@ -480,7 +492,7 @@ class SealedFolded(Folded):
             # (the code for calls with autograd breaks the seal when it is made: not here)
             seal.break_()
             return Folded.__call__(self)
-        if _function_modes() or _autocast():
+        if _function_modes() or _dispatch_modes() or _autocast():
             return self.made_here()  # as unsealed: torch makes other values there
         entry = self.entry
         if entry is not None and entry[3] is _default_dtype() and entry[4] == _epoch[0]:

@@ -63,6 +63,7 @@ from .folding import (
     _ALIASING,
     RESIZING,
     _autocast,
+    _dispatch_modes,
     _epoch,
     _function_modes,
     _may_be_static,
@@ -431,7 +432,7 @@ class Memo:
 
     def __call__(self, *key):
         # outside_the_key(), inline: a memo runs a few times per call of a model.
-        if _function_modes() or _autocast():
+        if _function_modes() or _dispatch_modes() or _autocast():
             return self.function(*key)
         if self.state or self.meta:
             return self._with_state(key)

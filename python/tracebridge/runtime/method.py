@@ -33,6 +33,7 @@ class _GuardSwitch(threading.local):
 _local = _GuardSwitch()
 _grad_enabled = torch.is_grad_enabled
 _autocast = torch._C._is_any_autocast_enabled
+_dispatch_modes = torch._C._len_torch_dispatch_stack
 # nn.MultiheadAttention's and TransformerEncoderLayer's switch for their fused path: off,
 # eager takes their other path, which the first graph of a Specialised holds.
 _fast_path_enabled = torch.backends.mha.get_fastpath_enabled
@@ -279,7 +280,9 @@ class Method:
                 self.check_guards and not (_threads_off and _local.off),
                 not _grad_enabled()
                 and not (_threads_recorded and _local.recorded)
-                and not _autocast(),  # folded norms would round once where eager rounds twice
+                and not _autocast()  # folded norms would round once where eager rounds twice
+                # a dispatch mode sees (and may change) the ops eager runs, not the fused ones
+                and not _dispatch_modes(),
             )
             fn = self._compiled.get(key) or self._function(key)
             if len(args) == self._direct_arity and not kwargs:

@@ -59,6 +59,7 @@ from .folding import (
     _ALIASING,
     _autocast,
     _data_ptr,
+    _dispatch_modes,
     _epoch,
     _function_modes,
     _is,
@@ -385,7 +386,7 @@ class SizeChecks:
         )
 
     def __call__(self, *values) -> None:
-        if _function_modes() or _autocast():
+        if _function_modes() or _dispatch_modes() or _autocast():
             self.function(*values)  # ops may make other sizes or dtypes for the same key
             return
         key: list = [_default_dtype(), _epoch[0]]

@@ -57,7 +57,7 @@ from ..ir import Graph, refs_in
 from ..ir import ops as opset
 from ..ir.ops import VARIADIC_OUTPUTS
 from ..ir.program import referenced_graphs
-from .folding import _autocast, _epoch, _function_modes, outside_the_key
+from .folding import _autocast, _dispatch_modes, _epoch, _function_modes, outside_the_key
 from .method import guards_active
 from .sealed import peek
 from .size_checks import (
@@ -248,7 +248,12 @@ class Transaction:
         one = self._one
         if one is not None and not kwargs and len(args) == self._arity:
             value = args[one]
-            if type(value) in _plain_set and not _function_modes() and not _autocast():
+            if (
+                type(value) in _plain_set
+                and not _function_modes()
+                and not _dispatch_modes()
+                and not _autocast()
+            ):
                 key = (_generation[0], _epoch[0], _default_dtype(), _metadata(value))
                 held = self._passed.get(key)
                 if held is not None:
