@@ -207,16 +207,20 @@ class _Traced:
         with track("saving", total=state_nbytes(self), unit="B", progress=progress):
             streams.write_to(program, path, language=language or program.language)
 
-    # Note: pickling. A traced object pickles as its artifact's bytes, and unpickles through
-    # ``load`` with every check a file gets: a pickle of a tracebridge object is exactly as
-    # safe as the file (no more: pickle itself runs code, so unpickle only what you trust).
-    # What comes back is what ``load`` gives: an independent module, sharing nothing with
-    # the one pickled. ``copy.deepcopy`` takes the same road (the methods hold locks and
-    # generated code, which neither pickle nor deep-copy); ``copy.copy`` shares, as
-    # nn.Module's does.
+    # Note: pickling. A traced object pickles as its artifact without the tensors' data,
+    # and its state tensors by name, as torch pickles tensors; it unpickles through
+    # ``load`` with every check a file gets, binding those tensors by name, dtype and shape
+    # (``load(weights=...)``): the program of a pickle is exactly as safe as a file's (no
+    # more: pickle itself runs code, so unpickle only what you trust). The tensors travel
+    # as tensors so that ``torch.multiprocessing`` shares them as it shares an nn.Module's
+    # (its queues put CPU tensors in shared memory: a write in one process is the other's,
+    # the Hogwild pattern); a plain pickle copies them. ``copy.deepcopy`` writes the whole
+    # artifact and loads it (the methods hold locks and generated code, which neither
+    # pickle nor deep-copy): an independent module; ``copy.copy`` shares, as nn.Module's.
 
     def __reduce__(self):
-        return _from_pickle, (streams.to_bytes(self._program_for_saving()), _pickle_state(self))
+        data, tensors = _pickled_program(self._program_for_saving())
+        return _from_pickle, (data, _pickle_state(self), tensors)
 
     def __deepcopy__(self, memo: dict):
         data = streams.to_bytes(self._program_for_saving())
@@ -2167,7 +2171,8 @@ def load(
         runtime: ``"codegen"`` (default, fast) or ``"interpreter"`` (see :func:`trace`).
         map_location: where the state goes (see below); ``None`` restores the devices
             the tensors were saved from.
-        weights: safetensors checkpoints to bind the state from (see below).
+        weights: safetensors checkpoints, or a dict of tensors by name, to bind the
+            state from (see below).
         verify: check the weights' SHA-256 (see below).
         progress: a progress bar on a terminal while a large file is checked (see
             :func:`trace`).
@@ -2188,8 +2193,9 @@ def load(
     calls keep the values folded from them without checking the state again
     (runtime/sealed.py). ``weights``
     binds the state by name from safetensors checkpoints instead (a file, a list of files,
-    or a sharded ``model.safetensors.index.json``): needed for a program traced on the meta
-    device. A tied tensor (an output layer sharing the embedding's matrix) binds under any
+    or a sharded ``model.safetensors.index.json``) or from a dict of tensors (a
+    ``state_dict()``; the tensors themselves are bound): needed for a program traced on the
+    meta device. A tied tensor (an output layer sharing the embedding's matrix) binds under any
     of its names in the traced module's ``state_dict()``. ``verify`` checks the weights'
     SHA-256: ``None`` (default) does so when they are at most 64 MiB, ``True`` always,
     ``False`` never.
@@ -2246,9 +2252,38 @@ def _pickle_state(obj: TracedFunction | TracedModule) -> dict:
     return state
 
 
-def _from_pickle(data: bytes, state: dict) -> TracedFunction | TracedModule:
-    """Unpickle a traced object: ``load`` of its artifact bytes, with every check."""
-    obj = load(data, runtime=state.get("runtime", "codegen"), map_location=state.get("device"))
+def _pickled_program(program: Program) -> tuple[bytes, dict[str, torch.Tensor]]:
+    """The artifact of ``program`` with its state described, not stored (as a program
+    traced on the meta device is saved), and the state tensors by name."""
+    kept = program.state
+    tensors = {name: entry.tensor for name, entry in kept.items()}
+    program.state = {
+        name: StateEntry(entry.kind, entry.tensor.to("meta"), entry.persistent)
+        for name, entry in kept.items()
+    }
+    try:
+        return streams.to_bytes(program), tensors
+    finally:
+        program.state = kept
+
+
+def _from_pickle(
+    data: bytes, state: dict, tensors: dict | None = None
+) -> TracedFunction | TracedModule:
+    """Unpickle a traced object: ``load`` of its artifact bytes, with every check, binding
+    ``tensors`` (the state by name; None for pickles that stored it in the artifact)."""
+    obj = load(
+        data,
+        runtime=state.get("runtime", "codegen"),
+        map_location=state.get("device"),
+        weights=tensors,
+    )
+    if tensors and any(t.is_shared() for t in tensors.values()):
+        # Memory another process may write (torch.multiprocessing): no sealed state, whose
+        # folds would never see such a write (runtime/sealed.py); folds check per call.
+        seal = obj.__dict__.get("_tb_seal")
+        if seal is not None:
+            seal.break_()
     obj.check_guards = state.get("check_guards", True)
     if isinstance(obj, TracedFunction) and "name" in state:
         obj.__name__ = state["name"]

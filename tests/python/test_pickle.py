@@ -1,5 +1,6 @@
-"""Traced and loaded objects pickle and deep-copy through their artifact bytes; save and load
-take file-like objects and bytes (python/tracebridge/artifact/streams.py)."""
+"""Traced and loaded objects pickle through their artifact bytes and their state tensors,
+and deep-copy through their artifact; save and load take file-like objects and bytes
+(python/tracebridge/artifact/streams.py)."""
 
 from __future__ import annotations
 
@@ -115,16 +116,90 @@ def test_runtime_guards_flag_and_name_survive_pickling() -> None:
 
 
 def test_unpickling_goes_through_the_loaders_checks() -> None:
-    """A pickle carries the artifact's bytes; flipped bits in them are refused by load's
-    checks exactly as in a file."""
+    """A pickle carries the artifact's bytes (its program, the state described) and the
+    state tensors by name; flipped bits in the program are refused by load's checks exactly
+    as in a file, and a state tensor that does not fit the program is refused by name."""
     traced = tracebridge.trace(torch.nn.Linear(3, 2), torch.rand(4, 3))
     data = pickle.dumps(traced)
-    weights = traced.weight.detach().numpy().tobytes()
-    at = data.index(weights)
+    at = data.index(b'"methods"')
     bad = bytearray(data)
-    bad[at] ^= 0xFF
-    with pytest.raises(ArtifactError, match="sha256|CRC-32"):
+    bad[at + 2] ^= 0xFF
+    with pytest.raises(ArtifactError, match="CRC-32|sha256"):
         pickle.loads(bytes(bad))
+    build, (artifact_bytes, state, tensors) = traced.__reduce__()
+    assert set(tensors) == {"weight", "bias"} and tensors["weight"] is traced.weight
+    with pytest.raises(ArtifactError, match=r"weight: float32\[3, 3\].*needs float32\[2, 3\]"):
+        build(artifact_bytes, state, {**tensors, "weight": torch.zeros(3, 3)})
+    with pytest.raises(ArtifactError, match=r"missing \(1\): bias"):
+        build(artifact_bytes, state, {"weight": tensors["weight"]})
+    with pytest.raises(ArtifactError, match="maps to str"):
+        build(artifact_bytes, state, {**tensors, "bias": "zeros"})
+
+
+def test_a_pickle_made_before_the_tensors_travelled_apart_still_loads() -> None:
+    """Pickles of earlier versions held the whole artifact, state data included."""
+    from tracebridge.api import _from_pickle, _pickle_state
+
+    traced = tracebridge.trace(torch.nn.Linear(3, 2), torch.rand(4, 3))
+    old = _from_pickle(
+        tracebridge.api.streams.to_bytes(traced._program_for_saving()), _pickle_state(traced)
+    )
+    x = torch.rand(5, 3)
+    assert torch.equal(old(x), traced(x))
+
+
+@pytest.mark.parametrize("loaded", [False, True])
+def test_torch_multiprocessing_shares_the_state_as_it_shares_a_modules(loaded) -> None:
+    """torch.multiprocessing's pickler puts CPU tensors in shared memory, so a module sent
+    to a worker shares its weights with the sender (the Hogwild pattern): a write in one
+    process is the other's. A traced or loaded object's state travels as tensors and is
+    shared the same way, and no fold keeps a value of memory another process may write
+    (prober24a F2: the worker's copy never saw the sender's writes)."""
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing  # noqa: F401 - registers torch's reductions on it
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3),
+        torch.nn.BatchNorm2d(4),
+        torch.nn.Flatten(),
+        torch.nn.Linear(64, 2),
+    ).eval()
+    x = torch.randn(2, 3, 6, 6)
+    sent = tracebridge.trace(net, x)
+    if loaded:
+        sent = tracebridge.load(_artifact_bytes(sent))
+    with torch.no_grad():
+        sent(x)  # folds made on the sender's side before it is sent
+    received = pickle.loads(bytes(ForkingPickler.dumps(sent)))  # what a worker unpickles
+    assert getattr(received, "0").weight.is_shared()
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(received(x), net(x))
+        getattr(sent, "0").weight.mul_(2.0)  # the sender writes the shared weight
+        net[0].weight.mul_(2.0)
+        torch.testing.assert_close(received(x), net(x))
+        getattr(received, "1").running_var.add_(1.0)  # and the worker writes back
+        net[1].running_var.add_(1.0)
+        torch.testing.assert_close(sent(x), net(x))
+        torch.testing.assert_close(received(x), net(x))
+
+
+def test_load_binds_a_state_dict_of_tensors_to_a_program_traced_on_meta(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    real = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    with torch.device("meta"):
+        meta = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    path = tmp_path / "meta.tb"
+    tracebridge.trace(meta, torch.empty(2, 4, device="meta")).save(path)
+    loaded = tracebridge.load(path, weights=real.state_dict())
+    x = torch.randn(5, 4)
+    torch.testing.assert_close(loaded(x), real(x))
+    with pytest.raises(ArtifactError, match=r"not in the program \(1\): extra"):
+        tracebridge.load(path, weights={**real.state_dict(), "extra": torch.zeros(1)})
+    with pytest.raises(ArtifactError, match="meta tensor"):
+        tracebridge.load(path, weights=meta.state_dict())
 
 
 def test_save_and_load_through_file_likes_and_bytes(tmp_path: Path) -> None:

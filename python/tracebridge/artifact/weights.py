@@ -3,9 +3,10 @@
 A program traced on the meta device (how large models are traced without their weights)
 is saved without tensor data; its state is bound at load, by name, from safetensors
 checkpoints read with the ``safetensors`` library (memory-mapped, so the tensors are views
-of the checkpoint files). ``weights`` is one ``.safetensors`` file, a list of them, or a
+of the checkpoint files). ``weights`` is one ``.safetensors`` file, a list of them, a
 Hugging Face sharded index (``model.safetensors.index.json``, whose ``weight_map`` names
-the shard of each tensor).
+the shard of each tensor), or a dict of tensors by name (a ``state_dict()``: the tensors
+themselves are bound, not copies; a pickled traced object travels so, api.py).
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import torch
 
 from ..errors import ArtifactError
 from .jsonstrict import loads_strict
 
-WeightsArg = str | os.PathLike | Sequence[str | os.PathLike]
+WeightsArg = str | os.PathLike | Sequence[str | os.PathLike] | Mapping[str, torch.Tensor]
 _MAX_INDEX_BYTES = 64 * 1024 * 1024
 
 
@@ -129,6 +131,54 @@ def open_weights(weights: WeightsArg) -> dict[str, tuple[str, object]]:
     return found
 
 
+@dataclass
+class _Piece:
+    """One tensor the weights offer: where it is (for messages), its dtype and shape as
+    the checks read them, and how to take it."""
+
+    where: str
+    dtype: torch.dtype | None
+    dtype_text: str
+    shape: list
+    take: object  # () -> torch.Tensor
+
+
+def _from_files(weights: WeightsArg) -> dict[str, _Piece]:
+    from .tensors import FROM_ST
+
+    pieces = {}
+    for name, (path, handle) in open_weights(weights).items():
+        piece = handle.get_slice(name)
+        text = piece.get_dtype()
+        pieces[name] = _Piece(
+            os.path.basename(path),
+            FROM_ST.get(text),
+            text,
+            list(piece.get_shape()),
+            lambda handle=handle, name=name: handle.get_tensor(name),
+        )
+    return pieces
+
+
+def _from_mapping(weights: Mapping) -> dict[str, _Piece]:
+    pieces = {}
+    for name, tensor in weights.items():
+        if not isinstance(name, str) or not isinstance(tensor, torch.Tensor):
+            raise ArtifactError(
+                "weights= as a dict maps state names to tensors (a state_dict()); "
+                f"{name!r} maps to {type(tensor).__name__}"
+            )
+        if tensor.is_meta:
+            raise ArtifactError(
+                f"weights: {name!r} is a meta tensor (no data); give tensors with values"
+            )
+        text = str(tensor.dtype)[6:]
+        pieces[name] = _Piece(
+            "the dict", tensor.dtype, text, list(tensor.shape), lambda t=tensor: t
+        )
+    return pieces
+
+
 def bind(
     state: dict[str, dict],
     needed: Sequence[str],
@@ -145,34 +195,31 @@ def bind(
     -> state name, tied weights) lets a checkpoint hold a state tensor under another of its
     names: writers keep one name of a shared tensor, not always the traced module's first.
     """
-    from .tensors import FROM_ST
-
-    found = dict(open_weights(weights))
-    key_in_file = {}  # state name -> the name the checkpoint holds it under
+    found = _from_mapping(weights) if isinstance(weights, Mapping) else _from_files(weights)
     for alias, target in (aliases or {}).items():
         if alias in found:
             if target not in found:
                 found[target] = found[alias]
-                key_in_file[target] = alias
             del found[alias]
     missing = [n for n in needed if n not in found]
     extra = sorted(n for n in found if n not in state)
     wrong = []
     tensors: dict[str, torch.Tensor] = {}
-    for name, (path, handle) in found.items():
+    for name, piece in found.items():
         if name not in state:
             continue
-        key = key_in_file.get(name, name)
-        piece = handle.get_slice(key)
-        dtype, shape = FROM_ST.get(piece.get_dtype()), list(piece.get_shape())
         want = state[name]
-        if dtype is None or str(dtype)[6:] != want["dtype"] or shape != want["shape"]:
+        if (
+            piece.dtype is None
+            or str(piece.dtype)[6:] != want["dtype"]
+            or piece.shape != want["shape"]
+        ):
             wrong.append(
-                f"{name}: {piece.get_dtype()}{shape} in {os.path.basename(path)}, the program "
+                f"{name}: {piece.dtype_text}{piece.shape} in {piece.where}, the program "
                 f"needs {want['dtype']}{want['shape']}"
             )
             continue
-        tensors[name] = handle.get_tensor(key)
+        tensors[name] = piece.take()
     if missing or extra or wrong:
         transient = [n for n in missing if state[n].get("persistent", True) is False]
         missing = [n for n in missing if n not in transient]

@@ -102,7 +102,9 @@ class ChannelsLastWeight:
             or w.is_contiguous(memory_format=_CHANNELS_LAST)
         ):
             made = w  # ATen copies nothing: the weight as it is, known for this weight
-        elif data_writes.taken((w,)):  # a write through .data moves no version: not kept
+        elif w.is_shared() or data_writes.taken((w,)):
+            # a write in another process (shared memory) or through .data moves no
+            # version: not kept
             return _in_channels_last(w)
         else:
             # A normal tensor, whatever the caller's mode: later calls may run outside it.

@@ -66,6 +66,7 @@ from .folding import (
     _dispatch_modes,
     _epoch,
     _function_modes,
+    _is_shared,
     _may_be_static,
     made_normal,
     resizes_in_place,
@@ -477,7 +478,9 @@ class Memo:
         kept = self.cache.get(entry)
         if kept is None:
             tensors = [key[i] for i in state]
-            if data_writes.taken(tensors):  # a write through .data moves no version
+            # A write through .data moves no version, nor one in another process into
+            # shared memory (torch.multiprocessing): nothing kept (runtime/folding.py).
+            if data_writes.taken(tensors) or any(map(_is_shared, tensors)):
                 return self.function(*key)
             data_writes.keep(tensors)
             return self._keep(entry, made_normal(self.function, *key), tensors)
