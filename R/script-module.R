@@ -114,8 +114,13 @@ py_text <- function(x) reticulate::py_to_r(x)
 #' `$graph` (the graph as text), `$code` (the generated Python), `$guards` (the
 #' assumptions the trace made), `$save(path)`. Modules also have `$forward()`, `$train()`,
 #' `$eval()`, `$training`, `$parameters`, `$buffers`, `$methods`, one function per
-#' traced method (`$trainforward()`, `$evalforward()`, ...), and each sub-module by its
-#' name, whose `$` gives its parameters and buffers (`$bn$running_mean`).
+#' traced method (`$trainforward()`, `$evalforward()`, ...), each sub-module by its
+#' name, whose `$` gives its parameters and buffers (`$bn$running_mean`), and what a
+#' module does: `$to()`, `$cpu()`, `$cuda()`, `$state_dict()`, `$load_state_dict()`,
+#' `$zero_grad()`, `$named_parameters()`, `$named_buffers()`, `$children`, `$modules`,
+#' `$apply()`, `$register_parameter()`, `$register_buffer()`, `$add_module()`. `[[` is
+#' `$`; `$<-` and `[[<-` assign a parameter, buffer or sub-module, as on a module
+#' (`m$bn$running_mean <- torch_zeros(4)`).
 #'
 #' @param x A `script_function` or `script_module`.
 #' @param name A field or method name.
@@ -175,6 +180,12 @@ print.script_function <- function(x, ...) {
     buffers = state_list(py, "buffers"),
     py = py,
     {
+      if (name %in% module_fields && !(name %in% unlist(py_text(py$methods)))) {
+        return(module_field(x, py, name))
+      }
+      if (reticulate::py_to_r(py_rb()$has_state(py, name))) {
+        return(from_py(reticulate::py_get_attr(py, name)))  # a parameter or buffer
+      }
       sub <- if (reticulate::py_has_attr(py, "_modules")) py[["_modules"]]$get(name)
       if (!is.null(sub) && !inherits(sub, "python.builtin.NoneType") &&
           !(name %in% unlist(py_text(py$methods)))) {
@@ -191,6 +202,52 @@ print.script_function <- function(x, ...) {
     }
   )
 }
+
+# What a script_module does as a module, through the code a sub-module's `$` runs
+# (`$.nn_module`, R/nn.R): `m$to(dtype = torch_float64())`, `m$state_dict()`, ...; the
+# functions among them return the script_module itself, as mlverse's return the module.
+module_fields <- c("to", "cpu", "cuda", "state_dict", "load_state_dict", "zero_grad",
+                   "named_parameters", "named_buffers", "children", "modules", "apply",
+                   "register_parameter", "register_buffer", "register_module", "add_module")
+
+module_field <- function(x, py, name) {
+  field <- `$.nn_module`(wrap_py_module(py), name)
+  if (!is.function(field)) return(field)
+  function(...) {
+    out <- field(...)
+    if (inherits(out, "nn_module")) invisible(x) else out
+  }
+}
+
+# Fields of a script_module that are not the module's to assign.
+read_only_fields <- c("graph", "code", "guards", "save", "forward", "train", "eval",
+                      "training", "methods", "parameters", "buffers", "py", module_fields)
+
+#' @rdname script_function
+#' @param value What to assign: a tensor (`nn_parameter()` for a parameter, a tensor for
+#'   a buffer the module has), or a module for a sub-module.
+#' @export
+`$<-.script_module` <- function(x, name, value) {
+  if (name %in% read_only_fields) {
+    tracebridge_abort(sprintf(
+      "`$%s` of a script_module cannot be assigned: it is not a parameter, buffer or sub-module.",
+      name))
+  }
+  py <- traced_py(x)
+  # As `$<-` on a sub-module (R/nn.R): R's `m$bn$running_mean <- v` assigns the changed
+  # sub-module back here, which is the one the module holds already.
+  `$<-.nn_module`(wrap_py_module(py), name, value)
+  invisible(x)
+}
+
+#' @rdname script_function
+#' @param i A name, as for `$`.
+#' @export
+`[[.script_module` <- function(x, i) `$.script_module`(x, i)
+
+#' @rdname script_function
+#' @export
+`[[<-.script_module` <- function(x, i, value) `$<-.script_module`(x, i, value)
 
 state_list <- function(py, what) {
   nv <- py_rb()$state_names(py, what)
