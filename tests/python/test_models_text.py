@@ -594,3 +594,69 @@ def test_a_message_under_contexts_that_read_nothing_stays_general():
     traced = tracebridge.trace(model, torch.randn(1, 3, 8, 8))
     x = torch.randn(2, 3, 16, 12)
     assert torch.equal(traced(x), model(x))
+
+
+# --- a message handed on to torch's checks (prober24b F1) --------------------------------
+
+
+def _compilable_check(condition, message) -> None:
+    """transformers' ``torch_compilable_check`` outside torch.compile: the message, made
+    eagerly, is given to torch's check in a lambda, read only where the check fails."""
+    torch._check_tensor_all_with(ValueError, condition, lambda: message)
+
+
+def _checked_with_a_comparison(condition, message) -> None:
+    torch._check_tensor_all_with(ValueError, condition, lambda: message)
+    if message.startswith("tokens: 4"):  # the text decides after all
+        raise RuntimeError("four tokens")
+
+
+class ImageTokens(nn.Module):
+    """A vision-language model's check that its image features fill its image tokens:
+    a tensor count and a size product formatted into the check's message."""
+
+    def __init__(self, check=_compilable_check) -> None:
+        super().__init__()
+        self.check = check
+
+    def forward(self, ids, features):
+        n = (ids == 3).sum()
+        self.check(
+            n * features.shape[-1] == features.numel(),
+            f"Image features and image tokens do not match, tokens: {n}, "
+            f"features: {features.shape[0] * features.shape[1]}",
+        )
+        torch._check(features.shape[1] == 4, lambda: f"{features.shape[1]} features a row")
+        return features.sum(1) * n
+
+
+def _image_inputs(batch: int) -> tuple:
+    ids = torch.randint(4, 50, (batch, 10), generator=torch.Generator().manual_seed(batch))
+    ids[:, :4] = 3
+    return ids, torch.randn(batch, 4, 8, generator=torch.Generator().manual_seed(batch))
+
+
+def test_a_count_formatted_into_a_torch_check_message_stays_general(tmp_path):
+    module = ImageTokens()
+    traced = tracebridge.trace(module, _image_inputs(2))
+    path = tmp_path / "tokens.tb"
+    traced.save(path)
+    loaded = tracebridge.load(path)
+    for batch in (1, 2, 3, 4):
+        inputs = _image_inputs(batch)
+        assert torch.equal(traced(*inputs), module(*inputs))
+        assert torch.equal(loaded(*inputs), module(*inputs))
+    bad_ids, features = _image_inputs(3)
+    bad_ids[0, 0] = 9  # 11 image tokens for 12 rows of features: the check itself fails
+    with pytest.raises(ValueError, match="tokens: 11, features: 12"):
+        module(bad_ids, features)
+    with pytest.raises(GuardError, match="is True, but now it is False"):
+        traced(bad_ids, features)  # the check's condition is the guard, not the count
+
+
+def test_a_message_a_check_helper_also_reads_is_guarded():
+    module = ImageTokens(_checked_with_a_comparison)
+    traced = tracebridge.trace(module, _image_inputs(2))
+    assert torch.equal(traced(*_image_inputs(2)), module(*_image_inputs(2)))
+    with pytest.raises(GuardError):
+        traced(*_image_inputs(3))

@@ -1231,7 +1231,7 @@ def _message_call(call: ast.Call, strict: bool, child: ast.AST | None = None) ->
         return _caught(name) if raised else None
     if name == "print" and not _printed_out_of_reach(call):
         return None  # print(text, file=buffer): the buffer may be read back
-    if name not in _SINKS:
+    if name not in _SINKS and name not in _TORCH_CHECKS:
         if strict or not isinstance(getattr(call, "_tb_parent", None), ast.Expr):
             return None
         if not {word.lower() for word in _WORD.findall(name)} & _MESSAGE_WORDS:
@@ -1278,6 +1278,15 @@ _WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
 # calls that print, log, warn or assert (not any name that merely contains "check").
 _SINKS = frozenset(
     "_assert _assert_async print debug info warning warn error exception critical fatal log".split()
+)
+# torch's checks, whose message (text, or a function giving it) is read only to raise:
+# transformers' ``torch_compilable_check(cond, msg)`` hands its ``msg`` on to one in a
+# ``lambda: msg`` (prober24b F1: 73 vision-language models format their image-token count
+# so). Exact names too, and, as any named sink, taken only where the callee looked up
+# when the text is made is torch's (:func:`_sink_holds`).
+_TORCH_CHECKS = frozenset(
+    """_check _check_with _check_value _check_type _check_index _check_not_implemented
+    _check_tensor_all _check_tensor_all_with _check_is_size""".split()
 )
 
 
