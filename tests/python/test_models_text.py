@@ -605,6 +605,27 @@ def _compilable_check(condition, message) -> None:
     torch._check_tensor_all_with(ValueError, condition, lambda: message)
 
 
+def _compilable_check_as_transformers(cond, msg, error_type=ValueError) -> None:
+    """transformers 5's ``torch_compilable_check`` as it is written: torch imported in the
+    function, the message wrapped in a nested function unless it is one."""
+    if os.getenv("TRANSFORMERS_DISABLE_TORCH_CHECK", "0") == "1":
+        return
+    import torch
+
+    if not callable(msg):
+
+        def msg_callable():
+            return msg
+    else:
+        msg_callable = msg
+    if callable(cond):
+        cond = cond()
+    if isinstance(cond, torch.Tensor):
+        torch._check_tensor_all_with(error_type, cond, msg_callable)
+    else:
+        torch._check_with(error_type, cond, msg_callable)
+
+
 def _checked_with_a_comparison(condition, message) -> None:
     torch._check_tensor_all_with(ValueError, condition, lambda: message)
     if message.startswith("tokens: 4"):  # the text decides after all
@@ -636,8 +657,9 @@ def _image_inputs(batch: int) -> tuple:
     return ids, torch.randn(batch, 4, 8, generator=torch.Generator().manual_seed(batch))
 
 
-def test_a_count_formatted_into_a_torch_check_message_stays_general(tmp_path):
-    module = ImageTokens()
+@pytest.mark.parametrize("check", [_compilable_check, _compilable_check_as_transformers])
+def test_a_count_formatted_into_a_torch_check_message_stays_general(check, tmp_path):
+    module = ImageTokens(check)
     traced = tracebridge.trace(module, _image_inputs(2))
     path = tmp_path / "tokens.tb"
     traced.save(path)

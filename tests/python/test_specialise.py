@@ -193,3 +193,50 @@ def test_save_refuses_a_program_that_no_reader_would_load(tmp_path, monkeypatch)
     with pytest.raises(tracebridge.ArtifactError, match="not saved.*resource limits"):
         traced.save(path)
     assert not path.exists()
+
+
+class _Counting:
+    """A graph of a chain that counts its calls and its refusals."""
+
+    def __init__(self, method):
+        self.method, self.calls, self.refused = method, 0, 0
+
+    def __getattr__(self, name):
+        return getattr(self.method, name)
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        try:
+            return self.method(*args, **kwargs)
+        except GuardError:
+            self.refused += 1
+            raise
+
+
+@pytest.mark.parametrize("loaded", [False, True])
+def test_sizes_a_specialisation_served_go_to_it_first_next_time(loaded, tmp_path):
+    """prober24b F2: a call the first graph refuses late (a batch-1 call after a vision
+    tower) ran the first graph up to its refusal on every call, then the specialisation
+    from the start. Sizes a specialisation served go to it first; a call it refuses then
+    goes the whole way, and every answer is eager's."""
+    m = EncoderDecoder(positions=False).eval()
+    traced = tracebridge.trace(m, (torch.randn(2, 6, 8), torch.randn(2, 4, 8)))
+    if loaded:
+        traced.save(tmp_path / "ed.tb")
+        traced = tracebridge.load(tmp_path / "ed.tb")
+    chained = traced._methods["forward"]
+    chained.methods = [_Counting(each) for each in chained.methods]
+    chained._with_grad = chained.methods[1:]
+    first = chained.methods[0]
+    with torch.no_grad():
+        for round_ in range(3):
+            src, tgt = torch.randn(2, 1, 8), torch.randn(2, 4, 8)
+            assert close(traced(src, tgt), m(src, tgt))
+            assert first.calls == 1, round_  # refused once, then never tried again
+        src, tgt = torch.randn(2, 6, 8), torch.randn(2, 4, 8)  # the first graph's own sizes
+        assert close(traced(src, tgt), m(src, tgt))
+        assert first.calls == 2 and first.refused == 1
+        for src, tgt in every_shape():
+            assert close(traced(src, tgt), m(src, tgt))
+    served = chained._served
+    assert served and all(method is not first for method in served.values())

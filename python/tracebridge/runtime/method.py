@@ -757,6 +757,37 @@ def _plain(args: tuple, kwargs: dict) -> bool:
     return not _has_torch_function(tuple(leaves))
 
 
+_KEY_SCALARS = (int, float, bool, str, type(None))
+SERVED_KEYS = 32  # calls' sizes remembered per specialised method (then forgotten at once)
+
+
+def _sizes_key(args: tuple, kwargs: dict, grad: bool):
+    """What decides which graph of a :class:`Specialised` serves a call, as far as sizes
+    do: each tensor's type, dtype, device and sizes, each plain number, the keywords'
+    names, the grad mode; None for anything else (a container: its leaves are not read
+    here)."""
+    key: list = [grad]
+    for value in args:
+        part = _key_part(value)
+        if part is None:
+            return None
+        key.append(part)
+    for name, value in kwargs.items():
+        part = _key_part(value)
+        if part is None:
+            return None
+        key.append((name, part))
+    return tuple(key)
+
+
+def _key_part(value):
+    if isinstance(value, torch.Tensor):
+        return type(value), value.dtype, value.device, tuple(value.shape)
+    if type(value) in _KEY_SCALARS:
+        return type(value), value
+    return None
+
+
 def for_mode(method, training: bool):
     """The method a module's call runs in its mode: in training mode, a
     :class:`Specialised` without the graphs of eager's fused path (traced in evaluation
@@ -791,6 +822,12 @@ class Specialised:
         # What a call in training mode runs (:func:`for_mode`): eager takes no fused path
         # there, with or without autograd.
         self.in_training = self
+        # Sizes whose call the first graph refused and a specialisation served: tried there
+        # first, so that a refusal late in the first graph (a batch-1 call after a whole
+        # vision tower, prober24b F2) is not paid again. Only a shortcut: a graph serves a
+        # call only where all its guards hold, and so gives eager's answer whichever
+        # serves; where the remembered one refuses, the call goes the whole way.
+        self._served: dict = {}
         if self._without_grad:
             rest = [methods[0], *self._with_grad]
             self.in_training = Specialised(rest, slots) if len(rest) > 1 else methods[0]
@@ -826,6 +863,15 @@ class Specialised:
                     if type(exc) not in (TraceError, BindingError):
                         raise
                     break  # arguments unlike the example's: the first graph names its method
+        served = self._served
+        if served:
+            known = served.get(_sizes_key(args, kwargs, grad))
+            if known is not None and guards_active(known):
+                try:
+                    return known(*args, **kwargs)
+                except GuardError:
+                    if rng is not None:
+                        _set_rng_states(rng)
         try:
             return self.methods[0](*args, **kwargs)
         except GuardError as refused:
@@ -837,7 +883,7 @@ class Specialised:
             if rng is not None:
                 _set_rng_states(rng)
             try:
-                return method(*args, **kwargs)
+                result = method(*args, **kwargs)
             except GuardError as exc:
                 # A graph for sizes at 1 that refuses past its size-1 guard knew most about
                 # the call; a graph traced at cut sizes describes other calls than this one.
@@ -847,4 +893,11 @@ class Specialised:
                     and CUT_GRAPH not in exc.guard
                 ):
                     reported = exc
+                continue
+            key = _sizes_key(args, kwargs, grad)
+            if key is not None:
+                if len(served) >= SERVED_KEYS:
+                    served.clear()
+                served[key] = method
+            return result
         raise reported from None

@@ -669,13 +669,30 @@ def _sink_holds(filename: str, condition: str, local_names, global_names, depth:
         return False
     if _memo_conditions(verdict):
         return False  # a key of the helper's own dict
-    # Its own calls are looked up in its globals, with ``self`` bound where it is a method.
-    own = {params[0]: callee.__self__} if bound else {}
+    # Its own calls are looked up in its globals, with ``self`` bound where it is a method
+    # and the modules it imports itself (``import torch`` in transformers' checks).
+    own = _imported_in(node)
+    if bound:
+        own[params[0]] = callee.__self__
     return all(
         _sink_holds(code.co_filename, c, own, function.__globals__, depth + 1)
         for c in verdict
         if c.startswith("sink:")
     )
+
+
+def _imported_in(function: ast.AST) -> dict:
+    """The modules ``function`` imports by ``import name`` or ``import name as other``
+    that are loaded already: the names they bind there (a look-up runs no code, so a
+    module not loaded yet is not one)."""
+    found = {}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                module = sys.modules.get(alias.name)
+                if module is not None and (alias.asname or "." not in alias.name):
+                    found[alias.asname or alias.name] = module
+    return found
 
 
 _LOGGER = object()  # what logging.getLogger(...) returns, where the call is in the line
@@ -1093,6 +1110,8 @@ def _verdict(node: ast.AST, kept: bool, following: frozenset = frozenset()) -> f
             alone = len(parent.args) == 1 and not parent.keywords and child is parent.args[0]
             if alone and name in ("int", "float", "bool", "len", "hash"):
                 return reads  # SymStr's own __int__, __float__, __bool__, __len__, __hash__
+            if name in _BLIND and parent.args and child is parent.args[0]:
+                return found  # callable(msg), isinstance(msg, str): read no character
             if kept and name in ("str", "format") and parent.args and child is parent.args[0]:
                 pass  # the same remembering text
             elif isinstance(func, ast.Attribute) and func.attr in ("format", "join"):
@@ -1151,11 +1170,42 @@ def _verdict(node: ast.AST, kept: bool, following: frozenset = frozenset()) -> f
             local = _local_verdict(parent, kept, following)
             return None if local is None else found | local
         elif isinstance(parent, ast.Return):
-            return found | RETURNED if kept else None
+            if kept:
+                return found | RETURNED
+            given = _giver_verdict(parent, following)
+            return None if given is None else found | given
         else:
             return None
         child, parent = parent, up
     return None
+
+
+# Builtins that read what an object is, never a character of text given them.
+_BLIND = frozenset({"callable", "isinstance", "type", "id"})
+
+
+def _giver_verdict(returned: ast.Return, following: frozenset) -> frozenset | None:
+    """Text returned by a function without parameters defined inside another (a message
+    given lazily: ``def msg_callable(): return msg``, handed to ``torch._check_with``, as
+    transformers' ``torch_compilable_check`` does): where the nested function goes, every
+    read of its name in the enclosing function judged as the text would be (a call of
+    torch's checks takes it as a message). None elsewhere."""
+    function = getattr(returned, "_tb_parent", None)
+    if not isinstance(function, ast.FunctionDef) or function.name in following:
+        return None
+    arguments = function.args
+    if arguments.args or arguments.posonlyargs or arguments.kwonlyargs or arguments.vararg:
+        return None
+    if arguments.kwarg or function.decorator_list:
+        return None
+    enclosing = getattr(function, "_tb_parent", None)
+    while enclosing is not None and not isinstance(enclosing, _DEFS):
+        enclosing = getattr(enclosing, "_tb_parent", None)
+    if enclosing is None:
+        return None
+    return _reads_verdict(
+        enclosing, function.name, lambda node, seen: _verdict(node, False, seen), following
+    )
 
 
 _MEMO_METHODS = frozenset({"get", "setdefault", "pop"})
