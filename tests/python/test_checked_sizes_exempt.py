@@ -210,3 +210,55 @@ def test_a_covered_padding_of_a_subclass_weight_goes_through_the_bound(monkeypat
     with pytest.raises(RuntimeError):
         fn(x, torch.randn(4, 2, 7), None, 1, 3)
     assert counted.calls == 2
+
+
+def test_keyword_keys_are_the_generic_keys():
+    # the keywords' key, made without _key_of's frames where every value is plain, is the
+    # key _key_of makes, so a size passed once is never taken for another
+    small, other = torch.tensor(6), torch.ones(2, 3)
+    for kwargs in (
+        {"n": 12, "dim": 1},
+        {"n": None, "dim": -1, "norm": "ortho"},
+        {"mode": "constant", "value": 0.5, "flag": True, "dtype": torch.float32},
+        {"n": small, "dim": 1},
+        {"s": [small, 4], "dim": (0, 1)},
+        {"weight": other},
+        {},
+    ):
+        assert checked_sizes._kwargs_key(kwargs) == checked_sizes._key_of(tuple(kwargs.items()))
+    assert checked_sizes._kwargs_key({"n": 12}) != checked_sizes._kwargs_key({"n": 13})
+    assert checked_sizes._kwargs_key({"n": small}) != checked_sizes._kwargs_key({"n": 7})
+
+
+def test_an_fft_length_by_keyword_is_bounded_on_each_new_length(monkeypatch):
+    asked = []
+    real = checked_sizes.result_bytes
+
+    def result_bytes(op, args, kwargs):
+        asked.append(kwargs.get("n"))
+        return real(op, args, kwargs)
+
+    monkeypatch.setattr(checked_sizes, "result_bytes", result_bytes)
+    monkeypatch.setattr(checked_sizes, "UPPER_BOUNDS", {})  # each new key asks the shape function
+    fn = checked_sizes.bounded("fft.rfft", torch.fft.rfft)
+    x = torch.randn(2, 6)
+    for n in (8, 8, 12, 8):
+        assert torch.equal(fn(x, n=n, dim=1), torch.fft.rfft(x, n=n, dim=1))
+    assert asked == [8, 12]
+    with pytest.raises(checked_sizes.CheckFailed, match="more than the limit"):
+        fn(x, n=2**40, dim=1)
+    with pytest.raises(checked_sizes.CheckFailed, match="more than the limit"):
+        fn(x, n=2**40, dim=1)  # a length refused is never kept
+    assert asked == [8, 12, 2**40, 2**40]
+
+
+def test_the_positional_key_of_int_sequences():
+    # tuples and lists of ints are keyed as tuples of those ints; any other element
+    # (a bool, a 0-d size tensor, a float) takes _key_of's key, as before
+    x, small = torch.ones(2, 3), torch.tensor(6)
+    key = checked_sizes._key((x, [1, 2], (3, 4), (), [], None, 5))
+    assert key == (x.shape, x.dtype, (1, 2), (3, 4), (), (), None, 5)
+    assert checked_sizes._key(([1, True],)) == ((1, True),)
+    assert checked_sizes._key(([small, 2],)) == ((6, 2),)
+    assert checked_sizes._key(((1.5, 2),)) == ((1.5, 2),)
+    assert checked_sizes._key(([2, 3],)) != checked_sizes._key(([2, 4],))
