@@ -212,6 +212,79 @@ def test_a_covered_padding_of_a_subclass_weight_goes_through_the_bound(monkeypat
     assert counted.calls == 2
 
 
+class Positional(nn.Module):
+    """A padded 1-d convolution (wav2vec2's positional one: kernel 19, padding 9) and a
+    3-d one whose padding only some of its kernel's extents cover."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(4, 4, 19, padding=9, groups=2)
+        self.deep = nn.Conv3d(2, 2, (3, 5, 7), padding=(1, 2, 3))
+
+    def forward(self, x, v):
+        return torch.nn.functional.gelu(self.conv(x)), self.deep(v)
+
+
+def _frames_from(module_file: str, fn) -> int:
+    """The Python frames of ``module_file`` that ``fn()`` runs."""
+    import sys
+
+    seen = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.endswith(module_file):
+            seen.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return len(seen)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_covered_padding_is_tested_inline_in_loaded_code(tmp_path, grad):
+    # the bounded function's first test, written into the generated code: no frame of
+    # checked_sizes.py runs where the weight's kernel covers the padding, and eager's bits
+    torch.manual_seed(0)
+    net = Positional().eval()
+    x, v = torch.randn(1, 4, 30), torch.randn(1, 2, 4, 5, 6)
+    loaded = _loaded(net, (x, v), tmp_path)
+    for shape in ((1, 4, 30), (2, 4, 7), (1, 4, 1)):
+        y = torch.randn(shape)
+        with torch.set_grad_enabled(grad):
+            expected = net(y, v)
+            loaded(y, v)
+            assert _frames_from("checked_sizes.py", lambda: loaded(y, v)) == 0
+            got = loaded(y, v)
+        assert all(torch.equal(a, b) for a, b in zip(got, expected))
+
+
+def test_an_uncovering_weight_after_load_is_bounded_inline_code_or_not(tmp_path, monkeypatch):
+    # a smaller kernel (each extent of the 3-d one in turn) or a weight of another rank,
+    # put in after load, takes the bounded call: its key, then eager's result or error
+    torch.manual_seed(0)
+    net = Positional().eval()
+    x, v = torch.randn(1, 4, 30), torch.randn(1, 2, 4, 5, 6)
+    loaded = _loaded(net, (x, v), tmp_path)
+    counted = Counted(monkeypatch)
+    with torch.no_grad():
+        loaded(x, v)
+        assert counted.calls == 0
+        for k, kernel in enumerate([(2, 5, 7), (3, 4, 7), (3, 5, 6)]):
+            w = torch.randn(2, 2, *kernel)
+            net.deep.weight = nn.Parameter(w.clone())
+            loaded.deep.weight = nn.Parameter(w.clone())
+            got = loaded(x, v)
+            assert counted.calls == k + 1
+            assert all(torch.equal(a, b) for a, b in zip(got, net(x, v)))
+        loaded.conv.weight = nn.Parameter(torch.randn(4, 2, 19, 1))
+        with pytest.raises(RuntimeError):
+            loaded(x, v)
+        assert counted.calls == 4
+
+
 def test_keyword_keys_are_the_generic_keys():
     # the keywords' key, made without _key_of's frames where every value is plain, is the
     # key _key_of makes, so a size passed once is never taken for another

@@ -418,6 +418,8 @@ class CodeGen:
         call = ast.Call(self.bind(_op_prefix(node.op), fn), args, kwargs)
         if self.fold and getattr(fn, "cpu_kernel", None) is not None and args:
             return self.cpu_first(node, fn.cpu_kernel, args, kwargs, call)
+        if self.fold and getattr(fn, "covering", None) is not None:
+            return self.unless_uncovered(node, fn, args, kwargs, call)
         sized = getattr(fn, "__name__", "").startswith("sized_")  # checked_ops.sized_guard
         if self.fold and node.op in _BOUNDED_FACTORIES and sized:
             return self.unless_large(node, call)
@@ -444,6 +446,27 @@ class CodeGen:
         test = ast.BoolOp(ast.And(), [plain, _attr(value, "is_cpu"), ast.UnaryOp(ast.Not(), flag)])
         kernel_call = ast.Call(self.bind(_op_prefix(node.op), kernel), args, kwargs)
         return ast.IfExp(test, kernel_call, call)
+
+    def unless_uncovered(self, node: Node, fn, args, kwargs, call: ast.Call) -> ast.expr:
+        """``call`` (a convolution bounded at the call: runtime/checked_sizes.py), or the
+        kernel itself where the weight is a plain tensor whose kernel covers the literal
+        padding (``fn.covering``): the test the bounded function makes first, inline,
+        without its Python frame (data2vec_audio's positional convolutions: 16 a call)."""
+        weight = args[1] if len(args) > 1 else None
+        if not isinstance(weight, ast.Name) or any(k.arg in (None, "weight") for k in kwargs):
+            return call
+        kernel = fn.covering
+        w = weight.id
+        self.helper("_type")
+        tests: list[ast.expr] = [
+            ast.Compare(_call("_type", _name(w)), [ast.In()], [self.helper("_PLAIN_TENSORS")]),
+            ast.Compare(_attr(_name(w), "ndim"), [ast.Eq()], [ast.Constant(len(kernel) + 2)]),
+        ]
+        for i, k in enumerate(kernel):
+            extent = ast.Subscript(_attr(_name(w), "shape"), ast.Constant(2 + i), ast.Load())
+            tests.append(ast.Compare(extent, [ast.GtE()], [ast.Constant(k)]))
+        test = ast.BoolOp(ast.And(), tests)
+        return ast.IfExp(test, ast.Call(self.bind(_op_prefix(node.op), fn.bounds), args, kwargs), call)
 
     def default_call(self, node: Node) -> bool:
         """Whether ``node`` runs the op table's own implementation of its op."""
