@@ -427,6 +427,8 @@ class CodeGen:
             return self.unless_large(node, call, repeated=node.args[0])
         if self.fold and node.op == "arange" and sized:
             return self.unless_long_range(node, call)
+        if self.fold and node.op == "Tensor.expand" and sized and isinstance(node.args[0], Ref):
+            return self.unless_large_view(node, call)
         return call
 
     def cpu_first(self, node: Node, kernel, args, kwargs, call: ast.Call) -> ast.expr:
@@ -466,7 +468,9 @@ class CodeGen:
             extent = ast.Subscript(_attr(_name(w), "shape"), ast.Constant(2 + i), ast.Load())
             tests.append(ast.Compare(extent, [ast.GtE()], [ast.Constant(k)]))
         test = ast.BoolOp(ast.And(), tests)
-        return ast.IfExp(test, ast.Call(self.bind(_op_prefix(node.op), fn.bounds), args, kwargs), call)
+        return ast.IfExp(
+            test, ast.Call(self.bind(_op_prefix(node.op), fn.bounds), args, kwargs), call
+        )
 
     def default_call(self, node: Node) -> bool:
         """Whether ``node`` runs the op table's own implementation of its op."""
@@ -526,6 +530,46 @@ class CodeGen:
         args, kwargs = self.arguments(node)
         kernel = self.bind(_op_prefix(node.op), support.default_callable(node.op))
         return ast.IfExp(test, ast.Call(kernel, args, kwargs), call)
+
+    def unless_large_view(self, node: Node, call: ast.expr) -> ast.expr:
+        """``call`` (a ``Tensor.expand`` whose sizes are values, through
+        ``checked_ops.sized_guard``'s view check), or the kernel itself where the input is
+        a plain tensor, every size value is an int of at least 0 and 16 bytes times the
+        input's elements times the sizes (a literal -1 keeps the input's extent: left out)
+        is within the allocation limit: the result then has no more elements than that
+        (each size either keeps the input's extent or replaces an extent of at least 1, or
+        of 0 with a 0), so the guard's checks would pass; without its two or three Python
+        frames (Funnel's attention: 10 expands a call). A size value of -1 or below, or a
+        larger result, takes the guard, which refuses or passes it as before."""
+        kinds = self.kinds()
+        sizes = []
+        for arg in support.size_arguments(node):
+            sizes.extend(arg if isinstance(arg, (list, tuple)) else [arg])
+        x = node.args[0]
+        product: ast.expr = ast.BinOp(ast.Constant(16), ast.Mult(), _method(self.ref(x), "numel"))
+        values: dict[int, None] = {}
+        for size in sizes:
+            if type(size) is int and size >= -1:
+                if size not in (-1, 1):
+                    product = ast.BinOp(product, ast.Mult(), ast.Constant(size))
+            elif isinstance(size, Ref) and kinds.get(size.id) == "int":
+                values[size.id] = None
+                product = ast.BinOp(product, ast.Mult(), self.ref(size))
+            else:
+                return call
+        self.helper("_type")
+        plain = _call("_type", self.ref(x))
+        tests: list[ast.expr] = [ast.Compare(plain, [ast.In()], [self.helper("_PLAIN_TENSORS")])]
+        tests += [
+            ast.Compare(_call("_type", self.ref(Ref(v))), [ast.Is()], [self.helper("_int")])
+            for v in values
+            if v not in self.python_ints
+        ]
+        tests += [ast.Compare(self.ref(Ref(v)), [ast.GtE()], [ast.Constant(0)]) for v in values]
+        tests.append(ast.Compare(product, [ast.LtE()], [ast.Constant(checked_ops.ALLOC_BYTES)]))
+        args, kwargs = self.arguments(node)
+        kernel = self.bind(_op_prefix(node.op), support.default_callable(node.op))
+        return ast.IfExp(ast.BoolOp(ast.And(), tests), ast.Call(kernel, args, kwargs), call)
 
     def unless_long_range(self, node: Node, call: ast.expr) -> ast.expr:
         """``call`` (an ``arange`` whose ends are values, through ``checked_ops.sized_guard``),
