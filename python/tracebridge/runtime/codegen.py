@@ -973,12 +973,16 @@ class CodeGen:
             for node in self.graph.nodes:
                 if node.op == "prim.state":
                     found.update(v.id for v in node.outputs)
-                elif node.op.startswith("scalar.") and not node.kwargs and len(node.outputs) == 1:
-                    if all(
+                elif (
+                    node.op.startswith("scalar.")
+                    and not node.kwargs
+                    and len(node.outputs) == 1
+                    and all(
                         a.id in found if isinstance(a, Ref) else type(a) in (int, float, bool)
                         for a in node.args
-                    ):
-                        found.add(node.outputs[0].id)
+                    )
+                ):
+                    found.add(node.outputs[0].id)
             self._no_del = found
         return self._no_del
 
