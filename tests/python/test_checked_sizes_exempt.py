@@ -335,3 +335,37 @@ def test_the_positional_key_of_int_sequences():
     assert checked_sizes._key(([small, 2],)) == ((6, 2),)
     assert checked_sizes._key(((1.5, 2),)) == ((1.5, 2),)
     assert checked_sizes._key(([2, 3],)) != checked_sizes._key(([2, 4],))
+
+
+@pytest.mark.parametrize("by_keyword", [False, True])
+def test_a_length_given_as_a_0d_tensor_is_bounded_by_its_value(by_keyword):
+    # an FFT's n as a 0-d integer tensor: the bound reads its value (as the kernel does),
+    # and the key holds the value, so a long length after a short one is still refused
+    fn = checked_sizes.bounded("fft.rfft", torch.fft.rfft)
+    x = torch.randn(2, 6)
+
+    def call(n):
+        return fn(x, n=n) if by_keyword else fn(x, n)
+
+    for n in (8, 12, 8):
+        assert torch.equal(call(torch.tensor(n)), torch.fft.rfft(x, n))
+    for _ in range(2):
+        with pytest.raises(checked_sizes.CheckFailed, match="more than the limit"):
+            call(torch.tensor(2**30))
+
+
+def test_a_traced_length_computed_as_a_tensor_is_refused_past_the_limit(tmp_path):
+    class Spectrum(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("n", torch.tensor(8))
+
+        def forward(self, x, k):
+            return torch.fft.rfft(x, (k.sum() * self.n).long())
+
+    net, x = Spectrum(), torch.randn(2, 6)
+    loaded = _loaded(net, (x, torch.ones(1)), tmp_path)
+    assert torch.equal(loaded(x, torch.ones(1)), net(x, torch.ones(1)))
+    assert torch.equal(loaded(x, torch.full((1,), 2.0)), net(x, torch.full((1,), 2.0)))
+    with pytest.raises(TraceError, match="more than the limit"):
+        loaded(x, torch.full((1,), 2.0**27))  # 2**30 points: 8 GiB, refused before the kernel

@@ -79,6 +79,9 @@ def _key(args: tuple):
     for a in args:
         kind = type(a)
         if kind is _Tensor:
+            if a.ndim == 0 and _is_int_scalar(a):  # a size given as a tensor: its value
+                out.append((_size_of(a),))
+                continue
             out.append(a.shape)
             out.append(a.dtype)
         elif kind in _SCALARS or (kind is tuple and _INTS.issuperset(map(type, a))):
@@ -151,9 +154,16 @@ def _sizes_as_ints(args: tuple) -> tuple:
     return tuple(
         type(a)(_size_of(v) if _is_int_scalar(v) else v for v in a)
         if isinstance(a, (list, tuple)) and any(_is_int_scalar(v) for v in a)
+        else _size_of(a)
+        if i and _is_int_scalar(a)  # a size itself given as a tensor (an FFT's ``n``)
         else a
-        for a in args
+        for i, a in enumerate(args)
     )
+
+
+def _kwargs_as_ints(kwargs: dict) -> dict:
+    """``kwargs`` with its 0-d integer tensors, and those inside its lists, as ints."""
+    return dict(zip(kwargs, _sizes_as_ints((None, *kwargs.values()))[1:], strict=True))
 
 
 def _on_meta(value):
@@ -513,9 +523,10 @@ def _bounded(op: str, fn: Callable) -> Callable:
             key, known = None, False
         if not known:
             sized = _sizes_as_ints(args)
-            most = upper(sized, kwargs) if upper is not None else None
+            named = _kwargs_as_ints(kwargs) if kwargs else kwargs
+            most = upper(sized, named) if upper is not None else None
             if most is None or most * 16 > ALLOC_BYTES:  # ask the shape function
-                found = result_bytes(op, sized, kwargs)
+                found = result_bytes(op, sized, named)
                 if found is None:  # refused there: the kernel refuses it too, each call
                     return fn(*args, **kwargs)
                 size, shape = found
