@@ -210,3 +210,162 @@ def test_a_covered_padding_of_a_subclass_weight_goes_through_the_bound(monkeypat
     with pytest.raises(RuntimeError):
         fn(x, torch.randn(4, 2, 7), None, 1, 3)
     assert counted.calls == 2
+
+
+class Positional(nn.Module):
+    """A padded 1-d convolution (wav2vec2's positional one: kernel 19, padding 9) and a
+    3-d one whose padding only some of its kernel's extents cover."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(4, 4, 19, padding=9, groups=2)
+        self.deep = nn.Conv3d(2, 2, (3, 5, 7), padding=(1, 2, 3))
+
+    def forward(self, x, v):
+        return torch.nn.functional.gelu(self.conv(x)), self.deep(v)
+
+
+def _frames_from(module_file: str, fn) -> int:
+    """The Python frames of ``module_file`` that ``fn()`` runs."""
+    import sys
+
+    seen = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.endswith(module_file):
+            seen.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return len(seen)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_a_covered_padding_is_tested_inline_in_loaded_code(tmp_path, grad):
+    # the bounded function's first test, written into the generated code: no frame of
+    # checked_sizes.py runs where the weight's kernel covers the padding, and eager's bits
+    torch.manual_seed(0)
+    net = Positional().eval()
+    x, v = torch.randn(1, 4, 30), torch.randn(1, 2, 4, 5, 6)
+    loaded = _loaded(net, (x, v), tmp_path)
+    for shape in ((1, 4, 30), (2, 4, 7), (1, 4, 1)):
+        y = torch.randn(shape)
+        with torch.set_grad_enabled(grad):
+            expected = net(y, v)
+            loaded(y, v)
+            assert _frames_from("checked_sizes.py", lambda y=y: loaded(y, v)) == 0
+            got = loaded(y, v)
+        assert all(torch.equal(a, b) for a, b in zip(got, expected))
+
+
+def test_an_uncovering_weight_after_load_is_bounded_inline_code_or_not(tmp_path, monkeypatch):
+    # a smaller kernel (each extent of the 3-d one in turn) or a weight of another rank,
+    # put in after load, takes the bounded call: its key, then eager's result or error
+    torch.manual_seed(0)
+    net = Positional().eval()
+    x, v = torch.randn(1, 4, 30), torch.randn(1, 2, 4, 5, 6)
+    loaded = _loaded(net, (x, v), tmp_path)
+    counted = Counted(monkeypatch)
+    with torch.no_grad():
+        loaded(x, v)
+        assert counted.calls == 0
+        for k, kernel in enumerate([(2, 5, 7), (3, 4, 7), (3, 5, 6)]):
+            w = torch.randn(2, 2, *kernel)
+            net.deep.weight = nn.Parameter(w.clone())
+            loaded.deep.weight = nn.Parameter(w.clone())
+            got = loaded(x, v)
+            assert counted.calls == k + 1
+            assert all(torch.equal(a, b) for a, b in zip(got, net(x, v)))
+        loaded.conv.weight = nn.Parameter(torch.randn(4, 2, 19, 1))
+        with pytest.raises(RuntimeError):
+            loaded(x, v)
+        assert counted.calls == 4
+
+
+def test_keyword_keys_are_the_generic_keys():
+    # the keywords' key, made without _key_of's frames where every value is plain, is the
+    # key _key_of makes, so a size passed once is never taken for another
+    small, other = torch.tensor(6), torch.ones(2, 3)
+    for kwargs in (
+        {"n": 12, "dim": 1},
+        {"n": None, "dim": -1, "norm": "ortho"},
+        {"mode": "constant", "value": 0.5, "flag": True, "dtype": torch.float32},
+        {"n": small, "dim": 1},
+        {"s": [small, 4], "dim": (0, 1)},
+        {"weight": other},
+        {},
+    ):
+        assert checked_sizes._kwargs_key(kwargs) == checked_sizes._key_of(tuple(kwargs.items()))
+    assert checked_sizes._kwargs_key({"n": 12}) != checked_sizes._kwargs_key({"n": 13})
+    assert checked_sizes._kwargs_key({"n": small}) != checked_sizes._kwargs_key({"n": 7})
+
+
+def test_an_fft_length_by_keyword_is_bounded_on_each_new_length(monkeypatch):
+    asked = []
+    real = checked_sizes.result_bytes
+
+    def result_bytes(op, args, kwargs):
+        asked.append(kwargs.get("n"))
+        return real(op, args, kwargs)
+
+    monkeypatch.setattr(checked_sizes, "result_bytes", result_bytes)
+    monkeypatch.setattr(checked_sizes, "UPPER_BOUNDS", {})  # each new key asks the shape function
+    fn = checked_sizes.bounded("fft.rfft", torch.fft.rfft)
+    x = torch.randn(2, 6)
+    for n in (8, 8, 12, 8):
+        assert torch.equal(fn(x, n=n, dim=1), torch.fft.rfft(x, n=n, dim=1))
+    assert asked == [8, 12]
+    with pytest.raises(checked_sizes.CheckFailed, match="more than the limit"):
+        fn(x, n=2**40, dim=1)
+    with pytest.raises(checked_sizes.CheckFailed, match="more than the limit"):
+        fn(x, n=2**40, dim=1)  # a length refused is never kept
+    assert asked == [8, 12, 2**40, 2**40]
+
+
+def test_the_positional_key_of_int_sequences():
+    # tuples and lists of ints are keyed as tuples of those ints; any other element
+    # (a bool, a 0-d size tensor, a float) takes _key_of's key, as before
+    x, small = torch.ones(2, 3), torch.tensor(6)
+    key = checked_sizes._key((x, [1, 2], (3, 4), (), [], None, 5))
+    assert key == (x.shape, x.dtype, (1, 2), (3, 4), (), (), None, 5)
+    assert checked_sizes._key(([1, True],)) == ((1, True),)
+    assert checked_sizes._key(([small, 2],)) == ((6, 2),)
+    assert checked_sizes._key(((1.5, 2),)) == ((1.5, 2),)
+    assert checked_sizes._key(([2, 3],)) != checked_sizes._key(([2, 4],))
+
+
+@pytest.mark.parametrize("by_keyword", [False, True])
+def test_a_length_given_as_a_0d_tensor_is_bounded_by_its_value(by_keyword):
+    # an FFT's n as a 0-d integer tensor: the bound reads its value (as the kernel does),
+    # and the key holds the value, so a long length after a short one is still refused
+    fn = checked_sizes.bounded("fft.rfft", torch.fft.rfft)
+    x = torch.randn(2, 6)
+
+    def call(n):
+        return fn(x, n=n) if by_keyword else fn(x, n)
+
+    for n in (8, 12, 8):
+        assert torch.equal(call(torch.tensor(n)), torch.fft.rfft(x, n))
+    for _ in range(2):
+        with pytest.raises(checked_sizes.CheckFailed, match="more than the limit"):
+            call(torch.tensor(2**30))
+
+
+def test_a_traced_length_computed_as_a_tensor_is_refused_past_the_limit(tmp_path):
+    class Spectrum(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("n", torch.tensor(8))
+
+        def forward(self, x, k):
+            return torch.fft.rfft(x, (k.sum() * self.n).long())
+
+    net, x = Spectrum(), torch.randn(2, 6)
+    loaded = _loaded(net, (x, torch.ones(1)), tmp_path)
+    assert torch.equal(loaded(x, torch.ones(1)), net(x, torch.ones(1)))
+    assert torch.equal(loaded(x, torch.full((1,), 2.0)), net(x, torch.full((1,), 2.0)))
+    with pytest.raises(TraceError, match="more than the limit"):
+        loaded(x, torch.full((1,), 2.0**27))  # 2**30 points: 8 GiB, refused before the kernel

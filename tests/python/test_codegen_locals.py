@@ -72,3 +72,58 @@ def test_equal_slices_and_guard_records_take_no_local_each(tmp_path):
         assert same_bits(fast(other), rows_and_guards(other))
         with pytest.raises(tracebridge.GuardError, match="unrolled a Python loop"):
             fast(torch.randn(2, 30, 30))
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(8)
+        self.fc = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        b, n = x.shape[0], x.shape[1]
+        if n * 2 > 3:  # a guard on Python ints
+            x = x + 1
+        y = self.fc(self.norm(x)).reshape(b, n, 2, 4)
+        return y.transpose(1, 2).reshape(b * 2, -1), y.sum()
+
+
+def _deletes_of_kept_values(fn) -> tuple[int, int, int]:
+    """(state and size reads, deletes, deletes of a name while it holds such a read) in
+    the source of generated function ``fn``, read line by line."""
+    import linecache
+    import re
+
+    holds: dict[str, bool] = {}  # name -> whether it holds state or a Python number now
+    reads = deletes = wrong = 0
+    for line in linecache.getlines(fn.__code__.co_filename):
+        code = line.split("#")[0].strip()
+        if code.startswith("del "):
+            names = [n.strip() for n in code[4:].split(",")]
+            deletes += len(names)
+            wrong += sum(holds.get(n, False) for n in names)
+            continue
+        found = re.match(r"(v\d+) = ", code)
+        if found:
+            kept = "_state_get(" in code or "# prim.size" in line or "# scalar." in line
+            reads += kept
+            holds[found.group(1)] = kept
+    return reads, deletes, wrong
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_state_and_python_numbers_are_not_deleted(tmp_path, grad):
+    # a del frees nothing for state (its table holds it) or a Python number: the code
+    # deletes only tensors it made, and gives eager's bits with its names taken again
+    torch.manual_seed(0)
+    net = Block().eval()
+    x = torch.randn(2, 3, 8)
+    fast = loaded(tracebridge.trace(net, x), tmp_path)
+    for shape in ((2, 3, 8), (1, 5, 8), (3, 1, 8)):
+        y = torch.randn(*shape)
+        with torch.set_grad_enabled(grad):
+            got, want = fast(y), net(y)
+        assert all(same_bits(a.detach(), b.detach()) for a, b in zip(got, want, strict=True))
+    for fn in _functions(fast):
+        reads, deletes, wrong = _deletes_of_kept_values(fn)
+        assert reads >= 4 and deletes >= 3 and wrong == 0, (reads, deletes, wrong)

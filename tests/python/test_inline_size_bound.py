@@ -143,3 +143,66 @@ def test_a_range_end_read_from_a_tensor_is_tested_to_be_an_int(tmp_path):
     x = torch.randn(2)
     for n in (4, 0, 7):
         assert same_bits(fast(x, torch.tensor(n)), counted(x, torch.tensor(n)))
+
+
+def spread(x, y):
+    b, n = y.shape[0], y.shape[1]
+    return (
+        x.expand(b, n),
+        x.expand((b, 2, n)),
+        x[None].expand([b * 3, -1, n]),
+        x.expand(n, -1) + 1,
+    )
+
+
+def test_expands_of_traced_sizes_give_eagers_tensors(tmp_path):
+    # Tensor.expand bounded inline (CodeGen.unless_large_view): the kernel where the input
+    # is plain and the sizes are ints >= 0 within the limit, the guard otherwise
+    x, y = torch.randn(1, 1), torch.randn(2, 3)
+    traced = tracebridge.trace(spread, (x, y), check_trace=False)
+    assert traced.code.count(LIMIT) == 4
+    fast = loaded(traced, tmp_path)
+    plain = tracebridge.load(tmp_path / "m.tb", runtime="interpreter")
+    for a, b in ((x, y), (torch.randn(1, 1), torch.randn(5, 1)), (x.double(), torch.randn(0, 4))):
+        expected = spread(a, b)
+        for got in (fast(a, b), plain(a, b)):
+            assert all(same_bits(g, e) for g, e in zip(got, expected, strict=True))
+            assert all(g.stride() == e.stride() for g, e in zip(got, expected, strict=True))
+
+
+def test_an_expand_past_the_limit_or_of_a_negative_size_is_refused_as_before(tmp_path):
+    def wide(x, y):
+        return x.expand(y.shape[0] * 2**16, y.shape[1] * 2**16 - 2)
+
+    x = torch.randn(1, 1)
+    traced = tracebridge.trace(wide, (x, torch.randn(0, 1)), check_trace=False)
+    assert LIMIT in traced.code
+    fast = loaded(traced, tmp_path)
+    assert fast(x, torch.randn(0, 2)).shape == (0, 2**17 - 2)
+    with pytest.raises(tracebridge.OpError, match="more than the limit"):
+        fast(x, torch.randn(1, 1))  # 2**16 x (2**16 - 2) floats: 16 GiB
+    with pytest.raises(tracebridge.OpError, match="size -2 is negative"):
+        fast(x, torch.randn(0, 0))  # -2 passes no inline test: the guard refuses it
+
+
+def test_a_subclass_input_of_an_expand_takes_the_guard(tmp_path, monkeypatch):
+    class Sub(torch.Tensor):
+        pass
+
+    traced = tracebridge.trace(spread, (torch.randn(1, 1), torch.randn(2, 3)), check_trace=False)
+    fast = loaded(traced, tmp_path)
+    calls = []
+    real = checked_ops._flat_ints
+
+    def counted(value):
+        calls.append(value)
+        return real(value)
+
+    monkeypatch.setattr(checked_ops, "_flat_ints", counted)
+    x, y = torch.randn(1, 1), torch.randn(3, 2)
+    fast(x, y)
+    assert calls == []  # plain: inline, no guard
+    got = fast(x.as_subclass(Sub), y)
+    assert calls  # the guard read the sizes
+    expected = spread(x, y)
+    assert all(same_bits(g.as_subclass(torch.Tensor), e) for g, e in zip(got, expected))

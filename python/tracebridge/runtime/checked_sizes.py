@@ -79,11 +79,14 @@ def _key(args: tuple):
     for a in args:
         kind = type(a)
         if kind is _Tensor:
+            if a.ndim == 0 and _is_int_scalar(a):  # a size given as a tensor: its value
+                out.append((_size_of(a),))
+                continue
             out.append(a.shape)
             out.append(a.dtype)
-        elif kind is int or a is None or (kind is tuple and all(type(x) is int for x in a)):
+        elif kind in _SCALARS or (kind is tuple and _INTS.issuperset(map(type, a))):
             out.append(a)
-        elif kind is list and all(type(x) is int for x in a):
+        elif kind is list and _INTS.issuperset(map(type, a)):  # no generator's frame
             out.append(tuple(a))
         else:
             out.append(_key_of(a))
@@ -91,6 +94,8 @@ def _key(args: tuple):
 
 
 _Tensor = torch.Tensor
+_INTS = frozenset({int})
+_SCALARS = frozenset({int, float, bool, str, type(None), torch.dtype})  # _key_of: themselves
 
 
 def _key_of(value):
@@ -103,6 +108,21 @@ def _key_of(value):
     if isinstance(value, (list, tuple)):
         return tuple(_size_of(v) if _is_int_scalar(v) else _key_of(v) for v in value)
     raise TypeError  # a layout, a device, a memory format: no key, checked every call
+
+
+_PLAIN_TYPES = frozenset(_PLAIN)
+
+
+def _kwargs_key(kwargs: dict) -> tuple:
+    """The key of a call's keyword arguments: ``_key_of(tuple(kwargs.items()))``, the
+    pairs themselves where every value is of a plain type (an FFT's ``n=`` and ``dim=``,
+    a padding's ``mode=``), the same tuple without its dozen Python frames (Autoformer's
+    auto-correlation: three FFTs a layer)."""
+    items = tuple(kwargs.items())
+    for _, value in items:
+        if type(value) not in _PLAIN_TYPES:
+            return _key_of(items)
+    return items
 
 
 def _is_int_scalar(value) -> bool:
@@ -134,9 +154,16 @@ def _sizes_as_ints(args: tuple) -> tuple:
     return tuple(
         type(a)(_size_of(v) if _is_int_scalar(v) else v for v in a)
         if isinstance(a, (list, tuple)) and any(_is_int_scalar(v) for v in a)
+        else _size_of(a)
+        if i and _is_int_scalar(a)  # a size itself given as a tensor (an FFT's ``n``)
         else a
-        for a in args
+        for i, a in enumerate(args)
     )
+
+
+def _kwargs_as_ints(kwargs: dict) -> dict:
+    """``kwargs`` with its 0-d integer tensors, and those inside its lists, as ints."""
+    return dict(zip(kwargs, _sizes_as_ints((None, *kwargs.values()))[1:], strict=True))
 
 
 def _on_meta(value):
@@ -476,6 +503,7 @@ def bounded(op: str, fn: Callable, kernel: tuple[int, ...] | None = None) -> Cal
         return checked(*args, **kwargs)
 
     run.bounds = fn
+    run.covering = kernel  # generated code makes the same first test inline (codegen.py)
     run.__name__ = checked.__name__
     run.__doc__ = checked.__doc__
     return run
@@ -487,7 +515,7 @@ def _bounded(op: str, fn: Callable) -> Callable:
 
     def run(*args, **kwargs):
         try:
-            key = _key(args) if not kwargs else (_key(args), _key_of(tuple(kwargs.items())))
+            key = _key(args) if not kwargs else (_key(args), _kwargs_key(kwargs))
             known = key in passed
         except TypeError:  # a size that is no int: torch.export's symbolic sizes
             if _symbolic(args) or _symbolic(kwargs.values()):
@@ -495,9 +523,10 @@ def _bounded(op: str, fn: Callable) -> Callable:
             key, known = None, False
         if not known:
             sized = _sizes_as_ints(args)
-            most = upper(sized, kwargs) if upper is not None else None
+            named = _kwargs_as_ints(kwargs) if kwargs else kwargs
+            most = upper(sized, named) if upper is not None else None
             if most is None or most * 16 > ALLOC_BYTES:  # ask the shape function
-                found = result_bytes(op, sized, kwargs)
+                found = result_bytes(op, sized, named)
                 if found is None:  # refused there: the kernel refuses it too, each call
                     return fn(*args, **kwargs)
                 size, shape = found
