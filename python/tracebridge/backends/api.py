@@ -20,6 +20,7 @@ the check compares it with eager, and ``whole_graph: {"eager_nodes": [...]}`` is
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import os
@@ -327,7 +328,10 @@ def _warm_up(impl: Backend, obj, args: tuple, module, timeout, verbose: bool) ->
     def work():
         start = time.perf_counter()
         try:
-            with preserved(module):
+            # A backend that runs for inference (inductor without --autograd) is warmed
+            # without autograd: a call with it runs the plain program (whole.py).
+            inference = getattr(impl.args, "autograd", True) is False
+            with preserved(module), torch.no_grad() if inference else contextlib.nullcontext():
                 obj(*_fresh(args))
         except BaseException as exc:  # noqa: BLE001 - reported in the caller's thread
             failure.append(exc)
