@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import tracebridge
 from tracebridge.backends import aot
@@ -291,3 +293,39 @@ def test_sizes_the_trace_returns_come_back_as_python_numbers():
         doubled, width, count = compiled(x)
     assert torch.equal(doubled, x * 2)
     assert (width, count) == (9, 45) and type(width) is int and type(count) is int
+
+
+class _DoubleRelu(TorchDispatchMode):
+    """Doubles every relu's output, as a numerics-debugging mode might."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        return out * 2 if func is torch.ops.aten.relu.default else out
+
+
+class _DoubleReluFunction(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        return out * 2 if func in (torch.relu, nn.functional.relu) else out
+
+
+@pytest.mark.parametrize("mode", [_DoubleRelu, _DoubleReluFunction])
+def test_a_python_mode_runs_the_plain_program(loaded, mode):
+    """prober24a F6: the package served calls under a TorchDispatchMode /
+    TorchFunctionMode and ignored the mode (silently off by 0.7)."""
+    net, x = small_net(), _inputs()
+    with torch.no_grad(), mode():
+        want = net(x)
+        out = _calls_plain(loaded, x, r"Torch(Dispatch|Function)Mode is active")
+    assert (want - small_net()(x)).abs().max() > 0.1  # the mode changes the answer
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_vmap_runs_the_plain_program(loaded):
+    """prober24a F6: torch.func.vmap over the package was a TraceError about sizes."""
+    net = small_net()
+    xs = torch.stack([_inputs(), _inputs() * 0.5, _inputs() - 1])
+    with torch.no_grad(), pytest.warns(aot.CompiledCodeWarning, match=r"torch\.func transform"):
+        out = torch.func.vmap(loaded)(xs)
+    with torch.no_grad():
+        torch.testing.assert_close(out, torch.func.vmap(net)(xs), rtol=1e-5, atol=1e-5)

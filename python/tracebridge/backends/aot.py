@@ -53,6 +53,9 @@ PACKAGE_CONFIGS: dict = {}
 # The reads of a call that the package serves at once (grad mode off, no autocast, no
 # global module hook).
 _grad_enabled = torch.is_grad_enabled
+_function_modes = torch._C._len_torch_function_stack
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_functorch_level = torch._C._functorch.maybe_current_level
 _any_autocast = torch._C._is_any_autocast_enabled
 
 
@@ -343,6 +346,9 @@ class AOTCompiled:
             or self._watch is not None
             or _module_hooks._global_forward_hooks
             or _module_hooks._global_forward_pre_hooks
+            or _function_modes()
+            or _dispatch_modes()
+            or _functorch_level() is not None
         ):
             why = self._rule.why_plain(flat, self._watch)
             if why is not None:
