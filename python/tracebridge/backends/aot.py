@@ -249,6 +249,7 @@ def save_compiled(
             f"save_compiled() takes a TracedFunction or TracedModule, not "
             f"{type(obj).__name__}; trace it first with tracebridge.trace"
         )
+    _warn_unservable(obj, method)
     workdir = tempfile.mkdtemp(prefix="tracebridge-aot-")
     try:
         if package is None:
@@ -268,6 +269,31 @@ def save_compiled(
         )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _warn_unservable(obj, method: str) -> None:
+    """Before the compile: a warning where the package could never serve a call (the
+    traced code reads the call's context, see aot_context.fixed_read), which the load
+    would only say after the compile was spent (prober24a F3)."""
+    from ..ir.program import graph_to_json
+
+    methods = obj.program.methods
+    try:
+        routed = obj._method_for(method).name if isinstance(obj, api.TracedModule) else method
+    except Exception:  # noqa: BLE001 - the compile names what is wrong with ``method``
+        return
+    doc = {"methods": {name: graph_to_json(graph) for name, graph in methods.items()}}
+    fixed = fixed_read(doc, routed)
+    if fixed is not None:
+        warnings.warn(
+            f"tracebridge.save_compiled: the package of {method!r} will serve no call: the "
+            f"traced code reads the call's context ({fixed}), which the plain program "
+            "checks on every call and a package would fix at its compile; a trusted load "
+            "of the file runs the plain program. Save with .save() to skip the compile, or "
+            "trace code that does not read it",
+            CompiledCodeWarning,
+            stacklevel=3,
+        )
 
 
 class AOTCompiled:

@@ -56,6 +56,7 @@ from torch import nn
 from torch.nn.modules import module as _module_hooks
 
 from ..ir.ops import DYNAMIC_READS
+from ..ir.program import graph_from_json, refs_in
 from ..runtime import data_writes
 
 _VERSION = operator.attrgetter("_version")
@@ -136,14 +137,40 @@ def fixed_read(doc: dict, method: str) -> str | None:
         if name in seen or name not in doc["methods"]:
             continue
         seen.add(name)
+        restores = _restoring_reads(doc["methods"][name])
         for node in doc["methods"][name]["nodes"]:
             op = node["op"]
-            if op in DYNAMIC_READS:
+            if op in DYNAMIC_READS and not (
+                op == "prim.grad_enabled" and node["outputs"][0]["id"] in restores
+            ):
                 return f"{op} at {node.get('loc') or '?'}"
             forward = node["kwargs"].get("forward") if op == "prim.autograd_function" else None
             if isinstance(forward, str):
                 todo.append(forward)
     return None
+
+
+def _restoring_reads(graph_doc: dict) -> set:
+    """The ids of the grad-mode reads (``prim.grad_enabled``) of a graph whose only use is
+    to switch grad mode back (``set_grad_enabled(read)``) at the end of a ``no_grad``
+    block -- a ``@torch.no_grad()`` forward, as every Hugging Face rotary embedding has.
+
+    Note: why these are not reads of the context. The block runs without autograd
+    whatever the caller's mode, and the switch back restores the caller's mode: no value
+    depends on the read (the package records no autograd either way), so the package
+    computes what the plain program does, as for nn.TransformerEncoderLayer (prober24a
+    F3: such a package was compiled, saved and never served). A read used by anything
+    else (a guard, an arithmetic op, an output) is a read of the context."""
+    graph = graph_from_json(graph_doc)
+    reads = {v.id for n in graph.nodes if n.op == "prim.grad_enabled" for v in n.outputs}
+    if not reads:
+        return set()
+    other = {ref.id for ref in refs_in(graph.outputs)}
+    for node in graph.nodes:
+        used = {ref.id for ref in refs_in((node.args, node.kwargs))} & reads
+        if used and not (node.op == "set_grad_enabled" and len(node.args) == 1 and not node.kwargs):
+            other |= used
+    return reads - other
 
 
 def state_requires_grad(doc: dict) -> bool:
