@@ -1052,3 +1052,44 @@ def test_inductor_calls_with_autograd_run_the_plain_program_with_eager_gradients
     torch.testing.assert_close(g, e)
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), net(x))  # the compiled graph again
+
+
+class _GroupedExperts(nn.Module):
+    """An MoE's experts as transformers runs them: ``torch._grouped_mm`` over tokens
+    sorted by expert (float32 on the CPU: the eager kernel takes it, the fake one not)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = nn.Parameter(torch.randn(2, 8, 4))
+
+    def forward(self, x, expert):
+        offs = torch.cumsum(torch.bincount(expert, minlength=2), 0).to(torch.int32)
+        return torch._grouped_mm(x.relu(), self.w, offs=offs).sigmoid() * 2
+
+
+def _grouped_inputs():
+    return torch.randn(6, 8), torch.tensor([0, 0, 1, 1, 1, 1])
+
+
+def test_an_op_whose_fake_kernel_refuses_runs_eagerly_in_the_compiled_graph():
+    """prober24a F4: mixtral / qwen2_moe failed to compile (grouped_mm's meta kernel
+    demands bfloat16) with an OpError blaming the inputs; the op is left to eager PyTorch."""
+    net = _GroupedExperts().eval()
+    x, expert = _grouped_inputs()
+    compiled = tracebridge.compile(net, (x, expert))
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, expert), net(x, expert))
+        x2, e2 = torch.randn(9, 8), torch.tensor([0, 1, 1, 0, 0, 1, 1, 1, 0]).sort().values
+        torch.testing.assert_close(compiled(x2, e2), net(x2, e2))
+
+
+def test_a_fake_kernel_refusal_names_the_op_its_line_and_the_kernels_words(monkeypatch):
+    monkeypatch.setattr(opsets, "FAKE_KERNEL_REFUSES", {})  # as before: compiled in
+    net = _GroupedExperts().eval()
+    with pytest.raises(BackendError) as info:
+        tracebridge.compile(net, _grouped_inputs())
+    message = str(info.value)
+    assert "fake (meta) kernel of _grouped_mm at " in message
+    assert "test_compile.py:" in message and "BF16" in message
+    assert "not the inputs'" in message and "do not suit" not in message
