@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import tracebridge
 from tracebridge.backends import aot
@@ -221,7 +223,8 @@ def test_a_program_reading_the_calls_context_loads_on_the_plain_program(compiled
         traced = tracebridge.trace(_reads_grad_mode, torch.rand(3, 4))
     package = aot.extract_package(compiled_file, tmp_path / "any.pt2")
     path = tmp_path / "reads.tb"
-    tracebridge.save_compiled(traced, path, package=package)
+    with pytest.warns(aot.CompiledCodeWarning, match=r"will serve no call.*prim\.grad_enabled at "):
+        tracebridge.save_compiled(traced, path, package=package)  # said before a compile
     with pytest.warns(aot.CompiledCodeWarning, match=r"reads the call's context \(prim\.grad"):
         m = tracebridge.load_compiled(path, trust_compiled_code=True)
     assert m.compiled_form == "runtime" and "prim.grad_enabled" in m.compiled_reason
@@ -231,6 +234,55 @@ def test_a_program_reading_the_calls_context_loads_on_the_plain_program(compiled
         m(x)  # traced with grad mode on: refused, never x * 2
 
 
+def _doc(traced) -> dict:
+    """The part of a file's document that ``fixed_read`` reads."""
+    from tracebridge.ir.program import graph_to_json
+
+    return {"methods": {name: graph_to_json(g) for name, g in traced.program.methods.items()}}
+
+
+class _Rotary(nn.Module):
+    """As transformers' LlamaRotaryEmbedding: a forward decorated ``@torch.no_grad()``."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("inv", torch.linspace(0.1, 1.0, 4))
+
+    @torch.no_grad()
+    def forward(self, x):
+        return (x[..., :4] * self.inv).cos()
+
+
+class _WithRotary(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rot, self.fc = _Rotary(), nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc(x) * self.rot(x)
+
+
+class _ReadsGradMode(nn.Module):
+    def forward(self, x):
+        with torch.no_grad():
+            y = x.cos()
+        return y * 2 if torch.is_grad_enabled() else y * 3
+
+
+def test_a_no_grad_block_does_not_stop_the_package():
+    """prober24a F3: a ``@torch.no_grad()`` sub-module forward (every HF rotary embedding)
+    made a saved package never serve: "reads the call's context (prim.grad_enabled at ?)".
+    The read only restores the caller's mode; a read used otherwise still stops it, and
+    names its line."""
+    from tracebridge.backends.aot_context import fixed_read
+
+    traced = tracebridge.trace(_WithRotary().eval(), torch.rand(3, 8))
+    assert fixed_read(_doc(traced), "forward") is None
+    traced = tracebridge.trace(_ReadsGradMode(), torch.rand(3, 8))
+    read = fixed_read(_doc(traced), "forward")
+    assert read.startswith("prim.grad_enabled at ") and "test_aot_context.py:" in read
+
+
 def test_a_fused_variant_reading_grad_mode_does_not_stop_the_package():
     """nn.TransformerEncoderLayer's graph with autograd reads nothing of the context; the
     fused variant that reads grad mode is the plain program's own."""
@@ -238,12 +290,7 @@ def test_a_fused_variant_reading_grad_mode_does_not_stop_the_package():
 
     layer = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True).eval()
     traced = tracebridge.trace(layer, torch.rand(2, 5, 16))
-    doc = {
-        "methods": {
-            name: {"nodes": [{"op": n.op, "kwargs": {}, "loc": n.loc} for n in graph.nodes]}
-            for name, graph in traced.program.methods.items()
-        }
-    }
+    doc = _doc(traced)
     assert len(doc["methods"]) > 1
     assert fixed_read(doc, "forward") is None
     variant = next(name for name in doc["methods"] if name != "forward")
@@ -291,3 +338,39 @@ def test_sizes_the_trace_returns_come_back_as_python_numbers():
         doubled, width, count = compiled(x)
     assert torch.equal(doubled, x * 2)
     assert (width, count) == (9, 45) and type(width) is int and type(count) is int
+
+
+class _DoubleRelu(TorchDispatchMode):
+    """Doubles every relu's output, as a numerics-debugging mode might."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        return out * 2 if func is torch.ops.aten.relu.default else out
+
+
+class _DoubleReluFunction(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        return out * 2 if func in (torch.relu, nn.functional.relu) else out
+
+
+@pytest.mark.parametrize("mode", [_DoubleRelu, _DoubleReluFunction])
+def test_a_python_mode_runs_the_plain_program(loaded, mode):
+    """prober24a F6: the package served calls under a TorchDispatchMode /
+    TorchFunctionMode and ignored the mode (silently off by 0.7)."""
+    net, x = small_net(), _inputs()
+    with torch.no_grad(), mode():
+        want = net(x)
+        out = _calls_plain(loaded, x, r"Torch(Dispatch|Function)Mode is active")
+    assert (want - small_net()(x)).abs().max() > 0.1  # the mode changes the answer
+    torch.testing.assert_close(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_vmap_runs_the_plain_program(loaded):
+    """prober24a F6: torch.func.vmap over the package was a TraceError about sizes."""
+    net = small_net()
+    xs = torch.stack([_inputs(), _inputs() * 0.5, _inputs() - 1])
+    with torch.no_grad(), pytest.warns(aot.CompiledCodeWarning, match=r"torch\.func transform"):
+        out = torch.func.vmap(loaded)(xs)
+    with torch.no_grad():
+        torch.testing.assert_close(out, torch.func.vmap(net)(xs), rtol=1e-5, atol=1e-5)

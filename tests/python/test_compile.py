@@ -6,6 +6,7 @@ default ``inductor`` backend (a few tiny models: its first compile takes tens of
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -31,6 +32,7 @@ from tracebridge.backends import (
     opsets,
     register_backend,
 )
+from tracebridge.backends.aot import CompiledCodeWarning
 
 if not hasattr(tracebridge, "compile"):  # until tracebridge/__init__.py re-exports it
     tracebridge.compile = backends.compile
@@ -1017,13 +1019,77 @@ def test_functional_call_on_a_compiled_module_uses_the_tensors_given():
         torch.testing.assert_close(compiled(x), net(x))  # its own weights again after
 
 
-def test_inductor_refuses_an_input_that_requires_grad_instead_of_dropping_its_gradient():
-    # Was torch's "element 0 of tensors does not require grad" at backward, or, with the
-    # output summed into a larger loss, a gradient silently missing.
-    compiled = tracebridge.compile(lambda x: (x * 3).relu(), (torch.rand(4),))
-    x = torch.rand(6, requires_grad=True)
-    with pytest.raises(backends.BackendError, match=r"input 0 requires grad.*--autograd"):
-        compiled(x)
+def test_inductor_calls_with_autograd_run_the_plain_program_with_eager_gradients():
+    """prober24a F8: grad mode on with parameters that require grad (a model called without
+    torch.no_grad()), or through torch.func (functional_call + grad), gave outputs detached
+    from the compiled graph (run under no_grad): gradients silently missing or zero. An
+    input that requires grad was refused; it now gets its gradient the same way."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)).eval()
+    x = torch.randn(3, 4)
+    compiled = tracebridge.compile(copy.deepcopy(net), (x,))
+    with torch.no_grad(), warnings.catch_warnings():  # the compiled graph: no warning
+        warnings.simplefilter("error")
+        torch.testing.assert_close(compiled(x), net(x))
+    with pytest.warns(CompiledCodeWarning, match=r"plain traced program.*no_grad"):
+        out = compiled(x)
+    assert out.requires_grad
+    out.sum().backward()
+    net(x).sum().backward()
+    for (name, p), q in zip(compiled.named_parameters(), net.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=name)
+    params = {k: v.detach().requires_grad_() for k, v in net.named_parameters()}
+    want = torch.func.grad(lambda p: torch.func.functional_call(net, p, (x,)).sum())(params)
+    got = torch.func.grad(lambda p: torch.func.functional_call(compiled, p, (x,)).sum())(params)
+    for name in want:
+        assert want[name].abs().sum() > 0
+        torch.testing.assert_close(got[name], want[name], msg=name)
+    xg = x.clone().requires_grad_()
+    net.requires_grad_(False)  # an input alone requiring grad
+    compiled.requires_grad_(False)
+    (g,) = torch.autograd.grad(compiled(xg).sum(), xg)
+    (e,) = torch.autograd.grad(net(xg).sum(), xg)
+    torch.testing.assert_close(g, e)
     with torch.no_grad():
-        torch.testing.assert_close(compiled(x), (x * 3).relu())
-    torch.testing.assert_close(compiled(x.detach()), (x.detach() * 3).relu())
+        torch.testing.assert_close(compiled(x), net(x))  # the compiled graph again
+
+
+class _GroupedExperts(nn.Module):
+    """An MoE's experts as transformers runs them: ``torch._grouped_mm`` over tokens
+    sorted by expert (float32 on the CPU: the eager kernel takes it, the fake one not)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = nn.Parameter(torch.randn(2, 8, 4))
+
+    def forward(self, x, expert):
+        offs = torch.cumsum(torch.bincount(expert, minlength=2), 0).to(torch.int32)
+        return torch._grouped_mm(x.relu(), self.w, offs=offs).sigmoid() * 2
+
+
+def _grouped_inputs():
+    return torch.randn(6, 8), torch.tensor([0, 0, 1, 1, 1, 1])
+
+
+def test_an_op_whose_fake_kernel_refuses_runs_eagerly_in_the_compiled_graph():
+    """prober24a F4: mixtral / qwen2_moe failed to compile (grouped_mm's meta kernel
+    demands bfloat16) with an OpError blaming the inputs; the op is left to eager PyTorch."""
+    net = _GroupedExperts().eval()
+    x, expert = _grouped_inputs()
+    compiled = tracebridge.compile(net, (x, expert))
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, expert), net(x, expert))
+        x2, e2 = torch.randn(9, 8), torch.tensor([0, 1, 1, 0, 0, 1, 1, 1, 0]).sort().values
+        torch.testing.assert_close(compiled(x2, e2), net(x2, e2))
+
+
+def test_a_fake_kernel_refusal_names_the_op_its_line_and_the_kernels_words(monkeypatch):
+    monkeypatch.setattr(opsets, "FAKE_KERNEL_REFUSES", {})  # as before: compiled in
+    net = _GroupedExperts().eval()
+    with pytest.raises(BackendError) as info:
+        tracebridge.compile(net, _grouped_inputs())
+    message = str(info.value)
+    assert "fake (meta) kernel of _grouped_mm at " in message
+    assert "test_compile.py:" in message and "BF16" in message
+    assert "not the inputs'" in message and "do not suit" not in message

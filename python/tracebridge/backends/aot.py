@@ -53,6 +53,9 @@ PACKAGE_CONFIGS: dict = {}
 # The reads of a call that the package serves at once (grad mode off, no autocast, no
 # global module hook).
 _grad_enabled = torch.is_grad_enabled
+_function_modes = torch._C._len_torch_function_stack
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_functorch_level = torch._C._functorch.maybe_current_level
 _any_autocast = torch._C._is_any_autocast_enabled
 
 
@@ -246,6 +249,7 @@ def save_compiled(
             f"save_compiled() takes a TracedFunction or TracedModule, not "
             f"{type(obj).__name__}; trace it first with tracebridge.trace"
         )
+    _warn_unservable(obj, method)
     workdir = tempfile.mkdtemp(prefix="tracebridge-aot-")
     try:
         if package is None:
@@ -265,6 +269,31 @@ def save_compiled(
         )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _warn_unservable(obj, method: str) -> None:
+    """Before the compile: a warning where the package could never serve a call (the
+    traced code reads the call's context, see aot_context.fixed_read), which the load
+    would only say after the compile was spent (prober24a F3)."""
+    from ..ir.program import graph_to_json
+
+    methods = obj.program.methods
+    try:
+        routed = obj._method_for(method).name if isinstance(obj, api.TracedModule) else method
+    except Exception:  # noqa: BLE001 - the compile names what is wrong with ``method``
+        return
+    doc = {"methods": {name: graph_to_json(graph) for name, graph in methods.items()}}
+    fixed = fixed_read(doc, routed)
+    if fixed is not None:
+        warnings.warn(
+            f"tracebridge.save_compiled: the package of {method!r} will serve no call: the "
+            f"traced code reads the call's context ({fixed}), which the plain program "
+            "checks on every call and a package would fix at its compile; a trusted load "
+            "of the file runs the plain program. Save with .save() to skip the compile, or "
+            "trace code that does not read it",
+            CompiledCodeWarning,
+            stacklevel=3,
+        )
 
 
 class AOTCompiled:
@@ -291,8 +320,9 @@ class AOTCompiled:
     ``dlopen``: 0.05-0.2 s, where it was the file opened and checked three times, loaded,
     and a GraphModule built (about 0.3 s for a 4-layer transformer, over a second on a
     busy machine). A call under ``torch.no_grad()`` or ``inference_mode()`` with the plain
-    object never loaded reads two flags and three attributes (0.2 us) before the package
-    runs; once it is loaded, its state and modes are compared too (about 0.3 us per state
+    object never loaded reads five flags (grad mode, autocast, the function and dispatch
+    mode stacks, the functorch level: about 0.5 us) and three attributes before the
+    package runs; once it is loaded, its state and modes are compared too (about 0.3 us per state
     tensor and module).
     """
 
@@ -343,6 +373,9 @@ class AOTCompiled:
             or self._watch is not None
             or _module_hooks._global_forward_hooks
             or _module_hooks._global_forward_pre_hooks
+            or _function_modes()
+            or _dispatch_modes()
+            or _functorch_level() is not None
         ):
             why = self._rule.why_plain(flat, self._watch)
             if why is not None:

@@ -16,6 +16,12 @@ its compile decided; the plain program reads each of these on every call:
 * **modes**: the package runs the graph of the mode the file was saved in. ``.train()``
   reaches the plain object, whose call then runs the graph of its mode or refuses
   (GuardError, or the module tree's TraceError).
+* **Python modes and function transforms**: a ``TorchFunctionMode`` or
+  ``TorchDispatchMode`` active at the call (``torch._C._len_torch_function_stack()``,
+  ``_len_torch_dispatch_stack()``), and torch.func's transforms (``vmap``, ``grad``, ...:
+  a functorch level is current, inputs are wrapped tensors) see every op the plain program
+  runs and may change it; the package's C++ kernels run none of them (a dispatch mode
+  doubling ``relu`` was silently ignored, ``vmap`` failed with a refusal about sizes).
 * **hooks**: a module hook on the loaded object (which reaches the plain object) or a
   global one (``nn.modules.module.register_module_forward_hook``) runs in the plain
   object's call and never in the package; a hook on a sub-module changes what the
@@ -50,12 +56,29 @@ from torch import nn
 from torch.nn.modules import module as _module_hooks
 
 from ..ir.ops import DYNAMIC_READS
+from ..ir.program import graph_from_json, refs_in
 from ..runtime import data_writes
 
 _VERSION = operator.attrgetter("_version")
 _TRAINING = operator.attrgetter("training")
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 _DATA_PTR = torch.Tensor.data_ptr
+_function_modes = torch._C._len_torch_function_stack
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_functorch_level = torch._C._functorch.maybe_current_level
+
+
+def overridden() -> str | None:
+    """What at this call sees the plain program's ops and the package would not (a
+    TorchFunctionMode, a TorchDispatchMode, a torch.func transform), in words, or None."""
+    if _functorch_level() is not None:
+        return "a torch.func transform (vmap, grad, jacrev, ...)"
+    if _dispatch_modes():
+        return "a TorchDispatchMode"
+    if _function_modes():
+        return "a TorchFunctionMode"
+    return None
+
 
 # Why a call runs on the plain program, and what to do: one warning per reason and object.
 AUTOCAST = "autocast"
@@ -63,6 +86,7 @@ GRAD = "grad"
 STATE = "state"
 MODES = "modes"
 HOOKS = "hooks"
+OVERRIDES = "overrides"
 ADVICE = {
     AUTOCAST: (
         "autocast is on for {device}, and the package computes at the traced dtypes "
@@ -84,6 +108,11 @@ ADVICE = {
         "the plain object (or one of its sub-modules) is not in the mode the package was "
         "compiled for ({mode}: .train() or .eval() was called since), and the package runs "
         "that mode's graph; call .{call}() to run the package again"
+    ),
+    OVERRIDES: (
+        "{what} is active, which sees every op of the plain program and may change it, and "
+        "the package's compiled kernels run outside it; call it outside the mode or "
+        "transform to run the package"
     ),
     HOOKS: (
         "a forward hook is registered on the loaded object or for every module, and the "
@@ -108,14 +137,40 @@ def fixed_read(doc: dict, method: str) -> str | None:
         if name in seen or name not in doc["methods"]:
             continue
         seen.add(name)
+        restores = _restoring_reads(doc["methods"][name])
         for node in doc["methods"][name]["nodes"]:
             op = node["op"]
-            if op in DYNAMIC_READS:
+            if op in DYNAMIC_READS and not (
+                op == "prim.grad_enabled" and node["outputs"][0]["id"] in restores
+            ):
                 return f"{op} at {node.get('loc') or '?'}"
             forward = node["kwargs"].get("forward") if op == "prim.autograd_function" else None
             if isinstance(forward, str):
                 todo.append(forward)
     return None
+
+
+def _restoring_reads(graph_doc: dict) -> set:
+    """The ids of the grad-mode reads (``prim.grad_enabled``) of a graph whose only use is
+    to switch grad mode back (``set_grad_enabled(read)``) at the end of a ``no_grad``
+    block -- a ``@torch.no_grad()`` forward, as every Hugging Face rotary embedding has.
+
+    Note: why these are not reads of the context. The block runs without autograd
+    whatever the caller's mode, and the switch back restores the caller's mode: no value
+    depends on the read (the package records no autograd either way), so the package
+    computes what the plain program does, as for nn.TransformerEncoderLayer (prober24a
+    F3: such a package was compiled, saved and never served). A read used by anything
+    else (a guard, an arithmetic op, an output) is a read of the context."""
+    graph = graph_from_json(graph_doc)
+    reads = {v.id for n in graph.nodes if n.op == "prim.grad_enabled" for v in n.outputs}
+    if not reads:
+        return set()
+    other = {ref.id for ref in refs_in(graph.outputs)}
+    for node in graph.nodes:
+        used = {ref.id for ref in refs_in((node.args, node.kwargs))} & reads
+        if used and not (node.op == "set_grad_enabled" and len(node.args) == 1 and not node.kwargs):
+            other |= used
+    return reads - other
 
 
 def state_requires_grad(doc: dict) -> bool:
@@ -213,6 +268,9 @@ class ServeRule:
             return AUTOCAST, {"device": self.device}
         if global_forward_hooks():
             return HOOKS, {}
+        what = overridden()
+        if what is not None:
+            return OVERRIDES, {"what": what}
         if torch.is_grad_enabled():
             state = self.doc_requires_grad if watch is None else watch.requires_grad()
             if state:

@@ -20,9 +20,11 @@ the check compares it with eager, and ``whole_graph: {"eager_nodes": [...]}`` is
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import os
+import re
 import subprocess
 import threading
 import time
@@ -327,7 +329,10 @@ def _warm_up(impl: Backend, obj, args: tuple, module, timeout, verbose: bool) ->
     def work():
         start = time.perf_counter()
         try:
-            with preserved(module):
+            # A backend that runs for inference (inductor without --autograd) is warmed
+            # without autograd: a call with it runs the plain program (whole.py).
+            inference = getattr(impl.args, "autograd", True) is False
+            with preserved(module), torch.no_grad() if inference else contextlib.nullcontext():
                 obj(*_fresh(args))
         except BaseException as exc:  # noqa: BLE001 - reported in the caller's thread
             failure.append(exc)
@@ -348,11 +353,45 @@ def _warm_up(impl: Backend, obj, args: tuple, module, timeout, verbose: bool) ->
         _in_worker(work, impl.name, timeout)
     if failure:
         exc = failure[0]
-        error = BackendError(
-            f"backend {impl.name!r} failed to compile the whole graph: "
-            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:500] if str(exc) else ''}"
-        )
+        said = _fake_kernel_failure(exc, obj)
+        if said is None:
+            first = str(exc).strip().splitlines()[0][:500] if str(exc) else ""
+            said = f"{type(exc).__name__}: {first}"
+        error = BackendError(f"backend {impl.name!r} failed to compile the whole graph: {said}")
         raise error from exc
+
+
+_FAKE_CALL = re.compile(
+    r"failed to run FX node with fake tensors: call_\w+ <(?:built-in )?(?:method|function) "
+    r"(\w+)[^>]*>.*?: got (\w+)\((['\"])(.*?)\3\)",
+    re.S,
+)
+
+
+def _fake_kernel_failure(exc: BaseException, obj) -> str | None:
+    """Where Dynamo could not run an op on fake tensors (torch's meta kernel refused what
+    the eager kernel takes): the op, its line in the traced code and the kernel's words,
+    in place of the OpError that blamed the call's inputs (prober24a F4); None otherwise."""
+    seen, cause = set(), exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        found = _FAKE_CALL.search(str(cause))
+        if found:
+            op, kind, words = found.group(1), found.group(2), found.group(4)
+            where = ""
+            graph = obj.program.methods.get("forward")
+            for node in graph.nodes if graph is not None else ():
+                if node.op.rpartition(".")[2] == op and node.loc:
+                    where = f" at {node.loc}"
+                    break
+            return (
+                f"torch's fake (meta) kernel of {op}{where}, which the compiler runs to "
+                f"capture the graph, refused it: {kind}: {words} -- the eager kernel ran it "
+                "in the trace, so this is the compiler's limit, not the inputs'. Compile "
+                "with backend='reference', or call the op on inputs its fake kernel takes"
+            )
+        cause = cause.__cause__ or cause.__context__
+    return None
 
 
 def _compile_whole(

@@ -135,9 +135,12 @@ def _compiled(fn: Callable, example_inputs, args, workdir) -> Callable:
     )
     run = compiled if args.autograd else _inference(compiled, refuse_grad_inputs=whole)
     if example_inputs is None:
-        return _FirstCallIn(run, workdir, args.debug) if workdir is not None else run
+        run = _FirstCallIn(run, workdir, args.debug) if workdir is not None else run
+        run.tracebridge_no_grad = not args.autograd  # whole.py: autograd calls run plain
+        return run
     with _environment(workdir, args.debug):
         run(*example_inputs)
+    run.tracebridge_no_grad = not args.autograd  # whole.py: autograd calls run plain
     return run
 
 

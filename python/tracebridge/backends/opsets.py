@@ -102,7 +102,22 @@ def supported_whole(node: Node) -> bool:
         return False
     if node.op in RANDOM_OPS and not (node.op in CONDITIONAL and CONDITIONAL[node.op](node)):
         return False
+    refuses = FAKE_KERNEL_REFUSES.get(node.op)
+    if refuses is not None and refuses(node):
+        return False
     return not any(v.dtype in UNSUPPORTED_DTYPES for v in node.outputs)
+
+
+def _grouped_mm_not_bf16(node: Node) -> bool:
+    return any(v.dtype != "bfloat16" for v in node.outputs)
+
+
+# Ops whose fake (meta) kernel, which Dynamo runs to capture a graph, refuses inputs that
+# the eager kernel takes: compiled, the whole graph failed ("RuntimeError when making fake
+# tensor call"); left to eager PyTorch, Dynamo breaks the graph there. ``_grouped_mm``
+# (transformers' MoE experts, mixtral and qwen2_moe in the zoo): its meta kernel demands
+# bfloat16 ("Expected inputs of BF16 type"), the CPU kernel takes float32 (prober24a F4).
+FAKE_KERNEL_REFUSES = {"_grouped_mm": _grouped_mm_not_bf16}
 
 
 def supported_by_set(node: Node, ops: frozenset) -> bool:

@@ -13,6 +13,8 @@ are kept out with ``torch._dynamo.disable``, so Dynamo splits the graph only aro
 
 from __future__ import annotations
 
+import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -26,6 +28,9 @@ from ..export.fx_checks import install_anew
 from ..ir import Graph, pytree
 from ..runtime import Method, support
 from .partition import STRUCTURAL, _is_shape, find_runs
+
+_grad_enabled = torch.is_grad_enabled
+_functorch_level = torch._C._functorch.maybe_current_level
 
 
 @dataclass
@@ -65,6 +70,27 @@ def eager_nodes(graph: Graph, supports: Callable, min_size: int = 1) -> list[int
     ]
 
 
+def _requires_grad(tensor) -> bool:
+    return isinstance(tensor, torch.Tensor) and tensor.requires_grad
+
+
+_REQUIRES_GRAD = _requires_grad
+
+
+def _warn_autograd(method: str) -> None:
+    from .aot import CompiledCodeWarning  # aot imports backends.api, which imports us
+
+    warnings.warn(
+        f"{method}(): a call with autograd (grad mode on and a parameter or an input "
+        "requiring grad) or through torch.func runs the plain traced program, not the "
+        "compiled graph, which runs for inference (its outputs would not require grad); "
+        "call it under torch.no_grad() or torch.inference_mode() to run the compiled "
+        "graph, or compile with compiler_args=['--autograd'] for gradients through it",
+        CompiledCodeWarning,
+        stacklevel=4,
+    )
+
+
 def _eager(fn: Callable) -> Callable:
     """``fn`` run by eager PyTorch inside a compiled graph (Dynamo breaks the graph there).
     A function of this module, not Dynamo's wrapper: FX writes a function that says it comes
@@ -86,6 +112,32 @@ class WholeGraphMethod(Method):
         self.plan = plan
         self.graph_module = None
         self._whole = None  # the compiled GraphModule, one for both guard settings
+        self._autograd = None  # the plain program, for the calls with autograd (below)
+        self._autograd_lock = threading.Lock()
+
+    def plain_call(self, leaves) -> object:
+        """A call on the plain traced program (the graph's own code, with autograd), for
+        the calls a compiled graph that runs for inference would answer detached.
+
+        Note: why. The inductor backend runs its graph under ``no_grad`` (inductor.py). A
+        call with grad mode on where a parameter requires grad (any model called without
+        ``torch.no_grad()``), an input does, or through torch.func (``functional_call``
+        with tensors that require grad, ``grad``, ``vmap``: functorch's wrapped tensors)
+        came back detached: gradients silently missing or zero (prober24a F8). Such a
+        call runs here instead and gives eager's gradients, as the plain traced object
+        does; one warning per method says so and how to run the compiled graph."""
+        method = self._autograd
+        if method is None:
+            with self._autograd_lock:
+                method = self._autograd
+                if method is None:
+                    method = Method(self.name, self.graph, self._slots, "codegen", self._methods)
+                    method.from_file = self.from_file
+                    method.frozen = self.frozen
+                    method.seal = self.seal
+                    self._autograd = method
+                    _warn_autograd(self.name)
+        return method._function((True, False))(*leaves)
 
     def __call__(self, *args, **kwargs):
         # The runtime's argument handling, minus what a compiled graph does not need (the
@@ -134,6 +186,9 @@ class WholeGraphMethod(Method):
         if self._whole is None:
             self._whole = self.plan.compile(self.build())
         compiled = self._whole
+        no_grad = bool(getattr(compiled, "tracebridge_no_grad", False))
+        requires_grad = _REQUIRES_GRAD
+        plain_call = self.plain_call
         # Note: rebinding. The GraphModule holds the state tensors themselves; a parameter
         # set anew on the original (``net.fc.weight = nn.Parameter(...)``) replaces the
         # entry of the original's table, which the plain runtime reads at every call but
@@ -167,6 +222,12 @@ class WholeGraphMethod(Method):
             for leaf, rank, kind in zip(leaves, ranks, kinds):
                 if leaf.dim() != rank or (kind is not None and kind_of(leaf.dtype) != kind):
                     support.check_inputs(graph, leaves)
+            if _functorch_level() is not None or (
+                no_grad
+                and _grad_enabled()
+                and (any(map(requires_grad, held)) or any(map(requires_grad, leaves)))
+            ):
+                return plain_call(leaves)  # autograd or torch.func: see plain_call
             flat = compiled(*leaves)
             return flat[0] if single else pytree.unflatten(list(flat), spec)
 

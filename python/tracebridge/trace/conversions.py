@@ -697,7 +697,7 @@ class Conversions:
         mode is read from ``torch._C``: ``torch.is_grad_enabled`` is the traced one while
         tracing, which guards where the user's code asks it, not where this switch does.)"""
         if self._grad_entry is None:
-            ref = self._value_node("prim.grad_enabled", "bool")
+            ref = self._value_node("prim.grad_enabled", "bool", loc=self.location())
             self._grad_entry = (ref, torch._C.is_grad_enabled())
             self._grad_depth = 0
         entry_ref, entry_mode = self._grad_entry
