@@ -34,6 +34,7 @@ _local = _GuardSwitch()
 _grad_enabled = torch.is_grad_enabled
 _autocast = torch._C._is_any_autocast_enabled
 _dispatch_modes = torch._C._len_torch_dispatch_stack
+_function_modes = torch._C._len_torch_function_stack
 # nn.MultiheadAttention's and TransformerEncoderLayer's switch for their fused path: off,
 # eager takes their other path, which the first graph of a Specialised holds.
 _fast_path_enabled = torch.backends.mha.get_fastpath_enabled
@@ -864,7 +865,10 @@ class Specialised:
                         raise
                     break  # arguments unlike the example's: the first graph names its method
         served = self._served
-        if served:
+        # Not under a mode (a tracer records every op a call runs: the refused graph's too,
+        # so a shortcut would make two recordings of one call differ).
+        outside = not (_function_modes() or _dispatch_modes())
+        if served and outside:
             known = served.get(_sizes_key(args, kwargs, grad))
             if known is not None and guards_active(known):
                 try:
@@ -894,7 +898,7 @@ class Specialised:
                 ):
                     reported = exc
                 continue
-            key = _sizes_key(args, kwargs, grad)
+            key = _sizes_key(args, kwargs, grad) if outside else None
             if key is not None:
                 if len(served) >= SERVED_KEYS:
                     served.clear()
