@@ -26,13 +26,20 @@ eager_out <- function(made, x) {
   reticulate::py_to_r(with_no_grad(made$net(tensor_py(x)))$numpy())
 }
 
+# The Python model (`made$net`), its artifact (`path`) loaded in R, and an input.
+loaded_net <- function() {
+  path <- tempfile(fileext = ".tb")
+  made <- saved_net(path)
+  list(path = path, made = made, m = jit_load(path), x = torch_randn(2, 3, 6, 6))
+}
+
 test_that("$<- and [[<- through a loaded module reach its state, and calls follow", {
   skip_if_no_torch()
-  path <- tempfile(fileext = ".tb")
-  on.exit(unlink(path), add = TRUE)
-  made <- saved_net(path)
-  m <- jit_load(path)
-  x <- torch_randn(2, 3, 6, 6)
+  net <- loaded_net()
+  on.exit(unlink(net$path), add = TRUE)
+  made <- net$made
+  m <- net$m
+  x <- net$x
   with_no_grad(m(x))  # folded values made first: the writes below must be seen
   m$bn$running_mean <- torch_ones(4)
   made$net$bn$running_mean$fill_(1)
@@ -51,11 +58,11 @@ test_that("$<- and [[<- through a loaded module reach its state, and calls follo
 
 test_that("$to(), $state_dict() and $load_state_dict() act on the whole loaded module", {
   skip_if_no_torch()
-  path <- tempfile(fileext = ".tb")
-  on.exit(unlink(path), add = TRUE)
-  made <- saved_net(path)
-  m <- jit_load(path)
-  x <- torch_randn(2, 3, 6, 6)
+  net <- loaded_net()
+  on.exit(unlink(net$path), add = TRUE)
+  made <- net$made
+  m <- net$m
+  x <- net$x
   expect_identical(m$to(dtype = torch_float64()), m)
   expect_equal(as.character(m$lin$weight$dtype), as.character(torch_float64()))
   made$net$double()
