@@ -334,7 +334,7 @@ def test_torch_jit_inspection_names_answer(tmp_path):
         (
             ({"a": torch.ones(2)},),
             {"z": 1},
-            "the call has 1 argument where the trace was made with 3",
+            "the call has 1 positional argument where the trace was made with 3",
         ),
     ],
 )

@@ -254,7 +254,10 @@ def test_wrong_calls_are_refused_naming_the_parameters():
         with pytest.raises(TraceError) as info:
             fn(x, mask)  # mask was not traced
         message = str(info.value)
-        assert "the call has 2 arguments where the trace was made with 0" in message
+        assert (
+            "the call has 2 positional arguments where the trace was made with 0 "
+            "(and the keyword arguments ['x'])"
+        ) in message
         assert message.endswith("the trace takes (x: Tensor)")
         with pytest.raises(tracebridge.BindingError, match="missing 1 required positional"):
             fn()

@@ -539,6 +539,10 @@ def mismatch(expected: dict, got: dict) -> str:
     if found is None:
         return _FIXED
     path, what = found
+    if path == [0] and expected["t"] == "tuple" and len(expected.get("c", [])) == 2:
+        keywords = expected["c"][1].get("keys") or []
+        if keywords:  # traced by keyword: say so beside the count of positional ones
+            what += f" (and the keyword arguments {list(keywords)})"
     return f"{_path_name(path)} {what}; {_FIXED}"
 
 
@@ -560,7 +564,9 @@ def _first_difference(expected: dict, got: dict, path: list) -> tuple[list, str]
         return path, f"is {_kind_name(got)} where the trace was made with {_kind_name(expected)}"
     children, others = expected.get("c", []), got.get("c", [])
     if len(children) != len(others):
-        items = ("argument" if len(path) == 1 else "item") + ("" if len(others) == 1 else "s")
+        items = ("positional argument" if path == [0] else "item") + (
+            "" if len(others) == 1 else "s"
+        )
         return path, f"has {len(others)} {items} where the trace was made with {len(children)}"
     keys = expected.get("keys") or range(len(children))
     for key, child, other_child in zip(keys, children, others):
