@@ -872,9 +872,9 @@ class Specialised:
                     break  # arguments unlike the example's: the first graph names its method
         served = self._served
         # Not under a mode (a tracer records every op a call runs: the refused graph's too,
-        # so a shortcut would make two recordings of one call differ).
-        outside = not (_function_modes() or _dispatch_modes())
-        if served and outside:
+        # so a shortcut would make two recordings of one call differ). Read only where a
+        # size was remembered: the common call pays nothing here.
+        if served and not (_function_modes() or _dispatch_modes()):
             known = served.get(_sizes_key(args, kwargs, grad))
             if known is not None and guards_active(known):
                 try:
@@ -904,6 +904,7 @@ class Specialised:
                 ):
                     reported = exc
                 continue
+            outside = not (_function_modes() or _dispatch_modes())
             key = _sizes_key(args, kwargs, grad) if outside else None
             if key is not None:
                 if len(served) >= SERVED_KEYS:
